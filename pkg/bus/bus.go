@@ -1,0 +1,186 @@
+// Package bus declares jetflow's JetStream topology (streams, consumers'
+// shared settings, KV buckets) and creates it idempotently. Every service
+// calls [Ensure] at start, so any of them can come up first.
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"jetflow.dev/pkg/events"
+)
+
+// ErrConflict means another writer appended to the subject first.
+var ErrConflict = errors.New("bus: wrong last sequence")
+
+// Config sizes the topology.
+type Config struct {
+	// Replicas of every stream and bucket: 1 for a single server, 3 in a
+	// cluster. Default 1.
+	Replicas int
+	// Duplicates is the dedupe window of the commands, results and events
+	// streams. Default 10m.
+	Duplicates time.Duration
+	// CommandsMaxAge bounds how long commands, results and rejections are
+	// kept after they were handled (they are an audit trail, not the truth).
+	// Default 7 days.
+	CommandsMaxAge time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	if c.Replicas <= 0 {
+		c.Replicas = 1
+	}
+	if c.Duplicates <= 0 {
+		c.Duplicates = 10 * time.Minute
+	}
+	if c.CommandsMaxAge <= 0 {
+		c.CommandsMaxAge = 7 * 24 * time.Hour
+	}
+	return c
+}
+
+// Streams returns the stream configurations.
+func Streams(c Config) []jetstream.StreamConfig {
+	c = c.withDefaults()
+	return []jetstream.StreamConfig{
+		{
+			Name: events.StreamEvents, Subjects: []string{events.EventsPrefix + ".>"},
+			Description: "jetflow execution histories, one subject per execution (append-only)",
+			Storage:     jetstream.FileStorage, Replicas: c.Replicas, Duplicates: c.Duplicates,
+			Retention: jetstream.LimitsPolicy, Discard: jetstream.DiscardNew, DenyDelete: true,
+		},
+		{
+			Name: events.StreamCommands, Subjects: []string{events.CommandsPrefix + ".>"},
+			Description: "jetflow commands (start, reconcile)",
+			Storage:     jetstream.FileStorage, Replicas: c.Replicas, Duplicates: c.Duplicates, MaxAge: c.CommandsMaxAge,
+		},
+		{
+			Name: events.StreamTasks, Subjects: []string{events.TasksPrefix + ".>"},
+			Description: "jetflow operations for agents, one subject per queue",
+			Storage:     jetstream.FileStorage, Replicas: c.Replicas, Duplicates: c.Duplicates,
+			Retention: jetstream.WorkQueuePolicy,
+		},
+		{
+			Name: events.StreamResults, Subjects: []string{events.ResultsPrefix + ".>"},
+			Description: "jetflow operation results reported by agents",
+			Storage:     jetstream.FileStorage, Replicas: c.Replicas, Duplicates: c.Duplicates, MaxAge: c.CommandsMaxAge,
+		},
+		{
+			Name: events.StreamRejections, Subjects: []string{events.RejectionsPrefix + ".>"},
+			Description: "why jetflow rejected a command",
+			Storage:     jetstream.FileStorage, Replicas: c.Replicas, MaxAge: c.CommandsMaxAge,
+		},
+		{
+			Name: StreamAdvisories, Subjects: []string{MaxDeliveriesAdvisories},
+			Description: "max-deliveries advisories of task consumers, kept for the janitor",
+			Storage:     jetstream.FileStorage, Replicas: c.Replicas, MaxAge: c.CommandsMaxAge,
+		},
+	}
+}
+
+// StreamAdvisories captures JetStream's max-deliveries advisories for the
+// tasks stream, so that the janitor never misses one while it is down.
+const StreamAdvisories = "JF_ADVISORIES"
+
+// MaxDeliveriesAdvisories is the subject of those advisories.
+const MaxDeliveriesAdvisories = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + events.StreamTasks + ".>"
+
+// Buckets returns the KV bucket configurations.
+func Buckets(c Config) []jetstream.KeyValueConfig {
+	c = c.withDefaults()
+	return []jetstream.KeyValueConfig{
+		{Bucket: events.BucketDefinitions, Description: "workflow definitions by name and version", History: 1,
+			Storage: jetstream.FileStorage, Replicas: c.Replicas},
+		{Bucket: events.BucketExecutionIDs, Description: "every execution id ever claimed, with its start command", History: 1,
+			Storage: jetstream.FileStorage, Replicas: c.Replicas},
+		{Bucket: events.BucketExecutions, Description: "execution read models (rebuildable projection)", History: 1,
+			Storage: jetstream.FileStorage, Replicas: c.Replicas},
+	}
+}
+
+// Ensure creates or updates every stream and bucket.
+func Ensure(ctx context.Context, js jetstream.JetStream, c Config) error {
+	for _, sc := range Streams(c) {
+		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
+			return fmt.Errorf("ensure stream %s: %w", sc.Name, err)
+		}
+	}
+	for _, kc := range Buckets(c) {
+		if _, err := js.CreateOrUpdateKeyValue(ctx, kc); err != nil {
+			return fmt.Errorf("ensure bucket %s: %w", kc.Bucket, err)
+		}
+	}
+	return nil
+}
+
+// IsConflict reports whether err is a wrong-last-sequence error, on a
+// single server (10071) or a replicated stream (10164).
+func IsConflict(err error) bool {
+	if errors.Is(err, ErrConflict) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+	}
+	return false
+}
+
+// Connect dials a NATS server with jetflow's reconnect settings.
+func Connect(url, name string, opts ...nats.Option) (*nats.Conn, error) {
+	base := []nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
+		nats.RetryOnFailedConnect(true)}
+	nc, err := nats.Connect(url, append(base, opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to nats at %s: %w", url, err)
+	}
+	return nc, nil
+}
+
+// Conn is a NATS connection with its JetStream context.
+type Conn struct {
+	NC *nats.Conn
+	JS jetstream.JetStream
+}
+
+// Dial is Open with the default Config, returning a Conn.
+func Dial(ctx context.Context, url, name string, opts ...nats.Option) (*Conn, error) {
+	nc, js, err := Open(ctx, url, name, Config{}, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &Conn{NC: nc, JS: js}, nil
+}
+
+// Open connects to NATS, binds JetStream and ensures the topology.
+func Open(ctx context.Context, url, name string, c Config, opts ...nats.Option) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := Connect(url, name, opts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("jetstream: %w", err)
+	}
+	// Wait for the (possibly still starting) server instead of failing.
+	for {
+		err = Ensure(ctx, js, c)
+		if err == nil {
+			return nc, js, nil
+		}
+		select {
+		case <-ctx.Done():
+			nc.Close()
+			return nil, nil, err
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,213 @@
+// Package catalog stores versioned workflow definitions in a KV bucket.
+// Versions are immutable and numbered from 1; applying a definition equal
+// to the latest version is a no-op. Keys: def.<name>.<version> holds a
+// [Record]; latest.<name> points at the newest version (it may lag after a
+// crash, so readers probe forward).
+package catalog
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/workflow"
+)
+
+// ErrNotFound means no such workflow or version.
+var ErrNotFound = errors.New("catalog: workflow not found")
+
+// Record is one stored version.
+type Record struct {
+	Name       string              `json:"name"`
+	Version    int                 `json:"version"`
+	Digest     string              `json:"digest"`
+	CreatedAt  time.Time           `json:"created_at"`
+	Definition workflow.Definition `json:"definition"`
+}
+
+// Store is the definitions bucket.
+type Store struct {
+	kv  jetstream.KeyValue
+	now func() time.Time
+}
+
+// Open binds to the definitions bucket (created by bus.Ensure).
+func Open(ctx context.Context, js jetstream.JetStream) (*Store, error) {
+	kv, err := js.KeyValue(ctx, events.BucketDefinitions)
+	if err != nil {
+		return nil, fmt.Errorf("open definitions bucket: %w", err)
+	}
+	return &Store{kv: kv, now: time.Now}, nil
+}
+
+func defKey(name string, v int) string { return "def." + name + "." + strconv.Itoa(v) }
+func latestKey(name string) string     { return "latest." + name }
+
+// Apply stores d as a new version unless it equals the latest one. It
+// returns the version that holds d and whether it was created.
+func (s *Store) Apply(ctx context.Context, d workflow.Definition) (Record, bool, error) {
+	if err := d.Validate(); err != nil {
+		return Record{}, false, err
+	}
+	digest, err := d.Digest()
+	if err != nil {
+		return Record{}, false, fmt.Errorf("digest definition: %w", err)
+	}
+	for range 20 {
+		latest, err := s.Get(ctx, d.Name, 0)
+		switch {
+		case errors.Is(err, ErrNotFound):
+		case err != nil:
+			return Record{}, false, err
+		case latest.Digest == digest:
+			return latest, false, nil
+		}
+		rec := Record{Name: d.Name, Version: latest.Version + 1, Digest: digest, CreatedAt: s.now().UTC(), Definition: d}
+		b, err := json.Marshal(rec)
+		if err != nil {
+			return Record{}, false, fmt.Errorf("encode definition: %w", err)
+		}
+		if _, err := s.kv.Create(ctx, defKey(d.Name, rec.Version), b); err != nil {
+			if errors.Is(err, jetstream.ErrKeyExists) {
+				continue // another apply won the race for this number; look again
+			}
+			return Record{}, false, fmt.Errorf("store definition %s v%d: %w", d.Name, rec.Version, err)
+		}
+		if err := s.advanceLatest(ctx, d.Name, rec.Version); err != nil {
+			return Record{}, false, err
+		}
+		return rec, true, nil
+	}
+	return Record{}, false, fmt.Errorf("store definition %s: too much contention", d.Name)
+}
+
+// advanceLatest moves the latest pointer forward to v with compare-and-set.
+func (s *Store) advanceLatest(ctx context.Context, name string, v int) error {
+	for range 20 {
+		e, err := s.kv.Get(ctx, latestKey(name))
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			if _, err = s.kv.Create(ctx, latestKey(name), []byte(strconv.Itoa(v))); err == nil || !errors.Is(err, jetstream.ErrKeyExists) {
+				return wrap(err, "create latest pointer")
+			}
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("read latest pointer: %w", err)
+		}
+		if cur, _ := strconv.Atoi(string(e.Value())); cur >= v {
+			return nil
+		}
+		if _, err = s.kv.Update(ctx, latestKey(name), []byte(strconv.Itoa(v)), e.Revision()); err == nil || !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			return wrap(err, "update latest pointer")
+		}
+	}
+	return fmt.Errorf("update latest pointer of %s: too much contention", name)
+}
+
+func wrap(err error, msg string) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", msg, err)
+}
+
+// Get returns a version of a workflow; version 0 means the latest.
+func (s *Store) Get(ctx context.Context, name string, version int) (Record, error) {
+	if !events.ValidWorkflowName(name) {
+		return Record{}, fmt.Errorf("%w: %q", ErrNotFound, name)
+	}
+	if version > 0 {
+		return s.get(ctx, name, version)
+	}
+	v := 0
+	if e, err := s.kv.Get(ctx, latestKey(name)); err == nil {
+		v, _ = strconv.Atoi(string(e.Value()))
+	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Record{}, fmt.Errorf("read latest pointer: %w", err)
+	}
+	var best Record
+	for { // the pointer may lag behind a version stored just before a crash
+		rec, err := s.get(ctx, name, v+1)
+		if errors.Is(err, ErrNotFound) {
+			break
+		}
+		if err != nil {
+			return Record{}, err
+		}
+		best, v = rec, v+1
+	}
+	if best.Version > 0 {
+		return best, nil
+	}
+	if v == 0 {
+		return Record{}, fmt.Errorf("%w: %q", ErrNotFound, name)
+	}
+	return s.get(ctx, name, v)
+}
+
+func (s *Store) get(ctx context.Context, name string, v int) (Record, error) {
+	e, err := s.kv.Get(ctx, defKey(name, v))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Record{}, fmt.Errorf("%w: %s version %d", ErrNotFound, name, v)
+	}
+	if err != nil {
+		return Record{}, fmt.Errorf("read definition %s v%d: %w", name, v, err)
+	}
+	var rec Record
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		return Record{}, fmt.Errorf("decode definition %s v%d: %w", name, v, err)
+	}
+	return rec, nil
+}
+
+// Summary describes a workflow in listings.
+type Summary struct {
+	Name          string    `json:"name"`
+	LatestVersion int       `json:"latest_version"`
+	Description   string    `json:"description,omitempty"`
+	UpdatedAt     time.Time `json:"updated_at"`
+}
+
+// List returns every workflow's latest version, sorted by name.
+func (s *Store) List(ctx context.Context) ([]Summary, error) {
+	lister, err := s.kv.ListKeysFiltered(ctx, "latest.*")
+	if err != nil {
+		return nil, fmt.Errorf("list workflows: %w", err)
+	}
+	var out []Summary
+	for k := range lister.Keys() {
+		name := strings.TrimPrefix(k, "latest.")
+		rec, err := s.Get(ctx, name, 0)
+		if err != nil {
+			continue // deleted or racing; listing is best effort
+		}
+		out = append(out, Summary{Name: name, LatestVersion: rec.Version, Description: rec.Definition.Description, UpdatedAt: rec.CreatedAt})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// Versions returns every stored version of a workflow, oldest first.
+func (s *Store) Versions(ctx context.Context, name string) ([]Record, error) {
+	latest, err := s.Get(ctx, name, 0)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Record, 0, latest.Version)
+	for v := 1; v <= latest.Version; v++ {
+		rec, err := s.get(ctx, name, v)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rec)
+	}
+	return out, nil
+}

@@ -1,0 +1,298 @@
+// Package client is a Go client for jetflow's HTTP api.
+package client
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/projections"
+)
+
+// Client talks to one api base URL.
+type Client struct {
+	Base string
+	HTTP *http.Client
+}
+
+// New returns a client for base, e.g. "http://127.0.0.1:8080".
+func New(base string) *Client {
+	return &Client{Base: strings.TrimRight(base, "/"), HTTP: &http.Client{}}
+}
+
+// Error is an api error answer.
+type Error struct {
+	Status   int             `json:"-"`
+	Code     string          `json:"code"`
+	Message  string          `json:"message"`
+	Field    string          `json:"field,omitempty"`
+	Problems json.RawMessage `json:"problems,omitempty"`
+}
+
+func (e *Error) Error() string {
+	if e.Field != "" {
+		return fmt.Sprintf("%s (field %s, HTTP %d)", e.Message, e.Field, e.Status)
+	}
+	return fmt.Sprintf("%s (HTTP %d)", e.Message, e.Status)
+}
+
+// IsStatus reports whether err is an api error with the given HTTP status.
+func IsStatus(err error, status int) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Status == status
+}
+
+func (c *Client) do(ctx context.Context, method, path string, hdr http.Header, body io.Reader, out any) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.Base+path, body)
+	if err != nil {
+		return 0, err
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("%s %s: %w (is the api running? start it with `jetflow dev`)", method, path, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return resp.StatusCode, fmt.Errorf("read answer of %s %s: %w", method, path, err)
+	}
+	if resp.StatusCode >= 400 {
+		var wrapper struct {
+			Error *Error `json:"error"`
+		}
+		if json.Unmarshal(data, &wrapper) != nil || wrapper.Error == nil {
+			return resp.StatusCode, &Error{Status: resp.StatusCode, Code: "http", Message: strings.TrimSpace(string(data))}
+		}
+		wrapper.Error.Status = resp.StatusCode
+		return resp.StatusCode, wrapper.Error
+	}
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			return resp.StatusCode, fmt.Errorf("decode answer of %s %s: %w", method, path, err)
+		}
+	}
+	return resp.StatusCode, nil
+}
+
+// Applied is the answer to ApplyWorkflow.
+type Applied struct {
+	Name      string    `json:"name"`
+	Version   int       `json:"version"`
+	Digest    string    `json:"digest"`
+	Created   bool      `json:"created"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// ApplyWorkflow registers a YAML or JSON definition.
+func (c *Client) ApplyWorkflow(ctx context.Context, definition []byte) (Applied, error) {
+	var a Applied
+	_, err := c.do(ctx, http.MethodPost, "/v1/workflows", http.Header{"Content-Type": {"application/yaml"}}, bytes.NewReader(definition), &a)
+	return a, err
+}
+
+// WorkflowSummary is a row of ListWorkflows.
+type WorkflowSummary struct {
+	Name          string    `json:"name"`
+	LatestVersion int       `json:"latest_version"`
+	Description   string    `json:"description,omitempty"`
+	UpdatedAt     time.Time `json:"updated_at"`
+}
+
+// ListWorkflows lists registered workflows.
+func (c *Client) ListWorkflows(ctx context.Context) ([]WorkflowSummary, error) {
+	var out struct {
+		Workflows []WorkflowSummary `json:"workflows"`
+	}
+	_, err := c.do(ctx, http.MethodGet, "/v1/workflows", nil, nil, &out)
+	return out.Workflows, err
+}
+
+// StartRequest starts an execution.
+type StartRequest struct {
+	Workflow string         `json:"workflow"`
+	Version  int            `json:"version,omitempty"`
+	Input    map[string]any `json:"input,omitempty"`
+	ID       string         `json:"id,omitempty"`
+}
+
+// Started is the answer to Start.
+type Started struct {
+	ID       string `json:"id"`
+	Workflow string `json:"workflow"`
+	Status   string `json:"status"`
+	Created  bool   `json:"created"`
+	// HTTPStatus is 201 (started), 200 (the same request again) or 202
+	// (accepted, the dispatcher has not answered yet).
+	HTTPStatus int `json:"-"`
+}
+
+// Start starts an execution.
+func (c *Client) Start(ctx context.Context, r StartRequest) (Started, error) {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return Started{}, err
+	}
+	var s Started
+	s.HTTPStatus, err = c.do(ctx, http.MethodPost, "/v1/executions", http.Header{"Content-Type": {"application/json"}}, bytes.NewReader(b), &s)
+	return s, err
+}
+
+// Execution returns an execution's state.
+func (c *Client) Execution(ctx context.Context, id string) (projections.Execution, error) {
+	var x projections.Execution
+	_, err := c.do(ctx, http.MethodGet, "/v1/executions/"+url.PathEscape(id), nil, nil, &x)
+	return x, err
+}
+
+// ListOptions filters ListExecutions.
+type ListOptions struct {
+	Workflow, Status, After string
+	Limit                   int
+}
+
+// ExecutionSummary is a row of ListExecutions.
+type ExecutionSummary struct {
+	ID        string    `json:"id"`
+	Workflow  string    `json:"workflow"`
+	Version   int       `json:"version"`
+	Status    string    `json:"status"`
+	Error     string    `json:"error,omitempty"`
+	Steps     int       `json:"steps"`
+	Done      int       `json:"steps_done"`
+	StartedAt time.Time `json:"started_at"`
+	EndedAt   time.Time `json:"ended_at"`
+}
+
+// ListExecutions lists executions; next is the cursor of the next page ("" at the end).
+func (c *Client) ListExecutions(ctx context.Context, o ListOptions) (list []ExecutionSummary, next string, err error) {
+	q := url.Values{}
+	for k, v := range map[string]string{"workflow": o.Workflow, "status": o.Status, "after": o.After} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	if o.Limit > 0 {
+		q.Set("limit", strconv.Itoa(o.Limit))
+	}
+	var out struct {
+		Executions []ExecutionSummary `json:"executions"`
+		Next       string             `json:"next"`
+	}
+	_, err = c.do(ctx, http.MethodGet, "/v1/executions?"+q.Encode(), nil, nil, &out)
+	return out.Executions, out.Next, err
+}
+
+// Event is a history event as the api shows it.
+type Event struct {
+	Seq      uint64          `json:"seq"`
+	ID       string          `json:"id"`
+	Type     events.Type     `json:"type"`
+	Source   string          `json:"source"`
+	Subject  string          `json:"subject,omitempty"`
+	Workflow string          `json:"workflow,omitempty"`
+	Time     time.Time       `json:"time"`
+	Data     json.RawMessage `json:"data,omitempty"`
+}
+
+// Events returns the history from stream sequence fromSeq.
+func (c *Client) Events(ctx context.Context, id string, fromSeq uint64) ([]Event, error) {
+	var out struct {
+		Events []Event `json:"events"`
+	}
+	_, err := c.do(ctx, http.MethodGet, fmt.Sprintf("/v1/executions/%s/events?from_seq=%d", url.PathEscape(id), fromSeq), nil, nil, &out)
+	return out.Events, err
+}
+
+// Follow streams the history live (server-sent events) from fromSeq and
+// calls fn for each event until the execution ends, fn returns an error,
+// or ctx ends. It reconnects with Last-Event-ID if the stream breaks.
+func (c *Client) Follow(ctx context.Context, id string, fromSeq uint64, fn func(Event) error) error {
+	last := uint64(0)
+	if fromSeq > 0 {
+		last = fromSeq - 1
+	}
+	for attempt := 0; ; attempt++ {
+		done, err := c.followOnce(ctx, id, last, func(ev Event) error {
+			last = ev.Seq
+			return fn(ev)
+		})
+		if done || ctx.Err() != nil {
+			return err
+		}
+		var apiErr *Error
+		if errors.As(err, &apiErr) || attempt > 20 {
+			return err
+		}
+		select {
+		case <-time.After(time.Duration(min(attempt+1, 10)) * 200 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (c *Client) followOnce(ctx context.Context, id string, last uint64, fn func(Event) error) (bool, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.Base+"/v1/executions/"+url.PathEscape(id)+"/events", nil)
+	if err != nil {
+		return true, err
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	if last > 0 {
+		req.Header.Set("Last-Event-ID", strconv.FormatUint(last, 10))
+	}
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return false, fmt.Errorf("follow %s: %w", id, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		data, _ := io.ReadAll(resp.Body)
+		var wrapper struct {
+			Error *Error `json:"error"`
+		}
+		if json.Unmarshal(data, &wrapper) == nil && wrapper.Error != nil {
+			wrapper.Error.Status = resp.StatusCode
+			return true, wrapper.Error
+		}
+		return true, &Error{Status: resp.StatusCode, Message: strings.TrimSpace(string(data))}
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 8<<20)
+	var data strings.Builder
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "data:"):
+			data.WriteString(strings.TrimSpace(strings.TrimPrefix(line, "data:")))
+		case line == "" && data.Len() > 0:
+			var ev Event
+			if err := json.Unmarshal([]byte(data.String()), &ev); err != nil {
+				return true, fmt.Errorf("decode event: %w", err)
+			}
+			data.Reset()
+			if err := fn(ev); err != nil {
+				return true, err
+			}
+			if ev.Type.IsTerminal() {
+				return true, nil
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return false, err
+	}
+	return false, io.ErrUnexpectedEOF
+}

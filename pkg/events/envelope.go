@@ -1,0 +1,172 @@
+package events
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	cejs "github.com/cloudevents/sdk-go/protocol/nats_jetstream/v2"
+	"github.com/cloudevents/sdk-go/v2/binding"
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+)
+
+// Errors returned by [Decode].
+var (
+	ErrUnknownType = errors.New("events: unknown event type")
+	ErrMalformed   = errors.New("events: malformed cloudevent")
+)
+
+// ExtWorkflow is the CloudEvents extension attribute naming the workflow.
+const ExtWorkflow = "workflow"
+
+// ExtIgnorable marks an event that folds may skip when they do not know its type.
+const ExtIgnorable = "ignorable"
+
+// Event is a decoded jetflow CloudEvent.
+type Event struct {
+	// ID is the CloudEvent id and the message's Nats-Msg-Id.
+	ID string `json:"id"`
+	// Type is the CloudEvent type.
+	Type Type `json:"type"`
+	// Source is the CloudEvent source (who produced it).
+	Source string `json:"source"`
+	// Subject is the CloudEvent subject: the execution id.
+	Subject string `json:"subject,omitempty"`
+	// Workflow is the workflow extension attribute.
+	Workflow string `json:"workflow,omitempty"`
+	// Time is when the producer created the event.
+	Time time.Time `json:"time"`
+	// Ignorable says folds may skip this event if they do not know its type.
+	Ignorable bool `json:"ignorable,omitempty"`
+	// Seq is the JetStream stream sequence, set when read from a stream.
+	Seq uint64 `json:"seq,omitempty"`
+	// Data is the typed payload; nil for an unknown type.
+	Data Payload `json:"data"`
+	// Raw is the JSON data as received (set by Decode).
+	Raw json.RawMessage `json:"-"`
+}
+
+// New returns an event with a fresh id and the given time.
+func New(source, subject, workflow string, at time.Time, data Payload) Event {
+	return Event{ID: uuid.NewString(), Type: data.EventType(), Source: source, Subject: subject,
+		Workflow: workflow, Time: at.UTC(), Data: data}
+}
+
+// toCloudEvent converts e to an sdk-go event.
+func (e Event) toCloudEvent() (event.Event, error) {
+	ce := event.New()
+	ce.SetID(e.ID)
+	ce.SetType(string(e.Type))
+	ce.SetSource(e.Source)
+	if e.Subject != "" {
+		ce.SetSubject(e.Subject)
+	}
+	ce.SetTime(e.Time)
+	if e.Workflow != "" {
+		ce.SetExtension(ExtWorkflow, e.Workflow)
+	}
+	if e.Ignorable {
+		ce.SetExtension(ExtIgnorable, true)
+	}
+	var data any = e.Data
+	if e.Data == nil && e.Raw != nil {
+		data = e.Raw
+	}
+	if err := ce.SetData(event.ApplicationJSON, data); err != nil {
+		return ce, fmt.Errorf("encode %s data: %w", e.Type, err)
+	}
+	if err := ce.Validate(); err != nil {
+		return ce, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	return ce, nil
+}
+
+// Encode returns a NATS message for e in CloudEvents binary mode (ce-
+// headers, JSON data). The caller sets publish options (Nats-Msg-Id,
+// expected sequences).
+func Encode(subject string, e Event) (*nats.Msg, error) {
+	ce, err := e.toCloudEvent()
+	if err != nil {
+		return nil, err
+	}
+	var body bytes.Buffer
+	hdr, err := cejs.WriteMsg(context.Background(), binding.ToMessage(&ce), &body)
+	if err != nil {
+		return nil, fmt.Errorf("write cloudevent: %w", err)
+	}
+	return &nats.Msg{Subject: subject, Header: hdr, Data: body.Bytes()}, nil
+}
+
+// EncodeStructured returns e in CloudEvents structured JSON mode.
+func EncodeStructured(e Event) ([]byte, error) {
+	ce, err := e.toCloudEvent()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(ce)
+}
+
+// Decode parses a CloudEvent in binary or structured mode from a NATS
+// message's header and data. An unknown type returns the event with a nil
+// Data and an error wrapping [ErrUnknownType]; malformed input returns an
+// error wrapping [ErrMalformed]. Decode never panics.
+func Decode(header nats.Header, data []byte) (ev Event, err error) {
+	defer func() {
+		if r := recover(); r != nil { // the sdk must not take the process down on hostile input
+			ev, err = Event{}, fmt.Errorf("%w: %v", ErrMalformed, r)
+		}
+	}()
+	if header == nil {
+		header = nats.Header{}
+	}
+	if header.Get("ce-specversion") == "" && header.Get("content-type") == "" && looksStructured(data) {
+		header = nats.Header(http.Header(header).Clone())
+		header.Set("content-type", "application/cloudevents+json")
+	}
+	ce, err := binding.ToEvent(context.Background(), cejs.NewMessage(&nats.Msg{Header: header, Data: data}))
+	if err != nil {
+		return Event{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	return FromCloudEvent(*ce)
+}
+
+// FromCloudEvent converts an sdk-go event to an Event with a typed payload.
+func FromCloudEvent(ce event.Event) (Event, error) {
+	if err := ce.Validate(); err != nil {
+		return Event{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	ev := Event{ID: ce.ID(), Type: Type(ce.Type()), Source: ce.Source(), Subject: ce.Subject(), Time: ce.Time().UTC()}
+	if w, ok := ce.Extensions()[ExtWorkflow]; ok {
+		ev.Workflow = fmt.Sprint(w)
+	}
+	if ig, ok := ce.Extensions()[ExtIgnorable]; ok {
+		ev.Ignorable = strings.EqualFold(fmt.Sprint(ig), "true")
+	}
+	ev.Raw = ce.Data()
+	if ct := ce.DataContentType(); ct != "" && !strings.HasPrefix(ct, "application/json") && !strings.HasSuffix(ct, "+json") {
+		return ev, fmt.Errorf("%w: datacontenttype %q is not JSON", ErrMalformed, ct)
+	}
+	p := newPayload(ev.Type)
+	if p == nil {
+		return ev, fmt.Errorf("%w: %s", ErrUnknownType, ev.Type)
+	}
+	if len(ev.Raw) > 0 {
+		if err := json.Unmarshal(ev.Raw, p); err != nil {
+			return ev, fmt.Errorf("%w: %s data: %v", ErrMalformed, ev.Type, err)
+		}
+	}
+	ev.Data = p
+	return ev, nil
+}
+
+func looksStructured(data []byte) bool {
+	t := bytes.TrimSpace(data)
+	return len(t) > 0 && t[0] == '{' && bytes.Contains(t, []byte(`"specversion"`))
+}

@@ -1,0 +1,251 @@
+package events
+
+import "encoding/json"
+
+// Payload is the data of a jetflow CloudEvent. The set of payloads is
+// closed: only types in this package implement it.
+type Payload interface {
+	// EventType is the CloudEvents type this payload travels as.
+	EventType() Type
+	payload()
+}
+
+// StepRef names a step of the pinned definition, in execution order.
+type StepRef struct {
+	ID   string `json:"id"`
+	Kind string `json:"kind"`
+}
+
+// ExecutionStarted is the first event of every execution.
+type ExecutionStarted struct {
+	Workflow   string          `json:"workflow"`
+	Version    int             `json:"version"`
+	Input      json.RawMessage `json:"input"`
+	Steps      []StepRef       `json:"steps"`
+	Definition json.RawMessage `json:"definition"`
+	Token      string          `json:"token"`
+	// CommandKey identifies the start command (CloudEvent source and id), so
+	// a re-delivered or re-published command is recognised.
+	CommandKey string `json:"command_key"`
+	StartedBy  string `json:"started_by,omitempty"`
+}
+
+// ExecutionSucceeded ends an execution successfully.
+type ExecutionSucceeded struct {
+	Output json.RawMessage `json:"output,omitempty"`
+}
+
+// ExecutionFailed ends an execution with an error.
+type ExecutionFailed struct {
+	Error  string `json:"error"`
+	StepID string `json:"step_id,omitempty"`
+}
+
+// StepScheduled moves a step to pending.
+type StepScheduled struct {
+	StepID  string          `json:"step_id"`
+	Attempt int             `json:"attempt"`
+	Input   json.RawMessage `json:"input,omitempty"`
+}
+
+// StepSending moves a step to sending: its task is about to be published.
+type StepSending struct {
+	StepID  string `json:"step_id"`
+	Attempt int    `json:"attempt"`
+	TaskID  string `json:"task_id"`
+	Queue   string `json:"queue"`
+}
+
+// StepSent moves a step to sent: its task is stored in the tasks stream.
+type StepSent struct {
+	StepID  string `json:"step_id"`
+	Attempt int    `json:"attempt"`
+	TaskID  string `json:"task_id"`
+	TaskSeq uint64 `json:"task_seq,omitempty"`
+}
+
+// StepStarted moves a step to started: an agent runs it.
+type StepStarted struct {
+	StepID   string `json:"step_id"`
+	Attempt  int    `json:"attempt"`
+	Agent    string `json:"agent,omitempty"`
+	Delivery int    `json:"delivery,omitempty"`
+}
+
+// StepSucceeded records a step's result. It is recorded at most once per step.
+type StepSucceeded struct {
+	StepID   string          `json:"step_id"`
+	Attempt  int             `json:"attempt"`
+	Output   json.RawMessage `json:"output,omitempty"`
+	Agent    string          `json:"agent,omitempty"`
+	Duration int64           `json:"duration_ms,omitempty"`
+}
+
+// StepFailed records a step's failure.
+type StepFailed struct {
+	StepID  string          `json:"step_id"`
+	Attempt int             `json:"attempt"`
+	Error   string          `json:"error"`
+	Output  json.RawMessage `json:"output,omitempty"`
+	Agent   string          `json:"agent,omitempty"`
+}
+
+// StartExecution is the data of a start command.
+type StartExecution struct {
+	Workflow string `json:"workflow"`
+	// Version pins a definition version; 0 means the latest.
+	Version int             `json:"version,omitempty"`
+	Input   json.RawMessage `json:"input,omitempty"`
+	// ExecutionID is optional; without it the id is derived from the
+	// CloudEvent's source and id, so publishing the same event twice starts
+	// one execution.
+	ExecutionID string `json:"execution_id,omitempty"`
+}
+
+// ReconcileExecution asks the dispatcher to look at an execution again.
+type ReconcileExecution struct {
+	ExecutionID string `json:"execution_id"`
+	Workflow    string `json:"workflow"`
+	Reason      string `json:"reason,omitempty"`
+}
+
+// Task is an operation for an agent. TaskID doubles as the idempotency key
+// (execution, step, attempt) that handlers can use.
+type Task struct {
+	TaskID      string          `json:"task_id"`
+	ExecutionID string          `json:"execution_id"`
+	Workflow    string          `json:"workflow"`
+	StepID      string          `json:"step_id"`
+	Attempt     int             `json:"attempt"`
+	Token       string          `json:"token"`
+	Kind        string          `json:"kind"`
+	Queue       string          `json:"queue"`
+	Spec        json.RawMessage `json:"spec,omitempty"`
+}
+
+// TaskRef identifies the task a result belongs to.
+type TaskRef struct {
+	TaskID      string `json:"task_id"`
+	ExecutionID string `json:"execution_id"`
+	Workflow    string `json:"workflow"`
+	StepID      string `json:"step_id"`
+	Attempt     int    `json:"attempt"`
+	Token       string `json:"token"`
+	Agent       string `json:"agent,omitempty"`
+	// Delivery is the task's delivery count when this result was produced.
+	Delivery int `json:"delivery,omitempty"`
+}
+
+// Ref returns the reference of t, for results about it.
+func (t Task) Ref(agent string, delivery int) TaskRef {
+	return TaskRef{TaskID: t.TaskID, ExecutionID: t.ExecutionID, Workflow: t.Workflow,
+		StepID: t.StepID, Attempt: t.Attempt, Token: t.Token, Agent: agent, Delivery: delivery}
+}
+
+// OperationStarted reports that an agent began a task.
+type OperationStarted struct {
+	TaskRef
+}
+
+// OperationSucceeded reports a task's successful result.
+type OperationSucceeded struct {
+	TaskRef
+	Output   json.RawMessage `json:"output,omitempty"`
+	Duration int64           `json:"duration_ms,omitempty"`
+}
+
+// OperationFailed reports a task's failure.
+type OperationFailed struct {
+	TaskRef
+	Error  string          `json:"error"`
+	Output json.RawMessage `json:"output,omitempty"`
+}
+
+// CommandRejected explains why a command was not applied.
+type CommandRejected struct {
+	CommandKey  string `json:"command_key"`
+	CommandType Type   `json:"command_type"`
+	ExecutionID string `json:"execution_id,omitempty"`
+	Code        string `json:"code"`
+	Reason      string `json:"reason"`
+}
+
+// Rejection codes, stable for clients.
+const (
+	CodeInvalid  = "invalid"
+	CodeNotFound = "not_found"
+	CodeConflict = "conflict"
+)
+
+func (*ExecutionStarted) EventType() Type   { return TypeExecutionStarted }
+func (*ExecutionSucceeded) EventType() Type { return TypeExecutionSucceeded }
+func (*ExecutionFailed) EventType() Type    { return TypeExecutionFailed }
+func (*StepScheduled) EventType() Type      { return TypeStepScheduled }
+func (*StepSending) EventType() Type        { return TypeStepSending }
+func (*StepSent) EventType() Type           { return TypeStepSent }
+func (*StepStarted) EventType() Type        { return TypeStepStarted }
+func (*StepSucceeded) EventType() Type      { return TypeStepSucceeded }
+func (*StepFailed) EventType() Type         { return TypeStepFailed }
+func (*StartExecution) EventType() Type     { return TypeStartExecution }
+func (*ReconcileExecution) EventType() Type { return TypeReconcileExecution }
+func (*Task) EventType() Type               { return TypeTask }
+func (*OperationStarted) EventType() Type   { return TypeOperationStarted }
+func (*OperationSucceeded) EventType() Type { return TypeOperationSucceeded }
+func (*OperationFailed) EventType() Type    { return TypeOperationFailed }
+func (*CommandRejected) EventType() Type    { return TypeCommandRejected }
+
+func (*ExecutionStarted) payload()   {}
+func (*ExecutionSucceeded) payload() {}
+func (*ExecutionFailed) payload()    {}
+func (*StepScheduled) payload()      {}
+func (*StepSending) payload()        {}
+func (*StepSent) payload()           {}
+func (*StepStarted) payload()        {}
+func (*StepSucceeded) payload()      {}
+func (*StepFailed) payload()         {}
+func (*StartExecution) payload()     {}
+func (*ReconcileExecution) payload() {}
+func (*Task) payload()               {}
+func (*OperationStarted) payload()   {}
+func (*OperationSucceeded) payload() {}
+func (*OperationFailed) payload()    {}
+func (*CommandRejected) payload()    {}
+
+// newPayload returns a pointer to a zero payload for t, or nil.
+func newPayload(t Type) Payload {
+	switch t {
+	case TypeExecutionStarted:
+		return &ExecutionStarted{}
+	case TypeExecutionSucceeded:
+		return &ExecutionSucceeded{}
+	case TypeExecutionFailed:
+		return &ExecutionFailed{}
+	case TypeStepScheduled:
+		return &StepScheduled{}
+	case TypeStepSending:
+		return &StepSending{}
+	case TypeStepSent:
+		return &StepSent{}
+	case TypeStepStarted:
+		return &StepStarted{}
+	case TypeStepSucceeded:
+		return &StepSucceeded{}
+	case TypeStepFailed:
+		return &StepFailed{}
+	case TypeStartExecution:
+		return &StartExecution{}
+	case TypeReconcileExecution:
+		return &ReconcileExecution{}
+	case TypeTask:
+		return &Task{}
+	case TypeOperationStarted:
+		return &OperationStarted{}
+	case TypeOperationSucceeded:
+		return &OperationSucceeded{}
+	case TypeOperationFailed:
+		return &OperationFailed{}
+	case TypeCommandRejected:
+		return &CommandRejected{}
+	}
+	return nil
+}

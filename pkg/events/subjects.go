@@ -1,0 +1,100 @@
+package events
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"regexp"
+)
+
+// Streams, subjects and buckets. docs/subjects.md describes them for users.
+const (
+	// StreamEvents holds every execution's history, one subject per execution.
+	StreamEvents = "JF_EVENTS"
+	// EventsPrefix starts every history subject: jf.events.<workflow>.<execution>.
+	EventsPrefix = "jf.events"
+
+	// StreamCommands holds commands (start, reconcile).
+	StreamCommands = "JF_COMMANDS"
+	// CommandsPrefix starts every command subject.
+	CommandsPrefix = "jf.commands"
+	// SubjectStart is where start commands are published.
+	SubjectStart = "jf.commands.start"
+	// SubjectReconcile is where reconcile commands are published.
+	SubjectReconcile = "jf.commands.reconcile"
+
+	// StreamTasks is the work-queue stream of operations, one subject per agent queue.
+	StreamTasks = "JF_TASKS"
+	// TasksPrefix starts every task subject: jf.tasks.<queue>.
+	TasksPrefix = "jf.tasks"
+
+	// StreamResults holds agents' reports: jf.results.<execution>.
+	StreamResults = "JF_RESULTS"
+	// ResultsPrefix starts every result subject.
+	ResultsPrefix = "jf.results"
+
+	// StreamRejections holds the reasons commands were rejected: jf.rejections.<key>.
+	StreamRejections = "JF_REJECTIONS"
+	// RejectionsPrefix starts every rejection subject.
+	RejectionsPrefix = "jf.rejections"
+
+	// BucketDefinitions holds workflow definitions: <name>.v<version> and <name>.latest.
+	BucketDefinitions = "JF_DEFINITIONS"
+	// BucketExecutionIDs registers every execution id ever used, with the
+	// command that claimed it (ids are unique forever).
+	BucketExecutionIDs = "JF_EXECUTION_IDS"
+	// BucketExecutions holds the execution read models (a projection).
+	BucketExecutions = "JF_EXECUTIONS"
+)
+
+var (
+	nameRe = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]{0,63}$`)
+	idRe   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$`)
+)
+
+// ValidWorkflowName reports whether name can be a workflow name: a letter,
+// then up to 63 letters, digits, '-' or '_'. Names are subject tokens.
+func ValidWorkflowName(name string) bool { return nameRe.MatchString(name) }
+
+// ValidExecutionID reports whether id can be an execution id: 1 to 128
+// letters, digits, '-' or '_', not starting with '-' or '_'.
+func ValidExecutionID(id string) bool { return idRe.MatchString(id) }
+
+// ExecutionSubject is the history subject of one execution.
+func ExecutionSubject(workflow, id string) string {
+	return EventsPrefix + "." + workflow + "." + id
+}
+
+// WorkflowSubjects is the subject filter for all executions of a workflow.
+func WorkflowSubjects(workflow string) string { return EventsPrefix + "." + workflow + ".*" }
+
+// ExecutionFilter matches one execution's history without knowing its workflow.
+func ExecutionFilter(id string) string { return EventsPrefix + ".*." + id }
+
+// TaskSubject is the work-queue subject of an agent queue.
+func TaskSubject(queue string) string { return TasksPrefix + "." + queue }
+
+// ResultSubject is where results about an execution's tasks go.
+func ResultSubject(executionID string) string { return ResultsPrefix + "." + executionID }
+
+// RejectionSubject is where the rejection of a command is published.
+func RejectionSubject(commandKey string) string {
+	return RejectionsPrefix + "." + shortHash(commandKey)
+}
+
+// CommandKey identifies a command by its CloudEvent source and id.
+func CommandKey(source, id string) string { return source + "#" + id }
+
+// DerivedExecutionID is the execution id of a start command that names
+// none: a stable hash of the command key.
+func DerivedExecutionID(commandKey string) string { return "ce-" + shortHash(commandKey) }
+
+// TaskID is the task (and idempotency) id of a step attempt.
+func TaskID(executionID, stepID string, attempt int) string {
+	return fmt.Sprintf("%s.%s.%d", executionID, stepID, attempt)
+}
+
+func shortHash(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:12])
+}

@@ -1,0 +1,57 @@
+package events
+
+// Type is a CloudEvents `type` attribute. History events are past-tense
+// facts; commands are imperative.
+type Type string
+
+// History events, appended by the dispatcher to an execution's subject.
+const (
+	// TypeExecutionStarted records an accepted start command, the pinned
+	// definition and the immutable input.
+	TypeExecutionStarted Type = "io.jetflow.execution.started"
+	// TypeExecutionSucceeded records that every step finished successfully.
+	TypeExecutionSucceeded Type = "io.jetflow.execution.succeeded"
+	// TypeExecutionFailed records that the execution ended with an error.
+	TypeExecutionFailed Type = "io.jetflow.execution.failed"
+	// TypeStepScheduled records that a step's operation is pending.
+	TypeStepScheduled Type = "io.jetflow.step.scheduled"
+	// TypeStepSending records that the dispatcher is about to publish the task.
+	TypeStepSending Type = "io.jetflow.step.sending"
+	// TypeStepSent records that the task was stored in the tasks stream.
+	TypeStepSent Type = "io.jetflow.step.sent"
+	// TypeStepStarted records that an agent began the operation.
+	TypeStepStarted Type = "io.jetflow.step.started"
+	// TypeStepSucceeded records the operation's successful result.
+	TypeStepSucceeded Type = "io.jetflow.step.succeeded"
+	// TypeStepFailed records the operation's failure.
+	TypeStepFailed Type = "io.jetflow.step.failed"
+)
+
+// Commands, published by users or the api on the commands stream.
+const (
+	// TypeStartExecution asks the dispatcher to start an execution.
+	TypeStartExecution Type = "io.jetflow.execution.start"
+	// TypeReconcileExecution asks the dispatcher to re-evaluate an execution
+	// (sent by the janitor for executions that look stuck). It is idempotent.
+	TypeReconcileExecution Type = "io.jetflow.execution.reconcile"
+)
+
+// Tasks, results and rejections.
+const (
+	// TypeTask is an operation for an agent, on the tasks stream.
+	TypeTask Type = "io.jetflow.task"
+	// TypeOperationStarted is an agent's report that it began a task.
+	TypeOperationStarted Type = "io.jetflow.operation.started"
+	// TypeOperationSucceeded is an agent's report of a successful task.
+	TypeOperationSucceeded Type = "io.jetflow.operation.succeeded"
+	// TypeOperationFailed is a report of a failed task (from an agent, or
+	// from the janitor when a task's agents kept dying).
+	TypeOperationFailed Type = "io.jetflow.operation.failed"
+	// TypeCommandRejected explains why a command changed nothing.
+	TypeCommandRejected Type = "io.jetflow.command.rejected"
+)
+
+// IsTerminal reports whether t ends an execution.
+func (t Type) IsTerminal() bool {
+	return t == TypeExecutionSucceeded || t == TypeExecutionFailed
+}

@@ -1,0 +1,101 @@
+// Package history reads execution histories from the events stream and
+// appends to them with optimistic concurrency.
+package history
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/events"
+)
+
+// Read returns the events on the subjects matching filter from stream
+// sequence fromSeq (0 or 1 = from the start) up to the end of the stream
+// as it was when called. Events of unknown types are returned with a nil
+// Data (folds decide whether they may skip them); malformed messages are
+// an error.
+func Read(ctx context.Context, js jetstream.JetStream, filter string, fromSeq uint64) ([]events.Event, error) {
+	return ReadUntil(ctx, js, filter, fromSeq, 0)
+}
+
+// ReadUntil is Read stopping after stream sequence untilSeq (0 = no limit).
+func ReadUntil(ctx context.Context, js jetstream.JetStream, filter string, fromSeq, untilSeq uint64) ([]events.Event, error) {
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, InactiveThreshold: 30 * time.Second}
+	if fromSeq > 1 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, fromSeq
+	}
+	cons, err := js.OrderedConsumer(ctx, events.StreamEvents, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("read history %s: %w", filter, err)
+	}
+	pending := cons.CachedInfo().NumPending
+	if pending == 0 {
+		return nil, nil
+	}
+	out := make([]events.Event, 0, pending)
+	for {
+		batch, err := cons.Fetch(int(min(pending, 1000)), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			return nil, fmt.Errorf("read history %s: %w", filter, err)
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			md, err := m.Metadata()
+			if err != nil {
+				return nil, fmt.Errorf("read history %s: %w", filter, err)
+			}
+			if untilSeq > 0 && md.Sequence.Stream > untilSeq {
+				return out, nil
+			}
+			ev, err := events.Decode(m.Headers(), m.Data())
+			if err != nil && !errors.Is(err, events.ErrUnknownType) {
+				return nil, fmt.Errorf("decode event %d on %s: %w", md.Sequence.Stream, m.Subject(), err)
+			}
+			ev.Seq = md.Sequence.Stream
+			out = append(out, ev)
+			if md.NumPending == 0 {
+				return out, nil
+			}
+		}
+		if err := batch.Error(); err != nil {
+			return nil, fmt.Errorf("read history %s: %w", filter, err)
+		}
+		if n == 0 {
+			return nil, fmt.Errorf("read history %s: stream stopped delivering", filter)
+		}
+	}
+}
+
+// Append publishes ev on subject if the subject's last stream sequence is
+// still lastSeq (0 = the subject is empty). It returns the new sequence.
+// If someone else wrote first it returns an error wrapping bus.ErrConflict;
+// a retried append of the same event that was in fact stored is recognised
+// by its id and succeeds.
+func Append(ctx context.Context, js jetstream.JetStream, subject string, lastSeq uint64, ev events.Event) (uint64, error) {
+	msg, err := events.Encode(subject, ev)
+	if err != nil {
+		return 0, err
+	}
+	ack, err := js.PublishMsg(ctx, msg, jetstream.WithMsgID(ev.ID), jetstream.WithExpectLastSequencePerSubject(lastSeq))
+	if err == nil {
+		return ack.Sequence, nil
+	}
+	if !bus.IsConflict(err) {
+		return 0, fmt.Errorf("append %s to %s: %w", ev.Type, subject, err)
+	}
+	// A single server checks the expected sequence before dedupe, so our
+	// own earlier, successful attempt looks like a conflict: compare ids.
+	stream, serr := js.Stream(ctx, events.StreamEvents)
+	if serr == nil {
+		if last, gerr := stream.GetLastMsgForSubject(ctx, subject); gerr == nil && last.Header.Get(jetstream.MsgIDHeader) == ev.ID {
+			return last.Sequence, nil
+		}
+	}
+	return 0, fmt.Errorf("append %s to %s after seq %d: %w", ev.Type, subject, lastSeq, bus.ErrConflict)
+}

@@ -1,0 +1,77 @@
+// Package natsserver runs an embedded nats-server with JetStream, for the
+// dev binary and for tests. It is the only package that imports the server.
+package natsserver
+
+import (
+	"cmp"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// Config configures an embedded server.
+type Config struct {
+	// StoreDir holds JetStream's file store; it survives restarts. Required.
+	StoreDir string
+	// Host to listen on. Default 127.0.0.1.
+	Host string
+	// Port to listen on; -1 picks a free port. Default 4222.
+	Port int
+	// Name of the server. Default "jetflow".
+	Name string
+	// DontListen serves only in-process connections.
+	DontListen bool
+	// Cluster, when set, joins a cluster on ClusterPort with the given routes.
+	ClusterName string
+	ClusterPort int
+	Routes      []string
+	// Logger receives the server's log; nil silences it.
+	Logger server.Logger
+	// ReadyTimeout bounds the wait for the server to accept connections. Default 10s.
+	ReadyTimeout time.Duration
+}
+
+// Start starts a server and waits until it accepts connections.
+func Start(c Config) (*server.Server, error) {
+	if c.StoreDir == "" {
+		return nil, fmt.Errorf("natsserver: StoreDir is required")
+	}
+	opts := &server.Options{
+		ServerName: cmp.Or(c.Name, "jetflow"),
+		Host:       cmp.Or(c.Host, "127.0.0.1"),
+		Port:       cmp.Or(c.Port, 4222),
+		DontListen: c.DontListen,
+		JetStream:  true,
+		StoreDir:   c.StoreDir,
+		NoSigs:     true,
+		NoLog:      c.Logger == nil,
+		// Keep the HTTP monitor off; jetflow's api is the front door.
+		HTTPPort: 0,
+	}
+	if c.ClusterName != "" {
+		opts.Cluster = server.ClusterOpts{Name: c.ClusterName, Host: opts.Host, Port: c.ClusterPort}
+		for _, r := range c.Routes {
+			opts.Routes = append(opts.Routes, server.RoutesFromStr(r)...)
+		}
+	}
+	s, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("natsserver: new server: %w", err)
+	}
+	if c.Logger != nil {
+		s.SetLoggerV2(c.Logger, false, false, false)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(cmp.Or(c.ReadyTimeout, 10*time.Second)) {
+		s.Shutdown()
+		return nil, fmt.Errorf("natsserver: not ready for connections (is port %d free?)", opts.Port)
+	}
+	return s, nil
+}
+
+// Stop shuts s down and waits for it.
+func Stop(s *server.Server) {
+	s.Shutdown()
+	s.WaitForShutdown()
+}

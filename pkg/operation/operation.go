@@ -1,0 +1,47 @@
+// Package operation is the Go SDK for agent operations: implement
+// [Handler] and register it with an agent under a kind name.
+package operation
+
+import (
+	"context"
+	"encoding/json"
+)
+
+// Task is what a handler receives.
+type Task struct {
+	// TaskID identifies (execution, step, attempt) and is stable across
+	// redeliveries: use it as an idempotency key towards other systems.
+	TaskID      string
+	ExecutionID string
+	Workflow    string
+	StepID      string
+	Attempt     int
+	// Delivery counts deliveries of this task (1 = first run). A value
+	// above 1 means an earlier run may have had effects.
+	Delivery int
+	Kind     string
+	// Spec is the step's definition as JSON.
+	Spec json.RawMessage
+}
+
+// Handler runs one kind of operation. It must return when ctx ends (the
+// execution was killed or the agent is shutting down). The output is
+// stored as the step's output (JSON).
+type Handler interface {
+	Handle(ctx context.Context, t Task) (output any, err error)
+}
+
+// HandlerFunc adapts a function to a Handler.
+type HandlerFunc func(ctx context.Context, t Task) (any, error)
+
+// Handle calls f.
+func (f HandlerFunc) Handle(ctx context.Context, t Task) (any, error) { return f(ctx, t) }
+
+// Failure is an error that carries an output, e.g. a command's stderr.
+type Failure struct {
+	Err    error
+	Output any
+}
+
+func (f *Failure) Error() string { return f.Err.Error() }
+func (f *Failure) Unwrap() error { return f.Err }

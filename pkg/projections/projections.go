@@ -1,0 +1,256 @@
+// Package projections folds an execution's events into its state. The fold
+// is pure: no I/O, no clock, no randomness; timestamps come from events.
+// The same history always gives the same state.
+package projections
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"jetflow.dev/pkg/events"
+)
+
+// Status is an execution's state.
+//
+// Valid transitions:
+//
+//	none    -> started          (ExecutionStarted)
+//	started -> succeeded        (ExecutionSucceeded)
+//	started -> failed           (ExecutionFailed)
+type Status string
+
+// Execution statuses.
+const (
+	StatusNone      Status = ""
+	StatusPending   Status = "pending"
+	StatusStarted   Status = "started"
+	StatusSucceeded Status = "succeeded"
+	StatusFailed    Status = "failed"
+)
+
+// Terminal reports whether s is final.
+func (s Status) Terminal() bool { return s == StatusSucceeded || s == StatusFailed }
+
+// OpStatus is the state of a step's operation (Cloudify's operation states).
+//
+// Valid transitions (forward skips are allowed because an agent's report is
+// proof that the earlier states were passed):
+//
+//	""       -> pending
+//	pending  -> sending
+//	sending  -> sent | started | succeeded | failed
+//	sent     -> started | succeeded | failed
+//	started  -> succeeded | failed
+type OpStatus string
+
+// Operation statuses.
+const (
+	OpNone      OpStatus = ""
+	OpPending   OpStatus = "pending"
+	OpSending   OpStatus = "sending"
+	OpSent      OpStatus = "sent"
+	OpStarted   OpStatus = "started"
+	OpSucceeded OpStatus = "succeeded"
+	OpFailed    OpStatus = "failed"
+)
+
+var opRank = map[OpStatus]int{OpNone: 0, OpPending: 1, OpSending: 2, OpSent: 3, OpStarted: 4, OpSucceeded: 5, OpFailed: 5}
+
+// Terminal reports whether s is final for its attempt.
+func (s OpStatus) Terminal() bool { return s == OpSucceeded || s == OpFailed }
+
+// InFlight reports whether an operation is with an agent (or about to be).
+func (s OpStatus) InFlight() bool { return s == OpSending || s == OpSent || s == OpStarted }
+
+// Execution is the state of one execution.
+type Execution struct {
+	ID         string          `json:"id"`
+	Workflow   string          `json:"workflow"`
+	Version    int             `json:"version"`
+	Status     Status          `json:"status"`
+	Input      json.RawMessage `json:"input,omitempty"`
+	Output     json.RawMessage `json:"output,omitempty"`
+	Error      string          `json:"error,omitempty"`
+	Token      string          `json:"token,omitempty"`
+	CommandKey string          `json:"command_key,omitempty"`
+	StartedBy  string          `json:"started_by,omitempty"`
+	Steps      []Step          `json:"steps"`
+	StartedAt  time.Time       `json:"started_at,omitzero"`
+	EndedAt    time.Time       `json:"ended_at,omitzero"`
+	UpdatedAt  time.Time       `json:"updated_at,omitzero"`
+	// LastSeq is the stream sequence of the last event folded (0 if the
+	// events carried none), LastEventID its CloudEvent id.
+	LastSeq     uint64 `json:"last_seq"`
+	LastEventID string `json:"last_event_id,omitempty"`
+	// Events counts the events folded.
+	Events int `json:"events"`
+}
+
+// Step is the state of one step.
+type Step struct {
+	ID          string          `json:"id"`
+	Kind        string          `json:"kind"`
+	Status      OpStatus        `json:"status"`
+	Attempt     int             `json:"attempt,omitempty"`
+	TaskID      string          `json:"task_id,omitempty"`
+	TaskSeq     uint64          `json:"task_seq,omitempty"`
+	Queue       string          `json:"queue,omitempty"`
+	Agent       string          `json:"agent,omitempty"`
+	Input       json.RawMessage `json:"input,omitempty"`
+	Output      json.RawMessage `json:"output,omitempty"`
+	Error       string          `json:"error,omitempty"`
+	ScheduledAt time.Time       `json:"scheduled_at,omitzero"`
+	StartedAt   time.Time       `json:"started_at,omitzero"`
+	EndedAt     time.Time       `json:"ended_at,omitzero"`
+}
+
+// Errors of the fold.
+var (
+	ErrUnknownEvent = errors.New("projections: unknown event")
+	ErrUnknownStep  = errors.New("projections: unknown step")
+)
+
+// TransitionError reports an event that is illegal in the current state.
+type TransitionError struct {
+	ExecutionID string
+	From        string
+	Event       events.Type
+	StepID      string
+}
+
+func (e *TransitionError) Error() string {
+	if e.StepID != "" {
+		return fmt.Sprintf("projections: execution %s: step %s: %s is illegal in state %q", e.ExecutionID, e.StepID, e.Event, e.From)
+	}
+	return fmt.Sprintf("projections: execution %s: %s is illegal in state %q", e.ExecutionID, e.Event, e.From)
+}
+
+// Fold applies evs in order to the empty state.
+func Fold(evs []events.Event) (Execution, error) {
+	var s Execution
+	for _, ev := range evs {
+		var err error
+		if s, err = Apply(s, ev); err != nil {
+			return s, err
+		}
+	}
+	return s, nil
+}
+
+// Apply returns the state after ev. It does not modify s.
+func Apply(s Execution, ev events.Event) (Execution, error) {
+	s.Steps = slices.Clone(s.Steps)
+	next, err := apply(s, ev)
+	if err != nil {
+		return s, err
+	}
+	next.Events++
+	if ev.Seq != 0 {
+		next.LastSeq = ev.Seq
+	}
+	next.LastEventID = ev.ID
+	if !ev.Time.IsZero() {
+		next.UpdatedAt = ev.Time
+	}
+	return next, nil
+}
+
+func apply(s Execution, ev events.Event) (Execution, error) {
+	if s.Status == StatusNone {
+		if _, ok := ev.Data.(*events.ExecutionStarted); !ok && ev.Data != nil {
+			return s, &TransitionError{ExecutionID: ev.Subject, From: string(s.Status), Event: ev.Type}
+		}
+	} else if s.Status.Terminal() && ev.Data != nil {
+		return s, &TransitionError{ExecutionID: s.ID, From: string(s.Status), Event: ev.Type}
+	}
+	switch e := ev.Data.(type) {
+	case *events.ExecutionStarted:
+		if s.Status != StatusNone {
+			return s, &TransitionError{ExecutionID: s.ID, From: string(s.Status), Event: ev.Type}
+		}
+		s.ID, s.Workflow, s.Version = ev.Subject, e.Workflow, e.Version
+		s.Status, s.StartedAt = StatusStarted, ev.Time
+		s.Input, s.Token, s.CommandKey, s.StartedBy = e.Input, e.Token, e.CommandKey, e.StartedBy
+		s.Steps = make([]Step, len(e.Steps))
+		for i, r := range e.Steps {
+			s.Steps[i] = Step{ID: r.ID, Kind: r.Kind}
+		}
+		return s, nil
+	case *events.ExecutionSucceeded:
+		s.Status, s.EndedAt, s.Output = StatusSucceeded, ev.Time, e.Output
+		return s, nil
+	case *events.ExecutionFailed:
+		s.Status, s.EndedAt, s.Error = StatusFailed, ev.Time, e.Error
+		return s, nil
+	case *events.StepScheduled:
+		return s.step(ev, e.StepID, OpPending, func(st *Step) {
+			st.Attempt, st.Input, st.ScheduledAt = e.Attempt, e.Input, ev.Time
+			st.Output, st.Error, st.StartedAt, st.EndedAt, st.Agent, st.TaskID, st.TaskSeq = nil, "", time.Time{}, time.Time{}, "", "", 0
+		})
+	case *events.StepSending:
+		return s.step(ev, e.StepID, OpSending, func(st *Step) { st.TaskID, st.Queue = e.TaskID, e.Queue })
+	case *events.StepSent:
+		return s.step(ev, e.StepID, OpSent, func(st *Step) { st.TaskID, st.TaskSeq = e.TaskID, e.TaskSeq })
+	case *events.StepStarted:
+		return s.step(ev, e.StepID, OpStarted, func(st *Step) { st.StartedAt, st.Agent = ev.Time, e.Agent })
+	case *events.StepSucceeded:
+		return s.step(ev, e.StepID, OpSucceeded, func(st *Step) {
+			st.Output, st.EndedAt = e.Output, ev.Time
+			if e.Agent != "" {
+				st.Agent = e.Agent
+			}
+		})
+	case *events.StepFailed:
+		return s.step(ev, e.StepID, OpFailed, func(st *Step) {
+			st.Output, st.Error, st.EndedAt = e.Output, e.Error, ev.Time
+			if e.Agent != "" {
+				st.Agent = e.Agent
+			}
+		})
+	default:
+		if ev.Ignorable {
+			return s, nil
+		}
+		return s, fmt.Errorf("%w: %s", ErrUnknownEvent, ev.Type)
+	}
+}
+
+// step moves one step to status to, checking the transition.
+func (s Execution) step(ev events.Event, id string, to OpStatus, set func(*Step)) (Execution, error) {
+	i := s.StepIndex(id)
+	if i < 0 {
+		return s, fmt.Errorf("%w: %q in %s", ErrUnknownStep, id, ev.Type)
+	}
+	st := s.Steps[i]
+	if !legal(st.Status, to) {
+		return s, &TransitionError{ExecutionID: s.ID, From: string(st.Status), Event: ev.Type, StepID: id}
+	}
+	st.Status = to
+	set(&st)
+	s.Steps[i] = st
+	return s, nil
+}
+
+func legal(from, to OpStatus) bool {
+	switch to {
+	case OpPending:
+		return from == OpNone
+	case OpSending:
+		return from == OpPending
+	default:
+		return opRank[from] >= opRank[OpSending] && opRank[to] > opRank[from]
+	}
+}
+
+// StepIndex returns the index of step id, or -1.
+func (s Execution) StepIndex(id string) int {
+	for i := range s.Steps {
+		if s.Steps[i].ID == id {
+			return i
+		}
+	}
+	return -1
+}

@@ -1,0 +1,281 @@
+// Package agent is the agent service: it pulls tasks from its queues'
+// work-queue consumers, runs the operation with a registered handler,
+// keeps the task alive while it runs (heartbeats), and reports started and
+// finished results on the results stream. A task whose agent dies is
+// redelivered by JetStream after AckWait; one that keeps failing to finish
+// is turned into a failure by the janitor.
+package agent
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/operation"
+)
+
+// Config configures an Agent.
+type Config struct {
+	// Name identifies this agent in results. Default "<hostname>-<pid>".
+	Name string
+	// Queues to serve. Default ["default"].
+	Queues []string
+	// Concurrency is the number of tasks run at once per queue. Default 16.
+	Concurrency int
+	// AckWait is how long a task may go without a heartbeat before
+	// JetStream gives it to another agent. Heartbeats are sent every
+	// AckWait/3. Default 30s.
+	AckWait time.Duration
+	// MaxDeliver is how many times a task is delivered before the janitor
+	// fails it. Default 5.
+	MaxDeliver int
+	// KillGrace is the time between SIGTERM and SIGKILL for exec steps. Default 5s.
+	KillGrace time.Duration
+	// HTTPTimeout bounds an http step. Default 60s.
+	HTTPTimeout time.Duration
+	// MaxOutput caps captured stdout, stderr and response bodies, in bytes. Default 1 MiB.
+	MaxOutput int
+	// ShutdownGrace is how long running tasks may finish on shutdown before
+	// they are cancelled and handed back. Default 10s.
+	ShutdownGrace time.Duration
+	// Handlers adds custom operation kinds (or replaces built-ins).
+	Handlers map[string]operation.Handler
+	// Source is the CloudEvents source of results. Default "jetflow/agent/<name>".
+	Source string
+}
+
+func (c Config) withDefaults() Config {
+	if c.Name == "" {
+		h, _ := os.Hostname()
+		c.Name = cmp.Or(h, "agent") + "-" + strconv.Itoa(os.Getpid())
+	}
+	if len(c.Queues) == 0 {
+		c.Queues = []string{"default"}
+	}
+	c.Concurrency = cmp.Or(c.Concurrency, 16)
+	c.AckWait = cmp.Or(c.AckWait, 30*time.Second)
+	c.MaxDeliver = cmp.Or(c.MaxDeliver, 5)
+	c.KillGrace = cmp.Or(c.KillGrace, 5*time.Second)
+	c.HTTPTimeout = cmp.Or(c.HTTPTimeout, 60*time.Second)
+	c.MaxOutput = cmp.Or(c.MaxOutput, 1<<20)
+	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, 10*time.Second)
+	c.Source = cmp.Or(c.Source, "jetflow/agent/"+c.Name)
+	return c
+}
+
+// ConsumerName is the durable consumer shared by all agents of a queue.
+func ConsumerName(queue string) string { return "agent-" + queue }
+
+// Agent runs operations.
+type Agent struct {
+	cfg      Config
+	js       jetstream.JetStream
+	log      zerolog.Logger
+	handlers map[string]operation.Handler
+}
+
+// New returns an agent; call Run to start it.
+func New(cfg Config, js jetstream.JetStream, log zerolog.Logger) (*Agent, error) {
+	cfg = cfg.withDefaults()
+	if cfg.AckWait < 300*time.Millisecond {
+		return nil, fmt.Errorf("agent: AckWait %s is too short (at least 300ms)", cfg.AckWait)
+	}
+	h := Builtins(cfg, log)
+	for k, v := range cfg.Handlers {
+		h[k] = v
+	}
+	return &Agent{cfg: cfg, js: js, log: log.With().Str("agent", cfg.Name).Logger(), handlers: h}, nil
+}
+
+// Run serves the queues until ctx ends, then lets running tasks finish for
+// up to ShutdownGrace.
+func (a *Agent) Run(ctx context.Context) error {
+	taskCtx, cancelTasks := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelTasks()
+	var running sync.WaitGroup
+	var ccs []jetstream.ConsumeContext
+	for _, q := range a.cfg.Queues {
+		cons, err := a.js.CreateOrUpdateConsumer(ctx, events.StreamTasks, jetstream.ConsumerConfig{
+			Durable: ConsumerName(q), FilterSubject: events.TaskSubject(q), AckPolicy: jetstream.AckExplicitPolicy,
+			AckWait: a.cfg.AckWait, MaxDeliver: a.cfg.MaxDeliver, MaxAckPending: 4096,
+			Description: "jetflow agents of queue " + q,
+		})
+		if err != nil {
+			return fmt.Errorf("create consumer for queue %s: %w", q, err)
+		}
+		slots := make(chan struct{}, a.cfg.Concurrency)
+		cc, err := cons.Consume(func(m jetstream.Msg) {
+			slots <- struct{}{}
+			running.Add(1)
+			go func() {
+				defer func() { <-slots; running.Done() }()
+				a.runTask(taskCtx, m)
+			}()
+		}, jetstream.PullMaxMessages(a.cfg.Concurrency))
+		if err != nil {
+			return fmt.Errorf("consume queue %s: %w", q, err)
+		}
+		ccs = append(ccs, cc)
+	}
+	a.log.Info().Strs("queues", a.cfg.Queues).Int("concurrency", a.cfg.Concurrency).Msg("agent running")
+	<-ctx.Done()
+	for _, cc := range ccs {
+		cc.Stop()
+	}
+	done := make(chan struct{})
+	go func() { running.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(a.cfg.ShutdownGrace):
+		a.log.Warn().Msg("cancelling running tasks at shutdown")
+		cancelTasks()
+		<-done
+	}
+	return nil
+}
+
+func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
+	ev, err := events.Decode(m.Headers(), m.Data())
+	task, ok := ev.Data.(*events.Task)
+	if err != nil || !ok {
+		a.log.Error().Err(err).Str("subject", m.Subject()).Msg("drop malformed task")
+		_ = m.Term()
+		return
+	}
+	delivery := 1
+	if md, err := m.Metadata(); err == nil {
+		delivery = int(md.NumDelivered)
+	}
+	log := a.log.With().Str("execution_id", task.ExecutionID).Str("step_id", task.StepID).
+		Str("task_id", task.TaskID).Int("delivery", delivery).Logger()
+	ref := task.Ref(a.cfg.Name, delivery)
+
+	// Heartbeat from the start, so a slow start never races AckWait.
+	hbCtx, stopHB := context.WithCancel(ctx)
+	defer stopHB()
+	_ = m.InProgress()
+	go func() {
+		t := time.NewTicker(a.cfg.AckWait / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-hbCtx.Done():
+				return
+			case <-t.C:
+				if err := m.InProgress(); err != nil {
+					log.Warn().Err(err).Msg("heartbeat")
+				}
+			}
+		}
+	}()
+
+	if err := a.report(ctx, fmt.Sprintf("%s.started.%d", task.TaskID, delivery), &events.OperationStarted{TaskRef: ref}); err != nil {
+		log.Warn().Err(err).Msg("report started")
+	}
+	h, ok := a.handlers[task.Kind]
+	var out any
+	if !ok {
+		err = fmt.Errorf("agent %s has no handler for operation kind %q", a.cfg.Name, task.Kind)
+	} else {
+		began := time.Now()
+		out, err = safeHandle(ctx, h, operation.Task{TaskID: task.TaskID, ExecutionID: task.ExecutionID,
+			Workflow: task.Workflow, StepID: task.StepID, Attempt: task.Attempt, Delivery: delivery,
+			Kind: task.Kind, Spec: task.Spec})
+		log.Debug().Dur("took", time.Since(began)).Err(err).Msg("operation finished")
+		if err == nil {
+			var raw json.RawMessage
+			if raw, err = marshalOutput(out); err == nil {
+				err = a.report(ctx, fmt.Sprintf("%s.done.%d", task.TaskID, delivery),
+					&events.OperationSucceeded{TaskRef: ref, Output: raw, Duration: time.Since(began).Milliseconds()})
+				a.finish(m, err, log)
+				return
+			}
+		}
+	}
+	if ctx.Err() != nil { // shutting down: hand the task to another agent
+		_ = m.Nak()
+		return
+	}
+	var fail *operation.Failure
+	var raw json.RawMessage
+	if errors.As(err, &fail) {
+		raw, _ = marshalOutput(fail.Output)
+	}
+	err = a.report(ctx, fmt.Sprintf("%s.done.%d", task.TaskID, delivery), &events.OperationFailed{TaskRef: ref, Error: err.Error(), Output: raw})
+	a.finish(m, err, log)
+}
+
+// finish acks the task once its result is stored; if the result could not
+// be stored, the task is handed back to run again.
+func (a *Agent) finish(m jetstream.Msg, reportErr error, log zerolog.Logger) {
+	if reportErr != nil {
+		log.Error().Err(reportErr).Msg("report result; task will be redelivered")
+		_ = m.NakWithDelay(time.Second)
+		return
+	}
+	if err := m.Ack(); err != nil {
+		log.Warn().Err(err).Msg("ack task")
+	}
+}
+
+func safeHandle(ctx context.Context, h operation.Handler, t operation.Task) (out any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("operation %s panicked: %v", t.Kind, r)
+		}
+	}()
+	return h.Handle(ctx, t)
+}
+
+func marshalOutput(out any) (json.RawMessage, error) {
+	if out == nil {
+		return nil, nil
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return nil, fmt.Errorf("encode operation output: %w", err)
+	}
+	return b, nil
+}
+
+// report publishes a result, retrying for a while if JetStream is
+// unreachable (the heartbeat keeps the task ours meanwhile).
+func (a *Agent) report(ctx context.Context, id string, p events.Payload) error {
+	var execID, wf string
+	switch r := p.(type) {
+	case *events.OperationStarted:
+		execID, wf = r.ExecutionID, r.Workflow
+	case *events.OperationSucceeded:
+		execID, wf = r.ExecutionID, r.Workflow
+	case *events.OperationFailed:
+		execID, wf = r.ExecutionID, r.Workflow
+	}
+	ev := events.New(a.cfg.Source, execID, wf, time.Now(), p)
+	ev.ID = id
+	msg, err := events.Encode(events.ResultSubject(execID), ev)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(a.cfg.AckWait)
+	for backoff := 50 * time.Millisecond; ; backoff = min(backoff*2, 2*time.Second) {
+		_, err = a.js.PublishMsg(ctx, msg, jetstream.WithMsgID(id))
+		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}

@@ -1,0 +1,207 @@
+package agent
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"jetflow.dev/pkg/operation"
+	"jetflow.dev/pkg/workflow"
+)
+
+// Builtins returns the built-in handlers: noop, log, exec and http.
+func Builtins(cfg Config, log zerolog.Logger) map[string]operation.Handler {
+	return map[string]operation.Handler{
+		workflow.KindNoop: operation.HandlerFunc(func(context.Context, operation.Task) (any, error) { return nil, nil }),
+		workflow.KindLog:  logHandler{log: log},
+		workflow.KindExec: execHandler{grace: cfg.KillGrace, maxOutput: cfg.MaxOutput},
+		workflow.KindHTTP: httpHandler{client: &http.Client{Timeout: cfg.HTTPTimeout}, maxOutput: cfg.MaxOutput},
+	}
+}
+
+func spec(t operation.Task) (workflow.Step, error) {
+	var s workflow.Step
+	if err := json.Unmarshal(t.Spec, &s); err != nil {
+		return s, fmt.Errorf("decode %s step spec: %w", t.Kind, err)
+	}
+	return s, nil
+}
+
+type logHandler struct{ log zerolog.Logger }
+
+func (h logHandler) Handle(_ context.Context, t operation.Task) (any, error) {
+	s, err := spec(t)
+	if err != nil {
+		return nil, err
+	}
+	lvl, err := zerolog.ParseLevel(cmp.Or(s.Level, "info"))
+	if err != nil {
+		lvl = zerolog.InfoLevel
+	}
+	h.log.WithLevel(lvl).Str("execution_id", t.ExecutionID).Str("step_id", t.StepID).Str("message", s.Message).Msg("workflow log")
+	return map[string]string{"message": s.Message, "level": cmp.Or(s.Level, "info")}, nil
+}
+
+// ExecOutput is the output of an exec step.
+type ExecOutput struct {
+	Stdout    string `json:"stdout"`
+	Stderr    string `json:"stderr"`
+	ExitCode  int    `json:"exit_code"`
+	Truncated bool   `json:"truncated,omitempty"`
+}
+
+type execHandler struct {
+	grace     time.Duration
+	maxOutput int
+}
+
+func (h execHandler) Handle(ctx context.Context, t operation.Task) (any, error) {
+	s, err := spec(t)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, s.Command, s.Args...)
+	cmd.Dir = s.Dir
+	cmd.Env = append(os.Environ(), "JETFLOW_EXECUTION_ID="+t.ExecutionID, "JETFLOW_STEP_ID="+t.StepID,
+		"JETFLOW_IDEMPOTENCY_KEY="+t.TaskID, fmt.Sprintf("JETFLOW_ATTEMPT=%d", t.Attempt))
+	for k, v := range s.Env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	// Own process group, so a kill reaches the command's children; and the
+	// kernel kills it if the agent dies, so a redelivered task never runs
+	// beside an orphan of its previous delivery.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
+	cmd.WaitDelay = h.grace
+	stdout, stderr := &capped{max: h.maxOutput}, &capped{max: h.maxOutput}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+
+	// Pdeathsig fires when the thread that forked exits: keep it alive
+	// until the command ends.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	err = cmd.Run()
+	out := ExecOutput{Stdout: stdout.String(), Stderr: stderr.String(), Truncated: stdout.truncated || stderr.truncated}
+	if cmd.ProcessState != nil {
+		out.ExitCode = cmd.ProcessState.ExitCode()
+	}
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			if ctx.Err() != nil {
+				return out, &operation.Failure{Err: fmt.Errorf("command %s stopped: %w", s.Command, ctx.Err()), Output: out}
+			}
+			return out, &operation.Failure{Err: fmt.Errorf("command %s: %w", s.Command, err), Output: out}
+		}
+		return out, &operation.Failure{Err: fmt.Errorf("run command %s: %w", s.Command, err), Output: out}
+	}
+	return out, nil
+}
+
+// HTTPOutput is the output of an http step.
+type HTTPOutput struct {
+	Status    int               `json:"status"`
+	Headers   map[string]string `json:"headers,omitempty"`
+	Body      string            `json:"body"`
+	JSON      any               `json:"json,omitempty"`
+	Truncated bool              `json:"truncated,omitempty"`
+}
+
+type httpHandler struct {
+	client    *http.Client
+	maxOutput int
+}
+
+func (h httpHandler) Handle(ctx context.Context, t operation.Task) (any, error) {
+	s, err := spec(t)
+	if err != nil {
+		return nil, err
+	}
+	var body io.Reader
+	switch b := s.Body.(type) {
+	case nil:
+	case string:
+		body = strings.NewReader(b)
+	default:
+		j, err := json.Marshal(b)
+		if err != nil {
+			return nil, fmt.Errorf("encode body: %w", err)
+		}
+		body = bytes.NewReader(j)
+		if _, ok := s.Headers["Content-Type"]; !ok {
+			s.Headers = cloneWith(s.Headers, "Content-Type", "application/json")
+		}
+	}
+	req, err := http.NewRequestWithContext(ctx, s.HTTPMethod(), s.URL, body)
+	if err != nil {
+		return nil, fmt.Errorf("build request: %w", err)
+	}
+	for k, v := range s.Headers {
+		req.Header.Set(k, v)
+	}
+	req.Header.Set("Idempotency-Key", t.TaskID)
+	resp, err := h.client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", req.Method, s.URL, err)
+	}
+	defer resp.Body.Close()
+	buf := &capped{max: h.maxOutput}
+	if _, err := io.Copy(buf, resp.Body); err != nil {
+		return nil, fmt.Errorf("read response of %s %s: %w", req.Method, s.URL, err)
+	}
+	out := HTTPOutput{Status: resp.StatusCode, Headers: map[string]string{}, Body: buf.String(), Truncated: buf.truncated}
+	for k := range resp.Header {
+		out.Headers[k] = resp.Header.Get(k)
+	}
+	if strings.Contains(resp.Header.Get("Content-Type"), "json") && !buf.truncated {
+		var v any
+		if json.Unmarshal(buf.Bytes(), &v) == nil {
+			out.JSON = v
+		}
+	}
+	if resp.StatusCode >= 400 {
+		return out, &operation.Failure{Err: fmt.Errorf("%s %s: status %d", req.Method, s.URL, resp.StatusCode), Output: out}
+	}
+	return out, nil
+}
+
+func cloneWith(m map[string]string, k, v string) map[string]string {
+	out := make(map[string]string, len(m)+1)
+	for a, b := range m {
+		out[a] = b
+	}
+	out[k] = v
+	return out
+}
+
+// capped is a buffer that keeps the first max bytes and notes the rest.
+type capped struct {
+	bytes.Buffer
+	max       int
+	truncated bool
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	room := c.max - c.Len()
+	if room < len(p) {
+		c.truncated = true
+		if room > 0 {
+			c.Buffer.Write(p[:room])
+		}
+		return len(p), nil
+	}
+	return c.Buffer.Write(p)
+}

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/svc"
+	"jetflow.dev/services/agent/agent"
+	"strings"
+)
+
+func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	f := svc.NewFlags("jetflow-agent", getenv)
+	natsURL := f.String("nats", "JETFLOW_NATS_URL", svc.DefaultNATSURL, "NATS server URL")
+	replicas := f.Int("replicas", "JETFLOW_REPLICAS", 1, "replicas of streams and buckets (3 in a cluster)")
+	level := f.String("log-level", "JETFLOW_LOG_LEVEL", "info", "log level: debug, info, warn, error")
+	name := f.String("name", "JETFLOW_AGENT_NAME", "", "agent name (default hostname-pid)")
+	queues := f.String("queues", "JETFLOW_QUEUES", "default", "comma-separated queues to serve")
+	concurrency := f.Int("concurrency", "JETFLOW_CONCURRENCY", 16, "tasks run at once per queue")
+	ackWait := f.Duration("task-ack-wait", "JETFLOW_TASK_ACK_WAIT", 30*time.Second, "time without heartbeat before a task goes to another agent")
+	maxDeliver := f.Int("max-deliver", "JETFLOW_TASK_MAX_DELIVER", 5, "deliveries of a task before the janitor fails it")
+	grace := f.Duration("kill-grace", "JETFLOW_KILL_GRACE", 5*time.Second, "time between SIGTERM and SIGKILL for exec steps")
+	if err := f.Parse(args); err != nil {
+		return err
+	}
+	lvl, err := zerolog.ParseLevel(*level)
+	if err != nil {
+		return fmt.Errorf("-log-level %q: %w", *level, err)
+	}
+	log := zerolog.New(stderr).Level(lvl).With().Timestamp().Str("service", "agent").Logger()
+	nc, js, err := bus.Open(ctx, *natsURL, "jetflow-agent", bus.Config{Replicas: *replicas})
+	if err != nil {
+		return err
+	}
+	defer nc.Drain()
+	a, err := agent.New(agent.Config{Name: *name, Queues: strings.Split(*queues, ","), Concurrency: *concurrency,
+		AckWait: *ackWait, MaxDeliver: *maxDeliver, KillGrace: *grace}, js, log)
+	if err != nil {
+		return err
+	}
+	return a.Run(ctx)
+}

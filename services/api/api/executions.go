@@ -1,0 +1,476 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/binding"
+	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"jetflow.dev/pkg/catalog"
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/history"
+	"jetflow.dev/pkg/projections"
+)
+
+// startRequest is the JSON body of POST /v1/executions.
+type startRequest struct {
+	Workflow string          `json:"workflow"`
+	Version  int             `json:"version"`
+	Input    json.RawMessage `json:"input"`
+	ID       string          `json:"id"`
+}
+
+// startResponse answers a start.
+type startResponse struct {
+	ID       string                 `json:"id"`
+	Workflow string                 `json:"workflow"`
+	Status   string                 `json:"status"`
+	Created  bool                   `json:"created"`
+	Links    map[string]string      `json:"links"`
+	State    *projections.Execution `json:"execution,omitempty"`
+}
+
+func isCloudEvent(r *http.Request) bool {
+	return r.Header.Get("Ce-Specversion") != "" || strings.HasPrefix(r.Header.Get("Content-Type"), "application/cloudevents")
+}
+
+// startExecution accepts a JSON start request or a CloudEvent (HTTP
+// binding, binary or structured mode) of type io.jetflow.execution.start.
+func (s *Server) startExecution(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBody)
+	var cmd events.Event
+	if isCloudEvent(r) {
+		ce, err := binding.ToEvent(r.Context(), cehttp.NewMessageFromHttpRequest(r))
+		if err != nil {
+			writeError(w, http.StatusBadRequest, apiError{Code: "invalid_cloudevent", Message: err.Error()})
+			return
+		}
+		if cmd, err = events.FromCloudEvent(*ce); err != nil || cmd.Type != events.TypeStartExecution {
+			msg := fmt.Sprintf("type must be %s", events.TypeStartExecution)
+			if err != nil && !errors.Is(err, events.ErrUnknownType) {
+				msg = err.Error()
+			}
+			writeError(w, http.StatusBadRequest, apiError{Code: "invalid_cloudevent", Field: "type", Message: msg})
+			return
+		}
+	} else {
+		var req startRequest
+		dec := json.NewDecoder(r.Body)
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			field := ""
+			var ute *json.UnmarshalTypeError
+			if errors.As(err, &ute) {
+				field = ute.Field
+			} else if strings.Contains(err.Error(), "unknown field") {
+				field = strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+			}
+			writeError(w, http.StatusBadRequest, apiError{Code: "invalid_json", Field: field, Message: "request body: " + err.Error()})
+			return
+		}
+		id := req.ID
+		if id == "" {
+			id = uuid.Must(uuid.NewV7()).String()
+		}
+		cmd = events.New(s.cfg.Source, id, req.Workflow, time.Now(), &events.StartExecution{
+			Workflow: req.Workflow, Version: req.Version, Input: req.Input, ExecutionID: id})
+	}
+	start := cmd.Data.(*events.StartExecution)
+	key := events.CommandKey(cmd.Source, cmd.ID)
+	if start.ExecutionID == "" {
+		start.ExecutionID = events.DerivedExecutionID(key)
+	}
+	if field, msg := validateStart(start); field != "" {
+		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: field, Message: msg})
+		return
+	}
+	if _, err := s.defs.Get(r.Context(), start.Workflow, start.Version); errors.Is(err, catalog.ErrNotFound) {
+		writeError(w, http.StatusNotFound, apiError{Code: "not_found", Field: "workflow", Message: err.Error()})
+		return
+	} else if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	if s.answerExistingClaim(w, r, start.ExecutionID, key) {
+		return
+	}
+	s.publishStart(w, r, cmd, start, key)
+}
+
+func validateStart(c *events.StartExecution) (field, msg string) {
+	switch {
+	case c.Workflow == "":
+		return "workflow", "is required"
+	case !events.ValidWorkflowName(c.Workflow):
+		return "workflow", fmt.Sprintf("%q is not a valid workflow name", c.Workflow)
+	case c.Version < 0:
+		return "version", "must be 0 (latest) or a positive version"
+	case !events.ValidExecutionID(c.ExecutionID):
+		return "id", fmt.Sprintf("%q must be 1-128 letters, digits, '-' or '_'", c.ExecutionID)
+	}
+	if t := bytes.TrimSpace(c.Input); len(t) > 0 && string(t) != "null" && t[0] != '{' {
+		return "input", "must be a JSON object"
+	}
+	return "", ""
+}
+
+// answerExistingClaim answers when the execution id is already taken: the
+// same command again gets the execution (200); another one gets 409.
+func (s *Server) answerExistingClaim(w http.ResponseWriter, r *http.Request, id, key string) bool {
+	e, err := s.ids.Get(r.Context(), id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return false
+	}
+	if err != nil {
+		s.internal(w, r, err)
+		return true
+	}
+	var claim struct {
+		CommandKey string `json:"command_key"`
+		Workflow   string `json:"workflow"`
+	}
+	_ = json.Unmarshal(e.Value(), &claim)
+	if claim.CommandKey != key {
+		writeError(w, http.StatusConflict, apiError{Code: "conflict", Field: "id",
+			Message: fmt.Sprintf("execution id %q is already used (workflow %s); execution ids are unique forever", id, claim.Workflow)})
+		return true
+	}
+	resp := startResponse{ID: id, Workflow: claim.Workflow, Status: "accepted", Links: links(id)}
+	if x, err := s.loadExecution(r.Context(), id); err == nil {
+		resp.Status, resp.State = string(x.Status), &x
+	}
+	writeJSON(w, http.StatusOK, resp)
+	return true
+}
+
+func links(id string) map[string]string {
+	return map[string]string{"self": "/v1/executions/" + id, "events": "/v1/executions/" + id + "/events"}
+}
+
+// publishStart publishes the command and waits for the dispatcher's
+// verdict: ExecutionStarted (201), a rejection (4xx) or nothing yet (202).
+func (s *Server) publishStart(w http.ResponseWriter, r *http.Request, cmd events.Event, start *events.StartExecution, key string) {
+	ch := make(chan *nats.Msg, 16)
+	subStarted, err := s.nc.ChanSubscribe(events.ExecutionSubject(start.Workflow, start.ExecutionID), ch)
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	defer subStarted.Unsubscribe()
+	subRejected, err := s.nc.ChanSubscribe(events.RejectionSubject(key), ch)
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	defer subRejected.Unsubscribe()
+
+	msg, err := events.Encode(events.SubjectStart, cmd)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Message: err.Error()})
+		return
+	}
+	ack, err := s.js.PublishMsg(r.Context(), msg, jetstream.WithMsgID(cmd.ID))
+	if err != nil {
+		s.internal(w, r, fmt.Errorf("publish start command: %w", err))
+		return
+	}
+	if ack.Duplicate && s.answerExistingClaim(w, r, start.ExecutionID, key) {
+		return
+	}
+	timeout := time.NewTimer(s.cfg.StartWait)
+	defer timeout.Stop()
+	for {
+		select {
+		case m := <-ch:
+			ev, err := events.Decode(m.Header, m.Data)
+			if err != nil {
+				continue
+			}
+			switch p := ev.Data.(type) {
+			case *events.ExecutionStarted:
+				if p.CommandKey != key {
+					writeError(w, http.StatusConflict, apiError{Code: "conflict", Field: "id",
+						Message: fmt.Sprintf("execution id %q is already used", start.ExecutionID)})
+					return
+				}
+				writeJSON(w, http.StatusCreated, startResponse{ID: start.ExecutionID, Workflow: start.Workflow,
+					Status: string(projections.StatusStarted), Created: true, Links: links(start.ExecutionID)})
+				return
+			case *events.CommandRejected:
+				status := map[string]int{events.CodeConflict: http.StatusConflict, events.CodeNotFound: http.StatusNotFound}[p.Code]
+				writeError(w, cmpStatus(status), apiError{Code: p.Code, Message: p.Reason})
+				return
+			}
+		case <-timeout.C:
+			writeJSON(w, http.StatusAccepted, startResponse{ID: start.ExecutionID, Workflow: start.Workflow,
+				Status: "accepted", Links: links(start.ExecutionID)})
+			return
+		case <-r.Context().Done():
+			return
+		}
+	}
+}
+
+func cmpStatus(s int) int {
+	if s == 0 {
+		return http.StatusBadRequest
+	}
+	return s
+}
+
+// loadExecution returns the read model, or folds the history when the
+// projector has not caught up yet. It returns jetstream.ErrKeyNotFound
+// for an unknown id.
+func (s *Server) loadExecution(ctx context.Context, id string) (projections.Execution, error) {
+	var x projections.Execution
+	if !events.ValidExecutionID(id) {
+		return x, jetstream.ErrKeyNotFound
+	}
+	e, err := s.execs.Get(ctx, id)
+	if err == nil {
+		err = json.Unmarshal(e.Value(), &x)
+		return x, err
+	}
+	if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return x, err
+	}
+	if _, err := s.ids.Get(ctx, id); err != nil {
+		return x, err
+	}
+	evs, err := history.Read(ctx, s.js, events.ExecutionFilter(id), 0)
+	if err != nil {
+		return x, err
+	}
+	if len(evs) == 0 {
+		return projections.Execution{ID: id, Status: projections.StatusPending, Steps: []projections.Step{}}, nil
+	}
+	return projections.Fold(evs)
+}
+
+func (s *Server) getExecution(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	x, err := s.loadExecution(r.Context(), id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		writeError(w, http.StatusNotFound, apiError{Code: "not_found", Field: "id", Message: fmt.Sprintf("execution %q does not exist", id)})
+		return
+	}
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, x)
+}
+
+// executionSummary is one row of GET /v1/executions.
+type executionSummary struct {
+	ID        string             `json:"id"`
+	Workflow  string             `json:"workflow"`
+	Version   int                `json:"version"`
+	Status    projections.Status `json:"status"`
+	Error     string             `json:"error,omitempty"`
+	Steps     int                `json:"steps"`
+	Done      int                `json:"steps_done"`
+	StartedAt time.Time          `json:"started_at,omitzero"`
+	EndedAt   time.Time          `json:"ended_at,omitzero"`
+}
+
+// listExecutions lists read models sorted by id, filtered by workflow and
+// status, paged with limit and the opaque cursor "after".
+func (s *Server) listExecutions(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	limit := 50
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > 1000 {
+			writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: "limit", Message: "limit must be between 1 and 1000"})
+			return
+		}
+		limit = n
+	}
+	wf, status, after := q.Get("workflow"), q.Get("status"), q.Get("after")
+	if wf != "" && !events.ValidWorkflowName(wf) {
+		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: "workflow", Message: fmt.Sprintf("%q is not a valid workflow name", wf)})
+		return
+	}
+	valid := []string{"", "pending", "started", "succeeded", "failed"}
+	if !slices.Contains(valid, status) {
+		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: "status", Message: "status must be one of pending, started, succeeded, failed"})
+		return
+	}
+	lister, err := s.execs.ListKeys(r.Context())
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	var keys []string
+	for k := range lister.Keys() {
+		if k > after {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	out := []executionSummary{}
+	next := ""
+	for _, k := range keys {
+		e, err := s.execs.Get(r.Context(), k)
+		if err != nil {
+			continue // deleted meanwhile
+		}
+		var x projections.Execution
+		if json.Unmarshal(e.Value(), &x) != nil || (wf != "" && x.Workflow != wf) || (status != "" && string(x.Status) != status) {
+			continue
+		}
+		if len(out) == limit {
+			next = out[len(out)-1].ID
+			break
+		}
+		done := 0
+		for _, st := range x.Steps {
+			if st.Status == projections.OpSucceeded {
+				done++
+			}
+		}
+		out = append(out, executionSummary{ID: x.ID, Workflow: x.Workflow, Version: x.Version, Status: x.Status, Error: x.Error,
+			Steps: len(x.Steps), Done: done, StartedAt: x.StartedAt, EndedAt: x.EndedAt})
+	}
+	resp := map[string]any{"executions": out}
+	if next != "" {
+		resp["next"] = next
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// eventView is an event as the api shows it.
+type eventView struct {
+	Seq      uint64          `json:"seq"`
+	ID       string          `json:"id"`
+	Type     events.Type     `json:"type"`
+	Source   string          `json:"source"`
+	Subject  string          `json:"subject,omitempty"`
+	Workflow string          `json:"workflow,omitempty"`
+	Time     time.Time       `json:"time"`
+	Data     json.RawMessage `json:"data,omitempty"`
+}
+
+func view(ev events.Event) eventView {
+	return eventView{Seq: ev.Seq, ID: ev.ID, Type: ev.Type, Source: ev.Source, Subject: ev.Subject, Workflow: ev.Workflow, Time: ev.Time, Data: ev.Raw}
+}
+
+// executionEvents returns the history from from_seq as JSON, or follows it
+// live as server-sent events when the client accepts text/event-stream.
+func (s *Server) executionEvents(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	var from uint64
+	if v := r.URL.Query().Get("from_seq"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: "from_seq", Message: "from_seq must be a non-negative integer"})
+			return
+		}
+		from = n
+	}
+	if last := r.Header.Get("Last-Event-ID"); last != "" {
+		if n, err := strconv.ParseUint(last, 10, 64); err == nil {
+			from = n + 1
+		}
+	}
+	if !events.ValidExecutionID(id) {
+		writeError(w, http.StatusNotFound, apiError{Code: "not_found", Field: "id", Message: fmt.Sprintf("execution %q does not exist", id)})
+		return
+	}
+	if _, err := s.ids.Get(r.Context(), id); errors.Is(err, jetstream.ErrKeyNotFound) {
+		writeError(w, http.StatusNotFound, apiError{Code: "not_found", Field: "id", Message: fmt.Sprintf("execution %q does not exist", id)})
+		return
+	} else if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	if strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
+		s.followEvents(w, r, id, from)
+		return
+	}
+	evs, err := history.Read(r.Context(), s.js, events.ExecutionFilter(id), from)
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	out := make([]eventView, len(evs))
+	for i, ev := range evs {
+		out[i] = view(ev)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"events": out})
+}
+
+// followEvents streams history as server-sent events (id = stream
+// sequence, event = CloudEvents type, data = the event as JSON). It ends
+// after the execution's terminal event.
+func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, id string, from uint64) {
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		s.internal(w, r, errors.New("streaming unsupported"))
+		return
+	}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.ExecutionFilter(id)}}
+	if from > 1 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
+	}
+	cons, err := s.js.OrderedConsumer(r.Context(), events.StreamEvents, cfg)
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	defer it.Stop()
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	flusher.Flush()
+	for {
+		waitCtx, cancel := context.WithTimeout(r.Context(), 15*time.Second)
+		m, err := it.Next(jetstream.NextContext(waitCtx))
+		cancel()
+		if err != nil {
+			if r.Context().Err() != nil {
+				return
+			}
+			if errors.Is(err, context.DeadlineExceeded) {
+				_, _ = io.WriteString(w, ": keepalive\n\n")
+				flusher.Flush()
+				continue
+			}
+			return
+		}
+		md, _ := m.Metadata()
+		ev, err := events.Decode(m.Headers(), m.Data())
+		if err != nil && !errors.Is(err, events.ErrUnknownType) {
+			continue
+		}
+		if md != nil {
+			ev.Seq = md.Sequence.Stream
+		}
+		b, _ := json.Marshal(view(ev))
+		fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", ev.Seq, ev.Type, b)
+		flusher.Flush()
+		if ev.Type.IsTerminal() {
+			return
+		}
+	}
+}

@@ -1,0 +1,88 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+
+	"jetflow.dev/pkg/catalog"
+	"jetflow.dev/pkg/workflow"
+)
+
+// applyWorkflow registers a definition (YAML or JSON body). A changed
+// definition becomes a new version; an unchanged one is a no-op (200).
+func (s *Server) applyWorkflow(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, workflow.MaxSize+1))
+	if err != nil {
+		writeError(w, http.StatusRequestEntityTooLarge, apiError{Code: "too_large", Message: fmt.Sprintf("definition exceeds %d bytes", workflow.MaxSize)})
+		return
+	}
+	def, err := workflow.Parse(body)
+	var verr *workflow.ValidationError
+	if errors.As(err, &verr) {
+		first := verr.Problems[0]
+		writeError(w, http.StatusBadRequest, apiError{Code: "invalid_definition", Message: verr.Error(), Field: first.Field, Problems: verr.Problems})
+		return
+	}
+	rec, created, err := s.defs.Apply(r.Context(), def)
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	writeJSON(w, status, map[string]any{"name": rec.Name, "version": rec.Version, "digest": rec.Digest,
+		"created": created, "created_at": rec.CreatedAt})
+}
+
+func (s *Server) listWorkflows(w http.ResponseWriter, r *http.Request) {
+	list, err := s.defs.List(r.Context())
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	if list == nil {
+		list = []catalog.Summary{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"workflows": list})
+}
+
+func (s *Server) getWorkflow(w http.ResponseWriter, r *http.Request) {
+	versions, err := s.defs.Versions(r.Context(), r.PathValue("name"))
+	if errors.Is(err, catalog.ErrNotFound) {
+		writeError(w, http.StatusNotFound, apiError{Code: "not_found", Field: "name", Message: fmt.Sprintf("workflow %q is not registered", r.PathValue("name"))})
+		return
+	}
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	nums := make([]int, len(versions))
+	for i, v := range versions {
+		nums[i] = v.Version
+	}
+	latest := versions[len(versions)-1]
+	writeJSON(w, http.StatusOK, map[string]any{"name": latest.Name, "latest": latest, "versions": nums})
+}
+
+func (s *Server) getWorkflowVersion(w http.ResponseWriter, r *http.Request) {
+	v, err := strconv.Atoi(r.PathValue("version"))
+	if err != nil || v < 1 {
+		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: "version", Message: "version must be a positive integer"})
+		return
+	}
+	rec, err := s.defs.Get(r.Context(), r.PathValue("name"), v)
+	if errors.Is(err, catalog.ErrNotFound) {
+		writeError(w, http.StatusNotFound, apiError{Code: "not_found", Field: "version", Message: err.Error()})
+		return
+	}
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, rec)
+}

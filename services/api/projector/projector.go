@@ -1,0 +1,207 @@
+// Package projector keeps the execution read models: it folds the events
+// stream into one KV entry per execution with revision checks. One durable
+// consumer is shared by all api replicas; a pinned priority group makes
+// one replica at a time receive events, in stream order. Read models can
+// be rebuilt from any stream sequence with [Rebuild].
+package projector
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/history"
+	"jetflow.dev/pkg/projections"
+)
+
+// Consumer is the projector's durable consumer; Group its pinned priority group.
+const (
+	Consumer = "projector"
+	Group    = "projector"
+)
+
+// Projector folds events into read models.
+type Projector struct {
+	js    jetstream.JetStream
+	kv    jetstream.KeyValue
+	log   zerolog.Logger
+	cache map[string]entry // touched only by the consume goroutine
+}
+
+type entry struct {
+	state projections.Execution
+	rev   uint64
+}
+
+const cacheMax = 20000
+
+// New binds to the read-model bucket.
+func New(ctx context.Context, js jetstream.JetStream, log zerolog.Logger) (*Projector, error) {
+	kv, err := js.KeyValue(ctx, events.BucketExecutions)
+	if err != nil {
+		return nil, fmt.Errorf("open executions bucket: %w", err)
+	}
+	return &Projector{js: js, kv: kv, log: log, cache: map[string]entry{}}, nil
+}
+
+// Run projects events until ctx ends.
+func (p *Projector) Run(ctx context.Context) error {
+	cons, err := p.js.CreateOrUpdateConsumer(ctx, events.StreamEvents, jetstream.ConsumerConfig{
+		Durable: Consumer, AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: -1,
+		MaxAckPending: 1024, FilterSubject: events.EventsPrefix + ".>",
+		PriorityPolicy: jetstream.PriorityPolicyPinned, PinnedTTL: 5 * time.Second, PriorityGroups: []string{Group},
+		Description: "jetflow read-model projector (api)",
+	})
+	if err != nil {
+		return fmt.Errorf("create projector consumer: %w", err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		for attempt := 0; ; attempt++ {
+			err := p.project(ctx, m)
+			if err == nil {
+				_ = m.Ack()
+				return
+			}
+			if ctx.Err() != nil || attempt >= 5 {
+				p.log.Error().Err(err).Str("subject", m.Subject()).Msg("project event, will be redelivered")
+				_ = m.NakWithDelay(time.Second)
+				return
+			}
+		}
+	}, jetstream.PullPriorityGroup(Group), jetstream.PullMaxMessages(512))
+	if err != nil {
+		return fmt.Errorf("consume events: %w", err)
+	}
+	<-ctx.Done()
+	cc.Drain()
+	<-cc.Closed()
+	return nil
+}
+
+func (p *Projector) project(ctx context.Context, m jetstream.Msg) error {
+	md, err := m.Metadata()
+	if err != nil {
+		return err
+	}
+	ev, err := events.Decode(m.Headers(), m.Data())
+	if err != nil && !errors.Is(err, events.ErrUnknownType) {
+		p.log.Error().Err(err).Uint64("seq", md.Sequence.Stream).Msg("skip undecodable event")
+		return nil
+	}
+	ev.Seq = md.Sequence.Stream
+	id := ev.Subject
+	if id == "" {
+		p.log.Error().Uint64("seq", ev.Seq).Msg("skip event without subject")
+		return nil
+	}
+	cur, ok := p.cache[id]
+	if !ok {
+		if cur, err = p.read(ctx, id); err != nil {
+			return err
+		}
+	}
+	if ev.Seq <= cur.state.LastSeq {
+		return nil // already projected (redelivery)
+	}
+	next, err := projections.Apply(cur.state, ev)
+	if err != nil {
+		// The read model is behind or damaged: rebuild it from the stream.
+		p.log.Warn().Err(err).Str("execution_id", id).Msg("re-fold execution from its history")
+		evs, rerr := history.ReadUntil(ctx, p.js, m.Subject(), 0, ev.Seq)
+		if rerr != nil {
+			return rerr
+		}
+		if next, err = projections.Fold(evs); err != nil {
+			p.log.Error().Err(err).Str("execution_id", id).Msg("history does not fold; read model left as is")
+			return nil
+		}
+	}
+	rev, err := p.write(ctx, id, next, cur.rev)
+	if err != nil {
+		delete(p.cache, id)
+		return err
+	}
+	if len(p.cache) >= cacheMax {
+		clear(p.cache)
+	}
+	if next.Status.Terminal() {
+		delete(p.cache, id) // finished executions rarely change again
+	} else {
+		p.cache[id] = entry{state: next, rev: rev}
+	}
+	return nil
+}
+
+func (p *Projector) read(ctx context.Context, id string) (entry, error) {
+	e, err := p.kv.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return entry{}, nil
+	}
+	if err != nil {
+		return entry{}, fmt.Errorf("read model %s: %w", id, err)
+	}
+	var x projections.Execution
+	if err := json.Unmarshal(e.Value(), &x); err != nil {
+		return entry{}, nil // unreadable: rebuilt by the next event's re-fold
+	}
+	return entry{state: x, rev: e.Revision()}, nil
+}
+
+func (p *Projector) write(ctx context.Context, id string, x projections.Execution, rev uint64) (uint64, error) {
+	b, err := json.Marshal(x)
+	if err != nil {
+		return 0, err
+	}
+	if rev == 0 {
+		return p.kv.Create(ctx, id, b)
+	}
+	return p.kv.Update(ctx, id, b, rev)
+}
+
+// Rebuild re-projects every execution from stream sequence fromSeq (0 =
+// everything) with an ordered consumer, without running any step, and
+// writes the resulting read models. Executions whose first event is
+// before fromSeq are folded onto their stored read model. It returns the
+// number of executions written.
+func Rebuild(ctx context.Context, js jetstream.JetStream, fromSeq uint64) (int, error) {
+	kv, err := js.KeyValue(ctx, events.BucketExecutions)
+	if err != nil {
+		return 0, fmt.Errorf("open executions bucket: %w", err)
+	}
+	evs, err := history.Read(ctx, js, events.EventsPrefix+".>", fromSeq)
+	if err != nil {
+		return 0, err
+	}
+	states := map[string]projections.Execution{}
+	for _, ev := range evs {
+		s, seen := states[ev.Subject]
+		if !seen && fromSeq > 1 {
+			if e, err := kv.Get(ctx, ev.Subject); err == nil {
+				_ = json.Unmarshal(e.Value(), &s)
+			}
+		}
+		if ev.Seq <= s.LastSeq {
+			continue
+		}
+		if s, err = projections.Apply(s, ev); err != nil {
+			return 0, fmt.Errorf("rebuild %s at seq %d: %w", ev.Subject, ev.Seq, err)
+		}
+		states[ev.Subject] = s
+	}
+	for id, s := range states {
+		b, err := json.Marshal(s)
+		if err != nil {
+			return 0, err
+		}
+		if _, err := kv.Put(ctx, id, b); err != nil {
+			return 0, fmt.Errorf("write read model %s: %w", id, err)
+		}
+	}
+	return len(states), nil
+}

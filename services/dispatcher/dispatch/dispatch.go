@@ -1,0 +1,324 @@
+// Package dispatch is the dispatcher: the only writer of execution
+// histories. It consumes commands and agents' results, folds each
+// execution's history into state, decides the next step, appends events
+// with optimistic concurrency and publishes tasks to agent queues.
+//
+// Messages for one execution are handled by one worker goroutine at a time
+// (hashing the execution id); across processes, the events stream's
+// expected-last-subject-sequence check fences out concurrent writers.
+package dispatch
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/catalog"
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/history"
+	"jetflow.dev/pkg/projections"
+	"jetflow.dev/pkg/workflow"
+)
+
+// Consumer names.
+const (
+	CommandsConsumer = "dispatcher-commands"
+	ResultsConsumer  = "dispatcher-results"
+)
+
+// Config configures a Dispatcher.
+type Config struct {
+	// Workers is the number of goroutines handling executions. Default 32.
+	Workers int
+	// Source is the CloudEvents source of the events it writes. Default "jetflow/dispatcher".
+	Source string
+	// CacheSize bounds the execution states kept in memory. Default 10000.
+	CacheSize int
+	// AckWait is how long a command or result may be handled before
+	// JetStream redelivers it. Default 30s.
+	AckWait time.Duration
+	// MaxAckPending bounds messages in flight per consumer. Default 1024.
+	MaxAckPending int
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+func (c Config) withDefaults() Config {
+	c.Workers = cmp.Or(c.Workers, 32)
+	c.Source = cmp.Or(c.Source, "jetflow/dispatcher")
+	c.CacheSize = cmp.Or(c.CacheSize, 10000)
+	c.AckWait = cmp.Or(c.AckWait, 30*time.Second)
+	c.MaxAckPending = cmp.Or(c.MaxAckPending, 1024)
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// Dispatcher runs workflow logic.
+type Dispatcher struct {
+	cfg  Config
+	js   jetstream.JetStream
+	log  zerolog.Logger
+	defs *catalog.Store
+	ids  jetstream.KeyValue
+
+	mu    sync.Mutex // guards cache
+	cache *lru
+}
+
+// New returns a dispatcher; call Run to start it.
+func New(ctx context.Context, cfg Config, js jetstream.JetStream, log zerolog.Logger) (*Dispatcher, error) {
+	cfg = cfg.withDefaults()
+	if cfg.Workers < 1 || cfg.CacheSize < 1 {
+		return nil, fmt.Errorf("dispatch: Workers and CacheSize must be positive")
+	}
+	defs, err := catalog.Open(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := js.KeyValue(ctx, events.BucketExecutionIDs)
+	if err != nil {
+		return nil, fmt.Errorf("open execution ids bucket: %w", err)
+	}
+	return &Dispatcher{cfg: cfg, js: js, log: log, defs: defs, ids: ids, cache: newLRU(cfg.CacheSize)}, nil
+}
+
+type job struct {
+	msg jetstream.Msg
+	ev  events.Event
+	key string // execution id
+}
+
+// Run consumes commands and results until ctx ends.
+func (d *Dispatcher) Run(ctx context.Context) error {
+	consumers := map[string]struct{ stream, filter string }{
+		CommandsConsumer: {events.StreamCommands, events.CommandsPrefix + ".>"},
+		ResultsConsumer:  {events.StreamResults, events.ResultsPrefix + ".>"},
+	}
+	queues := make([]chan job, d.cfg.Workers)
+	var wg sync.WaitGroup
+	for i := range queues {
+		queues[i] = make(chan job, 64)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range queues[i] {
+				d.process(ctx, j)
+			}
+		}()
+	}
+	var ccs []jetstream.ConsumeContext
+	defer func() {
+		for _, cc := range ccs {
+			cc.Drain()
+			<-cc.Closed()
+		}
+		for _, q := range queues {
+			close(q)
+		}
+		wg.Wait()
+	}()
+	for name, c := range consumers {
+		cons, err := d.js.CreateOrUpdateConsumer(ctx, c.stream, jetstream.ConsumerConfig{
+			Durable: name, FilterSubject: c.filter, AckPolicy: jetstream.AckExplicitPolicy,
+			AckWait: d.cfg.AckWait, MaxAckPending: d.cfg.MaxAckPending, MaxDeliver: -1,
+			DeliverPolicy: jetstream.DeliverAllPolicy,
+		})
+		if err != nil {
+			return fmt.Errorf("create consumer %s: %w", name, err)
+		}
+		cc, err := cons.Consume(func(m jetstream.Msg) {
+			ev, err := events.Decode(m.Headers(), m.Data())
+			if err != nil {
+				d.log.Warn().Err(err).Str("subject", m.Subject()).Msg("drop undecodable message")
+				d.rejectRaw(ctx, m, err)
+				_ = m.Term()
+				return
+			}
+			key := routingKey(ev)
+			h := fnv.New32a()
+			h.Write([]byte(key))
+			select {
+			case queues[h.Sum32()%uint32(len(queues))] <- job{msg: m, ev: ev, key: key}:
+			case <-ctx.Done():
+			}
+		}, jetstream.PullMaxMessages(256))
+		if err != nil {
+			return fmt.Errorf("consume %s: %w", name, err)
+		}
+		ccs = append(ccs, cc)
+	}
+	d.log.Info().Int("workers", d.cfg.Workers).Msg("dispatcher running")
+	<-ctx.Done()
+	return nil
+}
+
+func routingKey(ev events.Event) string {
+	switch p := ev.Data.(type) {
+	case *events.StartExecution:
+		if p.ExecutionID != "" {
+			return p.ExecutionID
+		}
+		return events.DerivedExecutionID(events.CommandKey(ev.Source, ev.ID))
+	case *events.ReconcileExecution:
+		return p.ExecutionID
+	case *events.OperationStarted:
+		return p.ExecutionID
+	case *events.OperationSucceeded:
+		return p.ExecutionID
+	case *events.OperationFailed:
+		return p.ExecutionID
+	}
+	return ev.ID
+}
+
+// permanentError marks a message that can never succeed; it is terminated.
+type permanentError struct{ err error }
+
+func (e permanentError) Error() string { return e.err.Error() }
+func (e permanentError) Unwrap() error { return e.err }
+
+func (d *Dispatcher) process(ctx context.Context, j job) {
+	log := d.log.With().Str("execution_id", j.key).Str("type", string(j.ev.Type)).Logger()
+	err := d.handle(log.WithContext(ctx), j.ev)
+	var perm permanentError
+	switch {
+	case err == nil:
+		if aerr := j.msg.Ack(); aerr != nil {
+			log.Warn().Err(aerr).Msg("ack")
+		}
+	case errors.As(err, &perm):
+		log.Error().Err(err).Msg("drop message that cannot be applied")
+		_ = j.msg.Term()
+	case ctx.Err() != nil:
+		_ = j.msg.Nak()
+	default:
+		md, _ := j.msg.Metadata()
+		delay := 100 * time.Millisecond
+		if md != nil {
+			delay = min(time.Duration(md.NumDelivered)*200*time.Millisecond, 10*time.Second)
+		}
+		log.Warn().Err(err).Dur("retry_in", delay).Msg("handle message, will retry")
+		_ = j.msg.NakWithDelay(delay)
+	}
+}
+
+func (d *Dispatcher) handle(ctx context.Context, ev events.Event) error {
+	switch p := ev.Data.(type) {
+	case *events.StartExecution:
+		return d.start(ctx, ev, p)
+	case *events.ReconcileExecution:
+		return d.withExecution(ctx, p.Workflow, p.ExecutionID, func(x *execState) error { return d.advance(ctx, x) })
+	case *events.OperationStarted:
+		return d.result(ctx, p.TaskRef, ev)
+	case *events.OperationSucceeded:
+		return d.result(ctx, p.TaskRef, ev)
+	case *events.OperationFailed:
+		return d.result(ctx, p.TaskRef, ev)
+	}
+	return permanentError{fmt.Errorf("dispatcher does not handle %s", ev.Type)}
+}
+
+// execState is the dispatcher's view of one execution.
+type execState struct {
+	id, workflow string
+	state        projections.Execution
+	def          workflow.Definition
+}
+
+func (x *execState) subject() string { return events.ExecutionSubject(x.workflow, x.id) }
+
+// withExecution loads an execution (cache or stream) and runs fn; on a
+// write conflict it drops what it knew, reloads and runs fn again.
+func (d *Dispatcher) withExecution(ctx context.Context, wf, id string, fn func(*execState) error) error {
+	if !events.ValidWorkflowName(wf) || !events.ValidExecutionID(id) {
+		return permanentError{fmt.Errorf("invalid workflow %q or execution id %q", wf, id)}
+	}
+	for attempt := 0; ; attempt++ {
+		x, err := d.load(ctx, wf, id)
+		if err != nil {
+			return err
+		}
+		err = fn(x)
+		if err == nil {
+			return nil
+		}
+		d.evict(id) // whatever happened, the stream is the truth: reload next time
+		if !errors.Is(err, bus.ErrConflict) || attempt >= 8 {
+			return err
+		}
+		zerolog.Ctx(ctx).Debug().Err(err).Msg("history changed underneath, reloading")
+	}
+}
+
+func (d *Dispatcher) load(ctx context.Context, wf, id string) (*execState, error) {
+	d.mu.Lock()
+	x, ok := d.cache.get(id)
+	d.mu.Unlock()
+	if ok {
+		return x, nil
+	}
+	evs, err := history.Read(ctx, d.js, events.ExecutionSubject(wf, id), 0)
+	if err != nil {
+		return nil, err
+	}
+	state, err := projections.Fold(evs)
+	if err != nil {
+		return nil, permanentError{fmt.Errorf("fold history of %s: %w", id, err)}
+	}
+	x = &execState{id: id, workflow: wf, state: state}
+	if len(evs) > 0 {
+		started, ok := evs[0].Data.(*events.ExecutionStarted)
+		if !ok {
+			return nil, permanentError{fmt.Errorf("history of %s does not begin with %s", id, events.TypeExecutionStarted)}
+		}
+		if err := json.Unmarshal(started.Definition, &x.def); err != nil {
+			return nil, permanentError{fmt.Errorf("decode pinned definition of %s: %w", id, err)}
+		}
+	}
+	d.mu.Lock()
+	d.cache.put(id, x)
+	d.mu.Unlock()
+	return x, nil
+}
+
+func (d *Dispatcher) evict(id string) {
+	d.mu.Lock()
+	d.cache.remove(id)
+	d.mu.Unlock()
+}
+
+// append validates p against the fold, then appends it with the expected
+// last subject sequence.
+func (d *Dispatcher) append(ctx context.Context, x *execState, p events.Payload) error {
+	ev := events.New(d.cfg.Source, x.id, x.workflow, d.cfg.Now(), p)
+	next, err := projections.Apply(x.state, ev)
+	if err != nil {
+		return permanentError{fmt.Errorf("refusing to append illegal event: %w", err)}
+	}
+	seq, err := history.Append(ctx, d.js, x.subject(), x.state.LastSeq, ev)
+	if err != nil {
+		return err
+	}
+	next.LastSeq = seq
+	x.state = next
+	return nil
+}
+
+func newToken() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,239 @@
+package dispatch
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"jetflow.dev/pkg/catalog"
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/projections"
+)
+
+// Claim is the value stored under an execution id in the ids bucket.
+type Claim struct {
+	CommandKey string    `json:"command_key"`
+	Workflow   string    `json:"workflow"`
+	ClaimedAt  time.Time `json:"claimed_at"`
+}
+
+// start applies a start command: it claims the execution id forever (a KV
+// create, so two commands can never both own it), appends
+// ExecutionStarted with the pinned definition, and schedules the first
+// step. A re-delivered or re-published command finds its own claim and
+// only makes sure the execution progresses.
+func (d *Dispatcher) start(ctx context.Context, ev events.Event, cmd *events.StartExecution) error {
+	key := events.CommandKey(ev.Source, ev.ID)
+	id := cmd.ExecutionID
+	if id == "" {
+		id = events.DerivedExecutionID(key)
+	}
+	reject := func(code, format string, args ...any) error {
+		return d.reject(ctx, ev, id, code, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case !events.ValidExecutionID(id):
+		return reject(events.CodeInvalid, "execution_id %q must be 1-128 letters, digits, '-' or '_'", id)
+	case cmd.Workflow == "":
+		return reject(events.CodeInvalid, "workflow is required")
+	case !events.ValidWorkflowName(cmd.Workflow):
+		return reject(events.CodeInvalid, "workflow %q is not a valid workflow name", cmd.Workflow)
+	case cmd.Version < 0:
+		return reject(events.CodeInvalid, "version must be 0 (latest) or a positive version")
+	}
+	input := cmd.Input
+	if len(input) == 0 || string(input) == "null" {
+		input = json.RawMessage(`{}`)
+	}
+	var obj map[string]any
+	if err := json.Unmarshal(input, &obj); err != nil {
+		return reject(events.CodeInvalid, "input must be a JSON object: %v", err)
+	}
+
+	// Resolve the definition before claiming the id, so that a command for
+	// an unknown workflow leaves the id free for a corrected one.
+	rec, err := d.defs.Get(ctx, cmd.Workflow, cmd.Version)
+	if errors.Is(err, catalog.ErrNotFound) {
+		return reject(events.CodeNotFound, "workflow %q version %d is not registered", cmd.Workflow, cmd.Version)
+	}
+	if err != nil {
+		return err
+	}
+	claim, err := d.claim(ctx, id, key, cmd.Workflow)
+	if err != nil {
+		return err
+	}
+	if claim.CommandKey != key {
+		return reject(events.CodeConflict, "execution id %q is already used (by workflow %s); execution ids are unique forever", id, claim.Workflow)
+	}
+	return d.withExecution(ctx, cmd.Workflow, id, func(x *execState) error {
+		if x.state.Status == projections.StatusNone {
+			def, err := rec.Definition.Canonical()
+			if err != nil {
+				return permanentError{err}
+			}
+			x.def = rec.Definition
+			if err := d.append(ctx, x, &events.ExecutionStarted{
+				Workflow: rec.Name, Version: rec.Version, Input: input, Steps: rec.Definition.StepRefs(),
+				Definition: def, Token: newToken(), CommandKey: key, StartedBy: ev.Source,
+			}); err != nil {
+				return err
+			}
+			zerolog.Ctx(ctx).Info().Str("workflow", rec.Name).Int("version", rec.Version).Msg("execution started")
+		}
+		return d.advance(ctx, x)
+	})
+}
+
+// claim registers id for the command key, or returns the existing claim.
+func (d *Dispatcher) claim(ctx context.Context, id, key, wf string) (Claim, error) {
+	c := Claim{CommandKey: key, Workflow: wf, ClaimedAt: d.cfg.Now().UTC()}
+	b, _ := json.Marshal(c)
+	if _, err := d.ids.Create(ctx, id, b); err == nil {
+		return c, nil
+	} else if !errors.Is(err, jetstream.ErrKeyExists) {
+		return Claim{}, fmt.Errorf("claim execution id %s: %w", id, err)
+	}
+	e, err := d.ids.Get(ctx, id)
+	if err != nil {
+		return Claim{}, fmt.Errorf("read claim of execution id %s: %w", id, err)
+	}
+	var existing Claim
+	if err := json.Unmarshal(e.Value(), &existing); err != nil {
+		return Claim{}, permanentError{fmt.Errorf("decode claim of %s: %w", id, err)}
+	}
+	return existing, nil
+}
+
+// reject publishes why a command changes nothing and terminates it.
+func (d *Dispatcher) reject(ctx context.Context, cmd events.Event, execID, code, reason string) error {
+	key := events.CommandKey(cmd.Source, cmd.ID)
+	rej := events.New(d.cfg.Source, execID, "", d.cfg.Now(), &events.CommandRejected{
+		CommandKey: key, CommandType: cmd.Type, ExecutionID: execID, Code: code, Reason: reason})
+	msg, err := events.Encode(events.RejectionSubject(key), rej)
+	if err != nil {
+		return err
+	}
+	if _, err := d.js.PublishMsg(ctx, msg, jetstream.WithMsgID("rej-"+events.RejectionSubject(key))); err != nil {
+		return fmt.Errorf("publish rejection: %w", err)
+	}
+	zerolog.Ctx(ctx).Warn().Str("code", code).Str("reason", reason).Str("command", key).Msg("command rejected")
+	return permanentError{fmt.Errorf("rejected: %s", reason)}
+}
+
+// rejectRaw reports an undecodable command, best effort.
+func (d *Dispatcher) rejectRaw(ctx context.Context, m jetstream.Msg, cause error) {
+	id := m.Headers().Get("ce-id")
+	if id == "" {
+		id = m.Headers().Get(jetstream.MsgIDHeader)
+	}
+	if id == "" {
+		return // nothing a client could correlate the rejection with
+	}
+	cmd := events.Event{ID: id, Source: m.Headers().Get("ce-source"), Type: events.Type(m.Headers().Get("ce-type"))}
+	_ = d.reject(ctx, cmd, "", events.CodeInvalid, cause.Error())
+}
+
+// result applies an agent's report about a task.
+func (d *Dispatcher) result(ctx context.Context, ref events.TaskRef, ev events.Event) error {
+	return d.withExecution(ctx, ref.Workflow, ref.ExecutionID, func(x *execState) error {
+		log := zerolog.Ctx(ctx).With().Str("step_id", ref.StepID).Int("attempt", ref.Attempt).Logger()
+		if x.state.Status == projections.StatusNone {
+			return permanentError{fmt.Errorf("result for unknown execution %s", ref.ExecutionID)}
+		}
+		i := x.state.StepIndex(ref.StepID)
+		if i < 0 {
+			return permanentError{fmt.Errorf("result for unknown step %q", ref.StepID)}
+		}
+		st := x.state.Steps[i]
+		if ref.Token != x.state.Token || ref.Attempt != st.Attempt || x.state.Status.Terminal() {
+			log.Info().Str("step_status", string(st.Status)).Msg("ignore result of a stale attempt")
+			return nil
+		}
+		var p events.Payload
+		switch r := ev.Data.(type) {
+		case *events.OperationStarted:
+			if st.Status == projections.OpSending || st.Status == projections.OpSent {
+				p = &events.StepStarted{StepID: st.ID, Attempt: st.Attempt, Agent: r.Agent, Delivery: r.Delivery}
+			}
+		case *events.OperationSucceeded:
+			if st.Status.InFlight() {
+				p = &events.StepSucceeded{StepID: st.ID, Attempt: st.Attempt, Output: r.Output, Agent: r.Agent, Duration: r.Duration}
+			}
+		case *events.OperationFailed:
+			if st.Status.InFlight() {
+				p = &events.StepFailed{StepID: st.ID, Attempt: st.Attempt, Error: r.Error, Output: r.Output, Agent: r.Agent}
+			}
+		}
+		if p == nil {
+			log.Debug().Str("step_status", string(st.Status)).Msg("ignore duplicate result")
+		} else if err := d.append(ctx, x, p); err != nil {
+			return err
+		}
+		return d.advance(ctx, x)
+	})
+}
+
+// advance appends events and publishes tasks until the execution has to
+// wait for something outside.
+func (d *Dispatcher) advance(ctx context.Context, x *execState) error {
+	for range 4*len(x.state.Steps) + 4 {
+		a := decide(x.def, x.state)
+		var err error
+		switch a.kind {
+		case actWait:
+			return nil
+		case actSchedule:
+			err = d.append(ctx, x, &events.StepScheduled{StepID: a.step.ID, Attempt: a.attempt})
+		case actSend:
+			taskID := events.TaskID(x.id, a.step.ID, a.attempt)
+			if err = d.append(ctx, x, &events.StepSending{StepID: a.step.ID, Attempt: a.attempt, TaskID: taskID, Queue: a.step.QueueName()}); err == nil {
+				err = d.send(ctx, x, a)
+			}
+		case actResend:
+			err = d.send(ctx, x, a)
+		case actSucceed:
+			err = d.append(ctx, x, &events.ExecutionSucceeded{})
+			if err == nil {
+				zerolog.Ctx(ctx).Info().Msg("execution succeeded")
+			}
+		case actFail:
+			err = d.append(ctx, x, &events.ExecutionFailed{Error: a.err, StepID: a.step.ID})
+			if err == nil {
+				zerolog.Ctx(ctx).Info().Str("error", a.err).Msg("execution failed")
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return permanentError{fmt.Errorf("execution %s did not settle", x.id)}
+}
+
+// send publishes the step's task (deduplicated by task id) and records it sent.
+func (d *Dispatcher) send(ctx context.Context, x *execState, a action) error {
+	taskID := events.TaskID(x.id, a.step.ID, a.attempt)
+	spec, err := json.Marshal(a.step)
+	if err != nil {
+		return permanentError{fmt.Errorf("encode step %s: %w", a.step.ID, err)}
+	}
+	task := events.New(d.cfg.Source, x.id, x.workflow, d.cfg.Now(), &events.Task{
+		TaskID: taskID, ExecutionID: x.id, Workflow: x.workflow, StepID: a.step.ID, Attempt: a.attempt,
+		Token: x.state.Token, Kind: a.step.Kind, Queue: a.step.QueueName(), Spec: spec,
+	})
+	task.ID = taskID
+	msg, err := events.Encode(events.TaskSubject(a.step.QueueName()), task)
+	if err != nil {
+		return permanentError{err}
+	}
+	ack, err := d.js.PublishMsg(ctx, msg, jetstream.WithMsgID(taskID))
+	if err != nil {
+		return fmt.Errorf("publish task %s: %w", taskID, err)
+	}
+	return d.append(ctx, x, &events.StepSent{StepID: a.step.ID, Attempt: a.attempt, TaskID: taskID, TaskSeq: ack.Sequence})
+}

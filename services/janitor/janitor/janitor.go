@@ -1,0 +1,239 @@
+// Package janitor is periodic and event-driven maintenance done as an
+// ordinary JetStream client:
+//
+//   - lost tasks: a task delivered MaxDeliver times without a result (its
+//     agents died or hung) raises a JetStream advisory, captured in a
+//     stream; the janitor reports the step failed and removes the task;
+//   - idle executions: a started execution with no activity for IdleAfter
+//     is nudged with a reconcile command (the dispatcher re-decides, which
+//     is idempotent), and a step whose task vanished from its queue without
+//     a result is reported failed.
+package janitor
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/projections"
+)
+
+// AdvisoriesConsumer is the janitor's durable consumer of advisories.
+const AdvisoriesConsumer = "janitor-advisories"
+
+// Config configures a Janitor.
+type Config struct {
+	// Interval between sweeps. Default 30s.
+	Interval time.Duration
+	// IdleAfter is how long a started execution may show no activity
+	// before the sweep looks at it. Default 2m.
+	IdleAfter time.Duration
+	// Source is the CloudEvents source of what it publishes. Default "jetflow/janitor".
+	Source string
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+func (c Config) withDefaults() Config {
+	c.Interval = cmp.Or(c.Interval, 30*time.Second)
+	c.IdleAfter = cmp.Or(c.IdleAfter, 2*time.Minute)
+	c.Source = cmp.Or(c.Source, "jetflow/janitor")
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// Janitor does maintenance.
+type Janitor struct {
+	cfg Config
+	js  jetstream.JetStream
+	log zerolog.Logger
+}
+
+// New returns a janitor; call Run to start it.
+func New(cfg Config, js jetstream.JetStream, log zerolog.Logger) (*Janitor, error) {
+	cfg = cfg.withDefaults()
+	if cfg.Interval <= 0 || cfg.IdleAfter <= 0 {
+		return nil, fmt.Errorf("janitor: Interval and IdleAfter must be positive")
+	}
+	return &Janitor{cfg: cfg, js: js, log: log}, nil
+}
+
+// Run works until ctx ends.
+func (j *Janitor) Run(ctx context.Context) error {
+	cons, err := j.js.CreateOrUpdateConsumer(ctx, bus.StreamAdvisories, jetstream.ConsumerConfig{
+		Durable: AdvisoriesConsumer, AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: -1,
+	})
+	if err != nil {
+		return fmt.Errorf("create advisories consumer: %w", err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		if err := j.lostTask(ctx, m.Data()); err != nil {
+			j.log.Warn().Err(err).Msg("handle max-deliveries advisory, will retry")
+			_ = m.NakWithDelay(2 * time.Second)
+			return
+		}
+		_ = m.Ack()
+	})
+	if err != nil {
+		return fmt.Errorf("consume advisories: %w", err)
+	}
+	defer func() { cc.Drain(); <-cc.Closed() }()
+	j.log.Info().Dur("interval", j.cfg.Interval).Msg("janitor running")
+	t := time.NewTicker(j.cfg.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			res, err := j.RunOnce(ctx)
+			if err != nil {
+				j.log.Error().Err(err).Msg("sweep")
+				continue
+			}
+			if res.Reconciled+res.LostTasks > 0 {
+				j.log.Info().Int("checked", res.Checked).Int("reconciled", res.Reconciled).Int("lost_tasks", res.LostTasks).Msg("sweep")
+			}
+		}
+	}
+}
+
+// advisory is JetStream's max-deliveries advisory.
+type advisory struct {
+	Stream     string `json:"stream"`
+	Consumer   string `json:"consumer"`
+	StreamSeq  uint64 `json:"stream_seq"`
+	Deliveries uint64 `json:"deliveries"`
+}
+
+// lostTask turns a task that exhausted its deliveries into a failure.
+func (j *Janitor) lostTask(ctx context.Context, data []byte) error {
+	var adv advisory
+	if err := json.Unmarshal(data, &adv); err != nil || adv.Stream != events.StreamTasks {
+		j.log.Warn().Err(err).Msg("ignore unexpected advisory")
+		return nil
+	}
+	stream, err := j.js.Stream(ctx, events.StreamTasks)
+	if err != nil {
+		return fmt.Errorf("open tasks stream: %w", err)
+	}
+	raw, err := stream.GetMsg(ctx, adv.StreamSeq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil // already finished or removed
+	}
+	if err != nil {
+		return fmt.Errorf("get task %d: %w", adv.StreamSeq, err)
+	}
+	ev, err := events.Decode(raw.Header, raw.Data)
+	task, ok := ev.Data.(*events.Task)
+	if err == nil && ok {
+		reason := fmt.Sprintf("task delivered %d times to agents (consumer %s) without a result: agents died or timed out", adv.Deliveries, adv.Consumer)
+		if err := j.fail(ctx, task.Ref("janitor", int(adv.Deliveries)), "lost", reason); err != nil {
+			return err
+		}
+		j.log.Warn().Str("execution_id", task.ExecutionID).Str("step_id", task.StepID).Uint64("deliveries", adv.Deliveries).Msg("failed lost task")
+	}
+	if err := stream.DeleteMsg(ctx, adv.StreamSeq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return fmt.Errorf("delete lost task %d: %w", adv.StreamSeq, err)
+	}
+	return nil
+}
+
+func (j *Janitor) fail(ctx context.Context, ref events.TaskRef, why, reason string) error {
+	ev := events.New(j.cfg.Source, ref.ExecutionID, ref.Workflow, j.cfg.Now(), &events.OperationFailed{TaskRef: ref, Error: reason})
+	ev.ID = ref.TaskID + "." + why
+	msg, err := events.Encode(events.ResultSubject(ref.ExecutionID), ev)
+	if err != nil {
+		return err
+	}
+	if _, err := j.js.PublishMsg(ctx, msg, jetstream.WithMsgID(ev.ID)); err != nil {
+		return fmt.Errorf("publish failure of task %s: %w", ref.TaskID, err)
+	}
+	return nil
+}
+
+// Result counts what a sweep did.
+type Result struct {
+	Checked    int
+	Reconciled int
+	LostTasks  int
+}
+
+// RunOnce sweeps the execution read models once.
+func (j *Janitor) RunOnce(ctx context.Context) (Result, error) {
+	var res Result
+	kv, err := j.js.KeyValue(ctx, events.BucketExecutions)
+	if err != nil {
+		return res, fmt.Errorf("open executions bucket: %w", err)
+	}
+	tasks, err := j.js.Stream(ctx, events.StreamTasks)
+	if err != nil {
+		return res, fmt.Errorf("open tasks stream: %w", err)
+	}
+	lister, err := kv.ListKeys(ctx)
+	if err != nil {
+		return res, fmt.Errorf("list executions: %w", err)
+	}
+	now := j.cfg.Now()
+	for key := range lister.Keys() {
+		e, err := kv.Get(ctx, key)
+		if err != nil {
+			continue
+		}
+		var x projections.Execution
+		if json.Unmarshal(e.Value(), &x) != nil || x.Status != projections.StatusStarted || now.Sub(x.UpdatedAt) < j.cfg.IdleAfter {
+			continue
+		}
+		res.Checked++
+		inFlight := false
+		for _, st := range x.Steps {
+			if st.Status != projections.OpSent && st.Status != projections.OpStarted {
+				continue
+			}
+			inFlight = true
+			if st.TaskSeq == 0 {
+				continue
+			}
+			if _, err := tasks.GetMsg(ctx, st.TaskSeq); errors.Is(err, jetstream.ErrMsgNotFound) {
+				ref := events.TaskRef{TaskID: st.TaskID, ExecutionID: x.ID, Workflow: x.Workflow, StepID: st.ID,
+					Attempt: st.Attempt, Token: x.Token, Agent: "janitor"}
+				if err := j.fail(ctx, ref, "vanished", "task left its queue without a result"); err != nil {
+					return res, err
+				}
+				res.LostTasks++
+			}
+		}
+		if !inFlight {
+			if err := j.reconcile(ctx, x); err != nil {
+				return res, err
+			}
+			res.Reconciled++
+		}
+	}
+	return res, nil
+}
+
+func (j *Janitor) reconcile(ctx context.Context, x projections.Execution) error {
+	ev := events.New(j.cfg.Source, x.ID, x.Workflow, j.cfg.Now(), &events.ReconcileExecution{
+		ExecutionID: x.ID, Workflow: x.Workflow, Reason: "idle"})
+	ev.ID = "reconcile-" + x.ID + "-" + strconv.FormatUint(x.LastSeq, 10)
+	msg, err := events.Encode(events.SubjectReconcile, ev)
+	if err != nil {
+		return err
+	}
+	if _, err := j.js.PublishMsg(ctx, msg, jetstream.WithMsgID(ev.ID)); err != nil {
+		return fmt.Errorf("publish reconcile of %s: %w", x.ID, err)
+	}
+	return nil
+}

@@ -1,0 +1,280 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"jetflow.dev/pkg/client"
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/projections"
+)
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// parseInputs turns k=v pairs into an object; v is JSON when it parses as
+// JSON (numbers, booleans, objects, quoted strings), a plain string otherwise.
+func parseInputs(pairs []string, raw string) (map[string]any, error) {
+	in := map[string]any{}
+	if raw != "" {
+		if err := json.Unmarshal([]byte(raw), &in); err != nil {
+			return nil, fmt.Errorf("--input-json must be a JSON object: %w", err)
+		}
+	}
+	for _, p := range pairs {
+		k, v, ok := strings.Cut(p, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--input %q: write it as key=value", p)
+		}
+		var val any
+		if err := json.Unmarshal([]byte(v), &val); err != nil {
+			val = v
+		}
+		in[k] = val
+	}
+	return in, nil
+}
+
+func (a *app) runCmd() *cobra.Command {
+	var req client.StartRequest
+	var inputs []string
+	var inputJSON string
+	var watch bool
+	cmd := &cobra.Command{
+		Use:   "run WORKFLOW [--input k=v]... [--id ID] [--watch]",
+		Short: "Start an execution of a workflow",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			in, err := parseInputs(inputs, inputJSON)
+			if err != nil {
+				return err
+			}
+			req.Workflow, req.Input = args[0], in
+			res, err := a.client().Start(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			switch res.HTTPStatus {
+			case 200:
+				fmt.Fprintf(a.stdout, "execution %s already exists for this request (status %s)\n", res.ID, res.Status)
+			case 202:
+				fmt.Fprintf(a.stdout, "execution %s accepted (the dispatcher has not picked it up yet)\n", res.ID)
+			default:
+				fmt.Fprintf(a.stdout, "execution %s started\n", res.ID)
+			}
+			if !watch {
+				return nil
+			}
+			return a.follow(cmd, res.ID, 0, false)
+		},
+	}
+	f := cmd.Flags()
+	f.StringArrayVarP(&inputs, "input", "i", nil, "input value key=value (repeatable; JSON values allowed)")
+	f.StringVar(&inputJSON, "input-json", "", "the whole input as a JSON object")
+	f.StringVar(&req.ID, "id", "", "execution id (unique forever; default: generated)")
+	f.IntVar(&req.Version, "version", 0, "definition version (default: latest)")
+	f.BoolVarP(&watch, "watch", "w", false, "follow progress until the execution ends")
+	return cmd
+}
+
+func (a *app) showCmd() *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "show ID",
+		Short: "Show an execution's state: status, steps, outputs, timings",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			x, err := a.client().Execution(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if output == "json" {
+				enc := json.NewEncoder(a.stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(x)
+			}
+			if output != "" && output != "text" {
+				return fmt.Errorf("-o %q: use text or json", output)
+			}
+			printExecution(a.stdout, x)
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	return cmd
+}
+
+func dur(from, to time.Time) string {
+	if from.IsZero() || to.IsZero() {
+		return "-"
+	}
+	return to.Sub(from).Round(time.Millisecond).String()
+}
+
+func printExecution(w io.Writer, x projections.Execution) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "execution\t%s\n", x.ID)
+	fmt.Fprintf(tw, "workflow\t%s (version %d)\n", x.Workflow, x.Version)
+	fmt.Fprintf(tw, "status\t%s\n", x.Status)
+	if !x.StartedAt.IsZero() {
+		fmt.Fprintf(tw, "started\t%s\n", x.StartedAt.Local().Format(time.RFC3339Nano))
+	}
+	if !x.EndedAt.IsZero() {
+		fmt.Fprintf(tw, "ended\t%s (took %s)\n", x.EndedAt.Local().Format(time.RFC3339Nano), dur(x.StartedAt, x.EndedAt))
+	}
+	if x.Error != "" {
+		fmt.Fprintf(tw, "error\t%s\n", x.Error)
+	}
+	fmt.Fprintf(tw, "input\t%s\n", compact(x.Input))
+	_ = tw.Flush()
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "STEP\tKIND\tSTATUS\tATTEMPT\tDURATION\tOUTPUT / ERROR")
+	for _, s := range x.Steps {
+		detail := compact(s.Output)
+		if s.Error != "" {
+			detail = s.Error
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", s.ID, s.Kind, cmpStr(string(s.Status), "-"), s.Attempt, dur(s.StartedAt, s.EndedAt), truncate(detail, 100))
+	}
+	_ = tw.Flush()
+}
+
+func cmpStr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+func compact(b json.RawMessage) string {
+	if len(b) == 0 {
+		return "-"
+	}
+	var v any
+	if json.Unmarshal(b, &v) != nil {
+		return string(b)
+	}
+	out, _ := json.Marshal(v)
+	return string(out)
+}
+
+func truncate(s string, n int) string {
+	s = strings.ReplaceAll(s, "\n", `\n`)
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-1] + "…"
+}
+
+func (a *app) lsCmd() *cobra.Command {
+	var o client.ListOptions
+	cmd := &cobra.Command{
+		Use:   "ls",
+		Short: "List executions (filter by workflow and status; page with --after)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			list, next, err := a.client().ListExecutions(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tWORKFLOW\tVERSION\tSTATUS\tSTEPS\tSTARTED\tDURATION")
+			for _, x := range list {
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d/%d\t%s\t%s\n", x.ID, x.Workflow, x.Version, x.Status, x.Done, x.Steps,
+					x.StartedAt.Local().Format("2006-01-02 15:04:05"), dur(x.StartedAt, x.EndedAt))
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if next != "" {
+				fmt.Fprintf(a.stdout, "more: jetflow ls --after %s\n", next)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Workflow, "workflow", "", "only executions of this workflow")
+	f.StringVar(&o.Status, "status", "", "only executions in this status (started, succeeded, failed)")
+	f.IntVar(&o.Limit, "limit", 50, "page size (1-1000)")
+	f.StringVar(&o.After, "after", "", "cursor: list executions after this id")
+	return cmd
+}
+
+func (a *app) eventsCmd() *cobra.Command {
+	var follow, asJSON bool
+	var from uint64
+	cmd := &cobra.Command{
+		Use:   "events ID [--follow] [--from-seq N]",
+		Short: "Print an execution's history; --follow streams it live until the execution ends",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if follow {
+				return a.follow(cmd, args[0], from, asJSON)
+			}
+			evs, err := a.client().Events(cmd.Context(), args[0], from)
+			if err != nil {
+				return err
+			}
+			for _, ev := range evs {
+				printEvent(a.stdout, ev, asJSON)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVarP(&follow, "follow", "f", false, "follow live until the execution ends")
+	f.Uint64Var(&from, "from-seq", 0, "start at this stream sequence")
+	f.BoolVar(&asJSON, "json", false, "print each event as a JSON line")
+	return cmd
+}
+
+// follow prints events live; it fails (exit 1) if the execution failed.
+func (a *app) follow(cmd *cobra.Command, id string, from uint64, asJSON bool) error {
+	var last client.Event
+	err := a.client().Follow(cmd.Context(), id, from, func(ev client.Event) error {
+		printEvent(a.stdout, ev, asJSON)
+		last = ev
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if last.Type == events.TypeExecutionFailed {
+		if !asJSON {
+			fmt.Fprintf(a.stderr, "execution %s failed\n", id)
+		}
+		return exitError{code: 1}
+	}
+	return nil
+}
+
+func printEvent(w io.Writer, ev client.Event, asJSON bool) {
+	if asJSON {
+		b, _ := json.Marshal(ev)
+		fmt.Fprintln(w, string(b))
+		return
+	}
+	var d map[string]any
+	_ = json.Unmarshal(ev.Data, &d)
+	detail := ""
+	if s, ok := d["step_id"].(string); ok {
+		detail = "step=" + s
+	}
+	for _, k := range []string{"error", "agent"} {
+		if v, ok := d[k].(string); ok && v != "" {
+			detail += " " + k + "=" + truncate(v, 120)
+		}
+	}
+	if o, ok := d["output"]; ok && ev.Type == events.TypeStepSucceeded {
+		b, _ := json.Marshal(o)
+		detail += " output=" + truncate(string(b), 120)
+	}
+	short := strings.TrimPrefix(string(ev.Type), "io.jetflow.")
+	fmt.Fprintf(w, "%6d  %s  %-20s %s\n", ev.Seq, ev.Time.Local().Format("15:04:05.000"), short, strings.TrimSpace(detail))
+}

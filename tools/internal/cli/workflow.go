@@ -1,0 +1,97 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"jetflow.dev/pkg/client"
+)
+
+func (a *app) workflowCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "workflow", Aliases: []string{"workflows", "wf"}, Short: "Register and list workflow definitions"}
+	var file string
+	apply := &cobra.Command{
+		Use:   "apply -f FILE",
+		Short: "Register a workflow definition (YAML or JSON); a changed definition becomes a new version",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if file == "" {
+				return errors.New("-f FILE is required (use - for standard input)")
+			}
+			var data []byte
+			var err error
+			if file == "-" {
+				data, err = io.ReadAll(cmd.InOrStdin())
+			} else {
+				data, err = os.ReadFile(file)
+			}
+			if err != nil {
+				return fmt.Errorf("read %s: %w", file, err)
+			}
+			res, err := a.client().ApplyWorkflow(cmd.Context(), data)
+			if err != nil {
+				return explainDefinitionError(file, err)
+			}
+			verb := "unchanged"
+			if res.Created {
+				verb = "created"
+			}
+			fmt.Fprintf(a.stdout, "workflow %s version %d %s\n", res.Name, res.Version, verb)
+			return nil
+		},
+	}
+	apply.Flags().StringVarP(&file, "file", "f", "", "definition file (- for standard input)")
+	ls := &cobra.Command{
+		Use:   "ls",
+		Short: "List registered workflows",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			list, err := a.client().ListWorkflows(cmd.Context())
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tVERSION\tUPDATED\tDESCRIPTION")
+			for _, w := range list {
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", w.Name, w.LatestVersion, w.UpdatedAt.Local().Format("2006-01-02 15:04:05"), w.Description)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.AddCommand(apply, ls)
+	return cmd
+}
+
+// explainDefinitionError lists each problem as FILE:LINE: field: message.
+func explainDefinitionError(file string, err error) error {
+	var apiErr *client.Error
+	if !errors.As(err, &apiErr) || apiErr.Code != "invalid_definition" {
+		return err
+	}
+	var problems []struct {
+		Field   string `json:"field"`
+		Line    int    `json:"line"`
+		Message string `json:"message"`
+	}
+	if jsonUnmarshal(apiErr.Problems, &problems) != nil || len(problems) == 0 {
+		return err
+	}
+	msg := "the definition is invalid; fix these and apply again:"
+	for _, p := range problems {
+		loc := file
+		if p.Line > 0 {
+			loc = fmt.Sprintf("%s:%d", file, p.Line)
+		}
+		if p.Field != "" {
+			msg += fmt.Sprintf("\n  %s: %s: %s", loc, p.Field, p.Message)
+		} else {
+			msg += fmt.Sprintf("\n  %s: %s", loc, p.Message)
+		}
+	}
+	return errors.New(msg)
+}
