@@ -1,0 +1,168 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/client"
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/history"
+	"jetflow.dev/pkg/projections"
+)
+
+// devProcess is `jetflow dev` running as its own process, so that the test
+// can SIGKILL all of it (embedded nats-server included) at any moment.
+type devProcess struct {
+	t                  *testing.T
+	bin, dir           string
+	natsPort, httpPort int
+	cmd                *exec.Cmd
+	runs               int
+}
+
+func (p *devProcess) apiURL() string  { return fmt.Sprintf("http://127.0.0.1:%d", p.httpPort) }
+func (p *devProcess) natsURL() string { return fmt.Sprintf("nats://127.0.0.1:%d", p.natsPort) }
+
+func (p *devProcess) start() {
+	p.t.Helper()
+	p.runs++
+	logf, err := os.Create(filepath.Join(p.dir, fmt.Sprintf("run-%d.log", p.runs)))
+	require.NoError(p.t, err)
+	p.cmd = exec.Command(p.bin, "dev", "--data", filepath.Join(p.dir, "data"),
+		"--nats-addr", fmt.Sprintf("127.0.0.1:%d", p.natsPort), "--http", fmt.Sprintf("127.0.0.1:%d", p.httpPort),
+		"--task-ack-wait", "1s", "--log-level", "warn", "--log-json")
+	p.cmd.Stdout, p.cmd.Stderr = logf, logf
+	require.NoError(p.t, p.cmd.Start())
+	require.Eventually(p.t, func() bool {
+		resp, err := http.Get(p.apiURL() + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 30*time.Second, 20*time.Millisecond, "jetflow dev did not come up (run %d)", p.runs)
+}
+
+func (p *devProcess) kill() {
+	p.t.Helper()
+	require.NoError(p.t, p.cmd.Process.Signal(syscall.SIGKILL))
+	_ = p.cmd.Wait()
+}
+
+func (p *devProcess) stop() {
+	if p.cmd != nil && p.cmd.ProcessState == nil {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = p.cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-done
+		}
+	}
+}
+
+// TestCrashRecoveryWithSIGKILL kills the whole dev process (NATS server
+// and all four services) three times during multi-step workflows: while
+// an exec step runs, while another exec step runs, and right after a
+// restart. Every execution must finish with each step's success recorded
+// exactly once and a linear history.
+func TestCrashRecoveryWithSIGKILL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("crash test runs jetflow as a separate process")
+	}
+	t.Parallel()
+	p := &devProcess{t: t, bin: buildJetflow(t), dir: t.TempDir(), natsPort: freePort(t), httpPort: freePort(t)}
+	t.Cleanup(p.stop)
+	p.start()
+	c := client.New(p.apiURL())
+	ctx := context.Background()
+	_, err := c.ApplyWorkflow(ctx, []byte(`
+name: crashy
+steps:
+  - id: s1
+    kind: noop
+  - id: s2
+    kind: exec
+    command: sh
+    args: ["-c", "sleep 1.5; echo two"]
+  - id: s3
+    kind: log
+    message: between the slow steps
+  - id: s4
+    kind: exec
+    command: sh
+    args: ["-c", "sleep 1; echo four"]
+  - id: s5
+    kind: noop
+`))
+	require.NoError(t, err)
+	ids := []string{"crash-1", "crash-2", "crash-3", "crash-4", "crash-5"}
+	for _, id := range ids {
+		_, err := c.Start(ctx, client.StartRequest{Workflow: "crashy", ID: id})
+		require.NoError(t, err)
+	}
+	waitStep := func(id, step string) {
+		require.Eventually(t, func() bool {
+			x, err := c.Execution(ctx, id)
+			if err != nil {
+				return false
+			}
+			i := x.StepIndex(step)
+			return i >= 0 && x.Steps[i].Status == projections.OpStarted
+		}, 30*time.Second, 10*time.Millisecond, "%s never started %s", id, step)
+	}
+
+	waitStep("crash-1", "s2") // kill 1: while an exec step runs
+	p.kill()
+	p.start()
+	waitStep("crash-1", "s4") // kill 2: while another exec step runs
+	p.kill()
+	p.start()
+	time.Sleep(300 * time.Millisecond) // kill 3: during recovery
+	p.kill()
+	p.start()
+
+	for _, id := range ids {
+		require.Eventually(t, func() bool {
+			x, err := c.Execution(ctx, id)
+			return err == nil && x.Status.Terminal()
+		}, 60*time.Second, 20*time.Millisecond, "%s did not finish after restarts", id)
+	}
+
+	nc, err := nats.Connect(p.natsURL())
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	for _, id := range ids {
+		evs, err := history.Read(ctx, js, events.ExecutionFilter(id), 0)
+		require.NoError(t, err)
+		x := requireLinear(t, evs)
+		require.Equal(t, projections.StatusSucceeded, x.Status, "%s: %s", id, x.Error)
+		counts := countTypes(evs)
+		require.Equal(t, 1, counts[string(events.TypeExecutionStarted)], id)
+		require.Equal(t, 1, counts[string(events.TypeExecutionSucceeded)], id)
+		for _, step := range []string{"s1", "s2", "s3", "s4", "s5"} {
+			require.Equal(t, 1, counts[string(events.TypeStepSucceeded)+"/"+step], "%s step %s", id, step)
+			require.Equal(t, 1, counts[string(events.TypeStepScheduled)+"/"+step], "%s step %s", id, step)
+		}
+		// The read model the api serves agrees with the fold of the stream.
+		served, err := c.Execution(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, x.Status, served.Status)
+		require.Equal(t, x.LastSeq, served.LastSeq)
+	}
+}
