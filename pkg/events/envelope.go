@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -25,6 +26,11 @@ var (
 
 // ExtWorkflow is the CloudEvents extension attribute naming the workflow.
 const ExtWorkflow = "workflow"
+
+// ExtPrevSeq carries, on history events, the stream sequence of the
+// previous event of the same execution (0 for the first): the sequence the
+// append was conditioned on. Readers use it to detect gaps.
+const ExtPrevSeq = "prevseq"
 
 // ExtIgnorable marks an event that folds may skip when they do not know its type.
 const ExtIgnorable = "ignorable"
@@ -47,6 +53,9 @@ type Event struct {
 	Ignorable bool `json:"ignorable,omitempty"`
 	// Seq is the JetStream stream sequence, set when read from a stream.
 	Seq uint64 `json:"seq,omitempty"`
+	// PrevSeq is the stream sequence of the execution's previous event
+	// (history events only; 0 for the first or when unknown).
+	PrevSeq uint64 `json:"prev_seq,omitempty"`
 	// Data is the typed payload; nil for an unknown type.
 	Data Payload `json:"data"`
 	// Raw is the JSON data as received (set by Decode).
@@ -74,6 +83,9 @@ func (e Event) toCloudEvent() (event.Event, error) {
 	}
 	if e.Ignorable {
 		ce.SetExtension(ExtIgnorable, true)
+	}
+	if e.PrevSeq > 0 {
+		ce.SetExtension(ExtPrevSeq, strconv.FormatUint(e.PrevSeq, 10))
 	}
 	var data any = e.Data
 	if e.Data == nil && e.Raw != nil {
@@ -148,6 +160,13 @@ func FromCloudEvent(ce event.Event) (Event, error) {
 	}
 	if ig, ok := ce.Extensions()[ExtIgnorable]; ok {
 		ev.Ignorable = strings.EqualFold(fmt.Sprint(ig), "true")
+	}
+	if ps, ok := ce.Extensions()[ExtPrevSeq]; ok {
+		n, err := strconv.ParseUint(fmt.Sprint(ps), 10, 64)
+		if err != nil {
+			return ev, fmt.Errorf("%w: extension %s %q is not a sequence", ErrMalformed, ExtPrevSeq, ps)
+		}
+		ev.PrevSeq = n
 	}
 	ev.Raw = ce.Data()
 	if ct := ce.DataContentType(); ct != "" && !strings.HasPrefix(ct, "application/json") && !strings.HasSuffix(ct, "+json") {

@@ -131,4 +131,3 @@ func requireLinear(t *testing.T, evs []events.Event) projections.Execution {
 	require.NoError(t, err)
 	return x
 }
-

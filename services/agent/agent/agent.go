@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
@@ -179,9 +180,21 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 		}
 	}()
 
-	if err := a.report(ctx, fmt.Sprintf("%s.started.%d", task.TaskID, delivery), &events.OperationStarted{TaskRef: ref}); err != nil {
-		log.Warn().Err(err).Msg("report started")
-	}
+	// The started report is published without waiting: the operation need
+	// not wait for it, and the final report on the same subject and
+	// connection is stored after it.
+	started := a.reportAsync(fmt.Sprintf("%s.started.%d", task.TaskID, delivery), &events.OperationStarted{TaskRef: ref})
+	defer func() {
+		if started == nil {
+			return
+		}
+		select {
+		case <-started.Ok():
+		case err := <-started.Err():
+			log.Warn().Err(err).Msg("report started")
+		case <-time.After(a.cfg.AckWait):
+		}
+	}()
 	h, ok := a.handlers[task.Kind]
 	var out any
 	if !ok {
@@ -248,9 +261,21 @@ func marshalOutput(out any) (json.RawMessage, error) {
 	return b, nil
 }
 
-// report publishes a result, retrying for a while if JetStream is
-// unreachable (the heartbeat keeps the task ours meanwhile).
-func (a *Agent) report(ctx context.Context, id string, p events.Payload) error {
+// reportAsync publishes a result without waiting for its ack.
+func (a *Agent) reportAsync(id string, p events.Payload) jetstream.PubAckFuture {
+	msg, err := a.resultMsg(id, p)
+	if err != nil {
+		return nil
+	}
+	f, err := a.js.PublishMsgAsync(msg, jetstream.WithMsgID(id))
+	if err != nil {
+		a.log.Warn().Err(err).Str("result_id", id).Msg("report")
+		return nil
+	}
+	return f
+}
+
+func (a *Agent) resultMsg(id string, p events.Payload) (*nats.Msg, error) {
 	var execID, wf string
 	switch r := p.(type) {
 	case *events.OperationStarted:
@@ -262,7 +287,13 @@ func (a *Agent) report(ctx context.Context, id string, p events.Payload) error {
 	}
 	ev := events.New(a.cfg.Source, execID, wf, time.Now(), p)
 	ev.ID = id
-	msg, err := events.Encode(events.ResultSubject(execID), ev)
+	return events.Encode(events.ResultSubject(execID), ev)
+}
+
+// report publishes a result, retrying for a while if JetStream is
+// unreachable (the heartbeat keeps the task ours meanwhile).
+func (a *Agent) report(ctx context.Context, id string, p events.Payload) error {
+	msg, err := a.resultMsg(id, p)
 	if err != nil {
 		return err
 	}

@@ -31,7 +31,7 @@ type Projector struct {
 	js    jetstream.JetStream
 	kv    jetstream.KeyValue
 	log   zerolog.Logger
-	cache map[string]entry // touched only by the consume goroutine
+	cache map[string]entry // touched only by Run's goroutine
 }
 
 type entry struct {
@@ -50,77 +50,140 @@ func New(ctx context.Context, js jetstream.JetStream, log zerolog.Logger) (*Proj
 	return &Projector{js: js, kv: kv, log: log, cache: map[string]entry{}}, nil
 }
 
-// Run projects events until ctx ends.
+// Run projects events until ctx ends. Messages are handed from the
+// consumer to one projecting goroutine; under load it takes whatever has
+// arrived (up to batchMax) and writes each execution's read model once per
+// batch, so the cost per event falls as load rises.
 func (p *Projector) Run(ctx context.Context) error {
 	cons, err := p.js.CreateOrUpdateConsumer(ctx, events.StreamEvents, jetstream.ConsumerConfig{
 		Durable: Consumer, AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: -1,
-		MaxAckPending: 1024, FilterSubject: events.EventsPrefix + ".>",
+		MaxAckPending: 4096, FilterSubject: events.EventsPrefix + ".>",
 		PriorityPolicy: jetstream.PriorityPolicyPinned, PinnedTTL: 5 * time.Second, PriorityGroups: []string{Group},
 		Description: "jetflow read-model projector (api)",
 	})
 	if err != nil {
 		return fmt.Errorf("create projector consumer: %w", err)
 	}
+	inbox := make(chan jetstream.Msg, 2*batchMax)
 	cc, err := cons.Consume(func(m jetstream.Msg) {
-		for attempt := 0; ; attempt++ {
-			err := p.project(ctx, m)
-			if err == nil {
-				_ = m.Ack()
-				return
-			}
-			if ctx.Err() != nil || attempt >= 5 {
-				p.log.Error().Err(err).Str("subject", m.Subject()).Msg("project event, will be redelivered")
-				_ = m.NakWithDelay(time.Second)
-				return
-			}
+		select {
+		case inbox <- m:
+		case <-ctx.Done():
+			_ = m.Nak()
 		}
-	}, jetstream.PullPriorityGroup(Group), jetstream.PullMaxMessages(512))
+	}, jetstream.PullPriorityGroup(Group), jetstream.PullMaxMessages(batchMax))
 	if err != nil {
 		return fmt.Errorf("consume events: %w", err)
 	}
-	<-ctx.Done()
-	cc.Drain()
-	<-cc.Closed()
-	return nil
+	defer func() { cc.Stop(); <-cc.Closed() }()
+	batch := make([]jetstream.Msg, 0, batchMax)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case m := <-inbox:
+			batch = append(batch[:0], m)
+		}
+	drain:
+		for len(batch) < batchMax {
+			select {
+			case m := <-inbox:
+				batch = append(batch, m)
+			default:
+				break drain
+			}
+		}
+		p.projectBatch(ctx, batch)
+	}
 }
 
-func (p *Projector) project(ctx context.Context, m jetstream.Msg) error {
-	md, err := m.Metadata()
-	if err != nil {
-		return err
+const batchMax = 512
+
+// group is one execution's events within a batch, in stream order.
+type group struct {
+	subject string
+	msgs    []jetstream.Msg
+	evs     []events.Event
+}
+
+func (p *Projector) projectBatch(ctx context.Context, batch []jetstream.Msg) {
+	groups := map[string]*group{}
+	var order []string
+	for _, m := range batch {
+		md, err := m.Metadata()
+		if err != nil {
+			_ = m.Term()
+			continue
+		}
+		ev, err := events.Decode(m.Headers(), m.Data())
+		if (err != nil && !errors.Is(err, events.ErrUnknownType)) || ev.Subject == "" {
+			p.log.Error().Err(err).Uint64("seq", md.Sequence.Stream).Str("subject", m.Subject()).Msg("skip event that cannot be projected")
+			_ = m.Ack()
+			continue
+		}
+		ev.Seq = md.Sequence.Stream
+		g, ok := groups[ev.Subject]
+		if !ok {
+			g = &group{subject: m.Subject()}
+			groups[ev.Subject] = g
+			order = append(order, ev.Subject)
+		}
+		g.msgs, g.evs = append(g.msgs, m), append(g.evs, ev)
 	}
-	ev, err := events.Decode(m.Headers(), m.Data())
-	if err != nil && !errors.Is(err, events.ErrUnknownType) {
-		p.log.Error().Err(err).Uint64("seq", md.Sequence.Stream).Msg("skip undecodable event")
-		return nil
+	for _, id := range order {
+		g := groups[id]
+		err := p.project(ctx, id, g)
+		for _, m := range g.msgs {
+			if err == nil {
+				_ = m.Ack()
+			} else {
+				_ = m.NakWithDelay(500 * time.Millisecond)
+			}
+		}
+		if err != nil && ctx.Err() == nil {
+			p.log.Warn().Err(err).Str("execution_id", id).Msg("project events, will be redelivered")
+		}
 	}
-	ev.Seq = md.Sequence.Stream
-	id := ev.Subject
-	if id == "" {
-		p.log.Error().Uint64("seq", ev.Seq).Msg("skip event without subject")
-		return nil
-	}
+}
+
+// project folds a group's events onto the stored read model and writes it
+// once. A gap (an event whose prevseq is not the model's last sequence, as
+// after a redelivery) or an illegal transition re-folds the execution from
+// its history instead.
+func (p *Projector) project(ctx context.Context, id string, g *group) error {
 	cur, ok := p.cache[id]
 	if !ok {
+		var err error
 		if cur, err = p.read(ctx, id); err != nil {
 			return err
 		}
 	}
-	if ev.Seq <= cur.state.LastSeq {
-		return nil // already projected (redelivery)
+	next := cur.state
+	for _, ev := range g.evs {
+		if ev.Seq <= next.LastSeq {
+			continue // already projected
+		}
+		var err error
+		gap := ev.PrevSeq != 0 && ev.PrevSeq != next.LastSeq // events without prevseq are applied as they come
+		if !gap {
+			next, err = projections.Apply(next, ev)
+		}
+		if gap || err != nil {
+			last := g.evs[len(g.evs)-1].Seq
+			p.log.Debug().Err(err).Bool("gap", gap).Str("execution_id", id).Msg("re-fold execution from its history")
+			evs, rerr := history.ReadUntil(ctx, p.js, g.subject, 0, last)
+			if rerr != nil {
+				return rerr
+			}
+			if next, err = projections.Fold(evs); err != nil {
+				p.log.Error().Err(err).Str("execution_id", id).Msg("history does not fold; read model left as is")
+				return nil
+			}
+			break
+		}
 	}
-	next, err := projections.Apply(cur.state, ev)
-	if err != nil {
-		// The read model is behind or damaged: rebuild it from the stream.
-		p.log.Warn().Err(err).Str("execution_id", id).Msg("re-fold execution from its history")
-		evs, rerr := history.ReadUntil(ctx, p.js, m.Subject(), 0, ev.Seq)
-		if rerr != nil {
-			return rerr
-		}
-		if next, err = projections.Fold(evs); err != nil {
-			p.log.Error().Err(err).Str("execution_id", id).Msg("history does not fold; read model left as is")
-			return nil
-		}
+	if next.LastSeq == cur.state.LastSeq {
+		return nil
 	}
 	rev, err := p.write(ctx, id, next, cur.rev)
 	if err != nil {

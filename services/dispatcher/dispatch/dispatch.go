@@ -304,6 +304,7 @@ func (d *Dispatcher) evict(id string) {
 // last subject sequence.
 func (d *Dispatcher) append(ctx context.Context, x *execState, p events.Payload) error {
 	ev := events.New(d.cfg.Source, x.id, x.workflow, d.cfg.Now(), p)
+	ev.PrevSeq = x.state.LastSeq
 	next, err := projections.Apply(x.state, ev)
 	if err != nil {
 		return permanentError{fmt.Errorf("refusing to append illegal event: %w", err)}

@@ -1,0 +1,236 @@
+// Command jetflow-bench measures jetflow end to end: many executions of a
+// workflow of N noop steps through all four services on an embedded
+// JetStream (file store), started by publishing start CloudEvents. It
+// prints executions/s, steps/s and start-to-finish latency percentiles,
+// then a sequential single-execution latency run.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/catalog"
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/workflow"
+	"jetflow.dev/tools/internal/devstack"
+)
+
+type config struct {
+	executions, concurrency, steps, single int
+	dataDir                                string
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "jetflow-bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, out io.Writer) error {
+	var c config
+	fs := flag.NewFlagSet("jetflow-bench", flag.ContinueOnError)
+	fs.IntVar(&c.executions, "executions", 2000, "executions in the throughput run")
+	fs.IntVar(&c.concurrency, "concurrency", 200, "executions in flight at once in the throughput run")
+	fs.IntVar(&c.steps, "steps", 10, "noop steps per execution")
+	fs.IntVar(&c.single, "single", 100, "executions in the sequential single-execution latency run")
+	fs.StringVar(&c.dataDir, "data", "", "data directory (default: a new temp dir, removed afterwards)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if c.executions < 1 || c.concurrency < 1 || c.steps < 1 || c.single < 0 {
+		return fmt.Errorf("-executions, -concurrency and -steps must be positive, -single non-negative")
+	}
+	if c.dataDir == "" {
+		dir, err := os.MkdirTemp("", "jetflow-bench-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		c.dataDir = dir
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ready := make(chan devstack.Info, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- devstack.Run(ctx, devstack.Config{DataDir: c.dataDir, NATSAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
+			Log: zerolog.New(os.Stderr).Level(zerolog.WarnLevel)}, func(i devstack.Info) { ready <- i })
+	}()
+	var info devstack.Info
+	select {
+	case info = <-ready:
+	case err := <-done:
+		return err
+	}
+	defer func() { cancel(); <-done }()
+
+	conn, err := bus.Dial(ctx, info.NATSURL, "jetflow-bench")
+	if err != nil {
+		return err
+	}
+	defer conn.NC.Close()
+	store, err := catalog.Open(ctx, conn.JS)
+	if err != nil {
+		return err
+	}
+	def := workflow.Definition{Name: "bench"}
+	for i := range c.steps {
+		def.Steps = append(def.Steps, workflow.Step{ID: fmt.Sprintf("s%d", i+1), Kind: workflow.KindNoop})
+	}
+	if _, _, err := store.Apply(ctx, def); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "jetflow-bench: %d-step noop workflow, all four services, embedded JetStream (file store), GOMAXPROCS=%d\n",
+		c.steps, runtime.GOMAXPROCS(0))
+
+	tr := newTracker(conn.NC)
+	defer tr.close()
+	// Warm up (consumers, caches, JIT of the file store).
+	if _, err := tr.runBatch(ctx, conn, "warm", 50, 50); err != nil {
+		return err
+	}
+	began := time.Now()
+	lat, err := tr.runBatch(ctx, conn, "tput", c.executions, c.concurrency)
+	if err != nil {
+		return err
+	}
+	wall := time.Since(began)
+	fmt.Fprintf(out, "\nthroughput run: %d executions, %d in flight\n", c.executions, c.concurrency)
+	fmt.Fprintf(out, "  wall time        %s\n", wall.Round(time.Millisecond))
+	fmt.Fprintf(out, "  executions/s     %.0f\n", float64(c.executions)/wall.Seconds())
+	fmt.Fprintf(out, "  steps/s          %.0f\n", float64(c.executions*c.steps)/wall.Seconds())
+	printLatency(out, "start-to-finish", lat)
+	if c.single > 0 {
+		lat, err := tr.runBatch(ctx, conn, "single", c.single, 1)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "\nsingle-execution run: %d executions one after another\n", c.single)
+		printLatency(out, "start-to-finish", lat)
+		perStep := make([]time.Duration, len(lat))
+		for i, l := range lat {
+			perStep[i] = l / time.Duration(c.steps)
+		}
+		printLatency(out, "per step", perStep)
+	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	fmt.Fprintf(out, "\nprocess memory: heap in use %.1f MiB, total from OS %.1f MiB\n",
+		float64(ms.HeapInuse)/(1<<20), float64(ms.Sys)/(1<<20))
+	return nil
+}
+
+func printLatency(out io.Writer, name string, lat []time.Duration) {
+	slices.Sort(lat)
+	p := func(q float64) time.Duration { return lat[min(len(lat)-1, int(q*float64(len(lat))))] }
+	fmt.Fprintf(out, "  %-16s p50 %s  p90 %s  p99 %s  max %s\n", name,
+		p(0.50).Round(10*time.Microsecond), p(0.90).Round(10*time.Microsecond),
+		p(0.99).Round(10*time.Microsecond), lat[len(lat)-1].Round(10*time.Microsecond))
+}
+
+// tracker notices terminal events of executions with a core NATS
+// subscription, reading only the ce-type header.
+type tracker struct {
+	sub     *nats.Subscription
+	mu      sync.Mutex
+	waiters map[string]chan string
+}
+
+func newTracker(nc *nats.Conn) *tracker {
+	t := &tracker{waiters: map[string]chan string{}}
+	t.sub, _ = nc.Subscribe(events.WorkflowSubjects("bench"), func(m *nats.Msg) {
+		typ := events.Type(m.Header.Get("ce-type"))
+		if !typ.IsTerminal() {
+			return
+		}
+		id := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
+		t.mu.Lock()
+		ch := t.waiters[id]
+		delete(t.waiters, id)
+		t.mu.Unlock()
+		if ch != nil {
+			ch <- string(typ)
+		}
+	})
+	_ = t.sub.SetPendingLimits(-1, -1)
+	return t
+}
+
+func (t *tracker) close() { _ = t.sub.Unsubscribe() }
+
+// runBatch starts n executions with at most inflight running and returns
+// each one's start-to-finish latency.
+func (t *tracker) runBatch(ctx context.Context, conn *bus.Conn, prefix string, n, inflight int) ([]time.Duration, error) {
+	lat := make([]time.Duration, n)
+	sem := make(chan struct{}, inflight)
+	errc := make(chan error, 1)
+	var wg sync.WaitGroup
+	runID := time.Now().UnixNano()
+	for i := range n {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case err := <-errc:
+			return nil, err
+		}
+		id := fmt.Sprintf("%s-%d-%d", prefix, runID, i)
+		ch := make(chan string, 1)
+		t.mu.Lock()
+		t.waiters[id] = ch
+		t.mu.Unlock()
+		ev := events.New("jetflow-bench", "", "bench", time.Now(), &events.StartExecution{Workflow: "bench", ExecutionID: id})
+		msg, err := events.Encode(events.SubjectStart, ev)
+		if err != nil {
+			return nil, err
+		}
+		began := time.Now()
+		if _, err := conn.JS.PublishMsg(ctx, msg); err != nil {
+			return nil, fmt.Errorf("publish start: %w", err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			select {
+			case typ := <-ch:
+				lat[i] = time.Since(began)
+				if typ != string(events.TypeExecutionSucceeded) {
+					select {
+					case errc <- fmt.Errorf("execution %s ended with %s", id, typ):
+					default:
+					}
+				}
+			case <-time.After(2 * time.Minute):
+				select {
+				case errc <- fmt.Errorf("execution %s did not finish within 2m", id):
+				default:
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return nil, err
+	default:
+	}
+	return lat, nil
+}
