@@ -296,3 +296,17 @@ func (c *Client) followOnce(ctx context.Context, id string, last uint64, fn func
 	}
 	return false, io.ErrUnexpectedEOF
 }
+
+// Rebuilt is the answer to RebuildProjections.
+type Rebuilt struct {
+	FromSeq uint64 `json:"from_seq"`
+	Written int    `json:"written"`
+	TookMS  int64  `json:"took_ms"`
+}
+
+// RebuildProjections re-projects the read models from a stream sequence.
+func (c *Client) RebuildProjections(ctx context.Context, fromSeq uint64) (Rebuilt, error) {
+	var out Rebuilt
+	_, err := c.do(ctx, http.MethodPost, fmt.Sprintf("/v1/admin/projections/rebuild?from_seq=%d", fromSeq), nil, nil, &out)
+	return out, err
+}

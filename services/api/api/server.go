@@ -86,6 +86,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/executions", s.listExecutions)
 	mux.HandleFunc("GET /v1/executions/{id}", s.getExecution)
 	mux.HandleFunc("GET /v1/executions/{id}/events", s.executionEvents)
+	mux.HandleFunc("POST /v1/admin/projections/rebuild", s.rebuildProjections)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, apiError{Code: "not_found", Message: fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path)})
 	})

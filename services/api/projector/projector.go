@@ -229,9 +229,11 @@ func (p *Projector) write(ctx context.Context, id string, x projections.Executio
 
 // Rebuild re-projects every execution from stream sequence fromSeq (0 =
 // everything) with an ordered consumer, without running any step, and
-// writes the resulting read models. Executions whose first event is
-// before fromSeq are folded onto their stored read model. It returns the
-// number of executions written.
+// writes the resulting read models with compare-and-set: a stored model
+// that is already as new (written meanwhile by the live projector) is left
+// alone, so a rebuild can run beside the live system. Executions whose
+// first event is before fromSeq are folded onto their stored read model.
+// It returns the number of read models written.
 func Rebuild(ctx context.Context, js jetstream.JetStream, fromSeq uint64) (int, error) {
 	kv, err := js.KeyValue(ctx, events.BucketExecutions)
 	if err != nil {
@@ -257,14 +259,46 @@ func Rebuild(ctx context.Context, js jetstream.JetStream, fromSeq uint64) (int, 
 		}
 		states[ev.Subject] = s
 	}
+	written := 0
 	for id, s := range states {
-		b, err := json.Marshal(s)
+		ok, err := putIfNewer(ctx, kv, id, s)
 		if err != nil {
-			return 0, err
+			return written, err
 		}
-		if _, err := kv.Put(ctx, id, b); err != nil {
-			return 0, fmt.Errorf("write read model %s: %w", id, err)
+		if ok {
+			written++
 		}
 	}
-	return len(states), nil
+	return written, nil
+}
+
+// putIfNewer stores x unless the stored model has folded as far or further.
+func putIfNewer(ctx context.Context, kv jetstream.KeyValue, id string, x projections.Execution) (bool, error) {
+	b, err := json.Marshal(x)
+	if err != nil {
+		return false, err
+	}
+	for range 10 {
+		e, err := kv.Get(ctx, id)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			if _, err = kv.Create(ctx, id, b); err == nil {
+				return true, nil
+			}
+		case err != nil:
+			return false, fmt.Errorf("read model %s: %w", id, err)
+		default:
+			var cur projections.Execution
+			if json.Unmarshal(e.Value(), &cur) == nil && cur.LastSeq >= x.LastSeq {
+				return false, nil
+			}
+			if _, err = kv.Update(ctx, id, b, e.Revision()); err == nil {
+				return true, nil
+			}
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			return false, fmt.Errorf("write read model %s: %w", id, err)
+		}
+	}
+	return false, fmt.Errorf("write read model %s: too much contention", id)
 }
