@@ -25,14 +25,24 @@ func Read(ctx context.Context, js jetstream.JetStream, filter string, fromSeq ui
 
 // ReadUntil is Read stopping after stream sequence untilSeq (0 = no limit).
 func ReadUntil(ctx context.Context, js jetstream.JetStream, filter string, fromSeq, untilSeq uint64) ([]events.Event, error) {
+	return ReadStream(ctx, js, events.StreamEvents, filter, fromSeq, untilSeq)
+}
+
+// ReadStream is ReadUntil on any jetflow stream (e.g. results).
+func ReadStream(ctx context.Context, js jetstream.JetStream, stream, filter string, fromSeq, untilSeq uint64) ([]events.Event, error) {
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, InactiveThreshold: 30 * time.Second}
 	if fromSeq > 1 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, fromSeq
 	}
-	cons, err := js.OrderedConsumer(ctx, events.StreamEvents, cfg)
+	cons, err := js.OrderedConsumer(ctx, stream, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("read history %s: %w", filter, err)
 	}
+	defer func() { // don't leave the consumer to the inactivity timeout
+		if name := cons.CachedInfo().Name; name != "" {
+			_ = js.DeleteConsumer(context.WithoutCancel(ctx), stream, name)
+		}
+	}()
 	pending := cons.CachedInfo().NumPending
 	if pending == 0 {
 		return nil, nil

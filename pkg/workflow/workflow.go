@@ -128,8 +128,12 @@ var (
 
 // Parse decodes and validates a definition from YAML or JSON. Any problem
 // is returned as a *ValidationError naming line and field.
-func Parse(data []byte) (Definition, error) {
-	var d Definition
+func Parse(data []byte) (d Definition, err error) {
+	defer func() {
+		if r := recover(); r != nil { // go-yaml v1.19.2 panics on some input, e.g. "steps: !t"
+			d, err = Definition{}, &ValidationError{Problems: []FieldError{{Message: fmt.Sprintf("cannot decode definition: %v", r)}}}
+		}
+	}()
 	if len(data) > MaxSize {
 		return d, &ValidationError{Problems: []FieldError{{Message: fmt.Sprintf("definition is %d bytes, the limit is %d", len(data), MaxSize)}}}
 	}
@@ -140,7 +144,20 @@ func Parse(data []byte) (Definition, error) {
 	if err != nil {
 		return d, &ValidationError{Problems: []FieldError{yamlProblem(err)}}
 	}
-	if err := yaml.NodeToValue(docBody(file), &d, yaml.DisallowUnknownField()); err != nil {
+	for _, doc := range file.Docs[min(1, len(file.Docs)):] {
+		if doc != nil && doc.Body != nil {
+			line, col := 0, 0
+			if tk := doc.Body.GetToken(); tk != nil {
+				line, col = tk.Position.Line, tk.Position.Column
+			}
+			return d, &ValidationError{Problems: []FieldError{{Line: line, Column: col, Message: "a file holds one workflow: remove the second YAML document (after ---) or put it in its own file"}}}
+		}
+	}
+	body := docBody(file)
+	if body == nil { // only comments or document markers: NodeToValue panics on a nil node
+		return d, &ValidationError{Problems: []FieldError{{Message: "definition is empty"}}}
+	}
+	if err := yaml.NodeToValue(body, &d, yaml.DisallowUnknownField()); err != nil {
 		return d, &ValidationError{Problems: []FieldError{yamlProblem(err)}}
 	}
 	problems := d.validate()
@@ -233,6 +250,9 @@ func (d Definition) validate() []FieldError {
 				if !tokenRe.MatchString(k) {
 					add(f("headers"), "%q is not a valid header name", k)
 				}
+			}
+			if _, err := json.Marshal(s.Body); err != nil { // e.g. .nan or .inf, which Canonical cannot encode
+				add(f("body"), "cannot be encoded as JSON: %v", err)
 			}
 		default:
 			add(f("kind"), "unknown step kind %q (known kinds: %s)", s.Kind, strings.Join(Kinds, ", "))
@@ -334,7 +354,7 @@ func (d Definition) Step(id string) (Step, bool) {
 	return Step{}, false
 }
 
-// Method returns the HTTP method of an http step (GET by default).
+// HTTPMethod returns the HTTP method of an http step (GET by default).
 func (s Step) HTTPMethod() string {
 	if s.Method == "" {
 		return http.MethodGet

@@ -97,8 +97,12 @@ func (s *stack) waitDone(t *testing.T, id string, timeout time.Duration) project
 // history reads an execution's events straight from the stream.
 func (s *stack) history(t *testing.T, id string) []events.Event {
 	t.Helper()
-	evs, err := history.Read(context.Background(), s.js, events.ExecutionFilter(id), 0)
-	require.NoError(t, err)
+	var evs []events.Event
+	var err error
+	require.Eventually(t, func() bool { // retried: a cluster may be electing a leader
+		evs, err = history.Read(context.Background(), s.js, events.ExecutionFilter(id), 0)
+		return err == nil
+	}, 20*time.Second, 50*time.Millisecond, "read history of %s: %v", id, err)
 	return evs
 }
 

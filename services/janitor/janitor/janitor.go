@@ -24,6 +24,7 @@ import (
 
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/projections"
 )
 
@@ -206,6 +207,15 @@ func (j *Janitor) RunOnce(ctx context.Context) (Result, error) {
 				continue
 			}
 			if _, err := tasks.GetMsg(ctx, st.TaskSeq); errors.Is(err, jetstream.ErrMsgNotFound) {
+				// Gone from its queue. If an agent reported a result, the
+				// dispatcher will apply it (perhaps after a retry): not lost.
+				reported, err := j.hasResult(ctx, x.ID, st.TaskID)
+				if err != nil {
+					return res, err
+				}
+				if reported {
+					continue
+				}
 				ref := events.TaskRef{TaskID: st.TaskID, ExecutionID: x.ID, Workflow: x.Workflow, StepID: st.ID,
 					Attempt: st.Attempt, Token: x.Token, Agent: "janitor"}
 				if err := j.fail(ctx, ref, "vanished", "task left its queue without a result"); err != nil {
@@ -222,6 +232,27 @@ func (j *Janitor) RunOnce(ctx context.Context) (Result, error) {
 		}
 	}
 	return res, nil
+}
+
+// hasResult reports whether the results stream holds a final result for task.
+func (j *Janitor) hasResult(ctx context.Context, executionID, taskID string) (bool, error) {
+	evs, err := history.ReadStream(ctx, j.js, events.StreamResults, events.ResultSubject(executionID), 0, 0)
+	if err != nil {
+		return false, fmt.Errorf("read results of %s: %w", executionID, err)
+	}
+	for _, ev := range evs {
+		switch r := ev.Data.(type) {
+		case *events.OperationSucceeded:
+			if r.TaskID == taskID {
+				return true, nil
+			}
+		case *events.OperationFailed:
+			if r.TaskID == taskID {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
 }
 
 func (j *Janitor) reconcile(ctx context.Context, x projections.Execution) error {

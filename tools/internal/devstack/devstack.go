@@ -36,6 +36,11 @@ type Config struct {
 	// NATSAddr is host:port for the embedded server. Default 127.0.0.1:4222;
 	// port 0 picks a free port.
 	NATSAddr string
+	// NATSURL, when set, points the services at an existing NATS server or
+	// cluster (comma-separated URLs) instead of starting an embedded one.
+	NATSURL string
+	// Replicas of streams and buckets (3 on a cluster). Default 1.
+	Replicas int
 	// HTTPAddr is the api's listen address. Default 127.0.0.1:8080.
 	HTTPAddr string
 	// Apply lists workflow files or directories (*.yaml, *.yml, *.json) to
@@ -61,32 +66,36 @@ type Config struct {
 type Info struct {
 	NATSURL string
 	APIURL  string
-	Server  *server.Server
+	// Server is the embedded server (nil with Config.NATSURL).
+	Server *server.Server
 }
 
 // Run starts the stack, calls ready once every service is up, and blocks
 // until ctx ends; then it stops the services and the server.
 func Run(ctx context.Context, cfg Config, ready func(Info)) error {
-	if cfg.DataDir == "" {
-		return errors.New("devstack: DataDir is required")
+	url := cfg.NATSURL
+	var srv *server.Server
+	if url == "" {
+		if cfg.DataDir == "" {
+			return errors.New("devstack: DataDir is required")
+		}
+		host, port, err := splitAddr(cmp.Or(cfg.NATSAddr, "127.0.0.1:4222"))
+		if err != nil {
+			return fmt.Errorf("nats address: %w", err)
+		}
+		ncfg := natsserver.Config{StoreDir: filepath.Join(cfg.DataDir, "jetstream"), Host: host, Port: port}
+		if port == 0 {
+			ncfg.Port = -1
+		}
+		if cfg.LogNATS {
+			ncfg.Logger = natsLogger{cfg.Log.With().Str("service", "nats").Logger()}
+		}
+		if srv, err = natsserver.Start(ncfg); err != nil {
+			return err
+		}
+		defer natsserver.Stop(srv)
+		url = srv.ClientURL()
 	}
-	host, port, err := splitAddr(cmp.Or(cfg.NATSAddr, "127.0.0.1:4222"))
-	if err != nil {
-		return fmt.Errorf("nats address: %w", err)
-	}
-	ncfg := natsserver.Config{StoreDir: filepath.Join(cfg.DataDir, "jetstream"), Host: host, Port: port}
-	if port == 0 {
-		ncfg.Port = -1
-	}
-	if cfg.LogNATS {
-		ncfg.Logger = natsLogger{cfg.Log.With().Str("service", "nats").Logger()}
-	}
-	srv, err := natsserver.Start(ncfg)
-	if err != nil {
-		return err
-	}
-	defer natsserver.Stop(srv)
-	url := srv.ClientURL()
 
 	ln, err := net.Listen("tcp", cmp.Or(cfg.HTTPAddr, "127.0.0.1:8080"))
 	if err != nil {
@@ -99,11 +108,12 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 	g, gctx := errgroup.WithContext(svcCtx)
 	start := func(name string, fn func(context.Context, *bus.Conn) error) {
 		g.Go(func() error {
-			conn, err := bus.Dial(gctx, url, "jetflow-"+name)
+			nc, js, err := bus.Open(gctx, url, "jetflow-"+name, bus.Config{Replicas: cfg.Replicas})
 			if err != nil {
 				return err
 			}
-			defer conn.NC.Drain()
+			defer nc.Drain()
+			conn := &bus.Conn{NC: nc, JS: js}
 			if err := fn(gctx, conn); err != nil && gctx.Err() == nil {
 				return fmt.Errorf("%s: %w", name, err)
 			}

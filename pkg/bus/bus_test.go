@@ -1,0 +1,140 @@
+package bus_test
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/natstest"
+)
+
+func TestEnsureIdempotent(t *testing.T) {
+	t.Parallel()
+
+	// natstest.Connect has run Ensure once already.
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	ctx := t.Context()
+
+	require.NoError(t, bus.Ensure(ctx, js, bus.Config{}))
+	require.NoError(t, bus.Ensure(ctx, js, bus.Config{}))
+
+	var names []string
+	for name := range js.StreamNames(ctx).Name() {
+		names = append(names, name)
+	}
+	var want []string
+	for _, sc := range bus.Streams(bus.Config{}) {
+		want = append(want, sc.Name)
+	}
+	for _, kc := range bus.Buckets(bus.Config{}) {
+		want = append(want, "KV_"+kc.Bucket)
+	}
+	slices.Sort(names)
+	slices.Sort(want)
+	require.Equal(t, want, names)
+
+	stream, err := js.Stream(ctx, events.StreamEvents)
+	require.NoError(t, err)
+	info, err := stream.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 10*time.Minute, info.Config.Duplicates)
+	require.True(t, info.Config.DenyDelete)
+
+	t.Log("a changed config updates the streams in place")
+	require.NoError(t, bus.Ensure(ctx, js, bus.Config{Duplicates: 5 * time.Minute}))
+	info, err = stream.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 5*time.Minute, info.Config.Duplicates)
+}
+
+func TestConfigDefaults(t *testing.T) {
+	t.Parallel()
+
+	for _, sc := range bus.Streams(bus.Config{}) {
+		require.Equal(t, 1, sc.Replicas, sc.Name)
+	}
+	for _, kc := range bus.Buckets(bus.Config{Replicas: 3}) {
+		require.Equal(t, 3, kc.Replicas, kc.Bucket)
+	}
+	streams := bus.Streams(bus.Config{Replicas: -1, Duplicates: time.Minute, CommandsMaxAge: time.Hour})
+	idx := slices.IndexFunc(streams, func(sc jetstream.StreamConfig) bool { return sc.Name == events.StreamCommands })
+	require.GreaterOrEqual(t, idx, 0)
+	require.Equal(t, 1, streams[idx].Replicas)
+	require.Equal(t, time.Minute, streams[idx].Duplicates)
+	require.Equal(t, time.Hour, streams[idx].MaxAge)
+}
+
+func TestIsConflict(t *testing.T) {
+	t.Parallel()
+
+	apiErr := func(code jetstream.ErrorCode) error {
+		return &jetstream.APIError{Code: 400, ErrorCode: code, Description: "test"}
+	}
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"WrongLastSequence", apiErr(jetstream.JSErrCodeStreamWrongLastSequence), true},
+		{"WrongLastSequenceConstant", apiErr(jetstream.JSErrCodeStreamWrongLastSequenceConstant), true},
+		{"Code10071", apiErr(10071), true},
+		{"Code10164", apiErr(10164), true},
+		{"WrappedAPIError", fmt.Errorf("append: %w", apiErr(10164)), true},
+		{"ErrConflict", bus.ErrConflict, true},
+		{"WrappedErrConflict", fmt.Errorf("append: %w", bus.ErrConflict), true},
+		{"OtherAPIError", apiErr(jetstream.JSErrCodeStreamNotFound), false},
+		{"BadRequest", apiErr(jetstream.JSErrCodeBadRequest), false},
+		{"KeyExists", jetstream.ErrKeyExists, true},
+		{"PlainError", errors.New("wrong last sequence"), false},
+		{"Nil", nil, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+
+			require.Equal(t, tt.want, bus.IsConflict(tt.err))
+		})
+	}
+}
+
+func TestIsConflictFromServer(t *testing.T) {
+	t.Parallel()
+
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	ctx := t.Context()
+	subj := events.ExecutionSubject("wf", "x1")
+
+	_, err := js.Publish(ctx, subj, []byte("1"), jetstream.WithExpectLastSequencePerSubject(0))
+	require.NoError(t, err)
+	_, err = js.Publish(ctx, subj, []byte("2"), jetstream.WithExpectLastSequencePerSubject(0))
+	require.Error(t, err)
+	require.True(t, bus.IsConflict(err))
+	var apiErr *jetstream.APIError
+	require.ErrorAs(t, err, &apiErr)
+	require.Equal(t, jetstream.JSErrCodeStreamWrongLastSequence, apiErr.ErrorCode)
+
+	_, err = js.Publish(ctx, "jf.nowhere", []byte("x"))
+	require.Error(t, err)
+	require.False(t, bus.IsConflict(err))
+}
+
+func TestDial(t *testing.T) {
+	t.Parallel()
+
+	s := natstest.RunJetStream(t)
+	conn, err := bus.Dial(t.Context(), s.ClientURL(), "bus-test")
+	require.NoError(t, err)
+	t.Cleanup(conn.NC.Close)
+
+	_, err = conn.JS.Stream(t.Context(), events.StreamEvents)
+	require.NoError(t, err)
+	_, err = conn.JS.KeyValue(t.Context(), events.BucketDefinitions)
+	require.NoError(t, err)
+}

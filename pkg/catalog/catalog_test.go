@@ -1,0 +1,277 @@
+package catalog_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/catalog"
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/natstest"
+	"jetflow.dev/pkg/workflow"
+)
+
+type testBundle struct {
+	js    jetstream.JetStream
+	store *catalog.Store
+}
+
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	store, err := catalog.Open(t.Context(), js)
+	require.NoError(t, err)
+	return &testBundle{js: js, store: store}
+}
+
+func def(name, message string) workflow.Definition {
+	return workflow.Definition{Name: name, Description: "says " + message, Steps: []workflow.Step{
+		{ID: "hello", Kind: workflow.KindLog, Message: message},
+		{ID: "done", Kind: workflow.KindNoop},
+	}}
+}
+
+func digest(t *testing.T, d workflow.Definition) string {
+	t.Helper()
+	s, err := d.Digest()
+	require.NoError(t, err)
+	return s
+}
+
+func TestApplyAndGet(t *testing.T) {
+	t.Parallel()
+
+	bundle := setup(t)
+	ctx := t.Context()
+	v1def, v2def := def("greet", "hi"), def("greet", "hello")
+
+	rec1, created, err := bundle.store.Apply(ctx, v1def)
+	require.NoError(t, err)
+	require.True(t, created)
+	require.Equal(t, 1, rec1.Version)
+	require.Equal(t, "greet", rec1.Name)
+	require.Equal(t, digest(t, v1def), rec1.Digest)
+	require.Equal(t, v1def, rec1.Definition)
+	require.False(t, rec1.CreatedAt.IsZero())
+
+	t.Log("applying the same definition again changes nothing")
+	again, created, err := bundle.store.Apply(ctx, v1def)
+	require.NoError(t, err)
+	require.False(t, created)
+	require.Equal(t, 1, again.Version)
+	require.True(t, rec1.CreatedAt.Equal(again.CreatedAt))
+
+	t.Log("a changed definition is a new version")
+	rec2, created, err := bundle.store.Apply(ctx, v2def)
+	require.NoError(t, err)
+	require.True(t, created)
+	require.Equal(t, 2, rec2.Version)
+	require.NotEqual(t, rec1.Digest, rec2.Digest)
+
+	latest, err := bundle.store.Get(ctx, "greet", 0)
+	require.NoError(t, err)
+	require.Equal(t, 2, latest.Version)
+	require.Equal(t, v2def, latest.Definition)
+
+	old, err := bundle.store.Get(ctx, "greet", 1)
+	require.NoError(t, err)
+	require.Equal(t, 1, old.Version)
+	require.Equal(t, v1def, old.Definition)
+	require.Equal(t, rec1.Digest, old.Digest)
+
+	_, err = bundle.store.Get(ctx, "greet", 3)
+	require.ErrorIs(t, err, catalog.ErrNotFound)
+
+	t.Log("going back to old content is a new version, not a rollback of the number")
+	rec3, created, err := bundle.store.Apply(ctx, v1def)
+	require.NoError(t, err)
+	require.True(t, created)
+	require.Equal(t, 3, rec3.Version)
+	require.Equal(t, rec1.Digest, rec3.Digest)
+
+	versions, err := bundle.store.Versions(ctx, "greet")
+	require.NoError(t, err)
+	require.Len(t, versions, 3)
+	for i, r := range versions {
+		require.Equal(t, i+1, r.Version)
+	}
+	require.Equal(t, []string{rec1.Digest, rec2.Digest, rec1.Digest},
+		[]string{versions[0].Digest, versions[1].Digest, versions[2].Digest})
+}
+
+func TestGetUnknown(t *testing.T) {
+	t.Parallel()
+
+	bundle := setup(t)
+	ctx := t.Context()
+	_, _, err := bundle.store.Apply(ctx, def("known", "x"))
+	require.NoError(t, err)
+
+	for _, tt := range []struct {
+		name     string
+		workflow string
+		version  int
+	}{
+		{"UnknownName", "unknown", 0},
+		{"UnknownNameVersion", "unknown", 1},
+		{"UnknownVersion", "known", 2},
+		{"InvalidName", "not.a.name", 0},
+		{"EmptyName", "", 0},
+		{"WildcardName", "*", 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+
+			_, err := bundle.store.Get(ctx, tt.workflow, tt.version)
+			require.ErrorIs(t, err, catalog.ErrNotFound)
+		})
+	}
+
+	_, err = bundle.store.Versions(ctx, "unknown")
+	require.ErrorIs(t, err, catalog.ErrNotFound)
+}
+
+func TestApplyInvalid(t *testing.T) {
+	t.Parallel()
+
+	bundle := setup(t)
+	ctx := t.Context()
+
+	for _, d := range []workflow.Definition{
+		{Name: "broken", Steps: []workflow.Step{{ID: "a", Kind: "warp"}}},
+		{Name: "broken", Steps: []workflow.Step{{ID: "a", Kind: workflow.KindHTTP, URL: "https://x.test", Body: math.NaN()}}},
+	} {
+		_, created, err := bundle.store.Apply(ctx, d)
+		require.ErrorIs(t, err, workflow.ErrInvalid)
+		require.False(t, created)
+	}
+
+	_, err := bundle.store.Get(ctx, "broken", 0)
+	require.ErrorIs(t, err, catalog.ErrNotFound)
+}
+
+func TestApplyConcurrent(t *testing.T) {
+	t.Parallel()
+
+	bundle := setup(t)
+	ctx := t.Context()
+
+	const n = 5
+	defs := make([]workflow.Definition, n)
+	for i := range defs {
+		defs[i] = def("racy", fmt.Sprintf("message %d", i))
+	}
+	recs := make([]catalog.Record, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range defs {
+		wg.Go(func() {
+			<-start
+			var created bool
+			recs[i], created, errs[i] = bundle.store.Apply(ctx, defs[i])
+			if errs[i] == nil && !created {
+				errs[i] = fmt.Errorf("apply %d created nothing", i)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+
+	var versions []int
+	for i := range defs {
+		require.NoError(t, errs[i])
+		require.Equal(t, digest(t, defs[i]), recs[i].Digest)
+		versions = append(versions, recs[i].Version)
+	}
+	slices.Sort(versions)
+	require.Equal(t, []int{1, 2, 3, 4, 5}, versions)
+
+	stored, err := bundle.store.Versions(ctx, "racy")
+	require.NoError(t, err)
+	require.Len(t, stored, n)
+	for i, r := range stored {
+		require.Equal(t, i+1, r.Version)
+		owner := slices.IndexFunc(recs, func(x catalog.Record) bool { return x.Version == r.Version })
+		require.GreaterOrEqual(t, owner, 0)
+		require.Equal(t, defs[owner], r.Definition, "version %d holds what its Apply returned", r.Version)
+	}
+
+	latest, err := bundle.store.Get(ctx, "racy", 0)
+	require.NoError(t, err)
+	require.Equal(t, n, latest.Version)
+}
+
+func TestGetProbesPastLaggingPointer(t *testing.T) {
+	t.Parallel()
+
+	bundle := setup(t)
+	ctx := t.Context()
+	_, _, err := bundle.store.Apply(ctx, def("lag", "one"))
+	require.NoError(t, err)
+
+	// Simulate a crash between storing v2 and moving latest.lag.
+	kv, err := bundle.js.KeyValue(ctx, events.BucketDefinitions)
+	require.NoError(t, err)
+	v2 := def("lag", "two")
+	b, err := json.Marshal(catalog.Record{Name: "lag", Version: 2, Digest: digest(t, v2), Definition: v2})
+	require.NoError(t, err)
+	_, err = kv.Create(ctx, "def.lag.2", b)
+	require.NoError(t, err)
+	ptr, err := kv.Get(ctx, "latest.lag")
+	require.NoError(t, err)
+	require.Equal(t, "1", string(ptr.Value()))
+
+	latest, err := bundle.store.Get(ctx, "lag", 0)
+	require.NoError(t, err)
+	require.Equal(t, 2, latest.Version)
+
+	rec, created, err := bundle.store.Apply(ctx, v2)
+	require.NoError(t, err)
+	require.False(t, created, "v2 already holds this definition")
+	require.Equal(t, 2, rec.Version)
+
+	rec, created, err = bundle.store.Apply(ctx, def("lag", "three"))
+	require.NoError(t, err)
+	require.True(t, created)
+	require.Equal(t, 3, rec.Version)
+	ptr, err = kv.Get(ctx, "latest.lag")
+	require.NoError(t, err)
+	require.Equal(t, "3", string(ptr.Value()))
+}
+
+func TestList(t *testing.T) {
+	t.Parallel()
+
+	bundle := setup(t)
+	ctx := t.Context()
+
+	list, err := bundle.store.List(ctx)
+	require.NoError(t, err)
+	require.Empty(t, list)
+
+	for _, d := range []workflow.Definition{def("zeta", "1"), def("alpha", "1"), def("alpha", "2"), def("mid", "1")} {
+		_, _, err := bundle.store.Apply(ctx, d)
+		require.NoError(t, err)
+	}
+
+	list, err = bundle.store.List(ctx)
+	require.NoError(t, err)
+	require.Len(t, list, 3)
+	var names []string
+	for _, s := range list {
+		names = append(names, s.Name)
+	}
+	require.Equal(t, []string{"alpha", "mid", "zeta"}, names)
+	require.Equal(t, 2, list[0].LatestVersion)
+	require.Equal(t, "says 2", list[0].Description)
+	require.False(t, list[0].UpdatedAt.IsZero())
+	require.Equal(t, 1, list[1].LatestVersion)
+	require.Equal(t, 1, list[2].LatestVersion)
+}

@@ -1,0 +1,264 @@
+package history_test
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/history"
+	"jetflow.dev/pkg/natstest"
+)
+
+type testBundle struct {
+	js jetstream.JetStream
+}
+
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	return &testBundle{js: js}
+}
+
+var t0 = time.Date(2026, 3, 14, 12, 0, 0, 0, time.UTC)
+
+func newEvent(id string, p events.Payload) events.Event {
+	return events.New("test", id, "wf", t0, p)
+}
+
+func subjectMsgs(t *testing.T, js jetstream.JetStream, subject string) uint64 {
+	t.Helper()
+	stream, err := js.Stream(t.Context(), events.StreamEvents)
+	require.NoError(t, err)
+	info, err := stream.Info(t.Context(), jetstream.WithSubjectFilter(subject))
+	require.NoError(t, err)
+	return info.State.Subjects[subject]
+}
+
+func TestAppend(t *testing.T) {
+	t.Parallel()
+
+	bundle := setup(t)
+	ctx := t.Context()
+	subj, other := events.ExecutionSubject("wf", "x1"), events.ExecutionSubject("wf", "x2")
+
+	first := newEvent("x1", &events.ExecutionStarted{Workflow: "wf", Steps: []events.StepRef{{ID: "a", Kind: "noop"}}})
+	seq1, err := history.Append(ctx, bundle.js, subj, 0, first)
+	require.NoError(t, err)
+	require.Positive(t, seq1)
+
+	// Another execution's event moves the stream sequence on.
+	otherSeq, err := history.Append(ctx, bundle.js, other, 0, newEvent("x2", &events.ExecutionStarted{Workflow: "wf"}))
+	require.NoError(t, err)
+	require.Greater(t, otherSeq, seq1)
+
+	second := newEvent("x1", &events.StepScheduled{StepID: "a", Attempt: 1})
+	seq2, err := history.Append(ctx, bundle.js, subj, seq1, second)
+	require.NoError(t, err)
+	require.Greater(t, seq2, otherSeq)
+
+	t.Run("Concurrently", func(t *testing.T) {
+		t.Run("StaleExpectedSeq", func(t *testing.T) {
+			t.Parallel()
+
+			for _, last := range []uint64{0, seq1, otherSeq, seq2 + 100} {
+				_, err := history.Append(ctx, bundle.js, subj, last, newEvent("x1", &events.StepSending{StepID: "a", Attempt: 1}))
+				require.ErrorIs(t, err, bus.ErrConflict, "expected seq %d", last)
+				require.True(t, bus.IsConflict(err))
+			}
+		})
+
+		t.Run("RetryOfStoredEvent", func(t *testing.T) {
+			t.Parallel()
+
+			// The same event with the same expected sequence: the server says
+			// wrong last sequence, Append recognises its own message.
+			seq, err := history.Append(ctx, bundle.js, subj, seq1, second)
+			require.NoError(t, err)
+			require.Equal(t, seq2, seq)
+			// With the new sequence, the server's dedupe answers.
+			seq, err = history.Append(ctx, bundle.js, subj, seq2, second)
+			require.NoError(t, err)
+			require.Equal(t, seq2, seq)
+		})
+
+		t.Run("RetryOfOlderEvent", func(t *testing.T) {
+			t.Parallel()
+
+			// first is stored but is no longer the subject's last message: a
+			// stale retry is a conflict, which makes the caller re-read.
+			_, err := history.Append(ctx, bundle.js, subj, 0, first)
+			require.ErrorIs(t, err, bus.ErrConflict)
+		})
+	})
+
+	// Whatever the subtests did, x1 holds exactly two messages.
+	require.Equal(t, uint64(2), subjectMsgs(t, bundle.js, subj))
+}
+
+func TestAppendRetryStoresOnce(t *testing.T) {
+	t.Parallel()
+
+	bundle := setup(t)
+	ctx := t.Context()
+	subj := events.ExecutionSubject("wf", "x1")
+
+	ev := newEvent("x1", &events.ExecutionStarted{Workflow: "wf"})
+	seq, err := history.Append(ctx, bundle.js, subj, 0, ev)
+	require.NoError(t, err)
+	for range 3 {
+		again, err := history.Append(ctx, bundle.js, subj, 0, ev)
+		require.NoError(t, err)
+		require.Equal(t, seq, again)
+	}
+	require.Equal(t, uint64(1), subjectMsgs(t, bundle.js, subj))
+
+	evs, err := history.Read(ctx, bundle.js, subj, 0)
+	require.NoError(t, err)
+	require.Len(t, evs, 1)
+	require.Equal(t, ev.ID, evs[0].ID)
+}
+
+func TestAppendInvalidEvent(t *testing.T) {
+	t.Parallel()
+
+	bundle := setup(t)
+	_, err := history.Append(t.Context(), bundle.js, events.ExecutionSubject("wf", "x1"), 0,
+		events.Event{Type: events.TypeExecutionStarted, Source: "s", Data: &events.ExecutionStarted{}})
+	require.ErrorIs(t, err, events.ErrMalformed)
+	require.False(t, bus.IsConflict(err))
+}
+
+func TestRead(t *testing.T) {
+	t.Parallel()
+
+	bundle := setup(t)
+	ctx := t.Context()
+	subj := events.ExecutionSubject("wf", "x1")
+
+	payloads := []events.Payload{
+		&events.ExecutionStarted{Workflow: "wf", Steps: []events.StepRef{{ID: "a", Kind: "noop"}},
+			Input: json.RawMessage(`{"n":1}`), Definition: json.RawMessage(`{"name":"wf"}`)},
+		&events.StepScheduled{StepID: "a", Attempt: 1},
+		&events.StepSending{StepID: "a", Attempt: 1, TaskID: "x1.a.1", Queue: "default"},
+		&events.StepSent{StepID: "a", Attempt: 1, TaskID: "x1.a.1"},
+		&events.StepSucceeded{StepID: "a", Attempt: 1},
+		&events.ExecutionSucceeded{},
+	}
+	var written []events.Event
+	var seqs []uint64
+	var last uint64
+	for i, p := range payloads {
+		ev := newEvent("x1", p)
+		ev.Time = t0.Add(time.Duration(i) * time.Second)
+		var err error
+		last, err = history.Append(ctx, bundle.js, subj, last, ev)
+		require.NoError(t, err)
+		written, seqs = append(written, ev), append(seqs, last)
+		// Interleave another execution so that sequences are not contiguous.
+		_, err = bundle.js.Publish(ctx, events.ExecutionSubject("wf", "noise"), []byte("not an event"))
+		require.NoError(t, err)
+	}
+
+	requireEvents := func(t *testing.T, want []events.Event, wantSeqs []uint64, got []events.Event) {
+		t.Helper()
+		require.Len(t, got, len(want))
+		for i := range want {
+			require.Equal(t, want[i].ID, got[i].ID)
+			require.Equal(t, want[i].Type, got[i].Type)
+			require.Equal(t, want[i].Data, got[i].Data)
+			require.True(t, want[i].Time.Equal(got[i].Time))
+			require.Equal(t, wantSeqs[i], got[i].Seq)
+		}
+	}
+
+	t.Run("All", func(t *testing.T) {
+		t.Parallel()
+
+		for _, filter := range []string{subj, events.ExecutionFilter("x1")} {
+			for _, from := range []uint64{0, 1} {
+				got, err := history.Read(ctx, bundle.js, filter, from)
+				require.NoError(t, err)
+				requireEvents(t, written, seqs, got)
+			}
+		}
+	})
+
+	t.Run("FromSeq", func(t *testing.T) {
+		t.Parallel()
+
+		got, err := history.Read(ctx, bundle.js, subj, seqs[3])
+		require.NoError(t, err)
+		requireEvents(t, written[3:], seqs[3:], got)
+
+		got, err = history.Read(ctx, bundle.js, subj, seqs[3]-1) // a sequence of another subject
+		require.NoError(t, err)
+		requireEvents(t, written[3:], seqs[3:], got)
+
+		got, err = history.Read(ctx, bundle.js, subj, seqs[len(seqs)-1]+10)
+		require.NoError(t, err)
+		require.Empty(t, got)
+	})
+
+	t.Run("Until", func(t *testing.T) {
+		t.Parallel()
+
+		got, err := history.ReadUntil(ctx, bundle.js, subj, 0, seqs[2])
+		require.NoError(t, err)
+		requireEvents(t, written[:3], seqs[:3], got)
+
+		got, err = history.ReadUntil(ctx, bundle.js, subj, seqs[1], seqs[2]+1) // between two of ours
+		require.NoError(t, err)
+		requireEvents(t, written[1:3], seqs[1:3], got)
+
+		got, err = history.ReadUntil(ctx, bundle.js, subj, 0, seqs[len(seqs)-1]+100)
+		require.NoError(t, err)
+		requireEvents(t, written, seqs, got)
+	})
+
+	t.Run("EmptySubject", func(t *testing.T) {
+		t.Parallel()
+
+		start := time.Now()
+		got, err := history.Read(ctx, bundle.js, events.ExecutionSubject("wf", "nobody"), 0)
+		require.NoError(t, err)
+		require.Nil(t, got)
+		require.Less(t, time.Since(start), time.Second)
+	})
+
+	t.Run("Malformed", func(t *testing.T) {
+		t.Parallel()
+
+		_, err := history.Read(ctx, bundle.js, events.ExecutionSubject("wf", "noise"), 0)
+		require.ErrorIs(t, err, events.ErrMalformed)
+	})
+}
+
+func TestReadUnknownType(t *testing.T) {
+	t.Parallel()
+
+	bundle := setup(t)
+	ctx := t.Context()
+	subj := events.ExecutionSubject("wf", "x1")
+
+	seq1, err := history.Append(ctx, bundle.js, subj, 0, newEvent("x1", &events.ExecutionStarted{Workflow: "wf"}))
+	require.NoError(t, err)
+	future := events.Event{ID: "future-1", Type: "io.jetflow.step.paused", Source: "newer", Subject: "x1", Time: t0,
+		Ignorable: true, Raw: json.RawMessage(`{"step_id":"a"}`)}
+	msg, err := events.Encode(subj, future)
+	require.NoError(t, err)
+	_, err = bundle.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(seq1))
+	require.NoError(t, err)
+
+	got, err := history.Read(ctx, bundle.js, subj, 0)
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	require.Equal(t, events.Type("io.jetflow.step.paused"), got[1].Type)
+	require.Nil(t, got[1].Data)
+	require.True(t, got[1].Ignorable)
+	require.Greater(t, got[1].Seq, seq1)
+}

@@ -1,0 +1,484 @@
+package projections_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/projections"
+)
+
+// history is one replay case in testdata/*.json.
+type history struct {
+	Name        string        `json:"name"`
+	Description string        `json:"description"`
+	Events      []storedEvent `json:"events"`
+	Want        wantState     `json:"want"`
+	// WantError is a substring of the error Fold must return.
+	WantError string `json:"want_error"`
+	// WantErrorIs names the error's kind: TransitionError, ErrUnknownEvent or ErrUnknownStep.
+	WantErrorIs string `json:"want_error_is"`
+}
+
+// storedEvent is an events.Event as stored, with its data still JSON.
+type storedEvent struct {
+	ID        string          `json:"id"`
+	Type      events.Type     `json:"type"`
+	Source    string          `json:"source"`
+	Subject   string          `json:"subject"`
+	Workflow  string          `json:"workflow"`
+	Time      time.Time       `json:"time"`
+	Ignorable bool            `json:"ignorable"`
+	Seq       uint64          `json:"seq"`
+	Data      json.RawMessage `json:"data"`
+}
+
+// wantState is the subset of the final state a history checks.
+type wantState struct {
+	Status      projections.Status `json:"status"`
+	Error       string             `json:"error"`
+	Events      *int               `json:"events"`
+	LastSeq     *uint64            `json:"last_seq"`
+	LastEventID string             `json:"last_event_id"`
+	Steps       []wantStep         `json:"steps"`
+}
+
+type wantStep struct {
+	ID      string               `json:"id"`
+	Status  projections.OpStatus `json:"status"`
+	Attempt int                  `json:"attempt"`
+	Error   string               `json:"error"`
+	Agent   string               `json:"agent"`
+}
+
+func loadHistories(t testing.TB) []history {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join("testdata", "*.json"))
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(files), 6)
+	var hs []history
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		var h history
+		require.NoError(t, dec.Decode(&h), f)
+		require.Regexp(t, regexp.MustCompile(`^[A-Z][A-Za-z0-9]+$`), h.Name, "%s: name must be CamelCase", f)
+		require.NotEmpty(t, h.Events, f)
+		hs = append(hs, h)
+	}
+	return hs
+}
+
+// toEvents decodes stored events into events with typed payloads, the way
+// history.Read does: through the CloudEvents codec.
+func toEvents(t testing.TB, stored []storedEvent) []events.Event {
+	t.Helper()
+	out := make([]events.Event, 0, len(stored))
+	for _, s := range stored {
+		b, err := events.EncodeStructured(events.Event{ID: s.ID, Type: s.Type, Source: s.Source, Subject: s.Subject,
+			Workflow: s.Workflow, Time: s.Time, Ignorable: s.Ignorable, Raw: s.Data})
+		require.NoError(t, err, s.ID)
+		ev, err := events.Decode(nil, b)
+		if errors.Is(err, events.ErrUnknownType) {
+			require.Nil(t, ev.Data)
+		} else {
+			require.NoError(t, err, s.ID)
+			require.Equal(t, s.Type, ev.Data.EventType())
+		}
+		require.Equal(t, s.ID, ev.ID)
+		require.Equal(t, s.Type, ev.Type)
+		require.Equal(t, s.Ignorable, ev.Ignorable)
+		ev.Seq = s.Seq
+		out = append(out, ev)
+	}
+	return out
+}
+
+func TestReplay(t *testing.T) {
+	t.Parallel()
+
+	seen := map[string]bool{}
+	for _, h := range loadHistories(t) {
+		require.False(t, seen[h.Name], "two histories named %s", h.Name)
+		seen[h.Name] = true
+		t.Run(h.Name, func(t *testing.T) {
+			t.Parallel()
+
+			evs := toEvents(t, h.Events)
+			got, err := projections.Fold(evs)
+			if h.WantError == "" {
+				require.NoError(t, err)
+				require.Equal(t, len(evs), got.Events)
+			} else {
+				require.Error(t, err)
+				require.Contains(t, err.Error(), h.WantError)
+				switch h.WantErrorIs {
+				case "TransitionError":
+					var te *projections.TransitionError
+					require.ErrorAs(t, err, &te)
+				case "ErrUnknownEvent":
+					require.ErrorIs(t, err, projections.ErrUnknownEvent)
+				case "ErrUnknownStep":
+					require.ErrorIs(t, err, projections.ErrUnknownStep)
+				default:
+					t.Fatalf("want_error_is %q is not TransitionError, ErrUnknownEvent or ErrUnknownStep", h.WantErrorIs)
+				}
+			}
+
+			w := h.Want
+			require.Equal(t, w.Status, got.Status)
+			require.Equal(t, w.Error, got.Error)
+			if w.Events != nil {
+				require.Equal(t, *w.Events, got.Events)
+			}
+			if w.LastSeq != nil {
+				require.Equal(t, *w.LastSeq, got.LastSeq)
+			}
+			if w.LastEventID != "" {
+				require.Equal(t, w.LastEventID, got.LastEventID)
+			}
+			for _, ws := range w.Steps {
+				i := got.StepIndex(ws.ID)
+				require.GreaterOrEqual(t, i, 0, "no step %s", ws.ID)
+				st := got.Steps[i]
+				require.Equal(t, ws.Status, st.Status, "status of step %s", ws.ID)
+				require.Equal(t, ws.Attempt, st.Attempt, "attempt of step %s", ws.ID)
+				if ws.Error != "" {
+					require.Equal(t, ws.Error, st.Error, "error of step %s", ws.ID)
+				}
+				if ws.Agent != "" {
+					require.Equal(t, ws.Agent, st.Agent, "agent of step %s", ws.ID)
+				}
+			}
+			if got.Status != projections.StatusNone {
+				first := evs[0]
+				require.Equal(t, first.Subject, got.ID)
+				require.True(t, first.Time.Equal(got.StartedAt))
+				require.False(t, got.UpdatedAt.Before(got.StartedAt))
+			}
+			if got.Status.Terminal() {
+				require.False(t, got.EndedAt.IsZero())
+			}
+		})
+	}
+}
+
+func TestFoldDeterministic(t *testing.T) {
+	t.Parallel()
+
+	for _, h := range loadHistories(t) {
+		t.Run(h.Name, func(t *testing.T) {
+			t.Parallel()
+
+			a, errA := projections.Fold(toEvents(t, h.Events))
+			b, errB := projections.Fold(toEvents(t, h.Events))
+			require.True(t, reflect.DeepEqual(a, b), "two folds of the same events differ:\n%+v\n%+v", a, b)
+			require.Equal(t, errA, errB)
+
+			// Applying one event at a time gives the same state as Fold.
+			var s projections.Execution
+			var err error
+			for _, ev := range toEvents(t, h.Events) {
+				if s, err = projections.Apply(s, ev); err != nil {
+					break
+				}
+			}
+			require.True(t, reflect.DeepEqual(a, s), "Fold and Apply differ:\n%+v\n%+v", a, s)
+		})
+	}
+}
+
+func started(steps ...string) events.Event {
+	refs := make([]events.StepRef, len(steps))
+	for i, id := range steps {
+		refs[i] = events.StepRef{ID: id, Kind: "noop"}
+	}
+	return events.Event{ID: "e0", Type: events.TypeExecutionStarted, Subject: "x1", Seq: 1,
+		Time: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
+		Data: &events.ExecutionStarted{Workflow: "wf", Version: 1, Steps: refs}}
+}
+
+func stepEvent(p events.Payload) events.Event {
+	return events.Event{ID: "e", Type: p.EventType(), Subject: "x1", Time: time.Date(2026, 1, 1, 0, 0, 1, 0, time.UTC), Data: p}
+}
+
+func TestApplyDoesNotModifyInput(t *testing.T) {
+	t.Parallel()
+
+	s, err := projections.Fold([]events.Event{
+		started("a", "b"),
+		stepEvent(&events.StepScheduled{StepID: "a", Attempt: 1}),
+	})
+	require.NoError(t, err)
+	before := slices.Clone(s.Steps)
+	snapshot := s
+
+	t.Run("Success", func(t *testing.T) {
+		t.Parallel()
+
+		next, err := projections.Apply(s, stepEvent(&events.StepSending{StepID: "a", Attempt: 1, TaskID: "t", Queue: "q"}))
+		require.NoError(t, err)
+		require.Equal(t, projections.OpSending, next.Steps[0].Status)
+		require.Equal(t, before, s.Steps)
+		require.Equal(t, projections.OpPending, s.Steps[0].Status)
+		require.Empty(t, s.Steps[0].TaskID)
+		require.Equal(t, snapshot.Events, s.Events)
+	})
+
+	t.Run("Error", func(t *testing.T) {
+		t.Parallel()
+
+		_, err := projections.Apply(s, stepEvent(&events.StepSent{StepID: "a", Attempt: 1}))
+		var te *projections.TransitionError
+		require.ErrorAs(t, err, &te)
+		require.Equal(t, "a", te.StepID)
+		require.Equal(t, string(projections.OpPending), te.From)
+		require.Equal(t, before, s.Steps)
+	})
+
+	t.Run("Terminal", func(t *testing.T) {
+		t.Parallel()
+
+		next, err := projections.Apply(s, stepEvent(&events.ExecutionFailed{Error: "x"}))
+		require.NoError(t, err)
+		require.Equal(t, projections.StatusFailed, next.Status)
+		require.Equal(t, projections.StatusStarted, s.Status)
+		require.Equal(t, before, s.Steps)
+	})
+
+	t.Run("Concurrent", func(t *testing.T) {
+		t.Parallel()
+
+		// The race detector catches a shared Steps array written by two Applies.
+		errs := make(chan error, 2)
+		for _, p := range []events.Payload{
+			&events.StepSending{StepID: "a", Attempt: 1},
+			&events.StepScheduled{StepID: "b", Attempt: 1},
+		} {
+			go func() {
+				_, err := projections.Apply(s, stepEvent(p))
+				errs <- err
+			}()
+		}
+		require.NoError(t, <-errs)
+		require.NoError(t, <-errs)
+		require.Equal(t, before, s.Steps)
+	})
+}
+
+func TestTransitionErrorMessage(t *testing.T) {
+	t.Parallel()
+
+	s, err := projections.Fold([]events.Event{started("a")})
+	require.NoError(t, err)
+
+	_, err = projections.Apply(s, started("a"))
+	var te *projections.TransitionError
+	require.ErrorAs(t, err, &te)
+	require.Equal(t, "x1", te.ExecutionID)
+	require.Equal(t, string(projections.StatusStarted), te.From)
+	require.Equal(t, events.TypeExecutionStarted, te.Event)
+	require.Empty(t, te.StepID)
+	require.Equal(t, `projections: execution x1: io.jetflow.execution.started is illegal in state "started"`, err.Error())
+}
+
+func TestStatusPredicates(t *testing.T) {
+	t.Parallel()
+
+	for st, terminal := range map[projections.Status]bool{
+		projections.StatusNone: false, projections.StatusPending: false, projections.StatusStarted: false,
+		projections.StatusSucceeded: true, projections.StatusFailed: true,
+	} {
+		require.Equal(t, terminal, st.Terminal(), string(st))
+	}
+	for st, want := range map[projections.OpStatus][2]bool{ // terminal, in flight
+		projections.OpNone: {false, false}, projections.OpPending: {false, false},
+		projections.OpSending: {false, true}, projections.OpSent: {false, true}, projections.OpStarted: {false, true},
+		projections.OpSucceeded: {true, false}, projections.OpFailed: {true, false},
+	} {
+		require.Equal(t, want[0], st.Terminal(), string(st))
+		require.Equal(t, want[1], st.InFlight(), string(st))
+	}
+}
+
+// Fuzzing: each event is three bytes, [op, arg, flags].
+var (
+	fuzzOps = []events.Type{
+		events.TypeExecutionStarted, events.TypeExecutionSucceeded, events.TypeExecutionFailed,
+		events.TypeStepScheduled, events.TypeStepSending, events.TypeStepSent, events.TypeStepStarted,
+		events.TypeStepSucceeded, events.TypeStepFailed,
+		"io.jetflow.step.unknown",     // unknown type, nil Data
+		events.TypeReconcileExecution, // a command that does not belong in a history
+	}
+	fuzzSteps = []string{"a", "b", "c", "d"}
+)
+
+// fuzzEvents turns fuzz bytes into events. For execution.started, arg is
+// the number of steps; for step events it indexes fuzzSteps (past the end
+// is an unknown step). flags&0x7f is the attempt, flags&0x80 ignorable.
+func fuzzEvents(data []byte) []events.Event {
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var evs []events.Event
+	for i := 0; i+3 <= len(data); i += 3 {
+		op, arg, flags := fuzzOps[int(data[i])%len(fuzzOps)], int(data[i+1]), data[i+2]
+		attempt, ignorable := int(flags&0x7f), flags&0x80 != 0
+		step := "zz"
+		if k := arg % (len(fuzzSteps) + 1); k < len(fuzzSteps) {
+			step = fuzzSteps[k]
+		}
+		var p events.Payload
+		switch op {
+		case events.TypeExecutionStarted:
+			refs := []events.StepRef{}
+			for _, id := range fuzzSteps[:arg%(len(fuzzSteps)+1)] {
+				refs = append(refs, events.StepRef{ID: id, Kind: "noop"})
+			}
+			p = &events.ExecutionStarted{Workflow: "wf", Version: attempt, Steps: refs, Token: "t"}
+		case events.TypeExecutionSucceeded:
+			p = &events.ExecutionSucceeded{Output: json.RawMessage(`{}`)}
+		case events.TypeExecutionFailed:
+			p = &events.ExecutionFailed{Error: "e", StepID: step}
+		case events.TypeStepScheduled:
+			p = &events.StepScheduled{StepID: step, Attempt: attempt}
+		case events.TypeStepSending:
+			p = &events.StepSending{StepID: step, Attempt: attempt, TaskID: "t", Queue: "q"}
+		case events.TypeStepSent:
+			p = &events.StepSent{StepID: step, Attempt: attempt, TaskID: "t", TaskSeq: uint64(i)}
+		case events.TypeStepStarted:
+			p = &events.StepStarted{StepID: step, Attempt: attempt, Agent: "ag"}
+		case events.TypeStepSucceeded:
+			p = &events.StepSucceeded{StepID: step, Attempt: attempt, Output: json.RawMessage(`1`)}
+		case events.TypeStepFailed:
+			p = &events.StepFailed{StepID: step, Attempt: attempt, Error: "boom"}
+		case events.TypeReconcileExecution:
+			p = &events.ReconcileExecution{ExecutionID: "x1", Workflow: "wf"}
+		}
+		evs = append(evs, events.Event{ID: "e" + string(rune('0'+i%10)), Type: op, Source: "fuzz", Subject: "x1",
+			Time: base.Add(time.Duration(i) * time.Second), Seq: uint64(i/3 + 1), Ignorable: ignorable, Data: p})
+	}
+	return evs
+}
+
+// fuzzBytes is the inverse of fuzzEvents for the replay histories, so
+// that they seed the fuzzer.
+func fuzzBytes(t testing.TB, evs []events.Event) []byte {
+	t.Helper()
+	var out []byte
+	var steps []string
+	for _, ev := range evs {
+		op := slices.Index(fuzzOps, ev.Type)
+		if op < 0 {
+			op = slices.Index(fuzzOps, "io.jetflow.step.unknown")
+		}
+		var arg, attempt int
+		stepArg := func(id string) int {
+			if i := slices.Index(steps, id); i >= 0 {
+				return i
+			}
+			return len(fuzzSteps)
+		}
+		switch e := ev.Data.(type) {
+		case *events.ExecutionStarted:
+			require.LessOrEqual(t, len(e.Steps), len(fuzzSteps))
+			steps = nil
+			for _, r := range e.Steps {
+				steps = append(steps, r.ID)
+			}
+			arg = len(e.Steps)
+		case *events.StepScheduled:
+			arg, attempt = stepArg(e.StepID), e.Attempt
+		case *events.StepSending:
+			arg, attempt = stepArg(e.StepID), e.Attempt
+		case *events.StepSent:
+			arg, attempt = stepArg(e.StepID), e.Attempt
+		case *events.StepStarted:
+			arg, attempt = stepArg(e.StepID), e.Attempt
+		case *events.StepSucceeded:
+			arg, attempt = stepArg(e.StepID), e.Attempt
+		case *events.StepFailed:
+			arg, attempt = stepArg(e.StepID), e.Attempt
+		}
+		flags := byte(attempt & 0x7f)
+		if ev.Ignorable {
+			flags |= 0x80
+		}
+		out = append(out, byte(op), byte(arg), flags)
+	}
+	return out
+}
+
+func TestFuzzBytesRoundTrip(t *testing.T) {
+	t.Parallel()
+
+	// The seeds replay to the same outcome as the histories they came from
+	// (step ids are renamed, so compare statuses).
+	for _, h := range loadHistories(t) {
+		t.Run(h.Name, func(t *testing.T) {
+			t.Parallel()
+
+			want, wantErr := projections.Fold(toEvents(t, h.Events))
+			got, gotErr := projections.Fold(fuzzEvents(fuzzBytes(t, toEvents(t, h.Events))))
+			require.Equal(t, wantErr == nil, gotErr == nil, "%v / %v", wantErr, gotErr)
+			require.Equal(t, want.Status, got.Status)
+			require.Equal(t, want.Events, got.Events)
+			require.Len(t, got.Steps, len(want.Steps))
+			for i := range want.Steps {
+				require.Equal(t, want.Steps[i].Status, got.Steps[i].Status)
+				require.Equal(t, want.Steps[i].Attempt, got.Steps[i].Attempt)
+			}
+		})
+	}
+}
+
+func FuzzFold(f *testing.F) {
+	for _, h := range loadHistories(f) {
+		f.Add(fuzzBytes(f, toEvents(f, h.Events)))
+	}
+	f.Add([]byte{})
+	f.Add([]byte{0, 4, 1, 0, 4, 1})                 // started twice
+	f.Add([]byte{0, 0, 0, 1, 0, 0})                 // no steps, succeeded
+	f.Add([]byte{9, 0, 0x80, 0, 1, 0, 10, 0, 0x80}) // ignorable unknown and command
+	f.Fuzz(func(t *testing.T, data []byte) {
+		evs := fuzzEvents(data)
+		got, err := projections.Fold(evs)
+		if err != nil {
+			var te *projections.TransitionError
+			require.True(t, errors.As(err, &te) || errors.Is(err, projections.ErrUnknownStep) || errors.Is(err, projections.ErrUnknownEvent),
+				"unexpected error %T: %v", err, err)
+		} else {
+			require.Equal(t, len(evs), got.Events)
+		}
+
+		// Apply one at a time: never modifies its input, agrees with Fold.
+		var s projections.Execution
+		var applyErr error
+		for _, ev := range evs {
+			before := slices.Clone(s.Steps)
+			var next projections.Execution
+			next, applyErr = projections.Apply(s, ev)
+			require.Equal(t, before, s.Steps)
+			if applyErr != nil {
+				break
+			}
+			s = next
+		}
+		require.True(t, reflect.DeepEqual(got, s), "Fold and Apply differ:\n%+v\n%+v", got, s)
+		require.Equal(t, err, applyErr)
+		for _, st := range s.Steps {
+			require.Contains(t, []projections.OpStatus{projections.OpNone, projections.OpPending, projections.OpSending,
+				projections.OpSent, projections.OpStarted, projections.OpSucceeded, projections.OpFailed}, st.Status)
+		}
+	})
+}

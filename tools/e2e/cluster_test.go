@@ -1,0 +1,94 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/client"
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/natsserver"
+	"jetflow.dev/pkg/natstest"
+	"jetflow.dev/pkg/projections"
+	"jetflow.dev/tools/internal/devstack"
+)
+
+// TestClusterSurvivesStreamLeaderLoss runs the four services against a
+// 3-node JetStream cluster with R3 streams and buckets, and shuts down the
+// events stream's leader while executions are running.
+func TestClusterSurvivesStreamLeaderLoss(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster test")
+	}
+	t.Parallel()
+	servers := natstest.RunCluster(t)
+	urls := make([]string, len(servers))
+	for i, srv := range servers {
+		urls[i] = srv.ClientURL()
+	}
+	s := startStack(t, func(c *devstack.Config) {
+		c.NATSURL, c.Replicas = strings.Join(urls, ","), 3
+	})
+	ctx := context.Background()
+	info, err := s.js.Stream(ctx, events.StreamEvents)
+	require.NoError(t, err)
+	require.Equal(t, 3, info.CachedInfo().Config.Replicas)
+
+	s.apply(t, `
+name: replicated
+steps:
+  - id: s1
+    kind: noop
+  - id: s2
+    kind: exec
+    command: sh
+    args: ["-c", "sleep 0.5"]
+  - id: s3
+    kind: noop
+  - id: s4
+    kind: exec
+    command: sh
+    args: ["-c", "sleep 0.5"]
+  - id: s5
+    kind: noop
+`)
+	var ids []string
+	for i := range 6 {
+		id := fmt.Sprintf("r3-%d", i)
+		_, err := s.c.Start(ctx, client.StartRequest{Workflow: "replicated", ID: id})
+		require.NoError(t, err)
+		ids = append(ids, id)
+	}
+	require.Eventually(t, func() bool {
+		x, err := s.c.Execution(ctx, ids[0])
+		return err == nil && x.Steps[1].Status == projections.OpStarted
+	}, 20*time.Second, 10*time.Millisecond)
+
+	si, err := info.Info(ctx)
+	require.NoError(t, err)
+	leader := si.Cluster.Leader
+	for _, srv := range servers {
+		if srv.Name() == leader {
+			natsserver.Stop(srv)
+		}
+	}
+	t.Logf("stopped events stream leader %s", leader)
+
+	for _, id := range ids {
+		x := s.waitDone(t, id, 60*time.Second)
+		require.Equal(t, projections.StatusSucceeded, x.Status, "%s: %s", id, x.Error)
+		evs := s.history(t, id)
+		requireLinear(t, evs)
+		counts := countTypes(evs)
+		for _, step := range []string{"s1", "s2", "s3", "s4", "s5"} {
+			require.Equal(t, 1, counts[string(events.TypeStepSucceeded)+"/"+step], "%s step %s", id, step)
+		}
+	}
+	si, err = info.Info(ctx)
+	require.NoError(t, err)
+	require.NotEqual(t, leader, si.Cluster.Leader)
+}
