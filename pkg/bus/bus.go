@@ -30,6 +30,8 @@ type Config struct {
 	// kept after they were handled (they are an audit trail, not the truth).
 	// Default 7 days.
 	CommandsMaxAge time.Duration
+	// OnRetry, if set, is told why Open is still waiting for JetStream.
+	OnRetry func(err error)
 }
 
 func (c Config) withDefaults() Config {
@@ -175,6 +177,9 @@ func Open(ctx context.Context, url, name string, c Config, opts ...nats.Option) 
 		err = Ensure(ctx, js, c)
 		if err == nil {
 			return nc, js, nil
+		}
+		if c.OnRetry != nil && ctx.Err() == nil {
+			c.OnRetry(err)
 		}
 		select {
 		case <-ctx.Done():

@@ -27,9 +27,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		return fmt.Errorf("-log-level %q: %w", *level, err)
 	}
+	zerolog.TimeFieldFormat = time.RFC3339Nano
 	log := zerolog.New(stderr).Level(lvl).With().Timestamp().Str("service", "janitor").Logger()
-	nc, js, err := bus.Open(ctx, *natsURL, "jetflow-janitor", bus.Config{Replicas: *replicas})
+	nc, js, err := bus.Open(ctx, *natsURL, "jetflow-janitor", bus.Config{Replicas: *replicas,
+		OnRetry: func(err error) { log.Warn().Err(err).Msg("waiting for jetstream") }})
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // asked to stop while starting
+		}
 		return err
 	}
 	defer nc.Drain()

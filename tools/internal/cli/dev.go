@@ -29,6 +29,7 @@ with its own NATS connection. Stop it with Ctrl-C; start it again on the same
 			if err != nil {
 				return fmt.Errorf("--log-level %q: use debug, info, warn or error", level)
 			}
+			zerolog.TimeFieldFormat = time.RFC3339Nano
 			w := zerolog.ConsoleWriter{Out: a.stderr, TimeFormat: "15:04:05.000"}
 			if jsonLogs {
 				cfg.Log = zerolog.New(a.stderr)

@@ -1,0 +1,79 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/client"
+	"jetflow.dev/pkg/natstest"
+	"jetflow.dev/pkg/projections"
+)
+
+// TestServicesAsSeparatePrograms builds the four service binaries and runs
+// each as its own process against one NATS server: they share nothing
+// but JetStream subjects.
+func TestServicesAsSeparatePrograms(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the service binaries")
+	}
+	t.Parallel()
+	srv := natstest.RunJetStream(t)
+	httpPort := freePort(t)
+	env := append(os.Environ(), "JETFLOW_NATS_URL="+srv.ClientURL(), fmt.Sprintf("JETFLOW_HTTP_ADDR=127.0.0.1:%d", httpPort),
+		"JETFLOW_LOG_LEVEL=warn", "JETFLOW_TASK_ACK_WAIT=2s")
+	for _, name := range []string{"api", "dispatcher", "agent", "janitor"} {
+		bin := filepath.Join(binDir, "jetflow-"+name)
+		out, err := runCmd(context.Background(), "go", "build", "-o", bin, "jetflow.dev/services/"+name)
+		require.NoError(t, err, out)
+		cmd := exec.Command(bin)
+		cmd.Env = env
+		logPath := filepath.Join(t.TempDir(), name+".log")
+		logf, err := os.Create(logPath)
+		require.NoError(t, err)
+		cmd.Stdout, cmd.Stderr = logf, logf
+		require.NoError(t, cmd.Start())
+		t.Cleanup(func() {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			select {
+			case err := <-done:
+				log, _ := os.ReadFile(logPath)
+				require.NoError(t, err, "%s did not exit cleanly on SIGTERM:\n%s", name, log)
+			case <-time.After(20 * time.Second):
+				_ = cmd.Process.Kill()
+				t.Errorf("%s did not stop on SIGTERM", name)
+			}
+		})
+	}
+	c := client.New(fmt.Sprintf("http://127.0.0.1:%d", httpPort))
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(c.Base + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 30*time.Second, 20*time.Millisecond)
+	ctx := context.Background()
+	_, err := c.ApplyWorkflow(ctx, []byte("name: apart\nsteps:\n  - id: a\n    kind: exec\n    command: echo\n    args: [separate]\n  - id: b\n    kind: noop\n"))
+	require.NoError(t, err)
+	st, err := c.Start(ctx, client.StartRequest{Workflow: "apart", ID: "apart-1"})
+	require.NoError(t, err)
+	var x projections.Execution
+	require.Eventually(t, func() bool {
+		x, err = c.Execution(ctx, st.ID)
+		return err == nil && x.Status.Terminal()
+	}, 30*time.Second, 20*time.Millisecond)
+	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
+	require.Contains(t, string(x.Steps[0].Output), "separate")
+}
