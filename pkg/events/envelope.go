@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -135,11 +134,8 @@ func Decode(header nats.Header, data []byte) (ev Event, err error) {
 			ev, err = Event{}, fmt.Errorf("%w: %v", ErrMalformed, r)
 		}
 	}()
-	if header == nil {
-		header = nats.Header{}
-	}
+	header = normalizeHeader(header)
 	if header.Get("ce-specversion") == "" && header.Get("content-type") == "" && looksStructured(data) {
-		header = nats.Header(http.Header(header).Clone())
 		header.Set("content-type", "application/cloudevents+json")
 	}
 	ce, err := binding.ToEvent(context.Background(), cejs.NewMessage(&nats.Msg{Header: header, Data: data}))
@@ -183,6 +179,24 @@ func FromCloudEvent(ce event.Event) (Event, error) {
 	}
 	ev.Data = p
 	return ev, nil
+}
+
+// normalizeHeader returns h with ce- and content-type keys in lower case,
+// as the CloudEvents NATS binding spells them; NATS header keys are case
+// sensitive, and people type "Ce-Id" as often as "ce-id".
+func normalizeHeader(h nats.Header) nats.Header {
+	out := make(nats.Header, len(h))
+	for k, v := range h {
+		lk := strings.ToLower(k)
+		if strings.HasPrefix(lk, "ce-") || lk == "content-type" {
+			if _, taken := h[lk]; taken && lk != k {
+				continue // the lower-case spelling wins
+			}
+			k = lk
+		}
+		out[k] = v
+	}
+	return out
 }
 
 func looksStructured(data []byte) bool {

@@ -12,7 +12,8 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr); err != nil {
+	// An error after a stop was asked for is the stop itself, not a failure.
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr); err != nil && ctx.Err() == nil {
 		fmt.Fprintln(os.Stderr, "jetflow-agent:", err)
 		os.Exit(1)
 	}

@@ -193,6 +193,16 @@ func TestSameCloudEventTwiceStartsOneExecution(t *testing.T) {
 	require.NoError(t, s.nc.PublishMsg(&nats.Msg{Subject: events.SubjectStart, Data: structured,
 		Header: nats.Header{"content-type": {"application/cloudevents+json"}}}))
 
+	// As the nats CLI sends it (nats pub jf.commands.start BODY -H K:V ...):
+	// header keys exactly as typed, here in canonical HTTP case.
+	byHand := nats.NewMsg(events.SubjectStart)
+	for _, kv := range [][2]string{{"Ce-Specversion", "1.0"}, {"Ce-Id", "order-42"}, {"Ce-Source", "urn:test:orders"},
+		{"Ce-Type", string(events.TypeStartExecution)}, {"Content-Type", "application/json"}} {
+		byHand.Header.Add(kv[0], kv[1])
+	}
+	byHand.Data = []byte(`{"workflow":"once","input":{"order":42}}`)
+	require.NoError(t, s.nc.PublishMsg(byHand))
+
 	id := events.DerivedExecutionID(events.CommandKey(ev.Source, ev.ID))
 	x := s.waitDone(t, id, 20*time.Second)
 	require.Equal(t, projections.StatusSucceeded, x.Status)
