@@ -32,9 +32,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	nc, js, err := bus.Open(ctx, *natsURL, "jetflow-dispatcher", bus.Config{Replicas: *replicas,
 		OnRetry: func(err error) { log.Warn().Err(err).Msg("waiting for jetstream") }})
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil // asked to stop while starting
-		}
 		return err
 	}
 	defer nc.Drain()
