@@ -178,6 +178,11 @@ func Open(ctx context.Context, url, name string, c Config, opts ...nats.Option) 
 		if err == nil {
 			return nc, js, nil
 		}
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) { // the server answered: waiting will not help
+			nc.Close()
+			return nil, nil, err
+		}
 		if c.OnRetry != nil && ctx.Err() == nil {
 			c.OnRetry(err)
 		}

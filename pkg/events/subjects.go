@@ -38,7 +38,7 @@ const (
 	// RejectionsPrefix starts every rejection subject.
 	RejectionsPrefix = "jf.rejections"
 
-	// BucketDefinitions holds workflow definitions: <name>.v<version> and <name>.latest.
+	// BucketDefinitions holds workflow definitions: def.<name>.<version> and latest.<name>.
 	BucketDefinitions = "JF_DEFINITIONS"
 	// BucketExecutionIDs registers every execution id ever used, with the
 	// command that claimed it (ids are unique forever).

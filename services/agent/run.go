@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"time"
@@ -26,6 +28,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	maxDeliver := f.Int("max-deliver", "JETFLOW_TASK_MAX_DELIVER", 5, "deliveries of a task before the janitor fails it")
 	grace := f.Duration("kill-grace", "JETFLOW_KILL_GRACE", 5*time.Second, "time between SIGTERM and SIGKILL for exec steps")
 	if err := f.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
 		return err
 	}
 	lvl, err := zerolog.ParseLevel(*level)

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"time"
@@ -21,6 +23,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	addr := f.String("http", "JETFLOW_HTTP_ADDR", "127.0.0.1:8080", "HTTP listen address")
 	startWait := f.Duration("start-wait", "JETFLOW_START_WAIT", 5*time.Second, "how long a start request waits for the dispatcher")
 	if err := f.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
 		return err
 	}
 	lvl, err := zerolog.ParseLevel(*level)

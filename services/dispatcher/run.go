@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"time"
@@ -21,6 +23,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	workers := f.Int("workers", "JETFLOW_WORKERS", 32, "goroutines handling executions")
 	ackWait := f.Duration("ack-wait", "JETFLOW_DISPATCH_ACK_WAIT", 30*time.Second, "redelivery timeout of commands and results")
 	if err := f.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
 		return err
 	}
 	lvl, err := zerolog.ParseLevel(*level)

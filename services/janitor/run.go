@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"time"
@@ -21,6 +23,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	interval := f.Duration("interval", "JETFLOW_JANITOR_INTERVAL", 30*time.Second, "time between sweeps")
 	idle := f.Duration("idle-after", "JETFLOW_IDLE_AFTER", 2*time.Minute, "inactivity before an execution is checked")
 	if err := f.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
 		return err
 	}
 	lvl, err := zerolog.ParseLevel(*level)

@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -54,16 +55,21 @@ func (s *Server) startExecution(w http.ResponseWriter, r *http.Request) {
 	var cmd events.Event
 	if isCloudEvent(r) {
 		ce, err := binding.ToEvent(r.Context(), cehttp.NewMessageFromHttpRequest(r))
-		if err != nil {
-			writeError(w, http.StatusBadRequest, apiError{Code: "invalid_cloudevent", Message: err.Error()})
+		if tooLarge(w, err, s.cfg.MaxBody) {
 			return
 		}
-		if cmd, err = events.FromCloudEvent(*ce); err != nil || cmd.Type != events.TypeStartExecution {
-			msg := fmt.Sprintf("type must be %s", events.TypeStartExecution)
-			if err != nil && !errors.Is(err, events.ErrUnknownType) {
-				msg = err.Error()
-			}
-			writeError(w, http.StatusBadRequest, apiError{Code: "invalid_cloudevent", Field: "type", Message: msg})
+		if err != nil {
+			writeError(w, http.StatusBadRequest, apiError{Code: "invalid_cloudevent", Message: oneLine(err.Error())})
+			return
+		}
+		cmd, err = events.FromCloudEvent(*ce)
+		switch {
+		case errors.Is(err, events.ErrUnknownType) || (err == nil && cmd.Type != events.TypeStartExecution):
+			writeError(w, http.StatusBadRequest, apiError{Code: "invalid_cloudevent", Field: "type",
+				Message: fmt.Sprintf("type is %q; a start must be %s", ce.Type(), events.TypeStartExecution)})
+			return
+		case err != nil:
+			writeError(w, http.StatusBadRequest, apiError{Code: "invalid_cloudevent", Message: oneLine(err.Error())})
 			return
 		}
 	} else {
@@ -71,6 +77,9 @@ func (s *Server) startExecution(w http.ResponseWriter, r *http.Request) {
 		dec := json.NewDecoder(r.Body)
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&req); err != nil {
+			if tooLarge(w, err, s.cfg.MaxBody) {
+				return
+			}
 			field := ""
 			var ute *json.UnmarshalTypeError
 			if errors.As(err, &ute) {
@@ -81,12 +90,20 @@ func (s *Server) startExecution(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusBadRequest, apiError{Code: "invalid_json", Field: field, Message: "request body: " + err.Error()})
 			return
 		}
-		id := req.ID
-		if id == "" {
-			id = uuid.Must(uuid.NewV7()).String()
+		cmd = events.New(s.cfg.Source, req.ID, req.Workflow, time.Now(), &events.StartExecution{
+			Workflow: req.Workflow, Version: req.Version, Input: req.Input, ExecutionID: req.ID})
+		// With an Idempotency-Key, a retried request is the same command:
+		// it gets the execution it started (200) instead of a new one.
+		if k := r.Header.Get("Idempotency-Key"); k != "" {
+			if len(k) > 200 {
+				writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: "Idempotency-Key", Message: "must be at most 200 characters"})
+				return
+			}
+			cmd.ID = "idem-" + k
+			cmd.Data.(*events.StartExecution).ExecutionID = cmp.Or(req.ID, events.DerivedExecutionID(events.CommandKey(cmd.Source, cmd.ID)))
+		} else if req.ID == "" {
+			cmd.Data.(*events.StartExecution).ExecutionID = uuid.Must(uuid.NewV7()).String()
 		}
-		cmd = events.New(s.cfg.Source, id, req.Workflow, time.Now(), &events.StartExecution{
-			Workflow: req.Workflow, Version: req.Version, Input: req.Input, ExecutionID: id})
 	}
 	start := cmd.Data.(*events.StartExecution)
 	key := events.CommandKey(cmd.Source, cmd.ID)
@@ -98,7 +115,11 @@ func (s *Server) startExecution(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if _, err := s.defs.Get(r.Context(), start.Workflow, start.Version); errors.Is(err, catalog.ErrNotFound) {
-		writeError(w, http.StatusNotFound, apiError{Code: "not_found", Field: "workflow", Message: err.Error()})
+		msg := fmt.Sprintf("workflow %q is not registered", start.Workflow)
+		if start.Version > 0 {
+			msg = fmt.Sprintf("workflow %q has no version %d", start.Workflow, start.Version)
+		}
+		writeError(w, http.StatusNotFound, apiError{Code: "not_found", Field: "workflow", Message: msg})
 		return
 	} else if err != nil {
 		s.internal(w, r, err)
@@ -211,7 +232,7 @@ func (s *Server) publishStart(w http.ResponseWriter, r *http.Request, cmd events
 				return
 			case *events.CommandRejected:
 				status := map[string]int{events.CodeConflict: http.StatusConflict, events.CodeNotFound: http.StatusNotFound}[p.Code]
-				writeError(w, cmpStatus(status), apiError{Code: p.Code, Message: p.Reason})
+				writeError(w, cmpStatus(status), apiError{Code: p.Code, Message: oneLine(p.Reason)})
 				return
 			}
 		case <-timeout.C:
@@ -223,6 +244,18 @@ func (s *Server) publishStart(w http.ResponseWriter, r *http.Request, cmd events
 		}
 	}
 }
+
+// tooLarge answers 413 if err comes from a body over the limit.
+func tooLarge(w http.ResponseWriter, err error, limit int64) bool {
+	var mbe *http.MaxBytesError
+	if !errors.As(err, &mbe) {
+		return false
+	}
+	writeError(w, http.StatusRequestEntityTooLarge, apiError{Code: "too_large", Message: fmt.Sprintf("request body exceeds %d bytes", limit)})
+	return true
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 func cmpStatus(s int) int {
 	if s == 0 {
@@ -305,9 +338,9 @@ func (s *Server) listExecutions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: "workflow", Message: fmt.Sprintf("%q is not a valid workflow name", wf)})
 		return
 	}
-	valid := []string{"", "pending", "started", "succeeded", "failed"}
+	valid := []string{"", "started", "succeeded", "failed"}
 	if !slices.Contains(valid, status) {
-		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: "status", Message: "status must be one of pending, started, succeeded, failed"})
+		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: "status", Message: "status must be one of started, succeeded, failed"})
 		return
 	}
 	lister, err := s.execs.ListKeys(r.Context())

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -88,6 +89,20 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/executions/{id}/events", s.executionEvents)
 	mux.HandleFunc("POST /v1/admin/projections/rebuild", s.rebuildProjections)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		var allow []string
+		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+			probe := r.Clone(r.Context())
+			probe.Method = m
+			if _, pattern := mux.Handler(probe); pattern != "/" && pattern != "" {
+				allow = append(allow, m)
+			}
+		}
+		if len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			writeError(w, http.StatusMethodNotAllowed, apiError{Code: "method_not_allowed",
+				Message: fmt.Sprintf("%s %s is not supported; use %s", r.Method, r.URL.Path, strings.Join(allow, " or "))})
+			return
+		}
 		writeError(w, http.StatusNotFound, apiError{Code: "not_found", Message: fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path)})
 	})
 	return s.logRequests(mux)

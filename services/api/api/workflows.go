@@ -77,7 +77,8 @@ func (s *Server) getWorkflowVersion(w http.ResponseWriter, r *http.Request) {
 	}
 	rec, err := s.defs.Get(r.Context(), r.PathValue("name"), v)
 	if errors.Is(err, catalog.ErrNotFound) {
-		writeError(w, http.StatusNotFound, apiError{Code: "not_found", Field: "version", Message: err.Error()})
+		writeError(w, http.StatusNotFound, apiError{Code: "not_found", Field: "version",
+			Message: fmt.Sprintf("workflow %q has no version %d", r.PathValue("name"), v)})
 		return
 	}
 	if err != nil {

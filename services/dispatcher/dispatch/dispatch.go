@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
@@ -193,6 +194,9 @@ func (e permanentError) Unwrap() error { return e.err }
 func (d *Dispatcher) process(ctx context.Context, j job) {
 	log := d.log.With().Str("execution_id", j.key).Str("type", string(j.ev.Type)).Logger()
 	err := d.handle(log.WithContext(ctx), j.ev)
+	if errors.Is(err, nats.ErrMaxPayload) {
+		err = permanentError{err} // retrying cannot make it fit
+	}
 	var perm permanentError
 	switch {
 	case err == nil:

@@ -55,14 +55,25 @@ func (d *Dispatcher) start(ctx context.Context, ev events.Event, cmd *events.Sta
 		return reject(events.CodeInvalid, "input must be a JSON object: %v", err)
 	}
 
-	// Resolve the definition before claiming the id, so that a command for
-	// an unknown workflow leaves the id free for a corrected one.
+	// Resolve the definition and build the first event before claiming the
+	// id, so that a command that cannot start leaves the id free.
 	rec, err := d.defs.Get(ctx, cmd.Workflow, cmd.Version)
 	if errors.Is(err, catalog.ErrNotFound) {
 		return reject(events.CodeNotFound, "workflow %q version %d is not registered", cmd.Workflow, cmd.Version)
 	}
 	if err != nil {
 		return err
+	}
+	def, err := rec.Definition.Canonical()
+	if err != nil {
+		return permanentError{err}
+	}
+	started := &events.ExecutionStarted{
+		Workflow: rec.Name, Version: rec.Version, Input: input, Steps: rec.Definition.StepRefs(),
+		Definition: def, Token: newToken(), CommandKey: key, StartedBy: ev.Source,
+	}
+	if size, limit := d.encodedSize(id, cmd.Workflow, started), d.js.Conn().MaxPayload(); size > limit {
+		return reject(events.CodeInvalid, "input and definition take %d bytes, more than the %d a message may hold; make the input smaller", size, limit)
 	}
 	claim, err := d.claim(ctx, id, key, cmd.Workflow)
 	if err != nil {
@@ -73,21 +84,29 @@ func (d *Dispatcher) start(ctx context.Context, ev events.Event, cmd *events.Sta
 	}
 	return d.withExecution(ctx, cmd.Workflow, id, func(x *execState) error {
 		if x.state.Status == projections.StatusNone {
-			def, err := rec.Definition.Canonical()
-			if err != nil {
-				return permanentError{err}
-			}
 			x.def = rec.Definition
-			if err := d.append(ctx, x, &events.ExecutionStarted{
-				Workflow: rec.Name, Version: rec.Version, Input: input, Steps: rec.Definition.StepRefs(),
-				Definition: def, Token: newToken(), CommandKey: key, StartedBy: ev.Source,
-			}); err != nil {
+			if err := d.append(ctx, x, started); err != nil {
 				return err
 			}
 			zerolog.Ctx(ctx).Info().Str("workflow", rec.Name).Int("version", rec.Version).Msg("execution started")
 		}
 		return d.advance(ctx, x)
 	})
+}
+
+// encodedSize is the size of p as a history message (data and headers).
+func (d *Dispatcher) encodedSize(id, wf string, p events.Payload) int64 {
+	msg, err := events.Encode(events.ExecutionSubject(wf, id), events.New(d.cfg.Source, id, wf, d.cfg.Now(), p))
+	if err != nil {
+		return 0
+	}
+	n := int64(len(msg.Data) + len(msg.Subject))
+	for k, vs := range msg.Header {
+		for _, v := range vs {
+			n += int64(len(k) + len(v) + 4)
+		}
+	}
+	return n + 256 // Nats-Msg-Id, expected-sequence headers and framing
 }
 
 // claim registers id for the command key, or returns the existing claim.

@@ -1,0 +1,93 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/client"
+	"jetflow.dev/pkg/projections"
+)
+
+func postJSON(t *testing.T, url, body string, hdr map[string]string) (int, client.Error) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var e struct {
+		Error client.Error `json:"error"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&e)
+	return resp.StatusCode, e.Error
+}
+
+func TestOversizedAndRetriedRequests(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, nil)
+	ctx := context.Background()
+	// A definition of ~200 KB and an input of ~900 KB each fit in a message,
+	// but the first history event would not: the start is refused, and the
+	// id stays free for a corrected request.
+	s.apply(t, fmt.Sprintf("name: big\ndescription: %s\nsteps:\n  - id: a\n    kind: noop\n", strings.Repeat("x", 200_000)))
+	huge := fmt.Sprintf(`{"workflow":"big","id":"big-1","input":{"blob":%q}}`, strings.Repeat("y", 900_000))
+	status, e := postJSON(t, s.info.APIURL+"/v1/executions", huge, nil)
+	require.Equal(t, http.StatusBadRequest, status, e.Message)
+	require.Contains(t, e.Message, "more than the")
+	st, err := s.c.Start(ctx, client.StartRequest{Workflow: "big", ID: "big-1"})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, st.HTTPStatus)
+	require.Equal(t, projections.StatusSucceeded, s.waitDone(t, "big-1", 20*time.Second).Status)
+
+	// A body over the api's limit is a 413.
+	status, e = postJSON(t, s.info.APIURL+"/v1/executions", `{"workflow":"big","input":{"b":"`+strings.Repeat("z", 1100_000)+`"}}`, nil)
+	require.Equal(t, http.StatusRequestEntityTooLarge, status)
+	require.Equal(t, "too_large", e.Code)
+
+	// The wrong method on a known path is a 405 that says what is allowed.
+	req, _ := http.NewRequest(http.MethodDelete, s.info.APIURL+"/v1/workflows", nil)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode)
+	require.Equal(t, "GET, POST", resp.Header.Get("Allow"))
+
+	// A retried JSON start with the same Idempotency-Key gets the same execution.
+	body := `{"workflow":"big","input":{"n":1}}`
+	status, _ = postJSON(t, s.info.APIURL+"/v1/executions", body, map[string]string{"Idempotency-Key": "req-7"})
+	require.Equal(t, http.StatusCreated, status)
+	status, _ = postJSON(t, s.info.APIURL+"/v1/executions", body, map[string]string{"Idempotency-Key": "req-7"})
+	require.Equal(t, http.StatusOK, status)
+	list, _, err := s.c.ListExecutions(ctx, client.ListOptions{Workflow: "big"})
+	require.NoError(t, err)
+	require.Len(t, list, 2, "big-1 and the one idempotent start")
+
+	// A CloudEvent without a source names no wrong field and is one line.
+	req, _ = http.NewRequest(http.MethodPost, s.info.APIURL+"/v1/executions", strings.NewReader(`{"workflow":"big"}`))
+	req.Header.Set("Ce-Specversion", "1.0")
+	req.Header.Set("Ce-Id", "x")
+	req.Header.Set("Ce-Type", "io.jetflow.execution.start")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	var ce struct {
+		Error client.Error `json:"error"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&ce))
+	resp.Body.Close()
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.NotEqual(t, "type", ce.Error.Field)
+	require.Contains(t, ce.Error.Message, "source")
+	require.NotContains(t, ce.Error.Message, "\n")
+}
