@@ -101,8 +101,18 @@ func (e Event) toCloudEvent() (event.Event, error) {
 
 // Encode returns a NATS message for e in CloudEvents binary mode (ce-
 // headers, JSON data). The caller sets publish options (Nats-Msg-Id,
-// expected sequences).
+// expected sequences). Events in canonical form take a direct path that
+// writes exactly what the sdk-go binding writes (see codec.go); anything
+// else goes through sdk-go.
 func Encode(subject string, e Event) (*nats.Msg, error) {
+	if m, ok := fastEncode(subject, e); ok {
+		return m, nil
+	}
+	return encodeSDK(subject, e)
+}
+
+// encodeSDK is Encode through the sdk-go binding, the reference.
+func encodeSDK(subject string, e Event) (*nats.Msg, error) {
 	ce, err := e.toCloudEvent()
 	if err != nil {
 		return nil, err
@@ -135,6 +145,20 @@ func Decode(header nats.Header, data []byte) (ev Event, err error) {
 		}
 	}()
 	header = normalizeHeader(header)
+	if ev, ok := fastDecode(header, data); ok {
+		return ev, nil
+	}
+	return decodeSDK(header, data)
+}
+
+// decodeSDK is Decode through the sdk-go binding, the reference; header
+// must be normalized.
+func decodeSDK(header nats.Header, data []byte) (ev Event, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			ev, err = Event{}, fmt.Errorf("%w: %v", ErrMalformed, r)
+		}
+	}()
 	if header.Get("ce-specversion") == "" && header.Get("content-type") == "" && looksStructured(data) {
 		header.Set("content-type", "application/cloudevents+json")
 	}

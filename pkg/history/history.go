@@ -49,6 +49,8 @@ func ReadStream(ctx context.Context, js jetstream.JetStream, stream, filter stri
 	}
 	out := make([]events.Event, 0, pending)
 	for {
+		// Ask for exactly what is known to be there, so that no fetch is
+		// left waiting for messages that do not exist.
 		batch, err := cons.Fetch(int(min(pending, 1000)), jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
 			return nil, fmt.Errorf("read history %s: %w", filter, err)
@@ -60,6 +62,7 @@ func ReadStream(ctx context.Context, js jetstream.JetStream, stream, filter stri
 			if err != nil {
 				return nil, fmt.Errorf("read history %s: %w", filter, err)
 			}
+			pending = md.NumPending
 			if untilSeq > 0 && md.Sequence.Stream > untilSeq {
 				return out, nil
 			}
@@ -69,12 +72,12 @@ func ReadStream(ctx context.Context, js jetstream.JetStream, stream, filter stri
 			}
 			ev.Seq = md.Sequence.Stream
 			out = append(out, ev)
-			if md.NumPending == 0 {
-				return out, nil
-			}
 		}
 		if err := batch.Error(); err != nil {
 			return nil, fmt.Errorf("read history %s: %w", filter, err)
+		}
+		if pending == 0 {
+			return out, nil
 		}
 		if n == 0 {
 			return nil, fmt.Errorf("read history %s: stream stopped delivering", filter)

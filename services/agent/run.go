@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -13,7 +14,6 @@ import (
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/svc"
 	"jetflow.dev/services/agent/agent"
-	"strings"
 )
 
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {

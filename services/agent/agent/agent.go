@@ -15,6 +15,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -104,6 +105,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	taskCtx, cancelTasks := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelTasks()
 	var running sync.WaitGroup
+	var stopping atomic.Bool
 	var ccs []jetstream.ConsumeContext
 	for _, q := range a.cfg.Queues {
 		cons, err := a.js.CreateOrUpdateConsumer(ctx, events.StreamTasks, jetstream.ConsumerConfig{
@@ -116,6 +118,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		slots := make(chan struct{}, a.cfg.Concurrency)
 		cc, err := cons.Consume(func(m jetstream.Msg) {
+			if stopping.Load() { // shutting down: hand prefetched tasks back at once
+				_ = m.Nak()
+				return
+			}
 			slots <- struct{}{}
 			running.Add(1)
 			go func() {
@@ -130,8 +136,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.log.Info().Strs("queues", a.cfg.Queues).Int("concurrency", a.cfg.Concurrency).Msg("agent running")
 	<-ctx.Done()
+	stopping.Store(true)
 	for _, cc := range ccs {
-		cc.Stop()
+		cc.Drain()
+		<-cc.Closed()
 	}
 	done := make(chan struct{})
 	go func() { running.Wait(); close(done) }()

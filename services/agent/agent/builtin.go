@@ -51,7 +51,7 @@ func (h logHandler) Handle(_ context.Context, t operation.Task) (any, error) {
 	if err != nil {
 		lvl = zerolog.InfoLevel
 	}
-	h.log.WithLevel(lvl).Str("execution_id", t.ExecutionID).Str("step_id", t.StepID).Str("message", s.Message).Msg("workflow log")
+	h.log.WithLevel(lvl).Str("execution_id", t.ExecutionID).Str("step_id", t.StepID).Str("step_message", s.Message).Msg("workflow log")
 	return map[string]string{"message": s.Message, "level": cmp.Or(s.Level, "info")}, nil
 }
 
@@ -84,7 +84,13 @@ func (h execHandler) Handle(ctx context.Context, t operation.Task) (any, error) 
 	// kernel kills it if the agent dies, so a redelivered task never runs
 	// beside an orphan of its previous delivery.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
+	cmd.Cancel = func() error {
+		// WaitDelay's SIGKILL reaches only the command itself: kill the
+		// rest of the group too.
+		pgid := cmd.Process.Pid
+		time.AfterFunc(h.grace, func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) })
+		return syscall.Kill(-pgid, syscall.SIGTERM)
+	}
 	cmd.WaitDelay = h.grace
 	stdout, stderr := &capped{max: h.maxOutput}, &capped{max: h.maxOutput}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
@@ -192,6 +198,12 @@ type capped struct {
 	bytes.Buffer
 	max       int
 	truncated bool
+}
+
+// ReadFrom hides bytes.Buffer's, which io.Copy (and so exec.Cmd) would
+// otherwise use, bypassing the cap in Write.
+func (c *capped) ReadFrom(r io.Reader) (int64, error) {
+	return io.Copy(struct{ io.Writer }{c}, r)
 }
 
 func (c *capped) Write(p []byte) (int, error) {

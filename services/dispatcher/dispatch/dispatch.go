@@ -154,6 +154,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			select {
 			case queues[h.Sum32()%uint32(len(queues))] <- job{msg: m, ev: ev, key: key}:
 			case <-ctx.Done():
+				_ = m.Nak() // shutting down: hand it to another dispatcher now
 			}
 		}, jetstream.PullMaxMessages(256))
 		if err != nil {

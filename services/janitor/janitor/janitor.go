@@ -103,8 +103,9 @@ func (j *Janitor) Run(ctx context.Context) error {
 				j.log.Error().Err(err).Msg("sweep")
 				continue
 			}
-			if res.Reconciled+res.LostTasks > 0 {
-				j.log.Info().Int("checked", res.Checked).Int("reconciled", res.Reconciled).Int("lost_tasks", res.LostTasks).Msg("sweep")
+			if res.Reconciled+res.LostTasks+res.Errors > 0 {
+				j.log.Info().Int("checked", res.Checked).Int("reconciled", res.Reconciled).Int("lost_tasks", res.LostTasks).
+					Int("errors", res.Errors).Msg("sweep")
 			}
 		}
 	}
@@ -169,6 +170,7 @@ type Result struct {
 	Checked    int
 	Reconciled int
 	LostTasks  int
+	Errors     int
 }
 
 // RunOnce sweeps the execution read models once.
@@ -211,7 +213,9 @@ func (j *Janitor) RunOnce(ctx context.Context) (Result, error) {
 				// dispatcher will apply it (perhaps after a retry): not lost.
 				reported, err := j.hasResult(ctx, x.ID, st.TaskID)
 				if err != nil {
-					return res, err
+					j.log.Warn().Err(err).Str("execution_id", x.ID).Msg("sweep: read results")
+					res.Errors++
+					continue
 				}
 				if reported {
 					continue
@@ -219,14 +223,18 @@ func (j *Janitor) RunOnce(ctx context.Context) (Result, error) {
 				ref := events.TaskRef{TaskID: st.TaskID, ExecutionID: x.ID, Workflow: x.Workflow, StepID: st.ID,
 					Attempt: st.Attempt, Token: x.Token, Agent: "janitor"}
 				if err := j.fail(ctx, ref, "vanished", "task left its queue without a result"); err != nil {
-					return res, err
+					j.log.Warn().Err(err).Str("execution_id", x.ID).Msg("sweep: report lost task")
+					res.Errors++
+					continue
 				}
 				res.LostTasks++
 			}
 		}
 		if !inFlight {
 			if err := j.reconcile(ctx, x); err != nil {
-				return res, err
+				j.log.Warn().Err(err).Str("execution_id", x.ID).Msg("sweep: reconcile")
+				res.Errors++
+				continue
 			}
 			res.Reconciled++
 		}

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -31,7 +32,7 @@ import (
 
 type config struct {
 	executions, concurrency, steps, single int
-	dataDir                                string
+	dataDir, cpuProfile, memProfile        string
 }
 
 func main() {
@@ -51,6 +52,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&c.steps, "steps", 10, "noop steps per execution")
 	fs.IntVar(&c.single, "single", 100, "executions in the sequential single-execution latency run")
 	fs.StringVar(&c.dataDir, "data", "", "data directory (default: a new temp dir, removed afterwards)")
+	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured runs to this file")
+	fs.StringVar(&c.memProfile, "memprofile", "", "write a heap profile at the end to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -106,6 +109,17 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if _, err := tr.runBatch(ctx, conn, "warm", 50, 50); err != nil {
 		return err
 	}
+	if c.cpuProfile != "" {
+		f, err := os.Create(c.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	began := time.Now()
 	lat, err := tr.runBatch(ctx, conn, "tput", c.executions, c.concurrency)
 	if err != nil {
@@ -129,6 +143,17 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 			perStep[i] = l / time.Duration(c.steps)
 		}
 		printLatency(out, "per step", perStep)
+	}
+	if c.memProfile != "" {
+		f, err := os.Create(c.memProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		runtime.GC()
+		if err := pprof.WriteHeapProfile(f); err != nil {
+			return err
+		}
 	}
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)

@@ -1,0 +1,107 @@
+package events
+
+import (
+	"encoding/json"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+)
+
+func codecSamples() []Event {
+	at := time.Date(2026, 11, 21, 16, 9, 22, 123456789, time.UTC)
+	payloads := []Payload{
+		&ExecutionStarted{Workflow: "wf", Version: 2, Input: json.RawMessage(`{"a":[1,2]}`), Steps: []StepRef{{ID: "s", Kind: "exec"}},
+			Definition: json.RawMessage(`{"name":"wf"}`), Token: "t", CommandKey: "src#1", StartedBy: "src"},
+		&ExecutionSucceeded{}, &ExecutionFailed{Error: "boom \"quoted\" <html>", StepID: "s"},
+		&StepScheduled{StepID: "s", Attempt: 1}, &StepSending{StepID: "s", Attempt: 1, TaskID: "e.s.1", Queue: "q"},
+		&StepSent{StepID: "s", Attempt: 1, TaskID: "e.s.1", TaskSeq: 9}, &StepStarted{StepID: "s", Attempt: 3, Agent: "a", Delivery: 2},
+		&StepSucceeded{StepID: "s", Attempt: 1, Output: json.RawMessage(`{"stdout":"é\n"}`), Duration: 5}, &StepFailed{StepID: "s", Attempt: 1, Error: "x"},
+		&StartExecution{Workflow: "wf", ExecutionID: "id"}, &ReconcileExecution{ExecutionID: "id", Workflow: "wf"},
+		&Task{TaskID: "e.s.1", ExecutionID: "e", Spec: json.RawMessage(`{"kind":"noop"}`)},
+		&OperationStarted{TaskRef: TaskRef{TaskID: "t"}}, &OperationSucceeded{TaskRef: TaskRef{TaskID: "t"}, Output: json.RawMessage(`[1]`)},
+		&OperationFailed{TaskRef: TaskRef{TaskID: "t"}, Error: "e"}, &CommandRejected{Code: CodeConflict, Reason: "r"},
+	}
+	var out []Event
+	for i, p := range payloads {
+		ev := Event{ID: "id-" + string(rune('a'+i)), Type: p.EventType(), Source: "jetflow/dispatcher", Data: p}
+		switch i % 4 {
+		case 0:
+			ev.Subject, ev.Workflow, ev.Time, ev.PrevSeq = "exec-1", "wf", at, uint64(i+1)
+		case 1:
+			ev.Time, ev.Ignorable = at.Add(time.Duration(i)), true
+		case 2:
+			ev.Source, ev.Subject = "urn:example:orders", "x"
+		case 3:
+			ev.Source, ev.Time = "https://example.com/a?b=c", at.Truncate(time.Second)
+		}
+		out = append(out, ev)
+	}
+	return out
+}
+
+// TestDirectCodecMatchesSDK checks that the direct encoder writes exactly
+// what the sdk-go binding writes, and that both decoders read both
+// outputs to the same event.
+func TestDirectCodecMatchesSDK(t *testing.T) {
+	t.Parallel()
+	for _, ev := range codecSamples() {
+		fast, ok := fastEncode("subj", ev)
+		require.True(t, ok, ev.Type)
+		ref, err := encodeSDK("subj", ev)
+		require.NoError(t, err)
+		require.Equal(t, ref.Header, fast.Header, ev.Type)
+		require.Equal(t, string(ref.Data), string(fast.Data), ev.Type)
+
+		viaFast, ok := fastDecode(normalizeHeader(fast.Header), fast.Data)
+		require.True(t, ok, ev.Type)
+		viaSDK, err := decodeSDK(normalizeHeader(ref.Header), ref.Data)
+		require.NoError(t, err)
+		requireSameEvent(t, viaSDK, viaFast)
+		require.Equal(t, ev.Data, viaFast.Data)
+	}
+}
+
+func requireSameEvent(t *testing.T, want, got Event) {
+	t.Helper()
+	require.Equal(t, want.ID, got.ID)
+	require.Equal(t, want.Type, got.Type)
+	require.Equal(t, want.Source, got.Source)
+	require.Equal(t, want.Subject, got.Subject)
+	require.Equal(t, want.Workflow, got.Workflow)
+	require.True(t, want.Time.Equal(got.Time), "%s != %s", want.Time, got.Time)
+	require.Equal(t, want.Ignorable, got.Ignorable)
+	require.Equal(t, want.PrevSeq, got.PrevSeq)
+	require.True(t, reflect.DeepEqual(want.Data, got.Data), "%#v != %#v", want.Data, got.Data)
+	require.JSONEq(t, string(want.Raw), string(got.Raw))
+}
+
+// FuzzDirectDecode feeds arbitrary values for every header the direct
+// decoder knows: whenever it accepts a message, sdk-go must accept it too
+// and read the same event.
+func FuzzDirectDecode(f *testing.F) {
+	for _, ev := range codecSamples() {
+		m, _ := fastEncode("s", ev)
+		f.Add(m.Header.Get("ce-specversion"), m.Header.Get("ce-id"), m.Header.Get("ce-source"), m.Header.Get("ce-type"),
+			m.Header.Get("ce-time"), m.Header.Get("ce-subject"), m.Header.Get("ce-datacontenttype"),
+			m.Header.Get("ce-prevseq"), m.Header.Get("ce-ignorable"), m.Data)
+	}
+	f.Fuzz(func(t *testing.T, spec, id, source, typ, ts, subject, ct, prev, ign string, data []byte) {
+		h := nats.Header{}
+		for k, v := range map[string]string{"ce-specversion": spec, "ce-id": id, "ce-source": source, "ce-type": typ,
+			"ce-time": ts, "ce-subject": subject, "ce-datacontenttype": ct, "ce-prevseq": prev, "ce-ignorable": ign} {
+			if v != "" {
+				h.Set(k, v)
+			}
+		}
+		got, ok := fastDecode(h, data)
+		if !ok {
+			return
+		}
+		want, err := decodeSDK(h, data)
+		require.NoError(t, err, "the direct decoder accepted what sdk-go refuses: %v %q", h, data)
+		requireSameEvent(t, want, got)
+	})
+}

@@ -1,0 +1,303 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/history"
+	"jetflow.dev/pkg/natstest"
+	"jetflow.dev/pkg/operation"
+	"jetflow.dev/pkg/workflow"
+	"jetflow.dev/services/agent/agent"
+)
+
+const (
+	agentName = "test-agent"
+	ackWait   = time.Second
+	waitFor   = 15 * time.Second
+)
+
+type agentBundle struct {
+	js jetstream.JetStream
+}
+
+// setupAgent runs an agent with a short AckWait on a fresh server until
+// the test ends.
+func setupAgent(t *testing.T, handlers map[string]operation.Handler) *agentBundle {
+	t.Helper()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	a, err := agent.New(agent.Config{Name: agentName, AckWait: ackWait, Concurrency: 4, ShutdownGrace: time.Second,
+		KillGrace: time.Second, Handlers: handlers}, js, zerolog.New(zerolog.NewTestWriter(t)))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(waitFor):
+			t.Error("agent did not stop")
+		}
+	})
+	return &agentBundle{js: js}
+}
+
+// publishTask puts a task for step on the default queue, as the dispatcher does.
+func (b *agentBundle) publishTask(t *testing.T, execID string, step workflow.Step) *events.Task {
+	t.Helper()
+	spec, err := json.Marshal(step)
+	require.NoError(t, err)
+	task := &events.Task{TaskID: events.TaskID(execID, step.ID, 1), ExecutionID: execID, Workflow: "wf",
+		StepID: step.ID, Attempt: 1, Token: "tok-" + execID, Kind: step.Kind, Queue: step.QueueName(), Spec: spec}
+	ev := events.New("test-dispatcher", execID, "wf", time.Now(), task)
+	ev.ID = task.TaskID
+	msg, err := events.Encode(events.TaskSubject(step.QueueName()), ev)
+	require.NoError(t, err)
+	_, err = b.js.PublishMsg(t.Context(), msg, jetstream.WithMsgID(task.TaskID))
+	require.NoError(t, err)
+	return task
+}
+
+func readResults(t *testing.T, js jetstream.JetStream, execID string) []events.Event {
+	t.Helper()
+	evs, err := history.ReadStream(t.Context(), js, events.StreamResults, events.ResultSubject(execID), 0, 0)
+	require.NoError(t, err)
+	return evs
+}
+
+func isFinal(ev events.Event) bool {
+	return ev.Type == events.TypeOperationSucceeded || ev.Type == events.TypeOperationFailed
+}
+
+// waitFinal waits for a final result of the execution's task and returns
+// every result reported so far.
+func (b *agentBundle) waitFinal(t *testing.T, execID string) []events.Event {
+	t.Helper()
+	var evs []events.Event
+	natstest.Eventually(t, waitFor, func() bool {
+		evs = readResults(t, b.js, execID)
+		for _, ev := range evs {
+			if isFinal(ev) {
+				return true
+			}
+		}
+		return false
+	}, "final result of %s", execID)
+	return evs
+}
+
+// requireRef checks that a result names the task, this agent and delivery 1.
+func requireRef(t *testing.T, task *events.Task, ref events.TaskRef) {
+	t.Helper()
+	require.Equal(t, task.Ref(agentName, 1), ref)
+}
+
+// requireStartedThen checks the results are a started report followed by
+// one final report of type final, and returns the final one.
+func requireStartedThen(t *testing.T, task *events.Task, evs []events.Event, final events.Type) events.Event {
+	t.Helper()
+	types := make([]events.Type, len(evs))
+	for i, ev := range evs {
+		types[i] = ev.Type
+	}
+	require.Len(t, evs, 2, "results: %v", types)
+	st, ok := evs[0].Data.(*events.OperationStarted)
+	require.True(t, ok, "first result is %s", evs[0].Type)
+	requireRef(t, task, st.TaskRef)
+	require.Equal(t, final, evs[1].Type)
+	for _, ev := range evs {
+		require.Equal(t, task.ExecutionID, ev.Subject)
+		require.Equal(t, task.Workflow, ev.Workflow)
+		require.Equal(t, "jetflow/agent/"+agentName, ev.Source)
+	}
+	return evs[1]
+}
+
+// waitQueueEmpty waits until the default queue holds no task: every task
+// was acknowledged.
+func (b *agentBundle) waitQueueEmpty(t *testing.T) {
+	t.Helper()
+	natstest.Eventually(t, waitFor, func() bool {
+		stream, err := b.js.Stream(t.Context(), events.StreamTasks)
+		require.NoError(t, err)
+		info, err := stream.Info(t.Context())
+		require.NoError(t, err)
+		return info.State.Msgs == 0
+	}, "tasks acknowledged")
+}
+
+func TestAgentRunsTask(t *testing.T) {
+	t.Parallel()
+
+	b := setupAgent(t, nil)
+
+	t.Run("Noop", func(t *testing.T) {
+		task := b.publishTask(t, "x-noop", workflow.Step{ID: "nothing", Kind: workflow.KindNoop})
+		final := requireStartedThen(t, task, b.waitFinal(t, "x-noop"), events.TypeOperationSucceeded)
+		ok := final.Data.(*events.OperationSucceeded)
+		requireRef(t, task, ok.TaskRef)
+		require.Empty(t, ok.Output)
+		require.Equal(t, task.TaskID+".done.1", final.ID)
+	})
+
+	t.Run("Exec", func(t *testing.T) {
+		task := b.publishTask(t, "x-exec", workflow.Step{ID: "greet", Kind: workflow.KindExec, Command: "sh",
+			Args: []string{"-c", `echo "hello $JETFLOW_STEP_ID"`}})
+		final := requireStartedThen(t, task, b.waitFinal(t, "x-exec"), events.TypeOperationSucceeded)
+		require.JSONEq(t, `{"stdout":"hello greet\n","stderr":"","exit_code":0}`,
+			string(final.Data.(*events.OperationSucceeded).Output))
+	})
+
+	t.Run("ExecFails", func(t *testing.T) {
+		task := b.publishTask(t, "x-exit", workflow.Step{ID: "check", Kind: workflow.KindExec, Command: "sh",
+			Args: []string{"-c", `echo disk is full >&2; exit 3`}})
+		final := requireStartedThen(t, task, b.waitFinal(t, "x-exit"), events.TypeOperationFailed)
+		failed := final.Data.(*events.OperationFailed)
+		requireRef(t, task, failed.TaskRef)
+		require.Contains(t, failed.Error, "exit status 3")
+		require.JSONEq(t, `{"stdout":"","stderr":"disk is full\n","exit_code":3}`, string(failed.Output))
+	})
+
+	b.waitQueueEmpty(t)
+}
+
+func TestAgentCustomHandler(t *testing.T) {
+	t.Parallel()
+
+	got := make(chan operation.Task, 1)
+	b := setupAgent(t, map[string]operation.Handler{
+		"greet": operation.HandlerFunc(func(_ context.Context, tk operation.Task) (any, error) {
+			got <- tk
+			return map[string]string{"hello": tk.StepID}, nil
+		}),
+	})
+	step := workflow.Step{ID: "wave", Kind: "greet"}
+	task := b.publishTask(t, "x-custom", step)
+	final := requireStartedThen(t, task, b.waitFinal(t, "x-custom"), events.TypeOperationSucceeded)
+	require.JSONEq(t, `{"hello":"wave"}`, string(final.Data.(*events.OperationSucceeded).Output))
+
+	tk := <-got
+	require.Equal(t, operation.Task{TaskID: task.TaskID, ExecutionID: "x-custom", Workflow: "wf", StepID: "wave",
+		Attempt: 1, Delivery: 1, Kind: "greet", Spec: task.Spec}, tk)
+	b.waitQueueEmpty(t)
+}
+
+func TestAgentReplacesBuiltin(t *testing.T) {
+	t.Parallel()
+
+	b := setupAgent(t, map[string]operation.Handler{
+		workflow.KindNoop: operation.HandlerFunc(func(context.Context, operation.Task) (any, error) {
+			return "replaced", nil
+		}),
+	})
+	task := b.publishTask(t, "x-replaced", workflow.Step{ID: "nothing", Kind: workflow.KindNoop})
+	final := requireStartedThen(t, task, b.waitFinal(t, "x-replaced"), events.TypeOperationSucceeded)
+	require.JSONEq(t, `"replaced"`, string(final.Data.(*events.OperationSucceeded).Output))
+}
+
+func TestAgentUnknownKind(t *testing.T) {
+	t.Parallel()
+
+	b := setupAgent(t, nil)
+	task := b.publishTask(t, "x-unknown", workflow.Step{ID: "beam", Kind: "teleport"})
+	final := requireStartedThen(t, task, b.waitFinal(t, "x-unknown"), events.TypeOperationFailed)
+	failed := final.Data.(*events.OperationFailed)
+	requireRef(t, task, failed.TaskRef)
+	require.Contains(t, failed.Error, `"teleport"`)
+	require.Contains(t, failed.Error, agentName)
+	b.waitQueueEmpty(t)
+}
+
+func TestAgentSurvivesPanic(t *testing.T) {
+	t.Parallel()
+
+	b := setupAgent(t, map[string]operation.Handler{
+		"explode": operation.HandlerFunc(func(context.Context, operation.Task) (any, error) {
+			panic("kaboom")
+		}),
+	})
+	task := b.publishTask(t, "x-panic", workflow.Step{ID: "bang", Kind: "explode"})
+	final := requireStartedThen(t, task, b.waitFinal(t, "x-panic"), events.TypeOperationFailed)
+	failed := final.Data.(*events.OperationFailed)
+	requireRef(t, task, failed.TaskRef)
+	require.Contains(t, failed.Error, "panicked")
+	require.Contains(t, failed.Error, "kaboom")
+
+	t.Log("the agent still runs tasks")
+	next := b.publishTask(t, "x-after-panic", workflow.Step{ID: "nothing", Kind: workflow.KindNoop})
+	requireStartedThen(t, next, b.waitFinal(t, "x-after-panic"), events.TypeOperationSucceeded)
+	b.waitQueueEmpty(t)
+}
+
+func TestAgentUnencodableOutput(t *testing.T) {
+	t.Parallel()
+
+	b := setupAgent(t, map[string]operation.Handler{
+		"chan": operation.HandlerFunc(func(context.Context, operation.Task) (any, error) {
+			return make(chan int), nil
+		}),
+	})
+	task := b.publishTask(t, "x-chan", workflow.Step{ID: "c", Kind: "chan"})
+	final := requireStartedThen(t, task, b.waitFinal(t, "x-chan"), events.TypeOperationFailed)
+	require.Contains(t, final.Data.(*events.OperationFailed).Error, "encode operation output")
+}
+
+// TestAgentHeartbeats runs an operation for longer than 3×AckWait: the
+// agent's heartbeats keep JetStream from giving the task to anyone else.
+func TestAgentHeartbeats(t *testing.T) {
+	t.Parallel()
+
+	const runFor = 3*ackWait + 500*time.Millisecond
+	var (
+		calls      atomic.Int32
+		mu         sync.Mutex
+		deliveries []int
+	)
+	b := setupAgent(t, map[string]operation.Handler{
+		"slow": operation.HandlerFunc(func(ctx context.Context, tk operation.Task) (any, error) {
+			calls.Add(1)
+			mu.Lock()
+			deliveries = append(deliveries, tk.Delivery)
+			mu.Unlock()
+			select {
+			case <-time.After(runFor):
+				return "done", nil
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}),
+	})
+	task := b.publishTask(t, "x-slow", workflow.Step{ID: "wait", Kind: "slow"})
+	began := time.Now()
+	evs := b.waitFinal(t, "x-slow")
+	require.GreaterOrEqual(t, time.Since(began), runFor)
+	b.waitQueueEmpty(t)
+
+	// Without heartbeats JetStream would have redelivered the task every
+	// AckWait, and the agent would have run it again.
+	require.Equal(t, int32(1), calls.Load(), "the handler ran once")
+	mu.Lock()
+	require.Equal(t, []int{1}, deliveries)
+	mu.Unlock()
+	final := requireStartedThen(t, task, evs, events.TypeOperationSucceeded)
+	requireRef(t, task, final.Data.(*events.OperationSucceeded).TaskRef)
+	require.Len(t, readResults(t, b.js, "x-slow"), 2)
+}
+
+func TestNewRejectsShortAckWait(t *testing.T) {
+	t.Parallel()
+
+	_, err := agent.New(agent.Config{AckWait: 100 * time.Millisecond}, nil, zerolog.New(zerolog.NewTestWriter(t)))
+	require.ErrorContains(t, err, "AckWait")
+}

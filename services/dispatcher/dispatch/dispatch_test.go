@@ -1,0 +1,487 @@
+package dispatch_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/catalog"
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/history"
+	"jetflow.dev/pkg/natstest"
+	"jetflow.dev/pkg/projections"
+	"jetflow.dev/pkg/workflow"
+	"jetflow.dev/services/dispatcher/dispatch"
+)
+
+const waitFor = 15 * time.Second
+
+type testBundle struct {
+	js jetstream.JetStream
+	// connect opens another connection to the same server.
+	connect func() jetstream.JetStream
+	defs    *catalog.Store
+	// tasks is the test's own consumer of the default queue: the test
+	// plays the agent.
+	tasks jetstream.Consumer
+}
+
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	srv := natstest.RunJetStream(t)
+	_, js := natstest.Connect(t, srv)
+	defs, err := catalog.Open(t.Context(), js)
+	require.NoError(t, err)
+	tasks, err := js.CreateOrUpdateConsumer(t.Context(), events.StreamTasks, jetstream.ConsumerConfig{
+		Durable: "test-agent", FilterSubject: events.TaskSubject(workflow.DefaultQueue),
+		AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second,
+	})
+	require.NoError(t, err)
+	connect := func() jetstream.JetStream {
+		_, js := natstest.Connect(t, srv)
+		return js
+	}
+	return &testBundle{js: js, connect: connect, defs: defs, tasks: tasks}
+}
+
+// runDispatcher runs a dispatcher on js until the test ends.
+func runDispatcher(t *testing.T, js jetstream.JetStream, cfg dispatch.Config) {
+	t.Helper()
+	log := zerolog.New(zerolog.NewTestWriter(t)).With().Str("dispatcher", cfg.Source).Logger()
+	d, err := dispatch.New(t.Context(), cfg, js, log)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(waitFor):
+			t.Error("dispatcher did not stop")
+		}
+	})
+}
+
+// register stores a workflow of noop steps with the given ids.
+func (b *testBundle) register(t *testing.T, name string, stepIDs ...string) workflow.Definition {
+	t.Helper()
+	d := workflow.Definition{Name: name}
+	for _, id := range stepIDs {
+		d.Steps = append(d.Steps, workflow.Step{ID: id, Kind: workflow.KindNoop})
+	}
+	_, _, err := b.defs.Apply(t.Context(), d)
+	require.NoError(t, err)
+	return d
+}
+
+// start publishes a start command and returns its command key.
+func (b *testBundle) start(t *testing.T, wf, execID string) string {
+	t.Helper()
+	ev := events.New("test-client", "", "", time.Now(), &events.StartExecution{
+		Workflow: wf, ExecutionID: execID, Input: json.RawMessage(`{"who":"test"}`)})
+	msg, err := events.Encode(events.SubjectStart, ev)
+	require.NoError(t, err)
+	_, err = b.js.PublishMsg(t.Context(), msg, jetstream.WithMsgID(ev.ID))
+	require.NoError(t, err)
+	return events.CommandKey(ev.Source, ev.ID)
+}
+
+// report publishes an agent's result about a task.
+func (b *testBundle) report(t *testing.T, p events.Payload) {
+	t.Helper()
+	var execID, wf string
+	switch r := p.(type) {
+	case *events.OperationStarted:
+		execID, wf = r.ExecutionID, r.Workflow
+	case *events.OperationSucceeded:
+		execID, wf = r.ExecutionID, r.Workflow
+	case *events.OperationFailed:
+		execID, wf = r.ExecutionID, r.Workflow
+	}
+	msg, err := events.Encode(events.ResultSubject(execID), events.New("test-agent", execID, wf, time.Now(), p))
+	require.NoError(t, err)
+	_, err = b.js.PublishMsg(t.Context(), msg)
+	require.NoError(t, err)
+}
+
+type fetchedTask struct {
+	task  *events.Task
+	ev    events.Event
+	msgID string
+}
+
+// nextTask fetches, decodes and acknowledges the next task of the default queue.
+func (b *testBundle) nextTask(t *testing.T) fetchedTask {
+	t.Helper()
+	deadline := time.Now().Add(waitFor)
+	for time.Now().Before(deadline) {
+		batch, err := b.tasks.Fetch(1, jetstream.FetchMaxWait(time.Second))
+		require.NoError(t, err)
+		for m := range batch.Messages() {
+			ev, err := events.Decode(m.Headers(), m.Data())
+			require.NoError(t, err)
+			task, ok := ev.Data.(*events.Task)
+			require.True(t, ok, "task stream holds %s", ev.Type)
+			require.NoError(t, m.Ack())
+			return fetchedTask{task: task, ev: ev, msgID: m.Headers().Get(jetstream.MsgIDHeader)}
+		}
+		require.NoError(t, batch.Error())
+	}
+	t.Fatal("no task arrived")
+	return fetchedTask{}
+}
+
+func readHistory(t *testing.T, js jetstream.JetStream, wf, id string) []events.Event {
+	t.Helper()
+	evs, err := history.Read(t.Context(), js, events.ExecutionSubject(wf, id), 0)
+	require.NoError(t, err)
+	return evs
+}
+
+// waitHistory polls the history of an execution until cond holds.
+func waitHistory(t *testing.T, js jetstream.JetStream, wf, id string, what string, cond func([]events.Event) bool) []events.Event {
+	t.Helper()
+	var evs []events.Event
+	natstest.Eventually(t, waitFor, func() bool {
+		evs = readHistory(t, js, wf, id)
+		return cond(evs)
+	}, "history of %s: %s; have %v", id, what, typesOf(evs))
+	return evs
+}
+
+func waitStatus(t *testing.T, js jetstream.JetStream, wf, id string, want projections.Status) (projections.Execution, []events.Event) {
+	t.Helper()
+	var s projections.Execution
+	evs := waitHistory(t, js, wf, id, "status "+string(want), func(evs []events.Event) bool {
+		var err error
+		s, err = projections.Fold(evs)
+		require.NoError(t, err)
+		return s.Status == want
+	})
+	return s, evs
+}
+
+func typesOf(evs []events.Event) []events.Type {
+	out := make([]events.Type, len(evs))
+	for i, ev := range evs {
+		out[i] = ev.Type
+	}
+	return out
+}
+
+func countType(evs []events.Event, typ events.Type) int {
+	n := 0
+	for _, ev := range evs {
+		if ev.Type == typ {
+			n++
+		}
+	}
+	return n
+}
+
+// requireLinear checks that every event was appended right after the one
+// before it: the history never forked.
+func requireLinear(t *testing.T, evs []events.Event) {
+	t.Helper()
+	require.NotEmpty(t, evs)
+	var prev uint64
+	for i, ev := range evs {
+		require.Equal(t, prev, ev.PrevSeq, "event %d (%s) was appended after seq %d, not after the previous event", i, ev.Type, ev.PrevSeq)
+		prev = ev.Seq
+	}
+}
+
+// waitResultsHandled waits until the dispatcher acknowledged every result
+// published so far.
+func waitResultsHandled(t *testing.T, js jetstream.JetStream) {
+	t.Helper()
+	natstest.Eventually(t, waitFor, func() bool {
+		stream, err := js.Stream(t.Context(), events.StreamResults)
+		require.NoError(t, err)
+		info, err := stream.Info(t.Context())
+		require.NoError(t, err)
+		cons, err := js.Consumer(t.Context(), events.StreamResults, dispatch.ResultsConsumer)
+		require.NoError(t, err)
+		ci, err := cons.Info(t.Context())
+		require.NoError(t, err)
+		return ci.AckFloor.Stream >= info.State.LastSeq && ci.NumAckPending == 0
+	}, "results consumer caught up")
+}
+
+func readRejection(t *testing.T, js jetstream.JetStream, commandKey string) *events.CommandRejected {
+	t.Helper()
+	var rej *events.CommandRejected
+	natstest.Eventually(t, waitFor, func() bool {
+		evs, err := history.ReadStream(t.Context(), js, events.StreamRejections, events.RejectionSubject(commandKey), 0, 0)
+		require.NoError(t, err)
+		if len(evs) == 0 {
+			return false
+		}
+		require.Len(t, evs, 1)
+		var ok bool
+		rej, ok = evs[0].Data.(*events.CommandRejected)
+		require.True(t, ok, "rejections stream holds %s", evs[0].Type)
+		return true
+	}, "rejection of %s", commandKey)
+	return rej
+}
+
+func TestStartToSuccess(t *testing.T) {
+	t.Parallel()
+
+	b := setup(t)
+	runDispatcher(t, b.js, dispatch.Config{Workers: 4})
+	def := b.register(t, "greet", "hello", "bye")
+	b.start(t, "greet", "x1")
+
+	task := b.nextTask(t)
+	evs := waitHistory(t, b.js, "greet", "x1", "first step sent", func(evs []events.Event) bool { return len(evs) >= 4 })
+	require.Equal(t, []events.Type{events.TypeExecutionStarted, events.TypeStepScheduled, events.TypeStepSending, events.TypeStepSent}, typesOf(evs))
+	requireLinear(t, evs)
+	started := evs[0].Data.(*events.ExecutionStarted)
+	require.Equal(t, "greet", started.Workflow)
+	require.Equal(t, 1, started.Version)
+	require.JSONEq(t, `{"who":"test"}`, string(started.Input))
+	require.Equal(t, def.StepRefs(), started.Steps)
+	require.NotEmpty(t, started.Token)
+	sent := evs[3].Data.(*events.StepSent)
+
+	t.Log("the task carries the token, step, attempt and idempotency id")
+	wantID := events.TaskID("x1", "hello", 1)
+	require.Equal(t, wantID, task.task.TaskID)
+	require.Equal(t, wantID, task.ev.ID)
+	require.Equal(t, wantID, task.msgID)
+	require.Equal(t, "x1", task.task.ExecutionID)
+	require.Equal(t, "greet", task.task.Workflow)
+	require.Equal(t, "hello", task.task.StepID)
+	require.Equal(t, 1, task.task.Attempt)
+	require.Equal(t, started.Token, task.task.Token)
+	require.Equal(t, workflow.KindNoop, task.task.Kind)
+	require.Equal(t, workflow.DefaultQueue, task.task.Queue)
+	require.Equal(t, wantID, sent.TaskID)
+	require.Positive(t, sent.TaskSeq)
+	var spec workflow.Step
+	require.NoError(t, json.Unmarshal(task.task.Spec, &spec))
+	require.Equal(t, def.Steps[0], spec)
+
+	t.Log("results advance the execution")
+	b.report(t, &events.OperationStarted{TaskRef: task.task.Ref("test-agent", 1)})
+	b.report(t, &events.OperationSucceeded{TaskRef: task.task.Ref("test-agent", 1), Output: json.RawMessage(`{"n":1}`)})
+	second := b.nextTask(t)
+	require.Equal(t, "bye", second.task.StepID)
+	require.Equal(t, events.TaskID("x1", "bye", 1), second.task.TaskID)
+	b.report(t, &events.OperationSucceeded{TaskRef: second.task.Ref("test-agent", 1)})
+
+	s, evs := waitStatus(t, b.js, "greet", "x1", projections.StatusSucceeded)
+	requireLinear(t, evs)
+	require.Equal(t, []events.Type{
+		events.TypeExecutionStarted,
+		events.TypeStepScheduled, events.TypeStepSending, events.TypeStepSent, events.TypeStepStarted, events.TypeStepSucceeded,
+		events.TypeStepScheduled, events.TypeStepSending, events.TypeStepSent, events.TypeStepSucceeded,
+		events.TypeExecutionSucceeded,
+	}, typesOf(evs))
+	require.Equal(t, projections.OpSucceeded, s.Steps[0].Status)
+	require.JSONEq(t, `{"n":1}`, string(s.Steps[0].Output))
+	require.Equal(t, "test-agent", s.Steps[0].Agent)
+	require.Equal(t, projections.OpSucceeded, s.Steps[1].Status)
+}
+
+func TestStaleResultsIgnored(t *testing.T) {
+	t.Parallel()
+
+	b := setup(t)
+	runDispatcher(t, b.js, dispatch.Config{Workers: 4})
+	b.register(t, "greet", "hello", "bye")
+	b.start(t, "greet", "x1")
+	task := b.nextTask(t)
+	waitHistory(t, b.js, "greet", "x1", "step sent", func(evs []events.Event) bool { return len(evs) == 4 })
+	ref := task.task.Ref("test-agent", 1)
+
+	t.Run("WrongToken", func(t *testing.T) {
+		bad := ref
+		bad.Token = "not-the-token"
+		b.report(t, &events.OperationStarted{TaskRef: bad})
+		b.report(t, &events.OperationSucceeded{TaskRef: bad})
+		b.report(t, &events.OperationFailed{TaskRef: bad, Error: "boom"})
+		waitResultsHandled(t, b.js)
+		require.Len(t, readHistory(t, b.js, "greet", "x1"), 4)
+	})
+
+	t.Run("WrongAttempt", func(t *testing.T) {
+		for _, attempt := range []int{0, 2} {
+			bad := ref
+			bad.Attempt = attempt
+			bad.TaskID = events.TaskID("x1", "hello", attempt)
+			b.report(t, &events.OperationStarted{TaskRef: bad})
+			b.report(t, &events.OperationSucceeded{TaskRef: bad})
+			b.report(t, &events.OperationFailed{TaskRef: bad, Error: "boom"})
+		}
+		waitResultsHandled(t, b.js)
+		require.Len(t, readHistory(t, b.js, "greet", "x1"), 4)
+	})
+
+	t.Run("Duplicate", func(t *testing.T) {
+		// Distinct CloudEvent ids, so the results stream keeps every copy.
+		b.report(t, &events.OperationSucceeded{TaskRef: ref, Output: json.RawMessage(`{"first":true}`)})
+		b.report(t, &events.OperationSucceeded{TaskRef: ref, Output: json.RawMessage(`{"first":false}`)})
+		b.report(t, &events.OperationStarted{TaskRef: ref})
+		b.report(t, &events.OperationFailed{TaskRef: ref, Error: "late failure"})
+		waitResultsHandled(t, b.js)
+		evs := readHistory(t, b.js, "greet", "x1")
+		requireLinear(t, evs)
+		require.Equal(t, []events.Type{
+			events.TypeExecutionStarted,
+			events.TypeStepScheduled, events.TypeStepSending, events.TypeStepSent, events.TypeStepSucceeded,
+			events.TypeStepScheduled, events.TypeStepSending, events.TypeStepSent,
+		}, typesOf(evs))
+		s, err := projections.Fold(evs)
+		require.NoError(t, err)
+		require.JSONEq(t, `{"first":true}`, string(s.Steps[0].Output))
+	})
+
+	t.Run("AfterTerminal", func(t *testing.T) {
+		second := b.nextTask(t)
+		require.Equal(t, "bye", second.task.StepID)
+		ref2 := second.task.Ref("test-agent", 1)
+		b.report(t, &events.OperationSucceeded{TaskRef: ref2})
+		_, before := waitStatus(t, b.js, "greet", "x1", projections.StatusSucceeded)
+		b.report(t, &events.OperationFailed{TaskRef: ref2, Error: "too late"})
+		b.report(t, &events.OperationSucceeded{TaskRef: ref2})
+		b.report(t, &events.OperationFailed{TaskRef: ref, Error: "too late"})
+		waitResultsHandled(t, b.js)
+		evs := readHistory(t, b.js, "greet", "x1")
+		require.Equal(t, typesOf(before), typesOf(evs))
+		require.Equal(t, 2, countType(evs, events.TypeStepSucceeded))
+	})
+}
+
+func TestFailedStepFailsExecution(t *testing.T) {
+	t.Parallel()
+
+	b := setup(t)
+	runDispatcher(t, b.js, dispatch.Config{Workers: 4})
+	b.register(t, "greet", "hello", "bye")
+	b.start(t, "greet", "x1")
+	task := b.nextTask(t)
+	b.report(t, &events.OperationFailed{TaskRef: task.task.Ref("test-agent", 1), Error: "exit status 3",
+		Output: json.RawMessage(`{"exit_code":3}`)})
+
+	s, evs := waitStatus(t, b.js, "greet", "x1", projections.StatusFailed)
+	requireLinear(t, evs)
+	require.Equal(t, "step hello failed: exit status 3", s.Error)
+	failed := evs[len(evs)-1].Data.(*events.ExecutionFailed)
+	require.Equal(t, "hello", failed.StepID)
+	require.Equal(t, projections.OpFailed, s.Steps[0].Status)
+	require.Equal(t, projections.OpNone, s.Steps[1].Status, "no later step is scheduled")
+}
+
+func TestStartRejected(t *testing.T) {
+	t.Parallel()
+
+	b := setup(t)
+	runDispatcher(t, b.js, dispatch.Config{Workers: 4})
+	ids, err := b.js.KeyValue(t.Context(), events.BucketExecutionIDs)
+	require.NoError(t, err)
+
+	t.Run("UnknownWorkflow", func(t *testing.T) {
+		key := b.start(t, "nope", "x-unknown")
+		rej := readRejection(t, b.js, key)
+		require.Equal(t, events.CodeNotFound, rej.Code)
+		require.Equal(t, key, rej.CommandKey)
+		require.Equal(t, events.TypeStartExecution, rej.CommandType)
+		require.Equal(t, "x-unknown", rej.ExecutionID)
+		require.Contains(t, rej.Reason, "nope")
+
+		_, err := ids.Get(t.Context(), "x-unknown")
+		require.ErrorIs(t, err, jetstream.ErrKeyNotFound, "a rejected start claims no execution id")
+		require.Empty(t, readHistory(t, b.js, "nope", "x-unknown"))
+
+		t.Log("the id is still free for a valid start")
+		b.register(t, "greet", "hello")
+		b.start(t, "greet", "x-unknown")
+		evs := waitHistory(t, b.js, "greet", "x-unknown", "started", func(evs []events.Event) bool { return len(evs) > 0 })
+		require.Equal(t, events.TypeExecutionStarted, evs[0].Type)
+		_, err = ids.Get(t.Context(), "x-unknown")
+		require.NoError(t, err)
+	})
+
+	t.Run("InvalidExecutionID", func(t *testing.T) {
+		for _, id := range []string{"bad id!", "-leading-dash", "a.b"} {
+			key := b.start(t, "greet", id)
+			rej := readRejection(t, b.js, key)
+			require.Equal(t, events.CodeInvalid, rej.Code, "id %q", id)
+			require.Equal(t, events.TypeStartExecution, rej.CommandType)
+			require.Contains(t, rej.Reason, "execution_id")
+		}
+	})
+
+	t.Run("IDAlreadyUsed", func(t *testing.T) {
+		b.register(t, "other", "only")
+		b.start(t, "other", "x-taken")
+		waitHistory(t, b.js, "other", "x-taken", "started", func(evs []events.Event) bool { return len(evs) > 0 })
+		key := b.start(t, "other", "x-taken")
+		rej := readRejection(t, b.js, key)
+		require.Equal(t, events.CodeConflict, rej.Code)
+	})
+}
+
+// TestConcurrentDispatchers runs two dispatchers on the same durable
+// consumers. Messages about one execution are spread over both, so they
+// race to append; the expected-last-sequence check must keep every
+// history linear, with one StepSucceeded per step.
+func TestConcurrentDispatchers(t *testing.T) {
+	t.Parallel()
+
+	b := setup(t)
+	for i := range 2 {
+		runDispatcher(t, b.connect(), dispatch.Config{Workers: 4, Source: fmt.Sprintf("dispatcher-%d", i)})
+	}
+	steps := []string{"one", "two", "three"}
+	b.register(t, "race", steps...)
+	const executions = 6
+	for i := range executions {
+		b.start(t, "race", fmt.Sprintf("x%d", i))
+	}
+
+	// Play the agent: report started, then succeeded twice, for every task.
+	for range executions * len(steps) {
+		task := b.nextTask(t)
+		ref := task.task.Ref("test-agent", 1)
+		b.report(t, &events.OperationStarted{TaskRef: ref})
+		b.report(t, &events.OperationSucceeded{TaskRef: ref})
+		b.report(t, &events.OperationSucceeded{TaskRef: ref})
+	}
+
+	for i := range executions {
+		id := fmt.Sprintf("x%d", i)
+		s, _ := waitStatus(t, b.js, "race", id, projections.StatusSucceeded)
+		for _, st := range s.Steps {
+			require.Equal(t, projections.OpSucceeded, st.Status, "%s step %s", id, st.ID)
+			require.Equal(t, 1, st.Attempt)
+		}
+	}
+	waitResultsHandled(t, b.js)
+	for i := range executions {
+		id := fmt.Sprintf("x%d", i)
+		evs := readHistory(t, b.js, "race", id)
+		requireLinear(t, evs)
+		_, err := projections.Fold(evs)
+		require.NoError(t, err)
+		require.Equal(t, 1, countType(evs, events.TypeExecutionStarted), id)
+		require.Equal(t, len(steps), countType(evs, events.TypeStepScheduled), id)
+		require.Equal(t, len(steps), countType(evs, events.TypeStepSucceeded), id)
+		require.Equal(t, 1, countType(evs, events.TypeExecutionSucceeded), id)
+		require.Equal(t, events.TypeExecutionSucceeded, evs[len(evs)-1].Type, id)
+	}
+	info, err := b.tasks.Info(t.Context())
+	require.NoError(t, err)
+	require.Zero(t, info.NumPending, "every step was sent once")
+}

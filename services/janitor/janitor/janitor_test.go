@@ -1,0 +1,334 @@
+package janitor_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/history"
+	"jetflow.dev/pkg/natstest"
+	"jetflow.dev/pkg/projections"
+	"jetflow.dev/services/janitor/janitor"
+)
+
+const idleAfter = 2 * time.Minute
+
+var now = time.Date(2026, 3, 14, 12, 0, 0, 0, time.UTC)
+
+type testBundle struct {
+	js      jetstream.JetStream
+	kv      jetstream.KeyValue
+	janitor *janitor.Janitor
+}
+
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	kv, err := js.KeyValue(t.Context(), events.BucketExecutions)
+	require.NoError(t, err)
+	j, err := janitor.New(janitor.Config{IdleAfter: idleAfter, Now: func() time.Time { return now }},
+		js, zerolog.New(zerolog.NewTestWriter(t)))
+	require.NoError(t, err)
+	return &testBundle{js: js, kv: kv, janitor: j}
+}
+
+// execution returns a started read model of workflow wf with steps
+// "build" and "ship", last updated age ago.
+func execution(id string, age time.Duration) projections.Execution {
+	return projections.Execution{ID: id, Workflow: "wf", Version: 1, Status: projections.StatusStarted, Token: "tok-" + id,
+		Steps: []projections.Step{
+			{ID: "build", Kind: "exec", Status: projections.OpSucceeded, Attempt: 1, TaskID: events.TaskID(id, "build", 1), TaskSeq: 1},
+			{ID: "ship", Kind: "noop"},
+		},
+		StartedAt: now.Add(-time.Hour), UpdatedAt: now.Add(-age), LastSeq: 17, Events: 6}
+}
+
+func (b *testBundle) put(t *testing.T, x projections.Execution) {
+	t.Helper()
+	v, err := json.Marshal(x)
+	require.NoError(t, err)
+	_, err = b.kv.Put(t.Context(), x.ID, v)
+	require.NoError(t, err)
+}
+
+// publishTask stores a task for step of x in the default queue and returns
+// its stream sequence.
+func (b *testBundle) publishTask(t *testing.T, x projections.Execution, step string, attempt int) (string, uint64) {
+	t.Helper()
+	taskID := events.TaskID(x.ID, step, attempt)
+	ev := events.New("test-dispatcher", x.ID, x.Workflow, now, &events.Task{TaskID: taskID, ExecutionID: x.ID,
+		Workflow: x.Workflow, StepID: step, Attempt: attempt, Token: x.Token, Kind: "noop", Queue: "default"})
+	ev.ID = taskID
+	msg, err := events.Encode(events.TaskSubject("default"), ev)
+	require.NoError(t, err)
+	ack, err := b.js.PublishMsg(t.Context(), msg, jetstream.WithMsgID(taskID))
+	require.NoError(t, err)
+	return taskID, ack.Sequence
+}
+
+// sentStep returns x with step "ship" sent as task (taskID, seq).
+func sentStep(x projections.Execution, status projections.OpStatus, taskID string, seq uint64) projections.Execution {
+	x.Steps[1] = projections.Step{ID: "ship", Kind: "noop", Status: status, Attempt: 1, TaskID: taskID, TaskSeq: seq, Queue: "default"}
+	return x
+}
+
+func (b *testBundle) deleteTask(t *testing.T, seq uint64) {
+	t.Helper()
+	stream, err := b.js.Stream(t.Context(), events.StreamTasks)
+	require.NoError(t, err)
+	require.NoError(t, stream.DeleteMsg(t.Context(), seq))
+}
+
+func (b *testBundle) reconciles(t *testing.T) []events.Event {
+	t.Helper()
+	evs, err := history.ReadStream(t.Context(), b.js, events.StreamCommands, events.SubjectReconcile, 0, 0)
+	require.NoError(t, err)
+	return evs
+}
+
+func (b *testBundle) results(t *testing.T, execID string) []events.Event {
+	t.Helper()
+	evs, err := history.ReadStream(t.Context(), b.js, events.StreamResults, events.ResultSubject(execID), 0, 0)
+	require.NoError(t, err)
+	return evs
+}
+
+func (b *testBundle) runOnce(t *testing.T) janitor.Result {
+	t.Helper()
+	res, err := b.janitor.RunOnce(t.Context())
+	require.NoError(t, err)
+	return res
+}
+
+func TestRunOnceEmpty(t *testing.T) {
+	t.Parallel()
+
+	b := setup(t)
+	require.Equal(t, janitor.Result{}, b.runOnce(t))
+}
+
+func TestRunOnceReconcilesIdleExecution(t *testing.T) {
+	t.Parallel()
+
+	b := setup(t)
+	idle := execution("x-idle", idleAfter+time.Second)
+	b.put(t, idle)
+	b.put(t, execution("x-recent", idleAfter-time.Second))
+	done := execution("x-done", time.Hour)
+	done.Status = projections.StatusSucceeded
+	b.put(t, done)
+	failed := execution("x-failed", time.Hour)
+	failed.Status = projections.StatusFailed
+	b.put(t, failed)
+	_, err := b.kv.Put(t.Context(), "x-garbage", []byte("not json"))
+	require.NoError(t, err)
+
+	require.Equal(t, janitor.Result{Checked: 1, Reconciled: 1}, b.runOnce(t))
+	cmds := b.reconciles(t)
+	require.Len(t, cmds, 1)
+	require.Equal(t, "reconcile-x-idle-17", cmds[0].ID)
+	require.Equal(t, events.TypeReconcileExecution, cmds[0].Type)
+	require.Equal(t, "jetflow/janitor", cmds[0].Source)
+	require.Equal(t, "x-idle", cmds[0].Subject)
+	require.True(t, now.Equal(cmds[0].Time))
+	require.Equal(t, &events.ReconcileExecution{ExecutionID: "x-idle", Workflow: "wf", Reason: "idle"}, cmds[0].Data)
+
+	t.Log("a second sweep before anything changed publishes the same command, deduplicated")
+	require.Equal(t, janitor.Result{Checked: 1, Reconciled: 1}, b.runOnce(t))
+	require.Len(t, b.reconciles(t), 1)
+
+	t.Log("once the execution moved on, a new command is published")
+	idle.LastSeq = 18
+	b.put(t, idle)
+	b.runOnce(t)
+	cmds = b.reconciles(t)
+	require.Len(t, cmds, 2)
+	require.Equal(t, "reconcile-x-idle-18", cmds[1].ID)
+	require.Empty(t, b.results(t, "x-idle"))
+}
+
+func TestRunOnceReconcilesPendingStep(t *testing.T) {
+	t.Parallel()
+
+	b := setup(t)
+	for _, status := range []projections.OpStatus{projections.OpPending, projections.OpSending} {
+		x := sentStep(execution("x-"+string(status), time.Hour), status, "", 0)
+		b.put(t, x)
+	}
+	require.Equal(t, janitor.Result{Checked: 2, Reconciled: 2}, b.runOnce(t))
+	require.Len(t, b.reconciles(t), 2)
+}
+
+func TestRunOnceVanishedTask(t *testing.T) {
+	t.Parallel()
+
+	for _, status := range []projections.OpStatus{projections.OpSent, projections.OpStarted} {
+		t.Run(string(status), func(t *testing.T) {
+			t.Parallel()
+
+			b := setup(t)
+			x := execution("x-lost", idleAfter+time.Second)
+			taskID, seq := b.publishTask(t, x, "ship", 1)
+			b.deleteTask(t, seq) // taken from the queue, and no result came
+			b.put(t, sentStep(x, status, taskID, seq))
+
+			require.Equal(t, janitor.Result{Checked: 1, LostTasks: 1}, b.runOnce(t))
+			rs := b.results(t, "x-lost")
+			require.Len(t, rs, 1)
+			require.Equal(t, taskID+".vanished", rs[0].ID)
+			require.Equal(t, "jetflow/janitor", rs[0].Source)
+			failed, ok := rs[0].Data.(*events.OperationFailed)
+			require.True(t, ok, "result is %s", rs[0].Type)
+			require.Equal(t, events.TaskRef{TaskID: taskID, ExecutionID: "x-lost", Workflow: "wf", StepID: "ship",
+				Attempt: 1, Token: "tok-x-lost", Agent: "janitor"}, failed.TaskRef)
+			require.Contains(t, failed.Error, "without a result")
+			require.Empty(t, b.reconciles(t), "a step in flight is not reconciled")
+
+			t.Log("a second sweep reports the same failure, deduplicated")
+			b.runOnce(t)
+			require.Len(t, b.results(t, "x-lost"), 1)
+		})
+	}
+}
+
+func TestRunOnceVanishedTaskWithResult(t *testing.T) {
+	t.Parallel()
+
+	for _, final := range []events.Type{events.TypeOperationSucceeded, events.TypeOperationFailed} {
+		t.Run(string(final), func(t *testing.T) {
+			t.Parallel()
+
+			b := setup(t)
+			x := execution("x-reported", idleAfter+time.Second)
+			taskID, seq := b.publishTask(t, x, "ship", 1)
+			b.deleteTask(t, seq)
+			b.put(t, sentStep(x, projections.OpStarted, taskID, seq))
+
+			ref := events.TaskRef{TaskID: taskID, ExecutionID: x.ID, Workflow: x.Workflow, StepID: "ship", Attempt: 1,
+				Token: x.Token, Agent: "a1", Delivery: 1}
+			var p events.Payload = &events.OperationSucceeded{TaskRef: ref}
+			if final == events.TypeOperationFailed {
+				p = &events.OperationFailed{TaskRef: ref, Error: "boom"}
+			}
+			// Another task's result first, so the janitor must match the task id.
+			other := ref
+			other.TaskID = events.TaskID(x.ID, "build", 1)
+			for _, r := range []events.Payload{&events.OperationStarted{TaskRef: ref}, &events.OperationSucceeded{TaskRef: other}, p} {
+				msg, err := events.Encode(events.ResultSubject(x.ID), events.New("agent", x.ID, x.Workflow, now, r))
+				require.NoError(t, err)
+				_, err = b.js.PublishMsg(t.Context(), msg)
+				require.NoError(t, err)
+			}
+
+			require.Equal(t, janitor.Result{Checked: 1}, b.runOnce(t))
+			rs := b.results(t, x.ID)
+			require.Len(t, rs, 3, "the janitor published nothing")
+			require.Empty(t, b.reconciles(t))
+		})
+	}
+}
+
+func TestRunOnceOnlyStartedReportIsLost(t *testing.T) {
+	t.Parallel()
+
+	b := setup(t)
+	x := execution("x-started", idleAfter+time.Second)
+	taskID, seq := b.publishTask(t, x, "ship", 1)
+	b.deleteTask(t, seq)
+	b.put(t, sentStep(x, projections.OpStarted, taskID, seq))
+	ref := events.TaskRef{TaskID: taskID, ExecutionID: x.ID, Workflow: x.Workflow, StepID: "ship", Attempt: 1, Token: x.Token}
+	msg, err := events.Encode(events.ResultSubject(x.ID), events.New("agent", x.ID, x.Workflow, now, &events.OperationStarted{TaskRef: ref}))
+	require.NoError(t, err)
+	_, err = b.js.PublishMsg(t.Context(), msg)
+	require.NoError(t, err)
+
+	require.Equal(t, janitor.Result{Checked: 1, LostTasks: 1}, b.runOnce(t), "a started report is not a result")
+}
+
+func TestRunOnceLeavesQueuedTask(t *testing.T) {
+	t.Parallel()
+
+	b := setup(t)
+	x := execution("x-queued", time.Hour)
+	taskID, seq := b.publishTask(t, x, "ship", 1)
+	b.put(t, sentStep(x, projections.OpSent, taskID, seq))
+	noSeq := sentStep(execution("x-noseq", time.Hour), projections.OpSent, events.TaskID("x-noseq", "ship", 1), 0)
+	b.put(t, noSeq)
+
+	require.Equal(t, janitor.Result{Checked: 2}, b.runOnce(t), "a task still in its queue is left alone, however long it takes")
+	require.Empty(t, b.results(t, "x-queued"))
+	require.Empty(t, b.results(t, "x-noseq"))
+	require.Empty(t, b.reconciles(t))
+}
+
+// TestLostTaskAdvisory exhausts a task's deliveries on a consumer with
+// MaxDeliver 1: JetStream's advisory, kept in the advisories stream, makes
+// the running janitor fail the task and remove it from the queue.
+func TestLostTaskAdvisory(t *testing.T) {
+	t.Parallel()
+
+	b := setup(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.janitor.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(10 * time.Second):
+			t.Error("janitor did not stop")
+		}
+	})
+
+	x := execution("x-adv", 0)
+	taskID, seq := b.publishTask(t, x, "ship", 1)
+	cons, err := b.js.CreateOrUpdateConsumer(t.Context(), events.StreamTasks, jetstream.ConsumerConfig{
+		Durable: "agent-default", FilterSubject: events.TaskSubject("default"), AckPolicy: jetstream.AckExplicitPolicy,
+		MaxDeliver: 1, AckWait: time.Second,
+	})
+	require.NoError(t, err)
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	require.NoError(t, err)
+	n := 0
+	for m := range batch.Messages() {
+		n++
+		require.NoError(t, m.Nak()) // the agent gave up; no delivery is left
+	}
+	require.NoError(t, batch.Error())
+	require.Equal(t, 1, n)
+	// The consumer notices the exhausted deliveries (and raises the
+	// advisory) when it next looks for a message to deliver.
+	batch, err = cons.Fetch(1, jetstream.FetchMaxWait(500*time.Millisecond))
+	require.NoError(t, err)
+	for range batch.Messages() {
+		t.Fatal("a task with no delivery left was delivered again")
+	}
+
+	var rs []events.Event
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		rs = b.results(t, x.ID)
+		return len(rs) > 0
+	}, "lost task reported")
+	require.Len(t, rs, 1)
+	require.Equal(t, taskID+".lost", rs[0].ID)
+	failed, ok := rs[0].Data.(*events.OperationFailed)
+	require.True(t, ok, "result is %s", rs[0].Type)
+	require.Equal(t, taskID, failed.TaskID)
+	require.Equal(t, "janitor", failed.Agent)
+	require.Equal(t, x.Token, failed.Token)
+	require.Contains(t, failed.Error, "agent-default")
+
+	stream, err := b.js.Stream(t.Context(), events.StreamTasks)
+	require.NoError(t, err)
+	natstest.Eventually(t, 5*time.Second, func() bool {
+		_, err := stream.GetMsg(t.Context(), seq)
+		return err != nil
+	}, "lost task removed from the queue")
+}
