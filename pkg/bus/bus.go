@@ -23,9 +23,20 @@ type Config struct {
 	// Replicas of every stream and bucket: 1 for a single server, 3 in a
 	// cluster. Default 1.
 	Replicas int
-	// Duplicates is the dedupe window of the commands, results and events
-	// streams. Default 10m.
+	// Duplicates is the dedupe window of the commands stream: a start
+	// CloudEvent re-published within it is dropped by JetStream (the
+	// dispatcher recognises it at any time anyway). Default 10m.
 	Duplicates time.Duration
+	// WorkDuplicates is the dedupe window of the tasks and results streams,
+	// long enough for a dispatcher or agent to re-publish after a restart.
+	// Default 2m.
+	WorkDuplicates time.Duration
+	// HistoryDuplicates is the dedupe window of the events stream. History
+	// appends are fenced by the expected last subject sequence, and a retried
+	// append is recognised by its id, so the window only has to cover an
+	// immediate retry; the server keeps every id for the whole window, which
+	// costs memory in proportion to the event rate. Default 30s.
+	HistoryDuplicates time.Duration
 	// CommandsMaxAge bounds how long commands, results and rejections are
 	// kept after they were handled (they are an audit trail, not the truth).
 	// Default 7 days.
@@ -41,6 +52,12 @@ func (c Config) withDefaults() Config {
 	if c.Duplicates <= 0 {
 		c.Duplicates = 10 * time.Minute
 	}
+	if c.WorkDuplicates <= 0 {
+		c.WorkDuplicates = 2 * time.Minute
+	}
+	if c.HistoryDuplicates <= 0 {
+		c.HistoryDuplicates = 30 * time.Second
+	}
 	if c.CommandsMaxAge <= 0 {
 		c.CommandsMaxAge = 7 * 24 * time.Hour
 	}
@@ -54,7 +71,7 @@ func Streams(c Config) []jetstream.StreamConfig {
 		{
 			Name: events.StreamEvents, Subjects: []string{events.EventsPrefix + ".>"},
 			Description: "jetflow execution histories, one subject per execution (append-only)",
-			Storage:     jetstream.FileStorage, Replicas: c.Replicas, Duplicates: c.Duplicates,
+			Storage:     jetstream.FileStorage, Replicas: c.Replicas, Duplicates: c.HistoryDuplicates,
 			Retention: jetstream.LimitsPolicy, Discard: jetstream.DiscardNew, DenyDelete: true,
 		},
 		{
@@ -65,13 +82,13 @@ func Streams(c Config) []jetstream.StreamConfig {
 		{
 			Name: events.StreamTasks, Subjects: []string{events.TasksPrefix + ".>"},
 			Description: "jetflow operations for agents, one subject per queue",
-			Storage:     jetstream.FileStorage, Replicas: c.Replicas, Duplicates: c.Duplicates,
+			Storage:     jetstream.FileStorage, Replicas: c.Replicas, Duplicates: c.WorkDuplicates,
 			Retention: jetstream.WorkQueuePolicy,
 		},
 		{
 			Name: events.StreamResults, Subjects: []string{events.ResultsPrefix + ".>"},
 			Description: "jetflow operation results reported by agents",
-			Storage:     jetstream.FileStorage, Replicas: c.Replicas, Duplicates: c.Duplicates, MaxAge: c.CommandsMaxAge,
+			Storage:     jetstream.FileStorage, Replicas: c.Replicas, Duplicates: c.WorkDuplicates, MaxAge: c.CommandsMaxAge,
 		},
 		{
 			Name: events.StreamRejections, Subjects: []string{events.RejectionsPrefix + ".>"},

@@ -44,14 +44,22 @@ func TestEnsureIdempotent(t *testing.T) {
 	require.NoError(t, err)
 	info, err := stream.Info(ctx)
 	require.NoError(t, err)
-	require.Equal(t, 10*time.Minute, info.Config.Duplicates)
+	require.Equal(t, 30*time.Second, info.Config.Duplicates, "history appends are fenced by sequence: a short window")
 	require.True(t, info.Config.DenyDelete)
 
 	t.Log("a changed config updates the streams in place")
-	require.NoError(t, bus.Ensure(ctx, js, bus.Config{Duplicates: 5 * time.Minute}))
+	require.NoError(t, bus.Ensure(ctx, js, bus.Config{HistoryDuplicates: 5 * time.Minute}))
 	info, err = stream.Info(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 5*time.Minute, info.Config.Duplicates)
+
+	windows := map[string]time.Duration{}
+	for _, sc := range bus.Streams(bus.Config{}) {
+		windows[sc.Name] = sc.Duplicates
+	}
+	require.Equal(t, 10*time.Minute, windows[events.StreamCommands])
+	require.Equal(t, 2*time.Minute, windows[events.StreamTasks])
+	require.Equal(t, 2*time.Minute, windows[events.StreamResults])
 }
 
 func TestConfigDefaults(t *testing.T) {
