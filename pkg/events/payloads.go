@@ -249,3 +249,17 @@ func newPayload(t Type) Payload {
 	}
 	return nil
 }
+
+// ResultRef returns the task a result payload is about: the TaskRef of an
+// OperationStarted, OperationSucceeded or OperationFailed.
+func ResultRef(p Payload) (TaskRef, bool) {
+	switch r := p.(type) {
+	case *OperationStarted:
+		return r.TaskRef, true
+	case *OperationSucceeded:
+		return r.TaskRef, true
+	case *OperationFailed:
+		return r.TaskRef, true
+	}
+	return TaskRef{}, false
+}

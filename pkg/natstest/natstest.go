@@ -112,3 +112,24 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() bool, format st
 	}
 	t.Fatalf("condition not met within %s: "+format, append([]any{timeout}, args...)...)
 }
+
+// Serve runs fn (a service's Run) in a goroutine until the test ends; then
+// it cancels fn's context, waits for it to return, and fails the test if
+// it returned an error or did not stop within 30 s.
+func Serve(t testing.TB, fn func(context.Context) error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- fn(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("service stopped with an error: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("service did not stop within 30s")
+		}
+	})
+}

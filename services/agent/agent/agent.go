@@ -284,18 +284,10 @@ func (a *Agent) reportAsync(id string, p events.Payload) jetstream.PubAckFuture 
 }
 
 func (a *Agent) resultMsg(id string, p events.Payload) (*nats.Msg, error) {
-	var execID, wf string
-	switch r := p.(type) {
-	case *events.OperationStarted:
-		execID, wf = r.ExecutionID, r.Workflow
-	case *events.OperationSucceeded:
-		execID, wf = r.ExecutionID, r.Workflow
-	case *events.OperationFailed:
-		execID, wf = r.ExecutionID, r.Workflow
-	}
-	ev := events.New(a.cfg.Source, execID, wf, time.Now(), p)
+	ref, _ := events.ResultRef(p)
+	ev := events.New(a.cfg.Source, ref.ExecutionID, ref.Workflow, time.Now(), p)
 	ev.ID = id
-	return events.Encode(events.ResultSubject(execID), ev)
+	return events.Encode(events.ResultSubject(ref.ExecutionID), ev)
 }
 
 // report publishes a result, retrying for a while if JetStream is

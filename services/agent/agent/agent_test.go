@@ -38,18 +38,7 @@ func setupAgent(t *testing.T, handlers map[string]operation.Handler) *agentBundl
 	a, err := agent.New(agent.Config{Name: agentName, AckWait: ackWait, Concurrency: 4, ShutdownGrace: time.Second,
 		KillGrace: time.Second, Handlers: handlers}, js, zerolog.New(zerolog.NewTestWriter(t)))
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			require.NoError(t, err)
-		case <-time.After(waitFor):
-			t.Error("agent did not stop")
-		}
-	})
+	natstest.Serve(t, a.Run)
 	return &agentBundle{js: js}
 }
 

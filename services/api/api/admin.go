@@ -2,7 +2,6 @@ package api
 
 import (
 	"net/http"
-	"strconv"
 	"time"
 
 	"jetflow.dev/services/api/projector"
@@ -11,14 +10,9 @@ import (
 // rebuildProjections re-projects the read models from ?from_seq=N (0 =
 // everything). It runs no step and can run beside the live projector.
 func (s *Server) rebuildProjections(w http.ResponseWriter, r *http.Request) {
-	var from uint64
-	if v := r.URL.Query().Get("from_seq"); v != "" {
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: "from_seq", Message: "from_seq must be a non-negative integer"})
-			return
-		}
-		from = n
+	from, ok := querySeq(w, r, "from_seq")
+	if !ok {
+		return
 	}
 	began := time.Now()
 	n, err := projector.Rebuild(r.Context(), s.js, from)

@@ -245,6 +245,21 @@ func (s *Server) publishStart(w http.ResponseWriter, r *http.Request, cmd events
 	}
 }
 
+// querySeq reads a stream sequence from the query (0 when absent); on a
+// bad value it answers 400 and returns false.
+func querySeq(w http.ResponseWriter, r *http.Request, name string) (uint64, bool) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return 0, true
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: name, Message: name + " must be a non-negative integer"})
+		return 0, false
+	}
+	return n, true
+}
+
 // tooLarge answers 413 if err comes from a body over the limit.
 func tooLarge(w http.ResponseWriter, err error, limit int64) bool {
 	var mbe *http.MaxBytesError
@@ -406,14 +421,9 @@ func view(ev events.Event) eventView {
 // live as server-sent events when the client accepts text/event-stream.
 func (s *Server) executionEvents(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	var from uint64
-	if v := r.URL.Query().Get("from_seq"); v != "" {
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: "from_seq", Message: "from_seq must be a non-negative integer"})
-			return
-		}
-		from = n
+	from, ok := querySeq(w, r, "from_seq")
+	if !ok {
+		return
 	}
 	if last := r.Header.Get("Last-Event-ID"); last != "" {
 		if n, err := strconv.ParseUint(last, 10, 64); err == nil {

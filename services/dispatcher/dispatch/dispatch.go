@@ -176,12 +176,9 @@ func routingKey(ev events.Event) string {
 		return events.DerivedExecutionID(events.CommandKey(ev.Source, ev.ID))
 	case *events.ReconcileExecution:
 		return p.ExecutionID
-	case *events.OperationStarted:
-		return p.ExecutionID
-	case *events.OperationSucceeded:
-		return p.ExecutionID
-	case *events.OperationFailed:
-		return p.ExecutionID
+	}
+	if ref, ok := events.ResultRef(ev.Data); ok {
+		return ref.ExecutionID
 	}
 	return ev.ID
 }
@@ -226,12 +223,9 @@ func (d *Dispatcher) handle(ctx context.Context, ev events.Event) error {
 		return d.start(ctx, ev, p)
 	case *events.ReconcileExecution:
 		return d.withExecution(ctx, p.Workflow, p.ExecutionID, func(x *execState) error { return d.advance(ctx, x) })
-	case *events.OperationStarted:
-		return d.result(ctx, p.TaskRef, ev)
-	case *events.OperationSucceeded:
-		return d.result(ctx, p.TaskRef, ev)
-	case *events.OperationFailed:
-		return d.result(ctx, p.TaskRef, ev)
+	}
+	if ref, ok := events.ResultRef(ev.Data); ok {
+		return d.result(ctx, ref, ev)
 	}
 	return permanentError{fmt.Errorf("dispatcher does not handle %s", ev.Type)}
 }

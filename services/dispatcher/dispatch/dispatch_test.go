@@ -1,7 +1,6 @@
 package dispatch_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"testing"
@@ -56,18 +55,7 @@ func runDispatcher(t *testing.T, js jetstream.JetStream, cfg dispatch.Config) {
 	log := zerolog.New(zerolog.NewTestWriter(t)).With().Str("dispatcher", cfg.Source).Logger()
 	d, err := dispatch.New(t.Context(), cfg, js, log)
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			require.NoError(t, err)
-		case <-time.After(waitFor):
-			t.Error("dispatcher did not stop")
-		}
-	})
+	natstest.Serve(t, d.Run)
 }
 
 // register stores a workflow of noop steps with the given ids.
@@ -97,16 +85,8 @@ func (b *testBundle) start(t *testing.T, wf, execID string) string {
 // report publishes an agent's result about a task.
 func (b *testBundle) report(t *testing.T, p events.Payload) {
 	t.Helper()
-	var execID, wf string
-	switch r := p.(type) {
-	case *events.OperationStarted:
-		execID, wf = r.ExecutionID, r.Workflow
-	case *events.OperationSucceeded:
-		execID, wf = r.ExecutionID, r.Workflow
-	case *events.OperationFailed:
-		execID, wf = r.ExecutionID, r.Workflow
-	}
-	msg, err := events.Encode(events.ResultSubject(execID), events.New("test-agent", execID, wf, time.Now(), p))
+	ref, _ := events.ResultRef(p)
+	msg, err := events.Encode(events.ResultSubject(ref.ExecutionID), events.New("test-agent", ref.ExecutionID, ref.Workflow, time.Now(), p))
 	require.NoError(t, err)
 	_, err = b.js.PublishMsg(t.Context(), msg)
 	require.NoError(t, err)

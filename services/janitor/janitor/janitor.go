@@ -249,15 +249,8 @@ func (j *Janitor) hasResult(ctx context.Context, executionID, taskID string) (bo
 		return false, fmt.Errorf("read results of %s: %w", executionID, err)
 	}
 	for _, ev := range evs {
-		switch r := ev.Data.(type) {
-		case *events.OperationSucceeded:
-			if r.TaskID == taskID {
-				return true, nil
-			}
-		case *events.OperationFailed:
-			if r.TaskID == taskID {
-				return true, nil
-			}
+		if ref, ok := events.ResultRef(ev.Data); ok && ref.TaskID == taskID && ev.Type != events.TypeOperationStarted {
+			return true, nil
 		}
 	}
 	return false, nil

@@ -1,7 +1,6 @@
 package janitor_test
 
 import (
-	"context"
 	"encoding/json"
 	"testing"
 	"time"
@@ -274,18 +273,7 @@ func TestLostTaskAdvisory(t *testing.T) {
 	t.Parallel()
 
 	b := setup(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- b.janitor.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			require.NoError(t, err)
-		case <-time.After(10 * time.Second):
-			t.Error("janitor did not stop")
-		}
-	})
+	natstest.Serve(t, b.janitor.Run)
 
 	x := execution("x-adv", 0)
 	taskID, seq := b.publishTask(t, x, "ship", 1)
