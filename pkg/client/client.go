@@ -152,8 +152,18 @@ func (c *Client) Start(ctx context.Context, r StartRequest) (Started, error) {
 
 // Execution returns an execution's state.
 func (c *Client) Execution(ctx context.Context, id string) (projections.Execution, error) {
+	return c.ExecutionAt(ctx, id, 0)
+}
+
+// ExecutionAt returns an execution's state as it was at stream sequence
+// atSeq (0 = now).
+func (c *Client) ExecutionAt(ctx context.Context, id string, atSeq uint64) (projections.Execution, error) {
 	var x projections.Execution
-	_, err := c.do(ctx, http.MethodGet, "/v1/executions/"+url.PathEscape(id), nil, nil, &x)
+	path := "/v1/executions/" + url.PathEscape(id)
+	if atSeq > 0 {
+		path += "?at_seq=" + strconv.FormatUint(atSeq, 10)
+	}
+	_, err := c.do(ctx, http.MethodGet, path, nil, nil, &x)
 	return x, err
 }
 

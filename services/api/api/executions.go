@@ -310,6 +310,14 @@ func (s *Server) loadExecution(ctx context.Context, id string) (projections.Exec
 
 func (s *Server) getExecution(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
+	atSeq, ok := querySeq(w, r, "at_seq")
+	if !ok {
+		return
+	}
+	if atSeq > 0 {
+		s.executionAt(w, r, id, atSeq)
+		return
+	}
 	x, err := s.loadExecution(r.Context(), id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		writeError(w, http.StatusNotFound, apiError{Code: "not_found", Field: "id", Message: fmt.Sprintf("execution %q does not exist", id)})
@@ -317,6 +325,41 @@ func (s *Server) getExecution(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		s.internal(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, x)
+}
+
+// executionAt answers the execution's state as it was at stream sequence
+// atSeq: the fold of its events up to and including that sequence.
+func (s *Server) executionAt(w http.ResponseWriter, r *http.Request, id string, atSeq uint64) {
+	notFound := func(msg string) {
+		writeError(w, http.StatusNotFound, apiError{Code: "not_found", Field: "id", Message: msg})
+	}
+	if !events.ValidExecutionID(id) {
+		notFound(fmt.Sprintf("execution %q does not exist", id))
+		return
+	}
+	if _, err := s.ids.Get(r.Context(), id); errors.Is(err, jetstream.ErrKeyNotFound) {
+		notFound(fmt.Sprintf("execution %q does not exist", id))
+		return
+	} else if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	evs, err := history.ReadUntil(r.Context(), s.js, events.ExecutionFilter(id), 0, atSeq)
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	if len(evs) == 0 {
+		writeError(w, http.StatusNotFound, apiError{Code: "not_found", Field: "at_seq",
+			Message: fmt.Sprintf("execution %q had no event at or before sequence %d", id, atSeq)})
+		return
+	}
+	x, err := projections.Fold(evs)
+	if err != nil {
+		s.internal(w, r, fmt.Errorf("fold history of %s: %w", id, err))
 		return
 	}
 	writeJSON(w, http.StatusOK, x)

@@ -84,12 +84,13 @@ func (a *app) runCmd() *cobra.Command {
 
 func (a *app) showCmd() *cobra.Command {
 	var output string
+	var atSeq uint64
 	cmd := &cobra.Command{
-		Use:   "show ID",
-		Short: "Show an execution's state: status, steps, outputs, timings",
+		Use:   "show ID [--at-seq N]",
+		Short: "Show an execution's state: status, steps, outputs, timings (now, or as of a stream sequence)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			x, err := a.client().Execution(cmd.Context(), args[0])
+			x, err := a.client().ExecutionAt(cmd.Context(), args[0], atSeq)
 			if err != nil {
 				return err
 			}
@@ -106,6 +107,7 @@ func (a *app) showCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	cmd.Flags().Uint64Var(&atSeq, "at-seq", 0, "show the state as it was at this stream sequence (see jetflow events)")
 	return cmd
 }
 
