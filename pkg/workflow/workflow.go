@@ -158,7 +158,11 @@ func Parse(data []byte) (d Definition, err error) {
 		return d, &ValidationError{Problems: []FieldError{{Message: "definition is empty"}}}
 	}
 	if err := yaml.NodeToValue(body, &d, yaml.DisallowUnknownField()); err != nil {
-		return d, &ValidationError{Problems: []FieldError{yamlProblem(err)}}
+		fe := yamlProblem(err)
+		if fe.Field != "" {
+			fe.Field = fieldPath(file, fe.Line, fe.Column, fe.Field)
+		}
+		return d, &ValidationError{Problems: []FieldError{fe}}
 	}
 	problems := d.validate()
 	if len(problems) == 0 {
@@ -316,6 +320,30 @@ func yamlProblem(err error) FieldError {
 		return fe
 	}
 	return FieldError{Message: err.Error()}
+}
+
+// fieldPath names the key at line:col by its path, e.g. "steps[2].colour",
+// by finding the step whose mapping holds it.
+func fieldPath(f *ast.File, line, col int, key string) string {
+	for i := 0; ; i++ {
+		path, err := yaml.PathString(fmt.Sprintf("$.steps[%d]", i))
+		if err != nil {
+			return key
+		}
+		n, err := path.FilterFile(f)
+		if err != nil || n == nil {
+			return key
+		}
+		m, ok := n.(*ast.MappingNode)
+		if !ok {
+			continue
+		}
+		for _, kv := range m.Values {
+			if tk := kv.Key.GetToken(); tk != nil && tk.Position.Line == line && tk.Position.Column == col {
+				return fmt.Sprintf("steps[%d].%s", i, key)
+			}
+		}
+	}
 }
 
 // Canonical returns the definition as canonical JSON (map keys sorted),

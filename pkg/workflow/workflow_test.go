@@ -133,7 +133,12 @@ func TestParseErrors(t *testing.T) {
 		{
 			name:  "UnknownStepField",
 			input: head + "  - id: a\n    kind: noop\n    colour: red\n",
-			field: "colour", line: 5, msg: `unknown field "colour"`,
+			field: "steps[0].colour", line: 5, msg: `unknown field "colour"`,
+		},
+		{
+			name:  "UnknownFieldInLaterStep",
+			input: head + "  - id: a\n    kind: noop\n  - id: b\n    kind: noop\n    to: x\n",
+			field: "steps[1].to", line: 7, msg: `unknown field "to"`,
 		},
 		{
 			name:  "UnknownTopLevelField",
