@@ -144,7 +144,11 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			ev, err := events.Decode(m.Headers(), m.Data())
 			if err != nil {
 				d.log.Warn().Err(err).Str("subject", m.Subject()).Msg("drop undecodable message")
-				d.rejectRaw(ctx, m, err)
+				if perr := d.rejectRaw(ctx, m, err); perr != nil {
+					d.log.Warn().Err(perr).Msg("publish rejection, will retry")
+					_ = m.NakWithDelay(time.Second)
+					return
+				}
 				_ = m.Term()
 				return
 			}
@@ -222,12 +226,32 @@ func (d *Dispatcher) handle(ctx context.Context, ev events.Event) error {
 	case *events.StartExecution:
 		return d.start(ctx, ev, p)
 	case *events.ReconcileExecution:
-		return d.withExecution(ctx, p.Workflow, p.ExecutionID, func(x *execState) error { return d.advance(ctx, x) })
+		return d.reconcile(ctx, p)
 	}
 	if ref, ok := events.ResultRef(ev.Data); ok {
 		return d.result(ctx, ref, ev)
 	}
 	return permanentError{fmt.Errorf("dispatcher does not handle %s", ev.Type)}
+}
+
+// reconcile re-decides an execution. It must name an execution that was
+// claimed for that workflow; anything else is dropped.
+func (d *Dispatcher) reconcile(ctx context.Context, p *events.ReconcileExecution) error {
+	if !events.ValidExecutionID(p.ExecutionID) {
+		return permanentError{fmt.Errorf("reconcile of invalid execution id %q", p.ExecutionID)}
+	}
+	e, err := d.ids.Get(ctx, p.ExecutionID)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return permanentError{fmt.Errorf("reconcile of unknown execution %s", p.ExecutionID)}
+	}
+	if err != nil {
+		return fmt.Errorf("read claim of %s: %w", p.ExecutionID, err)
+	}
+	var c Claim
+	if err := json.Unmarshal(e.Value(), &c); err != nil || c.Workflow != p.Workflow {
+		return permanentError{fmt.Errorf("reconcile names workflow %q, execution %s belongs to %q", p.Workflow, p.ExecutionID, c.Workflow)}
+	}
+	return d.withExecution(ctx, p.Workflow, p.ExecutionID, func(x *execState) error { return d.advance(ctx, x) })
 }
 
 // execState is the dispatcher's view of one execution.
@@ -246,11 +270,19 @@ func (d *Dispatcher) withExecution(ctx context.Context, wf, id string, fn func(*
 		return permanentError{fmt.Errorf("invalid workflow %q or execution id %q", wf, id)}
 	}
 	for attempt := 0; ; attempt++ {
-		x, err := d.load(ctx, wf, id)
+		x, cached, err := d.load(ctx, wf, id)
 		if err != nil {
 			return err
 		}
+		before := x.state.LastSeq
 		err = fn(x)
+		if err == nil && cached && x.state.LastSeq == before {
+			// fn decided to change nothing (a stale or duplicate result, or
+			// nothing to do) on the strength of a cached state. Another
+			// dispatcher may have written since: the decision stands only if
+			// the history has not moved.
+			err = d.checkFresh(ctx, x)
+		}
 		if err == nil {
 			return nil
 		}
@@ -262,35 +294,62 @@ func (d *Dispatcher) withExecution(ctx context.Context, wf, id string, fn func(*
 	}
 }
 
-func (d *Dispatcher) load(ctx context.Context, wf, id string) (*execState, error) {
+// checkFresh returns bus.ErrConflict if the execution's history has events
+// beyond the state x holds.
+func (d *Dispatcher) checkFresh(ctx context.Context, x *execState) error {
+	stream, err := d.js.Stream(ctx, events.StreamEvents)
+	if err != nil {
+		return fmt.Errorf("open events stream: %w", err)
+	}
+	last, err := stream.GetLastMsgForSubject(ctx, x.subject())
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		if x.state.LastSeq == 0 {
+			return nil
+		}
+	case err != nil:
+		return fmt.Errorf("check history of %s: %w", x.id, err)
+	case last.Sequence == x.state.LastSeq:
+		return nil
+	}
+	return fmt.Errorf("cached state of %s is behind its history: %w", x.id, bus.ErrConflict)
+}
+
+// load returns the execution's state from the cache (cached = true) or
+// folded from its history. Only executions that exist are cached, and a
+// cached state is used only for the workflow it belongs to.
+func (d *Dispatcher) load(ctx context.Context, wf, id string) (x *execState, cached bool, err error) {
 	d.mu.Lock()
 	x, ok := d.cache.get(id)
 	d.mu.Unlock()
-	if ok {
-		return x, nil
+	if ok && x.workflow == wf {
+		return x, true, nil
 	}
 	evs, err := history.Read(ctx, d.js, events.ExecutionSubject(wf, id), 0)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	state, err := projections.Fold(evs)
 	if err != nil {
-		return nil, permanentError{fmt.Errorf("fold history of %s: %w", id, err)}
+		// Not permanent: a newer dispatcher may know an event this one
+		// does not (rolling upgrade); the message waits for it.
+		return nil, false, fmt.Errorf("fold history of %s: %w", id, err)
 	}
 	x = &execState{id: id, workflow: wf, state: state}
-	if len(evs) > 0 {
-		started, ok := evs[0].Data.(*events.ExecutionStarted)
-		if !ok {
-			return nil, permanentError{fmt.Errorf("history of %s does not begin with %s", id, events.TypeExecutionStarted)}
-		}
-		if err := json.Unmarshal(started.Definition, &x.def); err != nil {
-			return nil, permanentError{fmt.Errorf("decode pinned definition of %s: %w", id, err)}
-		}
+	if len(evs) == 0 {
+		return x, false, nil
+	}
+	started, ok := evs[0].Data.(*events.ExecutionStarted)
+	if !ok {
+		return nil, false, permanentError{fmt.Errorf("history of %s does not begin with %s", id, events.TypeExecutionStarted)}
+	}
+	if err := json.Unmarshal(started.Definition, &x.def); err != nil {
+		return nil, false, permanentError{fmt.Errorf("decode pinned definition of %s: %w", id, err)}
 	}
 	d.mu.Lock()
 	d.cache.put(id, x)
 	d.mu.Unlock()
-	return x, nil
+	return x, false, nil
 }
 
 func (d *Dispatcher) evict(id string) {

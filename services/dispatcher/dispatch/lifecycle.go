@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -36,9 +37,16 @@ func (d *Dispatcher) start(ctx context.Context, ev events.Event, cmd *events.Sta
 	reject := func(code, format string, args ...any) error {
 		return d.reject(ctx, ev, id, code, fmt.Sprintf(format, args...))
 	}
+	if err := events.StrictData(ev); err != nil {
+		field, msg := events.ExplainJSON(err)
+		if field != "" && !strings.Contains(msg, field) {
+			msg = field + " " + msg
+		}
+		return reject(events.CodeInvalid, "data: %s", msg)
+	}
 	switch {
 	case !events.ValidExecutionID(id):
-		return reject(events.CodeInvalid, "execution_id %q must be 1-128 letters, digits, '-' or '_'", id)
+		return reject(events.CodeInvalid, "execution_id %q is not valid: %s", id, events.ExecutionIDRule)
 	case cmd.Workflow == "":
 		return reject(events.CodeInvalid, "workflow is required")
 	case !events.ValidWorkflowName(cmd.Workflow):
@@ -145,17 +153,31 @@ func (d *Dispatcher) reject(ctx context.Context, cmd events.Event, execID, code,
 	return permanentError{fmt.Errorf("rejected: %s", reason)}
 }
 
-// rejectRaw reports an undecodable command, best effort.
-func (d *Dispatcher) rejectRaw(ctx context.Context, m jetstream.Msg, cause error) {
-	id := m.Headers().Get("ce-id")
+// rejectRaw reports an undecodable command. It returns an error only if
+// the rejection could not be published (the caller retries then).
+func (d *Dispatcher) rejectRaw(ctx context.Context, m jetstream.Msg, cause error) error {
+	h := m.Headers()
+	get := func(k string) string { // header keys in any case, as Decode accepts them
+		for key, v := range h {
+			if strings.EqualFold(key, k) && len(v) > 0 {
+				return v[0]
+			}
+		}
+		return ""
+	}
+	id := get("ce-id")
 	if id == "" {
-		id = m.Headers().Get(jetstream.MsgIDHeader)
+		id = h.Get(jetstream.MsgIDHeader)
 	}
 	if id == "" {
-		return // nothing a client could correlate the rejection with
+		return nil // nothing a client could correlate the rejection with
 	}
-	cmd := events.Event{ID: id, Source: m.Headers().Get("ce-source"), Type: events.Type(m.Headers().Get("ce-type"))}
-	_ = d.reject(ctx, cmd, "", events.CodeInvalid, cause.Error())
+	cmd := events.Event{ID: id, Source: get("ce-source"), Type: events.Type(get("ce-type"))}
+	var perm permanentError
+	if err := d.reject(ctx, cmd, "", events.CodeInvalid, cause.Error()); err != nil && !errors.As(err, &perm) {
+		return err
+	}
+	return nil
 }
 
 // result applies an agent's report about a task.

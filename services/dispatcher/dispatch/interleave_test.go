@@ -1,0 +1,129 @@
+package dispatch_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/catalog"
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/history"
+	"jetflow.dev/pkg/natstest"
+	"jetflow.dev/pkg/projections"
+	"jetflow.dev/pkg/workflow"
+	"jetflow.dev/services/dispatcher/dispatch"
+)
+
+// These tests run dispatchers one after another on the same consumers, to
+// force the interleavings that several dispatcher processes can produce.
+
+func foldOf(t *testing.T, js jetstream.JetStream, wf, id string) projections.Execution {
+	t.Helper()
+	evs, err := history.Read(t.Context(), js, events.ExecutionSubject(wf, id), 0)
+	require.NoError(t, err)
+	s, err := projections.Fold(evs)
+	require.NoError(t, err)
+	return s
+}
+
+// stepIs reports whether step i of x1 is in status st.
+func stepIs(t *testing.T, js jetstream.JetStream, i int, st projections.OpStatus) bool {
+	s := foldOf(t, js, "wf", "x1")
+	return i < len(s.Steps) && s.Steps[i].Status == st
+}
+
+// runUntil runs d until cond holds (or 10 s pass), then stops it.
+func runUntil(t *testing.T, d *dispatch.Dispatcher, cond func() bool) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // let it finish what it took
+	cancel()
+	require.NoError(t, <-done)
+}
+
+func publishPayload(t *testing.T, js jetstream.JetStream, subject string, ev events.Event) {
+	t.Helper()
+	msg, err := events.Encode(subject, ev)
+	require.NoError(t, err)
+	_, err = js.PublishMsg(t.Context(), msg, jetstream.WithMsgID(ev.ID))
+	require.NoError(t, err)
+}
+
+func succeeded(t *testing.T, js jetstream.JetStream, token, step string) {
+	t.Helper()
+	ref := events.TaskRef{TaskID: events.TaskID("x1", step, 1), ExecutionID: "x1", Workflow: "wf", StepID: step, Attempt: 1, Token: token}
+	publishPayload(t, js, events.ResultSubject("x1"), events.New("test-agent", "x1", "wf", time.Now(), &events.OperationSucceeded{TaskRef: ref}))
+}
+
+func interleaveSetup(t *testing.T, steps ...string) (jetstream.JetStream, func(source string) *dispatch.Dispatcher) {
+	t.Helper()
+	srv := natstest.RunJetStream(t)
+	_, js := natstest.Connect(t, srv)
+	defs, err := catalog.Open(t.Context(), js)
+	require.NoError(t, err)
+	d := workflow.Definition{Name: "wf"}
+	for _, s := range steps {
+		d.Steps = append(d.Steps, workflow.Step{ID: s, Kind: workflow.KindNoop})
+	}
+	_, _, err = defs.Apply(t.Context(), d)
+	require.NoError(t, err)
+	log := zerolog.New(zerolog.NewTestWriter(t))
+	newDispatcher := func(source string) *dispatch.Dispatcher {
+		_, js := natstest.Connect(t, srv) // its own connection, as another process would have
+		dd, err := dispatch.New(t.Context(), dispatch.Config{Source: source}, js, log.With().Str("dispatcher", source).Logger())
+		require.NoError(t, err)
+		return dd
+	}
+	start := events.New("client", "", "", time.Now(), &events.StartExecution{Workflow: "wf", ExecutionID: "x1", Input: json.RawMessage(`{}`)})
+	publishPayload(t, js, events.SubjectStart, start)
+	return js, newDispatcher
+}
+
+// TestStaleCacheNeverDropsAResult: dispatcher A starts an execution, B
+// applies step 1's result and sends step 2, then step 2's result goes to A,
+// whose cached state still has step 2 unsent. A must notice its cache is
+// behind rather than ack the result as stale.
+func TestStaleCacheNeverDropsAResult(t *testing.T) {
+	t.Parallel()
+	js, newDispatcher := interleaveSetup(t, "s1", "s2")
+	a, b := newDispatcher("A"), newDispatcher("B")
+	runUntil(t, a, func() bool { return stepIs(t, js, 0, projections.OpSent) })
+	token := foldOf(t, js, "wf", "x1").Token
+
+	succeeded(t, js, token, "s1")
+	runUntil(t, b, func() bool { return stepIs(t, js, 1, projections.OpSent) })
+	succeeded(t, js, token, "s2")
+	runUntil(t, a, func() bool { return foldOf(t, js, "wf", "x1").Status == projections.StatusSucceeded })
+	require.Equal(t, projections.StatusSucceeded, foldOf(t, js, "wf", "x1").Status, "step 2's success must be recorded")
+}
+
+// TestReconcileNamingAnotherWorkflowChangesNothing: a reconcile command
+// with the wrong workflow (bad input) must not poison the dispatcher's
+// view of the execution, and the real result must still be applied.
+func TestReconcileNamingAnotherWorkflowChangesNothing(t *testing.T) {
+	t.Parallel()
+	js, newDispatcher := interleaveSetup(t, "s1")
+	runUntil(t, newDispatcher("A"), func() bool { return stepIs(t, js, 0, projections.OpSent) })
+	token := foldOf(t, js, "wf", "x1").Token
+
+	rc := events.New("someone", "x1", "nope", time.Now(), &events.ReconcileExecution{ExecutionID: "x1", Workflow: "nope"})
+	publishPayload(t, js, events.SubjectReconcile, rc)
+	cold := newDispatcher("A2")
+	succeeded(t, js, token, "s1")
+	runUntil(t, cold, func() bool { return foldOf(t, js, "wf", "x1").Status == projections.StatusSucceeded })
+	require.Equal(t, projections.StatusSucceeded, foldOf(t, js, "wf", "x1").Status)
+	other, err := history.Read(t.Context(), js, events.ExecutionSubject("nope", "x1"), 0)
+	require.NoError(t, err)
+	require.Empty(t, other, "nothing is written under the wrong workflow")
+}
