@@ -174,6 +174,9 @@ func FromCloudEvent(ce event.Event) (Event, error) {
 	if err := ce.Validate(); err != nil {
 		return Event{}, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
+	if v := ce.SpecVersion(); v != "1.0" {
+		return Event{}, fmt.Errorf("%w: specversion is %q; jetflow speaks CloudEvents 1.0", ErrMalformed, v)
+	}
 	ev := Event{ID: ce.ID(), Type: Type(ce.Type()), Source: ce.Source(), Subject: ce.Subject(), Time: ce.Time().UTC()}
 	if w, ok := ce.Extensions()[ExtWorkflow]; ok {
 		ev.Workflow = fmt.Sprint(w)

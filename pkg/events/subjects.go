@@ -56,6 +56,9 @@ var (
 // then up to 63 letters, digits, '-' or '_'. Names are subject tokens.
 func ValidWorkflowName(name string) bool { return nameRe.MatchString(name) }
 
+// ExecutionIDRule describes valid execution ids, for error messages.
+const ExecutionIDRule = "use 1 to 128 letters, digits, '-' or '_', starting with a letter or digit"
+
 // ValidExecutionID reports whether id can be an execution id: 1 to 128
 // letters, digits, '-' or '_', not starting with '-' or '_'.
 func ValidExecutionID(id string) bool { return idRe.MatchString(id) }
@@ -84,6 +87,11 @@ func RejectionSubject(commandKey string) string {
 
 // CommandKey identifies a command by its CloudEvent source and id.
 func CommandKey(source, id string) string { return source + "#" + id }
+
+// CommandMsgID is the Nats-Msg-Id of a command: a hash of its command key,
+// since a CloudEvent is identified by source and id together (two sources
+// may use the same id).
+func CommandMsgID(commandKey string) string { return "cmd-" + shortHash(commandKey) }
 
 // DerivedExecutionID is the execution id of a start command that names
 // none: a stable hash of the command key.

@@ -42,7 +42,12 @@ func TestOversizedAndRetriedRequests(t *testing.T) {
 	// id stays free for a corrected request.
 	s.apply(t, fmt.Sprintf("name: big\ndescription: %s\nsteps:\n  - id: a\n    kind: noop\n", strings.Repeat("x", 200_000)))
 	huge := fmt.Sprintf(`{"workflow":"big","id":"big-1","input":{"blob":%q}}`, strings.Repeat("y", 900_000))
-	status, e := postJSON(t, s.info.APIURL+"/v1/executions", huge, nil)
+	status, e := postJSON(t, s.info.APIURL+"/v1/executions", huge, map[string]string{"Idempotency-Key": "huge-1"})
+	require.Equal(t, http.StatusBadRequest, status, e.Message)
+	require.Contains(t, e.Message, "more than the")
+	// Retrying the same request gets the same answer, not a 202 for a
+	// command that will never run.
+	status, e = postJSON(t, s.info.APIURL+"/v1/executions", huge, map[string]string{"Idempotency-Key": "huge-1"})
 	require.Equal(t, http.StatusBadRequest, status, e.Message)
 	require.Contains(t, e.Message, "more than the")
 	st, err := s.c.Start(ctx, client.StartRequest{Workflow: "big", ID: "big-1"})

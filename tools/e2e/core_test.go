@@ -300,7 +300,17 @@ func TestStartOverHTTPCloudEventBinding(t *testing.T) {
 	require.Equal(t, http.StatusCreated, resp.StatusCode)
 	require.Equal(t, events.DerivedExecutionID(events.CommandKey("urn:test:http", "evt-2")), started.ID)
 
-	for _, id := range []string{"ce-bin-1", started.ID} {
+	// The same CloudEvent id from another source is another command.
+	other := strings.Replace(body, "urn:test:http", "urn:test:elsewhere", 1)
+	resp, err = http.Post(s.info.APIURL+"/v1/executions", "application/cloudevents+json", strings.NewReader(other))
+	require.NoError(t, err)
+	var second client.Started
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&second))
+	resp.Body.Close()
+	require.Equal(t, http.StatusCreated, resp.StatusCode)
+	require.NotEqual(t, started.ID, second.ID)
+
+	for _, id := range []string{"ce-bin-1", started.ID, second.ID} {
 		x := s.waitDone(t, id, 20*time.Second)
 		require.Equal(t, projections.StatusSucceeded, x.Status)
 	}

@@ -54,6 +54,11 @@ func (s *Server) startExecution(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBody)
 	var cmd events.Event
 	if isCloudEvent(r) {
+		if v := r.Header.Get("Ce-Specversion"); v != "" && v != "1.0" {
+			writeError(w, http.StatusBadRequest, apiError{Code: "invalid_cloudevent", Field: "specversion",
+				Message: fmt.Sprintf("ce-specversion is %q; jetflow speaks CloudEvents 1.0", v)})
+			return
+		}
 		ce, err := binding.ToEvent(r.Context(), cehttp.NewMessageFromHttpRequest(r))
 		if tooLarge(w, err, s.cfg.MaxBody) {
 			return
@@ -72,22 +77,29 @@ func (s *Server) startExecution(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusBadRequest, apiError{Code: "invalid_cloudevent", Message: oneLine(err.Error())})
 			return
 		}
+		if err := events.StrictData(cmd); err != nil {
+			field, msg := events.ExplainJSON(err)
+			if field == "id" {
+				msg += `; in a CloudEvent's data the execution id is "execution_id"`
+			}
+			writeError(w, http.StatusBadRequest, apiError{Code: "invalid_cloudevent", Field: field, Message: "data: " + msg})
+			return
+		}
 	} else {
+		body, err := io.ReadAll(r.Body)
+		if tooLarge(w, err, s.cfg.MaxBody) {
+			return
+		}
 		var req startRequest
-		dec := json.NewDecoder(r.Body)
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil {
-			if tooLarge(w, err, s.cfg.MaxBody) {
-				return
+		if err == nil {
+			err = events.DecodeStrictJSON(body, &req)
+		}
+		if err != nil {
+			field, msg := events.ExplainJSON(err)
+			if field == "" {
+				msg = "the body " + msg
 			}
-			field := ""
-			var ute *json.UnmarshalTypeError
-			if errors.As(err, &ute) {
-				field = ute.Field
-			} else if strings.Contains(err.Error(), "unknown field") {
-				field = strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-			}
-			writeError(w, http.StatusBadRequest, apiError{Code: "invalid_json", Field: field, Message: "request body: " + err.Error()})
+			writeError(w, http.StatusBadRequest, apiError{Code: "invalid_json", Field: field, Message: msg})
 			return
 		}
 		cmd = events.New(s.cfg.Source, req.ID, req.Workflow, time.Now(), &events.StartExecution{
@@ -140,7 +152,7 @@ func validateStart(c *events.StartExecution) (field, msg string) {
 	case c.Version < 0:
 		return "version", "must be 0 (latest) or a positive version"
 	case !events.ValidExecutionID(c.ExecutionID):
-		return "id", fmt.Sprintf("%q must be 1-128 letters, digits, '-' or '_'", c.ExecutionID)
+		return "id", fmt.Sprintf("%q is not a valid execution id: %s", c.ExecutionID, events.ExecutionIDRule)
 	}
 	if t := bytes.TrimSpace(c.Input); len(t) > 0 && string(t) != "null" && t[0] != '{' {
 		return "input", "must be a JSON object"
@@ -177,6 +189,30 @@ func (s *Server) answerExistingClaim(w http.ResponseWriter, r *http.Request, id,
 	return true
 }
 
+// answerRejection answers with the stored rejection of a command, if any.
+func (s *Server) answerRejection(w http.ResponseWriter, r *http.Request, key string) bool {
+	stream, err := s.js.Stream(r.Context(), events.StreamRejections)
+	if err != nil {
+		return false
+	}
+	m, err := stream.GetLastMsgForSubject(r.Context(), events.RejectionSubject(key))
+	if err != nil {
+		return false
+	}
+	ev, err := events.Decode(m.Header, m.Data)
+	rej, ok := ev.Data.(*events.CommandRejected)
+	if err != nil || !ok {
+		return false
+	}
+	writeRejection(w, rej)
+	return true
+}
+
+func writeRejection(w http.ResponseWriter, p *events.CommandRejected) {
+	status := map[string]int{events.CodeConflict: http.StatusConflict, events.CodeNotFound: http.StatusNotFound}[p.Code]
+	writeError(w, cmpStatus(status), apiError{Code: p.Code, Message: oneLine(p.Reason)})
+}
+
 func links(id string) map[string]string {
 	return map[string]string{"self": "/v1/executions/" + id, "events": "/v1/executions/" + id + "/events"}
 }
@@ -203,13 +239,15 @@ func (s *Server) publishStart(w http.ResponseWriter, r *http.Request, cmd events
 		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Message: err.Error()})
 		return
 	}
-	ack, err := s.js.PublishMsg(r.Context(), msg, jetstream.WithMsgID(cmd.ID))
+	ack, err := s.js.PublishMsg(r.Context(), msg, jetstream.WithMsgID(events.CommandMsgID(key)))
 	if err != nil {
 		s.internal(w, r, fmt.Errorf("publish start command: %w", err))
 		return
 	}
-	if ack.Duplicate && s.answerExistingClaim(w, r, start.ExecutionID, key) {
-		return
+	if ack.Duplicate { // the same command was published before: answer with what became of it
+		if s.answerExistingClaim(w, r, start.ExecutionID, key) || s.answerRejection(w, r, key) {
+			return
+		}
 	}
 	timeout := time.NewTimer(s.cfg.StartWait)
 	defer timeout.Stop()
@@ -231,8 +269,7 @@ func (s *Server) publishStart(w http.ResponseWriter, r *http.Request, cmd events
 					Status: string(projections.StatusStarted), Created: true, Links: links(start.ExecutionID)})
 				return
 			case *events.CommandRejected:
-				status := map[string]int{events.CodeConflict: http.StatusConflict, events.CodeNotFound: http.StatusNotFound}[p.Code]
-				writeError(w, cmpStatus(status), apiError{Code: p.Code, Message: oneLine(p.Reason)})
+				writeRejection(w, p)
 				return
 			}
 		case <-timeout.C:

@@ -1,0 +1,100 @@
+package events
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+)
+
+// ExplainJSON turns an encoding/json error into the member at fault (a
+// dotted path, "" for the whole document) and a message for people, free
+// of Go type names.
+func ExplainJSON(err error) (field, message string) {
+	var ute *json.UnmarshalTypeError
+	var se *json.SyntaxError
+	switch {
+	case errors.As(err, &ute):
+		want := kindName(ute.Type)
+		if ute.Field == "" {
+			return "", fmt.Sprintf("must be a JSON %s, not %s", want, ute.Value)
+		}
+		return ute.Field, fmt.Sprintf("must be %s, not %s", article(want), ute.Value)
+	case errors.As(err, &se):
+		return "", fmt.Sprintf("is not valid JSON at byte %d: %s", se.Offset, strings.TrimPrefix(se.Error(), "json: "))
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		return name, fmt.Sprintf("unknown member %q", name)
+	case errors.Is(err, errTrailing):
+		return "", "has data after the JSON value"
+	}
+	return "", strings.TrimPrefix(err.Error(), "json: ")
+}
+
+var errTrailing = errors.New("json: data after the top-level value")
+
+// DecodeStrictJSON decodes data into v, refusing unknown members and
+// anything after the value. Commands written by people are read with it,
+// so that a misspelt member is an error instead of being ignored.
+func DecodeStrictJSON(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errTrailing
+	}
+	var extra json.RawMessage
+	if err := dec.Decode(&extra); err == nil {
+		return errTrailing
+	}
+	return nil
+}
+
+// StrictData checks that ev's data holds only members its payload type
+// knows. It returns nil for events without data.
+func StrictData(ev Event) error {
+	p := newPayload(ev.Type)
+	if p == nil {
+		return fmt.Errorf("%w: %s", ErrUnknownType, ev.Type)
+	}
+	if len(bytes.TrimSpace(ev.Raw)) == 0 {
+		return nil
+	}
+	return DecodeStrictJSON(ev.Raw, p)
+}
+
+func kindName(t reflect.Type) string {
+	if t == nil {
+		return "value"
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Float32, reflect.Float64:
+		return "number"
+	case reflect.String:
+		return "string"
+	case reflect.Bool:
+		return "boolean"
+	case reflect.Slice, reflect.Array:
+		if t.Elem().Kind() == reflect.Uint8 { // json.RawMessage
+			return "value"
+		}
+		return "array"
+	case reflect.Map, reflect.Struct:
+		return "object"
+	case reflect.Pointer:
+		return kindName(t.Elem())
+	}
+	return "value"
+}
+
+func article(s string) string {
+	if strings.IndexAny(s[:1], "aeiou") == 0 {
+		return "an " + s
+	}
+	return "a " + s
+}
