@@ -15,7 +15,6 @@ import (
 	"os"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -45,7 +44,9 @@ type Config struct {
 	KillGrace time.Duration
 	// HTTPTimeout bounds an http step. Default 60s.
 	HTTPTimeout time.Duration
-	// MaxOutput caps captured stdout, stderr and response bodies, in bytes. Default 1 MiB.
+	// MaxOutput caps captured stdout, stderr and response bodies, in bytes.
+	// Default 256 KiB. (An output that still does not fit in a result
+	// message is replaced by a note saying so.)
 	MaxOutput int
 	// ShutdownGrace is how long running tasks may finish on shutdown before
 	// they are cancelled and handed back. Default 10s.
@@ -69,7 +70,7 @@ func (c Config) withDefaults() Config {
 	c.MaxDeliver = cmp.Or(c.MaxDeliver, 5)
 	c.KillGrace = cmp.Or(c.KillGrace, 5*time.Second)
 	c.HTTPTimeout = cmp.Or(c.HTTPTimeout, 60*time.Second)
-	c.MaxOutput = cmp.Or(c.MaxOutput, 1<<20)
+	c.MaxOutput = cmp.Or(c.MaxOutput, 256<<10)
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, 10*time.Second)
 	c.Source = cmp.Or(c.Source, "jetflow/agent/"+c.Name)
 	return c
@@ -100,13 +101,16 @@ func New(cfg Config, js jetstream.JetStream, log zerolog.Logger) (*Agent, error)
 }
 
 // Run serves the queues until ctx ends, then lets running tasks finish for
-// up to ShutdownGrace.
+// up to ShutdownGrace before cancelling them.
+//
+// Each queue has Concurrency workers, and a worker asks JetStream for one
+// task only when it is free: no task ever waits in the agent without a
+// heartbeat (where AckWait would hand it to another agent while this one
+// still means to run it), and at shutdown nothing is left to hand back.
 func (a *Agent) Run(ctx context.Context) error {
 	taskCtx, cancelTasks := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelTasks()
-	var running sync.WaitGroup
-	var stopping atomic.Bool
-	var ccs []jetstream.ConsumeContext
+	var workers sync.WaitGroup
 	for _, q := range a.cfg.Queues {
 		cons, err := a.js.CreateOrUpdateConsumer(ctx, events.StreamTasks, jetstream.ConsumerConfig{
 			Durable: ConsumerName(q), FilterSubject: events.TaskSubject(q), AckPolicy: jetstream.AckExplicitPolicy,
@@ -116,33 +120,18 @@ func (a *Agent) Run(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("create consumer for queue %s: %w", q, err)
 		}
-		slots := make(chan struct{}, a.cfg.Concurrency)
-		cc, err := cons.Consume(func(m jetstream.Msg) {
-			if stopping.Load() { // shutting down: hand prefetched tasks back at once
-				_ = m.Nak()
-				return
-			}
-			slots <- struct{}{}
-			running.Add(1)
+		for range a.cfg.Concurrency {
+			workers.Add(1)
 			go func() {
-				defer func() { <-slots; running.Done() }()
-				a.runTask(taskCtx, m)
+				defer workers.Done()
+				a.work(ctx, taskCtx, cons, q)
 			}()
-		}, jetstream.PullMaxMessages(a.cfg.Concurrency))
-		if err != nil {
-			return fmt.Errorf("consume queue %s: %w", q, err)
 		}
-		ccs = append(ccs, cc)
 	}
 	a.log.Info().Strs("queues", a.cfg.Queues).Int("concurrency", a.cfg.Concurrency).Msg("agent running")
 	<-ctx.Done()
-	stopping.Store(true)
-	for _, cc := range ccs {
-		cc.Drain()
-		<-cc.Closed()
-	}
 	done := make(chan struct{})
-	go func() { running.Wait(); close(done) }()
+	go func() { workers.Wait(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(a.cfg.ShutdownGrace):
@@ -151,6 +140,33 @@ func (a *Agent) Run(ctx context.Context) error {
 		<-done
 	}
 	return nil
+}
+
+// work is one worker: fetch a task, run it, repeat until ctx ends.
+func (a *Agent) work(ctx, taskCtx context.Context, cons jetstream.Consumer, queue string) {
+	for ctx.Err() == nil {
+		fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		batch, err := cons.Fetch(1, jetstream.FetchContext(fctx))
+		if err != nil {
+			cancel()
+			if ctx.Err() == nil {
+				a.log.Warn().Err(err).Str("queue", queue).Msg("fetch task")
+				select {
+				case <-time.After(time.Second):
+				case <-ctx.Done():
+				}
+			}
+			continue
+		}
+		for m := range batch.Messages() {
+			if ctx.Err() != nil { // arrived as we stopped: hand it back
+				_ = m.Nak()
+				continue
+			}
+			a.runTask(taskCtx, m)
+		}
+		cancel()
+	}
 }
 
 func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
@@ -217,7 +233,7 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 			var raw json.RawMessage
 			if raw, err = marshalOutput(out); err == nil {
 				err = a.report(ctx, fmt.Sprintf("%s.done.%d", task.TaskID, delivery),
-					&events.OperationSucceeded{TaskRef: ref, Output: raw, Duration: time.Since(began).Milliseconds()})
+					&events.OperationSucceeded{TaskRef: ref, Output: a.fitOutput(raw), Duration: time.Since(began).Milliseconds()})
 				a.finish(m, err, log)
 				return
 			}
@@ -232,7 +248,11 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 	if errors.As(err, &fail) {
 		raw, _ = marshalOutput(fail.Output)
 	}
-	err = a.report(ctx, fmt.Sprintf("%s.done.%d", task.TaskID, delivery), &events.OperationFailed{TaskRef: ref, Error: err.Error(), Output: raw})
+	msg := err.Error()
+	if len(msg) > 8<<10 {
+		msg = msg[:8<<10] + "…"
+	}
+	err = a.report(ctx, fmt.Sprintf("%s.done.%d", task.TaskID, delivery), &events.OperationFailed{TaskRef: ref, Error: msg, Output: a.fitOutput(raw)})
 	a.finish(m, err, log)
 }
 
@@ -257,6 +277,23 @@ func safeHandle(ctx context.Context, h operation.Handler, t operation.Task) (out
 	}()
 	return h.Handle(ctx, t)
 }
+
+// fitOutput replaces an output too large to store in a result message with
+// a note saying so: the operation did run, and its status must still be
+// recorded.
+func (a *Agent) fitOutput(raw json.RawMessage) json.RawMessage {
+	limit := int(a.js.Conn().MaxPayload()) - resultOverhead
+	if len(raw) <= limit {
+		return raw
+	}
+	note, _ := json.Marshal(map[string]any{"output_dropped": true, "bytes": len(raw),
+		"reason": fmt.Sprintf("the output is %d bytes; a result message holds at most %d", len(raw), limit)})
+	return note
+}
+
+// resultOverhead is room kept in a result message for headers and the
+// task reference.
+const resultOverhead = 16 << 10
 
 func marshalOutput(out any) (json.RawMessage, error) {
 	if out == nil {
@@ -300,7 +337,7 @@ func (a *Agent) report(ctx context.Context, id string, p events.Payload) error {
 	deadline := time.Now().Add(a.cfg.AckWait)
 	for backoff := 50 * time.Millisecond; ; backoff = min(backoff*2, 2*time.Second) {
 		_, err = a.js.PublishMsg(ctx, msg, jetstream.WithMsgID(id))
-		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+		if err == nil || time.Now().After(deadline) || ctx.Err() != nil || errors.Is(err, nats.ErrMaxPayload) {
 			return err
 		}
 		select {
