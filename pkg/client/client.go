@@ -309,9 +309,11 @@ func (c *Client) followOnce(ctx context.Context, id string, last uint64, fn func
 
 // Rebuilt is the answer to RebuildProjections.
 type Rebuilt struct {
-	FromSeq uint64 `json:"from_seq"`
-	Written int    `json:"written"`
-	TookMS  int64  `json:"took_ms"`
+	FromSeq   uint64            `json:"from_seq"`
+	Written   int               `json:"written"`
+	Unchanged int               `json:"unchanged"`
+	Failed    map[string]string `json:"failed"`
+	TookMS    int64             `json:"took_ms"`
 }
 
 // RebuildProjections re-projects the read models from a stream sequence.

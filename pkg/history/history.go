@@ -30,13 +30,27 @@ func ReadUntil(ctx context.Context, js jetstream.JetStream, filter string, fromS
 
 // ReadStream is ReadUntil on any jetflow stream (e.g. results).
 func ReadStream(ctx context.Context, js jetstream.JetStream, stream, filter string, fromSeq, untilSeq uint64) ([]events.Event, error) {
+	var out []events.Event
+	err := Scan(ctx, js, stream, filter, fromSeq, untilSeq, func(ev events.Event) error {
+		out = append(out, ev)
+		return nil
+	})
+	return out, err
+}
+
+// Scan calls fn for each event on the subjects matching filter, from
+// stream sequence fromSeq up to untilSeq (0 = the end of the stream as it
+// was when called), in order, without holding them all in memory. Events
+// of unknown types have a nil Data; a malformed message stops the scan
+// with an error, as does an error from fn.
+func Scan(ctx context.Context, js jetstream.JetStream, stream, filter string, fromSeq, untilSeq uint64, fn func(events.Event) error) error {
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, InactiveThreshold: 30 * time.Second}
 	if fromSeq > 1 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, fromSeq
 	}
 	cons, err := js.OrderedConsumer(ctx, stream, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("read history %s: %w", filter, err)
+		return fmt.Errorf("read history %s: %w", filter, err)
 	}
 	defer func() { // don't leave the consumer to the inactivity timeout
 		if name := cons.CachedInfo().Name; name != "" {
@@ -44,45 +58,41 @@ func ReadStream(ctx context.Context, js jetstream.JetStream, stream, filter stri
 		}
 	}()
 	pending := cons.CachedInfo().NumPending
-	if pending == 0 {
-		return nil, nil
-	}
-	out := make([]events.Event, 0, pending)
-	for {
+	for pending > 0 {
 		// Ask for exactly what is known to be there, so that no fetch is
 		// left waiting for messages that do not exist.
 		batch, err := cons.Fetch(int(min(pending, 1000)), jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
-			return nil, fmt.Errorf("read history %s: %w", filter, err)
+			return fmt.Errorf("read history %s: %w", filter, err)
 		}
 		n := 0
 		for m := range batch.Messages() {
 			n++
 			md, err := m.Metadata()
 			if err != nil {
-				return nil, fmt.Errorf("read history %s: %w", filter, err)
+				return fmt.Errorf("read history %s: %w", filter, err)
 			}
 			pending = md.NumPending
 			if untilSeq > 0 && md.Sequence.Stream > untilSeq {
-				return out, nil
+				return nil
 			}
 			ev, err := events.Decode(m.Headers(), m.Data())
 			if err != nil && !errors.Is(err, events.ErrUnknownType) {
-				return nil, fmt.Errorf("decode event %d on %s: %w", md.Sequence.Stream, m.Subject(), err)
+				return fmt.Errorf("decode event %d on %s: %w", md.Sequence.Stream, m.Subject(), err)
 			}
 			ev.Seq = md.Sequence.Stream
-			out = append(out, ev)
+			if err := fn(ev); err != nil {
+				return err
+			}
 		}
 		if err := batch.Error(); err != nil {
-			return nil, fmt.Errorf("read history %s: %w", filter, err)
+			return fmt.Errorf("read history %s: %w", filter, err)
 		}
-		if pending == 0 {
-			return out, nil
-		}
-		if n == 0 {
-			return nil, fmt.Errorf("read history %s: stream stopped delivering", filter)
+		if n == 0 && pending > 0 {
+			return fmt.Errorf("read history %s: stream stopped delivering", filter)
 		}
 	}
+	return nil
 }
 
 // Append publishes ev on subject if the subject's last stream sequence is

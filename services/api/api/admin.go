@@ -15,10 +15,11 @@ func (s *Server) rebuildProjections(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	began := time.Now()
-	n, err := projector.Rebuild(r.Context(), s.js, from)
+	res, err := projector.Rebuild(r.Context(), s.js, from)
 	if err != nil {
 		s.internal(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"from_seq": from, "written": n, "took_ms": time.Since(began).Milliseconds()})
+	writeJSON(w, http.StatusOK, map[string]any{"from_seq": from, "written": res.Written, "unchanged": res.Unchanged,
+		"failed": res.Failed, "took_ms": time.Since(began).Milliseconds()})
 }

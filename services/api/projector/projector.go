@@ -6,6 +6,7 @@
 package projector
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -211,7 +212,9 @@ func (p *Projector) read(ctx context.Context, id string) (entry, error) {
 	}
 	var x projections.Execution
 	if err := json.Unmarshal(e.Value(), &x); err != nil {
-		return entry{}, nil // unreadable: rebuilt by the next event's re-fold
+		// Unreadable: start from nothing (the next event's prevseq then
+		// forces a re-fold) but keep the revision, to overwrite it.
+		return entry{rev: e.Revision()}, nil
 	}
 	return entry{state: x, rev: e.Revision()}, nil
 }
@@ -227,52 +230,88 @@ func (p *Projector) write(ctx context.Context, id string, x projections.Executio
 	return p.kv.Update(ctx, id, b, rev)
 }
 
-// Rebuild re-projects every execution from stream sequence fromSeq (0 =
-// everything) with an ordered consumer, without running any step, and
-// writes the resulting read models with compare-and-set: a stored model
-// that is already as new (written meanwhile by the live projector) is left
-// alone, so a rebuild can run beside the live system. Executions whose
-// first event is before fromSeq are folded onto their stored read model.
-// It returns the number of read models written.
-func Rebuild(ctx context.Context, js jetstream.JetStream, fromSeq uint64) (int, error) {
-	kv, err := js.KeyValue(ctx, events.BucketExecutions)
-	if err != nil {
-		return 0, fmt.Errorf("open executions bucket: %w", err)
-	}
-	evs, err := history.Read(ctx, js, events.EventsPrefix+".>", fromSeq)
-	if err != nil {
-		return 0, err
-	}
-	states := map[string]projections.Execution{}
-	for _, ev := range evs {
-		s, seen := states[ev.Subject]
-		if !seen && fromSeq > 1 {
-			if e, err := kv.Get(ctx, ev.Subject); err == nil {
-				_ = json.Unmarshal(e.Value(), &s)
-			}
-		}
-		if ev.Seq <= s.LastSeq {
-			continue
-		}
-		if s, err = projections.Apply(s, ev); err != nil {
-			return 0, fmt.Errorf("rebuild %s at seq %d: %w", ev.Subject, ev.Seq, err)
-		}
-		states[ev.Subject] = s
-	}
-	written := 0
-	for id, s := range states {
-		ok, err := putIfNewer(ctx, kv, id, s)
-		if err != nil {
-			return written, err
-		}
-		if ok {
-			written++
-		}
-	}
-	return written, nil
+// RebuildResult tells what a rebuild did.
+type RebuildResult struct {
+	// Written counts read models stored; Unchanged those already right or
+	// newer (written meanwhile by the live projector).
+	Written, Unchanged int
+	// Failed maps executions whose history does not fold to the reason;
+	// their read models are left as they are.
+	Failed map[string]string
 }
 
-// putIfNewer stores x unless the stored model has folded as far or further.
+// Rebuild re-projects every execution from stream sequence fromSeq (0 =
+// everything) with an ordered consumer, streaming the events, without
+// running any step. An execution whose first event comes before fromSeq is
+// folded onto its stored read model; if an event does not follow that
+// model (its prevseq is not the model's last sequence) the execution is
+// re-folded from its own history instead. Read models are written with
+// compare-and-set: one the live projector has brought further is left
+// alone, one with the same last sequence but different content is
+// corrected. So a rebuild can run beside the live system.
+func Rebuild(ctx context.Context, js jetstream.JetStream, fromSeq uint64) (RebuildResult, error) {
+	res := RebuildResult{Failed: map[string]string{}}
+	kv, err := js.KeyValue(ctx, events.BucketExecutions)
+	if err != nil {
+		return res, fmt.Errorf("open executions bucket: %w", err)
+	}
+	type item struct {
+		state   projections.Execution
+		subject string
+	}
+	states := map[string]*item{}
+	err = history.Scan(ctx, js, events.StreamEvents, events.EventsPrefix+".>", fromSeq, 0, func(ev events.Event) error {
+		id := ev.Subject
+		if _, failed := res.Failed[id]; failed || id == "" {
+			return nil
+		}
+		it, seen := states[id]
+		if !seen {
+			it = &item{subject: events.ExecutionSubject(ev.Workflow, id)}
+			states[id] = it
+			if fromSeq > 1 {
+				if e, err := kv.Get(ctx, id); err == nil {
+					_ = json.Unmarshal(e.Value(), &it.state)
+				}
+			}
+		}
+		if ev.Seq <= it.state.LastSeq {
+			return nil
+		}
+		next, err := projections.Apply(it.state, ev)
+		if (ev.PrevSeq != 0 && ev.PrevSeq != it.state.LastSeq) || err != nil {
+			evs, rerr := history.ReadUntil(ctx, js, it.subject, 0, ev.Seq)
+			if rerr != nil {
+				return rerr
+			}
+			if next, err = projections.Fold(evs); err != nil {
+				res.Failed[id] = err.Error()
+				delete(states, id)
+				return nil
+			}
+		}
+		it.state = next
+		return nil
+	})
+	if err != nil {
+		return res, err
+	}
+	for id, it := range states {
+		written, err := putIfNewer(ctx, kv, id, it.state)
+		if err != nil {
+			return res, err
+		}
+		if written {
+			res.Written++
+		} else {
+			res.Unchanged++
+		}
+	}
+	return res, nil
+}
+
+// putIfNewer stores x unless the stored model has folded further, or is
+// already exactly x.
 func putIfNewer(ctx context.Context, kv jetstream.KeyValue, id string, x projections.Execution) (bool, error) {
 	b, err := json.Marshal(x)
 	if err != nil {
@@ -289,8 +328,13 @@ func putIfNewer(ctx context.Context, kv jetstream.KeyValue, id string, x project
 			return false, fmt.Errorf("read model %s: %w", id, err)
 		default:
 			var cur projections.Execution
-			if json.Unmarshal(e.Value(), &cur) == nil && cur.LastSeq >= x.LastSeq {
-				return false, nil
+			if json.Unmarshal(e.Value(), &cur) == nil {
+				if cur.LastSeq > x.LastSeq {
+					return false, nil
+				}
+				if again, err := json.Marshal(cur); err == nil && bytes.Equal(again, b) {
+					return false, nil
+				}
 			}
 			if _, err = kv.Update(ctx, id, b, e.Revision()); err == nil {
 				return true, nil

@@ -18,7 +18,14 @@ func (a *app) projectionsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(a.stdout, "rebuilt from sequence %d: %d read models written in %d ms\n", res.FromSeq, res.Written, res.TookMS)
+			fmt.Fprintf(a.stdout, "rebuilt from sequence %d in %d ms: %d read models written, %d already right\n",
+				res.FromSeq, res.TookMS, res.Written, res.Unchanged)
+			for id, why := range res.Failed {
+				fmt.Fprintf(a.stderr, "  %s: history does not fold, read model left as is: %s\n", id, why)
+			}
+			if len(res.Failed) > 0 {
+				return exitError{code: 1}
+			}
 			return nil
 		},
 	}
