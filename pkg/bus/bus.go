@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -123,19 +124,59 @@ func Buckets(c Config) []jetstream.KeyValueConfig {
 	}
 }
 
-// Ensure creates or updates every stream and bucket.
+// Ensure creates every stream and bucket that is missing and updates those
+// whose settings differ from c. Streams and buckets that are already right
+// are only read: in a cluster every update is a proposal to the meta
+// leader, and every service calls Ensure at start.
 func Ensure(ctx context.Context, js jetstream.JetStream, c Config) error {
 	for _, sc := range Streams(c) {
+		s, err := js.Stream(ctx, sc.Name)
+		if err == nil {
+			// Never lower replicas: one service started without
+			// JETFLOW_REPLICAS must not scale a cluster's streams down.
+			sc.Replicas = max(sc.Replicas, s.CachedInfo().Config.Replicas)
+			if !streamDiffers(s.CachedInfo().Config, sc) {
+				continue
+			}
+		}
+		if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("ensure stream %s: %w", sc.Name, err)
+		}
 		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
 			return fmt.Errorf("ensure stream %s: %w", sc.Name, err)
 		}
 	}
 	for _, kc := range Buckets(c) {
+		kv, err := js.KeyValue(ctx, kc.Bucket)
+		if err == nil {
+			if st, err := kv.Status(ctx); err == nil {
+				kc.Replicas = max(kc.Replicas, st.Config().Replicas)
+				if !bucketDiffers(st, kc) {
+					continue
+				}
+			}
+		} else if !errors.Is(err, jetstream.ErrBucketNotFound) {
+			return fmt.Errorf("ensure bucket %s: %w", kc.Bucket, err)
+		}
 		if _, err := js.CreateOrUpdateKeyValue(ctx, kc); err != nil {
 			return fmt.Errorf("ensure bucket %s: %w", kc.Bucket, err)
 		}
 	}
 	return nil
+}
+
+// streamDiffers compares the settings jetflow chooses.
+func streamDiffers(have, want jetstream.StreamConfig) bool {
+	return !slices.Equal(have.Subjects, want.Subjects) || have.Retention != want.Retention ||
+		have.Storage != want.Storage || have.Replicas != want.Replicas || have.MaxAge != want.MaxAge ||
+		have.Duplicates != want.Duplicates || have.Discard != want.Discard || have.DenyDelete != want.DenyDelete ||
+		have.Description != want.Description
+}
+
+// bucketDiffers compares the settings jetflow chooses.
+func bucketDiffers(have jetstream.KeyValueStatus, want jetstream.KeyValueConfig) bool {
+	cfg := have.Config()
+	return int64(have.History()) != max(int64(want.History), 1) || cfg.Replicas != want.Replicas || cfg.Description != want.Description
 }
 
 // IsConflict reports whether err is a wrong-last-sequence error, on a

@@ -1,12 +1,14 @@
 package bus_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -145,4 +147,33 @@ func TestDial(t *testing.T) {
 	require.NoError(t, err)
 	_, err = conn.JS.KeyValue(t.Context(), events.BucketDefinitions)
 	require.NoError(t, err)
+}
+
+// TestEnsureNeverLowersReplicas runs on a 3-node cluster: a service that
+// ensures the topology with the default (1 replica) must leave R3 streams
+// and buckets at 3.
+func TestEnsureNeverLowersReplicas(t *testing.T) {
+	t.Parallel()
+	servers := natstest.RunCluster(t)
+	nc, err := nats.Connect(servers[0].ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	require.Eventually(t, func() bool { return bus.Ensure(ctx, js, bus.Config{Replicas: 3}) == nil }, 45*time.Second, 500*time.Millisecond)
+	require.NoError(t, bus.Ensure(ctx, js, bus.Config{}))
+	for _, sc := range bus.Streams(bus.Config{}) {
+		s, err := js.Stream(ctx, sc.Name)
+		require.NoError(t, err)
+		require.Equal(t, 3, s.CachedInfo().Config.Replicas, sc.Name)
+	}
+	for _, kc := range bus.Buckets(bus.Config{}) {
+		kv, err := js.KeyValue(ctx, kc.Bucket)
+		require.NoError(t, err)
+		st, err := kv.Status(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 3, st.Config().Replicas, kc.Bucket)
+	}
 }
