@@ -108,7 +108,10 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 	g, gctx := errgroup.WithContext(svcCtx)
 	start := func(name string, fn func(context.Context, *bus.Conn) error) {
 		g.Go(func() error {
-			nc, js, err := bus.Open(gctx, url, "jetflow-"+name, bus.Config{Replicas: cfg.Replicas})
+			nc, js, err := bus.Open(gctx, url, "jetflow-"+name, bus.Config{Replicas: cfg.Replicas,
+				OnRetry: func(err error) {
+					cfg.Log.Warn().Err(err).Str("service", name).Msg("waiting for jetstream")
+				}})
 			if err != nil {
 				return err
 			}
