@@ -15,7 +15,7 @@ help: ## Show the targets
 	@grep -hE '^[a-zA-Z_/-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-12s %s\n", $$1, $$2}'
 
 .PHONY: build
-build: ## Build the jetflow CLI and the four service binaries into bin/
+build: ## Build the jetflow CLI, jetflow-bench and the four service binaries into bin/
 	@mkdir -p bin
 	$(GO) build -o bin/jetflow ./tools/cmd/jetflow
 	$(GO) build -o bin/jetflow-bench ./tools/cmd/jetflow-bench

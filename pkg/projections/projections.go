@@ -44,6 +44,8 @@ func (s Status) Terminal() bool { return s == StatusSucceeded || s == StatusFail
 //	sending  -> sent | started | succeeded | failed
 //	sent     -> started | succeeded | failed
 //	started  -> succeeded | failed
+//	started  -> started  (a later delivery of the same attempt: the task ran
+//	                      again because its agent died or timed out)
 type OpStatus string
 
 // Operation statuses.
@@ -99,6 +101,7 @@ type Step struct {
 	TaskSeq     uint64          `json:"task_seq,omitempty"`
 	Queue       string          `json:"queue,omitempty"`
 	Agent       string          `json:"agent,omitempty"`
+	Delivery    int             `json:"delivery,omitempty"`
 	Input       json.RawMessage `json:"input,omitempty"`
 	Output      json.RawMessage `json:"output,omitempty"`
 	Error       string          `json:"error,omitempty"`
@@ -188,14 +191,22 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 	case *events.StepScheduled:
 		return s.step(ev, e.StepID, OpPending, func(st *Step) {
 			st.Attempt, st.Input, st.ScheduledAt = e.Attempt, e.Input, ev.Time
-			st.Output, st.Error, st.StartedAt, st.EndedAt, st.Agent, st.TaskID, st.TaskSeq = nil, "", time.Time{}, time.Time{}, "", "", 0
+			st.Output, st.Error, st.StartedAt, st.EndedAt, st.Agent, st.TaskID, st.TaskSeq, st.Delivery = nil, "", time.Time{}, time.Time{}, "", "", 0, 0
 		})
 	case *events.StepSending:
 		return s.step(ev, e.StepID, OpSending, func(st *Step) { st.TaskID, st.Queue = e.TaskID, e.Queue })
 	case *events.StepSent:
 		return s.step(ev, e.StepID, OpSent, func(st *Step) { st.TaskID, st.TaskSeq = e.TaskID, e.TaskSeq })
 	case *events.StepStarted:
-		return s.step(ev, e.StepID, OpStarted, func(st *Step) { st.StartedAt, st.Agent = ev.Time, e.Agent })
+		if i := s.StepIndex(e.StepID); i >= 0 && s.Steps[i].Status == OpStarted {
+			// Started again: legal only for a later delivery of the task.
+			if e.Delivery <= s.Steps[i].Delivery {
+				return s, &TransitionError{ExecutionID: s.ID, From: string(OpStarted), Event: ev.Type, StepID: e.StepID}
+			}
+			s.Steps[i].StartedAt, s.Steps[i].Agent, s.Steps[i].Delivery = ev.Time, e.Agent, e.Delivery
+			return s, nil
+		}
+		return s.step(ev, e.StepID, OpStarted, func(st *Step) { st.StartedAt, st.Agent, st.Delivery = ev.Time, e.Agent, e.Delivery })
 	case *events.StepSucceeded:
 		return s.step(ev, e.StepID, OpSucceeded, func(st *Step) {
 			st.Output, st.EndedAt = e.Output, ev.Time

@@ -356,8 +356,8 @@ func fuzzEvents(data []byte) []events.Event {
 			p = &events.StepSending{StepID: step, Attempt: attempt, TaskID: "t", Queue: "q"}
 		case events.TypeStepSent:
 			p = &events.StepSent{StepID: step, Attempt: attempt, TaskID: "t", TaskSeq: uint64(i)}
-		case events.TypeStepStarted:
-			p = &events.StepStarted{StepID: step, Attempt: attempt, Agent: "ag"}
+		case events.TypeStepStarted: // the step byte's high part is the delivery
+			p = &events.StepStarted{StepID: step, Attempt: attempt, Agent: "ag", Delivery: arg / (len(fuzzSteps) + 1)}
 		case events.TypeStepSucceeded:
 			p = &events.StepSucceeded{StepID: step, Attempt: attempt, Output: json.RawMessage(`1`)}
 		case events.TypeStepFailed:
@@ -404,7 +404,8 @@ func fuzzBytes(t testing.TB, evs []events.Event) []byte {
 		case *events.StepSent:
 			arg, attempt = stepArg(e.StepID), e.Attempt
 		case *events.StepStarted:
-			arg, attempt = stepArg(e.StepID), e.Attempt
+			arg, attempt = stepArg(e.StepID)+e.Delivery*(len(fuzzSteps)+1), e.Attempt
+			require.Less(t, arg, 256)
 		case *events.StepSucceeded:
 			arg, attempt = stepArg(e.StepID), e.Attempt
 		case *events.StepFailed:

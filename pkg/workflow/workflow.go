@@ -311,7 +311,7 @@ func yamlProblem(err error) FieldError {
 	var ye yaml.Error
 	if errors.As(err, &ye) && ye.GetToken() != nil {
 		tk := ye.GetToken()
-		fe := FieldError{Line: tk.Position.Line, Column: tk.Position.Column, Message: ye.GetMessage()}
+		fe := FieldError{Line: tk.Position.Line, Column: tk.Position.Column, Message: ye.GetMessage() + syntaxHint(ye.GetMessage())}
 		var ue *yaml.UnknownFieldError
 		if errors.As(err, &ue) {
 			fe.Field = tk.Value
@@ -344,6 +344,17 @@ func fieldPath(f *ast.File, line, col int, key string) string {
 			}
 		}
 	}
+}
+
+// syntaxHint adds what usually causes a YAML syntax error.
+func syntaxHint(msg string) string {
+	switch {
+	case strings.Contains(msg, `'\t'`) || strings.Contains(msg, "\t"):
+		return " (YAML indents with spaces, not tabs)"
+	case strings.Contains(msg, "not allowed in this context"):
+		return " (check the indentation of this line and the lines above it: the keys of one mapping must start in the same column)"
+	}
+	return ""
 }
 
 // Canonical returns the definition as canonical JSON (map keys sorted),

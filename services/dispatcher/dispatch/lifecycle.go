@@ -199,7 +199,10 @@ func (d *Dispatcher) result(ctx context.Context, ref events.TaskRef, ev events.E
 		var p events.Payload
 		switch r := ev.Data.(type) {
 		case *events.OperationStarted:
-			if st.Status == projections.OpSending || st.Status == projections.OpSent {
+			// Record the first start, and every later delivery that runs
+			// the operation again (its agent died or timed out).
+			if st.Status == projections.OpSending || st.Status == projections.OpSent ||
+				(st.Status == projections.OpStarted && r.Delivery > st.Delivery) {
 				p = &events.StepStarted{StepID: st.ID, Attempt: st.Attempt, Agent: r.Agent, Delivery: r.Delivery}
 			}
 		case *events.OperationSucceeded:

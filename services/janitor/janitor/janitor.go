@@ -90,7 +90,7 @@ func (j *Janitor) Run(ctx context.Context) error {
 		return fmt.Errorf("consume advisories: %w", err)
 	}
 	defer func() { cc.Drain(); <-cc.Closed() }()
-	j.log.Info().Dur("interval", j.cfg.Interval).Msg("janitor running")
+	j.log.Info().Str("interval", j.cfg.Interval.String()).Str("idle_after", j.cfg.IdleAfter.String()).Msg("janitor running")
 	t := time.NewTicker(j.cfg.Interval)
 	defer t.Stop()
 	for {

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"time"
 
@@ -30,7 +31,7 @@ with its own NATS connection. Stop it with Ctrl-C; start it again on the same
 				return fmt.Errorf("--log-level %q: use debug, info, warn or error", level)
 			}
 			zerolog.TimeFieldFormat = time.RFC3339Nano
-			w := zerolog.ConsoleWriter{Out: a.stderr, TimeFormat: "15:04:05.000"}
+			w := zerolog.ConsoleWriter{Out: a.stderr, TimeFormat: "15:04:05.000", NoColor: !isTerminal(a.stderr)}
 			if jsonLogs {
 				cfg.Log = zerolog.New(a.stderr)
 			} else {
@@ -60,4 +61,14 @@ with its own NATS connection. Stop it with Ctrl-C; start it again on the same
 	f.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
 	f.BoolVar(&jsonLogs, "log-json", false, "log JSON lines instead of console text")
 	return cmd
+}
+
+// isTerminal reports whether w is a character device (colours only there).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -17,6 +18,16 @@ import (
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
 
+// exactlyOne accepts one argument and otherwise says what to type.
+func exactlyOne(hint string) cobra.PositionalArgs {
+	return func(_ *cobra.Command, args []string) error {
+		if len(args) != 1 {
+			return errors.New(hint)
+		}
+		return nil
+	}
+}
+
 // parseInputs turns k=v pairs into an object; v is JSON when it parses as
 // JSON (numbers, booleans, objects, quoted strings), a plain string otherwise.
 func parseInputs(pairs []string, raw string) (map[string]any, error) {
@@ -26,11 +37,16 @@ func parseInputs(pairs []string, raw string) (map[string]any, error) {
 			return nil, fmt.Errorf("--input-json must be a JSON object: %w", err)
 		}
 	}
+	seen := map[string]bool{}
 	for _, p := range pairs {
 		k, v, ok := strings.Cut(p, "=")
 		if !ok || k == "" {
 			return nil, fmt.Errorf("--input %q: write it as key=value", p)
 		}
+		if seen[k] {
+			return nil, fmt.Errorf("--input %s is given twice; give each key once", k)
+		}
+		seen[k] = true
 		var val any
 		if err := json.Unmarshal([]byte(v), &val); err != nil {
 			val = v
@@ -48,7 +64,7 @@ func (a *app) runCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "run WORKFLOW [--input k=v]... [--id ID] [--watch]",
 		Short: "Start an execution of a workflow",
-		Args:  cobra.ExactArgs(1),
+		Args:  exactlyOne("name the workflow to run: jetflow run WORKFLOW (see jetflow workflow ls)"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			in, err := parseInputs(inputs, inputJSON)
 			if err != nil {
@@ -88,7 +104,7 @@ func (a *app) showCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "show ID [--at-seq N]",
 		Short: "Show an execution's state: status, steps, outputs, timings (now, or as of a stream sequence)",
-		Args:  cobra.ExactArgs(1),
+		Args:  exactlyOne("name the execution to show: jetflow show ID (see jetflow ls)"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			x, err := a.client().ExecutionAt(cmd.Context(), args[0], atSeq)
 			if err != nil {
@@ -181,6 +197,9 @@ func (a *app) lsCmd() *cobra.Command {
 		Short: "List executions (filter by workflow and status; page with --after)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.Limit < 1 || o.Limit > 1000 {
+				return fmt.Errorf("--limit %d: give a page size between 1 and 1000", o.Limit)
+			}
 			list, next, err := a.client().ListExecutions(cmd.Context(), o)
 			if err != nil {
 				return err
@@ -214,7 +233,7 @@ func (a *app) eventsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "events ID [--follow] [--from-seq N]",
 		Short: "Print an execution's history; --follow streams it live until the execution ends",
-		Args:  cobra.ExactArgs(1),
+		Args:  exactlyOne("name the execution: jetflow events ID (see jetflow ls)"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if follow {
 				return a.follow(cmd, args[0], from, asJSON)
