@@ -201,7 +201,11 @@ func FromCloudEvent(ce event.Event) (Event, error) {
 	}
 	if len(ev.Raw) > 0 {
 		if err := json.Unmarshal(ev.Raw, p); err != nil {
-			return ev, fmt.Errorf("%w: %s data: %v", ErrMalformed, ev.Type, err)
+			field, msg := ExplainJSON(err)
+			if field != "" {
+				msg = field + " " + msg
+			}
+			return ev, fmt.Errorf("%w: %s data: %s", ErrMalformed, ev.Type, msg)
 		}
 	}
 	ev.Data = p

@@ -34,7 +34,8 @@ func parseInputs(pairs []string, raw string) (map[string]any, error) {
 	in := map[string]any{}
 	if raw != "" {
 		if err := json.Unmarshal([]byte(raw), &in); err != nil {
-			return nil, fmt.Errorf("--input-json must be a JSON object: %w", err)
+			_, msg := events.ExplainJSON(err)
+			return nil, fmt.Errorf("--input-json %s (write a JSON object, e.g. '{\"who\":\"ada\"}')", msg)
 		}
 	}
 	seen := map[string]bool{}
@@ -291,6 +292,9 @@ func printEvent(w io.Writer, ev client.Event, asJSON bool) {
 		if v, ok := d[k].(string); ok && v != "" {
 			detail += " " + k + "=" + truncate(v, 120)
 		}
+	}
+	if n, ok := d["delivery"].(float64); ok && n > 1 {
+		detail += fmt.Sprintf(" delivery=%d (ran again)", int(n))
 	}
 	if o, ok := d["output"]; ok && ev.Type == events.TypeStepSucceeded {
 		b, _ := json.Marshal(o)
