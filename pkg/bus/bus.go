@@ -76,9 +76,12 @@ func Streams(c Config) []jetstream.StreamConfig {
 			Retention: jetstream.LimitsPolicy, Discard: jetstream.DiscardNew, DenyDelete: true,
 		},
 		{
-			Name: events.StreamCommands, Subjects: []string{events.CommandsPrefix + ".>"},
-			Description: "jetflow commands (start, reconcile)",
+			Name: events.StreamCommands, Subjects: []string{events.CommandsPrefix + ".>", events.SchedulesPrefix + ".>"},
+			Description: "jetflow commands (start, signal, timers, reconcile) and pending durable timers",
 			Storage:     jetstream.FileStorage, Replicas: c.Replicas, Duplicates: c.Duplicates, MaxAge: c.CommandsMaxAge,
+			// Durable timers are message schedules on jf.schedules.<timer>
+			// that publish into jf.commands.timer.<execution> when due.
+			AllowMsgSchedules: true, AllowRollup: true,
 		},
 		{
 			Name: events.StreamTasks, Subjects: []string{events.TasksPrefix + ".>"},
@@ -170,7 +173,7 @@ func streamDiffers(have, want jetstream.StreamConfig) bool {
 	return !slices.Equal(have.Subjects, want.Subjects) || have.Retention != want.Retention ||
 		have.Storage != want.Storage || have.Replicas != want.Replicas || have.MaxAge != want.MaxAge ||
 		have.Duplicates != want.Duplicates || have.Discard != want.Discard || have.DenyDelete != want.DenyDelete ||
-		have.Description != want.Description
+		have.Description != want.Description || have.AllowMsgSchedules != want.AllowMsgSchedules
 }
 
 // bucketDiffers compares the settings jetflow chooses.

@@ -1,6 +1,9 @@
 package events
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"time"
+)
 
 // Payload is the data of a jetflow CloudEvent. The set of payloads is
 // closed: only types in this package implement it.
@@ -74,11 +77,13 @@ type StepStarted struct {
 
 // StepSucceeded records a step's result. It is recorded at most once per step.
 type StepSucceeded struct {
-	StepID   string          `json:"step_id"`
-	Attempt  int             `json:"attempt"`
-	Output   json.RawMessage `json:"output,omitempty"`
-	Agent    string          `json:"agent,omitempty"`
-	Duration int64           `json:"duration_ms,omitempty"`
+	StepID  string          `json:"step_id"`
+	Attempt int             `json:"attempt"`
+	Output  json.RawMessage `json:"output,omitempty"`
+	// SignalID is the signal a wait step took.
+	SignalID string `json:"signal_id,omitempty"`
+	Agent    string `json:"agent,omitempty"`
+	Duration int64  `json:"duration_ms,omitempty"`
 }
 
 // StepFailed records a step's failure.
@@ -88,6 +93,80 @@ type StepFailed struct {
 	Error   string          `json:"error"`
 	Output  json.RawMessage `json:"output,omitempty"`
 	Agent   string          `json:"agent,omitempty"`
+}
+
+// StepSkipped records that a step did not run because its condition was false.
+type StepSkipped struct {
+	StepID string `json:"step_id"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// StepWaiting records that a sleep or wait step waits.
+type StepWaiting struct {
+	StepID  string    `json:"step_id"`
+	Attempt int       `json:"attempt"`
+	Until   time.Time `json:"until,omitzero"`
+	Signals []string  `json:"signals,omitempty"`
+}
+
+// StepRescheduled records that attempt failed and NextAttempt runs at Due.
+type StepRescheduled struct {
+	StepID      string    `json:"step_id"`
+	Attempt     int       `json:"attempt"`
+	NextAttempt int       `json:"next_attempt"`
+	Due         time.Time `json:"due"`
+	TimerID     string    `json:"timer_id"`
+}
+
+// VariablesSet records variables set by a step (merged into the others).
+type VariablesSet struct {
+	StepID string                     `json:"step_id,omitempty"`
+	Vars   map[string]json.RawMessage `json:"vars"`
+}
+
+// Timer purposes.
+const (
+	TimerSleep           = "sleep"
+	TimerWaitTimeout     = "wait-timeout"
+	TimerStepTimeout     = "step-timeout"
+	TimerRetry           = "retry"
+	TimerWorkflowTimeout = "workflow-timeout"
+)
+
+// TimerArmed records a durable timer.
+type TimerArmed struct {
+	TimerID string    `json:"timer_id"`
+	Purpose string    `json:"purpose"`
+	StepID  string    `json:"step_id,omitempty"`
+	Attempt int       `json:"attempt,omitempty"`
+	Due     time.Time `json:"due"`
+}
+
+// TimerFired records that a timer fired and was acted on.
+type TimerFired struct {
+	TimerID string `json:"timer_id"`
+}
+
+// SignalReceived records a signal.
+type SignalReceived struct {
+	SignalID string          `json:"signal_id"`
+	Name     string          `json:"name"`
+	Data     json.RawMessage `json:"data,omitempty"`
+	Sender   string          `json:"sender,omitempty"`
+}
+
+// SignalExecution is the data of a signal command.
+type SignalExecution struct {
+	ExecutionID string          `json:"execution_id"`
+	Name        string          `json:"name"`
+	Data        json.RawMessage `json:"data,omitempty"`
+}
+
+// FireTimer is the data of a timer coming due.
+type FireTimer struct {
+	ExecutionID string `json:"execution_id"`
+	Workflow    string `json:"workflow"`
+	TimerID     string `json:"timer_id"`
 }
 
 // StartExecution is the data of a start command.
@@ -193,6 +272,15 @@ func (*OperationStarted) EventType() Type   { return TypeOperationStarted }
 func (*OperationSucceeded) EventType() Type { return TypeOperationSucceeded }
 func (*OperationFailed) EventType() Type    { return TypeOperationFailed }
 func (*CommandRejected) EventType() Type    { return TypeCommandRejected }
+func (*FireTimer) EventType() Type          { return TypeFireTimer }
+func (*SignalExecution) EventType() Type    { return TypeSignalExecution }
+func (*SignalReceived) EventType() Type     { return TypeSignalReceived }
+func (*TimerFired) EventType() Type         { return TypeTimerFired }
+func (*TimerArmed) EventType() Type         { return TypeTimerArmed }
+func (*VariablesSet) EventType() Type       { return TypeVariablesSet }
+func (*StepRescheduled) EventType() Type    { return TypeStepRescheduled }
+func (*StepWaiting) EventType() Type        { return TypeStepWaiting }
+func (*StepSkipped) EventType() Type        { return TypeStepSkipped }
 
 func (*ExecutionStarted) payload()   {}
 func (*ExecutionSucceeded) payload() {}
@@ -210,6 +298,15 @@ func (*OperationStarted) payload()   {}
 func (*OperationSucceeded) payload() {}
 func (*OperationFailed) payload()    {}
 func (*CommandRejected) payload()    {}
+func (*FireTimer) payload()          {}
+func (*SignalExecution) payload()    {}
+func (*SignalReceived) payload()     {}
+func (*TimerFired) payload()         {}
+func (*TimerArmed) payload()         {}
+func (*VariablesSet) payload()       {}
+func (*StepRescheduled) payload()    {}
+func (*StepWaiting) payload()        {}
+func (*StepSkipped) payload()        {}
 
 // newPayload returns a pointer to a zero payload for t, or nil.
 func newPayload(t Type) Payload {
@@ -246,6 +343,24 @@ func newPayload(t Type) Payload {
 		return &OperationFailed{}
 	case TypeCommandRejected:
 		return &CommandRejected{}
+	case TypeFireTimer:
+		return &FireTimer{}
+	case TypeSignalExecution:
+		return &SignalExecution{}
+	case TypeSignalReceived:
+		return &SignalReceived{}
+	case TypeTimerFired:
+		return &TimerFired{}
+	case TypeTimerArmed:
+		return &TimerArmed{}
+	case TypeVariablesSet:
+		return &VariablesSet{}
+	case TypeStepRescheduled:
+		return &StepRescheduled{}
+	case TypeStepWaiting:
+		return &StepWaiting{}
+	case TypeStepSkipped:
+		return &StepSkipped{}
 	}
 	return nil
 }

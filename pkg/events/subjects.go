@@ -22,6 +22,13 @@ const (
 	SubjectStart = "jf.commands.start"
 	// SubjectReconcile is where reconcile commands are published.
 	SubjectReconcile = "jf.commands.reconcile"
+	// SubjectSignal is where signal commands are published.
+	SubjectSignal = "jf.commands.signal"
+	// TimersPrefix starts the subjects timers fire on: jf.commands.timer.<execution>.
+	TimersPrefix = "jf.commands.timer"
+	// SchedulesPrefix starts the subjects of pending timers (JetStream
+	// message schedules, in the commands stream): jf.schedules.<timer>.
+	SchedulesPrefix = "jf.schedules"
 
 	// StreamTasks is the work-queue stream of operations, one subject per agent queue.
 	StreamTasks = "JF_TASKS"
@@ -56,6 +63,14 @@ var (
 // then up to 63 letters, digits, '-' or '_'. Names are subject tokens.
 func ValidWorkflowName(name string) bool { return nameRe.MatchString(name) }
 
+// SignalNameRule describes valid signal names, for error messages.
+const SignalNameRule = "use 1 to 64 letters, digits, '-' or '_', starting with a letter or digit"
+
+var signalRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
+
+// ValidSignalName reports whether name can name a signal.
+func ValidSignalName(name string) bool { return signalRe.MatchString(name) }
+
 // ExecutionIDRule describes valid execution ids, for error messages.
 const ExecutionIDRule = "use 1 to 128 letters, digits, '-' or '_', starting with a letter or digit"
 
@@ -73,6 +88,12 @@ func WorkflowSubjects(workflow string) string { return EventsPrefix + "." + work
 
 // ExecutionFilter matches one execution's history without knowing its workflow.
 func ExecutionFilter(id string) string { return EventsPrefix + ".*." + id }
+
+// TimerSubject is where an execution's timers fire.
+func TimerSubject(executionID string) string { return TimersPrefix + "." + executionID }
+
+// ScheduleSubject holds a pending timer.
+func ScheduleSubject(timerID string) string { return SchedulesPrefix + "." + timerID }
 
 // TaskSubject is the work-queue subject of an agent queue.
 func TaskSubject(queue string) string { return TasksPrefix + "." + queue }

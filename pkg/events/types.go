@@ -25,12 +25,34 @@ const (
 	TypeStepSucceeded Type = "io.jetflow.step.succeeded"
 	// TypeStepFailed records the operation's failure.
 	TypeStepFailed Type = "io.jetflow.step.failed"
+	// TypeStepSkipped records that a step's condition was false.
+	TypeStepSkipped Type = "io.jetflow.step.skipped"
+	// TypeStepWaiting records that a sleep or wait step is waiting for a
+	// timer or a signal; no process holds the execution meanwhile.
+	TypeStepWaiting Type = "io.jetflow.step.waiting"
+	// TypeStepRescheduled records that a failed attempt will be retried
+	// when its backoff timer fires.
+	TypeStepRescheduled Type = "io.jetflow.step.rescheduled"
+	// TypeVariablesSet records workflow variables set by a step.
+	TypeVariablesSet Type = "io.jetflow.variables.set"
+	// TypeTimerArmed records a durable timer stored in JetStream.
+	TypeTimerArmed Type = "io.jetflow.timer.armed"
+	// TypeTimerFired records that a timer fired and was acted on.
+	TypeTimerFired Type = "io.jetflow.timer.fired"
+	// TypeSignalReceived records a signal sent to the execution; it is
+	// kept until a wait step takes it.
+	TypeSignalReceived Type = "io.jetflow.signal.received"
 )
 
 // Commands, published by users or the api on the commands stream.
 const (
 	// TypeStartExecution asks the dispatcher to start an execution.
 	TypeStartExecution Type = "io.jetflow.execution.start"
+	// TypeSignalExecution sends a named signal with data to an execution.
+	TypeSignalExecution Type = "io.jetflow.execution.signal"
+	// TypeFireTimer is a durable timer coming due (published by JetStream's
+	// message scheduler into the commands stream).
+	TypeFireTimer Type = "io.jetflow.timer.fire"
 	// TypeReconcileExecution asks the dispatcher to re-evaluate an execution
 	// (sent by the janitor for executions that look stuck). It is idempotent.
 	TypeReconcileExecution Type = "io.jetflow.execution.reconcile"

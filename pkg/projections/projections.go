@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -39,11 +40,15 @@ func (s Status) Terminal() bool { return s == StatusSucceeded || s == StatusFail
 // Valid transitions (forward skips are allowed because an agent's report is
 // proof that the earlier states were passed):
 //
-//	""       -> pending
-//	pending  -> sending
-//	sending  -> sent | started | succeeded | failed
-//	sent     -> started | succeeded | failed
-//	started  -> succeeded | failed
+//	""          -> pending | skipped
+//	pending     -> sending | failed
+//	pending     -> waiting | succeeded        (steps run by the dispatcher)
+//	sending     -> sent | started | succeeded | failed
+//	sent        -> started | succeeded | failed
+//	started     -> succeeded | failed
+//	waiting     -> succeeded | failed
+//	failed      -> rescheduled                 (a retry is due later)
+//	rescheduled -> pending                     (the next attempt)
 //	started  -> started  (a later delivery of the same attempt: the task ran
 //	                      again because its agent died or timed out)
 type OpStatus string
@@ -57,12 +62,21 @@ const (
 	OpStarted   OpStatus = "started"
 	OpSucceeded OpStatus = "succeeded"
 	OpFailed    OpStatus = "failed"
+	// OpSkipped: the step's condition was false.
+	OpSkipped OpStatus = "skipped"
+	// OpWaiting: a sleep or wait step waits for a timer or a signal.
+	OpWaiting OpStatus = "waiting"
+	// OpRescheduled: the attempt failed and the next one waits for its backoff.
+	OpRescheduled OpStatus = "rescheduled"
 )
 
 var opRank = map[OpStatus]int{OpNone: 0, OpPending: 1, OpSending: 2, OpSent: 3, OpStarted: 4, OpSucceeded: 5, OpFailed: 5}
 
 // Terminal reports whether s is final for its attempt.
-func (s OpStatus) Terminal() bool { return s == OpSucceeded || s == OpFailed }
+func (s OpStatus) Terminal() bool { return s == OpSucceeded || s == OpFailed || s == OpSkipped }
+
+// Done reports whether the step will not run again: it succeeded or was skipped.
+func (s OpStatus) Done() bool { return s == OpSucceeded || s == OpSkipped }
 
 // InFlight reports whether an operation is with an agent (or about to be).
 func (s OpStatus) InFlight() bool { return s == OpSending || s == OpSent || s == OpStarted }
@@ -80,9 +94,15 @@ type Execution struct {
 	CommandKey string          `json:"command_key,omitempty"`
 	StartedBy  string          `json:"started_by,omitempty"`
 	Steps      []Step          `json:"steps"`
-	StartedAt  time.Time       `json:"started_at,omitzero"`
-	EndedAt    time.Time       `json:"ended_at,omitzero"`
-	UpdatedAt  time.Time       `json:"updated_at,omitzero"`
+	// Vars are the workflow variables, as set by let steps.
+	Vars map[string]json.RawMessage `json:"vars,omitempty"`
+	// Timers are the durable timers armed, by id.
+	Timers map[string]Timer `json:"timers,omitempty"`
+	// Signals received, in order; a wait step takes the first that fits.
+	Signals   []Signal  `json:"signals,omitempty"`
+	StartedAt time.Time `json:"started_at,omitzero"`
+	EndedAt   time.Time `json:"ended_at,omitzero"`
+	UpdatedAt time.Time `json:"updated_at,omitzero"`
 	// LastSeq is the stream sequence of the last event folded (0 if the
 	// events carried none), LastEventID its CloudEvent id.
 	LastSeq     uint64 `json:"last_seq"`
@@ -91,23 +111,44 @@ type Execution struct {
 	Events int `json:"events"`
 }
 
+// Timer is a durable timer of the execution.
+type Timer struct {
+	Purpose string    `json:"purpose"`
+	StepID  string    `json:"step_id,omitempty"`
+	Attempt int       `json:"attempt,omitempty"`
+	Due     time.Time `json:"due"`
+	Fired   bool      `json:"fired,omitempty"`
+}
+
+// Signal is a signal the execution received.
+type Signal struct {
+	ID         string          `json:"id"`
+	Name       string          `json:"name"`
+	Data       json.RawMessage `json:"data,omitempty"`
+	ReceivedAt time.Time       `json:"received_at"`
+	// TakenBy is the wait step that took it ("" while it is kept).
+	TakenBy string `json:"taken_by,omitempty"`
+}
+
 // Step is the state of one step.
 type Step struct {
-	ID          string          `json:"id"`
-	Kind        string          `json:"kind"`
-	Status      OpStatus        `json:"status"`
-	Attempt     int             `json:"attempt,omitempty"`
-	TaskID      string          `json:"task_id,omitempty"`
-	TaskSeq     uint64          `json:"task_seq,omitempty"`
-	Queue       string          `json:"queue,omitempty"`
-	Agent       string          `json:"agent,omitempty"`
-	Delivery    int             `json:"delivery,omitempty"`
-	Input       json.RawMessage `json:"input,omitempty"`
-	Output      json.RawMessage `json:"output,omitempty"`
-	Error       string          `json:"error,omitempty"`
-	ScheduledAt time.Time       `json:"scheduled_at,omitzero"`
-	StartedAt   time.Time       `json:"started_at,omitzero"`
-	EndedAt     time.Time       `json:"ended_at,omitzero"`
+	ID       string          `json:"id"`
+	Kind     string          `json:"kind"`
+	Status   OpStatus        `json:"status"`
+	Attempt  int             `json:"attempt,omitempty"`
+	TaskID   string          `json:"task_id,omitempty"`
+	TaskSeq  uint64          `json:"task_seq,omitempty"`
+	Queue    string          `json:"queue,omitempty"`
+	Agent    string          `json:"agent,omitempty"`
+	Delivery int             `json:"delivery,omitempty"`
+	Input    json.RawMessage `json:"input,omitempty"`
+	Output   json.RawMessage `json:"output,omitempty"`
+	Error    string          `json:"error,omitempty"`
+	// WaitUntil is when a waiting sleep ends (or a wait times out).
+	WaitUntil   time.Time `json:"wait_until,omitzero"`
+	ScheduledAt time.Time `json:"scheduled_at,omitzero"`
+	StartedAt   time.Time `json:"started_at,omitzero"`
+	EndedAt     time.Time `json:"ended_at,omitzero"`
 }
 
 // Errors of the fold.
@@ -146,6 +187,7 @@ func Fold(evs []events.Event) (Execution, error) {
 // Apply returns the state after ev. It does not modify s.
 func Apply(s Execution, ev events.Event) (Execution, error) {
 	s.Steps = slices.Clone(s.Steps)
+	s.Signals = slices.Clone(s.Signals)
 	next, err := apply(s, ev)
 	if err != nil {
 		return s, err
@@ -208,6 +250,13 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 		}
 		return s.step(ev, e.StepID, OpStarted, func(st *Step) { st.StartedAt, st.Agent, st.Delivery = ev.Time, e.Agent, e.Delivery })
 	case *events.StepSucceeded:
+		if e.SignalID != "" {
+			i := slices.IndexFunc(s.Signals, func(g Signal) bool { return g.ID == e.SignalID })
+			if i < 0 || s.Signals[i].TakenBy != "" {
+				return s, &TransitionError{ExecutionID: s.ID, From: "signal not kept", Event: ev.Type, StepID: e.StepID}
+			}
+			s.Signals[i].TakenBy = e.StepID
+		}
 		return s.step(ev, e.StepID, OpSucceeded, func(st *Step) {
 			st.Output, st.EndedAt = e.Output, ev.Time
 			if e.Agent != "" {
@@ -221,6 +270,41 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 				st.Agent = e.Agent
 			}
 		})
+	case *events.StepSkipped:
+		return s.step(ev, e.StepID, OpSkipped, func(st *Step) { st.Error, st.EndedAt = e.Reason, ev.Time })
+	case *events.StepWaiting:
+		return s.step(ev, e.StepID, OpWaiting, func(st *Step) { st.WaitUntil, st.StartedAt = e.Until, ev.Time })
+	case *events.StepRescheduled:
+		return s.step(ev, e.StepID, OpRescheduled, func(st *Step) { st.WaitUntil = e.Due })
+	case *events.VariablesSet:
+		s.Vars = maps.Clone(s.Vars)
+		if s.Vars == nil {
+			s.Vars = map[string]json.RawMessage{}
+		}
+		maps.Copy(s.Vars, e.Vars)
+		return s, nil
+	case *events.TimerArmed:
+		if _, dup := s.Timers[e.TimerID]; dup {
+			return s, &TransitionError{ExecutionID: s.ID, From: "armed", Event: ev.Type}
+		}
+		s.Timers = maps.Clone(s.Timers)
+		if s.Timers == nil {
+			s.Timers = map[string]Timer{}
+		}
+		s.Timers[e.TimerID] = Timer{Purpose: e.Purpose, StepID: e.StepID, Attempt: e.Attempt, Due: e.Due}
+		return s, nil
+	case *events.TimerFired:
+		t, ok := s.Timers[e.TimerID]
+		if !ok || t.Fired {
+			return s, &TransitionError{ExecutionID: s.ID, From: "not armed", Event: ev.Type}
+		}
+		s.Timers = maps.Clone(s.Timers)
+		t.Fired = true
+		s.Timers[e.TimerID] = t
+		return s, nil
+	case *events.SignalReceived:
+		s.Signals = append(s.Signals, Signal{ID: e.SignalID, Name: e.Name, Data: e.Data, ReceivedAt: ev.Time})
+		return s, nil
 	default:
 		if ev.Ignorable {
 			return s, nil
@@ -236,7 +320,7 @@ func (s Execution) step(ev events.Event, id string, to OpStatus, set func(*Step)
 		return s, fmt.Errorf("%w: %q in %s", ErrUnknownStep, id, ev.Type)
 	}
 	st := s.Steps[i]
-	if !legal(st.Status, to) {
+	if !legal(st.Status, to, internalKinds[st.Kind]) {
 		return s, &TransitionError{ExecutionID: s.ID, From: string(st.Status), Event: ev.Type, StepID: id}
 	}
 	st.Status = to
@@ -245,15 +329,31 @@ func (s Execution) step(ev events.Event, id string, to OpStatus, set func(*Step)
 	return s, nil
 }
 
-func legal(from, to OpStatus) bool {
+// internalKinds are the step kinds the dispatcher runs itself.
+var internalKinds = map[string]bool{"let": true, "sleep": true, "wait": true, "fail": true, "return": true}
+
+func legal(from, to OpStatus, internal bool) bool {
 	switch to {
 	case OpPending:
+		return from == OpNone || from == OpRescheduled
+	case OpSkipped:
 		return from == OpNone
 	case OpSending:
-		return from == OpPending
-	default:
-		return opRank[from] >= opRank[OpSending] && opRank[to] > opRank[from]
+		return from == OpPending && !internal
+	case OpWaiting:
+		return from == OpPending && internal
+	case OpRescheduled:
+		return from == OpFailed
+	case OpSucceeded:
+		if from == OpPending || from == OpWaiting {
+			return internal
+		}
+	case OpFailed:
+		if from == OpPending || from == OpWaiting {
+			return true // an internal step, or an operation whose input could not be rendered
+		}
 	}
+	return opRank[from] >= opRank[OpSending] && opRank[from] <= opRank[OpStarted] && opRank[to] > opRank[from]
 }
 
 // StepIndex returns the index of step id, or -1.

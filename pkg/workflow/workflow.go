@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"regexp"
 	"strings"
 
@@ -24,14 +23,31 @@ import (
 
 // Step kinds understood by this version.
 const (
-	KindNoop = "noop"
-	KindLog  = "log"
-	KindExec = "exec"
-	KindHTTP = "http"
+	KindNoop   = "noop"
+	KindLog    = "log"
+	KindExec   = "exec"
+	KindHTTP   = "http"
+	KindCall   = "call"
+	KindLet    = "let"
+	KindSleep  = "sleep"
+	KindWait   = "wait"
+	KindFail   = "fail"
+	KindReturn = "return"
 )
 
 // Kinds lists the step kinds, in documentation order.
-var Kinds = []string{KindNoop, KindLog, KindExec, KindHTTP}
+var Kinds = []string{KindNoop, KindLog, KindExec, KindHTTP, KindCall, KindLet, KindSleep, KindWait, KindFail, KindReturn}
+
+// IsOperation reports whether steps of kind k run on an agent (and can
+// have a queue, a timeout per attempt and retries). The others run in the
+// dispatcher.
+func IsOperation(k string) bool {
+	switch k {
+	case KindNoop, KindLog, KindExec, KindHTTP, KindCall:
+		return true
+	}
+	return false
+}
 
 // DefaultQueue is the agent queue of steps that name none.
 const DefaultQueue = "default"
@@ -43,7 +59,36 @@ const MaxSize = 256 << 10
 type Definition struct {
 	Name        string `yaml:"name" json:"name"`
 	Description string `yaml:"description,omitempty" json:"description,omitempty"`
-	Steps       []Step `yaml:"steps" json:"steps"`
+	// Input is a JSON Schema the start input must satisfy.
+	Input map[string]any `yaml:"input,omitempty" json:"input,omitempty"`
+	// Output is the execution's output, usually an expression over step
+	// outputs and variables; evaluated when the last step has succeeded.
+	Output any `yaml:"output,omitempty" json:"output,omitempty"`
+	// Timeout bounds the whole execution (a duration such as 10m).
+	Timeout string `yaml:"timeout,omitempty" json:"timeout,omitempty"`
+	// Retry is the retry policy of operation steps that set none.
+	Retry *Retry `yaml:"retry,omitempty" json:"retry,omitempty"`
+	Steps []Step `yaml:"steps" json:"steps"`
+}
+
+// Retry says how often and when a failed operation is tried again.
+type Retry struct {
+	// Limit is the number of attempts in all, the first included.
+	Limit int `yaml:"limit" json:"limit"`
+	// Backoff spaces the attempts (default: 1s, doubling, at most 1m).
+	Backoff *Backoff `yaml:"backoff,omitempty" json:"backoff,omitempty"`
+	// Jitter randomises each delay by up to this fraction (0 to 1).
+	Jitter float64 `yaml:"jitter,omitempty" json:"jitter,omitempty"`
+	// On lists texts, one of which the error must contain for a retry;
+	// empty means every error.
+	On []string `yaml:"on,omitempty" json:"on,omitempty"`
+}
+
+// Backoff is the delay before attempt n+1: Initial * Factor^(n-1), at most Max.
+type Backoff struct {
+	Initial string  `yaml:"initial,omitempty" json:"initial,omitempty"`
+	Max     string  `yaml:"max,omitempty" json:"max,omitempty"`
+	Factor  float64 `yaml:"factor,omitempty" json:"factor,omitempty"`
 }
 
 // Step is one step. Which fields apply depends on Kind.
@@ -53,6 +98,35 @@ type Step struct {
 	Description string `yaml:"description,omitempty" json:"description,omitempty"`
 	// Queue is the agent queue that runs the operation (default "default").
 	Queue string `yaml:"queue,omitempty" json:"queue,omitempty"`
+
+	// Condition, an expression, decides whether the step runs; a step
+	// whose condition is false is skipped.
+	Condition string `yaml:"condition,omitempty" json:"condition,omitempty"`
+	// Output maps the step's result (the root "result" in expressions) to
+	// what is stored as steps.<id>.output; for a return step it is the
+	// execution's output.
+	Output any `yaml:"output,omitempty" json:"output,omitempty"`
+	// Timeout bounds one attempt of an operation, or a wait.
+	Timeout string `yaml:"timeout,omitempty" json:"timeout,omitempty"`
+	// Retry overrides the workflow's retry policy for this operation.
+	Retry *Retry `yaml:"retry,omitempty" json:"retry,omitempty"`
+
+	// call: a custom operation, by name, on Queue, with Input.
+	Operation string `yaml:"operation,omitempty" json:"operation,omitempty"`
+	Input     any    `yaml:"input,omitempty" json:"input,omitempty"`
+
+	// let: variables to set (values are templates).
+	Vars map[string]any `yaml:"vars,omitempty" json:"vars,omitempty"`
+
+	// sleep: how long, or until when (RFC 3339).
+	Duration string `yaml:"duration,omitempty" json:"duration,omitempty"`
+	Until    string `yaml:"until,omitempty" json:"until,omitempty"`
+
+	// wait: the signal (or the first of several) to wait for, and an
+	// optional condition on it (the root "signal": name and data).
+	Signal  string   `yaml:"signal,omitempty" json:"signal,omitempty"`
+	Signals []string `yaml:"signals,omitempty" json:"signals,omitempty"`
+	Match   string   `yaml:"match,omitempty" json:"match,omitempty"`
 
 	// log
 	Message string `yaml:"message,omitempty" json:"message,omitempty"`
@@ -187,105 +261,6 @@ func docBody(f *ast.File) ast.Node {
 		return nil
 	}
 	return f.Docs[0].Body
-}
-
-func (d Definition) validate() []FieldError {
-	var ps []FieldError
-	add := func(field, format string, args ...any) {
-		ps = append(ps, FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
-	}
-	switch {
-	case d.Name == "":
-		add("name", "is required")
-	case !events.ValidWorkflowName(d.Name):
-		add("name", "%q must start with a letter and hold only letters, digits, '-' and '_' (at most 64)", d.Name)
-	}
-	if len(d.Steps) == 0 {
-		add("steps", "at least one step is required")
-	}
-	seen := map[string]int{}
-	for i, s := range d.Steps {
-		f := func(name string) string { return fmt.Sprintf("steps[%d].%s", i, name) }
-		switch {
-		case s.ID == "":
-			add(f("id"), "is required")
-		case !stepIDRe.MatchString(s.ID):
-			add(f("id"), "%q must start with a letter and hold only letters, digits, '-' and '_' (at most 64)", s.ID)
-		default:
-			if j, dup := seen[s.ID]; dup {
-				add(f("id"), "%q is already the id of steps[%d]; step ids must be unique", s.ID, j)
-			}
-			seen[s.ID] = i
-		}
-		if s.Queue != "" && !queueRe.MatchString(s.Queue) {
-			add(f("queue"), "%q must hold only letters, digits, '-' and '_'", s.Queue)
-		}
-		used := s.usedFields()
-		allowed := map[string]bool{}
-		switch s.Kind {
-		case "":
-			add(f("kind"), "is required (one of %s)", strings.Join(Kinds, ", "))
-			continue
-		case KindNoop:
-		case KindLog:
-			allowed = map[string]bool{"message": true, "level": true}
-			if s.Message == "" {
-				add(f("message"), "is required for a log step")
-			}
-			if !levels[s.Level] {
-				add(f("level"), "%q is not one of debug, info, warn, error", s.Level)
-			}
-		case KindExec:
-			allowed = map[string]bool{"command": true, "args": true, "env": true, "dir": true}
-			if s.Command == "" {
-				add(f("command"), "is required for an exec step")
-			}
-		case KindHTTP:
-			allowed = map[string]bool{"method": true, "url": true, "headers": true, "body": true}
-			if s.Method != "" && !tokenRe.MatchString(s.Method) {
-				add(f("method"), "%q is not an HTTP method", s.Method)
-			}
-			if s.URL == "" {
-				add(f("url"), "is required for an http step")
-			} else if u, err := url.Parse(s.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-				add(f("url"), "%q must be an absolute http or https URL", s.URL)
-			}
-			for k := range s.Headers {
-				if !tokenRe.MatchString(k) {
-					add(f("headers"), "%q is not a valid header name", k)
-				}
-			}
-			if _, err := json.Marshal(s.Body); err != nil { // e.g. .nan or .inf, which Canonical cannot encode
-				add(f("body"), "cannot be encoded as JSON: %v", err)
-			}
-		default:
-			add(f("kind"), "unknown step kind %q (known kinds: %s)", s.Kind, strings.Join(Kinds, ", "))
-			continue
-		}
-		for _, u := range used {
-			if !allowed[u] {
-				add(f(u), "does not apply to a %s step", s.Kind)
-			}
-		}
-	}
-	return ps
-}
-
-func (s Step) usedFields() []string {
-	var u []string
-	for _, c := range []struct {
-		name string
-		set  bool
-	}{
-		{"message", s.Message != ""}, {"level", s.Level != ""},
-		{"command", s.Command != ""}, {"args", len(s.Args) > 0}, {"env", len(s.Env) > 0}, {"dir", s.Dir != ""},
-		{"method", s.Method != ""}, {"url", s.URL != ""}, {"headers", len(s.Headers) > 0}, {"body", s.Body != nil},
-	} {
-		if c.set {
-			u = append(u, c.name)
-		}
-	}
-	return u
 }
 
 // locate finds the line and column of a field path such as "steps[2].kind".

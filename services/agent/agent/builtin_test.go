@@ -71,10 +71,14 @@ func TestBuiltinKinds(t *testing.T) {
 	t.Parallel()
 
 	h := agent.Builtins(agent.Config{}, zerolog.New(zerolog.NewTestWriter(t)))
+	n := 0
 	for _, kind := range workflow.Kinds {
-		require.Contains(t, h, kind)
+		if workflow.IsOperation(kind) && kind != workflow.KindCall { // call steps name a custom handler
+			require.Contains(t, h, kind)
+			n++
+		}
 	}
-	require.Len(t, h, len(workflow.Kinds))
+	require.Len(t, h, n)
 }
 
 func TestNoop(t *testing.T) {

@@ -180,6 +180,10 @@ func routingKey(ev events.Event) string {
 		return events.DerivedExecutionID(events.CommandKey(ev.Source, ev.ID))
 	case *events.ReconcileExecution:
 		return p.ExecutionID
+	case *events.FireTimer:
+		return p.ExecutionID
+	case *events.SignalExecution:
+		return p.ExecutionID
 	}
 	if ref, ok := events.ResultRef(ev.Data); ok {
 		return ref.ExecutionID
@@ -227,6 +231,10 @@ func (d *Dispatcher) handle(ctx context.Context, ev events.Event) error {
 		return d.start(ctx, ev, p)
 	case *events.ReconcileExecution:
 		return d.reconcile(ctx, p)
+	case *events.FireTimer:
+		return d.fireTimer(ctx, ev, p)
+	case *events.SignalExecution:
+		return d.signal(ctx, ev, p)
 	}
 	if ref, ok := events.ResultRef(ev.Data); ok {
 		return d.result(ctx, ref, ev)
@@ -247,11 +255,24 @@ func (d *Dispatcher) reconcile(ctx context.Context, p *events.ReconcileExecution
 	if err != nil {
 		return fmt.Errorf("read claim of %s: %w", p.ExecutionID, err)
 	}
-	var c Claim
-	if err := json.Unmarshal(e.Value(), &c); err != nil || c.Workflow != p.Workflow {
+	c, err := decodeClaim(e.Value())
+	if err != nil || c.Workflow != p.Workflow {
 		return permanentError{fmt.Errorf("reconcile names workflow %q, execution %s belongs to %q", p.Workflow, p.ExecutionID, c.Workflow)}
 	}
-	return d.withExecution(ctx, p.Workflow, p.ExecutionID, func(x *execState) error { return d.advance(ctx, x) })
+	return d.withExecution(ctx, p.Workflow, p.ExecutionID, func(x *execState) error {
+		if err := d.rearmOverdue(ctx, x); err != nil {
+			return err
+		}
+		return d.advance(ctx, x)
+	})
+}
+
+func decodeClaim(b []byte) (Claim, error) {
+	var c Claim
+	if err := json.Unmarshal(b, &c); err != nil {
+		return c, fmt.Errorf("decode execution id claim: %w", err)
+	}
+	return c, nil
 }
 
 // execState is the dispatcher's view of one execution.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"strings"
 	"time"
 
@@ -72,6 +73,13 @@ func (d *Dispatcher) start(ctx context.Context, ev events.Event, cmd *events.Sta
 	if err != nil {
 		return err
 	}
+	if problems := rec.Definition.CheckInput(input); len(problems) > 0 {
+		msgs := make([]string, len(problems))
+		for i, p := range problems {
+			msgs[i] = p.Field + ": " + p.Message
+		}
+		return reject(events.CodeInvalid, "input does not match the workflow's input schema: %s", strings.Join(msgs, "; "))
+	}
 	def, err := rec.Definition.Canonical()
 	if err != nil {
 		return permanentError{err}
@@ -95,6 +103,13 @@ func (d *Dispatcher) start(ctx context.Context, ev events.Event, cmd *events.Sta
 			x.def = rec.Definition
 			if err := d.append(ctx, x, started); err != nil {
 				return err
+			}
+			if x.def.Timeout != "" {
+				if dur, err := time.ParseDuration(x.def.Timeout); err == nil {
+					if err := d.armTimer(ctx, x, events.TimerWorkflowTimeout, "", 0, x.state.StartedAt.Add(dur)); err != nil {
+						return err
+					}
+				}
 			}
 			zerolog.Ctx(ctx).Info().Str("workflow", rec.Name).Int("version", rec.Version).Msg("execution started")
 		}
@@ -207,7 +222,7 @@ func (d *Dispatcher) result(ctx context.Context, ref events.TaskRef, ev events.E
 			}
 		case *events.OperationSucceeded:
 			if st.Status.InFlight() {
-				p = &events.StepSucceeded{StepID: st.ID, Attempt: st.Attempt, Output: r.Output, Agent: r.Agent, Duration: r.Duration}
+				p = d.succeeded(x, st, r)
 			}
 		case *events.OperationFailed:
 			if st.Status.InFlight() {
@@ -223,52 +238,155 @@ func (d *Dispatcher) result(ctx context.Context, ref events.TaskRef, ev events.E
 	})
 }
 
-// advance appends events and publishes tasks until the execution has to
-// wait for something outside.
-func (d *Dispatcher) advance(ctx context.Context, x *execState) error {
-	for range 4*len(x.state.Steps) + 4 {
-		a := decide(x.def, x.state)
-		var err error
-		switch a.kind {
-		case actWait:
-			return nil
-		case actSchedule:
-			err = d.append(ctx, x, &events.StepScheduled{StepID: a.step.ID, Attempt: a.attempt})
-		case actSend:
-			taskID := events.TaskID(x.id, a.step.ID, a.attempt)
-			if err = d.append(ctx, x, &events.StepSending{StepID: a.step.ID, Attempt: a.attempt, TaskID: taskID, Queue: a.step.QueueName()}); err == nil {
-				err = d.send(ctx, x, a)
-			}
-		case actResend:
-			err = d.send(ctx, x, a)
-		case actSucceed:
-			err = d.append(ctx, x, &events.ExecutionSucceeded{})
-			if err == nil {
-				zerolog.Ctx(ctx).Info().Msg("execution succeeded")
-			}
-		case actFail:
-			err = d.append(ctx, x, &events.ExecutionFailed{Error: a.err, StepID: a.step.ID})
-			if err == nil {
-				zerolog.Ctx(ctx).Info().Str("error", a.err).Msg("execution failed")
-			}
-		}
+// succeeded records an operation's result, mapped through the step's
+// output expression (whose root "result" is the operation's output).
+func (d *Dispatcher) succeeded(x *execState, st projections.Step, r *events.OperationSucceeded) events.Payload {
+	step, _ := x.def.Step(st.ID)
+	out := r.Output
+	if step.Output != nil {
+		mapped, err := render(step.Output, with(envOf(x.state), "result", decode(r.Output)))
 		if err != nil {
+			return &events.StepFailed{StepID: st.ID, Attempt: st.Attempt, Error: "output: " + err.Error(), Output: r.Output, Agent: r.Agent}
+		}
+		out = mapped
+	}
+	return &events.StepSucceeded{StepID: st.ID, Attempt: st.Attempt, Output: out, Agent: r.Agent, Duration: r.Duration}
+}
+
+// advance appends events, publishes tasks and arms timers until the
+// execution has to wait for something outside.
+func (d *Dispatcher) advance(ctx context.Context, x *execState) error {
+	for range 8*len(x.state.Steps) + 8 {
+		a := decide(x.def, x.state)
+		if a.kind == actWait {
+			return nil
+		}
+		if err := d.act(ctx, x, a); err != nil {
 			return err
 		}
 	}
 	return permanentError{fmt.Errorf("execution %s did not settle", x.id)}
 }
 
-// send publishes the step's task (deduplicated by task id) and records it sent.
+// act carries out one decision.
+func (d *Dispatcher) act(ctx context.Context, x *execState, a action) error {
+	log := zerolog.Ctx(ctx)
+	id := a.step.ID
+	switch a.kind {
+	case actSkip:
+		return d.append(ctx, x, &events.StepSkipped{StepID: id, Reason: "condition is false"})
+	case actSchedule:
+		return d.append(ctx, x, &events.StepScheduled{StepID: id, Attempt: a.attempt, Input: a.input})
+	case actSend:
+		taskID := events.TaskID(x.id, id, a.attempt)
+		if err := d.append(ctx, x, &events.StepSending{StepID: id, Attempt: a.attempt, TaskID: taskID, Queue: a.step.QueueName()}); err != nil {
+			return err
+		}
+		return d.send(ctx, x, a)
+	case actResend:
+		return d.send(ctx, x, a)
+	case actStepFail:
+		if err := d.ensurePending(ctx, x, a); err != nil {
+			return err
+		}
+		return d.append(ctx, x, &events.StepFailed{StepID: id, Attempt: a.attempt, Error: a.err})
+	case actLet:
+		if err := d.append(ctx, x, &events.VariablesSet{StepID: id, Vars: a.vars}); err != nil {
+			return err
+		}
+		return d.append(ctx, x, &events.StepSucceeded{StepID: id, Attempt: a.attempt})
+	case actReturn:
+		if err := d.append(ctx, x, &events.StepSucceeded{StepID: id, Attempt: a.attempt, Output: a.output}); err != nil {
+			return err
+		}
+		return d.finish(ctx, x, &events.ExecutionSucceeded{Output: a.output})
+	case actSleep:
+		until := a.until
+		if until.IsZero() {
+			until = d.cfg.Now().Add(a.delay)
+		}
+		if err := d.armTimer(ctx, x, events.TimerSleep, id, a.attempt, until); err != nil {
+			return err
+		}
+		return d.append(ctx, x, &events.StepWaiting{StepID: id, Attempt: a.attempt, Until: until.UTC()})
+	case actWaitSignal:
+		var until time.Time
+		if a.step.Timeout != "" {
+			dur, err := time.ParseDuration(a.step.Timeout)
+			if err != nil {
+				return d.act(ctx, x, action{kind: actStepFail, step: a.step, attempt: a.attempt, err: "timeout: " + err.Error()})
+			}
+			until = d.cfg.Now().Add(dur)
+			if err := d.armTimer(ctx, x, events.TimerWaitTimeout, id, a.attempt, until); err != nil {
+				return err
+			}
+		}
+		return d.append(ctx, x, &events.StepWaiting{StepID: id, Attempt: a.attempt, Until: until.UTC(), Signals: a.step.WaitSignals()})
+	case actTakeSignal:
+		return d.append(ctx, x, &events.StepSucceeded{StepID: id, Attempt: a.attempt, SignalID: a.signal.ID,
+			Output: signalOutput(a.signal)})
+	case actReschedule:
+		jitter := 1.0
+		if r := x.def.RetryOf(a.step); r != nil && r.Jitter > 0 {
+			jitter = 1 - r.Jitter + 2*r.Jitter*mrand.Float64() // recorded in the event, so replay is exact
+		}
+		due := d.cfg.Now().Add(time.Duration(float64(a.delay) * jitter))
+		if err := d.armTimer(ctx, x, events.TimerRetry, id, a.attempt, due); err != nil {
+			return err
+		}
+		log.Info().Str("step_id", id).Int("attempt", a.attempt).Time("due", due).Msg("retry scheduled")
+		return d.append(ctx, x, &events.StepRescheduled{StepID: id, Attempt: a.attempt, NextAttempt: a.attempt + 1,
+			Due: due.UTC(), TimerID: timerID(x.id, events.TimerRetry, id, a.attempt)})
+	case actSucceed:
+		return d.finish(ctx, x, &events.ExecutionSucceeded{Output: a.output})
+	case actFail:
+		return d.finish(ctx, x, &events.ExecutionFailed{Error: a.err, StepID: id})
+	}
+	return permanentError{fmt.Errorf("unknown action %d", a.kind)}
+}
+
+// ensurePending moves a step that has not been scheduled to pending.
+func (d *Dispatcher) ensurePending(ctx context.Context, x *execState, a action) error {
+	i := x.state.StepIndex(a.step.ID)
+	if i >= 0 && (x.state.Steps[i].Status == projections.OpNone || x.state.Steps[i].Status == projections.OpRescheduled) {
+		return d.append(ctx, x, &events.StepScheduled{StepID: a.step.ID, Attempt: a.attempt})
+	}
+	return nil
+}
+
+// finish ends the execution.
+func (d *Dispatcher) finish(ctx context.Context, x *execState, p events.Payload) error {
+	if err := d.append(ctx, x, p); err != nil {
+		return err
+	}
+	switch e := p.(type) {
+	case *events.ExecutionSucceeded:
+		zerolog.Ctx(ctx).Info().Msg("execution succeeded")
+	case *events.ExecutionFailed:
+		zerolog.Ctx(ctx).Info().Str("error", e.Error).Msg("execution failed")
+	}
+	return nil
+}
+
+func signalOutput(s *projections.Signal) json.RawMessage {
+	b, _ := json.Marshal(map[string]any{"name": s.Name, "data": decode(s.Data), "signal_id": s.ID})
+	return b
+}
+
+// send publishes the step's task (deduplicated by task id), records it
+// sent, and arms the attempt's timeout if the step has one.
 func (d *Dispatcher) send(ctx context.Context, x *execState, a action) error {
 	taskID := events.TaskID(x.id, a.step.ID, a.attempt)
-	spec, err := json.Marshal(a.step)
-	if err != nil {
-		return permanentError{fmt.Errorf("encode step %s: %w", a.step.ID, err)}
+	spec := a.input
+	if len(spec) == 0 { // scheduled before inputs were recorded
+		var err error
+		if spec, err = json.Marshal(a.step); err != nil {
+			return permanentError{fmt.Errorf("encode step %s: %w", a.step.ID, err)}
+		}
 	}
 	task := events.New(d.cfg.Source, x.id, x.workflow, d.cfg.Now(), &events.Task{
 		TaskID: taskID, ExecutionID: x.id, Workflow: x.workflow, StepID: a.step.ID, Attempt: a.attempt,
-		Token: x.state.Token, Kind: a.step.Kind, Queue: a.step.QueueName(), Spec: spec,
+		Token: x.state.Token, Kind: a.step.OperationKind(), Queue: a.step.QueueName(), Spec: spec,
 	})
 	task.ID = taskID
 	msg, err := events.Encode(events.TaskSubject(a.step.QueueName()), task)
@@ -279,5 +397,14 @@ func (d *Dispatcher) send(ctx context.Context, x *execState, a action) error {
 	if err != nil {
 		return fmt.Errorf("publish task %s: %w", taskID, err)
 	}
-	return d.append(ctx, x, &events.StepSent{StepID: a.step.ID, Attempt: a.attempt, TaskID: taskID, TaskSeq: ack.Sequence})
+	if err := d.append(ctx, x, &events.StepSent{StepID: a.step.ID, Attempt: a.attempt, TaskID: taskID, TaskSeq: ack.Sequence}); err != nil {
+		return err
+	}
+	if a.step.Timeout != "" {
+		dur, err := time.ParseDuration(a.step.Timeout)
+		if err == nil && dur > 0 {
+			return d.armTimer(ctx, x, events.TimerStepTimeout, a.step.ID, a.attempt, d.cfg.Now().Add(dur))
+		}
+	}
+	return nil
 }

@@ -1,0 +1,366 @@
+// Package expression evaluates the ${...} expressions of workflow
+// definitions with the expr-lang/expr library. A template is any string
+// holding ${...}; a string that is exactly one ${...} takes the value and
+// type of its expression, others interpolate the results as text.
+// Expressions see the roots input, vars, steps and workflow (and, where a
+// step says so, a few more such as signal). They are deterministic: the
+// clock is not available (now() is disabled), so evaluating the same
+// expression over the same recorded state always gives the same value.
+package expression
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/expr-lang/expr"
+	"github.com/expr-lang/expr/vm"
+)
+
+// Roots are the names every expression may start from.
+var Roots = []string{"input", "vars", "steps", "workflow"}
+
+// Error is an expression that failed to compile or to run.
+type Error struct {
+	// Expr is the expression's text.
+	Expr string
+	Err  error
+}
+
+func (e *Error) Error() string {
+	msg := strings.Join(strings.Fields(e.Err.Error()), " ")
+	return fmt.Sprintf("expression ${%s}: %s", e.Expr, msg)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// ErrUnclosed is a ${ without its closing }.
+var ErrUnclosed = errors.New("expression: ${ without a closing }")
+
+// Compile checks that every expression in v (a string, or maps and lists
+// holding strings, as decoded from YAML or JSON) compiles with the given
+// roots (Roots when nil). It returns the first problem.
+func Compile(v any, roots []string) error {
+	return walkStrings(v, func(s string) error {
+		parts, err := split(s)
+		if err != nil {
+			return err
+		}
+		for _, p := range parts {
+			if p.expr {
+				if _, err := program(p.text, rootsOr(roots)); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// CompileCondition checks a condition: an expression, with or without ${ }.
+func CompileCondition(s string, roots []string) error {
+	_, err := program(conditionCode(s), rootsOr(roots))
+	return err
+}
+
+// Render returns a copy of v with every template evaluated in env. Maps
+// and lists are rendered recursively; other values are returned as they are.
+func Render(v any, env map[string]any) (any, error) {
+	switch t := v.(type) {
+	case string:
+		return renderString(t, env)
+	case map[string]any:
+		out := make(map[string]any, len(t))
+		for k, e := range t {
+			r, err := Render(e, env)
+			if err != nil {
+				return nil, err
+			}
+			out[k] = r
+		}
+		return out, nil
+	case []any:
+		out := make([]any, len(t))
+		for i, e := range t {
+			r, err := Render(e, env)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = r
+		}
+		return out, nil
+	}
+	return v, nil
+}
+
+// RenderString renders a template that must give a string.
+func RenderString(s string, env map[string]any) (string, error) {
+	v, err := renderString(s, env)
+	if err != nil {
+		return "", err
+	}
+	if str, ok := v.(string); ok {
+		return str, nil
+	}
+	return text(v), nil
+}
+
+// Condition evaluates a condition to a boolean; anything but a boolean is
+// an error.
+func Condition(s string, env map[string]any) (bool, error) {
+	code := conditionCode(s)
+	p, err := program(code, keys(env))
+	if err != nil {
+		return false, err
+	}
+	out, err := expr.Run(p, env)
+	if err != nil {
+		return false, &Error{Expr: code, Err: err}
+	}
+	b, ok := out.(bool)
+	if !ok {
+		return false, &Error{Expr: code, Err: fmt.Errorf("gives %s, a condition must give true or false", describe(out))}
+	}
+	return b, nil
+}
+
+// IsTemplate reports whether s holds an expression.
+func IsTemplate(s string) bool { return strings.Contains(s, "${") }
+
+func conditionCode(s string) string {
+	t := strings.TrimSpace(s)
+	if parts, err := split(t); err == nil && len(parts) == 1 && parts[0].expr {
+		return parts[0].text
+	}
+	return t
+}
+
+func renderString(s string, env map[string]any) (any, error) {
+	parts, err := split(s)
+	if err != nil {
+		return nil, err
+	}
+	if len(parts) == 1 && parts[0].expr { // the whole string is one expression: keep its type
+		return eval(parts[0].text, env)
+	}
+	var b strings.Builder
+	for _, p := range parts {
+		if !p.expr {
+			b.WriteString(p.text)
+			continue
+		}
+		v, err := eval(p.text, env)
+		if err != nil {
+			return nil, err
+		}
+		b.WriteString(text(v))
+	}
+	return b.String(), nil
+}
+
+func eval(code string, env map[string]any) (any, error) {
+	p, err := program(code, keys(env))
+	if err != nil {
+		return nil, err
+	}
+	out, err := expr.Run(p, env)
+	if err != nil {
+		return nil, &Error{Expr: code, Err: err}
+	}
+	return normalize(out), nil
+}
+
+// text renders a value inside a string: strings as they are, null as
+// nothing, everything else as JSON.
+func text(v any) string {
+	switch t := v.(type) {
+	case nil:
+		return ""
+	case string:
+		return t
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
+}
+
+// normalize makes results JSON-shaped (ints as float64 are kept as
+// numbers; typed slices and maps become []any and map[string]any).
+func normalize(v any) any {
+	switch v.(type) {
+	case nil, string, bool, float64, map[string]any, []any:
+		return v
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return v
+	}
+	var out any
+	if json.Unmarshal(b, &out) != nil {
+		return v
+	}
+	return out
+}
+
+func describe(v any) string {
+	if v == nil {
+		return "null"
+	}
+	return fmt.Sprintf("%s %s", kindOf(v), text(v))
+}
+
+func kindOf(v any) string {
+	switch v.(type) {
+	case string:
+		return "the string"
+	case float64, int, int64:
+		return "the number"
+	case map[string]any:
+		return "the object"
+	case []any:
+		return "the list"
+	}
+	return "the value"
+}
+
+// part is a literal or an expression of a template.
+type part struct {
+	text string
+	expr bool
+}
+
+// split cuts a template into literals and ${...} expressions. It tracks
+// nested braces and string literals inside an expression so that map
+// literals and strings holding } work; $${ is a literal ${.
+func split(s string) ([]part, error) {
+	var parts []part
+	var lit strings.Builder
+	for i := 0; i < len(s); {
+		if strings.HasPrefix(s[i:], "$${") {
+			lit.WriteString("${")
+			i += 3
+			continue
+		}
+		if !strings.HasPrefix(s[i:], "${") {
+			lit.WriteByte(s[i])
+			i++
+			continue
+		}
+		end, err := closing(s, i+2)
+		if err != nil {
+			return nil, err
+		}
+		if lit.Len() > 0 {
+			parts = append(parts, part{text: lit.String()})
+			lit.Reset()
+		}
+		parts = append(parts, part{text: strings.TrimSpace(s[i+2 : end]), expr: true})
+		i = end + 1
+	}
+	if lit.Len() > 0 || len(parts) == 0 {
+		parts = append(parts, part{text: lit.String()})
+	}
+	return parts, nil
+}
+
+// closing returns the index of the } closing an expression that starts at i.
+func closing(s string, i int) (int, error) {
+	depth := 0
+	for ; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '"', '\'', '`':
+			j := i + 1
+			for ; j < len(s) && s[j] != c; j++ {
+				if s[j] == '\\' && c != '`' {
+					j++
+				}
+			}
+			if j >= len(s) {
+				return 0, ErrUnclosed
+			}
+			i = j
+		case '{':
+			depth++
+		case '}':
+			if depth == 0 {
+				return i, nil
+			}
+			depth--
+		}
+	}
+	return 0, ErrUnclosed
+}
+
+// walkStrings calls fn for every string in v.
+func walkStrings(v any, fn func(string) error) error {
+	switch t := v.(type) {
+	case string:
+		return fn(t)
+	case map[string]any:
+		for _, k := range slices.Sorted(maps.Keys(t)) {
+			if err := walkStrings(t[k], fn); err != nil {
+				return err
+			}
+		}
+	case []any:
+		for _, e := range t {
+			if err := walkStrings(e, fn); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func rootsOr(r []string) []string {
+	if r == nil {
+		return Roots
+	}
+	return r
+}
+
+func keys(env map[string]any) []string {
+	return slices.Sorted(maps.Keys(env))
+}
+
+var (
+	cacheMu sync.Mutex
+	cache   = map[string]*vm.Program{}
+)
+
+// program compiles code for an environment with the given roots (each of
+// them any), caching the result: the same definitions are evaluated over
+// and over.
+func program(code string, roots []string) (*vm.Program, error) {
+	key := strings.Join(roots, ",") + "\x00" + code
+	cacheMu.Lock()
+	p, ok := cache[key]
+	cacheMu.Unlock()
+	if ok {
+		return p, nil
+	}
+	if strings.TrimSpace(code) == "" {
+		return nil, &Error{Expr: code, Err: errors.New("is empty")}
+	}
+	env := make(map[string]any, len(roots))
+	for _, r := range roots {
+		env[r] = map[string]any{}
+	}
+	p, err := expr.Compile(code, expr.Env(env), expr.DisableBuiltin("now"), expr.MaxNodes(2000))
+	if err != nil {
+		return nil, &Error{Expr: code, Err: err}
+	}
+	cacheMu.Lock()
+	if len(cache) > 10000 {
+		clear(cache)
+	}
+	cache[key] = p
+	cacheMu.Unlock()
+	return p, nil
+}

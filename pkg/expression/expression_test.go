@@ -1,0 +1,78 @@
+package expression_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/expression"
+)
+
+func env() map[string]any {
+	return map[string]any{
+		"input":    map[string]any{"host": "db1", "n": float64(3), "tags": []any{"a", "b"}},
+		"vars":     map[string]any{"count": float64(2)},
+		"steps":    map[string]any{"fetch": map[string]any{"output": map[string]any{"status": float64(200)}, "status": "succeeded"}},
+		"workflow": map[string]any{"id": "x1", "name": "wf", "version": float64(1), "attempt": float64(1)},
+	}
+}
+
+func TestRender(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct {
+		in   any
+		want any
+	}{
+		"Literal":          {"plain text", "plain text"},
+		"Interpolation":    {"apt-${input.host}", "apt-db1"},
+		"WholeKeepsType":   {"${input.n * 2}", float64(6)},
+		"WholeList":        {"${input.tags}", []any{"a", "b"}},
+		"ListInText":       {"tags=${input.tags}", `tags=["a","b"]`},
+		"StepOutput":       {"${steps.fetch.output.status == 200}", true},
+		"Vars":             {"${vars.count + 1}", float64(3)},
+		"Workflow":         {"run ${workflow.id} of ${workflow.name}", "run x1 of wf"},
+		"MapLiteral":       {"${ {'a': 1}.a }", float64(1)},
+		"BraceInString":    {"${ 'a}b' }", "a}b"},
+		"Escaped":          {"cost: $${input.n}", "cost: ${input.n}"},
+		"Nested":           {map[string]any{"k": []any{"${input.host}", 5}}, map[string]any{"k": []any{"db1", 5}}},
+		"NullInText":       {"x${vars.missing}y", "xy"},
+		"TwoExpressions":   {"${input.host}:${input.n}", "db1:3"},
+		"FunctionsBuiltin": {"${upper(input.host)}", "DB1"},
+	} {
+		got, err := expression.Render(tc.in, env())
+		require.NoError(t, err, name)
+		require.Equal(t, tc.want, got, name)
+	}
+}
+
+func TestCompileFindsMistakesEarly(t *testing.T) {
+	t.Parallel()
+	require.NoError(t, expression.Compile(map[string]any{"a": "${input.x}", "b": []any{"${steps.s.output}"}}, nil))
+	for name, in := range map[string]any{
+		"UnknownRoot": "${inptu.x}",
+		"Syntax":      "${input.x +}",
+		"Unclosed":    "${input.x",
+		"Empty":       "${ }",
+		"Now":         "${now()}",
+		"InList":      []any{"ok", "${vars.}"},
+	} {
+		require.Error(t, expression.Compile(in, nil), name)
+	}
+	require.Error(t, expression.CompileCondition("input.x >", nil))
+	require.NoError(t, expression.CompileCondition("${input.x > 1}", nil))
+	require.NoError(t, expression.CompileCondition("input.x > 1", nil))
+}
+
+func TestCondition(t *testing.T) {
+	t.Parallel()
+	ok, err := expression.Condition("input.n > 2", env())
+	require.NoError(t, err)
+	require.True(t, ok)
+	ok, err = expression.Condition("${input.host == 'db2'}", env())
+	require.NoError(t, err)
+	require.False(t, ok)
+	_, err = expression.Condition("input.host", env())
+	require.ErrorContains(t, err, "must give true or false")
+	_, err = expression.Condition("input.n / vars.nothing.x", env())
+	require.Error(t, err)
+}

@@ -1,0 +1,422 @@
+package workflow
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/expression"
+)
+
+var (
+	varRe    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
+	signalRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
+)
+
+// Expression roots of the fields that see more than the usual four.
+var (
+	rootsWithResult = append(append([]string{}, expression.Roots...), "result")
+	rootsWithSignal = append(append([]string{}, expression.Roots...), "signal")
+)
+
+// kindFields lists, per kind, the fields beyond the common ones (id, kind,
+// description, condition, output) that the kind accepts.
+var kindFields = map[string][]string{
+	KindNoop:   {"queue", "timeout", "retry"},
+	KindLog:    {"queue", "timeout", "retry", "message", "level"},
+	KindExec:   {"queue", "timeout", "retry", "command", "args", "env", "dir"},
+	KindHTTP:   {"queue", "timeout", "retry", "method", "url", "headers", "body"},
+	KindCall:   {"queue", "timeout", "retry", "operation", "input"},
+	KindLet:    {"vars"},
+	KindSleep:  {"duration", "until"},
+	KindWait:   {"signal", "signals", "match", "timeout"},
+	KindFail:   {"message"},
+	KindReturn: {},
+}
+
+func (d Definition) validate() []FieldError {
+	var ps []FieldError
+	add := func(field, format string, args ...any) {
+		ps = append(ps, FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
+	}
+	addErr := func(field string, err error) {
+		if err != nil {
+			add(field, "%s", strings.Join(strings.Fields(err.Error()), " "))
+		}
+	}
+	switch {
+	case d.Name == "":
+		add("name", "is required")
+	case !events.ValidWorkflowName(d.Name):
+		add("name", "%q must start with a letter and hold only letters, digits, '-' and '_' (at most 64)", d.Name)
+	}
+	if len(d.Steps) == 0 {
+		add("steps", "at least one step is required")
+	}
+	if d.Input != nil {
+		if _, err := compileSchema(d.Input); err != nil {
+			add("input", "is not a valid JSON Schema: %s", oneLine(err))
+		}
+	}
+	addErr("output", expression.Compile(d.Output, nil))
+	if _, err := jsonable(d.Output); err != nil {
+		addErr("output", err)
+	}
+	checkDuration(add, "timeout", d.Timeout)
+	checkRetry(add, "retry", d.Retry)
+
+	seen := map[string]int{}
+	for i, s := range d.Steps {
+		f := func(name string) string { return fmt.Sprintf("steps[%d].%s", i, name) }
+		switch {
+		case s.ID == "":
+			add(f("id"), "is required")
+		case !stepIDRe.MatchString(s.ID):
+			add(f("id"), "%q must start with a letter and hold only letters, digits, '-' and '_' (at most 64)", s.ID)
+		default:
+			if j, dup := seen[s.ID]; dup {
+				add(f("id"), "%q is already the id of steps[%d]; step ids must be unique", s.ID, j)
+			}
+			seen[s.ID] = i
+		}
+		accepted, known := kindFields[s.Kind]
+		switch {
+		case s.Kind == "":
+			add(f("kind"), "is required (one of %s)", strings.Join(Kinds, ", "))
+			continue
+		case !known:
+			add(f("kind"), "unknown step kind %q (known kinds: %s)", s.Kind, strings.Join(Kinds, ", "))
+			continue
+		}
+		for _, u := range s.usedFields() {
+			if !contains(accepted, u) {
+				add(f(u), "does not apply to a %s step", s.Kind)
+			}
+		}
+		if s.Condition != "" {
+			addErr(f("condition"), expression.CompileCondition(s.Condition, nil))
+		}
+		roots := rootsWithResult
+		if s.Kind == KindReturn {
+			roots = nil
+		}
+		addErr(f("output"), expression.Compile(s.Output, roots))
+		if _, err := jsonable(s.Output); err != nil {
+			addErr(f("output"), err)
+		}
+		if s.Queue != "" && !queueRe.MatchString(s.Queue) {
+			add(f("queue"), "%q must hold only letters, digits, '-' and '_'", s.Queue)
+		}
+		checkDuration(add, f("timeout"), s.Timeout)
+		checkRetry(add, f("retry"), s.Retry)
+		s.validateKind(add, addErr, f)
+	}
+	return ps
+}
+
+func (s Step) validateKind(add func(string, string, ...any), addErr func(string, error), f func(string) string) {
+	template := func(field string, v any) { addErr(f(field), expression.Compile(v, nil)) }
+	switch s.Kind {
+	case KindLog:
+		if s.Message == "" {
+			add(f("message"), "is required for a log step")
+		}
+		template("message", s.Message)
+		if !levels[s.Level] {
+			add(f("level"), "%q is not one of debug, info, warn, error", s.Level)
+		}
+	case KindExec:
+		if s.Command == "" {
+			add(f("command"), "is required for an exec step")
+		}
+		template("command", s.Command)
+		template("dir", s.Dir)
+		for _, a := range s.Args {
+			template("args", a)
+		}
+		for _, v := range s.Env {
+			template("env", v)
+		}
+	case KindHTTP:
+		if s.Method != "" && !expression.IsTemplate(s.Method) && !tokenRe.MatchString(s.Method) {
+			add(f("method"), "%q is not an HTTP method", s.Method)
+		}
+		switch {
+		case s.URL == "":
+			add(f("url"), "is required for an http step")
+		case expression.IsTemplate(s.URL):
+			template("url", s.URL)
+		default:
+			if u, err := url.Parse(s.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				add(f("url"), "%q must be an absolute http or https URL", s.URL)
+			}
+		}
+		for k, v := range s.Headers {
+			if !tokenRe.MatchString(k) {
+				add(f("headers"), "%q is not a valid header name", k)
+			}
+			template("headers", v)
+		}
+		if _, err := jsonable(s.Body); err != nil { // e.g. .nan or .inf, which Canonical cannot encode
+			add(f("body"), "cannot be encoded as JSON: %v", err)
+		}
+		template("body", s.Body)
+	case KindCall:
+		if s.Operation == "" {
+			add(f("operation"), "is required for a call step: the name of a custom operation an agent of the queue handles")
+		} else if !queueRe.MatchString(s.Operation) {
+			add(f("operation"), "%q must hold only letters, digits, '-' and '_'", s.Operation)
+		}
+		if _, err := jsonable(s.Input); err != nil {
+			add(f("input"), "cannot be encoded as JSON: %v", err)
+		}
+		template("input", s.Input)
+	case KindLet:
+		if len(s.Vars) == 0 {
+			add(f("vars"), "is required for a let step: the variables to set")
+		}
+		for k, v := range s.Vars {
+			if !varRe.MatchString(k) {
+				add(f("vars"), "%q is not a variable name (letters, digits and '_', not starting with a digit)", k)
+			}
+			template("vars", v)
+		}
+		if _, err := jsonable(s.Vars); err != nil {
+			add(f("vars"), "cannot be encoded as JSON: %v", err)
+		}
+	case KindSleep:
+		switch {
+		case (s.Duration == "") == (s.Until == ""):
+			add(f("duration"), "a sleep step needs either duration (e.g. 10s) or until (an RFC 3339 time)")
+		case s.Duration != "":
+			checkDuration(add, f("duration"), s.Duration)
+			template("duration", s.Duration)
+		case expression.IsTemplate(s.Until):
+			template("until", s.Until)
+		default:
+			if _, err := time.Parse(time.RFC3339Nano, s.Until); err != nil {
+				add(f("until"), "%q is not an RFC 3339 time (e.g. 2026-12-24T18:00:00Z)", s.Until)
+			}
+		}
+	case KindWait:
+		names := s.WaitSignals()
+		switch {
+		case s.Signal != "" && len(s.Signals) > 0:
+			add(f("signals"), "give signal or signals, not both")
+		case len(names) == 0:
+			add(f("signal"), "is required for a wait step: the name of the signal to wait for")
+		}
+		for _, n := range names {
+			if !signalRe.MatchString(n) {
+				add(f("signal"), "%q is not a signal name (letters, digits, '-' and '_')", n)
+			}
+		}
+		if s.Match != "" {
+			addErr(f("match"), expression.CompileCondition(s.Match, rootsWithSignal))
+		}
+	case KindFail:
+		template("message", s.Message)
+	}
+}
+
+// OperationKind is the handler an agent runs the step with: the operation
+// name of a call step, the kind otherwise.
+func (s Step) OperationKind() string {
+	if s.Kind == KindCall {
+		return s.Operation
+	}
+	return s.Kind
+}
+
+// WaitSignals returns the signal names a wait step waits for.
+func (s Step) WaitSignals() []string {
+	if s.Signal != "" {
+		return []string{s.Signal}
+	}
+	return s.Signals
+}
+
+func (s Step) usedFields() []string {
+	var u []string
+	for _, c := range []struct {
+		name string
+		set  bool
+	}{
+		{"queue", s.Queue != ""}, {"timeout", s.Timeout != ""}, {"retry", s.Retry != nil},
+		{"message", s.Message != ""}, {"level", s.Level != ""},
+		{"command", s.Command != ""}, {"args", len(s.Args) > 0}, {"env", len(s.Env) > 0}, {"dir", s.Dir != ""},
+		{"method", s.Method != ""}, {"url", s.URL != ""}, {"headers", len(s.Headers) > 0}, {"body", s.Body != nil},
+		{"operation", s.Operation != ""}, {"input", s.Input != nil}, {"vars", len(s.Vars) > 0},
+		{"duration", s.Duration != ""}, {"until", s.Until != ""},
+		{"signal", s.Signal != ""}, {"signals", len(s.Signals) > 0}, {"match", s.Match != ""},
+	} {
+		if c.set {
+			u = append(u, c.name)
+		}
+	}
+	return u
+}
+
+func checkDuration(add func(string, string, ...any), field, v string) {
+	if v == "" || expression.IsTemplate(v) {
+		return
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		add(field, "%q is not a positive duration (e.g. 30s, 5m, 2h)", v)
+	}
+}
+
+func checkRetry(add func(string, string, ...any), field string, r *Retry) {
+	if r == nil {
+		return
+	}
+	if r.Limit < 1 || r.Limit > 1000 {
+		add(field+".limit", "must be between 1 and 1000 (attempts in all, the first included)")
+	}
+	if r.Jitter < 0 || r.Jitter > 1 {
+		add(field+".jitter", "must be between 0 and 1")
+	}
+	for _, on := range r.On {
+		if strings.TrimSpace(on) == "" {
+			add(field+".on", "holds an empty text")
+		}
+	}
+	if b := r.Backoff; b != nil {
+		checkDuration(add, field+".backoff.initial", b.Initial)
+		checkDuration(add, field+".backoff.max", b.Max)
+		if b.Factor != 0 && b.Factor < 1 {
+			add(field+".backoff.factor", "must be at least 1")
+		}
+	}
+}
+
+// Delay is the backoff before attempt n+1 (n >= 1), without jitter.
+func (r *Retry) Delay(n int) time.Duration {
+	initial, max, factor := time.Second, time.Minute, 2.0
+	if r != nil && r.Backoff != nil {
+		if d, err := time.ParseDuration(r.Backoff.Initial); err == nil {
+			initial = d
+		}
+		if d, err := time.ParseDuration(r.Backoff.Max); err == nil {
+			max = d
+		}
+		if r.Backoff.Factor >= 1 {
+			factor = r.Backoff.Factor
+		}
+	}
+	d := float64(initial)
+	for i := 1; i < n && d < float64(max); i++ {
+		d *= factor
+	}
+	return min(time.Duration(d), max)
+}
+
+// Retries reports whether error msg may be retried by r.
+func (r *Retry) Retries(msg string) bool {
+	if r == nil {
+		return false
+	}
+	if len(r.On) == 0 {
+		return true
+	}
+	for _, on := range r.On {
+		if strings.Contains(msg, on) {
+			return true
+		}
+	}
+	return false
+}
+
+// RetryOf returns the retry policy of step s.
+func (d Definition) RetryOf(s Step) *Retry {
+	if !IsOperation(s.Kind) {
+		return nil
+	}
+	if s.Retry != nil {
+		return s.Retry
+	}
+	return d.Retry
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func jsonable(v any) ([]byte, error) { return json.Marshal(v) }
+
+func oneLine(err error) string { return strings.Join(strings.Fields(err.Error()), " ") }
+
+var schemas sync.Map // digest of the schema's JSON -> *jsonschema.Schema
+
+func compileSchema(schema map[string]any) (*jsonschema.Schema, error) {
+	b, err := json.Marshal(schema)
+	if err != nil {
+		return nil, err
+	}
+	if s, ok := schemas.Load(string(b)); ok {
+		return s.(*jsonschema.Schema), nil
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+	if err != nil {
+		return nil, err
+	}
+	c := jsonschema.NewCompiler()
+	if err := c.AddResource("input.schema.json", doc); err != nil {
+		return nil, err
+	}
+	s, err := c.Compile("input.schema.json")
+	if err != nil {
+		return nil, err
+	}
+	schemas.Store(string(b), s)
+	return s, nil
+}
+
+// CheckInput validates an execution's input against the definition's
+// input schema. Each problem names the field of the input at fault.
+func (d Definition) CheckInput(input json.RawMessage) []FieldError {
+	if d.Input == nil {
+		return nil
+	}
+	sch, err := compileSchema(d.Input)
+	if err != nil {
+		return []FieldError{{Field: "input", Message: "the workflow's input schema is invalid: " + oneLine(err)}}
+	}
+	if len(bytes.TrimSpace(input)) == 0 || string(bytes.TrimSpace(input)) == "null" {
+		input = json.RawMessage(`{}`)
+	}
+	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(input))
+	if err != nil {
+		return []FieldError{{Field: "input", Message: "is not valid JSON: " + oneLine(err)}}
+	}
+	verr, ok := sch.Validate(inst).(*jsonschema.ValidationError)
+	if !ok || verr == nil {
+		return nil
+	}
+	var out []FieldError
+	for _, u := range verr.BasicOutput().Errors {
+		if u.Error == nil {
+			continue
+		}
+		field := "input" + strings.ReplaceAll(u.InstanceLocation, "/", ".")
+		out = append(out, FieldError{Field: field, Message: u.Error.String()})
+	}
+	if len(out) == 0 {
+		out = []FieldError{{Field: "input", Message: oneLine(verr)}}
+	}
+	return out
+}
