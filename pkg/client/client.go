@@ -322,3 +322,24 @@ func (c *Client) RebuildProjections(ctx context.Context, fromSeq uint64) (Rebuil
 	_, err := c.do(ctx, http.MethodPost, fmt.Sprintf("/v1/admin/projections/rebuild?from_seq=%d", fromSeq), nil, nil, &out)
 	return out, err
 }
+
+// Signaled is the answer to Signal.
+type Signaled struct {
+	ExecutionID string `json:"execution_id"`
+	Signal      string `json:"signal"`
+	SignalID    string `json:"signal_id"`
+	// Recorded is true once the signal is in the execution's history.
+	Recorded bool `json:"recorded"`
+}
+
+// Signal sends a named signal with JSON data (nil for none) to an execution.
+func (c *Client) Signal(ctx context.Context, id, name string, data json.RawMessage) (Signaled, error) {
+	var out Signaled
+	var body io.Reader
+	if len(data) > 0 {
+		body = bytes.NewReader(data)
+	}
+	_, err := c.do(ctx, http.MethodPost, "/v1/executions/"+url.PathEscape(id)+"/signals/"+url.PathEscape(name),
+		http.Header{"Content-Type": {"application/json"}}, body, &out)
+	return out, err
+}

@@ -114,6 +114,10 @@ func CommandKey(source, id string) string { return source + "#" + id }
 // may use the same id).
 func CommandMsgID(commandKey string) string { return "cmd-" + shortHash(commandKey) }
 
+// SignalID identifies a signal by the command that sent it, so that the
+// same signal command delivered twice is recorded once.
+func SignalID(commandKey string) string { return "s" + shortHash(commandKey) }
+
 // DerivedExecutionID is the execution id of a start command that names
 // none: a stable hash of the command key.
 func DerivedExecutionID(commandKey string) string { return "ce-" + shortHash(commandKey) }

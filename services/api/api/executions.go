@@ -126,7 +126,8 @@ func (s *Server) startExecution(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: field, Message: msg})
 		return
 	}
-	if _, err := s.defs.Get(r.Context(), start.Workflow, start.Version); errors.Is(err, catalog.ErrNotFound) {
+	rec, err := s.defs.Get(r.Context(), start.Workflow, start.Version)
+	if errors.Is(err, catalog.ErrNotFound) {
 		msg := fmt.Sprintf("workflow %q is not registered", start.Workflow)
 		if start.Version > 0 {
 			msg = fmt.Sprintf("workflow %q has no version %d", start.Workflow, start.Version)
@@ -135,6 +136,12 @@ func (s *Server) startExecution(w http.ResponseWriter, r *http.Request) {
 		return
 	} else if err != nil {
 		s.internal(w, r, err)
+		return
+	}
+	if problems := rec.Definition.CheckInput(start.Input); len(problems) > 0 {
+		writeError(w, http.StatusBadRequest, apiError{Code: "invalid_input", Field: problems[0].Field,
+			Message:  fmt.Sprintf("the input does not match workflow %s's input schema: %s %s", rec.Name, problems[0].Field, problems[0].Message),
+			Problems: problems})
 		return
 	}
 	if s.answerExistingClaim(w, r, start.ExecutionID, key) {

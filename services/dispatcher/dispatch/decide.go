@@ -45,6 +45,7 @@ const (
 	actSleep                        // arm a timer, the step waits
 	actWaitSignal                   // wait for a signal (arming the timeout, if any)
 	actTakeSignal                   // a kept signal fits: the wait step succeeds with it
+	actComplete                     // the dispatcher's own step is done: it succeeds
 	actReschedule                   // a failed attempt is retried after a backoff
 	actSucceed                      // append ExecutionSucceeded (with the rendered output)
 	actFail                         // append ExecutionFailed
@@ -58,6 +59,9 @@ func decide(d workflow.Definition, s projections.Execution) action {
 	if s.Status != projections.StatusStarted {
 		return action{kind: actWait}
 	}
+	if timerFired(s, events.TimerWorkflowTimeout, "", 0) {
+		return action{kind: actFail, err: "the workflow timed out after " + d.Timeout}
+	}
 	env := envOf(s)
 	for _, st := range s.Steps {
 		step, ok := d.Step(st.ID)
@@ -65,7 +69,12 @@ func decide(d workflow.Definition, s projections.Execution) action {
 			return action{kind: actFail, err: "step " + st.ID + " is not in the pinned definition"}
 		}
 		switch st.Status {
-		case projections.OpSucceeded, projections.OpSkipped:
+		case projections.OpSucceeded:
+			if step.Kind == workflow.KindReturn { // the execution ends here
+				return action{kind: actSucceed, output: st.Output}
+			}
+			continue
+		case projections.OpSkipped:
 			continue
 		case projections.OpFailed:
 			if r := d.RetryOf(step); r != nil && st.Attempt < r.Limit && r.Retries(st.Error) {
@@ -94,15 +103,18 @@ func decide(d workflow.Definition, s projections.Execution) action {
 			}
 			return action{kind: actSend, step: step, attempt: st.Attempt, input: st.Input}
 		case projections.OpSending:
+			if timerFired(s, events.TimerStepTimeout, st.ID, st.Attempt) {
+				return action{kind: actStepFail, step: step, attempt: st.Attempt,
+					err: fmt.Sprintf("attempt %d timed out after %s", st.Attempt, step.Timeout)}
+			}
 			return action{kind: actResend, step: step, attempt: st.Attempt, input: st.Input}
 		case projections.OpWaiting:
-			if step.Kind == workflow.KindWait {
-				if sig := takeable(step, s, env); sig != nil {
-					return action{kind: actTakeSignal, step: step, attempt: st.Attempt, signal: sig}
-				}
+			return waiting(step, st, s, env)
+		default: // sent or started: the agent has it; wait for its result, or its timeout
+			if timerFired(s, events.TimerStepTimeout, st.ID, st.Attempt) {
+				return action{kind: actStepFail, step: step, attempt: st.Attempt,
+					err: fmt.Sprintf("attempt %d timed out after %s", st.Attempt, step.Timeout)}
 			}
-			return action{kind: actWait}
-		default: // sent or started: the agent has it; wait for its result
 			return action{kind: actWait}
 		}
 	}
@@ -111,6 +123,28 @@ func decide(d workflow.Definition, s projections.Execution) action {
 		return action{kind: actFail, err: "workflow output: " + err.Error()}
 	}
 	return action{kind: actSucceed, output: out}
+}
+
+// waiting decides a sleep or wait step that waits: a sleep ends when its
+// timer has fired; a wait takes a fitting signal, or fails when its
+// timeout has fired. Deciding from recorded timers (rather than when the
+// timer command arrives) keeps this right after any crash.
+func waiting(step workflow.Step, st projections.Step, s projections.Execution, env map[string]any) action {
+	switch step.Kind {
+	case workflow.KindSleep:
+		if timerFired(s, events.TimerSleep, st.ID, st.Attempt) {
+			return action{kind: actComplete, step: step, attempt: st.Attempt}
+		}
+	case workflow.KindWait:
+		if sig := takeable(step, s, env); sig != nil {
+			return action{kind: actTakeSignal, step: step, attempt: st.Attempt, signal: sig}
+		}
+		if timerFired(s, events.TimerWaitTimeout, st.ID, st.Attempt) {
+			return action{kind: actStepFail, step: step, attempt: st.Attempt,
+				err: fmt.Sprintf("timed out after %s waiting for signal %v", step.Timeout, step.WaitSignals())}
+		}
+	}
+	return action{kind: actWait}
 }
 
 // schedule prepares an attempt: operations get their input rendered now
@@ -159,6 +193,9 @@ func internal(step workflow.Step, st projections.Step, s projections.Execution, 
 		}
 		return action{kind: actReturn, step: step, attempt: st.Attempt, output: out}
 	case workflow.KindSleep:
+		if timerFired(s, events.TimerSleep, st.ID, st.Attempt) { // armed and fired before the step recorded its wait
+			return action{kind: actComplete, step: step, attempt: st.Attempt}
+		}
 		if step.Duration != "" {
 			txt, err := expression.RenderString(step.Duration, env)
 			if err != nil {

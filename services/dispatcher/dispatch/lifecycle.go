@@ -322,6 +322,8 @@ func (d *Dispatcher) act(ctx context.Context, x *execState, a action) error {
 			}
 		}
 		return d.append(ctx, x, &events.StepWaiting{StepID: id, Attempt: a.attempt, Until: until.UTC(), Signals: a.step.WaitSignals()})
+	case actComplete:
+		return d.append(ctx, x, &events.StepSucceeded{StepID: id, Attempt: a.attempt})
 	case actTakeSignal:
 		return d.append(ctx, x, &events.StepSucceeded{StepID: id, Attempt: a.attempt, SignalID: a.signal.ID,
 			Output: signalOutput(a.signal)})

@@ -79,41 +79,14 @@ func (d *Dispatcher) fireTimer(ctx context.Context, ev events.Event, p *events.F
 		case t.Fired || x.state.Status.Terminal():
 			return nil
 		}
+		// What a fired timer means (a sleep ends, a wait or an attempt
+		// times out, a retry is due, the workflow times out) is decided
+		// from the recorded TimerFired, so it is right after any crash.
 		if err := d.append(ctx, x, &events.TimerFired{TimerID: p.TimerID}); err != nil {
-			return err
-		}
-		if err := d.onTimer(ctx, x, t); err != nil {
 			return err
 		}
 		return d.advance(ctx, x)
 	})
-}
-
-// onTimer does what a fired timer is for.
-func (d *Dispatcher) onTimer(ctx context.Context, x *execState, t projections.Timer) error {
-	if t.Purpose == events.TimerWorkflowTimeout {
-		return d.finish(ctx, x, &events.ExecutionFailed{Error: "the workflow timed out after " + x.def.Timeout})
-	}
-	i := x.state.StepIndex(t.StepID)
-	if i < 0 {
-		return nil
-	}
-	st := x.state.Steps[i]
-	if st.Attempt != t.Attempt {
-		return nil // the attempt it was armed for is over
-	}
-	step, _ := x.def.Step(st.ID)
-	switch {
-	case t.Purpose == events.TimerSleep && st.Status == projections.OpWaiting:
-		return d.append(ctx, x, &events.StepSucceeded{StepID: st.ID, Attempt: st.Attempt})
-	case t.Purpose == events.TimerWaitTimeout && st.Status == projections.OpWaiting:
-		return d.append(ctx, x, &events.StepFailed{StepID: st.ID, Attempt: st.Attempt,
-			Error: fmt.Sprintf("timed out after %s waiting for signal %v", step.Timeout, step.WaitSignals())})
-	case t.Purpose == events.TimerStepTimeout && st.Status.InFlight():
-		return d.append(ctx, x, &events.StepFailed{StepID: st.ID, Attempt: st.Attempt,
-			Error: fmt.Sprintf("attempt %d timed out after %s", st.Attempt, step.Timeout)})
-	}
-	return nil
 }
 
 // rearmOverdue re-publishes the schedules of armed timers that should have
@@ -153,7 +126,7 @@ func (d *Dispatcher) signal(ctx context.Context, ev events.Event, p *events.Sign
 	if err != nil {
 		return permanentError{err}
 	}
-	sigID := "s" + events.CommandMsgID(events.CommandKey(ev.Source, ev.ID))[4:]
+	sigID := events.SignalID(events.CommandKey(ev.Source, ev.ID))
 	return d.withExecution(ctx, c.Workflow, p.ExecutionID, func(x *execState) error {
 		switch {
 		case x.state.Status == projections.StatusNone && d.cfg.Now().Sub(ev.Time) < 30*time.Second:

@@ -1,0 +1,226 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/client"
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/projections"
+)
+
+func stepByID(x projections.Execution, id string) projections.Step {
+	for _, s := range x.Steps {
+		if s.ID == id {
+			return s
+		}
+	}
+	return projections.Step{}
+}
+
+func TestExpressionsVariablesConditionsOutputs(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, nil)
+	ctx := context.Background()
+	s.apply(t, `
+name: lang
+input:
+  type: object
+  required: [host]
+  properties:
+    host: {type: string}
+    replicas: {type: integer, minimum: 1}
+steps:
+  - id: setup
+    kind: let
+    vars:
+      greeting: hello-${input.host}
+      total: ${input.replicas * 2}
+  - id: skipped
+    kind: exec
+    condition: ${input.replicas > 100}
+    command: "false"
+  - id: run
+    kind: exec
+    command: sh
+    args: ["-c", "echo $GREETING $0", "${vars.total}"]
+    env: {GREETING: "${vars.greeting}"}
+    output: ${trim(result.stdout)}
+  - id: done
+    kind: return
+    output:
+      said: ${steps.run.output}
+      skipped: ${steps.skipped.status}
+`)
+	st, err := s.c.Start(ctx, client.StartRequest{Workflow: "lang", Input: map[string]any{"host": "db1", "replicas": 2}})
+	require.NoError(t, err)
+	x := s.waitDone(t, st.ID, 20*time.Second)
+	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
+	require.JSONEq(t, `{"said":"hello-db1 4","skipped":"skipped"}`, string(x.Output))
+	require.Equal(t, projections.OpSkipped, stepByID(x, "skipped").Status)
+	require.JSONEq(t, `"hello-db1"`, string(x.Vars["greeting"]))
+	require.JSONEq(t, `4`, string(x.Vars["total"]))
+
+	// The input schema is enforced at start, naming the field.
+	resp, e := postJSON(t, s.info.APIURL+"/v1/executions", `{"workflow":"lang","input":{"host":"db1","replicas":0}}`, nil)
+	require.Equal(t, http.StatusBadRequest, resp)
+	require.Equal(t, "input.replicas", e.Field)
+	resp, e = postJSON(t, s.info.APIURL+"/v1/executions", `{"workflow":"lang","input":{}}`, nil)
+	require.Equal(t, http.StatusBadRequest, resp)
+	require.Contains(t, e.Message, "host")
+
+	// A bad expression is refused at apply time, naming line and field.
+	_, err = s.c.ApplyWorkflow(ctx, []byte("name: badexpr\nsteps:\n  - id: a\n    kind: log\n    message: ${inptu.x}\n"))
+	var apiErr *client.Error
+	require.ErrorAs(t, err, &apiErr)
+	require.Equal(t, "steps[0].message", apiErr.Field)
+	require.Contains(t, apiErr.Message, "line 5")
+}
+
+func TestFailAndRuntimeExpressionErrors(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, nil)
+	ctx := context.Background()
+	s.apply(t, "name: failing\nsteps:\n  - id: check\n    kind: fail\n    condition: ${input.bad}\n    message: refusing ${input.who}\n  - id: after\n    kind: noop\n")
+	st, err := s.c.Start(ctx, client.StartRequest{Workflow: "failing", Input: map[string]any{"bad": true, "who": "bob"}})
+	require.NoError(t, err)
+	x := s.waitDone(t, st.ID, 20*time.Second)
+	require.Equal(t, projections.StatusFailed, x.Status)
+	require.Contains(t, x.Error, "refusing bob")
+	st, err = s.c.Start(ctx, client.StartRequest{Workflow: "failing", Input: map[string]any{"bad": false}})
+	require.NoError(t, err)
+	require.Equal(t, projections.StatusSucceeded, s.waitDone(t, st.ID, 20*time.Second).Status)
+
+	// A condition that does not give a boolean fails the step clearly.
+	st, err = s.c.Start(ctx, client.StartRequest{Workflow: "failing", Input: map[string]any{"bad": "yes"}})
+	require.NoError(t, err)
+	x = s.waitDone(t, st.ID, 20*time.Second)
+	require.Equal(t, projections.StatusFailed, x.Status)
+	require.Contains(t, x.Error, "must give true or false")
+}
+
+func TestDurableSleepAndSignals(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, nil)
+	ctx := context.Background()
+	s.apply(t, `
+name: approval
+steps:
+  - id: nap
+    kind: sleep
+    duration: ${input.nap}
+  - id: approve
+    kind: wait
+    signals: [approve, reject]
+    match: ${signal.data.level >= 2}
+    timeout: 20s
+  - id: verdict
+    kind: return
+    output: ${steps.approve.output.name}
+`)
+	// Signal before the wait is reached: kept, then taken. A first signal
+	// that does not match is left alone.
+	began := time.Now()
+	st, err := s.c.Start(ctx, client.StartRequest{Workflow: "approval", ID: "early", Input: map[string]any{"nap": "1s"}})
+	require.NoError(t, err)
+	_, err = s.c.Signal(ctx, "early", "approve", json.RawMessage(`{"level":1}`))
+	require.NoError(t, err)
+	_, err = s.c.Signal(ctx, "early", "reject", json.RawMessage(`{"level":3}`))
+	require.NoError(t, err)
+	x := s.waitDone(t, st.ID, 20*time.Second)
+	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
+	require.GreaterOrEqual(t, time.Since(began), time.Second, "the sleep lasted")
+	require.JSONEq(t, `"reject"`, string(x.Output))
+	require.Len(t, x.Signals, 2)
+	require.Empty(t, x.Signals[0].TakenBy)
+	require.Equal(t, "approve", x.Signals[1].TakenBy)
+
+	// Signal while waiting.
+	_, err = s.c.Start(ctx, client.StartRequest{Workflow: "approval", ID: "late", Input: map[string]any{"nap": "10ms"}})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		x, err := s.c.Execution(ctx, "late")
+		return err == nil && stepByID(x, "approve").Status == projections.OpWaiting
+	}, 20*time.Second, 20*time.Millisecond)
+	res, err := s.c.Signal(ctx, "late", "approve", json.RawMessage(`{"level":2}`))
+	require.NoError(t, err)
+	require.True(t, res.Recorded)
+	x = s.waitDone(t, "late", 20*time.Second)
+	require.JSONEq(t, `"approve"`, string(x.Output))
+
+	// Signals to unknown or finished executions are refused.
+	_, err = s.c.Signal(ctx, "nope", "approve", nil)
+	require.True(t, client.IsStatus(err, http.StatusNotFound), "%v", err)
+	_, err = s.c.Signal(ctx, "late", "approve", nil)
+	require.True(t, client.IsStatus(err, http.StatusConflict), "%v", err)
+}
+
+func TestRetriesWithBackoff(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, nil)
+	ctx := context.Background()
+	dir := t.TempDir()
+	s.apply(t, fmt.Sprintf(`
+name: flaky
+steps:
+  - id: try
+    kind: exec
+    command: sh
+    args: ["-c", "n=$(cat %[1]s/$JETFLOW_EXECUTION_ID 2>/dev/null || echo 0); echo $((n+1)) > %[1]s/$JETFLOW_EXECUTION_ID; [ $n -ge 2 ] || { echo transient >&2; exit 1; }"]
+    retry:
+      limit: 3
+      backoff: {initial: 200ms, factor: 2}
+  - id: never-retried
+    kind: exec
+    command: sh
+    args: ["-c", "echo permanent >&2; exit 1"]
+    condition: ${input.second}
+    retry: {limit: 5, on: [transient]}
+`, dir))
+	began := time.Now()
+	st, err := s.c.Start(ctx, client.StartRequest{Workflow: "flaky", ID: "flaky-1", Input: map[string]any{"second": false}})
+	require.NoError(t, err)
+	x := s.waitDone(t, st.ID, 30*time.Second)
+	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
+	require.Equal(t, 3, stepByID(x, "try").Attempt)
+	require.GreaterOrEqual(t, time.Since(began), 600*time.Millisecond, "backoffs of 200ms then 400ms")
+	counts := countTypes(s.history(t, st.ID))
+	require.Equal(t, 2, counts[string(events.TypeStepRescheduled)])
+	require.Equal(t, 2, counts[string(events.TypeTimerFired)])
+	b, err := os.ReadFile(filepath.Join(dir, "flaky-1"))
+	require.NoError(t, err)
+	require.Equal(t, "3", strings.TrimSpace(string(b)))
+
+	// An error the policy does not name is not retried.
+	st, err = s.c.Start(ctx, client.StartRequest{Workflow: "flaky", ID: "flaky-2", Input: map[string]any{"second": true}})
+	require.NoError(t, err)
+	x = s.waitDone(t, st.ID, 30*time.Second)
+	require.Equal(t, projections.StatusFailed, x.Status)
+	require.Equal(t, 1, stepByID(x, "never-retried").Attempt)
+}
+
+func TestTimeouts(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, nil)
+	ctx := context.Background()
+	s.apply(t, "name: slowop\nsteps:\n  - id: hang\n    kind: exec\n    command: sleep\n    args: [\"30\"]\n    timeout: 1s\n")
+	s.apply(t, "name: nosignal\nsteps:\n  - id: w\n    kind: wait\n    signal: go\n    timeout: 1s\n")
+	s.apply(t, "name: tooslow\ntimeout: 1s\nsteps:\n  - id: nap\n    kind: sleep\n    duration: 30s\n")
+	for wf, want := range map[string]string{"slowop": "attempt 1 timed out after 1s", "nosignal": "timed out after 1s waiting for signal", "tooslow": "the workflow timed out after 1s"} {
+		st, err := s.c.Start(ctx, client.StartRequest{Workflow: wf})
+		require.NoError(t, err)
+		x := s.waitDone(t, st.ID, 20*time.Second)
+		require.Equal(t, projections.StatusFailed, x.Status, wf)
+		require.Contains(t, x.Error, want, wf)
+		require.Less(t, x.EndedAt.Sub(x.StartedAt), 10*time.Second, wf)
+	}
+}
