@@ -20,8 +20,11 @@ type Task struct {
 	// above 1 means an earlier run may have had effects.
 	Delivery int
 	Kind     string
-	// Spec is the step's definition as JSON.
+	// Spec is the step's definition as JSON, its expressions evaluated.
 	Spec json.RawMessage
+	// Input is a call step's input, its expressions evaluated (JSON; nil
+	// when the step has none).
+	Input json.RawMessage
 }
 
 // Handler runs one kind of operation. It must return when ctx ends (the

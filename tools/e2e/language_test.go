@@ -15,7 +15,9 @@ import (
 
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/operation"
 	"jetflow.dev/pkg/projections"
+	"jetflow.dev/tools/internal/devstack"
 )
 
 func stepByID(x projections.Execution, id string) projections.Step {
@@ -223,4 +225,31 @@ func TestTimeouts(t *testing.T) {
 		require.Contains(t, x.Error, want, wf)
 		require.Less(t, x.EndedAt.Sub(x.StartedAt), 10*time.Second, wf)
 	}
+}
+
+func TestCallCustomOperation(t *testing.T) {
+	t.Parallel()
+	greet := operation.HandlerFunc(func(_ context.Context, task operation.Task) (any, error) {
+		var in struct {
+			Name string `json:"name"`
+		}
+		if err := json.Unmarshal(task.Input, &in); err != nil {
+			return nil, err
+		}
+		return map[string]string{"greeting": "hello " + in.Name, "key": task.TaskID}, nil
+	})
+	s := startStack(t, func(c *devstack.Config) { c.Handlers = map[string]operation.Handler{"greet": greet} })
+	ctx := context.Background()
+	s.apply(t, "name: custom\nsteps:\n  - id: hi\n    kind: call\n    operation: greet\n    input: {name: \"${input.who}\"}\n    output: ${result.greeting}\n  - id: missing\n    kind: call\n    operation: nobody-handles-this\n    condition: ${input.missing}\n")
+	st, err := s.c.Start(ctx, client.StartRequest{Workflow: "custom", Input: map[string]any{"who": "ada", "missing": false}})
+	require.NoError(t, err)
+	x := s.waitDone(t, st.ID, 20*time.Second)
+	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
+	require.JSONEq(t, `"hello ada"`, string(stepByID(x, "hi").Output))
+
+	st, err = s.c.Start(ctx, client.StartRequest{Workflow: "custom", Input: map[string]any{"who": "bo", "missing": true}})
+	require.NoError(t, err)
+	x = s.waitDone(t, st.ID, 20*time.Second)
+	require.Equal(t, projections.StatusFailed, x.Status)
+	require.Contains(t, x.Error, `no handler for operation kind "nobody-handles-this"`)
 }

@@ -227,7 +227,7 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 		began := time.Now()
 		out, err = safeHandle(ctx, h, operation.Task{TaskID: task.TaskID, ExecutionID: task.ExecutionID,
 			Workflow: task.Workflow, StepID: task.StepID, Attempt: task.Attempt, Delivery: delivery,
-			Kind: task.Kind, Spec: task.Spec})
+			Kind: task.Kind, Spec: task.Spec, Input: specInput(task.Spec)})
 		log.Debug().Dur("took", time.Since(began)).Err(err).Msg("operation finished")
 		if err == nil {
 			var raw json.RawMessage
@@ -267,6 +267,17 @@ func (a *Agent) finish(m jetstream.Msg, reportErr error, log zerolog.Logger) {
 	if err := m.Ack(); err != nil {
 		log.Warn().Err(err).Msg("ack task")
 	}
+}
+
+// specInput extracts a call step's input from its spec.
+func specInput(spec json.RawMessage) json.RawMessage {
+	var s struct {
+		Input json.RawMessage `json:"input"`
+	}
+	if json.Unmarshal(spec, &s) != nil || len(s.Input) == 0 || string(s.Input) == "null" {
+		return nil
+	}
+	return s.Input
 }
 
 func safeHandle(ctx context.Context, h operation.Handler, t operation.Task) (out any, err error) {

@@ -199,6 +199,9 @@ func (j *Janitor) RunOnce(ctx context.Context) (Result, error) {
 			continue
 		}
 		res.Checked++
+		if waitingOnTime(x, now) {
+			continue // a sleep, a wait or a retry backoff with its timer still to come
+		}
 		inFlight := false
 		for _, st := range x.Steps {
 			if st.Status != projections.OpSent && st.Status != projections.OpStarted {
@@ -240,6 +243,28 @@ func (j *Janitor) RunOnce(ctx context.Context) (Result, error) {
 		}
 	}
 	return res, nil
+}
+
+// waitingOnTime reports whether the execution waits for a signal, or for a
+// timer that is not overdue: nothing to nudge. An overdue timer (its
+// schedule was lost) makes the execution a candidate, and the reconcile
+// re-arms it.
+func waitingOnTime(x projections.Execution, now time.Time) bool {
+	waiting := false
+	for _, st := range x.Steps {
+		if st.Status == projections.OpWaiting || st.Status == projections.OpRescheduled {
+			waiting = true
+		}
+	}
+	if !waiting {
+		return false
+	}
+	for _, t := range x.Timers {
+		if !t.Fired && now.Sub(t.Due) > time.Minute {
+			return false
+		}
+	}
+	return true
 }
 
 // hasResult reports whether the results stream holds a final result for task.

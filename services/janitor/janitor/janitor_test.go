@@ -320,3 +320,29 @@ func TestLostTaskAdvisory(t *testing.T) {
 		return err != nil
 	}, "lost task removed from the queue")
 }
+
+// TestSweepLeavesTimedWaitsAlone: an execution sleeping (or waiting for a
+// signal, or for a retry's backoff) is not idle; only one whose timer is
+// long overdue (its schedule was lost) is nudged, so that the reconcile
+// re-arms it.
+func TestSweepLeavesTimedWaitsAlone(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	sleeping := func(id string, due time.Time) projections.Execution {
+		x := execution(id, 2*idleAfter)
+		x.Steps[1] = projections.Step{ID: "ship", Kind: "sleep", Status: projections.OpWaiting, Attempt: 1, WaitUntil: due}
+		x.Timers = map[string]projections.Timer{"t1": {Purpose: events.TimerSleep, StepID: "ship", Attempt: 1, Due: due}}
+		return x
+	}
+	b.put(t, sleeping("in-a-day", now.Add(24*time.Hour)))
+	b.put(t, sleeping("lost-timer", now.Add(-time.Hour)))
+	signal := execution("for-a-signal", 2*idleAfter)
+	signal.Steps[1] = projections.Step{ID: "ship", Kind: "wait", Status: projections.OpWaiting, Attempt: 1}
+	b.put(t, signal)
+	res, err := b.janitor.RunOnce(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Reconciled)
+	got := b.reconciles(t)
+	require.Len(t, got, 1)
+	require.Equal(t, "lost-timer", got[0].Data.(*events.ReconcileExecution).ExecutionID)
+}

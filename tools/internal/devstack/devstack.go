@@ -22,6 +22,7 @@ import (
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/catalog"
 	"jetflow.dev/pkg/natsserver"
+	"jetflow.dev/pkg/operation"
 	"jetflow.dev/pkg/workflow"
 	"jetflow.dev/services/agent/agent"
 	"jetflow.dev/services/api/api"
@@ -51,6 +52,8 @@ type Config struct {
 	MaxDeliver  int
 	Concurrency int
 	KillGrace   time.Duration
+	// Handlers adds custom operations to the agent (tests, embedding).
+	Handlers map[string]operation.Handler
 	// Dispatcher settings.
 	Workers int
 	// Janitor settings.
@@ -133,7 +136,7 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 	})
 	start("agent", func(ctx context.Context, c *bus.Conn) error {
 		a, err := agent.New(agent.Config{Name: "dev-agent", AckWait: cfg.TaskAckWait, MaxDeliver: cfg.MaxDeliver,
-			Concurrency: cfg.Concurrency, KillGrace: cfg.KillGrace}, c.JS, log("agent"))
+			Concurrency: cfg.Concurrency, KillGrace: cfg.KillGrace, Handlers: cfg.Handlers}, c.JS, log("agent"))
 		if err != nil {
 			return err
 		}
