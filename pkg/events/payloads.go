@@ -44,9 +44,15 @@ type ExecutionFailed struct {
 	StepID string `json:"step_id,omitempty"`
 }
 
-// StepScheduled moves a step to pending.
+// StepScheduled moves a step to pending. StepID is the step's path: its id
+// for a top-level step, "<container>/<id>", "<foreach>[<i>]/<id>",
+// "<parallel>/<branch>/<id>" or "<switch>/case<i>/<id>" inside containers;
+// Kind is set for such nested steps, which the fold creates on this event.
+// For a container, Input is what was decided when it was scheduled (the
+// items, the case, the called workflow's definition and input).
 type StepScheduled struct {
 	StepID  string          `json:"step_id"`
+	Kind    string          `json:"kind,omitempty"`
 	Attempt int             `json:"attempt"`
 	Input   json.RawMessage `json:"input,omitempty"`
 }
@@ -98,6 +104,7 @@ type StepFailed struct {
 // StepSkipped records that a step did not run because its condition was false.
 type StepSkipped struct {
 	StepID string `json:"step_id"`
+	Kind   string `json:"kind,omitempty"`
 	Reason string `json:"reason,omitempty"`
 }
 

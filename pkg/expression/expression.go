@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -117,7 +118,7 @@ func Condition(s string, env map[string]any) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	out, err := expr.Run(p, env)
+	out, err := expr.Run(p, envValue(env))
 	if err != nil {
 		return false, &Error{Expr: code, Err: err}
 	}
@@ -167,7 +168,7 @@ func eval(code string, env map[string]any) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	out, err := expr.Run(p, env)
+	out, err := expr.Run(p, envValue(env))
 	if err != nil {
 		return nil, &Error{Expr: code, Err: err}
 	}
@@ -332,7 +333,40 @@ func keys(env map[string]any) []string {
 var (
 	cacheMu sync.Mutex
 	cache   = map[string]*vm.Program{}
+	types   = map[string]reflect.Type{}
 )
+
+// envType is a struct type with one field of type any per root, named by
+// an expr tag. Every root is declared (an unknown name is an error at
+// compile time) without a type: a root may hold any JSON value, checked
+// when the expression runs.
+func envType(roots []string) reflect.Type {
+	key := strings.Join(roots, ",")
+	cacheMu.Lock()
+	defer cacheMu.Unlock()
+	if t, ok := types[key]; ok {
+		return t
+	}
+	fields := make([]reflect.StructField, len(roots))
+	for i, r := range roots {
+		fields[i] = reflect.StructField{Name: fmt.Sprintf("R%d", i), Type: reflect.TypeFor[any](), Tag: reflect.StructTag(`expr:"` + r + `"`)}
+	}
+	t := reflect.StructOf(fields)
+	types[key] = t
+	return t
+}
+
+// envValue turns an environment map into a value of its envType.
+func envValue(env map[string]any) any {
+	roots := keys(env)
+	v := reflect.New(envType(roots)).Elem()
+	for i, r := range roots {
+		if x := env[r]; x != nil {
+			v.Field(i).Set(reflect.ValueOf(x))
+		}
+	}
+	return v.Interface()
+}
 
 // program compiles code for an environment with the given roots (each of
 // them any), caching the result: the same definitions are evaluated over
@@ -348,10 +382,7 @@ func program(code string, roots []string) (*vm.Program, error) {
 	if strings.TrimSpace(code) == "" {
 		return nil, &Error{Expr: code, Err: errors.New("is empty")}
 	}
-	env := make(map[string]any, len(roots))
-	for _, r := range roots {
-		env[r] = map[string]any{}
-	}
+	env := reflect.New(envType(roots)).Elem().Interface()
 	p, err := expr.Compile(code, expr.Env(env), expr.DisableBuiltin("now"), expr.MaxNodes(2000))
 	if err != nil {
 		return nil, &Error{Expr: code, Err: err}

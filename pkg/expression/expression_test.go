@@ -76,3 +76,15 @@ func TestCondition(t *testing.T) {
 	_, err = expression.Condition("input.n / vars.nothing.x", env())
 	require.Error(t, err)
 }
+
+func TestRootsHoldAnyValue(t *testing.T) {
+	t.Parallel()
+	roots := append(append([]string{}, expression.Roots...), "result")
+	require.NoError(t, expression.Compile("${result + 1}", roots))
+	require.NoError(t, expression.Compile("${result.stdout}", roots))
+	require.NoError(t, expression.Compile("${len(result)}", roots))
+	got, err := expression.Render("${result + 1}", map[string]any{"result": float64(40)})
+	require.NoError(t, err)
+	require.Equal(t, float64(41), got)
+	require.Error(t, expression.Compile("${resutl + 1}", roots))
+}

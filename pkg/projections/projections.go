@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"jetflow.dev/pkg/events"
@@ -231,6 +232,7 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 		s.Status, s.EndedAt, s.Error = StatusFailed, ev.Time, e.Error
 		return s, nil
 	case *events.StepScheduled:
+		s = s.instance(e.StepID, e.Kind)
 		return s.step(ev, e.StepID, OpPending, func(st *Step) {
 			st.Attempt, st.Input, st.ScheduledAt = e.Attempt, e.Input, ev.Time
 			st.Output, st.Error, st.StartedAt, st.EndedAt, st.Agent, st.TaskID, st.TaskSeq, st.Delivery = nil, "", time.Time{}, time.Time{}, "", "", 0, 0
@@ -271,6 +273,7 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 			}
 		})
 	case *events.StepSkipped:
+		s = s.instance(e.StepID, e.Kind)
 		return s.step(ev, e.StepID, OpSkipped, func(st *Step) { st.Error, st.EndedAt = e.Reason, ev.Time })
 	case *events.StepWaiting:
 		return s.step(ev, e.StepID, OpWaiting, func(st *Step) { st.WaitUntil, st.StartedAt = e.Until, ev.Time })
@@ -330,7 +333,8 @@ func (s Execution) step(ev events.Event, id string, to OpStatus, set func(*Step)
 }
 
 // internalKinds are the step kinds the dispatcher runs itself.
-var internalKinds = map[string]bool{"let": true, "sleep": true, "wait": true, "fail": true, "return": true}
+var internalKinds = map[string]bool{"let": true, "sleep": true, "wait": true, "fail": true, "return": true,
+	"workflow": true, "foreach": true, "parallel": true, "switch": true}
 
 func legal(from, to OpStatus, internal bool) bool {
 	switch to {
@@ -354,6 +358,16 @@ func legal(from, to OpStatus, internal bool) bool {
 		}
 	}
 	return opRank[from] >= opRank[OpSending] && opRank[from] <= opRank[OpStarted] && opRank[to] > opRank[from]
+}
+
+// instance adds a nested step (a path inside a container) the first time
+// it is scheduled or skipped. Top-level steps come from ExecutionStarted.
+func (s Execution) instance(path, kind string) Execution {
+	if kind == "" || !strings.Contains(path, "/") || s.StepIndex(path) >= 0 {
+		return s
+	}
+	s.Steps = append(s.Steps, Step{ID: path, Kind: kind})
+	return s
 }
 
 // StepIndex returns the index of step id, or -1.

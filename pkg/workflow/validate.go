@@ -21,12 +21,6 @@ var (
 	signalRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
 )
 
-// Expression roots of the fields that see more than the usual four.
-var (
-	rootsWithResult = append(append([]string{}, expression.Roots...), "result")
-	rootsWithSignal = append(append([]string{}, expression.Roots...), "signal")
-)
-
 // kindFields lists, per kind, the fields beyond the common ones (id, kind,
 // description, condition, output) that the kind accepts.
 var kindFields = map[string][]string{
@@ -40,7 +34,18 @@ var kindFields = map[string][]string{
 	KindWait:   {"signal", "signals", "match", "timeout"},
 	KindFail:   {"message"},
 	KindReturn: {},
+	// Containers.
+	KindWorkflow: {"steps", "workflow", "version", "input"},
+	KindForeach:  {"items", "concurrency", "steps"},
+	KindParallel: {"branches", "mode"},
+	KindSwitch:   {"cases", "default"},
 }
+
+// MaxDepth bounds how deep containers nest.
+const MaxDepth = 8
+
+// Roots of expressions inside a foreach body: the current item and its index.
+var foreachRoots = []string{"item", "index"}
 
 func (d Definition) validate() []FieldError {
 	var ps []FieldError
@@ -73,9 +78,18 @@ func (d Definition) validate() []FieldError {
 	checkDuration(add, "timeout", d.Timeout)
 	checkRetry(add, "retry", d.Retry)
 
+	validateSteps(add, addErr, "steps", d.Steps, 0, nil)
+	return ps
+}
+
+// validateSteps checks a list of steps (the workflow's, or a container's)
+// whose field paths start with prefix; extra are expression roots beyond
+// the usual ones (item and index in a foreach body).
+func validateSteps(add func(string, string, ...any), addErr func(string, error), prefix string, steps []Step, depth int, extra []string) {
+	roots := append(append([]string{}, expression.Roots...), extra...)
 	seen := map[string]int{}
-	for i, s := range d.Steps {
-		f := func(name string) string { return fmt.Sprintf("steps[%d].%s", i, name) }
+	for i, s := range steps {
+		f := func(name string) string { return fmt.Sprintf("%s[%d].%s", prefix, i, name) }
 		switch {
 		case s.ID == "":
 			add(f("id"), "is required")
@@ -83,7 +97,7 @@ func (d Definition) validate() []FieldError {
 			add(f("id"), "%q must start with a letter and hold only letters, digits, '-' and '_' (at most 64)", s.ID)
 		default:
 			if j, dup := seen[s.ID]; dup {
-				add(f("id"), "%q is already the id of steps[%d]; step ids must be unique", s.ID, j)
+				add(f("id"), "%q is already the id of %s[%d]; step ids must be unique within a list", s.ID, prefix, j)
 			}
 			seen[s.ID] = i
 		}
@@ -102,13 +116,13 @@ func (d Definition) validate() []FieldError {
 			}
 		}
 		if s.Condition != "" {
-			addErr(f("condition"), expression.CompileCondition(s.Condition, nil))
+			addErr(f("condition"), expression.CompileCondition(s.Condition, roots))
 		}
-		roots := rootsWithResult
+		outRoots := append(append([]string{}, roots...), "result")
 		if s.Kind == KindReturn {
-			roots = nil
+			outRoots = roots
 		}
-		addErr(f("output"), expression.Compile(s.Output, roots))
+		addErr(f("output"), expression.Compile(s.Output, outRoots))
 		if _, err := jsonable(s.Output); err != nil {
 			addErr(f("output"), err)
 		}
@@ -117,13 +131,96 @@ func (d Definition) validate() []FieldError {
 		}
 		checkDuration(add, f("timeout"), s.Timeout)
 		checkRetry(add, f("retry"), s.Retry)
-		s.validateKind(add, addErr, f)
+		s.validateKind(add, addErr, f, roots)
+		if IsContainer(s.Kind) {
+			if depth+1 >= MaxDepth {
+				add(f("kind"), "containers nest at most %d deep", MaxDepth)
+				continue
+			}
+			s.validateContainer(add, addErr, f, depth, extra, roots)
+		}
 	}
-	return ps
 }
 
-func (s Step) validateKind(add func(string, string, ...any), addErr func(string, error), f func(string) string) {
-	template := func(field string, v any) { addErr(f(field), expression.Compile(v, nil)) }
+// validateContainer checks the nested steps of a container.
+func (s Step) validateContainer(add func(string, string, ...any), addErr func(string, error), f func(string) string, depth int, extra, roots []string) {
+	switch s.Kind {
+	case KindWorkflow:
+		switch {
+		case len(s.Steps) > 0 && s.Workflow != "":
+			add(f("workflow"), "give steps (a block) or workflow (another workflow's name), not both")
+		case len(s.Steps) > 0:
+			if s.Input != nil || s.Version != 0 {
+				add(f("input"), "input and version apply to a workflow called by name, not to a block of steps")
+			}
+			validateSteps(add, addErr, f("steps"), s.Steps, depth+1, extra)
+		case s.Workflow != "":
+			if !events.ValidWorkflowName(s.Workflow) {
+				add(f("workflow"), "%q is not a workflow name", s.Workflow)
+			}
+			if s.Version < 0 {
+				add(f("version"), "must be 0 (the latest when the step runs) or a version number")
+			}
+			addErr(f("input"), expression.Compile(s.Input, roots))
+		default:
+			add(f("steps"), "a workflow step needs steps (a block) or workflow (another workflow's name)")
+		}
+	case KindForeach:
+		if s.Items == nil {
+			add(f("items"), "is required: a list, or an expression giving one")
+		}
+		addErr(f("items"), expression.Compile(s.Items, roots))
+		if s.Concurrency < 0 {
+			add(f("concurrency"), "must be at least 1 (0 or absent means 1: one item at a time)")
+		}
+		if len(s.Steps) == 0 {
+			add(f("steps"), "a foreach step needs steps to run for each item")
+		}
+		validateSteps(add, addErr, f("steps"), s.Steps, depth+1, append(append([]string{}, extra...), foreachRoots...))
+	case KindParallel:
+		if len(s.Branches) == 0 {
+			add(f("branches"), "a parallel step needs at least one branch")
+		}
+		if s.Mode != "" && s.Mode != ModeAll && s.Mode != ModeFirst {
+			add(f("mode"), "%q is not all or first", s.Mode)
+		}
+		seen := map[string]bool{}
+		for i, b := range s.Branches {
+			bf := fmt.Sprintf("%s[%d]", f("branches"), i)
+			switch {
+			case !stepIDRe.MatchString(b.ID):
+				add(bf+".id", "%q must start with a letter and hold only letters, digits, '-' and '_'", b.ID)
+			case seen[b.ID]:
+				add(bf+".id", "%q is already the id of another branch", b.ID)
+			}
+			seen[b.ID] = true
+			if len(b.Steps) == 0 {
+				add(bf+".steps", "a branch needs steps")
+			}
+			validateSteps(add, addErr, bf+".steps", b.Steps, depth+1, extra)
+		}
+	case KindSwitch:
+		if len(s.Cases) == 0 {
+			add(f("cases"), "a switch step needs at least one case")
+		}
+		for i, c := range s.Cases {
+			cf := fmt.Sprintf("%s[%d]", f("cases"), i)
+			if c.When == "" {
+				add(cf+".when", "is required: the condition of this case")
+			} else {
+				addErr(cf+".when", expression.CompileCondition(c.When, roots))
+			}
+			if len(c.Steps) == 0 {
+				add(cf+".steps", "a case needs steps")
+			}
+			validateSteps(add, addErr, cf+".steps", c.Steps, depth+1, extra)
+		}
+		validateSteps(add, addErr, f("default"), s.Default, depth+1, extra)
+	}
+}
+
+func (s Step) validateKind(add func(string, string, ...any), addErr func(string, error), f func(string) string, roots []string) {
+	template := func(field string, v any) { addErr(f(field), expression.Compile(v, roots)) }
 	switch s.Kind {
 	case KindLog:
 		if s.Message == "" {
@@ -220,7 +317,7 @@ func (s Step) validateKind(add func(string, string, ...any), addErr func(string,
 			}
 		}
 		if s.Match != "" {
-			addErr(f("match"), expression.CompileCondition(s.Match, rootsWithSignal))
+			addErr(f("match"), expression.CompileCondition(s.Match, append(append([]string{}, roots...), "signal")))
 		}
 	case KindFail:
 		template("message", s.Message)
@@ -257,6 +354,9 @@ func (s Step) usedFields() []string {
 		{"operation", s.Operation != ""}, {"input", s.Input != nil}, {"vars", len(s.Vars) > 0},
 		{"duration", s.Duration != ""}, {"until", s.Until != ""},
 		{"signal", s.Signal != ""}, {"signals", len(s.Signals) > 0}, {"match", s.Match != ""},
+		{"steps", len(s.Steps) > 0}, {"workflow", s.Workflow != ""}, {"version", s.Version != 0},
+		{"items", s.Items != nil}, {"concurrency", s.Concurrency != 0}, {"branches", len(s.Branches) > 0},
+		{"mode", s.Mode != ""}, {"cases", len(s.Cases) > 0}, {"default", len(s.Default) > 0},
 	} {
 		if c.set {
 			u = append(u, c.name)

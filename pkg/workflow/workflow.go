@@ -33,10 +33,25 @@ const (
 	KindWait   = "wait"
 	KindFail   = "fail"
 	KindReturn = "return"
+	// Containers: steps that run other steps.
+	KindWorkflow = "workflow"
+	KindForeach  = "foreach"
+	KindParallel = "parallel"
+	KindSwitch   = "switch"
 )
 
 // Kinds lists the step kinds, in documentation order.
-var Kinds = []string{KindNoop, KindLog, KindExec, KindHTTP, KindCall, KindLet, KindSleep, KindWait, KindFail, KindReturn}
+var Kinds = []string{KindNoop, KindLog, KindExec, KindHTTP, KindCall, KindLet, KindSleep, KindWait, KindFail, KindReturn,
+	KindWorkflow, KindForeach, KindParallel, KindSwitch}
+
+// IsContainer reports whether steps of kind k run nested steps.
+func IsContainer(k string) bool {
+	switch k {
+	case KindWorkflow, KindForeach, KindParallel, KindSwitch:
+		return true
+	}
+	return false
+}
 
 // IsOperation reports whether steps of kind k run on an agent (and can
 // have a queue, a timeout per attempt and retries). The others run in the
@@ -128,6 +143,20 @@ type Step struct {
 	Signals []string `yaml:"signals,omitempty" json:"signals,omitempty"`
 	Match   string   `yaml:"match,omitempty" json:"match,omitempty"`
 
+	// workflow (a block of Steps, or another registered workflow by name
+	// and version, given Input), foreach (Steps for each of Items, at most
+	// Concurrency at once), parallel (Branches; Mode all or first), switch
+	// (the Steps of the first of Cases whose when is true, else Default).
+	Steps       []Step   `yaml:"steps,omitempty" json:"steps,omitempty"`
+	Workflow    string   `yaml:"workflow,omitempty" json:"workflow,omitempty"`
+	Version     int      `yaml:"version,omitempty" json:"version,omitempty"`
+	Items       any      `yaml:"items,omitempty" json:"items,omitempty"`
+	Concurrency int      `yaml:"concurrency,omitempty" json:"concurrency,omitempty"`
+	Branches    []Branch `yaml:"branches,omitempty" json:"branches,omitempty"`
+	Mode        string   `yaml:"mode,omitempty" json:"mode,omitempty"`
+	Cases       []Case   `yaml:"cases,omitempty" json:"cases,omitempty"`
+	Default     []Step   `yaml:"default,omitempty" json:"default,omitempty"`
+
 	// log
 	Message string `yaml:"message,omitempty" json:"message,omitempty"`
 	Level   string `yaml:"level,omitempty" json:"level,omitempty"`
@@ -144,6 +173,24 @@ type Step struct {
 	Headers map[string]string `yaml:"headers,omitempty" json:"headers,omitempty"`
 	Body    any               `yaml:"body,omitempty" json:"body,omitempty"`
 }
+
+// Branch is one branch of a parallel step.
+type Branch struct {
+	ID    string `yaml:"id" json:"id"`
+	Steps []Step `yaml:"steps" json:"steps"`
+}
+
+// Case is one case of a switch step.
+type Case struct {
+	When  string `yaml:"when" json:"when"`
+	Steps []Step `yaml:"steps" json:"steps"`
+}
+
+// Parallel modes.
+const (
+	ModeAll   = "all"
+	ModeFirst = "first"
+)
 
 // QueueName returns the step's agent queue.
 func (s Step) QueueName() string {

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"jetflow.dev/pkg/events"
@@ -13,8 +14,10 @@ import (
 
 // action is what the dispatcher must do next for an execution.
 type action struct {
-	kind    actionKind
-	step    workflow.Step
+	kind actionKind
+	step workflow.Step
+	// path is the step instance's path (its id at the top level).
+	path    string
 	attempt int
 	err     string
 	// input is the rendered operation (actSchedule), the recorded one
@@ -62,67 +65,398 @@ func decide(d workflow.Definition, s projections.Execution) action {
 	if timerFired(s, events.TimerWorkflowTimeout, "", 0) {
 		return action{kind: actFail, err: "the workflow timed out after " + d.Timeout}
 	}
-	env := envOf(s)
-	for _, st := range s.Steps {
-		step, ok := d.Step(st.ID)
-		if !ok {
-			return action{kind: actFail, err: "step " + st.ID + " is not in the pinned definition"}
-		}
-		switch st.Status {
-		case projections.OpSucceeded:
-			if step.Kind == workflow.KindReturn { // the execution ends here
-				return action{kind: actSucceed, output: st.Output}
-			}
-			continue
-		case projections.OpSkipped:
-			continue
-		case projections.OpFailed:
-			if r := d.RetryOf(step); r != nil && st.Attempt < r.Limit && r.Retries(st.Error) {
-				return action{kind: actReschedule, step: step, attempt: st.Attempt, delay: r.Delay(st.Attempt)}
-			}
-			return action{kind: actFail, step: step, err: "step " + st.ID + " failed: " + st.Error}
-		case projections.OpRescheduled:
-			if timerFired(s, events.TimerRetry, st.ID, st.Attempt) {
-				return schedule(d, step, st.Attempt+1, env)
-			}
-			return action{kind: actWait}
-		case projections.OpNone:
-			if step.Condition != "" {
-				run, err := expression.Condition(step.Condition, env)
-				if err != nil {
-					return action{kind: actStepFail, step: step, attempt: st.Attempt + 1, err: "condition: " + err.Error()}
-				}
-				if !run {
-					return action{kind: actSkip, step: step}
-				}
-			}
-			return schedule(d, step, st.Attempt+1, env)
-		case projections.OpPending:
-			if !workflow.IsOperation(step.Kind) {
-				return internal(step, st, s, env)
-			}
-			return action{kind: actSend, step: step, attempt: st.Attempt, input: st.Input}
-		case projections.OpSending:
-			if timerFired(s, events.TimerStepTimeout, st.ID, st.Attempt) {
-				return action{kind: actStepFail, step: step, attempt: st.Attempt,
-					err: fmt.Sprintf("attempt %d timed out after %s", st.Attempt, step.Timeout)}
-			}
-			return action{kind: actResend, step: step, attempt: st.Attempt, input: st.Input}
-		case projections.OpWaiting:
-			return waiting(step, st, s, env)
-		default: // sent or started: the agent has it; wait for its result, or its timeout
-			if timerFired(s, events.TimerStepTimeout, st.ID, st.Attempt) {
-				return action{kind: actStepFail, step: step, attempt: st.Attempt,
-					err: fmt.Sprintf("attempt %d timed out after %s", st.Attempt, step.Timeout)}
-			}
-			return action{kind: actWait}
-		}
+	e := newEngine(d, s)
+	r := e.run(frame{steps: d.Steps})
+	switch {
+	case r.state == running:
+		return r.act
+	case r.state == failed:
+		return action{kind: actFail, step: r.act.step, err: r.err}
+	case r.returned:
+		return action{kind: actSucceed, output: r.output}
 	}
-	out, err := render(d.Output, env)
+	out, err := render(d.Output, e.env(frame{}))
 	if err != nil {
 		return action{kind: actFail, err: "workflow output: " + err.Error()}
 	}
 	return action{kind: actSucceed, output: out}
+}
+
+// frame is a list of steps being run: the workflow's, or a container's
+// (one per foreach item, parallel branch, switch case or workflow block).
+type frame struct {
+	// prefix is prepended to the steps' ids to make their paths.
+	prefix string
+	steps  []workflow.Step
+	// roots are extra expression roots (item and index in a foreach body,
+	// input in a workflow called by name), inherited by nested frames.
+	roots map[string]any
+}
+
+func (f frame) child(prefix string, steps []workflow.Step, roots map[string]any) frame {
+	merged := make(map[string]any, len(f.roots)+len(roots))
+	for k, v := range f.roots {
+		merged[k] = v
+	}
+	for k, v := range roots {
+		merged[k] = v
+	}
+	return frame{prefix: prefix, steps: steps, roots: merged}
+}
+
+type outcome int
+
+const (
+	running outcome = iota // act says what to do (or actWait)
+	done                   // every step is done; output is the last one's
+	failed                 // err says why
+)
+
+type result struct {
+	state    outcome
+	act      action
+	err      string
+	output   json.RawMessage
+	returned bool // a return step ended the execution
+}
+
+// engine holds what one decision needs: the definition, the state, and the
+// step instances indexed by path and by the frame they belong to.
+type engine struct {
+	d        workflow.Definition
+	s        projections.Execution
+	byPath   map[string]projections.Step
+	byParent map[string][]projections.Step
+	global   map[string]any
+}
+
+func newEngine(d workflow.Definition, s projections.Execution) *engine {
+	e := &engine{d: d, s: s, byPath: make(map[string]projections.Step, len(s.Steps)), byParent: map[string][]projections.Step{}}
+	for _, st := range s.Steps {
+		e.byPath[st.ID] = st
+		parent := ""
+		if i := strings.LastIndexByte(st.ID, '/'); i >= 0 {
+			parent = st.ID[:i+1]
+		}
+		e.byParent[parent] = append(e.byParent[parent], st)
+	}
+	e.global = envOf(s)
+	return e
+}
+
+// env is what expressions in frame f see: steps.<id> are the steps of f
+// and of the frames around it (the nearest wins), plus f's extra roots.
+func (e *engine) env(f frame) map[string]any {
+	if f.prefix == "" && len(f.roots) == 0 {
+		return e.global
+	}
+	steps := make(map[string]any)
+	for k, v := range e.global["steps"].(map[string]any) {
+		steps[k] = v
+	}
+	for i := 0; i < len(f.prefix); i++ {
+		if f.prefix[i] != '/' {
+			continue
+		}
+		parent := f.prefix[:i+1]
+		for _, st := range e.byParent[parent] {
+			steps[st.ID[len(parent):]] = stepView(st)
+		}
+	}
+	env := with(e.global, "steps", steps)
+	for k, v := range f.roots {
+		env[k] = v
+	}
+	return env
+}
+
+// run runs a frame's steps in order.
+func (e *engine) run(f frame) result {
+	env := e.env(f)
+	var last json.RawMessage
+	for _, step := range f.steps {
+		path := f.prefix + step.ID
+		st, ok := e.byPath[path]
+		if !ok {
+			st = projections.Step{ID: path, Kind: step.Kind}
+		}
+		r := e.step(f, step, st, env)
+		if r.state != done || r.returned {
+			return r
+		}
+		if len(r.output) > 0 {
+			last = r.output
+		}
+	}
+	return result{state: done, output: last}
+}
+
+// step decides one step of a frame.
+func (e *engine) step(f frame, step workflow.Step, st projections.Step, env map[string]any) result {
+	act := func(a action) result { a.path = st.ID; return result{state: running, act: a} }
+	wait := result{state: running, act: action{kind: actWait}}
+	switch st.Status {
+	case projections.OpSucceeded:
+		return result{state: done, output: st.Output, returned: step.Kind == workflow.KindReturn}
+	case projections.OpSkipped:
+		return result{state: done}
+	case projections.OpFailed:
+		if r := e.d.RetryOf(step); r != nil && st.Attempt < r.Limit && r.Retries(st.Error) {
+			return act(action{kind: actReschedule, step: step, attempt: st.Attempt, delay: r.Delay(st.Attempt)})
+		}
+		return result{state: failed, act: action{step: step, path: st.ID}, err: "step " + st.ID + " failed: " + st.Error}
+	case projections.OpRescheduled:
+		if timerFired(e.s, events.TimerRetry, st.ID, st.Attempt) {
+			return act(e.schedule(step, st.Attempt+1, env))
+		}
+		return wait
+	case projections.OpNone:
+		if step.Condition != "" {
+			run, err := expression.Condition(step.Condition, env)
+			if err != nil {
+				return act(action{kind: actStepFail, step: step, attempt: st.Attempt + 1, err: "condition: " + err.Error()})
+			}
+			if !run {
+				return act(action{kind: actSkip, step: step})
+			}
+		}
+		return act(e.schedule(step, st.Attempt+1, env))
+	case projections.OpPending:
+		switch {
+		case workflow.IsContainer(step.Kind):
+			return e.container(f, step, st, env)
+		case !workflow.IsOperation(step.Kind):
+			return act(internal(step, st, e.s, env))
+		}
+		return act(action{kind: actSend, step: step, attempt: st.Attempt, input: st.Input})
+	case projections.OpSending:
+		if timerFired(e.s, events.TimerStepTimeout, st.ID, st.Attempt) {
+			return act(action{kind: actStepFail, step: step, attempt: st.Attempt,
+				err: fmt.Sprintf("attempt %d timed out after %s", st.Attempt, step.Timeout)})
+		}
+		return act(action{kind: actResend, step: step, attempt: st.Attempt, input: st.Input})
+	case projections.OpWaiting:
+		return act(waiting(step, st, e.s, env))
+	default: // sent or started: the agent has it; wait for its result, or its timeout
+		if timerFired(e.s, events.TimerStepTimeout, st.ID, st.Attempt) {
+			return act(action{kind: actStepFail, step: step, attempt: st.Attempt,
+				err: fmt.Sprintf("attempt %d timed out after %s", st.Attempt, step.Timeout)})
+		}
+		return wait
+	}
+}
+
+// schedule prepares an attempt: operations get their input rendered now
+// (and recorded, so a resend uses exactly it); containers record what they
+// decide at start (foreach items, switch case, called workflow's input);
+// the dispatcher's own steps are scheduled bare and run when pending.
+func (e *engine) schedule(step workflow.Step, attempt int, env map[string]any) action {
+	fail := func(err error) action {
+		return action{kind: actStepFail, step: step, attempt: attempt, err: err.Error()}
+	}
+	var input json.RawMessage
+	var err error
+	switch {
+	case workflow.IsOperation(step.Kind):
+		if input, err = renderStep(step, env); err != nil {
+			return fail(err)
+		}
+	case step.Kind == workflow.KindForeach:
+		items, err := expression.Render(step.Items, env)
+		if err != nil {
+			return fail(fmt.Errorf("items: %w", err))
+		}
+		list, ok := items.([]any)
+		if !ok {
+			return fail(fmt.Errorf("items gives %s, not a list", describeJSON(items)))
+		}
+		input, _ = json.Marshal(map[string]any{"items": list})
+	case step.Kind == workflow.KindSwitch:
+		chosen := -1
+		for i, c := range step.Cases {
+			ok, err := expression.Condition(c.When, env)
+			if err != nil {
+				return fail(fmt.Errorf("cases[%d].when: %w", i, err))
+			}
+			if ok {
+				chosen = i
+				break
+			}
+		}
+		input, _ = json.Marshal(map[string]any{"case": chosen})
+	case step.Kind == workflow.KindWorkflow && step.Workflow != "":
+		in, err := render(step.Input, env)
+		if err != nil {
+			return fail(fmt.Errorf("input: %w", err))
+		}
+		// The dispatcher adds the called workflow's definition (see act).
+		input, _ = json.Marshal(map[string]any{"input": json.RawMessage(orEmpty(in))})
+	}
+	return action{kind: actSchedule, step: step, attempt: attempt, input: input}
+}
+
+// container decides a pending container from its children.
+func (e *engine) container(f frame, step workflow.Step, st projections.Step, env map[string]any) result {
+	finish := func(out json.RawMessage) result {
+		return result{state: running, act: action{kind: actComplete, step: step, path: st.ID, attempt: st.Attempt, output: out}}
+	}
+	failWith := func(r result) result {
+		return result{state: running, act: action{kind: actStepFail, step: step, path: st.ID, attempt: st.Attempt, err: r.err}}
+	}
+	prefix := st.ID
+	switch step.Kind {
+	case workflow.KindWorkflow:
+		steps, roots := step.Steps, map[string]any(nil)
+		if step.Workflow != "" {
+			var called struct {
+				Definition workflow.Definition `json:"definition"`
+				Input      json.RawMessage     `json:"input"`
+			}
+			if err := json.Unmarshal(st.Input, &called); err != nil {
+				return failWith(result{err: "the called workflow's recorded definition is unreadable: " + err.Error()})
+			}
+			steps, roots = called.Definition.Steps, map[string]any{"input": orObject(decode(called.Input))}
+		}
+		r := e.run(f.child(prefix+"/", steps, roots))
+		switch {
+		case r.state == running:
+			return r
+		case r.state == failed:
+			return failWith(r)
+		case r.returned && step.Workflow == "":
+			return r // a return in a block ends the execution
+		}
+		return e.mapOutput(step, st, r.output, env, finish)
+	case workflow.KindForeach:
+		var rec struct {
+			Items []any `json:"items"`
+		}
+		_ = json.Unmarshal(st.Input, &rec)
+		limit := max(step.Concurrency, 1)
+		outputs := make([]any, len(rec.Items))
+		busy, pending := 0, false
+		for i, item := range rec.Items {
+			p := fmt.Sprintf("%s[%d]/", prefix, i)
+			started := len(e.byParent[p]) > 0
+			if !started && busy >= limit {
+				pending = true
+				break // items start in order, at most limit at a time
+			}
+			r := e.run(f.child(p, step.Steps, map[string]any{"item": item, "index": float64(i)}))
+			switch r.state {
+			case failed:
+				return failWith(result{err: fmt.Sprintf("item %d: %s", i, r.err)})
+			case running:
+				busy++
+				pending = true
+				if r.act.kind != actWait {
+					return r
+				}
+			case done:
+				if r.returned {
+					return r
+				}
+				outputs[i] = decode(r.output)
+			}
+		}
+		if pending {
+			return result{state: running, act: action{kind: actWait}}
+		}
+		out, _ := json.Marshal(outputs)
+		return e.mapOutput(step, st, out, env, finish)
+	case workflow.KindParallel:
+		outputs := map[string]any{}
+		pending := false
+		var act *result
+		for _, b := range step.Branches {
+			r := e.run(f.child(prefix+"/"+b.ID+"/", b.Steps, nil))
+			switch r.state {
+			case failed:
+				return failWith(result{err: fmt.Sprintf("branch %s: %s", b.ID, r.err)})
+			case running:
+				pending = true
+				if r.act.kind != actWait && act == nil {
+					act = &r
+				}
+			case done:
+				if r.returned {
+					return r
+				}
+				if step.Mode == workflow.ModeFirst {
+					out, _ := json.Marshal(map[string]any{"branch": b.ID, "output": decode(r.output)})
+					return e.mapOutput(step, st, out, env, finish)
+				}
+				outputs[b.ID] = decode(r.output)
+			}
+		}
+		if act != nil {
+			return *act
+		}
+		if pending {
+			return result{state: running, act: action{kind: actWait}}
+		}
+		out, _ := json.Marshal(outputs)
+		return e.mapOutput(step, st, out, env, finish)
+	case workflow.KindSwitch:
+		var rec struct {
+			Case int `json:"case"`
+		}
+		_ = json.Unmarshal(st.Input, &rec)
+		steps, name := step.Default, "default"
+		if rec.Case >= 0 && rec.Case < len(step.Cases) {
+			steps, name = step.Cases[rec.Case].Steps, fmt.Sprintf("case%d", rec.Case)
+		}
+		r := e.run(f.child(prefix+"/"+name+"/", steps, nil))
+		switch {
+		case r.state == running:
+			return r
+		case r.state == failed:
+			return failWith(r)
+		case r.returned:
+			return r
+		}
+		return e.mapOutput(step, st, r.output, env, finish)
+	}
+	return failWith(result{err: "the dispatcher cannot run a " + step.Kind + " step"})
+}
+
+// mapOutput applies a container's output expression (root result) to what
+// its children produced.
+func (e *engine) mapOutput(step workflow.Step, st projections.Step, out json.RawMessage, env map[string]any, finish func(json.RawMessage) result) result {
+	if step.Output == nil {
+		return finish(out)
+	}
+	mapped, err := render(step.Output, with(env, "result", decode(out)))
+	if err != nil {
+		return result{state: running, act: action{kind: actStepFail, step: step, path: st.ID, attempt: st.Attempt, err: "output: " + err.Error()}}
+	}
+	return finish(mapped)
+}
+
+func stepView(st projections.Step) map[string]any {
+	return map[string]any{"output": decode(st.Output), "status": string(st.Status), "error": st.Error, "attempt": float64(st.Attempt)}
+}
+
+func orEmpty(b json.RawMessage) json.RawMessage {
+	if len(b) == 0 {
+		return json.RawMessage(`{}`)
+	}
+	return b
+}
+
+func orObject(v any) any {
+	if v == nil {
+		return map[string]any{}
+	}
+	return v
+}
+
+func describeJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil || v == nil {
+		return "null"
+	}
+	return string(b)
 }
 
 // waiting decides a sleep or wait step that waits: a sleep ends when its
@@ -145,20 +479,6 @@ func waiting(step workflow.Step, st projections.Step, s projections.Execution, e
 		}
 	}
 	return action{kind: actWait}
-}
-
-// schedule prepares an attempt: operations get their input rendered now
-// (and recorded, so a resend uses exactly it); the dispatcher's own steps
-// are scheduled bare and run when pending.
-func schedule(d workflow.Definition, step workflow.Step, attempt int, env map[string]any) action {
-	if !workflow.IsOperation(step.Kind) {
-		return action{kind: actSchedule, step: step, attempt: attempt}
-	}
-	spec, err := renderStep(step, env)
-	if err != nil {
-		return action{kind: actStepFail, step: step, attempt: attempt, err: err.Error()}
-	}
-	return action{kind: actSchedule, step: step, attempt: attempt, input: spec}
 }
 
 // internal decides a pending step that the dispatcher runs itself.

@@ -15,6 +15,7 @@ import (
 	"jetflow.dev/pkg/catalog"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
+	"jetflow.dev/pkg/workflow"
 )
 
 // Claim is the value stored under an execution id in the ids bucket.
@@ -241,7 +242,7 @@ func (d *Dispatcher) result(ctx context.Context, ref events.TaskRef, ev events.E
 // succeeded records an operation's result, mapped through the step's
 // output expression (whose root "result" is the operation's output).
 func (d *Dispatcher) succeeded(x *execState, st projections.Step, r *events.OperationSucceeded) events.Payload {
-	step, _ := x.def.Step(st.ID)
+	step, _ := resolveStep(x.def, x.state, st.ID)
 	out := r.Output
 	if step.Output != nil {
 		mapped, err := render(step.Output, with(envOf(x.state), "result", decode(r.Output)))
@@ -271,12 +272,23 @@ func (d *Dispatcher) advance(ctx context.Context, x *execState) error {
 // act carries out one decision.
 func (d *Dispatcher) act(ctx context.Context, x *execState, a action) error {
 	log := zerolog.Ctx(ctx)
-	id := a.step.ID
+	id := a.path
+	if id == "" {
+		id = a.step.ID
+	}
+	a.path = id
+	nestedKind := "" // nested steps are created by their first event
+	if strings.Contains(id, "/") {
+		nestedKind = a.step.Kind
+	}
 	switch a.kind {
 	case actSkip:
-		return d.append(ctx, x, &events.StepSkipped{StepID: id, Reason: "condition is false"})
+		return d.append(ctx, x, &events.StepSkipped{StepID: id, Kind: nestedKind, Reason: "condition is false"})
 	case actSchedule:
-		return d.append(ctx, x, &events.StepScheduled{StepID: id, Attempt: a.attempt, Input: a.input})
+		if a.step.Kind == workflow.KindWorkflow && a.step.Workflow != "" {
+			return d.scheduleCalled(ctx, x, a, nestedKind)
+		}
+		return d.append(ctx, x, &events.StepScheduled{StepID: id, Kind: nestedKind, Attempt: a.attempt, Input: a.input})
 	case actSend:
 		taskID := events.TaskID(x.id, id, a.attempt)
 		if err := d.append(ctx, x, &events.StepSending{StepID: id, Attempt: a.attempt, TaskID: taskID, Queue: a.step.QueueName()}); err != nil {
@@ -323,7 +335,7 @@ func (d *Dispatcher) act(ctx context.Context, x *execState, a action) error {
 		}
 		return d.append(ctx, x, &events.StepWaiting{StepID: id, Attempt: a.attempt, Until: until.UTC(), Signals: a.step.WaitSignals()})
 	case actComplete:
-		return d.append(ctx, x, &events.StepSucceeded{StepID: id, Attempt: a.attempt})
+		return d.append(ctx, x, &events.StepSucceeded{StepID: id, Attempt: a.attempt, Output: a.output})
 	case actTakeSignal:
 		return d.append(ctx, x, &events.StepSucceeded{StepID: id, Attempt: a.attempt, SignalID: a.signal.ID,
 			Output: signalOutput(a.signal)})
@@ -349,11 +361,47 @@ func (d *Dispatcher) act(ctx context.Context, x *execState, a action) error {
 
 // ensurePending moves a step that has not been scheduled to pending.
 func (d *Dispatcher) ensurePending(ctx context.Context, x *execState, a action) error {
-	i := x.state.StepIndex(a.step.ID)
-	if i >= 0 && (x.state.Steps[i].Status == projections.OpNone || x.state.Steps[i].Status == projections.OpRescheduled) {
-		return d.append(ctx, x, &events.StepScheduled{StepID: a.step.ID, Attempt: a.attempt})
+	i := x.state.StepIndex(a.path)
+	if i < 0 || x.state.Steps[i].Status == projections.OpNone || x.state.Steps[i].Status == projections.OpRescheduled {
+		kind := ""
+		if strings.Contains(a.path, "/") {
+			kind = a.step.Kind
+		}
+		return d.append(ctx, x, &events.StepScheduled{StepID: a.path, Kind: kind, Attempt: a.attempt})
 	}
 	return nil
+}
+
+// scheduleCalled schedules a workflow step that calls another workflow by
+// name: it pins the called workflow's definition (and checks the input
+// against its schema) by recording them with the schedule.
+func (d *Dispatcher) scheduleCalled(ctx context.Context, x *execState, a action, kind string) error {
+	fail := func(msg string) error {
+		return d.act(ctx, x, action{kind: actStepFail, step: a.step, path: a.path, attempt: a.attempt, err: msg})
+	}
+	if strings.Count(a.path, "/") > 4*workflow.MaxDepth {
+		return fail("workflows call each other too deep (a workflow calling itself?)")
+	}
+	rec, err := d.defs.Get(ctx, a.step.Workflow, a.step.Version)
+	if errors.Is(err, catalog.ErrNotFound) {
+		return fail(fmt.Sprintf("workflow %q version %d is not registered", a.step.Workflow, a.step.Version))
+	}
+	if err != nil {
+		return err
+	}
+	var rendered struct {
+		Input json.RawMessage `json:"input"`
+	}
+	_ = json.Unmarshal(a.input, &rendered)
+	if problems := rec.Definition.CheckInput(rendered.Input); len(problems) > 0 {
+		return fail(fmt.Sprintf("input of workflow %s: %s %s", rec.Name, problems[0].Field, problems[0].Message))
+	}
+	input, err := json.Marshal(map[string]any{"workflow": rec.Name, "version": rec.Version,
+		"definition": rec.Definition, "input": orEmpty(rendered.Input)})
+	if err != nil {
+		return permanentError{err}
+	}
+	return d.append(ctx, x, &events.StepScheduled{StepID: a.path, Kind: kind, Attempt: a.attempt, Input: input})
 }
 
 // finish ends the execution.
@@ -378,7 +426,7 @@ func signalOutput(s *projections.Signal) json.RawMessage {
 // send publishes the step's task (deduplicated by task id), records it
 // sent, and arms the attempt's timeout if the step has one.
 func (d *Dispatcher) send(ctx context.Context, x *execState, a action) error {
-	taskID := events.TaskID(x.id, a.step.ID, a.attempt)
+	taskID := events.TaskID(x.id, a.path, a.attempt)
 	spec := a.input
 	if len(spec) == 0 { // scheduled before inputs were recorded
 		var err error
@@ -387,7 +435,7 @@ func (d *Dispatcher) send(ctx context.Context, x *execState, a action) error {
 		}
 	}
 	task := events.New(d.cfg.Source, x.id, x.workflow, d.cfg.Now(), &events.Task{
-		TaskID: taskID, ExecutionID: x.id, Workflow: x.workflow, StepID: a.step.ID, Attempt: a.attempt,
+		TaskID: taskID, ExecutionID: x.id, Workflow: x.workflow, StepID: a.path, Attempt: a.attempt,
 		Token: x.state.Token, Kind: a.step.OperationKind(), Queue: a.step.QueueName(), Spec: spec,
 	})
 	task.ID = taskID
@@ -399,13 +447,13 @@ func (d *Dispatcher) send(ctx context.Context, x *execState, a action) error {
 	if err != nil {
 		return fmt.Errorf("publish task %s: %w", taskID, err)
 	}
-	if err := d.append(ctx, x, &events.StepSent{StepID: a.step.ID, Attempt: a.attempt, TaskID: taskID, TaskSeq: ack.Sequence}); err != nil {
+	if err := d.append(ctx, x, &events.StepSent{StepID: a.path, Attempt: a.attempt, TaskID: taskID, TaskSeq: ack.Sequence}); err != nil {
 		return err
 	}
 	if a.step.Timeout != "" {
 		dur, err := time.ParseDuration(a.step.Timeout)
 		if err == nil && dur > 0 {
-			return d.armTimer(ctx, x, events.TimerStepTimeout, a.step.ID, a.attempt, d.cfg.Now().Add(dur))
+			return d.armTimer(ctx, x, events.TimerStepTimeout, a.path, a.attempt, d.cfg.Now().Add(dur))
 		}
 	}
 	return nil
