@@ -333,7 +333,7 @@ func (s Execution) step(ev events.Event, id string, to OpStatus, set func(*Step)
 }
 
 // internalKinds are the step kinds the dispatcher runs itself.
-var internalKinds = map[string]bool{"let": true, "sleep": true, "wait": true, "fail": true, "return": true,
+var internalKinds = map[string]bool{"let": true, "sleep": true, "wait": true, "fail": true, "return": true, "goto": true,
 	"workflow": true, "foreach": true, "parallel": true, "switch": true}
 
 func legal(from, to OpStatus, internal bool) bool {
@@ -360,10 +360,12 @@ func legal(from, to OpStatus, internal bool) bool {
 	return opRank[from] >= opRank[OpSending] && opRank[from] <= opRank[OpStarted] && opRank[to] > opRank[from]
 }
 
-// instance adds a nested step (a path inside a container) the first time
-// it is scheduled or skipped. Top-level steps come from ExecutionStarted.
+// instance adds a step instance the first time it is scheduled or
+// skipped: a nested step (a path inside a container), or a step run again
+// after a goto (its path ends in ~<round>). Top-level steps come from
+// ExecutionStarted.
 func (s Execution) instance(path, kind string) Execution {
-	if kind == "" || !strings.Contains(path, "/") || s.StepIndex(path) >= 0 {
+	if kind == "" || !strings.ContainsAny(path, "/~") || s.StepIndex(path) >= 0 {
 		return s
 	}
 	s.Steps = append(s.Steps, Step{ID: path, Kind: kind})

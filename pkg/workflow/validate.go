@@ -34,6 +34,7 @@ var kindFields = map[string][]string{
 	KindWait:   {"signal", "signals", "match", "timeout"},
 	KindFail:   {"message"},
 	KindReturn: {},
+	KindGoto:   {"target"},
 	// Containers.
 	KindWorkflow: {"steps", "workflow", "version", "input"},
 	KindForeach:  {"items", "concurrency", "steps"},
@@ -132,6 +133,14 @@ func validateSteps(add func(string, string, ...any), addErr func(string, error),
 		checkDuration(add, f("timeout"), s.Timeout)
 		checkRetry(add, f("retry"), s.Retry)
 		s.validateKind(add, addErr, f, roots)
+		if s.Kind == KindGoto {
+			switch {
+			case s.Target == "":
+				add(f("target"), "is required: the id of a step of this list, or end")
+			case s.Target != GotoEnd && !hasStep(steps, s.Target):
+				add(f("target"), "%q is not the id of a step of this list (a goto moves within its list; or use end)", s.Target)
+			}
+		}
 		if IsContainer(s.Kind) {
 			if depth+1 >= MaxDepth {
 				add(f("kind"), "containers nest at most %d deep", MaxDepth)
@@ -354,7 +363,7 @@ func (s Step) usedFields() []string {
 		{"operation", s.Operation != ""}, {"input", s.Input != nil}, {"vars", len(s.Vars) > 0},
 		{"duration", s.Duration != ""}, {"until", s.Until != ""},
 		{"signal", s.Signal != ""}, {"signals", len(s.Signals) > 0}, {"match", s.Match != ""},
-		{"steps", len(s.Steps) > 0}, {"workflow", s.Workflow != ""}, {"version", s.Version != 0},
+		{"target", s.Target != ""}, {"steps", len(s.Steps) > 0}, {"workflow", s.Workflow != ""}, {"version", s.Version != 0},
 		{"items", s.Items != nil}, {"concurrency", s.Concurrency != 0}, {"branches", len(s.Branches) > 0},
 		{"mode", s.Mode != ""}, {"cases", len(s.Cases) > 0}, {"default", len(s.Default) > 0},
 	} {
@@ -445,6 +454,15 @@ func (d Definition) RetryOf(s Step) *Retry {
 		return s.Retry
 	}
 	return d.Retry
+}
+
+func hasStep(steps []Step, id string) bool {
+	for _, s := range steps {
+		if s.ID == id {
+			return true
+		}
+	}
+	return false
 }
 
 func contains(list []string, s string) bool {

@@ -33,6 +33,7 @@ const (
 	KindWait   = "wait"
 	KindFail   = "fail"
 	KindReturn = "return"
+	KindGoto   = "goto"
 	// Containers: steps that run other steps.
 	KindWorkflow = "workflow"
 	KindForeach  = "foreach"
@@ -41,7 +42,7 @@ const (
 )
 
 // Kinds lists the step kinds, in documentation order.
-var Kinds = []string{KindNoop, KindLog, KindExec, KindHTTP, KindCall, KindLet, KindSleep, KindWait, KindFail, KindReturn,
+var Kinds = []string{KindNoop, KindLog, KindExec, KindHTTP, KindCall, KindLet, KindSleep, KindWait, KindFail, KindReturn, KindGoto,
 	KindWorkflow, KindForeach, KindParallel, KindSwitch}
 
 // IsContainer reports whether steps of kind k run nested steps.
@@ -147,6 +148,9 @@ type Step struct {
 	// and version, given Input), foreach (Steps for each of Items, at most
 	// Concurrency at once), parallel (Branches; Mode all or first), switch
 	// (the Steps of the first of Cases whose when is true, else Default).
+	// goto: the id of a step of the same list to go on from, or "end".
+	Target string `yaml:"target,omitempty" json:"target,omitempty"`
+
 	Steps       []Step   `yaml:"steps,omitempty" json:"steps,omitempty"`
 	Workflow    string   `yaml:"workflow,omitempty" json:"workflow,omitempty"`
 	Version     int      `yaml:"version,omitempty" json:"version,omitempty"`
@@ -185,6 +189,13 @@ type Case struct {
 	When  string `yaml:"when" json:"when"`
 	Steps []Step `yaml:"steps" json:"steps"`
 }
+
+// GotoEnd is the goto target that ends the list (the workflow, or the
+// container the goto is in).
+const GotoEnd = "end"
+
+// MaxRounds bounds how often gotos may restart a list.
+const MaxRounds = 1000
 
 // Parallel modes.
 const (

@@ -3,6 +3,8 @@ package dispatch
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -123,6 +125,7 @@ type result struct {
 // engine holds what one decision needs: the definition, the state, and the
 // step instances indexed by path and by the frame they belong to.
 type engine struct {
+	rounds   bool // some step ran again after a goto
 	d        workflow.Definition
 	s        projections.Execution
 	byPath   map[string]projections.Step
@@ -139,6 +142,9 @@ func newEngine(d workflow.Definition, s projections.Execution) *engine {
 			parent = st.ID[:i+1]
 		}
 		e.byParent[parent] = append(e.byParent[parent], st)
+		if strings.Contains(st.ID, "~") {
+			e.rounds = true
+		}
 	}
 	e.global = envOf(s)
 	return e
@@ -147,12 +153,12 @@ func newEngine(d workflow.Definition, s projections.Execution) *engine {
 // env is what expressions in frame f see: steps.<id> are the steps of f
 // and of the frames around it (the nearest wins), plus f's extra roots.
 func (e *engine) env(f frame) map[string]any {
-	if f.prefix == "" && len(f.roots) == 0 {
+	if f.prefix == "" && len(f.roots) == 0 && !e.rounds {
 		return e.global
 	}
 	steps := make(map[string]any)
-	for k, v := range e.global["steps"].(map[string]any) {
-		steps[k] = v
+	for _, st := range e.byParent[""] { // top-level steps; a later round's instance wins
+		steps[localID(st.ID)] = stepView(st)
 	}
 	for i := 0; i < len(f.prefix); i++ {
 		if f.prefix[i] != '/' {
@@ -160,7 +166,7 @@ func (e *engine) env(f frame) map[string]any {
 		}
 		parent := f.prefix[:i+1]
 		for _, st := range e.byParent[parent] {
-			steps[st.ID[len(parent):]] = stepView(st)
+			steps[localID(st.ID[len(parent):])] = stepView(st)
 		}
 	}
 	env := with(e.global, "steps", steps)
@@ -170,15 +176,37 @@ func (e *engine) env(f frame) map[string]any {
 	return env
 }
 
-// run runs a frame's steps in order.
+// run runs a frame's steps in order. A goto that ran starts a new round
+// of the frame at its target: the steps of round r > 0 are new instances,
+// whose paths end in ~r, so nothing recorded is ever rewritten.
 func (e *engine) run(f frame) result {
 	env := e.env(f)
 	var last json.RawMessage
-	for _, step := range f.steps {
+	round := 0
+	for i := 0; i < len(f.steps); i++ {
+		step := f.steps[i]
 		path := f.prefix + step.ID
+		if round > 0 {
+			path += "~" + strconv.Itoa(round)
+		}
 		st, ok := e.byPath[path]
 		if !ok {
 			st = projections.Step{ID: path, Kind: step.Kind}
+		}
+		if step.Kind == workflow.KindGoto && st.Status == projections.OpSucceeded {
+			if step.Target == workflow.GotoEnd {
+				return result{state: done, output: last}
+			}
+			if round++; round > workflow.MaxRounds {
+				return result{state: failed, act: action{step: step, path: path},
+					err: fmt.Sprintf("goto %s ran more than %d times", step.Target, workflow.MaxRounds)}
+			}
+			i = slices.IndexFunc(f.steps, func(s workflow.Step) bool { return s.ID == step.Target }) - 1
+			if i < -1 {
+				return result{state: failed, act: action{step: step, path: path}, err: "goto target " + step.Target + " is not in this list"}
+			}
+			env = e.env(f) // the new round's steps are not done yet
+			continue
 		}
 		r := e.step(f, step, st, env)
 		if r.state != done || r.returned {
@@ -433,6 +461,15 @@ func (e *engine) mapOutput(step workflow.Step, st projections.Step, out json.Raw
 	return finish(mapped)
 }
 
+// localID is a step's id within its frame: its path's last part without
+// the ~round of a step run again after a goto.
+func localID(p string) string {
+	if i := strings.LastIndexByte(p, '~'); i > 0 {
+		return p[:i]
+	}
+	return p
+}
+
 func stepView(st projections.Step) map[string]any {
 	return map[string]any{"output": decode(st.Output), "status": string(st.Status), "error": st.Error, "attempt": float64(st.Attempt)}
 }
@@ -541,6 +578,9 @@ func internal(step workflow.Step, st projections.Step, s projections.Execution, 
 			return action{kind: actTakeSignal, step: step, attempt: st.Attempt, signal: sig}
 		}
 		return action{kind: actWaitSignal, step: step, attempt: st.Attempt}
+	case workflow.KindGoto: // recorded as done; the frame then starts a new round at the target
+		out, _ := json.Marshal(map[string]string{"target": step.Target})
+		return action{kind: actComplete, step: step, attempt: st.Attempt, output: out}
 	}
 	return fail(fmt.Errorf("the dispatcher cannot run a %s step", step.Kind))
 }

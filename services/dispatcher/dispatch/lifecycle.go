@@ -277,8 +277,8 @@ func (d *Dispatcher) act(ctx context.Context, x *execState, a action) error {
 		id = a.step.ID
 	}
 	a.path = id
-	nestedKind := "" // nested steps are created by their first event
-	if strings.Contains(id, "/") {
+	nestedKind := "" // nested steps and later rounds are created by their first event
+	if strings.ContainsAny(id, "/~") {
 		nestedKind = a.step.Kind
 	}
 	switch a.kind {
@@ -364,7 +364,7 @@ func (d *Dispatcher) ensurePending(ctx context.Context, x *execState, a action) 
 	i := x.state.StepIndex(a.path)
 	if i < 0 || x.state.Steps[i].Status == projections.OpNone || x.state.Steps[i].Status == projections.OpRescheduled {
 		kind := ""
-		if strings.Contains(a.path, "/") {
+		if strings.ContainsAny(a.path, "/~") {
 			kind = a.step.Kind
 		}
 		return d.append(ctx, x, &events.StepScheduled{StepID: a.path, Kind: kind, Attempt: a.attempt})

@@ -18,7 +18,7 @@ func resolveStep(d workflow.Definition, s projections.Execution, path string) (w
 	segs := strings.Split(path, "/")
 	steps := d.Steps
 	for i := 0; i < len(segs); i++ {
-		id := segs[i]
+		id := localID(segs[i])
 		if j := strings.IndexByte(id, '['); j > 0 {
 			id = id[:j]
 		}
