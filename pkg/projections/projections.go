@@ -333,7 +333,7 @@ func (s Execution) step(ev events.Event, id string, to OpStatus, set func(*Step)
 }
 
 // internalKinds are the step kinds the dispatcher runs itself.
-var internalKinds = map[string]bool{"let": true, "sleep": true, "wait": true, "fail": true, "return": true, "goto": true,
+var internalKinds = map[string]bool{"let": true, "sleep": true, "wait": true, "fail": true, "return": true, "goto": true, "retry": true,
 	"workflow": true, "foreach": true, "parallel": true, "switch": true}
 
 func legal(from, to OpStatus, internal bool) bool {

@@ -35,6 +35,7 @@ var kindFields = map[string][]string{
 	KindFail:   {"message"},
 	KindReturn: {},
 	KindGoto:   {"target"},
+	KindRetry:  {"retry"},
 	// Containers.
 	KindWorkflow: {"steps", "workflow", "version", "input"},
 	KindForeach:  {"items", "concurrency", "steps"},
@@ -80,13 +81,30 @@ func (d Definition) validate() []FieldError {
 	checkRetry(add, "retry", d.Retry)
 
 	validateSteps(add, addErr, "steps", d.Steps, 0, nil)
+	validateHandler(add, addErr, "on-error", d.OnError, d.Steps, 0, nil, false)
 	return ps
+}
+
+// validateHandler checks on-error steps: they see the root error, their
+// gotos move within the list of the step that failed (outer), and retry
+// steps are allowed where a step failed (not in the workflow's handler).
+func validateHandler(add func(string, string, ...any), addErr func(string, error), prefix string, steps, outer []Step, depth int, extra []string, retryOK bool) {
+	if len(steps) == 0 {
+		return
+	}
+	validateStepList(add, addErr, prefix, steps, depth+1, append(append([]string{}, extra...), "error"), outer, retryOK)
 }
 
 // validateSteps checks a list of steps (the workflow's, or a container's)
 // whose field paths start with prefix; extra are expression roots beyond
 // the usual ones (item and index in a foreach body).
 func validateSteps(add func(string, string, ...any), addErr func(string, error), prefix string, steps []Step, depth int, extra []string) {
+	validateStepList(add, addErr, prefix, steps, depth, extra, steps, false)
+}
+
+// validateStepList checks steps whose gotos target gotoList and where retry
+// steps are allowed only if retryOK (an on-error list of a step).
+func validateStepList(add func(string, string, ...any), addErr func(string, error), prefix string, steps []Step, depth int, extra []string, gotoList []Step, retryOK bool) {
 	roots := append(append([]string{}, expression.Roots...), extra...)
 	seen := map[string]int{}
 	for i, s := range steps {
@@ -137,10 +155,22 @@ func validateSteps(add func(string, string, ...any), addErr func(string, error),
 			switch {
 			case s.Target == "":
 				add(f("target"), "is required: the id of a step of this list, or end")
-			case s.Target != GotoEnd && !hasStep(steps, s.Target):
-				add(f("target"), "%q is not the id of a step of this list (a goto moves within its list; or use end)", s.Target)
+			case s.Target != GotoEnd && !hasStep(gotoList, s.Target):
+				add(f("target"), "%q is not the id of a step of this list (a goto moves within its list, or within the failed step's list from on-error; or use end)", s.Target)
 			}
 		}
+		if s.Kind == KindGoto && gotoList != nil && !retryOK && prefix == "on-error" {
+			add(f("kind"), "a goto in the workflow's on-error steps has no list to move in; put on-error on the step that fails")
+		}
+		if s.Kind == KindRetry {
+			switch {
+			case !retryOK:
+				add(f("kind"), "a retry step belongs in the on-error steps of a step: it runs that step again")
+			case s.Retry == nil:
+				add(f("retry"), "is required: the limit of attempts in all (and a backoff), e.g. {limit: 3}")
+			}
+		}
+		validateHandler(add, addErr, f("on-error"), s.OnError, steps, depth, extra, true)
 		if IsContainer(s.Kind) {
 			if depth+1 >= MaxDepth {
 				add(f("kind"), "containers nest at most %d deep", MaxDepth)

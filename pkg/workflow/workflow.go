@@ -34,6 +34,8 @@ const (
 	KindFail   = "fail"
 	KindReturn = "return"
 	KindGoto   = "goto"
+	// KindRetry, in on-error steps only, runs the failed step again.
+	KindRetry = "retry"
 	// Containers: steps that run other steps.
 	KindWorkflow = "workflow"
 	KindForeach  = "foreach"
@@ -42,7 +44,7 @@ const (
 )
 
 // Kinds lists the step kinds, in documentation order.
-var Kinds = []string{KindNoop, KindLog, KindExec, KindHTTP, KindCall, KindLet, KindSleep, KindWait, KindFail, KindReturn, KindGoto,
+var Kinds = []string{KindNoop, KindLog, KindExec, KindHTTP, KindCall, KindLet, KindSleep, KindWait, KindFail, KindReturn, KindGoto, KindRetry,
 	KindWorkflow, KindForeach, KindParallel, KindSwitch}
 
 // IsContainer reports whether steps of kind k run nested steps.
@@ -84,7 +86,10 @@ type Definition struct {
 	Timeout string `yaml:"timeout,omitempty" json:"timeout,omitempty"`
 	// Retry is the retry policy of operation steps that set none.
 	Retry *Retry `yaml:"retry,omitempty" json:"retry,omitempty"`
-	Steps []Step `yaml:"steps" json:"steps"`
+	// OnError runs when the workflow fails (for cleanup or notice); the
+	// execution still fails unless a return or goto in it says otherwise.
+	OnError []Step `yaml:"on-error,omitempty" json:"on-error,omitempty"`
+	Steps   []Step `yaml:"steps" json:"steps"`
 }
 
 // Retry says how often and when a failed operation is tried again.
@@ -124,8 +129,14 @@ type Step struct {
 	Output any `yaml:"output,omitempty" json:"output,omitempty"`
 	// Timeout bounds one attempt of an operation, or a wait.
 	Timeout string `yaml:"timeout,omitempty" json:"timeout,omitempty"`
-	// Retry overrides the workflow's retry policy for this operation.
+	// Retry overrides the workflow's retry policy for this operation; in a
+	// retry step (within on-error) it limits and spaces the retries.
 	Retry *Retry `yaml:"retry,omitempty" json:"retry,omitempty"`
+	// OnError runs when the step has failed (after its retry policy):
+	// if these steps complete, the step is recovered and its list goes on;
+	// a fail step fails it, a goto moves within its list, a retry step
+	// runs it again.
+	OnError []Step `yaml:"on-error,omitempty" json:"on-error,omitempty"`
 
 	// call: a custom operation, by name, on Queue, with Input.
 	Operation string `yaml:"operation,omitempty" json:"operation,omitempty"`

@@ -69,6 +69,19 @@ func decide(d workflow.Definition, s projections.Execution) action {
 	}
 	e := newEngine(d, s)
 	r := e.run(frame{steps: d.Steps})
+	if r.state == failed && len(d.OnError) > 0 {
+		// The workflow's on-error steps run before it fails: for cleanup,
+		// or to rescue it with a return.
+		h := e.run(frame{prefix: "on-error/", steps: d.OnError, roots: map[string]any{"error": map[string]any{"message": r.err}}, handler: true})
+		switch {
+		case h.state == running:
+			return h.act
+		case h.state == failed:
+			return action{kind: actFail, err: r.err + "; then on-error: " + h.err}
+		case h.returned:
+			return action{kind: actSucceed, output: h.output}
+		}
+	}
 	switch {
 	case r.state == running:
 		return r.act
@@ -93,6 +106,9 @@ type frame struct {
 	// roots are extra expression roots (item and index in a foreach body,
 	// input in a workflow called by name), inherited by nested frames.
 	roots map[string]any
+	// handler marks on-error steps: their goto and retry steps end them
+	// and act on the failed step's list.
+	handler bool
 }
 
 func (f frame) child(prefix string, steps []workflow.Step, roots map[string]any) frame {
@@ -120,6 +136,11 @@ type result struct {
 	err      string
 	output   json.RawMessage
 	returned bool // a return step ended the execution
+	// jump is the target of a goto in on-error steps: the list of the
+	// failed step goes on from there.
+	jump string
+	// retry is set when on-error steps decided to run the failed step again.
+	retry *workflow.Retry
 }
 
 // engine holds what one decision needs: the definition, the state, and the
@@ -193,6 +214,12 @@ func (e *engine) run(f frame) result {
 		if !ok {
 			st = projections.Step{ID: path, Kind: step.Kind}
 		}
+		if f.handler && st.Status == projections.OpSucceeded && (step.Kind == workflow.KindGoto || step.Kind == workflow.KindRetry) {
+			if step.Kind == workflow.KindRetry {
+				return result{state: done, retry: step.Retry}
+			}
+			return result{state: done, jump: step.Target}
+		}
 		if step.Kind == workflow.KindGoto && st.Status == projections.OpSucceeded {
 			if step.Target == workflow.GotoEnd {
 				return result{state: done, output: last}
@@ -209,6 +236,21 @@ func (e *engine) run(f frame) result {
 			continue
 		}
 		r := e.step(f, step, st, env)
+		if r.state == done && r.jump != "" { // a goto in the step's on-error steps
+			if r.jump == workflow.GotoEnd {
+				return result{state: done, output: last}
+			}
+			if round++; round > workflow.MaxRounds {
+				return result{state: failed, act: action{step: step, path: path},
+					err: fmt.Sprintf("goto %s ran more than %d times", r.jump, workflow.MaxRounds)}
+			}
+			i = slices.IndexFunc(f.steps, func(s workflow.Step) bool { return s.ID == r.jump }) - 1
+			if i < -1 {
+				return result{state: failed, act: action{step: step, path: path}, err: "goto target " + r.jump + " is not in this list"}
+			}
+			env = e.env(f)
+			continue
+		}
 		if r.state != done || r.returned {
 			return r
 		}
@@ -217,6 +259,32 @@ func (e *engine) run(f frame) result {
 		}
 	}
 	return result{state: done, output: last}
+}
+
+// handle runs the on-error steps of a step that failed (after its retry
+// policy). If they complete, the step is recovered; a retry step among
+// them reschedules it; a goto among them moves within the step's list; a
+// failure among them fails the step.
+func (e *engine) handle(f frame, step workflow.Step, st projections.Step) result {
+	prefix := fmt.Sprintf("%s/on-error%d/", st.ID, st.Attempt)
+	errRoot := map[string]any{"message": st.Error, "step": localID(st.ID), "attempt": float64(st.Attempt)}
+	hf := f.child(prefix, step.OnError, map[string]any{"error": errRoot})
+	hf.handler = true
+	r := e.run(hf)
+	if r.state != done || r.returned {
+		if r.state == failed {
+			r.err = "step " + st.ID + " failed: " + st.Error + "; then on-error: " + r.err
+		}
+		return r
+	}
+	if r.retry != nil {
+		return result{state: running, act: action{kind: actReschedule, step: step, path: st.ID, attempt: st.Attempt,
+			delay: r.retry.Delay(st.Attempt)}}
+	}
+	if r.jump != "" {
+		return result{state: done, jump: r.jump}
+	}
+	return result{state: done, output: r.output}
 }
 
 // step decides one step of a frame.
@@ -231,6 +299,9 @@ func (e *engine) step(f frame, step workflow.Step, st projections.Step, env map[
 	case projections.OpFailed:
 		if r := e.d.RetryOf(step); r != nil && st.Attempt < r.Limit && r.Retries(st.Error) {
 			return act(action{kind: actReschedule, step: step, attempt: st.Attempt, delay: r.Delay(st.Attempt)})
+		}
+		if len(step.OnError) > 0 {
+			return e.handle(f, step, st)
 		}
 		return result{state: failed, act: action{step: step, path: st.ID}, err: "step " + st.ID + " failed: " + st.Error}
 	case projections.OpRescheduled:
@@ -461,6 +532,13 @@ func (e *engine) mapOutput(step workflow.Step, st projections.Step, out json.Raw
 	return finish(mapped)
 }
 
+func limitOf(r *workflow.Retry) int {
+	if r == nil {
+		return 0
+	}
+	return r.Limit
+}
+
 // localID is a step's id within its frame: its path's last part without
 // the ~round of a step run again after a goto.
 func localID(p string) string {
@@ -578,6 +656,14 @@ func internal(step workflow.Step, st projections.Step, s projections.Execution, 
 			return action{kind: actTakeSignal, step: step, attempt: st.Attempt, signal: sig}
 		}
 		return action{kind: actWaitSignal, step: step, attempt: st.Attempt}
+	case workflow.KindRetry: // within on-error: retry the failed step while attempts remain
+		errRoot, _ := env["error"].(map[string]any)
+		attempt, _ := errRoot["attempt"].(float64)
+		if step.Retry == nil || int(attempt) >= step.Retry.Limit {
+			return fail(fmt.Errorf("no retries left: the step failed %d times (limit %d)", int(attempt), limitOf(step.Retry)))
+		}
+		out, _ := json.Marshal(map[string]any{"retry": true, "next_attempt": int(attempt) + 1})
+		return action{kind: actComplete, step: step, attempt: st.Attempt, output: out}
 	case workflow.KindGoto: // recorded as done; the frame then starts a new round at the target
 		out, _ := json.Marshal(map[string]string{"target": step.Target})
 		return action{kind: actComplete, step: step, attempt: st.Attempt, output: out}
