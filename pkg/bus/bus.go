@@ -76,12 +76,15 @@ func Streams(c Config) []jetstream.StreamConfig {
 			Retention: jetstream.LimitsPolicy, Discard: jetstream.DiscardNew, DenyDelete: true,
 		},
 		{
-			Name: events.StreamCommands, Subjects: []string{events.CommandsPrefix + ".>", events.SchedulesPrefix + ".>"},
-			Description: "jetflow commands (start, signal, timers, reconcile) and pending durable timers",
+			Name: events.StreamCommands, Subjects: []string{events.CommandsPrefix + ".>"},
+			Description: "jetflow commands (start, signal, reconcile)",
 			Storage:     jetstream.FileStorage, Replicas: c.Replicas, Duplicates: c.Duplicates, MaxAge: c.CommandsMaxAge,
-			// Durable timers are message schedules on jf.schedules.<timer>
-			// that publish into jf.commands.timer.<execution> when due.
-			AllowMsgSchedules: true, AllowRollup: true,
+		},
+		{
+			Name: events.StreamTimers, Subjects: []string{events.SchedulesPrefix + ".>", events.TimersPrefix + ".>"},
+			Description: "jetflow durable timers: message schedules on jf.schedules.<timer> fire into jf.timers.<execution>",
+			Storage:     jetstream.FileStorage, Replicas: c.Replicas, Duplicates: c.WorkDuplicates,
+			Retention: jetstream.WorkQueuePolicy, AllowMsgSchedules: true, AllowRollup: true,
 		},
 		{
 			Name: events.StreamTasks, Subjects: []string{events.TasksPrefix + ".>"},
@@ -137,7 +140,11 @@ func Ensure(ctx context.Context, js jetstream.JetStream, c Config) error {
 		if err == nil {
 			// Never lower replicas: one service started without
 			// JETFLOW_REPLICAS must not scale a cluster's streams down.
-			sc.Replicas = max(sc.Replicas, s.CachedInfo().Config.Replicas)
+			// Nor turn off message schedules or rollups a stream has.
+			have := s.CachedInfo().Config
+			sc.Replicas = max(sc.Replicas, have.Replicas)
+			sc.AllowMsgSchedules = sc.AllowMsgSchedules || have.AllowMsgSchedules
+			sc.AllowRollup = sc.AllowRollup || have.AllowRollup
 			if !streamDiffers(s.CachedInfo().Config, sc) {
 				continue
 			}

@@ -24,6 +24,10 @@ import (
 // ErrNotFound means no such workflow or version.
 var ErrNotFound = errors.New("catalog: workflow not found")
 
+// ErrVersionTaken means a definition names a version that holds another
+// definition.
+var ErrVersionTaken = errors.New("catalog: version already holds another definition")
+
 // Record is one stored version.
 type Record struct {
 	Name       string              `json:"name"`
@@ -61,6 +65,9 @@ func (s *Store) Apply(ctx context.Context, d workflow.Definition) (Record, bool,
 	if err != nil {
 		return Record{}, false, fmt.Errorf("digest definition: %w", err)
 	}
+	if d.Version > 0 {
+		return s.applyVersion(ctx, d, digest)
+	}
 	for range 20 {
 		latest, err := s.Get(ctx, d.Name, 0)
 		switch {
@@ -87,6 +94,33 @@ func (s *Store) Apply(ctx context.Context, d workflow.Definition) (Record, bool,
 		return rec, true, nil
 	}
 	return Record{}, false, fmt.Errorf("store definition %s: too much contention", d.Name)
+}
+
+// applyVersion stores d under the version it names, once: the same
+// definition again is unchanged, another one is refused.
+func (s *Store) applyVersion(ctx context.Context, d workflow.Definition, digest string) (Record, bool, error) {
+	rec := Record{Name: d.Name, Version: d.Version, Digest: digest, CreatedAt: s.now().UTC(), Definition: d}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return Record{}, false, fmt.Errorf("encode definition: %w", err)
+	}
+	if _, err := s.kv.Create(ctx, defKey(d.Name, d.Version), b); err != nil {
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return Record{}, false, fmt.Errorf("store definition %s v%d: %w", d.Name, d.Version, err)
+		}
+		existing, err := s.get(ctx, d.Name, d.Version)
+		if err != nil {
+			return Record{}, false, err
+		}
+		if existing.Digest != digest {
+			return existing, false, fmt.Errorf("%w: %s version %d", ErrVersionTaken, d.Name, d.Version)
+		}
+		return existing, false, nil
+	}
+	if err := s.advanceLatest(ctx, d.Name, d.Version); err != nil {
+		return Record{}, false, err
+	}
+	return rec, true, nil
 }
 
 // advanceLatest moves the latest pointer forward to v with compare-and-set.

@@ -275,3 +275,36 @@ func TestList(t *testing.T) {
 	require.Equal(t, 1, list[1].LatestVersion)
 	require.Equal(t, 1, list[2].LatestVersion)
 }
+
+// TestApplyExplicitVersion: a definition that names its version is stored
+// under it once; the same content again is unchanged, other content is
+// refused and changes nothing; the latest pointer follows the highest.
+func TestApplyExplicitVersion(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	s, err := catalog.Open(t.Context(), js)
+	require.NoError(t, err)
+	def := func(v int, id string) workflow.Definition {
+		return workflow.Definition{Name: "pinned", Version: v, Steps: []workflow.Step{{ID: id, Kind: workflow.KindNoop}}}
+	}
+	rec, created, err := s.Apply(t.Context(), def(7, "a"))
+	require.NoError(t, err)
+	require.True(t, created)
+	require.Equal(t, 7, rec.Version)
+	_, created, err = s.Apply(t.Context(), def(7, "a"))
+	require.NoError(t, err)
+	require.False(t, created)
+	_, _, err = s.Apply(t.Context(), def(7, "other"))
+	require.ErrorIs(t, err, catalog.ErrVersionTaken)
+	got, err := s.Get(t.Context(), "pinned", 7)
+	require.NoError(t, err)
+	require.Equal(t, "a", got.Definition.Steps[0].ID, "a refused apply changes nothing")
+	latest, err := s.Get(t.Context(), "pinned", 0)
+	require.NoError(t, err)
+	require.Equal(t, 7, latest.Version)
+	// Without a version the registry goes on from the latest.
+	rec, created, err = s.Apply(t.Context(), workflow.Definition{Name: "pinned", Steps: []workflow.Step{{ID: "b", Kind: workflow.KindNoop}}})
+	require.NoError(t, err)
+	require.True(t, created)
+	require.Equal(t, 8, rec.Version)
+}

@@ -94,11 +94,15 @@ type StepSucceeded struct {
 
 // StepFailed records a step's failure.
 type StepFailed struct {
-	StepID  string          `json:"step_id"`
-	Attempt int             `json:"attempt"`
-	Error   string          `json:"error"`
-	Output  json.RawMessage `json:"output,omitempty"`
-	Agent   string          `json:"agent,omitempty"`
+	StepID  string `json:"step_id"`
+	Attempt int    `json:"attempt"`
+	Error   string `json:"error"`
+	// Final marks a failure that retrying cannot change (an expression
+	// that cannot be evaluated, a condition that does not give a boolean):
+	// the retry policy does not apply, on-error steps still run.
+	Final  bool            `json:"final,omitempty"`
+	Output json.RawMessage `json:"output,omitempty"`
+	Agent  string          `json:"agent,omitempty"`
 }
 
 // StepSkipped records that a step did not run because its condition was false.

@@ -24,10 +24,14 @@ const (
 	SubjectReconcile = "jf.commands.reconcile"
 	// SubjectSignal is where signal commands are published.
 	SubjectSignal = "jf.commands.signal"
-	// TimersPrefix starts the subjects timers fire on: jf.commands.timer.<execution>.
-	TimersPrefix = "jf.commands.timer"
-	// SchedulesPrefix starts the subjects of pending timers (JetStream
-	// message schedules, in the commands stream): jf.schedules.<timer>.
+	// StreamTimers holds durable timers: pending ones as JetStream message
+	// schedules on jf.schedules.<timer>, fired ones on jf.timers.<execution>
+	// until the dispatcher has handled them (work-queue retention, no age
+	// limit: a timer waits as long as it must).
+	StreamTimers = "JF_TIMERS"
+	// TimersPrefix starts the subjects timers fire on: jf.timers.<execution>.
+	TimersPrefix = "jf.timers"
+	// SchedulesPrefix starts the subjects of pending timers: jf.schedules.<timer>.
 	SchedulesPrefix = "jf.schedules"
 
 	// StreamTasks is the work-queue stream of operations, one subject per agent queue.

@@ -145,6 +145,8 @@ type Step struct {
 	Input    json.RawMessage `json:"input,omitempty"`
 	Output   json.RawMessage `json:"output,omitempty"`
 	Error    string          `json:"error,omitempty"`
+	// Final: the failure is not retried (see events.StepFailed).
+	Final bool `json:"final,omitempty"`
 	// WaitUntil is when a waiting sleep ends (or a wait times out).
 	WaitUntil   time.Time `json:"wait_until,omitzero"`
 	ScheduledAt time.Time `json:"scheduled_at,omitzero"`
@@ -235,7 +237,7 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 		s = s.instance(e.StepID, e.Kind)
 		return s.step(ev, e.StepID, OpPending, func(st *Step) {
 			st.Attempt, st.Input, st.ScheduledAt = e.Attempt, e.Input, ev.Time
-			st.Output, st.Error, st.StartedAt, st.EndedAt, st.Agent, st.TaskID, st.TaskSeq, st.Delivery = nil, "", time.Time{}, time.Time{}, "", "", 0, 0
+			st.Output, st.Error, st.StartedAt, st.EndedAt, st.Agent, st.TaskID, st.TaskSeq, st.Delivery, st.Final = nil, "", time.Time{}, time.Time{}, "", "", 0, 0, false
 		})
 	case *events.StepSending:
 		return s.step(ev, e.StepID, OpSending, func(st *Step) { st.TaskID, st.Queue = e.TaskID, e.Queue })
@@ -267,7 +269,7 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 		})
 	case *events.StepFailed:
 		return s.step(ev, e.StepID, OpFailed, func(st *Step) {
-			st.Output, st.Error, st.EndedAt = e.Output, e.Error, ev.Time
+			st.Output, st.Error, st.EndedAt, st.Final = e.Output, e.Error, ev.Time, e.Final
 			if e.Agent != "" {
 				st.Agent = e.Agent
 			}

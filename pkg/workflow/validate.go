@@ -68,6 +68,9 @@ func (d Definition) validate() []FieldError {
 	if len(d.Steps) == 0 {
 		add("steps", "at least one step is required")
 	}
+	if d.Version < 0 {
+		add("version", "must be a positive version number (or absent, to let the registry number versions)")
+	}
 	if d.Input != nil {
 		if _, err := compileSchema(d.Input); err != nil {
 			add("input", "is not a valid JSON Schema: %s", oneLine(err))
@@ -140,6 +143,9 @@ func validateStepList(add func(string, string, ...any), addErr func(string, erro
 		outRoots := append(append([]string{}, roots...), "result")
 		if s.Kind == KindReturn {
 			outRoots = roots
+		}
+		if s.Output != nil && contains([]string{KindLet, KindSleep, KindFail, KindGoto, KindRetry}, s.Kind) {
+			add(f("output"), "does not apply to a %s step (it has no result to map)", s.Kind)
 		}
 		addErr(f("output"), expression.Compile(s.Output, outRoots))
 		if _, err := jsonable(s.Output); err != nil {
@@ -332,9 +338,10 @@ func (s Step) validateKind(add func(string, string, ...any), addErr func(string,
 		switch {
 		case (s.Duration == "") == (s.Until == ""):
 			add(f("duration"), "a sleep step needs either duration (e.g. 10s) or until (an RFC 3339 time)")
+		case s.Duration != "" && expression.IsTemplate(s.Duration):
+			template("duration", s.Duration)
 		case s.Duration != "":
 			checkDuration(add, f("duration"), s.Duration)
-			template("duration", s.Duration)
 		case expression.IsTemplate(s.Until):
 			template("until", s.Until)
 		default:
@@ -405,7 +412,11 @@ func (s Step) usedFields() []string {
 }
 
 func checkDuration(add func(string, string, ...any), field, v string) {
-	if v == "" || expression.IsTemplate(v) {
+	if v == "" {
+		return
+	}
+	if expression.IsTemplate(v) {
+		add(field, "%q: give a literal duration here (e.g. 30s); expressions are allowed only in a sleep's duration", v)
 		return
 	}
 	d, err := time.ParseDuration(v)

@@ -75,7 +75,10 @@ const MaxSize = 256 << 10
 
 // Definition is a workflow: a named list of steps run in order.
 type Definition struct {
-	Name        string `yaml:"name" json:"name"`
+	Name string `yaml:"name" json:"name"`
+	// Version, if set, is the version number this definition is stored
+	// under; otherwise the registry numbers versions 1, 2, 3... itself.
+	Version     int    `yaml:"version,omitempty" json:"version,omitempty"`
 	Description string `yaml:"description,omitempty" json:"description,omitempty"`
 	// Input is a JSON Schema the start input must satisfy.
 	Input map[string]any `yaml:"input,omitempty" json:"input,omitempty"`

@@ -142,8 +142,8 @@ func TestParseErrors(t *testing.T) {
 		},
 		{
 			name:  "UnknownTopLevelField",
-			input: "name: wf\nversion: 2\nsteps:\n  - id: a\n    kind: noop\n",
-			field: "version", line: 2, msg: `unknown field "version"`,
+			input: "name: wf\ncolor: 2\nsteps:\n  - id: a\n    kind: noop\n",
+			field: "color", line: 2, msg: `unknown field "color"`,
 		},
 		{
 			name:  "ExecWithoutCommand",

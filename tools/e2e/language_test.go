@@ -253,3 +253,36 @@ func TestCallCustomOperation(t *testing.T) {
 	require.Equal(t, projections.StatusFailed, x.Status)
 	require.Contains(t, x.Error, `no handler for operation kind "nobody-handles-this"`)
 }
+
+func TestSignalRetriedWithIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, nil)
+	ctx := context.Background()
+	s.apply(t, "name: waiter\nsteps:\n  - {id: gate, kind: wait, signal: go, timeout: 30s}\n")
+	_, err := s.c.Start(ctx, client.StartRequest{Workflow: "waiter", ID: "w1"})
+	require.NoError(t, err)
+	for range 2 {
+		req, _ := http.NewRequest(http.MethodPost, s.info.APIURL+"/v1/executions/w1/signals/note", strings.NewReader(`{"n":1}`))
+		req.Header.Set("Idempotency-Key", "note-1")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		var body struct {
+			Recorded bool `json:"recorded"`
+		}
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		require.True(t, body.Recorded)
+	}
+	_, err = s.c.Signal(ctx, "w1", "go", nil)
+	require.NoError(t, err)
+	x := s.waitDone(t, "w1", 20*time.Second)
+	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
+	notes := 0
+	for _, sig := range x.Signals {
+		if sig.Name == "note" {
+			notes++
+		}
+	}
+	require.Equal(t, 1, notes, "the retried signal is recorded once")
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/history"
 )
 
 // signalExecution sends a named signal to an execution. The body, if any,
@@ -21,6 +22,20 @@ import (
 // request the same signal. The answer is 200 once the signal is recorded
 // in the history, 202 if the dispatcher has not answered in time, or the
 // reason it was refused.
+// signalRecorded reports whether the execution's history holds the signal.
+func (s *Server) signalRecorded(r *http.Request, id, sigID string) bool {
+	evs, err := history.Read(r.Context(), s.js, events.ExecutionFilter(id), 0)
+	if err != nil {
+		return false
+	}
+	for _, ev := range evs {
+		if p, ok := ev.Data.(*events.SignalReceived); ok && p.SignalID == sigID {
+			return true
+		}
+	}
+	return false
+}
+
 func (s *Server) signalExecution(w http.ResponseWriter, r *http.Request) {
 	id, name := r.PathValue("id"), r.PathValue("name")
 	if !events.ValidSignalName(name) {
@@ -88,12 +103,23 @@ func (s *Server) signalExecution(w http.ResponseWriter, r *http.Request) {
 		s.internal(w, r, err)
 		return
 	}
-	if _, err := s.js.PublishMsg(r.Context(), msg, jetstream.WithMsgID(events.CommandMsgID(key))); err != nil {
+	ack, err := s.js.PublishMsg(r.Context(), msg, jetstream.WithMsgID(events.CommandMsgID(key)))
+	if err != nil {
 		s.internal(w, r, fmt.Errorf("publish signal: %w", err))
 		return
 	}
 	sigID := events.SignalID(key)
 	resp := map[string]any{"execution_id": id, "signal": name, "signal_id": sigID}
+	if ack.Duplicate { // the same request again: answer with what became of it
+		if s.signalRecorded(r, id, sigID) {
+			resp["recorded"] = true
+			writeJSON(w, http.StatusOK, resp)
+			return
+		}
+		if s.answerRejection(w, r, key) {
+			return
+		}
+	}
 	timeout := time.NewTimer(s.cfg.StartWait)
 	defer timeout.Stop()
 	for {

@@ -27,6 +27,11 @@ func (s *Server) applyWorkflow(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rec, created, err := s.defs.Apply(r.Context(), def)
+	if errors.Is(err, catalog.ErrVersionTaken) {
+		writeError(w, http.StatusConflict, apiError{Code: "conflict", Field: "version",
+			Message: fmt.Sprintf("workflow %s version %d already holds another definition; versions never change: give a new version number, or none", def.Name, def.Version)})
+		return
+	}
 	if err != nil {
 		s.internal(w, r, err)
 		return

@@ -31,6 +31,8 @@ type action struct {
 	output json.RawMessage
 	// signal is the signal a wait step takes.
 	signal *projections.Signal
+	// final marks a step failure that retrying cannot change.
+	final bool
 	// delay is a retry's backoff; until a sleep's end.
 	delay time.Duration
 	until time.Time
@@ -297,7 +299,7 @@ func (e *engine) step(f frame, step workflow.Step, st projections.Step, env map[
 	case projections.OpSkipped:
 		return result{state: done}
 	case projections.OpFailed:
-		if r := e.d.RetryOf(step); r != nil && st.Attempt < r.Limit && r.Retries(st.Error) {
+		if r := e.d.RetryOf(step); r != nil && !st.Final && st.Attempt < r.Limit && r.Retries(st.Error) {
 			return act(action{kind: actReschedule, step: step, attempt: st.Attempt, delay: r.Delay(st.Attempt)})
 		}
 		if len(step.OnError) > 0 {
@@ -313,7 +315,7 @@ func (e *engine) step(f frame, step workflow.Step, st projections.Step, env map[
 		if step.Condition != "" {
 			run, err := expression.Condition(step.Condition, env)
 			if err != nil {
-				return act(action{kind: actStepFail, step: step, attempt: st.Attempt + 1, err: "condition: " + err.Error()})
+				return act(action{kind: actStepFail, step: step, attempt: st.Attempt + 1, err: "condition: " + err.Error(), final: true})
 			}
 			if !run {
 				return act(action{kind: actSkip, step: step})

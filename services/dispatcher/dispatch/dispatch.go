@@ -36,6 +36,7 @@ import (
 const (
 	CommandsConsumer = "dispatcher-commands"
 	ResultsConsumer  = "dispatcher-results"
+	TimersConsumer   = "dispatcher-timers"
 )
 
 // Config configures a Dispatcher.
@@ -107,6 +108,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	consumers := map[string]struct{ stream, filter string }{
 		CommandsConsumer: {events.StreamCommands, events.CommandsPrefix + ".>"},
 		ResultsConsumer:  {events.StreamResults, events.ResultsPrefix + ".>"},
+		TimersConsumer:   {events.StreamTimers, events.TimersPrefix + ".>"},
 	}
 	queues := make([]chan job, d.cfg.Workers)
 	var wg sync.WaitGroup
@@ -297,6 +299,13 @@ func (d *Dispatcher) withExecution(ctx context.Context, wf, id string, fn func(*
 		}
 		before := x.state.LastSeq
 		err = fn(x)
+		if err == nil && !cached && x.state.LastSeq > 0 {
+			// Keep what fn built (a new execution's first events), so the
+			// next message for it does not read its history again.
+			d.mu.Lock()
+			d.cache.put(id, x)
+			d.mu.Unlock()
+		}
 		if err == nil && cached && x.state.LastSeq == before {
 			// fn decided to change nothing (a stale or duplicate result, or
 			// nothing to do) on the strength of a cached state. Another

@@ -107,7 +107,7 @@ func (d *Dispatcher) start(ctx context.Context, ev events.Event, cmd *events.Sta
 			}
 			if x.def.Timeout != "" {
 				if dur, err := time.ParseDuration(x.def.Timeout); err == nil {
-					if err := d.armTimer(ctx, x, events.TimerWorkflowTimeout, "", 0, x.state.StartedAt.Add(dur)); err != nil {
+					if _, err := d.armTimer(ctx, x, events.TimerWorkflowTimeout, "", 0, x.state.StartedAt.Add(dur)); err != nil {
 						return err
 					}
 				}
@@ -301,7 +301,7 @@ func (d *Dispatcher) act(ctx context.Context, x *execState, a action) error {
 		if err := d.ensurePending(ctx, x, a); err != nil {
 			return err
 		}
-		return d.append(ctx, x, &events.StepFailed{StepID: id, Attempt: a.attempt, Error: a.err})
+		return d.append(ctx, x, &events.StepFailed{StepID: id, Attempt: a.attempt, Error: a.err, Final: a.final})
 	case actLet:
 		if err := d.append(ctx, x, &events.VariablesSet{StepID: id, Vars: a.vars}); err != nil {
 			return err
@@ -317,7 +317,8 @@ func (d *Dispatcher) act(ctx context.Context, x *execState, a action) error {
 		if until.IsZero() {
 			until = d.cfg.Now().Add(a.delay)
 		}
-		if err := d.armTimer(ctx, x, events.TimerSleep, id, a.attempt, until); err != nil {
+		until, err := d.armTimer(ctx, x, events.TimerSleep, id, a.attempt, until)
+		if err != nil {
 			return err
 		}
 		return d.append(ctx, x, &events.StepWaiting{StepID: id, Attempt: a.attempt, Until: until.UTC()})
@@ -328,8 +329,7 @@ func (d *Dispatcher) act(ctx context.Context, x *execState, a action) error {
 			if err != nil {
 				return d.act(ctx, x, action{kind: actStepFail, step: a.step, attempt: a.attempt, err: "timeout: " + err.Error()})
 			}
-			until = d.cfg.Now().Add(dur)
-			if err := d.armTimer(ctx, x, events.TimerWaitTimeout, id, a.attempt, until); err != nil {
+			if until, err = d.armTimer(ctx, x, events.TimerWaitTimeout, id, a.attempt, d.cfg.Now().Add(dur)); err != nil {
 				return err
 			}
 		}
@@ -337,15 +337,22 @@ func (d *Dispatcher) act(ctx context.Context, x *execState, a action) error {
 	case actComplete:
 		return d.append(ctx, x, &events.StepSucceeded{StepID: id, Attempt: a.attempt, Output: a.output})
 	case actTakeSignal:
-		return d.append(ctx, x, &events.StepSucceeded{StepID: id, Attempt: a.attempt, SignalID: a.signal.ID,
-			Output: signalOutput(a.signal)})
+		out := signalOutput(a.signal)
+		if a.step.Output != nil {
+			mapped, err := render(a.step.Output, with(envOf(x.state), "result", decode(out)))
+			if err != nil {
+				return d.act(ctx, x, action{kind: actStepFail, step: a.step, path: id, attempt: a.attempt, err: "output: " + err.Error(), final: true})
+			}
+			out = mapped
+		}
+		return d.append(ctx, x, &events.StepSucceeded{StepID: id, Attempt: a.attempt, SignalID: a.signal.ID, Output: out})
 	case actReschedule:
 		jitter := 1.0
 		if r := x.def.RetryOf(a.step); r != nil && r.Jitter > 0 {
 			jitter = 1 - r.Jitter + 2*r.Jitter*mrand.Float64() // recorded in the event, so replay is exact
 		}
-		due := d.cfg.Now().Add(time.Duration(float64(a.delay) * jitter))
-		if err := d.armTimer(ctx, x, events.TimerRetry, id, a.attempt, due); err != nil {
+		due, err := d.armTimer(ctx, x, events.TimerRetry, id, a.attempt, d.cfg.Now().Add(time.Duration(float64(a.delay)*jitter)))
+		if err != nil {
 			return err
 		}
 		log.Info().Str("step_id", id).Int("attempt", a.attempt).Time("due", due).Msg("retry scheduled")
@@ -453,7 +460,8 @@ func (d *Dispatcher) send(ctx context.Context, x *execState, a action) error {
 	if a.step.Timeout != "" {
 		dur, err := time.ParseDuration(a.step.Timeout)
 		if err == nil && dur > 0 {
-			return d.armTimer(ctx, x, events.TimerStepTimeout, a.path, a.attempt, d.cfg.Now().Add(dur))
+			_, err := d.armTimer(ctx, x, events.TimerStepTimeout, a.path, a.attempt, d.cfg.Now().Add(dur))
+			return err
 		}
 	}
 	return nil

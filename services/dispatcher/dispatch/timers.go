@@ -30,21 +30,24 @@ func timerID(execID, purpose, stepID string, attempt int) string {
 // dispatcher dies in between, the orphan fires for a timer the history does
 // not know (and is ignored) and the re-handled decision re-arms the same
 // timer id, replacing it. A timer already armed keeps its due time.
-func (d *Dispatcher) armTimer(ctx context.Context, x *execState, purpose, stepID string, attempt int, due time.Time) error {
+//
+// It returns the due time in force (the first one, for a re-armed timer),
+// which the caller records with the step.
+func (d *Dispatcher) armTimer(ctx context.Context, x *execState, purpose, stepID string, attempt int, due time.Time) (time.Time, error) {
 	id := timerID(x.id, purpose, stepID, attempt)
 	if t, ok := x.state.Timers[id]; ok {
 		if t.Fired {
-			return nil
+			return t.Due, nil
 		}
 		due = t.Due
 	}
 	if err := d.publishSchedule(ctx, x.id, x.workflow, id, due); err != nil {
-		return err
+		return due, err
 	}
 	if _, ok := x.state.Timers[id]; ok {
-		return nil
+		return due, nil
 	}
-	return d.append(ctx, x, &events.TimerArmed{TimerID: id, Purpose: purpose, StepID: stepID, Attempt: attempt, Due: due.UTC()})
+	return due, d.append(ctx, x, &events.TimerArmed{TimerID: id, Purpose: purpose, StepID: stepID, Attempt: attempt, Due: due.UTC()})
 }
 
 func (d *Dispatcher) publishSchedule(ctx context.Context, execID, wf, id string, due time.Time) error {

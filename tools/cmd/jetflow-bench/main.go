@@ -2,7 +2,9 @@
 // workflow of N noop steps through all four services on an embedded
 // JetStream (file store), started by publishing start CloudEvents. It
 // prints executions/s, steps/s and start-to-finish latency percentiles,
-// then a sequential single-execution latency run.
+// then a sequential single-execution latency run, and optionally (-timers)
+// a durable-timer run: many executions sleeping until the same instant,
+// reporting how late their timers fired.
 package main
 
 import (
@@ -32,6 +34,8 @@ import (
 
 type config struct {
 	executions, concurrency, steps, single int
+	timers                                 int
+	timerLead                              time.Duration
 	dataDir, cpuProfile, memProfile        string
 }
 
@@ -51,14 +55,16 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&c.concurrency, "concurrency", 200, "executions in flight at once in the throughput run")
 	fs.IntVar(&c.steps, "steps", 10, "noop steps per execution")
 	fs.IntVar(&c.single, "single", 100, "executions in the sequential single-execution latency run")
+	fs.IntVar(&c.timers, "timers", 0, "executions in the durable-timer run, all sleeping until the same instant (0 skips it)")
+	fs.DurationVar(&c.timerLead, "timer-lead", 0, "how far ahead the timer run's common due time is (default max(5s, timers/1000 s))")
 	fs.StringVar(&c.dataDir, "data", "", "data directory (default: a new temp dir, removed afterwards)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured runs to this file")
 	fs.StringVar(&c.memProfile, "memprofile", "", "write a heap profile at the end to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if c.executions < 1 || c.concurrency < 1 || c.steps < 1 || c.single < 0 {
-		return fmt.Errorf("-executions, -concurrency and -steps must be positive, -single non-negative")
+	if c.executions < 1 || c.concurrency < 1 || c.steps < 1 || c.single < 0 || c.timers < 0 || c.timerLead < 0 {
+		return fmt.Errorf("-executions, -concurrency and -steps must be positive, -single, -timers and -timer-lead non-negative")
 	}
 	if c.dataDir == "" {
 		dir, err := os.MkdirTemp("", "jetflow-bench-")
@@ -143,6 +149,11 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 			perStep[i] = l / time.Duration(c.steps)
 		}
 		printLatency(out, "per step", perStep)
+	}
+	if c.timers > 0 {
+		if err := runTimers(ctx, out, conn, store, c.timers, c.timerLead); err != nil {
+			return err
+		}
 	}
 	if c.memProfile != "" {
 		f, err := os.Create(c.memProfile)

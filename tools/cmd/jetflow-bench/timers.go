@@ -1,0 +1,253 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/catalog"
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/workflow"
+)
+
+// timerWorkflow is the workflow of the timer run: one sleep step that
+// ends at the instant given in the input.
+const timerWorkflow = "bench-timers"
+
+// timerLead is how far ahead of now the timer run sets the common due
+// time T: long enough to start every execution first.
+func timerLead(n int) time.Duration {
+	return max(5*time.Second, time.Duration(n)*time.Second/1000)
+}
+
+// timerRecord is what the timer run saw of one execution: CloudEvent
+// times of its TimerArmed, TimerFired and ExecutionSucceeded events.
+type timerRecord struct {
+	armed, fired, succeeded time.Time
+}
+
+// timerTracker follows the executions of the timer run with a core NATS
+// subscription on their history subjects, reading only the ce-type and
+// ce-time headers.
+type timerTracker struct {
+	sub      *nats.Subscription
+	mu       sync.Mutex
+	recs     map[string]*timerRecord
+	want     int
+	done     int
+	failed   []string
+	finished chan struct{} // closed when every execution has ended
+}
+
+func newTimerTracker(nc *nats.Conn, want int) (*timerTracker, error) {
+	t := &timerTracker{recs: make(map[string]*timerRecord, want), want: want, finished: make(chan struct{})}
+	sub, err := nc.Subscribe(events.WorkflowSubjects(timerWorkflow), func(m *nats.Msg) {
+		typ := events.Type(m.Header.Get("ce-type"))
+		switch typ {
+		case events.TypeTimerArmed, events.TypeTimerFired, events.TypeExecutionSucceeded, events.TypeExecutionFailed:
+		default:
+			return
+		}
+		at, err := time.Parse(time.RFC3339Nano, m.Header.Get("ce-time"))
+		if err != nil {
+			return
+		}
+		id := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		r := t.recs[id]
+		if r == nil {
+			r = &timerRecord{}
+			t.recs[id] = r
+		}
+		switch typ {
+		case events.TypeTimerArmed:
+			r.armed = at
+		case events.TypeTimerFired:
+			r.fired = at
+		case events.TypeExecutionSucceeded, events.TypeExecutionFailed:
+			if typ == events.TypeExecutionSucceeded {
+				r.succeeded = at
+			} else {
+				t.failed = append(t.failed, id)
+			}
+			if t.done++; t.done == t.want {
+				close(t.finished)
+			}
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	_ = sub.SetPendingLimits(-1, -1)
+	t.sub = sub
+	return t, nil
+}
+
+func (t *timerTracker) close() { _ = t.sub.Unsubscribe() }
+
+// runTimers starts n executions that all sleep until the same instant T
+// and reports how late their timers fired.
+func runTimers(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalog.Store, n int, lead time.Duration) error {
+	def := workflow.Definition{Name: timerWorkflow, Steps: []workflow.Step{
+		{ID: "nap", Kind: workflow.KindSleep, Until: "${input.due}"},
+	}}
+	if _, _, err := store.Apply(ctx, def); err != nil {
+		return err
+	}
+	tr, err := newTimerTracker(conn.NC, n)
+	if err != nil {
+		return err
+	}
+	defer tr.close()
+	if lead <= 0 {
+		lead = timerLead(n)
+	}
+	began := time.Now()
+	due := began.Add(lead)
+	input, err := json.Marshal(map[string]any{"due": due.UTC().Format(time.RFC3339Nano)})
+	if err != nil {
+		return err
+	}
+	runID := began.UnixNano()
+	prefix := fmt.Sprintf("timer-%d-", runID)
+
+	// Publish every start command at once, from a few goroutines.
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errc := make(chan error, 1)
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(n) {
+					return
+				}
+				ev := events.New("jetflow-bench", "", timerWorkflow, time.Now(),
+					&events.StartExecution{Workflow: timerWorkflow, ExecutionID: fmt.Sprintf("%s%d", prefix, i), Input: input})
+				msg, err := events.Encode(events.SubjectStart, ev)
+				if err == nil {
+					_, err = conn.JS.PublishMsg(ctx, msg)
+				}
+				if err != nil {
+					select {
+					case errc <- fmt.Errorf("publish start: %w", err):
+					default:
+					}
+					next.Store(int64(n))
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return err
+	default:
+	}
+	published := time.Since(began)
+
+	deadline := time.NewTimer(time.Until(due) + 3*time.Minute)
+	defer deadline.Stop()
+	var timedOut bool
+	select {
+	case <-tr.finished:
+	case <-deadline.C:
+		timedOut = true
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	var armed, armedLate, fired, early, within100, within1s, succeeded int
+	var lastArmed, firstFire, lastFire time.Time
+	var fireLate, succLate []time.Duration
+	for id, r := range tr.recs {
+		if !strings.HasPrefix(id, prefix) {
+			continue
+		}
+		if !r.armed.IsZero() {
+			armed++
+			if r.armed.After(lastArmed) {
+				lastArmed = r.armed
+			}
+			if r.armed.After(due) {
+				armedLate++
+			}
+		}
+		if !r.fired.IsZero() {
+			fired++
+			late := r.fired.Sub(due)
+			fireLate = append(fireLate, late)
+			switch {
+			case late < 0:
+				early++
+			case late <= 100*time.Millisecond:
+				within100++
+				within1s++
+			case late <= time.Second:
+				within1s++
+			}
+			if firstFire.IsZero() || r.fired.Before(firstFire) {
+				firstFire = r.fired
+			}
+			if r.fired.After(lastFire) {
+				lastFire = r.fired
+			}
+		}
+		if !r.succeeded.IsZero() {
+			succeeded++
+			succLate = append(succLate, r.succeeded.Sub(due))
+		}
+	}
+
+	fmt.Fprintf(out, "\ntimer run: %d executions of a one-step workflow sleeping until the same instant T = start + %s\n", n, lead)
+	fmt.Fprintf(out, "  start commands   published in %s\n", published.Round(time.Millisecond))
+	if !lastArmed.IsZero() {
+		fmt.Fprintf(out, "  timers armed     %d, the last %s after the first start (%d after T)\n",
+			armed, lastArmed.Sub(began).Round(time.Millisecond), armedLate)
+	} else {
+		fmt.Fprintf(out, "  timers armed     0\n")
+	}
+	fmt.Fprintf(out, "  timers fired     %d (%d before T)\n", fired, early)
+	fmt.Fprintf(out, "  fired within     100 ms of T: %d (%.1f%%), 1 s of T: %d (%.1f%%)\n",
+		within100, pct(within100, n), within1s, pct(within1s, n))
+	if len(fireLate) > 0 {
+		printLatency(out, "fire lateness", fireLate)
+	}
+	if len(succLate) > 0 {
+		printLatency(out, "succeeded", succLate)
+	}
+	if fired > 1 && lastFire.After(firstFire) {
+		fmt.Fprintf(out, "  timers fired/s   %.0f (%d between %s and %s after T)\n", float64(fired)/lastFire.Sub(firstFire).Seconds(),
+			fired, firstFire.Sub(due).Round(time.Millisecond), lastFire.Sub(due).Round(time.Millisecond))
+	}
+	fmt.Fprintf(out, "  executions       %d succeeded, %d failed\n", succeeded, len(tr.failed))
+	switch {
+	case timedOut:
+		return fmt.Errorf("timer run: %d of %d executions ended within 3m after T", tr.done, n)
+	case len(tr.failed) > 0:
+		return fmt.Errorf("timer run: %d executions failed, e.g. %s", len(tr.failed), tr.failed[0])
+	case early > 0:
+		return fmt.Errorf("timer run: %d timers fired before they were due", early)
+	}
+	return nil
+}
+
+func pct(k, n int) float64 {
+	if n == 0 {
+		return 0
+	}
+	return 100 * float64(k) / float64(n)
+}

@@ -1,0 +1,177 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/client"
+	"jetflow.dev/pkg/projections"
+)
+
+// exampleRun is one execution of an example: its input, the signals sent
+// to it after it started, the status it must end in, and what else to check.
+type exampleRun struct {
+	input   map[string]any
+	signals []exampleSignal
+	want    projections.Status
+	check   func(t *testing.T, x projections.Execution)
+}
+
+type exampleSignal struct {
+	name string
+	data string // JSON, "" for none
+}
+
+// exampleRuns lists, per file of examples/, how to run it. Every file must
+// have an entry: a new example without one fails the test.
+var exampleRuns = map[string][]exampleRun{
+	"hello.yaml": {{
+		want: projections.StatusSucceeded,
+		check: func(t *testing.T, x projections.Execution) {
+			require.JSONEq(t, `"ok"`, jsonField(t, stepByID(x, "health").Output, "json", "status"))
+		},
+	}},
+	"slow.yaml": {{want: projections.StatusSucceeded}},
+	"chain.yaml": {{
+		want: projections.StatusSucceeded,
+		check: func(t *testing.T, x projections.Execution) {
+			require.JSONEq(t, `201`, jsonField(t, stepByID(x, "start-hello").Output, "status"))
+		},
+	}},
+	"fails.yaml": {{
+		want: projections.StatusFailed,
+		check: func(t *testing.T, x projections.Execution) {
+			require.Contains(t, x.Error, "exit status 3")
+			require.Equal(t, projections.OpNone, stepByID(x, "never").Status)
+		},
+	}},
+	"provision.yaml": {
+		{
+			input: map[string]any{"host": "web-1", "size": "large", "replicas": 2},
+			want:  projections.StatusSucceeded,
+			check: func(t *testing.T, x projections.Execution) {
+				require.JSONEq(t, `{"host":"web-1.example.internal","replicas":2,"setup":"configured web-1.example.internal x2",
+					"setup_attempts":2,"health":"ok"}`, string(x.Output))
+				require.Equal(t, projections.OpSucceeded, stepByID(x, "reserve").Status)
+			},
+		},
+		{
+			input: map[string]any{"host": "web-2", "dry_run": true},
+			want:  projections.StatusSucceeded,
+			check: func(t *testing.T, x projections.Execution) {
+				require.Equal(t, projections.OpSkipped, stepByID(x, "reserve").Status)
+				require.Equal(t, projections.OpSkipped, stepByID(x, "setup").Status)
+				require.JSONEq(t, `{"host":"web-2.example.internal","replicas":1,"setup":null,"setup_attempts":0,"health":"ok"}`, string(x.Output))
+			},
+		},
+	},
+	"approval.yaml": {
+		{
+			input: map[string]any{"change": "resize db-1", "amount": 120, "window": "10ms"},
+			signals: []exampleSignal{
+				{"approve", `{"by":"mallory"}`}, // not an approver: kept, never taken
+				{"approve", `{"by":"alice","note":"go ahead"}`},
+			},
+			want: projections.StatusSucceeded,
+			check: func(t *testing.T, x projections.Execution) {
+				require.JSONEq(t, `{"change":"resize db-1","approved_by":"alice","note":"go ahead","result":"applied: resize db-1"}`, string(x.Output))
+				require.Len(t, x.Signals, 2)
+				require.Empty(t, x.Signals[0].TakenBy)
+				require.Equal(t, "decision", x.Signals[1].TakenBy)
+			},
+		},
+		{
+			input:   map[string]any{"change": "drop table", "amount": 5, "approvers": []string{"carol"}},
+			signals: []exampleSignal{{"reject", `{"by":"carol","note":"not on a Friday"}`}},
+			want:    projections.StatusFailed,
+			check: func(t *testing.T, x projections.Execution) {
+				require.Contains(t, x.Error, "drop table was rejected by carol: not on a Friday")
+				require.Equal(t, projections.OpNone, stepByID(x, "apply").Status)
+			},
+		},
+	},
+}
+
+// jsonField returns the JSON of the member at path in doc.
+func jsonField(t *testing.T, doc json.RawMessage, path ...string) string {
+	t.Helper()
+	var v any
+	require.NoError(t, json.Unmarshal(doc, &v), "%s", doc)
+	for _, p := range path {
+		m, ok := v.(map[string]any)
+		require.True(t, ok, "no %q in %s", p, doc)
+		v = m[p]
+	}
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
+	return string(b)
+}
+
+// TestExamplesRunToCompletion applies every file of examples/ (with the
+// api's real address in place of 127.0.0.1:8080), runs each as its table
+// entry says, and checks how it ends.
+func TestExamplesRunToCompletion(t *testing.T) {
+	t.Parallel()
+	const dir = "../../examples"
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var files []string
+	for _, e := range entries {
+		if ext := filepath.Ext(e.Name()); !e.IsDir() && (ext == ".yaml" || ext == ".yml" || ext == ".json") {
+			files = append(files, e.Name())
+		}
+	}
+	require.NotEmpty(t, files)
+	for f := range exampleRuns {
+		require.Contains(t, files, f, "exampleRuns names a file that is not in examples/")
+	}
+
+	s := startStack(t, nil)
+	ctx := context.Background()
+	hostPort := strings.TrimPrefix(s.info.APIURL, "http://")
+	names := map[string]string{}
+	for _, f := range files { // apply them all first: chain.yaml starts hello
+		b, err := os.ReadFile(filepath.Join(dir, f))
+		require.NoError(t, err)
+		a, err := s.c.ApplyWorkflow(ctx, []byte(strings.ReplaceAll(string(b), "127.0.0.1:8080", hostPort)))
+		require.NoError(t, err, "examples/%s is not a valid definition", f)
+		names[f] = a.Name
+	}
+
+	for _, f := range files {
+		runs, ok := exampleRuns[f]
+		if !ok {
+			t.Errorf("examples/%s has no entry in exampleRuns (tools/e2e/examples_test.go): add how to run it and how it ends", f)
+			continue
+		}
+		for i, r := range runs {
+			id := fmt.Sprintf("example-%s-%d", strings.TrimSuffix(f, filepath.Ext(f)), i+1)
+			t.Run(id, func(t *testing.T) {
+				t.Parallel()
+				_, err := s.c.Start(ctx, client.StartRequest{Workflow: names[f], ID: id, Input: r.input})
+				require.NoError(t, err)
+				for _, sig := range r.signals {
+					var data json.RawMessage
+					if sig.data != "" {
+						data = json.RawMessage(sig.data)
+					}
+					_, err := s.c.Signal(ctx, id, sig.name, data)
+					require.NoError(t, err, "signal %s", sig.name)
+				}
+				x := s.waitDone(t, id, 30*time.Second)
+				require.Equal(t, r.want, x.Status, "examples/%s: %s", f, x.Error)
+				if r.check != nil {
+					r.check(t, x)
+				}
+			})
+		}
+	}
+}
