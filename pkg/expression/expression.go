@@ -129,6 +129,18 @@ func Condition(s string, env map[string]any) (bool, error) {
 	return b, nil
 }
 
+// HasTemplate reports whether any string in v holds an expression.
+func HasTemplate(v any) bool {
+	found := false
+	_ = walkStrings(v, func(s string) error {
+		if IsTemplate(s) {
+			found = true
+		}
+		return nil
+	})
+	return found
+}
+
 // IsTemplate reports whether s holds an expression.
 func IsTemplate(s string) bool { return strings.Contains(s, "${") }
 

@@ -157,8 +157,40 @@ type engine struct {
 }
 
 func newEngine(d workflow.Definition, s projections.Execution) *engine {
-	e := &engine{d: d, s: s, byPath: make(map[string]projections.Step, len(s.Steps)), byParent: map[string][]projections.Step{}}
-	for _, st := range s.Steps {
+	return &engine{d: d, s: s}
+}
+
+// instance returns the step instance at path, if the history has it. Small
+// executions are scanned (cheaper than building a map on every decision);
+// larger ones get an index on first use.
+func (e *engine) instance(path string) (projections.Step, bool) {
+	if len(e.s.Steps) <= 32 {
+		for _, st := range e.s.Steps {
+			if st.ID == path {
+				return st, true
+			}
+		}
+		return projections.Step{}, false
+	}
+	e.index()
+	st, ok := e.byPath[path]
+	return st, ok
+}
+
+// children returns the instances directly in the frame with this prefix.
+func (e *engine) children(prefix string) []projections.Step {
+	e.index()
+	return e.byParent[prefix]
+}
+
+// index builds the maps by path and by frame, once.
+func (e *engine) index() {
+	if e.byPath != nil {
+		return
+	}
+	e.byPath = make(map[string]projections.Step, len(e.s.Steps))
+	e.byParent = map[string][]projections.Step{}
+	for _, st := range e.s.Steps {
 		e.byPath[st.ID] = st
 		parent := ""
 		if i := strings.LastIndexByte(st.ID, '/'); i >= 0 {
@@ -169,18 +201,39 @@ func newEngine(d workflow.Definition, s projections.Execution) *engine {
 			e.rounds = true
 		}
 	}
-	e.global = envOf(s)
-	return e
+}
+
+// lazyEnv is the expression environment of a frame, built on first use:
+// most decisions evaluate no expression at all.
+type lazyEnv struct {
+	e *engine
+	f frame
+	m map[string]any
+}
+
+func (l *lazyEnv) get() map[string]any {
+	if l.m == nil {
+		l.m = l.e.env(l.f)
+	}
+	return l.m
+}
+
+func (e *engine) globalEnv() map[string]any {
+	if e.global == nil {
+		e.global = envOf(e.s)
+	}
+	return e.global
 }
 
 // env is what expressions in frame f see: steps.<id> are the steps of f
 // and of the frames around it (the nearest wins), plus f's extra roots.
 func (e *engine) env(f frame) map[string]any {
+	e.index()
 	if f.prefix == "" && len(f.roots) == 0 && !e.rounds {
-		return e.global
+		return e.globalEnv()
 	}
 	steps := make(map[string]any)
-	for _, st := range e.byParent[""] { // top-level steps; a later round's instance wins
+	for _, st := range e.children("") { // top-level steps; a later round's instance wins
 		steps[localID(st.ID)] = stepView(st)
 	}
 	for i := 0; i < len(f.prefix); i++ {
@@ -188,11 +241,11 @@ func (e *engine) env(f frame) map[string]any {
 			continue
 		}
 		parent := f.prefix[:i+1]
-		for _, st := range e.byParent[parent] {
+		for _, st := range e.children(parent) {
 			steps[localID(st.ID[len(parent):])] = stepView(st)
 		}
 	}
-	env := with(e.global, "steps", steps)
+	env := with(e.globalEnv(), "steps", steps)
 	for k, v := range f.roots {
 		env[k] = v
 	}
@@ -203,7 +256,7 @@ func (e *engine) env(f frame) map[string]any {
 // of the frame at its target: the steps of round r > 0 are new instances,
 // whose paths end in ~r, so nothing recorded is ever rewritten.
 func (e *engine) run(f frame) result {
-	env := e.env(f)
+	env := &lazyEnv{e: e, f: f}
 	var last json.RawMessage
 	round := 0
 	for i := 0; i < len(f.steps); i++ {
@@ -212,7 +265,7 @@ func (e *engine) run(f frame) result {
 		if round > 0 {
 			path += "~" + strconv.Itoa(round)
 		}
-		st, ok := e.byPath[path]
+		st, ok := e.instance(path)
 		if !ok {
 			st = projections.Step{ID: path, Kind: step.Kind}
 		}
@@ -234,7 +287,7 @@ func (e *engine) run(f frame) result {
 			if i < -1 {
 				return result{state: failed, act: action{step: step, path: path}, err: "goto target " + step.Target + " is not in this list"}
 			}
-			env = e.env(f) // the new round's steps are not done yet
+			env = &lazyEnv{e: e, f: f} // the new round's steps are not done yet
 			continue
 		}
 		r := e.step(f, step, st, env)
@@ -250,7 +303,7 @@ func (e *engine) run(f frame) result {
 			if i < -1 {
 				return result{state: failed, act: action{step: step, path: path}, err: "goto target " + r.jump + " is not in this list"}
 			}
-			env = e.env(f)
+			env = &lazyEnv{e: e, f: f}
 			continue
 		}
 		if r.state != done || r.returned {
@@ -290,7 +343,7 @@ func (e *engine) handle(f frame, step workflow.Step, st projections.Step) result
 }
 
 // step decides one step of a frame.
-func (e *engine) step(f frame, step workflow.Step, st projections.Step, env map[string]any) result {
+func (e *engine) step(f frame, step workflow.Step, st projections.Step, env *lazyEnv) result {
 	act := func(a action) result { a.path = st.ID; return result{state: running, act: a} }
 	wait := result{state: running, act: action{kind: actWait}}
 	switch st.Status {
@@ -313,7 +366,7 @@ func (e *engine) step(f frame, step workflow.Step, st projections.Step, env map[
 		return wait
 	case projections.OpNone:
 		if step.Condition != "" {
-			run, err := expression.Condition(step.Condition, env)
+			run, err := expression.Condition(step.Condition, env.get())
 			if err != nil {
 				return act(action{kind: actStepFail, step: step, attempt: st.Attempt + 1, err: "condition: " + err.Error(), final: true})
 			}
@@ -351,7 +404,7 @@ func (e *engine) step(f frame, step workflow.Step, st projections.Step, env map[
 // (and recorded, so a resend uses exactly it); containers record what they
 // decide at start (foreach items, switch case, called workflow's input);
 // the dispatcher's own steps are scheduled bare and run when pending.
-func (e *engine) schedule(step workflow.Step, attempt int, env map[string]any) action {
+func (e *engine) schedule(step workflow.Step, attempt int, env *lazyEnv) action {
 	fail := func(err error) action {
 		return action{kind: actStepFail, step: step, attempt: attempt, err: err.Error()}
 	}
@@ -363,7 +416,7 @@ func (e *engine) schedule(step workflow.Step, attempt int, env map[string]any) a
 			return fail(err)
 		}
 	case step.Kind == workflow.KindForeach:
-		items, err := expression.Render(step.Items, env)
+		items, err := expression.Render(step.Items, env.get())
 		if err != nil {
 			return fail(fmt.Errorf("items: %w", err))
 		}
@@ -375,7 +428,7 @@ func (e *engine) schedule(step workflow.Step, attempt int, env map[string]any) a
 	case step.Kind == workflow.KindSwitch:
 		chosen := -1
 		for i, c := range step.Cases {
-			ok, err := expression.Condition(c.When, env)
+			ok, err := expression.Condition(c.When, env.get())
 			if err != nil {
 				return fail(fmt.Errorf("cases[%d].when: %w", i, err))
 			}
@@ -386,7 +439,7 @@ func (e *engine) schedule(step workflow.Step, attempt int, env map[string]any) a
 		}
 		input, _ = json.Marshal(map[string]any{"case": chosen})
 	case step.Kind == workflow.KindWorkflow && step.Workflow != "":
-		in, err := render(step.Input, env)
+		in, err := render(step.Input, env.get())
 		if err != nil {
 			return fail(fmt.Errorf("input: %w", err))
 		}
@@ -397,7 +450,7 @@ func (e *engine) schedule(step workflow.Step, attempt int, env map[string]any) a
 }
 
 // container decides a pending container from its children.
-func (e *engine) container(f frame, step workflow.Step, st projections.Step, env map[string]any) result {
+func (e *engine) container(f frame, step workflow.Step, st projections.Step, env *lazyEnv) result {
 	finish := func(out json.RawMessage) result {
 		return result{state: running, act: action{kind: actComplete, step: step, path: st.ID, attempt: st.Attempt, output: out}}
 	}
@@ -438,7 +491,7 @@ func (e *engine) container(f frame, step workflow.Step, st projections.Step, env
 		busy, pending := 0, false
 		for i, item := range rec.Items {
 			p := fmt.Sprintf("%s[%d]/", prefix, i)
-			started := len(e.byParent[p]) > 0
+			started := len(e.children(p)) > 0
 			if !started && busy >= limit {
 				pending = true
 				break // items start in order, at most limit at a time
@@ -523,11 +576,11 @@ func (e *engine) container(f frame, step workflow.Step, st projections.Step, env
 
 // mapOutput applies a container's output expression (root result) to what
 // its children produced.
-func (e *engine) mapOutput(step workflow.Step, st projections.Step, out json.RawMessage, env map[string]any, finish func(json.RawMessage) result) result {
+func (e *engine) mapOutput(step workflow.Step, st projections.Step, out json.RawMessage, env *lazyEnv, finish func(json.RawMessage) result) result {
 	if step.Output == nil {
 		return finish(out)
 	}
-	mapped, err := render(step.Output, with(env, "result", decode(out)))
+	mapped, err := render(step.Output, with(env.get(), "result", decode(out)))
 	if err != nil {
 		return result{state: running, act: action{kind: actStepFail, step: step, path: st.ID, attempt: st.Attempt, err: "output: " + err.Error()}}
 	}
@@ -580,7 +633,7 @@ func describeJSON(v any) string {
 // timer has fired; a wait takes a fitting signal, or fails when its
 // timeout has fired. Deciding from recorded timers (rather than when the
 // timer command arrives) keeps this right after any crash.
-func waiting(step workflow.Step, st projections.Step, s projections.Execution, env map[string]any) action {
+func waiting(step workflow.Step, st projections.Step, s projections.Execution, env *lazyEnv) action {
 	switch step.Kind {
 	case workflow.KindSleep:
 		if timerFired(s, events.TimerSleep, st.ID, st.Attempt) {
@@ -599,7 +652,8 @@ func waiting(step workflow.Step, st projections.Step, s projections.Execution, e
 }
 
 // internal decides a pending step that the dispatcher runs itself.
-func internal(step workflow.Step, st projections.Step, s projections.Execution, env map[string]any) action {
+func internal(step workflow.Step, st projections.Step, s projections.Execution, lz *lazyEnv) action {
+	env := lz.get()
 	fail := func(err error) action {
 		return action{kind: actStepFail, step: step, attempt: st.Attempt, err: err.Error()}
 	}
@@ -654,7 +708,7 @@ func internal(step workflow.Step, st projections.Step, s projections.Execution, 
 		}
 		return action{kind: actSleep, step: step, attempt: st.Attempt, until: until}
 	case workflow.KindWait:
-		if sig := takeable(step, s, env); sig != nil {
+		if sig := takeable(step, s, lz); sig != nil {
 			return action{kind: actTakeSignal, step: step, attempt: st.Attempt, signal: sig}
 		}
 		return action{kind: actWaitSignal, step: step, attempt: st.Attempt}
@@ -676,7 +730,7 @@ func internal(step workflow.Step, st projections.Step, s projections.Execution, 
 // takeable returns the first kept signal a wait step accepts: one of its
 // names, and its match condition (if any) true. A signal that arrived
 // before the step was reached is kept for it.
-func takeable(step workflow.Step, s projections.Execution, env map[string]any) *projections.Signal {
+func takeable(step workflow.Step, s projections.Execution, env *lazyEnv) *projections.Signal {
 	names := step.WaitSignals()
 	for i := range s.Signals {
 		sig := s.Signals[i]
@@ -684,7 +738,7 @@ func takeable(step workflow.Step, s projections.Execution, env map[string]any) *
 			continue
 		}
 		if step.Match != "" {
-			ok, err := expression.Condition(step.Match, with(env, "signal", map[string]any{"name": sig.Name, "data": decode(sig.Data)}))
+			ok, err := expression.Condition(step.Match, with(env.get(), "signal", map[string]any{"name": sig.Name, "data": decode(sig.Data)}))
 			if err != nil || !ok {
 				continue
 			}
@@ -706,13 +760,13 @@ func contains(list []string, s string) bool {
 // renderStep evaluates an operation step's templates into the spec the
 // agent receives: text fields as text, body and input as any JSON value.
 // The dispatcher's own fields (condition, output, retry, timeout) stay out.
-func renderStep(step workflow.Step, env map[string]any) (json.RawMessage, error) {
+func renderStep(step workflow.Step, lz *lazyEnv) (json.RawMessage, error) {
 	var firstErr error
 	str := func(field, v string) string {
 		if firstErr != nil || !expression.IsTemplate(v) {
 			return v
 		}
-		out, err := expression.RenderString(v, env)
+		out, err := expression.RenderString(v, lz.get())
 		if err != nil {
 			firstErr = fmt.Errorf("%s: %w", field, err)
 		}
@@ -739,12 +793,17 @@ func renderStep(step workflow.Step, env map[string]any) (json.RawMessage, error)
 	if firstErr != nil {
 		return nil, firstErr
 	}
+	out.Body, out.Input = step.Body, step.Input
 	var err error
-	if out.Body, err = expression.Render(step.Body, env); err != nil {
-		return nil, fmt.Errorf("body: %w", err)
+	if expression.HasTemplate(step.Body) {
+		if out.Body, err = expression.Render(step.Body, lz.get()); err != nil {
+			return nil, fmt.Errorf("body: %w", err)
+		}
 	}
-	if out.Input, err = expression.Render(step.Input, env); err != nil {
-		return nil, fmt.Errorf("input: %w", err)
+	if expression.HasTemplate(step.Input) {
+		if out.Input, err = expression.Render(step.Input, lz.get()); err != nil {
+			return nil, fmt.Errorf("input: %w", err)
+		}
 	}
 	return json.Marshal(out)
 }
