@@ -256,35 +256,46 @@ func (s *Server) publishStart(w http.ResponseWriter, r *http.Request, cmd events
 			return
 		}
 	}
+	answered := s.await(r, ch, func(ev events.Event) bool {
+		switch p := ev.Data.(type) {
+		case *events.ExecutionStarted:
+			if p.CommandKey != key {
+				writeError(w, http.StatusConflict, apiError{Code: "conflict", Field: "id",
+					Message: fmt.Sprintf("execution id %q is already used", start.ExecutionID)})
+				return true
+			}
+			writeJSON(w, http.StatusCreated, startResponse{ID: start.ExecutionID, Workflow: start.Workflow,
+				Status: string(projections.StatusStarted), Created: true, Links: links(start.ExecutionID)})
+			return true
+		case *events.CommandRejected:
+			writeRejection(w, p)
+			return true
+		}
+		return false
+	})
+	if !answered {
+		writeJSON(w, http.StatusAccepted, startResponse{ID: start.ExecutionID, Workflow: start.Workflow,
+			Status: "accepted", Links: links(start.ExecutionID)})
+	}
+}
+
+// await reads the events and rejections a command's subscriptions deliver
+// until answer (which writes the response) returns true, the request ends
+// (true: nothing more to write) or StartWait passes (false: the caller
+// answers 202).
+func (s *Server) await(r *http.Request, ch <-chan *nats.Msg, answer func(events.Event) bool) bool {
 	timeout := time.NewTimer(s.cfg.StartWait)
 	defer timeout.Stop()
 	for {
 		select {
 		case m := <-ch:
-			ev, err := events.Decode(m.Header, m.Data)
-			if err != nil {
-				continue
-			}
-			switch p := ev.Data.(type) {
-			case *events.ExecutionStarted:
-				if p.CommandKey != key {
-					writeError(w, http.StatusConflict, apiError{Code: "conflict", Field: "id",
-						Message: fmt.Sprintf("execution id %q is already used", start.ExecutionID)})
-					return
-				}
-				writeJSON(w, http.StatusCreated, startResponse{ID: start.ExecutionID, Workflow: start.Workflow,
-					Status: string(projections.StatusStarted), Created: true, Links: links(start.ExecutionID)})
-				return
-			case *events.CommandRejected:
-				writeRejection(w, p)
-				return
+			if ev, err := events.Decode(m.Header, m.Data); err == nil && answer(ev) {
+				return true
 			}
 		case <-timeout.C:
-			writeJSON(w, http.StatusAccepted, startResponse{ID: start.ExecutionID, Workflow: start.Workflow,
-				Status: "accepted", Links: links(start.ExecutionID)})
-			return
+			return false
 		case <-r.Context().Done():
-			return
+			return true
 		}
 	}
 }

@@ -120,32 +120,22 @@ func (s *Server) signalExecution(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	timeout := time.NewTimer(s.cfg.StartWait)
-	defer timeout.Stop()
-	for {
-		select {
-		case m := <-ch:
-			ev, err := events.Decode(m.Header, m.Data)
-			if err != nil {
-				continue
+	answered := s.await(r, ch, func(ev events.Event) bool {
+		switch p := ev.Data.(type) {
+		case *events.SignalReceived:
+			if p.SignalID == sigID {
+				resp["recorded"] = true
+				writeJSON(w, http.StatusOK, resp)
+				return true
 			}
-			switch p := ev.Data.(type) {
-			case *events.SignalReceived:
-				if p.SignalID == sigID {
-					resp["recorded"] = true
-					writeJSON(w, http.StatusOK, resp)
-					return
-				}
-			case *events.CommandRejected:
-				writeRejection(w, p)
-				return
-			}
-		case <-timeout.C:
-			resp["recorded"] = false
-			writeJSON(w, http.StatusAccepted, resp)
-			return
-		case <-r.Context().Done():
-			return
+		case *events.CommandRejected:
+			writeRejection(w, p)
+			return true
 		}
+		return false
+	})
+	if !answered {
+		resp["recorded"] = false
+		writeJSON(w, http.StatusAccepted, resp)
 	}
 }

@@ -275,35 +275,29 @@ func (e *engine) run(f frame) result {
 			}
 			return result{state: done, jump: step.Target}
 		}
+		var target string // where this list goes on, after a goto
+		var r result
 		if step.Kind == workflow.KindGoto && st.Status == projections.OpSucceeded {
-			if step.Target == workflow.GotoEnd {
+			target = step.Target
+		} else {
+			r = e.step(f, step, st, env)
+			if r.state == done {
+				target = r.jump // a goto in the step's on-error steps
+			}
+		}
+		if target != "" {
+			if target == workflow.GotoEnd {
 				return result{state: done, output: last}
 			}
 			if round++; round > workflow.MaxRounds {
 				return result{state: failed, act: action{step: step, path: path},
-					err: fmt.Sprintf("goto %s ran more than %d times", step.Target, workflow.MaxRounds)}
+					err: fmt.Sprintf("goto %s ran more than %d times", target, workflow.MaxRounds)}
 			}
-			i = slices.IndexFunc(f.steps, func(s workflow.Step) bool { return s.ID == step.Target }) - 1
+			i = slices.IndexFunc(f.steps, func(s workflow.Step) bool { return s.ID == target }) - 1
 			if i < -1 {
-				return result{state: failed, act: action{step: step, path: path}, err: "goto target " + step.Target + " is not in this list"}
+				return result{state: failed, act: action{step: step, path: path}, err: "goto target " + target + " is not in this list"}
 			}
 			env = &lazyEnv{e: e, f: f} // the new round's steps are not done yet
-			continue
-		}
-		r := e.step(f, step, st, env)
-		if r.state == done && r.jump != "" { // a goto in the step's on-error steps
-			if r.jump == workflow.GotoEnd {
-				return result{state: done, output: last}
-			}
-			if round++; round > workflow.MaxRounds {
-				return result{state: failed, act: action{step: step, path: path},
-					err: fmt.Sprintf("goto %s ran more than %d times", r.jump, workflow.MaxRounds)}
-			}
-			i = slices.IndexFunc(f.steps, func(s workflow.Step) bool { return s.ID == r.jump }) - 1
-			if i < -1 {
-				return result{state: failed, act: action{step: step, path: path}, err: "goto target " + r.jump + " is not in this list"}
-			}
-			env = &lazyEnv{e: e, f: f}
 			continue
 		}
 		if r.state != done || r.returned {
