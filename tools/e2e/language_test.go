@@ -286,3 +286,41 @@ func TestSignalRetriedWithIdempotencyKey(t *testing.T) {
 	}
 	require.Equal(t, 1, notes, "the retried signal is recorded once")
 }
+
+// TestSignalAsCloudEventOnNATS sends a signal the way any NATS client can:
+// a CloudEvent io.jetflow.execution.signal on jf.commands.signal.
+func TestSignalAsCloudEventOnNATS(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, nil)
+	ctx := context.Background()
+	s.apply(t, "name: natsgate\nsteps:\n  - {id: gate, kind: wait, signal: go, timeout: 30s, output: \"${result.data.who}\"}\n")
+	_, err := s.c.Start(ctx, client.StartRequest{Workflow: "natsgate", ID: "ng1"})
+	require.NoError(t, err)
+	sig := events.Event{ID: "sig-1", Type: events.TypeSignalExecution, Source: "urn:test:ops", Time: time.Now().UTC(),
+		Data: &events.SignalExecution{ExecutionID: "ng1", Name: "go", Data: json.RawMessage(`{"who":"ops"}`)}}
+	msg, err := events.Encode(events.SubjectSignal, sig)
+	require.NoError(t, err)
+	require.NoError(t, s.nc.PublishMsg(msg))
+	require.NoError(t, s.nc.PublishMsg(msg)) // the same event twice is one signal
+	x := s.waitDone(t, "ng1", 20*time.Second)
+	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
+	require.JSONEq(t, `"ops"`, string(stepByID(x, "gate").Output))
+	require.Eventually(t, func() bool {
+		evs := s.history(t, "ng1")
+		return countTypes(evs)[string(events.TypeSignalReceived)] == 1
+	}, 5*time.Second, 50*time.Millisecond)
+
+	// A signal for an unknown execution is rejected with a reason.
+	bad := sig
+	bad.ID, bad.Data = "sig-2", &events.SignalExecution{ExecutionID: "nobody", Name: "go"}
+	sub, err := s.nc.SubscribeSync(events.RejectionSubject(events.CommandKey(bad.Source, bad.ID)))
+	require.NoError(t, err)
+	msg, err = events.Encode(events.SubjectSignal, bad)
+	require.NoError(t, err)
+	require.NoError(t, s.nc.PublishMsg(msg))
+	m, err := sub.NextMsg(10 * time.Second)
+	require.NoError(t, err)
+	rej, err := events.Decode(m.Header, m.Data)
+	require.NoError(t, err)
+	require.Equal(t, events.CodeNotFound, rej.Data.(*events.CommandRejected).Code)
+}
