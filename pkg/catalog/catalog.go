@@ -229,14 +229,29 @@ func (s *Store) List(ctx context.Context) ([]Summary, error) {
 	return out, nil
 }
 
-// Versions returns every stored version of a workflow, oldest first.
+// Versions returns every stored version of a workflow, oldest first
+// (versions need not start at 1 nor follow each other: a definition may
+// name its version).
 func (s *Store) Versions(ctx context.Context, name string) ([]Record, error) {
-	latest, err := s.Get(ctx, name, 0)
-	if err != nil {
-		return nil, err
+	if !events.ValidWorkflowName(name) {
+		return nil, fmt.Errorf("%w: %q", ErrNotFound, name)
 	}
-	out := make([]Record, 0, latest.Version)
-	for v := 1; v <= latest.Version; v++ {
+	lister, err := s.kv.ListKeysFiltered(ctx, "def."+name+".*")
+	if err != nil {
+		return nil, fmt.Errorf("list versions of %s: %w", name, err)
+	}
+	var nums []int
+	for k := range lister.Keys() {
+		if v, err := strconv.Atoi(strings.TrimPrefix(k, "def."+name+".")); err == nil {
+			nums = append(nums, v)
+		}
+	}
+	if len(nums) == 0 {
+		return nil, fmt.Errorf("%w: %q", ErrNotFound, name)
+	}
+	sort.Ints(nums)
+	out := make([]Record, 0, len(nums))
+	for _, v := range nums {
 		rec, err := s.get(ctx, name, v)
 		if err != nil {
 			return nil, err

@@ -51,7 +51,7 @@ const (
 	// TypeSignalExecution sends a named signal with data to an execution.
 	TypeSignalExecution Type = "io.jetflow.execution.signal"
 	// TypeFireTimer is a durable timer coming due (published by JetStream's
-	// message scheduler into the commands stream).
+	// message scheduler into the timers stream, JF_TIMERS).
 	TypeFireTimer Type = "io.jetflow.timer.fire"
 	// TypeReconcileExecution asks the dispatcher to re-evaluate an execution
 	// (sent by the janitor for executions that look stuck). It is idempotent.

@@ -83,6 +83,11 @@ func (d Definition) validate() []FieldError {
 	checkDuration(add, "timeout", d.Timeout)
 	checkRetry(add, "retry", d.Retry)
 
+	for i, st := range d.Steps {
+		if st.ID == "on-error" { // the workflow's on-error steps have paths on-error/<id>
+			add(fmt.Sprintf("steps[%d].id", i), "on-error is reserved at the top level; choose another id")
+		}
+	}
 	validateSteps(add, addErr, "steps", d.Steps, 0, nil)
 	validateHandler(add, addErr, "on-error", d.OnError, d.Steps, 0, nil, false)
 	return ps
@@ -416,7 +421,7 @@ func checkDuration(add func(string, string, ...any), field, v string) {
 		return
 	}
 	if expression.IsTemplate(v) {
-		add(field, "%q: give a literal duration here (e.g. 30s); expressions are allowed only in a sleep's duration", v)
+		add(field, "%q: give a literal duration here (e.g. 30s); expressions are allowed only in a sleep's duration and until", v)
 		return
 	}
 	d, err := time.ParseDuration(v)

@@ -59,8 +59,18 @@ var exampleRuns = map[string][]exampleRun{
 			want:  projections.StatusSucceeded,
 			check: func(t *testing.T, x projections.Execution) {
 				require.JSONEq(t, `{"host":"web-1.example.internal","replicas":2,"setup":"configured web-1.example.internal x2",
-					"setup_attempts":2,"health":"ok"}`, string(x.Output))
+					"setup_attempts":2,"registered":false,"health":"ok"}`, string(x.Output))
 				require.Equal(t, projections.OpSucceeded, stepByID(x, "reserve").Status)
+				// The inventory answers 404, which its retry policy does not
+				// retry: on-error recovers the step, whose failure stays recorded.
+				reg := stepByID(x, "register")
+				require.Equal(t, projections.OpFailed, reg.Status)
+				require.Equal(t, 1, reg.Attempt)
+				require.Contains(t, reg.Error, "status 404")
+				warn := stepByID(x, "register/on-error1/warn")
+				require.Equal(t, projections.OpSucceeded, warn.Status)
+				require.Contains(t, jsonField(t, warn.Output, "message"), "web-1.example.internal is not in the inventory")
+				require.Equal(t, projections.OpSucceeded, stepByID(x, "health").Status)
 			},
 		},
 		{
@@ -69,7 +79,46 @@ var exampleRuns = map[string][]exampleRun{
 			check: func(t *testing.T, x projections.Execution) {
 				require.Equal(t, projections.OpSkipped, stepByID(x, "reserve").Status)
 				require.Equal(t, projections.OpSkipped, stepByID(x, "setup").Status)
-				require.JSONEq(t, `{"host":"web-2.example.internal","replicas":1,"setup":null,"setup_attempts":0,"health":"ok"}`, string(x.Output))
+				require.Equal(t, projections.OpSkipped, stepByID(x, "register").Status)
+				require.JSONEq(t, `{"host":"web-2.example.internal","replicas":1,"setup":null,"setup_attempts":0,"registered":false,"health":"ok"}`, string(x.Output))
+			},
+		},
+	},
+	"fanout.yaml": {
+		{
+			input: map[string]any{"hosts": []string{"web-1", "web-2", "web-3", "web-4", "web-5"}, "release": "v2"},
+			want:  projections.StatusSucceeded,
+			check: func(t *testing.T, x projections.Execution) {
+				require.JSONEq(t, `{"deployed":[
+					{"host":"web-1","slot":0,"release":"v2"},{"host":"web-2","slot":1,"release":"v2"},
+					{"host":"web-3","slot":2,"release":"v2"},{"host":"web-4","slot":3,"release":"v2"},
+					{"host":"web-5","slot":4,"release":"v2"}],
+					"hosts":5,"health":"ok","announced":"info"}`, string(x.Output))
+				for i := range 5 {
+					require.Equal(t, projections.OpSucceeded, stepByID(x, fmt.Sprintf("deploy[%d]/push", i)).Status)
+					require.JSONEq(t, fmt.Sprintf(`"pushed v2 to web-%d"`, i+1), string(stepByID(x, fmt.Sprintf("deploy[%d]/push", i)).Output))
+				}
+				require.Equal(t, projections.OpSucceeded, stepByID(x, "announce/default/note").Status)
+				// At most two hosts at a time (concurrency 2): when an item
+				// starts, at most one other item is between its start and its end.
+				for k := range 5 {
+					start, busy := stepByID(x, fmt.Sprintf("deploy[%d]/push", k)).ScheduledAt, 0
+					for j := range 5 {
+						from, to := stepByID(x, fmt.Sprintf("deploy[%d]/push", j)).ScheduledAt, stepByID(x, fmt.Sprintf("deploy[%d]/verify", j)).EndedAt
+						if j != k && !start.Before(from) && start.Before(to) {
+							busy++
+						}
+					}
+					require.LessOrEqual(t, busy, 1, "item %d started while %d other items ran", k, busy)
+				}
+			},
+		},
+		{
+			input: map[string]any{"hosts": []string{"db-1"}, "env": "production"},
+			want:  projections.StatusSucceeded,
+			check: func(t *testing.T, x projections.Execution) {
+				require.JSONEq(t, `{"deployed":[{"host":"db-1","slot":0,"release":"v1"}],"hosts":1,"health":"ok","announced":"warn"}`, string(x.Output))
+				require.Equal(t, projections.OpSucceeded, stepByID(x, "announce/case0/page").Status)
 			},
 		},
 	},

@@ -33,6 +33,8 @@ type action struct {
 	signal *projections.Signal
 	// final marks a step failure that retrying cannot change.
 	final bool
+	// jitter randomises delay by up to this fraction.
+	jitter float64
 	// delay is a retry's backoff; until a sleep's end.
 	delay time.Duration
 	until time.Time
@@ -70,11 +72,11 @@ func decide(d workflow.Definition, s projections.Execution) action {
 		return action{kind: actFail, err: "the workflow timed out after " + d.Timeout}
 	}
 	e := newEngine(d, s)
-	r := e.run(frame{steps: d.Steps})
+	r := e.run(frame{steps: d.Steps, retry: d.Retry})
 	if r.state == failed && len(d.OnError) > 0 {
 		// The workflow's on-error steps run before it fails: for cleanup,
 		// or to rescue it with a return.
-		h := e.run(frame{prefix: "on-error/", steps: d.OnError, roots: map[string]any{"error": map[string]any{"message": r.err}}, handler: true})
+		h := e.run(frame{prefix: "on-error/", steps: d.OnError, roots: map[string]any{"error": map[string]any{"message": r.err}}, handler: true, retry: d.Retry})
 		switch {
 		case h.state == running:
 			return h.act
@@ -88,7 +90,7 @@ func decide(d workflow.Definition, s projections.Execution) action {
 	case r.state == running:
 		return r.act
 	case r.state == failed:
-		return action{kind: actFail, step: r.act.step, err: r.err}
+		return action{kind: actFail, step: r.act.step, path: r.act.path, err: r.err}
 	case r.returned:
 		return action{kind: actSucceed, output: r.output}
 	}
@@ -111,6 +113,9 @@ type frame struct {
 	// handler marks on-error steps: their goto and retry steps end them
 	// and act on the failed step's list.
 	handler bool
+	// retry is the default retry policy of the frame's operations (the
+	// workflow's, or a called workflow's).
+	retry *workflow.Retry
 }
 
 func (f frame) child(prefix string, steps []workflow.Step, roots map[string]any) frame {
@@ -121,7 +126,7 @@ func (f frame) child(prefix string, steps []workflow.Step, roots map[string]any)
 	for k, v := range roots {
 		merged[k] = v
 	}
-	return frame{prefix: prefix, steps: steps, roots: merged}
+	return frame{prefix: prefix, steps: steps, roots: merged, retry: f.retry}
 }
 
 type outcome int
@@ -328,7 +333,7 @@ func (e *engine) handle(f frame, step workflow.Step, st projections.Step) result
 	}
 	if r.retry != nil {
 		return result{state: running, act: action{kind: actReschedule, step: step, path: st.ID, attempt: st.Attempt,
-			delay: r.retry.Delay(st.Attempt)}}
+			delay: r.retry.Delay(st.Attempt), jitter: r.retry.Jitter}}
 	}
 	if r.jump != "" {
 		return result{state: done, jump: r.jump}
@@ -346,8 +351,8 @@ func (e *engine) step(f frame, step workflow.Step, st projections.Step, env *laz
 	case projections.OpSkipped:
 		return result{state: done}
 	case projections.OpFailed:
-		if r := e.d.RetryOf(step); r != nil && !st.Final && st.Attempt < r.Limit && r.Retries(st.Error) {
-			return act(action{kind: actReschedule, step: step, attempt: st.Attempt, delay: r.Delay(st.Attempt)})
+		if r := retryOf(step, f); r != nil && !st.Final && st.Attempt < r.Limit && r.Retries(st.Error) {
+			return act(action{kind: actReschedule, step: step, attempt: st.Attempt, delay: r.Delay(st.Attempt), jitter: r.Jitter})
 		}
 		if len(step.OnError) > 0 {
 			return e.handle(f, step, st)
@@ -399,8 +404,8 @@ func (e *engine) step(f frame, step workflow.Step, st projections.Step, env *laz
 // decide at start (foreach items, switch case, called workflow's input);
 // the dispatcher's own steps are scheduled bare and run when pending.
 func (e *engine) schedule(step workflow.Step, attempt int, env *lazyEnv) action {
-	fail := func(err error) action {
-		return action{kind: actStepFail, step: step, attempt: attempt, err: err.Error()}
+	fail := func(err error) action { // an expression that cannot be evaluated: retrying cannot help
+		return action{kind: actStepFail, step: step, attempt: attempt, err: err.Error(), final: true}
 	}
 	var input json.RawMessage
 	var err error
@@ -452,26 +457,21 @@ func (e *engine) container(f frame, step workflow.Step, st projections.Step, env
 		return result{state: running, act: action{kind: actStepFail, step: step, path: st.ID, attempt: st.Attempt, err: r.err}}
 	}
 	prefix := st.ID
+	if st.Attempt > 1 { // a container run again (by on-error's retry) gets new instances
+		prefix += "@" + strconv.Itoa(st.Attempt)
+	}
 	switch step.Kind {
 	case workflow.KindWorkflow:
-		steps, roots := step.Steps, map[string]any(nil)
 		if step.Workflow != "" {
-			var called struct {
-				Definition workflow.Definition `json:"definition"`
-				Input      json.RawMessage     `json:"input"`
-			}
-			if err := json.Unmarshal(st.Input, &called); err != nil {
-				return failWith(result{err: "the called workflow's recorded definition is unreadable: " + err.Error()})
-			}
-			steps, roots = called.Definition.Steps, map[string]any{"input": orObject(decode(called.Input))}
+			return e.called(f, step, st, prefix, env, finish, failWith)
 		}
-		r := e.run(f.child(prefix+"/", steps, roots))
+		r := e.run(f.child(prefix+"/", step.Steps, nil))
 		switch {
 		case r.state == running:
 			return r
 		case r.state == failed:
 			return failWith(r)
-		case r.returned && step.Workflow == "":
+		case r.returned:
 			return r // a return in a block ends the execution
 		}
 		return e.mapOutput(step, st, r.output, env, finish)
@@ -568,6 +568,51 @@ func (e *engine) container(f frame, step workflow.Step, st projections.Step, env
 	return failWith(result{err: "the dispatcher cannot run a " + step.Kind + " step"})
 }
 
+// called runs another workflow's steps as a container: with its own input,
+// default retry policy and on-error steps; a return in it ends it (not the
+// caller) and its output expression gives the result.
+func (e *engine) called(f frame, step workflow.Step, st projections.Step, prefix string, env *lazyEnv,
+	finish func(json.RawMessage) result, failWith func(result) result) result {
+	var called struct {
+		Definition workflow.Definition `json:"definition"`
+		Input      json.RawMessage     `json:"input"`
+	}
+	if err := json.Unmarshal(st.Input, &called); err != nil {
+		return failWith(result{err: "the called workflow's recorded definition is unreadable: " + err.Error()})
+	}
+	def := called.Definition
+	cf := f.child(prefix+"/", def.Steps, map[string]any{"input": orObject(decode(called.Input))})
+	cf.retry = def.Retry
+	r := e.run(cf)
+	if r.state == failed && len(def.OnError) > 0 {
+		hf := cf.child(prefix+"/on-error/", def.OnError, map[string]any{"error": map[string]any{"message": r.err}})
+		hf.handler = true
+		h := e.run(hf)
+		switch {
+		case h.state == running:
+			return h
+		case h.returned:
+			return e.mapOutput(step, st, h.output, env, finish)
+		case h.state == failed:
+			r.err += "; then on-error: " + h.err
+		}
+	}
+	switch {
+	case r.state == running:
+		return r
+	case r.state == failed:
+		return failWith(result{err: fmt.Sprintf("workflow %s: %s", def.Name, r.err)})
+	}
+	out := r.output
+	if !r.returned && def.Output != nil {
+		var err error
+		if out, err = render(def.Output, e.env(cf)); err != nil {
+			return failWith(result{err: fmt.Sprintf("workflow %s output: %s", def.Name, err)})
+		}
+	}
+	return e.mapOutput(step, st, out, env, finish)
+}
+
 // mapOutput applies a container's output expression (root result) to what
 // its children produced.
 func (e *engine) mapOutput(step workflow.Step, st projections.Step, out json.RawMessage, env *lazyEnv, finish func(json.RawMessage) result) result {
@@ -588,10 +633,21 @@ func limitOf(r *workflow.Retry) int {
 	return r.Limit
 }
 
+// retryOf is the retry policy of an operation step in frame f.
+func retryOf(step workflow.Step, f frame) *workflow.Retry {
+	if !workflow.IsOperation(step.Kind) {
+		return nil
+	}
+	if step.Retry != nil {
+		return step.Retry
+	}
+	return f.retry
+}
+
 // localID is a step's id within its frame: its path's last part without
 // the ~round of a step run again after a goto.
 func localID(p string) string {
-	if i := strings.LastIndexByte(p, '~'); i > 0 {
+	if i := strings.IndexAny(p, "~@["); i > 0 {
 		return p[:i]
 	}
 	return p
@@ -649,7 +705,7 @@ func waiting(step workflow.Step, st projections.Step, s projections.Execution, e
 func internal(step workflow.Step, st projections.Step, s projections.Execution, lz *lazyEnv) action {
 	env := lz.get()
 	fail := func(err error) action {
-		return action{kind: actStepFail, step: step, attempt: st.Attempt, err: err.Error()}
+		return action{kind: actStepFail, step: step, attempt: st.Attempt, err: err.Error(), final: true}
 	}
 	switch step.Kind {
 	case workflow.KindLet:

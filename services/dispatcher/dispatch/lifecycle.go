@@ -242,10 +242,10 @@ func (d *Dispatcher) result(ctx context.Context, ref events.TaskRef, ev events.E
 // succeeded records an operation's result, mapped through the step's
 // output expression (whose root "result" is the operation's output).
 func (d *Dispatcher) succeeded(x *execState, st projections.Step, r *events.OperationSucceeded) events.Payload {
-	step, _ := resolveStep(x.def, x.state, st.ID)
+	f, step, _ := resolveFrame(x.def, x.state, st.ID)
 	out := r.Output
 	if step.Output != nil {
-		mapped, err := render(step.Output, with(envOf(x.state), "result", decode(r.Output)))
+		mapped, err := render(step.Output, with(newEngine(x.def, x.state).env(f), "result", decode(r.Output)))
 		if err != nil {
 			return &events.StepFailed{StepID: st.ID, Attempt: st.Attempt, Error: "output: " + err.Error(), Output: r.Output, Agent: r.Agent}
 		}
@@ -257,7 +257,9 @@ func (d *Dispatcher) succeeded(x *execState, st projections.Step, r *events.Oper
 // advance appends events, publishes tasks and arms timers until the
 // execution has to wait for something outside.
 func (d *Dispatcher) advance(ctx context.Context, x *execState) error {
-	for range 8*len(x.state.Steps) + 8 {
+	// Each action appends at least one event; the bound grows with the
+	// instances (loops and foreach items add them) and only stops a bug.
+	for i := 0; i < 16*len(x.state.Steps)+64; i++ {
 		a := decide(x.def, x.state)
 		if a.kind == actWait {
 			return nil
@@ -308,10 +310,9 @@ func (d *Dispatcher) act(ctx context.Context, x *execState, a action) error {
 		}
 		return d.append(ctx, x, &events.StepSucceeded{StepID: id, Attempt: a.attempt})
 	case actReturn:
-		if err := d.append(ctx, x, &events.StepSucceeded{StepID: id, Attempt: a.attempt, Output: a.output}); err != nil {
-			return err
-		}
-		return d.finish(ctx, x, &events.ExecutionSucceeded{Output: a.output})
+		// The step succeeds; decide then ends what the return ends (the
+		// execution, or a called workflow).
+		return d.append(ctx, x, &events.StepSucceeded{StepID: id, Attempt: a.attempt, Output: a.output})
 	case actSleep:
 		until := a.until
 		if until.IsZero() {
@@ -339,7 +340,8 @@ func (d *Dispatcher) act(ctx context.Context, x *execState, a action) error {
 	case actTakeSignal:
 		out := signalOutput(a.signal)
 		if a.step.Output != nil {
-			mapped, err := render(a.step.Output, with(envOf(x.state), "result", decode(out)))
+			f, _, _ := resolveFrame(x.def, x.state, id)
+			mapped, err := render(a.step.Output, with(newEngine(x.def, x.state).env(f), "result", decode(out)))
 			if err != nil {
 				return d.act(ctx, x, action{kind: actStepFail, step: a.step, path: id, attempt: a.attempt, err: "output: " + err.Error(), final: true})
 			}
@@ -348,8 +350,8 @@ func (d *Dispatcher) act(ctx context.Context, x *execState, a action) error {
 		return d.append(ctx, x, &events.StepSucceeded{StepID: id, Attempt: a.attempt, SignalID: a.signal.ID, Output: out})
 	case actReschedule:
 		jitter := 1.0
-		if r := x.def.RetryOf(a.step); r != nil && r.Jitter > 0 {
-			jitter = 1 - r.Jitter + 2*r.Jitter*mrand.Float64() // recorded in the event, so replay is exact
+		if a.jitter > 0 {
+			jitter = 1 - a.jitter + 2*a.jitter*mrand.Float64() // recorded in the event, so replay is exact
 		}
 		due, err := d.armTimer(ctx, x, events.TimerRetry, id, a.attempt, d.cfg.Now().Add(time.Duration(float64(a.delay)*jitter)))
 		if err != nil {

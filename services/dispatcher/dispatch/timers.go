@@ -25,8 +25,8 @@ func timerID(execID, purpose, stepID string, attempt int) string {
 }
 
 // armTimer makes a durable timer: a JetStream message schedule in the
-// commands stream that publishes a FireTimer command for the execution at
-// due, then records TimerArmed. The schedule is published first: if the
+// timers stream (JF_TIMERS) that publishes a FireTimer command for the
+// execution at due, then records TimerArmed. The schedule is published first: if the
 // dispatcher dies in between, the orphan fires for a timer the history does
 // not know (and is ignored) and the re-handled decision re-arms the same
 // timer id, replacing it. A timer already armed keeps its due time.
