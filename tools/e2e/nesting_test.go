@@ -108,7 +108,7 @@ steps:
 		input map[string]any
 		want  string
 	}{
-		"OutputAndRetry": {map[string]any{"early": false, "boom": false}, `{"child":{"tries":2,"note":"done"},"after":true}`},
+		"OutputAndRetry":  {map[string]any{"early": false, "boom": false}, `{"child":{"tries":2,"note":"done"},"after":true}`},
 		"ReturnEndsChild": {map[string]any{"early": true, "boom": false}, `{"child":"early-exit","after":true}`},
 		"OnErrorRescues":  {map[string]any{"early": false, "boom": true}, `{"child":"child failed: step call/boom failed: boom","after":true}`},
 	} {
