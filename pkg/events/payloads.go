@@ -88,13 +88,20 @@ type StepSucceeded struct {
 	Output  json.RawMessage `json:"output,omitempty"`
 	// SignalID is the signal a wait step took.
 	SignalID string `json:"signal_id,omitempty"`
-	Agent    string `json:"agent,omitempty"`
-	Duration int64  `json:"duration_ms,omitempty"`
+	// Vars are the variables a let step set (recorded with its success, so
+	// that setting them and finishing the step is one event).
+	Vars     map[string]json.RawMessage `json:"vars,omitempty"`
+	Agent    string                     `json:"agent,omitempty"`
+	Duration int64                      `json:"duration_ms,omitempty"`
 }
 
-// StepFailed records a step's failure.
+// StepFailed records a step's failure. It may be a step's first event
+// (a step that could not even be scheduled: its condition or input could
+// not be evaluated), and then carries the attempt and, for a nested step,
+// its kind.
 type StepFailed struct {
 	StepID  string `json:"step_id"`
+	Kind    string `json:"kind,omitempty"`
 	Attempt int    `json:"attempt"`
 	Error   string `json:"error"`
 	// Final marks a failure that retrying cannot change (an expression

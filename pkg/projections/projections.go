@@ -41,7 +41,7 @@ func (s Status) Terminal() bool { return s == StatusSucceeded || s == StatusFail
 // Valid transitions (forward skips are allowed because an agent's report is
 // proof that the earlier states were passed):
 //
-//	""          -> pending | skipped
+//	""          -> pending | skipped | failed  (failed: could not be scheduled)
 //	pending     -> sending | failed
 //	pending     -> waiting | succeeded        (steps run by the dispatcher)
 //	sending     -> sent | started | succeeded | failed
@@ -49,7 +49,7 @@ func (s Status) Terminal() bool { return s == StatusSucceeded || s == StatusFail
 //	started     -> succeeded | failed
 //	waiting     -> succeeded | failed
 //	failed      -> rescheduled                 (a retry is due later)
-//	rescheduled -> pending                     (the next attempt)
+//	rescheduled -> pending | failed            (the next attempt)
 //	started  -> started  (a later delivery of the same attempt: the task ran
 //	                      again because its agent died or timed out)
 type OpStatus string
@@ -261,6 +261,13 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 			}
 			s.Signals[i].TakenBy = e.StepID
 		}
+		if len(e.Vars) > 0 {
+			s.Vars = maps.Clone(s.Vars)
+			if s.Vars == nil {
+				s.Vars = map[string]json.RawMessage{}
+			}
+			maps.Copy(s.Vars, e.Vars)
+		}
 		return s.step(ev, e.StepID, OpSucceeded, func(st *Step) {
 			st.Output, st.EndedAt = e.Output, ev.Time
 			if e.Agent != "" {
@@ -268,7 +275,15 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 			}
 		})
 	case *events.StepFailed:
+		s = s.instance(e.StepID, e.Kind)
+		unscheduled := false // failed before it could be scheduled: the event carries the attempt
+		if i := s.StepIndex(e.StepID); i >= 0 {
+			unscheduled = s.Steps[i].Status == OpNone || s.Steps[i].Status == OpRescheduled
+		}
 		return s.step(ev, e.StepID, OpFailed, func(st *Step) {
+			if unscheduled {
+				st.Attempt, st.ScheduledAt = e.Attempt, ev.Time
+			}
 			st.Output, st.Error, st.EndedAt, st.Final = e.Output, e.Error, ev.Time, e.Final
 			if e.Agent != "" {
 				st.Agent = e.Agent
@@ -355,8 +370,8 @@ func legal(from, to OpStatus, internal bool) bool {
 			return internal
 		}
 	case OpFailed:
-		if from == OpPending || from == OpWaiting {
-			return true // an internal step, or an operation whose input could not be rendered
+		if from == OpNone || from == OpRescheduled || from == OpPending || from == OpWaiting {
+			return true // a condition or input that could not be evaluated, or a step the dispatcher runs
 		}
 	}
 	return opRank[from] >= opRank[OpSending] && opRank[from] <= opRank[OpStarted] && opRank[to] > opRank[from]

@@ -17,8 +17,10 @@ import (
 )
 
 var (
-	varRe    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
-	signalRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
+	// handlerSegRe matches the path segments of on-error steps.
+	handlerSegRe = regexp.MustCompile(`^on-error[0-9]*$`)
+	varRe        = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
+	signalRe     = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
 )
 
 // kindFields lists, per kind, the fields beyond the common ones (id, kind,
@@ -83,11 +85,6 @@ func (d Definition) validate() []FieldError {
 	checkDuration(add, "timeout", d.Timeout)
 	checkRetry(add, "retry", d.Retry)
 
-	for i, st := range d.Steps {
-		if st.ID == "on-error" { // the workflow's on-error steps have paths on-error/<id>
-			add(fmt.Sprintf("steps[%d].id", i), "on-error is reserved at the top level; choose another id")
-		}
-	}
 	validateSteps(add, addErr, "steps", d.Steps, 0, nil)
 	validateHandler(add, addErr, "on-error", d.OnError, d.Steps, 0, nil, false)
 	return ps
@@ -122,6 +119,8 @@ func validateStepList(add func(string, string, ...any), addErr func(string, erro
 			add(f("id"), "is required")
 		case !stepIDRe.MatchString(s.ID):
 			add(f("id"), "%q must start with a letter and hold only letters, digits, '-' and '_' (at most 64)", s.ID)
+		case handlerSegRe.MatchString(s.ID):
+			add(f("id"), "%q is reserved (on-error steps' paths use it); choose another id", s.ID)
 		default:
 			if j, dup := seen[s.ID]; dup {
 				add(f("id"), "%q is already the id of %s[%d]; step ids must be unique within a list", s.ID, prefix, j)
@@ -240,6 +239,8 @@ func (s Step) validateContainer(add func(string, string, ...any), addErr func(st
 			switch {
 			case !stepIDRe.MatchString(b.ID):
 				add(bf+".id", "%q must start with a letter and hold only letters, digits, '-' and '_'", b.ID)
+			case handlerSegRe.MatchString(b.ID):
+				add(bf+".id", "%q is reserved (on-error steps' paths use it); choose another id", b.ID)
 			case seen[b.ID]:
 				add(bf+".id", "%q is already the id of another branch", b.ID)
 			}

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -220,7 +221,7 @@ func (p *Projector) read(ctx context.Context, id string) (entry, error) {
 }
 
 func (p *Projector) write(ctx context.Context, id string, x projections.Execution, rev uint64) (uint64, error) {
-	b, err := json.Marshal(x)
+	b, err := marshalModel(x)
 	if err != nil {
 		return 0, err
 	}
@@ -313,7 +314,7 @@ func Rebuild(ctx context.Context, js jetstream.JetStream, fromSeq uint64) (Rebui
 // putIfNewer stores x unless the stored model has folded further, or is
 // already exactly x.
 func putIfNewer(ctx context.Context, kv jetstream.KeyValue, id string, x projections.Execution) (bool, error) {
-	b, err := json.Marshal(x)
+	b, err := marshalModel(x)
 	if err != nil {
 		return false, err
 	}
@@ -332,7 +333,7 @@ func putIfNewer(ctx context.Context, kv jetstream.KeyValue, id string, x project
 				if cur.LastSeq > x.LastSeq {
 					return false, nil
 				}
-				if again, err := json.Marshal(cur); err == nil && bytes.Equal(again, b) {
+				if again, err := marshalModel(cur); err == nil && bytes.Equal(again, b) {
 					return false, nil
 				}
 			}
@@ -345,4 +346,49 @@ func putIfNewer(ctx context.Context, kv jetstream.KeyValue, id string, x project
 		}
 	}
 	return false, fmt.Errorf("write read model %s: too much contention", id)
+}
+
+// maxModel is the largest read model stored: a KV value must fit in a
+// NATS message (1 MiB by default), with room for headers.
+const maxModel = 900 << 10
+
+// marshalModel encodes a read model. A read model is a summary: when one
+// would not fit in a KV value (large outputs of many steps), the largest
+// step inputs and outputs are replaced by a note until it fits; the full
+// values stay in the execution's history (GET .../events, ?at_seq).
+func marshalModel(x projections.Execution) ([]byte, error) {
+	b, err := json.Marshal(x)
+	if err != nil || len(b) <= maxModel {
+		return b, err
+	}
+	x.Steps = slices.Clone(x.Steps)
+	for len(b) > maxModel {
+		i, field, size := -1, "", 0
+		for j, st := range x.Steps {
+			if n := len(st.Output); n > size && !isNote(st.Output) {
+				i, field, size = j, "output", n
+			}
+			if n := len(st.Input); n > size && !isNote(st.Input) {
+				i, field, size = j, "input", n
+			}
+		}
+		if i < 0 {
+			return b, nil // nothing left to shorten; the write reports the size
+		}
+		note, _ := json.Marshal(map[string]any{"omitted": true, "bytes": size,
+			"note": "too large for the read model; the full value is in the execution's history"})
+		if field == "output" {
+			x.Steps[i].Output = note
+		} else {
+			x.Steps[i].Input = note
+		}
+		if b, err = json.Marshal(x); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+func isNote(b json.RawMessage) bool {
+	return bytes.Contains(b, []byte(`"omitted":true`)) && len(b) < 200
 }

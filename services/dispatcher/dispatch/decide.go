@@ -35,6 +35,8 @@ type action struct {
 	final bool
 	// jitter randomises delay by up to this fraction.
 	jitter float64
+	// purpose is the timer an actArmTimer arms.
+	purpose string
 	// delay is a retry's backoff; until a sleep's end.
 	delay time.Duration
 	until time.Time
@@ -55,6 +57,7 @@ const (
 	actWaitSignal                   // wait for a signal (arming the timeout, if any)
 	actTakeSignal                   // a kept signal fits: the wait step succeeds with it
 	actComplete                     // the dispatcher's own step is done: it succeeds
+	actArmTimer                     // a timeout that is due to exist is not recorded: arm it
 	actReschedule                   // a failed attempt is retried after a backoff
 	actSucceed                      // append ExecutionSucceeded (with the rendered output)
 	actFail                         // append ExecutionFailed
@@ -70,6 +73,9 @@ func decide(d workflow.Definition, s projections.Execution) action {
 	}
 	if timerFired(s, events.TimerWorkflowTimeout, "", 0) {
 		return action{kind: actFail, err: "the workflow timed out after " + d.Timeout}
+	}
+	if dur, err := time.ParseDuration(d.Timeout); err == nil && !timerArmed(s, events.TimerWorkflowTimeout, "", 0) {
+		return action{kind: actArmTimer, purpose: events.TimerWorkflowTimeout, until: s.StartedAt.Add(dur)}
 	}
 	e := newEngine(d, s)
 	r := e.run(frame{steps: d.Steps, retry: d.Retry})
@@ -321,7 +327,7 @@ func (e *engine) run(f frame) result {
 // failure among them fails the step.
 func (e *engine) handle(f frame, step workflow.Step, st projections.Step) result {
 	prefix := fmt.Sprintf("%s/on-error%d/", st.ID, st.Attempt)
-	errRoot := map[string]any{"message": st.Error, "step": localID(st.ID), "attempt": float64(st.Attempt)}
+	errRoot := map[string]any{"message": st.Error, "step": localID(lastSegment(st.ID)), "attempt": float64(st.Attempt)}
 	hf := f.child(prefix, step.OnError, map[string]any{"error": errRoot})
 	hf.handler = true
 	r := e.run(hf)
@@ -394,6 +400,11 @@ func (e *engine) step(f frame, step workflow.Step, st projections.Step, env *laz
 		if timerFired(e.s, events.TimerStepTimeout, st.ID, st.Attempt) {
 			return act(action{kind: actStepFail, step: step, attempt: st.Attempt,
 				err: fmt.Sprintf("attempt %d timed out after %s", st.Attempt, step.Timeout)})
+		}
+		if dur, err := time.ParseDuration(step.Timeout); err == nil && !timerArmed(e.s, events.TimerStepTimeout, st.ID, st.Attempt) {
+			// Counted from when the task was sent.
+			return act(action{kind: actArmTimer, step: step, attempt: st.Attempt, purpose: events.TimerStepTimeout,
+				until: sentAt(st).Add(dur)})
 		}
 		return wait
 	}
@@ -644,6 +655,11 @@ func retryOf(step workflow.Step, f frame) *workflow.Retry {
 	return f.retry
 }
 
+// lastSegment is a path's last part: the step's own id (with its round).
+func lastSegment(p string) string {
+	return p[strings.LastIndexByte(p, '/')+1:]
+}
+
 // localID is a step's id within its frame: its path's last part without
 // the ~round of a step run again after a goto.
 func localID(p string) string {
@@ -868,6 +884,20 @@ func render(v any, env map[string]any) (json.RawMessage, error) {
 		return nil, err
 	}
 	return json.Marshal(out)
+}
+
+func timerArmed(s projections.Execution, purpose, stepID string, attempt int) bool {
+	_, ok := s.Timers[timerID(s.ID, purpose, stepID, attempt)]
+	return ok
+}
+
+// sentAt is when an attempt's task was handed to the agents (as far as the
+// state tells: the step's last change before it was started).
+func sentAt(st projections.Step) time.Time {
+	if !st.StartedAt.IsZero() {
+		return st.StartedAt
+	}
+	return st.ScheduledAt
 }
 
 func timerFired(s projections.Execution, purpose, stepID string, attempt int) bool {

@@ -391,6 +391,7 @@ func (d *Dispatcher) evict(id string) {
 // append validates p against the fold, then appends it with the expected
 // last subject sequence.
 func (d *Dispatcher) append(ctx context.Context, x *execState, p events.Payload) error {
+	p = d.fit(p)
 	ev := events.New(d.cfg.Source, x.id, x.workflow, d.cfg.Now(), p)
 	ev.PrevSeq = x.state.LastSeq
 	next, err := projections.Apply(x.state, ev)
@@ -404,6 +405,36 @@ func (d *Dispatcher) append(ctx context.Context, x *execState, p events.Payload)
 	next.LastSeq = seq
 	x.state = next
 	return nil
+}
+
+// fit turns an event too large for a NATS message (an output, a rendered
+// input or a called definition of about the size limit) into the failure
+// it amounts to, so the execution ends clearly instead of retrying an
+// append that can never fit.
+func (d *Dispatcher) fit(p events.Payload) events.Payload {
+	limit := int(d.js.Conn().MaxPayload()) - 64<<10 // room for headers and the other fields
+	tooBig := func(what string, n int) string {
+		return fmt.Sprintf("%s is %d bytes; an event holds at most about %d", what, n, limit)
+	}
+	switch e := p.(type) {
+	case *events.StepSucceeded:
+		n := len(e.Output)
+		for _, v := range e.Vars {
+			n += len(v)
+		}
+		if n > limit {
+			return &events.StepFailed{StepID: e.StepID, Attempt: e.Attempt, Error: tooBig("the step's output", n), Final: true}
+		}
+	case *events.StepScheduled:
+		if len(e.Input) > limit {
+			return &events.StepFailed{StepID: e.StepID, Kind: e.Kind, Attempt: e.Attempt, Error: tooBig("the step's input", len(e.Input)), Final: true}
+		}
+	case *events.ExecutionSucceeded:
+		if len(e.Output) > limit {
+			return &events.ExecutionFailed{Error: tooBig("the workflow's output", len(e.Output))}
+		}
+	}
+	return p
 }
 
 func newToken() string {

@@ -105,13 +105,7 @@ func (d *Dispatcher) start(ctx context.Context, ev events.Event, cmd *events.Sta
 			if err := d.append(ctx, x, started); err != nil {
 				return err
 			}
-			if x.def.Timeout != "" {
-				if dur, err := time.ParseDuration(x.def.Timeout); err == nil {
-					if _, err := d.armTimer(ctx, x, events.TimerWorkflowTimeout, "", 0, x.state.StartedAt.Add(dur)); err != nil {
-						return err
-					}
-				}
-			}
+
 			zerolog.Ctx(ctx).Info().Str("workflow", rec.Name).Int("version", rec.Version).Msg("execution started")
 		}
 		return d.advance(ctx, x)
@@ -299,16 +293,13 @@ func (d *Dispatcher) act(ctx context.Context, x *execState, a action) error {
 		return d.send(ctx, x, a)
 	case actResend:
 		return d.send(ctx, x, a)
-	case actStepFail:
-		if err := d.ensurePending(ctx, x, a); err != nil {
-			return err
-		}
-		return d.append(ctx, x, &events.StepFailed{StepID: id, Attempt: a.attempt, Error: a.err, Final: a.final})
-	case actLet:
-		if err := d.append(ctx, x, &events.VariablesSet{StepID: id, Vars: a.vars}); err != nil {
-			return err
-		}
-		return d.append(ctx, x, &events.StepSucceeded{StepID: id, Attempt: a.attempt})
+	case actStepFail: // one event, also for a step that could not be scheduled
+		return d.append(ctx, x, &events.StepFailed{StepID: id, Kind: nestedKind, Attempt: a.attempt, Error: a.err, Final: a.final})
+	case actLet: // the variables and the step's success are one event
+		return d.append(ctx, x, &events.StepSucceeded{StepID: id, Attempt: a.attempt, Vars: a.vars})
+	case actArmTimer:
+		_, err := d.armTimer(ctx, x, a.purpose, a.path, a.attempt, a.until)
+		return err
 	case actReturn:
 		// The step succeeds; decide then ends what the return ends (the
 		// execution, or a called workflow).
@@ -366,19 +357,6 @@ func (d *Dispatcher) act(ctx context.Context, x *execState, a action) error {
 		return d.finish(ctx, x, &events.ExecutionFailed{Error: a.err, StepID: id})
 	}
 	return permanentError{fmt.Errorf("unknown action %d", a.kind)}
-}
-
-// ensurePending moves a step that has not been scheduled to pending.
-func (d *Dispatcher) ensurePending(ctx context.Context, x *execState, a action) error {
-	i := x.state.StepIndex(a.path)
-	if i < 0 || x.state.Steps[i].Status == projections.OpNone || x.state.Steps[i].Status == projections.OpRescheduled {
-		kind := ""
-		if strings.ContainsAny(a.path, "/~") {
-			kind = a.step.Kind
-		}
-		return d.append(ctx, x, &events.StepScheduled{StepID: a.path, Kind: kind, Attempt: a.attempt})
-	}
-	return nil
 }
 
 // scheduleCalled schedules a workflow step that calls another workflow by
@@ -456,15 +434,8 @@ func (d *Dispatcher) send(ctx context.Context, x *execState, a action) error {
 	if err != nil {
 		return fmt.Errorf("publish task %s: %w", taskID, err)
 	}
-	if err := d.append(ctx, x, &events.StepSent{StepID: a.path, Attempt: a.attempt, TaskID: taskID, TaskSeq: ack.Sequence}); err != nil {
-		return err
-	}
-	if a.step.Timeout != "" {
-		dur, err := time.ParseDuration(a.step.Timeout)
-		if err == nil && dur > 0 {
-			_, err := d.armTimer(ctx, x, events.TimerStepTimeout, a.path, a.attempt, d.cfg.Now().Add(dur))
-			return err
-		}
-	}
-	return nil
+	// The attempt's timeout, if any, is armed by the next decision: decide
+	// arms every timeout that is due to exist and is not recorded, so a
+	// crash between two appends cannot lose one.
+	return d.append(ctx, x, &events.StepSent{StepID: a.path, Attempt: a.attempt, TaskID: taskID, TaskSeq: ack.Sequence})
 }

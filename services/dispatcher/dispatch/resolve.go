@@ -27,7 +27,10 @@ func resolveFrame(d workflow.Definition, s projections.Execution, path string) (
 	segs := strings.Split(path, "/")
 	f := frame{steps: d.Steps, retry: d.Retry}
 	if len(segs) > 1 && segs[0] == "on-error" { // the workflow's on-error steps
-		f = f.child("on-error/", d.OnError, map[string]any{"error": map[string]any{"message": s.Error}})
+		// The error they see is the failure of the workflow's steps, as
+		// decide computes it.
+		msg := newEngine(d, s).run(frame{steps: d.Steps, retry: d.Retry}).err
+		f = f.child("on-error/", d.OnError, map[string]any{"error": map[string]any{"message": msg}})
 		f.handler = true
 		segs = segs[1:]
 	}
@@ -46,7 +49,7 @@ func resolveFrame(d workflow.Definition, s projections.Execution, path string) (
 			attempt, _ := strconv.Atoi(strings.TrimPrefix(next, "on-error"))
 			st, _ := instanceOf(s, inst)
 			f = f.child(inst+"/"+next+"/", cur.OnError, map[string]any{"error": map[string]any{
-				"message": st.Error, "step": localID(inst), "attempt": float64(attempt)}})
+				"message": st.Error, "step": localID(lastSegment(inst)), "attempt": float64(attempt)}})
 			f.handler = true
 			i++
 			continue
@@ -83,7 +86,8 @@ func resolveFrame(d workflow.Definition, s projections.Execution, path string) (
 			f = f.child(f.prefix+seg+"/", called.Definition.Steps, map[string]any{"input": orObject(decode(called.Input))})
 			f.retry = called.Definition.Retry
 			if next == "on-error" { // the called workflow's own on-error steps
-				f = f.child(f.prefix+"on-error/", called.Definition.OnError, map[string]any{"error": map[string]any{"message": st.Error}})
+				msg := newEngine(d, s).run(f).err // the called workflow's failure, as decide computes it
+				f = f.child(f.prefix+"on-error/", called.Definition.OnError, map[string]any{"error": map[string]any{"message": msg}})
 				f.handler = true
 				i++
 			}
