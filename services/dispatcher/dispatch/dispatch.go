@@ -173,6 +173,28 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	return nil
 }
 
+// keepAlive tells JetStream every third of AckWait that m is still being
+// handled, until handled is closed.
+func (d *Dispatcher) keepAlive(m jetstream.Msg, handled <-chan struct{}) {
+	t := time.NewTicker(d.cfg.AckWait / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-handled:
+			return
+		default:
+		}
+		if err := m.InProgress(); err != nil {
+			return
+		}
+		select {
+		case <-t.C:
+		case <-handled:
+			return
+		}
+	}
+}
+
 func routingKey(ev events.Event) string {
 	switch p := ev.Data.(type) {
 	case *events.StartExecution:
@@ -201,7 +223,13 @@ func (e permanentError) Unwrap() error { return e.err }
 
 func (d *Dispatcher) process(ctx context.Context, j job) {
 	log := d.log.With().Str("execution_id", j.key).Str("type", string(j.ev.Type)).Logger()
+	// A long handling (a large foreach of the dispatcher's own steps) keeps
+	// the message: without progress it would be redelivered meanwhile.
+	handled := make(chan struct{})
+	hb := time.AfterFunc(d.cfg.AckWait/3, func() { d.keepAlive(j.msg, handled) })
 	err := d.handle(log.WithContext(ctx), j.ev)
+	close(handled)
+	hb.Stop()
 	if errors.Is(err, nats.ErrMaxPayload) {
 		err = permanentError{err} // retrying cannot make it fit
 	}
