@@ -31,7 +31,10 @@ func (a *app) workflowCmd() *cobra.Command {
 				data, err = os.ReadFile(file)
 			}
 			if err != nil {
-				return fmt.Errorf("read %s: %w", file, err)
+				if st, serr := os.Stat(file); serr == nil && st.IsDir() {
+					return fmt.Errorf("%s is a directory: apply one file at a time (jetflow dev --apply takes directories)", file)
+				}
+				return fmt.Errorf("read definition: %w", err) // the error names the file
 			}
 			res, err := a.client().ApplyWorkflow(cmd.Context(), data)
 			if err != nil {
