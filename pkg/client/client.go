@@ -343,3 +343,35 @@ func (c *Client) Signal(ctx context.Context, id, name string, data json.RawMessa
 		http.Header{"Content-Type": {"application/json"}}, body, &out)
 	return out, err
 }
+
+// ActionRequest asks for an operator's action on an execution.
+type ActionRequest struct {
+	// Action is cancel or force-cancel.
+	Action string `json:"action"`
+	// Reason is kept in the execution's history.
+	Reason string `json:"reason,omitempty"`
+	// RequestedBy names who asks.
+	RequestedBy string `json:"requested_by,omitempty"`
+}
+
+// Acted is the answer to an action.
+type Acted struct {
+	ExecutionID string `json:"execution_id"`
+	Action      string `json:"action"`
+	// Command is the key of the command that carries the action.
+	Command string `json:"command"`
+	// Recorded is true once the action is in the execution's history.
+	Recorded bool `json:"recorded"`
+}
+
+// Act asks for an action (cancel, force-cancel) on execution id.
+func (c *Client) Act(ctx context.Context, id string, req ActionRequest) (Acted, error) {
+	var out Acted
+	b, err := json.Marshal(req)
+	if err != nil {
+		return out, err
+	}
+	_, err = c.do(ctx, http.MethodPost, "/v1/executions/"+url.PathEscape(id)+"/actions",
+		http.Header{"Content-Type": {"application/json"}}, bytes.NewReader(b), &out)
+	return out, err
+}

@@ -180,6 +180,52 @@ type SignalExecution struct {
 	Data        json.RawMessage `json:"data,omitempty"`
 }
 
+// Operators' actions on an execution.
+const (
+	// ActionCancel stops the execution at the next step boundary: running
+	// operations finish (their results are recorded), nothing new starts.
+	ActionCancel = "cancel"
+	// ActionForceCancel marks the execution cancelled at once, without
+	// waiting for running operations; their late results are ignored.
+	ActionForceCancel = "force-cancel"
+)
+
+// Actions lists the actions the dispatcher carries out.
+var Actions = []string{ActionCancel, ActionForceCancel}
+
+// ValidAction reports whether a names an action the dispatcher carries out.
+func ValidAction(a string) bool { return a == ActionCancel || a == ActionForceCancel }
+
+// ExecutionAction is the data of an action command.
+type ExecutionAction struct {
+	ExecutionID string `json:"execution_id"`
+	Action      string `json:"action"`
+	// Reason is the operator's explanation, kept in the history.
+	Reason string `json:"reason,omitempty"`
+	// RequestedBy names who asked; the command's CloudEvent source if empty.
+	RequestedBy string `json:"requested_by,omitempty"`
+}
+
+// ActionRecord says who asked for an action, why, and with which command;
+// it is recorded in the history with the action's events.
+type ActionRecord struct {
+	Action      string `json:"action"`
+	Reason      string `json:"reason,omitempty"`
+	RequestedBy string `json:"requested_by,omitempty"`
+	// Command is the command key (CloudEvent source#id) that asked.
+	Command string `json:"command,omitempty"`
+}
+
+// ExecutionCancelling records a cancel request.
+type ExecutionCancelling struct {
+	ActionRecord
+}
+
+// ExecutionCancelled records that the execution ended cancelled.
+type ExecutionCancelled struct {
+	ActionRecord
+}
+
 // FireTimer is the data of a timer coming due.
 type FireTimer struct {
 	ExecutionID string `json:"execution_id"`
@@ -274,57 +320,63 @@ const (
 	CodeConflict = "conflict"
 )
 
-func (*ExecutionStarted) EventType() Type   { return TypeExecutionStarted }
-func (*ExecutionSucceeded) EventType() Type { return TypeExecutionSucceeded }
-func (*ExecutionFailed) EventType() Type    { return TypeExecutionFailed }
-func (*StepScheduled) EventType() Type      { return TypeStepScheduled }
-func (*StepSending) EventType() Type        { return TypeStepSending }
-func (*StepSent) EventType() Type           { return TypeStepSent }
-func (*StepStarted) EventType() Type        { return TypeStepStarted }
-func (*StepSucceeded) EventType() Type      { return TypeStepSucceeded }
-func (*StepFailed) EventType() Type         { return TypeStepFailed }
-func (*StartExecution) EventType() Type     { return TypeStartExecution }
-func (*ReconcileExecution) EventType() Type { return TypeReconcileExecution }
-func (*Task) EventType() Type               { return TypeTask }
-func (*OperationStarted) EventType() Type   { return TypeOperationStarted }
-func (*OperationSucceeded) EventType() Type { return TypeOperationSucceeded }
-func (*OperationFailed) EventType() Type    { return TypeOperationFailed }
-func (*CommandRejected) EventType() Type    { return TypeCommandRejected }
-func (*FireTimer) EventType() Type          { return TypeFireTimer }
-func (*SignalExecution) EventType() Type    { return TypeSignalExecution }
-func (*SignalReceived) EventType() Type     { return TypeSignalReceived }
-func (*TimerFired) EventType() Type         { return TypeTimerFired }
-func (*TimerArmed) EventType() Type         { return TypeTimerArmed }
-func (*VariablesSet) EventType() Type       { return TypeVariablesSet }
-func (*StepRescheduled) EventType() Type    { return TypeStepRescheduled }
-func (*StepWaiting) EventType() Type        { return TypeStepWaiting }
-func (*StepSkipped) EventType() Type        { return TypeStepSkipped }
+func (*ExecutionStarted) EventType() Type    { return TypeExecutionStarted }
+func (*ExecutionSucceeded) EventType() Type  { return TypeExecutionSucceeded }
+func (*ExecutionFailed) EventType() Type     { return TypeExecutionFailed }
+func (*StepScheduled) EventType() Type       { return TypeStepScheduled }
+func (*StepSending) EventType() Type         { return TypeStepSending }
+func (*StepSent) EventType() Type            { return TypeStepSent }
+func (*StepStarted) EventType() Type         { return TypeStepStarted }
+func (*StepSucceeded) EventType() Type       { return TypeStepSucceeded }
+func (*StepFailed) EventType() Type          { return TypeStepFailed }
+func (*StartExecution) EventType() Type      { return TypeStartExecution }
+func (*ReconcileExecution) EventType() Type  { return TypeReconcileExecution }
+func (*Task) EventType() Type                { return TypeTask }
+func (*OperationStarted) EventType() Type    { return TypeOperationStarted }
+func (*OperationSucceeded) EventType() Type  { return TypeOperationSucceeded }
+func (*OperationFailed) EventType() Type     { return TypeOperationFailed }
+func (*CommandRejected) EventType() Type     { return TypeCommandRejected }
+func (*FireTimer) EventType() Type           { return TypeFireTimer }
+func (*SignalExecution) EventType() Type     { return TypeSignalExecution }
+func (*SignalReceived) EventType() Type      { return TypeSignalReceived }
+func (*TimerFired) EventType() Type          { return TypeTimerFired }
+func (*TimerArmed) EventType() Type          { return TypeTimerArmed }
+func (*VariablesSet) EventType() Type        { return TypeVariablesSet }
+func (*StepRescheduled) EventType() Type     { return TypeStepRescheduled }
+func (*StepWaiting) EventType() Type         { return TypeStepWaiting }
+func (*StepSkipped) EventType() Type         { return TypeStepSkipped }
+func (*ExecutionAction) EventType() Type     { return TypeExecutionAction }
+func (*ExecutionCancelling) EventType() Type { return TypeExecutionCancelling }
+func (*ExecutionCancelled) EventType() Type  { return TypeExecutionCancelled }
 
-func (*ExecutionStarted) payload()   {}
-func (*ExecutionSucceeded) payload() {}
-func (*ExecutionFailed) payload()    {}
-func (*StepScheduled) payload()      {}
-func (*StepSending) payload()        {}
-func (*StepSent) payload()           {}
-func (*StepStarted) payload()        {}
-func (*StepSucceeded) payload()      {}
-func (*StepFailed) payload()         {}
-func (*StartExecution) payload()     {}
-func (*ReconcileExecution) payload() {}
-func (*Task) payload()               {}
-func (*OperationStarted) payload()   {}
-func (*OperationSucceeded) payload() {}
-func (*OperationFailed) payload()    {}
-func (*CommandRejected) payload()    {}
-func (*FireTimer) payload()          {}
-func (*SignalExecution) payload()    {}
-func (*SignalReceived) payload()     {}
-func (*TimerFired) payload()         {}
-func (*TimerArmed) payload()         {}
-func (*VariablesSet) payload()       {}
-func (*StepRescheduled) payload()    {}
-func (*StepWaiting) payload()        {}
-func (*StepSkipped) payload()        {}
+func (*ExecutionStarted) payload()    {}
+func (*ExecutionSucceeded) payload()  {}
+func (*ExecutionFailed) payload()     {}
+func (*StepScheduled) payload()       {}
+func (*StepSending) payload()         {}
+func (*StepSent) payload()            {}
+func (*StepStarted) payload()         {}
+func (*StepSucceeded) payload()       {}
+func (*StepFailed) payload()          {}
+func (*StartExecution) payload()      {}
+func (*ReconcileExecution) payload()  {}
+func (*Task) payload()                {}
+func (*OperationStarted) payload()    {}
+func (*OperationSucceeded) payload()  {}
+func (*OperationFailed) payload()     {}
+func (*CommandRejected) payload()     {}
+func (*FireTimer) payload()           {}
+func (*SignalExecution) payload()     {}
+func (*SignalReceived) payload()      {}
+func (*TimerFired) payload()          {}
+func (*TimerArmed) payload()          {}
+func (*VariablesSet) payload()        {}
+func (*StepRescheduled) payload()     {}
+func (*StepWaiting) payload()         {}
+func (*StepSkipped) payload()         {}
+func (*ExecutionAction) payload()     {}
+func (*ExecutionCancelling) payload() {}
+func (*ExecutionCancelled) payload()  {}
 
 // newPayload returns a pointer to a zero payload for t, or nil.
 func newPayload(t Type) Payload {
@@ -379,6 +431,12 @@ func newPayload(t Type) Payload {
 		return &StepWaiting{}
 	case TypeStepSkipped:
 		return &StepSkipped{}
+	case TypeExecutionAction:
+		return &ExecutionAction{}
+	case TypeExecutionCancelling:
+		return &ExecutionCancelling{}
+	case TypeExecutionCancelled:
+		return &ExecutionCancelled{}
 	}
 	return nil
 }

@@ -24,6 +24,8 @@ const (
 	SubjectReconcile = "jf.commands.reconcile"
 	// SubjectSignal is where signal commands are published.
 	SubjectSignal = "jf.commands.signal"
+	// SubjectAction is where operators' actions (cancel, force-cancel) are published.
+	SubjectAction = "jf.commands.action"
 	// StreamTimers holds durable timers: pending ones as JetStream message
 	// schedules on jf.schedules.<timer>, fired ones on jf.timers.<execution>
 	// until the dispatcher has handled them (work-queue retention, no age

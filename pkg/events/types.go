@@ -13,6 +13,12 @@ const (
 	TypeExecutionSucceeded Type = "io.jetflow.execution.succeeded"
 	// TypeExecutionFailed records that the execution ended with an error.
 	TypeExecutionFailed Type = "io.jetflow.execution.failed"
+	// TypeExecutionCancelling records a cancel request: the execution stops
+	// at the next step boundary, once its running operations finished.
+	TypeExecutionCancelling Type = "io.jetflow.execution.cancelling"
+	// TypeExecutionCancelled records that the execution was cancelled (by a
+	// cancel once nothing ran any more, or at once by a force-cancel).
+	TypeExecutionCancelled Type = "io.jetflow.execution.cancelled"
 	// TypeStepScheduled records that a step's operation is pending.
 	TypeStepScheduled Type = "io.jetflow.step.scheduled"
 	// TypeStepSending records that the dispatcher is about to publish the task.
@@ -50,6 +56,9 @@ const (
 	TypeStartExecution Type = "io.jetflow.execution.start"
 	// TypeSignalExecution sends a named signal with data to an execution.
 	TypeSignalExecution Type = "io.jetflow.execution.signal"
+	// TypeExecutionAction asks the dispatcher to carry out an operator's
+	// action (cancel, force-cancel) on an execution.
+	TypeExecutionAction Type = "io.jetflow.execution.action"
 	// TypeFireTimer is a durable timer coming due (published by JetStream's
 	// message scheduler into the timers stream, JF_TIMERS).
 	TypeFireTimer Type = "io.jetflow.timer.fire"
@@ -75,5 +84,5 @@ const (
 
 // IsTerminal reports whether t ends an execution.
 func (t Type) IsTerminal() bool {
-	return t == TypeExecutionSucceeded || t == TypeExecutionFailed
+	return t == TypeExecutionSucceeded || t == TypeExecutionFailed || t == TypeExecutionCancelled
 }

@@ -19,9 +19,15 @@ import (
 //
 // Valid transitions:
 //
-//	none    -> started          (ExecutionStarted)
-//	started -> succeeded        (ExecutionSucceeded)
-//	started -> failed           (ExecutionFailed)
+//	none       -> started       (ExecutionStarted)
+//	started    -> succeeded     (ExecutionSucceeded)
+//	started    -> failed        (ExecutionFailed)
+//	started    -> cancelling    (ExecutionCancelling: a cancel request)
+//	cancelling -> cancelled     (ExecutionCancelled: nothing runs any more)
+//	started    -> cancelled     (ExecutionCancelled: a force-cancel)
+//
+// While cancelling, the results of running operations are still recorded
+// (steps may succeed or fail) but no step starts.
 type Status string
 
 // Execution statuses.
@@ -31,10 +37,19 @@ const (
 	StatusStarted   Status = "started"
 	StatusSucceeded Status = "succeeded"
 	StatusFailed    Status = "failed"
+	// StatusCancelling: a cancel was asked; running operations finish first.
+	StatusCancelling Status = "cancelling"
+	StatusCancelled  Status = "cancelled"
 )
 
 // Terminal reports whether s is final.
-func (s Status) Terminal() bool { return s == StatusSucceeded || s == StatusFailed }
+func (s Status) Terminal() bool {
+	return s == StatusSucceeded || s == StatusFailed || s == StatusCancelled
+}
+
+// Active reports whether the dispatcher still has work for an execution in
+// status s (it runs steps, or waits for running ones to finish).
+func (s Status) Active() bool { return s == StatusStarted || s == StatusCancelling }
 
 // OpStatus is the state of a step's operation (Cloudify's operation states).
 //
@@ -99,6 +114,8 @@ type Execution struct {
 	Vars map[string]json.RawMessage `json:"vars,omitempty"`
 	// Timers are the durable timers armed, by id.
 	Timers map[string]Timer `json:"timers,omitempty"`
+	// Cancellation says who asked to cancel the execution, when and why.
+	Cancellation *Cancellation `json:"cancellation,omitempty"`
 	// Signals received, in order; a wait step takes the first that fits.
 	Signals   []Signal  `json:"signals,omitempty"`
 	StartedAt time.Time `json:"started_at,omitzero"`
@@ -110,6 +127,17 @@ type Execution struct {
 	LastEventID string `json:"last_event_id,omitempty"`
 	// Events counts the events folded.
 	Events int `json:"events"`
+}
+
+// Cancellation records an operator's cancel or force-cancel.
+type Cancellation struct {
+	Action      string    `json:"action"`
+	Reason      string    `json:"reason,omitempty"`
+	RequestedBy string    `json:"requested_by,omitempty"`
+	RequestedAt time.Time `json:"requested_at,omitzero"`
+	// Commands are the keys of the commands that asked (a cancel, then
+	// perhaps a force-cancel).
+	Commands []string `json:"commands,omitempty"`
 }
 
 // Timer is a durable timer of the execution.
@@ -233,6 +261,17 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 	case *events.ExecutionFailed:
 		s.Status, s.EndedAt, s.Error = StatusFailed, ev.Time, e.Error
 		return s, nil
+	case *events.ExecutionCancelling:
+		if s.Status != StatusStarted {
+			return s, &TransitionError{ExecutionID: s.ID, From: string(s.Status), Event: ev.Type}
+		}
+		s.Status = StatusCancelling
+		s.Cancellation = cancellation(s.Cancellation, e.ActionRecord, ev.Time)
+		return s, nil
+	case *events.ExecutionCancelled:
+		s.Status, s.EndedAt = StatusCancelled, ev.Time
+		s.Cancellation = cancellation(s.Cancellation, e.ActionRecord, ev.Time)
+		return s, nil
 	case *events.StepScheduled:
 		s = s.instance(e.StepID, e.Kind)
 		return s.step(ev, e.StepID, OpPending, func(st *Step) {
@@ -331,6 +370,23 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 		}
 		return s, fmt.Errorf("%w: %s", ErrUnknownEvent, ev.Type)
 	}
+}
+
+// cancellation adds an action to the record of the cancellation so far
+// (a force-cancel after a cancel keeps the first request's time).
+func cancellation(c *Cancellation, r events.ActionRecord, at time.Time) *Cancellation {
+	next := Cancellation{Action: r.Action, Reason: r.Reason, RequestedBy: r.RequestedBy, RequestedAt: at}
+	if c != nil {
+		next.RequestedAt = c.RequestedAt
+		next.Commands = slices.Clone(c.Commands)
+		if next.Reason == "" {
+			next.Reason = c.Reason
+		}
+	}
+	if r.Command != "" {
+		next.Commands = append(next.Commands, r.Command)
+	}
+	return &next
 }
 
 // step moves one step to status to, checking the transition.

@@ -300,8 +300,10 @@ func TestStatusPredicates(t *testing.T) {
 	for st, terminal := range map[projections.Status]bool{
 		projections.StatusNone: false, projections.StatusPending: false, projections.StatusStarted: false,
 		projections.StatusSucceeded: true, projections.StatusFailed: true,
+		projections.StatusCancelling: false, projections.StatusCancelled: true,
 	} {
 		require.Equal(t, terminal, st.Terminal(), string(st))
+		require.Equal(t, st == projections.StatusStarted || st == projections.StatusCancelling, st.Active(), string(st))
 	}
 	for st, want := range map[projections.OpStatus][2]bool{ // terminal, in flight
 		projections.OpNone: {false, false}, projections.OpPending: {false, false},
@@ -319,6 +321,7 @@ var (
 		events.TypeExecutionStarted, events.TypeExecutionSucceeded, events.TypeExecutionFailed,
 		events.TypeStepScheduled, events.TypeStepSending, events.TypeStepSent, events.TypeStepStarted,
 		events.TypeStepSucceeded, events.TypeStepFailed,
+		events.TypeExecutionCancelling, events.TypeExecutionCancelled,
 		"io.jetflow.step.unknown",     // unknown type, nil Data
 		events.TypeReconcileExecution, // a command that does not belong in a history
 	}
@@ -362,6 +365,10 @@ func fuzzEvents(data []byte) []events.Event {
 			p = &events.StepSucceeded{StepID: step, Attempt: attempt, Output: json.RawMessage(`1`)}
 		case events.TypeStepFailed:
 			p = &events.StepFailed{StepID: step, Attempt: attempt, Error: "boom"}
+		case events.TypeExecutionCancelling:
+			p = &events.ExecutionCancelling{ActionRecord: events.ActionRecord{Action: events.ActionCancel, Command: "c#" + step}}
+		case events.TypeExecutionCancelled:
+			p = &events.ExecutionCancelled{ActionRecord: events.ActionRecord{Action: events.ActionForceCancel}}
 		case events.TypeReconcileExecution:
 			p = &events.ReconcileExecution{ExecutionID: "x1", Workflow: "wf"}
 		}

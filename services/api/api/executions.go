@@ -451,9 +451,9 @@ func (s *Server) listExecutions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: "workflow", Message: fmt.Sprintf("%q is not a valid workflow name", wf)})
 		return
 	}
-	valid := []string{"", "started", "succeeded", "failed"}
+	valid := []string{"", "started", "cancelling", "succeeded", "failed", "cancelled"}
 	if !slices.Contains(valid, status) {
-		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: "status", Message: "status must be one of started, succeeded, failed"})
+		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: "status", Message: "status must be one of started, cancelling, succeeded, failed, cancelled"})
 		return
 	}
 	lister, err := s.execs.ListKeys(r.Context())

@@ -88,6 +88,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/executions/{id}", s.getExecution)
 	mux.HandleFunc("GET /v1/executions/{id}/events", s.executionEvents)
 	mux.HandleFunc("POST /v1/executions/{id}/signals/{name}", s.signalExecution)
+	mux.HandleFunc("POST /v1/executions/{id}/actions", s.executionAction)
 	mux.HandleFunc("POST /v1/admin/projections/rebuild", s.rebuildProjections)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		var allow []string

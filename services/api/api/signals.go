@@ -3,18 +3,11 @@ package api
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"time"
-
-	"github.com/google/uuid"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"jetflow.dev/pkg/events"
-	"jetflow.dev/pkg/history"
 )
 
 // signalExecution sends a named signal to an execution. The body, if any,
@@ -22,20 +15,6 @@ import (
 // request the same signal. The answer is 200 once the signal is recorded
 // in the history, 202 if the dispatcher has not answered in time, or the
 // reason it was refused.
-// signalRecorded reports whether the execution's history holds the signal.
-func (s *Server) signalRecorded(r *http.Request, id, sigID string) bool {
-	evs, err := history.Read(r.Context(), s.js, events.ExecutionFilter(id), 0)
-	if err != nil {
-		return false
-	}
-	for _, ev := range evs {
-		if p, ok := ev.Data.(*events.SignalReceived); ok && p.SignalID == sigID {
-			return true
-		}
-	}
-	return false
-}
-
 func (s *Server) signalExecution(w http.ResponseWriter, r *http.Request) {
 	id, name := r.PathValue("id"), r.PathValue("name")
 	if !events.ValidSignalName(name) {
@@ -58,84 +37,15 @@ func (s *Server) signalExecution(w http.ResponseWriter, r *http.Request) {
 		}
 		data = body
 	}
-	e, err := s.ids.Get(r.Context(), id)
-	if errors.Is(err, jetstream.ErrKeyNotFound) || !events.ValidExecutionID(id) {
-		writeError(w, http.StatusNotFound, apiError{Code: "not_found", Field: "id", Message: fmt.Sprintf("execution %q does not exist", id)})
-		return
-	}
-	if err != nil {
-		s.internal(w, r, err)
-		return
-	}
-	var claim struct {
-		Workflow string `json:"workflow"`
-	}
-	_ = json.Unmarshal(e.Value(), &claim)
-	x, err := s.loadExecution(r.Context(), id)
-	if err == nil && x.Status.Terminal() {
-		writeError(w, http.StatusConflict, apiError{Code: "conflict", Message: fmt.Sprintf("execution %q has already %s", id, x.Status)})
-		return
-	}
-
-	cmdID := uuid.NewString()
-	if k := r.Header.Get("Idempotency-Key"); k != "" {
-		cmdID = "idem-" + k
-	}
-	cmd := events.New(s.cfg.Source, id, claim.Workflow, time.Now(), &events.SignalExecution{ExecutionID: id, Name: name, Data: data})
-	cmd.ID = cmdID
-	key := events.CommandKey(cmd.Source, cmd.ID)
-
-	ch := make(chan *nats.Msg, 64)
-	subEvents, err := s.nc.ChanSubscribe(events.ExecutionSubject(claim.Workflow, id), ch)
-	if err != nil {
-		s.internal(w, r, err)
-		return
-	}
-	defer subEvents.Unsubscribe()
-	subRej, err := s.nc.ChanSubscribe(events.RejectionSubject(key), ch)
-	if err != nil {
-		s.internal(w, r, err)
-		return
-	}
-	defer subRej.Unsubscribe()
-	msg, err := events.Encode(events.SubjectSignal, cmd)
-	if err != nil {
-		s.internal(w, r, err)
-		return
-	}
-	ack, err := s.js.PublishMsg(r.Context(), msg, jetstream.WithMsgID(events.CommandMsgID(key)))
-	if err != nil {
-		s.internal(w, r, fmt.Errorf("publish signal: %w", err))
-		return
-	}
-	sigID := events.SignalID(key)
-	resp := map[string]any{"execution_id": id, "signal": name, "signal_id": sigID}
-	if ack.Duplicate { // the same request again: answer with what became of it
-		if s.signalRecorded(r, id, sigID) {
-			resp["recorded"] = true
-			writeJSON(w, http.StatusOK, resp)
-			return
-		}
-		if s.answerRejection(w, r, key) {
-			return
-		}
-	}
-	answered := s.await(r, ch, func(ev events.Event) bool {
-		switch p := ev.Data.(type) {
-		case *events.SignalReceived:
-			if p.SignalID == sigID {
-				resp["recorded"] = true
-				writeJSON(w, http.StatusOK, resp)
-				return true
-			}
-		case *events.CommandRejected:
-			writeRejection(w, p)
-			return true
-		}
-		return false
+	s.sendExecutionCommand(w, r, executionCommand{
+		execID: id, subject: events.SubjectSignal,
+		data: &events.SignalExecution{ExecutionID: id, Name: name, Data: data},
+		recorded: func(ev events.Event, key string) bool {
+			p, ok := ev.Data.(*events.SignalReceived)
+			return ok && p.SignalID == events.SignalID(key)
+		},
+		resp: func(key string) map[string]any {
+			return map[string]any{"execution_id": id, "signal": name, "signal_id": events.SignalID(key)}
+		},
 	})
-	if !answered {
-		resp["recorded"] = false
-		writeJSON(w, http.StatusAccepted, resp)
-	}
 }

@@ -61,6 +61,7 @@ const (
 	actReschedule                   // a failed attempt is retried after a backoff
 	actSucceed                      // append ExecutionSucceeded (with the rendered output)
 	actFail                         // append ExecutionFailed
+	actCancelled                    // a cancelling execution has nothing running: append ExecutionCancelled
 )
 
 // decide returns the next action for state s of definition d. It is pure:
@@ -68,7 +69,14 @@ const (
 // redelivered message (after a crash) safe. Expressions are evaluated over
 // recorded state only.
 func decide(d workflow.Definition, s projections.Execution) action {
-	if s.Status != projections.StatusStarted {
+	switch s.Status {
+	case projections.StatusStarted:
+	case projections.StatusCancelling:
+		if operationRunning(s) {
+			return action{kind: actWait} // running operations finish first
+		}
+		return action{kind: actCancelled}
+	default:
 		return action{kind: actWait}
 	}
 	if timerFired(s, events.TimerWorkflowTimeout, "", 0) {

@@ -208,6 +208,8 @@ func routingKey(ev events.Event) string {
 		return p.ExecutionID
 	case *events.SignalExecution:
 		return p.ExecutionID
+	case *events.ExecutionAction:
+		return p.ExecutionID
 	}
 	if ref, ok := events.ResultRef(ev.Data); ok {
 		return ref.ExecutionID
@@ -265,6 +267,8 @@ func (d *Dispatcher) handle(ctx context.Context, ev events.Event) error {
 		return d.fireTimer(ctx, ev, p)
 	case *events.SignalExecution:
 		return d.signal(ctx, ev, p)
+	case *events.ExecutionAction:
+		return d.action(ctx, ev, p)
 	}
 	if ref, ok := events.ResultRef(ev.Data); ok {
 		return d.result(ctx, ref, ev)

@@ -183,17 +183,24 @@ func requireLinear(t *testing.T, evs []events.Event) {
 // published so far.
 func waitResultsHandled(t *testing.T, js jetstream.JetStream) {
 	t.Helper()
+	waitConsumerCaughtUp(t, js, events.StreamResults, dispatch.ResultsConsumer)
+}
+
+// waitConsumerCaughtUp waits until a dispatcher consumer acknowledged
+// every message its stream holds.
+func waitConsumerCaughtUp(t *testing.T, js jetstream.JetStream, streamName, consumer string) {
+	t.Helper()
 	natstest.Eventually(t, waitFor, func() bool {
-		stream, err := js.Stream(t.Context(), events.StreamResults)
+		stream, err := js.Stream(t.Context(), streamName)
 		require.NoError(t, err)
 		info, err := stream.Info(t.Context())
 		require.NoError(t, err)
-		cons, err := js.Consumer(t.Context(), events.StreamResults, dispatch.ResultsConsumer)
+		cons, err := js.Consumer(t.Context(), streamName, consumer)
 		require.NoError(t, err)
 		ci, err := cons.Info(t.Context())
 		require.NoError(t, err)
 		return ci.AckFloor.Stream >= info.State.LastSeq && ci.NumAckPending == 0
-	}, "results consumer caught up")
+	}, "%s consumer caught up", consumer)
 }
 
 func readRejection(t *testing.T, js jetstream.JetStream, commandKey string) *events.CommandRejected {

@@ -355,6 +355,8 @@ func (d *Dispatcher) act(ctx context.Context, x *execState, a action) error {
 		return d.finish(ctx, x, &events.ExecutionSucceeded{Output: a.output})
 	case actFail:
 		return d.finish(ctx, x, &events.ExecutionFailed{Error: a.err, StepID: id})
+	case actCancelled:
+		return d.finish(ctx, x, cancelled(x.state))
 	}
 	return permanentError{fmt.Errorf("unknown action %d", a.kind)}
 }
@@ -401,6 +403,8 @@ func (d *Dispatcher) finish(ctx context.Context, x *execState, p events.Payload)
 		zerolog.Ctx(ctx).Info().Msg("execution succeeded")
 	case *events.ExecutionFailed:
 		zerolog.Ctx(ctx).Info().Str("error", e.Error).Msg("execution failed")
+	case *events.ExecutionCancelled:
+		zerolog.Ctx(ctx).Info().Msg("execution cancelled")
 	}
 	return nil
 }

@@ -4,12 +4,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"jetflow.dev/pkg/events"
@@ -112,30 +110,18 @@ func (d *Dispatcher) signal(ctx context.Context, ev events.Event, p *events.Sign
 	reject := func(code, format string, args ...any) error {
 		return d.reject(ctx, ev, p.ExecutionID, code, fmt.Sprintf(format, args...))
 	}
-	if !events.ValidExecutionID(p.ExecutionID) {
-		return reject(events.CodeInvalid, "execution_id %q is not valid: %s", p.ExecutionID, events.ExecutionIDRule)
-	}
 	if !events.ValidSignalName(p.Name) {
 		return reject(events.CodeInvalid, "signal name %q: %s", p.Name, events.SignalNameRule)
 	}
-	e, err := d.ids.Get(ctx, p.ExecutionID)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return reject(events.CodeNotFound, "execution %q does not exist", p.ExecutionID)
-	}
+	wf, err := d.commandTarget(ctx, ev, p.ExecutionID)
 	if err != nil {
-		return fmt.Errorf("read claim of %s: %w", p.ExecutionID, err)
-	}
-	c, err := decodeClaim(e.Value())
-	if err != nil {
-		return permanentError{err}
+		return err
 	}
 	sigID := events.SignalID(events.CommandKey(ev.Source, ev.ID))
-	return d.withExecution(ctx, c.Workflow, p.ExecutionID, func(x *execState) error {
+	return d.withExecution(ctx, wf, p.ExecutionID, func(x *execState) error {
 		switch {
-		case x.state.Status == projections.StatusNone && d.cfg.Now().Sub(ev.Time) < 30*time.Second:
-			return fmt.Errorf("execution %s is not started yet", p.ExecutionID) // its start is on its way: retry
 		case x.state.Status == projections.StatusNone:
-			return reject(events.CodeNotFound, "execution %q never started", p.ExecutionID)
+			return d.notStarted(ctx, ev, p.ExecutionID)
 		case x.state.Status.Terminal():
 			return reject(events.CodeConflict, "execution %q has already %s", p.ExecutionID, x.state.Status)
 		}

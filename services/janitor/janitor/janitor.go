@@ -195,7 +195,7 @@ func (j *Janitor) RunOnce(ctx context.Context) (Result, error) {
 			continue
 		}
 		var x projections.Execution
-		if json.Unmarshal(e.Value(), &x) != nil || x.Status != projections.StatusStarted || now.Sub(x.UpdatedAt) < j.cfg.IdleAfter {
+		if json.Unmarshal(e.Value(), &x) != nil || !x.Status.Active() || now.Sub(x.UpdatedAt) < j.cfg.IdleAfter {
 			continue
 		}
 		res.Checked++

@@ -1,10 +1,12 @@
 package cli
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -146,6 +148,13 @@ func printExecution(w io.Writer, x projections.Execution) {
 	if !x.EndedAt.IsZero() {
 		fmt.Fprintf(tw, "ended\t%s (took %s)\n", x.EndedAt.Local().Format(time.RFC3339Nano), dur(x.StartedAt, x.EndedAt))
 	}
+	if c := x.Cancellation; c != nil {
+		fmt.Fprintf(tw, "cancel\t%s by %s at %s", c.Action, cmp.Or(c.RequestedBy, "?"), c.RequestedAt.Local().Format(time.RFC3339Nano))
+		if c.Reason != "" {
+			fmt.Fprintf(tw, ": %s", c.Reason)
+		}
+		fmt.Fprintln(tw)
+	}
 	if x.Error != "" {
 		fmt.Fprintf(tw, "error\t%s\n", x.Error)
 	}
@@ -273,6 +282,12 @@ func (a *app) follow(cmd *cobra.Command, id string, from uint64, asJSON bool) er
 		}
 		return exitError{code: 1}
 	}
+	if last.Type == events.TypeExecutionCancelled {
+		if !asJSON {
+			fmt.Fprintf(a.stderr, "execution %s was cancelled\n", id)
+		}
+		return exitError{code: 1}
+	}
 	return nil
 }
 
@@ -288,9 +303,12 @@ func printEvent(w io.Writer, ev client.Event, asJSON bool) {
 	if s, ok := d["step_id"].(string); ok {
 		detail = "step=" + s
 	}
-	for _, k := range []string{"error", "agent"} {
+	for _, k := range []string{"error", "agent", "action", "reason", "requested_by"} {
 		if v, ok := d[k].(string); ok && v != "" {
-			detail += " " + k + "=" + truncate(v, 120)
+			if strings.ContainsAny(v, " \t\"") {
+				v = strconv.Quote(v)
+			}
+			detail += " " + strings.TrimPrefix(k, "requested_") + "=" + truncate(v, 120)
 		}
 	}
 	if n, ok := d["delivery"].(float64); ok && n > 1 {

@@ -1,0 +1,107 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/projections"
+)
+
+// commandTarget checks the execution a command names and returns its
+// workflow. A command for an execution that does not exist is rejected.
+func (d *Dispatcher) commandTarget(ctx context.Context, ev events.Event, execID string) (string, error) {
+	if !events.ValidExecutionID(execID) {
+		return "", d.reject(ctx, ev, execID, events.CodeInvalid, fmt.Sprintf("execution_id %q is not valid: %s", execID, events.ExecutionIDRule))
+	}
+	e, err := d.ids.Get(ctx, execID)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return "", d.reject(ctx, ev, execID, events.CodeNotFound, fmt.Sprintf("execution %q does not exist", execID))
+	}
+	if err != nil {
+		return "", fmt.Errorf("read claim of %s: %w", execID, err)
+	}
+	c, err := decodeClaim(e.Value())
+	if err != nil {
+		return "", permanentError{err}
+	}
+	return c.Workflow, nil
+}
+
+// notStarted handles a command for an execution whose history is still
+// empty: its start may be on its way (retry for a while), else reject.
+func (d *Dispatcher) notStarted(ctx context.Context, ev events.Event, execID string) error {
+	if d.cfg.Now().Sub(ev.Time) < 30*time.Second {
+		return fmt.Errorf("execution %s is not started yet", execID)
+	}
+	return d.reject(ctx, ev, execID, events.CodeNotFound, fmt.Sprintf("execution %q never started", execID))
+}
+
+// action carries out an operator's action on an execution. Every action
+// is recorded in the history with who asked and why; a command handled
+// twice (redelivered after a crash) is recorded once.
+func (d *Dispatcher) action(ctx context.Context, ev events.Event, p *events.ExecutionAction) error {
+	if !events.ValidAction(p.Action) {
+		return d.reject(ctx, ev, p.ExecutionID, events.CodeInvalid,
+			fmt.Sprintf("action %q is not known; use one of: %s", p.Action, strings.Join(events.Actions, ", ")))
+	}
+	wf, err := d.commandTarget(ctx, ev, p.ExecutionID)
+	if err != nil {
+		return err
+	}
+	key := events.CommandKey(ev.Source, ev.ID)
+	rec := events.ActionRecord{Action: p.Action, Reason: p.Reason, RequestedBy: p.RequestedBy, Command: key}
+	if rec.RequestedBy == "" {
+		rec.RequestedBy = ev.Source
+	}
+	return d.withExecution(ctx, wf, p.ExecutionID, func(x *execState) error {
+		s := x.state
+		if s.Cancellation != nil && slices.Contains(s.Cancellation.Commands, key) {
+			return d.advance(ctx, x) // this command again
+		}
+		switch {
+		case s.Status == projections.StatusNone:
+			return d.notStarted(ctx, ev, p.ExecutionID)
+		case s.Status.Terminal():
+			return d.reject(ctx, ev, p.ExecutionID, events.CodeConflict,
+				fmt.Sprintf("execution %q has already %s; %s applies to a started or cancelling execution", p.ExecutionID, s.Status, p.Action))
+		case p.Action == events.ActionCancel && s.Status == projections.StatusCancelling:
+			return d.reject(ctx, ev, p.ExecutionID, events.CodeConflict,
+				fmt.Sprintf("execution %q is already cancelling; use force-cancel not to wait for its running steps", p.ExecutionID))
+		}
+		log := zerolog.Ctx(ctx).Info().Str("action", p.Action).Str("requested_by", rec.RequestedBy).Str("reason", p.Reason)
+		if p.Action == events.ActionForceCancel {
+			log.Msg("execution force-cancelled")
+			return d.append(ctx, x, &events.ExecutionCancelled{ActionRecord: rec})
+		}
+		log.Msg("execution cancelling")
+		if err := d.append(ctx, x, &events.ExecutionCancelling{ActionRecord: rec}); err != nil {
+			return err
+		}
+		return d.advance(ctx, x)
+	})
+}
+
+// operationRunning reports whether an operation of s is with an agent: a cancel
+// waits for its result.
+func operationRunning(s projections.Execution) bool {
+	return slices.ContainsFunc(s.Steps, func(st projections.Step) bool {
+		return st.Status == projections.OpSent || st.Status == projections.OpStarted
+	})
+}
+
+// cancelled is the event that ends a cancelling execution.
+func cancelled(s projections.Execution) *events.ExecutionCancelled {
+	rec := events.ActionRecord{Action: events.ActionCancel}
+	if c := s.Cancellation; c != nil {
+		rec.Reason, rec.RequestedBy = c.Reason, c.RequestedBy
+	}
+	return &events.ExecutionCancelled{ActionRecord: rec}
+}

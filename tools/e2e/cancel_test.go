@@ -1,0 +1,152 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/client"
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/projections"
+)
+
+const cancelWorkflow = `name: rollout
+steps:
+  - {id: build, kind: exec, command: sh, args: ["-c", "sleep 2; echo built"]}
+  - {id: ship, kind: log, message: shipped}
+`
+
+// waitStepStatus polls the api until a step reaches status st.
+func (s *stack) waitStepStatus(t *testing.T, id, step string, st projections.OpStatus) projections.Execution {
+	t.Helper()
+	var x projections.Execution
+	require.Eventually(t, func() bool {
+		var err error
+		x, err = s.c.Execution(context.Background(), id)
+		return err == nil && stepByID(x, step).Status == st
+	}, 20*time.Second, 20*time.Millisecond, "step %s of %s never %s; last state %+v", step, id, st, x)
+	return x
+}
+
+func postAction(t *testing.T, s *stack, id, body string) (int, map[string]any) {
+	t.Helper()
+	resp, err := http.Post(s.info.APIURL+"/v1/executions/"+id+"/actions", "application/json", strings.NewReader(body))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var out map[string]any
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+	return resp.StatusCode, out
+}
+
+// TestCancelOverHTTP cancels an execution while its exec step runs: the
+// step finishes and is recorded, the next step never runs.
+func TestCancelOverHTTP(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, nil)
+	ctx := context.Background()
+	s.apply(t, cancelWorkflow)
+	_, err := s.c.Start(ctx, client.StartRequest{Workflow: "rollout", ID: "r1"})
+	require.NoError(t, err)
+	s.waitStepStatus(t, "r1", "build", projections.OpStarted)
+
+	code, body := postAction(t, s, "r1", `{"action":"cancel","reason":"bad build","requested_by":"alice"}`)
+	require.Equal(t, http.StatusOK, code, body)
+	require.Equal(t, true, body["recorded"])
+	require.Equal(t, 1, countTypes(s.history(t, "r1"))[string(events.TypeExecutionCancelling)], "recorded means in the history")
+
+	x := s.waitDone(t, "r1", 20*time.Second)
+	require.Equal(t, projections.StatusCancelled, x.Status)
+	require.Equal(t, projections.OpSucceeded, stepByID(x, "build").Status, "the running step finished")
+	require.Equal(t, projections.OpNone, stepByID(x, "ship").Status, "no step started after the cancel")
+	require.Equal(t, "alice", x.Cancellation.RequestedBy)
+	require.Equal(t, "bad build", x.Cancellation.Reason)
+	evs := s.history(t, "r1")
+	requireLinear(t, evs)
+	n := countTypes(evs)
+	require.Equal(t, 1, n[string(events.TypeExecutionCancelling)])
+	require.Equal(t, 1, n[string(events.TypeExecutionCancelled)])
+	require.Zero(t, n[string(events.TypeStepScheduled)+"/ship"])
+
+	t.Log("a finished execution cannot be cancelled again")
+	code, body = postAction(t, s, "r1", `{"action":"force-cancel"}`)
+	require.Equal(t, http.StatusConflict, code, body)
+	require.Contains(t, body["error"].(map[string]any)["message"], "already cancelled")
+	require.Len(t, s.history(t, "r1"), len(evs), "a refused action changes nothing")
+}
+
+// TestForceCancelAsCloudEvent force-cancels over NATS, the way any client
+// can: the execution is cancelled without waiting for its running step.
+func TestForceCancelAsCloudEvent(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, nil)
+	ctx := context.Background()
+	s.apply(t, strings.Replace(cancelWorkflow, "sleep 2", "sleep 30", 1))
+	_, err := s.c.Start(ctx, client.StartRequest{Workflow: "rollout", ID: "r2"})
+	require.NoError(t, err)
+	s.waitStepStatus(t, "r2", "build", projections.OpStarted)
+
+	ev := events.Event{ID: "op-1", Type: events.TypeExecutionAction, Source: "urn:test:ops", Time: time.Now().UTC(),
+		Data: &events.ExecutionAction{ExecutionID: "r2", Action: events.ActionForceCancel, Reason: "hung"}}
+	msg, err := events.Encode(events.SubjectAction, ev)
+	require.NoError(t, err)
+	require.NoError(t, s.nc.PublishMsg(msg))
+	require.NoError(t, s.nc.PublishMsg(msg)) // the same event twice is one action
+	start := time.Now()
+	x := s.waitDone(t, "r2", 10*time.Second)
+	require.Less(t, time.Since(start), 10*time.Second)
+	require.Equal(t, projections.StatusCancelled, x.Status)
+	require.Equal(t, projections.OpStarted, stepByID(x, "build").Status, "force-cancel did not wait for build")
+	require.Equal(t, "urn:test:ops", x.Cancellation.RequestedBy)
+	require.Equal(t, []string{events.CommandKey(ev.Source, ev.ID)}, x.Cancellation.Commands)
+	require.Equal(t, 1, countTypes(s.history(t, "r2"))[string(events.TypeExecutionCancelled)])
+}
+
+func TestActionBadInput(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, nil)
+	s.apply(t, "name: tiny\nsteps:\n  - {id: a, kind: sleep, duration: 30s}\n")
+	_, err := s.c.Start(context.Background(), client.StartRequest{Workflow: "tiny", ID: "t1"})
+	require.NoError(t, err)
+	for name, tc := range map[string]struct {
+		id, body string
+		code     int
+		field    string
+		message  string
+	}{
+		"NoAction":      {"t1", `{"reason":"x"}`, 400, "action", "action is required"},
+		"UnknownAction": {"t1", `{"action":"pause"}`, 400, "action", `action "pause" is not known; use one of: cancel, force-cancel`},
+		"UnknownField":  {"t1", `{"action":"cancel","force":true}`, 400, "force", ""},
+		"NotJSON":       {"t1", `cancel`, 400, "", "the body must be JSON"},
+		"NoExecution":   {"nobody", `{"action":"cancel"}`, 404, "id", `execution "nobody" does not exist`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			code, body := postAction(t, s, tc.id, tc.body)
+			require.Equal(t, tc.code, code, body)
+			e, ok := body["error"].(map[string]any)
+			require.True(t, ok, body)
+			if tc.field != "" {
+				require.Equal(t, tc.field, e["field"], body)
+			}
+			require.Contains(t, e["message"], tc.message)
+		})
+	}
+	x, err := s.c.Execution(context.Background(), "t1")
+	require.NoError(t, err)
+	require.Equal(t, projections.StatusStarted, x.Status, "bad requests changed nothing")
+
+	t.Log("the CLI cancels a sleeping execution at once: nothing runs on an agent")
+	out, err := runCmd(context.Background(), buildJetflow(t), "--api", s.info.APIURL, "cancel", "t1", "--reason", "not needed")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "cancel of execution t1 recorded")
+	x = s.waitDone(t, "t1", 10*time.Second)
+	require.Equal(t, projections.StatusCancelled, x.Status)
+	require.Equal(t, "not needed", x.Cancellation.Reason)
+	out, err = runCmd(context.Background(), buildJetflow(t), "--api", s.info.APIURL, "cancel", "t1")
+	require.Error(t, err)
+	require.Contains(t, out, "already cancelled")
+}
