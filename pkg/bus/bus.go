@@ -77,7 +77,7 @@ func Streams(c Config) []jetstream.StreamConfig {
 		},
 		{
 			Name: events.StreamCommands, Subjects: []string{events.CommandsPrefix + ".>"},
-			Description: "jetflow commands (start, signal, reconcile)",
+			Description: "jetflow commands (start, signal, action, reconcile)",
 			Storage:     jetstream.FileStorage, Replicas: c.Replicas, Duplicates: c.Duplicates, MaxAge: c.CommandsMaxAge,
 		},
 		{
@@ -96,6 +96,12 @@ func Streams(c Config) []jetstream.StreamConfig {
 			Name: events.StreamResults, Subjects: []string{events.ResultsPrefix + ".>"},
 			Description: "jetflow operation results reported by agents",
 			Storage:     jetstream.FileStorage, Replicas: c.Replicas, Duplicates: c.WorkDuplicates, MaxAge: c.CommandsMaxAge,
+		},
+		{
+			Name: events.StreamKills, Subjects: []string{events.KillsPrefix + ".>"},
+			Description: "jetflow kill notices: agents terminate the running operations of a killed execution",
+			Storage:     jetstream.FileStorage, Replicas: c.Replicas, Duplicates: c.WorkDuplicates,
+			MaxAge: 24 * time.Hour, MaxMsgsPerSubject: 1,
 		},
 		{
 			Name: events.StreamRejections, Subjects: []string{events.RejectionsPrefix + ".>"},

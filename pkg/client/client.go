@@ -346,7 +346,7 @@ func (c *Client) Signal(ctx context.Context, id, name string, data json.RawMessa
 
 // ActionRequest asks for an operator's action on an execution.
 type ActionRequest struct {
-	// Action is cancel or force-cancel.
+	// Action is cancel, force-cancel or kill.
 	Action string `json:"action"`
 	// Reason is kept in the execution's history.
 	Reason string `json:"reason,omitempty"`
@@ -364,7 +364,7 @@ type Acted struct {
 	Recorded bool `json:"recorded"`
 }
 
-// Act asks for an action (cancel, force-cancel) on execution id.
+// Act asks for an action (cancel, force-cancel, kill) on execution id.
 func (c *Client) Act(ctx context.Context, id string, req ActionRequest) (Acted, error) {
 	var out Acted
 	b, err := json.Marshal(req)

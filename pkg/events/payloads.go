@@ -2,6 +2,7 @@ package events
 
 import (
 	"encoding/json"
+	"slices"
 	"time"
 )
 
@@ -188,13 +189,25 @@ const (
 	// ActionForceCancel marks the execution cancelled at once, without
 	// waiting for running operations; their late results are ignored.
 	ActionForceCancel = "force-cancel"
+	// ActionKill is a force-cancel that also has the agents terminate the
+	// execution's running operations.
+	ActionKill = "kill"
 )
 
 // Actions lists the actions the dispatcher carries out.
-var Actions = []string{ActionCancel, ActionForceCancel}
+var Actions = []string{ActionCancel, ActionForceCancel, ActionKill}
 
 // ValidAction reports whether a names an action the dispatcher carries out.
-func ValidAction(a string) bool { return a == ActionCancel || a == ActionForceCancel }
+func ValidAction(a string) bool { return slices.Contains(Actions, a) }
+
+// KillOperations tells agents to terminate every operation of an execution
+// they run (published on jf.kills.<execution> after a kill).
+type KillOperations struct {
+	ExecutionID string `json:"execution_id"`
+	Workflow    string `json:"workflow"`
+	// Command is the key of the kill command.
+	Command string `json:"command,omitempty"`
+}
 
 // ExecutionAction is the data of an action command.
 type ExecutionAction struct {
@@ -346,6 +359,7 @@ func (*StepRescheduled) EventType() Type     { return TypeStepRescheduled }
 func (*StepWaiting) EventType() Type         { return TypeStepWaiting }
 func (*StepSkipped) EventType() Type         { return TypeStepSkipped }
 func (*ExecutionAction) EventType() Type     { return TypeExecutionAction }
+func (*KillOperations) EventType() Type      { return TypeKillOperations }
 func (*ExecutionCancelling) EventType() Type { return TypeExecutionCancelling }
 func (*ExecutionCancelled) EventType() Type  { return TypeExecutionCancelled }
 
@@ -375,6 +389,7 @@ func (*StepRescheduled) payload()     {}
 func (*StepWaiting) payload()         {}
 func (*StepSkipped) payload()         {}
 func (*ExecutionAction) payload()     {}
+func (*KillOperations) payload()      {}
 func (*ExecutionCancelling) payload() {}
 func (*ExecutionCancelled) payload()  {}
 
@@ -433,6 +448,8 @@ func newPayload(t Type) Payload {
 		return &StepSkipped{}
 	case TypeExecutionAction:
 		return &ExecutionAction{}
+	case TypeKillOperations:
+		return &KillOperations{}
 	case TypeExecutionCancelling:
 		return &ExecutionCancelling{}
 	case TypeExecutionCancelled:

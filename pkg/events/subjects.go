@@ -24,7 +24,7 @@ const (
 	SubjectReconcile = "jf.commands.reconcile"
 	// SubjectSignal is where signal commands are published.
 	SubjectSignal = "jf.commands.signal"
-	// SubjectAction is where operators' actions (cancel, force-cancel) are published.
+	// SubjectAction is where operators' actions (cancel, force-cancel, kill) are published.
 	SubjectAction = "jf.commands.action"
 	// StreamTimers holds durable timers: pending ones as JetStream message
 	// schedules on jf.schedules.<timer>, fired ones on jf.timers.<execution>
@@ -45,6 +45,12 @@ const (
 	StreamResults = "JF_RESULTS"
 	// ResultsPrefix starts every result subject.
 	ResultsPrefix = "jf.results"
+
+	// StreamKills holds kill notices for agents: jf.kills.<execution>, the
+	// last one per execution, for a day.
+	StreamKills = "JF_KILLS"
+	// KillsPrefix starts every kill notice subject.
+	KillsPrefix = "jf.kills"
 
 	// StreamRejections holds the reasons commands were rejected: jf.rejections.<key>.
 	StreamRejections = "JF_REJECTIONS"
@@ -106,6 +112,9 @@ func TaskSubject(queue string) string { return TasksPrefix + "." + queue }
 
 // ResultSubject is where results about an execution's tasks go.
 func ResultSubject(executionID string) string { return ResultsPrefix + "." + executionID }
+
+// KillSubject is where the kill notice of an execution is published.
+func KillSubject(executionID string) string { return KillsPrefix + "." + executionID }
 
 // RejectionSubject is where the rejection of a command is published.
 func RejectionSubject(commandKey string) string {

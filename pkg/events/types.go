@@ -57,7 +57,7 @@ const (
 	// TypeSignalExecution sends a named signal with data to an execution.
 	TypeSignalExecution Type = "io.jetflow.execution.signal"
 	// TypeExecutionAction asks the dispatcher to carry out an operator's
-	// action (cancel, force-cancel) on an execution.
+	// action (cancel, force-cancel, kill) on an execution.
 	TypeExecutionAction Type = "io.jetflow.execution.action"
 	// TypeFireTimer is a durable timer coming due (published by JetStream's
 	// message scheduler into the timers stream, JF_TIMERS).
@@ -78,6 +78,9 @@ const (
 	// TypeOperationFailed is a report of a failed task (from an agent, or
 	// from the janitor when a task's agents kept dying).
 	TypeOperationFailed Type = "io.jetflow.operation.failed"
+	// TypeKillOperations tells agents to terminate an execution's running
+	// operations, after a kill.
+	TypeKillOperations Type = "io.jetflow.operations.kill"
 	// TypeCommandRejected explains why a command changed nothing.
 	TypeCommandRejected Type = "io.jetflow.command.rejected"
 )

@@ -129,7 +129,7 @@ type Execution struct {
 	Events int `json:"events"`
 }
 
-// Cancellation records an operator's cancel or force-cancel.
+// Cancellation records an operator's cancel, force-cancel or kill.
 type Cancellation struct {
 	Action      string    `json:"action"`
 	Reason      string    `json:"reason,omitempty"`

@@ -4,7 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -13,6 +17,7 @@ import (
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
+	"jetflow.dev/tools/internal/devstack"
 )
 
 const cancelWorkflow = `name: rollout
@@ -85,7 +90,7 @@ func TestForceCancelAsCloudEvent(t *testing.T) {
 	t.Parallel()
 	s := startStack(t, nil)
 	ctx := context.Background()
-	s.apply(t, strings.Replace(cancelWorkflow, "sleep 2", "sleep 30", 1))
+	s.apply(t, strings.Replace(cancelWorkflow, "sleep 2", "sleep 6", 1))
 	_, err := s.c.Start(ctx, client.StartRequest{Workflow: "rollout", ID: "r2"})
 	require.NoError(t, err)
 	s.waitStepStatus(t, "r2", "build", projections.OpStarted)
@@ -119,7 +124,7 @@ func TestActionBadInput(t *testing.T) {
 		message  string
 	}{
 		"NoAction":      {"t1", `{"reason":"x"}`, 400, "action", "action is required"},
-		"UnknownAction": {"t1", `{"action":"pause"}`, 400, "action", `action "pause" is not known; use one of: cancel, force-cancel`},
+		"UnknownAction": {"t1", `{"action":"pause"}`, 400, "action", `action "pause" is not known; use one of: cancel, force-cancel, kill`},
 		"UnknownField":  {"t1", `{"action":"cancel","force":true}`, 400, "force", ""},
 		"NotJSON":       {"t1", `cancel`, 400, "", "the body must be JSON"},
 		"NoExecution":   {"nobody", `{"action":"cancel"}`, 404, "id", `execution "nobody" does not exist`},
@@ -149,4 +154,53 @@ func TestActionBadInput(t *testing.T) {
 	out, err = runCmd(context.Background(), buildJetflow(t), "--api", s.info.APIURL, "cancel", "t1")
 	require.Error(t, err)
 	require.Contains(t, out, "already cancelled")
+}
+
+// TestKillTerminatesAnExecThatIgnoresSIGTERM kills an execution whose exec
+// step ignores SIGTERM: the agent sends SIGTERM to its process group, then
+// SIGKILL after the grace period.
+func TestKillTerminatesAnExecThatIgnoresSIGTERM(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, func(c *devstack.Config) { c.KillGrace = time.Second })
+	ctx := context.Background()
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	s.apply(t, `name: stubborn
+steps:
+  - id: hang
+    kind: exec
+    command: sh
+    args: ["-c", "trap '' TERM; echo $$ > `+pidFile+`; sleep 60; echo finished"]
+  - {id: after, kind: log, message: never}
+`)
+	_, err := s.c.Start(ctx, client.StartRequest{Workflow: "stubborn", ID: "k1"})
+	require.NoError(t, err)
+	var pid int
+	require.Eventually(t, func() bool {
+		b, err := os.ReadFile(pidFile)
+		if err != nil {
+			return false
+		}
+		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil
+	}, 20*time.Second, 20*time.Millisecond, "the exec step never ran")
+	require.NoError(t, syscall.Kill(pid, 0), "the process runs")
+
+	code, body := postAction(t, s, "k1", `{"action":"kill","reason":"runaway"}`)
+	require.Equal(t, http.StatusOK, code, body)
+	killedAt := time.Now()
+	x := s.waitDone(t, "k1", 10*time.Second)
+	require.Equal(t, projections.StatusCancelled, x.Status)
+	require.Equal(t, events.ActionKill, x.Cancellation.Action)
+
+	require.Eventually(t, func() bool { return syscall.Kill(pid, 0) != nil }, 15*time.Second, 20*time.Millisecond,
+		"the process outlived the kill")
+	took := time.Since(killedAt)
+	require.GreaterOrEqual(t, took, 900*time.Millisecond, "SIGTERM is ignored: only SIGKILL, after the grace, ends it")
+	t.Logf("process %d ended %s after the kill (grace 1s)", pid, took.Round(time.Millisecond))
+
+	t.Log("the terminated step's failure arrives after the end and is not recorded")
+	time.Sleep(500 * time.Millisecond)
+	evs := s.history(t, "k1")
+	require.Equal(t, events.TypeExecutionCancelled, evs[len(evs)-1].Type)
+	require.Zero(t, countTypes(evs)[string(events.TypeStepScheduled)+"/after"])
 }

@@ -85,6 +85,7 @@ type Agent struct {
 	js       jetstream.JetStream
 	log      zerolog.Logger
 	handlers map[string]operation.Handler
+	kills    *kills
 }
 
 // New returns an agent; call Run to start it.
@@ -97,7 +98,7 @@ func New(cfg Config, js jetstream.JetStream, log zerolog.Logger) (*Agent, error)
 	for k, v := range cfg.Handlers {
 		h[k] = v
 	}
-	return &Agent{cfg: cfg, js: js, log: log.With().Str("agent", cfg.Name).Logger(), handlers: h}, nil
+	return &Agent{cfg: cfg, js: js, log: log.With().Str("agent", cfg.Name).Logger(), handlers: h, kills: newKills()}, nil
 }
 
 // Run serves the queues until ctx ends, then lets running tasks finish for
@@ -110,6 +111,11 @@ func New(cfg Config, js jetstream.JetStream, log zerolog.Logger) (*Agent, error)
 func (a *Agent) Run(ctx context.Context) error {
 	taskCtx, cancelTasks := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelTasks()
+	stopKills, err := a.watchKills(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopKills()
 	var workers sync.WaitGroup
 	for _, q := range a.cfg.Queues {
 		cons, err := a.js.CreateOrUpdateConsumer(ctx, events.StreamTasks, jetstream.ConsumerConfig{
@@ -220,12 +226,17 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 		}
 	}()
 	h, ok := a.handlers[task.Kind]
+	opCtx, done, alive := a.kills.start(ctx, task.ExecutionID)
+	defer done()
 	var out any
-	if !ok {
+	if !alive {
+		err = ErrKilled
+		log.Info().Msg("refuse a task of a killed execution")
+	} else if !ok {
 		err = fmt.Errorf("agent %s has no handler for operation kind %q", a.cfg.Name, task.Kind)
 	} else {
 		began := time.Now()
-		out, err = safeHandle(ctx, h, operation.Task{TaskID: task.TaskID, ExecutionID: task.ExecutionID,
+		out, err = safeHandle(opCtx, h, operation.Task{TaskID: task.TaskID, ExecutionID: task.ExecutionID,
 			Workflow: task.Workflow, StepID: task.StepID, Attempt: task.Attempt, Delivery: delivery,
 			Kind: task.Kind, Spec: task.Spec, Input: specInput(task.Spec)})
 		log.Debug().Dur("took", time.Since(began)).Err(err).Msg("operation finished")
@@ -242,6 +253,10 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 	if ctx.Err() != nil { // shutting down: hand the task to another agent
 		_ = m.Nak()
 		return
+	}
+	if alive && context.Cause(opCtx) == ErrKilled {
+		log.Info().Err(err).Msg("operation terminated: its execution was killed")
+		err = fmt.Errorf("%w (%v)", ErrKilled, err)
 	}
 	var fail *operation.Failure
 	var raw json.RawMessage

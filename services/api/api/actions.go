@@ -22,7 +22,7 @@ type actionRequest struct {
 // maxReason bounds the reason an operator gives, so that it fits in an event.
 const maxReason = 4096
 
-// executionAction carries out an operator's action (cancel, force-cancel)
+// executionAction carries out an operator's action (cancel, force-cancel, kill)
 // on an execution. The answer is 200 once the history records it, 202 if
 // the dispatcher has not answered in time, or the reason it was refused.
 func (s *Server) executionAction(w http.ResponseWriter, r *http.Request) {

@@ -64,7 +64,11 @@ func (d *Dispatcher) action(ctx context.Context, ev events.Event, p *events.Exec
 	return d.withExecution(ctx, wf, p.ExecutionID, func(x *execState) error {
 		s := x.state
 		if s.Cancellation != nil && slices.Contains(s.Cancellation.Commands, key) {
-			return d.advance(ctx, x) // this command again
+			// This command again: the notice may not have gone out.
+			if p.Action == events.ActionKill {
+				return d.publishKill(ctx, x, key)
+			}
+			return d.advance(ctx, x)
 		}
 		switch {
 		case s.Status == projections.StatusNone:
@@ -77,9 +81,16 @@ func (d *Dispatcher) action(ctx context.Context, ev events.Event, p *events.Exec
 				fmt.Sprintf("execution %q is already cancelling; use force-cancel not to wait for its running steps", p.ExecutionID))
 		}
 		log := zerolog.Ctx(ctx).Info().Str("action", p.Action).Str("requested_by", rec.RequestedBy).Str("reason", p.Reason)
-		if p.Action == events.ActionForceCancel {
+		switch p.Action {
+		case events.ActionForceCancel:
 			log.Msg("execution force-cancelled")
 			return d.append(ctx, x, &events.ExecutionCancelled{ActionRecord: rec})
+		case events.ActionKill:
+			log.Msg("execution killed")
+			if err := d.append(ctx, x, &events.ExecutionCancelled{ActionRecord: rec}); err != nil {
+				return err
+			}
+			return d.publishKill(ctx, x, key)
 		}
 		log.Msg("execution cancelling")
 		if err := d.append(ctx, x, &events.ExecutionCancelling{ActionRecord: rec}); err != nil {
@@ -104,4 +115,20 @@ func cancelled(s projections.Execution) *events.ExecutionCancelled {
 		rec.Reason, rec.RequestedBy = c.Reason, c.RequestedBy
 	}
 	return &events.ExecutionCancelled{ActionRecord: rec}
+}
+
+// publishKill tells agents to terminate the execution's running operations.
+// It is published after the execution is recorded cancelled, so a task
+// that starts later is already refused by its result being ignored; agents
+// also look for the notice before running a task.
+func (d *Dispatcher) publishKill(ctx context.Context, x *execState, command string) error {
+	ev := events.New(d.cfg.Source, x.id, x.workflow, d.cfg.Now(), &events.KillOperations{ExecutionID: x.id, Workflow: x.workflow, Command: command})
+	msg, err := events.Encode(events.KillSubject(x.id), ev)
+	if err != nil {
+		return permanentError{err}
+	}
+	if _, err := d.js.PublishMsg(ctx, msg, jetstream.WithMsgID("kill-"+events.CommandMsgID(command))); err != nil {
+		return fmt.Errorf("publish kill notice: %w", err)
+	}
+	return nil
 }

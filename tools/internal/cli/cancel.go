@@ -22,34 +22,62 @@ results are recorded) and no further step starts; the execution is
 "cancelling" until then and "cancelled" after. With --force, it is
 cancelled at once and late results are ignored. Who asked, when and why
 are recorded in the execution's history.`,
-		Args: func(_ *cobra.Command, args []string) error {
-			if len(args) != 1 {
-				return errors.New("name the execution to cancel: jetflow cancel ID [--force] [--reason TEXT]")
-			}
-			return nil
-		},
+		Args: oneExecution("cancel ID [--force] [--reason TEXT]"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			action := events.ActionCancel
 			if force {
 				action = events.ActionForceCancel
 			}
-			by := "jetflow-cli"
-			if u, err := user.Current(); err == nil && u.Username != "" {
-				by = u.Username
-			}
-			res, err := a.client().Act(cmd.Context(), args[0], client.ActionRequest{Action: action, Reason: reason, RequestedBy: by})
-			if err != nil {
-				return err
-			}
-			if res.Recorded {
-				fmt.Fprintf(a.stdout, "%s of execution %s recorded\n", res.Action, res.ExecutionID)
-			} else {
-				fmt.Fprintf(a.stdout, "%s of execution %s sent (not recorded yet)\n", res.Action, res.ExecutionID)
-			}
-			return nil
+			return a.act(cmd, args[0], action, reason)
 		},
 	}
 	cmd.Flags().BoolVar(&force, "force", false, "cancel at once, without waiting for running steps")
 	cmd.Flags().StringVar(&reason, "reason", "", "why, kept in the execution's history")
 	return cmd
+}
+
+func (a *app) killCmd() *cobra.Command {
+	var reason string
+	cmd := &cobra.Command{
+		Use:   "kill ID [--reason TEXT]",
+		Short: "Cancel an execution at once and terminate its running operations",
+		Long: `Kill an execution: it is cancelled at once, and every agent running one
+of its operations terminates it: SIGTERM to an exec step's process group,
+SIGKILL after the agent's kill grace (5s by default); a Go handler's
+context is cancelled. Who asked, when and why are recorded in the
+execution's history.`,
+		Args: oneExecution("kill ID [--reason TEXT]"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.act(cmd, args[0], events.ActionKill, reason)
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why, kept in the execution's history")
+	return cmd
+}
+
+func oneExecution(usage string) cobra.PositionalArgs {
+	return func(_ *cobra.Command, args []string) error {
+		if len(args) != 1 {
+			return errors.New("name one execution: jetflow " + usage)
+		}
+		return nil
+	}
+}
+
+// act asks for an action and says whether the history records it.
+func (a *app) act(cmd *cobra.Command, id, action, reason string) error {
+	by := "jetflow-cli"
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		by = u.Username
+	}
+	res, err := a.client().Act(cmd.Context(), id, client.ActionRequest{Action: action, Reason: reason, RequestedBy: by})
+	if err != nil {
+		return err
+	}
+	if res.Recorded {
+		fmt.Fprintf(a.stdout, "%s of execution %s recorded\n", res.Action, res.ExecutionID)
+	} else {
+		fmt.Fprintf(a.stdout, "%s of execution %s sent (not recorded yet)\n", res.Action, res.ExecutionID)
+	}
+	return nil
 }
