@@ -100,11 +100,12 @@ func (d *Dispatcher) action(ctx context.Context, ev events.Event, p *events.Exec
 	})
 }
 
-// operationRunning reports whether an operation of s is with an agent: a cancel
-// waits for its result.
+// operationRunning reports whether an operation of s is with an agent: a
+// cancel waits for its result, unless the attempt has timed out.
 func operationRunning(s projections.Execution) bool {
 	return slices.ContainsFunc(s.Steps, func(st projections.Step) bool {
-		return st.Status == projections.OpSent || st.Status == projections.OpStarted
+		return (st.Status == projections.OpSent || st.Status == projections.OpStarted) &&
+			!timerFired(s, events.TimerStepTimeout, st.ID, st.Attempt)
 	})
 }
 

@@ -164,6 +164,27 @@ func decideCases() []decideCase {
 			want: func(t *testing.T) action {
 				return action{kind: actSchedule, step: decideStep(t, "build"), attempt: 1}
 			}},
+		{name: "CancellingWaitsForRunningStep", ps: concat(
+			[]events.Payload{started()}, through("build", projections.OpStarted), []events.Payload{cancelling()}),
+			want: wait},
+		{name: "CancellingWaitsForSentStep", ps: concat(
+			[]events.Payload{started()}, through("build", projections.OpSent), []events.Payload{cancelling()}),
+			want: wait},
+		{name: "CancellingStartsNothing", ps: concat(
+			[]events.Payload{started()}, through("build", projections.OpSucceeded), []events.Payload{cancelling()}),
+			want: func(*testing.T) action { return action{kind: actCancelled} }},
+		{name: "CancellingDoesNotRetry", ps: concat(
+			[]events.Payload{started()}, through("build", projections.OpFailed), []events.Payload{cancelling()}),
+			want: func(*testing.T) action { return action{kind: actCancelled} }},
+		{name: "CancellingSkipsATimedOutAttempt", ps: concat(
+			[]events.Payload{started()}, through("build", projections.OpStarted), []events.Payload{
+				&events.TimerArmed{TimerID: timerID("x1", events.TimerStepTimeout, "build", 1), Purpose: events.TimerStepTimeout, StepID: "build", Attempt: 1, Due: time.Unix(1, 0)},
+				&events.TimerFired{TimerID: timerID("x1", events.TimerStepTimeout, "build", 1)}, cancelling()}),
+			want: func(*testing.T) action { return action{kind: actCancelled} }},
+		{name: "Cancelled", ps: concat(
+			[]events.Payload{started()}, through("build", projections.OpStarted),
+			[]events.Payload{&events.ExecutionCancelled{ActionRecord: events.ActionRecord{Action: events.ActionForceCancel}}}),
+			want: wait},
 		{name: "NoStepsInHistory", ps: []events.Payload{started([]events.StepRef{}...)},
 			want: func(t *testing.T) action {
 				return action{kind: actSchedule, step: decideStep(t, "build"), attempt: 1}
@@ -238,4 +259,8 @@ func TestDecideIsDeterministic(t *testing.T) {
 			require.Equal(t, first, decide(decideDef, before))
 		})
 	}
+}
+
+func cancelling() events.Payload {
+	return &events.ExecutionCancelling{ActionRecord: events.ActionRecord{Action: events.ActionCancel, Command: "ops#1"}}
 }
