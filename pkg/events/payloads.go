@@ -197,6 +197,12 @@ const (
 // Actions lists the actions the dispatcher carries out.
 var Actions = []string{ActionCancel, ActionForceCancel, ActionKill}
 
+// Bounds of what an operator's action carries into the history.
+const (
+	MaxActionReason = 4096
+	MaxRequestedBy  = 256
+)
+
 // ValidAction reports whether a names an action the dispatcher carries out.
 func ValidAction(a string) bool { return slices.Contains(Actions, a) }
 

@@ -135,9 +135,30 @@ type Cancellation struct {
 	Reason      string    `json:"reason,omitempty"`
 	RequestedBy string    `json:"requested_by,omitempty"`
 	RequestedAt time.Time `json:"requested_at,omitzero"`
-	// Commands are the keys of the commands that asked (a cancel, then
-	// perhaps a force-cancel).
-	Commands []string `json:"commands,omitempty"`
+	// Commands are the commands that asked (a cancel, then perhaps a
+	// force-cancel or a kill).
+	Commands []ActionCommand `json:"commands,omitempty"`
+}
+
+// ActionCommand is an operator's command as recorded: its key (CloudEvent
+// source#id) and the action it asked for.
+type ActionCommand struct {
+	Command string `json:"command"`
+	Action  string `json:"action"`
+}
+
+// CommandAction returns the action command key asked for, if the history
+// records it.
+func (c *Cancellation) CommandAction(key string) (string, bool) {
+	if c == nil {
+		return "", false
+	}
+	for _, a := range c.Commands {
+		if a.Command == key {
+			return a.Action, true
+		}
+	}
+	return "", false
 }
 
 // Timer is a durable timer of the execution.
@@ -256,9 +277,15 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 		}
 		return s, nil
 	case *events.ExecutionSucceeded:
+		if s.Status != StatusStarted { // a cancelling execution ends cancelled
+			return s, &TransitionError{ExecutionID: s.ID, From: string(s.Status), Event: ev.Type}
+		}
 		s.Status, s.EndedAt, s.Output = StatusSucceeded, ev.Time, e.Output
 		return s, nil
 	case *events.ExecutionFailed:
+		if s.Status != StatusStarted {
+			return s, &TransitionError{ExecutionID: s.ID, From: string(s.Status), Event: ev.Type}
+		}
 		s.Status, s.EndedAt, s.Error = StatusFailed, ev.Time, e.Error
 		return s, nil
 	case *events.ExecutionCancelling:
@@ -384,7 +411,7 @@ func cancellation(c *Cancellation, r events.ActionRecord, at time.Time) *Cancell
 		}
 	}
 	if r.Command != "" {
-		next.Commands = append(next.Commands, r.Command)
+		next.Commands = append(next.Commands, ActionCommand{Command: r.Command, Action: r.Action})
 	}
 	return &next
 }

@@ -107,7 +107,7 @@ func TestForceCancelAsCloudEvent(t *testing.T) {
 	require.Equal(t, projections.StatusCancelled, x.Status)
 	require.Equal(t, projections.OpStarted, stepByID(x, "build").Status, "force-cancel did not wait for build")
 	require.Equal(t, "urn:test:ops", x.Cancellation.RequestedBy)
-	require.Equal(t, []string{events.CommandKey(ev.Source, ev.ID)}, x.Cancellation.Commands)
+	require.Equal(t, []projections.ActionCommand{{Command: events.CommandKey(ev.Source, ev.ID), Action: "force-cancel"}}, x.Cancellation.Commands)
 	require.Equal(t, 1, countTypes(s.history(t, "r2"))[string(events.TypeExecutionCancelled)])
 }
 
@@ -127,6 +127,7 @@ func TestActionBadInput(t *testing.T) {
 		"UnknownAction": {"t1", `{"action":"pause"}`, 400, "action", `action "pause" is not known; use one of: cancel, force-cancel, kill`},
 		"UnknownField":  {"t1", `{"action":"cancel","force":true}`, 400, "force", ""},
 		"NotJSON":       {"t1", `cancel`, 400, "", "the body must be JSON"},
+		"LongRequester": {"t1", `{"action":"cancel","requested_by":"` + strings.Repeat("x", 300) + `"}`, 400, "requested_by", "at most 256"},
 		"NoExecution":   {"nobody", `{"action":"cancel"}`, 404, "id", `execution "nobody" does not exist`},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -203,4 +204,40 @@ steps:
 	evs := s.history(t, "k1")
 	require.Equal(t, events.TypeExecutionCancelled, evs[len(evs)-1].Type)
 	require.Zero(t, countTypes(evs)[string(events.TypeStepScheduled)+"/after"])
+}
+
+// TestActionIdempotencyKey: a retried request is answered like the first,
+// even when the first ended the execution; a key reused for another action
+// is refused.
+func TestActionIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, nil)
+	s.apply(t, "name: idle\nsteps:\n  - {id: a, kind: sleep, duration: 30s}\n")
+	_, err := s.c.Start(context.Background(), client.StartRequest{Workflow: "idle", ID: "i1"})
+	require.NoError(t, err)
+	s.waitStepStatus(t, "i1", "a", projections.OpWaiting)
+	post := func(body string) (int, map[string]any) {
+		req, err := http.NewRequest(http.MethodPost, s.info.APIURL+"/v1/executions/i1/actions", strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", "stop-i1")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		var out map[string]any
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+		return resp.StatusCode, out
+	}
+	for range 2 {
+		code, body := post(`{"action":"force-cancel"}`)
+		require.Equal(t, http.StatusOK, code, body)
+		require.Equal(t, true, body["recorded"])
+		require.Equal(t, "jetflow/api#idem-stop-i1", body["command"])
+	}
+	code, body := post(`{"action":"kill"}`)
+	require.Equal(t, http.StatusConflict, code, body)
+	e := body["error"].(map[string]any)
+	require.Equal(t, "Idempotency-Key", e["field"])
+	require.Contains(t, e["message"], "already asked for force-cancel")
+	require.Equal(t, 1, countTypes(s.history(t, "i1"))[string(events.TypeExecutionCancelled)])
 }

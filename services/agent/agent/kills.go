@@ -76,8 +76,13 @@ func (k *kills) kill(execID string, now time.Time) int {
 	return len(k.running[execID])
 }
 
-// watchKills follows the kill notices (all those kept, then new ones) until
-// ctx ends.
+// killsCatchUp bounds the wait for the kill notices kept in the stream
+// when an agent starts.
+const killsCatchUp = 30 * time.Second
+
+// watchKills follows the kill notices (all those kept, then new ones). It
+// returns once the notices kept when it started are known, so that a task
+// of an execution killed before this agent started is refused.
 func (a *Agent) watchKills(ctx context.Context) (stop func(), err error) {
 	cons, err := a.js.OrderedConsumer(ctx, events.StreamKills, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{events.KillsPrefix + ".>"}, DeliverPolicy: jetstream.DeliverAllPolicy,
@@ -85,7 +90,19 @@ func (a *Agent) watchKills(ctx context.Context) (stop func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("follow kill notices: %w", err)
 	}
+	stream, err := a.js.Stream(ctx, events.StreamKills)
+	if err != nil {
+		return nil, fmt.Errorf("follow kill notices: %w", err)
+	}
+	caughtUp := make(chan struct{})
+	var once sync.Once
+	if stream.CachedInfo().State.Msgs == 0 { // nothing to read first
+		once.Do(func() { close(caughtUp) })
+	}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
+		if md, err := m.Metadata(); err == nil && md.NumPending == 0 {
+			defer once.Do(func() { close(caughtUp) })
+		}
 		ev, err := events.Decode(m.Headers(), m.Data())
 		p, ok := ev.Data.(*events.KillOperations)
 		if err != nil || !ok {
@@ -99,6 +116,15 @@ func (a *Agent) watchKills(ctx context.Context) (stop func(), err error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("follow kill notices: %w", err)
+	}
+	select {
+	case <-caughtUp:
+	case <-ctx.Done():
+		cc.Stop()
+		return nil, ctx.Err()
+	case <-time.After(killsCatchUp):
+		// Notices that expired as they were read: what is left is known.
+		a.log.Warn().Dur("waited", killsCatchUp).Msg("kill notices not all read at start; serving tasks anyway")
 	}
 	return cc.Stop, nil
 }

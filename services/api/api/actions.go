@@ -19,9 +19,6 @@ type actionRequest struct {
 	RequestedBy string `json:"requested_by,omitempty"`
 }
 
-// maxReason bounds the reason an operator gives, so that it fits in an event.
-const maxReason = 4096
-
 // executionAction carries out an operator's action (cancel, force-cancel, kill)
 // on an execution. The answer is 200 once the history records it, 202 if
 // the dispatcher has not answered in time, or the reason it was refused.
@@ -52,15 +49,19 @@ func (s *Server) executionAction(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: "action",
 			Message: fmt.Sprintf("action %q is not known; use one of: %s", req.Action, strings.Join(events.Actions, ", "))})
 		return
-	case len(req.Reason) > maxReason:
+	case len(req.Reason) > events.MaxActionReason:
 		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: "reason",
-			Message: fmt.Sprintf("reason is %d bytes; at most %d are kept", len(req.Reason), maxReason)})
+			Message: fmt.Sprintf("reason is %d bytes; at most %d are kept", len(req.Reason), events.MaxActionReason)})
+		return
+	case len(req.RequestedBy) > events.MaxRequestedBy:
+		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: "requested_by",
+			Message: fmt.Sprintf("requested_by is %d bytes; at most %d are kept", len(req.RequestedBy), events.MaxRequestedBy)})
 		return
 	}
 	s.sendExecutionCommand(w, r, executionCommand{
 		execID: id, subject: events.SubjectAction,
 		data: &events.ExecutionAction{ExecutionID: id, Action: req.Action, Reason: req.Reason, RequestedBy: req.RequestedBy},
-		recorded: func(ev events.Event, key string) bool {
+		record: func(ev events.Event, key string) (bool, string) {
 			var rec events.ActionRecord
 			switch p := ev.Data.(type) {
 			case *events.ExecutionCancelling:
@@ -68,7 +69,13 @@ func (s *Server) executionAction(w http.ResponseWriter, r *http.Request) {
 			case *events.ExecutionCancelled:
 				rec = p.ActionRecord
 			}
-			return rec.Command == key
+			if rec.Command != key {
+				return false, ""
+			}
+			if rec.Action != req.Action {
+				return true, fmt.Sprintf("this Idempotency-Key already asked for %s; use a new key for a new action", rec.Action)
+			}
+			return true, ""
 		},
 		resp: func(key string) map[string]any {
 			return map[string]any{"execution_id": id, "action": req.Action, "command": key}

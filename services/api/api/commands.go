@@ -21,9 +21,10 @@ type executionCommand struct {
 	execID  string
 	subject string
 	data    events.Payload
-	// recorded reports whether a history event is this command's record;
-	// key is the command key.
-	recorded func(ev events.Event, key string) bool
+	// record reports whether a history event records the command with key
+	// key, and, if that command was not this one (a reused Idempotency-Key),
+	// why they conflict.
+	record func(ev events.Event, key string) (found bool, conflict string)
 	// resp builds the answer's body for command key; "recorded" is added.
 	resp func(key string) map[string]any
 }
@@ -50,22 +51,27 @@ func (s *Server) sendExecutionCommand(w http.ResponseWriter, r *http.Request, c 
 		s.internal(w, r, fmt.Errorf("decode claim of %s: %w", id, err))
 		return
 	}
-	if x, err := s.loadExecution(r.Context(), id); err == nil && x.Status.Terminal() {
-		writeError(w, http.StatusConflict, apiError{Code: "conflict", Message: fmt.Sprintf("execution %q has already %s", id, x.Status)})
-		return
-	}
-
 	cmdID := uuid.NewString()
-	if k := r.Header.Get("Idempotency-Key"); len(k) > 200 {
+	idemKey := r.Header.Get("Idempotency-Key")
+	if len(idemKey) > 200 {
 		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: "Idempotency-Key", Message: "must be at most 200 characters"})
 		return
-	} else if k != "" {
-		cmdID = "idem-" + k
+	} else if idemKey != "" {
+		cmdID = "idem-" + idemKey
 	}
 	cmd := events.New(s.cfg.Source, id, claim.Workflow, time.Now(), c.data)
 	cmd.ID = cmdID
 	key := events.CommandKey(cmd.Source, cmd.ID)
 	resp := c.resp(key)
+	// A retried request is answered like the first, however late, even if
+	// that first one ended the execution.
+	if idemKey != "" && (s.answerRecorded(w, r, c, key, resp) || s.answerRejection(w, r, key)) {
+		return
+	}
+	if x, err := s.loadExecution(r.Context(), id); err == nil && x.Status.Terminal() {
+		writeError(w, http.StatusConflict, apiError{Code: "conflict", Message: fmt.Sprintf("execution %q has already %s", id, x.Status)})
+		return
+	}
 
 	ch := make(chan *nats.Msg, 64)
 	for _, subject := range []string{events.ExecutionSubject(claim.Workflow, id), events.RejectionSubject(key)} {
@@ -86,22 +92,15 @@ func (s *Server) sendExecutionCommand(w http.ResponseWriter, r *http.Request, c 
 		s.internal(w, r, fmt.Errorf("publish %s: %w", cmd.Type, err))
 		return
 	}
-	if ack.Duplicate { // the same request again: answer with what became of it
-		if s.commandRecorded(r, id, func(ev events.Event) bool { return c.recorded(ev, key) }) {
-			resp["recorded"] = true
-			writeJSON(w, http.StatusOK, resp)
-			return
-		}
-		if s.answerRejection(w, r, key) {
-			return
-		}
+	if ack.Duplicate && (s.answerRecorded(w, r, c, key, resp) || s.answerRejection(w, r, key)) {
+		return // the same request at the same moment: answer with what became of it
 	}
 	answered := s.await(r, ch, func(ev events.Event) bool {
 		if rej, ok := ev.Data.(*events.CommandRejected); ok {
 			writeRejection(w, rej)
 			return true
 		}
-		if c.recorded(ev, key) {
+		if found, _ := c.record(ev, key); found {
 			resp["recorded"] = true
 			writeJSON(w, http.StatusOK, resp)
 			return true
@@ -114,17 +113,25 @@ func (s *Server) sendExecutionCommand(w http.ResponseWriter, r *http.Request, c 
 	}
 }
 
-// commandRecorded reports whether the execution's history holds an event
-// for which match is true.
-func (s *Server) commandRecorded(r *http.Request, id string, match func(events.Event) bool) bool {
-	evs, err := history.Read(r.Context(), s.js, events.ExecutionFilter(id), 0)
+// answerRecorded answers if the execution's history records the command
+// with key: 200 if it is this command, 409 if the key was used for another.
+func (s *Server) answerRecorded(w http.ResponseWriter, r *http.Request, c executionCommand, key string, resp map[string]any) bool {
+	evs, err := history.Read(r.Context(), s.js, events.ExecutionFilter(c.execID), 0)
 	if err != nil {
 		return false
 	}
 	for _, ev := range evs {
-		if match(ev) {
-			return true
+		found, conflict := c.record(ev, key)
+		switch {
+		case !found:
+			continue
+		case conflict != "":
+			writeError(w, http.StatusConflict, apiError{Code: "conflict", Field: "Idempotency-Key", Message: conflict})
+		default:
+			resp["recorded"] = true
+			writeJSON(w, http.StatusOK, resp)
 		}
+		return true
 	}
 	return false
 }

@@ -40,9 +40,15 @@ func (s *Server) signalExecution(w http.ResponseWriter, r *http.Request) {
 	s.sendExecutionCommand(w, r, executionCommand{
 		execID: id, subject: events.SubjectSignal,
 		data: &events.SignalExecution{ExecutionID: id, Name: name, Data: data},
-		recorded: func(ev events.Event, key string) bool {
+		record: func(ev events.Event, key string) (bool, string) {
 			p, ok := ev.Data.(*events.SignalReceived)
-			return ok && p.SignalID == events.SignalID(key)
+			if !ok || p.SignalID != events.SignalID(key) {
+				return false, ""
+			}
+			if p.Name != name {
+				return true, fmt.Sprintf("this Idempotency-Key already sent the signal %q; use a new key for a new signal", p.Name)
+			}
+			return true, ""
 		},
 		resp: func(key string) map[string]any {
 			return map[string]any{"execution_id": id, "signal": name, "signal_id": events.SignalID(key)}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -52,6 +51,10 @@ func (d *Dispatcher) action(ctx context.Context, ev events.Event, p *events.Exec
 		return d.reject(ctx, ev, p.ExecutionID, events.CodeInvalid,
 			fmt.Sprintf("action %q is not known; use one of: %s", p.Action, strings.Join(events.Actions, ", ")))
 	}
+	if len(p.Reason) > events.MaxActionReason || len(p.RequestedBy) > events.MaxRequestedBy {
+		return d.reject(ctx, ev, p.ExecutionID, events.CodeInvalid, fmt.Sprintf(
+			"reason is %d bytes and requested_by %d; at most %d and %d are kept", len(p.Reason), len(p.RequestedBy), events.MaxActionReason, events.MaxRequestedBy))
+	}
 	wf, err := d.commandTarget(ctx, ev, p.ExecutionID)
 	if err != nil {
 		return err
@@ -63,7 +66,11 @@ func (d *Dispatcher) action(ctx context.Context, ev events.Event, p *events.Exec
 	}
 	return d.withExecution(ctx, wf, p.ExecutionID, func(x *execState) error {
 		s := x.state
-		if s.Cancellation != nil && slices.Contains(s.Cancellation.Commands, key) {
+		if action, seen := s.Cancellation.CommandAction(key); seen {
+			if action != p.Action {
+				return d.reject(ctx, ev, p.ExecutionID, events.CodeConflict,
+					fmt.Sprintf("command %s was already recorded as a %s; give a new command a new CloudEvent id", key, action))
+			}
 			// This command again: the notice may not have gone out.
 			if p.Action == events.ActionKill {
 				return d.publishKill(ctx, x, key)
@@ -97,15 +104,6 @@ func (d *Dispatcher) action(ctx context.Context, ev events.Event, p *events.Exec
 			return err
 		}
 		return d.advance(ctx, x)
-	})
-}
-
-// operationRunning reports whether an operation of s is with an agent: a
-// cancel waits for its result, unless the attempt has timed out.
-func operationRunning(s projections.Execution) bool {
-	return slices.ContainsFunc(s.Steps, func(st projections.Step) bool {
-		return (st.Status == projections.OpSent || st.Status == projections.OpStarted) &&
-			!timerFired(s, events.TimerStepTimeout, st.ID, st.Attempt)
 	})
 }
 

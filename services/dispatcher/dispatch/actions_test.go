@@ -46,7 +46,7 @@ func TestCancelWaitsForTheRunningStep(t *testing.T) {
 	s, _ := waitStatus(t, b.js, "deploy", "c1", projections.StatusCancelling)
 	require.Equal(t, projections.OpStarted, s.Steps[0].Status, "the running step is left to finish")
 	require.Equal(t, &projections.Cancellation{Action: "cancel", Reason: "wrong version", RequestedBy: "test-operator",
-		RequestedAt: s.Cancellation.RequestedAt, Commands: []string{key}}, s.Cancellation)
+		RequestedAt: s.Cancellation.RequestedAt, Commands: []projections.ActionCommand{{Command: key, Action: "cancel"}}}, s.Cancellation)
 
 	t.Log("the running step's result is recorded, and no other step starts")
 	b.report(t, &events.OperationSucceeded{TaskRef: task.task.Ref("test-agent", 1)})
@@ -113,7 +113,7 @@ func TestForceCancelAfterCancel(t *testing.T) {
 
 	second := b.act(t, "c3", events.ActionForceCancel, "")
 	s, _ := waitStatus(t, b.js, "deploy", "c3", projections.StatusCancelled)
-	require.Equal(t, []string{first, second}, s.Cancellation.Commands)
+	require.Equal(t, []projections.ActionCommand{{Command: first, Action: "cancel"}, {Command: second, Action: "force-cancel"}}, s.Cancellation.Commands)
 	require.Equal(t, "first", s.Cancellation.Reason, "the first request's reason is kept")
 }
 
@@ -141,4 +141,31 @@ func TestActionRejected(t *testing.T) {
 func waitCommandsHandled(t *testing.T, js jetstream.JetStream) {
 	t.Helper()
 	waitConsumerCaughtUp(t, js, events.StreamCommands, dispatch.CommandsConsumer)
+}
+
+// TestActionCommandReusedForAnotherAction: a command (source and id) is
+// one action; the same id carrying another action is refused, and changes
+// nothing.
+func TestActionCommandReusedForAnotherAction(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	runDispatcher(t, b.js, dispatch.Config{Workers: 2})
+	b.register(t, "deploy", "build")
+	b.start(t, "deploy", "c5")
+	b.nextTask(t)
+	waitHistory(t, b.js, "deploy", "c5", "build sent", func(evs []events.Event) bool { return countType(evs, events.TypeStepSent) == 1 })
+	key := b.act(t, "c5", events.ActionCancel, "")
+	_, evs := waitStatus(t, b.js, "deploy", "c5", projections.StatusCancelling)
+
+	source, id, _ := strings.Cut(key, "#")
+	reused := events.New(source, "", "", time.Now(), &events.ExecutionAction{ExecutionID: "c5", Action: events.ActionKill})
+	reused.ID = id
+	b.publishCommand(t, reused, "reused-for-kill")
+	rej := readRejection(t, b.js, key)
+	require.Equal(t, events.CodeConflict, rej.Code)
+	require.Contains(t, rej.Reason, "already recorded as a cancel")
+	require.Len(t, readHistory(t, b.js, "deploy", "c5"), len(evs))
+	kills, err := history.ReadStream(t.Context(), b.js, events.StreamKills, events.KillSubject("c5"), 0, 0)
+	require.NoError(t, err)
+	require.Empty(t, kills, "no kill notice went out")
 }

@@ -72,10 +72,7 @@ func decide(d workflow.Definition, s projections.Execution) action {
 	switch s.Status {
 	case projections.StatusStarted:
 	case projections.StatusCancelling:
-		if operationRunning(s) {
-			return action{kind: actWait} // running operations finish first
-		}
-		return action{kind: actCancelled}
+		return cancelling(d, s)
 	default:
 		return action{kind: actWait}
 	}
@@ -396,26 +393,63 @@ func (e *engine) step(f frame, step workflow.Step, st projections.Step, env *laz
 			return act(internal(step, st, e.s, env))
 		}
 		return act(action{kind: actSend, step: step, attempt: st.Attempt, input: st.Input})
-	case projections.OpSending:
-		if timerFired(e.s, events.TimerStepTimeout, st.ID, st.Attempt) {
-			return act(action{kind: actStepFail, step: step, attempt: st.Attempt,
-				err: fmt.Sprintf("attempt %d timed out after %s", st.Attempt, step.Timeout)})
-		}
-		return act(action{kind: actResend, step: step, attempt: st.Attempt, input: st.Input})
 	case projections.OpWaiting:
 		return act(waiting(step, st, e.s, env))
-	default: // sent or started: the agent has it; wait for its result, or its timeout
-		if timerFired(e.s, events.TimerStepTimeout, st.ID, st.Attempt) {
-			return act(action{kind: actStepFail, step: step, attempt: st.Attempt,
-				err: fmt.Sprintf("attempt %d timed out after %s", st.Attempt, step.Timeout)})
-		}
-		if dur, err := time.ParseDuration(step.Timeout); err == nil && !timerArmed(e.s, events.TimerStepTimeout, st.ID, st.Attempt) {
-			// Counted from when the task was sent.
-			return act(action{kind: actArmTimer, step: step, attempt: st.Attempt, purpose: events.TimerStepTimeout,
-				until: sentAt(st).Add(dur)})
+	default: // sending, sent or started: the agents have it
+		if a := inFlight(e.s, step, st); a.kind != actWait {
+			return act(a)
 		}
 		return wait
 	}
+}
+
+// inFlight decides an attempt that is with the agents, or may be (sending):
+// a task that may not be stored is published again; an attempt past its
+// timeout fails; a timeout due to exist but not recorded is armed.
+// Otherwise the result is awaited.
+func inFlight(s projections.Execution, step workflow.Step, st projections.Step) action {
+	if timerFired(s, events.TimerStepTimeout, st.ID, st.Attempt) {
+		return action{kind: actStepFail, step: step, path: st.ID, attempt: st.Attempt,
+			err: fmt.Sprintf("attempt %d timed out after %s", st.Attempt, step.Timeout)}
+	}
+	if st.Status == projections.OpSending {
+		return action{kind: actResend, step: step, path: st.ID, attempt: st.Attempt, input: st.Input}
+	}
+	if dur, err := time.ParseDuration(step.Timeout); err == nil && !timerArmed(s, events.TimerStepTimeout, st.ID, st.Attempt) {
+		// Counted from when the task was sent.
+		return action{kind: actArmTimer, step: step, path: st.ID, attempt: st.Attempt, purpose: events.TimerStepTimeout,
+			until: sentAt(st).Add(dur)}
+	}
+	return action{kind: actWait}
+}
+
+// cancelling decides a cancelling execution: nothing new starts (no
+// schedule, retry, on-error handler or wait), but the attempts with the
+// agents are seen through as usual (a half-sent task is sent, timeouts are
+// armed and honoured) and their results recorded. It ends cancelled once
+// none is left, or when the workflow times out.
+func cancelling(d workflow.Definition, s projections.Execution) action {
+	if timerFired(s, events.TimerWorkflowTimeout, "", 0) {
+		return action{kind: actCancelled}
+	}
+	running := false
+	for _, st := range s.Steps {
+		if !st.Status.InFlight() {
+			continue
+		}
+		_, step, ok := resolveFrame(d, s, st.ID)
+		if !ok {
+			continue // not in the pinned definition: nothing to wait for
+		}
+		if a := inFlight(s, step, st); a.kind != actWait {
+			return a
+		}
+		running = true
+	}
+	if running {
+		return action{kind: actWait}
+	}
+	return action{kind: actCancelled}
 }
 
 // schedule prepares an attempt: operations get their input rendered now

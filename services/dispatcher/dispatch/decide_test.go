@@ -165,21 +165,31 @@ func decideCases() []decideCase {
 				return action{kind: actSchedule, step: decideStep(t, "build"), attempt: 1}
 			}},
 		{name: "CancellingWaitsForRunningStep", ps: concat(
-			[]events.Payload{started()}, through("build", projections.OpStarted), []events.Payload{cancelling()}),
+			[]events.Payload{started()}, through("build", projections.OpStarted), []events.Payload{cancelRequest()}),
 			want: wait},
 		{name: "CancellingWaitsForSentStep", ps: concat(
-			[]events.Payload{started()}, through("build", projections.OpSent), []events.Payload{cancelling()}),
+			[]events.Payload{started()}, through("build", projections.OpSent), []events.Payload{cancelRequest()}),
 			want: wait},
 		{name: "CancellingStartsNothing", ps: concat(
-			[]events.Payload{started()}, through("build", projections.OpSucceeded), []events.Payload{cancelling()}),
+			[]events.Payload{started()}, through("build", projections.OpSucceeded), []events.Payload{cancelRequest()}),
 			want: func(*testing.T) action { return action{kind: actCancelled} }},
 		{name: "CancellingDoesNotRetry", ps: concat(
-			[]events.Payload{started()}, through("build", projections.OpFailed), []events.Payload{cancelling()}),
+			[]events.Payload{started()}, through("build", projections.OpFailed), []events.Payload{cancelRequest()}),
 			want: func(*testing.T) action { return action{kind: actCancelled} }},
 		{name: "CancellingSkipsATimedOutAttempt", ps: concat(
 			[]events.Payload{started()}, through("build", projections.OpStarted), []events.Payload{
 				&events.TimerArmed{TimerID: timerID("x1", events.TimerStepTimeout, "build", 1), Purpose: events.TimerStepTimeout, StepID: "build", Attempt: 1, Due: time.Unix(1, 0)},
-				&events.TimerFired{TimerID: timerID("x1", events.TimerStepTimeout, "build", 1)}, cancelling()}),
+				&events.TimerFired{TimerID: timerID("x1", events.TimerStepTimeout, "build", 1)}, cancelRequest()}),
+			want: func(t *testing.T) action {
+				return action{kind: actStepFail, step: decideStep(t, "build"), attempt: 1, err: "attempt 1 timed out after "}
+			}},
+		{name: "CancellingSendsAHalfSentTask", ps: concat(
+			[]events.Payload{started()}, through("build", projections.OpSending), []events.Payload{cancelRequest()}),
+			want: func(t *testing.T) action { return action{kind: actResend, step: decideStep(t, "build"), attempt: 1} }},
+		{name: "CancellingEndsOnWorkflowTimeout", ps: concat(
+			[]events.Payload{started()}, through("build", projections.OpStarted), []events.Payload{
+				&events.TimerArmed{TimerID: timerID("x1", events.TimerWorkflowTimeout, "", 0), Purpose: events.TimerWorkflowTimeout, Due: time.Unix(1, 0)},
+				&events.TimerFired{TimerID: timerID("x1", events.TimerWorkflowTimeout, "", 0)}, cancelRequest()}),
 			want: func(*testing.T) action { return action{kind: actCancelled} }},
 		{name: "Cancelled", ps: concat(
 			[]events.Payload{started()}, through("build", projections.OpStarted),
@@ -261,6 +271,6 @@ func TestDecideIsDeterministic(t *testing.T) {
 	}
 }
 
-func cancelling() events.Payload {
+func cancelRequest() events.Payload {
 	return &events.ExecutionCancelling{ActionRecord: events.ActionRecord{Action: events.ActionCancel, Command: "ops#1"}}
 }

@@ -1,0 +1,89 @@
+package agent_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/natstest"
+	"jetflow.dev/pkg/operation"
+	"jetflow.dev/pkg/workflow"
+	"jetflow.dev/services/agent/agent"
+)
+
+func publishKill(t *testing.T, js jetstream.JetStream, execID string) {
+	t.Helper()
+	ev := events.New("test-dispatcher", execID, "wf", time.Now(), &events.KillOperations{ExecutionID: execID, Workflow: "wf"})
+	msg, err := events.Encode(events.KillSubject(execID), ev)
+	require.NoError(t, err)
+	_, err = js.PublishMsg(t.Context(), msg)
+	require.NoError(t, err)
+}
+
+// TestAgentRefusesTaskOfExecutionKilledBeforeItStarted: an agent that
+// starts (after a crash, say) reads every kill notice kept before it takes
+// a task, so a redelivered task of a killed execution does not run.
+func TestAgentRefusesTaskOfExecutionKilledBeforeItStarted(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	for i := range 2000 {
+		publishKill(t, js, fmt.Sprintf("k%d", i))
+	}
+	b := &agentBundle{js: js}
+	ran := make(chan struct{}, 1)
+	task := b.publishTask(t, "k1999", workflow.Step{ID: "s", Kind: "probe"})
+	a, err := agent.New(agent.Config{Name: agentName, AckWait: ackWait, Concurrency: 4, ShutdownGrace: time.Second,
+		Handlers: map[string]operation.Handler{"probe": operation.HandlerFunc(func(context.Context, operation.Task) (any, error) {
+			ran <- struct{}{}
+			return nil, nil
+		})}}, js, zerolog.New(zerolog.NewTestWriter(t)))
+	require.NoError(t, err)
+	natstest.Serve(t, a.Run)
+
+	evs := b.waitFinal(t, "k1999")
+	final := evs[len(evs)-1]
+	require.Equal(t, events.TypeOperationFailed, final.Type)
+	require.Equal(t, task.TaskID, final.Data.(*events.OperationFailed).TaskID)
+	require.Contains(t, final.Data.(*events.OperationFailed).Error, agent.ErrKilled.Error())
+	require.Empty(t, ran, "the operation did not run")
+}
+
+// TestAgentKillCancelsGoHandler: a kill notice cancels a running Go
+// handler's context, with ErrKilled as the cause; other executions' go on.
+func TestAgentKillCancelsGoHandler(t *testing.T) {
+	t.Parallel()
+	causes := make(chan error, 2)
+	started := make(chan string, 2)
+	b := setupAgent(t, map[string]operation.Handler{"block": operation.HandlerFunc(func(ctx context.Context, task operation.Task) (any, error) {
+		started <- task.ExecutionID
+		select {
+		case <-ctx.Done():
+			causes <- context.Cause(ctx)
+			return nil, ctx.Err()
+		case <-time.After(3 * time.Second):
+			return "finished", nil
+		}
+	})})
+	b.publishTask(t, "victim", workflow.Step{ID: "s", Kind: "block"})
+	b.publishTask(t, "bystander", workflow.Step{ID: "s", Kind: "block"})
+	<-started
+	<-started
+	publishKill(t, b.js, "victim")
+	select {
+	case cause := <-causes:
+		require.ErrorIs(t, cause, agent.ErrKilled)
+	case <-time.After(waitFor):
+		t.Fatal("the killed handler's context was not cancelled")
+	}
+	evs := b.waitFinal(t, "victim")
+	require.Equal(t, events.TypeOperationFailed, evs[len(evs)-1].Type)
+	require.Contains(t, evs[len(evs)-1].Data.(*events.OperationFailed).Error, "killed")
+	evs = b.waitFinal(t, "bystander")
+	require.Equal(t, events.TypeOperationSucceeded, evs[len(evs)-1].Type, "another execution's operation went on")
+}
