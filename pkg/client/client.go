@@ -346,7 +346,7 @@ func (c *Client) Signal(ctx context.Context, id, name string, data json.RawMessa
 
 // ActionRequest asks for an operator's action on an execution.
 type ActionRequest struct {
-	// Action is cancel, force-cancel or kill.
+	// Action is cancel, force-cancel, kill, resume or force-resume.
 	Action string `json:"action"`
 	// Reason is kept in the execution's history.
 	Reason string `json:"reason,omitempty"`

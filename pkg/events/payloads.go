@@ -192,10 +192,17 @@ const (
 	// ActionKill is a force-cancel that also has the agents terminate the
 	// execution's running operations.
 	ActionKill = "kill"
+	// ActionResume runs a started, failed or cancelled execution on: its
+	// failed and rescheduled steps run again (with their recorded input
+	// and fresh retry counts); operations with the agents are waited for.
+	ActionResume = "resume"
+	// ActionForceResume also runs again the operations that were sending,
+	// sent or started (their agents may have died).
+	ActionForceResume = "force-resume"
 )
 
 // Actions lists the actions the dispatcher carries out.
-var Actions = []string{ActionCancel, ActionForceCancel, ActionKill}
+var Actions = []string{ActionCancel, ActionForceCancel, ActionKill, ActionResume, ActionForceResume}
 
 // Bounds of what an operator's action carries into the history.
 const (
@@ -243,6 +250,15 @@ type ExecutionCancelling struct {
 // ExecutionCancelled records that the execution ended cancelled.
 type ExecutionCancelled struct {
 	ActionRecord
+}
+
+// ExecutionResumed records a resume or force-resume.
+type ExecutionResumed struct {
+	ActionRecord
+	// Token is the new execution token: tasks sent from now on carry it.
+	Token string `json:"token"`
+	// Reset lists the step instances that run again.
+	Reset []string `json:"reset,omitempty"`
 }
 
 // FireTimer is the data of a timer coming due.
@@ -366,6 +382,7 @@ func (*StepWaiting) EventType() Type         { return TypeStepWaiting }
 func (*StepSkipped) EventType() Type         { return TypeStepSkipped }
 func (*ExecutionAction) EventType() Type     { return TypeExecutionAction }
 func (*KillOperations) EventType() Type      { return TypeKillOperations }
+func (*ExecutionResumed) EventType() Type    { return TypeExecutionResumed }
 func (*ExecutionCancelling) EventType() Type { return TypeExecutionCancelling }
 func (*ExecutionCancelled) EventType() Type  { return TypeExecutionCancelled }
 
@@ -396,6 +413,7 @@ func (*StepWaiting) payload()         {}
 func (*StepSkipped) payload()         {}
 func (*ExecutionAction) payload()     {}
 func (*KillOperations) payload()      {}
+func (*ExecutionResumed) payload()    {}
 func (*ExecutionCancelling) payload() {}
 func (*ExecutionCancelled) payload()  {}
 
@@ -456,6 +474,8 @@ func newPayload(t Type) Payload {
 		return &ExecutionAction{}
 	case TypeKillOperations:
 		return &KillOperations{}
+	case TypeExecutionResumed:
+		return &ExecutionResumed{}
 	case TypeExecutionCancelling:
 		return &ExecutionCancelling{}
 	case TypeExecutionCancelled:

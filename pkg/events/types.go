@@ -19,6 +19,10 @@ const (
 	// TypeExecutionCancelled records that the execution was cancelled (by a
 	// cancel once nothing ran any more, or at once by a force-cancel).
 	TypeExecutionCancelled Type = "io.jetflow.execution.cancelled"
+	// TypeExecutionResumed records that an operator resumed a started,
+	// failed or cancelled execution: steps to run again were reset and a
+	// new execution token issued.
+	TypeExecutionResumed Type = "io.jetflow.execution.resumed"
 	// TypeStepScheduled records that a step's operation is pending.
 	TypeStepScheduled Type = "io.jetflow.step.scheduled"
 	// TypeStepSending records that the dispatcher is about to publish the task.

@@ -116,6 +116,11 @@ type Execution struct {
 	Timers map[string]Timer `json:"timers,omitempty"`
 	// Cancellation says who asked to cancel the execution, when and why.
 	Cancellation *Cancellation `json:"cancellation,omitempty"`
+	// Actions are the operators' commands recorded, in order.
+	Actions []ActionCommand `json:"actions,omitempty"`
+	// Resumes counts the resumes; ResumedAt is the last one's time.
+	Resumes   int       `json:"resumes,omitempty"`
+	ResumedAt time.Time `json:"resumed_at,omitzero"`
 	// Signals received, in order; a wait step takes the first that fits.
 	Signals   []Signal  `json:"signals,omitempty"`
 	StartedAt time.Time `json:"started_at,omitzero"`
@@ -149,16 +154,36 @@ type ActionCommand struct {
 
 // CommandAction returns the action command key asked for, if the history
 // records it.
-func (c *Cancellation) CommandAction(key string) (string, bool) {
-	if c == nil {
-		return "", false
-	}
-	for _, a := range c.Commands {
+func (s Execution) CommandAction(key string) (string, bool) {
+	for _, a := range s.Actions {
 		if a.Command == key {
 			return a.Action, true
 		}
 	}
 	return "", false
+}
+
+// ActionRefused says why action cannot apply to an execution in status s,
+// or "" if it can.
+func (s Status) ActionRefused(action string) string {
+	switch action {
+	case events.ActionResume, events.ActionForceResume:
+		switch s {
+		case StatusStarted, StatusFailed, StatusCancelled:
+			return ""
+		case StatusCancelling:
+			return "is cancelling; wait until it is cancelled (or force-cancel it), then resume"
+		}
+		return "has already " + string(s) + "; only started, failed and cancelled executions can be resumed"
+	case events.ActionCancel:
+		if s == StatusCancelling {
+			return "is already cancelling; use force-cancel not to wait for its running steps"
+		}
+	}
+	if s.Terminal() {
+		return "has already " + string(s) + "; " + action + " applies to a started or cancelling execution"
+	}
+	return ""
 }
 
 // Timer is a durable timer of the execution.
@@ -196,6 +221,11 @@ type Step struct {
 	Error    string          `json:"error,omitempty"`
 	// Final: the failure is not retried (see events.StepFailed).
 	Final bool `json:"final,omitempty"`
+	// Token is the execution token the attempt's task carries.
+	Token string `json:"token,omitempty"`
+	// RetryBase is the attempt a resume counted retries from: the attempt
+	// number minus RetryBase is the try within the step's retry policy.
+	RetryBase int `json:"retry_base,omitempty"`
 	// WaitUntil is when a waiting sleep ends (or a wait times out).
 	WaitUntil   time.Time `json:"wait_until,omitzero"`
 	ScheduledAt time.Time `json:"scheduled_at,omitzero"`
@@ -260,7 +290,7 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 		if _, ok := ev.Data.(*events.ExecutionStarted); !ok && ev.Data != nil {
 			return s, &TransitionError{ExecutionID: ev.Subject, From: string(s.Status), Event: ev.Type}
 		}
-	} else if s.Status.Terminal() && ev.Data != nil {
+	} else if _, resume := ev.Data.(*events.ExecutionResumed); s.Status.Terminal() && ev.Data != nil && !resume {
 		return s, &TransitionError{ExecutionID: s.ID, From: string(s.Status), Event: ev.Type}
 	}
 	switch e := ev.Data.(type) {
@@ -294,11 +324,15 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 		}
 		s.Status = StatusCancelling
 		s.Cancellation = cancellation(s.Cancellation, e.ActionRecord, ev.Time)
+		s.Actions = withAction(s.Actions, e.ActionRecord)
 		return s, nil
 	case *events.ExecutionCancelled:
 		s.Status, s.EndedAt = StatusCancelled, ev.Time
 		s.Cancellation = cancellation(s.Cancellation, e.ActionRecord, ev.Time)
+		s.Actions = withAction(s.Actions, e.ActionRecord)
 		return s, nil
+	case *events.ExecutionResumed:
+		return s.resume(ev, e)
 	case *events.StepScheduled:
 		s = s.instance(e.StepID, e.Kind)
 		return s.step(ev, e.StepID, OpPending, func(st *Step) {
@@ -306,7 +340,7 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 			st.Output, st.Error, st.StartedAt, st.EndedAt, st.Agent, st.TaskID, st.TaskSeq, st.Delivery, st.Final = nil, "", time.Time{}, time.Time{}, "", "", 0, 0, false
 		})
 	case *events.StepSending:
-		return s.step(ev, e.StepID, OpSending, func(st *Step) { st.TaskID, st.Queue = e.TaskID, e.Queue })
+		return s.step(ev, e.StepID, OpSending, func(st *Step) { st.TaskID, st.Queue, st.Token = e.TaskID, e.Queue, s.Token })
 	case *events.StepSent:
 		return s.step(ev, e.StepID, OpSent, func(st *Step) { st.TaskID, st.TaskSeq = e.TaskID, e.TaskSeq })
 	case *events.StepStarted:
@@ -397,6 +431,54 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 		}
 		return s, fmt.Errorf("%w: %s", ErrUnknownEvent, ev.Type)
 	}
+}
+
+// withAction records an operator's command (not the dispatcher's own
+// conclusions, which carry none).
+func withAction(list []ActionCommand, r events.ActionRecord) []ActionCommand {
+	if r.Command == "" {
+		return list
+	}
+	return append(slices.Clone(list), ActionCommand{Command: r.Command, Action: r.Action})
+}
+
+// containerKinds are the step kinds whose instances contain others.
+var containerKinds = map[string]bool{"workflow": true, "foreach": true, "parallel": true, "switch": true}
+
+// resume applies a resume: the execution is started again with a new
+// token, and each step instance in e.Reset runs again with fresh retry
+// counts. An operation or a dispatcher's step gets a new attempt, pending
+// with its recorded input (a new task id, so it is sent anew); a
+// container keeps its attempt (so its instances are kept) and is pending
+// again; a step that failed before it could be scheduled (Final) starts
+// over from its condition.
+func (s Execution) resume(ev events.Event, e *events.ExecutionResumed) (Execution, error) {
+	if s.Status.ActionRefused(events.ActionResume) != "" {
+		return s, &TransitionError{ExecutionID: s.ID, From: string(s.Status), Event: ev.Type}
+	}
+	s.Status, s.EndedAt, s.Error, s.Output, s.Cancellation = StatusStarted, time.Time{}, "", nil, nil
+	s.Token, s.Resumes, s.ResumedAt = e.Token, s.Resumes+1, ev.Time
+	s.Actions = withAction(s.Actions, e.ActionRecord)
+	for _, id := range e.Reset {
+		i := s.StepIndex(id)
+		if i < 0 {
+			return s, fmt.Errorf("%w: %q in %s", ErrUnknownStep, id, ev.Type)
+		}
+		st := s.Steps[i]
+		st.Error, st.Output, st.EndedAt, st.WaitUntil = "", nil, time.Time{}, time.Time{}
+		switch {
+		case st.Final:
+			st.Status, st.Final, st.RetryBase = OpNone, false, st.Attempt
+		case containerKinds[st.Kind]:
+			st.Status, st.RetryBase = OpPending, st.Attempt-1
+		default:
+			st.Attempt++
+			st.Status, st.RetryBase, st.ScheduledAt = OpPending, st.Attempt-1, ev.Time
+			st.StartedAt, st.Agent, st.TaskID, st.TaskSeq, st.Delivery, st.Token = time.Time{}, "", "", 0, 0, ""
+		}
+		s.Steps[i] = st
+	}
+	return s, nil
 }
 
 // cancellation adds an action to the record of the cancellation so far

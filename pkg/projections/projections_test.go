@@ -321,7 +321,7 @@ var (
 		events.TypeExecutionStarted, events.TypeExecutionSucceeded, events.TypeExecutionFailed,
 		events.TypeStepScheduled, events.TypeStepSending, events.TypeStepSent, events.TypeStepStarted,
 		events.TypeStepSucceeded, events.TypeStepFailed,
-		events.TypeExecutionCancelling, events.TypeExecutionCancelled,
+		events.TypeExecutionCancelling, events.TypeExecutionCancelled, events.TypeExecutionResumed,
 		"io.jetflow.step.unknown",     // unknown type, nil Data
 		events.TypeReconcileExecution, // a command that does not belong in a history
 	}
@@ -369,6 +369,12 @@ func fuzzEvents(data []byte) []events.Event {
 			p = &events.ExecutionCancelling{ActionRecord: events.ActionRecord{Action: events.ActionCancel, Command: "c#" + step}}
 		case events.TypeExecutionCancelled:
 			p = &events.ExecutionCancelled{ActionRecord: events.ActionRecord{Action: events.ActionForceCancel}}
+		case events.TypeExecutionResumed: // past the steps: nothing reset
+			var reset []string
+			if step != "zz" {
+				reset = []string{step}
+			}
+			p = &events.ExecutionResumed{ActionRecord: events.ActionRecord{Action: events.ActionResume, Command: "c#r"}, Token: "t2", Reset: reset}
 		case events.TypeReconcileExecution:
 			p = &events.ReconcileExecution{ExecutionID: "x1", Workflow: "wf"}
 		}
@@ -417,6 +423,12 @@ func fuzzBytes(t testing.TB, evs []events.Event) []byte {
 			arg, attempt = stepArg(e.StepID), e.Attempt
 		case *events.StepFailed:
 			arg, attempt = stepArg(e.StepID), e.Attempt
+		case *events.ExecutionResumed:
+			require.LessOrEqual(t, len(e.Reset), 1)
+			arg = len(fuzzSteps)
+			if len(e.Reset) == 1 {
+				arg = stepArg(e.Reset[0])
+			}
 		}
 		flags := byte(attempt & 0x7f)
 		if ev.Ignorable {

@@ -124,7 +124,7 @@ func TestActionBadInput(t *testing.T) {
 		message  string
 	}{
 		"NoAction":      {"t1", `{"reason":"x"}`, 400, "action", "action is required"},
-		"UnknownAction": {"t1", `{"action":"pause"}`, 400, "action", `action "pause" is not known; use one of: cancel, force-cancel, kill`},
+		"UnknownAction": {"t1", `{"action":"pause"}`, 400, "action", `action "pause" is not known; use one of: cancel, force-cancel, kill, resume, force-resume`},
 		"UnknownField":  {"t1", `{"action":"cancel","force":true}`, 400, "force", ""},
 		"NotJSON":       {"t1", `cancel`, 400, "", "the body must be JSON"},
 		"LongRequester": {"t1", `{"action":"cancel","requested_by":"` + strings.Repeat("x", 300) + `"}`, 400, "requested_by", "at most 256"},
@@ -240,4 +240,62 @@ func TestActionIdempotencyKey(t *testing.T) {
 	require.Equal(t, "Idempotency-Key", e["field"])
 	require.Contains(t, e["message"], "already asked for force-cancel")
 	require.Equal(t, 1, countTypes(s.history(t, "i1"))[string(events.TypeExecutionCancelled)])
+}
+
+// TestResumeAfterTheOperatorFixedTheCause: a step fails because a file is
+// missing; the operator creates it and resumes over HTTP: the failed step
+// runs again and the execution succeeds. A cancelled execution is resumed
+// with a CloudEvent.
+func TestResumeAfterTheOperatorFixedTheCause(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, nil)
+	ctx := context.Background()
+	dir := t.TempDir()
+	s.apply(t, `name: needsfile
+steps:
+  - {id: prepare, kind: log, message: preparing}
+  - {id: read, kind: exec, command: cat, args: ["`+filepath.Join(dir, "config")+`"]}
+  - {id: done, kind: noop}
+`)
+	_, err := s.c.Start(ctx, client.StartRequest{Workflow: "needsfile", ID: "f1"})
+	require.NoError(t, err)
+	x := s.waitDone(t, "f1", 20*time.Second)
+	require.Equal(t, projections.StatusFailed, x.Status)
+
+	t.Log("the operator restores the file and resumes")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "config"), []byte("fixed\n"), 0o600))
+	code, body := postAction(t, s, "f1", `{"action":"resume","reason":"config restored"}`)
+	require.Equal(t, http.StatusOK, code, body)
+	require.Eventually(t, func() bool { // the read model follows the history
+		x, err = s.c.Execution(ctx, "f1")
+		return err == nil && x.Resumes == 1 && x.Status.Terminal()
+	}, 20*time.Second, 20*time.Millisecond)
+	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
+	require.Equal(t, 1, stepByID(x, "prepare").Attempt, "prepare did not run again")
+	require.Equal(t, 2, stepByID(x, "read").Attempt)
+	require.Contains(t, string(stepByID(x, "read").Output), "fixed")
+	require.Equal(t, 1, x.Resumes)
+
+	code, body = postAction(t, s, "f1", `{"action":"resume"}`)
+	require.Equal(t, http.StatusConflict, code, body)
+	require.Contains(t, body["error"].(map[string]any)["message"], "only started, failed and cancelled executions can be resumed")
+
+	t.Log("a cancelled execution resumed with a CloudEvent")
+	s.apply(t, "name: pausable\nsteps:\n  - {id: nap, kind: sleep, duration: 1s}\n  - {id: after, kind: noop}\n")
+	_, err = s.c.Start(ctx, client.StartRequest{Workflow: "pausable", ID: "p1"})
+	require.NoError(t, err)
+	s.waitStepStatus(t, "p1", "nap", projections.OpWaiting)
+	code, body = postAction(t, s, "p1", `{"action":"cancel"}`)
+	require.Equal(t, http.StatusOK, code, body)
+	require.Equal(t, projections.StatusCancelled, s.waitDone(t, "p1", 10*time.Second).Status)
+	time.Sleep(1500 * time.Millisecond) // the sleep's timer fires while the execution is cancelled
+	ev := events.Event{ID: "resume-p1", Type: events.TypeExecutionAction, Source: "urn:test:ops", Time: time.Now().UTC(),
+		Data: &events.ExecutionAction{ExecutionID: "p1", Action: events.ActionResume}}
+	msg, err := events.Encode(events.SubjectAction, ev)
+	require.NoError(t, err)
+	require.NoError(t, s.nc.PublishMsg(msg))
+	require.Eventually(t, func() bool {
+		x, err := s.c.Execution(ctx, "p1")
+		return err == nil && x.Status == projections.StatusSucceeded
+	}, 20*time.Second, 20*time.Millisecond, "the resumed execution finishes: its overdue sleep ends")
 }

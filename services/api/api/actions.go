@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/projections"
 )
 
 // actionRequest is the body of POST /v1/executions/{id}/actions.
@@ -19,7 +20,7 @@ type actionRequest struct {
 	RequestedBy string `json:"requested_by,omitempty"`
 }
 
-// executionAction carries out an operator's action (cancel, force-cancel, kill)
+// executionAction carries out an operator's action (cancel, force-cancel, kill, resume, force-resume)
 // on an execution. The answer is 200 once the history records it, 202 if
 // the dispatcher has not answered in time, or the reason it was refused.
 func (s *Server) executionAction(w http.ResponseWriter, r *http.Request) {
@@ -68,6 +69,8 @@ func (s *Server) executionAction(w http.ResponseWriter, r *http.Request) {
 				rec = p.ActionRecord
 			case *events.ExecutionCancelled:
 				rec = p.ActionRecord
+			case *events.ExecutionResumed:
+				rec = p.ActionRecord
 			}
 			if rec.Command != key {
 				return false, ""
@@ -80,5 +83,6 @@ func (s *Server) executionAction(w http.ResponseWriter, r *http.Request) {
 		resp: func(key string) map[string]any {
 			return map[string]any{"execution_id": id, "action": req.Action, "command": key}
 		},
+		refused: func(st projections.Status) string { return st.ActionRefused(req.Action) },
 	})
 }

@@ -13,6 +13,7 @@ import (
 
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
+	"jetflow.dev/pkg/projections"
 )
 
 // executionCommand is a command about one existing execution (a signal,
@@ -27,6 +28,9 @@ type executionCommand struct {
 	record func(ev events.Event, key string) (found bool, conflict string)
 	// resp builds the answer's body for command key; "recorded" is added.
 	resp func(key string) map[string]any
+	// refused says why the command cannot apply to an execution in this
+	// status ("" if it can), so that the answer is at once a 409.
+	refused func(projections.Status) string
 }
 
 // sendExecutionCommand publishes c and answers with what became of it:
@@ -68,9 +72,11 @@ func (s *Server) sendExecutionCommand(w http.ResponseWriter, r *http.Request, c 
 	if idemKey != "" && (s.answerRecorded(w, r, c, key, resp) || s.answerRejection(w, r, key)) {
 		return
 	}
-	if x, err := s.loadExecution(r.Context(), id); err == nil && x.Status.Terminal() {
-		writeError(w, http.StatusConflict, apiError{Code: "conflict", Message: fmt.Sprintf("execution %q has already %s", id, x.Status)})
-		return
+	if x, err := s.loadExecution(r.Context(), id); err == nil && x.Status != projections.StatusNone {
+		if why := c.refused(x.Status); why != "" {
+			writeError(w, http.StatusConflict, apiError{Code: "conflict", Message: fmt.Sprintf("execution %q %s", id, why)})
+			return
+		}
 	}
 
 	ch := make(chan *nats.Msg, 64)

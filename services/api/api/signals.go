@@ -8,6 +8,7 @@ import (
 	"net/http"
 
 	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/projections"
 )
 
 // signalExecution sends a named signal to an execution. The body, if any,
@@ -52,6 +53,12 @@ func (s *Server) signalExecution(w http.ResponseWriter, r *http.Request) {
 		},
 		resp: func(key string) map[string]any {
 			return map[string]any{"execution_id": id, "signal": name, "signal_id": events.SignalID(key)}
+		},
+		refused: func(st projections.Status) string {
+			if st.Terminal() {
+				return "has already " + string(st)
+			}
+			return ""
 		},
 	})
 }

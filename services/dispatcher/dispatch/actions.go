@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -11,7 +12,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/projections"
+	"jetflow.dev/pkg/workflow"
 )
 
 // commandTarget checks the execution a command names and returns its
@@ -66,26 +69,26 @@ func (d *Dispatcher) action(ctx context.Context, ev events.Event, p *events.Exec
 	}
 	return d.withExecution(ctx, wf, p.ExecutionID, func(x *execState) error {
 		s := x.state
-		if action, seen := s.Cancellation.CommandAction(key); seen {
+		if action, seen := s.CommandAction(key); seen {
 			if action != p.Action {
 				return d.reject(ctx, ev, p.ExecutionID, events.CodeConflict,
 					fmt.Sprintf("command %s was already recorded as a %s; give a new command a new CloudEvent id", key, action))
 			}
-			// This command again: the notice may not have gone out.
-			if p.Action == events.ActionKill {
+			// This command again: what follows its record may not have
+			// been done.
+			switch p.Action {
+			case events.ActionKill:
 				return d.publishKill(ctx, x, key)
+			case events.ActionResume, events.ActionForceResume:
+				return d.afterResume(ctx, x)
 			}
 			return d.advance(ctx, x)
 		}
-		switch {
-		case s.Status == projections.StatusNone:
+		if s.Status == projections.StatusNone {
 			return d.notStarted(ctx, ev, p.ExecutionID)
-		case s.Status.Terminal():
-			return d.reject(ctx, ev, p.ExecutionID, events.CodeConflict,
-				fmt.Sprintf("execution %q has already %s; %s applies to a started or cancelling execution", p.ExecutionID, s.Status, p.Action))
-		case p.Action == events.ActionCancel && s.Status == projections.StatusCancelling:
-			return d.reject(ctx, ev, p.ExecutionID, events.CodeConflict,
-				fmt.Sprintf("execution %q is already cancelling; use force-cancel not to wait for its running steps", p.ExecutionID))
+		}
+		if why := s.Status.ActionRefused(p.Action); why != "" {
+			return d.reject(ctx, ev, p.ExecutionID, events.CodeConflict, fmt.Sprintf("execution %q %s", p.ExecutionID, why))
 		}
 		log := zerolog.Ctx(ctx).Info().Str("action", p.Action).Str("requested_by", rec.RequestedBy).Str("reason", p.Reason)
 		switch p.Action {
@@ -98,6 +101,13 @@ func (d *Dispatcher) action(ctx context.Context, ev events.Event, p *events.Exec
 				return err
 			}
 			return d.publishKill(ctx, x, key)
+		case events.ActionResume, events.ActionForceResume:
+			reset := resetFor(x.def, s, p.Action == events.ActionForceResume)
+			log.Strs("reset", reset).Msg("execution resumed")
+			if err := d.append(ctx, x, &events.ExecutionResumed{ActionRecord: rec, Token: newToken(), Reset: reset}); err != nil {
+				return err
+			}
+			return d.afterResume(ctx, x)
 		}
 		log.Msg("execution cancelling")
 		if err := d.append(ctx, x, &events.ExecutionCancelling{ActionRecord: rec}); err != nil {
@@ -130,4 +140,55 @@ func (d *Dispatcher) publishKill(ctx context.Context, x *execState, command stri
 		return fmt.Errorf("publish kill notice: %w", err)
 	}
 	return nil
+}
+
+// resetFor lists the step instances a resume runs again: failures that
+// their on-error steps did not recover, attempts waiting for a retry, and
+// with force the operations that were with the agents (or being sent).
+func resetFor(d workflow.Definition, s projections.Execution, force bool) []string {
+	var out []string
+	e := newEngine(d, s)
+	for _, st := range s.Steps {
+		switch {
+		case st.Status == projections.OpRescheduled, force && st.Status.InFlight():
+			out = append(out, st.ID)
+		case st.Status == projections.OpFailed:
+			if f, step, ok := resolveFrame(d, s, st.ID); ok && len(step.OnError) > 0 && e.handle(f, step, st).state == done {
+				continue // recovered: the execution went on past it
+			}
+			out = append(out, st.ID)
+		}
+	}
+	return out
+}
+
+// afterResume finishes a resume (again, if its command is redelivered):
+// timers that came due while the execution was over fire now, and results
+// of its running operations that arrived meanwhile (and were not recorded)
+// are applied, before the execution advances.
+func (d *Dispatcher) afterResume(ctx context.Context, x *execState) error {
+	if !x.state.Status.Active() {
+		return nil // ended again since
+	}
+	for id, t := range x.state.Timers {
+		if !t.Fired && !t.Due.After(d.cfg.Now()) {
+			if err := d.publishSchedule(ctx, x.id, x.workflow, id, t.Due); err != nil {
+				return err
+			}
+		}
+	}
+	if slices.ContainsFunc(x.state.Steps, func(st projections.Step) bool { return st.Status.InFlight() }) {
+		stored, err := history.ReadStream(ctx, d.js, events.StreamResults, events.ResultSubject(x.id), 0, 0)
+		if err != nil {
+			return fmt.Errorf("read stored results: %w", err)
+		}
+		for _, ev := range stored {
+			if ref, ok := events.ResultRef(ev.Data); ok {
+				if err := d.applyResult(ctx, x, ref, ev); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return d.advance(ctx, x)
 }

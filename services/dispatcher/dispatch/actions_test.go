@@ -124,7 +124,7 @@ func TestActionRejected(t *testing.T) {
 	for name, tc := range map[string]struct {
 		exec, action, code, reason string
 	}{
-		"UnknownAction":    {"c4", "pause", events.CodeInvalid, `action "pause" is not known; use one of: cancel, force-cancel, kill`},
+		"UnknownAction":    {"c4", "pause", events.CodeInvalid, `action "pause" is not known; use one of: cancel, force-cancel, kill, resume, force-resume`},
 		"UnknownExecution": {"nope", events.ActionCancel, events.CodeNotFound, `execution "nope" does not exist`},
 		"InvalidID":        {"-x", events.ActionCancel, events.CodeInvalid, `execution_id "-x" is not valid`},
 	} {

@@ -76,11 +76,11 @@ func decide(d workflow.Definition, s projections.Execution) action {
 	default:
 		return action{kind: actWait}
 	}
-	if timerFired(s, events.TimerWorkflowTimeout, "", 0) {
+	if timerFired(s, events.TimerWorkflowTimeout, "", s.Resumes) {
 		return action{kind: actFail, err: "the workflow timed out after " + d.Timeout}
 	}
-	if dur, err := time.ParseDuration(d.Timeout); err == nil && !timerArmed(s, events.TimerWorkflowTimeout, "", 0) {
-		return action{kind: actArmTimer, purpose: events.TimerWorkflowTimeout, until: s.StartedAt.Add(dur)}
+	if a, ok := armWorkflowTimeout(d, s); ok {
+		return a
 	}
 	e := newEngine(d, s)
 	r := e.run(frame{steps: d.Steps, retry: d.Retry})
@@ -332,7 +332,7 @@ func (e *engine) run(f frame) result {
 // failure among them fails the step.
 func (e *engine) handle(f frame, step workflow.Step, st projections.Step) result {
 	prefix := fmt.Sprintf("%s/on-error%d/", st.ID, st.Attempt)
-	errRoot := map[string]any{"message": st.Error, "step": localID(lastSegment(st.ID)), "attempt": float64(st.Attempt)}
+	errRoot := map[string]any{"message": st.Error, "step": localID(lastSegment(st.ID)), "attempt": float64(tries(st))}
 	hf := f.child(prefix, step.OnError, map[string]any{"error": errRoot})
 	hf.handler = true
 	r := e.run(hf)
@@ -344,7 +344,7 @@ func (e *engine) handle(f frame, step workflow.Step, st projections.Step) result
 	}
 	if r.retry != nil {
 		return result{state: running, act: action{kind: actReschedule, step: step, path: st.ID, attempt: st.Attempt,
-			delay: r.retry.Delay(st.Attempt), jitter: r.retry.Jitter}}
+			delay: r.retry.Delay(tries(st)), jitter: r.retry.Jitter}}
 	}
 	if r.jump != "" {
 		return result{state: done, jump: r.jump}
@@ -362,8 +362,8 @@ func (e *engine) step(f frame, step workflow.Step, st projections.Step, env *laz
 	case projections.OpSkipped:
 		return result{state: done}
 	case projections.OpFailed:
-		if r := retryOf(step, f); r != nil && !st.Final && st.Attempt < r.Limit && r.Retries(st.Error) {
-			return act(action{kind: actReschedule, step: step, attempt: st.Attempt, delay: r.Delay(st.Attempt), jitter: r.Jitter})
+		if r := retryOf(step, f); r != nil && !st.Final && tries(st) < r.Limit && r.Retries(st.Error) {
+			return act(action{kind: actReschedule, step: step, attempt: st.Attempt, delay: r.Delay(tries(st)), jitter: r.Jitter})
 		}
 		if len(step.OnError) > 0 {
 			return e.handle(f, step, st)
@@ -423,14 +423,37 @@ func inFlight(s projections.Execution, step workflow.Step, st projections.Step) 
 	return action{kind: actWait}
 }
 
+// armWorkflowTimeout returns the arming of the workflow's timeout if it is
+// due to exist and is not recorded. It counts from the start, or from the
+// last resume (each resume gives the workflow its time again; the timer's
+// attempt is the resume count).
+func armWorkflowTimeout(d workflow.Definition, s projections.Execution) (action, bool) {
+	dur, err := time.ParseDuration(d.Timeout)
+	if err != nil || timerArmed(s, events.TimerWorkflowTimeout, "", s.Resumes) {
+		return action{}, false
+	}
+	from := s.StartedAt
+	if s.Resumes > 0 {
+		from = s.ResumedAt
+	}
+	return action{kind: actArmTimer, purpose: events.TimerWorkflowTimeout, attempt: s.Resumes, until: from.Add(dur)}, true
+}
+
+// tries is the attempt's number within the step's retry policy: attempts
+// before a resume do not count.
+func tries(st projections.Step) int { return st.Attempt - st.RetryBase }
+
 // cancelling decides a cancelling execution: nothing new starts (no
 // schedule, retry, on-error handler or wait), but the attempts with the
 // agents are seen through as usual (a half-sent task is sent, timeouts are
 // armed and honoured) and their results recorded. It ends cancelled once
 // none is left, or when the workflow times out.
 func cancelling(d workflow.Definition, s projections.Execution) action {
-	if timerFired(s, events.TimerWorkflowTimeout, "", 0) {
+	if timerFired(s, events.TimerWorkflowTimeout, "", s.Resumes) {
 		return action{kind: actCancelled}
+	}
+	if a, ok := armWorkflowTimeout(d, s); ok {
+		return a
 	}
 	running := false
 	for _, st := range s.Steps {

@@ -193,44 +193,65 @@ func (d *Dispatcher) rejectRaw(ctx context.Context, m jetstream.Msg, cause error
 // result applies an agent's report about a task.
 func (d *Dispatcher) result(ctx context.Context, ref events.TaskRef, ev events.Event) error {
 	return d.withExecution(ctx, ref.Workflow, ref.ExecutionID, func(x *execState) error {
-		log := zerolog.Ctx(ctx).With().Str("step_id", ref.StepID).Int("attempt", ref.Attempt).Logger()
 		if x.state.Status == projections.StatusNone {
 			return permanentError{fmt.Errorf("result for unknown execution %s", ref.ExecutionID)}
 		}
-		i := x.state.StepIndex(ref.StepID)
-		if i < 0 {
+		if x.state.StepIndex(ref.StepID) < 0 {
 			return permanentError{fmt.Errorf("result for unknown step %q", ref.StepID)}
 		}
-		st := x.state.Steps[i]
-		if ref.Token != x.state.Token || ref.Attempt != st.Attempt || x.state.Status.Terminal() {
-			log.Info().Str("step_status", string(st.Status)).Msg("ignore result of a stale attempt")
-			return nil
-		}
-		var p events.Payload
-		switch r := ev.Data.(type) {
-		case *events.OperationStarted:
-			// Record the first start, and every later delivery that runs
-			// the operation again (its agent died or timed out).
-			if st.Status == projections.OpSending || st.Status == projections.OpSent ||
-				(st.Status == projections.OpStarted && r.Delivery > st.Delivery) {
-				p = &events.StepStarted{StepID: st.ID, Attempt: st.Attempt, Agent: r.Agent, Delivery: r.Delivery}
-			}
-		case *events.OperationSucceeded:
-			if st.Status.InFlight() {
-				p = d.succeeded(x, st, r)
-			}
-		case *events.OperationFailed:
-			if st.Status.InFlight() {
-				p = &events.StepFailed{StepID: st.ID, Attempt: st.Attempt, Error: r.Error, Output: r.Output, Agent: r.Agent}
-			}
-		}
-		if p == nil {
-			log.Debug().Str("step_status", string(st.Status)).Msg("ignore duplicate result")
-		} else if err := d.append(ctx, x, p); err != nil {
+		if err := d.applyResult(ctx, x, ref, ev); err != nil {
 			return err
 		}
 		return d.advance(ctx, x)
 	})
+}
+
+// taskToken is the execution token an attempt's task carries: the one
+// current when it was sent (a plain resume waits for the results of tasks
+// sent before it, with the old token).
+func taskToken(s projections.Execution, st projections.Step) string {
+	if st.Token != "" {
+		return st.Token
+	}
+	return s.Token
+}
+
+// applyResult records an agent's report about a task, if it is about the
+// step's current attempt and new; a stale or repeated report changes nothing.
+func (d *Dispatcher) applyResult(ctx context.Context, x *execState, ref events.TaskRef, ev events.Event) error {
+	log := zerolog.Ctx(ctx).With().Str("step_id", ref.StepID).Int("attempt", ref.Attempt).Logger()
+	i := x.state.StepIndex(ref.StepID)
+	if i < 0 {
+		return nil
+	}
+	st := x.state.Steps[i]
+	if ref.Token != taskToken(x.state, st) || ref.Attempt != st.Attempt || x.state.Status.Terminal() {
+		log.Info().Str("step_status", string(st.Status)).Msg("ignore result of a stale attempt")
+		return nil
+	}
+	var p events.Payload
+	switch r := ev.Data.(type) {
+	case *events.OperationStarted:
+		// Record the first start, and every later delivery that runs
+		// the operation again (its agent died or timed out).
+		if st.Status == projections.OpSending || st.Status == projections.OpSent ||
+			(st.Status == projections.OpStarted && r.Delivery > st.Delivery) {
+			p = &events.StepStarted{StepID: st.ID, Attempt: st.Attempt, Agent: r.Agent, Delivery: r.Delivery}
+		}
+	case *events.OperationSucceeded:
+		if st.Status.InFlight() {
+			p = d.succeeded(x, st, r)
+		}
+	case *events.OperationFailed:
+		if st.Status.InFlight() {
+			p = &events.StepFailed{StepID: st.ID, Attempt: st.Attempt, Error: r.Error, Output: r.Output, Agent: r.Agent}
+		}
+	}
+	if p == nil {
+		log.Debug().Str("step_status", string(st.Status)).Msg("ignore duplicate result")
+		return nil
+	}
+	return d.append(ctx, x, p)
 }
 
 // succeeded records an operation's result, mapped through the step's
@@ -425,9 +446,13 @@ func (d *Dispatcher) send(ctx context.Context, x *execState, a action) error {
 			return permanentError{fmt.Errorf("encode step %s: %w", a.step.ID, err)}
 		}
 	}
+	token := x.state.Token
+	if i := x.state.StepIndex(a.path); i >= 0 { // recorded with step.sending
+		token = taskToken(x.state, x.state.Steps[i])
+	}
 	task := events.New(d.cfg.Source, x.id, x.workflow, d.cfg.Now(), &events.Task{
 		TaskID: taskID, ExecutionID: x.id, Workflow: x.workflow, StepID: a.path, Attempt: a.attempt,
-		Token: x.state.Token, Kind: a.step.OperationKind(), Queue: a.step.QueueName(), Spec: spec,
+		Token: token, Kind: a.step.OperationKind(), Queue: a.step.QueueName(), Spec: spec,
 	})
 	task.ID = taskID
 	msg, err := events.Encode(events.TaskSubject(a.step.QueueName()), task)

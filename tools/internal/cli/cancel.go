@@ -55,6 +55,32 @@ execution's history.`,
 	return cmd
 }
 
+func (a *app) resumeCmd() *cobra.Command {
+	var force bool
+	var reason string
+	cmd := &cobra.Command{
+		Use:   "resume ID [--force] [--reason TEXT]",
+		Short: "Resume a started, failed or cancelled execution (--force: also re-run operations whose agents may have died)",
+		Long: `Resume an execution that is started, failed or cancelled. Its failed and
+rescheduled steps run again with their recorded input and fresh retry
+counts; operations still with an agent are waited for, not sent again.
+With --force, operations that were sending, sent or started run again too
+(use it when their agent died). A new execution token is issued. Who
+asked, when and why are recorded in the execution's history.`,
+		Args: oneExecution("resume ID [--force] [--reason TEXT]"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			action := events.ActionResume
+			if force {
+				action = events.ActionForceResume
+			}
+			return a.act(cmd, args[0], action, reason)
+		},
+	}
+	cmd.Flags().BoolVar(&force, "force", false, "also run again the operations that were sending, sent or started")
+	cmd.Flags().StringVar(&reason, "reason", "", "why, kept in the execution's history")
+	return cmd
+}
+
 func oneExecution(usage string) cobra.PositionalArgs {
 	return func(_ *cobra.Command, args []string) error {
 		if len(args) != 1 {

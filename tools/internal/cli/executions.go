@@ -148,6 +148,9 @@ func printExecution(w io.Writer, x projections.Execution) {
 	if !x.EndedAt.IsZero() {
 		fmt.Fprintf(tw, "ended\t%s (took %s)\n", x.EndedAt.Local().Format(time.RFC3339Nano), dur(x.StartedAt, x.EndedAt))
 	}
+	if x.Resumes > 0 {
+		fmt.Fprintf(tw, "resumed\t%d time(s), last at %s\n", x.Resumes, x.ResumedAt.Local().Format(time.RFC3339Nano))
+	}
 	if c := x.Cancellation; c != nil {
 		fmt.Fprintf(tw, "cancel\t%s by %s at %s", c.Action, cmp.Or(c.RequestedBy, "?"), c.RequestedAt.Local().Format(time.RFC3339Nano))
 		if c.Reason != "" {

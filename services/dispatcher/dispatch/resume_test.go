@@ -1,0 +1,124 @@
+package dispatch_test
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/projections"
+	"jetflow.dev/services/dispatcher/dispatch"
+)
+
+// TestResumeRunsTheFailedStepAgain: a failed step runs again with its
+// recorded input under a new attempt and a new token; the steps that
+// succeeded do not.
+func TestResumeRunsTheFailedStepAgain(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	runDispatcher(t, b.js, dispatch.Config{Workers: 2})
+	b.register(t, "deploy", "build", "ship")
+	b.start(t, "deploy", "r1")
+	build := b.nextTask(t)
+	b.report(t, &events.OperationSucceeded{TaskRef: build.task.Ref("test-agent", 1)})
+	ship := b.nextTask(t)
+	b.report(t, &events.OperationFailed{TaskRef: ship.task.Ref("test-agent", 1), Error: "registry down"})
+	failed, _ := waitStatus(t, b.js, "deploy", "r1", projections.StatusFailed)
+
+	key := b.act(t, "r1", events.ActionResume, "registry is back")
+	again := b.nextTask(t)
+	require.Equal(t, "ship", again.task.StepID)
+	require.Equal(t, 2, again.task.Attempt)
+	require.Equal(t, events.TaskID("r1", "ship", 2), again.task.TaskID)
+	require.JSONEq(t, string(ship.task.Spec), string(again.task.Spec), "the recorded input is sent again")
+	require.NotEqual(t, failed.Token, again.task.Token, "a resume issues a new token")
+
+	t.Log("a late result of the failed attempt is stale")
+	b.report(t, &events.OperationSucceeded{TaskRef: ship.task.Ref("test-agent", 1)})
+	waitResultsHandled(t, b.js)
+	s := foldOf(t, b.js, "deploy", "r1")
+	require.Equal(t, projections.StatusStarted, s.Status)
+	require.Equal(t, projections.OpSent, s.Steps[1].Status)
+
+	b.report(t, &events.OperationSucceeded{TaskRef: again.task.Ref("test-agent", 1)})
+	s, evs := waitStatus(t, b.js, "deploy", "r1", projections.StatusSucceeded)
+	requireLinear(t, evs)
+	require.Equal(t, 1, countType(evs, events.TypeExecutionResumed))
+	resumed := evs[indexOfType(evs, events.TypeExecutionResumed)].Data.(*events.ExecutionResumed)
+	require.Equal(t, []string{"ship"}, resumed.Reset)
+	require.Equal(t, "registry is back", resumed.Reason)
+	require.Equal(t, 1, s.Steps[0].Attempt, "build did not run again")
+	require.Equal(t, 2, s.Steps[1].Attempt)
+	require.Equal(t, []projections.ActionCommand{{Command: key, Action: events.ActionResume}}, s.Actions)
+	require.Equal(t, 1, s.Resumes)
+
+	t.Log("a succeeded execution cannot be resumed")
+	rej := readRejection(t, b.js, b.act(t, "r1", events.ActionResume, ""))
+	require.Equal(t, events.CodeConflict, rej.Code)
+	require.Contains(t, rej.Reason, "only started, failed and cancelled executions can be resumed")
+}
+
+// TestResumeWaitsForARunningOperation: a plain resume never sends again an
+// operation that is with an agent; its result, with the token of its
+// task, still counts. A force-resume sends it again.
+func TestResumeWaitsForARunningOperation(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	runDispatcher(t, b.js, dispatch.Config{Workers: 2})
+	b.register(t, "deploy", "build")
+	b.start(t, "deploy", "r2")
+	first := b.nextTask(t)
+	b.report(t, &events.OperationStarted{TaskRef: first.task.Ref("test-agent", 1)})
+	waitHistory(t, b.js, "deploy", "r2", "build started", func(evs []events.Event) bool { return countType(evs, events.TypeStepStarted) == 1 })
+
+	b.act(t, "r2", events.ActionResume, "")
+	waitHistory(t, b.js, "deploy", "r2", "resumed", func(evs []events.Event) bool { return countType(evs, events.TypeExecutionResumed) == 1 })
+	waitCommandsHandled(t, b.js)
+	s := foldOf(t, b.js, "deploy", "r2")
+	require.Equal(t, projections.OpStarted, s.Steps[0].Status, "not sent again")
+	require.Equal(t, 1, s.Steps[0].Attempt)
+
+	t.Log("force-resume: the operation whose agent died is sent again")
+	b.act(t, "r2", events.ActionForceResume, "agent host died")
+	again := b.nextTask(t)
+	require.Equal(t, 2, again.task.Attempt)
+	b.report(t, &events.OperationSucceeded{TaskRef: again.task.Ref("test-agent", 1), Output: json.RawMessage(`"ok"`)})
+	s, _ = waitStatus(t, b.js, "deploy", "r2", projections.StatusSucceeded)
+	require.Equal(t, 2, s.Resumes)
+}
+
+// TestResumeAfterForceCancel: results that arrived while the execution was
+// cancelled were not recorded; a resume takes them from the results
+// stream instead of waiting forever.
+func TestResumeAfterForceCancel(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	runDispatcher(t, b.js, dispatch.Config{Workers: 2})
+	b.register(t, "deploy", "build", "ship")
+	b.start(t, "deploy", "r3")
+	build := b.nextTask(t)
+	waitHistory(t, b.js, "deploy", "r3", "build sent", func(evs []events.Event) bool { return countType(evs, events.TypeStepSent) == 1 })
+	b.act(t, "r3", events.ActionForceCancel, "")
+	waitStatus(t, b.js, "deploy", "r3", projections.StatusCancelled)
+	b.report(t, &events.OperationSucceeded{TaskRef: build.task.Ref("test-agent", 1), Output: json.RawMessage(`"built"`)})
+	waitResultsHandled(t, b.js)
+
+	b.act(t, "r3", events.ActionResume, "")
+	ship := b.nextTask(t)
+	require.Equal(t, "ship", ship.task.StepID)
+	b.report(t, &events.OperationSucceeded{TaskRef: ship.task.Ref("test-agent", 1)})
+	s, evs := waitStatus(t, b.js, "deploy", "r3", projections.StatusSucceeded)
+	requireLinear(t, evs)
+	require.JSONEq(t, `"built"`, string(s.Steps[0].Output), "the stored result was applied")
+	require.Nil(t, s.Cancellation)
+}
+
+func indexOfType(evs []events.Event, typ events.Type) int {
+	for i, ev := range evs {
+		if ev.Type == typ {
+			return i
+		}
+	}
+	return -1
+}
