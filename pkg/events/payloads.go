@@ -220,6 +220,9 @@ type KillOperations struct {
 	Workflow    string `json:"workflow"`
 	// Command is the key of the kill command.
 	Command string `json:"command,omitempty"`
+	// Lift, set when the execution is resumed, ends the kill: its new
+	// tasks run.
+	Lift bool `json:"lift,omitempty"`
 }
 
 // ExecutionAction is the data of an action command.

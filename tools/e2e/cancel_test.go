@@ -299,3 +299,31 @@ steps:
 		return err == nil && x.Status == projections.StatusSucceeded
 	}, 20*time.Second, 20*time.Millisecond, "the resumed execution finishes: its overdue sleep ends")
 }
+
+// TestResumeAfterKill: a killed execution resumed runs its operations
+// again: the resume lifts the kill for the agents.
+func TestResumeAfterKill(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, func(c *devstack.Config) { c.KillGrace = 200 * time.Millisecond })
+	ctx := context.Background()
+	s.apply(t, `name: killme
+steps:
+  - {id: work, kind: exec, command: sh, args: ["-c", "sleep 2; echo done"]}
+  - {id: after, kind: log, message: after}
+`)
+	_, err := s.c.Start(ctx, client.StartRequest{Workflow: "killme", ID: "k1"})
+	require.NoError(t, err)
+	s.waitStepStatus(t, "k1", "work", projections.OpStarted)
+	code, body := postAction(t, s, "k1", `{"action":"kill"}`)
+	require.Equal(t, http.StatusOK, code, body)
+	require.Equal(t, projections.StatusCancelled, s.waitDone(t, "k1", 10*time.Second).Status)
+	time.Sleep(time.Second)
+	code, body = postAction(t, s, "k1", `{"action":"force-resume","reason":"try again"}`)
+	require.Equal(t, http.StatusOK, code, body)
+	var x projections.Execution
+	require.Eventually(t, func() bool {
+		x, err = s.c.Execution(ctx, "k1")
+		return err == nil && x.Resumes == 1 && x.Status.Terminal()
+	}, 30*time.Second, 50*time.Millisecond)
+	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
+}

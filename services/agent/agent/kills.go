@@ -80,6 +80,13 @@ func (k *kills) kill(execID string, now time.Time) int {
 // when an agent starts.
 const killsCatchUp = 30 * time.Second
 
+// lift forgets that execID was killed: it was resumed.
+func (k *kills) lift(execID string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	delete(k.killed, execID)
+}
+
 // watchKills follows the kill notices (all those kept, then new ones). It
 // returns once the notices kept when it started are known, so that a task
 // of an execution killed before this agent started is refused.
@@ -107,6 +114,10 @@ func (a *Agent) watchKills(ctx context.Context) (stop func(), err error) {
 		p, ok := ev.Data.(*events.KillOperations)
 		if err != nil || !ok {
 			a.log.Warn().Err(err).Str("subject", m.Subject()).Msg("ignore malformed kill notice")
+			return
+		}
+		if p.Lift {
+			a.kills.lift(p.ExecutionID)
 			return
 		}
 		if n := a.kills.kill(p.ExecutionID, time.Now()); n > 0 {

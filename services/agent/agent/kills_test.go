@@ -27,6 +27,13 @@ func TestKillsCancelRunningAndRefuseLater(t *testing.T) {
 	_, _, ok = k.start(t.Context(), "x1")
 	require.False(t, ok, "a later task of a killed execution is refused")
 
+	t.Log("a resume lifts the kill: the execution's new tasks run")
+	k.lift("x1")
+	_, doneLifted, ok := k.start(t.Context(), "x1")
+	require.True(t, ok)
+	doneLifted()
+	k.kill("x1", now)
+
 	t.Log("a notice older than a day is forgotten when the next one arrives")
 	k.kill("x3", now.Add(26*time.Hour))
 	ctx, done, ok := k.start(t.Context(), "x1")

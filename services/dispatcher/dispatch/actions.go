@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -102,7 +103,11 @@ func (d *Dispatcher) action(ctx context.Context, ev events.Event, p *events.Exec
 			}
 			return d.publishKill(ctx, x, key)
 		case events.ActionResume, events.ActionForceResume:
-			reset := resetFor(x.def, s, p.Action == events.ActionForceResume)
+			stored, err := d.storedResults(ctx, x)
+			if err != nil {
+				return err
+			}
+			reset := resetFor(x.def, s, p.Action == events.ActionForceResume, failedMeanwhile(s, stored))
 			log.Strs("reset", reset).Msg("execution resumed")
 			if err := d.append(ctx, x, &events.ExecutionResumed{ActionRecord: rec, Token: newToken(), Reset: reset}); err != nil {
 				return err
@@ -143,20 +148,90 @@ func (d *Dispatcher) publishKill(ctx context.Context, x *execState, command stri
 }
 
 // resetFor lists the step instances a resume runs again: failures that
-// their on-error steps did not recover, attempts waiting for a retry, and
-// with force the operations that were with the agents (or being sent).
-func resetFor(d workflow.Definition, s projections.Execution, force bool) []string {
+// their on-error steps did not recover (and are not handling), attempts
+// waiting for a retry, operations whose failure arrived while the
+// execution was over (failed), and with force the operations that were
+// with the agents (or being sent). The on-error instances of an attempt
+// that runs again are left as they are: a new attempt's failure gets
+// new ones.
+func resetFor(d workflow.Definition, s projections.Execution, force bool, failedBefore map[string]bool) []string {
 	var out []string
+	reset := map[string]bool{}
 	e := newEngine(d, s)
 	for _, st := range s.Steps {
+		if staleHandler(s, st.ID, reset) {
+			continue
+		}
 		switch {
-		case st.Status == projections.OpRescheduled, force && st.Status.InFlight():
-			out = append(out, st.ID)
+		case st.Status == projections.OpRescheduled, force && st.Status.InFlight(), failedBefore[st.ID] && st.Status.InFlight():
 		case st.Status == projections.OpFailed:
-			if f, step, ok := resolveFrame(d, s, st.ID); ok && len(step.OnError) > 0 && e.handle(f, step, st).state == done {
-				continue // recovered: the execution went on past it
+			if f, step, ok := resolveFrame(d, s, st.ID); ok && len(step.OnError) > 0 && e.handle(f, step, st).state != failed {
+				continue // recovered by its on-error steps, or being handled by them
 			}
-			out = append(out, st.ID)
+		default:
+			continue
+		}
+		out = append(out, st.ID)
+		reset[st.ID] = true
+	}
+	return out
+}
+
+// staleHandler reports whether path is inside the on-error steps of an
+// attempt that is not its step's current one (or that the resume runs
+// again, under a new attempt).
+func staleHandler(s projections.Execution, path string, reset map[string]bool) bool {
+	segs := strings.Split(path, "/")
+	for i := 1; i < len(segs)-1; i++ {
+		if !strings.HasPrefix(segs[i], "on-error") || !isHandlerSeg(segs[i]) {
+			continue
+		}
+		owner := strings.Join(segs[:i], "/")
+		n, _ := strconv.Atoi(strings.TrimPrefix(segs[i], "on-error"))
+		st, ok := instanceOf(s, owner)
+		if !ok || st.Attempt != n || (reset[owner] && !workflow.IsContainer(st.Kind)) {
+			return true
+		}
+	}
+	return false
+}
+
+// storedResults returns the final results in the results stream of the
+// operations s has with the agents, for their current attempt and token,
+// by step: results that arrived while the execution was over were not
+// recorded.
+func (d *Dispatcher) storedResults(ctx context.Context, x *execState) (map[string]events.Event, error) {
+	if !slices.ContainsFunc(x.state.Steps, func(st projections.Step) bool { return st.Status.InFlight() }) {
+		return nil, nil
+	}
+	evs, err := history.ReadStream(ctx, d.js, events.StreamResults, events.ResultSubject(x.id), 0, 0)
+	if err != nil {
+		return nil, fmt.Errorf("read stored results: %w", err)
+	}
+	out := map[string]events.Event{}
+	for _, ev := range evs {
+		ref, ok := events.ResultRef(ev.Data)
+		if !ok || ev.Type == events.TypeOperationStarted {
+			continue
+		}
+		if i := x.state.StepIndex(ref.StepID); i >= 0 {
+			st := x.state.Steps[i]
+			if st.Status.InFlight() && ref.Attempt == st.Attempt && ref.Token == taskToken(x.state, st) {
+				if _, seen := out[st.ID]; !seen {
+					out[st.ID] = ev
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// failedMeanwhile lists the operations whose stored result is a failure.
+func failedMeanwhile(s projections.Execution, stored map[string]events.Event) map[string]bool {
+	out := map[string]bool{}
+	for id, ev := range stored {
+		if ev.Type == events.TypeOperationFailed {
+			out[id] = true
 		}
 	}
 	return out
@@ -177,18 +252,48 @@ func (d *Dispatcher) afterResume(ctx context.Context, x *execState) error {
 			}
 		}
 	}
-	if slices.ContainsFunc(x.state.Steps, func(st projections.Step) bool { return st.Status.InFlight() }) {
-		stored, err := history.ReadStream(ctx, d.js, events.StreamResults, events.ResultSubject(x.id), 0, 0)
-		if err != nil {
-			return fmt.Errorf("read stored results: %w", err)
-		}
-		for _, ev := range stored {
-			if ref, ok := events.ResultRef(ev.Data); ok {
-				if err := d.applyResult(ctx, x, ref, ev); err != nil {
-					return err
-				}
-			}
+	if err := d.liftKill(ctx, x); err != nil {
+		return err
+	}
+	stored, err := d.storedResults(ctx, x)
+	if err != nil {
+		return err
+	}
+	for _, ev := range stored {
+		ref, _ := events.ResultRef(ev.Data)
+		if err := d.applyResult(ctx, x, ref, ev); err != nil {
+			return err
 		}
 	}
 	return d.advance(ctx, x)
+}
+
+// liftKill ends the kill of a resumed execution, so that agents run its
+// new tasks: the lift replaces the kill notice (one per execution is kept).
+func (d *Dispatcher) liftKill(ctx context.Context, x *execState) error {
+	stream, err := d.js.Stream(ctx, events.StreamKills)
+	if err != nil {
+		return fmt.Errorf("read kill notices: %w", err)
+	}
+	m, err := stream.GetLastMsgForSubject(ctx, events.KillSubject(x.id))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read kill notice of %s: %w", x.id, err)
+	}
+	if ev, err := events.Decode(m.Header, m.Data); err == nil {
+		if k, ok := ev.Data.(*events.KillOperations); ok && k.Lift {
+			return nil
+		}
+	}
+	lift := events.New(d.cfg.Source, x.id, x.workflow, d.cfg.Now(), &events.KillOperations{ExecutionID: x.id, Workflow: x.workflow, Lift: true})
+	msg, err := events.Encode(events.KillSubject(x.id), lift)
+	if err != nil {
+		return permanentError{err}
+	}
+	if _, err := d.js.PublishMsg(ctx, msg); err != nil {
+		return fmt.Errorf("publish kill lift: %w", err)
+	}
+	return nil
 }

@@ -386,8 +386,8 @@ func (d *Dispatcher) act(ctx context.Context, x *execState, a action) error {
 // name: it pins the called workflow's definition (and checks the input
 // against its schema) by recording them with the schedule.
 func (d *Dispatcher) scheduleCalled(ctx context.Context, x *execState, a action, kind string) error {
-	fail := func(msg string) error {
-		return d.act(ctx, x, action{kind: actStepFail, step: a.step, path: a.path, attempt: a.attempt, err: msg})
+	fail := func(msg string) error { // recorded before it was scheduled: a resume starts it over
+		return d.act(ctx, x, action{kind: actStepFail, step: a.step, path: a.path, attempt: a.attempt, err: msg, final: true})
 	}
 	if strings.Count(a.path, "/") > 4*workflow.MaxDepth {
 		return fail("workflows call each other too deep (a workflow calling itself?)")

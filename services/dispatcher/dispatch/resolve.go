@@ -49,7 +49,7 @@ func resolveFrame(d workflow.Definition, s projections.Execution, path string) (
 			attempt, _ := strconv.Atoi(strings.TrimPrefix(next, "on-error"))
 			st, _ := instanceOf(s, inst)
 			f = f.child(inst+"/"+next+"/", cur.OnError, map[string]any{"error": map[string]any{
-				"message": st.Error, "step": localID(lastSegment(inst)), "attempt": float64(attempt)}})
+				"message": st.Error, "step": localID(lastSegment(inst)), "attempt": float64(attempt - st.RetryBase)}})
 			f.handler = true
 			i++
 			continue

@@ -224,7 +224,7 @@ func (j *Janitor) RunOnce(ctx context.Context) (Result, error) {
 					continue
 				}
 				ref := events.TaskRef{TaskID: st.TaskID, ExecutionID: x.ID, Workflow: x.Workflow, StepID: st.ID,
-					Attempt: st.Attempt, Token: x.Token, Agent: "janitor"}
+					Attempt: st.Attempt, Token: cmp.Or(st.Token, x.Token), Agent: "janitor"}
 				if err := j.fail(ctx, ref, "vanished", "task left its queue without a result"); err != nil {
 					j.log.Warn().Err(err).Str("execution_id", x.ID).Msg("sweep: report lost task")
 					res.Errors++
