@@ -255,6 +255,20 @@ type ExecutionCancelled struct {
 	ActionRecord
 }
 
+// ResultIgnored records a report from an agent that was not applied: its
+// token is stale (the execution was resumed since its task was sent) or it
+// is about an attempt that is not the step's current one.
+type ResultIgnored struct {
+	// ResultID is the report's CloudEvent id, ResultType its type.
+	ResultID   string `json:"result_id"`
+	ResultType Type   `json:"result_type"`
+	TaskID     string `json:"task_id"`
+	StepID     string `json:"step_id"`
+	Attempt    int    `json:"attempt"`
+	Agent      string `json:"agent,omitempty"`
+	Reason     string `json:"reason"`
+}
+
 // ExecutionResumed records a resume or force-resume.
 type ExecutionResumed struct {
 	ActionRecord
@@ -386,6 +400,7 @@ func (*StepSkipped) EventType() Type         { return TypeStepSkipped }
 func (*ExecutionAction) EventType() Type     { return TypeExecutionAction }
 func (*KillOperations) EventType() Type      { return TypeKillOperations }
 func (*ExecutionResumed) EventType() Type    { return TypeExecutionResumed }
+func (*ResultIgnored) EventType() Type       { return TypeResultIgnored }
 func (*ExecutionCancelling) EventType() Type { return TypeExecutionCancelling }
 func (*ExecutionCancelled) EventType() Type  { return TypeExecutionCancelled }
 
@@ -417,6 +432,7 @@ func (*StepSkipped) payload()         {}
 func (*ExecutionAction) payload()     {}
 func (*KillOperations) payload()      {}
 func (*ExecutionResumed) payload()    {}
+func (*ResultIgnored) payload()       {}
 func (*ExecutionCancelling) payload() {}
 func (*ExecutionCancelled) payload()  {}
 
@@ -479,6 +495,8 @@ func newPayload(t Type) Payload {
 		return &KillOperations{}
 	case TypeExecutionResumed:
 		return &ExecutionResumed{}
+	case TypeResultIgnored:
+		return &ResultIgnored{}
 	case TypeExecutionCancelling:
 		return &ExecutionCancelling{}
 	case TypeExecutionCancelled:

@@ -23,6 +23,9 @@ const (
 	// failed or cancelled execution: steps to run again were reset and a
 	// new execution token issued.
 	TypeExecutionResumed Type = "io.jetflow.execution.resumed"
+	// TypeResultIgnored records an agent's report that changed nothing: it
+	// carried a stale execution token or was about another attempt.
+	TypeResultIgnored Type = "io.jetflow.result.ignored"
 	// TypeStepScheduled records that a step's operation is pending.
 	TypeStepScheduled Type = "io.jetflow.step.scheduled"
 	// TypeStepSending records that the dispatcher is about to publish the task.

@@ -118,6 +118,9 @@ type Execution struct {
 	Cancellation *Cancellation `json:"cancellation,omitempty"`
 	// Actions are the operators' commands recorded, in order.
 	Actions []ActionCommand `json:"actions,omitempty"`
+	// Ignored lists the agents' reports that changed nothing (a stale token
+	// or attempt), by their CloudEvent id.
+	Ignored []string `json:"ignored,omitempty"`
 	// Resumes counts the resumes; ResumedAt is the last one's time.
 	Resumes   int       `json:"resumes,omitempty"`
 	ResumedAt time.Time `json:"resumed_at,omitzero"`
@@ -333,6 +336,9 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 		return s, nil
 	case *events.ExecutionResumed:
 		return s.resume(ev, e)
+	case *events.ResultIgnored:
+		s.Ignored = append(slices.Clone(s.Ignored), e.ResultID)
+		return s, nil
 	case *events.StepScheduled:
 		s = s.instance(e.StepID, e.Kind)
 		return s.step(ev, e.StepID, OpPending, func(st *Step) {

@@ -299,7 +299,15 @@ func TestStaleResultsIgnored(t *testing.T) {
 		b.report(t, &events.OperationSucceeded{TaskRef: bad})
 		b.report(t, &events.OperationFailed{TaskRef: bad, Error: "boom"})
 		waitResultsHandled(t, b.js)
-		require.Len(t, readHistory(t, b.js, "greet", "x1"), 4)
+		evs := readHistory(t, b.js, "greet", "x1")
+		require.Len(t, evs, 7, "each report is recorded as ignored, nothing else")
+		for _, ev := range evs[4:] {
+			require.Equal(t, events.TypeResultIgnored, ev.Type)
+			require.Contains(t, ev.Data.(*events.ResultIgnored).Reason, "stale execution token")
+		}
+		s, err := projections.Fold(evs)
+		require.NoError(t, err)
+		require.Equal(t, projections.OpSent, s.Steps[0].Status)
 	})
 
 	t.Run("WrongAttempt", func(t *testing.T) {
@@ -312,7 +320,14 @@ func TestStaleResultsIgnored(t *testing.T) {
 			b.report(t, &events.OperationFailed{TaskRef: bad, Error: "boom"})
 		}
 		waitResultsHandled(t, b.js)
-		require.Len(t, readHistory(t, b.js, "greet", "x1"), 4)
+		evs := readHistory(t, b.js, "greet", "x1")
+		require.Len(t, evs, 13)
+		require.Equal(t, 9, countType(evs, events.TypeResultIgnored))
+		require.Contains(t, evs[7].Data.(*events.ResultIgnored).Reason, "attempt 0 is not the step's current attempt 1")
+		s, err := projections.Fold(evs)
+		require.NoError(t, err)
+		require.Equal(t, projections.OpSent, s.Steps[0].Status)
+		require.Len(t, s.Ignored, 9)
 	})
 
 	t.Run("Duplicate", func(t *testing.T) {
@@ -324,11 +339,17 @@ func TestStaleResultsIgnored(t *testing.T) {
 		waitResultsHandled(t, b.js)
 		evs := readHistory(t, b.js, "greet", "x1")
 		requireLinear(t, evs)
+		var kept []events.Type
+		for _, typ := range typesOf(evs) {
+			if typ != events.TypeResultIgnored { // from the cases above
+				kept = append(kept, typ)
+			}
+		}
 		require.Equal(t, []events.Type{
 			events.TypeExecutionStarted,
 			events.TypeStepScheduled, events.TypeStepSending, events.TypeStepSent, events.TypeStepSucceeded,
 			events.TypeStepScheduled, events.TypeStepSending, events.TypeStepSent,
-		}, typesOf(evs))
+		}, kept, "duplicates of the current attempt are not recorded at all")
 		s, err := projections.Fold(evs)
 		require.NoError(t, err)
 		require.JSONEq(t, `{"first":true}`, string(s.Steps[0].Output))

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 
@@ -225,9 +226,24 @@ func (d *Dispatcher) applyResult(ctx context.Context, x *execState, ref events.T
 		return nil
 	}
 	st := x.state.Steps[i]
-	if ref.Token != taskToken(x.state, st) || ref.Attempt != st.Attempt || x.state.Status.Terminal() {
-		log.Info().Str("step_status", string(st.Status)).Msg("ignore result of a stale attempt")
+	if x.state.Status.Terminal() {
+		log.Info().Str("status", string(x.state.Status)).Msg("ignore result for an ended execution")
 		return nil
+	}
+	var stale string
+	switch {
+	case ref.Attempt != st.Attempt:
+		stale = fmt.Sprintf("attempt %d is not the step's current attempt %d", ref.Attempt, st.Attempt)
+	case ref.Token != taskToken(x.state, st):
+		stale = "stale execution token: the task was not sent with it"
+	}
+	if stale != "" {
+		log.Info().Str("step_status", string(st.Status)).Str("reason", stale).Msg("ignore result of a stale attempt")
+		if slices.Contains(x.state.Ignored, ev.ID) {
+			return nil // recorded already (this report delivered again)
+		}
+		return d.append(ctx, x, &events.ResultIgnored{ResultID: ev.ID, ResultType: ev.Type, TaskID: ref.TaskID,
+			StepID: ref.StepID, Attempt: ref.Attempt, Agent: ref.Agent, Reason: stale})
 	}
 	var p events.Payload
 	switch r := ev.Data.(type) {
