@@ -126,6 +126,8 @@ type StartRequest struct {
 	Version  int            `json:"version,omitempty"`
 	Input    map[string]any `json:"input,omitempty"`
 	ID       string         `json:"id,omitempty"`
+	// WaitAfterFail: a failure suspends the execution instead of ending it.
+	WaitAfterFail bool `json:"wait_after_fail,omitempty"`
 }
 
 // Started is the answer to Start.

@@ -32,6 +32,15 @@ type ExecutionStarted struct {
 	// a re-delivered or re-published command is recognised.
 	CommandKey string `json:"command_key"`
 	StartedBy  string `json:"started_by,omitempty"`
+	// WaitAfterFail: a failure suspends the execution instead of ending it.
+	WaitAfterFail bool `json:"wait_after_fail,omitempty"`
+}
+
+// ExecutionSuspended records a failure of an execution started with
+// wait_after_fail: it is suspended, resumable, not ended.
+type ExecutionSuspended struct {
+	Error  string `json:"error"`
+	StepID string `json:"step_id,omitempty"`
 }
 
 // ExecutionSucceeded ends an execution successfully.
@@ -295,6 +304,9 @@ type StartExecution struct {
 	// CloudEvent's source and id, so publishing the same event twice starts
 	// one execution.
 	ExecutionID string `json:"execution_id,omitempty"`
+	// WaitAfterFail: a failure suspends the execution (an operator can fix
+	// the cause and resume it) instead of ending it.
+	WaitAfterFail bool `json:"wait_after_fail,omitempty"`
 }
 
 // ReconcileExecution asks the dispatcher to look at an execution again.
@@ -401,6 +413,7 @@ func (*ExecutionAction) EventType() Type     { return TypeExecutionAction }
 func (*KillOperations) EventType() Type      { return TypeKillOperations }
 func (*ExecutionResumed) EventType() Type    { return TypeExecutionResumed }
 func (*ResultIgnored) EventType() Type       { return TypeResultIgnored }
+func (*ExecutionSuspended) EventType() Type  { return TypeExecutionSuspended }
 func (*ExecutionCancelling) EventType() Type { return TypeExecutionCancelling }
 func (*ExecutionCancelled) EventType() Type  { return TypeExecutionCancelled }
 
@@ -433,6 +446,7 @@ func (*ExecutionAction) payload()     {}
 func (*KillOperations) payload()      {}
 func (*ExecutionResumed) payload()    {}
 func (*ResultIgnored) payload()       {}
+func (*ExecutionSuspended) payload()  {}
 func (*ExecutionCancelling) payload() {}
 func (*ExecutionCancelled) payload()  {}
 
@@ -497,6 +511,8 @@ func newPayload(t Type) Payload {
 		return &ExecutionResumed{}
 	case TypeResultIgnored:
 		return &ResultIgnored{}
+	case TypeExecutionSuspended:
+		return &ExecutionSuspended{}
 	case TypeExecutionCancelling:
 		return &ExecutionCancelling{}
 	case TypeExecutionCancelled:

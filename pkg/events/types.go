@@ -23,6 +23,10 @@ const (
 	// failed or cancelled execution: steps to run again were reset and a
 	// new execution token issued.
 	TypeExecutionResumed Type = "io.jetflow.execution.resumed"
+	// TypeExecutionSuspended records that an execution started with
+	// wait_after_fail failed: it waits for an operator to resume (or
+	// cancel) it instead of ending.
+	TypeExecutionSuspended Type = "io.jetflow.execution.suspended"
 	// TypeResultIgnored records an agent's report that changed nothing: it
 	// carried a stale execution token or was about another attempt.
 	TypeResultIgnored Type = "io.jetflow.result.ignored"

@@ -25,6 +25,9 @@ import (
 //	started    -> cancelling    (ExecutionCancelling: a cancel request)
 //	cancelling -> cancelled     (ExecutionCancelled: nothing runs any more)
 //	started    -> cancelled     (ExecutionCancelled: a force-cancel)
+//	started    -> suspended     (ExecutionSuspended: failed, wait_after_fail)
+//	suspended  -> cancelled     (ExecutionCancelled)
+//	failed, cancelled, suspended, started -> started (ExecutionResumed)
 //
 // While cancelling, the results of running operations are still recorded
 // (steps may succeed or fail) but no step starts.
@@ -40,6 +43,9 @@ const (
 	// StatusCancelling: a cancel was asked; running operations finish first.
 	StatusCancelling Status = "cancelling"
 	StatusCancelled  Status = "cancelled"
+	// StatusSuspended: an execution started with wait_after_fail failed;
+	// it waits for an operator to resume or cancel it.
+	StatusSuspended Status = "suspended"
 )
 
 // Terminal reports whether s is final.
@@ -99,17 +105,19 @@ func (s OpStatus) InFlight() bool { return s == OpSending || s == OpSent || s ==
 
 // Execution is the state of one execution.
 type Execution struct {
-	ID         string          `json:"id"`
-	Workflow   string          `json:"workflow"`
-	Version    int             `json:"version"`
-	Status     Status          `json:"status"`
-	Input      json.RawMessage `json:"input,omitempty"`
-	Output     json.RawMessage `json:"output,omitempty"`
-	Error      string          `json:"error,omitempty"`
-	Token      string          `json:"token,omitempty"`
-	CommandKey string          `json:"command_key,omitempty"`
-	StartedBy  string          `json:"started_by,omitempty"`
-	Steps      []Step          `json:"steps"`
+	ID       string          `json:"id"`
+	Workflow string          `json:"workflow"`
+	Version  int             `json:"version"`
+	Status   Status          `json:"status"`
+	Input    json.RawMessage `json:"input,omitempty"`
+	Output   json.RawMessage `json:"output,omitempty"`
+	Error    string          `json:"error,omitempty"`
+	Token    string          `json:"token,omitempty"`
+	// WaitAfterFail: a failure suspends the execution instead of ending it.
+	WaitAfterFail bool   `json:"wait_after_fail,omitempty"`
+	CommandKey    string `json:"command_key,omitempty"`
+	StartedBy     string `json:"started_by,omitempty"`
+	Steps         []Step `json:"steps"`
 	// Vars are the workflow variables, as set by let steps.
 	Vars map[string]json.RawMessage `json:"vars,omitempty"`
 	// Timers are the durable timers armed, by id.
@@ -172,12 +180,12 @@ func (s Status) ActionRefused(action string) string {
 	switch action {
 	case events.ActionResume, events.ActionForceResume:
 		switch s {
-		case StatusStarted, StatusFailed, StatusCancelled:
+		case StatusStarted, StatusFailed, StatusCancelled, StatusSuspended:
 			return ""
 		case StatusCancelling:
 			return "is cancelling; wait until it is cancelled (or force-cancel it), then resume"
 		}
-		return "has already " + string(s) + "; only started, failed and cancelled executions can be resumed"
+		return "has already " + string(s) + "; only started, failed, suspended and cancelled executions can be resumed"
 	case events.ActionCancel:
 		if s == StatusCancelling {
 			return "is already cancelling; use force-cancel not to wait for its running steps"
@@ -304,6 +312,7 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 		s.ID, s.Workflow, s.Version = ev.Subject, e.Workflow, e.Version
 		s.Status, s.StartedAt = StatusStarted, ev.Time
 		s.Input, s.Token, s.CommandKey, s.StartedBy = e.Input, e.Token, e.CommandKey, e.StartedBy
+		s.WaitAfterFail = e.WaitAfterFail
 		s.Steps = make([]Step, len(e.Steps))
 		for i, r := range e.Steps {
 			s.Steps[i] = Step{ID: r.ID, Kind: r.Kind}
@@ -320,6 +329,12 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 			return s, &TransitionError{ExecutionID: s.ID, From: string(s.Status), Event: ev.Type}
 		}
 		s.Status, s.EndedAt, s.Error = StatusFailed, ev.Time, e.Error
+		return s, nil
+	case *events.ExecutionSuspended:
+		if s.Status != StatusStarted {
+			return s, &TransitionError{ExecutionID: s.ID, From: string(s.Status), Event: ev.Type}
+		}
+		s.Status, s.Error = StatusSuspended, e.Error
 		return s, nil
 	case *events.ExecutionCancelling:
 		if s.Status != StatusStarted {

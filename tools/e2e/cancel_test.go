@@ -278,7 +278,7 @@ steps:
 
 	code, body = postAction(t, s, "f1", `{"action":"resume"}`)
 	require.Equal(t, http.StatusConflict, code, body)
-	require.Contains(t, body["error"].(map[string]any)["message"], "only started, failed and cancelled executions can be resumed")
+	require.Contains(t, body["error"].(map[string]any)["message"], "only started, failed, suspended and cancelled executions can be resumed")
 
 	t.Log("a cancelled execution resumed with a CloudEvent")
 	s.apply(t, "name: pausable\nsteps:\n  - {id: nap, kind: sleep, duration: 1s}\n  - {id: after, kind: noop}\n")
@@ -326,4 +326,38 @@ steps:
 		return err == nil && x.Resumes == 1 && x.Status.Terminal()
 	}, 30*time.Second, 50*time.Millisecond)
 	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
+}
+
+// TestWaitAfterFailThenResumeWithTheCLI: an execution started over HTTP
+// with wait_after_fail is suspended by a failure; the operator fixes the
+// cause and resumes it from the command line.
+func TestWaitAfterFailThenResumeWithTheCLI(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, nil)
+	ctx := context.Background()
+	dir := t.TempDir()
+	s.apply(t, `name: careful
+steps:
+  - {id: read, kind: exec, command: cat, args: ["`+filepath.Join(dir, "token")+`"]}
+`)
+	resp, err := http.Post(s.info.APIURL+"/v1/executions", "application/json",
+		strings.NewReader(`{"workflow":"careful","id":"wf1","wait_after_fail":true}`))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Less(t, resp.StatusCode, 300)
+	var x projections.Execution
+	require.Eventually(t, func() bool {
+		x, err = s.c.Execution(ctx, "wf1")
+		return err == nil && x.Status == projections.StatusSuspended
+	}, 20*time.Second, 20*time.Millisecond)
+	require.Contains(t, x.Error, "exit status 1")
+	require.True(t, x.WaitAfterFail)
+
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "token"), []byte("s3cret\n"), 0o600))
+	out, err := runCmd(ctx, buildJetflow(t), "--api", s.info.APIURL, "resume", "wf1", "--reason", "token restored")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "resume of execution wf1 recorded")
+	x = s.waitDone(t, "wf1", 20*time.Second)
+	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
+	require.Contains(t, string(stepByID(x, "read").Output), "s3cret")
 }

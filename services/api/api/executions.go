@@ -32,6 +32,8 @@ type startRequest struct {
 	Version  int             `json:"version"`
 	Input    json.RawMessage `json:"input"`
 	ID       string          `json:"id"`
+	// WaitAfterFail: a failure suspends the execution instead of ending it.
+	WaitAfterFail bool `json:"wait_after_fail"`
 }
 
 // startResponse answers a start.
@@ -103,7 +105,7 @@ func (s *Server) startExecution(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		cmd = events.New(s.cfg.Source, req.ID, req.Workflow, time.Now(), &events.StartExecution{
-			Workflow: req.Workflow, Version: req.Version, Input: req.Input, ExecutionID: req.ID})
+			Workflow: req.Workflow, Version: req.Version, Input: req.Input, ExecutionID: req.ID, WaitAfterFail: req.WaitAfterFail})
 		// With an Idempotency-Key, a retried request is the same command:
 		// it gets the execution it started (200) instead of a new one.
 		if k := r.Header.Get("Idempotency-Key"); k != "" {
@@ -451,9 +453,9 @@ func (s *Server) listExecutions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: "workflow", Message: fmt.Sprintf("%q is not a valid workflow name", wf)})
 		return
 	}
-	valid := []string{"", "started", "cancelling", "succeeded", "failed", "cancelled"}
+	valid := []string{"", "started", "cancelling", "suspended", "succeeded", "failed", "cancelled"}
 	if !slices.Contains(valid, status) {
-		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: "status", Message: "status must be one of started, cancelling, succeeded, failed, cancelled"})
+		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: "status", Message: "status must be one of started, cancelling, suspended, succeeded, failed, cancelled"})
 		return
 	}
 	lister, err := s.execs.ListKeys(r.Context())

@@ -88,7 +88,7 @@ func (d *Dispatcher) start(ctx context.Context, ev events.Event, cmd *events.Sta
 	}
 	started := &events.ExecutionStarted{
 		Workflow: rec.Name, Version: rec.Version, Input: input, Steps: rec.Definition.StepRefs(),
-		Definition: def, Token: newToken(), CommandKey: key, StartedBy: ev.Source,
+		Definition: def, Token: newToken(), CommandKey: key, StartedBy: ev.Source, WaitAfterFail: cmd.WaitAfterFail,
 	}
 	if size, limit := d.encodedSize(id, cmd.Workflow, started), d.js.Conn().MaxPayload(); size > limit {
 		return reject(events.CodeInvalid, "input and definition take %d bytes, more than the %d a message may hold; make the input smaller", size, limit)
@@ -391,6 +391,9 @@ func (d *Dispatcher) act(ctx context.Context, x *execState, a action) error {
 	case actSucceed:
 		return d.finish(ctx, x, &events.ExecutionSucceeded{Output: a.output})
 	case actFail:
+		if x.state.WaitAfterFail { // an operator fixes the cause and resumes it
+			return d.finish(ctx, x, &events.ExecutionSuspended{Error: a.err, StepID: id})
+		}
 		return d.finish(ctx, x, &events.ExecutionFailed{Error: a.err, StepID: id})
 	case actCancelled:
 		return d.finish(ctx, x, cancelled(x.state))
@@ -442,6 +445,8 @@ func (d *Dispatcher) finish(ctx context.Context, x *execState, p events.Payload)
 		zerolog.Ctx(ctx).Info().Str("error", e.Error).Msg("execution failed")
 	case *events.ExecutionCancelled:
 		zerolog.Ctx(ctx).Info().Msg("execution cancelled")
+	case *events.ExecutionSuspended:
+		zerolog.Ctx(ctx).Info().Str("error", e.Error).Msg("execution suspended: it waits to be resumed")
 	}
 	return nil
 }

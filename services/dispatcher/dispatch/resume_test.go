@@ -3,6 +3,7 @@ package dispatch_test
 import (
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -56,7 +57,7 @@ func TestResumeRunsTheFailedStepAgain(t *testing.T) {
 	t.Log("a succeeded execution cannot be resumed")
 	rej := readRejection(t, b.js, b.act(t, "r1", events.ActionResume, ""))
 	require.Equal(t, events.CodeConflict, rej.Code)
-	require.Contains(t, rej.Reason, "only started, failed and cancelled executions can be resumed")
+	require.Contains(t, rej.Reason, "only started, failed, suspended and cancelled executions can be resumed")
 }
 
 // TestResumeWaitsForARunningOperation: a plain resume never sends again an
@@ -121,4 +122,50 @@ func indexOfType(evs []events.Event, typ events.Type) int {
 		}
 	}
 	return -1
+}
+
+func (b *testBundle) startWaitAfterFail(t *testing.T, wf, execID string) {
+	t.Helper()
+	ev := events.New("test-client", "", "", time.Now(), &events.StartExecution{Workflow: wf, ExecutionID: execID, WaitAfterFail: true})
+	msg, err := events.Encode(events.SubjectStart, ev)
+	require.NoError(t, err)
+	_, err = b.js.PublishMsg(t.Context(), msg)
+	require.NoError(t, err)
+}
+
+// TestWaitAfterFailSuspends: with wait_after_fail a failure suspends the
+// execution; an operator resumes it (or cancels it).
+func TestWaitAfterFailSuspends(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	runDispatcher(t, b.js, dispatch.Config{Workers: 2})
+	b.register(t, "deploy", "build", "ship")
+
+	b.startWaitAfterFail(t, "deploy", "w1")
+	build := b.nextTask(t)
+	b.report(t, &events.OperationFailed{TaskRef: build.task.Ref("test-agent", 1), Error: "disk full"})
+	s, evs := waitStatus(t, b.js, "deploy", "w1", projections.StatusSuspended)
+	require.Equal(t, "step build failed: disk full", s.Error)
+	require.Equal(t, events.TypeExecutionSuspended, evs[len(evs)-1].Type)
+	require.Zero(t, countType(evs, events.TypeExecutionFailed))
+	require.False(t, s.Status.Terminal())
+
+	b.act(t, "w1", events.ActionResume, "freed space")
+	again := b.nextTask(t)
+	require.Equal(t, "build", again.task.StepID)
+	require.Equal(t, 2, again.task.Attempt)
+	b.report(t, &events.OperationSucceeded{TaskRef: again.task.Ref("test-agent", 1)})
+	ship := b.nextTask(t)
+	b.report(t, &events.OperationSucceeded{TaskRef: ship.task.Ref("test-agent", 1)})
+	s, _ = waitStatus(t, b.js, "deploy", "w1", projections.StatusSucceeded)
+	require.Empty(t, s.Error)
+
+	t.Log("a suspended execution can be cancelled")
+	b.startWaitAfterFail(t, "deploy", "w2")
+	build = b.nextTask(t)
+	b.report(t, &events.OperationFailed{TaskRef: build.task.Ref("test-agent", 1), Error: "disk full"})
+	waitStatus(t, b.js, "deploy", "w2", projections.StatusSuspended)
+	b.act(t, "w2", events.ActionCancel, "not worth it")
+	s, _ = waitStatus(t, b.js, "deploy", "w2", projections.StatusCancelled)
+	require.Equal(t, "not worth it", s.Cancellation.Reason)
 }
