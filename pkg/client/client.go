@@ -128,6 +128,8 @@ type StartRequest struct {
 	ID       string         `json:"id,omitempty"`
 	// WaitAfterFail: a failure suspends the execution instead of ending it.
 	WaitAfterFail bool `json:"wait_after_fail,omitempty"`
+	// DryRun walks the workflow without running any operation.
+	DryRun bool `json:"dry_run,omitempty"`
 }
 
 // Started is the answer to Start.

@@ -34,6 +34,8 @@ type ExecutionStarted struct {
 	StartedBy  string `json:"started_by,omitempty"`
 	// WaitAfterFail: a failure suspends the execution instead of ending it.
 	WaitAfterFail bool `json:"wait_after_fail,omitempty"`
+	// DryRun: the workflow is walked, no operation runs.
+	DryRun bool `json:"dry_run,omitempty"`
 }
 
 // ExecutionSuspended records a failure of an execution started with
@@ -127,6 +129,9 @@ type StepSkipped struct {
 	StepID string `json:"step_id"`
 	Kind   string `json:"kind,omitempty"`
 	Reason string `json:"reason,omitempty"`
+	// DryRun: the step would run (its input is recorded with its
+	// schedule) but a dry run runs nothing.
+	DryRun bool `json:"dry_run,omitempty"`
 }
 
 // StepWaiting records that a sleep or wait step waits.
@@ -307,6 +312,10 @@ type StartExecution struct {
 	// WaitAfterFail: a failure suspends the execution (an operator can fix
 	// the cause and resume it) instead of ending it.
 	WaitAfterFail bool `json:"wait_after_fail,omitempty"`
+	// DryRun walks the workflow (conditions and expressions evaluated,
+	// every operation recorded with its resolved input) without running
+	// any operation, sleeping or waiting.
+	DryRun bool `json:"dry_run,omitempty"`
 }
 
 // ReconcileExecution asks the dispatcher to look at an execution again.

@@ -63,7 +63,7 @@ func (s Status) Active() bool { return s == StatusStarted || s == StatusCancelli
 // proof that the earlier states were passed):
 //
 //	""          -> pending | skipped | failed  (failed: could not be scheduled)
-//	pending     -> sending | failed
+//	pending     -> sending | failed | skipped (skipped: a dry run's would-run)
 //	pending     -> waiting | succeeded        (steps run by the dispatcher)
 //	sending     -> sent | started | succeeded | failed
 //	sent        -> started | succeeded | failed
@@ -114,10 +114,12 @@ type Execution struct {
 	Error    string          `json:"error,omitempty"`
 	Token    string          `json:"token,omitempty"`
 	// WaitAfterFail: a failure suspends the execution instead of ending it.
-	WaitAfterFail bool   `json:"wait_after_fail,omitempty"`
-	CommandKey    string `json:"command_key,omitempty"`
-	StartedBy     string `json:"started_by,omitempty"`
-	Steps         []Step `json:"steps"`
+	WaitAfterFail bool `json:"wait_after_fail,omitempty"`
+	// DryRun: no operation runs; each is skipped as "would run".
+	DryRun     bool   `json:"dry_run,omitempty"`
+	CommandKey string `json:"command_key,omitempty"`
+	StartedBy  string `json:"started_by,omitempty"`
+	Steps      []Step `json:"steps"`
 	// Vars are the workflow variables, as set by let steps.
 	Vars map[string]json.RawMessage `json:"vars,omitempty"`
 	// Timers are the durable timers armed, by id.
@@ -312,7 +314,7 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 		s.ID, s.Workflow, s.Version = ev.Subject, e.Workflow, e.Version
 		s.Status, s.StartedAt = StatusStarted, ev.Time
 		s.Input, s.Token, s.CommandKey, s.StartedBy = e.Input, e.Token, e.CommandKey, e.StartedBy
-		s.WaitAfterFail = e.WaitAfterFail
+		s.WaitAfterFail, s.DryRun = e.WaitAfterFail, e.DryRun
 		s.Steps = make([]Step, len(e.Steps))
 		for i, r := range e.Steps {
 			s.Steps[i] = Step{ID: r.ID, Kind: r.Kind}
@@ -412,6 +414,11 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 		})
 	case *events.StepSkipped:
 		s = s.instance(e.StepID, e.Kind)
+		if i := s.StepIndex(e.StepID); e.DryRun && s.DryRun && i >= 0 && s.Steps[i].Status == OpPending {
+			// A dry run's step that would run: scheduled, then skipped.
+			s.Steps[i].Status, s.Steps[i].Error, s.Steps[i].EndedAt = OpSkipped, e.Reason, ev.Time
+			return s, nil
+		}
 		return s.step(ev, e.StepID, OpSkipped, func(st *Step) { st.Error, st.EndedAt = e.Reason, ev.Time })
 	case *events.StepWaiting:
 		return s.step(ev, e.StepID, OpWaiting, func(st *Step) { st.WaitUntil, st.StartedAt = e.Until, ev.Time })

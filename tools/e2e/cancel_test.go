@@ -361,3 +361,28 @@ steps:
 	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
 	require.Contains(t, string(stepByID(x, "read").Output), "s3cret")
 }
+
+// TestDryRunOverHTTP: a dry run started over HTTP records what would run
+// and runs nothing.
+func TestDryRunOverHTTP(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, nil)
+	marker := filepath.Join(t.TempDir(), "ran")
+	s.apply(t, `name: risky
+steps:
+  - {id: touch, kind: exec, command: touch, args: ["`+marker+`"]}
+`)
+	resp, err := http.Post(s.info.APIURL+"/v1/executions", "application/json",
+		strings.NewReader(`{"workflow":"risky","id":"dry1","dry_run":true}`))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Less(t, resp.StatusCode, 300)
+	x := s.waitDone(t, "dry1", 20*time.Second)
+	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
+	require.True(t, x.DryRun)
+	require.Equal(t, projections.OpSkipped, stepByID(x, "touch").Status)
+	require.Contains(t, stepByID(x, "touch").Error, "dry run: would run exec")
+	require.Contains(t, string(stepByID(x, "touch").Input), marker)
+	_, err = os.Stat(marker)
+	require.True(t, os.IsNotExist(err), "the command did not run")
+}

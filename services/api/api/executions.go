@@ -34,6 +34,8 @@ type startRequest struct {
 	ID       string          `json:"id"`
 	// WaitAfterFail: a failure suspends the execution instead of ending it.
 	WaitAfterFail bool `json:"wait_after_fail"`
+	// DryRun walks the workflow without running any operation.
+	DryRun bool `json:"dry_run"`
 }
 
 // startResponse answers a start.
@@ -105,7 +107,7 @@ func (s *Server) startExecution(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		cmd = events.New(s.cfg.Source, req.ID, req.Workflow, time.Now(), &events.StartExecution{
-			Workflow: req.Workflow, Version: req.Version, Input: req.Input, ExecutionID: req.ID, WaitAfterFail: req.WaitAfterFail})
+			Workflow: req.Workflow, Version: req.Version, Input: req.Input, ExecutionID: req.ID, WaitAfterFail: req.WaitAfterFail, DryRun: req.DryRun})
 		// With an Idempotency-Key, a retried request is the same command:
 		// it gets the execution it started (200) instead of a new one.
 		if k := r.Header.Get("Idempotency-Key"); k != "" {

@@ -429,7 +429,7 @@ func inFlight(s projections.Execution, step workflow.Step, st projections.Step) 
 // attempt is the resume count).
 func armWorkflowTimeout(d workflow.Definition, s projections.Execution) (action, bool) {
 	dur, err := time.ParseDuration(d.Timeout)
-	if err != nil || timerArmed(s, events.TimerWorkflowTimeout, "", s.Resumes) {
+	if err != nil || s.DryRun || timerArmed(s, events.TimerWorkflowTimeout, "", s.Resumes) {
 		return action{}, false
 	}
 	from := s.StartedAt

@@ -88,7 +88,7 @@ func (d *Dispatcher) start(ctx context.Context, ev events.Event, cmd *events.Sta
 	}
 	started := &events.ExecutionStarted{
 		Workflow: rec.Name, Version: rec.Version, Input: input, Steps: rec.Definition.StepRefs(),
-		Definition: def, Token: newToken(), CommandKey: key, StartedBy: ev.Source, WaitAfterFail: cmd.WaitAfterFail,
+		Definition: def, Token: newToken(), CommandKey: key, StartedBy: ev.Source, WaitAfterFail: cmd.WaitAfterFail, DryRun: cmd.DryRun,
 	}
 	if size, limit := d.encodedSize(id, cmd.Workflow, started), d.js.Conn().MaxPayload(); size > limit {
 		return reject(events.CodeInvalid, "input and definition take %d bytes, more than the %d a message may hold; make the input smaller", size, limit)
@@ -314,6 +314,9 @@ func (d *Dispatcher) act(ctx context.Context, x *execState, a action) error {
 	if strings.ContainsAny(id, "/~") {
 		nestedKind = a.step.Kind
 	}
+	if reason := dryRunSkip(x.state, a); reason != "" { // nothing runs, sleeps or waits
+		return d.append(ctx, x, &events.StepSkipped{StepID: id, DryRun: true, Reason: reason})
+	}
 	switch a.kind {
 	case actSkip:
 		return d.append(ctx, x, &events.StepSkipped{StepID: id, Kind: nestedKind, Reason: "condition is false"})
@@ -399,6 +402,24 @@ func (d *Dispatcher) act(ctx context.Context, x *execState, a action) error {
 		return d.finish(ctx, x, cancelled(x.state))
 	}
 	return permanentError{fmt.Errorf("unknown action %d", a.kind)}
+}
+
+// dryRunSkip says why a dry run skips what a would do ("" if it does it):
+// an operation that would be sent (its input is recorded with its
+// schedule), a sleep, a wait for a signal.
+func dryRunSkip(s projections.Execution, a action) string {
+	if !s.DryRun {
+		return ""
+	}
+	switch a.kind {
+	case actSend:
+		return fmt.Sprintf("dry run: would run %s with the input recorded", a.step.OperationKind())
+	case actSleep:
+		return "dry run: would sleep"
+	case actWaitSignal:
+		return "dry run: would wait for a signal"
+	}
+	return ""
 }
 
 // scheduleCalled schedules a workflow step that calls another workflow by

@@ -5,10 +5,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
+	"jetflow.dev/pkg/workflow"
 	"jetflow.dev/services/dispatcher/dispatch"
 )
 
@@ -168,4 +170,51 @@ func TestWaitAfterFailSuspends(t *testing.T) {
 	b.act(t, "w2", events.ActionCancel, "not worth it")
 	s, _ = waitStatus(t, b.js, "deploy", "w2", projections.StatusCancelled)
 	require.Equal(t, "not worth it", s.Cancellation.Reason)
+}
+
+// TestDryRunRunsNothing: a dry run walks the workflow, evaluating
+// conditions and inputs, and records each operation as would-run with its
+// resolved input; no task is published.
+func TestDryRunRunsNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	runDispatcher(t, b.js, dispatch.Config{Workers: 2})
+	d, err := workflow.Parse([]byte(`name: plan
+steps:
+  - {id: target, kind: let, vars: {host: "db-${input.n}"}}
+  - {id: backup, kind: exec, command: pg_dump, args: ["${vars.host}"]}
+  - {id: skipped, kind: log, message: never, condition: "${input.n > 5}"}
+  - {id: nap, kind: sleep, duration: 1h}
+  - {id: restart, kind: http, url: "https://${vars.host}.example/restart", method: POST}
+`))
+	require.NoError(t, err)
+	_, _, err = b.defs.Apply(t.Context(), d)
+	require.NoError(t, err)
+	ev := events.New("test-client", "", "", time.Now(), &events.StartExecution{Workflow: "plan", ExecutionID: "dr1",
+		Input: json.RawMessage(`{"n":3}`), DryRun: true})
+	msg, err := events.Encode(events.SubjectStart, ev)
+	require.NoError(t, err)
+	_, err = b.js.PublishMsg(t.Context(), msg)
+	require.NoError(t, err)
+
+	s, evs := waitStatus(t, b.js, "plan", "dr1", projections.StatusSucceeded)
+	require.True(t, s.DryRun)
+	require.Zero(t, countType(evs, events.TypeStepSending), "no task was sent")
+	require.Zero(t, countType(evs, events.TypeTimerArmed), "nothing waits")
+	byID := map[string]projections.Step{}
+	for _, st := range s.Steps {
+		byID[st.ID] = st
+	}
+	require.Equal(t, projections.OpSucceeded, byID["target"].Status)
+	require.Equal(t, projections.OpSkipped, byID["backup"].Status)
+	require.Contains(t, byID["backup"].Error, "dry run: would run exec")
+	require.Contains(t, string(byID["backup"].Input), `"args":["db-3"]`, "the resolved input is recorded")
+	require.Equal(t, "condition is false", byID["skipped"].Error)
+	require.Equal(t, "dry run: would sleep", byID["nap"].Error)
+	require.Contains(t, string(byID["restart"].Input), "https://db-3.example/restart")
+	batch, err := b.tasks.Fetch(1, jetstream.FetchMaxWait(200*time.Millisecond))
+	require.NoError(t, err)
+	for range batch.Messages() {
+		t.Fatal("a dry run published a task")
+	}
 }

@@ -65,7 +65,7 @@ func (a *app) runCmd() *cobra.Command {
 	var inputJSON string
 	var watch bool
 	cmd := &cobra.Command{
-		Use:   "run WORKFLOW [--input k=v]... [--id ID] [--wait-after-fail] [--watch]",
+		Use:   "run WORKFLOW [--input k=v]... [--id ID] [--dry-run] [--wait-after-fail] [--watch]",
 		Short: "Start an execution of a workflow",
 		Args:  exactlyOne("name the workflow to run: jetflow run WORKFLOW (see jetflow workflow ls)"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -98,6 +98,7 @@ func (a *app) runCmd() *cobra.Command {
 	f.StringVar(&req.ID, "id", "", "execution id (unique forever; default: generated)")
 	f.IntVar(&req.Version, "version", 0, "definition version (default: latest)")
 	f.BoolVarP(&watch, "watch", "w", false, "follow progress until the execution ends")
+	f.BoolVar(&req.DryRun, "dry-run", false, "walk the workflow, evaluating conditions and inputs, without running any operation, sleep or wait")
 	f.BoolVar(&req.WaitAfterFail, "wait-after-fail", false, "on failure, suspend the execution (to fix the cause and resume it) instead of ending it")
 	return cmd
 }
