@@ -300,8 +300,8 @@ func (c *Client) followOnce(ctx context.Context, id string, last uint64, fn func
 			if err := fn(ev); err != nil {
 				return true, err
 			}
-			if ev.Type.IsTerminal() {
-				return true, nil
+			if ev.Type.IsTerminal() || ev.Type == events.TypeExecutionSuspended {
+				return true, nil // ended, or waiting for an operator
 			}
 		}
 	}

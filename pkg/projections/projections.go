@@ -27,6 +27,7 @@ import (
 //	started    -> cancelled     (ExecutionCancelled: a force-cancel)
 //	started    -> suspended     (ExecutionSuspended: failed, wait_after_fail)
 //	suspended  -> cancelled     (ExecutionCancelled)
+//	suspended  -> cancelling    (ExecutionCancelling: operations still run)
 //	failed, cancelled, suspended, started -> started (ExecutionResumed)
 //
 // While cancelling, the results of running operations are still recorded
@@ -339,7 +340,7 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 		s.Status, s.Error = StatusSuspended, e.Error
 		return s, nil
 	case *events.ExecutionCancelling:
-		if s.Status != StatusStarted {
+		if s.Status != StatusStarted && s.Status != StatusSuspended {
 			return s, &TransitionError{ExecutionID: s.ID, From: string(s.Status), Event: ev.Type}
 		}
 		s.Status = StatusCancelling

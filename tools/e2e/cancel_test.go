@@ -360,6 +360,16 @@ steps:
 	x = s.waitDone(t, "wf1", 20*time.Second)
 	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
 	require.Contains(t, string(stepByID(x, "read").Output), "s3cret")
+
+	t.Log("--watch returns when the execution is suspended, with exit status 1")
+	require.NoError(t, os.Remove(filepath.Join(dir, "token")))
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	out, err = runCmd(wctx, buildJetflow(t), "--api", s.info.APIURL, "run", "careful", "--id", "wf2", "--wait-after-fail", "--watch")
+	require.Error(t, err, out)
+	require.NoError(t, wctx.Err(), "the watch did not return")
+	require.Contains(t, out, "execution.suspended")
+	require.Contains(t, out, "jetflow resume wf2")
 }
 
 // TestDryRunOverHTTP: a dry run started over HTTP records what would run

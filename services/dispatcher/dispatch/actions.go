@@ -92,7 +92,8 @@ func (d *Dispatcher) action(ctx context.Context, ev events.Event, p *events.Exec
 			return d.reject(ctx, ev, p.ExecutionID, events.CodeConflict, fmt.Sprintf("execution %q %s", p.ExecutionID, why))
 		}
 		log := zerolog.Ctx(ctx).Info().Str("action", p.Action).Str("requested_by", rec.RequestedBy).Str("reason", p.Reason)
-		if p.Action == events.ActionCancel && s.Status == projections.StatusSuspended {
+		if p.Action == events.ActionCancel && s.Status == projections.StatusSuspended &&
+			!slices.ContainsFunc(s.Steps, func(st projections.Step) bool { return st.Status.InFlight() }) {
 			log.Msg("suspended execution cancelled")
 			return d.append(ctx, x, &events.ExecutionCancelled{ActionRecord: rec}) // nothing runs to wait for
 		}

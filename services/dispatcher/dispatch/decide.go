@@ -342,6 +342,10 @@ func (e *engine) handle(f frame, step workflow.Step, st projections.Step) result
 		}
 		return r
 	}
+	if r.retry != nil && e.s.DryRun { // a dry run arms no timer: the retry is where it ends
+		return result{state: failed, act: action{step: step, path: st.ID},
+			err: "step " + st.ID + " failed: " + st.Error + "; then on-error: a dry run does not retry"}
+	}
 	if r.retry != nil {
 		return result{state: running, act: action{kind: actReschedule, step: step, path: st.ID, attempt: st.Attempt,
 			delay: r.retry.Delay(tries(st)), jitter: r.retry.Jitter}}
@@ -362,7 +366,7 @@ func (e *engine) step(f frame, step workflow.Step, st projections.Step, env *laz
 	case projections.OpSkipped:
 		return result{state: done}
 	case projections.OpFailed:
-		if r := retryOf(step, f); r != nil && !st.Final && tries(st) < r.Limit && r.Retries(st.Error) {
+		if r := retryOf(step, f); r != nil && !e.s.DryRun && !st.Final && tries(st) < r.Limit && r.Retries(st.Error) {
 			return act(action{kind: actReschedule, step: step, attempt: st.Attempt, delay: r.Delay(tries(st)), jitter: r.Jitter})
 		}
 		if len(step.OnError) > 0 {

@@ -423,7 +423,7 @@ func (d *Dispatcher) evict(id string) {
 // append validates p against the fold, then appends it with the expected
 // last subject sequence.
 func (d *Dispatcher) append(ctx context.Context, x *execState, p events.Payload) error {
-	p = d.fit(p)
+	p = d.fit(p, x.state.WaitAfterFail)
 	ev := events.New(d.cfg.Source, x.id, x.workflow, d.cfg.Now(), p)
 	ev.PrevSeq = x.state.LastSeq
 	next, err := projections.Apply(x.state, ev)
@@ -443,7 +443,7 @@ func (d *Dispatcher) append(ctx context.Context, x *execState, p events.Payload)
 // input or a called definition of about the size limit) into the failure
 // it amounts to, so the execution ends clearly instead of retrying an
 // append that can never fit.
-func (d *Dispatcher) fit(p events.Payload) events.Payload {
+func (d *Dispatcher) fit(p events.Payload, waitAfterFail bool) events.Payload {
 	limit := int(d.js.Conn().MaxPayload()) - 64<<10 // room for headers and the other fields
 	tooBig := func(what string, n int) string {
 		return fmt.Sprintf("%s is %d bytes; an event holds at most about %d", what, n, limit)
@@ -463,6 +463,9 @@ func (d *Dispatcher) fit(p events.Payload) events.Payload {
 		}
 	case *events.ExecutionSucceeded:
 		if len(e.Output) > limit {
+			if waitAfterFail {
+				return &events.ExecutionSuspended{Error: tooBig("the workflow's output", len(e.Output))}
+			}
 			return &events.ExecutionFailed{Error: tooBig("the workflow's output", len(e.Output))}
 		}
 	}

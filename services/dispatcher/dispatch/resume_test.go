@@ -218,3 +218,68 @@ steps:
 		t.Fatal("a dry run published a task")
 	}
 }
+
+// TestDryRunDoesNotRetry: an input that needs an operation's output fails
+// in a dry run; an on-error retry does not arm a timer, the dry run ends.
+func TestDryRunDoesNotRetry(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	runDispatcher(t, b.js, dispatch.Config{Workers: 2})
+	d, err := workflow.Parse([]byte(`name: needs
+steps:
+  - {id: fetch, kind: exec, command: curl}
+  - id: use
+    kind: exec
+    command: echo
+    args: ["${steps.fetch.output.body}"]
+    on-error:
+      - {id: again, kind: retry, retry: {limit: 3, backoff: {initial: 1h}}}
+`))
+	require.NoError(t, err)
+	_, _, err = b.defs.Apply(t.Context(), d)
+	require.NoError(t, err)
+	ev := events.New("test-client", "", "", time.Now(), &events.StartExecution{Workflow: "needs", ExecutionID: "dr2", DryRun: true})
+	msg, err := events.Encode(events.SubjectStart, ev)
+	require.NoError(t, err)
+	_, err = b.js.PublishMsg(t.Context(), msg)
+	require.NoError(t, err)
+	s, evs := waitStatus(t, b.js, "needs", "dr2", projections.StatusFailed)
+	require.Contains(t, s.Error, "a dry run does not retry")
+	require.Zero(t, countType(evs, events.TypeTimerArmed))
+	require.Zero(t, countType(evs, events.TypeStepRescheduled))
+}
+
+// TestCancelSuspendedWaitsForRunningOperations: a suspended execution
+// whose other operations still run is cancelling until they finish.
+func TestCancelSuspendedWaitsForRunningOperations(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	runDispatcher(t, b.js, dispatch.Config{Workers: 2})
+	d, err := workflow.Parse([]byte(`name: par
+steps:
+  - id: both
+    kind: parallel
+    branches:
+      - {id: A, steps: [{id: a, kind: noop}]}
+      - {id: B, steps: [{id: b, kind: noop}]}
+`))
+	require.NoError(t, err)
+	_, _, err = b.defs.Apply(t.Context(), d)
+	require.NoError(t, err)
+	b.startWaitAfterFail(t, "par", "sc1")
+	t1, t2 := b.nextTask(t), b.nextTask(t)
+	ta, tb := t1, t2
+	if t1.task.StepID != "both/A/a" {
+		ta, tb = t2, t1
+	}
+	b.report(t, &events.OperationStarted{TaskRef: tb.task.Ref("test-agent", 1)})
+	b.report(t, &events.OperationFailed{TaskRef: ta.task.Ref("test-agent", 1), Error: "boom"})
+	waitStatus(t, b.js, "par", "sc1", projections.StatusSuspended)
+	b.act(t, "sc1", events.ActionCancel, "")
+	waitStatus(t, b.js, "par", "sc1", projections.StatusCancelling)
+	b.report(t, &events.OperationSucceeded{TaskRef: tb.task.Ref("test-agent", 1)})
+	s, _ := waitStatus(t, b.js, "par", "sc1", projections.StatusCancelled)
+	i := s.StepIndex("both/B/b")
+	require.GreaterOrEqual(t, i, 0)
+	require.Equal(t, projections.OpSucceeded, s.Steps[i].Status, "the running operation's result was recorded")
+}

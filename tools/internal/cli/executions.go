@@ -287,6 +287,12 @@ func (a *app) follow(cmd *cobra.Command, id string, from uint64, asJSON bool) er
 		}
 		return exitError{code: 1}
 	}
+	if last.Type == events.TypeExecutionSuspended {
+		if !asJSON {
+			fmt.Fprintf(a.stderr, "execution %s is suspended: fix the cause, then jetflow resume %s (or jetflow cancel %s)\n", id, id, id)
+		}
+		return exitError{code: 1}
+	}
 	if last.Type == events.TypeExecutionCancelled {
 		if !asJSON {
 			fmt.Fprintf(a.stderr, "execution %s was cancelled\n", id)
