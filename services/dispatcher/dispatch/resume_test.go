@@ -10,7 +10,6 @@ import (
 
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
-	"jetflow.dev/pkg/workflow"
 	"jetflow.dev/services/dispatcher/dispatch"
 )
 
@@ -126,13 +125,18 @@ func indexOfType(evs []events.Event, typ events.Type) int {
 	return -1
 }
 
-func (b *testBundle) startWaitAfterFail(t *testing.T, wf, execID string) {
+// startWith publishes a start command with options.
+func (b *testBundle) startWith(t *testing.T, cmd *events.StartExecution) {
 	t.Helper()
-	ev := events.New("test-client", "", "", time.Now(), &events.StartExecution{Workflow: wf, ExecutionID: execID, WaitAfterFail: true})
-	msg, err := events.Encode(events.SubjectStart, ev)
+	msg, err := events.Encode(events.SubjectStart, events.New("test-client", "", "", time.Now(), cmd))
 	require.NoError(t, err)
 	_, err = b.js.PublishMsg(t.Context(), msg)
 	require.NoError(t, err)
+}
+
+func (b *testBundle) startWaitAfterFail(t *testing.T, wf, execID string) {
+	t.Helper()
+	b.startWith(t, &events.StartExecution{Workflow: wf, ExecutionID: execID, WaitAfterFail: true})
 }
 
 // TestWaitAfterFailSuspends: with wait_after_fail a failure suspends the
@@ -179,23 +183,16 @@ func TestDryRunRunsNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	runDispatcher(t, b.js, dispatch.Config{Workers: 2})
-	d, err := workflow.Parse([]byte(`name: plan
+	b.applyYAML(t, `name: plan
 steps:
   - {id: target, kind: let, vars: {host: "db-${input.n}"}}
   - {id: backup, kind: exec, command: pg_dump, args: ["${vars.host}"]}
   - {id: skipped, kind: log, message: never, condition: "${input.n > 5}"}
   - {id: nap, kind: sleep, duration: 1h}
   - {id: restart, kind: http, url: "https://${vars.host}.example/restart", method: POST}
-`))
-	require.NoError(t, err)
-	_, _, err = b.defs.Apply(t.Context(), d)
-	require.NoError(t, err)
-	ev := events.New("test-client", "", "", time.Now(), &events.StartExecution{Workflow: "plan", ExecutionID: "dr1",
+`)
+	b.startWith(t, &events.StartExecution{Workflow: "plan", ExecutionID: "dr1",
 		Input: json.RawMessage(`{"n":3}`), DryRun: true})
-	msg, err := events.Encode(events.SubjectStart, ev)
-	require.NoError(t, err)
-	_, err = b.js.PublishMsg(t.Context(), msg)
-	require.NoError(t, err)
 
 	s, evs := waitStatus(t, b.js, "plan", "dr1", projections.StatusSucceeded)
 	require.True(t, s.DryRun)
@@ -225,7 +222,7 @@ func TestDryRunDoesNotRetry(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	runDispatcher(t, b.js, dispatch.Config{Workers: 2})
-	d, err := workflow.Parse([]byte(`name: needs
+	b.applyYAML(t, `name: needs
 steps:
   - {id: fetch, kind: exec, command: curl}
   - id: use
@@ -234,15 +231,8 @@ steps:
     args: ["${steps.fetch.output.body}"]
     on-error:
       - {id: again, kind: retry, retry: {limit: 3, backoff: {initial: 1h}}}
-`))
-	require.NoError(t, err)
-	_, _, err = b.defs.Apply(t.Context(), d)
-	require.NoError(t, err)
-	ev := events.New("test-client", "", "", time.Now(), &events.StartExecution{Workflow: "needs", ExecutionID: "dr2", DryRun: true})
-	msg, err := events.Encode(events.SubjectStart, ev)
-	require.NoError(t, err)
-	_, err = b.js.PublishMsg(t.Context(), msg)
-	require.NoError(t, err)
+`)
+	b.startWith(t, &events.StartExecution{Workflow: "needs", ExecutionID: "dr2", DryRun: true})
 	s, evs := waitStatus(t, b.js, "needs", "dr2", projections.StatusFailed)
 	require.Contains(t, s.Error, "a dry run does not retry")
 	require.Zero(t, countType(evs, events.TypeTimerArmed))
@@ -255,17 +245,14 @@ func TestCancelSuspendedWaitsForRunningOperations(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	runDispatcher(t, b.js, dispatch.Config{Workers: 2})
-	d, err := workflow.Parse([]byte(`name: par
+	b.applyYAML(t, `name: par
 steps:
   - id: both
     kind: parallel
     branches:
       - {id: A, steps: [{id: a, kind: noop}]}
       - {id: B, steps: [{id: b, kind: noop}]}
-`))
-	require.NoError(t, err)
-	_, _, err = b.defs.Apply(t.Context(), d)
-	require.NoError(t, err)
+`)
 	b.startWaitAfterFail(t, "par", "sc1")
 	t1, t2 := b.nextTask(t), b.nextTask(t)
 	ta, tb := t1, t2
