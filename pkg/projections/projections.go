@@ -154,9 +154,6 @@ type Cancellation struct {
 	Reason      string    `json:"reason,omitempty"`
 	RequestedBy string    `json:"requested_by,omitempty"`
 	RequestedAt time.Time `json:"requested_at,omitzero"`
-	// Commands are the commands that asked (a cancel, then perhaps a
-	// force-cancel or a kill).
-	Commands []ActionCommand `json:"commands,omitempty"`
 }
 
 // ActionCommand is an operator's command as recorded: its key (CloudEvent
@@ -516,13 +513,9 @@ func cancellation(c *Cancellation, r events.ActionRecord, at time.Time) *Cancell
 	next := Cancellation{Action: r.Action, Reason: r.Reason, RequestedBy: r.RequestedBy, RequestedAt: at}
 	if c != nil {
 		next.RequestedAt = c.RequestedAt
-		next.Commands = slices.Clone(c.Commands)
 		if next.Reason == "" {
 			next.Reason = c.Reason
 		}
-	}
-	if r.Command != "" {
-		next.Commands = append(next.Commands, ActionCommand{Command: r.Command, Action: r.Action})
 	}
 	return &next
 }

@@ -107,7 +107,7 @@ func TestForceCancelAsCloudEvent(t *testing.T) {
 	require.Equal(t, projections.StatusCancelled, x.Status)
 	require.Equal(t, projections.OpStarted, stepByID(x, "build").Status, "force-cancel did not wait for build")
 	require.Equal(t, "urn:test:ops", x.Cancellation.RequestedBy)
-	require.Equal(t, []projections.ActionCommand{{Command: events.CommandKey(ev.Source, ev.ID), Action: "force-cancel"}}, x.Cancellation.Commands)
+	require.Equal(t, []projections.ActionCommand{{Command: events.CommandKey(ev.Source, ev.ID), Action: "force-cancel"}}, x.Actions)
 	require.Equal(t, 1, countTypes(s.history(t, "r2"))[string(events.TypeExecutionCancelled)])
 }
 
