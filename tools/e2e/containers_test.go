@@ -84,14 +84,10 @@ steps:
 	}
 
 	// An empty list is done at once; a non-list is a clear failure.
-	st, err = s.c.Start(ctx, client.StartRequest{Workflow: "fanout", Input: map[string]any{"hosts": []any{}}})
-	require.NoError(t, err)
-	x = s.waitDone(t, st.ID, 20*time.Second)
+	x = s.runToEnd(t, client.StartRequest{Workflow: "fanout", Input: map[string]any{"hosts": []any{}}})
 	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
 	require.JSONEq(t, `{"deployed":[],"count":0}`, string(x.Output))
-	st, err = s.c.Start(ctx, client.StartRequest{Workflow: "fanout", Input: map[string]any{"hosts": "a"}})
-	require.NoError(t, err)
-	x = s.waitDone(t, st.ID, 20*time.Second)
+	x = s.runToEnd(t, client.StartRequest{Workflow: "fanout", Input: map[string]any{"hosts": "a"}})
 	require.Equal(t, projections.StatusFailed, x.Status)
 	require.Contains(t, x.Error, "not a list")
 }

@@ -350,9 +350,7 @@ func TestBadInputGetsClearErrors(t *testing.T) {
 	v2 := s.apply(t, "name: ver\nsteps:\n  - id: a\n    kind: noop\n  - id: b\n    kind: noop\n")
 	require.Equal(t, []int{1, 1, 2}, []int{v1.Version, same.Version, v2.Version})
 	require.False(t, same.Created)
-	st, err := s.c.Start(ctx, client.StartRequest{Workflow: "ver", Version: 1})
-	require.NoError(t, err)
-	x := s.waitDone(t, st.ID, 20*time.Second)
+	x := s.runToEnd(t, client.StartRequest{Workflow: "ver", Version: 1})
 	require.Equal(t, 1, x.Version)
 	require.Len(t, x.Steps, 1, "an execution keeps the version it started with")
 

@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -26,9 +25,7 @@ steps:
   - {id: out, kind: goto, target: end}
   - {id: never, kind: fail, message: unreachable}
 `)
-	st, err := s.c.Start(ctx, client.StartRequest{Workflow: "loop", Input: map[string]any{"times": 3}})
-	require.NoError(t, err)
-	x := s.waitDone(t, st.ID, 20*time.Second)
+	x := s.runToEnd(t, client.StartRequest{Workflow: "loop", Input: map[string]any{"times": 3}})
 	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
 	require.JSONEq(t, `{"n":3,"said":"n=3"}`, string(x.Output))
 	// Each round's steps are new instances; nothing was rewritten.
@@ -38,7 +35,7 @@ steps:
 	require.Equal(t, projections.OpSkipped, stepByID(x, "again~2").Status)
 	require.Equal(t, projections.OpSucceeded, stepByID(x, "work~2").Status)
 	require.Equal(t, projections.OpNone, stepByID(x, "never").Status)
-	requireLinear(t, s.history(t, st.ID))
+	requireLinear(t, s.history(t, x.ID))
 
 	// A goto inside a foreach body loops within its item: count to the item.
 	s.apply(t, `
@@ -54,16 +51,14 @@ steps:
       - {id: back, kind: goto, target: tick, condition: "${vars.c < item}"}
       - {id: report, kind: exec, command: echo, args: ["${vars.c}"], output: "${int(trim(result.stdout))}"}
 `)
-	st, err = s.c.Start(ctx, client.StartRequest{Workflow: "innerloop"})
-	require.NoError(t, err)
-	x = s.waitDone(t, st.ID, 20*time.Second)
+	x = s.runToEnd(t, client.StartRequest{Workflow: "innerloop"})
 	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
 	require.JSONEq(t, `[2,3]`, string(x.Output))
 	require.Equal(t, projections.OpSucceeded, stepByID(x, "each[1]/tick~2").Status)
 	require.Equal(t, projections.OpSkipped, stepByID(x, "each[1]/back~2").Status)
 
 	// A goto to a step of another list is refused at apply time.
-	_, err = s.c.ApplyWorkflow(ctx, []byte("name: badgoto\nsteps:\n  - id: a\n    kind: goto\n    target: nowhere\n"))
+	_, err := s.c.ApplyWorkflow(ctx, []byte("name: badgoto\nsteps:\n  - id: a\n    kind: goto\n    target: nowhere\n"))
 	var apiErr *client.Error
 	require.ErrorAs(t, err, &apiErr)
 	require.Equal(t, "steps[0].target", apiErr.Field)

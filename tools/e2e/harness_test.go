@@ -94,6 +94,14 @@ func (s *stack) waitDone(t *testing.T, id string, timeout time.Duration) project
 	return x
 }
 
+// runToEnd starts an execution and waits (20 s at most) until it ends.
+func (s *stack) runToEnd(t *testing.T, req client.StartRequest) projections.Execution {
+	t.Helper()
+	st, err := s.c.Start(context.Background(), req)
+	require.NoError(t, err)
+	return s.waitDone(t, st.ID, 20*time.Second)
+}
+
 // history reads an execution's events straight from the stream.
 func (s *stack) history(t *testing.T, id string) []events.Event {
 	t.Helper()

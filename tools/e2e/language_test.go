@@ -63,9 +63,7 @@ steps:
       said: ${steps.run.output}
       skipped: ${steps.skipped.status}
 `)
-	st, err := s.c.Start(ctx, client.StartRequest{Workflow: "lang", Input: map[string]any{"host": "db1", "replicas": 2}})
-	require.NoError(t, err)
-	x := s.waitDone(t, st.ID, 20*time.Second)
+	x := s.runToEnd(t, client.StartRequest{Workflow: "lang", Input: map[string]any{"host": "db1", "replicas": 2}})
 	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
 	require.JSONEq(t, `{"said":"hello-db1 4","skipped":"skipped"}`, string(x.Output))
 	require.Equal(t, projections.OpSkipped, stepByID(x, "skipped").Status)
@@ -81,7 +79,7 @@ steps:
 	require.Contains(t, e.Message, "host")
 
 	// A bad expression is refused at apply time, naming line and field.
-	_, err = s.c.ApplyWorkflow(ctx, []byte("name: badexpr\nsteps:\n  - id: a\n    kind: log\n    message: ${inptu.x}\n"))
+	_, err := s.c.ApplyWorkflow(ctx, []byte("name: badexpr\nsteps:\n  - id: a\n    kind: log\n    message: ${inptu.x}\n"))
 	var apiErr *client.Error
 	require.ErrorAs(t, err, &apiErr)
 	require.Equal(t, "steps[0].message", apiErr.Field)
@@ -93,19 +91,15 @@ func TestFailAndRuntimeExpressionErrors(t *testing.T) {
 	s := startStack(t, nil)
 	ctx := context.Background()
 	s.apply(t, "name: failing\nsteps:\n  - id: check\n    kind: fail\n    condition: ${input.bad}\n    message: refusing ${input.who}\n  - id: after\n    kind: noop\n")
-	st, err := s.c.Start(ctx, client.StartRequest{Workflow: "failing", Input: map[string]any{"bad": true, "who": "bob"}})
-	require.NoError(t, err)
-	x := s.waitDone(t, st.ID, 20*time.Second)
+	x := s.runToEnd(t, client.StartRequest{Workflow: "failing", Input: map[string]any{"bad": true, "who": "bob"}})
 	require.Equal(t, projections.StatusFailed, x.Status)
 	require.Contains(t, x.Error, "refusing bob")
-	st, err = s.c.Start(ctx, client.StartRequest{Workflow: "failing", Input: map[string]any{"bad": false}})
+	st, err := s.c.Start(ctx, client.StartRequest{Workflow: "failing", Input: map[string]any{"bad": false}})
 	require.NoError(t, err)
 	require.Equal(t, projections.StatusSucceeded, s.waitDone(t, st.ID, 20*time.Second).Status)
 
 	// A condition that does not give a boolean fails the step clearly.
-	st, err = s.c.Start(ctx, client.StartRequest{Workflow: "failing", Input: map[string]any{"bad": "yes"}})
-	require.NoError(t, err)
-	x = s.waitDone(t, st.ID, 20*time.Second)
+	x = s.runToEnd(t, client.StartRequest{Workflow: "failing", Input: map[string]any{"bad": "yes"}})
 	require.Equal(t, projections.StatusFailed, x.Status)
 	require.Contains(t, x.Error, "must give true or false")
 }
@@ -239,17 +233,12 @@ func TestCallCustomOperation(t *testing.T) {
 		return map[string]string{"greeting": "hello " + in.Name, "key": task.TaskID}, nil
 	})
 	s := startStack(t, func(c *devstack.Config) { c.Handlers = map[string]operation.Handler{"greet": greet} })
-	ctx := context.Background()
 	s.apply(t, "name: custom\nsteps:\n  - id: hi\n    kind: call\n    operation: greet\n    input: {name: \"${input.who}\"}\n    output: ${result.greeting}\n  - id: missing\n    kind: call\n    operation: nobody-handles-this\n    condition: ${input.missing}\n")
-	st, err := s.c.Start(ctx, client.StartRequest{Workflow: "custom", Input: map[string]any{"who": "ada", "missing": false}})
-	require.NoError(t, err)
-	x := s.waitDone(t, st.ID, 20*time.Second)
+	x := s.runToEnd(t, client.StartRequest{Workflow: "custom", Input: map[string]any{"who": "ada", "missing": false}})
 	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
 	require.JSONEq(t, `"hello ada"`, string(stepByID(x, "hi").Output))
 
-	st, err = s.c.Start(ctx, client.StartRequest{Workflow: "custom", Input: map[string]any{"who": "bo", "missing": true}})
-	require.NoError(t, err)
-	x = s.waitDone(t, st.ID, 20*time.Second)
+	x = s.runToEnd(t, client.StartRequest{Workflow: "custom", Input: map[string]any{"who": "bo", "missing": true}})
 	require.Equal(t, projections.StatusFailed, x.Status)
 	require.Contains(t, x.Error, `no handler for operation kind "nobody-handles-this"`)
 }

@@ -52,7 +52,6 @@ steps:
 func TestOutputMappingsSeeTheirFrame(t *testing.T) {
 	t.Parallel()
 	s := startStack(t, nil)
-	ctx := context.Background()
 	s.apply(t, `
 name: frames
 output: {each: "${steps.each.output}", block: "${steps.blk.output}"}
@@ -68,9 +67,7 @@ steps:
       - {id: one, kind: exec, command: echo, args: ["1"], output: "${int(trim(result.stdout))}"}
       - {id: two, kind: exec, command: echo, args: ["2"], output: "${steps.one.output + int(trim(result.stdout))}"}
 `)
-	st, err := s.c.Start(ctx, client.StartRequest{Workflow: "frames"})
-	require.NoError(t, err)
-	x := s.waitDone(t, st.ID, 20*time.Second)
+	x := s.runToEnd(t, client.StartRequest{Workflow: "frames"})
 	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
 	require.JSONEq(t, `{"each":["a-0","b-1"],"block":3}`, string(x.Output))
 }
@@ -125,7 +122,6 @@ steps:
 func TestRetryAContainerFromOnError(t *testing.T) {
 	t.Parallel()
 	s := startStack(t, nil)
-	ctx := context.Background()
 	dir := t.TempDir()
 	s.apply(t, fmt.Sprintf(`
 name: blockretry
@@ -140,14 +136,12 @@ steps:
     on-error:
       - {id: again, kind: retry, retry: {limit: 3, backoff: {initial: 50ms}}}
 `, dir))
-	st, err := s.c.Start(ctx, client.StartRequest{Workflow: "blockretry"})
-	require.NoError(t, err)
-	x := s.waitDone(t, st.ID, 20*time.Second)
+	x := s.runToEnd(t, client.StartRequest{Workflow: "blockretry"})
 	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
 	require.Equal(t, 2, stepByID(x, "blk").Attempt)
 	require.Equal(t, projections.OpFailed, stepByID(x, "blk/once").Status)
 	require.Equal(t, projections.OpSucceeded, stepByID(x, "blk@2/once").Status)
-	b, err := os.ReadFile(filepath.Join(dir, st.ID))
+	b, err := os.ReadFile(filepath.Join(dir, x.ID))
 	require.NoError(t, err)
 	require.Equal(t, "2", strings.TrimSpace(string(b)))
 }
@@ -186,9 +180,7 @@ steps:
 	require.Equal(t, "step/on-error1/inner", failedStep)
 
 	s.apply(t, "name: badexpr2\nsteps:\n  - {id: e, kind: exec, command: echo, args: [\"${input.a.b}\"], retry: {limit: 3, backoff: {initial: 10ms}}}\n")
-	st, err = s.c.Start(ctx, client.StartRequest{Workflow: "badexpr2"})
-	require.NoError(t, err)
-	x := s.waitDone(t, st.ID, 20*time.Second)
+	x := s.runToEnd(t, client.StartRequest{Workflow: "badexpr2"})
 	require.Equal(t, projections.StatusFailed, x.Status)
 	require.Equal(t, 1, stepByID(x, "e").Attempt, "an expression that cannot be evaluated is not retried")
 }

@@ -32,16 +32,14 @@ steps:
       - {id: note, kind: let, vars: {note: "recovered from ${error.step}: ${error.message}"}}
   - {id: after, kind: noop}
 `)
-	st, err := s.c.Start(ctx, client.StartRequest{Workflow: "recover"})
-	require.NoError(t, err)
-	x := s.waitDone(t, st.ID, 20*time.Second)
+	x := s.runToEnd(t, client.StartRequest{Workflow: "recover"})
 	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
 	require.JSONEq(t, `{"note":"recovered from risky: command sh: exit status 4","after":"succeeded"}`, string(x.Output))
 	require.Equal(t, projections.OpFailed, stepByID(x, "risky").Status, "the failure stays recorded")
 
 	// retry within on-error runs the failed step again (the command
 	// succeeds on its third run); fail within on-error fails it.
-	_, err = s.c.ApplyWorkflow(ctx, []byte(strings.Replace(fmt.Sprintf(`
+	_, err := s.c.ApplyWorkflow(ctx, []byte(strings.Replace(fmt.Sprintf(`
 name: again
 steps:
   - id: flaky
@@ -54,9 +52,7 @@ steps:
       - {id: give-up, kind: fail, message: "unreachable: retry ends the on-error steps"}
 `, dir), "\t", "  ", -1)))
 	require.NoError(t, err)
-	st, err = s.c.Start(ctx, client.StartRequest{Workflow: "again", ID: "again-ok", Input: map[string]any{"needed": 2}})
-	require.NoError(t, err)
-	x = s.waitDone(t, st.ID, 20*time.Second)
+	x = s.runToEnd(t, client.StartRequest{Workflow: "again", ID: "again-ok", Input: map[string]any{"needed": 2}})
 	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
 	require.Equal(t, 3, stepByID(x, "flaky").Attempt)
 	require.Equal(t, projections.OpSucceeded, stepByID(x, "flaky/on-error1/retry").Status)
@@ -65,9 +61,7 @@ steps:
 	require.NoError(t, err)
 	require.Equal(t, "3", strings.TrimSpace(string(b)))
 
-	st, err = s.c.Start(ctx, client.StartRequest{Workflow: "again", ID: "again-no", Input: map[string]any{"needed": 10}})
-	require.NoError(t, err)
-	x = s.waitDone(t, st.ID, 20*time.Second)
+	x = s.runToEnd(t, client.StartRequest{Workflow: "again", ID: "again-no", Input: map[string]any{"needed": 10}})
 	require.Equal(t, projections.StatusFailed, x.Status)
 	require.Contains(t, x.Error, "no retries left")
 	require.Equal(t, 3, stepByID(x, "flaky").Attempt)
@@ -89,7 +83,7 @@ steps:
   - {id: fallback, kind: fail, message: "fallback failed too"}
 `)
 	for rescue, want := range map[bool]projections.Status{true: projections.StatusSucceeded, false: projections.StatusFailed} {
-		st, err = s.c.Start(ctx, client.StartRequest{Workflow: "detour", Input: map[string]any{"rescue": rescue}})
+		st, err := s.c.Start(ctx, client.StartRequest{Workflow: "detour", Input: map[string]any{"rescue": rescue}})
 		require.NoError(t, err)
 		x = s.waitDone(t, st.ID, 20*time.Second)
 		require.Equal(t, want, x.Status, "rescue=%v: %s", rescue, x.Error)

@@ -17,14 +17,11 @@ import (
 func TestLetIsOneEvent(t *testing.T) {
 	t.Parallel()
 	s := startStack(t, nil)
-	ctx := context.Background()
 	s.apply(t, "name: letone\noutput: ${vars.n}\nsteps:\n  - {id: init, kind: let, vars: {n: 0}}\n  - {id: inc, kind: let, vars: {n: \"${vars.n + 1}\"}}\n")
-	st, err := s.c.Start(ctx, client.StartRequest{Workflow: "letone"})
-	require.NoError(t, err)
-	x := s.waitDone(t, st.ID, 20*time.Second)
+	x := s.runToEnd(t, client.StartRequest{Workflow: "letone"})
 	require.JSONEq(t, `1`, string(x.Output))
 	n := 0
-	for _, ev := range s.history(t, st.ID) {
+	for _, ev := range s.history(t, x.ID) {
 		switch p := ev.Data.(type) {
 		case *events.VariablesSet:
 			t.Fatalf("variables set in a separate event: %+v", p)
@@ -85,14 +82,12 @@ steps:
           - {id: remember, kind: let, vars: {inner: "${error.step}"}}
   - {id: boom, kind: fail, message: kaboom}
 `)
-	st, err := s.c.Start(ctx, client.StartRequest{Workflow: "errnames"})
-	require.NoError(t, err)
-	x := s.waitDone(t, st.ID, 20*time.Second)
+	x := s.runToEnd(t, client.StartRequest{Workflow: "errnames"})
 	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
 	require.JSONEq(t, `{"direct":"step boom failed: kaboom","inner":"op"}`, string(x.Output))
 
 	// Ids that on-error steps' paths use are reserved.
-	_, err = s.c.ApplyWorkflow(ctx, []byte("name: reserved\nsteps:\n  - {id: on-error1, kind: noop}\n"))
+	_, err := s.c.ApplyWorkflow(ctx, []byte("name: reserved\nsteps:\n  - {id: on-error1, kind: noop}\n"))
 	require.Error(t, err)
 	_, err = s.c.ApplyWorkflow(ctx, []byte("name: reserved2\nsteps:\n  - id: p\n    kind: parallel\n    branches:\n      - {id: on-error, steps: [{id: a, kind: noop}]}\n"))
 	require.Error(t, err)
