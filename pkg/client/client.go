@@ -350,12 +350,16 @@ func (c *Client) Signal(ctx context.Context, id, name string, data json.RawMessa
 
 // ActionRequest asks for an operator's action on an execution.
 type ActionRequest struct {
-	// Action is cancel, force-cancel, kill, resume or force-resume.
+	// Action is cancel, force-cancel, kill, resume, force-resume or replay.
 	Action string `json:"action"`
 	// Reason is kept in the execution's history.
 	Reason string `json:"reason,omitempty"`
 	// RequestedBy names who asks.
 	RequestedBy string `json:"requested_by,omitempty"`
+	// From and Force apply to a replay: resume, last, start or a step,
+	// and whether to ignore idempotency and replay points.
+	From  string `json:"from,omitempty"`
+	Force bool   `json:"force,omitempty"`
 }
 
 // Acted is the answer to an action.

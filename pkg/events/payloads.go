@@ -122,6 +122,10 @@ type StepFailed struct {
 	Final  bool            `json:"final,omitempty"`
 	Output json.RawMessage `json:"output,omitempty"`
 	Agent  string          `json:"agent,omitempty"`
+	// Lost marks a failure because the task was lost (its agents kept
+	// dying, or it left its queue without a result): a workflow
+	// replayable automatically is replayed resuming.
+	Lost bool `json:"lost,omitempty"`
 }
 
 // StepSkipped records that a step did not run because its condition was false.
@@ -213,10 +217,26 @@ const (
 	// ActionForceResume also runs again the operations that were sending,
 	// sent or started (their agents may have died).
 	ActionForceResume = "force-resume"
+	// ActionReplay runs the execution again from a replay point (From:
+	// resume, last, start or a step id), with the variables as they were
+	// there; Force ignores the steps' idempotency and replay points.
+	ActionReplay = "replay"
+)
+
+// Where a replay goes on from (ExecutionAction.From), besides a step id.
+const (
+	// ReplayResume resumes at the last incomplete step if it is
+	// idempotent, else replays from the last replay point before it.
+	ReplayResume = "resume"
+	// ReplayLast replays from the last replay point.
+	ReplayLast = "last"
+	// ReplayStart replays from the start (the workflow must say
+	// replayable: from start, unless forced).
+	ReplayStart = "start"
 )
 
 // Actions lists the actions the dispatcher carries out.
-var Actions = []string{ActionCancel, ActionForceCancel, ActionKill, ActionResume, ActionForceResume}
+var Actions = []string{ActionCancel, ActionForceCancel, ActionKill, ActionResume, ActionForceResume, ActionReplay}
 
 // Bounds of what an operator's action carries into the history.
 const (
@@ -247,6 +267,11 @@ type ExecutionAction struct {
 	Reason string `json:"reason,omitempty"`
 	// RequestedBy names who asked; the command's CloudEvent source if empty.
 	RequestedBy string `json:"requested_by,omitempty"`
+	// From is where a replay goes on from: resume (the default), last,
+	// start, or a step's id or path.
+	From string `json:"from,omitempty"`
+	// Force makes a replay ignore idempotency and replay points.
+	Force bool `json:"force,omitempty"`
 }
 
 // ActionRecord says who asked for an action, why, and with which command;
@@ -291,6 +316,45 @@ type ExecutionResumed struct {
 	// Reset lists the step instances that run again.
 	Reset []string `json:"reset,omitempty"`
 }
+
+// ExecutionReplayed records a replay: asked by an operator (the action
+// record says who), by jetflow for an execution replayable automatically,
+// or by a retry step with replay in on-error steps (Cause names it).
+type ExecutionReplayed struct {
+	ActionRecord
+	// From is what was asked (resume, last, start, a step); Force whether
+	// idempotency and replay points were ignored.
+	From  string `json:"from"`
+	Force bool   `json:"force,omitempty"`
+	// Point is the step instance the execution goes on from ("" for the
+	// start), Mode how: "resume" runs Point again with its recorded
+	// input; "replay" re-checks conditions and re-evaluates inputs.
+	Point string `json:"point,omitempty"`
+	Mode  string `json:"mode"`
+	// Token is the new execution token.
+	Token string `json:"token"`
+	// Resume lists the instances that run again with their recorded
+	// input (as a resume does), Reopen the containers around Point that
+	// run on (they keep the instances done inside them), Reset the
+	// instances that start over from their condition.
+	Resume []string `json:"resume,omitempty"`
+	Reopen []string `json:"reopen,omitempty"`
+	Reset  []string `json:"reset,omitempty"`
+	// Vars are the workflow variables as they were when Point was
+	// entered: they replace the current ones.
+	Vars map[string]json.RawMessage `json:"vars,omitempty"`
+	// Cause is the retry step that asked (its place in the definition),
+	// "" for an operator's or an automatic replay.
+	Cause string `json:"cause,omitempty"`
+	// Automatic marks a replay of an execution replayable automatically.
+	Automatic bool `json:"automatic,omitempty"`
+}
+
+// Replay modes (ExecutionReplayed.Mode).
+const (
+	ReplayModeResume = "resume"
+	ReplayModeReplay = "replay"
+)
 
 // FireTimer is the data of a timer coming due.
 type FireTimer struct {
@@ -375,6 +439,8 @@ type OperationFailed struct {
 	TaskRef
 	Error  string          `json:"error"`
 	Output json.RawMessage `json:"output,omitempty"`
+	// Lost: the janitor found the task lost (see StepFailed.Lost).
+	Lost bool `json:"lost,omitempty"`
 }
 
 // CommandRejected explains why a command was not applied.
@@ -421,6 +487,7 @@ func (*StepSkipped) EventType() Type         { return TypeStepSkipped }
 func (*ExecutionAction) EventType() Type     { return TypeExecutionAction }
 func (*KillOperations) EventType() Type      { return TypeKillOperations }
 func (*ExecutionResumed) EventType() Type    { return TypeExecutionResumed }
+func (*ExecutionReplayed) EventType() Type   { return TypeExecutionReplayed }
 func (*ResultIgnored) EventType() Type       { return TypeResultIgnored }
 func (*ExecutionSuspended) EventType() Type  { return TypeExecutionSuspended }
 func (*ExecutionCancelling) EventType() Type { return TypeExecutionCancelling }
@@ -454,6 +521,7 @@ func (*StepSkipped) payload()         {}
 func (*ExecutionAction) payload()     {}
 func (*KillOperations) payload()      {}
 func (*ExecutionResumed) payload()    {}
+func (*ExecutionReplayed) payload()   {}
 func (*ResultIgnored) payload()       {}
 func (*ExecutionSuspended) payload()  {}
 func (*ExecutionCancelling) payload() {}
@@ -518,6 +586,8 @@ func newPayload(t Type) Payload {
 		return &KillOperations{}
 	case TypeExecutionResumed:
 		return &ExecutionResumed{}
+	case TypeExecutionReplayed:
+		return &ExecutionReplayed{}
 	case TypeResultIgnored:
 		return &ResultIgnored{}
 	case TypeExecutionSuspended:

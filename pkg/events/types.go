@@ -23,6 +23,10 @@ const (
 	// failed or cancelled execution: steps to run again were reset and a
 	// new execution token issued.
 	TypeExecutionResumed Type = "io.jetflow.execution.resumed"
+	// TypeExecutionReplayed records a replay (Brooklyn's): the execution
+	// runs again from a replay point or resumes at its last incomplete
+	// step, with the variables as they were there and a new token.
+	TypeExecutionReplayed Type = "io.jetflow.execution.replayed"
 	// TypeExecutionSuspended records that an execution started with
 	// wait_after_fail failed: it waits for an operator to resume (or
 	// cancel) it instead of ending.

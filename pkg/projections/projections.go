@@ -29,6 +29,7 @@ import (
 //	suspended  -> cancelled     (ExecutionCancelled)
 //	suspended  -> cancelling    (ExecutionCancelling: operations still run)
 //	failed, cancelled, suspended, started -> started (ExecutionResumed)
+//	failed, cancelled, suspended, succeeded, started -> started (ExecutionReplayed)
 //
 // While cancelling, the results of running operations are still recorded
 // (steps may succeed or fail) but no step starts.
@@ -132,7 +133,10 @@ type Execution struct {
 	// Ignored lists the agents' reports that changed nothing (a stale token
 	// or attempt), by their CloudEvent id.
 	Ignored []string `json:"ignored,omitempty"`
-	// Resumes counts the resumes; ResumedAt is the last one's time.
+	// Replays are the replays recorded, in order.
+	Replays []Replay `json:"replays,omitempty"`
+	// Resumes counts the resumes and replays; ResumedAt is the last one's
+	// time (the workflow timeout counts from it).
 	Resumes   int       `json:"resumes,omitempty"`
 	ResumedAt time.Time `json:"resumed_at,omitzero"`
 	// Signals received, in order; a wait step takes the first that fits.
@@ -146,6 +150,19 @@ type Execution struct {
 	LastEventID string `json:"last_event_id,omitempty"`
 	// Events counts the events folded.
 	Events int `json:"events"`
+}
+
+// Replay is a replay as recorded (see events.ExecutionReplayed).
+type Replay struct {
+	From        string    `json:"from"`
+	Force       bool      `json:"force,omitempty"`
+	Point       string    `json:"point,omitempty"`
+	Mode        string    `json:"mode"`
+	Cause       string    `json:"cause,omitempty"`
+	Automatic   bool      `json:"automatic,omitempty"`
+	RequestedBy string    `json:"requested_by,omitempty"`
+	Reason      string    `json:"reason,omitempty"`
+	At          time.Time `json:"at,omitzero"`
 }
 
 // Cancellation records an operator's cancel, force-cancel or kill.
@@ -186,6 +203,14 @@ func (s Status) ActionRefused(action string) string {
 			return "is cancelling; wait until it is cancelled (or force-cancel it), then resume"
 		}
 		return "has already " + string(s) + "; only started, failed, suspended and cancelled executions can be resumed"
+	case events.ActionReplay:
+		if s == StatusCancelling {
+			return "is cancelling; wait until it is cancelled (or force-cancel it), then replay"
+		}
+		if s == StatusNone || s == StatusPending {
+			return "has not started; there is nothing to replay"
+		}
+		return ""
 	case events.ActionCancel:
 		if s == StatusCancelling {
 			return "is already cancelling; use force-cancel not to wait for its running steps"
@@ -232,11 +257,19 @@ type Step struct {
 	Error    string          `json:"error,omitempty"`
 	// Final: the failure is not retried (see events.StepFailed).
 	Final bool `json:"final,omitempty"`
+	// Lost: the attempt failed because its task was lost (its agents
+	// died); see events.StepFailed.
+	Lost bool `json:"lost,omitempty"`
 	// Token is the execution token the attempt's task carries.
 	Token string `json:"token,omitempty"`
 	// RetryBase is the attempt a resume counted retries from: the attempt
 	// number minus RetryBase is the try within the step's retry policy.
 	RetryBase int `json:"retry_base,omitempty"`
+	// Entered is the number of the event (counting from 1) that first
+	// recorded the instance's current run (scheduled, skipped, or failed
+	// before it could be scheduled): the variables it saw are those of
+	// the events before it. 0 while it has not run (again, after a replay).
+	Entered int `json:"entered,omitempty"`
 	// WaitUntil is when a waiting sleep ends (or a wait times out).
 	WaitUntil   time.Time `json:"wait_until,omitzero"`
 	ScheduledAt time.Time `json:"scheduled_at,omitzero"`
@@ -301,7 +334,7 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 		if _, ok := ev.Data.(*events.ExecutionStarted); !ok && ev.Data != nil {
 			return s, &TransitionError{ExecutionID: ev.Subject, From: string(s.Status), Event: ev.Type}
 		}
-	} else if _, resume := ev.Data.(*events.ExecutionResumed); s.Status.Terminal() && ev.Data != nil && !resume {
+	} else if s.Status.Terminal() && ev.Data != nil && !reopens(ev.Data) {
 		return s, &TransitionError{ExecutionID: s.ID, From: string(s.Status), Event: ev.Type}
 	}
 	switch e := ev.Data.(type) {
@@ -351,14 +384,17 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 		return s, nil
 	case *events.ExecutionResumed:
 		return s.resume(ev, e)
+	case *events.ExecutionReplayed:
+		return s.replay(ev, e)
 	case *events.ResultIgnored:
 		s.Ignored = append(slices.Clone(s.Ignored), e.ResultID)
 		return s, nil
 	case *events.StepScheduled:
 		s = s.instance(e.StepID, e.Kind)
 		return s.step(ev, e.StepID, OpPending, func(st *Step) {
+			st.enter(s.Events)
 			st.Attempt, st.Input, st.ScheduledAt = e.Attempt, e.Input, ev.Time
-			st.Output, st.Error, st.StartedAt, st.EndedAt, st.Agent, st.TaskID, st.TaskSeq, st.Delivery, st.Final = nil, "", time.Time{}, time.Time{}, "", "", 0, 0, false
+			st.Output, st.Error, st.StartedAt, st.EndedAt, st.Agent, st.TaskID, st.TaskSeq, st.Delivery, st.Final, st.Lost = nil, "", time.Time{}, time.Time{}, "", "", 0, 0, false, false
 		})
 	case *events.StepSending:
 		return s.step(ev, e.StepID, OpSending, func(st *Step) { st.TaskID, st.Queue, st.Token = e.TaskID, e.Queue, s.Token })
@@ -402,10 +438,11 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 			unscheduled = s.Steps[i].Status == OpNone || s.Steps[i].Status == OpRescheduled
 		}
 		return s.step(ev, e.StepID, OpFailed, func(st *Step) {
+			st.enter(s.Events)
 			if unscheduled {
 				st.Attempt, st.ScheduledAt = e.Attempt, ev.Time
 			}
-			st.Output, st.Error, st.EndedAt, st.Final = e.Output, e.Error, ev.Time, e.Final
+			st.Output, st.Error, st.EndedAt, st.Final, st.Lost = e.Output, e.Error, ev.Time, e.Final, e.Lost
 			if e.Agent != "" {
 				st.Agent = e.Agent
 			}
@@ -417,7 +454,7 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 			s.Steps[i].Status, s.Steps[i].Error, s.Steps[i].EndedAt = OpSkipped, e.Reason, ev.Time
 			return s, nil
 		}
-		return s.step(ev, e.StepID, OpSkipped, func(st *Step) { st.Error, st.EndedAt = e.Reason, ev.Time })
+		return s.step(ev, e.StepID, OpSkipped, func(st *Step) { st.enter(s.Events); st.Error, st.EndedAt = e.Reason, ev.Time })
 	case *events.StepWaiting:
 		return s.step(ev, e.StepID, OpWaiting, func(st *Step) { st.WaitUntil, st.StartedAt = e.Until, ev.Time })
 	case *events.StepRescheduled:
@@ -490,19 +527,92 @@ func (s Execution) resume(ev events.Event, e *events.ExecutionResumed) (Executio
 		if i < 0 {
 			return s, fmt.Errorf("%w: %q in %s", ErrUnknownStep, id, ev.Type)
 		}
-		st := s.Steps[i]
-		st.Error, st.Output, st.EndedAt, st.WaitUntil = "", nil, time.Time{}, time.Time{}
-		switch {
-		case st.Final:
-			st.Status, st.Final, st.RetryBase = OpNone, false, st.Attempt
-		case containerKinds[st.Kind]:
-			st.Status, st.RetryBase = OpPending, st.Attempt-1
-		default:
-			st.Attempt++
-			st.Status, st.RetryBase, st.ScheduledAt = OpPending, st.Attempt-1, ev.Time
-			st.StartedAt, st.Agent, st.TaskID, st.TaskSeq, st.Delivery, st.Token = time.Time{}, "", "", 0, 0, ""
+		s.Steps[i] = rerun(s.Steps[i], ev.Time)
+	}
+	return s, nil
+}
+
+// rerun is a step instance run again by a resume (at time at): an
+// operation or a dispatcher's step gets a new attempt, pending with its
+// recorded input (a new task id, so it is sent anew); a container keeps
+// its attempt (so its instances are kept) and is pending again; a step
+// that failed before it could be scheduled (Final) starts over from its
+// condition. Its retries count afresh.
+func rerun(st Step, at time.Time) Step {
+	st.Error, st.Output, st.EndedAt, st.WaitUntil, st.Lost = "", nil, time.Time{}, time.Time{}, false
+	switch {
+	case st.Final:
+		st.Status, st.Final, st.RetryBase, st.Entered = OpNone, false, st.Attempt, 0
+	case containerKinds[st.Kind]:
+		st.Status, st.RetryBase = OpPending, st.Attempt-1
+	default:
+		st.Attempt++
+		st.Status, st.RetryBase, st.ScheduledAt = OpPending, st.Attempt-1, at
+		st.StartedAt, st.Agent, st.TaskID, st.TaskSeq, st.Delivery, st.Token = time.Time{}, "", "", 0, 0, ""
+	}
+	return st
+}
+
+// reopens reports whether p may follow an execution's end: a resume or
+// a replay runs it on.
+func reopens(p events.Payload) bool {
+	switch p.(type) {
+	case *events.ExecutionResumed, *events.ExecutionReplayed:
+		return true
+	}
+	return false
+}
+
+// enter records the event that starts the instance's run, if this is it
+// (events is the count of events before it).
+func (st *Step) enter(events int) {
+	if st.Entered == 0 {
+		st.Entered = events + 1
+	}
+}
+
+// replay applies a replay: the execution is started again with a new
+// token and the variables as they were at the replay point. Instances in
+// e.Resume run again with their recorded input (as after a resume);
+// containers in e.Reopen are pending again and keep what was done in
+// them; instances in e.Reset start over from their condition, with a new
+// attempt number when they run (so their tasks, timers and nested
+// instances are new) and fresh retry counts.
+func (s Execution) replay(ev events.Event, e *events.ExecutionReplayed) (Execution, error) {
+	if why := s.Status.ActionRefused(events.ActionReplay); why != "" {
+		return s, &TransitionError{ExecutionID: s.ID, From: string(s.Status), Event: ev.Type}
+	}
+	s.Status, s.EndedAt, s.Error, s.Output, s.Cancellation = StatusStarted, time.Time{}, "", nil, nil
+	s.Token, s.Resumes, s.ResumedAt = e.Token, s.Resumes+1, ev.Time
+	s.Actions = withAction(s.Actions, e.ActionRecord)
+	s.Vars = nil
+	if len(e.Vars) > 0 {
+		s.Vars = maps.Clone(e.Vars)
+	}
+	s.Replays = append(slices.Clone(s.Replays), Replay{From: e.From, Force: e.Force, Point: e.Point, Mode: e.Mode, Cause: e.Cause,
+		Automatic: e.Automatic, RequestedBy: e.RequestedBy, Reason: e.Reason, At: ev.Time})
+	for _, id := range e.Resume {
+		i := s.StepIndex(id)
+		if i < 0 {
+			return s, fmt.Errorf("%w: %q in %s", ErrUnknownStep, id, ev.Type)
 		}
-		s.Steps[i] = st
+		s.Steps[i] = rerun(s.Steps[i], ev.Time)
+	}
+	for _, id := range e.Reopen {
+		i := s.StepIndex(id)
+		if i < 0 {
+			return s, fmt.Errorf("%w: %q in %s", ErrUnknownStep, id, ev.Type)
+		}
+		st := &s.Steps[i]
+		st.Status, st.Error, st.Output, st.EndedAt, st.Final, st.Lost = OpPending, "", nil, time.Time{}, false, false
+	}
+	for _, id := range e.Reset {
+		i := s.StepIndex(id)
+		if i < 0 {
+			return s, fmt.Errorf("%w: %q in %s", ErrUnknownStep, id, ev.Type)
+		}
+		st := s.Steps[i]
+		s.Steps[i] = Step{ID: st.ID, Kind: st.Kind, Status: OpNone, Attempt: st.Attempt, RetryBase: st.Attempt, Queue: st.Queue}
 	}
 	return s, nil
 }
@@ -537,7 +647,7 @@ func (s Execution) step(ev events.Event, id string, to OpStatus, set func(*Step)
 }
 
 // internalKinds are the step kinds the dispatcher runs itself.
-var internalKinds = map[string]bool{"let": true, "sleep": true, "wait": true, "fail": true, "return": true, "goto": true, "retry": true,
+var internalKinds = map[string]bool{"let": true, "sleep": true, "wait": true, "fail": true, "return": true, "goto": true, "retry": true, "replayable": true,
 	"workflow": true, "foreach": true, "parallel": true, "switch": true}
 
 func legal(from, to OpStatus, internal bool) bool {

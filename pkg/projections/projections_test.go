@@ -321,7 +321,7 @@ var (
 		events.TypeExecutionStarted, events.TypeExecutionSucceeded, events.TypeExecutionFailed,
 		events.TypeStepScheduled, events.TypeStepSending, events.TypeStepSent, events.TypeStepStarted,
 		events.TypeStepSucceeded, events.TypeStepFailed,
-		events.TypeExecutionCancelling, events.TypeExecutionCancelled, events.TypeExecutionResumed,
+		events.TypeExecutionCancelling, events.TypeExecutionCancelled, events.TypeExecutionResumed, events.TypeExecutionReplayed,
 		"io.jetflow.step.unknown",     // unknown type, nil Data
 		events.TypeReconcileExecution, // a command that does not belong in a history
 	}
@@ -375,6 +375,12 @@ func fuzzEvents(data []byte) []events.Event {
 				reset = []string{step}
 			}
 			p = &events.ExecutionResumed{ActionRecord: events.ActionRecord{Action: events.ActionResume, Command: "c#r"}, Token: "t2", Reset: reset}
+		case events.TypeExecutionReplayed: // the step is reset (past the steps: nothing)
+			var reset []string
+			if step != "zz" {
+				reset = []string{step}
+			}
+			p = &events.ExecutionReplayed{ActionRecord: events.ActionRecord{Action: events.ActionReplay}, Mode: events.ReplayModeReplay, Token: "t3", Reset: reset}
 		case events.TypeReconcileExecution:
 			p = &events.ReconcileExecution{ExecutionID: "x1", Workflow: "wf"}
 		}
@@ -501,4 +507,52 @@ func FuzzFold(f *testing.F) {
 				projections.OpSent, projections.OpStarted, projections.OpSucceeded, projections.OpFailed}, st.Status)
 		}
 	})
+}
+
+// A replay of a succeeded execution: the replay point and what follows it
+// start over (their attempt kept, so the next one is new), the
+// variables are replaced, and the instances' entry events are recorded.
+func TestFoldReplay(t *testing.T) {
+	t.Parallel()
+	start := started("a", "b", "c")
+	for i := range start.Data.(*events.ExecutionStarted).Steps {
+		start.Data.(*events.ExecutionStarted).Steps[i].Kind = "let"
+	}
+	evs := []events.Event{
+		start,
+		stepEvent(&events.StepScheduled{StepID: "a", Attempt: 1}),
+		stepEvent(&events.StepSucceeded{StepID: "a", Attempt: 1, Vars: map[string]json.RawMessage{"n": json.RawMessage(`1`)}}),
+		stepEvent(&events.StepScheduled{StepID: "b", Attempt: 1}),
+		stepEvent(&events.StepSucceeded{StepID: "b", Attempt: 1, Vars: map[string]json.RawMessage{"n": json.RawMessage(`2`)}}),
+		stepEvent(&events.StepSkipped{StepID: "c", Reason: "condition is false"}),
+		stepEvent(&events.ExecutionSucceeded{}),
+	}
+	s, err := projections.Fold(evs)
+	require.NoError(t, err)
+	require.Equal(t, []int{2, 4, 6}, []int{s.Steps[0].Entered, s.Steps[1].Entered, s.Steps[2].Entered})
+
+	replayed := stepEvent(&events.ExecutionReplayed{ActionRecord: events.ActionRecord{Action: events.ActionReplay, Command: "ops#1", RequestedBy: "ops"},
+		From: "b", Point: "b", Mode: events.ReplayModeReplay, Token: "t2", Reset: []string{"b", "c"},
+		Vars: map[string]json.RawMessage{"n": json.RawMessage(`1`)}})
+	s, err = projections.Apply(s, replayed)
+	require.NoError(t, err)
+	require.Equal(t, projections.StatusStarted, s.Status)
+	require.Equal(t, "t2", s.Token)
+	require.JSONEq(t, `1`, string(s.Vars["n"]))
+	require.Equal(t, projections.OpSucceeded, s.Steps[0].Status)
+	for _, st := range s.Steps[1:] {
+		require.Equal(t, projections.OpNone, st.Status, st.ID)
+		require.Zero(t, st.Entered, st.ID)
+		require.Equal(t, st.Attempt, st.RetryBase, st.ID)
+	}
+	require.Equal(t, []projections.ActionCommand{{Command: "ops#1", Action: events.ActionReplay}}, s.Actions)
+	require.Len(t, s.Replays, 1)
+	require.Equal(t, "ops", s.Replays[0].RequestedBy)
+
+	s, err = projections.Apply(s, stepEvent(&events.StepScheduled{StepID: "b", Attempt: 2}))
+	require.NoError(t, err, "the replayed step runs again under a new attempt")
+	require.Equal(t, 9, s.Steps[1].Entered)
+
+	_, err = projections.Apply(s, stepEvent(&events.ExecutionReplayed{Mode: events.ReplayModeReplay, Token: "t3", Reset: []string{"zz"}}))
+	require.ErrorIs(t, err, projections.ErrUnknownStep)
 }

@@ -37,7 +37,9 @@ var kindFields = map[string][]string{
 	KindFail:   {"message"},
 	KindReturn: {},
 	KindGoto:   {"target"},
-	KindRetry:  {"retry"},
+	KindRetry:  {"retry", "replay", "next"},
+	// replayable: its replayable field is required.
+	KindReplayable: {},
 	// Containers.
 	KindWorkflow: {"steps", "workflow", "version", "input"},
 	KindForeach:  {"items", "concurrency", "steps"},
@@ -85,6 +87,7 @@ func (d Definition) validate() []FieldError {
 	checkDuration(add, "timeout", d.Timeout)
 	checkRetry(add, "retry", d.Retry)
 
+	checkWorkflowReplay(add, "", d.Idempotent, d.Replayable)
 	validateSteps(add, addErr, "steps", d.Steps, 0, nil)
 	validateHandler(add, addErr, "on-error", d.OnError, d.Steps, 0, nil, false)
 	return ps
@@ -174,12 +177,13 @@ func validateStepList(add func(string, string, ...any), addErr func(string, erro
 		}
 		if s.Kind == KindRetry {
 			switch {
-			case !retryOK:
-				add(f("kind"), "a retry step belongs in the on-error steps of a step: it runs that step again")
+			case !retryOK && !s.Replay:
+				add(f("kind"), "a retry step belongs in the on-error steps of a step (it runs that step again), or says replay: true (in any on-error steps)")
 			case s.Retry == nil:
 				add(f("retry"), "is required: the limit of attempts in all (and a backoff), e.g. {limit: 3}")
 			}
 		}
+		s.checkReplay(add, f, gotoList)
 		validateHandler(add, addErr, f("on-error"), s.OnError, steps, depth, extra, true)
 		if IsContainer(s.Kind) {
 			if depth+1 >= MaxDepth {
@@ -409,6 +413,7 @@ func (s Step) usedFields() []string {
 		{"target", s.Target != ""}, {"steps", len(s.Steps) > 0}, {"workflow", s.Workflow != ""}, {"version", s.Version != 0},
 		{"items", s.Items != nil}, {"concurrency", s.Concurrency != 0}, {"branches", len(s.Branches) > 0},
 		{"mode", s.Mode != ""}, {"cases", len(s.Cases) > 0}, {"default", len(s.Default) > 0},
+		{"replay", s.Replay}, {"next", s.Next != ""},
 	} {
 		if c.set {
 			u = append(u, c.name)

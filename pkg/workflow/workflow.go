@@ -34,8 +34,12 @@ const (
 	KindFail   = "fail"
 	KindReturn = "return"
 	KindGoto   = "goto"
-	// KindRetry, in on-error steps only, runs the failed step again.
+	// KindRetry, in on-error steps only, runs the failed step again (or,
+	// with replay, replays the workflow).
 	KindRetry = "retry"
+	// KindReplayable marks a replay point (or clears them): it does
+	// nothing else (Brooklyn's "workflow replayable from here").
+	KindReplayable = "replayable"
 	// Containers: steps that run other steps.
 	KindWorkflow = "workflow"
 	KindForeach  = "foreach"
@@ -45,7 +49,7 @@ const (
 
 // Kinds lists the step kinds, in documentation order.
 var Kinds = []string{KindNoop, KindLog, KindExec, KindHTTP, KindCall, KindLet, KindSleep, KindWait, KindFail, KindReturn, KindGoto, KindRetry,
-	KindWorkflow, KindForeach, KindParallel, KindSwitch}
+	KindReplayable, KindWorkflow, KindForeach, KindParallel, KindSwitch}
 
 // IsContainer reports whether steps of kind k run nested steps.
 func IsContainer(k string) bool {
@@ -92,7 +96,13 @@ type Definition struct {
 	// OnError runs when the workflow fails (for cleanup or notice); the
 	// execution still fails unless a return or goto in it says otherwise.
 	OnError []Step `yaml:"on-error,omitempty" json:"on-error,omitempty"`
-	Steps   []Step `yaml:"steps" json:"steps"`
+	// Idempotent "all" makes the external steps (operations) idempotent
+	// unless they say otherwise: a replay may resume at them.
+	Idempotent string `yaml:"idempotent,omitempty" json:"idempotent,omitempty"`
+	// Replayable is enabled (the default), disabled, "from start" and/or
+	// "automatically" (see docs/operations.md, Replay).
+	Replayable string `yaml:"replayable,omitempty" json:"replayable,omitempty"`
+	Steps      []Step `yaml:"steps" json:"steps"`
 }
 
 // Retry says how often and when a failed operation is tried again.
@@ -140,6 +150,20 @@ type Step struct {
 	// a fail step fails it, a goto moves within its list, a retry step
 	// runs it again.
 	OnError []Step `yaml:"on-error,omitempty" json:"on-error,omitempty"`
+	// Idempotent (yes, no, default) says whether a replay may resume at
+	// this step; on a workflow block, all applies to the steps in it.
+	Idempotent string `yaml:"idempotent,omitempty" json:"idempotent,omitempty"`
+	// Replayable makes the step a replay point ("from here"), the only
+	// one ("from here only"), or clears the earlier ones ("reset"); on a
+	// workflow block also "from start" (the block is a replay point) or
+	// "disabled" (no replay point inside it, nor resuming in it).
+	Replayable string `yaml:"replayable,omitempty" json:"replayable,omitempty"`
+	// retry (in on-error): Replay replays the workflow instead of running
+	// the failed step again, from Next (a step of the failed step's list,
+	// "last" replay point, or "end": resuming); Next without Replay goes
+	// on from that step like a goto.
+	Replay bool   `yaml:"replay,omitempty" json:"replay,omitempty"`
+	Next   string `yaml:"next,omitempty" json:"next,omitempty"`
 
 	// call: a custom operation, by name, on Queue, with Input.
 	Operation string `yaml:"operation,omitempty" json:"operation,omitempty"`

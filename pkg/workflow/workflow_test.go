@@ -106,6 +106,56 @@ func TestParseErrors(t *testing.T) {
 			field: "steps[1].kind", line: 6, msg: `unknown step kind "teleport"`,
 		},
 		{
+			name:  "BadIdempotent",
+			input: head + "  - id: a\n    kind: exec\n    command: x\n    idempotent: maybe\n",
+			field: "steps[0].idempotent", line: 6, msg: "is not one of yes, no, default",
+		},
+		{
+			name:  "IdempotentAllOnAStep",
+			input: head + "  - id: a\n    kind: exec\n    command: x\n    idempotent: all\n",
+			field: "steps[0].idempotent", line: 6, msg: "all applies to a workflow block",
+		},
+		{
+			name:  "BadReplayable",
+			input: head + "  - id: a\n    kind: noop\n    replayable: from there\n",
+			field: "steps[0].replayable", line: 5, msg: "is not one of from here, from here only, reset",
+		},
+		{
+			name:  "FromStartOnAStep",
+			input: head + "  - id: a\n    kind: noop\n    replayable: from start\n",
+			field: "steps[0].replayable", line: 5, msg: "is not one of from here",
+		},
+		{
+			name:  "ReplayableStepWithoutValue",
+			input: head + "  - id: a\n    kind: replayable\n",
+			field: "steps[0].replayable", line: 3, msg: "is required for a replayable step",
+		},
+		{
+			name:  "BadWorkflowReplayable",
+			input: "name: wf\nreplayable: sometimes\nsteps:\n  - {id: a, kind: noop}\n",
+			field: "replayable", line: 2, msg: "is not one of enabled, disabled, from start, automatically",
+		},
+		{
+			name:  "BadWorkflowIdempotent",
+			input: "name: wf\nidempotent: yes\nsteps:\n  - {id: a, kind: noop}\n",
+			field: "idempotent", line: 2, msg: "a workflow says all",
+		},
+		{
+			name:  "RetryNextUnknown",
+			input: head + "  - id: a\n    kind: noop\n    on-error:\n      - {id: r, kind: retry, replay: true, next: nowhere, retry: {limit: 2}}\n",
+			field: "steps[0].on-error[0].next", line: 6, msg: `"nowhere" is not last, end or the id of a step`,
+		},
+		{
+			name:  "RetryNextLastWithoutReplay",
+			input: head + "  - id: a\n    kind: noop\n    on-error:\n      - {id: r, kind: retry, next: last, retry: {limit: 2}}\n",
+			field: "steps[0].on-error[0].next", line: 6, msg: "add replay: true",
+		},
+		{
+			name:  "ReplayOnANoop",
+			input: head + "  - id: a\n    kind: noop\n    replay: true\n",
+			field: "steps[0].replay", line: 5, msg: "does not apply to a noop step",
+		},
+		{
 			name:  "TwoDocuments",
 			input: head + "  - id: a\n    kind: noop\n---\nname: other\nsteps: []\n",
 			field: "", line: 6, msg: "a file holds one workflow",

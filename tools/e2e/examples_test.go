@@ -122,6 +122,17 @@ var exampleRuns = map[string][]exampleRun{
 			},
 		},
 	},
+	"increment.yaml": {{
+		input: map[string]any{"file": exampleCounter},
+		want:  projections.StatusSucceeded,
+		check: func(t *testing.T, x projections.Execution) {
+			b, err := os.ReadFile(exampleCounter)
+			require.NoError(t, err)
+			require.NoError(t, os.Remove(exampleCounter))
+			require.Equal(t, "1", strings.TrimSpace(string(b)))
+			require.JSONEq(t, `1`, string(x.Output))
+		},
+	}},
 	"approval.yaml": {
 		{
 			input: map[string]any{"change": "resize db-1", "amount": 120, "window": "10ms"},
@@ -148,6 +159,9 @@ var exampleRuns = map[string][]exampleRun{
 		},
 	},
 }
+
+// exampleCounter is the counter file of increment.yaml's run.
+var exampleCounter = filepath.Join(os.TempDir(), fmt.Sprintf("jetflow-example-count-%d", os.Getpid()))
 
 // jsonField returns the JSON of the member at path in doc.
 func jsonField(t *testing.T, doc json.RawMessage, path ...string) string {

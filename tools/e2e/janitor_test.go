@@ -22,15 +22,41 @@ func TestJanitorFailsTaskWhoseAgentsDie(t *testing.T) {
 	s := startStack(t, nil)
 	ctx := context.Background()
 	s.apply(t, "name: doomed\nsteps:\n  - id: fragile\n    kind: noop\n    queue: flaky\n")
-	cons, err := s.js.CreateOrUpdateConsumer(ctx, events.StreamTasks, jetstream.ConsumerConfig{
+	cons := flakyAgents(t, s)
+	_, err := s.c.Start(ctx, client.StartRequest{Workflow: "doomed", ID: "doomed-1"})
+	require.NoError(t, err)
+
+	agentsDie(t, cons)
+	x := s.waitDone(t, "doomed-1", 20*time.Second)
+	require.Equal(t, projections.StatusFailed, x.Status)
+	require.Contains(t, x.Steps[0].Error, "delivered 2 times")
+	require.Equal(t, "janitor", x.Steps[0].Agent)
+
+	stream, err := s.js.Stream(ctx, events.StreamTasks)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		info, err := stream.Info(ctx)
+		return err == nil && info.State.Msgs == 0
+	}, 5*time.Second, 20*time.Millisecond, "the lost task is removed from its queue")
+}
+
+// flakyAgents is the consumer of queue "flaky", whose agents the tests
+// play: each delivery is taken and never answered.
+func flakyAgents(t *testing.T, s *stack) jetstream.Consumer {
+	t.Helper()
+	cons, err := s.js.CreateOrUpdateConsumer(context.Background(), events.StreamTasks, jetstream.ConsumerConfig{
 		Durable: "agent-flaky", FilterSubject: events.TaskSubject("flaky"), AckPolicy: jetstream.AckExplicitPolicy,
 		AckWait: 300 * time.Millisecond, MaxDeliver: 2,
 	})
 	require.NoError(t, err)
-	_, err = s.c.Start(ctx, client.StartRequest{Workflow: "doomed", ID: "doomed-1"})
-	require.NoError(t, err)
+	return cons
+}
 
-	for delivery := 1; delivery <= 2; delivery++ { // each "agent" takes the task and dies
+// agentsDie takes a task twice (two agents that die with it), then waits
+// for the server to notice its deliveries are exhausted.
+func agentsDie(t *testing.T, cons jetstream.Consumer) {
+	t.Helper()
+	for delivery := 1; delivery <= 2; delivery++ {
 		batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
 		require.NoError(t, err)
 		n := 0
@@ -44,16 +70,49 @@ func TestJanitorFailsTaskWhoseAgentsDie(t *testing.T) {
 	}
 	// A pull waiting after the last delivery lets the server notice the limit.
 	go func() { _, _ = cons.Fetch(1, jetstream.FetchMaxWait(2*time.Second)) }()
+}
 
-	x := s.waitDone(t, "doomed-1", 20*time.Second)
-	require.Equal(t, projections.StatusFailed, x.Status)
-	require.Contains(t, x.Steps[0].Error, "delivered 2 times")
-	require.Equal(t, "janitor", x.Steps[0].Agent)
-
-	stream, err := s.js.Stream(ctx, events.StreamTasks)
+// TestJanitorLostTaskReplaysAutomatically: in a workflow replayable
+// automatically, the janitor's finding that a task was lost replays the
+// execution resuming at the (idempotent) step: its task is sent again
+// with a new attempt and token, and a healthy agent finishes it.
+func TestJanitorLostTaskReplaysAutomatically(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, nil)
+	ctx := context.Background()
+	s.apply(t, "name: resilient\nreplayable: automatically\nsteps:\n  - {id: fragile, kind: noop, queue: flaky, idempotent: yes}\n")
+	cons := flakyAgents(t, s)
+	_, err := s.c.Start(ctx, client.StartRequest{Workflow: "resilient", ID: "res-1"})
 	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		info, err := stream.Info(ctx)
-		return err == nil && info.State.Msgs == 0
-	}, 5*time.Second, 20*time.Millisecond, "the lost task is removed from its queue")
+	agentsDie(t, cons)
+
+	var task *events.Task
+	require.Eventually(t, func() bool { // the replay's task: a healthy agent takes it
+		batch, err := cons.Fetch(1, jetstream.FetchMaxWait(500*time.Millisecond))
+		if err != nil {
+			return false
+		}
+		for m := range batch.Messages() {
+			ev, err := events.Decode(m.Headers(), m.Data())
+			require.NoError(t, err)
+			if tk, ok := ev.Data.(*events.Task); ok && tk.Attempt == 2 {
+				task = tk
+				require.NoError(t, m.Ack())
+			}
+		}
+		return task != nil
+	}, 20*time.Second, 10*time.Millisecond, "no second attempt was sent")
+	ev := events.New("test-agent", task.ExecutionID, task.Workflow, time.Now(), &events.OperationSucceeded{TaskRef: task.Ref("healthy", 1)})
+	msg, err := events.Encode(events.ResultSubject(task.ExecutionID), ev)
+	require.NoError(t, err)
+	_, err = s.js.PublishMsg(ctx, msg)
+	require.NoError(t, err)
+
+	x := s.waitDone(t, "res-1", 20*time.Second)
+	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
+	require.Len(t, x.Replays, 1)
+	require.True(t, x.Replays[0].Automatic)
+	require.Equal(t, "fragile", x.Replays[0].Point)
+	require.Contains(t, x.Replays[0].Reason, "delivered 2 times")
+	requireLinear(t, s.history(t, "res-1"))
 }

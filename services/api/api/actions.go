@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -18,7 +19,16 @@ type actionRequest struct {
 	Reason string `json:"reason,omitempty"`
 	// RequestedBy names who asks (a person, a tool); the api's source if empty.
 	RequestedBy string `json:"requested_by,omitempty"`
+	// From and Force apply to a replay: where it goes on from (resume,
+	// last, start, or a step's id or path), and whether to ignore
+	// idempotency and replay points.
+	From  string `json:"from,omitempty"`
+	Force bool   `json:"force,omitempty"`
 }
+
+// replayFromRe is what a replay's from may hold: resume, last, start, a
+// step id or a step instance's path.
+var replayFromRe = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_\-/~@\[\]]{0,255}$`)
 
 // executionAction carries out an operator's action (cancel, force-cancel, kill, resume, force-resume)
 // on an execution. The answer is 200 once the history records it, 202 if
@@ -58,10 +68,22 @@ func (s *Server) executionAction(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: "requested_by",
 			Message: fmt.Sprintf("requested_by is %d bytes; at most %d are kept", len(req.RequestedBy), events.MaxRequestedBy)})
 		return
+	case req.Action != events.ActionReplay && req.From != "":
+		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: "from", Message: "from applies to the replay action only"})
+		return
+	case req.Action != events.ActionReplay && req.Force:
+		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: "force",
+			Message: "force applies to the replay action only (use force-cancel or force-resume)"})
+		return
+	case req.From != "" && !replayFromRe.MatchString(req.From):
+		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: "from",
+			Message: fmt.Sprintf("%q is not resume, last, start or a step's id or path (e.g. deploy, blk/deploy)", req.From)})
+		return
 	}
 	s.sendExecutionCommand(w, r, executionCommand{
 		execID: id, subject: events.SubjectAction,
-		data: &events.ExecutionAction{ExecutionID: id, Action: req.Action, Reason: req.Reason, RequestedBy: req.RequestedBy},
+		data: &events.ExecutionAction{ExecutionID: id, Action: req.Action, Reason: req.Reason, RequestedBy: req.RequestedBy,
+			From: req.From, Force: req.Force},
 		record: func(ev events.Event, key string) (bool, string) {
 			var rec events.ActionRecord
 			switch p := ev.Data.(type) {
@@ -70,6 +92,8 @@ func (s *Server) executionAction(w http.ResponseWriter, r *http.Request) {
 			case *events.ExecutionCancelled:
 				rec = p.ActionRecord
 			case *events.ExecutionResumed:
+				rec = p.ActionRecord
+			case *events.ExecutionReplayed:
 				rec = p.ActionRecord
 			}
 			if rec.Command != key {

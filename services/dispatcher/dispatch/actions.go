@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -80,7 +81,7 @@ func (d *Dispatcher) action(ctx context.Context, ev events.Event, p *events.Exec
 			switch p.Action {
 			case events.ActionKill:
 				return d.publishKill(ctx, x, key)
-			case events.ActionResume, events.ActionForceResume:
+			case events.ActionResume, events.ActionForceResume, events.ActionReplay:
 				return d.afterResume(ctx, x)
 			}
 			return d.advance(ctx, x)
@@ -98,6 +99,25 @@ func (d *Dispatcher) action(ctx context.Context, ev events.Event, p *events.Exec
 			return d.append(ctx, x, &events.ExecutionCancelled{ActionRecord: rec}) // nothing runs to wait for
 		}
 		switch p.Action {
+		case events.ActionReplay:
+			from := cmp.Or(p.From, events.ReplayResume)
+			if x.def.ReplayPolicy().Disabled {
+				return d.reject(ctx, ev, p.ExecutionID, events.CodeConflict,
+					fmt.Sprintf("workflow %s says replayable: disabled; it cannot be replayed (resume it instead)", x.def.Name))
+			}
+			plan, err := planReplay(x.def, s, from, p.Force)
+			var refused *replayRefused
+			if errors.As(err, &refused) {
+				return d.reject(ctx, ev, p.ExecutionID, events.CodeConflict,
+					fmt.Sprintf("execution %q cannot be replayed from %s: %s", p.ExecutionID, from, refused.msg))
+			}
+			if err != nil {
+				return err
+			}
+			if err := d.replay(ctx, x, rec, replayRequest{plan: plan, from: from, force: p.Force}); err != nil {
+				return err
+			}
+			return d.afterResume(ctx, x)
 		case events.ActionForceCancel:
 			log.Msg("execution force-cancelled")
 			return d.append(ctx, x, &events.ExecutionCancelled{ActionRecord: rec})
@@ -250,6 +270,16 @@ func (d *Dispatcher) afterResume(ctx context.Context, x *execState) error {
 	if !x.state.Status.Active() {
 		return nil // ended again since
 	}
+	if err := d.reopened(ctx, x); err != nil {
+		return err
+	}
+	return d.advance(ctx, x)
+}
+
+// reopened catches up with what happened while the execution was over:
+// timers that came due fire now, the kill is lifted, and results that
+// arrived (and were not recorded) are applied.
+func (d *Dispatcher) reopened(ctx context.Context, x *execState) error {
 	for id, t := range x.state.Timers {
 		if !t.Fired && !t.Due.After(d.cfg.Now()) {
 			if err := d.publishSchedule(ctx, x.id, x.workflow, id, t.Due); err != nil {
@@ -270,7 +300,13 @@ func (d *Dispatcher) afterResume(ctx context.Context, x *execState) error {
 			return err
 		}
 	}
-	return d.advance(ctx, x)
+	return nil
+}
+
+// stepError is the recorded error of a step instance.
+func stepError(s projections.Execution, id string) string {
+	st, _ := instanceOf(s, id)
+	return st.Error
 }
 
 // liftKill ends the kill of a resumed execution, so that agents run its

@@ -40,6 +40,8 @@ type action struct {
 	// delay is a retry's backoff; until a sleep's end.
 	delay time.Duration
 	until time.Time
+	// replay is the replay an actReplay records.
+	replay *replayRequest
 }
 
 type actionKind int
@@ -62,6 +64,7 @@ const (
 	actSucceed                      // append ExecutionSucceeded (with the rendered output)
 	actFail                         // append ExecutionFailed
 	actCancelled                    // a cancelling execution has nothing running: append ExecutionCancelled
+	actReplay                       // a retry step (or automatic recovery) replays the execution
 )
 
 // decide returns the next action for state s of definition d. It is pure:
@@ -286,6 +289,9 @@ func (e *engine) run(f frame) result {
 			st = projections.Step{ID: path, Kind: step.Kind}
 		}
 		if f.handler && st.Status == projections.OpSucceeded && (step.Kind == workflow.KindGoto || step.Kind == workflow.KindRetry) {
+			if step.Kind == workflow.KindRetry && step.Next != "" { // go on from next, like a goto
+				return result{state: done, jump: step.Next}
+			}
 			if step.Kind == workflow.KindRetry {
 				return result{state: done, retry: step.Retry}
 			}
@@ -366,6 +372,9 @@ func (e *engine) step(f frame, step workflow.Step, st projections.Step, env *laz
 	case projections.OpSkipped:
 		return result{state: done}
 	case projections.OpFailed:
+		if a, ok := e.autoReplay(step, st); ok {
+			return act(a)
+		}
 		if r := retryOf(step, f); r != nil && !e.s.DryRun && !st.Final && tries(st) < r.Limit && r.Retries(st.Error) {
 			return act(action{kind: actReschedule, step: step, attempt: st.Attempt, delay: r.Delay(tries(st)), jitter: r.Jitter})
 		}
@@ -391,6 +400,8 @@ func (e *engine) step(f frame, step workflow.Step, st projections.Step, env *laz
 		return act(e.schedule(step, st.Attempt+1, env))
 	case projections.OpPending:
 		switch {
+		case step.Kind == workflow.KindRetry && step.Replay:
+			return act(e.retryReplay(step, st))
 		case workflow.IsContainer(step.Kind):
 			return e.container(f, step, st, env)
 		case !workflow.IsOperation(step.Kind):
@@ -398,6 +409,9 @@ func (e *engine) step(f frame, step workflow.Step, st projections.Step, env *laz
 		}
 		return act(action{kind: actSend, step: step, attempt: st.Attempt, input: st.Input})
 	case projections.OpWaiting:
+		if step.Kind == workflow.KindRetry { // a replay's backoff
+			return act(e.retryReplay(step, st))
+		}
 		return act(waiting(step, st, e.s, env))
 	default: // sending, sent or started: the agents have it
 		if a := inFlight(e.s, step, st); a.kind != actWait {
@@ -855,6 +869,8 @@ func internal(step workflow.Step, st projections.Step, s projections.Execution, 
 		}
 		out, _ := json.Marshal(map[string]any{"retry": true, "next_attempt": int(attempt) + 1})
 		return action{kind: actComplete, step: step, attempt: st.Attempt, output: out}
+	case workflow.KindReplayable: // a replay point: nothing to do
+		return action{kind: actComplete, step: step, attempt: st.Attempt}
 	case workflow.KindGoto: // recorded as done; the frame then starts a new round at the target
 		out, _ := json.Marshal(map[string]string{"target": step.Target})
 		return action{kind: actComplete, step: step, attempt: st.Attempt, output: out}

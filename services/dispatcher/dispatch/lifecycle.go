@@ -260,7 +260,7 @@ func (d *Dispatcher) applyResult(ctx context.Context, x *execState, ref events.T
 		}
 	case *events.OperationFailed:
 		if st.Status.InFlight() {
-			p = &events.StepFailed{StepID: st.ID, Attempt: st.Attempt, Error: r.Error, Output: r.Output, Agent: r.Agent}
+			p = &events.StepFailed{StepID: st.ID, Attempt: st.Attempt, Error: r.Error, Output: r.Output, Agent: r.Agent, Lost: r.Lost}
 		}
 	}
 	if p == nil {
@@ -400,6 +400,15 @@ func (d *Dispatcher) act(ctx context.Context, x *execState, a action) error {
 		return d.finish(ctx, x, &events.ExecutionFailed{Error: a.err, StepID: id})
 	case actCancelled:
 		return d.finish(ctx, x, cancelled(x.state))
+	case actReplay:
+		rec := events.ActionRecord{Action: events.ActionReplay, RequestedBy: "retry step " + a.replay.cause}
+		if a.replay.automatic {
+			rec.RequestedBy, rec.Reason = "jetflow (replayable: automatically)", "step "+id+" was interrupted: "+stepError(x.state, id)
+		}
+		if err := d.replay(ctx, x, rec, *a.replay); err != nil {
+			return err
+		}
+		return d.reopened(ctx, x)
 	}
 	return permanentError{fmt.Errorf("unknown action %d", a.kind)}
 }

@@ -153,7 +153,7 @@ func (j *Janitor) lostTask(ctx context.Context, data []byte) error {
 }
 
 func (j *Janitor) fail(ctx context.Context, ref events.TaskRef, why, reason string) error {
-	ev := events.New(j.cfg.Source, ref.ExecutionID, ref.Workflow, j.cfg.Now(), &events.OperationFailed{TaskRef: ref, Error: reason})
+	ev := events.New(j.cfg.Source, ref.ExecutionID, ref.Workflow, j.cfg.Now(), &events.OperationFailed{TaskRef: ref, Error: reason, Lost: true})
 	ev.ID = ref.TaskID + "." + why
 	msg, err := events.Encode(events.ResultSubject(ref.ExecutionID), ev)
 	if err != nil {

@@ -28,7 +28,7 @@ are recorded in the execution's history.`,
 			if force {
 				action = events.ActionForceCancel
 			}
-			return a.act(cmd, args[0], action, reason)
+			return a.act(cmd, args[0], client.ActionRequest{Action: action, Reason: reason})
 		},
 	}
 	cmd.Flags().BoolVar(&force, "force", false, "cancel at once, without waiting for running steps")
@@ -48,7 +48,7 @@ context is cancelled. Who asked, when and why are recorded in the
 execution's history.`,
 		Args: oneExecution("kill ID [--reason TEXT]"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.act(cmd, args[0], events.ActionKill, reason)
+			return a.act(cmd, args[0], client.ActionRequest{Action: events.ActionKill, Reason: reason})
 		},
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why, kept in the execution's history")
@@ -73,11 +73,46 @@ asked, when and why are recorded in the execution's history.`,
 			if force {
 				action = events.ActionForceResume
 			}
-			return a.act(cmd, args[0], action, reason)
+			return a.act(cmd, args[0], client.ActionRequest{Action: action, Reason: reason})
 		},
 	}
 	cmd.Flags().BoolVar(&force, "force", false, "also run again the operations that were sending, sent or started")
 	cmd.Flags().StringVar(&reason, "reason", "", "why, kept in the execution's history")
+	return cmd
+}
+
+func (a *app) replayCmd() *cobra.Command {
+	var req client.ActionRequest
+	cmd := &cobra.Command{
+		Use:   "replay ID [--from resume|last|start|STEP] [--force] [--reason TEXT]",
+		Short: "Replay an execution from a replay point, or resuming at its last incomplete step",
+		Long: `Replay an execution (failed, cancelled, suspended, succeeded or started).
+
+  --from resume  (default) run the last incomplete step again if it is
+                 idempotent, with the variables as they were there and its
+                 recorded input; else replay from the last replay point
+                 before it
+  --from last    replay from the last replay point (a step marked
+                 replayable: from here that ran, or the start)
+  --from start   replay from the start (the workflow must say
+                 replayable: from start)
+  --from STEP    replay from STEP (an id, or a path such as blk/x) if it
+                 is a replay point, else from the last one before it
+
+Replaying from a point restores the variables as they were when it was
+entered and re-checks conditions and re-evaluates inputs. --force ignores
+idempotency and replay points (and replays over operations still
+running). A new execution token is issued. Who asked, when and why are
+recorded in the execution's history.`,
+		Args: oneExecution("replay ID [--from resume|last|start|STEP] [--force] [--reason TEXT]"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req.Action = events.ActionReplay
+			return a.act(cmd, args[0], req)
+		},
+	}
+	cmd.Flags().StringVar(&req.From, "from", events.ReplayResume, "resume, last, start, or a step's id or path")
+	cmd.Flags().BoolVar(&req.Force, "force", false, "ignore idempotency and replay points")
+	cmd.Flags().StringVar(&req.Reason, "reason", "", "why, kept in the execution's history")
 	return cmd
 }
 
@@ -91,12 +126,12 @@ func oneExecution(usage string) cobra.PositionalArgs {
 }
 
 // act asks for an action and says whether the history records it.
-func (a *app) act(cmd *cobra.Command, id, action, reason string) error {
-	by := "jetflow-cli"
+func (a *app) act(cmd *cobra.Command, id string, req client.ActionRequest) error {
+	req.RequestedBy = "jetflow-cli"
 	if u, err := user.Current(); err == nil && u.Username != "" {
-		by = u.Username
+		req.RequestedBy = u.Username
 	}
-	res, err := a.client().Act(cmd.Context(), id, client.ActionRequest{Action: action, Reason: reason, RequestedBy: by})
+	res, err := a.client().Act(cmd.Context(), id, req)
 	if err != nil {
 		return err
 	}

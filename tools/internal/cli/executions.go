@@ -153,6 +153,14 @@ func printExecution(w io.Writer, x projections.Execution) {
 	if x.Resumes > 0 {
 		fmt.Fprintf(tw, "resumed\t%d time(s), last at %s\n", x.Resumes, x.ResumedAt.Local().Format(time.RFC3339Nano))
 	}
+	for _, r := range x.Replays {
+		fmt.Fprintf(tw, "replayed\t%s at %s (asked: from %s) by %s at %s", r.Mode, cmp.Or(r.Point, "the start"), r.From,
+			cmp.Or(r.RequestedBy, "?"), r.At.Local().Format(time.RFC3339Nano))
+		if r.Reason != "" {
+			fmt.Fprintf(tw, ": %s", r.Reason)
+		}
+		fmt.Fprintln(tw)
+	}
 	if c := x.Cancellation; c != nil {
 		fmt.Fprintf(tw, "cancel\t%s by %s at %s", c.Action, cmp.Or(c.RequestedBy, "?"), c.RequestedAt.Local().Format(time.RFC3339Nano))
 		if c.Reason != "" {
