@@ -177,8 +177,8 @@ func validateStepList(add func(string, string, ...any), addErr func(string, erro
 		}
 		if s.Kind == KindRetry {
 			switch {
-			case !retryOK && !s.Replay:
-				add(f("kind"), "a retry step belongs in the on-error steps of a step (it runs that step again), or says replay: true (in any on-error steps)")
+			case !retryOK && !(s.Replay && contains(extra, "error")):
+				add(f("kind"), "a retry step belongs in the on-error steps of a step (it runs that step again); with replay: true, in any on-error steps")
 			case s.Retry == nil:
 				add(f("retry"), "is required: the limit of attempts in all (and a backoff), e.g. {limit: 3}")
 			}

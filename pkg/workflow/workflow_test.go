@@ -151,6 +151,11 @@ func TestParseErrors(t *testing.T) {
 			field: "steps[0].on-error[0].next", line: 6, msg: "add replay: true",
 		},
 		{
+			name:  "RetryReplayInMainSteps",
+			input: head + "  - {id: a, kind: noop}\n  - {id: r, kind: retry, replay: true, retry: {limit: 2}}\n",
+			field: "steps[1].kind", line: 4, msg: "with replay: true, in any on-error steps",
+		},
+		{
 			name:  "ReplayOnANoop",
 			input: head + "  - id: a\n    kind: noop\n    replay: true\n",
 			field: "steps[0].replay", line: 5, msg: "does not apply to a noop step",

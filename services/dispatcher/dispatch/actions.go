@@ -52,6 +52,10 @@ func (d *Dispatcher) notStarted(ctx context.Context, ev events.Event, execID str
 // is recorded in the history with who asked and why; a command handled
 // twice (redelivered after a crash) is recorded once.
 func (d *Dispatcher) action(ctx context.Context, ev events.Event, p *events.ExecutionAction) error {
+	if p.Action != events.ActionReplay && (p.From != "" || p.Force) {
+		return d.reject(ctx, ev, p.ExecutionID, events.CodeInvalid,
+			fmt.Sprintf("from and force apply to the replay action only, not to %s (use force-cancel or force-resume)", p.Action))
+	}
 	if !events.ValidAction(p.Action) {
 		return d.reject(ctx, ev, p.ExecutionID, events.CodeInvalid,
 			fmt.Sprintf("action %q is not known; use one of: %s", p.Action, strings.Join(events.Actions, ", ")))
@@ -105,7 +109,15 @@ func (d *Dispatcher) action(ctx context.Context, ev events.Event, p *events.Exec
 				return d.reject(ctx, ev, p.ExecutionID, events.CodeConflict,
 					fmt.Sprintf("workflow %s says replayable: disabled; it cannot be replayed (resume it instead)", x.def.Name))
 			}
-			plan, err := planReplay(x.def, s, from, p.Force)
+			stored, err := d.storedResults(ctx, x)
+			if err != nil {
+				return err
+			}
+			settled := map[string]bool{}
+			for id := range stored {
+				settled[id] = true
+			}
+			plan, err := planReplay(x.def, s, replayAsk{from: from, force: p.Force, settled: settled})
 			var refused *replayRefused
 			if errors.As(err, &refused) {
 				return d.reject(ctx, ev, p.ExecutionID, events.CodeConflict,
@@ -182,9 +194,9 @@ func (d *Dispatcher) publishKill(ctx context.Context, x *execState, command stri
 func resetFor(d workflow.Definition, s projections.Execution, force bool, failedBefore map[string]bool) []string {
 	var out []string
 	reset := map[string]bool{}
-	e := newEngine(d, s)
+	e := lookingEngine(d, s)
 	for _, st := range s.Steps {
-		if staleHandler(s, st.ID, reset) {
+		if staleHandler(s, st.ID, reset) || !current(s, st.ID) {
 			continue
 		}
 		switch {

@@ -167,7 +167,10 @@ type result struct {
 // engine holds what one decision needs: the definition, the state, and the
 // step instances indexed by path and by the frame they belong to.
 type engine struct {
-	rounds   bool // some step ran again after a goto
+	rounds bool // some step ran again after a goto
+	// noReplay: this engine only looks (at errors, at what is being
+	// handled), it does not plan the replays retry steps ask for.
+	noReplay bool
 	d        workflow.Definition
 	s        projections.Execution
 	byPath   map[string]projections.Step
@@ -177,6 +180,11 @@ type engine struct {
 
 func newEngine(d workflow.Definition, s projections.Execution) *engine {
 	return &engine{d: d, s: s}
+}
+
+// lookingEngine is an engine that only looks (see engine.noReplay).
+func lookingEngine(d workflow.Definition, s projections.Execution) *engine {
+	return &engine{d: d, s: s, noReplay: true}
 }
 
 // instance returns the step instance at path, if the history has it. Small

@@ -62,16 +62,18 @@ type ran struct {
 	// hidden: in on-error steps, or in a block replayable: disabled;
 	// neither a replay point nor a place to resume at.
 	hidden bool
-	// allIdempotent: the workflow, or a block around it, says idempotent: all.
+	// allIdempotent: the workflow (or the called workflow, or a block
+	// around it) says idempotent: all.
 	allIdempotent bool
 }
 
-// instances returns the step instances that ran, in the order they were
-// entered.
+// instances returns the step instances of the current run that ran, in
+// the order they were entered: not those of an earlier attempt of a
+// container or of an earlier attempt's on-error steps.
 func instances(d workflow.Definition, s projections.Execution) []ran {
 	var out []ran
 	for _, st := range s.Steps {
-		if st.Status == projections.OpNone || st.Entered == 0 {
+		if st.Status == projections.OpNone || st.Entered == 0 || !current(s, st.ID) {
 			continue
 		}
 		step, ok := resolveStep(d, s, st.ID)
@@ -81,15 +83,69 @@ func instances(d workflow.Definition, s projections.Execution) []ran {
 		anc, _, inHandler := ancestry(s, st.ID)
 		r := ran{st: st, step: step, hidden: inHandler, allIdempotent: d.IdempotentAll()}
 		for _, a := range anc {
-			if as, ok := resolveStep(d, s, a); ok {
-				r.hidden = r.hidden || as.ReplayDisabled()
-				r.allIdempotent = r.allIdempotent || as.IdempotentAll()
+			as, ok := resolveStep(d, s, a)
+			if !ok {
+				continue
+			}
+			r.hidden = r.hidden || as.ReplayDisabled()
+			switch {
+			case as.Kind == workflow.KindWorkflow && as.Workflow != "": // idempotent: all does not reach into a called workflow
+				r.allIdempotent = calledDefinition(s, a).IdempotentAll()
+			case as.IdempotentAll():
+				r.allIdempotent = true
 			}
 		}
 		out = append(out, r)
 	}
 	slices.SortStableFunc(out, func(a, b ran) int { return a.st.Entered - b.st.Entered })
 	return out
+}
+
+// calledDefinition is the definition a call step's instance recorded.
+func calledDefinition(s projections.Execution, inst string) workflow.Definition {
+	st, _ := instanceOf(s, inst)
+	var called struct {
+		Definition workflow.Definition `json:"definition"`
+	}
+	_ = json.Unmarshal(st.Input, &called)
+	return called.Definition
+}
+
+// current reports whether a step instance belongs to the current attempt
+// of every container and failed step around it.
+func current(s projections.Execution, path string) bool {
+	if staleHandler(s, path, nil) {
+		return false
+	}
+	segs := strings.Split(path, "/")
+	prefix := ""
+	for _, seg := range segs[:len(segs)-1] {
+		if seg == "on-error" || isHandlerSeg(seg) {
+			prefix += seg + "/"
+			continue
+		}
+		if st, ok := instanceOf(s, prefix+containerPath(seg)); ok && workflow.IsContainer(st.Kind) {
+			attempt := 1
+			if i := strings.IndexByte(seg, '@'); i >= 0 {
+				attempt, _ = strconv.Atoi(digitsAfter(seg[i+1:]))
+			}
+			if attempt != max(st.Attempt, 1) {
+				return false
+			}
+		}
+		prefix += seg + "/"
+	}
+	return true
+}
+
+// digitsAfter returns the leading digits of s (a container attempt, before
+// a foreach index).
+func digitsAfter(s string) string {
+	i := 0
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	return s[:i]
 }
 
 // point is a replay point: a step instance, or the start (path "").
@@ -122,104 +178,144 @@ func replayPoints(d workflow.Definition, runs []ran) []point {
 	return pts
 }
 
-// lastBefore returns the last replay point entered no later than entered.
-func lastBefore(pts []point, entered int) (point, bool) {
-	for i := len(pts) - 1; i >= 0; i-- {
-		if pts[i].entered <= entered {
-			return pts[i], true
-		}
-	}
-	return point{}, false
+// replayAsk is what a replay is asked to do.
+type replayAsk struct {
+	from  string
+	force bool
+	// step, for a replay asked for a failed step (by a retry step in its
+	// on-error steps, or after its task was lost), is that step's
+	// instance: resuming resumes at it, and the replay point must lead
+	// to it again.
+	step string
+	// settled are operations with the agents whose result is already
+	// stored: they are not running any more.
+	settled map[string]bool
 }
 
-// planReplay plans a replay from where (resume, last, start, or a step's
-// id or path); force ignores idempotency and replay points.
-func planReplay(d workflow.Definition, s projections.Execution, from string, force bool) (replayPlan, error) {
+// planReplay plans a replay.
+func planReplay(d workflow.Definition, s projections.Execution, ask replayAsk) (replayPlan, error) {
 	runs := instances(d, s)
 	pts := replayPoints(d, runs)
 	var p replayPlan
-	switch from {
+	switch ask.from {
 	case events.ReplayStart:
-		if !force && (len(pts) == 0 || pts[0].path != "") {
+		if !ask.force && (len(pts) == 0 || pts[0].path != "") {
 			if d.ReplayPolicy().FromStart {
 				return p, refuse("a later step cleared the start as a replay point (replayable: from here only, or reset); replay from last, or force")
 			}
 			return p, refuse("workflow %s is not replayable from start (say replayable: from start); replay from last, or force", d.Name)
 		}
-		return startPlan(s), nil
+		p = startPlan(s)
+		return p, checkIdle(s, p.reset, ask)
 	case events.ReplayLast:
+		if ask.step != "" {
+			return pointBefore(d, s, pts, ask, ask.step, 0)
+		}
 		if len(pts) == 0 {
 			return p, refuse("no replay point: no step marked replayable: from here has run (or a later one cleared them), and the workflow is not replayable from start")
 		}
-		return pointPlan(d, s, pts[len(pts)-1], force)
+		return pointPlan(d, s, pts[len(pts)-1], ask)
 	case events.ReplayResume, "":
-		return resumePlan(d, s, runs, pts, force)
+		return resumePlan(d, s, runs, pts, ask)
 	}
-	target, ok := findRun(runs, from)
+	target, ok := findRun(runs, ask.from)
 	if !ok {
-		if _, exists := findStep(d, from); exists {
-			return p, refuse("step %q has not run in this execution: replay from a step that ran", from)
+		if _, exists := findStep(d, ask.from); exists {
+			return p, refuse("step %q has not run in this execution: replay from a step that ran", ask.from)
 		}
-		return p, refuse("no step %q in workflow %s", from, d.Name)
+		return p, refuse("no step %q in workflow %s", ask.from, d.Name)
 	}
 	if target.hidden {
 		return p, refuse("step %s is in on-error steps or in a block that is replayable: disabled; replay from a step around it", target.st.ID)
 	}
-	if force {
-		return pointPlan(d, s, point{path: target.st.ID, entered: target.st.Entered}, true)
+	if ask.force {
+		return pointPlan(d, s, point{path: target.st.ID, entered: target.st.Entered}, ask)
 	}
-	pt, ok := lastBefore(pts, target.st.Entered)
-	if !ok {
-		return p, refuse("step %s is not a replay point and no replay point ran before it (mark steps replayable: from here, or the workflow replayable: from start); or force", target.st.ID)
+	return pointBefore(d, s, pts, ask, target.st.ID, target.st.Entered)
+}
+
+// pointBefore plans a replay from the last replay point (entered no later
+// than upTo, if not 0) from which the execution comes to instance path
+// again: one in its list before it, before a container around it, or
+// inside it (a container).
+func pointBefore(d workflow.Definition, s projections.Execution, pts []point, ask replayAsk, path string, upTo int) (replayPlan, error) {
+	for i := len(pts) - 1; i >= 0; i-- {
+		if upTo > 0 && pts[i].entered > upTo {
+			continue
+		}
+		p, err := pointPlan(d, s, pts[i], ask)
+		if err != nil {
+			return p, err
+		}
+		if pts[i].path == path || slices.Contains(p.reset, path) || slices.Contains(p.reopen, path) { // before it, or inside it
+			return p, nil
+		}
 	}
-	return pointPlan(d, s, pt, false)
+	return replayPlan{}, refuse("no replay point before step %s leads to it again (mark a step before it replayable: from here, or the workflow replayable: from start); or force", path)
 }
 
 // resumePlan plans a replay resuming: at the last incomplete step if it
 // is idempotent (or forced), else from the last replay point before it.
-func resumePlan(d workflow.Definition, s projections.Execution, runs []ran, pts []point, force bool) (replayPlan, error) {
-	incomplete := map[string]bool{}
-	for _, id := range resetFor(d, s, true, nil) { // unrecovered failures, retries due, operations with the agents
-		incomplete[id] = true
-	}
+func resumePlan(d workflow.Definition, s projections.Execution, runs []ran, pts []point, ask replayAsk) (replayPlan, error) {
 	var last *ran
 	for i := range runs {
 		r := &runs[i]
-		switch r.st.Status {
-		case projections.OpPending, projections.OpWaiting:
-			if workflow.IsContainer(r.st.Kind) {
-				continue // its steps say where it is
+		if ask.step != "" {
+			if r.st.ID == ask.step {
+				last = r
 			}
-		default:
-			if !incomplete[r.st.ID] {
-				continue
-			}
+			continue
 		}
-		if !r.hidden && (last == nil || r.st.Entered > last.st.Entered) {
-			last = r
+		if r.hidden || !incomplete(r.st) || (last != nil && r.st.Entered < last.st.Entered) {
+			continue
 		}
+		last = r
 	}
 	if last == nil {
-		if s.Status == projections.StatusSucceeded {
-			return replayPlan{}, refuse("nothing to resume: the execution succeeded; replay from a step, from last or from start")
+		return replayPlan{}, refuse("nothing to resume: no step is incomplete; replay from a step, from last or from start (or resume a cancelled execution)")
+	}
+	idempotent := last.step.IsIdempotent(last.allIdempotent) && !last.hidden
+	if workflow.IsContainer(last.st.Kind) && hasChildren(s, last.st.ID) {
+		idempotent = false // what failed inside it is hidden from replays (replayable: disabled)
+	}
+	if !ask.force && !idempotent {
+		if len(pts) == 0 {
+			return replayPlan{}, refuse("step %s is not idempotent (say idempotent: yes if it may run again) and no replay point ran before it; replay from start, or force", last.st.ID)
 		}
-		return replayPlan{mode: events.ReplayModeResume, keepVars: true}, nil // it goes on where it stopped
+		return pointBefore(d, s, pts, ask, last.st.ID, last.st.Entered)
 	}
-	if force || last.step.IsIdempotent(last.allIdempotent) {
-		anc, frame, _ := ancestry(s, last.st.ID)
-		p := replayPlan{point: last.st.ID, mode: events.ReplayModeResume, entered: last.st.Entered,
-			resume: []string{last.st.ID}, reopen: anc}
-		reset := map[string]bool{}
+	if !ask.force && last.st.Status.InFlight() && !ask.settled[last.st.ID] {
+		return replayPlan{}, refuse("step %s is still running on an agent: wait for its result, cancel the execution first, or force", last.st.ID)
+	}
+	anc, frame, _ := ancestry(s, last.st.ID)
+	p := replayPlan{point: last.st.ID, mode: events.ReplayModeResume, entered: last.st.Entered,
+		resume: []string{last.st.ID}, reopen: anc}
+	reset := map[string]bool{}
+	if !workflow.IsContainer(last.st.Kind) { // a container resumed keeps what ran in it
 		addDescendants(s, reset, last.st.ID)
-		addHandlers(s, reset, frame, anc)
-		p.reset = sortedPaths(s, reset)
-		return p, nil
 	}
-	pt, ok := lastBefore(pts, last.st.Entered)
-	if !ok {
-		return replayPlan{}, refuse("step %s is not idempotent (say idempotent: yes if it may run again) and no replay point ran before it; replay from start, or force", last.st.ID)
+	addHandlers(s, reset, frame, anc)
+	p.reset = sortedPaths(s, reset)
+	return p, nil
+}
+
+// incomplete reports whether a step instance has yet to finish: it
+// failed, waits for a retry, a timer or a signal, or is with the agents.
+// Containers say so only when they failed (their steps say where they are).
+func incomplete(st projections.Step) bool {
+	switch st.Status {
+	case projections.OpFailed:
+		return true
+	case projections.OpPending, projections.OpWaiting, projections.OpRescheduled:
+		return !workflow.IsContainer(st.Kind)
 	}
-	return pointPlan(d, s, pt, false)
+	return st.Status.InFlight()
+}
+
+func hasChildren(s projections.Execution, id string) bool {
+	set := map[string]bool{}
+	addDescendants(s, set, id)
+	return len(set) > 0
 }
 
 // startPlan runs every step again from the start, with no variables.
@@ -238,10 +334,10 @@ func startPlan(s projections.Execution) replayPlan {
 // it are reopened and what follows each of them starts over too, as do
 // the on-error steps that ran for those lists. Without force, nothing that
 // starts over may still be with an agent.
-func pointPlan(d workflow.Definition, s projections.Execution, pt point, force bool) (replayPlan, error) {
+func pointPlan(d workflow.Definition, s projections.Execution, pt point, ask replayAsk) (replayPlan, error) {
 	if pt.path == "" {
 		p := startPlan(s)
-		return p, checkIdle(s, p.reset, force)
+		return p, checkIdle(s, p.reset, ask)
 	}
 	anc, frame, _ := ancestry(s, pt.path)
 	reset := map[string]bool{}
@@ -255,17 +351,17 @@ func pointPlan(d workflow.Definition, s projections.Execution, pt point, force b
 		addDescendants(s, reset, id)
 	}
 	p := replayPlan{point: pt.path, mode: events.ReplayModeReplay, entered: pt.entered, reopen: anc, reset: sortedPaths(s, reset)}
-	return p, checkIdle(s, p.reset, force)
+	return p, checkIdle(s, p.reset, ask)
 }
 
 // checkIdle refuses to start over an operation still with an agent unless
 // forced (its late result is then ignored).
-func checkIdle(s projections.Execution, reset []string, force bool) error {
-	if force {
+func checkIdle(s projections.Execution, reset []string, ask replayAsk) error {
+	if ask.force {
 		return nil
 	}
 	for _, id := range reset {
-		if st, ok := instanceOf(s, id); ok && st.Status.InFlight() {
+		if st, ok := instanceOf(s, id); ok && st.Status.InFlight() && !ask.settled[id] {
 			return refuse("step %s is still running on an agent: wait for its result, cancel the execution first, or force", id)
 		}
 	}
@@ -388,18 +484,33 @@ func ancestry(s projections.Execution, path string) (anc []string, prefix string
 	return anc, prefix, inHandler
 }
 
-// findRun finds the last instance that ran of a step given by its path
-// (e.g. blk/x) or its id.
+// findRun finds the last run of a step given by its id (e.g. x), its
+// place (blk/x) or an instance's exact path (x~1, blk@2/x): of a step
+// that ran several times (a goto's rounds, a container's attempts), the
+// latest; a step's run before one in on-error steps with the same id.
 func findRun(runs []ran, from string) (ran, bool) {
-	for i := len(runs) - 1; i >= 0; i-- {
-		if runs[i].st.ID == from {
-			return runs[i], true
+	if strings.ContainsAny(from, "~@[") {
+		for i := len(runs) - 1; i >= 0; i-- {
+			if runs[i].st.ID == from {
+				return runs[i], true
+			}
 		}
 	}
+	var found *ran
 	for i := len(runs) - 1; i >= 0; i-- {
-		if causeKey(runs[i].st.ID) == from || localID(lastSegment(runs[i].st.ID)) == from {
-			return runs[i], true
+		r := &runs[i]
+		if causeKey(r.st.ID) != from && localID(lastSegment(r.st.ID)) != from {
+			continue
 		}
+		if !r.hidden {
+			return *r, true
+		}
+		if found == nil {
+			found = r
+		}
+	}
+	if found != nil {
+		return *found, true
 	}
 	return ran{}, false
 }
@@ -431,8 +542,8 @@ func findStep(d workflow.Definition, id string) (workflow.Step, bool) {
 }
 
 // causeKey is a step instance's place in the definition: its path without
-// rounds, attempts, foreach indexes and on-error attempts (a retry step's
-// replays are counted by it).
+// rounds, container attempts and on-error attempts, with its foreach
+// indexes (a retry step's replays are counted by it, per item).
 func causeKey(path string) string {
 	segs := strings.Split(path, "/")
 	for i, seg := range segs {
@@ -440,17 +551,26 @@ func causeKey(path string) string {
 			segs[i] = "on-error"
 			continue
 		}
-		segs[i] = localID(seg)
+		index := ""
+		if j := strings.IndexByte(seg, '['); j >= 0 {
+			index = seg[j:]
+		}
+		segs[i] = localID(seg) + index
 	}
 	return strings.Join(segs, "/")
 }
 
-// replaysBy counts the replays a retry step (by its causeKey) asked for.
+// replaysBy counts the replays a retry step (by its causeKey) asked for
+// since an operator last replayed the execution: an operator's replay
+// gives retry steps their count afresh, as a resume does.
 func replaysBy(s projections.Execution, cause string) int {
 	n := 0
 	for _, r := range s.Replays {
-		if r.Cause == cause {
+		switch {
+		case r.Cause == cause:
 			n++
+		case r.Cause == "" && !r.Automatic:
+			n = 0
 		}
 	}
 	return n
@@ -472,6 +592,9 @@ func automaticReplays(s projections.Execution) int {
 // for a replay from its next (a step, last, or end: resuming); without a
 // replay point to go to, it fails.
 func (e *engine) retryReplay(step workflow.Step, st projections.Step) action {
+	if e.noReplay {
+		return action{kind: actWait}
+	}
 	key := causeKey(st.ID)
 	n := replaysBy(e.s, key)
 	if n+1 >= step.Retry.Limit {
@@ -498,7 +621,7 @@ func (e *engine) retryReplay(step workflow.Step, st projections.Step) action {
 	default:
 		from = step.Next
 	}
-	plan, err := planReplay(e.d, e.s, from, false)
+	plan, err := planReplay(e.d, e.s, replayAsk{from: from, step: failedOwner(e.d, e.s, st.ID)})
 	if err != nil {
 		return action{kind: actStepFail, step: step, path: st.ID, attempt: st.Attempt, final: true, err: "replay: " + err.Error()}
 	}
@@ -509,14 +632,40 @@ func (e *engine) retryReplay(step workflow.Step, st projections.Step) action {
 // automatically whose step st failed because its task was lost (its
 // agents died), if one can be done.
 func (e *engine) autoReplay(step workflow.Step, st projections.Step) (action, bool) {
-	if !st.Lost || e.s.DryRun || !e.d.ReplayPolicy().Automatically || automaticReplays(e.s) >= maxAutomaticReplays {
+	if e.noReplay || !st.Lost || e.s.DryRun || !e.d.ReplayPolicy().Automatically || automaticReplays(e.s) >= maxAutomaticReplays {
 		return action{}, false
 	}
-	plan, err := planReplay(e.d, e.s, events.ReplayResume, false)
+	plan, err := planReplay(e.d, e.s, replayAsk{from: events.ReplayResume, step: st.ID})
 	if err != nil {
 		return action{}, false // the failure stands, and is handled as usual
 	}
 	return action{kind: actReplay, step: step, path: st.ID, replay: &replayRequest{plan: plan, from: events.ReplayResume, automatic: true}}, true
+}
+
+// failedOwner returns the failed step whose on-error steps hold the
+// instance at path: the step that owns them, or for the workflow's (or a
+// called workflow's) on-error steps, the last failed step of its steps.
+func failedOwner(d workflow.Definition, s projections.Execution, path string) string {
+	segs := strings.Split(path, "/")
+	for i := len(segs) - 2; i >= 0; i-- {
+		switch {
+		case isHandlerSeg(segs[i]):
+			return strings.Join(segs[:i], "/")
+		case segs[i] == "on-error":
+			within := strings.Join(segs[:i], "/")
+			if within != "" {
+				within += "/"
+			}
+			last := ""
+			for _, r := range instances(d, s) {
+				if !r.hidden && r.st.Status == projections.OpFailed && strings.HasPrefix(r.st.ID, within) {
+					last = r.st.ID
+				}
+			}
+			return last
+		}
+	}
+	return ""
 }
 
 // replayRequest is a replay decided by decide (actReplay) or asked by an

@@ -29,7 +29,7 @@ func resolveFrame(d workflow.Definition, s projections.Execution, path string) (
 	if len(segs) > 1 && segs[0] == "on-error" { // the workflow's on-error steps
 		// The error they see is the failure of the workflow's steps, as
 		// decide computes it.
-		msg := newEngine(d, s).run(frame{steps: d.Steps, retry: d.Retry}).err
+		msg := lookingEngine(d, s).run(frame{steps: d.Steps, retry: d.Retry}).err
 		f = f.child("on-error/", d.OnError, map[string]any{"error": map[string]any{"message": msg}})
 		f.handler = true
 		segs = segs[1:]
@@ -86,7 +86,7 @@ func resolveFrame(d workflow.Definition, s projections.Execution, path string) (
 			f = f.child(f.prefix+seg+"/", called.Definition.Steps, map[string]any{"input": orObject(decode(called.Input))})
 			f.retry = called.Definition.Retry
 			if next == "on-error" { // the called workflow's own on-error steps
-				msg := newEngine(d, s).run(f).err // the called workflow's failure, as decide computes it
+				msg := lookingEngine(d, s).run(f).err // the called workflow's failure, as decide computes it
 				f = f.child(f.prefix+"on-error/", called.Definition.OnError, map[string]any{"error": map[string]any{"message": msg}})
 				f.handler = true
 				i++
