@@ -105,3 +105,30 @@ func TestRetentionStartHashRejected(t *testing.T) {
 	require.Contains(t, rej.Reason, "gives an empty key")
 	require.Empty(t, readHistory(t, b.js, "grouped", "g1"))
 }
+
+// TestStartOfExpiredExecutionRefused: a start command whose execution ran
+// and has since expired (its claim marked so by the janitor, its history
+// purged) is refused, never run a second time.
+func TestStartOfExpiredExecutionRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.register(t, "once", "a")
+	ev := events.New("test-client", "", "", time.Now(), &events.StartExecution{Workflow: "once", ExecutionID: "gone-1"})
+	ids, err := b.js.KeyValue(t.Context(), events.BucketExecutionIDs)
+	require.NoError(t, err)
+	claim, err := json.Marshal(dispatch.Claim{CommandKey: events.CommandKey(ev.Source, ev.ID), Workflow: "once",
+		ClaimedAt: time.Now().Add(-time.Hour), ExpiredAt: time.Now()})
+	require.NoError(t, err)
+	_, err = ids.Create(t.Context(), "gone-1", claim)
+	require.NoError(t, err)
+	runDispatcher(t, b.js, dispatch.Config{})
+
+	msg, err := events.Encode(events.SubjectStart, ev)
+	require.NoError(t, err)
+	_, err = b.js.PublishMsg(t.Context(), msg)
+	require.NoError(t, err)
+	rej := readRejection(t, b.js, events.CommandKey(ev.Source, ev.ID))
+	require.Equal(t, events.CodeConflict, rej.Code)
+	require.Contains(t, rej.Reason, `execution "gone-1" expired under its retention rule`)
+	require.Empty(t, readHistory(t, b.js, "once", "gone-1"))
+}
