@@ -79,6 +79,14 @@ steps:
 	require.Error(t, err, "the history is gone")
 	require.Contains(t, err.Error(), "expired under its retention rule")
 	require.Empty(t, evs)
+	// Nothing is left to act on.
+	_, err = s.c.Act(ctx, "plain-1", client.ActionRequest{Action: events.ActionResume})
+	var gone *client.Error
+	require.ErrorAs(t, err, &gone)
+	require.Equal(t, http.StatusGone, gone.Status)
+	_, err = s.c.Signal(ctx, "plain-1", "go", nil)
+	require.ErrorAs(t, err, &gone)
+	require.Equal(t, http.StatusGone, gone.Status)
 	// The id stays taken: ids are unique forever.
 	_, err = s.c.Start(ctx, client.StartRequest{Workflow: "plain", ID: "plain-1"})
 	var ce *client.Error
