@@ -85,36 +85,13 @@ func (j *Janitor) expire(ctx context.Context) (expired, failed int, err error) {
 	if err != nil {
 		return 0, 0, fmt.Errorf("open executions bucket: %w", err)
 	}
-	w, err := kv.WatchAll(ctx)
-	if err != nil {
-		return 0, 0, fmt.Errorf("read executions: %w", err)
-	}
-	defer func() { _ = w.Stop() }()
 	now := j.cfg.Now()
-	groups := map[string][]finished{}
-	total, oldMarkers := 0, 0
-	for e := range w.Updates() {
-		if e == nil {
-			break // every read model seen
-		}
-		if e.Operation() != jetstream.KeyValuePut {
-			if now.Sub(e.Created()) > markerAge {
-				oldMarkers++
-			}
-			continue
-		}
-		var f finished
-		if json.Unmarshal(e.Value(), &f) != nil || !f.Status.Terminal() || f.EndedAt.IsZero() {
-			continue // running (or unreadable): never expired
-		}
-		f.ID = e.Key()
-		groups[f.group()] = append(groups[f.group()], f)
-		total++
-	}
-	if err := ctx.Err(); err != nil {
+	groups, total, oldMarkers, err := readFinished(ctx, kv, now)
+	if err != nil {
 		return 0, 0, err
 	}
 	rules := map[string]retention.Rule{}
+	var st *stores // opened at the first expiry
 	for key, list := range groups {
 		slices.SortFunc(list, func(a, b finished) int { // most recent first
 			if c := b.EndedAt.Compare(a.EndedAt); c != 0 {
@@ -135,7 +112,12 @@ func (j *Janitor) expire(ctx context.Context) (expired, failed int, err error) {
 			if rule.Keep(rank, now.Sub(f.EndedAt)) {
 				continue
 			}
-			done, err := j.purge(ctx, kv, f)
+			if st == nil {
+				if st, err = j.openStores(ctx, kv); err != nil {
+					return expired, failed, err
+				}
+			}
+			done, err := j.purge(ctx, st, f)
 			if err != nil {
 				failed++
 				j.metrics.errors.Inc()
@@ -162,6 +144,47 @@ func (j *Janitor) expire(ctx context.Context) (expired, failed int, err error) {
 	return expired, failed, nil
 }
 
+// readFinished reads every read model once and groups the finished
+// executions; it also counts the markers of deleted read models older
+// than markerAge.
+func readFinished(ctx context.Context, kv jetstream.KeyValue, now time.Time) (groups map[string][]finished, total, oldMarkers int, err error) {
+	w, err := kv.WatchAll(ctx)
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("read executions: %w", err)
+	}
+	defer func() {
+		// The watcher's handler blocks on its channel once it is full:
+		// updates that arrive meanwhile (the projector's, or our own
+		// deletions) must be drained for it to end and close the channel.
+		_ = w.Stop()
+		for range w.Updates() {
+		}
+	}()
+	groups = map[string][]finished{}
+	for e := range w.Updates() {
+		if e == nil {
+			break // every read model seen
+		}
+		if e.Operation() != jetstream.KeyValuePut {
+			if now.Sub(e.Created()) > markerAge {
+				oldMarkers++
+			}
+			continue
+		}
+		var f finished
+		if json.Unmarshal(e.Value(), &f) != nil || !f.Status.Terminal() || f.EndedAt.IsZero() {
+			continue // running (or unreadable): never expired
+		}
+		f.ID = e.Key()
+		groups[f.group()] = append(groups[f.group()], f)
+		total++
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, 0, 0, err
+	}
+	return groups, total, oldMarkers, nil
+}
+
 // rule is the rule an execution's read model records, with parent and
 // system resolved to the configured default.
 func (j *Janitor) rule(text string) (retention.Rule, error) {
@@ -173,6 +196,27 @@ func (j *Janitor) rule(text string) (retention.Rule, error) {
 		return retention.Rule{}, err
 	}
 	return r.Resolve(j.system), nil
+}
+
+// stores are what deleting an execution touches.
+type stores struct {
+	events, results jetstream.Stream
+	models, ids     jetstream.KeyValue
+}
+
+func (j *Janitor) openStores(ctx context.Context, models jetstream.KeyValue) (*stores, error) {
+	st := &stores{models: models}
+	var err error
+	if st.events, err = j.js.Stream(ctx, events.StreamEvents); err != nil {
+		return nil, fmt.Errorf("open events stream: %w", err)
+	}
+	if st.results, err = j.js.Stream(ctx, events.StreamResults); err != nil {
+		return nil, fmt.Errorf("open results stream: %w", err)
+	}
+	if st.ids, err = j.js.KeyValue(ctx, events.BucketExecutionIDs); err != nil {
+		return nil, fmt.Errorf("open execution ids bucket: %w", err)
+	}
+	return st, nil
 }
 
 // purge deletes an expired execution: it marks its id's claim expired,
@@ -187,13 +231,9 @@ func (j *Janitor) rule(text string) (retention.Rule, error) {
 // It returns false, and deletes nothing, when the history has gone on
 // past the read model (a resume, or a projector that is behind): the
 // next sweep decides again on the newer read model.
-func (j *Janitor) purge(ctx context.Context, kv jetstream.KeyValue, f finished) (bool, error) {
-	stream, err := j.js.Stream(ctx, events.StreamEvents)
-	if err != nil {
-		return false, fmt.Errorf("open events stream: %w", err)
-	}
+func (j *Janitor) purge(ctx context.Context, st *stores, f finished) (bool, error) {
 	subject := events.ExecutionSubject(f.Workflow, f.ID)
-	last, err := stream.GetLastMsgForSubject(ctx, subject)
+	last, err := st.events.GetLastMsgForSubject(ctx, subject)
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound): // purged already, by a sweep that stopped halfway
 	case err != nil:
@@ -203,20 +243,16 @@ func (j *Janitor) purge(ctx context.Context, kv jetstream.KeyValue, f finished) 
 			Msg("retention: history is ahead of the read model, decided again next sweep")
 		return false, nil
 	}
-	if err := j.markExpired(ctx, f.ID); err != nil {
+	if err := j.markExpired(ctx, st.ids, f.ID); err != nil {
 		return false, err
 	}
-	if err := stream.Purge(ctx, jetstream.WithPurgeSubject(subject)); err != nil {
+	if err := st.events.Purge(ctx, jetstream.WithPurgeSubject(subject)); err != nil {
 		return false, fmt.Errorf("purge history of %s: %w", f.ID, err)
 	}
-	results, err := j.js.Stream(ctx, events.StreamResults)
-	if err != nil {
-		return false, fmt.Errorf("open results stream: %w", err)
-	}
-	if err := results.Purge(ctx, jetstream.WithPurgeSubject(events.ResultSubject(f.ID))); err != nil {
+	if err := st.results.Purge(ctx, jetstream.WithPurgeSubject(events.ResultSubject(f.ID))); err != nil {
 		return false, fmt.Errorf("purge results of %s: %w", f.ID, err)
 	}
-	if err := kv.Purge(ctx, f.ID); err != nil {
+	if err := st.models.Purge(ctx, f.ID); err != nil {
 		return false, fmt.Errorf("delete read model of %s: %w", f.ID, err)
 	}
 	return true, nil
@@ -226,11 +262,7 @@ func (j *Janitor) purge(ctx context.Context, kv jetstream.KeyValue, f finished) 
 // expired, keeping the claim: the id stays taken (a start command that
 // reuses it is refused) and the api can tell an expired execution from an
 // unknown one. Fields of the claim it does not know are kept.
-func (j *Janitor) markExpired(ctx context.Context, id string) error {
-	ids, err := j.js.KeyValue(ctx, events.BucketExecutionIDs)
-	if err != nil {
-		return fmt.Errorf("open execution ids bucket: %w", err)
-	}
+func (j *Janitor) markExpired(ctx context.Context, ids jetstream.KeyValue, id string) error {
 	for range 5 {
 		e, err := ids.Get(ctx, id)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {

@@ -413,3 +413,15 @@ func TestRetentionBadDefault(t *testing.T) {
 		require.True(t, strings.Contains(err.Error(), "RetentionDefault"), err.Error())
 	}
 }
+
+// TestRetentionManySweptAtOnce: a sweep that deletes more executions than
+// the read-model watcher buffers (256) ends without leaving the watcher's
+// goroutine blocked (TestMain checks for leaks).
+func TestRetentionManySweptAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setupRetention(t, "")
+	b.finished(t, "bulk", 300, now, rule("0"))
+	require.Equal(t, 300, b.sweep(t).Expired)
+	require.Empty(t, b.kept(t))
+	require.Equal(t, 300.0, b.purged(t, "bulk"))
+}
