@@ -34,11 +34,12 @@ test/short: ## Quick tests (skips the crash and end-to-end tests)
 	$(GO) test -short -count=1 $(PKGS)
 
 .PHONY: fuzz
-fuzz: ## Fuzz event decoding, folding and the workflow parser (FUZZTIME each: a count like 200000x or a duration)
+fuzz: ## Fuzz event decoding, folding, the workflow parser and retention rules (FUZZTIME each: a count like 200000x or a duration)
 	$(GO) test ./pkg/events -run '^$$' -fuzz FuzzDecode -fuzztime $(or $(FUZZTIME),200000x)
 	$(GO) test ./pkg/events -run '^$$' -fuzz FuzzDirectDecode -fuzztime $(or $(FUZZTIME),200000x)
 	$(GO) test ./pkg/projections -run '^$$' -fuzz FuzzFold -fuzztime $(or $(FUZZTIME),200000x)
 	$(GO) test ./pkg/workflow -run '^$$' -fuzz FuzzParse -fuzztime $(or $(FUZZTIME),200000x)
+	$(GO) test ./pkg/retention -run '^$$' -fuzz FuzzParse -fuzztime $(or $(FUZZTIME),200000x)
 
 .PHONY: bench
 bench: ## Benchmark: 10-step noop executions through all four services (steps/s, p50/p99)

@@ -36,6 +36,19 @@ type ExecutionStarted struct {
 	WaitAfterFail bool `json:"wait_after_fail,omitempty"`
 	// DryRun: the workflow is walked, no operation runs.
 	DryRun bool `json:"dry_run,omitempty"`
+	// Retention is the workflow's retention rule; nil when it sets none
+	// (the system default applies).
+	Retention *Retention `json:"retention,omitempty"`
+}
+
+// Retention records the retention rule in force for an execution from an
+// event on: Rule in the syntax of package retention (context already
+// replaced by the rule before; parent and system are resolved by the
+// janitor), and Key the group the execution is counted in ("" for its
+// workflow's name).
+type Retention struct {
+	Rule string `json:"rule"`
+	Key  string `json:"key,omitempty"`
 }
 
 // ExecutionSuspended records a failure of an execution started with
@@ -67,6 +80,9 @@ type StepScheduled struct {
 	Kind    string          `json:"kind,omitempty"`
 	Attempt int             `json:"attempt"`
 	Input   json.RawMessage `json:"input,omitempty"`
+	// Retention is the execution's retention from now on, set when the
+	// step (first attempt) has a retention: field.
+	Retention *Retention `json:"retention,omitempty"`
 }
 
 // StepSending moves a step to sending: its task is about to be published.

@@ -133,6 +133,12 @@ type Execution struct {
 	// Ignored lists the agents' reports that changed nothing (a stale token
 	// or attempt), by their CloudEvent id.
 	Ignored []string `json:"ignored,omitempty"`
+	// Retention is the retention rule in force (package retention syntax;
+	// "" for the system default) and RetentionKey the group the execution
+	// is counted in ("" for its workflow's name). A step with retention:
+	// changes them when it is scheduled.
+	Retention    string `json:"retention,omitempty"`
+	RetentionKey string `json:"retention_key,omitempty"`
 	// Replays are the replays recorded, in order.
 	Replays []Replay `json:"replays,omitempty"`
 	// Resumes counts the resumes and replays; ResumedAt is the last one's
@@ -346,6 +352,9 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 		s.Status, s.StartedAt = StatusStarted, ev.Time
 		s.Input, s.Token, s.CommandKey, s.StartedBy = e.Input, e.Token, e.CommandKey, e.StartedBy
 		s.WaitAfterFail, s.DryRun = e.WaitAfterFail, e.DryRun
+		if e.Retention != nil {
+			s.Retention, s.RetentionKey = e.Retention.Rule, e.Retention.Key
+		}
 		s.Steps = make([]Step, len(e.Steps))
 		for i, r := range e.Steps {
 			s.Steps[i] = Step{ID: r.ID, Kind: r.Kind}
@@ -391,6 +400,9 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 		return s, nil
 	case *events.StepScheduled:
 		s = s.instance(e.StepID, e.Kind)
+		if e.Retention != nil {
+			s.Retention, s.RetentionKey = e.Retention.Rule, e.Retention.Key
+		}
 		return s.step(ev, e.StepID, OpPending, func(st *Step) {
 			st.enter(s.Events)
 			st.Attempt, st.Input, st.ScheduledAt = e.Attempt, e.Input, ev.Time

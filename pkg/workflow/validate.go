@@ -14,6 +14,7 @@ import (
 
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/expression"
+	"jetflow.dev/pkg/retention"
 )
 
 var (
@@ -86,6 +87,7 @@ func (d Definition) validate() []FieldError {
 	}
 	checkDuration(add, "timeout", d.Timeout)
 	checkRetry(add, "retry", d.Retry)
+	checkRetention(add, "retention", d.Retention, expression.Roots)
 
 	checkWorkflowReplay(add, "", d.Idempotent, d.Replayable)
 	validateSteps(add, addErr, "steps", d.Steps, 0, nil)
@@ -163,6 +165,7 @@ func validateStepList(add func(string, string, ...any), addErr func(string, erro
 		}
 		checkDuration(add, f("timeout"), s.Timeout)
 		checkRetry(add, f("retry"), s.Retry)
+		checkRetention(add, f("retention"), s.Retention, roots)
 		s.validateKind(add, addErr, f, roots)
 		if s.Kind == KindGoto {
 			switch {
@@ -215,8 +218,13 @@ func (s Step) validateContainer(add func(string, string, ...any), addErr func(st
 				add(f("version"), "must be 0 (the latest when the step runs) or a version number")
 			}
 			addErr(f("input"), expression.Compile(s.Input, roots))
+		case s.Retention != "":
+			// Only a change of retention (the seed's "workflow retention <value>").
+			if s.Input != nil || s.Version != 0 {
+				add(f("input"), "input and version apply to a workflow called by name")
+			}
 		default:
-			add(f("steps"), "a workflow step needs steps (a block) or workflow (another workflow's name)")
+			add(f("steps"), "a workflow step needs steps (a block), workflow (another workflow's name) or retention")
 		}
 	case KindForeach:
 		if s.Items == nil {
@@ -433,6 +441,24 @@ func checkDuration(add func(string, string, ...any), field, v string) {
 	d, err := time.ParseDuration(v)
 	if err != nil || d <= 0 {
 		add(field, "%q is not a positive duration (e.g. 30s, 5m, 2h)", v)
+	}
+}
+
+// checkRetention parses a retention rule; the key of its hash may hold
+// expressions over roots.
+func checkRetention(add func(string, string, ...any), field string, r Retention, roots []string) {
+	if r == "" {
+		return
+	}
+	spec, err := retention.Parse(string(r))
+	if err != nil {
+		add(field, "%q is not a retention rule: %s", string(r), strings.TrimPrefix(err.Error(), retention.ErrInvalid.Error()+": "))
+		return
+	}
+	if spec.Hash != "" {
+		if err := expression.Compile(spec.Hash, roots); err != nil {
+			add(field, "hash %s", oneLine(err))
+		}
 	}
 }
 

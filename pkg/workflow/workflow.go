@@ -93,6 +93,9 @@ type Definition struct {
 	Timeout string `yaml:"timeout,omitempty" json:"timeout,omitempty"`
 	// Retry is the retry policy of operation steps that set none.
 	Retry *Retry `yaml:"retry,omitempty" json:"retry,omitempty"`
+	// Retention says how long its finished executions are kept (see
+	// docs/retention.md); default parent (the system default).
+	Retention Retention `yaml:"retention,omitempty" json:"retention,omitempty"`
 	// OnError runs when the workflow fails (for cleanup or notice); the
 	// execution still fails unless a return or goto in it says otherwise.
 	OnError []Step `yaml:"on-error,omitempty" json:"on-error,omitempty"`
@@ -164,6 +167,10 @@ type Step struct {
 	// on from that step like a goto.
 	Replay bool   `yaml:"replay,omitempty" json:"replay,omitempty"`
 	Next   string `yaml:"next,omitempty" json:"next,omitempty"`
+	// Retention, on any step, changes the execution's retention rule (and
+	// group, with hash) when the step is scheduled; a workflow step with
+	// only retention does nothing else.
+	Retention Retention `yaml:"retention,omitempty" json:"retention,omitempty"`
 
 	// call: a custom operation, by name, on Queue, with Input.
 	Operation string `yaml:"operation,omitempty" json:"operation,omitempty"`
@@ -470,4 +477,26 @@ func (s Step) HTTPMethod() string {
 		return http.MethodGet
 	}
 	return strings.ToUpper(s.Method)
+}
+
+// Retention is a retention rule as written in a definition (see package
+// retention for the syntax). A YAML number is kept as its text, so
+// retention: 5 and retention: "5" are the same.
+type Retention string
+
+// UnmarshalYAML keeps the text of any value; validation checks it.
+func (r *Retention) UnmarshalYAML(unmarshal func(any) error) error {
+	var v any
+	if err := unmarshal(&v); err != nil {
+		return err
+	}
+	switch x := v.(type) {
+	case string:
+		*r = Retention(x)
+	case nil:
+		*r = ""
+	default: // a number; anything else is reported by validation, with its line
+		*r = Retention(fmt.Sprint(x))
+	}
+	return nil
 }

@@ -41,7 +41,8 @@ func (p *devProcess) start() {
 	require.NoError(p.t, err)
 	p.cmd = exec.Command(p.bin, "dev", "--data", filepath.Join(p.dir, "data"),
 		"--nats-addr", fmt.Sprintf("127.0.0.1:%d", p.natsPort), "--http", fmt.Sprintf("127.0.0.1:%d", p.httpPort),
-		"--task-ack-wait", "1s", "--log-level", "warn", "--log-json")
+		"--task-ack-wait", "1s", "--log-level", "warn", "--log-json",
+		"--retention-default", "forever") // the tests read every execution after it ends
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	require.NoError(p.t, p.cmd.Start())
 	require.Eventually(p.t, func() bool {

@@ -133,6 +133,25 @@ var exampleRuns = map[string][]exampleRun{
 			require.JSONEq(t, `1`, string(x.Output))
 		},
 	}},
+	"retention.yaml": {
+		{
+			input: map[string]any{"host": "web-1"},
+			want:  projections.StatusSucceeded,
+			check: func(t *testing.T, x projections.Execution) {
+				require.JSONEq(t, `{"host":"web-1","result":"provisioned web-1"}`, string(x.Output))
+				require.Equal(t, "parent", x.Retention, "the last step restored the default")
+				require.Equal(t, "provision-vm", x.RetentionKey)
+			},
+		},
+		{
+			input: map[string]any{"host": "web-2", "fail": true},
+			want:  projections.StatusFailed,
+			check: func(t *testing.T, x projections.Execution) {
+				require.Equal(t, "forever", x.Retention)
+				require.Equal(t, "provision-vm failed", x.RetentionKey)
+			},
+		},
+	},
 	"approval.yaml": {
 		{
 			input: map[string]any{"change": "resize db-1", "amount": 120, "window": "10ms"},

@@ -32,6 +32,8 @@ func startStack(t *testing.T, mod func(*devstack.Config)) *stack {
 		DataDir: t.TempDir(), NATSAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
 		Log:         zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
 		TaskAckWait: 2 * time.Second, JanitorInterval: 500 * time.Millisecond, IdleAfter: 5 * time.Second,
+		// Tests read their executions after they end; retention tests set their own.
+		RetentionDefault: "forever",
 	}
 	if mod != nil {
 		mod(&cfg)

@@ -55,6 +55,10 @@ func (s *Server) sendExecutionCommand(w http.ResponseWriter, r *http.Request, c 
 		s.internal(w, r, fmt.Errorf("decode claim of %s: %w", id, err))
 		return
 	}
+	if ee := (*expiredError)(nil); errors.As(expired(id, e.Value()), &ee) {
+		writeExpired(w, ee) // nothing left to act on
+		return
+	}
 	cmdID := uuid.NewString()
 	idemKey := r.Header.Get("Idempotency-Key")
 	if len(idemKey) > 200 {

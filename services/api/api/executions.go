@@ -195,6 +195,8 @@ func (s *Server) answerExistingClaim(w http.ResponseWriter, r *http.Request, id,
 	resp := startResponse{ID: id, Workflow: claim.Workflow, Status: "accepted", Links: links(id)}
 	if x, err := s.loadExecution(r.Context(), id); err == nil {
 		resp.Status, resp.State = string(x.Status), &x
+	} else if ee := (*expiredError)(nil); errors.As(err, &ee) {
+		resp.Status = "expired"
 	}
 	writeJSON(w, http.StatusOK, resp)
 	return true
@@ -354,7 +356,11 @@ func (s *Server) loadExecution(ctx context.Context, id string) (projections.Exec
 	if !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return x, err
 	}
-	if _, err := s.ids.Get(ctx, id); err != nil {
+	claim, err := s.ids.Get(ctx, id)
+	if err != nil {
+		return x, err
+	}
+	if err := expired(id, claim.Value()); err != nil {
 		return x, err
 	}
 	evs, err := history.Read(ctx, s.js, events.ExecutionFilter(id), 0)
@@ -380,6 +386,10 @@ func (s *Server) getExecution(w http.ResponseWriter, r *http.Request) {
 	x, err := s.loadExecution(r.Context(), id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		writeError(w, http.StatusNotFound, apiError{Code: "not_found", Field: "id", Message: fmt.Sprintf("execution %q does not exist", id)})
+		return
+	}
+	if ee := (*expiredError)(nil); errors.As(err, &ee) {
+		writeExpired(w, ee)
 		return
 	}
 	if err != nil {
@@ -536,11 +546,14 @@ func (s *Server) executionEvents(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, apiError{Code: "not_found", Field: "id", Message: fmt.Sprintf("execution %q does not exist", id)})
 		return
 	}
-	if _, err := s.ids.Get(r.Context(), id); errors.Is(err, jetstream.ErrKeyNotFound) {
+	if claim, err := s.ids.Get(r.Context(), id); errors.Is(err, jetstream.ErrKeyNotFound) {
 		writeError(w, http.StatusNotFound, apiError{Code: "not_found", Field: "id", Message: fmt.Sprintf("execution %q does not exist", id)})
 		return
 	} else if err != nil {
 		s.internal(w, r, err)
+		return
+	} else if ee := (*expiredError)(nil); errors.As(expired(id, claim.Value()), &ee) {
+		writeExpired(w, ee)
 		return
 	}
 	if strings.Contains(r.Header.Get("Accept"), "text/event-stream") {

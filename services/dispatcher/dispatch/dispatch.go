@@ -423,7 +423,7 @@ func (d *Dispatcher) evict(id string) {
 // append validates p against the fold, then appends it with the expected
 // last subject sequence.
 func (d *Dispatcher) append(ctx context.Context, x *execState, p events.Payload) error {
-	p = d.fit(p, x.state.WaitAfterFail)
+	p = d.fit(d.withRetention(x, p), x.state.WaitAfterFail)
 	ev := events.New(d.cfg.Source, x.id, x.workflow, d.cfg.Now(), p)
 	ev.PrevSeq = x.state.LastSeq
 	next, err := projections.Apply(x.state, ev)

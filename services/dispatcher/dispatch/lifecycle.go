@@ -24,6 +24,9 @@ type Claim struct {
 	CommandKey string    `json:"command_key"`
 	Workflow   string    `json:"workflow"`
 	ClaimedAt  time.Time `json:"claimed_at"`
+	// ExpiredAt is when the janitor deleted the execution under its
+	// retention rule; zero while it is kept. The id stays claimed.
+	ExpiredAt time.Time `json:"expired_at,omitzero"`
 }
 
 // start applies a start command: it claims the execution id forever (a KV
@@ -90,6 +93,10 @@ func (d *Dispatcher) start(ctx context.Context, ev events.Event, cmd *events.Sta
 		Workflow: rec.Name, Version: rec.Version, Input: input, Steps: rec.Definition.StepRefs(),
 		Definition: def, Token: newToken(), CommandKey: key, StartedBy: ev.Source, WaitAfterFail: cmd.WaitAfterFail, DryRun: cmd.DryRun,
 	}
+	if started.Retention, err = startRetention(rec.Definition, projections.Execution{ID: id, Workflow: rec.Name,
+		Version: rec.Version, Input: input, StartedAt: d.cfg.Now()}); err != nil {
+		return reject(events.CodeInvalid, "%s", err)
+	}
 	if size, limit := d.encodedSize(id, cmd.Workflow, started), d.js.Conn().MaxPayload(); size > limit {
 		return reject(events.CodeInvalid, "input and definition take %d bytes, more than the %d a message may hold; make the input smaller", size, limit)
 	}
@@ -99,6 +106,10 @@ func (d *Dispatcher) start(ctx context.Context, ev events.Event, cmd *events.Sta
 	}
 	if claim.CommandKey != key {
 		return reject(events.CodeConflict, "execution id %q is already used (by workflow %s); execution ids are unique forever", id, claim.Workflow)
+	}
+	if !claim.ExpiredAt.IsZero() { // this command ran, and its execution has since expired: never run it again
+		return reject(events.CodeConflict, "execution %q expired under its retention rule at %s and its history was deleted; execution ids are unique forever: start a new execution with a new id",
+			id, claim.ExpiredAt.UTC().Format(time.RFC3339))
 	}
 	return d.withExecution(ctx, cmd.Workflow, id, func(x *execState) error {
 		if x.state.Status == projections.StatusNone {

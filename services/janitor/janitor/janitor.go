@@ -7,7 +7,9 @@
 //   - idle executions: a started execution with no activity for IdleAfter
 //     is nudged with a reconcile command (the dispatcher re-decides, which
 //     is idempotent), and a step whose task vanished from its queue without
-//     a result is reported failed.
+//     a result is reported failed;
+//   - retention: finished executions that their retention rule no longer
+//     keeps have their history and read model deleted (see retention.go).
 package janitor
 
 import (
@@ -20,12 +22,14 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/projections"
+	"jetflow.dev/pkg/retention"
 )
 
 // AdvisoriesConsumer is the janitor's durable consumer of advisories.
@@ -42,12 +46,20 @@ type Config struct {
 	Source string
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
+	// RetentionDefault is the system retention rule: it applies to
+	// executions whose workflow sets none, and to parent and system in
+	// rules. It cannot refer to context, parent or system. Default "3"
+	// (the three most recent finished executions of each group).
+	RetentionDefault string
+	// Registerer, if set, receives the janitor's Prometheus metrics.
+	Registerer prometheus.Registerer
 }
 
 func (c Config) withDefaults() Config {
 	c.Interval = cmp.Or(c.Interval, 30*time.Second)
 	c.IdleAfter = cmp.Or(c.IdleAfter, 2*time.Minute)
 	c.Source = cmp.Or(c.Source, "jetflow/janitor")
+	c.RetentionDefault = cmp.Or(c.RetentionDefault, DefaultRetention)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -56,9 +68,11 @@ func (c Config) withDefaults() Config {
 
 // Janitor does maintenance.
 type Janitor struct {
-	cfg Config
-	js  jetstream.JetStream
-	log zerolog.Logger
+	cfg     Config
+	js      jetstream.JetStream
+	log     zerolog.Logger
+	system  retention.Rule
+	metrics *metrics
 }
 
 // New returns a janitor; call Run to start it.
@@ -67,7 +81,15 @@ func New(cfg Config, js jetstream.JetStream, log zerolog.Logger) (*Janitor, erro
 	if cfg.Interval <= 0 || cfg.IdleAfter <= 0 {
 		return nil, fmt.Errorf("janitor: Interval and IdleAfter must be positive")
 	}
-	return &Janitor{cfg: cfg, js: js, log: log}, nil
+	system, err := retention.ParseDefault(cfg.RetentionDefault)
+	if err != nil {
+		return nil, fmt.Errorf("janitor: RetentionDefault %q: %w", cfg.RetentionDefault, err)
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	return &Janitor{cfg: cfg, js: js, log: log, system: system, metrics: m}, nil
 }
 
 // Run works until ctx ends.
@@ -90,7 +112,8 @@ func (j *Janitor) Run(ctx context.Context) error {
 		return fmt.Errorf("consume advisories: %w", err)
 	}
 	defer func() { cc.Drain(); <-cc.Closed() }()
-	j.log.Info().Str("interval", j.cfg.Interval.String()).Str("idle_after", j.cfg.IdleAfter.String()).Msg("janitor running")
+	j.log.Info().Str("interval", j.cfg.Interval.String()).Str("idle_after", j.cfg.IdleAfter.String()).
+		Str("retention_default", j.system.String()).Msg("janitor running")
 	t := time.NewTicker(j.cfg.Interval)
 	defer t.Stop()
 	for {
@@ -103,9 +126,9 @@ func (j *Janitor) Run(ctx context.Context) error {
 				j.log.Error().Err(err).Msg("sweep")
 				continue
 			}
-			if res.Reconciled+res.LostTasks+res.Errors > 0 {
+			if res.Reconciled+res.LostTasks+res.Expired+res.Errors > 0 {
 				j.log.Info().Int("checked", res.Checked).Int("reconciled", res.Reconciled).Int("lost_tasks", res.LostTasks).
-					Int("errors", res.Errors).Msg("sweep")
+					Int("expired", res.Expired).Int("errors", res.Errors).Msg("sweep")
 			}
 		}
 	}
@@ -170,11 +193,28 @@ type Result struct {
 	Checked    int
 	Reconciled int
 	LostTasks  int
-	Errors     int
+	// Expired counts finished executions deleted under their retention rule.
+	Expired int
+	Errors  int
 }
 
-// RunOnce sweeps the execution read models once.
+// RunOnce sweeps the execution read models once: idle executions, then
+// retention.
 func (j *Janitor) RunOnce(ctx context.Context) (Result, error) {
+	res, err := j.sweepIdle(ctx)
+	if err != nil {
+		return res, err
+	}
+	expired, failed, err := j.expire(ctx)
+	res.Expired, res.Errors = expired, res.Errors+failed
+	if err != nil {
+		return res, fmt.Errorf("retention: %w", err)
+	}
+	return res, nil
+}
+
+// sweepIdle nudges idle executions and reports lost tasks.
+func (j *Janitor) sweepIdle(ctx context.Context) (Result, error) {
 	var res Result
 	kv, err := j.js.KeyValue(ctx, events.BucketExecutions)
 	if err != nil {

@@ -57,6 +57,7 @@ with its own NATS connection. Stop it with Ctrl-C; start it again on the same
 	f.DurationVar(&cfg.KillGrace, "kill-grace", 5*time.Second, "time between SIGTERM and SIGKILL for exec steps")
 	f.DurationVar(&cfg.JanitorInterval, "janitor-interval", 30*time.Second, "time between janitor sweeps")
 	f.DurationVar(&cfg.IdleAfter, "idle-after", 2*time.Minute, "inactivity before the janitor checks an execution")
+	f.StringVar(&cfg.RetentionDefault, "retention-default", "3", "system retention rule for executions whose workflow sets none (e.g. 3, 7d, forever)")
 	f.BoolVar(&cfg.LogNATS, "log-nats", false, "include the NATS server's own log")
 	f.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
 	f.BoolVar(&jsonLogs, "log-json", false, "log JSON lines instead of console text")

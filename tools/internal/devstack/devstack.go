@@ -59,6 +59,8 @@ type Config struct {
 	// Janitor settings.
 	JanitorInterval time.Duration
 	IdleAfter       time.Duration
+	// RetentionDefault is the system retention rule (default 3).
+	RetentionDefault string
 	// Log receives every service's log.
 	Log zerolog.Logger
 	// LogNATS forwards the server's own log.
@@ -143,7 +145,8 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 		return a.Run(ctx)
 	})
 	start("janitor", func(ctx context.Context, c *bus.Conn) error {
-		j, err := janitor.New(janitor.Config{Interval: cfg.JanitorInterval, IdleAfter: cfg.IdleAfter}, c.JS, log("janitor"))
+		j, err := janitor.New(janitor.Config{Interval: cfg.JanitorInterval, IdleAfter: cfg.IdleAfter,
+			RetentionDefault: cfg.RetentionDefault}, c.JS, log("janitor"))
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,134 @@
+package dispatch_test
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/projections"
+	"jetflow.dev/pkg/workflow"
+	"jetflow.dev/services/dispatcher/dispatch"
+)
+
+const keeperYAML = `name: keeper
+retention: max(context, 6h) hash ${input.who}-runs
+steps:
+  - id: first
+    kind: let
+    vars: {x: 1}
+  - id: keep-failures
+    kind: workflow
+    retention: forever hash ${workflow.name} failed
+  - id: later
+    kind: let
+    vars: {y: 2}
+    retention: min(context, 3)
+  - id: empty-key
+    kind: workflow
+    condition: ${input.who == ""}
+    retention: hash ${input.who}
+`
+
+// startInput publishes a start command with the given input and returns
+// its command key.
+func (b *testBundle) startInput(t *testing.T, wf, execID, input string) string {
+	t.Helper()
+	ev := events.New("test-client", "", "", time.Now(), &events.StartExecution{Workflow: wf, ExecutionID: execID, Input: json.RawMessage(input)})
+	msg, err := events.Encode(events.SubjectStart, ev)
+	require.NoError(t, err)
+	_, err = b.js.PublishMsg(t.Context(), msg, jetstream.WithMsgID(ev.ID))
+	require.NoError(t, err)
+	return events.CommandKey(ev.Source, ev.ID)
+}
+
+// TestRetentionRecorded: the workflow's rule is recorded when the
+// execution starts (context meaning parent, the hash rendered over the
+// input), and each step with retention: changes rule and group when it is
+// scheduled, in the history, so the fold (and the read model) has them.
+func TestRetentionRecorded(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	def, err := workflow.Parse([]byte(keeperYAML))
+	require.NoError(t, err)
+	_, _, err = b.defs.Apply(t.Context(), def)
+	require.NoError(t, err)
+	runDispatcher(t, b.js, dispatch.Config{})
+
+	b.startInput(t, "keeper", "k1", `{"who":"ops"}`)
+	x, evs := waitStatus(t, b.js, "keeper", "k1", projections.StatusSucceeded)
+	requireLinear(t, evs)
+
+	started := evs[0].Data.(*events.ExecutionStarted)
+	require.Equal(t, &events.Retention{Rule: "max(parent, 6h)", Key: "ops-runs"}, started.Retention)
+	var changes []events.Retention
+	for _, ev := range evs {
+		if s, ok := ev.Data.(*events.StepScheduled); ok && s.Retention != nil {
+			changes = append(changes, *s.Retention)
+		}
+	}
+	require.Equal(t, []events.Retention{
+		{Rule: "forever", Key: "keeper failed"},
+		{Rule: "min(forever, 3)", Key: "keeper failed"}, // context is the rule before; no hash keeps the group
+	}, changes)
+	require.Equal(t, "min(forever, 3)", x.Retention)
+	require.Equal(t, "keeper failed", x.RetentionKey)
+	require.Equal(t, projections.OpSkipped, x.Steps[x.StepIndex("empty-key")].Status)
+
+	// A hash key that renders empty fails its step, like any expression
+	// of the step that cannot be evaluated.
+	b.startInput(t, "keeper", "k2", `{"who":""}`)
+	x, _ = waitStatus(t, b.js, "keeper", "k2", projections.StatusFailed)
+	st := x.Steps[x.StepIndex("empty-key")]
+	require.Equal(t, projections.OpFailed, st.Status)
+	require.Contains(t, st.Error, `retention hash "${input.who}" gives an empty key`)
+	require.Equal(t, "min(forever, 3)", x.Retention, "the failed step changed nothing")
+}
+
+// TestRetentionStartHashRejected: a workflow whose hash cannot be
+// rendered at start is refused with the reason, and nothing is stored.
+func TestRetentionStartHashRejected(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	def, err := workflow.Parse([]byte("name: grouped\nretention: 2 hash ${input.team}\nsteps:\n  - id: a\n    kind: let\n    vars: {x: 1}\n"))
+	require.NoError(t, err)
+	_, _, err = b.defs.Apply(t.Context(), def)
+	require.NoError(t, err)
+	runDispatcher(t, b.js, dispatch.Config{})
+
+	key := b.startInput(t, "grouped", "g1", `{"team":""}`)
+	rej := readRejection(t, b.js, key)
+	require.Equal(t, events.CodeInvalid, rej.Code)
+	require.Contains(t, rej.Reason, "gives an empty key")
+	require.Empty(t, readHistory(t, b.js, "grouped", "g1"))
+}
+
+// TestStartOfExpiredExecutionRefused: a start command whose execution ran
+// and has since expired (its claim marked so by the janitor, its history
+// purged) is refused, never run a second time.
+func TestStartOfExpiredExecutionRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.register(t, "once", "a")
+	ev := events.New("test-client", "", "", time.Now(), &events.StartExecution{Workflow: "once", ExecutionID: "gone-1"})
+	ids, err := b.js.KeyValue(t.Context(), events.BucketExecutionIDs)
+	require.NoError(t, err)
+	claim, err := json.Marshal(dispatch.Claim{CommandKey: events.CommandKey(ev.Source, ev.ID), Workflow: "once",
+		ClaimedAt: time.Now().Add(-time.Hour), ExpiredAt: time.Now()})
+	require.NoError(t, err)
+	_, err = ids.Create(t.Context(), "gone-1", claim)
+	require.NoError(t, err)
+	runDispatcher(t, b.js, dispatch.Config{})
+
+	msg, err := events.Encode(events.SubjectStart, ev)
+	require.NoError(t, err)
+	_, err = b.js.PublishMsg(t.Context(), msg)
+	require.NoError(t, err)
+	rej := readRejection(t, b.js, events.CommandKey(ev.Source, ev.ID))
+	require.Equal(t, events.CodeConflict, rej.Code)
+	require.Contains(t, rej.Reason, `execution "gone-1" expired under its retention rule`)
+	require.Empty(t, readHistory(t, b.js, "once", "gone-1"))
+}

@@ -1,0 +1,295 @@
+package janitor
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/projections"
+	"jetflow.dev/pkg/retention"
+)
+
+// DefaultRetention is the system retention rule when none is configured:
+// the three most recent finished executions of each group are kept.
+const DefaultRetention = "3"
+
+// metrics are the janitor's Prometheus metrics.
+type metrics struct {
+	purged   *prometheus.CounterVec
+	errors   prometheus.Counter
+	finished prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		purged: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "jetflow_janitor_executions_purged_total",
+			Help: "Finished executions whose history and read model the janitor deleted under their retention rule.",
+		}, []string{"workflow"}),
+		errors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "jetflow_janitor_purge_errors_total",
+			Help: "Expired executions the janitor could not delete (retried on the next sweep).",
+		}),
+		finished: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "jetflow_janitor_finished_executions",
+			Help: "Finished executions kept, as counted by the last retention sweep.",
+		}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.purged, m.errors, m.finished} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("janitor: register metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// finished is what retention needs of a finished execution's read model.
+// The JSON names are those of [projections.Execution]; decoding only
+// these fields keeps a sweep cheap.
+type finished struct {
+	ID           string             `json:"id"`
+	Workflow     string             `json:"workflow"`
+	Status       projections.Status `json:"status"`
+	EndedAt      time.Time          `json:"ended_at"`
+	Retention    string             `json:"retention"`
+	RetentionKey string             `json:"retention_key"`
+	LastSeq      uint64             `json:"last_seq"`
+}
+
+// group is the retention group of an execution: its hash key, or its
+// workflow's name.
+func (f finished) group() string { return cmp.Or(f.RetentionKey, f.Workflow) }
+
+// markerAge is how old a deleted read model's marker must be before the
+// sweep removes it (JetStream's own default for PurgeDeletes).
+const markerAge = 30 * time.Minute
+
+// expire applies retention once: it reads the read models (never a
+// history), groups the finished executions, and deletes those their rule
+// no longer keeps. Running, cancelling and suspended executions are never
+// touched. It returns how many executions it deleted and how many it
+// could not.
+func (j *Janitor) expire(ctx context.Context) (expired, failed int, err error) {
+	kv, err := j.js.KeyValue(ctx, events.BucketExecutions)
+	if err != nil {
+		return 0, 0, fmt.Errorf("open executions bucket: %w", err)
+	}
+	now := j.cfg.Now()
+	groups, total, oldMarkers, err := readFinished(ctx, kv, now)
+	if err != nil {
+		return 0, 0, err
+	}
+	rules := map[string]retention.Rule{}
+	var st *stores // opened at the first expiry
+	for key, list := range groups {
+		slices.SortFunc(list, func(a, b finished) int { // most recent first
+			if c := b.EndedAt.Compare(a.EndedAt); c != 0 {
+				return c
+			}
+			return cmp.Compare(b.ID, a.ID)
+		})
+		for rank, f := range list {
+			rule, ok := rules[f.Retention]
+			if !ok {
+				rule, err = j.rule(f.Retention)
+				if err != nil {
+					j.log.Warn().Err(err).Str("execution_id", f.ID).Str("rule", f.Retention).Msg("retention: rule not understood, execution kept")
+					continue
+				}
+				rules[f.Retention] = rule
+			}
+			if rule.Keep(rank, now.Sub(f.EndedAt)) {
+				continue
+			}
+			if st == nil {
+				if st, err = j.openStores(ctx, kv); err != nil {
+					return expired, failed, err
+				}
+			}
+			done, err := j.purge(ctx, st, f)
+			if err != nil {
+				failed++
+				j.metrics.errors.Inc()
+				j.log.Warn().Err(err).Str("execution_id", f.ID).Msg("retention: delete expired execution, will retry")
+				continue
+			}
+			if !done {
+				continue
+			}
+			expired++
+			j.metrics.purged.WithLabelValues(f.Workflow).Inc()
+			j.log.Info().Str("execution_id", f.ID).Str("workflow", f.Workflow).Str("group", key).Str("rule", rule.String()).
+				Str("status", string(f.Status)).Time("ended_at", f.EndedAt).Int("rank", rank).Msg("execution expired: history and read model deleted")
+		}
+	}
+	j.metrics.finished.Set(float64(total - expired))
+	if oldMarkers > 0 {
+		// Deleted read models leave a marker each; without this the
+		// bucket, and every sweep, would grow with every expiry.
+		if err := kv.PurgeDeletes(ctx); err != nil {
+			j.log.Warn().Err(err).Msg("retention: remove old markers of deleted read models")
+		}
+	}
+	return expired, failed, nil
+}
+
+// readFinished reads every read model once and groups the finished
+// executions; it also counts the markers of deleted read models older
+// than markerAge.
+func readFinished(ctx context.Context, kv jetstream.KeyValue, now time.Time) (groups map[string][]finished, total, oldMarkers int, err error) {
+	w, err := kv.WatchAll(ctx)
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("read executions: %w", err)
+	}
+	defer func() {
+		// The watcher's handler blocks on its channel once it is full:
+		// updates that arrive meanwhile (the projector's, or our own
+		// deletions) must be drained for it to end and close the channel.
+		_ = w.Stop()
+		for range w.Updates() {
+		}
+	}()
+	groups = map[string][]finished{}
+	for e := range w.Updates() {
+		if e == nil {
+			break // every read model seen
+		}
+		if e.Operation() != jetstream.KeyValuePut {
+			if now.Sub(e.Created()) > markerAge {
+				oldMarkers++
+			}
+			continue
+		}
+		var f finished
+		if json.Unmarshal(e.Value(), &f) != nil || !f.Status.Terminal() || f.EndedAt.IsZero() {
+			continue // running (or unreadable): never expired
+		}
+		f.ID = e.Key()
+		groups[f.group()] = append(groups[f.group()], f)
+		total++
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, 0, 0, err
+	}
+	return groups, total, oldMarkers, nil
+}
+
+// rule is the rule an execution's read model records, with parent and
+// system resolved to the configured default.
+func (j *Janitor) rule(text string) (retention.Rule, error) {
+	if text == "" {
+		return j.system, nil
+	}
+	r, err := retention.ParseRule(text)
+	if err != nil {
+		return retention.Rule{}, err
+	}
+	return r.Resolve(j.system), nil
+}
+
+// stores are what deleting an execution touches.
+type stores struct {
+	events, results jetstream.Stream
+	models, ids     jetstream.KeyValue
+}
+
+func (j *Janitor) openStores(ctx context.Context, models jetstream.KeyValue) (*stores, error) {
+	st := &stores{models: models}
+	var err error
+	if st.events, err = j.js.Stream(ctx, events.StreamEvents); err != nil {
+		return nil, fmt.Errorf("open events stream: %w", err)
+	}
+	if st.results, err = j.js.Stream(ctx, events.StreamResults); err != nil {
+		return nil, fmt.Errorf("open results stream: %w", err)
+	}
+	if st.ids, err = j.js.KeyValue(ctx, events.BucketExecutionIDs); err != nil {
+		return nil, fmt.Errorf("open execution ids bucket: %w", err)
+	}
+	return st, nil
+}
+
+// purge deletes an expired execution: it marks its id's claim expired,
+// purges its history (and the results agents reported for it), then
+// deletes its read model. The read model goes last because it is what
+// the sweep works from: after a crash anywhere in between, the next sweep
+// finds the read model still there and does every step again (each is
+// idempotent). Deleting it first could leave a history no sweep would
+// ever find without reading the whole stream. The claim itself is never
+// deleted: execution ids are unique forever.
+//
+// It returns false, and deletes nothing, when the history has gone on
+// past the read model (a resume, or a projector that is behind): the
+// next sweep decides again on the newer read model.
+func (j *Janitor) purge(ctx context.Context, st *stores, f finished) (bool, error) {
+	subject := events.ExecutionSubject(f.Workflow, f.ID)
+	last, err := st.events.GetLastMsgForSubject(ctx, subject)
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound): // purged already, by a sweep that stopped halfway
+	case err != nil:
+		return false, fmt.Errorf("read last event of %s: %w", f.ID, err)
+	case last.Sequence != f.LastSeq:
+		j.log.Debug().Str("execution_id", f.ID).Uint64("read_model_seq", f.LastSeq).Uint64("history_seq", last.Sequence).
+			Msg("retention: history is ahead of the read model, decided again next sweep")
+		return false, nil
+	}
+	if err := j.markExpired(ctx, st.ids, f.ID); err != nil {
+		return false, err
+	}
+	if err := st.events.Purge(ctx, jetstream.WithPurgeSubject(subject)); err != nil {
+		return false, fmt.Errorf("purge history of %s: %w", f.ID, err)
+	}
+	if err := st.results.Purge(ctx, jetstream.WithPurgeSubject(events.ResultSubject(f.ID))); err != nil {
+		return false, fmt.Errorf("purge results of %s: %w", f.ID, err)
+	}
+	if err := st.models.Purge(ctx, f.ID); err != nil {
+		return false, fmt.Errorf("delete read model of %s: %w", f.ID, err)
+	}
+	return true, nil
+}
+
+// markExpired records in the execution id's claim when the execution
+// expired, keeping the claim: the id stays taken (a start command that
+// reuses it is refused) and the api can tell an expired execution from an
+// unknown one. Fields of the claim it does not know are kept.
+func (j *Janitor) markExpired(ctx context.Context, ids jetstream.KeyValue, id string) error {
+	for range 5 {
+		e, err := ids.Get(ctx, id)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil // nothing claimed it (a read model written by hand): nothing to keep
+		}
+		if err != nil {
+			return fmt.Errorf("read claim of %s: %w", id, err)
+		}
+		var claim map[string]json.RawMessage
+		if err := json.Unmarshal(e.Value(), &claim); err != nil {
+			return fmt.Errorf("decode claim of %s: %w", id, err)
+		}
+		if _, done := claim["expired_at"]; done {
+			return nil
+		}
+		claim["expired_at"], _ = json.Marshal(j.cfg.Now().UTC())
+		b, err := json.Marshal(claim)
+		if err != nil {
+			return err
+		}
+		_, err = ids.Update(ctx, id, b, e.Revision())
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			return fmt.Errorf("mark claim of %s expired: %w", id, err)
+		}
+	}
+	return fmt.Errorf("mark claim of %s expired: too much contention", id)
+}

@@ -1,0 +1,427 @@
+package janitor_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/history"
+	"jetflow.dev/pkg/natstest"
+	"jetflow.dev/pkg/projections"
+	"jetflow.dev/services/janitor/janitor"
+)
+
+// retentionBundle is a janitor with a clock the test moves, on a real
+// JetStream server, with histories, read models and claims as the
+// dispatcher and the projector write them.
+type retentionBundle struct {
+	js      jetstream.JetStream
+	kv, ids jetstream.KeyValue
+	now     time.Time
+	reg     *prometheus.Registry
+	janitor *janitor.Janitor
+}
+
+func setupRetention(t *testing.T, systemDefault string) *retentionBundle {
+	t.Helper()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	b := &retentionBundle{js: js, now: now, reg: prometheus.NewRegistry()}
+	var err error
+	b.kv, err = js.KeyValue(t.Context(), events.BucketExecutions)
+	require.NoError(t, err)
+	b.ids, err = js.KeyValue(t.Context(), events.BucketExecutionIDs)
+	require.NoError(t, err)
+	b.janitor, err = janitor.New(janitor.Config{IdleAfter: idleAfter, Now: func() time.Time { return b.now },
+		RetentionDefault: systemDefault, Registerer: b.reg}, js, zerolog.New(zerolog.NewTestWriter(t)))
+	require.NoError(t, err)
+	return b
+}
+
+// run is one execution to store: its workflow, how it ended (or that it
+// did not), when, and the retention its events record.
+type run struct {
+	wf, id string
+	status projections.Status
+	ended  time.Time
+	// rule and key go in ExecutionStarted (nil: the workflow sets none).
+	rule *events.Retention
+	// step, if set, is recorded as a step scheduled with this retention.
+	step *events.Retention
+}
+
+// store writes the execution's history, a result an agent reported for
+// it, its id's claim and its read model (the fold of the history).
+func (b *retentionBundle) store(t *testing.T, r run) projections.Execution {
+	t.Helper()
+	ctx := t.Context()
+	started := r.ended.Add(-time.Minute)
+	evs := []events.Event{events.New("test", r.id, r.wf, started, &events.ExecutionStarted{Workflow: r.wf, Version: 1,
+		Steps: []events.StepRef{{ID: "mark", Kind: "workflow"}, {ID: "op", Kind: "noop"}}, Token: "t", CommandKey: "test#" + r.id, Retention: r.rule})}
+	if r.step != nil {
+		evs = append(evs, events.New("test", r.id, r.wf, started.Add(time.Second), &events.StepScheduled{StepID: "mark", Attempt: 1, Retention: r.step}))
+	}
+	switch r.status {
+	case projections.StatusSucceeded:
+		evs = append(evs, events.New("test", r.id, r.wf, r.ended, &events.ExecutionSucceeded{}))
+	case projections.StatusFailed:
+		evs = append(evs, events.New("test", r.id, r.wf, r.ended, &events.ExecutionFailed{Error: "boom"}))
+	case projections.StatusCancelled:
+		evs = append(evs, events.New("test", r.id, r.wf, r.ended, &events.ExecutionCancelled{ActionRecord: events.ActionRecord{Action: events.ActionForceCancel}}))
+	case projections.StatusSuspended:
+		evs = append(evs, events.New("test", r.id, r.wf, r.ended, &events.ExecutionSuspended{Error: "boom"}))
+	case projections.StatusCancelling:
+		evs = append(evs, events.New("test", r.id, r.wf, r.ended, &events.ExecutionCancelling{ActionRecord: events.ActionRecord{Action: events.ActionCancel}}))
+	case projections.StatusStarted:
+	default:
+		t.Fatalf("status %s", r.status)
+	}
+	var x projections.Execution
+	var last uint64
+	for _, ev := range evs {
+		ev.PrevSeq = last
+		seq, err := history.Append(ctx, b.js, events.ExecutionSubject(r.wf, r.id), last, ev)
+		require.NoError(t, err)
+		ev.Seq, last = seq, seq
+		x, err = projections.Apply(x, ev)
+		require.NoError(t, err)
+	}
+	require.Equal(t, r.status, x.Status)
+	v, err := json.Marshal(x)
+	require.NoError(t, err)
+	_, err = b.kv.Put(ctx, r.id, v)
+	require.NoError(t, err)
+	claim, _ := json.Marshal(map[string]any{"command_key": "test#" + r.id, "workflow": r.wf, "claimed_at": started})
+	_, err = b.ids.Create(ctx, r.id, claim)
+	require.NoError(t, err)
+	res := events.New("agent", r.id, r.wf, started, &events.OperationSucceeded{TaskRef: events.TaskRef{TaskID: r.id + ".op.1", ExecutionID: r.id, Workflow: r.wf, StepID: "op", Attempt: 1}})
+	msg, err := events.Encode(events.ResultSubject(r.id), res)
+	require.NoError(t, err)
+	_, err = b.js.PublishMsg(ctx, msg)
+	require.NoError(t, err)
+	return x
+}
+
+// finished stores n succeeded executions of wf, ended one minute apart,
+// the last (id wf-n) ending at end; rule as in run.
+func (b *retentionBundle) finished(t *testing.T, wf string, n int, end time.Time, rule *events.Retention) {
+	t.Helper()
+	for i := 1; i <= n; i++ {
+		b.store(t, run{wf: wf, id: fmt.Sprintf("%s-%d", wf, i), status: projections.StatusSucceeded,
+			ended: end.Add(-time.Duration(n-i) * time.Minute), rule: rule})
+	}
+}
+
+func (b *retentionBundle) sweep(t *testing.T) janitor.Result {
+	t.Helper()
+	res, err := b.janitor.RunOnce(t.Context())
+	require.NoError(t, err)
+	return res
+}
+
+// kept lists the executions that have a read model, sorted.
+func (b *retentionBundle) kept(t *testing.T) []string {
+	t.Helper()
+	keys, err := b.kv.Keys(t.Context())
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil
+	}
+	require.NoError(t, err)
+	slices.Sort(keys)
+	return keys
+}
+
+// requireGone checks that nothing of an expired execution is left but its
+// claim, marked expired.
+func (b *retentionBundle) requireGone(t *testing.T, wf, id string) {
+	t.Helper()
+	evs, err := history.Read(t.Context(), b.js, events.ExecutionSubject(wf, id), 0)
+	require.NoError(t, err)
+	require.Empty(t, evs, "history of %s", id)
+	results, err := history.ReadStream(t.Context(), b.js, events.StreamResults, events.ResultSubject(id), 0, 0)
+	require.NoError(t, err)
+	require.Empty(t, results, "results of %s", id)
+	_, err = b.kv.Get(t.Context(), id)
+	require.ErrorIs(t, err, jetstream.ErrKeyNotFound, "read model of %s", id)
+	e, err := b.ids.Get(t.Context(), id)
+	require.NoError(t, err, "the claim of %s is kept: ids are unique forever", id)
+	var claim struct {
+		CommandKey string    `json:"command_key"`
+		ExpiredAt  time.Time `json:"expired_at"`
+	}
+	require.NoError(t, json.Unmarshal(e.Value(), &claim))
+	require.Equal(t, "test#"+id, claim.CommandKey)
+	require.True(t, claim.ExpiredAt.Equal(b.now), "claim of %s marked expired at the sweep's time, got %s", id, claim.ExpiredAt)
+}
+
+// requireIntact checks that a kept execution still has its history and
+// read model, and an unmarked claim.
+func (b *retentionBundle) requireIntact(t *testing.T, wf, id string) {
+	t.Helper()
+	evs, err := history.Read(t.Context(), b.js, events.ExecutionSubject(wf, id), 0)
+	require.NoError(t, err)
+	require.NotEmpty(t, evs, "history of %s", id)
+	_, err = b.kv.Get(t.Context(), id)
+	require.NoError(t, err, "read model of %s", id)
+	e, err := b.ids.Get(t.Context(), id)
+	require.NoError(t, err)
+	require.NotContains(t, string(e.Value()), "expired_at")
+}
+
+func rule(r string) *events.Retention { return &events.Retention{Rule: r} }
+
+func ids(wf string, from, to int) []string {
+	var out []string
+	for i := from; i <= to; i++ {
+		out = append(out, fmt.Sprintf("%s-%d", wf, i))
+	}
+	return out
+}
+
+func TestRetentionCount(t *testing.T) {
+	t.Parallel()
+	b := setupRetention(t, "")
+	b.finished(t, "wf", 5, now.Add(-time.Hour), rule("2"))
+
+	res := b.sweep(t)
+	require.Equal(t, 3, res.Expired)
+	require.Zero(t, res.Errors)
+	require.Equal(t, ids("wf", 4, 5), b.kept(t), "the two most recent are kept")
+	for _, id := range ids("wf", 1, 3) {
+		b.requireGone(t, "wf", id)
+	}
+	b.requireIntact(t, "wf", "wf-4")
+	b.requireIntact(t, "wf", "wf-5")
+	require.Equal(t, 3.0, b.purged(t, "wf"))
+
+	// Idempotent: the next sweep finds nothing more to do.
+	require.Zero(t, b.sweep(t).Expired)
+	require.Equal(t, ids("wf", 4, 5), b.kept(t))
+}
+
+// purged reads the purged counter of workflow wf back from the registry.
+func (b *retentionBundle) purged(t *testing.T, wf string) float64 {
+	t.Helper()
+	mfs, err := b.reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != "jetflow_janitor_executions_purged_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "workflow" && l.GetValue() == wf {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+func TestRetentionDuration(t *testing.T) {
+	t.Parallel()
+	b := setupRetention(t, "")
+	b.store(t, run{wf: "wf", id: "recent", status: projections.StatusSucceeded, ended: now.Add(-30 * time.Minute), rule: rule("1h")})
+	b.store(t, run{wf: "wf", id: "old", status: projections.StatusFailed, ended: now.Add(-61 * time.Minute), rule: rule("1h")})
+	b.store(t, run{wf: "wf", id: "days", status: projections.StatusCancelled, ended: now.Add(-6 * 24 * time.Hour), rule: rule("7d")})
+
+	require.Equal(t, 1, b.sweep(t).Expired)
+	require.Equal(t, []string{"days", "recent"}, b.kept(t))
+	b.requireGone(t, "wf", "old")
+
+	b.now = now.Add(31 * time.Minute) // recent is now more than an hour old
+	require.Equal(t, 1, b.sweep(t).Expired)
+	require.Equal(t, []string{"days"}, b.kept(t))
+	b.now = now.Add(24 * time.Hour)
+	require.Equal(t, 1, b.sweep(t).Expired)
+	require.Empty(t, b.kept(t))
+}
+
+func TestRetentionForever(t *testing.T) {
+	t.Parallel()
+	b := setupRetention(t, "")
+	b.finished(t, "wf", 6, now.Add(-1000*time.Hour), rule("forever"))
+	require.Zero(t, b.sweep(t).Expired)
+	require.Len(t, b.kept(t), 6)
+}
+
+// TestRetentionSystemDefault: executions whose workflow sets no rule, or
+// says system or parent, get the configured default; 3 unless set.
+func TestRetentionSystemDefault(t *testing.T) {
+	t.Parallel()
+	b := setupRetention(t, "")
+	b.finished(t, "plain", 5, now, nil)
+	b.finished(t, "sys", 4, now, rule("system"))
+	b.finished(t, "par", 4, now, rule("parent"))
+	require.Equal(t, 2+1+1, b.sweep(t).Expired)
+	kept := b.kept(t)
+	require.Equal(t, append(append(ids("par", 2, 4), ids("plain", 3, 5)...), ids("sys", 2, 4)...), kept)
+
+	configured := setupRetention(t, "1")
+	configured.finished(t, "plain", 3, now, nil)
+	require.Equal(t, 2, configured.sweep(t).Expired)
+	require.Equal(t, []string{"plain-3"}, configured.kept(t))
+}
+
+// TestRetentionContext: a workflow's max(context, 6h) is recorded as
+// max(parent, 6h) (see the dispatcher): the system default's count, and
+// everything that finished in the last six hours.
+func TestRetentionContext(t *testing.T) {
+	t.Parallel()
+	b := setupRetention(t, "2")
+	for i, age := range []time.Duration{9 * time.Hour, 8 * time.Hour, 7 * time.Hour, 5 * time.Hour, 4 * time.Hour, 3 * time.Hour} {
+		b.store(t, run{wf: "wf", id: fmt.Sprintf("wf-%d", i+1), status: projections.StatusSucceeded, ended: now.Add(-age), rule: rule("max(parent, 6h)")})
+	}
+	require.Equal(t, 3, b.sweep(t).Expired)
+	require.Equal(t, ids("wf", 4, 6), b.kept(t), "the three of the last six hours; the two most recent are among them")
+}
+
+// TestRetentionMinMax runs the seed's examples: min(2, 3, 1h, 2h) keeps
+// the two most recent only while they are less than an hour old;
+// max(2, 3, 1h, 2h) keeps the three most recent, and all for two hours.
+func TestRetentionMinMax(t *testing.T) {
+	t.Parallel()
+	b := setupRetention(t, "")
+	ages := []time.Duration{5 * time.Hour, 4 * time.Hour, 90 * time.Minute, 80 * time.Minute, 70 * time.Minute, 50 * time.Minute, 10 * time.Minute}
+	for _, wf := range []string{"lo", "hi"} {
+		r := map[string]string{"lo": "min(2, 3, 1h, 2h)", "hi": "max(2, 3, 1h, 2h)"}[wf]
+		for i, age := range ages {
+			b.store(t, run{wf: wf, id: fmt.Sprintf("%s-%d", wf, i+1), status: projections.StatusSucceeded, ended: now.Add(-age), rule: rule(r)})
+		}
+	}
+	b.sweep(t)
+	// hi: the three most recent (5..7), and 3..4 (less than two hours old).
+	// lo: only 6 and 7 (the two most recent, both less than an hour old).
+	require.Equal(t, append(ids("hi", 3, 7), ids("lo", 6, 7)...), b.kept(t))
+}
+
+func TestRetentionDisabled(t *testing.T) {
+	t.Parallel()
+	b := setupRetention(t, "")
+	b.store(t, run{wf: "wf", id: "quiet", status: projections.StatusSucceeded, ended: now, rule: rule("disabled")})
+	b.store(t, run{wf: "wf", id: "busy", status: projections.StatusStarted, ended: now, rule: rule("disabled")})
+	require.Equal(t, 1, b.sweep(t).Expired, "expired as soon as it finished, even as the only one")
+	b.requireGone(t, "wf", "quiet")
+	require.Equal(t, []string{"busy"}, b.kept(t))
+}
+
+// TestRetentionHashGroupsWorkflows: start, stop and restart share the
+// group start-stop, so two executions are kept across the three; another
+// workflow keeps its own count.
+func TestRetentionHashGroupsWorkflows(t *testing.T) {
+	t.Parallel()
+	b := setupRetention(t, "")
+	grouped := &events.Retention{Rule: "2", Key: "start-stop"}
+	b.store(t, run{wf: "start", id: "s1", status: projections.StatusSucceeded, ended: now.Add(-5 * time.Minute), rule: grouped})
+	b.store(t, run{wf: "stop", id: "p1", status: projections.StatusSucceeded, ended: now.Add(-4 * time.Minute), rule: grouped})
+	b.store(t, run{wf: "restart", id: "r1", status: projections.StatusFailed, ended: now.Add(-3 * time.Minute), rule: grouped})
+	b.store(t, run{wf: "start", id: "s2", status: projections.StatusSucceeded, ended: now.Add(-2 * time.Minute), rule: grouped})
+	b.finished(t, "other", 2, now.Add(-time.Hour), rule("2"))
+
+	require.Equal(t, 2, b.sweep(t).Expired)
+	require.Equal(t, []string{"other-1", "other-2", "r1", "s2"}, b.kept(t))
+	b.requireGone(t, "start", "s1")
+	b.requireGone(t, "stop", "p1")
+	require.Equal(t, 1.0, b.purged(t, "stop"))
+}
+
+// TestRetentionStepChange: a step's retention (forever, in group "<name>
+// failed") recorded in the history overrides the workflow's rule and
+// group; the others of the workflow keep theirs.
+func TestRetentionStepChange(t *testing.T) {
+	t.Parallel()
+	b := setupRetention(t, "")
+	b.store(t, run{wf: "prov", id: "kept-failure", status: projections.StatusFailed, ended: now.Add(-100 * time.Hour),
+		rule: rule("1"), step: &events.Retention{Rule: "forever", Key: "prov failed"}})
+	x := b.store(t, run{wf: "prov", id: "short", status: projections.StatusSucceeded, ended: now.Add(-50 * time.Hour),
+		rule: rule("1"), step: &events.Retention{Rule: "1h"}})
+	require.Equal(t, "1h", x.Retention)
+	b.finished(t, "prov", 2, now.Add(-time.Minute), rule("1"))
+
+	require.Equal(t, 2, b.sweep(t).Expired)
+	require.Equal(t, []string{"kept-failure", "prov-2"}, b.kept(t))
+	b.requireGone(t, "prov", "short")
+	b.requireGone(t, "prov", "prov-1")
+}
+
+// TestRetentionNeverTouchesRunning: started, cancelling and suspended
+// executions are never expired, however old and whatever their rule, and
+// they do not count against a group's limit.
+func TestRetentionNeverTouchesRunning(t *testing.T) {
+	t.Parallel()
+	b := setupRetention(t, "")
+	old := now.Add(-1000 * time.Hour)
+	for _, st := range []projections.Status{projections.StatusStarted, projections.StatusCancelling, projections.StatusSuspended} {
+		b.store(t, run{wf: "wf", id: string(st), status: st, ended: old, rule: rule("disabled")})
+	}
+	b.store(t, run{wf: "wf", id: "done", status: projections.StatusSucceeded, ended: old, rule: rule("1")})
+	require.Zero(t, b.sweep(t).Expired)
+	require.Equal(t, []string{"cancelling", "done", "started", "suspended"}, b.kept(t))
+	for _, id := range []string{"started", "cancelling", "suspended", "done"} {
+		b.requireIntact(t, "wf", id)
+	}
+}
+
+// TestRetentionRepairsHalfDone: a sweep that stopped after purging the
+// history (before deleting the read model) is finished by the next one.
+func TestRetentionRepairsHalfDone(t *testing.T) {
+	t.Parallel()
+	b := setupRetention(t, "")
+	b.store(t, run{wf: "wf", id: "half", status: projections.StatusSucceeded, ended: now, rule: rule("disabled")})
+	stream, err := b.js.Stream(t.Context(), events.StreamEvents)
+	require.NoError(t, err)
+	require.NoError(t, stream.Purge(t.Context(), jetstream.WithPurgeSubject(events.ExecutionSubject("wf", "half"))))
+
+	require.Equal(t, 1, b.sweep(t).Expired)
+	b.requireGone(t, "wf", "half")
+}
+
+// TestRetentionWaitsForReadModel: when the history has gone on past the
+// read model (a resume the projector has not written yet), nothing is
+// deleted; the next sweep decides on the newer read model.
+func TestRetentionWaitsForReadModel(t *testing.T) {
+	t.Parallel()
+	b := setupRetention(t, "")
+	x := b.store(t, run{wf: "wf", id: "resumed", status: projections.StatusFailed, ended: now, rule: rule("disabled")})
+	ev := events.New("test", "resumed", "wf", now, &events.ExecutionResumed{ActionRecord: events.ActionRecord{Action: events.ActionResume}, Token: "t2"})
+	ev.PrevSeq = x.LastSeq
+	_, err := history.Append(t.Context(), b.js, events.ExecutionSubject("wf", "resumed"), x.LastSeq, ev)
+	require.NoError(t, err)
+
+	res := b.sweep(t)
+	require.Zero(t, res.Expired)
+	require.Zero(t, res.Errors)
+	b.requireIntact(t, "wf", "resumed")
+}
+
+func TestRetentionBadDefault(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	for _, bad := range []string{"system", "max(parent, 3)", "context", "sometimes", "3 hash x"} {
+		_, err := janitor.New(janitor.Config{RetentionDefault: bad}, js, zerolog.Nop())
+		require.Error(t, err, bad)
+		require.True(t, strings.Contains(err.Error(), "RetentionDefault"), err.Error())
+	}
+}
+
+// TestRetentionManySweptAtOnce: a sweep that deletes more executions than
+// the read-model watcher buffers (256) ends without leaving the watcher's
+// goroutine blocked (TestMain checks for leaks).
+func TestRetentionManySweptAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setupRetention(t, "")
+	b.finished(t, "bulk", 300, now, rule("0"))
+	require.Equal(t, 300, b.sweep(t).Expired)
+	require.Empty(t, b.kept(t))
+	require.Equal(t, 300.0, b.purged(t, "bulk"))
+}
