@@ -39,7 +39,7 @@ var kindFields = map[string][]string{
 	KindGoto:   {"target"},
 	KindRetry:  {"retry"},
 	// Containers.
-	KindWorkflow: {"steps", "workflow", "version", "input"},
+	KindWorkflow: {"steps", "workflow", "version", "input", "lock", "semaphore"},
 	KindForeach:  {"items", "concurrency", "steps"},
 	KindParallel: {"branches", "mode"},
 	KindSwitch:   {"cases", "default"},
@@ -84,6 +84,7 @@ func (d Definition) validate() []FieldError {
 	}
 	checkDuration(add, "timeout", d.Timeout)
 	checkRetry(add, "retry", d.Retry)
+	checkLock(add, addErr, func(n string) string { return n }, d.Lock, d.Semaphore, expression.Roots)
 
 	validateSteps(add, addErr, "steps", d.Steps, 0, nil)
 	validateHandler(add, addErr, "on-error", d.OnError, d.Steps, 0, nil, false)
@@ -161,6 +162,9 @@ func validateStepList(add func(string, string, ...any), addErr func(string, erro
 		checkDuration(add, f("timeout"), s.Timeout)
 		checkRetry(add, f("retry"), s.Retry)
 		s.validateKind(add, addErr, f, roots)
+		if s.Kind == KindWorkflow {
+			checkLock(add, addErr, f, s.Lock, s.Semaphore, roots)
+		}
 		if s.Kind == KindGoto {
 			switch {
 			case s.Target == "":
@@ -409,6 +413,7 @@ func (s Step) usedFields() []string {
 		{"target", s.Target != ""}, {"steps", len(s.Steps) > 0}, {"workflow", s.Workflow != ""}, {"version", s.Version != 0},
 		{"items", s.Items != nil}, {"concurrency", s.Concurrency != 0}, {"branches", len(s.Branches) > 0},
 		{"mode", s.Mode != ""}, {"cases", len(s.Cases) > 0}, {"default", len(s.Default) > 0},
+		{"lock", s.Lock != ""}, {"semaphore", s.Semaphore != 0},
 	} {
 		if c.set {
 			u = append(u, c.name)
