@@ -198,6 +198,11 @@ func (d *Dispatcher) result(ctx context.Context, ref events.TaskRef, ev events.E
 			return permanentError{fmt.Errorf("result for unknown execution %s", ref.ExecutionID)}
 		}
 		if x.state.StepIndex(ref.StepID) < 0 {
+			// A nested step is created by its first event: a cached state
+			// that is behind the history does not know it yet.
+			if err := d.checkFresh(ctx, x); err != nil {
+				return err
+			}
 			return permanentError{fmt.Errorf("result for unknown step %q", ref.StepID)}
 		}
 		if err := d.applyResult(ctx, x, ref, ev); err != nil {
