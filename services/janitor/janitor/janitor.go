@@ -171,6 +171,9 @@ type Result struct {
 	Reconciled int
 	LostTasks  int
 	Errors     int
+	// LocksCleared counts lock entries of ended executions it asked the
+	// dispatcher to clear (locks.go).
+	LocksCleared int
 }
 
 // RunOnce sweeps the execution read models once.
@@ -241,6 +244,12 @@ func (j *Janitor) RunOnce(ctx context.Context) (Result, error) {
 			}
 			res.Reconciled++
 		}
+	}
+	if n, err := j.sweepLocks(ctx); err != nil {
+		j.log.Warn().Err(err).Msg("sweep: locks")
+		res.Errors++
+	} else {
+		res.LocksCleared = n
 	}
 	return res, nil
 }
