@@ -133,6 +133,8 @@ func Buckets(c Config) []jetstream.KeyValueConfig {
 			Storage: jetstream.FileStorage, Replicas: c.Replicas},
 		{Bucket: events.BucketExecutions, Description: "execution read models (rebuildable projection)", History: 1,
 			Storage: jetstream.FileStorage, Replicas: c.Replicas},
+		{Bucket: events.BucketLocks, Description: "workflow locks: holders and FIFO waiters per lock name (compare-and-set only)", History: 1,
+			Storage: jetstream.FileStorage, Replicas: c.Replicas},
 	}
 }
 

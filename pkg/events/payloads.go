@@ -613,7 +613,7 @@ func newPayload(t Type) Payload {
 	case TypeExecutionCancelled:
 		return &ExecutionCancelled{}
 	}
-	return nil
+	return newLockPayload(t)
 }
 
 // ResultRef returns the task a result payload is about: the TaskRef of an

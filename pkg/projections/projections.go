@@ -146,7 +146,9 @@ type Execution struct {
 	Resumes   int       `json:"resumes,omitempty"`
 	ResumedAt time.Time `json:"resumed_at,omitzero"`
 	// Signals received, in order; a wait step takes the first that fits.
-	Signals   []Signal  `json:"signals,omitempty"`
+	Signals []Signal `json:"signals,omitempty"`
+	// Locks are the locks the execution's scopes asked for, by scope (see locks.go).
+	Locks     []Lock    `json:"locks,omitempty"`
 	StartedAt time.Time `json:"started_at,omitzero"`
 	EndedAt   time.Time `json:"ended_at,omitzero"`
 	UpdatedAt time.Time `json:"updated_at,omitzero"`
@@ -336,6 +338,9 @@ func Apply(s Execution, ev events.Event) (Execution, error) {
 }
 
 func apply(s Execution, ev events.Event) (Execution, error) {
+	if next, ok, err := applyLock(s, ev); ok {
+		return next, err
+	}
 	if s.Status == StatusNone {
 		if _, ok := ev.Data.(*events.ExecutionStarted); !ok && ev.Data != nil {
 			return s, &TransitionError{ExecutionID: ev.Subject, From: string(s.Status), Event: ev.Type}

@@ -42,7 +42,7 @@ var kindFields = map[string][]string{
 	// replayable: its replayable field is required.
 	KindReplayable: {},
 	// Containers.
-	KindWorkflow: {"steps", "workflow", "version", "input"},
+	KindWorkflow: {"steps", "workflow", "version", "input", "lock", "semaphore"},
 	KindForeach:  {"items", "concurrency", "steps"},
 	KindParallel: {"branches", "mode"},
 	KindSwitch:   {"cases", "default"},
@@ -88,6 +88,10 @@ func (d Definition) validate() []FieldError {
 	checkDuration(add, "timeout", d.Timeout)
 	checkRetry(add, "retry", d.Retry)
 	checkRetention(add, "retention", d.Retention, expression.Roots)
+	if d.Lock != "" && d.Retention.disabled() {
+		add("retention", "disabled cannot go with lock: a holder deleted when it ends leaves nothing to resume, replay or explain the lock by; keep it a while (e.g. 1h)")
+	}
+	checkLock(add, addErr, func(n string) string { return n }, d.Lock, d.Semaphore, expression.Roots)
 
 	checkWorkflowReplay(add, "", d.Idempotent, d.Replayable)
 	validateSteps(add, addErr, "steps", d.Steps, 0, nil)
@@ -166,7 +170,13 @@ func validateStepList(add func(string, string, ...any), addErr func(string, erro
 		checkDuration(add, f("timeout"), s.Timeout)
 		checkRetry(add, f("retry"), s.Retry)
 		checkRetention(add, f("retention"), s.Retention, roots)
+		if s.Lock != "" && s.Retention.disabled() {
+			add(f("retention"), "disabled cannot go with lock: a holder deleted when it ends leaves nothing to resume, replay or explain the lock by; keep it a while (e.g. 1h)")
+		}
 		s.validateKind(add, addErr, f, roots)
+		if s.Kind == KindWorkflow {
+			checkLock(add, addErr, f, s.Lock, s.Semaphore, roots)
+		}
 		if s.Kind == KindGoto {
 			switch {
 			case s.Target == "":
@@ -422,6 +432,7 @@ func (s Step) usedFields() []string {
 		{"items", s.Items != nil}, {"concurrency", s.Concurrency != 0}, {"branches", len(s.Branches) > 0},
 		{"mode", s.Mode != ""}, {"cases", len(s.Cases) > 0}, {"default", len(s.Default) > 0},
 		{"replay", s.Replay}, {"next", s.Next != ""},
+		{"lock", s.Lock != ""}, {"semaphore", s.Semaphore != 0},
 	} {
 		if c.set {
 			u = append(u, c.name)
@@ -446,6 +457,12 @@ func checkDuration(add func(string, string, ...any), field, v string) {
 
 // checkRetention parses a retention rule; the key of its hash may hold
 // expressions over roots.
+// disabled reports whether the rule is (or starts with) disabled.
+func (r Retention) disabled() bool {
+	spec, err := retention.Parse(string(r))
+	return err == nil && spec.Rule.Op == retention.OpDisabled
+}
+
 func checkRetention(add func(string, string, ...any), field string, r Retention, roots []string) {
 	if r == "" {
 		return

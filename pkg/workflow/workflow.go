@@ -106,6 +106,10 @@ type Definition struct {
 	// "automatically" (see docs/operations.md, Replay).
 	Replayable string `yaml:"replayable,omitempty" json:"replayable,omitempty"`
 	Steps      []Step `yaml:"steps" json:"steps"`
+	// Lock and Semaphore: see [Step.Lock]; here they cover the whole
+	// execution (its steps and on-error steps).
+	Lock      string `yaml:"lock,omitempty" json:"lock,omitempty"`
+	Semaphore int    `yaml:"semaphore,omitempty" json:"semaphore,omitempty"`
 }
 
 // Retry says how often and when a failed operation is tried again.
@@ -205,6 +209,11 @@ type Step struct {
 	Mode        string   `yaml:"mode,omitempty" json:"mode,omitempty"`
 	Cases       []Case   `yaml:"cases,omitempty" json:"cases,omitempty"`
 	Default     []Step   `yaml:"default,omitempty" json:"default,omitempty"`
+	// Lock (a workflow step) names a lock, an expression, that the step
+	// holds while its steps (and its on-error steps) run; Semaphore lets
+	// that many holders hold it at once (default 1). See docs/locks.md.
+	Lock      string `yaml:"lock,omitempty" json:"lock,omitempty"`
+	Semaphore int    `yaml:"semaphore,omitempty" json:"semaphore,omitempty"`
 
 	// log
 	Message string `yaml:"message,omitempty" json:"message,omitempty"`

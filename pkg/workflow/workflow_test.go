@@ -156,6 +156,11 @@ func TestParseErrors(t *testing.T) {
 			field: "steps[1].kind", line: 4, msg: "with replay: true, in any on-error steps",
 		},
 		{
+			name:  "RetentionDisabledWithLock",
+			input: "name: wf\nlock: db\nretention: disabled\nsteps:\n  - {id: a, kind: noop}\n",
+			field: "retention", line: 3, msg: "disabled cannot go with lock",
+		},
+		{
 			name:  "ReplayOnANoop",
 			input: head + "  - id: a\n    kind: noop\n    replay: true\n",
 			field: "steps[0].replay", line: 5, msg: "does not apply to a noop step",

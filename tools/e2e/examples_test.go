@@ -152,6 +152,24 @@ var exampleRuns = map[string][]exampleRun{
 			},
 		},
 	},
+	"locks.yaml": {
+		{
+			input: map[string]any{"host": "web-1"},
+			want:  projections.StatusSucceeded,
+			check: func(t *testing.T, x projections.Execution) {
+				require.Len(t, x.Locks, 2)
+				for _, l := range x.Locks {
+					require.Equal(t, projections.LockReleased, l.Status, l.Name)
+				}
+				require.Equal(t, "apt-web-1", x.Locks[0].Name)
+				require.Equal(t, "shared-db", x.Locks[1].Name)
+				require.Equal(t, 2, x.Locks[1].Limit)
+				require.Contains(t, string(stepByID(x, "install/upgrade").Output), "apt-get upgrade on web-1")
+			},
+		},
+		{input: map[string]any{"host": "web-1"}, want: projections.StatusSucceeded},
+		{input: map[string]any{"host": "web-2"}, want: projections.StatusSucceeded},
+	},
 	"approval.yaml": {
 		{
 			input: map[string]any{"change": "resize db-1", "amount": 120, "window": "10ms"},

@@ -90,6 +90,9 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/executions/{id}/signals/{name}", s.signalExecution)
 	mux.HandleFunc("POST /v1/executions/{id}/actions", s.executionAction)
 	mux.HandleFunc("POST /v1/admin/projections/rebuild", s.rebuildProjections)
+	mux.HandleFunc("GET /v1/locks", s.listLocks)
+	mux.HandleFunc("GET /v1/locks/{name}", s.getLock)
+	mux.HandleFunc("DELETE /v1/locks/{name}", s.clearLock)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		var allow []string
 		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {

@@ -42,6 +42,8 @@ type action struct {
 	until time.Time
 	// replay is the replay an actReplay records.
 	replay *replayRequest
+	// lock is what an actLock or actUnlock is about (locks.go).
+	lock lockAct
 }
 
 type actionKind int
@@ -462,6 +464,7 @@ func armWorkflowTimeout(d workflow.Definition, s projections.Execution) (action,
 	if s.Resumes > 0 {
 		from = s.ResumedAt
 	}
+	from = lockedFrom(s, from) // with a lock: from its acquisition
 	return action{kind: actArmTimer, purpose: events.TimerWorkflowTimeout, attempt: s.Resumes, until: from.Add(dur)}, true
 }
 
@@ -561,6 +564,9 @@ func (e *engine) container(f frame, step workflow.Step, st projections.Step, env
 	prefix := st.ID
 	if st.Attempt > 1 { // a container run again (by on-error's retry) gets new instances
 		prefix += "@" + strconv.Itoa(st.Attempt)
+	}
+	if r, ok := e.lockGate(step, st, env); !ok { // a workflow step's lock comes first
+		return r
 	}
 	switch step.Kind {
 	case workflow.KindWorkflow:

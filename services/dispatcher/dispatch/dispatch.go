@@ -28,6 +28,7 @@ import (
 	"jetflow.dev/pkg/catalog"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
+	"jetflow.dev/pkg/lock"
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/pkg/workflow"
 )
@@ -76,6 +77,8 @@ type Dispatcher struct {
 	defs *catalog.Store
 	ids  jetstream.KeyValue
 
+	locks *lock.Table // the lock bucket (locks.go)
+
 	mu    sync.Mutex // guards cache
 	cache *lru
 }
@@ -94,7 +97,11 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log zerolog.Lo
 	if err != nil {
 		return nil, fmt.Errorf("open execution ids bucket: %w", err)
 	}
-	return &Dispatcher{cfg: cfg, js: js, log: log, defs: defs, ids: ids, cache: newLRU(cfg.CacheSize)}, nil
+	locks, err := lock.Open(ctx, js, cfg.Now)
+	if err != nil {
+		return nil, err
+	}
+	return &Dispatcher{cfg: cfg, js: js, log: log, defs: defs, ids: ids, locks: locks, cache: newLRU(cfg.CacheSize)}, nil
 }
 
 type job struct {
@@ -168,6 +175,9 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		}
 		ccs = append(ccs, cc)
 	}
+	watched := make(chan struct{})
+	go func() { defer close(watched); d.watchLocks(ctx) }()
+	defer func() { <-watched }()
 	d.log.Info().Int("workers", d.cfg.Workers).Msg("dispatcher running")
 	<-ctx.Done()
 	return nil
@@ -269,6 +279,8 @@ func (d *Dispatcher) handle(ctx context.Context, ev events.Event) error {
 		return d.signal(ctx, ev, p)
 	case *events.ExecutionAction:
 		return d.action(ctx, ev, p)
+	case *events.ClearLock:
+		return d.clearLock(ctx, ev, p)
 	}
 	if ref, ok := events.ResultRef(ev.Data); ok {
 		return d.result(ctx, ref, ev)
@@ -436,6 +448,9 @@ func (d *Dispatcher) append(ctx context.Context, x *execState, p events.Payload)
 	}
 	next.LastSeq = seq
 	x.state = next
+	if len(next.Locks) > 0 && !next.Status.Active() {
+		return d.releaseEnded(ctx, x) // e.g. a force-cancel: its locks go with it
+	}
 	return nil
 }
 

@@ -209,6 +209,11 @@ func (d *Dispatcher) result(ctx context.Context, ref events.TaskRef, ev events.E
 			return permanentError{fmt.Errorf("result for unknown execution %s", ref.ExecutionID)}
 		}
 		if x.state.StepIndex(ref.StepID) < 0 {
+			// A nested step is created by its first event: a cached state
+			// that is behind the history does not know it yet.
+			if err := d.checkFresh(ctx, x); err != nil {
+				return err
+			}
 			return permanentError{fmt.Errorf("result for unknown step %q", ref.StepID)}
 		}
 		if err := d.applyResult(ctx, x, ref, ev); err != nil {
@@ -301,8 +306,11 @@ func (d *Dispatcher) succeeded(x *execState, st projections.Step, r *events.Oper
 func (d *Dispatcher) advance(ctx context.Context, x *execState) error {
 	// Each action appends at least one event; the bound grows with the
 	// instances (loops and foreach items add them) and only stops a bug.
+	if err := d.syncLocks(ctx, x); err != nil {
+		return err
+	}
 	for i := 0; i < 16*len(x.state.Steps)+64; i++ {
-		a := decide(x.def, x.state)
+		a := decideLocked(x.def, x.state)
 		if a.kind == actWait {
 			return nil
 		}
@@ -315,6 +323,9 @@ func (d *Dispatcher) advance(ctx context.Context, x *execState) error {
 
 // act carries out one decision.
 func (d *Dispatcher) act(ctx context.Context, x *execState, a action) error {
+	if a.kind == actLock || a.kind == actUnlock {
+		return d.actOnLock(ctx, x, a)
+	}
 	log := zerolog.Ctx(ctx)
 	id := a.path
 	if id == "" {

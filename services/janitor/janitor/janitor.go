@@ -196,6 +196,9 @@ type Result struct {
 	// Expired counts finished executions deleted under their retention rule.
 	Expired int
 	Errors  int
+	// LocksCleared counts lock entries of ended executions it asked the
+	// dispatcher to clear (locks.go).
+	LocksCleared int
 }
 
 // RunOnce sweeps the execution read models once: idle executions, then
@@ -281,6 +284,12 @@ func (j *Janitor) sweepIdle(ctx context.Context) (Result, error) {
 			}
 			res.Reconciled++
 		}
+	}
+	if n, err := j.sweepLocks(ctx); err != nil {
+		j.log.Warn().Err(err).Msg("sweep: locks")
+		res.Errors++
+	} else {
+		res.LocksCleared = n
 	}
 	return res, nil
 }

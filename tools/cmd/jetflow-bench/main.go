@@ -4,7 +4,9 @@
 // prints executions/s, steps/s and start-to-finish latency percentiles,
 // then a sequential single-execution latency run, and optionally (-timers)
 // a durable-timer run: many executions sleeping until the same instant,
-// reporting how late their timers fired.
+// reporting how late their timers fired, and (-locks) a lock run: many
+// executions contending for one lock, reporting acquire/release pairs per
+// second and handover latency.
 package main
 
 import (
@@ -36,6 +38,7 @@ type config struct {
 	executions, concurrency, steps, single int
 	timers                                 int
 	timerLead                              time.Duration
+	locks, lockLimit                       int
 	dataDir, cpuProfile, memProfile        string
 }
 
@@ -57,6 +60,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&c.single, "single", 100, "executions in the sequential single-execution latency run")
 	fs.IntVar(&c.timers, "timers", 0, "executions in the durable-timer run, all sleeping until the same instant (0 skips it)")
 	fs.DurationVar(&c.timerLead, "timer-lead", 0, "how far ahead the timer run's common due time is (default max(5s, timers/1000 s))")
+	fs.IntVar(&c.locks, "locks", 0, "executions in the lock run, all contending for one lock (0 skips it)")
+	fs.IntVar(&c.lockLimit, "lock-semaphore", 1, "holders the lock run's lock allows at once (1: a mutex)")
 	fs.StringVar(&c.dataDir, "data", "", "data directory (default: a new temp dir, removed afterwards)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured runs to this file")
 	fs.StringVar(&c.memProfile, "memprofile", "", "write a heap profile at the end to this file")
@@ -65,6 +70,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	if c.executions < 1 || c.concurrency < 1 || c.steps < 1 || c.single < 0 || c.timers < 0 || c.timerLead < 0 {
 		return fmt.Errorf("-executions, -concurrency and -steps must be positive, -single, -timers and -timer-lead non-negative")
+	}
+	if c.locks < 0 || c.lockLimit < 1 || c.lockLimit > events.MaxSemaphore {
+		return fmt.Errorf("-locks must be non-negative and -lock-semaphore between 1 and %d", events.MaxSemaphore)
 	}
 	if c.dataDir == "" {
 		dir, err := os.MkdirTemp("", "jetflow-bench-")
@@ -152,6 +160,11 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	if c.timers > 0 {
 		if err := runTimers(ctx, out, conn, store, c.timers, c.timerLead); err != nil {
+			return err
+		}
+	}
+	if c.locks > 0 {
+		if err := runLocks(ctx, out, conn, store, c.locks, c.lockLimit); err != nil {
 			return err
 		}
 	}

@@ -174,6 +174,7 @@ func printExecution(w io.Writer, x projections.Execution) {
 	fmt.Fprintf(tw, "input\t%s\n", compact(x.Input))
 	_ = tw.Flush()
 	fmt.Fprintln(w)
+	printLocks(w, x)
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "STEP\tKIND\tSTATUS\tATTEMPT\tDURATION\tOUTPUT / ERROR")
 	for _, s := range x.Steps {
@@ -322,7 +323,7 @@ func printEvent(w io.Writer, ev client.Event, asJSON bool) {
 	if s, ok := d["step_id"].(string); ok {
 		detail = "step=" + s
 	}
-	for _, k := range []string{"error", "agent", "action", "reason", "requested_by"} {
+	for _, k := range []string{"lock", "path", "error", "agent", "action", "reason", "requested_by"} {
 		if v, ok := d[k].(string); ok && v != "" {
 			if strings.ContainsAny(v, " \t\"") {
 				v = strconv.Quote(v)

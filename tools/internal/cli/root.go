@@ -54,6 +54,6 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.SetErr(stderr)
 	root.PersistentFlags().StringVar(&a.apiURL, "api", cmp.Or(os.Getenv("JETFLOW_API"), "http://127.0.0.1:8080"),
 		"jetflow api base URL (env JETFLOW_API)")
-	root.AddCommand(a.devCmd(), a.workflowCmd(), a.runCmd(), a.showCmd(), a.lsCmd(), a.eventsCmd(), a.projectionsCmd(), a.signalCmd(), a.cancelCmd(), a.killCmd(), a.resumeCmd(), a.replayCmd())
+	root.AddCommand(a.devCmd(), a.workflowCmd(), a.runCmd(), a.showCmd(), a.lsCmd(), a.eventsCmd(), a.projectionsCmd(), a.signalCmd(), a.cancelCmd(), a.killCmd(), a.resumeCmd(), a.replayCmd(), a.locksCmd())
 	return root
 }

@@ -1,0 +1,66 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/lock"
+)
+
+// Lock is a lock as the api shows it: its holders (since when) and its
+// waiters in the order they asked.
+type Lock struct {
+	Name    string       `json:"name"`
+	Limit   int          `json:"limit"`
+	Holders []lock.Entry `json:"holders"`
+	Waiters []lock.Entry `json:"waiters"`
+}
+
+// Locks lists every lock held or waited for.
+func (c *Client) Locks(ctx context.Context) ([]Lock, error) {
+	var out struct {
+		Locks []Lock `json:"locks"`
+	}
+	_, err := c.do(ctx, http.MethodGet, "/v1/locks", nil, nil, &out)
+	return out.Locks, err
+}
+
+// Lock returns one lock (an *Error with status 404 if nobody holds or waits for it).
+func (c *Client) Lock(ctx context.Context, name string) (Lock, error) {
+	var out Lock
+	_, err := c.do(ctx, http.MethodGet, "/v1/locks/"+url.PathEscape(name), nil, nil, &out)
+	return out, err
+}
+
+// ClearLockRequest says whose hold to clear and why.
+type ClearLockRequest struct {
+	// ExecutionID clears only this execution's hold; every holder if empty.
+	ExecutionID string `json:"execution_id,omitempty"`
+	Reason      string `json:"reason,omitempty"`
+	RequestedBy string `json:"requested_by,omitempty"`
+}
+
+// ClearedLock is the answer to ClearLock.
+type ClearedLock struct {
+	Lock    string             `json:"lock"`
+	Cleared []events.LockEntry `json:"cleared"`
+	Command string             `json:"command"`
+	// Recorded is true once every cleared holder's history records it.
+	Recorded bool `json:"recorded"`
+}
+
+// ClearLock force-clears a lock's holders: the first waiters acquire it.
+func (c *Client) ClearLock(ctx context.Context, name string, req ClearLockRequest) (ClearedLock, error) {
+	var out ClearedLock
+	b, err := json.Marshal(req)
+	if err != nil {
+		return out, err
+	}
+	_, err = c.do(ctx, http.MethodDelete, "/v1/locks/"+url.PathEscape(name),
+		http.Header{"Content-Type": {"application/json"}}, bytes.NewReader(b), &out)
+	return out, err
+}

@@ -1,0 +1,68 @@
+package workflow_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/workflow"
+)
+
+func TestParseLocks(t *testing.T) {
+	t.Parallel()
+
+	d, err := workflow.Parse([]byte(`
+name: apt
+lock: apt-${input.host}
+semaphore: 2
+steps:
+  - id: install
+    kind: workflow
+    lock: dpkg
+    steps:
+      - id: run
+        kind: noop
+`))
+	require.NoError(t, err)
+	require.Equal(t, "apt-${input.host}", d.Lock)
+	require.Equal(t, 2, d.Semaphore)
+	require.Equal(t, "dpkg", d.Steps[0].Lock)
+	require.Zero(t, d.Steps[0].Semaphore)
+}
+
+func TestParseLockErrors(t *testing.T) {
+	t.Parallel()
+
+	tests := []struct {
+		name, input, field, msg string
+	}{
+		{"BadLiteralName", "name: wf\nlock: a b\nsteps:\n  - id: a\n    kind: noop\n", "lock", "is not a lock name"},
+		{"BadExpression", "name: wf\nlock: x-${nope.y}\nsteps:\n  - id: a\n    kind: noop\n", "lock", "nope"},
+		{"SemaphoreWithoutLock", "name: wf\nsemaphore: 2\nsteps:\n  - id: a\n    kind: noop\n", "semaphore", "give lock too"},
+		{"SemaphoreTooBig", "name: wf\nlock: x\nsemaphore: 1001\nsteps:\n  - id: a\n    kind: noop\n", "semaphore", "between 1 and 1000"},
+		{"NegativeSemaphore", "name: wf\nlock: x\nsemaphore: -1\nsteps:\n  - id: a\n    kind: noop\n", "semaphore", "between 1 and 1000"},
+		{"LockOnAnOperation", "name: wf\nsteps:\n  - id: a\n    kind: noop\n    lock: x\n", "steps[0].lock", "does not apply to a noop step"},
+		{"StepSemaphoreWithoutLock", "name: wf\nsteps:\n  - id: b\n    kind: workflow\n    semaphore: 2\n    steps:\n      - id: a\n        kind: noop\n",
+			"steps[0].semaphore", "give lock too"},
+		{"StepBadName", "name: wf\nsteps:\n  - id: b\n    kind: workflow\n    lock: \"a..b\"\n    steps:\n      - id: a\n        kind: noop\n",
+			"steps[0].lock", "is not a lock name"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := workflow.Parse([]byte(tc.input))
+			var ve *workflow.ValidationError
+			require.True(t, errors.As(err, &ve), "%v", err)
+			found := false
+			for _, p := range ve.Problems {
+				if p.Field == tc.field {
+					require.Contains(t, p.Message, tc.msg)
+					require.NotZero(t, p.Line, "the problem names its line")
+					found = true
+				}
+			}
+			require.True(t, found, "no problem names %s: %v", tc.field, ve.Problems)
+		})
+	}
+}
