@@ -68,15 +68,15 @@ const incrementSteps = `
   - {id: done, kind: replayable, replayable: from here}
 `
 
-// The seed's atomic increment: interrupted on the write after the value
-// was stored, an operator's replay resuming does not resume at the write
+// The seed's atomic increment, under a lock: interrupted on the write
+// after the value was stored, an operator's replay resuming does not resume at the write
 // (not idempotent) but replays from inc, the only replay point, with x as
 // it was there: the count is incremented once.
 func TestReplayAtomicIncrement(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	runDispatcher(t, b.js, dispatch.Config{Workers: 2})
-	b.applyYAML(t, "name: inc\nreplayable: from start\nsteps:"+incrementSteps)
+	b.applyYAML(t, "name: inc\nlock: counter\nreplayable: from start\nsteps:"+incrementSteps)
 	c := &counter{value: 41}
 	b.start(t, "inc", "i1")
 	c.serve(t, b, false)
@@ -101,12 +101,27 @@ func TestReplayAtomicIncrement(t *testing.T) {
 	require.JSONEq(t, `41`, string(rp.Vars["x"]), "x as it was when inc was entered")
 	require.Equal(t, "test-operator", rp.RequestedBy)
 	require.Len(t, s.Replays, 1)
+	// The lock was released when the execution failed and is taken again
+	// before the replay runs a step.
+	acquired := 0
+	for i, ev := range evs {
+		switch ev.Type {
+		case events.TypeLockAcquired:
+			acquired++
+		case events.TypeStepScheduled:
+			if i > indexOfType(evs, events.TypeExecutionReplayed) {
+				require.Equal(t, 2, acquired, "a step was scheduled after the replay before the lock was held again")
+			}
+		}
+	}
+	require.Equal(t, 2, acquired)
+	require.Equal(t, projections.LockReleased, s.Locks[0].Status)
 	requireLinear(t, evs)
 }
 
-// The same increment in a locked-style block whose on-error retries by
+// The same increment in a block under a lock whose on-error retries by
 // replaying (the seed's second example): the write's failure replays the
-// block from inc, without an operator.
+// block from inc, without an operator, and the lock stays held.
 func TestReplayRetryStepInOnError(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -115,6 +130,7 @@ func TestReplayRetryStepInOnError(t *testing.T) {
 steps:
   - id: blk
     kind: workflow
+    lock: single-entry-workflow-incrementing-count
     replayable: from start
     on-error:
       - {id: again, kind: retry, replay: true, retry: {limit: 3}}
@@ -136,6 +152,10 @@ steps:
 		require.Equal(t, "blk/inc", r.Point)
 		require.Equal(t, "blk/on-error/again", r.Cause)
 	}
+	require.Equal(t, 1, countType(evs, events.TypeLockAcquired), "the lock is held through on-error and the replays")
+	require.Less(t, indexOfType(evs, events.TypeLockAcquired), indexOfType(evs, events.TypeExecutionReplayed))
+	require.Len(t, s.Locks, 1)
+	require.Equal(t, projections.LockReleased, s.Locks[0].Status, "released when the execution ended")
 	requireLinear(t, evs)
 }
 
