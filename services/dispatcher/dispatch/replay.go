@@ -33,16 +33,15 @@ const maxAutomaticReplays = 3
 // recorded state alone (so that decide can plan the replays that retry
 // steps and automatic recovery ask for).
 type replayPlan struct {
-	// point is the instance the execution goes on from ("" = the start,
-	// or, resuming, nothing to run again); mode is how.
+	// point is the instance the execution goes on from ("" = the start);
+	// mode is how.
 	point string
 	mode  string
 	// resume, reopen and reset: see events.ExecutionReplayed.
 	resume, reopen, reset []string
 	// entered is the point's entry event: the variables are those of the
-	// events before it. 0 means none (the start) unless keepVars.
-	entered  int
-	keepVars bool
+	// events before it. 0 means none (the start).
+	entered int
 }
 
 // replayRefused is a replay that cannot be done as asked: the operator is
@@ -697,9 +696,6 @@ func (d *Dispatcher) replay(ctx context.Context, x *execState, rec events.Action
 // varsAt returns the workflow variables as they were when the replay
 // point was entered: the fold of the history's events before it.
 func (d *Dispatcher) varsAt(ctx context.Context, x *execState, plan replayPlan) (map[string]json.RawMessage, error) {
-	if plan.keepVars {
-		return x.state.Vars, nil
-	}
 	if plan.entered <= 1 {
 		return nil, nil
 	}
