@@ -127,3 +127,46 @@ func TestReconcileNamingAnotherWorkflowChangesNothing(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, other, "nothing is written under the wrong workflow")
 }
+
+// TestTimerFiredBeforeACrashIsActedOn: a dispatcher records TimerFired and
+// stops before acting on it; the fire command is redelivered to another
+// dispatcher, which must go on from the recorded firing rather than ack it
+// as a duplicate and leave the execution asleep forever.
+func TestTimerFiredBeforeACrashIsActedOn(t *testing.T) {
+	t.Parallel()
+	srv := natstest.RunJetStream(t)
+	_, js := natstest.Connect(t, srv)
+	defs, err := catalog.Open(t.Context(), js)
+	require.NoError(t, err)
+	_, _, err = defs.Apply(t.Context(), workflow.Definition{Name: "wf", Steps: []workflow.Step{
+		{ID: "nap", Kind: workflow.KindSleep, Duration: "1s"},
+		{ID: "after", Kind: workflow.KindNoop},
+	}})
+	require.NoError(t, err)
+	log := zerolog.New(zerolog.NewTestWriter(t))
+	newDispatcher := func(source string) *dispatch.Dispatcher {
+		_, js := natstest.Connect(t, srv)
+		dd, err := dispatch.New(t.Context(), dispatch.Config{Source: source}, js, log.With().Str("dispatcher", source).Logger())
+		require.NoError(t, err)
+		return dd
+	}
+	start := events.New("client", "", "", time.Now(), &events.StartExecution{Workflow: "wf", ExecutionID: "x1", Input: json.RawMessage(`{}`)})
+	publishPayload(t, js, events.SubjectStart, start)
+	runUntil(t, newDispatcher("A"), func() bool { return stepIs(t, js, 0, projections.OpWaiting) })
+
+	// A's last act before it died: the firing is in the history, nothing after it.
+	s := foldOf(t, js, "wf", "x1")
+	require.Len(t, s.Timers, 1)
+	for id := range s.Timers {
+		fired := events.New("A", "x1", "wf", time.Now(), &events.TimerFired{TimerID: id})
+		fired.PrevSeq = s.LastSeq
+		_, err := history.Append(t.Context(), js, events.ExecutionSubject("wf", "x1"), s.LastSeq, fired)
+		require.NoError(t, err)
+	}
+
+	runUntil(t, newDispatcher("B"), func() bool { return stepIs(t, js, 1, projections.OpSent) })
+	s = foldOf(t, js, "wf", "x1")
+	require.Equal(t, projections.OpSucceeded, s.Steps[0].Status, "the recorded firing ends the sleep")
+	require.Len(t, s.Steps, 2, "and the next step is sent")
+	require.Equal(t, projections.OpSent, s.Steps[1].Status)
+}

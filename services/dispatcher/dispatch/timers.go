@@ -77,8 +77,14 @@ func (d *Dispatcher) fireTimer(ctx context.Context, ev events.Event, p *events.F
 		case !ok:
 			log.Info().Msg("ignore a timer the history does not know")
 			return nil
-		case t.Fired || x.state.Status.Terminal():
+		case x.state.Status.Terminal():
 			return nil
+		case t.Fired:
+			// Recorded already: by a dispatcher that stopped before it
+			// acted on it (this command is the redelivery), or by this
+			// one for a duplicate. Deciding again repairs the first and
+			// changes nothing in the second.
+			return d.advance(ctx, x)
 		}
 		// What a fired timer means (a sleep ends, a wait or an attempt
 		// times out, a retry is due, the workflow times out) is decided

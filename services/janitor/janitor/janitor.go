@@ -297,7 +297,9 @@ func (j *Janitor) sweepIdle(ctx context.Context) (Result, error) {
 // waitingOnTime reports whether the execution waits for a signal, or for a
 // timer that is not overdue: nothing to nudge. An overdue timer (its
 // schedule was lost) makes the execution a candidate, and the reconcile
-// re-arms it.
+// re-arms it; so does a timer recorded fired while its step still waits
+// for it (the dispatcher that recorded the firing stopped before acting on
+// it), and the reconcile acts on it.
 func waitingOnTime(x projections.Execution, now time.Time) bool {
 	waiting := false
 	for _, st := range x.Steps {
@@ -311,6 +313,12 @@ func waitingOnTime(x projections.Execution, now time.Time) bool {
 	for _, t := range x.Timers {
 		if !t.Fired && now.Sub(t.Due) > time.Minute {
 			return false
+		}
+		if i := x.StepIndex(t.StepID); t.Fired && t.StepID != "" && i >= 0 {
+			st := x.Steps[i]
+			if st.Attempt == t.Attempt && (st.Status == projections.OpWaiting || st.Status == projections.OpRescheduled) {
+				return false
+			}
 		}
 	}
 	return true

@@ -324,7 +324,7 @@ func TestLostTaskAdvisory(t *testing.T) {
 // TestSweepLeavesTimedWaitsAlone: an execution sleeping (or waiting for a
 // signal, or for a retry's backoff) is not idle; only one whose timer is
 // long overdue (its schedule was lost) is nudged, so that the reconcile
-// re-arms it.
+// re-arms it, and one whose timer fired while its step still waits.
 func TestSweepLeavesTimedWaitsAlone(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -336,13 +336,18 @@ func TestSweepLeavesTimedWaitsAlone(t *testing.T) {
 	}
 	b.put(t, sleeping("in-a-day", now.Add(24*time.Hour)))
 	b.put(t, sleeping("lost-timer", now.Add(-time.Hour)))
+	unacted := sleeping("fired-not-acted-on", now.Add(-2*idleAfter))
+	unacted.Timers["t1"] = projections.Timer{Purpose: events.TimerSleep, StepID: "ship", Attempt: 1, Due: now.Add(-2 * idleAfter), Fired: true}
+	b.put(t, unacted)
 	signal := execution("for-a-signal", 2*idleAfter)
 	signal.Steps[1] = projections.Step{ID: "ship", Kind: "wait", Status: projections.OpWaiting, Attempt: 1}
 	b.put(t, signal)
 	res, err := b.janitor.RunOnce(t.Context())
 	require.NoError(t, err)
-	require.Equal(t, 1, res.Reconciled)
-	got := b.reconciles(t)
-	require.Len(t, got, 1)
-	require.Equal(t, "lost-timer", got[0].Data.(*events.ReconcileExecution).ExecutionID)
+	require.Equal(t, 2, res.Reconciled)
+	var nudged []string
+	for _, c := range b.reconciles(t) {
+		nudged = append(nudged, c.Data.(*events.ReconcileExecution).ExecutionID)
+	}
+	require.ElementsMatch(t, []string{"lost-timer", "fired-not-acted-on"}, nudged)
 }
