@@ -322,7 +322,14 @@ func (d *Dispatcher) clearLock(ctx context.Context, ev events.Event, p *events.C
 				return err
 			}
 			if !current {
-				return nil // a stale entry: the history does not hold it
+				// A stale entry (the history does not hold it), or this
+				// command again after a dispatcher recorded the clearing
+				// and stopped before acting on it: deciding again repairs
+				// that, and changes nothing otherwise.
+				if x.state.Status.Active() {
+					return d.advance(ctx, x)
+				}
+				return nil
 			}
 			zerolog.Ctx(ctx).Info().Str("lock", p.Lock).Str("scope", en.Path).Str("requested_by", rec.RequestedBy).
 				Str("reason", rec.Reason).Msg("lock cleared")
