@@ -118,8 +118,12 @@ steps:
 	out, err = runCmd(ctx, buildJetflow(t), "--api", s.info.APIURL, "locks", "clear", "gate-prod", "--execution", "g2", "--reason", "testing")
 	require.NoError(t, err, out)
 	require.Contains(t, out, "cleared lock gate-prod held by g2")
-	l, err = s.c.Lock(ctx, "gate-prod")
-	require.NoError(t, err)
+	// The clear is recorded before g2 (still running) asks again: the
+	// command's answer does not wait for that.
+	require.Eventually(t, func() bool {
+		l, err = s.c.Lock(ctx, "gate-prod")
+		return err == nil && len(l.Waiters) == 2
+	}, 10*time.Second, 20*time.Millisecond, "g2 asks again")
 	require.Equal(t, []string{"g3"}, entryIDs(l.Holders))
 	require.Equal(t, []string{"g1", "g2"}, entryIDs(l.Waiters))
 
