@@ -111,7 +111,7 @@ func (*LockReleased) payload()  {}
 func (*LockCleared) payload()   {}
 func (*ClearLock) payload()     {}
 
-// newLockPayload returns a pointer to a zero lock payload for t, or nil.
+// newLockPayload returns a pointer to a zero lock (or expiry) payload for t, or nil.
 func newLockPayload(t Type) Payload {
 	switch t {
 	case TypeLockRequested:
@@ -124,6 +124,10 @@ func newLockPayload(t Type) Payload {
 		return &LockCleared{}
 	case TypeClearLock:
 		return &ClearLock{}
+	case TypeExpireExecution:
+		return &ExpireExecution{}
+	case TypeExecutionExpired:
+		return &ExecutionExpired{}
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"jetflow.dev/pkg/events"
 )
 
+// TestLockEventsRoundTrip covers the lock and the expiry events.
 func TestLockEventsRoundTrip(t *testing.T) {
 	t.Parallel()
 
@@ -19,6 +20,8 @@ func TestLockEventsRoundTrip(t *testing.T) {
 			Lock: "db", Path: "each[2]/blk"},
 		&events.ClearLock{Lock: "db", Entries: []events.LockEntry{{ExecutionID: "x1", Workflow: "deploy", Path: "blk", Request: 2}},
 			OnlyEnded: true, Reason: "holder ended", RequestedBy: "jetflow/janitor"},
+		&events.ExpireExecution{ExecutionID: "x1", Workflow: "deploy", LastSeq: 41, Rule: "3", Group: "deploy"},
+		&events.ExecutionExpired{Rule: "3", Group: "deploy", RequestedBy: "jetflow/janitor"},
 	} {
 		t.Run(typeName(p.EventType()), func(t *testing.T) {
 			t.Parallel()

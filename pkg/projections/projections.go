@@ -152,6 +152,9 @@ type Execution struct {
 	StartedAt time.Time `json:"started_at,omitzero"`
 	EndedAt   time.Time `json:"ended_at,omitzero"`
 	UpdatedAt time.Time `json:"updated_at,omitzero"`
+	// ExpiredAt is when the execution expired under its retention rule
+	// (execution.expired): nothing follows, and the janitor deletes it.
+	ExpiredAt time.Time `json:"expired_at,omitzero"`
 	// LastSeq is the stream sequence of the last event folded (0 if the
 	// events carried none), LastEventID its CloudEvent id.
 	LastSeq     uint64 `json:"last_seq"`
@@ -338,6 +341,16 @@ func Apply(s Execution, ev events.Event) (Execution, error) {
 }
 
 func apply(s Execution, ev events.Event) (Execution, error) {
+	if !s.ExpiredAt.IsZero() && ev.Data != nil {
+		return s, &TransitionError{ExecutionID: s.ID, From: "expired", Event: ev.Type}
+	}
+	if _, ok := ev.Data.(*events.ExecutionExpired); ok {
+		if !s.Status.Terminal() {
+			return s, &TransitionError{ExecutionID: s.ID, From: string(s.Status), Event: ev.Type}
+		}
+		s.ExpiredAt = ev.Time
+		return s, nil
+	}
 	if next, ok, err := applyLock(s, ev); ok {
 		return next, err
 	}

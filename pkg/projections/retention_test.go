@@ -51,3 +51,34 @@ func TestFoldRetention(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, none.Retention, "no rule: the system default applies")
 }
+
+// TestFoldExpired: execution.expired may only follow an end, and nothing
+// may follow it, not even a resume, a replay or a lock event.
+func TestFoldExpired(t *testing.T) {
+	t.Parallel()
+	begin := at(1, &events.ExecutionStarted{Workflow: "provision", Version: 1, Steps: []events.StepRef{{ID: "a", Kind: "noop"}}})
+	expired := at(3, &events.ExecutionExpired{Rule: "1", Group: "provision", RequestedBy: "jetflow/janitor"})
+
+	_, err := projections.Fold([]events.Event{begin, expired})
+	var te *projections.TransitionError
+	require.ErrorAs(t, err, &te, "a running execution cannot expire")
+
+	for _, end := range []events.Payload{&events.ExecutionSucceeded{}, &events.ExecutionFailed{Error: "boom"},
+		&events.ExecutionCancelled{ActionRecord: events.ActionRecord{Action: events.ActionForceCancel}}} {
+		x, err := projections.Fold([]events.Event{begin, at(2, end), expired})
+		require.NoError(t, err, "%T", end)
+		require.Equal(t, expired.Time, x.ExpiredAt)
+		require.True(t, x.Status.Terminal(), "the status stays the end's")
+
+		for _, after := range []events.Payload{
+			&events.ExecutionResumed{ActionRecord: events.ActionRecord{Action: events.ActionResume}, Token: "t2"},
+			&events.ExecutionReplayed{ActionRecord: events.ActionRecord{Action: events.ActionReplay}, Token: "t2"},
+			&events.LockCleared{Lock: "db"},
+			&events.ExecutionExpired{Rule: "1"},
+		} {
+			_, err := projections.Fold([]events.Event{begin, at(2, end), expired, at(4, after)})
+			require.ErrorAs(t, err, &te, "%T after expired", after)
+			require.Equal(t, "expired", te.From)
+		}
+	}
+}

@@ -128,3 +128,36 @@ steps:
 	require.NoError(t, err)
 	require.Contains(t, string(e.Value()), `"expired_at"`)
 }
+
+// TestExpiredRefusesActionsBeforeDeletion: once the dispatcher recorded an
+// execution's expiry (at the janitor's request), the execution can no
+// longer be resumed, even before the janitor deletes it: the api answers
+// 410 expired, and the history ends with the expiry.
+func TestExpiredRefusesActionsBeforeDeletion(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, func(c *devstack.Config) { c.JanitorInterval = time.Hour })
+	ctx := context.Background()
+	s.apply(t, "name: denied\nsteps:\n  - id: check\n    kind: fail\n    message: no\n")
+	x := s.runToEnd(t, client.StartRequest{Workflow: "denied", ID: "denied-1"})
+	require.Equal(t, projections.StatusFailed, x.Status)
+
+	// What the janitor publishes when the rule no longer keeps it.
+	ev := events.New("jetflow/janitor", "denied-1", "denied", time.Now(), &events.ExpireExecution{
+		ExecutionID: "denied-1", Workflow: "denied", LastSeq: x.LastSeq, Rule: "1"})
+	msg, err := events.Encode(events.SubjectExpire, ev)
+	require.NoError(t, err)
+	_, err = s.js.PublishMsg(ctx, msg)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		x, err := s.c.Execution(ctx, "denied-1")
+		return err == nil && !x.ExpiredAt.IsZero()
+	}, 10*time.Second, 20*time.Millisecond, "expiry recorded and projected")
+
+	_, err = s.c.Act(ctx, "denied-1", client.ActionRequest{Action: events.ActionResume, Reason: "fixed"})
+	var gone *client.Error
+	require.ErrorAs(t, err, &gone)
+	require.Equal(t, http.StatusGone, gone.Status)
+	require.Equal(t, events.CodeExpired, gone.Code)
+	evs := s.history(t, "denied-1")
+	require.Equal(t, events.TypeExecutionExpired, evs[len(evs)-1].Type, "nothing was added after the expiry")
+}

@@ -222,7 +222,8 @@ func (s *Server) answerRejection(w http.ResponseWriter, r *http.Request, key str
 }
 
 func writeRejection(w http.ResponseWriter, p *events.CommandRejected) {
-	status := map[string]int{events.CodeConflict: http.StatusConflict, events.CodeNotFound: http.StatusNotFound}[p.Code]
+	status := map[string]int{events.CodeConflict: http.StatusConflict, events.CodeNotFound: http.StatusNotFound,
+		events.CodeExpired: http.StatusGone}[p.Code]
 	writeError(w, cmpStatus(status), apiError{Code: p.Code, Message: oneLine(p.Reason)})
 }
 

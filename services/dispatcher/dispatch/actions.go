@@ -75,6 +75,12 @@ func (d *Dispatcher) action(ctx context.Context, ev events.Event, p *events.Exec
 	}
 	return d.withExecution(ctx, wf, p.ExecutionID, func(x *execState) error {
 		s := x.state
+		if !s.ExpiredAt.IsZero() {
+			if _, seen := s.CommandAction(key); seen {
+				return nil // carried out before the execution ended and expired
+			}
+			return d.rejectExpired(ctx, ev, s)
+		}
 		if action, seen := s.CommandAction(key); seen {
 			if action != p.Action {
 				return d.reject(ctx, ev, p.ExecutionID, events.CodeConflict,

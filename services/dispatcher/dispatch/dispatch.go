@@ -220,6 +220,8 @@ func routingKey(ev events.Event) string {
 		return p.ExecutionID
 	case *events.ExecutionAction:
 		return p.ExecutionID
+	case *events.ExpireExecution:
+		return p.ExecutionID
 	}
 	if ref, ok := events.ResultRef(ev.Data); ok {
 		return ref.ExecutionID
@@ -281,6 +283,8 @@ func (d *Dispatcher) handle(ctx context.Context, ev events.Event) error {
 		return d.action(ctx, ev, p)
 	case *events.ClearLock:
 		return d.clearLock(ctx, ev, p)
+	case *events.ExpireExecution:
+		return d.expire(ctx, ev, p)
 	}
 	if ref, ok := events.ResultRef(ev.Data); ok {
 		return d.result(ctx, ref, ev)

@@ -314,7 +314,7 @@ func (d *Dispatcher) clearLock(ctx context.Context, ev events.Event, p *events.C
 		entry := lock.Entry{ExecutionID: en.ExecutionID, Workflow: en.Workflow, Path: en.Path, Request: en.Request}
 		err := d.withExecution(ctx, en.Workflow, en.ExecutionID, func(x *execState) error {
 			l, ok := x.state.LockAt(en.Path)
-			current := ok && l.Name == p.Lock && l.Status.Open() && l.Requests == en.Request
+			current := ok && l.Name == p.Lock && l.Status.Open() && l.Requests == en.Request && x.state.ExpiredAt.IsZero()
 			if current && p.OnlyEnded && x.state.Status.Active() {
 				return nil // resumed since the sweep saw it ended
 			}

@@ -1,8 +1,12 @@
 package dispatch
 
 import (
+	"context"
 	"fmt"
 	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
 
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/expression"
@@ -77,4 +81,48 @@ func resolveRetention(text string, prev retention.Rule, prevKey string, env func
 	}
 	out.Key = key
 	return out, nil
+}
+
+// expire records that a finished execution expired under its retention
+// rule, as the janitor asks (docs/retention.md). It does so only if the
+// history still ends where the janitor saw it: an execution resumed or
+// replayed since is kept, and the janitor decides again on its new state.
+// Once execution.expired is recorded nothing can follow it (the fold
+// refuses any event after it), so an operator's resume arriving now is
+// refused rather than lost with the history the janitor then deletes.
+func (d *Dispatcher) expire(ctx context.Context, ev events.Event, p *events.ExpireExecution) error {
+	log := zerolog.Ctx(ctx).With().Uint64("janitor_seq", p.LastSeq).Str("rule", p.Rule).Logger()
+	return d.withExecution(ctx, p.Workflow, p.ExecutionID, func(x *execState) error {
+		s := x.state
+		switch {
+		case !s.ExpiredAt.IsZero():
+			return nil // recorded already (this command again)
+		case s.Status == projections.StatusNone:
+			log.Info().Msg("expire: no history, nothing to record")
+			return nil
+		case s.LastSeq != p.LastSeq || !s.Status.Terminal():
+			log.Info().Uint64("history_seq", s.LastSeq).Str("status", string(s.Status)).
+				Msg("expire: the execution changed since the janitor looked, kept")
+			return nil
+		}
+		if _, open := openLock(s); open {
+			// Its end was recorded but a crash came before its locks were
+			// given up: give them up now; the janitor decides again.
+			log.Info().Msg("expire: locks still to release first, kept")
+			return d.releaseEnded(ctx, x)
+		}
+		if err := d.append(ctx, x, &events.ExecutionExpired{Rule: p.Rule, Group: p.Group, RequestedBy: ev.Source}); err != nil {
+			return err
+		}
+		log.Info().Str("status", string(s.Status)).Msg("execution expired under its retention rule")
+		return nil
+	})
+}
+
+// rejectExpired refuses a command for an execution that expired: its
+// history is about to be deleted, and nothing may be added to it.
+func (d *Dispatcher) rejectExpired(ctx context.Context, cmd events.Event, s projections.Execution) error {
+	return d.reject(ctx, cmd, s.ID, events.CodeExpired, fmt.Sprintf(
+		"execution %q expired under its retention rule at %s; its history is being deleted",
+		s.ID, s.ExpiredAt.UTC().Format(time.RFC3339)))
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/natstest"
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/pkg/workflow"
 	"jetflow.dev/services/dispatcher/dispatch"
@@ -131,4 +132,70 @@ func TestStartOfExpiredExecutionRefused(t *testing.T) {
 	require.Equal(t, events.CodeConflict, rej.Code)
 	require.Contains(t, rej.Reason, `execution "gone-1" expired under its retention rule`)
 	require.Empty(t, readHistory(t, b.js, "once", "gone-1"))
+}
+
+// expireCommand publishes the janitor's expire command for execution id of
+// wf, as the janitor saw its history end at lastSeq.
+func (b *testBundle) expireCommand(t *testing.T, wf, id string, lastSeq uint64) {
+	t.Helper()
+	ev := events.New("jetflow/janitor", id, wf, time.Now(), &events.ExpireExecution{ExecutionID: id, Workflow: wf, LastSeq: lastSeq, Rule: "1", Group: wf})
+	msg, err := events.Encode(events.SubjectExpire, ev)
+	require.NoError(t, err)
+	_, err = b.js.PublishMsg(t.Context(), msg, jetstream.WithMsgID(ev.ID))
+	require.NoError(t, err)
+}
+
+// TestExpireOnlyWhatTheJanitorSaw: the dispatcher records an expiry only
+// if the history still ends where the janitor saw it, so an operator's
+// resume that comes first keeps the execution; once the expiry is
+// recorded, nothing can be added: a resume, a replay or a signal is
+// refused with code expired, and the history stays a valid fold.
+func TestExpireOnlyWhatTheJanitorSaw(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	runDispatcher(t, b.js, dispatch.Config{Workers: 2})
+	b.applyYAML(t, "name: flaky\nsteps:\n  - id: boom\n    kind: fail\n    message: not yet\n")
+	b.start(t, "flaky", "f1")
+	s, _ := waitStatus(t, b.js, "flaky", "f1", projections.StatusFailed)
+	first := s.LastSeq
+
+	// The janitor decided on the failed execution, but an operator resumed
+	// it before the dispatcher got the expire command.
+	b.act(t, "f1", events.ActionResume, "fixed it")
+	natstest.Eventually(t, waitFor, func() bool {
+		return countType(readHistory(t, b.js, "flaky", "f1"), events.TypeExecutionFailed) == 2
+	}, "resumed and failed again")
+	b.expireCommand(t, "flaky", "f1", first)
+	waitCommandsHandled(t, b.js)
+	evs := readHistory(t, b.js, "flaky", "f1")
+	require.Zero(t, countType(evs, events.TypeExecutionExpired), "the resume came first: kept")
+
+	s, _ = waitStatus(t, b.js, "flaky", "f1", projections.StatusFailed)
+	b.expireCommand(t, "flaky", "f1", s.LastSeq)
+	evs = waitHistory(t, b.js, "flaky", "f1", "expired", func(evs []events.Event) bool {
+		return countType(evs, events.TypeExecutionExpired) == 1
+	})
+	exp := evs[len(evs)-1].Data.(*events.ExecutionExpired)
+	require.Equal(t, &events.ExecutionExpired{Rule: "1", Group: "flaky", RequestedBy: "jetflow/janitor"}, exp)
+
+	for _, action := range []string{events.ActionResume, events.ActionReplay, events.ActionCancel} {
+		rej := readRejection(t, b.js, b.act(t, "f1", action, "too late"))
+		require.Equal(t, events.CodeExpired, rej.Code, action)
+		require.Contains(t, rej.Reason, "expired under its retention rule")
+	}
+	sig := events.New("test-client", "", "", time.Now(), &events.SignalExecution{ExecutionID: "f1", Name: "go"})
+	msg, err := events.Encode(events.SubjectSignal, sig)
+	require.NoError(t, err)
+	_, err = b.js.PublishMsg(t.Context(), msg)
+	require.NoError(t, err)
+	require.Equal(t, events.CodeExpired, readRejection(t, b.js, events.CommandKey(sig.Source, sig.ID)).Code)
+
+	b.expireCommand(t, "flaky", "f1", s.LastSeq+1) // asked again: nothing more
+	waitCommandsHandled(t, b.js)
+	evs = readHistory(t, b.js, "flaky", "f1")
+	require.Equal(t, 1, countType(evs, events.TypeExecutionExpired))
+	require.Equal(t, events.TypeExecutionExpired, evs[len(evs)-1].Type, "nothing follows the expiry")
+	x, err := projections.Fold(evs)
+	require.NoError(t, err)
+	require.False(t, x.ExpiredAt.IsZero())
 }

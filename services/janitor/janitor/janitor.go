@@ -126,9 +126,9 @@ func (j *Janitor) Run(ctx context.Context) error {
 				j.log.Error().Err(err).Msg("sweep")
 				continue
 			}
-			if res.Reconciled+res.LostTasks+res.Expired+res.Errors > 0 {
+			if res.Reconciled+res.LostTasks+res.Expired+res.ExpiryRequested+res.Errors > 0 {
 				j.log.Info().Int("checked", res.Checked).Int("reconciled", res.Reconciled).Int("lost_tasks", res.LostTasks).
-					Int("expired", res.Expired).Int("errors", res.Errors).Msg("sweep")
+					Int("expiry_requested", res.ExpiryRequested).Int("expired", res.Expired).Int("errors", res.Errors).Msg("sweep")
 			}
 		}
 	}
@@ -195,7 +195,11 @@ type Result struct {
 	LostTasks  int
 	// Expired counts finished executions deleted under their retention rule.
 	Expired int
-	Errors  int
+	// ExpiryRequested counts finished executions whose rule no longer keeps
+	// them and whose expiry the janitor asked the dispatcher to record;
+	// they are deleted at a later sweep (retention.go).
+	ExpiryRequested int
+	Errors          int
 	// LocksCleared counts lock entries of ended executions it asked the
 	// dispatcher to clear (locks.go).
 	LocksCleared int
@@ -208,8 +212,8 @@ func (j *Janitor) RunOnce(ctx context.Context) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	expired, failed, err := j.expire(ctx)
-	res.Expired, res.Errors = expired, res.Errors+failed
+	ret, err := j.expire(ctx)
+	res.Expired, res.ExpiryRequested, res.Errors = ret.deleted, ret.requested, res.Errors+ret.failed
 	if err != nil {
 		return res, fmt.Errorf("retention: %w", err)
 	}

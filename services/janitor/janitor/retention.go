@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -65,6 +66,7 @@ type finished struct {
 	Retention    string             `json:"retention"`
 	RetentionKey string             `json:"retention_key"`
 	LastSeq      uint64             `json:"last_seq"`
+	ExpiredAt    time.Time          `json:"expired_at"`
 }
 
 // group is the retention group of an execution: its hash key, or its
@@ -76,19 +78,26 @@ func (f finished) group() string { return cmp.Or(f.RetentionKey, f.Workflow) }
 const markerAge = 30 * time.Minute
 
 // expire applies retention once: it reads the read models (never a
-// history), groups the finished executions, and deletes those their rule
-// no longer keeps. Running, cancelling and suspended executions are never
-// touched. It returns how many executions it deleted and how many it
-// could not.
-func (j *Janitor) expire(ctx context.Context) (expired, failed int, err error) {
+// history), groups the finished executions, and deals with those their
+// rule no longer keeps. Running, cancelling and suspended executions are
+// never touched.
+//
+// Deleting takes two steps, because an operator may resume a finished
+// execution at any moment and the dispatcher is the only writer of
+// histories: the janitor asks the dispatcher to record execution.expired
+// (which it does only if the history has not moved since the janitor
+// looked, and after which nothing can be added to it), and deletes a
+// history only once it ends with that event, normally at the next sweep.
+func (j *Janitor) expire(ctx context.Context) (retentionResult, error) {
+	var res retentionResult
 	kv, err := j.js.KeyValue(ctx, events.BucketExecutions)
 	if err != nil {
-		return 0, 0, fmt.Errorf("open executions bucket: %w", err)
+		return res, fmt.Errorf("open executions bucket: %w", err)
 	}
 	now := j.cfg.Now()
 	groups, total, oldMarkers, err := readFinished(ctx, kv, now)
 	if err != nil {
-		return 0, 0, err
+		return res, err
 	}
 	rules := map[string]retention.Rule{}
 	var st *stores // opened at the first expiry
@@ -109,31 +118,33 @@ func (j *Janitor) expire(ctx context.Context) (expired, failed int, err error) {
 				}
 				rules[f.Retention] = rule
 			}
-			if rule.Keep(rank, now.Sub(f.EndedAt)) {
+			if f.ExpiredAt.IsZero() && rule.Keep(rank, now.Sub(f.EndedAt)) {
 				continue
 			}
 			if st == nil {
 				if st, err = j.openStores(ctx, kv); err != nil {
-					return expired, failed, err
+					return res, err
 				}
 			}
-			done, err := j.purge(ctx, st, f)
+			step, err := j.purge(ctx, st, f, key, rule)
 			if err != nil {
-				failed++
+				res.failed++
 				j.metrics.errors.Inc()
 				j.log.Warn().Err(err).Str("execution_id", f.ID).Msg("retention: delete expired execution, will retry")
 				continue
 			}
-			if !done {
-				continue
+			switch step {
+			case expiryRequested:
+				res.requested++
+			case expiryDone:
+				res.deleted++
+				j.metrics.purged.WithLabelValues(f.Workflow).Inc()
+				j.log.Info().Str("execution_id", f.ID).Str("workflow", f.Workflow).Str("group", key).Str("rule", rule.String()).
+					Str("status", string(f.Status)).Time("ended_at", f.EndedAt).Int("rank", rank).Msg("execution expired: history and read model deleted")
 			}
-			expired++
-			j.metrics.purged.WithLabelValues(f.Workflow).Inc()
-			j.log.Info().Str("execution_id", f.ID).Str("workflow", f.Workflow).Str("group", key).Str("rule", rule.String()).
-				Str("status", string(f.Status)).Time("ended_at", f.EndedAt).Int("rank", rank).Msg("execution expired: history and read model deleted")
 		}
 	}
-	j.metrics.finished.Set(float64(total - expired))
+	j.metrics.finished.Set(float64(total - res.deleted))
 	if oldMarkers > 0 {
 		// Deleted read models leave a marker each; without this the
 		// bucket, and every sweep, would grow with every expiry.
@@ -141,7 +152,12 @@ func (j *Janitor) expire(ctx context.Context) (expired, failed int, err error) {
 			j.log.Warn().Err(err).Msg("retention: remove old markers of deleted read models")
 		}
 	}
-	return expired, failed, nil
+	return res, nil
+}
+
+// retentionResult counts what a retention pass did.
+type retentionResult struct {
+	deleted, requested, failed int
 }
 
 // readFinished reads every read model once and groups the finished
@@ -219,43 +235,72 @@ func (j *Janitor) openStores(ctx context.Context, models jetstream.KeyValue) (*s
 	return st, nil
 }
 
-// purge deletes an expired execution: it marks its id's claim expired,
-// purges its history (and the results agents reported for it), then
-// deletes its read model. The read model goes last because it is what
-// the sweep works from: after a crash anywhere in between, the next sweep
-// finds the read model still there and does every step again (each is
-// idempotent). Deleting it first could leave a history no sweep would
-// ever find without reading the whole stream. The claim itself is never
-// deleted: execution ids are unique forever.
-//
-// It returns false, and deletes nothing, when the history has gone on
-// past the read model (a resume, or a projector that is behind): the
-// next sweep decides again on the newer read model.
-func (j *Janitor) purge(ctx context.Context, st *stores, f finished) (bool, error) {
+// expiryStep is what purge did for an expired execution.
+type expiryStep int
+
+const (
+	expiryWaiting   expiryStep = iota // nothing: the history moved on, or expiry was asked already
+	expiryRequested                   // asked the dispatcher to record execution.expired
+	expiryDone                        // deleted
+)
+
+// purge moves an expired execution one step on. While its history does
+// not end with execution.expired, it asks the dispatcher to record it
+// (unless the history has gone on past the read model: a resume, or a
+// projector that is behind; the next sweep decides again on the newer
+// read model). Once it does, it marks the id's claim expired, purges the
+// history (and the results agents reported for it), then deletes the
+// read model. The read model goes last because it is what the sweep works
+// from: after a crash anywhere in between, the next sweep finds the read
+// model still there and does every step again (each is idempotent).
+// Deleting it first could leave a history no sweep would ever find
+// without reading the whole stream. The claim itself is never deleted:
+// execution ids are unique forever.
+func (j *Janitor) purge(ctx context.Context, st *stores, f finished, group string, rule retention.Rule) (expiryStep, error) {
 	subject := events.ExecutionSubject(f.Workflow, f.ID)
 	last, err := st.events.GetLastMsgForSubject(ctx, subject)
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound): // purged already, by a sweep that stopped halfway
 	case err != nil:
-		return false, fmt.Errorf("read last event of %s: %w", f.ID, err)
+		return expiryWaiting, fmt.Errorf("read last event of %s: %w", f.ID, err)
+	case events.Type(last.Header.Get("ce-type")) == events.TypeExecutionExpired: // recorded: nothing can follow
 	case last.Sequence != f.LastSeq:
 		j.log.Debug().Str("execution_id", f.ID).Uint64("read_model_seq", f.LastSeq).Uint64("history_seq", last.Sequence).
 			Msg("retention: history is ahead of the read model, decided again next sweep")
-		return false, nil
+		return expiryWaiting, nil
+	default:
+		return expiryRequested, j.requestExpiry(ctx, f, group, rule)
 	}
 	if err := j.markExpired(ctx, st.ids, f.ID); err != nil {
-		return false, err
+		return expiryWaiting, err
 	}
 	if err := st.events.Purge(ctx, jetstream.WithPurgeSubject(subject)); err != nil {
-		return false, fmt.Errorf("purge history of %s: %w", f.ID, err)
+		return expiryWaiting, fmt.Errorf("purge history of %s: %w", f.ID, err)
 	}
 	if err := st.results.Purge(ctx, jetstream.WithPurgeSubject(events.ResultSubject(f.ID))); err != nil {
-		return false, fmt.Errorf("purge results of %s: %w", f.ID, err)
+		return expiryWaiting, fmt.Errorf("purge results of %s: %w", f.ID, err)
 	}
 	if err := st.models.Purge(ctx, f.ID); err != nil {
-		return false, fmt.Errorf("delete read model of %s: %w", f.ID, err)
+		return expiryWaiting, fmt.Errorf("delete read model of %s: %w", f.ID, err)
 	}
-	return true, nil
+	return expiryDone, nil
+}
+
+// requestExpiry publishes the command asking the dispatcher to record the
+// execution's expiry, with one message id per history position, so that
+// a sweep that asks again before the dispatcher answered adds nothing.
+func (j *Janitor) requestExpiry(ctx context.Context, f finished, group string, rule retention.Rule) error {
+	ev := events.New(j.cfg.Source, f.ID, f.Workflow, j.cfg.Now(), &events.ExpireExecution{
+		ExecutionID: f.ID, Workflow: f.Workflow, LastSeq: f.LastSeq, Rule: rule.String(), Group: group})
+	ev.ID = "expire-" + f.ID + "-" + strconv.FormatUint(f.LastSeq, 10)
+	msg, err := events.Encode(events.SubjectExpire, ev)
+	if err != nil {
+		return err
+	}
+	if _, err := j.js.PublishMsg(ctx, msg, jetstream.WithMsgID(ev.ID)); err != nil {
+		return fmt.Errorf("publish expire command for %s: %w", f.ID, err)
+	}
+	return nil
 }
 
 // markExpired records in the execution id's claim when the execution

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/natstest"
@@ -121,11 +122,47 @@ func (b *retentionBundle) finished(t *testing.T, wf string, n int, end time.Time
 	}
 }
 
+// sweep runs the two steps of an expiry: a sweep that asks the
+// dispatcher to record the expiries, the dispatcher's part (recordExpiries)
+// and the sweep that deletes. It returns what the two sweeps did, summed.
 func (b *retentionBundle) sweep(t *testing.T) janitor.Result {
 	t.Helper()
 	res, err := b.janitor.RunOnce(t.Context())
 	require.NoError(t, err)
+	if res.ExpiryRequested == 0 {
+		return res
+	}
+	b.recordExpiries(t)
+	again, err := b.janitor.RunOnce(t.Context())
+	require.NoError(t, err)
+	require.Zero(t, again.ExpiryRequested, "everything asked for was recorded")
+	res.Expired += again.Expired
+	res.Errors += again.Errors
 	return res
+}
+
+// recordExpiries does the dispatcher's part of the expire commands the
+// janitor published, as the dispatcher does it (its own tests cover it):
+// execution.expired is appended only if the history still ends at the
+// sequence the command names. It returns how many it recorded.
+func (b *retentionBundle) recordExpiries(t *testing.T) int {
+	t.Helper()
+	cmds, err := history.ReadStream(t.Context(), b.js, events.StreamCommands, events.SubjectExpire, 0, 0)
+	require.NoError(t, err)
+	recorded := 0
+	for _, c := range cmds {
+		p := c.Data.(*events.ExpireExecution)
+		require.Equal(t, "jetflow/janitor", c.Source)
+		ev := events.New("test-dispatcher", p.ExecutionID, p.Workflow, b.now, &events.ExecutionExpired{Rule: p.Rule, Group: p.Group, RequestedBy: c.Source})
+		ev.PrevSeq = p.LastSeq
+		_, err := history.Append(t.Context(), b.js, events.ExecutionSubject(p.Workflow, p.ExecutionID), p.LastSeq, ev)
+		if errors.Is(err, bus.ErrConflict) {
+			continue // the history moved on (or this was recorded already)
+		}
+		require.NoError(t, err)
+		recorded++
+	}
+	return recorded
 }
 
 // kept lists the executions that have a read model, sorted.
@@ -424,4 +461,78 @@ func TestRetentionManySweptAtOnce(t *testing.T) {
 	require.Equal(t, 300, b.sweep(t).Expired)
 	require.Empty(t, b.kept(t))
 	require.Equal(t, 300.0, b.purged(t, "bulk"))
+}
+
+// expireCommands reads the expire commands the janitor published.
+func (b *retentionBundle) expireCommands(t *testing.T) []*events.ExpireExecution {
+	t.Helper()
+	cmds, err := history.ReadStream(t.Context(), b.js, events.StreamCommands, events.SubjectExpire, 0, 0)
+	require.NoError(t, err)
+	out := make([]*events.ExpireExecution, len(cmds))
+	for i, c := range cmds {
+		out[i] = c.Data.(*events.ExpireExecution)
+	}
+	return out
+}
+
+// TestRetentionAsksTheDispatcherFirst: the janitor deletes nothing until
+// the history ends with execution.expired; it asks the dispatcher to
+// record it, once per history position however many sweeps pass.
+func TestRetentionAsksTheDispatcherFirst(t *testing.T) {
+	t.Parallel()
+	b := setupRetention(t, "")
+	b.finished(t, "wf", 3, now.Add(-time.Hour), &events.Retention{Rule: "1", Key: "grp"})
+	x := b.store(t, run{wf: "wf", id: "wf-9", status: projections.StatusFailed, ended: now.Add(-2 * time.Hour), rule: &events.Retention{Rule: "1", Key: "grp"}})
+
+	for range 2 {
+		res, err := b.janitor.RunOnce(t.Context())
+		require.NoError(t, err)
+		require.Equal(t, 3, res.ExpiryRequested)
+		require.Zero(t, res.Expired)
+	}
+	cmds := b.expireCommands(t)
+	require.Len(t, cmds, 3, "asked once per execution, however many sweeps")
+	slices.SortFunc(cmds, func(a, c *events.ExpireExecution) int { return strings.Compare(a.ExecutionID, c.ExecutionID) })
+	require.Equal(t, &events.ExpireExecution{ExecutionID: "wf-9", Workflow: "wf", LastSeq: x.LastSeq, Rule: "1", Group: "grp"}, cmds[2])
+	require.Equal(t, []string{"wf-1", "wf-2", "wf-3", "wf-9"}, b.kept(t))
+	for _, id := range []string{"wf-1", "wf-2", "wf-3", "wf-9"} {
+		b.requireIntact(t, "wf", id)
+	}
+
+	require.Equal(t, 3, b.recordExpiries(t))
+	res, err := b.janitor.RunOnce(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, 3, res.Expired)
+	require.Equal(t, []string{"wf-3"}, b.kept(t))
+	for _, id := range []string{"wf-1", "wf-2", "wf-9"} {
+		b.requireGone(t, "wf", id)
+	}
+}
+
+// TestRetentionKeepsAResumeThatCameFirst: an operator resumes a failed
+// execution after the janitor asked for its expiry but before the
+// dispatcher recorded it. The dispatcher refuses the expiry (the history
+// moved), and the janitor never deletes the resumed execution.
+func TestRetentionKeepsAResumeThatCameFirst(t *testing.T) {
+	t.Parallel()
+	b := setupRetention(t, "")
+	x := b.store(t, run{wf: "wf", id: "resumed", status: projections.StatusFailed, ended: now, rule: rule("disabled")})
+	res, err := b.janitor.RunOnce(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, 1, res.ExpiryRequested)
+
+	ev := events.New("test", "resumed", "wf", now, &events.ExecutionResumed{ActionRecord: events.ActionRecord{Action: events.ActionResume}, Token: "t2"})
+	ev.PrevSeq = x.LastSeq
+	_, err = history.Append(t.Context(), b.js, events.ExecutionSubject("wf", "resumed"), x.LastSeq, ev)
+	require.NoError(t, err)
+
+	require.Zero(t, b.recordExpiries(t), "the history moved on: not recorded")
+	for range 2 {
+		res, err := b.janitor.RunOnce(t.Context())
+		require.NoError(t, err)
+		require.Zero(t, res.Expired)
+		require.Zero(t, res.ExpiryRequested, "the read model is behind the history: decided again later")
+	}
+	b.requireIntact(t, "wf", "resumed")
+	require.Len(t, b.expireCommands(t), 1)
 }

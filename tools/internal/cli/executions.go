@@ -150,6 +150,9 @@ func printExecution(w io.Writer, x projections.Execution) {
 	if !x.EndedAt.IsZero() {
 		fmt.Fprintf(tw, "ended\t%s (took %s)\n", x.EndedAt.Local().Format(time.RFC3339Nano), dur(x.StartedAt, x.EndedAt))
 	}
+	if !x.ExpiredAt.IsZero() {
+		fmt.Fprintf(tw, "expired\t%s (under its retention rule; the janitor deletes it at its next sweep)\n", x.ExpiredAt.Local().Format(time.RFC3339Nano))
+	}
 	if x.Resumes > 0 {
 		fmt.Fprintf(tw, "resumed\t%d time(s), last at %s\n", x.Resumes, x.ResumedAt.Local().Format(time.RFC3339Nano))
 	}
