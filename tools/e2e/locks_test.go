@@ -85,21 +85,27 @@ func (c *critical) maxInside() map[string]int {
 }
 
 // maxInside returns, per workflow, the most executions of log that were
-// between their enter and their exit at once. An enter or exit seen twice
-// (an operation run again after its agent died) counts once.
+// inside their critical section at once. An execution is inside from its
+// first mark to its last: an enter or exit run again (its task delivered
+// again after its agent died) while another execution holds the lock
+// overlaps with that holder.
 func maxInside(log []mark) map[string]int {
+	type holder struct{ workflow, execution string }
+	last := map[holder]int{}
+	for i, m := range log {
+		last[holder{m.workflow, m.execution}] = i
+	}
 	inside := map[string]map[string]bool{}
 	most := map[string]int{}
-	for _, m := range log {
+	for i, m := range log {
 		if inside[m.workflow] == nil {
 			inside[m.workflow] = map[string]bool{}
 		}
-		if m.enter {
-			inside[m.workflow][m.execution] = true
-		} else {
+		inside[m.workflow][m.execution] = true
+		most[m.workflow] = max(most[m.workflow], len(inside[m.workflow]))
+		if last[holder{m.workflow, m.execution}] == i {
 			delete(inside[m.workflow], m.execution)
 		}
-		most[m.workflow] = max(most[m.workflow], len(inside[m.workflow]))
 	}
 	return most
 }
