@@ -7,6 +7,7 @@ PKGS := $(shell $(GO) list -m -f '{{.Path}}/...')
 DIRS := $(shell $(GO) list -m -f '{{.Dir}}')
 DATA ?= .jetflow
 TEST_TIMEOUT ?= 15m
+CHAOS_COUNT ?= 3
 
 .DEFAULT_GOAL := help
 
@@ -28,6 +29,10 @@ dev: build ## Run embedded NATS + all four services (data in $(DATA)), with the 
 .PHONY: test
 test: ## Run every module's tests with -race against embedded JetStream
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+
+.PHONY: chaos
+chaos: ## SIGKILL dispatchers and agents under lock contention, CHAOS_COUNT times (3)
+	$(GO) test -race -count=$(CHAOS_COUNT) -timeout $(TEST_TIMEOUT) -run '^TestLocksUnderSIGKILL$$' $(CHAOS_FLAGS) jetflow.dev/tools/e2e
 
 .PHONY: test/short
 test/short: ## Quick tests (skips the crash and end-to-end tests)

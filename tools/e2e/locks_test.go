@@ -81,18 +81,31 @@ func (c *critical) handlers() map[string]operation.Handler {
 func (c *critical) maxInside() map[string]int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return maxInside(c.log)
+}
+
+// maxInside returns, per workflow, the most executions of log that were
+// inside their critical section at once. An execution is inside from its
+// first mark to its last: an enter or exit run again (its task delivered
+// again after its agent died) while another execution holds the lock
+// overlaps with that holder.
+func maxInside(log []mark) map[string]int {
+	type holder struct{ workflow, execution string }
+	last := map[holder]int{}
+	for i, m := range log {
+		last[holder{m.workflow, m.execution}] = i
+	}
 	inside := map[string]map[string]bool{}
 	most := map[string]int{}
-	for _, m := range c.log {
+	for i, m := range log {
 		if inside[m.workflow] == nil {
 			inside[m.workflow] = map[string]bool{}
 		}
-		if m.enter {
-			inside[m.workflow][m.execution] = true
-		} else {
+		inside[m.workflow][m.execution] = true
+		most[m.workflow] = max(most[m.workflow], len(inside[m.workflow]))
+		if last[holder{m.workflow, m.execution}] == i {
 			delete(inside[m.workflow], m.execution)
 		}
-		most[m.workflow] = max(most[m.workflow], len(inside[m.workflow]))
 	}
 	return most
 }
@@ -151,9 +164,7 @@ func TestLocksUnderDispatcherCrashes(t *testing.T) {
 	t.Parallel()
 	srv := natstest.RunJetStream(t)
 	_, js := natstest.Connect(t, srv)
-	defs, err := catalog.Open(t.Context(), js)
-	require.NoError(t, err)
-	for _, y := range []string{`
+	applyWorkflows(t, js, `
 name: mutex
 lock: crit
 steps:
@@ -177,12 +188,7 @@ steps:
     steps:
       - {id: read, kind: call, operation: read}
       - {id: write, kind: call, operation: write, input: {value: "${steps.read.output.value + 1}"}}
-`} {
-		d, err := workflow.Parse([]byte(y))
-		require.NoError(t, err)
-		_, _, err = defs.Apply(t.Context(), d)
-		require.NoError(t, err)
-	}
+`)
 
 	crit := &critical{}
 	ag, err := agent.New(agent.Config{Name: "lock-agent", AckWait: 2 * time.Second, Concurrency: 16, Handlers: crit.handlers()},
@@ -196,19 +202,7 @@ steps:
 	t.Cleanup(func() { steady.crash(); flaky.crash() })
 
 	const perWorkflow = 12
-	var ids []struct{ wf, id string }
-	for i := range perWorkflow {
-		for _, wf := range []string{"mutex", "sema", "counter"} {
-			id := fmt.Sprintf("%s-%d", wf, i)
-			ids = append(ids, struct{ wf, id string }{wf, id})
-			ev := events.New("lock-test", "", "", time.Now(), &events.StartExecution{Workflow: wf, ExecutionID: id,
-				Input: json.RawMessage(`{"name":"shared"}`)})
-			msg, err := events.Encode(events.SubjectStart, ev)
-			require.NoError(t, err)
-			_, err = js.PublishMsg(t.Context(), msg, jetstream.WithMsgID(ev.ID))
-			require.NoError(t, err)
-		}
-	}
+	ids := startLockExecutions(t, js, perWorkflow)
 
 	// Crash the flaky dispatcher again and again (and once the steady one)
 	// while the executions contend.
@@ -223,6 +217,57 @@ steps:
 		victim.start()
 	}
 
+	requireLockExecutionsSucceeded(t, js, ids, 60*time.Second)
+	most := crit.maxInside()
+	require.Equal(t, 1, most["mutex"], "holders of the mutex overlapped")
+	require.LessOrEqual(t, most["sema"], 3, "more than 3 holders of the semaphore at once")
+	require.Equal(t, perWorkflow, crit.counter, "an increment was lost: two read-then-write sections overlapped")
+}
+
+// applyWorkflows parses and applies workflow definitions.
+func applyWorkflows(t *testing.T, js jetstream.JetStream, yamls ...string) {
+	t.Helper()
+	defs, err := catalog.Open(t.Context(), js)
+	require.NoError(t, err)
+	for _, y := range yamls {
+		d, err := workflow.Parse([]byte(y))
+		require.NoError(t, err)
+		_, _, err = defs.Apply(t.Context(), d)
+		require.NoError(t, err)
+	}
+}
+
+// lockExecution is one execution of the lock tests' workload.
+type lockExecution struct{ wf, id string }
+
+// startLockExecutions publishes the start commands of perWorkflow
+// executions of each of the workflows mutex, sema and counter, interleaved,
+// all with the input {"name": "shared"}.
+func startLockExecutions(t *testing.T, js jetstream.JetStream, perWorkflow int) []lockExecution {
+	t.Helper()
+	var ids []lockExecution
+	for i := range perWorkflow {
+		for _, wf := range []string{"mutex", "sema", "counter"} {
+			id := fmt.Sprintf("%s-%d", wf, i)
+			ids = append(ids, lockExecution{wf, id})
+			ev := events.New("lock-test", "", "", time.Now(), &events.StartExecution{Workflow: wf, ExecutionID: id,
+				Input: json.RawMessage(`{"name":"shared"}`)})
+			msg, err := events.Encode(events.SubjectStart, ev)
+			require.NoError(t, err)
+			_, err = js.PublishMsg(t.Context(), msg, jetstream.WithMsgID(ev.ID))
+			require.NoError(t, err)
+		}
+	}
+	return ids
+}
+
+// requireLockExecutionsSucceeded waits until every execution of ids has
+// ended, failing with the lock table and its holders' histories if one has
+// not within timeout (it waits forever). Then each must have succeeded
+// with a linear history, having acquired its locks and released each one it
+// requested, and the lock bucket must be empty.
+func requireLockExecutionsSucceeded(t *testing.T, js jetstream.JetStream, ids []lockExecution, timeout time.Duration) {
+	t.Helper()
 	folded := func(wf, id string) (projections.Execution, []events.Event) {
 		evs, err := history.Read(t.Context(), js, events.ExecutionSubject(wf, id), 0)
 		require.NoError(t, err)
@@ -230,7 +275,7 @@ steps:
 		require.NoError(t, err)
 		return x, evs
 	}
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(timeout)
 	for _, e := range ids {
 		for {
 			x, evs := folded(e.wf, e.id)
@@ -268,11 +313,6 @@ steps:
 		require.GreaterOrEqual(t, counts[string(events.TypeLockAcquired)], 1, e.id)
 		require.Equal(t, counts[string(events.TypeLockRequested)], counts[string(events.TypeLockReleased)], e.id)
 	}
-	most := crit.maxInside()
-	require.Equal(t, 1, most["mutex"], "holders of the mutex overlapped")
-	require.LessOrEqual(t, most["sema"], 3, "more than 3 holders of the semaphore at once")
-	require.Equal(t, perWorkflow, crit.counter, "an increment was lost: two read-then-write sections overlapped")
-
 	tb, err := lockTable(t, js)
 	require.NoError(t, err)
 	all, err := tb.List(t.Context())

@@ -31,10 +31,7 @@ func TestServicesAsSeparatePrograms(t *testing.T) {
 	env := append(os.Environ(), "JETFLOW_NATS_URL="+srv.ClientURL(), fmt.Sprintf("JETFLOW_HTTP_ADDR=127.0.0.1:%d", httpPort),
 		"JETFLOW_LOG_LEVEL=warn", "JETFLOW_TASK_ACK_WAIT=2s")
 	for _, name := range []string{"api", "dispatcher", "agent", "janitor"} {
-		bin := filepath.Join(binDir, "jetflow-"+name)
-		out, err := runCmd(context.Background(), "go", "build", "-o", bin, "jetflow.dev/services/"+name)
-		require.NoError(t, err, out)
-		cmd := exec.Command(bin)
+		cmd := exec.Command(buildService(t, name))
 		cmd.Env = env
 		logPath := filepath.Join(t.TempDir(), name+".log")
 		logf, err := os.Create(logPath)

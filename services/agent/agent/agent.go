@@ -2,8 +2,9 @@
 // work-queue consumers, runs the operation with a registered handler,
 // keeps the task alive while it runs (heartbeats), and reports started and
 // finished results on the results stream. A task whose agent dies is
-// redelivered by JetStream after AckWait; one that keeps failing to finish
-// is turned into a failure by the janitor.
+// redelivered by JetStream after AckWait and runs again, unless that agent
+// had stored its result; one that keeps failing to finish is turned into a
+// failure by the janitor.
 package agent
 
 import (
@@ -22,6 +23,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/operation"
 )
 
@@ -210,6 +212,32 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 		}
 	}()
 
+	// A task delivered again may have been run and reported by an agent
+	// that died (or lost its connection) before acknowledging it. Once its
+	// result is stored the dispatcher may have recorded it and gone on,
+	// releasing the step's lock to the next holder: running the operation
+	// again would run it outside its lock, after the steps that followed
+	// it. Acknowledge it instead.
+	if delivery > 1 {
+		done, err := a.reported(ctx, task)
+		if err != nil {
+			if ctx.Err() != nil {
+				_ = m.Nak()
+				return
+			}
+			log.Warn().Err(err).Msg("look for the result of an earlier delivery; task will be redelivered")
+			_ = m.NakWithDelay(time.Second)
+			return
+		}
+		if done {
+			log.Info().Msg("task already reported by an earlier delivery: acknowledged without running it again")
+			if err := m.Ack(); err != nil {
+				log.Warn().Err(err).Msg("ack task")
+			}
+			return
+		}
+	}
+
 	// The started report is published without waiting: the operation need
 	// not wait for it, and the final report on the same subject and
 	// connection is stored after it.
@@ -269,6 +297,22 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 	}
 	err = a.report(ctx, fmt.Sprintf("%s.done.%d", task.TaskID, delivery), &events.OperationFailed{TaskRef: ref, Error: msg, Output: a.fitOutput(raw)})
 	a.finish(m, err, log)
+}
+
+// reported reports whether the results stream holds a final result of
+// task (this attempt, under the execution's current token) from an
+// earlier delivery.
+func (a *Agent) reported(ctx context.Context, task *events.Task) (bool, error) {
+	found := false
+	err := history.Scan(ctx, a.js, events.StreamResults, events.ResultSubject(task.ExecutionID), 0, 0, func(ev events.Event) error {
+		ref, ok := events.ResultRef(ev.Data)
+		if ok && ev.Type != events.TypeOperationStarted &&
+			ref.TaskID == task.TaskID && ref.Attempt == task.Attempt && ref.Token == task.Token {
+			found = true
+		}
+		return nil
+	})
+	return found, err
 }
 
 // finish acks the task once its result is stored; if the result could not

@@ -1,0 +1,94 @@
+package agent_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/natstest"
+	"jetflow.dev/pkg/operation"
+	"jetflow.dev/pkg/workflow"
+	"jetflow.dev/services/agent/agent"
+)
+
+// TestAgentDoesNotRunAgainATaskWhoseResultIsStored: an agent that stored a
+// task's result and died before acknowledging the task leaves it to be
+// delivered again. Once the result is stored the dispatcher may record it
+// and move on (the step's lock may go to the next holder), so running the
+// operation again would run it outside its lock: the agent acknowledges
+// such a task without running it. A task redelivered without a stored
+// result, or with only a result of an earlier token (the execution was
+// resumed since), runs again.
+func TestAgentDoesNotRunAgainATaskWhoseResultIsStored(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	b := &agentBundle{js: js}
+	reported := b.publishTask(t, "x-reported", workflow.Step{ID: "s", Kind: "count"})
+	unreported := b.publishTask(t, "x-unreported", workflow.Step{ID: "s", Kind: "count"})
+	resumed := b.publishTask(t, "x-resumed", workflow.Step{ID: "s", Kind: "count"})
+
+	// The agent that died: it takes the three tasks and acknowledges none.
+	cons, err := js.CreateOrUpdateConsumer(t.Context(), events.StreamTasks, jetstream.ConsumerConfig{
+		Durable: agent.ConsumerName("default"), FilterSubject: events.TaskSubject("default"),
+		AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, MaxDeliver: 5, MaxAckPending: 4096,
+	})
+	require.NoError(t, err)
+	batch, err := cons.Fetch(3, jetstream.FetchMaxWait(5*time.Second))
+	require.NoError(t, err)
+	n := 0
+	for range batch.Messages() {
+		n++
+	}
+	require.Equal(t, 3, n)
+	// It stored the result of the first, and the second's execution was
+	// resumed after the first delivery of a task of the same id reported.
+	store := func(task *events.Task, token string) {
+		ref := task.Ref("dead-agent", 1)
+		ref.Token = token
+		ev := events.New("jetflow/agent/dead-agent", task.ExecutionID, task.Workflow, time.Now(),
+			&events.OperationSucceeded{TaskRef: ref})
+		ev.ID = task.TaskID + ".done.1"
+		msg, err := events.Encode(events.ResultSubject(task.ExecutionID), ev)
+		require.NoError(t, err)
+		_, err = js.PublishMsg(t.Context(), msg, jetstream.WithMsgID(ev.ID))
+		require.NoError(t, err)
+	}
+	store(reported, reported.Token)
+	store(resumed, "tok-before-resume")
+
+	var mu sync.Mutex
+	runs := map[string][]int{}
+	a, err := agent.New(agent.Config{Name: agentName, AckWait: ackWait, Concurrency: 4, Handlers: map[string]operation.Handler{
+		"count": operation.HandlerFunc(func(_ context.Context, tk operation.Task) (any, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			runs[tk.ExecutionID] = append(runs[tk.ExecutionID], tk.Delivery)
+			return nil, nil
+		}),
+	}}, js, zerolog.New(zerolog.NewTestWriter(t)))
+	require.NoError(t, err)
+	natstest.Serve(t, a.Run)
+
+	b.waitFinal(t, unreported.ExecutionID)
+	natstest.Eventually(t, waitFor, func() bool {
+		for _, ev := range readResults(t, js, resumed.ExecutionID) {
+			if r, ok := ev.Data.(*events.OperationSucceeded); ok && r.Token == resumed.Token {
+				return true
+			}
+		}
+		return false
+	}, "result of the resumed execution's task")
+	b.waitQueueEmpty(t) // the reported task too was acknowledged
+	mu.Lock()
+	require.Equal(t, map[string][]int{unreported.ExecutionID: {2}, resumed.ExecutionID: {2}}, runs,
+		"only the tasks without a stored result ran again")
+	mu.Unlock()
+	evs := readResults(t, js, reported.ExecutionID)
+	require.Len(t, evs, 1, "nothing reported about the task run before")
+}
