@@ -126,6 +126,9 @@ func (a *Agent) Run(ctx context.Context) error {
 			Description: "jetflow agents of queue " + q,
 		})
 		if err != nil {
+			if ctx.Err() != nil {
+				return nil // stopped while starting: not an error
+			}
 			return fmt.Errorf("create consumer for queue %s: %w", q, err)
 		}
 		for range a.cfg.Concurrency {

@@ -64,6 +64,9 @@ func (p *Projector) Run(ctx context.Context) error {
 		Description: "jetflow read-model projector (api)",
 	})
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting: not an error
+		}
 		return fmt.Errorf("create projector consumer: %w", err)
 	}
 	inbox := make(chan jetstream.Msg, 2*batchMax)
@@ -75,6 +78,9 @@ func (p *Projector) Run(ctx context.Context) error {
 		}
 	}, jetstream.PullPriorityGroup(Group), jetstream.PullMaxMessages(batchMax))
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting: not an error
+		}
 		return fmt.Errorf("consume events: %w", err)
 	}
 	defer func() { cc.Stop(); <-cc.Closed() }()

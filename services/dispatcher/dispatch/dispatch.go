@@ -147,6 +147,9 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			DeliverPolicy: jetstream.DeliverAllPolicy,
 		})
 		if err != nil {
+			if ctx.Err() != nil {
+				return nil // stopped while starting: not an error
+			}
 			return fmt.Errorf("create consumer %s: %w", name, err)
 		}
 		cc, err := cons.Consume(func(m jetstream.Msg) {
@@ -171,6 +174,9 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			}
 		}, jetstream.PullMaxMessages(256))
 		if err != nil {
+			if ctx.Err() != nil {
+				return nil // stopped while starting: not an error
+			}
 			return fmt.Errorf("consume %s: %w", name, err)
 		}
 		ccs = append(ccs, cc)

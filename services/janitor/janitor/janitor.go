@@ -98,6 +98,9 @@ func (j *Janitor) Run(ctx context.Context) error {
 		Durable: AdvisoriesConsumer, AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: -1,
 	})
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting: not an error
+		}
 		return fmt.Errorf("create advisories consumer: %w", err)
 	}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
@@ -109,6 +112,9 @@ func (j *Janitor) Run(ctx context.Context) error {
 		_ = m.Ack()
 	})
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting: not an error
+		}
 		return fmt.Errorf("consume advisories: %w", err)
 	}
 	defer func() { cc.Drain(); <-cc.Closed() }()
