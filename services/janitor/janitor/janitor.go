@@ -134,7 +134,7 @@ func (j *Janitor) Run(ctx context.Context) error {
 			}
 			if res.Reconciled+res.LostTasks+res.Expired+res.ExpiryRequested+res.Errors > 0 {
 				j.log.Info().Int("checked", res.Checked).Int("reconciled", res.Reconciled).Int("lost_tasks", res.LostTasks).
-					Int("expiry_requested", res.ExpiryRequested).Int("expired", res.Expired).Int("errors", res.Errors).Msg("sweep")
+					Int("finished", res.Finished).Int("expiry_requested", res.ExpiryRequested).Int("expired", res.Expired).Int("errors", res.Errors).Msg("sweep")
 			}
 		}
 	}
@@ -199,6 +199,9 @@ type Result struct {
 	Checked    int
 	Reconciled int
 	LostTasks  int
+	// Finished counts the finished executions the retention sweep read
+	// (kept, expiring or deleted).
+	Finished int
 	// Expired counts finished executions deleted under their retention rule.
 	Expired int
 	// ExpiryRequested counts finished executions whose rule no longer keeps
@@ -219,7 +222,7 @@ func (j *Janitor) RunOnce(ctx context.Context) (Result, error) {
 		return res, err
 	}
 	ret, err := j.expire(ctx)
-	res.Expired, res.ExpiryRequested, res.Errors = ret.deleted, ret.requested, res.Errors+ret.failed
+	res.Finished, res.Expired, res.ExpiryRequested, res.Errors = ret.finished, ret.deleted, ret.requested, res.Errors+ret.failed
 	if err != nil {
 		return res, fmt.Errorf("retention: %w", err)
 	}

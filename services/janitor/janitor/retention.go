@@ -99,6 +99,7 @@ func (j *Janitor) expire(ctx context.Context) (retentionResult, error) {
 	if err != nil {
 		return res, err
 	}
+	res.finished = total
 	rules := map[string]retention.Rule{}
 	var st *stores // opened at the first expiry
 	for key, list := range groups {
@@ -157,7 +158,7 @@ func (j *Janitor) expire(ctx context.Context) (retentionResult, error) {
 
 // retentionResult counts what a retention pass did.
 type retentionResult struct {
-	deleted, requested, failed int
+	finished, deleted, requested, failed int
 }
 
 // readFinished reads every read model once and groups the finished

@@ -230,6 +230,7 @@ func TestRetentionCount(t *testing.T) {
 	b.finished(t, "wf", 5, now.Add(-time.Hour), rule("2"))
 
 	res := b.sweep(t)
+	require.Equal(t, 5, res.Finished)
 	require.Equal(t, 3, res.Expired)
 	require.Zero(t, res.Errors)
 	require.Equal(t, ids("wf", 4, 5), b.kept(t), "the two most recent are kept")
@@ -241,7 +242,9 @@ func TestRetentionCount(t *testing.T) {
 	require.Equal(t, 3.0, b.purged(t, "wf"))
 
 	// Idempotent: the next sweep finds nothing more to do.
-	require.Zero(t, b.sweep(t).Expired)
+	res = b.sweep(t)
+	require.Equal(t, 2, res.Finished)
+	require.Zero(t, res.Expired)
 	require.Equal(t, ids("wf", 4, 5), b.kept(t))
 }
 
