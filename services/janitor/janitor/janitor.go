@@ -212,17 +212,25 @@ type Result struct {
 	// LocksCleared counts lock entries of ended executions it asked the
 	// dispatcher to clear (locks.go).
 	LocksCleared int
+	// IdleTook and RetentionTook are how long the sweep's two parts took:
+	// idle executions and locks, then retention (wall time, not the Now
+	// of Config).
+	IdleTook, RetentionTook time.Duration
 }
 
 // RunOnce sweeps the execution read models once: idle executions, then
 // retention.
 func (j *Janitor) RunOnce(ctx context.Context) (Result, error) {
+	began := time.Now()
 	res, err := j.sweepIdle(ctx)
+	res.IdleTook = time.Since(began)
 	if err != nil {
 		return res, err
 	}
+	began = time.Now()
 	ret, err := j.expire(ctx)
 	res.Finished, res.Expired, res.ExpiryRequested, res.Errors = ret.finished, ret.deleted, ret.requested, res.Errors+ret.failed
+	res.RetentionTook = time.Since(began)
 	if err != nil {
 		return res, fmt.Errorf("retention: %w", err)
 	}

@@ -233,6 +233,8 @@ func TestRetentionCount(t *testing.T) {
 	require.Equal(t, 5, res.Finished)
 	require.Equal(t, 3, res.Expired)
 	require.Zero(t, res.Errors)
+	require.Positive(t, res.IdleTook)
+	require.Positive(t, res.RetentionTook)
 	require.Equal(t, ids("wf", 4, 5), b.kept(t), "the two most recent are kept")
 	for _, id := range ids("wf", 1, 3) {
 		b.requireGone(t, "wf", id)
