@@ -4,9 +4,11 @@
 // prints executions/s, steps/s and start-to-finish latency percentiles,
 // then a sequential single-execution latency run, and optionally (-timers)
 // a durable-timer run: many executions sleeping until the same instant,
-// reporting how late their timers fired, and (-locks) a lock run: many
+// reporting how late their timers fired, (-locks) a lock run: many
 // executions contending for one lock, reporting acquire/release pairs per
-// second and handover latency.
+// second and handover latency, and (-retention) a retention run: many
+// finished executions, some of which their retention rule no longer keeps,
+// reporting how long the janitor's sweeps take to delete them.
 package main
 
 import (
@@ -39,6 +41,7 @@ type config struct {
 	timers                                 int
 	timerLead                              time.Duration
 	locks, lockLimit                       int
+	retention, retentionKeep               int
 	dataDir, cpuProfile, memProfile        string
 }
 
@@ -54,7 +57,7 @@ func main() {
 func run(ctx context.Context, args []string, out io.Writer) error {
 	var c config
 	fs := flag.NewFlagSet("jetflow-bench", flag.ContinueOnError)
-	fs.IntVar(&c.executions, "executions", 2000, "executions in the throughput run")
+	fs.IntVar(&c.executions, "executions", 2000, "executions in the throughput run (0 skips it and the warm-up)")
 	fs.IntVar(&c.concurrency, "concurrency", 200, "executions in flight at once in the throughput run")
 	fs.IntVar(&c.steps, "steps", 10, "noop steps per execution")
 	fs.IntVar(&c.single, "single", 100, "executions in the sequential single-execution latency run")
@@ -62,17 +65,25 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.DurationVar(&c.timerLead, "timer-lead", 0, "how far ahead the timer run's common due time is (default max(5s, timers/1000 s))")
 	fs.IntVar(&c.locks, "locks", 0, "executions in the lock run, all contending for one lock (0 skips it)")
 	fs.IntVar(&c.lockLimit, "lock-semaphore", 1, "holders the lock run's lock allows at once (1: a mutex)")
+	fs.IntVar(&c.retention, "retention", 0, "finished executions in the retention run, swept by the janitor (0 skips it)")
+	fs.IntVar(&c.retentionKeep, "retention-keep", -1, "executions the retention run's rule keeps (default 3/5 of -retention: 2/5 are deleted)")
 	fs.StringVar(&c.dataDir, "data", "", "data directory (default: a new temp dir, removed afterwards)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured runs to this file")
 	fs.StringVar(&c.memProfile, "memprofile", "", "write a heap profile at the end to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if c.executions < 1 || c.concurrency < 1 || c.steps < 1 || c.single < 0 || c.timers < 0 || c.timerLead < 0 {
-		return fmt.Errorf("-executions, -concurrency and -steps must be positive, -single, -timers and -timer-lead non-negative")
+	if c.executions < 0 || c.concurrency < 1 || c.steps < 1 || c.single < 0 || c.timers < 0 || c.timerLead < 0 {
+		return fmt.Errorf("-concurrency and -steps must be positive, -executions, -single, -timers and -timer-lead non-negative")
 	}
 	if c.locks < 0 || c.lockLimit < 1 || c.lockLimit > events.MaxSemaphore {
 		return fmt.Errorf("-locks must be non-negative and -lock-semaphore between 1 and %d", events.MaxSemaphore)
+	}
+	if c.retentionKeep < 0 {
+		c.retentionKeep = c.retention * 3 / 5
+	}
+	if c.retention < 0 || c.retentionKeep > c.retention {
+		return fmt.Errorf("-retention must be non-negative and -retention-keep at most -retention")
 	}
 	if c.dataDir == "" {
 		dir, err := os.MkdirTemp("", "jetflow-bench-")
@@ -82,21 +93,16 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		defer os.RemoveAll(dir)
 		c.dataDir = dir
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	ready := make(chan devstack.Info, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- devstack.Run(ctx, devstack.Config{DataDir: c.dataDir, NATSAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
-			Log: zerolog.New(os.Stderr).Level(zerolog.WarnLevel)}, func(i devstack.Info) { ready <- i })
-	}()
-	var info devstack.Info
-	select {
-	case info = <-ready:
-	case err := <-done:
+	scfg := devstack.Config{DataDir: c.dataDir, NATSAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
+		Log: zerolog.New(os.Stderr).Level(zerolog.WarnLevel)}
+	if c.retention > 0 {
+		scfg.JanitorInterval = quietJanitor
+	}
+	info, stopStack, err := startStack(ctx, scfg)
+	if err != nil {
 		return err
 	}
-	defer func() { cancel(); <-done }()
+	defer stopStack()
 
 	conn, err := bus.Dial(ctx, info.NATSURL, "jetflow-bench")
 	if err != nil {
@@ -114,14 +120,15 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if _, _, err := store.Apply(ctx, def); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "jetflow-bench: %d-step noop workflow, all four services, embedded JetStream (file store), GOMAXPROCS=%d\n",
-		c.steps, runtime.GOMAXPROCS(0))
+	fmt.Fprintf(out, "jetflow-bench: all four services, embedded JetStream (file store), GOMAXPROCS=%d\n", runtime.GOMAXPROCS(0))
 
-	tr := newTracker(conn.NC)
+	tr := newTracker(conn.NC, "bench")
 	defer tr.close()
 	// Warm up (consumers, caches, JIT of the file store).
-	if _, err := tr.runBatch(ctx, conn, "warm", 50, 50); err != nil {
-		return err
+	if c.executions > 0 {
+		if _, err := tr.runBatch(ctx, conn, batchPrefix("warm"), 50, 50); err != nil {
+			return err
+		}
 	}
 	if c.cpuProfile != "" {
 		f, err := os.Create(c.cpuProfile)
@@ -134,23 +141,25 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	began := time.Now()
-	lat, err := tr.runBatch(ctx, conn, "tput", c.executions, c.concurrency)
-	if err != nil {
-		return err
-	}
-	wall := time.Since(began)
-	fmt.Fprintf(out, "\nthroughput run: %d executions, %d in flight\n", c.executions, c.concurrency)
-	fmt.Fprintf(out, "  wall time        %s\n", wall.Round(time.Millisecond))
-	fmt.Fprintf(out, "  executions/s     %.0f\n", float64(c.executions)/wall.Seconds())
-	fmt.Fprintf(out, "  steps/s          %.0f\n", float64(c.executions*c.steps)/wall.Seconds())
-	printLatency(out, "start-to-finish", lat)
-	if c.single > 0 {
-		lat, err := tr.runBatch(ctx, conn, "single", c.single, 1)
+	if c.executions > 0 {
+		began := time.Now()
+		lat, err := tr.runBatch(ctx, conn, batchPrefix("tput"), c.executions, c.concurrency)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(out, "\nsingle-execution run: %d executions one after another\n", c.single)
+		wall := time.Since(began)
+		fmt.Fprintf(out, "\nthroughput run: %d executions of %d noop steps, %d in flight\n", c.executions, c.steps, c.concurrency)
+		fmt.Fprintf(out, "  wall time        %s\n", wall.Round(time.Millisecond))
+		fmt.Fprintf(out, "  executions/s     %.0f\n", float64(c.executions)/wall.Seconds())
+		fmt.Fprintf(out, "  steps/s          %.0f\n", float64(c.executions*c.steps)/wall.Seconds())
+		printLatency(out, "start-to-finish", lat)
+	}
+	if c.single > 0 {
+		lat, err := tr.runBatch(ctx, conn, batchPrefix("single"), c.single, 1)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "\nsingle-execution run: %d executions of %d noop steps one after another\n", c.single, c.steps)
 		printLatency(out, "start-to-finish", lat)
 		perStep := make([]time.Duration, len(lat))
 		for i, l := range lat {
@@ -165,6 +174,11 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	if c.locks > 0 {
 		if err := runLocks(ctx, out, conn, store, c.locks, c.lockLimit); err != nil {
+			return err
+		}
+	}
+	if c.retention > 0 {
+		if err := runRetention(ctx, out, conn, store, info.NATSURL, c.retention, c.retentionKeep, c.concurrency); err != nil {
 			return err
 		}
 	}
@@ -186,6 +200,28 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	return nil
 }
 
+// quietJanitor is the stack's janitor interval when the retention run
+// times a janitor of its own: the stack's must not sweep (and delete)
+// first.
+const quietJanitor = 1000 * time.Hour
+
+// startStack runs the whole system in this process until stop is called.
+func startStack(ctx context.Context, cfg devstack.Config) (info devstack.Info, stop func(), err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	ready := make(chan devstack.Info, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- devstack.Run(ctx, cfg, func(i devstack.Info) { ready <- i })
+	}()
+	select {
+	case info = <-ready:
+	case err := <-done:
+		cancel()
+		return info, nil, err
+	}
+	return info, func() { cancel(); <-done }, nil
+}
+
 func printLatency(out io.Writer, name string, lat []time.Duration) {
 	slices.Sort(lat)
 	p := func(q float64) time.Duration { return lat[min(len(lat)-1, int(q*float64(len(lat))))] }
@@ -194,17 +230,18 @@ func printLatency(out io.Writer, name string, lat []time.Duration) {
 		p(0.99).Round(10*time.Microsecond), lat[len(lat)-1].Round(10*time.Microsecond))
 }
 
-// tracker notices terminal events of executions with a core NATS
-// subscription, reading only the ce-type header.
+// tracker notices terminal events of a workflow's executions with a core
+// NATS subscription, reading only the ce-type header.
 type tracker struct {
-	sub     *nats.Subscription
-	mu      sync.Mutex
-	waiters map[string]chan string
+	workflow string
+	sub      *nats.Subscription
+	mu       sync.Mutex
+	waiters  map[string]chan string
 }
 
-func newTracker(nc *nats.Conn) *tracker {
-	t := &tracker{waiters: map[string]chan string{}}
-	t.sub, _ = nc.Subscribe(events.WorkflowSubjects("bench"), func(m *nats.Msg) {
+func newTracker(nc *nats.Conn, workflow string) *tracker {
+	t := &tracker{workflow: workflow, waiters: map[string]chan string{}}
+	t.sub, _ = nc.Subscribe(events.WorkflowSubjects(workflow), func(m *nats.Msg) {
 		typ := events.Type(m.Header.Get("ce-type"))
 		if !typ.IsTerminal() {
 			return
@@ -224,14 +261,16 @@ func newTracker(nc *nats.Conn) *tracker {
 
 func (t *tracker) close() { _ = t.sub.Unsubscribe() }
 
-// runBatch starts n executions with at most inflight running and returns
-// each one's start-to-finish latency.
+// batchPrefix makes the execution ids of a batch unique to this run.
+func batchPrefix(name string) string { return fmt.Sprintf("%s-%d", name, time.Now().UnixNano()) }
+
+// runBatch starts n executions, with ids prefix-0 to prefix-(n-1), with at
+// most inflight running and returns each one's start-to-finish latency.
 func (t *tracker) runBatch(ctx context.Context, conn *bus.Conn, prefix string, n, inflight int) ([]time.Duration, error) {
 	lat := make([]time.Duration, n)
 	sem := make(chan struct{}, inflight)
 	errc := make(chan error, 1)
 	var wg sync.WaitGroup
-	runID := time.Now().UnixNano()
 	for i := range n {
 		select {
 		case sem <- struct{}{}:
@@ -240,12 +279,12 @@ func (t *tracker) runBatch(ctx context.Context, conn *bus.Conn, prefix string, n
 		case err := <-errc:
 			return nil, err
 		}
-		id := fmt.Sprintf("%s-%d-%d", prefix, runID, i)
+		id := fmt.Sprintf("%s-%d", prefix, i)
 		ch := make(chan string, 1)
 		t.mu.Lock()
 		t.waiters[id] = ch
 		t.mu.Unlock()
-		ev := events.New("jetflow-bench", "", "bench", time.Now(), &events.StartExecution{Workflow: "bench", ExecutionID: id})
+		ev := events.New("jetflow-bench", "", t.workflow, time.Now(), &events.StartExecution{Workflow: t.workflow, ExecutionID: id})
 		msg, err := events.Encode(events.SubjectStart, ev)
 		if err != nil {
 			return nil, err
