@@ -13,7 +13,7 @@ CHAOS_COUNT ?= 3
 
 .PHONY: help
 help: ## Show the targets
-	@grep -hE '^[a-zA-Z_/-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z_/-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-16s %s\n", $$1, $$2}'
 
 .PHONY: build
 build: ## Build the jetflow CLI, jetflow-bench and the four service binaries into bin/
@@ -49,6 +49,10 @@ fuzz: ## Fuzz event decoding, folding, the workflow parser and retention rules (
 .PHONY: bench
 bench: ## Benchmark: 10-step noop executions through all four services (steps/s, p50/p99)
 	$(GO) run ./tools/cmd/jetflow-bench $(BENCH_FLAGS)
+
+.PHONY: bench/retention
+bench/retention: ## Benchmark the janitor's retention sweep over RETENTION finished executions (5000; 2/5 deleted, or all but RETENTION_KEEP)
+	$(GO) run ./tools/cmd/jetflow-bench -executions 0 -single 0 -retention $(or $(RETENTION),5000) $(if $(RETENTION_KEEP),-retention-keep $(RETENTION_KEEP)) $(BENCH_FLAGS)
 
 .PHONY: lint
 lint: ## gofmt and go vet over every module
