@@ -248,20 +248,28 @@ func (j *Janitor) sweepIdle(ctx context.Context) (Result, error) {
 	if err != nil {
 		return res, fmt.Errorf("open tasks stream: %w", err)
 	}
-	lister, err := kv.ListKeys(ctx)
-	if err != nil {
-		return res, fmt.Errorf("list executions: %w", err)
-	}
 	now := j.cfg.Now()
-	for key := range lister.Keys() {
-		e, err := kv.Get(ctx, key)
-		if err != nil {
-			continue
+	// One pass over the bucket (not a request per key), decoding a few
+	// fields of each read model and the whole of an idle running one only.
+	var idle []projections.Execution
+	err = watchModels(ctx, kv, func(e jetstream.KeyValueEntry) {
+		var head struct {
+			Status    projections.Status `json:"status"`
+			UpdatedAt time.Time          `json:"updated_at"`
+		}
+		if e.Operation() != jetstream.KeyValuePut || json.Unmarshal(e.Value(), &head) != nil ||
+			!head.Status.Active() || now.Sub(head.UpdatedAt) < j.cfg.IdleAfter {
+			return
 		}
 		var x projections.Execution
-		if json.Unmarshal(e.Value(), &x) != nil || !x.Status.Active() || now.Sub(x.UpdatedAt) < j.cfg.IdleAfter {
-			continue
+		if json.Unmarshal(e.Value(), &x) == nil {
+			idle = append(idle, x)
 		}
+	})
+	if err != nil {
+		return res, err
+	}
+	for _, x := range idle {
 		res.Checked++
 		if waitingOnTime(x, now) {
 			continue // a sleep, a wait or a retry backoff with its timer still to come

@@ -165,9 +165,35 @@ type retentionResult struct {
 // executions; it also counts the markers of deleted read models older
 // than markerAge.
 func readFinished(ctx context.Context, kv jetstream.KeyValue, now time.Time) (groups map[string][]finished, total, oldMarkers int, err error) {
+	groups = map[string][]finished{}
+	err = watchModels(ctx, kv, func(e jetstream.KeyValueEntry) {
+		if e.Operation() != jetstream.KeyValuePut {
+			if now.Sub(e.Created()) > markerAge {
+				oldMarkers++
+			}
+			return
+		}
+		var f finished
+		if json.Unmarshal(e.Value(), &f) != nil || !f.Status.Terminal() || f.EndedAt.IsZero() {
+			return // running (or unreadable): never expired
+		}
+		f.ID = e.Key()
+		groups[f.group()] = append(groups[f.group()], f)
+		total++
+	})
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	return groups, total, oldMarkers, nil
+}
+
+// watchModels calls fn with every entry of the read-model bucket (the
+// markers of deleted ones included), in one pass of a watcher: one
+// ordered consumer, not a request per key.
+func watchModels(ctx context.Context, kv jetstream.KeyValue, fn func(jetstream.KeyValueEntry)) error {
 	w, err := kv.WatchAll(ctx)
 	if err != nil {
-		return nil, 0, 0, fmt.Errorf("read executions: %w", err)
+		return fmt.Errorf("read executions: %w", err)
 	}
 	defer func() {
 		// The watcher's handler blocks on its channel once it is full:
@@ -177,29 +203,13 @@ func readFinished(ctx context.Context, kv jetstream.KeyValue, now time.Time) (gr
 		for range w.Updates() {
 		}
 	}()
-	groups = map[string][]finished{}
 	for e := range w.Updates() {
 		if e == nil {
 			break // every read model seen
 		}
-		if e.Operation() != jetstream.KeyValuePut {
-			if now.Sub(e.Created()) > markerAge {
-				oldMarkers++
-			}
-			continue
-		}
-		var f finished
-		if json.Unmarshal(e.Value(), &f) != nil || !f.Status.Terminal() || f.EndedAt.IsZero() {
-			continue // running (or unreadable): never expired
-		}
-		f.ID = e.Key()
-		groups[f.group()] = append(groups[f.group()], f)
-		total++
+		fn(e)
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, 0, 0, err
-	}
-	return groups, total, oldMarkers, nil
+	return ctx.Err()
 }
 
 // rule is the rule an execution's read model records, with parent and
