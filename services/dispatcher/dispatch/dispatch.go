@@ -336,6 +336,10 @@ type execState struct {
 	id, workflow string
 	state        projections.Execution
 	def          workflow.Definition
+	// current: state is known to be the whole history (just read from the
+	// stream, or just appended to), not a cached copy that another
+	// dispatcher may have gone past. See ensureCurrent.
+	current bool
 }
 
 func (x *execState) subject() string { return events.ExecutionSubject(x.workflow, x.id) }
@@ -351,6 +355,7 @@ func (d *Dispatcher) withExecution(ctx context.Context, wf, id string, fn func(*
 		if err != nil {
 			return err
 		}
+		x.current = !cached
 		before := x.state.LastSeq
 		err = fn(x)
 		if err == nil && !cached && x.state.LastSeq > 0 {
@@ -376,6 +381,24 @@ func (d *Dispatcher) withExecution(ctx context.Context, wf, id string, fn func(*
 		}
 		zerolog.Ctx(ctx).Debug().Err(err).Msg("history changed underneath, reloading")
 	}
+}
+
+// ensureCurrent makes sure x's state is the whole history before a write
+// that the history's compare-and-set does not fence: a lock bucket write
+// decided from a cached state that another dispatcher has gone past (the
+// execution resumed meanwhile, say) would remove a live holder or add back
+// a released request. A stale state returns bus.ErrConflict, and
+// withExecution reloads and decides again. It costs one request, only
+// when the state comes from the cache and nothing was appended since.
+func (d *Dispatcher) ensureCurrent(ctx context.Context, x *execState) error {
+	if x.current {
+		return nil
+	}
+	if err := d.checkFresh(ctx, x); err != nil {
+		return err
+	}
+	x.current = true
+	return nil
 }
 
 // checkFresh returns bus.ErrConflict if the execution's history has events
@@ -457,7 +480,7 @@ func (d *Dispatcher) append(ctx context.Context, x *execState, p events.Payload)
 		return err
 	}
 	next.LastSeq = seq
-	x.state = next
+	x.state, x.current = next, true
 	if len(next.Locks) > 0 && !next.Status.Active() {
 		return d.releaseEnded(ctx, x) // e.g. a force-cancel: its locks go with it
 	}

@@ -225,6 +225,9 @@ func (d *Dispatcher) actOnLock(ctx context.Context, x *execState, a action) erro
 	if !ok || !l.Status.Open() {
 		return permanentError{fmt.Errorf("release of lock %s by scope %q, which does not hold it", a.lock.name, a.path)}
 	}
+	if err := d.ensureCurrent(ctx, x); err != nil {
+		return err
+	}
 	removed, promoted, err := d.locks.Remove(ctx, l.Name, lockEntry(x, a.path))
 	if err != nil {
 		return err
@@ -239,6 +242,9 @@ func (d *Dispatcher) actOnLock(ctx context.Context, x *execState, a action) erro
 // enqueueLock puts the scope's request in the bucket (again: it is
 // idempotent) and records lock.acquired if the scope is a holder.
 func (d *Dispatcher) enqueueLock(ctx context.Context, x *execState, path string) error {
+	if err := d.ensureCurrent(ctx, x); err != nil {
+		return err
+	}
 	l, _ := x.state.LockAt(path)
 	held, err := d.locks.Enqueue(ctx, l.Name, l.Limit, lockEntry(x, path))
 	if err != nil {
@@ -317,6 +323,9 @@ func (d *Dispatcher) clearLock(ctx context.Context, ev events.Event, p *events.C
 			current := ok && l.Name == p.Lock && l.Status.Open() && l.Requests == en.Request && x.state.ExpiredAt.IsZero()
 			if current && p.OnlyEnded && x.state.Status.Active() {
 				return nil // resumed since the sweep saw it ended
+			}
+			if err := d.ensureCurrent(ctx, x); err != nil {
+				return err // decided from a cached state: decide again on the history
 			}
 			if _, _, err := d.locks.Remove(ctx, p.Lock, entry); err != nil {
 				return err
