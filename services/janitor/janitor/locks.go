@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -67,7 +68,8 @@ func (j *Janitor) sweepLocks(ctx context.Context) (int, error) {
 }
 
 // notRunning reports whether execution id has stopped running, and why.
-// An execution claimed but not yet projected is young, not gone.
+// An execution claimed but not yet projected is young, not gone; one
+// whose claim says it expired is gone (retention deleted its read model).
 func notRunning(ctx context.Context, execs, ids jetstream.KeyValue, id string) (bool, string, error) {
 	e, err := execs.Get(ctx, id)
 	switch {
@@ -83,10 +85,17 @@ func notRunning(ctx context.Context, execs, ids jetstream.KeyValue, id string) (
 	case !errors.Is(err, jetstream.ErrKeyNotFound):
 		return false, "", fmt.Errorf("read execution %s: %w", id, err)
 	}
-	if _, err := ids.Get(ctx, id); errors.Is(err, jetstream.ErrKeyNotFound) {
+	claim, err := ids.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return true, "execution does not exist", nil
 	} else if err != nil {
 		return false, "", fmt.Errorf("read claim of %s: %w", id, err)
+	}
+	var c struct {
+		ExpiredAt time.Time `json:"expired_at"`
+	}
+	if json.Unmarshal(claim.Value(), &c) == nil && !c.ExpiredAt.IsZero() {
+		return true, "execution expired and was deleted", nil // its read model is gone, not yet written
 	}
 	return false, "", nil
 }

@@ -102,7 +102,22 @@ func (j *Janitor) expire(ctx context.Context) (retentionResult, error) {
 	res.finished = total
 	rules := map[string]retention.Rule{}
 	var st *stores // opened at the first expiry
-	for key, list := range groups {
+	for key, all := range groups {
+		// An execution whose expiry is recorded is deleted whatever its
+		// rule says now, and no longer counts among the group's kept ones.
+		var list []finished
+		for _, f := range all {
+			if f.ExpiredAt.IsZero() {
+				list = append(list, f)
+				continue
+			}
+			if st == nil {
+				if st, err = j.openStores(ctx, kv); err != nil {
+					return res, err
+				}
+			}
+			j.expireOne(ctx, st, f, key, retention.Rule{}, -1, &res)
+		}
 		slices.SortFunc(list, func(a, b finished) int { // most recent first
 			if c := b.EndedAt.Compare(a.EndedAt); c != 0 {
 				return c
@@ -119,7 +134,7 @@ func (j *Janitor) expire(ctx context.Context) (retentionResult, error) {
 				}
 				rules[f.Retention] = rule
 			}
-			if f.ExpiredAt.IsZero() && rule.Keep(rank, now.Sub(f.EndedAt)) {
+			if rule.Keep(rank, now.Sub(f.EndedAt)) {
 				continue
 			}
 			if st == nil {
@@ -127,22 +142,7 @@ func (j *Janitor) expire(ctx context.Context) (retentionResult, error) {
 					return res, err
 				}
 			}
-			step, err := j.purge(ctx, st, f, key, rule)
-			if err != nil {
-				res.failed++
-				j.metrics.errors.Inc()
-				j.log.Warn().Err(err).Str("execution_id", f.ID).Msg("retention: delete expired execution, will retry")
-				continue
-			}
-			switch step {
-			case expiryRequested:
-				res.requested++
-			case expiryDone:
-				res.deleted++
-				j.metrics.purged.WithLabelValues(f.Workflow).Inc()
-				j.log.Info().Str("execution_id", f.ID).Str("workflow", f.Workflow).Str("group", key).Str("rule", rule.String()).
-					Str("status", string(f.Status)).Time("ended_at", f.EndedAt).Int("rank", rank).Msg("execution expired: history and read model deleted")
-			}
+			j.expireOne(ctx, st, f, key, rule, rank, &res)
 		}
 	}
 	j.metrics.finished.Set(float64(total - res.deleted))
@@ -154,6 +154,32 @@ func (j *Janitor) expire(ctx context.Context) (retentionResult, error) {
 		}
 	}
 	return res, nil
+}
+
+// expireOne moves one expired execution a step on (purge) and counts it.
+// rank is its place in its group, -1 for one whose expiry was recorded
+// (and rule is then unknown: it is not needed any more).
+func (j *Janitor) expireOne(ctx context.Context, st *stores, f finished, group string, rule retention.Rule, rank int, res *retentionResult) {
+	step, err := j.purge(ctx, st, f, group, rule)
+	if err != nil {
+		res.failed++
+		j.metrics.errors.Inc()
+		j.log.Warn().Err(err).Str("execution_id", f.ID).Msg("retention: delete expired execution, will retry")
+		return
+	}
+	switch step {
+	case expiryRequested:
+		res.requested++
+	case expiryDone:
+		res.deleted++
+		j.metrics.purged.WithLabelValues(f.Workflow).Inc()
+		log := j.log.Info().Str("execution_id", f.ID).Str("workflow", f.Workflow).Str("group", group).
+			Str("status", string(f.Status)).Time("ended_at", f.EndedAt)
+		if rank >= 0 {
+			log = log.Str("rule", rule.String()).Int("rank", rank)
+		}
+		log.Msg("execution expired: history and read model deleted")
+	}
 }
 
 // retentionResult counts what a retention pass did.
