@@ -44,6 +44,19 @@ func ReadStream(ctx context.Context, js jetstream.JetStream, stream, filter stri
 // of unknown types have a nil Data; a malformed message stops the scan
 // with an error, as does an error from fn.
 func Scan(ctx context.Context, js jetstream.JetStream, stream, filter string, fromSeq, untilSeq uint64, fn func(events.Event) error) error {
+	return scan(ctx, js, stream, filter, fromSeq, untilSeq, false, fn)
+}
+
+// ScanReports is Scan over a stream that anyone may publish on (agents'
+// reports in JF_RESULTS): a message that is not a valid event is passed
+// over instead of stopping the scan, so one bad message cannot hide the
+// reports after it. Histories are read with Scan: a malformed event there
+// is corruption, and must be loud.
+func ScanReports(ctx context.Context, js jetstream.JetStream, stream, filter string, fn func(events.Event) error) error {
+	return scan(ctx, js, stream, filter, 0, 0, true, fn)
+}
+
+func scan(ctx context.Context, js jetstream.JetStream, stream, filter string, fromSeq, untilSeq uint64, skipBad bool, fn func(events.Event) error) error {
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, InactiveThreshold: 30 * time.Second}
 	if fromSeq > 1 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, fromSeq
@@ -78,6 +91,9 @@ func Scan(ctx context.Context, js jetstream.JetStream, stream, filter string, fr
 			}
 			ev, err := events.Decode(m.Headers(), m.Data())
 			if err != nil && !errors.Is(err, events.ErrUnknownType) {
+				if skipBad {
+					continue
+				}
 				return fmt.Errorf("decode event %d on %s: %w", md.Sequence.Stream, m.Subject(), err)
 			}
 			ev.Seq = md.Sequence.Stream

@@ -115,10 +115,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer cancelTasks()
 	stopKills, err := a.watchKills(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting: not an error
+		}
 		return err
 	}
 	defer stopKills()
 	var workers sync.WaitGroup
+queues:
 	for _, q := range a.cfg.Queues {
 		cons, err := a.js.CreateOrUpdateConsumer(ctx, events.StreamTasks, jetstream.ConsumerConfig{
 			Durable: ConsumerName(q), FilterSubject: events.TaskSubject(q), AckPolicy: jetstream.AckExplicitPolicy,
@@ -127,7 +131,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		})
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil // stopped while starting: not an error
+				break queues // stopped while starting: not an error; wait for the workers started
 			}
 			return fmt.Errorf("create consumer for queue %s: %w", q, err)
 		}
@@ -303,11 +307,11 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 }
 
 // reported reports whether the results stream holds a final result of
-// task (this attempt, under the execution's current token) from an
-// earlier delivery.
+// task (this attempt, under the token the task carries) from an earlier
+// delivery. A malformed message on the subject is passed over.
 func (a *Agent) reported(ctx context.Context, task *events.Task) (bool, error) {
 	found := false
-	err := history.Scan(ctx, a.js, events.StreamResults, events.ResultSubject(task.ExecutionID), 0, 0, func(ev events.Event) error {
+	err := history.ScanReports(ctx, a.js, events.StreamResults, events.ResultSubject(task.ExecutionID), func(ev events.Event) error {
 		ref, ok := events.ResultRef(ev.Data)
 		if ok && ev.Type != events.TypeOperationStarted &&
 			ref.TaskID == task.TaskID && ref.Attempt == task.Attempt && ref.Token == task.Token {

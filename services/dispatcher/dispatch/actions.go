@@ -20,7 +20,8 @@ import (
 )
 
 // commandTarget checks the execution a command names and returns its
-// workflow. A command for an execution that does not exist is rejected.
+// workflow. A command for an execution that does not exist, or expired and
+// was deleted, is rejected.
 func (d *Dispatcher) commandTarget(ctx context.Context, ev events.Event, execID string) (string, error) {
 	if !events.ValidExecutionID(execID) {
 		return "", d.reject(ctx, ev, execID, events.CodeInvalid, fmt.Sprintf("execution_id %q is not valid: %s", execID, events.ExecutionIDRule))
@@ -35,6 +36,10 @@ func (d *Dispatcher) commandTarget(ctx context.Context, ev events.Event, execID 
 	c, err := decodeClaim(e.Value())
 	if err != nil {
 		return "", permanentError{err}
+	}
+	if !c.ExpiredAt.IsZero() {
+		return "", d.reject(ctx, ev, execID, events.CodeExpired, fmt.Sprintf(
+			"execution %q expired under its retention rule at %s and its history was deleted", execID, c.ExpiredAt.UTC().Format(time.RFC3339)))
 	}
 	return c.Workflow, nil
 }

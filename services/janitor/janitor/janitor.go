@@ -343,6 +343,9 @@ func waitingOnTime(x projections.Execution, now time.Time) bool {
 		if !t.Fired && now.Sub(t.Due) > time.Minute {
 			return false
 		}
+		if t.Fired && t.Purpose == events.TimerWorkflowTimeout {
+			return false // the workflow timed out, yet it runs: act on it
+		}
 		if i := x.StepIndex(t.StepID); t.Fired && t.StepID != "" && i >= 0 {
 			st := x.Steps[i]
 			if st.Attempt == t.Attempt && (st.Status == projections.OpWaiting || st.Status == projections.OpRescheduled) {
@@ -355,16 +358,17 @@ func waitingOnTime(x projections.Execution, now time.Time) bool {
 
 // hasResult reports whether the results stream holds a final result for task.
 func (j *Janitor) hasResult(ctx context.Context, executionID, taskID string) (bool, error) {
-	evs, err := history.ReadStream(ctx, j.js, events.StreamResults, events.ResultSubject(executionID), 0, 0)
+	found := false
+	err := history.ScanReports(ctx, j.js, events.StreamResults, events.ResultSubject(executionID), func(ev events.Event) error {
+		if ref, ok := events.ResultRef(ev.Data); ok && ref.TaskID == taskID && ev.Type != events.TypeOperationStarted {
+			found = true
+		}
+		return nil
+	})
 	if err != nil {
 		return false, fmt.Errorf("read results of %s: %w", executionID, err)
 	}
-	for _, ev := range evs {
-		if ref, ok := events.ResultRef(ev.Data); ok && ref.TaskID == taskID && ev.Type != events.TypeOperationStarted {
-			return true, nil
-		}
-	}
-	return false, nil
+	return found, nil
 }
 
 func (j *Janitor) reconcile(ctx context.Context, x projections.Execution) error {

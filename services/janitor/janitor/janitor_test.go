@@ -344,15 +344,18 @@ func TestSweepLeavesTimedWaitsAlone(t *testing.T) {
 	unacted := sleeping("fired-not-acted-on", now.Add(-2*idleAfter))
 	unacted.Timers["t1"] = projections.Timer{Purpose: events.TimerSleep, StepID: "ship", Attempt: 1, Due: now.Add(-2 * idleAfter), Fired: true}
 	b.put(t, unacted)
+	timedOut := sleeping("workflow-timed-out", now.Add(24*time.Hour))
+	timedOut.Timers["t2"] = projections.Timer{Purpose: events.TimerWorkflowTimeout, Due: now.Add(-2 * idleAfter), Fired: true}
+	b.put(t, timedOut)
 	signal := execution("for-a-signal", 2*idleAfter)
 	signal.Steps[1] = projections.Step{ID: "ship", Kind: "wait", Status: projections.OpWaiting, Attempt: 1}
 	b.put(t, signal)
 	res, err := b.janitor.RunOnce(t.Context())
 	require.NoError(t, err)
-	require.Equal(t, 2, res.Reconciled)
+	require.Equal(t, 3, res.Reconciled)
 	var nudged []string
 	for _, c := range b.reconciles(t) {
 		nudged = append(nudged, c.Data.(*events.ReconcileExecution).ExecutionID)
 	}
-	require.ElementsMatch(t, []string{"lost-timer", "fired-not-acted-on"}, nudged)
+	require.ElementsMatch(t, []string{"lost-timer", "fired-not-acted-on", "workflow-timed-out"}, nudged)
 }
