@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"syscall"
 	"testing"
 	"time"
@@ -23,55 +24,92 @@ import (
 
 // devProcess is `jetflow dev` running as its own process, so that the test
 // can SIGKILL all of it (embedded nats-server included) at any moment.
+// Each run listens on ports the system picks, read from what it prints
+// when it is up: a port picked by the test and freed for the process to
+// take could be taken by another test meanwhile, or after a SIGKILL.
 type devProcess struct {
-	t                  *testing.T
-	bin, dir           string
-	natsPort, httpPort int
-	cmd                *exec.Cmd
-	runs               int
+	t        *testing.T
+	bin, dir string
+	c        *client.Client // on the api of the current run
+	natsURL  string         // of the current run
+	cmd      *exec.Cmd
+	exited   chan struct{} // closed once cmd has exited
+	runs     int
 }
 
-func (p *devProcess) apiURL() string  { return fmt.Sprintf("http://127.0.0.1:%d", p.httpPort) }
-func (p *devProcess) natsURL() string { return fmt.Sprintf("nats://127.0.0.1:%d", p.natsPort) }
+// newDevProcess returns a devProcess stopped when the test ends; start it.
+func newDevProcess(t *testing.T) *devProcess {
+	p := &devProcess{t: t, bin: buildJetflow(t), dir: t.TempDir(), c: client.New("http://127.0.0.1:0")}
+	t.Cleanup(p.stop)
+	return p
+}
+
+// devAddrs finds the addresses a run of jetflow dev prints once it is up.
+var devAddrs = regexp.MustCompile(`(?m)^\s+NATS: (nats://\S+).*\n\s+api:\s+(http://\S+)`)
 
 func (p *devProcess) start() {
 	p.t.Helper()
 	p.runs++
 	logf, err := os.Create(filepath.Join(p.dir, fmt.Sprintf("run-%d.log", p.runs)))
 	require.NoError(p.t, err)
+	defer logf.Close()
 	p.cmd = exec.Command(p.bin, "dev", "--data", filepath.Join(p.dir, "data"),
-		"--nats-addr", fmt.Sprintf("127.0.0.1:%d", p.natsPort), "--http", fmt.Sprintf("127.0.0.1:%d", p.httpPort),
+		"--nats-addr", "127.0.0.1:0", "--http", "127.0.0.1:0",
 		"--task-ack-wait", "1s", "--log-level", "warn", "--log-json",
 		"--retention-default", "forever") // the tests read every execution after it ends
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	require.NoError(p.t, p.cmd.Start())
-	require.Eventually(p.t, func() bool {
-		resp, err := http.Get(p.apiURL() + "/healthz")
-		if err != nil {
-			return false
+	exited := make(chan struct{})
+	go func() { _ = p.cmd.Wait(); close(exited) }()
+	p.exited = exited
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, _ := os.ReadFile(logf.Name())
+		if m := devAddrs.FindSubmatch(out); m != nil {
+			p.natsURL, p.c.Base = string(m[1]), string(m[2])
+			resp, err := http.Get(p.c.Base + "/healthz")
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					return
+				}
+			}
 		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, 30*time.Second, 20*time.Millisecond, "jetflow dev did not come up (run %d)", p.runs)
+		state := "still running"
+		select {
+		case <-exited:
+			state = p.cmd.ProcessState.String()
+		case <-time.After(20 * time.Millisecond):
+			if time.Now().Before(deadline) {
+				continue
+			}
+		}
+		out, _ = os.ReadFile(logf.Name())
+		p.t.Fatalf("jetflow dev did not come up (run %d, %s); its output:\n%s", p.runs, state, out)
+	}
 }
 
 func (p *devProcess) kill() {
 	p.t.Helper()
 	require.NoError(p.t, p.cmd.Process.Signal(syscall.SIGKILL))
-	_ = p.cmd.Wait()
+	<-p.exited
 }
 
 func (p *devProcess) stop() {
-	if p.cmd != nil && p.cmd.ProcessState == nil {
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = p.cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-done
-		}
+	if p.cmd == nil {
+		return
+	}
+	select {
+	case <-p.exited:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(15 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
 	}
 }
 
@@ -85,10 +123,9 @@ func TestCrashRecoveryWithSIGKILL(t *testing.T) {
 		t.Skip("crash test runs jetflow as a separate process")
 	}
 	t.Parallel()
-	p := &devProcess{t: t, bin: buildJetflow(t), dir: t.TempDir(), natsPort: freePort(t), httpPort: freePort(t)}
-	t.Cleanup(p.stop)
+	p := newDevProcess(t)
 	p.start()
-	c := client.New(p.apiURL())
+	c := p.c // follows each run's api
 	ctx := context.Background()
 	_, err := c.ApplyWorkflow(ctx, []byte(`
 name: crashy
@@ -143,7 +180,7 @@ steps:
 		}, 60*time.Second, 20*time.Millisecond, "%s did not finish after restarts", id)
 	}
 
-	nc, err := nats.Connect(p.natsURL())
+	nc, err := nats.Connect(p.natsURL)
 	require.NoError(t, err)
 	defer nc.Close()
 	js, err := jetstream.New(nc)

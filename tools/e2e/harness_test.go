@@ -42,15 +42,22 @@ func startStack(t *testing.T, mod func(*devstack.Config)) *stack {
 	ready := make(chan devstack.Info, 1)
 	done := make(chan error, 1)
 	go func() { done <- devstack.Run(ctx, cfg, func(i devstack.Info) { ready <- i }) }()
+	// Each replicated stream and bucket is a raft group over three
+	// servers: on a loaded machine creating them can take each service a
+	// few request timeouts (they retry until it is done).
+	startIn := 30 * time.Second
+	if cfg.Replicas > 1 {
+		startIn = 90 * time.Second
+	}
 	var info devstack.Info
 	select {
 	case info = <-ready:
 	case err := <-done:
 		cancel()
 		t.Fatalf("stack stopped: %v", err)
-	case <-time.After(30 * time.Second):
+	case <-time.After(startIn):
 		cancel()
-		t.Fatal("stack did not start")
+		t.Fatalf("stack did not start within %s", startIn)
 	}
 	t.Cleanup(func() {
 		cancel()

@@ -2,11 +2,12 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -27,16 +28,24 @@ func TestServicesAsSeparatePrograms(t *testing.T) {
 	}
 	t.Parallel()
 	srv := natstest.RunJetStream(t)
-	httpPort := freePort(t)
-	env := append(os.Environ(), "JETFLOW_NATS_URL="+srv.ClientURL(), fmt.Sprintf("JETFLOW_HTTP_ADDR=127.0.0.1:%d", httpPort),
+	// The api listens on a port the system picks and logs it (at info): a
+	// port picked here and freed could be taken before the api listens.
+	env := append(os.Environ(), "JETFLOW_NATS_URL="+srv.ClientURL(), "JETFLOW_HTTP_ADDR=127.0.0.1:0",
 		"JETFLOW_LOG_LEVEL=warn", "JETFLOW_TASK_ACK_WAIT=2s")
+	var apiLog string
 	for _, name := range []string{"api", "dispatcher", "agent", "janitor"} {
 		cmd := exec.Command(buildService(t, name))
 		cmd.Env = env
+		if name == "api" {
+			cmd.Env = append(slices.Clone(env), "JETFLOW_LOG_LEVEL=info")
+		}
 		logPath := filepath.Join(t.TempDir(), name+".log")
 		logf, err := os.Create(logPath)
 		require.NoError(t, err)
 		cmd.Stdout, cmd.Stderr = logf, logf
+		if name == "api" {
+			apiLog = logPath
+		}
 		require.NoError(t, cmd.Start())
 		t.Cleanup(func() {
 			_ = cmd.Process.Signal(syscall.SIGTERM)
@@ -52,8 +61,17 @@ func TestServicesAsSeparatePrograms(t *testing.T) {
 			}
 		})
 	}
-	c := client.New(fmt.Sprintf("http://127.0.0.1:%d", httpPort))
+	listening := regexp.MustCompile(`"addr":"(127\.0\.0\.1:\d+)".*"message":"api listening"`)
+	c := client.New("")
 	require.Eventually(t, func() bool {
+		if c.Base == "" {
+			out, _ := os.ReadFile(apiLog)
+			m := listening.FindSubmatch(out)
+			if m == nil {
+				return false
+			}
+			c.Base = "http://" + string(m[1])
+		}
 		resp, err := http.Get(c.Base + "/healthz")
 		if err != nil {
 			return false

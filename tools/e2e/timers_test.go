@@ -25,10 +25,9 @@ type timerBundle struct {
 
 func setupTimerProcess(t *testing.T, workflowYAML string) *timerBundle {
 	t.Helper()
-	p := &devProcess{t: t, bin: buildJetflow(t), dir: t.TempDir(), natsPort: freePort(t), httpPort: freePort(t)}
-	t.Cleanup(p.stop)
+	p := newDevProcess(t)
 	p.start()
-	b := &timerBundle{p: p, c: client.New(p.apiURL()), ctx: context.Background()}
+	b := &timerBundle{p: p, c: p.c, ctx: context.Background()}
 	_, err := b.c.ApplyWorkflow(b.ctx, []byte(workflowYAML))
 	require.NoError(t, err)
 	return b
@@ -68,7 +67,7 @@ func (b *timerBundle) waitSucceeded(t *testing.T, ids []string) {
 // histories reads the executions' events straight from the stream.
 func (b *timerBundle) histories(t *testing.T, ids []string) map[string][]events.Event {
 	t.Helper()
-	nc, err := nats.Connect(b.p.natsURL())
+	nc, err := nats.Connect(b.p.natsURL)
 	require.NoError(t, err)
 	defer nc.Close()
 	js, err := jetstream.New(nc)

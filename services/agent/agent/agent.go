@@ -88,6 +88,8 @@ type Agent struct {
 	log      zerolog.Logger
 	handlers map[string]operation.Handler
 	kills    *kills
+	// killsStream is the kill notices stream, set before any task is run.
+	killsStream jetstream.Stream
 }
 
 // New returns an agent; call Run to start it.
@@ -262,6 +264,21 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 	}()
 	h, ok := a.handlers[task.Kind]
 	opCtx, done, alive := a.kills.start(ctx, task.ExecutionID)
+	if !alive { // a task sent after a resume can come before its lift is read
+		lifted, err := a.liftedAt(ctx, task.ExecutionID)
+		if err != nil {
+			if ctx.Err() != nil {
+				_ = m.Nak()
+				return
+			}
+			log.Warn().Err(err).Msg("look for the lift of a kill; task will be redelivered")
+			_ = m.NakWithDelay(time.Second)
+			return
+		}
+		if lifted > 0 {
+			opCtx, done, alive = a.kills.startLifted(ctx, task.ExecutionID, lifted)
+		}
+	}
 	defer done()
 	var out any
 	if !alive {

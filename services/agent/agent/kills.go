@@ -22,22 +22,37 @@ var ErrKilled = errors.New("terminated: an operator killed the execution")
 // killed, so that a task of one does not start.
 type kills struct {
 	mu      sync.Mutex
-	killed  map[string]time.Time // execution -> when its notice came
+	killed  map[string]killNotice // by execution
 	running map[string]map[uint64]context.CancelFunc
 	next    uint64
 }
 
+// killNotice is a kill notice followed: when it came, and its sequence in
+// the kill notices stream.
+type killNotice struct {
+	at  time.Time
+	seq uint64
+}
+
 func newKills() *kills {
-	return &kills{killed: map[string]time.Time{}, running: map[string]map[uint64]context.CancelFunc{}}
+	return &kills{killed: map[string]killNotice{}, running: map[string]map[uint64]context.CancelFunc{}}
 }
 
 // start registers a running operation of execID. It returns the context
 // to run it in and the function to call when it ends, or ok false if the
 // execution was killed.
 func (k *kills) start(parent context.Context, execID string) (ctx context.Context, done func(), ok bool) {
+	return k.startLifted(parent, execID, 0)
+}
+
+// startLifted is start for an execution whose kill the stream shows lifted
+// at sequence lifted, before this agent has followed the lift: a kill
+// noticed at or before that sequence does not refuse the operation, a
+// later one does.
+func (k *kills) startLifted(parent context.Context, execID string, lifted uint64) (ctx context.Context, done func(), ok bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if _, dead := k.killed[execID]; dead {
+	if n, dead := k.killed[execID]; dead && (lifted == 0 || n.seq > lifted) {
 		return nil, func() {}, false
 	}
 	ctx, cancel := context.WithCancelCause(parent)
@@ -59,17 +74,18 @@ func (k *kills) start(parent context.Context, execID string) (ctx context.Contex
 }
 
 // kill terminates the running operations of execID and refuses its later
-// tasks. It returns how many were running. Notices older than a day are
-// forgotten (the stream keeps them that long).
-func (k *kills) kill(execID string, now time.Time) int {
+// tasks, for the notice at stream sequence seq. It returns how many were
+// running. Notices older than a day are forgotten (the stream keeps them
+// that long).
+func (k *kills) kill(execID string, seq uint64, now time.Time) int {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	for id, at := range k.killed {
-		if now.Sub(at) > 25*time.Hour {
+	for id, n := range k.killed {
+		if now.Sub(n.at) > 25*time.Hour {
 			delete(k.killed, id)
 		}
 	}
-	k.killed[execID] = now
+	k.killed[execID] = killNotice{at: now, seq: seq}
 	for _, cancel := range k.running[execID] {
 		cancel()
 	}
@@ -106,9 +122,14 @@ func (a *Agent) watchKills(ctx context.Context) (stop func(), err error) {
 	if stream.CachedInfo().State.Msgs == 0 { // nothing to read first
 		once.Do(func() { close(caughtUp) })
 	}
+	a.killsStream = stream
 	cc, err := cons.Consume(func(m jetstream.Msg) {
-		if md, err := m.Metadata(); err == nil && md.NumPending == 0 {
-			defer once.Do(func() { close(caughtUp) })
+		var seq uint64
+		if md, err := m.Metadata(); err == nil {
+			seq = md.Sequence.Stream
+			if md.NumPending == 0 {
+				defer once.Do(func() { close(caughtUp) })
+			}
 		}
 		ev, err := events.Decode(m.Headers(), m.Data())
 		p, ok := ev.Data.(*events.KillOperations)
@@ -120,7 +141,7 @@ func (a *Agent) watchKills(ctx context.Context) (stop func(), err error) {
 			a.kills.lift(p.ExecutionID)
 			return
 		}
-		if n := a.kills.kill(p.ExecutionID, time.Now()); n > 0 {
+		if n := a.kills.kill(p.ExecutionID, seq, time.Now()); n > 0 {
 			a.log.Info().Str("execution_id", p.ExecutionID).Int("operations", n).Dur("grace", a.cfg.KillGrace).
 				Msg("terminating the operations of a killed execution")
 		}
@@ -138,4 +159,25 @@ func (a *Agent) watchKills(ctx context.Context) (stop func(), err error) {
 		a.log.Warn().Dur("waited", killsCatchUp).Msg("kill notices not all read at start; serving tasks anyway")
 	}
 	return cc.Stop, nil
+}
+
+// liftedAt returns the stream sequence of the kill notice kept for
+// execID if it is a lift, or 0. The dispatcher stores the lift of a
+// resumed execution before it sends the execution's new tasks, but this
+// agent follows the notices apart from its tasks: a new task can arrive
+// before the lift is read, and the notice kept in the stream decides.
+func (a *Agent) liftedAt(ctx context.Context, execID string) (uint64, error) {
+	m, err := a.killsStream.GetLastMsgForSubject(ctx, events.KillSubject(execID))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, nil // none kept: the one followed expired, and stands until forgotten
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read the kill notice of %s: %w", execID, err)
+	}
+	if ev, err := events.Decode(m.Header, m.Data); err == nil {
+		if p, ok := ev.Data.(*events.KillOperations); ok && p.Lift {
+			return m.Sequence, nil
+		}
+	}
+	return 0, nil
 }

@@ -87,3 +87,53 @@ func TestAgentKillCancelsGoHandler(t *testing.T) {
 	evs = b.waitFinal(t, "bystander")
 	require.Equal(t, events.TypeOperationSucceeded, evs[len(evs)-1].Type, "another execution's operation went on")
 }
+
+func publishNotice(t *testing.T, js jetstream.JetStream, execID string, lift bool) uint64 {
+	t.Helper()
+	ev := events.New("test-dispatcher", execID, "wf", time.Now(), &events.KillOperations{ExecutionID: execID, Workflow: "wf", Lift: lift})
+	msg, err := events.Encode(events.KillSubject(execID), ev)
+	require.NoError(t, err)
+	ack, err := js.PublishMsg(t.Context(), msg)
+	require.NoError(t, err)
+	return ack.Sequence
+}
+
+// TestAgentRunsTaskOfResumedExecutionBeforeReadingTheLift: the dispatcher
+// stores the lift of a resumed execution's kill before it sends the
+// execution's new tasks, but an agent follows the kill notices apart from
+// its tasks, so a task can come before the agent has read the lift. The
+// notice kept in the stream decides: the task runs. (Such a task used to
+// be refused, failing the resumed execution as killed.)
+func TestAgentRunsTaskOfResumedExecutionBeforeReadingTheLift(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	killedAt := publishNotice(t, js, "resumed", false)
+	publishNotice(t, js, "resumed", true)
+	publishNotice(t, js, "killed", false)
+	ran := make(chan string, 2)
+	a, err := agent.New(agent.Config{Name: agentName, AckWait: ackWait, Concurrency: 4, ShutdownGrace: time.Second,
+		Handlers: map[string]operation.Handler{"probe": operation.HandlerFunc(func(_ context.Context, task operation.Task) (any, error) {
+			ran <- task.ExecutionID
+			return nil, nil
+		})}}, js, zerolog.New(zerolog.NewTestWriter(t)))
+	require.NoError(t, err)
+	natstest.Serve(t, a.Run)
+	// The agent takes tasks (its consumer exists) once it has read the
+	// kept notices: then hold its view at the kill, before the lift.
+	natstest.Eventually(t, waitFor, func() bool {
+		_, err := js.Consumer(t.Context(), events.StreamTasks, agent.ConsumerName("default"))
+		return err == nil
+	}, "the agent's consumer")
+	a.FollowKillNotice("resumed", killedAt)
+
+	b := &agentBundle{js: js}
+	b.publishTask(t, "resumed", workflow.Step{ID: "s", Kind: "probe"})
+	b.publishTask(t, "killed", workflow.Step{ID: "s", Kind: "probe"})
+	evs := b.waitFinal(t, "resumed")
+	require.Equal(t, events.TypeOperationSucceeded, evs[len(evs)-1].Type, "the task of the resumed execution ran")
+	evs = b.waitFinal(t, "killed")
+	require.Equal(t, events.TypeOperationFailed, evs[len(evs)-1].Type)
+	require.Contains(t, evs[len(evs)-1].Data.(*events.OperationFailed).Error, agent.ErrKilled.Error(), "a kill not lifted still refuses")
+	require.Equal(t, "resumed", <-ran)
+	require.Empty(t, ran)
+}
