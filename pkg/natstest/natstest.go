@@ -62,19 +62,20 @@ func Connect(t testing.TB, s *server.Server) (*nats.Conn, jetstream.JetStream) {
 // for a meta leader.
 func RunCluster(t testing.TB) []*server.Server {
 	t.Helper()
-	ports := make([]int, 3)
-	for i := range ports {
-		ports[i] = freePort(t)
-	}
-	routes := fmt.Sprintf("nats://127.0.0.1:%d,nats://127.0.0.1:%d,nats://127.0.0.1:%d", ports[0], ports[1], ports[2])
-	servers := make([]*server.Server, 3)
-	for i := range servers {
-		s, err := natsserver.Start(natsserver.Config{StoreDir: t.TempDir(), Port: -1, Name: fmt.Sprintf("n%d", i+1),
-			ClusterName: "jf", ClusterPort: ports[i], Routes: []string{routes}})
-		if err != nil {
+	var servers []*server.Server
+	for attempt := 1; ; attempt++ {
+		var err error
+		if servers, err = startCluster(t); err == nil {
+			break
+		}
+		// The cluster ports are picked free, then bound by the servers:
+		// another test may take one in between. Pick new ones.
+		if attempt == 3 {
 			t.Fatal(err)
 		}
-		servers[i] = s
+		t.Logf("start cluster (attempt %d): %v; again with new ports", attempt, err)
+	}
+	for _, s := range servers {
 		t.Cleanup(func() { natsserver.Stop(s) })
 	}
 	deadline := time.Now().Add(20 * time.Second)
@@ -88,6 +89,29 @@ func RunCluster(t testing.TB) []*server.Server {
 	}
 	t.Fatal("cluster has no JetStream meta leader")
 	return nil
+}
+
+// startCluster starts three servers routed to each other on free cluster
+// ports; on an error it stops those it started.
+func startCluster(t testing.TB) ([]*server.Server, error) {
+	ports := make([]int, 3)
+	for i := range ports {
+		ports[i] = freePort(t)
+	}
+	routes := fmt.Sprintf("nats://127.0.0.1:%d,nats://127.0.0.1:%d,nats://127.0.0.1:%d", ports[0], ports[1], ports[2])
+	servers := make([]*server.Server, 0, 3)
+	for i := range 3 {
+		s, err := natsserver.Start(natsserver.Config{StoreDir: t.TempDir(), Port: -1, Name: fmt.Sprintf("n%d", i+1),
+			ClusterName: "jf", ClusterPort: ports[i], Routes: []string{routes}})
+		if err != nil {
+			for _, started := range servers {
+				natsserver.Stop(started)
+			}
+			return nil, err
+		}
+		servers = append(servers, s)
+	}
+	return servers, nil
 }
 
 func freePort(t testing.TB) int {
