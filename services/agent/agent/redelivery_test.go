@@ -3,9 +3,11 @@ package agent_test
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
@@ -34,18 +36,7 @@ func TestAgentDoesNotRunAgainATaskWhoseResultIsStored(t *testing.T) {
 	resumed := b.publishTask(t, "x-resumed", workflow.Step{ID: "s", Kind: "count"})
 
 	// The agent that died: it takes the three tasks and acknowledges none.
-	cons, err := js.CreateOrUpdateConsumer(t.Context(), events.StreamTasks, jetstream.ConsumerConfig{
-		Durable: agent.ConsumerName("default"), FilterSubject: events.TaskSubject("default"),
-		AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, MaxDeliver: 5, MaxAckPending: 4096,
-	})
-	require.NoError(t, err)
-	batch, err := cons.Fetch(3, jetstream.FetchMaxWait(5*time.Second))
-	require.NoError(t, err)
-	n := 0
-	for range batch.Messages() {
-		n++
-	}
-	require.Equal(t, 3, n)
+	takeWithoutAck(t, js, 3)
 	// It stored the result of the first, and the second's execution was
 	// resumed after the first delivery of a task of the same id reported.
 	store := func(task *events.Task, token string) {
@@ -91,4 +82,52 @@ func TestAgentDoesNotRunAgainATaskWhoseResultIsStored(t *testing.T) {
 	mu.Unlock()
 	evs := readResults(t, js, reported.ExecutionID)
 	require.Len(t, evs, 1, "nothing reported about the task run before")
+}
+
+// takeWithoutAck is an agent that dies: it takes n tasks of the default
+// queue (on the agents' consumer) and acknowledges none, so each is
+// delivered again after AckWait.
+func takeWithoutAck(t *testing.T, js jetstream.JetStream, n int) {
+	t.Helper()
+	cons, err := js.CreateOrUpdateConsumer(t.Context(), events.StreamTasks, jetstream.ConsumerConfig{
+		Durable: agent.ConsumerName("default"), FilterSubject: events.TaskSubject("default"),
+		AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, MaxDeliver: 5, MaxAckPending: 4096,
+	})
+	require.NoError(t, err)
+	batch, err := cons.Fetch(n, jetstream.FetchMaxWait(5*time.Second))
+	require.NoError(t, err)
+	got := 0
+	for range batch.Messages() {
+		got++
+	}
+	require.Equal(t, n, got)
+}
+
+// TestRedeliveryPastAnUndecodableResult: a malformed message on an
+// execution's results subject (anyone may publish there) must not stop a
+// redelivered task's "already reported?" look-up, or the task would never
+// run again.
+func TestRedeliveryPastAnUndecodableResult(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	b := &agentBundle{js: js}
+	task := b.publishTask(t, "x-poison", workflow.Step{ID: "s", Kind: "count"})
+	takeWithoutAck(t, js, 1)
+	m := nats.NewMsg(events.ResultSubject(task.ExecutionID))
+	m.Header.Set("ce-specversion", "1.0")
+	m.Header.Set("ce-id", "junk")
+	m.Header.Set("ce-source", "somebody")
+	m.Header.Set("ce-type", string(events.TypeOperationSucceeded))
+	m.Header.Set("ce-datacontenttype", "application/json")
+	m.Data = []byte(`{"task_id": 42`)
+	_, err := js.PublishMsg(t.Context(), m)
+	require.NoError(t, err)
+
+	var runs atomic.Int32
+	a, err := agent.New(agent.Config{Name: agentName, AckWait: ackWait, Concurrency: 1, Handlers: map[string]operation.Handler{
+		"count": operation.HandlerFunc(func(context.Context, operation.Task) (any, error) { runs.Add(1); return nil, nil }),
+	}}, js, zerolog.New(zerolog.NewTestWriter(t)))
+	require.NoError(t, err)
+	natstest.Serve(t, a.Run)
+	require.Eventually(t, func() bool { return runs.Load() == 1 }, 15*time.Second, 20*time.Millisecond, "the redelivered task runs")
 }
