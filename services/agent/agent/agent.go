@@ -230,12 +230,7 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 	if delivery > 1 {
 		done, err := a.reported(ctx, task)
 		if err != nil {
-			if ctx.Err() != nil {
-				_ = m.Nak()
-				return
-			}
-			log.Warn().Err(err).Msg("look for the result of an earlier delivery; task will be redelivered")
-			_ = m.NakWithDelay(time.Second)
+			handBack(ctx, m, log, err, "look for the result of an earlier delivery")
 			return
 		}
 		if done {
@@ -267,12 +262,7 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 	if !alive { // a task sent after a resume can come before its lift is read
 		lifted, err := a.liftedAt(ctx, task.ExecutionID)
 		if err != nil {
-			if ctx.Err() != nil {
-				_ = m.Nak()
-				return
-			}
-			log.Warn().Err(err).Msg("look for the lift of a kill; task will be redelivered")
-			_ = m.NakWithDelay(time.Second)
+			handBack(ctx, m, log, err, "look for the lift of a kill")
 			return
 		}
 		if lifted > 0 {
@@ -321,6 +311,18 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 	}
 	err = a.report(ctx, fmt.Sprintf("%s.done.%d", task.TaskID, delivery), &events.OperationFailed{TaskRef: ref, Error: msg, Output: a.fitOutput(raw)})
 	a.finish(m, err, log)
+}
+
+// handBack returns a task that could not be checked before running (what
+// failed): at once when the agent stops, else after a second, to this
+// agent or another.
+func handBack(ctx context.Context, m jetstream.Msg, log zerolog.Logger, err error, what string) {
+	if ctx.Err() != nil {
+		_ = m.Nak()
+		return
+	}
+	log.Warn().Err(err).Msg(what + "; task will be redelivered")
+	_ = m.NakWithDelay(time.Second)
 }
 
 // reported reports whether the results stream holds a final result of

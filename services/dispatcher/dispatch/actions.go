@@ -38,8 +38,7 @@ func (d *Dispatcher) commandTarget(ctx context.Context, ev events.Event, execID 
 		return "", permanentError{err}
 	}
 	if !c.ExpiredAt.IsZero() {
-		return "", d.reject(ctx, ev, execID, events.CodeExpired, fmt.Sprintf(
-			"execution %q expired under its retention rule at %s and its history was deleted", execID, c.ExpiredAt.UTC().Format(time.RFC3339)))
+		return "", d.rejectExpired(ctx, ev, execID, c.ExpiredAt)
 	}
 	return c.Workflow, nil
 }
@@ -84,7 +83,7 @@ func (d *Dispatcher) action(ctx context.Context, ev events.Event, p *events.Exec
 			if _, seen := s.CommandAction(key); seen {
 				return nil // carried out before the execution ended and expired
 			}
-			return d.rejectExpired(ctx, ev, s)
+			return d.rejectExpired(ctx, ev, s.ID, s.ExpiredAt)
 		}
 		if action, seen := s.CommandAction(key); seen {
 			if action != p.Action {

@@ -119,10 +119,10 @@ func (d *Dispatcher) expire(ctx context.Context, ev events.Event, p *events.Expi
 	})
 }
 
-// rejectExpired refuses a command for an execution that expired: its
-// history is about to be deleted, and nothing may be added to it.
-func (d *Dispatcher) rejectExpired(ctx context.Context, cmd events.Event, s projections.Execution) error {
-	return d.reject(ctx, cmd, s.ID, events.CodeExpired, fmt.Sprintf(
-		"execution %q expired under its retention rule at %s; its history is being deleted",
-		s.ID, s.ExpiredAt.UTC().Format(time.RFC3339)))
+// rejectExpired refuses a command for an execution that expired at at:
+// its history is deleted, or about to be, and nothing may be added to it.
+func (d *Dispatcher) rejectExpired(ctx context.Context, cmd events.Event, id string, at time.Time) error {
+	return d.reject(ctx, cmd, id, events.CodeExpired, fmt.Sprintf(
+		"execution %q expired under its retention rule at %s; its history is deleted (or about to be)",
+		id, at.UTC().Format(time.RFC3339)))
 }

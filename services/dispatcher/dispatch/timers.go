@@ -129,7 +129,7 @@ func (d *Dispatcher) signal(ctx context.Context, ev events.Event, p *events.Sign
 		case x.state.Status == projections.StatusNone:
 			return d.notStarted(ctx, ev, p.ExecutionID)
 		case !x.state.ExpiredAt.IsZero():
-			return d.rejectExpired(ctx, ev, x.state)
+			return d.rejectExpired(ctx, ev, x.state.ID, x.state.ExpiredAt)
 		case x.state.Status.Terminal():
 			return reject(events.CodeConflict, "execution %q has already %s", p.ExecutionID, x.state.Status)
 		}

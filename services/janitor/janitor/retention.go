@@ -101,7 +101,12 @@ func (j *Janitor) expire(ctx context.Context) (retentionResult, error) {
 	}
 	res.finished = total
 	rules := map[string]retention.Rule{}
-	var st *stores // opened at the first expiry
+	var st *stores
+	if total > 0 {
+		if st, err = j.openStores(ctx, kv); err != nil {
+			return res, err
+		}
+	}
 	for key, all := range groups {
 		// An execution whose expiry is recorded is deleted whatever its
 		// rule says now, and no longer counts among the group's kept ones.
@@ -110,11 +115,6 @@ func (j *Janitor) expire(ctx context.Context) (retentionResult, error) {
 			if f.ExpiredAt.IsZero() {
 				list = append(list, f)
 				continue
-			}
-			if st == nil {
-				if st, err = j.openStores(ctx, kv); err != nil {
-					return res, err
-				}
 			}
 			j.expireOne(ctx, st, f, key, retention.Rule{}, -1, &res)
 		}
@@ -136,11 +136,6 @@ func (j *Janitor) expire(ctx context.Context) (retentionResult, error) {
 			}
 			if rule.Keep(rank, now.Sub(f.EndedAt)) {
 				continue
-			}
-			if st == nil {
-				if st, err = j.openStores(ctx, kv); err != nil {
-					return res, err
-				}
 			}
 			j.expireOne(ctx, st, f, key, rule, rank, &res)
 		}
