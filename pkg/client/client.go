@@ -46,6 +46,31 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("%s (HTTP %d)", e.Message, e.Status)
 }
 
+// ErrUnreachable is wrapped by errors of requests that got no answer from
+// the api (nothing listens at the base URL, the connection broke, a
+// timeout): the api may be down, or elsewhere.
+var ErrUnreachable = errors.New("client: api unreachable")
+
+// unreachable wraps a transport error; a cancelled ctx stays itself.
+func (c *Client) unreachable(ctx context.Context, what string, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("%s: %w", what, ctx.Err())
+	}
+	return &unreachableError{what: what, base: c.Base, err: err}
+}
+
+type unreachableError struct {
+	what, base string
+	err        error
+}
+
+func (e *unreachableError) Error() string {
+	return fmt.Sprintf("%s: cannot reach the api at %s (is it running? start it with `jetflow dev`, or point --api or JETFLOW_API at it): %v",
+		e.what, e.base, e.err)
+}
+func (e *unreachableError) Unwrap() error        { return e.err }
+func (e *unreachableError) Is(target error) bool { return target == ErrUnreachable }
+
 // IsStatus reports whether err is an api error with the given HTTP status.
 func IsStatus(err error, status int) bool {
 	var e *Error
@@ -62,7 +87,7 @@ func (c *Client) do(ctx context.Context, method, path string, hdr http.Header, b
 	}
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
-		return 0, fmt.Errorf("%s %s: %w (is the api running? start it with `jetflow dev`)", method, path, err)
+		return 0, c.unreachable(ctx, method+" "+path, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
@@ -70,14 +95,7 @@ func (c *Client) do(ctx context.Context, method, path string, hdr http.Header, b
 		return resp.StatusCode, fmt.Errorf("read answer of %s %s: %w", method, path, err)
 	}
 	if resp.StatusCode >= 400 {
-		var wrapper struct {
-			Error *Error `json:"error"`
-		}
-		if json.Unmarshal(data, &wrapper) != nil || wrapper.Error == nil {
-			return resp.StatusCode, &Error{Status: resp.StatusCode, Code: "http", Message: strings.TrimSpace(string(data))}
-		}
-		wrapper.Error.Status = resp.StatusCode
-		return resp.StatusCode, wrapper.Error
+		return resp.StatusCode, decodeError(resp.StatusCode, data)
 	}
 	if out != nil {
 		if err := json.Unmarshal(data, out); err != nil {
@@ -85,6 +103,19 @@ func (c *Client) do(ctx context.Context, method, path string, hdr http.Header, b
 		}
 	}
 	return resp.StatusCode, nil
+}
+
+// decodeError reads an api error answer ({"error": {...}}), or keeps the
+// body as the message when it is not one.
+func decodeError(status int, body []byte) *Error {
+	var wrapper struct {
+		Error *Error `json:"error"`
+	}
+	if json.Unmarshal(body, &wrapper) != nil || wrapper.Error == nil {
+		return &Error{Status: status, Code: "http", Message: strings.TrimSpace(string(body))}
+	}
+	wrapper.Error.Status = status
+	return wrapper.Error
 }
 
 // Applied is the answer to ApplyWorkflow.
@@ -138,6 +169,8 @@ type Started struct {
 	Workflow string `json:"workflow"`
 	Status   string `json:"status"`
 	Created  bool   `json:"created"`
+	// Links are the execution's URLs (self, events), relative to the api.
+	Links map[string]string `json:"links,omitempty"`
 	// HTTPStatus is 201 (started), 200 (the same request again) or 202
 	// (accepted, the dispatcher has not answered yet).
 	HTTPStatus int `json:"-"`
@@ -186,8 +219,20 @@ type ExecutionSummary struct {
 	Error     string    `json:"error,omitempty"`
 	Steps     int       `json:"steps"`
 	Done      int       `json:"steps_done"`
-	StartedAt time.Time `json:"started_at"`
-	EndedAt   time.Time `json:"ended_at"`
+	StartedAt time.Time `json:"started_at,omitzero"`
+	EndedAt   time.Time `json:"ended_at,omitzero"`
+}
+
+// ExecutionList is a page of executions, as GET /v1/executions answers.
+type ExecutionList struct {
+	Executions []ExecutionSummary `json:"executions"`
+	// Next is the cursor of the next page ("" on the last page).
+	Next string `json:"next,omitempty"`
+}
+
+// EventList is a history, as GET /v1/executions/{id}/events answers.
+type EventList struct {
+	Events []Event `json:"events"`
 }
 
 // ListExecutions lists executions; next is the cursor of the next page ("" at the end).
@@ -201,10 +246,7 @@ func (c *Client) ListExecutions(ctx context.Context, o ListOptions) (list []Exec
 	if o.Limit > 0 {
 		q.Set("limit", strconv.Itoa(o.Limit))
 	}
-	var out struct {
-		Executions []ExecutionSummary `json:"executions"`
-		Next       string             `json:"next"`
-	}
+	var out ExecutionList
 	_, err = c.do(ctx, http.MethodGet, "/v1/executions?"+q.Encode(), nil, nil, &out)
 	return out.Executions, out.Next, err
 }
@@ -223,22 +265,23 @@ type Event struct {
 
 // Events returns the history from stream sequence fromSeq.
 func (c *Client) Events(ctx context.Context, id string, fromSeq uint64) ([]Event, error) {
-	var out struct {
-		Events []Event `json:"events"`
-	}
+	var out EventList
 	_, err := c.do(ctx, http.MethodGet, fmt.Sprintf("/v1/executions/%s/events?from_seq=%d", url.PathEscape(id), fromSeq), nil, nil, &out)
 	return out.Events, err
 }
 
 // Follow streams the history live (server-sent events) from fromSeq and
-// calls fn for each event until the execution ends, fn returns an error,
-// or ctx ends. It reconnects with Last-Event-ID if the stream breaks.
+// calls fn for each event until the execution is settled as of its latest
+// events (it ended, or it is suspended: see [projections.Status.Settled]),
+// fn returns an error, or ctx ends. A cancelled execution that is resumed
+// is followed on. It reconnects with Last-Event-ID if the stream breaks.
 func (c *Client) Follow(ctx context.Context, id string, fromSeq uint64, fn func(Event) error) error {
 	last := uint64(0)
 	if fromSeq > 0 {
 		last = fromSeq - 1
 	}
 	for attempt := 0; ; attempt++ {
+		before := last
 		done, err := c.followOnce(ctx, id, last, func(ev Event) error {
 			last = ev.Seq
 			return fn(ev)
@@ -246,9 +289,18 @@ func (c *Client) Follow(ctx context.Context, id string, fromSeq uint64, fn func(
 		if done || ctx.Err() != nil {
 			return err
 		}
+		if last != before {
+			attempt = 0 // it made progress: count failures afresh
+		}
 		var apiErr *Error
 		if errors.As(err, &apiErr) || attempt > 20 {
 			return err
+		}
+		if errors.Is(err, io.EOF) && attempt == 0 {
+			// The server ended the stream: it does so once the execution
+			// is settled, and answers the next request with 204 then.
+			// Asking again at once tells that from a broken connection.
+			continue
 		}
 		select {
 		case <-time.After(time.Duration(min(attempt+1, 10)) * 200 * time.Millisecond):
@@ -258,7 +310,10 @@ func (c *Client) Follow(ctx context.Context, id string, fromSeq uint64, fn func(
 	}
 }
 
-func (c *Client) followOnce(ctx context.Context, id string, last uint64, fn func(Event) error) (bool, error) {
+// followOnce reads one event stream. done is true when there is nothing
+// more to follow (204) or the stream cannot be followed (an api error, an
+// error from fn); io.EOF means the server ended the stream.
+func (c *Client) followOnce(ctx context.Context, id string, last uint64, fn func(Event) error) (done bool, err error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.Base+"/v1/executions/"+url.PathEscape(id)+"/events", nil)
 	if err != nil {
 		return true, err
@@ -269,19 +324,15 @@ func (c *Client) followOnce(ctx context.Context, id string, last uint64, fn func
 	}
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
-		return false, fmt.Errorf("follow %s: %w", id, err)
+		return false, c.unreachable(ctx, "follow "+id, err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusNoContent {
+		return true, nil // settled, and nothing after last
+	}
 	if resp.StatusCode != http.StatusOK {
 		data, _ := io.ReadAll(resp.Body)
-		var wrapper struct {
-			Error *Error `json:"error"`
-		}
-		if json.Unmarshal(data, &wrapper) == nil && wrapper.Error != nil {
-			wrapper.Error.Status = resp.StatusCode
-			return true, wrapper.Error
-		}
-		return true, &Error{Status: resp.StatusCode, Message: strings.TrimSpace(string(data))}
+		return true, decodeError(resp.StatusCode, data)
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 8<<20)
@@ -300,15 +351,26 @@ func (c *Client) followOnce(ctx context.Context, id string, last uint64, fn func
 			if err := fn(ev); err != nil {
 				return true, err
 			}
-			if ev.Type.IsTerminal() || ev.Type == events.TypeExecutionSuspended {
-				return true, nil // ended, or waiting for an operator
-			}
 		}
 	}
 	if err := sc.Err(); err != nil {
 		return false, err
 	}
-	return false, io.ErrUnexpectedEOF
+	return false, io.EOF
+}
+
+// Settings are the system-wide values services recorded (GET /v1/settings).
+type Settings struct {
+	// RetentionDefault is the janitor's system retention rule ("" if no
+	// janitor recorded it yet).
+	RetentionDefault string `json:"retention_default,omitempty"`
+}
+
+// Settings returns the system-wide settings.
+func (c *Client) Settings(ctx context.Context) (Settings, error) {
+	var out Settings
+	_, err := c.do(ctx, http.MethodGet, "/v1/settings", nil, nil, &out)
+	return out, err
 }
 
 // Rebuilt is the answer to RebuildProjections.

@@ -50,6 +50,10 @@ const (
 	StatusSuspended Status = "suspended"
 )
 
+// ListedStatuses are the statuses an execution's read model can have, in
+// lifecycle order: the values the api's execution list filters by.
+var ListedStatuses = []Status{StatusStarted, StatusCancelling, StatusSuspended, StatusSucceeded, StatusFailed, StatusCancelled}
+
 // Terminal reports whether s is final.
 func (s Status) Terminal() bool {
 	return s == StatusSucceeded || s == StatusFailed || s == StatusCancelled
@@ -58,6 +62,35 @@ func (s Status) Terminal() bool {
 // Active reports whether the dispatcher still has work for an execution in
 // status s (it runs steps, or waits for running ones to finish).
 func (s Status) Active() bool { return s == StatusStarted || s == StatusCancelling }
+
+// Settled reports whether nothing more happens to an execution in status s
+// unless an operator acts: it ended, or it is suspended. Following an
+// execution's history stops there; a later resume or replay makes it
+// unsettled again.
+func (s Status) Settled() bool { return s.Terminal() || s == StatusSuspended }
+
+// StatusAfter returns the status of an execution in status s after an
+// event of type t, from the lifecycle events alone (the other events leave
+// it as it is). It lets a reader of a history know where the execution
+// stands from the latest events without folding them, e.g. that a
+// cancelled execution was resumed since.
+func StatusAfter(s Status, t events.Type) Status {
+	switch t {
+	case events.TypeExecutionStarted, events.TypeExecutionResumed, events.TypeExecutionReplayed:
+		return StatusStarted
+	case events.TypeExecutionCancelling:
+		return StatusCancelling
+	case events.TypeExecutionCancelled:
+		return StatusCancelled
+	case events.TypeExecutionSuspended:
+		return StatusSuspended
+	case events.TypeExecutionSucceeded:
+		return StatusSucceeded
+	case events.TypeExecutionFailed:
+		return StatusFailed
+	}
+	return s
+}
 
 // OpStatus is the state of a step's operation (Cloudify's operation states).
 //
@@ -121,7 +154,10 @@ type Execution struct {
 	DryRun     bool   `json:"dry_run,omitempty"`
 	CommandKey string `json:"command_key,omitempty"`
 	StartedBy  string `json:"started_by,omitempty"`
-	Steps      []Step `json:"steps"`
+	// APIURL is the api's base URL as workflows reach it (workflow.api_url),
+	// as recorded when the execution started; "" if none was configured.
+	APIURL string `json:"api_url,omitempty"`
+	Steps  []Step `json:"steps"`
 	// Vars are the workflow variables, as set by let steps.
 	Vars map[string]json.RawMessage `json:"vars,omitempty"`
 	// Timers are the durable timers armed, by id.
@@ -369,7 +405,7 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 		s.ID, s.Workflow, s.Version = ev.Subject, e.Workflow, e.Version
 		s.Status, s.StartedAt = StatusStarted, ev.Time
 		s.Input, s.Token, s.CommandKey, s.StartedBy = e.Input, e.Token, e.CommandKey, e.StartedBy
-		s.WaitAfterFail, s.DryRun = e.WaitAfterFail, e.DryRun
+		s.WaitAfterFail, s.DryRun, s.APIURL = e.WaitAfterFail, e.DryRun, e.APIURL
 		if e.Retention != nil {
 			s.Retention, s.RetentionKey = e.Retention.Rule, e.Retention.Key
 		}
