@@ -260,3 +260,36 @@ func (s *Store) Versions(ctx context.Context, name string) ([]Record, error) {
 	}
 	return out, nil
 }
+
+// Settings are system-wide values that services other than their owner
+// show (not configuration: each service keeps its own), kept beside the
+// definitions under setting.<name>.
+const (
+	// SettingRetentionDefault is the janitor's system retention rule.
+	SettingRetentionDefault = "retention-default"
+)
+
+func settingKey(name string) string { return "setting." + name }
+
+// PutSetting records a setting's value (a no-op when it has it already).
+func (s *Store) PutSetting(ctx context.Context, name, value string) error {
+	if e, err := s.kv.Get(ctx, settingKey(name)); err == nil && string(e.Value()) == value {
+		return nil
+	}
+	if _, err := s.kv.Put(ctx, settingKey(name), []byte(value)); err != nil {
+		return fmt.Errorf("record setting %s: %w", name, err)
+	}
+	return nil
+}
+
+// Setting returns a setting's value, and false if it was never recorded.
+func (s *Store) Setting(ctx context.Context, name string) (string, bool, error) {
+	e, err := s.kv.Get(ctx, settingKey(name))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("read setting %s: %w", name, err)
+	}
+	return string(e.Value()), true, nil
+}

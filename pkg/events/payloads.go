@@ -31,7 +31,15 @@ type ExecutionStarted struct {
 	// CommandKey identifies the start command (CloudEvent source and id), so
 	// a re-delivered or re-published command is recognised.
 	CommandKey string `json:"command_key"`
-	StartedBy  string `json:"started_by,omitempty"`
+	// CommandDigest is what the start command asked for
+	// (StartExecution.Digest): a request under the same key with other
+	// data is another request, refused.
+	CommandDigest string `json:"command_digest,omitempty"`
+	StartedBy     string `json:"started_by,omitempty"`
+	// APIURL is the api's base URL as the dispatcher that started the
+	// execution was told workflows reach it (workflow.api_url in
+	// expressions); "" if it was not told.
+	APIURL string `json:"api_url,omitempty"`
 	// WaitAfterFail: a failure suspends the execution instead of ending it.
 	WaitAfterFail bool `json:"wait_after_fail,omitempty"`
 	// DryRun: the workflow is walked, no operation runs.
@@ -461,11 +469,18 @@ type OperationFailed struct {
 
 // CommandRejected explains why a command was not applied.
 type CommandRejected struct {
+	// CommandKey is the command's CloudEvent source#id; for a message
+	// that has none, its subject#seq-<stream sequence>.
 	CommandKey  string `json:"command_key"`
-	CommandType Type   `json:"command_type"`
+	CommandType Type   `json:"command_type,omitempty"`
 	ExecutionID string `json:"execution_id,omitempty"`
 	Code        string `json:"code"`
 	Reason      string `json:"reason"`
+	// Subject and StreamSeq say where the message was stored, for a
+	// message rejected as it arrived (not a CloudEvent, or on the wrong
+	// subject).
+	Subject   string `json:"subject,omitempty"`
+	StreamSeq uint64 `json:"stream_seq,omitempty"`
 }
 
 // Rejection codes, stable for clients.

@@ -71,6 +71,9 @@ var (
 	idRe   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$`)
 )
 
+// WorkflowNameRule describes valid workflow names, for error messages.
+const WorkflowNameRule = "use 1 to 64 letters, digits, '-' or '_', starting with a letter"
+
 // ValidWorkflowName reports whether name can be a workflow name: a letter,
 // then up to 63 letters, digits, '-' or '_'. Names are subject tokens.
 func ValidWorkflowName(name string) bool { return nameRe.MatchString(name) }

@@ -1,8 +1,6 @@
 package api
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -39,24 +37,8 @@ type executionCommand struct {
 // retried request the same command.
 func (s *Server) sendExecutionCommand(w http.ResponseWriter, r *http.Request, c executionCommand) {
 	id := c.execID
-	e, err := s.ids.Get(r.Context(), id)
-	if errors.Is(err, jetstream.ErrKeyNotFound) || !events.ValidExecutionID(id) {
-		writeError(w, http.StatusNotFound, apiError{Code: "not_found", Field: "id", Message: fmt.Sprintf("execution %q does not exist", id)})
-		return
-	}
-	if err != nil {
-		s.internal(w, r, err)
-		return
-	}
-	var claim struct {
-		Workflow string `json:"workflow"`
-	}
-	if err := json.Unmarshal(e.Value(), &claim); err != nil {
-		s.internal(w, r, fmt.Errorf("decode claim of %s: %w", id, err))
-		return
-	}
-	if ee := (*expiredError)(nil); errors.As(expired(id, e.Value()), &ee) {
-		writeExpired(w, ee) // nothing left to act on
+	cl, ok := s.claimOf(w, r, id)
+	if !ok {
 		return
 	}
 	cmdID := uuid.NewString()
@@ -67,7 +49,7 @@ func (s *Server) sendExecutionCommand(w http.ResponseWriter, r *http.Request, c 
 	} else if idemKey != "" {
 		cmdID = "idem-" + idemKey
 	}
-	cmd := events.New(s.cfg.Source, id, claim.Workflow, time.Now(), c.data)
+	cmd := events.New(s.cfg.Source, id, cl.Workflow, time.Now(), c.data)
 	cmd.ID = cmdID
 	key := events.CommandKey(cmd.Source, cmd.ID)
 	resp := c.resp(key)
@@ -84,7 +66,7 @@ func (s *Server) sendExecutionCommand(w http.ResponseWriter, r *http.Request, c 
 	}
 
 	ch := make(chan *nats.Msg, 64)
-	for _, subject := range []string{events.ExecutionSubject(claim.Workflow, id), events.RejectionSubject(key)} {
+	for _, subject := range []string{events.ExecutionSubject(cl.Workflow, id), events.RejectionSubject(key)} {
 		sub, err := s.nc.ChanSubscribe(subject, ch)
 		if err != nil {
 			s.internal(w, r, err)

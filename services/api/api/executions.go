@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -21,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"jetflow.dev/pkg/catalog"
+	"jetflow.dev/pkg/claim"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/projections"
@@ -68,7 +68,7 @@ func (s *Server) startExecution(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if err != nil {
-			writeError(w, http.StatusBadRequest, apiError{Code: "invalid_cloudevent", Message: oneLine(err.Error())})
+			writeError(w, http.StatusBadRequest, apiError{Code: "invalid_cloudevent", Message: events.ExplainSDKError(err)})
 			return
 		}
 		cmd, err = events.FromCloudEvent(*ce)
@@ -78,7 +78,8 @@ func (s *Server) startExecution(w http.ResponseWriter, r *http.Request) {
 				Message: fmt.Sprintf("type is %q; a start must be %s", ce.Type(), events.TypeStartExecution)})
 			return
 		case err != nil:
-			writeError(w, http.StatusBadRequest, apiError{Code: "invalid_cloudevent", Message: oneLine(err.Error())})
+			writeError(w, http.StatusBadRequest, apiError{Code: "invalid_cloudevent",
+				Message: strings.TrimPrefix(err.Error(), events.ErrMalformed.Error()+": ")})
 			return
 		}
 		if err := events.StrictData(cmd); err != nil {
@@ -126,10 +127,14 @@ func (s *Server) startExecution(w http.ResponseWriter, r *http.Request) {
 	if start.ExecutionID == "" {
 		start.ExecutionID = events.DerivedExecutionID(key)
 	}
-	if field, msg := validateStart(start); field != "" {
-		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: field, Message: msg})
+	if field, msg := start.Check(); field != "" {
+		if field == "execution_id" && !isCloudEvent(r) {
+			field = "id" // the JSON request's name for it
+		}
+		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: field, Message: field + " " + msg})
 		return
 	}
+	digest := start.Digest()
 	rec, err := s.defs.Get(r.Context(), start.Workflow, start.Version)
 	if errors.Is(err, catalog.ErrNotFound) {
 		msg := fmt.Sprintf("workflow %q is not registered", start.Workflow)
@@ -148,58 +153,50 @@ func (s *Server) startExecution(w http.ResponseWriter, r *http.Request) {
 			Problems: problems})
 		return
 	}
-	if s.answerExistingClaim(w, r, start.ExecutionID, key) {
+	if s.answerExistingClaim(w, r, start.ExecutionID, key, digest) {
 		return
 	}
-	s.publishStart(w, r, cmd, start, key)
-}
-
-func validateStart(c *events.StartExecution) (field, msg string) {
-	switch {
-	case c.Workflow == "":
-		return "workflow", "is required"
-	case !events.ValidWorkflowName(c.Workflow):
-		return "workflow", fmt.Sprintf("%q is not a valid workflow name", c.Workflow)
-	case c.Version < 0:
-		return "version", "must be 0 (latest) or a positive version"
-	case !events.ValidExecutionID(c.ExecutionID):
-		return "id", fmt.Sprintf("%q is not a valid execution id: %s", c.ExecutionID, events.ExecutionIDRule)
-	}
-	if t := bytes.TrimSpace(c.Input); len(t) > 0 && string(t) != "null" && t[0] != '{' {
-		return "input", "must be a JSON object"
-	}
-	return "", ""
+	s.publishStart(w, r, cmd, start, key, digest)
 }
 
 // answerExistingClaim answers when the execution id is already taken: the
-// same command again gets the execution (200); another one gets 409.
-func (s *Server) answerExistingClaim(w http.ResponseWriter, r *http.Request, id, key string) bool {
-	e, err := s.ids.Get(r.Context(), id)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+// same request again gets the execution (200); another one gets 409.
+func (s *Server) answerExistingClaim(w http.ResponseWriter, r *http.Request, id, key, digest string) bool {
+	c, err := s.ids.Get(r.Context(), id)
+	if errors.Is(err, claim.ErrNotFound) {
 		return false
 	}
 	if err != nil {
 		s.internal(w, r, err)
 		return true
 	}
-	var claim struct {
-		CommandKey string `json:"command_key"`
-		Workflow   string `json:"workflow"`
-	}
-	_ = json.Unmarshal(e.Value(), &claim)
-	if claim.CommandKey != key {
-		writeError(w, http.StatusConflict, apiError{Code: "conflict", Field: "id",
-			Message: fmt.Sprintf("execution id %q is already used (workflow %s); execution ids are unique forever", id, claim.Workflow)})
+	if why := c.Conflict(id, key, digest); why != "" {
+		writeError(w, http.StatusConflict, apiError{Code: "conflict", Field: "id", Message: why})
 		return true
 	}
-	resp := startResponse{ID: id, Workflow: claim.Workflow, Status: "accepted", Links: links(id)}
+	resp := startResponse{ID: id, Workflow: c.Workflow, Status: "accepted", Links: links(id)}
 	if x, err := s.loadExecution(r.Context(), id); err == nil {
+		x = public(x)
 		resp.Status, resp.State = string(x.Status), &x
 	} else if ee := (*expiredError)(nil); errors.As(err, &ee) {
 		resp.Status = "expired"
 	}
 	writeJSON(w, http.StatusOK, resp)
 	return true
+}
+
+// public is an execution's state as the api shows it: without the
+// execution tokens, which fence agents' results and are nobody else's
+// business (the history keeps them, for operators).
+func public(x projections.Execution) projections.Execution {
+	x.Token = ""
+	if slices.ContainsFunc(x.Steps, func(st projections.Step) bool { return st.Token != "" }) {
+		x.Steps = slices.Clone(x.Steps)
+		for i := range x.Steps {
+			x.Steps[i].Token = ""
+		}
+	}
+	return x
 }
 
 // answerRejection answers with the stored rejection of a command, if any.
@@ -233,7 +230,7 @@ func links(id string) map[string]string {
 
 // publishStart publishes the command and waits for the dispatcher's
 // verdict: ExecutionStarted (201), a rejection (4xx) or nothing yet (202).
-func (s *Server) publishStart(w http.ResponseWriter, r *http.Request, cmd events.Event, start *events.StartExecution, key string) {
+func (s *Server) publishStart(w http.ResponseWriter, r *http.Request, cmd events.Event, start *events.StartExecution, key, digest string) {
 	ch := make(chan *nats.Msg, 16)
 	subStarted, err := s.nc.ChanSubscribe(events.ExecutionSubject(start.Workflow, start.ExecutionID), ch)
 	if err != nil {
@@ -253,22 +250,25 @@ func (s *Server) publishStart(w http.ResponseWriter, r *http.Request, cmd events
 		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Message: err.Error()})
 		return
 	}
-	ack, err := s.js.PublishMsg(r.Context(), msg, jetstream.WithMsgID(events.CommandMsgID(key)))
+	// The message id covers the data too: the same key with other data is
+	// another request, which the dispatcher refuses instead of the stream
+	// dropping it as a duplicate of the first.
+	ack, err := s.js.PublishMsg(r.Context(), msg, jetstream.WithMsgID(events.CommandMsgID(key+"#"+digest)))
 	if err != nil {
 		s.internal(w, r, fmt.Errorf("publish start command: %w", err))
 		return
 	}
 	if ack.Duplicate { // the same command was published before: answer with what became of it
-		if s.answerExistingClaim(w, r, start.ExecutionID, key) || s.answerRejection(w, r, key) {
+		if s.answerExistingClaim(w, r, start.ExecutionID, key, digest) || s.answerRejection(w, r, key) {
 			return
 		}
 	}
 	answered := s.await(r, ch, func(ev events.Event) bool {
 		switch p := ev.Data.(type) {
 		case *events.ExecutionStarted:
-			if p.CommandKey != key {
-				writeError(w, http.StatusConflict, apiError{Code: "conflict", Field: "id",
-					Message: fmt.Sprintf("execution id %q is already used", start.ExecutionID)})
+			c := claim.Claim{CommandKey: p.CommandKey, Digest: p.CommandDigest, Workflow: p.Workflow}
+			if why := c.Conflict(start.ExecutionID, key, digest); why != "" {
+				writeError(w, http.StatusConflict, apiError{Code: "conflict", Field: "id", Message: why})
 				return true
 			}
 			writeJSON(w, http.StatusCreated, startResponse{ID: start.ExecutionID, Workflow: start.Workflow,
@@ -357,11 +357,14 @@ func (s *Server) loadExecution(ctx context.Context, id string) (projections.Exec
 	if !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return x, err
 	}
-	claim, err := s.ids.Get(ctx, id)
+	c, err := s.ids.Get(ctx, id)
+	if errors.Is(err, claim.ErrNotFound) {
+		return x, jetstream.ErrKeyNotFound
+	}
 	if err != nil {
 		return x, err
 	}
-	if err := expired(id, claim.Value()); err != nil {
+	if err := expired(id, c); err != nil {
 		return x, err
 	}
 	evs, err := history.Read(ctx, s.js, events.ExecutionFilter(id), 0)
@@ -397,7 +400,7 @@ func (s *Server) getExecution(w http.ResponseWriter, r *http.Request) {
 		s.internal(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, x)
+	writeJSON(w, http.StatusOK, public(x))
 }
 
 // executionAt answers the execution's state as it was at stream sequence
@@ -410,11 +413,7 @@ func (s *Server) executionAt(w http.ResponseWriter, r *http.Request, id string, 
 		notFound(fmt.Sprintf("execution %q does not exist", id))
 		return
 	}
-	if _, err := s.ids.Get(r.Context(), id); errors.Is(err, jetstream.ErrKeyNotFound) {
-		notFound(fmt.Sprintf("execution %q does not exist", id))
-		return
-	} else if err != nil {
-		s.internal(w, r, err)
+	if _, ok := s.claimOf(w, r, id); !ok {
 		return
 	}
 	evs, err := history.ReadUntil(r.Context(), s.js, events.ExecutionFilter(id), 0, atSeq)
@@ -432,7 +431,7 @@ func (s *Server) executionAt(w http.ResponseWriter, r *http.Request, id string, 
 		s.internal(w, r, fmt.Errorf("fold history of %s: %w", id, err))
 		return
 	}
-	writeJSON(w, http.StatusOK, x)
+	writeJSON(w, http.StatusOK, public(x))
 }
 
 // executionSummary is one row of GET /v1/executions.
@@ -466,9 +465,13 @@ func (s *Server) listExecutions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: "workflow", Message: fmt.Sprintf("%q is not a valid workflow name", wf)})
 		return
 	}
-	valid := []string{"", "started", "cancelling", "suspended", "succeeded", "failed", "cancelled"}
-	if !slices.Contains(valid, status) {
-		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: "status", Message: "status must be one of started, cancelling, suspended, succeeded, failed, cancelled"})
+	if status != "" && !slices.Contains(projections.ListedStatuses, projections.Status(status)) {
+		names := make([]string, len(projections.ListedStatuses))
+		for i, st := range projections.ListedStatuses {
+			names[i] = string(st)
+		}
+		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: "status",
+			Message: fmt.Sprintf("status %q is not one of %s", status, strings.Join(names, ", "))})
 		return
 	}
 	lister, err := s.execs.ListKeys(r.Context())
@@ -539,22 +542,15 @@ func (s *Server) executionEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if last := r.Header.Get("Last-Event-ID"); last != "" {
-		if n, err := strconv.ParseUint(last, 10, 64); err == nil {
-			from = n + 1
+		n, err := strconv.ParseUint(strings.TrimSpace(last), 10, 64)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: "Last-Event-ID",
+				Message: fmt.Sprintf("Last-Event-ID %q is not an event id of this stream: ids are stream sequences (non-negative integers)", last)})
+			return
 		}
+		from = n + 1 // the event after the last one the client has
 	}
-	if !events.ValidExecutionID(id) {
-		writeError(w, http.StatusNotFound, apiError{Code: "not_found", Field: "id", Message: fmt.Sprintf("execution %q does not exist", id)})
-		return
-	}
-	if claim, err := s.ids.Get(r.Context(), id); errors.Is(err, jetstream.ErrKeyNotFound) {
-		writeError(w, http.StatusNotFound, apiError{Code: "not_found", Field: "id", Message: fmt.Sprintf("execution %q does not exist", id)})
-		return
-	} else if err != nil {
-		s.internal(w, r, err)
-		return
-	} else if ee := (*expiredError)(nil); errors.As(expired(id, claim.Value()), &ee) {
-		writeExpired(w, ee)
+	if _, ok := s.claimOf(w, r, id); !ok {
 		return
 	}
 	if strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
@@ -573,20 +569,26 @@ func (s *Server) executionEvents(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"events": out})
 }
 
-// followEvents streams history as server-sent events (id = stream
-// sequence, event = CloudEvents type, data = the event as JSON). It ends
-// after the execution's terminal event.
+// sseKeepalive is how often an idle event stream sends a comment line.
+const sseKeepalive = 15 * time.Second
+
+// followEvents streams the history from stream sequence from as
+// server-sent events (id = stream sequence, event = CloudEvents type,
+// data = the event as JSON). It reads the history from its start to know
+// where the execution stands, and ends once it has sent everything there
+// is and the execution is settled (ended, or suspended) as of its latest
+// events: a cancelled execution that was resumed since is followed on. A
+// request that would get nothing more from a settled execution (a
+// browser's EventSource reconnecting with the last event's id) is answered
+// 204 No Content, which tells EventSource not to reconnect again.
 func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, id string, from uint64) {
 	flusher, ok := w.(http.Flusher)
 	if !ok {
 		s.internal(w, r, errors.New("streaming unsupported"))
 		return
 	}
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.ExecutionFilter(id)}}
-	if from > 1 {
-		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
-	}
-	cons, err := s.js.OrderedConsumer(r.Context(), events.StreamEvents, cfg)
+	cons, err := s.js.OrderedConsumer(r.Context(), events.StreamEvents,
+		jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.ExecutionFilter(id)}})
 	if err != nil {
 		s.internal(w, r, err)
 		return
@@ -597,13 +599,24 @@ func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, id string,
 		return
 	}
 	defer it.Stop()
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.Header().Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	flusher.Flush()
+	streaming := false
+	open := func() {
+		if streaming {
+			return
+		}
+		streaming = true
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set("Cache-Control", "no-cache")
+		w.Header().Set("X-Accel-Buffering", "no")
+		w.WriteHeader(http.StatusOK)
+		flusher.Flush()
+	}
+	if cons.CachedInfo().NumPending == 0 {
+		open() // no history yet: the execution is about to start
+	}
+	status := projections.StatusNone
 	for {
-		waitCtx, cancel := context.WithTimeout(r.Context(), 15*time.Second)
+		waitCtx, cancel := context.WithTimeout(r.Context(), sseKeepalive)
 		m, err := it.Next(jetstream.NextContext(waitCtx))
 		cancel()
 		if err != nil {
@@ -611,25 +624,41 @@ func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, id string,
 				return
 			}
 			if errors.Is(err, context.DeadlineExceeded) {
+				open()
 				_, _ = io.WriteString(w, ": keepalive\n\n")
 				flusher.Flush()
 				continue
 			}
+			if !streaming {
+				s.internal(w, r, fmt.Errorf("follow history of %s: %w", id, err))
+			}
 			return
 		}
-		md, _ := m.Metadata()
+		md, err := m.Metadata()
+		if err != nil {
+			continue
+		}
 		ev, err := events.Decode(m.Headers(), m.Data())
 		if err != nil && !errors.Is(err, events.ErrUnknownType) {
 			continue
 		}
-		if md != nil {
-			ev.Seq = md.Sequence.Stream
+		ev.Seq = md.Sequence.Stream
+		status = projections.StatusAfter(status, ev.Type)
+		if ev.Seq >= from {
+			open()
+			b, _ := json.Marshal(view(ev))
+			fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", ev.Seq, ev.Type, b)
+			flusher.Flush()
 		}
-		b, _ := json.Marshal(view(ev))
-		fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", ev.Seq, ev.Type, b)
-		flusher.Flush()
-		if ev.Type.IsTerminal() {
+		if md.NumPending > 0 {
+			continue // not caught up: later events decide where it stands
+		}
+		if status.Settled() {
+			if !streaming {
+				w.WriteHeader(http.StatusNoContent)
+			}
 			return
 		}
+		open()
 	}
 }

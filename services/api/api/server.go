@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"jetflow.dev/pkg/catalog"
+	"jetflow.dev/pkg/claim"
 	"jetflow.dev/pkg/events"
 )
 
@@ -53,7 +55,7 @@ type Server struct {
 	js    jetstream.JetStream
 	log   zerolog.Logger
 	defs  *catalog.Store
-	ids   jetstream.KeyValue
+	ids   *claim.Store
 	execs jetstream.KeyValue
 }
 
@@ -64,9 +66,9 @@ func New(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.JetStream,
 	if err != nil {
 		return nil, err
 	}
-	ids, err := js.KeyValue(ctx, events.BucketExecutionIDs)
+	ids, err := claim.Open(ctx, js)
 	if err != nil {
-		return nil, fmt.Errorf("open execution ids bucket: %w", err)
+		return nil, err
 	}
 	execs, err := js.KeyValue(ctx, events.BucketExecutions)
 	if err != nil {
@@ -75,24 +77,43 @@ func New(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.JetStream,
 	return &Server{cfg: cfg, nc: nc, js: js, log: log, defs: defs, ids: ids, execs: execs}, nil
 }
 
+// route is one endpoint: its pattern ("METHOD /path"), its handler and
+// the query parameters it takes (any other is a 400 naming it, so that a
+// misspelt filter is never silently ignored).
+type route struct {
+	pattern string
+	handler http.HandlerFunc
+	params  []string
+}
+
+// routes lists every endpoint; docs/api.md documents each (a test checks).
+func (s *Server) routes() []route {
+	return []route{
+		{"GET /healthz", s.health, nil},
+		{"POST /v1/workflows", s.applyWorkflow, nil},
+		{"GET /v1/workflows", s.listWorkflows, nil},
+		{"GET /v1/workflows/{name}", s.getWorkflow, nil},
+		{"GET /v1/workflows/{name}/versions/{version}", s.getWorkflowVersion, nil},
+		{"POST /v1/executions", s.startExecution, nil},
+		{"GET /v1/executions", s.listExecutions, []string{"workflow", "status", "limit", "after"}},
+		{"GET /v1/executions/{id}", s.getExecution, []string{"at_seq"}},
+		{"GET /v1/executions/{id}/events", s.executionEvents, []string{"from_seq"}},
+		{"POST /v1/executions/{id}/signals/{name}", s.signalExecution, nil},
+		{"POST /v1/executions/{id}/actions", s.executionAction, nil},
+		{"GET /v1/locks", s.listLocks, nil},
+		{"GET /v1/locks/{name}", s.getLock, nil},
+		{"DELETE /v1/locks/{name}", s.clearLock, nil},
+		{"GET /v1/settings", s.settings, nil},
+		{"POST /v1/admin/projections/rebuild", s.rebuildProjections, []string{"from_seq"}},
+	}
+}
+
 // Handler returns the api's routes.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", s.health)
-	mux.HandleFunc("POST /v1/workflows", s.applyWorkflow)
-	mux.HandleFunc("GET /v1/workflows", s.listWorkflows)
-	mux.HandleFunc("GET /v1/workflows/{name}", s.getWorkflow)
-	mux.HandleFunc("GET /v1/workflows/{name}/versions/{version}", s.getWorkflowVersion)
-	mux.HandleFunc("POST /v1/executions", s.startExecution)
-	mux.HandleFunc("GET /v1/executions", s.listExecutions)
-	mux.HandleFunc("GET /v1/executions/{id}", s.getExecution)
-	mux.HandleFunc("GET /v1/executions/{id}/events", s.executionEvents)
-	mux.HandleFunc("POST /v1/executions/{id}/signals/{name}", s.signalExecution)
-	mux.HandleFunc("POST /v1/executions/{id}/actions", s.executionAction)
-	mux.HandleFunc("POST /v1/admin/projections/rebuild", s.rebuildProjections)
-	mux.HandleFunc("GET /v1/locks", s.listLocks)
-	mux.HandleFunc("GET /v1/locks/{name}", s.getLock)
-	mux.HandleFunc("DELETE /v1/locks/{name}", s.clearLock)
+	for _, rt := range s.routes() {
+		mux.Handle(rt.pattern, onlyParams(rt.handler, rt.params...))
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		var allow []string
 		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
@@ -146,6 +167,27 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// onlyParams answers 400 to a request with a query parameter that is not
+// in params, naming it and the ones the route takes.
+func onlyParams(h http.HandlerFunc, params ...string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for name := range r.URL.Query() {
+			if slices.Contains(params, name) {
+				continue
+			}
+			msg := fmt.Sprintf("unknown query parameter %q", name)
+			if len(params) == 0 {
+				msg += "; this endpoint takes none"
+			} else {
+				msg += "; use " + strings.Join(params, ", ")
+			}
+			writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: name, Message: msg})
+			return
+		}
+		h(w, r)
+	})
 }
 
 // apiError is the JSON body of every 4xx and 5xx answer.

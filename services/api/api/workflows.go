@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"jetflow.dev/pkg/catalog"
+	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/workflow"
 )
 
@@ -56,8 +57,24 @@ func (s *Server) listWorkflows(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"workflows": list})
 }
 
+// workflowName reads the workflow name in the path, answering 400 itself
+// when it cannot be one.
+func workflowName(w http.ResponseWriter, r *http.Request) (string, bool) {
+	name := r.PathValue("name")
+	if !events.ValidWorkflowName(name) {
+		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: "name",
+			Message: fmt.Sprintf("%q is not a valid workflow name: %s", name, events.WorkflowNameRule)})
+		return "", false
+	}
+	return name, true
+}
+
 func (s *Server) getWorkflow(w http.ResponseWriter, r *http.Request) {
-	versions, err := s.defs.Versions(r.Context(), r.PathValue("name"))
+	name, ok := workflowName(w, r)
+	if !ok {
+		return
+	}
+	versions, err := s.defs.Versions(r.Context(), name)
 	if errors.Is(err, catalog.ErrNotFound) {
 		writeError(w, http.StatusNotFound, apiError{Code: "not_found", Field: "name", Message: fmt.Sprintf("workflow %q is not registered", r.PathValue("name"))})
 		return
@@ -75,6 +92,9 @@ func (s *Server) getWorkflow(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getWorkflowVersion(w http.ResponseWriter, r *http.Request) {
+	if _, ok := workflowName(w, r); !ok {
+		return
+	}
 	v, err := strconv.Atoi(r.PathValue("version"))
 	if err != nil || v < 1 {
 		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: "version", Message: "version must be a positive integer"})

@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/claim"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/natstest"
 	"jetflow.dev/pkg/projections"
@@ -117,10 +118,10 @@ func TestStartOfExpiredExecutionRefused(t *testing.T) {
 	ev := events.New("test-client", "", "", time.Now(), &events.StartExecution{Workflow: "once", ExecutionID: "gone-1"})
 	ids, err := b.js.KeyValue(t.Context(), events.BucketExecutionIDs)
 	require.NoError(t, err)
-	claim, err := json.Marshal(dispatch.Claim{CommandKey: events.CommandKey(ev.Source, ev.ID), Workflow: "once",
+	rec, err := json.Marshal(claim.Claim{CommandKey: events.CommandKey(ev.Source, ev.ID), Workflow: "once",
 		ClaimedAt: time.Now().Add(-time.Hour), ExpiredAt: time.Now()})
 	require.NoError(t, err)
-	_, err = ids.Create(t.Context(), "gone-1", claim)
+	_, err = ids.Create(t.Context(), "gone-1", rec)
 	require.NoError(t, err)
 	runDispatcher(t, b.js, dispatch.Config{})
 

@@ -26,6 +26,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/catalog"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/projections"
@@ -48,8 +49,9 @@ type Config struct {
 	Now func() time.Time
 	// RetentionDefault is the system retention rule: it applies to
 	// executions whose workflow sets none, and to parent and system in
-	// rules. It cannot refer to context, parent or system. Default "3"
-	// (the three most recent finished executions of each group).
+	// rules. It cannot refer to context, parent or system. Default
+	// DefaultRetention: the three most recent finished executions of each
+	// group, and every one that finished in the last 7 days.
 	RetentionDefault string
 	// Registerer, if set, receives the janitor's Prometheus metrics.
 	Registerer prometheus.Registerer
@@ -118,6 +120,13 @@ func (j *Janitor) Run(ctx context.Context) error {
 		return fmt.Errorf("consume advisories: %w", err)
 	}
 	defer func() { cc.Drain(); <-cc.Closed() }()
+	// Record the system rule where the api shows it (jetflow show). Not
+	// vital: a failure is logged, and the next start tries again.
+	if defs, err := catalog.Open(ctx, j.js); err != nil {
+		j.log.Warn().Err(err).Msg("record the system retention rule")
+	} else if err := defs.PutSetting(ctx, catalog.SettingRetentionDefault, j.system.String()); err != nil && ctx.Err() == nil {
+		j.log.Warn().Err(err).Msg("record the system retention rule")
+	}
 	j.log.Info().Str("interval", j.cfg.Interval.String()).Str("idle_after", j.cfg.IdleAfter.String()).
 		Str("retention_default", j.system.String()).Msg("janitor running")
 	t := time.NewTicker(j.cfg.Interval)

@@ -8,10 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"jetflow.dev/pkg/claim"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/lock"
 	"jetflow.dev/pkg/projections"
@@ -39,9 +39,9 @@ func (j *Janitor) sweepLocks(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("open executions bucket: %w", err)
 	}
-	ids, err := j.js.KeyValue(ctx, events.BucketExecutionIDs)
+	ids, err := claim.Open(ctx, j.js)
 	if err != nil {
-		return 0, fmt.Errorf("open execution ids bucket: %w", err)
+		return 0, err
 	}
 	cleared := 0
 	for name, r := range all {
@@ -70,7 +70,7 @@ func (j *Janitor) sweepLocks(ctx context.Context) (int, error) {
 // notRunning reports whether execution id has stopped running, and why.
 // An execution claimed but not yet projected is young, not gone; one
 // whose claim says it expired is gone (retention deleted its read model).
-func notRunning(ctx context.Context, execs, ids jetstream.KeyValue, id string) (bool, string, error) {
+func notRunning(ctx context.Context, execs jetstream.KeyValue, ids *claim.Store, id string) (bool, string, error) {
 	e, err := execs.Get(ctx, id)
 	switch {
 	case err == nil:
@@ -85,16 +85,13 @@ func notRunning(ctx context.Context, execs, ids jetstream.KeyValue, id string) (
 	case !errors.Is(err, jetstream.ErrKeyNotFound):
 		return false, "", fmt.Errorf("read execution %s: %w", id, err)
 	}
-	claim, err := ids.Get(ctx, id)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	c, err := ids.Get(ctx, id)
+	if errors.Is(err, claim.ErrNotFound) {
 		return true, "execution does not exist", nil
 	} else if err != nil {
-		return false, "", fmt.Errorf("read claim of %s: %w", id, err)
+		return false, "", err
 	}
-	var c struct {
-		ExpiredAt time.Time `json:"expired_at"`
-	}
-	if json.Unmarshal(claim.Value(), &c) == nil && !c.ExpiredAt.IsZero() {
+	if c.Expired() {
 		return true, "execution expired and was deleted", nil // its read model is gone, not yet written
 	}
 	return false, "", nil

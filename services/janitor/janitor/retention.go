@@ -13,14 +13,17 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"jetflow.dev/pkg/claim"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/pkg/retention"
 )
 
 // DefaultRetention is the system retention rule when none is configured:
-// the three most recent finished executions of each group are kept.
-const DefaultRetention = "3"
+// the three most recent finished executions of each group are kept, and
+// every one that finished in the last 7 days, long enough to look at,
+// resume or replay what ran last week.
+const DefaultRetention = "max(3, 7d)"
 
 // metrics are the janitor's Prometheus metrics.
 type metrics struct {
@@ -249,7 +252,8 @@ func (j *Janitor) rule(text string) (retention.Rule, error) {
 // stores are what deleting an execution touches.
 type stores struct {
 	events, results jetstream.Stream
-	models, ids     jetstream.KeyValue
+	models          jetstream.KeyValue
+	ids             *claim.Store
 }
 
 func (j *Janitor) openStores(ctx context.Context, models jetstream.KeyValue) (*stores, error) {
@@ -261,8 +265,8 @@ func (j *Janitor) openStores(ctx context.Context, models jetstream.KeyValue) (*s
 	if st.results, err = j.js.Stream(ctx, events.StreamResults); err != nil {
 		return nil, fmt.Errorf("open results stream: %w", err)
 	}
-	if st.ids, err = j.js.KeyValue(ctx, events.BucketExecutionIDs); err != nil {
-		return nil, fmt.Errorf("open execution ids bucket: %w", err)
+	if st.ids, err = claim.Open(ctx, j.js); err != nil {
+		return nil, err
 	}
 	return st, nil
 }
@@ -303,7 +307,7 @@ func (j *Janitor) purge(ctx context.Context, st *stores, f finished, group strin
 	default:
 		return expiryRequested, j.requestExpiry(ctx, f, group, rule)
 	}
-	if err := j.markExpired(ctx, st.ids, f.ID); err != nil {
+	if err := st.ids.MarkExpired(ctx, f.ID, j.cfg.Now()); err != nil {
 		return expiryWaiting, err
 	}
 	if err := st.events.Purge(ctx, jetstream.WithPurgeSubject(subject)); err != nil {
@@ -333,40 +337,4 @@ func (j *Janitor) requestExpiry(ctx context.Context, f finished, group string, r
 		return fmt.Errorf("publish expire command for %s: %w", f.ID, err)
 	}
 	return nil
-}
-
-// markExpired records in the execution id's claim when the execution
-// expired, keeping the claim: the id stays taken (a start command that
-// reuses it is refused) and the api can tell an expired execution from an
-// unknown one. Fields of the claim it does not know are kept.
-func (j *Janitor) markExpired(ctx context.Context, ids jetstream.KeyValue, id string) error {
-	for range 5 {
-		e, err := ids.Get(ctx, id)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			return nil // nothing claimed it (a read model written by hand): nothing to keep
-		}
-		if err != nil {
-			return fmt.Errorf("read claim of %s: %w", id, err)
-		}
-		var claim map[string]json.RawMessage
-		if err := json.Unmarshal(e.Value(), &claim); err != nil {
-			return fmt.Errorf("decode claim of %s: %w", id, err)
-		}
-		if _, done := claim["expired_at"]; done {
-			return nil
-		}
-		claim["expired_at"], _ = json.Marshal(j.cfg.Now().UTC())
-		b, err := json.Marshal(claim)
-		if err != nil {
-			return err
-		}
-		_, err = ids.Update(ctx, id, b, e.Revision())
-		if err == nil {
-			return nil
-		}
-		if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			return fmt.Errorf("mark claim of %s expired: %w", id, err)
-		}
-	}
-	return fmt.Errorf("mark claim of %s expired: too much contention", id)
 }

@@ -298,16 +298,19 @@ func TestRetentionForever(t *testing.T) {
 }
 
 // TestRetentionSystemDefault: executions whose workflow sets no rule, or
-// says system or parent, get the configured default; 3 unless set.
+// says system or parent, get the configured default; max(3, 7d) unless
+// set: the three most recent of each group, and all of the last week.
 func TestRetentionSystemDefault(t *testing.T) {
 	t.Parallel()
 	b := setupRetention(t, "")
-	b.finished(t, "plain", 5, now, nil)
-	b.finished(t, "sys", 4, now, rule("system"))
-	b.finished(t, "par", 4, now, rule("parent"))
+	lastMonth := now.Add(-30 * 24 * time.Hour)
+	b.finished(t, "plain", 5, lastMonth, nil)
+	b.finished(t, "sys", 4, lastMonth, rule("system"))
+	b.finished(t, "par", 4, lastMonth, rule("parent"))
+	b.finished(t, "recent", 5, now.Add(-6*24*time.Hour), nil)
 	require.Equal(t, 2+1+1, b.sweep(t).Expired)
 	kept := b.kept(t)
-	require.Equal(t, append(append(ids("par", 2, 4), ids("plain", 3, 5)...), ids("sys", 2, 4)...), kept)
+	require.Equal(t, append(append(append(ids("par", 2, 4), ids("plain", 3, 5)...), ids("recent", 1, 5)...), ids("sys", 2, 4)...), kept)
 
 	configured := setupRetention(t, "1")
 	configured.finished(t, "plain", 3, now, nil)

@@ -19,6 +19,7 @@ import (
 
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/catalog"
+	"jetflow.dev/pkg/claim"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/pkg/workflow"
@@ -357,10 +358,8 @@ func checkRetained(ctx context.Context, js jetstream.JetStream, kv jetstream.Key
 	claims := map[string]bool{} // id -> marked expired
 	if err := scanBucket(ctx, ids, func(e jetstream.KeyValueEntry) bool {
 		if e != nil && e.Operation() == jetstream.KeyValuePut {
-			var c struct {
-				ExpiredAt *time.Time `json:"expired_at"`
-			}
-			claims[e.Key()] = json.Unmarshal(e.Value(), &c) == nil && c.ExpiredAt != nil
+			c, err := claim.Decode(e.Value())
+			claims[e.Key()] = err == nil && c.Expired()
 		}
 		return e != nil
 	}); err != nil {
