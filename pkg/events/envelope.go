@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -159,20 +160,50 @@ func decodeSDK(header nats.Header, data []byte) (ev Event, err error) {
 			ev, err = Event{}, fmt.Errorf("%w: %v", ErrMalformed, r)
 		}
 	}()
-	if header.Get("ce-specversion") == "" && header.Get("content-type") == "" && looksStructured(data) {
+	spec := header.Get("ce-specversion")
+	if spec != "" && spec != "1.0" {
+		return Event{}, fmt.Errorf("%w: ce-specversion is %q; jetflow speaks CloudEvents 1.0", ErrMalformed, spec)
+	}
+	structured := strings.HasPrefix(header.Get("content-type"), "application/cloudevents")
+	if spec == "" && !structured {
+		if header.Get("content-type") != "" || !looksStructured(data) {
+			return Event{}, fmt.Errorf("%w: the message is not a CloudEvent: in binary mode it needs the headers ce-specversion: 1.0, ce-id, ce-source and ce-type; "+
+				"in structured mode the whole event is the JSON body, with the header content-type: application/cloudevents+json", ErrMalformed)
+		}
 		header.Set("content-type", "application/cloudevents+json")
 	}
 	ce, err := binding.ToEvent(context.Background(), cejs.NewMessage(&nats.Msg{Header: header, Data: data}))
 	if err != nil {
-		return Event{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+		return Event{}, fmt.Errorf("%w: %s", ErrMalformed, ExplainSDKError(err))
 	}
 	return FromCloudEvent(*ce)
+}
+
+var (
+	missingAttrRe = regexp.MustCompile(`^(\w+): (?:MUST be a non-empty string|REQUIRED)$`)
+	specVersionRe = regexp.MustCompile(`^specversion: unknown value: (.*)$`)
+)
+
+// ExplainSDKError turns an sdk-go decoding or validation error into one line
+// that says what to fix.
+func ExplainSDKError(err error) string {
+	msg := strings.Join(strings.Fields(err.Error()), " ")
+	if m := missingAttrRe.FindStringSubmatch(msg); m != nil {
+		return fmt.Sprintf("the CloudEvent has no %s: every CloudEvent needs one (in binary mode, the header ce-%s)", m[1], m[1])
+	}
+	if m := specVersionRe.FindStringSubmatch(msg); m != nil {
+		return fmt.Sprintf("specversion is %q; jetflow speaks CloudEvents 1.0", m[1])
+	}
+	if strings.HasPrefix(msg, "unexpected end of JSON input") || strings.Contains(msg, "invalid character") {
+		return "the structured CloudEvent is not valid JSON: " + msg
+	}
+	return msg
 }
 
 // FromCloudEvent converts an sdk-go event to an Event with a typed payload.
 func FromCloudEvent(ce event.Event) (Event, error) {
 	if err := ce.Validate(); err != nil {
-		return Event{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+		return Event{}, fmt.Errorf("%w: %s", ErrMalformed, ExplainSDKError(err))
 	}
 	if v := ce.SpecVersion(); v != "1.0" {
 		return Event{}, fmt.Errorf("%w: specversion is %q; jetflow speaks CloudEvents 1.0", ErrMalformed, v)

@@ -22,6 +22,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	level := f.String("log-level", "JETFLOW_LOG_LEVEL", "info", "log level: debug, info, warn, error")
 	workers := f.Int("workers", "JETFLOW_WORKERS", 32, "goroutines handling executions")
 	ackWait := f.Duration("ack-wait", "JETFLOW_DISPATCH_ACK_WAIT", 30*time.Second, "redelivery timeout of commands and results")
+	apiURL := f.String("api-url", "JETFLOW_API_URL", "", "the api's base URL as workflows reach it (workflow.api_url in expressions)")
 	if err := f.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -40,7 +41,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	defer nc.Drain()
-	d, err := dispatch.New(ctx, dispatch.Config{Workers: *workers, AckWait: *ackWait}, js, log)
+	d, err := dispatch.New(ctx, dispatch.Config{Workers: *workers, AckWait: *ackWait, APIURL: *apiURL}, js, log)
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"jetflow.dev/pkg/claim"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/projections"
@@ -26,18 +27,14 @@ func (d *Dispatcher) commandTarget(ctx context.Context, ev events.Event, execID 
 	if !events.ValidExecutionID(execID) {
 		return "", d.reject(ctx, ev, execID, events.CodeInvalid, fmt.Sprintf("execution_id %q is not valid: %s", execID, events.ExecutionIDRule))
 	}
-	e, err := d.ids.Get(ctx, execID)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	c, err := d.ids.Get(ctx, execID)
+	if errors.Is(err, claim.ErrNotFound) {
 		return "", d.reject(ctx, ev, execID, events.CodeNotFound, fmt.Sprintf("execution %q does not exist", execID))
 	}
 	if err != nil {
-		return "", fmt.Errorf("read claim of %s: %w", execID, err)
+		return "", err
 	}
-	c, err := decodeClaim(e.Value())
-	if err != nil {
-		return "", permanentError{err}
-	}
-	if !c.ExpiredAt.IsZero() {
+	if c.Expired() {
 		return "", d.rejectExpired(ctx, ev, execID, c.ExpiredAt)
 	}
 	return c.Workflow, nil

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"strings"
 	"sync"
 	"time"
 
@@ -26,6 +27,7 @@ import (
 
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/catalog"
+	"jetflow.dev/pkg/claim"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/lock"
@@ -55,6 +57,9 @@ type Config struct {
 	MaxAckPending int
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
+	// APIURL is the api's base URL as workflows reach it, recorded in each
+	// execution it starts (workflow.api_url in expressions). Optional.
+	APIURL string
 }
 
 func (c Config) withDefaults() Config {
@@ -75,7 +80,7 @@ type Dispatcher struct {
 	js   jetstream.JetStream
 	log  zerolog.Logger
 	defs *catalog.Store
-	ids  jetstream.KeyValue
+	ids  *claim.Store
 
 	locks *lock.Table // the lock bucket (locks.go)
 
@@ -93,9 +98,9 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log zerolog.Lo
 	if err != nil {
 		return nil, err
 	}
-	ids, err := js.KeyValue(ctx, events.BucketExecutionIDs)
+	ids, err := claim.Open(ctx, js)
 	if err != nil {
-		return nil, fmt.Errorf("open execution ids bucket: %w", err)
+		return nil, err
 	}
 	locks, err := lock.Open(ctx, js, cfg.Now)
 	if err != nil {
@@ -154,9 +159,15 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		}
 		cc, err := cons.Consume(func(m jetstream.Msg) {
 			ev, err := events.Decode(m.Headers(), m.Data())
+			why := misrouted(m.Subject(), ev)
 			if err != nil {
-				d.log.Warn().Err(err).Str("subject", m.Subject()).Msg("drop undecodable message")
-				if perr := d.rejectRaw(ctx, m, err); perr != nil {
+				why = strings.TrimPrefix(err.Error(), events.ErrMalformed.Error()+": ")
+				if errors.Is(err, events.ErrUnknownType) {
+					why = fmt.Sprintf("type %q is not a jetflow command", ev.Type)
+				}
+			}
+			if why != "" {
+				if perr := d.rejectMessage(ctx, m, ev.Type, why); perr != nil {
 					d.log.Warn().Err(perr).Msg("publish rejection, will retry")
 					_ = m.NakWithDelay(time.Second)
 					return
@@ -254,11 +265,14 @@ func (d *Dispatcher) process(ctx context.Context, j job) {
 		err = permanentError{err} // retrying cannot make it fit
 	}
 	var perm permanentError
+	var rej rejectedError
 	switch {
 	case err == nil:
 		if aerr := j.msg.Ack(); aerr != nil {
 			log.Warn().Err(aerr).Msg("ack")
 		}
+	case errors.As(err, &rej): // published and logged by reject
+		_ = j.msg.Term()
 	case errors.As(err, &perm):
 		log.Error().Err(err).Msg("drop message that cannot be applied")
 		_ = j.msg.Term()
@@ -304,15 +318,14 @@ func (d *Dispatcher) reconcile(ctx context.Context, p *events.ReconcileExecution
 	if !events.ValidExecutionID(p.ExecutionID) {
 		return permanentError{fmt.Errorf("reconcile of invalid execution id %q", p.ExecutionID)}
 	}
-	e, err := d.ids.Get(ctx, p.ExecutionID)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	c, err := d.ids.Get(ctx, p.ExecutionID)
+	if errors.Is(err, claim.ErrNotFound) {
 		return permanentError{fmt.Errorf("reconcile of unknown execution %s", p.ExecutionID)}
 	}
 	if err != nil {
-		return fmt.Errorf("read claim of %s: %w", p.ExecutionID, err)
+		return err
 	}
-	c, err := decodeClaim(e.Value())
-	if err != nil || c.Workflow != p.Workflow {
+	if c.Workflow != p.Workflow {
 		return permanentError{fmt.Errorf("reconcile names workflow %q, execution %s belongs to %q", p.Workflow, p.ExecutionID, c.Workflow)}
 	}
 	return d.withExecution(ctx, p.Workflow, p.ExecutionID, func(x *execState) error {
@@ -321,14 +334,6 @@ func (d *Dispatcher) reconcile(ctx context.Context, p *events.ReconcileExecution
 		}
 		return d.advance(ctx, x)
 	})
-}
-
-func decodeClaim(b []byte) (Claim, error) {
-	var c Claim
-	if err := json.Unmarshal(b, &c); err != nil {
-		return c, fmt.Errorf("decode execution id claim: %w", err)
-	}
-	return c, nil
 }
 
 // execState is the dispatcher's view of one execution.

@@ -30,7 +30,7 @@ func envOf(x projections.Execution) map[string]any {
 		"vars":  vars,
 		"steps": steps,
 		"workflow": map[string]any{"id": x.ID, "name": x.Workflow, "version": float64(x.Version),
-			"attempt": float64(1), "started_at": x.StartedAt.UTC().Format(time.RFC3339Nano)},
+			"attempt": float64(1), "started_at": x.StartedAt.UTC().Format(time.RFC3339Nano), "api_url": x.APIURL},
 	}
 }
 

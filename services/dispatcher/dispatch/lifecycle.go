@@ -14,20 +14,11 @@ import (
 	"github.com/rs/zerolog"
 
 	"jetflow.dev/pkg/catalog"
+	"jetflow.dev/pkg/claim"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/pkg/workflow"
 )
-
-// Claim is the value stored under an execution id in the ids bucket.
-type Claim struct {
-	CommandKey string    `json:"command_key"`
-	Workflow   string    `json:"workflow"`
-	ClaimedAt  time.Time `json:"claimed_at"`
-	// ExpiredAt is when the janitor deleted the execution under its
-	// retention rule; zero while it is kept. The id stays claimed.
-	ExpiredAt time.Time `json:"expired_at,omitzero"`
-}
 
 // start applies a start command: it claims the execution id forever (a KV
 // create, so two commands can never both own it), appends
@@ -50,23 +41,15 @@ func (d *Dispatcher) start(ctx context.Context, ev events.Event, cmd *events.Sta
 		}
 		return reject(events.CodeInvalid, "data: %s", msg)
 	}
-	switch {
-	case !events.ValidExecutionID(id):
-		return reject(events.CodeInvalid, "execution_id %q is not valid: %s", id, events.ExecutionIDRule)
-	case cmd.Workflow == "":
-		return reject(events.CodeInvalid, "workflow is required")
-	case !events.ValidWorkflowName(cmd.Workflow):
-		return reject(events.CodeInvalid, "workflow %q is not a valid workflow name", cmd.Workflow)
-	case cmd.Version < 0:
-		return reject(events.CodeInvalid, "version must be 0 (latest) or a positive version")
+	asked := *cmd
+	asked.ExecutionID = id
+	if field, msg := asked.Check(); field != "" {
+		return reject(events.CodeInvalid, "%s %s", field, msg)
 	}
+	digest := asked.Digest()
 	input := cmd.Input
 	if len(input) == 0 || string(input) == "null" {
 		input = json.RawMessage(`{}`)
-	}
-	var obj map[string]any
-	if err := json.Unmarshal(input, &obj); err != nil {
-		return reject(events.CodeInvalid, "input must be a JSON object: %v", err)
 	}
 
 	// Resolve the definition and build the first event before claiming the
@@ -91,7 +74,8 @@ func (d *Dispatcher) start(ctx context.Context, ev events.Event, cmd *events.Sta
 	}
 	started := &events.ExecutionStarted{
 		Workflow: rec.Name, Version: rec.Version, Input: input, Steps: rec.Definition.StepRefs(),
-		Definition: def, Token: newToken(), CommandKey: key, StartedBy: ev.Source, WaitAfterFail: cmd.WaitAfterFail, DryRun: cmd.DryRun,
+		Definition: def, Token: newToken(), CommandKey: key, CommandDigest: digest, StartedBy: ev.Source, APIURL: d.cfg.APIURL,
+		WaitAfterFail: cmd.WaitAfterFail, DryRun: cmd.DryRun,
 	}
 	if started.Retention, err = startRetention(rec.Definition, projections.Execution{ID: id, Workflow: rec.Name,
 		Version: rec.Version, Input: input, StartedAt: d.cfg.Now()}); err != nil {
@@ -100,16 +84,16 @@ func (d *Dispatcher) start(ctx context.Context, ev events.Event, cmd *events.Sta
 	if size, limit := d.encodedSize(id, cmd.Workflow, started), d.js.Conn().MaxPayload(); size > limit {
 		return reject(events.CodeInvalid, "input and definition take %d bytes, more than the %d a message may hold; make the input smaller", size, limit)
 	}
-	claim, err := d.claim(ctx, id, key, cmd.Workflow)
+	c, err := d.ids.Create(ctx, id, claim.Claim{CommandKey: key, Digest: digest, Workflow: cmd.Workflow, ClaimedAt: d.cfg.Now().UTC()})
 	if err != nil {
 		return err
 	}
-	if claim.CommandKey != key {
-		return reject(events.CodeConflict, "execution id %q is already used (by workflow %s); execution ids are unique forever", id, claim.Workflow)
+	if why := c.Conflict(id, key, digest); why != "" {
+		return reject(events.CodeConflict, "%s", why)
 	}
-	if !claim.ExpiredAt.IsZero() { // this command ran, and its execution has since expired: never run it again
+	if c.Expired() { // this command ran, and its execution has since expired: never run it again
 		return reject(events.CodeConflict, "execution %q expired under its retention rule at %s and its history was deleted; execution ids are unique forever: start a new execution with a new id",
-			id, claim.ExpiredAt.UTC().Format(time.RFC3339))
+			id, c.ExpiredAt.UTC().Format(time.RFC3339))
 	}
 	return d.withExecution(ctx, cmd.Workflow, id, func(x *execState) error {
 		if x.state.Status == projections.StatusNone {
@@ -139,31 +123,18 @@ func (d *Dispatcher) encodedSize(id, wf string, p events.Payload) int64 {
 	return n + 256 // Nats-Msg-Id, expected-sequence headers and framing
 }
 
-// claim registers id for the command key, or returns the existing claim.
-func (d *Dispatcher) claim(ctx context.Context, id, key, wf string) (Claim, error) {
-	c := Claim{CommandKey: key, Workflow: wf, ClaimedAt: d.cfg.Now().UTC()}
-	b, _ := json.Marshal(c)
-	if _, err := d.ids.Create(ctx, id, b); err == nil {
-		return c, nil
-	} else if !errors.Is(err, jetstream.ErrKeyExists) {
-		return Claim{}, fmt.Errorf("claim execution id %s: %w", id, err)
-	}
-	e, err := d.ids.Get(ctx, id)
-	if err != nil {
-		return Claim{}, fmt.Errorf("read claim of execution id %s: %w", id, err)
-	}
-	var existing Claim
-	if err := json.Unmarshal(e.Value(), &existing); err != nil {
-		return Claim{}, permanentError{fmt.Errorf("decode claim of %s: %w", id, err)}
-	}
-	return existing, nil
-}
-
 // reject publishes why a command changes nothing and terminates it.
 func (d *Dispatcher) reject(ctx context.Context, cmd events.Event, execID, code, reason string) error {
+	return d.publishRejection(ctx, cmd, execID, code, reason, "", 0)
+}
+
+// publishRejection publishes the rejection of cmd, which arrived on
+// subject at stream sequence seq (if known), and returns the
+// rejectedError that terminates the message.
+func (d *Dispatcher) publishRejection(ctx context.Context, cmd events.Event, execID, code, reason, subject string, seq uint64) error {
 	key := events.CommandKey(cmd.Source, cmd.ID)
 	rej := events.New(d.cfg.Source, execID, "", d.cfg.Now(), &events.CommandRejected{
-		CommandKey: key, CommandType: cmd.Type, ExecutionID: execID, Code: code, Reason: reason})
+		CommandKey: key, CommandType: cmd.Type, ExecutionID: execID, Code: code, Reason: reason, Subject: subject, StreamSeq: seq})
 	msg, err := events.Encode(events.RejectionSubject(key), rej)
 	if err != nil {
 		return err
@@ -172,34 +143,7 @@ func (d *Dispatcher) reject(ctx context.Context, cmd events.Event, execID, code,
 		return fmt.Errorf("publish rejection: %w", err)
 	}
 	zerolog.Ctx(ctx).Warn().Str("code", code).Str("reason", reason).Str("command", key).Msg("command rejected")
-	return permanentError{fmt.Errorf("rejected: %s", reason)}
-}
-
-// rejectRaw reports an undecodable command. It returns an error only if
-// the rejection could not be published (the caller retries then).
-func (d *Dispatcher) rejectRaw(ctx context.Context, m jetstream.Msg, cause error) error {
-	h := m.Headers()
-	get := func(k string) string { // header keys in any case, as Decode accepts them
-		for key, v := range h {
-			if strings.EqualFold(key, k) && len(v) > 0 {
-				return v[0]
-			}
-		}
-		return ""
-	}
-	id := get("ce-id")
-	if id == "" {
-		id = h.Get(jetstream.MsgIDHeader)
-	}
-	if id == "" {
-		return nil // nothing a client could correlate the rejection with
-	}
-	cmd := events.Event{ID: id, Source: get("ce-source"), Type: events.Type(get("ce-type"))}
-	var perm permanentError
-	if err := d.reject(ctx, cmd, "", events.CodeInvalid, cause.Error()); err != nil && !errors.As(err, &perm) {
-		return err
-	}
-	return nil
+	return rejectedError{reason: reason}
 }
 
 // result applies an agent's report about a task.

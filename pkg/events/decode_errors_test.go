@@ -1,0 +1,53 @@
+package events_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/events"
+)
+
+// TestDecodeErrorsSayWhatToFix: what people publish by mistake (a plain
+// message, an event without an id, broken JSON, another specversion) is
+// refused with one line that says what is wrong, never the sdk's
+// multi-line text or a misleading "not in binary mode".
+func TestDecodeErrorsSayWhatToFix(t *testing.T) {
+	t.Parallel()
+	start := `{"workflow":"hello"}`
+	structured := nats.Header{"content-type": {"application/cloudevents+json"}}
+	for _, tt := range []struct {
+		name   string
+		header nats.Header
+		data   string
+		want   string
+	}{
+		{"PlainMessage", nats.Header{}, start, "not a CloudEvent: in binary mode it needs the headers ce-specversion"},
+		{"PlainWithJSONContentType", nats.Header{"content-type": {"application/json"}}, start, "not a CloudEvent"},
+		{"BinaryWithoutID", nats.Header{"ce-specversion": {"1.0"}, "ce-type": {string(events.TypeStartExecution)}, "ce-source": {"x"}}, start,
+			"the CloudEvent has no id: every CloudEvent needs one (in binary mode, the header ce-id)"},
+		{"BinaryWithoutSource", nats.Header{"ce-specversion": {"1.0"}, "ce-type": {string(events.TypeStartExecution)}, "ce-id": {"1"}}, start,
+			"has no source"},
+		{"StructuredBrokenJSON", structured, `{"specversion":"1.0",`, "the structured CloudEvent is not valid JSON"},
+		{"StructuredWithoutID", structured, `{"specversion":"1.0","type":"io.jetflow.execution.start","source":"x","data":{"workflow":"hello"}}`,
+			"the CloudEvent has no id"},
+		{"BinarySpecVersion2", nats.Header{"ce-specversion": {"2.0"}, "ce-id": {"1"}, "ce-type": {string(events.TypeStartExecution)}, "ce-source": {"x"}}, start,
+			`ce-specversion is "2.0"; jetflow speaks CloudEvents 1.0`},
+		{"StructuredSpecVersion2", structured, `{"specversion":"2.0","id":"1","type":"io.jetflow.execution.start","source":"x","data":{"workflow":"hello"}}`,
+			`specversion is "2.0"; jetflow speaks CloudEvents 1.0`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := events.Decode(tt.header, []byte(tt.data))
+			require.Error(t, err)
+			require.True(t, errors.Is(err, events.ErrMalformed), "%v", err)
+			require.Contains(t, err.Error(), tt.want)
+			require.NotContains(t, err.Error(), "\n")
+			require.NotContains(t, err.Error(), "binary mode\"")
+			require.Equal(t, strings.TrimSpace(err.Error()), err.Error())
+		})
+	}
+}

@@ -1,0 +1,124 @@
+package dispatch
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"jetflow.dev/pkg/events"
+)
+
+// commandTypes is the one command type each command subject carries.
+var commandTypes = map[string]events.Type{
+	events.SubjectStart:     events.TypeStartExecution,
+	events.SubjectSignal:    events.TypeSignalExecution,
+	events.SubjectAction:    events.TypeExecutionAction,
+	events.SubjectReconcile: events.TypeReconcileExecution,
+	events.SubjectExpire:    events.TypeExpireExecution,
+	events.SubjectClearLock: events.TypeClearLock,
+}
+
+// misrouted says why a decoded message may not be handled where it
+// arrived ("" when it may): a command's type must be the one its subject
+// carries, and a result or timer must be about the execution its subject
+// names. Without the check a start published on jf.commands.signal would
+// start an execution, and a result on one execution's subject could
+// change another's.
+func misrouted(subject string, ev events.Event) string {
+	switch {
+	case strings.HasPrefix(subject, events.CommandsPrefix+"."):
+		want, ok := commandTypes[subject]
+		if !ok {
+			return fmt.Sprintf("%s is not a command subject; publish commands on %s", subject, commandSubjects())
+		}
+		if ev.Type != want {
+			return fmt.Sprintf("a %s command on %s: that subject takes %s only (publish it on %s)",
+				ev.Type, subject, want, subjectOf(ev.Type))
+		}
+	case strings.HasPrefix(subject, events.ResultsPrefix+"."):
+		ref, ok := events.ResultRef(ev.Data)
+		if !ok {
+			return fmt.Sprintf("%s on %s: results subjects take operation reports only", ev.Type, subject)
+		}
+		if subject != events.ResultSubject(ref.ExecutionID) {
+			return fmt.Sprintf("a report about execution %q on %s: it belongs on %s", ref.ExecutionID, subject, events.ResultSubject(ref.ExecutionID))
+		}
+	case strings.HasPrefix(subject, events.TimersPrefix+"."):
+		p, ok := ev.Data.(*events.FireTimer)
+		if !ok {
+			return fmt.Sprintf("%s on %s: timer subjects take %s only", ev.Type, subject, events.TypeFireTimer)
+		}
+		if subject != events.TimerSubject(p.ExecutionID) {
+			return fmt.Sprintf("a timer of execution %q on %s: it belongs on %s", p.ExecutionID, subject, events.TimerSubject(p.ExecutionID))
+		}
+	}
+	return ""
+}
+
+// subjectOf is the command subject of command type t ("" if none).
+func subjectOf(t events.Type) string {
+	for s, ct := range commandTypes {
+		if ct == t {
+			return s
+		}
+	}
+	return "no command subject: it is not a command"
+}
+
+func commandSubjects() string {
+	return strings.Join([]string{events.SubjectStart, events.SubjectSignal, events.SubjectAction, events.SubjectClearLock}, ", ")
+}
+
+// rejectedError is what a handler returns once it published the
+// rejection of a command (and logged it): the message is terminated
+// without another log line.
+type rejectedError struct{ reason string }
+
+func (e rejectedError) Error() string { return "rejected: " + e.reason }
+
+// rejectMessage rejects a message that cannot be handled as it is (it is
+// no CloudEvent, or it arrived on the wrong subject), so that whoever
+// published it learns why. The rejection is keyed by the CloudEvent's
+// source and id when it has them; otherwise by the subject and the
+// message's stream sequence (see docs/subjects.md). Only a message on a
+// commands subject is answered: results and timers come from jetflow's
+// own services, and a bad one is only logged. It returns an error only if
+// the rejection could not be published (the caller retries then).
+func (d *Dispatcher) rejectMessage(ctx context.Context, m jetstream.Msg, typ events.Type, reason string) error {
+	subject := m.Subject()
+	log := d.log.With().Str("subject", subject).Logger()
+	if !strings.HasPrefix(subject, events.CommandsPrefix+".") {
+		log.Warn().Str("reason", reason).Msg("drop a message that cannot be handled")
+		return nil
+	}
+	h := m.Headers()
+	get := func(k string) string { // header keys in any case, as Decode accepts them
+		for key, v := range h {
+			if strings.EqualFold(key, k) && len(v) > 0 {
+				return strings.TrimSpace(v[0])
+			}
+		}
+		return ""
+	}
+	cmd := events.Event{ID: cmp.Or(get("ce-id"), h.Get(jetstream.MsgIDHeader)), Source: get("ce-source"),
+		Type: cmp.Or(typ, events.Type(get("ce-type")))}
+	var seq uint64
+	if md, err := m.Metadata(); err == nil {
+		seq = md.Sequence.Stream
+	}
+	if cmd.ID == "" || cmd.Source == "" {
+		// Nothing names the command: name it by where it is stored.
+		cmd.Source, cmd.ID = subject, "seq-"+strconv.FormatUint(seq, 10)
+	}
+	err := d.publishRejection(log.WithContext(ctx), cmd, "", events.CodeInvalid, reason, subject, seq)
+	var rej rejectedError
+	if errors.As(err, &rej) {
+		return nil
+	}
+	return err
+}
