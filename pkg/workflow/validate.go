@@ -3,14 +3,18 @@ package workflow
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
 
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/expression"
@@ -78,7 +82,8 @@ func (d Definition) validate() []FieldError {
 	}
 	if d.Input != nil {
 		if _, err := compileSchema(d.Input); err != nil {
-			add("input", "is not a valid JSON Schema: %s", oneLine(err))
+			field, msg := schemaProblem(err)
+			add(field, "%s", msg)
 		}
 	}
 	addErr("output", expression.Compile(d.Output, nil))
@@ -575,6 +580,50 @@ func oneLine(err error) string { return strings.Join(strings.Fields(err.Error())
 
 var schemas sync.Map // digest of the schema's JSON -> *jsonschema.Schema
 
+// schemaURL names an input schema while it is compiled: not a file, so
+// that nothing about the machine shows in errors.
+const (
+	schemaBase = "https://jetflow.invalid/"
+	schemaURL  = schemaBase + "input.schema.json"
+)
+
+// noLoader refuses every document a schema refers to: an input schema is
+// self-contained (a $ref to a file or URL would let whoever registers a
+// workflow read the api's files or call out).
+type noLoader struct{}
+
+func (noLoader) Load(url string) (any, error) {
+	if rest, ok := strings.CutPrefix(url, schemaBase); ok {
+		url = "/" + rest // as written: a path resolved against the schema's own name
+	}
+	return nil, fmt.Errorf("an input schema may refer only to itself (a $ref such as #/$defs/x), not to %s", url)
+}
+
+// schemaProblem explains why an input schema does not compile: the field
+// at fault under input and what is wrong with it, in one line.
+func schemaProblem(err error) (field, msg string) {
+	var sve *jsonschema.SchemaValidationError
+	if errors.As(err, &sve) {
+		if verr, ok := sve.Err.(*jsonschema.ValidationError); ok {
+			leaf := verr
+			for len(leaf.Causes) > 0 { // the first way it could have been valid
+				leaf = leaf.Causes[0]
+			}
+			field = "input"
+			for _, tok := range leaf.InstanceLocation {
+				field += "." + tok
+			}
+			return field, "is not valid JSON Schema (draft 2020-12): " + leaf.ErrorKind.LocalizedString(message.NewPrinter(language.English))
+		}
+	}
+	var lue *jsonschema.LoadURLError
+	if errors.As(err, &lue) {
+		return "input", oneLine(lue.Err)
+	}
+	msg = strings.ReplaceAll(oneLine(err), strconv.Quote(schemaURL), "the input schema")
+	return "input", "is not a valid JSON Schema: " + strings.ReplaceAll(msg, schemaURL, "the input schema")
+}
+
 func compileSchema(schema map[string]any) (*jsonschema.Schema, error) {
 	b, err := json.Marshal(schema)
 	if err != nil {
@@ -588,10 +637,11 @@ func compileSchema(schema map[string]any) (*jsonschema.Schema, error) {
 		return nil, err
 	}
 	c := jsonschema.NewCompiler()
-	if err := c.AddResource("input.schema.json", doc); err != nil {
+	c.UseLoader(noLoader{}) // never read a file or URL named in a $ref
+	if err := c.AddResource(schemaURL, doc); err != nil {
 		return nil, err
 	}
-	s, err := c.Compile("input.schema.json")
+	s, err := c.Compile(schemaURL)
 	if err != nil {
 		return nil, err
 	}
@@ -607,7 +657,8 @@ func (d Definition) CheckInput(input json.RawMessage) []FieldError {
 	}
 	sch, err := compileSchema(d.Input)
 	if err != nil {
-		return []FieldError{{Field: "input", Message: "the workflow's input schema is invalid: " + oneLine(err)}}
+		field, msg := schemaProblem(err)
+		return []FieldError{{Field: field, Message: "the workflow's input schema is invalid: " + msg}}
 	}
 	if len(bytes.TrimSpace(input)) == 0 || string(bytes.TrimSpace(input)) == "null" {
 		input = json.RawMessage(`{}`)

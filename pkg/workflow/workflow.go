@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"regexp"
 	"strings"
 
@@ -348,6 +349,19 @@ func Parse(data []byte) (d Definition, err error) {
 		if fe.Field != "" {
 			fe.Field = fieldPath(file, fe.Line, fe.Column, fe.Field)
 		}
+		var te *yaml.TypeError
+		var ne *yaml.UnexpectedNodeTypeError
+		switch {
+		case errors.As(err, &te) && te.Token != nil:
+			fe.Field = pathAt(body, "", te.Token.Position.Line, te.Token.Position.Column)
+			fe.Message = fmt.Sprintf("must be %s, not %s", goKind(te.DstType), goKind(te.SrcType))
+		case errors.As(err, &ne) && ne.Token != nil:
+			fe.Field = pathAt(body, "", ne.Token.Position.Line, ne.Token.Position.Column)
+			fe.Message = fmt.Sprintf("must be %s, not %s", nodeKind(ne.Expected), nodeKind(ne.Actual))
+			if fe.Field == "" {
+				fe.Message = "the definition " + fe.Message
+			}
+		}
 		return d, &ValidationError{Problems: []FieldError{fe}}
 	}
 	problems := d.validate()
@@ -431,6 +445,88 @@ func fieldPath(f *ast.File, line, col int, key string) string {
 			}
 		}
 	}
+}
+
+// pathAt returns the field path (e.g. "steps[0].timeout") of the value
+// or key that starts at line:col under n, whose own path is path; "" if
+// no value starts there.
+func pathAt(n ast.Node, path string, line, col int) string {
+	at := func(n ast.Node) bool {
+		tk := n.GetToken()
+		return tk != nil && tk.Position.Line == line && tk.Position.Column == col
+	}
+	switch n := n.(type) {
+	case *ast.MappingNode:
+		for _, kv := range n.Values {
+			if p := pathAt(kv, path, line, col); p != "" {
+				return p
+			}
+		}
+	case *ast.MappingValueNode:
+		key := n.Key.GetToken().Value
+		if path != "" {
+			key = path + "." + key
+		}
+		if at(n.Key) || at(n.Value) {
+			return key
+		}
+		return pathAt(n.Value, key, line, col)
+	case *ast.SequenceNode:
+		for i, v := range n.Values {
+			elem := fmt.Sprintf("%s[%d]", path, i)
+			if at(v) {
+				return elem
+			}
+			if p := pathAt(v, elem, line, col); p != "" {
+				return p
+			}
+		}
+	}
+	return ""
+}
+
+// goKind names what a Go type holds as people write it in YAML.
+func goKind(t reflect.Type) string {
+	if t == nil {
+		return "a value"
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a whole number"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "a list"
+	case reflect.Map, reflect.Struct:
+		return "a mapping (key: value lines)"
+	case reflect.Pointer:
+		return goKind(t.Elem())
+	}
+	return "a value"
+}
+
+// nodeKind names a YAML node type as people write it.
+func nodeKind(t ast.NodeType) string {
+	switch t {
+	case ast.SequenceType:
+		return "a list"
+	case ast.MappingType, ast.MappingValueType:
+		return "a mapping (key: value lines)"
+	case ast.StringType, ast.LiteralType:
+		return "a string"
+	case ast.IntegerType, ast.FloatType, ast.InfinityType, ast.NanType:
+		return "a number"
+	case ast.BoolType:
+		return "true or false"
+	case ast.NullType:
+		return "empty"
+	}
+	return "a value"
 }
 
 // syntaxHint adds what usually causes a YAML syntax error.

@@ -293,12 +293,12 @@ func TestParseErrors(t *testing.T) {
 		{
 			name:  "StepsNotASequence",
 			input: "name: wf\nsteps: {}\n",
-			line:  2, msg: "mapping was used where sequence is expected",
+			line:  2, field: "steps", msg: "must be a list, not a mapping (key: value lines)",
 		},
 		{
 			name:  "DocumentNotAMapping",
 			input: "- a\n- b\n",
-			line:  1, msg: "sequence was used where mapping is expected",
+			line:  1, msg: "the definition must be a mapping (key: value lines), not a list",
 		},
 		{
 			name:  "DuplicateKey",

@@ -1,0 +1,55 @@
+package workflow_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/workflow"
+)
+
+// TestParseErrorsNameTheField: a value of the wrong type, a wrong node
+// kind and an invalid input schema are each one line that names the field
+// at fault, without Go type names, file paths or a metaschema dump.
+func TestParseErrorsNameTheField(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name, input, field, msg string
+		line                    int
+	}{
+		{name: "ListForAString", input: "name: t\nsteps:\n  - id: a\n    kind: noop\n    timeout: [1]\n",
+			field: "steps[0].timeout", line: 5, msg: "must be a string, not a list"},
+		{name: "MappingForAString", input: "name: t\nsteps:\n  - id: a\n    kind: noop\n    timeout:\n      x: 1\n",
+			field: "steps[0].timeout", msg: "must be a string, not a mapping"},
+		{name: "StringForANumber", input: "name: t\nsteps:\n  - id: a\n    kind: foreach\n    items: [1]\n    concurrency: abc\n    steps:\n      - id: b\n        kind: noop\n",
+			field: "steps[0].concurrency", line: 6, msg: "must be a whole number, not a string"},
+		{name: "StringForAListDeep", input: "name: t\nsteps:\n  - id: a\n    kind: workflow\n    steps:\n      - id: b\n        kind: exec\n        args: x\n",
+			field: "steps[0].steps[0].args", line: 8, msg: "must be a list, not a string"},
+		{name: "SchemaUnknownType", input: "name: t\ninput:\n  type: banana\nsteps:\n  - id: a\n    kind: noop\n",
+			field: "input.type", line: 3, msg: "value must be one of 'array', 'boolean'"},
+		{name: "SchemaWrongKeywordType", input: "name: t\ninput:\n  type: object\n  properties:\n    a: {minLength: x}\nsteps:\n  - id: a\n    kind: noop\n",
+			field: "input.properties.a.minLength", msg: "got string, want integer"},
+		{name: "SchemaRefToAFile", input: "name: t\ninput:\n  $ref: /etc/passwd\nsteps:\n  - id: a\n    kind: noop\n",
+			field: "input", msg: "may refer only to itself"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := workflow.Parse([]byte(tt.input))
+			var ve *workflow.ValidationError
+			require.True(t, errors.As(err, &ve), "want a validation error, got %v", err)
+			require.Len(t, ve.Problems, 1, "%v", ve.Problems)
+			p := ve.Problems[0]
+			require.Equal(t, tt.field, p.Field)
+			require.Contains(t, p.Message, tt.msg)
+			if tt.line > 0 {
+				require.Equal(t, tt.line, p.Line)
+			}
+			for _, leak := range []string{"interface {}", "Go struct", "file://", "metaschema", "jsonschema", "\n", "/etc/passwd\""} {
+				require.NotContains(t, err.Error(), leak)
+			}
+			require.Equal(t, err.Error(), strings.TrimSpace(err.Error()))
+		})
+	}
+}
