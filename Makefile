@@ -23,8 +23,8 @@ build: ## Build the jetflow CLI, jetflow-bench and the four service binaries int
 	@for s in api dispatcher agent janitor; do echo "$(GO) build -o bin/jetflow-$$s ./services/$$s"; $(GO) build -o bin/jetflow-$$s ./services/$$s || exit 1; done
 
 .PHONY: dev
-dev: build ## Run embedded NATS + all four services (data in $(DATA)), with the examples registered
-	bin/jetflow dev --data $(DATA) --apply examples
+dev: build ## Run embedded NATS + all four services (data in DATA, .jetflow; api on HTTP, NATS on NATS), examples registered
+	bin/jetflow dev --data $(DATA) --apply examples $(if $(HTTP),--http $(HTTP)) $(if $(NATS),--nats-addr $(NATS))
 
 .PHONY: test
 test: ## Run every module's tests with -race against embedded JetStream

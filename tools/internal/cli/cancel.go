@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
 	"os/user"
 
@@ -119,7 +118,7 @@ recorded in the execution's history.`,
 func oneExecution(usage string) cobra.PositionalArgs {
 	return func(_ *cobra.Command, args []string) error {
 		if len(args) != 1 {
-			return errors.New("name one execution: jetflow " + usage)
+			return usagef("name one execution: jetflow %s", usage)
 		}
 		return nil
 	}

@@ -1,14 +1,19 @@
 package cli
 
 import (
+	"cmp"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
+	"jetflow.dev/services/janitor/janitor"
 	"jetflow.dev/tools/internal/devstack"
 )
 
@@ -28,7 +33,7 @@ with its own NATS connection. Stop it with Ctrl-C; start it again on the same
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			lvl, err := zerolog.ParseLevel(level)
 			if err != nil {
-				return fmt.Errorf("--log-level %q: use debug, info, warn or error", level)
+				return usagef("--log-level %q: use debug, info, warn or error", level)
 			}
 			zerolog.TimeFieldFormat = time.RFC3339Nano
 			w := zerolog.ConsoleWriter{Out: a.stderr, TimeFormat: "15:04:05.000", NoColor: !isTerminal(a.stderr)}
@@ -42,8 +47,16 @@ with its own NATS connection. Stop it with Ctrl-C; start it again on the same
 				return fmt.Errorf("--data %s: %w", cfg.DataDir, err)
 			}
 			return devstack.Run(cmd.Context(), cfg, func(info devstack.Info) {
-				fmt.Fprintf(a.stdout, "jetflow dev is running\n  NATS: %s   (try: nats sub 'jf.events.>')\n  api:  %s\n  data: %s\nStop with Ctrl-C.\n",
-					info.NATSURL, info.APIURL, cfg.DataDir)
+				fmt.Fprintf(a.stdout, "jetflow dev is running (process %d, in %s)\n  NATS: %s   (try: nats sub 'jf.events.>')\n  api:  %s\n  data: %s\n",
+					os.Getpid(), filepath.Join(cfg.DataDir, devstack.PIDFile), info.NATSURL, info.APIURL, cfg.DataDir)
+				abs, err := filepath.Abs(cfg.DataDir)
+				if err != nil {
+					abs = cfg.DataDir
+				}
+				if filepath.Clean(cfg.DataDir) == ".jetflow" {
+					fmt.Fprintln(a.stdout, "The jetflow CLI run from this directory finds it by itself.")
+				}
+				fmt.Fprintf(a.stdout, "Point other shells (and the nats CLI) at it: eval \"$(jetflow env --data %s)\"\nStop with Ctrl-C.\n", abs)
 			})
 		},
 	}
@@ -57,7 +70,7 @@ with its own NATS connection. Stop it with Ctrl-C; start it again on the same
 	f.DurationVar(&cfg.KillGrace, "kill-grace", 5*time.Second, "time between SIGTERM and SIGKILL for exec steps")
 	f.DurationVar(&cfg.JanitorInterval, "janitor-interval", 30*time.Second, "time between janitor sweeps")
 	f.DurationVar(&cfg.IdleAfter, "idle-after", 2*time.Minute, "inactivity before the janitor checks an execution")
-	f.StringVar(&cfg.RetentionDefault, "retention-default", "3", "system retention rule for executions whose workflow sets none (e.g. 3, 7d, forever)")
+	f.StringVar(&cfg.RetentionDefault, "retention-default", janitor.DefaultRetention, "system retention rule for executions whose workflow sets none (e.g. 3, 7d, max(3, 7d), forever)")
 	f.BoolVar(&cfg.LogNATS, "log-nats", false, "include the NATS server's own log")
 	f.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
 	f.BoolVar(&jsonLogs, "log-json", false, "log JSON lines instead of console text")
@@ -73,3 +86,37 @@ func isTerminal(w io.Writer) bool {
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
+
+func (a *app) envCmd() *cobra.Command {
+	var dir string
+	cmd := &cobra.Command{
+		Use:   "env [--data DIR]",
+		Short: "Print the environment that points clients at a running jetflow dev (eval \"$(jetflow env)\")",
+		Long: `Print shell export lines for the jetflow dev running on a data directory:
+JETFLOW_API for the jetflow command line and NATS_URL for the nats
+command line, so that both reach it whatever ports it listens on:
+
+  eval "$(bin/jetflow env)"
+
+The jetflow command line finds a jetflow dev running on .jetflow (or on
+$JETFLOW_DATA) by itself; the nats command line needs NATS_URL.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			dir = cmp.Or(dir, a.dataDir())
+			c, err := devstack.ReadConn(dir)
+			if errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("no jetflow dev is running on %s (start one with make dev, or name its directory with --data)", dir)
+			}
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "export JETFLOW_API=%s\nexport NATS_URL=%s\n", shellQuote(c.API), shellQuote(c.NATS))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dir, "data", "", "data directory of the jetflow dev (default $JETFLOW_DATA, else .jetflow)")
+	return cmd
+}
+
+// shellQuote quotes s for a POSIX shell.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -24,7 +25,7 @@ func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
 func exactlyOne(hint string) cobra.PositionalArgs {
 	return func(_ *cobra.Command, args []string) error {
 		if len(args) != 1 {
-			return errors.New(hint)
+			return usageError{errors.New(hint)}
 		}
 		return nil
 	}
@@ -37,17 +38,17 @@ func parseInputs(pairs []string, raw string) (map[string]any, error) {
 	if raw != "" {
 		if err := json.Unmarshal([]byte(raw), &in); err != nil {
 			_, msg := events.ExplainJSON(err)
-			return nil, fmt.Errorf("--input-json %s (write a JSON object, e.g. '{\"who\":\"ada\"}')", msg)
+			return nil, usagef("--input-json %s (write a JSON object, e.g. '{\"who\":\"ada\"}')", msg)
 		}
 	}
 	seen := map[string]bool{}
 	for _, p := range pairs {
 		k, v, ok := strings.Cut(p, "=")
 		if !ok || k == "" {
-			return nil, fmt.Errorf("--input %q: write it as key=value", p)
+			return nil, usagef("--input %q: write it as key=value", p)
 		}
 		if seen[k] {
-			return nil, fmt.Errorf("--input %s is given twice; give each key once", k)
+			return nil, usagef("--input %s is given twice; give each key once", k)
 		}
 		seen[k] = true
 		var val any
@@ -64,10 +65,16 @@ func (a *app) runCmd() *cobra.Command {
 	var inputs []string
 	var inputJSON string
 	var watch bool
+	var out output
 	cmd := &cobra.Command{
-		Use:   "run WORKFLOW [--input k=v]... [--id ID] [--dry-run] [--wait-after-fail] [--watch]",
+		Use:   "run WORKFLOW [--input k=v]... [--id ID] [--dry-run] [--wait-after-fail] [--watch] [-o json]",
 		Short: "Start an execution of a workflow",
-		Args:  exactlyOne("name the workflow to run: jetflow run WORKFLOW (see jetflow workflow ls)"),
+		Long: `Start an execution of a workflow. With --watch, follow its history until
+the execution is settled: exit status 0 if it succeeded, 1 if it failed,
+was cancelled or is suspended (see docs/cli.md for every exit status).
+With -o json, print the api's answer as JSON (with --watch: one JSON line
+for the answer, then one per event).`,
+		Args: exactlyOne("name the workflow to run: jetflow run WORKFLOW (see jetflow workflow ls)"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			in, err := parseInputs(inputs, inputJSON)
 			if err != nil {
@@ -78,10 +85,16 @@ func (a *app) runCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			switch res.HTTPStatus {
-			case 200:
+			switch {
+			case out.json() && watch:
+				if err := printJSONLine(a.stdout, res); err != nil {
+					return err
+				}
+			case out.json():
+				return printJSON(a.stdout, res)
+			case res.HTTPStatus == 200:
 				fmt.Fprintf(a.stdout, "execution %s already exists for this request (status %s)\n", res.ID, res.Status)
-			case 202:
+			case res.HTTPStatus == 202:
 				fmt.Fprintf(a.stdout, "execution %s accepted (the dispatcher has not picked it up yet)\n", res.ID)
 			default:
 				fmt.Fprintf(a.stdout, "execution %s started\n", res.ID)
@@ -89,7 +102,7 @@ func (a *app) runCmd() *cobra.Command {
 			if !watch {
 				return nil
 			}
-			return a.follow(cmd, res.ID, 0, false)
+			return a.follow(cmd, res.ID, 0, out.json())
 		},
 	}
 	f := cmd.Flags()
@@ -100,14 +113,15 @@ func (a *app) runCmd() *cobra.Command {
 	f.BoolVarP(&watch, "watch", "w", false, "follow progress until the execution ends")
 	f.BoolVar(&req.DryRun, "dry-run", false, "walk the workflow, evaluating conditions and inputs, without running any operation, sleep or wait")
 	f.BoolVar(&req.WaitAfterFail, "wait-after-fail", false, "on failure, suspend the execution (to fix the cause and resume it) instead of ending it")
+	out.add(cmd)
 	return cmd
 }
 
 func (a *app) showCmd() *cobra.Command {
-	var output string
+	var out output
 	var atSeq uint64
 	cmd := &cobra.Command{
-		Use:   "show ID [--at-seq N]",
+		Use:   "show ID [--at-seq N] [-o json]",
 		Short: "Show an execution's state: status, steps, outputs, timings (now, or as of a stream sequence)",
 		Args:  exactlyOne("name the execution to show: jetflow show ID (see jetflow ls)"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -115,19 +129,21 @@ func (a *app) showCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if output == "json" {
-				enc := json.NewEncoder(a.stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(x)
+			if out.json() {
+				return printJSON(a.stdout, x)
 			}
-			if output != "" && output != "text" {
-				return fmt.Errorf("-o %q: use text or json", output)
+			rule := x.Retention
+			if rule == "" { // the system default: ask what it is (best effort)
+				rule = "the system default"
+				if st, err := a.client().Settings(cmd.Context()); err == nil && st.RetentionDefault != "" {
+					rule = st.RetentionDefault + " (the system default)"
+				}
 			}
-			printExecution(a.stdout, x)
+			printExecution(a.stdout, x, rule)
 			return nil
 		},
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	out.add(cmd)
 	cmd.Flags().Uint64Var(&atSeq, "at-seq", 0, "show the state as it was at this stream sequence (see jetflow events)")
 	return cmd
 }
@@ -139,7 +155,9 @@ func dur(from, to time.Time) string {
 	return to.Sub(from).Round(time.Millisecond).String()
 }
 
-func printExecution(w io.Writer, x projections.Execution) {
+// printExecution prints an execution's state; retention is the rule that
+// applies to it, as people read it.
+func printExecution(w io.Writer, x projections.Execution, retention string) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "execution\t%s\n", x.ID)
 	fmt.Fprintf(tw, "workflow\t%s (version %d)\n", x.Workflow, x.Version)
@@ -149,6 +167,9 @@ func printExecution(w io.Writer, x projections.Execution) {
 	}
 	if !x.EndedAt.IsZero() {
 		fmt.Fprintf(tw, "ended\t%s (took %s)\n", x.EndedAt.Local().Format(time.RFC3339Nano), dur(x.StartedAt, x.EndedAt))
+	}
+	if x.Status != projections.StatusPending {
+		fmt.Fprintf(tw, "retention\t%s, in group %s (docs/retention.md)\n", retention, cmp.Or(x.RetentionKey, x.Workflow))
 	}
 	if !x.ExpiredAt.IsZero() {
 		fmt.Fprintf(tw, "expired\t%s (under its retention rule; the janitor deletes it at its next sweep)\n", x.ExpiredAt.Local().Format(time.RFC3339Nano))
@@ -219,17 +240,24 @@ func truncate(s string, n int) string {
 
 func (a *app) lsCmd() *cobra.Command {
 	var o client.ListOptions
+	var out output
 	cmd := &cobra.Command{
-		Use:   "ls",
+		Use:   "ls [--workflow NAME] [--status STATUS] [--limit N] [--after ID] [-o json]",
 		Short: "List executions (filter by workflow and status; page with --after)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.Limit < 1 || o.Limit > 1000 {
-				return fmt.Errorf("--limit %d: give a page size between 1 and 1000", o.Limit)
+				return usagef("--limit %d: give a page size between 1 and 1000", o.Limit)
+			}
+			if o.Status != "" && !slices.Contains(projections.ListedStatuses, projections.Status(o.Status)) {
+				return usagef("--status %q: use one of %s", o.Status, statusList())
 			}
 			list, next, err := a.client().ListExecutions(cmd.Context(), o)
 			if err != nil {
 				return err
+			}
+			if out.json() {
+				return printJSON(a.stdout, client.ExecutionList{Executions: list, Next: next})
 			}
 			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tWORKFLOW\tVERSION\tSTATUS\tSTEPS\tSTARTED\tDURATION")
@@ -248,78 +276,105 @@ func (a *app) lsCmd() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.Workflow, "workflow", "", "only executions of this workflow")
-	f.StringVar(&o.Status, "status", "", "only executions in this status (started, succeeded, failed)")
+	f.StringVar(&o.Status, "status", "", "only executions in this status ("+statusList()+")")
 	f.IntVar(&o.Limit, "limit", 50, "page size (1-1000)")
 	f.StringVar(&o.After, "after", "", "cursor: list executions after this id")
+	out.add(cmd)
 	return cmd
 }
 
+// statusList names the statuses an execution list can be filtered by.
+func statusList() string {
+	names := make([]string, len(projections.ListedStatuses))
+	for i, st := range projections.ListedStatuses {
+		names[i] = string(st)
+	}
+	return strings.Join(names, ", ")
+}
+
 func (a *app) eventsCmd() *cobra.Command {
-	var follow, asJSON bool
+	var follow bool
+	var out output
 	var from uint64
 	cmd := &cobra.Command{
-		Use:   "events ID [--follow] [--from-seq N]",
-		Short: "Print an execution's history; --follow streams it live until the execution ends",
-		Args:  exactlyOne("name the execution: jetflow events ID (see jetflow ls)"),
+		Use:   "events ID [--follow] [--from-seq N] [-o json]",
+		Short: "Print an execution's history; --follow streams it live until the execution is settled",
+		Long: `Print an execution's history. With --follow, stream it live until the
+execution is settled as of its latest events (it ended, or it is
+suspended; a cancelled execution that is resumed is followed on): exit
+status 0 if it succeeded, 1 if it failed, was cancelled or is suspended.
+With -o json, print the api's JSON ({"events": [...]}); with --follow,
+one JSON line per event.`,
+		Args: exactlyOne("name the execution: jetflow events ID (see jetflow ls)"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if follow {
-				return a.follow(cmd, args[0], from, asJSON)
+				return a.follow(cmd, args[0], from, out.json())
 			}
 			evs, err := a.client().Events(cmd.Context(), args[0], from)
 			if err != nil {
 				return err
 			}
+			if out.json() {
+				return printJSON(a.stdout, client.EventList{Events: evs})
+			}
 			for _, ev := range evs {
-				printEvent(a.stdout, ev, asJSON)
+				printEvent(a.stdout, ev)
 			}
 			return nil
 		},
 	}
 	f := cmd.Flags()
-	f.BoolVarP(&follow, "follow", "f", false, "follow live until the execution ends")
+	f.BoolVarP(&follow, "follow", "f", false, "follow live until the execution is settled")
 	f.Uint64Var(&from, "from-seq", 0, "start at this stream sequence")
-	f.BoolVar(&asJSON, "json", false, "print each event as a JSON line")
+	out.add(cmd)
 	return cmd
 }
 
-// follow prints events live; it fails (exit 1) if the execution failed.
+// follow prints events live until the execution is settled, then exits 0
+// if it succeeded and 1 if it failed, was cancelled or is suspended, as
+// its latest events say (a cancel followed by a resume is not the end).
 func (a *app) follow(cmd *cobra.Command, id string, from uint64, asJSON bool) error {
-	var last client.Event
+	status := projections.StatusNone
 	err := a.client().Follow(cmd.Context(), id, from, func(ev client.Event) error {
-		printEvent(a.stdout, ev, asJSON)
-		last = ev
+		status = projections.StatusAfter(status, ev.Type)
+		if asJSON {
+			return printJSONLine(a.stdout, ev)
+		}
+		printEvent(a.stdout, ev)
 		return nil
 	})
 	if err != nil {
 		return err
 	}
-	if last.Type == events.TypeExecutionFailed {
-		if !asJSON {
-			fmt.Fprintf(a.stderr, "execution %s failed\n", id)
+	if status == projections.StatusNone { // --from-seq passed the events that tell
+		evs, err := a.client().Events(cmd.Context(), id, 0)
+		if err != nil {
+			return err
 		}
-		return exitError{code: 1}
-	}
-	if last.Type == events.TypeExecutionSuspended {
-		if !asJSON {
-			fmt.Fprintf(a.stderr, "execution %s is suspended: fix the cause, then jetflow resume %s (or jetflow cancel %s)\n", id, id, id)
+		for _, ev := range evs {
+			status = projections.StatusAfter(status, ev.Type)
 		}
-		return exitError{code: 1}
 	}
-	if last.Type == events.TypeExecutionCancelled {
-		if !asJSON {
-			fmt.Fprintf(a.stderr, "execution %s was cancelled\n", id)
-		}
-		return exitError{code: 1}
+	why := ""
+	switch status {
+	case projections.StatusSucceeded:
+		return nil
+	case projections.StatusFailed:
+		why = "failed"
+	case projections.StatusCancelled:
+		why = "was cancelled"
+	case projections.StatusSuspended:
+		why = fmt.Sprintf("is suspended: fix the cause, then jetflow resume %s (or jetflow cancel %s)", id, id)
+	default:
+		why = "is " + cmpStr(string(status), "not started")
 	}
-	return nil
+	if !asJSON {
+		fmt.Fprintf(a.stderr, "execution %s %s\n", id, why)
+	}
+	return exitError{code: ExitFailed}
 }
 
-func printEvent(w io.Writer, ev client.Event, asJSON bool) {
-	if asJSON {
-		b, _ := json.Marshal(ev)
-		fmt.Fprintln(w, string(b))
-		return
-	}
+func printEvent(w io.Writer, ev client.Event) {
 	var d map[string]any
 	_ = json.Unmarshal(ev.Data, &d)
 	detail := ""

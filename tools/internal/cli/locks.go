@@ -2,7 +2,6 @@ package cli
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"io"
 	"os/user"
@@ -30,14 +29,21 @@ order they asked. See docs/locks.md.`,
 }
 
 func (a *app) locksLsCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "ls",
+	var out output
+	cmd := &cobra.Command{
+		Use:   "ls [-o json]",
 		Short: "List locks: holders (since when) and waiters (in order)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			locks, err := a.client().Locks(cmd.Context())
 			if err != nil {
 				return err
+			}
+			if out.json() {
+				if locks == nil {
+					locks = []client.Lock{}
+				}
+				return printJSON(a.stdout, map[string]any{"locks": locks})
 			}
 			if len(locks) == 0 {
 				fmt.Fprintln(a.stdout, "no lock is held or waited for")
@@ -56,6 +62,8 @@ func (a *app) locksLsCmd() *cobra.Command {
 			return tw.Flush()
 		},
 	}
+	out.add(cmd)
+	return cmd
 }
 
 func (a *app) locksClearCmd() *cobra.Command {
@@ -70,7 +78,7 @@ the lock again before its next step inside the lock; a step it is
 running meanwhile is not stopped (cancel or kill the execution for that).`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) != 1 {
-				return errors.New("name one lock: jetflow locks clear NAME (see jetflow locks ls)")
+				return usagef("name one lock: jetflow locks clear NAME (see jetflow locks ls)")
 			}
 			return nil
 		},

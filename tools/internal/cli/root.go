@@ -4,14 +4,38 @@ package cli
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"jetflow.dev/pkg/client"
+	"jetflow.dev/tools/internal/devstack"
+)
+
+// Exit statuses, for scripts (docs/cli.md).
+const (
+	// ExitOK: the command did what it was asked.
+	ExitOK = 0
+	// ExitFailed: under --watch or --follow, the execution failed, was
+	// cancelled or is suspended; otherwise any error not listed below.
+	ExitFailed = 1
+	// ExitUsage: the command line, or the input it sent, is wrong
+	// (unknown flag, missing argument, an api answer 400, 413 or 422).
+	ExitUsage = 2
+	// ExitNotFound: the execution, workflow or lock does not exist (404),
+	// or no longer does (410: expired under its retention rule).
+	ExitNotFound = 3
+	// ExitConflict: the request conflicts with what exists (409: an
+	// execution id already used, an action the execution's status refuses).
+	ExitConflict = 4
+	// ExitUnreachable: the api could not be reached.
+	ExitUnreachable = 5
 )
 
 // exitError carries a process exit code without printing anything more.
@@ -19,31 +43,93 @@ type exitError struct{ code int }
 
 func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
 
+// usageError is a mistake on the command line: exit status 2.
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
+
+// usagef returns a usageError with a formatted message.
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
 // Main runs the CLI and returns the process exit code.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root := newRoot(stdout, stderr)
 	root.SetArgs(args)
-	if err := root.ExecuteContext(ctx); err != nil {
-		var ee exitError
-		if errors.As(err, &ee) {
-			return ee.code
-		}
-		fmt.Fprintln(stderr, "jetflow:", err)
-		return 1
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return ExitOK
 	}
-	return 0
+	var ee exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	fmt.Fprintln(stderr, "jetflow:", err)
+	return exitCode(err)
+}
+
+// exitCode maps an error to the exit status scripts can act on.
+func exitCode(err error) int {
+	var apiErr *client.Error
+	var ue usageError
+	switch {
+	case errors.As(err, &ue) || isCobraUsage(err):
+		return ExitUsage
+	case errors.Is(err, client.ErrUnreachable):
+		return ExitUnreachable
+	case errors.As(err, &apiErr):
+		switch apiErr.Status {
+		case http.StatusNotFound, http.StatusGone:
+			return ExitNotFound
+		case http.StatusConflict:
+			return ExitConflict
+		case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
+			return ExitUsage
+		}
+	}
+	return ExitFailed
+}
+
+// isCobraUsage recognises cobra's own usage errors, which have no type.
+func isCobraUsage(err error) bool {
+	msg := err.Error()
+	return strings.HasPrefix(msg, "unknown command ") || strings.HasPrefix(msg, "unknown flag") ||
+		strings.HasPrefix(msg, "unknown shorthand flag") || strings.Contains(msg, "flag needs an argument") ||
+		strings.HasPrefix(msg, "invalid argument ")
 }
 
 type app struct {
 	apiURL string
 	stdout io.Writer
 	stderr io.Writer
+	getenv func(string) string
 }
 
-func (a *app) client() *client.Client { return client.New(a.apiURL) }
+func (a *app) client() *client.Client { return client.New(a.api()) }
+
+// defaultAPI is where the api is when nothing says otherwise.
+const defaultAPI = "http://127.0.0.1:8080"
+
+// api is the api's base URL: --api, else JETFLOW_API, else that of the
+// jetflow dev running on the data directory (JETFLOW_DATA, else .jetflow),
+// else the default.
+func (a *app) api() string {
+	if a.apiURL != "" {
+		return a.apiURL
+	}
+	if v := a.getenv("JETFLOW_API"); v != "" {
+		return v
+	}
+	if c, err := devstack.ReadConn(a.dataDir()); err == nil && c.API != "" {
+		return c.API
+	}
+	return defaultAPI
+}
+
+// dataDir is the data directory of the local jetflow dev.
+func (a *app) dataDir() string { return cmp.Or(a.getenv("JETFLOW_DATA"), ".jetflow") }
 
 func newRoot(stdout, stderr io.Writer) *cobra.Command {
-	a := &app{stdout: stdout, stderr: stderr}
+	a := &app{stdout: stdout, stderr: stderr, getenv: os.Getenv}
 	root := &cobra.Command{
 		Use:           "jetflow",
 		Short:         "Durable workflows, event-sourced over NATS JetStream",
@@ -52,8 +138,46 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.PersistentFlags().StringVar(&a.apiURL, "api", cmp.Or(os.Getenv("JETFLOW_API"), "http://127.0.0.1:8080"),
-		"jetflow api base URL (env JETFLOW_API)")
-	root.AddCommand(a.devCmd(), a.workflowCmd(), a.runCmd(), a.showCmd(), a.lsCmd(), a.eventsCmd(), a.projectionsCmd(), a.signalCmd(), a.cancelCmd(), a.killCmd(), a.resumeCmd(), a.replayCmd(), a.locksCmd())
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.PersistentFlags().StringVar(&a.apiURL, "api", "",
+		"jetflow api base URL (default: $JETFLOW_API, else the api of the jetflow dev running on $JETFLOW_DATA or .jetflow, else "+defaultAPI+")")
+	root.AddCommand(a.devCmd(), a.envCmd(), a.workflowCmd(), a.runCmd(), a.showCmd(), a.lsCmd(), a.eventsCmd(), a.projectionsCmd(), a.signalCmd(), a.cancelCmd(), a.killCmd(), a.resumeCmd(), a.replayCmd(), a.locksCmd())
 	return root
+}
+
+// output is the -o/--output flag of commands that print api answers: text
+// for people, or json, the api's own JSON.
+type output string
+
+func (o *output) add(cmd *cobra.Command) {
+	*o = "text"
+	cmd.Flags().VarP(o, "output", "o", "output format: text, or json (the api's JSON)")
+}
+
+func (o *output) String() string { return string(*o) }
+func (o *output) Type() string   { return "text|json" }
+func (o *output) Set(v string) error {
+	if v != "text" && v != "json" {
+		return fmt.Errorf("%q: use text or json", v)
+	}
+	*o = output(v)
+	return nil
+}
+func (o output) json() bool { return o == "json" }
+
+// printJSON writes v as indented JSON, as the api answers.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// printJSONLine writes v as one line of JSON (a stream of events).
+func printJSONLine(w io.Writer, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(w, string(b))
+	return err
 }

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -15,7 +14,7 @@ func (a *app) signalCmd() *cobra.Command {
 		Short: "Send a named signal to an execution (a wait step takes it, now or when it is reached)",
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) != 2 {
-				return errors.New("name the execution and the signal: jetflow signal ID NAME [--data JSON]")
+				return usagef("name the execution and the signal: jetflow signal ID NAME [--data JSON]")
 			}
 			return nil
 		},
@@ -23,7 +22,7 @@ func (a *app) signalCmd() *cobra.Command {
 			var raw json.RawMessage
 			if data != "" {
 				if !json.Valid([]byte(data)) {
-					return fmt.Errorf("--data must be JSON, e.g. --data '{\"approved\":true}'")
+					return usagef("--data must be JSON, e.g. --data '{\"approved\":true}'")
 				}
 				raw = json.RawMessage(data)
 			}

@@ -21,7 +21,7 @@ func (a *app) workflowCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if file == "" {
-				return errors.New("-f FILE is required (use - for standard input)")
+				return usagef("-f FILE is required (use - for standard input)")
 			}
 			var data []byte
 			var err error
@@ -32,9 +32,9 @@ func (a *app) workflowCmd() *cobra.Command {
 			}
 			if err != nil {
 				if st, serr := os.Stat(file); serr == nil && st.IsDir() {
-					return fmt.Errorf("%s is a directory: apply one file at a time (jetflow dev --apply takes directories)", file)
+					return usagef("%s is a directory: apply one file at a time (jetflow dev --apply takes directories)", file)
 				}
-				return fmt.Errorf("read definition: %w", err) // the error names the file
+				return usageError{fmt.Errorf("read definition: %w", err)} // the error names the file
 			}
 			res, err := a.client().ApplyWorkflow(cmd.Context(), data)
 			if err != nil {
@@ -49,14 +49,18 @@ func (a *app) workflowCmd() *cobra.Command {
 		},
 	}
 	apply.Flags().StringVarP(&file, "file", "f", "", "definition file (- for standard input)")
+	var out output
 	ls := &cobra.Command{
-		Use:   "ls",
+		Use:   "ls [-o json]",
 		Short: "List registered workflows",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			list, err := a.client().ListWorkflows(cmd.Context())
 			if err != nil {
 				return err
+			}
+			if out.json() {
+				return printJSON(a.stdout, map[string]any{"workflows": list})
 			}
 			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "NAME\tVERSION\tUPDATED\tDESCRIPTION")
@@ -66,6 +70,7 @@ func (a *app) workflowCmd() *cobra.Command {
 			return tw.Flush()
 		},
 	}
+	out.add(ls)
 	cmd.AddCommand(apply, ls)
 	return cmd
 }
@@ -96,5 +101,5 @@ func explainDefinitionError(file string, err error) error {
 			msg += fmt.Sprintf("\n  %s: %s", loc, p.Message)
 		}
 	}
-	return errors.New(msg)
+	return usageError{errors.New(msg)}
 }

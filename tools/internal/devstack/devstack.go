@@ -84,6 +84,14 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 		if cfg.DataDir == "" {
 			return errors.New("devstack: DataDir is required")
 		}
+		if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+			return fmt.Errorf("data directory: %w", err)
+		}
+		release, err := claimDataDir(cfg.DataDir)
+		if err != nil {
+			return err
+		}
+		defer release()
 		host, port, err := splitAddr(cmp.Or(cfg.NATSAddr, "127.0.0.1:4222"))
 		if err != nil {
 			return fmt.Errorf("nats address: %w", err)
@@ -107,6 +115,13 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 		return fmt.Errorf("api address: %w", err)
 	}
 	info := Info{NATSURL: url, APIURL: "http://" + ln.Addr().String(), Server: srv}
+	if srv != nil { // the data directory is this stack's: say where it is
+		if err := writeConn(cfg.DataDir, Conn{API: info.APIURL, NATS: url, PID: os.Getpid()}); err != nil {
+			_ = ln.Close()
+			return err
+		}
+		defer os.Remove(filepath.Join(cfg.DataDir, ConnFile))
+	}
 
 	svcCtx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -118,7 +133,10 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 					cfg.Log.Warn().Err(err).Str("service", name).Msg("waiting for jetstream")
 				}})
 			if err != nil {
-				return err
+				if gctx.Err() != nil {
+					return nil // stopped while starting: not an error
+				}
+				return fmt.Errorf("%s: %w", name, err)
 			}
 			defer nc.Drain()
 			conn := &bus.Conn{NC: nc, JS: js}
@@ -130,7 +148,7 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 	}
 	log := func(name string) zerolog.Logger { return cfg.Log.With().Str("service", name).Logger() }
 	start("dispatcher", func(ctx context.Context, c *bus.Conn) error {
-		d, err := dispatch.New(ctx, dispatch.Config{Workers: cfg.Workers}, c.JS, log("dispatcher"))
+		d, err := dispatch.New(ctx, dispatch.Config{Workers: cfg.Workers, APIURL: info.APIURL}, c.JS, log("dispatcher"))
 		if err != nil {
 			return err
 		}

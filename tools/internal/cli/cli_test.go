@@ -1,0 +1,263 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/client"
+	"jetflow.dev/pkg/projections"
+	"jetflow.dev/tools/internal/devstack"
+)
+
+// stack runs jetflow in-process for the CLI to talk to.
+func stack(t *testing.T) devstack.Info {
+	t.Helper()
+	cfg := devstack.Config{DataDir: t.TempDir(), NATSAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
+		Log: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel), RetentionDefault: "forever"}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan devstack.Info, 1)
+	done := make(chan error, 1)
+	go func() { done <- devstack.Run(ctx, cfg, func(i devstack.Info) { ready <- i }) }()
+	var info devstack.Info
+	select {
+	case info = <-ready:
+	case err := <-done:
+		cancel()
+		t.Fatalf("stack stopped: %v", err)
+	case <-time.After(60 * time.Second):
+		cancel()
+		t.Fatal("stack did not start")
+	}
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(30 * time.Second):
+			t.Error("stack did not stop")
+		}
+	})
+	return info
+}
+
+// jetflow runs the CLI with args against api and returns its exit status
+// and output.
+func jetflow(t *testing.T, api string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if api != "" {
+		args = append([]string{"--api", api}, args...)
+	}
+	code = Main(ctx, args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "wf.yaml")
+	require.NoError(t, os.WriteFile(p, []byte(body), 0o644))
+	return p
+}
+
+// TestExitStatuses: scripts can tell what happened from the exit status
+// alone (docs/cli.md).
+func TestExitStatuses(t *testing.T) {
+	t.Parallel()
+	api := stack(t).APIURL
+	ok := writeFile(t, "name: fine\nsteps:\n  - id: a\n    kind: noop\n")
+	bad := writeFile(t, "name: broken\nsteps:\n  - id: a\n    kind: fail\n    message: no\n")
+	for _, f := range []string{ok, bad} {
+		code, _, stderr := jetflow(t, api, "workflow", "apply", "-f", f)
+		require.Equal(t, ExitOK, code, stderr)
+	}
+
+	// A free port nothing listens on: the api is unreachable.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	nowhere := "http://" + ln.Addr().String()
+	require.NoError(t, ln.Close())
+
+	for _, tt := range []struct {
+		name string
+		api  string
+		args []string
+		want int
+		msg  string
+	}{
+		{"Succeeded", api, []string{"run", "fine", "--watch", "--id", "ok-1"}, ExitOK, ""},
+		{"FailedUnderWatch", api, []string{"run", "broken", "--watch", "--id", "bad-1"}, ExitFailed, "execution bad-1 failed"},
+		{"FailedUnderFollow", api, []string{"events", "bad-1", "--follow"}, ExitFailed, "execution bad-1 failed"},
+		{"FailedWithoutFollowIsOK", api, []string{"events", "bad-1"}, ExitOK, ""},
+		{"UnknownFlag", api, []string{"ls", "--colour"}, ExitUsage, "unknown flag"},
+		{"MissingArgument", api, []string{"show"}, ExitUsage, "name the execution"},
+		{"UnknownCommand", api, []string{"shwo"}, ExitUsage, "unknown command"},
+		{"BadOutput", api, []string{"ls", "-o", "yaml"}, ExitUsage, "use text or json"},
+		{"BadStatus", api, []string{"ls", "--status", "done"}, ExitUsage, "--status"},
+		{"BadInputToTheAPI", api, []string{"run", "fine", "--id", "-bad-"}, ExitUsage, "id"},
+		{"NotFound", api, []string{"show", "nope"}, ExitNotFound, "does not exist"},
+		{"WorkflowNotFound", api, []string{"run", "nope"}, ExitNotFound, "not registered"},
+		{"Conflict", api, []string{"run", "fine", "--id", "ok-1"}, ExitConflict, "already used"},
+		{"Unreachable", nowhere, []string{"ls"}, ExitUnreachable, "cannot reach the api at " + nowhere},
+	} {
+		code, _, stderr := jetflow(t, tt.api, tt.args...)
+		require.Equal(t, tt.want, code, "%s: %s", tt.name, stderr)
+		require.Contains(t, stderr, tt.msg, tt.name)
+	}
+}
+
+// TestJSONOutput: -o json prints the api's own JSON on every command
+// that prints api answers.
+func TestJSONOutput(t *testing.T) {
+	t.Parallel()
+	api := stack(t).APIURL
+	f := writeFile(t, "name: fine\nsteps:\n  - id: a\n    kind: noop\n")
+	code, _, stderr := jetflow(t, api, "workflow", "apply", "-f", f)
+	require.Equal(t, ExitOK, code, stderr)
+
+	code, out, stderr := jetflow(t, api, "run", "fine", "--id", "j-1", "-o", "json")
+	require.Equal(t, ExitOK, code, stderr)
+	var started client.Started
+	require.NoError(t, json.Unmarshal([]byte(out), &started), out)
+	require.Equal(t, "j-1", started.ID)
+	require.Equal(t, "/v1/executions/j-1", started.Links["self"])
+
+	// --watch -o json: one line for the answer, then one per event.
+	code, out, stderr = jetflow(t, api, "run", "fine", "--id", "j-2", "--watch", "-o", "json")
+	require.Equal(t, ExitOK, code, stderr)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.GreaterOrEqual(t, len(lines), 3, out)
+	require.NoError(t, json.Unmarshal([]byte(lines[0]), &started))
+	require.Equal(t, "j-2", started.ID)
+	var last client.Event
+	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &last))
+	require.Equal(t, "io.jetflow.execution.succeeded", string(last.Type))
+
+	code, out, stderr = jetflow(t, api, "show", "j-2", "-o", "json")
+	require.Equal(t, ExitOK, code, stderr)
+	var x projections.Execution
+	require.NoError(t, json.Unmarshal([]byte(out), &x), out)
+	require.Equal(t, projections.StatusSucceeded, x.Status)
+
+	code, out, stderr = jetflow(t, api, "events", "j-2", "-o", "json")
+	require.Equal(t, ExitOK, code, stderr)
+	var evs client.EventList
+	require.NoError(t, json.Unmarshal([]byte(out), &evs), out)
+	require.NotEmpty(t, evs.Events)
+
+	require.Eventually(t, func() bool { // the list is a projection: it catches up
+		code, out, _ = jetflow(t, api, "ls", "-o", "json")
+		var list client.ExecutionList
+		return code == ExitOK && json.Unmarshal([]byte(out), &list) == nil && len(list.Executions) == 2
+	}, 20*time.Second, 20*time.Millisecond, out)
+
+	code, out, stderr = jetflow(t, api, "workflow", "ls", "-o", "json")
+	require.Equal(t, ExitOK, code, stderr)
+	var wfs struct {
+		Workflows []client.WorkflowSummary `json:"workflows"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &wfs), out)
+	require.Len(t, wfs.Workflows, 1)
+
+	code, out, stderr = jetflow(t, api, "locks", "ls", "-o", "json")
+	require.Equal(t, ExitOK, code, stderr)
+	var locks struct {
+		Locks []client.Lock `json:"locks"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &locks), out)
+	require.Empty(t, locks.Locks)
+}
+
+// TestShowSaysWhichRetentionApplies: jetflow show names the retention rule
+// in force, the system default's value included.
+func TestShowSaysWhichRetentionApplies(t *testing.T) {
+	t.Parallel()
+	api := stack(t).APIURL
+	for _, def := range []string{
+		"name: plain\nsteps:\n  - id: a\n    kind: noop\n",
+		"name: kept\nretention: 10 hash nightly\nsteps:\n  - id: a\n    kind: noop\n",
+	} {
+		code, _, stderr := jetflow(t, api, "workflow", "apply", "-f", writeFile(t, def))
+		require.Equal(t, ExitOK, code, stderr)
+	}
+	code, _, stderr := jetflow(t, api, "run", "plain", "--id", "p-1", "--watch")
+	require.Equal(t, ExitOK, code, stderr)
+	code, _, stderr = jetflow(t, api, "run", "kept", "--id", "k-1", "--watch")
+	require.Equal(t, ExitOK, code, stderr)
+	require.Eventually(t, func() bool { // the janitor records the system rule when it starts
+		_, out, _ := jetflow(t, api, "show", "p-1")
+		return strings.Contains(out, "forever (the system default), in group plain")
+	}, 20*time.Second, 20*time.Millisecond)
+	_, out, _ := jetflow(t, api, "show", "k-1")
+	require.Contains(t, out, "retention  10, in group nightly")
+}
+
+// TestStatusesAgree: the statuses ls --help offers are those the api
+// filters by and docs/api.md lists.
+func TestStatusesAgree(t *testing.T) {
+	t.Parallel()
+	code, out, _ := jetflow(t, "", "ls", "--help")
+	require.Equal(t, ExitOK, code)
+	doc, err := os.ReadFile("../../../docs/api.md")
+	require.NoError(t, err)
+	for _, st := range projections.ListedStatuses {
+		require.Contains(t, out, string(st))
+		require.Contains(t, string(doc), "`"+string(st)+"`", "docs/api.md does not list status %s", st)
+	}
+	require.Contains(t, out, statusList())
+	require.True(t, slices.Contains(projections.ListedStatuses, projections.StatusSuspended))
+}
+
+// TestAPIFoundWithoutFlags: the CLI finds the api of the jetflow dev
+// running on its data directory (JETFLOW_DATA, or .jetflow), and
+// jetflow env prints where it is for other tools.
+func TestAPIFoundWithoutFlags(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := devstack.Config{DataDir: dir, NATSAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
+		Log: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := make(chan devstack.Info, 1)
+	done := make(chan error, 1)
+	go func() { done <- devstack.Run(ctx, cfg, func(i devstack.Info) { ready <- i }) }()
+	var info devstack.Info
+	select {
+	case info = <-ready:
+	case err := <-done:
+		t.Fatalf("stack stopped: %v", err)
+	}
+
+	env := map[string]string{"JETFLOW_DATA": dir}
+	a := &app{getenv: func(k string) string { return env[k] }}
+	require.Equal(t, info.APIURL, a.api())
+	env["JETFLOW_API"] = "http://elsewhere:1"
+	require.Equal(t, "http://elsewhere:1", a.api(), "JETFLOW_API wins over the data directory")
+	a.apiURL = "http://flag:2"
+	require.Equal(t, "http://flag:2", a.api(), "--api wins over everything")
+
+	var out bytes.Buffer
+	b := &app{getenv: func(k string) string { return map[string]string{"JETFLOW_DATA": dir}[k] }, stdout: &out, stderr: &out}
+	cmd := b.envCmd()
+	cmd.SetArgs(nil)
+	require.NoError(t, cmd.Execute())
+	require.Equal(t, "export JETFLOW_API='"+info.APIURL+"'\nexport NATS_URL='"+info.NATSURL+"'\n", out.String())
+
+	cancel()
+	require.NoError(t, <-done)
+	_, err := os.Stat(filepath.Join(dir, devstack.ConnFile))
+	require.True(t, os.IsNotExist(err), "a stopped jetflow dev leaves no connection file")
+	require.Equal(t, defaultAPI, (&app{getenv: func(k string) string { return map[string]string{"JETFLOW_DATA": dir}[k] }}).api())
+}
