@@ -385,9 +385,13 @@ func (s Step) validateKind(add func(string, string, ...any), addErr func(string,
 		case len(names) == 0:
 			add(f("signal"), "is required for a wait step: the name of the signal to wait for")
 		}
+		field := f("signal")
+		if s.Signal == "" {
+			field = f("signals")
+		}
 		for _, n := range names {
 			if !signalRe.MatchString(n) {
-				add(f("signal"), "%q is not a signal name (letters, digits, '-' and '_')", n)
+				add(field, "%q is not a signal name (letters, digits, '-' and '_')", n)
 			}
 		}
 		if s.Match != "" {

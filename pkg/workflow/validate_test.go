@@ -700,6 +700,15 @@ var validationCases = []struct {
 		want: []problem{{"steps[0].signal", 5, `"no way" is not a signal name (letters, digits, '-' and '_')`}},
 	},
 	{
+		name: "WaitBadNameInSignals",
+		input: wf(
+			"  - id: a",
+			"    kind: wait",
+			`    signals: [ok, "no way"]`,
+		),
+		want: []problem{{"steps[0].signals", 5, `"no way" is not a signal name (letters, digits, '-' and '_')`}},
+	},
+	{
 		name: "WaitBadMatch",
 		input: wf(
 			"  - id: a",
