@@ -2,7 +2,9 @@ package workflow_test
 
 import (
 	"encoding/json"
+	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -152,4 +154,48 @@ func TestCheckInput(t *testing.T) {
 		require.Equal(t, "input", problems[0].Field)
 		require.Contains(t, problems[0].Message, "unsupported type")
 	})
+}
+
+// TestInputSchemaReadsNoFiles: a definition comes from a user, over the
+// api, and is compiled by the api and by every dispatcher: a $ref or
+// $schema naming a file must not make them read their own disks.
+func TestInputSchemaReadsNoFiles(t *testing.T) {
+	t.Parallel()
+
+	dir := t.TempDir()
+	path := filepath.Join(dir, "string.json")
+	require.NoError(t, os.WriteFile(path, []byte(`{"type": "string"}`), 0o600))
+	meta := filepath.Join(dir, "meta.json")
+	require.NoError(t, os.WriteFile(meta, []byte(`{"$schema": "https://json-schema.org/draft/2020-12/schema"}`), 0o600))
+	fileURL := (&url.URL{Scheme: "file", Path: path}).String()
+
+	tests := []struct {
+		name   string
+		schema map[string]any
+	}{
+		{"RefToAPath", map[string]any{"$ref": path}},
+		{"RefToAFileURL", map[string]any{"$ref": fileURL}},
+		{"NestedRef", map[string]any{"type": "object", "properties": map[string]any{"x": map[string]any{"$ref": fileURL}}}},
+		{"SchemaFromAFile", map[string]any{"$schema": (&url.URL{Scheme: "file", Path: meta}).String()}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+
+			b, err := json.Marshal(map[string]any{"name": "wf", "input": tc.schema, "steps": []any{map[string]any{"id": "a", "kind": "noop"}}})
+			require.NoError(t, err)
+			_, err = workflow.Parse(b)
+			var ve *workflow.ValidationError
+			require.ErrorAs(t, err, &ve, "the schema was compiled from the file")
+			require.Len(t, ve.Problems, 1)
+			require.Equal(t, "input", ve.Problems[0].Field)
+			require.True(t, strings.HasPrefix(ve.Problems[0].Message, "is not a valid JSON Schema: "), ve.Problems[0].Message)
+
+			d := workflow.Definition{Name: "wf", Input: tc.schema}
+			problems := d.CheckInput(json.RawMessage(`"a string"`))
+			require.Len(t, problems, 1, "the input was checked against the file")
+			require.Equal(t, "input", problems[0].Field)
+			require.True(t, strings.HasPrefix(problems[0].Message, "the workflow's input schema is invalid: "), problems[0].Message)
+		})
+	}
 }

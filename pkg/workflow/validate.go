@@ -592,6 +592,9 @@ func compileSchema(schema map[string]any) (*jsonschema.Schema, error) {
 		return nil, err
 	}
 	c := jsonschema.NewCompiler()
+	// A schema is the user's: a $ref or $schema naming a file (the default
+	// loader's only scheme) must not read the disk of the api or a dispatcher.
+	c.UseLoader(jsonschema.SchemeURLLoader{})
 	if err := c.AddResource("input.schema.json", doc); err != nil {
 		return nil, err
 	}
