@@ -8,6 +8,8 @@ DIRS := $(shell $(GO) list -m -f '{{.Dir}}')
 DATA ?= .jetflow
 TEST_TIMEOUT ?= 15m
 CHAOS_COUNT ?= 3
+# make cover writes its merged profile here (gitignored).
+COVER_DIR ?= .cover
 
 .DEFAULT_GOAL := help
 
@@ -29,6 +31,38 @@ dev: build ## Run embedded NATS + all four services (data in DATA, .jetflow; api
 .PHONY: test
 test: ## Run every module's tests with -race against embedded JetStream
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+
+.PHONY: cover
+cover: ## Every module's tests with coverage: a table per package and the total; merged profile in $(COVER_DIR)/cover.out
+	@mkdir -p $(COVER_DIR)
+	@rm -f $(COVER_DIR)/cover.out
+	@status=0; $(GO) test -count=1 -covermode=atomic -coverprofile=$(COVER_DIR)/cover.out -timeout $(TEST_TIMEOUT) $(COVER_FLAGS) $(PKGS) || status=$$?; \
+	if [ -s $(COVER_DIR)/cover.out ]; then \
+		echo; awk "$$COVER_AWK" $(COVER_DIR)/cover.out | tee $(COVER_DIR)/cover.txt; \
+		echo "merged profile: $(COVER_DIR)/cover.out (go tool cover -html=$(COVER_DIR)/cover.out)"; \
+	fi; exit $$status
+
+# COVER_AWK sums a merged profile's statements per package (a block listed
+# by more than one test binary counts once, covered if any covered it).
+define COVER_AWK
+NR == 1 { next }
+{
+	key = $$1; pkg = $$1; sub(/:.*/, "", pkg); sub(/\/[^\/]*$$/, "", pkg)
+	if (!(key in stmts)) { stmts[key] = $$2; pkgof[key] = pkg }
+	if ($$3 > 0) hit[key] = 1
+}
+END {
+	for (k in stmts) {
+		all[pkgof[k]] += stmts[k]; total += stmts[k]
+		if (k in hit) { cov[pkgof[k]] += stmts[k]; covered += stmts[k] }
+	}
+	printf "%-52s %8s %7s\n", "PACKAGE", "STMTS", "COVER"
+	for (p in all) if (all[p] > 0) printf "%-52s %8d %6.1f%%\n", p, all[p], 100 * cov[p] / all[p] | "sort"
+	close("sort")
+	if (total > 0) printf "%-52s %8d %6.1f%%\n", "total", total, 100 * covered / total
+}
+endef
+export COVER_AWK
 
 .PHONY: chaos
 chaos: ## SIGKILL dispatchers and agents under lock contention, CHAOS_COUNT times (3)
@@ -68,5 +102,5 @@ tidy: ## go mod tidy in every module
 	@for d in $(DIRS); do (cd $$d && $(GO) mod tidy) || exit 1; done
 
 .PHONY: clean
-clean: ## Remove binaries and the dev data directory
-	rm -rf bin $(DATA)
+clean: ## Remove binaries, the dev data directory and coverage profiles
+	rm -rf bin $(DATA) $(COVER_DIR)

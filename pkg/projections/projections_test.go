@@ -28,6 +28,10 @@ type history struct {
 	WantError string `json:"want_error"`
 	// WantErrorIs names the error's kind: TransitionError, ErrUnknownEvent or ErrUnknownStep.
 	WantErrorIs string `json:"want_error_is"`
+	// NotFuzzable says why the history cannot be written in FuzzFold's
+	// bytes (they know only some event types, four steps and no nested
+	// instances); it still seeds the fuzzer.
+	NotFuzzable string `json:"not_fuzzable"`
 }
 
 // storedEvent is an events.Event as stored, with its data still JSON.
@@ -43,22 +47,62 @@ type storedEvent struct {
 	Data      json.RawMessage `json:"data"`
 }
 
-// wantState is the subset of the final state a history checks.
+// wantState is the subset of the final state a history checks: status,
+// error, expired and dry_run always; the others when given.
 type wantState struct {
 	Status      projections.Status `json:"status"`
 	Error       string             `json:"error"`
 	Events      *int               `json:"events"`
 	LastSeq     *uint64            `json:"last_seq"`
 	LastEventID string             `json:"last_event_id"`
-	Steps       []wantStep         `json:"steps"`
+	Token       string             `json:"token"`
+	Output      json.RawMessage    `json:"output"`
+	Expired     bool               `json:"expired"`
+	DryRun      bool               `json:"dry_run"`
+	Resumes     *int               `json:"resumes"`
+	// StepCount is the number of step instances, nested ones included.
+	StepCount    *int                        `json:"step_count"`
+	Steps        []wantStep                  `json:"steps"`
+	Vars         map[string]json.RawMessage  `json:"vars"`
+	Timers       map[string]bool             `json:"timers"` // timer id: fired
+	Signals      []wantSignal                `json:"signals"`
+	Replays      []wantReplay                `json:"replays"`
+	Cancellation *projections.Cancellation   `json:"cancellation"`
+	Actions      []projections.ActionCommand `json:"actions"`
+	Ignored      []string                    `json:"ignored"`
 }
 
 type wantStep struct {
 	ID      string               `json:"id"`
+	Kind    string               `json:"kind"`
 	Status  projections.OpStatus `json:"status"`
 	Attempt int                  `json:"attempt"`
 	Error   string               `json:"error"`
 	Agent   string               `json:"agent"`
+	TaskID  string               `json:"task_id"`
+	Token   string               `json:"token"`
+	Input   json.RawMessage      `json:"input"`
+	Output  json.RawMessage      `json:"output"`
+	// Optional: checked when given.
+	RetryBase *int  `json:"retry_base"`
+	Entered   *int  `json:"entered"`
+	Final     *bool `json:"final"`
+	Lost      *bool `json:"lost"`
+}
+
+type wantSignal struct {
+	ID      string `json:"id"`
+	Name    string `json:"name"`
+	TakenBy string `json:"taken_by"`
+}
+
+type wantReplay struct {
+	From        string `json:"from"`
+	Point       string `json:"point"`
+	Mode        string `json:"mode"`
+	Cause       string `json:"cause"`
+	Automatic   bool   `json:"automatic"`
+	RequestedBy string `json:"requested_by"`
 }
 
 func loadHistories(t testing.TB) []history {
@@ -137,31 +181,7 @@ func TestReplay(t *testing.T) {
 				}
 			}
 
-			w := h.Want
-			require.Equal(t, w.Status, got.Status)
-			require.Equal(t, w.Error, got.Error)
-			if w.Events != nil {
-				require.Equal(t, *w.Events, got.Events)
-			}
-			if w.LastSeq != nil {
-				require.Equal(t, *w.LastSeq, got.LastSeq)
-			}
-			if w.LastEventID != "" {
-				require.Equal(t, w.LastEventID, got.LastEventID)
-			}
-			for _, ws := range w.Steps {
-				i := got.StepIndex(ws.ID)
-				require.GreaterOrEqual(t, i, 0, "no step %s", ws.ID)
-				st := got.Steps[i]
-				require.Equal(t, ws.Status, st.Status, "status of step %s", ws.ID)
-				require.Equal(t, ws.Attempt, st.Attempt, "attempt of step %s", ws.ID)
-				if ws.Error != "" {
-					require.Equal(t, ws.Error, st.Error, "error of step %s", ws.ID)
-				}
-				if ws.Agent != "" {
-					require.Equal(t, ws.Agent, st.Agent, "agent of step %s", ws.ID)
-				}
-			}
+			requireState(t, h.Want, got)
 			if got.Status != projections.StatusNone {
 				first := evs[0]
 				require.Equal(t, first.Subject, got.ID)
@@ -172,6 +192,124 @@ func TestReplay(t *testing.T) {
 				require.False(t, got.EndedAt.IsZero())
 			}
 		})
+	}
+}
+
+// requireState checks the state a history folds to against its want.
+func requireState(t *testing.T, w wantState, got projections.Execution) {
+	t.Helper()
+	require.Equal(t, w.Status, got.Status)
+	require.Equal(t, w.Error, got.Error)
+	require.Equal(t, w.Expired, !got.ExpiredAt.IsZero(), "expired")
+	require.Equal(t, w.DryRun, got.DryRun, "dry run")
+	if w.Events != nil {
+		require.Equal(t, *w.Events, got.Events)
+	}
+	if w.LastSeq != nil {
+		require.Equal(t, *w.LastSeq, got.LastSeq)
+	}
+	if w.LastEventID != "" {
+		require.Equal(t, w.LastEventID, got.LastEventID)
+	}
+	if w.Token != "" {
+		require.Equal(t, w.Token, got.Token)
+	}
+	if w.Output != nil {
+		require.JSONEq(t, string(w.Output), string(got.Output))
+	}
+	if w.Resumes != nil {
+		require.Equal(t, *w.Resumes, got.Resumes, "resumes")
+	}
+	if w.StepCount != nil {
+		require.Len(t, got.Steps, *w.StepCount)
+	}
+	for _, ws := range w.Steps {
+		i := got.StepIndex(ws.ID)
+		require.GreaterOrEqual(t, i, 0, "no step %s", ws.ID)
+		st := got.Steps[i]
+		require.Equal(t, ws.Status, st.Status, "status of step %s", ws.ID)
+		require.Equal(t, ws.Attempt, st.Attempt, "attempt of step %s", ws.ID)
+		for _, c := range []struct{ name, want, got string }{
+			{"kind", ws.Kind, st.Kind}, {"error", ws.Error, st.Error}, {"agent", ws.Agent, st.Agent},
+			{"task id", ws.TaskID, st.TaskID}, {"token", ws.Token, st.Token},
+		} {
+			if c.want != "" {
+				require.Equal(t, c.want, c.got, "%s of step %s", c.name, ws.ID)
+			}
+		}
+		if ws.Input != nil {
+			require.JSONEq(t, string(ws.Input), string(st.Input), "input of step %s", ws.ID)
+		}
+		if ws.Output != nil {
+			require.JSONEq(t, string(ws.Output), string(st.Output), "output of step %s", ws.ID)
+		}
+		if ws.RetryBase != nil {
+			require.Equal(t, *ws.RetryBase, st.RetryBase, "retry base of step %s", ws.ID)
+		}
+		if ws.Entered != nil {
+			require.Equal(t, *ws.Entered, st.Entered, "entered of step %s", ws.ID)
+		}
+		if ws.Final != nil {
+			require.Equal(t, *ws.Final, st.Final, "final of step %s", ws.ID)
+		}
+		if ws.Lost != nil {
+			require.Equal(t, *ws.Lost, st.Lost, "lost of step %s", ws.ID)
+		}
+	}
+	if w.Vars != nil {
+		require.Len(t, got.Vars, len(w.Vars), "vars %v", got.Vars)
+		for k, v := range w.Vars {
+			require.Contains(t, got.Vars, k)
+			require.JSONEq(t, string(v), string(got.Vars[k]), "var %s", k)
+		}
+	}
+	if w.Timers != nil {
+		fired := map[string]bool{}
+		for id, tm := range got.Timers {
+			fired[id] = tm.Fired
+		}
+		require.Equal(t, w.Timers, fired, "timers")
+	}
+	if w.Signals != nil {
+		var signals []wantSignal
+		for _, g := range got.Signals {
+			signals = append(signals, wantSignal{ID: g.ID, Name: g.Name, TakenBy: g.TakenBy})
+		}
+		require.Len(t, signals, len(w.Signals), "signals %v", signals)
+		if len(w.Signals) > 0 {
+			require.Equal(t, w.Signals, signals, "signals")
+		}
+	}
+	if w.Replays != nil {
+		var replays []wantReplay
+		for _, r := range got.Replays {
+			replays = append(replays, wantReplay{From: r.From, Point: r.Point, Mode: r.Mode, Cause: r.Cause,
+				Automatic: r.Automatic, RequestedBy: r.RequestedBy})
+		}
+		require.Len(t, replays, len(w.Replays), "replays %v", replays)
+		if len(w.Replays) > 0 {
+			require.Equal(t, w.Replays, replays, "replays")
+		}
+	}
+	if w.Cancellation != nil {
+		require.NotNil(t, got.Cancellation)
+		require.Equal(t, w.Cancellation.Action, got.Cancellation.Action)
+		require.Equal(t, w.Cancellation.Reason, got.Cancellation.Reason)
+		require.Equal(t, w.Cancellation.RequestedBy, got.Cancellation.RequestedBy)
+		require.True(t, w.Cancellation.RequestedAt.Equal(got.Cancellation.RequestedAt),
+			"requested at %s, want %s", got.Cancellation.RequestedAt, w.Cancellation.RequestedAt)
+	}
+	if w.Actions != nil {
+		require.Equal(t, len(w.Actions), len(got.Actions), "actions %v", got.Actions)
+		if len(w.Actions) > 0 {
+			require.Equal(t, w.Actions, got.Actions)
+		}
+	}
+	if w.Ignored != nil {
+		require.Len(t, got.Ignored, len(w.Ignored), "ignored %v", got.Ignored)
+		if len(w.Ignored) > 0 {
+			require.Equal(t, w.Ignored, got.Ignored)
+		}
 	}
 }
 
@@ -450,7 +588,12 @@ func TestFuzzBytesRoundTrip(t *testing.T) {
 
 	// The seeds replay to the same outcome as the histories they came from
 	// (step ids are renamed, so compare statuses).
+	fuzzable := 0
 	for _, h := range loadHistories(t) {
+		if h.NotFuzzable != "" {
+			continue
+		}
+		fuzzable++
 		t.Run(h.Name, func(t *testing.T) {
 			t.Parallel()
 
@@ -466,6 +609,7 @@ func TestFuzzBytesRoundTrip(t *testing.T) {
 			}
 		})
 	}
+	require.GreaterOrEqual(t, fuzzable, 17, "the fuzzer's bytes write most histories")
 }
 
 func FuzzFold(f *testing.F) {

@@ -32,7 +32,7 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{name: "SchemaWrongKeywordType", input: "name: t\ninput:\n  type: object\n  properties:\n    a: {minLength: x}\nsteps:\n  - id: a\n    kind: noop\n",
 			field: "input.properties.a.minLength", msg: "got string, want integer"},
 		{name: "SchemaRefToAFile", input: "name: t\ninput:\n  $ref: /etc/passwd\nsteps:\n  - id: a\n    kind: noop\n",
-			field: "input", msg: "may refer only to itself"},
+			field: "input", msg: "refer only to itself"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

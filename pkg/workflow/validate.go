@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -390,9 +389,13 @@ func (s Step) validateKind(add func(string, string, ...any), addErr func(string,
 		case len(names) == 0:
 			add(f("signal"), "is required for a wait step: the name of the signal to wait for")
 		}
+		field := f("signal")
+		if s.Signal == "" {
+			field = f("signals")
+		}
 		for _, n := range names {
 			if !signalRe.MatchString(n) {
-				add(f("signal"), "%q is not a signal name (letters, digits, '-' and '_')", n)
+				add(field, "%q is not a signal name (letters, digits, '-' and '_')", n)
 			}
 		}
 		if s.Match != "" {
@@ -596,7 +599,7 @@ func (noLoader) Load(url string) (any, error) {
 	if rest, ok := strings.CutPrefix(url, schemaBase); ok {
 		url = "/" + rest // as written: a path resolved against the schema's own name
 	}
-	return nil, fmt.Errorf("an input schema may refer only to itself (a $ref such as #/$defs/x), not to %s", url)
+	return nil, fmt.Errorf("an input schema may use the standard JSON Schema drafts and refer only to itself (a $ref such as #/$defs/x), not to %s", url)
 }
 
 // schemaProblem explains why an input schema does not compile: the field
@@ -613,15 +616,14 @@ func schemaProblem(err error) (field, msg string) {
 			for _, tok := range leaf.InstanceLocation {
 				field += "." + tok
 			}
-			return field, "is not valid JSON Schema (draft 2020-12): " + leaf.ErrorKind.LocalizedString(message.NewPrinter(language.English))
+			return field, "is not a valid JSON Schema: " + leaf.ErrorKind.LocalizedString(message.NewPrinter(language.English))
 		}
 	}
 	var lue *jsonschema.LoadURLError
 	if errors.As(err, &lue) {
-		return "input", oneLine(lue.Err)
+		return "input", "is not a valid JSON Schema: " + oneLine(lue.Err)
 	}
-	msg = strings.ReplaceAll(oneLine(err), strconv.Quote(schemaURL), "the input schema")
-	return "input", "is not a valid JSON Schema: " + strings.ReplaceAll(msg, schemaURL, "the input schema")
+	return "input", "is not a valid JSON Schema: " + strings.ReplaceAll(oneLine(err), schemaURL, "")
 }
 
 func compileSchema(schema map[string]any) (*jsonschema.Schema, error) {
@@ -637,7 +639,9 @@ func compileSchema(schema map[string]any) (*jsonschema.Schema, error) {
 		return nil, err
 	}
 	c := jsonschema.NewCompiler()
-	c.UseLoader(noLoader{}) // never read a file or URL named in a $ref
+	// A schema is the user's: a $ref or $schema naming a file or URL must
+	// not make the api or a dispatcher read its disk or call out.
+	c.UseLoader(noLoader{})
 	if err := c.AddResource(schemaURL, doc); err != nil {
 		return nil, err
 	}
@@ -657,8 +661,8 @@ func (d Definition) CheckInput(input json.RawMessage) []FieldError {
 	}
 	sch, err := compileSchema(d.Input)
 	if err != nil {
-		field, msg := schemaProblem(err)
-		return []FieldError{{Field: field, Message: "the workflow's input schema is invalid: " + msg}}
+		field, msg := schemaProblem(err) // field is in the schema, not in the input
+		return []FieldError{{Field: "input", Message: "the workflow's input schema is invalid: " + field + " " + msg}}
 	}
 	if len(bytes.TrimSpace(input)) == 0 || string(bytes.TrimSpace(input)) == "null" {
 		input = json.RawMessage(`{}`)

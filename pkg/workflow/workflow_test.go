@@ -471,6 +471,12 @@ func FuzzParse(f *testing.F) {
 	} {
 		f.Add([]byte(seed))
 	}
+	for _, tc := range validationCases {
+		f.Add([]byte(tc.input))
+	}
+	for _, tc := range schemaErrorCases {
+		f.Add([]byte(schemaDefinition(tc.schema)))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		def, err := workflow.Parse(data)
 		if err == nil {

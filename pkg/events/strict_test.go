@@ -1,0 +1,287 @@
+package events_test
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/events"
+)
+
+// declaredTypes reads the package's source for every constant of type
+// Type, so that a new event type cannot go without a sample.
+func declaredTypes(t *testing.T) []events.Type {
+	t.Helper()
+	files, err := filepath.Glob("*.go")
+	require.NoError(t, err)
+	var out []events.Type
+	fset := token.NewFileSet()
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		require.NoError(t, err)
+		for _, decl := range f.Decls {
+			gd, ok := decl.(*ast.GenDecl)
+			if !ok || gd.Tok != token.CONST {
+				continue
+			}
+			for _, spec := range gd.Specs {
+				vs := spec.(*ast.ValueSpec)
+				if id, ok := vs.Type.(*ast.Ident); !ok || id.Name != "Type" {
+					continue
+				}
+				for _, v := range vs.Values {
+					lit, ok := v.(*ast.BasicLit)
+					require.True(t, ok, "a Type constant that is not a literal in %s", name)
+					s, err := strconv.Unquote(lit.Value)
+					require.NoError(t, err)
+					out = append(out, events.Type(s))
+				}
+			}
+		}
+	}
+	return out
+}
+
+func TestEveryDeclaredTypeHasASample(t *testing.T) {
+	t.Parallel()
+
+	declared := declaredTypes(t)
+	require.Len(t, declared, 40, "the count of event types changed: add samples for the new ones")
+	require.ElementsMatch(t, declared, allTypes)
+	for _, typ := range declared {
+		require.True(t, strings.HasPrefix(string(typ), "io.jetflow."), typ)
+		require.Equal(t, strings.ToLower(string(typ)), string(typ), "types are lower case")
+	}
+}
+
+// TestSamplesAreFullyPopulated: a member left zero in its sample would
+// not show that it survives the round trip (omitempty drops it).
+func TestSamplesAreFullyPopulated(t *testing.T) {
+	t.Parallel()
+
+	var check func(typ events.Type, v reflect.Value)
+	check = func(typ events.Type, v reflect.Value) {
+		for i := range v.NumField() {
+			f, fv := v.Type().Field(i), v.Field(i)
+			if f.Anonymous {
+				check(typ, fv)
+				continue
+			}
+			if typ == events.TypeOperationSucceeded && f.Name == "Output" {
+				continue // JSON null on purpose
+			}
+			require.False(t, fv.IsZero(), "%s: %s is zero", typ, f.Name)
+		}
+	}
+	for _, p := range samples() {
+		check(p.EventType(), reflect.ValueOf(p).Elem())
+	}
+}
+
+func TestDecodeNamesTheMemberAtFault(t *testing.T) {
+	t.Parallel()
+
+	header := func(typ events.Type) nats.Header {
+		return nats.Header{"ce-specversion": {"1.0"}, "ce-id": {"e1"}, "ce-source": {"s"}, "ce-type": {string(typ)},
+			"content-type": {"application/json"}}
+	}
+	tests := []struct {
+		name string
+		typ  events.Type
+		data string
+		want string
+	}{
+		{"NumberAsString", events.TypeStepStarted, `{"step_id":"a","attempt":"one"}`,
+			"io.jetflow.step.started data: attempt must be a number, not string"},
+		{"ListAsString", events.TypeStepWaiting, `{"step_id":"a","signals":"go"}`,
+			"io.jetflow.step.waiting data: signals must be an array, not string"},
+		{"ObjectAsList", events.TypeVariablesSet, `{"vars":[1]}`,
+			"io.jetflow.variables.set data: vars must be an object, not array"},
+		{"BoolAsNumber", events.TypeStepSkipped, `{"step_id":"a","dry_run":1}`,
+			"io.jetflow.step.skipped data: dry_run must be a boolean, not number"},
+		{"NestedMember", events.TypeClearLock, `{"lock":"db","entries":[{"request":"2"}]}`,
+			"io.jetflow.lock.clear data: entries.request must be a number, not string"},
+		{"WholeDocument", events.TypeTimerFired, `["t1"]`,
+			"io.jetflow.timer.fired data: must be a JSON object, not array"},
+		{"BadTime", events.TypeTimerArmed, `{"timer_id":"t","due":"tomorrow"}`,
+			`io.jetflow.timer.armed data: parsing time "tomorrow" as "2006-01-02T15:04:05Z07:00": cannot parse "tomorrow" as "2006"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+
+			_, err := events.Decode(header(tc.typ), []byte(tc.data))
+			require.ErrorIs(t, err, events.ErrMalformed)
+			require.Equal(t, events.ErrMalformed.Error()+": "+tc.want, err.Error())
+		})
+	}
+}
+
+type probe struct {
+	N int            `json:"n"`
+	S string         `json:"s"`
+	B bool           `json:"b"`
+	L []string       `json:"l"`
+	M map[string]int `json:"m"`
+	O struct {
+		X float64 `json:"x"`
+	} `json:"o"`
+	U uint8 `json:"u"`
+	A any   `json:"a"`
+}
+
+func TestExplainJSON(t *testing.T) {
+	t.Parallel()
+
+	tests := []struct {
+		name, data   string
+		field, want  string
+		strictDecode bool // through DecodeStrictJSON instead of json.Unmarshal
+	}{
+		{"Number", `{"n":"x"}`, "n", "must be a number, not string", false},
+		{"String", `{"s":1}`, "s", "must be a string, not number", false},
+		{"Boolean", `{"b":"yes"}`, "b", "must be a boolean, not string", false},
+		{"Array", `{"l":{}}`, "l", "must be an array, not object", false},
+		{"Object", `{"m":[]}`, "m", "must be an object, not array", false},
+		{"NestedMember", `{"o":{"x":true}}`, "o.x", "must be a number, not bool", false},
+		{"OutOfRange", `{"u":300}`, "u", "must be a number, not number 300", false},
+		{"WholeDocument", `[1]`, "", "must be a JSON object, not array", false},
+		{"Syntax", `{"n":1,}`, "", "is not valid JSON at byte 8: invalid character '}' looking for beginning of object key string", false},
+		{"Truncated", `{"n":`, "", "is not valid JSON at byte 5: unexpected end of JSON input", false},
+		{"StrictUnknownMember", `{"n":1,"colour":"red"}`, "colour", `unknown member "colour"`, true},
+		{"StrictTrailingValue", `{"n":1} {"n":2}`, "", "has data after the JSON value", true},
+		{"StrictTrailingGarbage", `{"n":1} x`, "", "has data after the JSON value", true},
+		{"StrictTruncated", `{"n":1`, "", "unexpected EOF", true},
+		{"StrictWrongType", `{"s":true}`, "s", "must be a string, not bool", true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+
+			var p probe
+			var err error
+			if tc.strictDecode {
+				err = events.DecodeStrictJSON([]byte(tc.data), &p)
+			} else {
+				err = json.Unmarshal([]byte(tc.data), &p)
+			}
+			require.Error(t, err)
+			field, msg := events.ExplainJSON(err)
+			require.Equal(t, tc.field, field)
+			require.Equal(t, tc.want, msg)
+			require.NotContains(t, msg, "Go ", "no Go type names")
+			require.NotContains(t, msg, "events_test", "no Go type names")
+		})
+	}
+
+	t.Run("StrictAcceptsOneValue", func(t *testing.T) {
+		t.Parallel()
+
+		var p probe
+		require.NoError(t, events.DecodeStrictJSON([]byte(" {\"n\":1,\"a\":{\"any\":[1]}} \n"), &p))
+		require.Equal(t, 1, p.N)
+		require.Equal(t, map[string]any{"any": []any{float64(1)}}, p.A)
+	})
+}
+
+func TestStrictData(t *testing.T) {
+	t.Parallel()
+
+	ev := func(typ events.Type, raw string) events.Event {
+		return events.Event{ID: "e1", Type: typ, Source: "s", Raw: json.RawMessage(raw)}
+	}
+	require.NoError(t, events.StrictData(ev(events.TypeSignalExecution, `{"execution_id":"x1","name":"go","data":{"free":"form"}}`)))
+	require.NoError(t, events.StrictData(ev(events.TypeReconcileExecution, "")), "no data")
+	require.NoError(t, events.StrictData(ev(events.TypeReconcileExecution, " \n")), "no data")
+
+	err := events.StrictData(ev(events.TypeSignalExecution, `{"execution_id":"x1","nmae":"go"}`))
+	require.Error(t, err)
+	field, msg := events.ExplainJSON(err)
+	require.Equal(t, "nmae", field)
+	require.Equal(t, `unknown member "nmae"`, msg)
+
+	err = events.StrictData(ev(events.TypeExecutionAction, `{"execution_id":"x1","action":"cancel"} {}`))
+	_, msg = events.ExplainJSON(err)
+	require.Equal(t, "has data after the JSON value", msg)
+
+	err = events.StrictData(ev("io.jetflow.step.paused", `{}`))
+	require.ErrorIs(t, err, events.ErrUnknownType)
+	require.Contains(t, err.Error(), "io.jetflow.step.paused")
+
+	// Every known type accepts its own sample, strictly.
+	for _, p := range samples() {
+		require.NoError(t, events.StrictData(ev(p.EventType(), mustJSON(t, p))), p.EventType())
+	}
+}
+
+func TestMoreSubjectsAndNames(t *testing.T) {
+	t.Parallel()
+
+	require.Equal(t, "jf.timers.x1", events.TimerSubject("x1"))
+	require.Equal(t, "jf.schedules.t-1", events.ScheduleSubject("t-1"))
+	require.Equal(t, "jf.kills.x1", events.KillSubject("x1"))
+
+	// Both ids are stored (as Nats-Msg-Id, in histories): pinned.
+	key := events.CommandKey("cli/alice", "42")
+	require.Equal(t, "cmd-"+shortHash(key), events.CommandMsgID(key))
+	require.Equal(t, "s"+shortHash(key), events.SignalID(key))
+	require.NotEqual(t, events.SignalID(key), events.SignalID(events.CommandKey("cli/alice", "43")))
+
+	for name, want := range map[string]bool{
+		"approve": true, "9": true, "a-b_c": true, strings.Repeat("a", 64): true,
+		"": false, "-a": false, "_a": false, "a.b": false, "a b": false, strings.Repeat("a", 65): false, "é": false,
+	} {
+		require.Equal(t, want, events.ValidSignalName(name), "%q", name)
+	}
+}
+
+func TestValidAction(t *testing.T) {
+	t.Parallel()
+
+	for _, a := range []string{"cancel", "force-cancel", "kill", "resume", "force-resume", "replay"} {
+		require.True(t, events.ValidAction(a), a)
+	}
+	require.Len(t, events.Actions, 6)
+	for _, a := range []string{"", "Cancel", "pause", "clear-lock"} {
+		require.False(t, events.ValidAction(a), a)
+	}
+}
+
+func TestResultRef(t *testing.T) {
+	t.Parallel()
+
+	ref := events.TaskRef{TaskID: "x1.a.1", ExecutionID: "x1", Workflow: "wf", StepID: "a", Attempt: 1, Token: "t", Agent: "ag", Delivery: 2}
+	for _, p := range []events.Payload{
+		&events.OperationStarted{TaskRef: ref},
+		&events.OperationSucceeded{TaskRef: ref, Output: json.RawMessage(`1`)},
+		&events.OperationFailed{TaskRef: ref, Error: "boom"},
+	} {
+		got, ok := events.ResultRef(p)
+		require.True(t, ok, p.EventType())
+		require.Equal(t, ref, got)
+	}
+	for _, p := range []events.Payload{&events.Task{TaskID: "x1.a.1"}, &events.StepStarted{StepID: "a"}} {
+		got, ok := events.ResultRef(p)
+		require.False(t, ok, p.EventType())
+		require.Zero(t, got)
+	}
+}
+
+func shortHash(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:12])
+}

@@ -1,0 +1,226 @@
+package expression_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/expression"
+)
+
+// TestRenderErrors: a template that cannot be evaluated is an
+// *expression.Error naming the expression, on one line, wherever it sits
+// in the value.
+func TestRenderErrors(t *testing.T) {
+	t.Parallel()
+
+	tests := []struct {
+		name string
+		in   any
+		expr string // the expression the error names
+		want string // the whole message
+	}{
+		{"NilMember", "${vars.missing.x}", "vars.missing.x",
+			"expression ${vars.missing.x}: cannot fetch x from <nil> (1:14) | vars.missing.x | .............^"},
+		{"IndexOutOfRange", "first: ${input.tags[5]}", "input.tags[5]",
+			"expression ${input.tags[5]}: index out of range: 5 (array length is 2) (1:11) | input.tags[5] | ..........^"},
+		{"BadConversion", "${int('x')}", "int('x')",
+			"expression ${int('x')}: invalid operation: int(x) (1:1) | int('x') | ^"},
+		{"Empty", "${ }", "", "expression ${}: is empty"},
+		{"KeysIsOff", "${keys(input)}", "keys(input)", // Go's map order would make it give other values
+			"expression ${keys(input)}: unknown name keys (1:1) | keys(input) | ^"},
+		{"ValuesIsOff", "${values(input)}", "values(input)",
+			"expression ${values(input)}: unknown name values (1:1) | values(input) | ^"},
+		{"RootNotInTheEnvironment", "${result.stdout}", "result.stdout",
+			"expression ${result.stdout}: unknown name result (1:1) | result.stdout | ^"},
+		{"InAMap", map[string]any{"a": "ok", "b": map[string]any{"c": "${vars.missing.x}"}}, "vars.missing.x",
+			"expression ${vars.missing.x}: cannot fetch x from <nil> (1:14) | vars.missing.x | .............^"},
+		{"InAList", []any{"ok", 1, "${nope}"}, "nope", "expression ${nope}: unknown name nope (1:1) | nope | ^"},
+		{"SecondOfTwo", "${input.host}-${nope}", "nope", "expression ${nope}: unknown name nope (1:1) | nope | ^"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+
+			got, err := expression.Render(tc.in, env())
+			require.Nil(t, got)
+			var ee *expression.Error
+			require.ErrorAs(t, err, &ee)
+			require.Equal(t, tc.expr, ee.Expr)
+			require.NotNil(t, errors.Unwrap(err), "the cause is kept")
+			require.Equal(t, tc.want, err.Error())
+		})
+	}
+}
+
+func TestUnclosedTemplates(t *testing.T) {
+	t.Parallel()
+
+	for name, in := range map[string]string{
+		"NoBrace":             "${input.host",
+		"OpenSingleQuote":     "${'abc}",
+		"OpenDoubleQuote":     `${"abc}`,
+		"OpenBacktick":        "${`abc}",
+		"EscapedClosingQuote": `${"abc\"}`,
+		"MapLiteralOpen":      "${ {'a': 1 }",
+		"SecondUnclosed":      "${input.host} ${vars.count",
+	} {
+		_, err := expression.Render(in, env())
+		require.ErrorIs(t, err, expression.ErrUnclosed, name)
+		require.ErrorIs(t, expression.Compile(in, nil), expression.ErrUnclosed, name)
+	}
+}
+
+func TestRenderKeepsJSONShapes(t *testing.T) {
+	t.Parallel()
+
+	tests := []struct {
+		name string
+		in   string
+		want any
+	}{
+		{"IntBecomesANumber", "${len(input.tags)}", float64(2)},
+		{"RangeBecomesAListOfNumbers", "${1..3}", []any{float64(1), float64(2), float64(3)}},
+		{"MappedList", "${map(input.tags, upper(#))}", []any{"A", "B"}},
+		{"MapLiteral", "${ {'a': input.host} }", map[string]any{"a": "db1"}},
+		{"Null", "${vars.missing}", nil},
+		{"NilSafe", "${input?.y?.z}", nil},
+		{"Default", "${input.x ?? 'd'}", "d"},
+		{"Bool", "${input.n > 2}", true},
+		{"EscapedQuoteInString", `${ 'a\'}b' }`, "a'}b"},
+		{"BacktickString", "${`a}b`}", "a}b"},
+		{"TrimmedCode", "${   input.host   }", "db1"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+
+			got, err := expression.Render(tc.in, env())
+			require.NoError(t, err)
+			require.Equal(t, tc.want, got)
+		})
+	}
+
+	t.Run("OtherValuesAsTheyAre", func(t *testing.T) {
+		t.Parallel()
+
+		for _, v := range []any{nil, 3, 2.5, true, map[string]string{"a": "${x}"}} {
+			got, err := expression.Render(v, env())
+			require.NoError(t, err)
+			require.Equal(t, v, got)
+		}
+	})
+}
+
+func TestRenderString(t *testing.T) {
+	t.Parallel()
+
+	tests := []struct {
+		name string
+		in   string
+		want string
+	}{
+		{"Literal", "plain", "plain"},
+		{"String", "${input.host}", "db1"},
+		{"Number", "${input.n * 2}", "6"},
+		{"List", "${input.tags}", `["a","b"]`},
+		{"Object", "${steps.fetch.output}", `{"status":200}`},
+		{"Null", "${vars.missing}", ""},
+		{"Bool", "${input.n > 2}", "true"},
+		{"Interpolated", "n=${input.n}, tags=${input.tags}", `n=3, tags=["a","b"]`},
+		{"Escaped", "$${input.n} is ${input.n}", "${input.n} is 3"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+
+			got, err := expression.RenderString(tc.in, env())
+			require.NoError(t, err)
+			require.Equal(t, tc.want, got)
+		})
+	}
+
+	t.Run("Error", func(t *testing.T) {
+		t.Parallel()
+
+		got, err := expression.RenderString("x-${nope}", env())
+		require.Empty(t, got)
+		var ee *expression.Error
+		require.ErrorAs(t, err, &ee)
+		require.Equal(t, "nope", ee.Expr)
+	})
+}
+
+// TestConditionGivesABoolean: anything else is an error that says what it gave.
+func TestConditionGivesABoolean(t *testing.T) {
+	t.Parallel()
+
+	tests := []struct {
+		name, cond, want string
+	}{
+		{"String", "input.host", "expression ${input.host}: gives the string db1, a condition must give true or false"},
+		{"Number", "input.n", "expression ${input.n}: gives the number 3, a condition must give true or false"},
+		{"Int", "len(input.tags)", "expression ${len(input.tags)}: gives the number 2, a condition must give true or false"},
+		{"Object", "input", `expression ${input}: gives the object {"host":"db1","n":3,"tags":["a","b"]}, a condition must give true or false`},
+		{"List", "${input.tags}", `expression ${input.tags}: gives the list ["a","b"], a condition must give true or false`},
+		{"Null", "vars.missing", "expression ${vars.missing}: gives null, a condition must give true or false"},
+		{"Range", "1..3", "expression ${1..3}: gives the value [1,2,3], a condition must give true or false"},
+		{"Syntax", "input.n +", "expression ${input.n +}: unexpected token EOF (1:9) | input.n + | ........^"},
+		{"Runtime", "vars.missing.x", "expression ${vars.missing.x}: cannot fetch x from <nil> (1:14) | vars.missing.x | .............^"},
+		{"Empty", "  ", "expression ${}: is empty"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+
+			ok, err := expression.Condition(tc.cond, env())
+			require.False(t, ok)
+			var ee *expression.Error
+			require.ErrorAs(t, err, &ee)
+			require.Equal(t, tc.want, err.Error())
+		})
+	}
+}
+
+func TestTemplates(t *testing.T) {
+	t.Parallel()
+
+	tests := []struct {
+		name string
+		in   any
+		want bool
+	}{
+		{"Plain", "plain", false},
+		{"Dollar", "costs $5 {each}", false},
+		{"Expression", "a ${b}", true},
+		{"Escaped", "$${b}", true}, // IsTemplate is a cheap check: the escape still holds ${
+		{"Unclosed", "${b", true},
+		{"NestedInAMap", map[string]any{"a": 1, "b": []any{"x", map[string]any{"c": "${d}"}}}, true},
+		{"NoStrings", map[string]any{"a": 1, "b": []any{true, nil}}, false},
+		{"Nil", nil, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+
+			require.Equal(t, tc.want, expression.HasTemplate(tc.in))
+			if s, ok := tc.in.(string); ok {
+				require.Equal(t, tc.want, expression.IsTemplate(s))
+			}
+		})
+	}
+}
+
+func TestExpressionSizeIsBounded(t *testing.T) {
+	t.Parallel()
+
+	small := "${" + strings.Repeat("1+", 500) + "1}"
+	require.NoError(t, expression.Compile(small, nil))
+	big := "${" + strings.Repeat("1+", 1500) + "1}"
+	err := expression.Compile(big, nil)
+	var ee *expression.Error
+	require.ErrorAs(t, err, &ee)
+	require.Contains(t, err.Error(), "exceeds maximum allowed nodes")
+}

@@ -1,0 +1,200 @@
+package workflow_test
+
+import (
+	"encoding/json"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/workflow"
+)
+
+// schemaErrorCases are input schemas refused when the definition is
+// applied, with a text that the message must hold to say why.
+var schemaErrorCases = []struct {
+	name   string
+	schema []string // the lines under input:, from line 3
+	field  string   // the schema keyword at fault, as a field path
+	line   int
+	cause  string
+}{
+	{"UnknownType", []string{"  type: objet"}, "input.type", 3, "value must be one of 'array', 'boolean'"},
+	{"NestedTypeNotAString", []string{"  type: object", "  properties:", "    x: {type: 3}"}, "input.properties.x.type", 5, "value must be one of"},
+	{"BadPattern", []string{"  type: object", "  properties:", `    day: {type: string, pattern: "[0-9"}`}, "input.properties.day.pattern", 5, "missing closing ]"},
+	{"NegativeMinLength", []string{"  minLength: -1"}, "input.minLength", 3, "minimum: got -1, want 0"},
+	{"RefToNowhere", []string{`  $ref: "#/$defs/nope"`}, "input", 3, `"#/$defs/nope" not found`},
+	{"Draft7RequiredNotAList", []string{"  $schema: http://json-schema.org/draft-07/schema#", "  required: name"}, "input.required", 4, "got string, want array"},
+	{"UnknownMetaschema", []string{"  $schema: https://example.com/my-meta"}, "input", 3, "not to https://example.com/my-meta"},
+	{"RefToAFile", []string{"  $ref: /etc/hostname"}, "input", 3, "refer only to itself"},
+}
+
+func schemaDefinition(schema []string) string {
+	return yml(append(append([]string{"name: wf", "input:"}, schema...), "steps:", "  - {id: a, kind: noop}")...)
+}
+
+// TestInputSchemaErrors: an input schema that does not compile is refused
+// when the definition is applied, as one problem on one line that names
+// the input field and its line.
+func TestInputSchemaErrors(t *testing.T) {
+	t.Parallel()
+
+	for _, tc := range schemaErrorCases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+
+			_, err := workflow.Parse([]byte(schemaDefinition(tc.schema)))
+			require.ErrorIs(t, err, workflow.ErrInvalid)
+			var ve *workflow.ValidationError
+			require.ErrorAs(t, err, &ve)
+			require.Len(t, ve.Problems, 1)
+			p := ve.Problems[0]
+			require.Equal(t, tc.field, p.Field)
+			require.Equal(t, tc.line, p.Line, "the line of the keyword at fault")
+			require.Contains(t, p.Message, tc.cause)
+			require.NotContains(t, err.Error(), "\n")
+		})
+	}
+}
+
+// TestInputSchemaErrorsHideServerDetails is what a user applying a
+// definition should see: the problem, not where the server runs nor the
+// whole metaschema check.
+func TestInputSchemaErrorsHideServerDetails(t *testing.T) {
+	t.Parallel()
+
+	wd, err := os.Getwd()
+	require.NoError(t, err)
+	for _, tc := range schemaErrorCases {
+		_, err := workflow.Parse([]byte(schemaDefinition(tc.schema)))
+		require.Error(t, err)
+		msg := err.Error()
+		require.NotContains(t, msg, wd, tc.name)
+		require.NotContains(t, msg, "file://", tc.name)
+		require.NotContains(t, msg, "metaschema", tc.name)
+		require.NotContains(t, msg, "'allOf' failed", tc.name)
+	}
+}
+
+func TestCheckInput(t *testing.T) {
+	t.Parallel()
+
+	d, err := workflow.Parse([]byte(yml(
+		"name: report",
+		"input:",
+		"  type: object",
+		"  required: [date]",
+		"  additionalProperties: false",
+		"  properties:",
+		`    date: {type: string, pattern: "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"}`,
+		"    hosts: {type: array, items: {type: string}}",
+		"    format: {enum: [pdf, html]}",
+		"steps:",
+		"  - {id: a, kind: noop}",
+	)))
+	require.NoError(t, err)
+
+	tests := []struct {
+		name  string
+		input string
+		want  []workflow.FieldError
+	}{
+		{"Valid", `{"date":"2026-01-01","hosts":["a","b"],"format":"pdf"}`, nil},
+		{"NoInputIsAnEmptyObject", ``, []workflow.FieldError{{Field: "input", Message: "missing property 'date'"}}},
+		{"NullIsAnEmptyObject", `null`, []workflow.FieldError{{Field: "input", Message: "missing property 'date'"}}},
+		{"BlankIsAnEmptyObject", " \n", []workflow.FieldError{{Field: "input", Message: "missing property 'date'"}}},
+		{"WrongType", `{"date":5}`, []workflow.FieldError{{Field: "input.date", Message: "got number, want string"}}},
+		{"ListItemNamedByIndex", `{"date":"2026-01-01","hosts":["a",3]}`, []workflow.FieldError{{Field: "input.hosts.1", Message: "got number, want string"}}},
+		{"NotInTheEnum", `{"date":"2026-01-01","format":"doc"}`, []workflow.FieldError{{Field: "input.format", Message: "value must be one of 'pdf', 'html'"}}},
+		{"EveryProblem", `{"date":"x","extra":1}`, []workflow.FieldError{
+			{Field: "input.date", Message: "'x' does not match pattern '^[0-9]{4}-[0-9]{2}-[0-9]{2}$'"},
+			{Field: "input", Message: "additional properties 'extra' not allowed"},
+		}},
+		{"NotAnObject", `[1]`, []workflow.FieldError{{Field: "input", Message: "got array, want object"}}},
+		{"NotJSON", `{`, []workflow.FieldError{{Field: "input", Message: "is not valid JSON: unexpected EOF"}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+
+			require.Equal(t, tc.want, d.CheckInput(json.RawMessage(tc.input)))
+		})
+	}
+
+	t.Run("NoSchemaTakesAnything", func(t *testing.T) {
+		t.Parallel()
+
+		none := workflow.Definition{Name: "wf"}
+		for _, in := range []string{``, `{`, `[1]`, `{"x":1}`} {
+			require.Nil(t, none.CheckInput(json.RawMessage(in)), in)
+		}
+	})
+
+	t.Run("InvalidSchemaBuiltInGo", func(t *testing.T) {
+		t.Parallel()
+
+		bad := workflow.Definition{Name: "wf", Input: map[string]any{"type": "objet"}}
+		problems := bad.CheckInput(json.RawMessage(`{}`))
+		require.Len(t, problems, 1)
+		require.Equal(t, "input", problems[0].Field)
+		require.True(t, strings.HasPrefix(problems[0].Message, "the workflow's input schema is invalid: "), problems[0].Message)
+		require.NotContains(t, problems[0].Message, "\n")
+	})
+
+	t.Run("SchemaNotEncodable", func(t *testing.T) {
+		t.Parallel()
+
+		bad := workflow.Definition{Name: "wf", Input: map[string]any{"f": func() {}}}
+		problems := bad.CheckInput(json.RawMessage(`{}`))
+		require.Len(t, problems, 1)
+		require.Equal(t, "input", problems[0].Field)
+		require.Contains(t, problems[0].Message, "unsupported type")
+	})
+}
+
+// TestInputSchemaReadsNoFiles: a definition comes from a user, over the
+// api, and is compiled by the api and by every dispatcher: a $ref or
+// $schema naming a file must not make them read their own disks.
+func TestInputSchemaReadsNoFiles(t *testing.T) {
+	t.Parallel()
+
+	dir := t.TempDir()
+	path := filepath.Join(dir, "string.json")
+	require.NoError(t, os.WriteFile(path, []byte(`{"type": "string"}`), 0o600))
+	meta := filepath.Join(dir, "meta.json")
+	require.NoError(t, os.WriteFile(meta, []byte(`{"$schema": "https://json-schema.org/draft/2020-12/schema"}`), 0o600))
+	fileURL := (&url.URL{Scheme: "file", Path: path}).String()
+
+	tests := []struct {
+		name   string
+		schema map[string]any
+	}{
+		{"RefToAPath", map[string]any{"$ref": path}},
+		{"RefToAFileURL", map[string]any{"$ref": fileURL}},
+		{"NestedRef", map[string]any{"type": "object", "properties": map[string]any{"x": map[string]any{"$ref": fileURL}}}},
+		{"SchemaFromAFile", map[string]any{"$schema": (&url.URL{Scheme: "file", Path: meta}).String()}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+
+			b, err := json.Marshal(map[string]any{"name": "wf", "input": tc.schema, "steps": []any{map[string]any{"id": "a", "kind": "noop"}}})
+			require.NoError(t, err)
+			_, err = workflow.Parse(b)
+			var ve *workflow.ValidationError
+			require.ErrorAs(t, err, &ve, "the schema was compiled from the file")
+			require.Len(t, ve.Problems, 1)
+			require.Equal(t, "input", ve.Problems[0].Field)
+			require.True(t, strings.HasPrefix(ve.Problems[0].Message, "is not a valid JSON Schema: "), ve.Problems[0].Message)
+
+			d := workflow.Definition{Name: "wf", Input: tc.schema}
+			problems := d.CheckInput(json.RawMessage(`"a string"`))
+			require.Len(t, problems, 1, "the input was checked against the file")
+			require.Equal(t, "input", problems[0].Field)
+			require.True(t, strings.HasPrefix(problems[0].Message, "the workflow's input schema is invalid: "), problems[0].Message)
+		})
+	}
+}
