@@ -27,7 +27,7 @@ func samples() []events.Payload {
 	return []events.Payload{
 		&events.ExecutionStarted{Workflow: "deploy", Version: 3, Input: json.RawMessage(`{"env":"prod"}`),
 			Steps:      []events.StepRef{{ID: "build", Kind: "exec"}, {ID: "notify", Kind: "http"}},
-			Definition: json.RawMessage(`{"name":"deploy"}`), Token: "tok", CommandKey: "cli#1", StartedBy: "alice",
+			Definition: json.RawMessage(`{"name":"deploy"}`), Token: "tok", CommandKey: "cli#1", CommandDigest: "d1", StartedBy: "alice", APIURL: "http://127.0.0.1:8080",
 			WaitAfterFail: true, DryRun: true, Retention: &events.Retention{Rule: "max(5, 24h)", Key: "deploy-prod"}},
 		&events.ExecutionSucceeded{Output: json.RawMessage(`[1,2,3]`)},
 		&events.ExecutionFailed{Error: "step build: exit status 1", StepID: "build"},
@@ -49,7 +49,7 @@ func samples() []events.Payload {
 		&events.OperationSucceeded{TaskRef: ref, Output: json.RawMessage(`null`), Duration: 99},
 		&events.OperationFailed{TaskRef: ref, Error: "agent died", Output: json.RawMessage(`{}`), Lost: true},
 		&events.CommandRejected{CommandKey: "cli#1", CommandType: events.TypeStartExecution, ExecutionID: "x1",
-			Code: events.CodeNotFound, Reason: "no workflow deploy"},
+			Code: events.CodeNotFound, Reason: "no workflow deploy", Subject: events.SubjectStart, StreamSeq: 7},
 		&events.ExecutionCancelling{ActionRecord: action},
 		&events.ExecutionCancelled{ActionRecord: action},
 		&events.ExecutionResumed{ActionRecord: action, Token: "tok2", Reset: []string{"build", "each[1]/ping"}},
