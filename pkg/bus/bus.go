@@ -44,6 +44,10 @@ type Config struct {
 	CommandsMaxAge time.Duration
 	// OnRetry, if set, is told why Open is still waiting for JetStream.
 	OnRetry func(err error)
+	// Restricted: the identity may not change the topology (a service
+	// running with credentials): Open only connects, and the streams,
+	// buckets and consumers are the bootstrap's ([Bootstrap]).
+	Restricted bool
 }
 
 func (c Config) withDefaults() Config {
@@ -250,7 +254,17 @@ func Open(ctx context.Context, url, name string, c Config, opts ...nats.Option) 
 	}
 	// Wait for the (possibly still starting) server instead of failing.
 	for {
-		err = Ensure(ctx, js, c)
+		if c.Restricted {
+			err = nil
+			if !nc.IsConnected() {
+				err = fmt.Errorf("not connected to %s yet", url)
+				if last := nc.LastError(); last != nil {
+					err = fmt.Errorf("not connected to %s yet: %w", url, last)
+				}
+			}
+		} else {
+			err = Ensure(ctx, js, c)
+		}
 		if err == nil {
 			return nc, js, nil
 		}

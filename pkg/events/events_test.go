@@ -23,7 +23,7 @@ var at = time.Date(2026, 3, 14, 15, 9, 26, 535897932, time.UTC)
 func samples() []events.Payload {
 	action := events.ActionRecord{Action: events.ActionCancel, Reason: "wrong host", RequestedBy: "alice", Command: "cli#7"}
 	ref := events.TaskRef{TaskID: "x1.build.2", ExecutionID: "x1", Workflow: "deploy", StepID: "build",
-		Attempt: 2, Token: "tok", Agent: "agent-7", Delivery: 3}
+		Attempt: 2, Token: "tok", Queue: "gpu", Agent: "agent-7", Delivery: 3}
 	return []events.Payload{
 		&events.ExecutionStarted{Workflow: "deploy", Version: 3, Input: json.RawMessage(`{"env":"prod"}`),
 			Steps:      []events.StepRef{{ID: "build", Kind: "exec"}, {ID: "notify", Kind: "http"}},
@@ -399,7 +399,8 @@ func TestSubjects(t *testing.T) {
 	require.Equal(t, "jf.events.deploy.*", events.WorkflowSubjects("deploy"))
 	require.Equal(t, "jf.events.*.x1", events.ExecutionFilter("x1"))
 	require.Equal(t, "jf.tasks.builders", events.TaskSubject("builders"))
-	require.Equal(t, "jf.results.x1", events.ResultSubject("x1"))
+	require.Equal(t, "jf.results.gpu.x1", events.ResultSubject("gpu", "x1"))
+	require.Equal(t, "jf.results.*.x1", events.ExecutionResults("x1"))
 	require.Equal(t, "x1.build.3", events.TaskID("x1", "build", 3))
 
 	r := events.RejectionSubject("cli#1")
@@ -414,7 +415,7 @@ func TestTaskRef(t *testing.T) {
 
 	task := events.Task{TaskID: "x1.a.1", ExecutionID: "x1", Workflow: "wf", StepID: "a", Attempt: 1, Token: "t", Kind: "noop", Queue: "q"}
 	require.Equal(t, events.TaskRef{TaskID: "x1.a.1", ExecutionID: "x1", Workflow: "wf", StepID: "a", Attempt: 1,
-		Token: "t", Agent: "ag", Delivery: 2}, task.Ref("ag", 2))
+		Token: "t", Queue: "q", Agent: "ag", Delivery: 2}, task.Ref("ag", 2))
 }
 
 func typeName(t events.Type) string {

@@ -435,7 +435,10 @@ type TaskRef struct {
 	StepID      string `json:"step_id"`
 	Attempt     int    `json:"attempt"`
 	Token       string `json:"token"`
-	Agent       string `json:"agent,omitempty"`
+	// Queue is the agent queue the task was sent to; a report is published
+	// on that queue's results subject.
+	Queue string `json:"queue,omitempty"`
+	Agent string `json:"agent,omitempty"`
 	// Delivery is the task's delivery count when this result was produced.
 	Delivery int `json:"delivery,omitempty"`
 }
@@ -443,7 +446,7 @@ type TaskRef struct {
 // Ref returns the reference of t, for results about it.
 func (t Task) Ref(agent string, delivery int) TaskRef {
 	return TaskRef{TaskID: t.TaskID, ExecutionID: t.ExecutionID, Workflow: t.Workflow,
-		StepID: t.StepID, Attempt: t.Attempt, Token: t.Token, Agent: agent, Delivery: delivery}
+		StepID: t.StepID, Attempt: t.Attempt, Token: t.Token, Queue: t.Queue, Agent: agent, Delivery: delivery}
 }
 
 // OperationStarted reports that an agent began a task.

@@ -78,6 +78,15 @@ const WorkflowNameRule = "use 1 to 64 letters, digits, '-' or '_', starting with
 // then up to 63 letters, digits, '-' or '_'. Names are subject tokens.
 func ValidWorkflowName(name string) bool { return nameRe.MatchString(name) }
 
+// QueueNameRule describes valid agent queue names, for error messages.
+const QueueNameRule = "use 1 to 64 letters, digits, '-' or '_', starting with a letter or digit"
+
+var queueRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
+
+// ValidQueueName reports whether name can name an agent queue (a subject
+// token of jf.tasks.<queue> and jf.results.<queue>.<execution>).
+func ValidQueueName(name string) bool { return queueRe.MatchString(name) }
+
 // SignalNameRule describes valid signal names, for error messages.
 const SignalNameRule = "use 1 to 64 letters, digits, '-' or '_', starting with a letter or digit"
 
@@ -113,8 +122,16 @@ func ScheduleSubject(timerID string) string { return SchedulesPrefix + "." + tim
 // TaskSubject is the work-queue subject of an agent queue.
 func TaskSubject(queue string) string { return TasksPrefix + "." + queue }
 
-// ResultSubject is where results about an execution's tasks go.
-func ResultSubject(executionID string) string { return ResultsPrefix + "." + executionID }
+// ResultSubject is where agents of queue report about an execution's
+// tasks. The queue is part of the subject so that NATS permissions can let
+// an agent report for its queues only, and the dispatcher records a report
+// only when it came on the queue of the step it is about.
+func ResultSubject(queue, executionID string) string {
+	return ResultsPrefix + "." + queue + "." + executionID
+}
+
+// ExecutionResults matches the reports about one execution, from any queue.
+func ExecutionResults(executionID string) string { return ResultsPrefix + ".*." + executionID }
 
 // KillSubject is where the kill notice of an execution is published.
 func KillSubject(executionID string) string { return KillsPrefix + "." + executionID }

@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
+
+	"jetflow.dev/pkg/auth"
 )
 
 // Config configures an embedded server.
@@ -30,6 +33,13 @@ type Config struct {
 	Logger server.Logger
 	// ReadyTimeout bounds the wait for the server to accept connections. Default 10s.
 	ReadyTimeout time.Duration
+	// Operator, when set, runs the server in operator mode: it trusts
+	// this operator, knows the accounts (JWTs by public key) and has
+	// SystemAccount as its system account; clients must present a user
+	// JWT signed by one of the accounts (see package auth).
+	Operator      *jwt.OperatorClaims
+	SystemAccount string
+	Accounts      map[string]string
 }
 
 // Start starts a server and waits until it accepts connections.
@@ -48,6 +58,20 @@ func Start(c Config) (*server.Server, error) {
 		NoLog:      c.Logger == nil,
 		// Keep the HTTP monitor off; jetflow's api is the front door.
 		HTTPPort: 0,
+	}
+	if c.Operator != nil {
+		res := &server.MemAccResolver{}
+		for pub, accJWT := range c.Accounts {
+			if err := res.Store(pub, accJWT); err != nil {
+				return nil, fmt.Errorf("natsserver: account %s: %w", pub, err)
+			}
+		}
+		opts.TrustedOperators = []*jwt.OperatorClaims{c.Operator}
+		// A user JWT carries its permissions, and clients send it in the
+		// CONNECT line: jetflow's roles need more than the default 4 KiB.
+		opts.MaxControlLine = auth.MaxControlLine
+		opts.AccountResolver = res
+		opts.SystemAccount = c.SystemAccount
 	}
 	if c.ClusterName != "" {
 		opts.Cluster = server.ClusterOpts{Name: c.ClusterName, Host: opts.Host, Port: c.ClusterPort}

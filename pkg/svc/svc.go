@@ -4,10 +4,16 @@
 package svc
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"jetflow.dev/pkg/auth"
+	"jetflow.dev/pkg/bus"
 )
 
 // DefaultNATSURL is where services look for NATS when told nothing.
@@ -68,4 +74,62 @@ func (f *Flags) Parse(args []string) error {
 		return f.errs[0]
 	}
 	return f.FlagSet.Parse(args)
+}
+
+// Common are the settings every service has: where NATS is, with which
+// identity, and how much to log.
+type Common struct {
+	NATSURL  *string
+	Creds    *string
+	Replicas *int
+	LogLevel *string
+	LogJSON  *bool
+}
+
+// Bool defines a boolean flag defaulting to $env (true, 1, yes) or def.
+func (f *Flags) Bool(name, env string, def bool, usage string) *bool {
+	if v, ok := f.env(env); ok {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			f.errs = append(f.errs, fmt.Errorf("%s=%q: not a boolean (true or false)", env, v))
+		}
+		def = b
+	}
+	return f.FlagSet.Bool(name, def, usage+" (env "+env+")")
+}
+
+// AddCommon defines the common flags.
+func (f *Flags) AddCommon() *Common {
+	return &Common{
+		NATSURL: f.String("nats", "JETFLOW_NATS_URL", DefaultNATSURL, "NATS server URL (several, comma-separated, for a cluster)"),
+		Creds: f.String("creds", "JETFLOW_NATS_CREDS", "",
+			"NATS credentials file of this service's identity (see jetflow auth init); without it the service connects anonymously and creates the topology itself"),
+		Replicas: f.Int("replicas", "JETFLOW_REPLICAS", 1, "replicas of streams and buckets (3 in a cluster); used when the service creates the topology"),
+		LogLevel: f.String("log-level", "JETFLOW_LOG_LEVEL", "info", "log level: debug, info, warn, error"),
+		LogJSON:  f.Bool("log-json", "JETFLOW_LOG_JSON", true, "log JSON lines (false: console text)"),
+	}
+}
+
+// Restricted reports whether the service runs with an identity that may
+// not change the topology: it binds to what the bootstrap made.
+func (c *Common) Restricted() bool { return *c.Creds != "" }
+
+// Open connects to NATS as the service's identity. With credentials it
+// uses the identity's own inbox prefix and only connects (the bootstrap
+// made the topology); without, it creates whatever is missing. onRetry
+// hears why it still waits; onError hears asynchronous errors, such as a
+// permission violation.
+func (c *Common) Open(ctx context.Context, name string, onRetry, onError func(error)) (*nats.Conn, jetstream.JetStream, error) {
+	var opts []nats.Option
+	if onError != nil {
+		opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { onError(err) }))
+	}
+	if *c.Creds != "" {
+		o, err := auth.ConnectOptions(*c.Creds)
+		if err != nil {
+			return nil, nil, fmt.Errorf("-creds: %w", err)
+		}
+		opts = append(opts, o...)
+	}
+	return bus.Open(ctx, *c.NATSURL, name, bus.Config{Replicas: *c.Replicas, OnRetry: onRetry, Restricted: c.Restricted()}, opts...)
 }

@@ -4,28 +4,24 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
 	"io"
 	"strings"
 	"time"
 
-	"github.com/rs/zerolog"
-
-	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/svc"
 	"jetflow.dev/services/agent/agent"
+	"jetflow.dev/services/internal/svcrun"
 )
 
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
 	f := svc.NewFlags("jetflow-agent", getenv)
-	natsURL := f.String("nats", "JETFLOW_NATS_URL", svc.DefaultNATSURL, "NATS server URL")
-	replicas := f.Int("replicas", "JETFLOW_REPLICAS", 1, "replicas of streams and buckets (3 in a cluster)")
-	level := f.String("log-level", "JETFLOW_LOG_LEVEL", "info", "log level: debug, info, warn, error")
+	common := f.AddCommon()
 	name := f.String("name", "JETFLOW_AGENT_NAME", "", "agent name (default hostname-pid)")
 	queues := f.String("queues", "JETFLOW_QUEUES", "default", "comma-separated queues to serve")
 	concurrency := f.Int("concurrency", "JETFLOW_CONCURRENCY", 16, "tasks run at once per queue")
-	ackWait := f.Duration("task-ack-wait", "JETFLOW_TASK_ACK_WAIT", 30*time.Second, "time without heartbeat before a task goes to another agent")
-	maxDeliver := f.Int("max-deliver", "JETFLOW_TASK_MAX_DELIVER", 5, "deliveries of a task before the janitor fails it")
+	ackWait := f.Duration("task-ack-wait", "JETFLOW_TASK_ACK_WAIT", 30*time.Second,
+		"time without heartbeat before a task goes to another agent (with -creds, the bootstrap's consumers decide)")
+	maxDeliver := f.Int("max-deliver", "JETFLOW_TASK_MAX_DELIVER", 5, "deliveries of a task before the janitor fails it (likewise)")
 	grace := f.Duration("kill-grace", "JETFLOW_KILL_GRACE", 5*time.Second, "time between SIGTERM and SIGKILL for exec steps")
 	if err := f.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -33,20 +29,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		}
 		return err
 	}
-	lvl, err := zerolog.ParseLevel(*level)
+	log, err := svcrun.Logger(stderr, common, "agent")
 	if err != nil {
-		return fmt.Errorf("-log-level %q: %w", *level, err)
+		return err
 	}
-	zerolog.TimeFieldFormat = time.RFC3339Nano
-	log := zerolog.New(stderr).Level(lvl).With().Timestamp().Str("service", "agent").Logger()
-	nc, js, err := bus.Open(ctx, *natsURL, "jetflow-agent", bus.Config{Replicas: *replicas,
-		OnRetry: func(err error) { log.Warn().Err(err).Msg("waiting for jetstream") }})
+	nc, js, err := svcrun.Open(ctx, common, "jetflow-agent", log)
 	if err != nil {
 		return err
 	}
 	defer nc.Drain()
 	a, err := agent.New(agent.Config{Name: *name, Queues: strings.Split(*queues, ","), Concurrency: *concurrency,
-		AckWait: *ackWait, MaxDeliver: *maxDeliver, KillGrace: *grace}, js, log)
+		AckWait: *ackWait, MaxDeliver: *maxDeliver, KillGrace: *grace, BindOnly: common.Restricted()}, js, log)
 	if err != nil {
 		return err
 	}

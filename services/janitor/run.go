@@ -15,16 +15,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
-	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/svc"
+	"jetflow.dev/services/internal/svcrun"
 	"jetflow.dev/services/janitor/janitor"
 )
 
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
 	f := svc.NewFlags("jetflow-janitor", getenv)
-	natsURL := f.String("nats", "JETFLOW_NATS_URL", svc.DefaultNATSURL, "NATS server URL")
-	replicas := f.Int("replicas", "JETFLOW_REPLICAS", 1, "replicas of streams and buckets (3 in a cluster)")
-	level := f.String("log-level", "JETFLOW_LOG_LEVEL", "info", "log level: debug, info, warn, error")
+	common := f.AddCommon()
 	interval := f.Duration("interval", "JETFLOW_JANITOR_INTERVAL", 30*time.Second, "time between sweeps")
 	idle := f.Duration("idle-after", "JETFLOW_IDLE_AFTER", 2*time.Minute, "inactivity before an execution is checked")
 	keep := f.String("retention-default", "JETFLOW_RETENTION_DEFAULT", janitor.DefaultRetention,
@@ -37,21 +35,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		}
 		return err
 	}
-	lvl, err := zerolog.ParseLevel(*level)
+	log, err := svcrun.Logger(stderr, common, "janitor")
 	if err != nil {
-		return fmt.Errorf("-log-level %q: %w", *level, err)
+		return err
 	}
-	zerolog.TimeFieldFormat = time.RFC3339Nano
-	log := zerolog.New(stderr).Level(lvl).With().Timestamp().Str("service", "janitor").Logger()
-	nc, js, err := bus.Open(ctx, *natsURL, "jetflow-janitor", bus.Config{Replicas: *replicas,
-		OnRetry: func(err error) { log.Warn().Err(err).Msg("waiting for jetstream") }})
+	nc, js, err := svcrun.Open(ctx, common, "jetflow-janitor", log)
 	if err != nil {
 		return err
 	}
 	defer nc.Drain()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	j, err := janitor.New(janitor.Config{Interval: *interval, IdleAfter: *idle, RetentionDefault: *keep, Registerer: reg}, js, log)
+	j, err := janitor.New(janitor.Config{Interval: *interval, IdleAfter: *idle, RetentionDefault: *keep, Registerer: reg, BindOnly: common.Restricted()}, js, log)
 	if err != nil {
 		return err
 	}

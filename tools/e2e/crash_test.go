@@ -16,10 +16,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/auth"
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/projections"
+	"jetflow.dev/tools/internal/devstack"
 )
 
 // devProcess is `jetflow dev` running as its own process, so that the test
@@ -87,6 +89,16 @@ func (p *devProcess) start() {
 		out, _ = os.ReadFile(logf.Name())
 		p.t.Fatalf("jetflow dev did not come up (run %d, %s); its output:\n%s", p.runs, state, out)
 	}
+}
+
+// connect opens a NATS connection to the current run with the admin
+// identity jetflow dev made in its data directory.
+func (p *devProcess) connect() (*nats.Conn, error) {
+	opts, err := auth.ConnectOptions(filepath.Join(p.dir, "data", devstack.AuthDir, auth.DefaultNamespace, auth.CredsFile(auth.RoleAdmin)))
+	if err != nil {
+		return nil, err
+	}
+	return nats.Connect(p.natsURL, opts...)
 }
 
 func (p *devProcess) kill() {
@@ -180,7 +192,7 @@ steps:
 		}, 60*time.Second, 20*time.Millisecond, "%s did not finish after restarts", id)
 	}
 
-	nc, err := nats.Connect(p.natsURL)
+	nc, err := p.connect()
 	require.NoError(t, err)
 	defer nc.Close()
 	js, err := jetstream.New(nc)

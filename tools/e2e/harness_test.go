@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/auth"
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
@@ -23,6 +25,8 @@ type stack struct {
 	c    *client.Client
 	nc   *nats.Conn
 	js   jetstream.JetStream
+	// stop stops the stack (also done when the test ends).
+	stop func()
 }
 
 // startStack runs the whole system in-process on free loopback ports.
@@ -59,21 +63,25 @@ func startStack(t *testing.T, mod func(*devstack.Config)) *stack {
 		cancel()
 		t.Fatalf("stack did not start within %s", startIn)
 	}
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			require.NoError(t, err)
-		case <-time.After(30 * time.Second):
-			t.Error("stack did not stop")
-		}
-	})
-	nc, err := nats.Connect(info.NATSURL)
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				require.NoError(t, err)
+			case <-time.After(30 * time.Second):
+				t.Error("stack did not stop")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	nc, err := info.Connect(auth.RoleAdmin, "e2e-test")
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	s := &stack{info: info, c: client.New(info.APIURL), nc: nc, js: js}
+	s := &stack{info: info, c: client.New(info.APIURL), nc: nc, js: js, stop: stop}
 	require.Eventually(t, func() bool {
 		resp, err := http.Get(info.APIURL + "/healthz")
 		if err == nil {

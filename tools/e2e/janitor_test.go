@@ -103,7 +103,7 @@ func TestJanitorLostTaskReplaysAutomatically(t *testing.T) {
 		return task != nil
 	}, 20*time.Second, 10*time.Millisecond, "no second attempt was sent")
 	ev := events.New("test-agent", task.ExecutionID, task.Workflow, time.Now(), &events.OperationSucceeded{TaskRef: task.Ref("healthy", 1)})
-	msg, err := events.Encode(events.ResultSubject(task.ExecutionID), ev)
+	msg, err := events.Encode(events.ResultSubject(task.Queue, task.ExecutionID), ev)
 	require.NoError(t, err)
 	_, err = s.js.PublishMsg(ctx, msg)
 	require.NoError(t, err)

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -67,7 +66,7 @@ func (b *timerBundle) waitSucceeded(t *testing.T, ids []string) {
 // histories reads the executions' events straight from the stream.
 func (b *timerBundle) histories(t *testing.T, ids []string) map[string][]events.Event {
 	t.Helper()
-	nc, err := nats.Connect(b.p.natsURL)
+	nc, err := b.p.connect()
 	require.NoError(t, err)
 	defer nc.Close()
 	js, err := jetstream.New(nc)

@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/operation"
@@ -57,6 +58,10 @@ type Config struct {
 	Handlers map[string]operation.Handler
 	// Source is the CloudEvents source of results. Default "jetflow/agent/<name>".
 	Source string
+	// BindOnly: the queues' consumers exist (made by the bootstrap) and
+	// this agent may not create or change them; it binds to them and
+	// heartbeats by their ack wait. Agents running with credentials set it.
+	BindOnly bool
 }
 
 func (c Config) withDefaults() Config {
@@ -79,7 +84,7 @@ func (c Config) withDefaults() Config {
 }
 
 // ConsumerName is the durable consumer shared by all agents of a queue.
-func ConsumerName(queue string) string { return "agent-" + queue }
+func ConsumerName(queue string) string { return bus.AgentConsumer(queue) }
 
 // Agent runs operations.
 type Agent struct {
@@ -123,25 +128,32 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	defer stopKills()
-	var workers sync.WaitGroup
-queues:
-	for _, q := range a.cfg.Queues {
-		cons, err := a.js.CreateOrUpdateConsumer(ctx, events.StreamTasks, jetstream.ConsumerConfig{
-			Durable: ConsumerName(q), FilterSubject: events.TaskSubject(q), AckPolicy: jetstream.AckExplicitPolicy,
-			AckWait: a.cfg.AckWait, MaxDeliver: a.cfg.MaxDeliver, MaxAckPending: 4096,
-			Description: "jetflow agents of queue " + q,
+	// Bind every queue's consumer before any task runs: an agent that
+	// binds to the bootstrap's consumers heartbeats by their ack wait.
+	consumers := make([]jetstream.Consumer, 0, len(a.cfg.Queues))
+	for i, q := range a.cfg.Queues {
+		spec := bus.AgentQueueConsumer(bus.Durables{TaskAckWait: a.cfg.AckWait, MaxDeliver: a.cfg.MaxDeliver}, q)
+		cons, err := bus.Bind(ctx, a.js, !a.cfg.BindOnly, spec, func(err error) {
+			a.log.Warn().Err(err).Str("queue", q).Msg("waiting for the bootstrap")
 		})
 		if err != nil {
 			if ctx.Err() != nil {
-				break queues // stopped while starting: not an error; wait for the workers started
+				return nil // stopped while starting: not an error
 			}
-			return fmt.Errorf("create consumer for queue %s: %w", q, err)
+			return fmt.Errorf("queue %s: %w", q, err)
 		}
+		if w := cons.CachedInfo().Config.AckWait; a.cfg.BindOnly && w > 0 && (i == 0 || w < a.cfg.AckWait) {
+			a.cfg.AckWait = w // the shortest of its queues' ack waits
+		}
+		consumers = append(consumers, cons)
+	}
+	var workers sync.WaitGroup
+	for i, q := range a.cfg.Queues {
 		for range a.cfg.Concurrency {
 			workers.Add(1)
 			go func() {
 				defer workers.Done()
-				a.work(ctx, taskCtx, cons, q)
+				a.work(ctx, taskCtx, consumers[i], q)
 			}()
 		}
 	}
@@ -330,7 +342,7 @@ func handBack(ctx context.Context, m jetstream.Msg, log zerolog.Logger, err erro
 // delivery. A malformed message on the subject is passed over.
 func (a *Agent) reported(ctx context.Context, task *events.Task) (bool, error) {
 	found := false
-	err := history.ScanReports(ctx, a.js, events.StreamResults, events.ResultSubject(task.ExecutionID), func(ev events.Event) error {
+	err := history.ScanReports(ctx, a.js, events.StreamResults, events.ResultSubject(task.Queue, task.ExecutionID), func(ev events.Event) error {
 		ref, ok := events.ResultRef(ev.Data)
 		if ok && ev.Type != events.TypeOperationStarted &&
 			ref.TaskID == task.TaskID && ref.Attempt == task.Attempt && ref.Token == task.Token {
@@ -420,7 +432,7 @@ func (a *Agent) resultMsg(id string, p events.Payload) (*nats.Msg, error) {
 	ref, _ := events.ResultRef(p)
 	ev := events.New(a.cfg.Source, ref.ExecutionID, ref.Workflow, time.Now(), p)
 	ev.ID = id
-	return events.Encode(events.ResultSubject(ref.ExecutionID), ev)
+	return events.Encode(events.ResultSubject(ref.Queue, ref.ExecutionID), ev)
 }
 
 // report publishes a result, retrying for a while if JetStream is

@@ -60,7 +60,7 @@ func (b *agentBundle) publishTask(t *testing.T, execID string, step workflow.Ste
 
 func readResults(t *testing.T, js jetstream.JetStream, execID string) []events.Event {
 	t.Helper()
-	evs, err := history.ReadStream(t.Context(), js, events.StreamResults, events.ResultSubject(execID), 0, 0)
+	evs, err := history.ReadStream(t.Context(), js, events.StreamResults, events.ExecutionResults(execID), 0, 0)
 	require.NoError(t, err)
 	return evs
 }

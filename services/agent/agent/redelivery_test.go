@@ -45,7 +45,7 @@ func TestAgentDoesNotRunAgainATaskWhoseResultIsStored(t *testing.T) {
 		ev := events.New("jetflow/agent/dead-agent", task.ExecutionID, task.Workflow, time.Now(),
 			&events.OperationSucceeded{TaskRef: ref})
 		ev.ID = task.TaskID + ".done.1"
-		msg, err := events.Encode(events.ResultSubject(task.ExecutionID), ev)
+		msg, err := events.Encode(events.ResultSubject(task.Queue, task.ExecutionID), ev)
 		require.NoError(t, err)
 		_, err = js.PublishMsg(t.Context(), msg, jetstream.WithMsgID(ev.ID))
 		require.NoError(t, err)
@@ -113,7 +113,7 @@ func TestRedeliveryPastAnUndecodableResult(t *testing.T) {
 	b := &agentBundle{js: js}
 	task := b.publishTask(t, "x-poison", workflow.Step{ID: "s", Kind: "count"})
 	takeWithoutAck(t, js, 1)
-	m := nats.NewMsg(events.ResultSubject(task.ExecutionID))
+	m := nats.NewMsg(events.ResultSubject(task.Queue, task.ExecutionID))
 	m.Header.Set("ce-specversion", "1.0")
 	m.Header.Set("ce-id", "junk")
 	m.Header.Set("ce-source", "somebody")

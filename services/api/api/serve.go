@@ -21,6 +21,7 @@ func Serve(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.JetStrea
 	if err != nil {
 		return err
 	}
+	proj.BindOnly = cfg.BindOnly
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return srv.Run(ctx) })
 	g.Go(func() error { return proj.Run(ctx) })

@@ -38,6 +38,9 @@ type Config struct {
 	Source string
 	// Listener, when set, is used instead of listening on Addr.
 	Listener net.Listener
+	// BindOnly: the projector's consumer exists (made by the bootstrap)
+	// and may not be created or changed by this api.
+	BindOnly bool
 }
 
 func (c Config) withDefaults() Config {

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/projections"
@@ -24,12 +25,16 @@ import (
 
 // Consumer is the projector's durable consumer; Group its pinned priority group.
 const (
-	Consumer = "projector"
-	Group    = "projector"
+	Consumer = bus.ConsumerProjector
+	Group    = bus.ProjectorGroup
 )
 
 // Projector folds events into read models.
 type Projector struct {
+	// BindOnly: the consumer exists (made by the bootstrap) and this
+	// projector may not create or change it. Set before Run.
+	BindOnly bool
+
 	js    jetstream.JetStream
 	kv    jetstream.KeyValue
 	log   zerolog.Logger
@@ -57,17 +62,14 @@ func New(ctx context.Context, js jetstream.JetStream, log zerolog.Logger) (*Proj
 // arrived (up to batchMax) and writes each execution's read model once per
 // batch, so the cost per event falls as load rises.
 func (p *Projector) Run(ctx context.Context) error {
-	cons, err := p.js.CreateOrUpdateConsumer(ctx, events.StreamEvents, jetstream.ConsumerConfig{
-		Durable: Consumer, AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: -1,
-		MaxAckPending: 4096, FilterSubject: events.EventsPrefix + ".>",
-		PriorityPolicy: jetstream.PriorityPolicyPinned, PinnedTTL: 5 * time.Second, PriorityGroups: []string{Group},
-		Description: "jetflow read-model projector (api)",
+	cons, err := bus.Bind(ctx, p.js, !p.BindOnly, bus.ProjectorConsumerSpec(), func(err error) {
+		p.log.Warn().Err(err).Msg("waiting for the bootstrap")
 	})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped while starting: not an error
 		}
-		return fmt.Errorf("create projector consumer: %w", err)
+		return err
 	}
 	inbox := make(chan jetstream.Msg, 2*batchMax)
 	cc, err := cons.Consume(func(m jetstream.Msg) {

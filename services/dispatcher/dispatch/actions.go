@@ -248,7 +248,7 @@ func (d *Dispatcher) storedResults(ctx context.Context, x *execState) (map[strin
 	if !slices.ContainsFunc(x.state.Steps, func(st projections.Step) bool { return st.Status.InFlight() }) {
 		return nil, nil
 	}
-	evs, err := history.ReadStream(ctx, d.js, events.StreamResults, events.ResultSubject(x.id), 0, 0)
+	evs, err := history.ReadStream(ctx, d.js, events.StreamResults, events.ExecutionResults(x.id), 0, 0)
 	if err != nil {
 		return nil, fmt.Errorf("read stored results: %w", err)
 	}

@@ -37,9 +37,9 @@ import (
 
 // Consumer names.
 const (
-	CommandsConsumer = "dispatcher-commands"
-	ResultsConsumer  = "dispatcher-results"
-	TimersConsumer   = "dispatcher-timers"
+	CommandsConsumer = bus.ConsumerDispatcherCommands
+	ResultsConsumer  = bus.ConsumerDispatcherResults
+	TimersConsumer   = bus.ConsumerDispatcherTimers
 )
 
 // Config configures a Dispatcher.
@@ -60,6 +60,23 @@ type Config struct {
 	// APIURL is the api's base URL as workflows reach it, recorded in each
 	// execution it starts (workflow.api_url in expressions). Optional.
 	APIURL string
+	// BindOnly: the durable consumers exist (made by the bootstrap) and
+	// this dispatcher may not create or change them; it binds to them and
+	// takes their ack wait. Services running with credentials set it.
+	BindOnly bool
+}
+
+// Validate reports a setting that cannot work.
+func (c Config) Validate() error {
+	switch {
+	case c.Workers < 0 || c.CacheSize < 0 || c.MaxAckPending < 0:
+		return fmt.Errorf("dispatch: Workers, CacheSize and MaxAckPending must not be negative")
+	case c.AckWait < 0:
+		return fmt.Errorf("dispatch: AckWait %s must not be negative", c.AckWait)
+	case c.AckWait > 0 && c.AckWait < 300*time.Millisecond:
+		return fmt.Errorf("dispatch: AckWait %s is too short to keep a message while it is handled (at least 300ms)", c.AckWait)
+	}
+	return nil
 }
 
 func (c Config) withDefaults() Config {
@@ -90,10 +107,10 @@ type Dispatcher struct {
 
 // New returns a dispatcher; call Run to start it.
 func New(ctx context.Context, cfg Config, js jetstream.JetStream, log zerolog.Logger) (*Dispatcher, error) {
-	cfg = cfg.withDefaults()
-	if cfg.Workers < 1 || cfg.CacheSize < 1 {
-		return nil, fmt.Errorf("dispatch: Workers and CacheSize must be positive")
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
+	cfg = cfg.withDefaults()
 	defs, err := catalog.Open(ctx, js)
 	if err != nil {
 		return nil, err
@@ -117,10 +134,23 @@ type job struct {
 
 // Run consumes commands and results until ctx ends.
 func (d *Dispatcher) Run(ctx context.Context) error {
-	consumers := map[string]struct{ stream, filter string }{
-		CommandsConsumer: {events.StreamCommands, events.CommandsPrefix + ".>"},
-		ResultsConsumer:  {events.StreamResults, events.ResultsPrefix + ".>"},
-		TimersConsumer:   {events.StreamTimers, events.TimersPrefix + ".>"},
+	// Bind every consumer before any message is handled: a dispatcher that
+	// binds to the bootstrap's consumers takes their ack wait.
+	var bound []jetstream.Consumer
+	for _, c := range bus.DispatcherConsumers(bus.Durables{DispatcherAckWait: d.cfg.AckWait, DispatcherMaxAckPending: d.cfg.MaxAckPending}) {
+		cons, err := bus.Bind(ctx, d.js, !d.cfg.BindOnly, c, func(err error) {
+			d.log.Warn().Err(err).Msg("waiting for the bootstrap")
+		})
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil // stopped while starting: not an error
+			}
+			return err
+		}
+		if w := cons.CachedInfo().Config.AckWait; w > 0 {
+			d.cfg.AckWait = w
+		}
+		bound = append(bound, cons)
 	}
 	queues := make([]chan job, d.cfg.Workers)
 	var wg sync.WaitGroup
@@ -145,18 +175,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		}
 		wg.Wait()
 	}()
-	for name, c := range consumers {
-		cons, err := d.js.CreateOrUpdateConsumer(ctx, c.stream, jetstream.ConsumerConfig{
-			Durable: name, FilterSubject: c.filter, AckPolicy: jetstream.AckExplicitPolicy,
-			AckWait: d.cfg.AckWait, MaxAckPending: d.cfg.MaxAckPending, MaxDeliver: -1,
-			DeliverPolicy: jetstream.DeliverAllPolicy,
-		})
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil // stopped while starting: not an error
-			}
-			return fmt.Errorf("create consumer %s: %w", name, err)
-		}
+	for _, cons := range bound {
 		cc, err := cons.Consume(func(m jetstream.Msg) {
 			ev, err := events.Decode(m.Headers(), m.Data())
 			why := misrouted(m.Subject(), ev)
@@ -188,7 +207,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil // stopped while starting: not an error
 			}
-			return fmt.Errorf("consume %s: %w", name, err)
+			return fmt.Errorf("consume %s: %w", cons.CachedInfo().Name, err)
 		}
 		ccs = append(ccs, cc)
 	}

@@ -86,7 +86,7 @@ func (b *testBundle) start(t *testing.T, wf, execID string) string {
 func (b *testBundle) report(t *testing.T, p events.Payload) {
 	t.Helper()
 	ref, _ := events.ResultRef(p)
-	msg, err := events.Encode(events.ResultSubject(ref.ExecutionID), events.New("test-agent", ref.ExecutionID, ref.Workflow, time.Now(), p))
+	msg, err := events.Encode(events.ResultSubject(ref.Queue, ref.ExecutionID), events.New("test-agent", ref.ExecutionID, ref.Workflow, time.Now(), p))
 	require.NoError(t, err)
 	_, err = b.js.PublishMsg(t.Context(), msg)
 	require.NoError(t, err)

@@ -45,8 +45,8 @@ func misrouted(subject string, ev events.Event) string {
 		if !ok {
 			return fmt.Sprintf("%s on %s: results subjects take operation reports only", ev.Type, subject)
 		}
-		if subject != events.ResultSubject(ref.ExecutionID) {
-			return fmt.Sprintf("a report about execution %q on %s: it belongs on %s", ref.ExecutionID, subject, events.ResultSubject(ref.ExecutionID))
+		if want := events.ResultSubject(ref.Queue, ref.ExecutionID); subject != want || !events.ValidQueueName(ref.Queue) {
+			return fmt.Sprintf("a report about execution %q from queue %q on %s: it belongs on %s", ref.ExecutionID, ref.Queue, subject, want)
 		}
 	case strings.HasPrefix(subject, events.TimersPrefix+"."):
 		p, ok := ev.Data.(*events.FireTimer)

@@ -62,8 +62,8 @@ func publishPayload(t *testing.T, js jetstream.JetStream, subject string, ev eve
 
 func succeeded(t *testing.T, js jetstream.JetStream, token, step string) {
 	t.Helper()
-	ref := events.TaskRef{TaskID: events.TaskID("x1", step, 1), ExecutionID: "x1", Workflow: "wf", StepID: step, Attempt: 1, Token: token}
-	publishPayload(t, js, events.ResultSubject("x1"), events.New("test-agent", "x1", "wf", time.Now(), &events.OperationSucceeded{TaskRef: ref}))
+	ref := events.TaskRef{TaskID: events.TaskID("x1", step, 1), ExecutionID: "x1", Workflow: "wf", StepID: step, Attempt: 1, Token: token, Queue: "default"}
+	publishPayload(t, js, events.ResultSubject("default", "x1"), events.New("test-agent", "x1", "wf", time.Now(), &events.OperationSucceeded{TaskRef: ref}))
 }
 
 func interleaveSetup(t *testing.T, steps ...string) (jetstream.JetStream, func(source string) *dispatch.Dispatcher) {

@@ -56,7 +56,10 @@ func (d *Dispatcher) start(ctx context.Context, ev events.Event, cmd *events.Sta
 	// id, so that a command that cannot start leaves the id free.
 	rec, err := d.defs.Get(ctx, cmd.Workflow, cmd.Version)
 	if errors.Is(err, catalog.ErrNotFound) {
-		return reject(events.CodeNotFound, "workflow %q version %d is not registered", cmd.Workflow, cmd.Version)
+		if cmd.Version > 0 {
+			return reject(events.CodeNotFound, "workflow %q has no version %d", cmd.Workflow, cmd.Version)
+		}
+		return reject(events.CodeNotFound, "workflow %q is not registered", cmd.Workflow)
 	}
 	if err != nil {
 		return err
@@ -196,6 +199,10 @@ func (d *Dispatcher) applyResult(ctx context.Context, x *execState, ref events.T
 		stale = fmt.Sprintf("attempt %d is not the step's current attempt %d", ref.Attempt, st.Attempt)
 	case ref.Token != taskToken(x.state, st):
 		stale = "stale execution token: the task was not sent with it"
+	case st.Queue != "" && ref.Queue != st.Queue:
+		// Agents may report for their own queues only: a report from
+		// another queue's agent never counts, whatever token it carries.
+		stale = fmt.Sprintf("the report came from queue %q; the step's task went to queue %q", ref.Queue, st.Queue)
 	}
 	if stale != "" {
 		log.Info().Str("step_status", string(st.Status)).Str("reason", stale).Msg("ignore result of a stale attempt")

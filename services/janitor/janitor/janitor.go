@@ -31,10 +31,11 @@ import (
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/pkg/retention"
+	"jetflow.dev/pkg/workflow"
 )
 
 // AdvisoriesConsumer is the janitor's durable consumer of advisories.
-const AdvisoriesConsumer = "janitor-advisories"
+const AdvisoriesConsumer = bus.ConsumerJanitorAdvisories
 
 // Config configures a Janitor.
 type Config struct {
@@ -55,6 +56,9 @@ type Config struct {
 	RetentionDefault string
 	// Registerer, if set, receives the janitor's Prometheus metrics.
 	Registerer prometheus.Registerer
+	// BindOnly: the advisories consumer exists (made by the bootstrap) and
+	// this janitor may not create or change it.
+	BindOnly bool
 }
 
 func (c Config) withDefaults() Config {
@@ -96,14 +100,14 @@ func New(cfg Config, js jetstream.JetStream, log zerolog.Logger) (*Janitor, erro
 
 // Run works until ctx ends.
 func (j *Janitor) Run(ctx context.Context) error {
-	cons, err := j.js.CreateOrUpdateConsumer(ctx, bus.StreamAdvisories, jetstream.ConsumerConfig{
-		Durable: AdvisoriesConsumer, AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: -1,
+	cons, err := bus.Bind(ctx, j.js, !j.cfg.BindOnly, bus.JanitorConsumerSpec(), func(err error) {
+		j.log.Warn().Err(err).Msg("waiting for the bootstrap")
 	})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped while starting: not an error
 		}
-		return fmt.Errorf("create advisories consumer: %w", err)
+		return err
 	}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		if err := j.lostTask(ctx, m.Data()); err != nil {
@@ -193,7 +197,7 @@ func (j *Janitor) lostTask(ctx context.Context, data []byte) error {
 func (j *Janitor) fail(ctx context.Context, ref events.TaskRef, why, reason string) error {
 	ev := events.New(j.cfg.Source, ref.ExecutionID, ref.Workflow, j.cfg.Now(), &events.OperationFailed{TaskRef: ref, Error: reason, Lost: true})
 	ev.ID = ref.TaskID + "." + why
-	msg, err := events.Encode(events.ResultSubject(ref.ExecutionID), ev)
+	msg, err := events.Encode(events.ResultSubject(cmp.Or(ref.Queue, workflow.DefaultQueue), ref.ExecutionID), ev)
 	if err != nil {
 		return err
 	}
@@ -305,7 +309,7 @@ func (j *Janitor) sweepIdle(ctx context.Context) (Result, error) {
 					continue
 				}
 				ref := events.TaskRef{TaskID: st.TaskID, ExecutionID: x.ID, Workflow: x.Workflow, StepID: st.ID,
-					Attempt: st.Attempt, Token: cmp.Or(st.Token, x.Token), Agent: "janitor"}
+					Attempt: st.Attempt, Token: cmp.Or(st.Token, x.Token), Queue: cmp.Or(st.Queue, workflow.DefaultQueue), Agent: "janitor"}
 				if err := j.fail(ctx, ref, "vanished", "task left its queue without a result"); err != nil {
 					j.log.Warn().Err(err).Str("execution_id", x.ID).Msg("sweep: report lost task")
 					res.Errors++
@@ -368,7 +372,7 @@ func waitingOnTime(x projections.Execution, now time.Time) bool {
 // hasResult reports whether the results stream holds a final result for task.
 func (j *Janitor) hasResult(ctx context.Context, executionID, taskID string) (bool, error) {
 	found := false
-	err := history.ScanReports(ctx, j.js, events.StreamResults, events.ResultSubject(executionID), func(ev events.Event) error {
+	err := history.ScanReports(ctx, j.js, events.StreamResults, events.ExecutionResults(executionID), func(ev events.Event) error {
 		if ref, ok := events.ResultRef(ev.Data); ok && ref.TaskID == taskID && ev.Type != events.TypeOperationStarted {
 			found = true
 		}

@@ -93,7 +93,7 @@ func (b *testBundle) reconciles(t *testing.T) []events.Event {
 
 func (b *testBundle) results(t *testing.T, execID string) []events.Event {
 	t.Helper()
-	evs, err := history.ReadStream(t.Context(), b.js, events.StreamResults, events.ResultSubject(execID), 0, 0)
+	evs, err := history.ReadStream(t.Context(), b.js, events.StreamResults, events.ExecutionResults(execID), 0, 0)
 	require.NoError(t, err)
 	return evs
 }
@@ -190,7 +190,7 @@ func TestRunOnceVanishedTask(t *testing.T) {
 			failed, ok := rs[0].Data.(*events.OperationFailed)
 			require.True(t, ok, "result is %s", rs[0].Type)
 			require.Equal(t, events.TaskRef{TaskID: taskID, ExecutionID: "x-lost", Workflow: "wf", StepID: "ship",
-				Attempt: 1, Token: "tok-x-lost", Agent: "janitor"}, failed.TaskRef)
+				Attempt: 1, Token: "tok-x-lost", Queue: "default", Agent: "janitor"}, failed.TaskRef)
 			require.Contains(t, failed.Error, "without a result")
 			require.Empty(t, b.reconciles(t), "a step in flight is not reconciled")
 
@@ -224,7 +224,7 @@ func TestRunOnceVanishedTaskWithResult(t *testing.T) {
 			other := ref
 			other.TaskID = events.TaskID(x.ID, "build", 1)
 			for _, r := range []events.Payload{&events.OperationStarted{TaskRef: ref}, &events.OperationSucceeded{TaskRef: other}, p} {
-				msg, err := events.Encode(events.ResultSubject(x.ID), events.New("agent", x.ID, x.Workflow, now, r))
+				msg, err := events.Encode(events.ResultSubject("default", x.ID), events.New("agent", x.ID, x.Workflow, now, r))
 				require.NoError(t, err)
 				_, err = b.js.PublishMsg(t.Context(), msg)
 				require.NoError(t, err)
@@ -246,8 +246,8 @@ func TestRunOnceOnlyStartedReportIsLost(t *testing.T) {
 	taskID, seq := b.publishTask(t, x, "ship", 1)
 	b.deleteTask(t, seq)
 	b.put(t, sentStep(x, projections.OpStarted, taskID, seq))
-	ref := events.TaskRef{TaskID: taskID, ExecutionID: x.ID, Workflow: x.Workflow, StepID: "ship", Attempt: 1, Token: x.Token}
-	msg, err := events.Encode(events.ResultSubject(x.ID), events.New("agent", x.ID, x.Workflow, now, &events.OperationStarted{TaskRef: ref}))
+	ref := events.TaskRef{TaskID: taskID, ExecutionID: x.ID, Workflow: x.Workflow, StepID: "ship", Attempt: 1, Token: x.Token, Queue: "default"}
+	msg, err := events.Encode(events.ResultSubject("default", x.ID), events.New("agent", x.ID, x.Workflow, now, &events.OperationStarted{TaskRef: ref}))
 	require.NoError(t, err)
 	_, err = b.js.PublishMsg(t.Context(), msg)
 	require.NoError(t, err)

@@ -313,7 +313,7 @@ func (j *Janitor) purge(ctx context.Context, st *stores, f finished, group strin
 	if err := st.events.Purge(ctx, jetstream.WithPurgeSubject(subject)); err != nil {
 		return expiryWaiting, fmt.Errorf("purge history of %s: %w", f.ID, err)
 	}
-	if err := st.results.Purge(ctx, jetstream.WithPurgeSubject(events.ResultSubject(f.ID))); err != nil {
+	if err := st.results.Purge(ctx, jetstream.WithPurgeSubject(events.ExecutionResults(f.ID))); err != nil {
 		return expiryWaiting, fmt.Errorf("purge results of %s: %w", f.ID, err)
 	}
 	if err := st.models.Purge(ctx, f.ID); err != nil {

@@ -29,6 +29,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"jetflow.dev/pkg/auth"
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/catalog"
 	"jetflow.dev/pkg/events"
@@ -43,6 +44,7 @@ type config struct {
 	locks, lockLimit                       int
 	retention, retentionKeep               int
 	dataDir, cpuProfile, memProfile        string
+	insecure                               bool
 }
 
 func main() {
@@ -68,6 +70,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&c.retention, "retention", 0, "finished executions in the retention run, swept by the janitor (0 skips it)")
 	fs.IntVar(&c.retentionKeep, "retention-keep", -1, "executions the retention run's rule keeps (default 3/5 of -retention: 2/5 are deleted)")
 	fs.StringVar(&c.dataDir, "data", "", "data directory (default: a new temp dir, removed afterwards)")
+	fs.BoolVar(&c.insecure, "insecure", false, "run NATS without authentication (to measure what authentication costs)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured runs to this file")
 	fs.StringVar(&c.memProfile, "memprofile", "", "write a heap profile at the end to this file")
 	if err := fs.Parse(args); err != nil {
@@ -94,7 +97,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		c.dataDir = dir
 	}
 	scfg := devstack.Config{DataDir: c.dataDir, NATSAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
-		Log: zerolog.New(os.Stderr).Level(zerolog.WarnLevel)}
+		Log: zerolog.New(os.Stderr).Level(zerolog.WarnLevel), Insecure: c.insecure}
 	if c.retention > 0 {
 		scfg.JanitorInterval = quietJanitor
 	}
@@ -104,7 +107,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	defer stopStack()
 
-	conn, err := bus.Dial(ctx, info.NATSURL, "jetflow-bench")
+	conn, err := info.Dial(ctx, auth.RoleAdmin, "jetflow-bench")
 	if err != nil {
 		return err
 	}
@@ -120,7 +123,11 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if _, _, err := store.Apply(ctx, def); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "jetflow-bench: all four services, embedded JetStream (file store), GOMAXPROCS=%d\n", runtime.GOMAXPROCS(0))
+	security := "NATS authentication on (each service its own identity)"
+	if c.insecure {
+		security = "NATS authentication off (-insecure)"
+	}
+	fmt.Fprintf(out, "jetflow-bench: all four services, embedded JetStream (file store), %s, GOMAXPROCS=%d\n", security, runtime.GOMAXPROCS(0))
 
 	tr := newTracker(conn.NC, "bench")
 	defer tr.close()
@@ -178,7 +185,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		}
 	}
 	if c.retention > 0 {
-		if err := runRetention(ctx, out, conn, store, info.NATSURL, c.retention, c.retentionKeep, c.concurrency); err != nil {
+		if err := runRetention(ctx, out, conn, store, info, c.retention, c.retentionKeep, c.concurrency); err != nil {
 			return err
 		}
 	}

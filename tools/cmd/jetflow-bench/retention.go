@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"jetflow.dev/pkg/auth"
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/catalog"
 	"jetflow.dev/pkg/claim"
@@ -24,6 +25,7 @@ import (
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/pkg/workflow"
 	"jetflow.dev/services/janitor/janitor"
+	"jetflow.dev/tools/internal/devstack"
 )
 
 // retentionWorkflow is the workflow of the retention run: one noop step
@@ -46,7 +48,7 @@ type endedExecution struct {
 // once it has, the second sweep deletes them; a third finds nothing to
 // do. It then checks, execution by execution, that exactly those n-keep
 // are gone and the others intact.
-func runRetention(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalog.Store, natsURL string, n, keep, inflight int) error {
+func runRetention(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalog.Store, stack devstack.Info, n, keep, inflight int) error {
 	def := workflow.Definition{Name: retentionWorkflow, Retention: workflow.Retention(strconv.Itoa(keep)), Steps: []workflow.Step{
 		{ID: "op", Kind: workflow.KindNoop},
 	}}
@@ -80,12 +82,12 @@ func runRetention(ctx context.Context, out io.Writer, conn *bus.Conn, store *cat
 	// its metrics counted, an info log written), whose system default keeps
 	// what the earlier runs left, so that it deletes only executions of the
 	// retention run.
-	jc, err := bus.Dial(ctx, natsURL, "jetflow-bench-janitor")
+	jc, err := stack.Dial(ctx, auth.RoleJanitor, "jetflow-bench-janitor")
 	if err != nil {
 		return err
 	}
 	defer jc.NC.Close()
-	j, err := janitor.New(janitor.Config{RetentionDefault: "forever"}, jc.JS,
+	j, err := janitor.New(janitor.Config{RetentionDefault: "forever", BindOnly: stack.CredsDir != ""}, jc.JS,
 		zerolog.New(io.Discard).Level(zerolog.InfoLevel).With().Timestamp().Logger())
 	if err != nil {
 		return err
@@ -369,7 +371,7 @@ func checkRetained(ctx context.Context, js jetstream.JetStream, kv jetstream.Key
 	if err != nil {
 		return nil, err
 	}
-	results, err := subjects(ctx, js, events.StreamResults, events.ResultsPrefix+".*")
+	results, err := subjects(ctx, js, events.StreamResults, events.ResultsPrefix+".*.*")
 	if err != nil {
 		return nil, err
 	}
@@ -380,7 +382,7 @@ func checkRetained(ctx context.Context, js jetstream.JetStream, kv jetstream.Key
 		model, modeled := models[x.id]
 		got := map[string]bool{
 			"history":                  histories[events.ExecutionSubject(retentionWorkflow, x.id)] > 0,
-			"results":                  results[events.ResultSubject(x.id)] > 0,
+			"results":                  results[events.ResultSubject("default", x.id)] > 0,
 			"read model":               modeled,
 			"expiry in the read model": !model.ExpiredAt.IsZero(),
 			"id claim":                 claimed,

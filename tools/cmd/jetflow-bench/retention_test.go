@@ -11,7 +11,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
-	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/auth"
 	"jetflow.dev/pkg/catalog"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/tools/internal/devstack"
@@ -38,14 +38,14 @@ func TestRetentionRun(t *testing.T) {
 		Log: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel), JanitorInterval: quietJanitor})
 	require.NoError(t, err)
 	defer stop()
-	conn, err := bus.Dial(ctx, info.NATSURL, "jetflow-bench-test")
+	conn, err := info.Dial(ctx, auth.RoleAdmin, "jetflow-bench-test")
 	require.NoError(t, err)
 	defer conn.NC.Close()
 	store, err := catalog.Open(ctx, conn.JS)
 	require.NoError(t, err)
 
 	var out bytes.Buffer
-	require.NoError(t, runRetention(ctx, &out, conn, store, info.NATSURL, 12, 5, 4))
+	require.NoError(t, runRetention(ctx, &out, conn, store, info, 12, 5, 4))
 	t.Log(out.String())
 	require.Contains(t, out.String(), "first sweep      12 finished read, 7 expiries asked in ")
 	require.Contains(t, out.String(), "expiries         7 recorded by the dispatcher ")
@@ -102,7 +102,7 @@ func TestRetentionRun(t *testing.T) {
 	// A second run with the same workflow: the first run's 5 are older
 	// members of its group, so the janitor deletes them too, and the run
 	// must say its result is wrong rather than report it.
-	err = runRetention(ctx, new(bytes.Buffer), conn, store, info.NATSURL, 12, 5, 4)
+	err = runRetention(ctx, new(bytes.Buffer), conn, store, info, 12, 5, 4)
 	require.ErrorContains(t, err, "wrong result")
 	require.ErrorContains(t, err, "first sweep read 17 finished executions, asked for 12 expiries, deleted 0, with 0 errors; want 17, 7, 0 and 0")
 	require.ErrorContains(t, err, "second sweep read 17 finished executions, asked for 0 expiries, deleted 12, with 0 errors; want 17, 0, 7 and 0")

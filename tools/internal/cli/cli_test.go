@@ -253,7 +253,8 @@ func TestAPIFoundWithoutFlags(t *testing.T) {
 	cmd := b.envCmd()
 	cmd.SetArgs(nil)
 	require.NoError(t, cmd.Execute())
-	require.Equal(t, "export JETFLOW_API='"+info.APIURL+"'\nexport NATS_URL='"+info.NATSURL+"'\n", out.String())
+	require.True(t, strings.HasPrefix(out.String(), "export JETFLOW_API='"+info.APIURL+"'\nexport NATS_URL='"+info.NATSURL+"'\n"+
+		"export NATS_CREDS='"+filepath.Join(dir, devstack.AuthDir, "default", "client.creds")+"'\n"), out.String())
 
 	cancel()
 	require.NoError(t, <-done)

@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
+	"jetflow.dev/pkg/auth"
 	"jetflow.dev/services/janitor/janitor"
 	"jetflow.dev/tools/internal/devstack"
 )
@@ -46,9 +47,20 @@ with its own NATS connection. Stop it with Ctrl-C; start it again on the same
 			if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 				return fmt.Errorf("--data %s: %w", cfg.DataDir, err)
 			}
+			if cfg.Insecure {
+				cfg.Log.Warn().Msg("--insecure: NATS runs without authentication; anyone who reaches it can write histories, purge streams and run commands on the agents")
+			}
 			return devstack.Run(cmd.Context(), cfg, func(info devstack.Info) {
 				fmt.Fprintf(a.stdout, "jetflow dev is running (process %d, in %s)\n  NATS: %s   (try: nats sub 'jf.events.>')\n  api:  %s\n  data: %s\n",
 					os.Getpid(), filepath.Join(cfg.DataDir, devstack.PIDFile), info.NATSURL, info.APIURL, cfg.DataDir)
+				if c := info.Creds(auth.RoleClient); c != "" {
+					pub, _, _ := auth.CredsUser(c)
+					fmt.Fprintf(a.stdout, "  NATS clients authenticate: nats --server %s --creds %s --inbox-prefix %s ...\n"+
+						"  (client role: publish commands, read events; each role's creds are in %s)\n",
+						info.NATSURL, c, auth.Inbox(pub), info.CredsDir)
+				} else {
+					fmt.Fprintln(a.stdout, "  NATS: no authentication (--insecure)")
+				}
 				abs, err := filepath.Abs(cfg.DataDir)
 				if err != nil {
 					abs = cfg.DataDir
@@ -74,6 +86,7 @@ with its own NATS connection. Stop it with Ctrl-C; start it again on the same
 	f.BoolVar(&cfg.LogNATS, "log-nats", false, "include the NATS server's own log")
 	f.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
 	f.BoolVar(&jsonLogs, "log-json", false, "log JSON lines instead of console text")
+	f.BoolVar(&cfg.Insecure, "insecure", false, "run NATS without authentication (experiments only: anyone who reaches it owns jetflow)")
 	return cmd
 }
 
@@ -93,8 +106,9 @@ func (a *app) envCmd() *cobra.Command {
 		Use:   "env [--data DIR]",
 		Short: "Print the environment that points clients at a running jetflow dev (eval \"$(jetflow env)\")",
 		Long: `Print shell export lines for the jetflow dev running on a data directory:
-JETFLOW_API for the jetflow command line and NATS_URL for the nats
-command line, so that both reach it whatever ports it listens on:
+JETFLOW_API for the jetflow command line, and NATS_URL and NATS_CREDS
+(the client identity) for the nats command line, so that both reach it
+whatever ports it listens on:
 
   eval "$(bin/jetflow env)"
 
@@ -111,6 +125,10 @@ $JETFLOW_DATA) by itself; the nats command line needs NATS_URL.`,
 				return err
 			}
 			fmt.Fprintf(a.stdout, "export JETFLOW_API=%s\nexport NATS_URL=%s\n", shellQuote(c.API), shellQuote(c.NATS))
+			if c.ClientCreds != "" {
+				fmt.Fprintf(a.stdout, "export NATS_CREDS=%s\n# for nats stream/consumer commands add: --inbox-prefix %s\n",
+					shellQuote(c.ClientCreds), c.ClientInbox)
+			}
 			return nil
 		},
 	}

@@ -141,7 +141,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.PersistentFlags().StringVar(&a.apiURL, "api", "",
 		"jetflow api base URL (default: $JETFLOW_API, else the api of the jetflow dev running on $JETFLOW_DATA or .jetflow, else "+defaultAPI+")")
-	root.AddCommand(a.devCmd(), a.envCmd(), a.workflowCmd(), a.runCmd(), a.showCmd(), a.lsCmd(), a.eventsCmd(), a.projectionsCmd(), a.signalCmd(), a.cancelCmd(), a.killCmd(), a.resumeCmd(), a.replayCmd(), a.locksCmd())
+	root.AddCommand(a.devCmd(), a.envCmd(), a.authCmd(), a.bootstrapCmd(), a.workflowCmd(), a.runCmd(), a.showCmd(), a.lsCmd(), a.eventsCmd(), a.projectionsCmd(), a.signalCmd(), a.cancelCmd(), a.killCmd(), a.resumeCmd(), a.replayCmd(), a.locksCmd())
 	return root
 }
 

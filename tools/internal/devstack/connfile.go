@@ -22,6 +22,10 @@ type Conn struct {
 	NATS string `json:"nats"`
 	// PID is the jetflow dev process.
 	PID int `json:"pid"`
+	// ClientCreds is the client role's creds file and ClientInbox the
+	// inbox prefix its permissions require ("" on an insecure stack).
+	ClientCreds string `json:"client_creds,omitempty"`
+	ClientInbox string `json:"client_inbox,omitempty"`
 }
 
 // writeConn writes c into dir atomically (a reader never sees half of it).

@@ -16,9 +16,12 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
+	"jetflow.dev/pkg/auth"
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/catalog"
 	"jetflow.dev/pkg/natsserver"
@@ -65,6 +68,17 @@ type Config struct {
 	Log zerolog.Logger
 	// LogNATS forwards the server's own log.
 	LogNATS bool
+	// Insecure runs the embedded server without authentication: anyone
+	// who reaches it may do anything (experiments only). By default the
+	// stack is secure: NATS runs in operator mode with the identities of
+	// DataDir/auth (made on first start, see package auth), each service
+	// connects with its own role's credentials, and only the bootstrap's
+	// admin identity changes the topology. With NATSURL the stack is
+	// insecure unless CredsDir says where its identities are.
+	Insecure bool
+	// CredsDir, with NATSURL, is an auth directory (jetflow auth init)
+	// whose default namespace's creds the services use.
+	CredsDir string
 }
 
 // Info tells where a running stack can be reached.
@@ -73,6 +87,51 @@ type Info struct {
 	APIURL  string
 	// Server is the embedded server (nil with Config.NATSURL).
 	Server *server.Server
+	// CredsDir is the namespace directory holding each role's creds file
+	// (auth.CredsFile); "" for an insecure stack.
+	CredsDir string
+}
+
+// Creds is the path of role's creds file ("" for an insecure stack).
+func (i Info) Creds(role auth.Role) string {
+	if i.CredsDir == "" {
+		return ""
+	}
+	return filepath.Join(i.CredsDir, auth.CredsFile(role))
+}
+
+// Options are the nats.go options of a connection as role (none on an
+// insecure stack).
+func (i Info) Options(role auth.Role) ([]nats.Option, error) {
+	c := i.Creds(role)
+	if c == "" {
+		return nil, nil
+	}
+	return auth.ConnectOptions(c)
+}
+
+// Connect opens a NATS connection as role (any identity on an insecure
+// stack), for tools and tests.
+func (i Info) Connect(role auth.Role, name string) (*nats.Conn, error) {
+	opts, err := i.Options(role)
+	if err != nil {
+		return nil, err
+	}
+	return nats.Connect(i.NATSURL, append(opts, nats.Name(name))...)
+}
+
+// Dial connects as role with JetStream, as a service would: on a secure
+// stack it only binds to the topology (the bootstrap made it).
+func (i Info) Dial(ctx context.Context, role auth.Role, name string) (*bus.Conn, error) {
+	opts, err := i.Options(role)
+	if err != nil {
+		return nil, err
+	}
+	nc, js, err := bus.Open(ctx, i.NATSURL, name, bus.Config{Restricted: i.CredsDir != ""}, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &bus.Conn{NC: nc, JS: js}, nil
 }
 
 // Run starts the stack, calls ready once every service is up, and blocks
@@ -80,6 +139,7 @@ type Info struct {
 func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 	url := cfg.NATSURL
 	var srv *server.Server
+	credsDir := ""
 	if url == "" {
 		if cfg.DataDir == "" {
 			return errors.New("devstack: DataDir is required")
@@ -103,20 +163,54 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 		if cfg.LogNATS {
 			ncfg.Logger = natsLogger{cfg.Log.With().Str("service", "nats").Logger()}
 		}
+		if !cfg.Insecure {
+			dir := filepath.Join(cfg.DataDir, AuthDir)
+			trust, err := auth.Init(dir, auth.InitConfig{Reissue: true})
+			if err != nil {
+				return err
+			}
+			if ncfg.Operator, err = trust.OperatorClaims(); err != nil {
+				return err
+			}
+			ncfg.SystemAccount, ncfg.Accounts = trust.SystemAccount, trust.Accounts
+			credsDir = filepath.Join(dir, auth.DefaultNamespace)
+		}
 		if srv, err = natsserver.Start(ncfg); err != nil {
 			return err
 		}
 		defer natsserver.Stop(srv)
 		url = srv.ClientURL()
+	} else if cfg.CredsDir != "" {
+		credsDir = filepath.Join(cfg.CredsDir, auth.DefaultNamespace)
 	}
 
 	ln, err := net.Listen("tcp", cmp.Or(cfg.HTTPAddr, "127.0.0.1:8080"))
 	if err != nil {
 		return fmt.Errorf("api address: %w", err)
 	}
-	info := Info{NATSURL: url, APIURL: "http://" + ln.Addr().String(), Server: srv}
+	info := Info{NATSURL: url, APIURL: "http://" + ln.Addr().String(), Server: srv, CredsDir: credsDir}
+	if err := bootstrap(ctx, info, cfg); err != nil {
+		_ = ln.Close()
+		if ctx.Err() != nil {
+			return nil // stopped while starting: not an error
+		}
+		return err
+	}
 	if srv != nil { // the data directory is this stack's: say where it is
-		if err := writeConn(cfg.DataDir, Conn{API: info.APIURL, NATS: url, PID: os.Getpid()}); err != nil {
+		conn := Conn{API: info.APIURL, NATS: url, PID: os.Getpid()}
+		if c := info.Creds(auth.RoleClient); c != "" {
+			pub, _, err := auth.CredsUser(c)
+			if err != nil {
+				_ = ln.Close()
+				return err
+			}
+			if conn.ClientCreds, err = filepath.Abs(c); err != nil {
+				_ = ln.Close()
+				return err
+			}
+			conn.ClientInbox = auth.Inbox(pub)
+		}
+		if err := writeConn(cfg.DataDir, conn); err != nil {
 			_ = ln.Close()
 			return err
 		}
@@ -126,12 +220,25 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 	svcCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	g, gctx := errgroup.WithContext(svcCtx)
+	restricted := credsDir != ""
 	start := func(name string, fn func(context.Context, *bus.Conn) error) {
 		g.Go(func() error {
-			nc, js, err := bus.Open(gctx, url, "jetflow-"+name, bus.Config{Replicas: cfg.Replicas,
+			var opts []nats.Option
+			if restricted {
+				o, err := auth.ConnectOptions(info.Creds(auth.Role(name)))
+				if err != nil {
+					return err
+				}
+				opts = o
+			}
+			log := cfg.Log.With().Str("service", name).Logger()
+			opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+				log.Error().Err(err).Msg("nats")
+			}))
+			nc, js, err := bus.Open(gctx, url, "jetflow-"+name, bus.Config{Replicas: cfg.Replicas, Restricted: restricted,
 				OnRetry: func(err error) {
-					cfg.Log.Warn().Err(err).Str("service", name).Msg("waiting for jetstream")
-				}})
+					log.Warn().Err(err).Msg("waiting for jetstream")
+				}}, opts...)
 			if err != nil {
 				if gctx.Err() != nil {
 					return nil // stopped while starting: not an error
@@ -148,7 +255,7 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 	}
 	log := func(name string) zerolog.Logger { return cfg.Log.With().Str("service", name).Logger() }
 	start("dispatcher", func(ctx context.Context, c *bus.Conn) error {
-		d, err := dispatch.New(ctx, dispatch.Config{Workers: cfg.Workers, APIURL: info.APIURL}, c.JS, log("dispatcher"))
+		d, err := dispatch.New(ctx, dispatch.Config{Workers: cfg.Workers, APIURL: info.APIURL, BindOnly: restricted}, c.JS, log("dispatcher"))
 		if err != nil {
 			return err
 		}
@@ -156,7 +263,7 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 	})
 	start("agent", func(ctx context.Context, c *bus.Conn) error {
 		a, err := agent.New(agent.Config{Name: "dev-agent", AckWait: cfg.TaskAckWait, MaxDeliver: cfg.MaxDeliver,
-			Concurrency: cfg.Concurrency, KillGrace: cfg.KillGrace, Handlers: cfg.Handlers}, c.JS, log("agent"))
+			Concurrency: cfg.Concurrency, KillGrace: cfg.KillGrace, Handlers: cfg.Handlers, BindOnly: restricted}, c.JS, log("agent"))
 		if err != nil {
 			return err
 		}
@@ -164,7 +271,7 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 	})
 	start("janitor", func(ctx context.Context, c *bus.Conn) error {
 		j, err := janitor.New(janitor.Config{Interval: cfg.JanitorInterval, IdleAfter: cfg.IdleAfter,
-			RetentionDefault: cfg.RetentionDefault}, c.JS, log("janitor"))
+			RetentionDefault: cfg.RetentionDefault, BindOnly: restricted}, c.JS, log("janitor"))
 		if err != nil {
 			return err
 		}
@@ -177,11 +284,46 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 		if ready != nil {
 			ready(info)
 		}
-		return api.Serve(ctx, api.Config{Listener: ln}, c.NC, c.JS, log("api"))
+		return api.Serve(ctx, api.Config{Listener: ln, BindOnly: restricted}, c.NC, c.JS, log("api"))
 	})
 	err = g.Wait()
 	_ = ln.Close()
 	return err
+}
+
+// AuthDir is the auth directory's name in the data directory.
+const AuthDir = "auth"
+
+// bootstrap makes the topology (streams, buckets, durable consumers) as
+// the admin identity, before any service binds to it.
+func bootstrap(ctx context.Context, info Info, cfg Config) error {
+	nc, err := info.Connect(auth.RoleAdmin, "jetflow-bootstrap")
+	if err != nil {
+		return fmt.Errorf("bootstrap: %w", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("bootstrap: %w", err)
+	}
+	for {
+		err = bus.Bootstrap(ctx, js, bus.Config{Replicas: cfg.Replicas},
+			bus.Durables{TaskAckWait: cfg.TaskAckWait, MaxDeliver: cfg.MaxDeliver})
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("bootstrap: %w", err)
+		}
+		// The server may still be starting, or a cluster still placing
+		// its replicas (no suitable peers yet): try again.
+		cfg.Log.Warn().Err(err).Msg("bootstrap: waiting for jetstream")
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
 
 func splitAddr(addr string) (string, int, error) {

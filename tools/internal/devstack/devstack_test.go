@@ -49,7 +49,11 @@ func TestOneStackPerDataDirectory(t *testing.T) {
 	require.Equal(t, strconv.Itoa(os.Getpid()), strings.TrimSpace(string(pid)))
 	conn, err := ReadConn(dir)
 	require.NoError(t, err)
-	require.Equal(t, Conn{API: info.APIURL, NATS: info.NATSURL, PID: os.Getpid()}, conn)
+	require.Equal(t, info.APIURL, conn.API)
+	require.Equal(t, info.NATSURL, conn.NATS)
+	require.Equal(t, os.Getpid(), conn.PID)
+	require.Equal(t, filepath.Join(dir, AuthDir, "default", "client.creds"), conn.ClientCreds)
+	require.True(t, strings.HasPrefix(conn.ClientInbox, "_INBOX_"))
 
 	err = Run(context.Background(), Config{DataDir: dir, NATSAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
 		Log: zerolog.Nop()}, nil)

@@ -1,0 +1,299 @@
+// Package auth issues jetflow's NATS identities and holds what each may
+// do. NATS runs in operator mode (docs/adr/0002): an operator signs one
+// account per namespace, and each account signs a user per role whose JWT
+// carries that role's permissions. The permissions are data in this
+// package, so that the server enforces them, the tests check them and
+// docs/security.md lists them.
+package auth
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/events"
+)
+
+// Role is what a NATS identity is for.
+type Role string
+
+// Roles.
+const (
+	// RoleAdmin may do everything: the bootstrap (streams, buckets and
+	// durable consumers) and repairs.
+	RoleAdmin Role = "admin"
+	// RoleDispatcher is the only writer of histories.
+	RoleDispatcher Role = "dispatcher"
+	// RoleAgent takes the tasks of its queues and reports about them.
+	RoleAgent Role = "agent"
+	// RoleAPI is the HTTP front door and the projector.
+	RoleAPI Role = "api"
+	// RoleJanitor does the maintenance sweeps, retention included.
+	RoleJanitor Role = "janitor"
+	// RoleClient is for external programs: publish start, signal and
+	// action commands; read histories and rejections.
+	RoleClient Role = "client"
+)
+
+// Roles lists the roles, in the order the documentation shows them.
+var Roles = []Role{RoleAdmin, RoleDispatcher, RoleAgent, RoleAPI, RoleJanitor, RoleClient}
+
+// ParseRole reads a role's name.
+func ParseRole(s string) (Role, error) {
+	for _, r := range Roles {
+		if string(r) == s {
+			return r, nil
+		}
+	}
+	names := make([]string, len(Roles))
+	for i, r := range Roles {
+		names[i] = string(r)
+	}
+	return "", fmt.Errorf("auth: unknown role %q: use one of %s", s, strings.Join(names, ", "))
+}
+
+// Permissions are subjects a user may and may not publish and subscribe
+// to (NATS wildcards; a deny wins over an allow).
+type Permissions struct {
+	PubAllow, PubDeny []string
+	SubAllow, SubDeny []string
+}
+
+// compact sorts each list and drops repeats.
+func (p Permissions) compact() Permissions {
+	c := func(l []string) []string {
+		l = slices.Clone(l)
+		slices.Sort(l)
+		return slices.Compact(l)
+	}
+	return Permissions{PubAllow: c(p.PubAllow), PubDeny: c(p.PubDeny), SubAllow: c(p.SubAllow), SubDeny: c(p.SubDeny)}
+}
+
+// API subjects of JetStream (nats-server's $JS.API), as used below.
+const (
+	jsAPI = "$JS.API."
+	jsAck = "$JS.ACK."
+	kvPub = "$KV."
+)
+
+// streamInfo lets a user look a stream (or a bucket's stream) up.
+func streamInfo(streams ...string) []string {
+	out := make([]string, len(streams))
+	for i, s := range streams {
+		out[i] = jsAPI + "STREAM.INFO." + s
+	}
+	return out
+}
+
+// readStream lets a user read a stream: single messages (by sequence, or
+// the last of a subject) and, with filters, ordered consumers filtered to
+// them. The CONSUMER.CREATE form with the filter in the subject lets the
+// permission bound what such a consumer reads. No role gets consumer
+// rights on JF_TASKS this way: the agents' durable consumers live there,
+// and their names (agent-<queue>) cannot be matched by a wildcard.
+func readStream(stream string, filters ...string) []string {
+	out := []string{
+		jsAPI + "STREAM.INFO." + stream,
+		jsAPI + "STREAM.MSG.GET." + stream,
+		jsAPI + "DIRECT.GET." + stream,
+		jsAPI + "DIRECT.GET." + stream + ".>",
+	}
+	if len(filters) == 0 {
+		return out
+	}
+	out = append(out,
+		jsAPI+"CONSUMER.INFO."+stream+".*",
+		jsAPI+"CONSUMER.MSG.NEXT."+stream+".*",
+		jsAPI+"CONSUMER.DELETE."+stream+".*")
+	for _, f := range filters {
+		out = append(out, jsAPI+"CONSUMER.CREATE."+stream+".*."+f)
+	}
+	return out
+}
+
+// bucket names a KV bucket's stream and subjects.
+func bucketStream(b string) string { return "KV_" + b }
+
+// readBucket lets a user get keys and watch or list a bucket.
+func readBucket(b string) []string {
+	return readStream(bucketStream(b), kvPub+b+".>")
+}
+
+// writeBucket lets a user put, create, update and delete keys under
+// prefix ("" for every key) of a bucket: a KV write is a publish on the
+// key's subject.
+func writeBucket(b, prefix string) []string {
+	if prefix == "" {
+		return []string{kvPub + b + ".>"}
+	}
+	return []string{kvPub + b + "." + prefix + ">"}
+}
+
+// consume lets a user pull from and acknowledge a durable consumer.
+func consume(stream, consumer string) []string {
+	return []string{
+		jsAPI + "STREAM.INFO." + stream,
+		jsAPI + "CONSUMER.INFO." + stream + "." + consumer,
+		jsAPI + "CONSUMER.MSG.NEXT." + stream + "." + consumer,
+		jsAck + stream + "." + consumer + ".>",
+	}
+}
+
+// denyOthersDurables keeps a role off the durable consumers it does not
+// own on the streams it may read with consumers: no pulling from them
+// (which would hold their messages), no updating or deleting them. (The
+// agents' consumers are on JF_TASKS, where only agents of the queue and
+// the admin have consumer rights at all.)
+func denyOthersDurables(own ...string) []string {
+	var out []string
+	for _, name := range []string{bus.ConsumerDispatcherCommands, bus.ConsumerDispatcherResults, bus.ConsumerDispatcherTimers,
+		bus.ConsumerProjector, bus.ConsumerJanitorAdvisories} {
+		if !slices.Contains(own, name) {
+			out = append(out, denyDurable(name)...)
+		}
+	}
+	return out
+}
+
+func denyDurable(name string) []string {
+	return []string{
+		jsAPI + "CONSUMER.CREATE.*." + name,
+		jsAPI + "CONSUMER.CREATE.*." + name + ".>",
+		jsAPI + "CONSUMER.DURABLE.CREATE.*." + name,
+		jsAPI + "CONSUMER.MSG.NEXT.*." + name,
+		jsAPI + "CONSUMER.DELETE.*." + name,
+		jsAck + "*." + name + ".>",
+	}
+}
+
+// admin operations nobody but the admin may call, whatever else a role
+// allows: creating, changing, purging or deleting streams (and buckets).
+var adminOnly = []string{
+	jsAPI + "STREAM.CREATE.>",
+	jsAPI + "STREAM.UPDATE.>",
+	jsAPI + "STREAM.DELETE.>",
+	jsAPI + "STREAM.RESTORE.>",
+	jsAPI + "STREAM.SNAPSHOT.>",
+	jsAPI + "STREAM.PEER.>",
+	jsAPI + "STREAM.LEADER.>",
+	jsAPI + "CONSUMER.DURABLE.CREATE.>",
+	jsAPI + "ACCOUNT.>",
+	jsAPI + "META.>",
+}
+
+// Inbox is the prefix of a user's reply subjects: its own, so that no user
+// can subscribe to the JetStream deliveries and answers of another.
+func Inbox(userPublicKey string) string {
+	if len(userPublicKey) > 17 {
+		userPublicKey = userPublicKey[1:17]
+	}
+	return "_INBOX_" + userPublicKey
+}
+
+// PermissionsFor returns the permissions of role; queues are an agent's
+// queues (every other role ignores them). inbox is the user's inbox
+// prefix ([Inbox]).
+func PermissionsFor(role Role, queues []string, inbox string) (Permissions, error) {
+	inboxSub := []string{inbox + ".>"}
+	switch role {
+	case RoleAdmin:
+		return Permissions{PubAllow: []string{">"}, SubAllow: []string{">"}}, nil
+
+	case RoleDispatcher:
+		p := Permissions{SubAllow: inboxSub}
+		p.PubAllow = slices.Concat(
+			[]string{
+				events.EventsPrefix + ".>",     // the only writer of histories
+				events.TasksPrefix + ".>",      // tasks for any queue
+				events.SchedulesPrefix + ".>",  // durable timers
+				events.RejectionsPrefix + ".>", // why a command changed nothing
+				events.KillsPrefix + ".>",      // kill notices for agents
+				events.SubjectReconcile,        // wakes a new lock holder
+			},
+			consume(events.StreamCommands, bus.ConsumerDispatcherCommands),
+			consume(events.StreamResults, bus.ConsumerDispatcherResults),
+			consume(events.StreamTimers, bus.ConsumerDispatcherTimers),
+			readStream(events.StreamEvents, events.EventsPrefix+".>"),
+			readStream(events.StreamResults, events.ResultsPrefix+".>"),
+			readStream(events.StreamKills, events.KillsPrefix+".>"),
+			streamInfo(events.StreamTasks, events.StreamTimers, events.StreamRejections),
+			readBucket(events.BucketDefinitions),
+			readBucket(events.BucketExecutionIDs), writeBucket(events.BucketExecutionIDs, ""),
+			readBucket(events.BucketLocks), writeBucket(events.BucketLocks, ""),
+		)
+		p.PubDeny = slices.Concat(adminOnly, denyOthersDurables(bus.ConsumerDispatcherCommands,
+			bus.ConsumerDispatcherResults, bus.ConsumerDispatcherTimers))
+		return p, nil
+
+	case RoleAgent:
+		if len(queues) == 0 {
+			return Permissions{}, fmt.Errorf("auth: an agent's identity names the queues it serves")
+		}
+		p := Permissions{SubAllow: inboxSub}
+		for _, q := range queues {
+			if !events.ValidQueueName(q) {
+				return Permissions{}, fmt.Errorf("auth: queue %q: %s", q, events.QueueNameRule)
+			}
+			p.PubAllow = slices.Concat(p.PubAllow,
+				[]string{events.ResultSubject(q, "*")}, // reports about its queues' tasks only
+				consume(events.StreamTasks, bus.AgentConsumer(q)),
+				readStream(events.StreamResults, events.ResultSubject(q, "*")))
+		}
+		p.PubAllow = slices.Concat(p.PubAllow, readStream(events.StreamKills, events.KillsPrefix+".>"))
+		p.PubDeny = slices.Concat(adminOnly, denyOthersDurables())
+		return p, nil
+
+	case RoleAPI:
+		p := Permissions{SubAllow: slices.Concat(inboxSub, []string{
+			events.EventsPrefix + ".>",     // what became of a command it sent
+			events.RejectionsPrefix + ".>", // and why not
+		})}
+		p.PubAllow = slices.Concat(
+			[]string{events.CommandsPrefix + ".>"},
+			consume(events.StreamEvents, bus.ConsumerProjector),
+			[]string{jsAPI + "CONSUMER.UNPIN." + events.StreamEvents + "." + bus.ConsumerProjector},
+			readStream(events.StreamEvents, events.EventsPrefix+".>"),
+			readStream(events.StreamRejections, events.RejectionsPrefix+".>"),
+			readBucket(events.BucketDefinitions), writeBucket(events.BucketDefinitions, "def."), writeBucket(events.BucketDefinitions, "latest."),
+			readBucket(events.BucketExecutionIDs),
+			readBucket(events.BucketExecutions), writeBucket(events.BucketExecutions, ""),
+			readBucket(events.BucketLocks),
+		)
+		p.PubDeny = slices.Concat(adminOnly, denyOthersDurables(bus.ConsumerProjector))
+		return p, nil
+
+	case RoleJanitor:
+		p := Permissions{SubAllow: inboxSub}
+		p.PubAllow = slices.Concat(
+			[]string{events.SubjectReconcile, events.SubjectExpire, events.SubjectClearLock,
+				events.ResultsPrefix + ".*.*", // reports of tasks lost with their agents
+				jsAPI + "STREAM.PURGE." + events.StreamEvents,          // retention: expired histories
+				jsAPI + "STREAM.PURGE." + events.StreamResults,         // and their reports
+				jsAPI + "STREAM.MSG.DELETE." + events.StreamTasks,      // a lost task, once failed
+				jsAPI + "STREAM.PURGE." + bucketStream(events.BucketExecutions), // and read models
+			},
+			consume(bus.StreamAdvisories, bus.ConsumerJanitorAdvisories),
+			readStream(events.StreamEvents, events.EventsPrefix+".>"),
+			readStream(events.StreamResults, events.ResultsPrefix+".>"),
+			readStream(events.StreamTasks),
+			readBucket(events.BucketExecutions), writeBucket(events.BucketExecutions, ""),
+			readBucket(events.BucketExecutionIDs), writeBucket(events.BucketExecutionIDs, ""),
+			readBucket(events.BucketLocks),
+			readBucket(events.BucketDefinitions), writeBucket(events.BucketDefinitions, "setting."),
+		)
+		p.PubDeny = slices.Concat(adminOnly, denyOthersDurables(bus.ConsumerJanitorAdvisories))
+		return p, nil
+
+	case RoleClient:
+		p := Permissions{SubAllow: slices.Concat(inboxSub, []string{events.EventsPrefix + ".>", events.RejectionsPrefix + ".>"})}
+		p.PubAllow = slices.Concat(
+			[]string{events.SubjectStart, events.SubjectSignal, events.SubjectAction},
+			readStream(events.StreamEvents, events.EventsPrefix+".>"),
+			readStream(events.StreamRejections, events.RejectionsPrefix+".>"),
+		)
+		p.PubDeny = slices.Concat(adminOnly, denyOthersDurables())
+		return p, nil
+	}
+	return Permissions{}, fmt.Errorf("auth: unknown role %q", role)
+}

@@ -1,0 +1,195 @@
+package bus
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"jetflow.dev/pkg/events"
+)
+
+// Durable consumers the services bind to. The bootstrap creates them
+// ([Bootstrap]); a service that manages the topology itself (no
+// credentials: a test, an insecure dev stack) creates its own as it starts.
+const (
+	// ConsumerDispatcherCommands delivers commands to every dispatcher.
+	ConsumerDispatcherCommands = "dispatcher-commands"
+	// ConsumerDispatcherResults delivers agents' reports to every dispatcher.
+	ConsumerDispatcherResults = "dispatcher-results"
+	// ConsumerDispatcherTimers delivers fired timers to every dispatcher.
+	ConsumerDispatcherTimers = "dispatcher-timers"
+	// ConsumerProjector feeds the api's projector (a pinned priority group:
+	// one api replica at a time folds events, in order).
+	ConsumerProjector = "projector"
+	// ProjectorGroup is the projector consumer's pinned priority group.
+	ProjectorGroup = "projector"
+	// ConsumerJanitorAdvisories delivers max-deliveries advisories to the janitor.
+	ConsumerJanitorAdvisories = "janitor-advisories"
+)
+
+// AgentConsumer is the durable consumer shared by the agents of a queue.
+func AgentConsumer(queue string) string { return "agent-" + queue }
+
+// Durables sizes the durable consumers. The zero value is the default.
+type Durables struct {
+	// DispatcherAckWait is how long a command, result or timer may be in a
+	// dispatcher's hands before JetStream gives it to another. Default 30s.
+	DispatcherAckWait time.Duration
+	// DispatcherMaxAckPending bounds messages in flight per dispatcher
+	// consumer. Default 1024.
+	DispatcherMaxAckPending int
+	// Queues are the agent queues to create consumers for. Default ["default"].
+	Queues []string
+	// TaskAckWait is how long a task may go without an agent's heartbeat
+	// before it is given to another agent. Default 30s.
+	TaskAckWait time.Duration
+	// MaxDeliver is how often a task is delivered before the janitor fails
+	// it. Default 5.
+	MaxDeliver int
+}
+
+func (d Durables) withDefaults() Durables {
+	d.DispatcherAckWait = cmp.Or(d.DispatcherAckWait, 30*time.Second)
+	d.DispatcherMaxAckPending = cmp.Or(d.DispatcherMaxAckPending, 1024)
+	if len(d.Queues) == 0 {
+		d.Queues = []string{"default"}
+	}
+	d.TaskAckWait = cmp.Or(d.TaskAckWait, 30*time.Second)
+	d.MaxDeliver = cmp.Or(d.MaxDeliver, 5)
+	return d
+}
+
+// Validate reports settings no consumer can have.
+func (d Durables) Validate() error {
+	switch {
+	case d.DispatcherAckWait < 0 || d.TaskAckWait < 0:
+		return errors.New("bus: ack waits must not be negative")
+	case d.TaskAckWait != 0 && d.TaskAckWait < 300*time.Millisecond:
+		return fmt.Errorf("bus: task ack wait %s is below 300ms: agents could not heartbeat in time", d.TaskAckWait)
+	case d.DispatcherMaxAckPending < 0 || d.MaxDeliver < 0:
+		return errors.New("bus: max ack pending and max deliver must not be negative")
+	}
+	for _, q := range d.Queues {
+		if !events.ValidQueueName(q) {
+			return fmt.Errorf("bus: queue %q: %s", q, events.QueueNameRule)
+		}
+	}
+	return nil
+}
+
+// Consumer is a durable consumer on a stream.
+type Consumer struct {
+	Stream string
+	Config jetstream.ConsumerConfig
+}
+
+// DispatcherConsumers are the dispatcher's three consumers.
+func DispatcherConsumers(d Durables) []Consumer {
+	d = d.withDefaults()
+	c := func(stream, name, filter string) Consumer {
+		return Consumer{Stream: stream, Config: jetstream.ConsumerConfig{
+			Durable: name, FilterSubject: filter, AckPolicy: jetstream.AckExplicitPolicy,
+			AckWait: d.DispatcherAckWait, MaxAckPending: d.DispatcherMaxAckPending, MaxDeliver: -1,
+			DeliverPolicy: jetstream.DeliverAllPolicy,
+		}}
+	}
+	return []Consumer{
+		c(events.StreamCommands, ConsumerDispatcherCommands, events.CommandsPrefix+".>"),
+		c(events.StreamResults, ConsumerDispatcherResults, events.ResultsPrefix+".>"),
+		c(events.StreamTimers, ConsumerDispatcherTimers, events.TimersPrefix+".>"),
+	}
+}
+
+// AgentQueueConsumer is the consumer of one agent queue.
+func AgentQueueConsumer(d Durables, queue string) Consumer {
+	d = d.withDefaults()
+	return Consumer{Stream: events.StreamTasks, Config: jetstream.ConsumerConfig{
+		Durable: AgentConsumer(queue), FilterSubject: events.TaskSubject(queue), AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait: d.TaskAckWait, MaxDeliver: d.MaxDeliver, MaxAckPending: 4096,
+		Description: "jetflow agents of queue " + queue,
+	}}
+}
+
+// ProjectorConsumerSpec is the projector's consumer.
+func ProjectorConsumerSpec() Consumer {
+	return Consumer{Stream: events.StreamEvents, Config: jetstream.ConsumerConfig{
+		Durable: ConsumerProjector, AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: -1,
+		MaxAckPending: 4096, FilterSubject: events.EventsPrefix + ".>",
+		PriorityPolicy: jetstream.PriorityPolicyPinned, PinnedTTL: 5 * time.Second, PriorityGroups: []string{ProjectorGroup},
+		Description: "jetflow read-model projector (api)",
+	}}
+}
+
+// JanitorConsumerSpec is the janitor's consumer of advisories.
+func JanitorConsumerSpec() Consumer {
+	return Consumer{Stream: StreamAdvisories, Config: jetstream.ConsumerConfig{
+		Durable: ConsumerJanitorAdvisories, AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: -1,
+	}}
+}
+
+// AllConsumers lists every durable consumer of a deployment.
+func AllConsumers(d Durables) []Consumer {
+	d = d.withDefaults()
+	out := DispatcherConsumers(d)
+	for _, q := range d.Queues {
+		out = append(out, AgentQueueConsumer(d, q))
+	}
+	return append(out, ProjectorConsumerSpec(), JanitorConsumerSpec())
+}
+
+// Bind returns the durable consumer c. A service that manages the topology
+// creates (or updates) it; one that does not (it runs with credentials
+// that may not create consumers) waits until the bootstrap has created
+// it, calling wait with the reason every few seconds, until ctx ends.
+func Bind(ctx context.Context, js jetstream.JetStream, manage bool, c Consumer, wait func(error)) (jetstream.Consumer, error) {
+	if manage {
+		cons, err := js.CreateOrUpdateConsumer(ctx, c.Stream, c.Config)
+		if err != nil {
+			return nil, fmt.Errorf("create consumer %s on %s: %w", c.Config.Durable, c.Stream, err)
+		}
+		return cons, nil
+	}
+	for {
+		cons, err := js.Consumer(ctx, c.Stream, c.Config.Durable)
+		if err == nil {
+			return cons, nil
+		}
+		if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+			err = fmt.Errorf("consumer %s on %s does not exist yet: run jetflow bootstrap (jetflow dev does): %w",
+				c.Config.Durable, c.Stream, err)
+		} else {
+			err = fmt.Errorf("bind consumer %s on %s: %w", c.Config.Durable, c.Stream, err)
+		}
+		if wait != nil && ctx.Err() == nil {
+			wait(err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+// Bootstrap creates (or brings up to date) every stream, bucket and
+// durable consumer: what a deployment's admin identity runs once, and
+// `jetflow dev` at every start. Services need no JetStream admin right
+// afterwards.
+func Bootstrap(ctx context.Context, js jetstream.JetStream, c Config, d Durables) error {
+	if err := d.Validate(); err != nil {
+		return err
+	}
+	if err := Ensure(ctx, js, c); err != nil {
+		return err
+	}
+	for _, cons := range AllConsumers(d) {
+		if _, err := js.CreateOrUpdateConsumer(ctx, cons.Stream, cons.Config); err != nil {
+			return fmt.Errorf("ensure consumer %s on %s: %w", cons.Config.Durable, cons.Stream, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,248 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/auth"
+	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/client"
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/projections"
+	"jetflow.dev/tools/internal/devstack"
+)
+
+// identity is a NATS connection of one role that reports the permission
+// violations the server sends it.
+type identity struct {
+	nc         *nats.Conn
+	js         jetstream.JetStream
+	violations chan error
+}
+
+func (s *stack) as(t *testing.T, role auth.Role) *identity {
+	t.Helper()
+	id := &identity{violations: make(chan error, 64)}
+	opts, err := auth.ConnectOptions(s.info.Creds(role))
+	require.NoError(t, err)
+	opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrPermissionViolation) {
+			id.violations <- err
+		}
+	}))
+	id.nc, err = nats.Connect(s.info.NATSURL, opts...)
+	require.NoError(t, err)
+	t.Cleanup(id.nc.Close)
+	id.js, err = jetstream.New(id.nc)
+	require.NoError(t, err)
+	return id
+}
+
+// denied publishes msg (a plain publish, or a JetStream API request) and
+// requires the server to refuse it with a permission violation naming
+// its subject.
+func (id *identity) denied(t *testing.T, msg *nats.Msg) {
+	t.Helper()
+	if msg.Reply == "" {
+		msg.Reply = id.nc.NewRespInbox()
+	}
+	require.NoError(t, id.nc.PublishMsg(msg))
+	require.NoError(t, id.nc.Flush())
+	select {
+	case err := <-id.violations:
+		require.Contains(t, err.Error(), msg.Subject)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("publishing on %s was not refused", msg.Subject)
+	}
+}
+
+// streamState is what an attempt to break in must leave as it was.
+func (s *stack) streamState(t *testing.T, name string) jetstream.StreamState {
+	t.Helper()
+	st, err := s.js.Stream(context.Background(), name)
+	require.NoError(t, err)
+	info, err := st.Info(context.Background())
+	require.NoError(t, err)
+	return info.State
+}
+
+// TestNATSIdentitiesAreLeastPrivilege tries to break in with each
+// identity jetflow dev makes, as an outsider with stolen credentials
+// would: every attempt is refused by the server and changes nothing,
+// while what the role is for still works.
+func TestNATSIdentitiesAreLeastPrivilege(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s.apply(t, gated)
+	_, err := s.c.Start(ctx, client.StartRequest{Workflow: "gated", ID: "victim"})
+	require.NoError(t, err)
+	x := s.waitStepStatus(t, "victim", "gate", projections.OpWaiting)
+	subject := events.ExecutionSubject("gated", "victim")
+
+	// Nobody without credentials gets in.
+	_, err = nats.Connect(s.info.NATSURL)
+	require.Error(t, err)
+	require.Contains(t, strings.ToLower(err.Error()), "authorization violation")
+
+	forged := func(subject string, p events.Payload) *nats.Msg {
+		msg, err := events.Encode(subject, events.New("mallory", "victim", "gated", time.Now(), p))
+		require.NoError(t, err)
+		return msg
+	}
+	historyBefore := s.streamState(t, events.StreamEvents)
+
+	t.Run("ClientCannotWriteHistoryResultsOrTopology", func(t *testing.T) {
+		c := s.as(t, auth.RoleClient)
+		c.denied(t, forged(subject, &events.ExecutionSucceeded{}))
+		c.denied(t, forged(events.ResultSubject("default", "victim"), &events.OperationSucceeded{TaskRef: events.TaskRef{
+			TaskID: "victim.before.1", ExecutionID: "victim", Workflow: "gated", StepID: "before", Attempt: 1, Token: x.Token, Queue: "default"}}))
+		c.denied(t, &nats.Msg{Subject: "$JS.API.STREAM.PURGE." + events.StreamEvents, Data: []byte(`{"filter":"` + subject + `"}`)})
+		c.denied(t, &nats.Msg{Subject: "$JS.API.STREAM.DELETE." + events.StreamRejections})
+		c.denied(t, &nats.Msg{Subject: "$JS.API.STREAM.PURGE.KV_" + events.BucketLocks})
+		c.denied(t, &nats.Msg{Subject: "$KV." + events.BucketLocks + ".some-lock", Header: nats.Header{"KV-Operation": {"PURGE"}}})
+		c.denied(t, &nats.Msg{Subject: "$KV." + events.BucketExecutionIDs + ".victim", Header: nats.Header{"KV-Operation": {"DEL"}}})
+		c.denied(t, &nats.Msg{Subject: "$JS.API.CONSUMER.DELETE." + events.StreamCommands + "." + bus.ConsumerDispatcherCommands})
+		c.denied(t, &nats.Msg{Subject: "$JS.API.CONSUMER.MSG.NEXT." + events.StreamEvents + "." + bus.ConsumerProjector, Data: []byte(`{"batch":1}`)})
+		c.denied(t, &nats.Msg{Subject: "$JS.API.CONSUMER.DURABLE.CREATE." + events.StreamEvents + ".spy"})
+		c.denied(t, &nats.Msg{Subject: events.TaskSubject("default")})
+		c.denied(t, &nats.Msg{Subject: events.CommandsPrefix + ".expire"})
+
+		// What a client is for still works: it reads the history...
+		evs, err := func() ([]events.Event, error) {
+			cons, err := c.js.OrderedConsumer(ctx, events.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+			if err != nil {
+				return nil, err
+			}
+			var out []events.Event
+			for range x.Events {
+				m, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
+				if err != nil {
+					return nil, err
+				}
+				ev, err := events.Decode(m.Headers(), m.Data())
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, ev)
+			}
+			return out, nil
+		}()
+		require.NoError(t, err)
+		require.Equal(t, events.TypeExecutionStarted, evs[0].Type)
+		// ...and sends commands: this signal lets the execution finish.
+		sig, err := events.Encode(events.SubjectSignal, events.New("tour/nats", "victim", "gated", time.Now(),
+			&events.SignalExecution{ExecutionID: "victim", Name: "go"}))
+		require.NoError(t, err)
+		_, err = c.js.PublishMsg(ctx, sig)
+		require.NoError(t, err)
+	})
+
+	t.Run("AgentCannotWriteHistoryNorReportForAnotherQueue", func(t *testing.T) {
+		a := s.as(t, auth.RoleAgent)
+		a.denied(t, forged(subject, &events.StepSucceeded{StepID: "gate", Attempt: 1}))
+		a.denied(t, forged(events.ResultSubject("gpu", "victim"), &events.OperationSucceeded{}))
+		a.denied(t, &nats.Msg{Subject: "$KV." + events.BucketLocks + ".some-lock"})
+		a.denied(t, &nats.Msg{Subject: "$JS.API.CONSUMER.MSG.NEXT." + events.StreamCommands + "." + bus.ConsumerDispatcherCommands, Data: []byte(`{"batch":1}`)})
+		a.denied(t, &nats.Msg{Subject: "$JS.API.STREAM.PURGE." + events.StreamTasks})
+	})
+
+	t.Run("APIAndJanitorCannotWriteHistory", func(t *testing.T) {
+		for _, role := range []auth.Role{auth.RoleAPI, auth.RoleJanitor} {
+			id := s.as(t, role)
+			id.denied(t, forged(subject, &events.ExecutionFailed{Error: "forged"}))
+			id.denied(t, &nats.Msg{Subject: "$JS.API.STREAM.DELETE." + events.StreamEvents})
+			id.denied(t, &nats.Msg{Subject: "$KV." + events.BucketLocks + ".some-lock"})
+		}
+	})
+
+	// The execution ended by its real steps; nothing forged is in its
+	// history, and no stream lost anything.
+	x = s.waitDone(t, "victim", 30*time.Second)
+	require.Equal(t, projections.StatusSucceeded, x.Status)
+	evs := s.history(t, "victim")
+	requireLinear(t, evs)
+	for _, ev := range evs {
+		require.Equal(t, "jetflow/dispatcher", ev.Source, "%s", ev.Type)
+	}
+	after := s.streamState(t, events.StreamEvents)
+	require.GreaterOrEqual(t, after.Msgs, historyBefore.Msgs)
+	require.Equal(t, historyBefore.FirstSeq, after.FirstSeq, "nothing was purged")
+}
+
+// TestForeignQueueReportIsIgnored: even with the execution's token (which
+// every task of it carries), a report published on another queue's
+// results subject never counts for a step of this queue.
+func TestForeignQueueReportIsIgnored(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, nil)
+	ctx := context.Background()
+	s.apply(t, gated)
+	_, err := s.c.Start(ctx, client.StartRequest{Workflow: "gated", ID: "foreign"})
+	require.NoError(t, err)
+	s.waitStepStatus(t, "foreign", "gate", projections.OpWaiting)
+	var token string
+	for _, ev := range s.history(t, "foreign") {
+		if p, ok := ev.Data.(*events.ExecutionStarted); ok {
+			token = p.Token
+		}
+	}
+	// The admin identity may publish anywhere: it stands for an agent of
+	// queue gpu whose permissions let it report on jf.results.gpu.>.
+	ref := events.TaskRef{TaskID: events.TaskID("foreign", "before", 1), ExecutionID: "foreign", Workflow: "gated",
+		StepID: "before", Attempt: 1, Token: token, Queue: "gpu", Agent: "rogue"}
+	msg, err := events.Encode(events.ResultSubject("gpu", "foreign"), events.New("rogue", "foreign", "gated", time.Now(),
+		&events.OperationFailed{TaskRef: ref, Error: "forged"}))
+	require.NoError(t, err)
+	_, err = s.js.PublishMsg(ctx, msg)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		for _, ev := range s.history(t, "foreign") {
+			if p, ok := ev.Data.(*events.ResultIgnored); ok {
+				return strings.Contains(p.Reason, `queue "gpu"`)
+			}
+		}
+		return false
+	}, 20*time.Second, 20*time.Millisecond, "the foreign report was not recorded as ignored")
+	x, err := s.c.Execution(ctx, "foreign")
+	require.NoError(t, err)
+	require.Equal(t, projections.OpSucceeded, stepByID(x, "before").Status)
+}
+
+// TestRevokedCredentialsAreRefused: a leaked creds file is revoked in its
+// account; once the server loads the accounts again (a restart of
+// jetflow dev), it refuses those credentials, and the new ones work.
+func TestRevokedCredentialsAreRefused(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	run := func() *stack { return startStack(t, func(c *devstack.Config) { c.DataDir = dir }) }
+	s := run()
+	leaked := filepath.Join(t.TempDir(), "leaked.creds")
+	b, err := os.ReadFile(s.info.Creds(auth.RoleClient))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(leaked, b, 0o600))
+	opts, err := auth.ConnectOptions(leaked)
+	require.NoError(t, err)
+	nc, err := nats.Connect(s.info.NATSURL, opts...)
+	require.NoError(t, err, "the creds work before they are revoked")
+	nc.Close()
+
+	_, err = auth.Revoke(filepath.Join(dir, devstack.AuthDir), auth.DefaultNamespace, leaked)
+	require.NoError(t, err)
+	s.stop()
+	s = run()
+	_, err = nats.Connect(s.info.NATSURL, opts...)
+	require.Error(t, err, "revoked credentials were accepted")
+	id := s.as(t, auth.RoleClient) // the client identity issued at this start
+	require.True(t, id.nc.IsConnected())
+}
