@@ -267,10 +267,10 @@ func PermissionsFor(role Role, queues []string, inbox string) (Permissions, erro
 		p := Permissions{SubAllow: inboxSub}
 		p.PubAllow = slices.Concat(
 			[]string{events.SubjectReconcile, events.SubjectExpire, events.SubjectClearLock,
-				events.ResultsPrefix + ".*.*", // reports of tasks lost with their agents
-				jsAPI + "STREAM.PURGE." + events.StreamEvents,          // retention: expired histories
-				jsAPI + "STREAM.PURGE." + events.StreamResults,         // and their reports
-				jsAPI + "STREAM.MSG.DELETE." + events.StreamTasks,      // a lost task, once failed
+				events.ResultsPrefix + ".*.*",                                   // reports of tasks lost with their agents
+				jsAPI + "STREAM.PURGE." + events.StreamEvents,                   // retention: expired histories
+				jsAPI + "STREAM.PURGE." + events.StreamResults,                  // and their reports
+				jsAPI + "STREAM.MSG.DELETE." + events.StreamTasks,               // a lost task, once failed
 				jsAPI + "STREAM.PURGE." + bucketStream(events.BucketExecutions), // and read models
 			},
 			consume(bus.StreamAdvisories, bus.ConsumerJanitorAdvisories),
