@@ -99,3 +99,31 @@ func Stop(s *server.Server) {
 	s.Shutdown()
 	s.WaitForShutdown()
 }
+
+// LoadConfig reads a nats-server configuration file the way nats-server
+// -c does (includes, TLS certificates and operator trust included), so
+// that a test can check a deployment's configuration and run a server
+// from it.
+func LoadConfig(path string) (*server.Options, error) {
+	opts, err := server.ProcessConfigFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("natsserver: %w", err)
+	}
+	return opts, nil
+}
+
+// StartOptions starts a server with opts and waits until it accepts
+// connections.
+func StartOptions(opts *server.Options) (*server.Server, error) {
+	opts.NoSigs = true
+	s, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("natsserver: new server: %w", err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		s.Shutdown()
+		return nil, fmt.Errorf("natsserver: not ready for connections")
+	}
+	return s, nil
+}

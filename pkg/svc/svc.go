@@ -81,6 +81,7 @@ func (f *Flags) Parse(args []string) error {
 type Common struct {
 	NATSURL  *string
 	Creds    *string
+	CA       *string
 	Replicas *int
 	LogLevel *string
 	LogJSON  *bool
@@ -104,6 +105,8 @@ func (f *Flags) AddCommon() *Common {
 		NATSURL: f.String("nats", "JETFLOW_NATS_URL", DefaultNATSURL, "NATS server URL (several, comma-separated, for a cluster)"),
 		Creds: f.String("creds", "JETFLOW_NATS_CREDS", "",
 			"NATS credentials file of this service's identity (see jetflow auth init); without it the service connects anonymously and creates the topology itself"),
+		CA: f.String("nats-ca", "JETFLOW_NATS_CA", "",
+			"PEM file of the certificate authority that signed the NATS servers' certificates (TLS; empty: the system's roots)"),
 		Replicas: f.Int("replicas", "JETFLOW_REPLICAS", 1, "replicas of streams and buckets (3 in a cluster); used when the service creates the topology"),
 		LogLevel: f.String("log-level", "JETFLOW_LOG_LEVEL", "info", "log level: debug, info, warn, error"),
 		LogJSON:  f.Bool("log-json", "JETFLOW_LOG_JSON", true, "log JSON lines (false: console text)"),
@@ -123,6 +126,9 @@ func (c *Common) Open(ctx context.Context, name string, onRetry, onError func(er
 	var opts []nats.Option
 	if onError != nil {
 		opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { onError(err) }))
+	}
+	if *c.CA != "" {
+		opts = append(opts, nats.RootCAs(*c.CA))
 	}
 	if *c.Creds != "" {
 		o, err := auth.ConnectOptions(*c.Creds)

@@ -135,7 +135,7 @@ jetflow dev, which does both). Issue the service a new identity first
 }
 
 func (a *app) bootstrapCmd() *cobra.Command {
-	var url, creds string
+	var url, creds, ca string
 	var replicas int
 	var d bus.Durables
 	cmd := &cobra.Command{
@@ -152,6 +152,9 @@ jetflow dev runs it at every start.`,
 				return usageError{err}
 			}
 			opts := []nats.Option{nats.Name("jetflow-bootstrap")}
+			if ca != "" {
+				opts = append(opts, nats.RootCAs(ca))
+			}
 			if creds != "" {
 				o, err := auth.ConnectOptions(creds)
 				if err != nil {
@@ -182,6 +185,7 @@ jetflow dev runs it at every start.`,
 	f := cmd.Flags()
 	f.StringVar(&url, "nats", cmp.Or(os.Getenv("JETFLOW_NATS_URL"), "nats://127.0.0.1:4222"), "NATS server URL (env JETFLOW_NATS_URL)")
 	f.StringVar(&creds, "creds", os.Getenv("JETFLOW_NATS_CREDS"), "the admin identity's creds file (env JETFLOW_NATS_CREDS)")
+	f.StringVar(&ca, "nats-ca", os.Getenv("JETFLOW_NATS_CA"), "PEM file of the CA of the servers' TLS certificates (env JETFLOW_NATS_CA)")
 	f.IntVar(&replicas, "replicas", 1, "replicas of streams and buckets (3 in a cluster)")
 	f.StringSliceVar(&d.Queues, "queues", []string{"default"}, "agent queues to make consumers for")
 	f.DurationVar(&d.TaskAckWait, "task-ack-wait", 30*time.Second, "time without an agent's heartbeat before a task goes to another agent")
