@@ -7,11 +7,15 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
 	"jetflow.dev/pkg/auth"
 	"jetflow.dev/pkg/bus"
 )
@@ -79,12 +83,14 @@ func (f *Flags) Parse(args []string) error {
 // Common are the settings every service has: where NATS is, with which
 // identity, and how much to log.
 type Common struct {
-	NATSURL  *string
-	Creds    *string
-	CA       *string
-	Replicas *int
-	LogLevel *string
-	LogJSON  *bool
+	NATSURL    *string
+	Creds      *string
+	CredsDir   *string
+	Namespaces *string
+	CA         *string
+	Replicas   *int
+	LogLevel   *string
+	LogJSON    *bool
 }
 
 // Bool defines a boolean flag defaulting to $env (true, 1, yes) or def.
@@ -105,6 +111,10 @@ func (f *Flags) AddCommon() *Common {
 		NATSURL: f.String("nats", "JETFLOW_NATS_URL", DefaultNATSURL, "NATS server URL (several, comma-separated, for a cluster)"),
 		Creds: f.String("creds", "JETFLOW_NATS_CREDS", "",
 			"NATS credentials file of this service's identity (see jetflow auth init); without it the service connects anonymously and creates the topology itself"),
+		CredsDir: f.String("creds-dir", "JETFLOW_NATS_CREDS_DIR", "",
+			"an auth directory (jetflow auth init): the service serves every namespace of -namespaces with DIR/<namespace>/<role>.creds (instead of -creds)"),
+		Namespaces: f.String("namespaces", "JETFLOW_NAMESPACES", "default",
+			"comma-separated namespaces to serve, with -creds-dir (each is a NATS account)"),
 		CA: f.String("nats-ca", "JETFLOW_NATS_CA", "",
 			"PEM file of the certificate authority that signed the NATS servers' certificates (TLS; empty: the system's roots)"),
 		Replicas: f.Int("replicas", "JETFLOW_REPLICAS", 1, "replicas of streams and buckets (3 in a cluster); used when the service creates the topology"),
@@ -115,14 +125,43 @@ func (f *Flags) AddCommon() *Common {
 
 // Restricted reports whether the service runs with an identity that may
 // not change the topology: it binds to what the bootstrap made.
-func (c *Common) Restricted() bool { return *c.Creds != "" }
+func (c *Common) Restricted() bool { return *c.Creds != "" || *c.CredsDir != "" }
 
-// Open connects to NATS as the service's identity. With credentials it
-// uses the identity's own inbox prefix and only connects (the bootstrap
-// made the topology); without, it creates whatever is missing. onRetry
-// hears why it still waits; onError hears asynchronous errors, such as a
-// permission violation.
-func (c *Common) Open(ctx context.Context, name string, onRetry, onError func(error)) (*nats.Conn, jetstream.JetStream, error) {
+// ServedNamespaces are the namespaces the service serves, checked: with
+// -creds-dir those of -namespaces, otherwise the one its -creds (or the
+// anonymous connection) is in, named "default".
+func (c *Common) ServedNamespaces() ([]string, error) {
+	if *c.CredsDir == "" {
+		if *c.Namespaces != auth.DefaultNamespace && *c.Namespaces != "" {
+			return nil, fmt.Errorf("-namespaces %s needs -creds-dir: each namespace is an account, with its own identities", *c.Namespaces)
+		}
+		return []string{auth.DefaultNamespace}, nil
+	}
+	if *c.Creds != "" {
+		return nil, fmt.Errorf("give -creds or -creds-dir, not both")
+	}
+	var out []string
+	for _, ns := range strings.Split(*c.Namespaces, ",") {
+		ns = strings.TrimSpace(ns)
+		if !auth.ValidNamespace(ns) {
+			return nil, fmt.Errorf("-namespaces: %q: %s", ns, auth.NamespaceRule)
+		}
+		if !slices.Contains(out, ns) {
+			out = append(out, ns)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("-namespaces is empty")
+	}
+	return out, nil
+}
+
+// Open connects to NATS as the service's identity of role in namespace
+// ns (see ServedNamespaces). With credentials it uses the identity's own
+// inbox prefix and only connects (the bootstrap made the topology);
+// without, it creates whatever is missing. onRetry hears why it still
+// waits; onError hears asynchronous errors, such as a permission violation.
+func (c *Common) Open(ctx context.Context, ns string, role auth.Role, name string, onRetry, onError func(error)) (*nats.Conn, jetstream.JetStream, error) {
 	var opts []nats.Option
 	if onError != nil {
 		opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { onError(err) }))
@@ -130,10 +169,14 @@ func (c *Common) Open(ctx context.Context, name string, onRetry, onError func(er
 	if *c.CA != "" {
 		opts = append(opts, nats.RootCAs(*c.CA))
 	}
-	if *c.Creds != "" {
-		o, err := auth.ConnectOptions(*c.Creds)
+	creds := *c.Creds
+	if *c.CredsDir != "" {
+		creds = filepath.Join(*c.CredsDir, ns, auth.CredsFile(role))
+	}
+	if creds != "" {
+		o, err := auth.ConnectOptions(creds)
 		if err != nil {
-			return nil, nil, fmt.Errorf("-creds: %w", err)
+			return nil, nil, fmt.Errorf("credentials of namespace %s: %w", ns, err)
 		}
 		opts = append(opts, o...)
 	}

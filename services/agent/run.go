@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"jetflow.dev/pkg/auth"
 	"jetflow.dev/pkg/svc"
 	"jetflow.dev/services/agent/agent"
 	"jetflow.dev/services/internal/svcrun"
@@ -33,15 +34,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		return err
 	}
-	nc, js, err := svcrun.Open(ctx, common, "jetflow-agent", log)
-	if err != nil {
-		return err
-	}
-	defer nc.Drain()
-	a, err := agent.New(agent.Config{Name: *name, Queues: strings.Split(*queues, ","), Concurrency: *concurrency,
-		AckWait: *ackWait, MaxDeliver: *maxDeliver, KillGrace: *grace, BindOnly: common.Restricted()}, js, log)
-	if err != nil {
-		return err
-	}
-	return a.Run(ctx)
+	cfg := agent.Config{Name: *name, Queues: strings.Split(*queues, ","), Concurrency: *concurrency,
+		AckWait: *ackWait, MaxDeliver: *maxDeliver, KillGrace: *grace, BindOnly: common.Restricted()}
+	return svcrun.Serve(ctx, common, auth.RoleAgent, log, func(ctx context.Context, ns svcrun.Namespace) error {
+		a, err := agent.New(cfg, ns.JS, ns.Log)
+		if err != nil {
+			return err
+		}
+		return a.Run(ctx)
+	})
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"time"
 
+	"jetflow.dev/pkg/auth"
 	"jetflow.dev/pkg/svc"
 	"jetflow.dev/services/api/api"
 	"jetflow.dev/services/internal/svcrun"
@@ -27,10 +29,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		return err
 	}
-	nc, js, err := svcrun.Open(ctx, common, "jetflow-api", log)
+	names, err := common.ServedNamespaces()
 	if err != nil {
 		return err
 	}
-	defer nc.Drain()
-	return api.Serve(ctx, api.Config{Addr: *addr, StartWait: *startWait, BindOnly: common.Restricted()}, nc, js, log)
+	if len(names) != 1 || names[0] != auth.DefaultNamespace {
+		return fmt.Errorf("-namespaces: this api serves the default namespace only (namespaces over HTTP are being built)")
+	}
+	return svcrun.Serve(ctx, common, auth.RoleAPI, log, func(ctx context.Context, ns svcrun.Namespace) error {
+		return api.Serve(ctx, api.Config{Addr: *addr, StartWait: *startWait, BindOnly: common.Restricted()}, ns.NC, ns.JS, ns.Log)
+	})
 }

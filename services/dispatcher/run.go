@@ -7,6 +7,7 @@ import (
 	"io"
 	"time"
 
+	"jetflow.dev/pkg/auth"
 	"jetflow.dev/pkg/svc"
 	"jetflow.dev/services/dispatcher/dispatch"
 	"jetflow.dev/services/internal/svcrun"
@@ -33,14 +34,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	nc, js, err := svcrun.Open(ctx, common, "jetflow-dispatcher", log)
-	if err != nil {
-		return err
-	}
-	defer nc.Drain()
-	d, err := dispatch.New(ctx, cfg, js, log)
-	if err != nil {
-		return err
-	}
-	return d.Run(ctx)
+	return svcrun.Serve(ctx, common, auth.RoleDispatcher, log, func(ctx context.Context, ns svcrun.Namespace) error {
+		d, err := dispatch.New(ctx, cfg, ns.JS, ns.Log)
+		if err != nil {
+			return err
+		}
+		return d.Run(ctx)
+	})
 }

@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/nats-io/nats.go v1.55.0
 	github.com/rs/zerolog v1.35.1
+	golang.org/x/sync v0.16.0
 	jetflow.dev/pkg v0.0.0
 )
 

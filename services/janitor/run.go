@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
+	"jetflow.dev/pkg/auth"
 	"jetflow.dev/pkg/svc"
 	"jetflow.dev/services/internal/svcrun"
 	"jetflow.dev/services/janitor/janitor"
@@ -39,17 +40,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		return err
 	}
-	nc, js, err := svcrun.Open(ctx, common, "jetflow-janitor", log)
-	if err != nil {
-		return err
-	}
-	defer nc.Drain()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	j, err := janitor.New(janitor.Config{Interval: *interval, IdleAfter: *idle, RetentionDefault: *keep, Registerer: reg, BindOnly: common.Restricted()}, js, log)
-	if err != nil {
-		return err
-	}
 	if *metricsAddr != "" {
 		stop, err := serveMetrics(*metricsAddr, reg, log)
 		if err != nil {
@@ -57,7 +49,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		}
 		defer stop()
 	}
-	return j.Run(ctx)
+	return svcrun.Serve(ctx, common, auth.RoleJanitor, log, func(ctx context.Context, ns svcrun.Namespace) error {
+		cfg := janitor.Config{Interval: *interval, IdleAfter: *idle, RetentionDefault: *keep, BindOnly: common.Restricted(),
+			Registerer: prometheus.WrapRegistererWith(prometheus.Labels{"namespace": ns.Name}, reg)}
+		j, err := janitor.New(cfg, ns.JS, ns.Log)
+		if err != nil {
+			return err
+		}
+		return j.Run(ctx)
+	})
 }
 
 // serveMetrics serves reg on http://addr/metrics until stop is called.

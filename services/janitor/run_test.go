@@ -81,7 +81,7 @@ func TestRunServesMetrics(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, resp.StatusCode)
 		// Set by the first sweep.
-		return strings.Contains(string(body), "jetflow_janitor_finished_executions 0")
+		return strings.Contains(string(body), `jetflow_janitor_finished_executions{namespace="default"} 0`)
 	}, "metrics served after a sweep")
 }
 

@@ -15,9 +15,11 @@ import (
 
 	"jetflow.dev/pkg/auth"
 	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/catalog"
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
+	"jetflow.dev/pkg/workflow"
 	"jetflow.dev/tools/internal/devstack"
 )
 
@@ -245,4 +247,76 @@ func TestRevokedCredentialsAreRefused(t *testing.T) {
 	require.Error(t, err, "revoked credentials were accepted")
 	id := s.as(t, auth.RoleClient) // the client identity issued at this start
 	require.True(t, id.nc.IsConnected())
+}
+
+// TestNamespacesAreIsolated: each namespace is a NATS account with its
+// own topology and services. An execution in one is invisible from the
+// other, over core subscriptions and streams alike, and ids, workflows and
+// histories are each namespace's own.
+func TestNamespacesAreIsolated(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, func(c *devstack.Config) { c.Namespaces = []string{auth.DefaultNamespace, "team-b"} })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	b, err := s.info.ConnectIn("team-b", auth.RoleClient, "team-b-client")
+	require.NoError(t, err)
+	defer b.Close()
+	seen := make(chan *nats.Msg, 256)
+	sub, err := b.ChanSubscribe("jf.events.>", seen)
+	require.NoError(t, err)
+	defer sub.Unsubscribe()
+	require.NoError(t, b.Flush())
+
+	// An execution of the default namespace: team-b hears nothing of it.
+	s.apply(t, "name: hello\nsteps:\n  - id: a\n    kind: noop\n")
+	x := s.runToEnd(t, client.StartRequest{Workflow: "hello", ID: "same-id"})
+	require.Equal(t, projections.StatusSucceeded, x.Status)
+
+	// team-b registers its own workflow and starts an execution with the
+	// same id, over NATS: its own dispatcher and agent run it.
+	admB, err := s.info.ConnectIn("team-b", auth.RoleAdmin, "team-b-admin")
+	require.NoError(t, err)
+	defer admB.Close()
+	jsB, err := jetstream.New(admB)
+	require.NoError(t, err)
+	defs, err := catalog.Open(ctx, jsB)
+	require.NoError(t, err)
+	def, err := workflow.Parse([]byte("name: hello\nsteps:\n  - id: only-in-b\n    kind: noop\n"))
+	require.NoError(t, err)
+	_, _, err = defs.Apply(ctx, def)
+	require.NoError(t, err)
+	bjs, err := jetstream.New(b)
+	require.NoError(t, err)
+	start, err := events.Encode(events.SubjectStart, events.New("team-b/app", "", "", time.Now(),
+		&events.StartExecution{Workflow: "hello", ExecutionID: "same-id"}))
+	require.NoError(t, err)
+	_, err = bjs.PublishMsg(ctx, start)
+	require.NoError(t, err)
+
+	var types []events.Type
+	for done := false; !done; {
+		select {
+		case m := <-seen:
+			ev, err := events.Decode(m.Header, m.Data)
+			require.NoError(t, err)
+			types = append(types, ev.Type)
+			if p, ok := ev.Data.(*events.StepScheduled); ok {
+				require.Equal(t, "only-in-b", p.StepID, "team-b saw another namespace's step")
+			}
+			done = ev.Type == events.TypeExecutionSucceeded
+		case <-ctx.Done():
+			t.Fatalf("team-b's execution did not finish; saw %v", types)
+		}
+	}
+	require.Equal(t, events.TypeExecutionStarted, types[0], "the first event team-b heard is its own start: %v", types)
+
+	// The default namespace's history of same-id is its own, untouched.
+	evs := s.history(t, "same-id")
+	for _, ev := range evs {
+		if p, ok := ev.Data.(*events.StepScheduled); ok {
+			require.Equal(t, "a", p.StepID)
+		}
+	}
+	require.Equal(t, x.LastSeq, evs[len(evs)-1].Seq)
 }

@@ -13,7 +13,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+	"golang.org/x/sync/errgroup"
 
+	"jetflow.dev/pkg/auth"
 	"jetflow.dev/pkg/svc"
 )
 
@@ -31,17 +33,52 @@ func Logger(stderr io.Writer, c *svc.Common, service string) (zerolog.Logger, er
 	return zerolog.New(w).Level(lvl).With().Timestamp().Str("service", service).Logger(), nil
 }
 
-// Open connects the service to NATS with its identity, logging why it
-// still waits and any asynchronous error (a permission violation says
-// which subject the identity may not use).
-func Open(ctx context.Context, c *svc.Common, name string, log zerolog.Logger) (*nats.Conn, jetstream.JetStream, error) {
-	return c.Open(ctx, name,
-		func(err error) { log.Warn().Err(err).Msg("waiting for jetstream") },
-		func(err error) {
-			if errors.Is(err, nats.ErrPermissionViolation) {
-				log.Error().Err(err).Msg("nats permission violation: this identity may not do that")
-				return
+// Namespace is one namespace a service serves: its connection, and a
+// logger that names it.
+type Namespace struct {
+	Name string
+	NC   *nats.Conn
+	JS   jetstream.JetStream
+	Log  zerolog.Logger
+}
+
+// Serve connects the service, as role, to every namespace it serves, and
+// runs fn for each at once until ctx ends or one fails; then it drains the
+// connections. Each namespace is a NATS account with its own topology, so
+// a service runs one instance of itself per namespace.
+func Serve(ctx context.Context, c *svc.Common, role auth.Role, log zerolog.Logger, fn func(context.Context, Namespace) error) error {
+	names, err := c.ServedNamespaces()
+	if err != nil {
+		return err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	for _, ns := range names {
+		g.Go(func() error {
+			l := log
+			if len(names) > 1 || ns != auth.DefaultNamespace {
+				l = log.With().Str("namespace", ns).Logger()
 			}
-			log.Warn().Err(err).Msg("nats")
+			nc, js, err := c.Open(gctx, ns, role, "jetflow-"+string(role),
+				func(err error) { l.Warn().Err(err).Msg("waiting for jetstream") },
+				func(err error) {
+					if errors.Is(err, nats.ErrPermissionViolation) {
+						l.Error().Err(err).Msg("nats permission violation: this identity may not do that")
+						return
+					}
+					l.Warn().Err(err).Msg("nats")
+				})
+			if err != nil {
+				if gctx.Err() != nil {
+					return nil // stopped while starting: not an error
+				}
+				return fmt.Errorf("namespace %s: %w", ns, err)
+			}
+			defer nc.Drain()
+			if err := fn(gctx, Namespace{Name: ns, NC: nc, JS: js, Log: l}); err != nil {
+				return fmt.Errorf("namespace %s: %w", ns, err)
+			}
+			return nil
 		})
+	}
+	return g.Wait()
 }

@@ -87,6 +87,8 @@ with its own NATS connection. Stop it with Ctrl-C; start it again on the same
 	f.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
 	f.BoolVar(&jsonLogs, "log-json", false, "log JSON lines instead of console text")
 	f.BoolVar(&cfg.Insecure, "insecure", false, "run NATS without authentication (experiments only: anyone who reaches it owns jetflow)")
+	f.StringSliceVar(&cfg.Namespaces, "namespaces", []string{"default"},
+		"namespaces to serve, each a NATS account with its own streams and services (the api serves default)")
 	return cmd
 }
 

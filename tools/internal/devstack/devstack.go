@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -77,8 +78,13 @@ type Config struct {
 	// insecure unless CredsDir says where its identities are.
 	Insecure bool
 	// CredsDir, with NATSURL, is an auth directory (jetflow auth init)
-	// whose default namespace's creds the services use.
+	// whose creds the services use.
 	CredsDir string
+	// Namespaces are the namespaces (NATS accounts, each with its own
+	// topology) the stack serves: a dispatcher, an agent and a janitor
+	// run in each. The api serves the default namespace. Default
+	// ["default"]; more need a secure stack.
+	Namespaces []string
 }
 
 // Info tells where a running stack can be reached.
@@ -87,23 +93,34 @@ type Info struct {
 	APIURL  string
 	// Server is the embedded server (nil with Config.NATSURL).
 	Server *server.Server
-	// CredsDir is the namespace directory holding each role's creds file
-	// (auth.CredsFile); "" for an insecure stack.
+	// CredsDir is the default namespace's directory holding each role's
+	// creds file (auth.CredsFile); "" for an insecure stack.
 	CredsDir string
+	// AuthDir is the auth directory ("" for an insecure stack).
+	AuthDir string
 }
 
-// Creds is the path of role's creds file ("" for an insecure stack).
-func (i Info) Creds(role auth.Role) string {
-	if i.CredsDir == "" {
+// Creds is the path of role's creds file in the default namespace (""
+// for an insecure stack).
+func (i Info) Creds(role auth.Role) string { return i.CredsIn(auth.DefaultNamespace, role) }
+
+// CredsIn is the path of role's creds file in namespace ns.
+func (i Info) CredsIn(ns string, role auth.Role) string {
+	if i.AuthDir == "" {
 		return ""
 	}
-	return filepath.Join(i.CredsDir, auth.CredsFile(role))
+	return filepath.Join(i.AuthDir, ns, auth.CredsFile(role))
 }
 
-// Options are the nats.go options of a connection as role (none on an
-// insecure stack).
+// Options are the nats.go options of a connection as role in the default
+// namespace (none on an insecure stack).
 func (i Info) Options(role auth.Role) ([]nats.Option, error) {
-	c := i.Creds(role)
+	return i.OptionsIn(auth.DefaultNamespace, role)
+}
+
+// OptionsIn are the nats.go options of a connection as role in ns.
+func (i Info) OptionsIn(ns string, role auth.Role) ([]nats.Option, error) {
+	c := i.CredsIn(ns, role)
 	if c == "" {
 		return nil, nil
 	}
@@ -111,9 +128,14 @@ func (i Info) Options(role auth.Role) ([]nats.Option, error) {
 }
 
 // Connect opens a NATS connection as role (any identity on an insecure
-// stack), for tools and tests.
+// stack) in the default namespace, for tools and tests.
 func (i Info) Connect(role auth.Role, name string) (*nats.Conn, error) {
-	opts, err := i.Options(role)
+	return i.ConnectIn(auth.DefaultNamespace, role, name)
+}
+
+// ConnectIn opens a NATS connection as role in namespace ns.
+func (i Info) ConnectIn(ns string, role auth.Role, name string) (*nats.Conn, error) {
+	opts, err := i.OptionsIn(ns, role)
 	if err != nil {
 		return nil, err
 	}
@@ -127,7 +149,7 @@ func (i Info) Dial(ctx context.Context, role auth.Role, name string) (*bus.Conn,
 	if err != nil {
 		return nil, err
 	}
-	nc, js, err := bus.Open(ctx, i.NATSURL, name, bus.Config{Restricted: i.CredsDir != ""}, opts...)
+	nc, js, err := bus.Open(ctx, i.NATSURL, name, bus.Config{Restricted: i.AuthDir != ""}, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -139,7 +161,14 @@ func (i Info) Dial(ctx context.Context, role auth.Role, name string) (*bus.Conn,
 func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 	url := cfg.NATSURL
 	var srv *server.Server
-	credsDir := ""
+	authDir := ""
+	namespaces := cfg.Namespaces
+	if len(namespaces) == 0 {
+		namespaces = []string{auth.DefaultNamespace}
+	}
+	if !slices.Contains(namespaces, auth.DefaultNamespace) {
+		return errors.New("devstack: Namespaces must include the default namespace, which the api serves")
+	}
 	if url == "" {
 		if cfg.DataDir == "" {
 			return errors.New("devstack: DataDir is required")
@@ -165,7 +194,7 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 		}
 		if !cfg.Insecure {
 			dir := filepath.Join(cfg.DataDir, AuthDir)
-			trust, err := auth.Init(dir, auth.InitConfig{Reissue: true})
+			trust, err := auth.Init(dir, auth.InitConfig{Namespaces: namespaces, Reissue: true})
 			if err != nil {
 				return err
 			}
@@ -173,7 +202,7 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 				return err
 			}
 			ncfg.SystemAccount, ncfg.Accounts = trust.SystemAccount, trust.Accounts
-			credsDir = filepath.Join(dir, auth.DefaultNamespace)
+			authDir = dir
 		}
 		if srv, err = natsserver.Start(ncfg); err != nil {
 			return err
@@ -181,20 +210,28 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 		defer natsserver.Stop(srv)
 		url = srv.ClientURL()
 	} else if cfg.CredsDir != "" {
-		credsDir = filepath.Join(cfg.CredsDir, auth.DefaultNamespace)
+		authDir = cfg.CredsDir
+	}
+	if authDir == "" && len(namespaces) > 1 {
+		return errors.New("devstack: namespaces are NATS accounts: more than the default one needs a secure stack")
 	}
 
 	ln, err := net.Listen("tcp", cmp.Or(cfg.HTTPAddr, "127.0.0.1:8080"))
 	if err != nil {
 		return fmt.Errorf("api address: %w", err)
 	}
-	info := Info{NATSURL: url, APIURL: "http://" + ln.Addr().String(), Server: srv, CredsDir: credsDir}
-	if err := bootstrap(ctx, info, cfg); err != nil {
-		_ = ln.Close()
-		if ctx.Err() != nil {
-			return nil // stopped while starting: not an error
+	info := Info{NATSURL: url, APIURL: "http://" + ln.Addr().String(), Server: srv, AuthDir: authDir}
+	if authDir != "" {
+		info.CredsDir = filepath.Join(authDir, auth.DefaultNamespace)
+	}
+	for _, ns := range namespaces {
+		if err := bootstrap(ctx, info, ns, cfg); err != nil {
+			_ = ln.Close()
+			if ctx.Err() != nil {
+				return nil // stopped while starting: not an error
+			}
+			return err
 		}
-		return err
 	}
 	if srv != nil { // the data directory is this stack's: say where it is
 		conn := Conn{API: info.APIURL, NATS: url, PID: os.Getpid()}
@@ -220,18 +257,17 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 	svcCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	g, gctx := errgroup.WithContext(svcCtx)
-	restricted := credsDir != ""
-	start := func(name string, fn func(context.Context, *bus.Conn) error) {
+	restricted := authDir != ""
+	start := func(ns, name string, fn func(context.Context, *bus.Conn) error) {
 		g.Go(func() error {
-			var opts []nats.Option
-			if restricted {
-				o, err := auth.ConnectOptions(info.Creds(auth.Role(name)))
-				if err != nil {
-					return err
-				}
-				opts = o
+			opts, err := info.OptionsIn(ns, auth.Role(name))
+			if err != nil {
+				return err
 			}
 			log := cfg.Log.With().Str("service", name).Logger()
+			if ns != auth.DefaultNamespace {
+				log = log.With().Str("namespace", ns).Logger()
+			}
 			opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 				log.Error().Err(err).Msg("nats")
 			}))
@@ -253,31 +289,40 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 			return nil
 		})
 	}
+	for _, ns := range namespaces {
+		log := func(name string) zerolog.Logger {
+			l := cfg.Log.With().Str("service", name).Logger()
+			if ns != auth.DefaultNamespace {
+				l = l.With().Str("namespace", ns).Logger()
+			}
+			return l
+		}
+		start(ns, "dispatcher", func(ctx context.Context, c *bus.Conn) error {
+			d, err := dispatch.New(ctx, dispatch.Config{Workers: cfg.Workers, APIURL: info.APIURL, BindOnly: restricted}, c.JS, log("dispatcher"))
+			if err != nil {
+				return err
+			}
+			return d.Run(ctx)
+		})
+		start(ns, "agent", func(ctx context.Context, c *bus.Conn) error {
+			a, err := agent.New(agent.Config{Name: "dev-agent", AckWait: cfg.TaskAckWait, MaxDeliver: cfg.MaxDeliver,
+				Concurrency: cfg.Concurrency, KillGrace: cfg.KillGrace, Handlers: cfg.Handlers, BindOnly: restricted}, c.JS, log("agent"))
+			if err != nil {
+				return err
+			}
+			return a.Run(ctx)
+		})
+		start(ns, "janitor", func(ctx context.Context, c *bus.Conn) error {
+			j, err := janitor.New(janitor.Config{Interval: cfg.JanitorInterval, IdleAfter: cfg.IdleAfter,
+				RetentionDefault: cfg.RetentionDefault, BindOnly: restricted}, c.JS, log("janitor"))
+			if err != nil {
+				return err
+			}
+			return j.Run(ctx)
+		})
+	}
 	log := func(name string) zerolog.Logger { return cfg.Log.With().Str("service", name).Logger() }
-	start("dispatcher", func(ctx context.Context, c *bus.Conn) error {
-		d, err := dispatch.New(ctx, dispatch.Config{Workers: cfg.Workers, APIURL: info.APIURL, BindOnly: restricted}, c.JS, log("dispatcher"))
-		if err != nil {
-			return err
-		}
-		return d.Run(ctx)
-	})
-	start("agent", func(ctx context.Context, c *bus.Conn) error {
-		a, err := agent.New(agent.Config{Name: "dev-agent", AckWait: cfg.TaskAckWait, MaxDeliver: cfg.MaxDeliver,
-			Concurrency: cfg.Concurrency, KillGrace: cfg.KillGrace, Handlers: cfg.Handlers, BindOnly: restricted}, c.JS, log("agent"))
-		if err != nil {
-			return err
-		}
-		return a.Run(ctx)
-	})
-	start("janitor", func(ctx context.Context, c *bus.Conn) error {
-		j, err := janitor.New(janitor.Config{Interval: cfg.JanitorInterval, IdleAfter: cfg.IdleAfter,
-			RetentionDefault: cfg.RetentionDefault, BindOnly: restricted}, c.JS, log("janitor"))
-		if err != nil {
-			return err
-		}
-		return j.Run(ctx)
-	})
-	start("api", func(ctx context.Context, c *bus.Conn) error {
+	start(auth.DefaultNamespace, "api", func(ctx context.Context, c *bus.Conn) error {
 		if err := applyFiles(ctx, c, cfg.Apply, log("api")); err != nil {
 			return err
 		}
@@ -296,8 +341,8 @@ const AuthDir = "auth"
 
 // bootstrap makes the topology (streams, buckets, durable consumers) as
 // the admin identity, before any service binds to it.
-func bootstrap(ctx context.Context, info Info, cfg Config) error {
-	nc, err := info.Connect(auth.RoleAdmin, "jetflow-bootstrap")
+func bootstrap(ctx context.Context, info Info, ns string, cfg Config) error {
+	nc, err := info.ConnectIn(ns, auth.RoleAdmin, "jetflow-bootstrap")
 	if err != nil {
 		return fmt.Errorf("bootstrap: %w", err)
 	}
