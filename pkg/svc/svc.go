@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -60,6 +61,32 @@ func (f *Flags) Duration(name, env string, def time.Duration, usage string) *tim
 		def = d
 	}
 	return f.FlagSet.Duration(name, def, usage+" (env "+env+")")
+}
+
+// Bool defines a boolean flag defaulting to $env (true, false, 1, 0, t, f)
+// or def. On the command line, -name alone means true and -name=false
+// turns it off.
+func (f *Flags) Bool(name, env string, def bool, usage string) *bool {
+	if v, ok := f.env(env); ok {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			f.errs = append(f.errs, fmt.Errorf("%s=%q: not a boolean (true or false)", env, v))
+		}
+		def = b
+	}
+	return f.FlagSet.Bool(name, def, usage+" (env "+env+")")
+}
+
+// List splits a comma-separated flag value into its non-empty items,
+// without surrounding spaces (nil for none).
+func List(v string) []string {
+	var out []string
+	for _, item := range strings.Split(v, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
 }
 
 // Parse parses args and reports bad environment values first.

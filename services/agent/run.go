@@ -27,6 +27,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	ackWait := f.Duration("task-ack-wait", "JETFLOW_TASK_ACK_WAIT", 30*time.Second, "time without heartbeat before a task goes to another agent")
 	maxDeliver := f.Int("max-deliver", "JETFLOW_TASK_MAX_DELIVER", 5, "deliveries of a task before the janitor fails it")
 	grace := f.Duration("kill-grace", "JETFLOW_KILL_GRACE", 5*time.Second, "time between SIGTERM and SIGKILL for exec steps")
+	allowExec := f.Bool("allow-exec", "JETFLOW_AGENT_ALLOW_EXEC", false, "run exec steps (off: they fail without running)")
+	execAllow := f.String("exec-allow", "JETFLOW_AGENT_EXEC_ALLOW", "",
+		"comma-separated commands exec steps may run: base names (looked up in PATH) or absolute paths; empty: any")
+	httpHosts := f.String("http-allow-hosts", "JETFLOW_AGENT_HTTP_ALLOW_HOSTS", "",
+		"comma-separated hosts http steps may reach: host, host:port, *.domain, IP; empty: any")
+	secretsDir := f.String("secrets-dir", "JETFLOW_AGENT_SECRETS_DIR", "", "directory whose file NAME is the secret ${secret.NAME}")
+	secretsEnv := f.String("secrets-env-prefix", "JETFLOW_AGENT_SECRETS_ENV_PREFIX", "",
+		"environment variables <prefix>NAME are the secrets ${secret.NAME} (e.g. JETFLOW_SECRET_)")
 	if err := f.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -39,14 +47,24 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	zerolog.TimeFieldFormat = time.RFC3339Nano
 	log := zerolog.New(stderr).Level(lvl).With().Timestamp().Str("service", "agent").Logger()
+	cfg := agent.Config{Name: *name, Queues: strings.Split(*queues, ","), Concurrency: *concurrency,
+		AckWait: *ackWait, MaxDeliver: *maxDeliver, KillGrace: *grace,
+		Policy:     agent.Policy{AllowExec: *allowExec, ExecAllow: svc.List(*execAllow), HTTPAllowHosts: svc.List(*httpHosts)},
+		SecretsDir: *secretsDir, SecretsEnvPrefix: *secretsEnv,
+		LookupEnv: func(k string) (string, bool) { v := getenv(k); return v, v != "" }}
+	if err := cfg.Validate(); err != nil { // before waiting for NATS
+		return err
+	}
+	if !cfg.Policy.AllowExec {
+		log.Info().Msg("exec steps are off: they fail without running (enable them with -allow-exec)")
+	}
 	nc, js, err := bus.Open(ctx, *natsURL, "jetflow-agent", bus.Config{Replicas: *replicas,
 		OnRetry: func(err error) { log.Warn().Err(err).Msg("waiting for jetstream") }})
 	if err != nil {
 		return err
 	}
 	defer nc.Drain()
-	a, err := agent.New(agent.Config{Name: *name, Queues: strings.Split(*queues, ","), Concurrency: *concurrency,
-		AckWait: *ackWait, MaxDeliver: *maxDeliver, KillGrace: *grace}, js, log)
+	a, err := agent.New(cfg, js, log)
 	if err != nil {
 		return err
 	}
