@@ -138,6 +138,17 @@ func ForStart(e *events.ExecutionStarted) Inputs {
 	return Inputs{paths: paths, r: New(masks)}
 }
 
+// FromHistory is [ForStart] for the execution whose history (from its
+// start) is evs; it hides nothing if evs holds no start.
+func FromHistory(evs []events.Event) Inputs {
+	for _, ev := range evs {
+		if start, ok := ev.Data.(*events.ExecutionStarted); ok {
+			return ForStart(start)
+		}
+	}
+	return Inputs{}
+}
+
 // Empty reports whether in hides nothing.
 func (in Inputs) Empty() bool { return len(in.paths) == 0 }
 

@@ -25,6 +25,9 @@ type Replacer struct {
 	masks  map[string]string
 	values []string // longest first
 	r      *strings.Replacer
+	// kept are the masks that hold a value: text already masked is kept
+	// as it is, so that masking twice changes nothing.
+	kept []string
 }
 
 // New returns a Replacer that replaces each key of masks with its value;
@@ -40,15 +43,37 @@ func New(masks map[string]string) *Replacer {
 	for _, v := range values {
 		pairs = append(pairs, v, masks[v])
 	}
-	return &Replacer{masks: masks, values: values, r: strings.NewReplacer(pairs...)}
+	var kept []string
+	for _, m := range masks {
+		if !slices.Contains(kept, m) && slices.ContainsFunc(values, func(v string) bool { return strings.Contains(m, v) }) {
+			kept = append(kept, m)
+		}
+	}
+	return &Replacer{masks: masks, values: values, r: strings.NewReplacer(pairs...), kept: kept}
 }
 
-// String returns s with every value replaced by its mask.
+// String returns s with every value replaced by its mask. Masks already
+// in s are left as they are: String(String(s)) == String(s).
 func (r *Replacer) String(s string) string {
 	if r == nil {
 		return s
 	}
-	return r.r.Replace(s)
+	if len(r.kept) == 0 {
+		return r.r.Replace(s)
+	}
+	var b strings.Builder
+	for s != "" {
+		at, mask := len(s), ""
+		for _, m := range r.kept {
+			if i := strings.Index(s, m); i >= 0 && i < at {
+				at, mask = i, m
+			}
+		}
+		b.WriteString(r.r.Replace(s[:at]))
+		b.WriteString(mask)
+		s = s[at+len(mask):]
+	}
+	return b.String()
 }
 
 // Tail is String for text cut at a size limit: a value cut off by the

@@ -47,6 +47,15 @@ func TestReplacer(t *testing.T) {
 		require.Equal(t, "not json [secret T]", string(r.JSON(json.RawMessage("not json s3cr3t"))))
 		require.Nil(t, r.JSON(nil))
 	})
+	t.Run("Idempotent", func(t *testing.T) {
+		t.Parallel()
+		r := redact.New(map[string]string{"red": redact.Mask, "secret": "[secret X]", "ac": redact.Mask})
+		once := r.String("red tape, a secret, an act")
+		require.Equal(t, "[redacted] tape, a [secret X], an [redacted]t", once)
+		require.Equal(t, once, r.String(once), "masking again changes nothing")
+		raw := r.JSON(json.RawMessage(`{"a":"red"}`))
+		require.Equal(t, string(raw), string(r.JSON(raw)))
+	})
 	t.Run("Nil", func(t *testing.T) {
 		t.Parallel()
 		var none *redact.Replacer
