@@ -155,12 +155,14 @@ func (in Inputs) Empty() bool { return len(in.paths) == 0 }
 // Execution returns x as a read model may show it: its input with the
 // writeOnly members masked, and their values masked in its output and
 // error, its steps' inputs, outputs and errors, its variables, signals and
-// the reasons of operators' actions. x itself is not modified.
+// the reasons of operators' actions; Redacted set. x itself is not
+// modified.
 func (in Inputs) Execution(x projections.Execution) projections.Execution {
 	if in.Empty() {
 		return x
 	}
 	r := in.r
+	x.Redacted = true
 	x.Input, _ = Input(x.Input, in.paths)
 	x.Input = r.JSON(x.Input)
 	x.Output, x.Error = r.JSON(x.Output), r.String(x.Error)

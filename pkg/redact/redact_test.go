@@ -130,6 +130,7 @@ func TestInputsHideWriteOnlyValues(t *testing.T) {
 	require.NoError(t, err)
 	require.NotContains(t, string(b), "hunter2")
 	require.JSONEq(t, `{"user":"bob","password":"[redacted]"}`, string(shown.Input))
+	require.True(t, shown.Redacted)
 	require.JSONEq(t, `"bob"`, string(shown.Vars["user"]))
 	after, err := json.Marshal(x)
 	require.NoError(t, err)

@@ -135,6 +135,7 @@ output:
 	mu.Unlock()
 	require.JSONEq(t, `{"said":"token=[secret TOKEN] user=bob password=`+redact.Mask+`","answer":"hello Bearer [secret TOKEN]"}`, string(x.Output))
 	require.JSONEq(t, `{"user":"bob","password":"`+redact.Mask+`"}`, string(x.Input))
+	require.True(t, x.Redacted, "the read model says it hides values")
 
 	// Every stream, every message, raw: the secret is nowhere. The start
 	// command and the history hold the password (the input is recorded);

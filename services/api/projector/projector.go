@@ -255,7 +255,9 @@ func (p *Projector) read(ctx context.Context, id string) (entry, error) {
 		// forces a re-fold) but keep the revision, to overwrite it.
 		return entry{rev: e.Revision()}, nil
 	}
-	return entry{state: x, rev: e.Revision()}, nil
+	// A model that hides nothing needs nothing hidden; one that does must
+	// learn the values again from the execution's start.
+	return entry{state: x, rev: e.Revision(), known: !x.Redacted}, nil
 }
 
 func (p *Projector) write(ctx context.Context, id string, x projections.Execution, rev uint64) (uint64, error) {
@@ -311,8 +313,8 @@ func Rebuild(ctx context.Context, js jetstream.JetStream, fromSeq uint64) (Rebui
 			it = &item{subject: events.ExecutionSubject(ev.Workflow, id)}
 			states[id] = it
 			if fromSeq > 1 {
-				if e, err := kv.Get(ctx, id); err == nil {
-					_ = json.Unmarshal(e.Value(), &it.state)
+				if e, err := kv.Get(ctx, id); err == nil && json.Unmarshal(e.Value(), &it.state) == nil {
+					it.known = !it.state.Redacted // see read
 				}
 			}
 		}

@@ -49,6 +49,7 @@ func TestWriteOnlyInputIsRedacted(t *testing.T) {
 		require.NoError(t, err)
 		require.NotContains(t, string(e.Value()), pw)
 		require.JSONEq(t, `{"user":"bob","password":"`+redact.Mask+`"}`, string(x.Input))
+		require.True(t, x.Redacted)
 		return x
 	}
 	run := func() context.CancelFunc {
