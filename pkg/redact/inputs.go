@@ -1,6 +1,7 @@
 package redact
 
 import (
+	"bytes"
 	"encoding/json"
 	"maps"
 	"slices"
@@ -115,8 +116,8 @@ type Inputs struct {
 // definition and the input it records. It hides nothing when the schema
 // marks nothing writeOnly.
 func ForStart(e *events.ExecutionStarted) Inputs {
-	if e == nil || len(e.Definition) == 0 {
-		return Inputs{}
+	if e == nil || !bytes.Contains(e.Definition, []byte(`"writeOnly"`)) {
+		return Inputs{} // the common case, without decoding the definition
 	}
 	var d workflow.Definition
 	var schema struct {
