@@ -47,7 +47,7 @@ func samples() []events.Payload {
 			Token: "tok", Kind: "exec", Queue: "builders", Spec: json.RawMessage(`{"command":"make"}`)},
 		&events.OperationStarted{TaskRef: ref},
 		&events.OperationSucceeded{TaskRef: ref, Output: json.RawMessage(`null`), Duration: 99},
-		&events.OperationFailed{TaskRef: ref, Error: "agent died", Output: json.RawMessage(`{}`), Lost: true},
+		&events.OperationFailed{TaskRef: ref, Error: "agent died", Output: json.RawMessage(`{}`), Lost: true, Final: true},
 		&events.CommandRejected{CommandKey: "cli#1", CommandType: events.TypeStartExecution, ExecutionID: "x1",
 			Code: events.CodeNotFound, Reason: "no workflow deploy", Subject: events.SubjectStart, StreamSeq: 7},
 		&events.ExecutionCancelling{ActionRecord: action},

@@ -468,6 +468,9 @@ type OperationFailed struct {
 	Output json.RawMessage `json:"output,omitempty"`
 	// Lost: the janitor found the task lost (see StepFailed.Lost).
 	Lost bool `json:"lost,omitempty"`
+	// Final: retrying cannot help (the agent refused to run the operation,
+	// or a secret it references is missing); see StepFailed.Final.
+	Final bool `json:"final,omitempty"`
 }
 
 // CommandRejected explains why a command was not applied.

@@ -3,9 +3,11 @@
 // holding ${...}; a string that is exactly one ${...} takes the value and
 // type of its expression, others interpolate the results as text.
 // Expressions see the roots input, vars, steps and workflow (and, where a
-// step says so, a few more such as signal). They are deterministic: the
-// clock is not available (now() is disabled), so evaluating the same
-// expression over the same recorded state always gives the same value.
+// step says so, a few more such as signal); ${secret.NAME} references a
+// secret, which only the agent resolves (see [SecretRoot]). They are
+// deterministic: the clock is not available (now() is disabled), so
+// evaluating the same expression over the same recorded state always gives
+// the same value.
 package expression
 
 import (
@@ -44,18 +46,35 @@ var ErrUnclosed = errors.New("expression: ${ without a closing }")
 
 // Compile checks that every expression in v (a string, or maps and lists
 // holding strings, as decoded from YAML or JSON) compiles with the given
-// roots (Roots when nil). It returns the first problem.
+// roots (Roots when nil). It returns the first problem. Secret references
+// (${secret.NAME}, see [SecretRoot]) are accepted only when roots hold
+// SecretRoot, and only alone in their ${...}.
 func Compile(v any, roots []string) error {
+	roots, secrets := withoutSecret(rootsOr(roots))
 	return walkStrings(v, func(s string) error {
 		parts, err := split(s)
 		if err != nil {
 			return err
 		}
 		for _, p := range parts {
-			if p.expr {
-				if _, err := program(p.text, rootsOr(roots)); err != nil {
+			if !p.expr {
+				continue
+			}
+			if _, ok, err := secretRef(p.text); ok {
+				if err != nil {
 					return err
 				}
+				if !secrets {
+					return &Error{Expr: p.text, Err: ErrSecretNotAllowed}
+				}
+				continue
+			}
+			if _, err := program(p.text, roots); err != nil {
+				why := ErrSecretNotAllowed
+				if secrets {
+					why = ErrSecretInExpression
+				}
+				return checkSecretUse(p.text, roots, err, why)
 			}
 		}
 		return nil
@@ -63,9 +82,17 @@ func Compile(v any, roots []string) error {
 }
 
 // CompileCondition checks a condition: an expression, with or without ${ }.
+// A condition never sees secrets.
 func CompileCondition(s string, roots []string) error {
-	_, err := program(conditionCode(s), rootsOr(roots))
-	return err
+	roots, _ = withoutSecret(rootsOr(roots))
+	code := conditionCode(s)
+	if _, ok, _ := secretRef(code); ok {
+		return &Error{Expr: code, Err: ErrSecretNotAllowed}
+	}
+	if _, err := program(code, roots); err != nil {
+		return checkSecretUse(code, roots, err, ErrSecretNotAllowed)
+	}
+	return nil
 }
 
 // Render returns a copy of v with every template evaluated in env. Maps

@@ -38,6 +38,32 @@ func ReadStream(ctx context.Context, js jetstream.JetStream, stream, filter stri
 	return out, err
 }
 
+// ErrNoEvent is returned by [First] for a filter no event matches.
+var ErrNoEvent = errors.New("history: no event")
+
+// First returns the first event of the events stream on the subjects
+// matching filter (an execution's first event, for its filter), with one
+// request instead of reading the history.
+func First(ctx context.Context, js jetstream.JetStream, filter string) (events.Event, error) {
+	stream, err := js.Stream(ctx, events.StreamEvents)
+	if err != nil {
+		return events.Event{}, fmt.Errorf("open events stream: %w", err)
+	}
+	m, err := stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(filter))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return events.Event{}, fmt.Errorf("%w on %s", ErrNoEvent, filter)
+	}
+	if err != nil {
+		return events.Event{}, fmt.Errorf("first event on %s: %w", filter, err)
+	}
+	ev, err := events.Decode(m.Header, m.Data)
+	if err != nil && !errors.Is(err, events.ErrUnknownType) {
+		return events.Event{}, fmt.Errorf("first event on %s: %w", filter, err)
+	}
+	ev.Seq = m.Sequence
+	return ev, nil
+}
+
 // Scan calls fn for each event on the subjects matching filter, from
 // stream sequence fromSeq up to untilSeq (0 = the end of the stream as it
 // was when called), in order, without holding them all in memory. Events

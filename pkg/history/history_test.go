@@ -262,3 +262,29 @@ func TestReadUnknownType(t *testing.T) {
 	require.True(t, got[1].Ignorable)
 	require.Greater(t, got[1].Seq, seq1)
 }
+
+// TestFirst: an execution's first event, by its filter, among others'.
+func TestFirst(t *testing.T) {
+	t.Parallel()
+	bundle := setup(t)
+	ctx := t.Context()
+	_, err := history.First(ctx, bundle.js, events.ExecutionFilter("x1"))
+	require.ErrorIs(t, err, history.ErrNoEvent)
+
+	_, err = bundle.js.Publish(ctx, events.ExecutionSubject("wf", "other"), []byte("not an event"))
+	require.NoError(t, err)
+	start := newEvent("x1", &events.ExecutionStarted{Workflow: "wf", Input: json.RawMessage(`{"n":1}`), Definition: json.RawMessage(`{"name":"wf"}`)})
+	seq, err := history.Append(ctx, bundle.js, events.ExecutionSubject("wf", "x1"), 0, start)
+	require.NoError(t, err)
+	_, err = history.Append(ctx, bundle.js, events.ExecutionSubject("wf", "x1"), seq, newEvent("x1", &events.ExecutionSucceeded{}))
+	require.NoError(t, err)
+
+	ev, err := history.First(ctx, bundle.js, events.ExecutionFilter("x1"))
+	require.NoError(t, err)
+	require.Equal(t, start.ID, ev.ID)
+	require.Equal(t, seq, ev.Seq)
+	require.Equal(t, start.Data, ev.Data)
+
+	_, err = history.First(ctx, bundle.js, events.ExecutionFilter("other"))
+	require.ErrorIs(t, err, events.ErrMalformed)
+}

@@ -148,6 +148,11 @@ type Execution struct {
 	Output   json.RawMessage `json:"output,omitempty"`
 	Error    string          `json:"error,omitempty"`
 	Token    string          `json:"token,omitempty"`
+	// Redacted says that this read model hides values: the input members
+	// its workflow's input schema marks writeOnly, and their values
+	// wherever they appear, show as "[redacted]". Set where read models
+	// are stored and served (package redact), never by the fold.
+	Redacted bool `json:"redacted,omitempty"`
 	// WaitAfterFail: a failure suspends the execution instead of ending it.
 	WaitAfterFail bool `json:"wait_after_fail,omitempty"`
 	// DryRun: no operation runs; each is skipped as "would run".

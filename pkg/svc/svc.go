@@ -72,6 +72,32 @@ func (f *Flags) Duration(name, env string, def time.Duration, usage string) *tim
 	return f.FlagSet.Duration(name, def, usage+" (env "+env+")")
 }
 
+// Bool defines a boolean flag defaulting to $env (true, false, 1, 0, t, f)
+// or def. On the command line, -name alone means true and -name=false
+// turns it off.
+func (f *Flags) Bool(name, env string, def bool, usage string) *bool {
+	if v, ok := f.env(env); ok {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			f.errs = append(f.errs, fmt.Errorf("%s=%q: not a boolean (true or false)", env, v))
+		}
+		def = b
+	}
+	return f.FlagSet.Bool(name, def, usage+" (env "+env+")")
+}
+
+// List splits a comma-separated flag value into its non-empty items,
+// without surrounding spaces (nil for none).
+func List(v string) []string {
+	var out []string
+	for _, item := range strings.Split(v, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
+}
+
 // Parse parses args and reports bad environment values first.
 func (f *Flags) Parse(args []string) error {
 	if len(f.errs) > 0 {
@@ -91,18 +117,6 @@ type Common struct {
 	Replicas   *int
 	LogLevel   *string
 	LogJSON    *bool
-}
-
-// Bool defines a boolean flag defaulting to $env (true, 1, yes) or def.
-func (f *Flags) Bool(name, env string, def bool, usage string) *bool {
-	if v, ok := f.env(env); ok {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			f.errs = append(f.errs, fmt.Errorf("%s=%q: not a boolean (true or false)", env, v))
-		}
-		def = b
-	}
-	return f.FlagSet.Bool(name, def, usage+" (env "+env+")")
 }
 
 // AddCommon defines the common flags.

@@ -154,6 +154,9 @@ func validateStepList(add func(string, string, ...any), addErr func(string, erro
 				add(f(u), "does not apply to a %s step", s.Kind)
 			}
 		}
+		if s.SecretRefs != nil {
+			add(f("secret_refs"), "is written by the dispatcher into the step it sends to an agent, never in a definition")
+		}
 		if s.Condition != "" {
 			addErr(f("condition"), expression.CompileCondition(s.Condition, roots))
 		}
@@ -298,6 +301,9 @@ func (s Step) validateContainer(add func(string, string, ...any), addErr func(st
 
 func (s Step) validateKind(add func(string, string, ...any), addErr func(string, error), f func(string) string, roots []string) {
 	template := func(field string, v any) { addErr(f(field), expression.Compile(v, roots)) }
+	// The fields an agent receives may reference secrets, which it resolves.
+	secretRoots := append(append([]string{}, roots...), expression.SecretRoot)
+	agentTemplate := func(field string, v any) { addErr(f(field), expression.Compile(v, secretRoots)) }
 	switch s.Kind {
 	case KindLog:
 		if s.Message == "" {
@@ -312,22 +318,23 @@ func (s Step) validateKind(add func(string, string, ...any), addErr func(string,
 			add(f("command"), "is required for an exec step")
 		}
 		template("command", s.Command)
-		template("dir", s.Dir)
+		agentTemplate("dir", s.Dir)
 		for _, a := range s.Args {
-			template("args", a)
+			agentTemplate("args", a)
 		}
 		for _, v := range s.Env {
-			template("env", v)
+			agentTemplate("env", v)
 		}
 	case KindHTTP:
 		if s.Method != "" && !expression.IsTemplate(s.Method) && !tokenRe.MatchString(s.Method) {
 			add(f("method"), "%q is not an HTTP method", s.Method)
 		}
+		template("method", s.Method)
 		switch {
 		case s.URL == "":
 			add(f("url"), "is required for an http step")
 		case expression.IsTemplate(s.URL):
-			template("url", s.URL)
+			agentTemplate("url", s.URL)
 		default:
 			if u, err := url.Parse(s.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 				add(f("url"), "%q must be an absolute http or https URL", s.URL)
@@ -337,12 +344,12 @@ func (s Step) validateKind(add func(string, string, ...any), addErr func(string,
 			if !tokenRe.MatchString(k) {
 				add(f("headers"), "%q is not a valid header name", k)
 			}
-			template("headers", v)
+			agentTemplate("headers", v)
 		}
 		if _, err := jsonable(s.Body); err != nil { // e.g. .nan or .inf, which Canonical cannot encode
 			add(f("body"), "cannot be encoded as JSON: %v", err)
 		}
-		template("body", s.Body)
+		agentTemplate("body", s.Body)
 	case KindCall:
 		if s.Operation == "" {
 			add(f("operation"), "is required for a call step: the name of a custom operation an agent of the queue handles")
@@ -352,7 +359,7 @@ func (s Step) validateKind(add func(string, string, ...any), addErr func(string,
 		if _, err := jsonable(s.Input); err != nil {
 			add(f("input"), "cannot be encoded as JSON: %v", err)
 		}
-		template("input", s.Input)
+		agentTemplate("input", s.Input)
 	case KindLet:
 		if len(s.Vars) == 0 {
 			add(f("vars"), "is required for a let step: the variables to set")

@@ -231,6 +231,15 @@ type Step struct {
 	URL     string            `yaml:"url,omitempty" json:"url,omitempty"`
 	Headers map[string]string `yaml:"headers,omitempty" json:"headers,omitempty"`
 	Body    any               `yaml:"body,omitempty" json:"body,omitempty"`
+
+	// SecretRefs is not a definition field: the dispatcher sets it in the
+	// step it renders for an agent. It maps the JSON pointer of each field
+	// (within the step) that references secrets to its template, which
+	// the agent resolves with expression.ResolveSecrets before running the
+	// operation. The field itself holds the text with ${secret.NAME} in
+	// place, for people to read; only templates listed here are resolved,
+	// so text that came from data is never taken for a reference.
+	SecretRefs map[string]string `yaml:"-" json:"secret_refs,omitempty"`
 }
 
 // Branch is one branch of a parallel step.

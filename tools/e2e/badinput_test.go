@@ -74,8 +74,13 @@ func TestOversizedAndRetriedRequests(t *testing.T) {
 	require.Equal(t, http.StatusCreated, status)
 	status, _ = postJSON(t, s.info.APIURL+"/v1/executions", body, map[string]string{"Idempotency-Key": "req-7"})
 	require.Equal(t, http.StatusOK, status)
-	list, _, err := s.c.ListExecutions(ctx, client.ListOptions{Workflow: "big"})
-	require.NoError(t, err)
+	// The list reads the read models, which the projector writes a moment
+	// after the start is answered.
+	var list []client.ExecutionSummary
+	require.Eventually(t, func() bool {
+		list, _, err = s.c.ListExecutions(ctx, client.ListOptions{Workflow: "big"})
+		return err == nil && len(list) >= 2
+	}, 20*time.Second, 20*time.Millisecond)
 	require.Len(t, list, 2, "big-1 and the one idempotent start")
 
 	// A CloudEvent without a source names no wrong field and is one line.

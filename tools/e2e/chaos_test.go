@@ -206,7 +206,7 @@ steps:
 		// janitor runs to fail it.
 		procs = append(procs, &chaosProcess{t: t, name: name, bin: agentBin,
 			args: []string{"-nats", srv.ClientURL(), "-name", name, "-task-ack-wait", "1s", "-max-deliver", "1000",
-				"-kill-grace", "1s", "-log-level", "warn"}})
+				"-kill-grace", "1s", "-log-level", "warn", "-allow-exec"}})
 	}
 	for _, p := range procs {
 		t.Cleanup(p.stop)

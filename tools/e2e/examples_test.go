@@ -14,6 +14,7 @@ import (
 
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/projections"
+	"jetflow.dev/tools/internal/devstack"
 )
 
 // exampleRun is one execution of an example: its input, the signals sent
@@ -170,6 +171,19 @@ var exampleRuns = map[string][]exampleRun{
 		{input: map[string]any{"host": "web-1"}, want: projections.StatusSucceeded},
 		{input: map[string]any{"host": "web-2"}, want: projections.StatusSucceeded},
 	},
+	"secrets.yaml": {{
+		input: map[string]any{"user": "alice", "password": "hunter2-in-the-example"},
+		want:  projections.StatusSucceeded,
+		check: func(t *testing.T, x projections.Execution) {
+			require.JSONEq(t, fmt.Sprintf(`{"said":"alice has a token of %d characters: [secret API_TOKEN]","status":200}`, len(exampleToken)),
+				string(x.Output), "the agent had the secret; what it reported masks it")
+			require.JSONEq(t, `{"user":"alice","password":"[redacted]"}`, string(x.Input))
+			b, err := json.Marshal(x)
+			require.NoError(t, err)
+			require.NotContains(t, string(b), exampleToken)
+			require.NotContains(t, string(b), "hunter2-in-the-example")
+		},
+	}},
 	"approval.yaml": {
 		{
 			input: map[string]any{"change": "resize db-1", "amount": 120, "window": "10ms"},
@@ -196,6 +210,10 @@ var exampleRuns = map[string][]exampleRun{
 		},
 	},
 }
+
+// exampleToken is the secret API_TOKEN of secrets.yaml's run, written
+// into the stack's secrets directory as a user would.
+const exampleToken = "tok-3f9a1c7e-example"
 
 // exampleCounter is the counter file of increment.yaml's run.
 var exampleCounter = filepath.Join(os.TempDir(), fmt.Sprintf("jetflow-example-count-%d", os.Getpid()))
@@ -235,7 +253,11 @@ func TestExamplesRunToCompletion(t *testing.T) {
 		require.Contains(t, files, f, "exampleRuns names a file that is not in examples/")
 	}
 
-	s := startStack(t, nil)
+	s := startStack(t, func(cfg *devstack.Config) {
+		dir := devstack.SecretsDir(cfg.DataDir)
+		require.NoError(t, os.MkdirAll(dir, 0o700))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "API_TOKEN"), []byte(exampleToken+"\n"), 0o600))
+	})
 	require.NotContains(t, s.info.APIURL, ":8080")
 	ctx := context.Background()
 	names := map[string]string{}

@@ -82,7 +82,12 @@ func TestFollowGoesOnAfterCancelAndResume(t *testing.T) {
 		seen, err = followAll(ctx, s.c, "follow-1", 0)
 		done <- err
 	}()
-	s.waitStepStatus(t, "follow-1", "gate", projections.OpWaiting)
+	// The read model may still show the cancelled execution, whose gate
+	// was waiting: wait for the resumed one.
+	require.Eventually(t, func() bool {
+		x, err := s.c.Execution(ctx, "follow-1")
+		return err == nil && x.Status == projections.StatusStarted && stepByID(x, "gate").Status == projections.OpWaiting
+	}, 20*time.Second, 20*time.Millisecond)
 	_, err = s.c.Signal(ctx, "follow-1", "go", nil)
 	require.NoError(t, err)
 	select {

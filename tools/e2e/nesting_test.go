@@ -41,7 +41,7 @@ steps:
 `)
 	st, err := s.c.Start(ctx, client.StartRequest{Workflow: "spin"})
 	require.NoError(t, err)
-	x := s.waitDone(t, st.ID, 10*time.Second)
+	x := s.waitDone(t, st.ID, 30*time.Second) // some 300 appends: slow when the machine is busy
 	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
 	require.JSONEq(t, `{"n":40,"each":30}`, string(x.Output))
 }

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -31,7 +32,7 @@ func TestServicesAsSeparatePrograms(t *testing.T) {
 	// The api listens on a port the system picks and logs it (at info): a
 	// port picked here and freed could be taken before the api listens.
 	env := append(os.Environ(), "JETFLOW_NATS_URL="+srv.ClientURL(), "JETFLOW_HTTP_ADDR=127.0.0.1:0",
-		"JETFLOW_LOG_LEVEL=warn", "JETFLOW_TASK_ACK_WAIT=2s")
+		"JETFLOW_LOG_LEVEL=warn", "JETFLOW_TASK_ACK_WAIT=2s", "JETFLOW_AGENT_ALLOW_EXEC=true", "JETFLOW_AGENT_EXEC_ALLOW=echo")
 	var apiLog string
 	for _, name := range []string{"api", "dispatcher", "agent", "janitor"} {
 		cmd := exec.Command(buildService(t, name))
@@ -91,4 +92,22 @@ func TestServicesAsSeparatePrograms(t *testing.T) {
 	}, 30*time.Second, 20*time.Millisecond)
 	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
 	require.Contains(t, string(x.Steps[0].Output), "separate")
+
+	// The agent was started with exec allowed for echo only: another
+	// command fails its step at once (no retry helps), and never runs.
+	file := filepath.Join(t.TempDir(), "ran")
+	_, err = c.ApplyWorkflow(ctx, []byte(fmt.Sprintf("name: refused\nsteps:\n  - id: a\n    kind: exec\n    command: sh\n"+
+		"    args: [-c, 'touch \"$0\"', %q]\n    retry: {limit: 3, backoff: {initial: 10ms}}\n", file)))
+	require.NoError(t, err)
+	st, err = c.Start(ctx, client.StartRequest{Workflow: "refused", ID: "refused-1"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		x, err = c.Execution(ctx, st.ID)
+		return err == nil && x.Status.Terminal()
+	}, 30*time.Second, 20*time.Millisecond)
+	require.Equal(t, projections.StatusFailed, x.Status)
+	require.Contains(t, x.Steps[0].Error, `command "sh" is not in this agent's exec allow-list`)
+	require.True(t, x.Steps[0].Final)
+	require.Equal(t, 1, x.Steps[0].Attempt, "a refusal is not retried")
+	require.NoFileExists(t, file)
 }

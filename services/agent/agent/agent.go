@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"strconv"
 	"sync"
 	"time"
@@ -26,6 +27,8 @@ import (
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/operation"
+	"jetflow.dev/pkg/redact"
+	"jetflow.dev/pkg/workflow"
 )
 
 // Config configures an Agent.
@@ -62,6 +65,22 @@ type Config struct {
 	// this agent may not create or change them; it binds to them and
 	// heartbeats by their ack wait. Agents running with credentials set it.
 	BindOnly bool
+	// Policy says which exec and http operations the agent runs. The zero
+	// Policy refuses exec steps and lets http steps reach any host: a
+	// refused operation fails its step (final) without running.
+	Policy Policy
+	// SecretsDir, if set, is a directory of secrets: the file NAME holds
+	// the secret that operations reference as ${secret.NAME} (one
+	// trailing newline is removed). Files are read when a task needs
+	// them, so a changed file counts from the next task on. The directory
+	// must exist.
+	SecretsDir string
+	// SecretsEnvPrefix, if set, makes the environment variable
+	// <prefix>NAME a secret too (a file in SecretsDir wins). Those
+	// variables are removed from the environment exec steps get.
+	SecretsEnvPrefix string
+	// LookupEnv reads the environment for secrets. Default os.LookupEnv.
+	LookupEnv func(string) (string, bool)
 }
 
 func (c Config) withDefaults() Config {
@@ -80,7 +99,27 @@ func (c Config) withDefaults() Config {
 	c.MaxOutput = cmp.Or(c.MaxOutput, 256<<10)
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, 10*time.Second)
 	c.Source = cmp.Or(c.Source, "jetflow/agent/"+c.Name)
+	if c.LookupEnv == nil {
+		c.LookupEnv = os.LookupEnv
+	}
 	return c
+}
+
+// Validate checks a configuration, its defaults applied: New does, and a
+// program may before it connects.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	if c.AckWait < 300*time.Millisecond {
+		return fmt.Errorf("agent: AckWait %s is too short (at least 300ms)", c.AckWait)
+	}
+	if err := c.Policy.Validate(); err != nil {
+		return err
+	}
+	return c.secrets().validate()
+}
+
+func (c Config) secrets() secretStore {
+	return secretStore{dir: c.SecretsDir, envPrefix: c.SecretsEnvPrefix, lookupEnv: c.LookupEnv}
 }
 
 // ConsumerName is the durable consumer shared by all agents of a queue.
@@ -93,6 +132,7 @@ type Agent struct {
 	log      zerolog.Logger
 	handlers map[string]operation.Handler
 	kills    *kills
+	secrets  secretStore
 	// killsStream is the kill notices stream, set before any task is run.
 	killsStream jetstream.Stream
 }
@@ -100,14 +140,15 @@ type Agent struct {
 // New returns an agent; call Run to start it.
 func New(cfg Config, js jetstream.JetStream, log zerolog.Logger) (*Agent, error) {
 	cfg = cfg.withDefaults()
-	if cfg.AckWait < 300*time.Millisecond {
-		return nil, fmt.Errorf("agent: AckWait %s is too short (at least 300ms)", cfg.AckWait)
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	h := Builtins(cfg, log)
 	for k, v := range cfg.Handlers {
 		h[k] = v
 	}
-	return &Agent{cfg: cfg, js: js, log: log.With().Str("agent", cfg.Name).Logger(), handlers: h, kills: newKills()}, nil
+	return &Agent{cfg: cfg, js: js, log: log.With().Str("agent", cfg.Name).Logger(), handlers: h, kills: newKills(),
+		secrets: cfg.secrets()}, nil
 }
 
 // Run serves the queues until ctx ends, then lets running tasks finish for
@@ -157,7 +198,10 @@ func (a *Agent) Run(ctx context.Context) error {
 			}()
 		}
 	}
-	a.log.Info().Strs("queues", a.cfg.Queues).Int("concurrency", a.cfg.Concurrency).Msg("agent running")
+	p := a.cfg.Policy
+	a.log.Info().Strs("queues", a.cfg.Queues).Int("concurrency", a.cfg.Concurrency).
+		Bool("allow_exec", p.AllowExec).Strs("exec_allow", p.ExecAllow).Strs("http_allow_hosts", p.HTTPAllowHosts).
+		Bool("secrets_dir", a.cfg.SecretsDir != "").Str("secrets_env_prefix", a.cfg.SecretsEnvPrefix).Msg("agent running")
 	<-ctx.Done()
 	done := make(chan struct{})
 	go func() { workers.Wait(); close(done) }()
@@ -254,6 +298,18 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 		}
 	}
 
+	// Secrets are resolved and the policy decides before anything is
+	// reported started: a refused operation never runs.
+	spec, red, err := a.prepare(task)
+	if err != nil {
+		final := errors.Is(err, ErrRefused) || errors.Is(err, ErrSecretMissing)
+		msg := red.String(err.Error())
+		log.Warn().Str("kind", task.Kind).Bool("final", final).Str("reason", msg).Msg("operation not run")
+		err = a.report(ctx, fmt.Sprintf("%s.done.%d", task.TaskID, delivery), &events.OperationFailed{TaskRef: ref, Error: msg, Final: final})
+		a.finish(m, err, log)
+		return
+	}
+
 	// The started report is published without waiting: the operation need
 	// not wait for it, and the final report on the same subject and
 	// connection is stored after it.
@@ -283,6 +339,7 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 	}
 	defer done()
 	var out any
+	final := false
 	if !alive {
 		err = ErrKilled
 		log.Info().Msg("refuse a task of a killed execution")
@@ -292,7 +349,13 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 		began := time.Now()
 		out, err = safeHandle(opCtx, h, operation.Task{TaskID: task.TaskID, ExecutionID: task.ExecutionID,
 			Workflow: task.Workflow, StepID: task.StepID, Attempt: task.Attempt, Delivery: delivery,
-			Kind: task.Kind, Spec: task.Spec, Input: specInput(task.Spec)})
+			Kind: task.Kind, Spec: spec, Input: specInput(spec)})
+		// Nothing the operation reports may show a secret it was given.
+		final = errors.Is(err, ErrRefused) // e.g. a redirect to a host not allowed
+		err = redactError(red, err)
+		if err == nil {
+			out, err = redactOutput(red, out)
+		}
 		log.Debug().Dur("took", time.Since(began)).Err(err).Msg("operation finished")
 		if err == nil {
 			var raw json.RawMessage
@@ -321,8 +384,32 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 	if len(msg) > 8<<10 {
 		msg = msg[:8<<10] + "…"
 	}
-	err = a.report(ctx, fmt.Sprintf("%s.done.%d", task.TaskID, delivery), &events.OperationFailed{TaskRef: ref, Error: msg, Output: a.fitOutput(raw)})
+	err = a.report(ctx, fmt.Sprintf("%s.done.%d", task.TaskID, delivery), &events.OperationFailed{TaskRef: ref, Error: msg,
+		Output: a.fitOutput(raw), Final: final})
 	a.finish(m, err, log)
+}
+
+// prepare returns the spec a task's operation runs with, its secrets
+// resolved, and the Replacer that hides their values (nil without
+// secrets); or why the operation must not run: a secret is missing
+// (ErrSecretMissing) or the policy refuses it (ErrRefused). The returned
+// Replacer is valid with an error too, to hide values in its text.
+func (a *Agent) prepare(task *events.Task) (json.RawMessage, *redact.Replacer, error) {
+	spec, red, err := a.secrets.resolveSpec(task.Spec)
+	if err != nil {
+		return nil, nil, fmt.Errorf("agent %s: %w", a.cfg.Name, err)
+	}
+	if task.Kind != workflow.KindExec && task.Kind != workflow.KindHTTP {
+		return spec, red, nil
+	}
+	s, err := stepOf(spec)
+	if err != nil {
+		return nil, red, fmt.Errorf("agent %s: %w", a.cfg.Name, err)
+	}
+	if err := a.cfg.Policy.Decide(OperationOf(task.Kind, s, exec.LookPath)); err != nil {
+		return nil, red, fmt.Errorf("agent %s: %w", a.cfg.Name, err)
+	}
+	return spec, red, nil
 }
 
 // handBack returns a task that could not be checked before running (what

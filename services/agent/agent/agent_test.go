@@ -34,9 +34,16 @@ type agentBundle struct {
 // the test ends.
 func setupAgent(t *testing.T, handlers map[string]operation.Handler) *agentBundle {
 	t.Helper()
+	return setupAgentWith(t, agent.Config{Handlers: handlers, Policy: agent.Policy{AllowExec: true}})
+}
+
+// setupAgentWith is setupAgent with cfg's policy, secrets, handlers and
+// output limit.
+func setupAgentWith(t *testing.T, cfg agent.Config) *agentBundle {
+	t.Helper()
 	_, js := natstest.Connect(t, natstest.RunJetStream(t))
-	a, err := agent.New(agent.Config{Name: agentName, AckWait: ackWait, Concurrency: 4, ShutdownGrace: time.Second,
-		KillGrace: time.Second, Handlers: handlers}, js, zerolog.New(zerolog.NewTestWriter(t)))
+	cfg.Name, cfg.AckWait, cfg.Concurrency, cfg.ShutdownGrace, cfg.KillGrace = agentName, ackWait, 4, time.Second, time.Second
+	a, err := agent.New(cfg, js, zerolog.New(zerolog.NewTestWriter(t)))
 	require.NoError(t, err)
 	natstest.Serve(t, a.Run)
 	return &agentBundle{js: js}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -27,9 +28,32 @@ func Builtins(cfg Config, log zerolog.Logger) map[string]operation.Handler {
 	return map[string]operation.Handler{
 		workflow.KindNoop: operation.HandlerFunc(func(context.Context, operation.Task) (any, error) { return nil, nil }),
 		workflow.KindLog:  logHandler{log: log},
-		workflow.KindExec: execHandler{grace: cfg.KillGrace, maxOutput: cfg.MaxOutput},
-		workflow.KindHTTP: httpHandler{client: &http.Client{Timeout: cfg.HTTPTimeout}, maxOutput: cfg.MaxOutput},
+		workflow.KindExec: execHandler{grace: cfg.KillGrace, maxOutput: cfg.MaxOutput, hideEnv: cfg.SecretsEnvPrefix},
+		workflow.KindHTTP: httpHandler{client: &http.Client{Timeout: cfg.HTTPTimeout, CheckRedirect: checkRedirect(cfg.Policy)},
+			maxOutput: cfg.MaxOutput},
 	}
+}
+
+// checkRedirect lets an http step follow a redirect only to a host the
+// policy allows (and at most 10, as net/http's default).
+func checkRedirect(p Policy) func(*http.Request, []*http.Request) error {
+	return func(req *http.Request, via []*http.Request) error {
+		if len(via) >= 10 {
+			return errors.New("stopped after 10 redirects")
+		}
+		return p.DecideURL(req.URL.String())
+	}
+}
+
+// commandEnv is the agent's environment less the variables that hold its
+// secrets (those with prefix hide, if not empty): a command gets only
+// the secrets its step references.
+func commandEnv(hide string) []string {
+	env := os.Environ()
+	if hide == "" {
+		return env
+	}
+	return slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, hide) })
 }
 
 func spec(t operation.Task) (workflow.Step, error) {
@@ -66,6 +90,8 @@ type ExecOutput struct {
 type execHandler struct {
 	grace     time.Duration
 	maxOutput int
+	// hideEnv is the prefix of the agent's variables not passed on.
+	hideEnv string
 }
 
 func (h execHandler) Handle(ctx context.Context, t operation.Task) (any, error) {
@@ -75,7 +101,7 @@ func (h execHandler) Handle(ctx context.Context, t operation.Task) (any, error) 
 	}
 	cmd := exec.CommandContext(ctx, s.Command, s.Args...)
 	cmd.Dir = s.Dir
-	cmd.Env = append(os.Environ(), "JETFLOW_EXECUTION_ID="+t.ExecutionID, "JETFLOW_STEP_ID="+t.StepID,
+	cmd.Env = append(commandEnv(h.hideEnv), "JETFLOW_EXECUTION_ID="+t.ExecutionID, "JETFLOW_STEP_ID="+t.StepID,
 		"JETFLOW_IDEMPOTENCY_KEY="+t.TaskID, fmt.Sprintf("JETFLOW_ATTEMPT=%d", t.Attempt))
 	for k, v := range s.Env {
 		cmd.Env = append(cmd.Env, k+"="+v)

@@ -24,6 +24,7 @@ import (
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/projections"
+	"jetflow.dev/pkg/redact"
 )
 
 // startRequest is the JSON body of POST /v1/executions.
@@ -374,7 +375,8 @@ func (s *Server) loadExecution(ctx context.Context, id string) (projections.Exec
 	if len(evs) == 0 {
 		return projections.Execution{ID: id, Status: projections.StatusPending, Steps: []projections.Step{}}, nil
 	}
-	return projections.Fold(evs)
+	x, err = projections.Fold(evs)
+	return redact.FromHistory(evs).Execution(x), err // as the projector stores it
 }
 
 func (s *Server) getExecution(w http.ResponseWriter, r *http.Request) {
@@ -431,7 +433,7 @@ func (s *Server) executionAt(w http.ResponseWriter, r *http.Request, id string, 
 		s.internal(w, r, fmt.Errorf("fold history of %s: %w", id, err))
 		return
 	}
-	writeJSON(w, http.StatusOK, public(x))
+	writeJSON(w, http.StatusOK, public(redact.FromHistory(evs).Execution(x)))
 }
 
 // executionSummary is one row of GET /v1/executions.
@@ -529,8 +531,26 @@ type eventView struct {
 	Data     json.RawMessage `json:"data,omitempty"`
 }
 
-func view(ev events.Event) eventView {
-	return eventView{Seq: ev.Seq, ID: ev.ID, Type: ev.Type, Source: ev.Source, Subject: ev.Subject, Workflow: ev.Workflow, Time: ev.Time, Data: ev.Raw}
+// view shows ev with the execution's writeOnly input values hidden.
+func view(ev events.Event, in redact.Inputs) eventView {
+	return eventView{Seq: ev.Seq, ID: ev.ID, Type: ev.Type, Source: ev.Source, Subject: ev.Subject, Workflow: ev.Workflow, Time: ev.Time,
+		Data: in.EventData(ev.Type, ev.Raw)}
+}
+
+// inputsOf returns what to hide in the events of execution id, given some
+// of its events (evs): their start, or else the history's first event.
+func (s *Server) inputsOf(ctx context.Context, id string, evs []events.Event) (redact.Inputs, error) {
+	if len(evs) > 0 && evs[0].Type == events.TypeExecutionStarted {
+		return redact.FromHistory(evs[:1]), nil
+	}
+	first, err := history.First(ctx, s.js, events.ExecutionFilter(id))
+	if errors.Is(err, history.ErrNoEvent) {
+		return redact.Inputs{}, nil
+	}
+	if err != nil {
+		return redact.Inputs{}, err
+	}
+	return redact.FromHistory([]events.Event{first}), nil
 }
 
 // executionEvents returns the history from from_seq as JSON, or follows it
@@ -562,9 +582,14 @@ func (s *Server) executionEvents(w http.ResponseWriter, r *http.Request) {
 		s.internal(w, r, err)
 		return
 	}
+	in, err := s.inputsOf(r.Context(), id, evs)
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
 	out := make([]eventView, len(evs))
 	for i, ev := range evs {
-		out[i] = view(ev)
+		out[i] = view(ev, in)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"events": out})
 }
@@ -615,6 +640,7 @@ func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, id string,
 		open() // no history yet: the execution is about to start
 	}
 	status := projections.StatusNone
+	var in redact.Inputs // from the start, the first event the consumer delivers
 	for {
 		waitCtx, cancel := context.WithTimeout(r.Context(), sseKeepalive)
 		m, err := it.Next(jetstream.NextContext(waitCtx))
@@ -644,9 +670,12 @@ func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, id string,
 		}
 		ev.Seq = md.Sequence.Stream
 		status = projections.StatusAfter(status, ev.Type)
+		if start, ok := ev.Data.(*events.ExecutionStarted); ok {
+			in = redact.ForStart(start)
+		}
 		if ev.Seq >= from {
 			open()
-			b, _ := json.Marshal(view(ev))
+			b, _ := json.Marshal(view(ev, in))
 			fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", ev.Seq, ev.Type, b)
 			flusher.Flush()
 		}

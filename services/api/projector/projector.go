@@ -2,7 +2,9 @@
 // stream into one KV entry per execution with revision checks. One durable
 // consumer is shared by all api replicas; a pinned priority group makes
 // one replica at a time receive events, in stream order. Read models can
-// be rebuilt from any stream sequence with [Rebuild].
+// be rebuilt from any stream sequence with [Rebuild]. Input members the
+// workflow's input schema marks writeOnly, and their values wherever they
+// appear, are stored redacted (package redact).
 package projector
 
 import (
@@ -21,6 +23,7 @@ import (
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/projections"
+	"jetflow.dev/pkg/redact"
 )
 
 // Consumer is the projector's durable consumer; Group its pinned priority group.
@@ -44,6 +47,11 @@ type Projector struct {
 type entry struct {
 	state projections.Execution
 	rev   uint64
+	// inputs hides the execution's writeOnly input values in the stored
+	// read model (state keeps them: it is only ever in memory); known
+	// says it was read from the execution's start.
+	inputs redact.Inputs
+	known  bool
 }
 
 const cacheMax = 20000
@@ -168,7 +176,7 @@ func (p *Projector) project(ctx context.Context, id string, g *group) error {
 			return err
 		}
 	}
-	next := cur.state
+	next, inputs, known := cur.state, cur.inputs, cur.known
 	for _, ev := range g.evs {
 		if ev.Seq <= next.LastSeq {
 			continue // already projected
@@ -177,6 +185,9 @@ func (p *Projector) project(ctx context.Context, id string, g *group) error {
 		gap := ev.PrevSeq != 0 && ev.PrevSeq != next.LastSeq // events without prevseq are applied as they come
 		if !gap {
 			next, err = projections.Apply(next, ev)
+			if start, ok := ev.Data.(*events.ExecutionStarted); ok && err == nil {
+				inputs, known = redact.ForStart(start), true
+			}
 		}
 		if gap || err != nil {
 			last := g.evs[len(g.evs)-1].Seq
@@ -189,13 +200,21 @@ func (p *Projector) project(ctx context.Context, id string, g *group) error {
 				p.log.Error().Err(err).Str("execution_id", id).Msg("history does not fold; read model left as is")
 				return nil
 			}
+			inputs, known = redact.FromHistory(evs), true
 			break
 		}
 	}
 	if next.LastSeq == cur.state.LastSeq {
 		return nil
 	}
-	rev, err := p.write(ctx, id, next, cur.rev)
+	if !known { // a stored read model, redacted: its start tells what to hide
+		var err error
+		if inputs, err = startInputs(ctx, p.js, g.subject); err != nil {
+			return err
+		}
+		known = true
+	}
+	rev, err := p.write(ctx, id, inputs.Execution(next), cur.rev)
 	if err != nil {
 		delete(p.cache, id)
 		return err
@@ -206,9 +225,22 @@ func (p *Projector) project(ctx context.Context, id string, g *group) error {
 	if next.Status.Terminal() {
 		delete(p.cache, id) // finished executions rarely change again
 	} else {
-		p.cache[id] = entry{state: next, rev: rev}
+		p.cache[id] = entry{state: next, rev: rev, inputs: inputs, known: known}
 	}
 	return nil
+}
+
+// startInputs reads the first event on subject (the execution's start)
+// for what to hide in its read model.
+func startInputs(ctx context.Context, js jetstream.JetStream, subject string) (redact.Inputs, error) {
+	ev, err := history.First(ctx, js, subject)
+	if errors.Is(err, history.ErrNoEvent) {
+		return redact.Inputs{}, nil
+	}
+	if err != nil {
+		return redact.Inputs{}, err
+	}
+	return redact.FromHistory([]events.Event{ev}), nil
 }
 
 func (p *Projector) read(ctx context.Context, id string) (entry, error) {
@@ -225,7 +257,9 @@ func (p *Projector) read(ctx context.Context, id string) (entry, error) {
 		// forces a re-fold) but keep the revision, to overwrite it.
 		return entry{rev: e.Revision()}, nil
 	}
-	return entry{state: x, rev: e.Revision()}, nil
+	// A model that hides nothing needs nothing hidden; one that does must
+	// learn the values again from the execution's start.
+	return entry{state: x, rev: e.Revision(), known: !x.Redacted}, nil
 }
 
 func (p *Projector) write(ctx context.Context, id string, x projections.Execution, rev uint64) (uint64, error) {
@@ -267,6 +301,8 @@ func Rebuild(ctx context.Context, js jetstream.JetStream, fromSeq uint64) (Rebui
 	type item struct {
 		state   projections.Execution
 		subject string
+		inputs  redact.Inputs
+		known   bool
 	}
 	states := map[string]*item{}
 	err = history.Scan(ctx, js, events.StreamEvents, events.EventsPrefix+".>", fromSeq, 0, func(ev events.Event) error {
@@ -279,8 +315,8 @@ func Rebuild(ctx context.Context, js jetstream.JetStream, fromSeq uint64) (Rebui
 			it = &item{subject: events.ExecutionSubject(ev.Workflow, id)}
 			states[id] = it
 			if fromSeq > 1 {
-				if e, err := kv.Get(ctx, id); err == nil {
-					_ = json.Unmarshal(e.Value(), &it.state)
+				if e, err := kv.Get(ctx, id); err == nil && json.Unmarshal(e.Value(), &it.state) == nil {
+					it.known = !it.state.Redacted // see read
 				}
 			}
 		}
@@ -288,6 +324,9 @@ func Rebuild(ctx context.Context, js jetstream.JetStream, fromSeq uint64) (Rebui
 			return nil
 		}
 		next, err := projections.Apply(it.state, ev)
+		if start, ok := ev.Data.(*events.ExecutionStarted); ok && err == nil {
+			it.inputs, it.known = redact.ForStart(start), true
+		}
 		if (ev.PrevSeq != 0 && ev.PrevSeq != it.state.LastSeq) || err != nil {
 			evs, rerr := history.ReadUntil(ctx, js, it.subject, 0, ev.Seq)
 			if rerr != nil {
@@ -298,6 +337,7 @@ func Rebuild(ctx context.Context, js jetstream.JetStream, fromSeq uint64) (Rebui
 				delete(states, id)
 				return nil
 			}
+			it.inputs, it.known = redact.FromHistory(evs), true
 		}
 		it.state = next
 		return nil
@@ -306,7 +346,12 @@ func Rebuild(ctx context.Context, js jetstream.JetStream, fromSeq uint64) (Rebui
 		return res, err
 	}
 	for id, it := range states {
-		written, err := putIfNewer(ctx, kv, id, it.state)
+		if !it.known {
+			if it.inputs, err = startInputs(ctx, js, it.subject); err != nil {
+				return res, err
+			}
+		}
+		written, err := putIfNewer(ctx, kv, id, it.inputs.Execution(it.state))
 		if err != nil {
 			return res, err
 		}

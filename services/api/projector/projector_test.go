@@ -20,8 +20,13 @@ import (
 // sequence, prevseq) and returns the stored events.
 func appendHistory(t *testing.T, js jetstream.JetStream, wf, id string, ps ...events.Payload) []events.Event {
 	t.Helper()
+	return appendFrom(t, js, wf, id, 0, ps...)
+}
+
+// appendFrom is appendHistory after the event at stream sequence last.
+func appendFrom(t *testing.T, js jetstream.JetStream, wf, id string, last uint64, ps ...events.Payload) []events.Event {
+	t.Helper()
 	var out []events.Event
-	var last uint64
 	at := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 	for i, p := range ps {
 		ev := events.New("test", id, wf, at.Add(time.Duration(i)*time.Millisecond), p)

@@ -925,8 +925,12 @@ func contains(list []string, s string) bool {
 // renderStep evaluates an operation step's templates into the spec the
 // agent receives: text fields as text, body and input as any JSON value.
 // The dispatcher's own fields (condition, output, retry, timeout) stay out.
+// Secret references (${secret.NAME}) are not evaluated: the fields keep
+// them as text, and SecretRefs gives the agent, by JSON pointer, the
+// template of each field that holds one, to resolve from its own secrets.
 func renderStep(step workflow.Step, lz *lazyEnv) (json.RawMessage, error) {
 	var firstErr error
+	refs := map[string]string{}
 	str := func(field, v string) string {
 		if firstErr != nil || !expression.IsTemplate(v) {
 			return v
@@ -937,38 +941,62 @@ func renderStep(step workflow.Step, lz *lazyEnv) (json.RawMessage, error) {
 		}
 		return out
 	}
+	// agentStr renders a text field where secrets may be referenced; ptr
+	// is its JSON pointer in the spec.
+	agentStr := func(field, ptr, v string) string {
+		if firstErr != nil || !expression.IsTemplate(v) {
+			return v
+		}
+		out, tmpl, err := expression.RenderSecretString(v, lz.get())
+		if err != nil {
+			firstErr = fmt.Errorf("%s: %w", field, err)
+		}
+		if tmpl != "" {
+			refs[ptr] = tmpl
+		}
+		return out
+	}
 	out := workflow.Step{ID: step.ID, Kind: step.Kind, Queue: step.Queue, Operation: step.Operation, Level: step.Level,
-		Message: str("message", step.Message), Command: str("command", step.Command), Dir: str("dir", step.Dir),
-		Method: str("method", step.Method), URL: str("url", step.URL)}
+		Message: str("message", step.Message), Command: str("command", step.Command), Dir: agentStr("dir", "/dir", step.Dir),
+		Method: str("method", step.Method), URL: agentStr("url", "/url", step.URL)}
 	for i, a := range step.Args {
-		out.Args = append(out.Args, str(fmt.Sprintf("args[%d]", i), a))
+		out.Args = append(out.Args, agentStr(fmt.Sprintf("args[%d]", i), fmt.Sprintf("/args/%d", i), a))
 	}
 	if step.Env != nil {
 		out.Env = make(map[string]string, len(step.Env))
 		for k, v := range step.Env {
-			out.Env[k] = str("env."+k, v)
+			out.Env[k] = agentStr("env."+k, "/env/"+expression.PointerToken(k), v)
 		}
 	}
 	if step.Headers != nil {
 		out.Headers = make(map[string]string, len(step.Headers))
 		for k, v := range step.Headers {
-			out.Headers[k] = str("headers."+k, v)
+			out.Headers[k] = agentStr("headers."+k, "/headers/"+expression.PointerToken(k), v)
 		}
 	}
 	if firstErr != nil {
 		return nil, firstErr
 	}
 	out.Body, out.Input = step.Body, step.Input
-	var err error
-	if expression.HasTemplate(step.Body) {
-		if out.Body, err = expression.Render(step.Body, lz.get()); err != nil {
-			return nil, fmt.Errorf("body: %w", err)
+	for _, f := range []struct {
+		name string
+		v    any
+		dst  *any
+	}{{"body", step.Body, &out.Body}, {"input", step.Input, &out.Input}} {
+		if !expression.HasTemplate(f.v) {
+			continue
+		}
+		v, tmpls, err := expression.RenderSecrets(f.v, lz.get())
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", f.name, err)
+		}
+		*f.dst = v
+		for ptr, t := range tmpls {
+			refs["/"+f.name+ptr] = t
 		}
 	}
-	if expression.HasTemplate(step.Input) {
-		if out.Input, err = expression.Render(step.Input, lz.get()); err != nil {
-			return nil, fmt.Errorf("input: %w", err)
-		}
+	if len(refs) > 0 {
+		out.SecretRefs = refs
 	}
 	return json.Marshal(out)
 }

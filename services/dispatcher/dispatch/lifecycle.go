@@ -227,7 +227,7 @@ func (d *Dispatcher) applyResult(ctx context.Context, x *execState, ref events.T
 		}
 	case *events.OperationFailed:
 		if st.Status.InFlight() {
-			p = &events.StepFailed{StepID: st.ID, Attempt: st.Attempt, Error: r.Error, Output: r.Output, Agent: r.Agent, Lost: r.Lost}
+			p = &events.StepFailed{StepID: st.ID, Attempt: st.Attempt, Error: r.Error, Output: r.Output, Agent: r.Agent, Lost: r.Lost, Final: r.Final}
 		}
 	}
 	if p == nil {

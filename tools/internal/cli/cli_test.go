@@ -145,11 +145,15 @@ func TestJSONOutput(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &last))
 	require.Equal(t, "io.jetflow.execution.succeeded", string(last.Type))
 
-	code, out, stderr = jetflow(t, api, "show", "j-2", "-o", "json")
-	require.Equal(t, ExitOK, code, stderr)
+	// show reads the read model, which catches up with the events a
+	// moment after --watch saw the last one.
 	var x projections.Execution
-	require.NoError(t, json.Unmarshal([]byte(out), &x), out)
-	require.Equal(t, projections.StatusSucceeded, x.Status)
+	require.Eventually(t, func() bool {
+		code, out, stderr = jetflow(t, api, "show", "j-2", "-o", "json")
+		require.Equal(t, ExitOK, code, stderr)
+		require.NoError(t, json.Unmarshal([]byte(out), &x), out)
+		return x.Status == projections.StatusSucceeded
+	}, 20*time.Second, 50*time.Millisecond)
 
 	code, out, stderr = jetflow(t, api, "events", "j-2", "-o", "json")
 	require.Equal(t, ExitOK, code, stderr)

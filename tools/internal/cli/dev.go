@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"jetflow.dev/pkg/auth"
+	"jetflow.dev/services/agent/agent"
 	"jetflow.dev/services/janitor/janitor"
 	"jetflow.dev/tools/internal/devstack"
 )
@@ -22,6 +23,7 @@ func (a *app) devCmd() *cobra.Command {
 	var cfg devstack.Config
 	var level string
 	var jsonLogs bool
+	policy := agent.Policy{AllowExec: true}
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run an embedded NATS server with JetStream and all four services in one process",
@@ -50,6 +52,7 @@ with its own NATS connection. Stop it with Ctrl-C; start it again on the same
 			if cfg.Insecure {
 				cfg.Log.Warn().Msg("--insecure: NATS runs without authentication; anyone who reaches it can write histories, purge streams and run commands on the agents")
 			}
+			cfg.AgentPolicy = &policy
 			return devstack.Run(cmd.Context(), cfg, func(info devstack.Info) {
 				fmt.Fprintf(a.stdout, "jetflow dev is running (process %d, in %s)\n  NATS: %s   (try: nats sub 'jf.events.>')\n  api:  %s\n  data: %s\n",
 					os.Getpid(), filepath.Join(cfg.DataDir, devstack.PIDFile), info.NATSURL, info.APIURL, cfg.DataDir)
@@ -68,6 +71,12 @@ with its own NATS connection. Stop it with Ctrl-C; start it again on the same
 				if filepath.Clean(cfg.DataDir) == ".jetflow" {
 					fmt.Fprintln(a.stdout, "The jetflow CLI run from this directory finds it by itself.")
 				}
+				secrets := cmp.Or(cfg.SecretsDir, devstack.SecretsDir(cfg.DataDir))
+				fmt.Fprintf(a.stdout, "  secrets: a file NAME in %s (or a variable %sNAME) is ${secret.NAME} for the agent\n",
+					secrets, cmp.Or(cfg.SecretsEnvPrefix, devstack.DefaultSecretsEnvPrefix))
+				if !policy.AllowExec {
+					fmt.Fprintln(a.stdout, "  exec steps are off (--allow-exec=false): they fail without running")
+				}
 				fmt.Fprintf(a.stdout, "Point other shells (and the nats CLI) at it: eval \"$(jetflow env --data %s)\"\nStop with Ctrl-C.\n", abs)
 			})
 		},
@@ -83,6 +92,11 @@ with its own NATS connection. Stop it with Ctrl-C; start it again on the same
 	f.DurationVar(&cfg.JanitorInterval, "janitor-interval", 30*time.Second, "time between janitor sweeps")
 	f.DurationVar(&cfg.IdleAfter, "idle-after", 2*time.Minute, "inactivity before the janitor checks an execution")
 	f.StringVar(&cfg.RetentionDefault, "retention-default", janitor.DefaultRetention, "system retention rule for executions whose workflow sets none (e.g. 3, 7d, max(3, 7d), forever)")
+	f.BoolVar(&policy.AllowExec, "allow-exec", true, "let the agent run exec steps (--allow-exec=false: they fail without running)")
+	f.StringSliceVar(&policy.ExecAllow, "exec-allow", nil, "commands exec steps may run: base names (looked up in PATH) or absolute paths (default any)")
+	f.StringSliceVar(&policy.HTTPAllowHosts, "http-allow-hosts", nil, "hosts http steps may reach: host, host:port, *.domain, IP (default any)")
+	f.StringVar(&cfg.SecretsDir, "secrets-dir", "", "the agent's secrets directory: the file NAME is ${secret.NAME} (default DATA/secrets)")
+	f.StringVar(&cfg.SecretsEnvPrefix, "secrets-env-prefix", devstack.DefaultSecretsEnvPrefix, "environment variables <prefix>NAME are secrets too (- for none)")
 	f.BoolVar(&cfg.LogNATS, "log-nats", false, "include the NATS server's own log")
 	f.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
 	f.BoolVar(&jsonLogs, "log-json", false, "log JSON lines instead of console text")

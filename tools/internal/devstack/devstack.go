@@ -58,6 +58,17 @@ type Config struct {
 	KillGrace   time.Duration
 	// Handlers adds custom operations to the agent (tests, embedding).
 	Handlers map[string]operation.Handler
+	// AgentPolicy is the agent's policy. nil is the development default:
+	// exec steps on, any command, any host. (A standalone agent's default
+	// is exec off.)
+	AgentPolicy *agent.Policy
+	// SecretsDir is the agent's secrets directory (the file NAME is
+	// ${secret.NAME}). Default DataDir/secrets, created (mode 0700) when
+	// missing; none when there is no DataDir either.
+	SecretsDir string
+	// SecretsEnvPrefix makes the environment variables <prefix>NAME
+	// secrets too. Default JETFLOW_SECRET_; "-" for none.
+	SecretsEnvPrefix string
 	// Dispatcher settings.
 	Workers int
 	// Janitor settings.
@@ -254,6 +265,12 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 		defer os.Remove(filepath.Join(cfg.DataDir, ConnFile))
 	}
 
+	agentCfg, err := agentConfig(cfg)
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+
 	svcCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	g, gctx := errgroup.WithContext(svcCtx)
@@ -305,8 +322,9 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 			return d.Run(ctx)
 		})
 		start(ns, "agent", func(ctx context.Context, c *bus.Conn) error {
-			a, err := agent.New(agent.Config{Name: "dev-agent", AckWait: cfg.TaskAckWait, MaxDeliver: cfg.MaxDeliver,
-				Concurrency: cfg.Concurrency, KillGrace: cfg.KillGrace, Handlers: cfg.Handlers, BindOnly: restricted}, c.JS, log("agent"))
+			ac := agentCfg
+			ac.BindOnly = restricted
+			a, err := agent.New(ac, c.JS, log("agent"))
 			if err != nil {
 				return err
 			}
@@ -369,6 +387,38 @@ func bootstrap(ctx context.Context, info Info, ns string, cfg Config) error {
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// DefaultSecretsEnvPrefix is the prefix of the environment variables
+// that are secrets in a development stack.
+const DefaultSecretsEnvPrefix = "JETFLOW_SECRET_"
+
+// SecretsDir is the agent's secrets directory of a stack on dataDir.
+func SecretsDir(dataDir string) string { return filepath.Join(dataDir, "secrets") }
+
+// agentConfig is the development agent's configuration: exec on unless
+// the stack's policy says otherwise, secrets from the data directory and
+// the environment.
+func agentConfig(cfg Config) (agent.Config, error) {
+	policy := agent.Policy{AllowExec: true}
+	if cfg.AgentPolicy != nil {
+		policy = *cfg.AgentPolicy
+	}
+	dir := cfg.SecretsDir
+	if dir == "" && cfg.DataDir != "" {
+		dir = SecretsDir(cfg.DataDir)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return agent.Config{}, fmt.Errorf("secrets directory: %w", err)
+		}
+	}
+	prefix := cmp.Or(cfg.SecretsEnvPrefix, DefaultSecretsEnvPrefix)
+	if prefix == "-" {
+		prefix = ""
+	}
+	ac := agent.Config{Name: "dev-agent", AckWait: cfg.TaskAckWait, MaxDeliver: cfg.MaxDeliver,
+		Concurrency: cfg.Concurrency, KillGrace: cfg.KillGrace, Handlers: cfg.Handlers,
+		Policy: policy, SecretsDir: dir, SecretsEnvPrefix: prefix}
+	return ac, ac.Validate()
 }
 
 func splitAddr(addr string) (string, int, error) {
