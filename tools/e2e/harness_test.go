@@ -14,6 +14,7 @@ import (
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
+	"jetflow.dev/pkg/history/historytest"
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/tools/internal/devstack"
 )
@@ -141,13 +142,12 @@ func countTypes(evs []events.Event) map[string]int {
 	return n
 }
 
-// requireLinear checks that a history's sequences strictly increase and
-// that it folds without error.
+// requireLinear checks that a history is linear (each event appended
+// right after the one before it, see historytest.Linear) and that it
+// folds without error.
 func requireLinear(t *testing.T, evs []events.Event) projections.Execution {
 	t.Helper()
-	for i := 1; i < len(evs); i++ {
-		require.Greater(t, evs[i].Seq, evs[i-1].Seq, "history not linear at %d", i)
-	}
+	historytest.RequireLinear(t, evs)
 	x, err := projections.Fold(evs)
 	require.NoError(t, err)
 	return x

@@ -18,6 +18,7 @@ import (
 	"jetflow.dev/pkg/catalog"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
+	"jetflow.dev/pkg/history/historytest"
 	"jetflow.dev/pkg/lock"
 	"jetflow.dev/pkg/natstest"
 	"jetflow.dev/pkg/operation"
@@ -302,9 +303,7 @@ func requireLockExecutionsSucceeded(t *testing.T, js jetstream.JetStream, ids []
 	for _, e := range ids {
 		x, evs := folded(e.wf, e.id)
 		require.Equal(t, projections.StatusSucceeded, x.Status, "%s: %s", e.id, x.Error)
-		for i := 1; i < len(evs); i++ {
-			require.Equal(t, evs[i-1].Seq, evs[i].PrevSeq, "%s: history not linear at %d", e.id, i)
-		}
+		require.NoError(t, historytest.Linear(evs), e.id)
 		require.NotEmpty(t, x.Locks, e.id)
 		for _, l := range x.Locks {
 			require.Equal(t, projections.LockReleased, l.Status, "%s scope %q", e.id, l.Path)
