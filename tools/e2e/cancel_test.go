@@ -33,7 +33,8 @@ func (s *stack) waitStepStatus(t *testing.T, id, step string, st projections.OpS
 	require.Eventually(t, func() bool {
 		var err error
 		x, err = s.c.Execution(context.Background(), id)
-		return err == nil && stepByID(x, step).Status == st
+		got, ok := findStep(x, step)
+		return err == nil && ok && got.Status == st
 	}, 20*time.Second, 20*time.Millisecond, "step %s of %s never %s; last state %+v", step, id, st, x)
 	return x
 }
@@ -66,8 +67,8 @@ func TestCancelOverHTTP(t *testing.T) {
 
 	x := s.waitDone(t, "r1", 20*time.Second)
 	require.Equal(t, projections.StatusCancelled, x.Status)
-	require.Equal(t, projections.OpSucceeded, stepByID(x, "build").Status, "the running step finished")
-	require.Equal(t, projections.OpNone, stepByID(x, "ship").Status, "no step started after the cancel")
+	require.Equal(t, projections.OpSucceeded, stepByID(t, x, "build").Status, "the running step finished")
+	require.Equal(t, projections.OpNone, stepByID(t, x, "ship").Status, "no step started after the cancel")
 	require.Equal(t, "alice", x.Cancellation.RequestedBy)
 	require.Equal(t, "bad build", x.Cancellation.Reason)
 	evs := s.history(t, "r1")
@@ -105,7 +106,7 @@ func TestForceCancelAsCloudEvent(t *testing.T) {
 	x := s.waitDone(t, "r2", 10*time.Second)
 	require.Less(t, time.Since(start), 10*time.Second)
 	require.Equal(t, projections.StatusCancelled, x.Status)
-	require.Equal(t, projections.OpStarted, stepByID(x, "build").Status, "force-cancel did not wait for build")
+	require.Equal(t, projections.OpStarted, stepByID(t, x, "build").Status, "force-cancel did not wait for build")
 	require.Equal(t, "urn:test:ops", x.Cancellation.RequestedBy)
 	require.Equal(t, []projections.ActionCommand{{Command: events.CommandKey(ev.Source, ev.ID), Action: "force-cancel"}}, x.Actions)
 	require.Equal(t, 1, countTypes(s.history(t, "r2"))[string(events.TypeExecutionCancelled)])
@@ -271,9 +272,9 @@ steps:
 		return err == nil && x.Resumes == 1 && x.Status.Terminal()
 	}, 20*time.Second, 20*time.Millisecond)
 	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
-	require.Equal(t, 1, stepByID(x, "prepare").Attempt, "prepare did not run again")
-	require.Equal(t, 2, stepByID(x, "read").Attempt)
-	require.Contains(t, string(stepByID(x, "read").Output), "fixed")
+	require.Equal(t, 1, stepByID(t, x, "prepare").Attempt, "prepare did not run again")
+	require.Equal(t, 2, stepByID(t, x, "read").Attempt)
+	require.Contains(t, string(stepByID(t, x, "read").Output), "fixed")
 	require.Equal(t, 1, x.Resumes)
 
 	code, body = postAction(t, s, "f1", `{"action":"resume"}`)
@@ -359,7 +360,7 @@ steps:
 	require.Contains(t, out, "resume of execution wf1 recorded")
 	x = s.waitDone(t, "wf1", 20*time.Second)
 	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
-	require.Contains(t, string(stepByID(x, "read").Output), "s3cret")
+	require.Contains(t, string(stepByID(t, x, "read").Output), "s3cret")
 
 	t.Log("--watch returns when the execution is suspended, with exit status 1")
 	require.NoError(t, os.Remove(filepath.Join(dir, "token")))
@@ -390,9 +391,9 @@ steps:
 	x := s.waitDone(t, "dry1", 20*time.Second)
 	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
 	require.True(t, x.DryRun)
-	require.Equal(t, projections.OpSkipped, stepByID(x, "touch").Status)
-	require.Contains(t, stepByID(x, "touch").Error, "dry run: would run exec")
-	require.Contains(t, string(stepByID(x, "touch").Input), marker)
+	require.Equal(t, projections.OpSkipped, stepByID(t, x, "touch").Status)
+	require.Contains(t, stepByID(t, x, "touch").Error, "dry run: would run exec")
+	require.Contains(t, string(stepByID(t, x, "touch").Input), marker)
 	_, err = os.Stat(marker)
 	require.True(t, os.IsNotExist(err), "the command did not run")
 }

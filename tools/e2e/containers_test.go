@@ -151,7 +151,7 @@ steps:
 	x = s.waitDone(t, st.ID, 30*time.Second)
 	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
 	require.JSONEq(t, `"prod route, fast"`, string(x.Output))
-	require.Equal(t, projections.OpNone, stepByID(x, "block").Status, "steps after the return never ran")
+	require.Equal(t, projections.OpNone, stepByID(t, x, "block").Status, "steps after the return never ran")
 
 	st, err = s.c.Start(ctx, client.StartRequest{Workflow: "shapes", Input: map[string]any{"env": "dev"}})
 	require.NoError(t, err)
@@ -193,7 +193,7 @@ steps:
 	x := s.waitDone(t, st.ID, 30*time.Second)
 	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
 	require.JSONEq(t, `41`, string(x.Output))
-	require.Equal(t, projections.OpSucceeded, stepByID(x, "call/give").Status)
+	require.Equal(t, projections.OpSucceeded, stepByID(t, x, "call/give").Status)
 	first := st.ID
 
 	// The called workflow's input schema applies.

@@ -73,8 +73,8 @@ func TestReplayAtomicIncrementOverHTTP(t *testing.T) {
 	require.Equal(t, "42", readCount(t, dir), "incremented exactly once")
 	require.Equal(t, "inc", x.Replays[0].Point)
 	require.Equal(t, "ops", x.Replays[0].RequestedBy)
-	require.Equal(t, 1, stepByID(x, "read").Attempt, "read did not run again")
-	require.Equal(t, 2, stepByID(x, "write").Attempt)
+	require.Equal(t, 1, stepByID(t, x, "read").Attempt, "read did not run again")
+	require.Equal(t, 2, stepByID(t, x, "write").Attempt)
 	require.JSONEq(t, `42`, string(x.Vars["x"]))
 
 	t.Log("replay from start, forced, as a CloudEvent: the counter is read again")
@@ -90,7 +90,7 @@ func TestReplayAtomicIncrementOverHTTP(t *testing.T) {
 	}, 20*time.Second, 20*time.Millisecond)
 	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
 	require.Equal(t, "43", readCount(t, dir))
-	require.Equal(t, 2, stepByID(x, "read").Attempt)
+	require.Equal(t, 2, stepByID(t, x, "read").Attempt)
 
 	t.Log("the CLI replays from a step; inc is the replay point before write")
 	out, err := runCmd(ctx, buildJetflow(t), "--api", s.info.APIURL, "replay", "inc1", "--from", "write", "--reason", "rewrite")

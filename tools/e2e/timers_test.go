@@ -43,8 +43,9 @@ func (b *timerBundle) waitStepStatus(t *testing.T, ids []string, step string, st
 			if err != nil {
 				return false
 			}
-			got[id] = stepByID(x, step)
-			return got[id].Status == status
+			st, ok := findStep(x, step)
+			got[id] = st
+			return ok && st.Status == status
 		}, 20*time.Second, 10*time.Millisecond, "%s: step %s never %s (last %+v)", id, step, status, got[id])
 	}
 	return got
@@ -143,7 +144,7 @@ func requireSleptOnce(t *testing.T, id string, evs []events.Event, step string) 
 	require.NotNil(t, sleep, "%s: no sleep timer armed for %s", id, step)
 	require.Equal(t, 1, sleep.armed, "%s: %s armed", id, events.TypeTimerArmed)
 	require.Equal(t, 1, sleep.fired, "%s: %s", id, events.TypeTimerFired)
-	st := stepByID(x, step)
+	st := stepByID(t, x, step)
 	require.Equal(t, projections.OpSucceeded, st.Status)
 	require.True(t, st.WaitUntil.Equal(sleep.due), "%s: step waits until %s, its timer is due %s", id, st.WaitUntil, sleep.due)
 	require.False(t, sleep.firedAt.Before(sleep.due), "%s: timer fired at %s, before its due time %s", id, sleep.firedAt, sleep.due)
@@ -262,7 +263,7 @@ steps:
 	require.True(t, res.Recorded, "the signal is recorded before the kill")
 	x, err := b.c.Execution(b.ctx, id)
 	require.NoError(t, err)
-	require.Equal(t, projections.OpWaiting, stepByID(x, "nap").Status, "the signal came while the execution slept")
+	require.Equal(t, projections.OpWaiting, stepByID(t, x, "nap").Status, "the signal came while the execution slept")
 	b.p.kill()
 	b.p.start()
 	b.waitSucceeded(t, []string{id})
@@ -273,7 +274,7 @@ steps:
 	counts := countTypes(evs)
 	require.Equal(t, 1, counts[string(events.TypeSignalReceived)])
 	require.Equal(t, 1, counts[string(events.TypeStepSucceeded)+"/gate"])
-	gate := stepByID(x, "gate")
+	gate := stepByID(t, x, "gate")
 	var out struct {
 		Name     string          `json:"name"`
 		Data     json.RawMessage `json:"data"`
