@@ -20,11 +20,15 @@ import (
 	"jetflow.dev/tools/internal/devstack"
 )
 
-const cancelWorkflow = `name: rollout
+// cancelWorkflow is a build held running until g opens, then a step
+// that a cancel must keep from running.
+func cancelWorkflow(g *gate) string {
+	return `name: rollout
 steps:
-  - {id: build, kind: exec, command: sh, args: ["-c", "sleep 2; echo built"]}
+  - {id: build, kind: exec, command: sh, args: ["-c", "` + g.then("echo built") + `"]}
   - {id: ship, kind: log, message: shipped}
 `
+}
 
 // waitStepStatus polls the api until a step reaches status st.
 func (s *stack) waitStepStatus(t *testing.T, id, step string, st projections.OpStatus) projections.Execution {
@@ -55,7 +59,8 @@ func TestCancelOverHTTP(t *testing.T) {
 	t.Parallel()
 	s := startStack(t, nil)
 	ctx := context.Background()
-	s.apply(t, cancelWorkflow)
+	build := newGate(t)
+	s.apply(t, cancelWorkflow(build))
 	_, err := s.c.Start(ctx, client.StartRequest{Workflow: "rollout", ID: "r1"})
 	require.NoError(t, err)
 	s.waitStepStatus(t, "r1", "build", projections.OpStarted)
@@ -64,8 +69,12 @@ func TestCancelOverHTTP(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, body)
 	require.Equal(t, true, body["recorded"])
 	require.Equal(t, 1, countTypes(s.history(t, "r1"))[string(events.TypeExecutionCancelling)], "recorded means in the history")
+	x, err := s.c.Execution(ctx, "r1")
+	require.NoError(t, err)
+	require.False(t, x.Status.Terminal(), "a cancel waits for the running build (held until the test lets it end)")
 
-	x := s.waitDone(t, "r1", 20*time.Second)
+	build.open()
+	x = s.waitDone(t, "r1", 20*time.Second)
 	require.Equal(t, projections.StatusCancelled, x.Status)
 	require.Equal(t, projections.OpSucceeded, stepByID(t, x, "build").Status, "the running step finished")
 	require.Equal(t, projections.OpNone, stepByID(t, x, "ship").Status, "no step started after the cancel")
@@ -85,31 +94,50 @@ func TestCancelOverHTTP(t *testing.T) {
 	require.Len(t, s.history(t, "r1"), len(evs), "a refused action changes nothing")
 }
 
-// TestForceCancelAsCloudEvent force-cancels over NATS, the way any client
-// can: the execution is cancelled without waiting for its running step.
+// TestForceCancelAsCloudEvent cancels then force-cancels over NATS, the
+// way any client can, while a step runs (held until the test ends): the
+// force-cancel does not wait for it. Each CloudEvent is sent twice; the
+// copy of the cancel arrives while the execution still waits for its
+// running step, and each copy is recognised as the same command: recorded
+// once, never refused as a second cancel.
 func TestForceCancelAsCloudEvent(t *testing.T) {
 	t.Parallel()
 	s := startStack(t, nil)
 	ctx := context.Background()
-	s.apply(t, strings.Replace(cancelWorkflow, "sleep 2", "sleep 6", 1))
+	s.apply(t, cancelWorkflow(newGate(t)))
 	_, err := s.c.Start(ctx, client.StartRequest{Workflow: "rollout", ID: "r2"})
 	require.NoError(t, err)
 	s.waitStepStatus(t, "r2", "build", projections.OpStarted)
+	sendTwice := func(id, action string) events.Event {
+		ev := events.Event{ID: id, Type: events.TypeExecutionAction, Source: "urn:test:ops", Time: time.Now().UTC(),
+			Data: &events.ExecutionAction{ExecutionID: "r2", Action: action, Reason: "hung"}}
+		msg, err := events.Encode(events.SubjectAction, ev)
+		require.NoError(t, err)
+		require.NoError(t, s.nc.PublishMsg(msg))
+		require.NoError(t, s.nc.PublishMsg(msg)) // the same event twice is one action
+		return ev
+	}
 
-	ev := events.Event{ID: "op-1", Type: events.TypeExecutionAction, Source: "urn:test:ops", Time: time.Now().UTC(),
-		Data: &events.ExecutionAction{ExecutionID: "r2", Action: events.ActionForceCancel, Reason: "hung"}}
-	msg, err := events.Encode(events.SubjectAction, ev)
+	cancel := sendTwice("op-0", events.ActionCancel)
+	s.waitCommandsHandled(t)
+	x, err := s.c.Execution(ctx, "r2")
 	require.NoError(t, err)
-	require.NoError(t, s.nc.PublishMsg(msg))
-	require.NoError(t, s.nc.PublishMsg(msg)) // the same event twice is one action
-	start := time.Now()
-	x := s.waitDone(t, "r2", 10*time.Second)
-	require.Less(t, time.Since(start), 10*time.Second)
+	require.Equal(t, projections.StatusCancelling, x.Status, "the cancel waits for build")
+	s.requireNoRejection(t, events.CommandKey(cancel.Source, cancel.ID))
+	s.requireCountStays(t, "r2", string(events.TypeExecutionCancelling), 1)
+
+	force := sendTwice("op-1", events.ActionForceCancel)
+	x = s.waitDone(t, "r2", 20*time.Second)
 	require.Equal(t, projections.StatusCancelled, x.Status)
 	require.Equal(t, projections.OpStarted, stepByID(t, x, "build").Status, "force-cancel did not wait for build")
 	require.Equal(t, "urn:test:ops", x.Cancellation.RequestedBy)
-	require.Equal(t, []projections.ActionCommand{{Command: events.CommandKey(ev.Source, ev.ID), Action: "force-cancel"}}, x.Actions)
-	require.Equal(t, 1, countTypes(s.history(t, "r2"))[string(events.TypeExecutionCancelled)])
+	require.Equal(t, []projections.ActionCommand{
+		{Command: events.CommandKey(cancel.Source, cancel.ID), Action: events.ActionCancel},
+		{Command: events.CommandKey(force.Source, force.ID), Action: events.ActionForceCancel},
+	}, x.Actions)
+	s.waitCommandsHandled(t)
+	s.requireNoRejection(t, events.CommandKey(force.Source, force.ID))
+	s.requireCountStays(t, "r2", string(events.TypeExecutionCancelled), 1)
 }
 
 func TestActionBadInput(t *testing.T) {

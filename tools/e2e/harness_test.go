@@ -2,7 +2,10 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -16,6 +19,7 @@ import (
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/history/historytest"
 	"jetflow.dev/pkg/projections"
+	"jetflow.dev/services/dispatcher/dispatch"
 	"jetflow.dev/tools/internal/devstack"
 )
 
@@ -152,3 +156,108 @@ func requireLinear(t *testing.T, evs []events.Event) projections.Execution {
 	require.NoError(t, err)
 	return x
 }
+
+// waitCommandsHandled waits until the dispatcher has acknowledged every
+// command published so far: after it, a duplicate sent before was handled
+// (recognised, refused or applied), not merely not yet read.
+func (s *stack) waitCommandsHandled(t *testing.T) {
+	t.Helper()
+	waitConsumerCaughtUp(t, s.js, events.StreamCommands, dispatch.CommandsConsumer)
+}
+
+// waitConsumerCaughtUp waits until a durable consumer has acknowledged
+// every message its stream holds.
+func waitConsumerCaughtUp(t *testing.T, js jetstream.JetStream, streamName, consumer string) {
+	t.Helper()
+	ctx := context.Background()
+	poll(t, 30*time.Second, "consumer "+consumer+" of "+streamName+" caught up", func() (bool, string) {
+		stream, err := js.Stream(ctx, streamName)
+		if err != nil {
+			return false, err.Error()
+		}
+		info, err := stream.Info(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		cons, err := js.Consumer(ctx, streamName, consumer)
+		if err != nil {
+			return false, err.Error()
+		}
+		ci, err := cons.Info(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		return ci.AckFloor.Stream >= info.State.LastSeq && ci.NumPending == 0 && ci.NumAckPending == 0,
+			fmt.Sprintf("stream last seq %d, ack floor %d, %d pending, %d unacknowledged",
+				info.State.LastSeq, ci.AckFloor.Stream, ci.NumPending, ci.NumAckPending)
+	})
+}
+
+// poll calls cond in the test's goroutine (so cond may use require) every
+// 20 ms until it reports true, failing the test with what cond last said
+// if timeout passes first.
+func poll(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s; last: %s", what, timeout, state)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// requireNoRejection checks that the dispatcher published no rejection of
+// the command commandKey.
+func (s *stack) requireNoRejection(t *testing.T, commandKey string) {
+	t.Helper()
+	stream, err := s.js.Stream(context.Background(), events.StreamRejections)
+	require.NoError(t, err)
+	m, err := stream.GetLastMsgForSubject(context.Background(), events.RejectionSubject(commandKey))
+	if err == nil {
+		rej, _ := events.Decode(m.Header, m.Data)
+		t.Fatalf("command %s was rejected: %+v", commandKey, rej.Data)
+	}
+	require.ErrorIs(t, err, jetstream.ErrMsgNotFound)
+}
+
+// requireCountStays checks, for a while, that the history of id keeps
+// exactly want events of type typ (countTypes keys: "type" or
+// "type/step"). A second copy of something handled once must not show up
+// late either.
+func (s *stack) requireCountStays(t *testing.T, id, key string, want int) {
+	t.Helper()
+	deadline := time.Now().Add(time.Second)
+	for {
+		got := countTypes(s.history(t, id))[key]
+		require.Equal(t, want, got, "%s: %s in the history", id, key)
+		if time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// gate holds an exec step running until the test opens it: the step's
+// command waits for a file. It is opened when the test ends at the
+// latest, and a held command gives up after two minutes anyway, so that
+// no process outlives a failed test for long.
+type gate struct{ path string }
+
+func newGate(t *testing.T) *gate {
+	t.Helper()
+	g := &gate{path: filepath.Join(t.TempDir(), "gate")}
+	t.Cleanup(g.open)
+	return g
+}
+
+// then returns a shell script that waits for the gate, then runs cmd.
+func (g *gate) then(cmd string) string {
+	return fmt.Sprintf(`i=0; while [ ! -e '%s' ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done; %s`, g.path, cmd)
+}
+
+func (g *gate) open() { _ = os.WriteFile(g.path, nil, 0o600) }

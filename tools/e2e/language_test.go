@@ -307,27 +307,49 @@ func TestSignalRetriedWithIdempotencyKey(t *testing.T) {
 }
 
 // TestSignalAsCloudEventOnNATS sends a signal the way any NATS client can:
-// a CloudEvent io.jetflow.execution.signal on jf.commands.signal.
+// a CloudEvent io.jetflow.execution.signal on jf.commands.signal. The same
+// event sent twice, while the execution still waits (its gate is not
+// reached yet, so the signal is kept), is one signal: the second copy is
+// recognised, not recorded again nor refused.
 func TestSignalAsCloudEventOnNATS(t *testing.T) {
 	t.Parallel()
 	s := startStack(t, nil)
 	ctx := context.Background()
-	s.apply(t, "name: natsgate\nsteps:\n  - {id: gate, kind: wait, signal: go, timeout: 30s, output: \"${result.data.who}\"}\n")
+	s.apply(t, `name: natsgate
+steps:
+  - {id: hold, kind: wait, signal: ready, timeout: 60s}
+  - {id: gate, kind: wait, signal: go, timeout: 60s, output: "${result.data.who}"}
+`)
 	_, err := s.c.Start(ctx, client.StartRequest{Workflow: "natsgate", ID: "ng1"})
 	require.NoError(t, err)
+	s.waitStepStatus(t, "ng1", "hold", projections.OpWaiting)
 	sig := events.Event{ID: "sig-1", Type: events.TypeSignalExecution, Source: "urn:test:ops", Time: time.Now().UTC(),
 		Data: &events.SignalExecution{ExecutionID: "ng1", Name: "go", Data: json.RawMessage(`{"who":"ops"}`)}}
 	msg, err := events.Encode(events.SubjectSignal, sig)
 	require.NoError(t, err)
+	// Plain NATS publishes without Nats-Msg-Id: JetStream keeps both
+	// copies, and the dispatcher must recognise the second itself.
 	require.NoError(t, s.nc.PublishMsg(msg))
-	require.NoError(t, s.nc.PublishMsg(msg)) // the same event twice is one signal
-	x := s.waitDone(t, "ng1", 20*time.Second)
+	require.NoError(t, s.nc.PublishMsg(msg))
+	s.waitCommandsHandled(t)
+	x, err := s.c.Execution(ctx, "ng1")
+	require.NoError(t, err)
+	require.Equal(t, projections.StatusStarted, x.Status, "both copies came while the execution waited")
+	require.Equal(t, projections.OpNone, stepByID(t, x, "gate").Status, "the signal is kept for the gate")
+	s.requireNoRejection(t, events.CommandKey(sig.Source, sig.ID))
+	s.requireCountStays(t, "ng1", string(events.TypeSignalReceived), 1)
+
+	res, err := s.c.Signal(ctx, "ng1", "ready", nil)
+	require.NoError(t, err)
+	require.True(t, res.Recorded)
+	x = s.waitDone(t, "ng1", 20*time.Second)
 	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
 	require.JSONEq(t, `"ops"`, string(stepByID(t, x, "gate").Output))
-	require.Eventually(t, func() bool {
-		evs := s.history(t, "ng1")
-		return countTypes(evs)[string(events.TypeSignalReceived)] == 1
-	}, 5*time.Second, 50*time.Millisecond)
+	require.Len(t, x.Signals, 2)
+	require.Equal(t, "go", x.Signals[0].Name)
+	require.Equal(t, "gate", x.Signals[0].TakenBy)
+	require.Equal(t, "hold", x.Signals[1].TakenBy)
+	require.Equal(t, 2, countTypes(s.history(t, "ng1"))[string(events.TypeSignalReceived)])
 
 	// A signal for an unknown execution is rejected with a reason.
 	bad := sig
