@@ -229,8 +229,9 @@ steps:
 	t.Logf("process %d ended %s after the kill (grace 1s)", pid, took.Round(time.Millisecond))
 
 	t.Log("the terminated step's failure arrives after the end and is not recorded")
-	time.Sleep(500 * time.Millisecond)
+	s.waitResult(t, "k1", "hang")
 	evs := s.history(t, "k1")
+	require.NotEmpty(t, evs)
 	require.Equal(t, events.TypeExecutionCancelled, evs[len(evs)-1].Type)
 	require.Zero(t, countTypes(evs)[string(events.TypeStepScheduled)+"/after"])
 }
@@ -316,8 +317,12 @@ steps:
 	s.waitStepStatus(t, "p1", "nap", projections.OpWaiting)
 	code, body = postAction(t, s, "p1", `{"action":"cancel"}`)
 	require.Equal(t, http.StatusOK, code, body)
-	require.Equal(t, projections.StatusCancelled, s.waitDone(t, "p1", 10*time.Second).Status)
-	time.Sleep(1500 * time.Millisecond) // the sleep's timer fires while the execution is cancelled
+	x = s.waitDone(t, "p1", 10*time.Second)
+	require.Equal(t, projections.StatusCancelled, x.Status)
+	require.Len(t, x.Timers, 1)
+	for id := range x.Timers {
+		s.waitTimerHandled(t, id) // the sleep's timer fires while the execution is cancelled
+	}
 	ev := events.Event{ID: "resume-p1", Type: events.TypeExecutionAction, Source: "urn:test:ops", Time: time.Now().UTC(),
 		Data: &events.ExecutionAction{ExecutionID: "p1", Action: events.ActionResume}}
 	msg, err := events.Encode(events.SubjectAction, ev)
@@ -346,7 +351,7 @@ steps:
 	code, body := postAction(t, s, "k1", `{"action":"kill"}`)
 	require.Equal(t, http.StatusOK, code, body)
 	require.Equal(t, projections.StatusCancelled, s.waitDone(t, "k1", 10*time.Second).Status)
-	time.Sleep(time.Second)
+	s.waitResult(t, "k1", "work") // the killed operation ended on its agent
 	code, body = postAction(t, s, "k1", `{"action":"force-resume","reason":"try again"}`)
 	require.Equal(t, http.StatusOK, code, body)
 	var x projections.Execution

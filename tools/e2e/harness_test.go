@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -261,3 +262,47 @@ func (g *gate) then(cmd string) string {
 }
 
 func (g *gate) open() { _ = os.WriteFile(g.path, nil, 0o600) }
+
+// waitResult waits until an agent's final report (success or failure) on
+// step of execution id is stored and the dispatcher has handled every
+// result so far: what the report changes (or must not change) is then in
+// the history.
+func (s *stack) waitResult(t *testing.T, id, step string) {
+	t.Helper()
+	poll(t, 30*time.Second, "a final result of "+id+" step "+step, func() (bool, string) {
+		evs, err := history.ReadStream(context.Background(), s.js, events.StreamResults, events.ResultSubject(id), 0, 0)
+		if err != nil {
+			return false, err.Error()
+		}
+		var seen []string
+		for _, ev := range evs {
+			ref, ok := events.ResultRef(ev.Data)
+			if !ok {
+				continue
+			}
+			seen = append(seen, string(ev.Type)+"/"+ref.StepID)
+			if ref.StepID == step && (ev.Type == events.TypeOperationSucceeded || ev.Type == events.TypeOperationFailed) {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("results %v", seen)
+	})
+	waitConsumerCaughtUp(t, s.js, events.StreamResults, dispatch.ResultsConsumer)
+}
+
+// waitTimerHandled waits until the durable timer timerID has fired (its
+// JetStream schedule is gone) and the dispatcher has handled every timer
+// that fired.
+func (s *stack) waitTimerHandled(t *testing.T, timerID string) {
+	t.Helper()
+	stream, err := s.js.Stream(context.Background(), events.StreamTimers)
+	require.NoError(t, err)
+	poll(t, 30*time.Second, "timer "+timerID+" fired", func() (bool, string) {
+		_, err := stream.GetLastMsgForSubject(context.Background(), events.ScheduleSubject(timerID))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return true, ""
+		}
+		return false, fmt.Sprintf("schedule still there (%v)", err)
+	})
+	waitConsumerCaughtUp(t, s.js, events.StreamTimers, dispatch.TimersConsumer)
+}
