@@ -15,14 +15,16 @@ import (
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
+	"jetflow.dev/tools/internal/devstack"
 )
 
 // TestLongLoopsOfDispatcherSteps: a loop and a foreach made only of steps
 // the dispatcher runs itself settle in one go (they used to stall until
-// the janitor nudged them).
+// the janitor nudged them). The janitor never nudges here: it would only
+// look at an execution idle for an hour, so a stall fails the test.
 func TestLongLoopsOfDispatcherSteps(t *testing.T) {
 	t.Parallel()
-	s := startStack(t, nil)
+	s := startStack(t, func(c *devstack.Config) { c.JanitorInterval, c.IdleAfter = time.Hour, time.Hour })
 	ctx := context.Background()
 	s.apply(t, `
 name: spin
@@ -41,7 +43,7 @@ steps:
 `)
 	st, err := s.c.Start(ctx, client.StartRequest{Workflow: "spin"})
 	require.NoError(t, err)
-	x := s.waitDone(t, st.ID, 10*time.Second)
+	x := s.waitDone(t, st.ID, 30*time.Second)
 	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
 	require.JSONEq(t, `{"n":40,"each":30}`, string(x.Output))
 }
