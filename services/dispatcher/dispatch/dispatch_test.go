@@ -433,13 +433,32 @@ func TestStartRejected(t *testing.T) {
 // TestConcurrentDispatchers runs two dispatchers on the same durable
 // consumers. Messages about one execution are spread over both, so they
 // race to append; the expected-last-sequence check must keep every
-// history linear, with one StepSucceeded per step.
+// history linear, with one StepSucceeded per step, and both must have
+// written (each event's source names its dispatcher).
 func TestConcurrentDispatchers(t *testing.T) {
 	t.Parallel()
 
 	b := setup(t)
-	for i := range 2 {
-		runDispatcher(t, b.connect(), dispatch.Config{Workers: 4, Source: fmt.Sprintf("dispatcher-%d", i)})
+	sources := []string{"dispatcher-0", "dispatcher-1"}
+	for _, source := range sources {
+		runDispatcher(t, b.connect(), dispatch.Config{Workers: 4, Source: source})
+	}
+	// Both pull from each consumer before anything is published, so that
+	// the server hands the messages to one and the other.
+	for _, c := range []struct{ stream, name string }{
+		{events.StreamCommands, dispatch.CommandsConsumer}, {events.StreamResults, dispatch.ResultsConsumer},
+	} {
+		waiting := 0
+		natstest.Eventually(t, waitFor, func() bool {
+			cons, err := b.js.Consumer(t.Context(), c.stream, c.name)
+			if err != nil {
+				return false
+			}
+			ci, err := cons.Info(t.Context())
+			require.NoError(t, err)
+			waiting = ci.NumWaiting
+			return waiting >= len(sources)
+		}, "both dispatchers pull from %s (%d pulls waiting)", c.name, waiting)
 	}
 	steps := []string{"one", "two", "three"}
 	b.register(t, "race", steps...)
@@ -466,9 +485,13 @@ func TestConcurrentDispatchers(t *testing.T) {
 		}
 	}
 	waitResultsHandled(t, b.js)
+	written := map[string]int{}
 	for i := range executions {
 		id := fmt.Sprintf("x%d", i)
 		evs := readHistory(t, b.js, "race", id)
+		for _, ev := range evs {
+			written[ev.Source]++
+		}
 		historytest.RequireLinear(t, evs)
 		_, err := projections.Fold(evs)
 		require.NoError(t, err)
@@ -481,4 +504,9 @@ func TestConcurrentDispatchers(t *testing.T) {
 	info, err := b.tasks.Info(t.Context())
 	require.NoError(t, err)
 	require.Zero(t, info.NumPending, "every step was sent once")
+	t.Logf("events written by each dispatcher: %v", written)
+	for _, source := range sources {
+		require.Positive(t, written[source], "%s handled nothing: the test did not run two dispatchers at once", source)
+	}
+	require.Len(t, written, len(sources), "no event from anyone else")
 }
