@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -34,12 +35,15 @@ steps:
 func (s *stack) waitStepStatus(t *testing.T, id, step string, st projections.OpStatus) projections.Execution {
 	t.Helper()
 	var x projections.Execution
-	require.Eventually(t, func() bool {
+	poll(t, 20*time.Second, fmt.Sprintf("step %s of %s %s", step, id, st), func() (bool, string) {
 		var err error
 		x, err = s.c.Execution(context.Background(), id)
+		if err != nil {
+			return false, err.Error()
+		}
 		got, ok := findStep(x, step)
-		return err == nil && ok && got.Status == st
-	}, 20*time.Second, 20*time.Millisecond, "step %s of %s never %s; last state %+v", step, id, st, x)
+		return ok && got.Status == st, describe(x)
+	})
 	return x
 }
 

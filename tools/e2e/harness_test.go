@@ -97,16 +97,28 @@ func (s *stack) apply(t *testing.T, yaml string) client.Applied {
 	return a
 }
 
-// waitStatus polls the api until the execution reaches a terminal state.
+// waitDone polls the api until the execution reaches a terminal state.
 func (s *stack) waitDone(t *testing.T, id string, timeout time.Duration) projections.Execution {
 	t.Helper()
 	var x projections.Execution
-	require.Eventually(t, func() bool {
+	poll(t, timeout, "execution "+id+" finishes", func() (bool, string) {
 		var err error
 		x, err = s.c.Execution(context.Background(), id)
-		return err == nil && x.Status.Terminal()
-	}, timeout, 20*time.Millisecond, "execution %s did not finish; last state %+v", id, x)
+		if err != nil {
+			return false, err.Error()
+		}
+		return x.Status.Terminal(), describe(x)
+	})
 	return x
+}
+
+// describe sums up an execution for a failure message.
+func describe(x projections.Execution) string {
+	steps := make([]string, len(x.Steps))
+	for i, st := range x.Steps {
+		steps[i] = st.ID + ":" + string(st.Status)
+	}
+	return fmt.Sprintf("status %q error %q steps %v", x.Status, x.Error, steps)
 }
 
 // runToEnd starts an execution and waits (20 s at most) until it ends.

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -38,15 +39,15 @@ func (b *timerBundle) waitStepStatus(t *testing.T, ids []string, step string, st
 	t.Helper()
 	got := map[string]projections.Step{}
 	for _, id := range ids {
-		require.Eventually(t, func() bool {
+		poll(t, 20*time.Second, fmt.Sprintf("%s: step %s %s", id, step, status), func() (bool, string) {
 			x, err := b.c.Execution(b.ctx, id)
 			if err != nil {
-				return false
+				return false, err.Error()
 			}
 			st, ok := findStep(x, step)
 			got[id] = st
-			return ok && st.Status == status
-		}, 20*time.Second, 10*time.Millisecond, "%s: step %s never %s (last %+v)", id, step, status, got[id])
+			return ok && st.Status == status, describe(x)
+		})
 	}
 	return got
 }
@@ -56,11 +57,14 @@ func (b *timerBundle) waitSucceeded(t *testing.T, ids []string) {
 	t.Helper()
 	for _, id := range ids {
 		var x projections.Execution
-		require.Eventually(t, func() bool {
+		poll(t, 30*time.Second, id+" finishes after the restart", func() (bool, string) {
 			var err error
 			x, err = b.c.Execution(b.ctx, id)
-			return err == nil && x.Status.Terminal()
-		}, 30*time.Second, 20*time.Millisecond, "%s did not finish after the restart (last %s)", id, x.Status)
+			if err != nil {
+				return false, err.Error()
+			}
+			return x.Status.Terminal(), describe(x)
+		})
 		require.Equal(t, projections.StatusSucceeded, x.Status, "%s: %s", id, x.Error)
 	}
 }
