@@ -78,6 +78,7 @@ func TestOversizedAndRetriedRequests(t *testing.T) {
 	require.Equal(t, http.StatusCreated, status)
 	status, _ = postJSON(t, s.info.APIURL+"/v1/executions", body, map[string]string{"Idempotency-Key": "req-7"})
 	require.Equal(t, http.StatusOK, status)
+	s.waitProjected(t) // the list comes from the read models
 	list, _, err := s.c.ListExecutions(ctx, client.ListOptions{Workflow: "big"})
 	require.NoError(t, err)
 	require.Len(t, list, 2, "big-1 and the one idempotent start")

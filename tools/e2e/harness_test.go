@@ -20,6 +20,7 @@ import (
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/history/historytest"
 	"jetflow.dev/pkg/projections"
+	"jetflow.dev/services/api/projector"
 	"jetflow.dev/services/dispatcher/dispatch"
 	"jetflow.dev/tools/internal/devstack"
 )
@@ -222,6 +223,15 @@ func poll(t *testing.T, timeout time.Duration, what string, cond func() (bool, s
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// waitProjected waits until the dispatcher has handled every command so
+// far and the projector has folded every event then in the history into
+// the read models.
+func (s *stack) waitProjected(t *testing.T) {
+	t.Helper()
+	s.waitCommandsHandled(t)
+	waitConsumerCaughtUp(t, s.js, events.StreamEvents, projector.Consumer)
 }
 
 // requireNoRejection checks that the dispatcher published no rejection of
