@@ -118,6 +118,9 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 					cfg.Log.Warn().Err(err).Str("service", name).Msg("waiting for jetstream")
 				}})
 			if err != nil {
+				if gctx.Err() != nil {
+					return nil // stopped while starting: not an error
+				}
 				return err
 			}
 			defer nc.Drain()
