@@ -234,6 +234,39 @@ func (s *stack) waitProjected(t *testing.T) {
 	waitConsumerCaughtUp(t, s.js, events.StreamEvents, projector.Consumer)
 }
 
+// waitProgress waits until the history of execution id (of workflow wf)
+// ends with a terminal event, failing if a stall passes without a new
+// event before that (or if it takes more than three minutes in all).
+func (s *stack) waitProgress(t *testing.T, wf, id string, stall time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	stream, err := s.js.Stream(ctx, events.StreamEvents)
+	require.NoError(t, err)
+	var last uint64
+	moved, give := time.Now(), time.Now().Add(3*time.Minute)
+	for {
+		m, err := stream.GetLastMsgForSubject(ctx, events.ExecutionSubject(wf, id))
+		if err == nil {
+			switch events.Type(m.Header.Get("ce-type")) {
+			case events.TypeExecutionSucceeded, events.TypeExecutionFailed, events.TypeExecutionCancelled:
+				return
+			}
+			if m.Sequence != last {
+				last, moved = m.Sequence, time.Now()
+			}
+		} else if !errors.Is(err, jetstream.ErrMsgNotFound) {
+			t.Logf("read the end of %s's history: %v", id, err)
+		}
+		if time.Since(moved) > stall {
+			t.Fatalf("%s stalled: no new event for %s (the last at seq %d)", id, stall, last)
+		}
+		if time.Now().After(give) {
+			t.Fatalf("%s still runs after three minutes (seq %d)", id, last)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // requireNoRejection checks that the dispatcher published no rejection of
 // the command commandKey.
 func (s *stack) requireNoRejection(t *testing.T, commandKey string) {
