@@ -39,6 +39,10 @@ func startStack(t *testing.T, mod func(*devstack.Config)) *stack {
 		DataDir: t.TempDir(), NATSAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
 		Log:         zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
 		TaskAckWait: 2 * time.Second, JanitorInterval: 500 * time.Millisecond, IdleAfter: 5 * time.Second,
+		// The tests check the dispatcher's verdict on a command (201, 200
+		// recorded, 4xx), not how fast it comes: on a loaded machine it can
+		// take longer than the api's default wait, which answers 202.
+		StartWait: 30 * time.Second,
 		// Tests read their executions after they end; retention tests set their own.
 		RetentionDefault: "forever",
 	}

@@ -44,6 +44,9 @@ type Config struct {
 	Replicas int
 	// HTTPAddr is the api's listen address. Default 127.0.0.1:8080.
 	HTTPAddr string
+	// StartWait is how long the api waits for the dispatcher's verdict on
+	// a command before answering 202. Default the api's (5s).
+	StartWait time.Duration
 	// Apply lists workflow files or directories (*.yaml, *.yml, *.json) to
 	// register at start.
 	Apply []string
@@ -162,7 +165,7 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 		if ready != nil {
 			ready(info)
 		}
-		return api.Serve(ctx, api.Config{Listener: ln}, c.NC, c.JS, log("api"))
+		return api.Serve(ctx, api.Config{Listener: ln, StartWait: cfg.StartWait}, c.NC, c.JS, log("api"))
 	})
 	err = g.Wait()
 	_ = ln.Close()
