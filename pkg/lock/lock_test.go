@@ -98,13 +98,17 @@ func TestInvalidName(t *testing.T) {
 
 // TestContention has many writers on separate connections take the same
 // lock (a mutex, then a semaphore of 3) through compare-and-set only, and
-// checks that the holders inside never exceed the limit.
+// checks that the holders inside never exceed the limit, and that the
+// semaphore does let more than one in at once (a holder stays inside
+// until a second one came, for at most 10 s: a semaphore that admits one
+// holder at a time makes it wait that long and fail).
 func TestContention(t *testing.T) {
 	t.Parallel()
 	srv := natstest.RunJetStream(t)
 	for _, limit := range []int{1, 3} {
 		name := fmt.Sprintf("hot-%d", limit)
 		var inside, most, entered atomic.Int64
+		overlapBy := time.Now().Add(10 * time.Second)
 		var wg sync.WaitGroup
 		for w := range 4 {
 			_, js := natstest.Connect(t, srv)
@@ -133,6 +137,9 @@ func TestContention(t *testing.T) {
 					for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 					}
 					entered.Add(1)
+					for limit > 1 && most.Load() < 2 && time.Now().Before(overlapBy) {
+						time.Sleep(time.Millisecond)
+					}
 					time.Sleep(time.Millisecond)
 					inside.Add(-1)
 					if _, _, err := tb.Remove(t.Context(), name, e); err != nil {
@@ -145,6 +152,9 @@ func TestContention(t *testing.T) {
 		wg.Wait()
 		require.EqualValues(t, 32, entered.Load())
 		require.LessOrEqual(t, most.Load(), int64(limit), "more holders than the limit at once")
+		if limit > 1 {
+			require.GreaterOrEqual(t, most.Load(), int64(2), "never two holders inside a semaphore of %d at once", limit)
+		}
 	}
 }
 

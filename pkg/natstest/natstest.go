@@ -78,17 +78,40 @@ func RunCluster(t testing.TB) []*server.Server {
 	for _, s := range servers {
 		t.Cleanup(func() { natsserver.Stop(s) })
 	}
-	deadline := time.Now().Add(20 * time.Second)
+	// A meta leader alone is not enough: until it counts every server as
+	// a current peer, creating a replicated stream can fail with "no
+	// suitable peers for placement".
+	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		for _, s := range servers {
-			if s.JetStreamIsLeader() {
-				return servers
-			}
+		if formed(servers) {
+			return servers
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Fatal("cluster has no JetStream meta leader")
+	t.Fatal("cluster has no JetStream meta leader with every server a current peer")
 	return nil
+}
+
+// formed reports whether a server of the cluster is the JetStream meta
+// leader and sees every other server as a current peer.
+func formed(servers []*server.Server) bool {
+	for _, s := range servers {
+		if !s.JetStreamIsLeader() {
+			continue
+		}
+		info, err := s.Jsz(nil)
+		if err != nil || info.Meta == nil {
+			return false
+		}
+		current := 0
+		for _, p := range info.Meta.Replicas {
+			if p.Current && !p.Offline {
+				current++
+			}
+		}
+		return current == len(servers)-1
+	}
+	return false
 }
 
 // startCluster starts three servers routed to each other on free cluster

@@ -9,9 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"jetflow.dev/pkg/client"
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/projections"
 )
 
@@ -74,13 +78,9 @@ func TestOversizedAndRetriedRequests(t *testing.T) {
 	require.Equal(t, http.StatusCreated, status)
 	status, _ = postJSON(t, s.info.APIURL+"/v1/executions", body, map[string]string{"Idempotency-Key": "req-7"})
 	require.Equal(t, http.StatusOK, status)
-	// The list reads the read models, which the projector writes a moment
-	// after the start is answered.
-	var list []client.ExecutionSummary
-	require.Eventually(t, func() bool {
-		list, _, err = s.c.ListExecutions(ctx, client.ListOptions{Workflow: "big"})
-		return err == nil && len(list) >= 2
-	}, 20*time.Second, 20*time.Millisecond)
+	s.waitProjected(t) // the list comes from the read models
+	list, _, err := s.c.ListExecutions(ctx, client.ListOptions{Workflow: "big"})
+	require.NoError(t, err)
 	require.Len(t, list, 2, "big-1 and the one idempotent start")
 
 	// A CloudEvent without a source names no wrong field and is one line.
@@ -100,4 +100,71 @@ func TestOversizedAndRetriedRequests(t *testing.T) {
 	require.NotEqual(t, "type", ce.Error.Field)
 	require.Contains(t, ce.Error.Message, "source")
 	require.NotContains(t, ce.Error.Message, "\n")
+}
+
+// TestStartOverNATSWithBadInputIsRejected publishes start CloudEvents
+// straight on NATS (no api in between to check them): each bad one gets a
+// rejection with code invalid on the rejections stream, saying why, and
+// leaves nothing behind (no claimed id, no history, no read model).
+func TestStartOverNATSWithBadInputIsRejected(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, nil)
+	ctx := context.Background()
+	s.apply(t, `name: typed
+input:
+  type: object
+  required: [count]
+  properties: {count: {type: integer, minimum: 1}}
+steps:
+  - {id: a, kind: noop}
+`)
+	ids, err := s.js.KeyValue(ctx, events.BucketExecutionIDs)
+	require.NoError(t, err)
+	for _, c := range []struct {
+		name, data, execID, reason string
+	}{
+		{"SchemaMismatch", `{"workflow":"typed","execution_id":"bad-1","input":{"count":"three"}}`, "bad-1", "input does not match the workflow's input schema: input.count"},
+		{"BelowMinimum", `{"workflow":"typed","execution_id":"bad-2","input":{"count":0}}`, "bad-2", "input.count"},
+		{"InputNotAnObject", `{"workflow":"typed","execution_id":"bad-3","input":[1,2]}`, "bad-3", "input"},
+		{"UnknownMember", `{"workflow":"typed","execution_id":"bad-4","inptu":{"count":1}}`, "bad-4", "inptu"},
+		{"BadExecutionID", `{"workflow":"typed","execution_id":"no spaces allowed","input":{"count":1}}`, "no spaces allowed", "execution_id"},
+		{"NoWorkflow", `{"execution_id":"bad-6","input":{"count":1}}`, "bad-6", "workflow is required"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m := nats.NewMsg(events.SubjectStart)
+			for k, v := range map[string]string{"ce-specversion": "1.0", "ce-id": "start-" + c.name, "ce-source": "urn:test:nats",
+				"ce-type": string(events.TypeStartExecution), "content-type": "application/json"} {
+				m.Header.Set(k, v)
+			}
+			m.Data = []byte(c.data)
+			require.NoError(t, s.nc.PublishMsg(m))
+			key := events.CommandKey("urn:test:nats", "start-"+c.name)
+			var rej *events.CommandRejected
+			poll(t, 20*time.Second, "the rejection of "+key, func() (bool, string) {
+				evs, err := history.ReadStream(ctx, s.js, events.StreamRejections, events.RejectionSubject(key), 0, 0)
+				require.NoError(t, err)
+				if len(evs) == 0 {
+					return false, "no rejection yet"
+				}
+				require.Len(t, evs, 1)
+				var ok bool
+				rej, ok = evs[0].Data.(*events.CommandRejected)
+				require.True(t, ok, "the rejections stream holds %s", evs[0].Type)
+				return true, ""
+			})
+			require.Equal(t, events.CodeInvalid, rej.Code, rej.Reason)
+			require.Equal(t, key, rej.CommandKey)
+			require.Equal(t, events.TypeStartExecution, rej.CommandType)
+			require.Equal(t, c.execID, rej.ExecutionID)
+			require.Contains(t, rej.Reason, c.reason)
+
+			if events.ValidExecutionID(c.execID) { // (an invalid id cannot even be a key)
+				_, err := ids.Get(ctx, c.execID)
+				require.ErrorIs(t, err, jetstream.ErrKeyNotFound, "a rejected start claims no id")
+				require.Empty(t, s.history(t, c.execID), "a rejected start writes no history")
+				_, err = s.c.Execution(ctx, c.execID)
+				require.True(t, client.IsStatus(err, http.StatusNotFound), "%v", err)
+			}
+		})
+	}
 }

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -20,21 +21,29 @@ import (
 	"jetflow.dev/tools/internal/devstack"
 )
 
-const cancelWorkflow = `name: rollout
+// cancelWorkflow is a build held running until g opens, then a step
+// that a cancel must keep from running.
+func cancelWorkflow(g *gate) string {
+	return `name: rollout
 steps:
-  - {id: build, kind: exec, command: sh, args: ["-c", "sleep 2; echo built"]}
+  - {id: build, kind: exec, command: sh, args: ["-c", "` + g.then("echo built") + `"]}
   - {id: ship, kind: log, message: shipped}
 `
+}
 
 // waitStepStatus polls the api until a step reaches status st.
 func (s *stack) waitStepStatus(t *testing.T, id, step string, st projections.OpStatus) projections.Execution {
 	t.Helper()
 	var x projections.Execution
-	require.Eventually(t, func() bool {
+	poll(t, 20*time.Second, fmt.Sprintf("step %s of %s %s", step, id, st), func() (bool, string) {
 		var err error
 		x, err = s.c.Execution(context.Background(), id)
-		return err == nil && stepByID(x, step).Status == st
-	}, 20*time.Second, 20*time.Millisecond, "step %s of %s never %s; last state %+v", step, id, st, x)
+		if err != nil {
+			return false, err.Error()
+		}
+		got, ok := findStep(x, step)
+		return ok && got.Status == st, describe(x)
+	})
 	return x
 }
 
@@ -54,7 +63,8 @@ func TestCancelOverHTTP(t *testing.T) {
 	t.Parallel()
 	s := startStack(t, nil)
 	ctx := context.Background()
-	s.apply(t, cancelWorkflow)
+	build := newGate(t)
+	s.apply(t, cancelWorkflow(build))
 	_, err := s.c.Start(ctx, client.StartRequest{Workflow: "rollout", ID: "r1"})
 	require.NoError(t, err)
 	s.waitStepStatus(t, "r1", "build", projections.OpStarted)
@@ -63,11 +73,15 @@ func TestCancelOverHTTP(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, body)
 	require.Equal(t, true, body["recorded"])
 	require.Equal(t, 1, countTypes(s.history(t, "r1"))[string(events.TypeExecutionCancelling)], "recorded means in the history")
+	x, err := s.c.Execution(ctx, "r1")
+	require.NoError(t, err)
+	require.False(t, x.Status.Terminal(), "a cancel waits for the running build (held until the test lets it end)")
 
-	x := s.waitDone(t, "r1", 20*time.Second)
+	build.open()
+	x = s.waitDone(t, "r1", 20*time.Second)
 	require.Equal(t, projections.StatusCancelled, x.Status)
-	require.Equal(t, projections.OpSucceeded, stepByID(x, "build").Status, "the running step finished")
-	require.Equal(t, projections.OpNone, stepByID(x, "ship").Status, "no step started after the cancel")
+	require.Equal(t, projections.OpSucceeded, stepByID(t, x, "build").Status, "the running step finished")
+	require.Equal(t, projections.OpNone, stepByID(t, x, "ship").Status, "no step started after the cancel")
 	require.Equal(t, "alice", x.Cancellation.RequestedBy)
 	require.Equal(t, "bad build", x.Cancellation.Reason)
 	evs := s.history(t, "r1")
@@ -84,31 +98,50 @@ func TestCancelOverHTTP(t *testing.T) {
 	require.Len(t, s.history(t, "r1"), len(evs), "a refused action changes nothing")
 }
 
-// TestForceCancelAsCloudEvent force-cancels over NATS, the way any client
-// can: the execution is cancelled without waiting for its running step.
+// TestForceCancelAsCloudEvent cancels then force-cancels over NATS, the
+// way any client can, while a step runs (held until the test ends): the
+// force-cancel does not wait for it. Each CloudEvent is sent twice; the
+// copy of the cancel arrives while the execution still waits for its
+// running step, and each copy is recognised as the same command: recorded
+// once, never refused as a second cancel.
 func TestForceCancelAsCloudEvent(t *testing.T) {
 	t.Parallel()
 	s := startStack(t, nil)
 	ctx := context.Background()
-	s.apply(t, strings.Replace(cancelWorkflow, "sleep 2", "sleep 6", 1))
+	s.apply(t, cancelWorkflow(newGate(t)))
 	_, err := s.c.Start(ctx, client.StartRequest{Workflow: "rollout", ID: "r2"})
 	require.NoError(t, err)
 	s.waitStepStatus(t, "r2", "build", projections.OpStarted)
+	sendTwice := func(id, action string) events.Event {
+		ev := events.Event{ID: id, Type: events.TypeExecutionAction, Source: "urn:test:ops", Time: time.Now().UTC(),
+			Data: &events.ExecutionAction{ExecutionID: "r2", Action: action, Reason: "hung"}}
+		msg, err := events.Encode(events.SubjectAction, ev)
+		require.NoError(t, err)
+		require.NoError(t, s.nc.PublishMsg(msg))
+		require.NoError(t, s.nc.PublishMsg(msg)) // the same event twice is one action
+		return ev
+	}
 
-	ev := events.Event{ID: "op-1", Type: events.TypeExecutionAction, Source: "urn:test:ops", Time: time.Now().UTC(),
-		Data: &events.ExecutionAction{ExecutionID: "r2", Action: events.ActionForceCancel, Reason: "hung"}}
-	msg, err := events.Encode(events.SubjectAction, ev)
+	cancel := sendTwice("op-0", events.ActionCancel)
+	s.waitCommandsHandled(t)
+	x, err := s.c.Execution(ctx, "r2")
 	require.NoError(t, err)
-	require.NoError(t, s.nc.PublishMsg(msg))
-	require.NoError(t, s.nc.PublishMsg(msg)) // the same event twice is one action
-	start := time.Now()
-	x := s.waitDone(t, "r2", 10*time.Second)
-	require.Less(t, time.Since(start), 10*time.Second)
+	require.Equal(t, projections.StatusCancelling, x.Status, "the cancel waits for build")
+	s.requireNoRejection(t, events.CommandKey(cancel.Source, cancel.ID))
+	s.requireCountStays(t, "r2", string(events.TypeExecutionCancelling), 1)
+
+	force := sendTwice("op-1", events.ActionForceCancel)
+	x = s.waitDone(t, "r2", 20*time.Second)
 	require.Equal(t, projections.StatusCancelled, x.Status)
-	require.Equal(t, projections.OpStarted, stepByID(x, "build").Status, "force-cancel did not wait for build")
+	require.Equal(t, projections.OpStarted, stepByID(t, x, "build").Status, "force-cancel did not wait for build")
 	require.Equal(t, "urn:test:ops", x.Cancellation.RequestedBy)
-	require.Equal(t, []projections.ActionCommand{{Command: events.CommandKey(ev.Source, ev.ID), Action: "force-cancel"}}, x.Actions)
-	require.Equal(t, 1, countTypes(s.history(t, "r2"))[string(events.TypeExecutionCancelled)])
+	require.Equal(t, []projections.ActionCommand{
+		{Command: events.CommandKey(cancel.Source, cancel.ID), Action: events.ActionCancel},
+		{Command: events.CommandKey(force.Source, force.ID), Action: events.ActionForceCancel},
+	}, x.Actions)
+	s.waitCommandsHandled(t)
+	s.requireNoRejection(t, events.CommandKey(force.Source, force.ID))
+	s.requireCountStays(t, "r2", string(events.TypeExecutionCancelled), 1)
 }
 
 func TestActionBadInput(t *testing.T) {
@@ -186,9 +219,11 @@ steps:
 	}, 20*time.Second, 20*time.Millisecond, "the exec step never ran")
 	require.NoError(t, syscall.Kill(pid, 0), "the process runs")
 
+	// The clock starts before the request: SIGTERM cannot come before it,
+	// so the grace ends at least a second later however late the answer.
+	killedAt := time.Now()
 	code, body := postAction(t, s, "k1", `{"action":"kill","reason":"runaway"}`)
 	require.Equal(t, http.StatusOK, code, body)
-	killedAt := time.Now()
 	x := s.waitDone(t, "k1", 10*time.Second)
 	require.Equal(t, projections.StatusCancelled, x.Status)
 	require.Equal(t, events.ActionKill, x.Cancellation.Action)
@@ -196,12 +231,13 @@ steps:
 	require.Eventually(t, func() bool { return syscall.Kill(pid, 0) != nil }, 15*time.Second, 20*time.Millisecond,
 		"the process outlived the kill")
 	took := time.Since(killedAt)
-	require.GreaterOrEqual(t, took, 900*time.Millisecond, "SIGTERM is ignored: only SIGKILL, after the grace, ends it")
+	require.GreaterOrEqual(t, took, time.Second, "SIGTERM is ignored: only SIGKILL, after the grace, ends it")
 	t.Logf("process %d ended %s after the kill (grace 1s)", pid, took.Round(time.Millisecond))
 
 	t.Log("the terminated step's failure arrives after the end and is not recorded")
-	time.Sleep(500 * time.Millisecond)
+	s.waitResult(t, "k1", "hang")
 	evs := s.history(t, "k1")
+	require.NotEmpty(t, evs)
 	require.Equal(t, events.TypeExecutionCancelled, evs[len(evs)-1].Type)
 	require.Zero(t, countTypes(evs)[string(events.TypeStepScheduled)+"/after"])
 }
@@ -271,9 +307,9 @@ steps:
 		return err == nil && x.Resumes == 1 && x.Status.Terminal()
 	}, 20*time.Second, 20*time.Millisecond)
 	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
-	require.Equal(t, 1, stepByID(x, "prepare").Attempt, "prepare did not run again")
-	require.Equal(t, 2, stepByID(x, "read").Attempt)
-	require.Contains(t, string(stepByID(x, "read").Output), "fixed")
+	require.Equal(t, 1, stepByID(t, x, "prepare").Attempt, "prepare did not run again")
+	require.Equal(t, 2, stepByID(t, x, "read").Attempt)
+	require.Contains(t, string(stepByID(t, x, "read").Output), "fixed")
 	require.Equal(t, 1, x.Resumes)
 
 	code, body = postAction(t, s, "f1", `{"action":"resume"}`)
@@ -287,8 +323,12 @@ steps:
 	s.waitStepStatus(t, "p1", "nap", projections.OpWaiting)
 	code, body = postAction(t, s, "p1", `{"action":"cancel"}`)
 	require.Equal(t, http.StatusOK, code, body)
-	require.Equal(t, projections.StatusCancelled, s.waitDone(t, "p1", 10*time.Second).Status)
-	time.Sleep(1500 * time.Millisecond) // the sleep's timer fires while the execution is cancelled
+	x = s.waitDone(t, "p1", 10*time.Second)
+	require.Equal(t, projections.StatusCancelled, x.Status)
+	require.Len(t, x.Timers, 1)
+	for id := range x.Timers {
+		s.waitTimerHandled(t, id) // the sleep's timer fires while the execution is cancelled
+	}
 	ev := events.Event{ID: "resume-p1", Type: events.TypeExecutionAction, Source: "urn:test:ops", Time: time.Now().UTC(),
 		Data: &events.ExecutionAction{ExecutionID: "p1", Action: events.ActionResume}}
 	msg, err := events.Encode(events.SubjectAction, ev)
@@ -317,7 +357,7 @@ steps:
 	code, body := postAction(t, s, "k1", `{"action":"kill"}`)
 	require.Equal(t, http.StatusOK, code, body)
 	require.Equal(t, projections.StatusCancelled, s.waitDone(t, "k1", 10*time.Second).Status)
-	time.Sleep(time.Second)
+	s.waitResult(t, "k1", "work") // the killed operation ended on its agent
 	code, body = postAction(t, s, "k1", `{"action":"force-resume","reason":"try again"}`)
 	require.Equal(t, http.StatusOK, code, body)
 	var x projections.Execution
@@ -359,7 +399,7 @@ steps:
 	require.Contains(t, out, "resume of execution wf1 recorded")
 	x = s.waitDone(t, "wf1", 20*time.Second)
 	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
-	require.Contains(t, string(stepByID(x, "read").Output), "s3cret")
+	require.Contains(t, string(stepByID(t, x, "read").Output), "s3cret")
 
 	t.Log("--watch returns when the execution is suspended, with exit status 1")
 	require.NoError(t, os.Remove(filepath.Join(dir, "token")))
@@ -390,9 +430,9 @@ steps:
 	x := s.waitDone(t, "dry1", 20*time.Second)
 	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
 	require.True(t, x.DryRun)
-	require.Equal(t, projections.OpSkipped, stepByID(x, "touch").Status)
-	require.Contains(t, stepByID(x, "touch").Error, "dry run: would run exec")
-	require.Contains(t, string(stepByID(x, "touch").Input), marker)
+	require.Equal(t, projections.OpSkipped, stepByID(t, x, "touch").Status)
+	require.Contains(t, stepByID(t, x, "touch").Error, "dry run: would run exec")
+	require.Contains(t, string(stepByID(t, x, "touch").Input), marker)
 	_, err = os.Stat(marker)
 	require.True(t, os.IsNotExist(err), "the command did not run")
 }

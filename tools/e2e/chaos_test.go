@@ -162,6 +162,12 @@ func TestLocksUnderSIGKILL(t *testing.T) {
 		return fmt.Sprintf(`{id: %s, kind: exec, command: sh, args: ["-c", "echo \"%s $JETFLOW_EXECUTION_ID %s\" >> \"$0\"", %q]}`,
 			what, wf, what, marks)
 	}
+	// A holder of the semaphore stays in its enter until two executions
+	// entered (itself and another, which is then inside with it), for at
+	// most 20 s: a semaphore that lets in one holder at a time fails the
+	// test instead of passing for a mutex.
+	semaEnter := fmt.Sprintf(`{id: enter, kind: exec, command: sh, args: ["-c", "echo \"sema $JETFLOW_EXECUTION_ID enter\" >> \"$0\"; i=0; while [ $(grep '^sema .* enter$' \"$0\" | sort -u | wc -l) -lt 2 ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i+1)); done", %q]}`,
+		marks)
 	applyWorkflows(t, js, `
 name: mutex
 lock: crit
@@ -174,7 +180,7 @@ name: sema
 lock: pool
 semaphore: 3
 steps:
-  - `+note("sema", "enter")+`
+  - `+semaEnter+`
   - {id: hold, kind: sleep, duration: 30ms}
   - `+note("sema", "exit")+`
 `, fmt.Sprintf(`
@@ -347,12 +353,13 @@ steps:
 		require.Contains(t, log, mark{workflow: e.wf, execution: e.id, enter: false}, "%s never left", e.id)
 	}
 	most := maxInside(log)
-	if most["mutex"] != 1 || most["sema"] > 3 {
+	if most["mutex"] != 1 || most["sema"] > 3 || most["sema"] < 2 {
 		b, _ := os.ReadFile(marks)
 		t.Logf("enter and exit marks, in order:\n%s", b)
 	}
 	require.Equal(t, 1, most["mutex"], "holders of the mutex overlapped")
 	require.LessOrEqual(t, most["sema"], 3, "more than 3 holders of the semaphore at once")
+	require.GreaterOrEqual(t, most["sema"], 2, "never two holders of the semaphore of 3 at once")
 	b, err := os.ReadFile(counter)
 	require.NoError(t, err)
 	require.Equal(t, strconv.Itoa(perWorkflow), strings.TrimSpace(string(b)),

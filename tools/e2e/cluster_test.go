@@ -38,6 +38,9 @@ func TestClusterSurvivesStreamLeaderLoss(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 3, info.CachedInfo().Config.Replicas)
 
+	// s2 is held running until the leader is down, so that the loss
+	// comes while every execution is under way.
+	held := newGate(t)
 	s.apply(t, `
 name: replicated
 steps:
@@ -46,7 +49,7 @@ steps:
   - id: s2
     kind: exec
     command: sh
-    args: ["-c", "sleep 0.5"]
+    args: ["-c", "`+held.then("true")+`"]
   - id: s3
     kind: noop
   - id: s4
@@ -63,13 +66,15 @@ steps:
 		require.NoError(t, err)
 		ids = append(ids, id)
 	}
-	// Stop the leader once the executions are under way. Waiting for one
-	// exact state (s2 running) can miss its half second on a loaded
-	// machine and then wait for ever: started or past it will do.
-	require.Eventually(t, func() bool {
-		x, err := s.c.Execution(ctx, ids[0])
-		return err == nil && (x.Steps[1].Status == projections.OpStarted || x.Steps[1].Status == projections.OpSucceeded)
-	}, 60*time.Second, 10*time.Millisecond, "first execution under way")
+	// Stop the leader once the executions are under way: each runs s2,
+	// which waits for the gate.
+	for _, id := range ids {
+		require.Eventually(t, func() bool {
+			x, err := s.c.Execution(ctx, id)
+			st, ok := findStep(x, "s2")
+			return err == nil && ok && st.Status == projections.OpStarted
+		}, 60*time.Second, 10*time.Millisecond, "%s runs s2", id)
+	}
 
 	si, err := info.Info(ctx)
 	require.NoError(t, err)
@@ -80,6 +85,7 @@ steps:
 		}
 	}
 	t.Logf("stopped events stream leader %s", leader)
+	held.open()
 
 	for _, id := range ids {
 		x := s.waitDone(t, id, 60*time.Second)

@@ -114,7 +114,7 @@ steps:
     branches:
       - id: tortoise
         steps:
-          - {id: t, kind: sleep, duration: 5s}
+          - {id: t, kind: sleep, duration: 1h}
       - id: hare
         steps:
           - {id: h, kind: let, vars: {won: hare}}
@@ -143,7 +143,9 @@ steps:
 	x := s.waitDone(t, st.ID, 30*time.Second)
 	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
 	require.JSONEq(t, `{"both":{"slow":"slow","fast":"fast"},"race":"hare","target":"testing","inner":"testing"}`, string(x.Output))
-	require.Less(t, x.EndedAt.Sub(x.StartedAt), 4*time.Second, "first-of did not wait for the slow branch")
+	// The tortoise sleeps an hour: that the execution ended at all shows
+	// first-of did not wait for it, and its sleep stays waiting.
+	require.Equal(t, projections.OpWaiting, stepByID(t, x, "race/tortoise/t").Status, "first-of did not wait for the slow branch")
 
 	// A return inside a switch case ends the execution there.
 	st, err = s.c.Start(ctx, client.StartRequest{Workflow: "shapes", Input: map[string]any{"env": "prod"}})
@@ -151,7 +153,7 @@ steps:
 	x = s.waitDone(t, st.ID, 30*time.Second)
 	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
 	require.JSONEq(t, `"prod route, fast"`, string(x.Output))
-	require.Equal(t, projections.OpNone, stepByID(x, "block").Status, "steps after the return never ran")
+	require.Equal(t, projections.OpNone, stepByID(t, x, "block").Status, "steps after the return never ran")
 
 	st, err = s.c.Start(ctx, client.StartRequest{Workflow: "shapes", Input: map[string]any{"env": "dev"}})
 	require.NoError(t, err)
@@ -193,7 +195,7 @@ steps:
 	x := s.waitDone(t, st.ID, 30*time.Second)
 	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
 	require.JSONEq(t, `41`, string(x.Output))
-	require.Equal(t, projections.OpSucceeded, stepByID(x, "call/give").Status)
+	require.Equal(t, projections.OpSucceeded, stepByID(t, x, "call/give").Status)
 	first := st.ID
 
 	// The called workflow's input schema applies.

@@ -113,7 +113,9 @@ steps:
 	require.Len(t, followed, len(evs))
 	require.Equal(t, events.TypeExecutionSucceeded, followed[len(followed)-1].Type)
 
-	// Listing filters by workflow and status.
+	// Listing filters by workflow and status (the list comes from the read
+	// models, which may be a moment behind the history).
+	s.waitProjected(t)
 	list, _, err := s.c.ListExecutions(ctx, client.ListOptions{Workflow: "tour", Status: "succeeded"})
 	require.NoError(t, err)
 	require.Len(t, list, 1)
@@ -218,6 +220,7 @@ func TestSameCloudEventTwiceStartsOneExecution(t *testing.T) {
 	evs := s.history(t, id)
 	require.Equal(t, 1, countTypes(evs)[string(events.TypeExecutionStarted)])
 	require.Equal(t, 1, countTypes(evs)[string(events.TypeExecutionSucceeded)])
+	s.waitProjected(t)
 	list, _, err := s.c.ListExecutions(context.Background(), client.ListOptions{Workflow: "once"})
 	require.NoError(t, err)
 	require.Len(t, list, 1)

@@ -139,6 +139,9 @@ func TestCrashRecoveryWithSIGKILL(t *testing.T) {
 	p.start()
 	c := p.c // follows each run's api
 	ctx := context.Background()
+	// The exec steps are held running until the test opens their gate, so
+	// that each kill comes while they run, however slow the machine.
+	s2, s4 := newGate(t), newGate(t)
 	_, err := c.ApplyWorkflow(ctx, []byte(`
 name: crashy
 steps:
@@ -147,14 +150,14 @@ steps:
   - id: s2
     kind: exec
     command: sh
-    args: ["-c", "sleep 1.5; echo two"]
+    args: ["-c", "`+s2.then("echo two")+`"]
   - id: s3
     kind: log
     message: between the slow steps
   - id: s4
     kind: exec
     command: sh
-    args: ["-c", "sleep 1; echo four"]
+    args: ["-c", "`+s4.then("echo four")+`"]
   - id: s5
     kind: noop
 `))
@@ -178,12 +181,14 @@ steps:
 	waitStep("crash-1", "s2") // kill 1: while an exec step runs
 	p.kill()
 	p.start()
+	s2.open()
 	waitStep("crash-1", "s4") // kill 2: while another exec step runs
 	p.kill()
 	p.start()
-	time.Sleep(300 * time.Millisecond) // kill 3: during recovery
+	time.Sleep(300 * time.Millisecond) // kill 3: a moment into recovery (not a state: any moment will do)
 	p.kill()
 	p.start()
+	s4.open()
 
 	for _, id := range ids {
 		require.Eventually(t, func() bool {

@@ -37,21 +37,21 @@ var exampleRuns = map[string][]exampleRun{
 	"hello.yaml": {{
 		want: projections.StatusSucceeded,
 		check: func(t *testing.T, x projections.Execution) {
-			require.JSONEq(t, `"ok"`, jsonField(t, stepByID(x, "health").Output, "json", "status"))
+			require.JSONEq(t, `"ok"`, jsonField(t, stepByID(t, x, "health").Output, "json", "status"))
 		},
 	}},
 	"slow.yaml": {{want: projections.StatusSucceeded}},
 	"chain.yaml": {{
 		want: projections.StatusSucceeded,
 		check: func(t *testing.T, x projections.Execution) {
-			require.JSONEq(t, `201`, jsonField(t, stepByID(x, "start-hello").Output, "status"))
+			require.JSONEq(t, `201`, jsonField(t, stepByID(t, x, "start-hello").Output, "status"))
 		},
 	}},
 	"fails.yaml": {{
 		want: projections.StatusFailed,
 		check: func(t *testing.T, x projections.Execution) {
 			require.Contains(t, x.Error, "exit status 3")
-			require.Equal(t, projections.OpNone, stepByID(x, "never").Status)
+			require.Equal(t, projections.OpNone, stepByID(t, x, "never").Status)
 		},
 	}},
 	"provision.yaml": {
@@ -61,26 +61,26 @@ var exampleRuns = map[string][]exampleRun{
 			check: func(t *testing.T, x projections.Execution) {
 				require.JSONEq(t, `{"host":"web-1.example.internal","replicas":2,"setup":"configured web-1.example.internal x2",
 					"setup_attempts":2,"registered":false,"health":"ok"}`, string(x.Output))
-				require.Equal(t, projections.OpSucceeded, stepByID(x, "reserve").Status)
+				require.Equal(t, projections.OpSucceeded, stepByID(t, x, "reserve").Status)
 				// The inventory answers 404, which its retry policy does not
 				// retry: on-error recovers the step, whose failure stays recorded.
-				reg := stepByID(x, "register")
+				reg := stepByID(t, x, "register")
 				require.Equal(t, projections.OpFailed, reg.Status)
 				require.Equal(t, 1, reg.Attempt)
 				require.Contains(t, reg.Error, "status 404")
-				warn := stepByID(x, "register/on-error1/warn")
+				warn := stepByID(t, x, "register/on-error1/warn")
 				require.Equal(t, projections.OpSucceeded, warn.Status)
 				require.Contains(t, jsonField(t, warn.Output, "message"), "web-1.example.internal is not in the inventory")
-				require.Equal(t, projections.OpSucceeded, stepByID(x, "health").Status)
+				require.Equal(t, projections.OpSucceeded, stepByID(t, x, "health").Status)
 			},
 		},
 		{
 			input: map[string]any{"host": "web-2", "dry_run": true},
 			want:  projections.StatusSucceeded,
 			check: func(t *testing.T, x projections.Execution) {
-				require.Equal(t, projections.OpSkipped, stepByID(x, "reserve").Status)
-				require.Equal(t, projections.OpSkipped, stepByID(x, "setup").Status)
-				require.Equal(t, projections.OpSkipped, stepByID(x, "register").Status)
+				require.Equal(t, projections.OpSkipped, stepByID(t, x, "reserve").Status)
+				require.Equal(t, projections.OpSkipped, stepByID(t, x, "setup").Status)
+				require.Equal(t, projections.OpSkipped, stepByID(t, x, "register").Status)
 				require.JSONEq(t, `{"host":"web-2.example.internal","replicas":1,"setup":null,"setup_attempts":0,"registered":false,"health":"ok"}`, string(x.Output))
 			},
 		},
@@ -96,16 +96,16 @@ var exampleRuns = map[string][]exampleRun{
 					{"host":"web-5","slot":4,"release":"v2"}],
 					"hosts":5,"health":"ok","announced":"info"}`, string(x.Output))
 				for i := range 5 {
-					require.Equal(t, projections.OpSucceeded, stepByID(x, fmt.Sprintf("deploy[%d]/push", i)).Status)
-					require.JSONEq(t, fmt.Sprintf(`"pushed v2 to web-%d"`, i+1), string(stepByID(x, fmt.Sprintf("deploy[%d]/push", i)).Output))
+					require.Equal(t, projections.OpSucceeded, stepByID(t, x, fmt.Sprintf("deploy[%d]/push", i)).Status)
+					require.JSONEq(t, fmt.Sprintf(`"pushed v2 to web-%d"`, i+1), string(stepByID(t, x, fmt.Sprintf("deploy[%d]/push", i)).Output))
 				}
-				require.Equal(t, projections.OpSucceeded, stepByID(x, "announce/default/note").Status)
+				require.Equal(t, projections.OpSucceeded, stepByID(t, x, "announce/default/note").Status)
 				// At most two hosts at a time (concurrency 2): when an item
 				// starts, at most one other item is between its start and its end.
 				for k := range 5 {
-					start, busy := stepByID(x, fmt.Sprintf("deploy[%d]/push", k)).ScheduledAt, 0
+					start, busy := stepByID(t, x, fmt.Sprintf("deploy[%d]/push", k)).ScheduledAt, 0
 					for j := range 5 {
-						from, to := stepByID(x, fmt.Sprintf("deploy[%d]/push", j)).ScheduledAt, stepByID(x, fmt.Sprintf("deploy[%d]/verify", j)).EndedAt
+						from, to := stepByID(t, x, fmt.Sprintf("deploy[%d]/push", j)).ScheduledAt, stepByID(t, x, fmt.Sprintf("deploy[%d]/verify", j)).EndedAt
 						if j != k && !start.Before(from) && start.Before(to) {
 							busy++
 						}
@@ -119,7 +119,7 @@ var exampleRuns = map[string][]exampleRun{
 			want:  projections.StatusSucceeded,
 			check: func(t *testing.T, x projections.Execution) {
 				require.JSONEq(t, `{"deployed":[{"host":"db-1","slot":0,"release":"v1"}],"hosts":1,"health":"ok","announced":"warn"}`, string(x.Output))
-				require.Equal(t, projections.OpSucceeded, stepByID(x, "announce/case0/page").Status)
+				require.Equal(t, projections.OpSucceeded, stepByID(t, x, "announce/case0/page").Status)
 			},
 		},
 	},
@@ -165,7 +165,7 @@ var exampleRuns = map[string][]exampleRun{
 				require.Equal(t, "apt-web-1", x.Locks[0].Name)
 				require.Equal(t, "shared-db", x.Locks[1].Name)
 				require.Equal(t, 2, x.Locks[1].Limit)
-				require.Contains(t, string(stepByID(x, "install/upgrade").Output), "apt-get upgrade on web-1")
+				require.Contains(t, string(stepByID(t, x, "install/upgrade").Output), "apt-get upgrade on web-1")
 			},
 		},
 		{input: map[string]any{"host": "web-1"}, want: projections.StatusSucceeded},
@@ -205,7 +205,7 @@ var exampleRuns = map[string][]exampleRun{
 			want:    projections.StatusFailed,
 			check: func(t *testing.T, x projections.Execution) {
 				require.Contains(t, x.Error, "drop table was rejected by carol: not on a Friday")
-				require.Equal(t, projections.OpNone, stepByID(x, "apply").Status)
+				require.Equal(t, projections.OpNone, stepByID(t, x, "apply").Status)
 			},
 		},
 	},

@@ -86,7 +86,7 @@ func TestFollowGoesOnAfterCancelAndResume(t *testing.T) {
 	// was waiting: wait for the resumed one.
 	require.Eventually(t, func() bool {
 		x, err := s.c.Execution(ctx, "follow-1")
-		return err == nil && x.Status == projections.StatusStarted && stepByID(x, "gate").Status == projections.OpWaiting
+		return err == nil && x.Status == projections.StatusStarted && func() bool { st, ok := findStep(x, "gate"); return ok && st.Status == projections.OpWaiting }()
 	}, 20*time.Second, 20*time.Millisecond)
 	_, err = s.c.Signal(ctx, "follow-1", "go", nil)
 	require.NoError(t, err)

@@ -30,11 +30,11 @@ steps:
 	require.JSONEq(t, `{"n":3,"said":"n=3"}`, string(x.Output))
 	// Each round's steps are new instances; nothing was rewritten.
 	for _, id := range []string{"bump", "bump~1", "bump~2", "again", "again~1"} {
-		require.Equal(t, projections.OpSucceeded, stepByID(x, id).Status, id)
+		require.Equal(t, projections.OpSucceeded, stepByID(t, x, id).Status, id)
 	}
-	require.Equal(t, projections.OpSkipped, stepByID(x, "again~2").Status)
-	require.Equal(t, projections.OpSucceeded, stepByID(x, "work~2").Status)
-	require.Equal(t, projections.OpNone, stepByID(x, "never").Status)
+	require.Equal(t, projections.OpSkipped, stepByID(t, x, "again~2").Status)
+	require.Equal(t, projections.OpSucceeded, stepByID(t, x, "work~2").Status)
+	require.Equal(t, projections.OpNone, stepByID(t, x, "never").Status)
 	requireLinear(t, s.history(t, x.ID))
 
 	// A goto inside a foreach body loops within its item: count to the item.
@@ -54,8 +54,8 @@ steps:
 	x = s.runToEnd(t, client.StartRequest{Workflow: "innerloop"})
 	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
 	require.JSONEq(t, `[2,3]`, string(x.Output))
-	require.Equal(t, projections.OpSucceeded, stepByID(x, "each[1]/tick~2").Status)
-	require.Equal(t, projections.OpSkipped, stepByID(x, "each[1]/back~2").Status)
+	require.Equal(t, projections.OpSucceeded, stepByID(t, x, "each[1]/tick~2").Status)
+	require.Equal(t, projections.OpSkipped, stepByID(t, x, "each[1]/back~2").Status)
 
 	// A goto to a step of another list is refused at apply time.
 	_, err := s.c.ApplyWorkflow(ctx, []byte("name: badgoto\nsteps:\n  - id: a\n    kind: goto\n    target: nowhere\n"))

@@ -2,7 +2,11 @@ package e2e
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -16,7 +20,10 @@ import (
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
+	"jetflow.dev/pkg/history/historytest"
 	"jetflow.dev/pkg/projections"
+	"jetflow.dev/services/api/projector"
+	"jetflow.dev/services/dispatcher/dispatch"
 	"jetflow.dev/tools/internal/devstack"
 )
 
@@ -36,6 +43,10 @@ func startStack(t *testing.T, mod func(*devstack.Config)) *stack {
 		DataDir: t.TempDir(), NATSAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
 		Log:         zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
 		TaskAckWait: 2 * time.Second, JanitorInterval: 500 * time.Millisecond, IdleAfter: 5 * time.Second,
+		// The tests check the dispatcher's verdict on a command (201, 200
+		// recorded, 4xx), not how fast it comes: on a loaded machine it can
+		// take longer than the api's default wait, which answers 202.
+		StartWait: 30 * time.Second,
 		// Tests read their executions after they end; retention tests set their own.
 		RetentionDefault: "forever",
 	}
@@ -99,16 +110,28 @@ func (s *stack) apply(t *testing.T, yaml string) client.Applied {
 	return a
 }
 
-// waitStatus polls the api until the execution reaches a terminal state.
+// waitDone polls the api until the execution reaches a terminal state.
 func (s *stack) waitDone(t *testing.T, id string, timeout time.Duration) projections.Execution {
 	t.Helper()
 	var x projections.Execution
-	require.Eventually(t, func() bool {
+	poll(t, timeout, "execution "+id+" finishes", func() (bool, string) {
 		var err error
 		x, err = s.c.Execution(context.Background(), id)
-		return err == nil && x.Status.Terminal()
-	}, timeout, 20*time.Millisecond, "execution %s did not finish; last state %+v", id, x)
+		if err != nil {
+			return false, err.Error()
+		}
+		return x.Status.Terminal(), describe(x)
+	})
 	return x
+}
+
+// describe sums up an execution for a failure message.
+func describe(x projections.Execution) string {
+	steps := make([]string, len(x.Steps))
+	for i, st := range x.Steps {
+		steps[i] = st.ID + ":" + string(st.Status)
+	}
+	return fmt.Sprintf("status %q error %q steps %v", x.Status, x.Error, steps)
 }
 
 // runToEnd starts an execution and waits (20 s at most) until it ends.
@@ -149,14 +172,204 @@ func countTypes(evs []events.Event) map[string]int {
 	return n
 }
 
-// requireLinear checks that a history's sequences strictly increase and
-// that it folds without error.
+// requireLinear checks that a history is linear (each event appended
+// right after the one before it, see historytest.Linear) and that it
+// folds without error.
 func requireLinear(t *testing.T, evs []events.Event) projections.Execution {
 	t.Helper()
-	for i := 1; i < len(evs); i++ {
-		require.Greater(t, evs[i].Seq, evs[i-1].Seq, "history not linear at %d", i)
-	}
+	historytest.RequireLinear(t, evs)
 	x, err := projections.Fold(evs)
 	require.NoError(t, err)
 	return x
+}
+
+// waitCommandsHandled waits until the dispatcher has acknowledged every
+// command published so far: after it, a duplicate sent before was handled
+// (recognised, refused or applied), not merely not yet read.
+func (s *stack) waitCommandsHandled(t *testing.T) {
+	t.Helper()
+	waitConsumerCaughtUp(t, s.js, events.StreamCommands, dispatch.CommandsConsumer)
+}
+
+// waitConsumerCaughtUp waits until a durable consumer has acknowledged
+// every message its stream holds.
+func waitConsumerCaughtUp(t *testing.T, js jetstream.JetStream, streamName, consumer string) {
+	t.Helper()
+	ctx := context.Background()
+	poll(t, 30*time.Second, "consumer "+consumer+" of "+streamName+" caught up", func() (bool, string) {
+		stream, err := js.Stream(ctx, streamName)
+		if err != nil {
+			return false, err.Error()
+		}
+		info, err := stream.Info(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		cons, err := js.Consumer(ctx, streamName, consumer)
+		if err != nil {
+			return false, err.Error()
+		}
+		ci, err := cons.Info(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		return ci.AckFloor.Stream >= info.State.LastSeq && ci.NumPending == 0 && ci.NumAckPending == 0,
+			fmt.Sprintf("stream last seq %d, ack floor %d, %d pending, %d unacknowledged",
+				info.State.LastSeq, ci.AckFloor.Stream, ci.NumPending, ci.NumAckPending)
+	})
+}
+
+// poll calls cond in the test's goroutine (so cond may use require) every
+// 20 ms until it reports true, failing the test with what cond last said
+// if timeout passes first.
+func poll(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s; last: %s", what, timeout, state)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitProjected waits until the dispatcher has handled every command so
+// far and the projector has folded every event then in the history into
+// the read models.
+func (s *stack) waitProjected(t *testing.T) {
+	t.Helper()
+	s.waitCommandsHandled(t)
+	waitConsumerCaughtUp(t, s.js, events.StreamEvents, projector.Consumer)
+}
+
+// waitProgress waits until the history of execution id (of workflow wf)
+// ends with a terminal event, failing if a stall passes without a new
+// event before that (or if it takes more than three minutes in all).
+func (s *stack) waitProgress(t *testing.T, wf, id string, stall time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	stream, err := s.js.Stream(ctx, events.StreamEvents)
+	require.NoError(t, err)
+	var last uint64
+	moved, give := time.Now(), time.Now().Add(3*time.Minute)
+	for {
+		m, err := stream.GetLastMsgForSubject(ctx, events.ExecutionSubject(wf, id))
+		if err == nil {
+			switch events.Type(m.Header.Get("ce-type")) {
+			case events.TypeExecutionSucceeded, events.TypeExecutionFailed, events.TypeExecutionCancelled:
+				return
+			}
+			if m.Sequence != last {
+				last, moved = m.Sequence, time.Now()
+			}
+		} else if !errors.Is(err, jetstream.ErrMsgNotFound) {
+			t.Logf("read the end of %s's history: %v", id, err)
+		}
+		if time.Since(moved) > stall {
+			t.Fatalf("%s stalled: no new event for %s (the last at seq %d)", id, stall, last)
+		}
+		if time.Now().After(give) {
+			t.Fatalf("%s still runs after three minutes (seq %d)", id, last)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// requireNoRejection checks that the dispatcher published no rejection of
+// the command commandKey.
+func (s *stack) requireNoRejection(t *testing.T, commandKey string) {
+	t.Helper()
+	stream, err := s.js.Stream(context.Background(), events.StreamRejections)
+	require.NoError(t, err)
+	m, err := stream.GetLastMsgForSubject(context.Background(), events.RejectionSubject(commandKey))
+	if err == nil {
+		rej, _ := events.Decode(m.Header, m.Data)
+		t.Fatalf("command %s was rejected: %+v", commandKey, rej.Data)
+	}
+	require.ErrorIs(t, err, jetstream.ErrMsgNotFound)
+}
+
+// requireCountStays checks, for a while, that the history of id keeps
+// exactly want events of type typ (countTypes keys: "type" or
+// "type/step"). A second copy of something handled once must not show up
+// late either.
+func (s *stack) requireCountStays(t *testing.T, id, key string, want int) {
+	t.Helper()
+	deadline := time.Now().Add(time.Second)
+	for {
+		got := countTypes(s.history(t, id))[key]
+		require.Equal(t, want, got, "%s: %s in the history", id, key)
+		if time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// gate holds an exec step running until the test opens it: the step's
+// command waits for a file. It is opened when the test ends at the
+// latest, and a held command gives up after two minutes anyway, so that
+// no process outlives a failed test for long.
+type gate struct{ path string }
+
+func newGate(t *testing.T) *gate {
+	t.Helper()
+	g := &gate{path: filepath.Join(t.TempDir(), "gate")}
+	t.Cleanup(g.open)
+	return g
+}
+
+// then returns a shell script that waits for the gate, then runs cmd.
+func (g *gate) then(cmd string) string {
+	return fmt.Sprintf(`i=0; while [ ! -e '%s' ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done; %s`, g.path, cmd)
+}
+
+func (g *gate) open() { _ = os.WriteFile(g.path, nil, 0o600) }
+
+// waitResult waits until an agent's final report (success or failure) on
+// step of execution id is stored and the dispatcher has handled every
+// result so far: what the report changes (or must not change) is then in
+// the history.
+func (s *stack) waitResult(t *testing.T, id, step string) {
+	t.Helper()
+	poll(t, 30*time.Second, "a final result of "+id+" step "+step, func() (bool, string) {
+		evs, err := history.ReadStream(context.Background(), s.js, events.StreamResults, events.ExecutionResults(id), 0, 0)
+		if err != nil {
+			return false, err.Error()
+		}
+		var seen []string
+		for _, ev := range evs {
+			ref, ok := events.ResultRef(ev.Data)
+			if !ok {
+				continue
+			}
+			seen = append(seen, string(ev.Type)+"/"+ref.StepID)
+			if ref.StepID == step && (ev.Type == events.TypeOperationSucceeded || ev.Type == events.TypeOperationFailed) {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("results %v", seen)
+	})
+	waitConsumerCaughtUp(t, s.js, events.StreamResults, dispatch.ResultsConsumer)
+}
+
+// waitTimerHandled waits until the durable timer timerID has fired (its
+// JetStream schedule is gone) and the dispatcher has handled every timer
+// that fired.
+func (s *stack) waitTimerHandled(t *testing.T, timerID string) {
+	t.Helper()
+	stream, err := s.js.Stream(context.Background(), events.StreamTimers)
+	require.NoError(t, err)
+	poll(t, 30*time.Second, "timer "+timerID+" fired", func() (bool, string) {
+		_, err := stream.GetLastMsgForSubject(context.Background(), events.ScheduleSubject(timerID))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return true, ""
+		}
+		return false, fmt.Sprintf("schedule still there (%v)", err)
+	})
+	waitConsumerCaughtUp(t, s.js, events.StreamTimers, dispatch.TimersConsumer)
 }

@@ -20,13 +20,42 @@ import (
 	"jetflow.dev/tools/internal/devstack"
 )
 
-func stepByID(x projections.Execution, id string) projections.Step {
-	for _, s := range x.Steps {
-		if s.ID == id {
-			return s
-		}
+// stepByID returns the step instance id of x, failing the test if x has
+// no such instance: a misspelt id must not pass for a step that never ran
+// (its zero status is OpNone). Top-level steps are listed from the start;
+// an instance inside a container, an on-error list or a later goto round
+// is listed once it was reached (use requireNoStep for one that must not
+// have been).
+func stepByID(t *testing.T, x projections.Execution, id string) projections.Step {
+	t.Helper()
+	st, ok := findStep(x, id)
+	require.True(t, ok, "execution %s has no step %q; it has %v", x.ID, id, stepIDs(x))
+	return st
+}
+
+// findStep returns the step instance id of x, if x lists it. Conditions
+// polled inside require.Eventually use it: they must not fail the test.
+func findStep(x projections.Execution, id string) (projections.Step, bool) {
+	if i := x.StepIndex(id); i >= 0 {
+		return x.Steps[i], true
 	}
-	return projections.Step{}
+	return projections.Step{}, false
+}
+
+// requireNoStep checks that the instance id (inside a container, an
+// on-error list or a goto round) was never reached.
+func requireNoStep(t *testing.T, x projections.Execution, id string) {
+	t.Helper()
+	_, ok := findStep(x, id)
+	require.False(t, ok, "step %q of %s was reached", id, x.ID)
+}
+
+func stepIDs(x projections.Execution) []string {
+	ids := make([]string, len(x.Steps))
+	for i, st := range x.Steps {
+		ids[i] = st.ID
+	}
+	return ids
 }
 
 func TestExpressionsVariablesConditionsOutputs(t *testing.T) {
@@ -66,7 +95,7 @@ steps:
 	x := s.runToEnd(t, client.StartRequest{Workflow: "lang", Input: map[string]any{"host": "db1", "replicas": 2}})
 	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
 	require.JSONEq(t, `{"said":"hello-db1 4","skipped":"skipped"}`, string(x.Output))
-	require.Equal(t, projections.OpSkipped, stepByID(x, "skipped").Status)
+	require.Equal(t, projections.OpSkipped, stepByID(t, x, "skipped").Status)
 	require.JSONEq(t, `"hello-db1"`, string(x.Vars["greeting"]))
 	require.JSONEq(t, `4`, string(x.Vars["total"]))
 
@@ -145,7 +174,8 @@ steps:
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		x, err := s.c.Execution(ctx, "late")
-		return err == nil && stepByID(x, "approve").Status == projections.OpWaiting
+		st, ok := findStep(x, "approve")
+		return err == nil && ok && st.Status == projections.OpWaiting
 	}, 20*time.Second, 20*time.Millisecond)
 	res, err := s.c.Signal(ctx, "late", "approve", json.RawMessage(`{"level":2}`))
 	require.NoError(t, err)
@@ -187,7 +217,7 @@ steps:
 	require.NoError(t, err)
 	x := s.waitDone(t, st.ID, 30*time.Second)
 	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
-	require.Equal(t, 3, stepByID(x, "try").Attempt)
+	require.Equal(t, 3, stepByID(t, x, "try").Attempt)
 	require.GreaterOrEqual(t, time.Since(began), 600*time.Millisecond, "backoffs of 200ms then 400ms")
 	counts := countTypes(s.history(t, st.ID))
 	require.Equal(t, 2, counts[string(events.TypeStepRescheduled)])
@@ -201,7 +231,7 @@ steps:
 	require.NoError(t, err)
 	x = s.waitDone(t, st.ID, 30*time.Second)
 	require.Equal(t, projections.StatusFailed, x.Status)
-	require.Equal(t, 1, stepByID(x, "never-retried").Attempt)
+	require.Equal(t, 1, stepByID(t, x, "never-retried").Attempt)
 }
 
 func TestTimeouts(t *testing.T) {
@@ -236,7 +266,7 @@ func TestCallCustomOperation(t *testing.T) {
 	s.apply(t, "name: custom\nsteps:\n  - id: hi\n    kind: call\n    operation: greet\n    input: {name: \"${input.who}\"}\n    output: ${result.greeting}\n  - id: missing\n    kind: call\n    operation: nobody-handles-this\n    condition: ${input.missing}\n")
 	x := s.runToEnd(t, client.StartRequest{Workflow: "custom", Input: map[string]any{"who": "ada", "missing": false}})
 	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
-	require.JSONEq(t, `"hello ada"`, string(stepByID(x, "hi").Output))
+	require.JSONEq(t, `"hello ada"`, string(stepByID(t, x, "hi").Output))
 
 	x = s.runToEnd(t, client.StartRequest{Workflow: "custom", Input: map[string]any{"who": "bo", "missing": true}})
 	require.Equal(t, projections.StatusFailed, x.Status)
@@ -277,27 +307,49 @@ func TestSignalRetriedWithIdempotencyKey(t *testing.T) {
 }
 
 // TestSignalAsCloudEventOnNATS sends a signal the way any NATS client can:
-// a CloudEvent io.jetflow.execution.signal on jf.commands.signal.
+// a CloudEvent io.jetflow.execution.signal on jf.commands.signal. The same
+// event sent twice, while the execution still waits (its gate is not
+// reached yet, so the signal is kept), is one signal: the second copy is
+// recognised, not recorded again nor refused.
 func TestSignalAsCloudEventOnNATS(t *testing.T) {
 	t.Parallel()
 	s := startStack(t, nil)
 	ctx := context.Background()
-	s.apply(t, "name: natsgate\nsteps:\n  - {id: gate, kind: wait, signal: go, timeout: 30s, output: \"${result.data.who}\"}\n")
+	s.apply(t, `name: natsgate
+steps:
+  - {id: hold, kind: wait, signal: ready, timeout: 60s}
+  - {id: gate, kind: wait, signal: go, timeout: 60s, output: "${result.data.who}"}
+`)
 	_, err := s.c.Start(ctx, client.StartRequest{Workflow: "natsgate", ID: "ng1"})
 	require.NoError(t, err)
+	s.waitStepStatus(t, "ng1", "hold", projections.OpWaiting)
 	sig := events.Event{ID: "sig-1", Type: events.TypeSignalExecution, Source: "urn:test:ops", Time: time.Now().UTC(),
 		Data: &events.SignalExecution{ExecutionID: "ng1", Name: "go", Data: json.RawMessage(`{"who":"ops"}`)}}
 	msg, err := events.Encode(events.SubjectSignal, sig)
 	require.NoError(t, err)
+	// Plain NATS publishes without Nats-Msg-Id: JetStream keeps both
+	// copies, and the dispatcher must recognise the second itself.
 	require.NoError(t, s.nc.PublishMsg(msg))
-	require.NoError(t, s.nc.PublishMsg(msg)) // the same event twice is one signal
-	x := s.waitDone(t, "ng1", 20*time.Second)
+	require.NoError(t, s.nc.PublishMsg(msg))
+	s.waitCommandsHandled(t)
+	x, err := s.c.Execution(ctx, "ng1")
+	require.NoError(t, err)
+	require.Equal(t, projections.StatusStarted, x.Status, "both copies came while the execution waited")
+	require.Equal(t, projections.OpNone, stepByID(t, x, "gate").Status, "the signal is kept for the gate")
+	s.requireNoRejection(t, events.CommandKey(sig.Source, sig.ID))
+	s.requireCountStays(t, "ng1", string(events.TypeSignalReceived), 1)
+
+	res, err := s.c.Signal(ctx, "ng1", "ready", nil)
+	require.NoError(t, err)
+	require.True(t, res.Recorded)
+	x = s.waitDone(t, "ng1", 20*time.Second)
 	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
-	require.JSONEq(t, `"ops"`, string(stepByID(x, "gate").Output))
-	require.Eventually(t, func() bool {
-		evs := s.history(t, "ng1")
-		return countTypes(evs)[string(events.TypeSignalReceived)] == 1
-	}, 5*time.Second, 50*time.Millisecond)
+	require.JSONEq(t, `"ops"`, string(stepByID(t, x, "gate").Output))
+	require.Len(t, x.Signals, 2)
+	require.Equal(t, "go", x.Signals[0].Name)
+	require.Equal(t, "gate", x.Signals[0].TakenBy)
+	require.Equal(t, "hold", x.Signals[1].TakenBy)
+	require.Equal(t, 2, countTypes(s.history(t, "ng1"))[string(events.TypeSignalReceived)])
 
 	// A signal for an unknown execution is rejected with a reason.
 	bad := sig

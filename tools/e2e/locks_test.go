@@ -18,6 +18,7 @@ import (
 	"jetflow.dev/pkg/catalog"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
+	"jetflow.dev/pkg/history/historytest"
 	"jetflow.dev/pkg/lock"
 	"jetflow.dev/pkg/natstest"
 	"jetflow.dev/pkg/operation"
@@ -29,11 +30,15 @@ import (
 
 // critical records the agent-side enter and exit of lock holders, in the
 // order the handlers ran, and keeps the counter of the atomic-increment
-// workflow.
+// workflow. A holder of the semaphore (workflow sema) stays in its enter
+// until two executions entered (itself and another, which is then inside
+// with it), or until overlapBy: a semaphore that lets in only one holder
+// at a time fails the test instead of passing for a mutex.
 type critical struct {
-	mu      sync.Mutex
-	log     []mark
-	counter int
+	mu        sync.Mutex
+	log       []mark
+	counter   int
+	overlapBy time.Time
 }
 
 type mark struct {
@@ -43,10 +48,17 @@ type mark struct {
 
 func (c *critical) handlers() map[string]operation.Handler {
 	note := func(enter bool) operation.HandlerFunc {
-		return func(_ context.Context, t operation.Task) (any, error) {
+		return func(ctx context.Context, t operation.Task) (any, error) {
 			c.mu.Lock()
 			c.log = append(c.log, mark{workflow: t.Workflow, execution: t.ExecutionID, enter: enter})
 			c.mu.Unlock()
+			for enter && t.Workflow == "sema" && c.entered("sema") < 2 && time.Now().Before(c.overlapBy) {
+				select {
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				case <-time.After(5 * time.Millisecond):
+				}
+			}
 			return map[string]bool{"ok": true}, nil
 		}
 	}
@@ -74,6 +86,19 @@ func (c *critical) handlers() map[string]operation.Handler {
 			return in, nil
 		}),
 	}
+}
+
+// entered returns how many executions of workflow wf have entered.
+func (c *critical) entered(wf string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	seen := map[string]bool{}
+	for _, m := range c.log {
+		if m.workflow == wf && m.enter {
+			seen[m.execution] = true
+		}
+	}
+	return len(seen)
 }
 
 // maxInside returns, per workflow, the most holders that were between
@@ -190,7 +215,7 @@ steps:
       - {id: write, kind: call, operation: write, input: {value: "${steps.read.output.value + 1}"}}
 `)
 
-	crit := &critical{}
+	crit := &critical{overlapBy: time.Now().Add(20 * time.Second)}
 	ag, err := agent.New(agent.Config{Name: "lock-agent", AckWait: 2 * time.Second, Concurrency: 16, Handlers: crit.handlers()},
 		js, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
 	require.NoError(t, err)
@@ -221,6 +246,7 @@ steps:
 	most := crit.maxInside()
 	require.Equal(t, 1, most["mutex"], "holders of the mutex overlapped")
 	require.LessOrEqual(t, most["sema"], 3, "more than 3 holders of the semaphore at once")
+	require.GreaterOrEqual(t, most["sema"], 2, "never two holders of the semaphore of 3 at once")
 	require.Equal(t, perWorkflow, crit.counter, "an increment was lost: two read-then-write sections overlapped")
 }
 
@@ -302,9 +328,7 @@ func requireLockExecutionsSucceeded(t *testing.T, js jetstream.JetStream, ids []
 	for _, e := range ids {
 		x, evs := folded(e.wf, e.id)
 		require.Equal(t, projections.StatusSucceeded, x.Status, "%s: %s", e.id, x.Error)
-		for i := 1; i < len(evs); i++ {
-			require.Equal(t, evs[i-1].Seq, evs[i].PrevSeq, "%s: history not linear at %d", e.id, i)
-		}
+		require.NoError(t, historytest.Linear(evs), e.id)
 		require.NotEmpty(t, x.Locks, e.id)
 		for _, l := range x.Locks {
 			require.Equal(t, projections.LockReleased, l.Status, "%s scope %q", e.id, l.Path)

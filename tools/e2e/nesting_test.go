@@ -15,14 +15,18 @@ import (
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
+	"jetflow.dev/tools/internal/devstack"
 )
 
 // TestLongLoopsOfDispatcherSteps: a loop and a foreach made only of steps
 // the dispatcher runs itself settle in one go (they used to stall until
-// the janitor nudged them).
+// the janitor nudged them). The janitor never nudges here: it would only
+// look at an execution idle for an hour. The test fails when the history
+// stops growing for 10 s before the end (a stall), not on a slow machine
+// where it keeps growing.
 func TestLongLoopsOfDispatcherSteps(t *testing.T) {
 	t.Parallel()
-	s := startStack(t, nil)
+	s := startStack(t, func(c *devstack.Config) { c.JanitorInterval, c.IdleAfter = time.Hour, time.Hour })
 	ctx := context.Background()
 	s.apply(t, `
 name: spin
@@ -41,7 +45,8 @@ steps:
 `)
 	st, err := s.c.Start(ctx, client.StartRequest{Workflow: "spin"})
 	require.NoError(t, err)
-	x := s.waitDone(t, st.ID, 30*time.Second) // some 300 appends: slow when the machine is busy
+	s.waitProgress(t, "spin", st.ID, 10*time.Second)
+	x := s.waitDone(t, st.ID, 20*time.Second)
 	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
 	require.JSONEq(t, `{"n":40,"each":30}`, string(x.Output))
 }
@@ -138,9 +143,9 @@ steps:
 `, dir))
 	x := s.runToEnd(t, client.StartRequest{Workflow: "blockretry"})
 	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
-	require.Equal(t, 2, stepByID(x, "blk").Attempt)
-	require.Equal(t, projections.OpFailed, stepByID(x, "blk/once").Status)
-	require.Equal(t, projections.OpSucceeded, stepByID(x, "blk@2/once").Status)
+	require.Equal(t, 2, stepByID(t, x, "blk").Attempt)
+	require.Equal(t, projections.OpFailed, stepByID(t, x, "blk/once").Status)
+	require.Equal(t, projections.OpSucceeded, stepByID(t, x, "blk@2/once").Status)
 	b, err := os.ReadFile(filepath.Join(dir, x.ID))
 	require.NoError(t, err)
 	require.Equal(t, "2", strings.TrimSpace(string(b)))
@@ -182,5 +187,5 @@ steps:
 	s.apply(t, "name: badexpr2\nsteps:\n  - {id: e, kind: exec, command: echo, args: [\"${input.a.b}\"], retry: {limit: 3, backoff: {initial: 10ms}}}\n")
 	x := s.runToEnd(t, client.StartRequest{Workflow: "badexpr2"})
 	require.Equal(t, projections.StatusFailed, x.Status)
-	require.Equal(t, 1, stepByID(x, "e").Attempt, "an expression that cannot be evaluated is not retried")
+	require.Equal(t, 1, stepByID(t, x, "e").Attempt, "an expression that cannot be evaluated is not retried")
 }

@@ -35,7 +35,7 @@ steps:
 	x := s.runToEnd(t, client.StartRequest{Workflow: "recover"})
 	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
 	require.JSONEq(t, `{"note":"recovered from risky: command sh: exit status 4","after":"succeeded"}`, string(x.Output))
-	require.Equal(t, projections.OpFailed, stepByID(x, "risky").Status, "the failure stays recorded")
+	require.Equal(t, projections.OpFailed, stepByID(t, x, "risky").Status, "the failure stays recorded")
 
 	// retry within on-error runs the failed step again (the command
 	// succeeds on its third run); fail within on-error fails it.
@@ -54,9 +54,9 @@ steps:
 	require.NoError(t, err)
 	x = s.runToEnd(t, client.StartRequest{Workflow: "again", ID: "again-ok", Input: map[string]any{"needed": 2}})
 	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
-	require.Equal(t, 3, stepByID(x, "flaky").Attempt)
-	require.Equal(t, projections.OpSucceeded, stepByID(x, "flaky/on-error1/retry").Status)
-	require.Equal(t, projections.OpSucceeded, stepByID(x, "flaky/on-error2/retry").Status)
+	require.Equal(t, 3, stepByID(t, x, "flaky").Attempt)
+	require.Equal(t, projections.OpSucceeded, stepByID(t, x, "flaky/on-error1/retry").Status)
+	require.Equal(t, projections.OpSucceeded, stepByID(t, x, "flaky/on-error2/retry").Status)
 	b, err := os.ReadFile(filepath.Join(dir, "again-ok"))
 	require.NoError(t, err)
 	require.Equal(t, "3", strings.TrimSpace(string(b)))
@@ -64,7 +64,7 @@ steps:
 	x = s.runToEnd(t, client.StartRequest{Workflow: "again", ID: "again-no", Input: map[string]any{"needed": 10}})
 	require.Equal(t, projections.StatusFailed, x.Status)
 	require.Contains(t, x.Error, "no retries left")
-	require.Equal(t, 3, stepByID(x, "flaky").Attempt)
+	require.Equal(t, 3, stepByID(t, x, "flaky").Attempt)
 
 	// goto within on-error moves in the failed step's list; the workflow's
 	// on-error runs before it fails, and a return there rescues it.
@@ -87,7 +87,7 @@ steps:
 		require.NoError(t, err)
 		x = s.waitDone(t, st.ID, 20*time.Second)
 		require.Equal(t, want, x.Status, "rescue=%v: %s", rescue, x.Error)
-		require.Equal(t, projections.OpNone, stepByID(x, "never").Status)
+		require.Equal(t, projections.OpNone, stepByID(t, x, "never").Status)
 		require.JSONEq(t, `true`, string(x.Vars["cleaned"]), "the workflow's on-error ran")
 		if rescue {
 			require.Contains(t, string(x.Output), "fallback failed too")

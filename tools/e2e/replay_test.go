@@ -17,13 +17,17 @@ import (
 )
 
 // incrementWorkflow is the seed's atomic increment on a counter file: the
-// write crashes once (after writing) while the file crash exists.
+// write crashes once (after writing) while the file crash exists, and the
+// read waits while the file hold exists.
 func incrementWorkflow(dir string) string {
-	count, crash := filepath.Join(dir, "count"), filepath.Join(dir, "crash")
+	count, crash, hold := filepath.Join(dir, "count"), filepath.Join(dir, "crash"), filepath.Join(dir, "hold")
 	return `name: increment
 replayable: from start
 steps:
-  - {id: read, kind: exec, command: cat, args: ["` + count + `"]}
+  - id: read
+    kind: exec
+    command: sh
+    args: ["-c", "i=0; while [ -e '` + hold + `' ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done; cat '` + count + `'"]
   - {id: load, kind: let, vars: {x: "${int(trim(steps.read.output.stdout))}"}}
   - {id: inc, kind: let, replayable: from here only, vars: {x: "${vars.x + 1}"}}
   - id: write
@@ -73,11 +77,16 @@ func TestReplayAtomicIncrementOverHTTP(t *testing.T) {
 	require.Equal(t, "42", readCount(t, dir), "incremented exactly once")
 	require.Equal(t, "inc", x.Replays[0].Point)
 	require.Equal(t, "ops", x.Replays[0].RequestedBy)
-	require.Equal(t, 1, stepByID(x, "read").Attempt, "read did not run again")
-	require.Equal(t, 2, stepByID(x, "write").Attempt)
+	require.Equal(t, 1, stepByID(t, x, "read").Attempt, "read did not run again")
+	require.Equal(t, 2, stepByID(t, x, "write").Attempt)
 	require.JSONEq(t, `42`, string(x.Vars["x"]))
 
 	t.Log("replay from start, forced, as a CloudEvent: the counter is read again")
+	// The replayed read is held, so that the copy of the event arrives
+	// while the execution runs again (where another replay is allowed).
+	hold := filepath.Join(dir, "hold")
+	require.NoError(t, os.WriteFile(hold, nil, 0o600))
+	t.Cleanup(func() { _ = os.Remove(hold) })
 	ev := events.Event{ID: "replay-inc1", Type: events.TypeExecutionAction, Source: "urn:test:ops", Time: time.Now().UTC(),
 		Data: &events.ExecutionAction{ExecutionID: "inc1", Action: events.ActionReplay, From: events.ReplayStart, Force: true}}
 	msg, err := events.Encode(events.SubjectAction, ev)
@@ -85,12 +94,21 @@ func TestReplayAtomicIncrementOverHTTP(t *testing.T) {
 	require.NoError(t, s.nc.PublishMsg(msg))
 	require.NoError(t, s.nc.PublishMsg(msg)) // the same event twice is one replay
 	require.Eventually(t, func() bool {
+		x, err := s.c.Execution(ctx, "inc1")
+		st, ok := findStep(x, "read")
+		return err == nil && ok && st.Attempt >= 2 && st.Status == projections.OpStarted
+	}, 20*time.Second, 20*time.Millisecond, "the replayed read runs")
+	s.waitCommandsHandled(t)
+	s.requireNoRejection(t, events.CommandKey(ev.Source, ev.ID))
+	s.requireCountStays(t, "inc1", string(events.TypeExecutionReplayed), 2)
+	require.NoError(t, os.Remove(hold))
+	require.Eventually(t, func() bool {
 		x, err = s.c.Execution(ctx, "inc1")
 		return err == nil && len(x.Replays) == 2 && x.Status.Terminal()
 	}, 20*time.Second, 20*time.Millisecond)
 	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
 	require.Equal(t, "43", readCount(t, dir))
-	require.Equal(t, 2, stepByID(x, "read").Attempt)
+	require.Equal(t, 2, stepByID(t, x, "read").Attempt)
 
 	t.Log("the CLI replays from a step; inc is the replay point before write")
 	out, err := runCmd(ctx, buildJetflow(t), "--api", s.info.APIURL, "replay", "inc1", "--from", "write", "--reason", "rewrite")

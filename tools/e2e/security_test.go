@@ -218,7 +218,7 @@ func TestForeignQueueReportIsIgnored(t *testing.T) {
 	}, 20*time.Second, 20*time.Millisecond, "the foreign report was not recorded as ignored")
 	x, err := s.c.Execution(ctx, "foreign")
 	require.NoError(t, err)
-	require.Equal(t, projections.OpSucceeded, stepByID(x, "before").Status)
+	require.Equal(t, projections.OpSucceeded, stepByID(t, x, "before").Status)
 }
 
 // TestRevokedCredentialsAreRefused: a leaked creds file is revoked in its

@@ -19,40 +19,73 @@ import (
 	"jetflow.dev/services/agent/agent"
 )
 
-// TestQueuedTasksAreNotRedelivered: with one slot and tasks lasting several
-// AckWaits, tasks waiting for the slot must not sit in the agent without a
-// heartbeat (JetStream would redeliver them and they would run twice).
+// TestQueuedTasksAreNotRedelivered: with one slot and a task lasting
+// several AckWaits, tasks waiting for the slot must not sit in the agent
+// without a heartbeat (JetStream would redeliver them and they would run
+// twice): the agent takes a task only when a slot is free, so they wait
+// in the stream. The first task is held while the test watches two
+// AckWaits and a half go by: one task with the agent, two in the stream,
+// nothing redelivered; then each task runs once.
 func TestQueuedTasksAreNotRedelivered(t *testing.T) {
 	t.Parallel()
 	_, js := natstest.Connect(t, natstest.RunJetStream(t))
 	var mu sync.Mutex
 	runs := map[string][]int{}
-	slow := operation.HandlerFunc(func(ctx context.Context, tk operation.Task) (any, error) {
+	release := make(chan struct{})
+	held := operation.HandlerFunc(func(ctx context.Context, tk operation.Task) (any, error) {
 		mu.Lock()
 		runs[tk.ExecutionID] = append(runs[tk.ExecutionID], tk.Delivery)
 		mu.Unlock()
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-time.After(1200 * time.Millisecond):
+		case <-release:
 			return "done", nil
 		}
 	})
-	a, err := agent.New(agent.Config{Name: "one-slot", AckWait: 400 * time.Millisecond, Concurrency: 1,
-		Handlers: map[string]operation.Handler{"slow": slow}}, js, zerolog.New(zerolog.NewTestWriter(t)))
+	const ackWait = 2 * time.Second // heartbeats every 667 ms: room for a loaded machine
+	a, err := agent.New(agent.Config{Name: "one-slot", AckWait: ackWait, Concurrency: 1,
+		Handlers: map[string]operation.Handler{"held": held}}, js, zerolog.New(zerolog.NewTestWriter(t)))
 	require.NoError(t, err)
 	b := &agentBundle{js: js}
 	for i := range 3 {
-		b.publishTask(t, fmt.Sprintf("q%d", i), workflow.Step{ID: "s", Kind: "slow"})
+		b.publishTask(t, fmt.Sprintf("q%d", i), workflow.Step{ID: "s", Kind: "held"})
 	}
 	natstest.Serve(t, a.Run)
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	ran := func() map[string][]int {
+		mu.Lock()
+		defer mu.Unlock()
+		out := map[string][]int{}
+		for k, v := range runs {
+			out[k] = append([]int(nil), v...)
+		}
+		return out
+	}
+	natstest.Eventually(t, waitFor, func() bool { return len(ran()) == 1 }, "a first task runs")
+	cons, err := js.Consumer(t.Context(), events.StreamTasks, agent.ConsumerName(workflow.DefaultQueue))
+	require.NoError(t, err)
+	for until := time.Now().Add(ackWait * 5 / 2); time.Now().Before(until); time.Sleep(100 * time.Millisecond) {
+		require.Len(t, ran(), 1, "one slot: one task runs at a time, none runs again")
+		ci, err := cons.Info(t.Context())
+		require.NoError(t, err)
+		require.Equal(t, 1, ci.NumAckPending, "only the running task is with the agent")
+		require.EqualValues(t, 2, ci.NumPending, "the tasks waiting for the slot wait in the stream")
+		require.Zero(t, ci.NumRedelivered, "a task was redelivered while the first one ran")
+	}
+	close(release)
 	for i := range 3 {
 		b.waitFinal(t, fmt.Sprintf("q%d", i))
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	got := ran()
 	for i := range 3 {
-		require.Equal(t, []int{1}, runs[fmt.Sprintf("q%d", i)], "task q%d ran once, at its first delivery", i)
+		require.Equal(t, []int{1}, got[fmt.Sprintf("q%d", i)], "task q%d ran once, at its first delivery", i)
 	}
 }
 

@@ -291,19 +291,56 @@ func (s *Server) publishStart(w http.ResponseWriter, r *http.Request, cmd events
 // until answer (which writes the response) returns true, the request ends
 // (true: nothing more to write) or StartWait passes (false: the caller
 // answers 202).
+//
+// An event seen on a history subject counts only once the events stream
+// holds it: the subscriptions are plain NATS ones, which also see an
+// append that the stream refused (it lost the expected-sequence check to
+// another writer) and may see one before the stream has stored it.
 func (s *Server) await(r *http.Request, ch <-chan *nats.Msg, answer func(events.Event) bool) bool {
+	deadline := time.Now().Add(s.cfg.StartWait)
 	timeout := time.NewTimer(s.cfg.StartWait)
 	defer timeout.Stop()
 	for {
 		select {
 		case m := <-ch:
-			if ev, err := events.Decode(m.Header, m.Data); err == nil && answer(ev) {
+			ev, err := events.Decode(m.Header, m.Data)
+			if err != nil {
+				continue
+			}
+			if strings.HasPrefix(m.Subject, events.EventsPrefix+".") && !s.inHistory(r.Context(), m.Subject, ev, deadline) {
+				continue
+			}
+			if answer(ev) {
 				return true
 			}
 		case <-timeout.C:
 			return false
 		case <-r.Context().Done():
 			return true
+		}
+	}
+}
+
+// inHistory reports whether ev, seen on the history subject, is stored
+// there: the subject's first message after ev's previous event is ev (by
+// its Nats-Msg-Id, the event's id). While the stream has nothing there
+// yet, it looks again until deadline.
+func (s *Server) inHistory(ctx context.Context, subject string, ev events.Event, deadline time.Time) bool {
+	for {
+		m, err := s.history.GetMsg(ctx, ev.PrevSeq+1, jetstream.WithGetMsgSubject(subject))
+		if err == nil {
+			return m.Header.Get(jetstream.MsgIDHeader) == ev.ID // another event took its place: refused
+		}
+		if !errors.Is(err, jetstream.ErrMsgNotFound) {
+			s.log.Warn().Err(err).Str("subject", subject).Msg("look up an event in the history")
+		}
+		if !time.Now().Before(deadline) {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(5 * time.Millisecond):
 		}
 	}
 }

@@ -60,6 +60,9 @@ type Server struct {
 	defs  *catalog.Store
 	ids   *claim.Store
 	execs jetstream.KeyValue
+	// history is the events stream, where await checks that an event it
+	// saw on a history subject is stored.
+	history jetstream.Stream
 }
 
 // New returns a server bound to the jetflow buckets.
@@ -77,7 +80,11 @@ func New(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.JetStream,
 	if err != nil {
 		return nil, fmt.Errorf("open executions bucket: %w", err)
 	}
-	return &Server{cfg: cfg, nc: nc, js: js, log: log, defs: defs, ids: ids, execs: execs}, nil
+	history, err := js.Stream(ctx, events.StreamEvents)
+	if err != nil {
+		return nil, fmt.Errorf("open events stream: %w", err)
+	}
+	return &Server{cfg: cfg, nc: nc, js: js, log: log, defs: defs, ids: ids, execs: execs, history: history}, nil
 }
 
 // route is one endpoint: its pattern ("METHOD /path"), its handler and

@@ -10,6 +10,7 @@ import (
 
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
+	"jetflow.dev/pkg/history/historytest"
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/services/dispatcher/dispatch"
 )
@@ -52,7 +53,7 @@ func TestCancelWaitsForTheRunningStep(t *testing.T) {
 	t.Log("the running step's result is recorded, and no other step starts")
 	b.report(t, &events.OperationSucceeded{TaskRef: task.task.Ref("test-agent", 1)})
 	s, evs := waitStatus(t, b.js, "deploy", "c1", projections.StatusCancelled)
-	requireLinear(t, evs)
+	historytest.RequireLinear(t, evs)
 	require.Equal(t, projections.OpSucceeded, s.Steps[0].Status)
 	require.Equal(t, projections.OpNone, s.Steps[1].Status, "ship never ran")
 	require.Equal(t, 1, countType(evs, events.TypeStepScheduled))

@@ -103,6 +103,48 @@ type Dispatcher struct {
 
 	mu    sync.Mutex // guards cache
 	cache *lru
+
+	// handling serialises withExecution per execution. A worker handles
+	// the messages routed to it one at a time, but a message that names
+	// several executions (a clear-lock command) is routed by its own id,
+	// so it can reach an execution while the execution's worker handles
+	// it; both would change the same cached state.
+	handling keyedMutex
+}
+
+// keyedMutex is a mutex per key, for the keys in use.
+type keyedMutex struct {
+	mu    sync.Mutex // guards locks
+	locks map[string]*keyLock
+}
+
+type keyLock struct {
+	sync.Mutex
+	users int // holders and waiters; guarded by keyedMutex.mu
+}
+
+// lock locks key and returns its unlock.
+func (k *keyedMutex) lock(key string) (unlock func()) {
+	k.mu.Lock()
+	if k.locks == nil {
+		k.locks = map[string]*keyLock{}
+	}
+	l := k.locks[key]
+	if l == nil {
+		l = &keyLock{}
+		k.locks[key] = l
+	}
+	l.users++
+	k.mu.Unlock()
+	l.Lock()
+	return func() {
+		l.Unlock()
+		k.mu.Lock()
+		if l.users--; l.users == 0 {
+			delete(k.locks, key)
+		}
+		k.mu.Unlock()
+	}
 }
 
 // New returns a dispatcher; call Run to start it.
@@ -374,6 +416,7 @@ func (d *Dispatcher) withExecution(ctx context.Context, wf, id string, fn func(*
 	if !events.ValidWorkflowName(wf) || !events.ValidExecutionID(id) {
 		return permanentError{fmt.Errorf("invalid workflow %q or execution id %q", wf, id)}
 	}
+	defer d.handling.lock(id)()
 	for attempt := 0; ; attempt++ {
 		x, cached, err := d.load(ctx, wf, id)
 		if err != nil {

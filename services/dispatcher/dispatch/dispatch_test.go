@@ -13,6 +13,7 @@ import (
 	"jetflow.dev/pkg/catalog"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
+	"jetflow.dev/pkg/history/historytest"
 	"jetflow.dev/pkg/natstest"
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/pkg/workflow"
@@ -167,18 +168,6 @@ func countType(evs []events.Event, typ events.Type) int {
 	return n
 }
 
-// requireLinear checks that every event was appended right after the one
-// before it: the history never forked.
-func requireLinear(t *testing.T, evs []events.Event) {
-	t.Helper()
-	require.NotEmpty(t, evs)
-	var prev uint64
-	for i, ev := range evs {
-		require.Equal(t, prev, ev.PrevSeq, "event %d (%s) was appended after seq %d, not after the previous event", i, ev.Type, ev.PrevSeq)
-		prev = ev.Seq
-	}
-}
-
 // waitResultsHandled waits until the dispatcher acknowledged every result
 // published so far.
 func waitResultsHandled(t *testing.T, js jetstream.JetStream) {
@@ -232,7 +221,7 @@ func TestStartToSuccess(t *testing.T) {
 	task := b.nextTask(t)
 	evs := waitHistory(t, b.js, "greet", "x1", "first step sent", func(evs []events.Event) bool { return len(evs) >= 4 })
 	require.Equal(t, []events.Type{events.TypeExecutionStarted, events.TypeStepScheduled, events.TypeStepSending, events.TypeStepSent}, typesOf(evs))
-	requireLinear(t, evs)
+	historytest.RequireLinear(t, evs)
 	started := evs[0].Data.(*events.ExecutionStarted)
 	require.Equal(t, "greet", started.Workflow)
 	require.Equal(t, 1, started.Version)
@@ -268,7 +257,7 @@ func TestStartToSuccess(t *testing.T) {
 	b.report(t, &events.OperationSucceeded{TaskRef: second.task.Ref("test-agent", 1)})
 
 	s, evs := waitStatus(t, b.js, "greet", "x1", projections.StatusSucceeded)
-	requireLinear(t, evs)
+	historytest.RequireLinear(t, evs)
 	require.Equal(t, []events.Type{
 		events.TypeExecutionStarted,
 		events.TypeStepScheduled, events.TypeStepSending, events.TypeStepSent, events.TypeStepStarted, events.TypeStepSucceeded,
@@ -338,7 +327,7 @@ func TestStaleResultsIgnored(t *testing.T) {
 		b.report(t, &events.OperationFailed{TaskRef: ref, Error: "late failure"})
 		waitResultsHandled(t, b.js)
 		evs := readHistory(t, b.js, "greet", "x1")
-		requireLinear(t, evs)
+		historytest.RequireLinear(t, evs)
 		var kept []events.Type
 		for _, typ := range typesOf(evs) {
 			if typ != events.TypeResultIgnored { // from the cases above
@@ -383,7 +372,7 @@ func TestFailedStepFailsExecution(t *testing.T) {
 		Output: json.RawMessage(`{"exit_code":3}`)})
 
 	s, evs := waitStatus(t, b.js, "greet", "x1", projections.StatusFailed)
-	requireLinear(t, evs)
+	historytest.RequireLinear(t, evs)
 	require.Equal(t, "step hello failed: exit status 3", s.Error)
 	failed := evs[len(evs)-1].Data.(*events.ExecutionFailed)
 	require.Equal(t, "hello", failed.StepID)
@@ -444,13 +433,32 @@ func TestStartRejected(t *testing.T) {
 // TestConcurrentDispatchers runs two dispatchers on the same durable
 // consumers. Messages about one execution are spread over both, so they
 // race to append; the expected-last-sequence check must keep every
-// history linear, with one StepSucceeded per step.
+// history linear, with one StepSucceeded per step, and both must have
+// written (each event's source names its dispatcher).
 func TestConcurrentDispatchers(t *testing.T) {
 	t.Parallel()
 
 	b := setup(t)
-	for i := range 2 {
-		runDispatcher(t, b.connect(), dispatch.Config{Workers: 4, Source: fmt.Sprintf("dispatcher-%d", i)})
+	sources := []string{"dispatcher-0", "dispatcher-1"}
+	for _, source := range sources {
+		runDispatcher(t, b.connect(), dispatch.Config{Workers: 4, Source: source})
+	}
+	// Both pull from each consumer before anything is published, so that
+	// the server hands the messages to one and the other.
+	for _, c := range []struct{ stream, name string }{
+		{events.StreamCommands, dispatch.CommandsConsumer}, {events.StreamResults, dispatch.ResultsConsumer},
+	} {
+		waiting := 0
+		natstest.Eventually(t, waitFor, func() bool {
+			cons, err := b.js.Consumer(t.Context(), c.stream, c.name)
+			if err != nil {
+				return false
+			}
+			ci, err := cons.Info(t.Context())
+			require.NoError(t, err)
+			waiting = ci.NumWaiting
+			return waiting >= len(sources)
+		}, "both dispatchers pull from %s (%d pulls waiting)", c.name, waiting)
 	}
 	steps := []string{"one", "two", "three"}
 	b.register(t, "race", steps...)
@@ -477,10 +485,14 @@ func TestConcurrentDispatchers(t *testing.T) {
 		}
 	}
 	waitResultsHandled(t, b.js)
+	written := map[string]int{}
 	for i := range executions {
 		id := fmt.Sprintf("x%d", i)
 		evs := readHistory(t, b.js, "race", id)
-		requireLinear(t, evs)
+		for _, ev := range evs {
+			written[ev.Source]++
+		}
+		historytest.RequireLinear(t, evs)
 		_, err := projections.Fold(evs)
 		require.NoError(t, err)
 		require.Equal(t, 1, countType(evs, events.TypeExecutionStarted), id)
@@ -492,4 +504,9 @@ func TestConcurrentDispatchers(t *testing.T) {
 	info, err := b.tasks.Info(t.Context())
 	require.NoError(t, err)
 	require.Zero(t, info.NumPending, "every step was sent once")
+	t.Logf("events written by each dispatcher: %v", written)
+	for _, source := range sources {
+		require.Positive(t, written[source], "%s handled nothing: the test did not run two dispatchers at once", source)
+	}
+	require.Len(t, written, len(sources), "no event from anyone else")
 }

@@ -37,19 +37,34 @@ func stepIs(t *testing.T, js jetstream.JetStream, i int, st projections.OpStatus
 	return i < len(s.Steps) && s.Steps[i].Status == st
 }
 
-// runUntil runs d until cond holds (or 10 s pass), then stops it.
+// runUntil runs d until cond holds, then stops it; it fails the test if
+// cond does not hold within waitFor.
 func runUntil(t *testing.T, d *dispatch.Dispatcher, cond func() bool) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() && time.Now().Before(deadline) {
+	stopped := false
+	stop := func() error {
+		stopped = true
+		cancel()
+		return <-done
+	}
+	defer func() { // also when cond fails the test
+		if !stopped {
+			_ = stop()
+		}
+	}()
+	deadline := time.Now().Add(waitFor)
+	for !cond() {
+		if time.Now().After(deadline) {
+			require.NoError(t, stop())
+			t.Fatalf("runUntil: the condition did not hold within %s", waitFor)
+		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	time.Sleep(200 * time.Millisecond) // let it finish what it took
-	cancel()
-	require.NoError(t, <-done)
+	time.Sleep(200 * time.Millisecond) // let it finish what it took (not a condition: it may take nothing)
+	require.NoError(t, stop())
 }
 
 func publishPayload(t *testing.T, js jetstream.JetStream, subject string, ev events.Event) {
@@ -166,7 +181,7 @@ func TestTimerFiredBeforeACrashIsActedOn(t *testing.T) {
 
 	runUntil(t, newDispatcher("B"), func() bool { return stepIs(t, js, 1, projections.OpSent) })
 	s = foldOf(t, js, "wf", "x1")
+	require.Len(t, s.Steps, 2)
 	require.Equal(t, projections.OpSucceeded, s.Steps[0].Status, "the recorded firing ends the sleep")
-	require.Len(t, s.Steps, 2, "and the next step is sent")
-	require.Equal(t, projections.OpSent, s.Steps[1].Status)
+	require.Equal(t, projections.OpSent, s.Steps[1].Status, "and the next step is sent")
 }

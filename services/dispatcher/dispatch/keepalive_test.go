@@ -12,11 +12,13 @@ import (
 )
 
 // TestKeepAliveHoldsALongHandling: a message handled for longer than its
-// AckWait is not redelivered while keepAlive runs.
+// AckWait is not redelivered while keepAlive runs. A pull waits through
+// the whole handling (two AckWaits and a half), so a redelivery would
+// reach it at once.
 func TestKeepAliveHoldsALongHandling(t *testing.T) {
 	t.Parallel()
 	_, js := natstest.Connect(t, natstest.RunJetStream(t))
-	ackWait := 400 * time.Millisecond
+	ackWait := 2 * time.Second // progress every 667 ms: room for a loaded machine
 	cons, err := js.CreateOrUpdateConsumer(t.Context(), events.StreamCommands, jetstream.ConsumerConfig{
 		Durable: "ka", FilterSubject: events.SubjectReconcile, AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait})
 	require.NoError(t, err)
@@ -30,13 +32,13 @@ func TestKeepAliveHoldsALongHandling(t *testing.T) {
 	d := &Dispatcher{cfg: Config{AckWait: ackWait}}
 	handled := make(chan struct{})
 	go d.keepAlive(m, handled)
-	time.Sleep(3 * ackWait) // the handling takes three ack waits
-	again, err := cons.Fetch(1, jetstream.FetchMaxWait(200*time.Millisecond))
+	again, err := cons.Fetch(1, jetstream.FetchMaxWait(ackWait*5/2)) // the handling takes that long
 	require.NoError(t, err)
 	n := 0
 	for range again.Messages() {
 		n++
 	}
+	require.NoError(t, again.Error())
 	require.Zero(t, n, "not redelivered while it is being handled")
 	close(handled)
 	require.NoError(t, m.Ack())

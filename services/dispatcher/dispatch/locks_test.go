@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/history/historytest"
 	"jetflow.dev/pkg/lock"
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/services/dispatcher/dispatch"
@@ -69,7 +70,7 @@ func TestLockWaitersInOrder(t *testing.T) {
 
 	b.finishTask(t, first)
 	_, evs := waitStatus(t, b.js, "m", "m1", projections.StatusSucceeded)
-	requireLinear(t, evs)
+	historytest.RequireLinear(t, evs)
 	require.Equal(t, []events.Type{events.TypeExecutionStarted, events.TypeLockRequested, events.TypeLockAcquired,
 		events.TypeStepScheduled, events.TypeStepSending, events.TypeStepSent, events.TypeStepStarted, events.TypeStepSucceeded,
 		events.TypeLockReleased, events.TypeExecutionSucceeded}, typesOf(evs), "the lock is released before the execution ends")

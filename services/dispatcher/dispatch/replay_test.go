@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/history/historytest"
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/services/dispatcher/dispatch"
 )
@@ -116,7 +117,7 @@ func TestReplayAtomicIncrement(t *testing.T) {
 	}
 	require.Equal(t, 2, acquired)
 	require.Equal(t, projections.LockReleased, s.Locks[0].Status)
-	requireLinear(t, evs)
+	historytest.RequireLinear(t, evs)
 }
 
 // The same increment in a block under a lock whose on-error retries by
@@ -156,7 +157,7 @@ steps:
 	require.Less(t, indexOfType(evs, events.TypeLockAcquired), indexOfType(evs, events.TypeExecutionReplayed))
 	require.Len(t, s.Locks, 1)
 	require.Equal(t, projections.LockReleased, s.Locks[0].Status, "released when the execution ended")
-	requireLinear(t, evs)
+	historytest.RequireLinear(t, evs)
 }
 
 // replayable: automatically: a step whose task was lost (its agents died)
@@ -238,7 +239,7 @@ steps:
 		points = append(points, r.Point)
 	}
 	require.Equal(t, []string{"mark", "bump"}, points)
-	requireLinear(t, evs)
+	historytest.RequireLinear(t, evs)
 
 	// A replay that cannot be done is rejected and changes nothing.
 	before := len(evs)

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/history/historytest"
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/services/dispatcher/dispatch"
 )
@@ -45,7 +46,7 @@ func TestResumeRunsTheFailedStepAgain(t *testing.T) {
 
 	b.report(t, &events.OperationSucceeded{TaskRef: again.task.Ref("test-agent", 1)})
 	s, evs := waitStatus(t, b.js, "deploy", "r1", projections.StatusSucceeded)
-	requireLinear(t, evs)
+	historytest.RequireLinear(t, evs)
 	require.Equal(t, 1, countType(evs, events.TypeExecutionResumed))
 	resumed := evs[indexOfType(evs, events.TypeExecutionResumed)].Data.(*events.ExecutionResumed)
 	require.Equal(t, []string{"ship"}, resumed.Reset)
@@ -111,7 +112,7 @@ func TestResumeAfterForceCancel(t *testing.T) {
 	require.Equal(t, "ship", ship.task.StepID)
 	b.report(t, &events.OperationSucceeded{TaskRef: ship.task.Ref("test-agent", 1)})
 	s, evs := waitStatus(t, b.js, "deploy", "r3", projections.StatusSucceeded)
-	requireLinear(t, evs)
+	historytest.RequireLinear(t, evs)
 	require.JSONEq(t, `"built"`, string(s.Steps[0].Output), "the stored result was applied")
 	require.Nil(t, s.Cancellation)
 }

@@ -10,6 +10,7 @@ import (
 
 	"jetflow.dev/pkg/claim"
 	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/history/historytest"
 	"jetflow.dev/pkg/natstest"
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/pkg/workflow"
@@ -62,7 +63,7 @@ func TestRetentionRecorded(t *testing.T) {
 
 	b.startInput(t, "keeper", "k1", `{"who":"ops"}`)
 	x, evs := waitStatus(t, b.js, "keeper", "k1", projections.StatusSucceeded)
-	requireLinear(t, evs)
+	historytest.RequireLinear(t, evs)
 
 	started := evs[0].Data.(*events.ExecutionStarted)
 	require.Equal(t, &events.Retention{Rule: "max(parent, 6h)", Key: "ops-runs"}, started.Retention)

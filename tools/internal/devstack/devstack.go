@@ -18,7 +18,6 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
@@ -48,6 +47,9 @@ type Config struct {
 	Replicas int
 	// HTTPAddr is the api's listen address. Default 127.0.0.1:8080.
 	HTTPAddr string
+	// StartWait is how long the api waits for the dispatcher's verdict on
+	// a command before answering 202. Default the api's (5s).
+	StartWait time.Duration
 	// Apply lists workflow files or directories (*.yaml, *.yml, *.json) to
 	// register at start.
 	Apply []string
@@ -279,6 +281,9 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 		g.Go(func() error {
 			opts, err := info.OptionsIn(ns, auth.Role(name))
 			if err != nil {
+				if gctx.Err() != nil {
+					return nil // stopped while starting: not an error
+				}
 				return err
 			}
 			log := cfg.Log.With().Str("service", name).Logger()
@@ -347,7 +352,7 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 		if ready != nil {
 			ready(info)
 		}
-		return api.Serve(ctx, api.Config{Listener: ln, BindOnly: restricted}, c.NC, c.JS, log("api"))
+		return api.Serve(ctx, api.Config{Listener: ln, StartWait: cfg.StartWait, BindOnly: restricted}, c.NC, c.JS, log("api"))
 	})
 	err = g.Wait()
 	_ = ln.Close()
@@ -360,15 +365,19 @@ const AuthDir = "auth"
 // bootstrap makes the topology (streams, buckets, durable consumers) as
 // the admin identity, before any service binds to it.
 func bootstrap(ctx context.Context, info Info, ns string, cfg Config) error {
-	nc, err := info.ConnectIn(ns, auth.RoleAdmin, "jetflow-bootstrap")
+	opts, err := info.OptionsIn(ns, auth.RoleAdmin)
+	if err != nil {
+		return fmt.Errorf("bootstrap: %w", err)
+	}
+	log := cfg.Log.With().Str("service", "bootstrap").Logger()
+	// Open waits for the (possibly still starting) server, saying so, and
+	// makes the streams and buckets as it connects (the admin may).
+	nc, js, err := bus.Open(ctx, info.NATSURL, "jetflow-bootstrap", bus.Config{Replicas: cfg.Replicas,
+		OnRetry: func(err error) { log.Warn().Err(err).Msg("waiting for jetstream") }}, opts...)
 	if err != nil {
 		return fmt.Errorf("bootstrap: %w", err)
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("bootstrap: %w", err)
-	}
 	for {
 		err = bus.Bootstrap(ctx, js, bus.Config{Replicas: cfg.Replicas},
 			bus.Durables{TaskAckWait: cfg.TaskAckWait, MaxDeliver: cfg.MaxDeliver})
@@ -378,9 +387,9 @@ func bootstrap(ctx context.Context, info Info, ns string, cfg Config) error {
 		if ctx.Err() != nil {
 			return fmt.Errorf("bootstrap: %w", err)
 		}
-		// The server may still be starting, or a cluster still placing
-		// its replicas (no suitable peers yet): try again.
-		cfg.Log.Warn().Err(err).Msg("bootstrap: waiting for jetstream")
+		// A cluster may still be placing its replicas (no suitable peers
+		// yet): try again.
+		log.Warn().Err(err).Msg("waiting for jetstream")
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
