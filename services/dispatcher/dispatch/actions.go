@@ -70,7 +70,7 @@ func (d *Dispatcher) action(ctx context.Context, ev events.Event, p *events.Exec
 		return err
 	}
 	key := events.CommandKey(ev.Source, ev.ID)
-	rec := events.ActionRecord{Action: p.Action, Reason: p.Reason, RequestedBy: p.RequestedBy, Command: key}
+	rec := events.ActionRecord{Action: p.Action, Reason: p.Reason, RequestedBy: p.RequestedBy, Actor: p.Actor, Command: key}
 	if rec.RequestedBy == "" {
 		rec.RequestedBy = ev.Source
 	}
