@@ -82,7 +82,7 @@ type Key struct {
 	RevokedAt time.Time `json:"revoked_at,omitzero"`
 	RevokedBy string    `json:"revoked_by,omitempty"`
 	// Hash is HashToken of the token.
-	Hash string `json:"hash"`
+	Hash string `json:"hash,omitempty"`
 }
 
 // Public is the key without its hash, as the api lists it.
