@@ -40,7 +40,7 @@ func (s *stack) waitStepStatus(t *testing.T, id, step string, st projections.OpS
 
 func postAction(t *testing.T, s *stack, id, body string) (int, map[string]any) {
 	t.Helper()
-	resp, err := http.Post(s.info.APIURL+"/v1/executions/"+id+"/actions", "application/json", strings.NewReader(body))
+	resp, err := apiHTTP.Post(s.info.APIURL+"/v1/executions/"+id+"/actions", "application/json", strings.NewReader(body))
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	var out map[string]any
@@ -221,7 +221,7 @@ func TestActionIdempotencyKey(t *testing.T) {
 		require.NoError(t, err)
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Idempotency-Key", "stop-i1")
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := apiHTTP.Do(req)
 		require.NoError(t, err)
 		defer resp.Body.Close()
 		var out map[string]any
@@ -340,7 +340,7 @@ func TestWaitAfterFailThenResumeWithTheCLI(t *testing.T) {
 steps:
   - {id: read, kind: exec, command: cat, args: ["`+filepath.Join(dir, "token")+`"]}
 `)
-	resp, err := http.Post(s.info.APIURL+"/v1/executions", "application/json",
+	resp, err := apiHTTP.Post(s.info.APIURL+"/v1/executions", "application/json",
 		strings.NewReader(`{"workflow":"careful","id":"wf1","wait_after_fail":true}`))
 	require.NoError(t, err)
 	resp.Body.Close()
@@ -382,7 +382,7 @@ func TestDryRunOverHTTP(t *testing.T) {
 steps:
   - {id: touch, kind: exec, command: touch, args: ["`+marker+`"]}
 `)
-	resp, err := http.Post(s.info.APIURL+"/v1/executions", "application/json",
+	resp, err := apiHTTP.Post(s.info.APIURL+"/v1/executions", "application/json",
 		strings.NewReader(`{"workflow":"risky","id":"dry1","dry_run":true}`))
 	require.NoError(t, err)
 	resp.Body.Close()

@@ -78,7 +78,7 @@ steps:
 	} {
 		req, err := http.NewRequest(http.MethodDelete, s.info.APIURL+c.path, strings.NewReader(c.body))
 		require.NoError(t, err)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := apiHTTP.Do(req)
 		require.NoError(t, err)
 		var body struct {
 			Error struct {

@@ -24,10 +24,12 @@ import (
 	"jetflow.dev/pkg/auth"
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/catalog"
+	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/natsserver"
 	"jetflow.dev/pkg/operation"
 	"jetflow.dev/pkg/workflow"
 	"jetflow.dev/services/agent/agent"
+	"jetflow.dev/services/api/access"
 	"jetflow.dev/services/api/api"
 	"jetflow.dev/services/dispatcher/dispatch"
 	"jetflow.dev/services/janitor/janitor"
@@ -75,6 +77,11 @@ type Config struct {
 	// connects with its own role's credentials, and only the bootstrap's
 	// admin identity changes the topology. With NATSURL the stack is
 	// insecure unless CredsDir says where its identities are.
+	//
+	// Insecure also turns the api's authentication off. Without it, every
+	// HTTP caller needs a token: the stack makes a bootstrap admin token
+	// in DataDir/auth/admin.token on its first start (AdminTokenFile) and
+	// gives it to its api.
 	Insecure bool
 	// CredsDir, with NATSURL, is an auth directory (jetflow auth init)
 	// whose default namespace's creds the services use.
@@ -90,6 +97,63 @@ type Info struct {
 	// CredsDir is the namespace directory holding each role's creds file
 	// (auth.CredsFile); "" for an insecure stack.
 	CredsDir string
+	// AdminToken is the api's bootstrap admin token, kept in
+	// AdminTokenPath; both "" for an insecure stack (no HTTP auth).
+	AdminToken     string
+	AdminTokenPath string
+}
+
+// Client is a client of the stack's api, with the admin token.
+func (i Info) Client() *client.Client {
+	return client.New(i.APIURL, client.WithToken(i.AdminToken))
+}
+
+// AdminTokenFile is the name of the bootstrap admin token's file in the
+// auth directory (DataDir/auth/admin.token, 0600).
+const AdminTokenFile = "admin.token"
+
+// EnsureAdminToken returns the admin token kept in dir/admin.token,
+// making a random one (and dir, 0700) the first time.
+func EnsureAdminToken(dir string) (path, token string, err error) {
+	path = filepath.Join(dir, AdminTokenFile)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", "", fmt.Errorf("admin token: %w", err)
+	}
+	if token, err = ReadToken(path); err == nil {
+		return path, token, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", "", err
+	}
+	if token, err = access.NewAdminToken(); err != nil {
+		return "", "", err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return "", "", fmt.Errorf("admin token: %w", err)
+	}
+	if _, err := f.WriteString(token + "\n"); err != nil {
+		f.Close()
+		return "", "", fmt.Errorf("admin token: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return "", "", fmt.Errorf("admin token: %w", err)
+	}
+	return path, token, nil
+}
+
+// ReadToken reads a token file: its first line that is neither blank nor
+// a # comment. The error wraps os.ErrNotExist when there is no file.
+func ReadToken(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			return line, nil
+		}
+	}
+	return "", fmt.Errorf("%s holds no token", path)
 }
 
 // Creds is the path of role's creds file ("" for an insecure stack).
@@ -184,11 +248,22 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 		credsDir = filepath.Join(cfg.CredsDir, auth.DefaultNamespace)
 	}
 
+	var tokenPath, token string
+	if !cfg.Insecure {
+		if cfg.DataDir == "" {
+			return errors.New("devstack: DataDir is required: it keeps the api's admin token")
+		}
+		var err error
+		if tokenPath, token, err = EnsureAdminToken(filepath.Join(cfg.DataDir, AuthDir)); err != nil {
+			return err
+		}
+	}
 	ln, err := net.Listen("tcp", cmp.Or(cfg.HTTPAddr, "127.0.0.1:8080"))
 	if err != nil {
 		return fmt.Errorf("api address: %w", err)
 	}
-	info := Info{NATSURL: url, APIURL: "http://" + ln.Addr().String(), Server: srv, CredsDir: credsDir}
+	info := Info{NATSURL: url, APIURL: "http://" + ln.Addr().String(), Server: srv, CredsDir: credsDir,
+		AdminToken: token, AdminTokenPath: tokenPath}
 	if err := bootstrap(ctx, info, cfg); err != nil {
 		_ = ln.Close()
 		if ctx.Err() != nil {
@@ -198,6 +273,12 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 	}
 	if srv != nil { // the data directory is this stack's: say where it is
 		conn := Conn{API: info.APIURL, NATS: url, PID: os.Getpid()}
+		if tokenPath != "" {
+			if conn.TokenFile, err = filepath.Abs(tokenPath); err != nil {
+				_ = ln.Close()
+				return err
+			}
+		}
 		if c := info.Creds(auth.RoleClient); c != "" {
 			pub, _, err := auth.CredsUser(c)
 			if err != nil {
@@ -284,7 +365,8 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 		if ready != nil {
 			ready(info)
 		}
-		return api.Serve(ctx, api.Config{Listener: ln, BindOnly: restricted}, c.NC, c.JS, log("api"))
+		return api.Serve(ctx, api.Config{Listener: ln, BindOnly: restricted,
+			Auth: api.AuthConfig{Disabled: cfg.Insecure, AdminTokenFile: tokenPath}}, c.NC, c.JS, log("api"))
 	})
 	err = g.Wait()
 	_ = ln.Close()
