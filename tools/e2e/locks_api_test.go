@@ -108,6 +108,8 @@ steps:
 	}
 	require.NotNil(t, rec, "the holder's history records the clear")
 	require.Equal(t, "alice", rec.RequestedBy)
+	require.Equal(t, "admin-token", rec.Actor.Subject, "the actor is who authenticated, not requested_by")
+	require.Equal(t, events.ActorAPIKey, rec.Actor.Method)
 	require.Equal(t, "g1 is stuck", rec.Reason)
 	require.Eventually(t, func() bool {
 		l, err := s.c.Lock(ctx, "gate-prod")
