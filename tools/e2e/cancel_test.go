@@ -107,7 +107,8 @@ func TestForceCancelAsCloudEvent(t *testing.T) {
 	require.Equal(t, projections.StatusCancelled, x.Status)
 	require.Equal(t, projections.OpStarted, stepByID(x, "build").Status, "force-cancel did not wait for build")
 	require.Equal(t, "urn:test:ops", x.Cancellation.RequestedBy)
-	require.Equal(t, []projections.ActionCommand{{Command: events.CommandKey(ev.Source, ev.ID), Action: "force-cancel"}}, x.Actions)
+	require.Equal(t, []projections.ActionCommand{{Command: events.CommandKey(ev.Source, ev.ID), Action: "force-cancel",
+		Actor: &events.Actor{Subject: "client", Method: events.ActorNATS}}}, x.Actions, "a NATS command is the client role's")
 	require.Equal(t, 1, countTypes(s.history(t, "r2"))[string(events.TypeExecutionCancelled)])
 }
 
@@ -146,13 +147,13 @@ func TestActionBadInput(t *testing.T) {
 	require.Equal(t, projections.StatusStarted, x.Status, "bad requests changed nothing")
 
 	t.Log("the CLI cancels a sleeping execution at once: nothing runs on an agent")
-	out, err := runCmd(context.Background(), buildJetflow(t), "--api", s.info.APIURL, "cancel", "t1", "--reason", "not needed")
+	out, err := runCmd(context.Background(), buildJetflow(t), "--api", s.info.APIURL, "--token", s.info.AdminToken, "cancel", "t1", "--reason", "not needed")
 	require.NoError(t, err, out)
 	require.Contains(t, out, "cancel of execution t1 recorded")
 	x = s.waitDone(t, "t1", 10*time.Second)
 	require.Equal(t, projections.StatusCancelled, x.Status)
 	require.Equal(t, "not needed", x.Cancellation.Reason)
-	out, err = runCmd(context.Background(), buildJetflow(t), "--api", s.info.APIURL, "cancel", "t1")
+	out, err = runCmd(context.Background(), buildJetflow(t), "--api", s.info.APIURL, "--token", s.info.AdminToken, "cancel", "t1")
 	require.Error(t, err)
 	require.Contains(t, out, "already cancelled")
 }
@@ -354,7 +355,7 @@ steps:
 	require.True(t, x.WaitAfterFail)
 
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "token"), []byte("s3cret\n"), 0o600))
-	out, err := runCmd(ctx, buildJetflow(t), "--api", s.info.APIURL, "resume", "wf1", "--reason", "token restored")
+	out, err := runCmd(ctx, buildJetflow(t), "--api", s.info.APIURL, "--token", s.info.AdminToken, "resume", "wf1", "--reason", "token restored")
 	require.NoError(t, err, out)
 	require.Contains(t, out, "resume of execution wf1 recorded")
 	x = s.waitDone(t, "wf1", 20*time.Second)
@@ -365,7 +366,7 @@ steps:
 	require.NoError(t, os.Remove(filepath.Join(dir, "token")))
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	out, err = runCmd(wctx, buildJetflow(t), "--api", s.info.APIURL, "run", "careful", "--id", "wf2", "--wait-after-fail", "--watch")
+	out, err = runCmd(wctx, buildJetflow(t), "--api", s.info.APIURL, "--token", s.info.AdminToken, "run", "careful", "--id", "wf2", "--wait-after-fail", "--watch")
 	require.Error(t, err, out)
 	require.NoError(t, wctx.Err(), "the watch did not return")
 	require.Contains(t, out, "execution.suspended")

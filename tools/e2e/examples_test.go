@@ -41,9 +41,12 @@ var exampleRuns = map[string][]exampleRun{
 	}},
 	"slow.yaml": {{want: projections.StatusSucceeded}},
 	"chain.yaml": {{
-		want: projections.StatusSucceeded,
+		// The api authenticates its callers, and a token must not be an
+		// input (inputs are recorded): until the agent can resolve a
+		// secret for the Authorization header, the api refuses the step.
+		want: projections.StatusFailed,
 		check: func(t *testing.T, x projections.Execution) {
-			require.JSONEq(t, `201`, jsonField(t, stepByID(x, "start-hello").Output, "status"))
+			require.Contains(t, stepByID(x, "start-hello").Error, "status 401")
 		},
 	}},
 	"fails.yaml": {{

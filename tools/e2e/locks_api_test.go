@@ -54,12 +54,12 @@ steps:
 		return err == nil && len(x.WaitingLocks()) == 1
 	}, 10*time.Second, 20*time.Millisecond, "the read model shows the wait")
 	require.Equal(t, projections.StatusStarted, x.Status)
-	out, err := runCmd(ctx, buildJetflow(t), "--api", s.info.APIURL, "show", "g2")
+	out, err := runCmd(ctx, buildJetflow(t), "--api", s.info.APIURL, "--token", s.info.AdminToken, "show", "g2")
 	require.NoError(t, err, out)
 	require.Contains(t, out, "gate-prod")
 	require.Contains(t, out, "waiting")
 
-	out, err = runCmd(ctx, buildJetflow(t), "--api", s.info.APIURL, "locks", "ls")
+	out, err = runCmd(ctx, buildJetflow(t), "--api", s.info.APIURL, "--token", s.info.AdminToken, "locks", "ls")
 	require.NoError(t, err, out)
 	require.Regexp(t, `gate-prod\s+1\s+holder\s+g1`, out)
 	require.Regexp(t, `gate-prod\s+1\s+waiter 2\s+g3`, out)
@@ -117,7 +117,7 @@ steps:
 	}, 10*time.Second, 20*time.Millisecond)
 
 	t.Log("g1 (still running) asked again and waits at the end; jetflow locks clear hands the lock to g3")
-	out, err = runCmd(ctx, buildJetflow(t), "--api", s.info.APIURL, "locks", "clear", "gate-prod", "--execution", "g2", "--reason", "testing")
+	out, err = runCmd(ctx, buildJetflow(t), "--api", s.info.APIURL, "--token", s.info.AdminToken, "locks", "clear", "gate-prod", "--execution", "g2", "--reason", "testing")
 	require.NoError(t, err, out)
 	require.Contains(t, out, "cleared lock gate-prod held by g2")
 	// The clear is recorded before g2 (still running) asks again: the

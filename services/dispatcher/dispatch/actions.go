@@ -170,7 +170,7 @@ func (d *Dispatcher) action(ctx context.Context, ev events.Event, p *events.Exec
 func cancelled(s projections.Execution) *events.ExecutionCancelled {
 	rec := events.ActionRecord{Action: events.ActionCancel}
 	if c := s.Cancellation; c != nil {
-		rec.Reason, rec.RequestedBy = c.Reason, c.RequestedBy
+		rec.Reason, rec.RequestedBy, rec.Actor = c.Reason, c.RequestedBy, c.Actor
 	}
 	return &events.ExecutionCancelled{ActionRecord: rec}
 }
