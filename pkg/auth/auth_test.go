@@ -114,3 +114,36 @@ func TestOnlyTheDispatcherMayWriteHistories(t *testing.T) {
 	_, err = auth.PermissionsFor(auth.RoleAgent, []string{"bad queue"}, "_INBOX_x")
 	require.Error(t, err)
 }
+
+// TestOnlyTheAPIMaySendActors: commands on jf.commands.api.> carry an
+// authenticated actor, so only the api (and the admin) may publish
+// there; the client keeps its own command subjects, and only the api
+// touches the api keys' bucket.
+func TestOnlyTheAPIMaySendActors(t *testing.T) {
+	t.Parallel()
+	for _, role := range auth.Roles {
+		p, err := auth.PermissionsFor(role, []string{"default"}, "_INBOX_x")
+		require.NoError(t, err)
+		apiSubjects, keys := false, false
+		for _, s := range p.PubAllow {
+			if s == ">" || s == "jf.>" || s == "jf.commands.>" || strings.HasPrefix(s, "jf.commands.api.") {
+				apiSubjects = true
+			}
+			if s == ">" || strings.Contains(s, "JF_API_KEYS") {
+				keys = true
+			}
+		}
+		require.Equal(t, role == auth.RoleAdmin || role == auth.RoleAPI, apiSubjects, role)
+		require.Equal(t, role == auth.RoleAdmin || role == auth.RoleAPI, keys, role)
+	}
+	p, err := auth.PermissionsFor(auth.RoleClient, nil, "_INBOX_x")
+	require.NoError(t, err)
+	for _, s := range []string{"jf.commands.start", "jf.commands.signal", "jf.commands.action"} {
+		require.Contains(t, p.PubAllow, s)
+	}
+	p, err = auth.PermissionsFor(auth.RoleAPI, nil, "_INBOX_x")
+	require.NoError(t, err)
+	require.Contains(t, p.PubAllow, "jf.commands.api.>")
+	require.Contains(t, p.PubAllow, "$KV.JF_API_KEYS.>")
+	require.NotContains(t, p.PubAllow, "jf.commands.start", "the api's commands go on its own subjects")
+}

@@ -32,7 +32,9 @@ const (
 	// RoleJanitor does the maintenance sweeps, retention included.
 	RoleJanitor Role = "janitor"
 	// RoleClient is for external programs: publish start, signal and
-	// action commands; read histories and rejections.
+	// action commands (never on the api's subjects, jf.commands.api.>,
+	// whose commands carry an authenticated actor); read histories and
+	// rejections.
 	RoleClient Role = "client"
 )
 
@@ -250,7 +252,9 @@ func PermissionsFor(role Role, queues []string, inbox string) (Permissions, erro
 			events.RejectionsPrefix + ".>", // and why not
 		})}
 		p.PubAllow = slices.Concat(
-			[]string{events.CommandsPrefix + ".>"},
+			// Its commands carry the authenticated actor: only the api
+			// may publish where commands may carry one.
+			[]string{events.APICommandsPrefix + ".>"},
 			consume(events.StreamEvents, bus.ConsumerProjector),
 			[]string{jsAPI + "CONSUMER.UNPIN." + events.StreamEvents + "." + bus.ConsumerProjector},
 			readStream(events.StreamEvents, events.EventsPrefix+".>"),
@@ -259,6 +263,7 @@ func PermissionsFor(role Role, queues []string, inbox string) (Permissions, erro
 			readBucket(events.BucketExecutionIDs),
 			readBucket(events.BucketExecutions), writeBucket(events.BucketExecutions, ""),
 			readBucket(events.BucketLocks),
+			readBucket(events.BucketAPIKeys), writeBucket(events.BucketAPIKeys, ""), // the HTTP callers' keys
 		)
 		p.PubDeny = slices.Concat(adminOnly, denyOthersDurables(bus.ConsumerProjector))
 		return p, nil

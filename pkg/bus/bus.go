@@ -139,6 +139,8 @@ func Buckets(c Config) []jetstream.KeyValueConfig {
 			Storage: jetstream.FileStorage, Replicas: c.Replicas},
 		{Bucket: events.BucketLocks, Description: "workflow locks: holders and FIFO waiters per lock name (compare-and-set only)", History: 1,
 			Storage: jetstream.FileStorage, Replicas: c.Replicas},
+		{Bucket: events.BucketAPIKeys, Description: "the api's keys: name, scopes, namespaces and the SHA-256 of the token, never the token", History: 1,
+			Storage: jetstream.FileStorage, Replicas: c.Replicas},
 	}
 }
 

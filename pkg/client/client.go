@@ -23,11 +23,45 @@ import (
 type Client struct {
 	Base string
 	HTTP *http.Client
+	// Token is sent as Authorization: Bearer <Token> ("" for none): an api
+	// key, an admin token or an OIDC token (docs/api.md#authentication).
+	Token string
+	// Namespace is sent as Jetflow-Namespace ("" for the api's default).
+	Namespace string
 }
 
+// Option sets an optional setting of a Client.
+type Option func(*Client)
+
+// WithToken authenticates every request with the bearer token t.
+func WithToken(t string) Option { return func(c *Client) { c.Token = t } }
+
+// WithNamespace makes every request about namespace ns.
+func WithNamespace(ns string) Option { return func(c *Client) { c.Namespace = ns } }
+
 // New returns a client for base, e.g. "http://127.0.0.1:8080".
-func New(base string) *Client {
-	return &Client{Base: strings.TrimRight(base, "/"), HTTP: &http.Client{}}
+func New(base string, opts ...Option) *Client {
+	c := &Client{Base: strings.TrimRight(base, "/"), HTTP: &http.Client{}}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// authorize adds the client's token and namespace to req.
+func (c *Client) authorize(req *http.Request) {
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	if c.Namespace != "" {
+		req.Header.Set("Jetflow-Namespace", c.Namespace)
+	}
+}
+
+// IsDenied reports whether err is an api answer that the caller is not
+// authenticated (401) or not allowed (403).
+func IsDenied(err error) bool {
+	return IsStatus(err, http.StatusUnauthorized) || IsStatus(err, http.StatusForbidden)
 }
 
 // Error is an api error answer.
@@ -85,6 +119,7 @@ func (c *Client) do(ctx context.Context, method, path string, hdr http.Header, b
 	for k, v := range hdr {
 		req.Header[k] = v
 	}
+	c.authorize(req)
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
 		return 0, c.unreachable(ctx, method+" "+path, err)
@@ -319,6 +354,7 @@ func (c *Client) followOnce(ctx context.Context, id string, last uint64, fn func
 		return true, err
 	}
 	req.Header.Set("Accept", "text/event-stream")
+	c.authorize(req)
 	if last > 0 {
 		req.Header.Set("Last-Event-ID", strconv.FormatUint(last, 10))
 	}

@@ -21,13 +21,14 @@ var at = time.Date(2026, 3, 14, 15, 9, 26, 535897932, time.UTC)
 // samples has one fully populated payload per event type. RawMessage
 // fields are compact JSON so that they survive a round trip byte for byte.
 func samples() []events.Payload {
-	action := events.ActionRecord{Action: events.ActionCancel, Reason: "wrong host", RequestedBy: "alice", Command: "cli#7"}
+	actor := &events.Actor{Subject: "alice", Method: events.ActorAPIKey, KeyID: "0123456789abcdef"}
+	action := events.ActionRecord{Action: events.ActionCancel, Reason: "wrong host", RequestedBy: "alice", Actor: actor, Command: "cli#7"}
 	ref := events.TaskRef{TaskID: "x1.build.2", ExecutionID: "x1", Workflow: "deploy", StepID: "build",
 		Attempt: 2, Token: "tok", Queue: "gpu", Agent: "agent-7", Delivery: 3}
 	return []events.Payload{
 		&events.ExecutionStarted{Workflow: "deploy", Version: 3, Input: json.RawMessage(`{"env":"prod"}`),
 			Steps:      []events.StepRef{{ID: "build", Kind: "exec"}, {ID: "notify", Kind: "http"}},
-			Definition: json.RawMessage(`{"name":"deploy"}`), Token: "tok", CommandKey: "cli#1", CommandDigest: "d1", StartedBy: "alice", APIURL: "http://127.0.0.1:8080",
+			Definition: json.RawMessage(`{"name":"deploy"}`), Token: "tok", CommandKey: "cli#1", CommandDigest: "d1", StartedBy: "alice", Actor: actor, APIURL: "http://127.0.0.1:8080",
 			WaitAfterFail: true, DryRun: true, Retention: &events.Retention{Rule: "max(5, 24h)", Key: "deploy-prod"}},
 		&events.ExecutionSucceeded{Output: json.RawMessage(`[1,2,3]`)},
 		&events.ExecutionFailed{Error: "step build: exit status 1", StepID: "build"},
@@ -41,7 +42,7 @@ func samples() []events.Payload {
 		&events.StepFailed{StepID: "build", Kind: "exec", Attempt: 1, Error: "boom", Final: true, Output: json.RawMessage(`{"code":2}`),
 			Agent: "agent-7", Lost: true},
 		&events.StartExecution{Workflow: "deploy", Version: 2, Input: json.RawMessage(`{"a":"ü"}`), ExecutionID: "x1",
-			WaitAfterFail: true, DryRun: true},
+			WaitAfterFail: true, DryRun: true, Actor: actor},
 		&events.ReconcileExecution{ExecutionID: "x1", Workflow: "deploy", Reason: "stuck"},
 		&events.Task{TaskID: "x1.build.2", ExecutionID: "x1", Workflow: "deploy", StepID: "build", Attempt: 2,
 			Token: "tok", Kind: "exec", Queue: "builders", Spec: json.RawMessage(`{"command":"make"}`)},
@@ -65,18 +66,18 @@ func samples() []events.Payload {
 		&events.VariablesSet{StepID: "set", Vars: map[string]json.RawMessage{"host": json.RawMessage(`"web-1"`), "n": json.RawMessage(`[1,{"a":null}]`)}},
 		&events.TimerArmed{TimerID: "t-sleep-1", Purpose: events.TimerSleep, StepID: "nap", Attempt: 1, Due: at.Add(time.Minute)},
 		&events.TimerFired{TimerID: "t-sleep-1"},
-		&events.SignalReceived{SignalID: "s1", Name: "approve", Data: json.RawMessage(`{"by":"alice"}`), Sender: "cli/alice"},
-		&events.SignalExecution{ExecutionID: "x1", Name: "approve", Data: json.RawMessage(`{"by":"alice"}`)},
+		&events.SignalReceived{SignalID: "s1", Name: "approve", Data: json.RawMessage(`{"by":"alice"}`), Sender: "cli/alice", Actor: actor},
+		&events.SignalExecution{ExecutionID: "x1", Name: "approve", Data: json.RawMessage(`{"by":"alice"}`), Actor: actor},
 		&events.FireTimer{ExecutionID: "x1", Workflow: "deploy", TimerID: "t-sleep-1"},
 		&events.ExecutionAction{ExecutionID: "x1", Action: events.ActionReplay, Reason: "fixed the host", RequestedBy: "alice",
-			From: "build", Force: true},
+			From: "build", Force: true, Actor: actor},
 		&events.KillOperations{ExecutionID: "x1", Workflow: "deploy", Command: "cli#9", Lift: true},
 		&events.LockRequested{Lock: "apt-web-1", Path: "install", Limit: 3},
 		&events.LockAcquired{Lock: "apt-web-1", Path: "install"},
 		&events.LockReleased{Lock: "db", Path: "install", Reason: "the execution ends"},
 		&events.LockCleared{ActionRecord: action, Lock: "db", Path: "each[2]/blk"},
 		&events.ClearLock{Lock: "db", Entries: []events.LockEntry{{ExecutionID: "x1", Workflow: "deploy", Path: "blk", Request: 2}},
-			OnlyEnded: true, Reason: "holder ended", RequestedBy: "jetflow/janitor"},
+			OnlyEnded: true, Reason: "holder ended", RequestedBy: "jetflow/janitor", Actor: actor},
 		&events.ExpireExecution{ExecutionID: "x1", Workflow: "deploy", LastSeq: 41, Rule: "3", Group: "deploy"},
 		&events.ExecutionExpired{Rule: "3", Group: "deploy", RequestedBy: "jetflow/janitor"},
 	}

@@ -97,6 +97,8 @@ type ClearLock struct {
 	OnlyEnded   bool   `json:"only_ended,omitempty"`
 	Reason      string `json:"reason,omitempty"`
 	RequestedBy string `json:"requested_by,omitempty"`
+	// Actor is set by the api only ([Actor]).
+	Actor *Actor `json:"actor,omitempty"`
 }
 
 func (*LockRequested) EventType() Type { return TypeLockRequested }

@@ -35,7 +35,11 @@ type ExecutionStarted struct {
 	// (StartExecution.Digest): a request under the same key with other
 	// data is another request, refused.
 	CommandDigest string `json:"command_digest,omitempty"`
-	StartedBy     string `json:"started_by,omitempty"`
+	// StartedBy is the subject of the start's actor (before actors were
+	// recorded: the start command's CloudEvent source).
+	StartedBy string `json:"started_by,omitempty"`
+	// Actor is who started the execution, as authenticated.
+	Actor *Actor `json:"actor,omitempty"`
 	// APIURL is the api's base URL as the dispatcher that started the
 	// execution was told workflows reach it (workflow.api_url in
 	// expressions); "" if it was not told.
@@ -213,7 +217,10 @@ type SignalReceived struct {
 	SignalID string          `json:"signal_id"`
 	Name     string          `json:"name"`
 	Data     json.RawMessage `json:"data,omitempty"`
-	Sender   string          `json:"sender,omitempty"`
+	// Sender is the signal command's CloudEvent source.
+	Sender string `json:"sender,omitempty"`
+	// Actor is who sent the signal, as authenticated.
+	Actor *Actor `json:"actor,omitempty"`
 }
 
 // SignalExecution is the data of a signal command.
@@ -221,6 +228,8 @@ type SignalExecution struct {
 	ExecutionID string          `json:"execution_id"`
 	Name        string          `json:"name"`
 	Data        json.RawMessage `json:"data,omitempty"`
+	// Actor is set by the api only ([Actor]).
+	Actor *Actor `json:"actor,omitempty"`
 }
 
 // Operators' actions on an execution.
@@ -296,14 +305,21 @@ type ExecutionAction struct {
 	From string `json:"from,omitempty"`
 	// Force makes a replay ignore idempotency and replay points.
 	Force bool `json:"force,omitempty"`
+	// Actor is set by the api only ([Actor]).
+	Actor *Actor `json:"actor,omitempty"`
 }
 
 // ActionRecord says who asked for an action, why, and with which command;
 // it is recorded in the history with the action's events.
 type ActionRecord struct {
-	Action      string `json:"action"`
-	Reason      string `json:"reason,omitempty"`
+	Action string `json:"action"`
+	Reason string `json:"reason,omitempty"`
+	// RequestedBy is a free-text remark on who asked (the command's
+	// CloudEvent source if it gave none); Actor is who asked, as
+	// authenticated (nil for actions jetflow takes by itself, such as an
+	// automatic replay, and in histories recorded before actors were).
 	RequestedBy string `json:"requested_by,omitempty"`
+	Actor       *Actor `json:"actor,omitempty"`
 	// Command is the command key (CloudEvent source#id) that asked.
 	Command string `json:"command,omitempty"`
 }
@@ -404,6 +420,9 @@ type StartExecution struct {
 	// every operation recorded with its resolved input) without running
 	// any operation, sleeping or waiting.
 	DryRun bool `json:"dry_run,omitempty"`
+	// Actor is set by the api only ([Actor]); it is not part of the
+	// request's [StartExecution.Digest].
+	Actor *Actor `json:"actor,omitempty"`
 }
 
 // ReconcileExecution asks the dispatcher to look at an execution again.

@@ -26,6 +26,18 @@ const (
 	SubjectSignal = "jf.commands.signal"
 	// SubjectAction is where operators' actions (cancel, force-cancel, kill) are published.
 	SubjectAction = "jf.commands.action"
+	// APICommandsPrefix starts the subjects of the commands the api sends
+	// on behalf of authenticated HTTP callers: jf.commands.api.<kind>. Only
+	// the api identity may publish there, and only commands published there
+	// may carry an [Actor].
+	APICommandsPrefix = "jf.commands.api"
+	// SubjectAPIStart, SubjectAPISignal, SubjectAPIAction and
+	// SubjectAPIClearLock are the api's start, signal, action and
+	// clear-lock command subjects.
+	SubjectAPIStart     = "jf.commands.api.start"
+	SubjectAPISignal    = "jf.commands.api.signal"
+	SubjectAPIAction    = "jf.commands.api.action"
+	SubjectAPIClearLock = "jf.commands.api.lock"
 	// StreamTimers holds durable timers: pending ones as JetStream message
 	// schedules on jf.schedules.<timer>, fired ones on jf.timers.<execution>
 	// until the dispatcher has handled them (work-queue retention, no age
@@ -64,6 +76,10 @@ const (
 	BucketExecutionIDs = "JF_EXECUTION_IDS"
 	// BucketExecutions holds the execution read models (a projection).
 	BucketExecutions = "JF_EXECUTIONS"
+	// BucketAPIKeys holds the api's keys, one per key id: their names,
+	// scopes, namespaces and the SHA-256 hash of the token (never the
+	// token). Only the api reads and writes it.
+	BucketAPIKeys = "JF_API_KEYS"
 )
 
 var (

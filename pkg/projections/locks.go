@@ -47,9 +47,11 @@ type Lock struct {
 	RequestedAt time.Time `json:"requested_at,omitzero"`
 	AcquiredAt  time.Time `json:"acquired_at,omitzero"`
 	ReleasedAt  time.Time `json:"released_at,omitzero"`
-	// Reason says why it was released or cleared; ClearedBy who cleared it.
-	Reason    string `json:"reason,omitempty"`
-	ClearedBy string `json:"cleared_by,omitempty"`
+	// Reason says why it was released or cleared; ClearedBy who cleared
+	// it (the requested_by remark) and ClearedByActor who, as authenticated.
+	Reason         string        `json:"reason,omitempty"`
+	ClearedBy      string        `json:"cleared_by,omitempty"`
+	ClearedByActor *events.Actor `json:"cleared_by_actor,omitempty"`
 }
 
 // LockAt returns the hold of the scope at path.
@@ -126,7 +128,7 @@ func applyLock(s Execution, ev events.Event) (next Execution, ok bool, err error
 		}
 		l.Status, l.ReleasedAt = to, ev.Time
 		if e, cleared := ev.Data.(*events.LockCleared); cleared {
-			l.Reason, l.ClearedBy = e.Reason, e.RequestedBy
+			l.Reason, l.ClearedBy, l.ClearedByActor = e.Reason, e.RequestedBy, e.Actor
 		} else {
 			l.Reason = ev.Data.(*events.LockReleased).Reason
 		}

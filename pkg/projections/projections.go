@@ -158,7 +158,10 @@ type Execution struct {
 	// DryRun: no operation runs; each is skipped as "would run".
 	DryRun     bool   `json:"dry_run,omitempty"`
 	CommandKey string `json:"command_key,omitempty"`
-	StartedBy  string `json:"started_by,omitempty"`
+	// StartedBy is who started the execution (the subject of
+	// StartedByActor, as authenticated).
+	StartedBy      string        `json:"started_by,omitempty"`
+	StartedByActor *events.Actor `json:"started_by_actor,omitempty"`
 	// APIURL is the api's base URL as workflows reach it (workflow.api_url),
 	// as recorded when the execution started; "" if none was configured.
 	APIURL string `json:"api_url,omitempty"`
@@ -206,23 +209,27 @@ type Execution struct {
 
 // Replay is a replay as recorded (see events.ExecutionReplayed).
 type Replay struct {
-	From        string    `json:"from"`
-	Force       bool      `json:"force,omitempty"`
-	Point       string    `json:"point,omitempty"`
-	Mode        string    `json:"mode"`
-	Cause       string    `json:"cause,omitempty"`
-	Automatic   bool      `json:"automatic,omitempty"`
-	RequestedBy string    `json:"requested_by,omitempty"`
-	Reason      string    `json:"reason,omitempty"`
-	At          time.Time `json:"at,omitzero"`
+	From        string `json:"from"`
+	Force       bool   `json:"force,omitempty"`
+	Point       string `json:"point,omitempty"`
+	Mode        string `json:"mode"`
+	Cause       string `json:"cause,omitempty"`
+	Automatic   bool   `json:"automatic,omitempty"`
+	RequestedBy string `json:"requested_by,omitempty"`
+	// Actor is who asked, as authenticated (nil for an automatic replay).
+	Actor  *events.Actor `json:"actor,omitempty"`
+	Reason string        `json:"reason,omitempty"`
+	At     time.Time     `json:"at,omitzero"`
 }
 
 // Cancellation records an operator's cancel, force-cancel or kill.
 type Cancellation struct {
-	Action      string    `json:"action"`
-	Reason      string    `json:"reason,omitempty"`
-	RequestedBy string    `json:"requested_by,omitempty"`
-	RequestedAt time.Time `json:"requested_at,omitzero"`
+	Action      string `json:"action"`
+	Reason      string `json:"reason,omitempty"`
+	RequestedBy string `json:"requested_by,omitempty"`
+	// Actor is who asked, as authenticated.
+	Actor       *events.Actor `json:"actor,omitempty"`
+	RequestedAt time.Time     `json:"requested_at,omitzero"`
 }
 
 // ActionCommand is an operator's command as recorded: its key (CloudEvent
@@ -230,6 +237,8 @@ type Cancellation struct {
 type ActionCommand struct {
 	Command string `json:"command"`
 	Action  string `json:"action"`
+	// Actor is who asked, as authenticated.
+	Actor *events.Actor `json:"actor,omitempty"`
 }
 
 // CommandAction returns the action command key asked for, if the history
@@ -289,6 +298,8 @@ type Signal struct {
 	Name       string          `json:"name"`
 	Data       json.RawMessage `json:"data,omitempty"`
 	ReceivedAt time.Time       `json:"received_at"`
+	// Actor is who sent it, as authenticated.
+	Actor *events.Actor `json:"actor,omitempty"`
 	// TakenBy is the wait step that took it ("" while it is kept).
 	TakenBy string `json:"taken_by,omitempty"`
 }
@@ -409,7 +420,7 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 		}
 		s.ID, s.Workflow, s.Version = ev.Subject, e.Workflow, e.Version
 		s.Status, s.StartedAt = StatusStarted, ev.Time
-		s.Input, s.Token, s.CommandKey, s.StartedBy = e.Input, e.Token, e.CommandKey, e.StartedBy
+		s.Input, s.Token, s.CommandKey, s.StartedBy, s.StartedByActor = e.Input, e.Token, e.CommandKey, e.StartedBy, e.Actor
 		s.WaitAfterFail, s.DryRun, s.APIURL = e.WaitAfterFail, e.DryRun, e.APIURL
 		if e.Retention != nil {
 			s.Retention, s.RetentionKey = e.Retention.Rule, e.Retention.Key
@@ -557,7 +568,7 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 		s.Timers[e.TimerID] = t
 		return s, nil
 	case *events.SignalReceived:
-		s.Signals = append(s.Signals, Signal{ID: e.SignalID, Name: e.Name, Data: e.Data, ReceivedAt: ev.Time})
+		s.Signals = append(s.Signals, Signal{ID: e.SignalID, Name: e.Name, Data: e.Data, ReceivedAt: ev.Time, Actor: e.Actor})
 		return s, nil
 	default:
 		if ev.Ignorable {
@@ -573,7 +584,7 @@ func withAction(list []ActionCommand, r events.ActionRecord) []ActionCommand {
 	if r.Command == "" {
 		return list
 	}
-	return append(slices.Clone(list), ActionCommand{Command: r.Command, Action: r.Action})
+	return append(slices.Clone(list), ActionCommand{Command: r.Command, Action: r.Action, Actor: r.Actor})
 }
 
 // containerKinds are the step kinds whose instances contain others.
@@ -661,7 +672,7 @@ func (s Execution) replay(ev events.Event, e *events.ExecutionReplayed) (Executi
 		s.Vars = maps.Clone(e.Vars)
 	}
 	s.Replays = append(slices.Clone(s.Replays), Replay{From: e.From, Force: e.Force, Point: e.Point, Mode: e.Mode, Cause: e.Cause,
-		Automatic: e.Automatic, RequestedBy: e.RequestedBy, Reason: e.Reason, At: ev.Time})
+		Automatic: e.Automatic, RequestedBy: e.RequestedBy, Actor: e.Actor, Reason: e.Reason, At: ev.Time})
 	for _, id := range e.Resume {
 		i := s.StepIndex(id)
 		if i < 0 {
@@ -691,7 +702,7 @@ func (s Execution) replay(ev events.Event, e *events.ExecutionReplayed) (Executi
 // cancellation adds an action to the record of the cancellation so far
 // (a force-cancel after a cancel keeps the first request's time).
 func cancellation(c *Cancellation, r events.ActionRecord, at time.Time) *Cancellation {
-	next := Cancellation{Action: r.Action, Reason: r.Reason, RequestedBy: r.RequestedBy, RequestedAt: at}
+	next := Cancellation{Action: r.Action, Reason: r.Reason, RequestedBy: r.RequestedBy, Actor: r.Actor, RequestedAt: at}
 	if c != nil {
 		next.RequestedAt = c.RequestedAt
 		if next.Reason == "" {

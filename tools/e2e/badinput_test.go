@@ -27,7 +27,7 @@ func postJSON(t *testing.T, url, body string, hdr map[string]string) (int, clien
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := apiHTTP.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	var e struct {
@@ -66,7 +66,7 @@ func TestOversizedAndRetriedRequests(t *testing.T) {
 
 	// The wrong method on a known path is a 405 that says what is allowed.
 	req, _ := http.NewRequest(http.MethodDelete, s.info.APIURL+"/v1/workflows", nil)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := apiHTTP.Do(req)
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode)
@@ -89,7 +89,7 @@ func TestOversizedAndRetriedRequests(t *testing.T) {
 	req.Header.Set("Ce-Id", "x")
 	req.Header.Set("Ce-Type", "io.jetflow.execution.start")
 	req.Header.Set("Content-Type", "application/json")
-	resp, err = http.DefaultClient.Do(req)
+	resp, err = apiHTTP.Do(req)
 	require.NoError(t, err)
 	var ce struct {
 		Error client.Error `json:"error"`

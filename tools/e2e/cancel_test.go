@@ -49,7 +49,7 @@ func (s *stack) waitStepStatus(t *testing.T, id, step string, st projections.OpS
 
 func postAction(t *testing.T, s *stack, id, body string) (int, map[string]any) {
 	t.Helper()
-	resp, err := http.Post(s.info.APIURL+"/v1/executions/"+id+"/actions", "application/json", strings.NewReader(body))
+	resp, err := apiHTTP.Post(s.info.APIURL+"/v1/executions/"+id+"/actions", "application/json", strings.NewReader(body))
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	var out map[string]any
@@ -135,9 +135,10 @@ func TestForceCancelAsCloudEvent(t *testing.T) {
 	require.Equal(t, projections.StatusCancelled, x.Status)
 	require.Equal(t, projections.OpStarted, stepByID(t, x, "build").Status, "force-cancel did not wait for build")
 	require.Equal(t, "urn:test:ops", x.Cancellation.RequestedBy)
+	nats := &events.Actor{Subject: "client", Method: events.ActorNATS} // a NATS command is the client role's
 	require.Equal(t, []projections.ActionCommand{
-		{Command: events.CommandKey(cancel.Source, cancel.ID), Action: events.ActionCancel},
-		{Command: events.CommandKey(force.Source, force.ID), Action: events.ActionForceCancel},
+		{Command: events.CommandKey(cancel.Source, cancel.ID), Action: events.ActionCancel, Actor: nats},
+		{Command: events.CommandKey(force.Source, force.ID), Action: events.ActionForceCancel, Actor: nats},
 	}, x.Actions)
 	s.waitCommandsHandled(t)
 	s.requireNoRejection(t, events.CommandKey(force.Source, force.ID))
@@ -179,13 +180,13 @@ func TestActionBadInput(t *testing.T) {
 	require.Equal(t, projections.StatusStarted, x.Status, "bad requests changed nothing")
 
 	t.Log("the CLI cancels a sleeping execution at once: nothing runs on an agent")
-	out, err := runCmd(context.Background(), buildJetflow(t), "--api", s.info.APIURL, "cancel", "t1", "--reason", "not needed")
+	out, err := runCmd(context.Background(), buildJetflow(t), "--api", s.info.APIURL, "--token", s.info.AdminToken, "cancel", "t1", "--reason", "not needed")
 	require.NoError(t, err, out)
 	require.Contains(t, out, "cancel of execution t1 recorded")
 	x = s.waitDone(t, "t1", 10*time.Second)
 	require.Equal(t, projections.StatusCancelled, x.Status)
 	require.Equal(t, "not needed", x.Cancellation.Reason)
-	out, err = runCmd(context.Background(), buildJetflow(t), "--api", s.info.APIURL, "cancel", "t1")
+	out, err = runCmd(context.Background(), buildJetflow(t), "--api", s.info.APIURL, "--token", s.info.AdminToken, "cancel", "t1")
 	require.Error(t, err)
 	require.Contains(t, out, "already cancelled")
 }
@@ -257,7 +258,7 @@ func TestActionIdempotencyKey(t *testing.T) {
 		require.NoError(t, err)
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Idempotency-Key", "stop-i1")
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := apiHTTP.Do(req)
 		require.NoError(t, err)
 		defer resp.Body.Close()
 		var out map[string]any
@@ -380,7 +381,7 @@ func TestWaitAfterFailThenResumeWithTheCLI(t *testing.T) {
 steps:
   - {id: read, kind: exec, command: cat, args: ["`+filepath.Join(dir, "token")+`"]}
 `)
-	resp, err := http.Post(s.info.APIURL+"/v1/executions", "application/json",
+	resp, err := apiHTTP.Post(s.info.APIURL+"/v1/executions", "application/json",
 		strings.NewReader(`{"workflow":"careful","id":"wf1","wait_after_fail":true}`))
 	require.NoError(t, err)
 	resp.Body.Close()
@@ -394,7 +395,7 @@ steps:
 	require.True(t, x.WaitAfterFail)
 
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "token"), []byte("s3cret\n"), 0o600))
-	out, err := runCmd(ctx, buildJetflow(t), "--api", s.info.APIURL, "resume", "wf1", "--reason", "token restored")
+	out, err := runCmd(ctx, buildJetflow(t), "--api", s.info.APIURL, "--token", s.info.AdminToken, "resume", "wf1", "--reason", "token restored")
 	require.NoError(t, err, out)
 	require.Contains(t, out, "resume of execution wf1 recorded")
 	x = s.waitDone(t, "wf1", 20*time.Second)
@@ -405,7 +406,7 @@ steps:
 	require.NoError(t, os.Remove(filepath.Join(dir, "token")))
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	out, err = runCmd(wctx, buildJetflow(t), "--api", s.info.APIURL, "run", "careful", "--id", "wf2", "--wait-after-fail", "--watch")
+	out, err = runCmd(wctx, buildJetflow(t), "--api", s.info.APIURL, "--token", s.info.AdminToken, "run", "careful", "--id", "wf2", "--wait-after-fail", "--watch")
 	require.Error(t, err, out)
 	require.NoError(t, wctx.Err(), "the watch did not return")
 	require.Contains(t, out, "execution.suspended")
@@ -422,7 +423,7 @@ func TestDryRunOverHTTP(t *testing.T) {
 steps:
   - {id: touch, kind: exec, command: touch, args: ["`+marker+`"]}
 `)
-	resp, err := http.Post(s.info.APIURL+"/v1/executions", "application/json",
+	resp, err := apiHTTP.Post(s.info.APIURL+"/v1/executions", "application/json",
 		strings.NewReader(`{"workflow":"risky","id":"dry1","dry_run":true}`))
 	require.NoError(t, err)
 	resp.Body.Close()

@@ -202,7 +202,7 @@ func TestPublicAnswersHoldNoToken(t *testing.T) {
 		require.NoError(t, err)
 		r.Header.Set("Content-Type", "application/json")
 		r.Header.Set("Idempotency-Key", "tok-1")
-		resp, err := http.DefaultClient.Do(r)
+		resp, err := apiHTTP.Do(r)
 		require.NoError(t, err)
 		var raw json.RawMessage
 		require.NoError(t, json.NewDecoder(resp.Body).Decode(&raw))
@@ -228,7 +228,7 @@ func TestQueryParametersAndNamesAreChecked(t *testing.T) {
 		{"/v1/workflows/a%20b", "name"},
 		{"/v1/workflows/a%20b/versions/1", "name"},
 	} {
-		resp, err := http.Get(s.info.APIURL + tt.path)
+		resp, err := apiHTTP.Get(s.info.APIURL + tt.path)
 		require.NoError(t, err)
 		var body struct{ Error client.Error }
 		require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))

@@ -227,7 +227,7 @@ func TestSameCloudEventTwiceStartsOneExecution(t *testing.T) {
 
 	// Over HTTP the same CloudEvent answers 200 with the existing execution.
 	body, _ := events.EncodeStructured(ev)
-	resp, err := http.Post(s.info.APIURL+"/v1/executions", "application/cloudevents+json", bytes.NewReader(body))
+	resp, err := apiHTTP.Post(s.info.APIURL+"/v1/executions", "application/cloudevents+json", bytes.NewReader(body))
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
@@ -287,7 +287,7 @@ func TestStartOverHTTPCloudEventBinding(t *testing.T) {
 	req.Header.Set("Ce-Source", "urn:test:http")
 	req.Header.Set("Ce-Type", string(events.TypeStartExecution))
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := apiHTTP.Do(req)
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusCreated, resp.StatusCode)
@@ -295,7 +295,7 @@ func TestStartOverHTTPCloudEventBinding(t *testing.T) {
 	// Structured mode without an execution id: derived from source and id.
 	body := `{"specversion":"1.0","id":"evt-2","source":"urn:test:http","type":"io.jetflow.execution.start",
 	  "datacontenttype":"application/json","data":{"workflow":"cehttp"}}`
-	resp, err = http.Post(s.info.APIURL+"/v1/executions", "application/cloudevents+json", strings.NewReader(body))
+	resp, err = apiHTTP.Post(s.info.APIURL+"/v1/executions", "application/cloudevents+json", strings.NewReader(body))
 	require.NoError(t, err)
 	var started client.Started
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&started))
@@ -305,7 +305,7 @@ func TestStartOverHTTPCloudEventBinding(t *testing.T) {
 
 	// The same CloudEvent id from another source is another command.
 	other := strings.Replace(body, "urn:test:http", "urn:test:elsewhere", 1)
-	resp, err = http.Post(s.info.APIURL+"/v1/executions", "application/cloudevents+json", strings.NewReader(other))
+	resp, err = apiHTTP.Post(s.info.APIURL+"/v1/executions", "application/cloudevents+json", strings.NewReader(other))
 	require.NoError(t, err)
 	var second client.Started
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&second))
@@ -319,7 +319,7 @@ func TestStartOverHTTPCloudEventBinding(t *testing.T) {
 	}
 
 	// A CloudEvent of the wrong type is a 400 naming the field.
-	resp, err = http.Post(s.info.APIURL+"/v1/executions", "application/cloudevents+json",
+	resp, err = apiHTTP.Post(s.info.APIURL+"/v1/executions", "application/cloudevents+json",
 		strings.NewReader(strings.Replace(body, "io.jetflow.execution.start", "com.example.other", 1)))
 	require.NoError(t, err)
 	var e struct {
@@ -369,7 +369,7 @@ func TestBadInputGetsClearErrors(t *testing.T) {
 		"UnknownField":    {`{"workflow":"ver","colour":"red"}`, 400, "colour"},
 		"NotJSON":         {`workflow=ver`, 400, ""},
 	} {
-		resp, err := http.Post(s.info.APIURL+"/v1/executions", "application/json", strings.NewReader(req.body))
+		resp, err := apiHTTP.Post(s.info.APIURL+"/v1/executions", "application/json", strings.NewReader(req.body))
 		require.NoError(t, err, name)
 		var e struct {
 			Error client.Error `json:"error"`

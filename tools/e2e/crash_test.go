@@ -69,6 +69,9 @@ func (p *devProcess) start() {
 		out, _ := os.ReadFile(logf.Name())
 		if m := devAddrs.FindSubmatch(out); m != nil {
 			p.natsURL, p.c.Base = string(m[1]), string(m[2])
+			tok, err := devstack.ReadToken(filepath.Join(p.dir, "data", devstack.AuthDir, devstack.AdminTokenFile))
+			require.NoError(p.t, err, "jetflow dev writes its admin token before it says where it is")
+			p.c.Token = tok
 			resp, err := http.Get(p.c.Base + "/healthz")
 			if err == nil {
 				resp.Body.Close()

@@ -42,6 +42,8 @@ var exampleRuns = map[string][]exampleRun{
 	}},
 	"slow.yaml": {{want: projections.StatusSucceeded}},
 	"chain.yaml": {{
+		// The api authenticates its callers: the step sends the token the
+		// development agent holds as a secret (scoped to start and read).
 		want: projections.StatusSucceeded,
 		check: func(t *testing.T, x projections.Execution) {
 			require.JSONEq(t, `201`, jsonField(t, stepByID(t, x, "start-hello").Output, "status"))

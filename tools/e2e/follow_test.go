@@ -134,7 +134,7 @@ func sse(ctx context.Context, t *testing.T, url string, hdr map[string]string, u
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := apiHTTP.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
@@ -219,7 +219,7 @@ func TestSSEReconnects(t *testing.T) {
 	require.NoError(t, err)
 	req.Header.Set("Accept", "text/event-stream")
 	req.Header.Set("Last-Event-ID", "not-a-number")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := apiHTTP.Do(req)
 	require.NoError(t, err)
 	var body struct{ Error client.Error }
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
@@ -284,7 +284,7 @@ func newCuttingProxy(t *testing.T, api string) *cuttingProxy {
 			return
 		}
 		req.Header = r.Header.Clone()
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := apiHTTP.Do(req)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadGateway)
 			return

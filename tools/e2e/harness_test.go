@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -92,7 +93,9 @@ func startStack(t *testing.T, mod func(*devstack.Config)) *stack {
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	s := &stack{info: info, c: client.New(info.APIURL), nc: nc, js: js, stop: stop}
+	apiTokens.Store(strings.TrimPrefix(info.APIURL, "http://"), info.AdminToken)
+	t.Cleanup(func() { apiTokens.Delete(strings.TrimPrefix(info.APIURL, "http://")) })
+	s := &stack{info: info, c: info.Client(), nc: nc, js: js, stop: stop}
 	require.Eventually(t, func() bool {
 		resp, err := http.Get(info.APIURL + "/healthz")
 		if err == nil {
@@ -102,6 +105,25 @@ func startStack(t *testing.T, mod func(*devstack.Config)) *stack {
 	}, 10*time.Second, 20*time.Millisecond)
 	return s
 }
+
+// apiTokens maps each running stack's api address to its admin token.
+var apiTokens sync.Map
+
+// tokenTransport adds the admin token of the stack a request is for, so
+// that the tests which speak raw HTTP to an api pass its authentication
+// (a request that sets its own Authorization keeps it).
+type tokenTransport struct{}
+
+func (tokenTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if tok, ok := apiTokens.Load(r.URL.Host); ok && tok.(string) != "" && r.Header.Get("Authorization") == "" {
+		r = r.Clone(r.Context())
+		r.Header.Set("Authorization", "Bearer "+tok.(string))
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// apiHTTP is the HTTP client of tests that call an api with raw requests.
+var apiHTTP = &http.Client{Transport: tokenTransport{}}
 
 func (s *stack) apply(t *testing.T, yaml string) client.Applied {
 	t.Helper()

@@ -283,7 +283,7 @@ func TestSignalRetriedWithIdempotencyKey(t *testing.T) {
 	for range 2 {
 		req, _ := http.NewRequest(http.MethodPost, s.info.APIURL+"/v1/executions/w1/signals/note", strings.NewReader(`{"n":1}`))
 		req.Header.Set("Idempotency-Key", "note-1")
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := apiHTTP.Do(req)
 		require.NoError(t, err)
 		var body struct {
 			Recorded bool `json:"recorded"`

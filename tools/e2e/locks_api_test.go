@@ -54,12 +54,12 @@ steps:
 		return err == nil && len(x.WaitingLocks()) == 1
 	}, 10*time.Second, 20*time.Millisecond, "the read model shows the wait")
 	require.Equal(t, projections.StatusStarted, x.Status)
-	out, err := runCmd(ctx, buildJetflow(t), "--api", s.info.APIURL, "show", "g2")
+	out, err := runCmd(ctx, buildJetflow(t), "--api", s.info.APIURL, "--token", s.info.AdminToken, "show", "g2")
 	require.NoError(t, err, out)
 	require.Contains(t, out, "gate-prod")
 	require.Contains(t, out, "waiting")
 
-	out, err = runCmd(ctx, buildJetflow(t), "--api", s.info.APIURL, "locks", "ls")
+	out, err = runCmd(ctx, buildJetflow(t), "--api", s.info.APIURL, "--token", s.info.AdminToken, "locks", "ls")
 	require.NoError(t, err, out)
 	require.Regexp(t, `gate-prod\s+1\s+holder\s+g1`, out)
 	require.Regexp(t, `gate-prod\s+1\s+waiter 2\s+g3`, out)
@@ -78,7 +78,7 @@ steps:
 	} {
 		req, err := http.NewRequest(http.MethodDelete, s.info.APIURL+c.path, strings.NewReader(c.body))
 		require.NoError(t, err)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := apiHTTP.Do(req)
 		require.NoError(t, err)
 		var body struct {
 			Error struct {
@@ -108,6 +108,8 @@ steps:
 	}
 	require.NotNil(t, rec, "the holder's history records the clear")
 	require.Equal(t, "alice", rec.RequestedBy)
+	require.Equal(t, "admin-token", rec.Actor.Subject, "the actor is who authenticated, not requested_by")
+	require.Equal(t, events.ActorAPIKey, rec.Actor.Method)
 	require.Equal(t, "g1 is stuck", rec.Reason)
 	require.Eventually(t, func() bool {
 		l, err := s.c.Lock(ctx, "gate-prod")
@@ -115,7 +117,7 @@ steps:
 	}, 10*time.Second, 20*time.Millisecond)
 
 	t.Log("g1 (still running) asked again and waits at the end; jetflow locks clear hands the lock to g3")
-	out, err = runCmd(ctx, buildJetflow(t), "--api", s.info.APIURL, "locks", "clear", "gate-prod", "--execution", "g2", "--reason", "testing")
+	out, err = runCmd(ctx, buildJetflow(t), "--api", s.info.APIURL, "--token", s.info.AdminToken, "locks", "clear", "gate-prod", "--execution", "g2", "--reason", "testing")
 	require.NoError(t, err, out)
 	require.Contains(t, out, "cleared lock gate-prod held by g2")
 	// The clear is recorded before g2 (still running) asks again: the

@@ -159,7 +159,7 @@ func TestSmallerFixes(t *testing.T) {
 	s := startStack(t, nil)
 	ctx := context.Background()
 	s.apply(t, "name: three\nversion: 3\nsteps:\n  - {id: a, kind: noop}\n")
-	resp, err := http.Get(s.info.APIURL + "/v1/workflows/three")
+	resp, err := apiHTTP.Get(s.info.APIURL + "/v1/workflows/three")
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)

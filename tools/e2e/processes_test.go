@@ -18,6 +18,7 @@ import (
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/natstest"
 	"jetflow.dev/pkg/projections"
+	"jetflow.dev/tools/internal/devstack"
 )
 
 // TestServicesAsSeparatePrograms builds the four service binaries and runs
@@ -29,9 +30,11 @@ func TestServicesAsSeparatePrograms(t *testing.T) {
 	}
 	t.Parallel()
 	srv := natstest.RunJetStream(t)
+	tokenFile, token, err := devstack.EnsureAdminToken(t.TempDir())
+	require.NoError(t, err)
 	// The api listens on a port the system picks and logs it (at info): a
 	// port picked here and freed could be taken before the api listens.
-	env := append(os.Environ(), "JETFLOW_NATS_URL="+srv.ClientURL(), "JETFLOW_HTTP_ADDR=127.0.0.1:0",
+	env := append(os.Environ(), "JETFLOW_NATS_URL="+srv.ClientURL(), "JETFLOW_HTTP_ADDR=127.0.0.1:0", "JETFLOW_ADMIN_TOKEN_FILE="+tokenFile,
 		"JETFLOW_LOG_LEVEL=warn", "JETFLOW_TASK_ACK_WAIT=2s", "JETFLOW_AGENT_ALLOW_EXEC=true", "JETFLOW_AGENT_EXEC_ALLOW=echo")
 	var apiLog string
 	for _, name := range []string{"api", "dispatcher", "agent", "janitor"} {
@@ -63,7 +66,7 @@ func TestServicesAsSeparatePrograms(t *testing.T) {
 		})
 	}
 	listening := regexp.MustCompile(`"addr":"(127\.0\.0\.1:\d+)".*"message":"api listening"`)
-	c := client.New("")
+	c := client.New("", client.WithToken(token))
 	require.Eventually(t, func() bool {
 		if c.Base == "" {
 			out, _ := os.ReadFile(apiLog)
@@ -81,7 +84,7 @@ func TestServicesAsSeparatePrograms(t *testing.T) {
 		return resp.StatusCode == http.StatusOK
 	}, 30*time.Second, 20*time.Millisecond)
 	ctx := context.Background()
-	_, err := c.ApplyWorkflow(ctx, []byte("name: apart\nsteps:\n  - id: a\n    kind: exec\n    command: echo\n    args: [separate]\n  - id: b\n    kind: noop\n"))
+	_, err = c.ApplyWorkflow(ctx, []byte("name: apart\nsteps:\n  - id: a\n    kind: exec\n    command: echo\n    args: [separate]\n  - id: b\n    kind: noop\n"))
 	require.NoError(t, err)
 	st, err := c.Start(ctx, client.StartRequest{Workflow: "apart", ID: "apart-1"})
 	require.NoError(t, err)

@@ -111,7 +111,7 @@ func TestReplayAtomicIncrementOverHTTP(t *testing.T) {
 	require.Equal(t, 2, stepByID(t, x, "read").Attempt)
 
 	t.Log("the CLI replays from a step; inc is the replay point before write")
-	out, err := runCmd(ctx, buildJetflow(t), "--api", s.info.APIURL, "replay", "inc1", "--from", "write", "--reason", "rewrite")
+	out, err := runCmd(ctx, buildJetflow(t), "--api", s.info.APIURL, "--token", s.info.AdminToken, "replay", "inc1", "--from", "write", "--reason", "rewrite")
 	require.NoError(t, err, out)
 	require.Contains(t, out, "replay of execution inc1 recorded")
 	require.Eventually(t, func() bool {
@@ -121,7 +121,7 @@ func TestReplayAtomicIncrementOverHTTP(t *testing.T) {
 	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
 	require.Equal(t, "43", readCount(t, dir), "x restored to 42 at inc: 43 written again")
 	require.Equal(t, "inc", x.Replays[2].Point)
-	out, err = runCmd(ctx, buildJetflow(t), "--api", s.info.APIURL, "show", "inc1")
+	out, err = runCmd(ctx, buildJetflow(t), "--api", s.info.APIURL, "--token", s.info.AdminToken, "show", "inc1")
 	require.NoError(t, err, out)
 	require.Contains(t, out, "replayed")
 	requireLinear(t, s.history(t, "inc1"))

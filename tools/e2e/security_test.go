@@ -119,6 +119,7 @@ func TestNATSIdentitiesAreLeastPrivilege(t *testing.T) {
 		c.denied(t, &nats.Msg{Subject: "$JS.API.CONSUMER.DURABLE.CREATE." + events.StreamEvents + ".spy"})
 		c.denied(t, &nats.Msg{Subject: events.TaskSubject("default")})
 		c.denied(t, &nats.Msg{Subject: events.CommandsPrefix + ".expire"})
+		c.denied(t, &nats.Msg{Subject: events.SubjectAPIAction}) // commands that carry an actor are the api's
 
 		// What a client is for still works: it reads the history...
 		evs, err := func() ([]events.Event, error) {

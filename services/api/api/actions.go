@@ -81,7 +81,7 @@ func (s *Server) executionAction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.sendExecutionCommand(w, r, executionCommand{
-		execID: id, subject: events.SubjectAction,
+		execID: id, subject: events.SubjectAPIAction,
 		data: &events.ExecutionAction{ExecutionID: id, Action: req.Action, Reason: req.Reason, RequestedBy: req.RequestedBy,
 			From: req.From, Force: req.Force},
 		record: func(ev events.Event, key string) (bool, string) {

@@ -15,7 +15,7 @@ func (s *Server) rebuildProjections(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	began := time.Now()
-	res, err := projector.Rebuild(r.Context(), s.js, from)
+	res, err := projector.Rebuild(r.Context(), s.at(r).js, from)
 	if err != nil {
 		s.internal(w, r, err)
 		return

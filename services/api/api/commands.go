@@ -49,6 +49,7 @@ func (s *Server) sendExecutionCommand(w http.ResponseWriter, r *http.Request, c 
 	} else if idemKey != "" {
 		cmdID = "idem-" + idemKey
 	}
+	events.SetCommandActor(c.data, actorOf(r)) // who asked, as authenticated: never from the body
 	cmd := events.New(s.cfg.Source, id, cl.Workflow, time.Now(), c.data)
 	cmd.ID = cmdID
 	key := events.CommandKey(cmd.Source, cmd.ID)
@@ -67,7 +68,7 @@ func (s *Server) sendExecutionCommand(w http.ResponseWriter, r *http.Request, c 
 
 	ch := make(chan *nats.Msg, 64)
 	for _, subject := range []string{events.ExecutionSubject(cl.Workflow, id), events.RejectionSubject(key)} {
-		sub, err := s.nc.ChanSubscribe(subject, ch)
+		sub, err := s.at(r).nc.ChanSubscribe(subject, ch)
 		if err != nil {
 			s.internal(w, r, err)
 			return
@@ -79,7 +80,7 @@ func (s *Server) sendExecutionCommand(w http.ResponseWriter, r *http.Request, c 
 		s.internal(w, r, err)
 		return
 	}
-	ack, err := s.js.PublishMsg(r.Context(), msg, jetstream.WithMsgID(events.CommandMsgID(key)))
+	ack, err := s.at(r).js.PublishMsg(r.Context(), msg, jetstream.WithMsgID(events.CommandMsgID(key)))
 	if err != nil {
 		s.internal(w, r, fmt.Errorf("publish %s: %w", cmd.Type, err))
 		return
@@ -108,7 +109,7 @@ func (s *Server) sendExecutionCommand(w http.ResponseWriter, r *http.Request, c 
 // answerRecorded answers if the execution's history records the command
 // with key: 200 if it is this command, 409 if the key was used for another.
 func (s *Server) answerRecorded(w http.ResponseWriter, r *http.Request, c executionCommand, key string, resp map[string]any) bool {
-	evs, err := history.Read(r.Context(), s.js, events.ExecutionFilter(c.execID), 0)
+	evs, err := history.Read(r.Context(), s.at(r).js, events.ExecutionFilter(c.execID), 0)
 	if err != nil {
 		return false
 	}

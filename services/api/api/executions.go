@@ -124,6 +124,12 @@ func (s *Server) startExecution(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	start := cmd.Data.(*events.StartExecution)
+	if start.Actor != nil {
+		writeError(w, http.StatusBadRequest, apiError{Code: "invalid_cloudevent", Field: "actor",
+			Message: "data: actor is set by the api, from the request's credentials; leave it out"})
+		return
+	}
+	start.Actor = actorOf(r)
 	key := events.CommandKey(cmd.Source, cmd.ID)
 	if start.ExecutionID == "" {
 		start.ExecutionID = events.DerivedExecutionID(key)
@@ -136,7 +142,7 @@ func (s *Server) startExecution(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	digest := start.Digest()
-	rec, err := s.defs.Get(r.Context(), start.Workflow, start.Version)
+	rec, err := s.at(r).defs.Get(r.Context(), start.Workflow, start.Version)
 	if errors.Is(err, catalog.ErrNotFound) {
 		msg := fmt.Sprintf("workflow %q is not registered", start.Workflow)
 		if start.Version > 0 {
@@ -163,7 +169,7 @@ func (s *Server) startExecution(w http.ResponseWriter, r *http.Request) {
 // answerExistingClaim answers when the execution id is already taken: the
 // same request again gets the execution (200); another one gets 409.
 func (s *Server) answerExistingClaim(w http.ResponseWriter, r *http.Request, id, key, digest string) bool {
-	c, err := s.ids.Get(r.Context(), id)
+	c, err := s.at(r).ids.Get(r.Context(), id)
 	if errors.Is(err, claim.ErrNotFound) {
 		return false
 	}
@@ -202,7 +208,7 @@ func public(x projections.Execution) projections.Execution {
 
 // answerRejection answers with the stored rejection of a command, if any.
 func (s *Server) answerRejection(w http.ResponseWriter, r *http.Request, key string) bool {
-	stream, err := s.js.Stream(r.Context(), events.StreamRejections)
+	stream, err := s.at(r).js.Stream(r.Context(), events.StreamRejections)
 	if err != nil {
 		return false
 	}
@@ -233,20 +239,20 @@ func links(id string) map[string]string {
 // verdict: ExecutionStarted (201), a rejection (4xx) or nothing yet (202).
 func (s *Server) publishStart(w http.ResponseWriter, r *http.Request, cmd events.Event, start *events.StartExecution, key, digest string) {
 	ch := make(chan *nats.Msg, 16)
-	subStarted, err := s.nc.ChanSubscribe(events.ExecutionSubject(start.Workflow, start.ExecutionID), ch)
+	subStarted, err := s.at(r).nc.ChanSubscribe(events.ExecutionSubject(start.Workflow, start.ExecutionID), ch)
 	if err != nil {
 		s.internal(w, r, err)
 		return
 	}
 	defer subStarted.Unsubscribe()
-	subRejected, err := s.nc.ChanSubscribe(events.RejectionSubject(key), ch)
+	subRejected, err := s.at(r).nc.ChanSubscribe(events.RejectionSubject(key), ch)
 	if err != nil {
 		s.internal(w, r, err)
 		return
 	}
 	defer subRejected.Unsubscribe()
 
-	msg, err := events.Encode(events.SubjectStart, cmd)
+	msg, err := events.Encode(events.SubjectAPIStart, cmd)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Message: err.Error()})
 		return
@@ -254,7 +260,7 @@ func (s *Server) publishStart(w http.ResponseWriter, r *http.Request, cmd events
 	// The message id covers the data too: the same key with other data is
 	// another request, which the dispatcher refuses instead of the stream
 	// dropping it as a duplicate of the first.
-	ack, err := s.js.PublishMsg(r.Context(), msg, jetstream.WithMsgID(events.CommandMsgID(key+"#"+digest)))
+	ack, err := s.at(r).js.PublishMsg(r.Context(), msg, jetstream.WithMsgID(events.CommandMsgID(key+"#"+digest)))
 	if err != nil {
 		s.internal(w, r, fmt.Errorf("publish start command: %w", err))
 		return
@@ -327,7 +333,7 @@ func (s *Server) await(r *http.Request, ch <-chan *nats.Msg, answer func(events.
 // yet, it looks again until deadline.
 func (s *Server) inHistory(ctx context.Context, subject string, ev events.Event, deadline time.Time) bool {
 	for {
-		m, err := s.history.GetMsg(ctx, ev.PrevSeq+1, jetstream.WithGetMsgSubject(subject))
+		m, err := s.ns(ctx).history.GetMsg(ctx, ev.PrevSeq+1, jetstream.WithGetMsgSubject(subject))
 		if err == nil {
 			return m.Header.Get(jetstream.MsgIDHeader) == ev.ID // another event took its place: refused
 		}
@@ -387,7 +393,7 @@ func (s *Server) loadExecution(ctx context.Context, id string) (projections.Exec
 	if !events.ValidExecutionID(id) {
 		return x, jetstream.ErrKeyNotFound
 	}
-	e, err := s.execs.Get(ctx, id)
+	e, err := s.ns(ctx).execs.Get(ctx, id)
 	if err == nil {
 		err = json.Unmarshal(e.Value(), &x)
 		return x, err
@@ -395,7 +401,7 @@ func (s *Server) loadExecution(ctx context.Context, id string) (projections.Exec
 	if !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return x, err
 	}
-	c, err := s.ids.Get(ctx, id)
+	c, err := s.ns(ctx).ids.Get(ctx, id)
 	if errors.Is(err, claim.ErrNotFound) {
 		return x, jetstream.ErrKeyNotFound
 	}
@@ -405,7 +411,7 @@ func (s *Server) loadExecution(ctx context.Context, id string) (projections.Exec
 	if err := expired(id, c); err != nil {
 		return x, err
 	}
-	evs, err := history.Read(ctx, s.js, events.ExecutionFilter(id), 0)
+	evs, err := history.Read(ctx, s.ns(ctx).js, events.ExecutionFilter(id), 0)
 	if err != nil {
 		return x, err
 	}
@@ -455,7 +461,7 @@ func (s *Server) executionAt(w http.ResponseWriter, r *http.Request, id string, 
 	if _, ok := s.claimOf(w, r, id); !ok {
 		return
 	}
-	evs, err := history.ReadUntil(r.Context(), s.js, events.ExecutionFilter(id), 0, atSeq)
+	evs, err := history.ReadUntil(r.Context(), s.at(r).js, events.ExecutionFilter(id), 0, atSeq)
 	if err != nil {
 		s.internal(w, r, err)
 		return
@@ -513,7 +519,7 @@ func (s *Server) listExecutions(w http.ResponseWriter, r *http.Request) {
 			Message: fmt.Sprintf("status %q is not one of %s", status, strings.Join(names, ", "))})
 		return
 	}
-	lister, err := s.execs.ListKeys(r.Context())
+	lister, err := s.at(r).execs.ListKeys(r.Context())
 	if err != nil {
 		s.internal(w, r, err)
 		return
@@ -528,7 +534,7 @@ func (s *Server) listExecutions(w http.ResponseWriter, r *http.Request) {
 	out := []executionSummary{}
 	next := ""
 	for _, k := range keys {
-		e, err := s.execs.Get(r.Context(), k)
+		e, err := s.at(r).execs.Get(r.Context(), k)
 		if err != nil {
 			continue // deleted meanwhile
 		}
@@ -580,7 +586,7 @@ func (s *Server) inputsOf(ctx context.Context, id string, evs []events.Event) (r
 	if len(evs) > 0 && evs[0].Type == events.TypeExecutionStarted {
 		return redact.FromHistory(evs[:1]), nil
 	}
-	first, err := history.First(ctx, s.js, events.ExecutionFilter(id))
+	first, err := history.First(ctx, s.ns(ctx).js, events.ExecutionFilter(id))
 	if errors.Is(err, history.ErrNoEvent) {
 		return redact.Inputs{}, nil
 	}
@@ -614,7 +620,7 @@ func (s *Server) executionEvents(w http.ResponseWriter, r *http.Request) {
 		s.followEvents(w, r, id, from)
 		return
 	}
-	evs, err := history.Read(r.Context(), s.js, events.ExecutionFilter(id), from)
+	evs, err := history.Read(r.Context(), s.at(r).js, events.ExecutionFilter(id), from)
 	if err != nil {
 		s.internal(w, r, err)
 		return
@@ -649,7 +655,7 @@ func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, id string,
 		s.internal(w, r, errors.New("streaming unsupported"))
 		return
 	}
-	cons, err := s.js.OrderedConsumer(r.Context(), events.StreamEvents,
+	cons, err := s.at(r).js.OrderedConsumer(r.Context(), events.StreamEvents,
 		jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.ExecutionFilter(id)}})
 	if err != nil {
 		s.internal(w, r, err)

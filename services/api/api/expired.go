@@ -33,7 +33,7 @@ func expired(id string, c claim.Claim) error {
 // 404 (unknown), 410 (expired and deleted) or 5xx itself when there is
 // nothing to serve.
 func (s *Server) claimOf(w http.ResponseWriter, r *http.Request, id string) (claim.Claim, bool) {
-	c, err := s.ids.Get(r.Context(), id)
+	c, err := s.at(r).ids.Get(r.Context(), id)
 	switch {
 	case errors.Is(err, claim.ErrNotFound):
 		writeError(w, http.StatusNotFound, apiError{Code: "not_found", Field: "id", Message: fmt.Sprintf("execution %q does not exist", id)})

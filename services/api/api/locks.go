@@ -39,7 +39,7 @@ func lockInfo(name string, r lock.Record) LockInfo {
 
 // listLocks answers GET /v1/locks: every lock held or waited for.
 func (s *Server) listLocks(w http.ResponseWriter, r *http.Request) {
-	tb, err := lock.Open(r.Context(), s.js, nil)
+	tb, err := lock.Open(r.Context(), s.at(r).js, nil)
 	if err != nil {
 		s.internal(w, r, err)
 		return
@@ -64,7 +64,7 @@ func (s *Server) lockOf(w http.ResponseWriter, r *http.Request) (*lock.Table, st
 		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: "name", Message: fmt.Sprintf("lock %q: %s", name, events.LockNameRule)})
 		return nil, "", lock.Record{}, false
 	}
-	tb, err := lock.Open(r.Context(), s.js, nil)
+	tb, err := lock.Open(r.Context(), s.at(r).js, nil)
 	if err != nil {
 		s.internal(w, r, err)
 		return nil, "", lock.Record{}, false
@@ -148,7 +148,8 @@ func (s *Server) clearLock(w http.ResponseWriter, r *http.Request) {
 			Message: fmt.Sprintf("execution %q does not hold lock %s", req.ExecutionID, name)})
 		return
 	}
-	cmd := events.New(s.cfg.Source, "", "", time.Now(), &events.ClearLock{Lock: name, Entries: entries, Reason: req.Reason, RequestedBy: req.RequestedBy})
+	cmd := events.New(s.cfg.Source, "", "", time.Now(), &events.ClearLock{Lock: name, Entries: entries, Reason: req.Reason, RequestedBy: req.RequestedBy,
+		Actor: actorOf(r)})
 	cmd.ID = uuid.NewString()
 	key := events.CommandKey(cmd.Source, cmd.ID)
 
@@ -158,19 +159,19 @@ func (s *Server) clearLock(w http.ResponseWriter, r *http.Request) {
 		subjects = append(subjects, events.ExecutionSubject(e.Workflow, e.ExecutionID))
 	}
 	for _, subject := range subjects {
-		sub, err := s.nc.ChanSubscribe(subject, ch)
+		sub, err := s.at(r).nc.ChanSubscribe(subject, ch)
 		if err != nil {
 			s.internal(w, r, err)
 			return
 		}
 		defer sub.Unsubscribe()
 	}
-	msg, err := events.Encode(events.SubjectClearLock, cmd)
+	msg, err := events.Encode(events.SubjectAPIClearLock, cmd)
 	if err != nil {
 		s.internal(w, r, err)
 		return
 	}
-	if _, err := s.js.PublishMsg(r.Context(), msg, jetstream.WithMsgID(events.CommandMsgID(key))); err != nil {
+	if _, err := s.at(r).js.PublishMsg(r.Context(), msg, jetstream.WithMsgID(events.CommandMsgID(key))); err != nil {
 		s.internal(w, r, fmt.Errorf("publish %s: %w", cmd.Type, err))
 		return
 	}

@@ -17,13 +17,21 @@ func Serve(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.JetStrea
 	if err != nil {
 		return err
 	}
-	proj, err := projector.New(ctx, js, log.With().Str("component", "projector").Logger())
-	if err != nil {
-		return err
-	}
-	proj.BindOnly = cfg.BindOnly
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return srv.Run(ctx) })
-	g.Go(func() error { return proj.Run(ctx) })
+	// One projector per namespace: each account has its own events stream
+	// and read models.
+	for _, ns := range append([]Namespace{{Name: DefaultNamespace, NC: nc, JS: js}}, cfg.Namespaces...) {
+		l := log.With().Str("component", "projector").Logger()
+		if ns.Name != DefaultNamespace {
+			l = l.With().Str("namespace", ns.Name).Logger()
+		}
+		proj, err := projector.New(ctx, ns.JS, l)
+		if err != nil {
+			return err
+		}
+		proj.BindOnly = cfg.BindOnly
+		g.Go(func() error { return proj.Run(ctx) })
+	}
 	return g.Wait()
 }

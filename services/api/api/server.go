@@ -23,6 +23,7 @@ import (
 	"jetflow.dev/pkg/catalog"
 	"jetflow.dev/pkg/claim"
 	"jetflow.dev/pkg/events"
+	"jetflow.dev/services/api/access"
 )
 
 // Config configures the api.
@@ -41,6 +42,42 @@ type Config struct {
 	// BindOnly: the projector's consumer exists (made by the bootstrap)
 	// and may not be created or changed by this api.
 	BindOnly bool
+	// Namespaces are the namespaces served besides the default one (whose
+	// connection Serve and New take), each a NATS account of its own.
+	Namespaces []Namespace
+	// Auth says how callers authenticate (docs/api.md#authentication).
+	// The zero value requires a token on every route but /healthz, and
+	// accepts api keys only.
+	Auth AuthConfig
+}
+
+// AuthConfig configures the authentication of HTTP callers.
+type AuthConfig struct {
+	// Disabled turns authentication off: every caller may do everything,
+	// in every namespace, recorded as the actor {anonymous, none}. For an
+	// insecure dev stack only.
+	Disabled bool
+	// AdminTokenFile lists bootstrap admin tokens, one a line, so that a
+	// fresh deployment can create api keys. "" for none.
+	AdminTokenFile string
+	// OIDC validates JWTs from an issuer; off while OIDC.Issuer is "".
+	OIDC access.OIDCConfig
+	// CacheTTL is how long an api key looked up is trusted: a key revoked
+	// on another api replica stops working within it. Default 5s, at most 1m.
+	CacheTTL time.Duration
+}
+
+// validate checks the settings and applies the defaults.
+func (c AuthConfig) validate() (AuthConfig, error) {
+	if c.Disabled && (c.AdminTokenFile != "" || c.OIDC.Issuer != "") {
+		return c, errors.New("api: authentication is off, yet an admin token file or an OIDC issuer is set: turn it on or drop them")
+	}
+	if c.CacheTTL < 0 || c.CacheTTL > time.Minute {
+		return c, fmt.Errorf("api: key cache TTL %s: give a duration up to 1m", c.CacheTTL)
+	}
+	var err error
+	c.OIDC, err = c.OIDC.Validate()
+	return c, err
 }
 
 func (c Config) withDefaults() Config {
@@ -48,15 +85,32 @@ func (c Config) withDefaults() Config {
 	c.StartWait = cmp.Or(c.StartWait, 5*time.Second)
 	c.MaxBody = cmp.Or(c.MaxBody, int64(1<<20))
 	c.Source = cmp.Or(c.Source, "jetflow/api")
+	c.Auth.CacheTTL = cmp.Or(c.Auth.CacheTTL, 5*time.Second)
 	return c
 }
 
-// Server serves the HTTP api.
-type Server struct {
-	cfg   Config
+// Namespace is a namespace the api serves besides the default one: its
+// NATS account's connection (with the api role's identity there).
+type Namespace struct {
+	Name string
+	NC   *nats.Conn
+	JS   jetstream.JetStream
+}
+
+// DefaultNamespace is the namespace of a request that names none.
+const DefaultNamespace = "default"
+
+// NamespaceHeader names the namespace a request is about.
+const NamespaceHeader = "Jetflow-Namespace"
+
+// tenant is what the api holds for one namespace it serves: its
+// connection and the stores bound to it. Today the api serves the
+// default namespace only; serving more is a tenant per namespace's
+// connection (a NATS account each, see docs/security.md).
+type tenant struct {
+	name  string
 	nc    *nats.Conn
 	js    jetstream.JetStream
-	log   zerolog.Logger
 	defs  *catalog.Store
 	ids   *claim.Store
 	execs jetstream.KeyValue
@@ -65,9 +119,7 @@ type Server struct {
 	history jetstream.Stream
 }
 
-// New returns a server bound to the jetflow buckets.
-func New(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.JetStream, log zerolog.Logger) (*Server, error) {
-	cfg = cfg.withDefaults()
+func openTenant(ctx context.Context, name string, nc *nats.Conn, js jetstream.JetStream) (*tenant, error) {
 	defs, err := catalog.Open(ctx, js)
 	if err != nil {
 		return nil, err
@@ -84,37 +136,123 @@ func New(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.JetStream,
 	if err != nil {
 		return nil, fmt.Errorf("open events stream: %w", err)
 	}
-	return &Server{cfg: cfg, nc: nc, js: js, log: log, defs: defs, ids: ids, execs: execs, history: history}, nil
+	return &tenant{name: name, nc: nc, js: js, defs: defs, ids: ids, execs: execs, history: history}, nil
 }
 
-// route is one endpoint: its pattern ("METHOD /path"), its handler and
-// the query parameters it takes (any other is a 400 naming it, so that a
-// misspelt filter is never silently ignored).
+// Server serves the HTTP api.
+type Server struct {
+	cfg Config
+	log zerolog.Logger
+	// tenants are the namespaces served; def is the default one's, which
+	// holds the api keys.
+	tenants map[string]*tenant
+	def     *tenant
+	keys    *access.Keys
+	// authn is nil when authentication is off.
+	authn *access.Authenticator
+}
+
+// New returns a server bound to the jetflow buckets of the default
+// namespace, on nc.
+func New(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.JetStream, log zerolog.Logger) (*Server, error) {
+	cfg = cfg.withDefaults()
+	auth, err := cfg.Auth.validate()
+	if err != nil {
+		return nil, err
+	}
+	cfg.Auth = auth
+	def, err := openTenant(ctx, DefaultNamespace, nc, js)
+	if err != nil {
+		return nil, err
+	}
+	keys, err := access.OpenKeys(ctx, js, access.KeysConfig{CacheTTL: cfg.Auth.CacheTTL})
+	if err != nil {
+		return nil, fmt.Errorf("%w (run jetflow bootstrap: this version adds the bucket %s)", err, events.BucketAPIKeys)
+	}
+	s := &Server{cfg: cfg, log: log, tenants: map[string]*tenant{DefaultNamespace: def}, def: def, keys: keys}
+	for _, ns := range cfg.Namespaces {
+		if ns.Name == DefaultNamespace || s.tenants[ns.Name] != nil {
+			return nil, fmt.Errorf("api: namespace %s is given twice", ns.Name)
+		}
+		t, err := openTenant(ctx, ns.Name, ns.NC, ns.JS)
+		if err != nil {
+			return nil, fmt.Errorf("namespace %s: %w", ns.Name, err)
+		}
+		s.tenants[ns.Name] = t
+	}
+	if cfg.Auth.Disabled {
+		log.Warn().Msg("HTTP authentication is off: anyone who reaches the api may do anything")
+		return s, nil
+	}
+	s.authn = &access.Authenticator{Keys: keys}
+	if f := cfg.Auth.AdminTokenFile; f != "" {
+		if s.authn.Admin, err = access.OpenAdminTokens(f, cfg.Auth.CacheTTL, nil); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Auth.OIDC.Issuer != "" {
+		s.authn.OIDC = access.NewOIDC(cfg.Auth.OIDC)
+	}
+	log.Info().Bool("admin_token_file", s.authn.Admin != nil).Str("oidc_issuer", cfg.Auth.OIDC.Issuer).
+		Dur("key_cache_ttl", cfg.Auth.CacheTTL).Msg("HTTP callers authenticate")
+	return s, nil
+}
+
+// route is one endpoint: its pattern ("METHOD /path"), its handler, the
+// query parameters it takes (any other is a 400 naming it, so that a
+// misspelt filter is never silently ignored), and who may call it.
 type route struct {
 	pattern string
 	handler http.HandlerFunc
 	params  []string
+	// scope is what the caller needs ("" for a public route).
+	scope access.Scope
+	// hidden, for a route that reads one thing by its id or name, is the
+	// answer to a caller not granted the request's namespace: the 404 of
+	// a thing that does not exist, so that another tenant's ids and
+	// names are not confirmed.
+	hidden func(*http.Request) apiError
+	// global: the route is not about one namespace (key management).
+	global bool
 }
 
-// routes lists every endpoint; docs/api.md documents each (a test checks).
+// notFound answers like a handler that found no such thing.
+func notFound(field, format string) func(*http.Request) apiError {
+	return func(r *http.Request) apiError {
+		return apiError{Code: "not_found", Field: field, Message: fmt.Sprintf(format, r.PathValue(field))}
+	}
+}
+
+// routes lists every endpoint and the scope it needs; docs/api.md
+// documents each with its scope (a test checks), and the middleware
+// authorizes from it.
 func (s *Server) routes() []route {
+	read, start, signal, operate, admin := access.ScopeRead, access.ScopeStart, access.ScopeSignal, access.ScopeOperate, access.ScopeAdmin
+	execNotFound := notFound("id", "execution %q does not exist")
 	return []route{
-		{"GET /healthz", s.health, nil},
-		{"POST /v1/workflows", s.applyWorkflow, nil},
-		{"GET /v1/workflows", s.listWorkflows, nil},
-		{"GET /v1/workflows/{name}", s.getWorkflow, nil},
-		{"GET /v1/workflows/{name}/versions/{version}", s.getWorkflowVersion, nil},
-		{"POST /v1/executions", s.startExecution, nil},
-		{"GET /v1/executions", s.listExecutions, []string{"workflow", "status", "limit", "after"}},
-		{"GET /v1/executions/{id}", s.getExecution, []string{"at_seq"}},
-		{"GET /v1/executions/{id}/events", s.executionEvents, []string{"from_seq"}},
-		{"POST /v1/executions/{id}/signals/{name}", s.signalExecution, nil},
-		{"POST /v1/executions/{id}/actions", s.executionAction, nil},
-		{"GET /v1/locks", s.listLocks, nil},
-		{"GET /v1/locks/{name}", s.getLock, nil},
-		{"DELETE /v1/locks/{name}", s.clearLock, nil},
-		{"GET /v1/settings", s.settings, nil},
-		{"POST /v1/admin/projections/rebuild", s.rebuildProjections, []string{"from_seq"}},
+		{pattern: "GET /healthz", handler: s.health},
+		{pattern: "POST /v1/workflows", handler: s.applyWorkflow, scope: admin},
+		{pattern: "GET /v1/workflows", handler: s.listWorkflows, scope: read},
+		{pattern: "GET /v1/workflows/{name}", handler: s.getWorkflow, scope: read, hidden: notFound("name", "workflow %q is not registered")},
+		{pattern: "GET /v1/workflows/{name}/versions/{version}", handler: s.getWorkflowVersion, scope: read,
+			hidden: func(r *http.Request) apiError {
+				return apiError{Code: "not_found", Field: "version",
+					Message: fmt.Sprintf("workflow %q has no version %s", r.PathValue("name"), r.PathValue("version"))}
+			}},
+		{pattern: "POST /v1/executions", handler: s.startExecution, scope: start},
+		{pattern: "GET /v1/executions", handler: s.listExecutions, params: []string{"workflow", "status", "limit", "after"}, scope: read},
+		{pattern: "GET /v1/executions/{id}", handler: s.getExecution, params: []string{"at_seq"}, scope: read, hidden: execNotFound},
+		{pattern: "GET /v1/executions/{id}/events", handler: s.executionEvents, params: []string{"from_seq"}, scope: read, hidden: execNotFound},
+		{pattern: "POST /v1/executions/{id}/signals/{name}", handler: s.signalExecution, scope: signal},
+		{pattern: "POST /v1/executions/{id}/actions", handler: s.executionAction, scope: operate},
+		{pattern: "GET /v1/locks", handler: s.listLocks, scope: read},
+		{pattern: "GET /v1/locks/{name}", handler: s.getLock, scope: read, hidden: notFound("name", "lock %q is not held or waited for")},
+		{pattern: "DELETE /v1/locks/{name}", handler: s.clearLock, scope: operate},
+		{pattern: "GET /v1/settings", handler: s.settings, scope: read},
+		{pattern: "POST /v1/admin/projections/rebuild", handler: s.rebuildProjections, params: []string{"from_seq"}, scope: admin},
+		{pattern: "POST /v1/admin/keys", handler: s.createKey, scope: admin, global: true},
+		{pattern: "GET /v1/admin/keys", handler: s.listKeys, scope: admin, global: true},
+		{pattern: "DELETE /v1/admin/keys/{id}", handler: s.revokeKey, scope: admin, global: true},
 	}
 }
 
@@ -122,7 +260,7 @@ func (s *Server) routes() []route {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	for _, rt := range s.routes() {
-		mux.Handle(rt.pattern, onlyParams(rt.handler, rt.params...))
+		mux.Handle(rt.pattern, s.guard(rt, onlyParams(rt.handler, rt.params...)))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		var allow []string
@@ -172,7 +310,7 @@ func (s *Server) Run(ctx context.Context) error {
 }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
-	if s.nc.Status() != nats.CONNECTED {
+	if s.def.nc.Status() != nats.CONNECTED {
 		writeError(w, http.StatusServiceUnavailable, apiError{Code: "unavailable", Message: "not connected to NATS"})
 		return
 	}
@@ -206,6 +344,9 @@ type apiError struct {
 	Message  string `json:"message"`
 	Field    string `json:"field,omitempty"`
 	Problems any    `json:"problems,omitempty"`
+	// Scope and Namespace name what a 403 says is missing.
+	Scope     string `json:"scope,omitempty"`
+	Namespace string `json:"namespace,omitempty"`
 }
 
 func writeError(w http.ResponseWriter, status int, e apiError) {
@@ -241,13 +382,17 @@ func (r *statusRecorder) Flush() {
 	}
 }
 
+// logRequests logs each request at debug level: never its headers or
+// body (they carry tokens), but who it was, as authenticated.
 func (s *Server) logRequests(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		began := time.Now()
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
-		r = r.WithContext(s.log.WithContext(r.Context()))
+		note := &requestNote{}
+		r = r.WithContext(context.WithValue(s.log.WithContext(r.Context()), noteKey{}, note))
 		next.ServeHTTP(rec, r)
 		s.log.Debug().Str("method", r.Method).Str("path", r.URL.Path).Int("status", rec.status).
+			Str("subject", note.subject).Str("auth_method", note.method).Str("key_id", note.keyID).Str("namespace", note.namespace).
 			Dur("took", time.Since(began)).Msg("http request")
 	})
 }

@@ -12,7 +12,7 @@ import (
 // service recorded yet is left out.
 func (s *Server) settings(w http.ResponseWriter, r *http.Request) {
 	out := map[string]string{}
-	rule, ok, err := s.defs.Setting(r.Context(), catalog.SettingRetentionDefault)
+	rule, ok, err := s.at(r).defs.Setting(r.Context(), catalog.SettingRetentionDefault)
 	if err != nil {
 		s.internal(w, r, err)
 		return

@@ -39,7 +39,7 @@ func (s *Server) signalExecution(w http.ResponseWriter, r *http.Request) {
 		data = body
 	}
 	s.sendExecutionCommand(w, r, executionCommand{
-		execID: id, subject: events.SubjectSignal,
+		execID: id, subject: events.SubjectAPISignal,
 		data: &events.SignalExecution{ExecutionID: id, Name: name, Data: data},
 		record: func(ev events.Event, key string) (bool, string) {
 			p, ok := ev.Data.(*events.SignalReceived)

@@ -27,7 +27,7 @@ func (s *Server) applyWorkflow(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, apiError{Code: "invalid_definition", Message: verr.Error(), Field: first.Field, Problems: verr.Problems})
 		return
 	}
-	rec, created, err := s.defs.Apply(r.Context(), def)
+	rec, created, err := s.at(r).defs.Apply(r.Context(), def)
 	if errors.Is(err, catalog.ErrVersionTaken) {
 		writeError(w, http.StatusConflict, apiError{Code: "conflict", Field: "version",
 			Message: fmt.Sprintf("workflow %s version %d already holds another definition; versions never change: give a new version number, or none", def.Name, def.Version)})
@@ -46,7 +46,7 @@ func (s *Server) applyWorkflow(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listWorkflows(w http.ResponseWriter, r *http.Request) {
-	list, err := s.defs.List(r.Context())
+	list, err := s.at(r).defs.List(r.Context())
 	if err != nil {
 		s.internal(w, r, err)
 		return
@@ -74,7 +74,7 @@ func (s *Server) getWorkflow(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	versions, err := s.defs.Versions(r.Context(), name)
+	versions, err := s.at(r).defs.Versions(r.Context(), name)
 	if errors.Is(err, catalog.ErrNotFound) {
 		writeError(w, http.StatusNotFound, apiError{Code: "not_found", Field: "name", Message: fmt.Sprintf("workflow %q is not registered", r.PathValue("name"))})
 		return
@@ -100,7 +100,7 @@ func (s *Server) getWorkflowVersion(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: "version", Message: "version must be a positive integer"})
 		return
 	}
-	rec, err := s.defs.Get(r.Context(), r.PathValue("name"), v)
+	rec, err := s.at(r).defs.Get(r.Context(), r.PathValue("name"), v)
 	if errors.Is(err, catalog.ErrNotFound) {
 		writeError(w, http.StatusNotFound, apiError{Code: "not_found", Field: "version",
 			Message: fmt.Sprintf("workflow %q has no version %d", r.PathValue("name"), v)})

@@ -70,7 +70,7 @@ func (d *Dispatcher) action(ctx context.Context, ev events.Event, p *events.Exec
 		return err
 	}
 	key := events.CommandKey(ev.Source, ev.ID)
-	rec := events.ActionRecord{Action: p.Action, Reason: p.Reason, RequestedBy: p.RequestedBy, Command: key}
+	rec := events.ActionRecord{Action: p.Action, Reason: p.Reason, RequestedBy: p.RequestedBy, Actor: p.Actor, Command: key}
 	if rec.RequestedBy == "" {
 		rec.RequestedBy = ev.Source
 	}
@@ -170,7 +170,7 @@ func (d *Dispatcher) action(ctx context.Context, ev events.Event, p *events.Exec
 func cancelled(s projections.Execution) *events.ExecutionCancelled {
 	rec := events.ActionRecord{Action: events.ActionCancel}
 	if c := s.Cancellation; c != nil {
-		rec.Reason, rec.RequestedBy = c.Reason, c.RequestedBy
+		rec.Reason, rec.RequestedBy, rec.Actor = c.Reason, c.RequestedBy, c.Actor
 	}
 	return &events.ExecutionCancelled{ActionRecord: rec}
 }

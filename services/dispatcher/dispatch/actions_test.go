@@ -47,8 +47,8 @@ func TestCancelWaitsForTheRunningStep(t *testing.T) {
 	s, _ := waitStatus(t, b.js, "deploy", "c1", projections.StatusCancelling)
 	require.Equal(t, projections.OpStarted, s.Steps[0].Status, "the running step is left to finish")
 	require.Equal(t, &projections.Cancellation{Action: "cancel", Reason: "wrong version", RequestedBy: "test-operator",
-		RequestedAt: s.Cancellation.RequestedAt}, s.Cancellation)
-	require.Equal(t, []projections.ActionCommand{{Command: key, Action: "cancel"}}, s.Actions)
+		Actor: natsClient, RequestedAt: s.Cancellation.RequestedAt}, s.Cancellation)
+	require.Equal(t, []projections.ActionCommand{{Command: key, Action: "cancel", Actor: natsClient}}, s.Actions)
 
 	t.Log("the running step's result is recorded, and no other step starts")
 	b.report(t, &events.OperationSucceeded{TaskRef: task.task.Ref("test-agent", 1)})
@@ -115,7 +115,8 @@ func TestForceCancelAfterCancel(t *testing.T) {
 
 	second := b.act(t, "c3", events.ActionForceCancel, "")
 	s, _ := waitStatus(t, b.js, "deploy", "c3", projections.StatusCancelled)
-	require.Equal(t, []projections.ActionCommand{{Command: first, Action: "cancel"}, {Command: second, Action: "force-cancel"}}, s.Actions)
+	require.Equal(t, []projections.ActionCommand{{Command: first, Action: "cancel", Actor: natsClient},
+		{Command: second, Action: "force-cancel", Actor: natsClient}}, s.Actions)
 	require.Equal(t, "first", s.Cancellation.Reason, "the first request's reason is kept")
 }
 

@@ -221,6 +221,12 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		cc, err := cons.Consume(func(m jetstream.Msg) {
 			ev, err := events.Decode(m.Headers(), m.Data())
 			why := misrouted(m.Subject(), ev)
+			if why == "" && err == nil && strings.HasPrefix(m.Subject(), events.CommandsPrefix+".") {
+				var actor *events.Actor
+				if actor, why = commandActor(m.Subject(), ev.Data); why == "" && actor != nil {
+					events.SetCommandActor(ev.Data, actor)
+				}
+			}
 			if err != nil {
 				why = strings.TrimPrefix(err.Error(), events.ErrMalformed.Error()+": ")
 				if errors.Is(err, events.ErrUnknownType) {

@@ -15,12 +15,56 @@ import (
 
 // commandTypes is the one command type each command subject carries.
 var commandTypes = map[string]events.Type{
-	events.SubjectStart:     events.TypeStartExecution,
-	events.SubjectSignal:    events.TypeSignalExecution,
-	events.SubjectAction:    events.TypeExecutionAction,
-	events.SubjectReconcile: events.TypeReconcileExecution,
-	events.SubjectExpire:    events.TypeExpireExecution,
-	events.SubjectClearLock: events.TypeClearLock,
+	events.SubjectStart:        events.TypeStartExecution,
+	events.SubjectSignal:       events.TypeSignalExecution,
+	events.SubjectAction:       events.TypeExecutionAction,
+	events.SubjectReconcile:    events.TypeReconcileExecution,
+	events.SubjectExpire:       events.TypeExpireExecution,
+	events.SubjectClearLock:    events.TypeClearLock,
+	events.SubjectAPIStart:     events.TypeStartExecution,
+	events.SubjectAPISignal:    events.TypeSignalExecution,
+	events.SubjectAPIAction:    events.TypeExecutionAction,
+	events.SubjectAPIClearLock: events.TypeClearLock,
+}
+
+// subjectRoles names the role NATS lets publish on each command subject
+// outside the api's (besides the admin): a command published there is
+// attributed to that role, since JetStream stores no publisher's identity.
+var subjectRoles = map[string]string{
+	events.SubjectStart:     "client",
+	events.SubjectSignal:    "client",
+	events.SubjectAction:    "client",
+	events.SubjectClearLock: "janitor",
+}
+
+// commandActor decides who a command that arrived on subject is recorded
+// as asked by, or why it may not be handled (why != ""). Only the api may
+// publish on jf.commands.api.<kind>, so a command there must carry the
+// actor the api authenticated; a command on any other subject may not
+// carry one (anyone with the client identity could write any name), and
+// is attributed to the role that may publish there: {nats, client} for
+// start, signal and action, {nats, janitor} for clear-lock. Commands that
+// cannot carry an actor (reconcile, expire) get none.
+func commandActor(subject string, p events.Payload) (actor *events.Actor, why string) {
+	carried := events.CommandActor(p)
+	if strings.HasPrefix(subject, events.APICommandsPrefix+".") {
+		if carried == nil {
+			return nil, fmt.Sprintf("a command on %s carries the actor the api authenticated, and this one has none", subject)
+		}
+		if err := carried.Check(); err != nil {
+			return nil, err.Error()
+		}
+		return carried, ""
+	}
+	if carried != nil {
+		return nil, fmt.Sprintf("actor is set by the api: a command on %s may not carry one (send it without actor; it is recorded as from the %s role)",
+			subject, cmp.Or(subjectRoles[subject], "publishing"))
+	}
+	role, ok := subjectRoles[subject]
+	if !ok {
+		return nil, ""
+	}
+	return &events.Actor{Subject: role, Method: events.ActorNATS}, ""
 }
 
 // misrouted says why a decoded message may not be handled where it
@@ -60,10 +104,11 @@ func misrouted(subject string, ev events.Event) string {
 	return ""
 }
 
-// subjectOf is the command subject of command type t ("" if none).
+// subjectOf is the command subject a client publishes command type t on.
 func subjectOf(t events.Type) string {
-	for s, ct := range commandTypes {
-		if ct == t {
+	for _, s := range []string{events.SubjectStart, events.SubjectSignal, events.SubjectAction,
+		events.SubjectReconcile, events.SubjectExpire, events.SubjectClearLock} {
+		if commandTypes[s] == t {
 			return s
 		}
 	}

@@ -77,8 +77,11 @@ func (d *Dispatcher) start(ctx context.Context, ev events.Event, cmd *events.Sta
 	}
 	started := &events.ExecutionStarted{
 		Workflow: rec.Name, Version: rec.Version, Input: input, Steps: rec.Definition.StepRefs(),
-		Definition: def, Token: newToken(), CommandKey: key, CommandDigest: digest, StartedBy: ev.Source, APIURL: d.cfg.APIURL,
+		Definition: def, Token: newToken(), CommandKey: key, CommandDigest: digest, StartedBy: ev.Source, Actor: cmd.Actor, APIURL: d.cfg.APIURL,
 		WaitAfterFail: cmd.WaitAfterFail, DryRun: cmd.DryRun,
+	}
+	if cmd.Actor != nil {
+		started.StartedBy = cmd.Actor.Subject // who, as authenticated; the command key keeps the source
 	}
 	if started.Retention, err = startRetention(rec.Definition, projections.Execution{ID: id, Workflow: rec.Name,
 		Version: rec.Version, Input: input, StartedAt: d.cfg.Now()}); err != nil {

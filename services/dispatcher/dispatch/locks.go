@@ -312,7 +312,8 @@ func (d *Dispatcher) clearLock(ctx context.Context, ev events.Event, p *events.C
 			return reject("entries[%d]: workflow %q or execution_id %q is not valid", i, en.Workflow, en.ExecutionID)
 		}
 	}
-	rec := events.ActionRecord{Action: "clear-lock", Reason: p.Reason, RequestedBy: p.RequestedBy, Command: events.CommandKey(ev.Source, ev.ID)}
+	rec := events.ActionRecord{Action: "clear-lock", Reason: p.Reason, RequestedBy: p.RequestedBy, Actor: p.Actor,
+		Command: events.CommandKey(ev.Source, ev.ID)}
 	if rec.RequestedBy == "" {
 		rec.RequestedBy = ev.Source
 	}

@@ -53,7 +53,7 @@ func TestResumeRunsTheFailedStepAgain(t *testing.T) {
 	require.Equal(t, "registry is back", resumed.Reason)
 	require.Equal(t, 1, s.Steps[0].Attempt, "build did not run again")
 	require.Equal(t, 2, s.Steps[1].Attempt)
-	require.Equal(t, []projections.ActionCommand{{Command: key, Action: events.ActionResume}}, s.Actions)
+	require.Equal(t, []projections.ActionCommand{{Command: key, Action: events.ActionResume, Actor: natsClient}}, s.Actions)
 	require.Equal(t, 1, s.Resumes)
 
 	t.Log("a succeeded execution cannot be resumed")

@@ -138,7 +138,7 @@ func (d *Dispatcher) signal(ctx context.Context, ev events.Event, p *events.Sign
 				return d.advance(ctx, x) // the same signal again
 			}
 		}
-		if err := d.append(ctx, x, &events.SignalReceived{SignalID: sigID, Name: p.Name, Data: p.Data, Sender: ev.Source}); err != nil {
+		if err := d.append(ctx, x, &events.SignalReceived{SignalID: sigID, Name: p.Name, Data: p.Data, Sender: ev.Source, Actor: p.Actor}); err != nil {
 			return err
 		}
 		return d.advance(ctx, x)

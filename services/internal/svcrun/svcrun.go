@@ -82,3 +82,33 @@ func Serve(ctx context.Context, c *svc.Common, role auth.Role, log zerolog.Logge
 	}
 	return g.Wait()
 }
+
+// OpenAll connects the service, as role, to every namespace it serves, for
+// a service that serves them all from one place (the api); close drains
+// the connections. The default namespace, when served, comes first.
+func OpenAll(ctx context.Context, c *svc.Common, role auth.Role, log zerolog.Logger) (nss []Namespace, closeAll func(), err error) {
+	names, err := c.ServedNamespaces()
+	if err != nil {
+		return nil, nil, err
+	}
+	closeAll = func() {
+		for _, ns := range nss {
+			_ = ns.NC.Drain()
+		}
+	}
+	for _, name := range names {
+		l := log
+		if len(names) > 1 || name != auth.DefaultNamespace {
+			l = log.With().Str("namespace", name).Logger()
+		}
+		nc, js, err := c.Open(ctx, name, role, "jetflow-"+string(role),
+			func(err error) { l.Warn().Err(err).Msg("waiting for jetstream") },
+			func(err error) { l.Warn().Err(err).Msg("nats") })
+		if err != nil {
+			closeAll()
+			return nil, nil, fmt.Errorf("namespace %s: %w", name, err)
+		}
+		nss = append(nss, Namespace{Name: name, NC: nc, JS: js, Log: l})
+	}
+	return nss, closeAll, nil
+}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -39,7 +40,9 @@ func stack(t *testing.T) devstack.Info {
 		cancel()
 		t.Fatal("stack did not start")
 	}
+	stackTokens.Store(info.APIURL, info.AdminToken)
 	t.Cleanup(func() {
+		stackTokens.Delete(info.APIURL)
 		cancel()
 		select {
 		case err := <-done:
@@ -51,6 +54,9 @@ func stack(t *testing.T) devstack.Info {
 	return info
 }
 
+// stackTokens maps each test stack's api to its admin token.
+var stackTokens sync.Map
+
 // jetflow runs the CLI with args against api and returns its exit status
 // and output.
 func jetflow(t *testing.T, api string, args ...string) (code int, stdout, stderr string) {
@@ -59,7 +65,11 @@ func jetflow(t *testing.T, api string, args ...string) (code int, stdout, stderr
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if api != "" {
-		args = append([]string{"--api", api}, args...)
+		pre := []string{"--api", api}
+		if tok, ok := stackTokens.Load(api); ok {
+			pre = append(pre, "--token", tok.(string))
+		}
+		args = append(pre, args...)
 	}
 	code = Main(ctx, args, &out, &errOut)
 	return code, out.String(), errOut.String()
@@ -83,6 +93,14 @@ func TestExitStatuses(t *testing.T) {
 		code, _, stderr := jetflow(t, api, "workflow", "apply", "-f", f)
 		require.Equal(t, ExitOK, code, stderr)
 	}
+	code, reader, stderr := jetflow(t, api, "keys", "create", "--name", "reader", "--scopes", "read")
+	require.Equal(t, ExitOK, code, stderr)
+	reader = strings.TrimSpace(reader)
+	require.Contains(t, stderr, "shown this once")
+	code, out, stderr := jetflow(t, api, "keys", "ls")
+	require.Equal(t, ExitOK, code, stderr)
+	require.Contains(t, out, "reader")
+	require.NotContains(t, out, reader)
 
 	// A free port nothing listens on: the api is unreachable.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -111,6 +129,8 @@ func TestExitStatuses(t *testing.T) {
 		{"WorkflowNotFound", api, []string{"run", "nope"}, ExitNotFound, "not registered"},
 		{"Conflict", api, []string{"run", "fine", "--id", "ok-1"}, ExitConflict, "already used"},
 		{"Unreachable", nowhere, []string{"ls"}, ExitUnreachable, "cannot reach the api at " + nowhere},
+		{"NotAuthenticated", api, []string{"--token", "jfk_0000000000000000_" + strings.Repeat("0", 64), "ls"}, ExitDenied, "give a token with --token"},
+		{"NotAllowed", api, []string{"--token", reader, "run", "fine"}, ExitDenied, "needs the scope start"},
 	} {
 		code, _, stderr := jetflow(t, tt.api, tt.args...)
 		require.Equal(t, tt.want, code, "%s: %s", tt.name, stderr)
@@ -258,7 +278,24 @@ func TestAPIFoundWithoutFlags(t *testing.T) {
 	cmd.SetArgs(nil)
 	require.NoError(t, cmd.Execute())
 	require.True(t, strings.HasPrefix(out.String(), "export JETFLOW_API='"+info.APIURL+"'\nexport NATS_URL='"+info.NATSURL+"'\n"+
+		"export JETFLOW_TOKEN='"+info.AdminToken+"'\n"+
 		"export NATS_CREDS='"+filepath.Join(dir, devstack.AuthDir, "default", "client.creds")+"'\n"), out.String())
+
+	t.Log("the token: --token, JETFLOW_TOKEN, the jetflow dev's whose api it is, the config file")
+	cfgDir := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(cfgDir, "jetflow"), 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(cfgDir, "jetflow", "token"), []byte("# mine\nfrom-config\n"), 0o600))
+	env = map[string]string{"JETFLOW_DATA": dir, "XDG_CONFIG_HOME": cfgDir}
+	c := &app{getenv: func(k string) string { return env[k] }}
+	require.NotEmpty(t, info.AdminToken)
+	require.Equal(t, info.AdminToken, c.token(), "beside jetflow dev: its admin token")
+	env["JETFLOW_API"] = "http://elsewhere:1"
+	require.Equal(t, "from-config", c.token(), "another api: not the dev's token")
+	env["JETFLOW_TOKEN"] = "from-env"
+	require.Equal(t, "from-env", c.token())
+	c.tokenFlag = "from-flag"
+	require.Equal(t, "from-flag", c.token())
+	require.Empty(t, (&app{getenv: func(string) string { return "" }}).token())
 
 	cancel()
 	require.NoError(t, <-done)

@@ -51,6 +51,7 @@ with its own NATS connection. Stop it with Ctrl-C; start it again on the same
 			}
 			if cfg.Insecure {
 				cfg.Log.Warn().Msg("--insecure: NATS runs without authentication; anyone who reaches it can write histories, purge streams and run commands on the agents")
+				cfg.Log.Warn().Msg("--insecure: the api runs without authentication; anyone who reaches it can register workflows and run them")
 			}
 			cfg.AgentPolicy = &policy
 			return devstack.Run(cmd.Context(), cfg, func(info devstack.Info) {
@@ -63,6 +64,13 @@ with its own NATS connection. Stop it with Ctrl-C; start it again on the same
 						info.NATSURL, c, auth.Inbox(pub), info.CredsDir)
 				} else {
 					fmt.Fprintln(a.stdout, "  NATS: no authentication (--insecure)")
+				}
+				if info.AdminTokenPath != "" {
+					fmt.Fprintf(a.stdout, "  HTTP callers authenticate: the admin token is in %s\n"+
+						"  (make keys for programs with jetflow keys create; curl -H \"Authorization: Bearer $JETFLOW_TOKEN\" after jetflow env)\n",
+						info.AdminTokenPath)
+				} else {
+					fmt.Fprintln(a.stdout, "  api: no authentication (--insecure)")
 				}
 				abs, err := filepath.Abs(cfg.DataDir)
 				if err != nil {
@@ -100,9 +108,9 @@ with its own NATS connection. Stop it with Ctrl-C; start it again on the same
 	f.BoolVar(&cfg.LogNATS, "log-nats", false, "include the NATS server's own log")
 	f.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
 	f.BoolVar(&jsonLogs, "log-json", false, "log JSON lines instead of console text")
-	f.BoolVar(&cfg.Insecure, "insecure", false, "run NATS without authentication (experiments only: anyone who reaches it owns jetflow)")
+	f.BoolVar(&cfg.Insecure, "insecure", false, "run NATS and the api without authentication (experiments only: anyone who reaches them owns jetflow)")
 	f.StringSliceVar(&cfg.Namespaces, "namespaces", []string{"default"},
-		"namespaces to serve, each a NATS account with its own streams and services (the api serves default)")
+		"namespaces to serve, each a NATS account with its own streams and services (the api serves them all)")
 	return cmd
 }
 
@@ -122,9 +130,9 @@ func (a *app) envCmd() *cobra.Command {
 		Use:   "env [--data DIR]",
 		Short: "Print the environment that points clients at a running jetflow dev (eval \"$(jetflow env)\")",
 		Long: `Print shell export lines for the jetflow dev running on a data directory:
-JETFLOW_API for the jetflow command line, and NATS_URL and NATS_CREDS
-(the client identity) for the nats command line, so that both reach it
-whatever ports it listens on:
+JETFLOW_API and JETFLOW_TOKEN (its admin token) for the jetflow command
+line and curl, and NATS_URL and NATS_CREDS (the client identity) for the
+nats command line, so that they reach it whatever ports it listens on:
 
   eval "$(bin/jetflow env)"
 
@@ -141,6 +149,13 @@ $JETFLOW_DATA) by itself; the nats command line needs NATS_URL.`,
 				return err
 			}
 			fmt.Fprintf(a.stdout, "export JETFLOW_API=%s\nexport NATS_URL=%s\n", shellQuote(c.API), shellQuote(c.NATS))
+			if c.TokenFile != "" {
+				tok, err := devstack.ReadToken(c.TokenFile)
+				if err != nil {
+					return fmt.Errorf("the admin token of the jetflow dev on %s: %w", dir, err)
+				}
+				fmt.Fprintf(a.stdout, "export JETFLOW_TOKEN=%s\n", shellQuote(tok))
+			}
 			if c.ClientCreds != "" {
 				fmt.Fprintf(a.stdout, "export NATS_CREDS=%s\n# for nats stream/consumer commands add: --inbox-prefix %s\n",
 					shellQuote(c.ClientCreds), c.ClientInbox)

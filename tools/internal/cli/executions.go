@@ -163,7 +163,11 @@ func printExecution(w io.Writer, x projections.Execution, retention string) {
 	fmt.Fprintf(tw, "workflow\t%s (version %d)\n", x.Workflow, x.Version)
 	fmt.Fprintf(tw, "status\t%s\n", x.Status)
 	if !x.StartedAt.IsZero() {
-		fmt.Fprintf(tw, "started\t%s\n", x.StartedAt.Local().Format(time.RFC3339Nano))
+		fmt.Fprintf(tw, "started\t%s", x.StartedAt.Local().Format(time.RFC3339Nano))
+		if by := who(x.StartedByActor, x.StartedBy); by != "?" {
+			fmt.Fprintf(tw, " by %s", by)
+		}
+		fmt.Fprintln(tw)
 	}
 	if !x.EndedAt.IsZero() {
 		fmt.Fprintf(tw, "ended\t%s (took %s)\n", x.EndedAt.Local().Format(time.RFC3339Nano), dur(x.StartedAt, x.EndedAt))
@@ -179,14 +183,14 @@ func printExecution(w io.Writer, x projections.Execution, retention string) {
 	}
 	for _, r := range x.Replays {
 		fmt.Fprintf(tw, "replayed\t%s at %s (asked: from %s) by %s at %s", r.Mode, cmp.Or(r.Point, "the start"), r.From,
-			cmp.Or(r.RequestedBy, "?"), r.At.Local().Format(time.RFC3339Nano))
+			who(r.Actor, r.RequestedBy), r.At.Local().Format(time.RFC3339Nano))
 		if r.Reason != "" {
 			fmt.Fprintf(tw, ": %s", r.Reason)
 		}
 		fmt.Fprintln(tw)
 	}
 	if c := x.Cancellation; c != nil {
-		fmt.Fprintf(tw, "cancel\t%s by %s at %s", c.Action, cmp.Or(c.RequestedBy, "?"), c.RequestedAt.Local().Format(time.RFC3339Nano))
+		fmt.Fprintf(tw, "cancel\t%s by %s at %s", c.Action, who(c.Actor, c.RequestedBy), c.RequestedAt.Local().Format(time.RFC3339Nano))
 		if c.Reason != "" {
 			fmt.Fprintf(tw, ": %s", c.Reason)
 		}
@@ -209,6 +213,18 @@ func printExecution(w io.Writer, x projections.Execution, retention string) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", s.ID, s.Kind, cmpStr(string(s.Status), "-"), s.Attempt, dur(s.StartedAt, s.EndedAt), truncate(detail, 100))
 	}
 	_ = tw.Flush()
+}
+
+// who says who asked for something: the actor as authenticated, with
+// the free-text requested_by as a remark when it says something else.
+func who(actor *events.Actor, requestedBy string) string {
+	if actor == nil {
+		return cmp.Or(requestedBy, "?")
+	}
+	if requestedBy != "" && requestedBy != actor.Subject {
+		return fmt.Sprintf("%s, requested_by %q", actor, requestedBy)
+	}
+	return actor.String()
 }
 
 func cmpStr(s, def string) string {
@@ -388,6 +404,13 @@ func printEvent(w io.Writer, ev client.Event) {
 			}
 			detail += " " + strings.TrimPrefix(k, "requested_") + "=" + truncate(v, 120)
 		}
+	}
+	if a, ok := d["actor"].(map[string]any); ok {
+		actor := &events.Actor{}
+		actor.Subject, _ = a["subject"].(string)
+		actor.Method, _ = a["method"].(string)
+		actor.KeyID, _ = a["key_id"].(string)
+		detail += " actor=" + strconv.Quote(actor.String())
 	}
 	if n, ok := d["delivery"].(float64); ok && n > 1 {
 		detail += fmt.Sprintf(" delivery=%d (ran again)", int(n))

@@ -133,8 +133,8 @@ func printLocks(w io.Writer, x projections.Execution) {
 			since = l.AcquiredAt
 		case projections.LockReleased, projections.LockCleared:
 			since, detail = l.ReleasedAt, l.Reason
-			if l.ClearedBy != "" {
-				detail = "by " + l.ClearedBy + cmp.Or(": "+l.Reason, "")
+			if l.ClearedBy != "" || l.ClearedByActor != nil {
+				detail = "by " + who(l.ClearedByActor, l.ClearedBy) + cmp.Or(": "+l.Reason, "")
 			}
 		case projections.LockWaiting:
 			detail = "waiting: no step inside the lock runs until it is acquired (jetflow locks ls)"

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -36,6 +37,10 @@ const (
 	ExitConflict = 4
 	// ExitUnreachable: the api could not be reached.
 	ExitUnreachable = 5
+	// ExitDenied: the api refused the caller: not authenticated (401: no
+	// token, or an unknown, expired or revoked one) or not allowed (403:
+	// the token lacks the scope or the namespace).
+	ExitDenied = 6
 )
 
 // exitError carries a process exit code without printing anything more.
@@ -64,6 +69,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return ee.code
 	}
 	fmt.Fprintln(stderr, "jetflow:", err)
+	if client.IsStatus(err, http.StatusUnauthorized) {
+		fmt.Fprintln(stderr, "jetflow: give a token with --token, JETFLOW_TOKEN or "+configTokenHint+
+			" (beside jetflow dev the CLI uses its admin token by itself)")
+	}
 	return exitCode(err)
 }
 
@@ -82,6 +91,8 @@ func exitCode(err error) int {
 			return ExitNotFound
 		case http.StatusConflict:
 			return ExitConflict
+		case http.StatusUnauthorized, http.StatusForbidden:
+			return ExitDenied
 		case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
 			return ExitUsage
 		}
@@ -98,13 +109,55 @@ func isCobraUsage(err error) bool {
 }
 
 type app struct {
-	apiURL string
-	stdout io.Writer
-	stderr io.Writer
-	getenv func(string) string
+	apiURL    string
+	tokenFlag string
+	namespace string
+	stdout    io.Writer
+	stderr    io.Writer
+	getenv    func(string) string
 }
 
-func (a *app) client() *client.Client { return client.New(a.api()) }
+func (a *app) client() *client.Client {
+	return client.New(a.api(), client.WithToken(a.token()), client.WithNamespace(cmp.Or(a.namespace, a.getenv("JETFLOW_NAMESPACE"))))
+}
+
+// configTokenHint is where the token file is, as the help says it.
+const configTokenHint = "$XDG_CONFIG_HOME/jetflow/token (~/.config/jetflow/token)"
+
+// token is the bearer token for the api: --token, else JETFLOW_TOKEN,
+// else the admin token of the jetflow dev whose api this is (its
+// connection file names it), else the first line of the config file
+// $XDG_CONFIG_HOME/jetflow/token (~/.config/jetflow/token); "" if none.
+func (a *app) token() string {
+	if a.tokenFlag != "" {
+		return a.tokenFlag
+	}
+	if v := a.getenv("JETFLOW_TOKEN"); v != "" {
+		return v
+	}
+	if c, err := devstack.ReadConn(a.dataDir()); err == nil && c.TokenFile != "" && c.API == a.api() {
+		if t, err := devstack.ReadToken(c.TokenFile); err == nil {
+			return t
+		}
+	}
+	if t, err := devstack.ReadToken(a.configTokenFile()); err == nil {
+		return t
+	}
+	return ""
+}
+
+// configTokenFile is the token file in the user's configuration directory.
+func (a *app) configTokenFile() string {
+	dir := a.getenv("XDG_CONFIG_HOME")
+	if dir == "" {
+		home := a.getenv("HOME")
+		if home == "" {
+			return ""
+		}
+		dir = filepath.Join(home, ".config")
+	}
+	return filepath.Join(dir, "jetflow", "token")
+}
 
 // defaultAPI is where the api is when nothing says otherwise.
 const defaultAPI = "http://127.0.0.1:8080"
@@ -141,7 +194,10 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.PersistentFlags().StringVar(&a.apiURL, "api", "",
 		"jetflow api base URL (default: $JETFLOW_API, else the api of the jetflow dev running on $JETFLOW_DATA or .jetflow, else "+defaultAPI+")")
-	root.AddCommand(a.devCmd(), a.envCmd(), a.authCmd(), a.bootstrapCmd(), a.workflowCmd(), a.runCmd(), a.showCmd(), a.lsCmd(), a.eventsCmd(), a.projectionsCmd(), a.signalCmd(), a.cancelCmd(), a.killCmd(), a.resumeCmd(), a.replayCmd(), a.locksCmd())
+	root.PersistentFlags().StringVar(&a.tokenFlag, "token", "",
+		"api token (default: $JETFLOW_TOKEN, else the admin token of the jetflow dev whose api it is, else the first line of "+configTokenHint+")")
+	root.PersistentFlags().StringVar(&a.namespace, "namespace", "", "namespace of the request (default: $JETFLOW_NAMESPACE, else the api's default)")
+	root.AddCommand(a.devCmd(), a.envCmd(), a.authCmd(), a.bootstrapCmd(), a.workflowCmd(), a.runCmd(), a.showCmd(), a.lsCmd(), a.eventsCmd(), a.projectionsCmd(), a.signalCmd(), a.cancelCmd(), a.killCmd(), a.resumeCmd(), a.replayCmd(), a.locksCmd(), a.keysCmd())
 	return root
 }
 

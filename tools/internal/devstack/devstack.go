@@ -18,16 +18,19 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
 	"jetflow.dev/pkg/auth"
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/catalog"
+	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/natsserver"
 	"jetflow.dev/pkg/operation"
 	"jetflow.dev/pkg/workflow"
 	"jetflow.dev/services/agent/agent"
+	"jetflow.dev/services/api/access"
 	"jetflow.dev/services/api/api"
 	"jetflow.dev/services/dispatcher/dispatch"
 	"jetflow.dev/services/janitor/janitor"
@@ -89,13 +92,18 @@ type Config struct {
 	// connects with its own role's credentials, and only the bootstrap's
 	// admin identity changes the topology. With NATSURL the stack is
 	// insecure unless CredsDir says where its identities are.
+	//
+	// Insecure also turns the api's authentication off. Without it, every
+	// HTTP caller needs a token: the stack makes a bootstrap admin token
+	// in DataDir/auth/admin.token on its first start (AdminTokenFile) and
+	// gives it to its api.
 	Insecure bool
 	// CredsDir, with NATSURL, is an auth directory (jetflow auth init)
 	// whose creds the services use.
 	CredsDir string
 	// Namespaces are the namespaces (NATS accounts, each with its own
 	// topology) the stack serves: a dispatcher, an agent and a janitor
-	// run in each. The api serves the default namespace. Default
+	// run in each, and the api serves them all. Default
 	// ["default"]; more need a secure stack.
 	Namespaces []string
 }
@@ -111,6 +119,63 @@ type Info struct {
 	CredsDir string
 	// AuthDir is the auth directory ("" for an insecure stack).
 	AuthDir string
+	// AdminToken is the api's bootstrap admin token, kept in
+	// AdminTokenPath; both "" for an insecure stack (no HTTP auth).
+	AdminToken     string
+	AdminTokenPath string
+}
+
+// Client is a client of the stack's api, with the admin token.
+func (i Info) Client() *client.Client {
+	return client.New(i.APIURL, client.WithToken(i.AdminToken))
+}
+
+// AdminTokenFile is the name of the bootstrap admin token's file in the
+// auth directory (DataDir/auth/admin.token, 0600).
+const AdminTokenFile = "admin.token"
+
+// EnsureAdminToken returns the admin token kept in dir/admin.token,
+// making a random one (and dir, 0700) the first time.
+func EnsureAdminToken(dir string) (path, token string, err error) {
+	path = filepath.Join(dir, AdminTokenFile)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", "", fmt.Errorf("admin token: %w", err)
+	}
+	if token, err = ReadToken(path); err == nil {
+		return path, token, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", "", err
+	}
+	if token, err = access.NewAdminToken(); err != nil {
+		return "", "", err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return "", "", fmt.Errorf("admin token: %w", err)
+	}
+	if _, err := f.WriteString(token + "\n"); err != nil {
+		f.Close()
+		return "", "", fmt.Errorf("admin token: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return "", "", fmt.Errorf("admin token: %w", err)
+	}
+	return path, token, nil
+}
+
+// ReadToken reads a token file: its first line that is neither blank nor
+// a # comment. The error wraps os.ErrNotExist when there is no file.
+func ReadToken(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			return line, nil
+		}
+	}
+	return "", fmt.Errorf("%s holds no token", path)
 }
 
 // Creds is the path of role's creds file in the default namespace (""
@@ -229,11 +294,22 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 		return errors.New("devstack: namespaces are NATS accounts: more than the default one needs a secure stack")
 	}
 
+	var tokenPath, token string
+	if !cfg.Insecure {
+		if cfg.DataDir == "" {
+			return errors.New("devstack: DataDir is required: it keeps the api's admin token")
+		}
+		var err error
+		if tokenPath, token, err = EnsureAdminToken(filepath.Join(cfg.DataDir, AuthDir)); err != nil {
+			return err
+		}
+	}
 	ln, err := net.Listen("tcp", cmp.Or(cfg.HTTPAddr, "127.0.0.1:8080"))
 	if err != nil {
 		return fmt.Errorf("api address: %w", err)
 	}
-	info := Info{NATSURL: url, APIURL: "http://" + ln.Addr().String(), Server: srv, AuthDir: authDir}
+	info := Info{NATSURL: url, APIURL: "http://" + ln.Addr().String(), Server: srv, AuthDir: authDir,
+		AdminToken: token, AdminTokenPath: tokenPath}
 	if authDir != "" {
 		info.CredsDir = filepath.Join(authDir, auth.DefaultNamespace)
 	}
@@ -248,6 +324,12 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 	}
 	if srv != nil { // the data directory is this stack's: say where it is
 		conn := Conn{API: info.APIURL, NATS: url, PID: os.Getpid()}
+		if tokenPath != "" {
+			if conn.TokenFile, err = filepath.Abs(tokenPath); err != nil {
+				_ = ln.Close()
+				return err
+			}
+		}
 		if c := info.Creds(auth.RoleClient); c != "" {
 			pub, _, err := auth.CredsUser(c)
 			if err != nil {
@@ -270,6 +352,13 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 	agentCfg, err := agentConfig(cfg)
 	if err != nil {
 		_ = ln.Close()
+		return err
+	}
+	if err := ensureExamplesToken(ctx, info, agentCfg.SecretsDir, cfg.Insecure); err != nil {
+		_ = ln.Close()
+		if ctx.Err() != nil {
+			return nil
+		}
 		return err
 	}
 
@@ -352,7 +441,24 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 		if ready != nil {
 			ready(info)
 		}
-		return api.Serve(ctx, api.Config{Listener: ln, StartWait: cfg.StartWait, BindOnly: restricted}, c.NC, c.JS, log("api"))
+		var others []api.Namespace
+		for _, ns := range namespaces {
+			if ns == auth.DefaultNamespace {
+				continue
+			}
+			opts, err := info.OptionsIn(ns, auth.RoleAPI)
+			if err != nil {
+				return err
+			}
+			nc, js, err := bus.Open(ctx, url, "jetflow-api", bus.Config{Replicas: cfg.Replicas, Restricted: restricted}, opts...)
+			if err != nil {
+				return fmt.Errorf("api, namespace %s: %w", ns, err)
+			}
+			defer nc.Drain()
+			others = append(others, api.Namespace{Name: ns, NC: nc, JS: js})
+		}
+		return api.Serve(ctx, api.Config{Listener: ln, StartWait: cfg.StartWait, BindOnly: restricted, Namespaces: others,
+			Auth: api.AuthConfig{Disabled: cfg.Insecure, AdminTokenFile: tokenPath}}, c.NC, c.JS, log("api"))
 	})
 	err = g.Wait()
 	_ = ln.Close()
@@ -396,6 +502,50 @@ func bootstrap(ctx context.Context, info Info, ns string, cfg Config) error {
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// ExamplesTokenSecret is the secret the examples that call the api
+// (examples/chain.yaml) send as their bearer token.
+const ExamplesTokenSecret = "JETFLOW_API_TOKEN"
+
+// ensureExamplesToken gives the development agent, as the secret
+// ExamplesTokenSecret in its secrets directory, an api key that may start
+// executions and read (not the admin token: what a workflow's steps may
+// do through the api stays small). It is made once and kept with the data.
+func ensureExamplesToken(ctx context.Context, info Info, secretsDir string, insecure bool) error {
+	if secretsDir == "" {
+		return nil
+	}
+	path := filepath.Join(secretsDir, ExamplesTokenSecret)
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	}
+	token := "none (the api runs without authentication)"
+	if !insecure {
+		nc, err := info.Connect(auth.RoleAdmin, "jetflow-dev-keys")
+		if err != nil {
+			return fmt.Errorf("examples token: %w", err)
+		}
+		defer nc.Close()
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return fmt.Errorf("examples token: %w", err)
+		}
+		keys, err := access.OpenKeys(ctx, js, access.KeysConfig{})
+		if err != nil {
+			return fmt.Errorf("examples token: %w", err)
+		}
+		_, token, err = keys.Create(ctx, access.KeySpec{Name: "jetflow-dev-examples",
+			Scopes: []access.Scope{access.ScopeStart, access.ScopeRead}, Namespaces: []string{auth.DefaultNamespace}},
+			access.AdminPrincipal("jetflow-dev"))
+		if err != nil {
+			return fmt.Errorf("examples token: %w", err)
+		}
+	}
+	if err := os.WriteFile(path, []byte(token+"\n"), 0o600); err != nil {
+		return fmt.Errorf("examples token: %w", err)
+	}
+	return nil
 }
 
 // DefaultSecretsEnvPrefix is the prefix of the environment variables
