@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"errors"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -311,6 +312,21 @@ func TestNamespacesAreIsolated(t *testing.T) {
 		}
 	}
 	require.Equal(t, events.TypeExecutionStarted, types[0], "the first event team-b heard is its own start: %v", types)
+
+	// Over HTTP, the api serves both: the namespace header picks which.
+	cb := client.New(s.info.APIURL, client.WithToken(s.info.AdminToken), client.WithNamespace("team-b"))
+	var xb projections.Execution
+	require.Eventually(t, func() bool {
+		var err error
+		xb, err = cb.Execution(ctx, "same-id")
+		return err == nil && xb.Status == projections.StatusSucceeded
+	}, 20*time.Second, 20*time.Millisecond, "team-b's execution over HTTP")
+	require.Equal(t, "only-in-b", stepByID(t, xb, "only-in-b").ID)
+	xd, err := s.c.Execution(ctx, "same-id")
+	require.NoError(t, err)
+	require.Equal(t, "a", stepByID(t, xd, "a").ID)
+	_, err = client.New(s.info.APIURL, client.WithToken(s.info.AdminToken), client.WithNamespace("team-c")).Execution(ctx, "same-id")
+	require.True(t, client.IsStatus(err, http.StatusNotFound), "a namespace the api does not serve: %v", err)
 
 	// The default namespace's history of same-id is its own, untouched.
 	evs := s.history(t, "same-id")
