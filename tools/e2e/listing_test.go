@@ -19,7 +19,7 @@ import (
 // into out; it returns the status.
 func getJSON(t *testing.T, s *stack, path string, out any) int {
 	t.Helper()
-	resp, err := http.Get(s.info.APIURL + path)
+	resp, err := apiHTTP.Get(s.info.APIURL + path)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.Equal(t, "application/json", resp.Header.Get("Content-Type"), path)

@@ -67,7 +67,7 @@ func TestRecordedMeansInTheHistory(t *testing.T) {
 	require.NoError(t, err)
 	apiNC, apiJS := natstest.Connect(t, srv)
 	natstest.Serve(t, func(ctx context.Context) error {
-		return api.Serve(ctx, api.Config{Listener: ln, StartWait: 20 * time.Second}, apiNC, apiJS, log)
+		return api.Serve(ctx, api.Config{Listener: ln, StartWait: 20 * time.Second, Auth: api.AuthConfig{Disabled: true}}, apiNC, apiJS, log)
 	})
 	base := "http://" + ln.Addr().String()
 	poll(t, 10*time.Second, "the api answers", func() (bool, string) {
@@ -102,7 +102,7 @@ func TestRecordedMeansInTheHistory(t *testing.T) {
 	commands, err := js.Stream(ctx, events.StreamCommands)
 	require.NoError(t, err)
 	poll(t, 10*time.Second, "the api published the signal command (it listens on the history first)", func() (bool, string) {
-		_, err := commands.GetLastMsgForSubject(ctx, events.SubjectSignal)
+		_, err := commands.GetLastMsgForSubject(ctx, events.SubjectAPISignal)
 		return err == nil, "not yet"
 	})
 

@@ -49,7 +49,8 @@ func TestStopWhileServicesStart(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- devstack.Run(ctx, devstack.Config{NATSURL: "nats://" + silent.Addr().String(), HTTPAddr: "127.0.0.1:0",
-			Log: zerolog.New(log)}, func(devstack.Info) { t.Error("ready without JetStream") })
+			DataDir: t.TempDir(),
+			Log:     zerolog.New(log)}, func(devstack.Info) { t.Error("ready without JetStream") })
 	}()
 	select {
 	case <-log.seen:
