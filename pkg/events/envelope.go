@@ -60,6 +60,10 @@ type Event struct {
 	Data Payload `json:"data"`
 	// Raw is the JSON data as received (set by Decode).
 	Raw json.RawMessage `json:"-"`
+	// Invalid, on an event read from a history, says why the stored
+	// message is not a valid event (it could not be decoded); Data is nil
+	// then, and folds treat the execution as damaged at it.
+	Invalid string `json:"-"`
 }
 
 // New returns an event with a fresh id and the given time.

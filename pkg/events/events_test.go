@@ -70,7 +70,7 @@ func samples() []events.Payload {
 		&events.SignalExecution{ExecutionID: "x1", Name: "approve", Data: json.RawMessage(`{"by":"alice"}`), Actor: actor},
 		&events.FireTimer{ExecutionID: "x1", Workflow: "deploy", TimerID: "t-sleep-1"},
 		&events.ExecutionAction{ExecutionID: "x1", Action: events.ActionReplay, Reason: "fixed the host", RequestedBy: "alice",
-			From: "build", Force: true, Actor: actor},
+			From: "build", Force: true, Actor: actor, IgnoreSeq: 17},
 		&events.KillOperations{ExecutionID: "x1", Workflow: "deploy", Command: "cli#9", Lift: true},
 		&events.LockRequested{Lock: "apt-web-1", Path: "install", Limit: 3},
 		&events.LockAcquired{Lock: "apt-web-1", Path: "install"},
@@ -80,6 +80,8 @@ func samples() []events.Payload {
 			OnlyEnded: true, Reason: "holder ended", RequestedBy: "jetflow/janitor", Actor: actor},
 		&events.ExpireExecution{ExecutionID: "x1", Workflow: "deploy", LastSeq: 41, Rule: "3", Group: "deploy"},
 		&events.ExecutionExpired{Rule: "3", Group: "deploy", RequestedBy: "jetflow/janitor"},
+		&events.ExecutionRepaired{IgnoreSeq: 17, ActionRecord: events.ActionRecord{Action: events.ActionRepair,
+			Reason: "an event written by hand", RequestedBy: "alice", Actor: actor, Command: "jetflow/api#r1"}},
 	}
 }
 
@@ -94,7 +96,7 @@ var allTypes = []events.Type{
 	events.TypeTimerArmed, events.TypeTimerFired, events.TypeSignalReceived, events.TypeSignalExecution,
 	events.TypeFireTimer, events.TypeExecutionAction, events.TypeKillOperations,
 	events.TypeLockRequested, events.TypeLockAcquired, events.TypeLockReleased, events.TypeLockCleared, events.TypeClearLock,
-	events.TypeExpireExecution, events.TypeExecutionExpired,
+	events.TypeExpireExecution, events.TypeExecutionExpired, events.TypeExecutionRepaired,
 }
 
 func sampleEvent(p events.Payload) events.Event {

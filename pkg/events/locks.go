@@ -130,6 +130,8 @@ func newLockPayload(t Type) Payload {
 		return &ExpireExecution{}
 	case TypeExecutionExpired:
 		return &ExecutionExpired{}
+	case TypeExecutionRepaired:
+		return &ExecutionRepaired{}
 	}
 	return nil
 }

@@ -269,7 +269,7 @@ const (
 )
 
 // Actions lists the actions the dispatcher carries out.
-var Actions = []string{ActionCancel, ActionForceCancel, ActionKill, ActionResume, ActionForceResume, ActionReplay}
+var Actions = []string{ActionCancel, ActionForceCancel, ActionKill, ActionResume, ActionForceResume, ActionReplay, ActionRepair}
 
 // Bounds of what an operator's action carries into the history.
 const (
@@ -307,6 +307,9 @@ type ExecutionAction struct {
 	Force bool `json:"force,omitempty"`
 	// Actor is set by the api only ([Actor]).
 	Actor *Actor `json:"actor,omitempty"`
+	// IgnoreSeq is, for a repair, the stream sequence of the event that
+	// made the execution damaged.
+	IgnoreSeq uint64 `json:"ignore_seq,omitempty"`
 }
 
 // ActionRecord says who asked for an action, why, and with which command;
@@ -513,6 +516,9 @@ const (
 	CodeInvalid  = "invalid"
 	CodeNotFound = "not_found"
 	CodeConflict = "conflict"
+	// CodeForbidden: the command's sender may not ask for it (a repair
+	// published on NATS instead of asked of the api by an admin).
+	CodeForbidden = "forbidden"
 )
 
 func (*ExecutionStarted) EventType() Type    { return TypeExecutionStarted }

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"regexp"
+	"strings"
 )
 
 // Streams, subjects and buckets. docs/subjects.md describes them for users.
@@ -121,6 +122,16 @@ func ValidExecutionID(id string) bool { return idRe.MatchString(id) }
 // ExecutionSubject is the history subject of one execution.
 func ExecutionSubject(workflow, id string) string {
 	return EventsPrefix + "." + workflow + "." + id
+}
+
+// ParseExecutionSubject reads the workflow and execution id out of an
+// execution's history subject (ok false for any other subject).
+func ParseExecutionSubject(subject string) (workflow, id string, ok bool) {
+	parts := strings.Split(subject, ".")
+	if len(parts) != 4 || subject != ExecutionSubject(parts[2], parts[3]) || !ValidWorkflowName(parts[2]) || !ValidExecutionID(parts[3]) {
+		return "", "", false
+	}
+	return parts[2], parts[3], true
 }
 
 // WorkflowSubjects is the subject filter for all executions of a workflow.

@@ -18,7 +18,7 @@ import (
 // sequence fromSeq (0 or 1 = from the start) up to the end of the stream
 // as it was when called. Events of unknown types are returned with a nil
 // Data (folds decide whether they may skip them); malformed messages are
-// an error.
+// returned marked Invalid.
 func Read(ctx context.Context, js jetstream.JetStream, filter string, fromSeq uint64) ([]events.Event, error) {
 	return ReadUntil(ctx, js, filter, fromSeq, 0)
 }
@@ -43,7 +43,8 @@ var ErrNoEvent = errors.New("history: no event")
 
 // First returns the first event of the events stream on the subjects
 // matching filter (an execution's first event, for its filter), with one
-// request instead of reading the history.
+// request instead of reading the history. A message that is no valid
+// event comes back marked Invalid, as from Scan.
 func First(ctx context.Context, js jetstream.JetStream, filter string) (events.Event, error) {
 	stream, err := js.Stream(ctx, events.StreamEvents)
 	if err != nil {
@@ -58,7 +59,7 @@ func First(ctx context.Context, js jetstream.JetStream, filter string) (events.E
 	}
 	ev, err := events.Decode(m.Header, m.Data)
 	if err != nil && !errors.Is(err, events.ErrUnknownType) {
-		return events.Event{}, fmt.Errorf("first event on %s: %w", filter, err)
+		ev = events.InvalidEvent(m.Subject, m.Header, err) // as Scan hands it on
 	}
 	ev.Seq = m.Sequence
 	return ev, nil
@@ -67,9 +68,17 @@ func First(ctx context.Context, js jetstream.JetStream, filter string) (events.E
 // Scan calls fn for each event on the subjects matching filter, from
 // stream sequence fromSeq up to untilSeq (0 = the end of the stream as it
 // was when called), in order, without holding them all in memory. Events
-// of unknown types have a nil Data; a malformed message stops the scan
-// with an error, as does an error from fn.
+// of unknown types have a nil Data; a message that is no valid event is
+// passed as an event with Invalid set (folds quarantine its execution).
+// An error from fn stops the scan.
 func Scan(ctx context.Context, js jetstream.JetStream, stream, filter string, fromSeq, untilSeq uint64, fn func(events.Event) error) error {
+	return scan(ctx, js, stream, filter, fromSeq, untilSeq, false, func(_ string, ev events.Event) error { return fn(ev) })
+}
+
+// ScanStored is Scan that tells fn the subject each event is stored on
+// (an event names its execution itself, but only the subject says whose
+// history holds it).
+func ScanStored(ctx context.Context, js jetstream.JetStream, stream, filter string, fromSeq, untilSeq uint64, fn func(subject string, ev events.Event) error) error {
 	return scan(ctx, js, stream, filter, fromSeq, untilSeq, false, fn)
 }
 
@@ -77,12 +86,12 @@ func Scan(ctx context.Context, js jetstream.JetStream, stream, filter string, fr
 // reports in JF_RESULTS): a message that is not a valid event is passed
 // over instead of stopping the scan, so one bad message cannot hide the
 // reports after it. Histories are read with Scan: a malformed event there
-// is corruption, and must be loud.
+// is corruption, shown as such (Event.Invalid).
 func ScanReports(ctx context.Context, js jetstream.JetStream, stream, filter string, fn func(events.Event) error) error {
-	return scan(ctx, js, stream, filter, 0, 0, true, fn)
+	return scan(ctx, js, stream, filter, 0, 0, true, func(_ string, ev events.Event) error { return fn(ev) })
 }
 
-func scan(ctx context.Context, js jetstream.JetStream, stream, filter string, fromSeq, untilSeq uint64, skipBad bool, fn func(events.Event) error) error {
+func scan(ctx context.Context, js jetstream.JetStream, stream, filter string, fromSeq, untilSeq uint64, skipBad bool, fn func(string, events.Event) error) error {
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, InactiveThreshold: 30 * time.Second}
 	if fromSeq > 1 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, fromSeq
@@ -120,10 +129,12 @@ func scan(ctx context.Context, js jetstream.JetStream, stream, filter string, fr
 				if skipBad {
 					continue
 				}
-				return fmt.Errorf("decode event %d on %s: %w", md.Sequence.Stream, m.Subject(), err)
+				// A history holds it: hand it on, marked, for folds to
+				// quarantine its execution (events.Event.Invalid).
+				ev = events.InvalidEvent(m.Subject(), m.Headers(), err)
 			}
 			ev.Seq = md.Sequence.Stream
-			if err := fn(ev); err != nil {
+			if err := fn(m.Subject(), ev); err != nil {
 				return err
 			}
 		}

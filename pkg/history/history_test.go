@@ -233,8 +233,18 @@ func TestRead(t *testing.T) {
 	t.Run("Malformed", func(t *testing.T) {
 		t.Parallel()
 
-		_, err := history.Read(ctx, bundle.js, events.ExecutionSubject("wf", "noise"), 0)
-		require.ErrorIs(t, err, events.ErrMalformed)
+		// A message that is no event comes back marked, not as an error:
+		// the fold quarantines its execution, and nothing else stops.
+		got, err := history.Read(ctx, bundle.js, events.ExecutionSubject("wf", "noise"), 0)
+		require.NoError(t, err)
+		require.Len(t, got, len(payloads), "one per interleaved message")
+		for _, ev := range got {
+			require.Contains(t, ev.Invalid, "not a CloudEvent")
+			require.Nil(t, ev.Data)
+			require.Equal(t, "wf", ev.Workflow)
+			require.Equal(t, "noise", ev.Subject)
+			require.NotZero(t, ev.Seq)
+		}
 	})
 }
 
@@ -285,6 +295,9 @@ func TestFirst(t *testing.T) {
 	require.Equal(t, seq, ev.Seq)
 	require.Equal(t, start.Data, ev.Data)
 
-	_, err = history.First(ctx, bundle.js, events.ExecutionFilter("other"))
-	require.ErrorIs(t, err, events.ErrMalformed)
+	bad, err := history.First(ctx, bundle.js, events.ExecutionFilter("other"))
+	require.NoError(t, err, "a message that is no event comes back marked, as from Scan")
+	require.Contains(t, bad.Invalid, "not a CloudEvent")
+	require.Equal(t, "other", bad.Subject)
+	require.NotZero(t, bad.Seq)
 }

@@ -50,6 +50,11 @@ func TestActionRefused(t *testing.T) {
 		{projections.StatusFailed, events.ActionForceCancel, "has already failed; force-cancel applies to a started or cancelling execution"},
 		{projections.StatusStarted, events.ActionKill, ""},
 		{projections.StatusCancelled, events.ActionKill, "has already cancelled; kill applies to a started or cancelling execution"},
+
+		{projections.StatusStarted, events.ActionRepair, ""},
+		{projections.StatusSucceeded, events.ActionRepair, ""},
+		{projections.StatusCancelling, events.ActionRepair, ""},
+		{projections.StatusNone, events.ActionRepair, "has no history to repair"},
 	}
 	for _, tc := range tests {
 		require.Equal(t, tc.want, tc.status.ActionRefused(tc.action), "%s on %q", tc.action, tc.status)

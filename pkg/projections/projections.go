@@ -205,6 +205,11 @@ type Execution struct {
 	LastEventID string `json:"last_event_id,omitempty"`
 	// Events counts the events folded.
 	Events int `json:"events"`
+	// Damaged, when set, says where the history stopped folding: the
+	// execution is quarantined until an admin repairs it (see Damage).
+	Damaged *Damage `json:"damaged,omitempty"`
+	// Repairs are the sequences of events that repairs had folds pass over.
+	Repairs []uint64 `json:"repairs,omitempty"`
 }
 
 // Replay is a replay as recorded (see events.ExecutionReplayed).
@@ -272,6 +277,11 @@ func (s Status) ActionRefused(action string) string {
 			return "has not started; there is nothing to replay"
 		}
 		return ""
+	case events.ActionRepair:
+		if s == StatusNone {
+			return "has no history to repair"
+		}
+		return "" // whatever its status: a repair changes none
 	case events.ActionCancel:
 		if s == StatusCancelling {
 			return "is already cancelling; use force-cancel not to wait for its running steps"
@@ -393,6 +403,15 @@ func Apply(s Execution, ev events.Event) (Execution, error) {
 }
 
 func apply(s Execution, ev events.Event) (Execution, error) {
+	if ev.Invalid != "" {
+		return s, invalid(ev)
+	}
+	if err := misfiled(s, ev); err != nil {
+		return s, err
+	}
+	if r, ok := ev.Data.(*events.ExecutionRepaired); ok {
+		return repaired(s, r), nil // whatever the status: it changes none
+	}
 	if !s.ExpiredAt.IsZero() && ev.Data != nil {
 		return s, &TransitionError{ExecutionID: s.ID, From: "expired", Event: ev.Type}
 	}

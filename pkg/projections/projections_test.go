@@ -625,10 +625,24 @@ func FuzzFold(f *testing.F) {
 		got, err := projections.Fold(evs)
 		if err != nil {
 			var te *projections.TransitionError
-			require.True(t, errors.As(err, &te) || errors.Is(err, projections.ErrUnknownStep) || errors.Is(err, projections.ErrUnknownEvent),
-				"unexpected error %T: %v", err, err)
+			require.True(t, errors.As(err, &te) || errors.Is(err, projections.ErrUnknownStep) || errors.Is(err, projections.ErrUnknownEvent) ||
+				errors.Is(err, projections.ErrMisfiled), "unexpected error %T: %v", err, err)
 		} else {
 			require.Equal(t, len(evs), got.Events)
+		}
+
+		// The quarantining fold never fails: where Fold fails it marks the
+		// damage; where Fold succeeds it agrees (repairs aside, which have
+		// it pass over events).
+		q := projections.FoldQuarantined(evs)
+		if !slices.ContainsFunc(evs, func(ev events.Event) bool { return ev.Type == events.TypeExecutionRepaired }) {
+			if err != nil {
+				require.NotNil(t, q.Damaged, "Fold failed (%v) and FoldQuarantined saw no damage", err)
+				require.Equal(t, len(evs), q.Events, "it moves past every event")
+			} else {
+				require.Nil(t, q.Damaged)
+				require.True(t, reflect.DeepEqual(got, q), "Fold and FoldQuarantined differ:\n%+v\n%+v", got, q)
+			}
 		}
 
 		// Apply one at a time: never modifies its input, agrees with Fold.

@@ -1,0 +1,100 @@
+package projections
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"jetflow.dev/pkg/events"
+)
+
+// ErrInvalidEvent is returned for a stored message that is no valid event
+// (events.Event.Invalid).
+var ErrInvalidEvent = errors.New("projections: invalid event")
+
+// ErrMisfiled is returned for an event in a history that names another
+// execution (its CloudEvents subject or workflow): written there by hand,
+// it is never applied to the execution whose history holds it.
+var ErrMisfiled = errors.New("projections: event of another execution")
+
+// misfiled reports an event that names another execution than s.
+func misfiled(s Execution, ev events.Event) error {
+	switch {
+	case s.ID != "" && ev.Subject != s.ID:
+		return fmt.Errorf("%w: event %s names execution %q, in the history of %q", ErrMisfiled, ev.ID, ev.Subject, s.ID)
+	case s.Workflow != "" && ev.Workflow != "" && ev.Workflow != s.Workflow:
+		return fmt.Errorf("%w: event %s names workflow %q, in the history of a %q execution", ErrMisfiled, ev.ID, ev.Workflow, s.Workflow)
+	}
+	return nil
+}
+
+// Damage says where and why an execution's history stopped folding: an
+// event that cannot be decoded, that this version does not know, or that
+// is illegal where it stands. The execution is quarantined: nothing acts
+// on it until an admin repairs it (events.ExecutionRepaired), and its
+// history stays as it is.
+type Damage struct {
+	// Seq is the stream sequence of the event at fault, EventID its id
+	// and Type its type, as far as they could be read.
+	Seq     uint64      `json:"seq"`
+	EventID string      `json:"event_id,omitempty"`
+	Type    events.Type `json:"type,omitempty"`
+	// Reason says what is wrong with it.
+	Reason string `json:"reason"`
+	// Unknown: the event's type is unknown to this version (a newer one
+	// may know it), not broken.
+	Unknown bool `json:"unknown,omitempty"`
+}
+
+// FoldQuarantined folds a history that may hold events that do not fold.
+// It never fails: the first event that cannot be applied (and that no
+// repair recorded in the history passes over) marks the state Damaged, and
+// the events after it only move LastSeq on, so that a writer conditioned
+// on the last sequence (the repair's append) still fits. Events named by
+// ExecutionRepaired are passed over wherever they are.
+func FoldQuarantined(evs []events.Event) Execution {
+	ignore := map[uint64]bool{}
+	for _, ev := range evs {
+		if r, ok := ev.Data.(*events.ExecutionRepaired); ok && r.IgnoreSeq > 0 {
+			ignore[r.IgnoreSeq] = true
+		}
+	}
+	var s Execution
+	for _, ev := range evs {
+		if ignore[ev.Seq] || s.Damaged != nil {
+			s = passOver(s, ev)
+			continue
+		}
+		next, err := Apply(s, ev)
+		if err != nil {
+			s.Damaged = &Damage{Seq: ev.Seq, EventID: ev.ID, Type: ev.Type, Reason: err.Error(),
+				Unknown: errors.Is(err, ErrUnknownEvent)}
+			s = passOver(s, ev)
+			continue
+		}
+		s = next
+	}
+	return s
+}
+
+// passOver moves the state's position past ev without applying it.
+func passOver(s Execution, ev events.Event) Execution {
+	if ev.Seq != 0 {
+		s.LastSeq = ev.Seq
+	}
+	s.LastEventID = ev.ID
+	s.Events++
+	return s
+}
+
+// invalid is the error of folding a message that is no valid event.
+func invalid(ev events.Event) error {
+	return fmt.Errorf("%w at sequence %d: %s", ErrInvalidEvent, ev.Seq, ev.Invalid)
+}
+
+// repaired records a repair in s.
+func repaired(s Execution, e *events.ExecutionRepaired) Execution {
+	s.Repairs = append(slices.Clone(s.Repairs), e.IgnoreSeq)
+	s.Actions = withAction(s.Actions, e.ActionRecord)
+	return s
+}
