@@ -57,6 +57,17 @@ func (d *Dispatcher) action(ctx context.Context, ev events.Event, p *events.Exec
 		return d.reject(ctx, ev, p.ExecutionID, events.CodeInvalid,
 			fmt.Sprintf("from and force apply to the replay action only, not to %s (use force-cancel or force-resume)", p.Action))
 	}
+	if (p.Action == events.ActionRepair) != (p.IgnoreSeq > 0) {
+		if p.Action == events.ActionRepair {
+			return d.reject(ctx, ev, p.ExecutionID, events.CodeInvalid,
+				"repair needs ignore_seq: the stream sequence of the damaged event (jetflow show names it)")
+		}
+		return d.reject(ctx, ev, p.ExecutionID, events.CodeInvalid, fmt.Sprintf("ignore_seq applies to the repair action only, not to %s", p.Action))
+	}
+	if p.Action == events.ActionRepair && (p.Actor == nil || p.Actor.Method == events.ActorNATS) {
+		return d.reject(ctx, ev, p.ExecutionID, events.CodeForbidden,
+			"repair is an admin's action: ask the api for it with a token that has the admin scope (jetflow repair, or POST /v1/executions/{id}/actions)")
+	}
 	if !events.ValidAction(p.Action) {
 		return d.reject(ctx, ev, p.ExecutionID, events.CodeInvalid,
 			fmt.Sprintf("action %q is not known; use one of: %s", p.Action, strings.Join(events.Actions, ", ")))
@@ -73,6 +84,9 @@ func (d *Dispatcher) action(ctx context.Context, ev events.Event, p *events.Exec
 	rec := events.ActionRecord{Action: p.Action, Reason: p.Reason, RequestedBy: p.RequestedBy, Actor: p.Actor, Command: key}
 	if rec.RequestedBy == "" {
 		rec.RequestedBy = ev.Source
+	}
+	if p.Action == events.ActionRepair {
+		return d.repair(ctx, ev, wf, p, rec)
 	}
 	return d.withExecution(ctx, wf, p.ExecutionID, func(x *execState) error {
 		s := x.state
@@ -296,18 +310,25 @@ func (d *Dispatcher) afterResume(ctx context.Context, x *execState) error {
 }
 
 // reopened catches up with what happened while the execution was over:
-// timers that came due fire now, the kill is lifted, and results that
+// the kill is lifted, timers that came due fire now, and results that
 // arrived (and were not recorded) are applied.
 func (d *Dispatcher) reopened(ctx context.Context, x *execState) error {
+	if err := d.liftKill(ctx, x); err != nil {
+		return err
+	}
+	return d.catchUp(ctx, x)
+}
+
+// catchUp fires the timers of x that came due and applies the results of
+// its operations that arrived and were not recorded (while it was over,
+// or damaged).
+func (d *Dispatcher) catchUp(ctx context.Context, x *execState) error {
 	for id, t := range x.state.Timers {
 		if !t.Fired && !t.Due.After(d.cfg.Now()) {
 			if err := d.publishSchedule(ctx, x.id, x.workflow, id, t.Due); err != nil {
 				return err
 			}
 		}
-	}
-	if err := d.liftKill(ctx, x); err != nil {
-		return err
 	}
 	stored, err := d.storedResults(ctx, x)
 	if err != nil {

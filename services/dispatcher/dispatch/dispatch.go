@@ -101,6 +101,8 @@ type Dispatcher struct {
 
 	locks *lock.Table // the lock bucket (locks.go)
 
+	damages damageLog // damages logged (damage.go)
+
 	mu    sync.Mutex // guards cache
 	cache *lru
 
@@ -333,6 +335,13 @@ func (d *Dispatcher) process(ctx context.Context, j job) {
 	}
 	var perm permanentError
 	var rej rejectedError
+	var dmg damagedError
+	if errors.As(err, &dmg) {
+		if err = d.damagedMessage(ctx, j, dmg); err == nil {
+			_ = j.msg.Term() // rejected, or dropped: a repair catches up
+			return
+		}
+	}
 	switch {
 	case err == nil:
 		if aerr := j.msg.Ack(); aerr != nil {
@@ -417,8 +426,21 @@ type execState struct {
 func (x *execState) subject() string { return events.ExecutionSubject(x.workflow, x.id) }
 
 // withExecution loads an execution (cache or stream) and runs fn; on a
-// write conflict it drops what it knew, reloads and runs fn again.
+// write conflict it drops what it knew, reloads and runs fn again. A
+// damaged execution is not handed to fn: it returns a damagedError (see
+// damage.go), or, for an event of a type this dispatcher does not know, an
+// error that retries (a newer dispatcher may know it).
 func (d *Dispatcher) withExecution(ctx context.Context, wf, id string, fn func(*execState) error) error {
+	return d.withExecutionAs(ctx, wf, id, false, fn)
+}
+
+// withDamagedExecution is withExecution that hands fn a damaged execution
+// too (the repair action).
+func (d *Dispatcher) withDamagedExecution(ctx context.Context, wf, id string, fn func(*execState) error) error {
+	return d.withExecutionAs(ctx, wf, id, true, fn)
+}
+
+func (d *Dispatcher) withExecutionAs(ctx context.Context, wf, id string, damagedToo bool, fn func(*execState) error) error {
 	if !events.ValidWorkflowName(wf) || !events.ValidExecutionID(id) {
 		return permanentError{fmt.Errorf("invalid workflow %q or execution id %q", wf, id)}
 	}
@@ -429,6 +451,25 @@ func (d *Dispatcher) withExecution(ctx context.Context, wf, id string, fn func(*
 			return err
 		}
 		x.current = !cached
+		if dmg := x.state.Damaged; dmg != nil && !damagedToo {
+			if cached {
+				// Repaired by another dispatcher since it was cached?
+				if err := d.checkFresh(ctx, x); err != nil {
+					d.evict(id)
+					if errors.Is(err, bus.ErrConflict) && attempt < 8 {
+						continue
+					}
+					return err
+				}
+			}
+			d.noteDamage(ctx, x)
+			if dmg.Unknown {
+				d.evict(id)
+				return fmt.Errorf("history of %s holds at sequence %d an event of type %s that this dispatcher does not know; waiting for a dispatcher that does (or an admin's repair)",
+					id, dmg.Seq, dmg.Type)
+			}
+			return damagedError{id: id, damage: *dmg}
+		}
 		before := x.state.LastSeq
 		err = fn(x)
 		if err == nil && !cached && x.state.LastSeq > 0 {
@@ -509,22 +550,25 @@ func (d *Dispatcher) load(ctx context.Context, wf, id string) (x *execState, cac
 	if err != nil {
 		return nil, false, err
 	}
-	state, err := projections.Fold(evs)
-	if err != nil {
-		// Not permanent: a newer dispatcher may know an event this one
-		// does not (rolling upgrade); the message waits for it.
-		return nil, false, fmt.Errorf("fold history of %s: %w", id, err)
-	}
-	x = &execState{id: id, workflow: wf, state: state}
+	// An event that does not fold marks the state damaged (damage.go).
+	x = &execState{id: id, workflow: wf, state: projections.FoldQuarantined(evs)}
 	if len(evs) == 0 {
 		return x, false, nil
 	}
-	started, ok := evs[0].Data.(*events.ExecutionStarted)
-	if !ok {
-		return nil, false, permanentError{fmt.Errorf("history of %s does not begin with %s", id, events.TypeExecutionStarted)}
-	}
-	if err := json.Unmarshal(started.Definition, &x.def); err != nil {
-		return nil, false, permanentError{fmt.Errorf("decode pinned definition of %s: %w", id, err)}
+	if x.state.Status != projections.StatusNone {
+		// The fold began with the start (a damaged one is passed over, or
+		// leaves the status none).
+		for _, ev := range evs {
+			started, ok := ev.Data.(*events.ExecutionStarted)
+			if !ok {
+				continue
+			}
+			if err := json.Unmarshal(started.Definition, &x.def); err != nil && x.state.Damaged == nil {
+				x.state.Damaged = &projections.Damage{Seq: ev.Seq, EventID: ev.ID, Type: ev.Type,
+					Reason: fmt.Sprintf("the pinned definition cannot be decoded: %v", err)}
+			}
+			break
+		}
 	}
 	d.mu.Lock()
 	d.cache.put(id, x)

@@ -33,10 +33,10 @@ func TestDecideArmsMissingTimeouts(t *testing.T) {
 
 	id := timerID("x1", events.TimerWorkflowTimeout, "", 0)
 	evs = append(evs,
-		events.Event{ID: "2", Type: events.TypeTimerArmed, Time: at, Data: &events.TimerArmed{TimerID: id, Purpose: events.TimerWorkflowTimeout, Due: at.Add(time.Minute)}},
-		events.Event{ID: "3", Type: events.TypeStepScheduled, Time: at, Data: &events.StepScheduled{StepID: "op", Attempt: 1}},
-		events.Event{ID: "4", Type: events.TypeStepSending, Time: at, Data: &events.StepSending{StepID: "op", Attempt: 1, TaskID: "x1.op.1"}},
-		events.Event{ID: "5", Type: events.TypeStepSent, Time: at, Data: &events.StepSent{StepID: "op", Attempt: 1, TaskID: "x1.op.1"}},
+		events.Event{ID: "2", Subject: "x1", Type: events.TypeTimerArmed, Time: at, Data: &events.TimerArmed{TimerID: id, Purpose: events.TimerWorkflowTimeout, Due: at.Add(time.Minute)}},
+		events.Event{ID: "3", Subject: "x1", Type: events.TypeStepScheduled, Time: at, Data: &events.StepScheduled{StepID: "op", Attempt: 1}},
+		events.Event{ID: "4", Subject: "x1", Type: events.TypeStepSending, Time: at, Data: &events.StepSending{StepID: "op", Attempt: 1, TaskID: "x1.op.1"}},
+		events.Event{ID: "5", Subject: "x1", Type: events.TypeStepSent, Time: at, Data: &events.StepSent{StepID: "op", Attempt: 1, TaskID: "x1.op.1"}},
 	)
 	s, err = projections.Fold(evs)
 	require.NoError(t, err)

@@ -267,11 +267,12 @@ func (j *Janitor) sweepIdle(ctx context.Context) (Result, error) {
 	var idle []projections.Execution
 	err = watchModels(ctx, kv, func(e jetstream.KeyValueEntry) {
 		var head struct {
-			Status    projections.Status `json:"status"`
-			UpdatedAt time.Time          `json:"updated_at"`
+			Status    projections.Status  `json:"status"`
+			UpdatedAt time.Time           `json:"updated_at"`
+			Damaged   *projections.Damage `json:"damaged"` // waits for a repair, not for a reconcile
 		}
 		if e.Operation() != jetstream.KeyValuePut || json.Unmarshal(e.Value(), &head) != nil ||
-			!head.Status.Active() || now.Sub(head.UpdatedAt) < j.cfg.IdleAfter {
+			!head.Status.Active() || head.Damaged != nil || now.Sub(head.UpdatedAt) < j.cfg.IdleAfter {
 			return
 		}
 		var x projections.Execution

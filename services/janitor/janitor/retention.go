@@ -70,6 +70,9 @@ type finished struct {
 	RetentionKey string             `json:"retention_key"`
 	LastSeq      uint64             `json:"last_seq"`
 	ExpiredAt    time.Time          `json:"expired_at"`
+	// Damaged: a damaged execution is never expired (its history is what
+	// an admin repairs from).
+	Damaged *projections.Damage `json:"damaged"`
 }
 
 // group is the retention group of an execution: its hash key, or its
@@ -198,8 +201,8 @@ func readFinished(ctx context.Context, kv jetstream.KeyValue, now time.Time) (gr
 			return
 		}
 		var f finished
-		if json.Unmarshal(e.Value(), &f) != nil || !f.Status.Terminal() || f.EndedAt.IsZero() {
-			return // running (or unreadable): never expired
+		if json.Unmarshal(e.Value(), &f) != nil || !f.Status.Terminal() || f.EndedAt.IsZero() || f.Damaged != nil {
+			return // running, damaged (or unreadable): never expired
 		}
 		f.ID = e.Key()
 		groups[f.group()] = append(groups[f.group()], f)

@@ -1,0 +1,152 @@
+package dispatch
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/rs/zerolog"
+
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/projections"
+)
+
+// Quarantine. A history that holds an event this dispatcher cannot apply
+// (undecodable, or illegal where it stands: written by hand, or by a bug)
+// folds to a state marked Damaged (projections.FoldQuarantined). The
+// dispatcher appends nothing to it and retries nothing for it: commands
+// are rejected with the code damaged, results and timers are dropped (the
+// results stream keeps the results, and a repair applies them then, and
+// fires the timers that came due), and the damage is logged once. An
+// admin's repair action records events.ExecutionRepaired, which has folds
+// pass over the event; the history itself is never rewritten. See
+// docs/operations.md#damaged-executions.
+
+// damagedError is returned for a message about a damaged execution.
+type damagedError struct {
+	id     string
+	damage projections.Damage
+}
+
+func (e damagedError) Error() string {
+	return fmt.Sprintf("execution %q is damaged at sequence %d: %s; it waits for an admin's repair (jetflow repair %s --ignore-seq %d)",
+		e.id, e.damage.Seq, e.damage.Reason, e.id, e.damage.Seq)
+}
+
+// damageLog remembers the damages logged, so that each is logged once,
+// however many messages arrive for its execution.
+type damageLog struct {
+	mu   sync.Mutex
+	seen map[string]uint64 // execution id → sequence of the damage logged
+}
+
+// first reports whether the damage of execution id at seq is new to it.
+func (l *damageLog) first(id string, seq uint64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.seen == nil || len(l.seen) >= 10000 {
+		l.seen = map[string]uint64{} // bounded: at worst a damage is logged again
+	}
+	if l.seen[id] == seq {
+		return false
+	}
+	l.seen[id] = seq
+	return true
+}
+
+// noteDamage logs x's damage the first time this dispatcher meets it.
+func (d *Dispatcher) noteDamage(ctx context.Context, x *execState) {
+	dmg := x.state.Damaged
+	if dmg == nil || !d.damages.first(x.id, dmg.Seq) {
+		return
+	}
+	zerolog.Ctx(ctx).Error().Str("execution_id", x.id).Uint64("seq", dmg.Seq).Str("event_id", dmg.EventID).
+		Str("event_type", string(dmg.Type)).Str("reason", dmg.Reason).
+		Msg("execution damaged: quarantined until an admin repairs it; its history is left as it is")
+}
+
+// damagedMessage handles a message about a damaged execution: a command is
+// rejected with the code damaged (its sender learns why and what to do);
+// anything else is dropped (logged once by noteDamage), since a repair
+// catches up with results and timers. It returns the rejection's error,
+// or nil once the message may be terminated.
+func (d *Dispatcher) damagedMessage(ctx context.Context, j job, e damagedError) error {
+	if !strings.HasPrefix(j.msg.Subject(), events.CommandsPrefix+".") || j.ev.Type == events.TypeReconcileExecution {
+		return nil
+	}
+	err := d.reject(ctx, j.ev, e.id, events.CodeDamaged, e.Error())
+	if _, ok := err.(rejectedError); ok {
+		return nil
+	}
+	return err
+}
+
+// repair carries out an admin's repair action: it records that folds pass
+// over the damaged event at p.IgnoreSeq, then has the execution go on.
+// It refuses a repair that names another event than the one at fault (a
+// repair is never blind), or an execution that is not damaged.
+func (d *Dispatcher) repair(ctx context.Context, ev events.Event, wf string, p *events.ExecutionAction, rec events.ActionRecord) error {
+	reject := func(code, format string, args ...any) error {
+		return d.reject(ctx, ev, p.ExecutionID, code, fmt.Sprintf(format, args...))
+	}
+	return d.withDamagedExecution(ctx, wf, p.ExecutionID, func(x *execState) error {
+		// The damage was written behind this dispatcher's back: a cached
+		// state may not show it yet.
+		if err := d.ensureCurrent(ctx, x); err != nil {
+			return err
+		}
+		s := x.state
+		if action, seen := s.CommandAction(rec.Command); seen {
+			if action != events.ActionRepair {
+				return reject(events.CodeConflict, "command %s was already recorded as a %s; give a new command a new CloudEvent id", rec.Command, action)
+			}
+			return d.afterRepair(ctx, x) // this command again: what follows its record may not have been done
+		}
+		dmg := s.Damaged
+		switch {
+		case !s.ExpiredAt.IsZero():
+			return d.rejectExpired(ctx, ev, s.ID, s.ExpiredAt)
+		case dmg == nil:
+			return reject(events.CodeConflict, "execution %q is not damaged: there is nothing to repair", p.ExecutionID)
+		case dmg.Seq != p.IgnoreSeq:
+			return reject(events.CodeConflict, "execution %q is damaged at sequence %d, not %d: a repair names the event at fault (see jetflow show %s)",
+				p.ExecutionID, dmg.Seq, p.IgnoreSeq, p.ExecutionID)
+		case s.Status == projections.StatusNone:
+			return reject(events.CodeConflict, "execution %q is damaged at its first event (sequence %d): without its start there is nothing to go on with; start a new execution",
+				p.ExecutionID, dmg.Seq)
+		}
+		zerolog.Ctx(ctx).Warn().Uint64("ignore_seq", p.IgnoreSeq).Str("reason", rec.Reason).Str("actor", rec.Actor.String()).
+			Msg("execution repaired: folds pass over the damaged event")
+		if err := d.append(ctx, x, &events.ExecutionRepaired{IgnoreSeq: p.IgnoreSeq, ActionRecord: rec}); err != nil {
+			return err
+		}
+		// The fold now passes over the event: fold the history again.
+		d.evict(x.id)
+		fresh, _, err := d.load(ctx, wf, x.id)
+		if err != nil {
+			return err
+		}
+		*x = *fresh
+		x.current = true
+		return d.afterRepair(ctx, x)
+	})
+}
+
+// afterRepair has a repaired execution go on: results that arrived while
+// it was damaged are applied and timers that came due fire, then it
+// advances. A further damaged event stops it again (and is logged): the
+// next repair names that one.
+func (d *Dispatcher) afterRepair(ctx context.Context, x *execState) error {
+	if x.state.Damaged != nil {
+		d.noteDamage(ctx, x)
+		return nil
+	}
+	if !x.state.Status.Active() {
+		return nil
+	}
+	if err := d.catchUp(ctx, x); err != nil {
+		return err
+	}
+	return d.advance(ctx, x)
+}
