@@ -243,6 +243,8 @@ func (c *Client) ExecutionAt(ctx context.Context, id string, atSeq uint64) (proj
 type ListOptions struct {
 	Workflow, Status, After string
 	Limit                   int
+	// Damaged lists the damaged (quarantined) executions only.
+	Damaged bool
 }
 
 // ExecutionSummary is a row of ListExecutions.
@@ -256,6 +258,8 @@ type ExecutionSummary struct {
 	Done      int       `json:"steps_done"`
 	StartedAt time.Time `json:"started_at,omitzero"`
 	EndedAt   time.Time `json:"ended_at,omitzero"`
+	// Damaged is set for a damaged (quarantined) execution.
+	Damaged *projections.Damage `json:"damaged,omitempty"`
 }
 
 // ExecutionList is a page of executions, as GET /v1/executions answers.
@@ -281,6 +285,9 @@ func (c *Client) ListExecutions(ctx context.Context, o ListOptions) (list []Exec
 	if o.Limit > 0 {
 		q.Set("limit", strconv.Itoa(o.Limit))
 	}
+	if o.Damaged {
+		q.Set("damaged", "true")
+	}
 	var out ExecutionList
 	_, err = c.do(ctx, http.MethodGet, "/v1/executions?"+q.Encode(), nil, nil, &out)
 	return out.Executions, out.Next, err
@@ -296,6 +303,9 @@ type Event struct {
 	Workflow string          `json:"workflow,omitempty"`
 	Time     time.Time       `json:"time"`
 	Data     json.RawMessage `json:"data,omitempty"`
+	// Invalid says why the stored message is no valid event (Data is
+	// not shown then); the execution is damaged at it.
+	Invalid string `json:"invalid,omitempty"`
 }
 
 // Events returns the history from stream sequence fromSeq.
@@ -411,11 +421,13 @@ func (c *Client) Settings(ctx context.Context) (Settings, error) {
 
 // Rebuilt is the answer to RebuildProjections.
 type Rebuilt struct {
-	FromSeq   uint64            `json:"from_seq"`
-	Written   int               `json:"written"`
-	Unchanged int               `json:"unchanged"`
-	Failed    map[string]string `json:"failed"`
-	TookMS    int64             `json:"took_ms"`
+	FromSeq   uint64 `json:"from_seq"`
+	Written   int    `json:"written"`
+	Unchanged int    `json:"unchanged"`
+	// Damaged lists the executions whose history holds an event that does
+	// not fold: where and why.
+	Damaged map[string]projections.Damage `json:"damaged"`
+	TookMS  int64                         `json:"took_ms"`
 }
 
 // RebuildProjections re-projects the read models from a stream sequence.
@@ -448,7 +460,8 @@ func (c *Client) Signal(ctx context.Context, id, name string, data json.RawMessa
 
 // ActionRequest asks for an operator's action on an execution.
 type ActionRequest struct {
-	// Action is cancel, force-cancel, kill, resume, force-resume or replay.
+	// Action is cancel, force-cancel, kill, resume, force-resume, replay
+	// or repair.
 	Action string `json:"action"`
 	// Reason is kept in the execution's history.
 	Reason string `json:"reason,omitempty"`
@@ -458,6 +471,9 @@ type ActionRequest struct {
 	// and whether to ignore idempotency and replay points.
 	From  string `json:"from,omitempty"`
 	Force bool   `json:"force,omitempty"`
+	// IgnoreSeq, for a repair (admin scope), is the stream sequence of the
+	// damaged event that folds pass over from now on.
+	IgnoreSeq uint64 `json:"ignore_seq,omitempty"`
 }
 
 // Acted is the answer to an action.

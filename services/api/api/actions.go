@@ -10,6 +10,7 @@ import (
 
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
+	"jetflow.dev/services/api/access"
 )
 
 // actionRequest is the body of POST /v1/executions/{id}/actions.
@@ -24,6 +25,9 @@ type actionRequest struct {
 	// idempotency and replay points.
 	From  string `json:"from,omitempty"`
 	Force bool   `json:"force,omitempty"`
+	// IgnoreSeq, for a repair (admin scope), is the stream sequence of
+	// the damaged event that folds pass over from now on.
+	IgnoreSeq uint64 `json:"ignore_seq,omitempty"`
 }
 
 // replayFromRe is what a replay's from may hold: resume, last, start, a
@@ -75,6 +79,17 @@ func (s *Server) executionAction(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: "force",
 			Message: "force applies to the replay action only (use force-cancel or force-resume)"})
 		return
+	case req.Action == events.ActionRepair && req.IgnoreSeq == 0:
+		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: "ignore_seq",
+			Message: "repair needs ignore_seq: the stream sequence of the damaged event (GET /v1/executions/{id} shows it under damaged.seq)"})
+		return
+	case req.Action != events.ActionRepair && req.IgnoreSeq != 0:
+		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: "ignore_seq", Message: "ignore_seq applies to the repair action only"})
+		return
+	case req.Action == events.ActionRepair && !principalOf(r).Has(access.ScopeAdmin):
+		writeError(w, http.StatusForbidden, apiError{Code: "forbidden", Scope: string(access.ScopeAdmin),
+			Message: "repair passes over an event of the history: it needs a token with the admin scope"})
+		return
 	case req.From != "" && !replayFromRe.MatchString(req.From):
 		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: "from",
 			Message: fmt.Sprintf("%q is not resume, last, start or a step's id or path (e.g. deploy, blk/deploy)", req.From)})
@@ -83,7 +98,8 @@ func (s *Server) executionAction(w http.ResponseWriter, r *http.Request) {
 	s.sendExecutionCommand(w, r, executionCommand{
 		execID: id, subject: events.SubjectAPIAction,
 		data: &events.ExecutionAction{ExecutionID: id, Action: req.Action, Reason: req.Reason, RequestedBy: req.RequestedBy,
-			From: req.From, Force: req.Force},
+			From: req.From, Force: req.Force, IgnoreSeq: req.IgnoreSeq},
+		repair: req.Action == events.ActionRepair,
 		record: func(ev events.Event, key string) (bool, string) {
 			var rec events.ActionRecord
 			switch p := ev.Data.(type) {
@@ -94,6 +110,8 @@ func (s *Server) executionAction(w http.ResponseWriter, r *http.Request) {
 			case *events.ExecutionResumed:
 				rec = p.ActionRecord
 			case *events.ExecutionReplayed:
+				rec = p.ActionRecord
+			case *events.ExecutionRepaired:
 				rec = p.ActionRecord
 			}
 			if rec.Command != key {

@@ -21,5 +21,5 @@ func (s *Server) rebuildProjections(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"from_seq": from, "written": res.Written, "unchanged": res.Unchanged,
-		"failed": res.Failed, "took_ms": time.Since(began).Milliseconds()})
+		"damaged": res.Damaged, "took_ms": time.Since(began).Milliseconds()})
 }

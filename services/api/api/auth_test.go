@@ -396,3 +396,29 @@ func requireNoToken(t *testing.T, js jetstream.JetStream, logs string, tokens []
 		}
 	}
 }
+
+// TestRepairNeedsTheAdminScope: the repair action passes over an event of
+// a history, so the operate scope that may cancel or resume is not
+// enough; and its ignore_seq is required with it, refused with others.
+func TestRepairNeedsTheAdminScope(t *testing.T) {
+	t.Parallel()
+	b := setupAuth(t)
+	_, operate := b.createKey(t, "oncall", []string{"operate"}, []string{"default"})
+	const path = "/v1/executions/nope/actions"
+
+	a := b.call(t, http.MethodPost, path, operate, "", `{"action":"repair","ignore_seq":7}`)
+	require.Equal(t, http.StatusForbidden, a.status, "%s", a.body)
+	require.Equal(t, "forbidden", a.err.Code)
+	require.Equal(t, "admin", a.err.Scope)
+
+	a = b.call(t, http.MethodPost, path, b.admin, "", `{"action":"repair"}`)
+	require.Equal(t, http.StatusBadRequest, a.status, "%s", a.body)
+	require.Equal(t, "ignore_seq", a.err.Field)
+	a = b.call(t, http.MethodPost, path, operate, "", `{"action":"cancel","ignore_seq":7}`)
+	require.Equal(t, http.StatusBadRequest, a.status, "%s", a.body)
+	require.Equal(t, "ignore_seq", a.err.Field)
+
+	// With the admin scope it goes through to the execution lookup.
+	a = b.call(t, http.MethodPost, path, b.admin, "", `{"action":"repair","ignore_seq":7}`)
+	require.Equal(t, http.StatusNotFound, a.status, "%s", a.body)
+}

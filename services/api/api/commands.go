@@ -29,6 +29,9 @@ type executionCommand struct {
 	// refused says why the command cannot apply to an execution in this
 	// status ("" if it can), so that the answer is at once a 409.
 	refused func(projections.Status) string
+	// repair: the command is for a damaged execution (the repair action);
+	// any other is refused at once for one.
+	repair bool
 }
 
 // sendExecutionCommand publishes c and answers with what became of it:
@@ -60,6 +63,10 @@ func (s *Server) sendExecutionCommand(w http.ResponseWriter, r *http.Request, c 
 		return
 	}
 	if x, err := s.loadExecution(r.Context(), id); err == nil && x.Status != projections.StatusNone {
+		if d := x.Damaged; d != nil && !c.repair {
+			writeError(w, http.StatusConflict, apiError{Code: events.CodeDamaged, Message: damagedMessage(id, d)})
+			return
+		}
 		if why := c.refused(x.Status); why != "" {
 			writeError(w, http.StatusConflict, apiError{Code: "conflict", Message: fmt.Sprintf("execution %q %s", id, why)})
 			return
@@ -127,4 +134,10 @@ func (s *Server) answerRecorded(w http.ResponseWriter, r *http.Request, c execut
 		return true
 	}
 	return false
+}
+
+// damagedMessage says that execution id is damaged, where, and what to do.
+func damagedMessage(id string, d *projections.Damage) string {
+	return fmt.Sprintf("execution %q is damaged at sequence %d: %s; it waits for an admin's repair (jetflow repair %s --ignore-seq %d)",
+		id, d.Seq, oneLine(d.Reason), id, d.Seq)
 }

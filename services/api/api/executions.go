@@ -227,7 +227,7 @@ func (s *Server) answerRejection(w http.ResponseWriter, r *http.Request, key str
 
 func writeRejection(w http.ResponseWriter, p *events.CommandRejected) {
 	status := map[string]int{events.CodeConflict: http.StatusConflict, events.CodeNotFound: http.StatusNotFound,
-		events.CodeExpired: http.StatusGone}[p.Code]
+		events.CodeExpired: http.StatusGone, events.CodeDamaged: http.StatusConflict, events.CodeForbidden: http.StatusForbidden}[p.Code]
 	writeError(w, cmpStatus(status), apiError{Code: p.Code, Message: oneLine(p.Reason)})
 }
 
@@ -418,8 +418,9 @@ func (s *Server) loadExecution(ctx context.Context, id string) (projections.Exec
 	if len(evs) == 0 {
 		return projections.Execution{ID: id, Status: projections.StatusPending, Steps: []projections.Step{}}, nil
 	}
-	x, err = projections.Fold(evs)
-	return redact.FromHistory(evs).Execution(x), err // as the projector stores it
+	// A damaged history folds as far as it goes, marked (as the projector
+	// stores it).
+	return redact.FromHistory(evs).Execution(projections.FoldQuarantined(evs)), nil
 }
 
 func (s *Server) getExecution(w http.ResponseWriter, r *http.Request) {
@@ -471,11 +472,7 @@ func (s *Server) executionAt(w http.ResponseWriter, r *http.Request, id string, 
 			Message: fmt.Sprintf("execution %q had no event at or before sequence %d", id, atSeq)})
 		return
 	}
-	x, err := projections.Fold(evs)
-	if err != nil {
-		s.internal(w, r, fmt.Errorf("fold history of %s: %w", id, err))
-		return
-	}
+	x := projections.FoldQuarantined(evs) // damaged at or before atSeq: shown so
 	writeJSON(w, http.StatusOK, public(redact.FromHistory(evs).Execution(x)))
 }
 
@@ -490,6 +487,8 @@ type executionSummary struct {
 	Done      int                `json:"steps_done"`
 	StartedAt time.Time          `json:"started_at,omitzero"`
 	EndedAt   time.Time          `json:"ended_at,omitzero"`
+	// Damaged is set for a quarantined execution (see docs/operations.md).
+	Damaged *projections.Damage `json:"damaged,omitempty"`
 }
 
 // listExecutions lists read models sorted by id, filtered by workflow and
@@ -506,6 +505,16 @@ func (s *Server) listExecutions(w http.ResponseWriter, r *http.Request) {
 		limit = n
 	}
 	wf, status, after := q.Get("workflow"), q.Get("status"), q.Get("after")
+	var onlyDamaged bool
+	if v := q.Get("damaged"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil || !b {
+			writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: "damaged",
+				Message: fmt.Sprintf("damaged=%q: use damaged=true to list the damaged executions only", v)})
+			return
+		}
+		onlyDamaged = true
+	}
 	if wf != "" && !events.ValidWorkflowName(wf) {
 		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: "workflow", Message: fmt.Sprintf("%q is not a valid workflow name", wf)})
 		return
@@ -539,7 +548,8 @@ func (s *Server) listExecutions(w http.ResponseWriter, r *http.Request) {
 			continue // deleted meanwhile
 		}
 		var x projections.Execution
-		if json.Unmarshal(e.Value(), &x) != nil || (wf != "" && x.Workflow != wf) || (status != "" && string(x.Status) != status) {
+		if json.Unmarshal(e.Value(), &x) != nil || (wf != "" && x.Workflow != wf) || (status != "" && string(x.Status) != status) ||
+			(onlyDamaged && x.Damaged == nil) {
 			continue
 		}
 		if len(out) == limit {
@@ -553,7 +563,7 @@ func (s *Server) listExecutions(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		out = append(out, executionSummary{ID: x.ID, Workflow: x.Workflow, Version: x.Version, Status: x.Status, Error: x.Error,
-			Steps: len(x.Steps), Done: done, StartedAt: x.StartedAt, EndedAt: x.EndedAt})
+			Steps: len(x.Steps), Done: done, StartedAt: x.StartedAt, EndedAt: x.EndedAt, Damaged: x.Damaged})
 	}
 	resp := map[string]any{"executions": out}
 	if next != "" {
@@ -572,12 +582,19 @@ type eventView struct {
 	Workflow string          `json:"workflow,omitempty"`
 	Time     time.Time       `json:"time"`
 	Data     json.RawMessage `json:"data,omitempty"`
+	// Invalid says why the stored message is no valid event (its data is
+	// not shown); folds mark the execution damaged at it.
+	Invalid string `json:"invalid,omitempty"`
 }
 
 // view shows ev with the execution's writeOnly input values hidden.
 func view(ev events.Event, in redact.Inputs) eventView {
-	return eventView{Seq: ev.Seq, ID: ev.ID, Type: ev.Type, Source: ev.Source, Subject: ev.Subject, Workflow: ev.Workflow, Time: ev.Time,
-		Data: in.EventData(ev.Type, ev.Raw)}
+	v := eventView{Seq: ev.Seq, ID: ev.ID, Type: ev.Type, Source: ev.Source, Subject: ev.Subject, Workflow: ev.Workflow, Time: ev.Time,
+		Invalid: ev.Invalid}
+	if ev.Invalid == "" {
+		v.Data = in.EventData(ev.Type, ev.Raw)
+	}
+	return v
 }
 
 // inputsOf returns what to hide in the events of execution id, given some
@@ -709,17 +726,23 @@ func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, id string,
 		}
 		ev, err := events.Decode(m.Headers(), m.Data())
 		if err != nil && !errors.Is(err, events.ErrUnknownType) {
-			continue
+			ev = events.InvalidEvent(m.Subject(), m.Headers(), err) // sent flagged, as GET answers it
 		}
 		ev.Seq = md.Sequence.Stream
-		status = projections.StatusAfter(status, ev.Type)
+		if ev.Invalid == "" {
+			status = projections.StatusAfter(status, ev.Type)
+		}
 		if start, ok := ev.Data.(*events.ExecutionStarted); ok {
 			in = redact.ForStart(start)
 		}
 		if ev.Seq >= from {
 			open()
 			b, _ := json.Marshal(view(ev, in))
-			fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", ev.Seq, ev.Type, b)
+			name := string(ev.Type)
+			if ev.Invalid != "" || name == "" {
+				name = "invalid" // data.invalid says why
+			}
+			fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", ev.Seq, name, b)
 			flusher.Flush()
 		}
 		if md.NumPending > 0 {

@@ -240,7 +240,7 @@ func (s *Server) routes() []route {
 					Message: fmt.Sprintf("workflow %q has no version %s", r.PathValue("name"), r.PathValue("version"))}
 			}},
 		{pattern: "POST /v1/executions", handler: s.startExecution, scope: start},
-		{pattern: "GET /v1/executions", handler: s.listExecutions, params: []string{"workflow", "status", "limit", "after"}, scope: read},
+		{pattern: "GET /v1/executions", handler: s.listExecutions, params: []string{"workflow", "status", "damaged", "limit", "after"}, scope: read},
 		{pattern: "GET /v1/executions/{id}", handler: s.getExecution, params: []string{"at_seq"}, scope: read, hidden: execNotFound},
 		{pattern: "GET /v1/executions/{id}/events", handler: s.executionEvents, params: []string{"from_seq"}, scope: read, hidden: execNotFound},
 		{pattern: "POST /v1/executions/{id}/signals/{name}", handler: s.signalExecution, scope: signal},

@@ -134,17 +134,25 @@ func (p *Projector) projectBatch(ctx context.Context, batch []jetstream.Msg) {
 			continue
 		}
 		ev, err := events.Decode(m.Headers(), m.Data())
-		if (err != nil && !errors.Is(err, events.ErrUnknownType)) || ev.Subject == "" {
-			p.log.Error().Err(err).Uint64("seq", md.Sequence.Stream).Str("subject", m.Subject()).Msg("skip event that cannot be projected")
+		if err != nil && !errors.Is(err, events.ErrUnknownType) {
+			// No valid event: its execution's read model shows the damage.
+			ev = events.InvalidEvent(m.Subject(), m.Headers(), err)
+		}
+		// Grouped by the history the message is in, whatever it says of
+		// itself: an event naming another execution damages this one.
+		_, id, ok := events.ParseExecutionSubject(m.Subject())
+		if !ok {
+			p.log.Error().Uint64("seq", md.Sequence.Stream).Str("subject", m.Subject()).
+				Msg("skip a message that is in no execution's history")
 			_ = m.Ack()
 			continue
 		}
 		ev.Seq = md.Sequence.Stream
-		g, ok := groups[ev.Subject]
+		g, ok := groups[id]
 		if !ok {
 			g = &group{subject: m.Subject()}
-			groups[ev.Subject] = g
-			order = append(order, ev.Subject)
+			groups[id] = g
+			order = append(order, id)
 		}
 		g.msgs, g.evs = append(g.msgs, m), append(g.evs, ev)
 	}
@@ -183,24 +191,29 @@ func (p *Projector) project(ctx context.Context, id string, g *group) error {
 		}
 		var err error
 		gap := ev.PrevSeq != 0 && ev.PrevSeq != next.LastSeq // events without prevseq are applied as they come
-		if !gap {
+		// A damaged model, or a repair, is folded again whole: a repair
+		// changes how the events before it fold.
+		_, repair := ev.Data.(*events.ExecutionRepaired)
+		refold := gap || repair || next.Damaged != nil
+		if !refold {
 			next, err = projections.Apply(next, ev)
 			if start, ok := ev.Data.(*events.ExecutionStarted); ok && err == nil {
 				inputs, known = redact.ForStart(start), true
 			}
 		}
-		if gap || err != nil {
+		if refold || err != nil {
 			last := g.evs[len(g.evs)-1].Seq
 			p.log.Debug().Err(err).Bool("gap", gap).Str("execution_id", id).Msg("re-fold execution from its history")
 			evs, rerr := history.ReadUntil(ctx, p.js, g.subject, 0, last)
 			if rerr != nil {
 				return rerr
 			}
-			if next, err = projections.Fold(evs); err != nil {
-				p.log.Error().Err(err).Str("execution_id", id).Msg("history does not fold; read model left as is")
-				return nil
+			// An event that does not fold marks the model damaged.
+			next, inputs, known = projections.FoldQuarantined(evs), redact.FromHistory(evs), true
+			if d := next.Damaged; d != nil && (cur.state.Damaged == nil || cur.state.Damaged.Seq != d.Seq) {
+				p.log.Error().Str("execution_id", id).Uint64("seq", d.Seq).Str("reason", d.Reason).
+					Msg("execution damaged: its read model shows where")
 			}
-			inputs, known = redact.FromHistory(evs), true
 			break
 		}
 	}
@@ -278,9 +291,9 @@ type RebuildResult struct {
 	// Written counts read models stored; Unchanged those already right or
 	// newer (written meanwhile by the live projector).
 	Written, Unchanged int
-	// Failed maps executions whose history does not fold to the reason;
-	// their read models are left as they are.
-	Failed map[string]string
+	// Damaged maps the executions whose history holds an event that does
+	// not fold to where and why (their read models show it too).
+	Damaged map[string]projections.Damage
 }
 
 // Rebuild re-projects every execution from stream sequence fromSeq (0 =
@@ -293,7 +306,7 @@ type RebuildResult struct {
 // alone, one with the same last sequence but different content is
 // corrected. So a rebuild can run beside the live system.
 func Rebuild(ctx context.Context, js jetstream.JetStream, fromSeq uint64) (RebuildResult, error) {
-	res := RebuildResult{Failed: map[string]string{}}
+	res := RebuildResult{Damaged: map[string]projections.Damage{}}
 	kv, err := js.KeyValue(ctx, events.BucketExecutions)
 	if err != nil {
 		return res, fmt.Errorf("open executions bucket: %w", err)
@@ -305,14 +318,14 @@ func Rebuild(ctx context.Context, js jetstream.JetStream, fromSeq uint64) (Rebui
 		known   bool
 	}
 	states := map[string]*item{}
-	err = history.Scan(ctx, js, events.StreamEvents, events.EventsPrefix+".>", fromSeq, 0, func(ev events.Event) error {
-		id := ev.Subject
-		if _, failed := res.Failed[id]; failed || id == "" {
+	err = history.ScanStored(ctx, js, events.StreamEvents, events.EventsPrefix+".>", fromSeq, 0, func(subject string, ev events.Event) error {
+		_, id, ok := events.ParseExecutionSubject(subject) // the history it is in, whatever it says
+		if !ok {
 			return nil
 		}
 		it, seen := states[id]
 		if !seen {
-			it = &item{subject: events.ExecutionSubject(ev.Workflow, id)}
+			it = &item{subject: subject}
 			states[id] = it
 			if fromSeq > 1 {
 				if e, err := kv.Get(ctx, id); err == nil && json.Unmarshal(e.Value(), &it.state) == nil {
@@ -323,21 +336,22 @@ func Rebuild(ctx context.Context, js jetstream.JetStream, fromSeq uint64) (Rebui
 		if ev.Seq <= it.state.LastSeq {
 			return nil
 		}
-		next, err := projections.Apply(it.state, ev)
-		if start, ok := ev.Data.(*events.ExecutionStarted); ok && err == nil {
-			it.inputs, it.known = redact.ForStart(start), true
+		_, repair := ev.Data.(*events.ExecutionRepaired)
+		refold := repair || it.state.Damaged != nil || (ev.PrevSeq != 0 && ev.PrevSeq != it.state.LastSeq)
+		var next projections.Execution
+		var err error
+		if !refold {
+			next, err = projections.Apply(it.state, ev)
+			if start, ok := ev.Data.(*events.ExecutionStarted); ok && err == nil {
+				it.inputs, it.known = redact.ForStart(start), true
+			}
 		}
-		if (ev.PrevSeq != 0 && ev.PrevSeq != it.state.LastSeq) || err != nil {
+		if refold || err != nil {
 			evs, rerr := history.ReadUntil(ctx, js, it.subject, 0, ev.Seq)
 			if rerr != nil {
 				return rerr
 			}
-			if next, err = projections.Fold(evs); err != nil {
-				res.Failed[id] = err.Error()
-				delete(states, id)
-				return nil
-			}
-			it.inputs, it.known = redact.FromHistory(evs), true
+			next, it.inputs, it.known = projections.FoldQuarantined(evs), redact.FromHistory(evs), true
 		}
 		it.state = next
 		return nil
@@ -350,6 +364,9 @@ func Rebuild(ctx context.Context, js jetstream.JetStream, fromSeq uint64) (Rebui
 			if it.inputs, err = startInputs(ctx, js, it.subject); err != nil {
 				return res, err
 			}
+		}
+		if d := it.state.Damaged; d != nil {
+			res.Damaged[id] = *d
 		}
 		written, err := putIfNewer(ctx, kv, id, it.inputs.Execution(it.state))
 		if err != nil {

@@ -2,6 +2,7 @@ package projector_test
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -138,22 +139,106 @@ func TestRebuildFromSequenceOntoLaggingModel(t *testing.T) {
 
 type rebuildCounts struct{ Written, Unchanged int }
 
-// TestRebuildSkipsHistoriesThatDoNotFold: one broken history does not stop
-// the others from being rebuilt; it is reported.
-func TestRebuildSkipsHistoriesThatDoNotFold(t *testing.T) {
+// TestRebuildQuarantinesHistoriesThatDoNotFold: one broken history does
+// not stop the others from being rebuilt; its read model is written
+// marked damaged, with where and why, and the rebuild reports it.
+func TestRebuildQuarantinesHistoriesThatDoNotFold(t *testing.T) {
 	t.Parallel()
 	_, js := natstest.Connect(t, natstest.RunJetStream(t))
 	twoStepHistory(t, js, "good")
-	appendHistory(t, js, "wf", "broken",
+	broken := appendHistory(t, js, "wf", "broken",
 		&events.ExecutionStarted{Workflow: "wf", Version: 1, Steps: []events.StepRef{{ID: "s1", Kind: "noop"}}, Token: "t"},
 		&events.StepSucceeded{StepID: "s1", Attempt: 1}) // succeeded before it was ever scheduled
 	res, err := projector.Rebuild(t.Context(), js, 0)
 	require.NoError(t, err)
-	require.Equal(t, 1, res.Written)
-	require.Contains(t, res.Failed, "broken")
+	require.Equal(t, 2, res.Written)
+	require.Contains(t, res.Damaged, "broken")
+	require.Equal(t, broken[1].Seq, res.Damaged["broken"].Seq)
 	kv, err := js.KeyValue(t.Context(), events.BucketExecutions)
 	require.NoError(t, err)
 	x, ok := storedModel(t, kv, "good")
 	require.True(t, ok)
 	require.Equal(t, projections.StatusSucceeded, x.Status)
+	require.Nil(t, x.Damaged)
+	b, ok := storedModel(t, kv, "broken")
+	require.True(t, ok)
+	require.NotNil(t, b.Damaged)
+	require.Equal(t, broken[1].Seq, b.Damaged.Seq)
+	require.Equal(t, projections.StatusStarted, b.Status, "folded as far as it goes")
+}
+
+// TestProjectorQuarantinesDamagedHistories: a message that is no event,
+// and a valid event naming another execution, each land in a running
+// execution's history. The live projector marks that execution's read
+// model damaged at the message (never applying it, never touching the
+// execution it names), goes on projecting the others, and once a repair
+// is recorded folds the history again, passing over the damaged event.
+func TestProjectorQuarantinesDamagedHistories(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	kv, err := js.KeyValue(t.Context(), events.BucketExecutions)
+	require.NoError(t, err)
+	p, err := projector.New(t.Context(), js, zerolog.New(zerolog.NewTestWriter(t)))
+	require.NoError(t, err)
+	natstest.Serve(t, p.Run)
+	model := func(id string, ok func(projections.Execution) bool) projections.Execution {
+		t.Helper()
+		var x projections.Execution
+		require.Eventually(t, func() bool {
+			var found bool
+			x, found = storedModel(t, kv, id)
+			return found && ok(x)
+		}, 20*time.Second, 20*time.Millisecond, "read model of %s", id)
+		return x
+	}
+
+	steps := []events.StepRef{{ID: "s1", Kind: "noop"}}
+	start := &events.ExecutionStarted{Workflow: "wf", Version: 1, Steps: steps, Token: "t"}
+	for _, tc := range []struct {
+		name  string
+		write func(id string, last uint64) uint64 // writes the bad message, returns its sequence
+	}{
+		{"NotAnEvent", func(id string, last uint64) uint64 {
+			ack, err := js.Publish(t.Context(), events.ExecutionSubject("wf", id), []byte(`{"oops":true}`),
+				jetstream.WithExpectLastSequencePerSubject(last))
+			require.NoError(t, err)
+			return ack.Sequence
+		}},
+		{"AnotherExecutionsEvent", func(id string, last uint64) uint64 {
+			ev := events.New("by-hand", "victim", "wf", time.Now(), &events.ExecutionSucceeded{})
+			seq, err := history.Append(t.Context(), js, events.ExecutionSubject("wf", id), last, ev)
+			require.NoError(t, err)
+			return seq
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := "x-" + strings.ToLower(tc.name)
+			evs := appendHistory(t, js, "wf", id, start, &events.StepScheduled{StepID: "s1", Attempt: 1})
+			model(id, func(x projections.Execution) bool { return x.LastSeq == evs[1].Seq })
+			bad := tc.write(id, evs[1].Seq)
+
+			x := model(id, func(x projections.Execution) bool { return x.Damaged != nil })
+			require.Equal(t, bad, x.Damaged.Seq)
+			require.NotEmpty(t, x.Damaged.Reason)
+			require.Equal(t, projections.StatusStarted, x.Status, "the bad message is not applied")
+			_, victim := storedModel(t, kv, "victim")
+			require.False(t, victim, "an event naming another execution changes nothing of it")
+
+			// The others go on.
+			other := twoStepHistory(t, js, id+"-other")
+			model(id+"-other", func(x projections.Execution) bool { return x.LastSeq == other[len(other)-1].Seq })
+
+			// A repair: the fold passes over the bad message, and what
+			// follows applies.
+			rest := appendFrom(t, js, "wf", id, bad,
+				&events.ExecutionRepaired{IgnoreSeq: bad, ActionRecord: events.ActionRecord{Action: events.ActionRepair, Command: "test#" + id}},
+				&events.StepSending{StepID: "s1", Attempt: 1, TaskID: id + ".s1.1", Queue: "default"},
+				&events.StepSent{StepID: "s1", Attempt: 1, TaskID: id + ".s1.1"}, &events.StepStarted{StepID: "s1", Attempt: 1, Agent: "ag"},
+				&events.StepSucceeded{StepID: "s1", Attempt: 1, Agent: "ag"}, &events.ExecutionSucceeded{})
+			x = model(id, func(x projections.Execution) bool { return x.LastSeq == rest[len(rest)-1].Seq })
+			require.Nil(t, x.Damaged)
+			require.Equal(t, projections.StatusSucceeded, x.Status)
+			require.Equal(t, []uint64{bad}, x.Repairs)
+		})
+	}
 }

@@ -115,6 +115,33 @@ recorded in the execution's history.`,
 	return cmd
 }
 
+func (a *app) repairCmd() *cobra.Command {
+	var req client.ActionRequest
+	cmd := &cobra.Command{
+		Use:   "repair ID --ignore-seq N [--reason TEXT]",
+		Short: "Have a damaged execution go on without the event at sequence N (admin)",
+		Long: `Repair a damaged execution. An execution is damaged when its history holds
+an event that cannot be decoded or is illegal where it stands (written by
+hand, or by a bug): nothing acts on it then, and jetflow show says where
+(the sequence) and why. Repair records that every fold passes over that
+event from now on; the history itself is not rewritten. The execution
+then goes on: results that arrived meanwhile are applied and timers that
+came due fire. N must be the damaged event's sequence. Needs a token with
+the admin scope. Who asked, when and why are recorded.`,
+		Args: oneExecution("repair ID --ignore-seq N [--reason TEXT]"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if req.IgnoreSeq == 0 {
+				return usagef("name the damaged event: jetflow repair %s --ignore-seq N (jetflow show %s says N)", args[0], args[0])
+			}
+			req.Action = events.ActionRepair
+			return a.act(cmd, args[0], req)
+		},
+	}
+	cmd.Flags().Uint64Var(&req.IgnoreSeq, "ignore-seq", 0, "the stream sequence of the damaged event (jetflow show names it)")
+	cmd.Flags().StringVar(&req.Reason, "reason", "", "why, kept in the execution's history")
+	return cmd
+}
+
 func oneExecution(usage string) cobra.PositionalArgs {
 	return func(_ *cobra.Command, args []string) error {
 		if len(args) != 1 {

@@ -199,6 +199,17 @@ func printExecution(w io.Writer, x projections.Execution, retention string) {
 	if x.Error != "" {
 		fmt.Fprintf(tw, "error\t%s\n", x.Error)
 	}
+	if d := x.Damaged; d != nil {
+		fmt.Fprintf(tw, "DAMAGED\tat sequence %d (%s): %s\n", d.Seq, cmpStr(string(d.Type), "no type"), truncate(d.Reason, 300))
+		if d.Unknown {
+			fmt.Fprintf(tw, "\tthis version does not know the event: upgrade, or an admin runs: jetflow repair %s --ignore-seq %d\n", x.ID, d.Seq)
+		} else {
+			fmt.Fprintf(tw, "\tnothing acts on it until an admin runs: jetflow repair %s --ignore-seq %d (docs/operations.md)\n", x.ID, d.Seq)
+		}
+	}
+	if len(x.Repairs) > 0 {
+		fmt.Fprintf(tw, "repaired\tfolds pass over the events at sequence %s\n", seqList(x.Repairs))
+	}
 	fmt.Fprintf(tw, "input\t%s\n", compact(x.Input))
 	_ = tw.Flush()
 	fmt.Fprintln(w)
@@ -213,6 +224,15 @@ func printExecution(w io.Writer, x projections.Execution, retention string) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", s.ID, s.Kind, cmpStr(string(s.Status), "-"), s.Attempt, dur(s.StartedAt, s.EndedAt), truncate(detail, 100))
 	}
 	_ = tw.Flush()
+}
+
+// seqList prints stream sequences as a list.
+func seqList(seqs []uint64) string {
+	out := make([]string, len(seqs))
+	for i, n := range seqs {
+		out[i] = strconv.FormatUint(n, 10)
+	}
+	return strings.Join(out, ", ")
 }
 
 // who says who asked for something: the actor as authenticated, with
@@ -258,8 +278,8 @@ func (a *app) lsCmd() *cobra.Command {
 	var o client.ListOptions
 	var out output
 	cmd := &cobra.Command{
-		Use:   "ls [--workflow NAME] [--status STATUS] [--limit N] [--after ID] [-o json]",
-		Short: "List executions (filter by workflow and status; page with --after)",
+		Use:   "ls [--workflow NAME] [--status STATUS] [--damaged] [--limit N] [--after ID] [-o json]",
+		Short: "List executions (filter by workflow, status or damage; page with --after)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.Limit < 1 || o.Limit > 1000 {
@@ -278,7 +298,11 @@ func (a *app) lsCmd() *cobra.Command {
 			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tWORKFLOW\tVERSION\tSTATUS\tSTEPS\tSTARTED\tDURATION")
 			for _, x := range list {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d/%d\t%s\t%s\n", x.ID, x.Workflow, x.Version, x.Status, x.Done, x.Steps,
+				status := x.Status
+				if x.Damaged != nil {
+					status += fmt.Sprintf(" DAMAGED@%d", x.Damaged.Seq)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d/%d\t%s\t%s\n", x.ID, x.Workflow, x.Version, status, x.Done, x.Steps,
 					x.StartedAt.Local().Format("2006-01-02 15:04:05"), dur(x.StartedAt, x.EndedAt))
 			}
 			if err := tw.Flush(); err != nil {
@@ -293,6 +317,7 @@ func (a *app) lsCmd() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&o.Workflow, "workflow", "", "only executions of this workflow")
 	f.StringVar(&o.Status, "status", "", "only executions in this status ("+statusList()+")")
+	f.BoolVar(&o.Damaged, "damaged", false, "only damaged executions (waiting for an admin's repair)")
 	f.IntVar(&o.Limit, "limit", 50, "page size (1-1000)")
 	f.StringVar(&o.After, "after", "", "cursor: list executions after this id")
 	out.add(cmd)
@@ -391,11 +416,19 @@ func (a *app) follow(cmd *cobra.Command, id string, from uint64, asJSON bool) er
 }
 
 func printEvent(w io.Writer, ev client.Event) {
+	if ev.Invalid != "" {
+		fmt.Fprintf(w, "%6d  %-12s  %-20s INVALID: %s\n", ev.Seq, "?",
+			cmpStr(strings.TrimPrefix(string(ev.Type), "io.jetflow."), "?"), truncate(ev.Invalid, 200))
+		return
+	}
 	var d map[string]any
 	_ = json.Unmarshal(ev.Data, &d)
 	detail := ""
 	if s, ok := d["step_id"].(string); ok {
 		detail = "step=" + s
+	}
+	if n, ok := d["ignore_seq"].(float64); ok {
+		detail += fmt.Sprintf(" ignore_seq=%d", int64(n))
 	}
 	for _, k := range []string{"lock", "path", "error", "agent", "action", "reason", "requested_by"} {
 		if v, ok := d[k].(string); ok && v != "" {

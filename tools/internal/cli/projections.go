@@ -20,10 +20,10 @@ func (a *app) projectionsCmd() *cobra.Command {
 			}
 			fmt.Fprintf(a.stdout, "rebuilt from sequence %d in %d ms: %d read models written, %d already right\n",
 				res.FromSeq, res.TookMS, res.Written, res.Unchanged)
-			for id, why := range res.Failed {
-				fmt.Fprintf(a.stderr, "  %s: history does not fold, read model left as is: %s\n", id, why)
+			for id, d := range res.Damaged {
+				fmt.Fprintf(a.stderr, "  %s: damaged at sequence %d: %s (jetflow repair %s --ignore-seq %d)\n", id, d.Seq, d.Reason, id, d.Seq)
 			}
-			if len(res.Failed) > 0 {
+			if len(res.Damaged) > 0 {
 				return exitError{code: 1}
 			}
 			return nil
