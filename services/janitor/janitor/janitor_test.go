@@ -359,3 +359,20 @@ func TestSweepLeavesTimedWaitsAlone(t *testing.T) {
 	}
 	require.ElementsMatch(t, []string{"lost-timer", "fired-not-acted-on", "workflow-timed-out"}, nudged)
 }
+
+// TestRunOnceLeavesDamagedAlone: an idle damaged execution waits for an
+// admin's repair, not for a reconcile (which the dispatcher would drop).
+func TestRunOnceLeavesDamagedAlone(t *testing.T) {
+	t.Parallel()
+
+	b := setup(t)
+	damaged := execution("x-damaged", time.Hour)
+	damaged.Damaged = &projections.Damage{Seq: 18, Reason: "illegal"}
+	b.put(t, damaged)
+	b.put(t, execution("x-idle", time.Hour))
+
+	require.Equal(t, janitor.Result{Checked: 1, Reconciled: 1}, b.runOnce(t))
+	cmds := b.reconciles(t)
+	require.Len(t, cmds, 1)
+	require.Equal(t, "x-idle", cmds[0].Subject)
+}

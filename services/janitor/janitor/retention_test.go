@@ -544,3 +544,23 @@ func TestRetentionKeepsAResumeThatCameFirst(t *testing.T) {
 	b.requireIntact(t, "wf", "resumed")
 	require.Len(t, b.expireCommands(t), 1)
 }
+
+// TestRetentionKeepsDamaged: a damaged execution is never expired,
+// whatever its status and rule: its history is what an admin repairs
+// from. It does not count against its group either.
+func TestRetentionKeepsDamaged(t *testing.T) {
+	t.Parallel()
+	b := setupRetention(t, "")
+	old := now.Add(-1000 * time.Hour)
+	x := b.store(t, run{wf: "wf", id: "damaged", status: projections.StatusSucceeded, ended: old, rule: rule("disabled")})
+	x.Damaged = &projections.Damage{Seq: x.LastSeq + 1, Reason: "not a CloudEvent"}
+	v, err := json.Marshal(x)
+	require.NoError(t, err)
+	_, err = b.kv.Put(t.Context(), "damaged", v)
+	require.NoError(t, err)
+	b.store(t, run{wf: "wf", id: "done", status: projections.StatusSucceeded, ended: old, rule: rule("disabled")})
+
+	require.Equal(t, 1, b.sweep(t).Expired, "the undamaged one goes")
+	require.Equal(t, []string{"damaged"}, b.kept(t))
+	b.requireIntact(t, "wf", "damaged")
+}
