@@ -171,8 +171,8 @@ func decodeSDK(header nats.Header, data []byte) (ev Event, err error) {
 	structured := strings.HasPrefix(header.Get("content-type"), "application/cloudevents")
 	if spec == "" && !structured {
 		if header.Get("content-type") != "" || !looksStructured(data) {
-			return Event{}, fmt.Errorf("%w: the message is not a CloudEvent: in binary mode it needs the headers ce-specversion: 1.0, ce-id, ce-source and ce-type; "+
-				"in structured mode the whole event is the JSON body, with the header content-type: application/cloudevents+json", ErrMalformed)
+			return Event{}, fmt.Errorf("%w: %s: in binary mode it needs the headers ce-specversion: 1.0, ce-id, ce-source and ce-type; "+
+				"in structured mode the whole event is the JSON body, with the header content-type: application/cloudevents+json", ErrMalformed, notCloudEvent)
 		}
 		header.Set("content-type", "application/cloudevents+json")
 	}

@@ -60,6 +60,7 @@ func First(ctx context.Context, js jetstream.JetStream, filter string) (events.E
 	ev, err := events.Decode(m.Header, m.Data)
 	if err != nil && !errors.Is(err, events.ErrUnknownType) {
 		ev = events.InvalidEvent(m.Subject, m.Header, err) // as Scan hands it on
+		ev.Time = m.Time
 	}
 	ev.Seq = m.Sequence
 	return ev, nil
@@ -132,6 +133,7 @@ func scan(ctx context.Context, js jetstream.JetStream, stream, filter string, fr
 				// A history holds it: hand it on, marked, for folds to
 				// quarantine its execution (events.Event.Invalid).
 				ev = events.InvalidEvent(m.Subject(), m.Headers(), err)
+				ev.Time = md.Timestamp // when it was stored: all there is to tell
 			}
 			ev.Seq = md.Sequence.Stream
 			if err := fn(m.Subject(), ev); err != nil {

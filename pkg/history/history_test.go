@@ -240,6 +240,7 @@ func TestRead(t *testing.T) {
 		require.Len(t, got, len(payloads), "one per interleaved message")
 		for _, ev := range got {
 			require.Contains(t, ev.Invalid, "not a CloudEvent")
+			require.False(t, ev.Time.IsZero(), "the time it was stored")
 			require.Nil(t, ev.Data)
 			require.Equal(t, "wf", ev.Workflow)
 			require.Equal(t, "noise", ev.Subject)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"jetflow.dev/pkg/events"
 )
@@ -46,30 +47,49 @@ type Damage struct {
 	Unknown bool `json:"unknown,omitempty"`
 }
 
-// FoldQuarantined folds a history that may hold events that do not fold.
+// FoldQuarantined folds the history of execution id (its owner, as its
+// subject says; "" when unknown), which may hold events that do not fold.
 // It never fails: the first event that cannot be applied (and that no
-// repair recorded in the history passes over) marks the state Damaged, and
-// the events after it only move LastSeq on, so that a writer conditioned
-// on the last sequence (the repair's append) still fits. Events named by
-// ExecutionRepaired are passed over wherever they are.
-func FoldQuarantined(evs []events.Event) Execution {
+// repair recorded in the history passes over) marks the state Damaged,
+// and the events after it only move the position on (PassOver), so that
+// a writer conditioned on the last sequence (the repair's append) still
+// fits. Events named by ExecutionRepaired are passed over wherever they
+// are. An event naming another execution than id is damage too.
+func FoldQuarantined(id string, evs []events.Event) Execution {
+	return foldQuarantined(id, evs, Repaired(evs))
+}
+
+// FoldQuarantinedPrefix is FoldQuarantined of the first n events of a
+// history, passing over the events that repairs anywhere in it name (a
+// state as it was at an earlier point, after the history was repaired).
+func FoldQuarantinedPrefix(id string, evs []events.Event, n int) Execution {
+	return foldQuarantined(id, evs[:min(n, len(evs))], Repaired(evs))
+}
+
+// Repaired returns the stream sequences of the events that the repairs
+// recorded in evs have folds pass over.
+func Repaired(evs []events.Event) map[uint64]bool {
 	ignore := map[uint64]bool{}
 	for _, ev := range evs {
 		if r, ok := ev.Data.(*events.ExecutionRepaired); ok && r.IgnoreSeq > 0 {
 			ignore[r.IgnoreSeq] = true
 		}
 	}
-	var s Execution
+	return ignore
+}
+
+func foldQuarantined(id string, evs []events.Event, ignore map[uint64]bool) Execution {
+	s := Execution{ID: id}
 	for _, ev := range evs {
 		if ignore[ev.Seq] || s.Damaged != nil {
-			s = passOver(s, ev)
+			s = PassOver(s, ev)
 			continue
 		}
 		next, err := Apply(s, ev)
 		if err != nil {
-			s.Damaged = &Damage{Seq: ev.Seq, EventID: ev.ID, Type: ev.Type, Reason: err.Error(),
+			s.Damaged = &Damage{Seq: ev.Seq, EventID: ev.ID, Type: ev.Type, Reason: damageReason(s, ev, err),
 				Unknown: errors.Is(err, ErrUnknownEvent)}
-			s = passOver(s, ev)
+			s = PassOver(s, ev)
 			continue
 		}
 		s = next
@@ -77,8 +97,26 @@ func FoldQuarantined(evs []events.Event) Execution {
 	return s
 }
 
-// passOver moves the state's position past ev without applying it.
-func passOver(s Execution, ev events.Event) Execution {
+// damageReason says why ev does not fold onto s, for people: what is wrong
+// with the event, without the package's prefix or the execution's id
+// (the damage is shown with its execution).
+func damageReason(s Execution, ev events.Event, err error) string {
+	if ev.Invalid != "" {
+		return "the stored message is no valid event: " + ev.Invalid
+	}
+	why := strings.TrimPrefix(err.Error(), "projections: ")
+	for _, id := range []string{s.ID, ev.Subject} {
+		if id != "" {
+			why = strings.TrimPrefix(why, "execution "+id+": ")
+		}
+	}
+	return why
+}
+
+// PassOver moves the state's position past ev without applying it: an
+// event after a damage (nothing after it applies until a repair), or one
+// a repair names.
+func PassOver(s Execution, ev events.Event) Execution {
 	if ev.Seq != 0 {
 		s.LastSeq = ev.Seq
 	}

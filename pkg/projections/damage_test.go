@@ -51,17 +51,18 @@ func TestFoldQuarantined(t *testing.T) {
 			_, err := projections.Fold(evs)
 			require.Error(t, err, "the strict fold refuses it")
 
-			x := projections.FoldQuarantined(evs)
+			x := projections.FoldQuarantined("x1", evs)
 			require.NotNil(t, x.Damaged)
 			require.Equal(t, uint64(12), x.Damaged.Seq)
 			require.Contains(t, x.Damaged.Reason, tt.reason)
+			require.NotContains(t, x.Damaged.Reason, "projections:", "said for people")
 			require.Equal(t, tt.unknown, x.Damaged.Unknown)
 			require.Equal(t, uint64(13), x.LastSeq, "the position moves past what is not applied")
 			require.Equal(t, projections.OpPending, x.Steps[0].Status, "nothing after the damage is applied")
 
 			// The repair is appended after everything: the fold passes over
 			// the damaged event and applies the rest.
-			fixed := projections.FoldQuarantined(append(clone(evs), withSeq(repair(12), 14)))
+			fixed := projections.FoldQuarantined("x1", append(clone(evs), withSeq(repair(12), 14)))
 			require.Nil(t, fixed.Damaged)
 			require.Equal(t, projections.OpSending, fixed.Steps[0].Status)
 			require.Equal(t, []uint64{12}, fixed.Repairs)
@@ -69,7 +70,7 @@ func TestFoldQuarantined(t *testing.T) {
 			require.Equal(t, events.ActionRepair, fixed.Actions[len(fixed.Actions)-1].Action)
 
 			// A repair of another event leaves the damage where it is.
-			still := projections.FoldQuarantined(append(clone(evs), withSeq(repair(11), 14)))
+			still := projections.FoldQuarantined("x1", append(clone(evs), withSeq(repair(11), 14)))
 			require.NotNil(t, still.Damaged)
 			require.Equal(t, uint64(12), still.Damaged.Seq)
 		})
@@ -81,4 +82,37 @@ func clone(evs []events.Event) []events.Event { return append([]events.Event(nil
 func withSeq(ev events.Event, n uint64) events.Event {
 	ev.Seq = n
 	return ev
+}
+
+// TestFoldQuarantinedOwner: a history's first event that names another
+// execution does not make the history that execution's: the fold of x1's
+// history is x1's, damaged at that event.
+func TestFoldQuarantinedOwner(t *testing.T) {
+	t.Parallel()
+	foreign := started("a")
+	foreign.Subject = "x2"
+	x := projections.FoldQuarantined("x1", seq(foreign, at(1, &events.StepScheduled{StepID: "a", Attempt: 1})))
+	require.Equal(t, "x1", x.ID)
+	require.Equal(t, projections.StatusNone, x.Status)
+	require.NotNil(t, x.Damaged)
+	require.Equal(t, uint64(10), x.Damaged.Seq)
+	require.Contains(t, x.Damaged.Reason, `names execution "x2"`)
+	require.Equal(t, uint64(11), x.LastSeq)
+}
+
+// TestFoldQuarantinedPrefix: the state at an earlier point of a repaired
+// history passes over the event the later repair names, as the whole
+// fold does.
+func TestFoldQuarantinedPrefix(t *testing.T) {
+	t.Parallel()
+	bad := events.Event{ID: "bad", Subject: "x1", Invalid: "not a CloudEvent"}
+	evs := seq(started("a"), at(1, &events.StepScheduled{StepID: "a", Attempt: 1}), bad,
+		at(2, &events.StepSending{StepID: "a", Attempt: 1, TaskID: "x1.a.1", Queue: "default"}),
+		at(3, &events.ExecutionRepaired{IgnoreSeq: 12, ActionRecord: events.ActionRecord{Action: events.ActionRepair, Command: "api#r"}}))
+	before := projections.FoldQuarantinedPrefix("x1", evs, 4)
+	require.Nil(t, before.Damaged, "the repair recorded later counts")
+	require.Equal(t, projections.OpSending, before.Steps[0].Status)
+	require.Equal(t, 4, before.Events, "the position counts the event passed over")
+	require.NotNil(t, projections.FoldQuarantined("x1", evs[:4]).Damaged, "without the repair in view it is damage")
+	require.Equal(t, projections.FoldQuarantined("x1", evs), projections.FoldQuarantinedPrefix("x1", evs, 99))
 }

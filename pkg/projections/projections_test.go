@@ -634,7 +634,7 @@ func FuzzFold(f *testing.F) {
 		// The quarantining fold never fails: where Fold fails it marks the
 		// damage; where Fold succeeds it agrees (repairs aside, which have
 		// it pass over events).
-		q := projections.FoldQuarantined(evs)
+		q := projections.FoldQuarantined("", evs) // no owner: as Fold, which knows none
 		if !slices.ContainsFunc(evs, func(ev events.Event) bool { return ev.Type == events.TypeExecutionRepaired }) {
 			if err != nil {
 				require.NotNil(t, q.Damaged, "Fold failed (%v) and FoldQuarantined saw no damage", err)

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"time"
@@ -32,6 +33,9 @@ type executionCommand struct {
 	// repair: the command is for a damaged execution (the repair action);
 	// any other is refused at once for one.
 	repair bool
+	// workflow is the execution's, from its claim (set by
+	// sendExecutionCommand): its history is on that workflow's subject.
+	workflow string
 }
 
 // sendExecutionCommand publishes c and answers with what became of it:
@@ -44,6 +48,7 @@ func (s *Server) sendExecutionCommand(w http.ResponseWriter, r *http.Request, c 
 	if !ok {
 		return
 	}
+	c.workflow = cl.Workflow
 	cmdID := uuid.NewString()
 	idemKey := r.Header.Get("Idempotency-Key")
 	if len(idemKey) > 200 {
@@ -63,9 +68,14 @@ func (s *Server) sendExecutionCommand(w http.ResponseWriter, r *http.Request, c 
 		return
 	}
 	if x, err := s.loadExecution(r.Context(), id); err == nil && x.Status != projections.StatusNone {
-		if d := x.Damaged; d != nil && !c.repair {
-			writeError(w, http.StatusConflict, apiError{Code: events.CodeDamaged, Message: damagedMessage(id, d)})
-			return
+		// Damaged (not merely of a type a newer dispatcher knows: that
+		// waits) as the history stands, not as a read model that lags a
+		// repair says.
+		if d := x.Damaged; d != nil && !d.Unknown && !c.repair {
+			if d = s.damageNow(r.Context(), cl.Workflow, id); d != nil {
+				writeError(w, http.StatusConflict, apiError{Code: events.CodeDamaged, Message: events.DamagedMessage(id, d.Seq, oneLine(d.Reason))})
+				return
+			}
 		}
 		if why := c.refused(x.Status); why != "" {
 			writeError(w, http.StatusConflict, apiError{Code: "conflict", Message: fmt.Sprintf("execution %q %s", id, why)})
@@ -116,7 +126,7 @@ func (s *Server) sendExecutionCommand(w http.ResponseWriter, r *http.Request, c 
 // answerRecorded answers if the execution's history records the command
 // with key: 200 if it is this command, 409 if the key was used for another.
 func (s *Server) answerRecorded(w http.ResponseWriter, r *http.Request, c executionCommand, key string, resp map[string]any) bool {
-	evs, err := history.Read(r.Context(), s.at(r).js, events.ExecutionFilter(c.execID), 0)
+	evs, err := history.Read(r.Context(), s.at(r).js, events.ExecutionSubject(c.workflow, c.execID), 0)
 	if err != nil {
 		return false
 	}
@@ -136,8 +146,12 @@ func (s *Server) answerRecorded(w http.ResponseWriter, r *http.Request, c execut
 	return false
 }
 
-// damagedMessage says that execution id is damaged, where, and what to do.
-func damagedMessage(id string, d *projections.Damage) string {
-	return fmt.Sprintf("execution %q is damaged at sequence %d: %s; it waits for an admin's repair (jetflow repair %s --ignore-seq %d)",
-		id, d.Seq, oneLine(d.Reason), id, d.Seq)
+// damageNow is the damage of execution id as its history stands (nil if
+// it has none, or cannot be read now: the dispatcher decides then).
+func (s *Server) damageNow(ctx context.Context, workflow, id string) *projections.Damage {
+	evs, err := history.Read(ctx, s.ns(ctx).js, events.ExecutionSubject(workflow, id), 0)
+	if err != nil {
+		return nil
+	}
+	return projections.FoldQuarantined(id, evs).Damaged
 }

@@ -411,7 +411,7 @@ func (s *Server) loadExecution(ctx context.Context, id string) (projections.Exec
 	if err := expired(id, c); err != nil {
 		return x, err
 	}
-	evs, err := history.Read(ctx, s.ns(ctx).js, events.ExecutionFilter(id), 0)
+	evs, err := history.Read(ctx, s.ns(ctx).js, events.ExecutionSubject(c.Workflow, id), 0)
 	if err != nil {
 		return x, err
 	}
@@ -420,7 +420,7 @@ func (s *Server) loadExecution(ctx context.Context, id string) (projections.Exec
 	}
 	// A damaged history folds as far as it goes, marked (as the projector
 	// stores it).
-	return redact.FromHistory(evs).Execution(projections.FoldQuarantined(evs)), nil
+	return redact.FromHistory(evs).Execution(projections.FoldQuarantined(id, evs)), nil
 }
 
 func (s *Server) getExecution(w http.ResponseWriter, r *http.Request) {
@@ -459,10 +459,11 @@ func (s *Server) executionAt(w http.ResponseWriter, r *http.Request, id string, 
 		notFound(fmt.Sprintf("execution %q does not exist", id))
 		return
 	}
-	if _, ok := s.claimOf(w, r, id); !ok {
+	cl, ok := s.claimOf(w, r, id)
+	if !ok {
 		return
 	}
-	evs, err := history.ReadUntil(r.Context(), s.at(r).js, events.ExecutionFilter(id), 0, atSeq)
+	evs, err := history.ReadUntil(r.Context(), s.at(r).js, events.ExecutionSubject(cl.Workflow, id), 0, atSeq)
 	if err != nil {
 		s.internal(w, r, err)
 		return
@@ -472,7 +473,7 @@ func (s *Server) executionAt(w http.ResponseWriter, r *http.Request, id string, 
 			Message: fmt.Sprintf("execution %q had no event at or before sequence %d", id, atSeq)})
 		return
 	}
-	x := projections.FoldQuarantined(evs) // damaged at or before atSeq: shown so
+	x := projections.FoldQuarantined(id, evs) // damaged at or before atSeq: shown so
 	writeJSON(w, http.StatusOK, public(redact.FromHistory(evs).Execution(x)))
 }
 
@@ -597,13 +598,13 @@ func view(ev events.Event, in redact.Inputs) eventView {
 	return v
 }
 
-// inputsOf returns what to hide in the events of execution id, given some
+// inputsOf returns what to hide in the events of the history on subject, given some
 // of its events (evs): their start, or else the history's first event.
-func (s *Server) inputsOf(ctx context.Context, id string, evs []events.Event) (redact.Inputs, error) {
+func (s *Server) inputsOf(ctx context.Context, subject string, evs []events.Event) (redact.Inputs, error) {
 	if len(evs) > 0 && evs[0].Type == events.TypeExecutionStarted {
 		return redact.FromHistory(evs[:1]), nil
 	}
-	first, err := history.First(ctx, s.ns(ctx).js, events.ExecutionFilter(id))
+	first, err := history.First(ctx, s.ns(ctx).js, subject)
 	if errors.Is(err, history.ErrNoEvent) {
 		return redact.Inputs{}, nil
 	}
@@ -630,19 +631,21 @@ func (s *Server) executionEvents(w http.ResponseWriter, r *http.Request) {
 		}
 		from = n + 1 // the event after the last one the client has
 	}
-	if _, ok := s.claimOf(w, r, id); !ok {
+	cl, ok := s.claimOf(w, r, id)
+	if !ok {
 		return
 	}
+	subject := events.ExecutionSubject(cl.Workflow, id) // the history of the workflow it was claimed for
 	if strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
-		s.followEvents(w, r, id, from)
+		s.followEvents(w, r, id, subject, from)
 		return
 	}
-	evs, err := history.Read(r.Context(), s.at(r).js, events.ExecutionFilter(id), from)
+	evs, err := history.Read(r.Context(), s.at(r).js, subject, from)
 	if err != nil {
 		s.internal(w, r, err)
 		return
 	}
-	in, err := s.inputsOf(r.Context(), id, evs)
+	in, err := s.inputsOf(r.Context(), subject, evs)
 	if err != nil {
 		s.internal(w, r, err)
 		return
@@ -666,14 +669,14 @@ const sseKeepalive = 15 * time.Second
 // request that would get nothing more from a settled execution (a
 // browser's EventSource reconnecting with the last event's id) is answered
 // 204 No Content, which tells EventSource not to reconnect again.
-func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, id string, from uint64) {
+func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, id, subject string, from uint64) {
 	flusher, ok := w.(http.Flusher)
 	if !ok {
 		s.internal(w, r, errors.New("streaming unsupported"))
 		return
 	}
 	cons, err := s.at(r).js.OrderedConsumer(r.Context(), events.StreamEvents,
-		jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.ExecutionFilter(id)}})
+		jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
 	if err != nil {
 		s.internal(w, r, err)
 		return
@@ -727,6 +730,7 @@ func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, id string,
 		ev, err := events.Decode(m.Headers(), m.Data())
 		if err != nil && !errors.Is(err, events.ErrUnknownType) {
 			ev = events.InvalidEvent(m.Subject(), m.Headers(), err) // sent flagged, as GET answers it
+			ev.Time = md.Timestamp
 		}
 		ev.Seq = md.Sequence.Stream
 		if ev.Invalid == "" {

@@ -20,6 +20,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/claim"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/projections"
@@ -40,6 +41,7 @@ type Projector struct {
 
 	js    jetstream.JetStream
 	kv    jetstream.KeyValue
+	ids   *claim.Store
 	log   zerolog.Logger
 	cache map[string]entry // touched only by Run's goroutine
 }
@@ -62,7 +64,11 @@ func New(ctx context.Context, js jetstream.JetStream, log zerolog.Logger) (*Proj
 	if err != nil {
 		return nil, fmt.Errorf("open executions bucket: %w", err)
 	}
-	return &Projector{js: js, kv: kv, log: log, cache: map[string]entry{}}, nil
+	ids, err := claim.Open(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	return &Projector{js: js, kv: kv, ids: ids, log: log, cache: map[string]entry{}}, nil
 }
 
 // Run projects events until ctx ends. Messages are handed from the
@@ -119,9 +125,10 @@ const batchMax = 512
 
 // group is one execution's events within a batch, in stream order.
 type group struct {
-	subject string
-	msgs    []jetstream.Msg
-	evs     []events.Event
+	subject      string
+	workflow, id string // of the subject
+	msgs         []jetstream.Msg
+	evs          []events.Event
 }
 
 func (p *Projector) projectBatch(ctx context.Context, batch []jetstream.Msg) {
@@ -140,7 +147,7 @@ func (p *Projector) projectBatch(ctx context.Context, batch []jetstream.Msg) {
 		}
 		// Grouped by the history the message is in, whatever it says of
 		// itself: an event naming another execution damages this one.
-		_, id, ok := events.ParseExecutionSubject(m.Subject())
+		wf, id, ok := events.ParseExecutionSubject(m.Subject())
 		if !ok {
 			p.log.Error().Uint64("seq", md.Sequence.Stream).Str("subject", m.Subject()).
 				Msg("skip a message that is in no execution's history")
@@ -148,17 +155,18 @@ func (p *Projector) projectBatch(ctx context.Context, batch []jetstream.Msg) {
 			continue
 		}
 		ev.Seq = md.Sequence.Stream
-		g, ok := groups[id]
+		g, ok := groups[m.Subject()]
 		if !ok {
-			g = &group{subject: m.Subject()}
-			groups[id] = g
-			order = append(order, id)
+			g = &group{subject: m.Subject(), workflow: wf, id: id}
+			groups[m.Subject()] = g
+			order = append(order, m.Subject())
 		}
 		g.msgs, g.evs = append(g.msgs, m), append(g.evs, ev)
 	}
-	for _, id := range order {
-		g := groups[id]
-		err := p.project(ctx, id, g)
+	for _, subject := range order {
+		g := groups[subject]
+		id := g.id
+		err := p.project(ctx, g)
 		for _, m := range g.msgs {
 			if err == nil {
 				_ = m.Ack()
@@ -176,13 +184,17 @@ func (p *Projector) projectBatch(ctx context.Context, batch []jetstream.Msg) {
 // once. A gap (an event whose prevseq is not the model's last sequence, as
 // after a redelivery) or an illegal transition re-folds the execution from
 // its history instead.
-func (p *Projector) project(ctx context.Context, id string, g *group) error {
+func (p *Projector) project(ctx context.Context, g *group) error {
+	id := g.id
 	cur, ok := p.cache[id]
 	if !ok {
 		var err error
 		if cur, err = p.read(ctx, id); err != nil {
 			return err
 		}
+	}
+	if owns, err := p.owns(ctx, g, cur.state); err != nil || !owns {
+		return err
 	}
 	next, inputs, known := cur.state, cur.inputs, cur.known
 	for _, ev := range g.evs {
@@ -191,31 +203,28 @@ func (p *Projector) project(ctx context.Context, id string, g *group) error {
 		}
 		var err error
 		gap := ev.PrevSeq != 0 && ev.PrevSeq != next.LastSeq // events without prevseq are applied as they come
-		// A damaged model, or a repair, is folded again whole: a repair
-		// changes how the events before it fold.
+		// A repair changes how the events before it fold: fold again.
 		_, repair := ev.Data.(*events.ExecutionRepaired)
-		refold := gap || repair || next.Damaged != nil
-		if !refold {
+		switch {
+		case gap || repair:
+		case next.Damaged != nil:
+			next = projections.PassOver(next, ev) // nothing applies after a damage until a repair
+			continue
+		default:
 			next, err = projections.Apply(next, ev)
 			if start, ok := ev.Data.(*events.ExecutionStarted); ok && err == nil {
 				inputs, known = redact.ForStart(start), true
 			}
-		}
-		if refold || err != nil {
-			last := g.evs[len(g.evs)-1].Seq
-			p.log.Debug().Err(err).Bool("gap", gap).Str("execution_id", id).Msg("re-fold execution from its history")
-			evs, rerr := history.ReadUntil(ctx, p.js, g.subject, 0, last)
-			if rerr != nil {
-				return rerr
+			if err == nil {
+				continue
 			}
-			// An event that does not fold marks the model damaged.
-			next, inputs, known = projections.FoldQuarantined(evs), redact.FromHistory(evs), true
-			if d := next.Damaged; d != nil && (cur.state.Damaged == nil || cur.state.Damaged.Seq != d.Seq) {
-				p.log.Error().Str("execution_id", id).Uint64("seq", d.Seq).Str("reason", d.Reason).
-					Msg("execution damaged: its read model shows where")
-			}
-			break
 		}
+		p.log.Debug().Err(err).Bool("gap", gap).Str("execution_id", id).Msg("re-fold execution from its history")
+		if next, inputs, err = p.refold(ctx, g, cur.state); err != nil {
+			return err
+		}
+		known = true
+		break // the fold covers the group's events
 	}
 	if next.LastSeq == cur.state.LastSeq {
 		return nil
@@ -241,6 +250,58 @@ func (p *Projector) project(ctx context.Context, id string, g *group) error {
 		p.cache[id] = entry{state: next, rev: rev, inputs: inputs, known: known}
 	}
 	return nil
+}
+
+// refold folds g's execution from its history, up to the group's last
+// event. An event that does not fold marks the model damaged; a damage
+// that was not in the model before (was) is logged.
+func (p *Projector) refold(ctx context.Context, g *group, was projections.Execution) (projections.Execution, redact.Inputs, error) {
+	evs, err := history.ReadUntil(ctx, p.js, g.subject, 0, g.evs[len(g.evs)-1].Seq)
+	if err != nil {
+		return was, redact.Inputs{}, err
+	}
+	x := projections.FoldQuarantined(g.id, evs)
+	if d := x.Damaged; d != nil && (was.Damaged == nil || was.Damaged.Seq != d.Seq) {
+		p.log.Error().Str("execution_id", g.id).Uint64("seq", d.Seq).Str("reason", d.Reason).
+			Msg("execution damaged: its read model shows where")
+	}
+	return x, redact.FromHistory(evs), nil
+}
+
+// owns reports whether g's subject holds the history of execution g.id
+// (see ownerOf). A message on another workflow's subject with the same
+// execution id (written by hand) is logged and passed over: it must not
+// replace the execution's model.
+func (p *Projector) owns(ctx context.Context, g *group, model projections.Execution) (bool, error) {
+	owner, err := ownerOf(ctx, p.ids, g.id, g.workflow, g.evs[0], model)
+	if err != nil || owner == g.workflow {
+		return err == nil, err
+	}
+	p.log.Error().Str("execution_id", g.id).Str("subject", g.subject).Str("workflow", owner).Uint64("seq", g.evs[0].Seq).
+		Msg("skip messages on a subject that is not the execution's history (it belongs to another workflow)")
+	return false, nil
+}
+
+// ownerOf returns the workflow whose subject holds the history of
+// execution id, given its read model (model) and the first event met on
+// the subject of workflow wf: the model's workflow; for a new model, wf if
+// that event is the execution's start; else the workflow its claim names
+// (with no claim, wf: the subject is taken as it is, to show what is there).
+func ownerOf(ctx context.Context, ids *claim.Store, id, wf string, first events.Event, model projections.Execution) (string, error) {
+	if model.Workflow != "" {
+		return model.Workflow, nil
+	}
+	if st, ok := first.Data.(*events.ExecutionStarted); ok && first.Subject == id && st.Workflow == wf {
+		return wf, nil
+	}
+	c, err := ids.Get(ctx, id)
+	switch {
+	case errors.Is(err, claim.ErrNotFound):
+		return wf, nil
+	case err != nil:
+		return "", fmt.Errorf("read claim of %s: %w", id, err)
+	}
+	return c.Workflow, nil
 }
 
 // startInputs reads the first event on subject (the execution's start)
@@ -311,47 +372,60 @@ func Rebuild(ctx context.Context, js jetstream.JetStream, fromSeq uint64) (Rebui
 	if err != nil {
 		return res, fmt.Errorf("open executions bucket: %w", err)
 	}
+	ids, err := claim.Open(ctx, js)
+	if err != nil {
+		return res, err
+	}
 	type item struct {
 		state   projections.Execution
-		subject string
+		subject string // the execution's history (ownerOf)
 		inputs  redact.Inputs
 		known   bool
 	}
 	states := map[string]*item{}
 	err = history.ScanStored(ctx, js, events.StreamEvents, events.EventsPrefix+".>", fromSeq, 0, func(subject string, ev events.Event) error {
-		_, id, ok := events.ParseExecutionSubject(subject) // the history it is in, whatever it says
+		wf, id, ok := events.ParseExecutionSubject(subject) // the history it is in, whatever it says
 		if !ok {
 			return nil
 		}
 		it, seen := states[id]
 		if !seen {
-			it = &item{subject: subject}
-			states[id] = it
+			it = &item{}
 			if fromSeq > 1 {
 				if e, err := kv.Get(ctx, id); err == nil && json.Unmarshal(e.Value(), &it.state) == nil {
 					it.known = !it.state.Redacted // see read
 				}
 			}
+			owner, err := ownerOf(ctx, ids, id, wf, ev, it.state)
+			if err != nil {
+				return err
+			}
+			it.subject = events.ExecutionSubject(owner, id)
+			states[id] = it
 		}
-		if ev.Seq <= it.state.LastSeq {
-			return nil
+		if subject != it.subject || ev.Seq <= it.state.LastSeq {
+			return nil // another workflow's subject with this id (written by hand), or folded already
 		}
 		_, repair := ev.Data.(*events.ExecutionRepaired)
-		refold := repair || it.state.Damaged != nil || (ev.PrevSeq != 0 && ev.PrevSeq != it.state.LastSeq)
+		gap := ev.PrevSeq != 0 && ev.PrevSeq != it.state.LastSeq
+		if it.state.Damaged != nil && !repair && !gap {
+			it.state = projections.PassOver(it.state, ev) // nothing applies after a damage until a repair
+			return nil
+		}
 		var next projections.Execution
 		var err error
-		if !refold {
+		if !repair && !gap {
 			next, err = projections.Apply(it.state, ev)
 			if start, ok := ev.Data.(*events.ExecutionStarted); ok && err == nil {
 				it.inputs, it.known = redact.ForStart(start), true
 			}
 		}
-		if refold || err != nil {
+		if repair || gap || err != nil {
 			evs, rerr := history.ReadUntil(ctx, js, it.subject, 0, ev.Seq)
 			if rerr != nil {
 				return rerr
 			}
-			next, it.inputs, it.known = projections.FoldQuarantined(evs), redact.FromHistory(evs), true
+			next, it.inputs, it.known = projections.FoldQuarantined(id, evs), redact.FromHistory(evs), true
 		}
 		it.state = next
 		return nil

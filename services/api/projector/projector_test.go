@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
@@ -241,4 +242,53 @@ func TestProjectorQuarantinesDamagedHistories(t *testing.T) {
 			require.Equal(t, []uint64{bad}, x.Repairs)
 		})
 	}
+}
+
+// TestProjectorKeepsToTheExecutionsHistory: a message on another
+// workflow's subject that carries the same execution id (written by hand)
+// is not the execution's history: neither the live projector nor a
+// rebuild lets it replace or damage the execution's read model.
+func TestProjectorKeepsToTheExecutionsHistory(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	kv, err := js.KeyValue(t.Context(), events.BucketExecutions)
+	require.NoError(t, err)
+	p, err := projector.New(t.Context(), js, zerolog.New(zerolog.NewTestWriter(t)))
+	require.NoError(t, err)
+	natstest.Serve(t, p.Run)
+
+	evs := twoStepHistory(t, js, "v1")
+	truth, err := projections.Fold(evs)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		x, ok := storedModel(t, kv, "v1")
+		return ok && x.LastSeq == truth.LastSeq
+	}, 20*time.Second, 20*time.Millisecond)
+
+	_, err = js.Publish(t.Context(), events.ExecutionSubject("other", "v1"), []byte(`{"x":1}`))
+	require.NoError(t, err)
+	forged := events.New("by-hand", "v1", "other", time.Now(), &events.ExecutionFailed{Error: "forged"})
+	_, err = js.PublishMsg(t.Context(), mustEncode(t, events.ExecutionSubject("other", "v1"), forged))
+	require.NoError(t, err)
+	// A later execution's events show when the projector got past them.
+	later := twoStepHistory(t, js, "v2")
+	require.Eventually(t, func() bool {
+		x, ok := storedModel(t, kv, "v2")
+		return ok && x.LastSeq == later[len(later)-1].Seq
+	}, 20*time.Second, 20*time.Millisecond)
+	got, _ := storedModel(t, kv, "v1")
+	requireSameModel(t, truth, got)
+
+	res, err := projector.Rebuild(t.Context(), js, 0)
+	require.NoError(t, err)
+	require.Empty(t, res.Damaged)
+	got, _ = storedModel(t, kv, "v1")
+	requireSameModel(t, truth, got)
+}
+
+func mustEncode(t *testing.T, subject string, ev events.Event) *nats.Msg {
+	t.Helper()
+	msg, err := events.Encode(subject, ev)
+	require.NoError(t, err)
+	return msg
 }

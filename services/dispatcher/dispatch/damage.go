@@ -2,12 +2,14 @@ package dispatch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
 
 	"github.com/rs/zerolog"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
 )
@@ -30,8 +32,7 @@ type damagedError struct {
 }
 
 func (e damagedError) Error() string {
-	return fmt.Sprintf("execution %q is damaged at sequence %d: %s; it waits for an admin's repair (jetflow repair %s --ignore-seq %d)",
-		e.id, e.damage.Seq, e.damage.Reason, e.id, e.damage.Seq)
+	return events.DamagedMessage(e.id, e.damage.Seq, e.damage.Reason)
 }
 
 // damageLog remembers the damages logged, so that each is logged once,
@@ -55,13 +56,41 @@ func (l *damageLog) first(id string, seq uint64) bool {
 	return true
 }
 
+// refuseDamaged is what withExecution returns for the damaged execution
+// x instead of handing it on: a damagedError, or an error that retries for
+// an event of an unknown type (a newer dispatcher may know it). A cached
+// state is checked against the history first: bus.ErrConflict if another
+// dispatcher has repaired it since (x is evicted, to be loaded again).
+func (d *Dispatcher) refuseDamaged(ctx context.Context, x *execState, cached bool) error {
+	if cached {
+		if err := d.checkFresh(ctx, x); err != nil {
+			d.evict(x.id)
+			return err
+		}
+	}
+	d.noteDamage(ctx, x)
+	dmg := x.state.Damaged
+	if dmg.Unknown {
+		d.evict(x.id)
+		return fmt.Errorf("history of %s holds at sequence %d an event of type %s that this dispatcher does not know; waiting for a dispatcher that does (or an admin's repair)",
+			x.id, dmg.Seq, dmg.Type)
+	}
+	return damagedError{id: x.id, damage: *dmg}
+}
+
 // noteDamage logs x's damage the first time this dispatcher meets it.
 func (d *Dispatcher) noteDamage(ctx context.Context, x *execState) {
 	dmg := x.state.Damaged
 	if dmg == nil || !d.damages.first(x.id, dmg.Seq) {
 		return
 	}
-	zerolog.Ctx(ctx).Error().Str("execution_id", x.id).Uint64("seq", dmg.Seq).Str("event_id", dmg.EventID).
+	log := zerolog.Ctx(ctx)
+	if dmg.Unknown {
+		log.Warn().Str("execution_id", x.id).Uint64("seq", dmg.Seq).Str("event_type", string(dmg.Type)).
+			Msg("the history holds an event of a type this dispatcher does not know (written by a newer one?): its messages wait for a dispatcher that knows it")
+		return
+	}
+	log.Error().Str("execution_id", x.id).Uint64("seq", dmg.Seq).Str("event_id", dmg.EventID).
 		Str("event_type", string(dmg.Type)).Str("reason", dmg.Reason).
 		Msg("execution damaged: quarantined until an admin repairs it; its history is left as it is")
 }
@@ -76,7 +105,7 @@ func (d *Dispatcher) damagedMessage(ctx context.Context, j job, e damagedError) 
 		return nil
 	}
 	err := d.reject(ctx, j.ev, e.id, events.CodeDamaged, e.Error())
-	if _, ok := err.(rejectedError); ok {
+	if errors.As(err, new(rejectedError)) {
 		return nil
 	}
 	return err
@@ -112,7 +141,7 @@ func (d *Dispatcher) repair(ctx context.Context, ev events.Event, wf string, p *
 		case dmg.Seq != p.IgnoreSeq:
 			return reject(events.CodeConflict, "execution %q is damaged at sequence %d, not %d: a repair names the event at fault (see jetflow show %s)",
 				p.ExecutionID, dmg.Seq, p.IgnoreSeq, p.ExecutionID)
-		case s.Status == projections.StatusNone:
+		case s.Status == projections.StatusNone || dmg.Seq == x.firstSeq:
 			return reject(events.CodeConflict, "execution %q is damaged at its first event (sequence %d): without its start there is nothing to go on with; start a new execution",
 				p.ExecutionID, dmg.Seq)
 		}
@@ -149,4 +178,26 @@ func (d *Dispatcher) afterRepair(ctx context.Context, x *execState) error {
 		return err
 	}
 	return d.advance(ctx, x)
+}
+
+// damagedAmong returns the first of the entries' executions that is
+// damaged as its history stands (a cached state is checked against it),
+// and its damage; nil if none is.
+func (d *Dispatcher) damagedAmong(ctx context.Context, entries []events.LockEntry) (string, *projections.Damage, error) {
+	for _, en := range entries {
+		x, cached, err := d.load(ctx, en.Workflow, en.ExecutionID)
+		if err == nil && cached && x.state.Damaged == nil {
+			if err = d.checkFresh(ctx, x); errors.Is(err, bus.ErrConflict) {
+				d.evict(en.ExecutionID) // behind its history: read it
+				x, _, err = d.load(ctx, en.Workflow, en.ExecutionID)
+			}
+		}
+		if err != nil {
+			return "", nil, err
+		}
+		if dmg := x.state.Damaged; dmg != nil && !dmg.Unknown {
+			return en.ExecutionID, dmg, nil
+		}
+	}
+	return "", nil, nil
 }

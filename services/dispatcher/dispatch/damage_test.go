@@ -2,6 +2,8 @@ package dispatch_test
 
 import (
 	"bytes"
+	"encoding/json"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -11,10 +13,12 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/catalog"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/natstest"
 	"jetflow.dev/pkg/projections"
+	"jetflow.dev/pkg/workflow"
 	"jetflow.dev/services/dispatcher/dispatch"
 )
 
@@ -99,7 +103,7 @@ func TestDamagedExecutionIsQuarantinedThenRepaired(t *testing.T) {
 	rej = readRejection(t, b.js, b.publishOn(t, events.SubjectAPIAction,
 		&events.ExecutionAction{ExecutionID: "d1", Action: events.ActionRepair, IgnoreSeq: bad - 1, Actor: admin}))
 	require.Equal(t, events.CodeConflict, rej.Code)
-	require.Contains(t, rej.Reason, "not")
+	require.Contains(t, rej.Reason, fmt.Sprintf("damaged at sequence %d, not %d", bad, bad-1))
 
 	waitCommandsHandled(t, b.js)
 	require.Equal(t, 1, logs.count("execution damaged"), "the damage is logged once, however many messages met it")
@@ -115,7 +119,7 @@ func TestDamagedExecutionIsQuarantinedThenRepaired(t *testing.T) {
 	b.report(t, &events.OperationSucceeded{TaskRef: ship.task.Ref("test-agent", 1)})
 	var s projections.Execution
 	evs = waitHistory(t, b.js, "deploy", "d1", "succeeded", func(evs []events.Event) bool {
-		s = projections.FoldQuarantined(evs) // the bad message is still there: the strict fold refuses it
+		s = projections.FoldQuarantined("d1", evs) // the bad message is still there: the strict fold refuses it
 		return s.Status == projections.StatusSucceeded
 	})
 	require.Nil(t, s.Damaged)
@@ -148,6 +152,18 @@ func TestDamagedExecutionIsQuarantinedThenRepaired(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, rejected)
 	require.Len(t, readHistory(t, b.js, "deploy", "d1"), len(evs))
+
+	t.Log("a repaired execution can be replayed: the state at its point passes over the bad message too")
+	b.publishOn(t, events.SubjectAction, &events.ExecutionAction{ExecutionID: "d1", Action: events.ActionReplay, From: "ship", Force: true})
+	again2 := b.nextTask(t)
+	require.Equal(t, "ship", again2.task.StepID)
+	require.Equal(t, 2, again2.task.Attempt)
+	b.report(t, &events.OperationSucceeded{TaskRef: again2.task.Ref("test-agent", 1)})
+	waitHistory(t, b.js, "deploy", "d1", "succeeded again", func(evs []events.Event) bool {
+		s = projections.FoldQuarantined("d1", evs)
+		return s.Status == projections.StatusSucceeded && len(s.Replays) == 1
+	})
+	require.Nil(t, s.Damaged)
 }
 
 // TestUnknownEventWaitsForANewerDispatcher: an event of a type this
@@ -188,9 +204,117 @@ func TestUnknownEventWaitsForANewerDispatcher(t *testing.T) {
 	b.publishOn(t, events.SubjectAPIAction, &events.ExecutionAction{ExecutionID: "u1", Action: events.ActionRepair, IgnoreSeq: unknown, Actor: admin})
 	var s projections.Execution
 	waitHistory(t, b.js, "deploy", "u1", "cancelled", func(evs []events.Event) bool {
-		s = projections.FoldQuarantined(evs)
+		s = projections.FoldQuarantined("u1", evs)
 		return s.Status == projections.StatusCancelled
 	})
 	require.Equal(t, []uint64{unknown}, s.Repairs)
 	require.Nil(t, s.Damaged)
+}
+
+// TestRepairByAnotherDispatcher: dispatcher A holds x1 in its cache when
+// a bad message lands in x1's history, and x1's sleep comes due while it
+// is damaged: A drops the firing (and caches the damaged state).
+// Dispatcher B carries out the admin's repair: the timer that came due
+// fires, the sleep ends and the next step is sent. Then A, whose cache
+// still says damaged, gets a command for x1: it checks the history,
+// finds the repair, and carries the command out instead of rejecting it.
+func TestRepairByAnotherDispatcher(t *testing.T) {
+	t.Parallel()
+	srv := natstest.RunJetStream(t)
+	_, js := natstest.Connect(t, srv)
+	defs, err := catalog.Open(t.Context(), js)
+	require.NoError(t, err)
+	_, _, err = defs.Apply(t.Context(), workflow.Definition{Name: "wf", Steps: []workflow.Step{
+		{ID: "nap", Kind: workflow.KindSleep, Duration: "1s"},
+		{ID: "after", Kind: workflow.KindNoop},
+	}})
+	require.NoError(t, err)
+	log := zerolog.New(zerolog.NewTestWriter(t))
+	newDispatcher := func(source string) *dispatch.Dispatcher {
+		_, js := natstest.Connect(t, srv)
+		dd, err := dispatch.New(t.Context(), dispatch.Config{Source: source}, js, log.With().Str("dispatcher", source).Logger())
+		require.NoError(t, err)
+		return dd
+	}
+	publishPayload(t, js, events.SubjectStart,
+		events.New("client", "", "", time.Now(), &events.StartExecution{Workflow: "wf", ExecutionID: "x1", Input: json.RawMessage(`{}`)}))
+	a := newDispatcher("A")
+	runUntil(t, a, func() bool { return stepIs(t, js, 0, projections.OpWaiting) })
+
+	s := foldOf(t, js, "wf", "x1")
+	ack, err := js.Publish(t.Context(), events.ExecutionSubject("wf", "x1"), []byte("oops"),
+		jetstream.WithExpectLastSequencePerSubject(s.LastSeq))
+	require.NoError(t, err)
+	bad := ack.Sequence
+	var due time.Time
+	for _, tm := range s.Timers {
+		due = tm.Due
+	}
+	time.Sleep(time.Until(due)) // the firing is on its way while x1 is damaged
+	runUntil(t, a, func() bool { return consumerIdle(t, js, events.StreamTimers, dispatch.TimersConsumer) })
+	evs, err := history.Read(t.Context(), js, events.ExecutionSubject("wf", "x1"), 0)
+	require.NoError(t, err)
+	require.Equal(t, bad, evs[len(evs)-1].Seq, "A appended nothing: the firing was dropped")
+
+	admin := &events.Actor{Subject: "ops-admin", Method: events.ActorAPIKey, KeyID: "0123456789abcdef"}
+	publishPayload(t, js, events.SubjectAPIAction, events.New("api", "", "", time.Now(),
+		&events.ExecutionAction{ExecutionID: "x1", Action: events.ActionRepair, IgnoreSeq: bad, Actor: admin}))
+	runUntil(t, newDispatcher("B"), func() bool {
+		evs, err := history.Read(t.Context(), js, events.ExecutionSubject("wf", "x1"), 0)
+		require.NoError(t, err)
+		x := projections.FoldQuarantined("x1", evs)
+		return len(x.Steps) == 2 && x.Steps[1].Status == projections.OpSent
+	})
+
+	publishPayload(t, js, events.SubjectAction, events.New("client", "", "", time.Now(),
+		&events.ExecutionAction{ExecutionID: "x1", Action: events.ActionForceCancel}))
+	runUntil(t, a, func() bool {
+		evs, err := history.Read(t.Context(), js, events.ExecutionSubject("wf", "x1"), 0)
+		require.NoError(t, err)
+		return projections.FoldQuarantined("x1", evs).Status == projections.StatusCancelled
+	})
+	rejected, err := history.ReadStream(t.Context(), js, events.StreamRejections, events.RejectionsPrefix+".>", 0, 0)
+	require.NoError(t, err)
+	require.Empty(t, rejected, "A did not reject the command on its stale damaged state")
+}
+
+// consumerIdle reports whether a durable consumer has acknowledged every
+// message of its stream.
+func consumerIdle(t *testing.T, js jetstream.JetStream, stream, consumer string) bool {
+	t.Helper()
+	cons, err := js.Consumer(t.Context(), stream, consumer)
+	if err != nil {
+		return false
+	}
+	info, err := cons.Info(t.Context())
+	require.NoError(t, err)
+	return info.NumPending == 0 && info.NumAckPending == 0 && info.Delivered.Stream > 0
+}
+
+// TestClearLockOfADamagedHolderIsRefusedWhole: a lock clear that names a
+// damaged holder is refused with the code damaged before any of its
+// entries is cleared (the holder's history cannot record the clearing);
+// the lock stays with the holder and the waiter waits, until a repair.
+func TestClearLockOfADamagedHolderIsRefusedWhole(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	runDispatcher(t, b.js, dispatch.Config{Workers: 2})
+	b.applyYAML(t, "name: cl\nlock: stuck\nsteps:\n  - id: work\n    kind: noop\n")
+	b.start(t, "cl", "h1")
+	b.nextTask(t)
+	b.start(t, "cl", "h2")
+	lockStatus(t, b.js, "cl", "h2", "", projections.LockWaiting)
+	evs := readHistory(t, b.js, "cl", "h1")
+	_, err := b.js.Publish(t.Context(), events.ExecutionSubject("cl", "h1"), []byte("oops"),
+		jetstream.WithExpectLastSequencePerSubject(evs[len(evs)-1].Seq))
+	require.NoError(t, err)
+
+	clear := events.New("test-operator", "", "", time.Now(), &events.ClearLock{Lock: "stuck", Reason: "stuck",
+		Entries: []events.LockEntry{{ExecutionID: "h2", Workflow: "cl", Request: 1}, {ExecutionID: "h1", Workflow: "cl", Request: 1}}})
+	publishClear(t, b.js, clear)
+	rej := readRejection(t, b.js, events.CommandKey(clear.Source, clear.ID))
+	require.Equal(t, events.CodeDamaged, rej.Code)
+	require.Contains(t, rej.Reason, `"h1"`)
+	require.Zero(t, countType(readHistory(t, b.js, "cl", "h2"), events.TypeLockCleared), "h2, named first, was not cleared either")
+	lockStatus(t, b.js, "cl", "h2", "", projections.LockWaiting)
 }

@@ -421,6 +421,9 @@ type execState struct {
 	// stream, or just appended to), not a cached copy that another
 	// dispatcher may have gone past. See ensureCurrent.
 	current bool
+	// firstSeq is the stream sequence of the history's first event (its
+	// start), 0 while there is none.
+	firstSeq uint64
 }
 
 func (x *execState) subject() string { return events.ExecutionSubject(x.workflow, x.id) }
@@ -451,24 +454,12 @@ func (d *Dispatcher) withExecutionAs(ctx context.Context, wf, id string, damaged
 			return err
 		}
 		x.current = !cached
-		if dmg := x.state.Damaged; dmg != nil && !damagedToo {
-			if cached {
-				// Repaired by another dispatcher since it was cached?
-				if err := d.checkFresh(ctx, x); err != nil {
-					d.evict(id)
-					if errors.Is(err, bus.ErrConflict) && attempt < 8 {
-						continue
-					}
-					return err
-				}
+		if x.state.Damaged != nil && !damagedToo {
+			err := d.refuseDamaged(ctx, x, cached)
+			if errors.Is(err, bus.ErrConflict) && attempt < 8 {
+				continue // repaired by another dispatcher since it was cached
 			}
-			d.noteDamage(ctx, x)
-			if dmg.Unknown {
-				d.evict(id)
-				return fmt.Errorf("history of %s holds at sequence %d an event of type %s that this dispatcher does not know; waiting for a dispatcher that does (or an admin's repair)",
-					id, dmg.Seq, dmg.Type)
-			}
-			return damagedError{id: id, damage: *dmg}
+			return err
 		}
 		before := x.state.LastSeq
 		err = fn(x)
@@ -551,10 +542,11 @@ func (d *Dispatcher) load(ctx context.Context, wf, id string) (x *execState, cac
 		return nil, false, err
 	}
 	// An event that does not fold marks the state damaged (damage.go).
-	x = &execState{id: id, workflow: wf, state: projections.FoldQuarantined(evs)}
+	x = &execState{id: id, workflow: wf, state: projections.FoldQuarantined(id, evs)}
 	if len(evs) == 0 {
 		return x, false, nil
 	}
+	x.firstSeq = evs[0].Seq
 	if x.state.Status != projections.StatusNone {
 		// The fold began with the start (a damaged one is passed over, or
 		// leaves the status none).
@@ -598,6 +590,9 @@ func (d *Dispatcher) append(ctx context.Context, x *execState, p events.Payload)
 	}
 	next.LastSeq = seq
 	x.state, x.current = next, true
+	if x.firstSeq == 0 {
+		x.firstSeq = seq
+	}
 	if len(next.Locks) > 0 && !next.Status.Active() {
 		return d.releaseEnded(ctx, x) // e.g. a force-cancel: its locks go with it
 	}

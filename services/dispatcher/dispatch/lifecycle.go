@@ -208,6 +208,11 @@ func (d *Dispatcher) applyResult(ctx context.Context, x *execState, ref events.T
 		stale = fmt.Sprintf("the report came from queue %q; the step's task went to queue %q", ref.Queue, st.Queue)
 	}
 	if stale != "" {
+		// Stale as the history stands, not as a cached state that is
+		// behind it says (that one is reloaded and decides again).
+		if err := d.ensureCurrent(ctx, x); err != nil {
+			return err
+		}
 		log.Info().Str("step_status", string(st.Status)).Str("reason", stale).Msg("ignore result of a stale attempt")
 		if slices.Contains(x.state.Ignored, ev.ID) {
 			return nil // recorded already (this report delivered again)

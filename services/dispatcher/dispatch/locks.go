@@ -312,6 +312,14 @@ func (d *Dispatcher) clearLock(ctx context.Context, ev events.Event, p *events.C
 			return reject("entries[%d]: workflow %q or execution_id %q is not valid", i, en.Workflow, en.ExecutionID)
 		}
 	}
+	// A damaged execution's history cannot record the clearing: refuse
+	// the whole command before clearing any of its entries.
+	if id, dmg, err := d.damagedAmong(ctx, p.Entries); err != nil || dmg != nil {
+		if err != nil {
+			return err
+		}
+		return d.reject(ctx, ev, id, events.CodeDamaged, events.DamagedMessage(id, dmg.Seq, dmg.Reason)+"; its locks stay held until then")
+	}
 	rec := events.ActionRecord{Action: "clear-lock", Reason: p.Reason, RequestedBy: p.RequestedBy, Actor: p.Actor,
 		Command: events.CommandKey(ev.Source, ev.ID)}
 	if rec.RequestedBy == "" {

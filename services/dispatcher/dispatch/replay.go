@@ -706,9 +706,11 @@ func (d *Dispatcher) varsAt(ctx context.Context, x *execState, plan replayPlan) 
 	if len(evs) < plan.entered-1 {
 		return nil, fmt.Errorf("history of %s has %d events, the replay point is event %d", x.id, len(evs), plan.entered)
 	}
-	s, err := projections.Fold(evs[:plan.entered-1])
-	if err != nil {
-		return nil, permanentError{fmt.Errorf("fold history up to the replay point: %w", err)}
+	// A repaired history: the repair (later) has the fold pass over the
+	// event it names.
+	s := projections.FoldQuarantinedPrefix(x.id, evs, plan.entered-1)
+	if d := s.Damaged; d != nil {
+		return nil, permanentError{fmt.Errorf("fold history up to the replay point: damaged at sequence %d: %s", d.Seq, d.Reason)}
 	}
 	return s.Vars, nil
 }

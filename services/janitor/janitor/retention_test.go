@@ -547,20 +547,27 @@ func TestRetentionKeepsAResumeThatCameFirst(t *testing.T) {
 
 // TestRetentionKeepsDamaged: a damaged execution is never expired,
 // whatever its status and rule: its history is what an admin repairs
-// from. It does not count against its group either.
+// from. It does not count against its group either: under a rule that
+// keeps one, the newer damaged execution does not push the older one out.
 func TestRetentionKeepsDamaged(t *testing.T) {
 	t.Parallel()
 	b := setupRetention(t, "")
-	old := now.Add(-1000 * time.Hour)
-	x := b.store(t, run{wf: "wf", id: "damaged", status: projections.StatusSucceeded, ended: old, rule: rule("disabled")})
+	x := b.store(t, run{wf: "wf", id: "damaged", status: projections.StatusSucceeded, ended: now.Add(-time.Hour), rule: rule("1")})
 	x.Damaged = &projections.Damage{Seq: x.LastSeq + 1, Reason: "not a CloudEvent"}
 	v, err := json.Marshal(x)
 	require.NoError(t, err)
 	_, err = b.kv.Put(t.Context(), "damaged", v)
 	require.NoError(t, err)
-	b.store(t, run{wf: "wf", id: "done", status: projections.StatusSucceeded, ended: old, rule: rule("disabled")})
+	b.store(t, run{wf: "wf", id: "done", status: projections.StatusSucceeded, ended: now.Add(-2 * time.Hour), rule: rule("1")})
 
-	require.Equal(t, 1, b.sweep(t).Expired, "the undamaged one goes")
-	require.Equal(t, []string{"damaged"}, b.kept(t))
+	res := b.sweep(t)
+	require.Zero(t, res.Expired)
+	require.Equal(t, 1, res.Finished, "only the undamaged one is counted")
+	require.Equal(t, []string{"damaged", "done"}, b.kept(t))
 	b.requireIntact(t, "wf", "damaged")
+	b.requireIntact(t, "wf", "done")
+
+	b.store(t, run{wf: "wf", id: "newer", status: projections.StatusSucceeded, ended: now.Add(-time.Minute), rule: rule("1")})
+	require.Equal(t, 1, b.sweep(t).Expired, "done goes once a newer undamaged one ends")
+	require.Equal(t, []string{"damaged", "newer"}, b.kept(t))
 }
