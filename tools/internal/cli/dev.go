@@ -54,7 +54,7 @@ with its own NATS connection. Stop it with Ctrl-C; start it again on the same
 				cfg.Log.Warn().Msg("--insecure: the api runs without authentication; anyone who reaches it can register workflows and run them")
 			}
 			cfg.AgentPolicy = &policy
-			return devstack.Run(cmd.Context(), cfg, func(info devstack.Info) {
+			err = devstack.Run(cmd.Context(), cfg, func(info devstack.Info) {
 				fmt.Fprintf(a.stdout, "jetflow dev is running (process %d, in %s)\n  NATS: %s   (try: nats sub 'jf.events.>')\n  api:  %s\n  data: %s\n",
 					os.Getpid(), filepath.Join(cfg.DataDir, devstack.PIDFile), info.NATSURL, info.APIURL, cfg.DataDir)
 				if c := info.Creds(auth.RoleClient); c != "" {
@@ -76,17 +76,21 @@ with its own NATS connection. Stop it with Ctrl-C; start it again on the same
 				if err != nil {
 					abs = cfg.DataDir
 				}
-				if filepath.Clean(cfg.DataDir) == ".jetflow" {
-					fmt.Fprintln(a.stdout, "The jetflow CLI run from this directory finds it by itself.")
-				}
 				secrets := cmp.Or(cfg.SecretsDir, devstack.SecretsDir(cfg.DataDir))
 				fmt.Fprintf(a.stdout, "  secrets: a file NAME in %s (or a variable %sNAME) is ${secret.NAME} for the agent\n",
 					secrets, cmp.Or(cfg.SecretsEnvPrefix, devstack.DefaultSecretsEnvPrefix))
 				if !policy.AllowExec {
 					fmt.Fprintln(a.stdout, "  exec steps are off (--allow-exec=false): they fail without running")
 				}
+				if filepath.Clean(cfg.DataDir) == ".jetflow" {
+					fmt.Fprintln(a.stdout, "The jetflow CLI run from this directory finds it by itself.")
+				}
 				fmt.Fprintf(a.stdout, "Point other shells (and the nats CLI) at it: eval \"$(jetflow env --data %s)\"\nStop with Ctrl-C.\n", abs)
 			})
+			if err == nil {
+				fmt.Fprintln(a.stdout, "jetflow dev stopped")
+			}
+			return err
 		},
 	}
 	f := cmd.Flags()

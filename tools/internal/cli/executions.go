@@ -208,7 +208,7 @@ func printExecution(w io.Writer, x projections.Execution, retention string) {
 		}
 	}
 	if len(x.Repairs) > 0 {
-		fmt.Fprintf(tw, "repaired\tfolds pass over the events at sequence %s\n", seqList(x.Repairs))
+		fmt.Fprintf(tw, "repaired\tfolds pass over the damaged event(s) at sequence %s\n", seqList(x.Repairs))
 	}
 	fmt.Fprintf(tw, "input\t%s\n", compact(x.Input))
 	_ = tw.Flush()
@@ -377,7 +377,12 @@ one JSON line per event.`,
 func (a *app) follow(cmd *cobra.Command, id string, from uint64, asJSON bool) error {
 	status := projections.StatusNone
 	err := a.client().Follow(cmd.Context(), id, from, func(ev client.Event) error {
-		status = projections.StatusAfter(status, ev.Type)
+		if ev.Invalid != "" {
+			fmt.Fprintf(a.stderr, "execution %s is damaged at sequence %d: nothing moves until an admin runs jetflow repair %s --ignore-seq %d (following on)\n",
+				id, ev.Seq, id, ev.Seq)
+		} else {
+			status = projections.StatusAfter(status, ev.Type)
+		}
 		if asJSON {
 			return printJSONLine(a.stdout, ev)
 		}
@@ -417,7 +422,7 @@ func (a *app) follow(cmd *cobra.Command, id string, from uint64, asJSON bool) er
 
 func printEvent(w io.Writer, ev client.Event) {
 	if ev.Invalid != "" {
-		fmt.Fprintf(w, "%6d  %-12s  %-20s INVALID: %s\n", ev.Seq, "?",
+		fmt.Fprintf(w, "%6d  %s  %-20s INVALID: %s\n", ev.Seq, ev.Time.Local().Format("15:04:05.000"),
 			cmpStr(strings.TrimPrefix(string(ev.Type), "io.jetflow."), "?"), truncate(ev.Invalid, 200))
 		return
 	}

@@ -20,10 +20,16 @@ func (a *app) projectionsCmd() *cobra.Command {
 			}
 			fmt.Fprintf(a.stdout, "rebuilt from sequence %d in %d ms: %d read models written, %d already right\n",
 				res.FromSeq, res.TookMS, res.Written, res.Unchanged)
+			damaged := 0
 			for id, d := range res.Damaged {
+				if d.Unknown { // a newer version's event: not damage to repair
+					fmt.Fprintf(a.stderr, "  %s: stops at sequence %d, an event of type %s this version does not know\n", id, d.Seq, d.Type)
+					continue
+				}
+				damaged++
 				fmt.Fprintf(a.stderr, "  %s: damaged at sequence %d: %s (jetflow repair %s --ignore-seq %d)\n", id, d.Seq, d.Reason, id, d.Seq)
 			}
-			if len(res.Damaged) > 0 {
+			if damaged > 0 {
 				return exitError{code: 1}
 			}
 			return nil
