@@ -142,6 +142,20 @@ func consume(stream, consumer string) []string {
 	}
 }
 
+// consumeAny lets a user pull from, acknowledge and reset any durable
+// consumer of a stream: the dispatchers' partition consumers, whose
+// names a subject wildcard cannot single out. Only streams on which no
+// other role has a durable consumer get it.
+func consumeAny(stream string) []string {
+	return []string{
+		jsAPI + "STREAM.INFO." + stream,
+		jsAPI + "CONSUMER.INFO." + stream + ".*",
+		jsAPI + "CONSUMER.MSG.NEXT." + stream + ".*",
+		jsAPI + "CONSUMER.RESET." + stream + ".*",
+		jsAck + stream + ".>",
+	}
+}
+
 // denyOthersDurables keeps a role off the durable consumers it does not
 // own on the streams it may read with consumers: no pulling from them
 // (which would hold their messages), no updating or deleting them. (The
@@ -211,11 +225,13 @@ func PermissionsFor(role Role, queues []string, inbox string) (Permissions, erro
 				events.SchedulesPrefix + ".>",  // durable timers
 				events.RejectionsPrefix + ".>", // why a command changed nothing
 				events.KillsPrefix + ".>",      // kill notices for agents
-				events.SubjectReconcile,        // wakes a new lock holder
+				events.InboxPrefix + ".>",      // checked commands, on their partition; wakes of lock holders
 			},
 			consume(events.StreamCommands, bus.ConsumerDispatcherCommands),
-			consume(events.StreamResults, bus.ConsumerDispatcherResults),
-			consume(events.StreamTimers, bus.ConsumerDispatcherTimers),
+			// The partitions' consumers (dispatcher-<kind>-<partition>), and
+			// the reset that hands a dead owner's messages to the next.
+			consumeAny(events.StreamInbox), consumeAny(events.StreamResults), consumeAny(events.StreamTimers),
+			readBucket(events.BucketDispatchers), writeBucket(events.BucketDispatchers, "member."), writeBucket(events.BucketDispatchers, "lease."),
 			readStream(events.StreamEvents, events.EventsPrefix+".>"),
 			readStream(events.StreamResults, events.ResultsPrefix+".>"),
 			readStream(events.StreamKills, events.KillsPrefix+".>"),
@@ -240,7 +256,7 @@ func PermissionsFor(role Role, queues []string, inbox string) (Permissions, erro
 			p.PubAllow = slices.Concat(p.PubAllow,
 				[]string{events.ResultSubject(q, "*")}, // reports about its queues' tasks only
 				consume(events.StreamTasks, bus.AgentConsumer(q)),
-				readStream(events.StreamResults, events.ResultSubject(q, "*")))
+				readStream(events.StreamResults, events.QueueResults(q, "*")))
 		}
 		p.PubAllow = slices.Concat(p.PubAllow, readStream(events.StreamKills, events.KillsPrefix+".>"))
 		p.PubDeny = slices.Concat(adminOnly, denyOthersDurables())

@@ -4,6 +4,7 @@
 package bus
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/partition"
 )
 
 // ErrConflict means another writer appended to the subject first.
@@ -44,6 +46,10 @@ type Config struct {
 	CommandsMaxAge time.Duration
 	// OnRetry, if set, is told why Open is still waiting for JetStream.
 	OnRetry func(err error)
+	// Partitions splits the executions among the dispatchers (package
+	// partition). Recorded at the first bootstrap and fixed afterwards:
+	// 0 takes the recorded number, or 16 for a new deployment.
+	Partitions int
 	// Restricted: the identity may not change the topology (a service
 	// running with credentials): Open only connects, and the streams,
 	// buckets and consumers are the bootstrap's ([Bootstrap]).
@@ -98,8 +104,15 @@ func Streams(c Config) []jetstream.StreamConfig {
 		},
 		{
 			Name: events.StreamResults, Subjects: []string{events.ResultsPrefix + ".>"},
-			Description: "jetflow operation results reported by agents",
+			Description: "jetflow operation results reported by agents, stored on jf.results.<queue>.<partition>.<execution>",
 			Storage:     jetstream.FileStorage, Replicas: c.Replicas, Duplicates: c.WorkDuplicates, MaxAge: c.CommandsMaxAge,
+			SubjectTransform: ResultsTransform(c.Partitions),
+		},
+		{
+			Name: events.StreamInbox, Subjects: []string{events.InboxPrefix + ".>"},
+			Description: "jetflow commands checked by the dispatchers' intake, on jf.inbox.<partition>.<execution>",
+			Storage:     jetstream.FileStorage, Replicas: c.Replicas, Duplicates: c.WorkDuplicates,
+			Retention: jetstream.WorkQueuePolicy,
 		},
 		{
 			Name: events.StreamKills, Subjects: []string{events.KillsPrefix + ".>"},
@@ -117,6 +130,16 @@ func Streams(c Config) []jetstream.StreamConfig {
 			Description: "max-deliveries advisories of task consumers, kept for the janitor",
 			Storage:     jetstream.FileStorage, Replicas: c.Replicas, MaxAge: c.CommandsMaxAge,
 		},
+	}
+}
+
+// ResultsTransform stores a report published on
+// jf.results.<queue>.<execution> under jf.results.<queue>.<partition>.<execution>:
+// nats-server's partition() hashes the execution id as [partition.Of] does.
+func ResultsTransform(partitions int) *jetstream.SubjectTransformConfig {
+	return &jetstream.SubjectTransformConfig{
+		Source:      events.ResultsPrefix + ".*.*",
+		Destination: fmt.Sprintf("%s.{{wildcard(1)}}.{{partition(%d,2)}}.{{wildcard(2)}}", events.ResultsPrefix, max(partitions, 1)),
 	}
 }
 
@@ -139,6 +162,8 @@ func Buckets(c Config) []jetstream.KeyValueConfig {
 			Storage: jetstream.FileStorage, Replicas: c.Replicas},
 		{Bucket: events.BucketLocks, Description: "workflow locks: holders and FIFO waiters per lock name (compare-and-set only)", History: 1,
 			Storage: jetstream.FileStorage, Replicas: c.Replicas},
+		{Bucket: events.BucketDispatchers, Description: "dispatchers alive, their partitions' leases and the number of partitions", History: 1,
+			Storage: jetstream.FileStorage, Replicas: c.Replicas, LimitMarkerTTL: 10 * time.Second},
 		{Bucket: events.BucketAPIKeys, Description: "the api's keys: name, scopes, namespaces and the SHA-256 of the token, never the token", History: 1,
 			Storage: jetstream.FileStorage, Replicas: c.Replicas},
 	}
@@ -149,6 +174,11 @@ func Buckets(c Config) []jetstream.KeyValueConfig {
 // are only read: in a cluster every update is a proposal to the meta
 // leader, and every service calls Ensure at start.
 func Ensure(ctx context.Context, js jetstream.JetStream, c Config) error {
+	n, err := ensurePartitions(ctx, js, c)
+	if err != nil {
+		return err
+	}
+	c.Partitions = n
 	for _, sc := range Streams(c) {
 		s, err := js.Stream(ctx, sc.Name)
 		if err == nil {
@@ -189,18 +219,67 @@ func Ensure(ctx context.Context, js jetstream.JetStream, c Config) error {
 	return nil
 }
 
+// ensurePartitions creates the dispatchers bucket if it is missing and
+// returns the deployment's number of partitions, recording c's (or the
+// default) the first time.
+func ensurePartitions(ctx context.Context, js jetstream.JetStream, c Config) (int, error) {
+	var kc jetstream.KeyValueConfig
+	for _, b := range Buckets(c) {
+		if b.Bucket == events.BucketDispatchers {
+			kc = b
+		}
+	}
+	kv, err := js.KeyValue(ctx, kc.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateOrUpdateKeyValue(ctx, kc)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("ensure bucket %s: %w", kc.Bucket, err)
+	}
+	if err := partition.SetCount(ctx, kv, cmp.Or(c.Partitions, recordedOr(ctx, kv, partition.DefaultCount))); err != nil {
+		return 0, err
+	}
+	return partition.Count(ctx, kv)
+}
+
+// recordedOr is the recorded partition count, or def if none is.
+func recordedOr(ctx context.Context, kv jetstream.KeyValue, def int) int {
+	if n, err := partition.Count(ctx, kv); err == nil {
+		return n
+	}
+	return def
+}
+
+// Partitions reads the deployment's number of partitions.
+func Partitions(ctx context.Context, js jetstream.JetStream) (int, error) {
+	kv, err := js.KeyValue(ctx, events.BucketDispatchers)
+	if err != nil {
+		return 0, fmt.Errorf("open bucket %s (run jetflow bootstrap; jetflow dev does): %w", events.BucketDispatchers, err)
+	}
+	return partition.Count(ctx, kv)
+}
+
 // streamDiffers compares the settings jetflow chooses.
 func streamDiffers(have, want jetstream.StreamConfig) bool {
 	return !slices.Equal(have.Subjects, want.Subjects) || have.Retention != want.Retention ||
 		have.Storage != want.Storage || have.Replicas != want.Replicas || have.MaxAge != want.MaxAge ||
-		have.Duplicates != want.Duplicates || have.Discard != want.Discard || have.DenyDelete != want.DenyDelete ||
-		have.Description != want.Description || have.AllowMsgSchedules != want.AllowMsgSchedules
+		(want.Duplicates != 0 && have.Duplicates != want.Duplicates) || have.Discard != want.Discard || have.DenyDelete != want.DenyDelete ||
+		have.Description != want.Description || have.AllowMsgSchedules != want.AllowMsgSchedules ||
+		!sameTransform(have.SubjectTransform, want.SubjectTransform)
+}
+
+func sameTransform(a, b *jetstream.SubjectTransformConfig) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
 }
 
 // bucketDiffers compares the settings jetflow chooses.
 func bucketDiffers(have jetstream.KeyValueStatus, want jetstream.KeyValueConfig) bool {
 	cfg := have.Config()
-	return int64(have.History()) != max(int64(want.History), 1) || cfg.Replicas != want.Replicas || cfg.Description != want.Description
+	return int64(have.History()) != max(int64(want.History), 1) || cfg.Replicas != want.Replicas || cfg.Description != want.Description ||
+		cfg.LimitMarkerTTL != want.LimitMarkerTTL
 }
 
 // IsConflict reports whether err is a wrong-last-sequence error, on a

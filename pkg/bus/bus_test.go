@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -176,4 +177,31 @@ func TestEnsureNeverLowersReplicas(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 3, st.Config().Replicas, kc.Bucket)
 	}
+}
+
+// Every service runs Ensure at start; in a cluster each update is a
+// proposal to the meta leader, so a topology that is already right must
+// only be read (streams, buckets, the partition count, the results
+// transform).
+func TestEnsureOnARightTopologyUpdatesNothing(t *testing.T) {
+	t.Parallel()
+	s := natstest.RunJetStream(t)
+	nc, js := natstest.Connect(t, s)
+	spy, err := nats.Connect(s.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(spy.Close)
+	var updates atomic.Int32
+	sub, err := spy.Subscribe("$JS.API.STREAM.UPDATE.>", func(m *nats.Msg) { updates.Add(1); t.Log("update of", m.Subject) })
+	require.NoError(t, err)
+	require.NoError(t, spy.Flush())
+	require.NoError(t, bus.Ensure(t.Context(), js, bus.Config{}))
+	require.NoError(t, nc.Flush())
+	require.NoError(t, spy.Flush())
+	require.NoError(t, sub.Unsubscribe())
+	require.Zero(t, updates.Load())
+
+	n, err := bus.Partitions(t.Context(), js)
+	require.NoError(t, err)
+	require.Equal(t, 16, n)
+	require.ErrorContains(t, bus.Ensure(t.Context(), js, bus.Config{Partitions: 8}), "cannot be changed to 8")
 }

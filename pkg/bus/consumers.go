@@ -10,17 +10,22 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/partition"
 )
 
 // Durable consumers the services bind to. The bootstrap creates them
 // ([Bootstrap]); a service that manages the topology itself (no
 // credentials: a test, an insecure dev stack) creates its own as it starts.
 const (
-	// ConsumerDispatcherCommands delivers commands to every dispatcher.
+	// ConsumerDispatcherCommands is the dispatchers' intake: it delivers
+	// commands to any dispatcher, which checks them and puts them on their
+	// execution's partition in the inbox stream.
 	ConsumerDispatcherCommands = "dispatcher-commands"
-	// ConsumerDispatcherResults delivers agents' reports to every dispatcher.
+	// ConsumerDispatcherResults delivers to any dispatcher the reports
+	// stored before partitions (jf.results.<queue>.<execution>).
 	ConsumerDispatcherResults = "dispatcher-results"
-	// ConsumerDispatcherTimers delivers fired timers to every dispatcher.
+	// ConsumerDispatcherTimers delivers to any dispatcher the timers that
+	// fired before partitions (jf.timers.<execution>).
 	ConsumerDispatcherTimers = "dispatcher-timers"
 	// ConsumerProjector feeds the api's projector (a pinned priority group:
 	// one api replica at a time folds events, in order).
@@ -30,6 +35,17 @@ const (
 	// ConsumerJanitorAdvisories delivers max-deliveries advisories to the janitor.
 	ConsumerJanitorAdvisories = "janitor-advisories"
 )
+
+// Names of a partition's consumers, each held by the dispatcher that
+// holds the partition's lease.
+func PartitionInboxConsumer(p int) string   { return fmt.Sprintf("dispatcher-inbox-%d", p) }
+func PartitionResultsConsumer(p int) string { return fmt.Sprintf("dispatcher-results-%d", p) }
+func PartitionTimersConsumer(p int) string  { return fmt.Sprintf("dispatcher-timers-%d", p) }
+
+// IntakeAckWait is how long the intake may hold a command before it is
+// given to another dispatcher: checking and routing one takes a publish,
+// so a command held by a dispatcher that died moves on quickly.
+const IntakeAckWait = 2 * time.Second
 
 // AgentConsumer is the durable consumer shared by the agents of a queue.
 func AgentConsumer(queue string) string { return "agent-" + queue }
@@ -42,6 +58,9 @@ type Durables struct {
 	// DispatcherMaxAckPending bounds messages in flight per dispatcher
 	// consumer. Default 1024.
 	DispatcherMaxAckPending int
+	// Partitions is the number of dispatcher partitions ([Config.Partitions]),
+	// each with its inbox, results and timers consumers. Default 16.
+	Partitions int
 	// Queues are the agent queues to create consumers for. Default ["default"].
 	Queues []string
 	// TaskAckWait is how long a task may go without an agent's heartbeat
@@ -55,6 +74,7 @@ type Durables struct {
 func (d Durables) withDefaults() Durables {
 	d.DispatcherAckWait = cmp.Or(d.DispatcherAckWait, 30*time.Second)
 	d.DispatcherMaxAckPending = cmp.Or(d.DispatcherMaxAckPending, 1024)
+	d.Partitions = cmp.Or(d.Partitions, partition.DefaultCount)
 	if len(d.Queues) == 0 {
 		d.Queues = []string{"default"}
 	}
@@ -72,6 +92,8 @@ func (d Durables) Validate() error {
 		return fmt.Errorf("bus: task ack wait %s is below 300ms: agents could not heartbeat in time", d.TaskAckWait)
 	case d.DispatcherMaxAckPending < 0 || d.MaxDeliver < 0:
 		return errors.New("bus: max ack pending and max deliver must not be negative")
+	case d.Partitions < 0 || d.Partitions > partition.MaxCount:
+		return fmt.Errorf("bus: %d partitions: use 1 to %d", d.Partitions, partition.MaxCount)
 	}
 	for _, q := range d.Queues {
 		if !events.ValidQueueName(q) {
@@ -87,20 +109,36 @@ type Consumer struct {
 	Config jetstream.ConsumerConfig
 }
 
-// DispatcherConsumers are the dispatcher's three consumers.
+func dispatcherConsumer(d Durables, stream, name, filter, what string) Consumer {
+	return Consumer{Stream: stream, Config: jetstream.ConsumerConfig{
+		Durable: name, FilterSubject: filter, AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait: d.DispatcherAckWait, MaxAckPending: d.DispatcherMaxAckPending, MaxDeliver: -1,
+		DeliverPolicy: jetstream.DeliverAllPolicy, Description: "jetflow dispatchers: " + what,
+	}}
+}
+
+// DispatcherConsumers are the consumers every dispatcher takes from: the
+// intake of commands, and the reports and timers stored before partitions.
 func DispatcherConsumers(d Durables) []Consumer {
 	d = d.withDefaults()
-	c := func(stream, name, filter string) Consumer {
-		return Consumer{Stream: stream, Config: jetstream.ConsumerConfig{
-			Durable: name, FilterSubject: filter, AckPolicy: jetstream.AckExplicitPolicy,
-			AckWait: d.DispatcherAckWait, MaxAckPending: d.DispatcherMaxAckPending, MaxDeliver: -1,
-			DeliverPolicy: jetstream.DeliverAllPolicy,
-		}}
-	}
+	intake := dispatcherConsumer(d, events.StreamCommands, ConsumerDispatcherCommands, events.CommandsPrefix+".>", "intake of commands")
+	intake.Config.AckWait = IntakeAckWait
 	return []Consumer{
-		c(events.StreamCommands, ConsumerDispatcherCommands, events.CommandsPrefix+".>"),
-		c(events.StreamResults, ConsumerDispatcherResults, events.ResultsPrefix+".>"),
-		c(events.StreamTimers, ConsumerDispatcherTimers, events.TimersPrefix+".>"),
+		intake,
+		dispatcherConsumer(d, events.StreamResults, ConsumerDispatcherResults, events.ResultsPrefix+".*.*", "reports stored before partitions"),
+		dispatcherConsumer(d, events.StreamTimers, ConsumerDispatcherTimers, events.TimersPrefix+".*", "timers fired before partitions"),
+	}
+}
+
+// PartitionConsumers are the consumers of partition p: its inbox
+// (commands), its reports and its timers.
+func PartitionConsumers(d Durables, p int) []Consumer {
+	d = d.withDefaults()
+	part := fmt.Sprintf("partition %d", p)
+	return []Consumer{
+		dispatcherConsumer(d, events.StreamInbox, PartitionInboxConsumer(p), fmt.Sprintf("%s.%d.*", events.InboxPrefix, p), part+" commands"),
+		dispatcherConsumer(d, events.StreamResults, PartitionResultsConsumer(p), fmt.Sprintf("%s.*.%d.*", events.ResultsPrefix, p), part+" reports"),
+		dispatcherConsumer(d, events.StreamTimers, PartitionTimersConsumer(p), fmt.Sprintf("%s.%d.*", events.TimersPrefix, p), part+" timers"),
 	}
 }
 
@@ -135,6 +173,9 @@ func JanitorConsumerSpec() Consumer {
 func AllConsumers(d Durables) []Consumer {
 	d = d.withDefaults()
 	out := DispatcherConsumers(d)
+	for p := range d.Partitions {
+		out = append(out, PartitionConsumers(d, p)...)
+	}
 	for _, q := range d.Queues {
 		out = append(out, AgentQueueConsumer(d, q))
 	}
@@ -186,6 +227,11 @@ func Bootstrap(ctx context.Context, js jetstream.JetStream, c Config, d Durables
 	if err := Ensure(ctx, js, c); err != nil {
 		return err
 	}
+	n, err := Partitions(ctx, js)
+	if err != nil {
+		return err
+	}
+	d.Partitions = n
 	for _, cons := range AllConsumers(d) {
 		if _, err := js.CreateOrUpdateConsumer(ctx, cons.Stream, cons.Config); err != nil {
 			return fmt.Errorf("ensure consumer %s on %s: %w", cons.Config.Durable, cons.Stream, err)

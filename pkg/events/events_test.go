@@ -403,7 +403,11 @@ func TestSubjects(t *testing.T) {
 	require.Equal(t, "jf.events.*.x1", events.ExecutionFilter("x1"))
 	require.Equal(t, "jf.tasks.builders", events.TaskSubject("builders"))
 	require.Equal(t, "jf.results.gpu.x1", events.ResultSubject("gpu", "x1"))
-	require.Equal(t, "jf.results.*.x1", events.ExecutionResults("x1"))
+	require.Equal(t, "jf.results.*.*.x1", events.ExecutionResults("x1"))
+	require.Equal(t, "jf.results.gpu.7.x1", events.StoredResultSubject("gpu", 7, "x1"))
+	require.Equal(t, "jf.results.gpu.*.x1", events.QueueResults("gpu", "x1"))
+	require.Equal(t, "jf.timers.3.x1", events.PartitionTimerSubject(3, "x1"))
+	require.Equal(t, "jf.inbox.3.x1", events.InboxSubject(3, "x1"))
 	require.Equal(t, "x1.build.3", events.TaskID("x1", "build", 3))
 
 	r := events.RejectionSubject("cli#1")

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 )
 
@@ -54,7 +55,10 @@ const (
 	// TasksPrefix starts every task subject: jf.tasks.<queue>.
 	TasksPrefix = "jf.tasks"
 
-	// StreamResults holds agents' reports: jf.results.<execution>.
+	// StreamResults holds agents' reports. Agents publish on
+	// jf.results.<queue>.<execution>; the stream stores each report on
+	// jf.results.<queue>.<partition>.<execution> (a subject transform), so
+	// that each dispatcher partition has its own consumer.
 	StreamResults = "JF_RESULTS"
 	// ResultsPrefix starts every result subject.
 	ResultsPrefix = "jf.results"
@@ -64,6 +68,13 @@ const (
 	StreamKills = "JF_KILLS"
 	// KillsPrefix starts every kill notice subject.
 	KillsPrefix = "jf.kills"
+
+	// StreamInbox holds the commands the dispatchers' intake has checked,
+	// on their execution's partition: jf.inbox.<partition>.<execution>
+	// (work-queue retention). Only dispatchers publish there.
+	StreamInbox = "JF_INBOX"
+	// InboxPrefix starts every inbox subject.
+	InboxPrefix = "jf.inbox"
 
 	// StreamRejections holds the reasons commands were rejected: jf.rejections.<key>.
 	StreamRejections = "JF_REJECTIONS"
@@ -77,6 +88,10 @@ const (
 	BucketExecutionIDs = "JF_EXECUTION_IDS"
 	// BucketExecutions holds the execution read models (a projection).
 	BucketExecutions = "JF_EXECUTIONS"
+	// BucketDispatchers holds the dispatchers' membership and their
+	// partitions' leases (keys with a time to live), and the number of
+	// partitions (package partition).
+	BucketDispatchers = "JF_DISPATCHERS"
 	// BucketAPIKeys holds the api's keys, one per key id: their names,
 	// scopes, namespaces and the SHA-256 hash of the token (never the
 	// token). Only the api reads and writes it.
@@ -140,8 +155,21 @@ func WorkflowSubjects(workflow string) string { return EventsPrefix + "." + work
 // ExecutionFilter matches one execution's history without knowing its workflow.
 func ExecutionFilter(id string) string { return EventsPrefix + ".*." + id }
 
-// TimerSubject is where an execution's timers fire.
+// TimerSubject is where an execution's timers fired before partitions
+// (jf.timers.<execution>); dispatchers still take the ones left there.
 func TimerSubject(executionID string) string { return TimersPrefix + "." + executionID }
+
+// PartitionTimerSubject is where an execution's timers fire:
+// jf.timers.<partition>.<execution>.
+func PartitionTimerSubject(partition int, executionID string) string {
+	return TimersPrefix + "." + strconv.Itoa(partition) + "." + executionID
+}
+
+// InboxSubject is where the intake puts a checked command for an
+// execution: jf.inbox.<partition>.<execution>.
+func InboxSubject(partition int, executionID string) string {
+	return InboxPrefix + "." + strconv.Itoa(partition) + "." + executionID
+}
 
 // ScheduleSubject holds a pending timer.
 func ScheduleSubject(timerID string) string { return SchedulesPrefix + "." + timerID }
@@ -157,8 +185,20 @@ func ResultSubject(queue, executionID string) string {
 	return ResultsPrefix + "." + queue + "." + executionID
 }
 
-// ExecutionResults matches the reports about one execution, from any queue.
-func ExecutionResults(executionID string) string { return ResultsPrefix + ".*." + executionID }
+// StoredResultSubject is the subject the results stream stores a report
+// published on ResultSubject(queue, executionID) under.
+func StoredResultSubject(queue string, partition int, executionID string) string {
+	return ResultsPrefix + "." + queue + "." + strconv.Itoa(partition) + "." + executionID
+}
+
+// ExecutionResults matches the stored reports about one execution, from
+// any queue.
+func ExecutionResults(executionID string) string { return ResultsPrefix + ".*.*." + executionID }
+
+// QueueResults matches the stored reports about one execution from one queue.
+func QueueResults(queue, executionID string) string {
+	return ResultsPrefix + "." + queue + ".*." + executionID
+}
 
 // KillSubject is where the kill notice of an execution is published.
 func KillSubject(executionID string) string { return KillsPrefix + "." + executionID }

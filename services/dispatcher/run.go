@@ -19,6 +19,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	workers := f.Int("workers", "JETFLOW_WORKERS", 32, "goroutines handling executions")
 	ackWait := f.Duration("ack-wait", "JETFLOW_DISPATCH_ACK_WAIT", 30*time.Second,
 		"redelivery timeout of commands and results (with -creds, the bootstrap's consumers decide)")
+	member := f.String("member", "JETFLOW_DISPATCHER_MEMBER", "",
+		"this dispatcher's name among those sharing the partitions, unique per process (default: host, pid and a random suffix)")
 	apiURL := f.String("api-url", "JETFLOW_API_URL", "", "the api's base URL as workflows reach it (workflow.api_url in expressions)")
 	if err := f.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -30,7 +32,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		return err
 	}
-	cfg := dispatch.Config{Workers: *workers, AckWait: *ackWait, APIURL: *apiURL, BindOnly: common.Restricted()}
+	cfg := dispatch.Config{Workers: *workers, AckWait: *ackWait, APIURL: *apiURL, BindOnly: common.Restricted(), Member: *member}
 	if err := cfg.Validate(); err != nil {
 		return err
 	}

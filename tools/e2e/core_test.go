@@ -211,12 +211,7 @@ func TestSameCloudEventTwiceStartsOneExecution(t *testing.T) {
 	require.JSONEq(t, `{"order":42}`, string(x.Input))
 
 	// Wait until the dispatcher consumed all three commands, then check.
-	cons, err := s.js.Consumer(context.Background(), events.StreamCommands, "dispatcher-commands")
-	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		info, err := cons.Info(context.Background())
-		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
-	}, 10*time.Second, 20*time.Millisecond)
+	s.waitCommandsHandled(t)
 	evs := s.history(t, id)
 	require.Equal(t, 1, countTypes(evs)[string(events.TypeExecutionStarted)])
 	require.Equal(t, 1, countTypes(evs)[string(events.TypeExecutionSucceeded)])

@@ -24,7 +24,6 @@ import (
 	"jetflow.dev/pkg/history/historytest"
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/services/api/projector"
-	"jetflow.dev/services/dispatcher/dispatch"
 	"jetflow.dev/tools/internal/devstack"
 )
 
@@ -210,12 +209,12 @@ func requireLinear(t *testing.T, evs []events.Event) projections.Execution {
 // (recognised, refused or applied), not merely not yet read.
 func (s *stack) waitCommandsHandled(t *testing.T) {
 	t.Helper()
-	waitConsumerCaughtUp(t, s.js, events.StreamCommands, dispatch.CommandsConsumer)
+	waitDispatchersCaughtUp(t, s.js, events.StreamCommands)
 }
 
-// waitConsumerCaughtUp waits until a durable consumer has acknowledged
+// waitDurableCaughtUp waits until one durable consumer has acknowledged
 // every message its stream holds.
-func waitConsumerCaughtUp(t *testing.T, js jetstream.JetStream, streamName, consumer string) {
+func waitDurableCaughtUp(t *testing.T, js jetstream.JetStream, streamName, consumer string) {
 	t.Helper()
 	ctx := context.Background()
 	poll(t, 30*time.Second, "consumer "+consumer+" of "+streamName+" caught up", func() (bool, string) {
@@ -238,6 +237,40 @@ func waitConsumerCaughtUp(t *testing.T, js jetstream.JetStream, streamName, cons
 		return ci.AckFloor.Stream >= info.State.LastSeq && ci.NumPending == 0 && ci.NumAckPending == 0,
 			fmt.Sprintf("stream last seq %d, ack floor %d, %d pending, %d unacknowledged",
 				info.State.LastSeq, ci.AckFloor.Stream, ci.NumPending, ci.NumAckPending)
+	})
+}
+
+// waitDispatchersCaughtUp waits until the dispatchers' consumers of a stream
+// (the shared one and every partition's) have handled every message it
+// holds; for the commands stream, the partitions' inboxes too.
+func waitDispatchersCaughtUp(t *testing.T, js jetstream.JetStream, streamName string) {
+	t.Helper()
+	ctx := context.Background()
+	streams := []string{streamName}
+	if streamName == events.StreamCommands {
+		streams = append(streams, events.StreamInbox)
+	}
+	poll(t, 30*time.Second, "dispatcher consumers of "+streamName+" caught up", func() (bool, string) {
+		for _, name := range streams {
+			stream, err := js.Stream(ctx, name)
+			if err != nil {
+				return false, err.Error()
+			}
+			list := stream.ListConsumers(ctx)
+			busy := ""
+			for ci := range list.Info() { // read to the end: the lister's goroutine ends then
+				if strings.HasPrefix(ci.Name, "dispatcher-") && (ci.NumPending > 0 || ci.NumAckPending > 0) && busy == "" {
+					busy = fmt.Sprintf("%s: %d pending, %d unacknowledged", ci.Name, ci.NumPending, ci.NumAckPending)
+				}
+			}
+			if err := list.Err(); err != nil {
+				return false, err.Error()
+			}
+			if busy != "" {
+				return false, busy
+			}
+		}
+		return true, ""
 	})
 }
 
@@ -265,7 +298,7 @@ func poll(t *testing.T, timeout time.Duration, what string, cond func() (bool, s
 func (s *stack) waitProjected(t *testing.T) {
 	t.Helper()
 	s.waitCommandsHandled(t)
-	waitConsumerCaughtUp(t, s.js, events.StreamEvents, projector.Consumer)
+	waitDurableCaughtUp(t, s.js, events.StreamEvents, projector.Consumer)
 }
 
 // waitProgress waits until the history of execution id (of workflow wf)
@@ -376,7 +409,7 @@ func (s *stack) waitResult(t *testing.T, id, step string) {
 		}
 		return false, fmt.Sprintf("results %v", seen)
 	})
-	waitConsumerCaughtUp(t, s.js, events.StreamResults, dispatch.ResultsConsumer)
+	waitDispatchersCaughtUp(t, s.js, events.StreamResults)
 }
 
 // waitTimerHandled waits until the durable timer timerID has fired (its
@@ -393,5 +426,5 @@ func (s *stack) waitTimerHandled(t *testing.T, timerID string) {
 		}
 		return false, fmt.Sprintf("schedule still there (%v)", err)
 	})
-	waitConsumerCaughtUp(t, s.js, events.StreamTimers, dispatch.TimersConsumer)
+	waitDispatchersCaughtUp(t, s.js, events.StreamTimers)
 }

@@ -19,6 +19,7 @@ import (
 	"jetflow.dev/pkg/catalog"
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/partition"
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/pkg/workflow"
 	"jetflow.dev/tools/internal/devstack"
@@ -121,6 +122,13 @@ func TestNATSIdentitiesAreLeastPrivilege(t *testing.T) {
 		c.denied(t, &nats.Msg{Subject: events.TaskSubject("default")})
 		c.denied(t, &nats.Msg{Subject: events.CommandsPrefix + ".expire"})
 		c.denied(t, &nats.Msg{Subject: events.SubjectAPIAction}) // commands that carry an actor are the api's
+		// The inbox holds commands the dispatchers checked; a partition's
+		// consumers and their lease are the dispatchers'.
+		c.denied(t, forged(events.InboxSubject(partition.Of("victim", partition.DefaultCount), "victim"),
+			&events.ExecutionAction{ExecutionID: "victim", Action: events.ActionForceCancel}))
+		c.denied(t, &nats.Msg{Subject: "$JS.API.CONSUMER.RESET." + events.StreamResults + "." + bus.PartitionResultsConsumer(0)})
+		c.denied(t, &nats.Msg{Subject: "$JS.API.CONSUMER.MSG.NEXT." + events.StreamInbox + "." + bus.PartitionInboxConsumer(0), Data: []byte(`{"batch":1}`)})
+		c.denied(t, &nats.Msg{Subject: "$KV." + events.BucketDispatchers + "." + partition.LeaseKey(0), Header: nats.Header{"KV-Operation": {"PURGE"}}})
 
 		// What a client is for still works: it reads the history...
 		evs, err := func() ([]events.Event, error) {
@@ -159,6 +167,8 @@ func TestNATSIdentitiesAreLeastPrivilege(t *testing.T) {
 		a.denied(t, &nats.Msg{Subject: "$KV." + events.BucketLocks + ".some-lock"})
 		a.denied(t, &nats.Msg{Subject: "$JS.API.CONSUMER.MSG.NEXT." + events.StreamCommands + "." + bus.ConsumerDispatcherCommands, Data: []byte(`{"batch":1}`)})
 		a.denied(t, &nats.Msg{Subject: "$JS.API.STREAM.PURGE." + events.StreamTasks})
+		a.denied(t, &nats.Msg{Subject: events.InboxSubject(0, "victim")})
+		a.denied(t, &nats.Msg{Subject: "$JS.API.CONSUMER.RESET." + events.StreamTimers + "." + bus.PartitionTimersConsumer(0)})
 	})
 
 	t.Run("APIAndJanitorCannotWriteHistory", func(t *testing.T) {

@@ -429,7 +429,7 @@ func handBack(ctx context.Context, m jetstream.Msg, log zerolog.Logger, err erro
 // delivery. A malformed message on the subject is passed over.
 func (a *Agent) reported(ctx context.Context, task *events.Task) (bool, error) {
 	found := false
-	err := history.ScanReports(ctx, a.js, events.StreamResults, events.ResultSubject(task.Queue, task.ExecutionID), func(ev events.Event) error {
+	err := history.ScanReports(ctx, a.js, events.StreamResults, events.QueueResults(task.Queue, task.ExecutionID), func(ev events.Event) error {
 		ref, ok := events.ResultRef(ev.Data)
 		if ok && ev.Type != events.TypeOperationStarted &&
 			ref.TaskID == task.TaskID && ref.Attempt == task.Attempt && ref.Token == task.Token {

@@ -143,7 +143,7 @@ func TestActionRejected(t *testing.T) {
 // waitCommandsHandled waits until the dispatcher acknowledged every command.
 func waitCommandsHandled(t *testing.T, js jetstream.JetStream) {
 	t.Helper()
-	waitConsumerCaughtUp(t, js, events.StreamCommands, dispatch.CommandsConsumer)
+	waitConsumerCaughtUp(t, js, events.StreamCommands)
 }
 
 // TestActionCommandReusedForAnotherAction: a command (source and id) is

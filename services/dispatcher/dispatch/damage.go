@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 
 	"github.com/rs/zerolog"
@@ -101,7 +100,7 @@ func (d *Dispatcher) noteDamage(ctx context.Context, x *execState) {
 // catches up with results and timers. It returns the rejection's error,
 // or nil once the message may be terminated.
 func (d *Dispatcher) damagedMessage(ctx context.Context, j job, e damagedError) error {
-	if !strings.HasPrefix(j.msg.Subject(), events.CommandsPrefix+".") || j.ev.Type == events.TypeReconcileExecution {
+	if !isCommand(j.ev.Type) || j.ev.Type == events.TypeReconcileExecution {
 		return nil
 	}
 	err := d.reject(ctx, j.ev, e.id, events.CodeDamaged, e.Error())
@@ -120,9 +119,9 @@ func (d *Dispatcher) repair(ctx context.Context, ev events.Event, wf string, p *
 		return d.reject(ctx, ev, p.ExecutionID, code, fmt.Sprintf(format, args...))
 	}
 	return d.withDamagedExecution(ctx, wf, p.ExecutionID, func(x *execState) error {
-		// The damage was written behind this dispatcher's back: a cached
-		// state may not show it yet.
-		if err := d.ensureCurrent(ctx, x); err != nil {
+		// The damage was written behind this dispatcher's back (even while
+		// it held the partition): a cached state may not show it yet.
+		if err := d.checkFresh(ctx, x); err != nil {
 			return err
 		}
 		s := x.state

@@ -13,10 +13,12 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/catalog"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/natstest"
+	"jetflow.dev/pkg/partition"
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/pkg/workflow"
 	"jetflow.dev/services/dispatcher/dispatch"
@@ -190,7 +192,7 @@ func TestUnknownEventWaitsForANewerDispatcher(t *testing.T) {
 
 	key := b.act(t, "u1", events.ActionForceCancel, "")
 	natstest.Eventually(t, waitFor, func() bool {
-		cons, err := b.js.Consumer(t.Context(), events.StreamCommands, dispatch.CommandsConsumer)
+		cons, err := b.js.Consumer(t.Context(), events.StreamInbox, bus.PartitionInboxConsumer(partition.Of("u1", partition.DefaultCount)))
 		require.NoError(t, err)
 		info, err := cons.Info(t.Context())
 		require.NoError(t, err)
@@ -251,7 +253,8 @@ func TestRepairByAnotherDispatcher(t *testing.T) {
 		due = tm.Due
 	}
 	time.Sleep(time.Until(due)) // the firing is on its way while x1 is damaged
-	runUntil(t, a, func() bool { return consumerIdle(t, js, events.StreamTimers, dispatch.TimersConsumer) })
+	timers := bus.PartitionTimersConsumer(partition.Of("x1", partition.DefaultCount))
+	runUntil(t, a, func() bool { return consumerIdle(t, js, events.StreamTimers, timers) })
 	evs, err := history.Read(t.Context(), js, events.ExecutionSubject("wf", "x1"), 0)
 	require.NoError(t, err)
 	require.Equal(t, bad, evs[len(evs)-1].Seq, "A appended nothing: the firing was dropped")

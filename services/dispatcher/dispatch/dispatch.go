@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -31,6 +32,7 @@ import (
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/lock"
+	"jetflow.dev/pkg/partition"
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/pkg/workflow"
 )
@@ -64,6 +66,13 @@ type Config struct {
 	// this dispatcher may not create or change them; it binds to them and
 	// takes their ack wait. Services running with credentials set it.
 	BindOnly bool
+	// Member names this dispatcher among the dispatchers sharing the
+	// partitions; unique per process. Default: host, process id and a
+	// random suffix.
+	Member string
+	// LeaseTTL is how long a partition of a dispatcher that died waits for
+	// another: whole seconds, default 1s.
+	LeaseTTL time.Duration
 }
 
 // Validate reports a setting that cannot work.
@@ -75,6 +84,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("dispatch: AckWait %s must not be negative", c.AckWait)
 	case c.AckWait > 0 && c.AckWait < 300*time.Millisecond:
 		return fmt.Errorf("dispatch: AckWait %s is too short to keep a message while it is handled (at least 300ms)", c.AckWait)
+	case c.Member != "" && !partition.ValidMember(c.Member):
+		return fmt.Errorf("dispatch: Member %q: use 1 to 128 characters without dots, wildcards or spaces", c.Member)
+	case c.LeaseTTL != 0 && (c.LeaseTTL < time.Second || c.LeaseTTL%time.Second != 0):
+		return fmt.Errorf("dispatch: LeaseTTL %s: use whole seconds, at least 1s", c.LeaseTTL)
 	}
 	return nil
 }
@@ -87,6 +100,16 @@ func (c Config) withDefaults() Config {
 	c.MaxAckPending = cmp.Or(c.MaxAckPending, 1024)
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.Member == "" {
+		host, _ := os.Hostname()
+		host = strings.Map(func(r rune) rune {
+			if strings.ContainsRune(".*> \t\r\n", r) {
+				return '-'
+			}
+			return r
+		}, host)
+		c.Member = fmt.Sprintf("%s-%d-%s", cmp.Or(host, "dispatcher"), os.Getpid(), newToken()[:8])
 	}
 	return c
 }
@@ -102,6 +125,8 @@ type Dispatcher struct {
 	locks *lock.Table // the lock bucket (locks.go)
 
 	damages damageLog // damages logged (damage.go)
+
+	parts partitions // the partitions it holds (partitions.go)
 
 	mu    sync.Mutex // guards cache
 	cache *lru
@@ -167,21 +192,32 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log zerolog.Lo
 	if err != nil {
 		return nil, err
 	}
-	return &Dispatcher{cfg: cfg, js: js, log: log, defs: defs, ids: ids, locks: locks, cache: newLRU(cfg.CacheSize)}, nil
+	n, err := bus.Partitions(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	kv, err := js.KeyValue(ctx, events.BucketDispatchers)
+	if err != nil {
+		return nil, fmt.Errorf("open bucket %s: %w", events.BucketDispatchers, err)
+	}
+	return &Dispatcher{cfg: cfg, js: js, log: log, defs: defs, ids: ids, locks: locks, cache: newLRU(cfg.CacheSize),
+		parts: partitions{n: n, kv: kv, running: map[int]*consuming{}}}, nil
 }
 
 type job struct {
-	msg jetstream.Msg
-	ev  events.Event
-	key string // execution id
+	msg  jetstream.Msg
+	ev   events.Event
+	key  string     // execution id
+	from *consuming // the partition holding it came from; nil: a shared consumer
 }
 
 // Run consumes commands and results until ctx ends.
 func (d *Dispatcher) Run(ctx context.Context) error {
-	// Bind every consumer before any message is handled: a dispatcher that
-	// binds to the bootstrap's consumers takes their ack wait.
+	// Bind every shared consumer before any message is handled: a
+	// dispatcher that binds to the bootstrap's consumers takes their ack
+	// wait.
 	var bound []jetstream.Consumer
-	for _, c := range bus.DispatcherConsumers(bus.Durables{DispatcherAckWait: d.cfg.AckWait, DispatcherMaxAckPending: d.cfg.MaxAckPending}) {
+	for _, c := range bus.DispatcherConsumers(d.durables()) {
 		cons, err := bus.Bind(ctx, d.js, !d.cfg.BindOnly, c, func(err error) {
 			d.log.Warn().Err(err).Msg("waiting for the bootstrap")
 		})
@@ -191,7 +227,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			}
 			return err
 		}
-		if w := cons.CachedInfo().Config.AckWait; w > 0 {
+		if w := cons.CachedInfo().Config.AckWait; w > 0 && c.Config.Durable != bus.ConsumerDispatcherCommands {
 			d.cfg.AckWait = w
 		}
 		bound = append(bound, cons)
@@ -209,7 +245,10 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		}()
 	}
 	var ccs []jetstream.ConsumeContext
+	tableDone := make(chan struct{})
+	close(tableDone) // until the table runs
 	defer func() {
+		<-tableDone // the table gave its partitions back (their jobs are done)
 		for _, cc := range ccs {
 			cc.Drain()
 			<-cc.Closed()
@@ -219,40 +258,31 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		}
 		wg.Wait()
 	}()
+	// enqueue checks a message and hands it to the worker of its
+	// execution; from is the partition holding it came from (nil for the
+	// shared consumers).
+	enqueue := func(m jetstream.Msg, from *consuming) {
+		ev, ok := d.intake(ctx, m)
+		if !ok {
+			from.done()
+			return
+		}
+		key := routingKey(ev)
+		h := fnv.New32a()
+		h.Write([]byte(key))
+		select {
+		case queues[h.Sum32()%uint32(len(queues))] <- job{msg: m, ev: ev, key: key, from: from}:
+		case <-ctx.Done():
+			_ = m.Nak() // shutting down: hand it to another dispatcher now
+			from.done()
+		}
+	}
 	for _, cons := range bound {
-		cc, err := cons.Consume(func(m jetstream.Msg) {
-			ev, err := events.Decode(m.Headers(), m.Data())
-			why := misrouted(m.Subject(), ev)
-			if why == "" && err == nil && strings.HasPrefix(m.Subject(), events.CommandsPrefix+".") {
-				var actor *events.Actor
-				if actor, why = commandActor(m.Subject(), ev.Data); why == "" && actor != nil {
-					events.SetCommandActor(ev.Data, actor)
-				}
-			}
-			if err != nil {
-				why = strings.TrimPrefix(err.Error(), events.ErrMalformed.Error()+": ")
-				if errors.Is(err, events.ErrUnknownType) {
-					why = fmt.Sprintf("type %q is not a jetflow command", ev.Type)
-				}
-			}
-			if why != "" {
-				if perr := d.rejectMessage(ctx, m, ev.Type, why); perr != nil {
-					d.log.Warn().Err(perr).Msg("publish rejection, will retry")
-					_ = m.NakWithDelay(time.Second)
-					return
-				}
-				_ = m.Term()
-				return
-			}
-			key := routingKey(ev)
-			h := fnv.New32a()
-			h.Write([]byte(key))
-			select {
-			case queues[h.Sum32()%uint32(len(queues))] <- job{msg: m, ev: ev, key: key}:
-			case <-ctx.Done():
-				_ = m.Nak() // shutting down: hand it to another dispatcher now
-			}
-		}, jetstream.PullMaxMessages(256))
+		handler := func(m jetstream.Msg) { enqueue(m, nil) }
+		if cons.CachedInfo().Name == bus.ConsumerDispatcherCommands {
+			handler = func(m jetstream.Msg) { d.routeCommand(ctx, m) }
+		}
+		cc, err := cons.Consume(handler, jetstream.PullMaxMessages(256))
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil // stopped while starting: not an error
@@ -261,12 +291,82 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		}
 		ccs = append(ccs, cc)
 	}
+	table, err := partition.New(d.js, d.parts.kv, partition.Config{
+		Member: d.cfg.Member, Partitions: d.parts.n, TTL: d.cfg.LeaseTTL,
+		Acquire: func(ctx context.Context, p int, epoch uint64) error { return d.acquire(ctx, p, epoch, enqueue) },
+		Release: d.release,
+		OnError: func(err error, what string) { d.log.Warn().Err(err).Msg(what) },
+	})
+	if err != nil {
+		return err
+	}
+	d.parts.table = table
+	tableDone = make(chan struct{})
+	go func() { defer close(tableDone); _ = table.Run(ctx) }()
 	watched := make(chan struct{})
 	go func() { defer close(watched); d.watchLocks(ctx) }()
 	defer func() { <-watched }()
-	d.log.Info().Int("workers", d.cfg.Workers).Msg("dispatcher running")
+	d.log.Info().Int("workers", d.cfg.Workers).Int("partitions", d.parts.n).Str("member", d.cfg.Member).Msg("dispatcher running")
 	<-ctx.Done()
 	return nil
+}
+
+// intake decodes a message and checks that it may be handled where it
+// arrived; one that may not is rejected (a command) or dropped, and ok is
+// false.
+func (d *Dispatcher) intake(ctx context.Context, m jetstream.Msg) (ev events.Event, ok bool) {
+	ev, err := events.Decode(m.Headers(), m.Data())
+	why := d.misrouted(m.Subject(), ev)
+	// The subject a command was published on decides who it is from: its
+	// own, or for one the intake put in the inbox, the one it arrived on.
+	published := ""
+	switch {
+	case strings.HasPrefix(m.Subject(), events.CommandsPrefix+"."):
+		published = m.Subject()
+	case strings.HasPrefix(m.Subject(), events.InboxPrefix+"."):
+		published = m.Headers().Get(CommandSubjectHeader) // "": the dispatcher's own (a lock wake)
+		if why == "" && err == nil && published != "" {
+			why = d.misrouted(published, ev)
+		}
+	}
+	if why == "" && err == nil && published != "" {
+		var actor *events.Actor
+		if actor, why = commandActor(published, ev.Data); why == "" && actor != nil {
+			events.SetCommandActor(ev.Data, actor)
+		}
+	}
+	if err != nil {
+		why = strings.TrimPrefix(err.Error(), events.ErrMalformed.Error()+": ")
+		if errors.Is(err, events.ErrUnknownType) {
+			why = fmt.Sprintf("type %q is not a jetflow command", ev.Type)
+		}
+	}
+	if why == "" {
+		return ev, true
+	}
+	if perr := d.rejectMessage(ctx, m, ev.Type, why); perr != nil {
+		d.log.Warn().Err(perr).Msg("publish rejection, will retry")
+		_ = m.NakWithDelay(time.Second)
+		return ev, false
+	}
+	_ = m.Term()
+	return ev, false
+}
+
+// routeCommand is the intake of commands: any dispatcher checks a
+// command (rejecting one that cannot be handled) and puts it on its
+// execution's partition, whose holder handles it.
+func (d *Dispatcher) routeCommand(ctx context.Context, m jetstream.Msg) {
+	ev, ok := d.intake(ctx, m)
+	if !ok {
+		return
+	}
+	if err := d.route(ctx, m, ev); err != nil {
+		d.log.Warn().Err(err).Msg("route command, will retry")
+		_ = m.NakWithDelay(200 * time.Millisecond)
+		return
+	}
+	_ = m.Ack()
 }
 
 // keepAlive tells JetStream every third of AckWait that m is still being
@@ -322,6 +422,13 @@ func (e permanentError) Error() string { return e.err.Error() }
 func (e permanentError) Unwrap() error { return e.err }
 
 func (d *Dispatcher) process(ctx context.Context, j job) {
+	defer j.from.done()
+	if j.from != nil {
+		if epoch, ok := d.parts.table.Holds(j.from.part); !ok || epoch != j.from.epoch {
+			_ = j.msg.Nak() // the partition moved on: its next holder takes it
+			return
+		}
+	}
 	log := d.log.With().Str("execution_id", j.key).Str("type", string(j.ev.Type)).Logger()
 	// A long handling (a large foreach of the dispatcher's own steps) keeps
 	// the message: without progress it would be redelivered meanwhile.
@@ -424,6 +531,10 @@ type execState struct {
 	// firstSeq is the stream sequence of the history's first event (its
 	// start), 0 while there is none.
 	firstSeq uint64
+	// epoch is the holding of the execution's partition in which the state
+	// was read (0: not held then). A cached state is the whole history
+	// while that holding lasts: nobody else writes it meanwhile.
+	epoch uint64
 }
 
 func (x *execState) subject() string { return events.ExecutionSubject(x.workflow, x.id) }
@@ -453,7 +564,9 @@ func (d *Dispatcher) withExecutionAs(ctx context.Context, wf, id string, damaged
 		if err != nil {
 			return err
 		}
-		x.current = !cached
+		epoch, held := d.holds(id)
+		owned := held && x.epoch == epoch
+		x.current = !cached || owned
 		if x.state.Damaged != nil && !damagedToo {
 			err := d.refuseDamaged(ctx, x, cached)
 			if errors.Is(err, bus.ErrConflict) && attempt < 8 {
@@ -470,11 +583,13 @@ func (d *Dispatcher) withExecutionAs(ctx context.Context, wf, id string, damaged
 			d.cache.put(id, x)
 			d.mu.Unlock()
 		}
-		if err == nil && cached && x.state.LastSeq == before {
+		if err == nil && cached && !owned && x.state.LastSeq == before {
 			// fn decided to change nothing (a stale or duplicate result, or
-			// nothing to do) on the strength of a cached state. Another
-			// dispatcher may have written since: the decision stands only if
-			// the history has not moved.
+			// nothing to do) on the strength of a cached state of an
+			// execution whose partition this dispatcher does not hold (a
+			// message from a shared consumer, or a clear-lock naming other
+			// executions). Another dispatcher may have written since: the
+			// decision stands only if the history has not moved.
 			err = d.checkFresh(ctx, x)
 		}
 		if err == nil {
@@ -534,15 +649,18 @@ func (d *Dispatcher) load(ctx context.Context, wf, id string) (x *execState, cac
 	d.mu.Lock()
 	x, ok := d.cache.get(id)
 	d.mu.Unlock()
-	if ok && x.workflow == wf {
+	epoch, held := d.holds(id)
+	if ok && x.workflow == wf && (!held || x.epoch == epoch) {
 		return x, true, nil
 	}
+	// Not cached, or cached before this holding of its partition began
+	// (another dispatcher may have written it in between).
 	evs, err := history.Read(ctx, d.js, events.ExecutionSubject(wf, id), 0)
 	if err != nil {
 		return nil, false, err
 	}
 	// An event that does not fold marks the state damaged (damage.go).
-	x = &execState{id: id, workflow: wf, state: projections.FoldQuarantined(id, evs)}
+	x = &execState{id: id, workflow: wf, state: projections.FoldQuarantined(id, evs), epoch: epoch}
 	if len(evs) == 0 {
 		return x, false, nil
 	}

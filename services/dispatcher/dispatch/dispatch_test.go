@@ -3,6 +3,7 @@ package dispatch_test
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/history/historytest"
 	"jetflow.dev/pkg/natstest"
+	"jetflow.dev/pkg/partition"
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/pkg/workflow"
 	"jetflow.dev/services/dispatcher/dispatch"
@@ -168,28 +170,66 @@ func countType(evs []events.Event, typ events.Type) int {
 	return n
 }
 
+// waitLeases waits until the dispatchers bucket shows each partition's
+// lease held by owners[partition].
+func waitLeases(t *testing.T, js jetstream.JetStream, owners []string) {
+	t.Helper()
+	kv, err := js.KeyValue(t.Context(), events.BucketDispatchers)
+	require.NoError(t, err)
+	var wrong []string
+	natstest.Eventually(t, waitFor, func() bool {
+		wrong = wrong[:0]
+		for p, o := range owners {
+			e, err := kv.Get(t.Context(), partition.LeaseKey(p))
+			if err != nil || string(e.Value()) != o {
+				wrong = append(wrong, fmt.Sprintf("%d (%v)", p, err))
+			}
+		}
+		return len(wrong) == 0
+	}, "the partitions' leases held as rendezvous hashing says (not yet: %v)", &wrong)
+}
+
 // waitResultsHandled waits until the dispatcher acknowledged every result
 // published so far.
 func waitResultsHandled(t *testing.T, js jetstream.JetStream) {
 	t.Helper()
-	waitConsumerCaughtUp(t, js, events.StreamResults, dispatch.ResultsConsumer)
+	waitConsumerCaughtUp(t, js, events.StreamResults)
 }
 
-// waitConsumerCaughtUp waits until a dispatcher consumer acknowledged
-// every message its stream holds.
-func waitConsumerCaughtUp(t *testing.T, js jetstream.JetStream, streamName, consumer string) {
+// waitConsumerCaughtUp waits until the dispatchers' consumers of a stream
+// (the shared one and the partitions') handled every message it holds;
+// for the commands stream, the partitions' inboxes too.
+func waitConsumerCaughtUp(t *testing.T, js jetstream.JetStream, streamName string) {
 	t.Helper()
+	streams := []string{streamName}
+	if streamName == events.StreamCommands {
+		streams = append(streams, events.StreamInbox)
+	}
 	natstest.Eventually(t, waitFor, func() bool {
-		stream, err := js.Stream(t.Context(), streamName)
-		require.NoError(t, err)
-		info, err := stream.Info(t.Context())
-		require.NoError(t, err)
-		cons, err := js.Consumer(t.Context(), streamName, consumer)
-		require.NoError(t, err)
-		ci, err := cons.Info(t.Context())
-		require.NoError(t, err)
-		return ci.AckFloor.Stream >= info.State.LastSeq && ci.NumAckPending == 0
-	}, "%s consumer caught up", consumer)
+		for _, s := range streams {
+			if !consumersIdle(t, js, s) {
+				return false
+			}
+		}
+		return true
+	}, "%s consumers caught up", streamName)
+}
+
+// consumersIdle reports whether every dispatcher consumer of a stream has
+// nothing pending or unacknowledged.
+func consumersIdle(t *testing.T, js jetstream.JetStream, streamName string) bool {
+	t.Helper()
+	stream, err := js.Stream(t.Context(), streamName)
+	require.NoError(t, err)
+	list := stream.ListConsumers(t.Context())
+	idle := true
+	for ci := range list.Info() { // read to the end: the lister's goroutine ends then
+		if strings.HasPrefix(ci.Name, "dispatcher-") && (ci.NumPending > 0 || ci.NumAckPending > 0) {
+			idle = false
+		}
+	}
+	require.NoError(t, list.Err())
+	return idle
 }
 
 func readRejection(t *testing.T, js jetstream.JetStream, commandKey string) *events.CommandRejected {
@@ -441,30 +481,29 @@ func TestConcurrentDispatchers(t *testing.T) {
 	b := setup(t)
 	sources := []string{"dispatcher-0", "dispatcher-1"}
 	for _, source := range sources {
-		runDispatcher(t, b.connect(), dispatch.Config{Workers: 4, Source: source})
+		runDispatcher(t, b.connect(), dispatch.Config{Workers: 4, Source: source, Member: source})
 	}
-	// Both pull from each consumer before anything is published, so that
-	// the server hands the messages to one and the other.
-	for _, c := range []struct{ stream, name string }{
-		{events.StreamCommands, dispatch.CommandsConsumer}, {events.StreamResults, dispatch.ResultsConsumer},
-	} {
-		waiting := 0
-		natstest.Eventually(t, waitFor, func() bool {
-			cons, err := b.js.Consumer(t.Context(), c.stream, c.name)
-			if err != nil {
-				return false
-			}
-			ci, err := cons.Info(t.Context())
-			require.NoError(t, err)
-			waiting = ci.NumWaiting
-			return waiting >= len(sources)
-		}, "both dispatchers pull from %s (%d pulls waiting)", c.name, waiting)
-	}
+	// Both hold the partitions rendezvous hashing gives them.
+	owners := partition.Owners(sources, partition.DefaultCount)
+	waitLeases(t, b.js, owners)
 	steps := []string{"one", "two", "three"}
 	b.register(t, "race", steps...)
+	// Three executions on each dispatcher's partitions.
 	const executions = 6
-	for i := range executions {
-		b.start(t, "race", fmt.Sprintf("x%d", i))
+	ids := make([]string, 0, executions)
+	owner := map[string]string{}
+	perSource := map[string]int{}
+	for i := 0; len(ids) < executions; i++ {
+		id := fmt.Sprintf("x%d", i)
+		o := owners[partition.Of(id, partition.DefaultCount)]
+		if perSource[o] < executions/len(sources) {
+			perSource[o]++
+			ids = append(ids, id)
+			owner[id] = o
+		}
+	}
+	for _, id := range ids {
+		b.start(t, "race", id)
 	}
 
 	// Play the agent: report started, then succeeded twice, for every task.
@@ -476,8 +515,7 @@ func TestConcurrentDispatchers(t *testing.T) {
 		b.report(t, &events.OperationSucceeded{TaskRef: ref})
 	}
 
-	for i := range executions {
-		id := fmt.Sprintf("x%d", i)
+	for _, id := range ids {
 		s, _ := waitStatus(t, b.js, "race", id, projections.StatusSucceeded)
 		for _, st := range s.Steps {
 			require.Equal(t, projections.OpSucceeded, st.Status, "%s step %s", id, st.ID)
@@ -486,11 +524,11 @@ func TestConcurrentDispatchers(t *testing.T) {
 	}
 	waitResultsHandled(t, b.js)
 	written := map[string]int{}
-	for i := range executions {
-		id := fmt.Sprintf("x%d", i)
+	for _, id := range ids {
 		evs := readHistory(t, b.js, "race", id)
 		for _, ev := range evs {
 			written[ev.Source]++
+			require.Equal(t, owner[id], ev.Source, "%s: every event written by its partition's holder", id)
 		}
 		historytest.RequireLinear(t, evs)
 		_, err := projections.Fold(evs)

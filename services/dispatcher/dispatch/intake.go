@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/partition"
 )
 
 // commandTypes is the one command type each command subject carries.
@@ -70,10 +71,15 @@ func commandActor(subject string, p events.Payload) (actor *events.Actor, why st
 // misrouted says why a decoded message may not be handled where it
 // arrived ("" when it may): a command's type must be the one its subject
 // carries, and a result or timer must be about the execution its subject
-// names. Without the check a start published on jf.commands.signal would
-// start an execution, and a result on one execution's subject could
-// change another's.
-func misrouted(subject string, ev events.Event) string {
+// names, on that execution's partition. Without the check a start
+// published on jf.commands.signal would start an execution, and a result
+// on one execution's subject could change another's.
+func (d *Dispatcher) misrouted(subject string, ev events.Event) string {
+	return misrouted(subject, ev, d.parts.n, d.inboxSubject)
+}
+
+func misrouted(subject string, ev events.Event, partitions int, inboxSubject func(events.Event) string) string {
+	tokens := strings.Split(subject, ".")
 	switch {
 	case strings.HasPrefix(subject, events.CommandsPrefix+"."):
 		want, ok := commandTypes[subject]
@@ -84,12 +90,23 @@ func misrouted(subject string, ev events.Event) string {
 			return fmt.Sprintf("a %s command on %s: that subject takes %s only (publish it on %s)",
 				ev.Type, subject, want, subjectOf(ev.Type))
 		}
+	case strings.HasPrefix(subject, events.InboxPrefix+"."):
+		if !isCommand(ev.Type) {
+			return fmt.Sprintf("%s on %s: the inbox takes commands only", ev.Type, subject)
+		}
+		if want := inboxSubject(ev); subject != want {
+			return fmt.Sprintf("a %s command on %s: it belongs on %s", ev.Type, subject, want)
+		}
 	case strings.HasPrefix(subject, events.ResultsPrefix+"."):
 		ref, ok := events.ResultRef(ev.Data)
 		if !ok {
 			return fmt.Sprintf("%s on %s: results subjects take operation reports only", ev.Type, subject)
 		}
-		if want := events.ResultSubject(ref.Queue, ref.ExecutionID); subject != want || !events.ValidQueueName(ref.Queue) {
+		want := events.ResultSubject(ref.Queue, ref.ExecutionID) // stored before partitions
+		if len(tokens) == 5 {
+			want = events.StoredResultSubject(ref.Queue, partition.Of(ref.ExecutionID, partitions), ref.ExecutionID)
+		}
+		if subject != want || !events.ValidQueueName(ref.Queue) {
 			return fmt.Sprintf("a report about execution %q from queue %q on %s: it belongs on %s", ref.ExecutionID, ref.Queue, subject, want)
 		}
 	case strings.HasPrefix(subject, events.TimersPrefix+"."):
@@ -97,8 +114,12 @@ func misrouted(subject string, ev events.Event) string {
 		if !ok {
 			return fmt.Sprintf("%s on %s: timer subjects take %s only", ev.Type, subject, events.TypeFireTimer)
 		}
-		if subject != events.TimerSubject(p.ExecutionID) {
-			return fmt.Sprintf("a timer of execution %q on %s: it belongs on %s", p.ExecutionID, subject, events.TimerSubject(p.ExecutionID))
+		want := events.TimerSubject(p.ExecutionID) // fired before partitions
+		if len(tokens) == 4 {
+			want = events.PartitionTimerSubject(partition.Of(p.ExecutionID, partitions), p.ExecutionID)
+		}
+		if subject != want {
+			return fmt.Sprintf("a timer of execution %q on %s: it belongs on %s", p.ExecutionID, subject, want)
 		}
 	}
 	return ""
@@ -113,6 +134,16 @@ func subjectOf(t events.Type) string {
 		}
 	}
 	return "no command subject: it is not a command"
+}
+
+// isCommand reports whether t is a command's type.
+func isCommand(t events.Type) bool {
+	for _, want := range commandTypes {
+		if want == t {
+			return true
+		}
+	}
+	return false
 }
 
 func commandSubjects() string {

@@ -57,9 +57,9 @@ func TestCommandActor(t *testing.T) {
 func TestMisroutedNamesTheClientSubject(t *testing.T) {
 	t.Parallel()
 	for range 20 {
-		why := misrouted(events.SubjectSignal, events.Event{Type: events.TypeStartExecution})
+		why := misrouted(events.SubjectSignal, events.Event{Type: events.TypeStartExecution}, 16, nil)
 		require.Contains(t, why, "publish it on "+events.SubjectStart)
 	}
-	require.Empty(t, misrouted(events.SubjectAPIStart, events.Event{Type: events.TypeStartExecution}))
-	require.Contains(t, misrouted(events.SubjectAPISignal, events.Event{Type: events.TypeStartExecution}), "takes "+string(events.TypeSignalExecution))
+	require.Empty(t, misrouted(events.SubjectAPIStart, events.Event{Type: events.TypeStartExecution}, 16, nil))
+	require.Contains(t, misrouted(events.SubjectAPISignal, events.Event{Type: events.TypeStartExecution}, 16, nil), "takes "+string(events.TypeSignalExecution))
 }

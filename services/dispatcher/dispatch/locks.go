@@ -437,11 +437,12 @@ func (d *Dispatcher) wake(ctx context.Context, name string, h lock.Entry, id str
 	ev := events.New(d.cfg.Source, h.ExecutionID, h.Workflow, d.cfg.Now(), &events.ReconcileExecution{
 		ExecutionID: h.ExecutionID, Workflow: h.Workflow, Reason: "holds lock " + name})
 	ev.ID = id
-	msg, err := events.Encode(events.SubjectReconcile, ev)
+	// Straight to the execution's partition: the dispatcher checked it.
+	msg, err := events.Encode(events.InboxSubject(d.partitionOf(h.ExecutionID), h.ExecutionID), ev)
 	if err != nil {
 		return err
 	}
-	// The same id from every dispatcher: the commands stream keeps one.
+	// The same id from every dispatcher: the inbox keeps one.
 	_, err = d.js.PublishMsg(ctx, msg, jetstream.WithMsgID(id))
 	return err
 }

@@ -57,14 +57,7 @@ func TestRejectionIsLoggedOnce(t *testing.T) {
 	require.Eventually(t, func() bool { return strings.Count(logs.String(), "command rejected") == 2 },
 		20*time.Second, 10*time.Millisecond, "%s", logs.String())
 	// Both messages are terminated, and nothing more is said about them.
-	require.Eventually(t, func() bool {
-		info, err := b.js.Consumer(t.Context(), events.StreamCommands, dispatch.CommandsConsumer)
-		if err != nil {
-			return false
-		}
-		ci, err := info.Info(t.Context())
-		return err == nil && ci.NumAckPending == 0 && ci.NumPending == 0
-	}, 20*time.Second, 10*time.Millisecond)
+	waitConsumerCaughtUp(t, b.js, events.StreamCommands)
 	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
 		require.NotContains(t, line, `"level":"error"`, "a rejection is not an error of the dispatcher: %s", line)
 		require.NotContains(t, line, "drop message", line)

@@ -58,7 +58,7 @@ func (d *Dispatcher) publishSchedule(ctx context.Context, execID, wf, id string,
 	// Set with nanoseconds: the client helper truncates to the second and
 	// would fire early.
 	msg.Header.Set("Nats-Schedule", "@at "+due.UTC().Format(time.RFC3339Nano))
-	msg.Header.Set("Nats-Schedule-Target", events.TimerSubject(execID))
+	msg.Header.Set("Nats-Schedule-Target", events.PartitionTimerSubject(d.partitionOf(execID), execID))
 	if _, err := d.js.PublishMsg(ctx, msg); err != nil {
 		return fmt.Errorf("schedule timer %s: %w", id, err)
 	}

@@ -371,9 +371,13 @@ func checkRetained(ctx context.Context, js jetstream.JetStream, kv jetstream.Key
 	if err != nil {
 		return nil, err
 	}
-	results, err := subjects(ctx, js, events.StreamResults, events.ResultsPrefix+".*.*")
+	stored, err := subjects(ctx, js, events.StreamResults, events.ResultsPrefix+".*.*.*")
 	if err != nil {
 		return nil, err
+	}
+	results := map[string]uint64{} // by execution id
+	for subj, n := range stored {
+		results[subj[strings.LastIndexByte(subj, '.')+1:]] += n
 	}
 	var wrong []string
 	for rank, x := range ours {
@@ -382,7 +386,7 @@ func checkRetained(ctx context.Context, js jetstream.JetStream, kv jetstream.Key
 		model, modeled := models[x.id]
 		got := map[string]bool{
 			"history":                  histories[events.ExecutionSubject(retentionWorkflow, x.id)] > 0,
-			"results":                  results[events.ResultSubject("default", x.id)] > 0,
+			"results":                  results[x.id] > 0,
 			"read model":               modeled,
 			"expiry in the read model": !model.ExpiredAt.IsZero(),
 			"id claim":                 claimed,

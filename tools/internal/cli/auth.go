@@ -173,12 +173,17 @@ jetflow dev runs it at every start.`,
 			}
 			ctx := cmd.Context()
 			began := time.Now()
-			if err := bus.Bootstrap(ctx, js, bus.Config{Replicas: replicas}, d); err != nil {
+			if err := bus.Bootstrap(ctx, js, bus.Config{Replicas: replicas, Partitions: d.Partitions}, d); err != nil {
 				return err
 			}
-			fmt.Fprintf(a.stdout, "topology ready on %s in %s: %d streams, %d buckets, %d consumers (queues %s)\n", url,
+			n, err := bus.Partitions(ctx, js)
+			if err != nil {
+				return err
+			}
+			d.Partitions = n
+			fmt.Fprintf(a.stdout, "topology ready on %s in %s: %d streams, %d buckets, %d consumers (queues %s; %d dispatcher partitions)\n", url,
 				time.Since(began).Round(time.Millisecond), len(bus.Streams(bus.Config{})), len(bus.Buckets(bus.Config{})),
-				len(bus.AllConsumers(d)), strings.Join(d.Queues, ", "))
+				len(bus.AllConsumers(d)), strings.Join(d.Queues, ", "), n)
 			return nil
 		},
 	}
@@ -188,6 +193,7 @@ jetflow dev runs it at every start.`,
 	f.StringVar(&ca, "nats-ca", os.Getenv("JETFLOW_NATS_CA"), "PEM file of the CA of the servers' TLS certificates (env JETFLOW_NATS_CA)")
 	f.IntVar(&replicas, "replicas", 1, "replicas of streams and buckets (3 in a cluster)")
 	f.StringSliceVar(&d.Queues, "queues", []string{"default"}, "agent queues to make consumers for")
+	f.IntVar(&d.Partitions, "partitions", 0, "dispatcher partitions of a new deployment (default 16; fixed once recorded)")
 	f.DurationVar(&d.TaskAckWait, "task-ack-wait", 30*time.Second, "time without an agent's heartbeat before a task goes to another agent")
 	f.IntVar(&d.MaxDeliver, "max-deliver", 5, "deliveries of a task before the janitor fails it")
 	f.DurationVar(&d.DispatcherAckWait, "dispatch-ack-wait", 30*time.Second, "how long a dispatcher may hold a command, result or timer")

@@ -1,0 +1,527 @@
+// Package partition splits executions among dispatchers. Every execution
+// belongs to one of N partitions ([Of]); each partition is handled by one
+// dispatcher at a time, the holder of its lease in the JF_DISPATCHERS
+// key-value bucket. A [Table] keeps this dispatcher's membership alive,
+// takes the partitions that rendezvous hashing gives it ([Owners]),
+// renews their leases, and hands them over when the members change:
+//
+//   - a member is a key member.<id> with a time to live, renewed every
+//     quarter of it; a dispatcher that dies disappears when its key expires;
+//   - a lease is a key lease.<partition> holding its owner's id, created
+//     with compare-and-set (only if absent) and renewed with the expected
+//     last revision, so that two owners never both renew one;
+//   - when a member joins, the others release the partitions it now owns
+//     (after finishing what they hold of them) and it takes them; when one
+//     dies, its leases expire with its key and the survivors take them.
+//
+// The table decides who handles what; it does not fence writes. The
+// history's expected-last-sequence check stays the fence, for the moment
+// in which a paused owner has not yet noticed that its lease is gone.
+// See docs/adr/0003-partitioned-dispatchers.md.
+package partition
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Of returns the partition of execution id among n: FNV-1a (32 bits) of
+// the id, modulo n. It is the hash of nats-server's partition(n, token)
+// subject transform, so a stream that partitions subjects by execution id
+// puts a message where Of says (the results stream does).
+func Of(id string, n int) int {
+	if n <= 1 {
+		return 0
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id))
+	return int(h.Sum32() % uint32(n))
+}
+
+// Owners assigns each of n partitions to one of members by rendezvous
+// (highest random weight) hashing: every member agrees on the result from
+// the member list alone, the partitions spread about evenly, and a member
+// that joins or leaves moves only the partitions it gains or loses. An
+// empty list owns nothing ("" for every partition).
+func Owners(members []string, n int) []string {
+	out := make([]string, n)
+	for p := range out {
+		var best uint64
+		for _, m := range members {
+			h := fnv.New64a()
+			_, _ = h.Write([]byte(m))
+			_, _ = h.Write([]byte{0})
+			_, _ = h.Write([]byte(strconv.Itoa(p)))
+			w := mix(h.Sum64())
+			if out[p] == "" || w > best || (w == best && m < out[p]) {
+				best, out[p] = w, m
+			}
+		}
+	}
+	return out
+}
+
+// mix is a 64-bit finaliser (splitmix64): FNV's high bits change little
+// between keys that differ in their last byte, and the weights must not.
+func mix(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
+// Keys of the bucket.
+const (
+	// CountKey holds the number of partitions, written by the bootstrap.
+	CountKey = "partitions"
+	// DefaultCount is the number of partitions of a new deployment.
+	DefaultCount = 16
+	// MaxCount bounds it (each partition has three durable consumers).
+	MaxCount = 256
+	// DefaultTTL is how long a member or a lease lives without renewal:
+	// how long the partitions of a dispatcher that died wait for another.
+	DefaultTTL = time.Second
+)
+
+// MemberKey is the key that shows a member alive.
+func MemberKey(id string) string { return "member." + id }
+
+// LeaseKey is the key of a partition's lease.
+func LeaseKey(p int) string { return "lease." + strconv.Itoa(p) }
+
+// ValidMember reports whether id can name a member (a key token).
+func ValidMember(id string) bool {
+	return id != "" && len(id) <= 128 && !strings.ContainsAny(id, ".*> \t\r\n")
+}
+
+// Count reads the number of partitions from the bucket.
+func Count(ctx context.Context, kv jetstream.KeyValue) (int, error) {
+	e, err := kv.Get(ctx, CountKey)
+	if err != nil {
+		return 0, fmt.Errorf("read the partition count: %w", err)
+	}
+	n, err := strconv.Atoi(string(e.Value()))
+	if err != nil || n < 1 || n > MaxCount {
+		return 0, fmt.Errorf("the partition count %q in %s is not a number from 1 to %d", e.Value(), kv.Bucket(), MaxCount)
+	}
+	return n, nil
+}
+
+// SetCount records n partitions, once: a deployment's count never changes
+// (the executions' partitions, and so their consumers, would move), so a
+// different n than the one recorded is an error.
+func SetCount(ctx context.Context, kv jetstream.KeyValue, n int) error {
+	if n < 1 || n > MaxCount {
+		return fmt.Errorf("partition count %d: use 1 to %d", n, MaxCount)
+	}
+	_, err := kv.Create(ctx, CountKey, []byte(strconv.Itoa(n)))
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, jetstream.ErrKeyExists) {
+		return fmt.Errorf("record the partition count: %w", err)
+	}
+	have, err := Count(ctx, kv)
+	if err != nil {
+		return err
+	}
+	if have != n {
+		return fmt.Errorf("this deployment has %d partitions; it cannot be changed to %d (drop the setting to keep %d)", have, n, have)
+	}
+	return nil
+}
+
+// Config configures a Table.
+type Config struct {
+	// Member names this process among the members: unique, a key token.
+	Member string
+	// Partitions is the number of partitions (see [Count]).
+	Partitions int
+	// TTL is how long a member and its leases live without renewal.
+	// Default [DefaultTTL]; at least one second (JetStream's granularity).
+	TTL time.Duration
+	// Acquire starts handling partition p, whose lease this member now
+	// holds, as its holding number epoch (see [Table.Holds]). It runs on
+	// its own goroutine, while the table keeps renewing the leases. An
+	// error gives the lease back, to be taken again later.
+	Acquire func(ctx context.Context, p int, epoch uint64) error
+	// Release stops handling p's holding epoch (if that holding is still
+	// being handled) and returns once nothing of it is in hand, or it
+	// gives up waiting. It runs on its own goroutine; when the lease was
+	// given up rather than lost, the table keeps renewing it meanwhile
+	// and deletes it afterwards.
+	Release func(p int, epoch uint64)
+	// OnError is told of failures the table retries. Optional.
+	OnError func(err error, what string)
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+// Validate reports a setting that cannot work.
+func (c Config) Validate() error {
+	switch {
+	case !ValidMember(c.Member):
+		return fmt.Errorf("partition: member %q: use 1 to 128 characters without dots, wildcards or spaces", c.Member)
+	case c.Partitions < 1 || c.Partitions > MaxCount:
+		return fmt.Errorf("partition: %d partitions: use 1 to %d", c.Partitions, MaxCount)
+	case c.TTL != 0 && (c.TTL < time.Second || c.TTL%time.Second != 0):
+		return fmt.Errorf("partition: TTL %s: use whole seconds, at least 1s", c.TTL)
+	case c.Acquire == nil || c.Release == nil:
+		return errors.New("partition: Acquire and Release are required")
+	}
+	return nil
+}
+
+type lease struct {
+	owner string
+	rev   uint64
+}
+
+type state int
+
+const (
+	free      state = iota
+	held            // handled here
+	releasing       // Release is running; the lease is still renewed
+)
+
+// Table holds this member's partitions.
+type Table struct {
+	cfg Config
+	kv  jetstream.KeyValue
+	js  jetstream.JetStream
+
+	members map[string]bool // seen alive in the bucket
+	leases  map[int]lease   // seen in the bucket, or just written
+
+	mu    sync.Mutex // guards below
+	state []state
+	until []time.Time // a held lease is valid until then (renewal sent + TTL)
+	epoch []uint64    // incremented each time a partition is acquired
+	owned int
+
+	released chan int      // a Release of a lease given up finished
+	failed   chan int      // an Acquire failed
+	quit     chan struct{} // closed when Run has returned
+}
+
+// New returns a table over the bucket kv; call Run.
+func New(js jetstream.JetStream, kv jetstream.KeyValue, cfg Config) (*Table, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.TTL == 0 {
+		cfg.TTL = DefaultTTL
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.OnError == nil {
+		cfg.OnError = func(error, string) {}
+	}
+	n := cfg.Partitions
+	return &Table{cfg: cfg, kv: kv, js: js, members: map[string]bool{}, leases: map[int]lease{},
+		state: make([]state, n), until: make([]time.Time, n), epoch: make([]uint64, n), released: make(chan int, n), failed: make(chan int, n), quit: make(chan struct{})}, nil
+}
+
+// Holds reports whether this member handles partition p now, and the
+// epoch of its holding: a state cached in an earlier epoch may be behind
+// what another owner wrote in between.
+func (t *Table) Holds(p int) (epoch uint64, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p < 0 || p >= len(t.state) || t.state[p] != held || !t.cfg.Now().Before(t.until[p]) {
+		return 0, false
+	}
+	return t.epoch[p], true
+}
+
+// Owned is the number of partitions held.
+func (t *Table) Owned() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.owned
+}
+
+// Run keeps the membership and the leases until ctx ends, then releases
+// every partition (Release, then the lease is deleted) and leaves, so
+// that the others take over at once.
+func (t *Table) Run(ctx context.Context) error {
+	tick := time.NewTicker(t.cfg.TTL / 4)
+	defer tick.Stop()
+	defer close(t.quit)
+	defer t.leave()
+	for ctx.Err() == nil {
+		w, err := t.kv.WatchAll(ctx)
+		if err != nil {
+			t.cfg.OnError(err, "watch the dispatchers bucket")
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(t.cfg.TTL / 4):
+			}
+			continue
+		}
+		t.heartbeat(ctx)
+		t.loop(ctx, w, tick)
+		_ = w.Stop()
+	}
+	return nil
+}
+
+func (t *Table) loop(ctx context.Context, w jetstream.KeyWatcher, tick *time.Ticker) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case e, ok := <-w.Updates():
+			if !ok {
+				return
+			}
+			if e != nil {
+				t.observe(e)
+			}
+		case p := <-t.released:
+			t.finishRelease(ctx, p)
+		case p := <-t.failed:
+			t.mu.Lock()
+			held := t.state[p] == held
+			t.mu.Unlock()
+			if held {
+				t.startRelease(p)
+			}
+		case <-tick.C:
+			t.heartbeat(ctx)
+			t.reconcile(ctx, true)
+			continue
+		}
+		t.reconcile(ctx, false)
+	}
+}
+
+// observe records a change of the bucket.
+func (t *Table) observe(e jetstream.KeyValueEntry) {
+	gone := e.Operation() != jetstream.KeyValuePut
+	switch key := e.Key(); {
+	case strings.HasPrefix(key, "member."):
+		id := strings.TrimPrefix(key, "member.")
+		if gone {
+			delete(t.members, id)
+		} else {
+			t.members[id] = true
+		}
+	case strings.HasPrefix(key, "lease."):
+		p, err := strconv.Atoi(strings.TrimPrefix(key, "lease."))
+		if err != nil || p < 0 || p >= t.cfg.Partitions {
+			return
+		}
+		if have, ok := t.leases[p]; ok && have.rev > e.Revision() {
+			// A change older than what is known (the watcher lags behind
+			// this member's own writes): a later one superseded it.
+			return
+		}
+		if gone {
+			delete(t.leases, p)
+			t.lost(p, "its lease expired or was deleted")
+			return
+		}
+		l := lease{owner: string(e.Value()), rev: e.Revision()}
+		t.leases[p] = l
+		if l.owner != t.cfg.Member {
+			t.lost(p, "another member holds its lease")
+		}
+	}
+}
+
+// lost stops handling p at once if this member handled it: the lease is
+// gone (it was not renewed in time) or someone else holds it.
+func (t *Table) lost(p int, why string) {
+	t.mu.Lock()
+	st := t.state[p]
+	if st == free {
+		t.mu.Unlock()
+		return
+	}
+	t.state[p] = free
+	epoch := t.epoch[p]
+	if st == held {
+		t.owned--
+	}
+	t.mu.Unlock()
+	t.cfg.OnError(fmt.Errorf("partition %d lost: %s", p, why), "lease")
+	if st == held {
+		go t.cfg.Release(p, epoch)
+	}
+}
+
+func (t *Table) heartbeat(ctx context.Context) {
+	_, err := t.js.Publish(ctx, "$KV."+t.kv.Bucket()+"."+MemberKey(t.cfg.Member), nil, jetstream.WithMsgTTL(t.cfg.TTL))
+	if err != nil {
+		t.cfg.OnError(err, "renew membership")
+		return
+	}
+	t.members[t.cfg.Member] = true
+}
+
+// reconcile takes and gives back leases as the members decide, and
+// renews those held if renewing (on the ticks: a renewal is a change
+// every member sees, so renewing on every change would never stop).
+func (t *Table) reconcile(ctx context.Context, renewing bool) {
+	members := make([]string, 0, len(t.members))
+	for m := range t.members {
+		members = append(members, m)
+	}
+	slices.Sort(members)
+	owners := Owners(members, t.cfg.Partitions)
+	for p, owner := range owners {
+		t.mu.Lock()
+		st := t.state[p]
+		t.mu.Unlock()
+		l, leased := t.leases[p]
+		switch {
+		case st == held && owner != t.cfg.Member:
+			t.startRelease(p)
+		case st != free && renewing: // every tick: three chances before the lease expires
+			t.renew(ctx, p, l)
+		case st == free && !leased && owner == t.cfg.Member:
+			t.acquire(ctx, p)
+		}
+	}
+}
+
+func (t *Table) acquire(ctx context.Context, p int) {
+	sent := t.cfg.Now()
+	rev, err := t.kv.Create(ctx, LeaseKey(p), []byte(t.cfg.Member), jetstream.KeyTTL(t.cfg.TTL))
+	if err != nil {
+		if !errors.Is(err, jetstream.ErrKeyExists) && ctx.Err() == nil {
+			t.cfg.OnError(err, fmt.Sprintf("take partition %d", p))
+		}
+		return
+	}
+	t.leases[p] = lease{owner: t.cfg.Member, rev: rev}
+	t.mu.Lock()
+	t.state[p], t.until[p] = held, sent.Add(t.cfg.TTL)
+	t.epoch[p]++
+	epoch := t.epoch[p]
+	t.owned++
+	t.mu.Unlock()
+	// Starting takes a few requests: never hold up the renewals for it.
+	go func() {
+		if err := t.cfg.Acquire(ctx, p, epoch); err != nil {
+			if ctx.Err() == nil {
+				t.cfg.OnError(err, fmt.Sprintf("start partition %d", p))
+			}
+			select {
+			case t.failed <- p:
+			case <-t.quit:
+			}
+		}
+	}()
+}
+
+func (t *Table) renew(ctx context.Context, p int, l lease) {
+	sent := t.cfg.Now()
+
+	ack, err := t.js.Publish(ctx, "$KV."+t.kv.Bucket()+"."+LeaseKey(p), []byte(t.cfg.Member),
+		jetstream.WithMsgTTL(t.cfg.TTL), jetstream.WithExpectLastSequencePerSubject(l.rev))
+	if err != nil {
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+			delete(t.leases, p)
+			t.lost(p, "its lease changed underneath")
+			return
+		}
+		t.cfg.OnError(err, fmt.Sprintf("renew partition %d", p))
+		return
+	}
+	t.leases[p] = lease{owner: t.cfg.Member, rev: ack.Sequence}
+	t.mu.Lock()
+	if t.state[p] != free {
+		t.until[p] = sent.Add(t.cfg.TTL)
+	}
+	t.mu.Unlock()
+}
+
+// startRelease stops handling p in the background; the lease is deleted
+// when that is done (finishRelease), and renewed meanwhile.
+func (t *Table) startRelease(p int) {
+	t.mu.Lock()
+	t.state[p] = releasing
+	t.owned--
+	epoch := t.epoch[p]
+	t.mu.Unlock()
+	go func() {
+		t.cfg.Release(p, epoch)
+		select {
+		case t.released <- p:
+		case <-t.quit:
+		}
+	}()
+}
+
+func (t *Table) finishRelease(ctx context.Context, p int) {
+	t.mu.Lock()
+	st := t.state[p]
+	if st == releasing {
+		t.state[p] = free
+	}
+	t.mu.Unlock()
+	if st == releasing {
+		t.deleteLease(ctx, p)
+	}
+}
+
+func (t *Table) deleteLease(ctx context.Context, p int) {
+	l, ok := t.leases[p]
+	if !ok || l.owner != t.cfg.Member {
+		return
+	}
+	if err := t.kv.Delete(ctx, LeaseKey(p), jetstream.LastRevision(l.rev)); err != nil {
+		t.cfg.OnError(err, fmt.Sprintf("give back partition %d", p))
+		return // it expires
+	}
+	delete(t.leases, p)
+}
+
+// leave releases everything and deletes the member key, so that the
+// others need not wait for the keys to expire.
+func (t *Table) leave() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	t.mu.Lock()
+	var mine []int
+	epochs := slices.Clone(t.epoch)
+	for p, st := range t.state {
+		if st != free {
+			mine = append(mine, p)
+		}
+		if st == held {
+			t.owned--
+		}
+		t.state[p] = free
+	}
+	t.mu.Unlock()
+	for _, p := range mine {
+		wg.Add(1)
+		go func() { defer wg.Done(); t.cfg.Release(p, epochs[p]) }()
+	}
+	wg.Wait()
+	for _, p := range mine {
+		t.deleteLease(ctx, p)
+	}
+	if err := t.kv.Delete(ctx, MemberKey(t.cfg.Member)); err != nil {
+		t.cfg.OnError(err, "leave")
+	}
+}

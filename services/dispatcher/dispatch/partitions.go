@@ -1,0 +1,202 @@
+package dispatch
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/partition"
+)
+
+// A dispatcher handles the executions of the partitions it holds (package
+// partition decides which): for each, it consumes the partition's inbox
+// (commands the intake checked), reports and timers. Partition p's
+// messages are handled only while p is held; when it is given up they
+// are left to the next holder, which resets the consumers so that what
+// this one held is delivered again at once instead of after the ack wait.
+//
+// Holding a partition also makes the cache trustworthy: nobody else writes
+// its executions' histories, so a cached state cached in the current
+// holding is the whole history, and a decision to change nothing needs no
+// request to confirm it (see withExecutionAs).
+
+// partitions is the dispatcher's side of the partition table.
+type partitions struct {
+	n     int
+	kv    jetstream.KeyValue // the dispatchers bucket
+	table *partition.Table   // set by Run
+
+	mu      sync.Mutex // guards running
+	running map[int]*consuming
+}
+
+// consuming is a held partition being consumed.
+type consuming struct {
+	part     int
+	epoch    uint64
+	inFlight atomic.Int64 // jobs of the partition queued or being handled
+
+	mu      sync.Mutex // guards below
+	ccs     []jetstream.ConsumeContext
+	stopped bool
+}
+
+// partitionOf returns the partition of an execution.
+func (d *Dispatcher) partitionOf(id string) int { return partition.Of(id, d.parts.n) }
+
+// holds reports whether the dispatcher handles execution id's partition,
+// and the epoch of that holding.
+func (d *Dispatcher) holds(id string) (epoch uint64, ok bool) {
+	if d.parts.table == nil {
+		return 0, false
+	}
+	return d.parts.table.Holds(d.partitionOf(id))
+}
+
+// acquire starts consuming partition p for its holding epoch, which the
+// table just took.
+func (d *Dispatcher) acquire(ctx context.Context, p int, epoch uint64, enqueue func(jetstream.Msg, *consuming)) error {
+	r := &consuming{part: p, epoch: epoch}
+	d.parts.mu.Lock()
+	old := d.parts.running[p]
+	d.parts.running[p] = r
+	d.parts.mu.Unlock()
+	if old != nil {
+		old.stop(d.cfg.AckWait) // a holding lost and taken again: start afresh
+	}
+	for _, c := range bus.PartitionConsumers(d.durables(), p) {
+		cons, err := bus.Bind(ctx, d.js, !d.cfg.BindOnly, c, nil)
+		if err != nil {
+			return err
+		}
+		// Whatever the last holder had in hand (it died, or let go
+		// before handling it) is delivered again now, not after the
+		// ack wait. Messages it had handled and acknowledged are not
+		// (work queues drop them; the reports' consumer may repeat a
+		// few, which are recognised as stale).
+		if _, err := d.js.ResetConsumer(ctx, c.Stream, c.Config.Durable); err != nil {
+			return fmt.Errorf("reset consumer %s: %w", c.Config.Durable, err)
+		}
+		cc, err := cons.Consume(func(m jetstream.Msg) {
+			r.inFlight.Add(1)
+			enqueue(m, r)
+		}, jetstream.PullMaxMessages(64))
+		if err != nil {
+			return fmt.Errorf("consume %s: %w", c.Config.Durable, err)
+		}
+		if !r.add(cc) {
+			return nil // released meanwhile
+		}
+	}
+	d.log.Debug().Int("partition", p).Uint64("epoch", epoch).Msg("partition taken")
+	return nil
+}
+
+// release stops consuming partition p's holding epoch and waits (up to
+// the ack wait) for its jobs: those still queued are given back at once
+// (see process).
+func (d *Dispatcher) release(p int, epoch uint64) {
+	d.parts.mu.Lock()
+	r := d.parts.running[p]
+	if r == nil || r.epoch != epoch {
+		d.parts.mu.Unlock()
+		return
+	}
+	delete(d.parts.running, p)
+	d.parts.mu.Unlock()
+	r.stop(d.cfg.AckWait)
+	d.log.Debug().Int("partition", p).Uint64("epoch", epoch).Msg("partition given up")
+}
+
+// add keeps cc, or stops it if the holding was released meanwhile.
+func (r *consuming) add(cc jetstream.ConsumeContext) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopped {
+		cc.Stop()
+		return false
+	}
+	r.ccs = append(r.ccs, cc)
+	return true
+}
+
+// stop stops pulling and waits up to wait for the jobs in hand.
+func (r *consuming) stop(wait time.Duration) {
+	r.mu.Lock()
+	r.stopped = true
+	ccs := r.ccs
+	r.mu.Unlock()
+	for _, cc := range ccs {
+		cc.Stop()
+	}
+	deadline := time.Now().Add(wait)
+	for r.inFlight.Load() > 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// done marks a job of the holding r finished (nil: a shared consumer's).
+func (r *consuming) done() {
+	if r != nil {
+		r.inFlight.Add(-1)
+	}
+}
+
+// CommandSubjectHeader names, on a command in the inbox, the subject it
+// was published on. Only dispatchers publish to the inbox.
+const CommandSubjectHeader = "Jetflow-Command-Subject"
+
+// inboxSubject is where the intake puts ev: its execution's partition,
+// and the execution's id as the last token (a hash of the key for the
+// commands that name no single execution, such as a clear-lock).
+func (d *Dispatcher) inboxSubject(ev events.Event) string {
+	key := routingKey(ev)
+	token := key
+	if !events.ValidExecutionID(key) {
+		sum := sha256.Sum256([]byte(key))
+		token = "k" + hex.EncodeToString(sum[:12])
+	}
+	return events.InboxSubject(d.partitionOf(key), token)
+}
+
+func (d *Dispatcher) durables() bus.Durables {
+	return bus.Durables{DispatcherAckWait: d.cfg.AckWait, DispatcherMaxAckPending: d.cfg.MaxAckPending, Partitions: d.parts.n}
+}
+
+// route puts a checked command on its execution's partition in the inbox
+// stream. Its id makes a second routing of the same stored command (the
+// intake died before acknowledging it) a duplicate the stream drops.
+//
+// The command goes on as it was published (its headers and body byte for
+// byte: the handler's strict checks see what the sender sent), with the
+// subject it arrived on in the header [CommandSubjectHeader], from which
+// the handler decides its actor again.
+func (d *Dispatcher) route(ctx context.Context, m jetstream.Msg, ev events.Event) error {
+	msg := nats.NewMsg(d.inboxSubject(ev))
+	for k, vs := range m.Headers() {
+		if strings.HasPrefix(strings.ToLower(k), "nats-") {
+			continue // JetStream's own (message id, expectations) are the sender's to its stream
+		}
+		msg.Header[k] = vs
+	}
+	msg.Header.Set(CommandSubjectHeader, m.Subject())
+	msg.Data = m.Data()
+	id := "route-" + m.Subject() + "-" + ev.ID
+	if md, err := m.Metadata(); err == nil {
+		id = fmt.Sprintf("route-%d", md.Sequence.Stream)
+	}
+	if _, err := d.js.PublishMsg(ctx, msg, jetstream.WithMsgID(id)); err != nil {
+		return fmt.Errorf("route command to %s: %w", msg.Subject, err)
+	}
+	return nil
+}
