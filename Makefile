@@ -84,6 +84,10 @@ fuzz: ## Fuzz event decoding, folding, the workflow parser and retention rules (
 bench: ## Benchmark: 10-step noop executions through all four services (steps/s, p50/p99)
 	$(GO) run ./tools/cmd/jetflow-bench $(BENCH_FLAGS)
 
+.PHONY: bench/failover
+bench/failover: ## Benchmark failover: three dispatchers, one cut off while FAILOVER executions (30) run; reports the longest pause
+	$(GO) run ./tools/cmd/jetflow-bench -executions 0 -single 0 -failover $(or $(FAILOVER),30) $(BENCH_FLAGS)
+
 .PHONY: bench/retention
 bench/retention: ## Benchmark the janitor's retention sweep over RETENTION finished executions (5000; 2/5 deleted, or all but RETENTION_KEEP)
 	$(GO) run ./tools/cmd/jetflow-bench -executions 0 -single 0 -retention $(or $(RETENTION),5000) $(if $(RETENTION_KEEP),-retention-keep $(RETENTION_KEEP)) $(BENCH_FLAGS)

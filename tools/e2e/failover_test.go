@@ -1,0 +1,154 @@
+package e2e
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/history"
+	"jetflow.dev/pkg/natstest"
+	"jetflow.dev/pkg/partition"
+	"jetflow.dev/pkg/projections"
+)
+
+// TestDispatcherFailoverAfterSIGKILL: three dispatcher processes share the
+// partitions; one is SIGKILLed while executions run through its
+// partitions. Its leases expire after a second and the others take its
+// partitions, resetting their consumers so that what it held is delivered
+// again at once, not after the 30 s ack wait. The longest pause between
+// two consecutive events of any execution is the failover figure
+// (docs/adr/0003): bounded here with room for a busy machine; `make bench`
+// reports it (jetflow-bench -failover).
+func TestDispatcherFailoverAfterSIGKILL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the service binaries and kills one")
+	}
+	t.Parallel()
+	dispatcherBin, agentBin := buildService(t, "dispatcher"), buildService(t, "agent")
+	srv := natstest.RunJetStream(t)
+	_, js := natstest.Connect(t, srv)
+
+	// 40 agent steps with a 50 ms timer between each: an execution runs
+	// for a few seconds, writing an event every few milliseconds.
+	var wf strings.Builder
+	wf.WriteString("name: steady\nsteps:\n")
+	for i := range 40 {
+		fmt.Fprintf(&wf, "  - {id: n%d, kind: noop}\n  - {id: w%d, kind: sleep, duration: 50ms}\n", i, i)
+	}
+	applyWorkflows(t, js, wf.String())
+
+	var dispatchers []*chaosProcess
+	for i := range 3 {
+		p := &chaosProcess{t: t, name: fmt.Sprintf("dispatcher-%d", i), bin: dispatcherBin,
+			args: []string{"-nats", srv.ClientURL(), "-workers", "8", "-log-level", "warn", "-member", fmt.Sprintf("d%d", i)}}
+		dispatchers = append(dispatchers, p)
+	}
+	agent := &chaosProcess{t: t, name: "agent", bin: agentBin, args: []string{"-nats", srv.ClientURL(), "-log-level", "warn"}}
+	for _, p := range append(dispatchers, agent) {
+		t.Cleanup(p.stop)
+		p.start()
+	}
+	kv, err := js.KeyValue(t.Context(), events.BucketDispatchers)
+	require.NoError(t, err)
+	holders := func() map[string]int { // member -> partitions held
+		out := map[string]int{}
+		for p := range partition.DefaultCount {
+			if e, err := kv.Get(t.Context(), partition.LeaseKey(p)); err == nil {
+				out[string(e.Value())]++
+			}
+		}
+		return out
+	}
+	poll(t, 30*time.Second, "three dispatchers hold partitions", func() (bool, string) {
+		h := holders()
+		n := 0
+		for _, c := range h {
+			n += c
+		}
+		return len(h) == 3 && n == partition.DefaultCount, fmt.Sprint(h)
+	})
+
+	const executions = 30
+	ids := make([]string, executions)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("steady-%d", i)
+		ev := events.New("failover-test", "", "", time.Now(), &events.StartExecution{Workflow: "steady", ExecutionID: ids[i],
+			Input: json.RawMessage(`{}`)})
+		msg, err := events.Encode(events.SubjectStart, ev)
+		require.NoError(t, err)
+		_, err = js.PublishMsg(t.Context(), msg, jetstream.WithMsgID(ev.ID))
+		require.NoError(t, err)
+	}
+	stream, err := js.Stream(t.Context(), events.StreamEvents)
+	require.NoError(t, err)
+	last := func(id string) (events.Type, bool) {
+		m, err := stream.GetLastMsgForSubject(t.Context(), events.ExecutionSubject("steady", id))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return "", false
+		}
+		require.NoError(t, err)
+		return events.Type(m.Header.Get("ce-type")), true
+	}
+	poll(t, 30*time.Second, "every execution under way", func() (bool, string) {
+		for _, id := range ids {
+			if _, ok := last(id); !ok {
+				return false, id + " not started"
+			}
+		}
+		return true, ""
+	})
+	time.Sleep(500 * time.Millisecond)
+	before := holders()
+	require.Positive(t, before["d1"], "d1 holds partitions: %v", before)
+	killedAt := time.Now()
+	dispatchers[1].kill()
+	t.Logf("SIGKILLed d1 holding %d partitions (%v)", before["d1"], before)
+	poll(t, 30*time.Second, "d0 and d2 hold every partition", func() (bool, string) {
+		h := holders()
+		return h["d0"]+h["d2"] == partition.DefaultCount, fmt.Sprint(h)
+	})
+	t.Logf("d0 and d2 hold every partition %s after the kill", time.Since(killedAt).Round(time.Millisecond))
+
+	poll(t, 3*time.Minute, "every execution succeeded", func() (bool, string) {
+		for _, id := range ids {
+			if typ, _ := last(id); typ != events.TypeExecutionSucceeded {
+				return false, fmt.Sprintf("%s is at %s", id, typ)
+			}
+		}
+		return true, ""
+	})
+	var worst time.Duration
+	var worstAt string
+	running := 0 // executions that were running when the dispatcher died
+	for _, id := range ids {
+		evs, err := history.Read(t.Context(), js, events.ExecutionSubject("steady", id), 0)
+		require.NoError(t, err)
+		requireLinear(t, evs)
+		x, err := projections.Fold(evs)
+		require.NoError(t, err)
+		for _, st := range x.Steps {
+			require.Equal(t, projections.OpSucceeded, st.Status, "%s step %s", id, st.ID)
+			require.Equal(t, 1, st.Attempt, "%s step %s ran once", id, st.ID)
+		}
+		if evs[0].Time.Before(killedAt) && evs[len(evs)-1].Time.After(killedAt) {
+			running++
+		}
+		for i := 1; i < len(evs); i++ {
+			if gap := evs[i].Time.Sub(evs[i-1].Time); gap > worst {
+				worst, worstAt = gap, fmt.Sprintf("%s between %s and %s", id, evs[i-1].Type, evs[i].Type)
+			}
+		}
+	}
+	t.Logf("%d executions running at the kill; the longest pause between two events of one execution: %s (%s)", running, worst, worstAt)
+	require.Positive(t, running, "the kill happened while executions ran")
+	// 30 s (the ack wait) without partitions; about 1.2 s on an idle
+	// machine with them. The bound leaves room for a loaded CI machine.
+	require.Less(t, worst, 10*time.Second, "failover took too long: %s", worstAt)
+}
