@@ -48,7 +48,7 @@ type Config struct {
 	OnRetry func(err error)
 	// Partitions splits the executions among the dispatchers (package
 	// partition). Recorded at the first bootstrap and fixed afterwards:
-	// 0 takes the recorded number, or 16 for a new deployment.
+	// 0 takes the recorded number, or 8 for a new deployment.
 	Partitions int
 	// Restricted: the identity may not change the topology (a service
 	// running with credentials): Open only connects, and the streams,

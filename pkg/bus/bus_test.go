@@ -16,6 +16,7 @@ import (
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/natstest"
+	"jetflow.dev/pkg/partition"
 )
 
 func TestEnsureIdempotent(t *testing.T) {
@@ -202,6 +203,6 @@ func TestEnsureOnARightTopologyUpdatesNothing(t *testing.T) {
 
 	n, err := bus.Partitions(t.Context(), js)
 	require.NoError(t, err)
-	require.Equal(t, 16, n)
-	require.ErrorContains(t, bus.Ensure(t.Context(), js, bus.Config{Partitions: 8}), "cannot be changed to 8")
+	require.Equal(t, partition.DefaultCount, n)
+	require.ErrorContains(t, bus.Ensure(t.Context(), js, bus.Config{Partitions: 4}), "cannot be changed to 4")
 }

@@ -59,7 +59,7 @@ type Durables struct {
 	// consumer. Default 1024.
 	DispatcherMaxAckPending int
 	// Partitions is the number of dispatcher partitions ([Config.Partitions]),
-	// each with its inbox, results and timers consumers. Default 16.
+	// each with its inbox, results and timers consumers. Default 8.
 	Partitions int
 	// Queues are the agent queues to create consumers for. Default ["default"].
 	Queues []string
@@ -135,10 +135,17 @@ func DispatcherConsumers(d Durables) []Consumer {
 func PartitionConsumers(d Durables, p int) []Consumer {
 	d = d.withDefaults()
 	part := fmt.Sprintf("partition %d", p)
+	inbox := dispatcherConsumer(d, events.StreamInbox, PartitionInboxConsumer(p), fmt.Sprintf("%s.%d.*", events.InboxPrefix, p), part+" commands")
+	timers := dispatcherConsumer(d, events.StreamTimers, PartitionTimersConsumer(p), fmt.Sprintf("%s.%d.*", events.TimersPrefix, p), part+" timers")
+	// On a work queue, what is acknowledged is gone from the stream, so a
+	// consumer that forgot its state (a server restart) delivers exactly
+	// what is left: such consumers keep their state in memory, sparing
+	// the server a state file written ten times a second per consumer.
+	inbox.Config.MemoryStorage, timers.Config.MemoryStorage = true, true
 	return []Consumer{
-		dispatcherConsumer(d, events.StreamInbox, PartitionInboxConsumer(p), fmt.Sprintf("%s.%d.*", events.InboxPrefix, p), part+" commands"),
+		inbox,
 		dispatcherConsumer(d, events.StreamResults, PartitionResultsConsumer(p), fmt.Sprintf("%s.*.%d.*", events.ResultsPrefix, p), part+" reports"),
-		dispatcherConsumer(d, events.StreamTimers, PartitionTimersConsumer(p), fmt.Sprintf("%s.%d.*", events.TimersPrefix, p), part+" timers"),
+		timers,
 	}
 }
 

@@ -85,7 +85,7 @@ const (
 	// CountKey holds the number of partitions, written by the bootstrap.
 	CountKey = "partitions"
 	// DefaultCount is the number of partitions of a new deployment.
-	DefaultCount = 16
+	DefaultCount = 8
 	// MaxCount bounds it (each partition has three durable consumers).
 	MaxCount = 256
 	// DefaultTTL is how long a member or a lease lives without renewal:

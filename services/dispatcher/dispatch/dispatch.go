@@ -209,6 +209,9 @@ type job struct {
 	ev   events.Event
 	key  string     // execution id
 	from *consuming // the partition holding it came from; nil: a shared consumer
+	// intake: a command taken from the intake for a partition this
+	// dispatcher holds, handled here instead of going through the inbox.
+	intake bool
 }
 
 // Run consumes commands and results until ctx ends.
@@ -261,36 +264,27 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	// enqueue checks a message and hands it to the worker of its
 	// execution; from is the partition holding it came from (nil for the
 	// shared consumers).
+	queue := func(j job) {
+		h := fnv.New32a()
+		h.Write([]byte(j.key))
+		select {
+		case queues[h.Sum32()%uint32(len(queues))] <- j:
+		case <-ctx.Done():
+			_ = j.msg.Nak() // shutting down: hand it to another dispatcher now
+			j.from.done()
+		}
+	}
 	enqueue := func(m jetstream.Msg, from *consuming) {
 		ev, ok := d.intake(ctx, m)
 		if !ok {
 			from.done()
 			return
 		}
-		key := routingKey(ev)
-		h := fnv.New32a()
-		h.Write([]byte(key))
-		select {
-		case queues[h.Sum32()%uint32(len(queues))] <- job{msg: m, ev: ev, key: key, from: from}:
-		case <-ctx.Done():
-			_ = m.Nak() // shutting down: hand it to another dispatcher now
-			from.done()
-		}
+		queue(job{msg: m, ev: ev, key: routingKey(ev), from: from})
 	}
-	for _, cons := range bound {
-		handler := func(m jetstream.Msg) { enqueue(m, nil) }
-		if cons.CachedInfo().Name == bus.ConsumerDispatcherCommands {
-			handler = func(m jetstream.Msg) { d.routeCommand(ctx, m) }
-		}
-		cc, err := cons.Consume(handler, jetstream.PullMaxMessages(256))
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil // stopped while starting: not an error
-			}
-			return fmt.Errorf("consume %s: %w", cons.CachedInfo().Name, err)
-		}
-		ccs = append(ccs, cc)
-	}
+	// The table exists before any message is taken (the intake asks it
+	// which partitions this dispatcher holds); it takes partitions once
+	// it runs, below.
 	table, err := partition.New(d.js, d.parts.kv, partition.Config{
 		Member: d.cfg.Member, Partitions: d.parts.n, TTL: d.cfg.LeaseTTL,
 		Acquire: func(ctx context.Context, p int, epoch uint64) error { return d.acquire(ctx, p, epoch, enqueue) },
@@ -301,6 +295,20 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		return err
 	}
 	d.parts.table = table
+	for _, cons := range bound {
+		handler := func(m jetstream.Msg) { enqueue(m, nil) }
+		if cons.CachedInfo().Name == bus.ConsumerDispatcherCommands {
+			handler = func(m jetstream.Msg) { d.routeCommand(ctx, m, queue) }
+		}
+		cc, err := cons.Consume(handler, jetstream.PullMaxMessages(256))
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil // stopped while starting: not an error
+			}
+			return fmt.Errorf("consume %s: %w", cons.CachedInfo().Name, err)
+		}
+		ccs = append(ccs, cc)
+	}
 	tableDone = make(chan struct{})
 	go func() { defer close(tableDone); _ = table.Run(ctx) }()
 	watched := make(chan struct{})
@@ -355,10 +363,17 @@ func (d *Dispatcher) intake(ctx context.Context, m jetstream.Msg) (ev events.Eve
 
 // routeCommand is the intake of commands: any dispatcher checks a
 // command (rejecting one that cannot be handled) and puts it on its
-// execution's partition, whose holder handles it.
-func (d *Dispatcher) routeCommand(ctx context.Context, m jetstream.Msg) {
+// execution's partition, whose holder handles it. A command for a
+// partition this dispatcher holds is handled here at once (the common
+// case with one dispatcher): the inbox would only bring it back.
+func (d *Dispatcher) routeCommand(ctx context.Context, m jetstream.Msg, queue func(job)) {
 	ev, ok := d.intake(ctx, m)
 	if !ok {
+		return
+	}
+	key := routingKey(ev)
+	if from := d.holding(d.partitionOf(key)); from != nil {
+		queue(job{msg: m, ev: ev, key: key, from: from, intake: true})
 		return
 	}
 	if err := d.route(ctx, m, ev); err != nil {
@@ -369,10 +384,10 @@ func (d *Dispatcher) routeCommand(ctx context.Context, m jetstream.Msg) {
 	_ = m.Ack()
 }
 
-// keepAlive tells JetStream every third of AckWait that m is still being
+// keepAlive tells JetStream every third of ackWait that m is still being
 // handled, until handled is closed.
-func (d *Dispatcher) keepAlive(m jetstream.Msg, handled <-chan struct{}) {
-	t := time.NewTicker(d.cfg.AckWait / 3)
+func (d *Dispatcher) keepAlive(m jetstream.Msg, ackWait time.Duration, handled <-chan struct{}) {
+	t := time.NewTicker(ackWait / 3)
 	defer t.Stop()
 	for {
 		select {
@@ -433,7 +448,11 @@ func (d *Dispatcher) process(ctx context.Context, j job) {
 	// A long handling (a large foreach of the dispatcher's own steps) keeps
 	// the message: without progress it would be redelivered meanwhile.
 	handled := make(chan struct{})
-	hb := time.AfterFunc(d.cfg.AckWait/3, func() { d.keepAlive(j.msg, handled) })
+	ackWait := d.cfg.AckWait
+	if j.intake {
+		ackWait = bus.IntakeAckWait
+	}
+	hb := time.AfterFunc(ackWait/3, func() { d.keepAlive(j.msg, ackWait, handled) })
 	err := d.handle(log.WithContext(ctx), j.ev)
 	close(handled)
 	hb.Stop()

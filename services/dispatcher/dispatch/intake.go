@@ -167,6 +167,9 @@ func (e rejectedError) Error() string { return "rejected: " + e.reason }
 // the rejection could not be published (the caller retries then).
 func (d *Dispatcher) rejectMessage(ctx context.Context, m jetstream.Msg, typ events.Type, reason string) error {
 	subject := m.Subject()
+	if published := m.Headers().Get(CommandSubjectHeader); published != "" && strings.HasPrefix(subject, events.InboxPrefix+".") {
+		subject = published // a command routed by an intake: answer it as published
+	}
 	log := d.log.With().Str("subject", subject).Logger()
 	if !strings.HasPrefix(subject, events.CommandsPrefix+".") {
 		log.Warn().Str("reason", reason).Msg("drop a message that cannot be handled")

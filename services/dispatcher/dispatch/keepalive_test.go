@@ -31,7 +31,7 @@ func TestKeepAliveHoldsALongHandling(t *testing.T) {
 
 	d := &Dispatcher{cfg: Config{AckWait: ackWait}}
 	handled := make(chan struct{})
-	go d.keepAlive(m, handled)
+	go d.keepAlive(m, ackWait, handled)
 	again, err := cons.Fetch(1, jetstream.FetchMaxWait(ackWait*5/2)) // the handling takes that long
 	require.NoError(t, err)
 	n := 0

@@ -145,6 +145,31 @@ func (r *consuming) stop(wait time.Duration) {
 	}
 }
 
+// holding returns partition p's current holding, counting one more job in
+// it, if this dispatcher handles p now (nil if not).
+func (d *Dispatcher) holding(p int) *consuming {
+	if d.parts.table == nil {
+		return nil
+	}
+	epoch, ok := d.parts.table.Holds(p)
+	if !ok {
+		return nil
+	}
+	d.parts.mu.Lock()
+	defer d.parts.mu.Unlock()
+	r := d.parts.running[p]
+	if r == nil || r.epoch != epoch {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopped {
+		return nil
+	}
+	r.inFlight.Add(1)
+	return r
+}
+
 // done marks a job of the holding r finished (nil: a shared consumer's).
 func (r *consuming) done() {
 	if r != nil {
