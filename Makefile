@@ -88,6 +88,10 @@ bench: ## Benchmark: 10-step noop executions through all four services (steps/s,
 bench/failover: ## Benchmark failover: three dispatchers, one cut off while FAILOVER executions (30) run; reports the longest pause
 	$(GO) run ./tools/cmd/jetflow-bench -executions 0 -single 0 -failover $(or $(FAILOVER),30) $(BENCH_FLAGS)
 
+.PHONY: bench/foreach
+bench/foreach: ## Benchmark one execution of a foreach over FOREACH let items (5000), which the dispatcher runs itself
+	$(GO) run ./tools/cmd/jetflow-bench -executions 0 -single 0 -foreach $(or $(FOREACH),5000) $(BENCH_FLAGS)
+
 .PHONY: bench/retention
 bench/retention: ## Benchmark the janitor's retention sweep over RETENTION finished executions (5000; 2/5 deleted, or all but RETENTION_KEEP)
 	$(GO) run ./tools/cmd/jetflow-bench -executions 0 -single 0 -retention $(or $(RETENTION),5000) $(if $(RETENTION_KEEP),-retention-keep $(RETENTION_KEEP)) $(BENCH_FLAGS)

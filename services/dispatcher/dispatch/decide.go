@@ -74,6 +74,12 @@ const (
 // redelivered message (after a crash) safe. Expressions are evaluated over
 // recorded state only.
 func decide(d workflow.Definition, s projections.Execution) action {
+	return decideIn(d, s, nil)
+}
+
+// decideIn is decide with the view kept from the execution's earlier
+// decisions (nil: none), which makes it cost what changed since.
+func decideIn(d workflow.Definition, s projections.Execution, v *view) action {
 	switch s.Status {
 	case projections.StatusStarted:
 	case projections.StatusCancelling:
@@ -88,6 +94,9 @@ func decide(d workflow.Definition, s projections.Execution) action {
 		return a
 	}
 	e := newEngine(d, s)
+	if v = v.sync(s); v != nil {
+		e.v, e.rounds = v, v.rounds
+	}
 	r := e.run(frame{steps: d.Steps, retry: d.Retry})
 	if r.state == failed && len(d.OnError) > 0 {
 		// The workflow's on-error steps run before it fails: for cleanup,
@@ -178,6 +187,10 @@ type engine struct {
 	byPath   map[string]projections.Step
 	byParent map[string][]projections.Step
 	global   map[string]any
+	base     map[string]any // global without steps
+	// v is the view kept between decisions (nil: none, the maps above
+	// are built for this decision).
+	v *view
 }
 
 func newEngine(d workflow.Definition, s projections.Execution) *engine {
@@ -193,6 +206,12 @@ func lookingEngine(d workflow.Definition, s projections.Execution) *engine {
 // executions are scanned (cheaper than building a map on every decision);
 // larger ones get an index on first use.
 func (e *engine) instance(path string) (projections.Step, bool) {
+	if e.v != nil {
+		if i, ok := e.v.pos[path]; ok {
+			return e.s.Steps[i], true
+		}
+		return projections.Step{}, false
+	}
 	if len(e.s.Steps) <= 32 {
 		for _, st := range e.s.Steps {
 			if st.ID == path {
@@ -208,13 +227,29 @@ func (e *engine) instance(path string) (projections.Step, bool) {
 
 // children returns the instances directly in the frame with this prefix.
 func (e *engine) children(prefix string) []projections.Step {
+	if e.v != nil {
+		ps := e.v.children[prefix]
+		out := make([]projections.Step, len(ps))
+		for k, i := range ps {
+			out[k] = e.s.Steps[i]
+		}
+		return out
+	}
 	e.index()
 	return e.byParent[prefix]
 }
 
-// index builds the maps by path and by frame, once.
+// started reports whether the frame with this prefix has instances.
+func (e *engine) started(prefix string) bool {
+	if e.v != nil {
+		return len(e.v.children[prefix]) > 0
+	}
+	return len(e.children(prefix)) > 0
+}
+
+// index builds the maps by path and by frame, once (a view has them).
 func (e *engine) index() {
-	if e.byPath != nil {
+	if e.byPath != nil || e.v != nil {
 		return
 	}
 	e.byPath = make(map[string]projections.Step, len(e.s.Steps))
@@ -254,6 +289,15 @@ func (e *engine) globalEnv() map[string]any {
 	return e.global
 }
 
+// baseEnv is globalEnv without steps (which a frame's env replaces):
+// building every instance's view costs what the execution has done.
+func (e *engine) baseEnv() map[string]any {
+	if e.base == nil {
+		e.base = baseEnvOf(e.s)
+	}
+	return e.base
+}
+
 // env is what expressions in frame f see: steps.<id> are the steps of f
 // and of the frames around it (the nearest wins), plus f's extra roots.
 func (e *engine) env(f frame) map[string]any {
@@ -274,7 +318,7 @@ func (e *engine) env(f frame) map[string]any {
 			steps[localID(st.ID[len(parent):])] = stepView(st)
 		}
 	}
-	env := with(e.globalEnv(), "steps", steps)
+	env := with(e.baseEnv(), "steps", steps)
 	for k, v := range f.roots {
 		env[k] = v
 	}
@@ -584,16 +628,30 @@ func (e *engine) container(f frame, step workflow.Step, st projections.Step, env
 		}
 		return e.mapOutput(step, st, r.output, env, finish)
 	case workflow.KindForeach:
-		var rec struct {
-			Items []any `json:"items"`
+		// With a view, the leading items already done are not walked
+		// again: their outputs are kept (items end for good).
+		var m *foreachMemo
+		var items, outputs []any
+		if e.v != nil {
+			m = e.v.memo(prefix, st.Input)
+			items, outputs = m.items, m.outputs
+		} else {
+			var rec struct {
+				Items []any `json:"items"`
+			}
+			_ = json.Unmarshal(st.Input, &rec)
+			items, outputs = rec.Items, make([]any, len(rec.Items))
 		}
-		_ = json.Unmarshal(st.Input, &rec)
 		limit := max(step.Concurrency, 1)
-		outputs := make([]any, len(rec.Items))
 		busy, pending := 0, false
-		for i, item := range rec.Items {
+		first := 0
+		if m != nil {
+			first = m.done
+		}
+		for i := first; i < len(items); i++ {
+			item := items[i]
 			p := fmt.Sprintf("%s[%d]/", prefix, i)
-			started := len(e.children(p)) > 0
+			started := e.started(p)
 			if !started && busy >= limit {
 				pending = true
 				break // items start in order, at most limit at a time
@@ -613,6 +671,9 @@ func (e *engine) container(f frame, step workflow.Step, st projections.Step, env
 					return r
 				}
 				outputs[i] = decode(r.output)
+				if m != nil && m.done == i && !pending {
+					m.done++ // every item before it is done too
+				}
 			}
 		}
 		if pending {

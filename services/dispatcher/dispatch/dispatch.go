@@ -554,6 +554,11 @@ type execState struct {
 	// was read (0: not held then). A cached state is the whole history
 	// while that holding lasts: nobody else writes it meanwhile.
 	epoch uint64
+	// view is what decisions derived from state so far (view.go).
+	view *view
+	// retains: 1 if a step of def may set a retention, -1 if none may, 0
+	// not worked out yet (mayRetain).
+	retains int
 }
 
 func (x *execState) subject() string { return events.ExecutionSubject(x.workflow, x.id) }
@@ -679,7 +684,7 @@ func (d *Dispatcher) load(ctx context.Context, wf, id string) (x *execState, cac
 		return nil, false, err
 	}
 	// An event that does not fold marks the state damaged (damage.go).
-	x = &execState{id: id, workflow: wf, state: projections.FoldQuarantined(id, evs), epoch: epoch}
+	x = &execState{id: id, workflow: wf, state: projections.FoldQuarantined(id, evs), epoch: epoch, view: &view{}}
 	if len(evs) == 0 {
 		return x, false, nil
 	}

@@ -17,6 +17,13 @@ func envOf(x projections.Execution) map[string]any {
 		steps[st.ID] = map[string]any{"output": decode(st.Output), "status": string(st.Status),
 			"error": st.Error, "attempt": float64(st.Attempt)}
 	}
+	env := baseEnvOf(x)
+	env["steps"] = steps
+	return env
+}
+
+// baseEnvOf is envOf without steps.
+func baseEnvOf(x projections.Execution) map[string]any {
 	vars := make(map[string]any, len(x.Vars))
 	for k, v := range x.Vars {
 		vars[k] = decode(v)
@@ -28,7 +35,6 @@ func envOf(x projections.Execution) map[string]any {
 	return map[string]any{
 		"input": input,
 		"vars":  vars,
-		"steps": steps,
 		"workflow": map[string]any{"id": x.ID, "name": x.Workflow, "version": float64(x.Version),
 			"attempt": float64(1), "started_at": x.StartedAt.UTC().Format(time.RFC3339Nano), "api_url": x.APIURL},
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -269,7 +270,12 @@ func (d *Dispatcher) advance(ctx context.Context, x *execState) error {
 		return err
 	}
 	for i := 0; i < 16*len(x.state.Steps)+64; i++ {
-		a := decideLocked(x.def, x.state)
+		a := decideLockedIn(x.def, x.state, x.view)
+		if verifyView {
+			if b := decideLocked(x.def, x.state); !reflect.DeepEqual(a, b) {
+				panic(fmt.Sprintf("execution %s: with its view the decision is %+v, without it %+v", x.id, a, b))
+			}
+		}
 		if a.kind == actWait {
 			return nil
 		}

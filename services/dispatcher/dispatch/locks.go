@@ -64,21 +64,26 @@ type lockAct struct {
 // before any step runs, and every lock is released before the execution
 // ends. It is pure, like decide.
 func decideLocked(d workflow.Definition, s projections.Execution) action {
+	return decideLockedIn(d, s, nil)
+}
+
+// decideLockedIn is decideLocked with the execution's view (see decideIn).
+func decideLockedIn(d workflow.Definition, s projections.Execution, v *view) action {
 	if len(s.Locks) == 0 && d.Lock == "" {
-		return decide(d, s)
+		return decideIn(d, s, v)
 	}
 	if !s.Status.Active() { // ended, or suspended (wait_after_fail): nothing runs
 		if l, ok := openLock(s); ok {
 			return unlock(l, "the execution is "+string(s.Status))
 		}
-		return decide(d, s)
+		return decideIn(d, s, v)
 	}
 	for _, l := range s.Locks {
 		if l.Status.Open() && l.Path != "" && scopeEnded(d, s, l.Path) {
 			return unlock(l, "the steps of "+l.Path+" are over")
 		}
 	}
-	a := decide(d, s)
+	a := decideIn(d, s, v)
 	switch a.kind {
 	case actSucceed, actFail, actCancelled:
 		if l, ok := openLock(s); ok {

@@ -35,6 +35,9 @@ func (d *Dispatcher) withRetention(x *execState, p events.Payload) events.Payloa
 	if !ok || e.Retention != nil {
 		return p
 	}
+	if !x.mayRetain() {
+		return p // no step has a retention: field (resolving the frame costs what the execution did)
+	}
 	if i := x.state.StepIndex(e.StepID); i >= 0 && x.state.Steps[i].Status != projections.OpNone {
 		return p // a retry or a later attempt: the step was entered already
 	}
@@ -55,6 +58,41 @@ func (d *Dispatcher) withRetention(x *execState, p events.Payload) events.Payloa
 	next := *e
 	next.Retention = r
 	return &next
+}
+
+// mayRetain reports whether any step of the execution's definition may
+// set a retention (it has a retention: field, or calls another workflow,
+// whose recorded definition may). It is worked out once per state kept.
+func (x *execState) mayRetain() bool {
+	if len(x.def.Steps) == 0 {
+		return true // no definition yet: do not remember
+	}
+	if x.retains == 0 {
+		x.retains = -1
+		if stepsMayRetain(x.def.Steps) || stepsMayRetain(x.def.OnError) {
+			x.retains = 1
+		}
+	}
+	return x.retains > 0
+}
+
+func stepsMayRetain(steps []workflow.Step) bool {
+	for _, st := range steps {
+		if st.Retention != "" || st.Workflow != "" || stepsMayRetain(st.Steps) || stepsMayRetain(st.OnError) || stepsMayRetain(st.Default) {
+			return true
+		}
+		for _, b := range st.Branches {
+			if stepsMayRetain(b.Steps) {
+				return true
+			}
+		}
+		for _, c := range st.Cases {
+			if stepsMayRetain(c.Steps) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // resolveRetention reads a retention: field in the context of the rule

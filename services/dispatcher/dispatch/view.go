@@ -1,0 +1,88 @@
+package dispatch
+
+import (
+	"encoding/json"
+	"strings"
+
+	"jetflow.dev/pkg/projections"
+)
+
+// view is what decisions derive from an execution's state, kept with the
+// state between decisions and brought up to date with what changed since
+// (instances only ever get added, and a step's status, attempt, output
+// and error change by events): where each instance is, which frame it
+// belongs to, and which leading items of each foreach are done, with
+// their outputs. With it a decision costs what changed, not what the
+// execution has done so far: without it, every decision of a foreach of
+// n items walked all n items' instances (quadratic in the items).
+//
+// It is an optimisation only: decide gives the same action with or
+// without it (TestViewDecidesAsWithout). A resume or a replay, which can
+// reset any instance, starts it afresh.
+type view struct {
+	resumes int // s.Resumes when built
+	// ids[i] is s.Steps[i].ID for the instances seen so far.
+	ids      []string
+	pos      map[string]int
+	children map[string][]int // frame prefix -> positions of its instances
+	rounds   bool             // some path has a round (~r)
+	foreach  map[string]*foreachMemo
+}
+
+// verifyView makes every decision with a view be taken again without it,
+// and panic if they differ (the package's tests set it).
+var verifyView bool
+
+// foreachMemo is what a foreach instance's earlier decisions learned.
+type foreachMemo struct {
+	items  []any
+	parsed bool
+	// done items [0, done) have ended, with these outputs: items end for
+	// good until a resume or a replay (which starts the view afresh).
+	done    int
+	outputs []any
+}
+
+// sync brings v up to date with s and returns it; a nil view stays nil.
+func (v *view) sync(s projections.Execution) *view {
+	if v == nil {
+		return nil
+	}
+	if v.pos == nil || v.resumes != s.Resumes || len(s.Steps) < len(v.ids) ||
+		(len(v.ids) > 0 && s.Steps[len(v.ids)-1].ID != v.ids[len(v.ids)-1]) {
+		*v = view{resumes: s.Resumes, pos: map[string]int{}, children: map[string][]int{}, foreach: map[string]*foreachMemo{}}
+	}
+	for i := len(v.ids); i < len(s.Steps); i++ {
+		id := s.Steps[i].ID
+		v.ids = append(v.ids, id)
+		v.pos[id] = i
+		parent := ""
+		if j := strings.LastIndexByte(id, '/'); j >= 0 {
+			parent = id[:j+1]
+		}
+		v.children[parent] = append(v.children[parent], i)
+		if strings.Contains(id, "~") {
+			v.rounds = true
+		}
+	}
+	return v
+}
+
+// memo returns the foreach memo of the instance with this prefix, parsing
+// its items from input the first time.
+func (v *view) memo(prefix string, input json.RawMessage) *foreachMemo {
+	m := v.foreach[prefix]
+	if m == nil {
+		m = &foreachMemo{}
+		v.foreach[prefix] = m
+	}
+	if !m.parsed {
+		var rec struct {
+			Items []any `json:"items"`
+		}
+		_ = json.Unmarshal(input, &rec)
+		m.items, m.parsed = rec.Items, true
+		m.outputs = make([]any, len(rec.Items))
+	}
+	return m
+}
