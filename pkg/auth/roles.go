@@ -256,7 +256,7 @@ func PermissionsFor(role Role, queues []string, inbox string) (Permissions, erro
 			p.PubAllow = slices.Concat(p.PubAllow,
 				[]string{events.ResultSubject(q, "*")}, // reports about its queues' tasks only
 				consume(events.StreamTasks, bus.AgentConsumer(q)),
-				readStream(events.StreamResults, events.QueueResults(q, "*")))
+				readStream(events.StreamResults))
 		}
 		p.PubAllow = slices.Concat(p.PubAllow, readStream(events.StreamKills, events.KillsPrefix+".>"))
 		p.PubDeny = slices.Concat(adminOnly, denyOthersDurables())
@@ -296,7 +296,7 @@ func PermissionsFor(role Role, queues []string, inbox string) (Permissions, erro
 			},
 			consume(bus.StreamAdvisories, bus.ConsumerJanitorAdvisories),
 			readStream(events.StreamEvents, events.EventsPrefix+".>"),
-			readStream(events.StreamResults, events.ResultsPrefix+".>"),
+			readStream(events.StreamResults), // reports of a lost task, one get at a time: no consumer rights where the dispatchers' are
 			readStream(events.StreamTasks),
 			readBucket(events.BucketExecutions), writeBucket(events.BucketExecutions, ""),
 			readBucket(events.BucketExecutionIDs), writeBucket(events.BucketExecutionIDs, ""),

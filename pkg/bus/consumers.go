@@ -135,17 +135,10 @@ func DispatcherConsumers(d Durables) []Consumer {
 func PartitionConsumers(d Durables, p int) []Consumer {
 	d = d.withDefaults()
 	part := fmt.Sprintf("partition %d", p)
-	inbox := dispatcherConsumer(d, events.StreamInbox, PartitionInboxConsumer(p), fmt.Sprintf("%s.%d.*", events.InboxPrefix, p), part+" commands")
-	timers := dispatcherConsumer(d, events.StreamTimers, PartitionTimersConsumer(p), fmt.Sprintf("%s.%d.*", events.TimersPrefix, p), part+" timers")
-	// On a work queue, what is acknowledged is gone from the stream, so a
-	// consumer that forgot its state (a server restart) delivers exactly
-	// what is left: such consumers keep their state in memory, sparing
-	// the server a state file written ten times a second per consumer.
-	inbox.Config.MemoryStorage, timers.Config.MemoryStorage = true, true
 	return []Consumer{
-		inbox,
+		dispatcherConsumer(d, events.StreamInbox, PartitionInboxConsumer(p), fmt.Sprintf("%s.%d.*", events.InboxPrefix, p), part+" commands"),
 		dispatcherConsumer(d, events.StreamResults, PartitionResultsConsumer(p), fmt.Sprintf("%s.*.%d.*", events.ResultsPrefix, p), part+" reports"),
-		timers,
+		dispatcherConsumer(d, events.StreamTimers, PartitionTimersConsumer(p), fmt.Sprintf("%s.%d.*", events.TimersPrefix, p), part+" timers"),
 	}
 }
 

@@ -195,6 +195,11 @@ func StoredResultSubject(queue string, partition int, executionID string) string
 // any queue.
 func ExecutionResults(executionID string) string { return ResultsPrefix + ".*.*." + executionID }
 
+// ExecutionResultsBefore matches the reports about one execution stored
+// before partitions (jf.results.<queue>.<execution>): readers that must
+// see every report read both filters.
+func ExecutionResultsBefore(executionID string) string { return ResultsPrefix + ".*." + executionID }
+
 // QueueResults matches the stored reports about one execution from one queue.
 func QueueResults(queue, executionID string) string {
 	return ResultsPrefix + "." + queue + ".*." + executionID

@@ -83,13 +83,41 @@ func ScanStored(ctx context.Context, js jetstream.JetStream, stream, filter stri
 	return scan(ctx, js, stream, filter, fromSeq, untilSeq, false, fn)
 }
 
-// ScanReports is Scan over a stream that anyone may publish on (agents'
-// reports in JF_RESULTS): a message that is not a valid event is passed
-// over instead of stopping the scan, so one bad message cannot hide the
-// reports after it. Histories are read with Scan: a malformed event there
-// is corruption, shown as such (Event.Invalid).
+// ScanReports reads, in order, the messages of a stream that anyone may
+// publish on (agents' reports in JF_RESULTS) matching filter: a message
+// that is not a valid event is passed over instead of stopping the scan,
+// so one bad message cannot hide the reports after it. Histories are read
+// with Scan: a malformed event there is corruption, shown as such
+// (Event.Invalid).
+//
+// It gets one message at a time (the next on filter from a sequence)
+// instead of making a consumer: the identities that scan reports (agents
+// and the janitor) hold no consumer rights on the reports stream, where
+// the dispatchers' partition consumers live (docs/adr/0003). Scans are
+// rare (a redelivered task, a lost one) and short.
 func ScanReports(ctx context.Context, js jetstream.JetStream, stream, filter string, fn func(events.Event) error) error {
-	return scan(ctx, js, stream, filter, 0, 0, true, func(_ string, ev events.Event) error { return fn(ev) })
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", filter, err)
+	}
+	for seq := uint64(1); ; {
+		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read %s: %w", filter, err)
+		}
+		seq = m.Sequence + 1
+		ev, err := events.Decode(m.Header, m.Data)
+		if err != nil && !errors.Is(err, events.ErrUnknownType) {
+			continue
+		}
+		ev.Seq = m.Sequence
+		if err := fn(ev); err != nil {
+			return err
+		}
+	}
 }
 
 func scan(ctx context.Context, js jetstream.JetStream, stream, filter string, fromSeq, untilSeq uint64, skipBad bool, fn func(string, events.Event) error) error {

@@ -29,6 +29,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -203,6 +204,9 @@ type Table struct {
 
 	members map[string]bool // seen alive in the bucket
 	leases  map[int]lease   // seen in the bucket, or just written
+	// owners are the partitions' owners for the members ownersOf names.
+	owners   []string
+	ownersOf string
 
 	mu    sync.Mutex // guards below
 	state []state
@@ -210,10 +214,22 @@ type Table struct {
 	epoch []uint64    // incremented each time a partition is acquired
 	owned int
 
-	released chan int      // a Release of a lease given up finished
-	failed   chan int      // an Acquire failed
-	quit     chan struct{} // closed when Run has returned
+	released chan holding   // a Release of a lease given up finished
+	failed   chan holding   // an Acquire failed
+	quit     chan struct{}  // closed when Run has returned
+	starting sync.WaitGroup // Acquire and Release goroutines
 }
+
+// holding names one holding of a partition: the partition and its epoch.
+type holding struct {
+	p     int
+	epoch uint64
+}
+
+// epochs numbers holdings for the whole process: a Table made again (a
+// dispatcher run again) never reuses the epoch of an earlier holding, so
+// nothing cached under it is taken for current.
+var epochs atomic.Uint64
 
 // New returns a table over the bucket kv; call Run.
 func New(js jetstream.JetStream, kv jetstream.KeyValue, cfg Config) (*Table, error) {
@@ -231,7 +247,7 @@ func New(js jetstream.JetStream, kv jetstream.KeyValue, cfg Config) (*Table, err
 	}
 	n := cfg.Partitions
 	return &Table{cfg: cfg, kv: kv, js: js, members: map[string]bool{}, leases: map[int]lease{},
-		state: make([]state, n), until: make([]time.Time, n), epoch: make([]uint64, n), released: make(chan int, n), failed: make(chan int, n), quit: make(chan struct{})}, nil
+		state: make([]state, n), until: make([]time.Time, n), epoch: make([]uint64, n), released: make(chan holding, n), failed: make(chan holding, n), quit: make(chan struct{})}, nil
 }
 
 // Holds reports whether this member handles partition p now, and the
@@ -259,9 +275,12 @@ func (t *Table) Owned() int {
 func (t *Table) Run(ctx context.Context) error {
 	tick := time.NewTicker(t.cfg.TTL / 4)
 	defer tick.Stop()
-	defer close(t.quit)
 	defer t.leave()
+	defer close(t.quit) // first: nothing waits on the loop any more
 	for ctx.Err() == nil {
+		// Alive before looking: the watch's first values then include this
+		// member, whatever an earlier run with the same name left.
+		t.heartbeat(ctx)
 		w, err := t.kv.WatchAll(ctx)
 		if err != nil {
 			t.cfg.OnError(err, "watch the dispatchers bucket")
@@ -272,7 +291,7 @@ func (t *Table) Run(ctx context.Context) error {
 			}
 			continue
 		}
-		t.heartbeat(ctx)
+		t.forget()
 		t.loop(ctx, w, tick)
 		_ = w.Stop()
 	}
@@ -280,6 +299,7 @@ func (t *Table) Run(ctx context.Context) error {
 }
 
 func (t *Table) loop(ctx context.Context, w jetstream.KeyWatcher, tick *time.Ticker) {
+	ready := false // the watch delivered the bucket's current keys
 	for {
 		select {
 		case <-ctx.Done():
@@ -288,24 +308,56 @@ func (t *Table) loop(ctx context.Context, w jetstream.KeyWatcher, tick *time.Tic
 			if !ok {
 				return
 			}
-			if e != nil {
+			if e == nil {
+				ready = true
+			} else {
 				t.observe(e)
 			}
-		case p := <-t.released:
-			t.finishRelease(ctx, p)
-		case p := <-t.failed:
+		case h := <-t.released:
+			t.finishRelease(ctx, h)
+		case h := <-t.failed:
 			t.mu.Lock()
-			held := t.state[p] == held
+			current := t.state[h.p] == held && t.epoch[h.p] == h.epoch
 			t.mu.Unlock()
-			if held {
-				t.startRelease(p)
+			if current { // not a failure of an earlier holding
+				t.startRelease(h.p)
 			}
 		case <-tick.C:
 			t.heartbeat(ctx)
-			t.reconcile(ctx, true)
+			if ready {
+				t.reconcile(ctx, true)
+			} else {
+				t.renewAll(ctx) // deciding waits for the whole view; renewing does not
+			}
 			continue
 		}
-		t.reconcile(ctx, false)
+		if ready {
+			t.reconcile(ctx, false)
+		}
+	}
+}
+
+// forget drops what an earlier watch showed (a new watch shows the bucket
+// again), except the leases this member holds.
+func (t *Table) forget() {
+	t.members = map[string]bool{t.cfg.Member: true}
+	for p, l := range t.leases {
+		if l.owner != t.cfg.Member {
+			delete(t.leases, p)
+		}
+	}
+	t.ownersOf = ""
+}
+
+// renewAll renews the leases held or being given back.
+func (t *Table) renewAll(ctx context.Context) {
+	for p := range t.cfg.Partitions {
+		t.mu.Lock()
+		st := t.state[p]
+		t.mu.Unlock()
+		if st != free {
+			t.renew(ctx, p, t.leases[p])
+		}
 	}
 }
 
@@ -315,6 +367,9 @@ func (t *Table) observe(e jetstream.KeyValueEntry) {
 	switch key := e.Key(); {
 	case strings.HasPrefix(key, "member."):
 		id := strings.TrimPrefix(key, "member.")
+		if gone && id == t.cfg.Member {
+			return // this member is alive: an old marker, or its key expired and the next heartbeat puts it back
+		}
 		if gone {
 			delete(t.members, id)
 		} else {
@@ -360,11 +415,20 @@ func (t *Table) lost(p int, why string) {
 	t.mu.Unlock()
 	t.cfg.OnError(fmt.Errorf("partition %d lost: %s", p, why), "lease")
 	if st == held {
-		go t.cfg.Release(p, epoch)
+		t.starting.Add(1)
+		go func() { defer t.starting.Done(); t.cfg.Release(p, epoch) }()
 	}
 }
 
+// opCtx bounds one request of the table's loop: a slow one must not hold
+// up the renewals behind it past the leases' time to live.
+func (t *Table) opCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, t.cfg.TTL/2)
+}
+
 func (t *Table) heartbeat(ctx context.Context) {
+	ctx, cancel := t.opCtx(ctx)
+	defer cancel()
 	_, err := t.js.Publish(ctx, "$KV."+t.kv.Bucket()+"."+MemberKey(t.cfg.Member), nil, jetstream.WithMsgTTL(t.cfg.TTL))
 	if err != nil {
 		t.cfg.OnError(err, "renew membership")
@@ -382,7 +446,10 @@ func (t *Table) reconcile(ctx context.Context, renewing bool) {
 		members = append(members, m)
 	}
 	slices.Sort(members)
-	owners := Owners(members, t.cfg.Partitions)
+	if key := strings.Join(members, " "); key != t.ownersOf || t.owners == nil {
+		t.owners, t.ownersOf = Owners(members, t.cfg.Partitions), key
+	}
+	owners := t.owners
 	for p, owner := range owners {
 		t.mu.Lock()
 		st := t.state[p]
@@ -401,7 +468,9 @@ func (t *Table) reconcile(ctx context.Context, renewing bool) {
 
 func (t *Table) acquire(ctx context.Context, p int) {
 	sent := t.cfg.Now()
-	rev, err := t.kv.Create(ctx, LeaseKey(p), []byte(t.cfg.Member), jetstream.KeyTTL(t.cfg.TTL))
+	opCtx, cancel := t.opCtx(ctx)
+	rev, err := t.kv.Create(opCtx, LeaseKey(p), []byte(t.cfg.Member), jetstream.KeyTTL(t.cfg.TTL))
+	cancel()
 	if err != nil {
 		if !errors.Is(err, jetstream.ErrKeyExists) && ctx.Err() == nil {
 			t.cfg.OnError(err, fmt.Sprintf("take partition %d", p))
@@ -411,18 +480,20 @@ func (t *Table) acquire(ctx context.Context, p int) {
 	t.leases[p] = lease{owner: t.cfg.Member, rev: rev}
 	t.mu.Lock()
 	t.state[p], t.until[p] = held, sent.Add(t.cfg.TTL)
-	t.epoch[p]++
+	t.epoch[p] = epochs.Add(1)
 	epoch := t.epoch[p]
 	t.owned++
 	t.mu.Unlock()
 	// Starting takes a few requests: never hold up the renewals for it.
+	t.starting.Add(1)
 	go func() {
+		defer t.starting.Done()
 		if err := t.cfg.Acquire(ctx, p, epoch); err != nil {
 			if ctx.Err() == nil {
 				t.cfg.OnError(err, fmt.Sprintf("start partition %d", p))
 			}
 			select {
-			case t.failed <- p:
+			case t.failed <- holding{p, epoch}:
 			case <-t.quit:
 			}
 		}
@@ -431,6 +502,8 @@ func (t *Table) acquire(ctx context.Context, p int) {
 
 func (t *Table) renew(ctx context.Context, p int, l lease) {
 	sent := t.cfg.Now()
+	ctx, cancel := t.opCtx(ctx)
+	defer cancel()
 
 	ack, err := t.js.Publish(ctx, "$KV."+t.kv.Bucket()+"."+LeaseKey(p), []byte(t.cfg.Member),
 		jetstream.WithMsgTTL(t.cfg.TTL), jetstream.WithExpectLastSequencePerSubject(l.rev))
@@ -461,24 +534,26 @@ func (t *Table) startRelease(p int) {
 	t.owned--
 	epoch := t.epoch[p]
 	t.mu.Unlock()
+	t.starting.Add(1)
 	go func() {
+		defer t.starting.Done()
 		t.cfg.Release(p, epoch)
 		select {
-		case t.released <- p:
+		case t.released <- holding{p, epoch}:
 		case <-t.quit:
 		}
 	}()
 }
 
-func (t *Table) finishRelease(ctx context.Context, p int) {
+func (t *Table) finishRelease(ctx context.Context, h holding) {
 	t.mu.Lock()
-	st := t.state[p]
-	if st == releasing {
-		t.state[p] = free
+	done := t.state[h.p] == releasing && t.epoch[h.p] == h.epoch
+	if done {
+		t.state[h.p] = free
 	}
 	t.mu.Unlock()
-	if st == releasing {
-		t.deleteLease(ctx, p)
+	if done {
+		t.deleteLease(ctx, h.p)
 	}
 }
 
@@ -487,6 +562,8 @@ func (t *Table) deleteLease(ctx context.Context, p int) {
 	if !ok || l.owner != t.cfg.Member {
 		return
 	}
+	ctx, cancel := t.opCtx(ctx)
+	defer cancel()
 	if err := t.kv.Delete(ctx, LeaseKey(p), jetstream.LastRevision(l.rev)); err != nil {
 		t.cfg.OnError(err, fmt.Sprintf("give back partition %d", p))
 		return // it expires
@@ -501,23 +578,28 @@ func (t *Table) leave() {
 	defer cancel()
 	var wg sync.WaitGroup
 	t.mu.Lock()
-	var mine []int
-	epochs := slices.Clone(t.epoch)
+	var mine, holding []int
+	epochOf := slices.Clone(t.epoch)
 	for p, st := range t.state {
 		if st != free {
 			mine = append(mine, p)
 		}
 		if st == held {
+			holding = append(holding, p)
 			t.owned--
 		}
 		t.state[p] = free
 	}
 	t.mu.Unlock()
-	for _, p := range mine {
+	for _, p := range holding { // those releasing are being released already
 		wg.Add(1)
-		go func() { defer wg.Done(); t.cfg.Release(p, epochs[p]) }()
+		go func() { defer wg.Done(); t.cfg.Release(p, epochOf[p]) }()
 	}
 	wg.Wait()
+	t.starting.Wait() // starts that were under way, and releases begun before
+	for _, p := range holding {
+		t.cfg.Release(p, epochOf[p]) // a start that finished after the release above
+	}
 	for _, p := range mine {
 		t.deleteLease(ctx, p)
 	}

@@ -22,6 +22,7 @@ import (
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/history/historytest"
+	"jetflow.dev/pkg/partition"
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/services/api/projector"
 	"jetflow.dev/tools/internal/devstack"
@@ -257,10 +258,13 @@ func waitDispatchersCaughtUp(t *testing.T, js jetstream.JetStream, streamName st
 				return false, err.Error()
 			}
 			list := stream.ListConsumers(ctx)
-			busy := ""
+			busy, partitions := "", 0
 			for ci := range list.Info() { // read to the end: the lister's goroutine ends then
 				if strings.HasPrefix(ci.Name, "dispatcher-") && (ci.NumPending > 0 || ci.NumAckPending > 0) && busy == "" {
 					busy = fmt.Sprintf("%s: %d pending, %d unacknowledged", ci.Name, ci.NumPending, ci.NumAckPending)
+				}
+				if last := ci.Name[len(ci.Name)-1]; strings.HasPrefix(ci.Name, "dispatcher-") && last >= '0' && last <= '9' {
+					partitions++ // dispatcher-<kind>-<p>
 				}
 			}
 			if err := list.Err(); err != nil {
@@ -268,6 +272,9 @@ func waitDispatchersCaughtUp(t *testing.T, js jetstream.JetStream, streamName st
 			}
 			if busy != "" {
 				return false, busy
+			}
+			if name != events.StreamCommands && partitions < partition.DefaultCount {
+				return false, fmt.Sprintf("%d of %d partition consumers on %s", partitions, partition.DefaultCount, name)
 			}
 		}
 		return true, ""

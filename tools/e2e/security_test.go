@@ -169,6 +169,14 @@ func TestNATSIdentitiesAreLeastPrivilege(t *testing.T) {
 		a.denied(t, &nats.Msg{Subject: "$JS.API.STREAM.PURGE." + events.StreamTasks})
 		a.denied(t, &nats.Msg{Subject: events.InboxSubject(0, "victim")})
 		a.denied(t, &nats.Msg{Subject: "$JS.API.CONSUMER.RESET." + events.StreamTimers + "." + bus.PartitionTimersConsumer(0)})
+		// The dispatchers' partition consumers on the reports stream: an
+		// agent may neither pull from, re-point nor delete them (it reads
+		// reports one get at a time).
+		part := bus.PartitionResultsConsumer(0)
+		a.denied(t, &nats.Msg{Subject: "$JS.API.CONSUMER.MSG.NEXT." + events.StreamResults + "." + part, Data: []byte(`{"batch":1}`)})
+		a.denied(t, &nats.Msg{Subject: "$JS.API.CONSUMER.DELETE." + events.StreamResults + "." + part})
+		a.denied(t, &nats.Msg{Subject: "$JS.API.CONSUMER.CREATE." + events.StreamResults + "." + part + ".jf.results.default.*.*",
+			Data: []byte(`{"stream_name":"JF_RESULTS","config":{"durable_name":"` + part + `","filter_subject":"jf.results.default.*.*","ack_policy":"explicit"}}`)})
 	})
 
 	t.Run("APIAndJanitorCannotWriteHistory", func(t *testing.T) {

@@ -262,9 +262,14 @@ func (d *Dispatcher) storedResults(ctx context.Context, x *execState) (map[strin
 	if !slices.ContainsFunc(x.state.Steps, func(st projections.Step) bool { return st.Status.InFlight() }) {
 		return nil, nil
 	}
-	evs, err := history.ReadStream(ctx, d.js, events.StreamResults, events.ExecutionResults(x.id), 0, 0)
-	if err != nil {
-		return nil, fmt.Errorf("read stored results: %w", err)
+	var evs []events.Event
+	// Reports stored before partitions too (in flight across the upgrade).
+	for _, filter := range []string{events.ExecutionResultsBefore(x.id), events.ExecutionResults(x.id)} {
+		some, err := history.ReadStream(ctx, d.js, events.StreamResults, filter, 0, 0)
+		if err != nil {
+			return nil, fmt.Errorf("read stored results: %w", err)
+		}
+		evs = append(evs, some...)
 	}
 	out := map[string]events.Event{}
 	for _, ev := range evs {

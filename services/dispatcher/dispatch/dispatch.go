@@ -300,7 +300,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		if cons.CachedInfo().Name == bus.ConsumerDispatcherCommands {
 			handler = func(m jetstream.Msg) { d.routeCommand(ctx, m, queue) }
 		}
-		cc, err := cons.Consume(handler, jetstream.PullMaxMessages(256))
+		cc, err := cons.Consume(handler, jetstream.PullMaxMessages(64))
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil // stopped while starting: not an error
@@ -373,6 +373,7 @@ func (d *Dispatcher) routeCommand(ctx context.Context, m jetstream.Msg, queue fu
 	}
 	key := routingKey(ev)
 	if from := d.holding(d.partitionOf(key)); from != nil {
+		_ = m.InProgress() // the intake's ack wait is short: it may wait in the worker's queue
 		queue(job{msg: m, ev: ev, key: key, from: from, intake: true})
 		return
 	}
@@ -440,7 +441,9 @@ func (d *Dispatcher) process(ctx context.Context, j job) {
 	defer j.from.done()
 	if j.from != nil {
 		if epoch, ok := d.parts.table.Holds(j.from.part); !ok || epoch != j.from.epoch {
-			_ = j.msg.Nak() // the partition moved on: its next holder takes it
+			// The partition moved on (its next holder takes it), or this
+			// holding's renewal is late: in a moment, not in a hot loop.
+			_ = j.msg.NakWithDelay(500 * time.Millisecond)
 			return
 		}
 	}
@@ -551,8 +554,8 @@ type execState struct {
 	// start), 0 while there is none.
 	firstSeq uint64
 	// epoch is the holding of the execution's partition in which the state
-	// was read (0: not held then). A cached state is the whole history
-	// while that holding lasts: nobody else writes it meanwhile.
+	// was read (0: not held then). A state cached in an earlier holding is
+	// read again: another dispatcher held the partition in between.
 	epoch uint64
 	// view is what decisions derived from state so far (view.go).
 	view *view
@@ -588,9 +591,7 @@ func (d *Dispatcher) withExecutionAs(ctx context.Context, wf, id string, damaged
 		if err != nil {
 			return err
 		}
-		epoch, held := d.holds(id)
-		owned := held && x.epoch == epoch
-		x.current = !cached || owned
+		x.current = !cached
 		if x.state.Damaged != nil && !damagedToo {
 			err := d.refuseDamaged(ctx, x, cached)
 			if errors.Is(err, bus.ErrConflict) && attempt < 8 {
@@ -607,13 +608,14 @@ func (d *Dispatcher) withExecutionAs(ctx context.Context, wf, id string, damaged
 			d.cache.put(id, x)
 			d.mu.Unlock()
 		}
-		if err == nil && cached && !owned && x.state.LastSeq == before {
+		if err == nil && cached && x.state.LastSeq == before {
 			// fn decided to change nothing (a stale or duplicate result, or
-			// nothing to do) on the strength of a cached state of an
-			// execution whose partition this dispatcher does not hold (a
-			// message from a shared consumer, or a clear-lock naming other
-			// executions). Another dispatcher may have written since: the
-			// decision stands only if the history has not moved.
+			// nothing to do) on the strength of a cached state. Another
+			// dispatcher may have written since, even while this one holds
+			// the execution's partition (a clear-lock routed by its own id,
+			// a report or timer from a shared consumer, a holder that lost
+			// its lease and has not noticed yet): the decision stands only
+			// if the history has not moved.
 			err = d.checkFresh(ctx, x)
 		}
 		if err == nil {

@@ -270,7 +270,11 @@ func (d *Dispatcher) advance(ctx context.Context, x *execState) error {
 		return err
 	}
 	for i := 0; i < 16*len(x.state.Steps)+64; i++ {
-		a := decideLockedIn(x.def, x.state, x.view)
+		v := x.view
+		if len(x.state.Steps) <= smallExecution {
+			v = nil // a small execution is cheaper to walk than to keep a view of
+		}
+		a := decideLockedIn(x.def, x.state, v)
 		if verifyView {
 			if b := decideLocked(x.def, x.state); !reflect.DeepEqual(a, b) {
 				panic(fmt.Sprintf("execution %s: with its view the decision is %+v, without it %+v", x.id, a, b))

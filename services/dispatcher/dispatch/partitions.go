@@ -25,10 +25,15 @@ import (
 // are left to the next holder, which resets the consumers so that what
 // this one held is delivered again at once instead of after the ack wait.
 //
-// Holding a partition also makes the cache trustworthy: nobody else writes
-// its executions' histories, so a cached state cached in the current
-// holding is the whole history, and a decision to change nothing needs no
-// request to confirm it (see withExecutionAs).
+// Holding a partition makes it rare, not impossible, that another
+// dispatcher writes one of its executions (a clear-lock is routed by its
+// own id and may name executions of other partitions, shared consumers
+// still deliver reports and timers stored before partitions, and a holder
+// that lost its lease goes on until it notices): the history's sequence
+// check stays the fence, and a cached state is confirmed before a
+// decision to change nothing and before a lock-bucket write, as without
+// partitions (see withExecutionAs and ensureCurrent). A state cached in an
+// earlier holding is read again.
 
 // partitions is the dispatcher's side of the partition table.
 type partitions struct {
@@ -66,6 +71,15 @@ func (d *Dispatcher) holds(id string) (epoch uint64, ok bool) {
 // acquire starts consuming partition p for its holding epoch, which the
 // table just took.
 func (d *Dispatcher) acquire(ctx context.Context, p int, epoch uint64, enqueue func(jetstream.Msg, *consuming)) error {
+	// current: the table still holds p in this holding (a release may
+	// come before this start is done; then it must not start at all).
+	current := func() bool {
+		e, ok := d.parts.table.Holds(p)
+		return ok && e == epoch
+	}
+	if !current() {
+		return nil
+	}
 	r := &consuming{part: p, epoch: epoch}
 	d.parts.mu.Lock()
 	old := d.parts.running[p]
@@ -75,7 +89,9 @@ func (d *Dispatcher) acquire(ctx context.Context, p int, epoch uint64, enqueue f
 		old.stop(d.cfg.AckWait) // a holding lost and taken again: start afresh
 	}
 	for _, c := range bus.PartitionConsumers(d.durables(), p) {
-		cons, err := bus.Bind(ctx, d.js, !d.cfg.BindOnly, c, nil)
+		cons, err := bus.Bind(ctx, d.js, !d.cfg.BindOnly, c, func(err error) {
+			d.log.Warn().Err(err).Int("partition", p).Msg("waiting for the bootstrap")
+		})
 		if err != nil {
 			return err
 		}
@@ -84,19 +100,32 @@ func (d *Dispatcher) acquire(ctx context.Context, p int, epoch uint64, enqueue f
 		// ack wait. Messages it had handled and acknowledged are not
 		// (work queues drop them; the reports' consumer may repeat a
 		// few, which are recognised as stale).
+		if !current() {
+			d.release(p, epoch)
+			return nil
+		}
 		if _, err := d.js.ResetConsumer(ctx, c.Stream, c.Config.Durable); err != nil {
 			return fmt.Errorf("reset consumer %s: %w", c.Config.Durable, err)
 		}
+		name := c.Config.Durable
 		cc, err := cons.Consume(func(m jetstream.Msg) {
 			r.inFlight.Add(1)
 			enqueue(m, r)
-		}, jetstream.PullMaxMessages(64))
+		}, jetstream.PullMaxMessages(64), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			if ctx.Err() == nil {
+				d.log.Warn().Err(err).Str("consumer", name).Msg("consume partition")
+			}
+		}))
 		if err != nil {
 			return fmt.Errorf("consume %s: %w", c.Config.Durable, err)
 		}
 		if !r.add(cc) {
 			return nil // released meanwhile
 		}
+	}
+	if !current() { // released while starting: the release found nothing to stop yet
+		d.release(p, epoch)
+		return nil
 	}
 	d.log.Debug().Int("partition", p).Uint64("epoch", epoch).Msg("partition taken")
 	return nil

@@ -373,14 +373,17 @@ func waitingOnTime(x projections.Execution, now time.Time) bool {
 // hasResult reports whether the results stream holds a final result for task.
 func (j *Janitor) hasResult(ctx context.Context, executionID, taskID string) (bool, error) {
 	found := false
-	err := history.ScanReports(ctx, j.js, events.StreamResults, events.ExecutionResults(executionID), func(ev events.Event) error {
-		if ref, ok := events.ResultRef(ev.Data); ok && ref.TaskID == taskID && ev.Type != events.TypeOperationStarted {
-			found = true
+	// Reports stored before partitions too (a task in flight across the upgrade).
+	for _, filter := range []string{events.ExecutionResults(executionID), events.ExecutionResultsBefore(executionID)} {
+		err := history.ScanReports(ctx, j.js, events.StreamResults, filter, func(ev events.Event) error {
+			if ref, ok := events.ResultRef(ev.Data); ok && ref.TaskID == taskID && ev.Type != events.TypeOperationStarted {
+				found = true
+			}
+			return nil
+		})
+		if err != nil {
+			return false, fmt.Errorf("read results of %s: %w", executionID, err)
 		}
-		return nil
-	})
-	if err != nil {
-		return false, fmt.Errorf("read results of %s: %w", executionID, err)
 	}
 	return found, nil
 }

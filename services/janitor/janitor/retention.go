@@ -316,8 +316,10 @@ func (j *Janitor) purge(ctx context.Context, st *stores, f finished, group strin
 	if err := st.events.Purge(ctx, jetstream.WithPurgeSubject(subject)); err != nil {
 		return expiryWaiting, fmt.Errorf("purge history of %s: %w", f.ID, err)
 	}
-	if err := st.results.Purge(ctx, jetstream.WithPurgeSubject(events.ExecutionResults(f.ID))); err != nil {
-		return expiryWaiting, fmt.Errorf("purge results of %s: %w", f.ID, err)
+	for _, filter := range []string{events.ExecutionResults(f.ID), events.ExecutionResultsBefore(f.ID)} {
+		if err := st.results.Purge(ctx, jetstream.WithPurgeSubject(filter)); err != nil {
+			return expiryWaiting, fmt.Errorf("purge results of %s: %w", f.ID, err)
+		}
 	}
 	if err := st.models.Purge(ctx, f.ID); err != nil {
 		return expiryWaiting, fmt.Errorf("delete read model of %s: %w", f.ID, err)

@@ -196,6 +196,6 @@ jetflow dev runs it at every start.`,
 	f.IntVar(&d.Partitions, "partitions", 0, "dispatcher partitions of a new deployment (default 8; fixed once recorded)")
 	f.DurationVar(&d.TaskAckWait, "task-ack-wait", 30*time.Second, "time without an agent's heartbeat before a task goes to another agent")
 	f.IntVar(&d.MaxDeliver, "max-deliver", 5, "deliveries of a task before the janitor fails it")
-	f.DurationVar(&d.DispatcherAckWait, "dispatch-ack-wait", 30*time.Second, "how long a dispatcher may hold a command, result or timer")
+	f.DurationVar(&d.DispatcherAckWait, "dispatch-ack-wait", 30*time.Second, "how long a dispatcher may hold a command of its partitions, a result or a timer (the intake holds a command 2s at most)")
 	return cmd
 }
