@@ -76,6 +76,7 @@ func (p Permissions) compact() Permissions {
 const (
 	jsAPI = "$JS.API."
 	jsAck = "$JS.ACK."
+	jsFC  = "$JS.FC."
 	kvPub = "$KV."
 )
 
@@ -107,7 +108,11 @@ func readStream(stream string, filters ...string) []string {
 	out = append(out,
 		jsAPI+"CONSUMER.INFO."+stream+".*",
 		jsAPI+"CONSUMER.MSG.NEXT."+stream+".*",
-		jsAPI+"CONSUMER.DELETE."+stream+".*")
+		jsAPI+"CONSUMER.DELETE."+stream+".*",
+		// An ordered consumer (a KV watch is one) answers the server's
+		// flow control; without it the server stops delivering to it once
+		// a few megabytes went by, and the watch stalls without an error.
+		jsFC+stream+".>")
 	for _, f := range filters {
 		out = append(out, jsAPI+"CONSUMER.CREATE."+stream+".*."+f)
 	}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -354,4 +355,77 @@ func TestNamespacesAreIsolated(t *testing.T) {
 		}
 	}
 	require.Equal(t, x.LastSeq, evs[len(evs)-1].Seq)
+}
+
+// TestWatchesOutliveFlowControl: the services watch buckets (the
+// dispatchers their membership and the locks, the janitor and the api the
+// read models) with ordered consumers, which answer the server's flow
+// control on $JS.FC. Without the right to publish there, a watch stalls
+// for good once a few megabytes went by, without an error the service
+// sees: the dispatchers then stop noticing that one of them died (found by
+// trying failover on a dev stack that had run for minutes). Each identity
+// watches a key of a bucket it reads while the admin writes eight
+// megabytes to it: every update must arrive.
+func TestWatchesOutliveFlowControl(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, nil)
+	admin := s.as(t, auth.RoleAdmin)
+	value := []byte(strings.Repeat("x", 2048))
+	const updates = 4000
+	for _, c := range []struct {
+		role   auth.Role
+		bucket string
+		key    string
+	}{
+		{auth.RoleDispatcher, events.BucketDispatchers, "flood-d"},
+		{auth.RoleJanitor, events.BucketExecutions, "flood-j"},
+		{auth.RoleAPI, events.BucketExecutions, "flood-a"},
+	} {
+		t.Run(string(c.role), func(t *testing.T) {
+			id := s.as(t, c.role)
+			kv, err := id.js.KeyValue(t.Context(), c.bucket)
+			require.NoError(t, err)
+			// Each update on its own key: a bucket keeps one value per key,
+			// and a watch may pass over a value already replaced.
+			w, err := kv.Watch(t.Context(), c.key+".*", jetstream.UpdatesOnly())
+			require.NoError(t, err)
+			defer func() { _ = w.Stop() }()
+			akv, err := admin.js.KeyValue(t.Context(), c.bucket)
+			require.NoError(t, err)
+			got := 0
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for e := range w.Updates() {
+					if e != nil {
+						if got++; got == updates {
+							return
+						}
+					}
+				}
+			}()
+			for i := range updates {
+				_, err := akv.Put(t.Context(), c.key+"."+strconv.Itoa(i), value)
+				require.NoError(t, err)
+			}
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second):
+				select {
+				case err := <-id.violations:
+					t.Logf("violation: %v", err)
+				default:
+				}
+				t.Fatalf("the %s watch stalled after %d of %d updates", c.role, got, updates)
+			}
+			select {
+			case err := <-id.violations:
+				t.Fatalf("permission violation while watching: %v", err)
+			default:
+			}
+			stream, err := admin.js.Stream(t.Context(), "KV_"+c.bucket)
+			require.NoError(t, err)
+			require.NoError(t, stream.Purge(t.Context(), jetstream.WithPurgeSubject("$KV."+c.bucket+"."+c.key+".>")))
+		})
+	}
 }
