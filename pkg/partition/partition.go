@@ -22,9 +22,12 @@ package partition
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -100,10 +103,14 @@ func MemberKey(id string) string { return "member." + id }
 // LeaseKey is the key of a partition's lease.
 func LeaseKey(p int) string { return "lease." + strconv.Itoa(p) }
 
-// ValidMember reports whether id can name a member (a key token).
-func ValidMember(id string) bool {
-	return id != "" && len(id) <= 128 && !strings.ContainsAny(id, ".*> \t\r\n")
-}
+// MemberRule describes valid member names, for error messages.
+const MemberRule = "use 1 to 128 letters, digits, '-' or '_'"
+
+var memberRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+
+// ValidMember reports whether id can name a member: a key token of the
+// bucket, made of letters, digits, '-' and '_'.
+func ValidMember(id string) bool { return memberRe.MatchString(id) }
 
 // Count reads the number of partitions from the bucket.
 func Count(ctx context.Context, kv jetstream.KeyValue) (int, error) {
@@ -172,7 +179,7 @@ type Config struct {
 func (c Config) Validate() error {
 	switch {
 	case !ValidMember(c.Member):
-		return fmt.Errorf("partition: member %q: use 1 to 128 characters without dots, wildcards or spaces", c.Member)
+		return fmt.Errorf("partition: member %q: %s", c.Member, MemberRule)
 	case c.Partitions < 1 || c.Partitions > MaxCount:
 		return fmt.Errorf("partition: %d partitions: use 1 to %d", c.Partitions, MaxCount)
 	case c.TTL != 0 && (c.TTL < time.Second || c.TTL%time.Second != 0):
@@ -202,6 +209,8 @@ type Table struct {
 	kv  jetstream.KeyValue
 	js  jetstream.JetStream
 
+	nonce   string          // this process's value of its member key
+	dupes   int             // renewals of its member key by another process seen
 	members map[string]bool // seen alive in the bucket
 	leases  map[int]lease   // seen in the bucket, or just written
 	// owners are the partitions' owners for the members ownersOf names.
@@ -246,7 +255,9 @@ func New(js jetstream.JetStream, kv jetstream.KeyValue, cfg Config) (*Table, err
 		cfg.OnError = func(error, string) {}
 	}
 	n := cfg.Partitions
-	return &Table{cfg: cfg, kv: kv, js: js, members: map[string]bool{}, leases: map[int]lease{},
+	nonce := make([]byte, 8)
+	_, _ = rand.Read(nonce)
+	return &Table{cfg: cfg, kv: kv, js: js, nonce: hex.EncodeToString(nonce), members: map[string]bool{}, leases: map[int]lease{},
 		state: make([]state, n), until: make([]time.Time, n), epoch: make([]uint64, n), released: make(chan holding, n), failed: make(chan holding, n), quit: make(chan struct{})}, nil
 }
 
@@ -294,9 +305,15 @@ func (t *Table) Run(ctx context.Context) error {
 		t.forget()
 		t.loop(ctx, w, tick)
 		_ = w.Stop()
+		if t.dupes > 1 {
+			return fmt.Errorf("%w: another process renews member %q: give each dispatcher its own name", ErrDuplicateMember, t.cfg.Member)
+		}
 	}
 	return nil
 }
+
+// ErrDuplicateMember means another running process uses this member's name.
+var ErrDuplicateMember = errors.New("partition: duplicate member")
 
 func (t *Table) loop(ctx context.Context, w jetstream.KeyWatcher, tick *time.Ticker) {
 	ready := false // the watch delivered the bucket's current keys
@@ -312,6 +329,9 @@ func (t *Table) loop(ctx context.Context, w jetstream.KeyWatcher, tick *time.Tic
 				ready = true
 			} else {
 				t.observe(e)
+			}
+			if t.dupes > 1 {
+				return
 			}
 		case h := <-t.released:
 			t.finishRelease(ctx, h)
@@ -369,6 +389,9 @@ func (t *Table) observe(e jetstream.KeyValueEntry) {
 		id := strings.TrimPrefix(key, "member.")
 		if gone && id == t.cfg.Member {
 			return // this member is alive: an old marker, or its key expired and the next heartbeat puts it back
+		}
+		if id == t.cfg.Member && string(e.Value()) != t.nonce {
+			t.dupes++ // once may be this name's previous run; more is another process
 		}
 		if gone {
 			delete(t.members, id)
@@ -429,7 +452,7 @@ func (t *Table) opCtx(ctx context.Context) (context.Context, context.CancelFunc)
 func (t *Table) heartbeat(ctx context.Context) {
 	ctx, cancel := t.opCtx(ctx)
 	defer cancel()
-	_, err := t.js.Publish(ctx, "$KV."+t.kv.Bucket()+"."+MemberKey(t.cfg.Member), nil, jetstream.WithMsgTTL(t.cfg.TTL))
+	_, err := t.js.Publish(ctx, "$KV."+t.kv.Bucket()+"."+MemberKey(t.cfg.Member), []byte(t.nonce), jetstream.WithMsgTTL(t.cfg.TTL))
 	if err != nil {
 		t.cfg.OnError(err, "renew membership")
 		return

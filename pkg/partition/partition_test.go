@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -237,4 +238,43 @@ func TestTableSharesAndFailsOver(t *testing.T) {
 	c.mu.Unlock()
 	took = coverage(t, n, 10*time.Second, a)
 	t.Logf("c's partitions were handed over in %s", took)
+}
+
+// TestDuplicateMemberIsAnError: two processes given one member name would
+// renew each other's key and hand partitions back and forth; the table
+// notices the other's renewals and Run returns ErrDuplicateMember, so
+// the dispatcher stops, saying why.
+func TestDuplicateMemberIsAnError(t *testing.T) {
+	t.Parallel()
+	s := natstest.RunJetStream(t)
+	natstest.Connect(t, s)
+	errs := make(chan error, 2)
+	for range 2 {
+		nc, err := nats.Connect(s.ClientURL())
+		require.NoError(t, err)
+		t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		require.NoError(t, err)
+		table, err := partition.New(js, mustKV(t, js), partition.Config{Member: "twin", Partitions: 4,
+			Acquire: func(context.Context, int, uint64) error { return nil }, Release: func(int, uint64) {}})
+		require.NoError(t, err)
+		go func() { errs <- table.Run(t.Context()) }()
+	}
+	select {
+	case err := <-errs:
+		require.ErrorIs(t, err, partition.ErrDuplicateMember)
+		require.ErrorContains(t, err, `member "twin"`)
+	case <-time.After(30 * time.Second):
+		t.Fatal("two processes share a member name and neither noticed")
+	}
+}
+
+func TestValidMember(t *testing.T) {
+	t.Parallel()
+	for _, ok := range []string{"d0", "disp-b", "host_1-4242-ab12cd34", strings.Repeat("a", 128)} {
+		require.True(t, partition.ValidMember(ok), ok)
+	}
+	for _, bad := range []string{"", "a.b", "a b", "a*", "a>b", "disp:x", "ä-ü", strings.Repeat("a", 129)} {
+		require.False(t, partition.ValidMember(bad), bad)
+	}
 }

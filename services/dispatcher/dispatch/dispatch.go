@@ -85,7 +85,7 @@ func (c Config) Validate() error {
 	case c.AckWait > 0 && c.AckWait < 300*time.Millisecond:
 		return fmt.Errorf("dispatch: AckWait %s is too short to keep a message while it is handled (at least 300ms)", c.AckWait)
 	case c.Member != "" && !partition.ValidMember(c.Member):
-		return fmt.Errorf("dispatch: Member %q: use 1 to 128 characters without dots, wildcards or spaces", c.Member)
+		return fmt.Errorf("dispatcher member %q (-member, JETFLOW_DISPATCHER_MEMBER): %s", c.Member, partition.MemberRule)
 	case c.LeaseTTL != 0 && (c.LeaseTTL < time.Second || c.LeaseTTL%time.Second != 0):
 		return fmt.Errorf("dispatch: LeaseTTL %s: use whole seconds, at least 1s", c.LeaseTTL)
 	}
@@ -104,11 +104,14 @@ func (c Config) withDefaults() Config {
 	if c.Member == "" {
 		host, _ := os.Hostname()
 		host = strings.Map(func(r rune) rune {
-			if strings.ContainsRune(".*> \t\r\n", r) {
+			if r > 127 || !(r == '-' || r == '_' || r >= '0' && r <= '9' || r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z') {
 				return '-'
 			}
 			return r
 		}, host)
+		if len(host) > 100 {
+			host = host[:100]
+		}
 		c.Member = fmt.Sprintf("%s-%d-%s", cmp.Or(host, "dispatcher"), os.Getpid(), newToken()[:8])
 	}
 	return c
@@ -310,13 +313,24 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		ccs = append(ccs, cc)
 	}
 	tableDone = make(chan struct{})
-	go func() { defer close(tableDone); _ = table.Run(ctx) }()
+	tableErr := make(chan error, 1)
+	go func() { defer close(tableDone); tableErr <- table.Run(ctx) }()
 	watched := make(chan struct{})
 	go func() { defer close(watched); d.watchLocks(ctx) }()
 	defer func() { <-watched }()
 	d.log.Info().Int("workers", d.cfg.Workers).Int("partitions", d.parts.n).Str("member", d.cfg.Member).Msg("dispatcher running")
-	<-ctx.Done()
-	return nil
+	if d.cfg.APIURL == "" {
+		d.log.Warn().Msg("no -api-url: executions started here see an empty workflow.api_url (give every dispatcher the same one)")
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-tableErr:
+		if err == nil || ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
 }
 
 // intake decodes a message and checks that it may be handled where it

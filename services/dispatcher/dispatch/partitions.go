@@ -127,7 +127,7 @@ func (d *Dispatcher) acquire(ctx context.Context, p int, epoch uint64, enqueue f
 		d.release(p, epoch)
 		return nil
 	}
-	d.log.Debug().Int("partition", p).Uint64("epoch", epoch).Msg("partition taken")
+	d.log.Info().Int("partition", p).Uint64("epoch", epoch).Msg("partition taken")
 	return nil
 }
 
@@ -144,7 +144,7 @@ func (d *Dispatcher) release(p int, epoch uint64) {
 	delete(d.parts.running, p)
 	d.parts.mu.Unlock()
 	r.stop(d.cfg.AckWait)
-	d.log.Debug().Int("partition", p).Uint64("epoch", epoch).Msg("partition given up")
+	d.log.Info().Int("partition", p).Uint64("epoch", epoch).Msg("partition given up")
 }
 
 // add keeps cc, or stops it if the holding was released meanwhile.
