@@ -238,8 +238,8 @@ func (d *Dispatcher) durables() bus.Durables {
 func (d *Dispatcher) route(ctx context.Context, m jetstream.Msg, ev events.Event) error {
 	msg := nats.NewMsg(d.inboxSubject(ev))
 	for k, vs := range m.Headers() {
-		if strings.HasPrefix(strings.ToLower(k), "nats-") {
-			continue // JetStream's own (message id, expectations) are the sender's to its stream
+		if strings.HasPrefix(strings.ToLower(k), "nats-") || strings.EqualFold(k, CommandSubjectHeader) {
+			continue // JetStream's own (message id, expectations) are the sender's to its stream; ours is set below
 		}
 		msg.Header[k] = vs
 	}
