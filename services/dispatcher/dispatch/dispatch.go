@@ -129,7 +129,9 @@ type Dispatcher struct {
 
 	damages damageLog // damages logged (damage.go)
 
-	parts partitions // the partitions it holds (partitions.go)
+	parts    partitions      // the partitions it holds (partitions.go)
+	started  time.Time       // when Run began
+	stopping <-chan struct{} // closed when Run is asked to stop
 
 	mu    sync.Mutex // guards cache
 	cache *lru
@@ -219,6 +221,7 @@ type job struct {
 
 // Run consumes commands and results until ctx ends.
 func (d *Dispatcher) Run(ctx context.Context) error {
+	d.started, d.stopping = time.Now(), ctx.Done()
 	// Bind every shared consumer before any message is handled: a
 	// dispatcher that binds to the bootstrap's consumers takes their ack
 	// wait.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
@@ -127,7 +128,13 @@ func (d *Dispatcher) acquire(ctx context.Context, p int, epoch uint64, enqueue f
 		d.release(p, epoch)
 		return nil
 	}
-	d.log.Info().Int("partition", p).Uint64("epoch", epoch).Msg("partition taken")
+	// Info once running: a move is worth telling an operator; the first
+	// takes of a dispatcher starting are its "dispatcher running".
+	lvl := zerolog.InfoLevel
+	if time.Since(d.started) < 5*time.Second {
+		lvl = zerolog.DebugLevel
+	}
+	d.log.WithLevel(lvl).Int("partition", p).Uint64("epoch", epoch).Msg("partition taken")
 	return nil
 }
 
@@ -144,7 +151,13 @@ func (d *Dispatcher) release(p int, epoch uint64) {
 	delete(d.parts.running, p)
 	d.parts.mu.Unlock()
 	r.stop(d.cfg.AckWait)
-	d.log.Info().Int("partition", p).Uint64("epoch", epoch).Msg("partition given up")
+	lvl := zerolog.InfoLevel
+	select {
+	case <-d.stopping: // every partition goes when the dispatcher stops
+		lvl = zerolog.DebugLevel
+	default:
+	}
+	d.log.WithLevel(lvl).Int("partition", p).Uint64("epoch", epoch).Msg("partition given up")
 }
 
 // add keeps cc, or stops it if the holding was released meanwhile.
