@@ -236,18 +236,16 @@ func ensurePartitions(ctx context.Context, js jetstream.JetStream, c Config) (in
 	if err != nil {
 		return 0, fmt.Errorf("ensure bucket %s: %w", kc.Bucket, err)
 	}
-	if err := partition.SetCount(ctx, kv, cmp.Or(c.Partitions, recordedOr(ctx, kv, partition.DefaultCount))); err != nil {
+	if c.Partitions == 0 { // the recorded number, or the default for a new deployment
+		if n, err := partition.Count(ctx, kv); err == nil {
+			return n, nil
+		}
+	}
+	n := cmp.Or(c.Partitions, partition.DefaultCount)
+	if err := partition.SetCount(ctx, kv, n); err != nil { // refuses another number than the recorded one
 		return 0, err
 	}
-	return partition.Count(ctx, kv)
-}
-
-// recordedOr is the recorded partition count, or def if none is.
-func recordedOr(ctx context.Context, kv jetstream.KeyValue, def int) int {
-	if n, err := partition.Count(ctx, kv); err == nil {
-		return n
-	}
-	return def
+	return n, nil
 }
 
 // Partitions reads the deployment's number of partitions.

@@ -221,7 +221,6 @@ type Table struct {
 	state []state
 	until []time.Time // a held lease is valid until then (renewal sent + TTL)
 	epoch []uint64    // incremented each time a partition is acquired
-	owned int
 
 	released chan holding   // a Release of a lease given up finished
 	failed   chan holding   // an Acquire failed
@@ -271,13 +270,6 @@ func (t *Table) Holds(p int) (epoch uint64, ok bool) {
 		return 0, false
 	}
 	return t.epoch[p], true
-}
-
-// Owned is the number of partitions held.
-func (t *Table) Owned() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.owned
 }
 
 // Run keeps the membership and the leases until ctx ends, then releases
@@ -432,9 +424,6 @@ func (t *Table) lost(p int, why string) {
 	}
 	t.state[p] = free
 	epoch := t.epoch[p]
-	if st == held {
-		t.owned--
-	}
 	t.mu.Unlock()
 	t.cfg.OnError(fmt.Errorf("partition %d lost: %s", p, why), "lease")
 	if st == held {
@@ -505,7 +494,6 @@ func (t *Table) acquire(ctx context.Context, p int) {
 	t.state[p], t.until[p] = held, sent.Add(t.cfg.TTL)
 	t.epoch[p] = epochs.Add(1)
 	epoch := t.epoch[p]
-	t.owned++
 	t.mu.Unlock()
 	// Starting takes a few requests: never hold up the renewals for it.
 	t.starting.Add(1)
@@ -554,7 +542,6 @@ func (t *Table) renew(ctx context.Context, p int, l lease) {
 func (t *Table) startRelease(p int) {
 	t.mu.Lock()
 	t.state[p] = releasing
-	t.owned--
 	epoch := t.epoch[p]
 	t.mu.Unlock()
 	t.starting.Add(1)
@@ -609,7 +596,6 @@ func (t *Table) leave() {
 		}
 		if st == held {
 			holding = append(holding, p)
-			t.owned--
 		}
 		t.state[p] = free
 	}

@@ -40,8 +40,7 @@ var verifyView bool
 
 // foreachMemo is what a foreach instance's earlier decisions learned.
 type foreachMemo struct {
-	items  []any
-	parsed bool
+	items []any
 	// done items [0, done) have ended, with these outputs: items end for
 	// good until a resume or a replay (which starts the view afresh).
 	done    int
@@ -78,16 +77,12 @@ func (v *view) sync(s projections.Execution) *view {
 func (v *view) memo(prefix string, input json.RawMessage) *foreachMemo {
 	m := v.foreach[prefix]
 	if m == nil {
-		m = &foreachMemo{}
-		v.foreach[prefix] = m
-	}
-	if !m.parsed {
 		var rec struct {
 			Items []any `json:"items"`
 		}
 		_ = json.Unmarshal(input, &rec)
-		m.items, m.parsed = rec.Items, true
-		m.outputs = make([]any, len(rec.Items))
+		m = &foreachMemo{items: rec.Items, outputs: make([]any, len(rec.Items))}
+		v.foreach[prefix] = m
 	}
 	return m
 }
