@@ -14,13 +14,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"jetflow.dev/pkg/bus"
-	"jetflow.dev/pkg/catalog"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/natstest"
 	"jetflow.dev/pkg/partition"
 	"jetflow.dev/pkg/projections"
-	"jetflow.dev/pkg/workflow"
 	"jetflow.dev/services/dispatcher/dispatch"
 )
 
@@ -231,22 +229,7 @@ func TestUnknownEventWaitsForANewerDispatcher(t *testing.T) {
 // finds the repair, and carries the command out instead of rejecting it.
 func TestRepairByAnotherDispatcher(t *testing.T) {
 	t.Parallel()
-	srv := natstest.RunJetStream(t)
-	_, js := natstest.Connect(t, srv)
-	defs, err := catalog.Open(t.Context(), js)
-	require.NoError(t, err)
-	_, _, err = defs.Apply(t.Context(), workflow.Definition{Name: "wf", Steps: []workflow.Step{
-		{ID: "nap", Kind: workflow.KindSleep, Duration: "1s"},
-		{ID: "after", Kind: workflow.KindNoop},
-	}})
-	require.NoError(t, err)
-	log := zerolog.New(zerolog.NewTestWriter(t))
-	newDispatcher := func(source string) *dispatch.Dispatcher {
-		_, js := natstest.Connect(t, srv)
-		dd, err := dispatch.New(t.Context(), dispatch.Config{Source: source}, js, log.With().Str("dispatcher", source).Logger())
-		require.NoError(t, err)
-		return dd
-	}
+	js, newDispatcher := napAndNoop(t)
 	publishPayload(t, js, events.SubjectStart,
 		events.New("client", "", "", time.Now(), &events.StartExecution{Workflow: "wf", ExecutionID: "x1", Input: json.RawMessage(`{}`)}))
 	a := newDispatcher("A")

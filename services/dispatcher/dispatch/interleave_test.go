@@ -149,22 +149,7 @@ func TestReconcileNamingAnotherWorkflowChangesNothing(t *testing.T) {
 // as a duplicate and leave the execution asleep forever.
 func TestTimerFiredBeforeACrashIsActedOn(t *testing.T) {
 	t.Parallel()
-	srv := natstest.RunJetStream(t)
-	_, js := natstest.Connect(t, srv)
-	defs, err := catalog.Open(t.Context(), js)
-	require.NoError(t, err)
-	_, _, err = defs.Apply(t.Context(), workflow.Definition{Name: "wf", Steps: []workflow.Step{
-		{ID: "nap", Kind: workflow.KindSleep, Duration: "1s"},
-		{ID: "after", Kind: workflow.KindNoop},
-	}})
-	require.NoError(t, err)
-	log := zerolog.New(zerolog.NewTestWriter(t))
-	newDispatcher := func(source string) *dispatch.Dispatcher {
-		_, js := natstest.Connect(t, srv)
-		dd, err := dispatch.New(t.Context(), dispatch.Config{Source: source}, js, log.With().Str("dispatcher", source).Logger())
-		require.NoError(t, err)
-		return dd
-	}
+	js, newDispatcher := napAndNoop(t)
 	start := events.New("client", "", "", time.Now(), &events.StartExecution{Workflow: "wf", ExecutionID: "x1", Input: json.RawMessage(`{}`)})
 	publishPayload(t, js, events.SubjectStart, start)
 	runUntil(t, newDispatcher("A"), func() bool { return stepIs(t, js, 0, projections.OpWaiting) })
@@ -184,4 +169,29 @@ func TestTimerFiredBeforeACrashIsActedOn(t *testing.T) {
 	require.Len(t, s.Steps, 2)
 	require.Equal(t, projections.OpSucceeded, s.Steps[0].Status, "the recorded firing ends the sleep")
 	require.Equal(t, projections.OpSent, s.Steps[1].Status, "and the next step is sent")
+}
+
+// napAndNoop runs a JetStream server with the workflow wf (a 1 s sleep,
+// then a noop) and returns a connection and a maker of dispatchers, each
+// on its own connection, named by source, for tests that hand one
+// execution from one dispatcher to another.
+func napAndNoop(t *testing.T) (jetstream.JetStream, func(source string) *dispatch.Dispatcher) {
+	t.Helper()
+	srv := natstest.RunJetStream(t)
+	_, js := natstest.Connect(t, srv)
+	defs, err := catalog.Open(t.Context(), js)
+	require.NoError(t, err)
+	_, _, err = defs.Apply(t.Context(), workflow.Definition{Name: "wf", Steps: []workflow.Step{
+		{ID: "nap", Kind: workflow.KindSleep, Duration: "1s"},
+		{ID: "after", Kind: workflow.KindNoop},
+	}})
+	require.NoError(t, err)
+	log := zerolog.New(zerolog.NewTestWriter(t))
+	newDispatcher := func(source string) *dispatch.Dispatcher {
+		_, js := natstest.Connect(t, srv)
+		dd, err := dispatch.New(t.Context(), dispatch.Config{Source: source}, js, log.With().Str("dispatcher", source).Logger())
+		require.NoError(t, err)
+		return dd
+	}
+	return js, newDispatcher
 }
