@@ -1,0 +1,64 @@
+package apiv1
+
+import (
+	"time"
+
+	"jetflow.dev/pkg/projections"
+)
+
+// Settings answers GET /v1/settings: system-wide values services
+// recorded. A value no service recorded yet is left out.
+type Settings struct {
+	// RetentionDefault is the janitor's system retention rule.
+	RetentionDefault string `json:"retention_default,omitempty"`
+}
+
+// Rebuilt answers POST /v1/admin/projections/rebuild.
+type Rebuilt struct {
+	// Damaged maps the executions whose history holds an event that does
+	// not fold to where and why.
+	Damaged map[string]projections.Damage `json:"damaged"`
+	FromSeq uint64                        `json:"from_seq"`
+	TookMS  int64                         `json:"took_ms"`
+	// Unchanged counts the read models that were right (or newer) already,
+	// Written those that were behind and were replaced.
+	Unchanged int `json:"unchanged"`
+	Written   int `json:"written"`
+}
+
+// KeyRequest is the body of POST /v1/admin/keys: a new api key. Unknown
+// members are an error.
+type KeyRequest struct {
+	Name       string   `json:"name"`
+	Scopes     []string `json:"scopes"`
+	Namespaces []string `json:"namespaces"`
+	// ExpiresIn is a duration (720h) or days (30d); "" for a key that
+	// does not expire.
+	ExpiresIn string `json:"expires_in,omitempty"`
+}
+
+// Key is an api key as the api shows it: never its hash, and its token
+// only once.
+type Key struct {
+	ID         string    `json:"id"`
+	Name       string    `json:"name"`
+	Scopes     []string  `json:"scopes"`
+	Namespaces []string  `json:"namespaces"`
+	CreatedAt  time.Time `json:"created_at"`
+	// CreatedBy is the subject of whoever created it.
+	CreatedBy string    `json:"created_by"`
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	RevokedAt time.Time `json:"revoked_at,omitzero"`
+	RevokedBy string    `json:"revoked_by,omitempty"`
+	// Status is active, expired or revoked.
+	Status string `json:"status"`
+	// Token is set only in the answer to POST /v1/admin/keys: it is shown
+	// once.
+	Token string `json:"token,omitempty"`
+}
+
+// KeyList answers GET /v1/admin/keys: the keys the caller could have
+// made, oldest first.
+type KeyList struct {
+	Keys []Key `json:"keys"`
+}

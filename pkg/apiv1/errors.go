@@ -1,0 +1,47 @@
+package apiv1
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// Error is the body of every 4xx and 5xx answer, under "error" (see
+// [ErrorBody]): a stable code for programs and a sentence for people.
+type Error struct {
+	// Status is the answer's HTTP status. It is not in the body: a client
+	// sets it from the answer.
+	Status int `json:"-"`
+	// Code is stable, for programs: invalid, invalid_json, not_found,
+	// conflict, forbidden, ... (docs/api.md#errors).
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	// Field names the request field at fault, when there is one.
+	Field string `json:"field,omitempty"`
+	// Problems lists every problem of an invalid_definition (each with
+	// field, line, column, message) or an invalid_input (each with field
+	// and message).
+	Problems json.RawMessage `json:"problems,omitempty"`
+	// Scope and Namespace name what a 403 says is missing: the scope the
+	// route needs, or the namespace not granted.
+	Scope     string `json:"scope,omitempty"`
+	Namespace string `json:"namespace,omitempty"`
+}
+
+// Error returns the message with the field at fault and the HTTP status.
+func (e *Error) Error() string {
+	if e.Field != "" {
+		return fmt.Sprintf("%s (field %s, HTTP %d)", e.Message, e.Field, e.Status)
+	}
+	return fmt.Sprintf("%s (HTTP %d)", e.Message, e.Status)
+}
+
+// ErrorBody is the body of an error answer: {"error": {...}}.
+type ErrorBody struct {
+	Error *Error `json:"error"`
+}
+
+// Health answers GET /healthz while the api is connected to NATS.
+type Health struct {
+	// Status is "ok".
+	Status string `json:"status"`
+}
