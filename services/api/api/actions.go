@@ -8,27 +8,11 @@ import (
 	"slices"
 	"strings"
 
+	"jetflow.dev/pkg/apiv1"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/services/api/access"
 )
-
-// actionRequest is the body of POST /v1/executions/{id}/actions.
-type actionRequest struct {
-	Action string `json:"action"`
-	// Reason is kept in the history with the action.
-	Reason string `json:"reason,omitempty"`
-	// RequestedBy names who asks (a person, a tool); the api's source if empty.
-	RequestedBy string `json:"requested_by,omitempty"`
-	// From and Force apply to a replay: where it goes on from (resume,
-	// last, start, or a step's id or path), and whether to ignore
-	// idempotency and replay points.
-	From  string `json:"from,omitempty"`
-	Force bool   `json:"force,omitempty"`
-	// IgnoreSeq, for a repair (admin scope), is the stream sequence of
-	// the damaged event that folds pass over from now on.
-	IgnoreSeq uint64 `json:"ignore_seq,omitempty"`
-}
 
 // replayFromRe is what a replay's from may hold: resume, last, start, a
 // step id or a step instance's path.
@@ -43,7 +27,7 @@ func (s *Server) executionAction(w http.ResponseWriter, r *http.Request) {
 	if tooLarge(w, err, s.cfg.MaxBody) {
 		return
 	}
-	var req actionRequest
+	var req apiv1.ActionRequest
 	if err == nil {
 		err = events.DecodeStrictJSON(body, &req)
 	}
@@ -122,8 +106,8 @@ func (s *Server) executionAction(w http.ResponseWriter, r *http.Request) {
 			}
 			return true, ""
 		},
-		resp: func(key string) map[string]any {
-			return map[string]any{"execution_id": id, "action": req.Action, "command": key}
+		resp: func(key string, recorded bool) any {
+			return apiv1.Acted{ExecutionID: id, Action: req.Action, Command: key, Recorded: recorded}
 		},
 		refused: func(st projections.Status) string { return st.ActionRefused(req.Action) },
 	})

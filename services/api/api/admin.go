@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"time"
 
+	"jetflow.dev/pkg/apiv1"
 	"jetflow.dev/services/api/projector"
 )
 
@@ -20,6 +21,6 @@ func (s *Server) rebuildProjections(w http.ResponseWriter, r *http.Request) {
 		s.internal(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"from_seq": from, "written": res.Written, "unchanged": res.Unchanged,
-		"damaged": res.Damaged, "took_ms": time.Since(began).Milliseconds()})
+	writeJSON(w, http.StatusOK, apiv1.Rebuilt{FromSeq: from, Written: res.Written, Unchanged: res.Unchanged,
+		Damaged: res.Damaged, TookMS: time.Since(began).Milliseconds()})
 }

@@ -25,8 +25,9 @@ type executionCommand struct {
 	// key, and, if that command was not this one (a reused Idempotency-Key),
 	// why they conflict.
 	record func(ev events.Event, key string) (found bool, conflict string)
-	// resp builds the answer's body for command key; "recorded" is added.
-	resp func(key string) map[string]any
+	// resp builds the answer's body for command key: whether the history
+	// records the command yet.
+	resp func(key string, recorded bool) any
 	// refused says why the command cannot apply to an execution in this
 	// status ("" if it can), so that the answer is at once a 409.
 	refused func(projections.Status) string
@@ -61,10 +62,9 @@ func (s *Server) sendExecutionCommand(w http.ResponseWriter, r *http.Request, c 
 	cmd := events.New(s.cfg.Source, id, cl.Workflow, time.Now(), c.data)
 	cmd.ID = cmdID
 	key := events.CommandKey(cmd.Source, cmd.ID)
-	resp := c.resp(key)
 	// A retried request is answered like the first, however late, even if
 	// that first one ended the execution.
-	if idemKey != "" && (s.answerRecorded(w, r, c, key, resp) || s.answerRejection(w, r, key)) {
+	if idemKey != "" && (s.answerRecorded(w, r, c, key) || s.answerRejection(w, r, key)) {
 		return
 	}
 	if x, err := s.loadExecution(r.Context(), id); err == nil && x.Status != projections.StatusNone {
@@ -102,7 +102,7 @@ func (s *Server) sendExecutionCommand(w http.ResponseWriter, r *http.Request, c 
 		s.internal(w, r, fmt.Errorf("publish %s: %w", cmd.Type, err))
 		return
 	}
-	if ack.Duplicate && (s.answerRecorded(w, r, c, key, resp) || s.answerRejection(w, r, key)) {
+	if ack.Duplicate && (s.answerRecorded(w, r, c, key) || s.answerRejection(w, r, key)) {
 		return // the same request at the same moment: answer with what became of it
 	}
 	answered := s.await(r, ch, func(ev events.Event) bool {
@@ -111,21 +111,19 @@ func (s *Server) sendExecutionCommand(w http.ResponseWriter, r *http.Request, c 
 			return true
 		}
 		if found, _ := c.record(ev, key); found {
-			resp["recorded"] = true
-			writeJSON(w, http.StatusOK, resp)
+			writeJSON(w, http.StatusOK, c.resp(key, true))
 			return true
 		}
 		return false
 	})
 	if !answered {
-		resp["recorded"] = false
-		writeJSON(w, http.StatusAccepted, resp)
+		writeJSON(w, http.StatusAccepted, c.resp(key, false))
 	}
 }
 
 // answerRecorded answers if the execution's history records the command
 // with key: 200 if it is this command, 409 if the key was used for another.
-func (s *Server) answerRecorded(w http.ResponseWriter, r *http.Request, c executionCommand, key string, resp map[string]any) bool {
+func (s *Server) answerRecorded(w http.ResponseWriter, r *http.Request, c executionCommand, key string) bool {
 	evs, err := history.Read(r.Context(), s.at(r).js, events.ExecutionSubject(c.workflow, c.execID), 0)
 	if err != nil {
 		return false
@@ -138,8 +136,7 @@ func (s *Server) answerRecorded(w http.ResponseWriter, r *http.Request, c execut
 		case conflict != "":
 			writeError(w, http.StatusConflict, apiError{Code: "conflict", Field: "Idempotency-Key", Message: conflict})
 		default:
-			resp["recorded"] = true
-			writeJSON(w, http.StatusOK, resp)
+			writeJSON(w, http.StatusOK, c.resp(key, true))
 		}
 		return true
 	}

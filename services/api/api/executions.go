@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"jetflow.dev/pkg/apiv1"
 	"jetflow.dev/pkg/catalog"
 	"jetflow.dev/pkg/claim"
 	"jetflow.dev/pkg/events"
@@ -26,28 +27,6 @@ import (
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/pkg/redact"
 )
-
-// startRequest is the JSON body of POST /v1/executions.
-type startRequest struct {
-	Workflow string          `json:"workflow"`
-	Version  int             `json:"version"`
-	Input    json.RawMessage `json:"input"`
-	ID       string          `json:"id"`
-	// WaitAfterFail: a failure suspends the execution instead of ending it.
-	WaitAfterFail bool `json:"wait_after_fail"`
-	// DryRun walks the workflow without running any operation.
-	DryRun bool `json:"dry_run"`
-}
-
-// startResponse answers a start.
-type startResponse struct {
-	ID       string                 `json:"id"`
-	Workflow string                 `json:"workflow"`
-	Status   string                 `json:"status"`
-	Created  bool                   `json:"created"`
-	Links    map[string]string      `json:"links"`
-	State    *projections.Execution `json:"execution,omitempty"`
-}
 
 func isCloudEvent(r *http.Request) bool {
 	return r.Header.Get("Ce-Specversion") != "" || strings.HasPrefix(r.Header.Get("Content-Type"), "application/cloudevents")
@@ -96,7 +75,7 @@ func (s *Server) startExecution(w http.ResponseWriter, r *http.Request) {
 		if tooLarge(w, err, s.cfg.MaxBody) {
 			return
 		}
-		var req startRequest
+		var req apiv1.StartRequest
 		if err == nil {
 			err = events.DecodeStrictJSON(body, &req)
 		}
@@ -157,7 +136,7 @@ func (s *Server) startExecution(w http.ResponseWriter, r *http.Request) {
 	if problems := rec.Definition.CheckInput(start.Input); len(problems) > 0 {
 		writeError(w, http.StatusBadRequest, apiError{Code: "invalid_input", Field: problems[0].Field,
 			Message:  fmt.Sprintf("the input does not match workflow %s's input schema: %s %s", rec.Name, problems[0].Field, problems[0].Message),
-			Problems: problems})
+			Problems: rawProblems(problems)})
 		return
 	}
 	if s.answerExistingClaim(w, r, start.ExecutionID, key, digest) {
@@ -181,10 +160,10 @@ func (s *Server) answerExistingClaim(w http.ResponseWriter, r *http.Request, id,
 		writeError(w, http.StatusConflict, apiError{Code: "conflict", Field: "id", Message: why})
 		return true
 	}
-	resp := startResponse{ID: id, Workflow: c.Workflow, Status: "accepted", Links: links(id)}
+	resp := apiv1.Started{ID: id, Workflow: c.Workflow, Status: "accepted", Links: links(id)}
 	if x, err := s.loadExecution(r.Context(), id); err == nil {
 		x = public(x)
-		resp.Status, resp.State = string(x.Status), &x
+		resp.Status, resp.Execution = string(x.Status), &x
 	} else if ee := (*expiredError)(nil); errors.As(err, &ee) {
 		resp.Status = "expired"
 	}
@@ -278,7 +257,7 @@ func (s *Server) publishStart(w http.ResponseWriter, r *http.Request, cmd events
 				writeError(w, http.StatusConflict, apiError{Code: "conflict", Field: "id", Message: why})
 				return true
 			}
-			writeJSON(w, http.StatusCreated, startResponse{ID: start.ExecutionID, Workflow: start.Workflow,
+			writeJSON(w, http.StatusCreated, apiv1.Started{ID: start.ExecutionID, Workflow: start.Workflow,
 				Status: string(projections.StatusStarted), Created: true, Links: links(start.ExecutionID)})
 			return true
 		case *events.CommandRejected:
@@ -288,7 +267,7 @@ func (s *Server) publishStart(w http.ResponseWriter, r *http.Request, cmd events
 		return false
 	})
 	if !answered {
-		writeJSON(w, http.StatusAccepted, startResponse{ID: start.ExecutionID, Workflow: start.Workflow,
+		writeJSON(w, http.StatusAccepted, apiv1.Started{ID: start.ExecutionID, Workflow: start.Workflow,
 			Status: "accepted", Links: links(start.ExecutionID)})
 	}
 }
@@ -477,21 +456,6 @@ func (s *Server) executionAt(w http.ResponseWriter, r *http.Request, id string, 
 	writeJSON(w, http.StatusOK, public(redact.FromHistory(evs).Execution(x)))
 }
 
-// executionSummary is one row of GET /v1/executions.
-type executionSummary struct {
-	ID        string             `json:"id"`
-	Workflow  string             `json:"workflow"`
-	Version   int                `json:"version"`
-	Status    projections.Status `json:"status"`
-	Error     string             `json:"error,omitempty"`
-	Steps     int                `json:"steps"`
-	Done      int                `json:"steps_done"`
-	StartedAt time.Time          `json:"started_at,omitzero"`
-	EndedAt   time.Time          `json:"ended_at,omitzero"`
-	// Damaged is set for a quarantined execution (see docs/operations.md).
-	Damaged *projections.Damage `json:"damaged,omitempty"`
-}
-
 // listExecutions lists read models sorted by id, filtered by workflow and
 // status, paged with limit and the opaque cursor "after".
 func (s *Server) listExecutions(w http.ResponseWriter, r *http.Request) {
@@ -541,7 +505,7 @@ func (s *Server) listExecutions(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	slices.Sort(keys)
-	out := []executionSummary{}
+	out := []apiv1.ExecutionSummary{}
 	next := ""
 	for _, k := range keys {
 		e, err := s.at(r).execs.Get(r.Context(), k)
@@ -563,34 +527,15 @@ func (s *Server) listExecutions(w http.ResponseWriter, r *http.Request) {
 				done++
 			}
 		}
-		out = append(out, executionSummary{ID: x.ID, Workflow: x.Workflow, Version: x.Version, Status: x.Status, Error: x.Error,
+		out = append(out, apiv1.ExecutionSummary{ID: x.ID, Workflow: x.Workflow, Version: x.Version, Status: string(x.Status), Error: x.Error,
 			Steps: len(x.Steps), Done: done, StartedAt: x.StartedAt, EndedAt: x.EndedAt, Damaged: x.Damaged})
 	}
-	resp := map[string]any{"executions": out}
-	if next != "" {
-		resp["next"] = next
-	}
-	writeJSON(w, http.StatusOK, resp)
-}
-
-// eventView is an event as the api shows it.
-type eventView struct {
-	Seq      uint64          `json:"seq"`
-	ID       string          `json:"id"`
-	Type     events.Type     `json:"type"`
-	Source   string          `json:"source"`
-	Subject  string          `json:"subject,omitempty"`
-	Workflow string          `json:"workflow,omitempty"`
-	Time     time.Time       `json:"time"`
-	Data     json.RawMessage `json:"data,omitempty"`
-	// Invalid says why the stored message is no valid event (its data is
-	// not shown); folds mark the execution damaged at it.
-	Invalid string `json:"invalid,omitempty"`
+	writeJSON(w, http.StatusOK, apiv1.ExecutionList{Executions: out, Next: next})
 }
 
 // view shows ev with the execution's writeOnly input values hidden.
-func view(ev events.Event, in redact.Inputs) eventView {
-	v := eventView{Seq: ev.Seq, ID: ev.ID, Type: ev.Type, Source: ev.Source, Subject: ev.Subject, Workflow: ev.Workflow, Time: ev.Time,
+func view(ev events.Event, in redact.Inputs) apiv1.Event {
+	v := apiv1.Event{Seq: ev.Seq, ID: ev.ID, Type: ev.Type, Source: ev.Source, Subject: ev.Subject, Workflow: ev.Workflow, Time: ev.Time,
 		Invalid: ev.Invalid}
 	if ev.Invalid == "" {
 		v.Data = in.EventData(ev.Type, ev.Raw)
@@ -650,11 +595,11 @@ func (s *Server) executionEvents(w http.ResponseWriter, r *http.Request) {
 		s.internal(w, r, err)
 		return
 	}
-	out := make([]eventView, len(evs))
+	out := make([]apiv1.Event, len(evs))
 	for i, ev := range evs {
 		out[i] = view(ev, in)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"events": out})
+	writeJSON(w, http.StatusOK, apiv1.EventList{Events: out})
 }
 
 // sseKeepalive is how often an idle event stream sends a comment line.

@@ -11,35 +11,19 @@ import (
 	"strings"
 	"time"
 
+	"jetflow.dev/pkg/apiv1"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/services/api/access"
 )
 
-// keyRequest is the body of POST /v1/admin/keys.
-type keyRequest struct {
-	Name       string   `json:"name"`
-	Scopes     []string `json:"scopes"`
-	Namespaces []string `json:"namespaces"`
-	// ExpiresIn is a duration such as 720h or 30d; none for a key that
-	// does not expire.
-	ExpiresIn string `json:"expires_in,omitempty"`
-}
-
-// keyView is a key as the api shows it: never its token or hash.
-type keyView struct {
-	access.Key
-	// Status is active, expired or revoked.
-	Status string `json:"status"`
-}
-
-// createdKey answers POST /v1/admin/keys: the key and, this once, its token.
-type createdKey struct {
-	keyView
-	Token string `json:"token"`
-}
-
-func viewKey(k access.Key, now time.Time) keyView {
-	v := keyView{Key: k.Public(), Status: "active"}
+// viewKey is a key as the api shows it at now: never its token or hash.
+func viewKey(k access.Key, now time.Time) apiv1.Key {
+	var scopes []string
+	for _, sc := range k.Scopes {
+		scopes = append(scopes, string(sc))
+	}
+	v := apiv1.Key{ID: k.ID, Name: k.Name, Scopes: scopes, Namespaces: k.Namespaces, CreatedAt: k.CreatedAt, CreatedBy: k.CreatedBy,
+		ExpiresAt: k.ExpiresAt, RevokedAt: k.RevokedAt, RevokedBy: k.RevokedBy, Status: "active"}
 	switch {
 	case !k.RevokedAt.IsZero():
 		v.Status = "revoked"
@@ -75,7 +59,7 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
 	if tooLarge(w, err, s.cfg.MaxBody) {
 		return
 	}
-	var req keyRequest
+	var req apiv1.KeyRequest
 	if err == nil {
 		err = events.DecodeStrictJSON(body, &req)
 	}
@@ -118,7 +102,9 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info().Str("key_id", k.ID).Str("name", k.Name).Str("created_by", k.CreatedBy).Msg("api key created")
-	writeJSON(w, http.StatusCreated, createdKey{keyView: viewKey(k, time.Now()), Token: token})
+	v := viewKey(k, time.Now())
+	v.Token = token // this once
+	writeJSON(w, http.StatusCreated, v)
 }
 
 // listKeys answers GET /v1/admin/keys: the keys the caller could have
@@ -130,14 +116,14 @@ func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p, now := principalOf(r), time.Now()
-	out := []keyView{}
+	out := []apiv1.Key{}
 	for _, k := range all {
 		if access.CanManage(p, k.Namespaces) {
 			out = append(out, viewKey(k, now))
 		}
 	}
-	slices.SortFunc(out, func(a, b keyView) int { return a.CreatedAt.Compare(b.CreatedAt) })
-	writeJSON(w, http.StatusOK, map[string]any{"keys": out})
+	slices.SortFunc(out, func(a, b apiv1.Key) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	writeJSON(w, http.StatusOK, apiv1.KeyList{Keys: out})
 }
 
 var keyIDRe = regexp.MustCompile(`^[0-9a-f]{16}$`)

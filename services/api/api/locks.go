@@ -13,28 +13,28 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"jetflow.dev/pkg/apiv1"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/lock"
 )
 
-// LockInfo is one lock as GET /v1/locks shows it.
-type LockInfo struct {
-	Name  string `json:"name"`
-	Limit int    `json:"limit"`
-	// Holders hold it, each since when; Waiters wait, in the order they asked.
-	Holders []lock.Entry `json:"holders"`
-	Waiters []lock.Entry `json:"waiters"`
+// lockInfo is lock name, as the lock bucket records it, as the api shows
+// it: holders, each since when, and waiters in the order they asked.
+func lockInfo(name string, r lock.Record) apiv1.Lock {
+	return apiv1.Lock{Name: name, Limit: max(r.Limit, 1), Holders: lockEntries(r.Holders), Waiters: lockEntries(r.Waiters)}
 }
 
-func lockInfo(name string, r lock.Record) LockInfo {
-	info := LockInfo{Name: name, Limit: max(r.Limit, 1), Holders: r.Holders, Waiters: r.Waiters}
-	if info.Holders == nil {
-		info.Holders = []lock.Entry{}
+// lockEntries shows the entries of a lock ([] for none).
+func lockEntries(es []lock.Entry) []apiv1.LockEntry {
+	out := make([]apiv1.LockEntry, len(es))
+	for i, e := range es {
+		out[i] = lockEntry(e)
 	}
-	if info.Waiters == nil {
-		info.Waiters = []lock.Entry{}
-	}
-	return info
+	return out
+}
+
+func lockEntry(e lock.Entry) apiv1.LockEntry {
+	return apiv1.LockEntry{ExecutionID: e.ExecutionID, Workflow: e.Workflow, Path: e.Path, Request: e.Request, Since: e.Since}
 }
 
 // listLocks answers GET /v1/locks: every lock held or waited for.
@@ -49,12 +49,12 @@ func (s *Server) listLocks(w http.ResponseWriter, r *http.Request) {
 		s.internal(w, r, err)
 		return
 	}
-	out := make([]LockInfo, 0, len(all))
+	out := make([]apiv1.Lock, 0, len(all))
 	for name, rec := range all {
 		out = append(out, lockInfo(name, rec))
 	}
-	slices.SortFunc(out, func(a, b LockInfo) int { return strings.Compare(a.Name, b.Name) })
-	writeJSON(w, http.StatusOK, map[string]any{"locks": out})
+	slices.SortFunc(out, func(a, b apiv1.Lock) int { return strings.Compare(a.Name, b.Name) })
+	writeJSON(w, http.StatusOK, apiv1.LockList{Locks: out})
 }
 
 // lockOf reads the lock named in the path, answering 400 or 404 itself.
@@ -88,14 +88,6 @@ func (s *Server) getLock(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// clearLockRequest is the optional body of DELETE /v1/locks/{name}.
-type clearLockRequest struct {
-	// ExecutionID clears only that execution's hold; all holders if empty.
-	ExecutionID string `json:"execution_id,omitempty"`
-	Reason      string `json:"reason,omitempty"`
-	RequestedBy string `json:"requested_by,omitempty"`
-}
-
 // clearLock answers DELETE /v1/locks/{name}: the dispatcher removes the
 // lock's holders (or one of them) with compare-and-set and records
 // lock.cleared, with who asked and why, in each holder's history; the
@@ -111,7 +103,7 @@ func (s *Server) clearLock(w http.ResponseWriter, r *http.Request) {
 	if tooLarge(w, err, s.cfg.MaxBody) {
 		return
 	}
-	var req clearLockRequest
+	var req apiv1.ClearLockRequest
 	if err == nil && len(bytes.TrimSpace(body)) > 0 {
 		err = events.DecodeStrictJSON(body, &req)
 	}
@@ -175,7 +167,7 @@ func (s *Server) clearLock(w http.ResponseWriter, r *http.Request) {
 		s.internal(w, r, fmt.Errorf("publish %s: %w", cmd.Type, err))
 		return
 	}
-	resp := map[string]any{"lock": name, "cleared": entries, "command": key}
+	resp := apiv1.ClearedLock{Lock: name, Cleared: entries, Command: key}
 	left := len(entries)
 	answered := s.await(r, ch, func(ev events.Event) bool {
 		if rej, ok := ev.Data.(*events.CommandRejected); ok {
@@ -184,7 +176,7 @@ func (s *Server) clearLock(w http.ResponseWriter, r *http.Request) {
 		}
 		if c, ok := ev.Data.(*events.LockCleared); ok && c.Command == key {
 			if left--; left == 0 {
-				resp["recorded"] = true
+				resp.Recorded = true
 				writeJSON(w, http.StatusOK, resp)
 				return true
 			}
@@ -192,7 +184,6 @@ func (s *Server) clearLock(w http.ResponseWriter, r *http.Request) {
 		return false
 	})
 	if !answered {
-		resp["recorded"] = false
 		writeJSON(w, http.StatusAccepted, resp)
 	}
 }

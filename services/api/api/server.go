@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"jetflow.dev/pkg/apiv1"
 	"jetflow.dev/pkg/catalog"
 	"jetflow.dev/pkg/claim"
 	"jetflow.dev/pkg/events"
@@ -314,7 +315,7 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, apiError{Code: "unavailable", Message: "not connected to NATS"})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	writeJSON(w, http.StatusOK, apiv1.Health{Status: "ok"})
 }
 
 // onlyParams answers 400 to a request with a query parameter that is not
@@ -338,19 +339,20 @@ func onlyParams(h http.HandlerFunc, params ...string) http.Handler {
 	})
 }
 
-// apiError is the JSON body of every 4xx and 5xx answer.
-type apiError struct {
-	Code     string `json:"code"`
-	Message  string `json:"message"`
-	Field    string `json:"field,omitempty"`
-	Problems any    `json:"problems,omitempty"`
-	// Scope and Namespace name what a 403 says is missing.
-	Scope     string `json:"scope,omitempty"`
-	Namespace string `json:"namespace,omitempty"`
-}
+// apiError is the JSON body of every 4xx and 5xx answer, under "error".
+type apiError = apiv1.Error
 
 func writeError(w http.ResponseWriter, status int, e apiError) {
-	writeJSON(w, status, map[string]apiError{"error": e})
+	writeJSON(w, status, apiv1.ErrorBody{Error: &e})
+}
+
+// rawProblems is v, a list of problems, as the JSON of an error's problems.
+func rawProblems(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil // lists of plain structs always encode
+	}
+	return b
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

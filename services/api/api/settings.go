@@ -3,6 +3,7 @@ package api
 import (
 	"net/http"
 
+	"jetflow.dev/pkg/apiv1"
 	"jetflow.dev/pkg/catalog"
 )
 
@@ -11,14 +12,14 @@ import (
 // which applies to executions whose workflow sets none). A value no
 // service recorded yet is left out.
 func (s *Server) settings(w http.ResponseWriter, r *http.Request) {
-	out := map[string]string{}
+	var out apiv1.Settings
 	rule, ok, err := s.at(r).defs.Setting(r.Context(), catalog.SettingRetentionDefault)
 	if err != nil {
 		s.internal(w, r, err)
 		return
 	}
 	if ok {
-		out["retention_default"] = rule
+		out.RetentionDefault = rule
 	}
 	writeJSON(w, http.StatusOK, out)
 }

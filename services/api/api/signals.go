@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 
+	"jetflow.dev/pkg/apiv1"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
 )
@@ -51,8 +52,8 @@ func (s *Server) signalExecution(w http.ResponseWriter, r *http.Request) {
 			}
 			return true, ""
 		},
-		resp: func(key string) map[string]any {
-			return map[string]any{"execution_id": id, "signal": name, "signal_id": events.SignalID(key)}
+		resp: func(key string, recorded bool) any {
+			return apiv1.Signaled{ExecutionID: id, Signal: name, SignalID: events.SignalID(key), Recorded: recorded}
 		},
 		refused: func(st projections.Status) string {
 			if st.Terminal() {

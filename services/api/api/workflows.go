@@ -1,12 +1,14 @@
 package api
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strconv"
 
+	"jetflow.dev/pkg/apiv1"
 	"jetflow.dev/pkg/catalog"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/workflow"
@@ -24,7 +26,7 @@ func (s *Server) applyWorkflow(w http.ResponseWriter, r *http.Request) {
 	var verr *workflow.ValidationError
 	if errors.As(err, &verr) {
 		first := verr.Problems[0]
-		writeError(w, http.StatusBadRequest, apiError{Code: "invalid_definition", Message: verr.Error(), Field: first.Field, Problems: verr.Problems})
+		writeError(w, http.StatusBadRequest, apiError{Code: "invalid_definition", Message: verr.Error(), Field: first.Field, Problems: rawProblems(verr.Problems)})
 		return
 	}
 	rec, created, err := s.at(r).defs.Apply(r.Context(), def)
@@ -41,8 +43,22 @@ func (s *Server) applyWorkflow(w http.ResponseWriter, r *http.Request) {
 	if created {
 		status = http.StatusCreated
 	}
-	writeJSON(w, status, map[string]any{"name": rec.Name, "version": rec.Version, "digest": rec.Digest,
-		"created": created, "created_at": rec.CreatedAt})
+	writeJSON(w, status, apiv1.Applied{Name: rec.Name, Version: rec.Version, Digest: rec.Digest,
+		Created: created, CreatedAt: rec.CreatedAt})
+}
+
+// workflowSummary shows a workflow's latest version as listed.
+func workflowSummary(s catalog.Summary) apiv1.WorkflowSummary {
+	return apiv1.WorkflowSummary{Name: s.Name, LatestVersion: s.LatestVersion, Description: s.Description, UpdatedAt: s.UpdatedAt}
+}
+
+// workflowVersion shows a stored version of a workflow.
+func workflowVersion(rec catalog.Record) (apiv1.WorkflowVersion, error) {
+	def, err := json.Marshal(rec.Definition)
+	if err != nil {
+		return apiv1.WorkflowVersion{}, fmt.Errorf("encode definition %s version %d: %w", rec.Name, rec.Version, err)
+	}
+	return apiv1.WorkflowVersion{Name: rec.Name, Version: rec.Version, Digest: rec.Digest, CreatedAt: rec.CreatedAt, Definition: def}, nil
 }
 
 func (s *Server) listWorkflows(w http.ResponseWriter, r *http.Request) {
@@ -51,10 +67,11 @@ func (s *Server) listWorkflows(w http.ResponseWriter, r *http.Request) {
 		s.internal(w, r, err)
 		return
 	}
-	if list == nil {
-		list = []catalog.Summary{}
+	out := make([]apiv1.WorkflowSummary, len(list))
+	for i, sum := range list {
+		out[i] = workflowSummary(sum)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"workflows": list})
+	writeJSON(w, http.StatusOK, apiv1.WorkflowList{Workflows: out})
 }
 
 // workflowName reads the workflow name in the path, answering 400 itself
@@ -87,8 +104,12 @@ func (s *Server) getWorkflow(w http.ResponseWriter, r *http.Request) {
 	for i, v := range versions {
 		nums[i] = v.Version
 	}
-	latest := versions[len(versions)-1]
-	writeJSON(w, http.StatusOK, map[string]any{"name": latest.Name, "latest": latest, "versions": nums})
+	latest, err := workflowVersion(versions[len(versions)-1])
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, apiv1.Workflow{Name: latest.Name, Latest: latest, Versions: nums})
 }
 
 func (s *Server) getWorkflowVersion(w http.ResponseWriter, r *http.Request) {
@@ -110,5 +131,10 @@ func (s *Server) getWorkflowVersion(w http.ResponseWriter, r *http.Request) {
 		s.internal(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, rec)
+	out, err := workflowVersion(rec)
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
 }
