@@ -1,4 +1,6 @@
-// Package client is a Go client for jetflow's HTTP api.
+// Package client is a Go client for jetflow's HTTP api. The bodies it
+// sends and reads are the wire types of package apiv1, which the api
+// answers with: most types here are aliases of them.
 package client
 
 import (
@@ -15,7 +17,7 @@ import (
 	"strings"
 	"time"
 
-	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/apiv1"
 	"jetflow.dev/pkg/projections"
 )
 
@@ -64,21 +66,9 @@ func IsDenied(err error) bool {
 	return IsStatus(err, http.StatusUnauthorized) || IsStatus(err, http.StatusForbidden)
 }
 
-// Error is an api error answer.
-type Error struct {
-	Status   int             `json:"-"`
-	Code     string          `json:"code"`
-	Message  string          `json:"message"`
-	Field    string          `json:"field,omitempty"`
-	Problems json.RawMessage `json:"problems,omitempty"`
-}
-
-func (e *Error) Error() string {
-	if e.Field != "" {
-		return fmt.Sprintf("%s (field %s, HTTP %d)", e.Message, e.Field, e.Status)
-	}
-	return fmt.Sprintf("%s (HTTP %d)", e.Message, e.Status)
-}
+// Error is an api error answer, with its HTTP status; requests return it
+// as a *Error.
+type Error = apiv1.Error
 
 // ErrUnreachable is wrapped by errors of requests that got no answer from
 // the api (nothing listens at the base URL, the connection broke, a
@@ -143,9 +133,7 @@ func (c *Client) do(ctx context.Context, method, path string, hdr http.Header, b
 // decodeError reads an api error answer ({"error": {...}}), or keeps the
 // body as the message when it is not one.
 func decodeError(status int, body []byte) *Error {
-	var wrapper struct {
-		Error *Error `json:"error"`
-	}
+	var wrapper apiv1.ErrorBody
 	if json.Unmarshal(body, &wrapper) != nil || wrapper.Error == nil {
 		return &Error{Status: status, Code: "http", Message: strings.TrimSpace(string(body))}
 	}
@@ -154,13 +142,7 @@ func decodeError(status int, body []byte) *Error {
 }
 
 // Applied is the answer to ApplyWorkflow.
-type Applied struct {
-	Name      string    `json:"name"`
-	Version   int       `json:"version"`
-	Digest    string    `json:"digest"`
-	Created   bool      `json:"created"`
-	CreatedAt time.Time `json:"created_at"`
-}
+type Applied = apiv1.Applied
 
 // ApplyWorkflow registers a YAML or JSON definition.
 func (c *Client) ApplyWorkflow(ctx context.Context, definition []byte) (Applied, error) {
@@ -170,23 +152,17 @@ func (c *Client) ApplyWorkflow(ctx context.Context, definition []byte) (Applied,
 }
 
 // WorkflowSummary is a row of ListWorkflows.
-type WorkflowSummary struct {
-	Name          string    `json:"name"`
-	LatestVersion int       `json:"latest_version"`
-	Description   string    `json:"description,omitempty"`
-	UpdatedAt     time.Time `json:"updated_at"`
-}
+type WorkflowSummary = apiv1.WorkflowSummary
 
 // ListWorkflows lists registered workflows.
 func (c *Client) ListWorkflows(ctx context.Context) ([]WorkflowSummary, error) {
-	var out struct {
-		Workflows []WorkflowSummary `json:"workflows"`
-	}
+	var out apiv1.WorkflowList
 	_, err := c.do(ctx, http.MethodGet, "/v1/workflows", nil, nil, &out)
 	return out.Workflows, err
 }
 
-// StartRequest starts an execution.
+// StartRequest starts an execution. It is [apiv1.StartRequest] with the
+// input as a map, to fill in (a test holds the two in step).
 type StartRequest struct {
 	Workflow string         `json:"workflow"`
 	Version  int            `json:"version,omitempty"`
@@ -198,18 +174,8 @@ type StartRequest struct {
 	DryRun bool `json:"dry_run,omitempty"`
 }
 
-// Started is the answer to Start.
-type Started struct {
-	ID       string `json:"id"`
-	Workflow string `json:"workflow"`
-	Status   string `json:"status"`
-	Created  bool   `json:"created"`
-	// Links are the execution's URLs (self, events), relative to the api.
-	Links map[string]string `json:"links,omitempty"`
-	// HTTPStatus is 201 (started), 200 (the same request again) or 202
-	// (accepted, the dispatcher has not answered yet).
-	HTTPStatus int `json:"-"`
-}
+// Started is the answer to Start, with its HTTP status.
+type Started = apiv1.Started
 
 // Start starts an execution.
 func (c *Client) Start(ctx context.Context, r StartRequest) (Started, error) {
@@ -248,31 +214,13 @@ type ListOptions struct {
 }
 
 // ExecutionSummary is a row of ListExecutions.
-type ExecutionSummary struct {
-	ID        string    `json:"id"`
-	Workflow  string    `json:"workflow"`
-	Version   int       `json:"version"`
-	Status    string    `json:"status"`
-	Error     string    `json:"error,omitempty"`
-	Steps     int       `json:"steps"`
-	Done      int       `json:"steps_done"`
-	StartedAt time.Time `json:"started_at,omitzero"`
-	EndedAt   time.Time `json:"ended_at,omitzero"`
-	// Damaged is set for a damaged (quarantined) execution.
-	Damaged *projections.Damage `json:"damaged,omitempty"`
-}
+type ExecutionSummary = apiv1.ExecutionSummary
 
 // ExecutionList is a page of executions, as GET /v1/executions answers.
-type ExecutionList struct {
-	Executions []ExecutionSummary `json:"executions"`
-	// Next is the cursor of the next page ("" on the last page).
-	Next string `json:"next,omitempty"`
-}
+type ExecutionList = apiv1.ExecutionList
 
 // EventList is a history, as GET /v1/executions/{id}/events answers.
-type EventList struct {
-	Events []Event `json:"events"`
-}
+type EventList = apiv1.EventList
 
 // ListExecutions lists executions; next is the cursor of the next page ("" at the end).
 func (c *Client) ListExecutions(ctx context.Context, o ListOptions) (list []ExecutionSummary, next string, err error) {
@@ -294,19 +242,7 @@ func (c *Client) ListExecutions(ctx context.Context, o ListOptions) (list []Exec
 }
 
 // Event is a history event as the api shows it.
-type Event struct {
-	Seq      uint64          `json:"seq"`
-	ID       string          `json:"id"`
-	Type     events.Type     `json:"type"`
-	Source   string          `json:"source"`
-	Subject  string          `json:"subject,omitempty"`
-	Workflow string          `json:"workflow,omitempty"`
-	Time     time.Time       `json:"time"`
-	Data     json.RawMessage `json:"data,omitempty"`
-	// Invalid says why the stored message is no valid event (Data is
-	// not shown then); the execution is damaged at it.
-	Invalid string `json:"invalid,omitempty"`
-}
+type Event = apiv1.Event
 
 // Events returns the history from stream sequence fromSeq.
 func (c *Client) Events(ctx context.Context, id string, fromSeq uint64) ([]Event, error) {
@@ -405,12 +341,9 @@ func (c *Client) followOnce(ctx context.Context, id string, last uint64, fn func
 	return false, io.EOF
 }
 
-// Settings are the system-wide values services recorded (GET /v1/settings).
-type Settings struct {
-	// RetentionDefault is the janitor's system retention rule ("" if no
-	// janitor recorded it yet).
-	RetentionDefault string `json:"retention_default,omitempty"`
-}
+// Settings are the system-wide values services recorded (GET
+// /v1/settings); a value no service recorded yet is "".
+type Settings = apiv1.Settings
 
 // Settings returns the system-wide settings.
 func (c *Client) Settings(ctx context.Context) (Settings, error) {
@@ -420,15 +353,7 @@ func (c *Client) Settings(ctx context.Context) (Settings, error) {
 }
 
 // Rebuilt is the answer to RebuildProjections.
-type Rebuilt struct {
-	FromSeq   uint64 `json:"from_seq"`
-	Written   int    `json:"written"`
-	Unchanged int    `json:"unchanged"`
-	// Damaged lists the executions whose history holds an event that does
-	// not fold: where and why.
-	Damaged map[string]projections.Damage `json:"damaged"`
-	TookMS  int64                         `json:"took_ms"`
-}
+type Rebuilt = apiv1.Rebuilt
 
 // RebuildProjections re-projects the read models from a stream sequence.
 func (c *Client) RebuildProjections(ctx context.Context, fromSeq uint64) (Rebuilt, error) {
@@ -438,13 +363,7 @@ func (c *Client) RebuildProjections(ctx context.Context, fromSeq uint64) (Rebuil
 }
 
 // Signaled is the answer to Signal.
-type Signaled struct {
-	ExecutionID string `json:"execution_id"`
-	Signal      string `json:"signal"`
-	SignalID    string `json:"signal_id"`
-	// Recorded is true once the signal is in the execution's history.
-	Recorded bool `json:"recorded"`
-}
+type Signaled = apiv1.Signaled
 
 // Signal sends a named signal with JSON data (nil for none) to an execution.
 func (c *Client) Signal(ctx context.Context, id, name string, data json.RawMessage) (Signaled, error) {
@@ -459,32 +378,10 @@ func (c *Client) Signal(ctx context.Context, id, name string, data json.RawMessa
 }
 
 // ActionRequest asks for an operator's action on an execution.
-type ActionRequest struct {
-	// Action is cancel, force-cancel, kill, resume, force-resume, replay
-	// or repair.
-	Action string `json:"action"`
-	// Reason is kept in the execution's history.
-	Reason string `json:"reason,omitempty"`
-	// RequestedBy names who asks.
-	RequestedBy string `json:"requested_by,omitempty"`
-	// From and Force apply to a replay: resume, last, start or a step,
-	// and whether to ignore idempotency and replay points.
-	From  string `json:"from,omitempty"`
-	Force bool   `json:"force,omitempty"`
-	// IgnoreSeq, for a repair (admin scope), is the stream sequence of the
-	// damaged event that folds pass over from now on.
-	IgnoreSeq uint64 `json:"ignore_seq,omitempty"`
-}
+type ActionRequest = apiv1.ActionRequest
 
 // Acted is the answer to an action.
-type Acted struct {
-	ExecutionID string `json:"execution_id"`
-	Action      string `json:"action"`
-	// Command is the key of the command that carries the action.
-	Command string `json:"command"`
-	// Recorded is true once the action is in the execution's history.
-	Recorded bool `json:"recorded"`
-}
+type Acted = apiv1.Acted
 
 // Act asks for an action (cancel, force-cancel, kill) on execution id.
 func (c *Client) Act(ctx context.Context, id string, req ActionRequest) (Acted, error) {

@@ -7,24 +7,19 @@ import (
 	"net/http"
 	"net/url"
 
-	"jetflow.dev/pkg/events"
-	"jetflow.dev/pkg/lock"
+	"jetflow.dev/pkg/apiv1"
 )
 
 // Lock is a lock as the api shows it: its holders (since when) and its
 // waiters in the order they asked.
-type Lock struct {
-	Name    string       `json:"name"`
-	Limit   int          `json:"limit"`
-	Holders []lock.Entry `json:"holders"`
-	Waiters []lock.Entry `json:"waiters"`
-}
+type Lock = apiv1.Lock
+
+// LockEntry is a holder or a waiter of a Lock.
+type LockEntry = apiv1.LockEntry
 
 // Locks lists every lock held or waited for.
 func (c *Client) Locks(ctx context.Context) ([]Lock, error) {
-	var out struct {
-		Locks []Lock `json:"locks"`
-	}
+	var out apiv1.LockList
 	_, err := c.do(ctx, http.MethodGet, "/v1/locks", nil, nil, &out)
 	return out.Locks, err
 }
@@ -37,21 +32,10 @@ func (c *Client) Lock(ctx context.Context, name string) (Lock, error) {
 }
 
 // ClearLockRequest says whose hold to clear and why.
-type ClearLockRequest struct {
-	// ExecutionID clears only this execution's hold; every holder if empty.
-	ExecutionID string `json:"execution_id,omitempty"`
-	Reason      string `json:"reason,omitempty"`
-	RequestedBy string `json:"requested_by,omitempty"`
-}
+type ClearLockRequest = apiv1.ClearLockRequest
 
 // ClearedLock is the answer to ClearLock.
-type ClearedLock struct {
-	Lock    string             `json:"lock"`
-	Cleared []events.LockEntry `json:"cleared"`
-	Command string             `json:"command"`
-	// Recorded is true once every cleared holder's history records it.
-	Recorded bool `json:"recorded"`
-}
+type ClearedLock = apiv1.ClearedLock
 
 // ClearLock force-clears a lock's holders: the first waiters acquire it.
 func (c *Client) ClearLock(ctx context.Context, name string, req ClearLockRequest) (ClearedLock, error) {

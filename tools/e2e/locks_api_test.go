@@ -164,7 +164,7 @@ func TestJanitorClearsLockOfEndedHolder(t *testing.T) {
 	require.True(t, client.IsStatus(err, http.StatusNotFound), "%v", err)
 }
 
-func entryIDs(es []lock.Entry) []string {
+func entryIDs(es []client.LockEntry) []string {
 	out := make([]string, len(es))
 	for i, e := range es {
 		out[i] = e.ExecutionID
