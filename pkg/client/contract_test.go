@@ -52,8 +52,11 @@ func TestAnswersCarryTheirStatus(t *testing.T) {
 		_, _ = io.WriteString(w, `{"id": "x1", "workflow": "hello", "status": "succeeded", "created": false,
 			"links": {"self": "/v1/executions/x1"}, "execution": {"id": "x1", "workflow": "hello", "status": "succeeded"}}`)
 	}))
-	t.Cleanup(srv.Close)
 	c := client.New(srv.URL)
+	t.Cleanup(func() {
+		c.HTTP.CloseIdleConnections()
+		srv.Close()
+	})
 
 	st, err := c.Start(t.Context(), client.StartRequest{Workflow: "hello", ID: "x1"})
 	require.NoError(t, err)
