@@ -2,7 +2,7 @@
 // (docs/api.md): the JSON bodies of its requests and answers, written
 // once. The api (services/api) encodes its answers from them and decodes
 // its requests into them; pkg/client encodes its requests from them and
-// decodes the answers into them (its types are aliases of these).
+// decodes the answers into them (most of its types are aliases of these).
 //
 // The package holds data only: no NATS, no HTTP, no behaviour beyond
 // [Error.Error]. It imports pkg/projections and pkg/events for the types

@@ -18,8 +18,8 @@ import (
 	"jetflow.dev/pkg/lock"
 )
 
-// lockInfo is lock name, as the lock bucket records it, as the api shows
-// it: holders, each since when, and waiters in the order they asked.
+// lockInfo shows the lock name as the bucket records it: its holders,
+// each since when, and its waiters in the order they asked.
 func lockInfo(name string, r lock.Record) apiv1.Lock {
 	return apiv1.Lock{Name: name, Limit: max(r.Limit, 1), Holders: lockEntries(r.Holders), Waiters: lockEntries(r.Waiters)}
 }
@@ -33,6 +33,7 @@ func lockEntries(es []lock.Entry) []apiv1.LockEntry {
 	return out
 }
 
+// lockEntry shows a holder or waiter of a lock.
 func lockEntry(e lock.Entry) apiv1.LockEntry {
 	return apiv1.LockEntry{ExecutionID: e.ExecutionID, Workflow: e.Workflow, Path: e.Path, Request: e.Request, Since: e.Since}
 }
