@@ -8,6 +8,7 @@ package apiv1test
 
 import (
 	"bytes"
+	"cmp"
 	"encoding"
 	"encoding/json"
 	"errors"
@@ -85,7 +86,7 @@ func members(t reflect.Type, seen map[reflect.Type]bool) map[string]member {
 		if !f.IsExported() {
 			continue
 		}
-		out[cmpOr(name, f.Name)] = member{kind: kind(f.Type, seen), opts: strings.ReplaceAll(opts, ",", " ")}
+		out[cmp.Or(name, f.Name)] = member{kind: kind(f.Type, seen), opts: strings.ReplaceAll(opts, ",", " ")}
 	}
 	for _, et := range embedded {
 		for name, m := range members(et, seen) {
@@ -95,13 +96,6 @@ func members(t reflect.Type, seen map[reflect.Type]bool) map[string]member {
 		}
 	}
 	return out
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // kind describes the JSON that encoding/json makes of a value of type t.
@@ -157,7 +151,8 @@ func kind(t reflect.Type, seen map[reflect.Type]bool) string {
 // them) have the same JSON members, each of the same kind with the same
 // omitempty and omitzero options, but for onlyA, members that a must
 // have and b must not, and onlyB, the other way round. Raw JSON
-// (json.RawMessage) on one side matches any kind on the other.
+// (json.RawMessage) or an interface on one side matches any kind on the
+// other.
 func SameMembers(a, b any, onlyA, onlyB []string) error {
 	ma, err := membersOf(a)
 	if err != nil {
