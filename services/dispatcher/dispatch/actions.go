@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -17,7 +16,7 @@ import (
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/projections"
-	"jetflow.dev/pkg/workflow"
+	"jetflow.dev/services/dispatcher/interp"
 )
 
 // commandTarget checks the execution a command names and returns its
@@ -105,7 +104,8 @@ func (d *Dispatcher) action(ctx context.Context, ev events.Event, p *events.Exec
 			// been done.
 			switch p.Action {
 			case events.ActionKill:
-				return d.publishKill(ctx, x, key)
+				_, err := d.perform(ctx, x, interp.PublishKill{Command: key})
+				return err
 			case events.ActionResume, events.ActionForceResume, events.ActionReplay:
 				return d.afterResume(ctx, x)
 			}
@@ -138,19 +138,24 @@ func (d *Dispatcher) action(ctx context.Context, ev events.Event, p *events.Exec
 			for id := range stored {
 				settled[id] = true
 			}
-			plan, err := planReplay(x.def, s, replayAsk{from: from, force: p.Force, settled: settled})
-			var refused *replayRefused
+			req, err := interp.PlanReplay(x.def, s, from, p.Force, settled)
+			var refused *interp.ReplayRefused
 			if errors.As(err, &refused) {
 				return d.reject(ctx, ev, p.ExecutionID, events.CodeConflict,
-					fmt.Sprintf("execution %q cannot be replayed from %s: %s", p.ExecutionID, from, refused.msg))
+					fmt.Sprintf("execution %q cannot be replayed from %s: %s", p.ExecutionID, from, refused))
 			}
 			if err != nil {
 				return err
 			}
-			if err := d.replay(ctx, x, rec, replayRequest{plan: plan, from: from, force: p.Force}); err != nil {
+			// The replay is recorded, then what happened while the
+			// execution was over is caught up with (interp.CatchUp).
+			if _, err := d.decide(ctx, x, func(in interp.Input) interp.Decision { return interp.Replayed(in, rec, req) }); err != nil {
 				return err
 			}
-			return d.afterResume(ctx, x)
+			if !x.state.Status.Active() {
+				return nil
+			}
+			return d.advance(ctx, x)
 		case events.ActionForceCancel:
 			log.Msg("execution force-cancelled")
 			return d.append(ctx, x, &events.ExecutionCancelled{ActionRecord: rec})
@@ -159,13 +164,14 @@ func (d *Dispatcher) action(ctx context.Context, ev events.Event, p *events.Exec
 			if err := d.append(ctx, x, &events.ExecutionCancelled{ActionRecord: rec}); err != nil {
 				return err
 			}
-			return d.publishKill(ctx, x, key)
+			_, err := d.perform(ctx, x, interp.PublishKill{Command: key})
+			return err
 		case events.ActionResume, events.ActionForceResume:
 			stored, err := d.storedResults(ctx, x)
 			if err != nil {
 				return err
 			}
-			reset := resetFor(x.def, s, p.Action == events.ActionForceResume, failedMeanwhile(s, stored))
+			reset := interp.ResetFor(x.def, s, p.Action == events.ActionForceResume, interp.FailedMeanwhile(s, stored))
 			log.Strs("reset", reset).Msg("execution resumed")
 			if err := d.append(ctx, x, &events.ExecutionResumed{ActionRecord: rec, Token: newToken(), Reset: reset}); err != nil {
 				return err
@@ -180,78 +186,44 @@ func (d *Dispatcher) action(ctx context.Context, ev events.Event, p *events.Exec
 	})
 }
 
-// cancelled is the event that ends a cancelling execution.
-func cancelled(s projections.Execution) *events.ExecutionCancelled {
-	rec := events.ActionRecord{Action: events.ActionCancel}
-	if c := s.Cancellation; c != nil {
-		rec.Reason, rec.RequestedBy, rec.Actor = c.Reason, c.RequestedBy, c.Actor
-	}
-	return &events.ExecutionCancelled{ActionRecord: rec}
-}
-
 // publishKill tells agents to terminate the execution's running operations.
 // It is published after the execution is recorded cancelled, so a task
 // that starts later is already refused by its result being ignored; agents
-// also look for the notice before running a task.
-func (d *Dispatcher) publishKill(ctx context.Context, x *execState, command string) error {
-	ev := events.New(d.cfg.Source, x.id, x.workflow, d.cfg.Now(), &events.KillOperations{ExecutionID: x.id, Workflow: x.workflow, Command: command})
+// also look for the notice before running a task. A lift (k.Lift) ends
+// the kill of a resumed execution, so that agents run its new tasks: it
+// replaces the kill notice (one per execution is kept), if there is one.
+func (d *Dispatcher) publishKill(ctx context.Context, x *execState, k interp.PublishKill) error {
+	if k.Lift {
+		stream, err := d.js.Stream(ctx, events.StreamKills)
+		if err != nil {
+			return fmt.Errorf("read kill notices: %w", err)
+		}
+		m, err := stream.GetLastMsgForSubject(ctx, events.KillSubject(x.id))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read kill notice of %s: %w", x.id, err)
+		}
+		if ev, err := events.Decode(m.Header, m.Data); err == nil {
+			if k, ok := ev.Data.(*events.KillOperations); ok && k.Lift {
+				return nil
+			}
+		}
+	}
+	ev := events.New(d.cfg.Source, x.id, x.workflow, d.cfg.Now(), &events.KillOperations{ExecutionID: x.id, Workflow: x.workflow, Command: k.Command, Lift: k.Lift})
 	msg, err := events.Encode(events.KillSubject(x.id), ev)
 	if err != nil {
 		return permanentError{err}
 	}
-	if _, err := d.js.PublishMsg(ctx, msg, jetstream.WithMsgID("kill-"+events.CommandMsgID(command))); err != nil {
+	var opts []jetstream.PublishOpt
+	if !k.Lift {
+		opts = append(opts, jetstream.WithMsgID("kill-"+events.CommandMsgID(k.Command)))
+	}
+	if _, err := d.js.PublishMsg(ctx, msg, opts...); err != nil {
 		return fmt.Errorf("publish kill notice: %w", err)
 	}
 	return nil
-}
-
-// resetFor lists the step instances a resume runs again: failures that
-// their on-error steps did not recover (and are not handling), attempts
-// waiting for a retry, operations whose failure arrived while the
-// execution was over (failed), and with force the operations that were
-// with the agents (or being sent). The on-error instances of an attempt
-// that runs again are left as they are: a new attempt's failure gets
-// new ones.
-func resetFor(d workflow.Definition, s projections.Execution, force bool, failedBefore map[string]bool) []string {
-	var out []string
-	reset := map[string]bool{}
-	e := lookingEngine(d, s)
-	for _, st := range s.Steps {
-		if staleHandler(s, st.ID, reset) || !current(s, st.ID) {
-			continue
-		}
-		switch {
-		case st.Status == projections.OpRescheduled, force && st.Status.InFlight(), failedBefore[st.ID] && st.Status.InFlight():
-		case st.Status == projections.OpFailed:
-			if f, step, ok := resolveFrame(d, s, st.ID); ok && len(step.OnError) > 0 && e.handle(f, step, st).state != failed {
-				continue // recovered by its on-error steps, or being handled by them
-			}
-		default:
-			continue
-		}
-		out = append(out, st.ID)
-		reset[st.ID] = true
-	}
-	return out
-}
-
-// staleHandler reports whether path is inside the on-error steps of an
-// attempt that is not its step's current one (or that the resume runs
-// again, under a new attempt).
-func staleHandler(s projections.Execution, path string, reset map[string]bool) bool {
-	segs := strings.Split(path, "/")
-	for i := 1; i < len(segs)-1; i++ {
-		if !strings.HasPrefix(segs[i], "on-error") || !isHandlerSeg(segs[i]) {
-			continue
-		}
-		owner := strings.Join(segs[:i], "/")
-		n, _ := strconv.Atoi(strings.TrimPrefix(segs[i], "on-error"))
-		st, ok := instanceOf(s, owner)
-		if !ok || st.Attempt != n || (reset[owner] && !workflow.IsContainer(st.Kind)) {
-			return true
-		}
-	}
-	return false
 }
 
 // storedResults returns the final results in the results stream of the
@@ -279,7 +251,7 @@ func (d *Dispatcher) storedResults(ctx context.Context, x *execState) (map[strin
 		}
 		if i := x.state.StepIndex(ref.StepID); i >= 0 {
 			st := x.state.Steps[i]
-			if st.Status.InFlight() && ref.Attempt == st.Attempt && ref.Token == taskToken(x.state, st) {
+			if st.Status.InFlight() && ref.Attempt == st.Attempt && ref.Token == interp.TaskToken(x.state, st) {
 				if _, seen := out[st.ID]; !seen {
 					out[st.ID] = ev
 				}
@@ -287,17 +259,6 @@ func (d *Dispatcher) storedResults(ctx context.Context, x *execState) (map[strin
 		}
 	}
 	return out, nil
-}
-
-// failedMeanwhile lists the operations whose stored result is a failure.
-func failedMeanwhile(s projections.Execution, stored map[string]events.Event) map[string]bool {
-	out := map[string]bool{}
-	for id, ev := range stored {
-		if ev.Type == events.TypeOperationFailed {
-			out[id] = true
-		}
-	}
-	return out
 }
 
 // afterResume finishes a resume (again, if its command is redelivered):
@@ -318,7 +279,7 @@ func (d *Dispatcher) afterResume(ctx context.Context, x *execState) error {
 // the kill is lifted, timers that came due fire now, and results that
 // arrived (and were not recorded) are applied.
 func (d *Dispatcher) reopened(ctx context.Context, x *execState) error {
-	if err := d.liftKill(ctx, x); err != nil {
+	if _, err := d.perform(ctx, x, interp.PublishKill{Lift: true}); err != nil {
 		return err
 	}
 	return d.catchUp(ctx, x)
@@ -330,7 +291,7 @@ func (d *Dispatcher) reopened(ctx context.Context, x *execState) error {
 func (d *Dispatcher) catchUp(ctx context.Context, x *execState) error {
 	for id, t := range x.state.Timers {
 		if !t.Fired && !t.Due.After(d.cfg.Now()) {
-			if err := d.publishSchedule(ctx, x.id, x.workflow, id, t.Due); err != nil {
+			if _, err := d.perform(ctx, x, interp.ArmTimer{TimerID: id, Due: t.Due}); err != nil {
 				return err
 			}
 		}
@@ -344,42 +305,6 @@ func (d *Dispatcher) catchUp(ctx context.Context, x *execState) error {
 		if err := d.applyResult(ctx, x, ref, ev); err != nil {
 			return err
 		}
-	}
-	return nil
-}
-
-// stepError is the recorded error of a step instance.
-func stepError(s projections.Execution, id string) string {
-	st, _ := instanceOf(s, id)
-	return st.Error
-}
-
-// liftKill ends the kill of a resumed execution, so that agents run its
-// new tasks: the lift replaces the kill notice (one per execution is kept).
-func (d *Dispatcher) liftKill(ctx context.Context, x *execState) error {
-	stream, err := d.js.Stream(ctx, events.StreamKills)
-	if err != nil {
-		return fmt.Errorf("read kill notices: %w", err)
-	}
-	m, err := stream.GetLastMsgForSubject(ctx, events.KillSubject(x.id))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("read kill notice of %s: %w", x.id, err)
-	}
-	if ev, err := events.Decode(m.Header, m.Data); err == nil {
-		if k, ok := ev.Data.(*events.KillOperations); ok && k.Lift {
-			return nil
-		}
-	}
-	lift := events.New(d.cfg.Source, x.id, x.workflow, d.cfg.Now(), &events.KillOperations{ExecutionID: x.id, Workflow: x.workflow, Lift: true})
-	msg, err := events.Encode(events.KillSubject(x.id), lift)
-	if err != nil {
-		return permanentError{err}
-	}
-	if _, err := d.js.PublishMsg(ctx, msg); err != nil {
-		return fmt.Errorf("publish kill lift: %w", err)
 	}
 	return nil
 }

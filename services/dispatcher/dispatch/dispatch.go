@@ -35,6 +35,7 @@ import (
 	"jetflow.dev/pkg/partition"
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/pkg/workflow"
+	"jetflow.dev/services/dispatcher/interp"
 )
 
 // Consumer names.
@@ -127,6 +128,10 @@ type Dispatcher struct {
 
 	locks *lock.Table // the lock bucket (locks.go)
 
+	// maxEvent is the largest payload an event may have: the server's
+	// message limit, less room for headers and the other fields.
+	maxEvent int
+
 	damages damageLog // damages logged (damage.go)
 
 	parts    partitions      // the partitions it holds (partitions.go)
@@ -206,7 +211,8 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log zerolog.Lo
 		return nil, fmt.Errorf("open bucket %s: %w", events.BucketDispatchers, err)
 	}
 	return &Dispatcher{cfg: cfg, js: js, log: log, defs: defs, ids: ids, locks: locks, cache: newLRU(cfg.CacheSize),
-		parts: partitions{n: n, kv: kv, running: map[int]*consuming{}}}, nil
+		maxEvent: int(js.Conn().MaxPayload()) - 64<<10,
+		parts:    partitions{n: n, kv: kv, running: map[int]*consuming{}}}, nil
 }
 
 type job struct {
@@ -370,8 +376,7 @@ func (d *Dispatcher) intake(ctx context.Context, m jetstream.Msg) (ev events.Eve
 		return ev, true
 	}
 	if perr := d.rejectMessage(ctx, m, ev.Type, why); perr != nil {
-		d.log.Warn().Err(perr).Msg("publish rejection, will retry")
-		_ = m.NakWithDelay(time.Second)
+		d.log.Warn().Err(perr).Dur("retry_in", retryLater(m)).Msg("publish rejection, will retry")
 		return ev, false
 	}
 	_ = m.Term()
@@ -395,8 +400,7 @@ func (d *Dispatcher) routeCommand(ctx context.Context, m jetstream.Msg, queue fu
 		return
 	}
 	if err := d.route(ctx, m, ev); err != nil {
-		d.log.Warn().Err(err).Msg("route command, will retry")
-		_ = m.NakWithDelay(200 * time.Millisecond)
+		d.log.Warn().Err(err).Dur("retry_in", retryLater(m)).Msg("route command, will retry")
 		return
 	}
 	_ = m.Ack()
@@ -460,7 +464,7 @@ func (d *Dispatcher) process(ctx context.Context, j job) {
 		if epoch, ok := d.parts.table.Holds(j.from.part); !ok || epoch != j.from.epoch {
 			// The partition moved on (its next holder takes it), or this
 			// holding's renewal is late: in a moment, not in a hot loop.
-			_ = j.msg.NakWithDelay(500 * time.Millisecond)
+			retryLater(j.msg)
 			return
 		}
 	}
@@ -501,13 +505,7 @@ func (d *Dispatcher) process(ctx context.Context, j job) {
 	case ctx.Err() != nil:
 		_ = j.msg.Nak()
 	default:
-		md, _ := j.msg.Metadata()
-		delay := 100 * time.Millisecond
-		if md != nil {
-			delay = min(time.Duration(md.NumDelivered)*200*time.Millisecond, 10*time.Second)
-		}
-		log.Warn().Err(err).Dur("retry_in", delay).Msg("handle message, will retry")
-		_ = j.msg.NakWithDelay(delay)
+		log.Warn().Err(err).Dur("retry_in", retryLater(j.msg)).Msg("handle message, will retry")
 	}
 }
 
@@ -574,11 +572,12 @@ type execState struct {
 	// was read (0: not held then). A state cached in an earlier holding is
 	// read again: another dispatcher held the partition in between.
 	epoch uint64
-	// view is what decisions derived from state so far (view.go).
-	view *view
-	// retains: 1 if a step of def may set a retention, -1 if none may, 0
-	// not worked out yet (mayRetain).
-	retains int
+	// memo is what the interpreter's decisions learned from state so far.
+	memo *interp.Memo
+	// called and history are what a decision asked to be loaded, kept
+	// for that decision only (shell.go).
+	called  map[interp.CalledRef]*interp.Called
+	history []events.Event
 }
 
 func (x *execState) subject() string { return events.ExecutionSubject(x.workflow, x.id) }
@@ -703,7 +702,7 @@ func (d *Dispatcher) load(ctx context.Context, wf, id string) (x *execState, cac
 		return nil, false, err
 	}
 	// An event that does not fold marks the state damaged (damage.go).
-	x = &execState{id: id, workflow: wf, state: projections.FoldQuarantined(id, evs), epoch: epoch, view: &view{}}
+	x = &execState{id: id, workflow: wf, state: projections.FoldQuarantined(id, evs), epoch: epoch, memo: &interp.Memo{}}
 	if len(evs) == 0 {
 		return x, false, nil
 	}
@@ -736,9 +735,8 @@ func (d *Dispatcher) evict(id string) {
 }
 
 // append validates p against the fold, then appends it with the expected
-// last subject sequence.
+// last subject sequence. p is final: the interpreter decided its content.
 func (d *Dispatcher) append(ctx context.Context, x *execState, p events.Payload) error {
-	p = d.fit(d.withRetention(x, p), x.state.WaitAfterFail)
 	ev := events.New(d.cfg.Source, x.id, x.workflow, d.cfg.Now(), p)
 	ev.PrevSeq = x.state.LastSeq
 	next, err := projections.Apply(x.state, ev)
@@ -758,39 +756,6 @@ func (d *Dispatcher) append(ctx context.Context, x *execState, p events.Payload)
 		return d.releaseEnded(ctx, x) // e.g. a force-cancel: its locks go with it
 	}
 	return nil
-}
-
-// fit turns an event too large for a NATS message (an output, a rendered
-// input or a called definition of about the size limit) into the failure
-// it amounts to, so the execution ends clearly instead of retrying an
-// append that can never fit.
-func (d *Dispatcher) fit(p events.Payload, waitAfterFail bool) events.Payload {
-	limit := int(d.js.Conn().MaxPayload()) - 64<<10 // room for headers and the other fields
-	tooBig := func(what string, n int) string {
-		return fmt.Sprintf("%s is %d bytes; an event holds at most about %d", what, n, limit)
-	}
-	switch e := p.(type) {
-	case *events.StepSucceeded:
-		n := len(e.Output)
-		for _, v := range e.Vars {
-			n += len(v)
-		}
-		if n > limit {
-			return &events.StepFailed{StepID: e.StepID, Attempt: e.Attempt, Error: tooBig("the step's output", n), Final: true}
-		}
-	case *events.StepScheduled:
-		if len(e.Input) > limit {
-			return &events.StepFailed{StepID: e.StepID, Kind: e.Kind, Attempt: e.Attempt, Error: tooBig("the step's input", len(e.Input)), Final: true}
-		}
-	case *events.ExecutionSucceeded:
-		if len(e.Output) > limit {
-			if waitAfterFail {
-				return &events.ExecutionSuspended{Error: tooBig("the workflow's output", len(e.Output))}
-			}
-			return &events.ExecutionFailed{Error: tooBig("the workflow's output", len(e.Output))}
-		}
-	}
-	return p
 }
 
 func newToken() string {

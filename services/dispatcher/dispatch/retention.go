@@ -3,123 +3,14 @@ package dispatch
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"jetflow.dev/pkg/events"
-	"jetflow.dev/pkg/expression"
 	"jetflow.dev/pkg/projections"
-	"jetflow.dev/pkg/retention"
-	"jetflow.dev/pkg/workflow"
+	"jetflow.dev/services/dispatcher/interp"
 )
-
-// startRetention is the retention an execution of d starts with, recorded
-// in ExecutionStarted: the workflow's rule with context meaning parent
-// (nothing came before), and its hash key rendered over the start (input
-// and workflow metadata). It is nil when the workflow sets no retention.
-func startRetention(d workflow.Definition, x projections.Execution) (*events.Retention, error) {
-	if d.Retention == "" {
-		return nil, nil
-	}
-	return resolveRetention(string(d.Retention), retention.Default, "", func() map[string]any { return envOf(x) })
-}
-
-// withRetention adds to a step's first schedule the retention its
-// retention: field sets, so that the change is part of the history. A hash
-// key that cannot be rendered fails the step, as any other expression of
-// the step would. Other events are returned as they are.
-func (d *Dispatcher) withRetention(x *execState, p events.Payload) events.Payload {
-	e, ok := p.(*events.StepScheduled)
-	if !ok || e.Retention != nil {
-		return p
-	}
-	if !x.mayRetain() {
-		return p // no step has a retention: field (resolving the frame costs what the execution did)
-	}
-	if i := x.state.StepIndex(e.StepID); i >= 0 && x.state.Steps[i].Status != projections.OpNone {
-		return p // a retry or a later attempt: the step was entered already
-	}
-	f, step, ok := resolveFrame(x.def, x.state, e.StepID)
-	if !ok || step.Retention == "" {
-		return p
-	}
-	prev := retention.Default
-	if x.state.Retention != "" {
-		if r, err := retention.ParseRule(x.state.Retention); err == nil {
-			prev = r
-		}
-	}
-	r, err := resolveRetention(string(step.Retention), prev, x.state.RetentionKey, func() map[string]any { return newEngine(x.def, x.state).env(f) })
-	if err != nil {
-		return &events.StepFailed{StepID: e.StepID, Kind: e.Kind, Attempt: e.Attempt, Error: err.Error(), Final: true}
-	}
-	next := *e
-	next.Retention = r
-	return &next
-}
-
-// mayRetain reports whether any step of the execution's definition may
-// set a retention (it has a retention: field, or calls another workflow,
-// whose recorded definition may). It is worked out once per state kept.
-func (x *execState) mayRetain() bool {
-	if len(x.def.Steps) == 0 {
-		return true // no definition yet: do not remember
-	}
-	if x.retains == 0 {
-		x.retains = -1
-		if stepsMayRetain(x.def.Steps) || stepsMayRetain(x.def.OnError) {
-			x.retains = 1
-		}
-	}
-	return x.retains > 0
-}
-
-func stepsMayRetain(steps []workflow.Step) bool {
-	for _, st := range steps {
-		if st.Retention != "" || st.Workflow != "" || stepsMayRetain(st.Steps) || stepsMayRetain(st.OnError) || stepsMayRetain(st.Default) {
-			return true
-		}
-		for _, b := range st.Branches {
-			if stepsMayRetain(b.Steps) {
-				return true
-			}
-		}
-		for _, c := range st.Cases {
-			if stepsMayRetain(c.Steps) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// resolveRetention reads a retention: field in the context of the rule
-// and key in force before it.
-func resolveRetention(text string, prev retention.Rule, prevKey string, env func() map[string]any) (*events.Retention, error) {
-	spec, err := retention.Parse(text)
-	if err != nil { // validated when the definition was applied
-		return nil, fmt.Errorf("retention: %w", err)
-	}
-	out := &events.Retention{Rule: spec.Rule.InContext(prev).String(), Key: prevKey}
-	if spec.Hash == "" {
-		return out, nil
-	}
-	key, err := expression.RenderString(spec.Hash, env())
-	if err != nil {
-		return nil, fmt.Errorf("retention hash: %w", err)
-	}
-	key = strings.TrimSpace(key)
-	switch {
-	case key == "":
-		return nil, fmt.Errorf("retention hash %q gives an empty key", spec.Hash)
-	case len(key) > retention.MaxKey:
-		return nil, fmt.Errorf("retention hash %q gives a key of %d bytes, at most %d", spec.Hash, len(key), retention.MaxKey)
-	}
-	out.Key = key
-	return out, nil
-}
 
 // expire records that a finished execution expired under its retention
 // rule, as the janitor asks (docs/retention.md). It does so only if the
@@ -143,7 +34,7 @@ func (d *Dispatcher) expire(ctx context.Context, ev events.Event, p *events.Expi
 				Msg("expire: the execution changed since the janitor looked, kept")
 			return nil
 		}
-		if _, open := openLock(s); open {
+		if _, open := interp.OpenLock(s); open {
 			// Its end was recorded but a crash came before its locks were
 			// given up: give them up now; the janitor decides again.
 			log.Info().Msg("expire: locks still to release first, kept")

@@ -2,10 +2,7 @@ package dispatch
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -13,40 +10,6 @@ import (
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
 )
-
-// timerID is the id of an execution's timer for a purpose, step and
-// attempt. It is deterministic, so arming the same timer again (after a
-// crash) replaces the same JetStream schedule instead of adding one.
-func timerID(execID, purpose, stepID string, attempt int) string {
-	h := sha256.Sum256([]byte(execID + "\x00" + purpose + "\x00" + stepID + "\x00" + strconv.Itoa(attempt)))
-	return "t" + hex.EncodeToString(h[:12])
-}
-
-// armTimer makes a durable timer: a JetStream message schedule in the
-// timers stream (JF_TIMERS) that publishes a FireTimer command for the
-// execution at due, then records TimerArmed. The schedule is published first: if the
-// dispatcher dies in between, the orphan fires for a timer the history does
-// not know (and is ignored) and the re-handled decision re-arms the same
-// timer id, replacing it. A timer already armed keeps its due time.
-//
-// It returns the due time in force (the first one, for a re-armed timer),
-// which the caller records with the step.
-func (d *Dispatcher) armTimer(ctx context.Context, x *execState, purpose, stepID string, attempt int, due time.Time) (time.Time, error) {
-	id := timerID(x.id, purpose, stepID, attempt)
-	if t, ok := x.state.Timers[id]; ok {
-		if t.Fired {
-			return t.Due, nil
-		}
-		due = t.Due
-	}
-	if err := d.publishSchedule(ctx, x.id, x.workflow, id, due); err != nil {
-		return due, err
-	}
-	if _, ok := x.state.Timers[id]; ok {
-		return due, nil
-	}
-	return due, d.append(ctx, x, &events.TimerArmed{TimerID: id, Purpose: purpose, StepID: stepID, Attempt: attempt, Due: due.UTC()})
-}
 
 func (d *Dispatcher) publishSchedule(ctx context.Context, execID, wf, id string, due time.Time) error {
 	ev := events.New(d.cfg.Source, execID, wf, d.cfg.Now(), &events.FireTimer{ExecutionID: execID, Workflow: wf, TimerID: id})

@@ -1,4 +1,4 @@
-package dispatch
+package interp
 
 import (
 	"encoding/json"
@@ -86,3 +86,7 @@ func (v *view) memo(prefix string, input json.RawMessage) *foreachMemo {
 	}
 	return m
 }
+
+// SetVerifyView turns on (for tests of the packages that call Next) the
+// check that every decision taken with a view is the one taken without.
+func SetVerifyView(on bool) { verifyView = on }

@@ -1,4 +1,4 @@
-package dispatch
+package interp
 
 import (
 	"encoding/json"
@@ -41,7 +41,7 @@ type action struct {
 	delay time.Duration
 	until time.Time
 	// replay is the replay an actReplay records.
-	replay *replayRequest
+	replay *ReplayRequest
 	// lock is what an actLock or actUnlock is about (locks.go).
 	lock lockAct
 }
@@ -1075,7 +1075,7 @@ func render(v any, env map[string]any) (json.RawMessage, error) {
 }
 
 func timerArmed(s projections.Execution, purpose, stepID string, attempt int) bool {
-	_, ok := s.Timers[timerID(s.ID, purpose, stepID, attempt)]
+	_, ok := s.Timers[TimerID(s.ID, purpose, stepID, attempt)]
 	return ok
 }
 
@@ -1089,6 +1089,6 @@ func sentAt(st projections.Step) time.Time {
 }
 
 func timerFired(s projections.Execution, purpose, stepID string, attempt int) bool {
-	t, ok := s.Timers[timerID(s.ID, purpose, stepID, attempt)]
+	t, ok := s.Timers[TimerID(s.ID, purpose, stepID, attempt)]
 	return ok && t.Fired
 }

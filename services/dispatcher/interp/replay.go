@@ -1,17 +1,13 @@
-package dispatch
+package interp
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 
-	"github.com/rs/zerolog"
-
 	"jetflow.dev/pkg/events"
-	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/pkg/workflow"
 )
@@ -44,14 +40,14 @@ type replayPlan struct {
 	entered int
 }
 
-// replayRefused is a replay that cannot be done as asked: the operator is
+// ReplayRefused is a replay that cannot be done as asked: the operator is
 // told why (and the command rejected), a retry step fails with it.
-type replayRefused struct{ msg string }
+type ReplayRefused struct{ msg string }
 
-func (e *replayRefused) Error() string { return e.msg }
+func (e *ReplayRefused) Error() string { return e.msg }
 
 func refuse(format string, args ...any) error {
-	return &replayRefused{msg: fmt.Sprintf(format, args...)}
+	return &ReplayRefused{msg: fmt.Sprintf(format, args...)}
 }
 
 // ran is a step instance that ran (or runs) in the execution as it is now.
@@ -624,7 +620,7 @@ func (e *engine) retryReplay(step workflow.Step, st projections.Step) action {
 	if err != nil {
 		return action{kind: actStepFail, step: step, path: st.ID, attempt: st.Attempt, final: true, err: "replay: " + err.Error()}
 	}
-	return action{kind: actReplay, step: step, path: st.ID, replay: &replayRequest{plan: plan, from: from, cause: key}}
+	return action{kind: actReplay, step: step, path: st.ID, replay: &ReplayRequest{plan: plan, from: from, cause: key}}
 }
 
 // autoReplay returns the replay resuming of an execution replayable
@@ -638,7 +634,7 @@ func (e *engine) autoReplay(step workflow.Step, st projections.Step) (action, bo
 	if err != nil {
 		return action{}, false // the failure stands, and is handled as usual
 	}
-	return action{kind: actReplay, step: step, path: st.ID, replay: &replayRequest{plan: plan, from: events.ReplayResume, automatic: true}}, true
+	return action{kind: actReplay, step: step, path: st.ID, replay: &ReplayRequest{plan: plan, from: events.ReplayResume, automatic: true}}, true
 }
 
 // failedOwner returns the failed step whose on-error steps hold the
@@ -667,9 +663,9 @@ func failedOwner(d workflow.Definition, s projections.Execution, path string) st
 	return ""
 }
 
-// replayRequest is a replay decided by decide (actReplay) or asked by an
+// ReplayRequest is a replay decided by decide (actReplay) or asked by an
 // operator.
-type replayRequest struct {
+type ReplayRequest struct {
 	plan      replayPlan
 	from      string
 	force     bool
@@ -677,40 +673,12 @@ type replayRequest struct {
 	automatic bool
 }
 
-// replay records a replay and makes the execution go on: the variables
-// are restored from the history, timers that came due while it was over
-// fire, and results that arrived meanwhile are applied.
-func (d *Dispatcher) replay(ctx context.Context, x *execState, rec events.ActionRecord, r replayRequest) error {
-	vars, err := d.varsAt(ctx, x, r.plan)
-	if err != nil {
-		return err
-	}
-	p := &events.ExecutionReplayed{ActionRecord: rec, From: r.from, Force: r.force, Point: r.plan.point, Mode: r.plan.mode,
-		Token: newToken(), Resume: r.plan.resume, Reopen: r.plan.reopen, Reset: r.plan.reset, Vars: vars,
-		Cause: r.cause, Automatic: r.automatic}
-	zerolog.Ctx(ctx).Info().Str("from", r.from).Str("point", r.plan.point).Str("mode", r.plan.mode).Str("cause", r.cause).
-		Bool("automatic", r.automatic).Int("reset", len(r.plan.reset)).Msg("execution replayed")
-	return d.append(ctx, x, p)
-}
-
-// varsAt returns the workflow variables as they were when the replay
-// point was entered: the fold of the history's events before it.
-func (d *Dispatcher) varsAt(ctx context.Context, x *execState, plan replayPlan) (map[string]json.RawMessage, error) {
-	if plan.entered <= 1 {
-		return nil, nil
-	}
-	evs, err := history.Read(ctx, d.js, x.subject(), 0)
-	if err != nil {
-		return nil, fmt.Errorf("read history for the variables at %s: %w", plan.point, err)
-	}
-	if len(evs) < plan.entered-1 {
-		return nil, fmt.Errorf("history of %s has %d events, the replay point is event %d", x.id, len(evs), plan.entered)
-	}
-	// A repaired history: the repair (later) has the fold pass over the
-	// event it names.
-	s := projections.FoldQuarantinedPrefix(x.id, evs, plan.entered-1)
-	if d := s.Damaged; d != nil {
-		return nil, permanentError{fmt.Errorf("fold history up to the replay point: damaged at sequence %d: %s", d.Seq, d.Reason)}
-	}
-	return s.Vars, nil
+// PlanReplay plans the replay an operator asks for, from a replay point
+// (events.ReplayStart, events.ReplayLast, events.ReplayResume or a step's
+// id), forced or not; settled are the operations with the agents whose
+// result is already stored. A replay that cannot be done as asked returns
+// a *ReplayRefused saying why.
+func PlanReplay(d workflow.Definition, s projections.Execution, from string, force bool, settled map[string]bool) (ReplayRequest, error) {
+	plan, err := planReplay(d, s, replayAsk{from: from, force: force, settled: settled})
+	return ReplayRequest{plan: plan, from: from, force: force}, err
 }

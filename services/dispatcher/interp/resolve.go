@@ -1,4 +1,4 @@
-package dispatch
+package interp
 
 import (
 	"encoding/json"

@@ -1,0 +1,53 @@
+package dispatch
+
+import (
+	"context"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// The dispatcher's one retry policy. Whatever fails for a reason that may
+// pass (a stream or bucket not answering, a partition between holders, a
+// start not yet visible, a rejection that could not be published) is tried
+// again after retryDelay(n), n counting the tries so far: 100 ms, doubling,
+// at most 10 s. A message is retried by JetStream (a delayed Nak, n being
+// its deliveries); a loop of this process waits with retryWait.
+const (
+	retryFirst = 100 * time.Millisecond
+	retryMax   = 10 * time.Second
+)
+
+// retryDelay is how long to wait before the try after the nth (n ≥ 1).
+func retryDelay(n int) time.Duration {
+	d := retryFirst
+	for i := 1; i < n && d < retryMax; i++ {
+		d *= 2
+	}
+	return min(d, retryMax)
+}
+
+// retryLater hands m back to JetStream, to be delivered again after the
+// policy's delay for its deliveries so far.
+func retryLater(m jetstream.Msg) time.Duration {
+	n := 1
+	if md, err := m.Metadata(); err == nil && md != nil {
+		n = int(md.NumDelivered)
+	}
+	delay := retryDelay(n)
+	_ = m.NakWithDelay(delay)
+	return delay
+}
+
+// retryWait waits the policy's delay after the nth try, or until ctx ends
+// (reported false).
+func retryWait(ctx context.Context, n int) bool {
+	t := time.NewTimer(retryDelay(n))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

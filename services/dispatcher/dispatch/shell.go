@@ -1,0 +1,241 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"jetflow.dev/pkg/catalog"
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/history"
+	"jetflow.dev/pkg/lock"
+	"jetflow.dev/services/dispatcher/interp"
+)
+
+// The shell around the interpreter (services/dispatcher/interp): it gives
+// the interpreter an execution's state, and carries out what it decides:
+// effects before the append, the events (each appended with the expected
+// last sequence of the history, the fence against another writer), and
+// effects after; an effect's outcome that the history records goes back
+// to the interpreter (interp.Recorded). Every effect is performed by one
+// switch, perform.
+
+// input is the interpreter's input for x now.
+func (d *Dispatcher) input(x *execState) interp.Input {
+	return interp.Input{ID: x.id, Workflow: x.workflow, Def: x.def, State: x.state, Memo: x.memo,
+		Now: d.cfg.Now(), Token: newToken(), MaxEvent: d.maxEvent, Called: x.called, History: x.history}
+}
+
+// decide takes a decision about x and carries it out, loading first what
+// it needs. It reports whether the decision did anything.
+func (d *Dispatcher) decide(ctx context.Context, x *execState, decide func(interp.Input) interp.Decision) (bool, error) {
+	// What was loaded for a decision is for that decision only: "the
+	// latest version" of a called workflow may change.
+	defer func() { x.called, x.history = nil, nil }()
+	for range 16 { // a decision needs the history, or the workflows a step calls
+		dec := decide(d.input(x))
+		if dec.Need == nil {
+			return !dec.Empty(), d.carryOut(ctx, x, dec)
+		}
+		if err := d.provide(ctx, x, dec.Need); err != nil {
+			return false, err
+		}
+	}
+	return false, permanentError{fmt.Errorf("execution %s: a decision kept asking for more", x.id)}
+}
+
+// advance carries out decisions until the execution has to wait for
+// something outside (a result, a timer, a signal, a lock).
+func (d *Dispatcher) advance(ctx context.Context, x *execState) error {
+	if _, err := d.decide(ctx, x, interp.Waiting); err != nil {
+		return err
+	}
+	// Each decision appends at least one event or performs an effect; the
+	// bound grows with the instances (loops and foreach items add them)
+	// and only stops a bug.
+	for i := 0; i < 16*len(x.state.Steps)+64; i++ {
+		did, err := d.decide(ctx, x, interp.Next)
+		if err != nil || !did {
+			return err
+		}
+	}
+	return permanentError{fmt.Errorf("execution %s did not settle", x.id)}
+}
+
+// carryOut performs a decision.
+func (d *Dispatcher) carryOut(ctx context.Context, x *execState, dec interp.Decision) error {
+	if dec.Err != nil {
+		return permanentError{fmt.Errorf("execution %s: %w", x.id, dec.Err)}
+	}
+	for _, e := range dec.Before {
+		if _, err := d.perform(ctx, x, e); err != nil {
+			return err
+		}
+	}
+	for _, p := range dec.Events {
+		if err := d.append(ctx, x, p); err != nil {
+			return err
+		}
+		logDecided(ctx, p)
+	}
+	for _, e := range dec.After {
+		o, err := d.perform(ctx, x, e)
+		if err != nil {
+			return err
+		}
+		if o != nil {
+			if err := d.carryOut(ctx, x, interp.Recorded(d.input(x), o)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// provide loads what a decision needs.
+func (d *Dispatcher) provide(ctx context.Context, x *execState, need interp.Need) error {
+	switch n := need.(type) {
+	case interp.NeedWorkflow:
+		rec, err := d.defs.Get(ctx, n.Ref.Name, n.Ref.Version)
+		var called *interp.Called
+		switch {
+		case errors.Is(err, catalog.ErrNotFound):
+		case err != nil:
+			return err
+		default:
+			called = &interp.Called{Name: rec.Name, Version: rec.Version, Definition: rec.Definition}
+		}
+		if x.called == nil {
+			x.called = map[interp.CalledRef]*interp.Called{}
+		}
+		x.called[n.Ref] = called
+	case interp.NeedHistory:
+		evs, err := history.Read(ctx, d.js, x.subject(), 0)
+		if err != nil {
+			return fmt.Errorf("read history of %s: %w", x.id, err)
+		}
+		x.history = evs
+	default:
+		return permanentError{fmt.Errorf("unknown need %T", need)}
+	}
+	return nil
+}
+
+// perform carries out one effect, and returns what it found that the
+// history must record (nil: nothing).
+func (d *Dispatcher) perform(ctx context.Context, x *execState, eff interp.Effect) (interp.Outcome, error) {
+	switch e := eff.(type) {
+	case interp.ArmTimer:
+		return nil, d.publishSchedule(ctx, x.id, x.workflow, e.TimerID, e.Due)
+	case interp.PublishTask:
+		task := events.New(d.cfg.Source, x.id, x.workflow, d.cfg.Now(), &e.Task)
+		task.ID = e.Task.TaskID
+		msg, err := events.Encode(events.TaskSubject(e.Task.Queue), task)
+		if err != nil {
+			return nil, permanentError{err}
+		}
+		ack, err := d.js.PublishMsg(ctx, msg, jetstream.WithMsgID(e.Task.TaskID))
+		if err != nil {
+			return nil, fmt.Errorf("publish task %s: %w", e.Task.TaskID, err)
+		}
+		return interp.TaskStored{Task: e, Seq: ack.Sequence}, nil
+	case interp.EnqueueLock:
+		// The bucket is not fenced by the history's compare-and-set: a
+		// write decided from a state another dispatcher has gone past
+		// would add back a released request.
+		if err := d.ensureCurrent(ctx, x); err != nil {
+			return nil, err
+		}
+		held, err := d.locks.Enqueue(ctx, e.Lock, e.Limit, lockEntry(x, e.Path))
+		if err != nil || !held {
+			return nil, err
+		}
+		return interp.LockHeld{Lock: e}, nil
+	case interp.ReleaseLock:
+		if err := d.ensureCurrent(ctx, x); err != nil { // would remove a live holder
+			return nil, err
+		}
+		removed, promoted, err := d.locks.Remove(ctx, e.Lock, lockEntry(x, e.Path))
+		if err != nil {
+			return nil, err
+		}
+		log := zerolog.Ctx(ctx).With().Str("lock", e.Lock).Str("scope", e.Path).Logger()
+		for _, p := range promoted {
+			log.Debug().Str("to", p.ExecutionID).Str("to_scope", p.Path).Msg("lock handed over")
+		}
+		log.Debug().Bool("was_listed", removed).Str("reason", e.Reason).Msg("lock released")
+		return nil, nil
+	case interp.PublishKill:
+		return nil, d.publishKill(ctx, x, e)
+	case interp.CatchUp:
+		if !x.state.Status.Active() {
+			return nil, nil // ended again since
+		}
+		return nil, d.reopened(ctx, x)
+	}
+	return nil, permanentError{fmt.Errorf("unknown effect %T", eff)}
+}
+
+// lockEntry is the bucket entry of a scope's current request.
+func lockEntry(x *execState, path string) lock.Entry {
+	l, _ := x.state.LockAt(path)
+	return lock.Entry{ExecutionID: x.id, Workflow: x.workflow, Path: path, Request: l.Requests}
+}
+
+// releaseEnded gives up the locks of an execution that stopped running
+// (force-cancel and kill end it without a decision): the history records
+// lock.released after its last event.
+func (d *Dispatcher) releaseEnded(ctx context.Context, x *execState) error {
+	for {
+		did, err := d.decide(ctx, x, interp.Unlocking)
+		if err != nil || !did {
+			return err
+		}
+	}
+}
+
+// applyResult records an agent's report about a task, if it is about the
+// step's current attempt and new; a stale or repeated report changes nothing.
+func (d *Dispatcher) applyResult(ctx context.Context, x *execState, ref events.TaskRef, ev events.Event) error {
+	dec := interp.Result(d.input(x), ref, ev)
+	log := zerolog.Ctx(ctx).With().Str("step_id", ref.StepID).Int("attempt", ref.Attempt).Logger()
+	switch {
+	case dec.Stale != "":
+		// Stale as the history stands, not as a cached state that is
+		// behind it says (that one is reloaded and decides again).
+		if err := d.ensureCurrent(ctx, x); err != nil {
+			return err
+		}
+		log.Info().Str("reason", dec.Stale).Msg("ignore result of a stale attempt")
+	case dec.Empty():
+		log.Debug().Str("status", string(x.state.Status)).Msg("ignore a repeated result, or one for an ended execution")
+	}
+	return d.carryOut(ctx, x, dec)
+}
+
+// logDecided logs what an event decided means for people reading the logs.
+func logDecided(ctx context.Context, p events.Payload) {
+	log := zerolog.Ctx(ctx)
+	switch e := p.(type) {
+	case *events.ExecutionSucceeded:
+		log.Info().Msg("execution succeeded")
+	case *events.ExecutionFailed:
+		log.Info().Str("error", e.Error).Msg("execution failed")
+	case *events.ExecutionCancelled:
+		log.Info().Msg("execution cancelled")
+	case *events.ExecutionSuspended:
+		log.Info().Str("error", e.Error).Msg("execution suspended: it waits to be resumed")
+	case *events.StepRescheduled:
+		log.Info().Str("step_id", e.StepID).Int("attempt", e.Attempt).Time("due", e.Due).Msg("retry scheduled")
+	case *events.ExecutionReplayed:
+		log.Info().Str("from", e.From).Str("point", e.Point).Str("mode", e.Mode).Str("cause", e.Cause).
+			Bool("automatic", e.Automatic).Int("reset", len(e.Reset)).Msg("execution replayed")
+	case *events.LockRequested:
+		log.Debug().Str("lock", e.Lock).Str("scope", e.Path).Msg("lock requested")
+	case *events.LockAcquired:
+		log.Debug().Str("lock", e.Lock).Str("scope", e.Path).Msg("lock acquired")
+	}
+}

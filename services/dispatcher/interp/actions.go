@@ -1,0 +1,85 @@
+package interp
+
+import (
+	"strconv"
+	"strings"
+
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/projections"
+	"jetflow.dev/pkg/workflow"
+)
+
+// cancelled is the event that ends a cancelling execution.
+func cancelled(s projections.Execution) *events.ExecutionCancelled {
+	rec := events.ActionRecord{Action: events.ActionCancel}
+	if c := s.Cancellation; c != nil {
+		rec.Reason, rec.RequestedBy, rec.Actor = c.Reason, c.RequestedBy, c.Actor
+	}
+	return &events.ExecutionCancelled{ActionRecord: rec}
+}
+
+// ResetFor lists the step instances a resume runs again: failures that
+// their on-error steps did not recover (and are not handling), attempts
+// waiting for a retry, operations whose failure arrived while the
+// execution was over (failed), and with force the operations that were
+// with the agents (or being sent). The on-error instances of an attempt
+// that runs again are left as they are: a new attempt's failure gets
+// new ones.
+func ResetFor(d workflow.Definition, s projections.Execution, force bool, failedBefore map[string]bool) []string {
+	var out []string
+	reset := map[string]bool{}
+	e := lookingEngine(d, s)
+	for _, st := range s.Steps {
+		if staleHandler(s, st.ID, reset) || !current(s, st.ID) {
+			continue
+		}
+		switch {
+		case st.Status == projections.OpRescheduled, force && st.Status.InFlight(), failedBefore[st.ID] && st.Status.InFlight():
+		case st.Status == projections.OpFailed:
+			if f, step, ok := resolveFrame(d, s, st.ID); ok && len(step.OnError) > 0 && e.handle(f, step, st).state != failed {
+				continue // recovered by its on-error steps, or being handled by them
+			}
+		default:
+			continue
+		}
+		out = append(out, st.ID)
+		reset[st.ID] = true
+	}
+	return out
+}
+
+// staleHandler reports whether path is inside the on-error steps of an
+// attempt that is not its step's current one (or that the resume runs
+// again, under a new attempt).
+func staleHandler(s projections.Execution, path string, reset map[string]bool) bool {
+	segs := strings.Split(path, "/")
+	for i := 1; i < len(segs)-1; i++ {
+		if !strings.HasPrefix(segs[i], "on-error") || !isHandlerSeg(segs[i]) {
+			continue
+		}
+		owner := strings.Join(segs[:i], "/")
+		n, _ := strconv.Atoi(strings.TrimPrefix(segs[i], "on-error"))
+		st, ok := instanceOf(s, owner)
+		if !ok || st.Attempt != n || (reset[owner] && !workflow.IsContainer(st.Kind)) {
+			return true
+		}
+	}
+	return false
+}
+
+// FailedMeanwhile lists the operations whose stored result is a failure.
+func FailedMeanwhile(s projections.Execution, stored map[string]events.Event) map[string]bool {
+	out := map[string]bool{}
+	for id, ev := range stored {
+		if ev.Type == events.TypeOperationFailed {
+			out[id] = true
+		}
+	}
+	return out
+}
+
+// stepError is the recorded error of a step instance.
+func stepError(s projections.Execution, id string) string {
+	st, _ := instanceOf(s, id)
+	return st.Error
+}

@@ -1,0 +1,590 @@
+// Package interp is the dispatcher's interpreter: given an execution's
+// pinned definition, its folded state and what just happened, it returns
+// the events to append and the effects to perform. It is pure: no NATS, no
+// clock (the time is an input), no logger and no randomness (a fresh token
+// is an input; retry jitter is derived from the timer's id), so the same
+// input always gives the same decision, and it is tested with tables and
+// replayed histories without a server.
+//
+// A [Decision] is carried out by the dispatcher's shell in a fixed order:
+// the Before effects (idempotent: a crash before the append repeats them),
+// then the Events, each appended with the expected last sequence of the
+// execution's history (the fence), then the After effects. An effect whose
+// result the history must record (a task's stream sequence, a lock
+// granted) is reported back with [Recorded], which returns the events that
+// record it. Events come out final: retention, size limits and output
+// rendering are decided here, never changed on the write path.
+package interp
+
+import (
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"reflect"
+	"strings"
+	"time"
+
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/projections"
+	"jetflow.dev/pkg/workflow"
+)
+
+// Input is everything a decision depends on.
+type Input struct {
+	// ID and Workflow name the execution.
+	ID, Workflow string
+	// Def is the execution's pinned definition and State its folded history.
+	Def   workflow.Definition
+	State projections.Execution
+	// Memo is what earlier decisions on this execution learned (nil:
+	// nothing kept); the caller keeps it with the state.
+	Memo *Memo
+	// Now is the time decisions count from (sleeps, timeouts, retries).
+	Now time.Time
+	// Token is a fresh, unguessable token for a decision that gives the
+	// execution a new one (a replay).
+	Token string
+	// MaxEvent is the largest payload an event may have (0: no limit);
+	// a larger output or input fails its step.
+	MaxEvent int
+	// Called holds the definitions of called workflows the caller has
+	// loaded for a [NeedWorkflow]; a nil value means it is not registered.
+	Called map[CalledRef]*Called
+	// History is the execution's whole history, when a [NeedHistory]
+	// asked for it (nil otherwise).
+	History []events.Event
+}
+
+// Memo is kept by the caller with an execution's state between decisions.
+type Memo struct {
+	view view
+	// retains: 1 if a step of the definition may set a retention, -1 if
+	// none may, 0 not worked out yet.
+	retains int
+}
+
+// CalledRef names a called workflow's version (0: the latest).
+type CalledRef struct {
+	Name    string
+	Version int
+}
+
+// Called is a registered workflow a workflow step calls.
+type Called struct {
+	Name       string
+	Version    int
+	Definition workflow.Definition
+}
+
+// Decision is what to do for an execution now. The zero Decision means
+// there is nothing to do until something happens outside (a result, a
+// timer, a signal, a lock granted).
+type Decision struct {
+	// Before are performed before Events are appended.
+	Before []Effect
+	// Events are appended in order.
+	Events []events.Payload
+	// After are performed once Events are appended.
+	After []Effect
+	// Need asks the caller to load something into the Input and decide
+	// again; nothing else is set then.
+	Need Need
+	// Stale, on a decision about an agent's report, says why the report
+	// is not about the step's current attempt (it is recorded ignored): the
+	// caller must be sure its state is the whole history first.
+	Stale string
+	// Err is a decision that cannot be carried out (a bug, or a history
+	// no decision can go on from): it is not retried.
+	Err error
+}
+
+// Empty reports whether d has nothing to do.
+func (d Decision) Empty() bool {
+	return len(d.Before) == 0 && len(d.Events) == 0 && len(d.After) == 0 && d.Need == nil && d.Err == nil
+}
+
+// Effect is something the shell does outside the history. The set is
+// closed: ArmTimer, PublishTask, EnqueueLock, ReleaseLock, PublishKill and
+// CatchUp.
+type Effect interface{ effect() }
+
+// ArmTimer publishes the durable schedule of a timer: at Due it fires the
+// execution's FireTimer command. Arming the same TimerID again replaces
+// the schedule (ids are deterministic), so it is idempotent.
+type ArmTimer struct {
+	TimerID string
+	Due     time.Time
+}
+
+// PublishTask publishes an operation's task to its agents' queue,
+// deduplicated by the task id; its stream sequence is then recorded
+// ([TaskStored]).
+type PublishTask struct {
+	Task events.Task
+}
+
+// EnqueueLock puts the current request of the scope at Path in the lock's
+// queue (idempotent); if the scope is then a holder, that is recorded
+// ([LockHeld]).
+type EnqueueLock struct {
+	Lock  string
+	Limit int
+	Path  string
+}
+
+// ReleaseLock removes the scope at Path from the lock (promoting the first
+// waiters); removing a scope that is not listed changes nothing.
+type ReleaseLock struct {
+	Lock   string
+	Path   string
+	Reason string
+}
+
+// PublishKill tells agents to terminate the execution's running
+// operations (Command: the command that asked, for deduplication), or,
+// with Lift, that its new tasks may run again.
+type PublishKill struct {
+	Command string
+	Lift    bool
+}
+
+// CatchUp fires the execution's timers that came due and records the
+// results of its operations that arrived while nothing recorded them (the
+// execution was over, or damaged): after a resume or a replay.
+type CatchUp struct{}
+
+func (ArmTimer) effect()    {}
+func (PublishTask) effect() {}
+func (EnqueueLock) effect() {}
+func (ReleaseLock) effect() {}
+func (PublishKill) effect() {}
+func (CatchUp) effect()     {}
+
+// Need is something a decision needs loaded into its Input.
+type Need interface{ need() }
+
+// NeedWorkflow asks for a called workflow's definition (Input.Called).
+type NeedWorkflow struct{ Ref CalledRef }
+
+// NeedHistory asks for the execution's whole history (Input.History).
+type NeedHistory struct{}
+
+func (NeedWorkflow) need() {}
+func (NeedHistory) need()  {}
+
+// Outcome is what performing an effect found that the history records.
+type Outcome interface{ outcome() }
+
+// TaskStored: the task of PublishTask is stored at stream sequence Seq.
+type TaskStored struct {
+	Task PublishTask
+	Seq  uint64
+}
+
+// LockHeld: after EnqueueLock the scope is among the lock's holders.
+type LockHeld struct{ Lock EnqueueLock }
+
+func (TaskStored) outcome() {}
+func (LockHeld) outcome()   {}
+
+// Next decides what the execution does next.
+func Next(in Input) Decision {
+	var v *view
+	if in.Memo != nil && len(in.State.Steps) > smallExecution {
+		v = &in.Memo.view // a small execution is cheaper to walk than to keep a view of
+	}
+	a := decideLockedIn(in.Def, in.State, v)
+	if verifyView && v != nil {
+		if b := decideLocked(in.Def, in.State); !reflect.DeepEqual(a, b) {
+			panic(fmt.Sprintf("execution %s: with its view the decision is %+v, without it %+v", in.ID, a, b))
+		}
+	}
+	return in.carry(a)
+}
+
+// Recorded returns the events that record an effect's outcome.
+func Recorded(in Input, o Outcome) Decision {
+	switch o := o.(type) {
+	case TaskStored:
+		t := o.Task.Task
+		return Decision{Events: []events.Payload{&events.StepSent{StepID: t.StepID, Attempt: t.Attempt, TaskID: t.TaskID, TaskSeq: o.Seq}}}
+	case LockHeld:
+		return Decision{Events: []events.Payload{&events.LockAcquired{Lock: o.Lock.Lock, Path: o.Lock.Path}}}
+	}
+	return Decision{Err: fmt.Errorf("unknown outcome %T", o)}
+}
+
+// Waiting returns the enqueueing, again, of every lock the execution waits
+// for: a promotion in the bucket is then recorded, and a request the
+// bucket lost (a crash between the append and the write) is made again.
+func Waiting(in Input) Decision {
+	if !in.State.Status.Active() {
+		return Decision{}
+	}
+	var d Decision
+	for _, l := range in.State.WaitingLocks() {
+		d.After = append(d.After, EnqueueLock{Lock: l.Name, Limit: l.Limit, Path: l.Path})
+	}
+	return d
+}
+
+// Unlocking returns the release of a lock of an execution that stopped
+// running (a force-cancel or a kill ends it without a decision), one at a
+// time; the zero Decision when none is left.
+func Unlocking(in Input) Decision {
+	if in.State.Status.Active() {
+		return Decision{}
+	}
+	l, ok := OpenLock(in.State)
+	if !ok {
+		return Decision{}
+	}
+	return in.carry(unlock(l, "the execution is "+string(in.State.Status)))
+}
+
+// carry turns an action of decide into the events and effects that carry
+// it out.
+func (in Input) carry(a action) Decision {
+	s := in.State
+	switch a.kind {
+	case actWait:
+		return Decision{}
+	case actLock:
+		return Decision{
+			Events: []events.Payload{&events.LockRequested{Lock: a.lock.name, Path: a.path, Limit: a.lock.limit}},
+			After:  []Effect{EnqueueLock{Lock: a.lock.name, Limit: a.lock.limit, Path: a.path}},
+		}
+	case actUnlock:
+		l, ok := s.LockAt(a.path)
+		if !ok || !l.Status.Open() {
+			return Decision{Err: fmt.Errorf("release of lock %s by scope %q, which does not hold it", a.lock.name, a.path)}
+		}
+		return Decision{
+			Before: []Effect{ReleaseLock{Lock: l.Name, Path: a.path, Reason: a.lock.reason}},
+			Events: []events.Payload{&events.LockReleased{Lock: l.Name, Path: a.path, Reason: a.lock.reason}},
+		}
+	}
+	id := a.path
+	if id == "" {
+		id = a.step.ID
+	}
+	a.path = id
+	nestedKind := "" // nested steps and later rounds are created by their first event
+	if strings.ContainsAny(id, "/~") {
+		nestedKind = a.step.Kind
+	}
+	one := func(p events.Payload) Decision { return Decision{Events: []events.Payload{in.final(p)}} }
+	if reason := dryRunSkip(s, a); reason != "" { // nothing runs, sleeps or waits
+		return one(&events.StepSkipped{StepID: id, DryRun: true, Reason: reason})
+	}
+	switch a.kind {
+	case actSkip:
+		return one(&events.StepSkipped{StepID: id, Kind: nestedKind, Reason: "condition is false"})
+	case actSchedule:
+		if a.step.Kind == workflow.KindWorkflow && a.step.Workflow != "" {
+			return in.scheduleCalled(a, nestedKind)
+		}
+		return one(&events.StepScheduled{StepID: id, Kind: nestedKind, Attempt: a.attempt, Input: a.input})
+	case actSend:
+		// Recorded first: a task that may have been published is never
+		// forgotten. The next decision publishes it (actResend).
+		return one(&events.StepSending{StepID: id, Attempt: a.attempt, TaskID: events.TaskID(in.ID, id, a.attempt), Queue: a.step.QueueName()})
+	case actResend:
+		return in.send(a)
+	case actStepFail: // one event, also for a step that could not be scheduled
+		return one(&events.StepFailed{StepID: id, Kind: nestedKind, Attempt: a.attempt, Error: a.err, Final: a.final})
+	case actLet: // the variables and the step's success are one event
+		return one(&events.StepSucceeded{StepID: id, Attempt: a.attempt, Vars: a.vars})
+	case actArmTimer:
+		d, _ := in.arm(a.purpose, id, a.attempt, a.until)
+		return d
+	case actReturn, actComplete:
+		// A return's step succeeds; the next decision ends what it ends
+		// (the execution, or a called workflow).
+		return one(&events.StepSucceeded{StepID: id, Attempt: a.attempt, Output: a.output})
+	case actSleep:
+		until := a.until
+		if until.IsZero() {
+			until = in.Now.Add(a.delay)
+		}
+		d, due := in.arm(events.TimerSleep, id, a.attempt, until)
+		d.Events = append(d.Events, &events.StepWaiting{StepID: id, Attempt: a.attempt, Until: due.UTC()})
+		return d
+	case actWaitSignal:
+		var d Decision
+		var until time.Time
+		if a.step.Timeout != "" {
+			dur, err := time.ParseDuration(a.step.Timeout)
+			if err != nil {
+				return in.carry(action{kind: actStepFail, step: a.step, path: id, attempt: a.attempt, err: "timeout: " + err.Error()})
+			}
+			d, until = in.arm(events.TimerWaitTimeout, id, a.attempt, in.Now.Add(dur))
+		}
+		d.Events = append(d.Events, &events.StepWaiting{StepID: id, Attempt: a.attempt, Until: until.UTC(), Signals: a.step.WaitSignals()})
+		return d
+	case actTakeSignal:
+		out := signalOutput(a.signal)
+		if a.step.Output != nil {
+			f, _, _ := resolveFrame(in.Def, s, id)
+			mapped, err := render(a.step.Output, with(newEngine(in.Def, s).env(f), "result", decode(out)))
+			if err != nil {
+				return in.carry(action{kind: actStepFail, step: a.step, path: id, attempt: a.attempt, err: "output: " + err.Error(), final: true})
+			}
+			out = mapped
+		}
+		return one(&events.StepSucceeded{StepID: id, Attempt: a.attempt, SignalID: a.signal.ID, Output: out})
+	case actReschedule:
+		tid := TimerID(in.ID, events.TimerRetry, id, a.attempt)
+		d, due := in.arm(events.TimerRetry, id, a.attempt, in.Now.Add(time.Duration(float64(a.delay)*jitter(tid, a.jitter))))
+		d.Events = append(d.Events, &events.StepRescheduled{StepID: id, Attempt: a.attempt, NextAttempt: a.attempt + 1,
+			Due: due.UTC(), TimerID: tid})
+		return d
+	case actSucceed:
+		return one(&events.ExecutionSucceeded{Output: a.output})
+	case actFail:
+		if s.WaitAfterFail { // an operator fixes the cause and resumes it
+			return one(&events.ExecutionSuspended{Error: a.err, StepID: id})
+		}
+		return one(&events.ExecutionFailed{Error: a.err, StepID: id})
+	case actCancelled:
+		return one(cancelled(s))
+	case actReplay:
+		rec := events.ActionRecord{Action: events.ActionReplay, RequestedBy: "retry step " + a.replay.cause}
+		if a.replay.automatic {
+			rec.RequestedBy, rec.Reason = "jetflow (replayable: automatically)", "step "+id+" was interrupted: "+stepError(s, id)
+		}
+		return Replayed(in, rec, *a.replay)
+	}
+	return Decision{Err: fmt.Errorf("unknown action %d", a.kind)}
+}
+
+// jitter is the factor a retry's backoff is multiplied by: within
+// [1-j, 1+j], spread by the timer's id (deterministic, and recorded with
+// the due time, so a replayed history decides the same).
+func jitter(TimerID string, j float64) float64 {
+	if j <= 0 {
+		return 1
+	}
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(TimerID))
+	frac := float64(h.Sum64()>>11) / (1 << 53)
+	return 1 - j + 2*j*frac
+}
+
+// arm returns the arming of a timer due at due, and the due time in force:
+// a timer armed already keeps its first due time (its schedule is
+// published again, which replaces it), one that fired is left alone.
+func (in Input) arm(purpose, stepID string, attempt int, due time.Time) (Decision, time.Time) {
+	id := TimerID(in.ID, purpose, stepID, attempt)
+	t, known := in.State.Timers[id]
+	switch {
+	case known && t.Fired:
+		return Decision{}, t.Due
+	case known:
+		return Decision{Before: []Effect{ArmTimer{TimerID: id, Due: t.Due}}}, t.Due
+	}
+	// The schedule is published first: if the dispatcher dies before the
+	// append, the orphan fires for a timer the history does not know (and
+	// is ignored), and the decision taken again re-arms the same id.
+	return Decision{
+		Before: []Effect{ArmTimer{TimerID: id, Due: due}},
+		Events: []events.Payload{&events.TimerArmed{TimerID: id, Purpose: purpose, StepID: stepID, Attempt: attempt, Due: due.UTC()}},
+	}, due
+}
+
+// send publishes an attempt's task; its stream sequence is recorded with
+// StepSent ([Recorded]). The attempt's timeout, if any, is armed by the
+// next decision: decide arms every timeout that is due to exist and is not
+// recorded, so a crash between two appends cannot lose one.
+func (in Input) send(a action) Decision {
+	spec := a.input
+	if len(spec) == 0 { // scheduled before inputs were recorded
+		var err error
+		if spec, err = json.Marshal(a.step); err != nil {
+			return Decision{Err: fmt.Errorf("encode step %s: %w", a.step.ID, err)}
+		}
+	}
+	token := in.State.Token
+	if i := in.State.StepIndex(a.path); i >= 0 { // recorded with step.sending
+		token = TaskToken(in.State, in.State.Steps[i])
+	}
+	return Decision{After: []Effect{PublishTask{Task: events.Task{
+		TaskID: events.TaskID(in.ID, a.path, a.attempt), ExecutionID: in.ID, Workflow: in.Workflow, StepID: a.path, Attempt: a.attempt,
+		Token: token, Kind: a.step.OperationKind(), Queue: a.step.QueueName(), Spec: spec,
+	}}}}
+}
+
+// scheduleCalled schedules a workflow step that calls another workflow by
+// name: it pins the called workflow's definition (and checks the input
+// against its schema) by recording them with the schedule.
+func (in Input) scheduleCalled(a action, kind string) Decision {
+	fail := func(msg string) Decision { // recorded before it was scheduled: a resume starts it over
+		return in.carry(action{kind: actStepFail, step: a.step, path: a.path, attempt: a.attempt, err: msg, final: true})
+	}
+	if strings.Count(a.path, "/") > 4*workflow.MaxDepth {
+		return fail("workflows call each other too deep (a workflow calling itself?)")
+	}
+	ref := CalledRef{Name: a.step.Workflow, Version: a.step.Version}
+	rec, loaded := in.Called[ref]
+	switch {
+	case !loaded:
+		return Decision{Need: NeedWorkflow{Ref: ref}}
+	case rec == nil:
+		return fail(fmt.Sprintf("workflow %q version %d is not registered", a.step.Workflow, a.step.Version))
+	}
+	var rendered struct {
+		Input json.RawMessage `json:"input"`
+	}
+	_ = json.Unmarshal(a.input, &rendered)
+	if problems := rec.Definition.CheckInput(rendered.Input); len(problems) > 0 {
+		return fail(fmt.Sprintf("input of workflow %s: %s %s", rec.Name, problems[0].Field, problems[0].Message))
+	}
+	input, err := json.Marshal(map[string]any{"workflow": rec.Name, "version": rec.Version,
+		"definition": rec.Definition, "input": orEmpty(rendered.Input)})
+	if err != nil {
+		return Decision{Err: err}
+	}
+	return Decision{Events: []events.Payload{in.final(&events.StepScheduled{StepID: a.path, Kind: kind, Attempt: a.attempt, Input: input})}}
+}
+
+// Replayed returns the recording of a replay (asked by an operator, a
+// retry step or automatic recovery): the variables are restored from the
+// history as they were when the replay point was entered, and then timers
+// that came due while the execution was over fire and results that arrived
+// meanwhile are recorded (CatchUp).
+func Replayed(in Input, rec events.ActionRecord, r ReplayRequest) Decision {
+	var vars map[string]json.RawMessage
+	if r.plan.entered > 1 {
+		if in.History == nil {
+			return Decision{Need: NeedHistory{}}
+		}
+		if len(in.History) < r.plan.entered-1 {
+			return Decision{Err: fmt.Errorf("history of %s has %d events, the replay point is event %d", in.ID, len(in.History), r.plan.entered)}
+		}
+		// A repaired history: the repair (later) has the fold pass over
+		// the event it names.
+		s := projections.FoldQuarantinedPrefix(in.ID, in.History, r.plan.entered-1)
+		if d := s.Damaged; d != nil {
+			return Decision{Err: fmt.Errorf("fold history up to the replay point: damaged at sequence %d: %s", d.Seq, d.Reason)}
+		}
+		vars = s.Vars
+	}
+	return Decision{
+		Events: []events.Payload{&events.ExecutionReplayed{ActionRecord: rec, From: r.from, Force: r.force, Point: r.plan.point, Mode: r.plan.mode,
+			Token: in.Token, Resume: r.plan.resume, Reopen: r.plan.reopen, Reset: r.plan.reset, Vars: vars,
+			Cause: r.cause, Automatic: r.automatic}},
+		After: []Effect{CatchUp{}},
+	}
+}
+
+// Result decides what an agent's report about a task records: the
+// step's start, success or failure if it is about the step's current
+// attempt and new; a report of a stale attempt is recorded ignored (once);
+// a repeated one records nothing.
+func Result(in Input, ref events.TaskRef, ev events.Event) Decision {
+	s := in.State
+	i := s.StepIndex(ref.StepID)
+	if i < 0 || s.Status.Terminal() {
+		return Decision{}
+	}
+	st := s.Steps[i]
+	var stale string
+	switch {
+	case ref.Attempt != st.Attempt:
+		stale = fmt.Sprintf("attempt %d is not the step's current attempt %d", ref.Attempt, st.Attempt)
+	case ref.Token != TaskToken(s, st):
+		stale = "stale execution token: the task was not sent with it"
+	case st.Queue != "" && ref.Queue != st.Queue:
+		// Agents may report for their own queues only: a report from
+		// another queue's agent never counts, whatever token it carries.
+		stale = fmt.Sprintf("the report came from queue %q; the step's task went to queue %q", ref.Queue, st.Queue)
+	}
+	if stale != "" {
+		d := Decision{Stale: stale}
+		if !contains(s.Ignored, ev.ID) { // recorded already: this report delivered again
+			d.Events = []events.Payload{&events.ResultIgnored{ResultID: ev.ID, ResultType: ev.Type, TaskID: ref.TaskID,
+				StepID: ref.StepID, Attempt: ref.Attempt, Agent: ref.Agent, Reason: stale}}
+		}
+		return d
+	}
+	var p events.Payload
+	switch r := ev.Data.(type) {
+	case *events.OperationStarted:
+		// Record the first start, and every later delivery that runs the
+		// operation again (its agent died or timed out).
+		if st.Status == projections.OpSending || st.Status == projections.OpSent ||
+			(st.Status == projections.OpStarted && r.Delivery > st.Delivery) {
+			p = &events.StepStarted{StepID: st.ID, Attempt: st.Attempt, Agent: r.Agent, Delivery: r.Delivery}
+		}
+	case *events.OperationSucceeded:
+		if st.Status.InFlight() {
+			p = in.succeeded(st, r)
+		}
+	case *events.OperationFailed:
+		if st.Status.InFlight() {
+			p = &events.StepFailed{StepID: st.ID, Attempt: st.Attempt, Error: r.Error, Output: r.Output, Agent: r.Agent, Lost: r.Lost, Final: r.Final}
+		}
+	}
+	if p == nil {
+		return Decision{}
+	}
+	return Decision{Events: []events.Payload{in.final(p)}}
+}
+
+// succeeded records an operation's result, mapped through the step's
+// output expression (whose root "result" is the operation's output).
+func (in Input) succeeded(st projections.Step, r *events.OperationSucceeded) events.Payload {
+	f, step, _ := resolveFrame(in.Def, in.State, st.ID)
+	out := r.Output
+	if step.Output != nil {
+		mapped, err := render(step.Output, with(newEngine(in.Def, in.State).env(f), "result", decode(r.Output)))
+		if err != nil {
+			return &events.StepFailed{StepID: st.ID, Attempt: st.Attempt, Error: "output: " + err.Error(), Output: r.Output, Agent: r.Agent}
+		}
+		out = mapped
+	}
+	return &events.StepSucceeded{StepID: st.ID, Attempt: st.Attempt, Output: out, Agent: r.Agent, Duration: r.Duration}
+}
+
+// final gives an event its final form: a step's first schedule carries
+// the retention its retention: field sets, and an event too large for a
+// message becomes the failure it amounts to.
+func (in Input) final(p events.Payload) events.Payload {
+	return in.fit(in.withRetention(p))
+}
+
+// fit turns an event too large for a message (an output, a rendered input
+// or a called definition of about the size limit) into the failure it
+// amounts to, so the execution ends clearly instead of retrying an append
+// that can never fit.
+func (in Input) fit(p events.Payload) events.Payload {
+	limit := in.MaxEvent
+	if limit <= 0 {
+		return p
+	}
+	tooBig := func(what string, n int) string {
+		return fmt.Sprintf("%s is %d bytes; an event holds at most about %d", what, n, limit)
+	}
+	switch e := p.(type) {
+	case *events.StepSucceeded:
+		n := len(e.Output)
+		for _, v := range e.Vars {
+			n += len(v)
+		}
+		if n > limit {
+			return &events.StepFailed{StepID: e.StepID, Attempt: e.Attempt, Error: tooBig("the step's output", n), Final: true}
+		}
+	case *events.StepScheduled:
+		if len(e.Input) > limit {
+			return &events.StepFailed{StepID: e.StepID, Kind: e.Kind, Attempt: e.Attempt, Error: tooBig("the step's input", len(e.Input)), Final: true}
+		}
+	case *events.ExecutionSucceeded:
+		if len(e.Output) > limit {
+			if in.State.WaitAfterFail {
+				return &events.ExecutionSuspended{Error: tooBig("the workflow's output", len(e.Output))}
+			}
+			return &events.ExecutionFailed{Error: tooBig("the workflow's output", len(e.Output))}
+		}
+	}
+	return p
+}

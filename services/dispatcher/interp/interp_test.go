@@ -1,0 +1,357 @@
+package interp
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/projections"
+	"jetflow.dev/pkg/workflow"
+)
+
+// The interpreter without a server: memShell carries out decisions on a
+// history kept in memory, as the dispatcher's shell does on JetStream
+// (effects before, events folded in order, effects after, outcomes
+// recorded), and stands in for agents, timers and the catalog.
+type memShell struct {
+	t       *testing.T
+	def     workflow.Definition
+	evs     []events.Event
+	state   projections.Execution
+	memo    *Memo
+	now     time.Time
+	called  map[CalledRef]*Called
+	catalog map[CalledRef]*Called
+	history bool
+	// what the effects did
+	tasks  []events.Task
+	timers map[string]time.Time
+	seq    uint64
+}
+
+func newMemShell(t *testing.T, def workflow.Definition, input string) *memShell {
+	t.Helper()
+	b, err := json.Marshal(def)
+	require.NoError(t, err)
+	m := &memShell{t: t, def: def, memo: &Memo{}, now: decideT0, timers: map[string]time.Time{}, catalog: map[CalledRef]*Called{}}
+	m.append(&events.ExecutionStarted{Workflow: def.Name, Version: 1, Input: json.RawMessage(input),
+		Steps: def.StepRefs(), Definition: b, Token: "tok"})
+	return m
+}
+
+func (m *memShell) input() Input {
+	in := Input{ID: "x1", Workflow: m.def.Name, Def: m.def, State: m.state, Memo: m.memo, Now: m.now,
+		Token: fmt.Sprintf("token-%d", len(m.evs)), MaxEvent: 1 << 20, Called: m.called}
+	if m.history {
+		in.History = m.evs
+	}
+	return in
+}
+
+// append folds p as the next event of the history, as the shell's
+// append does (an illegal event fails the test).
+func (m *memShell) append(p events.Payload) {
+	m.t.Helper()
+	m.seq++
+	ev := events.Event{ID: fmt.Sprintf("e%d", m.seq), Type: p.EventType(), Source: "test", Subject: "x1",
+		Workflow: m.def.Name, Time: m.now, Seq: m.seq, PrevSeq: m.state.LastSeq, Data: p}
+	next, err := projections.Apply(m.state, ev)
+	require.NoError(m.t, err, "append %T", p)
+	next.LastSeq = m.seq
+	m.state = next
+	m.evs = append(m.evs, ev)
+}
+
+// carry performs d, and reports whether it did anything.
+func (m *memShell) carry(d Decision) bool {
+	m.t.Helper()
+	require.NoError(m.t, d.Err)
+	if n, ok := d.Need.(NeedWorkflow); ok {
+		if m.called == nil {
+			m.called = map[CalledRef]*Called{}
+		}
+		m.called[n.Ref] = m.catalog[n.Ref]
+		return true
+	}
+	if _, ok := d.Need.(NeedHistory); ok {
+		m.history = true
+		return true
+	}
+	for _, e := range d.Before {
+		m.perform(e)
+	}
+	for _, p := range d.Events {
+		m.append(p)
+	}
+	for _, e := range d.After {
+		if o := m.perform(e); o != nil {
+			m.carry(Recorded(m.input(), o))
+		}
+	}
+	return !d.Empty()
+}
+
+func (m *memShell) perform(e Effect) Outcome {
+	switch e := e.(type) {
+	case ArmTimer:
+		m.timers[e.TimerID] = e.Due
+	case PublishTask:
+		m.tasks = append(m.tasks, e.Task)
+		return TaskStored{Task: e, Seq: uint64(100 + len(m.tasks))}
+	case EnqueueLock:
+		return LockHeld{Lock: e} // no contention in memory
+	case ReleaseLock, PublishKill, CatchUp:
+	default:
+		m.t.Fatalf("unknown effect %T", e)
+	}
+	return nil
+}
+
+// advance decides until the execution waits.
+func (m *memShell) advance() {
+	m.t.Helper()
+	for i := 0; i < 1000; i++ {
+		if !m.carry(Next(m.input())) {
+			m.called, m.history = nil, false
+			return
+		}
+	}
+	m.t.Fatal("the execution did not settle")
+}
+
+// report hands the interpreter an agent's report about the last task.
+func (m *memShell) report(p events.Payload) Decision {
+	m.t.Helper()
+	require.NotEmpty(m.t, m.tasks)
+	task := m.tasks[len(m.tasks)-1]
+	ev := events.Event{ID: fmt.Sprintf("r%d", len(m.evs)), Type: p.EventType(), Data: p}
+	ref := events.TaskRef{TaskID: task.TaskID, ExecutionID: "x1", Workflow: m.def.Name, StepID: task.StepID,
+		Attempt: task.Attempt, Token: task.Token, Queue: task.Queue, Agent: "a1"}
+	return Result(m.input(), ref, ev)
+}
+
+// fire records the timer that comes due first, as the shell does for a
+// FireTimer command, moving the clock to it.
+func (m *memShell) fire() {
+	m.t.Helper()
+	var id string
+	for tid, due := range m.timers {
+		if t, ok := m.state.Timers[tid]; ok && !t.Fired && (id == "" || due.Before(m.timers[id])) {
+			id = tid
+		}
+	}
+	require.NotEmpty(m.t, id, "no timer to fire")
+	m.now = m.timers[id]
+	m.append(&events.TimerFired{TimerID: id})
+}
+
+func (m *memShell) types() []string {
+	out := make([]string, len(m.evs))
+	for i, ev := range m.evs {
+		out[i] = strings.TrimPrefix(string(ev.Type), "io.jetflow.")
+	}
+	return out
+}
+
+// TestInterpreterRunsAWorkflowWithoutAServer drives an operation, a let, a
+// sleep and the output through the interpreter alone, and checks the
+// history it writes, the task it sends and the timer it arms.
+func TestInterpreterRunsAWorkflowWithoutAServer(t *testing.T) {
+	t.Parallel()
+	def := workflow.Definition{Name: "deploy", Output: map[string]any{"built": "${steps.build.output.ref}", "n": "${vars.n}"},
+		Steps: []workflow.Step{
+			{ID: "build", Kind: workflow.KindExec, Command: "make", Args: []string{"${input.target}"}, Queue: "builders"},
+			{ID: "count", Kind: workflow.KindLet, Vars: map[string]any{"n": 3}},
+			{ID: "rest", Kind: workflow.KindSleep, Duration: "90s"},
+		}}
+	m := newMemShell(t, def, `{"target":"all"}`)
+	m.advance()
+	require.Len(t, m.tasks, 1, "one task is published")
+	task := m.tasks[0]
+	require.Equal(t, "build", task.StepID)
+	require.Equal(t, "builders", task.Queue)
+	require.Equal(t, "tok", task.Token)
+	require.Contains(t, string(task.Spec), `"all"`, "the task carries the rendered input")
+	st := m.state.Steps[m.state.StepIndex("build")]
+	require.Equal(t, projections.OpSent, st.Status)
+	require.Equal(t, uint64(101), st.TaskSeq, "the task's stream sequence is recorded with step.sent")
+
+	m.carry(m.report(&events.OperationStarted{TaskRef: events.TaskRef{Agent: "a1", Delivery: 1}}))
+	m.carry(m.report(&events.OperationSucceeded{TaskRef: events.TaskRef{Agent: "a1"}, Output: json.RawMessage(`{"ref":"v1"}`)}))
+	m.advance()
+	require.Len(t, m.timers, 1, "the sleep arms one timer")
+	for _, due := range m.timers {
+		require.Equal(t, decideT0.Add(90*time.Second), due, "counted from the input's clock")
+	}
+	require.Equal(t, projections.StatusStarted, m.state.Status)
+
+	m.fire()
+	m.advance()
+	require.Equal(t, projections.StatusSucceeded, m.state.Status, "history: %v", m.types())
+	require.JSONEq(t, `{"built":"v1","n":3}`, string(m.state.Output))
+	require.Equal(t, []string{
+		"execution.started",
+		"step.scheduled", "step.sending", "step.sent", "step.started", "step.succeeded", // build
+		"step.scheduled", "step.succeeded", // count: the variables and the success are one event
+		"step.scheduled", "timer.armed", "step.waiting", "timer.fired", "step.succeeded", // rest
+		"execution.succeeded",
+	}, m.types())
+}
+
+// TestInterpreterIsPure: the same input gives the same decision, and a
+// decision does not change its input's state.
+func TestInterpreterIsPure(t *testing.T) {
+	t.Parallel()
+	def := workflow.Definition{Name: "deploy", Steps: []workflow.Step{
+		{ID: "flaky", Kind: workflow.KindExec, Command: "x", Retry: &workflow.Retry{Limit: 3, Backoff: &workflow.Backoff{Initial: "10s"}, Jitter: 0.5}},
+	}}
+	m := newMemShell(t, def, `{}`)
+	m.advance()
+	m.carry(m.report(&events.OperationFailed{TaskRef: events.TaskRef{Agent: "a1"}, Error: "exit status 1"}))
+	before := m.state
+	in := m.input()
+	in.Memo = nil
+	first, second := Next(in), Next(in)
+	require.Equal(t, first, second)
+	require.Equal(t, before, m.state)
+	require.Len(t, first.Events, 2, "the retry's timer and its schedule: %+v", first.Events)
+	resc, ok := first.Events[1].(*events.StepRescheduled)
+	require.True(t, ok, "%T", first.Events[1])
+	delay := resc.Due.Sub(decideT0)
+	require.True(t, delay >= 5*time.Second && delay <= 15*time.Second, "a 10s backoff with 50%% jitter is within [5s, 15s]: %s", delay)
+	require.Equal(t, []Effect{ArmTimer{TimerID: resc.TimerID, Due: resc.Due}}, first.Before, "the schedule is published before it is recorded")
+}
+
+// TestJitterSpreadsRetries: the jitter factor stays within its bounds and
+// differs between timers (so retries of many executions do not all come
+// due at once), and is the same for the same timer.
+func TestJitterSpreadsRetries(t *testing.T) {
+	t.Parallel()
+	seen := map[float64]bool{}
+	for i := range 200 {
+		id := TimerID(fmt.Sprintf("x%d", i), events.TimerRetry, "op", 1)
+		f := jitter(id, 0.25)
+		require.GreaterOrEqual(t, f, 0.75)
+		require.LessOrEqual(t, f, 1.25)
+		require.Equal(t, f, jitter(id, 0.25))
+		seen[f] = true
+	}
+	require.Greater(t, len(seen), 190, "jitter hardly varies between timers")
+	require.Equal(t, 1.0, jitter("t", 0))
+}
+
+// TestTimerArmedBeforeACrashKeepsItsDueTime: a sleep whose timer was
+// recorded but whose step.waiting was not (a crash in between) is decided
+// again at a later time: the timer keeps its first due time, its schedule
+// is published again, and it is not recorded twice.
+func TestTimerArmedBeforeACrashKeepsItsDueTime(t *testing.T) {
+	t.Parallel()
+	def := workflow.Definition{Name: "nap", Steps: []workflow.Step{{ID: "rest", Kind: workflow.KindSleep, Duration: "1m"}}}
+	m := newMemShell(t, def, `{}`)
+	m.carry(Next(m.input())) // step.scheduled
+	first := Next(m.input())
+	require.Len(t, first.Events, 2)
+	m.append(first.Events[0]) // timer.armed; the dispatcher dies before step.waiting
+	m.now = m.now.Add(20 * time.Second)
+	again := Next(m.input())
+	require.Len(t, again.Before, 1)
+	require.Equal(t, decideT0.Add(time.Minute), again.Before[0].(ArmTimer).Due)
+	require.Len(t, again.Events, 1, "timer.armed is not recorded twice")
+	require.Equal(t, decideT0.Add(time.Minute), again.Events[0].(*events.StepWaiting).Until)
+}
+
+// TestCalledWorkflowIsAskedFor: a step calling a registered workflow asks
+// for its definition, and records it pinned with the schedule; one that
+// is not registered fails the step.
+func TestCalledWorkflowIsAskedFor(t *testing.T) {
+	t.Parallel()
+	def := workflow.Definition{Name: "outer", Steps: []workflow.Step{
+		{ID: "call", Kind: workflow.KindWorkflow, Workflow: "inner", Version: 2, Input: map[string]any{"n": 1}}}}
+	ref := CalledRef{Name: "inner", Version: 2}
+
+	m := newMemShell(t, def, `{}`)
+	d := Next(m.input())
+	require.Equal(t, NeedWorkflow{Ref: ref}, d.Need)
+	require.Empty(t, d.Events)
+
+	m.called = map[CalledRef]*Called{ref: nil}
+	d = Next(m.input())
+	require.Len(t, d.Events, 1)
+	failed, ok := d.Events[0].(*events.StepFailed)
+	require.True(t, ok, "%T", d.Events[0])
+	require.Contains(t, failed.Error, `workflow "inner" version 2 is not registered`)
+	require.True(t, failed.Final)
+
+	inner := workflow.Definition{Name: "inner", Steps: []workflow.Step{{ID: "n", Kind: workflow.KindNoop}}}
+	m.called = map[CalledRef]*Called{ref: {Name: "inner", Version: 2, Definition: inner}}
+	d = Next(m.input())
+	require.Len(t, d.Events, 1)
+	sched, ok := d.Events[0].(*events.StepScheduled)
+	require.True(t, ok, "%T", d.Events[0])
+	require.Contains(t, string(sched.Input), `"definition"`)
+	require.Contains(t, string(sched.Input), `"version":2`)
+}
+
+// TestEventsComeOutFinal: an output larger than an event may hold fails
+// its step in the event the interpreter returns; nothing changes it on
+// the write path.
+func TestEventsComeOutFinal(t *testing.T) {
+	t.Parallel()
+	def := workflow.Definition{Name: "big", Steps: []workflow.Step{{ID: "op", Kind: workflow.KindExec, Command: "x"}}}
+	m := newMemShell(t, def, `{}`)
+	m.advance()
+	in := m.input()
+	in.MaxEvent = 100
+	d := m.report(&events.OperationSucceeded{TaskRef: events.TaskRef{Agent: "a1"}, Output: json.RawMessage(`"` + strings.Repeat("x", 200) + `"`)})
+	require.Len(t, d.Events, 1)
+	d = Result(in, events.TaskRef{TaskID: m.tasks[0].TaskID, ExecutionID: "x1", Workflow: "big", StepID: "op", Attempt: 1,
+		Token: "tok", Queue: m.tasks[0].Queue}, events.Event{ID: "r1", Type: events.TypeOperationSucceeded,
+		Data: &events.OperationSucceeded{Output: json.RawMessage(`"` + strings.Repeat("x", 200) + `"`)}})
+	require.Len(t, d.Events, 1)
+	failed, ok := d.Events[0].(*events.StepFailed)
+	require.True(t, ok, "%T", d.Events[0])
+	require.Contains(t, failed.Error, "the step's output is 202 bytes")
+}
+
+// TestStaleReportsAreRecordedOnce: a report about an earlier attempt is
+// recorded ignored with why, once; the same report again records nothing.
+func TestStaleReportsAreRecordedOnce(t *testing.T) {
+	t.Parallel()
+	def := workflow.Definition{Name: "wf", Steps: []workflow.Step{{ID: "op", Kind: workflow.KindExec, Command: "x"}}}
+	m := newMemShell(t, def, `{}`)
+	m.advance()
+	ref := events.TaskRef{TaskID: m.tasks[0].TaskID, ExecutionID: "x1", Workflow: "wf", StepID: "op", Attempt: 1,
+		Token: "another", Queue: m.tasks[0].Queue}
+	ev := events.Event{ID: "r1", Type: events.TypeOperationSucceeded, Data: &events.OperationSucceeded{}}
+	d := Result(m.input(), ref, ev)
+	require.Contains(t, d.Stale, "stale execution token")
+	require.Len(t, d.Events, 1)
+	require.IsType(t, &events.ResultIgnored{}, d.Events[0])
+	m.carry(d)
+	d = Result(m.input(), ref, ev)
+	require.NotEmpty(t, d.Stale)
+	require.Empty(t, d.Events, "recorded once")
+	require.True(t, d.Empty())
+}
+
+// TestLocksAreAskedForAndRecorded: a workflow with a lock asks for it
+// before any step (enqueueing after lock.requested is recorded), records
+// its grant, and gives it up before it ends.
+func TestLocksAreAskedForAndRecorded(t *testing.T) {
+	t.Parallel()
+	def := workflow.Definition{Name: "wf", Lock: "deploy-${input.env}", Steps: []workflow.Step{{ID: "n", Kind: workflow.KindLet, Vars: map[string]any{"a": 1}}}}
+	m := newMemShell(t, def, `{"env":"prod"}`)
+	d := Next(m.input())
+	require.Equal(t, []events.Payload{&events.LockRequested{Lock: "deploy-prod", Limit: 1}}, d.Events)
+	require.Equal(t, []Effect{EnqueueLock{Lock: "deploy-prod", Limit: 1}}, d.After)
+	m.advance()
+	require.Equal(t, projections.StatusSucceeded, m.state.Status, "history: %v", m.types())
+	require.Contains(t, m.types(), "lock.acquired")
+	require.Contains(t, m.types(), "lock.released")
+	require.Equal(t, "execution.succeeded", m.types()[len(m.types())-1])
+}

@@ -1,0 +1,179 @@
+package interp
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/expression"
+	"jetflow.dev/pkg/projections"
+	"jetflow.dev/pkg/workflow"
+)
+
+// Action kinds of locks (numbered apart from decide's).
+const (
+	actLock   actionKind = 100 + iota // ask for a lock: append LockRequested, enqueue in the bucket
+	actUnlock                         // give a lock up: remove from the bucket, append LockReleased
+)
+
+// lockAct is what an actLock or actUnlock is about (the scope is action.path).
+type lockAct struct {
+	name   string
+	limit  int
+	reason string
+}
+
+// decideLocked is decide with the locks of the workflow and its scopes
+// handled first: locks of an execution that stopped running and of scopes
+// whose steps are over are released, the workflow's own lock is acquired
+// before any step runs, and every lock is released before the execution
+// ends. It is pure, like decide.
+func decideLocked(d workflow.Definition, s projections.Execution) action {
+	return decideLockedIn(d, s, nil)
+}
+
+// decideLockedIn is decideLocked with the execution's view (see decideIn).
+func decideLockedIn(d workflow.Definition, s projections.Execution, v *view) action {
+	if len(s.Locks) == 0 && d.Lock == "" {
+		return decideIn(d, s, v)
+	}
+	if !s.Status.Active() { // ended, or suspended (wait_after_fail): nothing runs
+		if l, ok := OpenLock(s); ok {
+			return unlock(l, "the execution is "+string(s.Status))
+		}
+		return decideIn(d, s, v)
+	}
+	for _, l := range s.Locks {
+		if l.Status.Open() && l.Path != "" && scopeEnded(d, s, l.Path) {
+			return unlock(l, "the steps of "+l.Path+" are over")
+		}
+	}
+	a := decideIn(d, s, v)
+	switch a.kind {
+	case actSucceed, actFail, actCancelled:
+		if l, ok := OpenLock(s); ok {
+			return unlock(l, "the execution ends")
+		}
+		return a
+	}
+	if d.Lock != "" && s.Status == projections.StatusStarted && !s.DryRun {
+		// Nothing runs before the workflow's lock is held (a is ignored).
+		switch l, ok := s.LockAt(""); {
+		case ok && l.Status == projections.LockHeld:
+		case ok && l.Status == projections.LockWaiting:
+			return action{kind: actWait} // woken when the bucket lists it as a holder
+		default:
+			name, err := renderLockName(d.Lock, envOf(s))
+			if err != nil {
+				return action{kind: actFail, err: "lock: " + err.Error()}
+			}
+			return action{kind: actLock, lock: lockAct{name: name, limit: max(d.Semaphore, 1)}}
+		}
+	}
+	return a
+}
+
+func unlock(l projections.Lock, reason string) action {
+	return action{kind: actUnlock, path: l.Path, lock: lockAct{name: l.Name, reason: reason}}
+}
+
+// OpenLock returns a lock the execution holds or waits for.
+func OpenLock(s projections.Execution) (projections.Lock, bool) {
+	for _, l := range s.Locks {
+		if l.Status.Open() {
+			return l, true
+		}
+	}
+	return projections.Lock{}, false
+}
+
+// scopeEnded reports whether the workflow step instance at path is done
+// with its lock: it no longer runs, and its on-error steps (which run with
+// the lock held) are over. A step waiting for a retry keeps the lock.
+func scopeEnded(d workflow.Definition, s projections.Execution, path string) bool {
+	st, ok := instanceOf(s, path)
+	if !ok {
+		return true
+	}
+	switch st.Status {
+	case projections.OpPending, projections.OpRescheduled:
+		return false
+	case projections.OpFailed:
+		f, step, ok := resolveFrame(d, s, path)
+		if !ok || len(step.OnError) == 0 {
+			return true
+		}
+		return lookingEngine(d, s).handle(f, step, st).state != running
+	}
+	return true
+}
+
+// lockGate decides the lock of a pending workflow step: it lets the step's
+// children run if the step holds its lock (or has none, or runs inside a
+// scope of the same execution that holds the same lock: locks are
+// re-entrant), waits while the lock is asked for, and otherwise asks for it.
+func (e *engine) lockGate(step workflow.Step, st projections.Step, env *lazyEnv) (result, bool) {
+	if step.Kind != workflow.KindWorkflow || e.s.DryRun {
+		return result{}, true
+	}
+	expr, limit, lockEnv := step.Lock, step.Semaphore, env.get
+	if expr == "" && step.Workflow != "" && bytes.Contains(st.Input, []byte(`"lock":`)) {
+		var called struct {
+			Definition workflow.Definition `json:"definition"`
+			Input      json.RawMessage     `json:"input"`
+		}
+		if json.Unmarshal(st.Input, &called) == nil && called.Definition.Lock != "" {
+			expr, limit = called.Definition.Lock, called.Definition.Semaphore
+			lockEnv = func() map[string]any { return with(env.get(), "input", orObject(decode(called.Input))) }
+		}
+	}
+	if expr == "" {
+		return result{}, true
+	}
+	switch l, ok := e.s.LockAt(st.ID); {
+	case ok && l.Status == projections.LockHeld:
+		return result{}, true
+	case ok && l.Status == projections.LockWaiting:
+		return result{state: running, act: action{kind: actWait}}, false
+	}
+	name, err := renderLockName(expr, lockEnv())
+	if err != nil {
+		return result{state: running, act: action{kind: actStepFail, step: step, path: st.ID, attempt: st.Attempt,
+			err: "lock: " + err.Error(), final: true}}, false
+	}
+	for _, l := range e.s.Locks {
+		if l.Status == projections.LockHeld && l.Name == name &&
+			(l.Path == "" || strings.HasPrefix(st.ID, l.Path+"/") || strings.HasPrefix(st.ID, l.Path+"@")) {
+			return result{}, true // an enclosing scope holds it
+		}
+	}
+	return result{state: running, act: action{kind: actLock, step: step, path: st.ID,
+		lock: lockAct{name: name, limit: max(limit, 1)}}}, false
+}
+
+// renderLockName evaluates a lock expression to a valid lock name.
+func renderLockName(expr string, env map[string]any) (string, error) {
+	name := expr
+	if expression.IsTemplate(expr) {
+		var err error
+		if name, err = expression.RenderString(expr, env); err != nil {
+			return "", err
+		}
+	}
+	if !events.ValidLockName(name) {
+		return "", fmt.Errorf("%q is not a lock name: %s", name, events.LockNameRule)
+	}
+	return name, nil
+}
+
+// lockedFrom is when the workflow's time starts: from, or the acquisition
+// of the workflow's lock if that came later (the timeout counts from it).
+func lockedFrom(s projections.Execution, from time.Time) time.Time {
+	if l, ok := s.LockAt(""); ok && l.Status == projections.LockHeld && l.AcquiredAt.After(from) {
+		return l.AcquiredAt
+	}
+	return from
+}
