@@ -1,13 +1,11 @@
 package dispatch
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
@@ -37,15 +35,6 @@ func (d *Dispatcher) commandTarget(ctx context.Context, ev events.Event, execID 
 		return "", d.rejectExpired(ctx, ev, execID, c.ExpiredAt)
 	}
 	return c.Workflow, nil
-}
-
-// notStarted handles a command for an execution whose history is still
-// empty: its start may be on its way (retry for a while), else reject.
-func (d *Dispatcher) notStarted(ctx context.Context, ev events.Event, execID string) error {
-	if d.cfg.Now().Sub(ev.Time) < 30*time.Second {
-		return fmt.Errorf("execution %s is not started yet", execID)
-	}
-	return d.reject(ctx, ev, execID, events.CodeNotFound, fmt.Sprintf("execution %q never started", execID))
 }
 
 // action carries out an operator's action on an execution. Every action
@@ -87,102 +76,15 @@ func (d *Dispatcher) action(ctx context.Context, ev events.Event, p *events.Exec
 	if p.Action == events.ActionRepair {
 		return d.repair(ctx, ev, wf, p, rec)
 	}
+	cmd := interp.ActionCommand{Key: key, Record: rec, From: p.From, Force: p.Force, SentAt: ev.Time}
 	return d.withExecution(ctx, wf, p.ExecutionID, func(x *execState) error {
-		s := x.state
-		if !s.ExpiredAt.IsZero() {
-			if _, seen := s.CommandAction(key); seen {
-				return nil // carried out before the execution ended and expired
-			}
-			return d.rejectExpired(ctx, ev, s.ID, s.ExpiredAt)
+		before := x.state.LastSeq
+		err := d.command(ctx, ev, x, func(in interp.Input) interp.Decision { return interp.Action(in, cmd) })
+		if err == nil && x.state.LastSeq != before {
+			zerolog.Ctx(ctx).Info().Str("action", p.Action).Str("requested_by", rec.RequestedBy).Str("reason", p.Reason).
+				Str("status", string(x.state.Status)).Msg("action recorded")
 		}
-		if action, seen := s.CommandAction(key); seen {
-			if action != p.Action {
-				return d.reject(ctx, ev, p.ExecutionID, events.CodeConflict,
-					fmt.Sprintf("command %s was already recorded as a %s; give a new command a new CloudEvent id", key, action))
-			}
-			// This command again: what follows its record may not have
-			// been done.
-			switch p.Action {
-			case events.ActionKill:
-				_, err := d.perform(ctx, x, interp.PublishKill{Command: key})
-				return err
-			case events.ActionResume, events.ActionForceResume, events.ActionReplay:
-				return d.afterResume(ctx, x)
-			}
-			return d.advance(ctx, x)
-		}
-		if s.Status == projections.StatusNone {
-			return d.notStarted(ctx, ev, p.ExecutionID)
-		}
-		if why := s.Status.ActionRefused(p.Action); why != "" {
-			return d.reject(ctx, ev, p.ExecutionID, events.CodeConflict, fmt.Sprintf("execution %q %s", p.ExecutionID, why))
-		}
-		log := zerolog.Ctx(ctx).Info().Str("action", p.Action).Str("requested_by", rec.RequestedBy).Str("reason", p.Reason)
-		if p.Action == events.ActionCancel && s.Status == projections.StatusSuspended &&
-			!slices.ContainsFunc(s.Steps, func(st projections.Step) bool { return st.Status.InFlight() }) {
-			log.Msg("suspended execution cancelled")
-			return d.append(ctx, x, &events.ExecutionCancelled{ActionRecord: rec}) // nothing runs to wait for
-		}
-		switch p.Action {
-		case events.ActionReplay:
-			from := cmp.Or(p.From, events.ReplayResume)
-			if x.def.ReplayPolicy().Disabled {
-				return d.reject(ctx, ev, p.ExecutionID, events.CodeConflict,
-					fmt.Sprintf("workflow %s says replayable: disabled; it cannot be replayed (resume it instead)", x.def.Name))
-			}
-			stored, err := d.storedResults(ctx, x)
-			if err != nil {
-				return err
-			}
-			settled := map[string]bool{}
-			for id := range stored {
-				settled[id] = true
-			}
-			req, err := interp.PlanReplay(x.def, s, from, p.Force, settled)
-			var refused *interp.ReplayRefused
-			if errors.As(err, &refused) {
-				return d.reject(ctx, ev, p.ExecutionID, events.CodeConflict,
-					fmt.Sprintf("execution %q cannot be replayed from %s: %s", p.ExecutionID, from, refused))
-			}
-			if err != nil {
-				return err
-			}
-			// The replay is recorded, then what happened while the
-			// execution was over is caught up with (interp.CatchUp).
-			if _, err := d.decide(ctx, x, func(in interp.Input) interp.Decision { return interp.Replayed(in, rec, req) }); err != nil {
-				return err
-			}
-			if !x.state.Status.Active() {
-				return nil
-			}
-			return d.advance(ctx, x)
-		case events.ActionForceCancel:
-			log.Msg("execution force-cancelled")
-			return d.append(ctx, x, &events.ExecutionCancelled{ActionRecord: rec})
-		case events.ActionKill:
-			log.Msg("execution killed")
-			if err := d.append(ctx, x, &events.ExecutionCancelled{ActionRecord: rec}); err != nil {
-				return err
-			}
-			_, err := d.perform(ctx, x, interp.PublishKill{Command: key})
-			return err
-		case events.ActionResume, events.ActionForceResume:
-			stored, err := d.storedResults(ctx, x)
-			if err != nil {
-				return err
-			}
-			reset := interp.ResetFor(x.def, s, p.Action == events.ActionForceResume, interp.FailedMeanwhile(s, stored))
-			log.Strs("reset", reset).Msg("execution resumed")
-			if err := d.append(ctx, x, &events.ExecutionResumed{ActionRecord: rec, Token: newToken(), Reset: reset}); err != nil {
-				return err
-			}
-			return d.afterResume(ctx, x)
-		}
-		log.Msg("execution cancelling")
-		if err := d.append(ctx, x, &events.ExecutionCancelling{ActionRecord: rec}); err != nil {
-			return err
-		}
-		return d.advance(ctx, x)
+		return err
 	})
 }
 
@@ -232,7 +134,7 @@ func (d *Dispatcher) publishKill(ctx context.Context, x *execState, k interp.Pub
 // recorded.
 func (d *Dispatcher) storedResults(ctx context.Context, x *execState) (map[string]events.Event, error) {
 	if !slices.ContainsFunc(x.state.Steps, func(st projections.Step) bool { return st.Status.InFlight() }) {
-		return nil, nil
+		return map[string]events.Event{}, nil
 	}
 	var evs []events.Event
 	// Reports stored before partitions too (in flight across the upgrade).
@@ -259,20 +161,6 @@ func (d *Dispatcher) storedResults(ctx context.Context, x *execState) (map[strin
 		}
 	}
 	return out, nil
-}
-
-// afterResume finishes a resume (again, if its command is redelivered):
-// timers that came due while the execution was over fire now, and results
-// of its running operations that arrived meanwhile (and were not recorded)
-// are applied, before the execution advances.
-func (d *Dispatcher) afterResume(ctx context.Context, x *execState) error {
-	if !x.state.Status.Active() {
-		return nil // ended again since
-	}
-	if err := d.reopened(ctx, x); err != nil {
-		return err
-	}
-	return d.advance(ctx, x)
 }
 
 // reopened catches up with what happened while the execution was over:

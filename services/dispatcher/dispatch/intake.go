@@ -201,3 +201,91 @@ func (d *Dispatcher) rejectMessage(ctx context.Context, m jetstream.Msg, typ eve
 	}
 	return err
 }
+
+// intake decodes a message and checks that it may be handled where it
+// arrived; one that may not is rejected (a command) or dropped, and ok is
+// false.
+func (d *Dispatcher) intake(ctx context.Context, m jetstream.Msg) (ev events.Event, ok bool) {
+	ev, err := events.Decode(m.Headers(), m.Data())
+	why := d.misrouted(m.Subject(), ev)
+	// The subject a command was published on decides who it is from: its
+	// own, or for one the intake put in the inbox, the one it arrived on.
+	published := ""
+	switch {
+	case strings.HasPrefix(m.Subject(), events.CommandsPrefix+"."):
+		published = m.Subject()
+	case strings.HasPrefix(m.Subject(), events.InboxPrefix+"."):
+		published = m.Headers().Get(CommandSubjectHeader) // "": the dispatcher's own (a lock wake)
+		if why == "" && err == nil && published != "" {
+			why = d.misrouted(published, ev)
+		}
+	}
+	if why == "" && err == nil && published != "" {
+		var actor *events.Actor
+		if actor, why = commandActor(published, ev.Data); why == "" && actor != nil {
+			events.SetCommandActor(ev.Data, actor)
+		}
+	}
+	if err != nil {
+		why = strings.TrimPrefix(err.Error(), events.ErrMalformed.Error()+": ")
+		if errors.Is(err, events.ErrUnknownType) {
+			why = fmt.Sprintf("type %q is not a jetflow command", ev.Type)
+		}
+	}
+	if why == "" {
+		return ev, true
+	}
+	if perr := d.rejectMessage(ctx, m, ev.Type, why); perr != nil {
+		d.log.Warn().Err(perr).Dur("retry_in", retryLater(m)).Msg("publish rejection, will retry")
+		return ev, false
+	}
+	_ = m.Term()
+	return ev, false
+}
+
+// routeCommand is the intake of commands: any dispatcher checks a
+// command (rejecting one that cannot be handled) and puts it on its
+// execution's partition, whose holder handles it. A command for a
+// partition this dispatcher holds is handled here at once (the common
+// case with one dispatcher): the inbox would only bring it back.
+func (d *Dispatcher) routeCommand(ctx context.Context, m jetstream.Msg, queue func(job)) {
+	ev, ok := d.intake(ctx, m)
+	if !ok {
+		return
+	}
+	key := routingKey(ev)
+	if from := d.holding(d.partitionOf(key)); from != nil {
+		_ = m.InProgress() // the intake's ack wait is short: it may wait in the worker's queue
+		queue(job{msg: m, ev: ev, key: key, from: from, intake: true})
+		return
+	}
+	if err := d.route(ctx, m, ev); err != nil {
+		d.log.Warn().Err(err).Dur("retry_in", retryLater(m)).Msg("route command, will retry")
+		return
+	}
+	_ = m.Ack()
+}
+
+func routingKey(ev events.Event) string {
+	switch p := ev.Data.(type) {
+	case *events.StartExecution:
+		if p.ExecutionID != "" {
+			return p.ExecutionID
+		}
+		return events.DerivedExecutionID(events.CommandKey(ev.Source, ev.ID))
+	case *events.ReconcileExecution:
+		return p.ExecutionID
+	case *events.FireTimer:
+		return p.ExecutionID
+	case *events.SignalExecution:
+		return p.ExecutionID
+	case *events.ExecutionAction:
+		return p.ExecutionID
+	case *events.ExpireExecution:
+		return p.ExecutionID
+	}
+	if ref, ok := events.ResultRef(ev.Data); ok {
+		return ref.ExecutionID
+	}
+	return ev.ID
+}

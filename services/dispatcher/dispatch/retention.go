@@ -2,7 +2,6 @@ package dispatch
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -49,9 +48,8 @@ func (d *Dispatcher) expire(ctx context.Context, ev events.Event, p *events.Expi
 }
 
 // rejectExpired refuses a command for an execution that expired at at:
-// its history is deleted, or about to be, and nothing may be added to it.
+// its history is deleted, or about to be.
 func (d *Dispatcher) rejectExpired(ctx context.Context, cmd events.Event, id string, at time.Time) error {
-	return d.reject(ctx, cmd, id, events.CodeExpired, fmt.Sprintf(
-		"execution %q expired under its retention rule at %s; its history is deleted (or about to be)",
-		id, at.UTC().Format(time.RFC3339)))
+	r := interp.Expired(id, at)
+	return d.reject(ctx, cmd, id, r.Code, r.Reason)
 }

@@ -13,9 +13,15 @@ import (
 // again after retryDelay(n), n counting the tries so far: 100 ms, doubling,
 // at most 10 s. A message is retried by JetStream (a delayed Nak, n being
 // its deliveries); a loop of this process waits with retryWait.
+//
+// A message for a partition between two holders has not failed: it comes
+// back after handOver, whatever its deliveries (partitions may move many
+// times on a busy machine, and a growing delay would stall executions
+// for nothing).
 const (
 	retryFirst = 100 * time.Millisecond
 	retryMax   = 10 * time.Second
+	handOver   = 500 * time.Millisecond
 )
 
 // retryDelay is how long to wait before the try after the nth (n ≥ 1).

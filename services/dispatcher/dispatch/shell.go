@@ -26,25 +26,45 @@ import (
 // input is the interpreter's input for x now.
 func (d *Dispatcher) input(x *execState) interp.Input {
 	return interp.Input{ID: x.id, Workflow: x.workflow, Def: x.def, State: x.state, Memo: x.memo,
-		Now: d.cfg.Now(), Token: newToken(), MaxEvent: d.maxEvent, Called: x.called, History: x.history}
+		Now: d.cfg.Now(), Token: newToken(), MaxEvent: d.maxEvent, Called: x.called, History: x.history, Stored: x.stored}
 }
 
 // decide takes a decision about x and carries it out, loading first what
-// it needs. It reports whether the decision did anything.
-func (d *Dispatcher) decide(ctx context.Context, x *execState, decide func(interp.Input) interp.Decision) (bool, error) {
+// it needs. It returns the decision carried out: its Reject, Retry and
+// Ignore are the caller's to act on.
+func (d *Dispatcher) decide(ctx context.Context, x *execState, decide func(interp.Input) interp.Decision) (interp.Decision, error) {
 	// What was loaded for a decision is for that decision only: "the
-	// latest version" of a called workflow may change.
-	defer func() { x.called, x.history = nil, nil }()
-	for range 16 { // a decision needs the history, or the workflows a step calls
+	// latest version" of a called workflow may change, results arrive.
+	defer func() { x.called, x.history, x.stored = nil, nil, nil }()
+	for range 16 { // a decision needs the history, stored results, the workflows a step calls
 		dec := decide(d.input(x))
 		if dec.Need == nil {
-			return !dec.Empty(), d.carryOut(ctx, x, dec)
+			return dec, d.carryOut(ctx, x, dec)
 		}
 		if err := d.provide(ctx, x, dec.Need); err != nil {
-			return false, err
+			return interp.Decision{}, err
 		}
 	}
-	return false, permanentError{fmt.Errorf("execution %s: a decision kept asking for more", x.id)}
+	return interp.Decision{}, permanentError{fmt.Errorf("execution %s: a decision kept asking for more", x.id)}
+}
+
+// command carries out the decision about a command for x, and then
+// advances the execution: a rejection is published to the command's
+// sender, a command that cannot be decided yet is retried.
+func (d *Dispatcher) command(ctx context.Context, cmd events.Event, x *execState, decide func(interp.Input) interp.Decision) error {
+	dec, err := d.decide(ctx, x, decide)
+	switch {
+	case err != nil:
+		return err
+	case dec.Reject != nil:
+		return d.reject(ctx, cmd, x.id, dec.Reject.Code, dec.Reject.Reason)
+	case dec.Retry != "":
+		return errors.New(dec.Retry)
+	case dec.Ignore != "":
+		zerolog.Ctx(ctx).Info().Str("reason", dec.Ignore).Msg("command changes nothing")
+		return nil
+	}
+	return d.advance(ctx, x)
 }
 
 // advance carries out decisions until the execution has to wait for
@@ -57,8 +77,8 @@ func (d *Dispatcher) advance(ctx context.Context, x *execState) error {
 	// bound grows with the instances (loops and foreach items add them)
 	// and only stops a bug.
 	for i := 0; i < 16*len(x.state.Steps)+64; i++ {
-		did, err := d.decide(ctx, x, interp.Next)
-		if err != nil || !did {
+		dec, err := d.decide(ctx, x, interp.Next)
+		if err != nil || dec.Empty() {
 			return err
 		}
 	}
@@ -112,6 +132,12 @@ func (d *Dispatcher) provide(ctx context.Context, x *execState, need interp.Need
 			x.called = map[interp.CalledRef]*interp.Called{}
 		}
 		x.called[n.Ref] = called
+	case interp.NeedStoredResults:
+		stored, err := d.storedResults(ctx, x)
+		if err != nil {
+			return err
+		}
+		x.stored = stored
 	case interp.NeedHistory:
 		evs, err := history.Read(ctx, d.js, x.subject(), 0)
 		if err != nil {
@@ -190,8 +216,8 @@ func lockEntry(x *execState, path string) lock.Entry {
 // lock.released after its last event.
 func (d *Dispatcher) releaseEnded(ctx context.Context, x *execState) error {
 	for {
-		did, err := d.decide(ctx, x, interp.Unlocking)
-		if err != nil || !did {
+		dec, err := d.decide(ctx, x, interp.Unlocking)
+		if err != nil || dec.Empty() {
 			return err
 		}
 	}

@@ -8,7 +8,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"jetflow.dev/pkg/events"
-	"jetflow.dev/pkg/projections"
+	"jetflow.dev/services/dispatcher/interp"
 )
 
 func (d *Dispatcher) publishSchedule(ctx context.Context, execID, wf, id string, due time.Time) error {
@@ -28,34 +28,11 @@ func (d *Dispatcher) publishSchedule(ctx context.Context, execID, wf, id string,
 	return nil
 }
 
-// fireTimer applies a timer coming due.
+// fireTimer applies a timer coming due (interp.Fired).
 func (d *Dispatcher) fireTimer(ctx context.Context, ev events.Event, p *events.FireTimer) error {
 	return d.withExecution(ctx, p.Workflow, p.ExecutionID, func(x *execState) error {
-		log := zerolog.Ctx(ctx).With().Str("timer_id", p.TimerID).Logger()
-		t, ok := x.state.Timers[p.TimerID]
-		switch {
-		case !ok && d.cfg.Now().Sub(ev.Time) < 10*time.Second:
-			// Armed by another dispatcher a moment ago? Look again shortly.
-			return fmt.Errorf("timer %s not recorded yet", p.TimerID)
-		case !ok:
-			log.Info().Msg("ignore a timer the history does not know")
-			return nil
-		case x.state.Status.Terminal():
-			return nil
-		case t.Fired:
-			// Recorded already: by a dispatcher that stopped before it
-			// acted on it (this command is the redelivery), or by this
-			// one for a duplicate. Deciding again repairs the first and
-			// changes nothing in the second.
-			return d.advance(ctx, x)
-		}
-		// What a fired timer means (a sleep ends, a wait or an attempt
-		// times out, a retry is due, the workflow times out) is decided
-		// from the recorded TimerFired, so it is right after any crash.
-		if err := d.append(ctx, x, &events.TimerFired{TimerID: p.TimerID}); err != nil {
-			return err
-		}
-		return d.advance(ctx, x)
+		ctx := zerolog.Ctx(ctx).With().Str("timer_id", p.TimerID).Logger().WithContext(ctx)
+		return d.command(ctx, ev, x, func(in interp.Input) interp.Decision { return interp.Fired(in, p.TimerID, ev.Time) })
 	})
 }
 
@@ -74,36 +51,15 @@ func (d *Dispatcher) rearmOverdue(ctx context.Context, x *execState) error {
 }
 
 // signal records a signal for an execution; a wait step takes it now or
-// when it is reached.
+// when it is reached (interp.Signal).
 func (d *Dispatcher) signal(ctx context.Context, ev events.Event, p *events.SignalExecution) error {
-	reject := func(code, format string, args ...any) error {
-		return d.reject(ctx, ev, p.ExecutionID, code, fmt.Sprintf(format, args...))
-	}
-	if !events.ValidSignalName(p.Name) {
-		return reject(events.CodeInvalid, "signal name %q: %s", p.Name, events.SignalNameRule)
-	}
 	wf, err := d.commandTarget(ctx, ev, p.ExecutionID)
 	if err != nil {
 		return err
 	}
-	sigID := events.SignalID(events.CommandKey(ev.Source, ev.ID))
+	cmd := interp.SignalCommand{ID: events.SignalID(events.CommandKey(ev.Source, ev.ID)), Name: p.Name, Data: p.Data,
+		Sender: ev.Source, Actor: p.Actor, SentAt: ev.Time}
 	return d.withExecution(ctx, wf, p.ExecutionID, func(x *execState) error {
-		switch {
-		case x.state.Status == projections.StatusNone:
-			return d.notStarted(ctx, ev, p.ExecutionID)
-		case !x.state.ExpiredAt.IsZero():
-			return d.rejectExpired(ctx, ev, x.state.ID, x.state.ExpiredAt)
-		case x.state.Status.Terminal():
-			return reject(events.CodeConflict, "execution %q has already %s", p.ExecutionID, x.state.Status)
-		}
-		for _, s := range x.state.Signals {
-			if s.ID == sigID {
-				return d.advance(ctx, x) // the same signal again
-			}
-		}
-		if err := d.append(ctx, x, &events.SignalReceived{SignalID: sigID, Name: p.Name, Data: p.Data, Sender: ev.Source, Actor: p.Actor}); err != nil {
-			return err
-		}
-		return d.advance(ctx, x)
+		return d.command(ctx, ev, x, func(in interp.Input) interp.Decision { return interp.Signal(in, cmd) })
 	})
 }

@@ -53,6 +53,10 @@ type Input struct {
 	// History is the execution's whole history, when a [NeedHistory]
 	// asked for it (nil otherwise).
 	History []events.Event
+	// Stored are the final reports stored in the results stream for the
+	// operations in flight (current attempt and token), by step, when a
+	// [NeedStoredResults] asked for them (nil otherwise; empty if none).
+	Stored map[string]events.Event
 }
 
 // Memo is kept by the caller with an execution's state between decisions.
@@ -96,9 +100,17 @@ type Decision struct {
 	// Err is a decision that cannot be carried out (a bug, or a history
 	// no decision can go on from): it is not retried.
 	Err error
+	// Reject refuses a command: its sender is told why; nothing else is set.
+	Reject *Rejection
+	// Retry says a command cannot be decided yet (what it names may not
+	// be visible yet): it is handed back, to be decided again later.
+	Retry string
+	// Ignore says why a fact changes nothing and needs no decision after.
+	Ignore string
 }
 
-// Empty reports whether d has nothing to do.
+// Empty reports whether d has nothing to carry out (no effect, event,
+// need or error; a Reject, Retry or Ignore is for the caller to act on).
 func (d Decision) Empty() bool {
 	return len(d.Before) == 0 && len(d.Events) == 0 && len(d.After) == 0 && d.Need == nil && d.Err == nil
 }
@@ -169,8 +181,13 @@ type NeedWorkflow struct{ Ref CalledRef }
 // NeedHistory asks for the execution's whole history (Input.History).
 type NeedHistory struct{}
 
-func (NeedWorkflow) need() {}
-func (NeedHistory) need()  {}
+// NeedStoredResults asks for the reports of the operations in flight
+// that are stored but not recorded (Input.Stored).
+type NeedStoredResults struct{}
+
+func (NeedWorkflow) need()      {}
+func (NeedHistory) need()       {}
+func (NeedStoredResults) need() {}
 
 // Outcome is what performing an effect found that the history records.
 type Outcome interface{ outcome() }

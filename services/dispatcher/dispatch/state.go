@@ -1,0 +1,270 @@
+package dispatch
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/history"
+	"jetflow.dev/pkg/projections"
+	"jetflow.dev/pkg/workflow"
+	"jetflow.dev/services/dispatcher/interp"
+)
+
+// An execution's state in the shell: loaded from the cache or folded
+// from its history, handed to one handler at a time, and appended to
+// with the expected last subject sequence (the fence against another
+// writer).
+
+// keyedMutex is a mutex per key, for the keys in use.
+type keyedMutex struct {
+	mu    sync.Mutex // guards locks
+	locks map[string]*keyLock
+}
+
+type keyLock struct {
+	sync.Mutex
+	users int // holders and waiters; guarded by keyedMutex.mu
+}
+
+// lock locks key and returns its unlock.
+func (k *keyedMutex) lock(key string) (unlock func()) {
+	k.mu.Lock()
+	if k.locks == nil {
+		k.locks = map[string]*keyLock{}
+	}
+	l := k.locks[key]
+	if l == nil {
+		l = &keyLock{}
+		k.locks[key] = l
+	}
+	l.users++
+	k.mu.Unlock()
+	l.Lock()
+	return func() {
+		l.Unlock()
+		k.mu.Lock()
+		if l.users--; l.users == 0 {
+			delete(k.locks, key)
+		}
+		k.mu.Unlock()
+	}
+}
+
+// execState is the dispatcher's view of one execution.
+type execState struct {
+	id, workflow string
+	state        projections.Execution
+	def          workflow.Definition
+	// current: state is known to be the whole history (just read from the
+	// stream, or just appended to), not a cached copy that another
+	// dispatcher may have gone past. See ensureCurrent.
+	current bool
+	// firstSeq is the stream sequence of the history's first event (its
+	// start), 0 while there is none.
+	firstSeq uint64
+	// epoch is the holding of the execution's partition in which the state
+	// was read (0: not held then). A state cached in an earlier holding is
+	// read again: another dispatcher held the partition in between.
+	epoch uint64
+	// memo is what the interpreter's decisions learned from state so far.
+	memo *interp.Memo
+	// called and history are what a decision asked to be loaded, kept
+	// for that decision only (shell.go).
+	called  map[interp.CalledRef]*interp.Called
+	history []events.Event
+	stored  map[string]events.Event
+}
+
+func (x *execState) subject() string { return events.ExecutionSubject(x.workflow, x.id) }
+
+// withExecution loads an execution (cache or stream) and runs fn; on a
+// write conflict it drops what it knew, reloads and runs fn again. A
+// damaged execution is not handed to fn: it returns a damagedError (see
+// damage.go), or, for an event of a type this dispatcher does not know, an
+// error that retries (a newer dispatcher may know it).
+func (d *Dispatcher) withExecution(ctx context.Context, wf, id string, fn func(*execState) error) error {
+	return d.withExecutionAs(ctx, wf, id, false, fn)
+}
+
+// withDamagedExecution is withExecution that hands fn a damaged execution
+// too (the repair action).
+func (d *Dispatcher) withDamagedExecution(ctx context.Context, wf, id string, fn func(*execState) error) error {
+	return d.withExecutionAs(ctx, wf, id, true, fn)
+}
+
+func (d *Dispatcher) withExecutionAs(ctx context.Context, wf, id string, damagedToo bool, fn func(*execState) error) error {
+	if !events.ValidWorkflowName(wf) || !events.ValidExecutionID(id) {
+		return permanentError{fmt.Errorf("invalid workflow %q or execution id %q", wf, id)}
+	}
+	defer d.handling.lock(id)()
+	for attempt := 0; ; attempt++ {
+		x, cached, err := d.load(ctx, wf, id)
+		if err != nil {
+			return err
+		}
+		x.current = !cached
+		if x.state.Damaged != nil && !damagedToo {
+			err := d.refuseDamaged(ctx, x, cached)
+			if errors.Is(err, bus.ErrConflict) && attempt < 8 {
+				continue // repaired by another dispatcher since it was cached
+			}
+			return err
+		}
+		before := x.state.LastSeq
+		err = fn(x)
+		if err == nil && !cached && x.state.LastSeq > 0 {
+			// Keep what fn built (a new execution's first events), so the
+			// next message for it does not read its history again.
+			d.mu.Lock()
+			d.cache.put(id, x)
+			d.mu.Unlock()
+		}
+		if err == nil && cached && x.state.LastSeq == before {
+			// fn decided to change nothing (a stale or duplicate result, or
+			// nothing to do) on the strength of a cached state. Another
+			// dispatcher may have written since, even while this one holds
+			// the execution's partition (a clear-lock routed by its own id,
+			// a report or timer from a shared consumer, a holder that lost
+			// its lease and has not noticed yet): the decision stands only
+			// if the history has not moved.
+			err = d.checkFresh(ctx, x)
+		}
+		if err == nil {
+			return nil
+		}
+		d.evict(id) // whatever happened, the stream is the truth: reload next time
+		if !errors.Is(err, bus.ErrConflict) || attempt >= 8 {
+			return err
+		}
+		zerolog.Ctx(ctx).Debug().Err(err).Msg("history changed underneath, reloading")
+	}
+}
+
+// ensureCurrent makes sure x's state is the whole history before a write
+// that the history's compare-and-set does not fence: a lock bucket write
+// decided from a cached state that another dispatcher has gone past (the
+// execution resumed meanwhile, say) would remove a live holder or add back
+// a released request. A stale state returns bus.ErrConflict, and
+// withExecution reloads and decides again. It costs one request, only
+// when the state comes from the cache and nothing was appended since.
+func (d *Dispatcher) ensureCurrent(ctx context.Context, x *execState) error {
+	if x.current {
+		return nil
+	}
+	if err := d.checkFresh(ctx, x); err != nil {
+		return err
+	}
+	x.current = true
+	return nil
+}
+
+// checkFresh returns bus.ErrConflict if the execution's history has events
+// beyond the state x holds.
+func (d *Dispatcher) checkFresh(ctx context.Context, x *execState) error {
+	stream, err := d.js.Stream(ctx, events.StreamEvents)
+	if err != nil {
+		return fmt.Errorf("open events stream: %w", err)
+	}
+	last, err := stream.GetLastMsgForSubject(ctx, x.subject())
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		if x.state.LastSeq == 0 {
+			return nil
+		}
+	case err != nil:
+		return fmt.Errorf("check history of %s: %w", x.id, err)
+	case last.Sequence == x.state.LastSeq:
+		return nil
+	}
+	return fmt.Errorf("cached state of %s is behind its history: %w", x.id, bus.ErrConflict)
+}
+
+// load returns the execution's state from the cache (cached = true) or
+// folded from its history. Only executions that exist are cached, and a
+// cached state is used only for the workflow it belongs to.
+func (d *Dispatcher) load(ctx context.Context, wf, id string) (x *execState, cached bool, err error) {
+	d.mu.Lock()
+	x, ok := d.cache.get(id)
+	d.mu.Unlock()
+	epoch, held := d.holds(id)
+	if ok && x.workflow == wf && (!held || x.epoch == epoch) {
+		return x, true, nil
+	}
+	// Not cached, or cached before this holding of its partition began
+	// (another dispatcher may have written it in between).
+	evs, err := history.Read(ctx, d.js, events.ExecutionSubject(wf, id), 0)
+	if err != nil {
+		return nil, false, err
+	}
+	// An event that does not fold marks the state damaged (damage.go).
+	x = &execState{id: id, workflow: wf, state: projections.FoldQuarantined(id, evs), epoch: epoch, memo: &interp.Memo{}}
+	if len(evs) == 0 {
+		return x, false, nil
+	}
+	x.firstSeq = evs[0].Seq
+	if x.state.Status != projections.StatusNone {
+		// The fold began with the start (a damaged one is passed over, or
+		// leaves the status none).
+		for _, ev := range evs {
+			started, ok := ev.Data.(*events.ExecutionStarted)
+			if !ok {
+				continue
+			}
+			if err := json.Unmarshal(started.Definition, &x.def); err != nil && x.state.Damaged == nil {
+				x.state.Damaged = &projections.Damage{Seq: ev.Seq, EventID: ev.ID, Type: ev.Type,
+					Reason: fmt.Sprintf("the pinned definition cannot be decoded: %v", err)}
+			}
+			break
+		}
+	}
+	d.mu.Lock()
+	d.cache.put(id, x)
+	d.mu.Unlock()
+	return x, false, nil
+}
+
+func (d *Dispatcher) evict(id string) {
+	d.mu.Lock()
+	d.cache.remove(id)
+	d.mu.Unlock()
+}
+
+// append validates p against the fold, then appends it with the expected
+// last subject sequence. p is final: the interpreter decided its content.
+func (d *Dispatcher) append(ctx context.Context, x *execState, p events.Payload) error {
+	ev := events.New(d.cfg.Source, x.id, x.workflow, d.cfg.Now(), p)
+	ev.PrevSeq = x.state.LastSeq
+	next, err := projections.Apply(x.state, ev)
+	if err != nil {
+		return permanentError{fmt.Errorf("refusing to append illegal event: %w", err)}
+	}
+	seq, err := history.Append(ctx, d.js, x.subject(), x.state.LastSeq, ev)
+	if err != nil {
+		return err
+	}
+	next.LastSeq = seq
+	x.state, x.current = next, true
+	if x.firstSeq == 0 {
+		x.firstSeq = seq
+	}
+	if len(next.Locks) > 0 && !next.Status.Active() {
+		return d.releaseEnded(ctx, x) // e.g. a force-cancel: its locks go with it
+	}
+	return nil
+}
+
+func newToken() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

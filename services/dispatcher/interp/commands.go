@@ -1,0 +1,200 @@
+package interp
+
+import (
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/projections"
+)
+
+// Commands. A command for an execution (a timer coming due, a signal, an
+// operator's action) is decided here like any other fact: the events that
+// record it and the effects that follow, or a [Rejection] the sender is
+// told, or a Retry when it cannot be decided yet. The shell checks what
+// only I/O can tell (that the execution exists, and its workflow) before.
+
+// Rejection is a command refused: Code (events.Code*) and Reason are
+// published to its sender, and nothing is recorded.
+type Rejection struct {
+	Code   string
+	Reason string
+}
+
+// notStarted decides a command for an execution whose history is still
+// empty: its start may be on its way (try again for a while), else it
+// never started.
+func notStarted(in Input, id string, sentAt time.Time) Decision {
+	if in.Now.Sub(sentAt) < 30*time.Second {
+		return Decision{Retry: fmt.Sprintf("execution %s is not started yet", id)}
+	}
+	return reject(events.CodeNotFound, "execution %q never started", id)
+}
+
+func reject(code, format string, args ...any) Decision {
+	return Decision{Reject: &Rejection{Code: code, Reason: fmt.Sprintf(format, args...)}}
+}
+
+// Expired is the rejection of a command for an execution that expired
+// under its retention rule at at.
+func Expired(id string, at time.Time) *Rejection {
+	return &Rejection{Code: events.CodeExpired, Reason: fmt.Sprintf(
+		"execution %q expired under its retention rule at %s; its history is deleted (or about to be)",
+		id, at.UTC().Format(time.RFC3339))}
+}
+
+// Fired decides a timer coming due (its FireTimer command was published at
+// sentAt): it is recorded, once, and what it means (a sleep ends, a wait or
+// an attempt times out, a retry is due, the workflow times out) is decided
+// from the recorded timer.fired by the next decision, so it is right after
+// any crash.
+func Fired(in Input, timerID string, sentAt time.Time) Decision {
+	t, ok := in.State.Timers[timerID]
+	switch {
+	case !ok && in.Now.Sub(sentAt) < 10*time.Second:
+		// Armed by another dispatcher a moment ago? Look again shortly.
+		return Decision{Retry: fmt.Sprintf("timer %s not recorded yet", timerID)}
+	case !ok:
+		return Decision{Ignore: "a timer the history does not know"}
+	case in.State.Status.Terminal():
+		return Decision{Ignore: "the execution has ended"}
+	case t.Fired:
+		// Recorded already: by a dispatcher that stopped before it acted
+		// on it (this command is the redelivery), or by this one for a
+		// duplicate. Deciding again repairs the first and changes nothing
+		// in the second.
+		return Decision{}
+	}
+	return Decision{Events: []events.Payload{&events.TimerFired{TimerID: timerID}}}
+}
+
+// SignalCommand is a signal for an execution.
+type SignalCommand struct {
+	// ID is the signal's id, derived from its command key.
+	ID     string
+	Name   string
+	Data   json.RawMessage
+	Sender string
+	Actor  *events.Actor
+	SentAt time.Time
+}
+
+// Signal decides a signal: it is recorded, once, and a wait step takes
+// it now or when it is reached.
+func Signal(in Input, cmd SignalCommand) Decision {
+	s := in.State
+	switch {
+	case !events.ValidSignalName(cmd.Name):
+		return reject(events.CodeInvalid, "signal name %q: %s", cmd.Name, events.SignalNameRule)
+	case s.Status == projections.StatusNone:
+		return notStarted(in, in.ID, cmd.SentAt)
+	case !s.ExpiredAt.IsZero():
+		return Decision{Reject: Expired(s.ID, s.ExpiredAt)}
+	case s.Status.Terminal():
+		return reject(events.CodeConflict, "execution %q has already %s", in.ID, s.Status)
+	}
+	for _, sig := range s.Signals {
+		if sig.ID == cmd.ID {
+			return Decision{} // the same signal again
+		}
+	}
+	return Decision{Events: []events.Payload{&events.SignalReceived{SignalID: cmd.ID, Name: cmd.Name, Data: cmd.Data, Sender: cmd.Sender, Actor: cmd.Actor}}}
+}
+
+// ActionCommand is an operator's action on an execution (all but repair,
+// which the shell handles on a damaged execution).
+type ActionCommand struct {
+	// Key is the command's key (source#id): an action is recorded once
+	// per command.
+	Key string
+	// Record is who asked, why, and the action.
+	Record events.ActionRecord
+	// From and Force: a replay's.
+	From   string
+	Force  bool
+	SentAt time.Time
+}
+
+// Action decides an operator's action. Every action is recorded in the
+// history with who asked and why; a command decided twice (redelivered
+// after a crash) is recorded once, and what follows its record is done
+// again.
+func Action(in Input, cmd ActionCommand) Decision {
+	s := in.State
+	action := cmd.Record.Action
+	if !s.ExpiredAt.IsZero() {
+		if _, seen := s.CommandAction(cmd.Key); seen {
+			return Decision{} // carried out before the execution ended and expired
+		}
+		return Decision{Reject: Expired(s.ID, s.ExpiredAt)}
+	}
+	if recorded, seen := s.CommandAction(cmd.Key); seen {
+		if recorded != action {
+			return reject(events.CodeConflict, "command %s was already recorded as a %s; give a new command a new CloudEvent id", cmd.Key, recorded)
+		}
+		// This command again: what follows its record may not have been done.
+		switch action {
+		case events.ActionKill:
+			return Decision{After: []Effect{PublishKill{Command: cmd.Key}}}
+		case events.ActionResume, events.ActionForceResume, events.ActionReplay:
+			return Decision{After: []Effect{CatchUp{}}}
+		}
+		return Decision{}
+	}
+	if s.Status == projections.StatusNone {
+		return notStarted(in, in.ID, cmd.SentAt)
+	}
+	if why := s.Status.ActionRefused(action); why != "" {
+		return reject(events.CodeConflict, "execution %q %s", in.ID, why)
+	}
+	rec := cmd.Record
+	one := func(p events.Payload, after ...Effect) Decision {
+		return Decision{Events: []events.Payload{p}, After: after}
+	}
+	if action == events.ActionCancel && s.Status == projections.StatusSuspended &&
+		!slices.ContainsFunc(s.Steps, func(st projections.Step) bool { return st.Status.InFlight() }) {
+		return one(&events.ExecutionCancelled{ActionRecord: rec}) // nothing runs to wait for
+	}
+	switch action {
+	case events.ActionReplay:
+		from := cmp.Or(cmd.From, events.ReplayResume)
+		if in.Def.ReplayPolicy().Disabled {
+			return reject(events.CodeConflict, "workflow %s says replayable: disabled; it cannot be replayed (resume it instead)", in.Def.Name)
+		}
+		if in.Stored == nil {
+			return Decision{Need: NeedStoredResults{}}
+		}
+		settled := map[string]bool{}
+		for id := range in.Stored {
+			settled[id] = true
+		}
+		req, err := PlanReplay(in.Def, s, from, cmd.Force, settled)
+		var refused *ReplayRefused
+		if errors.As(err, &refused) {
+			return reject(events.CodeConflict, "execution %q cannot be replayed from %s: %s", in.ID, from, refused)
+		}
+		if err != nil {
+			return Decision{Err: err}
+		}
+		return Replayed(in, rec, req)
+	case events.ActionForceCancel:
+		return one(&events.ExecutionCancelled{ActionRecord: rec})
+	case events.ActionKill:
+		// Published once the execution is recorded cancelled, so a task
+		// that starts later has its result ignored already.
+		return one(&events.ExecutionCancelled{ActionRecord: rec}, PublishKill{Command: cmd.Key})
+	case events.ActionResume, events.ActionForceResume:
+		if in.Stored == nil {
+			return Decision{Need: NeedStoredResults{}}
+		}
+		reset := ResetFor(in.Def, s, action == events.ActionForceResume, FailedMeanwhile(s, in.Stored))
+		return one(&events.ExecutionResumed{ActionRecord: rec, Token: in.Token, Reset: reset}, CatchUp{})
+	case events.ActionCancel:
+		return one(&events.ExecutionCancelling{ActionRecord: rec})
+	}
+	return reject(events.CodeInvalid, "action %q is not one the interpreter decides", action)
+}

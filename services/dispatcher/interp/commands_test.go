@@ -1,0 +1,154 @@
+package interp
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/projections"
+	"jetflow.dev/pkg/workflow"
+)
+
+// commandDef sleeps, then runs an operation.
+var commandDef = workflow.Definition{Name: "deploy", Steps: []workflow.Step{
+	{ID: "rest", Kind: workflow.KindSleep, Duration: "1m"},
+	{ID: "op", Kind: workflow.KindExec, Command: "x"},
+}}
+
+// sleeping is an execution of commandDef in its sleep, and the sleep's timer.
+func sleeping(t *testing.T) (*memShell, string) {
+	t.Helper()
+	m := newMemShell(t, commandDef, `{}`)
+	m.advance()
+	require.Len(t, m.timers, 1)
+	for id := range m.timers {
+		return m, id
+	}
+	return m, ""
+}
+
+func TestFired(t *testing.T) {
+	t.Parallel()
+	m, timer := sleeping(t)
+	sent := m.now
+
+	d := Fired(m.input(), "t-unknown", sent)
+	require.Contains(t, d.Retry, "not recorded yet", "a timer armed a moment ago by another dispatcher may not be visible yet")
+	in := m.input()
+	in.Now = sent.Add(time.Minute)
+	d = Fired(in, "t-unknown", sent)
+	require.Equal(t, "a timer the history does not know", d.Ignore)
+	require.True(t, d.Empty())
+
+	d = Fired(m.input(), timer, sent)
+	require.Equal(t, []events.Payload{&events.TimerFired{TimerID: timer}}, d.Events)
+	m.carry(d)
+	d = Fired(m.input(), timer, sent)
+	require.True(t, d.Empty(), "fired once")
+	require.Empty(t, d.Ignore, "a redelivery goes on deciding: the dispatcher that recorded it may have stopped before acting")
+}
+
+func TestSignal(t *testing.T) {
+	t.Parallel()
+	m, _ := sleeping(t)
+	sig := SignalCommand{ID: "s1", Name: "go", Sender: "test", SentAt: m.now}
+
+	bad := sig
+	bad.Name = "no spaces"
+	require.Equal(t, events.CodeInvalid, Signal(m.input(), bad).Reject.Code)
+
+	d := Signal(m.input(), sig)
+	require.Equal(t, []events.Payload{&events.SignalReceived{SignalID: "s1", Name: "go", Sender: "test"}}, d.Events)
+	m.carry(d)
+	require.True(t, Signal(m.input(), sig).Empty(), "the same signal again records nothing")
+
+	none := Input{ID: "x2", Now: m.now}
+	require.NotEmpty(t, Signal(none, sig).Retry, "the start may be on its way")
+	none.Now = m.now.Add(time.Minute)
+	d = Signal(none, sig)
+	require.Equal(t, events.CodeNotFound, d.Reject.Code)
+	require.Contains(t, d.Reject.Reason, "never started")
+
+	m.append(&events.ExecutionCancelled{})
+	d = Signal(m.input(), SignalCommand{ID: "s2", Name: "go", SentAt: m.now})
+	require.Equal(t, events.CodeConflict, d.Reject.Code)
+	require.Contains(t, d.Reject.Reason, "has already cancelled")
+}
+
+func TestAction(t *testing.T) {
+	t.Parallel()
+	act := func(key, action string) ActionCommand {
+		return ActionCommand{Key: key, Record: events.ActionRecord{Action: action, RequestedBy: "ops", Command: key}}
+	}
+	t.Run("Cancel", func(t *testing.T) {
+		t.Parallel()
+		m, _ := sleeping(t)
+		d := Action(m.input(), act("k1", events.ActionCancel))
+		require.Len(t, d.Events, 1)
+		require.IsType(t, &events.ExecutionCancelling{}, d.Events[0])
+		m.carry(d)
+		m.advance()
+		require.Equal(t, projections.StatusCancelled, m.state.Status, "nothing runs: cancelled at once (%v)", m.types())
+		require.True(t, Action(m.input(), act("k1", events.ActionCancel)).Empty(), "the same command again records nothing")
+		d = Action(m.input(), act("k1", events.ActionKill))
+		require.Equal(t, events.CodeConflict, d.Reject.Code)
+		require.Contains(t, d.Reject.Reason, "already recorded as a cancel")
+	})
+	t.Run("Kill", func(t *testing.T) {
+		t.Parallel()
+		m, _ := sleeping(t)
+		d := Action(m.input(), act("k2", events.ActionKill))
+		require.Len(t, d.Events, 1)
+		require.IsType(t, &events.ExecutionCancelled{}, d.Events[0])
+		require.Equal(t, []Effect{PublishKill{Command: "k2"}}, d.After, "agents are told once it is recorded")
+		m.carry(d)
+		again := Action(m.input(), act("k2", events.ActionKill))
+		require.Empty(t, again.Events)
+		require.Equal(t, []Effect{PublishKill{Command: "k2"}}, again.After, "a redelivered kill publishes its notice again")
+	})
+	t.Run("ResumeAsksForStoredResults", func(t *testing.T) {
+		t.Parallel()
+		m, _ := sleeping(t)
+		m.carry(Action(m.input(), act("k3", events.ActionForceCancel)))
+		require.Equal(t, projections.StatusCancelled, m.state.Status)
+		require.Equal(t, NeedStoredResults{}, Action(m.input(), act("k4", events.ActionResume)).Need)
+		in := m.input()
+		in.Stored = map[string]events.Event{}
+		d := Action(in, act("k4", events.ActionResume))
+		require.Len(t, d.Events, 1)
+		resumed, ok := d.Events[0].(*events.ExecutionResumed)
+		require.True(t, ok, "%T", d.Events[0])
+		require.Equal(t, in.Token, resumed.Token, "a resume gives the execution the fresh token of its input")
+		require.Equal(t, []Effect{CatchUp{}}, d.After)
+	})
+	t.Run("Refused", func(t *testing.T) {
+		t.Parallel()
+		m, _ := sleeping(t)
+		d := Action(m.input(), act("k5", events.ActionResume))
+		require.Nil(t, d.Reject, "a started execution may be resumed")
+		m.append(&events.ExecutionSucceeded{})
+		d = Action(m.input(), act("k6", events.ActionCancel))
+		require.Equal(t, events.CodeConflict, d.Reject.Code)
+		require.Contains(t, d.Reject.Reason, "has already succeeded")
+	})
+	t.Run("Expired", func(t *testing.T) {
+		t.Parallel()
+		m, _ := sleeping(t)
+		m.append(&events.ExecutionCancelled{})
+		m.append(&events.ExecutionExpired{Rule: "1d"})
+		d := Action(m.input(), act("k7", events.ActionResume))
+		require.Equal(t, events.CodeExpired, d.Reject.Code)
+	})
+	t.Run("ReplayDisabled", func(t *testing.T) {
+		t.Parallel()
+		def := commandDef
+		def.Replayable = "disabled"
+		m := newMemShell(t, def, `{}`)
+		m.advance()
+		d := Action(m.input(), act("k8", events.ActionReplay))
+		require.Equal(t, events.CodeConflict, d.Reject.Code)
+		require.Contains(t, d.Reject.Reason, "replayable: disabled")
+	})
+}
