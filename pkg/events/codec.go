@@ -98,7 +98,7 @@ func fastDecode(h nats.Header, data []byte) (Event, bool) {
 		}
 		ev.PrevSeq = n
 	}
-	p := newPayload(ev.Type)
+	p := NewPayload(ev.Type)
 	if p == nil || len(data) == 0 || !json.Valid(data) {
 		return Event{}, false
 	}

@@ -72,8 +72,10 @@ func New(source, subject, workflow string, at time.Time, data Payload) Event {
 		Workflow: workflow, Time: at.UTC(), Data: data}
 }
 
-// toCloudEvent converts e to an sdk-go event.
-func (e Event) toCloudEvent() (event.Event, error) {
+// ToCloudEvent converts e to a valid sdk-go event: its attributes,
+// extensions and JSON data (Data, or Raw when Data is nil). An event that
+// is no valid CloudEvent returns an error wrapping [ErrMalformed].
+func (e Event) ToCloudEvent() (event.Event, error) {
 	ce := event.New()
 	ce.SetID(e.ID)
 	ce.SetType(string(e.Type))
@@ -118,7 +120,7 @@ func Encode(subject string, e Event) (*nats.Msg, error) {
 
 // encodeSDK is Encode through the sdk-go binding, the reference.
 func encodeSDK(subject string, e Event) (*nats.Msg, error) {
-	ce, err := e.toCloudEvent()
+	ce, err := e.ToCloudEvent()
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +134,7 @@ func encodeSDK(subject string, e Event) (*nats.Msg, error) {
 
 // EncodeStructured returns e in CloudEvents structured JSON mode.
 func EncodeStructured(e Event) ([]byte, error) {
-	ce, err := e.toCloudEvent()
+	ce, err := e.ToCloudEvent()
 	if err != nil {
 		return nil, err
 	}
@@ -230,7 +232,7 @@ func FromCloudEvent(ce event.Event) (Event, error) {
 	if ct := ce.DataContentType(); ct != "" && !strings.HasPrefix(ct, "application/json") && !strings.HasSuffix(ct, "+json") {
 		return ev, fmt.Errorf("%w: datacontenttype %q is not JSON", ErrMalformed, ct)
 	}
-	p := newPayload(ev.Type)
+	p := NewPayload(ev.Type)
 	if p == nil {
 		return ev, fmt.Errorf("%w: %s", ErrUnknownType, ev.Type)
 	}
