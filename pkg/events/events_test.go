@@ -14,96 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/events/eventstest"
 )
-
-var at = time.Date(2026, 3, 14, 15, 9, 26, 535897932, time.UTC)
-
-// samples has one fully populated payload per event type. RawMessage
-// fields are compact JSON so that they survive a round trip byte for byte.
-func samples() []events.Payload {
-	actor := &events.Actor{Subject: "alice", Method: events.ActorAPIKey, KeyID: "0123456789abcdef"}
-	action := events.ActionRecord{Action: events.ActionCancel, Reason: "wrong host", RequestedBy: "alice", Actor: actor, Command: "cli#7"}
-	ref := events.TaskRef{TaskID: "x1.build.2", ExecutionID: "x1", Workflow: "deploy", StepID: "build",
-		Attempt: 2, Token: "tok", Queue: "gpu", Agent: "agent-7", Delivery: 3}
-	return []events.Payload{
-		&events.ExecutionStarted{Workflow: "deploy", Version: 3, Input: json.RawMessage(`{"env":"prod"}`),
-			Steps:      []events.StepRef{{ID: "build", Kind: "exec"}, {ID: "notify", Kind: "http"}},
-			Definition: json.RawMessage(`{"name":"deploy"}`), Token: "tok", CommandKey: "cli#1", CommandDigest: "d1", StartedBy: "alice", Actor: actor, APIURL: "http://127.0.0.1:8080",
-			WaitAfterFail: true, DryRun: true, Retention: &events.Retention{Rule: "max(5, 24h)", Key: "deploy-prod"}},
-		&events.ExecutionSucceeded{Output: json.RawMessage(`[1,2,3]`)},
-		&events.ExecutionFailed{Error: "step build: exit status 1", StepID: "build"},
-		&events.StepScheduled{StepID: "each[1]/build", Kind: "exec", Attempt: 1, Input: json.RawMessage(`"in"`),
-			Retention: &events.Retention{Rule: "forever"}},
-		&events.StepSending{StepID: "build", Attempt: 1, TaskID: "x1.build.1", Queue: "default"},
-		&events.StepSent{StepID: "build", Attempt: 1, TaskID: "x1.build.1", TaskSeq: 42},
-		&events.StepStarted{StepID: "build", Attempt: 1, Agent: "agent-7", Delivery: 2},
-		&events.StepSucceeded{StepID: "build", Attempt: 1, Output: json.RawMessage(`{"ok":true}`), SignalID: "s1",
-			Vars: map[string]json.RawMessage{"ok": json.RawMessage(`true`)}, Agent: "agent-7", Duration: 1234},
-		&events.StepFailed{StepID: "build", Kind: "exec", Attempt: 1, Error: "boom", Final: true, Output: json.RawMessage(`{"code":2}`),
-			Agent: "agent-7", Lost: true},
-		&events.StartExecution{Workflow: "deploy", Version: 2, Input: json.RawMessage(`{"a":"ü"}`), ExecutionID: "x1",
-			WaitAfterFail: true, DryRun: true, Actor: actor},
-		&events.ReconcileExecution{ExecutionID: "x1", Workflow: "deploy", Reason: "stuck"},
-		&events.Task{TaskID: "x1.build.2", ExecutionID: "x1", Workflow: "deploy", StepID: "build", Attempt: 2,
-			Token: "tok", Kind: "exec", Queue: "builders", Spec: json.RawMessage(`{"command":"make"}`)},
-		&events.OperationStarted{TaskRef: ref},
-		&events.OperationSucceeded{TaskRef: ref, Output: json.RawMessage(`null`), Duration: 99},
-		&events.OperationFailed{TaskRef: ref, Error: "agent died", Output: json.RawMessage(`{}`), Lost: true, Final: true},
-		&events.CommandRejected{CommandKey: "cli#1", CommandType: events.TypeStartExecution, ExecutionID: "x1",
-			Code: events.CodeNotFound, Reason: "no workflow deploy", Subject: events.SubjectStart, StreamSeq: 7},
-		&events.ExecutionCancelling{ActionRecord: action},
-		&events.ExecutionCancelled{ActionRecord: action},
-		&events.ExecutionResumed{ActionRecord: action, Token: "tok2", Reset: []string{"build", "each[1]/ping"}},
-		&events.ExecutionReplayed{ActionRecord: action, From: events.ReplayLast, Force: true, Point: "each[1]/ping",
-			Mode: events.ReplayModeReplay, Token: "tok3", Resume: []string{"a"}, Reopen: []string{"each"}, Reset: []string{"b"},
-			Vars: map[string]json.RawMessage{"n": json.RawMessage(`2`)}, Cause: "build/on-error1/again", Automatic: true},
-		&events.ExecutionSuspended{Error: "step build: exit status 1", StepID: "build"},
-		&events.ResultIgnored{ResultID: "r1", ResultType: events.TypeOperationSucceeded, TaskID: "x1.build.1", StepID: "build",
-			Attempt: 1, Agent: "agent-7", Reason: "stale token"},
-		&events.StepSkipped{StepID: "each[0]/ping", Kind: "exec", Reason: "condition is false", DryRun: true},
-		&events.StepWaiting{StepID: "approve", Attempt: 1, Until: at.Add(time.Hour), Signals: []string{"approve", "reject"}},
-		&events.StepRescheduled{StepID: "build", Attempt: 1, NextAttempt: 2, Due: at.Add(2 * time.Second), TimerID: "t-retry-1"},
-		&events.VariablesSet{StepID: "set", Vars: map[string]json.RawMessage{"host": json.RawMessage(`"web-1"`), "n": json.RawMessage(`[1,{"a":null}]`)}},
-		&events.TimerArmed{TimerID: "t-sleep-1", Purpose: events.TimerSleep, StepID: "nap", Attempt: 1, Due: at.Add(time.Minute)},
-		&events.TimerFired{TimerID: "t-sleep-1"},
-		&events.SignalReceived{SignalID: "s1", Name: "approve", Data: json.RawMessage(`{"by":"alice"}`), Sender: "cli/alice", Actor: actor},
-		&events.SignalExecution{ExecutionID: "x1", Name: "approve", Data: json.RawMessage(`{"by":"alice"}`), Actor: actor},
-		&events.FireTimer{ExecutionID: "x1", Workflow: "deploy", TimerID: "t-sleep-1"},
-		&events.ExecutionAction{ExecutionID: "x1", Action: events.ActionReplay, Reason: "fixed the host", RequestedBy: "alice",
-			From: "build", Force: true, Actor: actor, IgnoreSeq: 17},
-		&events.KillOperations{ExecutionID: "x1", Workflow: "deploy", Command: "cli#9", Lift: true},
-		&events.LockRequested{Lock: "apt-web-1", Path: "install", Limit: 3},
-		&events.LockAcquired{Lock: "apt-web-1", Path: "install"},
-		&events.LockReleased{Lock: "db", Path: "install", Reason: "the execution ends"},
-		&events.LockCleared{ActionRecord: action, Lock: "db", Path: "each[2]/blk"},
-		&events.ClearLock{Lock: "db", Entries: []events.LockEntry{{ExecutionID: "x1", Workflow: "deploy", Path: "blk", Request: 2}},
-			OnlyEnded: true, Reason: "holder ended", RequestedBy: "jetflow/janitor", Actor: actor},
-		&events.ExpireExecution{ExecutionID: "x1", Workflow: "deploy", LastSeq: 41, Rule: "3", Group: "deploy"},
-		&events.ExecutionExpired{Rule: "3", Group: "deploy", RequestedBy: "jetflow/janitor"},
-		&events.ExecutionRepaired{IgnoreSeq: 17, ActionRecord: events.ActionRecord{Action: events.ActionRepair,
-			Reason: "an event written by hand", RequestedBy: "alice", Actor: actor, Command: "jetflow/api#r1"}},
-	}
-}
-
-var allTypes = []events.Type{
-	events.TypeExecutionStarted, events.TypeExecutionSucceeded, events.TypeExecutionFailed,
-	events.TypeStepScheduled, events.TypeStepSending, events.TypeStepSent, events.TypeStepStarted,
-	events.TypeStepSucceeded, events.TypeStepFailed, events.TypeStartExecution, events.TypeReconcileExecution,
-	events.TypeTask, events.TypeOperationStarted, events.TypeOperationSucceeded, events.TypeOperationFailed,
-	events.TypeCommandRejected, events.TypeExecutionCancelling, events.TypeExecutionCancelled,
-	events.TypeExecutionResumed, events.TypeExecutionReplayed, events.TypeExecutionSuspended, events.TypeResultIgnored,
-	events.TypeStepSkipped, events.TypeStepWaiting, events.TypeStepRescheduled, events.TypeVariablesSet,
-	events.TypeTimerArmed, events.TypeTimerFired, events.TypeSignalReceived, events.TypeSignalExecution,
-	events.TypeFireTimer, events.TypeExecutionAction, events.TypeKillOperations,
-	events.TypeLockRequested, events.TypeLockAcquired, events.TypeLockReleased, events.TypeLockCleared, events.TypeClearLock,
-	events.TypeExpireExecution, events.TypeExecutionExpired, events.TypeExecutionRepaired,
-}
-
-func sampleEvent(p events.Payload) events.Event {
-	ev := events.New("jetflow/dispatcher", "x1", "deploy", at, p)
-	ev.PrevSeq = 41
-	return ev
-}
 
 func requireSameEvent(t *testing.T, want, got events.Event) {
 	t.Helper()
@@ -132,24 +44,24 @@ func TestSamplesCoverEveryType(t *testing.T) {
 	t.Parallel()
 
 	seen := map[events.Type]bool{}
-	for _, p := range samples() {
+	for _, p := range eventstest.Samples() {
 		require.False(t, seen[p.EventType()], "two samples of %s", p.EventType())
 		seen[p.EventType()] = true
 	}
-	for _, typ := range allTypes {
+	for _, typ := range eventstest.Types() {
 		require.True(t, seen[typ], "no sample of %s", typ)
 	}
-	require.Len(t, seen, len(allTypes))
+	require.Len(t, seen, len(eventstest.Types()))
 }
 
 func TestRoundTrip(t *testing.T) {
 	t.Parallel()
 
-	for _, p := range samples() {
+	for _, p := range eventstest.Samples() {
 		t.Run(typeName(p.EventType()), func(t *testing.T) {
 			t.Parallel()
 
-			ev := sampleEvent(p)
+			ev := eventstest.Event(p)
 			ev.Ignorable = true
 
 			t.Run("Binary", func(t *testing.T) {
@@ -190,7 +102,7 @@ func TestRoundTrip(t *testing.T) {
 func TestRoundTripOptionalAttributes(t *testing.T) {
 	t.Parallel()
 
-	ev := events.Event{ID: "e1", Type: events.TypeExecutionSucceeded, Source: "src", Time: at,
+	ev := events.Event{ID: "e1", Type: events.TypeExecutionSucceeded, Source: "src", Time: eventstest.At,
 		Data: &events.ExecutionSucceeded{}}
 	msg, err := events.Encode("jf.events.w.x", ev)
 	require.NoError(t, err)
@@ -208,20 +120,20 @@ func TestRoundTripOptionalAttributes(t *testing.T) {
 func TestNew(t *testing.T) {
 	t.Parallel()
 
-	local := at.In(time.FixedZone("X", 3600))
+	local := eventstest.At.In(time.FixedZone("X", 3600))
 	a := events.New("s", "x1", "wf", local, &events.StepStarted{StepID: "a"})
 	b := events.New("s", "x1", "wf", local, &events.StepStarted{StepID: "a"})
 	require.NotEqual(t, a.ID, b.ID)
 	require.NotEmpty(t, a.ID)
 	require.Equal(t, events.TypeStepStarted, a.Type)
 	require.Equal(t, time.UTC, a.Time.Location())
-	require.True(t, at.Equal(a.Time))
+	require.True(t, eventstest.At.Equal(a.Time))
 }
 
 func TestDecodeMalformed(t *testing.T) {
 	t.Parallel()
 
-	valid, err := events.Encode("jf.events.w.x", sampleEvent(&events.StepStarted{StepID: "a", Attempt: 1}))
+	valid, err := events.Encode("jf.events.w.x", eventstest.Event(&events.StepStarted{StepID: "a", Attempt: 1}))
 	require.NoError(t, err)
 	without := func(key string) nats.Header {
 		h := nats.Header{}
@@ -279,7 +191,7 @@ func TestDecodeUnknownType(t *testing.T) {
 	t.Parallel()
 
 	ev := events.Event{ID: "e1", Type: "io.jetflow.step.paused", Source: "future/dispatcher", Subject: "x1",
-		Workflow: "deploy", Time: at, Ignorable: true, Raw: json.RawMessage(`{"step_id":"a"}`)}
+		Workflow: "deploy", Time: eventstest.At, Ignorable: true, Raw: json.RawMessage(`{"step_id":"a"}`)}
 
 	msg, err := events.Encode("jf.events.deploy.x1", ev)
 	require.NoError(t, err)
@@ -322,7 +234,7 @@ func TestEncodeInvalid(t *testing.T) {
 func TestIsTerminal(t *testing.T) {
 	t.Parallel()
 
-	for _, typ := range allTypes {
+	for _, typ := range eventstest.Types() {
 		want := typ == events.TypeExecutionSucceeded || typ == events.TypeExecutionFailed || typ == events.TypeExecutionCancelled
 		require.Equal(t, want, typ.IsTerminal(), string(typ))
 	}
@@ -468,8 +380,8 @@ func parseHeader(s string) nats.Header {
 }
 
 func FuzzDecode(f *testing.F) {
-	for _, p := range samples() {
-		ev := sampleEvent(p)
+	for _, p := range eventstest.Samples() {
+		ev := eventstest.Event(p)
 		msg, err := events.Encode("jf.events.deploy.x1", ev)
 		require.NoError(f, err)
 		f.Add(headerText(msg.Header), msg.Data)

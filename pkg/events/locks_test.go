@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/events/eventstest"
 )
 
 // TestLockEventsRoundTrip covers the lock and the expiry events.
@@ -25,7 +26,7 @@ func TestLockEventsRoundTrip(t *testing.T) {
 	} {
 		t.Run(typeName(p.EventType()), func(t *testing.T) {
 			t.Parallel()
-			ev := sampleEvent(p)
+			ev := eventstest.Event(p)
 			msg, err := events.Encode("jf.events.deploy.x1", ev)
 			require.NoError(t, err)
 			require.Equal(t, string(p.EventType()), msg.Header.Get("ce-type"))

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/events/eventstest"
 )
 
 // declaredTypes reads the package's source for every constant of type
@@ -61,7 +62,7 @@ func TestEveryDeclaredTypeHasASample(t *testing.T) {
 
 	declared := declaredTypes(t)
 	require.Len(t, declared, 41, "the count of event types changed: add samples for the new ones")
-	require.ElementsMatch(t, declared, allTypes)
+	require.ElementsMatch(t, declared, eventstest.Types())
 	for _, typ := range declared {
 		require.True(t, strings.HasPrefix(string(typ), "io.jetflow."), typ)
 		require.Equal(t, strings.ToLower(string(typ)), string(typ), "types are lower case")
@@ -87,7 +88,7 @@ func TestSamplesAreFullyPopulated(t *testing.T) {
 			require.False(t, fv.IsZero(), "%s: %s is zero", typ, f.Name)
 		}
 	}
-	for _, p := range samples() {
+	for _, p := range eventstest.Samples() {
 		check(p.EventType(), reflect.ValueOf(p).Elem())
 	}
 }
@@ -223,7 +224,7 @@ func TestStrictData(t *testing.T) {
 	require.Contains(t, err.Error(), "io.jetflow.step.paused")
 
 	// Every known type accepts its own sample, strictly.
-	for _, p := range samples() {
+	for _, p := range eventstest.Samples() {
 		require.NoError(t, events.StrictData(ev(p.EventType(), mustJSON(t, p))), p.EventType())
 	}
 }
