@@ -260,7 +260,7 @@ func TestReadUnknownType(t *testing.T) {
 	require.NoError(t, err)
 	future := events.Event{ID: "future-1", Type: "io.jetflow.step.paused", Source: "newer", Subject: "x1", Time: t0,
 		Ignorable: true, Raw: json.RawMessage(`{"step_id":"a"}`)}
-	msg, err := events.Encode(subj, future)
+	msg, err := bus.Encode(subj, future)
 	require.NoError(t, err)
 	_, err = bundle.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(seq1))
 	require.NoError(t, err)

@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/natstest"
 )
@@ -263,7 +264,7 @@ steps:
 		if !armed.Load() {
 			return
 		}
-		ev, err := events.Decode(m.Header, m.Data)
+		ev, err := bus.Decode(m.Header, m.Data)
 		if err != nil {
 			return
 		}

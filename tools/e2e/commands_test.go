@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/events"
 )
@@ -26,7 +27,7 @@ func (s *stack) watchRejections(t *testing.T) *rejections {
 	t.Helper()
 	r := &rejections{ch: make(chan *events.CommandRejected, 64)}
 	sub, err := s.nc.Subscribe(events.RejectionsPrefix+".>", func(m *nats.Msg) {
-		ev, err := events.Decode(m.Header, m.Data)
+		ev, err := bus.Decode(m.Header, m.Data)
 		if p, ok := ev.Data.(*events.CommandRejected); err == nil && ok {
 			r.ch <- p
 		}

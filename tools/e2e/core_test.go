@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
@@ -184,7 +185,7 @@ func TestSameCloudEventTwiceStartsOneExecution(t *testing.T) {
 	// Binary mode, published twice with plain NATS publish and no
 	// Nats-Msg-Id, so JetStream's dedupe window does not help: the
 	// dispatcher must recognise the command itself.
-	msg, err := events.Encode(events.SubjectStart, ev)
+	msg, err := bus.Encode(events.SubjectStart, ev)
 	require.NoError(t, err)
 	require.Equal(t, "order-42", msg.Header.Get("ce-id"))
 	require.NoError(t, s.nc.PublishMsg(msg))
@@ -253,12 +254,12 @@ func TestExplicitExecutionIDIsUniqueForever(t *testing.T) {
 	ev := ceStart(t, "urn:test:cli", "another-command", `{"workflow":"other","execution_id":"job-1"}`)
 	sub, err := s.nc.SubscribeSync(events.RejectionSubject(events.CommandKey(ev.Source, ev.ID)))
 	require.NoError(t, err)
-	msg, err := events.Encode(events.SubjectStart, ev)
+	msg, err := bus.Encode(events.SubjectStart, ev)
 	require.NoError(t, err)
 	require.NoError(t, s.nc.PublishMsg(msg))
 	m, err := sub.NextMsg(10 * time.Second)
 	require.NoError(t, err)
-	rej, err := events.Decode(m.Header, m.Data)
+	rej, err := bus.Decode(m.Header, m.Data)
 	require.NoError(t, err)
 	require.Equal(t, events.CodeConflict, rej.Data.(*events.CommandRejected).Code)
 	require.Contains(t, rej.Data.(*events.CommandRejected).Reason, "already used")

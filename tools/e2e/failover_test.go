@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/natstest"
@@ -81,7 +82,7 @@ func TestDispatcherFailoverAfterSIGKILL(t *testing.T) {
 		ids[i] = fmt.Sprintf("steady-%d", i)
 		ev := events.New("failover-test", "", "", time.Now(), &events.StartExecution{Workflow: "steady", ExecutionID: ids[i],
 			Input: json.RawMessage(`{}`)})
-		msg, err := events.Encode(events.SubjectStart, ev)
+		msg, err := bus.Encode(events.SubjectStart, ev)
 		require.NoError(t, err)
 		_, err = js.PublishMsg(t.Context(), msg, jetstream.WithMsgID(ev.ID))
 		require.NoError(t, err)

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"jetflow.dev/pkg/auth"
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
@@ -349,7 +350,7 @@ func (s *stack) requireNoRejection(t *testing.T, commandKey string) {
 	require.NoError(t, err)
 	m, err := stream.GetLastMsgForSubject(context.Background(), events.RejectionSubject(commandKey))
 	if err == nil {
-		rej, _ := events.Decode(m.Header, m.Data)
+		rej, _ := bus.Decode(m.Header, m.Data)
 		t.Fatalf("command %s was rejected: %+v", commandKey, rej.Data)
 	}
 	require.ErrorIs(t, err, jetstream.ErrMsgNotFound)

@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
@@ -94,7 +95,7 @@ func TestJanitorLostTaskReplaysAutomatically(t *testing.T) {
 			return false, err.Error()
 		}
 		for m := range batch.Messages() {
-			ev, err := events.Decode(m.Headers(), m.Data())
+			ev, err := bus.Decode(m.Headers(), m.Data())
 			require.NoError(t, err)
 			if tk, ok := ev.Data.(*events.Task); ok && tk.Attempt == 2 {
 				task = tk
@@ -104,7 +105,7 @@ func TestJanitorLostTaskReplaysAutomatically(t *testing.T) {
 		return task != nil, "no task of attempt 2"
 	})
 	ev := events.New("test-agent", task.ExecutionID, task.Workflow, time.Now(), &events.OperationSucceeded{TaskRef: task.Ref("healthy", 1)})
-	msg, err := events.Encode(events.ResultSubject(task.Queue, task.ExecutionID), ev)
+	msg, err := bus.Encode(events.ResultSubject(task.Queue, task.ExecutionID), ev)
 	require.NoError(t, err)
 	_, err = s.js.PublishMsg(ctx, msg)
 	require.NoError(t, err)

@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/catalog"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
@@ -278,7 +279,7 @@ func startLockExecutions(t *testing.T, js jetstream.JetStream, perWorkflow int) 
 			ids = append(ids, lockExecution{wf, id})
 			ev := events.New("lock-test", "", "", time.Now(), &events.StartExecution{Workflow: wf, ExecutionID: id,
 				Input: json.RawMessage(`{"name":"shared"}`)})
-			msg, err := events.Encode(events.SubjectStart, ev)
+			msg, err := bus.Encode(events.SubjectStart, ev)
 			require.NoError(t, err)
 			_, err = js.PublishMsg(t.Context(), msg, jetstream.WithMsgID(ev.ID))
 			require.NoError(t, err)

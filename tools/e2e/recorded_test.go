@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/natstest"
@@ -46,7 +47,7 @@ func TestRecordedMeansInTheHistory(t *testing.T) {
 	stopped := make(chan error, 1)
 	go func() { stopped <- d.Run(dctx) }()
 	start := events.New("urn:test", "", "", time.Now(), &events.StartExecution{Workflow: "gated", ExecutionID: "x1"})
-	msg, err := events.Encode(events.SubjectStart, start)
+	msg, err := bus.Encode(events.SubjectStart, start)
 	require.NoError(t, err)
 	_, err = js.PublishMsg(ctx, msg)
 	require.NoError(t, err)
@@ -120,7 +121,7 @@ func TestRecordedMeansInTheHistory(t *testing.T) {
 	other := appendEvent(x.LastSeq, &events.SignalReceived{SignalID: "sig-other", Name: "other", Sender: "urn:test"})
 	refused := events.New("jetflow/dispatcher", "x1", "gated", time.Now(), recording)
 	refused.PrevSeq = x.LastSeq
-	msg, err = events.Encode(subject, refused)
+	msg, err = bus.Encode(subject, refused)
 	require.NoError(t, err)
 	msg.Header.Set(jetstream.MsgIDHeader, refused.ID)
 	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(x.LastSeq, 10))

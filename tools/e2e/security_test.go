@@ -101,7 +101,7 @@ func TestNATSIdentitiesAreLeastPrivilege(t *testing.T) {
 	require.Contains(t, strings.ToLower(err.Error()), "authorization violation")
 
 	forged := func(subject string, p events.Payload) *nats.Msg {
-		msg, err := events.Encode(subject, events.New("mallory", "victim", "gated", time.Now(), p))
+		msg, err := bus.Encode(subject, events.New("mallory", "victim", "gated", time.Now(), p))
 		require.NoError(t, err)
 		return msg
 	}
@@ -143,7 +143,7 @@ func TestNATSIdentitiesAreLeastPrivilege(t *testing.T) {
 				if err != nil {
 					return nil, err
 				}
-				ev, err := events.Decode(m.Headers(), m.Data())
+				ev, err := bus.Decode(m.Headers(), m.Data())
 				if err != nil {
 					return nil, err
 				}
@@ -154,7 +154,7 @@ func TestNATSIdentitiesAreLeastPrivilege(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, events.TypeExecutionStarted, evs[0].Type)
 		// ...and sends commands: this signal lets the execution finish.
-		sig, err := events.Encode(events.SubjectSignal, events.New("tour/nats", "victim", "gated", time.Now(),
+		sig, err := bus.Encode(events.SubjectSignal, events.New("tour/nats", "victim", "gated", time.Now(),
 			&events.SignalExecution{ExecutionID: "victim", Name: "go"}))
 		require.NoError(t, err)
 		_, err = c.js.PublishMsg(ctx, sig)
@@ -224,7 +224,7 @@ func TestForeignQueueReportIsIgnored(t *testing.T) {
 	// queue gpu whose permissions let it report on jf.results.gpu.>.
 	ref := events.TaskRef{TaskID: events.TaskID("foreign", "before", 1), ExecutionID: "foreign", Workflow: "gated",
 		StepID: "before", Attempt: 1, Token: token, Queue: "gpu", Agent: "rogue"}
-	msg, err := events.Encode(events.ResultSubject("gpu", "foreign"), events.New("rogue", "foreign", "gated", time.Now(),
+	msg, err := bus.Encode(events.ResultSubject("gpu", "foreign"), events.New("rogue", "foreign", "gated", time.Now(),
 		&events.OperationFailed{TaskRef: ref, Error: "forged"}))
 	require.NoError(t, err)
 	_, err = s.js.PublishMsg(ctx, msg)
@@ -309,7 +309,7 @@ func TestNamespacesAreIsolated(t *testing.T) {
 	require.NoError(t, err)
 	bjs, err := jetstream.New(b)
 	require.NoError(t, err)
-	start, err := events.Encode(events.SubjectStart, events.New("team-b/app", "", "", time.Now(),
+	start, err := bus.Encode(events.SubjectStart, events.New("team-b/app", "", "", time.Now(),
 		&events.StartExecution{Workflow: "hello", ExecutionID: "same-id"}))
 	require.NoError(t, err)
 	_, err = bjs.PublishMsg(ctx, start)
@@ -319,7 +319,7 @@ func TestNamespacesAreIsolated(t *testing.T) {
 	for done := false; !done; {
 		select {
 		case m := <-seen:
-			ev, err := events.Decode(m.Header, m.Data)
+			ev, err := bus.Decode(m.Header, m.Data)
 			require.NoError(t, err)
 			types = append(types, ev.Type)
 			if p, ok := ev.Data.(*events.StepScheduled); ok {

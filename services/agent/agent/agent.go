@@ -243,7 +243,7 @@ func (a *Agent) work(ctx, taskCtx context.Context, cons jetstream.Consumer, queu
 }
 
 func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
-	ev, err := events.Decode(m.Headers(), m.Data())
+	ev, err := bus.Decode(m.Headers(), m.Data())
 	task, ok := ev.Data.(*events.Task)
 	if err != nil || !ok {
 		a.log.Error().Err(err).Str("subject", m.Subject()).Msg("drop malformed task")
@@ -519,7 +519,7 @@ func (a *Agent) resultMsg(id string, p events.Payload) (*nats.Msg, error) {
 	ref, _ := events.ResultRef(p)
 	ev := events.New(a.cfg.Source, ref.ExecutionID, ref.Workflow, time.Now(), p)
 	ev.ID = id
-	return events.Encode(events.ResultSubject(ref.Queue, ref.ExecutionID), ev)
+	return bus.Encode(events.ResultSubject(ref.Queue, ref.ExecutionID), ev)
 }
 
 // report publishes a result, retrying for a while if JetStream is

@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/natstest"
@@ -58,7 +59,7 @@ func (b *agentBundle) publishTask(t *testing.T, execID string, step workflow.Ste
 		StepID: step.ID, Attempt: 1, Token: "tok-" + execID, Kind: step.Kind, Queue: step.QueueName(), Spec: spec}
 	ev := events.New("test-dispatcher", execID, "wf", time.Now(), task)
 	ev.ID = task.TaskID
-	msg, err := events.Encode(events.TaskSubject(step.QueueName()), ev)
+	msg, err := bus.Encode(events.TaskSubject(step.QueueName()), ev)
 	require.NoError(t, err)
 	_, err = b.js.PublishMsg(t.Context(), msg, jetstream.WithMsgID(task.TaskID))
 	require.NoError(t, err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 )
 
@@ -131,7 +132,7 @@ func (a *Agent) watchKills(ctx context.Context) (stop func(), err error) {
 				defer once.Do(func() { close(caughtUp) })
 			}
 		}
-		ev, err := events.Decode(m.Headers(), m.Data())
+		ev, err := bus.Decode(m.Headers(), m.Data())
 		p, ok := ev.Data.(*events.KillOperations)
 		if err != nil || !ok {
 			a.log.Warn().Err(err).Str("subject", m.Subject()).Msg("ignore malformed kill notice")
@@ -174,7 +175,7 @@ func (a *Agent) liftedAt(ctx context.Context, execID string) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("read the kill notice of %s: %w", execID, err)
 	}
-	if ev, err := events.Decode(m.Header, m.Data); err == nil {
+	if ev, err := bus.Decode(m.Header, m.Data); err == nil {
 		if p, ok := ev.Data.(*events.KillOperations); ok && p.Lift {
 			return m.Sequence, nil
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/natstest"
 	"jetflow.dev/pkg/operation"
@@ -20,7 +21,7 @@ import (
 func publishKill(t *testing.T, js jetstream.JetStream, execID string) {
 	t.Helper()
 	ev := events.New("test-dispatcher", execID, "wf", time.Now(), &events.KillOperations{ExecutionID: execID, Workflow: "wf"})
-	msg, err := events.Encode(events.KillSubject(execID), ev)
+	msg, err := bus.Encode(events.KillSubject(execID), ev)
 	require.NoError(t, err)
 	_, err = js.PublishMsg(t.Context(), msg)
 	require.NoError(t, err)
@@ -91,7 +92,7 @@ func TestAgentKillCancelsGoHandler(t *testing.T) {
 func publishNotice(t *testing.T, js jetstream.JetStream, execID string, lift bool) uint64 {
 	t.Helper()
 	ev := events.New("test-dispatcher", execID, "wf", time.Now(), &events.KillOperations{ExecutionID: execID, Workflow: "wf", Lift: lift})
-	msg, err := events.Encode(events.KillSubject(execID), ev)
+	msg, err := bus.Encode(events.KillSubject(execID), ev)
 	require.NoError(t, err)
 	ack, err := js.PublishMsg(t.Context(), msg)
 	require.NoError(t, err)

@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/natstest"
 	"jetflow.dev/pkg/operation"
@@ -45,7 +46,7 @@ func TestAgentDoesNotRunAgainATaskWhoseResultIsStored(t *testing.T) {
 		ev := events.New("jetflow/agent/dead-agent", task.ExecutionID, task.Workflow, time.Now(),
 			&events.OperationSucceeded{TaskRef: ref})
 		ev.ID = task.TaskID + ".done.1"
-		msg, err := events.Encode(events.ResultSubject(task.Queue, task.ExecutionID), ev)
+		msg, err := bus.Encode(events.ResultSubject(task.Queue, task.ExecutionID), ev)
 		require.NoError(t, err)
 		_, err = js.PublishMsg(t.Context(), msg, jetstream.WithMsgID(ev.ID))
 		require.NoError(t, err)

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/projections"
@@ -92,7 +93,7 @@ func (s *Server) sendExecutionCommand(w http.ResponseWriter, r *http.Request, c 
 		}
 		defer sub.Unsubscribe()
 	}
-	msg, err := events.Encode(c.subject, cmd)
+	msg, err := bus.Encode(c.subject, cmd)
 	if err != nil {
 		s.internal(w, r, err)
 		return

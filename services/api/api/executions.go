@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/catalog"
 	"jetflow.dev/pkg/claim"
 	"jetflow.dev/pkg/events"
@@ -216,7 +217,7 @@ func (s *Server) answerRejection(w http.ResponseWriter, r *http.Request, key str
 	if err != nil {
 		return false
 	}
-	ev, err := events.Decode(m.Header, m.Data)
+	ev, err := bus.Decode(m.Header, m.Data)
 	rej, ok := ev.Data.(*events.CommandRejected)
 	if err != nil || !ok {
 		return false
@@ -252,7 +253,7 @@ func (s *Server) publishStart(w http.ResponseWriter, r *http.Request, cmd events
 	}
 	defer subRejected.Unsubscribe()
 
-	msg, err := events.Encode(events.SubjectAPIStart, cmd)
+	msg, err := bus.Encode(events.SubjectAPIStart, cmd)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Message: err.Error()})
 		return
@@ -309,7 +310,7 @@ func (s *Server) await(r *http.Request, ch <-chan *nats.Msg, answer func(events.
 	for {
 		select {
 		case m := <-ch:
-			ev, err := events.Decode(m.Header, m.Data)
+			ev, err := bus.Decode(m.Header, m.Data)
 			if err != nil {
 				continue
 			}
@@ -727,9 +728,9 @@ func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, id, subjec
 		if err != nil {
 			continue
 		}
-		ev, err := events.Decode(m.Headers(), m.Data())
+		ev, err := bus.Decode(m.Headers(), m.Data())
 		if err != nil && !errors.Is(err, events.ErrUnknownType) {
-			ev = events.InvalidEvent(m.Subject(), m.Headers(), err) // sent flagged, as GET answers it
+			ev = bus.InvalidEvent(m.Subject(), m.Headers(), err) // sent flagged, as GET answers it
 			ev.Time = md.Timestamp
 		}
 		ev.Seq = md.Sequence.Stream

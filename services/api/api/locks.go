@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/lock"
 )
@@ -166,7 +167,7 @@ func (s *Server) clearLock(w http.ResponseWriter, r *http.Request) {
 		}
 		defer sub.Unsubscribe()
 	}
-	msg, err := events.Encode(events.SubjectAPIClearLock, cmd)
+	msg, err := bus.Encode(events.SubjectAPIClearLock, cmd)
 	if err != nil {
 		s.internal(w, r, err)
 		return

@@ -140,10 +140,10 @@ func (p *Projector) projectBatch(ctx context.Context, batch []jetstream.Msg) {
 			_ = m.Term()
 			continue
 		}
-		ev, err := events.Decode(m.Headers(), m.Data())
+		ev, err := bus.Decode(m.Headers(), m.Data())
 		if err != nil && !errors.Is(err, events.ErrUnknownType) {
 			// No valid event: its execution's read model shows the damage.
-			ev = events.InvalidEvent(m.Subject(), m.Headers(), err)
+			ev = bus.InvalidEvent(m.Subject(), m.Headers(), err)
 		}
 		// Grouped by the history the message is in, whatever it says of
 		// itself: an event naming another execution damages this one.

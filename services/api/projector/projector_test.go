@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/natstest"
@@ -288,7 +289,7 @@ func TestProjectorKeepsToTheExecutionsHistory(t *testing.T) {
 
 func mustEncode(t *testing.T, subject string, ev events.Event) *nats.Msg {
 	t.Helper()
-	msg, err := events.Encode(subject, ev)
+	msg, err := bus.Encode(subject, ev)
 	require.NoError(t, err)
 	return msg
 }

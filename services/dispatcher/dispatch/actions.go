@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/claim"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
@@ -195,7 +196,7 @@ func cancelled(s projections.Execution) *events.ExecutionCancelled {
 // also look for the notice before running a task.
 func (d *Dispatcher) publishKill(ctx context.Context, x *execState, command string) error {
 	ev := events.New(d.cfg.Source, x.id, x.workflow, d.cfg.Now(), &events.KillOperations{ExecutionID: x.id, Workflow: x.workflow, Command: command})
-	msg, err := events.Encode(events.KillSubject(x.id), ev)
+	msg, err := bus.Encode(events.KillSubject(x.id), ev)
 	if err != nil {
 		return permanentError{err}
 	}
@@ -368,13 +369,13 @@ func (d *Dispatcher) liftKill(ctx context.Context, x *execState) error {
 	if err != nil {
 		return fmt.Errorf("read kill notice of %s: %w", x.id, err)
 	}
-	if ev, err := events.Decode(m.Header, m.Data); err == nil {
+	if ev, err := bus.Decode(m.Header, m.Data); err == nil {
 		if k, ok := ev.Data.(*events.KillOperations); ok && k.Lift {
 			return nil
 		}
 	}
 	lift := events.New(d.cfg.Source, x.id, x.workflow, d.cfg.Now(), &events.KillOperations{ExecutionID: x.id, Workflow: x.workflow, Lift: true})
-	msg, err := events.Encode(events.KillSubject(x.id), lift)
+	msg, err := bus.Encode(events.KillSubject(x.id), lift)
 	if err != nil {
 		return permanentError{err}
 	}

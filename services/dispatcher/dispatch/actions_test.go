@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/history/historytest"
@@ -25,7 +26,7 @@ func (b *testBundle) act(t *testing.T, execID, action, reason string) string {
 
 func (b *testBundle) publishCommand(t *testing.T, ev events.Event, msgID string) {
 	t.Helper()
-	msg, err := events.Encode(events.SubjectAction, ev)
+	msg, err := bus.Encode(events.SubjectAction, ev)
 	require.NoError(t, err)
 	_, err = b.js.PublishMsg(t.Context(), msg, jetstream.WithMsgID(msgID))
 	require.NoError(t, err)

@@ -7,6 +7,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/services/dispatcher/dispatch"
@@ -19,7 +20,7 @@ var natsClient = &events.Actor{Subject: "client", Method: events.ActorNATS}
 func (b *testBundle) publishOn(t *testing.T, subject string, p events.Payload) string {
 	t.Helper()
 	ev := events.New("test-publisher", "", "", time.Now(), p)
-	msg, err := events.Encode(subject, ev)
+	msg, err := bus.Encode(subject, ev)
 	require.NoError(t, err)
 	_, err = b.js.PublishMsg(t.Context(), msg, jetstream.WithMsgID(ev.ID))
 	require.NoError(t, err)

@@ -143,7 +143,7 @@ func TestDamagedExecutionIsQuarantinedThenRepaired(t *testing.T) {
 	source, id, _ := strings.Cut(key, "#")
 	again := events.Event{ID: id, Type: events.TypeExecutionAction, Source: source, Time: time.Now(),
 		Data: &events.ExecutionAction{ExecutionID: "d1", Action: events.ActionRepair, IgnoreSeq: bad, Reason: "typo in a script", Actor: admin}}
-	msg, err := events.Encode(events.SubjectAPIAction, again)
+	msg, err := bus.Encode(events.SubjectAPIAction, again)
 	require.NoError(t, err)
 	_, err = b.js.PublishMsg(t.Context(), msg, jetstream.WithMsgID("redelivered"))
 	require.NoError(t, err)

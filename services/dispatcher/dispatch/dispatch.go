@@ -340,7 +340,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 // arrived; one that may not is rejected (a command) or dropped, and ok is
 // false.
 func (d *Dispatcher) intake(ctx context.Context, m jetstream.Msg) (ev events.Event, ok bool) {
-	ev, err := events.Decode(m.Headers(), m.Data())
+	ev, err := bus.Decode(m.Headers(), m.Data())
 	why := d.misrouted(m.Subject(), ev)
 	// The subject a command was published on decides who it is from: its
 	// own, or for one the intake put in the inbox, the one it arrived on.

@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/catalog"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
@@ -80,7 +81,7 @@ func (b *testBundle) start(t *testing.T, wf, execID string) string {
 	t.Helper()
 	ev := events.New("test-client", "", "", time.Now(), &events.StartExecution{
 		Workflow: wf, ExecutionID: execID, Input: json.RawMessage(`{"who":"test"}`)})
-	msg, err := events.Encode(events.SubjectStart, ev)
+	msg, err := bus.Encode(events.SubjectStart, ev)
 	require.NoError(t, err)
 	_, err = b.js.PublishMsg(t.Context(), msg, jetstream.WithMsgID(ev.ID))
 	require.NoError(t, err)
@@ -91,7 +92,7 @@ func (b *testBundle) start(t *testing.T, wf, execID string) string {
 func (b *testBundle) report(t *testing.T, p events.Payload) {
 	t.Helper()
 	ref, _ := events.ResultRef(p)
-	msg, err := events.Encode(events.ResultSubject(ref.Queue, ref.ExecutionID), events.New("test-agent", ref.ExecutionID, ref.Workflow, time.Now(), p))
+	msg, err := bus.Encode(events.ResultSubject(ref.Queue, ref.ExecutionID), events.New("test-agent", ref.ExecutionID, ref.Workflow, time.Now(), p))
 	require.NoError(t, err)
 	_, err = b.js.PublishMsg(t.Context(), msg)
 	require.NoError(t, err)
@@ -111,7 +112,7 @@ func (b *testBundle) nextTask(t *testing.T) fetchedTask {
 		batch, err := b.tasks.Fetch(1, jetstream.FetchMaxWait(time.Second))
 		require.NoError(t, err)
 		for m := range batch.Messages() {
-			ev, err := events.Decode(m.Headers(), m.Data())
+			ev, err := bus.Decode(m.Headers(), m.Data())
 			require.NoError(t, err)
 			task, ok := ev.Data.(*events.Task)
 			require.True(t, ok, "task stream holds %s", ev.Type)

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/catalog"
 	"jetflow.dev/pkg/claim"
 	"jetflow.dev/pkg/events"
@@ -117,7 +118,7 @@ func (d *Dispatcher) start(ctx context.Context, ev events.Event, cmd *events.Sta
 
 // encodedSize is the size of p as a history message (data and headers).
 func (d *Dispatcher) encodedSize(id, wf string, p events.Payload) int64 {
-	msg, err := events.Encode(events.ExecutionSubject(wf, id), events.New(d.cfg.Source, id, wf, d.cfg.Now(), p))
+	msg, err := bus.Encode(events.ExecutionSubject(wf, id), events.New(d.cfg.Source, id, wf, d.cfg.Now(), p))
 	if err != nil {
 		return 0
 	}
@@ -142,7 +143,7 @@ func (d *Dispatcher) publishRejection(ctx context.Context, cmd events.Event, exe
 	key := events.CommandKey(cmd.Source, cmd.ID)
 	rej := events.New(d.cfg.Source, execID, "", d.cfg.Now(), &events.CommandRejected{
 		CommandKey: key, CommandType: cmd.Type, ExecutionID: execID, Code: code, Reason: reason, Subject: subject, StreamSeq: seq})
-	msg, err := events.Encode(events.RejectionSubject(key), rej)
+	msg, err := bus.Encode(events.RejectionSubject(key), rej)
 	if err != nil {
 		return err
 	}
@@ -497,7 +498,7 @@ func (d *Dispatcher) send(ctx context.Context, x *execState, a action) error {
 		Token: token, Kind: a.step.OperationKind(), Queue: a.step.QueueName(), Spec: spec,
 	})
 	task.ID = taskID
-	msg, err := events.Encode(events.TaskSubject(a.step.QueueName()), task)
+	msg, err := bus.Encode(events.TaskSubject(a.step.QueueName()), task)
 	if err != nil {
 		return permanentError{err}
 	}

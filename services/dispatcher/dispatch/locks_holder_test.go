@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/lock"
@@ -49,7 +50,7 @@ func TestHolderNeverPutsBackAReleasedRequest(t *testing.T) {
 	t.Logf("after B: holders %v waiters %v", execIDs(r.Holders), execIDs(r.Waiters))
 
 	rec := events.New("janitor", "", "", time.Now(), &events.ReconcileExecution{ExecutionID: "h2", Workflow: "lk", Reason: "idle"})
-	msg, err := events.Encode(events.SubjectReconcile, rec)
+	msg, err := bus.Encode(events.SubjectReconcile, rec)
 	require.NoError(t, err)
 	_, err = b.js.PublishMsg(t.Context(), msg)
 	require.NoError(t, err)

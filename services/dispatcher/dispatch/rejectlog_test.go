@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/natstest"
 	"jetflow.dev/services/dispatcher/dispatch"
@@ -47,7 +48,7 @@ func TestRejectionIsLoggedOnce(t *testing.T) {
 	// An unknown workflow (rejected by the handler) and a plain message
 	// (rejected as it arrives).
 	ev := events.New("test-client", "", "", time.Now(), &events.StartExecution{Workflow: "nope", ExecutionID: "r-1"})
-	msg, err := events.Encode(events.SubjectStart, ev)
+	msg, err := bus.Encode(events.SubjectStart, ev)
 	require.NoError(t, err)
 	_, err = b.js.PublishMsg(t.Context(), msg)
 	require.NoError(t, err)

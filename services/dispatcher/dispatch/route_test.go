@@ -9,6 +9,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/natstest"
 	"jetflow.dev/pkg/partition"
@@ -39,7 +40,7 @@ func TestRouteForwardsTheCommandAsPublished(t *testing.T) {
 	require.NoError(t, err)
 	got, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
 	require.NoError(t, err)
-	ev, err := events.Decode(got.Headers(), got.Data())
+	ev, err := bus.Decode(got.Headers(), got.Data())
 	require.NoError(t, err)
 
 	require.NoError(t, d.route(t.Context(), got, ev))

@@ -10,6 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
 )
@@ -51,7 +52,7 @@ func (d *Dispatcher) armTimer(ctx context.Context, x *execState, purpose, stepID
 func (d *Dispatcher) publishSchedule(ctx context.Context, execID, wf, id string, due time.Time) error {
 	ev := events.New(d.cfg.Source, execID, wf, d.cfg.Now(), &events.FireTimer{ExecutionID: execID, Workflow: wf, TimerID: id})
 	ev.ID = "fire-" + id
-	msg, err := events.Encode(events.ScheduleSubject(id), ev)
+	msg, err := bus.Encode(events.ScheduleSubject(id), ev)
 	if err != nil {
 		return permanentError{err}
 	}

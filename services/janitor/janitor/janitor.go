@@ -179,7 +179,7 @@ func (j *Janitor) lostTask(ctx context.Context, data []byte) error {
 	if err != nil {
 		return fmt.Errorf("get task %d: %w", adv.StreamSeq, err)
 	}
-	ev, err := events.Decode(raw.Header, raw.Data)
+	ev, err := bus.Decode(raw.Header, raw.Data)
 	task, ok := ev.Data.(*events.Task)
 	if err == nil && ok {
 		reason := fmt.Sprintf("task delivered %d times to agents (consumer %s) without a result: agents died or timed out", adv.Deliveries, adv.Consumer)
@@ -197,7 +197,7 @@ func (j *Janitor) lostTask(ctx context.Context, data []byte) error {
 func (j *Janitor) fail(ctx context.Context, ref events.TaskRef, why, reason string) error {
 	ev := events.New(j.cfg.Source, ref.ExecutionID, ref.Workflow, j.cfg.Now(), &events.OperationFailed{TaskRef: ref, Error: reason, Lost: true})
 	ev.ID = ref.TaskID + "." + why
-	msg, err := events.Encode(events.ResultSubject(cmp.Or(ref.Queue, workflow.DefaultQueue), ref.ExecutionID), ev)
+	msg, err := bus.Encode(events.ResultSubject(cmp.Or(ref.Queue, workflow.DefaultQueue), ref.ExecutionID), ev)
 	if err != nil {
 		return err
 	}
@@ -392,7 +392,7 @@ func (j *Janitor) reconcile(ctx context.Context, x projections.Execution) error 
 	ev := events.New(j.cfg.Source, x.ID, x.Workflow, j.cfg.Now(), &events.ReconcileExecution{
 		ExecutionID: x.ID, Workflow: x.Workflow, Reason: "idle"})
 	ev.ID = "reconcile-" + x.ID + "-" + strconv.FormatUint(x.LastSeq, 10)
-	msg, err := events.Encode(events.SubjectReconcile, ev)
+	msg, err := bus.Encode(events.SubjectReconcile, ev)
 	if err != nil {
 		return err
 	}

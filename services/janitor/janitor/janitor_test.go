@@ -9,6 +9,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/natstest"
@@ -64,7 +65,7 @@ func (b *testBundle) publishTask(t *testing.T, x projections.Execution, step str
 	ev := events.New("test-dispatcher", x.ID, x.Workflow, now, &events.Task{TaskID: taskID, ExecutionID: x.ID,
 		Workflow: x.Workflow, StepID: step, Attempt: attempt, Token: x.Token, Kind: "noop", Queue: "default"})
 	ev.ID = taskID
-	msg, err := events.Encode(events.TaskSubject("default"), ev)
+	msg, err := bus.Encode(events.TaskSubject("default"), ev)
 	require.NoError(t, err)
 	ack, err := b.js.PublishMsg(t.Context(), msg, jetstream.WithMsgID(taskID))
 	require.NoError(t, err)
@@ -224,7 +225,7 @@ func TestRunOnceVanishedTaskWithResult(t *testing.T) {
 			other := ref
 			other.TaskID = events.TaskID(x.ID, "build", 1)
 			for _, r := range []events.Payload{&events.OperationStarted{TaskRef: ref}, &events.OperationSucceeded{TaskRef: other}, p} {
-				msg, err := events.Encode(events.ResultSubject("default", x.ID), events.New("agent", x.ID, x.Workflow, now, r))
+				msg, err := bus.Encode(events.ResultSubject("default", x.ID), events.New("agent", x.ID, x.Workflow, now, r))
 				require.NoError(t, err)
 				_, err = b.js.PublishMsg(t.Context(), msg)
 				require.NoError(t, err)
@@ -247,7 +248,7 @@ func TestRunOnceOnlyStartedReportIsLost(t *testing.T) {
 	b.deleteTask(t, seq)
 	b.put(t, sentStep(x, projections.OpStarted, taskID, seq))
 	ref := events.TaskRef{TaskID: taskID, ExecutionID: x.ID, Workflow: x.Workflow, StepID: "ship", Attempt: 1, Token: x.Token, Queue: "default"}
-	msg, err := events.Encode(events.ResultSubject("default", x.ID), events.New("agent", x.ID, x.Workflow, now, &events.OperationStarted{TaskRef: ref}))
+	msg, err := bus.Encode(events.ResultSubject("default", x.ID), events.New("agent", x.ID, x.Workflow, now, &events.OperationStarted{TaskRef: ref}))
 	require.NoError(t, err)
 	_, err = b.js.PublishMsg(t.Context(), msg)
 	require.NoError(t, err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/claim"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/lock"
@@ -106,7 +107,7 @@ func (j *Janitor) clearLock(ctx context.Context, name string, entries []events.L
 		h.Write([]byte("\x00" + e.ExecutionID + "\x00" + e.Path + "\x00" + strconv.Itoa(e.Request)))
 	}
 	ev.ID = "lockclear-" + hex.EncodeToString(h.Sum(nil)[:12]) // the same sweep twice is one command
-	msg, err := events.Encode(events.SubjectClearLock, ev)
+	msg, err := bus.Encode(events.SubjectClearLock, ev)
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/claim"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
@@ -334,7 +335,7 @@ func (j *Janitor) requestExpiry(ctx context.Context, f finished, group string, r
 	ev := events.New(j.cfg.Source, f.ID, f.Workflow, j.cfg.Now(), &events.ExpireExecution{
 		ExecutionID: f.ID, Workflow: f.Workflow, LastSeq: f.LastSeq, Rule: rule.String(), Group: group})
 	ev.ID = "expire-" + f.ID + "-" + strconv.FormatUint(f.LastSeq, 10)
-	msg, err := events.Encode(events.SubjectExpire, ev)
+	msg, err := bus.Encode(events.SubjectExpire, ev)
 	if err != nil {
 		return err
 	}

@@ -105,7 +105,7 @@ func (b *retentionBundle) store(t *testing.T, r run) projections.Execution {
 	_, err = b.ids.Create(ctx, r.id, claim)
 	require.NoError(t, err)
 	res := events.New("agent", r.id, r.wf, started, &events.OperationSucceeded{TaskRef: events.TaskRef{TaskID: r.id + ".op.1", ExecutionID: r.id, Workflow: r.wf, StepID: "op", Attempt: 1, Queue: "default"}})
-	msg, err := events.Encode(events.ResultSubject("default", r.id), res)
+	msg, err := bus.Encode(events.ResultSubject("default", r.id), res)
 	require.NoError(t, err)
 	_, err = b.js.PublishMsg(ctx, msg)
 	require.NoError(t, err)

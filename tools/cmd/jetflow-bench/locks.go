@@ -88,7 +88,7 @@ func runLocks(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalog
 	for i := range n {
 		ev := events.New("jetflow-bench", "", lockWorkflow, time.Now(),
 			&events.StartExecution{Workflow: lockWorkflow, ExecutionID: fmt.Sprintf("%s%d", prefix, i)})
-		msg, err := events.Encode(events.SubjectStart, ev)
+		msg, err := bus.Encode(events.SubjectStart, ev)
 		if err != nil {
 			return err
 		}

@@ -304,7 +304,7 @@ func (t *tracker) runBatch(ctx context.Context, conn *bus.Conn, prefix string, n
 		t.waiters[id] = ch
 		t.mu.Unlock()
 		ev := events.New("jetflow-bench", "", t.workflow, time.Now(), &events.StartExecution{Workflow: t.workflow, ExecutionID: id})
-		msg, err := events.Encode(events.SubjectStart, ev)
+		msg, err := bus.Encode(events.SubjectStart, ev)
 		if err != nil {
 			return nil, err
 		}

@@ -135,7 +135,7 @@ func runTimers(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalo
 				}
 				ev := events.New("jetflow-bench", "", timerWorkflow, time.Now(),
 					&events.StartExecution{Workflow: timerWorkflow, ExecutionID: fmt.Sprintf("%s%d", prefix, i), Input: input})
-				msg, err := events.Encode(events.SubjectStart, ev)
+				msg, err := bus.Encode(events.SubjectStart, ev)
 				if err == nil {
 					_, err = conn.JS.PublishMsg(ctx, msg)
 				}
