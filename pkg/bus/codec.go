@@ -136,7 +136,7 @@ func InvalidEvent(subject string, h nats.Header, cause error) events.Event {
 	if ev.ID == "" {
 		ev.ID = h.Get("ce-id")
 	}
-	ev.Workflow, ev.Subject, _ = events.ParseExecutionSubject(subject)
+	ev.Workflow, ev.Subject, _ = ParseExecutionSubject(subject)
 	return ev
 }
 

@@ -133,26 +133,10 @@ func TestDerivedExecutionID(t *testing.T) {
 	require.Equal(t, "ce-"+"b5bb9d8014a0f9b1d61e21e7", events.DerivedExecutionID("foo\n"))
 }
 
-func TestSubjects(t *testing.T) {
+func TestTaskID(t *testing.T) {
 	t.Parallel()
 
-	require.Equal(t, "jf.events.deploy.x1", events.ExecutionSubject("deploy", "x1"))
-	require.Equal(t, "jf.events.deploy.*", events.WorkflowSubjects("deploy"))
-	require.Equal(t, "jf.events.*.x1", events.ExecutionFilter("x1"))
-	require.Equal(t, "jf.tasks.builders", events.TaskSubject("builders"))
-	require.Equal(t, "jf.results.gpu.x1", events.ResultSubject("gpu", "x1"))
-	require.Equal(t, "jf.results.*.*.x1", events.ExecutionResults("x1"))
-	require.Equal(t, "jf.results.gpu.7.x1", events.StoredResultSubject("gpu", 7, "x1"))
-	require.Equal(t, "jf.results.gpu.*.x1", events.QueueResults("gpu", "x1"))
-	require.Equal(t, "jf.timers.3.x1", events.PartitionTimerSubject(3, "x1"))
-	require.Equal(t, "jf.inbox.3.x1", events.InboxSubject(3, "x1"))
 	require.Equal(t, "x1.build.3", events.TaskID("x1", "build", 3))
-
-	r := events.RejectionSubject("cli#1")
-	require.Equal(t, r, events.RejectionSubject("cli#1"))
-	require.NotEqual(t, r, events.RejectionSubject("cli#2"))
-	require.True(t, strings.HasPrefix(r, events.RejectionsPrefix+"."))
-	require.NotContains(t, strings.TrimPrefix(r, events.RejectionsPrefix+"."), ".")
 }
 
 func TestTaskRef(t *testing.T) {

@@ -189,12 +189,8 @@ func TestStrictData(t *testing.T) {
 	}
 }
 
-func TestMoreSubjectsAndNames(t *testing.T) {
+func TestCommandIDsAndSignalNames(t *testing.T) {
 	t.Parallel()
-
-	require.Equal(t, "jf.timers.x1", events.TimerSubject("x1"))
-	require.Equal(t, "jf.schedules.t-1", events.ScheduleSubject("t-1"))
-	require.Equal(t, "jf.kills.x1", events.KillSubject("x1"))
 
 	// Both ids are stored (as Nats-Msg-Id, in histories): pinned.
 	key := events.CommandKey("cli/alice", "42")

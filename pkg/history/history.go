@@ -25,7 +25,7 @@ func Read(ctx context.Context, js jetstream.JetStream, filter string, fromSeq ui
 
 // ReadUntil is Read stopping after stream sequence untilSeq (0 = no limit).
 func ReadUntil(ctx context.Context, js jetstream.JetStream, filter string, fromSeq, untilSeq uint64) ([]events.Event, error) {
-	return ReadStream(ctx, js, events.StreamEvents, filter, fromSeq, untilSeq)
+	return ReadStream(ctx, js, bus.StreamEvents, filter, fromSeq, untilSeq)
 }
 
 // ReadStream is ReadUntil on any jetflow stream (e.g. results).
@@ -46,7 +46,7 @@ var ErrNoEvent = errors.New("history: no event")
 // request instead of reading the history. A message that is no valid
 // event comes back marked Invalid, as from Scan.
 func First(ctx context.Context, js jetstream.JetStream, filter string) (events.Event, error) {
-	stream, err := js.Stream(ctx, events.StreamEvents)
+	stream, err := js.Stream(ctx, bus.StreamEvents)
 	if err != nil {
 		return events.Event{}, fmt.Errorf("open events stream: %w", err)
 	}
@@ -197,7 +197,7 @@ func Append(ctx context.Context, js jetstream.JetStream, subject string, lastSeq
 	}
 	// A single server checks the expected sequence before dedupe, so our
 	// own earlier, successful attempt looks like a conflict: compare ids.
-	stream, serr := js.Stream(ctx, events.StreamEvents)
+	stream, serr := js.Stream(ctx, bus.StreamEvents)
 	if serr == nil {
 		if last, gerr := stream.GetLastMsgForSubject(ctx, subject); gerr == nil && last.Header.Get(jetstream.MsgIDHeader) == ev.ID {
 			return last.Sequence, nil

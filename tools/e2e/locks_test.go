@@ -279,7 +279,7 @@ func startLockExecutions(t *testing.T, js jetstream.JetStream, perWorkflow int) 
 			ids = append(ids, lockExecution{wf, id})
 			ev := events.New("lock-test", "", "", time.Now(), &events.StartExecution{Workflow: wf, ExecutionID: id,
 				Input: json.RawMessage(`{"name":"shared"}`)})
-			msg, err := bus.Encode(events.SubjectStart, ev)
+			msg, err := bus.Encode(bus.SubjectStart, ev)
 			require.NoError(t, err)
 			_, err = js.PublishMsg(t.Context(), msg, jetstream.WithMsgID(ev.ID))
 			require.NoError(t, err)
@@ -296,7 +296,7 @@ func startLockExecutions(t *testing.T, js jetstream.JetStream, perWorkflow int) 
 func requireLockExecutionsSucceeded(t *testing.T, js jetstream.JetStream, ids []lockExecution, timeout time.Duration) {
 	t.Helper()
 	folded := func(wf, id string) (projections.Execution, []events.Event) {
-		evs, err := history.Read(t.Context(), js, events.ExecutionSubject(wf, id), 0)
+		evs, err := history.Read(t.Context(), js, bus.ExecutionSubject(wf, id), 0)
 		require.NoError(t, err)
 		x, err := projections.Fold(evs)
 		require.NoError(t, err)

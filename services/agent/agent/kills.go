@@ -108,13 +108,13 @@ func (k *kills) lift(execID string) {
 // returns once the notices kept when it started are known, so that a task
 // of an execution killed before this agent started is refused.
 func (a *Agent) watchKills(ctx context.Context) (stop func(), err error) {
-	cons, err := a.js.OrderedConsumer(ctx, events.StreamKills, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{events.KillsPrefix + ".>"}, DeliverPolicy: jetstream.DeliverAllPolicy,
+	cons, err := a.js.OrderedConsumer(ctx, bus.StreamKills, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{bus.KillsPrefix + ".>"}, DeliverPolicy: jetstream.DeliverAllPolicy,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("follow kill notices: %w", err)
 	}
-	stream, err := a.js.Stream(ctx, events.StreamKills)
+	stream, err := a.js.Stream(ctx, bus.StreamKills)
 	if err != nil {
 		return nil, fmt.Errorf("follow kill notices: %w", err)
 	}
@@ -168,7 +168,7 @@ func (a *Agent) watchKills(ctx context.Context) (stop func(), err error) {
 // agent follows the notices apart from its tasks: a new task can arrive
 // before the lift is read, and the notice kept in the stream decides.
 func (a *Agent) liftedAt(ctx context.Context, execID string) (uint64, error) {
-	m, err := a.killsStream.GetLastMsgForSubject(ctx, events.KillSubject(execID))
+	m, err := a.killsStream.GetLastMsgForSubject(ctx, bus.KillSubject(execID))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, nil // none kept: the one followed expired, and stands until forgotten
 	}

@@ -209,11 +209,11 @@ func public(x projections.Execution) projections.Execution {
 
 // answerRejection answers with the stored rejection of a command, if any.
 func (s *Server) answerRejection(w http.ResponseWriter, r *http.Request, key string) bool {
-	stream, err := s.at(r).js.Stream(r.Context(), events.StreamRejections)
+	stream, err := s.at(r).js.Stream(r.Context(), bus.StreamRejections)
 	if err != nil {
 		return false
 	}
-	m, err := stream.GetLastMsgForSubject(r.Context(), events.RejectionSubject(key))
+	m, err := stream.GetLastMsgForSubject(r.Context(), bus.RejectionSubject(key))
 	if err != nil {
 		return false
 	}
@@ -240,20 +240,20 @@ func links(id string) map[string]string {
 // verdict: ExecutionStarted (201), a rejection (4xx) or nothing yet (202).
 func (s *Server) publishStart(w http.ResponseWriter, r *http.Request, cmd events.Event, start *events.StartExecution, key, digest string) {
 	ch := make(chan *nats.Msg, 16)
-	subStarted, err := s.at(r).nc.ChanSubscribe(events.ExecutionSubject(start.Workflow, start.ExecutionID), ch)
+	subStarted, err := s.at(r).nc.ChanSubscribe(bus.ExecutionSubject(start.Workflow, start.ExecutionID), ch)
 	if err != nil {
 		s.internal(w, r, err)
 		return
 	}
 	defer subStarted.Unsubscribe()
-	subRejected, err := s.at(r).nc.ChanSubscribe(events.RejectionSubject(key), ch)
+	subRejected, err := s.at(r).nc.ChanSubscribe(bus.RejectionSubject(key), ch)
 	if err != nil {
 		s.internal(w, r, err)
 		return
 	}
 	defer subRejected.Unsubscribe()
 
-	msg, err := bus.Encode(events.SubjectAPIStart, cmd)
+	msg, err := bus.Encode(bus.SubjectAPIStart, cmd)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Message: err.Error()})
 		return
@@ -314,7 +314,7 @@ func (s *Server) await(r *http.Request, ch <-chan *nats.Msg, answer func(events.
 			if err != nil {
 				continue
 			}
-			if strings.HasPrefix(m.Subject, events.EventsPrefix+".") && !s.inHistory(r.Context(), m.Subject, ev, deadline) {
+			if strings.HasPrefix(m.Subject, bus.EventsPrefix+".") && !s.inHistory(r.Context(), m.Subject, ev, deadline) {
 				continue
 			}
 			if answer(ev) {
@@ -412,7 +412,7 @@ func (s *Server) loadExecution(ctx context.Context, id string) (projections.Exec
 	if err := expired(id, c); err != nil {
 		return x, err
 	}
-	evs, err := history.Read(ctx, s.ns(ctx).js, events.ExecutionSubject(c.Workflow, id), 0)
+	evs, err := history.Read(ctx, s.ns(ctx).js, bus.ExecutionSubject(c.Workflow, id), 0)
 	if err != nil {
 		return x, err
 	}
@@ -464,7 +464,7 @@ func (s *Server) executionAt(w http.ResponseWriter, r *http.Request, id string, 
 	if !ok {
 		return
 	}
-	evs, err := history.ReadUntil(r.Context(), s.at(r).js, events.ExecutionSubject(cl.Workflow, id), 0, atSeq)
+	evs, err := history.ReadUntil(r.Context(), s.at(r).js, bus.ExecutionSubject(cl.Workflow, id), 0, atSeq)
 	if err != nil {
 		s.internal(w, r, err)
 		return
@@ -636,7 +636,7 @@ func (s *Server) executionEvents(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	subject := events.ExecutionSubject(cl.Workflow, id) // the history of the workflow it was claimed for
+	subject := bus.ExecutionSubject(cl.Workflow, id) // the history of the workflow it was claimed for
 	if strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
 		s.followEvents(w, r, id, subject, from)
 		return
@@ -676,7 +676,7 @@ func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, id, subjec
 		s.internal(w, r, errors.New("streaming unsupported"))
 		return
 	}
-	cons, err := s.at(r).js.OrderedConsumer(r.Context(), events.StreamEvents,
+	cons, err := s.at(r).js.OrderedConsumer(r.Context(), bus.StreamEvents,
 		jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
 	if err != nil {
 		s.internal(w, r, err)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
 )
@@ -39,7 +40,7 @@ func (s *Server) signalExecution(w http.ResponseWriter, r *http.Request) {
 		data = body
 	}
 	s.sendExecutionCommand(w, r, executionCommand{
-		execID: id, subject: events.SubjectAPISignal,
+		execID: id, subject: bus.SubjectAPISignal,
 		data: &events.SignalExecution{ExecutionID: id, Name: name, Data: data},
 		record: func(ev events.Event, key string) (bool, string) {
 			p, ok := ev.Data.(*events.SignalReceived)

@@ -196,7 +196,7 @@ func cancelled(s projections.Execution) *events.ExecutionCancelled {
 // also look for the notice before running a task.
 func (d *Dispatcher) publishKill(ctx context.Context, x *execState, command string) error {
 	ev := events.New(d.cfg.Source, x.id, x.workflow, d.cfg.Now(), &events.KillOperations{ExecutionID: x.id, Workflow: x.workflow, Command: command})
-	msg, err := bus.Encode(events.KillSubject(x.id), ev)
+	msg, err := bus.Encode(bus.KillSubject(x.id), ev)
 	if err != nil {
 		return permanentError{err}
 	}
@@ -265,8 +265,8 @@ func (d *Dispatcher) storedResults(ctx context.Context, x *execState) (map[strin
 	}
 	var evs []events.Event
 	// Reports stored before partitions too (in flight across the upgrade).
-	for _, filter := range []string{events.ExecutionResultsBefore(x.id), events.ExecutionResults(x.id)} {
-		some, err := history.ReadStream(ctx, d.js, events.StreamResults, filter, 0, 0)
+	for _, filter := range []string{bus.ExecutionResultsBefore(x.id), bus.ExecutionResults(x.id)} {
+		some, err := history.ReadStream(ctx, d.js, bus.StreamResults, filter, 0, 0)
 		if err != nil {
 			return nil, fmt.Errorf("read stored results: %w", err)
 		}
@@ -358,11 +358,11 @@ func stepError(s projections.Execution, id string) string {
 // liftKill ends the kill of a resumed execution, so that agents run its
 // new tasks: the lift replaces the kill notice (one per execution is kept).
 func (d *Dispatcher) liftKill(ctx context.Context, x *execState) error {
-	stream, err := d.js.Stream(ctx, events.StreamKills)
+	stream, err := d.js.Stream(ctx, bus.StreamKills)
 	if err != nil {
 		return fmt.Errorf("read kill notices: %w", err)
 	}
-	m, err := stream.GetLastMsgForSubject(ctx, events.KillSubject(x.id))
+	m, err := stream.GetLastMsgForSubject(ctx, bus.KillSubject(x.id))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil
 	}
@@ -375,7 +375,7 @@ func (d *Dispatcher) liftKill(ctx context.Context, x *execState) error {
 		}
 	}
 	lift := events.New(d.cfg.Source, x.id, x.workflow, d.cfg.Now(), &events.KillOperations{ExecutionID: x.id, Workflow: x.workflow, Lift: true})
-	msg, err := bus.Encode(events.KillSubject(x.id), lift)
+	msg, err := bus.Encode(bus.KillSubject(x.id), lift)
 	if err != nil {
 		return permanentError{err}
 	}

@@ -201,9 +201,9 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log zerolog.Lo
 	if err != nil {
 		return nil, err
 	}
-	kv, err := js.KeyValue(ctx, events.BucketDispatchers)
+	kv, err := js.KeyValue(ctx, bus.BucketDispatchers)
 	if err != nil {
-		return nil, fmt.Errorf("open bucket %s: %w", events.BucketDispatchers, err)
+		return nil, fmt.Errorf("open bucket %s: %w", bus.BucketDispatchers, err)
 	}
 	return &Dispatcher{cfg: cfg, js: js, log: log, defs: defs, ids: ids, locks: locks, cache: newLRU(cfg.CacheSize),
 		parts: partitions{n: n, kv: kv, running: map[int]*consuming{}}}, nil
@@ -346,9 +346,9 @@ func (d *Dispatcher) intake(ctx context.Context, m jetstream.Msg) (ev events.Eve
 	// own, or for one the intake put in the inbox, the one it arrived on.
 	published := ""
 	switch {
-	case strings.HasPrefix(m.Subject(), events.CommandsPrefix+"."):
+	case strings.HasPrefix(m.Subject(), bus.CommandsPrefix+"."):
 		published = m.Subject()
-	case strings.HasPrefix(m.Subject(), events.InboxPrefix+"."):
+	case strings.HasPrefix(m.Subject(), bus.InboxPrefix+"."):
 		published = m.Headers().Get(CommandSubjectHeader) // "": the dispatcher's own (a lock wake)
 		if why == "" && err == nil && published != "" {
 			why = d.misrouted(published, ev)
@@ -581,7 +581,7 @@ type execState struct {
 	retains int
 }
 
-func (x *execState) subject() string { return events.ExecutionSubject(x.workflow, x.id) }
+func (x *execState) subject() string { return bus.ExecutionSubject(x.workflow, x.id) }
 
 // withExecution loads an execution (cache or stream) and runs fn; on a
 // write conflict it drops what it knew, reloads and runs fn again. A
@@ -667,7 +667,7 @@ func (d *Dispatcher) ensureCurrent(ctx context.Context, x *execState) error {
 // checkFresh returns bus.ErrConflict if the execution's history has events
 // beyond the state x holds.
 func (d *Dispatcher) checkFresh(ctx context.Context, x *execState) error {
-	stream, err := d.js.Stream(ctx, events.StreamEvents)
+	stream, err := d.js.Stream(ctx, bus.StreamEvents)
 	if err != nil {
 		return fmt.Errorf("open events stream: %w", err)
 	}
@@ -698,7 +698,7 @@ func (d *Dispatcher) load(ctx context.Context, wf, id string) (x *execState, cac
 	}
 	// Not cached, or cached before this holding of its partition began
 	// (another dispatcher may have written it in between).
-	evs, err := history.Read(ctx, d.js, events.ExecutionSubject(wf, id), 0)
+	evs, err := history.Read(ctx, d.js, bus.ExecutionSubject(wf, id), 0)
 	if err != nil {
 		return nil, false, err
 	}

@@ -118,7 +118,7 @@ func (d *Dispatcher) start(ctx context.Context, ev events.Event, cmd *events.Sta
 
 // encodedSize is the size of p as a history message (data and headers).
 func (d *Dispatcher) encodedSize(id, wf string, p events.Payload) int64 {
-	msg, err := bus.Encode(events.ExecutionSubject(wf, id), events.New(d.cfg.Source, id, wf, d.cfg.Now(), p))
+	msg, err := bus.Encode(bus.ExecutionSubject(wf, id), events.New(d.cfg.Source, id, wf, d.cfg.Now(), p))
 	if err != nil {
 		return 0
 	}
@@ -143,11 +143,11 @@ func (d *Dispatcher) publishRejection(ctx context.Context, cmd events.Event, exe
 	key := events.CommandKey(cmd.Source, cmd.ID)
 	rej := events.New(d.cfg.Source, execID, "", d.cfg.Now(), &events.CommandRejected{
 		CommandKey: key, CommandType: cmd.Type, ExecutionID: execID, Code: code, Reason: reason, Subject: subject, StreamSeq: seq})
-	msg, err := bus.Encode(events.RejectionSubject(key), rej)
+	msg, err := bus.Encode(bus.RejectionSubject(key), rej)
 	if err != nil {
 		return err
 	}
-	if _, err := d.js.PublishMsg(ctx, msg, jetstream.WithMsgID("rej-"+events.RejectionSubject(key))); err != nil {
+	if _, err := d.js.PublishMsg(ctx, msg, jetstream.WithMsgID("rej-"+bus.RejectionSubject(key))); err != nil {
 		return fmt.Errorf("publish rejection: %w", err)
 	}
 	zerolog.Ctx(ctx).Warn().Str("code", code).Str("reason", reason).Str("command", key).Msg("command rejected")
@@ -498,7 +498,7 @@ func (d *Dispatcher) send(ctx context.Context, x *execState, a action) error {
 		Token: token, Kind: a.step.OperationKind(), Queue: a.step.QueueName(), Spec: spec,
 	})
 	task.ID = taskID
-	msg, err := bus.Encode(events.TaskSubject(a.step.QueueName()), task)
+	msg, err := bus.Encode(bus.TaskSubject(a.step.QueueName()), task)
 	if err != nil {
 		return permanentError{err}
 	}

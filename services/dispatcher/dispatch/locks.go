@@ -444,7 +444,7 @@ func (d *Dispatcher) wake(ctx context.Context, name string, h lock.Entry, id str
 		ExecutionID: h.ExecutionID, Workflow: h.Workflow, Reason: "holds lock " + name})
 	ev.ID = id
 	// Straight to the execution's partition: the dispatcher checked it.
-	msg, err := bus.Encode(events.InboxSubject(d.partitionOf(h.ExecutionID), h.ExecutionID), ev)
+	msg, err := bus.Encode(bus.InboxSubject(d.partitionOf(h.ExecutionID), h.ExecutionID), ev)
 	if err != nil {
 		return err
 	}

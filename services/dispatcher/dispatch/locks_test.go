@@ -299,7 +299,7 @@ func TestClearLockCommand(t *testing.T) {
 
 func publishClear(t *testing.T, js jetstream.JetStream, ev events.Event) {
 	t.Helper()
-	msg, err := bus.Encode(events.SubjectClearLock, ev)
+	msg, err := bus.Encode(bus.SubjectClearLock, ev)
 	require.NoError(t, err)
 	_, err = js.PublishMsg(t.Context(), msg, jetstream.WithMsgID(ev.ID))
 	require.NoError(t, err)

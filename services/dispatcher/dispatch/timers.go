@@ -52,14 +52,14 @@ func (d *Dispatcher) armTimer(ctx context.Context, x *execState, purpose, stepID
 func (d *Dispatcher) publishSchedule(ctx context.Context, execID, wf, id string, due time.Time) error {
 	ev := events.New(d.cfg.Source, execID, wf, d.cfg.Now(), &events.FireTimer{ExecutionID: execID, Workflow: wf, TimerID: id})
 	ev.ID = "fire-" + id
-	msg, err := bus.Encode(events.ScheduleSubject(id), ev)
+	msg, err := bus.Encode(bus.ScheduleSubject(id), ev)
 	if err != nil {
 		return permanentError{err}
 	}
 	// Set with nanoseconds: the client helper truncates to the second and
 	// would fire early.
 	msg.Header.Set("Nats-Schedule", "@at "+due.UTC().Format(time.RFC3339Nano))
-	msg.Header.Set("Nats-Schedule-Target", events.PartitionTimerSubject(d.partitionOf(execID), execID))
+	msg.Header.Set("Nats-Schedule-Target", bus.PartitionTimerSubject(d.partitionOf(execID), execID))
 	if _, err := d.js.PublishMsg(ctx, msg); err != nil {
 		return fmt.Errorf("schedule timer %s: %w", id, err)
 	}
