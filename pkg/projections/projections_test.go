@@ -127,9 +127,9 @@ func loadHistories(t testing.TB) []history {
 }
 
 // decodeStructured reads a structured-mode CloudEvent as the NATS codec
-// (bus.Decode, given no headers) reads it, without NATS, which this
-// package must not depend on even in its tests: sdk-go's JSON form of the
-// event, then [events.FromCloudEvent].
+// (bus.Decode, given no headers) reads it: sdk-go's JSON form of the event,
+// then [events.FromCloudEvent]. It keeps this package's tests free of NATS,
+// as the package itself is.
 func decodeStructured(b []byte) (events.Event, error) {
 	var ce event.Event
 	if err := json.Unmarshal(b, &ce); err != nil {
