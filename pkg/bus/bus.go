@@ -1,6 +1,12 @@
-// Package bus declares jetflow's JetStream topology (streams, consumers'
-// shared settings, KV buckets) and creates it idempotently. Every service
-// calls [Ensure] at start, so any of them can come up first.
+// Package bus is where jetflow's events meet NATS. It declares the
+// JetStream topology (the streams, subjects and KV buckets and their
+// names, consumers' shared settings) and creates it idempotently: every
+// service calls [Ensure] at start, so any of them can come up first. And
+// it puts events on NATS messages: [Encode] and [Decode] are the
+// CloudEvents binary-mode codec every service writes and reads with.
+//
+// Package events, the vocabulary, does not depend on NATS; this package
+// holds everything of it that does.
 package bus
 
 import (
