@@ -74,8 +74,8 @@ test/short: ## Quick tests (skips the crash and end-to-end tests)
 
 .PHONY: fuzz
 fuzz: ## Fuzz event decoding, folding, the workflow parser and retention rules (FUZZTIME each: a count like 200000x or a duration)
-	$(GO) test ./pkg/events -run '^$$' -fuzz FuzzDecode -fuzztime $(or $(FUZZTIME),200000x)
-	$(GO) test ./pkg/events -run '^$$' -fuzz FuzzDirectDecode -fuzztime $(or $(FUZZTIME),200000x)
+	$(GO) test ./pkg/bus -run '^$$' -fuzz FuzzDecode -fuzztime $(or $(FUZZTIME),200000x)
+	$(GO) test ./pkg/bus -run '^$$' -fuzz FuzzDirectDecode -fuzztime $(or $(FUZZTIME),200000x)
 	$(GO) test ./pkg/projections -run '^$$' -fuzz FuzzFold -fuzztime $(or $(FUZZTIME),200000x)
 	$(GO) test ./pkg/workflow -run '^$$' -fuzz FuzzParse -fuzztime $(or $(FUZZTIME),200000x)
 	$(GO) test ./pkg/retention -run '^$$' -fuzz FuzzParse -fuzztime $(or $(FUZZTIME),200000x)

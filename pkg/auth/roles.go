@@ -225,25 +225,25 @@ func PermissionsFor(role Role, queues []string, inbox string) (Permissions, erro
 		p := Permissions{SubAllow: inboxSub}
 		p.PubAllow = slices.Concat(
 			[]string{
-				events.EventsPrefix + ".>",     // the only writer of histories
-				events.TasksPrefix + ".>",      // tasks for any queue
-				events.SchedulesPrefix + ".>",  // durable timers
-				events.RejectionsPrefix + ".>", // why a command changed nothing
-				events.KillsPrefix + ".>",      // kill notices for agents
-				events.InboxPrefix + ".>",      // checked commands, on their partition; wakes of lock holders
+				bus.EventsPrefix + ".>",     // the only writer of histories
+				bus.TasksPrefix + ".>",      // tasks for any queue
+				bus.SchedulesPrefix + ".>",  // durable timers
+				bus.RejectionsPrefix + ".>", // why a command changed nothing
+				bus.KillsPrefix + ".>",      // kill notices for agents
+				bus.InboxPrefix + ".>",      // checked commands, on their partition; wakes of lock holders
 			},
-			consume(events.StreamCommands, bus.ConsumerDispatcherCommands),
+			consume(bus.StreamCommands, bus.ConsumerDispatcherCommands),
 			// The partitions' consumers (dispatcher-<kind>-<partition>), and
 			// the reset that hands a dead owner's messages to the next.
-			consumeAny(events.StreamInbox), consumeAny(events.StreamResults), consumeAny(events.StreamTimers),
-			readBucket(events.BucketDispatchers), writeBucket(events.BucketDispatchers, "member."), writeBucket(events.BucketDispatchers, "lease."),
-			readStream(events.StreamEvents, events.EventsPrefix+".>"),
-			readStream(events.StreamResults, events.ResultsPrefix+".>"),
-			readStream(events.StreamKills, events.KillsPrefix+".>"),
-			streamInfo(events.StreamTasks, events.StreamTimers, events.StreamRejections),
-			readBucket(events.BucketDefinitions),
-			readBucket(events.BucketExecutionIDs), writeBucket(events.BucketExecutionIDs, ""),
-			readBucket(events.BucketLocks), writeBucket(events.BucketLocks, ""),
+			consumeAny(bus.StreamInbox), consumeAny(bus.StreamResults), consumeAny(bus.StreamTimers),
+			readBucket(bus.BucketDispatchers), writeBucket(bus.BucketDispatchers, "member."), writeBucket(bus.BucketDispatchers, "lease."),
+			readStream(bus.StreamEvents, bus.EventsPrefix+".>"),
+			readStream(bus.StreamResults, bus.ResultsPrefix+".>"),
+			readStream(bus.StreamKills, bus.KillsPrefix+".>"),
+			streamInfo(bus.StreamTasks, bus.StreamTimers, bus.StreamRejections),
+			readBucket(bus.BucketDefinitions),
+			readBucket(bus.BucketExecutionIDs), writeBucket(bus.BucketExecutionIDs, ""),
+			readBucket(bus.BucketLocks), writeBucket(bus.BucketLocks, ""),
 		)
 		p.PubDeny = slices.Concat(adminOnly, denyOthersDurables(bus.ConsumerDispatcherCommands,
 			bus.ConsumerDispatcherResults, bus.ConsumerDispatcherTimers))
@@ -259,32 +259,32 @@ func PermissionsFor(role Role, queues []string, inbox string) (Permissions, erro
 				return Permissions{}, fmt.Errorf("auth: queue %q: %s", q, events.QueueNameRule)
 			}
 			p.PubAllow = slices.Concat(p.PubAllow,
-				[]string{events.ResultSubject(q, "*")}, // reports about its queues' tasks only
-				consume(events.StreamTasks, bus.AgentConsumer(q)),
-				readStream(events.StreamResults))
+				[]string{bus.ResultSubject(q, "*")}, // reports about its queues' tasks only
+				consume(bus.StreamTasks, bus.AgentConsumer(q)),
+				readStream(bus.StreamResults))
 		}
-		p.PubAllow = slices.Concat(p.PubAllow, readStream(events.StreamKills, events.KillsPrefix+".>"))
+		p.PubAllow = slices.Concat(p.PubAllow, readStream(bus.StreamKills, bus.KillsPrefix+".>"))
 		p.PubDeny = slices.Concat(adminOnly, denyOthersDurables())
 		return p, nil
 
 	case RoleAPI:
 		p := Permissions{SubAllow: slices.Concat(inboxSub, []string{
-			events.EventsPrefix + ".>",     // what became of a command it sent
-			events.RejectionsPrefix + ".>", // and why not
+			bus.EventsPrefix + ".>",     // what became of a command it sent
+			bus.RejectionsPrefix + ".>", // and why not
 		})}
 		p.PubAllow = slices.Concat(
 			// Its commands carry the authenticated actor: only the api
 			// may publish where commands may carry one.
-			[]string{events.APICommandsPrefix + ".>"},
-			consume(events.StreamEvents, bus.ConsumerProjector),
-			[]string{jsAPI + "CONSUMER.UNPIN." + events.StreamEvents + "." + bus.ConsumerProjector},
-			readStream(events.StreamEvents, events.EventsPrefix+".>"),
-			readStream(events.StreamRejections, events.RejectionsPrefix+".>"),
-			readBucket(events.BucketDefinitions), writeBucket(events.BucketDefinitions, "def."), writeBucket(events.BucketDefinitions, "latest."),
-			readBucket(events.BucketExecutionIDs),
-			readBucket(events.BucketExecutions), writeBucket(events.BucketExecutions, ""),
-			readBucket(events.BucketLocks),
-			readBucket(events.BucketAPIKeys), writeBucket(events.BucketAPIKeys, ""), // the HTTP callers' keys
+			[]string{bus.APICommandsPrefix + ".>"},
+			consume(bus.StreamEvents, bus.ConsumerProjector),
+			[]string{jsAPI + "CONSUMER.UNPIN." + bus.StreamEvents + "." + bus.ConsumerProjector},
+			readStream(bus.StreamEvents, bus.EventsPrefix+".>"),
+			readStream(bus.StreamRejections, bus.RejectionsPrefix+".>"),
+			readBucket(bus.BucketDefinitions), writeBucket(bus.BucketDefinitions, "def."), writeBucket(bus.BucketDefinitions, "latest."),
+			readBucket(bus.BucketExecutionIDs),
+			readBucket(bus.BucketExecutions), writeBucket(bus.BucketExecutions, ""),
+			readBucket(bus.BucketLocks),
+			readBucket(bus.BucketAPIKeys), writeBucket(bus.BucketAPIKeys, ""), // the HTTP callers' keys
 		)
 		p.PubDeny = slices.Concat(adminOnly, denyOthersDurables(bus.ConsumerProjector))
 		return p, nil
@@ -292,31 +292,31 @@ func PermissionsFor(role Role, queues []string, inbox string) (Permissions, erro
 	case RoleJanitor:
 		p := Permissions{SubAllow: inboxSub}
 		p.PubAllow = slices.Concat(
-			[]string{events.SubjectReconcile, events.SubjectExpire, events.SubjectClearLock,
-				events.ResultsPrefix + ".*.*",                                   // reports of tasks lost with their agents
-				jsAPI + "STREAM.PURGE." + events.StreamEvents,                   // retention: expired histories
-				jsAPI + "STREAM.PURGE." + events.StreamResults,                  // and their reports
-				jsAPI + "STREAM.MSG.DELETE." + events.StreamTasks,               // a lost task, once failed
-				jsAPI + "STREAM.PURGE." + bucketStream(events.BucketExecutions), // and read models
+			[]string{bus.SubjectReconcile, bus.SubjectExpire, bus.SubjectClearLock,
+				bus.ResultsPrefix + ".*.*",                                   // reports of tasks lost with their agents
+				jsAPI + "STREAM.PURGE." + bus.StreamEvents,                   // retention: expired histories
+				jsAPI + "STREAM.PURGE." + bus.StreamResults,                  // and their reports
+				jsAPI + "STREAM.MSG.DELETE." + bus.StreamTasks,               // a lost task, once failed
+				jsAPI + "STREAM.PURGE." + bucketStream(bus.BucketExecutions), // and read models
 			},
 			consume(bus.StreamAdvisories, bus.ConsumerJanitorAdvisories),
-			readStream(events.StreamEvents, events.EventsPrefix+".>"),
-			readStream(events.StreamResults), // reports of a lost task, one get at a time: no consumer rights where the dispatchers' are
-			readStream(events.StreamTasks),
-			readBucket(events.BucketExecutions), writeBucket(events.BucketExecutions, ""),
-			readBucket(events.BucketExecutionIDs), writeBucket(events.BucketExecutionIDs, ""),
-			readBucket(events.BucketLocks),
-			readBucket(events.BucketDefinitions), writeBucket(events.BucketDefinitions, "setting."),
+			readStream(bus.StreamEvents, bus.EventsPrefix+".>"),
+			readStream(bus.StreamResults), // reports of a lost task, one get at a time: no consumer rights where the dispatchers' are
+			readStream(bus.StreamTasks),
+			readBucket(bus.BucketExecutions), writeBucket(bus.BucketExecutions, ""),
+			readBucket(bus.BucketExecutionIDs), writeBucket(bus.BucketExecutionIDs, ""),
+			readBucket(bus.BucketLocks),
+			readBucket(bus.BucketDefinitions), writeBucket(bus.BucketDefinitions, "setting."),
 		)
 		p.PubDeny = slices.Concat(adminOnly, denyOthersDurables(bus.ConsumerJanitorAdvisories))
 		return p, nil
 
 	case RoleClient:
-		p := Permissions{SubAllow: slices.Concat(inboxSub, []string{events.EventsPrefix + ".>", events.RejectionsPrefix + ".>"})}
+		p := Permissions{SubAllow: slices.Concat(inboxSub, []string{bus.EventsPrefix + ".>", bus.RejectionsPrefix + ".>"})}
 		p.PubAllow = slices.Concat(
-			[]string{events.SubjectStart, events.SubjectSignal, events.SubjectAction},
-			readStream(events.StreamEvents, events.EventsPrefix+".>"),
-			readStream(events.StreamRejections, events.RejectionsPrefix+".>"),
+			[]string{bus.SubjectStart, bus.SubjectSignal, bus.SubjectAction},
+			readStream(bus.StreamEvents, bus.EventsPrefix+".>"),
+			readStream(bus.StreamRejections, bus.RejectionsPrefix+".>"),
 		)
 		p.PubDeny = slices.Concat(adminOnly, denyOthersDurables())
 		return p, nil

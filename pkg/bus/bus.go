@@ -1,6 +1,12 @@
-// Package bus declares jetflow's JetStream topology (streams, consumers'
-// shared settings, KV buckets) and creates it idempotently. Every service
-// calls [Ensure] at start, so any of them can come up first.
+// Package bus is where jetflow's events meet NATS. It declares the
+// JetStream topology (the streams, subjects and KV buckets and their
+// names, consumers' shared settings) and creates it idempotently: every
+// service calls [Ensure] at start, so any of them can come up first. And
+// it puts events on NATS messages: [Encode] and [Decode] are the
+// CloudEvents binary-mode codec every service writes and reads with.
+//
+// Package events, the vocabulary, does not depend on NATS; this package
+// holds everything of it that does.
 package bus
 
 import (
@@ -14,7 +20,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/partition"
 )
 
@@ -80,48 +85,48 @@ func Streams(c Config) []jetstream.StreamConfig {
 	c = c.withDefaults()
 	return []jetstream.StreamConfig{
 		{
-			Name: events.StreamEvents, Subjects: []string{events.EventsPrefix + ".>"},
+			Name: StreamEvents, Subjects: []string{EventsPrefix + ".>"},
 			Description: "jetflow execution histories, one subject per execution (append-only)",
 			Storage:     jetstream.FileStorage, Replicas: c.Replicas, Duplicates: c.HistoryDuplicates,
 			Retention: jetstream.LimitsPolicy, Discard: jetstream.DiscardNew, DenyDelete: true,
 		},
 		{
-			Name: events.StreamCommands, Subjects: []string{events.CommandsPrefix + ".>"},
+			Name: StreamCommands, Subjects: []string{CommandsPrefix + ".>"},
 			Description: "jetflow commands (start, signal, action, reconcile)",
 			Storage:     jetstream.FileStorage, Replicas: c.Replicas, Duplicates: c.Duplicates, MaxAge: c.CommandsMaxAge,
 		},
 		{
-			Name: events.StreamTimers, Subjects: []string{events.SchedulesPrefix + ".>", events.TimersPrefix + ".>"},
+			Name: StreamTimers, Subjects: []string{SchedulesPrefix + ".>", TimersPrefix + ".>"},
 			Description: "jetflow durable timers: message schedules on jf.schedules.<timer> fire into jf.timers.<execution>",
 			Storage:     jetstream.FileStorage, Replicas: c.Replicas, Duplicates: c.WorkDuplicates,
 			Retention: jetstream.WorkQueuePolicy, AllowMsgSchedules: true, AllowRollup: true,
 		},
 		{
-			Name: events.StreamTasks, Subjects: []string{events.TasksPrefix + ".>"},
+			Name: StreamTasks, Subjects: []string{TasksPrefix + ".>"},
 			Description: "jetflow operations for agents, one subject per queue",
 			Storage:     jetstream.FileStorage, Replicas: c.Replicas, Duplicates: c.WorkDuplicates,
 			Retention: jetstream.WorkQueuePolicy,
 		},
 		{
-			Name: events.StreamResults, Subjects: []string{events.ResultsPrefix + ".>"},
+			Name: StreamResults, Subjects: []string{ResultsPrefix + ".>"},
 			Description: "jetflow operation results reported by agents, stored on jf.results.<queue>.<partition>.<execution>",
 			Storage:     jetstream.FileStorage, Replicas: c.Replicas, Duplicates: c.WorkDuplicates, MaxAge: c.CommandsMaxAge,
 			SubjectTransform: ResultsTransform(c.Partitions),
 		},
 		{
-			Name: events.StreamInbox, Subjects: []string{events.InboxPrefix + ".>"},
+			Name: StreamInbox, Subjects: []string{InboxPrefix + ".>"},
 			Description: "jetflow commands checked by the dispatchers' intake, on jf.inbox.<partition>.<execution>",
 			Storage:     jetstream.FileStorage, Replicas: c.Replicas, Duplicates: c.WorkDuplicates,
 			Retention: jetstream.WorkQueuePolicy,
 		},
 		{
-			Name: events.StreamKills, Subjects: []string{events.KillsPrefix + ".>"},
+			Name: StreamKills, Subjects: []string{KillsPrefix + ".>"},
 			Description: "jetflow kill notices: agents terminate the running operations of a killed execution",
 			Storage:     jetstream.FileStorage, Replicas: c.Replicas, Duplicates: c.WorkDuplicates,
 			MaxAge: 24 * time.Hour, MaxMsgsPerSubject: 1,
 		},
 		{
-			Name: events.StreamRejections, Subjects: []string{events.RejectionsPrefix + ".>"},
+			Name: StreamRejections, Subjects: []string{RejectionsPrefix + ".>"},
 			Description: "why jetflow rejected a command",
 			Storage:     jetstream.FileStorage, Replicas: c.Replicas, MaxAge: c.CommandsMaxAge,
 		},
@@ -138,8 +143,8 @@ func Streams(c Config) []jetstream.StreamConfig {
 // nats-server's partition() hashes the execution id as [partition.Of] does.
 func ResultsTransform(partitions int) *jetstream.SubjectTransformConfig {
 	return &jetstream.SubjectTransformConfig{
-		Source:      events.ResultsPrefix + ".*.*",
-		Destination: fmt.Sprintf("%s.{{wildcard(1)}}.{{partition(%d,2)}}.{{wildcard(2)}}", events.ResultsPrefix, max(partitions, 1)),
+		Source:      ResultsPrefix + ".*.*",
+		Destination: fmt.Sprintf("%s.{{wildcard(1)}}.{{partition(%d,2)}}.{{wildcard(2)}}", ResultsPrefix, max(partitions, 1)),
 	}
 }
 
@@ -148,23 +153,23 @@ func ResultsTransform(partitions int) *jetstream.SubjectTransformConfig {
 const StreamAdvisories = "JF_ADVISORIES"
 
 // MaxDeliveriesAdvisories is the subject of those advisories.
-const MaxDeliveriesAdvisories = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + events.StreamTasks + ".>"
+const MaxDeliveriesAdvisories = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + StreamTasks + ".>"
 
 // Buckets returns the KV bucket configurations.
 func Buckets(c Config) []jetstream.KeyValueConfig {
 	c = c.withDefaults()
 	return []jetstream.KeyValueConfig{
-		{Bucket: events.BucketDefinitions, Description: "workflow definitions by name and version", History: 1,
+		{Bucket: BucketDefinitions, Description: "workflow definitions by name and version", History: 1,
 			Storage: jetstream.FileStorage, Replicas: c.Replicas},
-		{Bucket: events.BucketExecutionIDs, Description: "every execution id ever claimed, with its start command", History: 1,
+		{Bucket: BucketExecutionIDs, Description: "every execution id ever claimed, with its start command", History: 1,
 			Storage: jetstream.FileStorage, Replicas: c.Replicas},
-		{Bucket: events.BucketExecutions, Description: "execution read models (rebuildable projection)", History: 1,
+		{Bucket: BucketExecutions, Description: "execution read models (rebuildable projection)", History: 1,
 			Storage: jetstream.FileStorage, Replicas: c.Replicas},
-		{Bucket: events.BucketLocks, Description: "workflow locks: holders and FIFO waiters per lock name (compare-and-set only)", History: 1,
+		{Bucket: BucketLocks, Description: "workflow locks: holders and FIFO waiters per lock name (compare-and-set only)", History: 1,
 			Storage: jetstream.FileStorage, Replicas: c.Replicas},
-		{Bucket: events.BucketDispatchers, Description: "dispatchers alive, their partitions' leases and the number of partitions", History: 1,
+		{Bucket: BucketDispatchers, Description: "dispatchers alive, their partitions' leases and the number of partitions", History: 1,
 			Storage: jetstream.FileStorage, Replicas: c.Replicas, LimitMarkerTTL: 10 * time.Second},
-		{Bucket: events.BucketAPIKeys, Description: "the api's keys: name, scopes, namespaces and the SHA-256 of the token, never the token", History: 1,
+		{Bucket: BucketAPIKeys, Description: "the api's keys: name, scopes, namespaces and the SHA-256 of the token, never the token", History: 1,
 			Storage: jetstream.FileStorage, Replicas: c.Replicas},
 	}
 }
@@ -225,7 +230,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, c Config) error {
 func ensurePartitions(ctx context.Context, js jetstream.JetStream, c Config) (int, error) {
 	var kc jetstream.KeyValueConfig
 	for _, b := range Buckets(c) {
-		if b.Bucket == events.BucketDispatchers {
+		if b.Bucket == BucketDispatchers {
 			kc = b
 		}
 	}
@@ -250,9 +255,9 @@ func ensurePartitions(ctx context.Context, js jetstream.JetStream, c Config) (in
 
 // Partitions reads the deployment's number of partitions.
 func Partitions(ctx context.Context, js jetstream.JetStream) (int, error) {
-	kv, err := js.KeyValue(ctx, events.BucketDispatchers)
+	kv, err := js.KeyValue(ctx, BucketDispatchers)
 	if err != nil {
-		return 0, fmt.Errorf("open bucket %s (run jetflow bootstrap; jetflow dev does): %w", events.BucketDispatchers, err)
+		return 0, fmt.Errorf("open bucket %s (run jetflow bootstrap; jetflow dev does): %w", BucketDispatchers, err)
 	}
 	return partition.Count(ctx, kv)
 }

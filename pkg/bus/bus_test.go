@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"jetflow.dev/pkg/bus"
-	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/natstest"
 	"jetflow.dev/pkg/partition"
 )
@@ -44,7 +43,7 @@ func TestEnsureIdempotent(t *testing.T) {
 	slices.Sort(want)
 	require.Equal(t, want, names)
 
-	stream, err := js.Stream(ctx, events.StreamEvents)
+	stream, err := js.Stream(ctx, bus.StreamEvents)
 	require.NoError(t, err)
 	info, err := stream.Info(ctx)
 	require.NoError(t, err)
@@ -61,9 +60,9 @@ func TestEnsureIdempotent(t *testing.T) {
 	for _, sc := range bus.Streams(bus.Config{}) {
 		windows[sc.Name] = sc.Duplicates
 	}
-	require.Equal(t, 10*time.Minute, windows[events.StreamCommands])
-	require.Equal(t, 2*time.Minute, windows[events.StreamTasks])
-	require.Equal(t, 2*time.Minute, windows[events.StreamResults])
+	require.Equal(t, 10*time.Minute, windows[bus.StreamCommands])
+	require.Equal(t, 2*time.Minute, windows[bus.StreamTasks])
+	require.Equal(t, 2*time.Minute, windows[bus.StreamResults])
 }
 
 func TestConfigDefaults(t *testing.T) {
@@ -76,7 +75,7 @@ func TestConfigDefaults(t *testing.T) {
 		require.Equal(t, 3, kc.Replicas, kc.Bucket)
 	}
 	streams := bus.Streams(bus.Config{Replicas: -1, Duplicates: time.Minute, CommandsMaxAge: time.Hour})
-	idx := slices.IndexFunc(streams, func(sc jetstream.StreamConfig) bool { return sc.Name == events.StreamCommands })
+	idx := slices.IndexFunc(streams, func(sc jetstream.StreamConfig) bool { return sc.Name == bus.StreamCommands })
 	require.GreaterOrEqual(t, idx, 0)
 	require.Equal(t, 1, streams[idx].Replicas)
 	require.Equal(t, time.Minute, streams[idx].Duplicates)
@@ -121,7 +120,7 @@ func TestIsConflictFromServer(t *testing.T) {
 
 	_, js := natstest.Connect(t, natstest.RunJetStream(t))
 	ctx := t.Context()
-	subj := events.ExecutionSubject("wf", "x1")
+	subj := bus.ExecutionSubject("wf", "x1")
 
 	_, err := js.Publish(ctx, subj, []byte("1"), jetstream.WithExpectLastSequencePerSubject(0))
 	require.NoError(t, err)
@@ -145,9 +144,9 @@ func TestDial(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(conn.NC.Close)
 
-	_, err = conn.JS.Stream(t.Context(), events.StreamEvents)
+	_, err = conn.JS.Stream(t.Context(), bus.StreamEvents)
 	require.NoError(t, err)
-	_, err = conn.JS.KeyValue(t.Context(), events.BucketDefinitions)
+	_, err = conn.JS.KeyValue(t.Context(), bus.BucketDefinitions)
 	require.NoError(t, err)
 }
 

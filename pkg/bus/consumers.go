@@ -121,12 +121,12 @@ func dispatcherConsumer(d Durables, stream, name, filter, what string) Consumer 
 // intake of commands, and the reports and timers stored before partitions.
 func DispatcherConsumers(d Durables) []Consumer {
 	d = d.withDefaults()
-	intake := dispatcherConsumer(d, events.StreamCommands, ConsumerDispatcherCommands, events.CommandsPrefix+".>", "intake of commands")
+	intake := dispatcherConsumer(d, StreamCommands, ConsumerDispatcherCommands, CommandsPrefix+".>", "intake of commands")
 	intake.Config.AckWait = IntakeAckWait
 	return []Consumer{
 		intake,
-		dispatcherConsumer(d, events.StreamResults, ConsumerDispatcherResults, events.ResultsPrefix+".*.*", "reports stored before partitions"),
-		dispatcherConsumer(d, events.StreamTimers, ConsumerDispatcherTimers, events.TimersPrefix+".*", "timers fired before partitions"),
+		dispatcherConsumer(d, StreamResults, ConsumerDispatcherResults, ResultsPrefix+".*.*", "reports stored before partitions"),
+		dispatcherConsumer(d, StreamTimers, ConsumerDispatcherTimers, TimersPrefix+".*", "timers fired before partitions"),
 	}
 }
 
@@ -136,17 +136,17 @@ func PartitionConsumers(d Durables, p int) []Consumer {
 	d = d.withDefaults()
 	part := fmt.Sprintf("partition %d", p)
 	return []Consumer{
-		dispatcherConsumer(d, events.StreamInbox, PartitionInboxConsumer(p), fmt.Sprintf("%s.%d.*", events.InboxPrefix, p), part+" commands"),
-		dispatcherConsumer(d, events.StreamResults, PartitionResultsConsumer(p), fmt.Sprintf("%s.*.%d.*", events.ResultsPrefix, p), part+" reports"),
-		dispatcherConsumer(d, events.StreamTimers, PartitionTimersConsumer(p), fmt.Sprintf("%s.%d.*", events.TimersPrefix, p), part+" timers"),
+		dispatcherConsumer(d, StreamInbox, PartitionInboxConsumer(p), fmt.Sprintf("%s.%d.*", InboxPrefix, p), part+" commands"),
+		dispatcherConsumer(d, StreamResults, PartitionResultsConsumer(p), fmt.Sprintf("%s.*.%d.*", ResultsPrefix, p), part+" reports"),
+		dispatcherConsumer(d, StreamTimers, PartitionTimersConsumer(p), fmt.Sprintf("%s.%d.*", TimersPrefix, p), part+" timers"),
 	}
 }
 
 // AgentQueueConsumer is the consumer of one agent queue.
 func AgentQueueConsumer(d Durables, queue string) Consumer {
 	d = d.withDefaults()
-	return Consumer{Stream: events.StreamTasks, Config: jetstream.ConsumerConfig{
-		Durable: AgentConsumer(queue), FilterSubject: events.TaskSubject(queue), AckPolicy: jetstream.AckExplicitPolicy,
+	return Consumer{Stream: StreamTasks, Config: jetstream.ConsumerConfig{
+		Durable: AgentConsumer(queue), FilterSubject: TaskSubject(queue), AckPolicy: jetstream.AckExplicitPolicy,
 		AckWait: d.TaskAckWait, MaxDeliver: d.MaxDeliver, MaxAckPending: 4096,
 		Description: "jetflow agents of queue " + queue,
 	}}
@@ -154,9 +154,9 @@ func AgentQueueConsumer(d Durables, queue string) Consumer {
 
 // ProjectorConsumerSpec is the projector's consumer.
 func ProjectorConsumerSpec() Consumer {
-	return Consumer{Stream: events.StreamEvents, Config: jetstream.ConsumerConfig{
+	return Consumer{Stream: StreamEvents, Config: jetstream.ConsumerConfig{
 		Durable: ConsumerProjector, AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: -1,
-		MaxAckPending: 4096, FilterSubject: events.EventsPrefix + ".>",
+		MaxAckPending: 4096, FilterSubject: EventsPrefix + ".>",
 		PriorityPolicy: jetstream.PriorityPolicyPinned, PinnedTTL: 5 * time.Second, PriorityGroups: []string{ProjectorGroup},
 		Description: "jetflow read-model projector (api)",
 	}}

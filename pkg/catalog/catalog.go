@@ -17,6 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/workflow"
 )
@@ -45,7 +46,7 @@ type Store struct {
 
 // Open binds to the definitions bucket (created by bus.Ensure).
 func Open(ctx context.Context, js jetstream.JetStream) (*Store, error) {
-	kv, err := js.KeyValue(ctx, events.BucketDefinitions)
+	kv, err := js.KeyValue(ctx, bus.BucketDefinitions)
 	if err != nil {
 		return nil, fmt.Errorf("open definitions bucket: %w", err)
 	}

@@ -11,8 +11,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/catalog"
-	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/natstest"
 	"jetflow.dev/pkg/workflow"
 )
@@ -217,7 +217,7 @@ func TestGetProbesPastLaggingPointer(t *testing.T) {
 	require.NoError(t, err)
 
 	// Simulate a crash between storing v2 and moving latest.lag.
-	kv, err := bundle.js.KeyValue(ctx, events.BucketDefinitions)
+	kv, err := bundle.js.KeyValue(ctx, bus.BucketDefinitions)
 	require.NoError(t, err)
 	v2 := def("lag", "two")
 	b, err := json.Marshal(catalog.Record{Name: "lag", Version: 2, Digest: digest(t, v2), Definition: v2})

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 )
 
@@ -67,7 +68,7 @@ type Store struct {
 
 // Open binds to the bucket (created by the bootstrap, see package bus).
 func Open(ctx context.Context, js jetstream.JetStream) (*Store, error) {
-	kv, err := js.KeyValue(ctx, events.BucketExecutionIDs)
+	kv, err := js.KeyValue(ctx, bus.BucketExecutionIDs)
 	if err != nil {
 		return nil, fmt.Errorf("open execution ids bucket: %w", err)
 	}

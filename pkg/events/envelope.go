@@ -1,8 +1,6 @@
 package events
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,14 +9,12 @@ import (
 	"strings"
 	"time"
 
-	cejs "github.com/cloudevents/sdk-go/protocol/nats_jetstream/v2"
-	"github.com/cloudevents/sdk-go/v2/binding"
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/google/uuid"
-	"github.com/nats-io/nats.go"
 )
 
-// Errors returned by [Decode].
+// Errors of decoding: [FromCloudEvent] and [StrictData] return them, and
+// so does the NATS codec, [jetflow.dev/pkg/bus.Decode].
 var (
 	ErrUnknownType = errors.New("events: unknown event type")
 	ErrMalformed   = errors.New("events: malformed cloudevent")
@@ -58,7 +54,8 @@ type Event struct {
 	PrevSeq uint64 `json:"prev_seq,omitempty"`
 	// Data is the typed payload; nil for an unknown type.
 	Data Payload `json:"data"`
-	// Raw is the JSON data as received (set by Decode).
+	// Raw is the JSON data as received (set by [FromCloudEvent] and by the
+	// NATS codec).
 	Raw json.RawMessage `json:"-"`
 	// Invalid, on an event read from a history, says why the stored
 	// message is not a valid event (it could not be decoded); Data is nil
@@ -72,8 +69,10 @@ func New(source, subject, workflow string, at time.Time, data Payload) Event {
 		Workflow: workflow, Time: at.UTC(), Data: data}
 }
 
-// toCloudEvent converts e to an sdk-go event.
-func (e Event) toCloudEvent() (event.Event, error) {
+// ToCloudEvent converts e to a valid sdk-go event: its attributes,
+// extensions and JSON data (Data, or Raw when Data is nil). An event that
+// is no valid CloudEvent returns an error wrapping [ErrMalformed].
+func (e Event) ToCloudEvent() (event.Event, error) {
 	ce := event.New()
 	ce.SetID(e.ID)
 	ce.SetType(string(e.Type))
@@ -104,83 +103,13 @@ func (e Event) toCloudEvent() (event.Event, error) {
 	return ce, nil
 }
 
-// Encode returns a NATS message for e in CloudEvents binary mode (ce-
-// headers, JSON data). The caller sets publish options (Nats-Msg-Id,
-// expected sequences). Events in canonical form take a direct path that
-// writes exactly what the sdk-go binding writes (see codec.go); anything
-// else goes through sdk-go.
-func Encode(subject string, e Event) (*nats.Msg, error) {
-	if m, ok := fastEncode(subject, e); ok {
-		return m, nil
-	}
-	return encodeSDK(subject, e)
-}
-
-// encodeSDK is Encode through the sdk-go binding, the reference.
-func encodeSDK(subject string, e Event) (*nats.Msg, error) {
-	ce, err := e.toCloudEvent()
-	if err != nil {
-		return nil, err
-	}
-	var body bytes.Buffer
-	hdr, err := cejs.WriteMsg(context.Background(), binding.ToMessage(&ce), &body)
-	if err != nil {
-		return nil, fmt.Errorf("write cloudevent: %w", err)
-	}
-	return &nats.Msg{Subject: subject, Header: hdr, Data: body.Bytes()}, nil
-}
-
 // EncodeStructured returns e in CloudEvents structured JSON mode.
 func EncodeStructured(e Event) ([]byte, error) {
-	ce, err := e.toCloudEvent()
+	ce, err := e.ToCloudEvent()
 	if err != nil {
 		return nil, err
 	}
 	return json.Marshal(ce)
-}
-
-// Decode parses a CloudEvent in binary or structured mode from a NATS
-// message's header and data. An unknown type returns the event with a nil
-// Data and an error wrapping [ErrUnknownType]; malformed input returns an
-// error wrapping [ErrMalformed]. Decode never panics.
-func Decode(header nats.Header, data []byte) (ev Event, err error) {
-	defer func() {
-		if r := recover(); r != nil { // the sdk must not take the process down on hostile input
-			ev, err = Event{}, fmt.Errorf("%w: %v", ErrMalformed, r)
-		}
-	}()
-	header = normalizeHeader(header)
-	if ev, ok := fastDecode(header, data); ok {
-		return ev, nil
-	}
-	return decodeSDK(header, data)
-}
-
-// decodeSDK is Decode through the sdk-go binding, the reference; header
-// must be normalized.
-func decodeSDK(header nats.Header, data []byte) (ev Event, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			ev, err = Event{}, fmt.Errorf("%w: %v", ErrMalformed, r)
-		}
-	}()
-	spec := header.Get("ce-specversion")
-	if spec != "" && spec != "1.0" {
-		return Event{}, fmt.Errorf("%w: ce-specversion is %q; jetflow speaks CloudEvents 1.0", ErrMalformed, spec)
-	}
-	structured := strings.HasPrefix(header.Get("content-type"), "application/cloudevents")
-	if spec == "" && !structured {
-		if header.Get("content-type") != "" || !looksStructured(data) {
-			return Event{}, fmt.Errorf("%w: %s: in binary mode it needs the headers ce-specversion: 1.0, ce-id, ce-source and ce-type; "+
-				"in structured mode the whole event is the JSON body, with the header content-type: application/cloudevents+json", ErrMalformed, notCloudEvent)
-		}
-		header.Set("content-type", "application/cloudevents+json")
-	}
-	ce, err := binding.ToEvent(context.Background(), cejs.NewMessage(&nats.Msg{Header: header, Data: data}))
-	if err != nil {
-		return Event{}, fmt.Errorf("%w: %s", ErrMalformed, ExplainSDKError(err))
-	}
-	return FromCloudEvent(*ce)
 }
 
 var (
@@ -230,7 +159,7 @@ func FromCloudEvent(ce event.Event) (Event, error) {
 	if ct := ce.DataContentType(); ct != "" && !strings.HasPrefix(ct, "application/json") && !strings.HasSuffix(ct, "+json") {
 		return ev, fmt.Errorf("%w: datacontenttype %q is not JSON", ErrMalformed, ct)
 	}
-	p := newPayload(ev.Type)
+	p := NewPayload(ev.Type)
 	if p == nil {
 		return ev, fmt.Errorf("%w: %s", ErrUnknownType, ev.Type)
 	}
@@ -245,27 +174,4 @@ func FromCloudEvent(ce event.Event) (Event, error) {
 	}
 	ev.Data = p
 	return ev, nil
-}
-
-// normalizeHeader returns h with ce- and content-type keys in lower case,
-// as the CloudEvents NATS binding spells them; NATS header keys are case
-// sensitive, and people type "Ce-Id" as often as "ce-id".
-func normalizeHeader(h nats.Header) nats.Header {
-	out := make(nats.Header, len(h))
-	for k, v := range h {
-		lk := strings.ToLower(k)
-		if strings.HasPrefix(lk, "ce-") || lk == "content-type" {
-			if _, taken := h[lk]; taken && lk != k {
-				continue // the lower-case spelling wins
-			}
-			k = lk
-		}
-		out[k] = v
-	}
-	return out
-}
-
-func looksStructured(data []byte) bool {
-	t := bytes.TrimSpace(data)
-	return len(t) > 0 && t[0] == '{' && bytes.Contains(t, []byte(`"specversion"`))
 }

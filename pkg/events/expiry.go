@@ -18,9 +18,6 @@ const (
 	TypeExpireExecution Type = "io.jetflow.execution.expire"
 )
 
-// SubjectExpire is where expire commands are published.
-const SubjectExpire = "jf.commands.expire"
-
 // CodeExpired rejects a command for an execution that expired under its
 // retention rule (its history is deleted, or about to be).
 const CodeExpired = "expired"

@@ -57,7 +57,7 @@ func DecodeStrictJSON(data []byte, v any) error {
 // StrictData checks that ev's data holds only members its payload type
 // knows. It returns nil for events without data.
 func StrictData(ev Event) error {
-	p := newPayload(ev.Type)
+	p := NewPayload(ev.Type)
 	if p == nil {
 		return fmt.Errorf("%w: %s", ErrUnknownType, ev.Type)
 	}

@@ -25,20 +25,13 @@ const (
 	TypeClearLock Type = "io.jetflow.lock.clear"
 )
 
-// BucketLocks holds one key per lock: its holders, its waiters in the
-// order they asked, and its limit (see [LockNameRule] for the key).
-const BucketLocks = "JF_LOCKS"
-
-// SubjectClearLock is where clear-lock commands are published.
-const SubjectClearLock = "jf.commands.lock"
-
 // LockNameRule describes valid lock names, for error messages.
 const LockNameRule = "use 1 to 128 letters, digits, '-', '_' or '.', starting with a letter or digit, with no '..' and not ending in '.'"
 
 var lockNameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
 
 // ValidLockName reports whether name can name a lock: it is the lock's key
-// in [BucketLocks].
+// in the locks bucket (JF_LOCKS).
 func ValidLockName(name string) bool {
 	return lockNameRe.MatchString(name) && !strings.Contains(name, "..") && !strings.HasSuffix(name, ".")
 }

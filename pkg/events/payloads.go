@@ -589,8 +589,11 @@ func (*ExecutionSuspended) payload()  {}
 func (*ExecutionCancelling) payload() {}
 func (*ExecutionCancelled) payload()  {}
 
-// newPayload returns a pointer to a zero payload for t, or nil.
-func newPayload(t Type) Payload {
+// NewPayload returns a pointer to a zero payload of type t, for decoding
+// its JSON data into, or nil if t is no type this version knows. It is
+// the registry of payload types that [FromCloudEvent], [StrictData] and
+// the NATS codec (package bus) decode with.
+func NewPayload(t Type) Payload {
 	switch t {
 	case TypeExecutionStarted:
 		return &ExecutionStarted{}

@@ -1,11 +1,6 @@
 package events
 
-import (
-	"fmt"
-	"strings"
-
-	"github.com/nats-io/nats.go"
-)
+import "fmt"
 
 // Quarantine and repair. A history can hold an event that cannot be
 // decoded or is illegal where it stands: a bug, or an admin's mistake (only
@@ -35,28 +30,6 @@ type ExecutionRepaired struct {
 
 func (*ExecutionRepaired) EventType() Type { return TypeExecutionRepaired }
 func (*ExecutionRepaired) payload()        {}
-
-// notCloudEvent is how Decode starts to say a message is no CloudEvent.
-const notCloudEvent = "the message is not a CloudEvent"
-
-// InvalidEvent stands for a message stored on subject that is no valid
-// event (Decode returned cause): what its headers and subject tell of it,
-// and Invalid saying why. Readers of histories hand it on instead of
-// failing, and folds mark its execution damaged at it.
-func InvalidEvent(subject string, h nats.Header, cause error) Event {
-	why := strings.TrimPrefix(cause.Error(), ErrMalformed.Error()+": ")
-	if strings.HasPrefix(why, notCloudEvent+":") {
-		// What a publisher should send is no help to whoever reads a
-		// history: say what it is.
-		why = notCloudEvent + " (no ce- headers, and no CloudEvent in the body)"
-	}
-	ev := Event{ID: h.Get(nats.MsgIdHdr), Type: Type(h.Get("ce-type")), Invalid: why}
-	if ev.ID == "" {
-		ev.ID = h.Get("ce-id")
-	}
-	ev.Workflow, ev.Subject, _ = ParseExecutionSubject(subject)
-	return ev
-}
 
 // DamagedMessage is what the sender of a command for a damaged execution
 // is told: the command itself may be fine; the execution's history holds

@@ -13,10 +13,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/events/eventstest"
 )
 
 // declaredTypes reads the package's source for every constant of type
@@ -61,7 +61,7 @@ func TestEveryDeclaredTypeHasASample(t *testing.T) {
 
 	declared := declaredTypes(t)
 	require.Len(t, declared, 41, "the count of event types changed: add samples for the new ones")
-	require.ElementsMatch(t, declared, allTypes)
+	require.ElementsMatch(t, declared, eventstest.Types())
 	for _, typ := range declared {
 		require.True(t, strings.HasPrefix(string(typ), "io.jetflow."), typ)
 		require.Equal(t, strings.ToLower(string(typ)), string(typ), "types are lower case")
@@ -87,47 +87,8 @@ func TestSamplesAreFullyPopulated(t *testing.T) {
 			require.False(t, fv.IsZero(), "%s: %s is zero", typ, f.Name)
 		}
 	}
-	for _, p := range samples() {
+	for _, p := range eventstest.Samples() {
 		check(p.EventType(), reflect.ValueOf(p).Elem())
-	}
-}
-
-func TestDecodeNamesTheMemberAtFault(t *testing.T) {
-	t.Parallel()
-
-	header := func(typ events.Type) nats.Header {
-		return nats.Header{"ce-specversion": {"1.0"}, "ce-id": {"e1"}, "ce-source": {"s"}, "ce-type": {string(typ)},
-			"content-type": {"application/json"}}
-	}
-	tests := []struct {
-		name string
-		typ  events.Type
-		data string
-		want string
-	}{
-		{"NumberAsString", events.TypeStepStarted, `{"step_id":"a","attempt":"one"}`,
-			"io.jetflow.step.started data: attempt must be a number, not string"},
-		{"ListAsString", events.TypeStepWaiting, `{"step_id":"a","signals":"go"}`,
-			"io.jetflow.step.waiting data: signals must be an array, not string"},
-		{"ObjectAsList", events.TypeVariablesSet, `{"vars":[1]}`,
-			"io.jetflow.variables.set data: vars must be an object, not array"},
-		{"BoolAsNumber", events.TypeStepSkipped, `{"step_id":"a","dry_run":1}`,
-			"io.jetflow.step.skipped data: dry_run must be a boolean, not number"},
-		{"NestedMember", events.TypeClearLock, `{"lock":"db","entries":[{"request":"2"}]}`,
-			"io.jetflow.lock.clear data: entries.request must be a number, not string"},
-		{"WholeDocument", events.TypeTimerFired, `["t1"]`,
-			"io.jetflow.timer.fired data: must be a JSON object, not array"},
-		{"BadTime", events.TypeTimerArmed, `{"timer_id":"t","due":"tomorrow"}`,
-			`io.jetflow.timer.armed data: parsing time "tomorrow" as "2006-01-02T15:04:05Z07:00": cannot parse "tomorrow" as "2006"`},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-
-			_, err := events.Decode(header(tc.typ), []byte(tc.data))
-			require.ErrorIs(t, err, events.ErrMalformed)
-			require.Equal(t, events.ErrMalformed.Error()+": "+tc.want, err.Error())
-		})
 	}
 }
 
@@ -223,17 +184,13 @@ func TestStrictData(t *testing.T) {
 	require.Contains(t, err.Error(), "io.jetflow.step.paused")
 
 	// Every known type accepts its own sample, strictly.
-	for _, p := range samples() {
+	for _, p := range eventstest.Samples() {
 		require.NoError(t, events.StrictData(ev(p.EventType(), mustJSON(t, p))), p.EventType())
 	}
 }
 
-func TestMoreSubjectsAndNames(t *testing.T) {
+func TestCommandIDsAndSignalNames(t *testing.T) {
 	t.Parallel()
-
-	require.Equal(t, "jf.timers.x1", events.TimerSubject("x1"))
-	require.Equal(t, "jf.schedules.t-1", events.ScheduleSubject("t-1"))
-	require.Equal(t, "jf.kills.x1", events.KillSubject("x1"))
 
 	// Both ids are stored (as Nats-Msg-Id, in histories): pinned.
 	key := events.CommandKey("cli/alice", "42")

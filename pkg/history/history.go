@@ -25,7 +25,7 @@ func Read(ctx context.Context, js jetstream.JetStream, filter string, fromSeq ui
 
 // ReadUntil is Read stopping after stream sequence untilSeq (0 = no limit).
 func ReadUntil(ctx context.Context, js jetstream.JetStream, filter string, fromSeq, untilSeq uint64) ([]events.Event, error) {
-	return ReadStream(ctx, js, events.StreamEvents, filter, fromSeq, untilSeq)
+	return ReadStream(ctx, js, bus.StreamEvents, filter, fromSeq, untilSeq)
 }
 
 // ReadStream is ReadUntil on any jetflow stream (e.g. results).
@@ -46,7 +46,7 @@ var ErrNoEvent = errors.New("history: no event")
 // request instead of reading the history. A message that is no valid
 // event comes back marked Invalid, as from Scan.
 func First(ctx context.Context, js jetstream.JetStream, filter string) (events.Event, error) {
-	stream, err := js.Stream(ctx, events.StreamEvents)
+	stream, err := js.Stream(ctx, bus.StreamEvents)
 	if err != nil {
 		return events.Event{}, fmt.Errorf("open events stream: %w", err)
 	}
@@ -57,9 +57,9 @@ func First(ctx context.Context, js jetstream.JetStream, filter string) (events.E
 	if err != nil {
 		return events.Event{}, fmt.Errorf("first event on %s: %w", filter, err)
 	}
-	ev, err := events.Decode(m.Header, m.Data)
+	ev, err := bus.Decode(m.Header, m.Data)
 	if err != nil && !errors.Is(err, events.ErrUnknownType) {
-		ev = events.InvalidEvent(m.Subject, m.Header, err) // as Scan hands it on
+		ev = bus.InvalidEvent(m.Subject, m.Header, err) // as Scan hands it on
 		ev.Time = m.Time
 	}
 	ev.Seq = m.Sequence
@@ -109,7 +109,7 @@ func ScanReports(ctx context.Context, js jetstream.JetStream, stream, filter str
 			return fmt.Errorf("read %s: %w", filter, err)
 		}
 		seq = m.Sequence + 1
-		ev, err := events.Decode(m.Header, m.Data)
+		ev, err := bus.Decode(m.Header, m.Data)
 		if err != nil && !errors.Is(err, events.ErrUnknownType) {
 			continue
 		}
@@ -153,14 +153,14 @@ func scan(ctx context.Context, js jetstream.JetStream, stream, filter string, fr
 			if untilSeq > 0 && md.Sequence.Stream > untilSeq {
 				return nil
 			}
-			ev, err := events.Decode(m.Headers(), m.Data())
+			ev, err := bus.Decode(m.Headers(), m.Data())
 			if err != nil && !errors.Is(err, events.ErrUnknownType) {
 				if skipBad {
 					continue
 				}
 				// A history holds it: hand it on, marked, for folds to
 				// quarantine its execution (events.Event.Invalid).
-				ev = events.InvalidEvent(m.Subject(), m.Headers(), err)
+				ev = bus.InvalidEvent(m.Subject(), m.Headers(), err)
 				ev.Time = md.Timestamp // when it was stored: all there is to tell
 			}
 			ev.Seq = md.Sequence.Stream
@@ -184,7 +184,7 @@ func scan(ctx context.Context, js jetstream.JetStream, stream, filter string, fr
 // a retried append of the same event that was in fact stored is recognised
 // by its id and succeeds.
 func Append(ctx context.Context, js jetstream.JetStream, subject string, lastSeq uint64, ev events.Event) (uint64, error) {
-	msg, err := events.Encode(subject, ev)
+	msg, err := bus.Encode(subject, ev)
 	if err != nil {
 		return 0, err
 	}
@@ -197,7 +197,7 @@ func Append(ctx context.Context, js jetstream.JetStream, subject string, lastSeq
 	}
 	// A single server checks the expected sequence before dedupe, so our
 	// own earlier, successful attempt looks like a conflict: compare ids.
-	stream, serr := js.Stream(ctx, events.StreamEvents)
+	stream, serr := js.Stream(ctx, bus.StreamEvents)
 	if serr == nil {
 		if last, gerr := stream.GetLastMsgForSubject(ctx, subject); gerr == nil && last.Header.Get(jetstream.MsgIDHeader) == ev.ID {
 			return last.Sequence, nil

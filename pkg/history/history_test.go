@@ -32,7 +32,7 @@ func newEvent(id string, p events.Payload) events.Event {
 
 func subjectMsgs(t *testing.T, js jetstream.JetStream, subject string) uint64 {
 	t.Helper()
-	stream, err := js.Stream(t.Context(), events.StreamEvents)
+	stream, err := js.Stream(t.Context(), bus.StreamEvents)
 	require.NoError(t, err)
 	info, err := stream.Info(t.Context(), jetstream.WithSubjectFilter(subject))
 	require.NoError(t, err)
@@ -44,7 +44,7 @@ func TestAppend(t *testing.T) {
 
 	bundle := setup(t)
 	ctx := t.Context()
-	subj, other := events.ExecutionSubject("wf", "x1"), events.ExecutionSubject("wf", "x2")
+	subj, other := bus.ExecutionSubject("wf", "x1"), bus.ExecutionSubject("wf", "x2")
 
 	first := newEvent("x1", &events.ExecutionStarted{Workflow: "wf", Steps: []events.StepRef{{ID: "a", Kind: "noop"}}})
 	seq1, err := history.Append(ctx, bundle.js, subj, 0, first)
@@ -105,7 +105,7 @@ func TestAppendRetryStoresOnce(t *testing.T) {
 
 	bundle := setup(t)
 	ctx := t.Context()
-	subj := events.ExecutionSubject("wf", "x1")
+	subj := bus.ExecutionSubject("wf", "x1")
 
 	ev := newEvent("x1", &events.ExecutionStarted{Workflow: "wf"})
 	seq, err := history.Append(ctx, bundle.js, subj, 0, ev)
@@ -127,7 +127,7 @@ func TestAppendInvalidEvent(t *testing.T) {
 	t.Parallel()
 
 	bundle := setup(t)
-	_, err := history.Append(t.Context(), bundle.js, events.ExecutionSubject("wf", "x1"), 0,
+	_, err := history.Append(t.Context(), bundle.js, bus.ExecutionSubject("wf", "x1"), 0,
 		events.Event{Type: events.TypeExecutionStarted, Source: "s", Data: &events.ExecutionStarted{}})
 	require.ErrorIs(t, err, events.ErrMalformed)
 	require.False(t, bus.IsConflict(err))
@@ -138,7 +138,7 @@ func TestRead(t *testing.T) {
 
 	bundle := setup(t)
 	ctx := t.Context()
-	subj := events.ExecutionSubject("wf", "x1")
+	subj := bus.ExecutionSubject("wf", "x1")
 
 	payloads := []events.Payload{
 		&events.ExecutionStarted{Workflow: "wf", Steps: []events.StepRef{{ID: "a", Kind: "noop"}},
@@ -160,7 +160,7 @@ func TestRead(t *testing.T) {
 		require.NoError(t, err)
 		written, seqs = append(written, ev), append(seqs, last)
 		// Interleave another execution so that sequences are not contiguous.
-		_, err = bundle.js.Publish(ctx, events.ExecutionSubject("wf", "noise"), []byte("not an event"))
+		_, err = bundle.js.Publish(ctx, bus.ExecutionSubject("wf", "noise"), []byte("not an event"))
 		require.NoError(t, err)
 	}
 
@@ -179,7 +179,7 @@ func TestRead(t *testing.T) {
 	t.Run("All", func(t *testing.T) {
 		t.Parallel()
 
-		for _, filter := range []string{subj, events.ExecutionFilter("x1")} {
+		for _, filter := range []string{subj, bus.ExecutionFilter("x1")} {
 			for _, from := range []uint64{0, 1} {
 				got, err := history.Read(ctx, bundle.js, filter, from)
 				require.NoError(t, err)
@@ -224,7 +224,7 @@ func TestRead(t *testing.T) {
 		t.Parallel()
 
 		start := time.Now()
-		got, err := history.Read(ctx, bundle.js, events.ExecutionSubject("wf", "nobody"), 0)
+		got, err := history.Read(ctx, bundle.js, bus.ExecutionSubject("wf", "nobody"), 0)
 		require.NoError(t, err)
 		require.Nil(t, got)
 		require.Less(t, time.Since(start), time.Second)
@@ -235,7 +235,7 @@ func TestRead(t *testing.T) {
 
 		// A message that is no event comes back marked, not as an error:
 		// the fold quarantines its execution, and nothing else stops.
-		got, err := history.Read(ctx, bundle.js, events.ExecutionSubject("wf", "noise"), 0)
+		got, err := history.Read(ctx, bundle.js, bus.ExecutionSubject("wf", "noise"), 0)
 		require.NoError(t, err)
 		require.Len(t, got, len(payloads), "one per interleaved message")
 		for _, ev := range got {
@@ -254,13 +254,13 @@ func TestReadUnknownType(t *testing.T) {
 
 	bundle := setup(t)
 	ctx := t.Context()
-	subj := events.ExecutionSubject("wf", "x1")
+	subj := bus.ExecutionSubject("wf", "x1")
 
 	seq1, err := history.Append(ctx, bundle.js, subj, 0, newEvent("x1", &events.ExecutionStarted{Workflow: "wf"}))
 	require.NoError(t, err)
 	future := events.Event{ID: "future-1", Type: "io.jetflow.step.paused", Source: "newer", Subject: "x1", Time: t0,
 		Ignorable: true, Raw: json.RawMessage(`{"step_id":"a"}`)}
-	msg, err := events.Encode(subj, future)
+	msg, err := bus.Encode(subj, future)
 	require.NoError(t, err)
 	_, err = bundle.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(seq1))
 	require.NoError(t, err)
@@ -279,24 +279,24 @@ func TestFirst(t *testing.T) {
 	t.Parallel()
 	bundle := setup(t)
 	ctx := t.Context()
-	_, err := history.First(ctx, bundle.js, events.ExecutionFilter("x1"))
+	_, err := history.First(ctx, bundle.js, bus.ExecutionFilter("x1"))
 	require.ErrorIs(t, err, history.ErrNoEvent)
 
-	_, err = bundle.js.Publish(ctx, events.ExecutionSubject("wf", "other"), []byte("not an event"))
+	_, err = bundle.js.Publish(ctx, bus.ExecutionSubject("wf", "other"), []byte("not an event"))
 	require.NoError(t, err)
 	start := newEvent("x1", &events.ExecutionStarted{Workflow: "wf", Input: json.RawMessage(`{"n":1}`), Definition: json.RawMessage(`{"name":"wf"}`)})
-	seq, err := history.Append(ctx, bundle.js, events.ExecutionSubject("wf", "x1"), 0, start)
+	seq, err := history.Append(ctx, bundle.js, bus.ExecutionSubject("wf", "x1"), 0, start)
 	require.NoError(t, err)
-	_, err = history.Append(ctx, bundle.js, events.ExecutionSubject("wf", "x1"), seq, newEvent("x1", &events.ExecutionSucceeded{}))
+	_, err = history.Append(ctx, bundle.js, bus.ExecutionSubject("wf", "x1"), seq, newEvent("x1", &events.ExecutionSucceeded{}))
 	require.NoError(t, err)
 
-	ev, err := history.First(ctx, bundle.js, events.ExecutionFilter("x1"))
+	ev, err := history.First(ctx, bundle.js, bus.ExecutionFilter("x1"))
 	require.NoError(t, err)
 	require.Equal(t, start.ID, ev.ID)
 	require.Equal(t, seq, ev.Seq)
 	require.Equal(t, start.Data, ev.Data)
 
-	bad, err := history.First(ctx, bundle.js, events.ExecutionFilter("other"))
+	bad, err := history.First(ctx, bundle.js, bus.ExecutionFilter("other"))
 	require.NoError(t, err, "a message that is no event comes back marked, as from Scan")
 	require.Contains(t, bad.Invalid, "not a CloudEvent")
 	require.Equal(t, "other", bad.Subject)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 )
 
@@ -77,7 +78,7 @@ type Table struct {
 
 // Open binds to the lock bucket (created by bus.Ensure).
 func Open(ctx context.Context, js jetstream.JetStream, now func() time.Time) (*Table, error) {
-	kv, err := js.KeyValue(ctx, events.BucketLocks)
+	kv, err := js.KeyValue(ctx, bus.BucketLocks)
 	if err != nil {
 		return nil, fmt.Errorf("open locks bucket: %w", err)
 	}

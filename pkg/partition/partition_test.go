@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/natstest"
 	"jetflow.dev/pkg/partition"
 )
@@ -28,17 +28,17 @@ func TestOfIsTheServersPartitionTransform(t *testing.T) {
 	n, err := partition.Count(t.Context(), mustKV(t, js))
 	require.NoError(t, err)
 	require.Equal(t, partition.DefaultCount, n)
-	stream, err := js.Stream(t.Context(), events.StreamResults)
+	stream, err := js.Stream(t.Context(), bus.StreamResults)
 	require.NoError(t, err)
 	seen := map[int]bool{}
 	for i := range 200 {
 		id := fmt.Sprintf("x-%d-%d", i, i*7919)
-		ack, err := js.Publish(t.Context(), events.ResultSubject("default", id), []byte("{}"))
+		ack, err := js.Publish(t.Context(), bus.ResultSubject("default", id), []byte("{}"))
 		require.NoError(t, err)
 		m, err := stream.GetMsg(t.Context(), ack.Sequence)
 		require.NoError(t, err)
 		p := partition.Of(id, n)
-		require.Equal(t, events.StoredResultSubject("default", p, id), m.Subject)
+		require.Equal(t, bus.StoredResultSubject("default", p, id), m.Subject)
 		seen[p] = true
 	}
 	require.Len(t, seen, n, "200 ids reach every partition")
@@ -46,7 +46,7 @@ func TestOfIsTheServersPartitionTransform(t *testing.T) {
 
 func mustKV(t *testing.T, js jetstream.JetStream) jetstream.KeyValue {
 	t.Helper()
-	kv, err := js.KeyValue(t.Context(), events.BucketDispatchers)
+	kv, err := js.KeyValue(t.Context(), bus.BucketDispatchers)
 	require.NoError(t, err)
 	return kv
 }

@@ -21,7 +21,7 @@ func TestFoldRetention(t *testing.T) {
 		ev.Seq = seq
 		b, err := events.EncodeStructured(ev)
 		require.NoError(t, err)
-		back, err := events.Decode(nil, b)
+		back, err := decodeStructured(b)
 		require.NoError(t, err)
 		back.Seq = seq
 		return back

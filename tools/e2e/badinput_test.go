@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
@@ -118,7 +119,7 @@ input:
 steps:
   - {id: a, kind: noop}
 `)
-	ids, err := s.js.KeyValue(ctx, events.BucketExecutionIDs)
+	ids, err := s.js.KeyValue(ctx, bus.BucketExecutionIDs)
 	require.NoError(t, err)
 	for _, c := range []struct {
 		name, data, execID, reason string
@@ -131,7 +132,7 @@ steps:
 		{"NoWorkflow", `{"execution_id":"bad-6","input":{"count":1}}`, "bad-6", "workflow is required"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			m := nats.NewMsg(events.SubjectStart)
+			m := nats.NewMsg(bus.SubjectStart)
 			for k, v := range map[string]string{"ce-specversion": "1.0", "ce-id": "start-" + c.name, "ce-source": "urn:test:nats",
 				"ce-type": string(events.TypeStartExecution), "content-type": "application/json"} {
 				m.Header.Set(k, v)
@@ -141,7 +142,7 @@ steps:
 			key := events.CommandKey("urn:test:nats", "start-"+c.name)
 			var rej *events.CommandRejected
 			poll(t, 20*time.Second, "the rejection of "+key, func() (bool, string) {
-				evs, err := history.ReadStream(ctx, s.js, events.StreamRejections, events.RejectionSubject(key), 0, 0)
+				evs, err := history.ReadStream(ctx, s.js, bus.StreamRejections, bus.RejectionSubject(key), 0, 0)
 				require.NoError(t, err)
 				if len(evs) == 0 {
 					return false, "no rejection yet"

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
@@ -115,7 +116,7 @@ func TestForceCancelAsCloudEvent(t *testing.T) {
 	sendTwice := func(id, action string) events.Event {
 		ev := events.Event{ID: id, Type: events.TypeExecutionAction, Source: "urn:test:ops", Time: time.Now().UTC(),
 			Data: &events.ExecutionAction{ExecutionID: "r2", Action: action, Reason: "hung"}}
-		msg, err := events.Encode(events.SubjectAction, ev)
+		msg, err := bus.Encode(bus.SubjectAction, ev)
 		require.NoError(t, err)
 		require.NoError(t, s.nc.PublishMsg(msg))
 		require.NoError(t, s.nc.PublishMsg(msg)) // the same event twice is one action
@@ -332,7 +333,7 @@ steps:
 	}
 	ev := events.Event{ID: "resume-p1", Type: events.TypeExecutionAction, Source: "urn:test:ops", Time: time.Now().UTC(),
 		Data: &events.ExecutionAction{ExecutionID: "p1", Action: events.ActionResume}}
-	msg, err := events.Encode(events.SubjectAction, ev)
+	msg, err := bus.Encode(bus.SubjectAction, ev)
 	require.NoError(t, err)
 	require.NoError(t, s.nc.PublishMsg(msg))
 	require.Eventually(t, func() bool {

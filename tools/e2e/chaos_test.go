@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/natstest"
 )
@@ -231,12 +232,12 @@ steps:
 	const perWorkflow = 25
 	began := time.Now()
 	ids := startLockExecutions(t, js, perWorkflow)
-	stream, err := js.Stream(t.Context(), events.StreamEvents)
+	stream, err := js.Stream(t.Context(), bus.StreamEvents)
 	require.NoError(t, err)
 	ended := func() int {
 		n := 0
 		for _, e := range ids {
-			m, err := stream.GetLastMsgForSubject(t.Context(), events.ExecutionSubject(e.wf, e.id))
+			m, err := stream.GetLastMsgForSubject(t.Context(), bus.ExecutionSubject(e.wf, e.id))
 			if errors.Is(err, jetstream.ErrMsgNotFound) {
 				continue
 			}
@@ -259,11 +260,11 @@ steps:
 	}
 	var armed atomic.Bool
 	sniped := make(chan *chaosProcess, 1)
-	sub, err := nc.Subscribe(events.ResultsPrefix+".>", func(m *nats.Msg) {
+	sub, err := nc.Subscribe(bus.ResultsPrefix+".>", func(m *nats.Msg) {
 		if !armed.Load() {
 			return
 		}
-		ev, err := events.Decode(m.Header, m.Data)
+		ev, err := bus.Decode(m.Header, m.Data)
 		if err != nil {
 			return
 		}

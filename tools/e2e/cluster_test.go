@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/natsserver"
@@ -34,7 +35,7 @@ func TestClusterSurvivesStreamLeaderLoss(t *testing.T) {
 		c.NATSURL, c.Replicas = strings.Join(urls, ","), 3
 	})
 	ctx := context.Background()
-	info, err := s.js.Stream(ctx, events.StreamEvents)
+	info, err := s.js.Stream(ctx, bus.StreamEvents)
 	require.NoError(t, err)
 	require.Equal(t, 3, info.CachedInfo().Config.Replicas)
 

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/events"
 )
@@ -25,8 +26,8 @@ type rejections struct {
 func (s *stack) watchRejections(t *testing.T) *rejections {
 	t.Helper()
 	r := &rejections{ch: make(chan *events.CommandRejected, 64)}
-	sub, err := s.nc.Subscribe(events.RejectionsPrefix+".>", func(m *nats.Msg) {
-		ev, err := events.Decode(m.Header, m.Data)
+	sub, err := s.nc.Subscribe(bus.RejectionsPrefix+".>", func(m *nats.Msg) {
+		ev, err := bus.Decode(m.Header, m.Data)
 		if p, ok := ev.Data.(*events.CommandRejected); err == nil && ok {
 			r.ch <- p
 		}
@@ -68,22 +69,22 @@ func TestEveryCommandMessageIsAnswered(t *testing.T) {
 		reason  string
 		key     string // the rejection's command key; "" for subject#seq-N
 	}{
-		{name: "NoHeadersAtAll", subject: events.SubjectStart, data: start, reason: "not a CloudEvent"},
-		{name: "BinaryWithoutID", subject: events.SubjectStart, data: start,
+		{name: "NoHeadersAtAll", subject: bus.SubjectStart, data: start, reason: "not a CloudEvent"},
+		{name: "BinaryWithoutID", subject: bus.SubjectStart, data: start,
 			header: nats.Header{"ce-specversion": {"1.0"}, "ce-type": {string(events.TypeStartExecution)}, "ce-source": {"tour"}},
 			reason: "has no id"},
-		{name: "MalformedStructuredJSON", subject: events.SubjectStart, header: structured, data: []byte(`{"specversion":"1.0","id":`),
+		{name: "MalformedStructuredJSON", subject: bus.SubjectStart, header: structured, data: []byte(`{"specversion":"1.0","id":`),
 			reason: "not valid JSON"},
-		{name: "StructuredWithoutID", subject: events.SubjectStart, header: structured,
+		{name: "StructuredWithoutID", subject: bus.SubjectStart, header: structured,
 			data:   []byte(`{"specversion":"1.0","type":"io.jetflow.execution.start","source":"tour","data":{"workflow":"hello"}}`),
 			reason: "has no id"},
-		{name: "StartOnTheSignalSubject", subject: events.SubjectSignal,
+		{name: "StartOnTheSignalSubject", subject: bus.SubjectSignal,
 			header: nats.Header{"ce-specversion": {"1.0"}, "ce-type": {string(events.TypeStartExecution)}, "ce-source": {"tour"}, "ce-id": {"mis-1"}},
 			data:   start, reason: "that subject takes " + string(events.TypeSignalExecution), key: "tour#mis-1"},
-		{name: "UnknownCommandSubject", subject: events.CommandsPrefix + ".bogus",
+		{name: "UnknownCommandSubject", subject: bus.CommandsPrefix + ".bogus",
 			header: nats.Header{"ce-specversion": {"1.0"}, "ce-type": {string(events.TypeStartExecution)}, "ce-source": {"tour"}, "ce-id": {"bogus-1"}},
 			data:   start, reason: "is not a command subject", key: "tour#bogus-1"},
-		{name: "UnknownType", subject: events.SubjectStart,
+		{name: "UnknownType", subject: bus.SubjectStart,
 			header: nats.Header{"ce-specversion": {"1.0"}, "ce-type": {"com.example.nope"}, "ce-source": {"tour"}, "ce-id": {"nope-1"}},
 			data:   start, reason: "not a jetflow command", key: "tour#nope-1"},
 	} {
@@ -104,11 +105,11 @@ func TestEveryCommandMessageIsAnswered(t *testing.T) {
 	// None of them started anything.
 	_, err := s.c.Execution(context.Background(), "never-1")
 	require.True(t, client.IsStatus(err, http.StatusNotFound), "%v", err)
-	_, err = s.js.Stream(context.Background(), events.StreamEvents)
+	_, err = s.js.Stream(context.Background(), bus.StreamEvents)
 	require.NoError(t, err)
-	stream, err := s.js.Stream(context.Background(), events.StreamEvents)
+	stream, err := s.js.Stream(context.Background(), bus.StreamEvents)
 	require.NoError(t, err)
-	_, err = stream.GetLastMsgForSubject(context.Background(), events.ExecutionSubject("hello", "never-1"))
+	_, err = stream.GetLastMsgForSubject(context.Background(), bus.ExecutionSubject("hello", "never-1"))
 	require.True(t, errors.Is(err, jetstream.ErrMsgNotFound), "%v", err)
 }
 
@@ -155,7 +156,7 @@ func TestSameKeyOtherDataIsAConflict(t *testing.T) {
 	// Over NATS: the second event is rejected with code conflict.
 	rej := s.watchRejections(t)
 	pub := func(input string) {
-		msg := &nats.Msg{Subject: events.SubjectStart, Data: []byte(`{"workflow":"hello","input":` + input + `}`),
+		msg := &nats.Msg{Subject: bus.SubjectStart, Data: []byte(`{"workflow":"hello","input":` + input + `}`),
 			Header: nats.Header{"ce-specversion": {"1.0"}, "ce-type": {string(events.TypeStartExecution)}, "ce-source": {"tour/nats"}, "ce-id": {"order-9"}}}
 		_, err := s.js.PublishMsg(ctx, msg)
 		require.NoError(t, err)

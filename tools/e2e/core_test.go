@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
@@ -184,7 +185,7 @@ func TestSameCloudEventTwiceStartsOneExecution(t *testing.T) {
 	// Binary mode, published twice with plain NATS publish and no
 	// Nats-Msg-Id, so JetStream's dedupe window does not help: the
 	// dispatcher must recognise the command itself.
-	msg, err := events.Encode(events.SubjectStart, ev)
+	msg, err := bus.Encode(bus.SubjectStart, ev)
 	require.NoError(t, err)
 	require.Equal(t, "order-42", msg.Header.Get("ce-id"))
 	require.NoError(t, s.nc.PublishMsg(msg))
@@ -192,12 +193,12 @@ func TestSameCloudEventTwiceStartsOneExecution(t *testing.T) {
 	// Structured mode, same source and id: still the same command.
 	structured, err := events.EncodeStructured(ev)
 	require.NoError(t, err)
-	require.NoError(t, s.nc.PublishMsg(&nats.Msg{Subject: events.SubjectStart, Data: structured,
+	require.NoError(t, s.nc.PublishMsg(&nats.Msg{Subject: bus.SubjectStart, Data: structured,
 		Header: nats.Header{"content-type": {"application/cloudevents+json"}}}))
 
 	// As the nats CLI sends it (nats pub jf.commands.start BODY -H K:V ...):
 	// header keys exactly as typed, here in canonical HTTP case.
-	byHand := nats.NewMsg(events.SubjectStart)
+	byHand := nats.NewMsg(bus.SubjectStart)
 	for _, kv := range [][2]string{{"Ce-Specversion", "1.0"}, {"Ce-Id", "order-42"}, {"Ce-Source", "urn:test:orders"},
 		{"Ce-Type", string(events.TypeStartExecution)}, {"Content-Type", "application/json"}} {
 		byHand.Header.Add(kv[0], kv[1])
@@ -251,21 +252,21 @@ func TestExplicitExecutionIDIsUniqueForever(t *testing.T) {
 
 	// Over NATS: the dispatcher publishes a rejection and changes nothing.
 	ev := ceStart(t, "urn:test:cli", "another-command", `{"workflow":"other","execution_id":"job-1"}`)
-	sub, err := s.nc.SubscribeSync(events.RejectionSubject(events.CommandKey(ev.Source, ev.ID)))
+	sub, err := s.nc.SubscribeSync(bus.RejectionSubject(events.CommandKey(ev.Source, ev.ID)))
 	require.NoError(t, err)
-	msg, err := events.Encode(events.SubjectStart, ev)
+	msg, err := bus.Encode(bus.SubjectStart, ev)
 	require.NoError(t, err)
 	require.NoError(t, s.nc.PublishMsg(msg))
 	m, err := sub.NextMsg(10 * time.Second)
 	require.NoError(t, err)
-	rej, err := events.Decode(m.Header, m.Data)
+	rej, err := bus.Decode(m.Header, m.Data)
 	require.NoError(t, err)
 	require.Equal(t, events.CodeConflict, rej.Data.(*events.CommandRejected).Code)
 	require.Contains(t, rej.Data.(*events.CommandRejected).Reason, "already used")
 
 	after := s.history(t, "job-1")
 	require.Equal(t, len(before), len(after), "a refused start changes nothing")
-	_, err = s.js.KeyValue(ctx, events.BucketExecutions)
+	_, err = s.js.KeyValue(ctx, bus.BucketExecutions)
 	require.NoError(t, err)
 }
 

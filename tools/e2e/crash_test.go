@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"jetflow.dev/pkg/auth"
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
@@ -206,7 +207,7 @@ steps:
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
 	for _, id := range ids {
-		evs, err := history.Read(ctx, js, events.ExecutionFilter(id), 0)
+		evs, err := history.Read(ctx, js, bus.ExecutionFilter(id), 0)
 		require.NoError(t, err)
 		x := requireLinear(t, evs)
 		require.Equal(t, projections.StatusSucceeded, x.Status, "%s: %s", id, x.Error)

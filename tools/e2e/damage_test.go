@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
@@ -47,13 +48,13 @@ func TestForgedAndMalformedEventsAreQuarantined(t *testing.T) {
 	}
 
 	t.Log("the admin writes a message that is no event into q1's history")
-	ack, err := s.js.Publish(ctx, events.ExecutionSubject("gated", "q1"), []byte(`{"status":"succeeded"}`),
+	ack, err := s.js.Publish(ctx, bus.ExecutionSubject("gated", "q1"), []byte(`{"status":"succeeded"}`),
 		jetstream.WithExpectLastSequencePerSubject(last("q1")))
 	require.NoError(t, err)
 	bad1 := ack.Sequence
 	t.Log("and a well-formed but illegal event into q2's: a step that never ran succeeded")
 	forged := events.New("by-hand", "q2", "gated", time.Now(), &events.StepSucceeded{StepID: "after", Attempt: 1})
-	bad2, err := history.Append(ctx, s.js, events.ExecutionSubject("gated", "q2"), last("q2"), forged)
+	bad2, err := history.Append(ctx, s.js, bus.ExecutionSubject("gated", "q2"), last("q2"), forged)
 	require.NoError(t, err)
 
 	for id, seq := range map[string]uint64{"q1": bad1, "q2": bad2} {

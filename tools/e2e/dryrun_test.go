@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
@@ -114,7 +115,7 @@ steps:
 		"each operation, sleep and wait is skipped once, and nothing else")
 
 	t.Log("nothing reached an agent, a timer or the lock bucket: their streams never held a message")
-	for _, stream := range []string{events.StreamTasks, events.StreamTimers, "KV_" + events.BucketLocks} {
+	for _, stream := range []string{bus.StreamTasks, bus.StreamTimers, "KV_" + bus.BucketLocks} {
 		str, err := s.js.Stream(ctx, stream)
 		require.NoError(t, err)
 		info, err := str.Info(ctx)

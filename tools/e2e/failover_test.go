@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/natstest"
@@ -55,7 +56,7 @@ func TestDispatcherFailoverAfterSIGKILL(t *testing.T) {
 		t.Cleanup(p.stop)
 		p.start()
 	}
-	kv, err := js.KeyValue(t.Context(), events.BucketDispatchers)
+	kv, err := js.KeyValue(t.Context(), bus.BucketDispatchers)
 	require.NoError(t, err)
 	holders := func() map[string]int { // member -> partitions held
 		out := map[string]int{}
@@ -81,15 +82,15 @@ func TestDispatcherFailoverAfterSIGKILL(t *testing.T) {
 		ids[i] = fmt.Sprintf("steady-%d", i)
 		ev := events.New("failover-test", "", "", time.Now(), &events.StartExecution{Workflow: "steady", ExecutionID: ids[i],
 			Input: json.RawMessage(`{}`)})
-		msg, err := events.Encode(events.SubjectStart, ev)
+		msg, err := bus.Encode(bus.SubjectStart, ev)
 		require.NoError(t, err)
 		_, err = js.PublishMsg(t.Context(), msg, jetstream.WithMsgID(ev.ID))
 		require.NoError(t, err)
 	}
-	stream, err := js.Stream(t.Context(), events.StreamEvents)
+	stream, err := js.Stream(t.Context(), bus.StreamEvents)
 	require.NoError(t, err)
 	last := func(id string) (events.Type, bool) {
-		m, err := stream.GetLastMsgForSubject(t.Context(), events.ExecutionSubject("steady", id))
+		m, err := stream.GetLastMsgForSubject(t.Context(), bus.ExecutionSubject("steady", id))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return "", false
 		}
@@ -128,7 +129,7 @@ func TestDispatcherFailoverAfterSIGKILL(t *testing.T) {
 	var worstAt string
 	running := 0 // executions that were running when the dispatcher died
 	for _, id := range ids {
-		evs, err := history.Read(t.Context(), js, events.ExecutionSubject("steady", id), 0)
+		evs, err := history.Read(t.Context(), js, bus.ExecutionSubject("steady", id), 0)
 		require.NoError(t, err)
 		requireLinear(t, evs)
 		x, err := projections.Fold(evs)

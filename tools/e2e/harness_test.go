@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"jetflow.dev/pkg/auth"
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
@@ -170,7 +171,7 @@ func (s *stack) history(t *testing.T, id string) []events.Event {
 	var evs []events.Event
 	var err error
 	require.Eventually(t, func() bool { // retried: a cluster may be electing a leader
-		evs, err = history.Read(context.Background(), s.js, events.ExecutionFilter(id), 0)
+		evs, err = history.Read(context.Background(), s.js, bus.ExecutionFilter(id), 0)
 		return err == nil
 	}, 20*time.Second, 50*time.Millisecond, "read history of %s: %v", id, err)
 	return evs
@@ -210,7 +211,7 @@ func requireLinear(t *testing.T, evs []events.Event) projections.Execution {
 // (recognised, refused or applied), not merely not yet read.
 func (s *stack) waitCommandsHandled(t *testing.T) {
 	t.Helper()
-	waitDispatchersCaughtUp(t, s.js, events.StreamCommands)
+	waitDispatchersCaughtUp(t, s.js, bus.StreamCommands)
 }
 
 // waitDurableCaughtUp waits until one durable consumer has acknowledged
@@ -248,8 +249,8 @@ func waitDispatchersCaughtUp(t *testing.T, js jetstream.JetStream, streamName st
 	t.Helper()
 	ctx := context.Background()
 	streams := []string{streamName}
-	if streamName == events.StreamCommands {
-		streams = append(streams, events.StreamInbox)
+	if streamName == bus.StreamCommands {
+		streams = append(streams, bus.StreamInbox)
 	}
 	poll(t, 30*time.Second, "dispatcher consumers of "+streamName+" caught up", func() (bool, string) {
 		for _, name := range streams {
@@ -273,7 +274,7 @@ func waitDispatchersCaughtUp(t *testing.T, js jetstream.JetStream, streamName st
 			if busy != "" {
 				return false, busy
 			}
-			if name != events.StreamCommands && partitions < partition.DefaultCount {
+			if name != bus.StreamCommands && partitions < partition.DefaultCount {
 				return false, fmt.Sprintf("%d of %d partition consumers on %s", partitions, partition.DefaultCount, name)
 			}
 		}
@@ -305,7 +306,7 @@ func poll(t *testing.T, timeout time.Duration, what string, cond func() (bool, s
 func (s *stack) waitProjected(t *testing.T) {
 	t.Helper()
 	s.waitCommandsHandled(t)
-	waitDurableCaughtUp(t, s.js, events.StreamEvents, projector.Consumer)
+	waitDurableCaughtUp(t, s.js, bus.StreamEvents, projector.Consumer)
 }
 
 // waitProgress waits until the history of execution id (of workflow wf)
@@ -314,12 +315,12 @@ func (s *stack) waitProjected(t *testing.T) {
 func (s *stack) waitProgress(t *testing.T, wf, id string, stall time.Duration) {
 	t.Helper()
 	ctx := context.Background()
-	stream, err := s.js.Stream(ctx, events.StreamEvents)
+	stream, err := s.js.Stream(ctx, bus.StreamEvents)
 	require.NoError(t, err)
 	var last uint64
 	moved, give := time.Now(), time.Now().Add(3*time.Minute)
 	for {
-		m, err := stream.GetLastMsgForSubject(ctx, events.ExecutionSubject(wf, id))
+		m, err := stream.GetLastMsgForSubject(ctx, bus.ExecutionSubject(wf, id))
 		if err == nil {
 			switch events.Type(m.Header.Get("ce-type")) {
 			case events.TypeExecutionSucceeded, events.TypeExecutionFailed, events.TypeExecutionCancelled:
@@ -345,11 +346,11 @@ func (s *stack) waitProgress(t *testing.T, wf, id string, stall time.Duration) {
 // the command commandKey.
 func (s *stack) requireNoRejection(t *testing.T, commandKey string) {
 	t.Helper()
-	stream, err := s.js.Stream(context.Background(), events.StreamRejections)
+	stream, err := s.js.Stream(context.Background(), bus.StreamRejections)
 	require.NoError(t, err)
-	m, err := stream.GetLastMsgForSubject(context.Background(), events.RejectionSubject(commandKey))
+	m, err := stream.GetLastMsgForSubject(context.Background(), bus.RejectionSubject(commandKey))
 	if err == nil {
-		rej, _ := events.Decode(m.Header, m.Data)
+		rej, _ := bus.Decode(m.Header, m.Data)
 		t.Fatalf("command %s was rejected: %+v", commandKey, rej.Data)
 	}
 	require.ErrorIs(t, err, jetstream.ErrMsgNotFound)
@@ -399,7 +400,7 @@ func (g *gate) open() { _ = os.WriteFile(g.path, nil, 0o600) }
 func (s *stack) waitResult(t *testing.T, id, step string) {
 	t.Helper()
 	poll(t, 30*time.Second, "a final result of "+id+" step "+step, func() (bool, string) {
-		evs, err := history.ReadStream(context.Background(), s.js, events.StreamResults, events.ExecutionResults(id), 0, 0)
+		evs, err := history.ReadStream(context.Background(), s.js, bus.StreamResults, bus.ExecutionResults(id), 0, 0)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -416,7 +417,7 @@ func (s *stack) waitResult(t *testing.T, id, step string) {
 		}
 		return false, fmt.Sprintf("results %v", seen)
 	})
-	waitDispatchersCaughtUp(t, s.js, events.StreamResults)
+	waitDispatchersCaughtUp(t, s.js, bus.StreamResults)
 }
 
 // waitTimerHandled waits until the durable timer timerID has fired (its
@@ -424,14 +425,14 @@ func (s *stack) waitResult(t *testing.T, id, step string) {
 // that fired.
 func (s *stack) waitTimerHandled(t *testing.T, timerID string) {
 	t.Helper()
-	stream, err := s.js.Stream(context.Background(), events.StreamTimers)
+	stream, err := s.js.Stream(context.Background(), bus.StreamTimers)
 	require.NoError(t, err)
 	poll(t, 30*time.Second, "timer "+timerID+" fired", func() (bool, string) {
-		_, err := stream.GetLastMsgForSubject(context.Background(), events.ScheduleSubject(timerID))
+		_, err := stream.GetLastMsgForSubject(context.Background(), bus.ScheduleSubject(timerID))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return true, ""
 		}
 		return false, fmt.Sprintf("schedule still there (%v)", err)
 	})
-	waitDispatchersCaughtUp(t, s.js, events.StreamTimers)
+	waitDispatchersCaughtUp(t, s.js, bus.StreamTimers)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"jetflow.dev/pkg/auth"
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
@@ -115,11 +116,11 @@ func TestOperatorEventsRecordTheAuthenticatedActor(t *testing.T) {
 	rej := s.watchRejections(t)
 	forged := events.New("mallory", "a2", "gated", time.Now(), &events.ExecutionAction{ExecutionID: "a2", Action: events.ActionResume,
 		Actor: key("oncall", operatorID)})
-	msg, err := events.Encode(events.SubjectAPIAction, forged)
+	msg, err := bus.Encode(bus.SubjectAPIAction, forged)
 	require.NoError(t, err)
 	cl.denied(t, msg)
 	before := len(s.history(t, "a2"))
-	msg, err = events.Encode(events.SubjectAction, forged)
+	msg, err = bus.Encode(bus.SubjectAction, forged)
 	require.NoError(t, err)
 	_, err = cl.js.PublishMsg(ctx, msg)
 	require.NoError(t, err)
@@ -134,7 +135,7 @@ func TestOperatorEventsRecordTheAuthenticatedActor(t *testing.T) {
 	for _, tok := range tokens {
 		require.NotContains(t, all, tok)
 	}
-	for _, name := range []string{events.StreamEvents, events.StreamCommands} {
+	for _, name := range []string{bus.StreamEvents, bus.StreamCommands} {
 		st, err := s.js.Stream(ctx, name)
 		require.NoError(t, err)
 		info, err := st.Info(ctx)

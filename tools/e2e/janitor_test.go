@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
@@ -33,7 +34,7 @@ func TestJanitorFailsTaskWhoseAgentsDie(t *testing.T) {
 	require.Contains(t, fragile.Error, "delivered 2 times")
 	require.Equal(t, "janitor", fragile.Agent)
 
-	stream, err := s.js.Stream(ctx, events.StreamTasks)
+	stream, err := s.js.Stream(ctx, bus.StreamTasks)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		info, err := stream.Info(ctx)
@@ -45,8 +46,8 @@ func TestJanitorFailsTaskWhoseAgentsDie(t *testing.T) {
 // play: each delivery is taken and never answered.
 func flakyAgents(t *testing.T, s *stack) jetstream.Consumer {
 	t.Helper()
-	cons, err := s.js.CreateOrUpdateConsumer(context.Background(), events.StreamTasks, jetstream.ConsumerConfig{
-		Durable: "agent-flaky", FilterSubject: events.TaskSubject("flaky"), AckPolicy: jetstream.AckExplicitPolicy,
+	cons, err := s.js.CreateOrUpdateConsumer(context.Background(), bus.StreamTasks, jetstream.ConsumerConfig{
+		Durable: "agent-flaky", FilterSubject: bus.TaskSubject("flaky"), AckPolicy: jetstream.AckExplicitPolicy,
 		AckWait: 300 * time.Millisecond, MaxDeliver: 2,
 	})
 	require.NoError(t, err)
@@ -94,7 +95,7 @@ func TestJanitorLostTaskReplaysAutomatically(t *testing.T) {
 			return false, err.Error()
 		}
 		for m := range batch.Messages() {
-			ev, err := events.Decode(m.Headers(), m.Data())
+			ev, err := bus.Decode(m.Headers(), m.Data())
 			require.NoError(t, err)
 			if tk, ok := ev.Data.(*events.Task); ok && tk.Attempt == 2 {
 				task = tk
@@ -104,7 +105,7 @@ func TestJanitorLostTaskReplaysAutomatically(t *testing.T) {
 		return task != nil, "no task of attempt 2"
 	})
 	ev := events.New("test-agent", task.ExecutionID, task.Workflow, time.Now(), &events.OperationSucceeded{TaskRef: task.Ref("healthy", 1)})
-	msg, err := events.Encode(events.ResultSubject(task.Queue, task.ExecutionID), ev)
+	msg, err := bus.Encode(bus.ResultSubject(task.Queue, task.ExecutionID), ev)
 	require.NoError(t, err)
 	_, err = s.js.PublishMsg(ctx, msg)
 	require.NoError(t, err)

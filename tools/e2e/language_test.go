@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/operation"
@@ -325,7 +326,7 @@ steps:
 	s.waitStepStatus(t, "ng1", "hold", projections.OpWaiting)
 	sig := events.Event{ID: "sig-1", Type: events.TypeSignalExecution, Source: "urn:test:ops", Time: time.Now().UTC(),
 		Data: &events.SignalExecution{ExecutionID: "ng1", Name: "go", Data: json.RawMessage(`{"who":"ops"}`)}}
-	msg, err := events.Encode(events.SubjectSignal, sig)
+	msg, err := bus.Encode(bus.SubjectSignal, sig)
 	require.NoError(t, err)
 	// Plain NATS publishes without Nats-Msg-Id: JetStream keeps both
 	// copies, and the dispatcher must recognise the second itself.
@@ -354,14 +355,14 @@ steps:
 	// A signal for an unknown execution is rejected with a reason.
 	bad := sig
 	bad.ID, bad.Data = "sig-2", &events.SignalExecution{ExecutionID: "nobody", Name: "go"}
-	sub, err := s.nc.SubscribeSync(events.RejectionSubject(events.CommandKey(bad.Source, bad.ID)))
+	sub, err := s.nc.SubscribeSync(bus.RejectionSubject(events.CommandKey(bad.Source, bad.ID)))
 	require.NoError(t, err)
-	msg, err = events.Encode(events.SubjectSignal, bad)
+	msg, err = bus.Encode(bus.SubjectSignal, bad)
 	require.NoError(t, err)
 	require.NoError(t, s.nc.PublishMsg(msg))
 	m, err := sub.NextMsg(10 * time.Second)
 	require.NoError(t, err)
-	rej, err := events.Decode(m.Header, m.Data)
+	rej, err := bus.Decode(m.Header, m.Data)
 	require.NoError(t, err)
 	require.Equal(t, events.CodeNotFound, rej.Data.(*events.CommandRejected).Code)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/catalog"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
@@ -278,7 +279,7 @@ func startLockExecutions(t *testing.T, js jetstream.JetStream, perWorkflow int) 
 			ids = append(ids, lockExecution{wf, id})
 			ev := events.New("lock-test", "", "", time.Now(), &events.StartExecution{Workflow: wf, ExecutionID: id,
 				Input: json.RawMessage(`{"name":"shared"}`)})
-			msg, err := events.Encode(events.SubjectStart, ev)
+			msg, err := bus.Encode(bus.SubjectStart, ev)
 			require.NoError(t, err)
 			_, err = js.PublishMsg(t.Context(), msg, jetstream.WithMsgID(ev.ID))
 			require.NoError(t, err)
@@ -295,7 +296,7 @@ func startLockExecutions(t *testing.T, js jetstream.JetStream, perWorkflow int) 
 func requireLockExecutionsSucceeded(t *testing.T, js jetstream.JetStream, ids []lockExecution, timeout time.Duration) {
 	t.Helper()
 	folded := func(wf, id string) (projections.Execution, []events.Event) {
-		evs, err := history.Read(t.Context(), js, events.ExecutionSubject(wf, id), 0)
+		evs, err := history.Read(t.Context(), js, bus.ExecutionSubject(wf, id), 0)
 		require.NoError(t, err)
 		x, err := projections.Fold(evs)
 		require.NoError(t, err)

@@ -10,8 +10,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/client"
-	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
 )
 
@@ -51,10 +51,10 @@ func TestRebuiltReadModelsEqualLiveOnes(t *testing.T) {
 	for _, id := range ids {
 		s.waitDone(t, id, 20*time.Second)
 	}
-	kv, err := s.js.KeyValue(ctx, events.BucketExecutions)
+	kv, err := s.js.KeyValue(ctx, bus.BucketExecutions)
 	require.NoError(t, err)
 	// Wait until the live projector has folded every event.
-	stream, err := s.js.Stream(ctx, events.StreamEvents)
+	stream, err := s.js.Stream(ctx, bus.StreamEvents)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		cons, err := stream.Consumer(ctx, "projector")

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/natstest"
@@ -46,11 +47,11 @@ func TestRecordedMeansInTheHistory(t *testing.T) {
 	stopped := make(chan error, 1)
 	go func() { stopped <- d.Run(dctx) }()
 	start := events.New("urn:test", "", "", time.Now(), &events.StartExecution{Workflow: "gated", ExecutionID: "x1"})
-	msg, err := events.Encode(events.SubjectStart, start)
+	msg, err := bus.Encode(bus.SubjectStart, start)
 	require.NoError(t, err)
 	_, err = js.PublishMsg(ctx, msg)
 	require.NoError(t, err)
-	subject := events.ExecutionSubject("gated", "x1")
+	subject := bus.ExecutionSubject("gated", "x1")
 	var x projections.Execution
 	poll(t, 20*time.Second, "x1 waits at its gate", func() (bool, string) {
 		evs, err := history.Read(ctx, js, subject, 0)
@@ -99,10 +100,10 @@ func TestRecordedMeansInTheHistory(t *testing.T) {
 		answered <- answer{status: resp.StatusCode, body: body, at: time.Now()}
 	}()
 	key := events.CommandKey("jetflow/api", "idem-k1")
-	commands, err := js.Stream(ctx, events.StreamCommands)
+	commands, err := js.Stream(ctx, bus.StreamCommands)
 	require.NoError(t, err)
 	poll(t, 10*time.Second, "the api published the signal command (it listens on the history first)", func() (bool, string) {
-		_, err := commands.GetLastMsgForSubject(ctx, events.SubjectAPISignal)
+		_, err := commands.GetLastMsgForSubject(ctx, bus.SubjectAPISignal)
 		return err == nil, "not yet"
 	})
 
@@ -120,13 +121,13 @@ func TestRecordedMeansInTheHistory(t *testing.T) {
 	other := appendEvent(x.LastSeq, &events.SignalReceived{SignalID: "sig-other", Name: "other", Sender: "urn:test"})
 	refused := events.New("jetflow/dispatcher", "x1", "gated", time.Now(), recording)
 	refused.PrevSeq = x.LastSeq
-	msg, err = events.Encode(subject, refused)
+	msg, err = bus.Encode(subject, refused)
 	require.NoError(t, err)
 	msg.Header.Set(jetstream.MsgIDHeader, refused.ID)
 	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(x.LastSeq, 10))
 	require.NoError(t, nc.PublishMsg(msg)) // as an append without waiting for its answer
 	require.NoError(t, nc.Flush())
-	stream, err := js.Stream(ctx, events.StreamEvents)
+	stream, err := js.Stream(ctx, bus.StreamEvents)
 	require.NoError(t, err)
 	last, err := stream.GetLastMsgForSubject(ctx, subject)
 	require.NoError(t, err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
@@ -89,7 +90,7 @@ func TestReplayAtomicIncrementOverHTTP(t *testing.T) {
 	t.Cleanup(func() { _ = os.Remove(hold) })
 	ev := events.Event{ID: "replay-inc1", Type: events.TypeExecutionAction, Source: "urn:test:ops", Time: time.Now().UTC(),
 		Data: &events.ExecutionAction{ExecutionID: "inc1", Action: events.ActionReplay, From: events.ReplayStart, Force: true}}
-	msg, err := events.Encode(events.SubjectAction, ev)
+	msg, err := bus.Encode(bus.SubjectAction, ev)
 	require.NoError(t, err)
 	require.NoError(t, s.nc.PublishMsg(msg))
 	require.NoError(t, s.nc.PublishMsg(msg)) // the same event twice is one replay

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
@@ -122,7 +123,7 @@ steps:
 		require.NoError(t, err, id)
 	}
 	// The claims of expired executions are kept, marked expired.
-	ids, err := s.js.KeyValue(ctx, events.BucketExecutionIDs)
+	ids, err := s.js.KeyValue(ctx, bus.BucketExecutionIDs)
 	require.NoError(t, err)
 	e, err := ids.Get(ctx, "prov-ok")
 	require.NoError(t, err)
@@ -144,7 +145,7 @@ func TestExpiredRefusesActionsBeforeDeletion(t *testing.T) {
 	// What the janitor publishes when the rule no longer keeps it.
 	ev := events.New("jetflow/janitor", "denied-1", "denied", time.Now(), &events.ExpireExecution{
 		ExecutionID: "denied-1", Workflow: "denied", LastSeq: x.LastSeq, Rule: "1"})
-	msg, err := events.Encode(events.SubjectExpire, ev)
+	msg, err := bus.Encode(bus.SubjectExpire, ev)
 	require.NoError(t, err)
 	_, err = s.js.PublishMsg(ctx, msg)
 	require.NoError(t, err)

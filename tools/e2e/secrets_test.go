@@ -18,8 +18,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/client"
-	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/pkg/redact"
 	"jetflow.dev/services/agent/agent"
@@ -146,13 +146,13 @@ output:
 		streams = append(streams, n)
 	}
 	require.NoError(t, names.Err())
-	require.Contains(t, streams, events.StreamEvents)
-	require.Contains(t, streams, events.StreamResults)
+	require.Contains(t, streams, bus.StreamEvents)
+	require.Contains(t, streams, bus.StreamResults)
 	reference := false
 	for _, name := range streams {
 		scanStream(t, s.js, name, func(seq uint64, raw string) {
 			require.NotContains(t, raw, token, "stream %s, message %d", name, seq)
-			if name == events.StreamEvents && strings.Contains(raw, "${secret.TOKEN}") {
+			if name == bus.StreamEvents && strings.Contains(raw, "${secret.TOKEN}") {
 				reference = true
 			}
 			if strings.HasPrefix(name, "KV_") {
@@ -161,7 +161,7 @@ output:
 		})
 	}
 	require.True(t, reference, "the history records the reference")
-	require.Positive(t, scanStream(t, s.js, "KV_"+events.BucketExecutions, func(uint64, string) {}), "read models were scanned")
+	require.Positive(t, scanStream(t, s.js, "KV_"+bus.BucketExecutions, func(uint64, string) {}), "read models were scanned")
 
 	// The api: the execution, as of now and as of its last event, the
 	// list, its events as JSON and as a followed stream.

@@ -93,7 +93,7 @@ func TestNATSIdentitiesAreLeastPrivilege(t *testing.T) {
 	_, err := s.c.Start(ctx, client.StartRequest{Workflow: "gated", ID: "victim"})
 	require.NoError(t, err)
 	x := s.waitStepStatus(t, "victim", "gate", projections.OpWaiting)
-	subject := events.ExecutionSubject("gated", "victim")
+	subject := bus.ExecutionSubject("gated", "victim")
 
 	// Nobody without credentials gets in.
 	_, err = nats.Connect(s.info.NATSURL)
@@ -101,39 +101,39 @@ func TestNATSIdentitiesAreLeastPrivilege(t *testing.T) {
 	require.Contains(t, strings.ToLower(err.Error()), "authorization violation")
 
 	forged := func(subject string, p events.Payload) *nats.Msg {
-		msg, err := events.Encode(subject, events.New("mallory", "victim", "gated", time.Now(), p))
+		msg, err := bus.Encode(subject, events.New("mallory", "victim", "gated", time.Now(), p))
 		require.NoError(t, err)
 		return msg
 	}
-	historyBefore := s.streamState(t, events.StreamEvents)
+	historyBefore := s.streamState(t, bus.StreamEvents)
 
 	t.Run("ClientCannotWriteHistoryResultsOrTopology", func(t *testing.T) {
 		c := s.as(t, auth.RoleClient)
 		c.denied(t, forged(subject, &events.ExecutionSucceeded{}))
-		c.denied(t, forged(events.ResultSubject("default", "victim"), &events.OperationSucceeded{TaskRef: events.TaskRef{
+		c.denied(t, forged(bus.ResultSubject("default", "victim"), &events.OperationSucceeded{TaskRef: events.TaskRef{
 			TaskID: "victim.before.1", ExecutionID: "victim", Workflow: "gated", StepID: "before", Attempt: 1, Token: x.Token, Queue: "default"}}))
-		c.denied(t, &nats.Msg{Subject: "$JS.API.STREAM.PURGE." + events.StreamEvents, Data: []byte(`{"filter":"` + subject + `"}`)})
-		c.denied(t, &nats.Msg{Subject: "$JS.API.STREAM.DELETE." + events.StreamRejections})
-		c.denied(t, &nats.Msg{Subject: "$JS.API.STREAM.PURGE.KV_" + events.BucketLocks})
-		c.denied(t, &nats.Msg{Subject: "$KV." + events.BucketLocks + ".some-lock", Header: nats.Header{"KV-Operation": {"PURGE"}}})
-		c.denied(t, &nats.Msg{Subject: "$KV." + events.BucketExecutionIDs + ".victim", Header: nats.Header{"KV-Operation": {"DEL"}}})
-		c.denied(t, &nats.Msg{Subject: "$JS.API.CONSUMER.DELETE." + events.StreamCommands + "." + bus.ConsumerDispatcherCommands})
-		c.denied(t, &nats.Msg{Subject: "$JS.API.CONSUMER.MSG.NEXT." + events.StreamEvents + "." + bus.ConsumerProjector, Data: []byte(`{"batch":1}`)})
-		c.denied(t, &nats.Msg{Subject: "$JS.API.CONSUMER.DURABLE.CREATE." + events.StreamEvents + ".spy"})
-		c.denied(t, &nats.Msg{Subject: events.TaskSubject("default")})
-		c.denied(t, &nats.Msg{Subject: events.CommandsPrefix + ".expire"})
-		c.denied(t, &nats.Msg{Subject: events.SubjectAPIAction}) // commands that carry an actor are the api's
+		c.denied(t, &nats.Msg{Subject: "$JS.API.STREAM.PURGE." + bus.StreamEvents, Data: []byte(`{"filter":"` + subject + `"}`)})
+		c.denied(t, &nats.Msg{Subject: "$JS.API.STREAM.DELETE." + bus.StreamRejections})
+		c.denied(t, &nats.Msg{Subject: "$JS.API.STREAM.PURGE.KV_" + bus.BucketLocks})
+		c.denied(t, &nats.Msg{Subject: "$KV." + bus.BucketLocks + ".some-lock", Header: nats.Header{"KV-Operation": {"PURGE"}}})
+		c.denied(t, &nats.Msg{Subject: "$KV." + bus.BucketExecutionIDs + ".victim", Header: nats.Header{"KV-Operation": {"DEL"}}})
+		c.denied(t, &nats.Msg{Subject: "$JS.API.CONSUMER.DELETE." + bus.StreamCommands + "." + bus.ConsumerDispatcherCommands})
+		c.denied(t, &nats.Msg{Subject: "$JS.API.CONSUMER.MSG.NEXT." + bus.StreamEvents + "." + bus.ConsumerProjector, Data: []byte(`{"batch":1}`)})
+		c.denied(t, &nats.Msg{Subject: "$JS.API.CONSUMER.DURABLE.CREATE." + bus.StreamEvents + ".spy"})
+		c.denied(t, &nats.Msg{Subject: bus.TaskSubject("default")})
+		c.denied(t, &nats.Msg{Subject: bus.CommandsPrefix + ".expire"})
+		c.denied(t, &nats.Msg{Subject: bus.SubjectAPIAction}) // commands that carry an actor are the api's
 		// The inbox holds commands the dispatchers checked; a partition's
 		// consumers and their lease are the dispatchers'.
-		c.denied(t, forged(events.InboxSubject(partition.Of("victim", partition.DefaultCount), "victim"),
+		c.denied(t, forged(bus.InboxSubject(partition.Of("victim", partition.DefaultCount), "victim"),
 			&events.ExecutionAction{ExecutionID: "victim", Action: events.ActionForceCancel}))
-		c.denied(t, &nats.Msg{Subject: "$JS.API.CONSUMER.RESET." + events.StreamResults + "." + bus.PartitionResultsConsumer(0)})
-		c.denied(t, &nats.Msg{Subject: "$JS.API.CONSUMER.MSG.NEXT." + events.StreamInbox + "." + bus.PartitionInboxConsumer(0), Data: []byte(`{"batch":1}`)})
-		c.denied(t, &nats.Msg{Subject: "$KV." + events.BucketDispatchers + "." + partition.LeaseKey(0), Header: nats.Header{"KV-Operation": {"PURGE"}}})
+		c.denied(t, &nats.Msg{Subject: "$JS.API.CONSUMER.RESET." + bus.StreamResults + "." + bus.PartitionResultsConsumer(0)})
+		c.denied(t, &nats.Msg{Subject: "$JS.API.CONSUMER.MSG.NEXT." + bus.StreamInbox + "." + bus.PartitionInboxConsumer(0), Data: []byte(`{"batch":1}`)})
+		c.denied(t, &nats.Msg{Subject: "$KV." + bus.BucketDispatchers + "." + partition.LeaseKey(0), Header: nats.Header{"KV-Operation": {"PURGE"}}})
 
 		// What a client is for still works: it reads the history...
 		evs, err := func() ([]events.Event, error) {
-			cons, err := c.js.OrderedConsumer(ctx, events.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+			cons, err := c.js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
 			if err != nil {
 				return nil, err
 			}
@@ -143,7 +143,7 @@ func TestNATSIdentitiesAreLeastPrivilege(t *testing.T) {
 				if err != nil {
 					return nil, err
 				}
-				ev, err := events.Decode(m.Headers(), m.Data())
+				ev, err := bus.Decode(m.Headers(), m.Data())
 				if err != nil {
 					return nil, err
 				}
@@ -154,7 +154,7 @@ func TestNATSIdentitiesAreLeastPrivilege(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, events.TypeExecutionStarted, evs[0].Type)
 		// ...and sends commands: this signal lets the execution finish.
-		sig, err := events.Encode(events.SubjectSignal, events.New("tour/nats", "victim", "gated", time.Now(),
+		sig, err := bus.Encode(bus.SubjectSignal, events.New("tour/nats", "victim", "gated", time.Now(),
 			&events.SignalExecution{ExecutionID: "victim", Name: "go"}))
 		require.NoError(t, err)
 		_, err = c.js.PublishMsg(ctx, sig)
@@ -164,19 +164,19 @@ func TestNATSIdentitiesAreLeastPrivilege(t *testing.T) {
 	t.Run("AgentCannotWriteHistoryNorReportForAnotherQueue", func(t *testing.T) {
 		a := s.as(t, auth.RoleAgent)
 		a.denied(t, forged(subject, &events.StepSucceeded{StepID: "gate", Attempt: 1}))
-		a.denied(t, forged(events.ResultSubject("gpu", "victim"), &events.OperationSucceeded{}))
-		a.denied(t, &nats.Msg{Subject: "$KV." + events.BucketLocks + ".some-lock"})
-		a.denied(t, &nats.Msg{Subject: "$JS.API.CONSUMER.MSG.NEXT." + events.StreamCommands + "." + bus.ConsumerDispatcherCommands, Data: []byte(`{"batch":1}`)})
-		a.denied(t, &nats.Msg{Subject: "$JS.API.STREAM.PURGE." + events.StreamTasks})
-		a.denied(t, &nats.Msg{Subject: events.InboxSubject(0, "victim")})
-		a.denied(t, &nats.Msg{Subject: "$JS.API.CONSUMER.RESET." + events.StreamTimers + "." + bus.PartitionTimersConsumer(0)})
+		a.denied(t, forged(bus.ResultSubject("gpu", "victim"), &events.OperationSucceeded{}))
+		a.denied(t, &nats.Msg{Subject: "$KV." + bus.BucketLocks + ".some-lock"})
+		a.denied(t, &nats.Msg{Subject: "$JS.API.CONSUMER.MSG.NEXT." + bus.StreamCommands + "." + bus.ConsumerDispatcherCommands, Data: []byte(`{"batch":1}`)})
+		a.denied(t, &nats.Msg{Subject: "$JS.API.STREAM.PURGE." + bus.StreamTasks})
+		a.denied(t, &nats.Msg{Subject: bus.InboxSubject(0, "victim")})
+		a.denied(t, &nats.Msg{Subject: "$JS.API.CONSUMER.RESET." + bus.StreamTimers + "." + bus.PartitionTimersConsumer(0)})
 		// The dispatchers' partition consumers on the reports stream: an
 		// agent may neither pull from, re-point nor delete them (it reads
 		// reports one get at a time).
 		part := bus.PartitionResultsConsumer(0)
-		a.denied(t, &nats.Msg{Subject: "$JS.API.CONSUMER.MSG.NEXT." + events.StreamResults + "." + part, Data: []byte(`{"batch":1}`)})
-		a.denied(t, &nats.Msg{Subject: "$JS.API.CONSUMER.DELETE." + events.StreamResults + "." + part})
-		a.denied(t, &nats.Msg{Subject: "$JS.API.CONSUMER.CREATE." + events.StreamResults + "." + part + ".jf.results.default.*.*",
+		a.denied(t, &nats.Msg{Subject: "$JS.API.CONSUMER.MSG.NEXT." + bus.StreamResults + "." + part, Data: []byte(`{"batch":1}`)})
+		a.denied(t, &nats.Msg{Subject: "$JS.API.CONSUMER.DELETE." + bus.StreamResults + "." + part})
+		a.denied(t, &nats.Msg{Subject: "$JS.API.CONSUMER.CREATE." + bus.StreamResults + "." + part + ".jf.results.default.*.*",
 			Data: []byte(`{"stream_name":"JF_RESULTS","config":{"durable_name":"` + part + `","filter_subject":"jf.results.default.*.*","ack_policy":"explicit"}}`)})
 	})
 
@@ -184,8 +184,8 @@ func TestNATSIdentitiesAreLeastPrivilege(t *testing.T) {
 		for _, role := range []auth.Role{auth.RoleAPI, auth.RoleJanitor} {
 			id := s.as(t, role)
 			id.denied(t, forged(subject, &events.ExecutionFailed{Error: "forged"}))
-			id.denied(t, &nats.Msg{Subject: "$JS.API.STREAM.DELETE." + events.StreamEvents})
-			id.denied(t, &nats.Msg{Subject: "$KV." + events.BucketLocks + ".some-lock"})
+			id.denied(t, &nats.Msg{Subject: "$JS.API.STREAM.DELETE." + bus.StreamEvents})
+			id.denied(t, &nats.Msg{Subject: "$KV." + bus.BucketLocks + ".some-lock"})
 		}
 	})
 
@@ -198,7 +198,7 @@ func TestNATSIdentitiesAreLeastPrivilege(t *testing.T) {
 	for _, ev := range evs {
 		require.Equal(t, "jetflow/dispatcher", ev.Source, "%s", ev.Type)
 	}
-	after := s.streamState(t, events.StreamEvents)
+	after := s.streamState(t, bus.StreamEvents)
 	require.GreaterOrEqual(t, after.Msgs, historyBefore.Msgs)
 	require.Equal(t, historyBefore.FirstSeq, after.FirstSeq, "nothing was purged")
 }
@@ -224,7 +224,7 @@ func TestForeignQueueReportIsIgnored(t *testing.T) {
 	// queue gpu whose permissions let it report on jf.results.gpu.>.
 	ref := events.TaskRef{TaskID: events.TaskID("foreign", "before", 1), ExecutionID: "foreign", Workflow: "gated",
 		StepID: "before", Attempt: 1, Token: token, Queue: "gpu", Agent: "rogue"}
-	msg, err := events.Encode(events.ResultSubject("gpu", "foreign"), events.New("rogue", "foreign", "gated", time.Now(),
+	msg, err := bus.Encode(bus.ResultSubject("gpu", "foreign"), events.New("rogue", "foreign", "gated", time.Now(),
 		&events.OperationFailed{TaskRef: ref, Error: "forged"}))
 	require.NoError(t, err)
 	_, err = s.js.PublishMsg(ctx, msg)
@@ -309,7 +309,7 @@ func TestNamespacesAreIsolated(t *testing.T) {
 	require.NoError(t, err)
 	bjs, err := jetstream.New(b)
 	require.NoError(t, err)
-	start, err := events.Encode(events.SubjectStart, events.New("team-b/app", "", "", time.Now(),
+	start, err := bus.Encode(bus.SubjectStart, events.New("team-b/app", "", "", time.Now(),
 		&events.StartExecution{Workflow: "hello", ExecutionID: "same-id"}))
 	require.NoError(t, err)
 	_, err = bjs.PublishMsg(ctx, start)
@@ -319,7 +319,7 @@ func TestNamespacesAreIsolated(t *testing.T) {
 	for done := false; !done; {
 		select {
 		case m := <-seen:
-			ev, err := events.Decode(m.Header, m.Data)
+			ev, err := bus.Decode(m.Header, m.Data)
 			require.NoError(t, err)
 			types = append(types, ev.Type)
 			if p, ok := ev.Data.(*events.StepScheduled); ok {
@@ -377,9 +377,9 @@ func TestWatchesOutliveFlowControl(t *testing.T) {
 		bucket string
 		key    string
 	}{
-		{auth.RoleDispatcher, events.BucketDispatchers, "flood-d"},
-		{auth.RoleJanitor, events.BucketExecutions, "flood-j"},
-		{auth.RoleAPI, events.BucketExecutions, "flood-a"},
+		{auth.RoleDispatcher, bus.BucketDispatchers, "flood-d"},
+		{auth.RoleJanitor, bus.BucketExecutions, "flood-j"},
+		{auth.RoleAPI, bus.BucketExecutions, "flood-a"},
 	} {
 		t.Run(string(c.role), func(t *testing.T) {
 			id := s.as(t, c.role)

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
@@ -78,7 +79,7 @@ func (b *timerBundle) histories(t *testing.T, ids []string) map[string][]events.
 	require.NoError(t, err)
 	out := map[string][]events.Event{}
 	for _, id := range ids {
-		evs, err := history.Read(b.ctx, js, events.ExecutionFilter(id), 0)
+		evs, err := history.Read(b.ctx, js, bus.ExecutionFilter(id), 0)
 		require.NoError(t, err)
 		out[id] = evs
 	}

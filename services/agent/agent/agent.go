@@ -243,7 +243,7 @@ func (a *Agent) work(ctx, taskCtx context.Context, cons jetstream.Consumer, queu
 }
 
 func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
-	ev, err := events.Decode(m.Headers(), m.Data())
+	ev, err := bus.Decode(m.Headers(), m.Data())
 	task, ok := ev.Data.(*events.Task)
 	if err != nil || !ok {
 		a.log.Error().Err(err).Str("subject", m.Subject()).Msg("drop malformed task")
@@ -429,7 +429,7 @@ func handBack(ctx context.Context, m jetstream.Msg, log zerolog.Logger, err erro
 // delivery. A malformed message on the subject is passed over.
 func (a *Agent) reported(ctx context.Context, task *events.Task) (bool, error) {
 	found := false
-	err := history.ScanReports(ctx, a.js, events.StreamResults, events.QueueResults(task.Queue, task.ExecutionID), func(ev events.Event) error {
+	err := history.ScanReports(ctx, a.js, bus.StreamResults, bus.QueueResults(task.Queue, task.ExecutionID), func(ev events.Event) error {
 		ref, ok := events.ResultRef(ev.Data)
 		if ok && ev.Type != events.TypeOperationStarted &&
 			ref.TaskID == task.TaskID && ref.Attempt == task.Attempt && ref.Token == task.Token {
@@ -519,7 +519,7 @@ func (a *Agent) resultMsg(id string, p events.Payload) (*nats.Msg, error) {
 	ref, _ := events.ResultRef(p)
 	ev := events.New(a.cfg.Source, ref.ExecutionID, ref.Workflow, time.Now(), p)
 	ev.ID = id
-	return events.Encode(events.ResultSubject(ref.Queue, ref.ExecutionID), ev)
+	return bus.Encode(bus.ResultSubject(ref.Queue, ref.ExecutionID), ev)
 }
 
 // report publishes a result, retrying for a while if JetStream is

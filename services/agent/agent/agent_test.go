@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/natstest"
@@ -58,7 +59,7 @@ func (b *agentBundle) publishTask(t *testing.T, execID string, step workflow.Ste
 		StepID: step.ID, Attempt: 1, Token: "tok-" + execID, Kind: step.Kind, Queue: step.QueueName(), Spec: spec}
 	ev := events.New("test-dispatcher", execID, "wf", time.Now(), task)
 	ev.ID = task.TaskID
-	msg, err := events.Encode(events.TaskSubject(step.QueueName()), ev)
+	msg, err := bus.Encode(bus.TaskSubject(step.QueueName()), ev)
 	require.NoError(t, err)
 	_, err = b.js.PublishMsg(t.Context(), msg, jetstream.WithMsgID(task.TaskID))
 	require.NoError(t, err)
@@ -67,7 +68,7 @@ func (b *agentBundle) publishTask(t *testing.T, execID string, step workflow.Ste
 
 func readResults(t *testing.T, js jetstream.JetStream, execID string) []events.Event {
 	t.Helper()
-	evs, err := history.ReadStream(t.Context(), js, events.StreamResults, events.ExecutionResults(execID), 0, 0)
+	evs, err := history.ReadStream(t.Context(), js, bus.StreamResults, bus.ExecutionResults(execID), 0, 0)
 	require.NoError(t, err)
 	return evs
 }
@@ -125,7 +126,7 @@ func requireStartedThen(t *testing.T, task *events.Task, evs []events.Event, fin
 func (b *agentBundle) waitQueueEmpty(t *testing.T) {
 	t.Helper()
 	natstest.Eventually(t, waitFor, func() bool {
-		stream, err := b.js.Stream(t.Context(), events.StreamTasks)
+		stream, err := b.js.Stream(t.Context(), bus.StreamTasks)
 		require.NoError(t, err)
 		info, err := stream.Info(t.Context())
 		require.NoError(t, err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 )
 
@@ -107,13 +108,13 @@ func (k *kills) lift(execID string) {
 // returns once the notices kept when it started are known, so that a task
 // of an execution killed before this agent started is refused.
 func (a *Agent) watchKills(ctx context.Context) (stop func(), err error) {
-	cons, err := a.js.OrderedConsumer(ctx, events.StreamKills, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{events.KillsPrefix + ".>"}, DeliverPolicy: jetstream.DeliverAllPolicy,
+	cons, err := a.js.OrderedConsumer(ctx, bus.StreamKills, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{bus.KillsPrefix + ".>"}, DeliverPolicy: jetstream.DeliverAllPolicy,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("follow kill notices: %w", err)
 	}
-	stream, err := a.js.Stream(ctx, events.StreamKills)
+	stream, err := a.js.Stream(ctx, bus.StreamKills)
 	if err != nil {
 		return nil, fmt.Errorf("follow kill notices: %w", err)
 	}
@@ -131,7 +132,7 @@ func (a *Agent) watchKills(ctx context.Context) (stop func(), err error) {
 				defer once.Do(func() { close(caughtUp) })
 			}
 		}
-		ev, err := events.Decode(m.Headers(), m.Data())
+		ev, err := bus.Decode(m.Headers(), m.Data())
 		p, ok := ev.Data.(*events.KillOperations)
 		if err != nil || !ok {
 			a.log.Warn().Err(err).Str("subject", m.Subject()).Msg("ignore malformed kill notice")
@@ -167,14 +168,14 @@ func (a *Agent) watchKills(ctx context.Context) (stop func(), err error) {
 // agent follows the notices apart from its tasks: a new task can arrive
 // before the lift is read, and the notice kept in the stream decides.
 func (a *Agent) liftedAt(ctx context.Context, execID string) (uint64, error) {
-	m, err := a.killsStream.GetLastMsgForSubject(ctx, events.KillSubject(execID))
+	m, err := a.killsStream.GetLastMsgForSubject(ctx, bus.KillSubject(execID))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, nil // none kept: the one followed expired, and stands until forgotten
 	}
 	if err != nil {
 		return 0, fmt.Errorf("read the kill notice of %s: %w", execID, err)
 	}
-	if ev, err := events.Decode(m.Header, m.Data); err == nil {
+	if ev, err := bus.Decode(m.Header, m.Data); err == nil {
 		if p, ok := ev.Data.(*events.KillOperations); ok && p.Lift {
 			return m.Sequence, nil
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/natstest"
 	"jetflow.dev/pkg/operation"
@@ -20,7 +21,7 @@ import (
 func publishKill(t *testing.T, js jetstream.JetStream, execID string) {
 	t.Helper()
 	ev := events.New("test-dispatcher", execID, "wf", time.Now(), &events.KillOperations{ExecutionID: execID, Workflow: "wf"})
-	msg, err := events.Encode(events.KillSubject(execID), ev)
+	msg, err := bus.Encode(bus.KillSubject(execID), ev)
 	require.NoError(t, err)
 	_, err = js.PublishMsg(t.Context(), msg)
 	require.NoError(t, err)
@@ -91,7 +92,7 @@ func TestAgentKillCancelsGoHandler(t *testing.T) {
 func publishNotice(t *testing.T, js jetstream.JetStream, execID string, lift bool) uint64 {
 	t.Helper()
 	ev := events.New("test-dispatcher", execID, "wf", time.Now(), &events.KillOperations{ExecutionID: execID, Workflow: "wf", Lift: lift})
-	msg, err := events.Encode(events.KillSubject(execID), ev)
+	msg, err := bus.Encode(bus.KillSubject(execID), ev)
 	require.NoError(t, err)
 	ack, err := js.PublishMsg(t.Context(), msg)
 	require.NoError(t, err)
@@ -121,7 +122,7 @@ func TestAgentRunsTaskOfResumedExecutionBeforeReadingTheLift(t *testing.T) {
 	// The agent takes tasks (its consumer exists) once it has read the
 	// kept notices: then hold its view at the kill, before the lift.
 	natstest.Eventually(t, waitFor, func() bool {
-		_, err := js.Consumer(t.Context(), events.StreamTasks, agent.ConsumerName("default"))
+		_, err := js.Consumer(t.Context(), bus.StreamTasks, agent.ConsumerName("default"))
 		return err == nil
 	}, "the agent's consumer")
 	a.FollowKillNotice("resumed", killedAt)

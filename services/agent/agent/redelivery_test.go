@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/natstest"
 	"jetflow.dev/pkg/operation"
@@ -45,7 +46,7 @@ func TestAgentDoesNotRunAgainATaskWhoseResultIsStored(t *testing.T) {
 		ev := events.New("jetflow/agent/dead-agent", task.ExecutionID, task.Workflow, time.Now(),
 			&events.OperationSucceeded{TaskRef: ref})
 		ev.ID = task.TaskID + ".done.1"
-		msg, err := events.Encode(events.ResultSubject(task.Queue, task.ExecutionID), ev)
+		msg, err := bus.Encode(bus.ResultSubject(task.Queue, task.ExecutionID), ev)
 		require.NoError(t, err)
 		_, err = js.PublishMsg(t.Context(), msg, jetstream.WithMsgID(ev.ID))
 		require.NoError(t, err)
@@ -89,8 +90,8 @@ func TestAgentDoesNotRunAgainATaskWhoseResultIsStored(t *testing.T) {
 // delivered again after AckWait.
 func takeWithoutAck(t *testing.T, js jetstream.JetStream, n int) {
 	t.Helper()
-	cons, err := js.CreateOrUpdateConsumer(t.Context(), events.StreamTasks, jetstream.ConsumerConfig{
-		Durable: agent.ConsumerName("default"), FilterSubject: events.TaskSubject("default"),
+	cons, err := js.CreateOrUpdateConsumer(t.Context(), bus.StreamTasks, jetstream.ConsumerConfig{
+		Durable: agent.ConsumerName("default"), FilterSubject: bus.TaskSubject("default"),
 		AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, MaxDeliver: 5, MaxAckPending: 4096,
 	})
 	require.NoError(t, err)
@@ -113,7 +114,7 @@ func TestRedeliveryPastAnUndecodableResult(t *testing.T) {
 	b := &agentBundle{js: js}
 	task := b.publishTask(t, "x-poison", workflow.Step{ID: "s", Kind: "count"})
 	takeWithoutAck(t, js, 1)
-	m := nats.NewMsg(events.ResultSubject(task.Queue, task.ExecutionID))
+	m := nats.NewMsg(bus.ResultSubject(task.Queue, task.ExecutionID))
 	m.Header.Set("ce-specversion", "1.0")
 	m.Header.Set("ce-id", "junk")
 	m.Header.Set("ce-source", "somebody")

@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/expression"
 	"jetflow.dev/pkg/workflow"
@@ -147,7 +148,7 @@ func secretTask(t *testing.T, step workflow.Step) workflow.Step {
 // for each of values.
 func requireAbsentFromResults(t *testing.T, js jetstream.JetStream, values ...string) {
 	t.Helper()
-	stream, err := js.Stream(t.Context(), events.StreamResults)
+	stream, err := js.Stream(t.Context(), bus.StreamResults)
 	require.NoError(t, err)
 	info, err := stream.Info(t.Context())
 	require.NoError(t, err)

@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/natstest"
 	"jetflow.dev/pkg/operation"
@@ -69,7 +70,7 @@ func TestQueuedTasksAreNotRedelivered(t *testing.T) {
 		return out
 	}
 	natstest.Eventually(t, waitFor, func() bool { return len(ran()) == 1 }, "a first task runs")
-	cons, err := js.Consumer(t.Context(), events.StreamTasks, agent.ConsumerName(workflow.DefaultQueue))
+	cons, err := js.Consumer(t.Context(), bus.StreamTasks, agent.ConsumerName(workflow.DefaultQueue))
 	require.NoError(t, err)
 	for until := time.Now().Add(ackWait * 5 / 2); time.Now().Before(until); time.Sleep(100 * time.Millisecond) {
 		require.Len(t, ran(), 1, "one slot: one task runs at a time, none runs again")

@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 )
 
@@ -184,7 +185,7 @@ func OpenKeys(ctx context.Context, js jetstream.JetStream, cfg KeysConfig) (*Key
 	if err != nil {
 		return nil, err
 	}
-	kv, err := js.KeyValue(ctx, events.BucketAPIKeys)
+	kv, err := js.KeyValue(ctx, bus.BucketAPIKeys)
 	if err != nil {
 		return nil, fmt.Errorf("open api keys bucket: %w", err)
 	}

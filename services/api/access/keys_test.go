@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/natstest"
 	"jetflow.dev/services/api/access"
@@ -100,7 +101,7 @@ func TestKeysLifecycle(t *testing.T) {
 	require.Equal(t, clk.Now().Add(time.Hour), k.ExpiresAt)
 
 	t.Log("the bucket holds the hash, never the token")
-	kv, err := js.KeyValue(ctx, events.BucketAPIKeys)
+	kv, err := js.KeyValue(ctx, bus.BucketAPIKeys)
 	require.NoError(t, err)
 	e, err := kv.Get(ctx, k.ID)
 	require.NoError(t, err)

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"jetflow.dev/pkg/apiv1"
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/services/api/access"
@@ -80,7 +81,7 @@ func (s *Server) executionAction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.sendExecutionCommand(w, r, executionCommand{
-		execID: id, subject: events.SubjectAPIAction,
+		execID: id, subject: bus.SubjectAPIAction,
 		data: &events.ExecutionAction{ExecutionID: id, Action: req.Action, Reason: req.Reason, RequestedBy: req.RequestedBy,
 			From: req.From, Force: req.Force, IgnoreSeq: req.IgnoreSeq},
 		repair: req.Action == events.ActionRepair,

@@ -18,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/natstest"
@@ -205,7 +206,7 @@ func TestRefusedTokens(t *testing.T) {
 	expID, expTok, err := access.NewKeyToken()
 	require.NoError(t, err)
 	b.tokens = append(b.tokens, expTok)
-	kv, err := b.js.KeyValue(ctx, events.BucketAPIKeys)
+	kv, err := b.js.KeyValue(ctx, bus.BucketAPIKeys)
 	require.NoError(t, err)
 	stored, err := json.Marshal(access.Key{ID: expID, Name: "old", Scopes: []access.Scope{access.ScopeAdmin}, Namespaces: []string{"*"},
 		CreatedAt: time.Now().Add(-2 * time.Hour), CreatedBy: "admin-token", ExpiresAt: time.Now().Add(-time.Hour), Hash: access.HashToken(expTok)})
@@ -354,18 +355,18 @@ func TestActorAndNoTokenInCommandsOrLogs(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s", body)
 	require.Contains(t, string(body), "actor is set by the api")
 
-	cmds, err := history.ReadStream(ctx, b.js, events.StreamCommands, events.CommandsPrefix+".>", 0, 0)
+	cmds, err := history.ReadStream(ctx, b.js, bus.StreamCommands, bus.CommandsPrefix+".>", 0, 0)
 	require.NoError(t, err)
 	require.Len(t, cmds, 1)
 	start := cmds[0].Data.(*events.StartExecution)
 	require.Equal(t, &events.Actor{Subject: "ci-bot", Method: events.ActorAPIKey, KeyID: id}, start.Actor)
-	st, err := b.js.Stream(ctx, events.StreamCommands)
+	st, err := b.js.Stream(ctx, bus.StreamCommands)
 	require.NoError(t, err)
-	m, err := st.GetLastMsgForSubject(ctx, events.SubjectAPIStart)
+	m, err := st.GetLastMsgForSubject(ctx, bus.SubjectAPIStart)
 	require.NoError(t, err, "published on the api's start subject")
-	require.Equal(t, events.SubjectAPIStart, m.Subject)
+	require.Equal(t, bus.SubjectAPIStart, m.Subject)
 
-	requireNoToken(t, b.js, b.log.String(), b.tokens, events.StreamCommands)
+	requireNoToken(t, b.js, b.log.String(), b.tokens, bus.StreamCommands)
 }
 
 // requireNoToken scans logs and every message of streams for tokens.

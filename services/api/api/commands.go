@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/projections"
@@ -84,7 +85,7 @@ func (s *Server) sendExecutionCommand(w http.ResponseWriter, r *http.Request, c 
 	}
 
 	ch := make(chan *nats.Msg, 64)
-	for _, subject := range []string{events.ExecutionSubject(cl.Workflow, id), events.RejectionSubject(key)} {
+	for _, subject := range []string{bus.ExecutionSubject(cl.Workflow, id), bus.RejectionSubject(key)} {
 		sub, err := s.at(r).nc.ChanSubscribe(subject, ch)
 		if err != nil {
 			s.internal(w, r, err)
@@ -92,7 +93,7 @@ func (s *Server) sendExecutionCommand(w http.ResponseWriter, r *http.Request, c 
 		}
 		defer sub.Unsubscribe()
 	}
-	msg, err := events.Encode(c.subject, cmd)
+	msg, err := bus.Encode(c.subject, cmd)
 	if err != nil {
 		s.internal(w, r, err)
 		return
@@ -124,7 +125,7 @@ func (s *Server) sendExecutionCommand(w http.ResponseWriter, r *http.Request, c 
 // answerRecorded answers if the execution's history records the command
 // with key: 200 if it is this command, 409 if the key was used for another.
 func (s *Server) answerRecorded(w http.ResponseWriter, r *http.Request, c executionCommand, key string) bool {
-	evs, err := history.Read(r.Context(), s.at(r).js, events.ExecutionSubject(c.workflow, c.execID), 0)
+	evs, err := history.Read(r.Context(), s.at(r).js, bus.ExecutionSubject(c.workflow, c.execID), 0)
 	if err != nil {
 		return false
 	}
@@ -146,7 +147,7 @@ func (s *Server) answerRecorded(w http.ResponseWriter, r *http.Request, c execut
 // damageNow is the damage of execution id as its history stands (nil if
 // it has none, or cannot be read now: the dispatcher decides then).
 func (s *Server) damageNow(ctx context.Context, workflow, id string) *projections.Damage {
-	evs, err := history.Read(ctx, s.ns(ctx).js, events.ExecutionSubject(workflow, id), 0)
+	evs, err := history.Read(ctx, s.ns(ctx).js, bus.ExecutionSubject(workflow, id), 0)
 	if err != nil {
 		return nil
 	}

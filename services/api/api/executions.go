@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"jetflow.dev/pkg/apiv1"
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/catalog"
 	"jetflow.dev/pkg/claim"
 	"jetflow.dev/pkg/events"
@@ -187,15 +188,15 @@ func public(x projections.Execution) projections.Execution {
 
 // answerRejection answers with the stored rejection of a command, if any.
 func (s *Server) answerRejection(w http.ResponseWriter, r *http.Request, key string) bool {
-	stream, err := s.at(r).js.Stream(r.Context(), events.StreamRejections)
+	stream, err := s.at(r).js.Stream(r.Context(), bus.StreamRejections)
 	if err != nil {
 		return false
 	}
-	m, err := stream.GetLastMsgForSubject(r.Context(), events.RejectionSubject(key))
+	m, err := stream.GetLastMsgForSubject(r.Context(), bus.RejectionSubject(key))
 	if err != nil {
 		return false
 	}
-	ev, err := events.Decode(m.Header, m.Data)
+	ev, err := bus.Decode(m.Header, m.Data)
 	rej, ok := ev.Data.(*events.CommandRejected)
 	if err != nil || !ok {
 		return false
@@ -218,20 +219,20 @@ func links(id string) map[string]string {
 // verdict: ExecutionStarted (201), a rejection (4xx) or nothing yet (202).
 func (s *Server) publishStart(w http.ResponseWriter, r *http.Request, cmd events.Event, start *events.StartExecution, key, digest string) {
 	ch := make(chan *nats.Msg, 16)
-	subStarted, err := s.at(r).nc.ChanSubscribe(events.ExecutionSubject(start.Workflow, start.ExecutionID), ch)
+	subStarted, err := s.at(r).nc.ChanSubscribe(bus.ExecutionSubject(start.Workflow, start.ExecutionID), ch)
 	if err != nil {
 		s.internal(w, r, err)
 		return
 	}
 	defer subStarted.Unsubscribe()
-	subRejected, err := s.at(r).nc.ChanSubscribe(events.RejectionSubject(key), ch)
+	subRejected, err := s.at(r).nc.ChanSubscribe(bus.RejectionSubject(key), ch)
 	if err != nil {
 		s.internal(w, r, err)
 		return
 	}
 	defer subRejected.Unsubscribe()
 
-	msg, err := events.Encode(events.SubjectAPIStart, cmd)
+	msg, err := bus.Encode(bus.SubjectAPIStart, cmd)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Message: err.Error()})
 		return
@@ -288,11 +289,11 @@ func (s *Server) await(r *http.Request, ch <-chan *nats.Msg, answer func(events.
 	for {
 		select {
 		case m := <-ch:
-			ev, err := events.Decode(m.Header, m.Data)
+			ev, err := bus.Decode(m.Header, m.Data)
 			if err != nil {
 				continue
 			}
-			if strings.HasPrefix(m.Subject, events.EventsPrefix+".") && !s.inHistory(r.Context(), m.Subject, ev, deadline) {
+			if strings.HasPrefix(m.Subject, bus.EventsPrefix+".") && !s.inHistory(r.Context(), m.Subject, ev, deadline) {
 				continue
 			}
 			if answer(ev) {
@@ -390,7 +391,7 @@ func (s *Server) loadExecution(ctx context.Context, id string) (projections.Exec
 	if err := expired(id, c); err != nil {
 		return x, err
 	}
-	evs, err := history.Read(ctx, s.ns(ctx).js, events.ExecutionSubject(c.Workflow, id), 0)
+	evs, err := history.Read(ctx, s.ns(ctx).js, bus.ExecutionSubject(c.Workflow, id), 0)
 	if err != nil {
 		return x, err
 	}
@@ -442,7 +443,7 @@ func (s *Server) executionAt(w http.ResponseWriter, r *http.Request, id string, 
 	if !ok {
 		return
 	}
-	evs, err := history.ReadUntil(r.Context(), s.at(r).js, events.ExecutionSubject(cl.Workflow, id), 0, atSeq)
+	evs, err := history.ReadUntil(r.Context(), s.at(r).js, bus.ExecutionSubject(cl.Workflow, id), 0, atSeq)
 	if err != nil {
 		s.internal(w, r, err)
 		return
@@ -580,7 +581,7 @@ func (s *Server) executionEvents(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	subject := events.ExecutionSubject(cl.Workflow, id) // the history of the workflow it was claimed for
+	subject := bus.ExecutionSubject(cl.Workflow, id) // the history of the workflow it was claimed for
 	if strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
 		s.followEvents(w, r, id, subject, from)
 		return
@@ -620,7 +621,7 @@ func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, id, subjec
 		s.internal(w, r, errors.New("streaming unsupported"))
 		return
 	}
-	cons, err := s.at(r).js.OrderedConsumer(r.Context(), events.StreamEvents,
+	cons, err := s.at(r).js.OrderedConsumer(r.Context(), bus.StreamEvents,
 		jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
 	if err != nil {
 		s.internal(w, r, err)
@@ -672,9 +673,9 @@ func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, id, subjec
 		if err != nil {
 			continue
 		}
-		ev, err := events.Decode(m.Headers(), m.Data())
+		ev, err := bus.Decode(m.Headers(), m.Data())
 		if err != nil && !errors.Is(err, events.ErrUnknownType) {
-			ev = events.InvalidEvent(m.Subject(), m.Headers(), err) // sent flagged, as GET answers it
+			ev = bus.InvalidEvent(m.Subject(), m.Headers(), err) // sent flagged, as GET answers it
 			ev.Time = md.Timestamp
 		}
 		ev.Seq = md.Sequence.Stream

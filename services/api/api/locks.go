@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"jetflow.dev/pkg/apiv1"
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/lock"
 )
@@ -147,9 +148,9 @@ func (s *Server) clearLock(w http.ResponseWriter, r *http.Request) {
 	key := events.CommandKey(cmd.Source, cmd.ID)
 
 	ch := make(chan *nats.Msg, 64)
-	subjects := []string{events.RejectionSubject(key)}
+	subjects := []string{bus.RejectionSubject(key)}
 	for _, e := range entries {
-		subjects = append(subjects, events.ExecutionSubject(e.Workflow, e.ExecutionID))
+		subjects = append(subjects, bus.ExecutionSubject(e.Workflow, e.ExecutionID))
 	}
 	for _, subject := range subjects {
 		sub, err := s.at(r).nc.ChanSubscribe(subject, ch)
@@ -159,7 +160,7 @@ func (s *Server) clearLock(w http.ResponseWriter, r *http.Request) {
 		}
 		defer sub.Unsubscribe()
 	}
-	msg, err := events.Encode(events.SubjectAPIClearLock, cmd)
+	msg, err := bus.Encode(bus.SubjectAPIClearLock, cmd)
 	if err != nil {
 		s.internal(w, r, err)
 		return

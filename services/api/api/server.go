@@ -21,9 +21,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"jetflow.dev/pkg/apiv1"
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/catalog"
 	"jetflow.dev/pkg/claim"
-	"jetflow.dev/pkg/events"
 	"jetflow.dev/services/api/access"
 )
 
@@ -129,11 +129,11 @@ func openTenant(ctx context.Context, name string, nc *nats.Conn, js jetstream.Je
 	if err != nil {
 		return nil, err
 	}
-	execs, err := js.KeyValue(ctx, events.BucketExecutions)
+	execs, err := js.KeyValue(ctx, bus.BucketExecutions)
 	if err != nil {
 		return nil, fmt.Errorf("open executions bucket: %w", err)
 	}
-	history, err := js.Stream(ctx, events.StreamEvents)
+	history, err := js.Stream(ctx, bus.StreamEvents)
 	if err != nil {
 		return nil, fmt.Errorf("open events stream: %w", err)
 	}
@@ -168,7 +168,7 @@ func New(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.JetStream,
 	}
 	keys, err := access.OpenKeys(ctx, js, access.KeysConfig{CacheTTL: cfg.Auth.CacheTTL})
 	if err != nil {
-		return nil, fmt.Errorf("%w (run jetflow bootstrap: this version adds the bucket %s)", err, events.BucketAPIKeys)
+		return nil, fmt.Errorf("%w (run jetflow bootstrap: this version adds the bucket %s)", err, bus.BucketAPIKeys)
 	}
 	s := &Server{cfg: cfg, log: log, tenants: map[string]*tenant{DefaultNamespace: def}, def: def, keys: keys}
 	for _, ns := range cfg.Namespaces {

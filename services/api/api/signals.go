@@ -8,6 +8,7 @@ import (
 	"net/http"
 
 	"jetflow.dev/pkg/apiv1"
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
 )
@@ -40,7 +41,7 @@ func (s *Server) signalExecution(w http.ResponseWriter, r *http.Request) {
 		data = body
 	}
 	s.sendExecutionCommand(w, r, executionCommand{
-		execID: id, subject: events.SubjectAPISignal,
+		execID: id, subject: bus.SubjectAPISignal,
 		data: &events.SignalExecution{ExecutionID: id, Name: name, Data: data},
 		record: func(ev events.Event, key string) (bool, string) {
 			p, ok := ev.Data.(*events.SignalReceived)

@@ -60,7 +60,7 @@ const cacheMax = 20000
 
 // New binds to the read-model bucket.
 func New(ctx context.Context, js jetstream.JetStream, log zerolog.Logger) (*Projector, error) {
-	kv, err := js.KeyValue(ctx, events.BucketExecutions)
+	kv, err := js.KeyValue(ctx, bus.BucketExecutions)
 	if err != nil {
 		return nil, fmt.Errorf("open executions bucket: %w", err)
 	}
@@ -140,14 +140,14 @@ func (p *Projector) projectBatch(ctx context.Context, batch []jetstream.Msg) {
 			_ = m.Term()
 			continue
 		}
-		ev, err := events.Decode(m.Headers(), m.Data())
+		ev, err := bus.Decode(m.Headers(), m.Data())
 		if err != nil && !errors.Is(err, events.ErrUnknownType) {
 			// No valid event: its execution's read model shows the damage.
-			ev = events.InvalidEvent(m.Subject(), m.Headers(), err)
+			ev = bus.InvalidEvent(m.Subject(), m.Headers(), err)
 		}
 		// Grouped by the history the message is in, whatever it says of
 		// itself: an event naming another execution damages this one.
-		wf, id, ok := events.ParseExecutionSubject(m.Subject())
+		wf, id, ok := bus.ParseExecutionSubject(m.Subject())
 		if !ok {
 			p.log.Error().Uint64("seq", md.Sequence.Stream).Str("subject", m.Subject()).
 				Msg("skip a message that is in no execution's history")
@@ -368,7 +368,7 @@ type RebuildResult struct {
 // corrected. So a rebuild can run beside the live system.
 func Rebuild(ctx context.Context, js jetstream.JetStream, fromSeq uint64) (RebuildResult, error) {
 	res := RebuildResult{Damaged: map[string]projections.Damage{}}
-	kv, err := js.KeyValue(ctx, events.BucketExecutions)
+	kv, err := js.KeyValue(ctx, bus.BucketExecutions)
 	if err != nil {
 		return res, fmt.Errorf("open executions bucket: %w", err)
 	}
@@ -383,8 +383,8 @@ func Rebuild(ctx context.Context, js jetstream.JetStream, fromSeq uint64) (Rebui
 		known   bool
 	}
 	states := map[string]*item{}
-	err = history.ScanStored(ctx, js, events.StreamEvents, events.EventsPrefix+".>", fromSeq, 0, func(subject string, ev events.Event) error {
-		wf, id, ok := events.ParseExecutionSubject(subject) // the history it is in, whatever it says
+	err = history.ScanStored(ctx, js, bus.StreamEvents, bus.EventsPrefix+".>", fromSeq, 0, func(subject string, ev events.Event) error {
+		wf, id, ok := bus.ParseExecutionSubject(subject) // the history it is in, whatever it says
 		if !ok {
 			return nil
 		}
@@ -400,7 +400,7 @@ func Rebuild(ctx context.Context, js jetstream.JetStream, fromSeq uint64) (Rebui
 			if err != nil {
 				return err
 			}
-			it.subject = events.ExecutionSubject(owner, id)
+			it.subject = bus.ExecutionSubject(owner, id)
 			states[id] = it
 		}
 		if subject != it.subject || ev.Seq <= it.state.LastSeq {

@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/natstest"
@@ -33,7 +34,7 @@ func appendFrom(t *testing.T, js jetstream.JetStream, wf, id string, last uint64
 	for i, p := range ps {
 		ev := events.New("test", id, wf, at.Add(time.Duration(i)*time.Millisecond), p)
 		ev.PrevSeq = last
-		seq, err := history.Append(t.Context(), js, events.ExecutionSubject(wf, id), last, ev)
+		seq, err := history.Append(t.Context(), js, bus.ExecutionSubject(wf, id), last, ev)
 		require.NoError(t, err)
 		ev.Seq, last = seq, seq
 		out = append(out, ev)
@@ -79,7 +80,7 @@ func requireSameModel(t *testing.T, want, got projections.Execution) {
 func TestUnreadableReadModelIsRepaired(t *testing.T) {
 	t.Parallel()
 	_, js := natstest.Connect(t, natstest.RunJetStream(t))
-	kv, err := js.KeyValue(t.Context(), events.BucketExecutions)
+	kv, err := js.KeyValue(t.Context(), bus.BucketExecutions)
 	require.NoError(t, err)
 	_, err = kv.Put(t.Context(), "x1", []byte("not json"))
 	require.NoError(t, err)
@@ -105,7 +106,7 @@ func TestUnreadableReadModelIsRepaired(t *testing.T) {
 func TestRebuildFromSequenceOntoLaggingModel(t *testing.T) {
 	t.Parallel()
 	_, js := natstest.Connect(t, natstest.RunJetStream(t))
-	kv, err := js.KeyValue(t.Context(), events.BucketExecutions)
+	kv, err := js.KeyValue(t.Context(), bus.BucketExecutions)
 	require.NoError(t, err)
 	evs := twoStepHistory(t, js, "x1")
 	truth, err := projections.Fold(evs)
@@ -155,7 +156,7 @@ func TestRebuildQuarantinesHistoriesThatDoNotFold(t *testing.T) {
 	require.Equal(t, 2, res.Written)
 	require.Contains(t, res.Damaged, "broken")
 	require.Equal(t, broken[1].Seq, res.Damaged["broken"].Seq)
-	kv, err := js.KeyValue(t.Context(), events.BucketExecutions)
+	kv, err := js.KeyValue(t.Context(), bus.BucketExecutions)
 	require.NoError(t, err)
 	x, ok := storedModel(t, kv, "good")
 	require.True(t, ok)
@@ -177,7 +178,7 @@ func TestRebuildQuarantinesHistoriesThatDoNotFold(t *testing.T) {
 func TestProjectorQuarantinesDamagedHistories(t *testing.T) {
 	t.Parallel()
 	_, js := natstest.Connect(t, natstest.RunJetStream(t))
-	kv, err := js.KeyValue(t.Context(), events.BucketExecutions)
+	kv, err := js.KeyValue(t.Context(), bus.BucketExecutions)
 	require.NoError(t, err)
 	p, err := projector.New(t.Context(), js, zerolog.New(zerolog.NewTestWriter(t)))
 	require.NoError(t, err)
@@ -200,14 +201,14 @@ func TestProjectorQuarantinesDamagedHistories(t *testing.T) {
 		write func(id string, last uint64) uint64 // writes the bad message, returns its sequence
 	}{
 		{"NotAnEvent", func(id string, last uint64) uint64 {
-			ack, err := js.Publish(t.Context(), events.ExecutionSubject("wf", id), []byte(`{"oops":true}`),
+			ack, err := js.Publish(t.Context(), bus.ExecutionSubject("wf", id), []byte(`{"oops":true}`),
 				jetstream.WithExpectLastSequencePerSubject(last))
 			require.NoError(t, err)
 			return ack.Sequence
 		}},
 		{"AnotherExecutionsEvent", func(id string, last uint64) uint64 {
 			ev := events.New("by-hand", "victim", "wf", time.Now(), &events.ExecutionSucceeded{})
-			seq, err := history.Append(t.Context(), js, events.ExecutionSubject("wf", id), last, ev)
+			seq, err := history.Append(t.Context(), js, bus.ExecutionSubject("wf", id), last, ev)
 			require.NoError(t, err)
 			return seq
 		}},
@@ -251,7 +252,7 @@ func TestProjectorQuarantinesDamagedHistories(t *testing.T) {
 func TestProjectorKeepsToTheExecutionsHistory(t *testing.T) {
 	t.Parallel()
 	_, js := natstest.Connect(t, natstest.RunJetStream(t))
-	kv, err := js.KeyValue(t.Context(), events.BucketExecutions)
+	kv, err := js.KeyValue(t.Context(), bus.BucketExecutions)
 	require.NoError(t, err)
 	p, err := projector.New(t.Context(), js, zerolog.New(zerolog.NewTestWriter(t)))
 	require.NoError(t, err)
@@ -265,10 +266,10 @@ func TestProjectorKeepsToTheExecutionsHistory(t *testing.T) {
 		return ok && x.LastSeq == truth.LastSeq
 	}, 20*time.Second, 20*time.Millisecond)
 
-	_, err = js.Publish(t.Context(), events.ExecutionSubject("other", "v1"), []byte(`{"x":1}`))
+	_, err = js.Publish(t.Context(), bus.ExecutionSubject("other", "v1"), []byte(`{"x":1}`))
 	require.NoError(t, err)
 	forged := events.New("by-hand", "v1", "other", time.Now(), &events.ExecutionFailed{Error: "forged"})
-	_, err = js.PublishMsg(t.Context(), mustEncode(t, events.ExecutionSubject("other", "v1"), forged))
+	_, err = js.PublishMsg(t.Context(), mustEncode(t, bus.ExecutionSubject("other", "v1"), forged))
 	require.NoError(t, err)
 	// A later execution's events show when the projector got past them.
 	later := twoStepHistory(t, js, "v2")
@@ -288,7 +289,7 @@ func TestProjectorKeepsToTheExecutionsHistory(t *testing.T) {
 
 func mustEncode(t *testing.T, subject string, ev events.Event) *nats.Msg {
 	t.Helper()
-	msg, err := events.Encode(subject, ev)
+	msg, err := bus.Encode(subject, ev)
 	require.NoError(t, err)
 	return msg
 }

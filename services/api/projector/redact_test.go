@@ -9,6 +9,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/natstest"
 	"jetflow.dev/pkg/projections"
@@ -28,7 +29,7 @@ const loginDefinition = `{"name":"wf","input":{"type":"object","properties":{"us
 func TestWriteOnlyInputIsRedacted(t *testing.T) {
 	t.Parallel()
 	_, js := natstest.Connect(t, natstest.RunJetStream(t))
-	kv, err := js.KeyValue(t.Context(), events.BucketExecutions)
+	kv, err := js.KeyValue(t.Context(), bus.BucketExecutions)
 	require.NoError(t, err)
 	const pw = "hunter2-e9f1"
 	steps := []events.StepRef{{ID: "s1", Kind: "exec"}, {ID: "s2", Kind: "noop"}}

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/claim"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
@@ -96,25 +97,25 @@ func (d *Dispatcher) action(ctx context.Context, ev events.Event, p *events.Exec
 // replaces the kill notice (one per execution is kept), if there is one.
 func (d *Dispatcher) publishKill(ctx context.Context, x *execState, k interp.PublishKill) error {
 	if k.Lift {
-		stream, err := d.js.Stream(ctx, events.StreamKills)
+		stream, err := d.js.Stream(ctx, bus.StreamKills)
 		if err != nil {
 			return fmt.Errorf("read kill notices: %w", err)
 		}
-		m, err := stream.GetLastMsgForSubject(ctx, events.KillSubject(x.id))
+		m, err := stream.GetLastMsgForSubject(ctx, bus.KillSubject(x.id))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return nil
 		}
 		if err != nil {
 			return fmt.Errorf("read kill notice of %s: %w", x.id, err)
 		}
-		if ev, err := events.Decode(m.Header, m.Data); err == nil {
+		if ev, err := bus.Decode(m.Header, m.Data); err == nil {
 			if k, ok := ev.Data.(*events.KillOperations); ok && k.Lift {
 				return nil
 			}
 		}
 	}
 	ev := events.New(d.cfg.Source, x.id, x.workflow, d.cfg.Now(), &events.KillOperations{ExecutionID: x.id, Workflow: x.workflow, Command: k.Command, Lift: k.Lift})
-	msg, err := events.Encode(events.KillSubject(x.id), ev)
+	msg, err := bus.Encode(bus.KillSubject(x.id), ev)
 	if err != nil {
 		return permanentError{err}
 	}
@@ -138,8 +139,8 @@ func (d *Dispatcher) storedResults(ctx context.Context, x *execState) (map[strin
 	}
 	var evs []events.Event
 	// Reports stored before partitions too (in flight across the upgrade).
-	for _, filter := range []string{events.ExecutionResultsBefore(x.id), events.ExecutionResults(x.id)} {
-		some, err := history.ReadStream(ctx, d.js, events.StreamResults, filter, 0, 0)
+	for _, filter := range []string{bus.ExecutionResultsBefore(x.id), bus.ExecutionResults(x.id)} {
+		some, err := history.ReadStream(ctx, d.js, bus.StreamResults, filter, 0, 0)
 		if err != nil {
 			return nil, fmt.Errorf("read stored results: %w", err)
 		}

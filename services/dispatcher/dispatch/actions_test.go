@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/history/historytest"
@@ -25,7 +26,7 @@ func (b *testBundle) act(t *testing.T, execID, action, reason string) string {
 
 func (b *testBundle) publishCommand(t *testing.T, ev events.Event, msgID string) {
 	t.Helper()
-	msg, err := events.Encode(events.SubjectAction, ev)
+	msg, err := bus.Encode(bus.SubjectAction, ev)
 	require.NoError(t, err)
 	_, err = b.js.PublishMsg(t.Context(), msg, jetstream.WithMsgID(msgID))
 	require.NoError(t, err)
@@ -67,7 +68,7 @@ func TestCancelWaitsForTheRunningStep(t *testing.T) {
 	again.Source, again.ID = source, id
 	b.publishCommand(t, again, "redelivered") // past the duplicate window, as after a long outage
 	waitCommandsHandled(t, b.js)
-	evs2, err := history.ReadStream(t.Context(), b.js, events.StreamRejections, events.RejectionSubject(key), 0, 0)
+	evs2, err := history.ReadStream(t.Context(), b.js, bus.StreamRejections, bus.RejectionSubject(key), 0, 0)
 	require.NoError(t, err)
 	require.Empty(t, evs2, "a command seen again is not rejected")
 	rej := readRejection(t, b.js, b.act(t, "c1", events.ActionCancel, ""))
@@ -143,7 +144,7 @@ func TestActionRejected(t *testing.T) {
 // waitCommandsHandled waits until the dispatcher acknowledged every command.
 func waitCommandsHandled(t *testing.T, js jetstream.JetStream) {
 	t.Helper()
-	waitConsumerCaughtUp(t, js, events.StreamCommands)
+	waitConsumerCaughtUp(t, js, bus.StreamCommands)
 }
 
 // TestActionCommandReusedForAnotherAction: a command (source and id) is
@@ -168,7 +169,7 @@ func TestActionCommandReusedForAnotherAction(t *testing.T) {
 	require.Equal(t, events.CodeConflict, rej.Code)
 	require.Contains(t, rej.Reason, "already recorded as a cancel")
 	require.Len(t, readHistory(t, b.js, "deploy", "c5"), len(evs))
-	kills, err := history.ReadStream(t.Context(), b.js, events.StreamKills, events.KillSubject("c5"), 0, 0)
+	kills, err := history.ReadStream(t.Context(), b.js, bus.StreamKills, bus.KillSubject("c5"), 0, 0)
 	require.NoError(t, err)
 	require.Empty(t, kills, "no kill notice went out")
 }

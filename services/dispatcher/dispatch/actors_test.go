@@ -7,6 +7,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/services/dispatcher/dispatch"
@@ -19,7 +20,7 @@ var natsClient = &events.Actor{Subject: "client", Method: events.ActorNATS}
 func (b *testBundle) publishOn(t *testing.T, subject string, p events.Payload) string {
 	t.Helper()
 	ev := events.New("test-publisher", "", "", time.Now(), p)
-	msg, err := events.Encode(subject, ev)
+	msg, err := bus.Encode(subject, ev)
 	require.NoError(t, err)
 	_, err = b.js.PublishMsg(t.Context(), msg, jetstream.WithMsgID(ev.ID))
 	require.NoError(t, err)
@@ -38,20 +39,20 @@ func TestActorsAreTheAPIsOnly(t *testing.T) {
 	alice := &events.Actor{Subject: "alice", Method: events.ActorAPIKey, KeyID: "0123456789abcdef"}
 
 	t.Log("a start from the api records its actor as who started it")
-	b.publishOn(t, events.SubjectAPIStart, &events.StartExecution{Workflow: "gated", ExecutionID: "a1", Actor: alice})
+	b.publishOn(t, bus.SubjectAPIStart, &events.StartExecution{Workflow: "gated", ExecutionID: "a1", Actor: alice})
 	evs := waitHistory(t, b.js, "gated", "a1", "started", func(evs []events.Event) bool { return len(evs) > 0 })
 	started := evs[0].Data.(*events.ExecutionStarted)
 	require.Equal(t, alice, started.Actor)
 	require.Equal(t, "alice", started.StartedBy)
 
 	t.Log("a start on jf.commands.start is the client role's")
-	b.publishOn(t, events.SubjectStart, &events.StartExecution{Workflow: "gated", ExecutionID: "n1"})
+	b.publishOn(t, bus.SubjectStart, &events.StartExecution{Workflow: "gated", ExecutionID: "n1"})
 	evs = waitHistory(t, b.js, "gated", "n1", "started", func(evs []events.Event) bool { return len(evs) > 0 })
 	require.Equal(t, natsClient, evs[0].Data.(*events.ExecutionStarted).Actor)
 	require.Equal(t, "client", evs[0].Data.(*events.ExecutionStarted).StartedBy)
 
 	t.Log("a signal from the api records its actor")
-	b.publishOn(t, events.SubjectAPISignal, &events.SignalExecution{ExecutionID: "a1", Name: "go", Actor: alice})
+	b.publishOn(t, bus.SubjectAPISignal, &events.SignalExecution{ExecutionID: "a1", Name: "go", Actor: alice})
 	evs = waitHistory(t, b.js, "gated", "a1", "signal", func(evs []events.Event) bool { return countType(evs, events.TypeSignalReceived) == 1 })
 	for _, ev := range evs {
 		if sig, ok := ev.Data.(*events.SignalReceived); ok {
@@ -62,31 +63,31 @@ func TestActorsAreTheAPIsOnly(t *testing.T) {
 
 	t.Log("an action with a forged actor on jf.commands.action is rejected and changes nothing")
 	before := len(readHistory(t, b.js, "gated", "a1"))
-	forged := b.publishOn(t, events.SubjectAction, &events.ExecutionAction{ExecutionID: "a1", Action: events.ActionCancel,
+	forged := b.publishOn(t, bus.SubjectAction, &events.ExecutionAction{ExecutionID: "a1", Action: events.ActionCancel,
 		Actor: &events.Actor{Subject: "root", Method: events.ActorAPIKey, KeyID: "0123456789abcdef"}})
 	rej := readRejection(t, b.js, forged)
 	require.Equal(t, events.CodeInvalid, rej.Code)
 	require.Contains(t, rej.Reason, "actor is set by the api")
-	require.Equal(t, events.SubjectAction, rej.Subject)
+	require.Equal(t, bus.SubjectAction, rej.Subject)
 	waitCommandsHandled(t, b.js)
 	require.Len(t, readHistory(t, b.js, "gated", "a1"), before)
 
 	t.Log("a command on an api subject without its actor is rejected too")
-	bare := b.publishOn(t, events.SubjectAPIAction, &events.ExecutionAction{ExecutionID: "a1", Action: events.ActionCancel})
+	bare := b.publishOn(t, bus.SubjectAPIAction, &events.ExecutionAction{ExecutionID: "a1", Action: events.ActionCancel})
 	rej = readRejection(t, b.js, bare)
 	require.Equal(t, events.CodeInvalid, rej.Code)
 	require.Contains(t, rej.Reason, "carries the actor the api authenticated")
-	bad := b.publishOn(t, events.SubjectAPIAction, &events.ExecutionAction{ExecutionID: "a1", Action: events.ActionCancel,
+	bad := b.publishOn(t, bus.SubjectAPIAction, &events.ExecutionAction{ExecutionID: "a1", Action: events.ActionCancel,
 		Actor: &events.Actor{Subject: "x", Method: "password"}})
 	require.Contains(t, readRejection(t, b.js, bad).Reason, `method "password"`)
 
 	t.Log("the api's action records its actor; a client's is the client role's")
-	b.publishOn(t, events.SubjectAPIAction, &events.ExecutionAction{ExecutionID: "a1", Action: events.ActionCancel,
+	b.publishOn(t, bus.SubjectAPIAction, &events.ExecutionAction{ExecutionID: "a1", Action: events.ActionCancel,
 		RequestedBy: "a remark", Actor: alice})
 	s, _ := waitStatus(t, b.js, "gated", "a1", projections.StatusCancelling)
 	require.Equal(t, alice, s.Cancellation.Actor)
 	require.Equal(t, "a remark", s.Cancellation.RequestedBy, "requested_by stays, as a remark")
-	b.publishOn(t, events.SubjectAction, &events.ExecutionAction{ExecutionID: "n1", Action: events.ActionCancel})
+	b.publishOn(t, bus.SubjectAction, &events.ExecutionAction{ExecutionID: "n1", Action: events.ActionCancel})
 	s, _ = waitStatus(t, b.js, "gated", "n1", projections.StatusCancelling)
 	require.Equal(t, natsClient, s.Cancellation.Actor)
 	require.Equal(t, "test-publisher", s.Cancellation.RequestedBy)

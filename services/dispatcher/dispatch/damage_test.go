@@ -65,7 +65,7 @@ func TestDamagedExecutionIsQuarantinedThenRepaired(t *testing.T) {
 	})
 
 	t.Log("an admin writes a message that is no event into d1's history")
-	ack, err := b.js.Publish(t.Context(), events.ExecutionSubject("deploy", "d1"), []byte(`{"by":"hand"}`),
+	ack, err := b.js.Publish(t.Context(), bus.ExecutionSubject("deploy", "d1"), []byte(`{"by":"hand"}`),
 		jetstream.WithExpectLastSequencePerSubject(before[len(before)-1].Seq))
 	require.NoError(t, err)
 	bad := ack.Sequence
@@ -94,13 +94,13 @@ func TestDamagedExecutionIsQuarantinedThenRepaired(t *testing.T) {
 	waitStatus(t, b.js, "deploy", "d2", projections.StatusSucceeded)
 
 	t.Log("a repair on the client's subject is refused: it is an admin's action over the api")
-	rej = readRejection(t, b.js, b.publishOn(t, events.SubjectAction,
+	rej = readRejection(t, b.js, b.publishOn(t, bus.SubjectAction,
 		&events.ExecutionAction{ExecutionID: "d1", Action: events.ActionRepair, IgnoreSeq: bad}))
 	require.Equal(t, events.CodeForbidden, rej.Code)
 
 	admin := &events.Actor{Subject: "ops-admin", Method: events.ActorAPIKey, KeyID: "0123456789abcdef"}
 	t.Log("a repair that names another event than the damaged one is refused")
-	rej = readRejection(t, b.js, b.publishOn(t, events.SubjectAPIAction,
+	rej = readRejection(t, b.js, b.publishOn(t, bus.SubjectAPIAction,
 		&events.ExecutionAction{ExecutionID: "d1", Action: events.ActionRepair, IgnoreSeq: bad - 1, Actor: admin}))
 	require.Equal(t, events.CodeConflict, rej.Code)
 	require.Contains(t, rej.Reason, fmt.Sprintf("damaged at sequence %d, not %d", bad, bad-1))
@@ -111,7 +111,7 @@ func TestDamagedExecutionIsQuarantinedThenRepaired(t *testing.T) {
 	require.Len(t, readHistory(t, b.js, "deploy", "d1"), len(before)+1, "nothing appended while damaged")
 
 	t.Log("the admin's repair: recorded with who asked; the result that arrived meanwhile is applied")
-	key := b.publishOn(t, events.SubjectAPIAction,
+	key := b.publishOn(t, bus.SubjectAPIAction,
 		&events.ExecutionAction{ExecutionID: "d1", Action: events.ActionRepair, IgnoreSeq: bad, Reason: "typo in a script", Actor: admin})
 	ship := b.nextTask(t)
 	require.Equal(t, "d1", ship.task.ExecutionID)
@@ -143,18 +143,18 @@ func TestDamagedExecutionIsQuarantinedThenRepaired(t *testing.T) {
 	source, id, _ := strings.Cut(key, "#")
 	again := events.Event{ID: id, Type: events.TypeExecutionAction, Source: source, Time: time.Now(),
 		Data: &events.ExecutionAction{ExecutionID: "d1", Action: events.ActionRepair, IgnoreSeq: bad, Reason: "typo in a script", Actor: admin}}
-	msg, err := events.Encode(events.SubjectAPIAction, again)
+	msg, err := bus.Encode(bus.SubjectAPIAction, again)
 	require.NoError(t, err)
 	_, err = b.js.PublishMsg(t.Context(), msg, jetstream.WithMsgID("redelivered"))
 	require.NoError(t, err)
 	waitCommandsHandled(t, b.js)
-	rejected, err := history.ReadStream(t.Context(), b.js, events.StreamRejections, events.RejectionSubject(key), 0, 0)
+	rejected, err := history.ReadStream(t.Context(), b.js, bus.StreamRejections, bus.RejectionSubject(key), 0, 0)
 	require.NoError(t, err)
 	require.Empty(t, rejected)
 	require.Len(t, readHistory(t, b.js, "deploy", "d1"), len(evs))
 
 	t.Log("a repaired execution can be replayed: the state at its point passes over the bad message too")
-	b.publishOn(t, events.SubjectAction, &events.ExecutionAction{ExecutionID: "d1", Action: events.ActionReplay, From: "ship", Force: true})
+	b.publishOn(t, bus.SubjectAction, &events.ExecutionAction{ExecutionID: "d1", Action: events.ActionReplay, From: "ship", Force: true})
 	again2 := b.nextTask(t)
 	require.Equal(t, "ship", again2.task.StepID)
 	require.Equal(t, 2, again2.task.Attempt)
@@ -185,7 +185,7 @@ func TestUnknownEventWaitsForANewerDispatcher(t *testing.T) {
 	future := events.New("jetflow/dispatcher-v9", "u1", "deploy", time.Now(), &events.StepSent{StepID: "build", Attempt: 1})
 	future.Type = "io.jetflow.step.paused"
 	future.PrevSeq = before[len(before)-1].Seq
-	unknown, err := history.Append(t.Context(), b.js, events.ExecutionSubject("deploy", "u1"), future.PrevSeq, future)
+	unknown, err := history.Append(t.Context(), b.js, bus.ExecutionSubject("deploy", "u1"), future.PrevSeq, future)
 	require.NoError(t, err)
 
 	key := b.act(t, "u1", events.ActionForceCancel, "")
@@ -194,8 +194,8 @@ func TestUnknownEventWaitsForANewerDispatcher(t *testing.T) {
 		// or from the partition's inbox: either way, delivered again.
 		n := 0
 		for _, c := range []struct{ stream, name string }{
-			{events.StreamCommands, dispatch.CommandsConsumer},
-			{events.StreamInbox, bus.PartitionInboxConsumer(partition.Of("u1", partition.DefaultCount))},
+			{bus.StreamCommands, dispatch.CommandsConsumer},
+			{bus.StreamInbox, bus.PartitionInboxConsumer(partition.Of("u1", partition.DefaultCount))},
 		} {
 			cons, err := b.js.Consumer(t.Context(), c.stream, c.name)
 			require.NoError(t, err)
@@ -205,12 +205,12 @@ func TestUnknownEventWaitsForANewerDispatcher(t *testing.T) {
 		}
 		return n > 0
 	}, "the command is redelivered, waiting")
-	rejected, err := history.ReadStream(t.Context(), b.js, events.StreamRejections, events.RejectionSubject(key), 0, 0)
+	rejected, err := history.ReadStream(t.Context(), b.js, bus.StreamRejections, bus.RejectionSubject(key), 0, 0)
 	require.NoError(t, err)
 	require.Empty(t, rejected, "not rejected: a newer dispatcher may carry it out")
 
 	admin := &events.Actor{Subject: "ops-admin", Method: events.ActorOIDC}
-	b.publishOn(t, events.SubjectAPIAction, &events.ExecutionAction{ExecutionID: "u1", Action: events.ActionRepair, IgnoreSeq: unknown, Actor: admin})
+	b.publishOn(t, bus.SubjectAPIAction, &events.ExecutionAction{ExecutionID: "u1", Action: events.ActionRepair, IgnoreSeq: unknown, Actor: admin})
 	var s projections.Execution
 	waitHistory(t, b.js, "deploy", "u1", "cancelled", func(evs []events.Event) bool {
 		s = projections.FoldQuarantined("u1", evs)
@@ -230,13 +230,13 @@ func TestUnknownEventWaitsForANewerDispatcher(t *testing.T) {
 func TestRepairByAnotherDispatcher(t *testing.T) {
 	t.Parallel()
 	js, newDispatcher := napAndNoop(t)
-	publishPayload(t, js, events.SubjectStart,
+	publishPayload(t, js, bus.SubjectStart,
 		events.New("client", "", "", time.Now(), &events.StartExecution{Workflow: "wf", ExecutionID: "x1", Input: json.RawMessage(`{}`)}))
 	a := newDispatcher("A")
 	runUntil(t, a, func() bool { return stepIs(t, js, 0, projections.OpWaiting) })
 
 	s := foldOf(t, js, "wf", "x1")
-	ack, err := js.Publish(t.Context(), events.ExecutionSubject("wf", "x1"), []byte("oops"),
+	ack, err := js.Publish(t.Context(), bus.ExecutionSubject("wf", "x1"), []byte("oops"),
 		jetstream.WithExpectLastSequencePerSubject(s.LastSeq))
 	require.NoError(t, err)
 	bad := ack.Sequence
@@ -246,29 +246,29 @@ func TestRepairByAnotherDispatcher(t *testing.T) {
 	}
 	time.Sleep(time.Until(due)) // the firing is on its way while x1 is damaged
 	timers := bus.PartitionTimersConsumer(partition.Of("x1", partition.DefaultCount))
-	runUntil(t, a, func() bool { return consumerIdle(t, js, events.StreamTimers, timers) })
-	evs, err := history.Read(t.Context(), js, events.ExecutionSubject("wf", "x1"), 0)
+	runUntil(t, a, func() bool { return consumerIdle(t, js, bus.StreamTimers, timers) })
+	evs, err := history.Read(t.Context(), js, bus.ExecutionSubject("wf", "x1"), 0)
 	require.NoError(t, err)
 	require.Equal(t, bad, evs[len(evs)-1].Seq, "A appended nothing: the firing was dropped")
 
 	admin := &events.Actor{Subject: "ops-admin", Method: events.ActorAPIKey, KeyID: "0123456789abcdef"}
-	publishPayload(t, js, events.SubjectAPIAction, events.New("api", "", "", time.Now(),
+	publishPayload(t, js, bus.SubjectAPIAction, events.New("api", "", "", time.Now(),
 		&events.ExecutionAction{ExecutionID: "x1", Action: events.ActionRepair, IgnoreSeq: bad, Actor: admin}))
 	runUntil(t, newDispatcher("B"), func() bool {
-		evs, err := history.Read(t.Context(), js, events.ExecutionSubject("wf", "x1"), 0)
+		evs, err := history.Read(t.Context(), js, bus.ExecutionSubject("wf", "x1"), 0)
 		require.NoError(t, err)
 		x := projections.FoldQuarantined("x1", evs)
 		return len(x.Steps) == 2 && x.Steps[1].Status == projections.OpSent
 	})
 
-	publishPayload(t, js, events.SubjectAction, events.New("client", "", "", time.Now(),
+	publishPayload(t, js, bus.SubjectAction, events.New("client", "", "", time.Now(),
 		&events.ExecutionAction{ExecutionID: "x1", Action: events.ActionForceCancel}))
 	runUntil(t, a, func() bool {
-		evs, err := history.Read(t.Context(), js, events.ExecutionSubject("wf", "x1"), 0)
+		evs, err := history.Read(t.Context(), js, bus.ExecutionSubject("wf", "x1"), 0)
 		require.NoError(t, err)
 		return projections.FoldQuarantined("x1", evs).Status == projections.StatusCancelled
 	})
-	rejected, err := history.ReadStream(t.Context(), js, events.StreamRejections, events.RejectionsPrefix+".>", 0, 0)
+	rejected, err := history.ReadStream(t.Context(), js, bus.StreamRejections, bus.RejectionsPrefix+".>", 0, 0)
 	require.NoError(t, err)
 	require.Empty(t, rejected, "A did not reject the command on its stale damaged state")
 }
@@ -300,7 +300,7 @@ func TestClearLockOfADamagedHolderIsRefusedWhole(t *testing.T) {
 	b.start(t, "cl", "h2")
 	lockStatus(t, b.js, "cl", "h2", "", projections.LockWaiting)
 	evs := readHistory(t, b.js, "cl", "h1")
-	_, err := b.js.Publish(t.Context(), events.ExecutionSubject("cl", "h1"), []byte("oops"),
+	_, err := b.js.Publish(t.Context(), bus.ExecutionSubject("cl", "h1"), []byte("oops"),
 		jetstream.WithExpectLastSequencePerSubject(evs[len(evs)-1].Seq))
 	require.NoError(t, err)
 

@@ -164,9 +164,9 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log zerolog.Lo
 	if err != nil {
 		return nil, err
 	}
-	kv, err := js.KeyValue(ctx, events.BucketDispatchers)
+	kv, err := js.KeyValue(ctx, bus.BucketDispatchers)
 	if err != nil {
-		return nil, fmt.Errorf("open bucket %s: %w", events.BucketDispatchers, err)
+		return nil, fmt.Errorf("open bucket %s: %w", bus.BucketDispatchers, err)
 	}
 	return &Dispatcher{cfg: cfg, js: js, log: log, defs: defs, ids: ids, locks: locks, cache: newLRU(cfg.CacheSize),
 		maxEvent: int(js.Conn().MaxPayload()) - 64<<10,

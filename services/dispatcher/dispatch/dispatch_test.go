@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/catalog"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
@@ -42,8 +43,8 @@ func setup(t *testing.T) *testBundle {
 	_, js := natstest.Connect(t, srv)
 	defs, err := catalog.Open(t.Context(), js)
 	require.NoError(t, err)
-	tasks, err := js.CreateOrUpdateConsumer(t.Context(), events.StreamTasks, jetstream.ConsumerConfig{
-		Durable: "test-agent", FilterSubject: events.TaskSubject(workflow.DefaultQueue),
+	tasks, err := js.CreateOrUpdateConsumer(t.Context(), bus.StreamTasks, jetstream.ConsumerConfig{
+		Durable: "test-agent", FilterSubject: bus.TaskSubject(workflow.DefaultQueue),
 		AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second,
 	})
 	require.NoError(t, err)
@@ -80,7 +81,7 @@ func (b *testBundle) start(t *testing.T, wf, execID string) string {
 	t.Helper()
 	ev := events.New("test-client", "", "", time.Now(), &events.StartExecution{
 		Workflow: wf, ExecutionID: execID, Input: json.RawMessage(`{"who":"test"}`)})
-	msg, err := events.Encode(events.SubjectStart, ev)
+	msg, err := bus.Encode(bus.SubjectStart, ev)
 	require.NoError(t, err)
 	_, err = b.js.PublishMsg(t.Context(), msg, jetstream.WithMsgID(ev.ID))
 	require.NoError(t, err)
@@ -91,7 +92,7 @@ func (b *testBundle) start(t *testing.T, wf, execID string) string {
 func (b *testBundle) report(t *testing.T, p events.Payload) {
 	t.Helper()
 	ref, _ := events.ResultRef(p)
-	msg, err := events.Encode(events.ResultSubject(ref.Queue, ref.ExecutionID), events.New("test-agent", ref.ExecutionID, ref.Workflow, time.Now(), p))
+	msg, err := bus.Encode(bus.ResultSubject(ref.Queue, ref.ExecutionID), events.New("test-agent", ref.ExecutionID, ref.Workflow, time.Now(), p))
 	require.NoError(t, err)
 	_, err = b.js.PublishMsg(t.Context(), msg)
 	require.NoError(t, err)
@@ -111,7 +112,7 @@ func (b *testBundle) nextTask(t *testing.T) fetchedTask {
 		batch, err := b.tasks.Fetch(1, jetstream.FetchMaxWait(time.Second))
 		require.NoError(t, err)
 		for m := range batch.Messages() {
-			ev, err := events.Decode(m.Headers(), m.Data())
+			ev, err := bus.Decode(m.Headers(), m.Data())
 			require.NoError(t, err)
 			task, ok := ev.Data.(*events.Task)
 			require.True(t, ok, "task stream holds %s", ev.Type)
@@ -126,7 +127,7 @@ func (b *testBundle) nextTask(t *testing.T) fetchedTask {
 
 func readHistory(t *testing.T, js jetstream.JetStream, wf, id string) []events.Event {
 	t.Helper()
-	evs, err := history.Read(t.Context(), js, events.ExecutionSubject(wf, id), 0)
+	evs, err := history.Read(t.Context(), js, bus.ExecutionSubject(wf, id), 0)
 	require.NoError(t, err)
 	return evs
 }
@@ -176,7 +177,7 @@ func countType(evs []events.Event, typ events.Type) int {
 // whether a partition's lease has left its owner in owners since.
 func watchLeaseMoves(t *testing.T, js jetstream.JetStream, owners []string) func(p int) bool {
 	t.Helper()
-	kv, err := js.KeyValue(t.Context(), events.BucketDispatchers)
+	kv, err := js.KeyValue(t.Context(), bus.BucketDispatchers)
 	require.NoError(t, err)
 	w, err := kv.Watch(t.Context(), "lease.*", jetstream.UpdatesOnly())
 	require.NoError(t, err)
@@ -213,7 +214,7 @@ func watchLeaseMoves(t *testing.T, js jetstream.JetStream, owners []string) func
 // lease held by owners[partition].
 func waitLeases(t *testing.T, js jetstream.JetStream, owners []string) {
 	t.Helper()
-	kv, err := js.KeyValue(t.Context(), events.BucketDispatchers)
+	kv, err := js.KeyValue(t.Context(), bus.BucketDispatchers)
 	require.NoError(t, err)
 	var wrong []string
 	natstest.Eventually(t, waitFor, func() bool {
@@ -232,7 +233,7 @@ func waitLeases(t *testing.T, js jetstream.JetStream, owners []string) {
 // published so far.
 func waitResultsHandled(t *testing.T, js jetstream.JetStream) {
 	t.Helper()
-	waitConsumerCaughtUp(t, js, events.StreamResults)
+	waitConsumerCaughtUp(t, js, bus.StreamResults)
 }
 
 // waitConsumerCaughtUp waits until the dispatchers' consumers of a stream
@@ -241,8 +242,8 @@ func waitResultsHandled(t *testing.T, js jetstream.JetStream) {
 func waitConsumerCaughtUp(t *testing.T, js jetstream.JetStream, streamName string) {
 	t.Helper()
 	streams := []string{streamName}
-	if streamName == events.StreamCommands {
-		streams = append(streams, events.StreamInbox)
+	if streamName == bus.StreamCommands {
+		streams = append(streams, bus.StreamInbox)
 	}
 	natstest.Eventually(t, waitFor, func() bool {
 		for _, s := range streams {
@@ -273,7 +274,7 @@ func consumersIdle(t *testing.T, js jetstream.JetStream, streamName string) bool
 		}
 	}
 	require.NoError(t, list.Err())
-	if streamName != events.StreamCommands && partitions < partition.DefaultCount {
+	if streamName != bus.StreamCommands && partitions < partition.DefaultCount {
 		return false
 	}
 	return idle
@@ -283,7 +284,7 @@ func readRejection(t *testing.T, js jetstream.JetStream, commandKey string) *eve
 	t.Helper()
 	var rej *events.CommandRejected
 	natstest.Eventually(t, waitFor, func() bool {
-		evs, err := history.ReadStream(t.Context(), js, events.StreamRejections, events.RejectionSubject(commandKey), 0, 0)
+		evs, err := history.ReadStream(t.Context(), js, bus.StreamRejections, bus.RejectionSubject(commandKey), 0, 0)
 		require.NoError(t, err)
 		if len(evs) == 0 {
 			return false
@@ -472,7 +473,7 @@ func TestStartRejected(t *testing.T) {
 
 	b := setup(t)
 	runDispatcher(t, b.js, dispatch.Config{Workers: 4})
-	ids, err := b.js.KeyValue(t.Context(), events.BucketExecutionIDs)
+	ids, err := b.js.KeyValue(t.Context(), bus.BucketExecutionIDs)
 	require.NoError(t, err)
 
 	t.Run("UnknownWorkflow", func(t *testing.T) {

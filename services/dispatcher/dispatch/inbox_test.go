@@ -6,6 +6,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/partition"
 	"jetflow.dev/pkg/projections"
@@ -25,7 +26,7 @@ func TestInboxCommandsAreCheckedAsPublished(t *testing.T) {
 	b.register(t, "wf", "one")
 
 	inbox := func(id, subject, typ, data string) string {
-		m := nats.NewMsg(events.InboxSubject(partition.Of(id, partition.DefaultCount), id))
+		m := nats.NewMsg(bus.InboxSubject(partition.Of(id, partition.DefaultCount), id))
 		for k, v := range map[string]string{"ce-specversion": "1.0", "ce-id": "in-" + id, "ce-source": "urn:test:inbox",
 			"ce-type": typ, "content-type": "application/json"} {
 			m.Header.Set(k, v)
@@ -39,20 +40,20 @@ func TestInboxCommandsAreCheckedAsPublished(t *testing.T) {
 		return events.CommandKey("urn:test:inbox", "in-"+id)
 	}
 
-	rej := readRejection(t, b.js, inbox("typo", events.SubjectStart, string(events.TypeStartExecution),
+	rej := readRejection(t, b.js, inbox("typo", bus.SubjectStart, string(events.TypeStartExecution),
 		`{"workflow":"wf","execution_id":"typo","inptu":{}}`))
 	require.Contains(t, rej.Reason, "inptu", "the body as sent: an unknown member is refused")
 
-	rej = readRejection(t, b.js, inbox("wrong", events.SubjectSignal, string(events.TypeStartExecution),
+	rej = readRejection(t, b.js, inbox("wrong", bus.SubjectSignal, string(events.TypeStartExecution),
 		`{"workflow":"wf","execution_id":"wrong"}`))
 	require.Contains(t, rej.Reason, "that subject takes "+string(events.TypeSignalExecution)+" only")
 
-	rej = readRejection(t, b.js, inbox("forged", events.SubjectStart, string(events.TypeStartExecution),
+	rej = readRejection(t, b.js, inbox("forged", bus.SubjectStart, string(events.TypeStartExecution),
 		`{"workflow":"wf","execution_id":"forged","actor":{"subject":"alice","method":"api-key","key_id":"0123456789abcdef"}}`))
 	require.Contains(t, rej.Reason, "actor is set by the api")
 
 	// A well-formed one starts, recorded as from the client role.
-	inbox("fine", events.SubjectStart, string(events.TypeStartExecution), `{"workflow":"wf","execution_id":"fine"}`)
+	inbox("fine", bus.SubjectStart, string(events.TypeStartExecution), `{"workflow":"wf","execution_id":"fine"}`)
 	_, evs := waitStatus(t, b.js, "wf", "fine", projections.StatusStarted)
 	started, ok := evs[0].Data.(*events.ExecutionStarted)
 	require.True(t, ok)

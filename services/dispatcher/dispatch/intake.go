@@ -10,32 +10,33 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/partition"
 )
 
 // commandTypes is the one command type each command subject carries.
 var commandTypes = map[string]events.Type{
-	events.SubjectStart:        events.TypeStartExecution,
-	events.SubjectSignal:       events.TypeSignalExecution,
-	events.SubjectAction:       events.TypeExecutionAction,
-	events.SubjectReconcile:    events.TypeReconcileExecution,
-	events.SubjectExpire:       events.TypeExpireExecution,
-	events.SubjectClearLock:    events.TypeClearLock,
-	events.SubjectAPIStart:     events.TypeStartExecution,
-	events.SubjectAPISignal:    events.TypeSignalExecution,
-	events.SubjectAPIAction:    events.TypeExecutionAction,
-	events.SubjectAPIClearLock: events.TypeClearLock,
+	bus.SubjectStart:        events.TypeStartExecution,
+	bus.SubjectSignal:       events.TypeSignalExecution,
+	bus.SubjectAction:       events.TypeExecutionAction,
+	bus.SubjectReconcile:    events.TypeReconcileExecution,
+	bus.SubjectExpire:       events.TypeExpireExecution,
+	bus.SubjectClearLock:    events.TypeClearLock,
+	bus.SubjectAPIStart:     events.TypeStartExecution,
+	bus.SubjectAPISignal:    events.TypeSignalExecution,
+	bus.SubjectAPIAction:    events.TypeExecutionAction,
+	bus.SubjectAPIClearLock: events.TypeClearLock,
 }
 
 // subjectRoles names the role NATS lets publish on each command subject
 // outside the api's (besides the admin): a command published there is
 // attributed to that role, since JetStream stores no publisher's identity.
 var subjectRoles = map[string]string{
-	events.SubjectStart:     "client",
-	events.SubjectSignal:    "client",
-	events.SubjectAction:    "client",
-	events.SubjectClearLock: "janitor",
+	bus.SubjectStart:     "client",
+	bus.SubjectSignal:    "client",
+	bus.SubjectAction:    "client",
+	bus.SubjectClearLock: "janitor",
 }
 
 // commandActor decides who a command that arrived on subject is recorded
@@ -48,7 +49,7 @@ var subjectRoles = map[string]string{
 // cannot carry an actor (reconcile, expire) get none.
 func commandActor(subject string, p events.Payload) (actor *events.Actor, why string) {
 	carried := events.CommandActor(p)
-	if strings.HasPrefix(subject, events.APICommandsPrefix+".") {
+	if strings.HasPrefix(subject, bus.APICommandsPrefix+".") {
 		if carried == nil {
 			return nil, fmt.Sprintf("a command on %s carries the actor the api authenticated, and this one has none", subject)
 		}
@@ -81,7 +82,7 @@ func (d *Dispatcher) misrouted(subject string, ev events.Event) string {
 func misrouted(subject string, ev events.Event, partitions int, inboxSubject func(events.Event) string) string {
 	tokens := strings.Split(subject, ".")
 	switch {
-	case strings.HasPrefix(subject, events.CommandsPrefix+"."):
+	case strings.HasPrefix(subject, bus.CommandsPrefix+"."):
 		want, ok := commandTypes[subject]
 		if !ok {
 			return fmt.Sprintf("%s is not a command subject; publish commands on %s", subject, commandSubjects())
@@ -90,33 +91,33 @@ func misrouted(subject string, ev events.Event, partitions int, inboxSubject fun
 			return fmt.Sprintf("a %s command on %s: that subject takes %s only (publish it on %s)",
 				ev.Type, subject, want, subjectOf(ev.Type))
 		}
-	case strings.HasPrefix(subject, events.InboxPrefix+"."):
+	case strings.HasPrefix(subject, bus.InboxPrefix+"."):
 		if !isCommand(ev.Type) {
 			return fmt.Sprintf("%s on %s: the inbox takes commands only", ev.Type, subject)
 		}
 		if want := inboxSubject(ev); subject != want {
 			return fmt.Sprintf("a %s command on %s: it belongs on %s", ev.Type, subject, want)
 		}
-	case strings.HasPrefix(subject, events.ResultsPrefix+"."):
+	case strings.HasPrefix(subject, bus.ResultsPrefix+"."):
 		ref, ok := events.ResultRef(ev.Data)
 		if !ok {
 			return fmt.Sprintf("%s on %s: results subjects take operation reports only", ev.Type, subject)
 		}
-		want := events.ResultSubject(ref.Queue, ref.ExecutionID) // stored before partitions
+		want := bus.ResultSubject(ref.Queue, ref.ExecutionID) // stored before partitions
 		if len(tokens) == 5 {
-			want = events.StoredResultSubject(ref.Queue, partition.Of(ref.ExecutionID, partitions), ref.ExecutionID)
+			want = bus.StoredResultSubject(ref.Queue, partition.Of(ref.ExecutionID, partitions), ref.ExecutionID)
 		}
 		if subject != want || !events.ValidQueueName(ref.Queue) {
 			return fmt.Sprintf("a report about execution %q from queue %q on %s: it belongs on %s", ref.ExecutionID, ref.Queue, subject, want)
 		}
-	case strings.HasPrefix(subject, events.TimersPrefix+"."):
+	case strings.HasPrefix(subject, bus.TimersPrefix+"."):
 		p, ok := ev.Data.(*events.FireTimer)
 		if !ok {
 			return fmt.Sprintf("%s on %s: timer subjects take %s only", ev.Type, subject, events.TypeFireTimer)
 		}
-		want := events.TimerSubject(p.ExecutionID) // fired before partitions
+		want := bus.TimerSubject(p.ExecutionID) // fired before partitions
 		if len(tokens) == 4 {
-			want = events.PartitionTimerSubject(partition.Of(p.ExecutionID, partitions), p.ExecutionID)
+			want = bus.PartitionTimerSubject(partition.Of(p.ExecutionID, partitions), p.ExecutionID)
 		}
 		if subject != want {
 			return fmt.Sprintf("a timer of execution %q on %s: it belongs on %s", p.ExecutionID, subject, want)
@@ -127,8 +128,8 @@ func misrouted(subject string, ev events.Event, partitions int, inboxSubject fun
 
 // subjectOf is the command subject a client publishes command type t on.
 func subjectOf(t events.Type) string {
-	for _, s := range []string{events.SubjectStart, events.SubjectSignal, events.SubjectAction,
-		events.SubjectReconcile, events.SubjectExpire, events.SubjectClearLock} {
+	for _, s := range []string{bus.SubjectStart, bus.SubjectSignal, bus.SubjectAction,
+		bus.SubjectReconcile, bus.SubjectExpire, bus.SubjectClearLock} {
 		if commandTypes[s] == t {
 			return s
 		}
@@ -147,7 +148,7 @@ func isCommand(t events.Type) bool {
 }
 
 func commandSubjects() string {
-	return strings.Join([]string{events.SubjectStart, events.SubjectSignal, events.SubjectAction, events.SubjectClearLock}, ", ")
+	return strings.Join([]string{bus.SubjectStart, bus.SubjectSignal, bus.SubjectAction, bus.SubjectClearLock}, ", ")
 }
 
 // rejectedError is what a handler returns once it published the
@@ -167,11 +168,11 @@ func (e rejectedError) Error() string { return "rejected: " + e.reason }
 // the rejection could not be published (the caller retries then).
 func (d *Dispatcher) rejectMessage(ctx context.Context, m jetstream.Msg, typ events.Type, reason string) error {
 	subject := m.Subject()
-	if published := m.Headers().Get(CommandSubjectHeader); published != "" && strings.HasPrefix(subject, events.InboxPrefix+".") {
+	if published := m.Headers().Get(CommandSubjectHeader); published != "" && strings.HasPrefix(subject, bus.InboxPrefix+".") {
 		subject = published // a command routed by an intake: answer it as published
 	}
 	log := d.log.With().Str("subject", subject).Logger()
-	if !strings.HasPrefix(subject, events.CommandsPrefix+".") {
+	if !strings.HasPrefix(subject, bus.CommandsPrefix+".") {
 		log.Warn().Str("reason", reason).Msg("drop a message that cannot be handled")
 		return nil
 	}
@@ -206,15 +207,15 @@ func (d *Dispatcher) rejectMessage(ctx context.Context, m jetstream.Msg, typ eve
 // arrived; one that may not is rejected (a command) or dropped, and ok is
 // false.
 func (d *Dispatcher) intake(ctx context.Context, m jetstream.Msg) (ev events.Event, ok bool) {
-	ev, err := events.Decode(m.Headers(), m.Data())
+	ev, err := bus.Decode(m.Headers(), m.Data())
 	why := d.misrouted(m.Subject(), ev)
 	// The subject a command was published on decides who it is from: its
 	// own, or for one the intake put in the inbox, the one it arrived on.
 	published := ""
 	switch {
-	case strings.HasPrefix(m.Subject(), events.CommandsPrefix+"."):
+	case strings.HasPrefix(m.Subject(), bus.CommandsPrefix+"."):
 		published = m.Subject()
-	case strings.HasPrefix(m.Subject(), events.InboxPrefix+"."):
+	case strings.HasPrefix(m.Subject(), bus.InboxPrefix+"."):
 		published = m.Headers().Get(CommandSubjectHeader) // "": the dispatcher's own (a lock wake)
 		if why == "" && err == nil && published != "" {
 			why = d.misrouted(published, ev)

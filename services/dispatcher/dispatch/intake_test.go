@@ -5,6 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 )
 
@@ -22,21 +23,21 @@ func TestCommandActor(t *testing.T) {
 		want    *events.Actor
 		why     string
 	}{
-		{"APIStart", events.SubjectAPIStart, &events.StartExecution{Actor: alice}, alice, ""},
-		{"APISignal", events.SubjectAPISignal, &events.SignalExecution{Actor: alice}, alice, ""},
-		{"APIAction", events.SubjectAPIAction, &events.ExecutionAction{Actor: alice}, alice, ""},
-		{"APIClearLock", events.SubjectAPIClearLock, &events.ClearLock{Actor: alice}, alice, ""},
-		{"APIWithoutActor", events.SubjectAPIAction, &events.ExecutionAction{}, nil, "carries the actor the api authenticated"},
-		{"APIWithBadActor", events.SubjectAPIAction, &events.ExecutionAction{Actor: &events.Actor{Method: events.ActorOIDC}}, nil, "subject must be"},
-		{"ClientStart", events.SubjectStart, &events.StartExecution{}, &events.Actor{Subject: "client", Method: events.ActorNATS}, ""},
-		{"ClientSignal", events.SubjectSignal, &events.SignalExecution{}, &events.Actor{Subject: "client", Method: events.ActorNATS}, ""},
-		{"ClientAction", events.SubjectAction, &events.ExecutionAction{}, &events.Actor{Subject: "client", Method: events.ActorNATS}, ""},
-		{"JanitorClearLock", events.SubjectClearLock, &events.ClearLock{}, &events.Actor{Subject: "janitor", Method: events.ActorNATS}, ""},
-		{"ForgedOnAction", events.SubjectAction, &events.ExecutionAction{Actor: alice}, nil, "actor is set by the api"},
-		{"ForgedOnStart", events.SubjectStart, &events.StartExecution{Actor: alice}, nil, "actor is set by the api"},
-		{"ForgedOnClearLock", events.SubjectClearLock, &events.ClearLock{Actor: alice}, nil, "actor is set by the api"},
-		{"Reconcile", events.SubjectReconcile, &events.ReconcileExecution{}, nil, ""},
-		{"Expire", events.SubjectExpire, &events.ExpireExecution{}, nil, ""},
+		{"APIStart", bus.SubjectAPIStart, &events.StartExecution{Actor: alice}, alice, ""},
+		{"APISignal", bus.SubjectAPISignal, &events.SignalExecution{Actor: alice}, alice, ""},
+		{"APIAction", bus.SubjectAPIAction, &events.ExecutionAction{Actor: alice}, alice, ""},
+		{"APIClearLock", bus.SubjectAPIClearLock, &events.ClearLock{Actor: alice}, alice, ""},
+		{"APIWithoutActor", bus.SubjectAPIAction, &events.ExecutionAction{}, nil, "carries the actor the api authenticated"},
+		{"APIWithBadActor", bus.SubjectAPIAction, &events.ExecutionAction{Actor: &events.Actor{Method: events.ActorOIDC}}, nil, "subject must be"},
+		{"ClientStart", bus.SubjectStart, &events.StartExecution{}, &events.Actor{Subject: "client", Method: events.ActorNATS}, ""},
+		{"ClientSignal", bus.SubjectSignal, &events.SignalExecution{}, &events.Actor{Subject: "client", Method: events.ActorNATS}, ""},
+		{"ClientAction", bus.SubjectAction, &events.ExecutionAction{}, &events.Actor{Subject: "client", Method: events.ActorNATS}, ""},
+		{"JanitorClearLock", bus.SubjectClearLock, &events.ClearLock{}, &events.Actor{Subject: "janitor", Method: events.ActorNATS}, ""},
+		{"ForgedOnAction", bus.SubjectAction, &events.ExecutionAction{Actor: alice}, nil, "actor is set by the api"},
+		{"ForgedOnStart", bus.SubjectStart, &events.StartExecution{Actor: alice}, nil, "actor is set by the api"},
+		{"ForgedOnClearLock", bus.SubjectClearLock, &events.ClearLock{Actor: alice}, nil, "actor is set by the api"},
+		{"Reconcile", bus.SubjectReconcile, &events.ReconcileExecution{}, nil, ""},
+		{"Expire", bus.SubjectExpire, &events.ExpireExecution{}, nil, ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -57,9 +58,9 @@ func TestCommandActor(t *testing.T) {
 func TestMisroutedNamesTheClientSubject(t *testing.T) {
 	t.Parallel()
 	for range 20 {
-		why := misrouted(events.SubjectSignal, events.Event{Type: events.TypeStartExecution}, 16, nil)
-		require.Contains(t, why, "publish it on "+events.SubjectStart)
+		why := misrouted(bus.SubjectSignal, events.Event{Type: events.TypeStartExecution}, 16, nil)
+		require.Contains(t, why, "publish it on "+bus.SubjectStart)
 	}
-	require.Empty(t, misrouted(events.SubjectAPIStart, events.Event{Type: events.TypeStartExecution}, 16, nil))
-	require.Contains(t, misrouted(events.SubjectAPISignal, events.Event{Type: events.TypeStartExecution}, 16, nil), "takes "+string(events.TypeSignalExecution))
+	require.Empty(t, misrouted(bus.SubjectAPIStart, events.Event{Type: events.TypeStartExecution}, 16, nil))
+	require.Contains(t, misrouted(bus.SubjectAPISignal, events.Event{Type: events.TypeStartExecution}, 16, nil), "takes "+string(events.TypeSignalExecution))
 }

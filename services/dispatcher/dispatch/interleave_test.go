@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/catalog"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
@@ -24,7 +25,7 @@ import (
 
 func foldOf(t *testing.T, js jetstream.JetStream, wf, id string) projections.Execution {
 	t.Helper()
-	evs, err := history.Read(t.Context(), js, events.ExecutionSubject(wf, id), 0)
+	evs, err := history.Read(t.Context(), js, bus.ExecutionSubject(wf, id), 0)
 	require.NoError(t, err)
 	s, err := projections.Fold(evs)
 	require.NoError(t, err)
@@ -69,7 +70,7 @@ func runUntil(t *testing.T, d *dispatch.Dispatcher, cond func() bool) {
 
 func publishPayload(t *testing.T, js jetstream.JetStream, subject string, ev events.Event) {
 	t.Helper()
-	msg, err := events.Encode(subject, ev)
+	msg, err := bus.Encode(subject, ev)
 	require.NoError(t, err)
 	_, err = js.PublishMsg(t.Context(), msg, jetstream.WithMsgID(ev.ID))
 	require.NoError(t, err)
@@ -78,7 +79,7 @@ func publishPayload(t *testing.T, js jetstream.JetStream, subject string, ev eve
 func succeeded(t *testing.T, js jetstream.JetStream, token, step string) {
 	t.Helper()
 	ref := events.TaskRef{TaskID: events.TaskID("x1", step, 1), ExecutionID: "x1", Workflow: "wf", StepID: step, Attempt: 1, Token: token, Queue: "default"}
-	publishPayload(t, js, events.ResultSubject("default", "x1"), events.New("test-agent", "x1", "wf", time.Now(), &events.OperationSucceeded{TaskRef: ref}))
+	publishPayload(t, js, bus.ResultSubject("default", "x1"), events.New("test-agent", "x1", "wf", time.Now(), &events.OperationSucceeded{TaskRef: ref}))
 }
 
 func interleaveSetup(t *testing.T, steps ...string) (jetstream.JetStream, func(source string) *dispatch.Dispatcher) {
@@ -101,7 +102,7 @@ func interleaveSetup(t *testing.T, steps ...string) (jetstream.JetStream, func(s
 		return dd
 	}
 	start := events.New("client", "", "", time.Now(), &events.StartExecution{Workflow: "wf", ExecutionID: "x1", Input: json.RawMessage(`{}`)})
-	publishPayload(t, js, events.SubjectStart, start)
+	publishPayload(t, js, bus.SubjectStart, start)
 	return js, newDispatcher
 }
 
@@ -133,12 +134,12 @@ func TestReconcileNamingAnotherWorkflowChangesNothing(t *testing.T) {
 	token := foldOf(t, js, "wf", "x1").Token
 
 	rc := events.New("someone", "x1", "nope", time.Now(), &events.ReconcileExecution{ExecutionID: "x1", Workflow: "nope"})
-	publishPayload(t, js, events.SubjectReconcile, rc)
+	publishPayload(t, js, bus.SubjectReconcile, rc)
 	cold := newDispatcher("A2")
 	succeeded(t, js, token, "s1")
 	runUntil(t, cold, func() bool { return foldOf(t, js, "wf", "x1").Status == projections.StatusSucceeded })
 	require.Equal(t, projections.StatusSucceeded, foldOf(t, js, "wf", "x1").Status)
-	other, err := history.Read(t.Context(), js, events.ExecutionSubject("nope", "x1"), 0)
+	other, err := history.Read(t.Context(), js, bus.ExecutionSubject("nope", "x1"), 0)
 	require.NoError(t, err)
 	require.Empty(t, other, "nothing is written under the wrong workflow")
 }
@@ -151,7 +152,7 @@ func TestTimerFiredBeforeACrashIsActedOn(t *testing.T) {
 	t.Parallel()
 	js, newDispatcher := napAndNoop(t)
 	start := events.New("client", "", "", time.Now(), &events.StartExecution{Workflow: "wf", ExecutionID: "x1", Input: json.RawMessage(`{}`)})
-	publishPayload(t, js, events.SubjectStart, start)
+	publishPayload(t, js, bus.SubjectStart, start)
 	runUntil(t, newDispatcher("A"), func() bool { return stepIs(t, js, 0, projections.OpWaiting) })
 
 	// A's last act before it died: the firing is in the history, nothing after it.
@@ -160,7 +161,7 @@ func TestTimerFiredBeforeACrashIsActedOn(t *testing.T) {
 	for id := range s.Timers {
 		fired := events.New("A", "x1", "wf", time.Now(), &events.TimerFired{TimerID: id})
 		fired.PrevSeq = s.LastSeq
-		_, err := history.Append(t.Context(), js, events.ExecutionSubject("wf", "x1"), s.LastSeq, fired)
+		_, err := history.Append(t.Context(), js, bus.ExecutionSubject("wf", "x1"), s.LastSeq, fired)
 		require.NoError(t, err)
 	}
 

@@ -7,7 +7,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/natstest"
 )
 
@@ -19,10 +19,10 @@ func TestKeepAliveHoldsALongHandling(t *testing.T) {
 	t.Parallel()
 	_, js := natstest.Connect(t, natstest.RunJetStream(t))
 	ackWait := 2 * time.Second // progress every 667 ms: room for a loaded machine
-	cons, err := js.CreateOrUpdateConsumer(t.Context(), events.StreamCommands, jetstream.ConsumerConfig{
-		Durable: "ka", FilterSubject: events.SubjectReconcile, AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait})
+	cons, err := js.CreateOrUpdateConsumer(t.Context(), bus.StreamCommands, jetstream.ConsumerConfig{
+		Durable: "ka", FilterSubject: bus.SubjectReconcile, AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait})
 	require.NoError(t, err)
-	_, err = js.Publish(t.Context(), events.SubjectReconcile, []byte("x"))
+	_, err = js.Publish(t.Context(), bus.SubjectReconcile, []byte("x"))
 	require.NoError(t, err)
 	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
 	require.NoError(t, err)

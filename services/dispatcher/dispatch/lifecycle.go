@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/catalog"
 	"jetflow.dev/pkg/claim"
 	"jetflow.dev/pkg/events"
@@ -114,7 +115,7 @@ func (d *Dispatcher) start(ctx context.Context, ev events.Event, cmd *events.Sta
 
 // encodedSize is the size of p as a history message (data and headers).
 func (d *Dispatcher) encodedSize(id, wf string, p events.Payload) int64 {
-	msg, err := events.Encode(events.ExecutionSubject(wf, id), events.New(d.cfg.Source, id, wf, d.cfg.Now(), p))
+	msg, err := bus.Encode(bus.ExecutionSubject(wf, id), events.New(d.cfg.Source, id, wf, d.cfg.Now(), p))
 	if err != nil {
 		return 0
 	}
@@ -139,11 +140,11 @@ func (d *Dispatcher) publishRejection(ctx context.Context, cmd events.Event, exe
 	key := events.CommandKey(cmd.Source, cmd.ID)
 	rej := events.New(d.cfg.Source, execID, "", d.cfg.Now(), &events.CommandRejected{
 		CommandKey: key, CommandType: cmd.Type, ExecutionID: execID, Code: code, Reason: reason, Subject: subject, StreamSeq: seq})
-	msg, err := events.Encode(events.RejectionSubject(key), rej)
+	msg, err := bus.Encode(bus.RejectionSubject(key), rej)
 	if err != nil {
 		return err
 	}
-	if _, err := d.js.PublishMsg(ctx, msg, jetstream.WithMsgID("rej-"+events.RejectionSubject(key))); err != nil {
+	if _, err := d.js.PublishMsg(ctx, msg, jetstream.WithMsgID("rej-"+bus.RejectionSubject(key))); err != nil {
 		return fmt.Errorf("publish rejection: %w", err)
 	}
 	zerolog.Ctx(ctx).Warn().Str("code", code).Str("reason", reason).Str("command", key).Msg("command rejected")

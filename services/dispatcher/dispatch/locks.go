@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/lock"
 )
@@ -187,7 +188,7 @@ func (d *Dispatcher) wake(ctx context.Context, name string, h lock.Entry, id str
 		ExecutionID: h.ExecutionID, Workflow: h.Workflow, Reason: "holds lock " + name})
 	ev.ID = id
 	// Straight to the execution's partition: the dispatcher checked it.
-	msg, err := events.Encode(events.InboxSubject(d.partitionOf(h.ExecutionID), h.ExecutionID), ev)
+	msg, err := bus.Encode(bus.InboxSubject(d.partitionOf(h.ExecutionID), h.ExecutionID), ev)
 	if err != nil {
 		return err
 	}

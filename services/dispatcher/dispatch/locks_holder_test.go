@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/lock"
@@ -35,7 +36,7 @@ func TestHolderNeverPutsBackAReleasedRequest(t *testing.T) {
 	// Another writer (the previous holder's in-flight job, a shared consumer, a clear-lock) force-cancels h2.
 	ev := events.New("B", "h2", "lk", time.Now(), &events.ExecutionCancelled{ActionRecord: events.ActionRecord{Action: events.ActionForceCancel}})
 	ev.PrevSeq = s.LastSeq
-	seq, err := history.Append(t.Context(), b.js, events.ExecutionSubject("lk", "h2"), s.LastSeq, ev)
+	seq, err := history.Append(t.Context(), b.js, bus.ExecutionSubject("lk", "h2"), s.LastSeq, ev)
 	require.NoError(t, err)
 	tb, err := lock.Open(t.Context(), b.js, nil)
 	require.NoError(t, err)
@@ -43,13 +44,13 @@ func TestHolderNeverPutsBackAReleasedRequest(t *testing.T) {
 	require.NoError(t, err)
 	ev = events.New("B", "h2", "lk", time.Now(), &events.LockReleased{Lock: "db", Reason: "cancelled"})
 	ev.PrevSeq = seq
-	_, err = history.Append(t.Context(), b.js, events.ExecutionSubject("lk", "h2"), seq, ev)
+	_, err = history.Append(t.Context(), b.js, bus.ExecutionSubject("lk", "h2"), seq, ev)
 	require.NoError(t, err)
 	r, _ := lockRecord(t, b.js, "db")
 	t.Logf("after B: holders %v waiters %v", execIDs(r.Holders), execIDs(r.Waiters))
 
 	rec := events.New("janitor", "", "", time.Now(), &events.ReconcileExecution{ExecutionID: "h2", Workflow: "lk", Reason: "idle"})
-	msg, err := events.Encode(events.SubjectReconcile, rec)
+	msg, err := bus.Encode(bus.SubjectReconcile, rec)
 	require.NoError(t, err)
 	_, err = b.js.PublishMsg(t.Context(), msg)
 	require.NoError(t, err)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history/historytest"
 	"jetflow.dev/pkg/projections"
@@ -33,7 +34,7 @@ func TestClearLockWhileTheExecutionIsHandled(t *testing.T) {
 			Entries: []events.LockEntry{{ExecutionID: "h1", Workflow: "busy", Request: 99}}})
 		publishClear(t, b.js, clear)
 		rc := events.New("test", "h1", "busy", time.Now(), &events.ReconcileExecution{ExecutionID: "h1", Workflow: "busy"})
-		publishPayload(t, b.js, events.SubjectReconcile, rc)
+		publishPayload(t, b.js, bus.SubjectReconcile, rc)
 	}
 	waitCommandsHandled(t, b.js)
 	b.finishTask(t, task)

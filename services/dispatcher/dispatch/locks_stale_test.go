@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/projections"
@@ -32,7 +33,7 @@ func TestStaleCacheNeverRemovesALiveHolder(t *testing.T) {
 	s := foldOf(t, b.js, "lk", "h1")
 	ev := events.New("B", "h1", "lk", time.Now(), &events.ExecutionFailed{Error: "boom"})
 	ev.PrevSeq = s.LastSeq
-	_, err := history.Append(t.Context(), b.js, events.ExecutionSubject("lk", "h1"), s.LastSeq, ev)
+	_, err := history.Append(t.Context(), b.js, bus.ExecutionSubject("lk", "h1"), s.LastSeq, ev)
 	require.NoError(t, err)
 	// Dispatcher A comes to cache that state (an expire command naming an
 	// old position: kept, nothing done, but the state is now cached).
@@ -46,7 +47,7 @@ func TestStaleCacheNeverRemovesALiveHolder(t *testing.T) {
 	// Dispatcher B resumes h1: it runs on, still holding db.
 	ev = events.New("B", "h1", "lk", time.Now(), &events.ExecutionResumed{ActionRecord: events.ActionRecord{Action: events.ActionResume}, Token: "t2"})
 	ev.PrevSeq = failed.LastSeq
-	_, err = history.Append(t.Context(), b.js, events.ExecutionSubject("lk", "h1"), failed.LastSeq, ev)
+	_, err = history.Append(t.Context(), b.js, bus.ExecutionSubject("lk", "h1"), failed.LastSeq, ev)
 	require.NoError(t, err)
 
 	// The janitor's expire command, from the read model it saw before the resume, reaches A.

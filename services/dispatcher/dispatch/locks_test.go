@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history/historytest"
 	"jetflow.dev/pkg/lock"
@@ -298,7 +299,7 @@ func TestClearLockCommand(t *testing.T) {
 
 func publishClear(t *testing.T, js jetstream.JetStream, ev events.Event) {
 	t.Helper()
-	msg, err := events.Encode(events.SubjectClearLock, ev)
+	msg, err := bus.Encode(bus.SubjectClearLock, ev)
 	require.NoError(t, err)
 	_, err = js.PublishMsg(t.Context(), msg, jetstream.WithMsgID(ev.ID))
 	require.NoError(t, err)

@@ -233,7 +233,7 @@ func (d *Dispatcher) inboxSubject(ev events.Event) string {
 		sum := sha256.Sum256([]byte(key))
 		token = "k" + hex.EncodeToString(sum[:12])
 	}
-	return events.InboxSubject(d.partitionOf(key), token)
+	return bus.InboxSubject(d.partitionOf(key), token)
 }
 
 func (d *Dispatcher) durables() bus.Durables {

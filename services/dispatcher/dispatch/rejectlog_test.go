@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/natstest"
 	"jetflow.dev/services/dispatcher/dispatch"
@@ -47,17 +48,17 @@ func TestRejectionIsLoggedOnce(t *testing.T) {
 	// An unknown workflow (rejected by the handler) and a plain message
 	// (rejected as it arrives).
 	ev := events.New("test-client", "", "", time.Now(), &events.StartExecution{Workflow: "nope", ExecutionID: "r-1"})
-	msg, err := events.Encode(events.SubjectStart, ev)
+	msg, err := bus.Encode(bus.SubjectStart, ev)
 	require.NoError(t, err)
 	_, err = b.js.PublishMsg(t.Context(), msg)
 	require.NoError(t, err)
-	_, err = b.js.PublishMsg(t.Context(), &nats.Msg{Subject: events.SubjectStart, Data: []byte(`{"workflow":"nope"}`)})
+	_, err = b.js.PublishMsg(t.Context(), &nats.Msg{Subject: bus.SubjectStart, Data: []byte(`{"workflow":"nope"}`)})
 	require.NoError(t, err)
 
 	require.Eventually(t, func() bool { return strings.Count(logs.String(), "command rejected") == 2 },
 		20*time.Second, 10*time.Millisecond, "%s", logs.String())
 	// Both messages are terminated, and nothing more is said about them.
-	waitConsumerCaughtUp(t, b.js, events.StreamCommands)
+	waitConsumerCaughtUp(t, b.js, bus.StreamCommands)
 	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
 		require.NotContains(t, line, `"level":"error"`, "a rejection is not an error of the dispatcher: %s", line)
 		require.NotContains(t, line, "drop message", line)

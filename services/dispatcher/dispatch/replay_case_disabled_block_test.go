@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/projections"
@@ -17,7 +18,7 @@ func replayOutcome(t *testing.T, b *testBundle, wf, id, key string) (*events.Com
 	t.Helper()
 	deadline := time.Now().Add(waitFor)
 	for time.Now().Before(deadline) {
-		rejs, err := history.ReadStream(t.Context(), b.js, events.StreamRejections, events.RejectionSubject(key), 0, 0)
+		rejs, err := history.ReadStream(t.Context(), b.js, bus.StreamRejections, bus.RejectionSubject(key), 0, 0)
 		require.NoError(t, err)
 		if len(rejs) > 0 {
 			return rejs[0].Data.(*events.CommandRejected), nil

@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history/historytest"
 	"jetflow.dev/pkg/projections"
@@ -129,7 +130,7 @@ func indexOfType(evs []events.Event, typ events.Type) int {
 // startWith publishes a start command with options.
 func (b *testBundle) startWith(t *testing.T, cmd *events.StartExecution) {
 	t.Helper()
-	msg, err := events.Encode(events.SubjectStart, events.New("test-client", "", "", time.Now(), cmd))
+	msg, err := bus.Encode(bus.SubjectStart, events.New("test-client", "", "", time.Now(), cmd))
 	require.NoError(t, err)
 	_, err = b.js.PublishMsg(t.Context(), msg)
 	require.NoError(t, err)

@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/claim"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history/historytest"
@@ -41,7 +42,7 @@ steps:
 func (b *testBundle) startInput(t *testing.T, wf, execID, input string) string {
 	t.Helper()
 	ev := events.New("test-client", "", "", time.Now(), &events.StartExecution{Workflow: wf, ExecutionID: execID, Input: json.RawMessage(input)})
-	msg, err := events.Encode(events.SubjectStart, ev)
+	msg, err := bus.Encode(bus.SubjectStart, ev)
 	require.NoError(t, err)
 	_, err = b.js.PublishMsg(t.Context(), msg, jetstream.WithMsgID(ev.ID))
 	require.NoError(t, err)
@@ -117,7 +118,7 @@ func TestStartOfExpiredExecutionRefused(t *testing.T) {
 	b := setup(t)
 	b.register(t, "once", "a")
 	ev := events.New("test-client", "", "", time.Now(), &events.StartExecution{Workflow: "once", ExecutionID: "gone-1"})
-	ids, err := b.js.KeyValue(t.Context(), events.BucketExecutionIDs)
+	ids, err := b.js.KeyValue(t.Context(), bus.BucketExecutionIDs)
 	require.NoError(t, err)
 	rec, err := json.Marshal(claim.Claim{CommandKey: events.CommandKey(ev.Source, ev.ID), Workflow: "once",
 		ClaimedAt: time.Now().Add(-time.Hour), ExpiredAt: time.Now()})
@@ -126,7 +127,7 @@ func TestStartOfExpiredExecutionRefused(t *testing.T) {
 	require.NoError(t, err)
 	runDispatcher(t, b.js, dispatch.Config{})
 
-	msg, err := events.Encode(events.SubjectStart, ev)
+	msg, err := bus.Encode(bus.SubjectStart, ev)
 	require.NoError(t, err)
 	_, err = b.js.PublishMsg(t.Context(), msg)
 	require.NoError(t, err)
@@ -141,7 +142,7 @@ func TestStartOfExpiredExecutionRefused(t *testing.T) {
 func (b *testBundle) expireCommand(t *testing.T, wf, id string, lastSeq uint64) {
 	t.Helper()
 	ev := events.New("jetflow/janitor", id, wf, time.Now(), &events.ExpireExecution{ExecutionID: id, Workflow: wf, LastSeq: lastSeq, Rule: "1", Group: wf})
-	msg, err := events.Encode(events.SubjectExpire, ev)
+	msg, err := bus.Encode(bus.SubjectExpire, ev)
 	require.NoError(t, err)
 	_, err = b.js.PublishMsg(t.Context(), msg, jetstream.WithMsgID(ev.ID))
 	require.NoError(t, err)
@@ -186,7 +187,7 @@ func TestExpireOnlyWhatTheJanitorSaw(t *testing.T) {
 		require.Contains(t, rej.Reason, "expired under its retention rule")
 	}
 	sig := events.New("test-client", "", "", time.Now(), &events.SignalExecution{ExecutionID: "f1", Name: "go"})
-	msg, err := events.Encode(events.SubjectSignal, sig)
+	msg, err := bus.Encode(bus.SubjectSignal, sig)
 	require.NoError(t, err)
 	_, err = b.js.PublishMsg(t.Context(), msg)
 	require.NoError(t, err)

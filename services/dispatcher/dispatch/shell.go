@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/catalog"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
@@ -159,7 +160,7 @@ func (d *Dispatcher) perform(ctx context.Context, x *execState, eff interp.Effec
 	case interp.PublishTask:
 		task := events.New(d.cfg.Source, x.id, x.workflow, d.cfg.Now(), &e.Task)
 		task.ID = e.Task.TaskID
-		msg, err := events.Encode(events.TaskSubject(e.Task.Queue), task)
+		msg, err := bus.Encode(bus.TaskSubject(e.Task.Queue), task)
 		if err != nil {
 			return nil, permanentError{err}
 		}

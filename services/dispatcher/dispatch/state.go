@@ -85,7 +85,7 @@ type execState struct {
 	stored  map[string]events.Event
 }
 
-func (x *execState) subject() string { return events.ExecutionSubject(x.workflow, x.id) }
+func (x *execState) subject() string { return bus.ExecutionSubject(x.workflow, x.id) }
 
 // withExecution loads an execution (cache or stream) and runs fn; on a
 // write conflict it drops what it knew, reloads and runs fn again. A
@@ -171,7 +171,7 @@ func (d *Dispatcher) ensureCurrent(ctx context.Context, x *execState) error {
 // checkFresh returns bus.ErrConflict if the execution's history has events
 // beyond the state x holds.
 func (d *Dispatcher) checkFresh(ctx context.Context, x *execState) error {
-	stream, err := d.js.Stream(ctx, events.StreamEvents)
+	stream, err := d.js.Stream(ctx, bus.StreamEvents)
 	if err != nil {
 		return fmt.Errorf("open events stream: %w", err)
 	}
@@ -202,7 +202,7 @@ func (d *Dispatcher) load(ctx context.Context, wf, id string) (x *execState, cac
 	}
 	// Not cached, or cached before this holding of its partition began
 	// (another dispatcher may have written it in between).
-	evs, err := history.Read(ctx, d.js, events.ExecutionSubject(wf, id), 0)
+	evs, err := history.Read(ctx, d.js, bus.ExecutionSubject(wf, id), 0)
 	if err != nil {
 		return nil, false, err
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/services/dispatcher/interp"
 )
@@ -14,14 +15,14 @@ import (
 func (d *Dispatcher) publishSchedule(ctx context.Context, execID, wf, id string, due time.Time) error {
 	ev := events.New(d.cfg.Source, execID, wf, d.cfg.Now(), &events.FireTimer{ExecutionID: execID, Workflow: wf, TimerID: id})
 	ev.ID = "fire-" + id
-	msg, err := events.Encode(events.ScheduleSubject(id), ev)
+	msg, err := bus.Encode(bus.ScheduleSubject(id), ev)
 	if err != nil {
 		return permanentError{err}
 	}
 	// Set with nanoseconds: the client helper truncates to the second and
 	// would fire early.
 	msg.Header.Set("Nats-Schedule", "@at "+due.UTC().Format(time.RFC3339Nano))
-	msg.Header.Set("Nats-Schedule-Target", events.PartitionTimerSubject(d.partitionOf(execID), execID))
+	msg.Header.Set("Nats-Schedule-Target", bus.PartitionTimerSubject(d.partitionOf(execID), execID))
 	if _, err := d.js.PublishMsg(ctx, msg); err != nil {
 		return fmt.Errorf("schedule timer %s: %w", id, err)
 	}

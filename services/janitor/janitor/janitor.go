@@ -164,11 +164,11 @@ type advisory struct {
 // lostTask turns a task that exhausted its deliveries into a failure.
 func (j *Janitor) lostTask(ctx context.Context, data []byte) error {
 	var adv advisory
-	if err := json.Unmarshal(data, &adv); err != nil || adv.Stream != events.StreamTasks {
+	if err := json.Unmarshal(data, &adv); err != nil || adv.Stream != bus.StreamTasks {
 		j.log.Warn().Err(err).Msg("ignore unexpected advisory")
 		return nil
 	}
-	stream, err := j.js.Stream(ctx, events.StreamTasks)
+	stream, err := j.js.Stream(ctx, bus.StreamTasks)
 	if err != nil {
 		return fmt.Errorf("open tasks stream: %w", err)
 	}
@@ -179,7 +179,7 @@ func (j *Janitor) lostTask(ctx context.Context, data []byte) error {
 	if err != nil {
 		return fmt.Errorf("get task %d: %w", adv.StreamSeq, err)
 	}
-	ev, err := events.Decode(raw.Header, raw.Data)
+	ev, err := bus.Decode(raw.Header, raw.Data)
 	task, ok := ev.Data.(*events.Task)
 	if err == nil && ok {
 		reason := fmt.Sprintf("task delivered %d times to agents (consumer %s) without a result: agents died or timed out", adv.Deliveries, adv.Consumer)
@@ -197,7 +197,7 @@ func (j *Janitor) lostTask(ctx context.Context, data []byte) error {
 func (j *Janitor) fail(ctx context.Context, ref events.TaskRef, why, reason string) error {
 	ev := events.New(j.cfg.Source, ref.ExecutionID, ref.Workflow, j.cfg.Now(), &events.OperationFailed{TaskRef: ref, Error: reason, Lost: true})
 	ev.ID = ref.TaskID + "." + why
-	msg, err := events.Encode(events.ResultSubject(cmp.Or(ref.Queue, workflow.DefaultQueue), ref.ExecutionID), ev)
+	msg, err := bus.Encode(bus.ResultSubject(cmp.Or(ref.Queue, workflow.DefaultQueue), ref.ExecutionID), ev)
 	if err != nil {
 		return err
 	}
@@ -253,11 +253,11 @@ func (j *Janitor) RunOnce(ctx context.Context) (Result, error) {
 // sweepIdle nudges idle executions and reports lost tasks.
 func (j *Janitor) sweepIdle(ctx context.Context) (Result, error) {
 	var res Result
-	kv, err := j.js.KeyValue(ctx, events.BucketExecutions)
+	kv, err := j.js.KeyValue(ctx, bus.BucketExecutions)
 	if err != nil {
 		return res, fmt.Errorf("open executions bucket: %w", err)
 	}
-	tasks, err := j.js.Stream(ctx, events.StreamTasks)
+	tasks, err := j.js.Stream(ctx, bus.StreamTasks)
 	if err != nil {
 		return res, fmt.Errorf("open tasks stream: %w", err)
 	}
@@ -374,8 +374,8 @@ func waitingOnTime(x projections.Execution, now time.Time) bool {
 func (j *Janitor) hasResult(ctx context.Context, executionID, taskID string) (bool, error) {
 	found := false
 	// Reports stored before partitions too (a task in flight across the upgrade).
-	for _, filter := range []string{events.ExecutionResults(executionID), events.ExecutionResultsBefore(executionID)} {
-		err := history.ScanReports(ctx, j.js, events.StreamResults, filter, func(ev events.Event) error {
+	for _, filter := range []string{bus.ExecutionResults(executionID), bus.ExecutionResultsBefore(executionID)} {
+		err := history.ScanReports(ctx, j.js, bus.StreamResults, filter, func(ev events.Event) error {
 			if ref, ok := events.ResultRef(ev.Data); ok && ref.TaskID == taskID && ev.Type != events.TypeOperationStarted {
 				found = true
 			}
@@ -392,7 +392,7 @@ func (j *Janitor) reconcile(ctx context.Context, x projections.Execution) error 
 	ev := events.New(j.cfg.Source, x.ID, x.Workflow, j.cfg.Now(), &events.ReconcileExecution{
 		ExecutionID: x.ID, Workflow: x.Workflow, Reason: "idle"})
 	ev.ID = "reconcile-" + x.ID + "-" + strconv.FormatUint(x.LastSeq, 10)
-	msg, err := events.Encode(events.SubjectReconcile, ev)
+	msg, err := bus.Encode(bus.SubjectReconcile, ev)
 	if err != nil {
 		return err
 	}

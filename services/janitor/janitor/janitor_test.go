@@ -9,6 +9,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/natstest"
@@ -29,7 +30,7 @@ type testBundle struct {
 func setup(t *testing.T) *testBundle {
 	t.Helper()
 	_, js := natstest.Connect(t, natstest.RunJetStream(t))
-	kv, err := js.KeyValue(t.Context(), events.BucketExecutions)
+	kv, err := js.KeyValue(t.Context(), bus.BucketExecutions)
 	require.NoError(t, err)
 	j, err := janitor.New(janitor.Config{IdleAfter: idleAfter, Now: func() time.Time { return now }},
 		js, zerolog.New(zerolog.NewTestWriter(t)))
@@ -64,7 +65,7 @@ func (b *testBundle) publishTask(t *testing.T, x projections.Execution, step str
 	ev := events.New("test-dispatcher", x.ID, x.Workflow, now, &events.Task{TaskID: taskID, ExecutionID: x.ID,
 		Workflow: x.Workflow, StepID: step, Attempt: attempt, Token: x.Token, Kind: "noop", Queue: "default"})
 	ev.ID = taskID
-	msg, err := events.Encode(events.TaskSubject("default"), ev)
+	msg, err := bus.Encode(bus.TaskSubject("default"), ev)
 	require.NoError(t, err)
 	ack, err := b.js.PublishMsg(t.Context(), msg, jetstream.WithMsgID(taskID))
 	require.NoError(t, err)
@@ -79,21 +80,21 @@ func sentStep(x projections.Execution, status projections.OpStatus, taskID strin
 
 func (b *testBundle) deleteTask(t *testing.T, seq uint64) {
 	t.Helper()
-	stream, err := b.js.Stream(t.Context(), events.StreamTasks)
+	stream, err := b.js.Stream(t.Context(), bus.StreamTasks)
 	require.NoError(t, err)
 	require.NoError(t, stream.DeleteMsg(t.Context(), seq))
 }
 
 func (b *testBundle) reconciles(t *testing.T) []events.Event {
 	t.Helper()
-	evs, err := history.ReadStream(t.Context(), b.js, events.StreamCommands, events.SubjectReconcile, 0, 0)
+	evs, err := history.ReadStream(t.Context(), b.js, bus.StreamCommands, bus.SubjectReconcile, 0, 0)
 	require.NoError(t, err)
 	return evs
 }
 
 func (b *testBundle) results(t *testing.T, execID string) []events.Event {
 	t.Helper()
-	evs, err := history.ReadStream(t.Context(), b.js, events.StreamResults, events.ExecutionResults(execID), 0, 0)
+	evs, err := history.ReadStream(t.Context(), b.js, bus.StreamResults, bus.ExecutionResults(execID), 0, 0)
 	require.NoError(t, err)
 	return evs
 }
@@ -224,7 +225,7 @@ func TestRunOnceVanishedTaskWithResult(t *testing.T) {
 			other := ref
 			other.TaskID = events.TaskID(x.ID, "build", 1)
 			for _, r := range []events.Payload{&events.OperationStarted{TaskRef: ref}, &events.OperationSucceeded{TaskRef: other}, p} {
-				msg, err := events.Encode(events.ResultSubject("default", x.ID), events.New("agent", x.ID, x.Workflow, now, r))
+				msg, err := bus.Encode(bus.ResultSubject("default", x.ID), events.New("agent", x.ID, x.Workflow, now, r))
 				require.NoError(t, err)
 				_, err = b.js.PublishMsg(t.Context(), msg)
 				require.NoError(t, err)
@@ -247,7 +248,7 @@ func TestRunOnceOnlyStartedReportIsLost(t *testing.T) {
 	b.deleteTask(t, seq)
 	b.put(t, sentStep(x, projections.OpStarted, taskID, seq))
 	ref := events.TaskRef{TaskID: taskID, ExecutionID: x.ID, Workflow: x.Workflow, StepID: "ship", Attempt: 1, Token: x.Token, Queue: "default"}
-	msg, err := events.Encode(events.ResultSubject("default", x.ID), events.New("agent", x.ID, x.Workflow, now, &events.OperationStarted{TaskRef: ref}))
+	msg, err := bus.Encode(bus.ResultSubject("default", x.ID), events.New("agent", x.ID, x.Workflow, now, &events.OperationStarted{TaskRef: ref}))
 	require.NoError(t, err)
 	_, err = b.js.PublishMsg(t.Context(), msg)
 	require.NoError(t, err)
@@ -282,8 +283,8 @@ func TestLostTaskAdvisory(t *testing.T) {
 
 	x := execution("x-adv", 0)
 	taskID, seq := b.publishTask(t, x, "ship", 1)
-	cons, err := b.js.CreateOrUpdateConsumer(t.Context(), events.StreamTasks, jetstream.ConsumerConfig{
-		Durable: "agent-default", FilterSubject: events.TaskSubject("default"), AckPolicy: jetstream.AckExplicitPolicy,
+	cons, err := b.js.CreateOrUpdateConsumer(t.Context(), bus.StreamTasks, jetstream.ConsumerConfig{
+		Durable: "agent-default", FilterSubject: bus.TaskSubject("default"), AckPolicy: jetstream.AckExplicitPolicy,
 		MaxDeliver: 1, AckWait: time.Second,
 	})
 	require.NoError(t, err)
@@ -318,7 +319,7 @@ func TestLostTaskAdvisory(t *testing.T) {
 	require.Equal(t, x.Token, failed.Token)
 	require.Contains(t, failed.Error, "agent-default")
 
-	stream, err := b.js.Stream(t.Context(), events.StreamTasks)
+	stream, err := b.js.Stream(t.Context(), bus.StreamTasks)
 	require.NoError(t, err)
 	natstest.Eventually(t, 5*time.Second, func() bool {
 		_, err := stream.GetMsg(t.Context(), seq)

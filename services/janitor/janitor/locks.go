@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/claim"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/lock"
@@ -35,7 +36,7 @@ func (j *Janitor) sweepLocks(ctx context.Context) (int, error) {
 	if err != nil || len(all) == 0 {
 		return 0, err
 	}
-	execs, err := j.js.KeyValue(ctx, events.BucketExecutions)
+	execs, err := j.js.KeyValue(ctx, bus.BucketExecutions)
 	if err != nil {
 		return 0, fmt.Errorf("open executions bucket: %w", err)
 	}
@@ -106,7 +107,7 @@ func (j *Janitor) clearLock(ctx context.Context, name string, entries []events.L
 		h.Write([]byte("\x00" + e.ExecutionID + "\x00" + e.Path + "\x00" + strconv.Itoa(e.Request)))
 	}
 	ev.ID = "lockclear-" + hex.EncodeToString(h.Sum(nil)[:12]) // the same sweep twice is one command
-	msg, err := events.Encode(events.SubjectClearLock, ev)
+	msg, err := bus.Encode(bus.SubjectClearLock, ev)
 	if err != nil {
 		return err
 	}

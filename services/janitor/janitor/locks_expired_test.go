@@ -5,7 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/lock"
 )
 
@@ -15,7 +15,7 @@ import (
 func TestSweepClearsLockOfExpiredExecution(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	ids, err := b.js.KeyValue(t.Context(), events.BucketExecutionIDs)
+	ids, err := b.js.KeyValue(t.Context(), bus.BucketExecutionIDs)
 	require.NoError(t, err)
 	_, err = ids.Put(t.Context(), "x-purged", []byte(`{"workflow":"wf","expired_at":"2026-03-14T11:00:00Z"}`))
 	require.NoError(t, err)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/lock"
@@ -28,7 +29,7 @@ func TestSweepClearsLocksOfEndedExecutions(t *testing.T) {
 	suspended := execution("x-suspended", time.Second)
 	suspended.Status = projections.StatusSuspended
 	b.put(t, suspended)
-	ids, err := b.js.KeyValue(t.Context(), events.BucketExecutionIDs)
+	ids, err := b.js.KeyValue(t.Context(), bus.BucketExecutionIDs)
 	require.NoError(t, err)
 	_, err = ids.Put(t.Context(), "x-young", []byte(`{"workflow":"wf"}`))
 	require.NoError(t, err)
@@ -42,7 +43,7 @@ func TestSweepClearsLocksOfEndedExecutions(t *testing.T) {
 
 	res := b.runOnce(t)
 	require.Equal(t, 3, res.LocksCleared)
-	cmds, err := history.ReadStream(t.Context(), b.js, events.StreamCommands, events.SubjectClearLock, 0, 0)
+	cmds, err := history.ReadStream(t.Context(), b.js, bus.StreamCommands, bus.SubjectClearLock, 0, 0)
 	require.NoError(t, err)
 	require.Len(t, cmds, 1)
 	clear, ok := cmds[0].Data.(*events.ClearLock)
@@ -58,7 +59,7 @@ func TestSweepClearsLocksOfEndedExecutions(t *testing.T) {
 
 	t.Log("the same sweep again is the same command, deduplicated")
 	b.runOnce(t)
-	cmds, err = history.ReadStream(t.Context(), b.js, events.StreamCommands, events.SubjectClearLock, 0, 0)
+	cmds, err = history.ReadStream(t.Context(), b.js, bus.StreamCommands, bus.SubjectClearLock, 0, 0)
 	require.NoError(t, err)
 	require.Len(t, cmds, 1)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/claim"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
@@ -96,7 +97,7 @@ const markerAge = 30 * time.Minute
 // history only once it ends with that event, normally at the next sweep.
 func (j *Janitor) expire(ctx context.Context) (retentionResult, error) {
 	var res retentionResult
-	kv, err := j.js.KeyValue(ctx, events.BucketExecutions)
+	kv, err := j.js.KeyValue(ctx, bus.BucketExecutions)
 	if err != nil {
 		return res, fmt.Errorf("open executions bucket: %w", err)
 	}
@@ -262,10 +263,10 @@ type stores struct {
 func (j *Janitor) openStores(ctx context.Context, models jetstream.KeyValue) (*stores, error) {
 	st := &stores{models: models}
 	var err error
-	if st.events, err = j.js.Stream(ctx, events.StreamEvents); err != nil {
+	if st.events, err = j.js.Stream(ctx, bus.StreamEvents); err != nil {
 		return nil, fmt.Errorf("open events stream: %w", err)
 	}
-	if st.results, err = j.js.Stream(ctx, events.StreamResults); err != nil {
+	if st.results, err = j.js.Stream(ctx, bus.StreamResults); err != nil {
 		return nil, fmt.Errorf("open results stream: %w", err)
 	}
 	if st.ids, err = claim.Open(ctx, j.js); err != nil {
@@ -296,7 +297,7 @@ const (
 // without reading the whole stream. The claim itself is never deleted:
 // execution ids are unique forever.
 func (j *Janitor) purge(ctx context.Context, st *stores, f finished, group string, rule retention.Rule) (expiryStep, error) {
-	subject := events.ExecutionSubject(f.Workflow, f.ID)
+	subject := bus.ExecutionSubject(f.Workflow, f.ID)
 	last, err := st.events.GetLastMsgForSubject(ctx, subject)
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound): // purged already, by a sweep that stopped halfway
@@ -316,7 +317,7 @@ func (j *Janitor) purge(ctx context.Context, st *stores, f finished, group strin
 	if err := st.events.Purge(ctx, jetstream.WithPurgeSubject(subject)); err != nil {
 		return expiryWaiting, fmt.Errorf("purge history of %s: %w", f.ID, err)
 	}
-	for _, filter := range []string{events.ExecutionResults(f.ID), events.ExecutionResultsBefore(f.ID)} {
+	for _, filter := range []string{bus.ExecutionResults(f.ID), bus.ExecutionResultsBefore(f.ID)} {
 		if err := st.results.Purge(ctx, jetstream.WithPurgeSubject(filter)); err != nil {
 			return expiryWaiting, fmt.Errorf("purge results of %s: %w", f.ID, err)
 		}
@@ -334,7 +335,7 @@ func (j *Janitor) requestExpiry(ctx context.Context, f finished, group string, r
 	ev := events.New(j.cfg.Source, f.ID, f.Workflow, j.cfg.Now(), &events.ExpireExecution{
 		ExecutionID: f.ID, Workflow: f.Workflow, LastSeq: f.LastSeq, Rule: rule.String(), Group: group})
 	ev.ID = "expire-" + f.ID + "-" + strconv.FormatUint(f.LastSeq, 10)
-	msg, err := events.Encode(events.SubjectExpire, ev)
+	msg, err := bus.Encode(bus.SubjectExpire, ev)
 	if err != nil {
 		return err
 	}

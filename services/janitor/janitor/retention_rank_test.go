@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/projections"
@@ -25,7 +26,7 @@ func TestRetentionRecordedExpiryNoLongerCounts(t *testing.T) {
 	// then were resumed since, and run again).
 	ev := events.New("d", "newest", "wf", now, &events.ExecutionExpired{Rule: "2", Group: "wf"})
 	ev.PrevSeq = n.LastSeq
-	seq, err := history.Append(t.Context(), b.js, events.ExecutionSubject("wf", "newest"), n.LastSeq, ev)
+	seq, err := history.Append(t.Context(), b.js, bus.ExecutionSubject("wf", "newest"), n.LastSeq, ev)
 	require.NoError(t, err)
 	ev.Seq = seq
 	n, err = projections.Apply(n, ev)

@@ -38,9 +38,9 @@ func setupRetention(t *testing.T, systemDefault string) *retentionBundle {
 	_, js := natstest.Connect(t, natstest.RunJetStream(t))
 	b := &retentionBundle{js: js, now: now, reg: prometheus.NewRegistry()}
 	var err error
-	b.kv, err = js.KeyValue(t.Context(), events.BucketExecutions)
+	b.kv, err = js.KeyValue(t.Context(), bus.BucketExecutions)
 	require.NoError(t, err)
-	b.ids, err = js.KeyValue(t.Context(), events.BucketExecutionIDs)
+	b.ids, err = js.KeyValue(t.Context(), bus.BucketExecutionIDs)
 	require.NoError(t, err)
 	b.janitor, err = janitor.New(janitor.Config{IdleAfter: idleAfter, Now: func() time.Time { return b.now },
 		RetentionDefault: systemDefault, Registerer: b.reg}, js, zerolog.New(zerolog.NewTestWriter(t)))
@@ -90,7 +90,7 @@ func (b *retentionBundle) store(t *testing.T, r run) projections.Execution {
 	var last uint64
 	for _, ev := range evs {
 		ev.PrevSeq = last
-		seq, err := history.Append(ctx, b.js, events.ExecutionSubject(r.wf, r.id), last, ev)
+		seq, err := history.Append(ctx, b.js, bus.ExecutionSubject(r.wf, r.id), last, ev)
 		require.NoError(t, err)
 		ev.Seq, last = seq, seq
 		x, err = projections.Apply(x, ev)
@@ -105,7 +105,7 @@ func (b *retentionBundle) store(t *testing.T, r run) projections.Execution {
 	_, err = b.ids.Create(ctx, r.id, claim)
 	require.NoError(t, err)
 	res := events.New("agent", r.id, r.wf, started, &events.OperationSucceeded{TaskRef: events.TaskRef{TaskID: r.id + ".op.1", ExecutionID: r.id, Workflow: r.wf, StepID: "op", Attempt: 1, Queue: "default"}})
-	msg, err := events.Encode(events.ResultSubject("default", r.id), res)
+	msg, err := bus.Encode(bus.ResultSubject("default", r.id), res)
 	require.NoError(t, err)
 	_, err = b.js.PublishMsg(ctx, msg)
 	require.NoError(t, err)
@@ -147,7 +147,7 @@ func (b *retentionBundle) sweep(t *testing.T) janitor.Result {
 // sequence the command names. It returns how many it recorded.
 func (b *retentionBundle) recordExpiries(t *testing.T) int {
 	t.Helper()
-	cmds, err := history.ReadStream(t.Context(), b.js, events.StreamCommands, events.SubjectExpire, 0, 0)
+	cmds, err := history.ReadStream(t.Context(), b.js, bus.StreamCommands, bus.SubjectExpire, 0, 0)
 	require.NoError(t, err)
 	recorded := 0
 	for _, c := range cmds {
@@ -155,7 +155,7 @@ func (b *retentionBundle) recordExpiries(t *testing.T) int {
 		require.Equal(t, "jetflow/janitor", c.Source)
 		ev := events.New("test-dispatcher", p.ExecutionID, p.Workflow, b.now, &events.ExecutionExpired{Rule: p.Rule, Group: p.Group, RequestedBy: c.Source})
 		ev.PrevSeq = p.LastSeq
-		_, err := history.Append(t.Context(), b.js, events.ExecutionSubject(p.Workflow, p.ExecutionID), p.LastSeq, ev)
+		_, err := history.Append(t.Context(), b.js, bus.ExecutionSubject(p.Workflow, p.ExecutionID), p.LastSeq, ev)
 		if errors.Is(err, bus.ErrConflict) {
 			continue // the history moved on (or this was recorded already)
 		}
@@ -181,10 +181,10 @@ func (b *retentionBundle) kept(t *testing.T) []string {
 // claim, marked expired.
 func (b *retentionBundle) requireGone(t *testing.T, wf, id string) {
 	t.Helper()
-	evs, err := history.Read(t.Context(), b.js, events.ExecutionSubject(wf, id), 0)
+	evs, err := history.Read(t.Context(), b.js, bus.ExecutionSubject(wf, id), 0)
 	require.NoError(t, err)
 	require.Empty(t, evs, "history of %s", id)
-	results, err := history.ReadStream(t.Context(), b.js, events.StreamResults, events.ExecutionResults(id), 0, 0)
+	results, err := history.ReadStream(t.Context(), b.js, bus.StreamResults, bus.ExecutionResults(id), 0, 0)
 	require.NoError(t, err)
 	require.Empty(t, results, "results of %s", id)
 	_, err = b.kv.Get(t.Context(), id)
@@ -204,7 +204,7 @@ func (b *retentionBundle) requireGone(t *testing.T, wf, id string) {
 // read model, and an unmarked claim.
 func (b *retentionBundle) requireIntact(t *testing.T, wf, id string) {
 	t.Helper()
-	evs, err := history.Read(t.Context(), b.js, events.ExecutionSubject(wf, id), 0)
+	evs, err := history.Read(t.Context(), b.js, bus.ExecutionSubject(wf, id), 0)
 	require.NoError(t, err)
 	require.NotEmpty(t, evs, "history of %s", id)
 	_, err = b.kv.Get(t.Context(), id)
@@ -423,9 +423,9 @@ func TestRetentionRepairsHalfDone(t *testing.T) {
 	t.Parallel()
 	b := setupRetention(t, "")
 	b.store(t, run{wf: "wf", id: "half", status: projections.StatusSucceeded, ended: now, rule: rule("disabled")})
-	stream, err := b.js.Stream(t.Context(), events.StreamEvents)
+	stream, err := b.js.Stream(t.Context(), bus.StreamEvents)
 	require.NoError(t, err)
-	require.NoError(t, stream.Purge(t.Context(), jetstream.WithPurgeSubject(events.ExecutionSubject("wf", "half"))))
+	require.NoError(t, stream.Purge(t.Context(), jetstream.WithPurgeSubject(bus.ExecutionSubject("wf", "half"))))
 
 	require.Equal(t, 1, b.sweep(t).Expired)
 	b.requireGone(t, "wf", "half")
@@ -440,7 +440,7 @@ func TestRetentionWaitsForReadModel(t *testing.T) {
 	x := b.store(t, run{wf: "wf", id: "resumed", status: projections.StatusFailed, ended: now, rule: rule("disabled")})
 	ev := events.New("test", "resumed", "wf", now, &events.ExecutionResumed{ActionRecord: events.ActionRecord{Action: events.ActionResume}, Token: "t2"})
 	ev.PrevSeq = x.LastSeq
-	_, err := history.Append(t.Context(), b.js, events.ExecutionSubject("wf", "resumed"), x.LastSeq, ev)
+	_, err := history.Append(t.Context(), b.js, bus.ExecutionSubject("wf", "resumed"), x.LastSeq, ev)
 	require.NoError(t, err)
 
 	res := b.sweep(t)
@@ -474,7 +474,7 @@ func TestRetentionManySweptAtOnce(t *testing.T) {
 // expireCommands reads the expire commands the janitor published.
 func (b *retentionBundle) expireCommands(t *testing.T) []*events.ExpireExecution {
 	t.Helper()
-	cmds, err := history.ReadStream(t.Context(), b.js, events.StreamCommands, events.SubjectExpire, 0, 0)
+	cmds, err := history.ReadStream(t.Context(), b.js, bus.StreamCommands, bus.SubjectExpire, 0, 0)
 	require.NoError(t, err)
 	out := make([]*events.ExpireExecution, len(cmds))
 	for i, c := range cmds {
@@ -531,7 +531,7 @@ func TestRetentionKeepsAResumeThatCameFirst(t *testing.T) {
 
 	ev := events.New("test", "resumed", "wf", now, &events.ExecutionResumed{ActionRecord: events.ActionRecord{Action: events.ActionResume}, Token: "t2"})
 	ev.PrevSeq = x.LastSeq
-	_, err = history.Append(t.Context(), b.js, events.ExecutionSubject("wf", "resumed"), x.LastSeq, ev)
+	_, err = history.Append(t.Context(), b.js, bus.ExecutionSubject("wf", "resumed"), x.LastSeq, ev)
 	require.NoError(t, err)
 
 	require.Zero(t, b.recordExpiries(t), "the history moved on: not recorded")

@@ -11,7 +11,6 @@ import (
 	"jetflow.dev/pkg/auth"
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/catalog"
-	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/partition"
 	"jetflow.dev/pkg/workflow"
@@ -41,7 +40,7 @@ func runFailover(ctx context.Context, out io.Writer, conn *bus.Conn, store *cata
 	if _, _, err := store.Apply(ctx, def); err != nil {
 		return err
 	}
-	kv, err := conn.JS.KeyValue(ctx, events.BucketDispatchers)
+	kv, err := conn.JS.KeyValue(ctx, bus.BucketDispatchers)
 	if err != nil {
 		return err
 	}
@@ -105,7 +104,7 @@ func runFailover(ctx context.Context, out io.Writer, conn *bus.Conn, store *cata
 	var worst time.Duration
 	running := 0
 	for i := range n {
-		evs, err := history.Read(ctx, conn.JS, events.ExecutionSubject(failoverWorkflow, fmt.Sprintf("%s-%d", prefix, i)), 0)
+		evs, err := history.Read(ctx, conn.JS, bus.ExecutionSubject(failoverWorkflow, fmt.Sprintf("%s-%d", prefix, i)), 0)
 		if err != nil {
 			return err
 		}

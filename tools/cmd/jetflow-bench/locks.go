@@ -36,7 +36,7 @@ type lockTracker struct {
 
 func newLockTracker(nc *nats.Conn, want int) (*lockTracker, error) {
 	t := &lockTracker{acquired: map[string]time.Time{}, want: want, finished: make(chan struct{})}
-	sub, err := nc.Subscribe(events.WorkflowSubjects(lockWorkflow), func(m *nats.Msg) {
+	sub, err := nc.Subscribe(bus.WorkflowSubjects(lockWorkflow), func(m *nats.Msg) {
 		typ := events.Type(m.Header.Get("ce-type"))
 		at, err := time.Parse(time.RFC3339Nano, m.Header.Get("ce-time"))
 		if err != nil {
@@ -88,7 +88,7 @@ func runLocks(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalog
 	for i := range n {
 		ev := events.New("jetflow-bench", "", lockWorkflow, time.Now(),
 			&events.StartExecution{Workflow: lockWorkflow, ExecutionID: fmt.Sprintf("%s%d", prefix, i)})
-		msg, err := events.Encode(events.SubjectStart, ev)
+		msg, err := bus.Encode(bus.SubjectStart, ev)
 		if err != nil {
 			return err
 		}

@@ -260,7 +260,7 @@ type tracker struct {
 
 func newTracker(nc *nats.Conn, workflow string) *tracker {
 	t := &tracker{workflow: workflow, waiters: map[string]chan string{}}
-	t.sub, _ = nc.Subscribe(events.WorkflowSubjects(workflow), func(m *nats.Msg) {
+	t.sub, _ = nc.Subscribe(bus.WorkflowSubjects(workflow), func(m *nats.Msg) {
 		typ := events.Type(m.Header.Get("ce-type"))
 		if !typ.IsTerminal() {
 			return
@@ -304,7 +304,7 @@ func (t *tracker) runBatch(ctx context.Context, conn *bus.Conn, prefix string, n
 		t.waiters[id] = ch
 		t.mu.Unlock()
 		ev := events.New("jetflow-bench", "", t.workflow, time.Now(), &events.StartExecution{Workflow: t.workflow, ExecutionID: id})
-		msg, err := events.Encode(events.SubjectStart, ev)
+		msg, err := bus.Encode(bus.SubjectStart, ev)
 		if err != nil {
 			return nil, err
 		}

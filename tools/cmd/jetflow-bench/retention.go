@@ -63,7 +63,7 @@ func runRetention(ctx context.Context, out io.Writer, conn *bus.Conn, store *cat
 		return fmt.Errorf("retention run: %w", err)
 	}
 	ran := time.Since(began)
-	kv, err := conn.JS.KeyValue(ctx, events.BucketExecutions)
+	kv, err := conn.JS.KeyValue(ctx, bus.BucketExecutions)
 	if err != nil {
 		return err
 	}
@@ -203,7 +203,7 @@ type expiryTracker struct {
 
 func newExpiryTracker(conn *bus.Conn, prefix string) (*expiryTracker, error) {
 	t := &expiryTracker{prefix: prefix}
-	sub, err := conn.NC.Subscribe(events.WorkflowSubjects(retentionWorkflow), func(m *nats.Msg) {
+	sub, err := conn.NC.Subscribe(bus.WorkflowSubjects(retentionWorkflow), func(m *nats.Msg) {
 		if events.Type(m.Header.Get("ce-type")) != events.TypeExecutionExpired {
 			return
 		}
@@ -353,7 +353,7 @@ func checkRetained(ctx context.Context, js jetstream.JetStream, kv jetstream.Key
 	}); err != nil {
 		return nil, fmt.Errorf("read models: %w", err)
 	}
-	ids, err := js.KeyValue(ctx, events.BucketExecutionIDs)
+	ids, err := js.KeyValue(ctx, bus.BucketExecutionIDs)
 	if err != nil {
 		return nil, err
 	}
@@ -367,11 +367,11 @@ func checkRetained(ctx context.Context, js jetstream.JetStream, kv jetstream.Key
 	}); err != nil {
 		return nil, fmt.Errorf("id claims: %w", err)
 	}
-	histories, err := subjects(ctx, js, events.StreamEvents, events.WorkflowSubjects(retentionWorkflow))
+	histories, err := subjects(ctx, js, bus.StreamEvents, bus.WorkflowSubjects(retentionWorkflow))
 	if err != nil {
 		return nil, err
 	}
-	stored, err := subjects(ctx, js, events.StreamResults, events.ResultsPrefix+".*.*.*")
+	stored, err := subjects(ctx, js, bus.StreamResults, bus.ResultsPrefix+".*.*.*")
 	if err != nil {
 		return nil, err
 	}
@@ -385,7 +385,7 @@ func checkRetained(ctx context.Context, js jetstream.JetStream, kv jetstream.Key
 		expired, claimed := claims[x.id]
 		model, modeled := models[x.id]
 		got := map[string]bool{
-			"history":                  histories[events.ExecutionSubject(retentionWorkflow, x.id)] > 0,
+			"history":                  histories[bus.ExecutionSubject(retentionWorkflow, x.id)] > 0,
 			"results":                  results[x.id] > 0,
 			"read model":               modeled,
 			"expiry in the read model": !model.ExpiredAt.IsZero(),

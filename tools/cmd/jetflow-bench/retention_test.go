@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"jetflow.dev/pkg/auth"
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/catalog"
-	"jetflow.dev/pkg/events"
 	"jetflow.dev/tools/internal/devstack"
 )
 
@@ -56,7 +56,7 @@ func TestRetentionRun(t *testing.T) {
 	// The check itself: told that the 7 deleted executions are the most
 	// recent, it must find wrong the 5 of them it then expects kept, and
 	// the 5 kept that it then expects deleted.
-	ids, err := conn.JS.KeyValue(ctx, events.BucketExecutionIDs)
+	ids, err := conn.JS.KeyValue(ctx, bus.BucketExecutionIDs)
 	require.NoError(t, err)
 	var runs []endedExecution
 	deleted := 0
@@ -81,7 +81,7 @@ func TestRetentionRun(t *testing.T) {
 	}))
 	require.Len(t, runs, 12)
 	require.Equal(t, 7, deleted)
-	kv, err := conn.JS.KeyValue(ctx, events.BucketExecutions)
+	kv, err := conn.JS.KeyValue(ctx, bus.BucketExecutions)
 	require.NoError(t, err)
 	wrong, err := checkRetained(ctx, conn.JS, kv, runs, 5)
 	require.NoError(t, err)

@@ -49,7 +49,7 @@ type timerTracker struct {
 
 func newTimerTracker(nc *nats.Conn, want int) (*timerTracker, error) {
 	t := &timerTracker{recs: make(map[string]*timerRecord, want), want: want, finished: make(chan struct{})}
-	sub, err := nc.Subscribe(events.WorkflowSubjects(timerWorkflow), func(m *nats.Msg) {
+	sub, err := nc.Subscribe(bus.WorkflowSubjects(timerWorkflow), func(m *nats.Msg) {
 		typ := events.Type(m.Header.Get("ce-type"))
 		switch typ {
 		case events.TypeTimerArmed, events.TypeTimerFired, events.TypeExecutionSucceeded, events.TypeExecutionFailed:
@@ -135,7 +135,7 @@ func runTimers(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalo
 				}
 				ev := events.New("jetflow-bench", "", timerWorkflow, time.Now(),
 					&events.StartExecution{Workflow: timerWorkflow, ExecutionID: fmt.Sprintf("%s%d", prefix, i), Input: input})
-				msg, err := events.Encode(events.SubjectStart, ev)
+				msg, err := bus.Encode(bus.SubjectStart, ev)
 				if err == nil {
 					_, err = conn.JS.PublishMsg(ctx, msg)
 				}

@@ -1,12 +1,12 @@
-package events
+package bus
 
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
+
+	"jetflow.dev/pkg/events"
 )
 
 // Streams, subjects and buckets. docs/subjects.md describes them for users.
@@ -28,10 +28,14 @@ const (
 	SubjectSignal = "jf.commands.signal"
 	// SubjectAction is where operators' actions (cancel, force-cancel, kill) are published.
 	SubjectAction = "jf.commands.action"
+	// SubjectExpire is where expire commands are published.
+	SubjectExpire = "jf.commands.expire"
+	// SubjectClearLock is where clear-lock commands are published.
+	SubjectClearLock = "jf.commands.lock"
 	// APICommandsPrefix starts the subjects of the commands the api sends
 	// on behalf of authenticated HTTP callers: jf.commands.api.<kind>. Only
 	// the api identity may publish there, and only commands published there
-	// may carry an [Actor].
+	// may carry an [events.Actor].
 	APICommandsPrefix = "jf.commands.api"
 	// SubjectAPIStart, SubjectAPISignal, SubjectAPIAction and
 	// SubjectAPIClearLock are the api's start, signal, action and
@@ -88,6 +92,9 @@ const (
 	BucketExecutionIDs = "JF_EXECUTION_IDS"
 	// BucketExecutions holds the execution read models (a projection).
 	BucketExecutions = "JF_EXECUTIONS"
+	// BucketLocks holds one key per lock: its holders, its waiters in the
+	// order they asked, and its limit (see [events.LockNameRule] for the key).
+	BucketLocks = "JF_LOCKS"
 	// BucketDispatchers holds the dispatchers' membership and their
 	// partitions' leases (keys with a time to live), and the number of
 	// partitions (package partition).
@@ -98,42 +105,6 @@ const (
 	BucketAPIKeys = "JF_API_KEYS"
 )
 
-var (
-	nameRe = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]{0,63}$`)
-	idRe   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$`)
-)
-
-// WorkflowNameRule describes valid workflow names, for error messages.
-const WorkflowNameRule = "use 1 to 64 letters, digits, '-' or '_', starting with a letter"
-
-// ValidWorkflowName reports whether name can be a workflow name: a letter,
-// then up to 63 letters, digits, '-' or '_'. Names are subject tokens.
-func ValidWorkflowName(name string) bool { return nameRe.MatchString(name) }
-
-// QueueNameRule describes valid agent queue names, for error messages.
-const QueueNameRule = "use 1 to 64 letters, digits, '-' or '_', starting with a letter or digit"
-
-var queueRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
-
-// ValidQueueName reports whether name can name an agent queue (a subject
-// token of jf.tasks.<queue> and jf.results.<queue>.<execution>).
-func ValidQueueName(name string) bool { return queueRe.MatchString(name) }
-
-// SignalNameRule describes valid signal names, for error messages.
-const SignalNameRule = "use 1 to 64 letters, digits, '-' or '_', starting with a letter or digit"
-
-var signalRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
-
-// ValidSignalName reports whether name can name a signal.
-func ValidSignalName(name string) bool { return signalRe.MatchString(name) }
-
-// ExecutionIDRule describes valid execution ids, for error messages.
-const ExecutionIDRule = "use 1 to 128 letters, digits, '-' or '_', starting with a letter or digit"
-
-// ValidExecutionID reports whether id can be an execution id: 1 to 128
-// letters, digits, '-' or '_', not starting with '-' or '_'.
-func ValidExecutionID(id string) bool { return idRe.MatchString(id) }
-
 // ExecutionSubject is the history subject of one execution.
 func ExecutionSubject(workflow, id string) string {
 	return EventsPrefix + "." + workflow + "." + id
@@ -143,7 +114,7 @@ func ExecutionSubject(workflow, id string) string {
 // execution's history subject (ok false for any other subject).
 func ParseExecutionSubject(subject string) (workflow, id string, ok bool) {
 	parts := strings.Split(subject, ".")
-	if len(parts) != 4 || subject != ExecutionSubject(parts[2], parts[3]) || !ValidWorkflowName(parts[2]) || !ValidExecutionID(parts[3]) {
+	if len(parts) != 4 || subject != ExecutionSubject(parts[2], parts[3]) || !events.ValidWorkflowName(parts[2]) || !events.ValidExecutionID(parts[3]) {
 		return "", "", false
 	}
 	return parts[2], parts[3], true
@@ -213,27 +184,9 @@ func RejectionSubject(commandKey string) string {
 	return RejectionsPrefix + "." + shortHash(commandKey)
 }
 
-// CommandKey identifies a command by its CloudEvent source and id.
-func CommandKey(source, id string) string { return source + "#" + id }
-
-// CommandMsgID is the Nats-Msg-Id of a command: a hash of its command key,
-// since a CloudEvent is identified by source and id together (two sources
-// may use the same id).
-func CommandMsgID(commandKey string) string { return "cmd-" + shortHash(commandKey) }
-
-// SignalID identifies a signal by the command that sent it, so that the
-// same signal command delivered twice is recorded once.
-func SignalID(commandKey string) string { return "s" + shortHash(commandKey) }
-
-// DerivedExecutionID is the execution id of a start command that names
-// none: a stable hash of the command key.
-func DerivedExecutionID(commandKey string) string { return "ce-" + shortHash(commandKey) }
-
-// TaskID is the task (and idempotency) id of a step attempt.
-func TaskID(executionID, stepID string, attempt int) string {
-	return fmt.Sprintf("%s.%s.%d", executionID, stepID, attempt)
-}
-
+// shortHash is the hash of a command key in a rejection's subject: the
+// same as in the command ids of package events (events.CommandMsgID), so
+// that rejections stored by an earlier version are found.
 func shortHash(s string) string {
 	h := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(h[:12])

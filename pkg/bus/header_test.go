@@ -1,4 +1,4 @@
-package events_test
+package bus_test
 
 import (
 	"testing"
@@ -6,6 +6,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 )
 
@@ -18,7 +19,7 @@ func TestDecodeAcceptsAnyHeaderCase(t *testing.T) {
 		{"Ce-Type", string(events.TypeStartExecution)}, {"Content-Type", "application/json"}, {"Ce-Workflow", "wf"}} {
 		h.Add(kv[0], kv[1])
 	}
-	ev, err := events.Decode(h, []byte(`{"workflow":"wf","execution_id":"x1"}`))
+	ev, err := bus.Decode(h, []byte(`{"workflow":"wf","execution_id":"x1"}`))
 	require.NoError(t, err)
 	require.Equal(t, "e-1", ev.ID)
 	require.Equal(t, "urn:x", ev.Source)
@@ -27,7 +28,7 @@ func TestDecodeAcceptsAnyHeaderCase(t *testing.T) {
 
 	// When both spellings are present the lower-case one (the binding's) wins.
 	h.Set("ce-id", "e-2")
-	ev, err = events.Decode(h, []byte(`{"workflow":"wf"}`))
+	ev, err = bus.Decode(h, []byte(`{"workflow":"wf"}`))
 	require.NoError(t, err)
 	require.Equal(t, "e-2", ev.ID)
 }

@@ -1,4 +1,4 @@
-package events_test
+package bus_test
 
 import (
 	"errors"
@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 )
 
@@ -41,13 +42,52 @@ func TestDecodeErrorsSayWhatToFix(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := events.Decode(tt.header, []byte(tt.data))
+			_, err := bus.Decode(tt.header, []byte(tt.data))
 			require.Error(t, err)
 			require.True(t, errors.Is(err, events.ErrMalformed), "%v", err)
 			require.Contains(t, err.Error(), tt.want)
 			require.NotContains(t, err.Error(), "\n")
 			require.NotContains(t, err.Error(), "binary mode\"")
 			require.Equal(t, strings.TrimSpace(err.Error()), err.Error())
+		})
+	}
+}
+
+func TestDecodeNamesTheMemberAtFault(t *testing.T) {
+	t.Parallel()
+
+	header := func(typ events.Type) nats.Header {
+		return nats.Header{"ce-specversion": {"1.0"}, "ce-id": {"e1"}, "ce-source": {"s"}, "ce-type": {string(typ)},
+			"content-type": {"application/json"}}
+	}
+	tests := []struct {
+		name string
+		typ  events.Type
+		data string
+		want string
+	}{
+		{"NumberAsString", events.TypeStepStarted, `{"step_id":"a","attempt":"one"}`,
+			"io.jetflow.step.started data: attempt must be a number, not string"},
+		{"ListAsString", events.TypeStepWaiting, `{"step_id":"a","signals":"go"}`,
+			"io.jetflow.step.waiting data: signals must be an array, not string"},
+		{"ObjectAsList", events.TypeVariablesSet, `{"vars":[1]}`,
+			"io.jetflow.variables.set data: vars must be an object, not array"},
+		{"BoolAsNumber", events.TypeStepSkipped, `{"step_id":"a","dry_run":1}`,
+			"io.jetflow.step.skipped data: dry_run must be a boolean, not number"},
+		{"NestedMember", events.TypeClearLock, `{"lock":"db","entries":[{"request":"2"}]}`,
+			"io.jetflow.lock.clear data: entries.request must be a number, not string"},
+		{"WholeDocument", events.TypeTimerFired, `["t1"]`,
+			"io.jetflow.timer.fired data: must be a JSON object, not array"},
+		{"BadTime", events.TypeTimerArmed, `{"timer_id":"t","due":"tomorrow"}`,
+			`io.jetflow.timer.armed data: parsing time "tomorrow" as "2006-01-02T15:04:05Z07:00": cannot parse "tomorrow" as "2006"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+
+			_, err := bus.Decode(header(tc.typ), []byte(tc.data))
+			require.ErrorIs(t, err, events.ErrMalformed)
+			require.Equal(t, events.ErrMalformed.Error()+": "+tc.want, err.Error())
 		})
 	}
 }

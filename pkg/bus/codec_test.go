@@ -1,4 +1,4 @@
-package events
+package bus
 
 import (
 	"encoding/json"
@@ -8,25 +8,27 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/events"
 )
 
-func codecSamples() []Event {
+func codecSamples() []events.Event {
 	at := time.Date(2026, 11, 21, 16, 9, 22, 123456789, time.UTC)
-	payloads := []Payload{
-		&ExecutionStarted{Workflow: "wf", Version: 2, Input: json.RawMessage(`{"a":[1,2]}`), Steps: []StepRef{{ID: "s", Kind: "exec"}},
+	payloads := []events.Payload{
+		&events.ExecutionStarted{Workflow: "wf", Version: 2, Input: json.RawMessage(`{"a":[1,2]}`), Steps: []events.StepRef{{ID: "s", Kind: "exec"}},
 			Definition: json.RawMessage(`{"name":"wf"}`), Token: "t", CommandKey: "src#1", StartedBy: "src"},
-		&ExecutionSucceeded{}, &ExecutionFailed{Error: "boom \"quoted\" <html>", StepID: "s"},
-		&StepScheduled{StepID: "s", Attempt: 1}, &StepSending{StepID: "s", Attempt: 1, TaskID: "e.s.1", Queue: "q"},
-		&StepSent{StepID: "s", Attempt: 1, TaskID: "e.s.1", TaskSeq: 9}, &StepStarted{StepID: "s", Attempt: 3, Agent: "a", Delivery: 2},
-		&StepSucceeded{StepID: "s", Attempt: 1, Output: json.RawMessage(`{"stdout":"é\n"}`), Duration: 5}, &StepFailed{StepID: "s", Attempt: 1, Error: "x"},
-		&StartExecution{Workflow: "wf", ExecutionID: "id"}, &ReconcileExecution{ExecutionID: "id", Workflow: "wf"},
-		&Task{TaskID: "e.s.1", ExecutionID: "e", Spec: json.RawMessage(`{"kind":"noop"}`)},
-		&OperationStarted{TaskRef: TaskRef{TaskID: "t"}}, &OperationSucceeded{TaskRef: TaskRef{TaskID: "t"}, Output: json.RawMessage(`[1]`)},
-		&OperationFailed{TaskRef: TaskRef{TaskID: "t"}, Error: "e"}, &CommandRejected{Code: CodeConflict, Reason: "r"},
+		&events.ExecutionSucceeded{}, &events.ExecutionFailed{Error: "boom \"quoted\" <html>", StepID: "s"},
+		&events.StepScheduled{StepID: "s", Attempt: 1}, &events.StepSending{StepID: "s", Attempt: 1, TaskID: "e.s.1", Queue: "q"},
+		&events.StepSent{StepID: "s", Attempt: 1, TaskID: "e.s.1", TaskSeq: 9}, &events.StepStarted{StepID: "s", Attempt: 3, Agent: "a", Delivery: 2},
+		&events.StepSucceeded{StepID: "s", Attempt: 1, Output: json.RawMessage(`{"stdout":"é\n"}`), Duration: 5}, &events.StepFailed{StepID: "s", Attempt: 1, Error: "x"},
+		&events.StartExecution{Workflow: "wf", ExecutionID: "id"}, &events.ReconcileExecution{ExecutionID: "id", Workflow: "wf"},
+		&events.Task{TaskID: "e.s.1", ExecutionID: "e", Spec: json.RawMessage(`{"kind":"noop"}`)},
+		&events.OperationStarted{TaskRef: events.TaskRef{TaskID: "t"}}, &events.OperationSucceeded{TaskRef: events.TaskRef{TaskID: "t"}, Output: json.RawMessage(`[1]`)},
+		&events.OperationFailed{TaskRef: events.TaskRef{TaskID: "t"}, Error: "e"}, &events.CommandRejected{Code: events.CodeConflict, Reason: "r"},
 	}
-	var out []Event
+	var out []events.Event
 	for i, p := range payloads {
-		ev := Event{ID: "id-" + string(rune('a'+i)), Type: p.EventType(), Source: "jetflow/dispatcher", Data: p}
+		ev := events.Event{ID: "id-" + string(rune('a'+i)), Type: p.EventType(), Source: "jetflow/dispatcher", Data: p}
 		switch i % 4 {
 		case 0:
 			ev.Subject, ev.Workflow, ev.Time, ev.PrevSeq = "exec-1", "wf", at, uint64(i+1)
@@ -64,7 +66,7 @@ func TestDirectCodecMatchesSDK(t *testing.T) {
 	}
 }
 
-func requireSameEvent(t *testing.T, want, got Event) {
+func requireSameEvent(t *testing.T, want, got events.Event) {
 	t.Helper()
 	require.Equal(t, want.ID, got.ID)
 	require.Equal(t, want.Type, got.Type)

@@ -1,0 +1,143 @@
+package events_test
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/events/eventstest"
+)
+
+// The envelope without NATS: an event to sdk-go's CloudEvent and back.
+// The NATS codec (package bus) has its own round trips on top of these.
+
+// fromStructured reads what EncodeStructured wrote, through sdk-go's JSON
+// form of a CloudEvent.
+func fromStructured(t *testing.T, b []byte) (events.Event, error) {
+	t.Helper()
+	var ce event.Event
+	require.NoError(t, json.Unmarshal(b, &ce))
+	return events.FromCloudEvent(ce)
+}
+
+func TestStructuredRoundTrip(t *testing.T) {
+	t.Parallel()
+
+	for _, p := range eventstest.Samples() {
+		ev := eventstest.Event(p)
+		ev.Ignorable = true
+		b, err := events.EncodeStructured(ev)
+		require.NoError(t, err, p.EventType())
+		got, err := fromStructured(t, b)
+		require.NoError(t, err, p.EventType())
+		require.Equal(t, ev.ID, got.ID)
+		require.Equal(t, ev.Type, got.Type)
+		require.Equal(t, ev.Source, got.Source)
+		require.Equal(t, ev.Subject, got.Subject)
+		require.Equal(t, ev.Workflow, got.Workflow)
+		require.True(t, ev.Time.Equal(got.Time), "time %s != %s", ev.Time, got.Time)
+		require.Equal(t, time.UTC, got.Time.Location())
+		require.True(t, got.Ignorable)
+		require.Equal(t, ev.PrevSeq, got.PrevSeq)
+		require.Zero(t, got.Seq, "Seq comes from the stream, not the message")
+		require.Equal(t, ev.Data, got.Data)
+		require.JSONEq(t, mustJSON(t, ev.Data), string(got.Raw))
+	}
+}
+
+// TestToCloudEventKeepsRawData: an event of a type this version does not
+// know travels with its data as received, and reads back as unknown.
+func TestToCloudEventKeepsRawData(t *testing.T) {
+	t.Parallel()
+
+	ev := events.Event{ID: "e1", Type: "io.jetflow.step.paused", Source: "future/dispatcher", Subject: "x1",
+		Workflow: "deploy", Time: eventstest.At, Ignorable: true, PrevSeq: 7, Raw: json.RawMessage(`{"step_id":"a"}`)}
+	ce, err := ev.ToCloudEvent()
+	require.NoError(t, err)
+	require.Equal(t, "1.0", ce.SpecVersion())
+	require.Equal(t, event.ApplicationJSON, ce.DataContentType())
+	require.Equal(t, "deploy", ce.Extensions()[events.ExtWorkflow])
+	require.Equal(t, "7", ce.Extensions()[events.ExtPrevSeq])
+
+	got, err := events.FromCloudEvent(ce)
+	require.ErrorIs(t, err, events.ErrUnknownType)
+	require.NotErrorIs(t, err, events.ErrMalformed)
+	require.Nil(t, got.Data)
+	require.Equal(t, ev.ID, got.ID)
+	require.Equal(t, ev.Workflow, got.Workflow)
+	require.True(t, got.Ignorable)
+	require.Equal(t, uint64(7), got.PrevSeq)
+	require.JSONEq(t, `{"step_id":"a"}`, string(got.Raw))
+}
+
+func TestFromCloudEventRefuses(t *testing.T) {
+	t.Parallel()
+
+	valid := func() event.Event {
+		ce := event.New()
+		ce.SetID("e1")
+		ce.SetSource("s")
+		ce.SetType(string(events.TypeStepStarted))
+		require.NoError(t, ce.SetData(event.ApplicationJSON, json.RawMessage(`{"step_id":"a","attempt":1}`)))
+		return ce
+	}
+	_, err := events.FromCloudEvent(valid())
+	require.NoError(t, err, "the base case is valid")
+
+	for _, tt := range []struct {
+		name   string
+		change func(*event.Event)
+		want   string
+	}{
+		// sdk-go's Validate words a missing id unlike its binding
+		// ("id: id is required to be a non-empty string"), which
+		// ExplainSDKError does not rephrase: the message still names it.
+		{"NoID", func(ce *event.Event) { ce.SetID("") }, "id: id is required"},
+		{"NoSource", func(ce *event.Event) { ce.SetSource("") },
+			"the CloudEvent has no source: every CloudEvent needs one (in binary mode, the header ce-source)"},
+		{"NoType", func(ce *event.Event) { ce.SetType("") }, "the CloudEvent has no type"},
+		{"SpecVersion03", func(ce *event.Event) { ce.SetSpecVersion(event.CloudEventsVersionV03) },
+			`specversion is "0.3"; jetflow speaks CloudEvents 1.0`},
+		{"PrevSeqNotASequence", func(ce *event.Event) { ce.SetExtension(events.ExtPrevSeq, "seven") },
+			`extension prevseq "seven" is not a sequence`},
+		{"DataNotJSON", func(ce *event.Event) { require.NoError(t, ce.SetData("text/plain", []byte("hi"))) },
+			`datacontenttype "text/plain" is not JSON`},
+		{"DataWrongShape", func(ce *event.Event) {
+			require.NoError(t, ce.SetData(event.ApplicationJSON, json.RawMessage(`{"step_id":"a","attempt":"one"}`)))
+		}, "io.jetflow.step.started data: attempt must be a number, not string"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+
+			ce := valid()
+			tt.change(&ce)
+			ev, err := events.FromCloudEvent(ce)
+			require.ErrorIs(t, err, events.ErrMalformed)
+			require.NotErrorIs(t, err, events.ErrUnknownType)
+			require.Contains(t, err.Error(), tt.want)
+			require.NotContains(t, err.Error(), "\n")
+			require.Nil(t, ev.Data)
+		})
+	}
+}
+
+func TestExplainSDKError(t *testing.T) {
+	t.Parallel()
+
+	for in, want := range map[string]string{
+		"id: MUST be a non-empty string":  "the CloudEvent has no id: every CloudEvent needs one (in binary mode, the header ce-id)",
+		"type: REQUIRED":                  "the CloudEvent has no type: every CloudEvent needs one (in binary mode, the header ce-type)",
+		"specversion: unknown value: 2.0": `specversion is "2.0"; jetflow speaks CloudEvents 1.0`,
+		"unexpected end of JSON input":    "the structured CloudEvent is not valid JSON: unexpected end of JSON input",
+		"invalid character 'x' looking for beginning of value": "the structured CloudEvent is not valid JSON: " +
+			"invalid character 'x' looking for beginning of value",
+		"something\n\t else": "something else",
+	} {
+		require.Equal(t, want, events.ExplainSDKError(errors.New(in)), "%q", in)
+	}
+}

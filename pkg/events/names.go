@@ -1,0 +1,75 @@
+package events
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"regexp"
+)
+
+// Names and ids. Workflow names, queue names and execution ids become
+// tokens of NATS subjects (package bus builds the subjects), so the rules
+// keep them to letters, digits, '-' and '_'; the rules themselves know
+// nothing of NATS.
+
+var (
+	nameRe = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]{0,63}$`)
+	idRe   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$`)
+)
+
+// WorkflowNameRule describes valid workflow names, for error messages.
+const WorkflowNameRule = "use 1 to 64 letters, digits, '-' or '_', starting with a letter"
+
+// ValidWorkflowName reports whether name can be a workflow name: a letter,
+// then up to 63 letters, digits, '-' or '_'. Names are subject tokens.
+func ValidWorkflowName(name string) bool { return nameRe.MatchString(name) }
+
+// QueueNameRule describes valid agent queue names, for error messages.
+const QueueNameRule = "use 1 to 64 letters, digits, '-' or '_', starting with a letter or digit"
+
+var queueRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
+
+// ValidQueueName reports whether name can name an agent queue (a subject
+// token of jf.tasks.<queue> and jf.results.<queue>.<execution>).
+func ValidQueueName(name string) bool { return queueRe.MatchString(name) }
+
+// SignalNameRule describes valid signal names, for error messages.
+const SignalNameRule = "use 1 to 64 letters, digits, '-' or '_', starting with a letter or digit"
+
+var signalRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
+
+// ValidSignalName reports whether name can name a signal.
+func ValidSignalName(name string) bool { return signalRe.MatchString(name) }
+
+// ExecutionIDRule describes valid execution ids, for error messages.
+const ExecutionIDRule = "use 1 to 128 letters, digits, '-' or '_', starting with a letter or digit"
+
+// ValidExecutionID reports whether id can be an execution id: 1 to 128
+// letters, digits, '-' or '_', not starting with '-' or '_'.
+func ValidExecutionID(id string) bool { return idRe.MatchString(id) }
+
+// CommandKey identifies a command by its CloudEvent source and id.
+func CommandKey(source, id string) string { return source + "#" + id }
+
+// CommandMsgID is the Nats-Msg-Id of a command: a hash of its command key,
+// since a CloudEvent is identified by source and id together (two sources
+// may use the same id).
+func CommandMsgID(commandKey string) string { return "cmd-" + shortHash(commandKey) }
+
+// SignalID identifies a signal by the command that sent it, so that the
+// same signal command delivered twice is recorded once.
+func SignalID(commandKey string) string { return "s" + shortHash(commandKey) }
+
+// DerivedExecutionID is the execution id of a start command that names
+// none: a stable hash of the command key.
+func DerivedExecutionID(commandKey string) string { return "ce-" + shortHash(commandKey) }
+
+// TaskID is the task (and idempotency) id of a step attempt.
+func TaskID(executionID, stepID string, attempt int) string {
+	return fmt.Sprintf("%s.%s.%d", executionID, stepID, attempt)
+}
+
+func shortHash(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:12])
+}
