@@ -41,14 +41,73 @@ func ReadStream(ctx context.Context, js jetstream.JetStream, stream, filter stri
 // ErrNoEvent is returned by [First] for a filter no event matches.
 var ErrNoEvent = errors.New("history: no event")
 
+// Store is the events stream, for the services that append to histories
+// and check them often (the dispatcher, the api, the projector). It keeps
+// the stream's handle, so that no append, first-event read or freshness
+// check costs a stream-info request; the package functions Append and
+// First open the stream when they need it.
+type Store struct {
+	js     jetstream.JetStream
+	stream jetstream.Stream
+}
+
+// Open returns the store of the events stream, which must exist.
+func Open(ctx context.Context, js jetstream.JetStream) (*Store, error) {
+	stream, err := js.Stream(ctx, bus.StreamEvents)
+	if err != nil {
+		return nil, fmt.Errorf("open events stream: %w", err)
+	}
+	return &Store{js: js, stream: stream}, nil
+}
+
+// handle is the stream's handle, opened on first use by a Store made
+// without Open.
+func (s *Store) handle(ctx context.Context) (jetstream.Stream, error) {
+	if s.stream != nil {
+		return s.stream, nil
+	}
+	stream, err := s.js.Stream(ctx, bus.StreamEvents)
+	if err != nil {
+		return nil, fmt.Errorf("open events stream: %w", err)
+	}
+	return stream, nil
+}
+
+// Read is [Read] on the store's stream.
+func (s *Store) Read(ctx context.Context, filter string, fromSeq uint64) ([]events.Event, error) {
+	return Read(ctx, s.js, filter, fromSeq)
+}
+
+// LastSeq returns the stream sequence of the last event on subject (0:
+// none), with one request.
+func (s *Store) LastSeq(ctx context.Context, subject string) (uint64, error) {
+	stream, err := s.handle(ctx)
+	if err != nil {
+		return 0, err
+	}
+	last, err := stream.GetLastMsgForSubject(ctx, subject)
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("last event on %s: %w", subject, err)
+	}
+	return last.Sequence, nil
+}
+
 // First returns the first event of the events stream on the subjects
 // matching filter (an execution's first event, for its filter), with one
 // request instead of reading the history. A message that is no valid
 // event comes back marked Invalid, as from Scan.
 func First(ctx context.Context, js jetstream.JetStream, filter string) (events.Event, error) {
-	stream, err := js.Stream(ctx, bus.StreamEvents)
+	return (&Store{js: js}).First(ctx, filter)
+}
+
+// First is [First] on the store's stream.
+func (s *Store) First(ctx context.Context, filter string) (events.Event, error) {
+	stream, err := s.handle(ctx)
 	if err != nil {
-		return events.Event{}, fmt.Errorf("open events stream: %w", err)
+		return events.Event{}, err
 	}
 	m, err := stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(filter))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -184,11 +243,16 @@ func scan(ctx context.Context, js jetstream.JetStream, stream, filter string, fr
 // a retried append of the same event that was in fact stored is recognised
 // by its id and succeeds.
 func Append(ctx context.Context, js jetstream.JetStream, subject string, lastSeq uint64, ev events.Event) (uint64, error) {
+	return (&Store{js: js}).Append(ctx, subject, lastSeq, ev)
+}
+
+// Append is [Append] with the store's stream handle.
+func (s *Store) Append(ctx context.Context, subject string, lastSeq uint64, ev events.Event) (uint64, error) {
 	msg, err := bus.Encode(subject, ev)
 	if err != nil {
 		return 0, err
 	}
-	ack, err := js.PublishMsg(ctx, msg, jetstream.WithMsgID(ev.ID), jetstream.WithExpectLastSequencePerSubject(lastSeq))
+	ack, err := s.js.PublishMsg(ctx, msg, jetstream.WithMsgID(ev.ID), jetstream.WithExpectLastSequencePerSubject(lastSeq))
 	if err == nil {
 		return ack.Sequence, nil
 	}
@@ -197,8 +261,7 @@ func Append(ctx context.Context, js jetstream.JetStream, subject string, lastSeq
 	}
 	// A single server checks the expected sequence before dedupe, so our
 	// own earlier, successful attempt looks like a conflict: compare ids.
-	stream, serr := js.Stream(ctx, bus.StreamEvents)
-	if serr == nil {
+	if stream, serr := s.handle(ctx); serr == nil {
 		if last, gerr := stream.GetLastMsgForSubject(ctx, subject); gerr == nil && last.Header.Get(jetstream.MsgIDHeader) == ev.ID {
 			return last.Sequence, nil
 		}

@@ -550,7 +550,7 @@ func (s *Server) inputsOf(ctx context.Context, subject string, evs []events.Even
 	if len(evs) > 0 && evs[0].Type == events.TypeExecutionStarted {
 		return redact.FromHistory(evs[:1]), nil
 	}
-	first, err := history.First(ctx, s.ns(ctx).js, subject)
+	first, err := s.ns(ctx).hist.First(ctx, subject)
 	if errors.Is(err, history.ErrNoEvent) {
 		return redact.Inputs{}, nil
 	}

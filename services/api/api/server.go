@@ -24,6 +24,7 @@ import (
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/catalog"
 	"jetflow.dev/pkg/claim"
+	"jetflow.dev/pkg/history"
 	"jetflow.dev/services/api/access"
 )
 
@@ -118,6 +119,8 @@ type tenant struct {
 	// history is the events stream, where await checks that an event it
 	// saw on a history subject is stored.
 	history jetstream.Stream
+	// hist is the same stream as the history store (first events).
+	hist *history.Store
 }
 
 func openTenant(ctx context.Context, name string, nc *nats.Conn, js jetstream.JetStream) (*tenant, error) {
@@ -133,11 +136,15 @@ func openTenant(ctx context.Context, name string, nc *nats.Conn, js jetstream.Je
 	if err != nil {
 		return nil, fmt.Errorf("open executions bucket: %w", err)
 	}
-	history, err := js.Stream(ctx, bus.StreamEvents)
+	stream, err := js.Stream(ctx, bus.StreamEvents)
 	if err != nil {
 		return nil, fmt.Errorf("open events stream: %w", err)
 	}
-	return &tenant{name: name, nc: nc, js: js, defs: defs, ids: ids, execs: execs, history: history}, nil
+	hist, err := history.Open(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	return &tenant{name: name, nc: nc, js: js, defs: defs, ids: ids, execs: execs, history: stream, hist: hist}, nil
 }
 
 // Server serves the HTTP api.

@@ -40,6 +40,7 @@ type Projector struct {
 	BindOnly bool
 
 	js    jetstream.JetStream
+	hist  *history.Store
 	kv    jetstream.KeyValue
 	ids   *claim.Store
 	log   zerolog.Logger
@@ -68,7 +69,11 @@ func New(ctx context.Context, js jetstream.JetStream, log zerolog.Logger) (*Proj
 	if err != nil {
 		return nil, err
 	}
-	return &Projector{js: js, kv: kv, ids: ids, log: log, cache: map[string]entry{}}, nil
+	hist, err := history.Open(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	return &Projector{js: js, hist: hist, kv: kv, ids: ids, log: log, cache: map[string]entry{}}, nil
 }
 
 // Run projects events until ctx ends. Messages are handed from the
@@ -231,7 +236,7 @@ func (p *Projector) project(ctx context.Context, g *group) error {
 	}
 	if !known { // a stored read model, redacted: its start tells what to hide
 		var err error
-		if inputs, err = startInputs(ctx, p.js, g.subject); err != nil {
+		if inputs, err = startInputs(ctx, p.hist, g.subject); err != nil {
 			return err
 		}
 		known = true
@@ -306,8 +311,8 @@ func ownerOf(ctx context.Context, ids *claim.Store, id, wf string, first events.
 
 // startInputs reads the first event on subject (the execution's start)
 // for what to hide in its read model.
-func startInputs(ctx context.Context, js jetstream.JetStream, subject string) (redact.Inputs, error) {
-	ev, err := history.First(ctx, js, subject)
+func startInputs(ctx context.Context, hist *history.Store, subject string) (redact.Inputs, error) {
+	ev, err := hist.First(ctx, subject)
 	if errors.Is(err, history.ErrNoEvent) {
 		return redact.Inputs{}, nil
 	}
@@ -376,6 +381,10 @@ func Rebuild(ctx context.Context, js jetstream.JetStream, fromSeq uint64) (Rebui
 	if err != nil {
 		return res, err
 	}
+	hist, err := history.Open(ctx, js)
+	if err != nil {
+		return res, err
+	}
 	type item struct {
 		state   projections.Execution
 		subject string // the execution's history (ownerOf)
@@ -435,7 +444,7 @@ func Rebuild(ctx context.Context, js jetstream.JetStream, fromSeq uint64) (Rebui
 	}
 	for id, it := range states {
 		if !it.known {
-			if it.inputs, err = startInputs(ctx, js, it.subject); err != nil {
+			if it.inputs, err = startInputs(ctx, hist, it.subject); err != nil {
 				return res, err
 			}
 		}

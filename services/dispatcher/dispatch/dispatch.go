@@ -27,6 +27,7 @@ import (
 	"jetflow.dev/pkg/catalog"
 	"jetflow.dev/pkg/claim"
 	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/lock"
 	"jetflow.dev/pkg/partition"
 )
@@ -120,6 +121,7 @@ type Dispatcher struct {
 	ids  *claim.Store
 
 	locks *lock.Table // the lock bucket (locks.go)
+	hist  *history.Store
 
 	// maxEvent is the largest payload an event may have: the server's
 	// message limit, less room for headers and the other fields.
@@ -160,6 +162,10 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log zerolog.Lo
 	if err != nil {
 		return nil, err
 	}
+	hist, err := history.Open(ctx, js)
+	if err != nil {
+		return nil, err
+	}
 	n, err := bus.Partitions(ctx, js)
 	if err != nil {
 		return nil, err
@@ -168,7 +174,7 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log zerolog.Lo
 	if err != nil {
 		return nil, fmt.Errorf("open bucket %s: %w", bus.BucketDispatchers, err)
 	}
-	return &Dispatcher{cfg: cfg, js: js, log: log, defs: defs, ids: ids, locks: locks, cache: newLRU(cfg.CacheSize),
+	return &Dispatcher{cfg: cfg, js: js, log: log, defs: defs, ids: ids, locks: locks, hist: hist, cache: newLRU(cfg.CacheSize),
 		maxEvent: int(js.Conn().MaxPayload()) - 64<<10,
 		parts:    partitions{n: n, kv: kv, running: map[int]*consuming{}}}, nil
 }

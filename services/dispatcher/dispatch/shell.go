@@ -11,7 +11,6 @@ import (
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/catalog"
 	"jetflow.dev/pkg/events"
-	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/lock"
 	"jetflow.dev/services/dispatcher/interp"
 )
@@ -140,7 +139,7 @@ func (d *Dispatcher) provide(ctx context.Context, x *execState, need interp.Need
 		}
 		x.stored = stored
 	case interp.NeedHistory:
-		evs, err := history.Read(ctx, d.js, x.subject(), 0)
+		evs, err := d.hist.Read(ctx, x.subject(), 0)
 		if err != nil {
 			return fmt.Errorf("read history of %s: %w", x.id, err)
 		}

@@ -9,12 +9,10 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
-	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/pkg/workflow"
 	"jetflow.dev/services/dispatcher/interp"
@@ -171,19 +169,11 @@ func (d *Dispatcher) ensureCurrent(ctx context.Context, x *execState) error {
 // checkFresh returns bus.ErrConflict if the execution's history has events
 // beyond the state x holds.
 func (d *Dispatcher) checkFresh(ctx context.Context, x *execState) error {
-	stream, err := d.js.Stream(ctx, bus.StreamEvents)
-	if err != nil {
-		return fmt.Errorf("open events stream: %w", err)
-	}
-	last, err := stream.GetLastMsgForSubject(ctx, x.subject())
+	last, err := d.hist.LastSeq(ctx, x.subject())
 	switch {
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-		if x.state.LastSeq == 0 {
-			return nil
-		}
 	case err != nil:
 		return fmt.Errorf("check history of %s: %w", x.id, err)
-	case last.Sequence == x.state.LastSeq:
+	case last == x.state.LastSeq:
 		return nil
 	}
 	return fmt.Errorf("cached state of %s is behind its history: %w", x.id, bus.ErrConflict)
@@ -202,7 +192,7 @@ func (d *Dispatcher) load(ctx context.Context, wf, id string) (x *execState, cac
 	}
 	// Not cached, or cached before this holding of its partition began
 	// (another dispatcher may have written it in between).
-	evs, err := history.Read(ctx, d.js, bus.ExecutionSubject(wf, id), 0)
+	evs, err := d.hist.Read(ctx, bus.ExecutionSubject(wf, id), 0)
 	if err != nil {
 		return nil, false, err
 	}
@@ -248,7 +238,7 @@ func (d *Dispatcher) append(ctx context.Context, x *execState, p events.Payload)
 	if err != nil {
 		return permanentError{fmt.Errorf("refusing to append illegal event: %w", err)}
 	}
-	seq, err := history.Append(ctx, d.js, x.subject(), x.state.LastSeq, ev)
+	seq, err := d.hist.Append(ctx, x.subject(), x.state.LastSeq, ev)
 	if err != nil {
 		return err
 	}

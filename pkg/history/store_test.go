@@ -1,0 +1,65 @@
+package history_test
+
+import (
+	"sync/atomic"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/history"
+	"jetflow.dev/pkg/natstest"
+)
+
+// TestStoreAsksForTheStreamOnce: a store opened once appends, reads the
+// last sequence of a subject and the first event without another
+// stream-info request (each would be a round trip to the stream's leader
+// for nothing), and gives the same answers as the package functions.
+func TestStoreAsksForTheStreamOnce(t *testing.T) {
+	t.Parallel()
+	nc, js := natstest.Connect(t, natstest.RunJetStream(t))
+	ctx := t.Context()
+	var infos atomic.Int64
+	sub, err := nc.Subscribe("$JS.API.STREAM.INFO."+bus.StreamEvents, func(*nats.Msg) { infos.Add(1) })
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	require.NoError(t, nc.Flush())
+
+	store, err := history.Open(ctx, js)
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+	opened := infos.Load()
+	require.Positive(t, opened, "the subscription sees the stream-info request of Open")
+
+	subj := bus.ExecutionSubject("wf", "x1")
+	last, err := store.LastSeq(ctx, subj)
+	require.NoError(t, err)
+	require.Zero(t, last, "an empty history")
+	for i := range 20 {
+		ev := newEvent("x1", &events.ExecutionStarted{Workflow: "wf"})
+		if i > 0 {
+			ev = newEvent("x1", &events.StepSending{StepID: "a", Attempt: i})
+		}
+		seq, err := store.Append(ctx, subj, last, ev)
+		require.NoError(t, err)
+		got, err := store.LastSeq(ctx, subj)
+		require.NoError(t, err)
+		require.Equal(t, seq, got)
+		last = seq
+	}
+	first, err := store.First(ctx, bus.ExecutionFilter("x1"))
+	require.NoError(t, err)
+	require.Equal(t, events.TypeExecutionStarted, first.Type)
+	evs, err := store.Read(ctx, subj, 0)
+	require.NoError(t, err)
+	require.Len(t, evs, 20)
+	require.Equal(t, last, evs[19].Seq)
+
+	require.NoError(t, nc.Flush())
+	require.Equal(t, opened, infos.Load(), "no stream-info request after Open")
+
+	_, err = store.Append(ctx, subj, 1, newEvent("x1", &events.StepSending{StepID: "b", Attempt: 1}))
+	require.ErrorIs(t, err, bus.ErrConflict, "the fence holds through the store")
+}
