@@ -23,11 +23,18 @@ import (
 // DefaultNATSURL is where services look for NATS when told nothing.
 const DefaultNATSURL = "nats://127.0.0.1:4222"
 
+// ReplicasRange is the replicas a stream or bucket may have: JetStream
+// keeps at most 5.
+var ReplicasRange = Range[int]{Min: 1, Max: 5}
+
 // Flags wraps a FlagSet whose defaults come from the environment.
 type Flags struct {
 	*flag.FlagSet
 	getenv func(string) string
 	errs   []error
+	// checks are the ranges of IntIn and DurationIn flags, checked by
+	// Parse once the values are known.
+	checks []func() error
 }
 
 // NewFlags returns flags for program name.
@@ -72,6 +79,26 @@ func (f *Flags) Duration(name, env string, def time.Duration, usage string) *tim
 	return f.FlagSet.Duration(name, def, usage+" (env "+env+")")
 }
 
+// IntIn is Int for a setting whose value must lie in r: Parse reports a
+// value outside it, from the command line or the environment, as a
+// [*RangeError] naming the flag and the variable. -h shows the range.
+func (f *Flags) IntIn(name, env string, def int, r Range[int], usage string) *int {
+	p := f.Int(name, env, def, usage+" ("+r.String()+")")
+	f.checks = append(f.checks, func() error { return r.Check(flagSetting(name, env), *p) })
+	return p
+}
+
+// DurationIn is Duration for a setting whose value must lie in r, as
+// [Flags.IntIn].
+func (f *Flags) DurationIn(name, env string, def time.Duration, r Range[time.Duration], usage string) *time.Duration {
+	p := f.Duration(name, env, def, usage+" ("+r.String()+")")
+	f.checks = append(f.checks, func() error { return r.Check(flagSetting(name, env), *p) })
+	return p
+}
+
+// flagSetting names a setting as its program takes it.
+func flagSetting(name, env string) string { return "-" + name + " (" + env + ")" }
+
 // Bool defines a boolean flag defaulting to $env (true, false, 1, 0, t, f)
 // or def. On the command line, -name alone means true and -name=false
 // turns it off.
@@ -98,12 +125,21 @@ func List(v string) []string {
 	return out
 }
 
-// Parse parses args and reports bad environment values first.
+// Parse parses args and reports bad environment values first, then a
+// value outside the range of its IntIn or DurationIn flag.
 func (f *Flags) Parse(args []string) error {
 	if len(f.errs) > 0 {
 		return f.errs[0]
 	}
-	return f.FlagSet.Parse(args)
+	if err := f.FlagSet.Parse(args); err != nil {
+		return err
+	}
+	for _, check := range f.checks {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Common are the settings every service has: where NATS is, with which
@@ -131,7 +167,8 @@ func (f *Flags) AddCommon() *Common {
 			"comma-separated namespaces to serve, with -creds-dir (each is a NATS account)"),
 		CA: f.String("nats-ca", "JETFLOW_NATS_CA", "",
 			"PEM file of the certificate authority that signed the NATS servers' certificates (TLS; empty: the system's roots)"),
-		Replicas: f.Int("replicas", "JETFLOW_REPLICAS", 1, "replicas of streams and buckets (3 in a cluster); used when the service creates the topology"),
+		Replicas: f.IntIn("replicas", "JETFLOW_REPLICAS", 1, ReplicasRange,
+			"replicas of streams and buckets (3 in a cluster); used when the service creates the topology"),
 		LogLevel: f.String("log-level", "JETFLOW_LOG_LEVEL", "info", "log level: debug, info, warn, error"),
 		LogJSON:  f.Bool("log-json", "JETFLOW_LOG_JSON", true, "log JSON lines (false: console text)"),
 	}

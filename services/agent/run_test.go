@@ -7,6 +7,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/natstest"
+	"jetflow.dev/services/internal/svcruntest"
 )
 
 // TestRunChecksPolicyAndSecretsFirst: a policy or a secret source that
@@ -39,4 +42,44 @@ func TestRunChecksPolicyAndSecretsFirst(t *testing.T) {
 		cancel()
 		require.ErrorContains(t, err, tc.msg, name)
 	}
+}
+
+// TestRunRefusesOutOfRange: every numeric setting is checked before the
+// agent connects, and the error names the flag, its variable and the
+// range; a negative ack wait is such an error, not a panic in the
+// heartbeat's ticker.
+//
+// Not parallel: run sets zerolog's global time format.
+func TestRunRefusesOutOfRange(t *testing.T) {
+	for name, tc := range map[string]struct {
+		args []string
+		env  map[string]string
+		want []string
+	}{
+		"NegativeAckWait": {args: []string{"-task-ack-wait", "-1s"},
+			want: []string{"-task-ack-wait (JETFLOW_TASK_ACK_WAIT) -1s", "out of range, use 300ms to 1h"}},
+		"ShortAckWaitEnv": {env: map[string]string{"JETFLOW_TASK_ACK_WAIT": "100ms"},
+			want: []string{"-task-ack-wait (JETFLOW_TASK_ACK_WAIT) 100ms", "300ms to 1h"}},
+		"HugeAckWait":      {args: []string{"-task-ack-wait=48h"}, want: []string{"-task-ack-wait (JETFLOW_TASK_ACK_WAIT) 48h"}},
+		"ZeroConcurrency":  {args: []string{"-concurrency", "0"}, want: []string{"-concurrency (JETFLOW_CONCURRENCY) 0", "1 to 1024"}},
+		"NegativeConcEnv":  {env: map[string]string{"JETFLOW_CONCURRENCY": "-4"}, want: []string{"-concurrency (JETFLOW_CONCURRENCY) -4"}},
+		"HugeConcurrency":  {args: []string{"-concurrency", "100000"}, want: []string{"-concurrency (JETFLOW_CONCURRENCY) 100000"}},
+		"ZeroMaxDeliver":   {args: []string{"-max-deliver", "0"}, want: []string{"-max-deliver (JETFLOW_TASK_MAX_DELIVER) 0", "1 to 100"}},
+		"NegativeMaxDeliv": {env: map[string]string{"JETFLOW_TASK_MAX_DELIVER": "-1"}, want: []string{"-max-deliver (JETFLOW_TASK_MAX_DELIVER) -1"}},
+		"NegativeGrace":    {args: []string{"-kill-grace", "-5s"}, want: []string{"-kill-grace (JETFLOW_KILL_GRACE) -5s", "10ms to 1h"}},
+		"ZeroGraceEnv":     {env: map[string]string{"JETFLOW_KILL_GRACE": "0s"}, want: []string{"-kill-grace (JETFLOW_KILL_GRACE) 0s"}},
+		"Replicas":         {args: []string{"-replicas", "-1"}, want: []string{"-replicas (JETFLOW_REPLICAS) -1", "1 to 5"}},
+		"BadQueue":         {args: []string{"-queues", "gpu,a.b"}, want: []string{`queue "a.b"`}},
+	} {
+		svcruntest.Refuses(t, run, name, tc.args, tc.env, tc.want...)
+	}
+}
+
+// TestRunStartsAndStops: with the defaults the agent starts, and returns
+// nil once stopped.
+//
+// Not parallel: run sets zerolog's global time format.
+func TestRunStartsAndStops(t *testing.T) {
+	srv := natstest.RunJetStream(t)
+	svcruntest.Start(t, run, nil, map[string]string{"JETFLOW_NATS_URL": srv.ClientURL()}, "agent running")
 }

@@ -1,20 +1,6 @@
 // Command jetflow-dispatcher runs jetflow's dispatcher service against a NATS server.
 package main
 
-import (
-	"context"
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
-)
+import "jetflow.dev/services/internal/svcrun"
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	// An error after a stop was asked for is the stop itself, not a failure.
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr); err != nil && ctx.Err() == nil {
-		fmt.Fprintln(os.Stderr, "jetflow-dispatcher:", err)
-		os.Exit(1)
-	}
-}
+func main() { svcrun.Main("jetflow-dispatcher", run) }

@@ -1,47 +1,17 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
-	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"jetflow.dev/pkg/natstest"
+	"jetflow.dev/services/internal/svcruntest"
 )
-
-// syncBuffer is a log destination the test reads while run writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// line returns the first logged JSON line whose message is msg.
-func (b *syncBuffer) line(msg string) map[string]any {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	sc := bufio.NewScanner(strings.NewReader(b.buf.String()))
-	for sc.Scan() {
-		var m map[string]any
-		if json.Unmarshal(sc.Bytes(), &m) == nil && m["message"] == msg {
-			return m
-		}
-	}
-	return nil
-}
 
 // TestRunServesMetrics: the retention default and the metrics address
 // come from the environment; /metrics answers on the loopback address.
@@ -51,27 +21,10 @@ func TestRunServesMetrics(t *testing.T) {
 	srv := natstest.RunJetStream(t)
 	env := map[string]string{"JETFLOW_NATS_URL": srv.ClientURL(), "JETFLOW_RETENTION_DEFAULT": "max(5, 7d)",
 		"JETFLOW_JANITOR_METRICS_ADDR": "127.0.0.1:0", "JETFLOW_JANITOR_INTERVAL": "50ms"}
-	ctx, cancel := context.WithCancel(t.Context())
-	var logs syncBuffer
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, nil, func(k string) string { return env[k] }, &logs) }()
-	defer func() {
-		cancel()
-		require.NoError(t, <-done)
-	}()
-
-	var addr string
-	natstest.Eventually(t, 10*time.Second, func() bool {
-		l := logs.line("metrics listening")
-		if l == nil {
-			return false
-		}
-		addr, _ = l["addr"].(string)
-		return true
-	}, "metrics endpoint started")
+	logs := svcruntest.Start(t, run, nil, env, "janitor running")
+	require.Equal(t, "max(5, 7d)", logs.Line("janitor running")["retention_default"])
+	addr, _ := logs.Line("metrics listening")["addr"].(string)
 	require.True(t, strings.HasPrefix(addr, "127.0.0.1:"), addr)
-	natstest.Eventually(t, 10*time.Second, func() bool { return logs.line("janitor running") != nil }, "janitor running")
-	require.Equal(t, "max(5, 7d)", logs.line("janitor running")["retention_default"])
 
 	natstest.Eventually(t, 10*time.Second, func() bool {
 		resp, err := http.Get("http://" + addr + "/metrics")
@@ -85,10 +38,28 @@ func TestRunServesMetrics(t *testing.T) {
 	}, "metrics served after a sweep")
 }
 
-func TestRunRefusesBadRetentionDefault(t *testing.T) {
-	srv := natstest.RunJetStream(t)
-	env := map[string]string{"JETFLOW_NATS_URL": srv.ClientURL()}
-	err := run(t.Context(), []string{"-retention-default", "max(parent, 3)"}, func(k string) string { return env[k] }, io.Discard)
-	require.ErrorContains(t, err, `RetentionDefault "max(parent, 3)"`)
-	require.ErrorContains(t, err, "cannot refer to context, parent or system")
+// TestRunRefuses: every setting is checked before the janitor connects
+// (NATS is nowhere here), and a numeric one's error names the flag, its
+// variable and the range; a negative interval is such an error, not a
+// panic in the sweep's ticker.
+//
+// Not parallel: run sets zerolog's global time format.
+func TestRunRefuses(t *testing.T) {
+	for name, tc := range map[string]struct {
+		args []string
+		env  map[string]string
+		want []string
+	}{
+		"BadRetentionDefault": {args: []string{"-retention-default", "max(parent, 3)"},
+			want: []string{`RetentionDefault "max(parent, 3)"`, "cannot refer to context, parent or system"}},
+		"NegativeInterval": {args: []string{"-interval", "-30s"},
+			want: []string{"-interval (JETFLOW_JANITOR_INTERVAL) -30s", "out of range, use 10ms to 24h"}},
+		"ZeroIntervalEnv":   {env: map[string]string{"JETFLOW_JANITOR_INTERVAL": "0s"}, want: []string{"-interval (JETFLOW_JANITOR_INTERVAL) 0s"}},
+		"HugeInterval":      {args: []string{"-interval", "1000h"}, want: []string{"-interval (JETFLOW_JANITOR_INTERVAL) 1000h"}},
+		"NegativeIdleAfter": {args: []string{"-idle-after", "-1m"}, want: []string{"-idle-after (JETFLOW_IDLE_AFTER) -1m", "100ms to 168h"}},
+		"ZeroIdleAfterEnv":  {env: map[string]string{"JETFLOW_IDLE_AFTER": "0s"}, want: []string{"-idle-after (JETFLOW_IDLE_AFTER) 0s"}},
+		"Replicas":          {args: []string{"-replicas", "6"}, want: []string{"-replicas (JETFLOW_REPLICAS) 6"}},
+	} {
+		svcruntest.Refuses(t, run, name, tc.args, tc.env, tc.want...)
+	}
 }

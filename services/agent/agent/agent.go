@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -28,10 +29,12 @@ import (
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/operation"
 	"jetflow.dev/pkg/redact"
+	"jetflow.dev/pkg/svc"
 	"jetflow.dev/pkg/workflow"
 )
 
-// Config configures an Agent.
+// Config configures an Agent. Its counts, sizes and durations must lie in
+// [Ranges]; zero is the default.
 type Config struct {
 	// Name identifies this agent in results. Default "<hostname>-<pid>".
 	Name string
@@ -105,12 +108,50 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// Ranges are the values Config's numeric settings may take once their
+// defaults are applied (zero is the default). Validate checks them, and
+// jetflow-agent's flags take the same.
+var Ranges = struct {
+	Concurrency, MaxDeliver, MaxOutput             svc.Range[int]
+	AckWait, KillGrace, HTTPTimeout, ShutdownGrace svc.Range[time.Duration]
+}{
+	Concurrency: svc.Range[int]{Min: 1, Max: 1024},
+	// One delivery may be enough (a task whose agent dies is then failed
+	// at once); more than 100 only delays the janitor's verdict on a task
+	// that never finishes.
+	MaxDeliver: svc.Range[int]{Min: 1, Max: 100},
+	// Up to NATS's largest message.
+	MaxOutput: svc.Range[int]{Min: 1, Max: 64 << 20},
+	// Heartbeats every third of it: shorter than 300ms, a loaded agent
+	// misses them.
+	AckWait:       svc.Range[time.Duration]{Min: 300 * time.Millisecond, Max: time.Hour},
+	KillGrace:     svc.Range[time.Duration]{Min: 10 * time.Millisecond, Max: time.Hour},
+	HTTPTimeout:   svc.Range[time.Duration]{Min: 100 * time.Millisecond, Max: time.Hour},
+	ShutdownGrace: svc.Range[time.Duration]{Min: time.Millisecond, Max: time.Hour},
+}
+
 // Validate checks a configuration, its defaults applied: New does, and a
 // program may before it connects.
 func (c Config) Validate() error {
 	c = c.withDefaults()
-	if c.AckWait < 300*time.Millisecond {
-		return fmt.Errorf("agent: AckWait %s is too short (at least 300ms)", c.AckWait)
+	if err := cmp.Or(
+		Ranges.Concurrency.Check("agent: Concurrency", c.Concurrency),
+		Ranges.AckWait.Check("agent: AckWait", c.AckWait),
+		Ranges.MaxDeliver.Check("agent: MaxDeliver", c.MaxDeliver),
+		Ranges.KillGrace.Check("agent: KillGrace", c.KillGrace),
+		Ranges.HTTPTimeout.Check("agent: HTTPTimeout", c.HTTPTimeout),
+		Ranges.MaxOutput.Check("agent: MaxOutput", c.MaxOutput),
+		Ranges.ShutdownGrace.Check("agent: ShutdownGrace", c.ShutdownGrace),
+	); err != nil {
+		return err
+	}
+	for i, q := range c.Queues {
+		if !events.ValidQueueName(q) {
+			return fmt.Errorf("agent: queue %q: %s", q, events.QueueNameRule)
+		}
+		if slices.Contains(c.Queues[:i], q) {
+			return fmt.Errorf("agent: queue %q is given twice", q)
+		}
 	}
 	if err := c.Policy.Validate(); err != nil {
 		return err

@@ -11,16 +11,17 @@ import (
 	"jetflow.dev/services/api/projector"
 )
 
-// Serve runs the HTTP api and the read-model projector until ctx ends.
+// Serve runs the HTTP api and the read-model projector until ctx ends. It
+// returns once the HTTP server is shut down and the projectors have
+// stopped.
 func Serve(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.JetStream, log zerolog.Logger) error {
 	srv, err := New(ctx, cfg, nc, js, log)
 	if err != nil {
 		return err
 	}
-	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return srv.Run(ctx) })
 	// One projector per namespace: each account has its own events stream
 	// and read models.
+	var projs []*projector.Projector
 	for _, ns := range append([]Namespace{{Name: DefaultNamespace, NC: nc, JS: js}}, cfg.Namespaces...) {
 		l := log.With().Str("component", "projector").Logger()
 		if ns.Name != DefaultNamespace {
@@ -31,6 +32,11 @@ func Serve(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.JetStrea
 			return err
 		}
 		proj.BindOnly = cfg.BindOnly
+		projs = append(projs, proj)
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return srv.Run(ctx) })
+	for _, proj := range projs {
 		g.Go(func() error { return proj.Run(ctx) })
 	}
 	return g.Wait()

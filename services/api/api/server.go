@@ -25,10 +25,12 @@ import (
 	"jetflow.dev/pkg/catalog"
 	"jetflow.dev/pkg/claim"
 	"jetflow.dev/pkg/history"
+	"jetflow.dev/pkg/svc"
 	"jetflow.dev/services/api/access"
 )
 
-// Config configures the api.
+// Config configures the api. Its durations and sizes must lie in
+// [Ranges]; zero is the default.
 type Config struct {
 	// Addr to listen on. Default 127.0.0.1:8080.
 	Addr string
@@ -74,12 +76,42 @@ func (c AuthConfig) validate() (AuthConfig, error) {
 	if c.Disabled && (c.AdminTokenFile != "" || c.OIDC.Issuer != "") {
 		return c, errors.New("api: authentication is off, yet an admin token file or an OIDC issuer is set: turn it on or drop them")
 	}
-	if c.CacheTTL < 0 || c.CacheTTL > time.Minute {
-		return c, fmt.Errorf("api: key cache TTL %s: give a duration up to 1m", c.CacheTTL)
+	if err := Ranges.CacheTTL.Check("api: Auth.CacheTTL", c.CacheTTL); err != nil {
+		return c, err
 	}
 	var err error
 	c.OIDC, err = c.OIDC.Validate()
 	return c, err
+}
+
+// Ranges are the values Config's numeric settings may take once their
+// defaults are applied (zero is the default). Validate checks them, and
+// jetflow-api's flags take the same.
+var Ranges = struct {
+	StartWait, CacheTTL svc.Range[time.Duration]
+	MaxBody             svc.Range[int64]
+}{
+	// A request waits that long for the dispatcher: past a minute,
+	// clients and proxies give up first.
+	StartWait: svc.Range[time.Duration]{Min: time.Millisecond, Max: time.Minute},
+	// A key revoked through another replica works that long.
+	CacheTTL: svc.Range[time.Duration]{Min: time.Millisecond, Max: time.Minute},
+	// Up to NATS's largest message.
+	MaxBody: svc.Range[int64]{Min: 1 << 10, Max: 64 << 20},
+}
+
+// Validate checks a configuration, its defaults applied: New does, and a
+// program may before it connects.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	if err := cmp.Or(
+		Ranges.StartWait.Check("api: StartWait", c.StartWait),
+		Ranges.MaxBody.Check("api: MaxBody", c.MaxBody),
+	); err != nil {
+		return err
+	}
+	_, err := c.Auth.validate()
+	return err
 }
 
 func (c Config) withDefaults() Config {
@@ -163,6 +195,9 @@ type Server struct {
 // New returns a server bound to the jetflow buckets of the default
 // namespace, on nc.
 func New(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.JetStream, log zerolog.Logger) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	cfg = cfg.withDefaults()
 	auth, err := cfg.Auth.validate()
 	if err != nil {

@@ -30,6 +30,7 @@ import (
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/lock"
 	"jetflow.dev/pkg/partition"
+	"jetflow.dev/pkg/svc"
 )
 
 // Consumer names.
@@ -39,7 +40,8 @@ const (
 	TimersConsumer   = bus.ConsumerDispatcherTimers
 )
 
-// Config configures a Dispatcher.
+// Config configures a Dispatcher. Its counts and durations must lie in
+// [Ranges]; zero is the default.
 type Config struct {
 	// Workers is the number of goroutines handling executions. Default 32.
 	Workers int
@@ -70,19 +72,44 @@ type Config struct {
 	LeaseTTL time.Duration
 }
 
+// Ranges are the values Config's numeric settings may take once their
+// defaults are applied (zero is the default). Validate checks them, and
+// jetflow-dispatcher's flags take the same.
+var Ranges = struct {
+	Workers, CacheSize, MaxAckPending svc.Range[int]
+	AckWait, LeaseTTL                 svc.Range[time.Duration]
+}{
+	Workers:       svc.Range[int]{Min: 1, Max: 4096},
+	CacheSize:     svc.Range[int]{Min: 1, Max: 1_000_000},
+	MaxAckPending: svc.Range[int]{Min: 1, Max: 65536},
+	// A message must stay put while it is handled (kept alive every
+	// third of it); past an hour a stuck dispatcher holds it too long.
+	AckWait: svc.Range[time.Duration]{Min: 300 * time.Millisecond, Max: time.Hour},
+	// Whole seconds: JetStream's granularity.
+	LeaseTTL: svc.Range[time.Duration]{Min: time.Second, Max: time.Minute},
+}
+
 // Validate reports a setting that cannot work.
 func (c Config) Validate() error {
-	switch {
-	case c.Workers < 0 || c.CacheSize < 0 || c.MaxAckPending < 0:
-		return fmt.Errorf("dispatch: Workers, CacheSize and MaxAckPending must not be negative")
-	case c.AckWait < 0:
-		return fmt.Errorf("dispatch: AckWait %s must not be negative", c.AckWait)
-	case c.AckWait > 0 && c.AckWait < 300*time.Millisecond:
-		return fmt.Errorf("dispatch: AckWait %s is too short to keep a message while it is handled (at least 300ms)", c.AckWait)
-	case c.Member != "" && !partition.ValidMember(c.Member):
+	if c.Member != "" && !partition.ValidMember(c.Member) {
 		return fmt.Errorf("dispatcher member %q (-member, JETFLOW_DISPATCHER_MEMBER): %s", c.Member, partition.MemberRule)
-	case c.LeaseTTL != 0 && (c.LeaseTTL < time.Second || c.LeaseTTL%time.Second != 0):
-		return fmt.Errorf("dispatch: LeaseTTL %s: use whole seconds, at least 1s", c.LeaseTTL)
+	}
+	d := c.withDefaults()
+	if err := cmp.Or(
+		Ranges.Workers.Check("dispatch: Workers", d.Workers),
+		Ranges.CacheSize.Check("dispatch: CacheSize", d.CacheSize),
+		Ranges.AckWait.Check("dispatch: AckWait", d.AckWait),
+		Ranges.MaxAckPending.Check("dispatch: MaxAckPending", d.MaxAckPending),
+	); err != nil {
+		return err
+	}
+	if c.LeaseTTL != 0 { // 0: the partition table's default
+		if err := Ranges.LeaseTTL.Check("dispatch: LeaseTTL", c.LeaseTTL); err != nil {
+			return err
+		}
+		if c.LeaseTTL%time.Second != 0 {
+			return fmt.Errorf("dispatch: LeaseTTL %s: use whole seconds", c.LeaseTTL)
+		}
 	}
 	return nil
 }

@@ -1,13 +1,21 @@
-// Package svcrun is what the four service programs share in their run
-// function: the common flags, the logger and the NATS connection, so that
-// each run.go holds only its own service's settings.
+// Package svcrun is what the four service programs share in their main
+// and run functions: signal handling, the common flags, the logger, the
+// NATS connections and their drain at shutdown. So each run.go holds only
+// its own service's settings. (Package metrics is the Prometheus
+// listener, for a service that serves one.)
 package svcrun
 
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -18,6 +26,75 @@ import (
 	"jetflow.dev/pkg/auth"
 	"jetflow.dev/pkg/svc"
 )
+
+// RunFunc is a service program's run: it returns when ctx ends and the
+// service has shut down, or when it fails.
+type RunFunc func(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error
+
+// Main is a service program's main: it calls run with a context that
+// ends at the first SIGINT or SIGTERM (a second one ends the process at
+// once, without waiting for the shutdown), the arguments, the
+// environment and stderr. An error ends the process with status 1,
+// printed after the program's name, unless it came after a stop was
+// asked for (it is then the stop itself) or is [flag.ErrHelp] (-h).
+func Main(program string, run RunFunc) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	context.AfterFunc(ctx, stop) // from the first signal on, the default action again
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stderr)
+	code := exitCode(program, err, ctx.Err() != nil, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// exitCode is the exit status of a program whose run returned err
+// (stopped: after a stop was asked for), and prints err if it is a
+// failure.
+func exitCode(program string, err error, stopped bool, stderr io.Writer) int {
+	if err == nil || errors.Is(err, flag.ErrHelp) || stopped {
+		return 0
+	}
+	fmt.Fprintln(stderr, program+":", err)
+	return 1
+}
+
+// Program is one run of a service program: its flags, the common ones
+// among them, and once parsed its logger.
+type Program struct {
+	*svc.Flags
+	// Common are the settings every service has.
+	Common *svc.Common
+	// Log is the service's logger, built by Parse.
+	Log zerolog.Logger
+
+	role   auth.Role
+	stderr io.Writer
+}
+
+// New starts the flags of the service of role (jetflow-<role>) with the
+// common ones. Usage (-h) and flag errors go to stderr, and so does the
+// log.
+func New(role auth.Role, getenv func(string) string, stderr io.Writer) *Program {
+	f := svc.NewFlags("jetflow-"+string(role), getenv)
+	f.SetOutput(stderr)
+	return &Program{Flags: f, Common: f.AddCommon(), Log: zerolog.Nop(), role: role, stderr: stderr}
+}
+
+// Parse parses args, which hold flags only, checking every ranged flag,
+// and builds the logger. After -h it returns [flag.ErrHelp].
+func (p *Program) Parse(args []string) error {
+	if err := p.Flags.Parse(args); err != nil {
+		return err
+	}
+	if rest := p.Args(); len(rest) > 0 {
+		return fmt.Errorf("unexpected argument %q: every setting is a flag (-h lists them)", strings.Join(rest, " "))
+	}
+	log, err := Logger(p.stderr, p.Common, string(p.role))
+	if err != nil {
+		return err
+	}
+	p.Log = log
+	return nil
+}
 
 // Logger builds the service's logger from the common flags.
 func Logger(stderr io.Writer, c *svc.Common, service string) (zerolog.Logger, error) {
@@ -42,40 +119,34 @@ type Namespace struct {
 	Log  zerolog.Logger
 }
 
-// Serve connects the service, as role, to every namespace it serves, and
-// runs fn for each at once until ctx ends or one fails; then it drains the
-// connections. Each namespace is a NATS account with its own topology, so
-// a service runs one instance of itself per namespace.
-func Serve(ctx context.Context, c *svc.Common, role auth.Role, log zerolog.Logger, fn func(context.Context, Namespace) error) error {
-	names, err := c.ServedNamespaces()
+// Serve connects the service to every namespace it serves, and runs fn
+// for each at once until ctx ends or one fails. Each namespace is a NATS
+// account with its own topology, so a service runs one instance of
+// itself per namespace.
+//
+// Serve returns only once every fn has returned and its connection is
+// drained and closed: the messages its handlers still held are handled,
+// and what they published (acknowledgements among it) has reached the
+// server. A drain that takes longer than [svc.DrainTimeout] is cut
+// short, and logged.
+func (p *Program) Serve(ctx context.Context, fn func(context.Context, Namespace) error) error {
+	names, err := p.Common.ServedNamespaces()
 	if err != nil {
 		return err
 	}
 	g, gctx := errgroup.WithContext(ctx)
-	for _, ns := range names {
+	for _, name := range names {
 		g.Go(func() error {
-			l := log
-			if len(names) > 1 || ns != auth.DefaultNamespace {
-				l = log.With().Str("namespace", ns).Logger()
-			}
-			nc, js, err := c.Open(gctx, ns, role, "jetflow-"+string(role),
-				func(err error) { l.Warn().Err(err).Msg("waiting for jetstream") },
-				func(err error) {
-					if errors.Is(err, nats.ErrPermissionViolation) {
-						l.Error().Err(err).Msg("nats permission violation: this identity may not do that")
-						return
-					}
-					l.Warn().Err(err).Msg("nats")
-				})
+			ns, err := p.open(gctx, name, len(names))
 			if err != nil {
 				if gctx.Err() != nil {
 					return nil // stopped while starting: not an error
 				}
-				return fmt.Errorf("namespace %s: %w", ns, err)
+				return err
 			}
-			defer nc.Drain()
-			if err := fn(gctx, Namespace{Name: ns, NC: nc, JS: js, Log: l}); err != nil {
-				return fmt.Errorf("namespace %s: %w", ns, err)
+			defer drain(ns)
+			if err := fn(gctx, ns); err != nil {
+				return fmt.Errorf("namespace %s: %w", name, err)
 			}
 			return nil
 		})
@@ -83,32 +154,57 @@ func Serve(ctx context.Context, c *svc.Common, role auth.Role, log zerolog.Logge
 	return g.Wait()
 }
 
-// OpenAll connects the service, as role, to every namespace it serves, for
-// a service that serves them all from one place (the api); close drains
-// the connections. The default namespace, when served, comes first.
-func OpenAll(ctx context.Context, c *svc.Common, role auth.Role, log zerolog.Logger) (nss []Namespace, closeAll func(), err error) {
-	names, err := c.ServedNamespaces()
+// OpenAll connects the service to every namespace it serves, for a
+// service that serves them all from one place (the api); closeAll drains
+// the connections and returns once they are closed, as [Program.Serve]
+// does. The default namespace, when served, comes first.
+func (p *Program) OpenAll(ctx context.Context) (nss []Namespace, closeAll func(), err error) {
+	names, err := p.Common.ServedNamespaces()
 	if err != nil {
 		return nil, nil, err
 	}
 	closeAll = func() {
+		var wg sync.WaitGroup
 		for _, ns := range nss {
-			_ = ns.NC.Drain()
+			wg.Go(func() { drain(ns) })
 		}
+		wg.Wait()
 	}
 	for _, name := range names {
-		l := log
-		if len(names) > 1 || name != auth.DefaultNamespace {
-			l = log.With().Str("namespace", name).Logger()
-		}
-		nc, js, err := c.Open(ctx, name, role, "jetflow-"+string(role),
-			func(err error) { l.Warn().Err(err).Msg("waiting for jetstream") },
-			func(err error) { l.Warn().Err(err).Msg("nats") })
+		ns, err := p.open(ctx, name, len(names))
 		if err != nil {
 			closeAll()
-			return nil, nil, fmt.Errorf("namespace %s: %w", name, err)
+			return nil, nil, err
 		}
-		nss = append(nss, Namespace{Name: name, NC: nc, JS: js, Log: l})
+		nss = append(nss, ns)
 	}
 	return nss, closeAll, nil
+}
+
+// open connects to namespace name, one of served.
+func (p *Program) open(ctx context.Context, name string, served int) (Namespace, error) {
+	l := p.Log
+	if served > 1 || name != auth.DefaultNamespace {
+		l = l.With().Str("namespace", name).Logger()
+	}
+	nc, js, err := p.Common.Open(ctx, name, p.role, "jetflow-"+string(p.role),
+		func(err error) { l.Warn().Err(err).Msg("waiting for jetstream") },
+		func(err error) {
+			if errors.Is(err, nats.ErrPermissionViolation) {
+				l.Error().Err(err).Msg("nats permission violation: this identity may not do that")
+				return
+			}
+			l.Warn().Err(err).Msg("nats")
+		})
+	if err != nil {
+		return Namespace{}, fmt.Errorf("namespace %s: %w", name, err)
+	}
+	return Namespace{Name: name, NC: nc, JS: js, Log: l}, nil
+}
+
+// drain drains ns's connection and waits until it is closed.
+func drain(ns Namespace) {
+	if err := svc.Drain(ns.NC, svc.DrainTimeout); err != nil {
+		ns.Log.Warn().Err(err).Msg("shutdown")
+	}
 }

@@ -31,13 +31,15 @@ import (
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/pkg/retention"
+	"jetflow.dev/pkg/svc"
 	"jetflow.dev/pkg/workflow"
 )
 
 // AdvisoriesConsumer is the janitor's durable consumer of advisories.
 const AdvisoriesConsumer = bus.ConsumerJanitorAdvisories
 
-// Config configures a Janitor.
+// Config configures a Janitor. Its durations must lie in [Ranges]; zero
+// is the default.
 type Config struct {
 	// Interval between sweeps. Default 30s.
 	Interval time.Duration
@@ -72,6 +74,35 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// Ranges are the values Config's durations may take once their defaults
+// are applied (zero is the default). Validate checks them, and
+// jetflow-janitor's flags take the same.
+var Ranges = struct {
+	Interval, IdleAfter svc.Range[time.Duration]
+}{
+	// A sweep reads every execution's read model: more often than every
+	// 10ms it would do little else; a day is the longest a lost step may
+	// wait for one.
+	Interval:  svc.Range[time.Duration]{Min: 10 * time.Millisecond, Max: 24 * time.Hour},
+	IdleAfter: svc.Range[time.Duration]{Min: 100 * time.Millisecond, Max: 7 * 24 * time.Hour},
+}
+
+// Validate checks a configuration, its defaults applied: New does, and a
+// program may before it connects.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	if err := cmp.Or(
+		Ranges.Interval.Check("janitor: Interval", c.Interval),
+		Ranges.IdleAfter.Check("janitor: IdleAfter", c.IdleAfter),
+	); err != nil {
+		return err
+	}
+	if _, err := retention.ParseDefault(c.RetentionDefault); err != nil {
+		return fmt.Errorf("janitor: RetentionDefault %q: %w", c.RetentionDefault, err)
+	}
+	return nil
+}
+
 // Janitor does maintenance.
 type Janitor struct {
 	cfg     Config
@@ -83,10 +114,10 @@ type Janitor struct {
 
 // New returns a janitor; call Run to start it.
 func New(cfg Config, js jetstream.JetStream, log zerolog.Logger) (*Janitor, error) {
-	cfg = cfg.withDefaults()
-	if cfg.Interval <= 0 || cfg.IdleAfter <= 0 {
-		return nil, fmt.Errorf("janitor: Interval and IdleAfter must be positive")
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
+	cfg = cfg.withDefaults()
 	system, err := retention.ParseDefault(cfg.RetentionDefault)
 	if err != nil {
 		return nil, fmt.Errorf("janitor: RetentionDefault %q: %w", cfg.RetentionDefault, err)

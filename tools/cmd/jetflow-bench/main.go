@@ -221,8 +221,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 
 // quietJanitor is the stack's janitor interval when the retention run
 // times a janitor of its own: the stack's must not sweep (and delete)
-// first.
-const quietJanitor = 1000 * time.Hour
+// first. (The longest interval a janitor takes, far beyond any run.)
+const quietJanitor = 24 * time.Hour
 
 // startStack runs the whole system in this process until stop is called.
 func startStack(ctx context.Context, cfg devstack.Config) (info devstack.Info, stop func(), err error) {

@@ -28,6 +28,7 @@ import (
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/natsserver"
 	"jetflow.dev/pkg/operation"
+	"jetflow.dev/pkg/svc"
 	"jetflow.dev/pkg/workflow"
 	"jetflow.dev/services/agent/agent"
 	"jetflow.dev/services/api/access"
@@ -247,6 +248,9 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 	if !slices.Contains(namespaces, auth.DefaultNamespace) {
 		return errors.New("devstack: Namespaces must include the default namespace, which the api serves")
 	}
+	if err := cfg.validate(); err != nil {
+		return err
+	}
 	if url == "" {
 		if cfg.DataDir == "" {
 			return errors.New("devstack: DataDir is required")
@@ -392,7 +396,7 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 				}
 				return fmt.Errorf("%s: %w", name, err)
 			}
-			defer nc.Drain()
+			defer drain(nc, log)
 			conn := &bus.Conn{NC: nc, JS: js}
 			if err := fn(gctx, conn); err != nil && gctx.Err() == nil {
 				return fmt.Errorf("%s: %w", name, err)
@@ -454,7 +458,7 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 			if err != nil {
 				return fmt.Errorf("api, namespace %s: %w", ns, err)
 			}
-			defer nc.Drain()
+			defer drain(nc, log("api").With().Str("namespace", ns).Logger())
 			others = append(others, api.Namespace{Name: ns, NC: nc, JS: js})
 		}
 		return api.Serve(ctx, api.Config{Listener: ln, StartWait: cfg.StartWait, BindOnly: restricted, Namespaces: others,
@@ -463,6 +467,27 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 	err = g.Wait()
 	_ = ln.Close()
 	return err
+}
+
+// validate checks the services' settings before anything starts: a
+// setting out of range stops the stack at once instead of one service
+// after the server is up.
+func (c Config) validate() error {
+	return cmp.Or(
+		agent.Config{AckWait: c.TaskAckWait, MaxDeliver: c.MaxDeliver, Concurrency: c.Concurrency, KillGrace: c.KillGrace}.Validate(),
+		dispatch.Config{Workers: c.Workers}.Validate(),
+		janitor.Config{Interval: c.JanitorInterval, IdleAfter: c.IdleAfter, RetentionDefault: c.RetentionDefault}.Validate(),
+		api.Config{StartWait: c.StartWait}.Validate(),
+	)
+}
+
+// drain drains a service's connection and waits until it is closed, so
+// that what its handlers published reaches the server before the stack
+// stops it.
+func drain(nc *nats.Conn, log zerolog.Logger) {
+	if err := svc.Drain(nc, svc.DrainTimeout); err != nil {
+		log.Warn().Err(err).Msg("shutdown")
+	}
 }
 
 // AuthDir is the auth directory's name in the data directory.

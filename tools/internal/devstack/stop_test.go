@@ -3,7 +3,11 @@ package devstack_test
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io/fs"
 	"net"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -65,5 +69,32 @@ func TestStopWhileServicesStart(t *testing.T) {
 		require.NoError(t, err, "stopped while starting")
 	case <-time.After(30 * time.Second):
 		t.Fatal("the stack did not stop")
+	}
+}
+
+// TestRefusesOutOfRangeFirst: a service setting out of its range stops
+// the stack before anything starts (no JetStream store is made), with an
+// error naming the setting, instead of one service failing once the
+// server is up.
+func TestRefusesOutOfRangeFirst(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct {
+		cfg  devstack.Config
+		want string
+	}{
+		"NegativeTaskAckWait":     {cfg: devstack.Config{TaskAckWait: -time.Second}, want: "agent: AckWait -1s: out of range"},
+		"NegativeKillGrace":       {cfg: devstack.Config{KillGrace: -time.Second}, want: "agent: KillGrace -1s"},
+		"NegativeWorkers":         {cfg: devstack.Config{Workers: -1}, want: "dispatch: Workers -1"},
+		"NegativeJanitorInterval": {cfg: devstack.Config{JanitorInterval: -time.Second}, want: "janitor: Interval -1s"},
+		"HugeIdleAfter":           {cfg: devstack.Config{IdleAfter: 1000 * time.Hour}, want: "janitor: IdleAfter 1000h"},
+		"NegativeStartWait":       {cfg: devstack.Config{StartWait: -time.Second}, want: "api: StartWait -1s"},
+	} {
+		dir := t.TempDir()
+		cfg := tc.cfg
+		cfg.DataDir, cfg.NATSAddr, cfg.HTTPAddr, cfg.Log = dir, "127.0.0.1:0", "127.0.0.1:0", zerolog.New(zerolog.NewTestWriter(t))
+		err := devstack.Run(t.Context(), cfg, func(devstack.Info) { t.Errorf("%s: the stack started", name) })
+		require.ErrorContains(t, err, tc.want, name)
+		_, err = os.Stat(filepath.Join(dir, "jetstream"))
+		require.True(t, errors.Is(err, fs.ErrNotExist), "%s: a JetStream store was made: %v", name, err)
 	}
 }

@@ -1,0 +1,56 @@
+package svc_test
+
+import (
+	"io"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/svc"
+)
+
+// TestFlagsRanges: a ranged flag's value, from the command line or the
+// environment, is checked by Parse, and an error names the flag, its
+// variable, the value and the range.
+func TestFlagsRanges(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct {
+		args []string
+		env  map[string]string
+		want string // "" for no error
+	}{
+		"Defaults":            {},
+		"InRange":             {args: []string{"-wait", "2s", "-count", "64", "-replicas", "3"}},
+		"NegativeDurationArg": {args: []string{"-wait", "-1s"}, want: "-wait (JETFLOW_WAIT) -1s: out of range, use 300ms to 1h"},
+		"ZeroDurationArg":     {args: []string{"-wait", "0"}, want: "-wait (JETFLOW_WAIT) 0s: out of range, use 300ms to 1h"},
+		"HugeDurationEnv":     {env: map[string]string{"JETFLOW_WAIT": "48h"}, want: "-wait (JETFLOW_WAIT) 48h: out of range, use 300ms to 1h"},
+		"NegativeCountEnv":    {env: map[string]string{"JETFLOW_COUNT": "-3"}, want: "-count (JETFLOW_COUNT) -3: out of range, use 1 to 1024"},
+		"ZeroCountArg":        {args: []string{"-count=0"}, want: "-count (JETFLOW_COUNT) 0: out of range, use 1 to 1024"},
+		"ArgBeatsBadEnv":      {args: []string{"-count", "8"}, env: map[string]string{"JETFLOW_COUNT": "0"}},
+		"Replicas":            {args: []string{"-replicas", "7"}, want: "-replicas (JETFLOW_REPLICAS) 7: out of range, use 1 to 5"},
+		"UnparsableEnv":       {env: map[string]string{"JETFLOW_WAIT": "soon"}, want: `JETFLOW_WAIT="soon": not a duration`},
+	} {
+		f := svc.NewFlags("prog", func(k string) string { return tc.env[k] })
+		f.SetOutput(io.Discard)
+		f.AddCommon()
+		wait := f.DurationIn("wait", "JETFLOW_WAIT", 30*time.Second, svc.Range[time.Duration]{Min: 300 * time.Millisecond, Max: time.Hour}, "a wait")
+		count := f.IntIn("count", "JETFLOW_COUNT", 16, svc.Range[int]{Min: 1, Max: 1024}, "a count")
+		err := f.Parse(tc.args)
+		if tc.want == "" {
+			require.NoError(t, err, name)
+			require.Positive(t, *wait, name)
+			require.Positive(t, *count, name)
+			continue
+		}
+		require.ErrorContains(t, err, tc.want, name)
+	}
+}
+
+// TestFlagsUsageShowsRange: -h tells the range with the variable.
+func TestFlagsUsageShowsRange(t *testing.T) {
+	t.Parallel()
+	f := svc.NewFlags("prog", func(string) string { return "" })
+	f.IntIn("count", "JETFLOW_COUNT", 16, svc.Range[int]{Min: 1, Max: 1024}, "a count")
+	require.Equal(t, "a count (1 to 1024) (env JETFLOW_COUNT)", f.Lookup("count").Usage)
+}

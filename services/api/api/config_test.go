@@ -1,0 +1,41 @@
+package api_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/services/api/api"
+)
+
+// TestConfigValidate: the durations and sizes are checked against their
+// ranges (zero is the default), by Validate and by New, so that a program
+// embedding the api gets an error naming the field.
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct {
+		cfg  api.Config
+		want string // "" for valid
+	}{
+		"Defaults":          {},
+		"Largest":           {cfg: api.Config{StartWait: time.Minute, MaxBody: 64 << 20, Auth: api.AuthConfig{CacheTTL: time.Minute}}},
+		"NegativeStartWait": {cfg: api.Config{StartWait: -time.Second}, want: "api: StartWait -1s: out of range, use 1ms to 1m"},
+		"HugeStartWait":     {cfg: api.Config{StartWait: time.Hour}, want: "api: StartWait 1h"},
+		"NegativeMaxBody":   {cfg: api.Config{MaxBody: -1}, want: "api: MaxBody -1: out of range, use 1024 to 67108864"},
+		"TinyMaxBody":       {cfg: api.Config{MaxBody: 10}, want: "api: MaxBody 10"},
+		"NegativeCacheTTL":  {cfg: api.Config{Auth: api.AuthConfig{CacheTTL: -time.Second}}, want: "api: Auth.CacheTTL -1s: out of range, use 1ms to 1m"},
+		"LongCacheTTL":      {cfg: api.Config{Auth: api.AuthConfig{CacheTTL: 2 * time.Minute}}, want: "api: Auth.CacheTTL 2m"},
+		"AuthOffWithTokens": {cfg: api.Config{Auth: api.AuthConfig{Disabled: true, AdminTokenFile: "x"}}, want: "authentication is off"},
+	} {
+		err := tc.cfg.Validate()
+		if tc.want == "" {
+			require.NoError(t, err, name)
+			continue
+		}
+		require.ErrorContains(t, err, tc.want, name)
+		_, err = api.New(t.Context(), tc.cfg, nil, nil, zerolog.Nop()) // refused before it touches NATS
+		require.ErrorContains(t, err, tc.want, "%s: New", name)
+	}
+}

@@ -1,0 +1,44 @@
+package main
+
+import (
+	"testing"
+
+	"jetflow.dev/pkg/natstest"
+	"jetflow.dev/services/internal/svcruntest"
+)
+
+// TestRunRefusesOutOfRange: every numeric setting is checked before the
+// dispatcher connects, and the error names the flag, its variable and the
+// range; a negative -ack-wait is such an error, not a panic in the
+// keep-alive's ticker.
+//
+// Not parallel: run sets zerolog's global time format.
+func TestRunRefusesOutOfRange(t *testing.T) {
+	for name, tc := range map[string]struct {
+		args []string
+		env  map[string]string
+		want []string
+	}{
+		"NegativeAckWait": {args: []string{"-ack-wait", "-1s"},
+			want: []string{"-ack-wait (JETFLOW_DISPATCH_ACK_WAIT) -1s", "out of range, use 300ms to 1h"}},
+		"ZeroAckWaitEnv":  {env: map[string]string{"JETFLOW_DISPATCH_ACK_WAIT": "0s"}, want: []string{"-ack-wait (JETFLOW_DISPATCH_ACK_WAIT) 0s"}},
+		"ShortAckWait":    {args: []string{"-ack-wait", "10ms"}, want: []string{"-ack-wait (JETFLOW_DISPATCH_ACK_WAIT) 10ms"}},
+		"HugeAckWait":     {args: []string{"-ack-wait", "1000h"}, want: []string{"-ack-wait (JETFLOW_DISPATCH_ACK_WAIT) 1000h"}},
+		"ZeroWorkers":     {args: []string{"-workers", "0"}, want: []string{"-workers (JETFLOW_WORKERS) 0", "1 to 4096"}},
+		"NegativeWorkers": {env: map[string]string{"JETFLOW_WORKERS": "-2"}, want: []string{"-workers (JETFLOW_WORKERS) -2"}},
+		"HugeWorkers":     {args: []string{"-workers", "1000000"}, want: []string{"-workers (JETFLOW_WORKERS) 1000000"}},
+		"Replicas":        {env: map[string]string{"JETFLOW_REPLICAS": "9"}, want: []string{"-replicas (JETFLOW_REPLICAS) 9", "1 to 5"}},
+		"BadMember":       {args: []string{"-member", "a.b"}, want: []string{"-member, JETFLOW_DISPATCHER_MEMBER"}},
+	} {
+		svcruntest.Refuses(t, run, name, tc.args, tc.env, tc.want...)
+	}
+}
+
+// TestRunStartsAndStops: with the defaults the dispatcher starts, and
+// returns nil once stopped.
+//
+// Not parallel: run sets zerolog's global time format.
+func TestRunStartsAndStops(t *testing.T) {
+	srv := natstest.RunJetStream(t)
+	svcruntest.Start(t, run, nil, map[string]string{"JETFLOW_NATS_URL": srv.ClientURL()}, "dispatcher running")
+}
