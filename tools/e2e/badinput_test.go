@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/claim"
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
@@ -118,7 +118,7 @@ input:
 steps:
   - {id: a, kind: noop}
 `)
-	ids, err := s.js.KeyValue(ctx, events.BucketExecutionIDs)
+	ids, err := claim.Open(ctx, s.js)
 	require.NoError(t, err)
 	for _, c := range []struct {
 		name, data, execID, reason string
@@ -160,7 +160,7 @@ steps:
 
 			if events.ValidExecutionID(c.execID) { // (an invalid id cannot even be a key)
 				_, err := ids.Get(ctx, c.execID)
-				require.ErrorIs(t, err, jetstream.ErrKeyNotFound, "a rejected start claims no id")
+				require.ErrorIs(t, err, claim.ErrNotFound, "a rejected start claims no id")
 				require.Empty(t, s.history(t, c.execID), "a rejected start writes no history")
 				_, err = s.c.Execution(ctx, c.execID)
 				require.True(t, client.IsStatus(err, http.StatusNotFound), "%v", err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/claim"
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
@@ -122,11 +123,11 @@ steps:
 		require.NoError(t, err, id)
 	}
 	// The claims of expired executions are kept, marked expired.
-	ids, err := s.js.KeyValue(ctx, events.BucketExecutionIDs)
+	ids, err := claim.Open(ctx, s.js)
 	require.NoError(t, err)
-	e, err := ids.Get(ctx, "prov-ok")
+	c, err := ids.Get(ctx, "prov-ok")
 	require.NoError(t, err)
-	require.Contains(t, string(e.Value()), `"expired_at"`)
+	require.True(t, c.Expired(), "the claim of prov-ok is marked expired")
 }
 
 // TestExpiredRefusesActionsBeforeDeletion: once the dispatcher recorded an

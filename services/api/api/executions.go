@@ -177,8 +177,8 @@ func (s *Server) answerExistingClaim(w http.ResponseWriter, r *http.Request, id,
 		s.internal(w, r, err)
 		return true
 	}
-	if why := c.Conflict(id, key, digest); why != "" {
-		writeError(w, http.StatusConflict, apiError{Code: "conflict", Field: "id", Message: why})
+	if err := c.Check(id, key, digest); err != nil {
+		writeError(w, http.StatusConflict, apiError{Code: "conflict", Field: "id", Message: err.Error()})
 		return true
 	}
 	resp := startResponse{ID: id, Workflow: c.Workflow, Status: "accepted", Links: links(id)}
@@ -273,9 +273,9 @@ func (s *Server) publishStart(w http.ResponseWriter, r *http.Request, cmd events
 	answered := s.await(r, ch, func(ev events.Event) bool {
 		switch p := ev.Data.(type) {
 		case *events.ExecutionStarted:
-			c := claim.Claim{CommandKey: p.CommandKey, Digest: p.CommandDigest, Workflow: p.Workflow}
-			if why := c.Conflict(start.ExecutionID, key, digest); why != "" {
-				writeError(w, http.StatusConflict, apiError{Code: "conflict", Field: "id", Message: why})
+			// The start may be another request's, which won the id's claim.
+			if err := claim.Started(p).Check(start.ExecutionID, key, digest); err != nil {
+				writeError(w, http.StatusConflict, apiError{Code: "conflict", Field: "id", Message: err.Error()})
 				return true
 			}
 			writeJSON(w, http.StatusCreated, startResponse{ID: start.ExecutionID, Workflow: start.Workflow,

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"jetflow.dev/pkg/catalog"
+	"jetflow.dev/pkg/claim"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/history/historytest"
@@ -472,7 +473,7 @@ func TestStartRejected(t *testing.T) {
 
 	b := setup(t)
 	runDispatcher(t, b.js, dispatch.Config{Workers: 4})
-	ids, err := b.js.KeyValue(t.Context(), events.BucketExecutionIDs)
+	ids, err := claim.Open(t.Context(), b.js)
 	require.NoError(t, err)
 
 	t.Run("UnknownWorkflow", func(t *testing.T) {
@@ -485,7 +486,7 @@ func TestStartRejected(t *testing.T) {
 		require.Contains(t, rej.Reason, "nope")
 
 		_, err := ids.Get(t.Context(), "x-unknown")
-		require.ErrorIs(t, err, jetstream.ErrKeyNotFound, "a rejected start claims no execution id")
+		require.ErrorIs(t, err, claim.ErrNotFound, "a rejected start claims no execution id")
 		require.Empty(t, readHistory(t, b.js, "nope", "x-unknown"))
 
 		t.Log("the id is still free for a valid start")

@@ -91,12 +91,12 @@ func (d *Dispatcher) start(ctx context.Context, ev events.Event, cmd *events.Sta
 	if size, limit := d.encodedSize(id, cmd.Workflow, started), d.js.Conn().MaxPayload(); size > limit {
 		return reject(events.CodeInvalid, "input and definition take %d bytes, more than the %d a message may hold; make the input smaller", size, limit)
 	}
-	c, err := d.ids.Create(ctx, id, claim.Claim{CommandKey: key, Digest: digest, Workflow: cmd.Workflow, ClaimedAt: d.cfg.Now().UTC()})
+	c, err := d.ids.Claim(ctx, id, claim.Record{CommandKey: key, Digest: digest, Workflow: cmd.Workflow, ClaimedAt: d.cfg.Now()})
+	if conflict := (*claim.ConflictError)(nil); errors.As(err, &conflict) {
+		return reject(events.CodeConflict, "%s", conflict.Reason)
+	}
 	if err != nil {
 		return err
-	}
-	if why := c.Conflict(id, key, digest); why != "" {
-		return reject(events.CodeConflict, "%s", why)
 	}
 	if c.Expired() { // this command ran, and its execution has since expired: never run it again
 		return reject(events.CodeConflict, "execution %q expired under its retention rule at %s and its history was deleted; execution ids are unique forever: start a new execution with a new id",

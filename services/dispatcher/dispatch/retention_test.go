@@ -117,13 +117,12 @@ func TestStartOfExpiredExecutionRefused(t *testing.T) {
 	b := setup(t)
 	b.register(t, "once", "a")
 	ev := events.New("test-client", "", "", time.Now(), &events.StartExecution{Workflow: "once", ExecutionID: "gone-1"})
-	ids, err := b.js.KeyValue(t.Context(), events.BucketExecutionIDs)
+	ids, err := claim.Open(t.Context(), b.js)
 	require.NoError(t, err)
-	rec, err := json.Marshal(claim.Claim{CommandKey: events.CommandKey(ev.Source, ev.ID), Workflow: "once",
-		ClaimedAt: time.Now().Add(-time.Hour), ExpiredAt: time.Now()})
+	_, err = ids.Claim(t.Context(), "gone-1", claim.Record{CommandKey: events.CommandKey(ev.Source, ev.ID), Workflow: "once",
+		ClaimedAt: time.Now().Add(-time.Hour)})
 	require.NoError(t, err)
-	_, err = ids.Create(t.Context(), "gone-1", rec)
-	require.NoError(t, err)
+	require.NoError(t, ids.MarkExpired(t.Context(), "gone-1", time.Now()))
 	runDispatcher(t, b.js, dispatch.Config{})
 
 	msg, err := events.Encode(events.SubjectStart, ev)
