@@ -34,6 +34,7 @@ import (
 	"jetflow.dev/pkg/lock"
 	"jetflow.dev/pkg/partition"
 	"jetflow.dev/pkg/projections"
+	"jetflow.dev/pkg/startcheck"
 	"jetflow.dev/pkg/workflow"
 )
 
@@ -427,10 +428,8 @@ func (d *Dispatcher) keepAlive(m jetstream.Msg, ackWait time.Duration, handled <
 func routingKey(ev events.Event) string {
 	switch p := ev.Data.(type) {
 	case *events.StartExecution:
-		if p.ExecutionID != "" {
-			return p.ExecutionID
-		}
-		return events.DerivedExecutionID(events.CommandKey(ev.Source, ev.ID))
+		_, id := startcheck.Identify(ev)
+		return id
 	case *events.ReconcileExecution:
 		return p.ExecutionID
 	case *events.FireTimer:

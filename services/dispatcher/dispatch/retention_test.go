@@ -105,7 +105,8 @@ func TestRetentionStartHashRejected(t *testing.T) {
 	key := b.startInput(t, "grouped", "g1", `{"team":""}`)
 	rej := readRejection(t, b.js, key)
 	require.Equal(t, events.CodeInvalid, rej.Code)
-	require.Contains(t, rej.Reason, "gives an empty key")
+	require.Equal(t, "input", rej.Field, "the hash is rendered from the input")
+	require.Equal(t, `retention hash "${input.team}" gives an empty key`, rej.Reason)
 	require.Empty(t, readHistory(t, b.js, "grouped", "g1"))
 }
 
@@ -131,6 +132,7 @@ func TestStartOfExpiredExecutionRefused(t *testing.T) {
 	require.NoError(t, err)
 	rej := readRejection(t, b.js, events.CommandKey(ev.Source, ev.ID))
 	require.Equal(t, events.CodeConflict, rej.Code)
+	require.Equal(t, "execution_id", rej.Field)
 	require.Contains(t, rej.Reason, `execution "gone-1" expired under its retention rule`)
 	require.Empty(t, readHistory(t, b.js, "once", "gone-1"))
 }
