@@ -504,6 +504,9 @@ type CommandRejected struct {
 	ExecutionID string `json:"execution_id,omitempty"`
 	Code        string `json:"code"`
 	Reason      string `json:"reason"`
+	// Field is the member of the command's data at fault, when one is
+	// (a start's workflow, version, execution_id, input, input.<path>).
+	Field string `json:"field,omitempty"`
 	// Subject and StreamSeq say where the message was stored, for a
 	// message rejected as it arrived (not a CloudEvent, or on the wrong
 	// subject).

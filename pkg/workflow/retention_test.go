@@ -6,6 +6,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/retention"
 	"jetflow.dev/pkg/workflow"
 )
 
@@ -82,4 +84,39 @@ func TestParseRetentionErrors(t *testing.T) {
 			require.Contains(t, err.Error(), "field "+tt.field)
 		})
 	}
+}
+
+// TestResolveRetention: a retention: field in the context of the rule and
+// group in force before it.
+func TestResolveRetention(t *testing.T) {
+	t.Parallel()
+	prev, err := retention.ParseRule("min(forever, 3)")
+	require.NoError(t, err)
+	env := func() map[string]any { return map[string]any{"input": map[string]any{"team": "ops", "blank": " "}} }
+	for _, c := range []struct {
+		name, field string
+		want        *events.Retention
+		err         string
+	}{
+		{"RuleKeepsGroup", "5", &events.Retention{Rule: "5", Key: "before"}, ""},
+		{"ContextIsThePrevious", "max(context, 6h)", &events.Retention{Rule: "max(min(forever, 3), 6h)", Key: "before"}, ""},
+		{"HashOnlyKeepsRule", "hash ${input.team}-runs", &events.Retention{Rule: "min(forever, 3)", Key: "ops-runs"}, ""},
+		{"HashEmpty", "2 hash ${input.blank}", nil, `retention hash "${input.blank}" gives an empty key`},
+		{"HashFails", "2 hash ${input.team.x.y}", nil, "retention hash: "},
+		{"Invalid", "sometimes", nil, "retention: "},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := workflow.Retention(c.field).Resolve(prev, "before", env)
+			if c.err != "" {
+				require.ErrorContains(t, err, c.err)
+				require.Nil(t, got)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, c.want, got)
+		})
+	}
+	_, err = workflow.Retention("sometimes").Resolve(prev, "", env)
+	require.ErrorIs(t, err, retention.ErrInvalid)
 }

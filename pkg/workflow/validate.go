@@ -2,11 +2,13 @@ package workflow
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -661,7 +663,9 @@ func compileSchema(schema map[string]any) (*jsonschema.Schema, error) {
 }
 
 // CheckInput validates an execution's input against the definition's
-// input schema. Each problem names the field of the input at fault.
+// input schema. Each problem names the field of the input at fault; they
+// come sorted by field, then message, so that the same input always gives
+// the same first problem (the schema library's order varies).
 func (d Definition) CheckInput(input json.RawMessage) []FieldError {
 	if d.Input == nil {
 		return nil
@@ -693,5 +697,8 @@ func (d Definition) CheckInput(input json.RawMessage) []FieldError {
 	if len(out) == 0 {
 		out = []FieldError{{Field: "input", Message: oneLine(verr)}}
 	}
+	slices.SortFunc(out, func(a, b FieldError) int {
+		return cmp.Or(strings.Compare(a.Field, b.Field), strings.Compare(a.Message, b.Message))
+	})
 	return out
 }

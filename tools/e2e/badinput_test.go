@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/claim"
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
@@ -49,12 +49,12 @@ func TestOversizedAndRetriedRequests(t *testing.T) {
 	huge := fmt.Sprintf(`{"workflow":"big","id":"big-1","input":{"blob":%q}}`, strings.Repeat("y", 900_000))
 	status, e := postJSON(t, s.info.APIURL+"/v1/executions", huge, map[string]string{"Idempotency-Key": "huge-1"})
 	require.Equal(t, http.StatusBadRequest, status, e.Message)
-	require.Contains(t, e.Message, "more than the")
+	require.Contains(t, e.Message, "larger than the")
 	// Retrying the same request gets the same answer, not a 202 for a
 	// command that will never run.
 	status, e = postJSON(t, s.info.APIURL+"/v1/executions", huge, map[string]string{"Idempotency-Key": "huge-1"})
 	require.Equal(t, http.StatusBadRequest, status, e.Message)
-	require.Contains(t, e.Message, "more than the")
+	require.Contains(t, e.Message, "larger than the")
 	st, err := s.c.Start(ctx, client.StartRequest{Workflow: "big", ID: "big-1"})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, st.HTTPStatus)
@@ -119,12 +119,12 @@ input:
 steps:
   - {id: a, kind: noop}
 `)
-	ids, err := s.js.KeyValue(ctx, bus.BucketExecutionIDs)
+	ids, err := claim.Open(ctx, s.js)
 	require.NoError(t, err)
 	for _, c := range []struct {
 		name, data, execID, reason string
 	}{
-		{"SchemaMismatch", `{"workflow":"typed","execution_id":"bad-1","input":{"count":"three"}}`, "bad-1", "input does not match the workflow's input schema: input.count"},
+		{"SchemaMismatch", `{"workflow":"typed","execution_id":"bad-1","input":{"count":"three"}}`, "bad-1", "the input does not match workflow typed's input schema: input.count"},
 		{"BelowMinimum", `{"workflow":"typed","execution_id":"bad-2","input":{"count":0}}`, "bad-2", "input.count"},
 		{"InputNotAnObject", `{"workflow":"typed","execution_id":"bad-3","input":[1,2]}`, "bad-3", "input"},
 		{"UnknownMember", `{"workflow":"typed","execution_id":"bad-4","inptu":{"count":1}}`, "bad-4", "inptu"},
@@ -161,7 +161,7 @@ steps:
 
 			if events.ValidExecutionID(c.execID) { // (an invalid id cannot even be a key)
 				_, err := ids.Get(ctx, c.execID)
-				require.ErrorIs(t, err, jetstream.ErrKeyNotFound, "a rejected start claims no id")
+				require.ErrorIs(t, err, claim.ErrNotFound, "a rejected start claims no id")
 				require.Empty(t, s.history(t, c.execID), "a rejected start writes no history")
 				_, err = s.c.Execution(ctx, c.execID)
 				require.True(t, client.IsStatus(err, http.StatusNotFound), "%v", err)

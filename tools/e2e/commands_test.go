@@ -142,7 +142,7 @@ func TestSameKeyOtherDataIsAConflict(t *testing.T) {
 	status, e = postJSON(t, url, `{"workflow":"hello","input":{"who":"b"}}`, ce(""))
 	require.Equal(t, http.StatusConflict, status, e.Message)
 	require.Contains(t, e.Message, "same key")
-	require.Equal(t, "id", e.Field)
+	require.Equal(t, "execution_id", e.Field, "a CloudEvent's data names the execution id so")
 
 	// The same with an Idempotency-Key on a plain JSON start.
 	key := map[string]string{"Idempotency-Key": "idem-1"}

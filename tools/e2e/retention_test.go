@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/claim"
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
@@ -123,11 +124,11 @@ steps:
 		require.NoError(t, err, id)
 	}
 	// The claims of expired executions are kept, marked expired.
-	ids, err := s.js.KeyValue(ctx, bus.BucketExecutionIDs)
+	ids, err := claim.Open(ctx, s.js)
 	require.NoError(t, err)
-	e, err := ids.Get(ctx, "prov-ok")
+	c, err := ids.Get(ctx, "prov-ok")
 	require.NoError(t, err)
-	require.Contains(t, string(e.Value()), `"expired_at"`)
+	require.True(t, c.Expired(), "the claim of prov-ok is marked expired")
 }
 
 // TestExpiredRefusesActionsBeforeDeletion: once the dispatcher recorded an

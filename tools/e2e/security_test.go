@@ -18,6 +18,7 @@ import (
 	"jetflow.dev/pkg/auth"
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/catalog"
+	"jetflow.dev/pkg/claim"
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/partition"
@@ -116,7 +117,7 @@ func TestNATSIdentitiesAreLeastPrivilege(t *testing.T) {
 		c.denied(t, &nats.Msg{Subject: "$JS.API.STREAM.DELETE." + bus.StreamRejections})
 		c.denied(t, &nats.Msg{Subject: "$JS.API.STREAM.PURGE.KV_" + bus.BucketLocks})
 		c.denied(t, &nats.Msg{Subject: "$KV." + bus.BucketLocks + ".some-lock", Header: nats.Header{"KV-Operation": {"PURGE"}}})
-		c.denied(t, &nats.Msg{Subject: "$KV." + bus.BucketExecutionIDs + ".victim", Header: nats.Header{"KV-Operation": {"DEL"}}})
+		c.denied(t, &nats.Msg{Subject: claim.Subject("victim"), Header: nats.Header{"KV-Operation": {"DEL"}}})
 		c.denied(t, &nats.Msg{Subject: "$JS.API.CONSUMER.DELETE." + bus.StreamCommands + "." + bus.ConsumerDispatcherCommands})
 		c.denied(t, &nats.Msg{Subject: "$JS.API.CONSUMER.MSG.NEXT." + bus.StreamEvents + "." + bus.ConsumerProjector, Data: []byte(`{"batch":1}`)})
 		c.denied(t, &nats.Msg{Subject: "$JS.API.CONSUMER.DURABLE.CREATE." + bus.StreamEvents + ".spy"})

@@ -49,7 +49,7 @@ func Samples() []events.Payload {
 		&events.OperationSucceeded{TaskRef: ref, Output: json.RawMessage(`null`), Duration: 99},
 		&events.OperationFailed{TaskRef: ref, Error: "agent died", Output: json.RawMessage(`{}`), Lost: true, Final: true},
 		&events.CommandRejected{CommandKey: "cli#1", CommandType: events.TypeStartExecution, ExecutionID: "x1",
-			Code: events.CodeNotFound, Reason: "no workflow deploy", Subject: "jf.commands.start", StreamSeq: 7},
+			Code: events.CodeNotFound, Reason: "no workflow deploy", Field: "workflow", Subject: "jf.commands.start", StreamSeq: 7},
 		&events.ExecutionCancelling{ActionRecord: action},
 		&events.ExecutionCancelled{ActionRecord: action},
 		&events.ExecutionResumed{ActionRecord: action, Token: "tok2", Reset: []string{"build", "each[1]/ping"}},

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -27,6 +26,7 @@ import (
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/pkg/redact"
+	"jetflow.dev/pkg/startcheck"
 )
 
 func isCloudEvent(r *http.Request) bool {
@@ -63,14 +63,6 @@ func (s *Server) startExecution(w http.ResponseWriter, r *http.Request) {
 				Message: strings.TrimPrefix(err.Error(), events.ErrMalformed.Error()+": ")})
 			return
 		}
-		if err := events.StrictData(cmd); err != nil {
-			field, msg := events.ExplainJSON(err)
-			if field == "id" {
-				msg += `; in a CloudEvent's data the execution id is "execution_id"`
-			}
-			writeError(w, http.StatusBadRequest, apiError{Code: "invalid_cloudevent", Field: field, Message: "data: " + msg})
-			return
-		}
 	} else {
 		body, err := io.ReadAll(r.Body)
 		if tooLarge(w, err, s.cfg.MaxBody) {
@@ -97,8 +89,7 @@ func (s *Server) startExecution(w http.ResponseWriter, r *http.Request) {
 				writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: "Idempotency-Key", Message: "must be at most 200 characters"})
 				return
 			}
-			cmd.ID = "idem-" + k
-			cmd.Data.(*events.StartExecution).ExecutionID = cmp.Or(req.ID, events.DerivedExecutionID(events.CommandKey(cmd.Source, cmd.ID)))
+			cmd.ID = "idem-" + k // without an id, the execution's is derived from it
 		} else if req.ID == "" {
 			cmd.Data.(*events.StartExecution).ExecutionID = uuid.Must(uuid.NewV7()).String()
 		}
@@ -110,40 +101,58 @@ func (s *Server) startExecution(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	start.Actor = actorOf(r)
-	key := events.CommandKey(cmd.Source, cmd.ID)
-	if start.ExecutionID == "" {
-		start.ExecutionID = events.DerivedExecutionID(key)
-	}
-	if field, msg := start.Check(); field != "" {
-		if field == "execution_id" && !isCloudEvent(r) {
-			field = "id" // the JSON request's name for it
-		}
-		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: field, Message: field + " " + msg})
-		return
-	}
-	digest := start.Digest()
+	_, start.ExecutionID = startcheck.Identify(cmd) // the command names it, for the dispatcher and the answer
+	var def *startcheck.Definition
 	rec, err := s.at(r).defs.Get(r.Context(), start.Workflow, start.Version)
-	if errors.Is(err, catalog.ErrNotFound) {
-		msg := fmt.Sprintf("workflow %q is not registered", start.Workflow)
-		if start.Version > 0 {
-			msg = fmt.Sprintf("workflow %q has no version %d", start.Workflow, start.Version)
-		}
-		writeError(w, http.StatusNotFound, apiError{Code: "not_found", Field: "workflow", Message: msg})
-		return
-	} else if err != nil {
+	switch {
+	case err == nil:
+		def = &startcheck.Definition{Name: rec.Name, Version: rec.Version, Spec: rec.Definition}
+	case !errors.Is(err, catalog.ErrNotFound):
 		s.internal(w, r, err)
 		return
 	}
-	if problems := rec.Definition.CheckInput(start.Input); len(problems) > 0 {
-		writeError(w, http.StatusBadRequest, apiError{Code: "invalid_input", Field: problems[0].Field,
-			Message:  fmt.Sprintf("the input does not match workflow %s's input schema: %s %s", rec.Name, problems[0].Field, problems[0].Message),
-			Problems: rawProblems(problems)})
+	st, err := startcheck.Check(cmd, def, startcheck.Options{MaxPayload: s.at(r).nc.MaxPayload(), Now: time.Now()})
+	if p := (*startcheck.Problem)(nil); errors.As(err, &p) {
+		writeStartProblem(w, r, p)
 		return
 	}
-	if s.answerExistingClaim(w, r, start.ExecutionID, key, digest) {
+	if err != nil {
+		s.internal(w, r, err)
 		return
 	}
-	s.publishStart(w, r, cmd, start, key, digest)
+	if s.answerExistingClaim(w, r, st.ExecutionID, st.CommandKey, st.Digest) {
+		return
+	}
+	s.publishStart(w, r, cmd, start, st.CommandKey, st.Digest)
+}
+
+// writeStartProblem answers a start that startcheck.Check refused: 404
+// for a workflow or version that is not registered, else 400 (code
+// invalid_input, with every problem, for an input the schema refuses).
+// The field and message are those the dispatcher's rejection would carry.
+func writeStartProblem(w http.ResponseWriter, r *http.Request, p *startcheck.Problem) {
+	status, e := http.StatusBadRequest, apiError{Code: p.Code}
+	e.Field, e.Message = startField(r, p.Field, p.Message)
+	switch {
+	case p.Code == events.CodeNotFound:
+		status = http.StatusNotFound
+	case len(p.Input) > 0:
+		e.Code, e.Problems = "invalid_input", rawProblems(p.Input)
+	}
+	writeError(w, status, e)
+}
+
+// startField is how the request r names field, a member of a start
+// command's data, and a message that begins with it: a JSON request (not
+// a CloudEvent) calls the execution id "id".
+func startField(r *http.Request, field, msg string) (string, string) {
+	if field != "execution_id" || isCloudEvent(r) {
+		return field, msg
+	}
+	if rest, ok := strings.CutPrefix(msg, field+" "); ok {
+		msg = "id " + rest
+	}
+	return "id", msg
 }
 
 // answerExistingClaim answers when the execution id is already taken: the
@@ -157,8 +166,8 @@ func (s *Server) answerExistingClaim(w http.ResponseWriter, r *http.Request, id,
 		s.internal(w, r, err)
 		return true
 	}
-	if why := c.Conflict(id, key, digest); why != "" {
-		writeError(w, http.StatusConflict, apiError{Code: "conflict", Field: "id", Message: why})
+	if err := c.Check(id, key, digest); err != nil {
+		writeConflict(w, r, err)
 		return true
 	}
 	resp := apiv1.Started{ID: id, Workflow: c.Workflow, Status: "accepted", Links: links(id)}
@@ -170,6 +179,14 @@ func (s *Server) answerExistingClaim(w http.ResponseWriter, r *http.Request, id,
 	}
 	writeJSON(w, http.StatusOK, resp)
 	return true
+}
+
+// writeConflict answers 409 for a start whose execution id another
+// request holds (err is a claim.ConflictError), naming the field as the
+// dispatcher's rejection does.
+func writeConflict(w http.ResponseWriter, r *http.Request, err error) {
+	field, _ := startField(r, "execution_id", "")
+	writeError(w, http.StatusConflict, apiError{Code: events.CodeConflict, Field: field, Message: err.Error()})
 }
 
 // public is an execution's state as the api shows it: without the
@@ -201,14 +218,24 @@ func (s *Server) answerRejection(w http.ResponseWriter, r *http.Request, key str
 	if err != nil || !ok {
 		return false
 	}
-	writeRejection(w, rej)
+	writeRejection(w, requestRejection(r, rej))
 	return true
 }
 
+// writeRejection answers with a dispatcher's rejection: its code, the
+// field it names and its reason.
 func writeRejection(w http.ResponseWriter, p *events.CommandRejected) {
 	status := map[string]int{events.CodeConflict: http.StatusConflict, events.CodeNotFound: http.StatusNotFound,
 		events.CodeExpired: http.StatusGone, events.CodeDamaged: http.StatusConflict, events.CodeForbidden: http.StatusForbidden}[p.Code]
-	writeError(w, cmpStatus(status), apiError{Code: p.Code, Message: oneLine(p.Reason)})
+	writeError(w, cmpStatus(status), apiError{Code: p.Code, Field: p.Field, Message: oneLine(p.Reason)})
+}
+
+// requestRejection is p as the request r names its members (see
+// startField).
+func requestRejection(r *http.Request, p *events.CommandRejected) *events.CommandRejected {
+	q := *p
+	q.Field, q.Reason = startField(r, p.Field, p.Reason)
+	return &q
 }
 
 func links(id string) map[string]string {
@@ -253,16 +280,16 @@ func (s *Server) publishStart(w http.ResponseWriter, r *http.Request, cmd events
 	answered := s.await(r, ch, func(ev events.Event) bool {
 		switch p := ev.Data.(type) {
 		case *events.ExecutionStarted:
-			c := claim.Claim{CommandKey: p.CommandKey, Digest: p.CommandDigest, Workflow: p.Workflow}
-			if why := c.Conflict(start.ExecutionID, key, digest); why != "" {
-				writeError(w, http.StatusConflict, apiError{Code: "conflict", Field: "id", Message: why})
+			// The start may be another request's, which won the id's claim.
+			if err := claim.Started(p).Check(start.ExecutionID, key, digest); err != nil {
+				writeConflict(w, r, err)
 				return true
 			}
 			writeJSON(w, http.StatusCreated, apiv1.Started{ID: start.ExecutionID, Workflow: start.Workflow,
 				Status: string(projections.StatusStarted), Created: true, Links: links(start.ExecutionID)})
 			return true
 		case *events.CommandRejected:
-			writeRejection(w, p)
+			writeRejection(w, requestRejection(r, p))
 			return true
 		}
 		return false

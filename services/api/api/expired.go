@@ -22,7 +22,7 @@ func (e *expiredError) Error() string {
 
 // expired returns an *expiredError if the claim says the execution
 // expired, else nil.
-func expired(id string, c claim.Claim) error {
+func expired(id string, c claim.Record) error {
 	if !c.Expired() {
 		return nil
 	}
@@ -32,7 +32,7 @@ func expired(id string, c claim.Claim) error {
 // claimOf returns the claim of the execution id in the path, answering
 // 404 (unknown), 410 (expired and deleted) or 5xx itself when there is
 // nothing to serve.
-func (s *Server) claimOf(w http.ResponseWriter, r *http.Request, id string) (claim.Claim, bool) {
+func (s *Server) claimOf(w http.ResponseWriter, r *http.Request, id string) (claim.Record, bool) {
 	c, err := s.at(r).ids.Get(r.Context(), id)
 	switch {
 	case errors.Is(err, claim.ErrNotFound):

@@ -15,6 +15,7 @@ import (
 
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/catalog"
+	"jetflow.dev/pkg/claim"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/history/historytest"
@@ -473,7 +474,7 @@ func TestStartRejected(t *testing.T) {
 
 	b := setup(t)
 	runDispatcher(t, b.js, dispatch.Config{Workers: 4})
-	ids, err := b.js.KeyValue(t.Context(), bus.BucketExecutionIDs)
+	ids, err := claim.Open(t.Context(), b.js)
 	require.NoError(t, err)
 
 	t.Run("UnknownWorkflow", func(t *testing.T) {
@@ -483,10 +484,11 @@ func TestStartRejected(t *testing.T) {
 		require.Equal(t, key, rej.CommandKey)
 		require.Equal(t, events.TypeStartExecution, rej.CommandType)
 		require.Equal(t, "x-unknown", rej.ExecutionID)
-		require.Contains(t, rej.Reason, "nope")
+		require.Equal(t, "workflow", rej.Field)
+		require.Equal(t, `workflow "nope" is not registered`, rej.Reason)
 
 		_, err := ids.Get(t.Context(), "x-unknown")
-		require.ErrorIs(t, err, jetstream.ErrKeyNotFound, "a rejected start claims no execution id")
+		require.ErrorIs(t, err, claim.ErrNotFound, "a rejected start claims no execution id")
 		require.Empty(t, readHistory(t, b.js, "nope", "x-unknown"))
 
 		t.Log("the id is still free for a valid start")
@@ -504,7 +506,8 @@ func TestStartRejected(t *testing.T) {
 			rej := readRejection(t, b.js, key)
 			require.Equal(t, events.CodeInvalid, rej.Code, "id %q", id)
 			require.Equal(t, events.TypeStartExecution, rej.CommandType)
-			require.Contains(t, rej.Reason, "execution_id")
+			require.Equal(t, "execution_id", rej.Field)
+			require.Equal(t, fmt.Sprintf("execution_id %q is not a valid execution id: %s", id, events.ExecutionIDRule), rej.Reason)
 		}
 	})
 
@@ -515,6 +518,8 @@ func TestStartRejected(t *testing.T) {
 		key := b.start(t, "other", "x-taken")
 		rej := readRejection(t, b.js, key)
 		require.Equal(t, events.CodeConflict, rej.Code)
+		require.Equal(t, "execution_id", rej.Field)
+		require.Equal(t, `execution id "x-taken" is already used (workflow other); execution ids are unique forever`, rej.Reason)
 	})
 }
 

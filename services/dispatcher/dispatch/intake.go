@@ -13,6 +13,7 @@ import (
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/partition"
+	"jetflow.dev/pkg/startcheck"
 )
 
 // commandTypes is the one command type each command subject carries.
@@ -270,10 +271,8 @@ func (d *Dispatcher) routeCommand(ctx context.Context, m jetstream.Msg, queue fu
 func routingKey(ev events.Event) string {
 	switch p := ev.Data.(type) {
 	case *events.StartExecution:
-		if p.ExecutionID != "" {
-			return p.ExecutionID
-		}
-		return events.DerivedExecutionID(events.CommandKey(ev.Source, ev.ID))
+		_, id := startcheck.Identify(ev)
+		return id
 	case *events.ReconcileExecution:
 		return p.ExecutionID
 	case *events.FireTimer:

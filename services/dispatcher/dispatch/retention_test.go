@@ -106,7 +106,8 @@ func TestRetentionStartHashRejected(t *testing.T) {
 	key := b.startInput(t, "grouped", "g1", `{"team":""}`)
 	rej := readRejection(t, b.js, key)
 	require.Equal(t, events.CodeInvalid, rej.Code)
-	require.Contains(t, rej.Reason, "gives an empty key")
+	require.Equal(t, "input", rej.Field, "the hash is rendered from the input")
+	require.Equal(t, `retention hash "${input.team}" gives an empty key`, rej.Reason)
 	require.Empty(t, readHistory(t, b.js, "grouped", "g1"))
 }
 
@@ -118,13 +119,12 @@ func TestStartOfExpiredExecutionRefused(t *testing.T) {
 	b := setup(t)
 	b.register(t, "once", "a")
 	ev := events.New("test-client", "", "", time.Now(), &events.StartExecution{Workflow: "once", ExecutionID: "gone-1"})
-	ids, err := b.js.KeyValue(t.Context(), bus.BucketExecutionIDs)
+	ids, err := claim.Open(t.Context(), b.js)
 	require.NoError(t, err)
-	rec, err := json.Marshal(claim.Claim{CommandKey: events.CommandKey(ev.Source, ev.ID), Workflow: "once",
-		ClaimedAt: time.Now().Add(-time.Hour), ExpiredAt: time.Now()})
+	_, err = ids.Claim(t.Context(), "gone-1", claim.Record{CommandKey: events.CommandKey(ev.Source, ev.ID), Workflow: "once",
+		ClaimedAt: time.Now().Add(-time.Hour)})
 	require.NoError(t, err)
-	_, err = ids.Create(t.Context(), "gone-1", rec)
-	require.NoError(t, err)
+	require.NoError(t, ids.MarkExpired(t.Context(), "gone-1", time.Now()))
 	runDispatcher(t, b.js, dispatch.Config{})
 
 	msg, err := bus.Encode(bus.SubjectStart, ev)
@@ -133,6 +133,7 @@ func TestStartOfExpiredExecutionRefused(t *testing.T) {
 	require.NoError(t, err)
 	rej := readRejection(t, b.js, events.CommandKey(ev.Source, ev.ID))
 	require.Equal(t, events.CodeConflict, rej.Code)
+	require.Equal(t, "execution_id", rej.Field)
 	require.Contains(t, rej.Reason, `execution "gone-1" expired under its retention rule`)
 	require.Empty(t, readHistory(t, b.js, "once", "gone-1"))
 }

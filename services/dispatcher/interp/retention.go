@@ -1,26 +1,11 @@
 package interp
 
 import (
-	"fmt"
-	"strings"
-
 	"jetflow.dev/pkg/events"
-	"jetflow.dev/pkg/expression"
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/pkg/retention"
 	"jetflow.dev/pkg/workflow"
 )
-
-// StartRetention is the retention an execution of d starts with, recorded
-// in ExecutionStarted: the workflow's rule with context meaning parent
-// (nothing came before), and its hash key rendered over the start (input
-// and workflow metadata). It is nil when the workflow sets no retention.
-func StartRetention(d workflow.Definition, x projections.Execution) (*events.Retention, error) {
-	if d.Retention == "" {
-		return nil, nil
-	}
-	return resolveRetention(string(d.Retention), retention.Default, "", func() map[string]any { return envOf(x) })
-}
 
 func stepsMayRetain(steps []workflow.Step) bool {
 	for _, st := range steps {
@@ -39,32 +24,6 @@ func stepsMayRetain(steps []workflow.Step) bool {
 		}
 	}
 	return false
-}
-
-// resolveRetention reads a retention: field in the context of the rule
-// and key in force before it.
-func resolveRetention(text string, prev retention.Rule, prevKey string, env func() map[string]any) (*events.Retention, error) {
-	spec, err := retention.Parse(text)
-	if err != nil { // validated when the definition was applied
-		return nil, fmt.Errorf("retention: %w", err)
-	}
-	out := &events.Retention{Rule: spec.Rule.InContext(prev).String(), Key: prevKey}
-	if spec.Hash == "" {
-		return out, nil
-	}
-	key, err := expression.RenderString(spec.Hash, env())
-	if err != nil {
-		return nil, fmt.Errorf("retention hash: %w", err)
-	}
-	key = strings.TrimSpace(key)
-	switch {
-	case key == "":
-		return nil, fmt.Errorf("retention hash %q gives an empty key", spec.Hash)
-	case len(key) > retention.MaxKey:
-		return nil, fmt.Errorf("retention hash %q gives a key of %d bytes, at most %d", spec.Hash, len(key), retention.MaxKey)
-	}
-	out.Key = key
-	return out, nil
 }
 
 // withRetention adds to a step's first schedule the retention its
@@ -92,7 +51,7 @@ func (in Input) withRetention(p events.Payload) events.Payload {
 			prev = r
 		}
 	}
-	r, err := resolveRetention(string(step.Retention), prev, in.State.RetentionKey, func() map[string]any { return newEngine(in.Def, in.State).env(f) })
+	r, err := step.Retention.Resolve(prev, in.State.RetentionKey, func() map[string]any { return newEngine(in.Def, in.State).env(f) })
 	if err != nil {
 		return &events.StepFailed{StepID: e.StepID, Kind: e.Kind, Attempt: e.Attempt, Error: err.Error(), Final: true}
 	}

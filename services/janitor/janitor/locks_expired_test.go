@@ -2,10 +2,11 @@ package janitor_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/claim"
 	"jetflow.dev/pkg/lock"
 )
 
@@ -15,10 +16,11 @@ import (
 func TestSweepClearsLockOfExpiredExecution(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	ids, err := b.js.KeyValue(t.Context(), bus.BucketExecutionIDs)
+	ids, err := claim.Open(t.Context(), b.js)
 	require.NoError(t, err)
-	_, err = ids.Put(t.Context(), "x-purged", []byte(`{"workflow":"wf","expired_at":"2026-03-14T11:00:00Z"}`))
+	_, err = ids.Claim(t.Context(), "x-purged", claim.Record{CommandKey: "test#x-purged", Workflow: "wf"})
 	require.NoError(t, err)
+	require.NoError(t, ids.MarkExpired(t.Context(), "x-purged", time.Date(2026, 3, 14, 11, 0, 0, 0, time.UTC)))
 	tb, err := lock.Open(t.Context(), b.js, nil)
 	require.NoError(t, err)
 	_, err = tb.Enqueue(t.Context(), "db", 1, lock.Entry{ExecutionID: "x-purged", Workflow: "wf", Path: "", Request: 1})

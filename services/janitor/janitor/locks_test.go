@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/claim"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/lock"
@@ -29,9 +30,9 @@ func TestSweepClearsLocksOfEndedExecutions(t *testing.T) {
 	suspended := execution("x-suspended", time.Second)
 	suspended.Status = projections.StatusSuspended
 	b.put(t, suspended)
-	ids, err := b.js.KeyValue(t.Context(), bus.BucketExecutionIDs)
+	ids, err := claim.Open(t.Context(), b.js)
 	require.NoError(t, err)
-	_, err = ids.Put(t.Context(), "x-young", []byte(`{"workflow":"wf"}`))
+	_, err = ids.Claim(t.Context(), "x-young", claim.Record{CommandKey: "test#x-young", Workflow: "wf"}) // claimed, not yet projected
 	require.NoError(t, err)
 
 	tb, err := lock.Open(t.Context(), b.js, nil)

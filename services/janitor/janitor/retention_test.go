@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/claim"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/natstest"
@@ -27,7 +28,8 @@ import (
 // dispatcher and the projector write them.
 type retentionBundle struct {
 	js      jetstream.JetStream
-	kv, ids jetstream.KeyValue
+	kv      jetstream.KeyValue
+	ids     *claim.Store
 	now     time.Time
 	reg     *prometheus.Registry
 	janitor *janitor.Janitor
@@ -40,7 +42,7 @@ func setupRetention(t *testing.T, systemDefault string) *retentionBundle {
 	var err error
 	b.kv, err = js.KeyValue(t.Context(), bus.BucketExecutions)
 	require.NoError(t, err)
-	b.ids, err = js.KeyValue(t.Context(), bus.BucketExecutionIDs)
+	b.ids, err = claim.Open(t.Context(), js)
 	require.NoError(t, err)
 	b.janitor, err = janitor.New(janitor.Config{IdleAfter: idleAfter, Now: func() time.Time { return b.now },
 		RetentionDefault: systemDefault, Registerer: b.reg}, js, zerolog.New(zerolog.NewTestWriter(t)))
@@ -101,8 +103,7 @@ func (b *retentionBundle) store(t *testing.T, r run) projections.Execution {
 	require.NoError(t, err)
 	_, err = b.kv.Put(ctx, r.id, v)
 	require.NoError(t, err)
-	claim, _ := json.Marshal(map[string]any{"command_key": "test#" + r.id, "workflow": r.wf, "claimed_at": started})
-	_, err = b.ids.Create(ctx, r.id, claim)
+	_, err = b.ids.Claim(ctx, r.id, claim.Record{CommandKey: "test#" + r.id, Workflow: r.wf, ClaimedAt: started})
 	require.NoError(t, err)
 	res := events.New("agent", r.id, r.wf, started, &events.OperationSucceeded{TaskRef: events.TaskRef{TaskID: r.id + ".op.1", ExecutionID: r.id, Workflow: r.wf, StepID: "op", Attempt: 1, Queue: "default"}})
 	msg, err := bus.Encode(bus.ResultSubject("default", r.id), res)
@@ -189,15 +190,10 @@ func (b *retentionBundle) requireGone(t *testing.T, wf, id string) {
 	require.Empty(t, results, "results of %s", id)
 	_, err = b.kv.Get(t.Context(), id)
 	require.ErrorIs(t, err, jetstream.ErrKeyNotFound, "read model of %s", id)
-	e, err := b.ids.Get(t.Context(), id)
+	c, err := b.ids.Get(t.Context(), id)
 	require.NoError(t, err, "the claim of %s is kept: ids are unique forever", id)
-	var claim struct {
-		CommandKey string    `json:"command_key"`
-		ExpiredAt  time.Time `json:"expired_at"`
-	}
-	require.NoError(t, json.Unmarshal(e.Value(), &claim))
-	require.Equal(t, "test#"+id, claim.CommandKey)
-	require.True(t, claim.ExpiredAt.Equal(b.now), "claim of %s marked expired at the sweep's time, got %s", id, claim.ExpiredAt)
+	require.Equal(t, "test#"+id, c.CommandKey)
+	require.True(t, c.ExpiredAt.Equal(b.now), "claim of %s marked expired at the sweep's time, got %s", id, c.ExpiredAt)
 }
 
 // requireIntact checks that a kept execution still has its history and
@@ -209,9 +205,9 @@ func (b *retentionBundle) requireIntact(t *testing.T, wf, id string) {
 	require.NotEmpty(t, evs, "history of %s", id)
 	_, err = b.kv.Get(t.Context(), id)
 	require.NoError(t, err, "read model of %s", id)
-	e, err := b.ids.Get(t.Context(), id)
+	c, err := b.ids.Get(t.Context(), id)
 	require.NoError(t, err)
-	require.NotContains(t, string(e.Value()), "expired_at")
+	require.False(t, c.Expired(), "claim of %s marked expired", id)
 }
 
 func rule(r string) *events.Retention { return &events.Retention{Rule: r} }

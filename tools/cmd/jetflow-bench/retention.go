@@ -353,17 +353,14 @@ func checkRetained(ctx context.Context, js jetstream.JetStream, kv jetstream.Key
 	}); err != nil {
 		return nil, fmt.Errorf("read models: %w", err)
 	}
-	ids, err := js.KeyValue(ctx, bus.BucketExecutionIDs)
+	ids, err := claim.Open(ctx, js)
 	if err != nil {
 		return nil, err
 	}
 	claims := map[string]bool{} // id -> marked expired
-	if err := scanBucket(ctx, ids, func(e jetstream.KeyValueEntry) bool {
-		if e != nil && e.Operation() == jetstream.KeyValuePut {
-			c, err := claim.Decode(e.Value())
-			claims[e.Key()] = err == nil && c.Expired()
-		}
-		return e != nil
+	if err := ids.Each(ctx, func(id string, c claim.Record) error {
+		claims[id] = c.Expired()
+		return nil
 	}); err != nil {
 		return nil, fmt.Errorf("id claims: %w", err)
 	}

@@ -2,18 +2,17 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"jetflow.dev/pkg/auth"
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/catalog"
+	"jetflow.dev/pkg/claim"
 	"jetflow.dev/tools/internal/devstack"
 )
 
@@ -56,28 +55,21 @@ func TestRetentionRun(t *testing.T) {
 	// The check itself: told that the 7 deleted executions are the most
 	// recent, it must find wrong the 5 of them it then expects kept, and
 	// the 5 kept that it then expects deleted.
-	ids, err := conn.JS.KeyValue(ctx, bus.BucketExecutionIDs)
+	ids, err := claim.Open(ctx, conn.JS)
 	require.NoError(t, err)
 	var runs []endedExecution
 	deleted := 0
-	require.NoError(t, scanBucket(ctx, ids, func(e jetstream.KeyValueEntry) bool {
-		if e == nil {
-			return false
+	require.NoError(t, ids.Each(ctx, func(id string, c claim.Record) error {
+		if !strings.HasPrefix(id, "retention-") {
+			return nil
 		}
-		if !strings.HasPrefix(e.Key(), "retention-") {
-			return true
-		}
-		var c struct {
-			ExpiredAt *time.Time `json:"expired_at"`
-		}
-		require.NoError(t, json.Unmarshal(e.Value(), &c))
 		at := time.Unix(0, 0)
-		if c.ExpiredAt != nil {
+		if c.Expired() {
 			at = time.Unix(1, 0) // the deleted ones, said to be the most recent
 			deleted++
 		}
-		runs = append(runs, endedExecution{id: e.Key(), endedAt: at.Add(time.Duration(len(runs)))})
-		return true
+		runs = append(runs, endedExecution{id: id, endedAt: at.Add(time.Duration(len(runs)))})
+		return nil
 	}))
 	require.Len(t, runs, 12)
 	require.Equal(t, 7, deleted)

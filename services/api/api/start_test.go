@@ -1,0 +1,105 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/claim"
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/history"
+)
+
+// TestStartProblemsAnsweredBeforePublishing: the api refuses a bad start
+// with the field and message of the start check (the dispatcher's
+// rejection carries the same, see the e2e test
+// TestStartRefusedAlikeOverHTTPAndNATS), as a JSON request (which names
+// the execution id "id") and as a CloudEvent, and publishes nothing.
+func TestStartProblemsAnsweredBeforePublishing(t *testing.T) {
+	t.Parallel()
+	b := setupAuth(t)
+	a := b.call(t, http.MethodPost, "/v1/workflows", b.admin, "", `name: typed
+input:
+  type: object
+  required: [count]
+  properties: {count: {type: integer, minimum: 1}}
+steps:
+  - {id: a, kind: noop}
+`)
+	require.Equal(t, http.StatusCreated, a.status, "%s", a.body)
+	ids, err := claim.Open(t.Context(), b.js)
+	require.NoError(t, err)
+	_, err = ids.Claim(t.Context(), "x-taken", claim.Record{CommandKey: "other#1", Workflow: "typed", ClaimedAt: time.Now()})
+	require.NoError(t, err)
+
+	for _, c := range []struct {
+		name, json, ce string
+		status         int
+		code           string
+		// field and message of the JSON request; the CloudEvent's are the
+		// same with "execution_id" for "id".
+		field, message string
+	}{
+		{"SchemaMismatch", `{"workflow":"typed","input":{"count":0}}`, `{"workflow":"typed","input":{"count":0}}`,
+			http.StatusBadRequest, "invalid_input", "input.count", "the input does not match workflow typed's input schema: input.count minimum: got 0, want 1"},
+		{"BadID", `{"workflow":"typed","id":"a b","input":{"count":1}}`, `{"workflow":"typed","execution_id":"a b","input":{"count":1}}`,
+			http.StatusBadRequest, "invalid", "id", `id "a b" is not a valid execution id: ` + events.ExecutionIDRule},
+		{"NotRegistered", `{"workflow":"nope"}`, `{"workflow":"nope"}`,
+			http.StatusNotFound, "not_found", "workflow", `workflow "nope" is not registered`},
+		{"IDTaken", `{"workflow":"typed","id":"x-taken","input":{"count":1}}`, `{"workflow":"typed","execution_id":"x-taken","input":{"count":1}}`,
+			http.StatusConflict, "conflict", "id", `execution id "x-taken" is already used (workflow typed); execution ids are unique forever`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a := b.call(t, http.MethodPost, "/v1/executions", b.admin, "", c.json)
+			require.Equal(t, c.status, a.status, "%s", a.body)
+			require.Equal(t, c.code, a.err.Code)
+			require.Equal(t, c.field, a.err.Field)
+			require.Equal(t, c.message, a.err.Message)
+			if c.code == "invalid_input" {
+				require.NotEmpty(t, a.err.Problems)
+			}
+
+			ce := b.postCloudEvent(t, "ce-"+c.name, c.ce)
+			field, message := c.field, c.message
+			if field == "id" { // `id "a b" is not...` is `execution_id "a b" is not...` in a CloudEvent
+				field = "execution_id"
+				if c.code != "conflict" {
+					message = "execution_" + message
+				}
+			}
+			require.Equal(t, c.status, ce.status, ce.err.Message)
+			require.Equal(t, c.code, ce.err.Code)
+			require.Equal(t, field, ce.err.Field)
+			require.Equal(t, message, ce.err.Message)
+		})
+	}
+
+	cmds, err := history.ReadStream(t.Context(), b.js, bus.StreamCommands, bus.CommandsPrefix+".>", 0, 0)
+	require.NoError(t, err)
+	require.Empty(t, cmds, "a refused start publishes nothing")
+}
+
+// postCloudEvent posts a start CloudEvent in binary mode with the admin
+// token.
+func (b *authBundle) postCloudEvent(t *testing.T, id, data string) answer {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, b.url+"/v1/executions", strings.NewReader(data))
+	require.NoError(t, err)
+	for k, v := range map[string]string{"Authorization": "Bearer " + b.admin, "Content-Type": "application/json",
+		"Ce-Specversion": "1.0", "Ce-Id": id, "Ce-Source": "urn:test", "Ce-Type": string(events.TypeStartExecution)} {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var wrapper struct {
+		Error apiError `json:"error"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&wrapper))
+	return answer{status: resp.StatusCode, header: resp.Header, err: wrapper.Error}
+}
