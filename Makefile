@@ -8,6 +8,9 @@ DIRS := $(shell $(GO) list -m -f '{{.Dir}}')
 DATA ?= .jetflow
 TEST_TIMEOUT ?= 15m
 CHAOS_COUNT ?= 3
+# The linter's version, and where make lint installs it (gitignored).
+GOLANGCI_LINT_VERSION ?= v2.6.2
+GOLANGCI_LINT ?= $(CURDIR)/bin/tools/golangci-lint-$(GOLANGCI_LINT_VERSION)/golangci-lint
 # make cover writes its merged profile here (gitignored).
 COVER_DIR ?= .cover
 
@@ -97,9 +100,15 @@ bench/retention: ## Benchmark the janitor's retention sweep over RETENTION finis
 	$(GO) run ./tools/cmd/jetflow-bench -executions 0 -single 0 -retention $(or $(RETENTION),5000) $(if $(RETENTION_KEEP),-retention-keep $(RETENTION_KEEP)) $(BENCH_FLAGS)
 
 .PHONY: lint
-lint: ## gofmt and go vet over every module
+lint: $(GOLANGCI_LINT) ## gofmt, go vet and golangci-lint (.golangci.yml: the architecture's import rules, errors, staticcheck) over every module
 	@out=$$(gofmt -l $(DIRS)); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	@for d in $(DIRS); do echo "golangci-lint $$d"; (cd $$d && $(GOLANGCI_LINT) run --timeout 15m ./...) || exit 1; done
+
+# golangci-lint, pinned, built once into bin/tools by the module proxy.
+$(GOLANGCI_LINT):
+	@mkdir -p $(dir $@)
+	GOBIN=$(CURDIR)/bin/tools/golangci-lint-$(GOLANGCI_LINT_VERSION) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 
 .PHONY: fmt
 fmt: ## Format all Go files

@@ -281,7 +281,7 @@ func sameTransform(a, b *jetstream.SubjectTransformConfig) bool {
 // bucketDiffers compares the settings jetflow chooses.
 func bucketDiffers(have jetstream.KeyValueStatus, want jetstream.KeyValueConfig) bool {
 	cfg := have.Config()
-	return int64(have.History()) != max(int64(want.History), 1) || cfg.Replicas != want.Replicas || cfg.Description != want.Description ||
+	return have.History() != max(int64(want.History), 1) || cfg.Replicas != want.Replicas || cfg.Description != want.Description ||
 		cfg.LimitMarkerTTL != want.LimitMarkerTTL
 }
 

@@ -98,7 +98,7 @@ func (e Event) ToCloudEvent() (event.Event, error) {
 		return ce, fmt.Errorf("encode %s data: %w", e.Type, err)
 	}
 	if err := ce.Validate(); err != nil {
-		return ce, fmt.Errorf("%w: %v", ErrMalformed, err)
+		return ce, fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
 	return ce, nil
 }

@@ -169,11 +169,12 @@ func TestStrictData(t *testing.T) {
 	require.NoError(t, events.StrictData(ev(events.TypeReconcileExecution, "")), "no data")
 	require.NoError(t, events.StrictData(ev(events.TypeReconcileExecution, " \n")), "no data")
 
+	//nolint:misspell // the misspelt member is what this checks
 	err := events.StrictData(ev(events.TypeSignalExecution, `{"execution_id":"x1","nmae":"go"}`))
 	require.Error(t, err)
 	field, msg := events.ExplainJSON(err)
-	require.Equal(t, "nmae", field)
-	require.Equal(t, `unknown member "nmae"`, msg)
+	require.Equal(t, "nmae", field)                //nolint:misspell // as above
+	require.Equal(t, `unknown member "nmae"`, msg) //nolint:misspell // as above
 
 	err = events.StrictData(ev(events.TypeExecutionAction, `{"execution_id":"x1","action":"cancel"} {}`))
 	_, msg = events.ExplainJSON(err)

@@ -344,8 +344,8 @@ func FuzzCheck(f *testing.F) {
 		ev := events.Event{ID: "c1", Source: "urn:test", Type: events.TypeStartExecution, Data: &cmd, Raw: json.RawMessage(data)}
 		st, err := startcheck.Check(ev, def, options())
 		if err != nil {
-			p, ok := err.(*startcheck.Problem)
-			require.True(t, ok, "%v", err)
+			var p *startcheck.Problem
+			require.ErrorAs(t, err, &p)
 			require.NotEmpty(t, p.Message)
 			require.Contains(t, []string{events.CodeInvalid, events.CodeNotFound}, p.Code)
 			return

@@ -616,7 +616,7 @@ func (noLoader) Load(url string) (any, error) {
 func schemaProblem(err error) (field, msg string) {
 	var sve *jsonschema.SchemaValidationError
 	if errors.As(err, &sve) {
-		if verr, ok := sve.Err.(*jsonschema.ValidationError); ok {
+		if verr := (*jsonschema.ValidationError)(nil); errors.As(sve.Err, &verr) {
 			leaf := verr
 			for len(leaf.Causes) > 0 { // the first way it could have been valid
 				leaf = leaf.Causes[0]
@@ -682,8 +682,8 @@ func (d Definition) CheckInput(input json.RawMessage) []FieldError {
 	if err != nil {
 		return []FieldError{{Field: "input", Message: "is not valid JSON: " + oneLine(err)}}
 	}
-	verr, ok := sch.Validate(inst).(*jsonschema.ValidationError)
-	if !ok || verr == nil {
+	var verr *jsonschema.ValidationError
+	if !errors.As(sch.Validate(inst), &verr) || verr == nil {
 		return nil
 	}
 	var out []FieldError

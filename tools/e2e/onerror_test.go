@@ -39,7 +39,7 @@ steps:
 
 	// retry within on-error runs the failed step again (the command
 	// succeeds on its third run); fail within on-error fails it.
-	_, err := s.c.ApplyWorkflow(ctx, []byte(strings.Replace(fmt.Sprintf(`
+	_, err := s.c.ApplyWorkflow(ctx, []byte(strings.ReplaceAll(fmt.Sprintf(`
 name: again
 steps:
   - id: flaky
@@ -50,7 +50,7 @@ steps:
       - {id: log, kind: log, message: "attempt ${error.attempt} failed"}
       - {id: retry, kind: retry, retry: {limit: 3, backoff: {initial: 100ms}}}
       - {id: give-up, kind: fail, message: "unreachable: retry ends the on-error steps"}
-`, dir), "\t", "  ", -1)))
+`, dir), "\t", "  ")))
 	require.NoError(t, err)
 	x = s.runToEnd(t, client.StartRequest{Workflow: "again", ID: "again-ok", Input: map[string]any{"needed": 2}})
 	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)

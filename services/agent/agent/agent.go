@@ -412,9 +412,9 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 		_ = m.Nak()
 		return
 	}
-	if alive && context.Cause(opCtx) == ErrKilled {
+	if alive && errors.Is(context.Cause(opCtx), ErrKilled) {
 		log.Info().Err(err).Msg("operation terminated: its execution was killed")
-		err = fmt.Errorf("%w (%v)", ErrKilled, err)
+		err = fmt.Errorf("%w (%w)", ErrKilled, err)
 	}
 	var fail *operation.Failure
 	var raw json.RawMessage

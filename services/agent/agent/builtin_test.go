@@ -184,7 +184,7 @@ func TestExec(t *testing.T) {
 
 		step := workflow.Step{ID: "missing", Kind: workflow.KindExec, Command: "jetflow-no-such-command"}
 		_, err := builtin(t, workflow.KindExec, agent.Config{}).Handle(t.Context(), task(t, step))
-		requireFailure(t, err)
+		_ = requireFailure(t, err)
 		require.ErrorContains(t, err, "run command jetflow-no-such-command")
 	})
 
@@ -217,7 +217,7 @@ func TestExec(t *testing.T) {
 		began := time.Now()
 		_, err := builtin(t, workflow.KindExec, agent.Config{KillGrace: grace}).Handle(ctx, task(t, step))
 		elapsed := time.Since(began)
-		requireFailure(t, err)
+		_ = requireFailure(t, err)
 		require.ErrorIs(t, err, context.Canceled)
 		require.ErrorContains(t, err, "stopped")
 		require.Less(t, elapsed, grace/2, "sleep ends on SIGTERM, long before the kill grace")
@@ -251,7 +251,7 @@ func TestExec(t *testing.T) {
 		wg.Wait()
 		elapsed := finished.Sub(cancelled)
 
-		requireFailure(t, err)
+		_ = requireFailure(t, err)
 		require.ErrorIs(t, err, context.Canceled)
 		require.NotNil(t, out)
 		require.GreaterOrEqual(t, elapsed, grace, "SIGKILL comes only after the kill grace")

@@ -592,7 +592,7 @@ func (e *engine) schedule(step workflow.Step, attempt int, env *lazyEnv) action 
 			return fail(fmt.Errorf("input: %w", err))
 		}
 		// The dispatcher adds the called workflow's definition (see act).
-		input, _ = json.Marshal(map[string]any{"input": json.RawMessage(orEmpty(in))})
+		input, _ = json.Marshal(map[string]any{"input": orEmpty(in)})
 	}
 	return action{kind: actSchedule, step: step, attempt: attempt, input: input}
 }

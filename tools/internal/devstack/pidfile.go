@@ -47,7 +47,8 @@ func claimDataDir(dir string) (release func(), err error) {
 				continue
 			}
 		}
-		if err := f.Truncate(0); err == nil {
+		err = f.Truncate(0)
+		if err == nil {
 			_, err = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 		}
 		if err != nil {
