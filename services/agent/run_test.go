@@ -64,7 +64,7 @@ func TestRunRefusesOutOfRange(t *testing.T) {
 		"ZeroConcurrency":  {args: []string{"-concurrency", "0"}, want: []string{"-concurrency (JETFLOW_CONCURRENCY) 0", "1 to 1024"}},
 		"NegativeConcEnv":  {env: map[string]string{"JETFLOW_CONCURRENCY": "-4"}, want: []string{"-concurrency (JETFLOW_CONCURRENCY) -4"}},
 		"HugeConcurrency":  {args: []string{"-concurrency", "100000"}, want: []string{"-concurrency (JETFLOW_CONCURRENCY) 100000"}},
-		"ZeroMaxDeliver":   {args: []string{"-max-deliver", "0"}, want: []string{"-max-deliver (JETFLOW_TASK_MAX_DELIVER) 0", "1 to 100"}},
+		"ZeroMaxDeliver":   {args: []string{"-max-deliver", "0"}, want: []string{"-max-deliver (JETFLOW_TASK_MAX_DELIVER) 0", "1 to 10000"}},
 		"NegativeMaxDeliv": {env: map[string]string{"JETFLOW_TASK_MAX_DELIVER": "-1"}, want: []string{"-max-deliver (JETFLOW_TASK_MAX_DELIVER) -1"}},
 		"NegativeGrace":    {args: []string{"-kill-grace", "-5s"}, want: []string{"-kill-grace (JETFLOW_KILL_GRACE) -5s", "10ms to 1h"}},
 		"ZeroGraceEnv":     {env: map[string]string{"JETFLOW_KILL_GRACE": "0s"}, want: []string{"-kill-grace (JETFLOW_KILL_GRACE) 0s"}},

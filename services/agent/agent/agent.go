@@ -119,7 +119,7 @@ var Ranges = struct {
 	// One delivery may be enough (a task whose agent dies is then failed
 	// at once); more than 100 only delays the janitor's verdict on a task
 	// that never finishes.
-	MaxDeliver: svc.Range[int]{Min: 1, Max: 100},
+	MaxDeliver: svc.Range[int]{Min: 1, Max: 10000},
 	// Up to NATS's largest message.
 	MaxOutput: svc.Range[int]{Min: 1, Max: 64 << 20},
 	// Heartbeats every third of it: shorter than 300ms, a loaded agent

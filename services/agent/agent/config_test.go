@@ -27,7 +27,7 @@ func TestConfigValidate(t *testing.T) {
 		"NegativeAckWait":       {cfg: agent.Config{AckWait: -time.Second}, want: "agent: AckWait -1s: out of range, use 300ms to 1h"},
 		"ShortAckWait":          {cfg: agent.Config{AckWait: 100 * time.Millisecond}, want: "agent: AckWait 100ms"},
 		"HugeAckWait":           {cfg: agent.Config{AckWait: 48 * time.Hour}, want: "agent: AckWait 48h"},
-		"NegativeMaxDeliver":    {cfg: agent.Config{MaxDeliver: -1}, want: "agent: MaxDeliver -1: out of range, use 1 to 100"},
+		"NegativeMaxDeliver":    {cfg: agent.Config{MaxDeliver: -1}, want: "agent: MaxDeliver -1: out of range, use 1 to 10000"},
 		"NegativeKillGrace":     {cfg: agent.Config{KillGrace: -time.Second}, want: "agent: KillGrace -1s: out of range, use 10ms to 1h"},
 		"NegativeHTTPTimeout":   {cfg: agent.Config{HTTPTimeout: -time.Second}, want: "agent: HTTPTimeout -1s: out of range, use 100ms to 1h"},
 		"NegativeMaxOutput":     {cfg: agent.Config{MaxOutput: -1}, want: "agent: MaxOutput -1: out of range, use 1 to 67108864"},
