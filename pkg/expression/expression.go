@@ -103,8 +103,8 @@ func Render(v any, env map[string]any) (any, error) {
 		return renderString(t, env)
 	case map[string]any:
 		out := make(map[string]any, len(t))
-		for k, e := range t {
-			r, err := Render(e, env)
+		for _, k := range slices.Sorted(maps.Keys(t)) { // the first error is the same every time
+			r, err := Render(t[k], env)
 			if err != nil {
 				return nil, err
 			}

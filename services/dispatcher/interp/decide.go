@@ -3,6 +3,7 @@ package interp
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -884,7 +885,8 @@ func internal(step workflow.Step, st projections.Step, s projections.Execution, 
 	switch step.Kind {
 	case workflow.KindLet:
 		vars := make(map[string]json.RawMessage, len(step.Vars))
-		for k, v := range step.Vars {
+		for _, k := range slices.Sorted(maps.Keys(step.Vars)) { // the first error is the same every time
+			v := step.Vars[k]
 			b, err := render(v, env)
 			if err != nil {
 				return fail(fmt.Errorf("vars.%s: %w", k, err))
@@ -1025,14 +1027,14 @@ func renderStep(step workflow.Step, lz *lazyEnv) (json.RawMessage, error) {
 	}
 	if step.Env != nil {
 		out.Env = make(map[string]string, len(step.Env))
-		for k, v := range step.Env {
-			out.Env[k] = agentStr("env."+k, "/env/"+expression.PointerToken(k), v)
+		for _, k := range slices.Sorted(maps.Keys(step.Env)) { // firstErr is the same every time
+			out.Env[k] = agentStr("env."+k, "/env/"+expression.PointerToken(k), step.Env[k])
 		}
 	}
 	if step.Headers != nil {
 		out.Headers = make(map[string]string, len(step.Headers))
-		for k, v := range step.Headers {
-			out.Headers[k] = agentStr("headers."+k, "/headers/"+expression.PointerToken(k), v)
+		for _, k := range slices.Sorted(maps.Keys(step.Headers)) {
+			out.Headers[k] = agentStr("headers."+k, "/headers/"+expression.PointerToken(k), step.Headers[k])
 		}
 	}
 	if firstErr != nil {

@@ -355,3 +355,52 @@ func TestLocksAreAskedForAndRecorded(t *testing.T) {
 	require.Contains(t, m.types(), "lock.released")
 	require.Equal(t, "execution.succeeded", m.types()[len(m.types())-1])
 }
+
+// TestDecisionsDoNotDependOnMapOrder: a step whose several variables,
+// environment entries or headers fail to render fails with the same error
+// every time (Go's map order is random, and a decision taken again must
+// be the one taken before: after a crash, and in the view's check).
+func TestDecisionsDoNotDependOnMapOrder(t *testing.T) {
+	t.Parallel()
+	bad := func(n int) map[string]any {
+		m := map[string]any{}
+		for i := range n {
+			m[fmt.Sprintf("v%d", i)] = fmt.Sprintf("${input.missing%d.x}", i)
+		}
+		return m
+	}
+	badStrings := func(n int) map[string]string {
+		m := map[string]string{}
+		for k, v := range bad(n) {
+			m[k] = v.(string)
+		}
+		return m
+	}
+	for name, step := range map[string]workflow.Step{
+		"Vars":    {ID: "s", Kind: workflow.KindLet, Vars: bad(6)},
+		"Env":     {ID: "s", Kind: workflow.KindExec, Command: "x", Env: badStrings(6)},
+		"Headers": {ID: "s", Kind: workflow.KindHTTP, URL: "http://127.0.0.1/", Headers: badStrings(6)},
+		"Body":    {ID: "s", Kind: workflow.KindHTTP, URL: "http://127.0.0.1/", Body: bad(6)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			def := workflow.Definition{Name: "wf", Steps: []workflow.Step{step}}
+			m := newMemShell(t, def, `{}`)
+			first := Next(m.input())
+			for i := 0; i < 3 && len(first.Events) == 1; i++ {
+				if _, failed := first.Events[0].(*events.StepFailed); failed {
+					break
+				}
+				m.carry(first) // the step is scheduled first
+				first = Next(m.input())
+			}
+			require.Len(t, first.Events, 1)
+			failed, ok := first.Events[0].(*events.StepFailed)
+			require.True(t, ok, "%T", first.Events[0])
+			require.Contains(t, failed.Error, "missing0", "the first name in order is the one reported")
+			for range 50 {
+				require.Equal(t, first, Next(m.input()))
+			}
+		})
+	}
+}
