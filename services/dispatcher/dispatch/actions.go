@@ -154,7 +154,7 @@ func (d *Dispatcher) storedResults(ctx context.Context, x *execState) (map[strin
 		}
 		if i := x.state.StepIndex(ref.StepID); i >= 0 {
 			st := x.state.Steps[i]
-			if st.Status.InFlight() && ref.Attempt == st.Attempt && ref.Token == interp.TaskToken(x.state, st) {
+			if st.Status.InFlight() && interp.Stale(x.state, st, ref) == "" {
 				if _, seen := out[st.ID]; !seen {
 					out[st.ID] = ev
 				}

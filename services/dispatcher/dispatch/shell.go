@@ -26,22 +26,35 @@ import (
 // input is the interpreter's input for x now.
 func (d *Dispatcher) input(x *execState) interp.Input {
 	return interp.Input{ID: x.id, Workflow: x.workflow, Def: x.def, State: x.state, Memo: x.memo,
-		Now: d.cfg.Now(), Token: newToken(), MaxEvent: d.maxEvent, Called: x.called, History: x.history, Stored: x.stored}
+		Now: d.cfg.Now(), Token: newToken(), MaxEvent: d.maxEvent}
+}
+
+// loaded is what one decision asked to be loaded (interp.Need), for that
+// decision only: "the latest version" of a called workflow may change and
+// results arrive, and a decision nested in carrying out another (a lock
+// released after an append, a result caught up with) starts with nothing.
+type loaded struct {
+	called  map[interp.CalledRef]*interp.Called
+	history []events.Event
+	stored  map[string]events.Event
+}
+
+func (l loaded) into(in interp.Input) interp.Input {
+	in.Called, in.History, in.Stored = l.called, l.history, l.stored
+	return in
 }
 
 // decide takes a decision about x and carries it out, loading first what
 // it needs. It returns the decision carried out: its Reject, Retry and
 // Ignore are the caller's to act on.
 func (d *Dispatcher) decide(ctx context.Context, x *execState, decide func(interp.Input) interp.Decision) (interp.Decision, error) {
-	// What was loaded for a decision is for that decision only: "the
-	// latest version" of a called workflow may change, results arrive.
-	defer func() { x.called, x.history, x.stored = nil, nil, nil }()
+	var l loaded
 	for range 16 { // a decision needs the history, stored results, the workflows a step calls
-		dec := decide(d.input(x))
+		dec := decide(l.into(d.input(x)))
 		if dec.Need == nil {
 			return dec, d.carryOut(ctx, x, dec)
 		}
-		if err := d.provide(ctx, x, dec.Need); err != nil {
+		if err := d.provide(ctx, x, dec.Need, &l); err != nil {
 			return interp.Decision{}, err
 		}
 	}
@@ -116,7 +129,7 @@ func (d *Dispatcher) carryOut(ctx context.Context, x *execState, dec interp.Deci
 }
 
 // provide loads what a decision needs.
-func (d *Dispatcher) provide(ctx context.Context, x *execState, need interp.Need) error {
+func (d *Dispatcher) provide(ctx context.Context, x *execState, need interp.Need, l *loaded) error {
 	switch n := need.(type) {
 	case interp.NeedWorkflow:
 		rec, err := d.defs.Get(ctx, n.Ref.Name, n.Ref.Version)
@@ -128,22 +141,22 @@ func (d *Dispatcher) provide(ctx context.Context, x *execState, need interp.Need
 		default:
 			called = &interp.Called{Name: rec.Name, Version: rec.Version, Definition: rec.Definition}
 		}
-		if x.called == nil {
-			x.called = map[interp.CalledRef]*interp.Called{}
+		if l.called == nil {
+			l.called = map[interp.CalledRef]*interp.Called{}
 		}
-		x.called[n.Ref] = called
+		l.called[n.Ref] = called
 	case interp.NeedStoredResults:
 		stored, err := d.storedResults(ctx, x)
 		if err != nil {
 			return err
 		}
-		x.stored = stored
+		l.stored = stored
 	case interp.NeedHistory:
 		evs, err := d.hist.Read(ctx, x.subject(), 0)
 		if err != nil {
 			return fmt.Errorf("read history of %s: %w", x.id, err)
 		}
-		x.history = evs
+		l.history = evs
 	default:
 		return permanentError{fmt.Errorf("unknown need %T", need)}
 	}

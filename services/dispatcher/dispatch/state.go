@@ -76,11 +76,6 @@ type execState struct {
 	epoch uint64
 	// memo is what the interpreter's decisions learned from state so far.
 	memo *interp.Memo
-	// called and history are what a decision asked to be loaded, kept
-	// for that decision only (shell.go).
-	called  map[interp.CalledRef]*interp.Called
-	history []events.Event
-	stored  map[string]events.Event
 }
 
 func (x *execState) subject() string { return bus.ExecutionSubject(x.workflow, x.id) }

@@ -505,18 +505,7 @@ func Result(in Input, ref events.TaskRef, ev events.Event) Decision {
 		return Decision{}
 	}
 	st := s.Steps[i]
-	var stale string
-	switch {
-	case ref.Attempt != st.Attempt:
-		stale = fmt.Sprintf("attempt %d is not the step's current attempt %d", ref.Attempt, st.Attempt)
-	case ref.Token != TaskToken(s, st):
-		stale = "stale execution token: the task was not sent with it"
-	case st.Queue != "" && ref.Queue != st.Queue:
-		// Agents may report for their own queues only: a report from
-		// another queue's agent never counts, whatever token it carries.
-		stale = fmt.Sprintf("the report came from queue %q; the step's task went to queue %q", ref.Queue, st.Queue)
-	}
-	if stale != "" {
+	if stale := Stale(s, st, ref); stale != "" {
 		d := Decision{Stale: stale}
 		if !contains(s.Ignored, ev.ID) { // recorded already: this report delivered again
 			d.Events = []events.Payload{&events.ResultIgnored{ResultID: ev.ID, ResultType: ev.Type, TaskID: ref.TaskID,
@@ -546,6 +535,22 @@ func Result(in Input, ref events.TaskRef, ev events.Event) Decision {
 		return Decision{}
 	}
 	return Decision{Events: []events.Payload{in.final(p)}}
+}
+
+// Stale says why an agent's report about step st of s does not count
+// ("" if it does): it is about another attempt, was sent with another
+// token, or comes from another queue's agent (agents may report for their
+// own queues only, whatever token they carry).
+func Stale(s projections.Execution, st projections.Step, ref events.TaskRef) string {
+	switch {
+	case ref.Attempt != st.Attempt:
+		return fmt.Sprintf("attempt %d is not the step's current attempt %d", ref.Attempt, st.Attempt)
+	case ref.Token != TaskToken(s, st):
+		return "stale execution token: the task was not sent with it"
+	case st.Queue != "" && ref.Queue != st.Queue:
+		return fmt.Sprintf("the report came from queue %q; the step's task went to queue %q", ref.Queue, st.Queue)
+	}
+	return ""
 }
 
 // succeeded records an operation's result, mapped through the step's

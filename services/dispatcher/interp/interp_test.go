@@ -28,6 +28,7 @@ type memShell struct {
 	called  map[CalledRef]*Called
 	catalog map[CalledRef]*Called
 	history bool
+	stored  map[string]events.Event
 	// what the effects did
 	tasks  []events.Task
 	timers map[string]time.Time
@@ -50,6 +51,7 @@ func (m *memShell) input() Input {
 	if m.history {
 		in.History = m.evs
 	}
+	in.Stored = m.stored
 	return in
 }
 
@@ -80,6 +82,10 @@ func (m *memShell) carry(d Decision) bool {
 	}
 	if _, ok := d.Need.(NeedHistory); ok {
 		m.history = true
+		return true
+	}
+	if _, ok := d.Need.(NeedStoredResults); ok {
+		m.stored = map[string]events.Event{} // no report is stored unrecorded
 		return true
 	}
 	for _, e := range d.Before {
@@ -117,7 +123,7 @@ func (m *memShell) advance() {
 	m.t.Helper()
 	for i := 0; i < 1000; i++ {
 		if !m.carry(Next(m.input())) {
-			m.called, m.history = nil, false
+			m.called, m.history, m.stored = nil, false, nil
 			return
 		}
 	}
@@ -402,5 +408,92 @@ func TestDecisionsDoNotDependOnMapOrder(t *testing.T) {
 				require.Equal(t, first, Next(m.input()))
 			}
 		})
+	}
+}
+
+// TestReplayRestoresTheVariablesOfItsPoint: an operator's replay from the
+// last replay point asks for the stored results, then for the history,
+// and records the replay with the variables as they were when the point
+// was entered; what happened while the execution was over is caught up
+// with after.
+func TestReplayRestoresTheVariablesOfItsPoint(t *testing.T) {
+	t.Parallel()
+	def := workflow.Definition{Name: "wf", Steps: []workflow.Step{
+		{ID: "one", Kind: workflow.KindLet, Vars: map[string]any{"x": 1}},
+		{ID: "mark", Kind: workflow.KindReplayable, Replayable: workflow.ReplayFromHere},
+		{ID: "two", Kind: workflow.KindLet, Vars: map[string]any{"x": 2}},
+		{ID: "op", Kind: workflow.KindExec, Command: "x"},
+	}}
+	m := newMemShell(t, def, `{}`)
+	m.advance()
+	m.carry(m.report(&events.OperationFailed{TaskRef: events.TaskRef{Agent: "a1"}, Error: "exit status 1"}))
+	m.advance()
+	require.Equal(t, projections.StatusFailed, m.state.Status, "history: %v", m.types())
+	require.JSONEq(t, `2`, string(m.state.Vars["x"]))
+
+	cmd := ActionCommand{Key: "k1", From: events.ReplayLast, Record: events.ActionRecord{Action: events.ActionReplay, RequestedBy: "ops", Command: "k1"}}
+	d := Action(m.input(), cmd)
+	require.Equal(t, NeedStoredResults{}, d.Need)
+	m.carry(d)
+	d = Action(m.input(), cmd)
+	require.Equal(t, NeedHistory{}, d.Need, "the variables at the point are folded from the history")
+	m.carry(d)
+	d = Action(m.input(), cmd)
+	require.Len(t, d.Events, 1)
+	replayed, ok := d.Events[0].(*events.ExecutionReplayed)
+	require.True(t, ok, "%T", d.Events[0])
+	require.Equal(t, "mark", replayed.Point)
+	require.JSONEq(t, `1`, string(replayed.Vars["x"]), "as when mark was entered")
+	require.Equal(t, m.input().Token, replayed.Token)
+	require.Equal(t, []Effect{CatchUp{}}, d.After)
+	m.carry(d)
+	m.history, m.stored = false, nil
+	m.advance()
+	require.Len(t, m.tasks, 2, "the operation runs again")
+}
+
+// TestLockEffects: enqueueing again what the execution waits for, the
+// record of a grant, and the release of an ended execution's lock, whose
+// bucket removal comes before lock.released.
+func TestLockEffects(t *testing.T) {
+	t.Parallel()
+	def := workflow.Definition{Name: "wf", Lock: "l", Steps: []workflow.Step{{ID: "op", Kind: workflow.KindExec, Command: "x"}}}
+	m := newMemShell(t, def, `{}`)
+	require.Equal(t, Decision{}, Waiting(m.input()), "nothing asked for yet")
+	m.carry(Decision{Events: Next(m.input()).Events}) // lock.requested, not granted yet
+	require.Equal(t, Decision{After: []Effect{EnqueueLock{Lock: "l", Limit: 1}}}, Waiting(m.input()))
+	require.Equal(t, Decision{}, Next(m.input()), "nothing runs while it waits")
+	granted := Recorded(m.input(), LockHeld{Lock: EnqueueLock{Lock: "l", Limit: 1}})
+	require.Equal(t, []events.Payload{&events.LockAcquired{Lock: "l"}}, granted.Events)
+	m.carry(granted)
+	require.Equal(t, Decision{}, Waiting(m.input()), "held: nothing to enqueue again")
+	m.advance()
+	require.Len(t, m.tasks, 1)
+
+	require.Equal(t, Decision{}, Unlocking(m.input()), "a running execution keeps its lock")
+	m.carry(Action(m.input(), ActionCommand{Key: "k", Record: events.ActionRecord{Action: events.ActionForceCancel, Command: "k"}}))
+	d := Unlocking(m.input())
+	require.Equal(t, []Effect{ReleaseLock{Lock: "l", Reason: "the execution is cancelled"}}, d.Before, "removed from the bucket first")
+	require.Equal(t, []events.Payload{&events.LockReleased{Lock: "l", Reason: "the execution is cancelled"}}, d.Events)
+	m.carry(d)
+	require.Equal(t, Decision{}, Unlocking(m.input()))
+}
+
+// TestStaleReports: a report counts only for the step's current attempt,
+// token and queue.
+func TestStaleReports(t *testing.T) {
+	t.Parallel()
+	def := workflow.Definition{Name: "wf", Steps: []workflow.Step{{ID: "op", Kind: workflow.KindExec, Command: "x", Queue: "gpu"}}}
+	m := newMemShell(t, def, `{}`)
+	m.advance()
+	st := m.state.Steps[m.state.StepIndex("op")]
+	ref := events.TaskRef{StepID: "op", Attempt: 1, Token: "tok", Queue: "gpu"}
+	require.Empty(t, Stale(m.state, st, ref))
+	for name, r := range map[string]events.TaskRef{
+		"attempt": {StepID: "op", Attempt: 2, Token: "tok", Queue: "gpu"},
+		"token":   {StepID: "op", Attempt: 1, Token: "old", Queue: "gpu"},
+		"queue":   {StepID: "op", Attempt: 1, Token: "tok", Queue: "default"},
+	} {
+		require.Contains(t, Stale(m.state, st, r), name)
 	}
 }
