@@ -4,11 +4,13 @@
 // straight from NATS: the same start gets the same answer, naming the same
 // field with the same message, as an HTTP error and as a rejection.
 //
-// [Check] is pure: no NATS, no clock, no randomness. The caller looks the
-// workflow up in the registry (I/O) and says when the start is checked.
-// The package sits apart from pkg/events (which pkg/workflow imports, so
-// it cannot know definitions) and pkg/catalog (which is a NATS store), so
-// that nothing NATS comes with it.
+// [Check] does no I/O and reads no clock or randomness: the caller looks
+// the workflow up in the registry and says when the start is checked. It
+// measures the execution's first event as it will be stored with pkg/bus's
+// codec, which brings nats.go into its dependencies (a build matter only:
+// nothing here talks to a server). The package sits apart from pkg/events
+// (which pkg/workflow imports, so it cannot know definitions) and
+// pkg/catalog (a NATS store).
 package startcheck
 
 import (
@@ -82,7 +84,8 @@ func (p *Problem) Error() string { return p.Message }
 
 // historyReserve is room left in a message, besides the first history
 // event as Check builds it, for what the dispatcher adds: its source, the
-// event's time, the execution token, the api url, the Nats-Msg-Id and
+// event's time, the execution token (32 bytes), the api url (at most 512:
+// the dispatcher refuses a longer -api-url), the Nats-Msg-Id and
 // expected-sequence headers, and the framing.
 const historyReserve = 1024
 

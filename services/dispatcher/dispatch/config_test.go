@@ -1,6 +1,7 @@
 package dispatch_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -34,6 +35,9 @@ func TestConfigValidate(t *testing.T) {
 		"LongLeaseTTL":          {cfg: dispatch.Config{LeaseTTL: time.Hour}, want: "dispatch: LeaseTTL 1h"},
 		"FractionalLeaseTTL":    {cfg: dispatch.Config{LeaseTTL: 1500 * time.Millisecond}, want: "dispatch: LeaseTTL 1.5s: use whole seconds"},
 		"BadMember":             {cfg: dispatch.Config{Member: "a b"}, want: "-member, JETFLOW_DISPATCHER_MEMBER"},
+		"APIURL":                {cfg: dispatch.Config{APIURL: "https://jetflow.example.com:8443/base"}},
+		"LongAPIURL":            {cfg: dispatch.Config{APIURL: "http://h/" + strings.Repeat("a", 600)}, want: "APIURL (-api-url, JETFLOW_API_URL) is 609 bytes; at most 512"},
+		"APIURLNotAURL":         {cfg: dispatch.Config{APIURL: "127.0.0.1:8080"}, want: "give an http or https URL with a host"},
 	} {
 		err := tc.cfg.Validate()
 		if tc.want == "" {

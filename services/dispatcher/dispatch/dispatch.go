@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -90,9 +91,22 @@ var Ranges = struct {
 }
 
 // Validate reports a setting that cannot work.
+// MaxAPIURL is the longest -api-url a dispatcher takes.
+const MaxAPIURL = 512
+
 func (c Config) Validate() error {
 	if c.Member != "" && !partition.ValidMember(c.Member) {
 		return fmt.Errorf("dispatcher member %q (-member, JETFLOW_DISPATCHER_MEMBER): %s", c.Member, partition.MemberRule)
+	}
+	if len(c.APIURL) > MaxAPIURL {
+		// Recorded in every execution's first event, in the room the start
+		// check leaves for what the dispatcher adds (startcheck).
+		return fmt.Errorf("dispatch: APIURL (-api-url, JETFLOW_API_URL) is %d bytes; at most %d", len(c.APIURL), MaxAPIURL)
+	}
+	if c.APIURL != "" {
+		if u, err := url.Parse(c.APIURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("dispatch: APIURL (-api-url, JETFLOW_API_URL) %q: give an http or https URL with a host, e.g. http://127.0.0.1:8080", c.APIURL)
+		}
 	}
 	d := c.withDefaults()
 	if err := cmp.Or(

@@ -17,21 +17,23 @@ import (
 
 // Locks (docs/locks.md). A scope (the workflow, or a workflow step
 // instance) with a lock runs none of its steps until its history records
-// lock.acquired; decide asks for the lock with actLock and gives it up
-// with actUnlock once the scope's steps, and its on-error steps, are over,
-// or when the execution stops running. The dispatcher carries these out
-// against the lock bucket (compare-and-set only, see pkg/lock) and records
-// them:
+// lock.acquired; the interpreter (interp/locks.go) asks for the lock and
+// gives it up once the scope's steps, and its on-error steps, are over, or
+// when the execution stops running. The shell carries these out against
+// the lock bucket (compare-and-set only, see pkg/lock; shell.go perform)
+// and records them:
 //
-//   - actLock: append lock.requested, then enqueue the scope in the bucket;
-//     if it is a holder at once, append lock.acquired.
+//   - asking: append lock.requested, then enqueue the scope in the bucket
+//     (interp.EnqueueLock); if it is a holder at once, append lock.acquired
+//     (interp.LockHeld, interp.Recorded).
 //   - a scope waiting (lock.requested recorded) is enqueued again on every
-//     advance, which is idempotent: a crash between the append and the
-//     bucket write is repaired, and a scope the bucket promoted to holder
-//     gets lock.acquired recorded.
-//   - actUnlock: remove the scope from the bucket (promoting the first
-//     waiters), then append lock.released. After a crash in between, the
-//     next decision asks for the same release, and the removal is a no-op.
+//     advance (interp.Waiting), which is idempotent: a crash between the
+//     append and the bucket write is repaired, and a scope the bucket
+//     promoted to holder gets lock.acquired recorded.
+//   - giving up: remove the scope from the bucket (interp.ReleaseLock,
+//     promoting the first waiters), then append lock.released. After a
+//     crash in between, the next decision asks for the same release, and
+//     the removal is a no-op.
 //
 // Waiters are woken by a watch on the bucket: when a scope appears among
 // a lock's holders, every dispatcher publishes a reconcile command for its

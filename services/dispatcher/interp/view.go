@@ -17,7 +17,7 @@ import (
 // n items walked all n items' instances (quadratic in the items).
 //
 // It is an optimisation only: decide gives the same action with or
-// without it (TestViewDecidesAsWithout). A resume or a replay, which can
+// without it (the packages' tests check every decision both ways, see SetVerifyView). A resume or a replay, which can
 // reset any instance, starts it afresh.
 type view struct {
 	resumes int // s.Resumes when built
