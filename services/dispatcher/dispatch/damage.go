@@ -11,6 +11,7 @@ import (
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
+	"jetflow.dev/services/dispatcher/interp"
 )
 
 // Quarantine. A history that holds an event this dispatcher cannot apply
@@ -115,48 +116,31 @@ func (d *Dispatcher) damagedMessage(ctx context.Context, j job, e damagedError) 
 // It refuses a repair that names another event than the one at fault (a
 // repair is never blind), or an execution that is not damaged.
 func (d *Dispatcher) repair(ctx context.Context, ev events.Event, wf string, p *events.ExecutionAction, rec events.ActionRecord) error {
-	reject := func(code, format string, args ...any) error {
-		return d.reject(ctx, ev, p.ExecutionID, code, fmt.Sprintf(format, args...))
-	}
 	return d.withDamagedExecution(ctx, wf, p.ExecutionID, func(x *execState) error {
 		// The damage was written behind this dispatcher's back (even while
 		// it held the partition): a cached state may not show it yet.
 		if err := d.checkFresh(ctx, x); err != nil {
 			return err
 		}
-		s := x.state
-		if action, seen := s.CommandAction(rec.Command); seen {
-			if action != events.ActionRepair {
-				return reject(events.CodeConflict, "command %s was already recorded as a %s; give a new command a new CloudEvent id", rec.Command, action)
-			}
-			return d.afterRepair(ctx, x) // this command again: what follows its record may not have been done
-		}
-		dmg := s.Damaged
+		cmd := interp.RepairCommand{Key: rec.Command, IgnoreSeq: p.IgnoreSeq, Record: rec, FirstSeq: x.firstSeq}
+		dec, err := d.decide(ctx, x, func(in interp.Input) interp.Decision { return interp.Repair(in, cmd) })
 		switch {
-		case !s.ExpiredAt.IsZero():
-			return d.rejectExpired(ctx, ev, s.ID, s.ExpiredAt)
-		case dmg == nil:
-			return reject(events.CodeConflict, "execution %q is not damaged: there is nothing to repair", p.ExecutionID)
-		case dmg.Seq != p.IgnoreSeq:
-			return reject(events.CodeConflict, "execution %q is damaged at sequence %d, not %d: a repair names the event at fault (see jetflow show %s)",
-				p.ExecutionID, dmg.Seq, p.IgnoreSeq, p.ExecutionID)
-		case s.Status == projections.StatusNone || dmg.Seq == x.firstSeq:
-			return reject(events.CodeConflict, "execution %q is damaged at its first event (sequence %d): without its start there is nothing to go on with; start a new execution",
-				p.ExecutionID, dmg.Seq)
-		}
-		zerolog.Ctx(ctx).Warn().Uint64("ignore_seq", p.IgnoreSeq).Str("reason", rec.Reason).Str("actor", rec.Actor.String()).
-			Msg("execution repaired: folds pass over the damaged event")
-		if err := d.append(ctx, x, &events.ExecutionRepaired{IgnoreSeq: p.IgnoreSeq, ActionRecord: rec}); err != nil {
+		case err != nil:
 			return err
+		case dec.Reject != nil:
+			return d.reject(ctx, ev, p.ExecutionID, dec.Reject.Code, dec.Reject.Reason)
+		case len(dec.Events) > 0:
+			// The fold now passes over the event: fold the history again.
+			d.evict(x.id)
+			fresh, _, err := d.load(ctx, wf, x.id)
+			if err != nil {
+				return err
+			}
+			*x = *fresh
+			x.current = true
 		}
-		// The fold now passes over the event: fold the history again.
-		d.evict(x.id)
-		fresh, _, err := d.load(ctx, wf, x.id)
-		if err != nil {
-			return err
-		}
-		*x = *fresh
-		x.current = true
+		// Recorded now, or before by this command (redelivered): what
+		// follows may not have been done.
 		return d.afterRepair(ctx, x)
 	})
 }

@@ -8,11 +8,11 @@ import (
 	"strconv"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/lock"
+	"jetflow.dev/services/dispatcher/interp"
 )
 
 // Locks (docs/locks.md). A scope (the workflow, or a workflow step
@@ -79,35 +79,9 @@ func (d *Dispatcher) clearLock(ctx context.Context, ev events.Event, p *events.C
 		rec.RequestedBy = ev.Source
 	}
 	for _, en := range p.Entries {
-		entry := lock.Entry{ExecutionID: en.ExecutionID, Workflow: en.Workflow, Path: en.Path, Request: en.Request}
+		cmd := interp.ClearCommand{Lock: p.Lock, Path: en.Path, Request: en.Request, Record: rec, OnlyEnded: p.OnlyEnded}
 		err := d.withExecution(ctx, en.Workflow, en.ExecutionID, func(x *execState) error {
-			l, ok := x.state.LockAt(en.Path)
-			current := ok && l.Name == p.Lock && l.Status.Open() && l.Requests == en.Request && x.state.ExpiredAt.IsZero()
-			if current && p.OnlyEnded && x.state.Status.Active() {
-				return nil // resumed since the sweep saw it ended
-			}
-			if err := d.ensureCurrent(ctx, x); err != nil {
-				return err // decided from a cached state: decide again on the history
-			}
-			if _, _, err := d.locks.Remove(ctx, p.Lock, entry); err != nil {
-				return err
-			}
-			if !current {
-				// A stale entry (the history does not hold it), or this
-				// command again after a dispatcher recorded the clearing
-				// and stopped before acting on it: deciding again repairs
-				// that, and changes nothing otherwise.
-				if x.state.Status.Active() {
-					return d.advance(ctx, x)
-				}
-				return nil
-			}
-			zerolog.Ctx(ctx).Info().Str("lock", p.Lock).Str("scope", en.Path).Str("requested_by", rec.RequestedBy).
-				Str("reason", rec.Reason).Msg("lock cleared")
-			if err := d.append(ctx, x, &events.LockCleared{ActionRecord: rec, Lock: p.Lock, Path: en.Path}); err != nil {
-				return err
-			}
-			return d.advance(ctx, x)
+			return d.command(ctx, ev, x, func(in interp.Input) interp.Decision { return interp.Clear(in, cmd) })
 		})
 		if err != nil {
 			return err

@@ -197,7 +197,7 @@ func (d *Dispatcher) perform(ctx context.Context, x *execState, eff interp.Effec
 		if err := d.ensureCurrent(ctx, x); err != nil { // would remove a live holder
 			return nil, err
 		}
-		removed, promoted, err := d.locks.Remove(ctx, e.Lock, lockEntry(x, e.Path))
+		removed, promoted, err := d.locks.Remove(ctx, e.Lock, lock.Entry{ExecutionID: x.id, Workflow: x.workflow, Path: e.Path, Request: e.Request})
 		if err != nil {
 			return nil, err
 		}
@@ -276,5 +276,12 @@ func logDecided(ctx context.Context, p events.Payload) {
 		log.Debug().Str("lock", e.Lock).Str("scope", e.Path).Msg("lock requested")
 	case *events.LockAcquired:
 		log.Debug().Str("lock", e.Lock).Str("scope", e.Path).Msg("lock acquired")
+	case *events.LockCleared:
+		log.Info().Str("lock", e.Lock).Str("scope", e.Path).Str("requested_by", e.RequestedBy).Str("reason", e.Reason).Msg("lock cleared")
+	case *events.ExecutionExpired:
+		log.Info().Str("rule", e.Rule).Msg("execution expired under its retention rule")
+	case *events.ExecutionRepaired:
+		log.Warn().Uint64("ignore_seq", e.IgnoreSeq).Str("reason", e.Reason).Str("actor", e.Actor.String()).
+			Msg("execution repaired: folds pass over the damaged event")
 	}
 }

@@ -198,3 +198,108 @@ func Action(in Input, cmd ActionCommand) Decision {
 	}
 	return reject(events.CodeInvalid, "action %q is not one the interpreter decides", action)
 }
+
+// ExpireCommand is the janitor's ask to record that a finished execution
+// expired under its retention rule, as of the history's last sequence it
+// saw.
+type ExpireCommand struct {
+	LastSeq     uint64
+	Rule, Group string
+	By          string
+}
+
+// Expire records that the execution expired, only if its history still
+// ends where the janitor saw it: one resumed or replayed since is kept, and
+// the janitor decides again on its new state. Once execution.expired is
+// recorded nothing can follow it (the fold refuses any event after it), so
+// an operator's resume arriving later is refused rather than lost with the
+// history the janitor then deletes.
+func Expire(in Input, cmd ExpireCommand) Decision {
+	s := in.State
+	switch {
+	case !s.ExpiredAt.IsZero():
+		return Decision{} // recorded already (this command again)
+	case s.Status == projections.StatusNone:
+		return Decision{Ignore: "expire: no history, nothing to record"}
+	case s.LastSeq != cmd.LastSeq || !s.Status.Terminal():
+		return Decision{Ignore: fmt.Sprintf("expire: the execution changed since the janitor looked (sequence %d, %s), kept", s.LastSeq, s.Status)}
+	}
+	if _, open := OpenLock(s); open {
+		// Its end was recorded but a crash came before its locks were
+		// given up: give them up now; the janitor decides again.
+		return Unlocking(in)
+	}
+	return Decision{Events: []events.Payload{&events.ExecutionExpired{Rule: cmd.Rule, Group: cmd.Group, RequestedBy: cmd.By}}}
+}
+
+// RepairCommand is an admin's repair of a damaged execution: folds pass
+// over the event at IgnoreSeq. FirstSeq is the stream sequence of the
+// history's first event.
+type RepairCommand struct {
+	Key       string
+	IgnoreSeq uint64
+	Record    events.ActionRecord
+	FirstSeq  uint64
+}
+
+// Repair decides a repair: it records execution.repaired if the execution
+// is damaged at the event the command names, and refuses it otherwise. The
+// same command again records nothing (what follows its record is done
+// again by the caller).
+func Repair(in Input, cmd RepairCommand) Decision {
+	s := in.State
+	if recorded, seen := s.CommandAction(cmd.Key); seen {
+		if recorded != events.ActionRepair {
+			return reject(events.CodeConflict, "command %s was already recorded as a %s; give a new command a new CloudEvent id", cmd.Key, recorded)
+		}
+		return Decision{}
+	}
+	dmg := s.Damaged
+	switch {
+	case !s.ExpiredAt.IsZero():
+		return Decision{Reject: Expired(s.ID, s.ExpiredAt)}
+	case dmg == nil:
+		return reject(events.CodeConflict, "execution %q is not damaged: there is nothing to repair", in.ID)
+	case dmg.Seq != cmd.IgnoreSeq:
+		return reject(events.CodeConflict, "execution %q is damaged at sequence %d, not %d: a repair names the event at fault (see jetflow show %s)",
+			in.ID, dmg.Seq, cmd.IgnoreSeq, in.ID)
+	case s.Status == projections.StatusNone || dmg.Seq == cmd.FirstSeq:
+		return reject(events.CodeConflict, "execution %q is damaged at its first event (sequence %d): without its start there is nothing to go on with; start a new execution",
+			in.ID, dmg.Seq)
+	}
+	return Decision{Events: []events.Payload{&events.ExecutionRepaired{IgnoreSeq: cmd.IgnoreSeq, ActionRecord: cmd.Record}}}
+}
+
+// ClearCommand is an operator's (or the janitor's) force-clear of one
+// entry of a lock: the scope at Path of this execution, as of its request
+// number Request.
+type ClearCommand struct {
+	Lock    string
+	Path    string
+	Request int
+	Record  events.ActionRecord
+	// OnlyEnded (the janitor) leaves alone an entry whose execution runs
+	// and still holds or waits for it.
+	OnlyEnded bool
+}
+
+// Clear decides the clearing of a lock entry: the entry is removed from
+// the lock (whatever the history says: a stale entry goes too), and
+// lock.cleared is recorded, with who asked and why, if the history still
+// shows that request open.
+func Clear(in Input, cmd ClearCommand) Decision {
+	s := in.State
+	l, ok := s.LockAt(cmd.Path)
+	current := ok && l.Name == cmd.Lock && l.Status.Open() && l.Requests == cmd.Request && s.ExpiredAt.IsZero()
+	if current && cmd.OnlyEnded && s.Status.Active() {
+		return Decision{Ignore: "the execution runs again since the sweep saw it ended: its lock stays"}
+	}
+	d := Decision{Before: []Effect{ReleaseLock{Lock: cmd.Lock, Path: cmd.Path, Request: cmd.Request, Reason: "cleared"}}}
+	if current {
+		d.Events = []events.Payload{&events.LockCleared{ActionRecord: cmd.Record, Lock: cmd.Lock, Path: cmd.Path}}
+	}
+	// Not current: a stale entry (the history does not hold it), or this
+	// command again after a dispatcher recorded the clearing and stopped
+	// before acting on it; deciding what follows repairs that.
+	return d
+}

@@ -152,3 +152,75 @@ func TestAction(t *testing.T) {
 		require.Contains(t, d.Reject.Reason, "replayable: disabled")
 	})
 }
+
+func TestExpire(t *testing.T) {
+	t.Parallel()
+	m, _ := sleeping(t)
+	cmd := ExpireCommand{LastSeq: m.state.LastSeq, Rule: "1d", By: "janitor"}
+	require.Contains(t, Expire(m.input(), cmd).Ignore, "changed since the janitor looked", "a running execution is kept")
+	m.append(&events.ExecutionCancelled{})
+	require.Contains(t, Expire(m.input(), cmd).Ignore, "changed since", "the history moved on since the janitor looked")
+	cmd.LastSeq = m.state.LastSeq
+	d := Expire(m.input(), cmd)
+	require.Equal(t, []events.Payload{&events.ExecutionExpired{Rule: "1d", RequestedBy: "janitor"}}, d.Events)
+	m.carry(d)
+	require.True(t, Expire(m.input(), cmd).Empty(), "recorded once")
+	require.Equal(t, "expire: no history, nothing to record", Expire(Input{ID: "x2"}, cmd).Ignore)
+}
+
+func TestExpireGivesUpLocksFirst(t *testing.T) {
+	t.Parallel()
+	def := workflow.Definition{Name: "wf", Lock: "l", Steps: []workflow.Step{{ID: "op", Kind: workflow.KindExec, Command: "x"}}}
+	m := newMemShell(t, def, `{}`)
+	m.advance()
+	m.append(&events.ExecutionCancelled{}) // recorded, and then a crash before the lock was given up
+	d := Expire(m.input(), ExpireCommand{LastSeq: m.state.LastSeq, Rule: "1d"})
+	require.Equal(t, []events.Payload{&events.LockReleased{Lock: "l", Reason: "the execution is cancelled"}}, d.Events,
+		"the lock is given up; expiring waits for the janitor's next look")
+}
+
+func TestRepair(t *testing.T) {
+	t.Parallel()
+	m, _ := sleeping(t)
+	rec := events.ActionRecord{Action: events.ActionRepair, Command: "k1"}
+	cmd := RepairCommand{Key: "k1", IgnoreSeq: 3, Record: rec, FirstSeq: 1}
+	d := Repair(m.input(), cmd)
+	require.Equal(t, events.CodeConflict, d.Reject.Code)
+	require.Contains(t, d.Reject.Reason, "is not damaged")
+
+	damaged := m.input()
+	damaged.State.Damaged = &projections.Damage{Seq: 5, Reason: "illegal"}
+	d = Repair(damaged, cmd)
+	require.Contains(t, d.Reject.Reason, "damaged at sequence 5, not 3")
+	cmd.IgnoreSeq = 5
+	d = Repair(damaged, cmd)
+	require.Equal(t, []events.Payload{&events.ExecutionRepaired{IgnoreSeq: 5, ActionRecord: rec}}, d.Events)
+	first := cmd
+	first.IgnoreSeq, first.FirstSeq = 5, 5
+	require.Contains(t, Repair(damaged, first).Reject.Reason, "damaged at its first event")
+}
+
+func TestClear(t *testing.T) {
+	t.Parallel()
+	def := workflow.Definition{Name: "wf", Lock: "l", Steps: []workflow.Step{{ID: "op", Kind: workflow.KindExec, Command: "x"}}}
+	m := newMemShell(t, def, `{}`)
+	m.advance()
+	l, ok := m.state.LockAt("")
+	require.True(t, ok)
+	rec := events.ActionRecord{Action: "clear-lock", RequestedBy: "ops", Command: "k"}
+	cmd := ClearCommand{Lock: "l", Request: l.Requests, Record: rec}
+
+	d := Clear(m.input(), cmd)
+	require.Equal(t, []Effect{ReleaseLock{Lock: "l", Request: l.Requests, Reason: "cleared"}}, d.Before, "removed from the bucket first")
+	require.Equal(t, []events.Payload{&events.LockCleared{ActionRecord: rec, Lock: "l"}}, d.Events)
+
+	janitor := cmd
+	janitor.OnlyEnded = true
+	require.NotEmpty(t, Clear(m.input(), janitor).Ignore, "the janitor leaves a running holder alone")
+
+	stale := cmd
+	stale.Request = l.Requests + 1
+	d = Clear(m.input(), stale)
+	require.Len(t, d.Before, 1, "a stale entry is removed from the bucket")
+	require.Empty(t, d.Events, "and nothing is recorded: the history does not hold it")
+}

@@ -144,12 +144,14 @@ type EnqueueLock struct {
 	Path  string
 }
 
-// ReleaseLock removes the scope at Path from the lock (promoting the first
-// waiters); removing a scope that is not listed changes nothing.
+// ReleaseLock removes the scope at Path, as of its request number Request,
+// from the lock (promoting the first waiters); removing an entry that is
+// not listed changes nothing.
 type ReleaseLock struct {
-	Lock   string
-	Path   string
-	Reason string
+	Lock    string
+	Path    string
+	Request int
+	Reason  string
 }
 
 // PublishKill tells agents to terminate the execution's running
@@ -277,7 +279,7 @@ func (in Input) carry(a action) Decision {
 			return Decision{Err: fmt.Errorf("release of lock %s by scope %q, which does not hold it", a.lock.name, a.path)}
 		}
 		return Decision{
-			Before: []Effect{ReleaseLock{Lock: l.Name, Path: a.path, Reason: a.lock.reason}},
+			Before: []Effect{ReleaseLock{Lock: l.Name, Path: a.path, Request: l.Requests, Reason: a.lock.reason}},
 			Events: []events.Payload{&events.LockReleased{Lock: l.Name, Path: a.path, Reason: a.lock.reason}},
 		}
 	}

@@ -473,7 +473,7 @@ func TestLockEffects(t *testing.T) {
 	require.Equal(t, Decision{}, Unlocking(m.input()), "a running execution keeps its lock")
 	m.carry(Action(m.input(), ActionCommand{Key: "k", Record: events.ActionRecord{Action: events.ActionForceCancel, Command: "k"}}))
 	d := Unlocking(m.input())
-	require.Equal(t, []Effect{ReleaseLock{Lock: "l", Reason: "the execution is cancelled"}}, d.Before, "removed from the bucket first")
+	require.Equal(t, []Effect{ReleaseLock{Lock: "l", Request: 1, Reason: "the execution is cancelled"}}, d.Before, "removed from the bucket first, its current request")
 	require.Equal(t, []events.Payload{&events.LockReleased{Lock: "l", Reason: "the execution is cancelled"}}, d.Events)
 	m.carry(d)
 	require.Equal(t, Decision{}, Unlocking(m.input()))
