@@ -103,7 +103,7 @@ bench/retention: ## Benchmark the janitor's retention sweep over RETENTION finis
 lint: $(GOLANGCI_LINT) ## gofmt, go vet and golangci-lint (.golangci.yml: the architecture's import rules, errors, staticcheck) over every module
 	@out=$$(gofmt -l $(DIRS)); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
-	@for d in $(DIRS); do echo "golangci-lint $$d"; (cd $$d && $(GOLANGCI_LINT) run --timeout 15m ./...) || exit 1; done
+	@for d in $(DIRS); do echo "golangci-lint $$d"; (cd $$d && $(GOLANGCI_LINT) run --allow-parallel-runners --timeout 15m ./...) || exit 1; done
 
 # golangci-lint, pinned, built once into bin/tools by the module proxy.
 $(GOLANGCI_LINT):

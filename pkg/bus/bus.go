@@ -336,17 +336,26 @@ func Open(ctx context.Context, url, name string, c Config, opts ...nats.Option) 
 		nc.Close()
 		return nil, nil, fmt.Errorf("jetstream: %w", err)
 	}
-	// Wait for the (possibly still starting) server instead of failing.
+	// Wait for the (possibly still starting) server instead of failing,
+	// saying why it waits: the server does not answer, or refused us.
 	for {
-		if c.Restricted {
-			err = nil
-			if !nc.IsConnected() {
-				err = fmt.Errorf("not connected to %s yet", url)
-				if last := nc.LastError(); last != nil {
-					err = fmt.Errorf("not connected to %s yet: %w", url, last)
-				}
+		switch {
+		case nc.IsClosed():
+			// The client gave up: the server refused the credentials (or
+			// their absence) twice. Waiting will not help.
+			err := fmt.Errorf("the connection to nats at %s was closed", url)
+			if last := nc.LastError(); last != nil {
+				err = fmt.Errorf("the connection to nats at %s was closed: %w (check -creds and -nats)", url, last)
 			}
-		} else {
+			return nil, nil, err
+		case !nc.IsConnected():
+			err = fmt.Errorf("not connected to nats at %s yet", url)
+			if last := nc.LastError(); last != nil {
+				err = fmt.Errorf("not connected to nats at %s yet: %w", url, last)
+			}
+		case c.Restricted:
+			err = nil
+		default:
 			err = Ensure(ctx, js, c)
 		}
 		if err == nil {

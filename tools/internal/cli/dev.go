@@ -85,7 +85,12 @@ with its own NATS connection. Stop it with Ctrl-C; start it again on the same
 				if filepath.Clean(cfg.DataDir) == ".jetflow" {
 					fmt.Fprintln(a.stdout, "The jetflow CLI run from this directory finds it by itself.")
 				}
-				fmt.Fprintf(a.stdout, "Point other shells (and the nats CLI) at it: eval \"$(jetflow env --data %s)\"\nStop with Ctrl-C.\n", abs)
+				self, err := os.Executable()
+				if err != nil {
+					self = "jetflow"
+				}
+				fmt.Fprintf(a.stdout, "Point other shells (and the nats CLI) at it: eval \"$(%s env --data %s)\"\n", self, abs)
+				fmt.Fprintf(a.stdout, "Stop with Ctrl-C, or from another shell: kill -INT $(cat %s)\n", filepath.Join(abs, "jetflow.pid"))
 			})
 			if err == nil {
 				fmt.Fprintln(a.stdout, "jetflow dev stopped")

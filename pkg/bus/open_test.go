@@ -1,0 +1,52 @@
+package bus_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/natsserver"
+)
+
+// TestOpenSaysWhyItWaits: while no server answers, Open tells OnRetry the
+// address and the dialer's error (not a bare timeout of the topology
+// request), and it stops when ctx ends.
+func TestOpenSaysWhyItWaits(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	var why []string
+	_, _, err := bus.Open(ctx, "nats://127.0.0.1:1", "test", bus.Config{OnRetry: func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		why = append(why, err.Error())
+	}})
+	require.Error(t, err)
+	mu.Lock()
+	defer mu.Unlock()
+	require.NotEmpty(t, why, "OnRetry is told while Open waits")
+	require.Contains(t, why[len(why)-1], "not connected to nats at nats://127.0.0.1:1 yet")
+}
+
+// TestOpenStopsWhenRefused: a server that refuses the credentials (here:
+// none given) makes Open fail with the server's reason, instead of waiting
+// for ever on a connection the client has closed.
+func TestOpenStopsWhenRefused(t *testing.T) {
+	t.Parallel()
+	s, err := natsserver.StartOptions(&server.Options{Host: "127.0.0.1", Port: -1, Username: "u", Password: "p",
+		JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { natsserver.Stop(s) })
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	_, _, err = bus.Open(ctx, s.ClientURL(), "test", bus.Config{})
+	require.Error(t, err)
+	require.NotErrorIs(t, err, context.DeadlineExceeded, "it gave up on its own, not at the deadline")
+	require.Contains(t, err.Error(), "uthorization", "the server's reason: %v", err)
+}
