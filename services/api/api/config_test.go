@@ -28,6 +28,8 @@ func TestConfigValidate(t *testing.T) {
 		"NegativeCacheTTL":  {cfg: api.Config{Auth: api.AuthConfig{CacheTTL: -time.Second}}, want: "api: Auth.CacheTTL -1s: out of range, use 1ms to 1m"},
 		"LongCacheTTL":      {cfg: api.Config{Auth: api.AuthConfig{CacheTTL: 2 * time.Minute}}, want: "api: Auth.CacheTTL 2m"},
 		"AuthOffWithTokens": {cfg: api.Config{Auth: api.AuthConfig{Disabled: true, AdminTokenFile: "x"}}, want: "authentication is off"},
+		"Addr":              {cfg: api.Config{Addr: "[::1]:0"}},
+		"AddrWithoutPort":   {cfg: api.Config{Addr: "nonsense"}, want: `api: Addr "nonsense" (-http, JETFLOW_HTTP_ADDR): give host:port`},
 	} {
 		err := tc.cfg.Validate()
 		if tc.want == "" {

@@ -110,6 +110,11 @@ func (c Config) Validate() error {
 	); err != nil {
 		return err
 	}
+	if c.Listener == nil {
+		if _, port, err := net.SplitHostPort(c.Addr); err != nil || port == "" {
+			return fmt.Errorf("api: Addr %q (-http, JETFLOW_HTTP_ADDR): give host:port, e.g. 127.0.0.1:8080", c.Addr)
+		}
+	}
 	_, err := c.Auth.validate()
 	return err
 }
