@@ -35,6 +35,20 @@ func notStarted(in Input, id string, sentAt time.Time) Decision {
 	return reject(events.CodeNotFound, "execution %q never started", id)
 }
 
+// recordedAs reports whether the command with key was recorded already;
+// if it was recorded as another action than action, the decision rejects
+// it (a command id is one command).
+func recordedAs(s projections.Execution, key, action string) (bool, Decision) {
+	recorded, seen := s.CommandAction(key)
+	if !seen {
+		return false, Decision{}
+	}
+	if recorded != action {
+		return true, reject(events.CodeConflict, "command %s was already recorded as a %s; give a new command a new CloudEvent id", key, recorded)
+	}
+	return true, Decision{}
+}
+
 func reject(code, format string, args ...any) Decision {
 	return Decision{Reject: &Rejection{Code: code, Reason: fmt.Sprintf(format, args...)}}
 }
@@ -132,9 +146,9 @@ func Action(in Input, cmd ActionCommand) Decision {
 		}
 		return Decision{Reject: Expired(s.ID, s.ExpiredAt)}
 	}
-	if recorded, seen := s.CommandAction(cmd.Key); seen {
-		if recorded != action {
-			return reject(events.CodeConflict, "command %s was already recorded as a %s; give a new command a new CloudEvent id", cmd.Key, recorded)
+	if seen, d := recordedAs(s, cmd.Key, action); seen {
+		if d.Reject != nil {
+			return d
 		}
 		// This command again: what follows its record may not have been done.
 		switch action {
@@ -248,11 +262,8 @@ type RepairCommand struct {
 // again by the caller).
 func Repair(in Input, cmd RepairCommand) Decision {
 	s := in.State
-	if recorded, seen := s.CommandAction(cmd.Key); seen {
-		if recorded != events.ActionRepair {
-			return reject(events.CodeConflict, "command %s was already recorded as a %s; give a new command a new CloudEvent id", cmd.Key, recorded)
-		}
-		return Decision{}
+	if seen, d := recordedAs(s, cmd.Key, events.ActionRepair); seen {
+		return d // the caller does again what follows the record
 	}
 	dmg := s.Damaged
 	switch {

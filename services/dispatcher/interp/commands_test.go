@@ -198,6 +198,16 @@ func TestRepair(t *testing.T) {
 	first := cmd
 	first.IgnoreSeq, first.FirstSeq = 5, 5
 	require.Contains(t, Repair(damaged, first).Reject.Reason, "damaged at its first event")
+
+	m.carry(d) // recorded: the same command again records nothing
+	again := m.input()
+	again.State.Damaged = nil
+	require.True(t, Repair(again, cmd).Empty())
+	require.Nil(t, Repair(again, cmd).Reject)
+	m.carry(Action(m.input(), ActionCommand{Key: "k2", Record: events.ActionRecord{Action: events.ActionCancel, Command: "k2"}}))
+	other := cmd
+	other.Key = "k2"
+	require.Contains(t, Repair(m.input(), other).Reject.Reason, "already recorded as a cancel")
 }
 
 func TestClear(t *testing.T) {
