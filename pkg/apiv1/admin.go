@@ -62,3 +62,20 @@ type Key struct {
 type KeyList struct {
 	Keys []Key `json:"keys"`
 }
+
+// Parked is an execution whose read model the projector could not write:
+// it is projected again from its history, on its own, with a growing
+// delay, while every other execution's goes on.
+type Parked struct {
+	ID       string    `json:"id"`
+	Workflow string    `json:"workflow"`
+	Reason   string    `json:"reason"`
+	Since    time.Time `json:"since"`
+	Tries    int       `json:"tries"`
+	NextTry  time.Time `json:"next_try"`
+}
+
+// ParkedList answers GET /v1/admin/projections/parked.
+type ParkedList struct {
+	Parked []Parked `json:"parked"`
+}

@@ -45,3 +45,12 @@ type Health struct {
 	// Status is "ok".
 	Status string `json:"status"`
 }
+
+// Ready answers GET /readyz: the api is connected and serving; Parked
+// counts the executions whose read model the projector has set aside
+// (GET /v1/admin/projections/parked lists them).
+type Ready struct {
+	// Status is "ok".
+	Status string `json:"status"`
+	Parked int    `json:"parked"`
+}

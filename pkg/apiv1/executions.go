@@ -144,3 +144,14 @@ type Acted struct {
 	// (200), false if the dispatcher has not recorded it yet (202).
 	Recorded bool `json:"recorded"`
 }
+
+// StepPage answers GET /v1/executions/{id}/steps: step instances of the
+// execution in the order they were first recorded, from Offset; Total
+// counts them all. It is the whole step table, also of an execution whose
+// read model leaves finished steps out (its "truncated").
+type StepPage struct {
+	ID     string             `json:"id"`
+	Total  int                `json:"total"`
+	Offset int                `json:"offset"`
+	Steps  []projections.Step `json:"steps"`
+}

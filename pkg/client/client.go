@@ -205,6 +205,33 @@ func (c *Client) ExecutionAt(ctx context.Context, id string, atSeq uint64) (proj
 	return x, err
 }
 
+// StepPage is a page of an execution's step instances.
+type StepPage = apiv1.StepPage
+
+// Steps returns the execution's step instances from offset, at most limit
+// (0: the api's default, 100): all of them, also of an execution whose
+// read model leaves finished ones out.
+func (c *Client) Steps(ctx context.Context, id string, offset, limit int) (StepPage, error) {
+	q := url.Values{"offset": {strconv.Itoa(offset)}}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var p StepPage
+	_, err := c.do(ctx, http.MethodGet, "/v1/executions/"+url.PathEscape(id)+"/steps?"+q.Encode(), nil, nil, &p)
+	return p, err
+}
+
+// Ready is the api's readiness.
+type Ready = apiv1.Ready
+
+// Ready returns the api's readiness: connected, and how many read models
+// its projectors have parked.
+func (c *Client) Ready(ctx context.Context) (Ready, error) {
+	var r Ready
+	_, err := c.do(ctx, http.MethodGet, "/readyz", nil, nil, &r)
+	return r, err
+}
+
 // ListOptions filters ListExecutions.
 type ListOptions struct {
 	Workflow, Status, After string

@@ -210,6 +210,20 @@ type Execution struct {
 	Damaged *Damage `json:"damaged,omitempty"`
 	// Repairs are the sequences of events that repairs had folds pass over.
 	Repairs []uint64 `json:"repairs,omitempty"`
+	// Truncated, on a stored read model, says what was left out so that
+	// it stays small (a fold never sets it): the full state is the fold of
+	// the history (GET /v1/executions/{id}/steps pages the steps).
+	Truncated *Truncation `json:"truncated,omitempty"`
+}
+
+// Truncation is what a read model leaves out of the state it stands for.
+type Truncation struct {
+	// Steps counts the step instances left out: finished ones, oldest
+	// first (steps that run, wait or failed are always kept).
+	Steps int `json:"steps,omitempty"`
+	// Values counts the inputs, outputs and variables replaced by a note
+	// {"omitted": true, "bytes": N, ...}.
+	Values int `json:"values,omitempty"`
 }
 
 // Replay is a replay as recorded (see events.ExecutionReplayed).

@@ -26,12 +26,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	audience := p.String("oidc-audience", "JETFLOW_OIDC_AUDIENCE", "", "audience the OIDC tokens must be for (required with -oidc-issuer)")
 	scopesClaim := p.String("oidc-scopes-claim", "JETFLOW_OIDC_SCOPES_CLAIM", "scope", "claim holding the token's jetflow:<scope> values")
 	nsClaim := p.String("oidc-namespaces-claim", "JETFLOW_OIDC_NAMESPACES_CLAIM", "jetflow_namespaces", "claim holding the namespaces the token grants")
+	maxModel := p.IntIn("max-read-model", "JETFLOW_MAX_READ_MODEL", 900<<10, api.Ranges.MaxReadModel,
+		"the largest read model stored, in bytes: a larger one leaves out its finished steps, oldest first (never more than the server's message size)")
 	cacheTTL := p.DurationIn("key-cache-ttl", "JETFLOW_KEY_CACHE_TTL", 5*time.Second, api.Ranges.CacheTTL,
 		"how long an api key looked up is trusted (a key revoked on another replica stops working within it)")
 	if err := p.Parse(args); err != nil {
 		return err
 	}
-	cfg := api.Config{Addr: *addr, StartWait: *startWait, BindOnly: p.Common.Restricted(),
+	cfg := api.Config{Addr: *addr, StartWait: *startWait, BindOnly: p.Common.Restricted(), MaxReadModel: *maxModel,
 		Auth: api.AuthConfig{Disabled: *noAuth, AdminTokenFile: *adminTokens, CacheTTL: *cacheTTL,
 			OIDC: access.OIDCConfig{Issuer: *issuer, Audience: *audience, ScopesClaim: *scopesClaim, NamespacesClaim: *nsClaim}}}
 	if err := cfg.Validate(); err != nil { // before waiting for NATS

@@ -24,3 +24,16 @@ func (s *Server) rebuildProjections(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, apiv1.Rebuilt{FromSeq: from, Written: res.Written, Unchanged: res.Unchanged,
 		Damaged: res.Damaged, TookMS: time.Since(began).Milliseconds()})
 }
+
+// parkedProjections lists the executions of the caller's namespace whose
+// read model the projector has parked.
+func (s *Server) parkedProjections(w http.ResponseWriter, r *http.Request) {
+	out := apiv1.ParkedList{Parked: []apiv1.Parked{}}
+	if p := s.projectors[s.at(r).name]; p != nil {
+		for _, pk := range p.Parked() {
+			out.Parked = append(out.Parked, apiv1.Parked{ID: pk.ID, Workflow: pk.Workflow, Reason: pk.Reason,
+				Since: pk.Since, Tries: pk.Tries, NextTry: pk.Next})
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}

@@ -30,6 +30,7 @@ func TestConfigValidate(t *testing.T) {
 		"AuthOffWithTokens": {cfg: api.Config{Auth: api.AuthConfig{Disabled: true, AdminTokenFile: "x"}}, want: "authentication is off"},
 		"Addr":              {cfg: api.Config{Addr: "[::1]:0"}},
 		"AddrWithoutPort":   {cfg: api.Config{Addr: "nonsense"}, want: `api: Addr "nonsense" (-http, JETFLOW_HTTP_ADDR): give host:port`},
+		"TinyMaxReadModel":  {cfg: api.Config{MaxReadModel: 1000}, want: "api: MaxReadModel 1000: out of range, use 16384 to 67108864"},
 	} {
 		err := tc.cfg.Validate()
 		if tc.want == "" {

@@ -26,6 +26,9 @@ var bodies = map[string]struct {
 	answers []any
 }{
 	"GET /healthz":                                {answers: []any{apiv1.Health{}}},
+	"GET /readyz":                                 {answers: []any{apiv1.Ready{}}},
+	"GET /v1/executions/{id}/steps":               {answers: []any{apiv1.StepPage{}}},
+	"GET /v1/admin/projections/parked":            {answers: []any{apiv1.ParkedList{}}},
 	"POST /v1/workflows":                          {answers: []any{apiv1.Applied{}}}, // the request is YAML or JSON of a definition
 	"GET /v1/workflows":                           {answers: []any{apiv1.WorkflowList{}}},
 	"GET /v1/workflows/{name}":                    {answers: []any{apiv1.Workflow{}}},

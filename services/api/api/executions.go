@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -418,16 +419,7 @@ func (s *Server) loadExecution(ctx context.Context, id string) (projections.Exec
 	if err := expired(id, c); err != nil {
 		return x, err
 	}
-	evs, err := history.Read(ctx, s.ns(ctx).js, bus.ExecutionSubject(c.Workflow, id), 0)
-	if err != nil {
-		return x, err
-	}
-	if len(evs) == 0 {
-		return projections.Execution{ID: id, Status: projections.StatusPending, Steps: []projections.Step{}}, nil
-	}
-	// A damaged history folds as far as it goes, marked (as the projector
-	// stores it).
-	return redact.FromHistory(evs).Execution(projections.FoldQuarantined(id, evs)), nil
+	return s.foldExecution(ctx, id, c.Workflow)
 }
 
 func (s *Server) getExecution(w http.ResponseWriter, r *http.Request) {
@@ -454,6 +446,65 @@ func (s *Server) getExecution(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, public(x))
+}
+
+// executionSteps answers a page of the execution's step instances
+// (?offset, ?limit: 100, at most 1000), from the whole state: the read
+// model, or the fold of the history when the read model leaves steps out.
+func (s *Server) executionSteps(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	q := r.URL.Query()
+	offset, limit := 0, 100
+	for _, p := range []struct {
+		name     string
+		dst      *int
+		min, max int
+	}{{"offset", &offset, 0, math.MaxInt32}, {"limit", &limit, 1, 1000}} {
+		if v := q.Get(p.name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < p.min || n > p.max {
+				writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: p.name,
+					Message: fmt.Sprintf("%s must be a whole number from %d to %d", p.name, p.min, p.max)})
+				return
+			}
+			*p.dst = n
+		}
+	}
+	x, err := s.loadExecution(r.Context(), id)
+	if err == nil && x.Truncated != nil && x.Truncated.Steps > 0 {
+		x, err = s.foldExecution(r.Context(), id, x.Workflow)
+	}
+	switch ee := (*expiredError)(nil); {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		writeError(w, http.StatusNotFound, apiError{Code: "not_found", Field: "id", Message: fmt.Sprintf("execution %q does not exist", id)})
+		return
+	case errors.As(err, &ee):
+		writeExpired(w, ee)
+		return
+	case err != nil:
+		s.internal(w, r, err)
+		return
+	}
+	x = public(x)
+	page := apiv1.StepPage{ID: id, Total: len(x.Steps), Offset: offset, Steps: []projections.Step{}}
+	if offset < len(x.Steps) {
+		page.Steps = x.Steps[offset:min(offset+limit, len(x.Steps))]
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+// foldExecution folds execution id of workflow wf from its whole history
+// (one with no event yet is pending). A damaged history folds as far as it
+// goes, marked, as the projector stores it.
+func (s *Server) foldExecution(ctx context.Context, id, wf string) (projections.Execution, error) {
+	evs, err := s.ns(ctx).hist.Read(ctx, bus.ExecutionSubject(wf, id), 0)
+	if err != nil {
+		return projections.Execution{}, err
+	}
+	if len(evs) == 0 {
+		return projections.Execution{ID: id, Status: projections.StatusPending, Steps: []projections.Step{}}, nil
+	}
+	return redact.FromHistory(evs).Execution(projections.FoldQuarantined(id, evs)), nil
 }
 
 // executionAt answers the execution's state as it was at stream sequence

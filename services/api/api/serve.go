@@ -31,8 +31,9 @@ func Serve(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.JetStrea
 		if err != nil {
 			return err
 		}
-		proj.BindOnly = cfg.BindOnly
+		proj.BindOnly, proj.MaxModel = cfg.BindOnly, cfg.MaxReadModel
 		projs = append(projs, proj)
+		srv.projectors[ns.Name] = proj
 	}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return srv.Run(ctx) })

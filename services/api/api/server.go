@@ -27,6 +27,7 @@ import (
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/svc"
 	"jetflow.dev/services/api/access"
+	"jetflow.dev/services/api/projector"
 )
 
 // Config configures the api. Its durations and sizes must lie in
@@ -39,6 +40,11 @@ type Config struct {
 	StartWait time.Duration
 	// MaxBody caps request bodies, in bytes. Default 1 MiB.
 	MaxBody int64
+	// MaxReadModel is the largest read model the projector stores, in
+	// bytes: a larger one leaves out its finished steps, oldest first
+	// (GET /v1/executions/{id}/steps pages them all). Default 900 KiB,
+	// never more than the server's message size allows.
+	MaxReadModel int
 	// Source is the CloudEvents source of commands it publishes. Default "jetflow/api".
 	Source string
 	// Listener, when set, is used instead of listening on Addr.
@@ -90,7 +96,10 @@ func (c AuthConfig) validate() (AuthConfig, error) {
 var Ranges = struct {
 	StartWait, CacheTTL svc.Range[time.Duration]
 	MaxBody             svc.Range[int64]
+	MaxReadModel        svc.Range[int]
 }{
+	// Small enough for a KV value; large enough for a few steps.
+	MaxReadModel: svc.Range[int]{Min: 16 << 10, Max: 64 << 20},
 	// A request waits that long for the dispatcher: past a minute,
 	// clients and proxies give up first.
 	StartWait: svc.Range[time.Duration]{Min: time.Millisecond, Max: time.Minute},
@@ -107,6 +116,7 @@ func (c Config) Validate() error {
 	if err := cmp.Or(
 		Ranges.StartWait.Check("api: StartWait", c.StartWait),
 		Ranges.MaxBody.Check("api: MaxBody", c.MaxBody),
+		Ranges.MaxReadModel.Check("api: MaxReadModel", cmp.Or(c.MaxReadModel, 900<<10)),
 	); err != nil {
 		return err
 	}
@@ -195,6 +205,9 @@ type Server struct {
 	keys    *access.Keys
 	// authn is nil when authentication is off.
 	authn *access.Authenticator
+	// projectors are the read-model projectors Serve runs, by namespace
+	// (none when the server runs without them).
+	projectors map[string]*projector.Projector
 }
 
 // New returns a server bound to the jetflow buckets of the default
@@ -217,7 +230,8 @@ func New(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.JetStream,
 	if err != nil {
 		return nil, fmt.Errorf("%w (run jetflow bootstrap: this version adds the bucket %s)", err, bus.BucketAPIKeys)
 	}
-	s := &Server{cfg: cfg, log: log, tenants: map[string]*tenant{DefaultNamespace: def}, def: def, keys: keys}
+	s := &Server{cfg: cfg, log: log, tenants: map[string]*tenant{DefaultNamespace: def}, def: def, keys: keys,
+		projectors: map[string]*projector.Projector{}}
 	for _, ns := range cfg.Namespaces {
 		if ns.Name == DefaultNamespace || s.tenants[ns.Name] != nil {
 			return nil, fmt.Errorf("api: namespace %s is given twice", ns.Name)
@@ -279,6 +293,7 @@ func (s *Server) routes() []route {
 	execNotFound := notFound("id", "execution %q does not exist")
 	return []route{
 		{pattern: "GET /healthz", handler: s.health},
+		{pattern: "GET /readyz", handler: s.ready},
 		{pattern: "POST /v1/workflows", handler: s.applyWorkflow, scope: admin},
 		{pattern: "GET /v1/workflows", handler: s.listWorkflows, scope: read},
 		{pattern: "GET /v1/workflows/{name}", handler: s.getWorkflow, scope: read, hidden: notFound("name", "workflow %q is not registered")},
@@ -291,6 +306,7 @@ func (s *Server) routes() []route {
 		{pattern: "GET /v1/executions", handler: s.listExecutions, params: []string{"workflow", "status", "damaged", "limit", "after"}, scope: read},
 		{pattern: "GET /v1/executions/{id}", handler: s.getExecution, params: []string{"at_seq"}, scope: read, hidden: execNotFound},
 		{pattern: "GET /v1/executions/{id}/events", handler: s.executionEvents, params: []string{"from_seq"}, scope: read, hidden: execNotFound},
+		{pattern: "GET /v1/executions/{id}/steps", handler: s.executionSteps, params: []string{"offset", "limit"}, scope: read, hidden: execNotFound},
 		{pattern: "POST /v1/executions/{id}/signals/{name}", handler: s.signalExecution, scope: signal},
 		{pattern: "POST /v1/executions/{id}/actions", handler: s.executionAction, scope: operate},
 		{pattern: "GET /v1/locks", handler: s.listLocks, scope: read},
@@ -298,6 +314,7 @@ func (s *Server) routes() []route {
 		{pattern: "DELETE /v1/locks/{name}", handler: s.clearLock, scope: operate},
 		{pattern: "GET /v1/settings", handler: s.settings, scope: read},
 		{pattern: "POST /v1/admin/projections/rebuild", handler: s.rebuildProjections, params: []string{"from_seq"}, scope: admin},
+		{pattern: "GET /v1/admin/projections/parked", handler: s.parkedProjections, scope: admin},
 		{pattern: "POST /v1/admin/keys", handler: s.createKey, scope: admin, global: true},
 		{pattern: "GET /v1/admin/keys", handler: s.listKeys, scope: admin, global: true},
 		{pattern: "DELETE /v1/admin/keys/{id}", handler: s.revokeKey, scope: admin, global: true},
@@ -363,6 +380,21 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, apiv1.Health{Status: "ok"})
+}
+
+// ready answers whether the api serves: connected to NATS, and how many
+// executions' read models its projectors have parked (a parked one does
+// not make the api unready: every other execution is served).
+func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
+	if s.def.nc.Status() != nats.CONNECTED {
+		writeError(w, http.StatusServiceUnavailable, apiError{Code: "unavailable", Message: "not connected to NATS"})
+		return
+	}
+	parked := 0
+	for _, p := range s.projectors {
+		parked += len(p.Parked())
+	}
+	writeJSON(w, http.StatusOK, apiv1.Ready{Status: "ok", Parked: parked})
 }
 
 // onlyParams answers 400 to a request with a query parameter that is not

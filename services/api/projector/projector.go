@@ -9,13 +9,16 @@ package projector
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
@@ -38,6 +41,9 @@ type Projector struct {
 	// BindOnly: the consumer exists (made by the bootstrap) and this
 	// projector may not create or change it. Set before Run.
 	BindOnly bool
+	// MaxModel is the largest read model it stores, in bytes (0: 900 KiB;
+	// never more than the server's message size allows). Set before Run.
+	MaxModel int
 
 	js    jetstream.JetStream
 	hist  *history.Store
@@ -45,7 +51,30 @@ type Projector struct {
 	ids   *claim.Store
 	log   zerolog.Logger
 	cache map[string]entry // touched only by Run's goroutine
+	// failures counts the consecutive failed projections of executions
+	// (Run's goroutine only); parked are the executions set aside.
+	failures map[string]int
+	mu       sync.Mutex // guards parked
+	parked   map[string]*Parked
 }
+
+// Parked is an execution whose read model could not be written: its
+// events are acknowledged (so they do not hold up every other
+// execution's), and it is projected again from its history, on its own,
+// with a growing delay, until it can be.
+type Parked struct {
+	ID       string    `json:"id"`
+	Workflow string    `json:"workflow"`
+	Reason   string    `json:"reason"`
+	Since    time.Time `json:"since"`
+	Tries    int       `json:"tries"`
+	Next     time.Time `json:"next_try"`
+	subject  string
+}
+
+// parkAfter is how many failed projections in a row park an execution
+// (one, if the read model cannot fit in a message).
+const parkAfter = 5
 
 type entry struct {
 	state projections.Execution
@@ -73,7 +102,8 @@ func New(ctx context.Context, js jetstream.JetStream, log zerolog.Logger) (*Proj
 	if err != nil {
 		return nil, err
 	}
-	return &Projector{js: js, hist: hist, kv: kv, ids: ids, log: log, cache: map[string]entry{}}, nil
+	return &Projector{js: js, hist: hist, kv: kv, ids: ids, log: log, cache: map[string]entry{},
+		failures: map[string]int{}, parked: map[string]*Parked{}}, nil
 }
 
 // Run projects events until ctx ends. Messages are handed from the
@@ -105,11 +135,16 @@ func (p *Projector) Run(ctx context.Context) error {
 		return fmt.Errorf("consume events: %w", err)
 	}
 	defer func() { cc.Stop(); <-cc.Closed() }()
+	retry := time.NewTicker(time.Second)
+	defer retry.Stop()
 	batch := make([]jetstream.Msg, 0, batchMax)
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-retry.C:
+			p.retryParked(ctx)
+			continue
 		case m := <-inbox:
 			batch = append(batch[:0], m)
 		}
@@ -171,7 +206,27 @@ func (p *Projector) projectBatch(ctx context.Context, batch []jetstream.Msg) {
 	for _, subject := range order {
 		g := groups[subject]
 		id := g.id
+		if p.isParked(id) {
+			// Projected again from its history when its turn comes.
+			for _, m := range g.msgs {
+				_ = m.Ack()
+			}
+			continue
+		}
 		err := p.project(ctx, g)
+		switch {
+		case err == nil:
+			delete(p.failures, id)
+		case ctx.Err() != nil:
+		default:
+			p.failures[id]++
+			if errors.Is(err, nats.ErrMaxPayload) || p.failures[id] >= parkAfter {
+				p.park(g, err)
+				err = nil // acknowledged: the other executions' events go on
+			} else {
+				p.log.Warn().Err(err).Str("execution_id", id).Msg("project events, will be redelivered")
+			}
+		}
 		for _, m := range g.msgs {
 			if err == nil {
 				_ = m.Ack()
@@ -179,10 +234,94 @@ func (p *Projector) projectBatch(ctx context.Context, batch []jetstream.Msg) {
 				_ = m.NakWithDelay(500 * time.Millisecond)
 			}
 		}
-		if err != nil && ctx.Err() == nil {
-			p.log.Warn().Err(err).Str("execution_id", id).Msg("project events, will be redelivered")
+	}
+}
+
+// park sets g's execution aside after err.
+func (p *Projector) park(g *group, err error) {
+	delete(p.failures, g.id)
+	delete(p.cache, g.id)
+	now := time.Now()
+	p.mu.Lock()
+	p.parked[g.id] = &Parked{ID: g.id, Workflow: g.workflow, Reason: err.Error(), Since: now, Tries: 1,
+		Next: now.Add(parkedDelay(1)), subject: g.subject}
+	n := len(p.parked)
+	p.mu.Unlock()
+	p.log.Error().Err(err).Str("execution_id", g.id).Int("parked", n).
+		Msg("projection parked: its read model is projected again on its own; every other execution goes on")
+}
+
+func (p *Projector) isParked(id string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, ok := p.parked[id]
+	return ok
+}
+
+// parkedDelay is the wait before the nth retry of a parked projection:
+// a second, doubling, at most five minutes.
+func parkedDelay(n int) time.Duration {
+	d := time.Second
+	for i := 1; i < n && d < 5*time.Minute; i++ {
+		d *= 2
+	}
+	return min(d, 5*time.Minute)
+}
+
+// Parked returns the executions whose projection is parked, by id.
+func (p *Projector) Parked() []Parked {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]Parked, 0, len(p.parked))
+	for _, pk := range p.parked {
+		out = append(out, *pk)
+	}
+	slices.SortFunc(out, func(a, b Parked) int { return cmp.Compare(a.ID, b.ID) })
+	return out
+}
+
+// retryParked projects again, from their histories, the parked
+// executions whose turn has come.
+func (p *Projector) retryParked(ctx context.Context) {
+	now := time.Now()
+	for _, pk := range p.Parked() {
+		if pk.Next.After(now) || ctx.Err() != nil {
+			continue
+		}
+		err := p.reproject(ctx, pk.ID, pk.subject)
+		p.mu.Lock()
+		cur := p.parked[pk.ID]
+		if err == nil {
+			delete(p.parked, pk.ID)
+		} else if cur != nil {
+			cur.Tries++
+			cur.Reason, cur.Next = err.Error(), now.Add(parkedDelay(cur.Tries))
+		}
+		p.mu.Unlock()
+		if err == nil {
+			p.log.Info().Str("execution_id", pk.ID).Int("tries", pk.Tries+1).Msg("parked projection written")
+		} else {
+			p.log.Warn().Err(err).Str("execution_id", pk.ID).Msg("parked projection still cannot be written")
 		}
 	}
+}
+
+// reproject writes id's read model from its whole history.
+func (p *Projector) reproject(ctx context.Context, id, subject string) error {
+	cur, err := p.read(ctx, id)
+	if err != nil {
+		return err
+	}
+	evs, err := p.hist.Read(ctx, subject, 0)
+	if err != nil {
+		return err
+	}
+	x := projections.FoldQuarantined(id, evs)
+	if x.LastSeq <= cur.state.LastSeq && cur.state.Truncated == nil && cur.rev != 0 {
+		return nil // written meanwhile (another replica's projector)
+	}
+	_, err = p.write(ctx, id, redact.FromHistory(evs).Execution(x), cur.rev)
+	return err
 }
 
 // project folds a group's events onto the stored read model and writes it
@@ -211,7 +350,7 @@ func (p *Projector) project(ctx context.Context, g *group) error {
 		// A repair changes how the events before it fold: fold again.
 		_, repair := ev.Data.(*events.ExecutionRepaired)
 		switch {
-		case gap || repair:
+		case gap || repair || next.Truncated != nil: // a truncated model is not the whole state
 		case next.Damaged != nil:
 			next = projections.PassOver(next, ev) // nothing applies after a damage until a repair
 			continue
@@ -341,8 +480,20 @@ func (p *Projector) read(ctx context.Context, id string) (entry, error) {
 	return entry{state: x, rev: e.Revision(), known: !x.Redacted}, nil
 }
 
+// modelLimit is the largest read model: configured (0: maxModel), and no
+// more than a message to the server may hold, less room for headers.
+func modelLimit(nc *nats.Conn, configured int) int {
+	limit := cmp.Or(configured, maxModel)
+	if mp := int(nc.MaxPayload()) - 64<<10; mp > 0 && mp < limit {
+		limit = mp
+	}
+	return limit
+}
+
+func (p *Projector) maxModel() int { return modelLimit(p.js.Conn(), p.MaxModel) }
+
 func (p *Projector) write(ctx context.Context, id string, x projections.Execution, rev uint64) (uint64, error) {
-	b, err := marshalModel(x)
+	b, err := marshalModel(x, p.maxModel())
 	if err != nil {
 		return 0, err
 	}
@@ -451,7 +602,7 @@ func Rebuild(ctx context.Context, js jetstream.JetStream, fromSeq uint64) (Rebui
 		if d := it.state.Damaged; d != nil {
 			res.Damaged[id] = *d
 		}
-		written, err := putIfNewer(ctx, kv, id, it.inputs.Execution(it.state))
+		written, err := putIfNewer(ctx, kv, id, it.inputs.Execution(it.state), modelLimit(js.Conn(), 0))
 		if err != nil {
 			return res, err
 		}
@@ -466,8 +617,8 @@ func Rebuild(ctx context.Context, js jetstream.JetStream, fromSeq uint64) (Rebui
 
 // putIfNewer stores x unless the stored model has folded further, or is
 // already exactly x.
-func putIfNewer(ctx context.Context, kv jetstream.KeyValue, id string, x projections.Execution) (bool, error) {
-	b, err := marshalModel(x)
+func putIfNewer(ctx context.Context, kv jetstream.KeyValue, id string, x projections.Execution, max int) (bool, error) {
+	b, err := marshalModel(x, max)
 	if err != nil {
 		return false, err
 	}
@@ -486,7 +637,7 @@ func putIfNewer(ctx context.Context, kv jetstream.KeyValue, id string, x project
 				if cur.LastSeq > x.LastSeq {
 					return false, nil
 				}
-				if again, err := marshalModel(cur); err == nil && bytes.Equal(again, b) {
+				if again, err := marshalModel(cur, max); err == nil && bytes.Equal(again, b) {
 					return false, nil
 				}
 			}
@@ -501,45 +652,106 @@ func putIfNewer(ctx context.Context, kv jetstream.KeyValue, id string, x project
 	return false, fmt.Errorf("write read model %s: too much contention", id)
 }
 
-// maxModel is the largest read model stored: a KV value must fit in a
-// NATS message (1 MiB by default), with room for headers.
+// maxModel is the largest read model stored by default: a KV value must
+// fit in a NATS message (1 MiB by default), with room for headers. A
+// smaller server limit, or the api's -max-read-model, makes it smaller.
 const maxModel = 900 << 10
 
-// marshalModel encodes a read model. A read model is a summary: when one
-// would not fit in a KV value (large outputs of many steps), the largest
-// step inputs and outputs are replaced by a note until it fits; the full
-// values stay in the execution's history (GET .../events, ?at_seq).
-func marshalModel(x projections.Execution) ([]byte, error) {
+// noteOver is the size above which a step's input or output, or a
+// variable, is replaced by a note in a read model that is too large.
+const noteOver = 2 << 10
+
+// marshalModel encodes a read model in at most max bytes. A read model is
+// a summary of the execution's state, whose whole is the fold of its
+// history: when one would be larger, every input, output and variable
+// over noteOver is replaced by a note, then, if that is not enough, the
+// finished step instances are left out, oldest first (instances that run,
+// wait or failed are always kept: the janitor and people look for them).
+// x.Truncated counts what was left out; GET /v1/executions/{id}/steps
+// pages the whole step table. If even that does not fit, the encoding is
+// returned as it is and the write fails (the projector parks the
+// execution).
+func marshalModel(x projections.Execution, max int) ([]byte, error) {
 	b, err := json.Marshal(x)
-	if err != nil || len(b) <= maxModel {
+	if err != nil || len(b) <= max {
 		return b, err
 	}
-	x.Steps = slices.Clone(x.Steps)
-	for len(b) > maxModel {
-		i, field, size := -1, "", 0
-		for j, st := range x.Steps {
-			if n := len(st.Output); n > size && !isNote(st.Output) {
-				i, field, size = j, "output", n
-			}
-			if n := len(st.Input); n > size && !isNote(st.Input) {
-				i, field, size = j, "input", n
-			}
-		}
-		if i < 0 {
-			return b, nil // nothing left to shorten; the write reports the size
-		}
-		note, _ := json.Marshal(map[string]any{"omitted": true, "bytes": size,
+	t := projections.Truncation{}
+	note := func(n int) json.RawMessage {
+		b, _ := json.Marshal(map[string]any{"omitted": true, "bytes": n,
 			"note": "too large for the read model; the full value is in the execution's history"})
-		if field == "output" {
-			x.Steps[i].Output = note
-		} else {
-			x.Steps[i].Input = note
+		return b
+	}
+	x.Steps = slices.Clone(x.Steps)
+	for i := range x.Steps {
+		st := &x.Steps[i]
+		if len(st.Output) > noteOver && !isNote(st.Output) {
+			st.Output, t.Values = note(len(st.Output)), t.Values+1
 		}
-		if b, err = json.Marshal(x); err != nil {
-			return nil, err
+		if len(st.Input) > noteOver && !isNote(st.Input) {
+			st.Input, t.Values = note(len(st.Input)), t.Values+1
 		}
 	}
-	return b, nil
+	for _, v := range []*json.RawMessage{&x.Input, &x.Output} {
+		if len(*v) > noteOver && !isNote(*v) {
+			*v, t.Values = note(len(*v)), t.Values+1
+		}
+	}
+	if len(x.Vars) > 0 {
+		vars := make(map[string]json.RawMessage, len(x.Vars))
+		for k, v := range x.Vars {
+			if len(v) > noteOver && !isNote(v) {
+				v, t.Values = note(len(v)), t.Values+1
+			}
+			vars[k] = v
+		}
+		x.Vars = vars
+	}
+	x.Truncated = &t
+	if b, err = json.Marshal(x); err != nil || len(b) <= max {
+		return b, err
+	}
+	// Leave out finished instances, oldest first: keep the k most recent
+	// of them, the largest k that fits (found by halving).
+	all := x.Steps
+	var done []int
+	for i, st := range all {
+		if st.Status.Done() {
+			done = append(done, i)
+		}
+	}
+	encode := func(k int) ([]byte, error) {
+		drop := make(map[int]bool, len(done)-k)
+		for _, i := range done[:len(done)-k] {
+			drop[i] = true
+		}
+		x.Steps = make([]projections.Step, 0, len(all)-len(drop))
+		for i, st := range all {
+			if !drop[i] {
+				x.Steps = append(x.Steps, st)
+			}
+		}
+		t.Steps = len(drop)
+		return json.Marshal(x)
+	}
+	lo, hi := 0, len(done) // the largest k that fits is in [lo, hi)
+	best, err := encode(0)
+	if err != nil || len(best) > max {
+		return best, err // the kept instances alone do not fit
+	}
+	for lo+1 < hi {
+		mid := (lo + hi) / 2
+		b, err := encode(mid)
+		if err != nil {
+			return nil, err
+		}
+		if len(b) <= max {
+			lo, best = mid, b
+		} else {
+			hi = mid
+		}
+	}
+	return best, nil
 }
 
 func isNote(b json.RawMessage) bool {

@@ -210,6 +210,10 @@ func printExecution(w io.Writer, x projections.Execution, retention string) {
 	if len(x.Repairs) > 0 {
 		fmt.Fprintf(tw, "repaired\tfolds pass over the damaged event(s) at sequence %s\n", seqList(x.Repairs))
 	}
+	if t := x.Truncated; t != nil {
+		fmt.Fprintf(tw, "summary\tthis read model leaves out %d finished step(s) and %d large value(s); "+
+			"every step: GET /v1/executions/%s/steps, every value: jetflow events %s\n", t.Steps, t.Values, x.ID, x.ID)
+	}
 	fmt.Fprintf(tw, "input\t%s\n", compact(x.Input))
 	_ = tw.Flush()
 	fmt.Fprintln(w)

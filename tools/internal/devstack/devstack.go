@@ -54,6 +54,8 @@ type Config struct {
 	// StartWait is how long the api waits for the dispatcher's verdict on
 	// a command before answering 202. Default the api's (5s).
 	StartWait time.Duration
+	// MaxReadModel is the api's largest read model, in bytes (0: its default).
+	MaxReadModel int
 	// Apply lists workflow files or directories (*.yaml, *.yml, *.json) to
 	// register at start.
 	Apply []string
@@ -461,7 +463,7 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 			defer drain(nc, log("api").With().Str("namespace", ns).Logger())
 			others = append(others, api.Namespace{Name: ns, NC: nc, JS: js})
 		}
-		return api.Serve(ctx, api.Config{Listener: ln, StartWait: cfg.StartWait, BindOnly: restricted, Namespaces: others,
+		return api.Serve(ctx, api.Config{Listener: ln, StartWait: cfg.StartWait, MaxReadModel: cfg.MaxReadModel, BindOnly: restricted, Namespaces: others,
 			Auth: api.AuthConfig{Disabled: cfg.Insecure, AdminTokenFile: tokenPath}}, c.NC, c.JS, log("api"))
 	})
 	err = g.Wait()
@@ -477,7 +479,7 @@ func (c Config) validate() error {
 		agent.Config{AckWait: c.TaskAckWait, MaxDeliver: c.MaxDeliver, Concurrency: c.Concurrency, KillGrace: c.KillGrace}.Validate(),
 		dispatch.Config{Workers: c.Workers}.Validate(),
 		janitor.Config{Interval: c.JanitorInterval, IdleAfter: c.IdleAfter, RetentionDefault: c.RetentionDefault}.Validate(),
-		api.Config{StartWait: c.StartWait}.Validate(),
+		api.Config{StartWait: c.StartWait, MaxReadModel: c.MaxReadModel}.Validate(),
 	)
 }
 
