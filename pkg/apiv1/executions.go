@@ -77,6 +77,10 @@ type ExecutionList struct {
 	// Next is the cursor of the next page ("" on the last page): pass it
 	// as ?after=.
 	Next string `json:"next,omitempty"`
+	// Partial says the api stopped looking before the page was full: it
+	// examines a bounded number of executions per request. Go on with
+	// Next; a page may then hold fewer than limit, or none.
+	Partial bool `json:"partial,omitempty"`
 }
 
 // Event is a history event as the api shows it, in GET

@@ -190,3 +190,53 @@ func TestWorkflowsAndVersionsOverHTTP(t *testing.T) {
 		require.Equal(t, c.field, body.Error.Field, c.path)
 	}
 }
+
+// TestListWorkIsBounded: a filter that matches few of many executions
+// does not make one request read every read model: the api answers a
+// partial page with a cursor, and following the cursors finds every
+// match.
+func TestListWorkIsBounded(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, nil)
+	ctx := context.Background()
+	kv, err := s.js.KeyValue(ctx, "JF_EXECUTIONS")
+	require.NoError(t, err)
+	// 2,500 read models of another workflow, sorted before the matches.
+	for i := range 2500 {
+		b, _ := json.Marshal(projections.Execution{ID: fmt.Sprintf("aa-%04d", i), Workflow: "noise", Status: projections.StatusSucceeded})
+		_, err := kv.Put(ctx, fmt.Sprintf("aa-%04d", i), b)
+		require.NoError(t, err)
+	}
+	s.apply(t, "name: needle\nsteps:\n  - {id: a, kind: noop}\n")
+	for _, id := range []string{"zz-1", "zz-2"} {
+		_, err := s.c.Start(ctx, client.StartRequest{Workflow: "needle", ID: id})
+		require.NoError(t, err)
+		s.waitDone(t, id, 30*time.Second)
+	}
+	require.Eventually(t, func() bool {
+		var found []string
+		after, pages, partials := "", 0, 0
+		for {
+			var page struct {
+				Executions []client.ExecutionSummary `json:"executions"`
+				Next       string                    `json:"next"`
+				Partial    bool                      `json:"partial"`
+			}
+			code := getJSON(t, s, "/v1/executions?workflow=needle&limit=10&after="+after, &page)
+			require.Equal(t, http.StatusOK, code)
+			pages++
+			if page.Partial {
+				partials++
+				require.NotEmpty(t, page.Next, "a partial page says where to go on")
+			}
+			found = append(found, listIDs(page.Executions)...)
+			if page.Next == "" {
+				break
+			}
+			after = page.Next
+		}
+		require.GreaterOrEqual(t, pages, 3, "2,500 read models take several bounded requests")
+		require.Positive(t, partials)
+		return fmt.Sprint(found) == fmt.Sprint([]string{"zz-1", "zz-2"})
+	}, 30*time.Second, 200*time.Millisecond)
+}

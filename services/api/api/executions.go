@@ -585,8 +585,16 @@ func (s *Server) listExecutions(w http.ResponseWriter, r *http.Request) {
 	}
 	slices.Sort(keys)
 	out := []apiv1.ExecutionSummary{}
-	next := ""
-	for _, k := range keys {
+	next, partial := "", false
+	// Each read model examined is a request to the bucket: a filter that
+	// matches few of many would make one list request read them all. The
+	// work of one request is bounded; the page says where to go on.
+	deadline := time.Now().Add(listScanTime)
+	for i, k := range keys {
+		if i == listScanMax || (i > 0 && time.Now().After(deadline)) {
+			next, partial = keys[i-1], true
+			break
+		}
 		e, err := s.at(r).execs.Get(r.Context(), k)
 		if err != nil {
 			continue // deleted meanwhile
@@ -600,17 +608,28 @@ func (s *Server) listExecutions(w http.ResponseWriter, r *http.Request) {
 			next = out[len(out)-1].ID
 			break
 		}
-		done := 0
+		steps, done := len(x.Steps), 0
 		for _, st := range x.Steps {
 			if st.Status == projections.OpSucceeded {
 				done++
 			}
 		}
+		if t := x.Truncated; t != nil { // the steps left out are finished ones
+			steps, done = steps+t.Steps, done+t.Steps
+		}
 		out = append(out, apiv1.ExecutionSummary{ID: x.ID, Workflow: x.Workflow, Version: x.Version, Status: string(x.Status), Error: x.Error,
-			Steps: len(x.Steps), Done: done, StartedAt: x.StartedAt, EndedAt: x.EndedAt, Damaged: x.Damaged})
+			Steps: steps, Done: done, StartedAt: x.StartedAt, EndedAt: x.EndedAt, Damaged: x.Damaged})
 	}
-	writeJSON(w, http.StatusOK, apiv1.ExecutionList{Executions: out, Next: next})
+	writeJSON(w, http.StatusOK, apiv1.ExecutionList{Executions: out, Next: next, Partial: partial})
 }
+
+// A list request examines at most listScanMax read models, for at most
+// listScanTime; past either it answers the page so far, marked partial,
+// with the cursor to go on from.
+const (
+	listScanMax  = 1000
+	listScanTime = 2 * time.Second
+)
 
 // view shows ev with the execution's writeOnly input values hidden.
 func view(ev events.Event, in redact.Inputs) apiv1.Event {
