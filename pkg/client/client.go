@@ -6,6 +6,7 @@ package client
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -249,23 +250,34 @@ type ExecutionList = apiv1.ExecutionList
 // EventList is a history, as GET /v1/executions/{id}/events answers.
 type EventList = apiv1.EventList
 
-// ListExecutions lists executions; next is the cursor of the next page ("" at the end).
+// ListExecutions lists executions; next is the cursor of the next page
+// ("" at the end). The api examines a bounded number of executions per
+// request and may answer a partial page: ListExecutions then asks again
+// from where it stopped, until the page is full or the list ends.
 func (c *Client) ListExecutions(ctx context.Context, o ListOptions) (list []ExecutionSummary, next string, err error) {
-	q := url.Values{}
-	for k, v := range map[string]string{"workflow": o.Workflow, "status": o.Status, "after": o.After} {
-		if v != "" {
-			q.Set(k, v)
+	limit := cmp.Or(o.Limit, 50)
+	after := o.After
+	for {
+		q := url.Values{}
+		for k, v := range map[string]string{"workflow": o.Workflow, "status": o.Status, "after": after} {
+			if v != "" {
+				q.Set(k, v)
+			}
 		}
+		q.Set("limit", strconv.Itoa(limit-len(list)))
+		if o.Damaged {
+			q.Set("damaged", "true")
+		}
+		var out ExecutionList
+		if _, err = c.do(ctx, http.MethodGet, "/v1/executions?"+q.Encode(), nil, nil, &out); err != nil {
+			return list, "", err
+		}
+		list = append(list, out.Executions...)
+		if !out.Partial || out.Next == "" || len(list) >= limit {
+			return list, out.Next, nil
+		}
+		after = out.Next
 	}
-	if o.Limit > 0 {
-		q.Set("limit", strconv.Itoa(o.Limit))
-	}
-	if o.Damaged {
-		q.Set("damaged", "true")
-	}
-	var out ExecutionList
-	_, err = c.do(ctx, http.MethodGet, "/v1/executions?"+q.Encode(), nil, nil, &out)
-	return out.Executions, out.Next, err
 }
 
 // Event is a history event as the api shows it.

@@ -198,21 +198,7 @@ func TestWorkflowsAndVersionsOverHTTP(t *testing.T) {
 func TestListWorkIsBounded(t *testing.T) {
 	t.Parallel()
 	s := startStack(t, nil)
-	ctx := context.Background()
-	kv, err := s.js.KeyValue(ctx, "JF_EXECUTIONS")
-	require.NoError(t, err)
-	// 2,500 read models of another workflow, sorted before the matches.
-	for i := range 2500 {
-		b, _ := json.Marshal(projections.Execution{ID: fmt.Sprintf("aa-%04d", i), Workflow: "noise", Status: projections.StatusSucceeded})
-		_, err := kv.Put(ctx, fmt.Sprintf("aa-%04d", i), b)
-		require.NoError(t, err)
-	}
-	s.apply(t, "name: needle\nsteps:\n  - {id: a, kind: noop}\n")
-	for _, id := range []string{"zz-1", "zz-2"} {
-		_, err := s.c.Start(ctx, client.StartRequest{Workflow: "needle", ID: id})
-		require.NoError(t, err)
-		s.waitDone(t, id, 30*time.Second)
-	}
+	needles(t, s, 2500, "zz-1", "zz-2")
 	require.Eventually(t, func() bool {
 		var found []string
 		after, pages, partials := "", 0, 0
@@ -239,4 +225,38 @@ func TestListWorkIsBounded(t *testing.T) {
 		require.Positive(t, partials)
 		return fmt.Sprint(found) == fmt.Sprint([]string{"zz-1", "zz-2"})
 	}, 30*time.Second, 200*time.Millisecond)
+}
+
+// TestClientFillsPartialPages: the client asks again after a partial page,
+// so a caller (jetflow ls) gets a full page of matches.
+func TestClientFillsPartialPages(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, nil)
+	ctx := context.Background()
+	needles(t, s, 2200, "zz-1", "zz-2", "zz-3")
+	require.Eventually(t, func() bool {
+		list, next, err := s.c.ListExecutions(ctx, client.ListOptions{Workflow: "needle", Limit: 2})
+		require.NoError(t, err)
+		return fmt.Sprint(listIDs(list)) == "[zz-1 zz-2]" && next == "zz-2"
+	}, 30*time.Second, 200*time.Millisecond)
+}
+
+// needles writes n read models of a workflow "noise" (ids sorted before
+// the needles'), then runs an execution of workflow "needle" for each id.
+func needles(t *testing.T, s *stack, n int, ids ...string) {
+	t.Helper()
+	ctx := context.Background()
+	kv, err := s.js.KeyValue(ctx, "JF_EXECUTIONS")
+	require.NoError(t, err)
+	for i := range n {
+		b, _ := json.Marshal(projections.Execution{ID: fmt.Sprintf("aa-%04d", i), Workflow: "noise", Status: projections.StatusSucceeded})
+		_, err := kv.Put(ctx, fmt.Sprintf("aa-%04d", i), b)
+		require.NoError(t, err)
+	}
+	s.apply(t, "name: needle\nsteps:\n  - {id: a, kind: noop}\n")
+	for _, id := range ids {
+		_, err := s.c.Start(ctx, client.StartRequest{Workflow: "needle", ID: id})
+		require.NoError(t, err)
+		s.waitDone(t, id, 30*time.Second)
+	}
 }
