@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"jetflow.dev/pkg/auth"
+	"jetflow.dev/pkg/bus"
 )
 
 var update = flag.Bool("update", false, "rewrite the permission tables of docs/security.md")
@@ -146,4 +147,18 @@ func TestOnlyTheAPIMaySendActors(t *testing.T) {
 	require.Contains(t, p.PubAllow, "jf.commands.api.>")
 	require.Contains(t, p.PubAllow, "$KV.JF_API_KEYS.>")
 	require.NotContains(t, p.PubAllow, "jf.commands.start", "the api's commands go on its own subjects")
+}
+
+// TestLooksUp: an identity may look up the streams its role uses, and no
+// other; the admin every one.
+func TestLooksUp(t *testing.T) {
+	t.Parallel()
+	d, err := auth.PermissionsFor(auth.RoleDispatcher, nil, "_INBOX_X")
+	require.NoError(t, err)
+	require.True(t, d.LooksUp(bus.StreamRejections))
+	require.True(t, d.LooksUp(bus.StreamEvents))
+	require.False(t, d.LooksUp(bus.StreamAdvisories))
+	a, err := auth.PermissionsFor(auth.RoleAdmin, nil, "_INBOX_X")
+	require.NoError(t, err)
+	require.True(t, a.LooksUp(bus.StreamAdvisories))
 }

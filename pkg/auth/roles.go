@@ -323,3 +323,14 @@ func PermissionsFor(role Role, queues []string, inbox string) (Permissions, erro
 	}
 	return Permissions{}, fmt.Errorf("auth: unknown role %q", role)
 }
+
+// LooksUp reports whether p lets its user look stream up (its info).
+func (p Permissions) LooksUp(stream string) bool {
+	want := jsAPI + "STREAM.INFO." + stream
+	for _, a := range p.PubAllow {
+		if a == want || a == ">" || a == jsAPI+">" {
+			return true
+		}
+	}
+	return false
+}

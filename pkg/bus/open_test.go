@@ -11,6 +11,7 @@ import (
 
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/natsserver"
+	"jetflow.dev/pkg/natstest"
 )
 
 // TestOpenSaysWhyItWaits: while no server answers, Open tells OnRetry the
@@ -49,4 +50,23 @@ func TestOpenStopsWhenRefused(t *testing.T) {
 	require.Error(t, err)
 	require.NotErrorIs(t, err, context.DeadlineExceeded, "it gave up on its own, not at the deadline")
 	require.Contains(t, err.Error(), "uthorization", "the server's reason: %v", err)
+}
+
+// TestMissingNamesWhatIsGone: Missing names the deleted stream and bucket,
+// and looks only where it is allowed to.
+func TestMissingNamesWhatIsGone(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	ctx := t.Context()
+	missing, err := bus.Missing(ctx, js, bus.Config{}, nil)
+	require.NoError(t, err)
+	require.Empty(t, missing)
+	require.NoError(t, js.DeleteStream(ctx, bus.StreamRejections))
+	require.NoError(t, js.DeleteKeyValue(ctx, bus.BucketLocks))
+	missing, err = bus.Missing(ctx, js, bus.Config{}, nil)
+	require.NoError(t, err)
+	require.Equal(t, []string{"bucket " + bus.BucketLocks, "stream " + bus.StreamRejections}, missing)
+	missing, err = bus.Missing(ctx, js, bus.Config{}, func(stream string) bool { return stream != bus.StreamRejections })
+	require.NoError(t, err)
+	require.Equal(t, []string{"bucket " + bus.BucketLocks}, missing, "a stream it may not look up is not looked at")
 }

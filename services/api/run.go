@@ -62,5 +62,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 			cfg.Namespaces = append(cfg.Namespaces, api.Namespace{Name: ns.Name, NC: ns.NC, JS: ns.JS})
 		}
 	}
+	cfg.Missing = func() []string {
+		var out []string
+		for _, ns := range nss {
+			for _, m := range ns.Topology.Missing() {
+				if ns.Name != auth.DefaultNamespace {
+					m = ns.Name + ": " + m
+				}
+				out = append(out, m)
+			}
+		}
+		return out
+	}
 	return api.Serve(ctx, cfg, def.NC, def.JS, p.Log)
 }

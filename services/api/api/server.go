@@ -55,6 +55,9 @@ type Config struct {
 	// Namespaces are the namespaces served besides the default one (whose
 	// connection Serve and New take), each a NATS account of its own.
 	Namespaces []Namespace
+	// Missing, when set, says which streams and buckets the api found
+	// missing (GET /readyz answers 503 while any is).
+	Missing func() []string
 	// Auth says how callers authenticate (docs/api.md#authentication).
 	// The zero value requires a token on every route but /healthz, and
 	// accepts api keys only.
@@ -393,6 +396,13 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 	parked := 0
 	for _, p := range s.projectors {
 		parked += len(p.Parked())
+	}
+	if s.cfg.Missing != nil {
+		if missing := s.cfg.Missing(); len(missing) > 0 {
+			writeError(w, http.StatusServiceUnavailable, apiError{Code: "unavailable",
+				Message: "missing: " + strings.Join(missing, ", ") + " (jetflow bootstrap creates them again)"})
+			return
+		}
 	}
 	writeJSON(w, http.StatusOK, apiv1.Ready{Status: "ok", Parked: parked})
 }

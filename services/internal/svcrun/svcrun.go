@@ -6,6 +6,7 @@
 package svcrun
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -24,6 +25,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"jetflow.dev/pkg/auth"
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/svc"
 )
 
@@ -65,6 +67,10 @@ type Program struct {
 	Common *svc.Common
 	// Log is the service's logger, built by Parse.
 	Log zerolog.Logger
+
+	// TopologyEvery is how often the service looks for the streams and
+	// buckets it uses (0: TopologyEvery); tests shorten it.
+	TopologyEvery time.Duration
 
 	role   auth.Role
 	stderr io.Writer
@@ -117,6 +123,9 @@ type Namespace struct {
 	NC   *nats.Conn
 	JS   jetstream.JetStream
 	Log  zerolog.Logger
+	// Topology is what the service last found of the streams and buckets
+	// it uses (topology.go).
+	Topology *bus.Topology
 }
 
 // Serve connects the service to every namespace it serves, and runs fn
@@ -199,11 +208,14 @@ func (p *Program) open(ctx context.Context, name string, served int) (Namespace,
 	if err != nil {
 		return Namespace{}, fmt.Errorf("namespace %s: %w", name, err)
 	}
-	return Namespace{Name: name, NC: nc, JS: js, Log: l}, nil
+	every := cmp.Or(p.TopologyEvery, TopologyEvery)
+	topo := watchTopology(ctx, js, bus.Config{Replicas: *p.Common.Replicas}, p.role, p.Common.Restricted(), every, l)
+	return Namespace{Name: name, NC: nc, JS: js, Log: l, Topology: topo}, nil
 }
 
 // drain drains ns's connection and waits until it is closed.
 func drain(ns Namespace) {
+	ns.Topology.Stop()
 	if err := svc.Drain(ns.NC, svc.DrainTimeout); err != nil {
 		ns.Log.Warn().Err(err).Msg("shutdown")
 	}

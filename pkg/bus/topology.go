@@ -1,0 +1,156 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Missing returns the streams and buckets of the topology that do not
+// exist, as "stream NAME" and "bucket NAME", sorted. It looks only at the
+// streams mayLook allows (a bucket is its stream KV_<bucket>; nil: all):
+// an identity without the right to look a stream up would wait for an
+// answer that never comes. A stream that is there is not changed.
+func Missing(ctx context.Context, js jetstream.JetStream, c Config, mayLook func(stream string) bool) ([]string, error) {
+	var out []string
+	for _, sc := range Streams(c) {
+		if mayLook != nil && !mayLook(sc.Name) {
+			continue
+		}
+		_, err := js.Stream(ctx, sc.Name)
+		switch {
+		case errors.Is(err, jetstream.ErrStreamNotFound):
+			out = append(out, "stream "+sc.Name)
+		case err != nil:
+			return out, fmt.Errorf("look up stream %s: %w", sc.Name, err)
+		}
+	}
+	for _, kc := range Buckets(c) {
+		if mayLook != nil && !mayLook("KV_"+kc.Bucket) {
+			continue
+		}
+		_, err := js.KeyValue(ctx, kc.Bucket)
+		switch {
+		case errors.Is(err, jetstream.ErrBucketNotFound):
+			out = append(out, "bucket "+kc.Bucket)
+		case err != nil:
+			return out, fmt.Errorf("look up bucket %s: %w", kc.Bucket, err)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// Topology watches the streams and buckets a service uses: which are
+// missing (deleted by hand, or lost). A service allowed to (one without
+// -creds) creates them again at once, as it does at start; one with
+// -creds may not, and reports them until someone does (jetflow
+// bootstrap). Either way the absence is reported once, not retried
+// silently, and the api's /readyz shows it.
+type Topology struct {
+	mu      sync.Mutex
+	missing []string
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+// TopologyEvents are told what a Topology watch finds.
+type TopologyEvents struct {
+	// Missing: name ("stream X", "bucket Y") was found missing;
+	// recreating says it is being created again.
+	Missing func(name string, recreating bool)
+	// Back: name is there again (recreated says this watch created it).
+	Back func(name string, recreated bool)
+	// Failed: looking, or creating again, failed (NATS away: reported elsewhere).
+	Failed func(err error)
+}
+
+// WatchTopology looks every period for the streams and buckets of c that
+// mayLook allows (nil: all), and creates the missing ones again if
+// recreate. Stop ends it.
+func WatchTopology(ctx context.Context, js jetstream.JetStream, c Config, mayLook func(string) bool, recreate bool,
+	period time.Duration, ev TopologyEvents) *Topology {
+	ctx, cancel := context.WithCancel(ctx)
+	t := &Topology{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(t.done)
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			t.look(ctx, js, c, mayLook, recreate, ev)
+		}
+	}()
+	return t
+}
+
+// Missing returns the streams and buckets found missing at the last look.
+func (t *Topology) Missing() []string {
+	if t == nil {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Clone(t.missing)
+}
+
+// Stop ends the watch and waits for it.
+func (t *Topology) Stop() {
+	if t == nil || t.cancel == nil {
+		return
+	}
+	t.cancel()
+	<-t.done
+}
+
+func (t *Topology) look(ctx context.Context, js jetstream.JetStream, c Config, mayLook func(string) bool, recreate bool, ev TopologyEvents) {
+	lookCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	missing, err := Missing(lookCtx, js, c, mayLook)
+	if err != nil {
+		if ctx.Err() == nil && ev.Failed != nil {
+			ev.Failed(err)
+		}
+		return // cannot tell now
+	}
+	t.mu.Lock()
+	was := t.missing
+	t.missing = missing
+	t.mu.Unlock()
+	for _, m := range missing {
+		if !slices.Contains(was, m) && ev.Missing != nil {
+			ev.Missing(m, recreate)
+		}
+	}
+	for _, m := range was {
+		if !slices.Contains(missing, m) && ev.Back != nil {
+			ev.Back(m, false)
+		}
+	}
+	if len(missing) == 0 || !recreate {
+		return
+	}
+	if err := Ensure(lookCtx, js, c); err != nil {
+		if ev.Failed != nil {
+			ev.Failed(fmt.Errorf("create the missing streams and buckets again: %w", err))
+		}
+		return
+	}
+	t.mu.Lock()
+	t.missing = nil
+	t.mu.Unlock()
+	for _, m := range missing {
+		if ev.Back != nil {
+			ev.Back(m, true)
+		}
+	}
+}
