@@ -24,6 +24,9 @@ type Rebuilt struct {
 	// Written those that were behind and were replaced.
 	Unchanged int `json:"unchanged"`
 	Written   int `json:"written"`
+	// Failed are the executions whose read model could not be written
+	// (absent when none): the others are written all the same.
+	Failed []string `json:"failed,omitempty"`
 }
 
 // KeyRequest is the body of POST /v1/admin/keys: a new api key. Unknown

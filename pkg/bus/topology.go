@@ -47,11 +47,9 @@ func Missing(ctx context.Context, js jetstream.JetStream, c Config, mayLook func
 }
 
 // Topology watches the streams and buckets a service uses: which are
-// missing (deleted by hand, or lost). A service allowed to (one without
-// -creds) creates them again at once, as it does at start; one with
-// -creds may not, and reports them until someone does (jetflow
-// bootstrap). Either way the absence is reported once, not retried
-// silently, and the api's /readyz shows it.
+// missing (deleted by hand, or lost). The absence is reported once, not
+// retried silently, and the api's /readyz shows it. It creates nothing:
+// jetflow bootstrap does, with the deployment's settings.
 type Topology struct {
 	mu      sync.Mutex
 	missing []string
@@ -61,19 +59,17 @@ type Topology struct {
 
 // TopologyEvents are told what a Topology watch finds.
 type TopologyEvents struct {
-	// Missing: name ("stream X", "bucket Y") was found missing;
-	// recreating says it is being created again.
-	Missing func(name string, recreating bool)
-	// Back: name is there again (recreated says this watch created it).
-	Back func(name string, recreated bool)
-	// Failed: looking, or creating again, failed (NATS away: reported elsewhere).
+	// Missing: name ("stream X", "bucket Y") was found missing.
+	Missing func(name string)
+	// Back: name is there again.
+	Back func(name string)
+	// Failed: looking failed (NATS away: reported elsewhere).
 	Failed func(err error)
 }
 
 // WatchTopology looks every period for the streams and buckets of c that
-// mayLook allows (nil: all), and creates the missing ones again if
-// recreate. Stop ends it.
-func WatchTopology(ctx context.Context, js jetstream.JetStream, c Config, mayLook func(string) bool, recreate bool,
+// mayLook allows (nil: all). Stop ends it.
+func WatchTopology(ctx context.Context, js jetstream.JetStream, c Config, mayLook func(string) bool,
 	period time.Duration, ev TopologyEvents) *Topology {
 	ctx, cancel := context.WithCancel(ctx)
 	t := &Topology{cancel: cancel, done: make(chan struct{})}
@@ -87,7 +83,7 @@ func WatchTopology(ctx context.Context, js jetstream.JetStream, c Config, mayLoo
 				return
 			case <-tick.C:
 			}
-			t.look(ctx, js, c, mayLook, recreate, ev)
+			t.look(ctx, js, c, mayLook, ev)
 		}
 	}()
 	return t
@@ -112,7 +108,7 @@ func (t *Topology) Stop() {
 	<-t.done
 }
 
-func (t *Topology) look(ctx context.Context, js jetstream.JetStream, c Config, mayLook func(string) bool, recreate bool, ev TopologyEvents) {
+func (t *Topology) look(ctx context.Context, js jetstream.JetStream, c Config, mayLook func(string) bool, ev TopologyEvents) {
 	lookCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	missing, err := Missing(lookCtx, js, c, mayLook)
@@ -128,29 +124,12 @@ func (t *Topology) look(ctx context.Context, js jetstream.JetStream, c Config, m
 	t.mu.Unlock()
 	for _, m := range missing {
 		if !slices.Contains(was, m) && ev.Missing != nil {
-			ev.Missing(m, recreate)
+			ev.Missing(m)
 		}
 	}
 	for _, m := range was {
 		if !slices.Contains(missing, m) && ev.Back != nil {
-			ev.Back(m, false)
-		}
-	}
-	if len(missing) == 0 || !recreate {
-		return
-	}
-	if err := Ensure(lookCtx, js, c); err != nil {
-		if ev.Failed != nil {
-			ev.Failed(fmt.Errorf("create the missing streams and buckets again: %w", err))
-		}
-		return
-	}
-	t.mu.Lock()
-	t.missing = nil
-	t.mu.Unlock()
-	for _, m := range missing {
-		if ev.Back != nil {
-			ev.Back(m, true)
+			ev.Back(m)
 		}
 	}
 }

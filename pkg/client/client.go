@@ -253,11 +253,12 @@ type EventList = apiv1.EventList
 // ListExecutions lists executions; next is the cursor of the next page
 // ("" at the end). The api examines a bounded number of executions per
 // request and may answer a partial page: ListExecutions then asks again
-// from where it stopped, until the page is full or the list ends.
+// from where it stopped, until the page is full, the list ends, or it has
+// asked listFill times (then the page is short, and next goes on).
 func (c *Client) ListExecutions(ctx context.Context, o ListOptions) (list []ExecutionSummary, next string, err error) {
 	limit := cmp.Or(o.Limit, 50)
 	after := o.After
-	for {
+	for asked := 1; ; asked++ {
 		q := url.Values{}
 		for k, v := range map[string]string{"workflow": o.Workflow, "status": o.Status, "after": after} {
 			if v != "" {
@@ -273,12 +274,15 @@ func (c *Client) ListExecutions(ctx context.Context, o ListOptions) (list []Exec
 			return list, "", err
 		}
 		list = append(list, out.Executions...)
-		if !out.Partial || out.Next == "" || len(list) >= limit {
+		if !out.Partial || out.Next == "" || len(list) >= limit || asked == listFill {
 			return list, out.Next, nil
 		}
 		after = out.Next
 	}
 }
+
+// listFill bounds the requests ListExecutions makes to fill one page.
+const listFill = 10
 
 // Event is a history event as the api shows it.
 type Event = apiv1.Event

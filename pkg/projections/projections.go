@@ -224,6 +224,9 @@ type Truncation struct {
 	// Values counts the inputs, outputs and variables replaced by a note
 	// {"omitted": true, "bytes": N, ...}.
 	Values int `json:"values,omitempty"`
+	// Summary: every step is left out, finished or not (the read model
+	// of a parked projection: the steps are too many to store).
+	Summary bool `json:"summary,omitempty"`
 }
 
 // Replay is a replay as recorded (see events.ExecutionReplayed).

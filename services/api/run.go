@@ -65,14 +65,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	cfg.Missing = func() []string {
 		var out []string
 		for _, ns := range nss {
-			for _, m := range ns.Topology.Missing() {
-				if ns.Name != auth.DefaultNamespace {
-					m = ns.Name + ": " + m
-				}
-				out = append(out, m)
-			}
+			out = append(out, ns.Topology.Missing()...) // unauthenticated: no namespace names
 		}
-		return out
+		slices.Sort(out)
+		return slices.Compact(out)
 	}
 	return api.Serve(ctx, cfg, def.NC, def.JS, p.Log)
 }

@@ -16,12 +16,12 @@ func (s *Server) rebuildProjections(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	began := time.Now()
-	res, err := projector.Rebuild(r.Context(), s.at(r).js, from)
+	res, err := projector.Rebuild(r.Context(), s.at(r).js, from, s.cfg.MaxReadModel)
 	if err != nil {
 		s.internal(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, apiv1.Rebuilt{FromSeq: from, Written: res.Written, Unchanged: res.Unchanged,
+	writeJSON(w, http.StatusOK, apiv1.Rebuilt{FromSeq: from, Written: res.Written, Unchanged: res.Unchanged, Failed: res.Failed,
 		Damaged: res.Damaged, TookMS: time.Since(began).Milliseconds()})
 }
 

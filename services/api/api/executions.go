@@ -572,6 +572,7 @@ func (s *Server) listExecutions(w http.ResponseWriter, r *http.Request) {
 			Message: fmt.Sprintf("status %q is not one of %s", status, strings.Join(names, ", "))})
 		return
 	}
+	deadline := time.Now().Add(listScanTime) // listing the keys counts too
 	lister, err := s.at(r).execs.ListKeys(r.Context())
 	if err != nil {
 		s.internal(w, r, err)
@@ -589,7 +590,6 @@ func (s *Server) listExecutions(w http.ResponseWriter, r *http.Request) {
 	// Each read model examined is a request to the bucket: a filter that
 	// matches few of many would make one list request read them all. The
 	// work of one request is bounded; the page says where to go on.
-	deadline := time.Now().Add(listScanTime)
 	for i, k := range keys {
 		if i == listScanMax || (i > 0 && time.Now().After(deadline)) {
 			next, partial = keys[i-1], true
@@ -614,8 +614,11 @@ func (s *Server) listExecutions(w http.ResponseWriter, r *http.Request) {
 				done++
 			}
 		}
-		if t := x.Truncated; t != nil { // the steps left out are finished ones
-			steps, done = steps+t.Steps, done+t.Steps
+		if t := x.Truncated; t != nil {
+			steps += t.Steps
+			if !t.Summary { // the steps left out are finished ones
+				done += t.Steps
+			}
 		}
 		out = append(out, apiv1.ExecutionSummary{ID: x.ID, Workflow: x.Workflow, Version: x.Version, Status: string(x.Status), Error: x.Error,
 			Steps: steps, Done: done, StartedAt: x.StartedAt, EndedAt: x.EndedAt, Damaged: x.Damaged})

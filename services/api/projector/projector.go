@@ -73,8 +73,12 @@ type Parked struct {
 }
 
 // parkAfter is how many failed projections in a row park an execution
-// (one, if the read model cannot fit in a message).
-const parkAfter = 5
+// (one, if the read model cannot fit in a message; never while NATS is
+// away). retriesPerTick bounds the parked projections tried a second.
+const (
+	parkAfter      = 5
+	retriesPerTick = 2
+)
 
 type entry struct {
 	state projections.Execution
@@ -220,8 +224,8 @@ func (p *Projector) projectBatch(ctx context.Context, batch []jetstream.Msg) {
 		case ctx.Err() != nil:
 		default:
 			p.failures[id]++
-			if errors.Is(err, nats.ErrMaxPayload) || p.failures[id] >= parkAfter {
-				p.park(g, err)
+			if errors.Is(err, nats.ErrMaxPayload) || (p.failures[id] >= parkAfter && !transient(err)) {
+				p.park(ctx, g, err)
 				err = nil // acknowledged: the other executions' events go on
 			} else {
 				p.log.Warn().Err(err).Str("execution_id", id).Msg("project events, will be redelivered")
@@ -237,8 +241,19 @@ func (p *Projector) projectBatch(ctx context.Context, batch []jetstream.Msg) {
 	}
 }
 
-// park sets g's execution aside after err.
-func (p *Projector) park(g *group, err error) {
+// transient reports whether err is NATS being away or slow, which parks
+// nothing: every execution would be parked by an outage.
+func transient(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrDisconnected) || errors.Is(err, jetstream.ErrNoStreamResponse)
+}
+
+// park sets g's execution aside after err, and stores what can be
+// stored of it: a summary without its steps (GET .../steps folds them from
+// the history), or no read model at all (the api then folds the history),
+// so that nobody is shown a state the history has gone past.
+func (p *Projector) park(ctx context.Context, g *group, err error) {
+	p.writeSummary(ctx, g.id, g.subject)
 	delete(p.failures, g.id)
 	delete(p.cache, g.id)
 	now := time.Now()
@@ -284,10 +299,14 @@ func (p *Projector) Parked() []Parked {
 // executions whose turn has come.
 func (p *Projector) retryParked(ctx context.Context) {
 	now := time.Now()
+	tried := 0
 	for _, pk := range p.Parked() {
-		if pk.Next.After(now) || ctx.Err() != nil {
+		// A few a tick: each reads a whole history, and the events of every
+		// other execution wait meanwhile.
+		if pk.Next.After(now) || ctx.Err() != nil || tried == retriesPerTick {
 			continue
 		}
+		tried++
 		err := p.reproject(ctx, pk.ID, pk.subject)
 		p.mu.Lock()
 		cur := p.parked[pk.ID]
@@ -306,6 +325,33 @@ func (p *Projector) retryParked(ctx context.Context) {
 	}
 }
 
+// writeSummary stores id's read model without its steps, or deletes it if
+// even that cannot be stored.
+func (p *Projector) writeSummary(ctx context.Context, id, subject string) {
+	cur, err := p.read(ctx, id)
+	if err != nil {
+		return
+	}
+	evs, err := p.hist.Read(ctx, subject, 0)
+	if err != nil {
+		return
+	}
+	p.storeSummary(ctx, id, redact.FromHistory(evs).Execution(projections.FoldQuarantined(id, evs)), cur)
+}
+
+// storeSummary stores x without its steps over cur, unless cur is as far
+// already; or deletes cur if even that cannot be stored.
+func (p *Projector) storeSummary(ctx context.Context, id string, x projections.Execution, cur entry) {
+	if cur.rev != 0 && cur.state.LastSeq >= x.LastSeq && cur.state.Truncated != nil {
+		return
+	}
+	x.Truncated = &projections.Truncation{Steps: len(x.Steps), Summary: true}
+	x.Steps = []projections.Step{}
+	if _, err := p.write(ctx, id, x, cur.rev); err != nil && cur.rev != 0 {
+		_ = p.kv.Delete(ctx, id, jetstream.LastRevision(cur.rev))
+	}
+}
+
 // reproject writes id's read model from its whole history.
 func (p *Projector) reproject(ctx context.Context, id, subject string) error {
 	cur, err := p.read(ctx, id)
@@ -316,11 +362,13 @@ func (p *Projector) reproject(ctx context.Context, id, subject string) error {
 	if err != nil {
 		return err
 	}
-	x := projections.FoldQuarantined(id, evs)
+	x := redact.FromHistory(evs).Execution(projections.FoldQuarantined(id, evs))
 	if x.LastSeq <= cur.state.LastSeq && cur.state.Truncated == nil && cur.rev != 0 {
 		return nil // written meanwhile (another replica's projector)
 	}
-	_, err = p.write(ctx, id, redact.FromHistory(evs).Execution(x), cur.rev)
+	if _, err = p.write(ctx, id, x, cur.rev); err != nil {
+		p.storeSummary(ctx, id, x, cur) // its status stays current meanwhile
+	}
 	return err
 }
 
@@ -511,6 +559,8 @@ type RebuildResult struct {
 	// Damaged maps the executions whose history holds an event that does
 	// not fold to where and why (their read models show it too).
 	Damaged map[string]projections.Damage
+	// Failed are the executions whose read model could not be written.
+	Failed []string
 }
 
 // Rebuild re-projects every execution from stream sequence fromSeq (0 =
@@ -522,7 +572,7 @@ type RebuildResult struct {
 // compare-and-set: one the live projector has brought further is left
 // alone, one with the same last sequence but different content is
 // corrected. So a rebuild can run beside the live system.
-func Rebuild(ctx context.Context, js jetstream.JetStream, fromSeq uint64) (RebuildResult, error) {
+func Rebuild(ctx context.Context, js jetstream.JetStream, fromSeq uint64, maxModel int) (RebuildResult, error) {
 	res := RebuildResult{Damaged: map[string]projections.Damage{}}
 	kv, err := js.KeyValue(ctx, bus.BucketExecutions)
 	if err != nil {
@@ -567,7 +617,9 @@ func Rebuild(ctx context.Context, js jetstream.JetStream, fromSeq uint64) (Rebui
 			return nil // another workflow's subject with this id (written by hand), or folded already
 		}
 		_, repair := ev.Data.(*events.ExecutionRepaired)
-		gap := ev.PrevSeq != 0 && ev.PrevSeq != it.state.LastSeq
+		// A gap, or a stored model that is not the whole state (truncated):
+		// fold the history instead.
+		gap := (ev.PrevSeq != 0 && ev.PrevSeq != it.state.LastSeq) || it.state.Truncated != nil
 		if it.state.Damaged != nil && !repair && !gap {
 			it.state = projections.PassOver(it.state, ev) // nothing applies after a damage until a repair
 			return nil
@@ -602,9 +654,12 @@ func Rebuild(ctx context.Context, js jetstream.JetStream, fromSeq uint64) (Rebui
 		if d := it.state.Damaged; d != nil {
 			res.Damaged[id] = *d
 		}
-		written, err := putIfNewer(ctx, kv, id, it.inputs.Execution(it.state), modelLimit(js.Conn(), 0))
+		written, err := putIfNewer(ctx, kv, id, it.inputs.Execution(it.state), modelLimit(js.Conn(), maxModel))
 		if err != nil {
-			return res, err
+			// One model that cannot be written stops none of the others:
+			// the live projector parks it.
+			res.Failed = append(res.Failed, id)
+			continue
 		}
 		if written {
 			res.Written++

@@ -117,7 +117,7 @@ func TestRebuildFromSequenceOntoLaggingModel(t *testing.T) {
 	b, _ := json.Marshal(lag)
 	_, err = kv.Put(t.Context(), "x1", b)
 	require.NoError(t, err)
-	res, err := projector.Rebuild(t.Context(), js, evs[5].Seq) // from s1 succeeded, past s1 started
+	res, err := projector.Rebuild(t.Context(), js, evs[5].Seq, 0) // from s1 succeeded, past s1 started
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Written)
 	got, _ := storedModel(t, kv, "x1")
@@ -128,13 +128,13 @@ func TestRebuildFromSequenceOntoLaggingModel(t *testing.T) {
 	b, _ = json.Marshal(wrong)
 	_, err = kv.Put(t.Context(), "x1", b)
 	require.NoError(t, err)
-	res, err = projector.Rebuild(t.Context(), js, 0)
+	res, err = projector.Rebuild(t.Context(), js, 0, 0)
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Written)
 	got, _ = storedModel(t, kv, "x1")
 	requireSameModel(t, truth, got)
 
-	res, err = projector.Rebuild(t.Context(), js, 0)
+	res, err = projector.Rebuild(t.Context(), js, 0, 0)
 	require.NoError(t, err)
 	require.Equal(t, rebuildCounts{Written: 0, Unchanged: 1}, rebuildCounts{res.Written, res.Unchanged}, "a model already right is left alone")
 }
@@ -151,7 +151,7 @@ func TestRebuildQuarantinesHistoriesThatDoNotFold(t *testing.T) {
 	broken := appendHistory(t, js, "wf", "broken",
 		&events.ExecutionStarted{Workflow: "wf", Version: 1, Steps: []events.StepRef{{ID: "s1", Kind: "noop"}}, Token: "t"},
 		&events.StepSucceeded{StepID: "s1", Attempt: 1}) // succeeded before it was ever scheduled
-	res, err := projector.Rebuild(t.Context(), js, 0)
+	res, err := projector.Rebuild(t.Context(), js, 0, 0)
 	require.NoError(t, err)
 	require.Equal(t, 2, res.Written)
 	require.Contains(t, res.Damaged, "broken")
@@ -280,7 +280,7 @@ func TestProjectorKeepsToTheExecutionsHistory(t *testing.T) {
 	got, _ := storedModel(t, kv, "v1")
 	requireSameModel(t, truth, got)
 
-	res, err := projector.Rebuild(t.Context(), js, 0)
+	res, err := projector.Rebuild(t.Context(), js, 0, 0)
 	require.NoError(t, err)
 	require.Empty(t, res.Damaged)
 	got, _ = storedModel(t, kv, "v1")

@@ -83,7 +83,7 @@ func TestWriteOnlyInputIsRedacted(t *testing.T) {
 
 	live, err := kv.Get(t.Context(), "x1")
 	require.NoError(t, err)
-	res, err := projector.Rebuild(t.Context(), js, 0)
+	res, err := projector.Rebuild(t.Context(), js, 0, 0)
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Unchanged, "a rebuild stores the same redacted model: %+v", res)
 	again, err := kv.Get(t.Context(), "x1")

@@ -209,7 +209,7 @@ func (p *Program) open(ctx context.Context, name string, served int) (Namespace,
 		return Namespace{}, fmt.Errorf("namespace %s: %w", name, err)
 	}
 	every := cmp.Or(p.TopologyEvery, TopologyEvery)
-	topo := watchTopology(ctx, js, bus.Config{Replicas: *p.Common.Replicas}, p.role, p.Common.Restricted(), every, l)
+	topo := watchTopology(ctx, js, bus.Config{Replicas: *p.Common.Replicas}, p.role, every, l)
 	return Namespace{Name: name, NC: nc, JS: js, Log: l, Topology: topo}, nil
 }
 

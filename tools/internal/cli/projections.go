@@ -29,7 +29,10 @@ func (a *app) projectionsCmd() *cobra.Command {
 				damaged++
 				fmt.Fprintf(a.stderr, "  %s: damaged at sequence %d: %s (jetflow repair %s --ignore-seq %d)\n", id, d.Seq, d.Reason, id, d.Seq)
 			}
-			if damaged > 0 {
+			for _, id := range res.Failed {
+				fmt.Fprintf(a.stderr, "  %s: its read model could not be written (the projector parks it: GET /v1/admin/projections/parked)\n", id)
+			}
+			if damaged > 0 || len(res.Failed) > 0 {
 				return exitError{code: 1}
 			}
 			return nil
