@@ -52,7 +52,8 @@ type Projector struct {
 	log   zerolog.Logger
 	cache map[string]entry // touched only by Run's goroutine
 	// failures counts the consecutive failed projections of executions
-	// (Run's goroutine only); parked are the executions set aside.
+	// (Run's goroutine only); parked are the executions set aside, tried
+	// again by Run's retrying goroutine.
 	failures map[string]int
 	mu       sync.Mutex // guards parked
 	parked   map[string]*Parked
@@ -139,16 +140,28 @@ func (p *Projector) Run(ctx context.Context) error {
 		return fmt.Errorf("consume events: %w", err)
 	}
 	defer func() { cc.Stop(); <-cc.Closed() }()
-	retry := time.NewTicker(time.Second)
-	defer retry.Stop()
+	// Parked projections are tried again beside the events of the others,
+	// not between them: each reads a whole history.
+	retrying := make(chan struct{})
+	go func() {
+		defer close(retrying)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				p.retryParked(ctx)
+			}
+		}
+	}()
+	defer func() { <-retrying }()
 	batch := make([]jetstream.Msg, 0, batchMax)
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-retry.C:
-			p.retryParked(ctx)
-			continue
 		case m := <-inbox:
 			batch = append(batch[:0], m)
 		}
@@ -248,7 +261,7 @@ func transient(err error) bool {
 		errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrDisconnected) || errors.Is(err, jetstream.ErrNoStreamResponse)
 }
 
-// park sets g's execution aside after err, and stores what can be
+// park (Run's goroutine) sets g's execution aside after err, and stores what can be
 // stored of it: a summary without its steps (GET .../steps folds them from
 // the history), or no read model at all (the api then folds the history),
 // so that nobody is shown a state the history has gone past.
