@@ -31,8 +31,7 @@ func (s *Server) parkedProjections(w http.ResponseWriter, r *http.Request) {
 	out := apiv1.ParkedList{Parked: []apiv1.Parked{}}
 	if p := s.projectors[s.at(r).name]; p != nil {
 		for _, pk := range p.Parked() {
-			out.Parked = append(out.Parked, apiv1.Parked{ID: pk.ID, Workflow: pk.Workflow, Reason: pk.Reason,
-				Since: pk.Since, Tries: pk.Tries, NextTry: pk.Next})
+			out.Parked = append(out.Parked, pk.Parked)
 		}
 	}
 	writeJSON(w, http.StatusOK, out)

@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"jetflow.dev/pkg/apiv1"
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/claim"
 	"jetflow.dev/pkg/events"
@@ -64,13 +65,8 @@ type Projector struct {
 // execution's), and it is projected again from its history, on its own,
 // with a growing delay, until it can be.
 type Parked struct {
-	ID       string    `json:"id"`
-	Workflow string    `json:"workflow"`
-	Reason   string    `json:"reason"`
-	Since    time.Time `json:"since"`
-	Tries    int       `json:"tries"`
-	Next     time.Time `json:"next_try"`
-	subject  string
+	apiv1.Parked
+	subject string
 }
 
 // parkAfter is how many failed projections in a row park an execution
@@ -271,8 +267,8 @@ func (p *Projector) park(ctx context.Context, g *group, err error) {
 	delete(p.cache, g.id)
 	now := time.Now()
 	p.mu.Lock()
-	p.parked[g.id] = &Parked{ID: g.id, Workflow: g.workflow, Reason: err.Error(), Since: now, Tries: 1,
-		Next: now.Add(parkedDelay(1)), subject: g.subject}
+	p.parked[g.id] = &Parked{Parked: apiv1.Parked{ID: g.id, Workflow: g.workflow, Reason: err.Error(), Since: now, Tries: 1,
+		NextTry: now.Add(parkedDelay(1))}, subject: g.subject}
 	n := len(p.parked)
 	p.mu.Unlock()
 	p.log.Error().Err(err).Str("execution_id", g.id).Int("parked", n).
@@ -316,7 +312,7 @@ func (p *Projector) retryParked(ctx context.Context) {
 	for _, pk := range p.Parked() {
 		// A few a tick: each reads a whole history, and the events of every
 		// other execution wait meanwhile.
-		if pk.Next.After(now) || ctx.Err() != nil || tried == retriesPerTick {
+		if pk.NextTry.After(now) || ctx.Err() != nil || tried == retriesPerTick {
 			continue
 		}
 		tried++
@@ -327,7 +323,7 @@ func (p *Projector) retryParked(ctx context.Context) {
 			delete(p.parked, pk.ID)
 		} else if cur != nil {
 			cur.Tries++
-			cur.Reason, cur.Next = err.Error(), now.Add(parkedDelay(cur.Tries))
+			cur.Reason, cur.NextTry = err.Error(), now.Add(parkedDelay(cur.Tries))
 		}
 		p.mu.Unlock()
 		if err == nil {
