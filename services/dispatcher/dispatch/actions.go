@@ -178,12 +178,8 @@ func (d *Dispatcher) reopened(ctx context.Context, x *execState) error {
 // its operations that arrived and were not recorded (while it was over,
 // or damaged).
 func (d *Dispatcher) catchUp(ctx context.Context, x *execState) error {
-	for id, t := range x.state.Timers {
-		if !t.Fired && !t.Due.After(d.cfg.Now()) {
-			if _, err := d.perform(ctx, x, interp.ArmTimer{TimerID: id, Due: t.Due}); err != nil {
-				return err
-			}
-		}
+	if err := d.rearmDue(ctx, x, d.cfg.Now(), ""); err != nil {
+		return err
 	}
 	stored, err := d.storedResults(ctx, x)
 	if err != nil {

@@ -26,7 +26,7 @@ import (
 // input is the interpreter's input for x now.
 func (d *Dispatcher) input(x *execState) interp.Input {
 	return interp.Input{ID: x.id, Workflow: x.workflow, Def: x.def, State: x.state, Memo: x.memo,
-		Now: d.cfg.Now(), Token: newToken(), MaxEvent: d.maxEvent}
+		Now: d.cfg.Now(), MaxEvent: d.maxEvent}
 }
 
 // loaded is what one decision asked to be loaded (interp.Need), for that
@@ -37,10 +37,11 @@ type loaded struct {
 	called  map[interp.CalledRef]*interp.Called
 	history []events.Event
 	stored  map[string]events.Event
+	token   string
 }
 
 func (l loaded) into(in interp.Input) interp.Input {
-	in.Called, in.History, in.Stored = l.called, l.history, l.stored
+	in.Called, in.History, in.Stored, in.Token = l.called, l.history, l.stored, l.token
 	return in
 }
 
@@ -145,6 +146,8 @@ func (d *Dispatcher) provide(ctx context.Context, x *execState, need interp.Need
 			l.called = map[interp.CalledRef]*interp.Called{}
 		}
 		l.called[n.Ref] = called
+	case interp.NeedToken:
+		l.token = newToken()
 	case interp.NeedStoredResults:
 		stored, err := d.storedResults(ctx, x)
 		if err != nil {

@@ -40,12 +40,22 @@ func (d *Dispatcher) fireTimer(ctx context.Context, ev events.Event, p *events.F
 // rearmOverdue re-publishes the schedules of armed timers that should have
 // fired long ago (their schedule was lost): they fire at once.
 func (d *Dispatcher) rearmOverdue(ctx context.Context, x *execState) error {
+	return d.rearmDue(ctx, x, d.cfg.Now().Add(-30*time.Second), "re-arm overdue timer")
+}
+
+// rearmDue publishes again the schedules of x's timers that have not
+// fired and were due by by, so that they fire at once; why, if set, is
+// logged for each.
+func (d *Dispatcher) rearmDue(ctx context.Context, x *execState, by time.Time, why string) error {
 	for id, t := range x.state.Timers {
-		if !t.Fired && d.cfg.Now().Sub(t.Due) > 30*time.Second {
-			zerolog.Ctx(ctx).Warn().Str("timer_id", id).Time("due", t.Due).Msg("re-arm overdue timer")
-			if err := d.publishSchedule(ctx, x.id, x.workflow, id, t.Due); err != nil {
-				return err
-			}
+		if t.Fired || t.Due.After(by) {
+			continue
+		}
+		if why != "" {
+			zerolog.Ctx(ctx).Warn().Str("timer_id", id).Time("due", t.Due).Msg(why)
+		}
+		if _, err := d.perform(ctx, x, interp.ArmTimer{TimerID: id, Due: t.Due}); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -186,15 +186,15 @@ func Action(in Input, cmd ActionCommand) Decision {
 		for id := range in.Stored {
 			settled[id] = true
 		}
-		req, err := PlanReplay(in.Def, s, from, cmd.Force, settled)
-		var refused *ReplayRefused
+		plan, err := planReplay(in.Def, s, replayAsk{from: from, force: cmd.Force, settled: settled})
+		var refused *replayRefused
 		if errors.As(err, &refused) {
 			return reject(events.CodeConflict, "execution %q cannot be replayed from %s: %s", in.ID, from, refused)
 		}
 		if err != nil {
 			return Decision{Err: err}
 		}
-		return Replayed(in, rec, req)
+		return replayed(in, rec, replayRequest{plan: plan, from: from, force: cmd.Force})
 	case events.ActionForceCancel:
 		return one(&events.ExecutionCancelled{ActionRecord: rec})
 	case events.ActionKill:
@@ -205,7 +205,10 @@ func Action(in Input, cmd ActionCommand) Decision {
 		if in.Stored == nil {
 			return Decision{Need: NeedStoredResults{}}
 		}
-		reset := ResetFor(in.Def, s, action == events.ActionForceResume, FailedMeanwhile(s, in.Stored))
+		if in.Token == "" {
+			return Decision{Need: NeedToken{}}
+		}
+		reset := resetFor(in.Def, s, action == events.ActionForceResume, failedMeanwhile(s, in.Stored))
 		return one(&events.ExecutionResumed{ActionRecord: rec, Token: in.Token, Reset: reset}, CatchUp{})
 	case events.ActionCancel:
 		return one(&events.ExecutionCancelling{ActionRecord: rec})
@@ -238,7 +241,7 @@ func Expire(in Input, cmd ExpireCommand) Decision {
 	case s.LastSeq != cmd.LastSeq || !s.Status.Terminal():
 		return Decision{Ignore: fmt.Sprintf("expire: the execution changed since the janitor looked (sequence %d, %s), kept", s.LastSeq, s.Status)}
 	}
-	if _, open := OpenLock(s); open {
+	if _, open := openLock(s); open {
 		// Its end was recorded but a crash came before its locks were
 		// given up: give them up now; the janitor decides again.
 		return Unlocking(in)

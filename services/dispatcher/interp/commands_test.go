@@ -116,6 +116,10 @@ func TestAction(t *testing.T) {
 		require.Equal(t, NeedStoredResults{}, Action(m.input(), act("k4", events.ActionResume)).Need)
 		in := m.input()
 		in.Stored = map[string]events.Event{}
+		noToken := in
+		noToken.Token = ""
+		require.Equal(t, NeedToken{}, Action(noToken, act("k4", events.ActionResume)).Need,
+			"a fresh token is made only for the decisions that need one")
 		d := Action(in, act("k4", events.ActionResume))
 		require.Len(t, d.Events, 1)
 		resumed, ok := d.Events[0].(*events.ExecutionResumed)

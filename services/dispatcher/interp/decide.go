@@ -42,7 +42,7 @@ type action struct {
 	delay time.Duration
 	until time.Time
 	// replay is the replay an actReplay records.
-	replay *ReplayRequest
+	replay *replayRequest
 	// lock is what an actLock or actUnlock is about (locks.go).
 	lock lockAct
 }
@@ -1077,7 +1077,7 @@ func render(v any, env map[string]any) (json.RawMessage, error) {
 }
 
 func timerArmed(s projections.Execution, purpose, stepID string, attempt int) bool {
-	_, ok := s.Timers[TimerID(s.ID, purpose, stepID, attempt)]
+	_, ok := s.Timers[timerID(s.ID, purpose, stepID, attempt)]
 	return ok
 }
 
@@ -1091,6 +1091,6 @@ func sentAt(st projections.Step) time.Time {
 }
 
 func timerFired(s projections.Execution, purpose, stepID string, attempt int) bool {
-	t, ok := s.Timers[TimerID(s.ID, purpose, stepID, attempt)]
+	t, ok := s.Timers[timerID(s.ID, purpose, stepID, attempt)]
 	return ok && t.Fired
 }

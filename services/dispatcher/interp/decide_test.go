@@ -178,8 +178,8 @@ func decideCases() []decideCase {
 			want: func(*testing.T) action { return action{kind: actCancelled} }},
 		{name: "CancellingSkipsATimedOutAttempt", ps: concat(
 			[]events.Payload{started()}, through("build", projections.OpStarted), []events.Payload{
-				&events.TimerArmed{TimerID: TimerID("x1", events.TimerStepTimeout, "build", 1), Purpose: events.TimerStepTimeout, StepID: "build", Attempt: 1, Due: time.Unix(1, 0)},
-				&events.TimerFired{TimerID: TimerID("x1", events.TimerStepTimeout, "build", 1)}, cancelRequest()}),
+				&events.TimerArmed{TimerID: timerID("x1", events.TimerStepTimeout, "build", 1), Purpose: events.TimerStepTimeout, StepID: "build", Attempt: 1, Due: time.Unix(1, 0)},
+				&events.TimerFired{TimerID: timerID("x1", events.TimerStepTimeout, "build", 1)}, cancelRequest()}),
 			want: func(t *testing.T) action {
 				return action{kind: actStepFail, step: decideStep(t, "build"), attempt: 1, err: "attempt 1 timed out after "}
 			}},
@@ -188,8 +188,8 @@ func decideCases() []decideCase {
 			want: func(t *testing.T) action { return action{kind: actResend, step: decideStep(t, "build"), attempt: 1} }},
 		{name: "CancellingEndsOnWorkflowTimeout", ps: concat(
 			[]events.Payload{started()}, through("build", projections.OpStarted), []events.Payload{
-				&events.TimerArmed{TimerID: TimerID("x1", events.TimerWorkflowTimeout, "", 0), Purpose: events.TimerWorkflowTimeout, Due: time.Unix(1, 0)},
-				&events.TimerFired{TimerID: TimerID("x1", events.TimerWorkflowTimeout, "", 0)}, cancelRequest()}),
+				&events.TimerArmed{TimerID: timerID("x1", events.TimerWorkflowTimeout, "", 0), Purpose: events.TimerWorkflowTimeout, Due: time.Unix(1, 0)},
+				&events.TimerFired{TimerID: timerID("x1", events.TimerWorkflowTimeout, "", 0)}, cancelRequest()}),
 			want: func(*testing.T) action { return action{kind: actCancelled} }},
 		{name: "Cancelled", ps: concat(
 			[]events.Payload{started()}, through("build", projections.OpStarted),

@@ -41,8 +41,8 @@ type Input struct {
 	Memo *Memo
 	// Now is the time decisions count from (sleeps, timeouts, retries).
 	Now time.Time
-	// Token is a fresh, unguessable token for a decision that gives the
-	// execution a new one (a replay).
+	// Token is a fresh, unguessable token, when a [NeedToken] asked for
+	// one: a resume or a replay gives the execution a new one ("" otherwise).
 	Token string
 	// MaxEvent is the largest payload an event may have (0: no limit);
 	// a larger output or input fails its step.
@@ -183,6 +183,10 @@ type NeedWorkflow struct{ Ref CalledRef }
 // NeedHistory asks for the execution's whole history (Input.History).
 type NeedHistory struct{}
 
+// NeedToken asks for a fresh, unguessable token (Input.Token): rare
+// (resumes and replays), so no other decision pays for making one.
+type NeedToken struct{}
+
 // NeedStoredResults asks for the reports of the operations in flight
 // that are stored but not recorded (Input.Stored).
 type NeedStoredResults struct{}
@@ -190,6 +194,7 @@ type NeedStoredResults struct{}
 func (NeedWorkflow) need()      {}
 func (NeedHistory) need()       {}
 func (NeedStoredResults) need() {}
+func (NeedToken) need()         {}
 
 // Outcome is what performing an effect found that the history records.
 type Outcome interface{ outcome() }
@@ -254,7 +259,7 @@ func Unlocking(in Input) Decision {
 	if in.State.Status.Active() {
 		return Decision{}
 	}
-	l, ok := OpenLock(in.State)
+	l, ok := openLock(in.State)
 	if !ok {
 		return Decision{}
 	}
@@ -353,7 +358,7 @@ func (in Input) carry(a action) Decision {
 		}
 		return one(&events.StepSucceeded{StepID: id, Attempt: a.attempt, SignalID: a.signal.ID, Output: out})
 	case actReschedule:
-		tid := TimerID(in.ID, events.TimerRetry, id, a.attempt)
+		tid := timerID(in.ID, events.TimerRetry, id, a.attempt)
 		d, due := in.arm(events.TimerRetry, id, a.attempt, in.Now.Add(time.Duration(float64(a.delay)*jitter(tid, a.jitter))))
 		d.Events = append(d.Events, &events.StepRescheduled{StepID: id, Attempt: a.attempt, NextAttempt: a.attempt + 1,
 			Due: due.UTC(), TimerID: tid})
@@ -372,7 +377,7 @@ func (in Input) carry(a action) Decision {
 		if a.replay.automatic {
 			rec.RequestedBy, rec.Reason = "jetflow (replayable: automatically)", "step "+id+" was interrupted: "+stepError(s, id)
 		}
-		return Replayed(in, rec, *a.replay)
+		return replayed(in, rec, *a.replay)
 	}
 	return Decision{Err: fmt.Errorf("unknown action %d", a.kind)}
 }
@@ -380,12 +385,12 @@ func (in Input) carry(a action) Decision {
 // jitter is the factor a retry's backoff is multiplied by: within
 // [1-j, 1+j], spread by the timer's id (deterministic, and recorded with
 // the due time, so a replayed history decides the same).
-func jitter(TimerID string, j float64) float64 {
+func jitter(timerID string, j float64) float64 {
 	if j <= 0 {
 		return 1
 	}
 	h := fnv.New64a()
-	_, _ = h.Write([]byte(TimerID))
+	_, _ = h.Write([]byte(timerID))
 	frac := float64(h.Sum64()>>11) / (1 << 53)
 	return 1 - j + 2*j*frac
 }
@@ -394,7 +399,7 @@ func jitter(TimerID string, j float64) float64 {
 // a timer armed already keeps its first due time (its schedule is
 // published again, which replaces it), one that fired is left alone.
 func (in Input) arm(purpose, stepID string, attempt int, due time.Time) (Decision, time.Time) {
-	id := TimerID(in.ID, purpose, stepID, attempt)
+	id := timerID(in.ID, purpose, stepID, attempt)
 	t, known := in.State.Timers[id]
 	switch {
 	case known && t.Fired:
@@ -425,7 +430,7 @@ func (in Input) send(a action) Decision {
 	}
 	token := in.State.Token
 	if i := in.State.StepIndex(a.path); i >= 0 { // recorded with step.sending
-		token = TaskToken(in.State, in.State.Steps[i])
+		token = taskToken(in.State, in.State.Steps[i])
 	}
 	return Decision{After: []Effect{PublishTask{Task: events.Task{
 		TaskID: events.TaskID(in.ID, a.path, a.attempt), ExecutionID: in.ID, Workflow: in.Workflow, StepID: a.path, Attempt: a.attempt,
@@ -466,12 +471,12 @@ func (in Input) scheduleCalled(a action, kind string) Decision {
 	return Decision{Events: []events.Payload{in.final(&events.StepScheduled{StepID: a.path, Kind: kind, Attempt: a.attempt, Input: input})}}
 }
 
-// Replayed returns the recording of a replay (asked by an operator, a
+// replayed returns the recording of a replay (asked by an operator, a
 // retry step or automatic recovery): the variables are restored from the
 // history as they were when the replay point was entered, and then timers
 // that came due while the execution was over fire and results that arrived
 // meanwhile are recorded (CatchUp).
-func Replayed(in Input, rec events.ActionRecord, r ReplayRequest) Decision {
+func replayed(in Input, rec events.ActionRecord, r replayRequest) Decision {
 	var vars map[string]json.RawMessage
 	if r.plan.entered > 1 {
 		if in.History == nil {
@@ -487,6 +492,9 @@ func Replayed(in Input, rec events.ActionRecord, r ReplayRequest) Decision {
 			return Decision{Err: fmt.Errorf("fold history up to the replay point: damaged at sequence %d: %s", d.Seq, d.Reason)}
 		}
 		vars = s.Vars
+	}
+	if in.Token == "" {
+		return Decision{Need: NeedToken{}}
 	}
 	return Decision{
 		Events: []events.Payload{&events.ExecutionReplayed{ActionRecord: rec, From: r.from, Force: r.force, Point: r.plan.point, Mode: r.plan.mode,
@@ -547,7 +555,7 @@ func Stale(s projections.Execution, st projections.Step, ref events.TaskRef) str
 	switch {
 	case ref.Attempt != st.Attempt:
 		return fmt.Sprintf("attempt %d is not the step's current attempt %d", ref.Attempt, st.Attempt)
-	case ref.Token != TaskToken(s, st):
+	case ref.Token != taskToken(s, st):
 		return "stale execution token: the task was not sent with it"
 	case st.Queue != "" && ref.Queue != st.Queue:
 		return fmt.Sprintf("the report came from queue %q; the step's task went to queue %q", ref.Queue, st.Queue)

@@ -84,6 +84,9 @@ func (m *memShell) carry(d Decision) bool {
 		m.history = true
 		return true
 	}
+	if _, ok := d.Need.(NeedToken); ok {
+		return true // input() always gives one
+	}
 	if _, ok := d.Need.(NeedStoredResults); ok {
 		m.stored = map[string]events.Event{} // no report is stored unrecorded
 		return true
@@ -240,7 +243,7 @@ func TestJitterSpreadsRetries(t *testing.T) {
 	t.Parallel()
 	seen := map[float64]bool{}
 	for i := range 200 {
-		id := TimerID(fmt.Sprintf("x%d", i), events.TimerRetry, "op", 1)
+		id := timerID(fmt.Sprintf("x%d", i), events.TimerRetry, "op", 1)
 		f := jitter(id, 0.25)
 		require.GreaterOrEqual(t, f, 0.75)
 		require.LessOrEqual(t, f, 1.25)

@@ -41,7 +41,7 @@ func decideLockedIn(d workflow.Definition, s projections.Execution, v *view) act
 		return decideIn(d, s, v)
 	}
 	if !s.Status.Active() { // ended, or suspended (wait_after_fail): nothing runs
-		if l, ok := OpenLock(s); ok {
+		if l, ok := openLock(s); ok {
 			return unlock(l, "the execution is "+string(s.Status))
 		}
 		return decideIn(d, s, v)
@@ -54,7 +54,7 @@ func decideLockedIn(d workflow.Definition, s projections.Execution, v *view) act
 	a := decideIn(d, s, v)
 	switch a.kind {
 	case actSucceed, actFail, actCancelled:
-		if l, ok := OpenLock(s); ok {
+		if l, ok := openLock(s); ok {
 			return unlock(l, "the execution ends")
 		}
 		return a
@@ -80,8 +80,8 @@ func unlock(l projections.Lock, reason string) action {
 	return action{kind: actUnlock, path: l.Path, lock: lockAct{name: l.Name, reason: reason}}
 }
 
-// OpenLock returns a lock the execution holds or waits for.
-func OpenLock(s projections.Execution) (projections.Lock, bool) {
+// openLock returns a lock the execution holds or waits for.
+func openLock(s projections.Execution) (projections.Lock, bool) {
 	for _, l := range s.Locks {
 		if l.Status.Open() {
 			return l, true

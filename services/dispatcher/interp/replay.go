@@ -40,14 +40,14 @@ type replayPlan struct {
 	entered int
 }
 
-// ReplayRefused is a replay that cannot be done as asked: the operator is
+// replayRefused is a replay that cannot be done as asked: the operator is
 // told why (and the command rejected), a retry step fails with it.
-type ReplayRefused struct{ msg string }
+type replayRefused struct{ msg string }
 
-func (e *ReplayRefused) Error() string { return e.msg }
+func (e *replayRefused) Error() string { return e.msg }
 
 func refuse(format string, args ...any) error {
-	return &ReplayRefused{msg: fmt.Sprintf(format, args...)}
+	return &replayRefused{msg: fmt.Sprintf(format, args...)}
 }
 
 // ran is a step instance that ran (or runs) in the execution as it is now.
@@ -620,7 +620,7 @@ func (e *engine) retryReplay(step workflow.Step, st projections.Step) action {
 	if err != nil {
 		return action{kind: actStepFail, step: step, path: st.ID, attempt: st.Attempt, final: true, err: "replay: " + err.Error()}
 	}
-	return action{kind: actReplay, step: step, path: st.ID, replay: &ReplayRequest{plan: plan, from: from, cause: key}}
+	return action{kind: actReplay, step: step, path: st.ID, replay: &replayRequest{plan: plan, from: from, cause: key}}
 }
 
 // autoReplay returns the replay resuming of an execution replayable
@@ -634,7 +634,7 @@ func (e *engine) autoReplay(step workflow.Step, st projections.Step) (action, bo
 	if err != nil {
 		return action{}, false // the failure stands, and is handled as usual
 	}
-	return action{kind: actReplay, step: step, path: st.ID, replay: &ReplayRequest{plan: plan, from: events.ReplayResume, automatic: true}}, true
+	return action{kind: actReplay, step: step, path: st.ID, replay: &replayRequest{plan: plan, from: events.ReplayResume, automatic: true}}, true
 }
 
 // failedOwner returns the failed step whose on-error steps hold the
@@ -663,22 +663,12 @@ func failedOwner(d workflow.Definition, s projections.Execution, path string) st
 	return ""
 }
 
-// ReplayRequest is a replay decided by decide (actReplay) or asked by an
+// replayRequest is a replay decided by decide (actReplay) or asked by an
 // operator.
-type ReplayRequest struct {
+type replayRequest struct {
 	plan      replayPlan
 	from      string
 	force     bool
 	cause     string
 	automatic bool
-}
-
-// PlanReplay plans the replay an operator asks for, from a replay point
-// (events.ReplayStart, events.ReplayLast, events.ReplayResume or a step's
-// id), forced or not; settled are the operations with the agents whose
-// result is already stored. A replay that cannot be done as asked returns
-// a *ReplayRefused saying why.
-func PlanReplay(d workflow.Definition, s projections.Execution, from string, force bool, settled map[string]bool) (ReplayRequest, error) {
-	plan, err := planReplay(d, s, replayAsk{from: from, force: force, settled: settled})
-	return ReplayRequest{plan: plan, from: from, force: force}, err
 }

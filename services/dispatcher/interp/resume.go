@@ -18,14 +18,14 @@ func cancelled(s projections.Execution) *events.ExecutionCancelled {
 	return &events.ExecutionCancelled{ActionRecord: rec}
 }
 
-// ResetFor lists the step instances a resume runs again: failures that
+// resetFor lists the step instances a resume runs again: failures that
 // their on-error steps did not recover (and are not handling), attempts
 // waiting for a retry, operations whose failure arrived while the
 // execution was over (failed), and with force the operations that were
 // with the agents (or being sent). The on-error instances of an attempt
 // that runs again are left as they are: a new attempt's failure gets
 // new ones.
-func ResetFor(d workflow.Definition, s projections.Execution, force bool, failedBefore map[string]bool) []string {
+func resetFor(d workflow.Definition, s projections.Execution, force bool, failedBefore map[string]bool) []string {
 	var out []string
 	reset := map[string]bool{}
 	e := lookingEngine(d, s)
@@ -67,8 +67,8 @@ func staleHandler(s projections.Execution, path string, reset map[string]bool) b
 	return false
 }
 
-// FailedMeanwhile lists the operations whose stored result is a failure.
-func FailedMeanwhile(s projections.Execution, stored map[string]events.Event) map[string]bool {
+// failedMeanwhile lists the operations whose stored result is a failure.
+func failedMeanwhile(s projections.Execution, stored map[string]events.Event) map[string]bool {
 	out := map[string]bool{}
 	for id, ev := range stored {
 		if ev.Type == events.TypeOperationFailed {

@@ -7,10 +7,10 @@ import (
 	"jetflow.dev/pkg/projections"
 )
 
-// TaskToken is the execution token an attempt's task carries: the one
+// taskToken is the execution token an attempt's task carries: the one
 // current when it was sent (a plain resume waits for the results of tasks
 // sent before it, with the old token).
-func TaskToken(s projections.Execution, st projections.Step) string {
+func taskToken(s projections.Execution, st projections.Step) string {
 	if st.Token != "" {
 		return st.Token
 	}

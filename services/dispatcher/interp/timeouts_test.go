@@ -31,7 +31,7 @@ func TestDecideArmsMissingTimeouts(t *testing.T) {
 	require.Equal(t, events.TimerWorkflowTimeout, a.purpose)
 	require.Equal(t, at.Add(time.Minute), a.until)
 
-	id := TimerID("x1", events.TimerWorkflowTimeout, "", 0)
+	id := timerID("x1", events.TimerWorkflowTimeout, "", 0)
 	evs = append(evs,
 		events.Event{ID: "2", Subject: "x1", Type: events.TypeTimerArmed, Time: at, Data: &events.TimerArmed{TimerID: id, Purpose: events.TimerWorkflowTimeout, Due: at.Add(time.Minute)}},
 		events.Event{ID: "3", Subject: "x1", Type: events.TypeStepScheduled, Time: at, Data: &events.StepScheduled{StepID: "op", Attempt: 1}},
