@@ -3,8 +3,8 @@
 // execution's history into state, decides the next step, appends events
 // with optimistic concurrency and publishes tasks to agent queues.
 //
-// Messages for one execution are handled by one worker goroutine at a time
-// (hashing the execution id); across processes, the events stream's
+// Messages for one execution are handled by one worker goroutine at a time,
+// executions taking turns (fair.go); across processes, the events stream's
 // expected-last-subject-sequence check fences out concurrent writers.
 package dispatch
 
@@ -13,7 +13,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"net/url"
 	"os"
 	"strings"
@@ -252,15 +251,20 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		}
 		bound = append(bound, cons)
 	}
-	queues := make([]chan job, d.cfg.Workers)
+	// The workers handle executions in turns (fair.go).
+	work := newTurns()
 	var wg sync.WaitGroup
-	for i := range queues {
-		queues[i] = make(chan job, 64)
+	for range d.cfg.Workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for j := range queues[i] {
+			for {
+				j, ok := work.next()
+				if !ok {
+					return
+				}
 				d.process(ctx, j)
+				work.done(j)
 			}
 		}()
 	}
@@ -273,20 +277,14 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			cc.Drain()
 			<-cc.Closed()
 		}
-		for _, q := range queues {
-			close(q)
-		}
+		work.close()
 		wg.Wait()
 	}()
-	// enqueue checks a message and hands it to the worker of its
-	// execution; from is the partition holding it came from (nil for the
-	// shared consumers).
+	// queue hands a job to the workers, behind its execution's others;
+	// enqueue checks a message first. from is the partition holding it
+	// came from (nil for the shared consumers).
 	queue := func(j job) {
-		h := fnv.New32a()
-		h.Write([]byte(j.key))
-		select {
-		case queues[h.Sum32()%uint32(len(queues))] <- j:
-		case <-ctx.Done():
+		if ctx.Err() != nil || !work.add(j) {
 			_ = j.msg.Nak() // shutting down: hand it to another dispatcher now
 			j.from.done()
 		}
