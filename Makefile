@@ -95,6 +95,10 @@ bench/failover: ## Benchmark failover: three dispatchers, one cut off while FAIL
 bench/foreach: ## Benchmark one execution of a foreach over FOREACH let items (5000), which the dispatcher runs itself
 	$(GO) run ./tools/cmd/jetflow-bench -executions 0 -single 0 -foreach $(or $(FOREACH),5000) $(BENCH_FLAGS)
 
+.PHONY: bench/fairness
+bench/fairness: ## Benchmark fairness: 3-step executions idle and while one foreach of FAIRNESS noop operations (3000) runs; reports how far their p99 rises
+	$(GO) run ./tools/cmd/jetflow-bench -executions 0 -single 0 -fairness $(or $(FAIRNESS),3000) $(BENCH_FLAGS)
+
 .PHONY: bench/retention
 bench/retention: ## Benchmark the janitor's retention sweep over RETENTION finished executions (5000; 2/5 deleted, or all but RETENTION_KEEP)
 	$(GO) run ./tools/cmd/jetflow-bench -executions 0 -single 0 -retention $(or $(RETENTION),5000) $(if $(RETENTION_KEEP),-retention-keep $(RETENTION_KEEP)) $(BENCH_FLAGS)
