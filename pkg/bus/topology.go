@@ -65,6 +65,9 @@ type TopologyEvents struct {
 	Back func(name string)
 	// Failed: looking failed (NATS away: reported elsewhere).
 	Failed func(err error)
+	// Looked: a look found these missing (none: nil), after Missing and
+	// Back were told; called after every look that did not fail.
+	Looked func(missing []string)
 }
 
 // WatchTopology looks every period for the streams and buckets of c that
@@ -131,5 +134,8 @@ func (t *Topology) look(ctx context.Context, js jetstream.JetStream, c Config, m
 		if !slices.Contains(missing, m) && ev.Back != nil {
 			ev.Back(m)
 		}
+	}
+	if ev.Looked != nil {
+		ev.Looked(slices.Clone(missing))
 	}
 }

@@ -79,6 +79,9 @@ type Config struct {
 	SecretsEnvPrefix string
 	// Dispatcher settings.
 	Workers int
+	// TopologyEvery is how often the stack looks for its streams and
+	// buckets and makes a missing one again (0: TopologyEvery).
+	TopologyEvery time.Duration
 	// Janitor settings.
 	JanitorInterval time.Duration
 	IdleAfter       time.Duration
@@ -355,6 +358,28 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 		defer os.Remove(filepath.Join(cfg.DataDir, ConnFile))
 	}
 
+	var topos []*bus.Topology
+	for _, ns := range namespaces {
+		topo, stopWatch, err := watchTopology(ctx, info, ns, cfg)
+		if err != nil {
+			_ = ln.Close()
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		defer stopWatch()
+		topos = append(topos, topo)
+	}
+	missing := func() []string {
+		var out []string
+		for _, t := range topos {
+			out = append(out, t.Missing()...)
+		}
+		slices.Sort(out)
+		return slices.Compact(out)
+	}
+
 	agentCfg, err := agentConfig(cfg)
 	if err != nil {
 		_ = ln.Close()
@@ -464,7 +489,7 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 			others = append(others, api.Namespace{Name: ns, NC: nc, JS: js})
 		}
 		return api.Serve(ctx, api.Config{Listener: ln, StartWait: cfg.StartWait, MaxReadModel: cfg.MaxReadModel, BindOnly: restricted, Namespaces: others,
-			Auth: api.AuthConfig{Disabled: cfg.Insecure, AdminTokenFile: tokenPath}}, c.NC, c.JS, log("api"))
+			Missing: missing, Auth: api.AuthConfig{Disabled: cfg.Insecure, AdminTokenFile: tokenPath}}, c.NC, c.JS, log("api"))
 	})
 	err = g.Wait()
 	_ = ln.Close()

@@ -3,6 +3,7 @@ package devstack
 import (
 	"context"
 	"errors"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,6 +13,10 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/auth"
+	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/natstest"
 )
 
 func run(t *testing.T, dir string) (Info, context.CancelFunc, <-chan error) {
@@ -81,4 +86,49 @@ func TestStalePIDFileIsTakenOver(t *testing.T) {
 	require.Equal(t, strconv.Itoa(os.Getpid()), strings.TrimSpace(string(pid)))
 	stop()
 	require.NoError(t, <-done)
+}
+
+// TestMissingStreamIsMadeAgain: the development stack is its own
+// bootstrap: a stream deleted by hand (here the rejections stream, whose
+// absence used to make every rejected command retry for ever) is found
+// missing and made again, and the api is ready again once it is back.
+func TestMissingStreamIsMadeAgain(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := Config{DataDir: dir, NATSAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", TopologyEvery: 100 * time.Millisecond,
+		Log: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel)}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan Info, 1)
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, cfg, func(i Info) { ready <- i }) }()
+	var info Info
+	select {
+	case info = <-ready:
+	case err := <-done:
+		cancel()
+		t.Fatalf("stack stopped: %v", err)
+	case <-time.After(60 * time.Second):
+		cancel()
+		t.Fatal("stack did not start")
+	}
+	defer func() { cancel(); require.NoError(t, <-done) }()
+
+	conn, err := info.Dial(ctx, auth.RoleAdmin, "test")
+	require.NoError(t, err)
+	defer conn.NC.Close()
+	require.NoError(t, conn.JS.DeleteStream(ctx, bus.StreamRejections))
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		_, err := conn.JS.Stream(ctx, bus.StreamRejections)
+		return err == nil
+	}, "the rejections stream is made again")
+	_, err = conn.JS.Publish(ctx, bus.RejectionSubject("test-key"), []byte("{}"))
+	require.NoError(t, err, "the stream made again takes rejections")
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		resp, err := http.Get(info.APIURL + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, "the api is ready again")
 }
