@@ -10,6 +10,7 @@ import (
 	"jetflow.dev/pkg/auth"
 	"jetflow.dev/services/api/access"
 	"jetflow.dev/services/api/api"
+	"jetflow.dev/services/internal/metrics"
 	"jetflow.dev/services/internal/svcrun"
 )
 
@@ -30,6 +31,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		"the largest read model stored, in bytes: a larger one leaves out its finished steps, oldest first (never more than the server's message size)")
 	cacheTTL := p.DurationIn("key-cache-ttl", "JETFLOW_KEY_CACHE_TTL", 5*time.Second, api.Ranges.CacheTTL,
 		"how long an api key looked up is trusted (a key revoked on another replica stops working within it)")
+	metricsAddr := p.String("metrics-addr", "JETFLOW_API_METRICS_ADDR", "",
+		"host:port of the Prometheus /metrics endpoint, e.g. 127.0.0.1:9465 (empty: off)")
 	if err := p.Parse(args); err != nil {
 		return err
 	}
@@ -38,6 +41,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 			OIDC: access.OIDCConfig{Issuer: *issuer, Audience: *audience, ScopesClaim: *scopesClaim, NamespacesClaim: *nsClaim}}}
 	if err := cfg.Validate(); err != nil { // before waiting for NATS
 		return err
+	}
+	if *metricsAddr != "" {
+		reg := metrics.Registry()
+		stop, err := metrics.Serve("-metrics-addr", *metricsAddr, reg, p.Log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		cfg.Registerer = reg
 	}
 	names, err := p.Common.ServedNamespaces()
 	if err != nil {

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -34,6 +35,11 @@ func Serve(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.JetStrea
 		proj.BindOnly, proj.MaxModel = cfg.BindOnly, cfg.MaxReadModel
 		projs = append(projs, proj)
 		srv.projectors[ns.Name] = proj
+	}
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(collector{srv}); err != nil {
+			return fmt.Errorf("api metrics: %w", err)
+		}
 	}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return srv.Run(ctx) })

@@ -18,6 +18,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"jetflow.dev/pkg/apiv1"
@@ -58,6 +59,9 @@ type Config struct {
 	// Missing, when set, says which streams and buckets the api found
 	// missing (GET /readyz answers 503 while any is).
 	Missing func() []string
+	// Registerer, when set, gets the api's metrics (Serve registers them):
+	// parked read models and missing streams and buckets.
+	Registerer prometheus.Registerer
 	// Auth says how callers authenticate (docs/api.md#authentication).
 	// The zero value requires a token on every route but /healthz, and
 	// accepts api keys only.
@@ -259,7 +263,7 @@ func New(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.JetStream,
 		s.authn.OIDC = access.NewOIDC(cfg.Auth.OIDC)
 	}
 	log.Info().Bool("admin_token_file", s.authn.Admin != nil).Str("oidc_issuer", cfg.Auth.OIDC.Issuer).
-		Dur("key_cache_ttl", cfg.Auth.CacheTTL).Msg("HTTP callers authenticate")
+		Stringer("key_cache_ttl", cfg.Auth.CacheTTL).Msg("HTTP callers authenticate")
 	return s, nil
 }
 
