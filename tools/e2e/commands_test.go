@@ -216,7 +216,7 @@ func TestPublicAnswersHoldNoToken(t *testing.T) {
 
 // TestQueryParametersAndNamesAreChecked: a misspelt query parameter is a
 // 400 naming it, never a silently unfiltered answer; a workflow name that
-// cannot be one is a 400, not a 404.
+// cannot be one is a 400, not a 404, and so is an execution id.
 func TestQueryParametersAndNamesAreChecked(t *testing.T) {
 	t.Parallel()
 	s := startStack(t, nil)
@@ -228,6 +228,9 @@ func TestQueryParametersAndNamesAreChecked(t *testing.T) {
 		{"/v1/locks?held=true", "held"},
 		{"/v1/workflows/a%20b", "name"},
 		{"/v1/workflows/a%20b/versions/1", "name"},
+		{"/v1/executions/bad%20id!", "id"},
+		{"/v1/executions/bad%20id!/events", "id"},
+		{"/v1/executions/bad%20id!/steps", "id"},
 	} {
 		resp, err := apiHTTP.Get(s.info.APIURL + tt.path)
 		require.NoError(t, err)

@@ -23,7 +23,10 @@ var replayFromRe = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_\-/~@\[\]]{0,255}$`)
 // on an execution. The answer is 200 once the history records it, 202 if
 // the dispatcher has not answered in time, or the reason it was refused.
 func (s *Server) executionAction(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
+	id, ok := executionID(w, r)
+	if !ok {
+		return
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBody))
 	if tooLarge(w, err, s.cfg.MaxBody) {
 		return

@@ -423,7 +423,10 @@ func (s *Server) loadExecution(ctx context.Context, id string) (projections.Exec
 }
 
 func (s *Server) getExecution(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
+	id, ok := executionID(w, r)
+	if !ok {
+		return
+	}
 	atSeq, ok := querySeq(w, r, "at_seq")
 	if !ok {
 		return
@@ -452,7 +455,10 @@ func (s *Server) getExecution(w http.ResponseWriter, r *http.Request) {
 // (?offset, ?limit: 100, at most 1000), from the whole state: the read
 // model, or the fold of the history when the read model leaves steps out.
 func (s *Server) executionSteps(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
+	id, ok := executionID(w, r)
+	if !ok {
+		return
+	}
 	q := r.URL.Query()
 	offset, limit := 0, 100
 	for _, p := range []struct {
@@ -663,7 +669,10 @@ func (s *Server) inputsOf(ctx context.Context, subject string, evs []events.Even
 // executionEvents returns the history from from_seq as JSON, or follows it
 // live as server-sent events when the client accepts text/event-stream.
 func (s *Server) executionEvents(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
+	id, ok := executionID(w, r)
+	if !ok {
+		return
+	}
 	from, ok := querySeq(w, r, "from_seq")
 	if !ok {
 		return

@@ -19,7 +19,11 @@ import (
 // in the history, 202 if the dispatcher has not answered in time, or the
 // reason it was refused.
 func (s *Server) signalExecution(w http.ResponseWriter, r *http.Request) {
-	id, name := r.PathValue("id"), r.PathValue("name")
+	id, ok := executionID(w, r)
+	if !ok {
+		return
+	}
+	name := r.PathValue("name")
 	if !events.ValidSignalName(name) {
 		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: "name", Message: fmt.Sprintf("signal name %q: %s", name, events.SignalNameRule)})
 		return

@@ -86,6 +86,19 @@ func workflowName(w http.ResponseWriter, r *http.Request) (string, bool) {
 	return name, true
 }
 
+// executionID returns the request's {id}, or answers 400 naming the rule
+// an execution id follows (an id that cannot exist is a mistake to say,
+// not a 404).
+func executionID(w http.ResponseWriter, r *http.Request) (string, bool) {
+	id := r.PathValue("id")
+	if !events.ValidExecutionID(id) {
+		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: "id",
+			Message: fmt.Sprintf("%q is not a valid execution id: %s", id, events.ExecutionIDRule)})
+		return "", false
+	}
+	return id, true
+}
+
 func (s *Server) getWorkflow(w http.ResponseWriter, r *http.Request) {
 	name, ok := workflowName(w, r)
 	if !ok {
