@@ -5,8 +5,10 @@ package svc
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -131,8 +133,19 @@ func (f *Flags) Parse(args []string) error {
 	if len(f.errs) > 0 {
 		return f.errs[0]
 	}
-	if err := f.FlagSet.Parse(args); err != nil {
+	// The flag package prints the error and the whole usage on a bad
+	// flag; only -h asks for the usage. A bad flag is the error alone,
+	// with a pointer to -h (the program prints it).
+	out := f.FlagSet.Output()
+	f.FlagSet.SetOutput(io.Discard)
+	err := f.FlagSet.Parse(args)
+	f.FlagSet.SetOutput(out)
+	if errors.Is(err, flag.ErrHelp) {
+		f.FlagSet.Usage()
 		return err
+	}
+	if err != nil {
+		return fmt.Errorf("%w (-h lists the flags)", err)
 	}
 	for _, check := range f.checks {
 		if err := check(); err != nil {

@@ -114,11 +114,13 @@ func TestParse(t *testing.T) {
 		"StrayArgument": {args: []string{"-log-level", "debug", "extra"}, want: `unexpected argument "extra"`},
 		"BadLogLevel":   {env: map[string]string{"JETFLOW_LOG_LEVEL": "loud"}, want: `-log-level "loud"`},
 		"Replicas":      {args: []string{"-replicas", "0"}, want: "-replicas (JETFLOW_REPLICAS) 0: out of range, use 1 to 5"},
-		"UnknownFlag":   {args: []string{"-nope"}, want: "flag provided but not defined: -nope"},
+		"UnknownFlag":   {args: []string{"-nope"}, want: "flag provided but not defined: -nope (-h lists the flags)"},
+		"BadNumber":     {args: []string{"-replicas", "banana"}, want: `invalid value "banana" for flag -replicas`},
 	} {
 		var out bytes.Buffer
 		p := svcrun.New(auth.RoleJanitor, func(k string) string { return tc.env[k] }, &out)
 		require.ErrorContains(t, p.Parse(tc.args), tc.want, name)
+		require.NotContains(t, out.String(), "Usage of", "%s: a bad setting is its error, not the whole usage", name)
 	}
 	var out bytes.Buffer
 	p := svcrun.New(auth.RoleJanitor, func(string) string { return "" }, &out)
