@@ -8,6 +8,8 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +19,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/google/uuid"
 
 	"jetflow.dev/pkg/apiv1"
 	"jetflow.dev/pkg/projections"
@@ -31,6 +35,43 @@ type Client struct {
 	Token string
 	// Namespace is sent as Jetflow-Namespace ("" for the api's default).
 	Namespace string
+	// RetryFor is how long a request answered 503 (or 502, 504: the api
+	// or NATS is away or between leaders) is tried again, with the same
+	// Idempotency-Key, waiting as Retry-After says: reads, and the
+	// commands that carry a key (Start, Signal, Act: each call makes one
+	// unless the context gives one, WithIdempotencyKey). 0 is
+	// DefaultRetryFor; negative never retries.
+	RetryFor time.Duration
+}
+
+// DefaultRetryFor is how long a request is retried by default.
+const DefaultRetryFor = 30 * time.Second
+
+type idempotencyKey struct{}
+
+// WithIdempotencyKey returns ctx whose commands (Start, Signal, Act) are
+// sent with Idempotency-Key key: the same key is the same command, so a
+// retry, by this client or by the caller after an error, never runs it
+// twice. Without one, each call makes its own.
+func WithIdempotencyKey(ctx context.Context, key string) context.Context {
+	return context.WithValue(ctx, idempotencyKey{}, key)
+}
+
+// commandHeader returns hdr with the command's Idempotency-Key: the
+// context's, or a new one.
+func commandHeader(ctx context.Context, hdr http.Header) http.Header {
+	key, _ := ctx.Value(idempotencyKey{}).(string)
+	if key == "" {
+		b := make([]byte, 16)
+		_, _ = rand.Read(b) // never fails (crypto/rand)
+		key = "jetflow-client-" + hex.EncodeToString(b)
+	}
+	hdr = hdr.Clone()
+	if hdr == nil {
+		hdr = http.Header{}
+	}
+	hdr.Set("Idempotency-Key", key)
+	return hdr
 }
 
 // Option sets an optional setting of a Client.
@@ -102,10 +143,46 @@ func IsStatus(err error, status int) bool {
 	return errors.As(err, &e) && e.Status == status
 }
 
+// do sends a request and decodes its answer into out. A read, or a
+// command with an Idempotency-Key, answered 502, 503 or 504 is sent again
+// for up to RetryFor.
 func (c *Client) do(ctx context.Context, method, path string, hdr http.Header, body io.Reader, out any) (int, error) {
+	var payload []byte
+	if body != nil {
+		var err error
+		if payload, err = io.ReadAll(body); err != nil {
+			return 0, fmt.Errorf("read body of %s %s: %w", method, path, err)
+		}
+	}
+	retry := (method == http.MethodGet && path != "/healthz" && path != "/readyz") || hdr.Get("Idempotency-Key") != ""
+	retryFor := cmp.Or(c.RetryFor, DefaultRetryFor)
+	began := time.Now()
+	for attempt := 1; ; attempt++ {
+		status, wait, err := c.once(ctx, method, path, hdr, payload, out)
+		if !retry || retryFor < 0 || wait < 0 || time.Since(began)+wait > retryFor {
+			return status, err
+		}
+		if wait == 0 {
+			wait = min(250*time.Millisecond<<min(attempt-1, 3), 2*time.Second)
+		}
+		select {
+		case <-ctx.Done():
+			return status, err
+		case <-time.After(wait):
+		}
+	}
+}
+
+// once sends a request once. wait is -1 unless the answer may be retried
+// (502, 503, 504); then it is what Retry-After asks (0: not said).
+func (c *Client) once(ctx context.Context, method, path string, hdr http.Header, payload []byte, out any) (status int, wait time.Duration, err error) {
+	var body io.Reader
+	if payload != nil {
+		body = bytes.NewReader(payload)
+	}
 	req, err := http.NewRequestWithContext(ctx, method, c.Base+path, body)
 	if err != nil {
-		return 0, err
+		return 0, -1, err
 	}
 	for k, v := range hdr {
 		req.Header[k] = v
@@ -113,22 +190,30 @@ func (c *Client) do(ctx context.Context, method, path string, hdr http.Header, b
 	c.authorize(req)
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
-		return 0, c.unreachable(ctx, method+" "+path, err)
+		return 0, -1, c.unreachable(ctx, method+" "+path, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return resp.StatusCode, fmt.Errorf("read answer of %s %s: %w", method, path, err)
+		return resp.StatusCode, -1, fmt.Errorf("read answer of %s %s: %w", method, path, err)
 	}
 	if resp.StatusCode >= 400 {
-		return resp.StatusCode, decodeError(resp.StatusCode, data)
+		wait = -1
+		switch resp.StatusCode {
+		case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+			wait = 0
+			if n, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && n >= 0 {
+				wait = min(time.Duration(n)*time.Second, 5*time.Second)
+			}
+		}
+		return resp.StatusCode, wait, decodeError(resp.StatusCode, data)
 	}
 	if out != nil {
 		if err := json.Unmarshal(data, out); err != nil {
-			return resp.StatusCode, fmt.Errorf("decode answer of %s %s: %w", method, path, err)
+			return resp.StatusCode, -1, fmt.Errorf("decode answer of %s %s: %w", method, path, err)
 		}
 	}
-	return resp.StatusCode, nil
+	return resp.StatusCode, -1, nil
 }
 
 // decodeError reads an api error answer ({"error": {...}}), or keeps the
@@ -180,12 +265,17 @@ type Started = apiv1.Started
 
 // Start starts an execution.
 func (c *Client) Start(ctx context.Context, r StartRequest) (Started, error) {
+	if _, given := ctx.Value(idempotencyKey{}).(string); !given && r.ID == "" {
+		// The api would derive the id from the key this call makes; name
+		// a new one as the api does without a key (time-ordered).
+		r.ID = uuid.Must(uuid.NewV7()).String()
+	}
 	b, err := json.Marshal(r)
 	if err != nil {
 		return Started{}, err
 	}
 	var s Started
-	s.HTTPStatus, err = c.do(ctx, http.MethodPost, "/v1/executions", http.Header{"Content-Type": {"application/json"}}, bytes.NewReader(b), &s)
+	s.HTTPStatus, err = c.do(ctx, http.MethodPost, "/v1/executions", commandHeader(ctx, http.Header{"Content-Type": {"application/json"}}), bytes.NewReader(b), &s)
 	return s, err
 }
 
@@ -416,7 +506,7 @@ func (c *Client) Signal(ctx context.Context, id, name string, data json.RawMessa
 		body = bytes.NewReader(data)
 	}
 	_, err := c.do(ctx, http.MethodPost, "/v1/executions/"+url.PathEscape(id)+"/signals/"+url.PathEscape(name),
-		http.Header{"Content-Type": {"application/json"}}, body, &out)
+		commandHeader(ctx, http.Header{"Content-Type": {"application/json"}}), body, &out)
 	return out, err
 }
 
@@ -434,6 +524,6 @@ func (c *Client) Act(ctx context.Context, id string, req ActionRequest) (Acted, 
 		return out, err
 	}
 	_, err = c.do(ctx, http.MethodPost, "/v1/executions/"+url.PathEscape(id)+"/actions",
-		http.Header{"Content-Type": {"application/json"}}, bytes.NewReader(b), &out)
+		commandHeader(ctx, http.Header{"Content-Type": {"application/json"}}), bytes.NewReader(b), &out)
 	return out, err
 }

@@ -83,6 +83,7 @@ func (s *Server) refuseToken(w http.ResponseWriter, r *http.Request, rt route, e
 	log := zerolog.Ctx(r.Context())
 	if errors.Is(err, access.ErrUnavailable) {
 		log.Error().Err(err).Str("path", r.URL.Path).Msg("cannot check a token")
+		w.Header().Set("Retry-After", RetryAfter)
 		writeError(w, http.StatusServiceUnavailable, apiError{Code: "unavailable", Message: err.Error()})
 		return
 	}

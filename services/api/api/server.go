@@ -456,13 +456,24 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = enc.Encode(v)
 }
 
+// RetryAfter is the Retry-After of a 503: NATS is away, slow or between
+// leaders, and the same request (with the same idempotency key) can
+// succeed in a moment.
+const RetryAfter = "1"
+
+// internal answers a request that failed on NATS or JetStream: 503
+// unavailable with Retry-After when the failure is transient (a timeout,
+// no responders, a stream between leaders), else 500 internal.
 func (s *Server) internal(w http.ResponseWriter, r *http.Request, err error) {
-	zerolog.Ctx(r.Context()).Error().Err(err).Str("path", r.URL.Path).Msg("request failed")
-	status := http.StatusInternalServerError
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) {
-		status = http.StatusServiceUnavailable
+	if bus.Transient(err) && r.Context().Err() == nil {
+		zerolog.Ctx(r.Context()).Warn().Err(err).Str("path", r.URL.Path).Msg("request failed, retryable")
+		w.Header().Set("Retry-After", RetryAfter)
+		writeError(w, http.StatusServiceUnavailable, apiError{Code: "unavailable",
+			Message: err.Error() + " (NATS is away or between leaders: retry with the same Idempotency-Key)"})
+		return
 	}
-	writeError(w, status, apiError{Code: "internal", Message: err.Error()})
+	zerolog.Ctx(r.Context()).Error().Err(err).Str("path", r.URL.Path).Msg("request failed")
+	writeError(w, http.StatusInternalServerError, apiError{Code: "internal", Message: err.Error()})
 }
 
 type statusRecorder struct {

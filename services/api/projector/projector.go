@@ -252,10 +252,7 @@ func (p *Projector) projectBatch(ctx context.Context, batch []jetstream.Msg) {
 
 // transient reports whether err is NATS being away or slow, which parks
 // nothing: every execution would be parked by an outage.
-func transient(err error) bool {
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
-		errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrDisconnected) || errors.Is(err, jetstream.ErrNoStreamResponse)
-}
+func transient(err error) bool { return bus.Transient(err) }
 
 // park (Run's goroutine) sets g's execution aside after err, and stores what can be
 // stored of it: a summary without its steps (GET .../steps folds them from

@@ -1,0 +1,41 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Transient reports whether err is NATS or JetStream being away, slow or
+// between leaders: the same request can succeed a moment later (a
+// timeout, no responders, no response from a stream, a connection being
+// re-established, a leader being elected, JetStream answering 503). A
+// request that failed so is retried, with the same idempotency key, never
+// reported as an internal error.
+func Transient(err error) bool {
+	if err == nil {
+		return false
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded),
+		errors.Is(err, nats.ErrTimeout),
+		errors.Is(err, nats.ErrNoResponders),
+		errors.Is(err, nats.ErrConnectionClosed),
+		errors.Is(err, nats.ErrConnectionReconnecting),
+		errors.Is(err, nats.ErrDisconnected),
+		errors.Is(err, nats.ErrNoServers),
+		errors.Is(err, jetstream.ErrNoStreamResponse),
+		errors.Is(err, jetstream.ErrConsumerLeadershipChanged),
+		errors.Is(err, jetstream.ErrNoHeartbeat):
+		return true
+	}
+	var jerr jetstream.JetStreamError
+	if errors.As(err, &jerr) && jerr.APIError() != nil {
+		return jerr.APIError().Code == http.StatusServiceUnavailable
+	}
+	var aerr *jetstream.APIError
+	return errors.As(err, &aerr) && aerr.Code == http.StatusServiceUnavailable
+}

@@ -1,0 +1,32 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/bus"
+)
+
+func TestTransient(t *testing.T) {
+	for _, err := range []error{
+		context.DeadlineExceeded, nats.ErrTimeout, nats.ErrNoResponders, nats.ErrConnectionReconnecting,
+		jetstream.ErrNoStreamResponse, jetstream.ErrJetStreamNotEnabled, // 503: a server still starting
+		fmt.Errorf("publish start: %w", jetstream.ErrNoStreamResponse),
+		&jetstream.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"},
+	} {
+		require.True(t, bus.Transient(err), "%v", err)
+	}
+	for _, err := range []error{
+		nil, errors.New("boom"), context.Canceled, jetstream.ErrStreamNotFound, jetstream.ErrMsgNotFound,
+		&jetstream.APIError{Code: 400, ErrorCode: 10071, Description: "wrong last sequence: 4"},
+		nats.ErrMaxPayload,
+	} {
+		require.False(t, bus.Transient(err), "%v", err)
+	}
+}
