@@ -197,7 +197,7 @@ func scan(ctx context.Context, js jetstream.JetStream, stream, filter string, fr
 	for pending > 0 {
 		// Ask for exactly what is known to be there, so that no fetch is
 		// left waiting for messages that do not exist.
-		batch, err := cons.Fetch(int(min(pending, 1000)), jetstream.FetchMaxWait(5*time.Second))
+		batch, err := cons.Fetch(int(min(pending, 1000)), jetstream.FetchMaxWait(bus.PullExpiry), jetstream.FetchHeartbeat(bus.PullHeartbeat))
 		if err != nil {
 			return fmt.Errorf("read history %s: %w", filter, err)
 		}

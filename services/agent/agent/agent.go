@@ -259,8 +259,10 @@ func (a *Agent) Run(ctx context.Context) error {
 // work is one worker: fetch a task, run it, repeat until ctx ends.
 func (a *Agent) work(ctx, taskCtx context.Context, cons jetstream.Consumer, queue string) {
 	for ctx.Err() == nil {
-		fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		batch, err := cons.Fetch(1, jetstream.FetchContext(fctx))
+		// A short pull with heartbeats: a task queue whose leader moved
+		// (its node died) is asked again within seconds.
+		fctx, cancel := context.WithTimeout(ctx, bus.PullExpiry)
+		batch, err := cons.Fetch(1, jetstream.FetchContext(fctx), jetstream.FetchHeartbeat(bus.PullHeartbeat))
 		if err != nil {
 			cancel()
 			if ctx.Err() == nil {

@@ -146,7 +146,7 @@ func (a *Agent) watchKills(ctx context.Context) (stop func(), err error) {
 			a.log.Info().Str("execution_id", p.ExecutionID).Int("operations", n).Dur("grace", a.cfg.KillGrace).
 				Msg("terminating the operations of a killed execution")
 		}
-	})
+	}, bus.Consume()...)
 	if err != nil {
 		return nil, fmt.Errorf("follow kill notices: %w", err)
 	}

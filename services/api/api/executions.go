@@ -736,7 +736,7 @@ func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, id, subjec
 		s.internal(w, r, err)
 		return
 	}
-	it, err := cons.Messages()
+	it, err := cons.Messages(bus.Messages()...)
 	if err != nil {
 		s.internal(w, r, err)
 		return

@@ -128,7 +128,7 @@ func (p *Projector) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			_ = m.Nak()
 		}
-	}, jetstream.PullPriorityGroup(Group), jetstream.PullMaxMessages(batchMax))
+	}, bus.Consume(jetstream.PullPriorityGroup(Group), jetstream.PullMaxMessages(batchMax))...)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped while starting: not an error

@@ -315,7 +315,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		if cons.CachedInfo().Name == bus.ConsumerDispatcherCommands {
 			handler = func(m jetstream.Msg) { d.routeCommand(ctx, m, queue) }
 		}
-		cc, err := cons.Consume(handler, jetstream.PullMaxMessages(64))
+		cc, err := cons.Consume(handler, bus.Consume(jetstream.PullMaxMessages(64))...)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil // stopped while starting: not an error

@@ -112,11 +112,11 @@ func (d *Dispatcher) acquire(ctx context.Context, p int, epoch uint64, enqueue f
 		cc, err := cons.Consume(func(m jetstream.Msg) {
 			r.inFlight.Add(1)
 			enqueue(m, r)
-		}, jetstream.PullMaxMessages(64), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		}, bus.Consume(jetstream.PullMaxMessages(64), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			if ctx.Err() == nil {
 				d.log.Warn().Err(err).Str("consumer", name).Msg("consume partition")
 			}
-		}))
+		}))...)
 		if err != nil {
 			return fmt.Errorf("consume %s: %w", c.Config.Durable, err)
 		}

@@ -147,7 +147,7 @@ func (j *Janitor) Run(ctx context.Context) error {
 			return
 		}
 		_ = m.Ack()
-	})
+	}, bus.Consume()...)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped while starting: not an error
