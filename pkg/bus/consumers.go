@@ -50,6 +50,12 @@ const IntakeAckWait = 2 * time.Second
 // AgentConsumer is the durable consumer shared by the agents of a queue.
 func AgentConsumer(queue string) string { return "agent-" + queue }
 
+// DefaultTaskAckWait is how long a task may go without its agent's
+// heartbeat (every third of it) before JetStream gives it to another
+// agent: a dead agent's tasks run again within seconds, and a live agent
+// heartbeats three times in it, however long its operation runs.
+const DefaultTaskAckWait = 5 * time.Second
+
 // Durables sizes the durable consumers. The zero value is the default.
 type Durables struct {
 	// DispatcherAckWait is how long a command, result or timer may be in a
@@ -78,7 +84,7 @@ func (d Durables) withDefaults() Durables {
 	if len(d.Queues) == 0 {
 		d.Queues = []string{"default"}
 	}
-	d.TaskAckWait = cmp.Or(d.TaskAckWait, 30*time.Second)
+	d.TaskAckWait = cmp.Or(d.TaskAckWait, DefaultTaskAckWait)
 	d.MaxDeliver = cmp.Or(d.MaxDeliver, 5)
 	return d
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"jetflow.dev/pkg/auth"
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/svc"
 	"jetflow.dev/services/agent/agent"
 	"jetflow.dev/services/internal/svcrun"
@@ -16,7 +17,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	name := p.String("name", "JETFLOW_AGENT_NAME", "", "agent name (default hostname-pid)")
 	queues := p.String("queues", "JETFLOW_QUEUES", "default", "comma-separated queues to serve")
 	concurrency := p.IntIn("concurrency", "JETFLOW_CONCURRENCY", 16, agent.Ranges.Concurrency, "tasks run at once per queue")
-	ackWait := p.DurationIn("task-ack-wait", "JETFLOW_TASK_ACK_WAIT", 30*time.Second, agent.Ranges.AckWait,
+	ackWait := p.DurationIn("task-ack-wait", "JETFLOW_TASK_ACK_WAIT", bus.DefaultTaskAckWait, agent.Ranges.AckWait,
 		"time without heartbeat before a task goes to another agent (with -creds, the bootstrap's consumers decide)")
 	maxDeliver := p.IntIn("max-deliver", "JETFLOW_TASK_MAX_DELIVER", 5, agent.Ranges.MaxDeliver,
 		"deliveries of a task before the janitor fails it (likewise)")

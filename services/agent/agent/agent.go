@@ -44,7 +44,7 @@ type Config struct {
 	Concurrency int
 	// AckWait is how long a task may go without a heartbeat before
 	// JetStream gives it to another agent. Heartbeats are sent every
-	// AckWait/3. Default 30s.
+	// AckWait/3. Default bus.DefaultTaskAckWait (5s).
 	AckWait time.Duration
 	// MaxDeliver is how many times a task is delivered before the janitor
 	// fails it. Default 5.
@@ -95,7 +95,7 @@ func (c Config) withDefaults() Config {
 		c.Queues = []string{"default"}
 	}
 	c.Concurrency = cmp.Or(c.Concurrency, 16)
-	c.AckWait = cmp.Or(c.AckWait, 30*time.Second)
+	c.AckWait = cmp.Or(c.AckWait, bus.DefaultTaskAckWait)
 	c.MaxDeliver = cmp.Or(c.MaxDeliver, 5)
 	c.KillGrace = cmp.Or(c.KillGrace, 5*time.Second)
 	c.HTTPTimeout = cmp.Or(c.HTTPTimeout, 60*time.Second)

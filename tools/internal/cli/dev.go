@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"jetflow.dev/pkg/auth"
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/services/agent/agent"
 	"jetflow.dev/services/janitor/janitor"
 	"jetflow.dev/tools/internal/devstack"
@@ -103,7 +104,7 @@ with its own NATS connection. Stop it with Ctrl-C; start it again on the same
 	f.StringVar(&cfg.NATSAddr, "nats-addr", "127.0.0.1:4222", "embedded NATS listen address")
 	f.StringVar(&cfg.HTTPAddr, "http", "127.0.0.1:8080", "api listen address")
 	f.StringSliceVar(&cfg.Apply, "apply", nil, "workflow files or directories to register at start (repeatable)")
-	f.DurationVar(&cfg.TaskAckWait, "task-ack-wait", 30*time.Second, "time without agent heartbeat before a task is redelivered")
+	f.DurationVar(&cfg.TaskAckWait, "task-ack-wait", bus.DefaultTaskAckWait, "time without agent heartbeat before a task is redelivered")
 	f.IntVar(&cfg.MaxDeliver, "max-deliver", 5, "deliveries of a task before the janitor fails it")
 	f.DurationVar(&cfg.KillGrace, "kill-grace", 5*time.Second, "time between SIGTERM and SIGKILL for exec steps")
 	f.DurationVar(&cfg.JanitorInterval, "janitor-interval", 30*time.Second, "time between janitor sweeps")
