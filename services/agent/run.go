@@ -50,6 +50,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		if err != nil {
 			return err
 		}
+		ns.Ready(a.Ready)
 		return a.Run(ctx)
 	})
 }

@@ -30,6 +30,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		if err != nil {
 			return err
 		}
+		ns.Ready(d.Ready)
 		return d.Run(ctx)
 	})
 }

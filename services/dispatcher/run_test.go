@@ -34,11 +34,12 @@ func TestRunRefusesOutOfRange(t *testing.T) {
 	}
 }
 
-// TestRunStartsAndStops: with the defaults the dispatcher starts, and
-// returns nil once stopped.
+// TestRunStartsAndStops: with the defaults the dispatcher starts, its
+// probes say it is alive and ready, and it returns nil once stopped.
 //
 // Not parallel: run sets zerolog's global time format.
 func TestRunStartsAndStops(t *testing.T) {
 	srv := natstest.RunJetStream(t)
-	svcruntest.Start(t, run, nil, map[string]string{"JETFLOW_NATS_URL": srv.ClientURL()}, "dispatcher running")
+	log := svcruntest.Start(t, run, []string{"-health-addr", "127.0.0.1:0"}, map[string]string{"JETFLOW_NATS_URL": srv.ClientURL()}, "dispatcher running")
+	svcruntest.Probes(t, log)
 }

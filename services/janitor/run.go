@@ -44,6 +44,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		if err != nil {
 			return err
 		}
+		ns.Ready(j.Ready)
 		return j.Run(ctx)
 	})
 }

@@ -13,14 +13,15 @@ import (
 	"jetflow.dev/services/internal/svcruntest"
 )
 
-// TestRunServesMetrics: the retention default and the metrics address
-// come from the environment; /metrics answers on the loopback address.
+// TestRunServesMetrics: the retention default and the metrics and health
+// addresses come from the environment; /metrics answers on the loopback
+// address, and the probes say the janitor is alive and ready.
 //
 // Not parallel: run sets zerolog's global time format.
 func TestRunServesMetrics(t *testing.T) {
 	srv := natstest.RunJetStream(t)
 	env := map[string]string{"JETFLOW_NATS_URL": srv.ClientURL(), "JETFLOW_RETENTION_DEFAULT": "max(5, 7d)",
-		"JETFLOW_JANITOR_METRICS_ADDR": "127.0.0.1:0", "JETFLOW_JANITOR_INTERVAL": "50ms"}
+		"JETFLOW_JANITOR_METRICS_ADDR": "127.0.0.1:0", "JETFLOW_JANITOR_INTERVAL": "50ms", "JETFLOW_HEALTH_ADDR": "127.0.0.1:0"}
 	logs := svcruntest.Start(t, run, nil, env, "janitor running")
 	require.Equal(t, "max(5, 7d)", logs.Line("janitor running")["retention_default"])
 	addr, _ := logs.Line("metrics listening")["addr"].(string)
@@ -36,6 +37,7 @@ func TestRunServesMetrics(t *testing.T) {
 		// Set by the first sweep.
 		return strings.Contains(string(body), `jetflow_janitor_finished_executions{namespace="default"} 0`)
 	}, "metrics served after a sweep")
+	svcruntest.Probes(t, logs)
 }
 
 // TestRunRefuses: every setting is checked before the janitor connects

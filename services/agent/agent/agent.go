@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -168,6 +169,8 @@ func ConsumerName(queue string) string { return bus.AgentConsumer(queue) }
 
 // Agent runs operations.
 type Agent struct {
+	running atomic.Bool // its queues are bound and its kill notices read (Run)
+
 	cfg      Config
 	js       jetstream.JetStream
 	log      zerolog.Logger
@@ -229,6 +232,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		consumers = append(consumers, cons)
 	}
+	a.running.Store(true)
 	var workers sync.WaitGroup
 	for i, q := range a.cfg.Queues {
 		for range a.cfg.Concurrency {
@@ -252,6 +256,16 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.log.Warn().Msg("cancelling running tasks at shutdown")
 		cancelTasks()
 		<-done
+	}
+	return nil
+}
+
+// Ready says why the agent does not serve (nil when it does): it has
+// not yet read the kill notices kept (a task of a killed execution must
+// be refused) and bound its queues' consumers.
+func (a *Agent) Ready() error {
+	if !a.running.Load() {
+		return errors.New("reading the kill notices and binding its queues")
 	}
 	return nil
 }

@@ -17,6 +17,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -171,6 +172,7 @@ type Dispatcher struct {
 
 	parts    partitions      // the partitions it holds (partitions.go)
 	started  time.Time       // when Run began
+	running  atomic.Bool     // its consumers are bound and its partition table runs
 	stopping <-chan struct{} // closed when Run is asked to stop
 
 	mu    sync.Mutex // guards cache
@@ -330,6 +332,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	watched := make(chan struct{})
 	go func() { defer close(watched); d.watchLocks(ctx) }()
 	defer func() { <-watched }()
+	d.running.Store(true)
 	d.log.Info().Int("workers", d.cfg.Workers).Int("partitions", d.parts.n).Str("member", d.cfg.Member).Msg("dispatcher running")
 	if d.cfg.APIURL == "" {
 		d.log.Warn().Msg("no -api-url: executions started here see an empty workflow.api_url (give every dispatcher the same one)")
@@ -343,6 +346,16 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		}
 		return err
 	}
+}
+
+// Ready says why the dispatcher does not serve (nil when it does): its
+// shared consumers are not bound yet, or its partition table does not
+// run yet. (Holding no partition is ready: another dispatcher holds them.)
+func (d *Dispatcher) Ready() error {
+	if !d.running.Load() {
+		return errors.New("binding its consumers")
+	}
+	return nil
 }
 
 // keepAlive tells JetStream every third of ackWait that m is still being

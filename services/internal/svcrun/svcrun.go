@@ -71,9 +71,14 @@ type Program struct {
 	// TopologyEvery is how often the service looks for the streams and
 	// buckets it uses (0: TopologyEvery); tests shorten it.
 	TopologyEvery time.Duration
+	// HealthListening, when set, is told the health listener's address
+	// (tests listen on port 0).
+	HealthListening func(addr string)
 
-	role   auth.Role
-	stderr io.Writer
+	role       auth.Role
+	stderr     io.Writer
+	healthAddr *string // -health-addr; nil for the api, which serves its own
+	health     *Health
 }
 
 // New starts the flags of the service of role (jetflow-<role>) with the
@@ -82,7 +87,12 @@ type Program struct {
 func New(role auth.Role, getenv func(string) string, stderr io.Writer) *Program {
 	f := svc.NewFlags("jetflow-"+string(role), getenv)
 	f.SetOutput(stderr)
-	return &Program{Flags: f, Common: f.AddCommon(), Log: zerolog.Nop(), role: role, stderr: stderr}
+	p := &Program{Flags: f, Common: f.AddCommon(), Log: zerolog.Nop(), role: role, stderr: stderr}
+	if role != auth.RoleAPI { // the api answers /healthz and /readyz on its own address
+		p.healthAddr = f.String("health-addr", "JETFLOW_HEALTH_ADDR", "",
+			"host:port of the /healthz and /readyz probes, e.g. 127.0.0.1:9480 (empty: off)")
+	}
+	return p
 }
 
 // Parse parses args, which hold flags only, checking every ranged flag,
@@ -126,7 +136,16 @@ type Namespace struct {
 	// Topology is what the service last found of the streams and buckets
 	// it uses (topology.go).
 	Topology *bus.Topology
+
+	health *Health
+	probe  *nsHealth
 }
+
+// Ready gives /readyz the service's own readiness in this namespace:
+// ready returns why it is not ready (consumers not bound yet, what it
+// reads first not read yet), nil once it is. Until it is called the
+// namespace reads "starting".
+func (ns Namespace) Ready(ready func() error) { ns.health.setReady(ns.probe, ready) }
 
 // Serve connects the service to every namespace it serves, and runs fn
 // for each at once until ctx ends or one fails. Each namespace is a NATS
@@ -142,6 +161,14 @@ func (p *Program) Serve(ctx context.Context, fn func(context.Context, Namespace)
 	names, err := p.Common.ServedNamespaces()
 	if err != nil {
 		return err
+	}
+	if p.healthAddr != nil && *p.healthAddr != "" {
+		p.health = newHealth(names)
+		stop, err := serveHealth("-health-addr", *p.healthAddr, p.health, p.Log, p.HealthListening)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	for _, name := range names {
@@ -210,7 +237,7 @@ func (p *Program) open(ctx context.Context, name string, served int) (Namespace,
 	}
 	every := cmp.Or(p.TopologyEvery, TopologyEvery)
 	topo := watchTopology(ctx, js, bus.Config{Replicas: *p.Common.Replicas}, p.role, every, l)
-	return Namespace{Name: name, NC: nc, JS: js, Log: l, Topology: topo}, nil
+	return Namespace{Name: name, NC: nc, JS: js, Log: l, Topology: topo, health: p.health, probe: p.health.add(name, nc, topo)}, nil
 }
 
 // drain drains ns's connection and waits until it is closed.

@@ -8,6 +8,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -97,4 +99,39 @@ func Start(t *testing.T, run svcrun.RunFunc, args []string, env map[string]strin
 		return log.Line(msg) != nil
 	}, "run logged %q", msg)
 	return log
+}
+
+// Probes checks the health listener of a run started with -health-addr
+// 127.0.0.1:0 (its log names the address): /healthz answers 200, and
+// /readyz answers 200 with every namespace ready within 30s.
+func Probes(t *testing.T, log *Log) {
+	t.Helper()
+	var addr string
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		line := log.Line("health listening")
+		if line == nil {
+			return false
+		}
+		addr, _ = line["addr"].(string)
+		return addr != ""
+	}, "the health listener is up")
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	code, body := get("/healthz")
+	require.Equal(t, http.StatusOK, code, body)
+	deadline := time.Now().Add(30 * time.Second)
+	code, body = get("/readyz")
+	for code != http.StatusOK && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+		code, body = get("/readyz")
+	}
+	require.Equal(t, http.StatusOK, code, "/readyz: %s", body)
+	require.JSONEq(t, `{"status":"ok","namespaces":{"default":""}}`, body)
 }

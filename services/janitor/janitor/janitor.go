@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -110,6 +111,24 @@ type Janitor struct {
 	log     zerolog.Logger
 	system  retention.Rule
 	metrics *metrics
+
+	running   atomic.Bool                 // its consumer is bound (Run)
+	lastSweep atomic.Pointer[sweepStatus] // the last sweep's outcome
+}
+
+// sweepStatus is a sweep's outcome, for Ready.
+type sweepStatus struct{ err error }
+
+// Ready says why the janitor does not serve (nil when it does): its
+// advisories consumer is not bound yet, or its last sweep failed.
+func (j *Janitor) Ready() error {
+	if !j.running.Load() {
+		return errors.New("binding its consumer")
+	}
+	if s := j.lastSweep.Load(); s != nil && s.err != nil {
+		return fmt.Errorf("last sweep failed: %w", s.err)
+	}
+	return nil
 }
 
 // New returns a janitor; call Run to start it.
@@ -164,6 +183,7 @@ func (j *Janitor) Run(ctx context.Context) error {
 	}
 	j.log.Info().Str("interval", j.cfg.Interval.String()).Str("idle_after", j.cfg.IdleAfter.String()).
 		Str("retention_default", j.system.String()).Msg("janitor running")
+	j.running.Store(true)
 	t := time.NewTicker(j.cfg.Interval)
 	defer t.Stop()
 	for {
@@ -172,6 +192,7 @@ func (j *Janitor) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 			res, err := j.RunOnce(ctx)
+			j.lastSweep.Store(&sweepStatus{err: err})
 			if err != nil {
 				j.log.Error().Err(err).Msg("sweep")
 				continue
