@@ -179,7 +179,45 @@ func ScanReports(ctx context.Context, js jetstream.JetStream, stream, filter str
 	}
 }
 
+// scanAttempts bounds the reads of a scan that fails for a transient
+// reason (bus.Transient): on a cluster, a read's consumer is made on one
+// node and a fetch may reach another before it knows of it ("no
+// responders"), about one read in fifty under load.
+const scanAttempts = 5
+
 func scan(ctx context.Context, js jetstream.JetStream, stream, filter string, fromSeq, untilSeq uint64, skipBad bool, fn func(string, events.Event) error) error {
+	// next is the sequence to read from: after a transient failure the
+	// scan goes on from there, so that fn sees every event once.
+	next := fromSeq
+	delivered := func(seq uint64) { next = seq + 1 }
+	for attempt := 1; ; attempt++ {
+		err := scanOnce(ctx, js, stream, filter, next, untilSeq, skipBad, fn, delivered)
+		var fnErr callbackError
+		switch {
+		case err == nil:
+			return nil
+		case errors.As(err, &fnErr):
+			return fnErr.err
+		case attempt == scanAttempts || !bus.Transient(err) || ctx.Err() != nil:
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Duration(attempt*attempt) * 20 * time.Millisecond):
+		}
+	}
+}
+
+// callbackError is an error of scan's fn: it ends the scan as it is.
+type callbackError struct{ err error }
+
+func (e callbackError) Error() string { return e.err.Error() }
+
+// scanOnce reads once, with an ordered consumer, telling delivered the
+// sequence of each event fn took.
+func scanOnce(ctx context.Context, js jetstream.JetStream, stream, filter string, fromSeq, untilSeq uint64, skipBad bool,
+	fn func(string, events.Event) error, delivered func(uint64)) error {
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, InactiveThreshold: 30 * time.Second}
 	if fromSeq > 1 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, fromSeq
@@ -215,6 +253,7 @@ func scan(ctx context.Context, js jetstream.JetStream, stream, filter string, fr
 			ev, err := bus.Decode(m.Headers(), m.Data())
 			if err != nil && !errors.Is(err, events.ErrUnknownType) {
 				if skipBad {
+					delivered(md.Sequence.Stream)
 					continue
 				}
 				// A history holds it: hand it on, marked, for folds to
@@ -224,8 +263,9 @@ func scan(ctx context.Context, js jetstream.JetStream, stream, filter string, fr
 			}
 			ev.Seq = md.Sequence.Stream
 			if err := fn(m.Subject(), ev); err != nil {
-				return err
+				return callbackError{err}
 			}
+			delivered(md.Sequence.Stream)
 		}
 		if err := batch.Error(); err != nil {
 			return fmt.Errorf("read history %s: %w", filter, err)
