@@ -155,6 +155,7 @@ var knownHeaders = map[string]bool{
 	"ce-specversion": true, "ce-id": true, "ce-source": true, "ce-type": true, "ce-time": true,
 	"ce-subject": true, "ce-datacontenttype": true,
 	"ce-" + events.ExtWorkflow: true, "ce-" + events.ExtIgnorable: true, "ce-" + events.ExtPrevSeq: true,
+	"ce-" + events.ExtSchema: true,
 }
 
 // fastEncode writes e in binary mode, or reports false if e needs sdk-go.
@@ -186,6 +187,9 @@ func fastEncode(subject string, e events.Event) (*nats.Msg, bool) {
 	}
 	if e.PrevSeq > 0 {
 		h["ce-"+events.ExtPrevSeq] = []string{strconv.FormatUint(e.PrevSeq, 10)}
+	}
+	if events.SchemaVersion > 1 {
+		h["ce-"+events.ExtSchema] = []string{strconv.Itoa(events.SchemaVersion)}
 	}
 	return &nats.Msg{Subject: subject, Header: h, Data: data}, true
 }
@@ -228,6 +232,9 @@ func fastDecode(h nats.Header, data []byte) (events.Event, bool) {
 			return events.Event{}, false
 		}
 		ev.PrevSeq = n
+	}
+	if events.CheckSchema(ev.Type, h.Get("ce-"+events.ExtSchema)) != nil {
+		return events.Event{}, false // sdk-go's path says why
 	}
 	p := events.NewPayload(ev.Type)
 	if p == nil || len(data) == 0 || !json.Valid(data) {

@@ -107,3 +107,40 @@ func FuzzDirectDecode(f *testing.F) {
 		requireSameEvent(t, want, got)
 	})
 }
+
+// TestNewerSchemaIsNotMisread: an event written with a schema above this
+// version's is read as one of a type this version does not know (its
+// execution waits for a newer dispatcher), never decoded as if it were
+// this version's; schema 1 (or none) is read as always; a value that is
+// no version is malformed.
+func TestNewerSchemaIsNotMisread(t *testing.T) {
+	ev := events.New("test", "x1", "wf", time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC), &events.StepSucceeded{StepID: "a"})
+	for _, tc := range []struct {
+		schema string
+		want   error
+	}{
+		{"", nil},
+		{"1", nil},
+		{"2", events.ErrUnknownType},
+		{"x", events.ErrMalformed},
+		{"0", events.ErrMalformed},
+	} {
+		msg, err := Encode("jf.events.wf.x1", ev)
+		require.NoError(t, err)
+		if tc.schema != "" {
+			msg.Header.Set("ce-"+events.ExtSchema, tc.schema)
+		}
+		got, err := Decode(msg.Header, msg.Data)
+		if tc.want == nil {
+			require.NoError(t, err, tc.schema)
+			require.Equal(t, "a", got.Data.(*events.StepSucceeded).StepID)
+			continue
+		}
+		require.ErrorIs(t, err, tc.want, tc.schema)
+		if tc.want == events.ErrUnknownType {
+			require.ErrorContains(t, err, "written with schema 2 by a newer jetflow")
+			require.Nil(t, got.Data, "not decoded as this version's")
+			require.Equal(t, ev.ID, got.ID, "but known for what it is")
+		}
+	}
+}

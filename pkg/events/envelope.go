@@ -31,6 +31,37 @@ const ExtPrevSeq = "prevseq"
 // ExtIgnorable marks an event that folds may skip when they do not know its type.
 const ExtIgnorable = "ignorable"
 
+// ExtSchema is the CloudEvents extension attribute carrying the schema
+// version an event was written with, when it is above 1 (absent: 1).
+const ExtSchema = "jfschema"
+
+// SchemaVersion is the version of the events' data this jetflow writes
+// and reads. A release that changes an event type's data so that an older
+// reader would misread it (a member whose absence means something else,
+// a value read differently) raises it, and its events then carry
+// ExtSchema: a reader that finds a version above its own treats the
+// event as one of a type it does not know (ErrUnknownType: its execution
+// waits for a newer dispatcher, shown "unknown", instead of being
+// misread). Adding an event type, or a member older readers may ignore,
+// needs no new version. docs/operations.md#upgrades.
+const SchemaVersion = 1
+
+// CheckSchema returns an ErrUnknownType error for an ExtSchema value
+// above SchemaVersion (or one that is no version), nil otherwise.
+func CheckSchema(typ Type, v string) error {
+	if v == "" {
+		return nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		return fmt.Errorf("%w: extension %s %q is not a schema version", ErrMalformed, ExtSchema, v)
+	}
+	if n > SchemaVersion {
+		return fmt.Errorf("%w: %s written with schema %d by a newer jetflow (this one reads up to %d)", ErrUnknownType, typ, n, SchemaVersion)
+	}
+	return nil
+}
+
 // Event is a decoded jetflow CloudEvent.
 type Event struct {
 	// ID is the CloudEvent id and the message's Nats-Msg-Id.
@@ -89,6 +120,9 @@ func (e Event) ToCloudEvent() (event.Event, error) {
 	}
 	if e.PrevSeq > 0 {
 		ce.SetExtension(ExtPrevSeq, strconv.FormatUint(e.PrevSeq, 10))
+	}
+	if SchemaVersion > 1 {
+		ce.SetExtension(ExtSchema, strconv.Itoa(SchemaVersion))
 	}
 	var data any = e.Data
 	if e.Data == nil && e.Raw != nil {
@@ -156,6 +190,11 @@ func FromCloudEvent(ce event.Event) (Event, error) {
 		ev.PrevSeq = n
 	}
 	ev.Raw = ce.Data()
+	if s, ok := ce.Extensions()[ExtSchema]; ok {
+		if err := CheckSchema(ev.Type, fmt.Sprint(s)); err != nil {
+			return ev, err
+		}
+	}
 	if ct := ce.DataContentType(); ct != "" && !strings.HasPrefix(ct, "application/json") && !strings.HasSuffix(ct, "+json") {
 		return ev, fmt.Errorf("%w: datacontenttype %q is not JSON", ErrMalformed, ct)
 	}
