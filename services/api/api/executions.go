@@ -50,7 +50,7 @@ func (s *Server) startExecution(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if err != nil {
-			writeError(w, http.StatusBadRequest, apiError{Code: "invalid_cloudevent", Message: events.ExplainSDKError(err)})
+			writeError(w, http.StatusBadRequest, apiError{Code: "invalid_cloudevent", Field: events.SDKErrorField(err), Message: events.ExplainSDKError(err)})
 			return
 		}
 		cmd, err = events.FromCloudEvent(*ce)
@@ -60,7 +60,9 @@ func (s *Server) startExecution(w http.ResponseWriter, r *http.Request) {
 				Message: fmt.Sprintf("type is %q; a start must be %s", ce.Type(), events.TypeStartExecution)})
 			return
 		case err != nil:
-			writeError(w, http.StatusBadRequest, apiError{Code: "invalid_cloudevent",
+			var fe *events.FieldError
+			_ = errors.As(err, &fe) // FromCloudEvent's errors name what is wrong
+			writeError(w, http.StatusBadRequest, apiError{Code: "invalid_cloudevent", Field: fe.FieldName(),
 				Message: strings.TrimPrefix(err.Error(), events.ErrMalformed.Error()+": ")})
 			return
 		}
