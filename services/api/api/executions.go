@@ -45,6 +45,13 @@ func (s *Server) startExecution(w http.ResponseWriter, r *http.Request) {
 				Message: fmt.Sprintf("ce-specversion is %q; jetflow speaks CloudEvents 1.0", v)})
 			return
 		}
+		if _, bare := r.Header["Ce-"]; bare {
+			// sdk-go reads the attribute's name after the prefix, and
+			// panics on a header that has none.
+			writeError(w, http.StatusBadRequest, apiError{Code: "invalid_cloudevent", Field: "Ce-",
+				Message: "a header named Ce- names no attribute: CloudEvent attributes are headers ce-<name> (ce-id, ce-source, ...)"})
+			return
+		}
 		ce, err := binding.ToEvent(r.Context(), cehttp.NewMessageFromHttpRequest(r))
 		if tooLarge(w, err, s.cfg.MaxBody) {
 			return
