@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/binding"
+	"github.com/cloudevents/sdk-go/v2/binding/format"
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
@@ -50,6 +51,19 @@ func (s *Server) startExecution(w http.ResponseWriter, r *http.Request) {
 			// panics on a header that has none.
 			writeError(w, http.StatusBadRequest, apiError{Code: "invalid_cloudevent", Field: "Ce-",
 				Message: "a header named Ce- names no attribute: CloudEvent attributes are headers ce-<name> (ce-id, ce-source, ...)"})
+			return
+		}
+		switch ct := r.Header.Get("Content-Type"); format.Lookup(ct) {
+		case nil:
+			if r.Header.Get("Ce-Specversion") == "" {
+				writeError(w, http.StatusBadRequest, apiError{Code: "invalid_cloudevent", Field: "Content-Type",
+					Message: fmt.Sprintf("Content-Type %q is no CloudEvents format jetflow reads: send a structured event as application/cloudevents+json, "+
+						"or the data in binary mode with the headers ce-specversion, ce-id, ce-source and ce-type", ct)})
+				return
+			}
+		case format.JSONBatch:
+			writeError(w, http.StatusBadRequest, apiError{Code: "invalid_cloudevent", Field: "Content-Type",
+				Message: "a batch of CloudEvents starts nothing: send one start per request, as application/cloudevents+json"})
 			return
 		}
 		ce, err := binding.ToEvent(r.Context(), cehttp.NewMessageFromHttpRequest(r))
