@@ -1,11 +1,13 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"slices"
@@ -65,6 +67,16 @@ func (s *Server) startExecution(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusBadRequest, apiError{Code: "invalid_cloudevent", Field: "Content-Type",
 				Message: "a batch of CloudEvents starts nothing: send one start per request, as application/cloudevents+json"})
 			return
+		case format.JSON:
+			body, err := io.ReadAll(r.Body)
+			if tooLarge(w, err, s.cfg.MaxBody) {
+				return
+			}
+			if attr, msg := structuredProblem(body); attr != "" {
+				writeError(w, http.StatusBadRequest, apiError{Code: "invalid_cloudevent", Field: attr, Message: msg})
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
 		}
 		ce, err := binding.ToEvent(r.Context(), cehttp.NewMessageFromHttpRequest(r))
 		if tooLarge(w, err, s.cfg.MaxBody) {
@@ -148,6 +160,27 @@ func (s *Server) startExecution(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.publishStart(w, r, cmd, start, st.CommandKey, st.Digest)
+}
+
+// structuredProblem names an attribute of a structured CloudEvent whose
+// value is no string, number, boolean or null, and says so (sdk-go says
+// only "invalid CloudEvents value" for it); "" if there is none, or body
+// is no JSON object (sdk-go says that well).
+func structuredProblem(body []byte) (attr, msg string) {
+	var members map[string]json.RawMessage
+	if json.Unmarshal(body, &members) != nil {
+		return "", ""
+	}
+	for _, name := range slices.Sorted(maps.Keys(members)) {
+		if name == "data" {
+			continue
+		}
+		switch v := bytes.TrimSpace(members[name]); {
+		case len(v) > 0 && (v[0] == '{' || v[0] == '['):
+			return name, fmt.Sprintf("attribute %q is a JSON object or array; CloudEvents attributes are strings, numbers or booleans (the data goes in data)", name)
+		}
+	}
+	return "", ""
 }
 
 // writeStartProblem answers a start that startcheck.Check refused: 404
