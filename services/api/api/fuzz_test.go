@@ -218,13 +218,16 @@ func checkAnswer(t *testing.T, req *http.Request, rec *httptest.ResponseRecorder
 }
 
 // wholeBodyAtFault reports whether e, naming no field, is about the body
-// as a whole: it is not JSON at all, or a definition whose problems are
+// as a whole: it is not JSON at all (a request or a structured
+// CloudEvent), or a definition whose problems are
 // placed by their lines (one about the whole definition, such as an empty
 // one, is placed nowhere).
 func wholeBodyAtFault(e *apiv1.Error) bool {
 	switch e.Code {
 	case "invalid_json":
 		return true
+	case "invalid_cloudevent":
+		return strings.HasPrefix(e.Message, "the structured CloudEvent is not valid JSON")
 	case "invalid_definition":
 		var problems []struct {
 			Field string `json:"field"`
