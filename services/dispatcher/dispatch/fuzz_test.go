@@ -243,9 +243,11 @@ func checkStart(t *testing.T, ev events.Event) {
 }
 
 // decideCommand decides ev about the execution in state s as the shell
-// does (handing the interpreter what it needs) and checks the decision.
+// does (handing the interpreter what it needs; the message stored now) and
+// checks the decision.
 func decideCommand(t *testing.T, s fuzzState, in interp.Input, ev events.Event) {
 	t.Helper()
+	ev.Time = sentAt(ev.Time, in.Now)
 	decide := deciderFor(ev, s)
 	if decide == nil {
 		return // reconcile: no command decision, the execution advances
@@ -345,5 +347,27 @@ func TestFuzzSeedsAreAdmitted(t *testing.T) {
 		if r := vetCommand(ev); r != nil {
 			t.Fatalf("%s on %s: %s", ev.Type, m.Subject, r.Reason)
 		}
+	}
+}
+
+func TestSentAt(t *testing.T) {
+	t.Parallel()
+	stored := fuzzNow
+	for _, c := range []struct {
+		name       string
+		ce, stored time.Time
+		want       time.Time
+	}{
+		{"Before", stored.Add(-time.Second), stored, stored.Add(-time.Second)},
+		{"InTheFuture", stored.Add(24 * 365 * time.Hour), stored, stored},
+		{"Unset", time.Time{}, stored, stored},
+		{"NotStored", stored.Add(time.Hour), time.Time{}, stored.Add(time.Hour)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			if got := sentAt(c.ce, c.stored); !got.Equal(c.want) {
+				t.Fatalf("sentAt(%s, %s) = %s, want %s", c.ce, c.stored, got, c.want)
+			}
+		})
 	}
 }

@@ -81,6 +81,19 @@ func vetClearLock(p *events.ClearLock) *interp.Rejection {
 	return nil
 }
 
+// sentAt is when a command counts as sent: its CloudEvent time, but never
+// later than stored, when its stream stored it (by the server's clock),
+// nor unset. A command waiting for what it names (an execution that is not
+// started yet, a timer not recorded yet) is handed back for a while after
+// it was sent: from a time in the future (a sender's wrong clock, or a
+// forged time) that would be until then, years perhaps.
+func sentAt(ceTime, stored time.Time) time.Time {
+	if stored.IsZero() || (!ceTime.IsZero() && !ceTime.After(stored)) {
+		return ceTime
+	}
+	return stored
+}
+
 // signalCommand is the interpreter's signal command for ev (a
 // SignalExecution) sent at sentAt.
 func signalCommand(ev events.Event, p *events.SignalExecution, sentAt time.Time) interp.SignalCommand {
