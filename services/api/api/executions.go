@@ -10,6 +10,7 @@ import (
 	"maps"
 	"math"
 	"net/http"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -163,19 +164,24 @@ func (s *Server) startExecution(w http.ResponseWriter, r *http.Request) {
 }
 
 // structuredProblem names an attribute of a structured CloudEvent whose
-// value is no string, number, boolean or null, and says so (sdk-go says
-// only "invalid CloudEvents value" for it); "" if there is none, or body
-// is no JSON object (sdk-go says that well).
+// name is not one (lower-case letters and digits) or whose value is no
+// string, number, boolean or null, and says so (sdk-go says "bad key" or
+// "invalid CloudEvents value", naming neither); "" if there is none, or
+// body is no JSON object (sdk-go says that well).
+var ceAttrNameRe = regexp.MustCompile(`^[a-z0-9]+$`)
+
 func structuredProblem(body []byte) (attr, msg string) {
 	var members map[string]json.RawMessage
 	if json.Unmarshal(body, &members) != nil {
 		return "", ""
 	}
 	for _, name := range slices.Sorted(maps.Keys(members)) {
-		if name == "data" {
+		if name == "data" || name == "data_base64" {
 			continue
 		}
 		switch v := bytes.TrimSpace(members[name]); {
+		case !ceAttrNameRe.MatchString(name):
+			return name, fmt.Sprintf("attribute name %q: CloudEvents attribute names are lower-case letters and digits (source, not Source)", name)
 		case len(v) > 0 && (v[0] == '{' || v[0] == '['):
 			return name, fmt.Sprintf("attribute %q is a JSON object or array; CloudEvents attributes are strings, numbers or booleans (the data goes in data)", name)
 		}
