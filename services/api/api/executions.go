@@ -10,6 +10,7 @@ import (
 	"maps"
 	"math"
 	"net/http"
+	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
@@ -184,9 +185,37 @@ func structuredProblem(body []byte) (attr, msg string) {
 			return name, fmt.Sprintf("attribute name %q: CloudEvents attribute names are lower-case letters and digits (source, not Source)", name)
 		case len(v) > 0 && (v[0] == '{' || v[0] == '['):
 			return name, fmt.Sprintf("attribute %q is a JSON object or array; CloudEvents attributes are strings, numbers or booleans (the data goes in data)", name)
+		case slices.Contains(stringAttrs, name):
+			if msg := stringAttrProblem(name, v); msg != "" {
+				return name, msg
+			}
 		}
 	}
 	return "", ""
+}
+
+// stringAttrs are the CloudEvents attributes that are strings, which
+// sdk-go parses without saying which one it could not.
+var stringAttrs = []string{"specversion", "id", "type", "source", "subject", "datacontenttype", "dataschema", "time"}
+
+// stringAttrProblem says what is wrong with the value v of the string
+// attribute name ("" if nothing).
+func stringAttrProblem(name string, v json.RawMessage) string {
+	var str string
+	if json.Unmarshal(v, &str) != nil {
+		return fmt.Sprintf("%s must be a string, not %s", name, v)
+	}
+	switch name {
+	case "source", "dataschema":
+		if _, err := url.Parse(str); err != nil || (name == "source" && str == "") {
+			return fmt.Sprintf("%s %q is not a URI reference (e.g. tour/curl, urn:x, https://example.com/x)", name, str)
+		}
+	case "time":
+		if _, err := time.Parse(time.RFC3339Nano, str); err != nil {
+			return fmt.Sprintf("time %q is not an RFC 3339 time (e.g. 2026-01-02T03:04:05Z)", str)
+		}
+	}
+	return ""
 }
 
 // writeStartProblem answers a start that startcheck.Check refused: 404
