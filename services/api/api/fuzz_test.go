@@ -212,7 +212,8 @@ func checkAnswer(t *testing.T, req *http.Request, rec *httptest.ResponseRecorder
 	if e.Code == "" || e.Message == "" {
 		t.Fatalf("%s: %d without a code or message: %s", what, rec.Code, rec.Body)
 	}
-	if rec.Code == http.StatusBadRequest && e.Field == "" && !wholeBodyAtFault(e) {
+	// A member whose name is "" is named so: only the message shows it.
+	if rec.Code == http.StatusBadRequest && e.Field == "" && !wholeBodyAtFault(e) && !strings.Contains(e.Message, `unknown member ""`) {
 		t.Fatalf("%s: 400 naming no field: %s", what, rec.Body)
 	}
 }
