@@ -31,9 +31,28 @@ build: ## Build the jetflow CLI, jetflow-bench and the four service binaries int
 dev: build ## Run embedded NATS + all four services (data in DATA, .jetflow; api on HTTP, NATS on NATS), examples registered
 	bin/jetflow dev --data $(DATA) --apply examples $(if $(HTTP),--http $(HTTP)) $(if $(NATS),--nats-addr $(NATS))
 
+# Every fuzz target, as directory:Name. make fuzz fuzzes each for
+# FUZZTIME; make test for FUZZ_SHORT each, after the tests.
+FUZZ_TARGETS := ./pkg/bus:FuzzDecode ./pkg/bus:FuzzDirectDecode ./pkg/projections:FuzzFold \
+	./pkg/workflow:FuzzParse ./pkg/retention:FuzzParse ./pkg/startcheck:FuzzCheck \
+	./services/api/api:FuzzRequest ./services/dispatcher/dispatch:FuzzCommand
+FUZZTIME ?= 200000x
+FUZZ_SHORT ?= 3s
+# FUZZ_RUN fuzzes every target in turn for the time given ($(1)), and
+# stops at the first that fails (its input is written to the package's
+# testdata/fuzz: commit it as a regression seed once fixed).
+define FUZZ_RUN
+	@for t in $(FUZZ_TARGETS); do \
+		dir=$${t%%:*}; name=$${t##*:}; \
+		echo "$(GO) test $$dir -run '^\$$' -fuzz '^$$name\$$' -fuzztime $(1)"; \
+		$(GO) test $$dir -run '^$$' -fuzz "^$$name\$$" -fuzztime $(1) || exit 1; \
+	done
+endef
+
 .PHONY: test
-test: ## Run every module's tests with -race against embedded JetStream
+test: ## Every module's tests with -race against embedded JetStream, then every fuzz target for FUZZ_SHORT (3s) each
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+	$(call FUZZ_RUN,$(FUZZ_SHORT))
 
 .PHONY: cover
 cover: ## Every module's tests with coverage: a table per package and the total; merged profile in $(COVER_DIR)/cover.out
@@ -76,12 +95,12 @@ test/short: ## Quick tests (skips the crash and end-to-end tests)
 	$(GO) test -short -count=1 $(PKGS)
 
 .PHONY: fuzz
-fuzz: ## Fuzz event decoding, folding, the workflow parser and retention rules (FUZZTIME each: a count like 200000x or a duration)
-	$(GO) test ./pkg/bus -run '^$$' -fuzz FuzzDecode -fuzztime $(or $(FUZZTIME),200000x)
-	$(GO) test ./pkg/bus -run '^$$' -fuzz FuzzDirectDecode -fuzztime $(or $(FUZZTIME),200000x)
-	$(GO) test ./pkg/projections -run '^$$' -fuzz FuzzFold -fuzztime $(or $(FUZZTIME),200000x)
-	$(GO) test ./pkg/workflow -run '^$$' -fuzz FuzzParse -fuzztime $(or $(FUZZTIME),200000x)
-	$(GO) test ./pkg/retention -run '^$$' -fuzz FuzzParse -fuzztime $(or $(FUZZTIME),200000x)
+fuzz: ## Fuzz every target (decoding, folding, parsing, retention, start checks, api requests, dispatcher commands) for FUZZTIME each: a count like 200000x or a duration
+	$(call FUZZ_RUN,$(FUZZTIME))
+
+.PHONY: fuzz/short
+fuzz/short: ## Fuzz every target for FUZZ_SHORT (3s) each, as make test does after the tests
+	$(call FUZZ_RUN,$(FUZZ_SHORT))
 
 .PHONY: bench
 bench: ## Benchmark: 10-step noop executions through all four services (steps/s, p50/p99)

@@ -1,10 +1,12 @@
 package events
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -151,10 +153,64 @@ var (
 	specVersionRe = regexp.MustCompile(`^specversion: unknown value: (.*)$`)
 )
 
+// FieldError is a malformed CloudEvent (it is [ErrMalformed]) with the
+// attribute (specversion, id, source, type, time, datacontenttype,
+// prevseq) or the member of its data (workflow, input.count, ...) at
+// fault: an answer to its sender names it.
+type FieldError struct {
+	Field  string
+	Reason string
+}
+
+func (e *FieldError) Error() string { return ErrMalformed.Error() + ": " + e.Reason }
+
+// FieldName is e's field, "" for a nil e.
+func (e *FieldError) FieldName() string {
+	if e == nil {
+		return ""
+	}
+	return e.Field
+}
+
+// Unwrap makes a FieldError an [ErrMalformed].
+func (e *FieldError) Unwrap() error { return ErrMalformed }
+
+func malformed(field, format string, args ...any) error {
+	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// attributes are the CloudEvents context attributes, in the order an
+// error about several of them names the first.
+var attributes = []string{"specversion", "id", "source", "type", "datacontenttype", "dataschema", "subject", "time"}
+
+// SDKErrorField is the attribute an sdk-go validation error is about (the
+// first, when it is about several), or "" when it names none (a
+// structured event that is not JSON).
+func SDKErrorField(err error) string {
+	var named []string
+	for _, line := range strings.Split(err.Error(), "\n") {
+		if attr, _, ok := strings.Cut(strings.TrimSpace(line), ": "); ok && !strings.ContainsAny(attr, " \t") {
+			named = append(named, attr)
+		}
+	}
+	for _, a := range attributes {
+		if slices.Contains(named, a) {
+			return a
+		}
+	}
+	if len(named) > 0 {
+		return slices.Min(named)
+	}
+	return ""
+}
+
 // ExplainSDKError turns an sdk-go decoding or validation error into one line
-// that says what to fix.
+// that says what to fix. An error about several attributes names them in
+// the order of the spec (sdk-go lists them in any order).
 func ExplainSDKError(err error) string {
-	msg := strings.Join(strings.Fields(err.Error()), " ")
+	lines := strings.Split(strings.TrimSpace(err.Error()), "\n")
+	slices.SortStableFunc(lines, func(a, b string) int { return attrRank(a) - attrRank(b) })
+	msg := strings.Join(strings.Fields(strings.Join(lines, " ")), " ")
 	if m := missingAttrRe.FindStringSubmatch(msg); m != nil {
 		return fmt.Sprintf("the CloudEvent has no %s: every CloudEvent needs one (in binary mode, the header ce-%s)", m[1], m[1])
 	}
@@ -167,13 +223,23 @@ func ExplainSDKError(err error) string {
 	return msg
 }
 
+// attrRank orders a line of an sdk-go validation error by the attribute
+// it names.
+func attrRank(line string) int {
+	attr, _, _ := strings.Cut(strings.TrimSpace(line), ": ")
+	if i := slices.Index(attributes, attr); i >= 0 {
+		return i
+	}
+	return len(attributes)
+}
+
 // FromCloudEvent converts an sdk-go event to an Event with a typed payload.
 func FromCloudEvent(ce event.Event) (Event, error) {
 	if err := ce.Validate(); err != nil {
-		return Event{}, fmt.Errorf("%w: %s", ErrMalformed, ExplainSDKError(err))
+		return Event{}, malformed(SDKErrorField(err), "%s", ExplainSDKError(err))
 	}
 	if v := ce.SpecVersion(); v != "1.0" {
-		return Event{}, fmt.Errorf("%w: specversion is %q; jetflow speaks CloudEvents 1.0", ErrMalformed, v)
+		return Event{}, malformed("specversion", "specversion is %q; jetflow speaks CloudEvents 1.0", v)
 	}
 	ev := Event{ID: ce.ID(), Type: Type(ce.Type()), Source: ce.Source(), Subject: ce.Subject(), Time: ce.Time().UTC()}
 	if w, ok := ce.Extensions()[ExtWorkflow]; ok {
@@ -185,7 +251,7 @@ func FromCloudEvent(ce event.Event) (Event, error) {
 	if ps, ok := ce.Extensions()[ExtPrevSeq]; ok {
 		n, err := strconv.ParseUint(fmt.Sprint(ps), 10, 64)
 		if err != nil {
-			return ev, fmt.Errorf("%w: extension %s %q is not a sequence", ErrMalformed, ExtPrevSeq, ps)
+			return ev, malformed(ExtPrevSeq, "extension %s %q is not a sequence", ExtPrevSeq, ps)
 		}
 		ev.PrevSeq = n
 	}
@@ -196,7 +262,7 @@ func FromCloudEvent(ce event.Event) (Event, error) {
 		}
 	}
 	if ct := ce.DataContentType(); ct != "" && !strings.HasPrefix(ct, "application/json") && !strings.HasSuffix(ct, "+json") {
-		return ev, fmt.Errorf("%w: datacontenttype %q is not JSON", ErrMalformed, ct)
+		return ev, malformed("datacontenttype", "datacontenttype %q is not JSON", ct)
 	}
 	p := NewPayload(ev.Type)
 	if p == nil {
@@ -208,7 +274,7 @@ func FromCloudEvent(ce event.Event) (Event, error) {
 			if field != "" {
 				msg = field + " " + msg
 			}
-			return ev, fmt.Errorf("%w: %s data: %s", ErrMalformed, ev.Type, msg)
+			return ev, malformed(cmp.Or(field, "data"), "%s data: %s", ev.Type, msg)
 		}
 	}
 	ev.Data = p

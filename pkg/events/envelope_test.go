@@ -93,23 +93,28 @@ func TestFromCloudEventRefuses(t *testing.T) {
 		name   string
 		change func(*event.Event)
 		want   string
+		field  string // the attribute or member named
 	}{
 		// sdk-go's Validate words a missing id unlike its binding
 		// ("id: id is required to be a non-empty string"), which
 		// ExplainSDKError does not rephrase: the message still names it.
-		{"NoID", func(ce *event.Event) { ce.SetID("") }, "id: id is required"},
+		{"NoID", func(ce *event.Event) { ce.SetID("") }, "id: id is required", "id"},
 		{"NoSource", func(ce *event.Event) { ce.SetSource("") },
-			"the CloudEvent has no source: every CloudEvent needs one (in binary mode, the header ce-source)"},
-		{"NoType", func(ce *event.Event) { ce.SetType("") }, "the CloudEvent has no type"},
+			"the CloudEvent has no source: every CloudEvent needs one (in binary mode, the header ce-source)", "source"},
+		{"NoType", func(ce *event.Event) { ce.SetType("") }, "the CloudEvent has no type", "type"},
 		{"SpecVersion03", func(ce *event.Event) { ce.SetSpecVersion(event.CloudEventsVersionV03) },
-			`specversion is "0.3"; jetflow speaks CloudEvents 1.0`},
+			`specversion is "0.3"; jetflow speaks CloudEvents 1.0`, "specversion"},
 		{"PrevSeqNotASequence", func(ce *event.Event) { ce.SetExtension(events.ExtPrevSeq, "seven") },
-			`extension prevseq "seven" is not a sequence`},
+			`extension prevseq "seven" is not a sequence`, "prevseq"},
 		{"DataNotJSON", func(ce *event.Event) { require.NoError(t, ce.SetData("text/plain", []byte("hi"))) },
-			`datacontenttype "text/plain" is not JSON`},
+			`datacontenttype "text/plain" is not JSON`, "datacontenttype"},
 		{"DataWrongShape", func(ce *event.Event) {
 			require.NoError(t, ce.SetData(event.ApplicationJSON, json.RawMessage(`{"step_id":"a","attempt":"one"}`)))
-		}, "io.jetflow.step.started data: attempt must be a number, not string"},
+		}, "io.jetflow.step.started data: attempt must be a number, not string", "attempt"},
+		{"DataNotAnObject", func(ce *event.Event) {
+			require.NoError(t, ce.SetData(event.ApplicationJSON, json.RawMessage(`[1]`)))
+		}, "io.jetflow.step.started data: must be a JSON object", "data"},
+		{"SeveralMissing", func(ce *event.Event) { ce.SetType(""); ce.SetSource("") }, "source: REQUIRED type: MUST", "source"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -122,6 +127,9 @@ func TestFromCloudEventRefuses(t *testing.T) {
 			require.Contains(t, err.Error(), tt.want)
 			require.NotContains(t, err.Error(), "\n")
 			require.Nil(t, ev.Data)
+			var fe *events.FieldError
+			require.ErrorAs(t, err, &fe)
+			require.Equal(t, tt.field, fe.Field, "the field at fault")
 		})
 	}
 }

@@ -1,19 +1,24 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
+	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/binding"
+	"github.com/cloudevents/sdk-go/v2/binding/format"
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
@@ -45,12 +50,42 @@ func (s *Server) startExecution(w http.ResponseWriter, r *http.Request) {
 				Message: fmt.Sprintf("ce-specversion is %q; jetflow speaks CloudEvents 1.0", v)})
 			return
 		}
+		if _, bare := r.Header["Ce-"]; bare {
+			// sdk-go reads the attribute's name after the prefix, and
+			// panics on a header that has none.
+			writeError(w, http.StatusBadRequest, apiError{Code: "invalid_cloudevent", Field: "Ce-",
+				Message: "a header named Ce- names no attribute: CloudEvent attributes are headers ce-<name> (ce-id, ce-source, ...)"})
+			return
+		}
+		switch ct := r.Header.Get("Content-Type"); format.Lookup(ct) {
+		case nil:
+			if r.Header.Get("Ce-Specversion") == "" {
+				writeError(w, http.StatusBadRequest, apiError{Code: "invalid_cloudevent", Field: "Content-Type",
+					Message: fmt.Sprintf("Content-Type %q is no CloudEvents format jetflow reads: send a structured event as application/cloudevents+json, "+
+						"or the data in binary mode with the headers ce-specversion, ce-id, ce-source and ce-type", ct)})
+				return
+			}
+		case format.JSONBatch:
+			writeError(w, http.StatusBadRequest, apiError{Code: "invalid_cloudevent", Field: "Content-Type",
+				Message: "a batch of CloudEvents starts nothing: send one start per request, as application/cloudevents+json"})
+			return
+		case format.JSON:
+			body, err := io.ReadAll(r.Body)
+			if tooLarge(w, err, s.cfg.MaxBody) {
+				return
+			}
+			if attr, msg := structuredProblem(body); attr != "" {
+				writeError(w, http.StatusBadRequest, apiError{Code: "invalid_cloudevent", Field: attr, Message: msg})
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+		}
 		ce, err := binding.ToEvent(r.Context(), cehttp.NewMessageFromHttpRequest(r))
 		if tooLarge(w, err, s.cfg.MaxBody) {
 			return
 		}
 		if err != nil {
-			writeError(w, http.StatusBadRequest, apiError{Code: "invalid_cloudevent", Message: events.ExplainSDKError(err)})
+			writeError(w, http.StatusBadRequest, apiError{Code: "invalid_cloudevent", Field: events.SDKErrorField(err), Message: events.ExplainSDKError(err)})
 			return
 		}
 		cmd, err = events.FromCloudEvent(*ce)
@@ -60,7 +95,9 @@ func (s *Server) startExecution(w http.ResponseWriter, r *http.Request) {
 				Message: fmt.Sprintf("type is %q; a start must be %s", ce.Type(), events.TypeStartExecution)})
 			return
 		case err != nil:
-			writeError(w, http.StatusBadRequest, apiError{Code: "invalid_cloudevent",
+			var fe *events.FieldError
+			_ = errors.As(err, &fe) // FromCloudEvent's errors name what is wrong
+			writeError(w, http.StatusBadRequest, apiError{Code: "invalid_cloudevent", Field: fe.FieldName(),
 				Message: strings.TrimPrefix(err.Error(), events.ErrMalformed.Error()+": ")})
 			return
 		}
@@ -125,6 +162,60 @@ func (s *Server) startExecution(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.publishStart(w, r, cmd, start, st.CommandKey, st.Digest)
+}
+
+// structuredProblem names an attribute of a structured CloudEvent whose
+// name is not one (lower-case letters and digits) or whose value is no
+// string, number, boolean or null, and says so (sdk-go says "bad key" or
+// "invalid CloudEvents value", naming neither); "" if there is none, or
+// body is no JSON object (sdk-go says that well).
+var ceAttrNameRe = regexp.MustCompile(`^[a-z0-9]+$`)
+
+func structuredProblem(body []byte) (attr, msg string) {
+	var members map[string]json.RawMessage
+	if json.Unmarshal(body, &members) != nil {
+		return "", ""
+	}
+	for _, name := range slices.Sorted(maps.Keys(members)) {
+		if name == "data" || name == "data_base64" {
+			continue
+		}
+		switch v := bytes.TrimSpace(members[name]); {
+		case !ceAttrNameRe.MatchString(name):
+			return name, fmt.Sprintf("attribute name %q: CloudEvents attribute names are lower-case letters and digits (source, not Source)", name)
+		case len(v) > 0 && (v[0] == '{' || v[0] == '['):
+			return name, fmt.Sprintf("attribute %q is a JSON object or array; CloudEvents attributes are strings, numbers or booleans (the data goes in data)", name)
+		case slices.Contains(stringAttrs, name):
+			if msg := stringAttrProblem(name, v); msg != "" {
+				return name, msg
+			}
+		}
+	}
+	return "", ""
+}
+
+// stringAttrs are the CloudEvents attributes that are strings, which
+// sdk-go parses without saying which one it could not.
+var stringAttrs = []string{"specversion", "id", "type", "source", "subject", "datacontenttype", "dataschema", "time"}
+
+// stringAttrProblem says what is wrong with the value v of the string
+// attribute name ("" if nothing).
+func stringAttrProblem(name string, v json.RawMessage) string {
+	var str string
+	if json.Unmarshal(v, &str) != nil {
+		return fmt.Sprintf("%s must be a string, not %s", name, v)
+	}
+	switch name {
+	case "source", "dataschema":
+		if _, err := url.Parse(str); err != nil || (name == "source" && str == "") {
+			return fmt.Sprintf("%s %q is not a URI reference (e.g. tour/curl, urn:x, https://example.com/x)", name, str)
+		}
+	case "time":
+		if _, err := time.Parse(time.RFC3339Nano, str); err != nil {
+			return fmt.Sprintf("time %q is not an RFC 3339 time (e.g. 2026-01-02T03:04:05Z)", str)
+		}
+	}
+	return ""
 }
 
 // writeStartProblem answers a start that startcheck.Check refused: 404

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
@@ -22,8 +21,8 @@ import (
 // workflow. A command for an execution that does not exist, or expired and
 // was deleted, is rejected.
 func (d *Dispatcher) commandTarget(ctx context.Context, ev events.Event, execID string) (string, error) {
-	if !events.ValidExecutionID(execID) {
-		return "", d.reject(ctx, ev, execID, events.CodeInvalid, fmt.Sprintf("execution_id %q is not valid: %s", execID, events.ExecutionIDRule))
+	if r := vetExecutionID(execID); r != nil {
+		return "", d.reject(ctx, ev, execID, r.Code, r.Reason)
 	}
 	c, err := d.ids.Get(ctx, execID)
 	if errors.Is(err, claim.ErrNotFound) {
@@ -42,38 +41,15 @@ func (d *Dispatcher) commandTarget(ctx context.Context, ev events.Event, execID 
 // is recorded in the history with who asked and why; a command handled
 // twice (redelivered after a crash) is recorded once.
 func (d *Dispatcher) action(ctx context.Context, ev events.Event, p *events.ExecutionAction) error {
-	if p.Action != events.ActionReplay && (p.From != "" || p.Force) {
-		return d.reject(ctx, ev, p.ExecutionID, events.CodeInvalid,
-			fmt.Sprintf("from and force apply to the replay action only, not to %s (use force-cancel or force-resume)", p.Action))
-	}
-	if (p.Action == events.ActionRepair) != (p.IgnoreSeq > 0) {
-		if p.Action == events.ActionRepair {
-			return d.reject(ctx, ev, p.ExecutionID, events.CodeInvalid,
-				"repair needs ignore_seq: the stream sequence of the damaged event (jetflow show names it)")
-		}
-		return d.reject(ctx, ev, p.ExecutionID, events.CodeInvalid, fmt.Sprintf("ignore_seq applies to the repair action only, not to %s", p.Action))
-	}
-	if p.Action == events.ActionRepair && (p.Actor == nil || p.Actor.Method == events.ActorNATS) {
-		return d.reject(ctx, ev, p.ExecutionID, events.CodeForbidden,
-			"repair is an admin's action: ask the api for it with a token that has the admin scope (jetflow repair, or POST /v1/executions/{id}/actions)")
-	}
-	if !events.ValidAction(p.Action) {
-		return d.reject(ctx, ev, p.ExecutionID, events.CodeInvalid,
-			fmt.Sprintf("action %q is not known; use one of: %s", p.Action, strings.Join(events.Actions, ", ")))
-	}
-	if len(p.Reason) > events.MaxActionReason || len(p.RequestedBy) > events.MaxRequestedBy {
-		return d.reject(ctx, ev, p.ExecutionID, events.CodeInvalid, fmt.Sprintf(
-			"reason is %d bytes and requested_by %d; at most %d and %d are kept", len(p.Reason), len(p.RequestedBy), events.MaxActionReason, events.MaxRequestedBy))
+	if r := vetAction(p); r != nil {
+		return d.reject(ctx, ev, p.ExecutionID, r.Code, r.Reason)
 	}
 	wf, err := d.commandTarget(ctx, ev, p.ExecutionID)
 	if err != nil {
 		return err
 	}
-	key := events.CommandKey(ev.Source, ev.ID)
-	rec := events.ActionRecord{Action: p.Action, Reason: p.Reason, RequestedBy: p.RequestedBy, Actor: p.Actor, Command: key}
-	if rec.RequestedBy == "" {
-		rec.RequestedBy = ev.Source
-	}
+	rec := actionRecord(ev, p)
+	key := rec.Command
 	if p.Action == events.ActionRepair {
 		return d.repair(ctx, ev, wf, p, rec)
 	}

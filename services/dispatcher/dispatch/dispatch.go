@@ -405,6 +405,11 @@ func (d *Dispatcher) process(ctx context.Context, j job) {
 		ackWait = bus.IntakeAckWait
 	}
 	hb := time.AfterFunc(ackWait/3, func() { d.keepAlive(j.msg, ackWait, handled) })
+	if md, err := j.msg.Metadata(); err == nil {
+		if _, result := events.ResultRef(j.ev.Data); !result {
+			j.ev.Time = sentAt(j.ev.Time, md.Timestamp)
+		}
+	}
 	err := d.handle(log.WithContext(ctx), j.ev)
 	close(handled)
 	hb.Stop()

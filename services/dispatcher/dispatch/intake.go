@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"jetflow.dev/pkg/bus"
@@ -76,11 +77,7 @@ func commandActor(subject string, p events.Payload) (actor *events.Actor, why st
 // names, on that execution's partition. Without the check a start
 // published on jf.commands.signal would start an execution, and a result
 // on one execution's subject could change another's.
-func (d *Dispatcher) misrouted(subject string, ev events.Event) string {
-	return misrouted(subject, ev, d.parts.n, d.inboxSubject)
-}
-
-func misrouted(subject string, ev events.Event, partitions int, inboxSubject func(events.Event) string) string {
+func misrouted(subject string, ev events.Event, partitions int) string {
 	tokens := strings.Split(subject, ".")
 	switch {
 	case strings.HasPrefix(subject, bus.CommandsPrefix+"."):
@@ -96,7 +93,7 @@ func misrouted(subject string, ev events.Event, partitions int, inboxSubject fun
 		if !isCommand(ev.Type) {
 			return fmt.Sprintf("%s on %s: the inbox takes commands only", ev.Type, subject)
 		}
-		if want := inboxSubject(ev); subject != want {
+		if want := inboxSubjectOf(ev, partitions); subject != want {
 			return fmt.Sprintf("a %s command on %s: it belongs on %s", ev.Type, subject, want)
 		}
 	case strings.HasPrefix(subject, bus.ResultsPrefix+"."):
@@ -168,33 +165,15 @@ func (e rejectedError) Error() string { return "rejected: " + e.reason }
 // own services, and a bad one is only logged. It returns an error only if
 // the rejection could not be published (the caller retries then).
 func (d *Dispatcher) rejectMessage(ctx context.Context, m jetstream.Msg, typ events.Type, reason string) error {
-	subject := m.Subject()
-	if published := m.Headers().Get(CommandSubjectHeader); published != "" && strings.HasPrefix(subject, bus.InboxPrefix+".") {
-		subject = published // a command routed by an intake: answer it as published
-	}
-	log := d.log.With().Str("subject", subject).Logger()
-	if !strings.HasPrefix(subject, bus.CommandsPrefix+".") {
-		log.Warn().Str("reason", reason).Msg("drop a message that cannot be handled")
-		return nil
-	}
-	h := m.Headers()
-	get := func(k string) string { // header keys in any case, as Decode accepts them
-		for key, v := range h {
-			if strings.EqualFold(key, k) && len(v) > 0 {
-				return strings.TrimSpace(v[0])
-			}
-		}
-		return ""
-	}
-	cmd := events.Event{ID: cmp.Or(get("ce-id"), h.Get(jetstream.MsgIDHeader)), Source: get("ce-source"),
-		Type: cmp.Or(typ, events.Type(get("ce-type")))}
 	var seq uint64
 	if md, err := m.Metadata(); err == nil {
 		seq = md.Sequence.Stream
 	}
-	if cmd.ID == "" || cmd.Source == "" {
-		// Nothing names the command: name it by where it is stored.
-		cmd.Source, cmd.ID = subject, "seq-"+strconv.FormatUint(seq, 10)
+	cmd, subject, answer := unhandled(m.Subject(), m.Headers(), typ, seq)
+	log := d.log.With().Str("subject", subject).Logger()
+	if !answer {
+		log.Warn().Str("reason", reason).Msg("drop a message that cannot be handled")
+		return nil
 	}
 	err := d.publishRejection(log.WithContext(ctx), cmd, "", events.CodeInvalid, reason, subject, seq)
 	var rej rejectedError
@@ -204,22 +183,68 @@ func (d *Dispatcher) rejectMessage(ctx context.Context, m jetstream.Msg, typ eve
 	return err
 }
 
+// unhandled is what rejectMessage answers, without I/O: the command a
+// message that arrived on subject with header at stream sequence seq is
+// taken for (typ, if known, its type), the subject it was published on,
+// and whether it is answered (a command) or only dropped.
+func unhandled(subject string, h nats.Header, typ events.Type, seq uint64) (cmd events.Event, published string, answer bool) {
+	if p := h.Get(CommandSubjectHeader); p != "" && strings.HasPrefix(subject, bus.InboxPrefix+".") {
+		subject = p // a command routed by an intake: answer it as published
+	}
+	if !strings.HasPrefix(subject, bus.CommandsPrefix+".") {
+		return events.Event{}, subject, false
+	}
+	get := func(k string) string { // header keys in any case, as Decode accepts them
+		for key, v := range h {
+			if strings.EqualFold(key, k) && len(v) > 0 {
+				return strings.TrimSpace(v[0])
+			}
+		}
+		return ""
+	}
+	cmd = events.Event{ID: cmp.Or(get("ce-id"), h.Get(jetstream.MsgIDHeader)), Source: get("ce-source"),
+		Type: cmp.Or(typ, events.Type(get("ce-type")))}
+	if cmd.ID == "" || cmd.Source == "" {
+		// Nothing names the command: name it by where it is stored.
+		cmd.Source, cmd.ID = subject, "seq-"+strconv.FormatUint(seq, 10)
+	}
+	return cmd, subject, true
+}
+
 // intake decodes a message and checks that it may be handled where it
 // arrived; one that may not is rejected (a command) or dropped, and ok is
 // false.
 func (d *Dispatcher) intake(ctx context.Context, m jetstream.Msg) (ev events.Event, ok bool) {
-	ev, err := bus.Decode(m.Headers(), m.Data())
-	why := d.misrouted(m.Subject(), ev)
+	ev, why := admit(m.Subject(), m.Headers(), m.Data(), d.parts.n)
+	if why == "" {
+		return ev, true
+	}
+	if perr := d.rejectMessage(ctx, m, ev.Type, why); perr != nil {
+		d.log.Warn().Err(perr).Dur("retry_in", retryLater(m)).Msg("publish rejection, will retry")
+		return ev, false
+	}
+	_ = m.Term()
+	return ev, false
+}
+
+// admit is intake's decision, without I/O: it decodes a message that
+// arrived on subject (with header and data) and says why it may not be
+// handled there ("" if it may), with the dispatchers' number of
+// partitions. A command's actor is set from the subject it was published
+// on (see commandActor).
+func admit(subject string, header nats.Header, data []byte, partitions int) (ev events.Event, why string) {
+	ev, err := bus.Decode(header, data)
+	why = misrouted(subject, ev, partitions)
 	// The subject a command was published on decides who it is from: its
 	// own, or for one the intake put in the inbox, the one it arrived on.
 	published := ""
 	switch {
-	case strings.HasPrefix(m.Subject(), bus.CommandsPrefix+"."):
-		published = m.Subject()
-	case strings.HasPrefix(m.Subject(), bus.InboxPrefix+"."):
-		published = m.Headers().Get(CommandSubjectHeader) // "": the dispatcher's own (a lock wake)
+	case strings.HasPrefix(subject, bus.CommandsPrefix+"."):
+		published = subject
+	case strings.HasPrefix(subject, bus.InboxPrefix+"."):
+		published = header.Get(CommandSubjectHeader) // "": the dispatcher's own (a lock wake)
 		if why == "" && err == nil && published != "" {
-			why = d.misrouted(published, ev)
+			why = misrouted(published, ev, partitions)
 		}
 	}
 	if why == "" && err == nil && published != "" {
@@ -234,15 +259,7 @@ func (d *Dispatcher) intake(ctx context.Context, m jetstream.Msg) (ev events.Eve
 			why = fmt.Sprintf("type %q is not a jetflow command", ev.Type)
 		}
 	}
-	if why == "" {
-		return ev, true
-	}
-	if perr := d.rejectMessage(ctx, m, ev.Type, why); perr != nil {
-		d.log.Warn().Err(perr).Dur("retry_in", retryLater(m)).Msg("publish rejection, will retry")
-		return ev, false
-	}
-	_ = m.Term()
-	return ev, false
+	return ev, why
 }
 
 // routeCommand is the intake of commands: any dispatcher checks a

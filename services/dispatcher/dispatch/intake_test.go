@@ -58,9 +58,9 @@ func TestCommandActor(t *testing.T) {
 func TestMisroutedNamesTheClientSubject(t *testing.T) {
 	t.Parallel()
 	for range 20 {
-		why := misrouted(bus.SubjectSignal, events.Event{Type: events.TypeStartExecution}, 16, nil)
+		why := misrouted(bus.SubjectSignal, events.Event{Type: events.TypeStartExecution}, 16)
 		require.Contains(t, why, "publish it on "+bus.SubjectStart)
 	}
-	require.Empty(t, misrouted(bus.SubjectAPIStart, events.Event{Type: events.TypeStartExecution}, 16, nil))
-	require.Contains(t, misrouted(bus.SubjectAPISignal, events.Event{Type: events.TypeStartExecution}, 16, nil), "takes "+string(events.TypeSignalExecution))
+	require.Empty(t, misrouted(bus.SubjectAPIStart, events.Event{Type: events.TypeStartExecution}, 16))
+	require.Contains(t, misrouted(bus.SubjectAPISignal, events.Event{Type: events.TypeStartExecution}, 16), "takes "+string(events.TypeSignalExecution))
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
@@ -85,17 +86,24 @@ func (d *Dispatcher) publishRejection(ctx context.Context, cmd events.Event, exe
 // and type filled in here), and returns the rejectedError that
 // terminates the message.
 func (d *Dispatcher) publishRejected(ctx context.Context, cmd events.Event, rej *events.CommandRejected) error {
-	key := events.CommandKey(cmd.Source, cmd.ID)
-	rej.CommandKey, rej.CommandType = key, cmd.Type
-	msg, err := bus.Encode(bus.RejectionSubject(key), events.New(d.cfg.Source, rej.ExecutionID, "", d.cfg.Now(), rej))
+	msg, err := rejectionMsg(d.cfg.Source, d.cfg.Now(), cmd, rej)
 	if err != nil {
 		return err
 	}
+	key := rej.CommandKey
 	if _, err := d.js.PublishMsg(ctx, msg, jetstream.WithMsgID("rej-"+bus.RejectionSubject(key))); err != nil {
 		return fmt.Errorf("publish rejection: %w", err)
 	}
 	zerolog.Ctx(ctx).Warn().Str("code", rej.Code).Str("field", rej.Field).Str("reason", rej.Reason).Str("command", key).Msg("command rejected")
 	return rejectedError{reason: rej.Reason}
+}
+
+// rejectionMsg is the message of rej, the rejection of cmd (its command
+// key and type filled in here), from source at now.
+func rejectionMsg(source string, now time.Time, cmd events.Event, rej *events.CommandRejected) (*nats.Msg, error) {
+	key := events.CommandKey(cmd.Source, cmd.ID)
+	rej.CommandKey, rej.CommandType = key, cmd.Type
+	return bus.Encode(bus.RejectionSubject(key), events.New(source, rej.ExecutionID, "", now, rej))
 }
 
 // result applies an agent's report about a task.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
 	"strconv"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -48,22 +47,8 @@ import (
 // is only removed. With OnlyEnded (the janitor), an entry whose execution
 // runs and still holds or waits for it is left alone.
 func (d *Dispatcher) clearLock(ctx context.Context, ev events.Event, p *events.ClearLock) error {
-	reject := func(format string, args ...any) error {
-		return d.reject(ctx, ev, "", events.CodeInvalid, fmt.Sprintf(format, args...))
-	}
-	switch {
-	case !events.ValidLockName(p.Lock):
-		return reject("lock %q is not a lock name: %s", p.Lock, events.LockNameRule)
-	case len(p.Entries) == 0:
-		return reject("entries: name at least one holder or waiter to clear")
-	case len(p.Reason) > events.MaxActionReason || len(p.RequestedBy) > events.MaxRequestedBy:
-		return reject("reason is %d bytes and requested_by %d; at most %d and %d are kept",
-			len(p.Reason), len(p.RequestedBy), events.MaxActionReason, events.MaxRequestedBy)
-	}
-	for i, en := range p.Entries {
-		if !events.ValidWorkflowName(en.Workflow) || !events.ValidExecutionID(en.ExecutionID) {
-			return reject("entries[%d]: workflow %q or execution_id %q is not valid", i, en.Workflow, en.ExecutionID)
-		}
+	if r := vetClearLock(p); r != nil {
+		return d.reject(ctx, ev, "", r.Code, r.Reason)
 	}
 	// A damaged execution's history cannot record the clearing: refuse
 	// the whole command before clearing any of its entries.
@@ -73,11 +58,7 @@ func (d *Dispatcher) clearLock(ctx context.Context, ev events.Event, p *events.C
 		}
 		return d.reject(ctx, ev, id, events.CodeDamaged, events.DamagedMessage(id, dmg.Seq, dmg.Reason)+"; its locks stay held until then")
 	}
-	rec := events.ActionRecord{Action: "clear-lock", Reason: p.Reason, RequestedBy: p.RequestedBy, Actor: p.Actor,
-		Command: events.CommandKey(ev.Source, ev.ID)}
-	if rec.RequestedBy == "" {
-		rec.RequestedBy = ev.Source
-	}
+	rec := clearRecord(ev, p)
 	for _, en := range p.Entries {
 		cmd := interp.ClearCommand{Lock: p.Lock, Path: en.Path, Request: en.Request, Record: rec, OnlyEnded: p.OnlyEnded}
 		err := d.withExecution(ctx, en.Workflow, en.ExecutionID, func(x *execState) error {

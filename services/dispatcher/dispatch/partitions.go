@@ -226,14 +226,17 @@ const CommandSubjectHeader = "Jetflow-Command-Subject"
 // inboxSubject is where the intake puts ev: its execution's partition,
 // and the execution's id as the last token (a hash of the key for the
 // commands that name no single execution, such as a clear-lock).
-func (d *Dispatcher) inboxSubject(ev events.Event) string {
+func (d *Dispatcher) inboxSubject(ev events.Event) string { return inboxSubjectOf(ev, d.parts.n) }
+
+// inboxSubjectOf is inboxSubject with the number of partitions.
+func inboxSubjectOf(ev events.Event, partitions int) string {
 	key := routingKey(ev)
 	token := key
 	if !events.ValidExecutionID(key) {
 		sum := sha256.Sum256([]byte(key))
 		token = "k" + hex.EncodeToString(sum[:12])
 	}
-	return bus.InboxSubject(d.partitionOf(key), token)
+	return bus.InboxSubject(partition.Of(key, partitions), token)
 }
 
 func (d *Dispatcher) durables() bus.Durables {

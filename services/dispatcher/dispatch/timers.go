@@ -68,8 +68,7 @@ func (d *Dispatcher) signal(ctx context.Context, ev events.Event, p *events.Sign
 	if err != nil {
 		return err
 	}
-	cmd := interp.SignalCommand{ID: events.SignalID(events.CommandKey(ev.Source, ev.ID)), Name: p.Name, Data: p.Data,
-		Sender: ev.Source, Actor: p.Actor, SentAt: ev.Time}
+	cmd := signalCommand(ev, p, ev.Time)
 	return d.withExecution(ctx, wf, p.ExecutionID, func(x *execState) error {
 		return d.command(ctx, ev, x, func(in interp.Input) interp.Decision { return interp.Signal(in, cmd) })
 	})
