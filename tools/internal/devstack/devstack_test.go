@@ -21,8 +21,13 @@ import (
 
 func run(t *testing.T, dir string) (Info, context.CancelFunc, <-chan error) {
 	t.Helper()
-	cfg := Config{DataDir: dir, NATSAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
-		Log: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)}
+	return runWith(t, Config{DataDir: dir, NATSAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
+		Log: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)})
+}
+
+// runWith runs a stack of cfg until the returned cancel, once it is ready.
+func runWith(t *testing.T, cfg Config) (Info, context.CancelFunc, <-chan error) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan Info, 1)
 	done := make(chan error, 1)
@@ -95,23 +100,10 @@ func TestStalePIDFileIsTakenOver(t *testing.T) {
 func TestMissingStreamIsMadeAgain(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	cfg := Config{DataDir: dir, NATSAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", TopologyEvery: 100 * time.Millisecond,
-		Log: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel)}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan Info, 1)
-	done := make(chan error, 1)
-	go func() { done <- Run(ctx, cfg, func(i Info) { ready <- i }) }()
-	var info Info
-	select {
-	case info = <-ready:
-	case err := <-done:
-		cancel()
-		t.Fatalf("stack stopped: %v", err)
-	case <-time.After(60 * time.Second):
-		cancel()
-		t.Fatal("stack did not start")
-	}
+	info, cancel, done := runWith(t, Config{DataDir: dir, NATSAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", TopologyEvery: 100 * time.Millisecond,
+		Log: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel)})
 	defer func() { cancel(); require.NoError(t, <-done) }()
+	ctx := t.Context()
 
 	conn, err := info.Dial(ctx, auth.RoleAdmin, "test")
 	require.NoError(t, err)
