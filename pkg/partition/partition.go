@@ -222,6 +222,8 @@ type Table struct {
 	until []time.Time // a held lease is valid until then (renewal sent + TTL)
 	epoch []uint64    // incremented each time a partition is acquired
 
+	adopted atomic.Int64 // renewals found stored after they were refused (stillMine)
+
 	released chan holding   // a Release of a lease given up finished
 	failed   chan holding   // an Acquire failed
 	quit     chan struct{}  // closed when Run has returned
@@ -512,22 +514,34 @@ func (t *Table) acquire(ctx context.Context, p int) {
 }
 
 func (t *Table) renew(ctx context.Context, p int, l lease) {
-	sent := t.cfg.Now()
 	ctx, cancel := t.opCtx(ctx)
 	defer cancel()
+	if t.renewOnce(ctx, p, l) {
+		// An earlier renewal was stored after all (stillMine): renew from
+		// the revision found, so that the holding does not lapse here.
+		t.renewOnce(ctx, p, t.leases[p])
+	}
+}
 
+// renewOnce renews p's lease l; again reports that it should be renewed
+// once more from the revision now in t.leases (stillMine).
+func (t *Table) renewOnce(ctx context.Context, p int, l lease) (again bool) {
+	sent := t.cfg.Now()
 	ack, err := t.js.Publish(ctx, "$KV."+t.kv.Bucket()+"."+LeaseKey(p), []byte(t.cfg.Member),
 		jetstream.WithMsgTTL(t.cfg.TTL), jetstream.WithExpectLastSequencePerSubject(l.rev))
 	if err != nil {
 		var apiErr *jetstream.APIError
 		if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
 			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+			if t.stillMine(ctx, p) {
+				return true
+			}
 			delete(t.leases, p)
 			t.lost(p, "its lease changed underneath")
-			return
+			return false
 		}
 		t.cfg.OnError(err, fmt.Sprintf("renew partition %d", p))
-		return
+		return false
 	}
 	t.leases[p] = lease{owner: t.cfg.Member, rev: ack.Sequence}
 	t.mu.Lock()
@@ -535,6 +549,24 @@ func (t *Table) renew(ctx context.Context, p int, l lease) {
 		t.until[p] = sent.Add(t.cfg.TTL)
 	}
 	t.mu.Unlock()
+	return false
+}
+
+// stillMine looks at p's lease after a renewal was refused for its
+// expected revision. On a busy machine a renewal can time out here and be
+// stored all the same (its acknowledgement came too late), and the next
+// one, still expecting the older revision, is refused: the lease then
+// holds this member's name at a newer revision, which it takes as its
+// own. Nobody else writes this member's name (a second process with it is
+// ErrDuplicateMember). Any other value, or no lease, is a loss.
+func (t *Table) stillMine(ctx context.Context, p int) bool {
+	e, err := t.kv.Get(ctx, LeaseKey(p))
+	if err != nil || string(e.Value()) != t.cfg.Member {
+		return false
+	}
+	t.leases[p] = lease{owner: t.cfg.Member, rev: e.Revision()}
+	t.adopted.Add(1)
+	return true
 }
 
 // startRelease stops handling p in the background; the lease is deleted

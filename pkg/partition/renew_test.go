@@ -1,0 +1,67 @@
+package partition_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/natstest"
+	"jetflow.dev/pkg/partition"
+)
+
+// TestRenewalStoredButUnacknowledgedKeepsTheLease: on a busy machine a
+// renewal can time out and be stored all the same; the next renewal,
+// expecting the older revision, is refused. The lease still holds this
+// member's name, so the member keeps the partition (same holding, nothing
+// released) instead of dropping it and taking it again. A lease another
+// member holds is lost, as before.
+func TestRenewalStoredButUnacknowledgedKeepsTheLease(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	ctx := t.Context()
+	kv, err := js.KeyValue(ctx, bus.BucketDispatchers)
+	require.NoError(t, err)
+	var mu sync.Mutex
+	var released []int
+	tbl, err := partition.New(js, kv, partition.Config{Member: "a", Partitions: 2,
+		Acquire: func(context.Context, int, uint64) error { return nil },
+		Release: func(p int, _ uint64) { mu.Lock(); released = append(released, p); mu.Unlock() }})
+	require.NoError(t, err)
+
+	// a holds partitions 0 and 1, as acquire leaves them.
+	for p := range 2 {
+		tbl.AcquireNow(ctx, p)
+		_, ok := tbl.Holds(p)
+		require.True(t, ok)
+	}
+	epoch0, _ := tbl.Holds(0)
+
+	// A renewal of 0 stored without its acknowledgement reaching a.
+	stored, err := js.Publish(ctx, "$KV."+kv.Bucket()+"."+partition.LeaseKey(0), []byte("a"),
+		jetstream.WithMsgTTL(partition.DefaultTTL), jetstream.WithExpectLastSequencePerSubject(tbl.LeaseRevision(0)))
+	require.NoError(t, err)
+	tbl.RenewNow(ctx, 0)
+	epoch, ok := tbl.Holds(0)
+	require.True(t, ok, "still held")
+	require.Equal(t, epoch0, epoch, "the same holding: nothing was reset")
+	require.Greater(t, tbl.LeaseRevision(0), stored.Sequence, "renewed from the revision found")
+	require.EqualValues(t, 1, tbl.Adopted())
+
+	// Another member's name in the lease of 1: lost.
+	_, err = kv.Put(ctx, partition.LeaseKey(1), []byte("b"))
+	require.NoError(t, err)
+	tbl.RenewNow(ctx, 1)
+	_, ok = tbl.Holds(1)
+	require.False(t, ok, "a lease another member holds is lost")
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(released) == 1 && released[0] == 1
+	}, 10*time.Second, 10*time.Millisecond, "1 is released, 0 is not")
+	tbl.WaitStarts()
+}
