@@ -86,6 +86,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.Float64Var(&c.soak.Heap.MinSlope, "soak-heap-slope", c.soak.Heap.MinSlope, "the soak's heap growth (MiB/min, after warm-up) above which a real trend is a leak")
 	fs.Float64Var(&c.soak.Goroutines.MinSlope, "soak-goroutine-slope", c.soak.Goroutines.MinSlope, "the soak's goroutine growth (per minute, after warm-up) above which a real trend is a leak")
 	fs.Float64Var(&c.soak.FDs.MinSlope, "soak-fd-slope", c.soak.FDs.MinSlope, "the soak's open-file growth (per minute, after warm-up) above which a real trend is a leak")
+	fs.IntVar(&c.soak.CacheSize, "soak-cache", c.soak.CacheSize, "the dispatcher's cache of execution states during the soak (the service's default is 10000; a cache still filling after the warm-up looks like a leak)")
+	fs.StringVar(&c.soak.HeapProfiles, "soak-heap-profiles", "", "write heap profiles at the end of the soak's warm-up and of its load to this prefix + -warm.pprof and -end.pprof (compare them with go tool pprof -diff_base)")
 	fs.BoolVar(&c.soak.WarnOnly, "soak-warn-leak", false, "report a leak found by the soak as a warning, not an error")
 	fs.StringVar(&c.dataDir, "data", "", "data directory (default: a new temp dir, removed afterwards)")
 	fs.BoolVar(&c.insecure, "insecure", false, "run NATS without authentication (to measure what authentication costs)")
@@ -125,7 +127,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		scfg.JanitorInterval = quietJanitor
 	}
 	if c.soak.Duration > 0 {
-		scfg.JanitorInterval = soakJanitor
+		scfg.JanitorInterval, scfg.CacheSize = soakJanitor, c.soak.CacheSize
 	}
 	info, stopStack, err := startStack(ctx, scfg)
 	if err != nil {

@@ -9,11 +9,13 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/catalog"
@@ -55,13 +57,23 @@ type soakConfig struct {
 	// Heap (MiB/min), Goroutines (/min) and FDs (/min) are the leak rules.
 	// Flag defaults: 1 MiB/min, 2/min and 1/min.
 	Heap, Goroutines, FDs soak.Rule
+	// CacheSize is the dispatcher's cache of execution states during the
+	// soak. Flag default 1000 (the service's default is 10000): a bounded
+	// cache that fills for longer than the warm-up would look like a
+	// leak, and at 10 executions/s 1000 fill in 100s.
+	CacheSize int
+	// HeapProfiles, when set, is where heap profiles are written: at the
+	// end of the warm-up (HeapProfiles+"-warm.pprof") and at the end of
+	// the load (HeapProfiles+"-end.pprof"), to see what grew with
+	// go tool pprof -diff_base.
+	HeapProfiles string
 	// WarnOnly reports a leak as a warning instead of an error.
 	WarnOnly bool
 }
 
 // defaultSoakConfig is the soak's configuration with the flags' defaults.
 func defaultSoakConfig() soakConfig {
-	return soakConfig{Rate: 10, Sleep: 3 * time.Second, Retention: "10", Drain: 2 * time.Minute,
+	return soakConfig{Rate: 10, Sleep: 3 * time.Second, Retention: "10", Drain: 2 * time.Minute, CacheSize: 1000,
 		Heap: soak.Rule{MinSlope: 1}, Goroutines: soak.Rule{MinSlope: 2}, FDs: soak.Rule{MinSlope: 1}}
 }
 
@@ -102,6 +114,8 @@ func (c soakConfig) validate() error {
 		return fmt.Errorf("-soak-every (%s) must be at most -soak (%s)", c.Every, c.Duration)
 	case c.Sleep < time.Second || c.Sleep > time.Minute:
 		return fmt.Errorf("-soak-sleep must be between 1s and 1m, not %s", c.Sleep)
+	case c.CacheSize < 1 || c.CacheSize > 1_000_000:
+		return fmt.Errorf("-soak-cache must be between 1 and 1000000, not %d", c.CacheSize)
 	case c.Drain < time.Second:
 		return fmt.Errorf("-soak-drain must be at least 1s, not %s", c.Drain)
 	}
@@ -217,13 +231,14 @@ type soakCounts struct {
 	started, finished, failed int
 }
 
-// soakTracker follows the soak's executions with a core NATS
-// subscription on their history subjects (reading only ce-type): it
-// counts starts, ends and failures per interval, keeps the latency of
-// each execution that finished, by kind, and signals the executions of
-// the wait kind when they wait.
+// soakTracker follows the soak's executions with an ordered consumer on
+// their history subjects (reading only ce-type; only what the stream
+// stored counts, not an append it refused): it counts starts, ends and
+// failures per interval, keeps the latency of each execution that
+// finished, by kind, and signals the executions of the wait kind when
+// they wait.
 type soakTracker struct {
-	subs   []*nats.Subscription
+	cc     jetstream.ConsumeContext
 	signal func(id string)
 
 	mu        sync.Mutex
@@ -235,33 +250,34 @@ type soakTracker struct {
 	drained   chan struct{}     // closed, once armed, when nothing runs
 }
 
-func newSoakTracker(nc *nats.Conn, signal func(id string)) (*soakTracker, error) {
+func newSoakTracker(ctx context.Context, js jetstream.JetStream, signal func(id string)) (*soakTracker, error) {
 	t := &soakTracker{signal: signal, running: map[string]*soakRun{}, lat: make([][]time.Duration, len(soakKinds))}
+	var subjects []string
 	for _, k := range soakKinds {
-		sub, err := nc.Subscribe(bus.WorkflowSubjects(soakWorkflow(k)), t.onEvent)
-		if err != nil {
-			t.close()
-			return nil, err
-		}
-		_ = sub.SetPendingLimits(-1, -1)
-		t.subs = append(t.subs, sub)
+		subjects = append(subjects, bus.WorkflowSubjects(soakWorkflow(k)))
+	}
+	cons, err := js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
+		FilterSubjects: subjects, DeliverPolicy: jetstream.DeliverNewPolicy,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("follow the soak's histories: %w", err)
+	}
+	t.cc, err = cons.Consume(func(m jetstream.Msg) { t.onEvent(m.Subject(), m.Headers()) })
+	if err != nil {
+		return nil, fmt.Errorf("follow the soak's histories: %w", err)
 	}
 	return t, nil
 }
 
-func (t *soakTracker) close() {
-	for _, s := range t.subs {
-		_ = s.Unsubscribe()
-	}
-}
+func (t *soakTracker) close() { t.cc.Stop() }
 
-func (t *soakTracker) onEvent(m *nats.Msg) {
-	typ := events.Type(m.Header.Get("ce-type"))
+func (t *soakTracker) onEvent(subject string, header nats.Header) {
+	typ := events.Type(header.Get("ce-type"))
 	if !typ.IsTerminal() && typ != events.TypeStepWaiting {
 		return
 	}
 	now := time.Now()
-	id := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
+	id := subject[strings.LastIndexByte(subject, '.')+1:]
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	r := t.running[id]
@@ -394,7 +410,7 @@ func runSoak(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalog.
 		return res, fmt.Errorf("soak: events stream: %w", err)
 	}
 	var tr *soakTracker
-	tr, err = newSoakTracker(conn.NC, func(id string) {
+	tr, err = newSoakTracker(ctx, conn.JS, func(id string) {
 		ev := events.New("jetflow-bench", "", "", time.Now(), &events.SignalExecution{ExecutionID: id, Name: "go"})
 		msg, err := bus.Encode(bus.SubjectSignal, ev)
 		if err == nil {
@@ -414,8 +430,9 @@ func runSoak(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalog.
 	for _, k := range soakKinds {
 		shares = append(shares, fmt.Sprintf("%s %d%%", k.name, 100*k.weight/len(mix)))
 	}
-	fmt.Fprintf(out, "\nsoak run: %s at %g executions/s (%s), retention %q on every soak workflow, janitor every %s\n",
+	fmt.Fprintf(out, "\nsoak run: %s at %g executions/s (%s), retention %q on every soak workflow, janitor every %s,\n",
 		cfg.Duration, cfg.Rate, strings.Join(shares, ", "), cfg.Retention, soakJanitor)
+	fmt.Fprintf(out, "  the dispatcher's cache %d execution states\n", cfg.CacheSize)
 	fmt.Fprintf(out, "  a row every %s; latency: from the intended start to the terminal event, of the executions that finished in the row\n", cfg.Every)
 	fmt.Fprintf(out, "  (all kinds, less the %s of the sleep kind; by kind at the end);\n", cfg.Sleep)
 	fmt.Fprintf(out, "  heap: live after a forced GC; memory, goroutines and open files sampled every %s for the verdict\n\n", cfg.Sample)
@@ -489,6 +506,15 @@ func runSoak(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalog.
 		gor = append(gor, soak.Sample{At: at, Value: float64(m.goroutines)})
 		if m.fds >= 0 {
 			fds = append(fds, soak.Sample{At: at, Value: float64(m.fds)})
+		}
+		if cfg.HeapProfiles != "" && (k == samples/2 || k == samples) {
+			name := cfg.HeapProfiles + "-warm.pprof"
+			if k == samples {
+				name = cfg.HeapProfiles + "-end.pprof"
+			}
+			if err := writeHeapProfile(name); err != nil {
+				return res, err
+			}
 		}
 		if k%perRow != 0 && k != samples {
 			continue
@@ -673,4 +699,17 @@ func soakAlone(fs *flag.FlagSet, c *config) error {
 	}
 	c.executions, c.single = 0, 0
 	return c.soak.withDefaults().validate()
+}
+
+// writeHeapProfile writes the heap profile as of the last GC to name.
+func writeHeapProfile(name string) error {
+	f, err := os.Create(name)
+	if err != nil {
+		return fmt.Errorf("heap profile: %w", err)
+	}
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		f.Close()
+		return fmt.Errorf("heap profile %s: %w", name, err)
+	}
+	return f.Close()
 }

@@ -30,6 +30,7 @@ func TestSoakFlags(t *testing.T) {
 		{[]string{"-soak", "1m", "-soak-retention", "sometimes"}, "-soak-retention: "},
 		{[]string{"-soak", "1m", "-soak-heap-slope", "0"}, "-soak-heap-slope: soak: the slope threshold must be positive"},
 		{[]string{"-soak", "1m", "-soak-sleep", "10ms"}, "-soak-sleep must be between 1s and 1m"},
+		{[]string{"-soak", "1m", "-soak-cache", "0"}, "-soak-cache must be between 1 and 1000000"},
 	} {
 		err := run(t.Context(), c.args, new(bytes.Buffer))
 		require.ErrorContains(t, err, c.want, "%v", c.args)
@@ -84,7 +85,7 @@ func TestSoakMix(t *testing.T) {
 func TestSoakRun(t *testing.T) {
 	ctx := t.Context()
 	info, stop, err := startStack(ctx, devstack.Config{DataDir: t.TempDir(), NATSAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
-		Log: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel), JanitorInterval: soakJanitor})
+		Log: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel), JanitorInterval: soakJanitor, CacheSize: 1000})
 	require.NoError(t, err)
 	defer stop()
 	conn, err := info.Dial(ctx, auth.RoleAdmin, "jetflow-bench-test")
