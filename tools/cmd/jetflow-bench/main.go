@@ -84,6 +84,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.StringVar(&c.soak.Retention, "soak-retention", c.soak.Retention, "the retention rule of every soak workflow")
 	fs.DurationVar(&c.soak.Drain, "soak-drain", c.soak.Drain, "how long the soak waits, after the load, for the executions still running")
 	fs.Float64Var(&c.soak.Heap.MinSlope, "soak-heap-slope", c.soak.Heap.MinSlope, "the soak's heap growth (MiB/min, after warm-up) above which a real trend is a leak")
+	fs.Float64Var(&c.soak.Heap.MinGrowth, "soak-heap-growth", c.soak.Heap.MinGrowth, "the soak's heap growth over the judged half (MiB) above which a real trend is a leak: the heap after a GC moves by nats-server's block buffers (up to 8 MiB each)")
 	fs.Float64Var(&c.soak.Goroutines.MinSlope, "soak-goroutine-slope", c.soak.Goroutines.MinSlope, "the soak's goroutine growth (per minute, after warm-up) above which a real trend is a leak")
 	fs.Float64Var(&c.soak.FDs.MinSlope, "soak-fd-slope", c.soak.FDs.MinSlope, "the soak's open-file growth (per minute, after warm-up) above which a real trend is a leak")
 	fs.IntVar(&c.soak.CacheSize, "soak-cache", c.soak.CacheSize, "the dispatcher's cache of execution states during the soak (the service's default is 10000; a cache still filling after the warm-up looks like a leak)")

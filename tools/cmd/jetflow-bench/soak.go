@@ -54,8 +54,10 @@ type soakConfig struct {
 	// Drain is how long, after the load, the run waits for the executions
 	// still running to finish. Flag default 2m.
 	Drain time.Duration
-	// Heap (MiB/min), Goroutines (/min) and FDs (/min) are the leak rules.
-	// Flag defaults: 1 MiB/min, 2/min and 1/min.
+	// Heap (MiB), Goroutines and FDs are the leak rules. Flag defaults:
+	// a slope above 1 MiB/min, 2/min and 1/min, and a growth over the
+	// judged half above 16 MiB (two of nats-server's largest block
+	// buffers, by which the heap after a GC moves), 20 and 5.
 	Heap, Goroutines, FDs soak.Rule
 	// CacheSize is the dispatcher's cache of execution states during the
 	// soak. Flag default 1000 (the service's default is 10000): a bounded
@@ -74,7 +76,7 @@ type soakConfig struct {
 // defaultSoakConfig is the soak's configuration with the flags' defaults.
 func defaultSoakConfig() soakConfig {
 	return soakConfig{Rate: 10, Sleep: 3 * time.Second, Retention: "10", Drain: 2 * time.Minute, CacheSize: 1000,
-		Heap: soak.Rule{MinSlope: 1}, Goroutines: soak.Rule{MinSlope: 2}, FDs: soak.Rule{MinSlope: 1}}
+		Heap: soak.Rule{MinSlope: 1, MinGrowth: 16}, Goroutines: soak.Rule{MinSlope: 2, MinGrowth: 20}, FDs: soak.Rule{MinSlope: 1, MinGrowth: 5}}
 }
 
 // withDefaults computes Every and Sample when they are 0.
@@ -125,7 +127,7 @@ func (c soakConfig) validate() error {
 	for _, r := range []struct {
 		flag string
 		rule soak.Rule
-	}{{"-soak-heap-slope", c.Heap}, {"-soak-goroutine-slope", c.Goroutines}, {"-soak-fd-slope", c.FDs}} {
+	}{{"-soak-heap-slope and -soak-heap-growth", c.Heap}, {"-soak-goroutine-slope", c.Goroutines}, {"-soak-fd-slope", c.FDs}} {
 		if err := r.rule.Validate(); err != nil {
 			return fmt.Errorf("%s: %w", r.flag, err)
 		}
@@ -584,23 +586,7 @@ func runSoak(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalog.
 		fmt.Fprintf(out, "  their latency    p50 %s  p99 %s  max %s\n", ms(l.N, l.P50), ms(l.N, l.P99), ms(l.N, l.Max))
 	}
 
-	// Latency by kind: p50/p99 in ms, a row per interval.
-	fmt.Fprintf(out, "\nlatency by kind, p50/p99 in ms (intended start to terminal event):\n%8s", "elapsed")
-	for _, k := range soakKinds {
-		fmt.Fprintf(out, " %13s", k.name)
-	}
-	fmt.Fprintln(out)
-	for _, r := range rows {
-		fmt.Fprintf(out, "%8s", r.at.Round(time.Second))
-		for _, l := range r.kinds {
-			cell := "-"
-			if l.N > 0 {
-				cell = fmt.Sprintf("%d/%d", l.P50.Milliseconds(), l.P99.Milliseconds())
-			}
-			fmt.Fprintf(out, " %13s", cell)
-		}
-		fmt.Fprintln(out)
-	}
+	printKinds(out, rows)
 
 	res.heap = cfg.Heap.Judge(heap, cfg.Duration)
 	res.goroutines = cfg.Goroutines.Judge(gor, cfg.Duration)
@@ -639,6 +625,27 @@ func runSoak(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalog.
 		}
 	}
 	return res, errors.Join(errs...)
+}
+
+// printKinds prints the latency of each kind, p50/p99 in ms, a row per
+// interval.
+func printKinds(out io.Writer, rows []soakRow) {
+	fmt.Fprintf(out, "\nlatency by kind, p50/p99 in ms (intended start to terminal event):\n%8s", "elapsed")
+	for _, k := range soakKinds {
+		fmt.Fprintf(out, " %13s", k.name)
+	}
+	fmt.Fprintln(out)
+	for _, r := range rows {
+		fmt.Fprintf(out, "%8s", r.at.Round(time.Second))
+		for _, l := range r.kinds {
+			cell := "-"
+			if l.N > 0 {
+				cell = fmt.Sprintf("%d/%d", l.P50.Milliseconds(), l.P99.Milliseconds())
+			}
+			fmt.Fprintf(out, " %13s", cell)
+		}
+		fmt.Fprintln(out)
+	}
 }
 
 // measurement is one sample of the process's resources.

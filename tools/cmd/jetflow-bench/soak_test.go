@@ -28,7 +28,8 @@ func TestSoakFlags(t *testing.T) {
 		{[]string{"-soak", "1m", "-soak-every", "7s", "-soak-sample", "2s"}, "must be a multiple of -soak-sample"},
 		{[]string{"-soak", "10s", "-soak-every", "20s"}, "must be at most -soak"},
 		{[]string{"-soak", "1m", "-soak-retention", "sometimes"}, "-soak-retention: "},
-		{[]string{"-soak", "1m", "-soak-heap-slope", "0"}, "-soak-heap-slope: soak: the slope threshold must be positive"},
+		{[]string{"-soak", "1m", "-soak-heap-slope", "0"}, "-soak-heap-slope and -soak-heap-growth: soak: the slope threshold must be positive"},
+		{[]string{"-soak", "1m", "-soak-heap-growth", "-1"}, "soak: the growth threshold must be zero or positive"},
 		{[]string{"-soak", "1m", "-soak-sleep", "10ms"}, "-soak-sleep must be between 1s and 1m"},
 		{[]string{"-soak", "1m", "-soak-cache", "0"}, "-soak-cache must be between 1 and 1000000"},
 	} {

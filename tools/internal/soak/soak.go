@@ -19,7 +19,11 @@
 //   - the trend matters: its Theil–Sen slope (the median of the slopes
 //     between every two samples, which ignores a few outliers) is above
 //     [Rule.MinSlope] per minute, so that a real but negligible creep is
-//     reported as a figure, not as a leak.
+//     reported as a figure, not as a leak, and the growth it gives over
+//     the judged samples is above [Rule.MinGrowth], so that a level that
+//     moves in large steps (nats-server holds the message blocks it reads
+//     in 4 or 8 MiB buffers) does not make a leak of one more step in a
+//     short run.
 //
 // With fewer than [Rule.MinSamples] samples after warm-up there is no
 // verdict ("too short to judge"), which is not a failure.
@@ -136,6 +140,10 @@ type Rule struct {
 	// MinSlope is the growth per minute above which a real trend is a
 	// leak, in the resource's unit. Must be positive.
 	MinSlope float64
+	// MinGrowth is the growth over the judged samples (the slope times
+	// their span) above which a real trend is a leak: the noise of the
+	// level, in the resource's unit. Default 0: the slope alone decides.
+	MinGrowth float64
 	// Z is the Mann–Kendall z above which a trend is real. Default 2.33.
 	Z float64
 	// MinSamples is how many samples after warm-up a verdict needs.
@@ -166,8 +174,9 @@ type Trend struct {
 	Samples int
 	// From and To bound the judged samples.
 	From, To time.Duration
-	// Slope is the Theil–Sen slope per minute and Z the Mann–Kendall z.
-	Slope, Z float64
+	// Slope is the Theil–Sen slope per minute and Z the Mann–Kendall z;
+	// Growth is the slope times the span of the judged samples.
+	Slope, Z, Growth float64
 	// First and Last are the median of the first and of the last quarter
 	// of the judged samples: the level before and after.
 	First, Last float64
@@ -195,6 +204,8 @@ func (r Rule) Validate() error {
 	switch {
 	case !(r.MinSlope > 0) || math.IsInf(r.MinSlope, 0):
 		return fmt.Errorf("soak: the slope threshold must be positive, not %v", r.MinSlope)
+	case !(r.MinGrowth >= 0) || math.IsInf(r.MinGrowth, 0):
+		return fmt.Errorf("soak: the growth threshold must be zero or positive, not %v", r.MinGrowth)
 	case !(r.Z > 0):
 		return fmt.Errorf("soak: the z threshold must be positive, not %v", r.Z)
 	case r.MinSamples < 3:
@@ -227,8 +238,9 @@ func (r Rule) Judge(s []Sample, total time.Duration) Trend {
 	t.Slope, t.Z = TheilSen(kept), MannKendallZ(kept)
 	q := max(1, len(kept)/4)
 	t.First, t.Last = median(kept[:q]), median(kept[len(kept)-q:])
+	t.Growth = t.Slope * (t.To - t.From).Minutes()
 	t.Verdict = Flat
-	if t.Z > r.Z && t.Slope > r.MinSlope {
+	if t.Z > r.Z && t.Slope > r.MinSlope && t.Growth > r.MinGrowth {
 		t.Verdict = Growing
 	}
 	return t
@@ -255,6 +267,9 @@ func (t Trend) Format(unit string) string {
 	}
 	detail := fmt.Sprintf("z %.2f; %s → %s over %s..%s, %d samples; a leak is z > %.2f and > %s %s/min",
 		t.Z, num(t.First), num(t.Last), t.From.Round(time.Second), t.To.Round(time.Second), t.Samples, t.Rule.Z, num(t.Rule.MinSlope), unit)
+	if t.Rule.MinGrowth > 0 {
+		detail += fmt.Sprintf(" and > %s %s in all", num(t.Rule.MinGrowth), unit)
+	}
 	if t.Verdict == Growing {
 		return fmt.Sprintf("growing: %s %s/min (%s)", num(t.Slope), unit, detail)
 	}

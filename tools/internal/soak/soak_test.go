@@ -139,6 +139,30 @@ func TestJudge(t *testing.T) {
 		}), total)
 		require.Equal(t, Growing, tr.Verdict, tr.Format("goroutines"))
 	})
+	t.Run("StepsOfABufferAreNoLeakInAShortRun", func(t *testing.T) {
+		t.Parallel()
+		// The level moves in steps of 8 (one buffer more, or less) and
+		// ends a step higher: a real trend of 2-3 a minute over the five
+		// minutes judged, but no more growth than one step.
+		steps := []float64{0, 0, 8, 0, 8, 8, 0, 8, 8, 16, 8, 8, 16, 8, 16, 8, 16, 16, 8, 16, 16, 24, 16, 16, 8, 16, 24, 16, 16, 24, 16}
+		s := make([]Sample, 0, len(steps))
+		for i, v := range steps {
+			s = append(s, Sample{At: 5*time.Minute + time.Duration(i)*every, Value: 60 + v})
+		}
+		r := Rule{MinSlope: 1, MinGrowth: 16}
+		tr := r.Judge(s, total)
+		require.Equal(t, Flat, tr.Verdict, tr.Format("MiB"))
+		require.Greater(t, tr.Z, tr.Rule.Z, "the trend is real")
+		require.Greater(t, tr.Slope, 1.0, "and steeper than the slope threshold")
+		require.Contains(t, tr.Format("MiB"), "and > 16 MiB in all)")
+		// Without the growth threshold the same series is a leak.
+		require.Equal(t, Growing, Rule{MinSlope: 1}.Judge(s, total).Verdict)
+		// The same slope for an hour is a leak whatever the steps.
+		n := noise(4, 8)
+		long := r.Judge(series(time.Hour, every, func(at time.Duration) float64 { return 60 + 2.5*at.Minutes() + n() }), time.Hour)
+		require.Equal(t, Growing, long.Verdict, long.Format("MiB"))
+		require.InDelta(t, 75, long.Growth, 10)
+	})
 	t.Run("TooShort", func(t *testing.T) {
 		t.Parallel()
 		tr := heap.Judge(series(20*time.Second, 5*time.Second, func(at time.Duration) float64 { return at.Minutes() * 100 }), 20*time.Second)
@@ -162,6 +186,8 @@ func TestRuleValidate(t *testing.T) {
 		{MinSlope: 1, MinSamples: 2},
 		{MinSlope: 1, Warmup: 1},
 		{MinSlope: 1, Warmup: -0.1},
+		{MinSlope: 1, MinGrowth: -1},
+		{MinSlope: 1, MinGrowth: math.NaN()},
 	} {
 		require.Error(t, r.Validate(), "%+v", r)
 	}
