@@ -570,6 +570,12 @@ func runSoak(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalog.
 	tr.mu.Lock()
 	res.soakCounts, res.unfinished = tr.total, running
 	failedIDs := append([]string(nil), tr.failedIDs...)
+	for id, r := range tr.running {
+		if len(failedIDs) >= 10 {
+			break
+		}
+		failedIDs = append(failedIDs, fmt.Sprintf("%s (%s, not finished)", id, soakKinds[r.kind].name))
+	}
 	tr.mu.Unlock()
 
 	fmt.Fprintf(out, "\nafter the load: the executions still running finished %s: %d (%d failed); %d did not finish\n",
