@@ -479,11 +479,10 @@ func runSoak(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalog.
 			}
 			tr.starting(id, kind, due)
 			if _, err := conn.JS.PublishMsg(loadCtx, msg); err != nil {
+				tr.notStarted(id, err)
 				if loadCtx.Err() != nil {
-					tr.notStarted(id, err)
 					return
 				}
-				tr.notStarted(id, err)
 			}
 		}
 	}()
