@@ -122,6 +122,10 @@ bench/fairness: ## Benchmark fairness: 3-step executions idle and while one fore
 bench/retention: ## Benchmark the janitor's retention sweep over RETENTION finished executions (5000; 2/5 deleted, or all but RETENTION_KEEP)
 	$(GO) run ./tools/cmd/jetflow-bench -executions 0 -single 0 -retention $(or $(RETENTION),5000) $(if $(RETENTION_KEEP),-retention-keep $(RETENTION_KEEP)) $(BENCH_FLAGS)
 
+.PHONY: soak
+soak: ## Soak: a steady mixed load for DURATION (10m) at RATE executions/s (10); rows of latency, memory, goroutines; a leak verdict
+	$(GO) run ./tools/cmd/jetflow-bench -soak $(or $(DURATION),10m) $(if $(RATE),-soak-rate $(RATE)) $(SOAK_FLAGS)
+
 .PHONY: lint
 lint: $(GOLANGCI_LINT) ## gofmt, go vet and golangci-lint (.golangci.yml: the architecture's import rules, errors, staticcheck) over every module
 	@out=$$(gofmt -l $(DIRS)); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

@@ -8,7 +8,11 @@
 // executions contending for one lock, reporting acquire/release pairs per
 // second and handover latency, and (-retention) a retention run: many
 // finished executions, some of which their retention rule no longer keeps,
-// reporting how long the janitor's sweeps take to delete them.
+// reporting how long the janitor's sweeps take to delete them. Alone,
+// (-soak) a soak run: a steady mixed load at a fixed arrival rate for a
+// given time, a row every interval with latency percentiles, memory,
+// goroutines, open files and the events stream's size, and a verdict on
+// leaks (see soak.go and package soak).
 package main
 
 import (
@@ -45,6 +49,7 @@ type config struct {
 	retention, retentionKeep               int
 	dataDir, cpuProfile, memProfile        string
 	insecure                               bool
+	soak                                   soakConfig
 }
 
 func main() {
@@ -57,7 +62,7 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, out io.Writer) error {
-	var c config
+	c := config{soak: defaultSoakConfig()}
 	fs := flag.NewFlagSet("jetflow-bench", flag.ContinueOnError)
 	fs.IntVar(&c.executions, "executions", 2000, "executions in the throughput run (0 skips it and the warm-up)")
 	fs.IntVar(&c.concurrency, "concurrency", 200, "executions in flight at once in the throughput run")
@@ -72,6 +77,20 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&c.lockLimit, "lock-semaphore", 1, "holders the lock run's lock allows at once (1: a mutex)")
 	fs.IntVar(&c.retention, "retention", 0, "finished executions in the retention run, swept by the janitor (0 skips it)")
 	fs.IntVar(&c.retentionKeep, "retention-keep", -1, "executions the retention run's rule keeps (default 3/5 of -retention: 2/5 are deleted)")
+	fs.DurationVar(&c.soak.Duration, "soak", 0, "run the soak alone for this long: a steady mixed load, a row of figures every -soak-every, and a leak verdict (0 skips it)")
+	fs.Float64Var(&c.soak.Rate, "soak-rate", c.soak.Rate, "executions the soak starts per second, finished or not (an open loop)")
+	fs.DurationVar(&c.soak.Every, "soak-every", 0, "the soak's interval between rows (default 1m, or -soak/10 under 10m)")
+	fs.DurationVar(&c.soak.Sample, "soak-sample", 0, "the soak's interval between samples of memory, goroutines and files (default: -soak-every up to 10s, else the longest whole second up to 10s that divides it)")
+	fs.DurationVar(&c.soak.Sleep, "soak-sleep", c.soak.Sleep, "how long the soak's sleep executions sleep")
+	fs.StringVar(&c.soak.Retention, "soak-retention", c.soak.Retention, "the retention rule of every soak workflow")
+	fs.DurationVar(&c.soak.Drain, "soak-drain", c.soak.Drain, "how long the soak waits, after the load, for the executions still running")
+	fs.Float64Var(&c.soak.Heap.MinSlope, "soak-heap-slope", c.soak.Heap.MinSlope, "the soak's heap growth (MiB/min, after warm-up) above which a real trend is a leak")
+	fs.Float64Var(&c.soak.Heap.MinGrowth, "soak-heap-growth", c.soak.Heap.MinGrowth, "the soak's heap growth over the judged half (MiB) above which a real trend is a leak: the heap after a GC moves by nats-server's block buffers (up to 8 MiB each)")
+	fs.Float64Var(&c.soak.Goroutines.MinSlope, "soak-goroutine-slope", c.soak.Goroutines.MinSlope, "the soak's goroutine growth (per minute, after warm-up) above which a real trend is a leak")
+	fs.Float64Var(&c.soak.FDs.MinSlope, "soak-fd-slope", c.soak.FDs.MinSlope, "the soak's open-file growth (per minute, after warm-up) above which a real trend is a leak")
+	fs.IntVar(&c.soak.CacheSize, "soak-cache", c.soak.CacheSize, "the dispatcher's cache of execution states during the soak (the service's default is 10000; a cache still filling after the warm-up looks like a leak)")
+	fs.StringVar(&c.soak.HeapProfiles, "soak-heap-profiles", "", "write heap profiles at the end of the soak's warm-up and of its load to this prefix + -warm.pprof and -end.pprof (compare them with go tool pprof -diff_base)")
+	fs.BoolVar(&c.soak.WarnOnly, "soak-warn-leak", false, "report a leak found by the soak as a warning, not an error")
 	fs.StringVar(&c.dataDir, "data", "", "data directory (default: a new temp dir, removed afterwards)")
 	fs.BoolVar(&c.insecure, "insecure", false, "run NATS without authentication (to measure what authentication costs)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured runs to this file")
@@ -91,6 +110,11 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if c.retention < 0 || c.retentionKeep > c.retention {
 		return fmt.Errorf("-retention must be non-negative and -retention-keep at most -retention")
 	}
+	if c.soak.Duration != 0 {
+		if err := soakAlone(fs, &c); err != nil {
+			return err
+		}
+	}
 	if c.dataDir == "" {
 		dir, err := os.MkdirTemp("", "jetflow-bench-")
 		if err != nil {
@@ -103,6 +127,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		Log: zerolog.New(os.Stderr).Level(zerolog.WarnLevel), Insecure: c.insecure}
 	if c.retention > 0 {
 		scfg.JanitorInterval = quietJanitor
+	}
+	if c.soak.Duration > 0 {
+		scfg.JanitorInterval, scfg.CacheSize = soakJanitor, c.soak.CacheSize
 	}
 	info, stopStack, err := startStack(ctx, scfg)
 	if err != nil {
@@ -204,6 +231,11 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	if c.retention > 0 {
 		if err := runRetention(ctx, out, conn, store, info, c.retention, c.retentionKeep, c.concurrency); err != nil {
+			return err
+		}
+	}
+	if c.soak.Duration > 0 {
+		if _, err := runSoak(ctx, out, conn, store, c.soak); err != nil {
 			return err
 		}
 	}

@@ -82,6 +82,9 @@ type Config struct {
 	// TopologyEvery is how often the stack looks for its streams and
 	// buckets and makes a missing one again (0: TopologyEvery).
 	TopologyEvery time.Duration
+	// CacheSize bounds the execution states the dispatcher keeps in
+	// memory (0: its default, 10000).
+	CacheSize int
 	// Janitor settings.
 	JanitorInterval time.Duration
 	IdleAfter       time.Duration
@@ -440,7 +443,7 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 			return l
 		}
 		start(ns, "dispatcher", func(ctx context.Context, c *bus.Conn) error {
-			d, err := dispatch.New(ctx, dispatch.Config{Workers: cfg.Workers, APIURL: info.APIURL, BindOnly: restricted}, c.JS, log("dispatcher"))
+			d, err := dispatch.New(ctx, dispatch.Config{Workers: cfg.Workers, CacheSize: cfg.CacheSize, APIURL: info.APIURL, BindOnly: restricted}, c.JS, log("dispatcher"))
 			if err != nil {
 				return err
 			}
@@ -502,7 +505,7 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 func (c Config) validate() error {
 	return cmp.Or(
 		agent.Config{AckWait: c.TaskAckWait, MaxDeliver: c.MaxDeliver, Concurrency: c.Concurrency, KillGrace: c.KillGrace}.Validate(),
-		dispatch.Config{Workers: c.Workers}.Validate(),
+		dispatch.Config{Workers: c.Workers, CacheSize: c.CacheSize}.Validate(),
 		janitor.Config{Interval: c.JanitorInterval, IdleAfter: c.IdleAfter, RetentionDefault: c.RetentionDefault}.Validate(),
 		api.Config{StartWait: c.StartWait, MaxReadModel: c.MaxReadModel}.Validate(),
 	)
