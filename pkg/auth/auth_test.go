@@ -90,6 +90,35 @@ func TestInitIssuesEveryRole(t *testing.T) {
 	require.Equal(t, trust.Namespaces["team-b"], uc.Issuer, "signed by the namespace's account")
 }
 
+// TestReissueKeepingKeys: jetflow dev issues its users again at every
+// start (this version's permissions) with the keys they had, so the
+// inbox prefix a service uses does not change under it; a revoked user
+// gets a new key.
+func TestReissueKeepingKeys(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := auth.InitConfig{Reissue: true, KeepKeys: true}
+	_, err := auth.Init(dir, cfg)
+	require.NoError(t, err)
+	janitor := filepath.Join(dir, auth.DefaultNamespace, auth.CredsFile(auth.RoleJanitor))
+	client := filepath.Join(dir, auth.DefaultNamespace, auth.CredsFile(auth.RoleClient))
+	janPub, _, err := auth.CredsUser(janitor)
+	require.NoError(t, err)
+	cliPub, _, err := auth.CredsUser(client)
+	require.NoError(t, err)
+
+	_, err = auth.Revoke(dir, auth.DefaultNamespace, client)
+	require.NoError(t, err)
+	_, err = auth.Init(dir, cfg)
+	require.NoError(t, err)
+	pub, _, err := auth.CredsUser(janitor)
+	require.NoError(t, err)
+	require.Equal(t, janPub, pub, "the same user key: the same inbox")
+	pub, _, err = auth.CredsUser(client)
+	require.NoError(t, err)
+	require.NotEqual(t, cliPub, pub, "a revoked user gets a new key")
+}
+
 // TestOnlyTheDispatcherMayWriteHistories: of all the roles, the
 // dispatcher (and the admin) alone may publish on history subjects, and
 // only the admin may change the topology.

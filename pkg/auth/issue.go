@@ -68,6 +68,14 @@ type InitConfig struct {
 	// dev does, at every start, so that they carry this version's
 	// permissions); otherwise existing ones are kept.
 	Reissue bool
+	// KeepKeys, with Reissue, signs the users again with the keys of their
+	// existing creds files (a revoked one gets a new key): their JWTs carry
+	// this version's permissions, and their public keys, so the inbox
+	// prefixes services use, stay the same. jetflow dev does this at every
+	// start, so that a service started beside it with its creds keeps
+	// working across a restart. Without it Reissue makes new keys (a
+	// rotation).
+	KeepKeys bool
 }
 
 // Init makes the operator, the system account, an account per namespace
@@ -147,7 +155,11 @@ func Init(dir string, c InitConfig) (*Trust, error) {
 			if _, err := os.Stat(path); err == nil && !c.Reissue {
 				continue // issued before: keep it (services may be using it)
 			}
-			creds, err := IssueUser(acc, ns, role, c.AgentQueues)
+			var user nkeys.KeyPair
+			if c.KeepKeys {
+				user = existingUserKey(path, revoked)
+			}
+			creds, err := IssueUserKey(acc, ns, role, c.AgentQueues, user)
 			if err != nil {
 				return nil, err
 			}
@@ -172,12 +184,40 @@ func LoadAccount(dir, ns string) (nkeys.KeyPair, error) {
 	return nkeys.FromSeed(seed)
 }
 
-// IssueUser signs a user of role in the account acc (namespace ns) and
-// returns its creds file content. queues apply to agents.
-func IssueUser(acc nkeys.KeyPair, ns string, role Role, queues []string) ([]byte, error) {
-	user, err := nkeys.CreateUser()
+// existingUserKey returns the user key of the creds file at path, or nil
+// if there is none to keep (no file, not a creds file, or a revoked user).
+func existingUserKey(path string, revoked map[string]time.Time) nkeys.KeyPair {
+	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("auth: %w", err)
+		return nil
+	}
+	kp, err := jwt.ParseDecoratedNKey(b)
+	if err != nil {
+		return nil
+	}
+	pub, err := kp.PublicKey()
+	if err != nil || !nkeys.IsValidPublicUserKey(pub) {
+		return nil
+	}
+	if _, gone := revoked[pub]; gone {
+		return nil
+	}
+	return kp
+}
+
+// IssueUser signs a new user of role in the account acc (namespace ns)
+// and returns its creds file content. queues apply to agents.
+func IssueUser(acc nkeys.KeyPair, ns string, role Role, queues []string) ([]byte, error) {
+	return IssueUserKey(acc, ns, role, queues, nil)
+}
+
+// IssueUserKey is IssueUser with the user's key (nil: a new one).
+func IssueUserKey(acc nkeys.KeyPair, ns string, role Role, queues []string, user nkeys.KeyPair) ([]byte, error) {
+	if user == nil {
+		var err error
+		if user, err = nkeys.CreateUser(); err != nil {
+			return nil, fmt.Errorf("auth: %w", err)
+		}
 	}
 	pub, _ := user.PublicKey()
 	perms, err := PermissionsFor(role, queues, Inbox(pub))

@@ -284,7 +284,7 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 		}
 		if !cfg.Insecure {
 			dir := filepath.Join(cfg.DataDir, AuthDir)
-			trust, err := auth.Init(dir, auth.InitConfig{Namespaces: namespaces, Reissue: true})
+			trust, err := auth.Init(dir, auth.InitConfig{Namespaces: namespaces, Reissue: true, KeepKeys: true})
 			if err != nil {
 				return err
 			}
