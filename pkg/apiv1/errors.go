@@ -44,6 +44,9 @@ type ErrorBody struct {
 type Health struct {
 	// Status is "ok".
 	Status string `json:"status"`
+	// NATS is the api's connection to NATS: CONNECTED, RECONNECTING...
+	// (it does not make /healthz fail: /readyz does).
+	NATS string `json:"nats,omitempty"`
 }
 
 // Ready answers GET /readyz: the api is connected and serving; Parked

@@ -6,11 +6,13 @@ import (
 	"net/http/httptest"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"jetflow.dev/pkg/apiv1"
+	"jetflow.dev/pkg/natsserver"
 	"jetflow.dev/pkg/natstest"
 )
 
@@ -19,7 +21,8 @@ import (
 // one is not; /healthz (liveness) stays 200.
 func TestReadyzSaysWhatIsMissing(t *testing.T) {
 	t.Parallel()
-	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	ns := natstest.RunJetStream(t)
+	_, js := natstest.Connect(t, ns)
 	var missing atomic.Value
 	missing.Store([]string(nil))
 	srv, err := New(t.Context(), Config{Auth: AuthConfig{Disabled: true},
@@ -49,4 +52,18 @@ func TestReadyzSaysWhatIsMissing(t *testing.T) {
 	require.Contains(t, string(body), "jetflow bootstrap")
 	code, _ = get("/healthz")
 	require.Equal(t, http.StatusOK, code, "liveness does not depend on it")
+
+	// NATS away: not ready, but alive (a restart would cure nothing).
+	missing.Store([]string(nil))
+	natsserver.Stop(ns)
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		code, _ := get("/readyz")
+		return code == http.StatusServiceUnavailable
+	}, "not ready while NATS is away")
+	code, body = get("/healthz")
+	require.Equal(t, http.StatusOK, code)
+	var health apiv1.Health
+	require.NoError(t, json.Unmarshal(body, &health))
+	require.Equal(t, "ok", health.Status)
+	require.NotEqual(t, "CONNECTED", health.NATS, "it says the connection's state")
 }
