@@ -55,6 +55,19 @@ type Topology struct {
 	missing []string
 	cancel  context.CancelFunc
 	done    chan struct{}
+	again   chan struct{} // LookAgain
+}
+
+// LookAgain asks the watch to look at once (after the caller made what was
+// missing), not at the next period.
+func (t *Topology) LookAgain() {
+	if t == nil {
+		return
+	}
+	select {
+	case t.again <- struct{}{}:
+	default: // a look is asked already
+	}
 }
 
 // TopologyEvents are told what a Topology watch finds.
@@ -75,7 +88,7 @@ type TopologyEvents struct {
 func WatchTopology(ctx context.Context, js jetstream.JetStream, c Config, mayLook func(string) bool,
 	period time.Duration, ev TopologyEvents) *Topology {
 	ctx, cancel := context.WithCancel(ctx)
-	t := &Topology{cancel: cancel, done: make(chan struct{})}
+	t := &Topology{cancel: cancel, done: make(chan struct{}), again: make(chan struct{}, 1)}
 	go func() {
 		defer close(t.done)
 		tick := time.NewTicker(period)
@@ -85,6 +98,7 @@ func WatchTopology(ctx context.Context, js jetstream.JetStream, c Config, mayLoo
 			case <-ctx.Done():
 				return
 			case <-tick.C:
+			case <-t.again:
 			}
 			t.look(ctx, js, c, mayLook, ev)
 		}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -38,31 +39,34 @@ func watchTopology(ctx context.Context, info Info, ns string, cfg Config) (topo 
 		return nil, nil, fmt.Errorf("topology watch: %w", err)
 	}
 	c := bus.Config{Replicas: cfg.Replicas}
+	var self atomic.Pointer[bus.Topology] // the watch, for its own events
 	topo = bus.WatchTopology(ctx, js, c, nil, cmp.Or(cfg.TopologyEvery, TopologyEvery), bus.TopologyEvents{
 		Missing: func(name string) {
 			log.Error().Str("missing", name).Msg("a stream or bucket is missing: making it again")
 		},
 		Looked: func(missing []string) {
-			if len(missing) > 0 { // until a look finds them all
-				remake(ctx, log, func(ctx context.Context) error {
-					return bus.Bootstrap(ctx, js, c, bus.Durables{TaskAckWait: cfg.TaskAckWait, MaxDeliver: cfg.MaxDeliver})
-				}, missing)
+			if len(missing) > 0 && remake(ctx, log, func(ctx context.Context) error { // until a look finds them all
+				return bus.Bootstrap(ctx, js, c, bus.Durables{TaskAckWait: cfg.TaskAckWait, MaxDeliver: cfg.MaxDeliver})
+			}, missing) {
+				self.Load().LookAgain() // so that /readyz says so at once
 			}
 		},
 		Back:   func(name string) { log.Info().Str("stream_or_bucket", name).Msg("stream or bucket is there again") },
 		Failed: func(err error) { log.Debug().Err(err).Msg("look for the streams and buckets") },
 	})
+	self.Store(topo)
 	return topo, func() { topo.Stop(); nc.Close() }, nil
 }
 
 // remake runs the bootstrap for the missing streams and buckets and logs
 // the outcome; the next look tries again if it failed.
-func remake(ctx context.Context, log zerolog.Logger, bootstrap func(context.Context) error, missing []string) {
+func remake(ctx context.Context, log zerolog.Logger, bootstrap func(context.Context) error, missing []string) bool {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := bootstrap(ctx); err != nil {
 		log.Error().Err(err).Strs("missing", missing).Msg("make a missing stream or bucket again, will try again")
-		return
+		return false
 	}
 	log.Warn().Strs("made", missing).Msg("made a missing stream or bucket again (empty: what it held is lost); restart jetflow dev if a service stays stuck")
+	return true
 }
