@@ -377,7 +377,7 @@ func limitOf(limits map[string]int, lock string) int {
 func checkLockHistory(xs map[string]Execution, limits map[string]int) []Violation {
 	type span struct {
 		execution, lock, path string
-		from, to             uint64
+		from, to              uint64
 	}
 	var spans []span
 	for _, id := range slices.Sorted(maps.Keys(xs)) {
