@@ -173,6 +173,10 @@ type StartRequest struct {
 	WaitAfterFail bool `json:"wait_after_fail,omitempty"`
 	// DryRun walks the workflow without running any operation.
 	DryRun bool `json:"dry_run,omitempty"`
+	// IdempotencyKey, sent as the Idempotency-Key header, makes the same
+	// request sent again (its answer was lost) the same start: it answers
+	// 200 with the execution instead of 409 for an id already used.
+	IdempotencyKey string `json:"-"`
 }
 
 // Started is the answer to Start, with its HTTP status.
@@ -184,8 +188,12 @@ func (c *Client) Start(ctx context.Context, r StartRequest) (Started, error) {
 	if err != nil {
 		return Started{}, err
 	}
+	hdr := http.Header{"Content-Type": {"application/json"}}
+	if r.IdempotencyKey != "" {
+		hdr.Set("Idempotency-Key", r.IdempotencyKey)
+	}
 	var s Started
-	s.HTTPStatus, err = c.do(ctx, http.MethodPost, "/v1/executions", http.Header{"Content-Type": {"application/json"}}, bytes.NewReader(b), &s)
+	s.HTTPStatus, err = c.do(ctx, http.MethodPost, "/v1/executions", hdr, bytes.NewReader(b), &s)
 	return s, err
 }
 
@@ -410,13 +418,23 @@ type Signaled = apiv1.Signaled
 
 // Signal sends a named signal with JSON data (nil for none) to an execution.
 func (c *Client) Signal(ctx context.Context, id, name string, data json.RawMessage) (Signaled, error) {
+	return c.SignalOnce(ctx, id, name, data, "")
+}
+
+// SignalOnce is Signal with an Idempotency-Key (none if key is ""): the
+// same request sent again (its answer was lost) is the same signal,
+// recorded once.
+func (c *Client) SignalOnce(ctx context.Context, id, name string, data json.RawMessage, key string) (Signaled, error) {
 	var out Signaled
 	var body io.Reader
 	if len(data) > 0 {
 		body = bytes.NewReader(data)
 	}
-	_, err := c.do(ctx, http.MethodPost, "/v1/executions/"+url.PathEscape(id)+"/signals/"+url.PathEscape(name),
-		http.Header{"Content-Type": {"application/json"}}, body, &out)
+	hdr := http.Header{"Content-Type": {"application/json"}}
+	if key != "" {
+		hdr.Set("Idempotency-Key", key)
+	}
+	_, err := c.do(ctx, http.MethodPost, "/v1/executions/"+url.PathEscape(id)+"/signals/"+url.PathEscape(name), hdr, body, &out)
 	return out, err
 }
 
