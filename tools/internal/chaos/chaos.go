@@ -356,7 +356,7 @@ func (r *run) startServices(tokenFile string) error {
 	r.services = map[string]*Process{}
 	host := strings.TrimPrefix(r.web.URL, "http://")
 	extra := map[string][]string{
-		"api": {"JETFLOW_HTTP_ADDR=127.0.0.1:0", "JETFLOW_ADMIN_TOKEN_FILE=" + tokenFile, "JETFLOW_LOG_LEVEL=info", "JETFLOW_START_WAIT=2s"},
+		"api":        {"JETFLOW_HTTP_ADDR=127.0.0.1:0", "JETFLOW_ADMIN_TOKEN_FILE=" + tokenFile, "JETFLOW_LOG_LEVEL=info", "JETFLOW_START_WAIT=2s"},
 		"dispatcher": {"JETFLOW_DISPATCH_ACK_WAIT=2s", "JETFLOW_WORKERS=16"},
 		"agent": {"JETFLOW_AGENT_NAME=chaos-agent", "JETFLOW_AGENT_ALLOW_EXEC=true", "JETFLOW_AGENT_EXEC_ALLOW=sh",
 			"JETFLOW_AGENT_HTTP_ALLOW_HOSTS=" + host, "JETFLOW_TASK_ACK_WAIT=2s", "JETFLOW_TASK_MAX_DELIVER=50",
