@@ -133,6 +133,9 @@ type Kill struct {
 	Victim string
 	// Leader: the node was the events stream's leader.
 	Leader bool
+	// Busy: an operation had just begun to run (and still ran) when the
+	// kill came.
+	Busy bool
 	// At is when it was killed, Back when it was started again.
 	At, Back time.Time
 	// Recovered is how long after the kill progress resumed (0: none seen).
@@ -141,22 +144,24 @@ type Kill struct {
 
 // run is the state of one run.
 type run struct {
-	cfg      Config
-	rng      *rand.Rand
-	authDir  string
-	marks    string
-	logs     string
-	url      string
-	replicas int
-	nc       *nats.Conn
-	js       jetstream.JetStream
-	nodes    []*natsNode
-	services map[string]*Process
-	api      atomic.Pointer[client.Client]
-	token    string
-	apiLog   string
-	web      *httptest.Server
-	progress *progress
+	cfg Config
+	// kills and starts are the choices of the killer and of the starter,
+	// each its own (one goroutine each) so that a seed makes the same.
+	kills, starts *rand.Rand
+	authDir       string
+	marks         string
+	logs          string
+	url           string
+	replicas      int
+	nc            *nats.Conn
+	js            jetstream.JetStream
+	nodes         []*natsNode
+	services      map[string]*Process
+	api           atomic.Pointer[client.Client]
+	token         string
+	apiLog        string
+	web           *httptest.Server
+	progress      *progress
 
 	mu       sync.Mutex
 	accepted []string
@@ -173,7 +178,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &run{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed)), authDir: filepath.Join(cfg.Dir, "auth"),
+	r := &run{cfg: cfg, kills: rand.New(rand.NewPCG(cfg.Seed, 1)), starts: rand.New(rand.NewPCG(cfg.Seed, 2)), authDir: filepath.Join(cfg.Dir, "auth"),
 		marks: filepath.Join(cfg.Dir, "marks"), logs: filepath.Join(cfg.Dir, "logs"), waiting: map[string]bool{},
 		progress: newProgress()}
 	defer r.stop()
@@ -459,7 +464,7 @@ func (r *run) startAll(ctx context.Context) error {
 		// One wait in ten (the third, the 13th...) is never signalled: it
 		// must still be waiting, legitimately, at the end.
 		never := wf == wfWait && (i/len(mix))%10 == 2
-		delay := time.Duration(200+r.rngIntN(1500)) * time.Millisecond
+		delay := time.Duration(200+r.starts.IntN(1500)) * time.Millisecond
 		wg.Go(func() { r.start(ctx, wf, id, never, delay) })
 		if i%100 == 99 {
 			fmt.Fprintf(r.cfg.Progress, "chaos: %d started\n", i+1)
@@ -467,12 +472,6 @@ func (r *run) startAll(ctx context.Context) error {
 	}
 	wg.Wait()
 	return nil
-}
-
-func (r *run) rngIntN(n int) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.rng.IntN(n)
 }
 
 func (r *run) start(ctx context.Context, wf, id string, never bool, delay time.Duration) {

@@ -23,7 +23,7 @@ func (r *run) schedule() []string {
 	for range r.cfg.KillsPerKind {
 		out = append(out, kinds...)
 	}
-	r.rng.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	r.kills.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
 	return out
 }
 
@@ -47,8 +47,9 @@ func (r *run) killAll(ctx context.Context) ([]Kill, error) {
 			case <-time.After(d):
 			}
 		}
-		r.waitBusy(3 * time.Second)
+		busy := r.waitBusy(10 * time.Second)
 		k, err := r.kill(ctx, kind, i)
+		k.Busy = busy
 		if err != nil {
 			return kills, err
 		}
@@ -61,8 +62,8 @@ func (r *run) killAll(ctx context.Context) ([]Kill, error) {
 
 // waitBusy waits (at most within) until an operation begins to run: its
 // run mark makes the marks file grow, and it takes 100 ms or more, so a
-// kill right after lands while it runs.
-func (r *run) waitBusy(within time.Duration) {
+// kill right after lands while it runs. It reports whether one did.
+func (r *run) waitBusy(within time.Duration) bool {
 	size := func() int64 {
 		st, err := os.Stat(r.marks)
 		if err != nil {
@@ -73,9 +74,10 @@ func (r *run) waitBusy(within time.Duration) {
 	was := size()
 	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		if size() != was {
-			return
+			return true
 		}
 	}
+	return false
 }
 
 // kill SIGKILLs one victim of kind, waits a random downtime, starts it
@@ -101,7 +103,7 @@ func (r *run) kill(ctx context.Context, kind string, i int) (Kill, error) {
 		if len(pick) == 0 { // no leader known
 			pick = r.nodes
 		}
-		n := pick[r.rngIntN(len(pick))]
+		n := pick[r.kills.IntN(len(pick))]
 		p, k.Victim, k.Leader = n.Process, n.name, n.name == leader
 	default:
 		p, k.Victim = r.services[kind], kind
@@ -110,7 +112,7 @@ func (r *run) kill(ctx context.Context, kind string, i int) (Kill, error) {
 	if err := p.Kill(); err != nil {
 		return k, err
 	}
-	time.Sleep(time.Duration(100+r.rngIntN(int(r.cfg.MaxDowntime/time.Millisecond)-99)) * time.Millisecond)
+	time.Sleep(time.Duration(100+r.kills.IntN(int(r.cfg.MaxDowntime/time.Millisecond)-99)) * time.Millisecond)
 	k.Back = time.Now()
 	switch kind {
 	case KindNATS, KindNode:

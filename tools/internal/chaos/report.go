@@ -71,17 +71,20 @@ func (r *Report) Write(w io.Writer) {
 	for _, kind := range slices.Sorted(maps.Keys(by)) {
 		ks = append(ks, fmt.Sprintf("%s %d", kind, by[kind]))
 	}
-	leaders := 0
+	leaders, busy := 0, 0
 	for _, k := range r.Kills {
 		if k.Leader {
 			leaders++
+		}
+		if k.Busy {
+			busy++
 		}
 	}
 	line := fmt.Sprintf("  kills (SIGKILL) %d: %s", len(r.Kills), strings.Join(ks, ", "))
 	if leaders > 0 {
 		line += fmt.Sprintf(" (%d of them the events stream's leader)", leaders)
 	}
-	fmt.Fprintln(w, line)
+	fmt.Fprintln(w, line+fmt.Sprintf("; %d while an operation ran", busy))
 	fmt.Fprintf(w, "  run twice       %d operations ran again (%d extra runs, from the marks); %d step attempts started again\n",
 		c.RunTwice, c.Reruns, c.StartedAgain)
 	fmt.Fprintf(w, "  recovery        from the kill to the first progress after the restart (p50 / max over kills):\n")
