@@ -180,7 +180,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	r := &run{cfg: cfg, kills: rand.New(rand.NewPCG(cfg.Seed, 1)), starts: rand.New(rand.NewPCG(cfg.Seed, 2)), authDir: filepath.Join(cfg.Dir, "auth"),
 		marks: filepath.Join(cfg.Dir, "marks"), logs: filepath.Join(cfg.Dir, "logs"), waiting: map[string]bool{},
-		progress: newProgress()}
+	}
 	defer r.stop()
 	began := time.Now()
 	if err := r.setUp(ctx); err != nil {
@@ -297,6 +297,11 @@ func (r *run) setUp(ctx context.Context) error {
 	if err := r.bootstrap(ctx); err != nil {
 		return err
 	}
+	trace, err := r.logFile("trace")
+	if err != nil {
+		return err
+	}
+	r.progress = newProgress(trace)
 	if err := r.progress.watch(r.nc); err != nil {
 		return err
 	}
@@ -643,22 +648,30 @@ func (r *run) collect(ctx context.Context) (chaoscheck.Input, error) {
 
 // progress keeps the times at which the system made progress, as seen
 // on the subjects: steps that succeeded (by an agent, or any) and read
-// models written.
+// models written. It also writes a trace of what it sees (every event
+// appended and every read model written, with its last sequence), to
+// tell how a violation came about.
 type progress struct {
 	mu                   sync.Mutex
 	steps, agents, reads []time.Time
+	trace                io.Writer
 }
 
-func newProgress() *progress { return &progress{} }
+func newProgress(trace io.Writer) *progress { return &progress{trace: trace} }
+
+// lastSeq finds a read model's last sequence without decoding all of it.
+var lastSeq = regexp.MustCompile(`"last_seq":(\d+)`)
 
 func (p *progress) watch(nc *nats.Conn) error {
 	_, err := nc.Subscribe(bus.EventsPrefix+".>", func(m *nats.Msg) {
-		if events.Type(m.Header.Get("ce-type")) != events.TypeStepSucceeded {
-			return
-		}
 		now := time.Now()
+		typ := events.Type(m.Header.Get("ce-type"))
 		p.mu.Lock()
 		defer p.mu.Unlock()
+		fmt.Fprintf(p.trace, "%s event %s %s prevseq %s\n", now.Format("15:04:05.000000"), m.Subject, typ, m.Header.Get("ce-"+events.ExtPrevSeq))
+		if typ != events.TypeStepSucceeded {
+			return
+		}
 		p.steps = append(p.steps, now)
 		if bytes.Contains(m.Data, []byte(`"agent":`)) {
 			p.agents = append(p.agents, now)
@@ -667,10 +680,16 @@ func (p *progress) watch(nc *nats.Conn) error {
 	if err != nil {
 		return fmt.Errorf("chaos: watch events: %w", err)
 	}
-	_, err = nc.Subscribe("$KV."+bus.BucketExecutions+".>", func(*nats.Msg) {
+	_, err = nc.Subscribe("$KV."+bus.BucketExecutions+".>", func(m *nats.Msg) {
+		now := time.Now()
+		seq := "-"
+		if s := lastSeq.FindSubmatch(m.Data); s != nil {
+			seq = string(s[1])
+		}
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		p.reads = append(p.reads, time.Now())
+		fmt.Fprintf(p.trace, "%s model %s last_seq %s (%d bytes)\n", now.Format("15:04:05.000000"), m.Subject, seq, len(m.Data))
+		p.reads = append(p.reads, now)
 	})
 	if err != nil {
 		return fmt.Errorf("chaos: watch read models: %w", err)
