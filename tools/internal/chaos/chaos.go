@@ -189,14 +189,18 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	fmt.Fprintf(cfg.Progress, "chaos: %s mode, %d executions at %.0f/s, seed %d, data in %s\n",
 		cfg.Mode, cfg.Executions, cfg.Rate, cfg.Seed, cfg.Dir)
 
+	startCtx, stopStarts := context.WithCancel(ctx)
+	defer stopStarts()
 	started := make(chan struct{})
 	var startErr error
 	go func() {
 		defer close(started)
-		startErr = r.startAll(ctx)
+		startErr = r.startAll(startCtx)
 	}()
 	kills, err := r.killAll(ctx)
 	if err != nil {
+		stopStarts()
+		<-started
 		return nil, err
 	}
 	<-started
@@ -460,6 +464,7 @@ func (r *run) startAll(ctx context.Context) error {
 		if d := time.Until(began.Add(time.Duration(i) * every)); d > 0 {
 			select {
 			case <-ctx.Done():
+				wg.Wait() // each gives up as ctx ends
 				return ctx.Err()
 			case <-time.After(d):
 			}
