@@ -35,6 +35,7 @@ import (
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/pkg/redact"
+	"jetflow.dev/pkg/workflow"
 )
 
 // Rule names one invariant.
@@ -259,7 +260,10 @@ func notWaiting(x projections.Execution, waits map[string]*events.StepWaiting, s
 		case projections.OpPending, projections.OpSending, projections.OpSent, projections.OpRescheduled:
 			return fmt.Sprintf("step %s is %s", st.ID, st.Status)
 		case projections.OpStarted:
-			if st.Kind != "workflow" && st.Kind != "foreach" { // blocks run while their steps wait
+			switch st.Kind {
+			case workflow.KindWorkflow, workflow.KindForeach, workflow.KindParallel, workflow.KindSwitch:
+				// a block runs while its steps wait
+			default:
 				return fmt.Sprintf("step %s is %s", st.ID, st.Status)
 			}
 		case projections.OpWaiting:
