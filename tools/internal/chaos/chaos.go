@@ -216,7 +216,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			return nil, fmt.Errorf("chaos: %s exited by itself (not killed): %s", p.Name, p.state())
 		}
 	}
-	in, err := r.collect(ctx)
+	// Reading everything is tried again for a while: in a cluster a
+	// request can find no responder while a leader is being elected.
+	var in chaoscheck.Input
+	for tries := 1; ; tries++ {
+		if in, err = r.collect(ctx); err == nil || tries == 10 || ctx.Err() != nil {
+			break
+		}
+		fmt.Fprintf(cfg.Progress, "chaos: %v; again\n", err)
+		time.Sleep(time.Second)
+	}
 	if err != nil {
 		return nil, err
 	}
