@@ -542,13 +542,16 @@ var errRetry = errors.New("try again")
 // purpose) and the projector has caught up.
 func (r *run) settle(ctx context.Context) error {
 	deadline := time.Now().Add(r.cfg.Settle)
-	stream, err := r.js.Stream(ctx, bus.StreamEvents)
-	if err != nil {
-		return fmt.Errorf("chaos: %w", err)
-	}
 	ended := map[string]bool{}
 	last := time.Now()
-	for {
+	for ; ; time.Sleep(500 * time.Millisecond) {
+		stream, err := r.js.Stream(ctx, bus.StreamEvents)
+		if err != nil { // a cluster electing a leader: again
+			if time.Now().After(deadline) {
+				return fmt.Errorf("chaos: %w", err)
+			}
+			continue
+		}
 		r.mu.Lock()
 		ids := append([]string(nil), r.accepted...)
 		for _, id := range ids {
@@ -581,7 +584,6 @@ func (r *run) settle(ctx context.Context) error {
 			fmt.Fprintf(r.cfg.Progress, "chaos: %d executions still running\n", left)
 			last = time.Now()
 		}
-		time.Sleep(500 * time.Millisecond)
 	}
 	return r.waitProjected(ctx)
 }
