@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/projections"
 	"jetflow.dev/tools/internal/chaos"
 )
 
@@ -25,8 +26,9 @@ func chaosBinaries(t *testing.T) chaos.Binaries {
 // foreach) through a standalone nats-server and the four services, each
 // its own process with its own identity, while every one of them is
 // SIGKILLed once, each kill landing while an operation runs. The checker
-// must find no violation in any history, and the path where an operation
-// runs again (its agent died under it) must have been taken.
+// must find no violation in any history, every execution but the wait
+// never signalled must succeed, and the path where an operation runs
+// again (its agent died under it) must have been taken.
 func TestChaosSuiteShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos test: builds the programs and kills them")
@@ -47,4 +49,5 @@ func TestChaosSuiteShort(t *testing.T) {
 	require.Equal(t, map[string]int{"nats": 1, "api": 1, "dispatcher": 1, "agent": 1, "janitor": 1}, rep.KillsBy())
 	require.Positive(t, rep.Check.RunTwice, "no operation ran again: the kills did not land while operations ran")
 	require.Equal(t, 1, rep.Check.Waiting, "the wait never signalled, on purpose")
+	require.Equal(t, 59, rep.Check.ByStatus[projections.StatusSucceeded], "failed: %v", rep.Check.FailedWhy)
 }

@@ -66,6 +66,9 @@ func (r *Report) Write(w io.Writer) {
 		st = append(st, fmt.Sprintf("%s %d", cmp.Or(string(s), "none"), c.ByStatus[s]))
 	}
 	fmt.Fprintf(w, "  by status       %s; %d legitimately waiting\n", strings.Join(st, ", "), c.Waiting)
+	for _, why := range slices.Sorted(maps.Keys(c.FailedWhy)) {
+		fmt.Fprintf(w, "    failed %4d   %s\n", c.FailedWhy[why], why)
+	}
 	by := r.KillsBy()
 	var ks []string
 	for _, kind := range slices.Sorted(maps.Keys(by)) {

@@ -136,6 +136,10 @@ type Report struct {
 	ByStatus   map[projections.Status]int
 	// Waiting counts those legitimately waiting.
 	Waiting int
+	// FailedWhy counts the failed executions by their error: a failure
+	// breaks no rule (a step may fail), but under chaos it says what the
+	// kills cost.
+	FailedWhy map[string]int
 	// RunTwice counts the operation runs (execution, step, attempt) that
 	// the marks show ran more than once; Reruns the extra runs.
 	RunTwice, Reruns int
@@ -159,7 +163,7 @@ func (r Report) Count(rule Rule) int {
 
 // Check checks in against every rule.
 func Check(in Input) Report {
-	r := Report{ByStatus: map[projections.Status]int{}}
+	r := Report{ByStatus: map[projections.Status]int{}, FailedWhy: map[string]int{}}
 	sent := map[string]map[string]bool{}
 	for _, s := range in.Signals {
 		if sent[s.Execution] == nil {
@@ -227,6 +231,9 @@ func checkHistory(x Execution, now time.Time, sent map[string]bool, r *Report) [
 	}
 	state := projections.FoldQuarantined(x.ID, x.Events)
 	r.ByStatus[state.Status]++
+	if state.Status == projections.StatusFailed {
+		r.FailedWhy[state.Error]++
+	}
 	switch {
 	case state.Damaged != nil:
 		bad(RuleUnfinished, state.Damaged.Seq, "damaged: %s", state.Damaged.Reason)
