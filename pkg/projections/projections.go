@@ -365,9 +365,9 @@ type Step struct {
 	ScheduledAt time.Time `json:"scheduled_at,omitzero"`
 	// SentAt is when the attempt's task was stored for the agents
 	// (step.sent): its timeout counts from then.
-	SentAt time.Time `json:"sent_at,omitzero"`
-	StartedAt   time.Time `json:"started_at,omitzero"`
-	EndedAt     time.Time `json:"ended_at,omitzero"`
+	SentAt    time.Time `json:"sent_at,omitzero"`
+	StartedAt time.Time `json:"started_at,omitzero"`
+	EndedAt   time.Time `json:"ended_at,omitzero"`
 }
 
 // Errors of the fold.
