@@ -87,7 +87,8 @@ func (w *testLogWriter) Write(p []byte) (int, error) {
 	}
 }
 
-func (w *testLogWriter) flush() {
+// Flush writes what is left of a last line without its newline.
+func (w *testLogWriter) Flush() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if len(w.buf) > 0 {

@@ -122,7 +122,7 @@ func connectAdmin(ctx context.Context, url, authDir, name string) (*nats.Conn, j
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	return nil, nil, fmt.Errorf("connect to nats: %w (last: %v)", ctx.Err(), lastErr)
+	return nil, nil, fmt.Errorf("connect to nats: %w (last: %w)", ctx.Err(), lastErr)
 }
 
 // waitJetStream waits until JetStream answers on js: the account's info

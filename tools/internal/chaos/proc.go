@@ -22,7 +22,8 @@ type Process struct {
 	Path string
 	Args []string
 	Env  []string
-	// Log receives the program's output (nil: discarded).
+	// Log receives the program's output (nil: discarded). One with a
+	// Flush method is flushed when the process has exited.
 	Log io.Writer
 
 	cmd    *exec.Cmd
@@ -52,6 +53,9 @@ func (p *Process) Start() error {
 	exited := make(chan struct{})
 	go func() {
 		_ = cmd.Wait()
+		if f, ok := w.(interface{ Flush() }); ok {
+			f.Flush()
+		}
 		close(exited)
 	}()
 	p.mu.Lock()
