@@ -8,6 +8,10 @@ DIRS := $(shell $(GO) list -m -f '{{.Dir}}')
 DATA ?= .jetflow
 TEST_TIMEOUT ?= 15m
 CHAOS_COUNT ?= 3
+# make chaos: executions started, at CHAOS_RATE per second, and SIGKILLs
+# of each kind of process (cluster: node kills).
+CHAOS_EXECUTIONS ?= 1000
+CHAOS_RATE ?= 20
 # The linter's version, and where make lint installs it (gitignored).
 GOLANGCI_LINT_VERSION ?= v2.6.2
 GOLANGCI_LINT ?= $(CURDIR)/bin/tools/golangci-lint-$(GOLANGCI_LINT_VERSION)/golangci-lint
@@ -21,10 +25,12 @@ help: ## Show the targets
 	@grep -hE '^[a-zA-Z_/-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-16s %s\n", $$1, $$2}'
 
 .PHONY: build
-build: ## Build the jetflow CLI, jetflow-bench and the four service binaries into bin/
+build: ## Build the jetflow CLI, jetflow-bench, jetflow-chaos, nats-server and the four service binaries into bin/
 	@mkdir -p bin
 	$(GO) build -o bin/jetflow ./tools/cmd/jetflow
 	$(GO) build -o bin/jetflow-bench ./tools/cmd/jetflow-bench
+	$(GO) build -o bin/jetflow-chaos ./tools/cmd/jetflow-chaos
+	$(GO) build -o bin/nats-server github.com/nats-io/nats-server/v2
 	@for s in api dispatcher agent janitor; do echo "$(GO) build -o bin/jetflow-$$s ./services/$$s"; $(GO) build -o bin/jetflow-$$s ./services/$$s || exit 1; done
 
 .PHONY: dev
@@ -87,8 +93,16 @@ endef
 export COVER_AWK
 
 .PHONY: chaos
-chaos: ## SIGKILL dispatchers and agents under lock contention, CHAOS_COUNT times (3)
-	$(GO) test -race -count=$(CHAOS_COUNT) -timeout $(TEST_TIMEOUT) -run '^TestLocksUnderSIGKILL$$' $(CHAOS_FLAGS) jetflow.dev/tools/e2e
+chaos: build ## Chaos suite: CHAOS_EXECUTIONS (1000) mixed executions, nats-server and each service SIGKILLed 5 times; every history checked
+	bin/jetflow-chaos -bin bin -executions $(CHAOS_EXECUTIONS) -rate $(CHAOS_RATE) $(CHAOS_FLAGS)
+
+.PHONY: chaos/cluster
+chaos/cluster: build ## Chaos suite on a 3-node cluster: one node at a time SIGKILLed (the stream leader every other time)
+	bin/jetflow-chaos -bin bin -mode cluster -executions $(CHAOS_EXECUTIONS) -rate $(CHAOS_RATE) $(CHAOS_FLAGS)
+
+.PHONY: chaos/locks
+chaos/locks: ## SIGKILL dispatchers and agents under lock contention, CHAOS_COUNT times (3)
+	$(GO) test -race -count=$(CHAOS_COUNT) -timeout $(TEST_TIMEOUT) -run '^TestLocksUnderSIGKILL$$' jetflow.dev/tools/e2e
 
 .PHONY: test/short
 test/short: ## Quick tests (skips the crash and end-to-end tests)

@@ -57,10 +57,12 @@ func WithIdempotencyKey(ctx context.Context, key string) context.Context {
 	return context.WithValue(ctx, idempotencyKey{}, key)
 }
 
-// commandHeader returns hdr with the command's Idempotency-Key: the
-// context's, or a new one.
-func commandHeader(ctx context.Context, hdr http.Header) http.Header {
-	key, _ := ctx.Value(idempotencyKey{}).(string)
+// commandHeader returns hdr with the command's Idempotency-Key: key if
+// given, else the context's, else a new one.
+func commandHeader(ctx context.Context, hdr http.Header, key string) http.Header {
+	if key == "" {
+		key, _ = ctx.Value(idempotencyKey{}).(string)
+	}
 	if key == "" {
 		b := make([]byte, 16)
 		_, _ = rand.Read(b) // never fails (crypto/rand)
@@ -258,6 +260,10 @@ type StartRequest struct {
 	WaitAfterFail bool `json:"wait_after_fail,omitempty"`
 	// DryRun walks the workflow without running any operation.
 	DryRun bool `json:"dry_run,omitempty"`
+	// IdempotencyKey, sent as the Idempotency-Key header, makes the same
+	// request sent again (its answer was lost) the same start: it answers
+	// 200 with the execution instead of 409 for an id already used.
+	IdempotencyKey string `json:"-"`
 }
 
 // Started is the answer to Start, with its HTTP status.
@@ -265,7 +271,7 @@ type Started = apiv1.Started
 
 // Start starts an execution.
 func (c *Client) Start(ctx context.Context, r StartRequest) (Started, error) {
-	if _, given := ctx.Value(idempotencyKey{}).(string); !given && r.ID == "" {
+	if _, given := ctx.Value(idempotencyKey{}).(string); !given && r.IdempotencyKey == "" && r.ID == "" {
 		// The api would derive the id from the key this call makes; name
 		// a new one as the api does without a key (time-ordered).
 		r.ID = uuid.Must(uuid.NewV7()).String()
@@ -274,8 +280,9 @@ func (c *Client) Start(ctx context.Context, r StartRequest) (Started, error) {
 	if err != nil {
 		return Started{}, err
 	}
+	hdr := http.Header{"Content-Type": {"application/json"}}
 	var s Started
-	s.HTTPStatus, err = c.do(ctx, http.MethodPost, "/v1/executions", commandHeader(ctx, http.Header{"Content-Type": {"application/json"}}), bytes.NewReader(b), &s)
+	s.HTTPStatus, err = c.do(ctx, http.MethodPost, "/v1/executions", commandHeader(ctx, hdr, r.IdempotencyKey), bytes.NewReader(b), &s)
 	return s, err
 }
 
@@ -500,13 +507,20 @@ type Signaled = apiv1.Signaled
 
 // Signal sends a named signal with JSON data (nil for none) to an execution.
 func (c *Client) Signal(ctx context.Context, id, name string, data json.RawMessage) (Signaled, error) {
+	return c.SignalOnce(ctx, id, name, data, "")
+}
+
+// SignalOnce is Signal with an Idempotency-Key (none if key is ""): the
+// same request sent again (its answer was lost) is the same signal,
+// recorded once.
+func (c *Client) SignalOnce(ctx context.Context, id, name string, data json.RawMessage, key string) (Signaled, error) {
 	var out Signaled
 	var body io.Reader
 	if len(data) > 0 {
 		body = bytes.NewReader(data)
 	}
 	_, err := c.do(ctx, http.MethodPost, "/v1/executions/"+url.PathEscape(id)+"/signals/"+url.PathEscape(name),
-		commandHeader(ctx, http.Header{"Content-Type": {"application/json"}}), body, &out)
+		commandHeader(ctx, http.Header{"Content-Type": {"application/json"}}, key), body, &out)
 	return out, err
 }
 
@@ -524,6 +538,6 @@ func (c *Client) Act(ctx context.Context, id string, req ActionRequest) (Acted, 
 		return out, err
 	}
 	_, err = c.do(ctx, http.MethodPost, "/v1/executions/"+url.PathEscape(id)+"/actions",
-		commandHeader(ctx, http.Header{"Content-Type": {"application/json"}}), bytes.NewReader(b), &out)
+		commandHeader(ctx, http.Header{"Content-Type": {"application/json"}}, ""), bytes.NewReader(b), &out)
 	return out, err
 }

@@ -308,3 +308,28 @@ func (s *Store) Append(ctx context.Context, subject string, lastSeq uint64, ev e
 	}
 	return 0, fmt.Errorf("append %s to %s after seq %d: %w", ev.Type, subject, lastSeq, bus.ErrConflict)
 }
+
+// Linear returns an error unless every event of evs, read in stream order
+// from the start of one execution's history, was appended right after the
+// one before it: the first event names no previous event and each later
+// one's PrevSeq is the Seq of the event before it. A history that forked
+// (two events appended after the same event), that lost an event, or
+// that was read in pieces out of order fails. Sequences that merely
+// increase are not enough: an ordered consumer always gives those.
+func Linear(evs []events.Event) error {
+	if len(evs) == 0 {
+		return errors.New("history: the history is empty")
+	}
+	var prev uint64
+	for i, ev := range evs {
+		if ev.Seq == 0 {
+			return fmt.Errorf("history: event %d (%s) has no stream sequence: not read from the stream", i, ev.Type)
+		}
+		if ev.PrevSeq != prev {
+			return fmt.Errorf("history: history not linear at event %d (%s, seq %d): appended after seq %d, not after the previous event (seq %d)",
+				i, ev.Type, ev.Seq, ev.PrevSeq, prev)
+		}
+		prev = ev.Seq
+	}
+	return nil
+}

@@ -363,8 +363,11 @@ type Step struct {
 	// WaitUntil is when a waiting sleep ends (or a wait times out).
 	WaitUntil   time.Time `json:"wait_until,omitzero"`
 	ScheduledAt time.Time `json:"scheduled_at,omitzero"`
-	StartedAt   time.Time `json:"started_at,omitzero"`
-	EndedAt     time.Time `json:"ended_at,omitzero"`
+	// SentAt is when the attempt's task was stored for the agents
+	// (step.sent): its timeout counts from then.
+	SentAt    time.Time `json:"sent_at,omitzero"`
+	StartedAt time.Time `json:"started_at,omitzero"`
+	EndedAt   time.Time `json:"ended_at,omitzero"`
 }
 
 // Errors of the fold.
@@ -513,11 +516,12 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 			st.enter(s.Events)
 			st.Attempt, st.Input, st.ScheduledAt = e.Attempt, e.Input, ev.Time
 			st.Output, st.Error, st.StartedAt, st.EndedAt, st.Agent, st.TaskID, st.TaskSeq, st.Delivery, st.Final, st.Lost = nil, "", time.Time{}, time.Time{}, "", "", 0, 0, false, false
+			st.SentAt = time.Time{}
 		})
 	case *events.StepSending:
 		return s.step(ev, e.StepID, OpSending, func(st *Step) { st.TaskID, st.Queue, st.Token = e.TaskID, e.Queue, s.Token })
 	case *events.StepSent:
-		return s.step(ev, e.StepID, OpSent, func(st *Step) { st.TaskID, st.TaskSeq = e.TaskID, e.TaskSeq })
+		return s.step(ev, e.StepID, OpSent, func(st *Step) { st.TaskID, st.TaskSeq, st.SentAt = e.TaskID, e.TaskSeq, ev.Time })
 	case *events.StepStarted:
 		if i := s.StepIndex(e.StepID); i >= 0 && s.Steps[i].Status == OpStarted {
 			// Started again: legal only for a later delivery of the task.
@@ -666,7 +670,7 @@ func rerun(st Step, at time.Time) Step {
 	default:
 		st.Attempt++
 		st.Status, st.RetryBase, st.ScheduledAt = OpPending, st.Attempt-1, at
-		st.StartedAt, st.Agent, st.TaskID, st.TaskSeq, st.Delivery, st.Token = time.Time{}, "", "", 0, 0, ""
+		st.StartedAt, st.SentAt, st.Agent, st.TaskID, st.TaskSeq, st.Delivery, st.Token = time.Time{}, time.Time{}, "", "", 0, 0, ""
 	}
 	return st
 }

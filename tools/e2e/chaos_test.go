@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -23,80 +22,48 @@ import (
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/natstest"
+	"jetflow.dev/tools/internal/chaos"
 )
 
-// chaosProcess is a service binary running as its own process, which the
-// test SIGKILLs and starts again. Its output (the test runs it at log level
-// warn) goes to the test log, which go test shows when the test fails.
+// chaosProcess is a service binary running as its own process
+// ([chaos.Process]), which the test SIGKILLs and starts again. Its output
+// (the test runs it at log level warn) goes to the test log, which go
+// test shows when the test fails.
 type chaosProcess struct {
-	t      *testing.T
-	name   string
-	bin    string
-	args   []string
-	cmd    *exec.Cmd
-	exited chan struct{}
-	starts int
-	kills  int
-	// proc is the running process, for a kill from another goroutine.
-	proc atomic.Pointer[os.Process]
+	*chaos.Process
+	t *testing.T
+}
+
+func newChaosProcess(t *testing.T, name, bin string, args ...string) *chaosProcess {
+	return &chaosProcess{t: t, Process: &chaos.Process{Name: name, Path: bin, Args: args,
+		Log: &testLogWriter{t: t, prefix: name + ": "}}}
 }
 
 func (p *chaosProcess) start() {
 	p.t.Helper()
-	p.starts++
-	// The test's context kills the process if the test ends without the
-	// cleanup below having run (it always runs, but never leave one).
-	cmd := exec.CommandContext(p.t.Context(), p.bin, p.args...)
-	w := &testLogWriter{t: p.t, prefix: fmt.Sprintf("%s#%d: ", p.name, p.starts)}
-	cmd.Stdout, cmd.Stderr = w, w
-	cmd.WaitDelay = 5 * time.Second
-	require.NoError(p.t, cmd.Start())
-	p.proc.Store(cmd.Process)
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		w.flush()
-		close(exited)
-	}()
-	p.cmd, p.exited = cmd, exited
+	require.NoError(p.t, p.Start())
 }
 
 // kill SIGKILLs the process and waits until it is gone. The process must
 // have been running: one that exited by itself fails the test.
 func (p *chaosProcess) kill() {
 	p.t.Helper()
-	p.requireRunning()
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	p.killed()
+	require.NoError(p.t, p.Kill())
 }
 
 // killed waits until the process, sent SIGKILL, is gone.
 func (p *chaosProcess) killed() {
 	p.t.Helper()
-	<-p.exited
-	ws, _ := p.cmd.ProcessState.Sys().(syscall.WaitStatus)
-	require.True(p.t, ws.Signaled() && ws.Signal() == syscall.SIGKILL,
-		"%s#%d ended by itself before the kill: %s", p.name, p.starts, p.cmd.ProcessState)
-	p.kills++
+	require.NoError(p.t, p.Killed())
 }
 
 func (p *chaosProcess) requireRunning() {
 	p.t.Helper()
-	select {
-	case <-p.exited:
-		p.t.Fatalf("%s#%d exited by itself: %s", p.name, p.starts, p.cmd.ProcessState)
-	default:
-	}
+	require.True(p.t, p.Running(), "%s (start %d) exited by itself", p.Name, p.Starts)
 }
 
 // stop kills the process, if it runs, and waits for it (test cleanup).
-func (p *chaosProcess) stop() {
-	if p.cmd == nil {
-		return
-	}
-	_ = p.cmd.Process.Kill()
-	<-p.exited
-}
+func (p *chaosProcess) stop() { p.Stop(0) }
 
 // testLogWriter writes each line written to it to the test log.
 type testLogWriter struct {
@@ -120,7 +87,8 @@ func (w *testLogWriter) Write(p []byte) (int, error) {
 	}
 }
 
-func (w *testLogWriter) flush() {
+// Flush writes what is left of a last line without its newline.
+func (w *testLogWriter) Flush() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if len(w.buf) > 0 {
@@ -202,8 +170,8 @@ steps:
 
 	var procs, dispatchers []*chaosProcess
 	for i := range 3 {
-		p := &chaosProcess{t: t, name: fmt.Sprintf("dispatcher-%d", i), bin: dispatcherBin,
-			args: []string{"-nats", srv.ClientURL(), "-ack-wait", "2s", "-workers", "8", "-log-level", "warn"}}
+		p := newChaosProcess(t, fmt.Sprintf("dispatcher-%d", i), dispatcherBin,
+			"-nats", srv.ClientURL(), "-ack-wait", "2s", "-workers", "8", "-log-level", "warn")
 		procs, dispatchers = append(procs, p), append(dispatchers, p)
 	}
 	for i := range 2 {
@@ -211,9 +179,9 @@ steps:
 		// A task whose agent is killed goes to the other agent after the
 		// ack wait; it may be delivered many times in this test, and no
 		// janitor runs to fail it.
-		procs = append(procs, &chaosProcess{t: t, name: name, bin: agentBin,
-			args: []string{"-nats", srv.ClientURL(), "-name", name, "-task-ack-wait", "1s", "-max-deliver", "1000",
-				"-kill-grace", "1s", "-log-level", "warn", "-allow-exec"}})
+		procs = append(procs, newChaosProcess(t, name, agentBin,
+			"-nats", srv.ClientURL(), "-name", name, "-task-ack-wait", "1s", "-max-deliver", "1000",
+			"-kill-grace", "1s", "-log-level", "warn", "-allow-exec"))
 	}
 	for _, p := range procs {
 		t.Cleanup(p.stop)
@@ -256,7 +224,7 @@ steps:
 	// ended, and maybe after its lock went to the next holder.
 	agents := map[string]*chaosProcess{}
 	for _, p := range procs[len(dispatchers):] {
-		agents[p.name] = p
+		agents[p.Name] = p
 	}
 	var armed atomic.Bool
 	sniped := make(chan *chaosProcess, 1)
@@ -273,7 +241,7 @@ steps:
 			return
 		}
 		p := agents[r.Agent]
-		_ = p.proc.Load().Signal(syscall.SIGKILL)
+		_ = p.Signal(syscall.SIGKILL)
 		sniped <- p
 	})
 	require.NoError(t, err)
@@ -339,7 +307,7 @@ steps:
 	}
 	var kills []string
 	for _, p := range procs {
-		kills = append(kills, fmt.Sprintf("%s %d", p.name, p.kills))
+		kills = append(kills, fmt.Sprintf("%s %d", p.Name, p.Kills))
 	}
 	t.Logf("%d executions: %d kill rounds, %d SIGKILLs (%s; %d agents right after a result) in %s; %d executions still running after the last kill, all ended %s after the start",
 		len(ids), rounds, killsWhileRunning, strings.Join(kills, ", "), snipes, chaos.Round(time.Millisecond), left, time.Since(began).Round(time.Millisecond))

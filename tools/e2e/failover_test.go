@@ -47,11 +47,11 @@ func TestDispatcherFailoverAfterSIGKILL(t *testing.T) {
 
 	var dispatchers []*chaosProcess
 	for i := range 3 {
-		p := &chaosProcess{t: t, name: fmt.Sprintf("dispatcher-%d", i), bin: dispatcherBin,
-			args: []string{"-nats", srv.ClientURL(), "-workers", "8", "-log-level", "warn", "-member", fmt.Sprintf("d%d", i)}}
+		p := newChaosProcess(t, fmt.Sprintf("dispatcher-%d", i), dispatcherBin,
+			"-nats", srv.ClientURL(), "-workers", "8", "-log-level", "warn", "-member", fmt.Sprintf("d%d", i))
 		dispatchers = append(dispatchers, p)
 	}
-	agent := &chaosProcess{t: t, name: "agent", bin: agentBin, args: []string{"-nats", srv.ClientURL(), "-log-level", "warn"}}
+	agent := newChaosProcess(t, "agent", agentBin, "-nats", srv.ClientURL(), "-log-level", "warn")
 	for _, p := range append(dispatchers, agent) {
 		t.Cleanup(p.stop)
 		p.start()

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sort"
 	"sync"
 	"time"
 
@@ -176,12 +177,30 @@ func (p *Projector) Run(ctx context.Context) error {
 
 const batchMax = 512
 
-// group is one execution's events within a batch, in stream order.
+// group is one execution's events within a batch, in stream order (see
+// inOrder).
 type group struct {
 	subject      string
 	workflow, id string // of the subject
 	msgs         []jetstream.Msg
 	evs          []events.Event
+}
+
+// inOrder sorts g's events, and their messages with them, by stream
+// sequence. A batch holds them in the order they were delivered, and
+// messages redelivered after a projector died can come back in another
+// order than the stream's: folded as they came, the last one delivered
+// (not the last of the history) would end the fold, and the events after
+// it, acknowledged with it, would never be projected.
+func (g *group) inOrder() { sort.Stable(byStreamSeq{g}) }
+
+type byStreamSeq struct{ *group }
+
+func (s byStreamSeq) Len() int           { return len(s.evs) }
+func (s byStreamSeq) Less(i, j int) bool { return s.evs[i].Seq < s.evs[j].Seq }
+func (s byStreamSeq) Swap(i, j int) {
+	s.evs[i], s.evs[j] = s.evs[j], s.evs[i]
+	s.msgs[i], s.msgs[j] = s.msgs[j], s.msgs[i]
 }
 
 func (p *Projector) projectBatch(ctx context.Context, batch []jetstream.Msg) {
@@ -218,6 +237,7 @@ func (p *Projector) projectBatch(ctx context.Context, batch []jetstream.Msg) {
 	}
 	for _, subject := range order {
 		g := groups[subject]
+		g.inOrder()
 		id := g.id
 		if p.isParked(id) {
 			// Projected again from its history when its turn comes.

@@ -1081,9 +1081,13 @@ func timerArmed(s projections.Execution, purpose, stepID string, attempt int) bo
 	return ok
 }
 
-// sentAt is when an attempt's task was handed to the agents (as far as the
-// state tells: the step's last change before it was started).
+// sentAt is when an attempt's task was handed to the agents: its
+// step.sent (a history written before it was recorded tells less: the
+// start, or else the scheduling).
 func sentAt(st projections.Step) time.Time {
+	if !st.SentAt.IsZero() {
+		return st.SentAt
+	}
 	if !st.StartedAt.IsZero() {
 		return st.StartedAt
 	}

@@ -1,0 +1,76 @@
+// Command jetflow-chaos runs the chaos suite (package chaos): about a
+// thousand mixed executions through nats-server and the four services,
+// each its own process, SIGKILLed at random while operations run; then a
+// check of every history. It prints a report and exits 1 on any
+// violation. `make build` makes the programs it runs; `make chaos` and
+// `make chaos/cluster` run it.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"jetflow.dev/tools/internal/chaos"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "jetflow-chaos:", err)
+		os.Exit(1)
+	}
+}
+
+// errViolations says the run found violations (the report says which).
+var errViolations = errors.New("the checker found violations, or requests were never accepted (see the report)")
+
+func run(ctx context.Context, args []string, out io.Writer) error {
+	var c chaos.Config
+	var bin, mode string
+	var keep bool
+	fs := flag.NewFlagSet("jetflow-chaos", flag.ContinueOnError)
+	fs.StringVar(&bin, "bin", "bin", "directory of nats-server and the service programs (make build)")
+	fs.StringVar(&mode, "mode", string(chaos.ModeServices), "what to kill: services (a standalone nats-server and each service) or cluster (one node of three at a time)")
+	fs.IntVar(&c.Executions, "executions", 1000, "executions to start")
+	fs.Float64Var(&c.Rate, "rate", 20, "starts per second")
+	fs.IntVar(&c.KillsPerKind, "kills", 0, "SIGKILLs of each kind of process (default 5; cluster: 6 node kills)")
+	fs.DurationVar(&c.MaxDowntime, "max-downtime", time.Second, "longest time a killed process stays down (from 100ms)")
+	fs.DurationVar(&c.Settle, "settle", 5*time.Minute, "how long to wait after the last kill for every execution to end")
+	fs.Uint64Var(&c.Seed, "seed", 0, "seed of the choices of victims and pauses (0: random; the report prints it)")
+	fs.StringVar(&c.Dir, "data", "", "directory for the run's data, logs and marks (default: a new temp dir, removed if the run passes)")
+	fs.BoolVar(&keep, "keep", false, "keep the data directory even if the run passes")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %v", fs.Args())
+	}
+	c.Mode, c.Bin, c.Progress = chaos.Mode(mode), chaos.BinariesIn(bin), out
+	if c.Dir == "" {
+		dir, err := os.MkdirTemp("", "jetflow-chaos-")
+		if err != nil {
+			return err
+		}
+		c.Dir = dir
+	}
+	rep, err := chaos.Run(ctx, c)
+	if err != nil {
+		return fmt.Errorf("%w (data, logs and marks in %s)", err, c.Dir)
+	}
+	rep.Write(out)
+	if !rep.Passed() {
+		return errViolations
+	}
+	if !keep {
+		_ = os.RemoveAll(c.Dir)
+	}
+	return nil
+}
