@@ -2,6 +2,7 @@ package bus
 
 import (
 	"encoding/json"
+	"errors"
 	"reflect"
 	"testing"
 	"time"
@@ -147,7 +148,7 @@ func TestNewerSchemaIsNotMisread(t *testing.T) {
 			continue
 		}
 		require.ErrorIs(t, err, tc.want, tc.schema)
-		if tc.want == events.ErrUnknownType {
+		if errors.Is(tc.want, events.ErrUnknownType) {
 			require.ErrorContains(t, err, "written with schema 2 by a newer jetflow")
 			require.Nil(t, got.Data, "not decoded as this version's")
 			require.Equal(t, ev.ID, got.ID, "but known for what it is")
