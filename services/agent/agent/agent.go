@@ -45,7 +45,8 @@ type Config struct {
 	Concurrency int
 	// AckWait is how long a task may go without a heartbeat before
 	// JetStream gives it to another agent. Heartbeats are sent every
-	// AckWait/3. Default bus.DefaultTaskAckWait (5s).
+	// AckWait/3, and at least every bus.DefaultTaskAckWait/3 (see
+	// heartbeatEvery). Default bus.DefaultTaskAckWait (5s).
 	AckWait time.Duration
 	// MaxDeliver is how many times a task is delivered before the janitor
 	// fails it. Default 5.
@@ -270,6 +271,16 @@ func (a *Agent) Ready() error {
 	return nil
 }
 
+// heartbeatEvery is how often a running task's agent tells JetStream it
+// still runs it: every third of its ack wait, and at least every third of
+// bus.DefaultTaskAckWait. The queue's ack wait is read once, when the
+// agent binds; a bootstrap that lowers it later to the default (the
+// upgrade from a release whose default was 30 s) must not have the tasks
+// this agent runs given to another agent meanwhile.
+func (a *Agent) heartbeatEvery() time.Duration {
+	return min(a.cfg.AckWait, bus.DefaultTaskAckWait) / 3
+}
+
 // work is one worker: fetch a task, run it, repeat until ctx ends.
 func (a *Agent) work(ctx, taskCtx context.Context, cons jetstream.Consumer, queue string) {
 	for ctx.Err() == nil {
@@ -320,7 +331,7 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 	defer stopHB()
 	_ = m.InProgress()
 	go func() {
-		t := time.NewTicker(a.cfg.AckWait / 3)
+		t := time.NewTicker(a.heartbeatEvery())
 		defer t.Stop()
 		for {
 			select {

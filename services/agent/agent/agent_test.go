@@ -298,3 +298,45 @@ func TestNewRejectsShortAckWait(t *testing.T) {
 	_, err := agent.New(agent.Config{AckWait: 100 * time.Millisecond}, nil, zerolog.New(zerolog.NewTestWriter(t)))
 	require.ErrorContains(t, err, "AckWait")
 }
+
+// TestAgentHeartbeatsWhenTheQueueAckWaitIsLowered: an agent that bound
+// its queue when the ack wait was 30 s (the earlier default) keeps the
+// task it runs when a bootstrap lowers the queue's ack wait to the
+// default: it heartbeats at least every third of bus.DefaultTaskAckWait,
+// so the task is neither delivered again nor run twice.
+func TestAgentHeartbeatsWhenTheQueueAckWaitIsLowered(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	const runFor = bus.DefaultTaskAckWait + 2*time.Second
+	var calls atomic.Int32
+	var deliveries sync.Map
+	cfg := agent.Config{Name: agentName, AckWait: 30 * time.Second, Concurrency: 2, ShutdownGrace: time.Second, KillGrace: time.Second,
+		Handlers: map[string]operation.Handler{"slow": operation.HandlerFunc(func(ctx context.Context, tk operation.Task) (any, error) {
+			calls.Add(1)
+			deliveries.Store(tk.Delivery, true)
+			select {
+			case <-time.After(runFor):
+				return "done", nil
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		})}}
+	a, err := agent.New(cfg, js, zerolog.New(zerolog.NewTestWriter(t)))
+	require.NoError(t, err)
+	natstest.Serve(t, a.Run)
+	c := bus.AgentQueueConsumer(bus.Durables{}, "default")
+	natstest.Eventually(t, waitFor, func() bool { // the agent bound its queue with 30 s
+		info, err := js.Consumer(t.Context(), c.Stream, c.Config.Durable)
+		return err == nil && info.CachedInfo().Config.AckWait == 30*time.Second
+	}, "the agent binds its queue")
+	// The bootstrap of this release lowers it to the default.
+	_, err = js.CreateOrUpdateConsumer(t.Context(), c.Stream, c.Config)
+	require.NoError(t, err)
+
+	b := &agentBundle{js: js}
+	b.publishTask(t, "x-lowered", workflow.Step{ID: "s", Kind: "slow"})
+	b.waitFinal(t, "x-lowered")
+	require.EqualValues(t, 1, calls.Load(), "the handler ran once")
+	_, again := deliveries.Load(2)
+	require.False(t, again, "the task was not delivered again")
+}
