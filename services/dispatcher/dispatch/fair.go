@@ -13,7 +13,11 @@ import "sync"
 //
 // Adding never blocks: a consumer's callback must not wait for a busy
 // execution, or every execution behind it in the stream would wait too.
-// What it holds is bounded by the consumers' MaxAckPending.
+// A message JetStream delivers again while its first delivery still waits
+// here (its ack wait passed in a long backlog) replaces that one instead
+// of queueing a second copy, so what the queues hold is bounded by the
+// consumers' MaxAckPending, and a backlog never grows by its own
+// redeliveries.
 type turns struct {
 	mu      sync.Mutex
 	ready   sync.Cond
@@ -26,8 +30,28 @@ type turns struct {
 
 // execQueue is one execution's jobs.
 type execQueue struct {
-	jobs []job
+	jobs []*job
 	busy bool // a worker handles one of its jobs
+	// queued finds a queued job by the message it carries.
+	queued map[msgKey]*job
+}
+
+// msgKey names a stored message as a consumer delivers it.
+type msgKey struct {
+	consumer string
+	seq      uint64
+}
+
+// keyOf returns the message's key; ok is false for a job without one.
+func keyOf(j job) (msgKey, bool) {
+	if j.msg == nil {
+		return msgKey{}, false
+	}
+	md, err := j.msg.Metadata()
+	if err != nil {
+		return msgKey{}, false
+	}
+	return msgKey{consumer: md.Consumer, seq: md.Sequence.Stream}, true
 }
 
 func newTurns() *turns {
@@ -46,10 +70,23 @@ func (t *turns) add(j job) bool {
 	}
 	q := t.queues[j.key]
 	if q == nil {
-		q = &execQueue{}
+		q = &execQueue{queued: map[msgKey]*job{}}
 		t.queues[j.key] = q
 	}
-	q.jobs = append(q.jobs, j)
+	k, keyed := keyOf(j)
+	if old := q.queued[k]; keyed && old != nil {
+		// Delivered again while it waits: keep the newest delivery (its
+		// acknowledgement is the one that counts, and its holding the
+		// current one), in the first one's place.
+		old.from.done()
+		*old = j
+		return true
+	}
+	nj := &j
+	q.jobs = append(q.jobs, nj)
+	if keyed {
+		q.queued[k] = nj
+	}
 	if len(q.jobs) == 1 && !q.busy {
 		t.line = append(t.line, j.key)
 		if t.waiting > 0 {
@@ -83,10 +120,13 @@ func (t *turns) next() (job, bool) {
 	}
 	q := t.queues[key]
 	j := q.jobs[0]
-	q.jobs[0] = job{}
+	q.jobs[0] = nil
 	q.jobs = q.jobs[1:]
+	if k, ok := keyOf(*j); ok && q.queued[k] == j {
+		delete(q.queued, k)
+	}
 	q.busy = true
-	return j, true
+	return *j, true
 }
 
 // done ends the turn of j's execution: to the back of the line if it has

@@ -2,9 +2,11 @@ package dispatch
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 )
 
@@ -70,6 +72,7 @@ func TestTurnsKeepEachExecutionsOrderAcrossWorkers(t *testing.T) {
 				busy[j.key] = true
 				seen[j.key] = append(seen[j.key], j.from.part)
 				mu.Unlock()
+				runtime.Gosched() // handling: another worker would overlap here
 				mu.Lock()
 				busy[j.key] = false
 				mu.Unlock()
@@ -97,4 +100,57 @@ func TestTurnsKeepEachExecutionsOrderAcrossWorkers(t *testing.T) {
 		}
 	}
 	require.Empty(t, w.queues, "every execution's queue is forgotten once empty")
+}
+
+// delivered is a message as a consumer delivers it: only its metadata is
+// read by turns.
+type delivered struct {
+	jetstream.Msg
+	consumer string
+	seq      uint64
+	n        uint64 // the delivery
+}
+
+func (d delivered) Metadata() (*jetstream.MsgMetadata, error) {
+	return &jetstream.MsgMetadata{Consumer: d.consumer, Sequence: jetstream.SequencePair{Stream: d.seq}, NumDelivered: d.n}, nil
+}
+
+// TestRedeliveryReplacesTheWaitingCopy: a message delivered again while
+// its first delivery still waits in a backlog takes that one's place (the
+// newest delivery is the one acknowledged) instead of adding a copy; the
+// replaced job's holding is told it is done with it.
+func TestRedeliveryReplacesTheWaitingCopy(t *testing.T) {
+	w := newTurns()
+	part := &consuming{part: 3}
+	part.inFlight.Add(4) // as the consumer's callback counts each delivery
+	require.True(t, w.add(job{key: "big", from: part, msg: delivered{consumer: "c", seq: 1, n: 1}}))
+	require.True(t, w.add(job{key: "big", from: part, msg: delivered{consumer: "c", seq: 2, n: 1}}))
+	require.True(t, w.add(job{key: "big", from: part, msg: delivered{consumer: "c", seq: 2, n: 2}}))
+	require.True(t, w.add(job{key: "big", from: part, msg: delivered{consumer: "other", seq: 2, n: 1}}), "another consumer's is another message")
+	require.EqualValues(t, 3, part.inFlight.Load(), "the replaced delivery is done")
+
+	var got []string
+	for range 3 {
+		j, ok := w.next()
+		require.True(t, ok)
+		md, err := j.msg.Metadata()
+		require.NoError(t, err)
+		got = append(got, fmt.Sprintf("%s/%d#%d", md.Consumer, md.Sequence.Stream, md.NumDelivered))
+		w.done(j)
+	}
+	require.Equal(t, []string{"c/1#1", "c/2#2", "other/2#1"}, got, "in order, the second in its first place, as delivered again")
+	require.Empty(t, w.queues)
+
+	// Once handed to a worker, a message delivered again is queued anew:
+	// the worker may fail it, and the new delivery is what retries.
+	require.True(t, w.add(job{key: "x", from: part, msg: delivered{consumer: "c", seq: 9, n: 1}}))
+	j, ok := w.next()
+	require.True(t, ok)
+	require.True(t, w.add(job{key: "x", from: part, msg: delivered{consumer: "c", seq: 9, n: 2}}))
+	w.done(j)
+	k, ok := w.next()
+	require.True(t, ok)
+	md, _ := k.msg.Metadata()
+	require.EqualValues(t, 2, md.NumDelivered)
+	w.done(k)
 }
