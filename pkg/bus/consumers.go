@@ -158,12 +158,18 @@ func AgentQueueConsumer(d Durables, queue string) Consumer {
 	}}
 }
 
+// ProjectorPinnedTTL is how long the projector's consumer keeps its pin
+// (one api projects at a time) without a pull from the api holding it:
+// how long the read models wait when that api dies. The projector pulls
+// at least twice in it.
+const ProjectorPinnedTTL = 5 * time.Second
+
 // ProjectorConsumerSpec is the projector's consumer.
 func ProjectorConsumerSpec() Consumer {
 	return Consumer{Stream: StreamEvents, Config: jetstream.ConsumerConfig{
 		Durable: ConsumerProjector, AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: -1,
 		MaxAckPending: 4096, FilterSubject: EventsPrefix + ".>",
-		PriorityPolicy: jetstream.PriorityPolicyPinned, PinnedTTL: 5 * time.Second, PriorityGroups: []string{ProjectorGroup},
+		PriorityPolicy: jetstream.PriorityPolicyPinned, PinnedTTL: ProjectorPinnedTTL, PriorityGroups: []string{ProjectorGroup},
 		Description: "jetflow read-model projector (api)",
 	}}
 }

@@ -234,6 +234,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		consumers = append(consumers, cons)
 	}
 	a.running.Store(true)
+	context.AfterFunc(ctx, func() { a.running.Store(false) }) // stopping: not ready
 	var workers sync.WaitGroup
 	for i, q := range a.cfg.Queues {
 		for range a.cfg.Concurrency {

@@ -469,7 +469,7 @@ func (s *Server) internal(w http.ResponseWriter, r *http.Request, err error) {
 		zerolog.Ctx(r.Context()).Warn().Err(err).Str("path", r.URL.Path).Msg("request failed, retryable")
 		w.Header().Set("Retry-After", RetryAfter)
 		writeError(w, http.StatusServiceUnavailable, apiError{Code: "unavailable",
-			Message: err.Error() + " (NATS is away or between leaders: retry with the same Idempotency-Key)"})
+			Message: err.Error() + " (NATS is away or between leaders: retry; a command with the same Idempotency-Key)"})
 		return
 	}
 	zerolog.Ctx(r.Context()).Error().Err(err).Str("path", r.URL.Path).Msg("request failed")

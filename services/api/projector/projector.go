@@ -129,7 +129,11 @@ func (p *Projector) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			_ = m.Nak()
 		}
-	}, bus.Consume(jetstream.PullPriorityGroup(Group), jetstream.PullMaxMessages(batchMax))...)
+	}, bus.Consume(jetstream.PullPriorityGroup(Group), jetstream.PullMaxMessages(batchMax),
+		// The server keeps the pin only while pulls come: an idle pull
+		// must be renewed well within the pin's TTL (5 s), or the pin
+		// moves to another api between two pulls.
+		jetstream.PullExpiry(bus.ProjectorPinnedTTL/2))...)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped while starting: not an error

@@ -333,6 +333,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	go func() { defer close(watched); d.watchLocks(ctx) }()
 	defer func() { <-watched }()
 	d.running.Store(true)
+	context.AfterFunc(ctx, func() { d.running.Store(false) }) // stopping: not ready
 	d.log.Info().Int("workers", d.cfg.Workers).Int("partitions", d.parts.n).Str("member", d.cfg.Member).Msg("dispatcher running")
 	if d.cfg.APIURL == "" {
 		d.log.Warn().Msg("no -api-url: executions started here see an empty workflow.api_url (give every dispatcher the same one)")

@@ -51,7 +51,13 @@ func TestReadinessSaysWhy(t *testing.T) {
 	}()
 	defer func() { cancel(); require.NoError(t, <-done) }()
 
-	base := "http://" + <-addr
+	var base string
+	select {
+	case a := <-addr:
+		base = "http://" + a
+	case err := <-done:
+		t.Fatalf("Serve returned before listening: %v", err)
+	}
 	probe := func(path string) (int, svcrun.HealthState) {
 		resp, err := http.Get(base + path)
 		if err != nil {

@@ -184,6 +184,7 @@ func (j *Janitor) Run(ctx context.Context) error {
 	j.log.Info().Str("interval", j.cfg.Interval.String()).Str("idle_after", j.cfg.IdleAfter.String()).
 		Str("retention_default", j.system.String()).Msg("janitor running")
 	j.running.Store(true)
+	context.AfterFunc(ctx, func() { j.running.Store(false) }) // stopping: not ready
 	t := time.NewTicker(j.cfg.Interval)
 	defer t.Stop()
 	for {
