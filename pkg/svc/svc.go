@@ -225,8 +225,8 @@ func (c *Common) ServedNamespaces() ([]string, error) {
 // inbox prefix and only connects (the bootstrap made the topology);
 // without, it creates whatever is missing. onRetry hears why it still
 // waits; onError hears asynchronous errors, such as a permission violation.
-func (c *Common) Open(ctx context.Context, ns string, role auth.Role, name string, onRetry, onError func(error)) (*nats.Conn, jetstream.JetStream, error) {
-	var opts []nats.Option
+func (c *Common) Open(ctx context.Context, ns string, role auth.Role, name string, onRetry, onError func(error), extra ...nats.Option) (*nats.Conn, jetstream.JetStream, error) {
+	opts := slices.Clone(extra)
 	if onError != nil {
 		opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { onError(err) }))
 	}

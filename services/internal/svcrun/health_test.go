@@ -13,8 +13,10 @@ import (
 
 	"jetflow.dev/pkg/auth"
 	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/natsserver"
 	"jetflow.dev/pkg/natstest"
 	"jetflow.dev/services/internal/svcrun"
+	"jetflow.dev/services/internal/svcruntest"
 )
 
 // TestReadinessSaysWhy: /readyz is 503 naming why while the service has
@@ -98,3 +100,36 @@ func TestReadinessSaysWhy(t *testing.T) {
 type reason struct{ s string }
 
 func (r *reason) Error() string { return r.s }
+
+// TestLosingNATSIsLogged: a service says once that NATS went away (not
+// only through the failures of what it tries meanwhile).
+//
+// Not parallel: Parse sets zerolog's global time format.
+func TestLosingNATSIsLogged(t *testing.T) {
+	srv := natstest.RunJetStream(t)
+	natstest.Connect(t, srv) // the topology
+	env := map[string]string{"JETFLOW_NATS_URL": srv.ClientURL()}
+	log := &svcruntest.Log{}
+	p := svcrun.New(auth.RoleJanitor, func(k string) string { return env[k] }, log)
+	require.NoError(t, p.Parse(nil))
+	ctx, cancel := context.WithCancel(t.Context())
+	connected := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- p.Serve(ctx, func(ctx context.Context, _ svcrun.Namespace) error {
+			close(connected)
+			<-ctx.Done()
+			return nil
+		})
+	}()
+	defer func() { cancel(); require.NoError(t, <-done) }()
+	select {
+	case <-connected:
+	case err := <-done:
+		t.Fatalf("Serve returned: %v", err)
+	}
+	natsserver.Stop(srv)
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		return log.Line("disconnected from nats, reconnecting") != nil
+	}, "the loss of NATS is logged")
+}

@@ -231,7 +231,17 @@ func (p *Program) open(ctx context.Context, name string, served int) (Namespace,
 				return
 			}
 			l.Warn().Err(err).Msg("nats")
-		})
+		},
+		// Say once when NATS goes away and when it is back, not only
+		// through the failures of what the service tries meanwhile.
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil { // nil: closed on purpose
+				l.Warn().Err(err).Msg("disconnected from nats, reconnecting")
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			l.Info().Str("server", nc.ConnectedUrlRedacted()).Msg("reconnected to nats")
+		}))
 	if err != nil {
 		return Namespace{}, fmt.Errorf("namespace %s: %w", name, err)
 	}
