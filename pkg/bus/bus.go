@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -327,6 +328,14 @@ func Dial(ctx context.Context, url, name string, opts ...nats.Option) (*Conn, er
 
 // Open connects to NATS, binds JetStream and ensures the topology.
 func Open(ctx context.Context, url, name string, c Config, opts ...nats.Option) (*nats.Conn, jetstream.JetStream, error) {
+	// Why the server cannot be reached (connection refused, no route):
+	// the client keeps it from its attempts, not as its LastError.
+	var dialErr atomic.Pointer[error]
+	opts = append([]nats.Option{nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
+		if err != nil {
+			dialErr.Store(&err)
+		}
+	})}, opts...)
 	nc, err := Connect(url, name, opts...)
 	if err != nil {
 		return nil, nil, err
@@ -338,6 +347,8 @@ func Open(ctx context.Context, url, name string, c Config, opts ...nats.Option) 
 	}
 	// Wait for the (possibly still starting) server instead of failing,
 	// saying why it waits: the server does not answer, or refused us.
+	var said string
+	var saidAt time.Time
 	for {
 		switch {
 		case nc.IsClosed():
@@ -352,6 +363,8 @@ func Open(ctx context.Context, url, name string, c Config, opts ...nats.Option) 
 			err = fmt.Errorf("not connected to nats at %s yet", url)
 			if last := nc.LastError(); last != nil {
 				err = fmt.Errorf("not connected to nats at %s yet: %w", url, last)
+			} else if last := dialErr.Load(); last != nil {
+				err = fmt.Errorf("not connected to nats at %s yet: %w", url, *last)
 			}
 		case c.Restricted:
 			err = nil
@@ -366,8 +379,11 @@ func Open(ctx context.Context, url, name string, c Config, opts ...nats.Option) 
 			nc.Close()
 			return nil, nil, err
 		}
-		if c.OnRetry != nil && ctx.Err() == nil {
+		// Said at once, then when the reason changes or every 5 s, not
+		// at every half-second try.
+		if c.OnRetry != nil && ctx.Err() == nil && (err.Error() != said || time.Since(saidAt) >= 5*time.Second) {
 			c.OnRetry(err)
+			said, saidAt = err.Error(), time.Now()
 		}
 		select {
 		case <-ctx.Done():

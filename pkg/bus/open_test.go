@@ -33,6 +33,8 @@ func TestOpenSaysWhyItWaits(t *testing.T) {
 	defer mu.Unlock()
 	require.NotEmpty(t, why, "OnRetry is told while Open waits")
 	require.Contains(t, why[len(why)-1], "not connected to nats at nats://127.0.0.1:1 yet")
+	require.Contains(t, why[len(why)-1], "connection refused", "the reason")
+	require.LessOrEqual(t, len(why), 2, "said once (and again after 5 s), not at every try: %v", why)
 }
 
 // TestOpenStopsWhenRefused: a server that refuses the credentials (here:
