@@ -129,7 +129,7 @@ func TestExitStatuses(t *testing.T) {
 		{"WorkflowNotFound", api, []string{"run", "nope"}, ExitNotFound, "not registered"},
 		{"Conflict", api, []string{"run", "fine", "--id", "ok-1"}, ExitConflict, "already used"},
 		{"Unreachable", nowhere, []string{"ls"}, ExitUnreachable, "cannot reach the api at " + nowhere},
-		{"NotAuthenticated", api, []string{"--token", "jfk_0000000000000000_" + strings.Repeat("0", 64), "ls"}, ExitDenied, "give a token with --token"},
+		{"NotAuthenticated", api, []string{"--token", "jfk_0000000000000000_" + strings.Repeat("0", 64), "ls"}, ExitDenied, "the api refused the token given"},
 		{"NotAllowed", api, []string{"--token", reader, "run", "fine"}, ExitDenied, "needs the scope start"},
 	} {
 		code, _, stderr := jetflow(t, tt.api, tt.args...)

@@ -69,9 +69,18 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return ee.code
 	}
 	fmt.Fprintln(stderr, "jetflow:", err)
-	if client.IsStatus(err, http.StatusUnauthorized) {
-		fmt.Fprintln(stderr, "jetflow: give a token with --token, JETFLOW_TOKEN or "+configTokenHint+
-			" (beside jetflow dev the CLI uses its admin token by itself)")
+	if errors.Is(err, client.ErrUnreachable) && os.Getenv("JETFLOW_API") == "" && os.Getenv("JETFLOW_DATA") == "" {
+		fmt.Fprintln(stderr, "jetflow: a jetflow dev with its data elsewhere: JETFLOW_DATA=DIR, or run the eval line it printed")
+	}
+	var apiErr *client.Error
+	if errors.As(err, &apiErr) && apiErr.Status == http.StatusUnauthorized {
+		if strings.HasPrefix(apiErr.Message, "this needs a token") { // none was sent
+			fmt.Fprintln(stderr, "jetflow: give a token with --token, JETFLOW_TOKEN or "+configTokenHint+
+				" (beside jetflow dev the CLI uses its admin token by itself)")
+		} else {
+			fmt.Fprintln(stderr, "jetflow: the api refused the token given (--token, JETFLOW_TOKEN or "+configTokenHint+
+				"): give a valid one, or none beside jetflow dev")
+		}
 	}
 	return exitCode(err)
 }
