@@ -47,6 +47,8 @@ type Health struct {
 	// NATS is the api's connection to NATS: CONNECTED, RECONNECTING...
 	// (it does not make /healthz fail: /readyz does).
 	NATS string `json:"nats,omitempty"`
+	// Version is the api's build (module version, commit, commit time).
+	Version string `json:"version,omitempty"`
 }
 
 // Ready answers GET /readyz: the api is connected and serving; Parked

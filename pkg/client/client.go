@@ -330,6 +330,17 @@ func (c *Client) Ready(ctx context.Context) (Ready, error) {
 	return r, err
 }
 
+// Health is the api's liveness answer.
+type Health = apiv1.Health
+
+// Health returns the api's liveness: alive, its NATS connection and its
+// version (never retried: the answer is the point).
+func (c *Client) Health(ctx context.Context) (Health, error) {
+	var h Health
+	_, err := c.do(ctx, http.MethodGet, "/healthz", nil, nil, &h)
+	return h, err
+}
+
 // ListOptions filters ListExecutions.
 type ListOptions struct {
 	Workflow, Status, After string

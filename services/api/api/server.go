@@ -386,7 +386,7 @@ func (s *Server) Run(ctx context.Context) error {
 // the api cures nothing there; /readyz answers 503 meanwhile), as on the
 // other services' probes.
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, apiv1.Health{Status: "ok", NATS: s.def.nc.Status().String()})
+	writeJSON(w, http.StatusOK, apiv1.Health{Status: "ok", NATS: s.def.nc.Status().String(), Version: svc.Version()})
 }
 
 // ready answers whether the api serves: connected to NATS, and how many

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/svc"
 )
 
 // Health is a service's small admin listener (-health-addr): liveness on
@@ -42,6 +43,9 @@ type nsHealth struct {
 // HealthState is /readyz's (and /healthz's) answer.
 type HealthState struct {
 	Status string `json:"status"` // ok or unavailable
+	// Version is this build's (svc.Version): which processes still run
+	// the old one during an upgrade.
+	Version string `json:"version,omitempty"`
 	// Namespaces says, by namespace, why one is not ready ("" when ready).
 	Namespaces map[string]string `json:"namespaces,omitempty"`
 }
@@ -76,7 +80,7 @@ func (h *Health) setReady(n *nsHealth, ready func() error) {
 func (h *Health) State() HealthState {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	st := HealthState{Status: "ok", Namespaces: map[string]string{}}
+	st := HealthState{Status: "ok", Version: svc.Version(), Namespaces: map[string]string{}}
 	for _, name := range h.served {
 		why := h.nss[name].notReady()
 		st.Namespaces[name] = why
@@ -111,7 +115,7 @@ func (n *nsHealth) notReady() string {
 func (h *Health) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		writeHealth(w, http.StatusOK, HealthState{Status: "ok"})
+		writeHealth(w, http.StatusOK, HealthState{Status: "ok", Version: svc.Version()})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		st := h.State()

@@ -79,6 +79,7 @@ type Program struct {
 	stderr     io.Writer
 	healthAddr *string // -health-addr; nil for the api, which serves its own
 	health     *Health
+	version    *bool // -version
 }
 
 // New starts the flags of the service of role (jetflow-<role>) with the
@@ -88,6 +89,7 @@ func New(role auth.Role, getenv func(string) string, stderr io.Writer) *Program 
 	f := svc.NewFlags("jetflow-"+string(role), getenv)
 	f.SetOutput(stderr)
 	p := &Program{Flags: f, Common: f.AddCommon(), Log: zerolog.Nop(), role: role, stderr: stderr}
+	p.version = f.FlagSet.Bool("version", false, "print this build's version and exit")
 	if role != auth.RoleAPI { // the api answers /healthz and /readyz on its own address
 		p.healthAddr = f.String("health-addr", "JETFLOW_HEALTH_ADDR", "",
 			"host:port of the /healthz and /readyz probes, e.g. 127.0.0.1:9480 (empty: off)")
@@ -100,6 +102,10 @@ func New(role auth.Role, getenv func(string) string, stderr io.Writer) *Program 
 func (p *Program) Parse(args []string) error {
 	if err := p.Flags.Parse(args); err != nil {
 		return err
+	}
+	if *p.version {
+		fmt.Fprintln(p.stderr, "jetflow-"+string(p.role), svc.Version())
+		return flag.ErrHelp // nothing to run: exit 0
 	}
 	if rest := p.Args(); len(rest) > 0 {
 		return fmt.Errorf("unexpected argument %q: every setting is a flag (-h lists them)", strings.Join(rest, " "))
@@ -162,6 +168,7 @@ func (p *Program) Serve(ctx context.Context, fn func(context.Context, Namespace)
 	if err != nil {
 		return err
 	}
+	p.Log.Info().Str("version", svc.Version()).Strs("namespaces", names).Msg("starting")
 	if p.healthAddr != nil && *p.healthAddr != "" {
 		p.health = newHealth(names)
 		stop, err := serveHealth("-health-addr", *p.healthAddr, p.health, p.Log, p.HealthListening)
@@ -199,6 +206,7 @@ func (p *Program) OpenAll(ctx context.Context) (nss []Namespace, closeAll func()
 	if err != nil {
 		return nil, nil, err
 	}
+	p.Log.Info().Str("version", svc.Version()).Strs("namespaces", names).Msg("starting")
 	closeAll = func() {
 		var wg sync.WaitGroup
 		for _, ns := range nss {

@@ -15,6 +15,7 @@ import (
 
 	"jetflow.dev/pkg/auth"
 	"jetflow.dev/pkg/natstest"
+	"jetflow.dev/pkg/svc"
 	"jetflow.dev/services/internal/svcrun"
 )
 
@@ -128,4 +129,10 @@ func TestParse(t *testing.T) {
 	require.True(t, errors.Is(err, flag.ErrHelp), "%v", err)
 	require.Contains(t, out.String(), "Usage of jetflow-janitor", "usage goes to the program's stderr")
 	require.Contains(t, out.String(), "(1 to 5) (env JETFLOW_REPLICAS)")
+
+	out.Reset()
+	p = svcrun.New(auth.RoleJanitor, func(string) string { return "" }, &out)
+	err = p.Parse([]string{"-version"})
+	require.True(t, errors.Is(err, flag.ErrHelp), "-version runs nothing (exit 0): %v", err)
+	require.Equal(t, "jetflow-janitor "+svc.Version()+"\n", out.String())
 }

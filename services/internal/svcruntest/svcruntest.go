@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"jetflow.dev/pkg/natstest"
+	"jetflow.dev/pkg/svc"
 	"jetflow.dev/services/internal/svcrun"
 )
 
@@ -133,5 +134,7 @@ func Probes(t *testing.T, log *Log) {
 		code, body = get("/readyz")
 	}
 	require.Equal(t, http.StatusOK, code, "/readyz: %s", body)
-	require.JSONEq(t, `{"status":"ok","namespaces":{"default":""}}`, body)
+	var st svcrun.HealthState
+	require.NoError(t, json.Unmarshal([]byte(body), &st))
+	require.Equal(t, svcrun.HealthState{Status: "ok", Version: svc.Version(), Namespaces: map[string]string{"default": ""}}, st)
 }

@@ -18,6 +18,7 @@ import (
 
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/projections"
+	"jetflow.dev/pkg/svc"
 	"jetflow.dev/tools/internal/devstack"
 )
 
@@ -302,4 +303,14 @@ func TestAPIFoundWithoutFlags(t *testing.T) {
 	_, err := os.Stat(filepath.Join(dir, devstack.ConnFile))
 	require.True(t, os.IsNotExist(err), "a stopped jetflow dev leaves no connection file")
 	require.Equal(t, defaultAPI, (&app{getenv: func(k string) string { return map[string]string{"JETFLOW_DATA": dir}[k] }}).api())
+}
+
+// TestVersion: jetflow version prints its own build and the api's.
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	api := stack(t).APIURL
+	code, out, stderr := jetflow(t, api, "version")
+	require.Equal(t, ExitOK, code, stderr)
+	require.Contains(t, out, "jetflow "+svc.Version()+"\n")
+	require.Contains(t, out, "api     "+svc.Version()+" ("+api+")", "the api in this process is the same build")
 }
