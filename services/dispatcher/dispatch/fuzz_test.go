@@ -327,6 +327,9 @@ func decideFully(t *testing.T, in interp.Input, s fuzzState, decide func(interp.
 			in.Stored = map[string]events.Event{}
 		case interp.NeedToken:
 			in.Token = "fuzz-token"
+		case interp.NeedClaim:
+			claimed := s.history != nil
+			in.Claimed = &claimed
 		default:
 			t.Fatalf("a need the fuzz target does not know: %T", n)
 		}

@@ -10,6 +10,7 @@ import (
 
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/catalog"
+	"jetflow.dev/pkg/claim"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/lock"
 	"jetflow.dev/services/dispatcher/interp"
@@ -38,10 +39,11 @@ type loaded struct {
 	history []events.Event
 	stored  map[string]events.Event
 	token   string
+	claimed *bool
 }
 
 func (l loaded) into(in interp.Input) interp.Input {
-	in.Called, in.History, in.Stored, in.Token = l.called, l.history, l.stored, l.token
+	in.Called, in.History, in.Stored, in.Token, in.Claimed = l.called, l.history, l.stored, l.token, l.claimed
 	return in
 }
 
@@ -148,6 +150,17 @@ func (d *Dispatcher) provide(ctx context.Context, x *execState, need interp.Need
 		l.called[n.Ref] = called
 	case interp.NeedToken:
 		l.token = newToken()
+	case interp.NeedClaim:
+		_, err := d.ids.Get(ctx, x.id)
+		switch {
+		case errors.Is(err, claim.ErrNotFound):
+			l.claimed = new(bool)
+		case err != nil:
+			return fmt.Errorf("look up the claim of %s: %w", x.id, err)
+		default:
+			claimed := true
+			l.claimed = &claimed
+		}
 	case interp.NeedStoredResults:
 		stored, err := d.storedResults(ctx, x)
 		if err != nil {

@@ -26,14 +26,29 @@ type Rejection struct {
 }
 
 // notStarted decides a command for an execution whose history is still
-// empty: its start may be on its way (try again for a while), else it
-// never started.
+// empty: its start may be on its way (try again for a while: 30 s, or
+// StartClaimedWait once its id is claimed, when the start was accepted
+// and its first append waits, a cluster electing a leader), else it never
+// started.
 func notStarted(in Input, id string, sentAt time.Time) Decision {
-	if in.Now.Sub(sentAt) < 30*time.Second {
+	age := in.Now.Sub(sentAt)
+	if age < 30*time.Second {
 		return Decision{Retry: fmt.Sprintf("execution %s is not started yet", id)}
+	}
+	if age < StartClaimedWait {
+		if in.Claimed == nil {
+			return Decision{Need: NeedClaim{}}
+		}
+		if *in.Claimed {
+			return Decision{Retry: fmt.Sprintf("execution %s is not started yet: its start was accepted and is on its way", id)}
+		}
 	}
 	return reject(events.CodeNotFound, "execution %q never started", id)
 }
+
+// StartClaimedWait is how long a command waits for an execution whose
+// start was accepted (its id claimed) but whose history is still empty.
+const StartClaimedWait = 10 * time.Minute
 
 // recordedAs reports whether the command with key was recorded already;
 // if it was recorded as another action than action, the decision rejects

@@ -67,9 +67,20 @@ func TestSignal(t *testing.T) {
 	none := Input{ID: "x2", Now: m.now}
 	require.NotEmpty(t, Signal(none, sig).Retry, "the start may be on its way")
 	none.Now = m.now.Add(time.Minute)
+	require.Equal(t, NeedClaim{}, Signal(none, sig).Need, "after 30 s: was its start accepted?")
+	unclaimed, claimed := false, true
+	none.Claimed = &unclaimed
 	d = Signal(none, sig)
 	require.Equal(t, events.CodeNotFound, d.Reject.Code)
 	require.Contains(t, d.Reject.Reason, "never started")
+	// Its start was accepted (the id is claimed) but its first append
+	// waits (a cluster electing a leader): the signal waits too, for up
+	// to StartClaimedWait, instead of being lost.
+	none.Claimed = &claimed
+	require.Contains(t, Signal(none, sig).Retry, "its start was accepted")
+	none.Now = m.now.Add(StartClaimedWait)
+	d = Signal(none, sig)
+	require.Equal(t, events.CodeNotFound, d.Reject.Code, "not for ever")
 
 	m.append(&events.ExecutionCancelled{})
 	d = Signal(m.input(), SignalCommand{ID: "s2", Name: "go", SentAt: m.now})

@@ -57,6 +57,9 @@ type Input struct {
 	// operations in flight (current attempt and token), by step, when a
 	// [NeedStoredResults] asked for them (nil otherwise; empty if none).
 	Stored map[string]events.Event
+	// Claimed says whether the execution's id is claimed (its start was
+	// accepted), when a [NeedClaim] asked (nil otherwise).
+	Claimed *bool
 }
 
 // Memo is kept by the caller with an execution's state between decisions.
@@ -187,6 +190,11 @@ type NeedHistory struct{}
 // (resumes and replays), so no other decision pays for making one.
 type NeedToken struct{}
 
+// NeedClaim asks whether the execution's id is claimed (Input.Claimed):
+// a command for an execution whose history is still empty waits longer
+// for a start that was accepted.
+type NeedClaim struct{}
+
 // NeedStoredResults asks for the reports of the operations in flight
 // that are stored but not recorded (Input.Stored).
 type NeedStoredResults struct{}
@@ -195,6 +203,7 @@ func (NeedWorkflow) need()      {}
 func (NeedHistory) need()       {}
 func (NeedStoredResults) need() {}
 func (NeedToken) need()         {}
+func (NeedClaim) need()         {}
 
 // Outcome is what performing an effect found that the history records.
 type Outcome interface{ outcome() }
