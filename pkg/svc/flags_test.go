@@ -54,3 +54,26 @@ func TestFlagsUsageShowsRange(t *testing.T) {
 	f.IntIn("count", "JETFLOW_COUNT", 16, svc.Range[int]{Min: 1, Max: 1024}, "a count")
 	require.Equal(t, "a count (1 to 1024) (env JETFLOW_COUNT)", f.Lookup("count").Usage)
 }
+
+// TestBadFlagSaysWhatToGive: a flag given a value of the wrong kind says
+// what kind to give, as a bad environment value does, not "parse error".
+func TestBadFlagSaysWhatToGive(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-wait", "banana"}, `invalid value "banana" for flag -wait: not a duration (e.g. 30s, 500ms)`},
+		{[]string{"-wait", "5"}, "not a duration"},
+		{[]string{"-count", "x"}, `invalid value "x" for flag -count: not an integer`},
+		{[]string{"-on=maybe"}, "not a boolean (true or false)"},
+	} {
+		f := svc.NewFlags("test", func(string) string { return "" })
+		f.SetOutput(io.Discard)
+		f.Duration("wait", "W", time.Second, "")
+		f.Int("count", "C", 1, "")
+		f.Bool("on", "O", false, "")
+		err := f.Parse(tc.args)
+		require.ErrorContains(t, err, tc.want, "%v", tc.args)
+		require.ErrorContains(t, err, "-h lists the flags")
+	}
+}

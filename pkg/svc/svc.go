@@ -145,7 +145,7 @@ func (f *Flags) Parse(args []string) error {
 		return err
 	}
 	if err != nil {
-		return fmt.Errorf("%w (-h lists the flags)", err)
+		return fmt.Errorf("%w (-h lists the flags)", f.explain(err))
 	}
 	for _, check := range f.checks {
 		if err := check(); err != nil {
@@ -153,6 +153,33 @@ func (f *Flags) Parse(args []string) error {
 		}
 	}
 	return nil
+}
+
+// explain turns the flag package's "parse error" into what to give, as
+// a bad environment value is told: "not a duration (e.g. 30s)".
+func (f *Flags) explain(err error) error {
+	const parse = ": parse error"
+	msg := err.Error()
+	if !strings.HasSuffix(msg, parse) {
+		return err
+	}
+	var want string
+	f.FlagSet.VisitAll(func(fl *flag.Flag) {
+		if strings.Contains(msg, "for flag -"+fl.Name+":") || strings.Contains(msg, "for -"+fl.Name+":") {
+			switch fmt.Sprintf("%T", fl.Value) {
+			case "*flag.durationValue":
+				want = "not a duration (e.g. 30s, 500ms)"
+			case "*flag.intValue":
+				want = "not an integer"
+			case "*flag.boolValue":
+				want = "not a boolean (true or false)"
+			}
+		}
+	})
+	if want == "" {
+		return err
+	}
+	return errors.New(strings.TrimSuffix(msg, parse) + ": " + want)
 }
 
 // Common are the settings every service has: where NATS is, with which
