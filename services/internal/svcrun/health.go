@@ -2,19 +2,16 @@ package svcrun
 
 import (
 	"encoding/json"
-	"errors"
-	"fmt"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/svc"
+	"jetflow.dev/services/internal/metrics"
 )
 
 // Health is a service's small admin listener (-health-addr): liveness on
@@ -137,24 +134,12 @@ func writeHealth(w http.ResponseWriter, code int, st HealthState) {
 // serveHealth listens on addr (setting names the flag, for the error) and
 // serves h until stop is called.
 func serveHealth(setting, addr string, h *Health, log zerolog.Logger, listening func(string)) (stop func(), err error) {
-	ln, err := net.Listen("tcp", addr)
+	bound, stop, err := metrics.Listen(setting, addr, h.Handler(), "health", log)
 	if err != nil {
-		return nil, fmt.Errorf("%s %q: %w", setting, addr, err)
+		return nil, err
 	}
-	srv := &http.Server{Handler: h.Handler(), ReadHeaderTimeout: 5 * time.Second}
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error().Err(err).Msg("health server")
-		}
-	}()
-	log.Info().Str("addr", ln.Addr().String()).Msg("health listening")
 	if listening != nil {
-		listening(ln.Addr().String())
+		listening(bound)
 	}
-	return func() {
-		_ = srv.Close()
-		<-served
-	}, nil
+	return stop, nil
 }
