@@ -133,6 +133,12 @@ func (d *Dispatcher) withExecutionAs(ctx context.Context, wf, id string, damaged
 			err = d.checkFresh(ctx, x)
 		}
 		if err == nil {
+			if x.state.Status.Terminal() {
+				// Ended: what may still come (a late report, a resume, the
+				// expiry) is rare and reads the history again; keeping it
+				// would hold its memory until 10,000 newer ones push it out.
+				d.evict(id)
+			}
 			return nil
 		}
 		d.evict(id) // whatever happened, the stream is the truth: reload next time
