@@ -24,14 +24,19 @@ COVER_DIR ?= .cover
 help: ## Show the targets
 	@grep -hE '^[a-zA-Z_/-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-16s %s\n", $$1, $$2}'
 
+# The version make build stamps into the binaries (svc.Version): Go does
+# not stamp the commit into binaries built in a workspace.
+VERSION ?= $(shell git describe --always --dirty --tags 2>/dev/null)
+LDFLAGS := -X jetflow.dev/pkg/svc.stamped=$(VERSION)
+
 .PHONY: build
 build: ## Build the jetflow CLI, jetflow-bench, jetflow-chaos, nats-server and the four service binaries into bin/
 	@mkdir -p bin
-	$(GO) build -o bin/jetflow ./tools/cmd/jetflow
-	$(GO) build -o bin/jetflow-bench ./tools/cmd/jetflow-bench
-	$(GO) build -o bin/jetflow-chaos ./tools/cmd/jetflow-chaos
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/jetflow ./tools/cmd/jetflow
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/jetflow-bench ./tools/cmd/jetflow-bench
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/jetflow-chaos ./tools/cmd/jetflow-chaos
 	$(GO) build -o bin/nats-server github.com/nats-io/nats-server/v2
-	@for s in api dispatcher agent janitor; do echo "$(GO) build -o bin/jetflow-$$s ./services/$$s"; $(GO) build -o bin/jetflow-$$s ./services/$$s || exit 1; done
+	@for s in api dispatcher agent janitor; do echo "$(GO) build -ldflags \"$(LDFLAGS)\" -o bin/jetflow-$$s ./services/$$s"; $(GO) build -ldflags "$(LDFLAGS)" -o bin/jetflow-$$s ./services/$$s || exit 1; done
 
 .PHONY: dev
 dev: build ## Run embedded NATS + all four services (data in DATA, .jetflow; api on HTTP, NATS on NATS), examples registered

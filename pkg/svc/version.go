@@ -5,12 +5,20 @@ import (
 	"strings"
 )
 
-// Version says which build this is: the module's version and the commit
+// stamped is set at link time by make build (-X, from git describe): Go
+// does not stamp the commit into binaries built in a workspace.
+var stamped string
+
+// Version says which build this is: what make build stamped (git
+// describe: the commit, "-dirty" with changes), else the module's version and the commit
 // Go stamped into the binary when it was built from a checkout, e.g.
 // "(devel) 3f2a9c1b7d4e 2026-11-24T15:30:00Z" (with "+dirty" when the
 // checkout had changes). Operators compare it across processes during a
 // rolling upgrade (docs/upgrades.md).
 func Version() string {
+	if stamped != "" {
+		return stamped
+	}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		return "unknown"
