@@ -37,6 +37,9 @@ type Flags struct {
 	// checks are the ranges of IntIn and DurationIn flags, checked by
 	// Parse once the values are known.
 	checks []func() error
+	// wants says, by flag name, what a bad value should have been (what
+	// Int, Duration and Bool take), for Parse's errors.
+	wants map[string]string
 }
 
 // NewFlags returns flags for program name.
@@ -62,10 +65,11 @@ func (f *Flags) Int(name, env string, def int, usage string) *int {
 	if v, ok := f.env(env); ok {
 		n, err := strconv.Atoi(v)
 		if err != nil {
-			f.errs = append(f.errs, fmt.Errorf("%s=%q: not an integer", env, v))
+			f.errs = append(f.errs, fmt.Errorf("%s=%q: %s", env, v, notInteger))
 		}
 		def = n
 	}
+	f.want(name, notInteger)
 	return f.FlagSet.Int(name, def, usage+" (env "+env+")")
 }
 
@@ -74,10 +78,11 @@ func (f *Flags) Duration(name, env string, def time.Duration, usage string) *tim
 	if v, ok := f.env(env); ok {
 		d, err := time.ParseDuration(v)
 		if err != nil {
-			f.errs = append(f.errs, fmt.Errorf("%s=%q: not a duration (e.g. 30s)", env, v))
+			f.errs = append(f.errs, fmt.Errorf("%s=%q: %s", env, v, notDuration))
 		}
 		def = d
 	}
+	f.want(name, notDuration)
 	return f.FlagSet.Duration(name, def, usage+" (env "+env+")")
 }
 
@@ -108,10 +113,11 @@ func (f *Flags) Bool(name, env string, def bool, usage string) *bool {
 	if v, ok := f.env(env); ok {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			f.errs = append(f.errs, fmt.Errorf("%s=%q: not a boolean (true or false)", env, v))
+			f.errs = append(f.errs, fmt.Errorf("%s=%q: %s", env, v, notBoolean))
 		}
 		def = b
 	}
+	f.want(name, notBoolean)
 	return f.FlagSet.Bool(name, def, usage+" (env "+env+")")
 }
 
@@ -155,31 +161,35 @@ func (f *Flags) Parse(args []string) error {
 	return nil
 }
 
+// What a bad value of a kind is told, from the environment or a flag.
+const (
+	notInteger  = "not an integer"
+	notDuration = "not a duration (e.g. 30s, 500ms)"
+	notBoolean  = "not a boolean (true or false)"
+)
+
+// want records what flag name's value must be, for explain.
+func (f *Flags) want(name, what string) {
+	if f.wants == nil {
+		f.wants = map[string]string{}
+	}
+	f.wants[name] = what
+}
+
 // explain turns the flag package's "parse error" into what to give, as
-// a bad environment value is told: "not a duration (e.g. 30s)".
+// a bad environment value is told: notDuration and the others.
 func (f *Flags) explain(err error) error {
 	const parse = ": parse error"
 	msg := err.Error()
 	if !strings.HasSuffix(msg, parse) {
 		return err
 	}
-	var want string
-	f.FlagSet.VisitAll(func(fl *flag.Flag) {
-		if strings.Contains(msg, "for flag -"+fl.Name+":") || strings.Contains(msg, "for -"+fl.Name+":") {
-			switch fmt.Sprintf("%T", fl.Value) {
-			case "*flag.durationValue":
-				want = "not a duration (e.g. 30s, 500ms)"
-			case "*flag.intValue":
-				want = "not an integer"
-			case "*flag.boolValue":
-				want = "not a boolean (true or false)"
-			}
+	for name, want := range f.wants {
+		if strings.Contains(msg, "for flag -"+name+":") || strings.Contains(msg, "for -"+name+":") {
+			return errors.New(strings.TrimSuffix(msg, parse) + ": " + want)
 		}
-	})
-	if want == "" {
-		return err
 	}
-	return errors.New(strings.TrimSuffix(msg, parse) + ": " + want)
+	return err
 }
 
 // Common are the settings every service has: where NATS is, with which

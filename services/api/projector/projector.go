@@ -257,9 +257,9 @@ func (p *Projector) projectBatch(ctx context.Context, batch []jetstream.Msg) {
 		case ctx.Err() != nil:
 		default:
 			p.failures[id]++
-			if errors.Is(err, nats.ErrMaxPayload) || (p.failures[id] >= parkAfter && !transient(err)) {
+			if errors.Is(err, nats.ErrMaxPayload) || (p.failures[id] >= parkAfter && !bus.Transient(err)) {
 				p.park(ctx, g, err)
-				err = nil // acknowledged: the other executions' events go on
+				err = nil // acknowledged: the other executions' events go on (an outage, transient, parks nothing)
 			} else {
 				p.log.Warn().Err(err).Str("execution_id", id).Msg("project events, will be redelivered")
 			}
@@ -273,10 +273,6 @@ func (p *Projector) projectBatch(ctx context.Context, batch []jetstream.Msg) {
 		}
 	}
 }
-
-// transient reports whether err is NATS being away or slow, which parks
-// nothing: every execution would be parked by an outage.
-func transient(err error) bool { return bus.Transient(err) }
 
 // park (Run's goroutine) sets g's execution aside after err, and stores what can be
 // stored of it: a summary without its steps (GET .../steps folds them from

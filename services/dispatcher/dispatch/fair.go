@@ -30,10 +30,17 @@ type turns struct {
 
 // execQueue is one execution's jobs.
 type execQueue struct {
-	jobs []*job
+	jobs []*entry
 	busy bool // a worker handles one of its jobs
 	// queued finds a queued job by the message it carries.
-	queued map[msgKey]*job
+	queued map[msgKey]*entry
+}
+
+// entry is a queued job and its message's key (keyed: it has one).
+type entry struct {
+	job   job
+	key   msgKey
+	keyed bool
 }
 
 // msgKey names a stored message as a consumer delivers it.
@@ -63,6 +70,8 @@ func newTurns() *turns {
 // add queues j behind its execution's other jobs. It reports false once
 // the turns are closed (the job was not queued).
 func (t *turns) add(j job) bool {
+	e := &entry{job: j}
+	e.key, e.keyed = keyOf(j) // outside the lock: it parses the reply subject
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
@@ -70,22 +79,20 @@ func (t *turns) add(j job) bool {
 	}
 	q := t.queues[j.key]
 	if q == nil {
-		q = &execQueue{queued: map[msgKey]*job{}}
+		q = &execQueue{queued: map[msgKey]*entry{}}
 		t.queues[j.key] = q
 	}
-	k, keyed := keyOf(j)
-	if old := q.queued[k]; keyed && old != nil {
+	if old := q.queued[e.key]; e.keyed && old != nil {
 		// Delivered again while it waits: keep the newest delivery (its
 		// acknowledgement is the one that counts, and its holding the
 		// current one), in the first one's place.
-		old.from.done()
-		*old = j
+		old.job.from.done()
+		old.job = j
 		return true
 	}
-	nj := &j
-	q.jobs = append(q.jobs, nj)
-	if keyed {
-		q.queued[k] = nj
+	q.jobs = append(q.jobs, e)
+	if e.keyed {
+		q.queued[e.key] = e
 	}
 	if len(q.jobs) == 1 && !q.busy {
 		t.line = append(t.line, j.key)
@@ -119,14 +126,14 @@ func (t *turns) next() (job, bool) {
 		t.line, t.head = append(t.line[:0], t.line[t.head:]...), 0
 	}
 	q := t.queues[key]
-	j := q.jobs[0]
+	e := q.jobs[0]
 	q.jobs[0] = nil
 	q.jobs = q.jobs[1:]
-	if k, ok := keyOf(*j); ok && q.queued[k] == j {
-		delete(q.queued, k)
+	if e.keyed {
+		delete(q.queued, e.key)
 	}
 	q.busy = true
-	return *j, true
+	return e.job, true
 }
 
 // done ends the turn of j's execution: to the back of the line if it has
