@@ -261,6 +261,7 @@ func PermissionsFor(role Role, queues []string, inbox string) (Permissions, erro
 			p.PubAllow = slices.Concat(p.PubAllow,
 				[]string{bus.ResultSubject(q, "*")}, // reports about its queues' tasks only
 				consume(bus.StreamTasks, bus.AgentConsumer(q)),
+				consume(bus.StreamTasks, bus.AgentBulkConsumer(q)), // and its bulk lane
 				readStream(bus.StreamResults))
 		}
 		p.PubAllow = slices.Concat(p.PubAllow, readStream(bus.StreamKills, bus.KillsPrefix+".>"))

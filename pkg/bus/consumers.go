@@ -50,6 +50,11 @@ const IntakeAckWait = 2 * time.Second
 // AgentConsumer is the durable consumer shared by the agents of a queue.
 func AgentConsumer(queue string) string { return "agent-" + queue }
 
+// AgentBulkConsumer is the durable consumer of a queue's bulk lane
+// ([BulkTaskSubject]). Every AgentConsumer name starts with "agent-", so
+// no queue's name makes one of these.
+func AgentBulkConsumer(queue string) string { return "bulk-agent-" + queue }
+
 // DefaultTaskAckWait is how long a task may go without its agent's
 // heartbeat (every third of it) before JetStream gives it to another
 // agent: a dead agent's tasks run again within seconds, and a live agent
@@ -158,6 +163,15 @@ func AgentQueueConsumer(d Durables, queue string) Consumer {
 	}}
 }
 
+// AgentBulkQueueConsumer is the consumer of one agent queue's bulk lane:
+// the same settings as AgentQueueConsumer.
+func AgentBulkQueueConsumer(d Durables, queue string) Consumer {
+	c := AgentQueueConsumer(d, queue)
+	c.Config.Durable, c.Config.FilterSubject = AgentBulkConsumer(queue), BulkTaskSubject(queue)
+	c.Config.Description = "jetflow agents of queue " + queue + ", bulk lane"
+	return c
+}
+
 // ProjectorPinnedTTL is how long the projector's consumer keeps its pin
 // (one api projects at a time) without a pull from the api holding it:
 // how long the read models wait when that api dies. The projector pulls
@@ -189,7 +203,7 @@ func AllConsumers(d Durables) []Consumer {
 		out = append(out, PartitionConsumers(d, p)...)
 	}
 	for _, q := range d.Queues {
-		out = append(out, AgentQueueConsumer(d, q))
+		out = append(out, AgentQueueConsumer(d, q), AgentBulkQueueConsumer(d, q))
 	}
 	return append(out, ProjectorConsumerSpec(), JanitorConsumerSpec())
 }

@@ -148,6 +148,13 @@ func ScheduleSubject(timerID string) string { return SchedulesPrefix + "." + tim
 // TaskSubject is the work-queue subject of an agent queue.
 func TaskSubject(queue string) string { return TasksPrefix + "." + queue }
 
+// BulkTaskSubject is the bulk lane of an agent queue: where the tasks of
+// an execution that already has many on the queue go, so that they do not
+// queue ahead of other executions' tasks (docs/reliability.md, "Fair
+// sharing"). Queue names have no dots, so jf.tasks.<queue>.bulk is never
+// another queue's subject.
+func BulkTaskSubject(queue string) string { return TaskSubject(queue) + ".bulk" }
+
 // ResultSubject is where agents of queue report about an execution's
 // tasks. The queue is part of the subject so that NATS permissions can let
 // an agent report for its queues only, and the dispatcher records a report

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"time"
 
@@ -18,10 +19,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	member := p.String("member", "JETFLOW_DISPATCHER_MEMBER", "",
 		"this dispatcher's name among those sharing the partitions, unique per process (default: host, pid and a random suffix)")
 	apiURL := p.String("api-url", "JETFLOW_API_URL", "", "the api's base URL as workflows reach it (workflow.api_url in expressions)")
+	bulkAfter := p.Int("bulk-after", "JETFLOW_BULK_AFTER", dispatch.DefaultBulkAfter,
+		"send a task to its queue's bulk lane once its execution has this many others in flight there (-1: never; for agents older than the bulk lane)")
 	if err := p.Parse(args); err != nil {
 		return err
 	}
-	cfg := dispatch.Config{Workers: *workers, AckWait: *ackWait, APIURL: *apiURL, BindOnly: p.Common.Restricted(), Member: *member}
+	if *bulkAfter == 0 { // the Config's default: a flag says it
+		return fmt.Errorf("-bulk-after (JETFLOW_BULK_AFTER) 0: out of range, use %d to %d, or %d for no bulk lane",
+			dispatch.Ranges.BulkAfter.Min, dispatch.Ranges.BulkAfter.Max, dispatch.NoBulkLane)
+	}
+	cfg := dispatch.Config{Workers: *workers, AckWait: *ackWait, APIURL: *apiURL, BindOnly: p.Common.Restricted(), Member: *member, BulkAfter: *bulkAfter}
 	if err := cfg.Validate(); err != nil { // before waiting for NATS
 		return err
 	}

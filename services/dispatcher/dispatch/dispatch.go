@@ -71,18 +71,39 @@ type Config struct {
 	// LeaseTTL is how long a partition of a dispatcher that died waits for
 	// another: whole seconds, default 1s.
 	LeaseTTL time.Duration
+	// BulkAfter: a task goes to its queue's bulk lane
+	// (bus.BulkTaskSubject) when its execution already has at least this
+	// many other tasks in flight on the queue, so that a fan-out does not
+	// queue ahead of every other execution's tasks; agents serve the
+	// normal lane first. Default DefaultBulkAfter; NoBulkLane sends
+	// every task to the normal lane (agents older than the bulk lane do
+	// not serve it).
+	BulkAfter int
 }
+
+const (
+	// DefaultBulkAfter is the default BulkAfter: an execution with more
+	// than two operations in flight on a queue is a fan-out. It is kept
+	// below the quarter of an agent's workers (4 of the default 16) that
+	// take only the normal lane, so that a fan-out's operations on the
+	// normal lane cannot take all of them.
+	DefaultBulkAfter = 2
+	// NoBulkLane is the BulkAfter that sends every task to the normal lane.
+	NoBulkLane = -1
+)
 
 // Ranges are the values Config's numeric settings may take once their
 // defaults are applied (zero is the default). Validate checks them, and
 // jetflow-dispatcher's flags take the same.
 var Ranges = struct {
-	Workers, CacheSize, MaxAckPending svc.Range[int]
-	AckWait, LeaseTTL                 svc.Range[time.Duration]
+	Workers, CacheSize, MaxAckPending, BulkAfter svc.Range[int]
+	AckWait, LeaseTTL                            svc.Range[time.Duration]
 }{
 	Workers:       svc.Range[int]{Min: 1, Max: 4096},
 	CacheSize:     svc.Range[int]{Min: 1, Max: 1_000_000},
 	MaxAckPending: svc.Range[int]{Min: 1, Max: 65536},
+	// Up to the count the interpreter stops at (or NoBulkLane).
+	BulkAfter: svc.Range[int]{Min: 1, Max: 256},
 	// A message must stay put while it is handled (kept alive every
 	// third of it); past an hour a stuck dispatcher holds it too long.
 	AckWait: svc.Range[time.Duration]{Min: 300 * time.Millisecond, Max: time.Hour},
@@ -117,6 +138,11 @@ func (c Config) Validate() error {
 	); err != nil {
 		return err
 	}
+	if d.BulkAfter != NoBulkLane {
+		if err := Ranges.BulkAfter.Check("dispatch: BulkAfter (-bulk-after, JETFLOW_BULK_AFTER; -1: no bulk lane)", d.BulkAfter); err != nil {
+			return err
+		}
+	}
 	if c.LeaseTTL != 0 { // 0: the partition table's default
 		if err := Ranges.LeaseTTL.Check("dispatch: LeaseTTL", c.LeaseTTL); err != nil {
 			return err
@@ -134,6 +160,7 @@ func (c Config) withDefaults() Config {
 	c.CacheSize = cmp.Or(c.CacheSize, 10000)
 	c.AckWait = cmp.Or(c.AckWait, 30*time.Second)
 	c.MaxAckPending = cmp.Or(c.MaxAckPending, 1024)
+	c.BulkAfter = cmp.Or(c.BulkAfter, DefaultBulkAfter)
 	if c.Now == nil {
 		c.Now = time.Now
 	}

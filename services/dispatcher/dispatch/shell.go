@@ -179,6 +179,16 @@ func (d *Dispatcher) provide(ctx context.Context, x *execState, need interp.Need
 	return nil
 }
 
+// taskSubject is where the task of e waits for an agent: its queue's
+// bulk lane when its execution already has BulkAfter others in flight
+// there (Config.BulkAfter).
+func (d *Dispatcher) taskSubject(e interp.PublishTask) string {
+	if d.cfg.BulkAfter != NoBulkLane && e.Others >= d.cfg.BulkAfter {
+		return bus.BulkTaskSubject(e.Task.Queue)
+	}
+	return bus.TaskSubject(e.Task.Queue)
+}
+
 // perform carries out one effect, and returns what it found that the
 // history must record (nil: nothing).
 func (d *Dispatcher) perform(ctx context.Context, x *execState, eff interp.Effect) (interp.Outcome, error) {
@@ -188,7 +198,7 @@ func (d *Dispatcher) perform(ctx context.Context, x *execState, eff interp.Effec
 	case interp.PublishTask:
 		task := events.New(d.cfg.Source, x.id, x.workflow, d.cfg.Now(), &e.Task)
 		task.ID = e.Task.TaskID
-		msg, err := bus.Encode(bus.TaskSubject(e.Task.Queue), task)
+		msg, err := bus.Encode(d.taskSubject(e), task)
 		if err != nil {
 			return nil, permanentError{err}
 		}

@@ -136,6 +136,13 @@ type ArmTimer struct {
 // ([TaskStored]).
 type PublishTask struct {
 	Task events.Task
+	// Others is how many other tasks of the execution are in flight on
+	// the same queue (counted among its latest instances only, and up to
+	// a cap: see othersOnQueue). The shell sends the task to the queue's
+	// bulk lane when there are many, so that one execution's fan-out does
+	// not queue ahead of every other execution's tasks. Where a task
+	// waits is not part of the history: the count changes no decision.
+	Others int
 }
 
 // EnqueueLock puts the current request of the scope at Path in the lock's
@@ -441,10 +448,33 @@ func (in Input) send(a action) Decision {
 	if i := in.State.StepIndex(a.path); i >= 0 { // recorded with step.sending
 		token = taskToken(in.State, in.State.Steps[i])
 	}
+	queue := a.step.QueueName()
 	return Decision{After: []Effect{PublishTask{Task: events.Task{
 		TaskID: events.TaskID(in.ID, a.path, a.attempt), ExecutionID: in.ID, Workflow: in.Workflow, StepID: a.path, Attempt: a.attempt,
-		Token: token, Kind: a.step.OperationKind(), Queue: a.step.QueueName(), Spec: spec,
-	}}}}
+		Token: token, Kind: a.step.OperationKind(), Queue: queue, Spec: spec,
+	}, Others: othersOnQueue(in.State, queue, a.path)}}}
+}
+
+// Bounds of othersOnQueue: it looks at the latest othersScan instances
+// (where a fan-out's operations in flight are: instances are listed in
+// the order they were first run) and stops counting at othersCap, so
+// that sending a task costs the same in an execution of any size.
+const (
+	othersScan = 512
+	othersCap  = 256
+)
+
+// othersOnQueue counts the operations of s other than the instance at
+// path that are in flight on queue.
+func othersOnQueue(s projections.Execution, queue, path string) int {
+	n := 0
+	for i := len(s.Steps) - 1; i >= 0 && i >= len(s.Steps)-othersScan && n < othersCap; i-- {
+		st := &s.Steps[i]
+		if st.Status.InFlight() && st.Queue == queue && st.ID != path {
+			n++
+		}
+	}
+	return n
 }
 
 // scheduleCalled schedules a workflow step that calls another workflow by
