@@ -203,6 +203,7 @@ func New(cfg Config, js jetstream.JetStream, log zerolog.Logger) (*Agent, error)
 // task only when it is free: no task ever waits in the agent without a
 // heartbeat (where AckWait would hand it to another agent while this one
 // still means to run it), and at shutdown nothing is left to hand back.
+// A quarter of them serve only the queue's normal lane (lanes.go).
 func (a *Agent) Run(ctx context.Context) error {
 	taskCtx, cancelTasks := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelTasks()
@@ -216,7 +217,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer stopKills()
 	// Bind every queue's consumer before any task runs: an agent that
 	// binds to the bootstrap's consumers heartbeats by their ack wait.
-	consumers := make([]jetstream.Consumer, 0, len(a.cfg.Queues))
+	queues := make([]*lanes, 0, len(a.cfg.Queues))
 	for i, q := range a.cfg.Queues {
 		spec := bus.AgentQueueConsumer(bus.Durables{TaskAckWait: a.cfg.AckWait, MaxDeliver: a.cfg.MaxDeliver}, q)
 		cons, err := bus.Bind(ctx, a.js, !a.cfg.BindOnly, spec, func(err error) {
@@ -231,18 +232,30 @@ func (a *Agent) Run(ctx context.Context) error {
 		if w := cons.CachedInfo().Config.AckWait; a.cfg.BindOnly && w > 0 && (i == 0 || w < a.cfg.AckWait) {
 			a.cfg.AckWait = w // the shortest of its queues' ack waits
 		}
-		consumers = append(consumers, cons)
+		queues = append(queues, &lanes{queue: q, normal: cons})
+	}
+	// The bulk lanes are bound beside: an agent serves its queues' normal
+	// lanes while a bootstrap older than the bulk lanes has not made them.
+	// Their workers start once each has been looked up.
+	var binding, tried sync.WaitGroup
+	defer binding.Wait()
+	for _, l := range queues {
+		tried.Add(1)
+		once := sync.OnceFunc(tried.Done)
+		binding.Go(func() { a.bindBulk(ctx, l, once) })
+	}
+	tried.Wait()
+	if ctx.Err() != nil {
+		return nil // stopped while starting: not an error
 	}
 	a.running.Store(true)
 	context.AfterFunc(ctx, func() { a.running.Store(false) }) // stopping: not ready
 	var workers sync.WaitGroup
-	for i, q := range a.cfg.Queues {
-		for range a.cfg.Concurrency {
-			workers.Add(1)
-			go func() {
-				defer workers.Done()
-				a.work(ctx, taskCtx, consumers[i], q)
-			}()
+	reserved := reservedWorkers(a.cfg.Concurrency)
+	for _, l := range queues {
+		log := a.log.With().Str("queue", l.queue).Logger()
+		for w := range a.cfg.Concurrency {
+			workers.Go(func() { a.serve(ctx, taskCtx, l, w >= reserved, log) })
 		}
 	}
 	p := a.cfg.Policy
@@ -280,35 +293,6 @@ func (a *Agent) Ready() error {
 // this agent runs given to another agent meanwhile.
 func (a *Agent) heartbeatEvery() time.Duration {
 	return min(a.cfg.AckWait, bus.DefaultTaskAckWait) / 3
-}
-
-// work is one worker: fetch a task, run it, repeat until ctx ends.
-func (a *Agent) work(ctx, taskCtx context.Context, cons jetstream.Consumer, queue string) {
-	for ctx.Err() == nil {
-		// A short pull with heartbeats: a task queue whose leader moved
-		// (its node died) is asked again within seconds.
-		fctx, cancel := context.WithTimeout(ctx, bus.PullExpiry)
-		batch, err := cons.Fetch(1, jetstream.FetchContext(fctx), jetstream.FetchHeartbeat(bus.PullHeartbeat))
-		if err != nil {
-			cancel()
-			if ctx.Err() == nil {
-				a.log.Warn().Err(err).Str("queue", queue).Msg("fetch task")
-				select {
-				case <-time.After(time.Second):
-				case <-ctx.Done():
-				}
-			}
-			continue
-		}
-		for m := range batch.Messages() {
-			if ctx.Err() != nil { // arrived as we stopped: hand it back
-				_ = m.Nak()
-				continue
-			}
-			a.runTask(taskCtx, m)
-		}
-		cancel()
-	}
 }
 
 func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {

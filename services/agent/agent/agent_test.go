@@ -53,13 +53,19 @@ func setupAgentWith(t *testing.T, cfg agent.Config) *agentBundle {
 // publishTask puts a task for step on the default queue, as the dispatcher does.
 func (b *agentBundle) publishTask(t *testing.T, execID string, step workflow.Step) *events.Task {
 	t.Helper()
+	return b.publishTaskTo(t, bus.TaskSubject(step.QueueName()), execID, step)
+}
+
+// publishTaskTo is publishTask on subject (a lane of the step's queue).
+func (b *agentBundle) publishTaskTo(t *testing.T, subject, execID string, step workflow.Step) *events.Task {
+	t.Helper()
 	spec, err := json.Marshal(step)
 	require.NoError(t, err)
 	task := &events.Task{TaskID: events.TaskID(execID, step.ID, 1), ExecutionID: execID, Workflow: "wf",
 		StepID: step.ID, Attempt: 1, Token: "tok-" + execID, Kind: step.Kind, Queue: step.QueueName(), Spec: spec}
 	ev := events.New("test-dispatcher", execID, "wf", time.Now(), task)
 	ev.ID = task.TaskID
-	msg, err := bus.Encode(bus.TaskSubject(step.QueueName()), ev)
+	msg, err := bus.Encode(subject, ev)
 	require.NoError(t, err)
 	_, err = b.js.PublishMsg(t.Context(), msg, jetstream.WithMsgID(task.TaskID))
 	require.NoError(t, err)

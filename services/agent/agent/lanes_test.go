@@ -1,0 +1,130 @@
+package agent_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/natstest"
+	"jetflow.dev/pkg/operation"
+	"jetflow.dev/pkg/workflow"
+	"jetflow.dev/services/agent/agent"
+)
+
+// gate is an operation that records which executions started it and
+// holds each until released.
+type gate struct {
+	mu      sync.Mutex
+	started []string
+	release chan struct{}
+}
+
+func newGate(t *testing.T) *gate {
+	g := &gate{release: make(chan struct{})}
+	t.Cleanup(g.open)
+	return g
+}
+
+func (g *gate) Handle(ctx context.Context, tk operation.Task) (any, error) {
+	g.mu.Lock()
+	g.started = append(g.started, tk.ExecutionID)
+	g.mu.Unlock()
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-g.release:
+		return "done", nil
+	}
+}
+
+func (g *gate) open() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	select {
+	case <-g.release:
+	default:
+		close(g.release)
+	}
+}
+
+func (g *gate) starts() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.started)
+}
+
+func runLaneAgent(t *testing.T, concurrency int, handlers map[string]operation.Handler) *agentBundle {
+	t.Helper()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	a, err := agent.New(agent.Config{Name: agentName, AckWait: ackWait, Concurrency: concurrency, ShutdownGrace: time.Second,
+		Handlers: handlers}, js, zerolog.New(zerolog.NewTestWriter(t)))
+	require.NoError(t, err)
+	natstest.Serve(t, a.Run)
+	return &agentBundle{js: js}
+}
+
+// TestAFanOutLeavesWorkersForOtherExecutions: a fan-out's tasks on the
+// bulk lane take at most the flex workers (three of four); the reserved
+// one runs another execution's task at once, while every fan-out task
+// still holds its worker. Without lanes the small task would wait for
+// the fan-out's six.
+func TestAFanOutLeavesWorkersForOtherExecutions(t *testing.T) {
+	t.Parallel()
+	held := newGate(t)
+	b := runLaneAgent(t, 4, map[string]operation.Handler{"held": held})
+	bulk := bus.BulkTaskSubject(workflow.DefaultQueue)
+	for i := range 6 {
+		b.publishTaskTo(t, bulk, fmt.Sprintf("fan-%d", i), workflow.Step{ID: "s", Kind: "held"})
+	}
+	natstest.Eventually(t, waitFor, func() bool { return len(held.starts()) == 3 }, "the flex workers take three fan-out tasks")
+	b.publishTask(t, "small", workflow.Step{ID: "s", Kind: "noop"})
+	evs := b.waitFinal(t, "small")
+	require.NotEmpty(t, evs)
+	require.Len(t, held.starts(), 3, "the reserved worker took no fan-out task, and no flex worker was free")
+	held.open()
+	for i := range 6 {
+		b.waitFinal(t, fmt.Sprintf("fan-%d", i))
+	}
+}
+
+// TestTheNormalLaneGoesFirst: a worker that ends a task takes the normal
+// lane's task before the bulk lane's, even those sent earlier.
+func TestTheNormalLaneGoesFirst(t *testing.T) {
+	t.Parallel()
+	held := newGate(t)
+	b := runLaneAgent(t, 1, map[string]operation.Handler{"held": held})
+	bulk := bus.BulkTaskSubject(workflow.DefaultQueue)
+	b.publishTaskTo(t, bulk, "fan-0", workflow.Step{ID: "s", Kind: "held"})
+	natstest.Eventually(t, waitFor, func() bool { return len(held.starts()) == 1 }, "the one worker takes the first fan-out task")
+	b.publishTaskTo(t, bulk, "fan-1", workflow.Step{ID: "s", Kind: "held"})
+	b.publishTaskTo(t, bulk, "fan-2", workflow.Step{ID: "s", Kind: "held"})
+	b.publishTask(t, "small", workflow.Step{ID: "s", Kind: "held"})
+	held.open()
+	for _, id := range []string{"fan-0", "fan-1", "fan-2", "small"} {
+		b.waitFinal(t, id)
+	}
+	require.Equal(t, []string{"fan-0", "small", "fan-1", "fan-2"}, held.starts())
+}
+
+// TestABusyNormalLaneStillGetsEveryWorker: with no fan-out, every worker
+// serves the normal lane: four tasks held at once.
+func TestABusyNormalLaneStillGetsEveryWorker(t *testing.T) {
+	t.Parallel()
+	held := newGate(t)
+	b := runLaneAgent(t, 4, map[string]operation.Handler{"held": held})
+	for i := range 5 {
+		b.publishTask(t, fmt.Sprintf("x-%d", i), workflow.Step{ID: "s", Kind: "held"})
+	}
+	natstest.Eventually(t, waitFor, func() bool { return len(held.starts()) == 4 }, "four normal tasks run at once")
+	held.open()
+	for i := range 5 {
+		b.waitFinal(t, fmt.Sprintf("x-%d", i))
+	}
+}
