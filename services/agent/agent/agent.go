@@ -251,11 +251,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.running.Store(true)
 	context.AfterFunc(ctx, func() { a.running.Store(false) }) // stopping: not ready
 	var workers sync.WaitGroup
-	reserved := reservedWorkers(a.cfg.Concurrency)
 	for _, l := range queues {
 		log := a.log.With().Str("queue", l.queue).Logger()
 		for w := range a.cfg.Concurrency {
-			workers.Go(func() { a.serve(ctx, taskCtx, l, w >= reserved, log) })
+			workers.Go(func() { a.serve(ctx, taskCtx, l, roleOf(w, a.cfg.Concurrency), log) })
 		}
 	}
 	p := a.cfg.Policy

@@ -25,9 +25,14 @@ import (
 // waits in the agent, where another agent could have run it. A flex
 // worker cannot wait on both lanes at once (a task delivered to the pull
 // it gave up would wait for the ack wait), so while it has nothing it
-// waits on one lane for at most lanePoll and looks at both again: on the
-// bulk lane while a fan-out runs (a task taken from it within bulkActive),
-// on the normal lane otherwise.
+// looks at both lanes and waits on one: on the bulk lane, for at most
+// lanePoll, while a fan-out runs (a task taken from it within
+// bulkActive); otherwise on the normal lane, for as long as a pull lasts
+// (bus.PullExpiry), but for one flex worker per queue, the scout, which
+// looks again every lanePoll. A fan-out's first tasks are on the normal
+// lane, and the flex worker that ends one looks at the bulk lane next:
+// the scout is for when reserved workers took them all, and costs an
+// idle agent a few requests a second per queue.
 const (
 	// lanePoll is how long a flex worker waits on one lane before it looks
 	// at the other again.
@@ -95,12 +100,33 @@ func (a *Agent) bindBulk(ctx context.Context, l *lanes, tried func()) {
 	l.setBulk(cons)
 }
 
+// role is what a worker of a queue serves.
+type role int
+
+const (
+	reserved role = iota // the normal lane only
+	flex                 // the normal lane first, then the bulk lane
+	scout                // a flex worker that looks at the bulk lane every lanePoll
+)
+
+// roleOf is the role of a queue's worker number w (from 0) of concurrency.
+func roleOf(w, concurrency int) role {
+	switch r := reservedWorkers(concurrency); {
+	case w < r:
+		return reserved
+	case w == r:
+		return scout
+	default:
+		return flex
+	}
+}
+
 // next waits for a worker's next task: nil when none came in time (or
 // ctx ended). A reserved worker, or any worker while the bulk lane is not
 // bound, waits on the normal lane as long as a pull lasts.
-func (a *Agent) next(ctx context.Context, l *lanes, flex bool) (jetstream.Msg, error) {
+func (a *Agent) next(ctx context.Context, l *lanes, r role) (jetstream.Msg, error) {
 	bulk := l.bulkConsumer()
-	if !flex || bulk == nil {
+	if r == reserved || bulk == nil {
 		return fetchOne(ctx, l.normal, bus.PullExpiry, bus.PullHeartbeat)
 	}
 	if m, err := fetchNow(l.normal); m != nil || err != nil {
@@ -120,7 +146,10 @@ func (a *Agent) next(ctx context.Context, l *lanes, flex bool) (jetstream.Msg, e
 		}
 		return m, err
 	}
-	return fetchOne(ctx, l.normal, lanePoll, 0)
+	if r == scout {
+		return fetchOne(ctx, l.normal, lanePoll, 0)
+	}
+	return fetchOne(ctx, l.normal, bus.PullExpiry, bus.PullHeartbeat)
 }
 
 // fetchOne waits up to expiry for one message of cons (heartbeats every
@@ -169,9 +198,9 @@ func first(batch jetstream.MessageBatch, ctx context.Context) (jetstream.Msg, er
 
 // serve is one worker of queue l: take a task, run it, repeat until ctx
 // ends.
-func (a *Agent) serve(ctx, taskCtx context.Context, l *lanes, flex bool, log zerolog.Logger) {
+func (a *Agent) serve(ctx, taskCtx context.Context, l *lanes, r role, log zerolog.Logger) {
 	for ctx.Err() == nil {
-		m, err := a.next(ctx, l, flex)
+		m, err := a.next(ctx, l, r)
 		if err != nil {
 			if ctx.Err() == nil {
 				log.Warn().Err(err).Msg("fetch task")
