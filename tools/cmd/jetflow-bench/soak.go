@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"strings"
+	"syscall"
 	"sync"
 	"time"
 
@@ -438,9 +439,11 @@ func runSoak(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalog.
 	fmt.Fprintf(out, "  a row every %s; latency: from the intended start to the terminal event, of the executions that finished in the row\n", cfg.Every)
 	fmt.Fprintf(out, "  (all kinds, less the %s of the sleep kind; by kind at the end);\n", cfg.Sleep)
 	fmt.Fprintf(out, "  heap: live after a forced GC; memory, goroutines and open files sampled every %s for the verdict\n\n", cfg.Sample)
-	fmt.Fprintf(out, "%8s %7s %8s %6s %7s %8s %8s %8s %8s %8s %8s %10s %5s %11s %10s\n",
+	fmt.Fprintf(out, "  CPU: cores used over the row by the whole process (nats-server and the four services); store: what JetStream keeps on disk\n\n")
+	fmt.Fprintf(out, "%8s %7s %8s %6s %7s %8s %8s %8s %8s %8s %8s %10s %5s %11s %10s %5s %9s\n",
 		"elapsed", "started", "finished", "failed", "running", "p50", "p90", "p99", "max",
-		"heap MiB", "RSS MiB", "goroutines", "fds", "events msgs", "events MiB")
+		"heap MiB", "RSS MiB", "goroutines", "fds", "events msgs", "events MiB", "CPU", "store MiB")
+	lastCPU, lastAt := cpuTime(), time.Duration(0)
 
 	began := time.Now()
 	loadCtx, stopLoad := context.WithCancel(ctx)
@@ -538,11 +541,19 @@ func runSoak(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalog.
 		if info, err := evStream.Info(ctx); err == nil {
 			msgs, mib = fmt.Sprint(info.State.Msgs), fmt.Sprintf("%.1f", float64(info.State.Bytes)/(1<<20))
 		}
-		fmt.Fprintf(out, "%8s %7d %8d %6d %7d %8s %8s %8s %8s %8.1f %8s %10d %5s %11s %10s\n",
+		cpu, stored := "-", "-"
+		if now := cpuTime(); now >= 0 && lastCPU >= 0 {
+			cpu = fmt.Sprintf("%.2f", (now - lastCPU).Seconds()/(at-lastAt).Seconds())
+			lastCPU, lastAt = now, at
+		}
+		if ai, err := conn.JS.AccountInfo(ctx); err == nil {
+			stored = fmt.Sprintf("%.1f", float64(ai.Store)/(1<<20))
+		}
+		fmt.Fprintf(out, "%8s %7d %8d %6d %7d %8s %8s %8s %8s %8.1f %8s %10d %5s %11s %10s %5s %9s\n",
 			at.Round(time.Second), c.started, c.finished, c.failed, running,
 			ms(l.N, l.P50), ms(l.N, l.P90), ms(l.N, l.P99), ms(l.N, l.Max),
 			float64(m.heap)/(1<<20), orDash(m.rss, func(v int64) string { return fmt.Sprintf("%.1f", float64(v)/(1<<20)) }),
-			m.goroutines, orDash(m.fds, func(v int64) string { return fmt.Sprint(v) }), msgs, mib)
+			m.goroutines, orDash(m.fds, func(v int64) string { return fmt.Sprint(v) }), msgs, mib, cpu, stored)
 		res.rows++
 	}
 	// An open loop starts every execution it meant to, even when it fell
@@ -677,6 +688,16 @@ func measure() measurement {
 		m.fds = int64(len(d)) - 1 // the directory being read
 	}
 	return m
+}
+
+// cpuTime is the CPU time (user and system) the process has used, or -1
+// when the system does not say.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return -1
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // ms prints a latency in milliseconds, or "-" for none.
