@@ -53,10 +53,18 @@ func TestBackupRestore(t *testing.T) {
 		before[id] = b
 	}
 
+	// No other identity may take it: refused at once, not left waiting.
+	var out, errOut bytes.Buffer
+	code := cli.Main(ctx, []string{"admin", "backup", filepath.Join(t.TempDir(), "denied"), "--nats", a.info.NATSURL,
+		"--creds", a.info.Creds(auth.RoleJanitor)}, &out, &errOut)
+	require.Equal(t, cli.ExitDenied, code, "stdout:\n%s\nstderr:\n%s", out.String(), errOut.String())
+	require.Contains(t, errOut.String(), "need the admin identity")
+
 	// The backup, through the command line, as the admin identity.
 	dir := filepath.Join(t.TempDir(), "backup")
-	var out, errOut bytes.Buffer
-	code := cli.Main(ctx, []string{"admin", "backup", dir, "--nats", a.info.NATSURL, "--creds", a.info.Creds(auth.RoleAdmin)}, &out, &errOut)
+	out.Reset()
+	errOut.Reset()
+	code = cli.Main(ctx, []string{"admin", "backup", dir, "--nats", a.info.NATSURL, "--creds", a.info.Creds(auth.RoleAdmin)}, &out, &errOut)
 	require.Equal(t, cli.ExitOK, code, "stdout:\n%s\nstderr:\n%s", out.String(), errOut.String())
 	require.Contains(t, out.String(), "backup done")
 	require.Contains(t, out.String(), "not backed up: KV_"+bus.BucketExecutions)

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"text/tabwriter"
@@ -30,8 +31,37 @@ func (n *natsFlags) add(cmd *cobra.Command) {
 	f.StringVar(&n.ca, "nats-ca", "", "PEM file of the CA of the servers' TLS certificates (default: $JETFLOW_NATS_CA)")
 }
 
-// connect dials NATS as the admin identity.
-func (n *natsFlags) connect(a *app, name string) (*nats.Conn, string, error) {
+// ErrNotAdmin means the server refused the identity a subject of the
+// JetStream API: only the admin identity may snapshot and restore.
+var ErrNotAdmin = errors.New("the server refused this identity the JetStream API (snapshots and restores need the admin identity: give its creds with --creds)")
+
+// connect dials NATS as the admin identity. The context it returns ends
+// as soon as the server refuses the identity a subject (a refused request
+// gets no answer, so it would otherwise wait for ever): context.Cause
+// then says so.
+func (n *natsFlags) connect(ctx context.Context, a *app, name string) (context.Context, context.CancelCauseFunc, *nats.Conn, string, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	nc, url, err := n.dial(a, name, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrPermissionViolation) {
+			cancel(fmt.Errorf("%w: %w", ErrNotAdmin, err))
+		}
+	}))
+	if err != nil {
+		cancel(err)
+		return ctx, cancel, nil, url, err
+	}
+	return ctx, cancel, nc, url, nil
+}
+
+// cause is err, or why ctx (from connect) ended when that is what ended it.
+func cause(ctx context.Context, err error) error {
+	if c := context.Cause(ctx); err != nil && c != nil && errors.Is(c, ErrNotAdmin) {
+		return c
+	}
+	return err
+}
+
+func (n *natsFlags) dial(a *app, name string, extra ...nats.Option) (*nats.Conn, string, error) {
 	url := cmp.Or(n.url, a.getenv("JETFLOW_NATS_URL"))
 	creds := cmp.Or(n.creds, a.getenv("JETFLOW_NATS_CREDS"))
 	if c, err := devstack.ReadConn(a.dataDir()); err == nil && (url == "" || url == c.NATS) {
@@ -39,7 +69,7 @@ func (n *natsFlags) connect(a *app, name string) (*nats.Conn, string, error) {
 		creds = cmp.Or(creds, c.AdminCreds)
 	}
 	url = cmp.Or(url, "nats://127.0.0.1:4222")
-	opts := []nats.Option{nats.Name(name)}
+	opts := append([]nats.Option{nats.Name(name)}, extra...)
 	if ca := cmp.Or(n.ca, a.getenv("JETFLOW_NATS_CA")); ca != "" {
 		opts = append(opts, nats.RootCAs(ca))
 	}
@@ -81,7 +111,8 @@ dispatcher leases and kill notices are left out: they are rebuilt or
 safe to lose. The services may keep running. It needs the admin identity.`,
 		Args: exactlyOne("name the directory to write the backup into: jetflow admin backup DIR"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			nc, url, err := nf.connect(a, "jetflow-backup")
+			ctx, cancel, nc, url, err := nf.connect(cmd.Context(), a, "jetflow-backup")
+			defer cancel(nil)
 			if err != nil {
 				return err
 			}
@@ -89,13 +120,13 @@ safe to lose. The services may keep running. It needs the admin identity.`,
 			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintf(a.stdout, "backing up %s into %s\n", url, args[0])
 			fmt.Fprintln(tw, "STREAM\tMESSAGES\tLAST SEQ\tCONSUMERS\tSIZE\tTOOK")
-			m, err := backup.Backup(cmd.Context(), nc, args[0], backup.Options{Progress: func(s backup.Snapshot) {
+			m, err := backup.Backup(ctx, nc, args[0], backup.Options{Progress: func(s backup.Snapshot) {
 				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\n", s.Stream, s.Messages, s.LastSeq, s.ConsumerCount, size(s.SnapshotBytes),
 					(time.Duration(s.TookMS) * time.Millisecond).String())
 			}})
 			_ = tw.Flush()
 			if err != nil {
-				return err
+				return cause(ctx, err)
 			}
 			var n uint64
 			var b int64
@@ -139,7 +170,8 @@ data directory with --restore DIR instead.`,
 			if _, err := backup.ReadManifest(args[0]); err != nil {
 				return usageError{err}
 			}
-			nc, url, err := nf.connect(a, "jetflow-restore")
+			ctx, cancel, nc, url, err := nf.connect(cmd.Context(), a, "jetflow-restore")
+			defer cancel(nil)
 			if err != nil {
 				return err
 			}
@@ -147,7 +179,7 @@ data directory with --restore DIR instead.`,
 			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintf(a.stdout, "restoring %s into %s\n", args[0], url)
 			fmt.Fprintln(tw, "STREAM\tMESSAGES\tLAST SEQ\tCONSUMERS\tTOOK")
-			r, err := backup.Restore(cmd.Context(), nc, args[0], replace, backup.Options{Progress: func(s backup.Snapshot) {
+			r, err := backup.Restore(ctx, nc, args[0], replace, backup.Options{Progress: func(s backup.Snapshot) {
 				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\n", s.Stream, s.Messages, s.LastSeq, s.ConsumerCount,
 					(time.Duration(s.TookMS) * time.Millisecond).String())
 			}})
@@ -156,7 +188,7 @@ data directory with --restore DIR instead.`,
 				return exitError{code: refused(a, err)}
 			}
 			if err != nil {
-				return err
+				return cause(ctx, err)
 			}
 			for _, d := range r.Deleted {
 				if d.Messages > 0 {

@@ -39,7 +39,8 @@ const (
 	ExitUnreachable = 5
 	// ExitDenied: the api refused the caller: not authenticated (401: no
 	// token, or an unknown, expired or revoked one) or not allowed (403:
-	// the token lacks the scope or the namespace).
+	// the token lacks the scope or the namespace); or NATS refused a
+	// jetflow admin command's identity the JetStream API.
 	ExitDenied = 6
 )
 
@@ -94,6 +95,8 @@ func exitCode(err error) int {
 		return ExitUsage
 	case errors.Is(err, client.ErrUnreachable):
 		return ExitUnreachable
+	case errors.Is(err, ErrNotAdmin):
+		return ExitDenied
 	case errors.As(err, &apiErr):
 		switch apiErr.Status {
 		case http.StatusNotFound, http.StatusGone:
