@@ -66,6 +66,7 @@ func TestBackupRestore(t *testing.T) {
 	errOut.Reset()
 	code = cli.Main(ctx, []string{"admin", "backup", dir, "--nats", a.info.NATSURL, "--creds", a.info.Creds(auth.RoleAdmin)}, &out, &errOut)
 	require.Equal(t, cli.ExitOK, code, "stdout:\n%s\nstderr:\n%s", out.String(), errOut.String())
+	t.Logf("jetflow admin backup:\n%s", out.String())
 	require.Contains(t, out.String(), "backup done")
 	require.Contains(t, out.String(), "not backed up: KV_"+bus.BucketExecutions)
 	a.stop()

@@ -292,3 +292,50 @@ func TestPlanRestore(t *testing.T) {
 	_, err = backup.PlanRestore(m, backup.Target{Partitions: partition.DefaultCount + 1}, true)
 	require.ErrorIs(t, err, backup.ErrRefused, "--replace does not change the number of partitions")
 }
+
+// TestTimersFireAfterRestore: the pending message schedules in the timers
+// stream fire after the restore, at once for one that fell due while the
+// deployment was down.
+func TestTimersFireAfterRestore(t *testing.T) {
+	t.Parallel()
+	src := setup(t, 0)
+	schedule := func(id string, due time.Time) {
+		m := nats.NewMsg(bus.SchedulesPrefix + "." + id)
+		m.Header.Set("Nats-Schedule", "@at "+due.UTC().Format(time.RFC3339Nano))
+		m.Header.Set("Nats-Schedule-Target", bus.TimersPrefix+".0."+id)
+		m.Data = []byte(id)
+		_, err := src.js.PublishMsg(src.ctx, m)
+		require.NoError(t, err)
+	}
+	schedule("overdue", time.Now().Add(time.Second))
+	schedule("later", time.Now().Add(4*time.Second))
+	dir := filepath.Join(t.TempDir(), "b")
+	_, err := backup.Backup(src.ctx, src.nc, dir, backup.Options{})
+	require.NoError(t, err)
+	// Restored elsewhere after the first fell due (the old server is
+	// not looked at again).
+	time.Sleep(1500 * time.Millisecond)
+
+	dst := bare(t)
+	_, err = backup.Restore(dst.ctx, dst.nc, dir, false, backup.Options{})
+	require.NoError(t, err)
+	restored := time.Now()
+	fired := map[string]time.Time{}
+	natstest.Eventually(t, 20*time.Second, func() bool {
+		for _, id := range []string{"overdue", "later"} {
+			if _, ok := fired[id]; ok {
+				continue
+			}
+			s, err := dst.js.Stream(dst.ctx, bus.StreamTimers)
+			if err != nil {
+				return false
+			}
+			if m, err := s.GetLastMsgForSubject(dst.ctx, bus.TimersPrefix+".0."+id); err == nil && string(m.Data) == id {
+				fired[id] = time.Now()
+			}
+		}
+		return len(fired) == 2
+	}, "both timers fire after the restore")
+	t.Logf("overdue fired %s after the restore, later %s", fired["overdue"].Sub(restored), fired["later"].Sub(restored))
+	require.Less(t, fired["overdue"].Sub(restored), 5*time.Second, "the overdue timer fires soon after the restore")
+}
