@@ -167,8 +167,11 @@ restored histories when the api starts. For jetflow dev, start it on a new
 data directory with --restore DIR instead.`,
 		Args: exactlyOne("name the backup directory: jetflow admin restore DIR"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if _, err := backup.ReadManifest(args[0]); err != nil {
-				return usageError{err}
+			if _, err := backup.ReadManifest(args[0]); err != nil { // before connecting: a wrong directory is said at once
+				if errors.Is(err, backup.ErrRefused) || errors.Is(err, backup.ErrNotBackup) {
+					return exitError{code: refused(a, err)}
+				}
+				return err
 			}
 			ctx, cancel, nc, url, err := nf.connect(cmd.Context(), a, "jetflow-restore")
 			defer cancel(nil)
