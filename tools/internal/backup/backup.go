@@ -169,9 +169,14 @@ func Restore(ctx context.Context, nc *nats.Conn, dir string, replace bool, o Opt
 	if err != nil {
 		return r, err
 	}
+	// From here on the server changes: an error says how to finish.
+	partway := func(err error) error {
+		return fmt.Errorf("restore: %w; the restore stopped part-way (%d of %d streams restored): once the cause is fixed, "+
+			"run it again with --replace (the streams it restored are the backup's own)", err, len(r.Streams), len(m.Streams))
+	}
 	for _, e := range p.Delete {
 		if err := js.DeleteStream(ctx, e.Stream); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
-			return r, fmt.Errorf("restore: delete stream %s: %w", e.Stream, err)
+			return r, partway(fmt.Errorf("delete stream %s: %w", e.Stream, err))
 		}
 		r.Deleted = append(r.Deleted, e)
 	}
@@ -179,11 +184,11 @@ func Restore(ctx context.Context, nc *nats.Conn, dir string, replace bool, o Opt
 		start := time.Now()
 		st, err := restoreStream(ctx, nc, s.Stream, filepath.Join(dir, s.Dir))
 		if err != nil {
-			return r, fmt.Errorf("restore: %w", err)
+			return r, partway(err)
 		}
 		if st.Messages != s.Messages || st.LastSeq != s.LastSeq {
-			return r, fmt.Errorf("restore: stream %s came back with %d messages up to sequence %d; the backup holds %d up to %d",
-				s.Stream, st.Messages, st.LastSeq, s.Messages, s.LastSeq)
+			return r, partway(fmt.Errorf("stream %s came back with %d messages up to sequence %d; the backup holds %d up to %d",
+				s.Stream, st.Messages, st.LastSeq, s.Messages, s.LastSeq))
 		}
 		s.TookMS = time.Since(start).Milliseconds()
 		r.Streams = append(r.Streams, s)
@@ -192,7 +197,7 @@ func Restore(ctx context.Context, nc *nats.Conn, dir string, replace bool, o Opt
 		}
 	}
 	if err := recordPartitions(ctx, js, m.Partitions); err != nil {
-		return r, fmt.Errorf("restore: %w", err)
+		return r, partway(err)
 	}
 	r.Took = time.Since(began)
 	return r, nil

@@ -339,3 +339,32 @@ func TestTimersFireAfterRestore(t *testing.T) {
 	t.Logf("overdue fired %s after the restore, later %s", fired["overdue"].Sub(restored), fired["later"].Sub(restored))
 	require.Less(t, fired["overdue"].Sub(restored), 5*time.Second, "the overdue timer fires soon after the restore")
 }
+
+// TestRestoreStoppedPartway: a restore that fails after it began (here a
+// damaged snapshot) says how it stopped and how to finish; once the
+// snapshot is whole again, the same restore with replace finishes it.
+func TestRestoreStoppedPartway(t *testing.T) {
+	t.Parallel()
+	src := setup(t, 0)
+	fill(t, src, 50)
+	dir := filepath.Join(t.TempDir(), "b")
+	_, err := backup.Backup(src.ctx, src.nc, dir, backup.Options{})
+	require.NoError(t, err)
+	data := filepath.Join(dir, bus.StreamEvents, backup.DataFile)
+	whole, err := os.ReadFile(data)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(data, whole[:len(whole)/2], 0o600))
+
+	dst := bare(t)
+	_, err = backup.Restore(dst.ctx, dst.nc, dir, false, backup.Options{})
+	require.Error(t, err)
+	require.ErrorContains(t, err, "stopped part-way (6 of 12 streams restored)")
+	require.ErrorContains(t, err, "again with --replace")
+
+	require.NoError(t, os.WriteFile(data, whole, 0o600))
+	_, err = backup.Restore(dst.ctx, dst.nc, dir, false, backup.Options{})
+	require.ErrorIs(t, err, backup.ErrRefused, "what the first attempt restored is data now")
+	_, err = backup.Restore(dst.ctx, dst.nc, dir, true, backup.Options{})
+	require.NoError(t, err)
+	require.EqualValues(t, 150, msgs(t, dst, bus.StreamEvents))
+}
