@@ -27,7 +27,8 @@ import (
 // restores the backup before its services start. The finished executions
 // read the same, byte for byte; the waiting one completes after a signal,
 // the sleeping one when its timer fires; new starts work and the ids
-// already used are still refused; the read models are re-projected.
+// already used are still refused; api keys still work; the read models
+// are re-projected.
 func TestBackupRestore(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -46,6 +47,8 @@ func TestBackupRestore(t *testing.T) {
 	require.NoError(t, err)
 	a.waitStepStatus(t, "w1", "gate", projections.OpWaiting)
 	a.waitStepStatus(t, "s1", "nap", projections.OpWaiting)
+	key, err := a.c.CreateKey(ctx, client.KeyRequest{Name: "reader", Scopes: []string{"read"}, Namespaces: []string{"default"}})
+	require.NoError(t, err)
 	before := map[string][]byte{}
 	for _, id := range append(finished, "w1") {
 		b, err := json.Marshal(a.history(t, id))
@@ -84,6 +87,10 @@ func TestBackupRestore(t *testing.T) {
 	got, err := json.Marshal(b.history(t, "w1"))
 	require.NoError(t, err)
 	require.JSONEq(t, string(before["w1"]), string(got), "history of w1")
+
+	// An api key made before the backup still works.
+	_, err = client.New(b.info.APIURL, client.WithToken(key.Token)).Execution(ctx, "q1")
+	require.NoError(t, err, "the api key made before the backup")
 
 	// The waiting execution goes on when signalled, the sleeping one when
 	// its restored timer fires.
