@@ -1,16 +1,20 @@
 package cli
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/tools/internal/backup"
+	"jetflow.dev/tools/internal/devstack"
 )
 
 // TestRestoreRefusesBeforeConnecting: a directory that is no backup, or a
@@ -42,4 +46,38 @@ func TestRestoreRefusesBeforeConnecting(t *testing.T) {
 			require.Contains(t, stderr, "nothing was changed")
 		})
 	}
+}
+
+// TestAdminFindsDevWithoutFlags: beside a jetflow dev (its data directory
+// in JETFLOW_DATA), jetflow admin backup finds its NATS and its admin
+// identity by itself.
+func TestAdminFindsDevWithoutFlags(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := devstack.Config{DataDir: dir, NATSAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
+		Log: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := make(chan devstack.Info, 1)
+	done := make(chan error, 1)
+	go func() { done <- devstack.Run(ctx, cfg, func(i devstack.Info) { ready <- i }) }()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("stack stopped: %v", err)
+	}
+	c, err := devstack.ReadConn(dir)
+	require.NoError(t, err)
+	require.Equal(t, filepath.Join(dir, devstack.AuthDir, "default", "admin.creds"), c.AdminCreds)
+
+	var out, errOut bytes.Buffer
+	a := &app{getenv: func(k string) string { return map[string]string{"JETFLOW_DATA": dir}[k] }, stdout: &out, stderr: &errOut}
+	cmd := a.backupCmd()
+	cmd.SetArgs([]string{filepath.Join(t.TempDir(), "b")})
+	cmd.SetContext(ctx)
+	require.NoError(t, cmd.Execute(), errOut.String())
+	require.Contains(t, out.String(), "backing up "+c.NATS)
+	require.Contains(t, out.String(), "backup done")
+	cancel()
+	require.NoError(t, <-done)
 }
