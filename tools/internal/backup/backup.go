@@ -59,7 +59,8 @@ func Backup(ctx context.Context, nc *nats.Conn, dir string, o Options) (Manifest
 		}
 		snap := Snapshot{Stream: it.Stream, Bucket: it.Bucket, Dir: it.Stream, Consumers: it.Consumers,
 			Messages: s.State.Messages, FirstSeq: s.State.FirstSeq, LastSeq: s.State.LastSeq, Bytes: s.State.Bytes,
-			ConsumerCount: s.State.Consumers, SnapshotBytes: s.Bytes, TakenAt: began.UTC(), TookMS: time.Since(began).Milliseconds()}
+			ConsumerCount: s.State.Consumers, SnapshotBytes: s.Bytes, TakenAt: began.UTC(), TookMS: time.Since(began).Milliseconds(),
+			Config: s.Config}
 		if !it.Consumers {
 			snap.ConsumerCount = 0
 		}

@@ -121,6 +121,11 @@ func TestBackupRestore(t *testing.T) {
 	require.Equal(t, planned, seen, "taken in the plan's order")
 	require.NotContains(t, seen, "KV_"+bus.BucketExecutions, "read models are rebuilt, not backed up")
 	for _, s := range m.Streams {
+		var cfg struct {
+			Name string `json:"name"`
+		}
+		require.NoError(t, json.Unmarshal(s.Config, &cfg))
+		require.Equal(t, s.Stream, cfg.Name, "the manifest holds each stream's configuration")
 		if s.Stream == bus.StreamEvents {
 			require.EqualValues(t, 60, s.Messages)
 			require.EqualValues(t, 60, s.LastSeq)

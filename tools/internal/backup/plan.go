@@ -9,6 +9,7 @@
 package backup
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -133,6 +134,9 @@ type Snapshot struct {
 	SnapshotBytes int64     `json:"snapshot_bytes"`
 	TakenAt       time.Time `json:"taken_at"`
 	TookMS        int64     `json:"took_ms"`
+	// Config is the stream's configuration, as the server gave it (also
+	// in the stream's backup.json, which the restore sends).
+	Config json.RawMessage `json:"config,omitempty"`
 }
 
 // Skipped is a stream a backup leaves out.
