@@ -141,6 +141,10 @@ bench/fairness: ## Benchmark fairness: 3-step executions idle and while one fore
 bench/retention: ## Benchmark the janitor's retention sweep over RETENTION finished executions (5000; 2/5 deleted, or all but RETENTION_KEEP)
 	$(GO) run ./tools/cmd/jetflow-bench -executions 0 -single 0 -retention $(or $(RETENTION),5000) $(if $(RETENTION_KEEP),-retention-keep $(RETENTION_KEEP)) $(BENCH_FLAGS)
 
+.PHONY: bench/backup
+bench/backup: ## Benchmark backup and restore: BACKUP executions (10000) of 10 noop steps, then a backup, a restore into a new server and a re-projection
+	$(GO) run ./tools/cmd/jetflow-bench -executions $(or $(BACKUP),10000) -single 0 -backup $(BENCH_FLAGS)
+
 .PHONY: soak
 soak: ## Soak: a steady mixed load for DURATION (10m) at RATE executions/s (10); rows of latency, memory, goroutines; a leak verdict
 	$(GO) run ./tools/cmd/jetflow-bench -soak $(or $(DURATION),10m) $(if $(RATE),-soak-rate $(RATE)) $(SOAK_FLAGS)

@@ -47,6 +47,7 @@ type config struct {
 	timerLead                              time.Duration
 	locks, lockLimit                       int
 	retention, retentionKeep               int
+	backup                                 bool
 	dataDir, cpuProfile, memProfile        string
 	insecure                               bool
 	soak                                   soakConfig
@@ -91,6 +92,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&c.soak.CacheSize, "soak-cache", c.soak.CacheSize, "the dispatcher's cache of execution states during the soak (the service's default is 10000; a cache still filling after the warm-up looks like a leak)")
 	fs.StringVar(&c.soak.HeapProfiles, "soak-heap-profiles", "", "write heap profiles at the end of the soak's warm-up and of its load to this prefix + -warm.pprof and -end.pprof (compare them with go tool pprof -diff_base)")
 	fs.BoolVar(&c.soak.WarnOnly, "soak-warn-leak", false, "report a leak found by the soak as a warning, not an error")
+	fs.BoolVar(&c.backup, "backup", false, "after the other runs, time a backup of everything they left (jetflow admin backup) and its restore into a new server")
 	fs.StringVar(&c.dataDir, "data", "", "data directory (default: a new temp dir, removed afterwards)")
 	fs.BoolVar(&c.insecure, "insecure", false, "run NATS without authentication (to measure what authentication costs)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured runs to this file")
@@ -236,6 +238,11 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	if c.soak.Duration > 0 {
 		if _, err := runSoak(ctx, out, conn, store, c.soak); err != nil {
+			return err
+		}
+	}
+	if c.backup {
+		if err := runBackup(ctx, out, conn.NC, info, c.dataDir); err != nil {
 			return err
 		}
 	}

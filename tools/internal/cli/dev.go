@@ -118,6 +118,7 @@ with its own NATS connection. Stop it with Ctrl-C; start it again on the same
 	f.BoolVar(&cfg.LogNATS, "log-nats", false, "include the NATS server's own log")
 	f.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
 	f.BoolVar(&jsonLogs, "log-json", false, "log JSON lines instead of console text")
+	f.StringVar(&cfg.Restore, "restore", "", "restore this backup (jetflow admin backup) before the services start; the data directory must be new")
 	f.BoolVar(&cfg.Insecure, "insecure", false, "run NATS and the api without authentication (experiments only: anyone who reaches them owns jetflow)")
 	f.StringSliceVar(&cfg.Namespaces, "namespaces", []string{"default"},
 		"namespaces to serve, each a NATS account with its own streams and services (the api serves them all)")

@@ -39,7 +39,8 @@ const (
 	ExitUnreachable = 5
 	// ExitDenied: the api refused the caller: not authenticated (401: no
 	// token, or an unknown, expired or revoked one) or not allowed (403:
-	// the token lacks the scope or the namespace).
+	// the token lacks the scope or the namespace); or NATS refused a
+	// jetflow admin command's identity the JetStream API.
 	ExitDenied = 6
 )
 
@@ -94,6 +95,8 @@ func exitCode(err error) int {
 		return ExitUsage
 	case errors.Is(err, client.ErrUnreachable):
 		return ExitUnreachable
+	case errors.Is(err, ErrNotAdmin):
+		return ExitDenied
 	case errors.As(err, &apiErr):
 		switch apiErr.Status {
 		case http.StatusNotFound, http.StatusGone:
@@ -206,7 +209,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.PersistentFlags().StringVar(&a.tokenFlag, "token", "",
 		"api token (default: $JETFLOW_TOKEN, else the admin token of the jetflow dev whose api it is, else the first line of "+configTokenHint+")")
 	root.PersistentFlags().StringVar(&a.namespace, "namespace", "", "namespace of the request (default: $JETFLOW_NAMESPACE, else the api's default)")
-	root.AddCommand(a.devCmd(), a.envCmd(), a.authCmd(), a.bootstrapCmd(), a.workflowCmd(), a.runCmd(), a.showCmd(), a.lsCmd(), a.eventsCmd(), a.projectionsCmd(), a.signalCmd(), a.cancelCmd(), a.killCmd(), a.resumeCmd(), a.replayCmd(), a.repairCmd(), a.locksCmd(), a.keysCmd(), a.versionCmd())
+	root.AddCommand(a.devCmd(), a.envCmd(), a.authCmd(), a.bootstrapCmd(), a.workflowCmd(), a.runCmd(), a.showCmd(), a.lsCmd(), a.eventsCmd(), a.projectionsCmd(), a.signalCmd(), a.cancelCmd(), a.killCmd(), a.resumeCmd(), a.replayCmd(), a.repairCmd(), a.locksCmd(), a.keysCmd(), a.adminCmd(), a.versionCmd())
 	return root
 }
 

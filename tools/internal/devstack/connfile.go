@@ -26,6 +26,9 @@ type Conn struct {
 	// inbox prefix its permissions require ("" on an insecure stack).
 	ClientCreds string `json:"client_creds,omitempty"`
 	ClientInbox string `json:"client_inbox,omitempty"`
+	// AdminCreds is the admin role's creds file ("" on an insecure
+	// stack): jetflow admin backup and restore use it.
+	AdminCreds string `json:"admin_creds,omitempty"`
 	// TokenFile is the api's admin token file ("" when the api runs
 	// without authentication): the CLI run beside jetflow dev uses it.
 	TokenFile string `json:"token_file,omitempty"`

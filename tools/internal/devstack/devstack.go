@@ -35,6 +35,7 @@ import (
 	"jetflow.dev/services/api/api"
 	"jetflow.dev/services/dispatcher/dispatch"
 	"jetflow.dev/services/janitor/janitor"
+	"jetflow.dev/tools/internal/backup"
 )
 
 // Config configures a stack.
@@ -110,6 +111,11 @@ type Config struct {
 	// CredsDir, with NATSURL, is an auth directory (jetflow auth init)
 	// whose creds the services use.
 	CredsDir string
+	// Restore is a backup directory (jetflow admin backup) to restore
+	// into the embedded server before the bootstrap and the services
+	// start (default namespace). It refuses a server whose streams hold
+	// data: start on a new data directory.
+	Restore string
 	// Namespaces are the namespaces (NATS accounts, each with its own
 	// topology) the stack serves: a dispatcher, an agent and a janitor
 	// run in each, and the api serves them all. Default
@@ -325,6 +331,12 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 	if authDir != "" {
 		info.CredsDir = filepath.Join(authDir, auth.DefaultNamespace)
 	}
+	if cfg.Restore != "" {
+		if err := restore(ctx, info, cfg); err != nil {
+			_ = ln.Close()
+			return err
+		}
+	}
 	for _, ns := range namespaces {
 		if err := bootstrap(ctx, info, ns, cfg); err != nil {
 			_ = ln.Close()
@@ -353,6 +365,10 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 				return err
 			}
 			conn.ClientInbox = auth.Inbox(pub)
+			if conn.AdminCreds, err = filepath.Abs(info.Creds(auth.RoleAdmin)); err != nil {
+				_ = ln.Close()
+				return err
+			}
 		}
 		if err := writeConn(cfg.DataDir, conn); err != nil {
 			_ = ln.Close()
@@ -557,6 +573,33 @@ func bootstrap(ctx context.Context, info Info, ns string, cfg Config) error {
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// restore restores cfg.Restore into the default namespace as the admin
+// identity; the bootstrap then makes what the backup leaves out, the
+// projector's consumer among them, which re-projects every read model.
+func restore(ctx context.Context, info Info, cfg Config) error {
+	if info.Server == nil {
+		return errors.New("devstack: Restore needs the embedded server (use jetflow admin restore against another)")
+	}
+	nc, err := info.Connect(auth.RoleAdmin, "jetflow-restore")
+	if err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
+	defer nc.Close()
+	log := cfg.Log.With().Str("service", "restore").Logger()
+	r, err := backup.Restore(ctx, nc, cfg.Restore, false, backup.Options{Progress: func(s backup.Snapshot) {
+		log.Info().Str("stream", s.Stream).Uint64("messages", s.Messages).Int64("took_ms", s.TookMS).Msg("stream restored")
+	}})
+	if errors.Is(err, backup.ErrRefused) {
+		return fmt.Errorf("%w (jetflow dev: drop --restore to run on the data of %s, or give a new --data directory)", err, cfg.DataDir)
+	}
+	if err != nil {
+		return err
+	}
+	log.Info().Str("backup", cfg.Restore).Str("jetflow_version", r.Manifest.Jetflow).Time("taken_at", r.Manifest.StartedAt).
+		Dur("took", r.Took).Msg("backup restored; the projector rebuilds the read models")
+	return nil
 }
 
 // ExamplesTokenSecret is the secret the examples that call the api

@@ -1,0 +1,263 @@
+package backup
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/partition"
+	"jetflow.dev/pkg/svc"
+)
+
+// Options are told what a backup or a restore does, stream by stream.
+type Options struct {
+	// Progress, if set, is called after each stream.
+	Progress func(Snapshot)
+}
+
+// Backup writes a backup of the deployment nc reaches (its account) into
+// dir, which must not exist or be empty: a directory per stream of
+// [Plan] that is backed up, in its order, then the manifest. nc must be
+// allowed the snapshot API (the admin identity).
+func Backup(ctx context.Context, nc *nats.Conn, dir string, o Options) (Manifest, error) {
+	m := Manifest{Format: Format, FormatVersion: FormatVersion, Jetflow: svc.Version(), SchemaVersion: events.SchemaVersion,
+		StartedAt: time.Now().UTC()}
+	if err := emptyDir(dir); err != nil {
+		return m, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return m, err
+	}
+	if m.Partitions, err = bus.Partitions(ctx, js); err != nil {
+		return m, fmt.Errorf("backup: %w", err)
+	}
+	for _, it := range Plan() {
+		if !it.Backup {
+			m.Skipped = append(m.Skipped, Skipped{Stream: it.Stream, Why: it.Why})
+			continue
+		}
+		if _, err := js.Stream(ctx, it.Stream); err != nil {
+			if errors.Is(err, jetstream.ErrStreamNotFound) {
+				return m, fmt.Errorf("backup: stream %s is missing: is this a jetflow deployment, and was it bootstrapped (jetflow bootstrap)?", it.Stream)
+			}
+			return m, fmt.Errorf("backup: look up stream %s: %w", it.Stream, err)
+		}
+		began := time.Now()
+		s, err := snapshotStream(ctx, nc, it.Stream, filepath.Join(dir, it.Stream), it.Consumers)
+		if err != nil {
+			return m, fmt.Errorf("backup: %w", err)
+		}
+		snap := Snapshot{Stream: it.Stream, Bucket: it.Bucket, Dir: it.Stream, Consumers: it.Consumers,
+			Messages: s.State.Messages, FirstSeq: s.State.FirstSeq, LastSeq: s.State.LastSeq, Bytes: s.State.Bytes,
+			ConsumerCount: s.State.Consumers, SnapshotBytes: s.Bytes, TakenAt: began.UTC(), TookMS: time.Since(began).Milliseconds(),
+			Config: s.Config}
+		if !it.Consumers {
+			snap.ConsumerCount = 0
+		}
+		m.Streams = append(m.Streams, snap)
+		if o.Progress != nil {
+			o.Progress(snap)
+		}
+	}
+	m.FinishedAt = time.Now().UTC()
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return m, err
+	}
+	tmp := filepath.Join(dir, ManifestFile+".tmp")
+	if err := writeFileSync(tmp, append(b, '\n')); err != nil {
+		return m, fmt.Errorf("backup: write the manifest: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, ManifestFile)); err != nil {
+		return m, fmt.Errorf("backup: write the manifest: %w", err)
+	}
+	return m, nil
+}
+
+// emptyDir makes dir (0700) or checks that it is empty: a backup never
+// mixes with another.
+func emptyDir(dir string) error {
+	ents, err := os.ReadDir(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return fmt.Errorf("backup: %w", err)
+		}
+		return nil
+	case err != nil:
+		return fmt.Errorf("backup: %w", err)
+	case len(ents) > 0:
+		return fmt.Errorf("backup: %s is not empty: give a new directory for each backup", dir)
+	}
+	return nil
+}
+
+// ReadManifest reads and checks the manifest of the backup in dir, and
+// that each snapshot it lists is there.
+func ReadManifest(dir string) (Manifest, error) {
+	var m Manifest
+	b, err := os.ReadFile(filepath.Join(dir, ManifestFile))
+	if errors.Is(err, os.ErrNotExist) {
+		if _, serr := os.Stat(dir); serr != nil {
+			return m, fmt.Errorf("%w: %s: %w", ErrNotBackup, dir, serr)
+		}
+		return m, fmt.Errorf("%w: %s has no %s (a backup that did not finish, or another directory)", ErrNotBackup, dir, ManifestFile)
+	}
+	if err != nil {
+		return m, err
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return m, fmt.Errorf("%w: %s: %w", ErrNotBackup, filepath.Join(dir, ManifestFile), err)
+	}
+	if err := CheckManifest(m); err != nil {
+		return m, err
+	}
+	for _, s := range m.Streams {
+		for _, f := range []string{MetaFile, DataFile} {
+			if _, err := os.Stat(filepath.Join(dir, s.Dir, f)); err != nil {
+				return m, fmt.Errorf("%w: the snapshot of %s is incomplete: %w", ErrNotBackup, s.Stream, err)
+			}
+		}
+	}
+	return m, nil
+}
+
+// Restored says what a restore did.
+type Restored struct {
+	Manifest Manifest
+	// Deleted are the streams deleted before restoring (empty ones, or
+	// with replace those that held data).
+	Deleted []Existing
+	// Streams are the restored streams, with how long each took.
+	Streams []Snapshot
+	Took    time.Duration
+}
+
+// Restore puts the backup in dir back onto the server nc reaches. It
+// checks everything before it changes anything: the manifest, and that no
+// stream it would create holds data (unless replace: then those streams,
+// and the read models, are deleted first). It records the backup's number
+// of partitions. It leaves the durable consumers of the events stream and
+// of the streams not in the backup to the bootstrap (jetflow bootstrap,
+// or jetflow dev at its start), which must run before the services.
+func Restore(ctx context.Context, nc *nats.Conn, dir string, replace bool, o Options) (Restored, error) {
+	began := time.Now()
+	var r Restored
+	m, err := ReadManifest(dir)
+	if err != nil {
+		return r, err
+	}
+	r.Manifest = m
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return r, err
+	}
+	t, err := target(ctx, js, m)
+	if err != nil {
+		return r, err
+	}
+	p, err := PlanRestore(m, t, replace)
+	if err != nil {
+		return r, err
+	}
+	// From here on the server changes: an error says how to finish.
+	partway := func(err error) error {
+		return fmt.Errorf("restore: %w; the restore stopped part-way (%d of %d streams restored): once the cause is fixed, "+
+			"run it again with --replace (the streams it restored are the backup's own)", err, len(r.Streams), len(m.Streams))
+	}
+	for _, e := range p.Delete {
+		if err := js.DeleteStream(ctx, e.Stream); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return r, partway(fmt.Errorf("delete stream %s: %w", e.Stream, err))
+		}
+		r.Deleted = append(r.Deleted, e)
+	}
+	for _, s := range m.Streams {
+		start := time.Now()
+		st, err := restoreStream(ctx, nc, s.Stream, filepath.Join(dir, s.Dir))
+		if err != nil {
+			return r, partway(err)
+		}
+		if st.Messages != s.Messages || st.LastSeq != s.LastSeq {
+			return r, partway(fmt.Errorf("stream %s came back with %d messages up to sequence %d; the backup holds %d up to %d",
+				s.Stream, st.Messages, st.LastSeq, s.Messages, s.LastSeq))
+		}
+		s.TookMS = time.Since(start).Milliseconds()
+		r.Streams = append(r.Streams, s)
+		if o.Progress != nil {
+			o.Progress(s)
+		}
+	}
+	if err := recordPartitions(ctx, js, m.Partitions); err != nil {
+		return r, partway(err)
+	}
+	r.Took = time.Since(began)
+	return r, nil
+}
+
+// target looks at what the server holds of the streams of m, the read
+// models and the recorded number of partitions.
+func target(ctx context.Context, js jetstream.JetStream, m Manifest) (Target, error) {
+	var t Target
+	names := []string{"KV_" + bus.BucketExecutions}
+	for _, s := range m.Streams {
+		names = append(names, s.Stream)
+	}
+	for _, name := range names {
+		s, err := js.Stream(ctx, name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			continue
+		}
+		if err != nil {
+			return t, fmt.Errorf("restore: look up stream %s: %w", name, err)
+		}
+		t.Streams = append(t.Streams, Existing{Stream: name, Messages: s.CachedInfo().State.Msgs})
+	}
+	kv, err := js.KeyValue(ctx, bus.BucketDispatchers)
+	switch {
+	case errors.Is(err, jetstream.ErrBucketNotFound):
+	case err != nil:
+		return t, fmt.Errorf("restore: look up bucket %s: %w", bus.BucketDispatchers, err)
+	default:
+		n, err := partition.Count(ctx, kv)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+		case err != nil:
+			return t, fmt.Errorf("restore: %w", err)
+		default:
+			t.Partitions = n
+		}
+	}
+	return t, nil
+}
+
+// recordPartitions records n as the deployment's number of partitions,
+// making the dispatchers bucket with as many replicas as the restored
+// events stream has.
+func recordPartitions(ctx context.Context, js jetstream.JetStream, n int) error {
+	replicas := 1
+	if s, err := js.Stream(ctx, bus.StreamEvents); err == nil {
+		replicas = max(replicas, s.CachedInfo().Config.Replicas)
+	}
+	kv, err := js.KeyValue(ctx, bus.BucketDispatchers)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		for _, kc := range bus.Buckets(bus.Config{Replicas: replicas}) {
+			if kc.Bucket == bus.BucketDispatchers {
+				kv, err = js.CreateKeyValue(ctx, kc)
+			}
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("bucket %s: %w", bus.BucketDispatchers, err)
+	}
+	return partition.SetCount(ctx, kv, n)
+}
