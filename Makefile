@@ -38,6 +38,11 @@ build: ## Build the jetflow CLI, jetflow-bench, jetflow-chaos, nats-server and t
 	$(GO) build -o bin/nats-server github.com/nats-io/nats-server/v2
 	@for s in api dispatcher agent janitor; do echo "$(GO) build -ldflags \"$(LDFLAGS)\" -o bin/jetflow-$$s ./services/$$s"; $(GO) build -ldflags "$(LDFLAGS)" -o bin/jetflow-$$s ./services/$$s || exit 1; done
 
+.PHONY: image
+image: ## Build the container images jetflow:VERSION and jetflow-agent:VERSION (deployments/Dockerfile; needs docker)
+	docker build -f deployments/Dockerfile --build-arg VERSION=$(VERSION) -t jetflow:$(VERSION) .
+	docker build -f deployments/Dockerfile --target agent --build-arg VERSION=$(VERSION) -t jetflow-agent:$(VERSION) .
+
 .PHONY: dev
 dev: build ## Run embedded NATS + all four services (data in DATA, .jetflow; api on HTTP, NATS on NATS), examples registered
 	bin/jetflow dev --data $(DATA) --apply examples $(if $(HTTP),--http $(HTTP)) $(if $(NATS),--nats-addr $(NATS))
