@@ -151,9 +151,10 @@ soak: ## Soak: a steady mixed load for DURATION (10m) at RATE executions/s (10);
 	$(GO) run ./tools/cmd/jetflow-bench -soak $(or $(DURATION),10m) $(if $(RATE),-soak-rate $(RATE)) $(SOAK_FLAGS)
 
 .PHONY: lint
-lint: $(GOLANGCI_LINT) ## gofmt, go vet and golangci-lint (.golangci.yml: the architecture's import rules, errors, staticcheck) over every module
+lint: $(GOLANGCI_LINT) ## gofmt, go vet, golangci-lint (.golangci.yml: the architecture's import rules, errors, staticcheck) over every module, and the deployment manifests (offline)
 	@out=$$(gofmt -l $(DIRS)); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	$(GO) run ./tools/cmd/jetflow-manifests deployments
 	@for d in $(DIRS); do echo "golangci-lint $$d"; (cd $$d && $(GOLANGCI_LINT) run --allow-parallel-runners --timeout 15m ./...) || exit 1; done
 
 # golangci-lint, pinned, built once into bin/tools by the module proxy.
