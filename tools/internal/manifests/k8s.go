@@ -85,7 +85,7 @@ func CheckK8s(dir string) []string {
 			p.add(base, "not listed in kustomization.yaml's resources")
 		}
 	}
-	secrets, err := scriptSecrets(filepath.Join(dir, "secrets.sh"))
+	secrets, err := ScriptSecrets(filepath.Join(dir, "secrets.sh"))
 	if err != nil {
 		p.add("secrets.sh", "%v", err)
 	}
@@ -180,9 +180,9 @@ var (
 	roleLoop  = regexp.MustCompile(`(?m)^\s*for role in ([a-z ]+); do\s*\n\s*apply\s+"jetflow-creds-\$role"`)
 )
 
-// scriptSecrets returns the names of the Secrets secrets.sh creates: its
-// apply lines, and the creds loop over the roles.
-func scriptSecrets(path string) ([]string, error) {
+// ScriptSecrets returns the names of the Secrets secrets.sh (at path)
+// creates: its apply lines, and the creds loop over the roles.
+func ScriptSecrets(path string) ([]string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
