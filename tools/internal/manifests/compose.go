@@ -49,6 +49,12 @@ func CheckCompose(ctx context.Context, dir string) []string {
 	credsOf := map[string]string{}
 	for name, s := range project.Services {
 		where := file + ": service " + name
+		for _, v := range s.Volumes {
+			if v.Type == types.VolumeTypeBind && strings.Contains(v.Source, string(filepath.Separator)+"secrets"+string(filepath.Separator)) &&
+				(v.Bind == nil || bool(v.Bind.CreateHostPath)) {
+				p.add(where, "%s: bind it with create_host_path: false (docker would make a missing file a directory)", v.Source)
+			}
+		}
 		if natsNode.MatchString(name) {
 			checkComposeNode(where, name, s, &p)
 			continue
