@@ -16,7 +16,8 @@ func Check(ctx context.Context, root string) []string {
 	for _, s := range CheckK8s(filepath.Join(root, "k8s")) {
 		p = append(p, "k8s/"+s)
 	}
-	for _, s := range CheckCompose(ctx, filepath.Join(root, "compose")) {
+	tag, _ := NATSImageTag(filepath.Join(root, "k8s", "nats-values.yaml")) // CheckK8s says what is wrong with it
+	for _, s := range CheckCompose(ctx, filepath.Join(root, "compose"), tag) {
 		p = append(p, "compose/"+s)
 	}
 	return p

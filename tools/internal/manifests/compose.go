@@ -20,7 +20,10 @@ var natsNode = regexp.MustCompile(`^n[0-9]+$`)
 // CheckCompose loads dir/compose.yaml as docker compose would (the
 // compose schema, interpolation, env files) and returns what is wrong
 // with it, nil if nothing.
-func CheckCompose(ctx context.Context, dir string) []string {
+//
+// natsTag, if not empty, is the NATS image tag the nodes must run (the
+// one the Kubernetes values pin).
+func CheckCompose(ctx context.Context, dir, natsTag string) []string {
 	var p problems
 	const file = "compose.yaml"
 	details := types.ConfigDetails{
@@ -57,6 +60,9 @@ func CheckCompose(ctx context.Context, dir string) []string {
 		}
 		if natsNode.MatchString(name) {
 			checkComposeNode(where, name, s, &p)
+			if natsTag != "" && s.Image != "nats:"+natsTag {
+				p.add(where, "image %s, but k8s/nats-values.yaml runs nats:%s: run one server version", s.Image, natsTag)
+			}
 			continue
 		}
 		kind := name

@@ -501,6 +501,9 @@ func checkNATSValues(path string, secrets []string) []string {
 			p.add(where, "%s is %v, want %v", key, got, w)
 		}
 	}
+	if tag, _ := lookup(v, "container.image.tag").(string); tag == "" {
+		p.add(where, "container.image.tag is not set: pin the NATS server version jetflow is tested against")
+	}
 	for _, key := range []string{"config.cluster.tls.secretName", "config.nats.tls.secretName", "tlsCA.secretName"} {
 		if s, _ := lookup(v, key).(string); !slices.Contains(secrets, s) {
 			p.add(where, "%s %q is not a Secret secrets.sh creates", key, s)
@@ -512,6 +515,24 @@ func checkNATSValues(path string, secrets []string) []string {
 		p.add(where, "the Secret jetflow-nats-auth is not mounted at /etc/jetflow-auth (the include's directory)")
 	}
 	return p
+}
+
+// NATSImageTag returns the NATS server image tag nats-values.yaml pins.
+func NATSImageTag(path string) (string, error) {
+	var v map[string]any
+	if err := decodeYAMLFile(path, &v); err != nil {
+		return "", err
+	}
+	tag, _ := lookup(v, "container.image.tag").(string)
+	return tag, nil
+}
+
+func decodeYAMLFile(path string, v any) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	return yaml.Unmarshal(b, v)
 }
 
 // lookup follows a dotted path through nested maps.
