@@ -9,6 +9,7 @@ require (
 	github.com/rs/zerolog v1.35.1
 	github.com/spf13/cobra v1.10.2
 	github.com/stretchr/testify v1.12.1
+	golang.org/x/mod v0.41.0
 	golang.org/x/sync v0.24.0
 	jetflow.dev/pkg v0.0.0
 	jetflow.dev/services/agent v0.0.0

@@ -23,7 +23,7 @@ import (
 	"jetflow.dev/tools/internal/manifests"
 )
 
-// copyTree copies the files (not the subdirectories) of the deployment
+// copyDeployments copies the files (not the subdirectories) of the deployment
 // directories given into root/deployments.
 func copyDeployments(t *testing.T, root string, dirs ...string) {
 	t.Helper()
@@ -311,6 +311,11 @@ func TestManifestsCommand(t *testing.T) {
 
 	root := t.TempDir()
 	copyDeployments(t, root, "k8s", "compose")
+	for _, f := range []string{"deployments/Dockerfile", "go.work"} {
+		b, err := os.ReadFile(filepath.Join("..", "..", f))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(root, f), b, 0o644))
+	}
 	p := filepath.Join(root, "deployments", "k8s", "janitor.yaml")
 	b, err := os.ReadFile(p)
 	require.NoError(t, err)

@@ -10,12 +10,18 @@ import (
 )
 
 // Check checks every deployment kind under root (deployments/) that this
-// package knows, and returns what is wrong, nil if nothing.
+// package knows, and the Dockerfile against the Go workspace beside root
+// (../go.work), and returns what is wrong, nil if nothing.
 func Check(ctx context.Context, root string) []string {
 	var p []string
 	for _, s := range CheckK8s(filepath.Join(root, "k8s")) {
 		p = append(p, "k8s/"+s)
 	}
+	targets, err := composeBuildTargets(filepath.Join(root, "compose", "compose.yaml"))
+	if err != nil {
+		p = append(p, "compose/compose.yaml: "+err.Error())
+	}
+	p = append(p, CheckDockerfile(filepath.Join(root, "Dockerfile"), filepath.Join(root, "..", "go.work"), targets)...)
 	tag, _ := NATSImageTag(filepath.Join(root, "k8s", "nats-values.yaml")) // CheckK8s says what is wrong with it
 	for _, s := range CheckCompose(ctx, filepath.Join(root, "compose"), tag) {
 		p = append(p, "compose/"+s)

@@ -18,25 +18,33 @@ func TestDeploymentsAreValid(t *testing.T) {
 	require.Empty(t, Check(context.Background(), deployments))
 }
 
-// copyDeployments copies the k8s and compose directories into a
-// temporary directory, to break them there.
+// copyDeployments copies the k8s and compose directories, the Dockerfile
+// and the workspace's go.work into a temporary directory, to break them
+// there, and returns the copy's deployments directory.
 func copyDeployments(t *testing.T) string {
 	t.Helper()
-	root := t.TempDir()
+	base := t.TempDir()
+	root := filepath.Join(base, "deployments")
 	for _, d := range []string{"k8s", "compose"} {
 		require.NoError(t, os.MkdirAll(filepath.Join(root, d), 0o755))
 		entries, err := os.ReadDir(filepath.Join(deployments, d))
 		require.NoError(t, err)
 		for _, e := range entries {
-			if e.IsDir() {
-				continue // secrets made by setup.sh
+			if !e.IsDir() { // not the secrets setup.sh makes
+				copyFile(t, filepath.Join(deployments, d, e.Name()), filepath.Join(root, d, e.Name()))
 			}
-			b, err := os.ReadFile(filepath.Join(deployments, d, e.Name()))
-			require.NoError(t, err)
-			require.NoError(t, os.WriteFile(filepath.Join(root, d, e.Name()), b, 0o644))
 		}
 	}
+	copyFile(t, filepath.Join(deployments, "Dockerfile"), filepath.Join(root, "Dockerfile"))
+	copyFile(t, filepath.Join(deployments, "..", "go.work"), filepath.Join(base, "go.work"))
 	return root
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(to, b, 0o644))
 }
 
 // TestBrokenManifestsAreFound: each mistake, made in a copy of the
@@ -66,6 +74,9 @@ func TestBrokenManifestsAreFound(t *testing.T) {
 		{"ComposeWrongCreds", "compose/compose.yaml", "./secrets/auth/default/dispatcher.creds", "./secrets/auth/default/agent.creds", "service dispatcher: connects with"},
 		{"ComposeSecretCreatesHostPath", "compose/compose.yaml", "source: ./secrets/auth/default/janitor.creds, target: /run/jetflow/nats.creds, read_only: true, bind: {create_host_path: false}}", "source: ./secrets/auth/default/janitor.creds, target: /run/jetflow/nats.creds, read_only: true}", "janitor.creds: bind it with create_host_path: false"},
 		{"NATSVersionsDiffer", "k8s/nats-values.yaml", "tag: 2.15.2-alpine", "tag: 2.14.2-alpine", "image nats:2.15.2-alpine, but k8s/nats-values.yaml runs nats:2.14.2-alpine"},
+		{"DockerfileMissesAModule", "../go.work", "\t./tools\n", "\t./tools\n\t./services/scheduler\n", "module services/scheduler of go.work: its go.mod and go.sum are not copied"},
+		{"DockerfileMissesAService", "Dockerfile", "for s in api dispatcher agent janitor; do", "for s in api dispatcher agent; do", "does not build jetflow-janitor"},
+		{"DockerfileMissesAStage", "Dockerfile", "AS agent", "AS agents", `no stage "agent"`},
 		{"ComposeNodeMissingFromURL", "compose/jetflow.env", ",tls://n3:4222", "", "does not list node n3"},
 		{"ComposeNoBootstrapWait", "compose/compose.yaml", "  depends_on:\n    bootstrap:\n      condition: service_completed_successfully", "  depends_on:\n    bootstrap:\n      condition: service_started", "does not wait for the bootstrap"},
 		{"ComposeOneDispatcher", "compose/compose.yaml", "    command: [\"/usr/local/bin/jetflow-dispatcher\"]\n    deploy:\n      replicas: 2", "    command: [\"/usr/local/bin/jetflow-dispatcher\"]\n    deploy:\n      replicas: 1", "1 dispatcher processes, want at least 2"},
