@@ -6,20 +6,27 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
 	"jetflow.dev/pkg/auth"
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/natsserver"
+	"jetflow.dev/pkg/natstest"
 	"jetflow.dev/tools/internal/manifests"
 )
 
@@ -47,8 +54,9 @@ func copyDeployments(t *testing.T, root string, dirs ...string) {
 // nodes' nats.conf as nats-server would in the containers (the paths
 // compose.yaml mounts the files at, rewritten to where setup.sh made
 // them): TLS on clients and routes, the three routes, jetflow's operator.
-// A node started from it refuses anonymous connections and takes the api
-// identity, through the certificate's name n1.
+// Three nodes started from it form a cluster over TLS routes that verify
+// each other, refuse anonymous connections, and take the bootstrap's R3
+// streams as admin and the api's identity.
 func TestComposeClusterConfig(t *testing.T) {
 	if _, err := exec.LookPath("openssl"); err != nil {
 		t.Fatal("openssl is needed (the CI installs it): ", err)
@@ -105,19 +113,106 @@ func TestComposeClusterConfig(t *testing.T) {
 		require.NoError(t, cert.VerifyHostname(n))
 	}
 
-	opts.Host, opts.Port, opts.HTTPPort, opts.StoreDir = "127.0.0.1", -1, 0, t.TempDir()
-	opts.Cluster.Port, opts.Cluster.Name, opts.Routes = 0, "", nil
-	srv, err := natsserver.StartOptions(opts)
-	require.NoError(t, err)
-	t.Cleanup(func() { natsserver.Stop(srv) })
+	// Three nodes from it, on loopback. Routes are TLS, each side
+	// verifying the other's certificate. A JetStream cluster node needs its
+	// routes at start: the cluster ports are picked free, then bound by the
+	// nodes, and picked again if another test took one in between (as
+	// natstest.RunCluster does).
+	var nodes []*server.Server
+	for attempt := 1; ; attempt++ {
+		if nodes, err = startConfCluster(t, filepath.Join(etc, "nats.conf")); err == nil {
+			break
+		}
+		require.Less(t, attempt, 3, "start the cluster: %v", err)
+	}
+	for _, n := range nodes {
+		t.Cleanup(func() { natsserver.Stop(n) })
+	}
+	natstest.Eventually(t, 30*time.Second, func() bool { return clusterFormed(nodes) },
+		"the three nodes form a JetStream cluster over TLS routes")
+
 	ca := nats.RootCAs(filepath.Join(secrets, "tls", "ca.pem"))
-	_, err = nats.Connect(srv.ClientURL(), ca)
+	creds := func(role auth.Role) []nats.Option {
+		o, err := auth.ConnectOptions(filepath.Join(secrets, "auth", auth.DefaultNamespace, auth.CredsFile(role)))
+		require.NoError(t, err)
+		return append(o, ca)
+	}
+	_, err = nats.Connect(nodes[1].ClientURL(), ca)
 	require.Error(t, err, "an anonymous connection was accepted")
-	o, err := auth.ConnectOptions(filepath.Join(secrets, "auth", auth.DefaultNamespace, auth.CredsFile(auth.RoleAPI)))
+	admin, err := nats.Connect(nodes[0].ClientURL(), creds(auth.RoleAdmin)...)
 	require.NoError(t, err)
-	nc, err := nats.Connect(srv.ClientURL(), append(o, ca)...)
+	defer admin.Close()
+	ajs, err := jetstream.New(admin)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	require.NoError(t, bus.Bootstrap(ctx, ajs, bus.Config{Replicas: 3}, bus.Durables{}), "the bootstrap makes R3 streams")
+	info, err := ajs.Stream(ctx, bus.StreamEvents)
+	require.NoError(t, err)
+	require.Equal(t, 3, info.CachedInfo().Config.Replicas)
+
+	// The api's identity, through another node, sees the replicated stream.
+	api, err := nats.Connect(nodes[2].ClientURL(), creds(auth.RoleAPI)...)
 	require.NoError(t, err, "the api's identity connects")
-	nc.Close()
+	defer api.Close()
+	js, err := jetstream.New(api)
+	require.NoError(t, err)
+	_, err = js.Stream(ctx, bus.StreamEvents)
+	require.NoError(t, err)
+}
+
+// startConfCluster starts three nodes n1, n2, n3 from the configuration
+// file, on loopback: free client ports, free cluster ports routed to each
+// other. On an error it stops those it started.
+func startConfCluster(t *testing.T, conf string) ([]*server.Server, error) {
+	ports := make([]int, 3)
+	var routes []string
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+		require.NoError(t, l.Close())
+		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", ports[i]))
+	}
+	var nodes []*server.Server
+	for i, name := range []string{"n1", "n2", "n3"} {
+		o, err := natsserver.LoadConfig(conf)
+		require.NoError(t, err)
+		o.ServerName, o.Host, o.Port, o.HTTPPort, o.StoreDir = name, "127.0.0.1", -1, 0, t.TempDir()
+		o.Cluster.Host, o.Cluster.Port, o.Routes = "127.0.0.1", ports[i], server.RoutesFromStr(strings.Join(routes, ","))
+		srv, err := natsserver.StartOptions(o)
+		if err != nil {
+			for _, n := range nodes {
+				natsserver.Stop(n)
+			}
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		nodes = append(nodes, srv)
+	}
+	return nodes, nil
+}
+
+// clusterFormed reports whether a node is the JetStream meta leader and
+// counts every other node as a current peer (as natstest.RunCluster
+// waits for).
+func clusterFormed(nodes []*server.Server) bool {
+	for _, s := range nodes {
+		if !s.JetStreamIsLeader() {
+			continue
+		}
+		info, err := s.Jsz(nil)
+		if err != nil || info.Meta == nil {
+			return false
+		}
+		current := 0
+		for _, p := range info.Meta.Replicas {
+			if p.Current && !p.Offline {
+				current++
+			}
+		}
+		return current == len(nodes)-1
+	}
+	return false
 }
 
 // fakeKubectl stands in for kubectl: "create secret generic NAME
