@@ -38,6 +38,11 @@ build: ## Build the jetflow CLI, jetflow-bench, jetflow-chaos, nats-server and t
 	$(GO) build -o bin/nats-server github.com/nats-io/nats-server/v2
 	@for s in api dispatcher agent janitor; do echo "$(GO) build -ldflags \"$(LDFLAGS)\" -o bin/jetflow-$$s ./services/$$s"; $(GO) build -ldflags "$(LDFLAGS)" -o bin/jetflow-$$s ./services/$$s || exit 1; done
 
+.PHONY: image
+image: ## Build the container images jetflow:VERSION and jetflow-agent:VERSION (deployments/Dockerfile; needs docker)
+	docker build -f deployments/Dockerfile --build-arg VERSION=$(VERSION) -t jetflow:$(VERSION) .
+	docker build -f deployments/Dockerfile --target agent --build-arg VERSION=$(VERSION) -t jetflow-agent:$(VERSION) .
+
 .PHONY: dev
 dev: build ## Run embedded NATS + all four services (data in DATA, .jetflow; api on HTTP, NATS on NATS), examples registered
 	bin/jetflow dev --data $(DATA) --apply examples $(if $(HTTP),--http $(HTTP)) $(if $(NATS),--nats-addr $(NATS))
@@ -150,9 +155,10 @@ soak: ## Soak: a steady mixed load for DURATION (10m) at RATE executions/s (10);
 	$(GO) run ./tools/cmd/jetflow-bench -soak $(or $(DURATION),10m) $(if $(RATE),-soak-rate $(RATE)) $(SOAK_FLAGS)
 
 .PHONY: lint
-lint: $(GOLANGCI_LINT) ## gofmt, go vet and golangci-lint (.golangci.yml: the architecture's import rules, errors, staticcheck) over every module
+lint: $(GOLANGCI_LINT) ## gofmt, go vet, golangci-lint (.golangci.yml: the architecture's import rules, errors, staticcheck) over every module, and the deployment manifests (offline)
 	@out=$$(gofmt -l $(DIRS)); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	$(GO) run ./tools/cmd/jetflow-manifests deployments
 	@for d in $(DIRS); do echo "golangci-lint $$d"; (cd $$d && $(GOLANGCI_LINT) run --allow-parallel-runners --timeout 15m ./...) || exit 1; done
 
 # golangci-lint, pinned, built once into bin/tools by the module proxy.

@@ -3,7 +3,9 @@
 # (or the directory given as $1):
 #   tls/   a THROWAWAY certificate authority (valid 30 days, its key beside
 #          it) and one certificate for the three nodes (127.0.0.1,
-#          localhost), for client and route connections;
+#          localhost, and the host names in $TLS_NAMES, comma-separated:
+#          deployments/compose gives n1,n2,n3), for client and route
+#          connections;
 #   auth/  jetflow's NATS identities (jetflow auth init): the operator, the
 #          accounts, every role's creds, and server.conf, which the node
 #          configurations include.
@@ -21,6 +23,13 @@ if [ ! -x "$jetflow" ]; then
 fi
 command -v openssl >/dev/null || { echo "setup.sh: openssl is needed" >&2; exit 2; }
 
+sans="IP:127.0.0.1,DNS:localhost"
+IFS=, read -ra names <<< "${TLS_NAMES:-}"
+for n in "${names[@]}"; do
+  [[ "$n" =~ ^[A-Za-z0-9.-]+$ ]] || { echo "setup.sh: TLS_NAMES: \"$n\" is not a host name" >&2; exit 2; }
+  sans="$sans,DNS:$n"
+done
+
 mkdir -p "$out/tls"
 chmod 700 "$out"
 tls=$out/tls
@@ -31,7 +40,7 @@ fi
 if [ ! -f "$tls/server.pem" ]; then
   openssl req -newkey rsa:2048 -nodes -subj "/CN=jetflow nats" \
     -keyout "$tls/server-key.pem" -out "$tls/server.csr" 2>/dev/null
-  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n' > "$tls/server.ext"
+  printf 'subjectAltName=%s\nextendedKeyUsage=serverAuth,clientAuth\n' "$sans" > "$tls/server.ext"
   openssl x509 -req -in "$tls/server.csr" -CA "$tls/ca.pem" -CAkey "$tls/ca-key.pem" -CAcreateserial \
     -days "$days" -extfile "$tls/server.ext" -out "$tls/server.pem" 2>/dev/null
   rm -f "$tls/server.csr" "$tls/server.ext"

@@ -1,0 +1,98 @@
+package manifests
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+const deployments = "../../../deployments"
+
+// TestDeploymentsAreValid: the committed manifests pass every check.
+func TestDeploymentsAreValid(t *testing.T) {
+	t.Parallel()
+	require.Empty(t, Check(context.Background(), deployments))
+}
+
+// copyDeployments copies the k8s and compose directories, the Dockerfile
+// and the workspace's go.work into a temporary directory, to break them
+// there, and returns the copy's deployments directory.
+func copyDeployments(t *testing.T) string {
+	t.Helper()
+	base := t.TempDir()
+	root := filepath.Join(base, "deployments")
+	for _, d := range []string{"k8s", "compose"} {
+		require.NoError(t, os.MkdirAll(filepath.Join(root, d), 0o755))
+		entries, err := os.ReadDir(filepath.Join(deployments, d))
+		require.NoError(t, err)
+		for _, e := range entries {
+			if !e.IsDir() { // not the secrets setup.sh makes
+				copyFile(t, filepath.Join(deployments, d, e.Name()), filepath.Join(root, d, e.Name()))
+			}
+		}
+	}
+	copyFile(t, filepath.Join(deployments, "Dockerfile"), filepath.Join(root, "Dockerfile"))
+	copyFile(t, filepath.Join(deployments, "..", "go.work"), filepath.Join(base, "go.work"))
+	return root
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(to, b, 0o644))
+}
+
+// TestBrokenManifestsAreFound: each mistake, made in a copy of the
+// manifests, is reported, naming what is wrong.
+func TestBrokenManifestsAreFound(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name, file, old, new, want string
+	}{
+		{"UnknownFieldInDeployment", "k8s/api.yaml", "  replicas: 2\n", "  replicas: 2\n  replica: 2\n", `unknown field "replica"`},
+		{"ProbeOnAMissingPort", "k8s/dispatcher.yaml", "              port: health\n            periodSeconds: 5", "              port: healthz\n            periodSeconds: 5", "readinessProbe: port healthz is no container port"},
+		{"ProbeOnAnotherPortThanTheService", "k8s/janitor.yaml", `value: "0.0.0.0:9480"`, `value: "0.0.0.0:9481"`, "but JETFLOW_HEALTH_ADDR listens on 9481"},
+		{"HealthOnLoopback", "k8s/agent.yaml", `value: "0.0.0.0:9480"`, `value: "127.0.0.1:9480"`, "not its loopback"},
+		{"NoLivenessProbe", "k8s/agent.yaml", "          livenessProbe:\n", "          startupProbe:\n", "no livenessProbe"},
+		{"PDBSelectsNothing", "k8s/agent.yaml", "  minAvailable: 1\n  selector:\n    matchLabels:\n      app.kubernetes.io/name: jetflow-agent", "  minAvailable: 1\n  selector:\n    matchLabels:\n      app.kubernetes.io/name: jetflow-agents", "PodDisruptionBudget jetflow-agent: selects the pods of 0 Deployments"},
+		{"SecretNotCreated", "k8s/janitor.yaml", "secretName: jetflow-creds-janitor", "secretName: jetflow-creds-janitr", `Secret "jetflow-creds-janitr" is not one secrets.sh creates`},
+		{"SharedCreds", "k8s/janitor.yaml", "secretName: jetflow-creds-janitor", "secretName: jetflow-creds-agent", "its creds come from jetflow-creds-agent"},
+		{"NoMemoryLimit", "k8s/api.yaml", "            limits:\n              memory: 512Mi\n", "", "no memory limit"},
+		{"CPULimit", "k8s/api.yaml", "              memory: 512Mi\n", "              memory: 512Mi\n              cpu: 500m\n", "a CPU limit throttles"},
+		{"ServiceTargetPort", "k8s/api.yaml", "      targetPort: http", "      targetPort: web", "targetPort web is no container port"},
+		{"TwoNATSServers", "k8s/config.yaml", ",tls://nats-2.nats-headless:4222", "", "lists 2 servers"},
+		{"FileNotInKustomization", "k8s/kustomization.yaml", "  - janitor.yaml\n", "", "janitor.yaml: not listed"},
+		{"CommittedSecret", "k8s/config.yaml", "apiVersion: v1\nkind: ConfigMap", "apiVersion: v1\nkind: Secret\nmetadata:\n  name: leaked\nstringData:\n  a: b\n---\napiVersion: v1\nkind: ConfigMap", "secret material is not committed"},
+		{"NATSReplicas", "k8s/nats-values.yaml", "    replicas: 3", "    replicas: 1", "config.cluster.replicas is 1, want 3"},
+		{"ComposeUnknownKey", "compose/compose.yaml", "  janitor:\n    <<: *jetflow\n", "  janitor:\n    <<: *jetflow\n    helthcheck: {}\n", "helthcheck"},
+		{"ComposeNoHealthcheck", "compose/compose.yaml", "    healthcheck:\n      test: [\"CMD\", \"/usr/local/bin/jetflow\", \"probe\", \"http://127.0.0.1:9480/readyz\"]\n      interval: 5s\n      timeout: 3s\n      retries: 3\n      start_period: 30s\n\nvolumes:", "\nvolumes:", "service janitor: no health check"},
+		{"ComposeWrongCreds", "compose/compose.yaml", "./secrets/auth/default/dispatcher.creds", "./secrets/auth/default/agent.creds", "service dispatcher: connects with"},
+		{"ComposeSecretCreatesHostPath", "compose/compose.yaml", "source: ./secrets/auth/default/janitor.creds, target: /run/jetflow/nats.creds, read_only: true, bind: {create_host_path: false}}", "source: ./secrets/auth/default/janitor.creds, target: /run/jetflow/nats.creds, read_only: true}", "janitor.creds: bind it with create_host_path: false"},
+		{"NATSVersionsDiffer", "k8s/nats-values.yaml", "tag: 2.15.2-alpine", "tag: 2.14.2-alpine", "image nats:2.15.2-alpine, but k8s/nats-values.yaml runs nats:2.14.2-alpine"},
+		{"DockerfileMissesAModule", "../go.work", "\t./tools\n", "\t./tools\n\t./services/scheduler\n", "module services/scheduler of go.work: its go.mod and go.sum are not copied"},
+		{"DockerfileMissesAService", "Dockerfile", "for s in api dispatcher agent janitor; do", "for s in api dispatcher agent; do", "does not build jetflow-janitor"},
+		{"DockerfileMissesAStage", "Dockerfile", "AS agent", "AS agents", `no stage "agent"`},
+		{"ComposeNodeMissingFromURL", "compose/jetflow.env", ",tls://n3:4222", "", "does not list node n3"},
+		{"ComposeNoBootstrapWait", "compose/compose.yaml", "  depends_on:\n    bootstrap:\n      condition: service_completed_successfully", "  depends_on:\n    bootstrap:\n      condition: service_started", "does not wait for the bootstrap"},
+		{"ComposeOneDispatcher", "compose/compose.yaml", "    command: [\"/usr/local/bin/jetflow-dispatcher\"]\n    deploy:\n      replicas: 2", "    command: [\"/usr/local/bin/jetflow-dispatcher\"]\n    deploy:\n      replicas: 1", "1 dispatcher processes, want at least 2"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			root := copyDeployments(t)
+			path := filepath.Join(root, c.file)
+			b, err := os.ReadFile(path)
+			require.NoError(t, err)
+			require.Equal(t, 1, strings.Count(string(b), c.old), "the text to break is in %s once", c.file)
+			require.NoError(t, os.WriteFile(path, []byte(strings.Replace(string(b), c.old, c.new, 1)), 0o644))
+			p := Check(context.Background(), root)
+			require.NotEmpty(t, p, "the broken manifest passed")
+			require.Contains(t, strings.Join(p, "\n"), c.want)
+		})
+	}
+}
