@@ -158,7 +158,11 @@ type DrillResult struct {
 	Twice             []string
 	// Violations are the checker's findings about the drill's executions.
 	Violations int
-	// Note tells more (the starved dispatcher's leases).
+	// TakenBack and Lost count, for the starved dispatcher, the leases
+	// that expired under it and that it took back without a release, and
+	// the partitions it lost (released, to be taken again).
+	TakenBack, Lost int
+	// Note tells more.
 	Note string
 
 	logFrom int64 // the starved dispatcher's log before the drill
@@ -793,9 +797,9 @@ func finishLoneDispatcher(_ context.Context, r *run, res *DrillResult) error {
 	if err != nil {
 		return err
 	}
-	back := strings.Count(b, "taken back, nothing released")
-	lost := strings.Count(b, " lost: ")
-	res.Note = fmt.Sprintf("leases taken back without a release: %d; partitions lost (released and taken again): %d", back, lost)
+	res.TakenBack = strings.Count(b, "taken back, nothing released")
+	res.Lost = strings.Count(b, " lost: ")
+	res.Note = fmt.Sprintf("leases taken back without a release: %d; partitions lost (released and taken again): %d", res.TakenBack, res.Lost)
 	return r.startService(r.services["dispatcher-2"])
 }
 
