@@ -389,7 +389,7 @@ func (r *run) bootstrap(ctx context.Context) error {
 	deadline := time.Now().Add(2 * time.Minute)
 	durables := bus.Durables{DispatcherAckWait: 2 * time.Second, TaskAckWait: 2 * time.Second, MaxDeliver: 50}
 	if r.cfg.Mode == ModeDrills {
-		durables = bus.Durables{MaxDeliver: 50}
+		durables = bus.Durables{MaxDeliver: 50, DispatcherAckWait: r.cfg.Drills.DispatcherAckWait, TaskAckWait: r.cfg.Drills.TaskAckWait}
 	}
 	for {
 		bctx, cancel := context.WithTimeout(ctx, 30*time.Second)

@@ -55,6 +55,9 @@ type DrillConfig struct {
 	// Budget is the longest stall a drill may cause (reported: a loaded
 	// machine cannot promise it). Default 5s.
 	Budget time.Duration
+	// DispatcherAckWait and TaskAckWait, if set, replace the topology's
+	// defaults (bootstrap and services), to measure other settings.
+	DispatcherAckWait, TaskAckWait time.Duration
 }
 
 func (c DrillConfig) withDefaults() (DrillConfig, error) {
@@ -245,13 +248,20 @@ func (r *run) startDrillServices(tokenFile string) error {
 	}
 	for i := range 2 {
 		n := strconv.Itoa(i + 1)
-		list = append(list, instance{"dispatcher-" + n, "dispatcher", []string{"JETFLOW_DISPATCHER_MEMBER=d" + n}})
+		env := []string{"JETFLOW_DISPATCHER_MEMBER=d" + n}
+		if w := r.cfg.Drills.DispatcherAckWait; w > 0 {
+			env = append(env, "JETFLOW_DISPATCH_ACK_WAIT="+w.String())
+		}
+		list = append(list, instance{"dispatcher-" + n, "dispatcher", env})
 	}
 	for i := range 2 {
 		n := strconv.Itoa(i + 1)
 		list = append(list, instance{"agent-" + n, "agent", []string{"JETFLOW_AGENT_NAME=drill-agent-" + n,
 			"JETFLOW_AGENT_ALLOW_EXEC=true", "JETFLOW_AGENT_EXEC_ALLOW=sh", "JETFLOW_AGENT_HTTP_ALLOW_HOSTS=" + host,
 			"JETFLOW_TASK_MAX_DELIVER=50", "JETFLOW_CONCURRENCY=32"}})
+		if w := r.cfg.Drills.TaskAckWait; w > 0 {
+			list[len(list)-1].env = append(list[len(list)-1].env, "JETFLOW_TASK_ACK_WAIT="+w.String())
+		}
 	}
 	list = append(list, instance{"janitor", "janitor", []string{"JETFLOW_IDLE_AFTER=10s", "JETFLOW_RETENTION_DEFAULT=forever"}})
 	bins := map[string]string{"api": r.cfg.Bin.API, "dispatcher": r.cfg.Bin.Dispatcher, "agent": r.cfg.Bin.Agent, "janitor": r.cfg.Bin.Janitor}
