@@ -20,3 +20,10 @@ func (t *Table) ReconcileNow(ctx context.Context) {
 	t.members[t.cfg.Member] = true
 	t.reconcile(ctx, false)
 }
+
+// Epoch is p's holding number, valid or not.
+func (t *Table) Epoch(p int) (uint64, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.epoch[p], t.state[p] != free
+}

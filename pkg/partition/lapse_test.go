@@ -117,3 +117,53 @@ func TestLapsedLeaseIsTakenBack(t *testing.T) {
 	_, err = kv.Get(ctx, partition.LeaseKey(3))
 	require.False(t, errors.Is(err, jetstream.ErrKeyNotFound), "b's lease is untouched")
 }
+
+// TestAwaitWaitsForALateRenewalOnly: a holding whose lease lapsed is
+// waited for until it is valid again (renewed, or taken back); one lost
+// is not waited for at all.
+func TestAwaitWaitsForALateRenewalOnly(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	ctx := t.Context()
+	kv, err := js.KeyValue(ctx, bus.BucketDispatchers)
+	require.NoError(t, err)
+	tbl, err := partition.New(js, kv, partition.Config{Member: "a", Partitions: 2,
+		Acquire: func(context.Context, int, uint64) error { return nil }, Release: func(int, uint64) {}})
+	require.NoError(t, err)
+	defer tbl.WaitStarts()
+	for p := range 2 {
+		tbl.AcquireNow(ctx, p)
+	}
+	e0, ok := tbl.Holds(0)
+	require.True(t, ok)
+	require.True(t, tbl.Await(ctx, 0, e0, 0), "a valid holding needs no wait")
+	require.False(t, tbl.Await(ctx, 0, e0+1000, time.Minute), "another holding's epoch: not waited for")
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		_, ok := tbl.Holds(0)
+		return !ok
+	}, "the holding lapses without renewals")
+
+	done := make(chan bool, 1)
+	go func() { done <- tbl.Await(ctx, 0, e0, time.Minute) }()
+	select {
+	case <-done:
+		t.Fatal("Await returned before the lease was valid again")
+	case <-time.After(100 * time.Millisecond):
+	}
+	tbl.RenewNow(ctx, 0) // renewed, or taken back if it expired meanwhile
+	select {
+	case got := <-done:
+		require.True(t, got)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Await did not see the renewal")
+	}
+
+	// 1 is lost to another member: Await says so at once.
+	e1, _ := tbl.Epoch(1)
+	_, err = kv.Put(ctx, partition.LeaseKey(1), []byte("b"))
+	require.NoError(t, err)
+	tbl.RenewNow(ctx, 1)
+	began := time.Now()
+	require.False(t, tbl.Await(ctx, 1, e1, time.Minute))
+	require.Less(t, time.Since(began), 5*time.Second)
+}

@@ -282,6 +282,36 @@ func (t *Table) Holds(p int) (epoch uint64, ok bool) {
 	return t.epoch[p], true
 }
 
+// Await waits, at most within, until this member handles partition p
+// again in holding epoch, and reports whether it does. A holding whose
+// renewal is late, or whose lease expired under it and is being taken
+// back (retake), is valid again within moments; one lost, released or
+// replaced by a later holding is not, and Await returns false at once.
+func (t *Table) Await(ctx context.Context, p int, epoch uint64, within time.Duration) bool {
+	if p < 0 || p >= len(t.state) {
+		return false
+	}
+	deadline := time.Now().Add(within)
+	for {
+		t.mu.Lock()
+		st, e, valid := t.state[p], t.epoch[p], t.cfg.Now().Before(t.until[p])
+		t.mu.Unlock()
+		switch {
+		case st != held || e != epoch:
+			return false
+		case valid:
+			return true
+		case !time.Now().Before(deadline):
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
 // Run keeps the membership and the leases until ctx ends, then releases
 // every partition (Release, then the lease is deleted) and leaves, so
 // that the others take over at once.

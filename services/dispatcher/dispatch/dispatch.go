@@ -390,9 +390,11 @@ func (e permanentError) Unwrap() error { return e.err }
 func (d *Dispatcher) process(ctx context.Context, j job) {
 	defer j.from.done()
 	if j.from != nil {
-		if epoch, ok := d.parts.table.Holds(j.from.part); !ok || epoch != j.from.epoch {
+		if epoch, ok := d.parts.table.Holds(j.from.part); (!ok || epoch != j.from.epoch) &&
+			!d.parts.table.Await(ctx, j.from.part, j.from.epoch, handOver) {
 			// The partition moved on (its next holder takes it), or this
-			// holding's renewal is late: in a moment, not in a hot loop.
+			// holding's renewal is late (a lease renewed or taken back
+			// within handOver is waited for): in a moment, not in a hot loop.
 			_ = j.msg.NakWithDelay(handOver)
 			return
 		}
