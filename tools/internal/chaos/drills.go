@@ -451,7 +451,8 @@ func (r *run) runDrill(ctx context.Context, d drill) (DrillResult, error) {
 
 // drillStart starts one execution as a user would: pkg/client (which
 // retries 503 with the same Idempotency-Key), turning to the other api
-// when one cannot be reached.
+// when one cannot be reached. mu guards res's counts; it is taken before
+// r.mu (the only place the two are held together).
 func (r *run) drillStart(ctx context.Context, id string, res *DrillResult, mu *sync.Mutex) {
 	req := client.StartRequest{Workflow: wfDrill, ID: id, IdempotencyKey: "start-" + id}
 	sent := time.Now()
