@@ -107,7 +107,11 @@ chaos: build ## Chaos suite: CHAOS_EXECUTIONS (1000) mixed executions, nats-serv
 	bin/jetflow-chaos -bin bin -executions $(CHAOS_EXECUTIONS) -rate $(CHAOS_RATE) $(CHAOS_FLAGS)
 
 .PHONY: chaos/cluster
-chaos/cluster: build ## Chaos suite on a 3-node cluster: one node at a time SIGKILLed (the stream leader every other time)
+chaos/cluster: build ## Failure drills on a 3-node cluster (2 api, 2 dispatcher, 2 agent): each leader, node, service killed once, a dispatcher starved; stalls, failed requests, runs twice
+	bin/jetflow-chaos -bin bin -mode drills $(CHAOS_FLAGS)
+
+.PHONY: chaos/cluster-random
+chaos/cluster-random: build ## Chaos suite on a 3-node cluster: CHAOS_EXECUTIONS mixed executions, one node at a time SIGKILLed (the stream leader every other time)
 	bin/jetflow-chaos -bin bin -mode cluster -executions $(CHAOS_EXECUTIONS) -rate $(CHAOS_RATE) $(CHAOS_FLAGS)
 
 .PHONY: chaos/locks

@@ -286,13 +286,37 @@ func Append(ctx context.Context, js jetstream.JetStream, subject string, lastSeq
 	return (&Store{js: js}).Append(ctx, subject, lastSeq, ev)
 }
 
+// appendAttempt bounds one publish of an append. While the events
+// stream elects a leader (4 to 9 s after its leader's node died) a
+// publish gets no answer at all; unbounded, it waits the client's whole
+// timeout (5 s) and may miss the new leader by that much. Bounded, it is
+// sent again (up to appendAttempts times) and stored soon after the
+// election.
+const appendAttempt = 1500 * time.Millisecond
+
+const appendAttempts = 3
+
 // Append is [Append] with the store's stream handle.
 func (s *Store) Append(ctx context.Context, subject string, lastSeq uint64, ev events.Event) (uint64, error) {
 	msg, err := bus.Encode(subject, ev)
 	if err != nil {
 		return 0, err
 	}
-	ack, err := s.js.PublishMsg(ctx, msg, jetstream.WithMsgID(ev.ID), jetstream.WithExpectLastSequencePerSubject(lastSeq))
+	var ack *jetstream.PubAck
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, appendAttempt)
+		ack, err = s.js.PublishMsg(actx, msg, jetstream.WithMsgID(ev.ID), jetstream.WithExpectLastSequencePerSubject(lastSeq))
+		cancel()
+		if err == nil || attempt == appendAttempts || ctx.Err() != nil || !bus.Transient(err) {
+			break
+		}
+		// The same id and expected sequence again: an attempt that was
+		// stored after all is recognised (a duplicate, or below).
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 	if err == nil {
 		return ack.Sequence, nil
 	}

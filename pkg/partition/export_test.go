@@ -1,6 +1,10 @@
 package partition
 
-import "context"
+import (
+	"context"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
 
 // What the external tests drive of a Table without running its loop.
 
@@ -9,3 +13,17 @@ func (t *Table) RenewNow(ctx context.Context, p int)   { t.renew(ctx, p, t.lease
 func (t *Table) LeaseRevision(p int) uint64            { return t.leases[p].rev }
 func (t *Table) Adopted() int64                        { return t.adopted.Load() }
 func (t *Table) WaitStarts()                           { t.starting.Wait() }
+
+func (t *Table) Retake(ctx context.Context, p int)    { t.retake(ctx, p) }
+func (t *Table) ObserveNow(e jetstream.KeyValueEntry) { t.observe(e) }
+func (t *Table) ReconcileNow(ctx context.Context) {
+	t.members[t.cfg.Member] = true
+	t.reconcile(ctx, false)
+}
+
+// Epoch is p's holding number, valid or not.
+func (t *Table) Epoch(p int) (uint64, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.epoch[p], t.state[p] != free
+}

@@ -12,7 +12,11 @@
 //     last revision, so that two owners never both renew one;
 //   - when a member joins, the others release the partitions it now owns
 //     (after finishing what they hold of them) and it takes them; when one
-//     dies, its leases expire with its key and the survivors take them.
+//     dies, its leases expire with its key and the survivors take them;
+//   - a lease that expired under its live holder (its process was starved
+//     of CPU past the TTL, so its renewals came late) and that nobody else
+//     took is taken back at once by the same holder, which goes on without
+//     releasing anything ([Table.Retaken]).
 //
 // The table decides who handles what; it does not fence writes. The
 // history's expected-last-sequence check stays the fence, for the moment
@@ -223,6 +227,10 @@ type Table struct {
 	epoch []uint64    // incremented each time a partition is acquired
 
 	adopted atomic.Int64 // renewals found stored after they were refused (stillMine)
+	retaken atomic.Int64 // leases that expired under this holder and were taken back (retake)
+	// lapsed are held partitions whose lease expired under this member
+	// (its renewals came late) and that it has not taken back yet.
+	lapsed map[int]bool
 
 	released chan holding   // a Release of a lease given up finished
 	failed   chan holding   // an Acquire failed
@@ -258,7 +266,7 @@ func New(js jetstream.JetStream, kv jetstream.KeyValue, cfg Config) (*Table, err
 	n := cfg.Partitions
 	nonce := make([]byte, 8)
 	_, _ = rand.Read(nonce)
-	return &Table{cfg: cfg, kv: kv, js: js, nonce: hex.EncodeToString(nonce), members: map[string]bool{}, leases: map[int]lease{},
+	return &Table{cfg: cfg, kv: kv, js: js, nonce: hex.EncodeToString(nonce), members: map[string]bool{}, leases: map[int]lease{}, lapsed: map[int]bool{},
 		state: make([]state, n), until: make([]time.Time, n), epoch: make([]uint64, n), released: make(chan holding, n), failed: make(chan holding, n), quit: make(chan struct{})}, nil
 }
 
@@ -272,6 +280,36 @@ func (t *Table) Holds(p int) (epoch uint64, ok bool) {
 		return 0, false
 	}
 	return t.epoch[p], true
+}
+
+// Await waits, at most within, until this member handles partition p
+// again in holding epoch, and reports whether it does. A holding whose
+// renewal is late, or whose lease expired under it and is being taken
+// back (retake), is valid again within moments; one lost, released or
+// replaced by a later holding is not, and Await returns false at once.
+func (t *Table) Await(ctx context.Context, p int, epoch uint64, within time.Duration) bool {
+	if p < 0 || p >= len(t.state) {
+		return false
+	}
+	deadline := time.Now().Add(within)
+	for {
+		t.mu.Lock()
+		st, e, valid := t.state[p], t.epoch[p], t.cfg.Now().Before(t.until[p])
+		t.mu.Unlock()
+		switch {
+		case st != held || e != epoch:
+			return false
+		case valid:
+			return true
+		case !time.Now().Before(deadline):
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // Run keeps the membership and the leases until ctx ends, then releases
@@ -403,21 +441,39 @@ func (t *Table) observe(e jetstream.KeyValueEntry) {
 			return
 		}
 		if gone {
+			had := t.leases[p]
 			delete(t.leases, p)
+			if e.Operation() == jetstream.KeyValuePurge && had.owner == t.cfg.Member && t.holding(p) {
+				// Expired (a MaxAge marker), not given back, while this
+				// member held it: its renewals came late. reconcile takes
+				// it back if nobody else has (retake).
+				t.lapsed[p] = true
+				return
+			}
 			t.lost(p, "its lease expired or was deleted")
 			return
 		}
 		l := lease{owner: string(e.Value()), rev: e.Revision()}
 		t.leases[p] = l
 		if l.owner != t.cfg.Member {
+			delete(t.lapsed, p)
 			t.lost(p, "another member holds its lease")
 		}
 	}
 }
 
+// holding reports whether this member handles p (not free, not being
+// given back), whatever its lease's validity.
+func (t *Table) holding(p int) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.state[p] == held
+}
+
 // lost stops handling p at once if this member handled it: the lease is
 // gone (it was not renewed in time) or someone else holds it.
 func (t *Table) lost(p int, why string) {
+	delete(t.lapsed, p)
 	t.mu.Lock()
 	st := t.state[p]
 	if st == free {
@@ -470,6 +526,10 @@ func (t *Table) reconcile(ctx context.Context, renewing bool) {
 		t.mu.Unlock()
 		l, leased := t.leases[p]
 		switch {
+		case t.lapsed[p] && (st != held || owner != t.cfg.Member):
+			t.lost(p, "its lease expired")
+		case t.lapsed[p]:
+			t.retake(ctx, p)
 		case st == held && owner != t.cfg.Member:
 			t.startRelease(p)
 		case st != free && renewing: // every tick: three chances before the lease expires
@@ -536,6 +596,10 @@ func (t *Table) renewOnce(ctx context.Context, p int, l lease) (again bool) {
 			if t.stillMine(ctx, p) {
 				return true
 			}
+			if t.lapsed[p] { // expired, and nobody else holds it: take it back
+				t.retake(ctx, p)
+				return false
+			}
 			delete(t.leases, p)
 			t.lost(p, "its lease changed underneath")
 			return false
@@ -559,8 +623,14 @@ func (t *Table) renewOnce(ctx context.Context, p int, l lease) (again bool) {
 // holds this member's name at a newer revision, which it takes as its
 // own. Nobody else writes this member's name (a second process with it is
 // ErrDuplicateMember). Any other value, or no lease, is a loss.
+//
+// A lease that expired (no value: a renewal came after the TTL) and that
+// this member still holds is marked lapsed, for retake.
 func (t *Table) stillMine(ctx context.Context, p int) bool {
 	e, err := t.kv.Get(ctx, LeaseKey(p))
+	if errors.Is(err, jetstream.ErrKeyNotFound) && t.holding(p) {
+		t.lapsed[p] = true
+	}
 	if err != nil || string(e.Value()) != t.cfg.Member {
 		return false
 	}
@@ -568,6 +638,46 @@ func (t *Table) stillMine(ctx context.Context, p int) bool {
 	t.adopted.Add(1)
 	return true
 }
+
+// retake takes back the lease of p, which expired under this member while
+// it still handled p (its process was starved of CPU past the TTL, or its
+// connection stalled): if the lease is still absent, nobody else took it,
+// and this member creates it again and goes on with the same holding,
+// releasing nothing, with no pause beyond the stall itself. Another
+// member that took it meanwhile wins the create: p is lost as usual. Had
+// another member taken p and let it go in the stall, states cached in
+// this holding may be behind what it wrote; the history's expected
+// sequence refuses such a write, and the dispatcher reads the history
+// again, as after any conflict.
+func (t *Table) retake(ctx context.Context, p int) {
+	sent := t.cfg.Now()
+	opCtx, cancel := t.opCtx(ctx)
+	rev, err := t.kv.Create(opCtx, LeaseKey(p), []byte(t.cfg.Member), jetstream.KeyTTL(t.cfg.TTL))
+	cancel()
+	switch {
+	case errors.Is(err, jetstream.ErrKeyExists):
+		t.lost(p, "its lease expired and another member took it")
+		return
+	case err != nil:
+		if ctx.Err() == nil {
+			t.cfg.OnError(err, fmt.Sprintf("take back partition %d", p))
+		}
+		return // lapsed still: the next tick tries again
+	}
+	delete(t.lapsed, p)
+	t.leases[p] = lease{owner: t.cfg.Member, rev: rev}
+	t.mu.Lock()
+	if t.state[p] == held {
+		t.until[p] = sent.Add(t.cfg.TTL)
+	}
+	t.mu.Unlock()
+	t.retaken.Add(1)
+	t.cfg.OnError(fmt.Errorf("partition %d: its lease expired (renewals came late) and nobody took it: taken back, nothing released", p), "lease")
+}
+
+// Retaken counts the leases that expired under this member while it held
+// them and that it took back (nobody else had), without a release.
+func (t *Table) Retaken() int64 { return t.retaken.Load() }
 
 // startRelease stops handling p in the background; the lease is deleted
 // when that is done (finishRelease), and renewed meanwhile.

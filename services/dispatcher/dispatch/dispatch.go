@@ -417,9 +417,11 @@ func (e permanentError) Unwrap() error { return e.err }
 func (d *Dispatcher) process(ctx context.Context, j job) {
 	defer j.from.done()
 	if j.from != nil {
-		if epoch, ok := d.parts.table.Holds(j.from.part); !ok || epoch != j.from.epoch {
+		if epoch, ok := d.parts.table.Holds(j.from.part); (!ok || epoch != j.from.epoch) &&
+			!d.parts.table.Await(ctx, j.from.part, j.from.epoch, handOver) {
 			// The partition moved on (its next holder takes it), or this
-			// holding's renewal is late: in a moment, not in a hot loop.
+			// holding's renewal is late (a lease renewed or taken back
+			// within handOver is waited for): in a moment, not in a hot loop.
 			_ = j.msg.NakWithDelay(handOver)
 			return
 		}
@@ -438,7 +440,25 @@ func (d *Dispatcher) process(ctx context.Context, j job) {
 			j.ev.Time = sentAt(j.ev.Time, md.Timestamp)
 		}
 	}
+	began := time.Now()
 	err := d.handle(log.WithContext(ctx), j.ev)
+	// A failure that may pass (a stream or bucket electing a leader) is
+	// tried again here, the message kept, for up to retryHereFor. Handed
+	// back to JetStream instead, its redelivery would wait on its consumer,
+	// whose leader may be in the same election: a Nak sent meanwhile is
+	// lost, and the message comes back only after its ack wait.
+	for tries := 1; err != nil && bus.Transient(err) && ctx.Err() == nil && time.Since(began) < retryHereFor; tries++ {
+		if j.from != nil {
+			if epoch, ok := d.parts.table.Holds(j.from.part); !ok || epoch != j.from.epoch {
+				break // the partition moved on: its next holder takes it
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(min(retryDelay(tries), time.Second)):
+		}
+		err = d.handle(log.WithContext(ctx), j.ev)
+	}
 	close(handled)
 	hb.Stop()
 	if errors.Is(err, nats.ErrMaxPayload) {

@@ -18,10 +18,16 @@ import (
 // back after handOver, whatever its deliveries (partitions may move many
 // times on a busy machine, and a growing delay would stall executions
 // for nothing).
+//
+// A failure that may pass (bus.Transient) is first tried again in
+// process, for up to retryHereFor: a leader election of the cluster takes
+// 4 to 9 s, and a Nak sent to a consumer whose leader is being elected is
+// lost (the message then waits for its ack wait).
 const (
-	retryFirst = 100 * time.Millisecond
-	retryMax   = 10 * time.Second
-	handOver   = 500 * time.Millisecond
+	retryHereFor = 15 * time.Second
+	retryFirst   = 100 * time.Millisecond
+	retryMax     = 10 * time.Second
+	handOver     = 500 * time.Millisecond
 )
 
 // retryDelay is how long to wait before the try after the nth (n ≥ 1).

@@ -14,6 +14,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -34,11 +35,11 @@ var errViolations = errors.New("the checker found violations, or requests were n
 
 func run(ctx context.Context, args []string, out io.Writer) error {
 	var c chaos.Config
-	var bin, mode string
+	var bin, mode, only string
 	var keep bool
 	fs := flag.NewFlagSet("jetflow-chaos", flag.ContinueOnError)
 	fs.StringVar(&bin, "bin", "bin", "directory of nats-server and the service programs (make build)")
-	fs.StringVar(&mode, "mode", string(chaos.ModeServices), "what to kill: services (a standalone nats-server and each service) or cluster (one node of three at a time)")
+	fs.StringVar(&mode, "mode", string(chaos.ModeServices), "what to kill: services (a standalone nats-server and each service), cluster (one node of three at a time) or drills (the named failure drills on a 3-node cluster, measured one by one)")
 	fs.IntVar(&c.Executions, "executions", 1000, "executions to start")
 	fs.Float64Var(&c.Rate, "rate", 20, "starts per second")
 	fs.IntVar(&c.KillsPerKind, "kills", 0, "SIGKILLs of each kind of process (default 5; cluster: 6 node kills)")
@@ -47,6 +48,16 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.Uint64Var(&c.Seed, "seed", 0, "seed of the choices of victims and pauses (0: random; the report prints it)")
 	fs.StringVar(&c.Dir, "data", "", "directory for the run's data, logs and marks (default: a new temp dir, removed if the run passes)")
 	fs.BoolVar(&keep, "keep", false, "keep the data directory even if the run passes")
+	fs.StringVar(&only, "drills", "", "drills mode: comma-separated drills to run (default all: "+strings.Join(chaos.DrillNames(), ", ")+")")
+	fs.Float64Var(&c.Drills.Rate, "drill-rate", 8, "drills mode: starts per second during a drill")
+	fs.DurationVar(&c.Drills.NodeDown, "node-down", 15*time.Second, "drills mode: how long the non-leader node stays down")
+	fs.DurationVar(&c.Drills.Restart, "restart", 5*time.Second, "drills mode: how long a killed dispatcher, agent or api stays down")
+	fs.DurationVar(&c.Drills.Stop, "stop", 2*time.Second, "drills mode: how long the lone dispatcher is SIGSTOPped")
+	fs.DurationVar(&c.Drills.Budget, "budget", 5*time.Second, "drills mode: the longest stall a drill may cause (reported; -strict fails the run over it)")
+	fs.DurationVar(&c.Drills.DispatcherAckWait, "dispatcher-ack-wait", 0, "drills mode: the dispatchers' ack wait (default: the topology's, 30s)")
+	fs.DurationVar(&c.Drills.TaskAckWait, "task-ack-wait", 0, "drills mode: the agents' task ack wait (default: the topology's, 5s)")
+	var strict bool
+	fs.BoolVar(&strict, "strict", false, "drills mode: exit 1 when a drill's stall is over the budget")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -54,6 +65,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return fmt.Errorf("unexpected arguments %v", fs.Args())
 	}
 	c.Mode, c.Bin, c.Progress = chaos.Mode(mode), chaos.BinariesIn(bin), out
+	if only != "" {
+		c.Drills.Only = strings.Split(only, ",")
+	}
 	if c.Dir == "" {
 		dir, err := os.MkdirTemp("", "jetflow-chaos-")
 		if err != nil {
@@ -68,6 +82,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	rep.Write(out)
 	if !rep.Passed() {
 		return errViolations
+	}
+	if over := rep.OverBudget(); strict && len(over) > 0 {
+		return fmt.Errorf("drills over the %s budget: %s (data, logs and marks in %s)", c.Drills.Budget, strings.Join(over, ", "), c.Dir)
 	}
 	if !keep {
 		_ = os.RemoveAll(c.Dir)

@@ -22,6 +22,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -49,6 +50,11 @@ const (
 	// every other time), waiting for the node to be current again before
 	// the next kill.
 	ModeCluster Mode = "cluster"
+	// ModeDrills runs a 3-node cluster with two processes of the api, the
+	// dispatcher and the agent (and a janitor), under the topology's
+	// default ack waits, and runs the named failure drills one after
+	// another under a steady load (drills.go): each fault once, measured.
+	ModeDrills Mode = "drills"
 )
 
 // Binaries are the programs a run starts.
@@ -88,6 +94,8 @@ type Config struct {
 	Seed uint64
 	// Progress receives a line now and then (nil: none).
 	Progress io.Writer
+	// Drills configures ModeDrills.
+	Drills DrillConfig
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -112,10 +120,16 @@ func (c Config) withDefaults() (Config, error) {
 		return c, errors.New("chaos: Dir is required")
 	case c.Bin.NATS == "" || c.Bin.API == "" || c.Bin.Dispatcher == "" || c.Bin.Agent == "" || c.Bin.Janitor == "":
 		return c, errors.New("chaos: every binary is required (make build)")
-	case c.Mode != ModeServices && c.Mode != ModeCluster:
-		return c, fmt.Errorf("chaos: unknown mode %q (services or cluster)", c.Mode)
+	case c.Mode != ModeServices && c.Mode != ModeCluster && c.Mode != ModeDrills:
+		return c, fmt.Errorf("chaos: unknown mode %q (services, cluster or drills)", c.Mode)
 	case c.Executions < 0 || c.Rate <= 0 || c.KillsPerKind < 0 || c.MaxDowntime < 100*time.Millisecond:
 		return c, errors.New("chaos: executions and kills must not be negative, the rate must be positive, the downtime at least 100ms")
+	}
+	if c.Mode == ModeDrills {
+		var err error
+		if c.Drills, err = c.Drills.withDefaults(); err != nil {
+			return c, err
+		}
 	}
 	for _, b := range []string{c.Bin.NATS, c.Bin.API, c.Bin.Dispatcher, c.Bin.Agent, c.Bin.Janitor} {
 		if _, err := os.Stat(b); err != nil {
@@ -157,6 +171,8 @@ type run struct {
 	js            jetstream.JetStream
 	nodes         []*natsNode
 	services      map[string]*Process
+	order         []string          // the services' instances, in the order they start
+	apiURLs       map[string]string // an api instance's fixed URL (drills), by name
 	api           atomic.Pointer[client.Client]
 	token         string
 	apiLog        string
@@ -168,6 +184,7 @@ type run struct {
 	signals  []chaoscheck.Signal
 	waiting  map[string]bool // wait executions never signalled, on purpose
 	failures []string        // starts or signals that failed for good
+	drills   drillState
 }
 
 // Run runs the suite and returns its report; the error is about the run
@@ -185,6 +202,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	began := time.Now()
 	if err := r.setUp(ctx); err != nil {
 		return nil, err
+	}
+	if cfg.Mode == ModeDrills {
+		return r.runDrills(ctx, began)
 	}
 	fmt.Fprintf(cfg.Progress, "chaos: %s mode, %d executions at %.0f/s, seed %d, data in %s\n",
 		cfg.Mode, cfg.Executions, cfg.Rate, cfg.Seed, cfg.Dir)
@@ -243,7 +263,7 @@ func (r *run) processes() []*Process {
 	for _, n := range r.nodes {
 		ps = append(ps, n.Process)
 	}
-	for _, name := range serviceNames {
+	for _, name := range r.order {
 		if p := r.services[name]; p != nil {
 			ps = append(ps, p)
 		}
@@ -260,8 +280,9 @@ func (r *run) stop() {
 	if r.nc != nil {
 		r.nc.Close()
 	}
-	for _, name := range serviceNames {
+	for _, name := range r.order {
 		if p := r.services[name]; p != nil {
+			_ = p.Signal(syscall.SIGCONT) // a drill may have stopped it
 			p.Stop(10 * time.Second)
 		}
 	}
@@ -286,7 +307,7 @@ func (r *run) setUp(ctx context.Context) error {
 		return err
 	}
 	nodes := 1
-	if r.cfg.Mode == ModeCluster {
+	if r.cfg.Mode == ModeCluster || r.cfg.Mode == ModeDrills {
 		nodes, r.replicas = 3, 3
 	}
 	natsLog, err := r.logFile("nats")
@@ -332,6 +353,13 @@ func (r *run) setUp(ctx context.Context) error {
 		return err
 	}
 	defs := workflows(r.marks)
+	if r.cfg.Mode == ModeDrills {
+		r.drills.marks = filepath.Join(r.cfg.Dir, "drill-marks")
+		if err := os.WriteFile(r.drills.marks, nil, 0o600); err != nil {
+			return fmt.Errorf("chaos: marks: %w", err)
+		}
+		defs = append(defs, drillWorkflow(r.drills.marks))
+	}
 	for _, def := range defs {
 		err := retry(ctx, time.Minute, func(ctx context.Context) error {
 			_, err := r.api.Load().ApplyWorkflow(ctx, []byte(def))
@@ -355,13 +383,17 @@ func (r *run) logFile(name string) (*os.File, error) {
 // bootstrap creates the topology as the admin identity, with short
 // redelivery times: a message in the hands of a killed process goes to
 // the next one within seconds, as a deployment would set it for fast
-// failover.
+// failover. The drills measure a deployment as bootstrapped by default
+// (only more deliveries of a task, so that the janitor fails none).
 func (r *run) bootstrap(ctx context.Context) error {
 	deadline := time.Now().Add(2 * time.Minute)
+	durables := bus.Durables{DispatcherAckWait: 2 * time.Second, TaskAckWait: 2 * time.Second, MaxDeliver: 50}
+	if r.cfg.Mode == ModeDrills {
+		durables = bus.Durables{MaxDeliver: 50, DispatcherAckWait: r.cfg.Drills.DispatcherAckWait, TaskAckWait: r.cfg.Drills.TaskAckWait}
+	}
 	for {
 		bctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err := bus.Bootstrap(bctx, r.js, bus.Config{Replicas: cmp.Or(r.replicas, 1)},
-			bus.Durables{DispatcherAckWait: 2 * time.Second, TaskAckWait: 2 * time.Second, MaxDeliver: 50})
+		err := bus.Bootstrap(bctx, r.js, bus.Config{Replicas: cmp.Or(r.replicas, 1)}, durables)
 		cancel()
 		if err == nil {
 			return nil
@@ -373,10 +405,14 @@ func (r *run) bootstrap(ctx context.Context) error {
 	}
 }
 
-// startServices starts one process of each service, each with its own
-// identity's credentials.
+// startServices starts one process of each service (ModeDrills: two of
+// the api, the dispatcher and the agent), each with its own identity's
+// credentials.
 func (r *run) startServices(tokenFile string) error {
 	r.services = map[string]*Process{}
+	if r.cfg.Mode == ModeDrills {
+		return r.startDrillServices(tokenFile)
+	}
 	host := strings.TrimPrefix(r.web.URL, "http://")
 	extra := map[string][]string{
 		"api":        {"JETFLOW_HTTP_ADDR=127.0.0.1:0", "JETFLOW_ADMIN_TOKEN_FILE=" + tokenFile, "JETFLOW_LOG_LEVEL=info", "JETFLOW_START_WAIT=2s"},
@@ -399,6 +435,7 @@ func (r *run) startServices(tokenFile string) error {
 			r.apiLog = log.Name()
 		}
 		r.services[name] = p
+		r.order = append(r.order, name)
 		if err := r.startService(p); err != nil {
 			return err
 		}
@@ -417,6 +454,9 @@ func (r *run) startService(p *Process) error {
 	}
 	if err := p.Start(); err != nil {
 		return err
+	}
+	if url, ok := r.apiURLs[p.Name]; ok {
+		return r.waitAPI(p, url)
 	}
 	if p.Name != "api" {
 		return nil

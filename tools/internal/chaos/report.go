@@ -26,6 +26,21 @@ type Report struct {
 	Kills    []Kill
 	Check    chaoscheck.Report
 	Took     time.Duration
+	// Drills are the drills' measures (ModeDrills), Budget the longest
+	// stall a drill may cause.
+	Drills []DrillResult
+	Budget time.Duration
+}
+
+// OverBudget names the drills whose longest stall exceeded the budget.
+func (r *Report) OverBudget() []string {
+	var out []string
+	for _, d := range r.Drills {
+		if d.Stall > r.Budget {
+			out = append(out, d.Name)
+		}
+	}
+	return out
 }
 
 // Passed reports whether the run broke no rule and lost no request.
@@ -69,6 +84,79 @@ func (r *Report) Write(w io.Writer) {
 	for _, why := range slices.Sorted(maps.Keys(c.FailedWhy)) {
 		fmt.Fprintf(w, "    failed %4d   %s\n", c.FailedWhy[why], why)
 	}
+	if r.Mode == ModeDrills {
+		r.writeDrills(w)
+	} else {
+		r.writeKills(w)
+	}
+	fmt.Fprintf(w, "  violations      %d\n", len(c.Violations))
+	for _, rule := range chaoscheck.Rules {
+		if n := c.Count(rule); n > 0 {
+			fmt.Fprintf(w, "    %-16s %d\n", rule, n)
+		}
+	}
+	for i, v := range c.Violations {
+		if i == 20 {
+			fmt.Fprintf(w, "    ... and %d more\n", len(c.Violations)-i)
+			break
+		}
+		fmt.Fprintf(w, "    %s\n", v)
+	}
+	if len(r.Failures) > 0 {
+		fmt.Fprintf(w, "  requests never accepted: %d\n", len(r.Failures))
+		for _, f := range r.Failures[:min(len(r.Failures), 10)] {
+			fmt.Fprintf(w, "    %s\n", f)
+		}
+	}
+	verdict := "PASS"
+	if !r.Passed() {
+		verdict = "FAIL"
+	}
+	fmt.Fprintf(w, "  %s (data, logs and marks in %s)\n", verdict, r.Dir)
+}
+
+// writeDrills prints the drills' table: per drill, the longest stall of
+// an execution after the fault (and how many went over the budget), the
+// starts a user saw fail and the raw 5xx answers behind the client's
+// retries, the step attempts run again after their agent died and those
+// run twice while it lived, and the checker's violations.
+func (r *Report) writeDrills(w io.Writer) {
+	c := r.Check
+	fmt.Fprintf(w, "  run twice       %d step attempts started again (histories)\n", c.StartedAgain)
+	fmt.Fprintf(w, "  drills          stall: the longest time an execution made no progress after the fault (budget %s)\n", r.Budget)
+	fmt.Fprintf(w, "    %-19s %8s %6s %11s %6s %-16s %7s %10s %5s\n", "drill", "stall", ">budget", "starts ok", "failed", "raw 5xx", "rerun", "live twice", "viol.")
+	for _, d := range r.Drills {
+		var raw []string
+		for _, st := range slices.Sorted(maps.Keys(d.Raw)) {
+			raw = append(raw, fmt.Sprintf("%d×%d", d.Raw[st], st))
+		}
+		fmt.Fprintf(w, "    %-19s %8s %6d %5d/%-5d %6d %-16s %7d %10d %5d\n", d.Name, d.Stall.Round(10*time.Millisecond), d.OverBudget,
+			d.Accepted, d.Started, len(d.Failed), cmp.Or(strings.Join(raw, " "), "0"), d.Reruns, d.LiveTwice, d.Violations)
+	}
+	for _, d := range r.Drills {
+		line := fmt.Sprintf("    %s: %s", d.Name, cmp.Or(d.Victim, d.What))
+		if d.StallOf != "" {
+			line += "; longest stall " + d.StallOf
+		}
+		if d.Note != "" {
+			line += "; " + d.Note
+		}
+		fmt.Fprintln(w, line)
+		for _, f := range d.Failed[:min(len(d.Failed), 5)] {
+			fmt.Fprintf(w, "      failed: %s\n", f)
+		}
+		for _, t := range d.Twice[:min(len(d.Twice), 5)] {
+			fmt.Fprintf(w, "      live twice: %s\n", t)
+		}
+	}
+	if over := r.OverBudget(); len(over) > 0 {
+		fmt.Fprintf(w, "  over budget     %s\n", strings.Join(over, ", "))
+	}
+}
+
+// writeKills prints the kills and the recoveries.
+func (r *Report) writeKills(w io.Writer) {
+	c := r.Check
 	by := r.KillsBy()
 	var ks []string
 	for _, kind := range slices.Sorted(maps.Keys(by)) {
@@ -103,28 +191,4 @@ func (r *Report) Write(w io.Writer) {
 		}
 		fmt.Fprintf(w, "    %-12s %s / %s (%d kills)\n", name, p50.Round(10*time.Millisecond), most.Round(10*time.Millisecond), n)
 	}
-	fmt.Fprintf(w, "  violations      %d\n", len(c.Violations))
-	for _, rule := range chaoscheck.Rules {
-		if n := c.Count(rule); n > 0 {
-			fmt.Fprintf(w, "    %-16s %d\n", rule, n)
-		}
-	}
-	for i, v := range c.Violations {
-		if i == 20 {
-			fmt.Fprintf(w, "    ... and %d more\n", len(c.Violations)-i)
-			break
-		}
-		fmt.Fprintf(w, "    %s\n", v)
-	}
-	if len(r.Failures) > 0 {
-		fmt.Fprintf(w, "  requests never accepted: %d\n", len(r.Failures))
-		for _, f := range r.Failures[:min(len(r.Failures), 10)] {
-			fmt.Fprintf(w, "    %s\n", f)
-		}
-	}
-	verdict := "PASS"
-	if !r.Passed() {
-		verdict = "FAIL"
-	}
-	fmt.Fprintf(w, "  %s (data, logs and marks in %s)\n", verdict, r.Dir)
 }

@@ -1,0 +1,844 @@
+package chaos
+
+import (
+	"bufio"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"jetflow.dev/pkg/auth"
+	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/client"
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/partition"
+	"jetflow.dev/tools/internal/chaoscheck"
+)
+
+// DrillConfig configures ModeDrills. Each drill puts a steady load of
+// executions on the cluster (a chain of short exec steps), injects its
+// fault after LeadIn, and keeps the load for Tail after the fault is over
+// (the victim back); then it waits for its executions to end.
+type DrillConfig struct {
+	// Only names the drills to run, in their order ([DrillNames]); empty:
+	// all of them.
+	Only []string
+	// Rate of starts per second during a drill. Default 8 (the
+	// commands-leader drill starts twice as fast: a burst).
+	Rate float64
+	// LeadIn is the load before the fault, Tail the load after it.
+	// Defaults 2s and 3s.
+	LeadIn, Tail time.Duration
+	// Down is how long a killed leader node stays down. Default 1s.
+	Down time.Duration
+	// NodeDown is how long the killed non-leader node stays down before it
+	// is started again. Default 15s.
+	NodeDown time.Duration
+	// Restart is how long a killed dispatcher, agent or api stays down
+	// (a supervisor starting it again). Default 5s.
+	Restart time.Duration
+	// Stop is how long the starved-dispatcher drill SIGSTOPs the lone
+	// dispatcher. Default 2s.
+	Stop time.Duration
+	// Budget is the longest stall a drill may cause (reported: a loaded
+	// machine cannot promise it). Default 5s.
+	Budget time.Duration
+	// DispatcherAckWait and TaskAckWait, if set, replace the topology's
+	// defaults (bootstrap and services), to measure other settings.
+	DispatcherAckWait, TaskAckWait time.Duration
+}
+
+func (c DrillConfig) withDefaults() (DrillConfig, error) {
+	c.Rate = cmp.Or(c.Rate, 8)
+	c.LeadIn = cmp.Or(c.LeadIn, 2*time.Second)
+	c.Tail = cmp.Or(c.Tail, 3*time.Second)
+	c.Down = cmp.Or(c.Down, time.Second)
+	c.NodeDown = cmp.Or(c.NodeDown, 15*time.Second)
+	c.Restart = cmp.Or(c.Restart, 5*time.Second)
+	c.Stop = cmp.Or(c.Stop, 2*time.Second)
+	c.Budget = cmp.Or(c.Budget, 5*time.Second)
+	for _, name := range c.Only {
+		if !slices.Contains(DrillNames(), name) {
+			return c, fmt.Errorf("chaos: unknown drill %q (drills: %s)", name, strings.Join(DrillNames(), ", "))
+		}
+	}
+	if c.Rate <= 0 || c.LeadIn < 0 || c.Tail < 0 || c.Down < 0 || c.NodeDown < 0 || c.Restart < 0 || c.Stop < 0 {
+		return c, errors.New("chaos: drill rate must be positive and durations not negative")
+	}
+	return c, nil
+}
+
+// drill is one named failure: prepare runs before the load, fault while
+// it runs, finish once the drill's executions have ended.
+type drill struct {
+	name, what string
+	burst      bool // starts at twice the rate
+	prepare    func(ctx context.Context, r *run, res *DrillResult) error
+	fault      func(ctx context.Context, r *run, res *DrillResult) error
+	finish     func(ctx context.Context, r *run, res *DrillResult) error
+}
+
+// drills are the drills in the order they run (issue 16's table, then a
+// dispatcher starved of CPU).
+var drills = []drill{
+	{name: "none", what: "no failure: the load alone (the baseline of the stalls)",
+		fault: func(context.Context, *run, *DrillResult) error { return nil }},
+	{name: "events-leader", what: "SIGKILL of the node leading the events stream (and its share of the dispatchers' consumers), back after Down",
+		fault: func(ctx context.Context, r *run, res *DrillResult) error {
+			return r.killNodeLeading(ctx, res, bus.StreamEvents, r.cfg.Drills.Down)
+		}},
+	{name: "node", what: "SIGKILL of a node leading neither the events nor the commands stream, started again after NodeDown",
+		fault: func(ctx context.Context, r *run, res *DrillResult) error {
+			return r.killNodeLeading(ctx, res, "", r.cfg.Drills.NodeDown)
+		}},
+	{name: "commands-leader", what: "SIGKILL of the node leading the commands stream during a burst of starts, back after Down", burst: true,
+		fault: func(ctx context.Context, r *run, res *DrillResult) error {
+			return r.killNodeLeading(ctx, res, bus.StreamCommands, r.cfg.Drills.Down)
+		}},
+	{name: "dispatcher", what: "SIGKILL of one of two dispatchers while results come in, started again after Restart",
+		fault: func(ctx context.Context, r *run, res *DrillResult) error {
+			return r.killService(ctx, res, "dispatcher-1")
+		}},
+	{name: "agent", what: "SIGKILL of one of two agents while it runs exec steps, started again after Restart",
+		fault: func(ctx context.Context, r *run, res *DrillResult) error {
+			return r.killService(ctx, res, "agent-1")
+		}},
+	{name: "api", what: "SIGKILL of one of two apis during the starts (the user's client turns to the other), started again after Restart",
+		fault: func(ctx context.Context, r *run, res *DrillResult) error {
+			return r.killService(ctx, res, "api-1")
+		}},
+	{name: "starved-dispatcher", what: "the lone dispatcher (the other stopped) SIGSTOPped for Stop, then SIGCONT: its leases expire under it",
+		prepare: prepareLoneDispatcher, fault: starveDispatcher, finish: finishLoneDispatcher},
+}
+
+// DrillNames lists the drills, in the order they run.
+func DrillNames() []string {
+	var out []string
+	for _, d := range drills {
+		out = append(out, d.name)
+	}
+	return out
+}
+
+// DrillResult is what one drill measured.
+type DrillResult struct {
+	// Name and What name the drill; Victim says what was hit.
+	Name, What, Victim string
+	// At is when the fault began.
+	At time.Time
+	// Started counts the starts sent, Accepted those accepted.
+	Started, Accepted int
+	// Failed are the starts a user saw fail: any answer but success after
+	// pkg/client's own retries of 503 (and turning to the other api when
+	// one cannot be reached).
+	Failed []string
+	// Raw counts the 5xx answers the apis gave (retried or not), by status.
+	Raw map[int]int
+	// Stall is the longest time any of the drill's executions made no
+	// progress (between its start's sending and its events, and between
+	// consecutive events) after the fault began; StallOf is that execution.
+	Stall   time.Duration
+	StallOf string
+	// OverBudget counts the executions with a stall over the budget.
+	OverBudget int
+	// Reruns are step attempts that ran again after the agent running
+	// them was killed (allowed: at least once); LiveTwice those that ran
+	// twice while the agent that ran them first still lived, with Twice
+	// saying which.
+	Reruns, LiveTwice int
+	Twice             []string
+	// Violations are the checker's findings about the drill's executions.
+	Violations int
+	// TakenBack and Lost count, for the starved dispatcher, the leases
+	// that expired under it and that it took back without a release, and
+	// the partitions it lost (released, to be taken again).
+	TakenBack, Lost int
+	// Note tells more.
+	Note string
+
+	logFrom int64 // the starved dispatcher's log before the drill
+}
+
+// drillState is what the drills keep besides the run's state.
+type drillState struct {
+	marks   string           // the exec steps' start and done marks
+	users   []*client.Client // one per api, as a user would hold them
+	next    atomic.Uint64    // round robin over users
+	raw     *countingTransport
+	mu      sync.Mutex
+	sent    map[string]time.Time // a start's first sending
+	killed  map[int]time.Time    // agents' pids killed, and when
+	results []DrillResult
+}
+
+// countingTransport counts the 5xx answers it carries.
+type countingTransport struct {
+	rt http.RoundTripper
+	mu sync.Mutex
+	by map[int]int
+}
+
+func (c *countingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := c.rt.RoundTrip(req)
+	if err == nil && resp.StatusCode >= 500 {
+		c.mu.Lock()
+		c.by[resp.StatusCode]++
+		c.mu.Unlock()
+	}
+	return resp, err
+}
+
+// take returns the counts so far and starts again from zero.
+func (c *countingTransport) take() map[int]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.by
+	c.by = map[int]int{}
+	return out
+}
+
+// wfDrill is the drills' workflow: a chain of exec steps, each marking its
+// start and its end (with the agent's pid and the time) and taking 0.4 s.
+const wfDrill = "drill-chain"
+
+func drillWorkflow(marks string) string {
+	mark := func(what string) string {
+		return fmt.Sprintf(`echo "%s $JETFLOW_EXECUTION_ID $JETFLOW_STEP_ID $JETFLOW_ATTEMPT $PPID $(date +%%s%%N)" >> "$0"`, what)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "name: %s\nsteps:\n", wfDrill)
+	for i := range 5 {
+		script := mark("start") + "; sleep 0.4; " + mark("done")
+		fmt.Fprintf(&b, "  - {id: s%d, kind: exec, command: sh, args: [\"-c\", %q, %q]}\n", i+1, script, marks)
+	}
+	return b.String()
+}
+
+// startDrillServices starts two apis (on fixed ports, as a user's client
+// knows them), two dispatchers, two agents of one queue and a janitor.
+func (r *run) startDrillServices(tokenFile string) error {
+	ports, err := freePorts(2)
+	if err != nil {
+		return err
+	}
+	r.apiURLs = map[string]string{}
+	host := strings.TrimPrefix(r.web.URL, "http://")
+	type instance struct {
+		name, kind string
+		env        []string
+	}
+	var list []instance
+	for i := range 2 {
+		n := strconv.Itoa(i + 1)
+		addr := fmt.Sprintf("127.0.0.1:%d", ports[i])
+		r.apiURLs["api-"+n] = "http://" + addr
+		list = append(list, instance{"api-" + n, "api", []string{"JETFLOW_HTTP_ADDR=" + addr, "JETFLOW_ADMIN_TOKEN_FILE=" + tokenFile}})
+	}
+	for i := range 2 {
+		n := strconv.Itoa(i + 1)
+		env := []string{"JETFLOW_DISPATCHER_MEMBER=d" + n}
+		if w := r.cfg.Drills.DispatcherAckWait; w > 0 {
+			env = append(env, "JETFLOW_DISPATCH_ACK_WAIT="+w.String())
+		}
+		list = append(list, instance{"dispatcher-" + n, "dispatcher", env})
+	}
+	for i := range 2 {
+		n := strconv.Itoa(i + 1)
+		list = append(list, instance{"agent-" + n, "agent", []string{"JETFLOW_AGENT_NAME=drill-agent-" + n,
+			"JETFLOW_AGENT_ALLOW_EXEC=true", "JETFLOW_AGENT_EXEC_ALLOW=sh", "JETFLOW_AGENT_HTTP_ALLOW_HOSTS=" + host,
+			"JETFLOW_TASK_MAX_DELIVER=50", "JETFLOW_CONCURRENCY=32"}})
+		if w := r.cfg.Drills.TaskAckWait; w > 0 {
+			list[len(list)-1].env = append(list[len(list)-1].env, "JETFLOW_TASK_ACK_WAIT="+w.String())
+		}
+	}
+	list = append(list, instance{"janitor", "janitor", []string{"JETFLOW_IDLE_AFTER=10s", "JETFLOW_RETENTION_DEFAULT=forever"}})
+	bins := map[string]string{"api": r.cfg.Bin.API, "dispatcher": r.cfg.Bin.Dispatcher, "agent": r.cfg.Bin.Agent, "janitor": r.cfg.Bin.Janitor}
+	for _, in := range list {
+		log, err := r.logFile(in.name)
+		if err != nil {
+			return err
+		}
+		env := []string{"JETFLOW_NATS_URL=" + r.url, "JETFLOW_LOG_LEVEL=warn", fmt.Sprintf("JETFLOW_REPLICAS=%d", r.replicas),
+			"JETFLOW_NATS_CREDS=" + filepath.Join(r.authDir, auth.DefaultNamespace, auth.CredsFile(auth.Role(in.kind)))}
+		p := &Process{Name: in.name, Path: bins[in.kind], Env: append(env, in.env...), Log: log}
+		r.services[in.name] = p
+		r.order = append(r.order, in.name)
+		if err := r.startService(p); err != nil {
+			return err
+		}
+	}
+	r.drills.raw = &countingTransport{rt: http.DefaultTransport, by: map[int]int{}}
+	for _, name := range []string{"api-1", "api-2"} {
+		c := client.New(r.apiURLs[name], client.WithToken(r.token))
+		c.HTTP = &http.Client{Transport: r.drills.raw}
+		r.drills.users = append(r.drills.users, c)
+	}
+	r.api.Store(client.New(r.apiURLs["api-1"], client.WithToken(r.token)))
+	return nil
+}
+
+// waitAPI waits until the api process p answers at url.
+func (r *run) waitAPI(p *Process, url string) error {
+	c := client.New(url, client.WithToken(r.token))
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err := c.Settings(ctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if !p.Running() {
+			return fmt.Errorf("chaos: %s exited: %s", p.Name, p.state())
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("chaos: %s did not answer within a minute: %w", p.Name, err)
+		}
+	}
+}
+
+// runDrills runs the drills one after another, then checks every
+// history.
+func (r *run) runDrills(ctx context.Context, began time.Time) (*Report, error) {
+	dc := r.cfg.Drills
+	r.drills.sent, r.drills.killed = map[string]time.Time{}, map[int]time.Time{}
+	fmt.Fprintf(r.cfg.Progress, "chaos: drills on a 3-node cluster, %.0f starts/s, data in %s\n", dc.Rate, r.cfg.Dir)
+	for _, d := range drills {
+		if len(dc.Only) > 0 && !slices.Contains(dc.Only, d.name) {
+			continue
+		}
+		res, err := r.runDrill(ctx, d)
+		if err != nil {
+			return nil, fmt.Errorf("drill %s: %w", d.name, err)
+		}
+		r.drills.results = append(r.drills.results, res)
+	}
+	if err := r.waitProjected(ctx); err != nil {
+		return nil, err
+	}
+	for _, p := range r.processes() {
+		if !p.Running() {
+			return nil, fmt.Errorf("chaos: %s exited by itself (not killed): %s", p.Name, p.state())
+		}
+	}
+	var in chaoscheck.Input
+	var err error
+	for tries := 1; ; tries++ {
+		if in, err = r.collect(ctx); err == nil || tries == 10 || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	if err != nil {
+		return nil, err
+	}
+	check := chaoscheck.Check(in)
+	marks, err := readDrillMarks(r.drills.marks)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := range r.drills.results {
+		res := &r.drills.results[i]
+		prefix := wfDrill + "-" + res.Name + "-"
+		for id, x := range in.Executions {
+			if !strings.HasPrefix(id, prefix) {
+				continue
+			}
+			sent, ok := r.drills.sent[id]
+			if !ok {
+				continue
+			}
+			stall := stallAfter(sent, x.Events, res.At)
+			if stall > res.Stall {
+				res.Stall, res.StallOf = stall, id
+			}
+			if stall > dc.Budget {
+				res.OverBudget++
+			}
+		}
+		for _, v := range check.Violations {
+			if strings.HasPrefix(v.Execution, prefix) {
+				res.Violations++
+			}
+		}
+		res.Reruns, res.LiveTwice, res.Twice = runsAgain(marks, prefix, r.drills.killed)
+	}
+	return &Report{Mode: r.cfg.Mode, Seed: r.cfg.Seed, Dir: r.cfg.Dir, Started: len(r.drills.sent), Accepted: len(r.accepted),
+		Failures: r.failures, Check: check, Took: time.Since(began), Drills: slices.Clone(r.drills.results), Budget: dc.Budget}, nil
+}
+
+// runDrill runs one drill: load, fault, more load, then waits for the
+// drill's executions to end and the cluster to be whole again.
+func (r *run) runDrill(ctx context.Context, d drill) (DrillResult, error) {
+	dc := r.cfg.Drills
+	res := DrillResult{Name: d.name, What: d.what}
+	fmt.Fprintf(r.cfg.Progress, "chaos: drill %s: %s\n", d.name, d.what)
+	if d.prepare != nil {
+		if err := d.prepare(ctx, r, &res); err != nil {
+			return res, err
+		}
+	}
+	_ = r.drills.raw.take()
+	rate := dc.Rate
+	if d.burst {
+		rate *= 2
+	}
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	defer stopLoad()
+	var mu sync.Mutex // guards res's counts while the load runs
+	var wg sync.WaitGroup
+	loaded := make(chan struct{})
+	go func() {
+		defer close(loaded)
+		every := time.Duration(float64(time.Second) / rate)
+		for i := 0; ; i++ {
+			id := fmt.Sprintf("%s-%s-%04d", wfDrill, d.name, i)
+			wg.Go(func() { r.drillStart(ctx, id, &res, &mu) })
+			select {
+			case <-loadCtx.Done():
+				return
+			case <-time.After(every):
+			}
+		}
+	}()
+	select {
+	case <-ctx.Done():
+		return res, ctx.Err()
+	case <-time.After(dc.LeadIn):
+	}
+	res.At = time.Now()
+	faultErr := d.fault(ctx, r, &res)
+	if faultErr == nil {
+		select {
+		case <-ctx.Done():
+		case <-time.After(dc.Tail):
+		}
+	}
+	stopLoad()
+	<-loaded
+	wg.Wait()
+	res.Raw = r.drills.raw.take()
+	if faultErr != nil {
+		return res, faultErr
+	}
+	if err := r.waitDrillEnded(ctx, d.name, 2*time.Minute); err != nil {
+		return res, err
+	}
+	if d.finish != nil {
+		if err := d.finish(ctx, r, &res); err != nil {
+			return res, err
+		}
+	}
+	if err := waitJetStream(ctx, r.js, r.replicas, 2*time.Minute); err != nil {
+		return res, err
+	}
+	fmt.Fprintf(r.cfg.Progress, "chaos: drill %s done: %d of %d starts accepted; %s\n", d.name, res.Accepted, res.Started, res.Victim)
+	return res, nil
+}
+
+// drillStart starts one execution as a user would: pkg/client (which
+// retries 503 with the same Idempotency-Key), turning to the other api
+// when one cannot be reached. mu guards res's counts; it is taken before
+// r.mu (the only place the two are held together).
+func (r *run) drillStart(ctx context.Context, id string, res *DrillResult, mu *sync.Mutex) {
+	req := client.StartRequest{Workflow: wfDrill, ID: id, IdempotencyKey: "start-" + id}
+	sent := time.Now()
+	mu.Lock()
+	res.Started++
+	mu.Unlock()
+	users := r.drills.users
+	first := int(r.drills.next.Add(1))
+	var err error
+	deadline := time.Now().Add(client.DefaultRetryFor)
+	for i := 0; ; i++ {
+		rctx, cancel := context.WithTimeout(ctx, client.DefaultRetryFor+10*time.Second)
+		_, err = users[(first+i)%len(users)].Start(rctx, req)
+		cancel()
+		if err == nil || !errors.Is(err, client.ErrUnreachable) || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		if i%len(users) == len(users)-1 {
+			time.Sleep(200 * time.Millisecond) // every api tried: a moment before the next round
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err != nil {
+		res.Failed = append(res.Failed, fmt.Sprintf("start %s: %v", id, err))
+		r.failures = append(r.failures, fmt.Sprintf("drill %s: start %s: %v", res.Name, id, err))
+		return
+	}
+	res.Accepted++
+	r.accepted = append(r.accepted, id)
+	r.waiting[id] = false
+	r.drills.sent[id] = sent
+}
+
+// waitDrillEnded waits until every accepted execution of the drill has a
+// terminal event (the checker says why one did not).
+func (r *run) waitDrillEnded(ctx context.Context, name string, within time.Duration) error {
+	prefix := wfDrill + "-" + name + "-"
+	r.mu.Lock()
+	var ids []string
+	for _, id := range r.accepted {
+		if strings.HasPrefix(id, prefix) {
+			ids = append(ids, id)
+		}
+	}
+	r.mu.Unlock()
+	ended := map[string]bool{}
+	for deadline := time.Now().Add(within); ; time.Sleep(300 * time.Millisecond) {
+		stream, err := r.js.Stream(ctx, bus.StreamEvents)
+		if err == nil {
+			for _, id := range ids {
+				if ended[id] {
+					continue
+				}
+				m, err := stream.GetLastMsgForSubject(ctx, bus.ExecutionSubject(wfDrill, id))
+				if err == nil && events.Type(m.Header.Get("ce-type")).IsTerminal() {
+					ended[id] = true
+				}
+			}
+		}
+		if len(ended) == len(ids) {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if time.Now().After(deadline) {
+			fmt.Fprintf(r.cfg.Progress, "chaos: drill %s: %d executions still running after %s: the checker says why\n", name, len(ids)-len(ended), within)
+			return nil
+		}
+	}
+}
+
+// stallAfter is the longest gap between consecutive moments of progress
+// of one execution (its start's sending, then its events) that ends
+// after at.
+func stallAfter(sent time.Time, evs []events.Event, at time.Time) time.Duration {
+	ts := []time.Time{sent}
+	for _, ev := range evs {
+		ts = append(ts, ev.Time)
+	}
+	slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
+	var most time.Duration
+	for i := 1; i < len(ts); i++ {
+		if ts[i].After(at) {
+			most = max(most, ts[i].Sub(ts[i-1]))
+		}
+	}
+	return most
+}
+
+// drillMark is one line of the drills' marks: an exec step's start or
+// end, by the agent process pid, at a time.
+type drillMark struct {
+	done                 bool
+	execution, step, try string
+	pid                  int
+	at                   time.Time
+}
+
+func readDrillMarks(path string) ([]drillMark, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("chaos: drill marks: %w", err)
+	}
+	defer f.Close()
+	var out []drillMark
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) != 6 || (fs[0] != "start" && fs[0] != "done") {
+			return nil, fmt.Errorf("chaos: malformed drill mark %q", sc.Text())
+		}
+		pid, err1 := strconv.Atoi(fs[4])
+		ns, err2 := strconv.ParseInt(fs[5], 10, 64)
+		if err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("chaos: malformed drill mark %q", sc.Text())
+		}
+		out = append(out, drillMark{done: fs[0] == "done", execution: fs[1], step: fs[2], try: fs[3], pid: pid, at: time.Unix(0, ns)})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("chaos: drill marks: %w", err)
+	}
+	return out, nil
+}
+
+// runsAgain counts, among the executions with prefix, the step attempts
+// that began to run more than once: again after the agent that ran them
+// was killed (reruns, allowed), or again while that agent lived (twice:
+// a task given to a second agent, or to the same one, while the first
+// run went on or after it ended).
+func runsAgain(marks []drillMark, prefix string, killed map[int]time.Time) (reruns, twice int, which []string) {
+	last := map[string]drillMark{}
+	for _, m := range marks {
+		if m.done || !strings.HasPrefix(m.execution, prefix) {
+			continue
+		}
+		key := m.execution + " " + m.step + " " + m.try
+		prev, again := last[key]
+		last[key] = m
+		if !again {
+			continue
+		}
+		if k, ok := killed[prev.pid]; ok && k.Before(m.at) {
+			reruns++
+			continue
+		}
+		twice++
+		which = append(which, fmt.Sprintf("%s step %s attempt %s: run by the agent of pid %d, again by pid %d %s later",
+			m.execution, m.step, m.try, prev.pid, m.pid, m.at.Sub(prev.at).Round(time.Millisecond)))
+	}
+	return reruns, twice, which
+}
+
+// leaderOf names the node leading stream ("" if unknown).
+func (r *run) leaderOf(ctx context.Context, stream string) string {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	s, err := r.js.Stream(ctx, stream)
+	if err != nil {
+		return ""
+	}
+	si, err := s.Info(ctx)
+	if err != nil || si.Cluster == nil {
+		return ""
+	}
+	return si.Cluster.Leader
+}
+
+// consumerLeaders counts the dispatchers' partition consumers each node
+// leads, and how many there are.
+func (r *run) consumerLeaders(ctx context.Context) (map[string]int, int) {
+	n := partition.DefaultCount
+	if kv, err := r.js.KeyValue(ctx, bus.BucketDispatchers); err == nil {
+		if c, err := partition.Count(ctx, kv); err == nil {
+			n = c
+		}
+	}
+	by, all := map[string]int{}, 0
+	for p := range n {
+		for _, c := range bus.PartitionConsumers(bus.Durables{Partitions: n}, p) {
+			all++
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			cons, err := r.js.Consumer(cctx, c.Stream, c.Config.Durable)
+			var ci *jetstream.ConsumerInfo
+			if err == nil {
+				ci, err = cons.Info(cctx)
+			}
+			cancel()
+			if err == nil && ci.Cluster != nil {
+				by[ci.Cluster.Leader]++
+			}
+		}
+	}
+	return by, all
+}
+
+// killNodeLeading SIGKILLs the node leading stream (stream "": a node
+// leading neither the events nor the commands stream), starts it again
+// after down, and waits until the events stream's replicas are current.
+func (r *run) killNodeLeading(ctx context.Context, res *DrillResult, stream string, down time.Duration) error {
+	leaders, all := r.consumerLeaders(ctx)
+	var victim *natsNode
+	if stream != "" {
+		leader := r.leaderOf(ctx, stream)
+		for _, n := range r.nodes {
+			if n.name == leader {
+				victim = n
+			}
+		}
+		if victim == nil {
+			return fmt.Errorf("chaos: no leader of %s known", stream)
+		}
+	} else {
+		events, commands := r.leaderOf(ctx, bus.StreamEvents), r.leaderOf(ctx, bus.StreamCommands)
+		for _, n := range r.nodes {
+			if n.name != events && (n.name != commands || victim == nil) {
+				victim = n
+			}
+		}
+	}
+	var led []string
+	for _, s := range []string{bus.StreamEvents, bus.StreamCommands, bus.StreamResults, bus.StreamInbox, bus.StreamTasks} {
+		if r.leaderOf(ctx, s) == victim.name {
+			led = append(led, s)
+		}
+	}
+	res.Victim = fmt.Sprintf("node %s (leader of %s; of %d of %d dispatcher partition consumers), down %s", victim.name,
+		cmp.Or(strings.Join(led, ", "), "no stream"), leaders[victim.name], all, down)
+	res.At = time.Now()
+	if err := victim.Kill(); err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(down):
+	}
+	if err := victim.Start(); err != nil {
+		return err
+	}
+	return waitJetStream(ctx, r.js, r.replicas, 2*time.Minute)
+}
+
+// killService SIGKILLs a service process (an agent: while it runs an
+// exec step) and starts it again after Restart.
+func (r *run) killService(ctx context.Context, res *DrillResult, name string) error {
+	p := r.services[name]
+	p.mu.Lock()
+	pid := p.proc.Pid
+	p.mu.Unlock()
+	res.Victim = fmt.Sprintf("%s (pid %d), down %s", name, pid, r.cfg.Drills.Restart)
+	if strings.HasPrefix(name, "agent") {
+		if !r.waitRunning(pid, 10*time.Second) {
+			res.Victim += "; it ran no exec step when killed"
+		}
+	}
+	res.At = time.Now()
+	if err := p.Kill(); err != nil {
+		return err
+	}
+	if strings.HasPrefix(name, "agent") {
+		r.drills.mu.Lock()
+		r.drills.killed[pid] = res.At
+		r.drills.mu.Unlock()
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(r.cfg.Drills.Restart):
+	}
+	return r.startService(p)
+}
+
+// waitRunning waits (at most within) until the agent of pid has begun an
+// exec step it has not finished.
+func (r *run) waitRunning(pid int, within time.Duration) bool {
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		marks, err := readDrillMarks(r.drills.marks)
+		if err != nil {
+			continue
+		}
+		open := map[string]bool{}
+		for _, m := range marks {
+			if m.pid == pid {
+				open[m.execution+" "+m.step+" "+m.try] = !m.done
+			}
+		}
+		for _, running := range open {
+			if running {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// prepareLoneDispatcher stops the second dispatcher (SIGTERM: it gives
+// its partitions back) and waits until the first holds every lease.
+func prepareLoneDispatcher(ctx context.Context, r *run, _ *DrillResult) error {
+	r.services["dispatcher-2"].Stop(10 * time.Second)
+	kv, err := r.js.KeyValue(ctx, bus.BucketDispatchers)
+	if err != nil {
+		return fmt.Errorf("chaos: %w", err)
+	}
+	n, err := partition.Count(ctx, kv)
+	if err != nil {
+		return err
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		mine := 0
+		for p := range n {
+			if e, err := kv.Get(ctx, partition.LeaseKey(p)); err == nil && string(e.Value()) == "d1" {
+				mine++
+			}
+		}
+		if mine == n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("chaos: dispatcher-1 holds %d of %d partitions 30 s after dispatcher-2 stopped", mine, n)
+		}
+	}
+}
+
+// starveDispatcher SIGSTOPs the lone dispatcher for Stop (its leases
+// expire under it), then SIGCONTs it.
+func starveDispatcher(ctx context.Context, r *run, res *DrillResult) error {
+	p := r.services["dispatcher-1"]
+	res.Victim = fmt.Sprintf("dispatcher-1 alone, SIGSTOPped %s", r.cfg.Drills.Stop)
+	from := logSize(p)
+	res.At = time.Now()
+	if err := p.Signal(syscall.SIGSTOP); err != nil {
+		return fmt.Errorf("chaos: %w", err)
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(r.cfg.Drills.Stop):
+	}
+	if err := p.Signal(syscall.SIGCONT); err != nil {
+		return fmt.Errorf("chaos: %w", err)
+	}
+	res.logFrom = from
+	return ctx.Err()
+}
+
+// finishLoneDispatcher counts what the starved dispatcher logged of its
+// leases, and starts the second dispatcher again.
+func finishLoneDispatcher(_ context.Context, r *run, res *DrillResult) error {
+	b, err := readFrom(r.services["dispatcher-1"], res.logFrom)
+	if err != nil {
+		return err
+	}
+	res.TakenBack = strings.Count(b, "taken back, nothing released")
+	res.Lost = strings.Count(b, " lost: ")
+	res.Note = fmt.Sprintf("leases taken back without a release: %d; partitions lost (released and taken again): %d", res.TakenBack, res.Lost)
+	return r.startService(r.services["dispatcher-2"])
+}
+
+// logSize is the size of a process's log now (0 if unknown).
+func logSize(p *Process) int64 {
+	f, ok := p.Log.(*os.File)
+	if !ok {
+		return 0
+	}
+	st, err := os.Stat(f.Name())
+	if err != nil {
+		return 0
+	}
+	return st.Size()
+}
+
+// readFrom reads a process's log from offset.
+func readFrom(p *Process, offset int64) (string, error) {
+	f, ok := p.Log.(*os.File)
+	if !ok {
+		return "", nil
+	}
+	b, err := os.ReadFile(f.Name())
+	if err != nil {
+		return "", fmt.Errorf("chaos: %w", err)
+	}
+	if offset > int64(len(b)) {
+		offset = 0
+	}
+	return string(b[offset:]), nil
+}
