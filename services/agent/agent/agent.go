@@ -574,14 +574,22 @@ func (a *Agent) resultMsg(id string, p events.Payload) (*nats.Msg, error) {
 	return bus.Encode(bus.ResultSubject(ref.Queue, ref.ExecutionID), ev)
 }
 
-// report publishes a result, retrying for a while if JetStream is
-// unreachable (the heartbeat keeps the task ours meanwhile).
+// reportFor is how long an agent tries to store a result before it hands
+// its task back, to run again: far longer than a stream leader's election
+// (4 to 9 s) and the task's ack wait, since a task handed back after its
+// operation ran runs twice.
+const reportFor = time.Minute
+
+// report publishes a result, retrying for up to reportFor if JetStream
+// is unreachable or the results stream has no leader (the heartbeat
+// keeps the task ours meanwhile; the message id makes a retry of a
+// stored result a no-op).
 func (a *Agent) report(ctx context.Context, id string, p events.Payload) error {
 	msg, err := a.resultMsg(id, p)
 	if err != nil {
 		return err
 	}
-	deadline := time.Now().Add(a.cfg.AckWait)
+	deadline := time.Now().Add(reportFor)
 	for backoff := 50 * time.Millisecond; ; backoff = min(backoff*2, 2*time.Second) {
 		_, err = a.js.PublishMsg(ctx, msg, jetstream.WithMsgID(id))
 		if err == nil || time.Now().After(deadline) || ctx.Err() != nil || errors.Is(err, nats.ErrMaxPayload) {

@@ -132,3 +132,31 @@ func TestRedeliveryPastAnUndecodableResult(t *testing.T) {
 	natstest.Serve(t, a.Run)
 	require.Eventually(t, func() bool { return runs.Load() == 1 }, 15*time.Second, 20*time.Millisecond, "the redelivered task runs")
 }
+
+// TestAResultIsStoredOnceTheStreamIsBack: while the results stream is
+// missing (its leader being elected, say) for three ack waits, the agent
+// keeps its task (heartbeats) and keeps trying to store the result; once
+// the stream is back the result is stored and the operation has run
+// once. An agent that gave up after one ack wait handed the task back,
+// and the operation ran again.
+func TestAResultIsStoredOnceTheStreamIsBack(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int32
+	b := setupAgent(t, map[string]operation.Handler{"count": operation.HandlerFunc(func(context.Context, operation.Task) (any, error) {
+		runs.Add(1)
+		return "ran", nil
+	})})
+	results, err := b.js.Stream(t.Context(), bus.StreamResults)
+	require.NoError(t, err)
+	cfg := results.CachedInfo().Config
+	require.NoError(t, b.js.DeleteStream(t.Context(), bus.StreamResults))
+	b.publishTask(t, "once", workflow.Step{ID: "s", Kind: "count"})
+	natstest.Eventually(t, waitFor, func() bool { return runs.Load() > 0 }, "the operation runs")
+	time.Sleep(3 * ackWait) // the agent cannot report meanwhile
+	_, err = b.js.CreateStream(t.Context(), cfg)
+	require.NoError(t, err)
+	evs := b.waitFinal(t, "once")
+	require.Equal(t, events.TypeOperationSucceeded, evs[len(evs)-1].Type)
+	b.waitQueueEmpty(t)
+	require.EqualValues(t, 1, runs.Load(), "the operation ran again")
+}
