@@ -254,7 +254,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	for _, l := range queues {
 		log := a.log.With().Str("queue", l.queue).Logger()
 		for w := range a.cfg.Concurrency {
-			workers.Go(func() { a.serve(ctx, taskCtx, l, roleOf(w, a.cfg.Concurrency), log) })
+			workers.Go(func() { a.serve(ctx, taskCtx, l, &worker{reserved: w < reservedWorkers(a.cfg.Concurrency)}, log) })
 		}
 	}
 	p := a.cfg.Policy

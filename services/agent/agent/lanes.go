@@ -15,11 +15,13 @@ import (
 
 // A queue has two lanes (docs/reliability.md, "Fair sharing"): the normal
 // lane, and the bulk lane where the dispatcher sends the tasks of an
-// execution that already has many in flight on the queue (a fan-out).
+// execution that already has several in flight on the queue (a fan-out).
 // Of a queue's workers, a quarter (reservedWorkers) take only the normal
-// lane, so that another execution's task never waits for a fan-out's to
+// lane, so that another execution's task does not wait for a fan-out's to
 // end; the others (flex workers) take the normal lane first and the bulk
-// lane when the normal one is empty.
+// lane when the normal one is empty, but for one task in bulkTurn, where
+// they look at the bulk lane first, so that a busy normal lane cannot
+// starve a fan-out.
 //
 // A worker asks for one task only when it is free, as before: no task
 // waits in the agent, where another agent could have run it. A flex
@@ -28,19 +30,31 @@ import (
 // looks at both lanes and waits on one: on the bulk lane, for at most
 // lanePoll, while a fan-out runs (a task taken from it within
 // bulkActive); otherwise on the normal lane, for as long as a pull lasts
-// (bus.PullExpiry), but for one flex worker per queue, the scout, which
-// looks again every lanePoll. A fan-out's first tasks are on the normal
-// lane, and the flex worker that ends one looks at the bulk lane next:
-// the scout is for when reserved workers took them all, and costs an
-// idle agent a few requests a second per queue.
+// (longPoll), but for one idle flex worker at a time per queue, the
+// scout, which looks again every lanePoll. A fan-out's first tasks are on
+// the normal lane, and the flex worker that ends one looks at the bulk
+// lane next: the scout is for when reserved workers took them all, and
+// costs an idle agent a few requests a second per queue. The other flex
+// workers, waiting on the normal lane, join a fan-out that started while
+// they were idle when their pull ends (longPoll) or a task comes.
 const (
 	// lanePoll is how long a flex worker waits on one lane before it looks
-	// at the other again.
+	// at the other again. The pull's own expiry ends it (FetchMaxWait,
+	// which listens a second longer than it asks the server to wait), so
+	// that a task delivered at its end is not lost to the ack wait.
 	lanePoll = time.Second
 	// bulkActive is how long after the last task taken from the bulk lane
 	// flex workers wait on it rather than on the normal lane.
 	bulkActive = 2 * time.Second
+	// bulkTurn: a flex worker looks at the bulk lane first for one task
+	// in bulkTurn.
+	bulkTurn = 4
 )
+
+// longPoll is how long a worker waits on the normal lane when nothing
+// else is to be watched: a pull with heartbeats, given up within two
+// missed ones when its consumer's leader moved. A variable for tests.
+var longPoll = bus.PullExpiry
 
 // reservedWorkers is how many of a queue's concurrency workers serve the
 // normal lane only: a quarter, at least one, and none when there is one
@@ -61,6 +75,8 @@ type lanes struct {
 	bulk jetstream.Consumer // nil until bound (an older bootstrap did not make it)
 
 	lastBulk atomic.Int64 // unix nanoseconds of the last task taken from the bulk lane
+	scout    atomic.Bool  // an idle flex worker is the queue's scout
+	warned   atomic.Int64 // unix nanoseconds of the last warning about the bulk lane
 }
 
 func (l *lanes) bulkConsumer() jetstream.Consumer {
@@ -75,113 +91,147 @@ func (l *lanes) setBulk(c jetstream.Consumer) {
 	l.bulk = c
 }
 
-// bindBulk binds the queue's bulk lane, waiting for the bootstrap to make
-// it when this agent may not (meanwhile the queue's workers serve the
-// normal lane only), until ctx ends. It calls tried once the first
-// attempt is over, bound or not.
+// warnBulk logs a problem with the bulk lane at most once a minute: the
+// workers meet it at every look.
+func (l *lanes) warnBulk(log zerolog.Logger, err error, msg string) {
+	last := l.warned.Load()
+	if time.Since(time.Unix(0, last)) < time.Minute || !l.warned.CompareAndSwap(last, time.Now().UnixNano()) {
+		return
+	}
+	log.Warn().Err(err).Str("queue", l.queue).Msg(msg)
+}
+
+// bindAttempt bounds one attempt to bind the bulk lane: a consumer this
+// agent may not read gets no answer at all (a permission violation), and
+// the agent's readiness waits for the first attempt.
+const bindAttempt = 2 * time.Second
+
+// bindBulk binds the queue's bulk lane, trying again (every 2 s, backing
+// off to a minute) while it is missing (an older bootstrap), forbidden
+// (older credentials) or unreachable; meanwhile the queue's workers serve
+// the normal lane only. It calls tried once the first attempt is over,
+// bound or not, and returns when bound or when ctx ends.
 func (a *Agent) bindBulk(ctx context.Context, l *lanes, tried func()) {
 	defer tried()
 	spec := bus.AgentBulkQueueConsumer(bus.Durables{TaskAckWait: a.cfg.AckWait, MaxDeliver: a.cfg.MaxDeliver}, l.queue)
-	var warned time.Time
-	cons, err := bus.Bind(ctx, a.js, !a.cfg.BindOnly, spec, func(err error) {
-		if time.Since(warned) >= time.Minute { // it tries every few seconds
-			warned = time.Now()
-			a.log.Warn().Err(err).Str("queue", l.queue).Str("consumer", spec.Config.Durable).
-				Msg("cannot bind the queue's bulk lane: run this release's bootstrap, and give the agent this release's credentials; until then it serves the normal lane only")
+	for backoff := 2 * time.Second; ; backoff = min(2*backoff, time.Minute) {
+		actx, cancel := context.WithTimeout(ctx, bindAttempt)
+		cons, err := bus.Bind(actx, a.js, !a.cfg.BindOnly, spec, nil)
+		cancel()
+		if err == nil {
+			l.setBulk(cons)
+			return
 		}
+		if ctx.Err() != nil {
+			return
+		}
+		l.warnBulk(a.log.With().Str("consumer", spec.Config.Durable).Logger(), err,
+			"cannot bind the queue's bulk lane: run this release's bootstrap, and give the agent this release's credentials; until then it serves the normal lane only")
 		tried()
-	})
-	if err != nil {
-		if ctx.Err() == nil {
-			a.log.Error().Err(err).Str("queue", l.queue).Msg("bind the bulk lane; serving the normal lane only")
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
 		}
-		return
 	}
-	l.setBulk(cons)
 }
 
-// role is what a worker of a queue serves.
-type role int
-
-const (
-	reserved role = iota // the normal lane only
-	flex                 // the normal lane first, then the bulk lane
-	scout                // a flex worker that looks at the bulk lane every lanePoll
-)
-
-// roleOf is the role of a queue's worker number w (from 0) of concurrency.
-func roleOf(w, concurrency int) role {
-	switch r := reservedWorkers(concurrency); {
-	case w < r:
-		return reserved
-	case w == r:
-		return scout
-	default:
-		return flex
-	}
+// worker is what one worker of a queue serves and remembers.
+type worker struct {
+	reserved bool // the normal lane only
+	taken    int  // tasks taken from either lane, for bulkTurn
 }
 
 // next waits for a worker's next task: nil when none came in time (or
 // ctx ended). A reserved worker, or any worker while the bulk lane is not
 // bound, waits on the normal lane as long as a pull lasts.
-func (a *Agent) next(ctx context.Context, l *lanes, r role) (jetstream.Msg, error) {
-	bulk := l.bulkConsumer()
-	if r == reserved || bulk == nil {
-		return fetchOne(ctx, l.normal, bus.PullExpiry, bus.PullHeartbeat)
-	}
-	if m, err := fetchNow(l.normal); m != nil || err != nil {
-		return m, err
-	}
-	m, err := fetchNow(bulk)
-	if err != nil { // the normal lane must not stall with it
-		a.log.Warn().Err(err).Str("queue", l.queue).Msg("fetch task from the bulk lane")
-	}
+func (a *Agent) next(ctx context.Context, l *lanes, w *worker, log zerolog.Logger) (jetstream.Msg, error) {
+	m, err := a.take(ctx, l, w, log)
 	if m != nil {
-		l.lastBulk.Store(time.Now().UnixNano())
+		w.taken++
+	}
+	return m, err
+}
+
+func (a *Agent) take(ctx context.Context, l *lanes, w *worker, log zerolog.Logger) (jetstream.Msg, error) {
+	bulk := l.bulkConsumer()
+	if w.reserved || bulk == nil {
+		return fetchOne(ctx, l.normal, longPoll, bus.PullHeartbeat)
+	}
+	lookNormal := func() (jetstream.Msg, error) { return fetchNow(ctx, l.normal) }
+	lookBulk := func() (jetstream.Msg, error) {
+		m, err := fetchNow(ctx, bulk)
+		if err != nil { // the normal lane must not stall with it
+			l.warnBulk(log, err, "fetch a task from the bulk lane")
+		}
+		if m != nil {
+			l.lastBulk.Store(time.Now().UnixNano())
+		}
 		return m, nil
 	}
-	if err == nil && time.Since(time.Unix(0, l.lastBulk.Load())) < bulkActive {
-		if m, err = fetchOne(ctx, bulk, lanePoll, 0); m != nil {
+	looks := []func() (jetstream.Msg, error){lookNormal, lookBulk}
+	if (w.taken+1)%bulkTurn == 0 { // this worker's every bulkTurn-th task
+		looks[0], looks[1] = lookBulk, lookNormal
+	}
+	for _, look := range looks {
+		if m, err := look(); m != nil || err != nil {
+			return m, err
+		}
+	}
+	if time.Since(time.Unix(0, l.lastBulk.Load())) < bulkActive {
+		m, err := fetchShort(ctx, bulk)
+		if m != nil {
 			l.lastBulk.Store(time.Now().UnixNano())
 		}
 		return m, err
 	}
-	if r == scout {
-		return fetchOne(ctx, l.normal, lanePoll, 0)
+	if l.scout.CompareAndSwap(false, true) {
+		defer l.scout.Store(false)
+		return fetchShort(ctx, l.normal)
 	}
-	return fetchOne(ctx, l.normal, bus.PullExpiry, bus.PullHeartbeat)
+	return fetchOne(ctx, l.normal, longPoll, bus.PullHeartbeat)
 }
 
-// fetchOne waits up to expiry for one message of cons (heartbeats every
-// hb, none if 0: a pull whose consumer's leader moved is given up within
-// two of them).
+// fetchOne waits up to expiry for one message of cons, with heartbeats
+// every hb (a pull whose consumer's leader moved is given up within two
+// of them); ctx ending ends it at once.
 func fetchOne(ctx context.Context, cons jetstream.Consumer, expiry, hb time.Duration) (jetstream.Msg, error) {
 	fctx, cancel := context.WithTimeout(ctx, expiry)
 	defer cancel()
-	opts := []jetstream.FetchOpt{jetstream.FetchContext(fctx)}
-	if hb > 0 {
-		opts = append(opts, jetstream.FetchHeartbeat(hb))
-	}
-	batch, err := cons.Fetch(1, opts...)
+	batch, err := cons.Fetch(1, jetstream.FetchContext(fctx), jetstream.FetchHeartbeat(hb))
 	if err != nil {
 		return nil, err
 	}
-	return first(batch, ctx)
+	return first(ctx, batch)
+}
+
+// fetchShort waits up to lanePoll for one message of cons. The server's
+// expiry of the pull ends it, not a context: a context set to lanePoll
+// would have nats.go stop listening a tenth of it after the server stops
+// waiting, and a task delivered in that gap, or later over a slow link,
+// would wait for the ack wait. ctx ending does not end it: a worker
+// stopping waits up to lanePoll, and hands back what came.
+func fetchShort(ctx context.Context, cons jetstream.Consumer) (jetstream.Msg, error) {
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(lanePoll))
+	if err != nil {
+		return nil, err
+	}
+	return first(ctx, batch)
 }
 
 // fetchNow takes one message of cons if one is waiting.
-func fetchNow(cons jetstream.Consumer) (jetstream.Msg, error) {
+func fetchNow(ctx context.Context, cons jetstream.Consumer) (jetstream.Msg, error) {
 	batch, err := cons.FetchNoWait(1)
 	if err != nil {
 		return nil, err
 	}
-	return first(batch, context.Background())
+	return first(ctx, batch)
 }
 
 // first returns the batch's message, if any, and the error that ended the
 // batch unless it only timed out. A message that arrives as ctx ends is
 // handed back.
-func first(batch jetstream.MessageBatch, ctx context.Context) (jetstream.Msg, error) {
+func first(ctx context.Context, batch jetstream.MessageBatch) (jetstream.Msg, error) {
 	var got jetstream.Msg
 	for m := range batch.Messages() {
 		if got != nil || ctx.Err() != nil {
@@ -198,9 +248,9 @@ func first(batch jetstream.MessageBatch, ctx context.Context) (jetstream.Msg, er
 
 // serve is one worker of queue l: take a task, run it, repeat until ctx
 // ends.
-func (a *Agent) serve(ctx, taskCtx context.Context, l *lanes, r role, log zerolog.Logger) {
+func (a *Agent) serve(ctx, taskCtx context.Context, l *lanes, w *worker, log zerolog.Logger) {
 	for ctx.Err() == nil {
-		m, err := a.next(ctx, l, r)
+		m, err := a.next(ctx, l, w, log)
 		if err != nil {
 			if ctx.Err() == nil {
 				log.Warn().Err(err).Msg("fetch task")

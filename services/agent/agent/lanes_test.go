@@ -18,12 +18,13 @@ import (
 	"jetflow.dev/services/agent/agent"
 )
 
-// gate is an operation that records which executions started it and
-// holds each until released.
+// gate is an operation that records which executions started it (and
+// at which delivery) and holds each until released.
 type gate struct {
-	mu      sync.Mutex
-	started []string
-	release chan struct{}
+	mu         sync.Mutex
+	started    []string
+	deliveries []int
+	release    chan struct{}
 }
 
 func newGate(t *testing.T) *gate {
@@ -35,6 +36,7 @@ func newGate(t *testing.T) *gate {
 func (g *gate) Handle(ctx context.Context, tk operation.Task) (any, error) {
 	g.mu.Lock()
 	g.started = append(g.started, tk.ExecutionID)
+	g.deliveries = append(g.deliveries, tk.Delivery)
 	g.mu.Unlock()
 	select {
 	case <-ctx.Done():
@@ -60,6 +62,18 @@ func (g *gate) starts() []string {
 	return slices.Clone(g.started)
 }
 
+// requireFirstDeliveries checks that every task the gate saw ran at its
+// first delivery: none waited for the ack wait in a pull the agent gave
+// up.
+func (g *gate) requireFirstDeliveries(t *testing.T) {
+	t.Helper()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i, d := range g.deliveries {
+		require.Equal(t, 1, d, "task of %s ran at delivery %d", g.started[i], d)
+	}
+}
+
 func runLaneAgent(t *testing.T, concurrency int, handlers map[string]operation.Handler) *agentBundle {
 	t.Helper()
 	_, js := natstest.Connect(t, natstest.RunJetStream(t))
@@ -67,6 +81,7 @@ func runLaneAgent(t *testing.T, concurrency int, handlers map[string]operation.H
 		Handlers: handlers}, js, zerolog.New(zerolog.NewTestWriter(t)))
 	require.NoError(t, err)
 	natstest.Serve(t, a.Run)
+	natstest.Eventually(t, waitFor, func() bool { return a.Ready() == nil }, "the agent binds its queues")
 	return &agentBundle{js: js}
 }
 
@@ -92,6 +107,7 @@ func TestAFanOutLeavesWorkersForOtherExecutions(t *testing.T) {
 	for i := range 6 {
 		b.waitFinal(t, fmt.Sprintf("fan-%d", i))
 	}
+	held.requireFirstDeliveries(t)
 }
 
 // TestTheNormalLaneGoesFirst: a worker that ends a task takes the normal
@@ -111,6 +127,7 @@ func TestTheNormalLaneGoesFirst(t *testing.T) {
 		b.waitFinal(t, id)
 	}
 	require.Equal(t, []string{"fan-0", "small", "fan-1", "fan-2"}, held.starts())
+	held.requireFirstDeliveries(t)
 }
 
 // TestABusyNormalLaneStillGetsEveryWorker: with no fan-out, every worker
@@ -127,4 +144,71 @@ func TestABusyNormalLaneStillGetsEveryWorker(t *testing.T) {
 	for i := range 5 {
 		b.waitFinal(t, fmt.Sprintf("x-%d", i))
 	}
+}
+
+// TestAnIdleAgentNoticesAFanOut: on an idle agent whose workers wait on
+// the normal lane, a task on the bulk lane is taken by the scout within
+// about a second, not when the others' long pulls end (30 s here). Not
+// parallel: it sets the package's long pull.
+func TestAnIdleAgentNoticesAFanOut(t *testing.T) {
+	defer agent.SetLongPoll(30 * time.Second)()
+	held := newGate(t)
+	b := runLaneAgent(t, 4, map[string]operation.Handler{"held": held})
+	time.Sleep(2 * time.Second) // every worker is idle, in its wait
+	began := time.Now()
+	b.publishTaskTo(t, bus.BulkTaskSubject(workflow.DefaultQueue), "fan", workflow.Step{ID: "s", Kind: "held"})
+	natstest.Eventually(t, waitFor, func() bool { return len(held.starts()) == 1 }, "the scout takes the fan-out's task")
+	require.Less(t, time.Since(began), 15*time.Second, "taken when a long pull ended, not by the scout")
+	held.open()
+	b.waitFinal(t, "fan")
+	held.requireFirstDeliveries(t)
+}
+
+// TestTheBulkLaneIsBoundOnceMade: an agent that may not make consumers,
+// beside a bootstrap that made only the normal lane (an older release),
+// serves the normal lane, and takes the bulk lane's tasks once the
+// bootstrap has made it.
+func TestTheBulkLaneIsBoundOnceMade(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	d := bus.Durables{TaskAckWait: ackWait}
+	_, err := bus.Bind(t.Context(), js, true, bus.AgentQueueConsumer(d, workflow.DefaultQueue), nil)
+	require.NoError(t, err)
+	held := newGate(t)
+	held.open()
+	a, err := agent.New(agent.Config{Name: agentName, AckWait: ackWait, Concurrency: 2, BindOnly: true,
+		Handlers: map[string]operation.Handler{"held": held}}, js, zerolog.New(zerolog.NewTestWriter(t)))
+	require.NoError(t, err)
+	natstest.Serve(t, a.Run)
+	natstest.Eventually(t, waitFor, func() bool { return a.Ready() == nil }, "the agent serves without the bulk lane")
+	b := &agentBundle{js: js}
+	b.publishTaskTo(t, bus.BulkTaskSubject(workflow.DefaultQueue), "fan", workflow.Step{ID: "s", Kind: "held"})
+	b.publishTask(t, "small", workflow.Step{ID: "s", Kind: "held"})
+	b.waitFinal(t, "small")
+	require.Equal(t, []string{"small"}, held.starts(), "no one serves the bulk lane yet")
+	_, err = bus.Bind(t.Context(), js, true, bus.AgentBulkQueueConsumer(d, workflow.DefaultQueue), nil)
+	require.NoError(t, err)
+	b.waitFinal(t, "fan")
+	held.requireFirstDeliveries(t)
+}
+
+// TestABusyNormalLaneDoesNotStarveTheBulkLane: a worker takes the bulk
+// lane first for every fourth task, so a fan-out moves on while the
+// normal lane is never empty.
+func TestABusyNormalLaneDoesNotStarveTheBulkLane(t *testing.T) {
+	t.Parallel()
+	held := newGate(t)
+	b := runLaneAgent(t, 1, map[string]operation.Handler{"held": held})
+	b.publishTask(t, "n0", workflow.Step{ID: "s", Kind: "held"})
+	natstest.Eventually(t, waitFor, func() bool { return len(held.starts()) == 1 }, "the one worker takes the first task")
+	b.publishTaskTo(t, bus.BulkTaskSubject(workflow.DefaultQueue), "fan", workflow.Step{ID: "s", Kind: "held"})
+	for i := 1; i <= 5; i++ {
+		b.publishTask(t, fmt.Sprintf("n%d", i), workflow.Step{ID: "s", Kind: "held"})
+	}
+	held.open()
+	b.waitFinal(t, "fan")
+	for i := 1; i <= 5; i++ {
+		b.waitFinal(t, fmt.Sprintf("n%d", i))
+	}
+	require.Equal(t, []string{"n0", "n1", "n2", "fan", "n3", "n4", "n5"}, held.starts())
 }
