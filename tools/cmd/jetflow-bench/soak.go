@@ -11,8 +11,8 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"strings"
-	"syscall"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -543,7 +543,7 @@ func runSoak(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalog.
 		}
 		cpu, stored := "-", "-"
 		if now := cpuTime(); now >= 0 && lastCPU >= 0 {
-			cpu = fmt.Sprintf("%.2f", (now - lastCPU).Seconds()/(at-lastAt).Seconds())
+			cpu = fmt.Sprintf("%.2f", (now-lastCPU).Seconds()/(at-lastAt).Seconds())
 			lastCPU, lastAt = now, at
 		}
 		if ai, err := conn.JS.AccountInfo(ctx); err == nil {
