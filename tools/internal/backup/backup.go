@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -228,6 +230,14 @@ func target(ctx context.Context, js jetstream.JetStream, m Manifest) (Target, er
 	case err != nil:
 		return t, fmt.Errorf("restore: look up bucket %s: %w", bus.BucketDispatchers, err)
 	default:
+		members, err := kv.ListKeysFiltered(ctx, partition.MemberKey(">"))
+		if err != nil {
+			return t, fmt.Errorf("restore: list the dispatchers: %w", err)
+		}
+		for k := range members.Keys() {
+			t.Dispatchers = append(t.Dispatchers, strings.TrimPrefix(k, partition.MemberKey("")))
+		}
+		slices.Sort(t.Dispatchers)
 		n, err := partition.Count(ctx, kv)
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):

@@ -188,8 +188,19 @@ func TestRestoreIntoBootstrappedDeployment(t *testing.T) {
 	require.NoError(t, err)
 
 	// A new deployment, bootstrapped (empty streams) before the restore:
-	// its empty streams give way without --replace.
+	// its empty streams give way without --replace, but not while a
+	// dispatcher runs against it.
 	dst := setup(t, 0)
+	js, err := jetstream.New(dst.nc)
+	require.NoError(t, err)
+	members, err := js.KeyValue(dst.ctx, bus.BucketDispatchers)
+	require.NoError(t, err)
+	_, err = members.Put(dst.ctx, partition.MemberKey("running-one"), []byte("{}"))
+	require.NoError(t, err)
+	_, err = backup.Restore(dst.ctx, dst.nc, dir, true, backup.Options{})
+	require.ErrorIs(t, err, backup.ErrRefused)
+	require.ErrorContains(t, err, "dispatchers running-one")
+	require.NoError(t, members.Delete(dst.ctx, partition.MemberKey("running-one")))
 	r, err := backup.Restore(dst.ctx, dst.nc, dir, false, backup.Options{})
 	require.NoError(t, err)
 	require.NotEmpty(t, r.Deleted)
@@ -296,6 +307,10 @@ func TestPlanRestore(t *testing.T) {
 
 	_, err = backup.PlanRestore(m, backup.Target{Partitions: partition.DefaultCount + 1}, true)
 	require.ErrorIs(t, err, backup.ErrRefused, "--replace does not change the number of partitions")
+
+	_, err = backup.PlanRestore(m, backup.Target{Dispatchers: []string{"d1", "d2"}}, true)
+	require.ErrorIs(t, err, backup.ErrRefused, "--replace under running services")
+	require.ErrorContains(t, err, "dispatchers d1, d2")
 }
 
 // TestTimersFireAfterRestore: the pending message schedules in the timers

@@ -206,6 +206,10 @@ type Target struct {
 	Streams []Existing
 	// Partitions recorded in the dispatchers bucket (0: none recorded).
 	Partitions int
+	// Dispatchers are the members of the dispatchers bucket: the
+	// dispatchers running against the server (a member's key lives a
+	// second past its last renewal).
+	Dispatchers []string
 }
 
 // RestorePlan is what a restore does before restoring the snapshots.
@@ -221,6 +225,10 @@ type RestorePlan struct {
 // number of partitions. A refusal lists every stream in the way.
 func PlanRestore(m Manifest, t Target, replace bool) (RestorePlan, error) {
 	var p RestorePlan
+	if len(t.Dispatchers) > 0 {
+		return p, fmt.Errorf("%w: jetflow services are running against this server (dispatchers %s): stop every jetflow service, "+
+			"then restore (jetflow dev --restore DIR restores before its services start)", ErrRefused, strings.Join(t.Dispatchers, ", "))
+	}
 	if t.Partitions != 0 && t.Partitions != m.Partitions {
 		return p, fmt.Errorf("%w: the server's deployment has %d dispatcher partitions and the backup %d; restore into a new deployment (or one with %d)",
 			ErrRefused, t.Partitions, m.Partitions, m.Partitions)
