@@ -41,6 +41,7 @@ var exampleRuns = map[string][]exampleRun{
 		},
 	}},
 	"slow.yaml": {{want: projections.StatusSucceeded}},
+	"ping.yaml": {{want: projections.StatusSucceeded}},
 	"chain.yaml": {{
 		// The api authenticates its callers: the step sends the token the
 		// development agent holds as a secret (scoped to start and read).
