@@ -90,10 +90,9 @@ func TestExitStatuses(t *testing.T) {
 	api := stack(t).APIURL
 	ok := writeFile(t, "name: fine\nsteps:\n  - id: a\n    kind: noop\n")
 	bad := writeFile(t, "name: broken\nsteps:\n  - id: a\n    kind: fail\n    message: no\n")
-	for _, f := range []string{ok, bad} {
-		code, _, stderr := jetflow(t, api, "workflow", "apply", "-f", f)
-		require.Equal(t, ExitOK, code, stderr)
-	}
+	code, applied, stderr := jetflow(t, api, "workflow", "apply", "-f", ok, "-f", bad) // each, in order
+	require.Equal(t, ExitOK, code, stderr)
+	require.Equal(t, "workflow fine version 1 created\nworkflow broken version 1 created\n", applied)
 	code, reader, stderr := jetflow(t, api, "keys", "create", "--name", "reader", "--scopes", "read")
 	require.Equal(t, ExitOK, code, stderr)
 	reader = strings.TrimSpace(reader)
@@ -124,6 +123,7 @@ func TestExitStatuses(t *testing.T) {
 		{"MissingArgument", api, []string{"show"}, ExitUsage, "name the execution"},
 		{"UnknownCommand", api, []string{"shwo"}, ExitUsage, "unknown command"},
 		{"BadOutput", api, []string{"ls", "-o", "yaml"}, ExitUsage, "use text or json"},
+		{"StandardInputTwice", api, []string{"workflow", "apply", "-f", "-", "-f", "-"}, ExitUsage, "standard input"},
 		{"BadStatus", api, []string{"ls", "--status", "done"}, ExitUsage, "--status"},
 		{"BadInputToTheAPI", api, []string{"run", "fine", "--id", "-bad-"}, ExitUsage, "id"},
 		{"NotFound", api, []string{"show", "nope"}, ExitNotFound, "does not exist"},

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -14,41 +15,30 @@ import (
 
 func (a *app) workflowCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "workflow", Aliases: []string{"workflows", "wf"}, Short: "Register and list workflow definitions"}
-	var file string
+	var files []string
 	apply := &cobra.Command{
-		Use:   "apply -f FILE",
+		Use:   "apply -f FILE [-f FILE...]",
 		Short: "Register a workflow definition (YAML or JSON); a changed definition becomes a new version",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if file == "" {
+			if len(files) == 0 {
 				return usagef("-f FILE is required (use - for standard input)")
 			}
-			var data []byte
-			var err error
-			if file == "-" {
-				data, err = io.ReadAll(cmd.InOrStdin())
-			} else {
-				data, err = os.ReadFile(file)
+			if n := len(slices.DeleteFunc(slices.Clone(files), func(f string) bool { return f != "-" })); n > 1 {
+				return usagef("-f - (standard input) can be given once")
 			}
-			if err != nil {
-				if st, serr := os.Stat(file); serr == nil && st.IsDir() {
-					return usagef("%s is a directory: apply one file at a time (jetflow dev --apply takes directories)", file)
+			for i, file := range files {
+				if err := a.applyFile(cmd, file); err != nil {
+					if i > 0 {
+						return fmt.Errorf("%w (the files before %s were applied)", err, file)
+					}
+					return err
 				}
-				return usageError{fmt.Errorf("read definition: %w", err)} // the error names the file
 			}
-			res, err := a.client().ApplyWorkflow(cmd.Context(), data)
-			if err != nil {
-				return explainDefinitionError(file, err)
-			}
-			verb := "unchanged"
-			if res.Created {
-				verb = "created"
-			}
-			fmt.Fprintf(a.stdout, "workflow %s version %d %s\n", res.Name, res.Version, verb)
 			return nil
 		},
 	}
-	apply.Flags().StringVarP(&file, "file", "f", "", "definition file (- for standard input)")
+	apply.Flags().StringArrayVarP(&files, "file", "f", nil, "definition file (- for standard input); repeat it to apply several, in order")
 	var out output
 	ls := &cobra.Command{
 		Use:   "ls [-o json]",
@@ -73,6 +63,33 @@ func (a *app) workflowCmd() *cobra.Command {
 	out.add(ls)
 	cmd.AddCommand(apply, ls)
 	return cmd
+}
+
+// applyFile registers the definition in file ("-": standard input).
+func (a *app) applyFile(cmd *cobra.Command, file string) error {
+	var data []byte
+	var err error
+	if file == "-" {
+		data, err = io.ReadAll(cmd.InOrStdin())
+	} else {
+		data, err = os.ReadFile(file)
+	}
+	if err != nil {
+		if st, serr := os.Stat(file); serr == nil && st.IsDir() {
+			return usagef("%s is a directory: apply its files with one -f each (jetflow dev --apply takes directories)", file)
+		}
+		return usageError{fmt.Errorf("read definition: %w", err)} // the error names the file
+	}
+	res, err := a.client().ApplyWorkflow(cmd.Context(), data)
+	if err != nil {
+		return explainDefinitionError(file, err)
+	}
+	verb := "unchanged"
+	if res.Created {
+		verb = "created"
+	}
+	fmt.Fprintf(a.stdout, "workflow %s version %d %s\n", res.Name, res.Version, verb)
+	return nil
 }
 
 // explainDefinitionError lists each problem as FILE:LINE: field: message.
