@@ -24,9 +24,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err := p.Parse(args); err != nil {
 		return err
 	}
-	if *bulkAfter == 0 { // the Config's default: a flag says it
-		return fmt.Errorf("-bulk-after (JETFLOW_BULK_AFTER) 0: out of range, use %d to %d, or %d for no bulk lane",
-			dispatch.Ranges.BulkAfter.Min, dispatch.Ranges.BulkAfter.Max, dispatch.NoBulkLane)
+	if r := dispatch.Ranges.BulkAfter; *bulkAfter != dispatch.NoBulkLane && (*bulkAfter < r.Min || *bulkAfter > r.Max) {
+		return fmt.Errorf("-bulk-after (JETFLOW_BULK_AFTER) %d: out of range, use %d to %d, or %d for no bulk lane",
+			*bulkAfter, r.Min, r.Max, dispatch.NoBulkLane)
 	}
 	cfg := dispatch.Config{Workers: *workers, AckWait: *ackWait, APIURL: *apiURL, BindOnly: p.Common.Restricted(), Member: *member, BulkAfter: *bulkAfter}
 	if err := cfg.Validate(); err != nil { // before waiting for NATS

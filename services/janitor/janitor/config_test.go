@@ -27,7 +27,7 @@ func TestConfigValidate(t *testing.T) {
 		"HugeInterval":      {cfg: janitor.Config{Interval: 1000 * time.Hour}, want: "janitor: Interval 1000h"},
 		"NegativeIdleAfter": {cfg: janitor.Config{IdleAfter: -time.Minute}, want: "janitor: IdleAfter -1m: out of range, use 100ms to 168h"},
 		"ShortIdleAfter":    {cfg: janitor.Config{IdleAfter: time.Millisecond}, want: "janitor: IdleAfter 1ms"},
-		"BadRetention":      {cfg: janitor.Config{RetentionDefault: "parent"}, want: `janitor: RetentionDefault "parent"`},
+		"BadRetention":      {cfg: janitor.Config{RetentionDefault: "parent"}, want: `janitor: RetentionDefault (-retention-default, JETFLOW_RETENTION_DEFAULT) "parent"`},
 	} {
 		err := tc.cfg.Validate()
 		_, newErr := janitor.New(tc.cfg, nil, zerolog.Nop())

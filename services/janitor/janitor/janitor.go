@@ -99,7 +99,7 @@ func (c Config) Validate() error {
 		return err
 	}
 	if _, err := retention.ParseDefault(c.RetentionDefault); err != nil {
-		return fmt.Errorf("janitor: RetentionDefault %q: %w", c.RetentionDefault, err)
+		return fmt.Errorf("janitor: RetentionDefault (-retention-default, JETFLOW_RETENTION_DEFAULT) %q: %w", c.RetentionDefault, err)
 	}
 	return nil
 }
