@@ -143,7 +143,7 @@ bench/foreach: ## Benchmark one execution of a foreach over FOREACH let items (5
 	$(GO) run ./tools/cmd/jetflow-bench -executions 0 -single 0 -foreach $(or $(FOREACH),5000) $(BENCH_FLAGS)
 
 .PHONY: bench/fairness
-bench/fairness: ## Benchmark fairness: 3-step executions idle and while one foreach of FAIRNESS noop operations (3000) runs; reports how far their p99 rises
+bench/fairness: ## Benchmark fairness: 3-step executions idle and while one foreach of FAIRNESS noop operations (3000) runs; reports how far their p99 rises (BENCH_FLAGS=-fairness-sleep 1s: slow exec operations)
 	$(GO) run ./tools/cmd/jetflow-bench -executions 0 -single 0 -fairness $(or $(FAIRNESS),3000) $(BENCH_FLAGS)
 
 .PHONY: bench/retention

@@ -27,8 +27,13 @@ const fairnessSamples = 100
 // start-to-finish latency of 3-step executions run one after another,
 // first on an idle system, then while a foreach of n noop operations (50
 // in flight) runs. The goal: the p99 while the fan-out runs stays within
-// 100 ms of the idle p99.
-func runFairness(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalog.Store, n int) error {
+// 100 ms of the idle p99. With sleep > 0 the fan-out's operations are
+// exec steps that sleep that long: slow operations, which hold agents.
+func runFairness(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalog.Store, n int, sleep time.Duration) error {
+	op := "{id: op, kind: noop}"
+	if sleep > 0 {
+		op = fmt.Sprintf(`{id: op, kind: exec, command: sleep, args: ["%g"]}`, sleep.Seconds())
+	}
 	fanout, err := workflow.Parse(fmt.Appendf(nil, `
 name: %s
 steps:
@@ -37,8 +42,8 @@ steps:
     items: ${0..%d}
     concurrency: 50
     steps:
-      - {id: op, kind: noop}
-`, fanoutWorkflow, n-1))
+      - %s
+`, fanoutWorkflow, n-1, op))
 	if err != nil {
 		return err
 	}
@@ -101,7 +106,11 @@ steps:
 			busy = append(busy, lat...)
 		}
 	}
-	fmt.Fprintf(out, "\nfairness run: 3-step executions one after another, idle and while a foreach of %d noop operations (50 in flight) runs\n", n)
+	what := "noop operations"
+	if sleep > 0 {
+		what = fmt.Sprintf("exec operations sleeping %s", sleep)
+	}
+	fmt.Fprintf(out, "\nfairness run: 3-step executions one after another, idle and while a foreach of %d %s (50 in flight) runs\n", n, what)
 	fmt.Fprintf(out, "  fan-out          %s (%.0f operations/s)\n", fanoutTook.Round(time.Millisecond), float64(n)/fanoutTook.Seconds())
 	printLatency(out, "idle", idle)
 	if len(busy) == 0 {

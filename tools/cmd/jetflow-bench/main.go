@@ -44,6 +44,8 @@ import (
 type config struct {
 	executions, concurrency, steps, single int
 	timers, failover, foreach, fairness    int
+	fairnessSleep                          time.Duration
+	bulkAfter                              int
 	timerLead                              time.Duration
 	locks, lockLimit                       int
 	retention, retentionKeep               int
@@ -73,6 +75,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.DurationVar(&c.timerLead, "timer-lead", 0, "how far ahead the timer run's common due time is (default max(5s, timers/1000 s))")
 	fs.IntVar(&c.foreach, "foreach", 0, "items of the foreach run: one execution of a foreach of let steps (0 skips it)")
 	fs.IntVar(&c.fairness, "fairness", 0, "operations of the fairness run's fan-out: the latency of small executions idle and while one foreach of that many noop operations runs (0 skips it)")
+	fs.IntVar(&c.bulkAfter, "bulk-after", 0, "the dispatcher's -bulk-after (0: its default; -1: every task on the normal lane, as before the agents' bulk lanes)")
+	fs.DurationVar(&c.fairnessSleep, "fairness-sleep", 0, "make the fairness run's fan-out operations exec steps that sleep this long (0: noop), as slow operations hold agents")
 	fs.IntVar(&c.failover, "failover", 0, "executions in the failover run: three dispatchers, one cut off while they run (0 skips it)")
 	fs.IntVar(&c.locks, "locks", 0, "executions in the lock run, all contending for one lock (0 skips it)")
 	fs.IntVar(&c.lockLimit, "lock-semaphore", 1, "holders the lock run's lock allows at once (1: a mutex)")
@@ -100,7 +104,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if c.executions < 0 || c.concurrency < 1 || c.steps < 1 || c.single < 0 || c.timers < 0 || c.timerLead < 0 || c.failover < 0 || c.foreach < 0 || c.fairness < 0 {
+	if c.executions < 0 || c.concurrency < 1 || c.steps < 1 || c.single < 0 || c.timers < 0 || c.timerLead < 0 || c.failover < 0 || c.foreach < 0 || c.fairness < 0 || c.fairnessSleep < 0 {
 		return fmt.Errorf("-concurrency and -steps must be positive, -executions, -single, -timers and -timer-lead non-negative")
 	}
 	if c.locks < 0 || c.lockLimit < 1 || c.lockLimit > events.MaxSemaphore {
@@ -126,7 +130,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		c.dataDir = dir
 	}
 	scfg := devstack.Config{DataDir: c.dataDir, NATSAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
-		Log: zerolog.New(os.Stderr).Level(zerolog.WarnLevel), Insecure: c.insecure}
+		Log: zerolog.New(os.Stderr).Level(zerolog.WarnLevel), Insecure: c.insecure, BulkAfter: c.bulkAfter}
 	if c.retention > 0 {
 		scfg.JanitorInterval = quietJanitor
 	}
@@ -217,7 +221,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		}
 	}
 	if c.fairness > 0 {
-		if err := runFairness(ctx, out, conn, store, c.fairness); err != nil {
+		if err := runFairness(ctx, out, conn, store, c.fairness, c.fairnessSleep); err != nil {
 			return err
 		}
 	}

@@ -86,6 +86,9 @@ type Config struct {
 	// CacheSize bounds the execution states the dispatcher keeps in
 	// memory (0: its default, 10000).
 	CacheSize int
+	// BulkAfter is the dispatcher's -bulk-after (0: its default;
+	// dispatch.NoBulkLane: every task on the normal lane).
+	BulkAfter int
 	// Janitor settings.
 	JanitorInterval time.Duration
 	IdleAfter       time.Duration
@@ -459,7 +462,7 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 			return l
 		}
 		start(ns, "dispatcher", func(ctx context.Context, c *bus.Conn) error {
-			d, err := dispatch.New(ctx, dispatch.Config{Workers: cfg.Workers, CacheSize: cfg.CacheSize, APIURL: info.APIURL, BindOnly: restricted}, c.JS, log("dispatcher"))
+			d, err := dispatch.New(ctx, dispatch.Config{Workers: cfg.Workers, CacheSize: cfg.CacheSize, BulkAfter: cfg.BulkAfter, APIURL: info.APIURL, BindOnly: restricted}, c.JS, log("dispatcher"))
 			if err != nil {
 				return err
 			}
@@ -521,7 +524,7 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 func (c Config) validate() error {
 	return cmp.Or(
 		agent.Config{AckWait: c.TaskAckWait, MaxDeliver: c.MaxDeliver, Concurrency: c.Concurrency, KillGrace: c.KillGrace}.Validate(),
-		dispatch.Config{Workers: c.Workers, CacheSize: c.CacheSize}.Validate(),
+		dispatch.Config{Workers: c.Workers, CacheSize: c.CacheSize, BulkAfter: c.BulkAfter}.Validate(),
 		janitor.Config{Interval: c.JanitorInterval, IdleAfter: c.IdleAfter, RetentionDefault: c.RetentionDefault}.Validate(),
 		api.Config{StartWait: c.StartWait, MaxReadModel: c.MaxReadModel}.Validate(),
 	)
