@@ -53,7 +53,7 @@ func TestRunRefuses(t *testing.T) {
 		want []string
 	}{
 		"BadRetentionDefault": {args: []string{"-retention-default", "max(parent, 3)"},
-			want: []string{`RetentionDefault "max(parent, 3)"`, "cannot refer to context, parent or system"}},
+			want: []string{`-retention-default, JETFLOW_RETENTION_DEFAULT) "max(parent, 3)"`, "cannot refer to context, parent or system"}},
 		"NegativeInterval": {args: []string{"-interval", "-30s"},
 			want: []string{"-interval (JETFLOW_JANITOR_INTERVAL) -30s", "out of range, use 10ms to 24h"}},
 		"ZeroIntervalEnv":   {env: map[string]string{"JETFLOW_JANITOR_INTERVAL": "0s"}, want: []string{"-interval (JETFLOW_JANITOR_INTERVAL) 0s"}},

@@ -45,7 +45,8 @@ func setup(t *testing.T) *testBundle {
 	defs, err := catalog.Open(t.Context(), js)
 	require.NoError(t, err)
 	tasks, err := js.CreateOrUpdateConsumer(t.Context(), bus.StreamTasks, jetstream.ConsumerConfig{
-		Durable: "test-agent", FilterSubject: bus.TaskSubject(workflow.DefaultQueue),
+		// Both lanes: a fan-out's tasks past its second are on the bulk lane.
+		Durable: "test-agent", FilterSubjects: []string{bus.TaskSubject(workflow.DefaultQueue), bus.BulkTaskSubject(workflow.DefaultQueue)},
 		AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second,
 	})
 	require.NoError(t, err)
