@@ -34,8 +34,25 @@ func Transient(err error) bool {
 	}
 	var jerr jetstream.JetStreamError
 	if errors.As(err, &jerr) && jerr.APIError() != nil {
-		return jerr.APIError().Code == http.StatusServiceUnavailable
+		return jerr.APIError().Code == http.StatusServiceUnavailable || InProcess(err)
 	}
 	var aerr *jetstream.APIError
-	return errors.As(err, &aerr) && aerr.Code == http.StatusServiceUnavailable
+	return errors.As(err, &aerr) && (aerr.Code == http.StatusServiceUnavailable || InProcess(err))
+}
+
+// errCodeInProcess is JetStream's "duplicate message id is in process": a
+// replicated stream is still storing a message with the same id (an
+// earlier attempt of the same publish), which may yet be stored.
+const errCodeInProcess = 10158
+
+// InProcess reports whether err says a publish with the same message id
+// is still being stored: the same publish sent again a little later gets
+// the stored message's answer (a duplicate), or its refusal.
+func InProcess(err error) bool {
+	var jerr jetstream.JetStreamError
+	if errors.As(err, &jerr) && jerr.APIError() != nil {
+		return jerr.APIError().ErrorCode == errCodeInProcess
+	}
+	var aerr *jetstream.APIError
+	return errors.As(err, &aerr) && aerr.ErrorCode == errCodeInProcess
 }

@@ -19,9 +19,14 @@ func TestTransient(t *testing.T) {
 		jetstream.ErrNoStreamResponse, jetstream.ErrJetStreamNotEnabled, // 503: a server still starting
 		fmt.Errorf("publish start: %w", jetstream.ErrNoStreamResponse),
 		&jetstream.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"},
+		// The same publish sent again while a replicated stream stores it.
+		fmt.Errorf("append: %w", &jetstream.APIError{Code: 409, ErrorCode: 10158, Description: "duplicate message id is in process"}),
 	} {
 		require.True(t, bus.Transient(err), "%v", err)
 	}
+	require.True(t, bus.InProcess(fmt.Errorf("append: %w", &jetstream.APIError{Code: 409, ErrorCode: 10158})))
+	require.False(t, bus.InProcess(&jetstream.APIError{Code: 400, ErrorCode: 10071}))
+	require.False(t, bus.InProcess(nil))
 	for _, err := range []error{
 		nil, errors.New("boom"), context.Canceled, jetstream.ErrStreamNotFound, jetstream.ErrMsgNotFound,
 		&jetstream.APIError{Code: 400, ErrorCode: 10071, Description: "wrong last sequence: 4"},

@@ -296,6 +296,11 @@ const appendAttempt = 1500 * time.Millisecond
 
 const appendAttempts = 3
 
+// appendInProcessWaits bounds the waits, 250 ms each, for an earlier
+// attempt that a replicated stream is still storing ("duplicate message
+// id is in process"): those do not count as attempts.
+const appendInProcessWaits = 20
+
 // Append is [Append] with the store's stream handle.
 func (s *Store) Append(ctx context.Context, subject string, lastSeq uint64, ev events.Event) (uint64, error) {
 	msg, err := bus.Encode(subject, ev)
@@ -303,18 +308,26 @@ func (s *Store) Append(ctx context.Context, subject string, lastSeq uint64, ev e
 		return 0, err
 	}
 	var ack *jetstream.PubAck
+	inProcess := 0
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, appendAttempt)
 		ack, err = s.js.PublishMsg(actx, msg, jetstream.WithMsgID(ev.ID), jetstream.WithExpectLastSequencePerSubject(lastSeq))
 		cancel()
-		if err == nil || attempt == appendAttempts || ctx.Err() != nil || !bus.Transient(err) {
+		wait := 50 * time.Millisecond
+		if bus.InProcess(err) && inProcess < appendInProcessWaits {
+			// An earlier attempt is still being stored by the replicas: it
+			// does not count as an attempt; ask again once it is done.
+			inProcess++
+			attempt--
+			wait = 250 * time.Millisecond
+		} else if err == nil || attempt == appendAttempts || ctx.Err() != nil || !bus.Transient(err) {
 			break
 		}
 		// The same id and expected sequence again: an attempt that was
 		// stored after all is recognised (a duplicate, or below).
 		select {
 		case <-ctx.Done():
-		case <-time.After(50 * time.Millisecond):
+		case <-time.After(wait):
 		}
 	}
 	if err == nil {
