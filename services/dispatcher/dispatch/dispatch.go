@@ -182,6 +182,10 @@ func (c Config) withDefaults() Config {
 
 // Dispatcher runs workflow logic.
 type Dispatcher struct {
+	// retryingHere counts the workers retrying a message in process
+	// (process, retryHereFor).
+	retryingHere atomic.Int32
+
 	cfg  Config
 	js   jetstream.JetStream
 	log  zerolog.Logger
@@ -440,24 +444,36 @@ func (d *Dispatcher) process(ctx context.Context, j job) {
 			j.ev.Time = sentAt(j.ev.Time, md.Timestamp)
 		}
 	}
-	began := time.Now()
+	began, retryHere := time.Now(), retryHereFor
 	err := d.handle(log.WithContext(ctx), j.ev)
 	// A failure that may pass (a stream or bucket electing a leader) is
 	// tried again here, the message kept, for up to retryHereFor. Handed
 	// back to JetStream instead, its redelivery would wait on its consumer,
 	// whose leader may be in the same election: a Nak sent meanwhile is
 	// lost, and the message comes back only after its ack wait.
-	for tries := 1; err != nil && bus.Transient(err) && ctx.Err() == nil && time.Since(began) < retryHereFor; tries++ {
-		if j.from != nil {
-			if epoch, ok := d.parts.table.Holds(j.from.part); !ok || epoch != j.from.epoch {
-				break // the partition moved on: its next holder takes it
+	//
+	// At most a quarter of the workers retry so at once (retryingHere): a
+	// resource that stays unhealthy (one queue's stream, the lock bucket)
+	// must not hold every worker, and executions that do not use it, for
+	// retryHereFor; past that, a message is handed back as before.
+	if err != nil && bus.Transient(err) {
+		if d.retryingHere.Add(1) > int32(max(1, d.cfg.Workers/4)) {
+			retryHere = 0
+		}
+		for tries := 1; err != nil && bus.Transient(err) && ctx.Err() == nil && time.Since(began) < retryHere; tries++ {
+			select {
+			case <-ctx.Done():
+			case <-time.After(min(retryDelay(tries), time.Second)):
 			}
+			// A renewal merely late (the dispatchers' bucket electing a
+			// leader too) is waited for; a partition that moved on is its
+			// next holder's to handle.
+			if ctx.Err() != nil || (j.from != nil && !d.parts.table.Await(ctx, j.from.part, j.from.epoch, retryHere-time.Since(began))) {
+				break
+			}
+			err = d.handle(log.WithContext(ctx), j.ev)
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(min(retryDelay(tries), time.Second)):
-		}
-		err = d.handle(log.WithContext(ctx), j.ev)
+		d.retryingHere.Add(-1)
 	}
 	close(handled)
 	hb.Stop()
