@@ -83,7 +83,7 @@ func RunCluster(t testing.TB) []*server.Server {
 	// suitable peers for placement".
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		if formed(servers) {
+		if Formed(servers) {
 			return servers
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -92,9 +92,10 @@ func RunCluster(t testing.TB) []*server.Server {
 	return nil
 }
 
-// formed reports whether a server of the cluster is the JetStream meta
-// leader and sees every other server as a current peer.
-func formed(servers []*server.Server) bool {
+// Formed reports whether a server of the cluster is the JetStream meta
+// leader and sees every other server as a current peer (what RunCluster
+// waits for; a test that starts its own nodes can wait for it too).
+func Formed(servers []*server.Server) bool {
 	for _, s := range servers {
 		if !s.JetStreamIsLeader() {
 			continue

@@ -128,7 +128,7 @@ func TestComposeClusterConfig(t *testing.T) {
 	for _, n := range nodes {
 		t.Cleanup(func() { natsserver.Stop(n) })
 	}
-	natstest.Eventually(t, 30*time.Second, func() bool { return clusterFormed(nodes) },
+	natstest.Eventually(t, 30*time.Second, func() bool { return natstest.Formed(nodes) },
 		"the three nodes form a JetStream cluster over TLS routes")
 
 	ca := nats.RootCAs(filepath.Join(secrets, "tls", "ca.pem"))
@@ -190,29 +190,6 @@ func startConfCluster(t *testing.T, conf string) ([]*server.Server, error) {
 		nodes = append(nodes, srv)
 	}
 	return nodes, nil
-}
-
-// clusterFormed reports whether a node is the JetStream meta leader and
-// counts every other node as a current peer (as natstest.RunCluster
-// waits for).
-func clusterFormed(nodes []*server.Server) bool {
-	for _, s := range nodes {
-		if !s.JetStreamIsLeader() {
-			continue
-		}
-		info, err := s.Jsz(nil)
-		if err != nil || info.Meta == nil {
-			return false
-		}
-		current := 0
-		for _, p := range info.Meta.Replicas {
-			if p.Current && !p.Offline {
-				current++
-			}
-		}
-		return current == len(nodes)-1
-	}
-	return false
 }
 
 // fakeKubectl stands in for kubectl: "create secret generic NAME
