@@ -12,13 +12,18 @@ import (
 	"jetflow.dev/services/dispatcher/dispatch"
 )
 
-// tasksOn counts the tasks stored on each subject of the tasks stream.
+// tasksOn counts the tasks stored on each subject of the tasks stream
+// (nil when it cannot be read just now).
 func tasksOn(t *testing.T, js jetstream.JetStream) map[string]uint64 {
 	t.Helper()
 	s, err := js.Stream(t.Context(), bus.StreamTasks)
-	require.NoError(t, err)
+	if err != nil {
+		return nil
+	}
 	info, err := s.Info(t.Context(), jetstream.WithSubjectFilter(bus.TasksPrefix+".>"))
-	require.NoError(t, err)
+	if err != nil {
+		return nil
+	}
 	return info.State.Subjects
 }
 
