@@ -241,6 +241,12 @@ func (p *Projector) projectBatch(ctx context.Context, batch []jetstream.Msg) {
 	}
 	for _, subject := range order {
 		g := groups[subject]
+		if ctx.Err() != nil { // stopping: the rest is delivered again, to whoever projects next
+			for _, m := range g.msgs {
+				_ = m.Nak()
+			}
+			continue
+		}
 		g.inOrder()
 		id := g.id
 		if p.isParked(id) {
