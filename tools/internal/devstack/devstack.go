@@ -601,7 +601,7 @@ func restore(ctx context.Context, info Info, cfg Config) error {
 		return err
 	}
 	log.Info().Str("backup", cfg.Restore).Str("jetflow_version", r.Manifest.Jetflow).Time("taken_at", r.Manifest.StartedAt).
-		Dur("took", r.Took).Msg("backup restored; the projector rebuilds the read models")
+		Int64("took_ms", r.Took.Milliseconds()).Msg("backup restored; the projector rebuilds the read models")
 	return nil
 }
 
