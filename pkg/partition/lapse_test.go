@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -29,12 +28,7 @@ func TestLapsedLeaseIsTakenBack(t *testing.T) {
 	ctx := t.Context()
 	kv, err := js.KeyValue(ctx, bus.BucketDispatchers)
 	require.NoError(t, err)
-	var mu sync.Mutex
-	var released []int
-	tbl, err := partition.New(js, kv, partition.Config{Member: "a", Partitions: 4,
-		Acquire: func(context.Context, int, uint64) error { return nil },
-		Release: func(p int, _ uint64) { mu.Lock(); released = append(released, p); mu.Unlock() }})
-	require.NoError(t, err)
+	tbl, released := memberA(t, js, kv, 4)
 	defer tbl.WaitStarts()
 
 	// a holds every partition; a watch shows what the bucket does to them.
@@ -103,12 +97,8 @@ func TestLapsedLeaseIsTakenBack(t *testing.T) {
 		_, ok := tbl.Holds(p)
 		require.False(t, ok, "partition %d: another member holds it", p)
 	}
-	natstest.Eventually(t, 10*time.Second, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		got := slices.Sorted(slices.Values(released))
-		return slices.Equal(got, []int{2, 3})
-	}, "2 and 3 released, 0 and 1 not")
+	natstest.Eventually(t, 10*time.Second, func() bool { return slices.Equal(released(), []int{2, 3}) },
+		"2 and 3 released, 0 and 1 not")
 
 	// Taken back for good: the next renewals go on from the new revision.
 	tbl.RenewNow(ctx, 0)

@@ -2,6 +2,7 @@ package partition_test
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -26,12 +27,7 @@ func TestRenewalStoredButUnacknowledgedKeepsTheLease(t *testing.T) {
 	ctx := t.Context()
 	kv, err := js.KeyValue(ctx, bus.BucketDispatchers)
 	require.NoError(t, err)
-	var mu sync.Mutex
-	var released []int
-	tbl, err := partition.New(js, kv, partition.Config{Member: "a", Partitions: 2,
-		Acquire: func(context.Context, int, uint64) error { return nil },
-		Release: func(p int, _ uint64) { mu.Lock(); released = append(released, p); mu.Unlock() }})
-	require.NoError(t, err)
+	tbl, released := memberA(t, js, kv, 2)
 
 	// a holds partitions 0 and 1, as acquire leaves them.
 	for p := range 2 {
@@ -58,10 +54,24 @@ func TestRenewalStoredButUnacknowledgedKeepsTheLease(t *testing.T) {
 	tbl.RenewNow(ctx, 1)
 	_, ok = tbl.Holds(1)
 	require.False(t, ok, "a lease another member holds is lost")
-	require.Eventually(t, func() bool {
+	require.Eventually(t, func() bool { return slices.Equal(released(), []int{1}) },
+		10*time.Second, 10*time.Millisecond, "1 is released, 0 is not")
+	tbl.WaitStarts()
+}
+
+// memberA is member "a"'s table of n partitions, which acquires without
+// doing anything, and what it has released so far, sorted.
+func memberA(t *testing.T, js jetstream.JetStream, kv jetstream.KeyValue, n int) (*partition.Table, func() []int) {
+	t.Helper()
+	var mu sync.Mutex
+	var released []int
+	tbl, err := partition.New(js, kv, partition.Config{Member: "a", Partitions: n,
+		Acquire: func(context.Context, int, uint64) error { return nil },
+		Release: func(p int, _ uint64) { mu.Lock(); released = append(released, p); mu.Unlock() }})
+	require.NoError(t, err)
+	return tbl, func() []int {
 		mu.Lock()
 		defer mu.Unlock()
-		return len(released) == 1 && released[0] == 1
-	}, 10*time.Second, 10*time.Millisecond, "1 is released, 0 is not")
-	tbl.WaitStarts()
+		return slices.Sorted(slices.Values(released))
+	}
 }

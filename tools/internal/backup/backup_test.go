@@ -29,16 +29,9 @@ type testBundle struct {
 // setup starts a server with jetflow's topology (consumers included).
 func setup(t *testing.T, partitions int) testBundle {
 	t.Helper()
-	s := natstest.RunJetStream(t)
-	nc, err := nats.Connect(s.ClientURL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	t.Cleanup(cancel)
-	require.NoError(t, bus.Bootstrap(ctx, js, bus.Config{Partitions: partitions}, bus.Durables{Partitions: partitions}))
-	return testBundle{nc: nc, js: js, ctx: ctx}
+	b := bare(t)
+	require.NoError(t, bus.Bootstrap(b.ctx, b.js, bus.Config{Partitions: partitions}, bus.Durables{Partitions: partitions}))
+	return b
 }
 
 // bare starts a server with nothing on it.

@@ -2,13 +2,11 @@ package cli
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"jetflow.dev/pkg/bus"
@@ -54,18 +52,7 @@ func TestRestoreRefusesBeforeConnecting(t *testing.T) {
 func TestAdminFindsDevWithoutFlags(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	cfg := devstack.Config{DataDir: dir, NATSAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
-		Log: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	ready := make(chan devstack.Info, 1)
-	done := make(chan error, 1)
-	go func() { done <- devstack.Run(ctx, cfg, func(i devstack.Info) { ready <- i }) }()
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("stack stopped: %v", err)
-	}
+	stackIn(t, dir)
 	c, err := devstack.ReadConn(dir)
 	require.NoError(t, err)
 	require.Equal(t, filepath.Join(dir, devstack.AuthDir, "default", "admin.creds"), c.AdminCreds)
@@ -74,10 +61,8 @@ func TestAdminFindsDevWithoutFlags(t *testing.T) {
 	a := &app{getenv: func(k string) string { return map[string]string{"JETFLOW_DATA": dir}[k] }, stdout: &out, stderr: &errOut}
 	cmd := a.backupCmd()
 	cmd.SetArgs([]string{filepath.Join(t.TempDir(), "b")})
-	cmd.SetContext(ctx)
+	cmd.SetContext(t.Context())
 	require.NoError(t, cmd.Execute(), errOut.String())
 	require.Contains(t, out.String(), "backing up "+c.NATS)
 	require.Contains(t, out.String(), "backup done")
-	cancel()
-	require.NoError(t, <-done)
 }

@@ -25,13 +25,20 @@ import (
 // stack runs jetflow in-process for the CLI to talk to.
 func stack(t *testing.T) devstack.Info {
 	t.Helper()
-	cfg := devstack.Config{DataDir: t.TempDir(), NATSAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
+	info, _ := stackIn(t, t.TempDir())
+	return info
+}
+
+// stackIn is stack on the data directory dir (where the CLI finds it
+// through JETFLOW_DATA); it stops when the test ends, or at stop.
+func stackIn(t *testing.T, dir string) (info devstack.Info, stop func()) {
+	t.Helper()
+	cfg := devstack.Config{DataDir: dir, NATSAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
 		Log: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel), RetentionDefault: "forever"}
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan devstack.Info, 1)
 	done := make(chan error, 1)
 	go func() { done <- devstack.Run(ctx, cfg, func(i devstack.Info) { ready <- i }) }()
-	var info devstack.Info
 	select {
 	case info = <-ready:
 	case err := <-done:
@@ -42,7 +49,7 @@ func stack(t *testing.T) devstack.Info {
 		t.Fatal("stack did not start")
 	}
 	stackTokens.Store(info.APIURL, info.AdminToken)
-	t.Cleanup(func() {
+	stop = sync.OnceFunc(func() {
 		stackTokens.Delete(info.APIURL)
 		cancel()
 		select {
@@ -52,7 +59,8 @@ func stack(t *testing.T) devstack.Info {
 			t.Error("stack did not stop")
 		}
 	})
-	return info
+	t.Cleanup(stop)
+	return info, stop
 }
 
 // stackTokens maps each test stack's api to its admin token.
@@ -251,19 +259,7 @@ func TestStatusesAgree(t *testing.T) {
 func TestAPIFoundWithoutFlags(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	cfg := devstack.Config{DataDir: dir, NATSAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
-		Log: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	ready := make(chan devstack.Info, 1)
-	done := make(chan error, 1)
-	go func() { done <- devstack.Run(ctx, cfg, func(i devstack.Info) { ready <- i }) }()
-	var info devstack.Info
-	select {
-	case info = <-ready:
-	case err := <-done:
-		t.Fatalf("stack stopped: %v", err)
-	}
+	info, stop := stackIn(t, dir)
 
 	env := map[string]string{"JETFLOW_DATA": dir}
 	a := &app{getenv: func(k string) string { return env[k] }}
@@ -298,8 +294,7 @@ func TestAPIFoundWithoutFlags(t *testing.T) {
 	require.Equal(t, "from-flag", c.token())
 	require.Empty(t, (&app{getenv: func(string) string { return "" }}).token())
 
-	cancel()
-	require.NoError(t, <-done)
+	stop()
 	_, err := os.Stat(filepath.Join(dir, devstack.ConnFile))
 	require.True(t, os.IsNotExist(err), "a stopped jetflow dev leaves no connection file")
 	require.Equal(t, defaultAPI, (&app{getenv: func(k string) string { return map[string]string{"JETFLOW_DATA": dir}[k] }}).api())
