@@ -77,26 +77,26 @@ func (s *Server) listWorkflows(w http.ResponseWriter, r *http.Request) {
 // workflowName reads the workflow name in the path, answering 400 itself
 // when it cannot be one.
 func workflowName(w http.ResponseWriter, r *http.Request) (string, bool) {
-	name := r.PathValue("name")
-	if !events.ValidWorkflowName(name) {
-		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: "name",
-			Message: fmt.Sprintf("%q is not a valid workflow name: %s", name, events.WorkflowNameRule)})
-		return "", false
-	}
-	return name, true
+	return pathValue(w, r, "name", "workflow name", events.WorkflowNameRule, events.ValidWorkflowName)
 }
 
 // executionID returns the request's {id}, or answers 400 naming the rule
 // an execution id follows (an id that cannot exist is a mistake to say,
 // not a 404).
 func executionID(w http.ResponseWriter, r *http.Request) (string, bool) {
-	id := r.PathValue("id")
-	if !events.ValidExecutionID(id) {
-		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: "id",
-			Message: fmt.Sprintf("%q is not a valid execution id: %s", id, events.ExecutionIDRule)})
+	return pathValue(w, r, "id", "execution id", events.ExecutionIDRule, events.ValidExecutionID)
+}
+
+// pathValue returns the request's path value key, or answers 400 naming
+// the field and the rule (what) it breaks.
+func pathValue(w http.ResponseWriter, r *http.Request, key, what, rule string, valid func(string) bool) (string, bool) {
+	v := r.PathValue(key)
+	if !valid(v) {
+		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: key,
+			Message: fmt.Sprintf("%q is not a valid %s: %s", v, what, rule)})
 		return "", false
 	}
-	return id, true
+	return v, true
 }
 
 func (s *Server) getWorkflow(w http.ResponseWriter, r *http.Request) {
