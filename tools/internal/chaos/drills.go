@@ -611,17 +611,7 @@ func runsAgain(marks []drillMark, prefix string, killed map[int]time.Time) (reru
 
 // leaderOf names the node leading stream ("" if unknown).
 func (r *run) leaderOf(ctx context.Context, stream string) string {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	s, err := r.js.Stream(ctx, stream)
-	if err != nil {
-		return ""
-	}
-	si, err := s.Info(ctx)
-	if err != nil || si.Cluster == nil {
-		return ""
-	}
-	return si.Cluster.Leader
+	return streamLeader(ctx, r.js, stream)
 }
 
 // consumerLeaders counts the dispatchers' partition consumers each node

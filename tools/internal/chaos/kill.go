@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"time"
+
+	"jetflow.dev/pkg/bus"
 )
 
 // Kinds of victims.
@@ -93,7 +95,7 @@ func (r *run) kill(ctx context.Context, kind string, i int) (Kill, error) {
 	case KindNode:
 		// Every other kill takes the events stream's leader, the others
 		// another node.
-		leader := streamLeader(ctx, r.js)
+		leader := r.leaderOf(ctx, bus.StreamEvents)
 		var pick []*natsNode
 		for _, node := range r.nodes {
 			if (node.name == leader) == (i%2 == 0) {

@@ -178,11 +178,11 @@ func jetStreamReady(ctx context.Context, js jetstream.JetStream, replicas int) e
 	return nil
 }
 
-// streamLeader names the events stream's leader ("" if unknown).
-func streamLeader(ctx context.Context, js jetstream.JetStream) string {
+// streamLeader names the node leading stream ("" if unknown).
+func streamLeader(ctx context.Context, js jetstream.JetStream, stream string) string {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	s, err := js.Stream(ctx, bus.StreamEvents)
+	s, err := js.Stream(ctx, stream)
 	if err != nil {
 		return ""
 	}
