@@ -34,16 +34,7 @@ func runFairness(ctx context.Context, out io.Writer, conn *bus.Conn, store *cata
 	if sleep > 0 {
 		op = fmt.Sprintf(`{id: op, kind: exec, command: sleep, args: ["%g"]}`, sleep.Seconds())
 	}
-	fanout, err := workflow.Parse(fmt.Appendf(nil, `
-name: %s
-steps:
-  - id: each
-    kind: foreach
-    items: ${0..%d}
-    concurrency: 50
-    steps:
-      - %s
-`, fanoutWorkflow, n-1, op))
+	fanout, err := foreachOf(fanoutWorkflow, n, op)
 	if err != nil {
 		return err
 	}

@@ -15,11 +15,10 @@ import (
 // items, 50 at a time, of a let step the dispatcher runs itself.
 const foreachWorkflow = "bench-foreach"
 
-// runForeach times one execution of a foreach over n items whose steps
-// the dispatcher runs itself: what one large execution costs the
-// dispatcher, decision after decision.
-func runForeach(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalog.Store, n int) error {
-	d, err := workflow.Parse([]byte(fmt.Sprintf(`
+// foreachOf is the workflow name: a foreach over n items, 50 at a time,
+// each running step (a YAML flow mapping).
+func foreachOf(name string, n int, step string) (workflow.Definition, error) {
+	return workflow.Parse(fmt.Appendf(nil, `
 name: %s
 steps:
   - id: each
@@ -27,8 +26,15 @@ steps:
     items: ${0..%d}
     concurrency: 50
     steps:
-      - {id: v, kind: let, vars: {last: "${item}"}}
-`, foreachWorkflow, n-1)))
+      - %s
+`, name, n-1, step))
+}
+
+// runForeach times one execution of a foreach over n items whose steps
+// the dispatcher runs itself: what one large execution costs the
+// dispatcher, decision after decision.
+func runForeach(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalog.Store, n int) error {
+	d, err := foreachOf(foreachWorkflow, n, `{id: v, kind: let, vars: {last: "${item}"}}`)
 	if err != nil {
 		return err
 	}
