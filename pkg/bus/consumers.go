@@ -59,12 +59,20 @@ func AgentBulkConsumer(queue string) string { return "bulk-agent-" + queue }
 // heartbeat (every third of it) before JetStream gives it to another
 // agent: a dead agent's tasks run again within seconds, and a live agent
 // heartbeats three times in it, however long its operation runs.
-const DefaultTaskAckWait = 5 * time.Second
+const DefaultTaskAckWait = 4 * time.Second
+
+// DefaultDispatcherAckWait is how long a command, result or timer may be
+// in a dispatcher's hands without its heartbeat (every third of it)
+// before JetStream delivers it again. It bounds how long a message lost
+// in flight stays unseen: one a consumer's leader delivered just before
+// its node died is delivered again by the new leader only after it.
+const DefaultDispatcherAckWait = 5 * time.Second
 
 // Durables sizes the durable consumers. The zero value is the default.
 type Durables struct {
 	// DispatcherAckWait is how long a command, result or timer may be in a
-	// dispatcher's hands before JetStream gives it to another. Default 30s.
+	// dispatcher's hands before JetStream gives it to another. Default
+	// DefaultDispatcherAckWait.
 	DispatcherAckWait time.Duration
 	// DispatcherMaxAckPending bounds messages in flight per dispatcher
 	// consumer. Default 1024.
@@ -75,7 +83,7 @@ type Durables struct {
 	// Queues are the agent queues to create consumers for. Default ["default"].
 	Queues []string
 	// TaskAckWait is how long a task may go without an agent's heartbeat
-	// before it is given to another agent. Default 30s.
+	// before it is given to another agent. Default DefaultTaskAckWait.
 	TaskAckWait time.Duration
 	// MaxDeliver is how often a task is delivered before the janitor fails
 	// it. Default 5.
@@ -83,7 +91,7 @@ type Durables struct {
 }
 
 func (d Durables) withDefaults() Durables {
-	d.DispatcherAckWait = cmp.Or(d.DispatcherAckWait, 30*time.Second)
+	d.DispatcherAckWait = cmp.Or(d.DispatcherAckWait, DefaultDispatcherAckWait)
 	d.DispatcherMaxAckPending = cmp.Or(d.DispatcherMaxAckPending, 1024)
 	d.Partitions = cmp.Or(d.Partitions, partition.DefaultCount)
 	if len(d.Queues) == 0 {

@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"time"
 
 	"jetflow.dev/pkg/auth"
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/services/dispatcher/dispatch"
 	"jetflow.dev/services/internal/svcrun"
 )
@@ -14,7 +14,7 @@ import (
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
 	p := svcrun.New(auth.RoleDispatcher, getenv, stderr)
 	workers := p.IntIn("workers", "JETFLOW_WORKERS", 32, dispatch.Ranges.Workers, "goroutines handling executions")
-	ackWait := p.DurationIn("ack-wait", "JETFLOW_DISPATCH_ACK_WAIT", 30*time.Second, dispatch.Ranges.AckWait,
+	ackWait := p.DurationIn("ack-wait", "JETFLOW_DISPATCH_ACK_WAIT", bus.DefaultDispatcherAckWait, dispatch.Ranges.AckWait,
 		"redelivery timeout of commands and results (with -creds, the bootstrap's consumers decide)")
 	member := p.String("member", "JETFLOW_DISPATCHER_MEMBER", "",
 		"this dispatcher's name among those sharing the partitions, unique per process (default: host, pid and a random suffix)")

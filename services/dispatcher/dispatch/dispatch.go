@@ -51,7 +51,8 @@ type Config struct {
 	// CacheSize bounds the execution states kept in memory. Default 10000.
 	CacheSize int
 	// AckWait is how long a command or result may be handled before
-	// JetStream redelivers it. Default 30s.
+	// JetStream redelivers it (a message handled longer is kept alive
+	// every third of it). Default bus.DefaultDispatcherAckWait (5s).
 	AckWait time.Duration
 	// MaxAckPending bounds messages in flight per consumer. Default 1024.
 	MaxAckPending int
@@ -158,7 +159,7 @@ func (c Config) withDefaults() Config {
 	c.Workers = cmp.Or(c.Workers, 32)
 	c.Source = cmp.Or(c.Source, "jetflow/dispatcher")
 	c.CacheSize = cmp.Or(c.CacheSize, 10000)
-	c.AckWait = cmp.Or(c.AckWait, 30*time.Second)
+	c.AckWait = cmp.Or(c.AckWait, bus.DefaultDispatcherAckWait)
 	c.MaxAckPending = cmp.Or(c.MaxAckPending, 1024)
 	c.BulkAfter = cmp.Or(c.BulkAfter, DefaultBulkAfter)
 	if c.Now == nil {
@@ -260,6 +261,9 @@ type job struct {
 	// intake: a command taken from the intake for a partition this
 	// dispatcher holds, handled here instead of going through the inbox.
 	intake bool
+	// got is when the message was queued: its ack wait runs from then,
+	// whatever its wait behind its execution's other messages.
+	got time.Time
 }
 
 // Run consumes commands and results until ctx ends.
@@ -317,6 +321,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	// enqueue checks a message first. from is the partition holding it
 	// came from (nil for the shared consumers).
 	queue := func(j job) {
+		j.got = time.Now()
 		if ctx.Err() != nil || !work.add(j) {
 			_ = j.msg.Nak() // shutting down: hand it to another dispatcher now
 			j.from.done()
@@ -438,7 +443,10 @@ func (d *Dispatcher) process(ctx context.Context, j job) {
 	if j.intake {
 		ackWait = bus.IntakeAckWait
 	}
-	hb := time.AfterFunc(ackWait/3, func() { d.keepAlive(j.msg, ackWait, handled) })
+	// Its ack wait began when it was queued: one that waited behind its
+	// execution's backlog is kept alive at once, not a third of the wait
+	// after its handling began.
+	hb := time.AfterFunc(max(0, ackWait/3-time.Since(j.got)), func() { d.keepAlive(j.msg, ackWait, handled) })
 	if md, err := j.msg.Metadata(); err == nil {
 		if _, result := events.ResultRef(j.ev.Data); !result {
 			j.ev.Time = sentAt(j.ev.Time, md.Timestamp)

@@ -196,6 +196,6 @@ jetflow dev runs it at every start.`,
 	f.IntVar(&d.Partitions, "partitions", 0, "dispatcher partitions of a new deployment (0: the number recorded, or 8 for a new deployment; fixed once recorded)")
 	f.DurationVar(&d.TaskAckWait, "task-ack-wait", bus.DefaultTaskAckWait, "time without an agent's heartbeat before a task goes to another agent")
 	f.IntVar(&d.MaxDeliver, "max-deliver", 5, "deliveries of a task before the janitor fails it")
-	f.DurationVar(&d.DispatcherAckWait, "dispatch-ack-wait", 30*time.Second, "how long a dispatcher may hold a command of its partitions, a result or a timer (the intake holds a command 2s at most)")
+	f.DurationVar(&d.DispatcherAckWait, "dispatch-ack-wait", bus.DefaultDispatcherAckWait, "how long a dispatcher may hold a command of its partitions, a result or a timer (the intake holds a command 2s at most)")
 	return cmd
 }
