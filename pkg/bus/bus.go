@@ -60,7 +60,20 @@ type Config struct {
 	// running with credentials): Open only connects, and the streams,
 	// buckets and consumers are the bootstrap's ([Bootstrap]).
 	Restricted bool
+	// RequestTimeout bounds a JetStream request that has no deadline of
+	// its own (0: nats.go's 5 s). Services use [ServiceRequestTimeout].
+	RequestTimeout time.Duration
 }
+
+// ServiceRequestTimeout is how long a service's JetStream request without
+// a deadline of its own waits for its answer. The client does not fail a
+// request in flight when its connection drops (its server died, or moved
+// its clients away in lame duck mode): the answer never comes, and the
+// request waits this long before it is tried again. nats.go's 5 s made a
+// start that was being checked when its api's server died wait 5 s, and
+// the execution's first step with it; every caller retries a timeout
+// (bus.Transient), and a healthy cluster answers in milliseconds.
+const ServiceRequestTimeout = 2 * time.Second
 
 func (c Config) withDefaults() Config {
 	if c.Replicas <= 0 {
@@ -340,7 +353,11 @@ func Open(ctx context.Context, url, name string, c Config, opts ...nats.Option) 
 	if err != nil {
 		return nil, nil, err
 	}
-	js, err := jetstream.New(nc)
+	var jsOpts []jetstream.JetStreamOpt
+	if c.RequestTimeout > 0 {
+		jsOpts = append(jsOpts, jetstream.WithDefaultTimeout(c.RequestTimeout))
+	}
+	js, err := jetstream.New(nc, jsOpts...)
 	if err != nil {
 		nc.Close()
 		return nil, nil, fmt.Errorf("jetstream: %w", err)

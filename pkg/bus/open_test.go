@@ -72,3 +72,27 @@ func TestMissingNamesWhatIsGone(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"bucket " + bus.BucketLocks}, missing, "a stream it may not look up is not looked at")
 }
+
+// TestRequestTimeoutBoundsAnUnansweredRequest: a request that is never
+// answered (as one in flight when its server died) waits RequestTimeout,
+// not nats.go's 5 s, and fails as a transient error its caller retries.
+func TestRequestTimeoutBoundsAnUnansweredRequest(t *testing.T) {
+	t.Parallel()
+	s := natstest.RunJetStream(t)
+	// A subscriber that takes the publish and never answers it.
+	hole, _ := natstest.Connect(t, s)
+	_, err := hole.SubscribeSync("jf.blackhole")
+	require.NoError(t, err)
+	require.NoError(t, hole.Flush())
+
+	nc, js, err := bus.Open(t.Context(), s.ClientURL(), "test", bus.Config{Restricted: true, RequestTimeout: 300 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	began := time.Now()
+	_, err = js.Publish(context.Background(), "jf.blackhole", []byte("x"))
+	took := time.Since(began)
+	require.Error(t, err)
+	require.True(t, bus.Transient(err), "a timeout is retried by its caller: %v", err)
+	require.GreaterOrEqual(t, took, 300*time.Millisecond)
+	require.Less(t, took, 3*time.Second, "bounded by RequestTimeout, not the client's 5 s default")
+}

@@ -4,10 +4,18 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
+
+// PublishAttempt bounds one attempt of a publish that is sent again when
+// it fails (same message id, so an attempt stored after all is not stored
+// twice). A publish sent to a stream whose leader just stopped answering
+// gets no answer at all; unbounded, it waits the client's whole timeout
+// (5 s) and may miss the new leader by that much.
+const PublishAttempt = 1500 * time.Millisecond
 
 // Transient reports whether err is NATS or JetStream being away, slow or
 // between leaders: the same request can succeed a moment later (a

@@ -286,15 +286,19 @@ func Append(ctx context.Context, js jetstream.JetStream, subject string, lastSeq
 	return (&Store{js: js}).Append(ctx, subject, lastSeq, ev)
 }
 
-// appendAttempt bounds one publish of an append. While the events
-// stream elects a leader (4 to 9 s after its leader's node died) a
-// publish gets no answer at all; unbounded, it waits the client's whole
-// timeout (5 s) and may miss the new leader by that much. Bounded, it is
-// sent again (up to appendAttempts times) and stored soon after the
-// election.
-const appendAttempt = 1500 * time.Millisecond
+// appendAttempt bounds one publish of an append (bus.PublishAttempt):
+// while the events stream elects a leader (4 to 9 s after its leader's
+// node died) a publish gets no answer at all; bounded, it is sent again
+// and stored soon after the election.
+const appendAttempt = bus.PublishAttempt
 
-const appendAttempts = 3
+// appendAttempts covers the longest election (nats-server's Raft waits 4
+// to 9 s for a leader that stopped answering, then elects one), so an
+// append sent during it is stored within an attempt of the new leader:
+// with three attempts (4.5 s) an append that began early in a 5 s
+// election failed, was handed back to its consumer, and came back only
+// after the consumer's ack wait.
+const appendAttempts = 7
 
 // appendInProcessWaits bounds the waits, 250 ms each, for an earlier
 // attempt that a replicated stream is still storing ("duplicate message

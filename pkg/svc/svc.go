@@ -281,5 +281,6 @@ func (c *Common) Open(ctx context.Context, ns string, role auth.Role, name strin
 		}
 		opts = append(opts, o...)
 	}
-	return bus.Open(ctx, *c.NATSURL, name, bus.Config{Replicas: *c.Replicas, OnRetry: onRetry, Restricted: c.Restricted()}, opts...)
+	return bus.Open(ctx, *c.NATSURL, name, bus.Config{Replicas: *c.Replicas, OnRetry: onRetry, Restricted: c.Restricted(),
+		RequestTimeout: bus.ServiceRequestTimeout}, opts...)
 }

@@ -591,7 +591,12 @@ func (a *Agent) report(ctx context.Context, id string, p events.Payload) error {
 	}
 	deadline := time.Now().Add(reportFor)
 	for backoff := 50 * time.Millisecond; ; backoff = min(backoff*2, 2*time.Second) {
-		_, err = a.js.PublishMsg(ctx, msg, jetstream.WithMsgID(id))
+		// Each attempt bounded: one sent as the results stream's leader
+		// stopped (its node stopped or died) gets no answer, and would
+		// wait the client's whole timeout.
+		actx, cancel := context.WithTimeout(ctx, bus.PublishAttempt)
+		_, err = a.js.PublishMsg(actx, msg, jetstream.WithMsgID(id))
+		cancel()
 		if err == nil || time.Now().After(deadline) || ctx.Err() != nil || errors.Is(err, nats.ErrMaxPayload) {
 			return err
 		}

@@ -436,7 +436,7 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 				log.Error().Err(err).Msg("nats")
 			}))
 			nc, js, err := bus.Open(gctx, url, "jetflow-"+name, bus.Config{Replicas: cfg.Replicas, Restricted: restricted,
-				OnRetry: func(err error) {
+				RequestTimeout: bus.ServiceRequestTimeout, OnRetry: func(err error) {
 					log.Warn().Err(err).Msg("waiting for jetstream")
 				}}, opts...)
 			if err != nil {
@@ -503,7 +503,8 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 			if err != nil {
 				return err
 			}
-			nc, js, err := bus.Open(ctx, url, "jetflow-api", bus.Config{Replicas: cfg.Replicas, Restricted: restricted}, opts...)
+			nc, js, err := bus.Open(ctx, url, "jetflow-api", bus.Config{Replicas: cfg.Replicas, Restricted: restricted,
+				RequestTimeout: bus.ServiceRequestTimeout}, opts...)
 			if err != nil {
 				return fmt.Errorf("api, namespace %s: %w", ns, err)
 			}
