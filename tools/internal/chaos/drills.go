@@ -99,6 +99,14 @@ var drills = []drill{
 		fault: func(ctx context.Context, r *run, res *DrillResult) error {
 			return r.killNodeLeading(ctx, res, bus.StreamEvents, r.cfg.Drills.Down)
 		}},
+	{name: "events-leader-stop", what: "the node leading the events stream stopped as for maintenance (SIGTERM: it hands its leaderships over first), back after Down",
+		fault: func(ctx context.Context, r *run, res *DrillResult) error {
+			return r.stopNodeLeading(ctx, res, bus.StreamEvents, syscall.SIGTERM, r.cfg.Drills.Down)
+		}},
+	{name: "events-leader-ldm", what: "the node leading the events stream put in lame duck mode (SIGUSR2: leaderships handed over, clients moved, then it stops), back after Down",
+		fault: func(ctx context.Context, r *run, res *DrillResult) error {
+			return r.stopNodeLeading(ctx, res, bus.StreamEvents, syscall.SIGUSR2, r.cfg.Drills.Down)
+		}},
 	{name: "node", what: "SIGKILL of a node leading neither the events nor the commands stream, started again after NodeDown",
 		fault: func(ctx context.Context, r *run, res *DrillResult) error {
 			return r.killNodeLeading(ctx, res, "", r.cfg.Drills.NodeDown)
@@ -646,6 +654,13 @@ func (r *run) consumerLeaders(ctx context.Context) (map[string]int, int) {
 // leading neither the events nor the commands stream), starts it again
 // after down, and waits until the events stream's replicas are current.
 func (r *run) killNodeLeading(ctx context.Context, res *DrillResult, stream string, down time.Duration) error {
+	return r.stopNodeLeading(ctx, res, stream, syscall.SIGKILL, down)
+}
+
+// stopNodeLeading ends the node leading stream (any other node for "")
+// with sig, waits until it has exited (SIGTERM and lame duck mode hand
+// its leaderships over first), and starts it again after down.
+func (r *run) stopNodeLeading(ctx context.Context, res *DrillResult, stream string, sig syscall.Signal, down time.Duration) error {
 	leaders, all := r.consumerLeaders(ctx)
 	var victim *natsNode
 	if stream != "" {
@@ -675,8 +690,19 @@ func (r *run) killNodeLeading(ctx context.Context, res *DrillResult, stream stri
 	res.Victim = fmt.Sprintf("node %s (leader of %s; of %d of %d dispatcher partition consumers), down %s", victim.name,
 		cmp.Or(strings.Join(led, ", "), "no stream"), leaders[victim.name], all, down)
 	res.At = time.Now()
-	if err := victim.Kill(); err != nil {
-		return err
+	if sig == syscall.SIGKILL {
+		if err := victim.Kill(); err != nil {
+			return err
+		}
+	} else {
+		res.Victim += ", " + map[syscall.Signal]string{syscall.SIGTERM: "SIGTERM", syscall.SIGUSR2: "lame duck mode"}[sig]
+		if err := victim.Signal(sig); err != nil {
+			return err
+		}
+		// Lame duck mode ends by itself after the node's lame_duck_duration.
+		if !victim.Wait(lameDuckDuration + 30*time.Second) {
+			return fmt.Errorf("chaos: node %s did not stop after %s", victim.name, sig)
+		}
 	}
 	select {
 	case <-ctx.Done():

@@ -55,6 +55,9 @@ func startNATS(bin, dir, trustConf string, nodes int, log io.Writer) ([]*natsNod
 		if nodes > 1 {
 			fmt.Fprintf(&b, "cluster { name: jf, listen: \"127.0.0.1:%d\", routes: [%s] }\n", ports[nodes+i], strings.Join(routes, ", "))
 		}
+		// Lame duck mode (the events-leader-ldm drill): leaderships
+		// handed over, then the clients moved within lameDuckDuration.
+		fmt.Fprintf(&b, "lame_duck_duration: %q\nlame_duck_grace_period: \"1s\"\n", lameDuckDuration)
 		b.WriteString(trustConf)
 		conf := filepath.Join(dir, name+".conf")
 		if err := os.WriteFile(conf, []byte(b.String()), 0o600); err != nil {
@@ -69,6 +72,10 @@ func startNATS(bin, dir, trustConf string, nodes int, log io.Writer) ([]*natsNod
 	}
 	return out, nil
 }
+
+// lameDuckDuration is how long a node in lame duck mode takes to move its
+// clients before it stops (nats-server's least).
+const lameDuckDuration = 30 * time.Second
 
 // freePorts picks n loopback ports that are free now, below the range
 // the system hands out for outgoing connections and for port 0: a server

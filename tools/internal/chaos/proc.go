@@ -101,6 +101,17 @@ func (p *Process) Signal(sig os.Signal) error {
 	return proc.Signal(sig)
 }
 
+// Wait waits at most d for the process to exit by itself (after a
+// signal that ends it gracefully), and reports whether it did.
+func (p *Process) Wait(d time.Duration) bool {
+	select {
+	case <-p.exited:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
 // Killed waits until the process, sent SIGKILL, is gone, and checks that
 // the SIGKILL ended it.
 func (p *Process) Killed() error {
