@@ -22,6 +22,11 @@ import (
 
 // Options are told what a backup or a restore does, stream by stream.
 type Options struct {
+	// Starting, if set, is called by Restore once every check has passed,
+	// before it changes anything: what it says from then on (a header,
+	// the streams it deletes) never comes before a refusal. Backup does
+	// not call it.
+	Starting func(Manifest, RestorePlan)
 	// Progress, if set, is called after each stream.
 	Progress func(Snapshot)
 }
@@ -171,6 +176,9 @@ func Restore(ctx context.Context, nc *nats.Conn, dir string, replace bool, o Opt
 	p, err := PlanRestore(m, t, replace)
 	if err != nil {
 		return r, err
+	}
+	if o.Starting != nil {
+		o.Starting(m, p)
 	}
 	// From here on the server changes: an error says how to finish.
 	partway := func(err error) error {

@@ -168,9 +168,6 @@ data directory with --restore DIR instead.`,
 		Args: exactlyOne("name the backup directory: jetflow admin restore DIR"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if _, err := backup.ReadManifest(args[0]); err != nil { // before connecting: a wrong directory is said at once
-				if errors.Is(err, backup.ErrRefused) || errors.Is(err, backup.ErrNotBackup) {
-					return exitError{code: refused(a, err)}
-				}
 				return err
 			}
 			ctx, cancel, nc, url, err := nf.connect(cmd.Context(), a, "jetflow-restore")
@@ -180,16 +177,19 @@ data directory with --restore DIR instead.`,
 			}
 			defer nc.Close()
 			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintf(a.stdout, "restoring %s into %s\n", args[0], url)
-			fmt.Fprintln(tw, "STREAM\tMESSAGES\tLAST SEQ\tCONSUMERS\tTOOK")
-			r, err := backup.Restore(ctx, nc, args[0], replace, backup.Options{Progress: func(s backup.Snapshot) {
-				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\n", s.Stream, s.Messages, s.LastSeq, s.ConsumerCount,
-					(time.Duration(s.TookMS) * time.Millisecond).String())
-			}})
+			// Nothing is printed before every check has passed: a refusal
+			// is the only thing said.
+			r, err := backup.Restore(ctx, nc, args[0], replace, backup.Options{
+				Starting: func(backup.Manifest, backup.RestorePlan) {
+					fmt.Fprintf(a.stdout, "restoring %s into %s\n", args[0], url)
+					fmt.Fprintln(tw, "STREAM\tMESSAGES\tLAST SEQ\tCONSUMERS\tTOOK")
+				},
+				Progress: func(s backup.Snapshot) {
+					fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\n", s.Stream, s.Messages, s.LastSeq, s.ConsumerCount,
+						(time.Duration(s.TookMS) * time.Millisecond).String())
+				},
+			})
 			_ = tw.Flush()
-			if errors.Is(err, backup.ErrRefused) || errors.Is(err, backup.ErrNotBackup) {
-				return exitError{code: refused(a, err)}
-			}
 			if err != nil {
 				return cause(ctx, err)
 			}
@@ -214,17 +214,6 @@ data directory with --restore DIR instead.`,
 	nf.add(cmd)
 	cmd.Flags().BoolVar(&replace, "replace", false, "delete the streams that hold data (and the read models) and put the backup's in their place")
 	return cmd
-}
-
-// refused prints why a restore was refused and returns its exit status:
-// nothing was changed.
-func refused(a *app, err error) int {
-	fmt.Fprintln(a.stderr, "jetflow:", err)
-	fmt.Fprintln(a.stderr, "jetflow: nothing was changed")
-	if errors.Is(err, backup.ErrNotBackup) {
-		return ExitUsage
-	}
-	return ExitConflict
 }
 
 // size is a byte count for people.
