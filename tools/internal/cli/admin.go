@@ -33,7 +33,7 @@ func (n *natsFlags) add(cmd *cobra.Command) {
 
 // ErrNotAdmin means the server refused the identity a subject of the
 // JetStream API: only the admin identity may snapshot and restore.
-var ErrNotAdmin = errors.New("the server refused this identity the JetStream API (snapshots and restores need the admin identity: give its creds with --creds)")
+var ErrNotAdmin = errors.New("the server refused this identity the JetStream API (snapshots, restores and the bootstrap need the admin identity: give its creds with --creds)")
 
 // connect dials NATS as the admin identity. The context it returns ends
 // as soon as the server refuses the identity a subject (a refused request

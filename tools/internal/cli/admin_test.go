@@ -92,8 +92,9 @@ func TestRestoreRefusalComesFirst(t *testing.T) {
 }
 
 // TestAdminFindsDevWithoutFlags: beside a jetflow dev (its data directory
-// in JETFLOW_DATA), jetflow admin backup finds its NATS and its admin
-// identity by itself.
+// in JETFLOW_DATA), jetflow admin backup and jetflow bootstrap find its
+// NATS and its admin identity by itself; without them bootstrap is
+// refused.
 func TestAdminFindsDevWithoutFlags(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -111,6 +112,22 @@ func TestAdminFindsDevWithoutFlags(t *testing.T) {
 	require.Contains(t, out.String(), "backing up "+c.NATS)
 	require.Contains(t, out.String(), "backup done")
 
+	out.Reset()
+	errOut.Reset()
+	boot := a.bootstrapCmd()
+	boot.SetArgs(nil)
+	boot.SetContext(t.Context())
+	require.NoError(t, boot.Execute(), errOut.String())
+	require.Contains(t, out.String(), "topology ready on "+c.NATS)
+
+	// Not beside it, with its NATS named and no creds: the server refuses.
+	b := &app{getenv: func(string) string { return "" }, stdout: &out, stderr: &errOut}
+	boot = b.bootstrapCmd()
+	boot.SetArgs([]string{"--nats", c.NATS})
+	boot.SetContext(t.Context())
+	err = boot.Execute()
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "Authorization Violation")
 }
 
 // TestExitCodeRule: the errors of every command map to the statuses of

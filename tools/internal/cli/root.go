@@ -43,7 +43,7 @@ const (
 	// backup this jetflow cannot read; a data directory in use).
 	ExitConflict = 4
 	// ExitUnreachable: the api could not be reached, or NATS for the
-	// commands that talk to it (admin).
+	// commands that talk to it (admin, bootstrap).
 	ExitUnreachable = 5
 	// ExitDenied: the api refused the caller: not authenticated (401: no
 	// token, or an unknown, expired or revoked one) or not allowed (403:
