@@ -180,11 +180,9 @@ func TestJSONOutput(t *testing.T) {
 	// moment after --watch saw the last one.
 	var x projections.Execution
 	require.Eventually(t, func() bool {
-		code, out, stderr = jetflow(t, api, "show", "j-2", "-o", "json")
-		require.Equal(t, ExitOK, code, stderr)
-		require.NoError(t, json.Unmarshal([]byte(out), &x), out)
-		return x.Status == projections.StatusSucceeded
-	}, 20*time.Second, 50*time.Millisecond)
+		code, out, _ = jetflow(t, api, "show", "j-2", "-o", "json")
+		return code == ExitOK && json.Unmarshal([]byte(out), &x) == nil && x.Status == projections.StatusSucceeded
+	}, 20*time.Second, 50*time.Millisecond, out)
 
 	code, out, stderr = jetflow(t, api, "events", "j-2", "-o", "json")
 	require.Equal(t, ExitOK, code, stderr)

@@ -98,6 +98,7 @@ when one is named by --api or JETFLOW_API, for at most 2 s ("api":
 		},
 	}
 	o.add(cmd)
+	cmd.Flags().Lookup("output").Usage = "output format: text, or json (this build's version, commit and Go version)"
 	return cmd
 }
 
