@@ -118,12 +118,16 @@ safe to lose. The services may keep running. It needs the admin identity.`,
 			}
 			defer nc.Close()
 			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintf(a.stdout, "backing up %s into %s\n", url, args[0])
-			fmt.Fprintln(tw, "STREAM\tMESSAGES\tLAST SEQ\tCONSUMERS\tSIZE\tTOOK")
-			m, err := backup.Backup(ctx, nc, args[0], backup.Options{Progress: func(s backup.Snapshot) {
-				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\n", s.Stream, s.Messages, s.LastSeq, s.ConsumerCount, size(s.SnapshotBytes),
-					(time.Duration(s.TookMS) * time.Millisecond).String())
-			}})
+			m, err := backup.Backup(ctx, nc, args[0], backup.Options{
+				Starting: func(backup.Manifest) { // not before a refusal (a directory in use)
+					fmt.Fprintf(a.stdout, "backing up %s into %s\n", url, args[0])
+					fmt.Fprintln(tw, "STREAM\tMESSAGES\tLAST SEQ\tCONSUMERS\tSIZE\tTOOK")
+				},
+				Progress: func(s backup.Snapshot) {
+					fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\n", s.Stream, s.Messages, s.LastSeq, s.ConsumerCount, size(s.SnapshotBytes),
+						(time.Duration(s.TookMS) * time.Millisecond).String())
+				},
+			})
 			_ = tw.Flush()
 			if err != nil {
 				return cause(ctx, err)
@@ -180,7 +184,7 @@ data directory with --restore DIR instead.`,
 			// Nothing is printed before every check has passed: a refusal
 			// is the only thing said.
 			r, err := backup.Restore(ctx, nc, args[0], replace, backup.Options{
-				Starting: func(backup.Manifest, backup.RestorePlan) {
+				Starting: func(backup.Manifest) {
 					fmt.Fprintf(a.stdout, "restoring %s into %s\n", args[0], url)
 					fmt.Fprintln(tw, "STREAM\tMESSAGES\tLAST SEQ\tCONSUMERS\tTOOK")
 				},

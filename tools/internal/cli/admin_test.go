@@ -67,7 +67,8 @@ func TestRestoreRefusesBeforeConnecting(t *testing.T) {
 // TestRestoreRefusalComesFirst: a restore refused because of what the
 // server holds says so and nothing else (no header, no progress), with
 // the same exit status from jetflow admin restore (dispatchers running)
-// and jetflow dev --restore (histories in its data directory).
+// and jetflow dev --restore (histories in its data directory); so does a
+// backup into a directory in use.
 func TestRestoreRefusalComesFirst(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -77,7 +78,12 @@ func TestRestoreRefusalComesFirst(t *testing.T) {
 	code, _, stderr := jetflow(t, "", append([]string{"admin", "backup", b}, natsFlags...)...)
 	require.Equal(t, ExitOK, code, stderr)
 
-	code, stdout, stderr := jetflow(t, "", append([]string{"admin", "restore", b}, natsFlags...)...)
+	code, stdout, stderr := jetflow(t, "", append([]string{"admin", "backup", b}, natsFlags...)...)
+	require.Equal(t, ExitUsage, code, stderr)
+	require.Empty(t, stdout, "printed before the refusal")
+	require.Contains(t, stderr, "is not empty")
+
+	code, stdout, stderr = jetflow(t, "", append([]string{"admin", "restore", b}, natsFlags...)...)
 	require.Equal(t, ExitConflict, code, stderr)
 	require.Empty(t, stdout, "printed before the refusal")
 	require.Contains(t, stderr, "jetflow services are running against this server")

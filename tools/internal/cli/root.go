@@ -31,8 +31,8 @@ const (
 	ExitFailed = 1
 	// ExitUsage: the command line, or the input it names or sent, is wrong
 	// and must be fixed (unknown flag, missing argument, an api answer
-	// 400, 413 or 422, a directory that is no jetflow backup, an invalid
-	// definition for jetflow dev --apply).
+	// 400, 413 or 422, a directory that is no jetflow backup or, for a
+	// backup, one in use, an invalid definition for jetflow dev --apply).
 	ExitUsage = 2
 	// ExitNotFound: the execution, workflow or lock does not exist (404),
 	// or no longer does (410: expired under its retention rule).
@@ -104,7 +104,7 @@ func exitCode(err error) int {
 	switch {
 	case errors.As(err, &ue) || isCobraUsage(err):
 		return ExitUsage
-	case errors.Is(err, backup.ErrNotBackup): // jetflow admin restore and jetflow dev --restore alike
+	case errors.Is(err, backup.ErrNotBackup), errors.Is(err, backup.ErrDirInUse): // jetflow admin restore and jetflow dev --restore alike
 		return ExitUsage
 	case errors.Is(err, workflow.ErrInvalid): // jetflow dev --apply, as the api's 422 for workflow apply
 		return ExitUsage
