@@ -28,11 +28,13 @@ help: ## Show the targets
 # not stamp the commit into binaries built in a workspace.
 VERSION ?= $(shell git describe --always --dirty --tags 2>/dev/null)
 LDFLAGS := -X jetflow.dev/pkg/svc.stamped=$(VERSION)
+# The commit jetflow version -o json reports, for the same reason.
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
 
 .PHONY: build
 build: ## Build the jetflow CLI, jetflow-bench, jetflow-chaos, nats-server and the four service binaries into bin/
 	@mkdir -p bin
-	$(GO) build -ldflags "$(LDFLAGS)" -o bin/jetflow ./tools/cmd/jetflow
+	$(GO) build -ldflags "$(LDFLAGS) -X jetflow.dev/tools/internal/cli.stampedCommit=$(COMMIT)" -o bin/jetflow ./tools/cmd/jetflow
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/jetflow-bench ./tools/cmd/jetflow-bench
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/jetflow-chaos ./tools/cmd/jetflow-chaos
 	$(GO) build -o bin/nats-server github.com/nats-io/nats-server/v2
@@ -40,8 +42,8 @@ build: ## Build the jetflow CLI, jetflow-bench, jetflow-chaos, nats-server and t
 
 .PHONY: image
 image: ## Build the container images jetflow:VERSION and jetflow-agent:VERSION (deployments/Dockerfile; needs docker)
-	docker build -f deployments/Dockerfile --build-arg VERSION=$(VERSION) -t jetflow:$(VERSION) .
-	docker build -f deployments/Dockerfile --target agent --build-arg VERSION=$(VERSION) -t jetflow-agent:$(VERSION) .
+	docker build -f deployments/Dockerfile --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t jetflow:$(VERSION) .
+	docker build -f deployments/Dockerfile --target agent --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t jetflow-agent:$(VERSION) .
 
 .PHONY: dev
 dev: build ## Run embedded NATS + all four services (data in DATA, .jetflow; api on HTTP, NATS on NATS), examples registered

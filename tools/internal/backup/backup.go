@@ -22,6 +22,11 @@ import (
 
 // Options are told what a backup or a restore does, stream by stream.
 type Options struct {
+	// Starting, if set, is called once every check has passed, before
+	// the first snapshot is taken or restored (and, for a restore, before
+	// anything changes), with the manifest as far as it is known: what a
+	// caller prints from then on (a header) never comes before a refusal.
+	Starting func(Manifest)
 	// Progress, if set, is called after each stream.
 	Progress func(Snapshot)
 }
@@ -42,6 +47,9 @@ func Backup(ctx context.Context, nc *nats.Conn, dir string, o Options) (Manifest
 	}
 	if m.Partitions, err = bus.Partitions(ctx, js); err != nil {
 		return m, fmt.Errorf("backup: %w", err)
+	}
+	if o.Starting != nil {
+		o.Starting(m)
 	}
 	for _, it := range Plan() {
 		if !it.Backup {
@@ -86,6 +94,10 @@ func Backup(ctx context.Context, nc *nats.Conn, dir string, o Options) (Manifest
 	return m, nil
 }
 
+// ErrDirInUse means a backup was given a directory that already holds
+// files: nothing was written.
+var ErrDirInUse = errors.New("backup: directory in use")
+
 // emptyDir makes dir (0700) or checks that it is empty: a backup never
 // mixes with another.
 func emptyDir(dir string) error {
@@ -99,7 +111,7 @@ func emptyDir(dir string) error {
 	case err != nil:
 		return fmt.Errorf("backup: %w", err)
 	case len(ents) > 0:
-		return fmt.Errorf("backup: %s is not empty: give a new directory for each backup", dir)
+		return fmt.Errorf("%w: %s is not empty: give a new directory for each backup", ErrDirInUse, dir)
 	}
 	return nil
 }
@@ -171,6 +183,9 @@ func Restore(ctx context.Context, nc *nats.Conn, dir string, replace bool, o Opt
 	p, err := PlanRestore(m, t, replace)
 	if err != nil {
 		return r, err
+	}
+	if o.Starting != nil {
+		o.Starting(m)
 	}
 	// From here on the server changes: an error says how to finish.
 	partway := func(err error) error {

@@ -216,6 +216,7 @@ func TestBackupRefusesUsedDirectory(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "other"), []byte("x"), 0o600))
 	_, err := backup.Backup(src.ctx, src.nc, dir, backup.Options{})
+	require.ErrorIs(t, err, backup.ErrDirInUse)
 	require.ErrorContains(t, err, "is not empty")
 	require.NoFileExists(t, filepath.Join(dir, backup.ManifestFile))
 }

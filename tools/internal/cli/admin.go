@@ -33,7 +33,7 @@ func (n *natsFlags) add(cmd *cobra.Command) {
 
 // ErrNotAdmin means the server refused the identity a subject of the
 // JetStream API: only the admin identity may snapshot and restore.
-var ErrNotAdmin = errors.New("the server refused this identity the JetStream API (snapshots and restores need the admin identity: give its creds with --creds)")
+var ErrNotAdmin = errors.New("the server refused this identity the JetStream API (snapshots, restores and the bootstrap need the admin identity: give its creds with --creds)")
 
 // connect dials NATS as the admin identity. The context it returns ends
 // as soon as the server refuses the identity a subject (a refused request
@@ -118,12 +118,16 @@ safe to lose. The services may keep running. It needs the admin identity.`,
 			}
 			defer nc.Close()
 			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintf(a.stdout, "backing up %s into %s\n", url, args[0])
-			fmt.Fprintln(tw, "STREAM\tMESSAGES\tLAST SEQ\tCONSUMERS\tSIZE\tTOOK")
-			m, err := backup.Backup(ctx, nc, args[0], backup.Options{Progress: func(s backup.Snapshot) {
-				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\n", s.Stream, s.Messages, s.LastSeq, s.ConsumerCount, size(s.SnapshotBytes),
-					(time.Duration(s.TookMS) * time.Millisecond).String())
-			}})
+			m, err := backup.Backup(ctx, nc, args[0], backup.Options{
+				Starting: func(backup.Manifest) { // not before a refusal (a directory in use)
+					fmt.Fprintf(a.stdout, "backing up %s into %s\n", url, args[0])
+					fmt.Fprintln(tw, "STREAM\tMESSAGES\tLAST SEQ\tCONSUMERS\tSIZE\tTOOK")
+				},
+				Progress: func(s backup.Snapshot) {
+					fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\n", s.Stream, s.Messages, s.LastSeq, s.ConsumerCount, size(s.SnapshotBytes),
+						(time.Duration(s.TookMS) * time.Millisecond).String())
+				},
+			})
 			_ = tw.Flush()
 			if err != nil {
 				return cause(ctx, err)
@@ -168,9 +172,6 @@ data directory with --restore DIR instead.`,
 		Args: exactlyOne("name the backup directory: jetflow admin restore DIR"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if _, err := backup.ReadManifest(args[0]); err != nil { // before connecting: a wrong directory is said at once
-				if errors.Is(err, backup.ErrRefused) || errors.Is(err, backup.ErrNotBackup) {
-					return exitError{code: refused(a, err)}
-				}
 				return err
 			}
 			ctx, cancel, nc, url, err := nf.connect(cmd.Context(), a, "jetflow-restore")
@@ -180,16 +181,19 @@ data directory with --restore DIR instead.`,
 			}
 			defer nc.Close()
 			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintf(a.stdout, "restoring %s into %s\n", args[0], url)
-			fmt.Fprintln(tw, "STREAM\tMESSAGES\tLAST SEQ\tCONSUMERS\tTOOK")
-			r, err := backup.Restore(ctx, nc, args[0], replace, backup.Options{Progress: func(s backup.Snapshot) {
-				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\n", s.Stream, s.Messages, s.LastSeq, s.ConsumerCount,
-					(time.Duration(s.TookMS) * time.Millisecond).String())
-			}})
+			// Nothing is printed before every check has passed: a refusal
+			// is the only thing said.
+			r, err := backup.Restore(ctx, nc, args[0], replace, backup.Options{
+				Starting: func(backup.Manifest) {
+					fmt.Fprintf(a.stdout, "restoring %s into %s\n", args[0], url)
+					fmt.Fprintln(tw, "STREAM\tMESSAGES\tLAST SEQ\tCONSUMERS\tTOOK")
+				},
+				Progress: func(s backup.Snapshot) {
+					fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\n", s.Stream, s.Messages, s.LastSeq, s.ConsumerCount,
+						(time.Duration(s.TookMS) * time.Millisecond).String())
+				},
+			})
 			_ = tw.Flush()
-			if errors.Is(err, backup.ErrRefused) || errors.Is(err, backup.ErrNotBackup) {
-				return exitError{code: refused(a, err)}
-			}
 			if err != nil {
 				return cause(ctx, err)
 			}
@@ -214,17 +218,6 @@ data directory with --restore DIR instead.`,
 	nf.add(cmd)
 	cmd.Flags().BoolVar(&replace, "replace", false, "delete the streams that hold data (and the read models) and put the backup's in their place")
 	return cmd
-}
-
-// refused prints why a restore was refused and returns its exit status:
-// nothing was changed.
-func refused(a *app, err error) int {
-	fmt.Fprintln(a.stderr, "jetflow:", err)
-	fmt.Fprintln(a.stderr, "jetflow: nothing was changed")
-	if errors.Is(err, backup.ErrNotBackup) {
-		return ExitUsage
-	}
-	return ExitConflict
 }
 
 // size is a byte count for people.

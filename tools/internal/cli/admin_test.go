@@ -3,21 +3,28 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/auth"
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/workflow"
 	"jetflow.dev/tools/internal/backup"
 	"jetflow.dev/tools/internal/devstack"
 )
 
 // TestRestoreRefusesBeforeConnecting: a directory that is no backup, or a
 // backup this jetflow cannot read, is refused with its reason before any
-// server is asked (none listens at the address given).
+// server is asked (none listens at the address given), with the same exit
+// status from jetflow admin restore and jetflow dev --restore, which
+// starts nothing (its data directory is not even made).
 func TestRestoreRefusesBeforeConnecting(t *testing.T) {
 	t.Parallel()
 	newer := t.TempDir()
@@ -38,17 +45,62 @@ func TestRestoreRefusesBeforeConnecting(t *testing.T) {
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			code, _, stderr := jetflow(t, "", "admin", "restore", c.dir, "--nats", "nats://127.0.0.1:1")
+			code, stdout, stderr := jetflow(t, "", "admin", "restore", c.dir, "--nats", "nats://127.0.0.1:1")
 			require.Equal(t, c.code, code, stderr)
 			require.Contains(t, stderr, c.says)
 			require.Contains(t, stderr, "nothing was changed")
+			require.Empty(t, stdout)
+
+			data := filepath.Join(t.TempDir(), "data")
+			code, stdout, stderr = jetflow(t, "", "dev", "--data", data, "--restore", c.dir,
+				"--nats-addr", "127.0.0.1:0", "--http", "127.0.0.1:0")
+			require.Equal(t, c.code, code, "jetflow dev --restore: %s", stderr)
+			require.Contains(t, stderr, c.says)
+			require.Contains(t, stderr, "nothing was changed")
+			require.Empty(t, stdout)
+			_, err := os.Stat(data)
+			require.ErrorIs(t, err, os.ErrNotExist, "jetflow dev started before refusing")
 		})
 	}
 }
 
+// TestRestoreRefusalComesFirst: a restore refused because of what the
+// server holds says so and nothing else (no header, no progress), with
+// the same exit status from jetflow admin restore (dispatchers running)
+// and jetflow dev --restore (histories in its data directory); so does a
+// backup into a directory in use.
+func TestRestoreRefusalComesFirst(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	info, stop := stackIn(t, dir)
+	natsFlags := []string{"--nats", info.NATSURL, "--creds", info.Creds(auth.RoleAdmin)}
+	b := filepath.Join(t.TempDir(), "b")
+	code, _, stderr := jetflow(t, "", append([]string{"admin", "backup", b}, natsFlags...)...)
+	require.Equal(t, ExitOK, code, stderr)
+
+	code, stdout, stderr := jetflow(t, "", append([]string{"admin", "backup", b}, natsFlags...)...)
+	require.Equal(t, ExitUsage, code, stderr)
+	require.Empty(t, stdout, "printed before the refusal")
+	require.Contains(t, stderr, "is not empty")
+
+	code, stdout, stderr = jetflow(t, "", append([]string{"admin", "restore", b}, natsFlags...)...)
+	require.Equal(t, ExitConflict, code, stderr)
+	require.Empty(t, stdout, "printed before the refusal")
+	require.Contains(t, stderr, "jetflow services are running against this server")
+	require.Contains(t, stderr, "nothing was changed")
+
+	stop()
+	code, stdout, stderr = jetflow(t, "", "dev", "--data", dir, "--restore", b, "--nats-addr", "127.0.0.1:0", "--http", "127.0.0.1:0")
+	require.Equal(t, ExitConflict, code, "jetflow dev --restore: %s", stderr)
+	require.Empty(t, stdout, "jetflow dev said it runs")
+	require.Contains(t, stderr, "the server already holds data in")
+	require.Contains(t, stderr, "nothing was changed")
+}
+
 // TestAdminFindsDevWithoutFlags: beside a jetflow dev (its data directory
-// in JETFLOW_DATA), jetflow admin backup finds its NATS and its admin
-// identity by itself.
+// in JETFLOW_DATA), jetflow admin backup and jetflow bootstrap find its
+// NATS and its admin identity by itself; without them bootstrap is
+// refused.
 func TestAdminFindsDevWithoutFlags(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -65,4 +117,52 @@ func TestAdminFindsDevWithoutFlags(t *testing.T) {
 	require.NoError(t, cmd.Execute(), errOut.String())
 	require.Contains(t, out.String(), "backing up "+c.NATS)
 	require.Contains(t, out.String(), "backup done")
+
+	out.Reset()
+	errOut.Reset()
+	boot := a.bootstrapCmd()
+	boot.SetArgs(nil)
+	boot.SetContext(t.Context())
+	require.NoError(t, boot.Execute(), errOut.String())
+	require.Contains(t, out.String(), "topology ready on "+c.NATS)
+
+	// Not beside it, with its NATS named and no creds: the server refuses.
+	b := &app{getenv: func(string) string { return "" }, stdout: &out, stderr: &errOut}
+	boot = b.bootstrapCmd()
+	boot.SetArgs([]string{"--nats", c.NATS})
+	boot.SetContext(t.Context())
+	err = boot.Execute()
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "Authorization Violation")
+}
+
+// TestExitCodeRule: the errors of every command map to the statuses of
+// docs/cli.md ("Exit codes"), whichever command met them.
+func TestExitCodeRule(t *testing.T) {
+	t.Parallel()
+	for name, c := range map[string]struct {
+		err  error
+		want int
+	}{
+		"NotABackup":       {fmt.Errorf("--restore: %w: x", backup.ErrNotBackup), ExitUsage},
+		"RestoreRefused":   {fmt.Errorf("restore: %w: data in the way", backup.ErrRefused), ExitConflict},
+		"InvalidWorkflow":  {fmt.Errorf("apply x.yaml: %w", &workflow.ValidationError{Problems: []workflow.FieldError{{Field: "steps", Message: "required"}}}), ExitUsage},
+		"DataDirInUse":     {fmt.Errorf("run: %w", devstack.ErrDataDirInUse), ExitConflict},
+		"NATSUnreachable":  {fmt.Errorf("connect to nats at nats://x: %w", nats.ErrNoServers), ExitUnreachable},
+		"NotAdmin":         {fmt.Errorf("%w: permissions violation", ErrNotAdmin), ExitDenied},
+		"OperationFailed":  {errors.New("restore: the restore stopped part-way"), ExitFailed},
+		"UsageOfAnyLength": {usagef("--limit 0"), ExitUsage},
+	} {
+		require.Equal(t, c.want, exitCode(c.err), name)
+	}
+
+	// jetflow dev refuses a --apply path that is not there before it starts.
+	data := filepath.Join(t.TempDir(), "data")
+	code, stdout, stderr := jetflow(t, "", "dev", "--data", data, "--apply", filepath.Join(t.TempDir(), "none.yaml"),
+		"--nats-addr", "127.0.0.1:0", "--http", "127.0.0.1:0")
+	require.Equal(t, ExitUsage, code, stderr)
+	require.Contains(t, stderr, "none.yaml")
+	require.Empty(t, stdout)
+	_, err := os.Stat(data)
+	require.ErrorIs(t, err, os.ErrNotExist, "jetflow dev started before refusing")
 }

@@ -1,14 +1,12 @@
 package cli
 
 import (
-	"cmp"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
@@ -135,7 +133,7 @@ jetflow dev, which does both). Issue the service a new identity first
 }
 
 func (a *app) bootstrapCmd() *cobra.Command {
-	var url, creds, ca string
+	var nf natsFlags
 	var replicas int
 	var d bus.Durables
 	cmd := &cobra.Command{
@@ -145,40 +143,31 @@ func (a *app) bootstrapCmd() *cobra.Command {
 updates them to this version's settings: run it once per namespace with
 the admin identity before (or while) the services start; they wait for it.
 Services running with credentials never change the topology themselves.
-jetflow dev runs it at every start.`,
+jetflow dev runs it at every start; beside one (its data directory in
+$JETFLOW_DATA, or .jetflow) it finds its NATS and admin creds by itself,
+as jetflow admin does.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := d.Validate(); err != nil {
 				return usageError{err}
 			}
-			opts := []nats.Option{nats.Name("jetflow-bootstrap")}
-			if ca != "" {
-				opts = append(opts, nats.RootCAs(ca))
-			}
-			if creds != "" {
-				o, err := auth.ConnectOptions(creds)
-				if err != nil {
-					return usageError{err}
-				}
-				opts = append(opts, o...)
-			}
-			nc, err := nats.Connect(url, opts...)
+			ctx, cancel, nc, url, err := nf.connect(cmd.Context(), a, "jetflow-bootstrap")
+			defer cancel(nil)
 			if err != nil {
-				return fmt.Errorf("connect to %s: %w", url, err)
+				return err
 			}
 			defer nc.Close()
 			js, err := jetstream.New(nc)
 			if err != nil {
 				return err
 			}
-			ctx := cmd.Context()
 			began := time.Now()
 			if err := bus.Bootstrap(ctx, js, bus.Config{Replicas: replicas, Partitions: d.Partitions}, d); err != nil {
-				return err
+				return cause(ctx, err)
 			}
 			n, err := bus.Partitions(ctx, js)
 			if err != nil {
-				return err
+				return cause(ctx, err)
 			}
 			d.Partitions = n
 			fmt.Fprintf(a.stdout, "topology ready on %s in %s: %d streams, %d buckets, %d consumers (queues %s; %d dispatcher partitions)\n", url,
@@ -187,10 +176,8 @@ jetflow dev runs it at every start.`,
 			return nil
 		},
 	}
+	nf.add(cmd)
 	f := cmd.Flags()
-	f.StringVar(&url, "nats", cmp.Or(os.Getenv("JETFLOW_NATS_URL"), "nats://127.0.0.1:4222"), "NATS server URL (env JETFLOW_NATS_URL)")
-	f.StringVar(&creds, "creds", os.Getenv("JETFLOW_NATS_CREDS"), "the admin identity's creds file (env JETFLOW_NATS_CREDS)")
-	f.StringVar(&ca, "nats-ca", os.Getenv("JETFLOW_NATS_CA"), "PEM file of the CA of the servers' TLS certificates (env JETFLOW_NATS_CA)")
 	f.IntVar(&replicas, "replicas", 1, "replicas of streams and buckets (3 in a cluster)")
 	f.StringSliceVar(&d.Queues, "queues", []string{"default"}, "agent queues to make consumers for")
 	f.IntVar(&d.Partitions, "partitions", 0, "dispatcher partitions of a new deployment (0: the number recorded, or 8 for a new deployment; fixed once recorded)")

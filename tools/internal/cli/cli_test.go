@@ -7,6 +7,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -178,11 +180,9 @@ func TestJSONOutput(t *testing.T) {
 	// moment after --watch saw the last one.
 	var x projections.Execution
 	require.Eventually(t, func() bool {
-		code, out, stderr = jetflow(t, api, "show", "j-2", "-o", "json")
-		require.Equal(t, ExitOK, code, stderr)
-		require.NoError(t, json.Unmarshal([]byte(out), &x), out)
-		return x.Status == projections.StatusSucceeded
-	}, 20*time.Second, 50*time.Millisecond)
+		code, out, _ = jetflow(t, api, "show", "j-2", "-o", "json")
+		return code == ExitOK && json.Unmarshal([]byte(out), &x) == nil && x.Status == projections.StatusSucceeded
+	}, 20*time.Second, 50*time.Millisecond, out)
 
 	code, out, stderr = jetflow(t, api, "events", "j-2", "-o", "json")
 	require.Equal(t, ExitOK, code, stderr)
@@ -303,9 +303,71 @@ func TestAPIFoundWithoutFlags(t *testing.T) {
 // TestVersion: jetflow version prints its own build and the api's.
 func TestVersion(t *testing.T) {
 	t.Parallel()
-	api := stack(t).APIURL
+	dir := t.TempDir()
+	info, _ := stackIn(t, dir)
+	api := info.APIURL
 	code, out, stderr := jetflow(t, api, "version")
 	require.Equal(t, ExitOK, code, stderr)
 	require.Contains(t, out, "jetflow "+svc.Version()+"\n")
 	require.Contains(t, out, "api     "+svc.Version()+" ("+api+")", "the api in this process is the same build")
+
+	t.Log("-o json: the local build; the api only when --api or JETFLOW_API names it")
+	code, out, stderr = jetflow(t, api, "version", "-o", "json")
+	require.Equal(t, ExitOK, code, stderr)
+	var v versionInfo
+	require.NoError(t, json.Unmarshal([]byte(out), &v), out)
+	require.Equal(t, svc.Version(), v.Version)
+	require.Equal(t, runtime.Version(), v.GoVersion)
+	require.NotNil(t, v.API, out)
+	require.Equal(t, apiVersion{URL: api, Version: svc.Version()}, *v.API)
+
+	for name, env := range map[string]map[string]string{
+		"NothingNamed":     {},
+		"BesideJetflowDev": {"JETFLOW_DATA": dir}, // its api is found, but not named
+	} {
+		var buf, errBuf bytes.Buffer
+		a := &app{getenv: func(k string) string { return env[k] }, stdout: &buf, stderr: &errBuf}
+		cmd := a.versionCmd()
+		cmd.SetArgs([]string{"-o", "json"})
+		require.NoError(t, cmd.Execute(), name)
+		var raw map[string]any
+		require.NoError(t, json.Unmarshal(buf.Bytes(), &raw), buf.String())
+		require.NotContains(t, raw, "api", "%s: asked an api nobody named", name)
+		for _, k := range []string{"version", "commit", "go_version"} {
+			require.Contains(t, raw, k, name)
+		}
+	}
+
+	t.Log("an api named but not answering: said in the answer, exit 0")
+	var buf bytes.Buffer
+	a := &app{apiURL: "http://127.0.0.1:1", getenv: func(string) string { return "" }, stdout: &buf, stderr: &buf}
+	cmd := a.versionCmd()
+	cmd.SetArgs([]string{"-o", "json"})
+	require.NoError(t, cmd.Execute())
+	var down versionInfo
+	require.NoError(t, json.Unmarshal(buf.Bytes(), &down), buf.String())
+	require.NotNil(t, down.API, buf.String())
+	require.Equal(t, "http://127.0.0.1:1", down.API.URL)
+	require.Empty(t, down.API.Version)
+	require.NotEmpty(t, down.API.Error)
+}
+
+// TestLocalVersion: the commit comes from what make build stamped, else
+// from what Go recorded, with its time and whether the checkout had
+// changes.
+func TestLocalVersion(t *testing.T) {
+	t.Parallel()
+	bi := &debug.BuildInfo{Settings: []debug.BuildSetting{
+		{Key: "vcs.revision", Value: "3f2a9c1b7d4e5f60718293a4b5c6d7e8f9012345"},
+		{Key: "vcs.time", Value: "2026-11-24T15:30:00Z"},
+		{Key: "vcs.modified", Value: "true"},
+	}}
+	v := localVersion(bi, true)
+	require.Equal(t, "3f2a9c1b7d4e5f60718293a4b5c6d7e8f9012345", v.Commit)
+	require.Equal(t, "2026-11-24T15:30:00Z", v.CommitTime)
+	require.True(t, v.Modified)
+	require.Equal(t, runtime.Version(), v.GoVersion)
+	none := localVersion(nil, false)
+	require.Equal(t, stampedCommit, none.Commit)
+	require.Equal(t, svc.Version(), none.Version)
 }

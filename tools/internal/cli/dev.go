@@ -17,6 +17,7 @@ import (
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/services/agent/agent"
 	"jetflow.dev/services/janitor/janitor"
+	"jetflow.dev/tools/internal/backup"
 	"jetflow.dev/tools/internal/devstack"
 )
 
@@ -47,6 +48,9 @@ with its own NATS connection. Stop it with Ctrl-C; start it again on the same
 				cfg.Log = zerolog.New(w)
 			}
 			cfg.Log = cfg.Log.Level(lvl).With().Timestamp().Logger()
+			if err := checkDevInput(cfg); err != nil { // refused before anything starts, as jetflow admin restore does
+				return err
+			}
 			if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 				return fmt.Errorf("--data %s: %w", cfg.DataDir, err)
 			}
@@ -123,6 +127,24 @@ with its own NATS connection. Stop it with Ctrl-C; start it again on the same
 	f.StringSliceVar(&cfg.Namespaces, "namespaces", []string{"default"},
 		"namespaces to serve, each a NATS account with its own streams and services (the api serves them all)")
 	return cmd
+}
+
+// checkDevInput checks what jetflow dev is given to read before it
+// starts anything: each --apply path exists, and --restore names a
+// finished backup this jetflow can restore (backup.ErrNotBackup and
+// backup.ErrRefused give the exit statuses of jetflow admin restore).
+func checkDevInput(cfg devstack.Config) error {
+	for _, p := range cfg.Apply {
+		if _, err := os.Stat(p); err != nil {
+			return usagef("--apply %s: %w", p, err)
+		}
+	}
+	if cfg.Restore != "" {
+		if _, err := backup.ReadManifest(cfg.Restore); err != nil {
+			return fmt.Errorf("--restore: %w", err)
+		}
+	}
+	return nil
 }
 
 // isTerminal reports whether w is a character device (colours only there).

@@ -13,9 +13,12 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
 	"jetflow.dev/pkg/client"
+	"jetflow.dev/pkg/workflow"
+	"jetflow.dev/tools/internal/backup"
 	"jetflow.dev/tools/internal/devstack"
 )
 
@@ -26,16 +29,21 @@ const (
 	// ExitFailed: under --watch or --follow, the execution failed, was
 	// cancelled or is suspended; otherwise any error not listed below.
 	ExitFailed = 1
-	// ExitUsage: the command line, or the input it sent, is wrong
-	// (unknown flag, missing argument, an api answer 400, 413 or 422).
+	// ExitUsage: the command line, or the input it names or sent, is wrong
+	// and must be fixed (unknown flag, missing argument, an api answer
+	// 400, 413 or 422, a directory that is no jetflow backup or, for a
+	// backup, one in use, an invalid definition for jetflow dev --apply).
 	ExitUsage = 2
 	// ExitNotFound: the execution, workflow or lock does not exist (404),
 	// or no longer does (410: expired under its retention rule).
 	ExitNotFound = 3
 	// ExitConflict: the request conflicts with what exists (409: an
-	// execution id already used, an action the execution's status refuses).
+	// execution id already used, an action the execution's status
+	// refuses; a restore refused because of what the server holds, or a
+	// backup this jetflow cannot read; a data directory in use).
 	ExitConflict = 4
-	// ExitUnreachable: the api could not be reached.
+	// ExitUnreachable: the api could not be reached, or NATS for the
+	// commands that talk to it (admin, bootstrap).
 	ExitUnreachable = 5
 	// ExitDenied: the api refused the caller: not authenticated (401: no
 	// token, or an unknown, expired or revoked one) or not allowed (403:
@@ -70,6 +78,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return ee.code
 	}
 	fmt.Fprintln(stderr, "jetflow:", err)
+	if errors.Is(err, backup.ErrRefused) || errors.Is(err, backup.ErrNotBackup) {
+		fmt.Fprintln(stderr, "jetflow: nothing was changed") // both refuse before the first change
+	}
 	if errors.Is(err, client.ErrUnreachable) && os.Getenv("JETFLOW_API") == "" && os.Getenv("JETFLOW_DATA") == "" {
 		fmt.Fprintln(stderr, "jetflow: a jetflow dev with its data elsewhere: JETFLOW_DATA=DIR, or run the eval line it printed")
 	}
@@ -93,7 +104,13 @@ func exitCode(err error) int {
 	switch {
 	case errors.As(err, &ue) || isCobraUsage(err):
 		return ExitUsage
-	case errors.Is(err, client.ErrUnreachable):
+	case errors.Is(err, backup.ErrNotBackup), errors.Is(err, backup.ErrDirInUse): // jetflow admin restore and jetflow dev --restore alike
+		return ExitUsage
+	case errors.Is(err, workflow.ErrInvalid): // jetflow dev --apply, as the api's 422 for workflow apply
+		return ExitUsage
+	case errors.Is(err, backup.ErrRefused), errors.Is(err, devstack.ErrDataDirInUse):
+		return ExitConflict
+	case errors.Is(err, client.ErrUnreachable), errors.Is(err, nats.ErrNoServers):
 		return ExitUnreachable
 	case errors.Is(err, ErrNotAdmin):
 		return ExitDenied

@@ -50,8 +50,17 @@ func CheckCompose(ctx context.Context, dir, natsTag string) []string {
 	}
 	count := map[string]int{}
 	credsOf := map[string]string{}
+	apis := map[string]string{} // api service -> the port it listens on
 	for name, s := range project.Services {
 		where := file + ": service " + name
+		for _, port := range s.Ports {
+			if port.HostIP != "127.0.0.1" {
+				p.add(where, "publishes port %s on %q: publish on the host's loopback only (127.0.0.1)", port.Published, port.HostIP)
+			}
+		}
+		if name == balancerService {
+			continue // checked once every api is known
+		}
 		for _, v := range s.Volumes {
 			if v.Type == types.VolumeTypeBind && strings.Contains(v.Source, string(filepath.Separator)+"secrets"+string(filepath.Separator)) &&
 				(v.Bind == nil || bool(v.Bind.CreateHostPath)) {
@@ -78,6 +87,17 @@ func CheckCompose(ctx context.Context, dir, natsTag string) []string {
 			replicas = *s.Deploy.Replicas
 		}
 		count[kind] += replicas
+		if kind == "api" {
+			if len(s.Ports) > 0 {
+				p.add(where, "publishes a port: the apis are reached through the %s only", balancerService)
+			}
+			if _, port, err := net.SplitHostPort(envOf(s)["JETFLOW_HTTP_ADDR"]); err == nil {
+				apis[name] = port
+			}
+		}
+		if u, err := url.Parse(envOf(s)["JETFLOW_API_URL"]); kind == "dispatcher" && (err != nil || u.Hostname() != balancerService) {
+			p.add(where, "JETFLOW_API_URL %q: name the %s, which routes around an api that is down", envOf(s)["JETFLOW_API_URL"], balancerService)
+		}
 		creds := checkComposeService(where, kind, s, nodes, &p)
 		if creds != "" {
 			if other, ok := credsOf[creds]; ok && kind != "api" {
@@ -85,6 +105,11 @@ func CheckCompose(ctx context.Context, dir, natsTag string) []string {
 			}
 			credsOf[creds] = name
 		}
+	}
+	if b, ok := project.Services[balancerService]; ok {
+		checkComposeBalancer(dir, file+": service "+balancerService, b, apis, &p)
+	} else {
+		p.add(file, "no service %s in front of the %d apis", balancerService, len(apis))
 	}
 	for _, k := range append([]string{"bootstrap"}, services...) {
 		want := wantReplicas(k)
@@ -125,12 +150,7 @@ func checkComposeService(where, kind string, s types.ServiceConfig, nodes []stri
 	if len(s.Command) == 0 || filepath.Base(s.Command[0]) != bin {
 		p.add(where, "command %q, want the %s binary", s.Command, bin)
 	}
-	env := map[string]string{}
-	for k, v := range s.Environment {
-		if v != nil {
-			env[k] = *v
-		}
-	}
+	env := envOf(s)
 	urls := strings.Split(env["JETFLOW_NATS_URL"], ",")
 	for _, n := range nodes {
 		if !slices.ContainsFunc(urls, func(u string) bool {
@@ -196,4 +216,15 @@ func checkComposeService(where, kind string, s types.ServiceConfig, nodes []stri
 		p.add(where, "health check %q does not ask /readyz on %s's port %s", hc.Test, addrVar, port)
 	}
 	return creds
+}
+
+// envOf is a service's environment, its env files included.
+func envOf(s types.ServiceConfig) map[string]string {
+	env := map[string]string{}
+	for k, v := range s.Environment {
+		if v != nil {
+			env[k] = *v
+		}
+	}
+	return env
 }

@@ -6,5 +6,8 @@
 // cross-references neither checks: probes on ports the containers have,
 // a disruption budget per Deployment, Secrets that secrets.sh creates,
 // every service with resources, probes and its own NATS identity, the
-// NATS URL listing every node.
+// NATS URL listing every node, ports published on loopback only, and the
+// compose balancer (a pinned caddy image whose committed Caddyfile
+// balances over every api and checks their /readyz) as the apis' only
+// published address.
 package manifests

@@ -79,6 +79,14 @@ func TestBrokenManifestsAreFound(t *testing.T) {
 		{"DockerfileMissesAStage", "Dockerfile", "AS agent", "AS agents", `no stage "agent"`},
 		{"ComposeNodeMissingFromURL", "compose/jetflow.env", ",tls://n3:4222", "", "does not list node n3"},
 		{"ComposeNoBootstrapWait", "compose/compose.yaml", "  depends_on:\n    bootstrap:\n      condition: service_completed_successfully", "  depends_on:\n    bootstrap:\n      condition: service_started", "does not wait for the bootstrap"},
+		{"ComposeAPIPublishesAPort", "compose/compose.yaml", "  api-2:\n    <<: *jetflow\n", "  api-2:\n    <<: *jetflow\n    ports:\n      - \"127.0.0.1:8081:8080\"\n", "service api-2: publishes a port: the apis are reached through the balancer only"},
+		{"ComposePortOnEveryInterface", "compose/compose.yaml", "\"127.0.0.1:8080:8080\"", "\"8080:8080\"", "service balancer: publishes port 8080 on \"\": publish on the host's loopback only"},
+		{"ComposeNoBalancer", "compose/compose.yaml", "  balancer:\n", "  proxy:\n", "no service balancer in front of the 2 apis"},
+		{"ComposeBalancerUnpinned", "compose/compose.yaml", "image: caddy:2.11.4-alpine", "image: caddy:2-alpine", "want the official caddy image pinned to a release"},
+		{"ComposeBalancerMissesAnAPI", "compose/Caddyfile", "reverse_proxy api-1:8080 api-2:8080 {", "reverse_proxy api-1:8080 {", "reverse_proxy to api-1:8080, want every api: api-1:8080 api-2:8080"},
+		{"ComposeBalancerChecksLiveness", "compose/Caddyfile", "health_uri /readyz", "health_uri /healthz", "health_uri \"/healthz\", want /readyz"},
+		{"ComposeBalancerNoPassiveCheck", "compose/Caddyfile", "fail_duration 10s", "", "no fail_duration"},
+		{"ComposeWorkflowsReachOneAPI", "compose/jetflow.env", "JETFLOW_API_URL=http://balancer:8080", "JETFLOW_API_URL=http://api-1:8080", "JETFLOW_API_URL \"http://api-1:8080\": name the balancer"},
 		{"ComposeOneDispatcher", "compose/compose.yaml", "    command: [\"/usr/local/bin/jetflow-dispatcher\"]\n    deploy:\n      replicas: 2", "    command: [\"/usr/local/bin/jetflow-dispatcher\"]\n    deploy:\n      replicas: 1", "1 dispatcher processes, want at least 2"},
 	}
 	for _, c := range cases {
