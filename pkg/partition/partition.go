@@ -812,7 +812,7 @@ func (t *Table) retake(ctx context.Context, p int) {
 	t.retook[p] = retakeSpan{after: after, upto: rev, epoch: epoch}
 	t.retaken.Add(1)
 	t.cfg.Retook(p, old, epoch)
-	t.cfg.OnError(fmt.Errorf("partition %d: its lease expired (renewals came late) and nobody held it: taken back as holding %d, nothing released", p, epoch), "lease")
+	t.cfg.OnError(fmt.Errorf("partition %d: its lease expired (renewals came late) and nobody held it: taken back, nothing released (holding %d)", p, epoch), "lease")
 }
 
 // Why take did not take a lease: another member holds it (errTaken), or
@@ -841,7 +841,8 @@ var (
 // expired key, nats.go's Create tries again from the delete's revision,
 // and if another create came first a replicated bucket refuses that try
 // with code 10164, which nats.go returns as it is (seen on a 3-node
-// cluster: about a third of the losers of a race for an expired lease).
+// cluster: over a quarter of the losers of a race for a deleted or
+// expired lease).
 func (t *Table) take(ctx context.Context, p int) (uint64, error) {
 	rev, err := t.kv.Create(ctx, LeaseKey(p), []byte(t.cfg.Member), jetstream.KeyTTL(t.cfg.TTL))
 	if err == nil {
