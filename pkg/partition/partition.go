@@ -340,16 +340,18 @@ func (t *Table) Holds(p int) (epoch uint64, ok bool) {
 	return t.epoch[p], true
 }
 
-// Current reports whether this member handles partition p now in holding
-// epoch or in a retake of it (see [Config.Retook]), and the epoch of the
-// holding it handles p in.
+// Current reports whether this member still handles partition p in
+// holding epoch or in a retake of it (see [Config.Retook]), and the epoch
+// of the holding it handles p in now: whether p was lost or released
+// since, not whether its lease is valid at this moment (a renewal may be
+// late; [Table.Holds] and [Table.Await] say that).
 func (t *Table) Current(p int, epoch uint64) (uint64, bool) {
 	if p < 0 || p >= len(t.state) {
 		return 0, false
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if !t.followsLocked(p, epoch) || !t.cfg.Now().Before(t.until[p]) {
+	if !t.followsLocked(p, epoch) {
 		return 0, false
 	}
 	return t.epoch[p], true

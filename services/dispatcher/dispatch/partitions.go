@@ -52,7 +52,10 @@ type partitions struct {
 	kv    jetstream.KeyValue // the dispatchers bucket
 	table *partition.Table   // set by Run
 
-	mu      sync.Mutex // guards running
+	// mu guards running. Lock order: mu, then a consuming's mu or the
+	// table's own lock (acquire asks the table under mu; the table calls
+	// retook without its lock held).
+	mu      sync.Mutex
 	running map[int]*consuming
 }
 
@@ -92,7 +95,8 @@ func (r *consuming) covers(epoch uint64) bool {
 func (d *Dispatcher) acquire(ctx context.Context, p int, epoch uint64, enqueue func(jetstream.Msg, *consuming)) error {
 	// current: the table still holds p in this holding or a retake of it
 	// (a release may come before this start is done; then it must not
-	// start at all).
+	// start at all). A renewal merely late is no release: a start slowed
+	// by a starved process goes on.
 	current := func() bool {
 		_, ok := d.parts.table.Current(p, epoch)
 		return ok

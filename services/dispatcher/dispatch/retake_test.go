@@ -115,6 +115,7 @@ func TestExecutionGoesOnAcrossARetake(t *testing.T) {
 	from := d.holding(p)
 	require.Same(t, r, from, "commands for the partition are handled here at once")
 	from.done()
+	require.True(t, d.parts.table.Await(ctx, p, before, 0), "a job in hand from before the retake is handled, not handed back")
 
 	publish(bus.SubjectSignal, &events.SignalExecution{ExecutionID: "r1", Name: "one"})
 	natstest.Eventually(t, 30*time.Second, waiting(2), "r1 goes on to its second wait")
