@@ -24,7 +24,8 @@ import (
 // consuming (nothing released, no consumer reset), its cached state is
 // read again in the new holding rather than taken as current (another
 // dispatcher may have held the partition in the stall), and the
-// execution goes on to its end.
+// execution goes on to its end. Told afterwards that another did hold
+// the partition meanwhile, it resets the partition's consumers.
 func TestExecutionGoesOnAcrossARetake(t *testing.T) {
 	t.Parallel()
 	_, js := natstest.Connect(t, natstest.RunJetStream(t))
@@ -132,4 +133,38 @@ func TestExecutionGoesOnAcrossARetake(t *testing.T) {
 		return len(types) > 0 && types[len(types)-1] == events.TypeExecutionSucceeded
 	}, "r1 ends")
 	require.Same(t, r, running(), "still the same consuming")
+
+	// Told that another dispatcher held the partition in the stall, the
+	// dispatcher resets the partition's consumers (what that one pulled
+	// and did not hand back comes again now); told of a holding that is
+	// not current, it leaves them. A stale report, handled, shows which.
+	ref := events.TaskRef{TaskID: "t1", ExecutionID: "r1", Workflow: "twice", StepID: "w1", Attempt: 1, Token: "stale", Queue: "default"}
+	publish(bus.ResultSubject(ref.Queue, ref.ExecutionID), &events.OperationStarted{TaskRef: ref})
+	var reports bus.Consumer
+	for _, c := range bus.PartitionConsumers(d.durables(), p) {
+		if c.Stream == bus.StreamResults {
+			reports = c
+		}
+	}
+	require.Equal(t, bus.StreamResults, reports.Stream)
+	delivered := func() (n uint64, settled bool) {
+		cons, err := js.Consumer(ctx, reports.Stream, reports.Config.Durable)
+		if err != nil {
+			return 0, false
+		}
+		info, err := cons.Info(ctx)
+		if err != nil {
+			return 0, false
+		}
+		return info.Delivered.Consumer, info.NumAckPending == 0 && info.AckFloor.Consumer == info.Delivered.Consumer
+	}
+	natstest.Eventually(t, 30*time.Second, func() bool { n, settled := delivered(); return n > 0 && settled }, "the stale report is handled")
+	d.heldMeanwhile(ctx, p, 0) // no holding of this dispatcher's
+	n, _ := delivered()
+	require.Positive(t, n, "not reset for a holding that is not current")
+	now, ok := d.parts.table.Current(p, after)
+	require.True(t, ok)
+	d.heldMeanwhile(ctx, p, now)
+	n, _ = delivered()
+	require.Zero(t, n, "reset to the ack floor: nothing left to deliver, the count starts again")
 }
