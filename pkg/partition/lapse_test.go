@@ -17,10 +17,11 @@ import (
 
 // TestLapsedLeaseIsTakenBack: a dispatcher whose process is starved of
 // CPU past the lease's TTL renews too late, and its lease expires under
-// it (a MaxAge marker). Nobody else took it, so it takes it back at once,
-// with the same holding: nothing is released, nothing cached is dropped,
-// and its executions pause no longer than the stall. That is so whether
-// it learns of the expiry from its refused renewal or from the watch.
+// it (a MaxAge marker). Nobody holds it, so it takes it back at once:
+// nothing is released and its executions pause no longer than the stall,
+// but it is a new holding (a new epoch, told to Retook), as another
+// member may have held the partition in the stall. That is so whether it
+// learns of the expiry from its refused renewal or from the watch.
 // Another member that took the lease meanwhile keeps it.
 func TestLapsedLeaseIsTakenBack(t *testing.T) {
 	t.Parallel()
@@ -28,7 +29,8 @@ func TestLapsedLeaseIsTakenBack(t *testing.T) {
 	ctx := t.Context()
 	kv, err := js.KeyValue(ctx, bus.BucketDispatchers)
 	require.NoError(t, err)
-	tbl, released := memberA(t, js, kv, 4)
+	tbl, hooks := memberWithHooks(t, js, kv, 4)
+	released := hooks.released
 	defer tbl.WaitStarts()
 
 	// a holds every partition; a watch shows what the bucket does to them.
@@ -86,16 +88,22 @@ func TestLapsedLeaseIsTakenBack(t *testing.T) {
 	for _, p := range []int{0, 1} {
 		e, ok := tbl.Holds(p)
 		require.True(t, ok, "partition %d taken back", p)
-		require.Equal(t, epochs[p], e, "partition %d: the same holding, nothing reset", p)
+		require.Greater(t, e, epochs[p], "partition %d: a new holding", p)
+		require.Contains(t, hooks.retook(), retake{p, epochs[p], e}, "partition %d: Retook told", p)
+		now, ok := tbl.Current(p, epochs[p])
+		require.True(t, ok, "partition %d: the old holding's jobs go on in the new", p)
+		require.Equal(t, e, now)
 		got, err := kv.Get(ctx, partition.LeaseKey(p))
 		require.NoError(t, err)
 		require.Equal(t, "a", string(got.Value()))
 		require.Equal(t, got.Revision(), tbl.LeaseRevision(p), "partition %d renews from the lease it made", p)
 	}
 	require.EqualValues(t, 2, tbl.Retaken())
+	require.Len(t, hooks.retook(), 2, "only 0 and 1 were taken back")
 	for _, p := range []int{2, 3} {
 		_, ok := tbl.Holds(p)
 		require.False(t, ok, "partition %d: another member holds it", p)
+		require.False(t, tbl.Await(ctx, p, epochs[p], time.Minute), "partition %d: lost, not waited for", p)
 	}
 	natstest.Eventually(t, 10*time.Second, func() bool { return slices.Equal(released(), []int{2, 3}) },
 		"2 and 3 released, 0 and 1 not")

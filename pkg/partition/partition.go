@@ -14,9 +14,12 @@
 //     (after finishing what they hold of them) and it takes them; when one
 //     dies, its leases expire with its key and the survivors take them;
 //   - a lease that expired under its live holder (its process was starved
-//     of CPU past the TTL, so its renewals came late) and that nobody else
-//     took is taken back at once by the same holder, which goes on without
-//     releasing anything ([Table.Retaken]).
+//     of CPU past the TTL, so its renewals came late) and that nobody holds
+//     is taken back at once by the same holder ([Table.Retaken]): without
+//     a release or its pause, but as a new holding (a new epoch, told by
+//     [Config.Retook]), since another member may have taken the partition
+//     and let it go during the stall; if the watch shows later that one
+//     did, [Config.HeldMeanwhile] says so.
 //
 // The table decides who handles what; it does not fence writes. The
 // history's expected-last-sequence check stays the fence, for the moment
@@ -173,6 +176,23 @@ type Config struct {
 	// given up rather than lost, the table keeps renewing it meanwhile
 	// and deletes it afterwards.
 	Release func(p int, epoch uint64)
+	// Retook tells that this member took back partition p's lease, which
+	// had expired under it while it handled p (see [Table.Retaken]):
+	// holding old ends and holding new begins at once, with no Release of
+	// old and no pause. Whatever was cached in old may be behind what
+	// another member wrote in between (it may have taken p and let it go
+	// during the stall); what old has in hand may still be handled
+	// ([Table.Await] accepts old until p is lost or released). It runs on
+	// the table's loop, before any Release of new: it must be quick.
+	// Optional.
+	Retook func(p int, old, new uint64)
+	// HeldMeanwhile tells that the watch showed, after a retake began
+	// holding epoch, that another member held p between the expiry and the
+	// retake (the watch lagged behind the retake). The retake's new epoch
+	// already covers what it wrote; what it had taken from p's queues and
+	// not handed back is what this is for. It runs on its own goroutine.
+	// Optional.
+	HeldMeanwhile func(p int, epoch uint64)
 	// OnError is told of failures the table retries. Optional.
 	OnError func(err error, what string)
 	// Now is the clock. Default time.Now.
@@ -224,13 +244,22 @@ type Table struct {
 	mu    sync.Mutex // guards below
 	state []state
 	until []time.Time // a held lease is valid until then (renewal sent + TTL)
-	epoch []uint64    // incremented each time a partition is acquired
+	epoch []uint64    // the holding's number: new at each acquire and retake
+	since []uint64    // the epoch of the acquire that the retakes since go on from
+	// change is closed (and replaced) whenever a holding changes: its
+	// state, epoch or validity (Await waits on it).
+	change chan struct{}
 
-	adopted atomic.Int64 // renewals found stored after they were refused (stillMine)
+	adopted atomic.Int64 // writes of this member found stored after they were refused (stillMine, take)
 	retaken atomic.Int64 // leases that expired under this holder and were taken back (retake)
 	// lapsed are held partitions whose lease expired under this member
-	// (its renewals came late) and that it has not taken back yet.
-	lapsed map[int]bool
+	// (its renewals came late) and that it has not taken back yet, with
+	// the last revision of the lease known to be this member's (0 if none).
+	lapsed map[int]uint64
+	// retook are the partitions taken back whose watch has not yet shown
+	// the retake's own create: a change by another member older than it
+	// but newer than the lapse means that member held p in the stall.
+	retook map[int]retakeSpan
 
 	released chan holding   // a Release of a lease given up finished
 	failed   chan holding   // an Acquire failed
@@ -242,6 +271,14 @@ type Table struct {
 type holding struct {
 	p     int
 	epoch uint64
+}
+
+// retakeSpan is what a retake leaves for observe: the revisions after
+// (the lapsed lease's last known) and before upto (the retake's create)
+// in which another member's write means it held the partition meanwhile.
+type retakeSpan struct {
+	after, upto uint64
+	epoch       uint64 // the holding the retake began
 }
 
 // epochs numbers holdings for the whole process: a Table made again (a
@@ -263,16 +300,37 @@ func New(js jetstream.JetStream, kv jetstream.KeyValue, cfg Config) (*Table, err
 	if cfg.OnError == nil {
 		cfg.OnError = func(error, string) {}
 	}
+	if cfg.Retook == nil {
+		cfg.Retook = func(int, uint64, uint64) {}
+	}
+	if cfg.HeldMeanwhile == nil {
+		cfg.HeldMeanwhile = func(int, uint64) {}
+	}
 	n := cfg.Partitions
 	nonce := make([]byte, 8)
 	_, _ = rand.Read(nonce)
-	return &Table{cfg: cfg, kv: kv, js: js, nonce: hex.EncodeToString(nonce), members: map[string]bool{}, leases: map[int]lease{}, lapsed: map[int]bool{},
-		state: make([]state, n), until: make([]time.Time, n), epoch: make([]uint64, n), released: make(chan holding, n), failed: make(chan holding, n), quit: make(chan struct{})}, nil
+	return &Table{cfg: cfg, kv: kv, js: js, nonce: hex.EncodeToString(nonce), members: map[string]bool{}, leases: map[int]lease{},
+		lapsed: map[int]uint64{}, retook: map[int]retakeSpan{}, change: make(chan struct{}),
+		state: make([]state, n), until: make([]time.Time, n), epoch: make([]uint64, n), since: make([]uint64, n),
+		released: make(chan holding, n), failed: make(chan holding, n), quit: make(chan struct{})}, nil
+}
+
+// changedLocked wakes whoever waits for a holding to change (Await).
+// t.mu is held.
+func (t *Table) changedLocked() {
+	close(t.change)
+	t.change = make(chan struct{})
+}
+
+// followsLocked reports whether epoch is p's holding now or one that the
+// retakes since its acquire went on from. t.mu is held.
+func (t *Table) followsLocked(p int, epoch uint64) bool {
+	return t.state[p] == held && t.since[p] <= epoch && epoch <= t.epoch[p]
 }
 
 // Holds reports whether this member handles partition p now, and the
 // epoch of its holding: a state cached in an earlier epoch may be behind
-// what another owner wrote in between.
+// what another owner wrote in between (a retake begins a new epoch too).
 func (t *Table) Holds(p int) (epoch uint64, ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -282,32 +340,57 @@ func (t *Table) Holds(p int) (epoch uint64, ok bool) {
 	return t.epoch[p], true
 }
 
+// Current reports whether this member still handles partition p in
+// holding epoch or in a retake of it (see [Config.Retook]), and the epoch
+// of the holding it handles p in now: whether p was lost or released
+// since, not whether its lease is valid at this moment (a renewal may be
+// late; [Table.Holds] and [Table.Await] say that).
+func (t *Table) Current(p int, epoch uint64) (uint64, bool) {
+	if p < 0 || p >= len(t.state) {
+		return 0, false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.followsLocked(p, epoch) {
+		return 0, false
+	}
+	return t.epoch[p], true
+}
+
 // Await waits, at most within, until this member handles partition p
-// again in holding epoch, and reports whether it does. A holding whose
-// renewal is late, or whose lease expired under it and is being taken
-// back (retake), is valid again within moments; one lost, released or
-// replaced by a later holding is not, and Await returns false at once.
+// again in holding epoch or in a retake of it, and reports whether it
+// does. A holding whose renewal is late, or whose lease expired under it
+// and is being taken back (retake), is valid again within moments; one
+// lost, released or replaced by a later acquire is not, and Await returns
+// false at once. The messages a holding had in hand when it was retaken
+// are its retake's to handle: Await(old) is true while the retake holds.
 func (t *Table) Await(ctx context.Context, p int, epoch uint64, within time.Duration) bool {
 	if p < 0 || p >= len(t.state) {
 		return false
 	}
-	deadline := time.Now().Add(within)
-	for {
+	look := func() (follows, valid bool, change <-chan struct{}) {
 		t.mu.Lock()
-		st, e, valid := t.state[p], t.epoch[p], t.cfg.Now().Before(t.until[p])
-		t.mu.Unlock()
-		switch {
-		case st != held || e != epoch:
-			return false
-		case valid:
-			return true
-		case !time.Now().Before(deadline):
-			return false
-		}
+		defer t.mu.Unlock()
+		return t.followsLocked(p, epoch), t.cfg.Now().Before(t.until[p]), t.change
+	}
+	follows, valid, change := look()
+	if !follows || valid {
+		return follows && valid
+	}
+	timer := time.NewTimer(within)
+	defer timer.Stop()
+	for {
+		// Only a change makes a holding valid again (a renewal, a retake):
+		// time passing makes it less so.
 		select {
 		case <-ctx.Done():
 			return false
-		case <-time.After(10 * time.Millisecond):
+		case <-timer.C:
+			return false
+		case <-change:
+		}
+		if follows, valid, change = look(); !follows || valid {
+			return follows && valid
 		}
 	}
 }
@@ -369,7 +452,7 @@ func (t *Table) loop(ctx context.Context, w jetstream.KeyWatcher, tick *time.Tic
 			t.finishRelease(ctx, h)
 		case h := <-t.failed:
 			t.mu.Lock()
-			current := t.state[h.p] == held && t.epoch[h.p] == h.epoch
+			current := t.followsLocked(h.p, h.epoch)
 			t.mu.Unlock()
 			if current { // not a failure of an earlier holding
 				t.startRelease(h.p)
@@ -437,8 +520,14 @@ func (t *Table) observe(e jetstream.KeyValueEntry) {
 		}
 		if have, ok := t.leases[p]; ok && have.rev > e.Revision() {
 			// A change older than what is known (the watcher lags behind
-			// this member's own writes): a later one superseded it.
+			// this member's own writes): a later one superseded it. After
+			// a retake, though, another member's write in the stall is
+			// older than the retake's create and still tells something.
+			t.heldMeanwhile(p, e)
 			return
+		}
+		if s, ok := t.retook[p]; ok && e.Revision() >= s.upto {
+			delete(t.retook, p) // the watch has caught up with the retake
 		}
 		if gone {
 			had := t.leases[p]
@@ -447,7 +536,7 @@ func (t *Table) observe(e jetstream.KeyValueEntry) {
 				// Expired (a MaxAge marker), not given back, while this
 				// member held it: its renewals came late. reconcile takes
 				// it back if nobody else has (retake).
-				t.lapsed[p] = true
+				t.lapsed[p] = had.rev
 				return
 			}
 			t.lost(p, "its lease expired or was deleted")
@@ -462,6 +551,38 @@ func (t *Table) observe(e jetstream.KeyValueEntry) {
 	}
 }
 
+// heldMeanwhile looks at e, a change of p's lease older than the lease
+// this member holds: if p was taken back (retake) and e is another
+// member's write after the lapse (its create, or its delete when it gave
+// p back; an expiry marker may be this member's own), that member held p
+// in the stall, and HeldMeanwhile is told, once.
+//
+// The retake's create came after e (a create succeeds only on an absent
+// key): that member's holding was over by then, and the retake's new
+// epoch already makes the states cached before it be read again. Nothing
+// else depends on noticing it.
+func (t *Table) heldMeanwhile(p int, e jetstream.KeyValueEntry) {
+	s, ok := t.retook[p]
+	if !ok || e.Revision() <= s.after {
+		return
+	}
+	other := e.Operation() == jetstream.KeyValueDelete ||
+		(e.Operation() == jetstream.KeyValuePut && string(e.Value()) != t.cfg.Member)
+	if !other {
+		return
+	}
+	delete(t.retook, p)
+	t.mu.Lock()
+	current := t.state[p] == held && t.epoch[p] == s.epoch
+	t.mu.Unlock()
+	if !current {
+		return // a later holding began, or none: nothing to tell
+	}
+	t.cfg.OnError(fmt.Errorf("partition %d: another member held it while its lease had lapsed here (before it was taken back)", p), "lease")
+	t.starting.Add(1)
+	go func() { defer t.starting.Done(); t.cfg.HeldMeanwhile(p, s.epoch) }()
+}
+
 // holding reports whether this member handles p (not free, not being
 // given back), whatever its lease's validity.
 func (t *Table) holding(p int) bool {
@@ -474,6 +595,7 @@ func (t *Table) holding(p int) bool {
 // gone (it was not renewed in time) or someone else holds it.
 func (t *Table) lost(p int, why string) {
 	delete(t.lapsed, p)
+	delete(t.retook, p)
 	t.mu.Lock()
 	st := t.state[p]
 	if st == free {
@@ -482,6 +604,7 @@ func (t *Table) lost(p int, why string) {
 	}
 	t.state[p] = free
 	epoch := t.epoch[p]
+	t.changedLocked()
 	t.mu.Unlock()
 	t.cfg.OnError(fmt.Errorf("partition %d lost: %s", p, why), "lease")
 	if st == held {
@@ -525,10 +648,11 @@ func (t *Table) reconcile(ctx context.Context, renewing bool) {
 		st := t.state[p]
 		t.mu.Unlock()
 		l, leased := t.leases[p]
+		_, lapsed := t.lapsed[p]
 		switch {
-		case t.lapsed[p] && (st != held || owner != t.cfg.Member):
+		case lapsed && (st != held || owner != t.cfg.Member):
 			t.lost(p, "its lease expired")
-		case t.lapsed[p]:
+		case lapsed:
 			t.retake(ctx, p)
 		case st == held && owner != t.cfg.Member:
 			t.startRelease(p)
@@ -543,19 +667,22 @@ func (t *Table) reconcile(ctx context.Context, renewing bool) {
 func (t *Table) acquire(ctx context.Context, p int) {
 	sent := t.cfg.Now()
 	opCtx, cancel := t.opCtx(ctx)
-	rev, err := t.kv.Create(opCtx, LeaseKey(p), []byte(t.cfg.Member), jetstream.KeyTTL(t.cfg.TTL))
+	rev, err := t.take(opCtx, p)
 	cancel()
 	if err != nil {
-		if !errors.Is(err, jetstream.ErrKeyExists) && ctx.Err() == nil {
+		if !errors.Is(err, errTaken) && !errors.Is(err, errRefused) && ctx.Err() == nil {
 			t.cfg.OnError(err, fmt.Sprintf("take partition %d", p))
 		}
-		return
+		return // the next reconcile tries again, if the lease is still absent
 	}
+	delete(t.retook, p)
 	t.leases[p] = lease{owner: t.cfg.Member, rev: rev}
 	t.mu.Lock()
 	t.state[p], t.until[p] = held, sent.Add(t.cfg.TTL)
 	t.epoch[p] = epochs.Add(1)
+	t.since[p] = t.epoch[p]
 	epoch := t.epoch[p]
+	t.changedLocked()
 	t.mu.Unlock()
 	// Starting takes a few requests: never hold up the renewals for it.
 	t.starting.Add(1)
@@ -590,13 +717,11 @@ func (t *Table) renewOnce(ctx context.Context, p int, l lease) (again bool) {
 	ack, err := t.js.Publish(ctx, "$KV."+t.kv.Bucket()+"."+LeaseKey(p), []byte(t.cfg.Member),
 		jetstream.WithMsgTTL(t.cfg.TTL), jetstream.WithExpectLastSequencePerSubject(l.rev))
 	if err != nil {
-		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+		if wrongLastSequence(err) {
 			if t.stillMine(ctx, p) {
 				return true
 			}
-			if t.lapsed[p] { // expired, and nobody else holds it: take it back
+			if _, lapsed := t.lapsed[p]; lapsed { // expired, and nobody else holds it: take it back
 				t.retake(ctx, p)
 				return false
 			}
@@ -611,6 +736,7 @@ func (t *Table) renewOnce(ctx context.Context, p int, l lease) (again bool) {
 	t.mu.Lock()
 	if t.state[p] != free {
 		t.until[p] = sent.Add(t.cfg.TTL)
+		t.changedLocked()
 	}
 	t.mu.Unlock()
 	return false
@@ -629,7 +755,7 @@ func (t *Table) renewOnce(ctx context.Context, p int, l lease) (again bool) {
 func (t *Table) stillMine(ctx context.Context, p int) bool {
 	e, err := t.kv.Get(ctx, LeaseKey(p))
 	if errors.Is(err, jetstream.ErrKeyNotFound) && t.holding(p) {
-		t.lapsed[p] = true
+		t.lapsed[p] = t.leases[p].rev
 	}
 	if err != nil || string(e.Value()) != t.cfg.Member {
 		return false
@@ -639,44 +765,122 @@ func (t *Table) stillMine(ctx context.Context, p int) bool {
 	return true
 }
 
-// retake takes back the lease of p, which expired under this member while
-// it still handled p (its process was starved of CPU past the TTL, or its
-// connection stalled): if the lease is still absent, nobody else took it,
-// and this member creates it again and goes on with the same holding,
-// releasing nothing, with no pause beyond the stall itself. Another
-// member that took it meanwhile wins the create: p is lost as usual. Had
-// another member taken p and let it go in the stall, states cached in
-// this holding may be behind what it wrote; the history's expected
-// sequence refuses such a write, and the dispatcher reads the history
-// again, as after any conflict.
+// retake takes back the lease of p, which expired under this member
+// while it still handled p (its process was starved of CPU past the TTL,
+// or its connection stalled): if the lease is absent, this member creates
+// it again and goes on at once, releasing nothing and resetting nothing.
+// Another member that holds it wins: p is lost as usual.
+//
+// This member cannot tell its own expired lease from another member's
+// that was taken and let go during the stall (both leave a marker or no
+// key), so the retake begins a new holding: a new epoch, told by Retook,
+// in which what was cached before is read again. If the watch then shows
+// such a holding, HeldMeanwhile is told (see heldMeanwhile).
 func (t *Table) retake(ctx context.Context, p int) {
 	sent := t.cfg.Now()
 	opCtx, cancel := t.opCtx(ctx)
-	rev, err := t.kv.Create(opCtx, LeaseKey(p), []byte(t.cfg.Member), jetstream.KeyTTL(t.cfg.TTL))
+	rev, err := t.take(opCtx, p)
 	cancel()
 	switch {
-	case errors.Is(err, jetstream.ErrKeyExists):
+	case errors.Is(err, errTaken):
 		t.lost(p, "its lease expired and another member took it")
 		return
+	case errors.Is(err, errRefused):
+		return // lapsed still: the next tick tries again
 	case err != nil:
 		if ctx.Err() == nil {
 			t.cfg.OnError(err, fmt.Sprintf("take back partition %d", p))
 		}
 		return // lapsed still: the next tick tries again
 	}
+	after := t.lapsed[p]
 	delete(t.lapsed, p)
 	t.leases[p] = lease{owner: t.cfg.Member, rev: rev}
 	t.mu.Lock()
-	if t.state[p] == held {
+	old := t.epoch[p]
+	retook := t.state[p] == held
+	if t.state[p] != free {
 		t.until[p] = sent.Add(t.cfg.TTL)
 	}
+	if retook {
+		t.epoch[p] = epochs.Add(1)
+	}
+	epoch := t.epoch[p]
+	t.changedLocked()
 	t.mu.Unlock()
+	if !retook {
+		return // being given back: the release goes on, with its epoch
+	}
+	t.retook[p] = retakeSpan{after: after, upto: rev, epoch: epoch}
 	t.retaken.Add(1)
-	t.cfg.OnError(fmt.Errorf("partition %d: its lease expired (renewals came late) and nobody took it: taken back, nothing released", p), "lease")
+	t.cfg.Retook(p, old, epoch)
+	t.cfg.OnError(fmt.Errorf("partition %d: its lease expired (renewals came late) and nobody held it: taken back, nothing released (holding %d)", p, epoch), "lease")
+}
+
+// Why take did not take a lease: another member holds it (errTaken), or
+// the create was refused and no lease was found (errRefused).
+var (
+	errTaken   = errors.New("partition: the lease is held by another member")
+	errRefused = errors.New("partition: the lease's create was refused, yet it is absent")
+)
+
+// take creates p's lease for this member and returns its revision. A
+// create refused because the key exists looks at the lease:
+//   - it holds this member's name: an earlier create of this member (one
+//     that timed out) was stored after all; it is renewed, and taken as
+//     made now;
+//   - another member's name: errTaken;
+//   - no lease: errRefused, to try again later; the refusal was a
+//     conflict that is none (a replicated bucket answers so now and then),
+//     the lease went again, or the read was answered by a replica behind
+//     the create that won.
+//
+// A lease found with this member's name is renewed with the expected
+// revision before it is taken, so a stale read cannot make it adopt a
+// lease that is no longer its own.
+//
+// A refused create is not always [jetstream.ErrKeyExists]: on a deleted or
+// expired key, nats.go's Create tries again from the delete's revision,
+// and if another create came first a replicated bucket refuses that try
+// with code 10164, which nats.go returns as it is (seen on a 3-node
+// cluster: over a quarter of the losers of a race for a deleted or
+// expired lease).
+func (t *Table) take(ctx context.Context, p int) (uint64, error) {
+	rev, err := t.kv.Create(ctx, LeaseKey(p), []byte(t.cfg.Member), jetstream.KeyTTL(t.cfg.TTL))
+	if err == nil {
+		return rev, nil
+	}
+	if !errors.Is(err, jetstream.ErrKeyExists) && !wrongLastSequence(err) {
+		return 0, err
+	}
+	e, gerr := t.kv.Get(ctx, LeaseKey(p))
+	switch {
+	case errors.Is(gerr, jetstream.ErrKeyNotFound):
+		return 0, errRefused
+	case gerr != nil:
+		return 0, fmt.Errorf("read lease %d after its create was refused: %w", p, gerr)
+	case string(e.Value()) != t.cfg.Member:
+		return 0, errTaken
+	}
+	ack, err := t.js.Publish(ctx, "$KV."+t.kv.Bucket()+"."+LeaseKey(p), []byte(t.cfg.Member),
+		jetstream.WithMsgTTL(t.cfg.TTL), jetstream.WithExpectLastSequencePerSubject(e.Revision()))
+	if err != nil {
+		return 0, fmt.Errorf("renew lease %d found stored: %w", p, err)
+	}
+	t.adopted.Add(1)
+	return ack.Sequence, nil
+}
+
+// wrongLastSequence reports a refused compare-and-set: code 10071, or
+// 10164 on a replicated stream.
+func wrongLastSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
 // Retaken counts the leases that expired under this member while it held
-// them and that it took back (nobody else had), without a release.
+// them and that it took back (nobody held them), without a release.
 func (t *Table) Retaken() int64 { return t.retaken.Load() }
 
 // startRelease stops handling p in the background; the lease is deleted
@@ -685,6 +889,7 @@ func (t *Table) startRelease(p int) {
 	t.mu.Lock()
 	t.state[p] = releasing
 	epoch := t.epoch[p]
+	t.changedLocked()
 	t.mu.Unlock()
 	t.starting.Add(1)
 	go func() {
@@ -702,6 +907,7 @@ func (t *Table) finishRelease(ctx context.Context, h holding) {
 	done := t.state[h.p] == releasing && t.epoch[h.p] == h.epoch
 	if done {
 		t.state[h.p] = free
+		t.changedLocked()
 	}
 	t.mu.Unlock()
 	if done {
@@ -741,6 +947,7 @@ func (t *Table) leave() {
 		}
 		t.state[p] = free
 	}
+	t.changedLocked()
 	t.mu.Unlock()
 	for _, p := range holding { // those releasing are being released already
 		wg.Add(1)

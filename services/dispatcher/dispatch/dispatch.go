@@ -340,9 +340,11 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	// it runs, below.
 	table, err := partition.New(d.js, d.parts.kv, partition.Config{
 		Member: d.cfg.Member, Partitions: d.parts.n, TTL: d.cfg.LeaseTTL,
-		Acquire: func(ctx context.Context, p int, epoch uint64) error { return d.acquire(ctx, p, epoch, enqueue) },
-		Release: d.release,
-		OnError: func(err error, what string) { d.log.Warn().Err(err).Msg(what) },
+		Acquire:       func(ctx context.Context, p int, epoch uint64) error { return d.acquire(ctx, p, epoch, enqueue) },
+		Release:       d.release,
+		Retook:        d.retook,
+		HeldMeanwhile: func(p int, epoch uint64) { d.heldMeanwhile(ctx, p, epoch) },
+		OnError:       func(err error, what string) { d.log.Warn().Err(err).Msg(what) },
 	})
 	if err != nil {
 		return err
@@ -425,15 +427,13 @@ func (e permanentError) Unwrap() error { return e.err }
 
 func (d *Dispatcher) process(ctx context.Context, j job) {
 	defer j.from.done()
-	if j.from != nil {
-		if epoch, ok := d.parts.table.Holds(j.from.part); (!ok || epoch != j.from.epoch) &&
-			!d.parts.table.Await(ctx, j.from.part, j.from.epoch, handOver) {
-			// The partition moved on (its next holder takes it), or this
-			// holding's renewal is late (a lease renewed or taken back
-			// within handOver is waited for): in a moment, not in a hot loop.
-			_ = j.msg.NakWithDelay(handOver)
-			return
-		}
+	// The partition moved on (its next holder takes it), or this holding's
+	// renewal is late (a lease renewed or taken back within handOver is
+	// waited for; a retake goes on with the jobs in hand): in a moment,
+	// not in a hot loop.
+	if j.from != nil && !d.parts.table.Await(ctx, j.from.part, j.from.epoch.Load(), handOver) {
+		_ = j.msg.NakWithDelay(handOver)
+		return
 	}
 	log := d.log.With().Str("execution_id", j.key).Str("type", string(j.ev.Type)).Logger()
 	// A long handling (a large foreach of the dispatcher's own steps) keeps
@@ -476,7 +476,7 @@ func (d *Dispatcher) process(ctx context.Context, j job) {
 			// A renewal merely late (the dispatchers' bucket electing a
 			// leader too) is waited for; a partition that moved on is its
 			// next holder's to handle.
-			if ctx.Err() != nil || (j.from != nil && !d.parts.table.Await(ctx, j.from.part, j.from.epoch, retryHere-time.Since(began))) {
+			if ctx.Err() != nil || (j.from != nil && !d.parts.table.Await(ctx, j.from.part, j.from.epoch.Load(), retryHere-time.Since(began))) {
 				break
 			}
 			err = d.handle(log.WithContext(ctx), j.ev)

@@ -35,6 +35,16 @@ import (
 // decision to change nothing and before a lock-bucket write, as without
 // partitions (see withExecutionAs and ensureCurrent). A state cached in an
 // earlier holding is read again.
+//
+// A lease that expired under this dispatcher (its process was starved past
+// the lease's TTL) and that nobody held is taken back at once, as a new
+// holding of the same consuming (retook): states cached before are read
+// again, since another dispatcher may have held the partition during the
+// stall, and the messages in hand are still handled here, in the new
+// holding; the consumers are not reset. Should the table learn that
+// another dispatcher did hold it meanwhile (heldMeanwhile), they are: what
+// that one had pulled and not handed back is then delivered again now,
+// not after the ack wait.
 
 // partitions is the dispatcher's side of the partition table.
 type partitions struct {
@@ -42,15 +52,21 @@ type partitions struct {
 	kv    jetstream.KeyValue // the dispatchers bucket
 	table *partition.Table   // set by Run
 
-	mu      sync.Mutex // guards running
+	// mu guards running. Lock order: mu, then a consuming's mu or the
+	// table's own lock (acquire asks the table under mu; the table calls
+	// retook without its lock held).
+	mu      sync.Mutex
 	running map[int]*consuming
 }
 
-// consuming is a held partition being consumed.
+// consuming is a held partition being consumed: from the holding that
+// acquired it (first) through the retakes of its lease (epoch follows
+// them, see retook).
 type consuming struct {
 	part     int
-	epoch    uint64
-	inFlight atomic.Int64 // jobs of the partition queued or being handled
+	first    uint64
+	epoch    atomic.Uint64 // the holding's epoch now
+	inFlight atomic.Int64  // jobs of the partition queued or being handled
 
 	mu      sync.Mutex // guards below
 	ccs     []jetstream.ConsumeContext
@@ -69,20 +85,31 @@ func (d *Dispatcher) holds(id string) (epoch uint64, ok bool) {
 	return d.parts.table.Holds(d.partitionOf(id))
 }
 
+// covers reports whether epoch is r's holding or one it went on from.
+func (r *consuming) covers(epoch uint64) bool {
+	return r.first <= epoch && epoch <= r.epoch.Load()
+}
+
 // acquire starts consuming partition p for its holding epoch, which the
 // table just took.
 func (d *Dispatcher) acquire(ctx context.Context, p int, epoch uint64, enqueue func(jetstream.Msg, *consuming)) error {
-	// current: the table still holds p in this holding (a release may
-	// come before this start is done; then it must not start at all).
+	// current: the table still holds p in this holding or a retake of it
+	// (a release may come before this start is done; then it must not
+	// start at all). A renewal merely late is no release: a start slowed
+	// by a starved process goes on.
 	current := func() bool {
-		e, ok := d.parts.table.Holds(p)
-		return ok && e == epoch
+		_, ok := d.parts.table.Current(p, epoch)
+		return ok
 	}
-	if !current() {
+	r := &consuming{part: p, first: epoch}
+	d.parts.mu.Lock()
+	// Under d.parts.mu: a retake's hook (retook) sees r, or r has its epoch.
+	now, ok := d.parts.table.Current(p, epoch)
+	if !ok {
+		d.parts.mu.Unlock()
 		return nil
 	}
-	r := &consuming{part: p, epoch: epoch}
-	d.parts.mu.Lock()
+	r.epoch.Store(now)
 	old := d.parts.running[p]
 	d.parts.running[p] = r
 	d.parts.mu.Unlock()
@@ -102,7 +129,7 @@ func (d *Dispatcher) acquire(ctx context.Context, p int, epoch uint64, enqueue f
 		// (work queues drop them; the reports' consumer may repeat a
 		// few, which are recognised as stale).
 		if !current() {
-			d.release(p, epoch)
+			d.stopHolding(r)
 			return nil
 		}
 		if _, err := d.js.ResetConsumer(ctx, c.Stream, c.Config.Durable); err != nil {
@@ -125,7 +152,7 @@ func (d *Dispatcher) acquire(ctx context.Context, p int, epoch uint64, enqueue f
 		}
 	}
 	if !current() { // released while starting: the release found nothing to stop yet
-		d.release(p, epoch)
+		d.stopHolding(r)
 		return nil
 	}
 	// Info once running: a move is worth telling an operator; the first
@@ -144,11 +171,20 @@ func (d *Dispatcher) acquire(ctx context.Context, p int, epoch uint64, enqueue f
 func (d *Dispatcher) release(p int, epoch uint64) {
 	d.parts.mu.Lock()
 	r := d.parts.running[p]
-	if r == nil || r.epoch != epoch {
+	d.parts.mu.Unlock()
+	if r != nil && r.covers(epoch) {
+		d.stopHolding(r)
+	}
+}
+
+// stopHolding stops consuming r, if it is still its partition's.
+func (d *Dispatcher) stopHolding(r *consuming) {
+	d.parts.mu.Lock()
+	if d.parts.running[r.part] != r {
 		d.parts.mu.Unlock()
 		return
 	}
-	delete(d.parts.running, p)
+	delete(d.parts.running, r.part)
 	d.parts.mu.Unlock()
 	r.stop(d.cfg.AckWait)
 	lvl := zerolog.InfoLevel
@@ -157,7 +193,39 @@ func (d *Dispatcher) release(p int, epoch uint64) {
 		lvl = zerolog.DebugLevel
 	default:
 	}
-	d.log.WithLevel(lvl).Int("partition", p).Uint64("epoch", epoch).Msg("partition given up")
+	d.log.WithLevel(lvl).Int("partition", r.part).Uint64("epoch", r.epoch.Load()).Msg("partition given up")
+}
+
+// retook follows the table's retake of partition p's lease: holding new
+// goes on from old without a release, with the same consumers and the
+// jobs in hand. States cached in old are read again (load compares their
+// epoch with the table's). It runs on the table's loop: quick.
+func (d *Dispatcher) retook(p int, old, new uint64) {
+	d.parts.mu.Lock()
+	defer d.parts.mu.Unlock()
+	if r := d.parts.running[p]; r != nil && r.covers(old) {
+		r.epoch.Store(new)
+	}
+}
+
+// heldMeanwhile resets partition p's consumers: another dispatcher held p
+// during the stall before this one's retake began holding epoch, and what
+// it pulled and did not hand back would wait for the ack wait. The jobs in
+// hand here are delivered again too, and handled again (a result seen
+// twice is stale the second time).
+func (d *Dispatcher) heldMeanwhile(ctx context.Context, p int, epoch uint64) {
+	for _, c := range bus.PartitionConsumers(d.durables(), p) {
+		if _, ok := d.parts.table.Current(p, epoch); !ok || ctx.Err() != nil {
+			return // lost or given up since: its next holder resets them
+		}
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := d.js.ResetConsumer(rctx, c.Stream, c.Config.Durable)
+		cancel()
+		if err != nil {
+			d.log.Warn().Err(err).Int("partition", p).Str("consumer", c.Config.Durable).Msg("reset consumer after a retake")
+		}
+	}
+	d.log.Info().Int("partition", p).Uint64("epoch", epoch).Msg("partition was held by another dispatcher during a stall: its consumers reset")
 }
 
 // add keeps cc, or stops it if the holding was released meanwhile.
@@ -200,8 +268,8 @@ func (d *Dispatcher) holding(p int) *consuming {
 	d.parts.mu.Lock()
 	defer d.parts.mu.Unlock()
 	r := d.parts.running[p]
-	if r == nil || r.epoch != epoch {
-		return nil
+	if r == nil || r.epoch.Load() != epoch {
+		return nil // not started yet, or a retake's hook is on its way
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -75,9 +75,10 @@ func (d *Dispatcher) command(ctx context.Context, cmd events.Event, x *execState
 	case dec.Reject != nil:
 		// A rejection is final for its sender and no append fences it: it
 		// must not come from a state behind the history (one cached
-		// before another dispatcher wrote, in a holding taken back after a
-		// stall). A rejection is rare; one lookup is cheap, and none when
-		// the state was read from the history for this message.
+		// before another dispatcher wrote: a clear-lock routed from
+		// another partition, a holder that lost its lease and has not
+		// noticed yet). A rejection is rare; one lookup is cheap, and none
+		// when the state was read from the history for this message.
 		if err := d.ensureCurrent(ctx, x); err != nil {
 			return err
 		}

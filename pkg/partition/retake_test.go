@@ -1,0 +1,415 @@
+package partition_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/natstest"
+	"jetflow.dev/pkg/partition"
+)
+
+// TestRetakeAfterAnotherMembersHoldingIsNoticed: during a's stall, b took
+// a partition whose lease had expired under a and let it go; a's watch
+// lags, so a takes the lease back before it sees b's writes, which are
+// then older than a's own create. The retake began a new holding anyway
+// (what a cached before is read again); when the watch shows b's holding,
+// a is told (HeldMeanwhile), once, and keeps the partition. A lapse that
+// nobody else filled tells nothing of the kind, whether a learns of it
+// from the watch or from its refused renewal.
+func TestRetakeAfterAnotherMembersHoldingIsNoticed(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	ctx := t.Context()
+	kv, err := js.KeyValue(ctx, bus.BucketDispatchers)
+	require.NoError(t, err)
+	tbl, hooks := memberWithHooks(t, js, kv, 3)
+	defer tbl.WaitStarts()
+	w, err := kv.WatchAll(ctx, jetstream.UpdatesOnly())
+	require.NoError(t, err)
+	defer func() { _ = w.Stop() }()
+	before := map[int]uint64{}
+	for p := range 3 {
+		tbl.AcquireNow(ctx, p)
+		e, ok := tbl.Holds(p)
+		require.True(t, ok)
+		before[p] = e
+	}
+	next := func(what string, match func(jetstream.KeyValueEntry) bool) jetstream.KeyValueEntry {
+		t.Helper()
+		deadline := time.After(30 * time.Second)
+		for {
+			select {
+			case e := <-w.Updates():
+				if e != nil && match(e) {
+					return e
+				}
+			case <-deadline:
+				t.Fatalf("the watch did not show %s within 30 s", what)
+			}
+		}
+	}
+	// The stall: every lease expires.
+	markers := map[int]jetstream.KeyValueEntry{}
+	for len(markers) < 3 {
+		e := next("the expiry markers", func(e jetstream.KeyValueEntry) bool { return e.Operation() == jetstream.KeyValuePurge })
+		for p := range 3 {
+			if e.Key() == partition.LeaseKey(p) {
+				markers[p] = e
+			}
+		}
+	}
+	// b takes 0 and 1 and gives them back, all within the stall.
+	bPut, bDel := map[int]jetstream.KeyValueEntry{}, map[int]jetstream.KeyValueEntry{}
+	for _, p := range []int{0, 1} {
+		rev, err := kv.Create(ctx, partition.LeaseKey(p), []byte("b"))
+		require.NoError(t, err)
+		require.NoError(t, kv.Delete(ctx, partition.LeaseKey(p), jetstream.LastRevision(rev)))
+		bPut[p] = next("b's create", func(e jetstream.KeyValueEntry) bool { return e.Revision() == rev })
+		bDel[p] = next("b's delete", func(e jetstream.KeyValueEntry) bool {
+			return e.Key() == partition.LeaseKey(p) && e.Operation() == jetstream.KeyValueDelete
+		})
+	}
+
+	// a's lagging watch shows its own markers of 0 and 2 only; a learns of
+	// 1's expiry from its refused renewal. Each is taken back.
+	tbl.ObserveNow(markers[0])
+	tbl.ObserveNow(markers[2])
+	tbl.ReconcileNow(ctx)
+	tbl.RenewNow(ctx, 1)
+	// (Epoch, not Holds: without the table's loop nothing renews, and a
+	// loaded machine may take longer than the TTL to get here.)
+	for p := range 3 {
+		e, ok := tbl.Epoch(p)
+		require.True(t, ok, "partition %d taken back", p)
+		require.Greater(t, e, before[p], "partition %d: a new holding", p)
+		require.Greater(t, tbl.LeaseRevision(p), bDel[1].Revision(), "partition %d: the retake's create comes last", p)
+	}
+	require.Len(t, hooks.retook(), 3)
+	require.Empty(t, hooks.released())
+
+	// Then the watch catches up: b's writes, older than a's creates.
+	for _, p := range []int{0, 1} {
+		tbl.ObserveNow(bPut[p])
+		tbl.ObserveNow(bDel[p])
+	}
+	tbl.ObserveNow(markers[1]) // a's own marker, late: not another member's
+	tbl.WaitStarts()
+	var told []int
+	for _, h := range hooks.heldMeanwhile() {
+		e, _ := tbl.Epoch(h.p)
+		require.Equal(t, e, h.epoch, "partition %d: told with the retake's holding", h.p)
+		told = append(told, h.p)
+	}
+	require.Equal(t, []int{0, 1}, told, "told once each, of 0 and 1 only")
+	for p := range 3 {
+		_, ok := tbl.Epoch(p)
+		require.True(t, ok, "partition %d: kept", p)
+		require.Equal(t, tbl.LeaseRevision(p), mustRevision(t, kv, p), "partition %d renews from its own create", p)
+	}
+	require.Empty(t, hooks.released(), "nothing released")
+}
+
+// TestRetakeStoredButUnacknowledgedIsAdopted: a retake's create timed out
+// and was stored all the same; the next attempt is refused (the key
+// exists). The lease holds this member's name: it is adopted, renewed
+// from the revision found, and the partition kept as a new holding, not
+// reported lost. A lease of another member's is lost, as before.
+func TestRetakeStoredButUnacknowledgedIsAdopted(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	ctx := t.Context()
+	kv, err := js.KeyValue(ctx, bus.BucketDispatchers)
+	require.NoError(t, err)
+	tbl, hooks := memberWithHooks(t, js, kv, 2)
+	defer tbl.WaitStarts()
+	w, err := kv.WatchAll(ctx, jetstream.UpdatesOnly())
+	require.NoError(t, err)
+	defer func() { _ = w.Stop() }()
+	before := map[int]uint64{}
+	for p := range 2 {
+		tbl.AcquireNow(ctx, p)
+		before[p], _ = tbl.Holds(p)
+	}
+	// The stall: both leases expire, and a sees it.
+	for _, m := range expiryMarkers(t, w, 2) {
+		tbl.ObserveNow(m)
+	}
+	// A retake of 0 stored without its answer reaching a; b takes 1.
+	// (A longer TTL than a's: a loaded machine may be slow to come to
+	// the retake, and the point is that the lease is there.)
+	stored, err := kv.Create(ctx, partition.LeaseKey(0), []byte("a"), jetstream.KeyTTL(10*time.Second))
+	require.NoError(t, err)
+	_, err = kv.Create(ctx, partition.LeaseKey(1), []byte("b"))
+	require.NoError(t, err)
+	tbl.Retake(ctx, 0)
+	tbl.Retake(ctx, 1)
+
+	e, ok := tbl.Epoch(0)
+	require.True(t, ok, "0 is kept")
+	require.Greater(t, e, before[0], "as a new holding")
+	require.Greater(t, tbl.LeaseRevision(0), stored, "renewed from the revision found")
+	require.Equal(t, tbl.LeaseRevision(0), mustRevision(t, kv, 0))
+	require.EqualValues(t, 1, tbl.Adopted())
+	require.Equal(t, []retake{{0, before[0], e}}, hooks.retook())
+	_, ok = tbl.Epoch(1)
+	require.False(t, ok, "1 is b's")
+	natstest.Eventually(t, 10*time.Second, func() bool { return slices.Equal(hooks.released(), []int{1}) }, "1 released, 0 not")
+}
+
+// TestAwaitIsWokenByTheRetake: a job of a holding whose lease lapsed
+// waits (Await) for it; the retake, a new holding, wakes it with true:
+// the jobs in hand go on in the new holding. A later acquire's holding
+// does not count as the old one's.
+func TestAwaitIsWokenByTheRetake(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	ctx := t.Context()
+	kv, err := js.KeyValue(ctx, bus.BucketDispatchers)
+	require.NoError(t, err)
+	tbl, _ := memberWithHooks(t, js, kv, 1)
+	defer tbl.WaitStarts()
+	tbl.AcquireNow(ctx, 0)
+	old, ok := tbl.Holds(0)
+	require.True(t, ok)
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		_, err := kv.Get(ctx, partition.LeaseKey(0))
+		return errors.Is(err, jetstream.ErrKeyNotFound)
+	}, "the lease expires")
+	tbl.RenewNow(ctx, 0) // refused, lapsed; taken back at once, as the key is absent
+	e, ok := tbl.Epoch(0)
+	require.True(t, ok)
+	require.Greater(t, e, old)
+	now, ok := tbl.Current(0, old)
+	require.True(t, ok, "the first holding's jobs go on in the retake")
+	require.Equal(t, e, now)
+
+	// Lapsed again; a waiter from the first holding is woken by the retake.
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		_, err := kv.Get(ctx, partition.LeaseKey(0))
+		return errors.Is(err, jetstream.ErrKeyNotFound)
+	}, "the lease expires again")
+	done := make(chan bool, 1)
+	go func() { done <- tbl.Await(ctx, 0, old, time.Minute) }()
+	select {
+	case <-done:
+		t.Fatal("Await returned while the lease had lapsed")
+	case <-time.After(100 * time.Millisecond):
+	}
+	began := time.Now()
+	tbl.RenewNow(ctx, 0)
+	select {
+	case got := <-done:
+		require.True(t, got)
+		require.Less(t, time.Since(began), 5*time.Second)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Await was not woken by the retake")
+	}
+	e2, _ := tbl.Epoch(0)
+	require.Greater(t, e2, e)
+
+	// Another member's lease: lost; a later acquire is a new chain.
+	_, err = kv.Put(ctx, partition.LeaseKey(0), []byte("b"))
+	require.NoError(t, err)
+	tbl.RenewNow(ctx, 0)
+	_, ok = tbl.Epoch(0)
+	require.False(t, ok)
+	require.NoError(t, kv.Delete(ctx, partition.LeaseKey(0)))
+	tbl.AcquireNow(ctx, 0)
+	e3, ok := tbl.Epoch(0)
+	require.True(t, ok)
+	require.Greater(t, e3, e2)
+	require.False(t, tbl.Await(ctx, 0, old, time.Minute), "the first holding's jobs are not the new acquire's")
+	require.False(t, tbl.Await(ctx, 0, e2, time.Minute))
+	_, ok = tbl.Current(0, e3)
+	require.True(t, ok)
+}
+
+// TestRacingCreatesOnAClusterAreNoErrors: on a replicated bucket, members
+// racing for leases that never existed, were deleted or expired all
+// answer as refusals, never as failures: nats.go's Create returns code
+// 10164 as it is (not ErrKeyExists) when another create came first on a
+// key that had been deleted, and a replicated stream now and then
+// refuses a create that conflicts with nothing. Exactly one member holds
+// each lease.
+func TestRacingCreatesOnAClusterAreNoErrors(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster test")
+	}
+	t.Parallel()
+	servers := natstest.RunCluster(t)
+	ctx := t.Context()
+	var jss []jetstream.JetStream
+	for _, s := range servers {
+		nc, err := nats.Connect(s.ClientURL())
+		require.NoError(t, err)
+		t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		require.NoError(t, err)
+		jss = append(jss, js)
+	}
+	require.NoError(t, bus.Ensure(ctx, jss[0], bus.Config{Replicas: 3}))
+	kv0, err := jss[0].KeyValue(ctx, bus.BucketDispatchers)
+	require.NoError(t, err)
+
+	const n, rounds = 16, 6
+	var mu sync.Mutex
+	var failures []string
+	for round := range rounds {
+		var tables []*partition.Table
+		for i, js := range jss {
+			kv, err := js.KeyValue(ctx, bus.BucketDispatchers)
+			require.NoError(t, err)
+			name := fmt.Sprintf("m%d", i)
+			tbl, err := partition.New(js, kv, partition.Config{Member: name, Partitions: n,
+				Acquire: func(context.Context, int, uint64) error { return nil }, Release: func(int, uint64) {},
+				OnError: func(err error, what string) {
+					mu.Lock()
+					defer mu.Unlock()
+					failures = append(failures, fmt.Sprintf("round %d %s: %s: %v", round, name, what, err))
+				}})
+			require.NoError(t, err)
+			tables = append(tables, tbl)
+		}
+		var wg sync.WaitGroup
+		for _, tbl := range tables {
+			wg.Go(func() {
+				for p := range n {
+					tbl.AcquireNow(ctx, p)
+				}
+			})
+		}
+		wg.Wait()
+		for p := range n {
+			holders := 0
+			for _, tbl := range tables {
+				if _, ok := tbl.Epoch(p); ok {
+					holders++
+				}
+			}
+			require.Equal(t, 1, holders, "round %d: partition %d", round, p)
+		}
+		for _, tbl := range tables {
+			tbl.WaitStarts()
+		}
+		// The next round races for deleted keys, then for expired ones.
+		for p := range n {
+			if round%2 == 0 {
+				require.NoError(t, kv0.Delete(ctx, partition.LeaseKey(p)))
+			}
+		}
+		if round%2 == 1 {
+			natstest.Eventually(t, 30*time.Second, func() bool {
+				for p := range n {
+					if _, err := kv0.Get(ctx, partition.LeaseKey(p)); !errors.Is(err, jetstream.ErrKeyNotFound) {
+						return false
+					}
+				}
+				return true
+			}, "round %d: the leases expire", round)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	require.Empty(t, failures)
+}
+
+// retake is a call of Retook.
+type retake struct {
+	p        int
+	old, new uint64
+}
+
+// hooks records what a table told.
+type hooks struct {
+	mu    sync.Mutex
+	rel   []int
+	took  []retake
+	meanw []retakeHolding
+}
+
+type retakeHolding struct {
+	p     int
+	epoch uint64
+}
+
+func (h *hooks) released() []int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Sorted(slices.Values(h.rel))
+}
+
+func (h *hooks) retook() []retake {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.took)
+}
+
+func (h *hooks) heldMeanwhile() []retakeHolding {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.SortedFunc(slices.Values(h.meanw), func(a, b retakeHolding) int { return a.p - b.p })
+}
+
+// memberWithHooks is member "a"'s table of n partitions, which acquires
+// without doing anything, and what it told so far.
+func memberWithHooks(t *testing.T, js jetstream.JetStream, kv jetstream.KeyValue, n int) (*partition.Table, *hooks) {
+	t.Helper()
+	h := &hooks{}
+	tbl, err := partition.New(js, kv, partition.Config{Member: "a", Partitions: n,
+		Acquire: func(context.Context, int, uint64) error { return nil },
+		Release: func(p int, _ uint64) { h.mu.Lock(); h.rel = append(h.rel, p); h.mu.Unlock() },
+		Retook: func(p int, old, new uint64) {
+			h.mu.Lock()
+			h.took = append(h.took, retake{p, old, new})
+			h.mu.Unlock()
+		},
+		HeldMeanwhile: func(p int, epoch uint64) {
+			h.mu.Lock()
+			h.meanw = append(h.meanw, retakeHolding{p, epoch})
+			h.mu.Unlock()
+		}})
+	require.NoError(t, err)
+	return tbl, h
+}
+
+// mustRevision is the revision of p's lease in the bucket.
+func mustRevision(t *testing.T, kv jetstream.KeyValue, p int) uint64 {
+	t.Helper()
+	e, err := kv.Get(t.Context(), partition.LeaseKey(p))
+	require.NoError(t, err)
+	return e.Revision()
+}
+
+// expiryMarkers waits for the expiry markers of partitions 0 to n-1's
+// leases on w, a watch of the bucket.
+func expiryMarkers(t *testing.T, w jetstream.KeyWatcher, n int) map[int]jetstream.KeyValueEntry {
+	t.Helper()
+	markers := map[int]jetstream.KeyValueEntry{}
+	deadline := time.After(30 * time.Second)
+	for len(markers) < n {
+		select {
+		case e := <-w.Updates():
+			if e == nil || e.Operation() != jetstream.KeyValuePurge {
+				continue
+			}
+			for p := range n {
+				if e.Key() == partition.LeaseKey(p) {
+					markers[p] = e
+				}
+			}
+		case <-deadline:
+			t.Fatalf("the leases did not expire within 30 s: %d markers of %d", len(markers), n)
+		}
+	}
+	return markers
+}

@@ -1,0 +1,170 @@
+package dispatch
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/catalog"
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/natstest"
+	"jetflow.dev/pkg/partition"
+	"jetflow.dev/pkg/workflow"
+)
+
+// TestExecutionGoesOnAcrossARetake: the lease of the partition of a
+// waiting execution expires under the dispatcher (as when its process is
+// starved past the TTL: the server writes a marker) and nobody holds it;
+// the dispatcher takes it back at once as a new holding of the same
+// consuming (nothing released, no consumer reset), its cached state is
+// read again in the new holding rather than taken as current (another
+// dispatcher may have held the partition in the stall), and the
+// execution goes on to its end. Told afterwards that another did hold
+// the partition meanwhile, it resets the partition's consumers.
+func TestExecutionGoesOnAcrossARetake(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	ctx := t.Context()
+	defs, err := catalog.Open(ctx, js)
+	require.NoError(t, err)
+	def, err := workflow.Parse([]byte("name: twice\nsteps:\n  - {id: w1, kind: wait, signal: one}\n  - {id: w2, kind: wait, signal: two}\n"))
+	require.NoError(t, err)
+	_, _, err = defs.Apply(ctx, def)
+	require.NoError(t, err)
+	d, err := New(ctx, Config{Workers: 2}, js, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
+	require.NoError(t, err)
+	natstest.Serve(t, d.Run)
+
+	publish := func(subject string, p events.Payload) {
+		ev := events.New("test", "", "", time.Now(), p)
+		msg, err := bus.Encode(subject, ev)
+		require.NoError(t, err)
+		_, err = js.PublishMsg(ctx, msg, jetstream.WithMsgID(ev.ID))
+		require.NoError(t, err)
+	}
+	history := func() []events.Type {
+		evs, err := d.hist.Read(ctx, bus.ExecutionSubject("twice", "r1"), 0)
+		if err != nil {
+			return nil
+		}
+		var types []events.Type
+		for _, ev := range evs {
+			types = append(types, ev.Type)
+		}
+		return types
+	}
+	waiting := func(n int) func() bool {
+		return func() bool {
+			types := history()
+			count := 0
+			for _, ty := range types {
+				if ty == events.TypeStepWaiting {
+					count++
+				}
+			}
+			return count == n && len(types) > 0 && types[len(types)-1] == events.TypeStepWaiting
+		}
+	}
+	cachedEpoch := func() (uint64, bool) {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		x, ok := d.cache.get("r1")
+		if !ok {
+			return 0, false
+		}
+		return x.epoch, true
+	}
+	p := d.partitionOf("r1")
+	running := func() *consuming {
+		d.parts.mu.Lock()
+		defer d.parts.mu.Unlock()
+		return d.parts.running[p]
+	}
+
+	publish(bus.SubjectStart, &events.StartExecution{Workflow: "twice", ExecutionID: "r1", Input: json.RawMessage(`{}`)})
+	natstest.Eventually(t, 30*time.Second, waiting(1), "r1 waits for its first signal")
+	var before uint64
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		var ok bool
+		before, ok = d.parts.table.Holds(p)
+		return ok && running() != nil && running().epoch.Load() == before
+	}, "the partition is held and consumed")
+	// (A loaded machine may starve the dispatcher into retakes of its own:
+	// epochs are compared by order, not equality.)
+	cached, ok := cachedEpoch()
+	require.True(t, ok, "the waiting execution is cached")
+	require.Positive(t, cached, "read while the partition was held")
+	require.LessOrEqual(t, cached, before)
+	r := running()
+
+	// The lease expires under the dispatcher: the server's marker.
+	kv, err := js.KeyValue(ctx, bus.BucketDispatchers)
+	require.NoError(t, err)
+	require.NoError(t, kv.Purge(ctx, partition.LeaseKey(p)))
+	var after uint64
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		var ok bool
+		after, ok = d.parts.table.Holds(p)
+		return ok && after > before && r.epoch.Load() == after
+	}, "the lease is taken back as a new holding, which the consuming follows")
+	require.Same(t, r, running(), "the same consuming: nothing released, nothing reset")
+	require.GreaterOrEqual(t, d.parts.table.Retaken(), int64(1))
+	cached, _ = cachedEpoch()
+	require.Less(t, cached, after, "nothing read yet")
+	from := d.holding(p)
+	require.Same(t, r, from, "commands for the partition are handled here at once")
+	from.done()
+	require.True(t, d.parts.table.Await(ctx, p, before, 0), "a job in hand from before the retake is handled, not handed back")
+
+	publish(bus.SubjectSignal, &events.SignalExecution{ExecutionID: "r1", Name: "one"})
+	natstest.Eventually(t, 30*time.Second, waiting(2), "r1 goes on to its second wait")
+	cached, ok = cachedEpoch()
+	require.True(t, ok)
+	require.GreaterOrEqual(t, cached, after, "the state was read again in the new holding")
+
+	publish(bus.SubjectSignal, &events.SignalExecution{ExecutionID: "r1", Name: "two"})
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		types := history()
+		return len(types) > 0 && types[len(types)-1] == events.TypeExecutionSucceeded
+	}, "r1 ends")
+	require.Same(t, r, running(), "still the same consuming")
+
+	// Told that another dispatcher held the partition in the stall, the
+	// dispatcher resets the partition's consumers (what that one pulled
+	// and did not hand back comes again now); told of a holding that is
+	// not current, it leaves them. A stale report, handled, shows which.
+	ref := events.TaskRef{TaskID: "t1", ExecutionID: "r1", Workflow: "twice", StepID: "w1", Attempt: 1, Token: "stale", Queue: "default"}
+	publish(bus.ResultSubject(ref.Queue, ref.ExecutionID), &events.OperationStarted{TaskRef: ref})
+	var reports bus.Consumer
+	for _, c := range bus.PartitionConsumers(d.durables(), p) {
+		if c.Stream == bus.StreamResults {
+			reports = c
+		}
+	}
+	require.Equal(t, bus.StreamResults, reports.Stream)
+	delivered := func() (n uint64, settled bool) {
+		cons, err := js.Consumer(ctx, reports.Stream, reports.Config.Durable)
+		if err != nil {
+			return 0, false
+		}
+		info, err := cons.Info(ctx)
+		if err != nil {
+			return 0, false
+		}
+		return info.Delivered.Consumer, info.NumAckPending == 0 && info.AckFloor.Consumer == info.Delivered.Consumer
+	}
+	natstest.Eventually(t, 30*time.Second, func() bool { n, settled := delivered(); return n > 0 && settled }, "the stale report is handled")
+	d.heldMeanwhile(ctx, p, 0) // no holding of this dispatcher's
+	n, _ := delivered()
+	require.Positive(t, n, "not reset for a holding that is not current")
+	now, ok := d.parts.table.Current(p, after)
+	require.True(t, ok)
+	d.heldMeanwhile(ctx, p, now)
+	n, _ = delivered()
+	require.Zero(t, n, "reset to the ack floor: nothing left to deliver, the count starts again")
+}
