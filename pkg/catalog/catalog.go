@@ -84,7 +84,7 @@ func (s *Store) Apply(ctx context.Context, d workflow.Definition) (Record, bool,
 			return Record{}, false, fmt.Errorf("encode definition: %w", err)
 		}
 		if _, err := s.kv.Create(ctx, defKey(d.Name, rec.Version), b); err != nil {
-			if errors.Is(err, jetstream.ErrKeyExists) {
+			if bus.KeyChanged(err) {
 				continue // another apply won the race for this number; look again
 			}
 			return Record{}, false, fmt.Errorf("store definition %s v%d: %w", d.Name, rec.Version, err)
@@ -106,7 +106,7 @@ func (s *Store) applyVersion(ctx context.Context, d workflow.Definition, digest 
 		return Record{}, false, fmt.Errorf("encode definition: %w", err)
 	}
 	if _, err := s.kv.Create(ctx, defKey(d.Name, d.Version), b); err != nil {
-		if !errors.Is(err, jetstream.ErrKeyExists) {
+		if !bus.KeyChanged(err) {
 			return Record{}, false, fmt.Errorf("store definition %s v%d: %w", d.Name, d.Version, err)
 		}
 		existing, err := s.get(ctx, d.Name, d.Version)
@@ -129,7 +129,7 @@ func (s *Store) advanceLatest(ctx context.Context, name string, v int) error {
 	for range 20 {
 		e, err := s.kv.Get(ctx, latestKey(name))
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			if _, err = s.kv.Create(ctx, latestKey(name), []byte(strconv.Itoa(v))); err == nil || !errors.Is(err, jetstream.ErrKeyExists) {
+			if _, err = s.kv.Create(ctx, latestKey(name), []byte(strconv.Itoa(v))); err == nil || !bus.KeyChanged(err) {
 				return wrap(err, "create latest pointer")
 			}
 			continue
@@ -140,7 +140,7 @@ func (s *Store) advanceLatest(ctx context.Context, name string, v int) error {
 		if cur, _ := strconv.Atoi(string(e.Value())); cur >= v {
 			return nil
 		}
-		if _, err = s.kv.Update(ctx, latestKey(name), []byte(strconv.Itoa(v)), e.Revision()); err == nil || !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		if _, err = s.kv.Update(ctx, latestKey(name), []byte(strconv.Itoa(v)), e.Revision()); err == nil || !bus.KeyChanged(err) {
 			return wrap(err, "update latest pointer")
 		}
 	}

@@ -174,7 +174,7 @@ func (s *Store) Claim(ctx context.Context, id string, r Record) (Record, error) 
 	}
 	if _, err := s.kv.Create(ctx, k, b); err == nil {
 		return r, nil
-	} else if !errors.Is(err, jetstream.ErrKeyExists) {
+	} else if !bus.KeyChanged(err) {
 		return Record{}, fmt.Errorf("claim execution id %s: %w", id, err)
 	}
 	held, err := s.Get(ctx, id)
@@ -219,7 +219,7 @@ func (s *Store) MarkExpired(ctx context.Context, id string, at time.Time) error 
 		if err == nil {
 			return nil
 		}
-		if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		if !bus.KeyChanged(err) {
 			return fmt.Errorf("mark claim of %s expired: %w", id, err)
 		}
 	}

@@ -233,11 +233,4 @@ func encode(r Record) []byte {
 }
 
 // conflict reports whether err means another writer changed the key first.
-func conflict(err error) bool {
-	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-		return true
-	}
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
-}
+func conflict(err error) bool { return bus.KeyChanged(err) }

@@ -732,7 +732,7 @@ func putIfNewer(ctx context.Context, kv jetstream.KeyValue, id string, x project
 				return true, nil
 			}
 		}
-		if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		if !bus.KeyChanged(err) {
 			return false, fmt.Errorf("write read model %s: %w", id, err)
 		}
 	}
