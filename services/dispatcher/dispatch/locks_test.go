@@ -2,6 +2,7 @@ package dispatch_test
 
 import (
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history/historytest"
 	"jetflow.dev/pkg/lock"
+	"jetflow.dev/pkg/natstest"
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/services/dispatcher/dispatch"
 )
@@ -64,10 +66,8 @@ func TestLockWaitersInOrder(t *testing.T) {
 		require.Equal(t, projections.OpNone, s.Steps[0].Status, "a waiter runs no step")
 		require.Equal(t, "db-test", s.Locks[0].Name, "the lock's name is rendered from the input")
 	}
-	r, found := lockRecord(t, b.js, "db-test")
-	require.True(t, found)
+	r := eventuallyWaiters(t, b.js, "db-test", "m2", "m3")
 	require.Equal(t, []string{"m1"}, execIDs(r.Holders))
-	require.Equal(t, []string{"m2", "m3"}, execIDs(r.Waiters))
 
 	b.finishTask(t, first)
 	_, evs := waitStatus(t, b.js, "m", "m1", projections.StatusSucceeded)
@@ -90,8 +90,28 @@ func TestLockWaitersInOrder(t *testing.T) {
 
 func eventuallyFree(t *testing.T, js jetstream.JetStream, name string) {
 	t.Helper()
-	require.Eventually(t, func() bool { _, found := lockRecord(t, js, name); return !found }, waitFor, 10*time.Millisecond,
-		"lock %s is still listed", name)
+	tb, err := lock.Open(t.Context(), js, nil)
+	require.NoError(t, err)
+	natstest.Eventually(t, waitFor, func() bool {
+		_, _, found, err := tb.Get(t.Context(), name)
+		return err == nil && !found
+	}, "lock %s is still listed", name)
+}
+
+// eventuallyWaiters waits until the lock's entry lists exactly these
+// waiters: the entry is written as an effect of the decision, a moment
+// after the event the read models show.
+func eventuallyWaiters(t *testing.T, js jetstream.JetStream, name string, want ...string) lock.Record {
+	t.Helper()
+	tb, err := lock.Open(t.Context(), js, nil)
+	require.NoError(t, err)
+	var r lock.Record
+	natstest.Eventually(t, waitFor, func() bool {
+		rec, _, found, err := tb.Get(t.Context(), name)
+		r = rec
+		return err == nil && found && slices.Equal(execIDs(rec.Waiters), want)
+	}, "lock %s's waiters are %v", name, want)
+	return r
 }
 
 func execIDs(es []lock.Entry) []string {
@@ -201,8 +221,7 @@ func TestLockReleasedWhenTheHolderEnds(t *testing.T) {
 	s, evs := waitStatus(t, b.js, "c", "c3", projections.StatusCancelled)
 	require.Equal(t, projections.LockReleased, s.Locks[0].Status)
 	require.Equal(t, events.TypeExecutionCancelled, evs[len(evs)-1].Type)
-	r, _ := lockRecord(t, b.js, "one")
-	require.Equal(t, []string{"c2"}, execIDs(r.Waiters))
+	eventuallyWaiters(t, b.js, "one", "c2")
 
 	t.Log("a holder force-cancelled hands the lock on")
 	b.act(t, "c1", events.ActionForceCancel, "stuck")
