@@ -261,9 +261,9 @@ type job struct {
 	// intake: a command taken from the intake for a partition this
 	// dispatcher holds, handled here instead of going through the inbox.
 	intake bool
-	// got is when the message was queued: its ack wait runs from then,
-	// whatever its wait behind its execution's other messages.
-	got time.Time
+	// alive is when the message was queued or last kept alive (an
+	// in-progress acknowledgement): its ack wait runs from then.
+	alive time.Time
 }
 
 // Run consumes commands and results until ctx ends.
@@ -290,6 +290,9 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	}
 	// The workers handle executions in turns (fair.go).
 	work := newTurns()
+	stopBeats := make(chan struct{})
+	defer close(stopBeats)
+	go d.keepQueuedAlive(work, stopBeats)
 	var wg sync.WaitGroup
 	for range d.cfg.Workers {
 		wg.Add(1)
@@ -321,7 +324,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	// enqueue checks a message first. from is the partition holding it
 	// came from (nil for the shared consumers).
 	queue := func(j job) {
-		j.got = time.Now()
+		j.alive = time.Now()
 		if ctx.Err() != nil || !work.add(j) {
 			_ = j.msg.Nak() // shutting down: hand it to another dispatcher now
 			j.from.done()
@@ -397,10 +400,41 @@ func (d *Dispatcher) Ready() error {
 	return nil
 }
 
-// keepAlive tells JetStream every third of ackWait that m is still being
+// beatEvery is how often a message in this dispatcher's hands, queued or
+// being handled, is kept alive: every third of its consumer's ack wait,
+// and at least every third of the default (a consumer bootstrapped with
+// a shorter wait after this dispatcher bound it).
+func (d *Dispatcher) beatEvery(j job) time.Duration {
+	if j.intake {
+		return bus.IntakeAckWait / 3
+	}
+	return min(d.cfg.AckWait, bus.DefaultDispatcherAckWait) / 3
+}
+
+// keepQueuedAlive keeps the messages waiting in the turns alive until
+// stop is closed: a message waiting behind its execution's backlog (a
+// fan-out's reports) longer than its ack wait would be delivered again,
+// payload and all, every ack wait, and a shared consumer's to another
+// dispatcher, which would handle it a second time.
+func (d *Dispatcher) keepQueuedAlive(work *turns, stop <-chan struct{}) {
+	tick := time.NewTicker(max(10*time.Millisecond, min(500*time.Millisecond, bus.IntakeAckWait/4, d.cfg.AckWait/4)))
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case now := <-tick.C:
+			for _, m := range work.due(now, d.beatEvery) {
+				_ = m.InProgress()
+			}
+		}
+	}
+}
+
+// keepAlive tells JetStream every interval that m is still being
 // handled, until handled is closed.
-func (d *Dispatcher) keepAlive(m jetstream.Msg, ackWait time.Duration, handled <-chan struct{}) {
-	t := time.NewTicker(ackWait / 3)
+func (d *Dispatcher) keepAlive(m jetstream.Msg, every time.Duration, handled <-chan struct{}) {
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
@@ -439,14 +473,10 @@ func (d *Dispatcher) process(ctx context.Context, j job) {
 	// A long handling (a large foreach of the dispatcher's own steps) keeps
 	// the message: without progress it would be redelivered meanwhile.
 	handled := make(chan struct{})
-	ackWait := d.cfg.AckWait
-	if j.intake {
-		ackWait = bus.IntakeAckWait
-	}
-	// Its ack wait began when it was queued: one that waited behind its
-	// execution's backlog is kept alive at once, not a third of the wait
-	// after its handling began.
-	hb := time.AfterFunc(max(0, ackWait/3-time.Since(j.got)), func() { d.keepAlive(j.msg, ackWait, handled) })
+	every := d.beatEvery(j)
+	// Its ack wait runs from when it was queued or last kept alive while
+	// it waited (keepQueuedAlive), not from when its handling began.
+	hb := time.AfterFunc(max(0, every-time.Since(j.alive)), func() { d.keepAlive(j.msg, every, handled) })
 	if md, err := j.msg.Metadata(); err == nil {
 		if _, result := events.ResultRef(j.ev.Data); !result {
 			j.ev.Time = sentAt(j.ev.Time, md.Timestamp)

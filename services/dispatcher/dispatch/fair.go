@@ -1,6 +1,11 @@
 package dispatch
 
-import "sync"
+import (
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
 
 // turns hands the jobs of many executions to the workers in turns: each
 // execution has its own queue (its messages in the order they came), an
@@ -151,6 +156,24 @@ func (t *turns) done(j job) {
 	if t.waiting > 0 {
 		t.ready.Signal()
 	}
+}
+
+// due returns the messages of the queued jobs whose last sign of life is
+// every(job) old or more, and counts them alive from now: the caller
+// sends each an in-progress acknowledgement.
+func (t *turns) due(now time.Time, every func(job) time.Duration) []jetstream.Msg {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []jetstream.Msg
+	for _, q := range t.queues {
+		for _, e := range q.jobs {
+			if e.job.msg != nil && now.Sub(e.job.alive) >= every(e.job) {
+				e.job.alive = now
+				out = append(out, e.job.msg)
+			}
+		}
+	}
+	return out
 }
 
 // close refuses new jobs; the workers handle those queued, then next

@@ -31,7 +31,7 @@ func TestKeepAliveHoldsALongHandling(t *testing.T) {
 
 	d := &Dispatcher{cfg: Config{AckWait: ackWait}}
 	handled := make(chan struct{})
-	go d.keepAlive(m, ackWait, handled)
+	go d.keepAlive(m, ackWait/3, handled)
 	again, err := cons.Fetch(1, jetstream.FetchMaxWait(ackWait*5/2)) // the handling takes that long
 	require.NoError(t, err)
 	n := 0
@@ -41,5 +41,43 @@ func TestKeepAliveHoldsALongHandling(t *testing.T) {
 	require.NoError(t, again.Error())
 	require.Zero(t, n, "not redelivered while it is being handled")
 	close(handled)
+	require.NoError(t, m.Ack())
+}
+
+// TestQueuedMessagesAreKeptAlive: a message waiting in the turns behind
+// its execution's others for longer than its ack wait is not delivered
+// again: keepQueuedAlive acknowledges it in progress while it waits.
+func TestQueuedMessagesAreKeptAlive(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	ackWait := 2 * time.Second
+	cons, err := js.CreateOrUpdateConsumer(t.Context(), bus.StreamCommands, jetstream.ConsumerConfig{
+		Durable: "kq", FilterSubject: bus.SubjectReconcile, AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait})
+	require.NoError(t, err)
+	_, err = js.Publish(t.Context(), bus.SubjectReconcile, []byte("x"))
+	require.NoError(t, err)
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	require.NoError(t, err)
+	m := <-batch.Messages()
+	require.NotNil(t, m)
+
+	d := &Dispatcher{cfg: Config{AckWait: ackWait}}
+	work := newTurns()
+	// Queued behind a job of the same execution that a worker holds.
+	require.True(t, work.add(job{key: "x1", alive: time.Now()}))
+	_, ok := work.next()
+	require.True(t, ok)
+	require.True(t, work.add(job{msg: m, key: "x1", alive: time.Now()}))
+	stop := make(chan struct{})
+	defer close(stop)
+	go d.keepQueuedAlive(work, stop)
+	again, err := cons.Fetch(1, jetstream.FetchMaxWait(ackWait*5/2)) // it waits that long
+	require.NoError(t, err)
+	n := 0
+	for range again.Messages() {
+		n++
+	}
+	require.NoError(t, again.Error())
+	require.Zero(t, n, "not redelivered while it waits in the turns")
 	require.NoError(t, m.Ack())
 }

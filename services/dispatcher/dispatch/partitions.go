@@ -114,7 +114,7 @@ func (d *Dispatcher) acquire(ctx context.Context, p int, epoch uint64, enqueue f
 	d.parts.running[p] = r
 	d.parts.mu.Unlock()
 	if old != nil {
-		old.stop(d.cfg.AckWait) // a holding lost and taken again: start afresh
+		old.stop(handlingMax) // a holding lost and taken again: start afresh
 	}
 	for _, c := range bus.PartitionConsumers(d.durables(), p) {
 		cons, err := bus.Bind(ctx, d.js, !d.cfg.BindOnly, c, func(err error) {
@@ -186,7 +186,7 @@ func (d *Dispatcher) stopHolding(r *consuming) {
 	}
 	delete(d.parts.running, r.part)
 	d.parts.mu.Unlock()
-	r.stop(d.cfg.AckWait)
+	r.stop(handlingMax)
 	lvl := zerolog.InfoLevel
 	select {
 	case <-d.stopping: // every partition goes when the dispatcher stops

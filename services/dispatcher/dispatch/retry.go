@@ -23,6 +23,13 @@ import (
 // process, for up to retryHereFor: a leader election of the cluster takes
 // 4 to 9 s, and a Nak sent to a consumer whose leader is being elected is
 // lost (the message then waits for its ack wait).
+// handlingMax is how long a holding given up waits for the messages it
+// has in hand: the longest one handling may take (an append tried for
+// 10.5 s through an election, in-process retries for retryHereFor), not
+// the ack wait, which heartbeats extend. Stopped sooner, the next holder
+// would handle the same message while this one still appends.
+const handlingMax = 30 * time.Second
+
 const (
 	retryHereFor = 15 * time.Second
 	retryFirst   = 100 * time.Millisecond
