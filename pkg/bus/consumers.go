@@ -56,7 +56,7 @@ func AgentConsumer(queue string) string { return "agent-" + queue }
 func AgentBulkConsumer(queue string) string { return "bulk-agent-" + queue }
 
 // DefaultTaskAckWait is how long a task may go without its agent's
-// heartbeat (every third of it) before JetStream gives it to another
+// heartbeat (every quarter of it) before JetStream gives it to another
 // agent: a dead agent's tasks run again within seconds, and a live agent
 // heartbeats three times in it, however long its operation runs.
 const DefaultTaskAckWait = 4 * time.Second
@@ -217,16 +217,31 @@ func AllConsumers(d Durables) []Consumer {
 }
 
 // Bind returns the durable consumer c. A service that manages the topology
-// creates (or updates) it; one that does not (it runs with credentials
+// creates (or updates) it, trying again every second while JetStream
+// times out or elects a leader (calling wait with the reason); one that
+// does not (it runs with credentials
 // that may not create consumers) waits until the bootstrap has created
 // it, calling wait with the reason every few seconds, until ctx ends.
 func Bind(ctx context.Context, js jetstream.JetStream, manage bool, c Consumer, wait func(error)) (jetstream.Consumer, error) {
-	if manage {
+	for manage {
 		cons, err := js.CreateOrUpdateConsumer(ctx, c.Stream, c.Config)
-		if err != nil {
-			return nil, fmt.Errorf("create consumer %s on %s: %w", c.Config.Durable, c.Stream, err)
+		if err == nil {
+			return cons, nil
 		}
-		return cons, nil
+		err = fmt.Errorf("create consumer %s on %s: %w", c.Config.Durable, c.Stream, err)
+		// A timeout or a leader being elected passes: wait, as a bound
+		// service waits for the bootstrap, instead of stopping.
+		if !Transient(err) || ctx.Err() != nil {
+			return nil, err
+		}
+		if wait != nil {
+			wait(err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(time.Second):
+		}
 	}
 	for {
 		cons, err := js.Consumer(ctx, c.Stream, c.Config.Durable)

@@ -864,6 +864,12 @@ func (t *Table) take(ctx context.Context, p int) (uint64, error) {
 	}
 	ack, err := t.js.Publish(ctx, "$KV."+t.kv.Bucket()+"."+LeaseKey(p), []byte(t.cfg.Member),
 		jetstream.WithMsgTTL(t.cfg.TTL), jetstream.WithExpectLastSequencePerSubject(e.Revision()))
+	if wrongLastSequence(err) {
+		// The read came from a replica behind the lease's last change:
+		// whatever it is now, it is not the revision read. Not an error;
+		// the next tick looks again.
+		return 0, errRefused
+	}
 	if err != nil {
 		return 0, fmt.Errorf("renew lease %d found stored: %w", p, err)
 	}

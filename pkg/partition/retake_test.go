@@ -114,7 +114,7 @@ func TestRetakeAfterAnotherMembersHoldingIsNoticed(t *testing.T) {
 	for p := range 3 {
 		_, ok := tbl.Epoch(p)
 		require.True(t, ok, "partition %d: kept", p)
-		require.Equal(t, tbl.LeaseRevision(p), mustRevision(t, kv, p), "partition %d renews from its own create", p)
+		requireLeaseRevision(t, kv, p, tbl.LeaseRevision(p), "renews from its own create")
 	}
 	require.Empty(t, hooks.released(), "nothing released")
 }
@@ -158,7 +158,7 @@ func TestRetakeStoredButUnacknowledgedIsAdopted(t *testing.T) {
 	require.True(t, ok, "0 is kept")
 	require.Greater(t, e, before[0], "as a new holding")
 	require.Greater(t, tbl.LeaseRevision(0), stored, "renewed from the revision found")
-	require.Equal(t, tbl.LeaseRevision(0), mustRevision(t, kv, 0))
+	requireLeaseRevision(t, kv, 0, tbl.LeaseRevision(0), "renews from the revision it adopted")
 	require.EqualValues(t, 1, tbl.Adopted())
 	require.Equal(t, []retake{{0, before[0], e}}, hooks.retook())
 	_, ok = tbl.Epoch(1)
@@ -382,12 +382,21 @@ func memberWithHooks(t *testing.T, js jetstream.JetStream, kv jetstream.KeyValue
 	return tbl, h
 }
 
-// mustRevision is the revision of p's lease in the bucket.
-func mustRevision(t *testing.T, kv jetstream.KeyValue, p int) uint64 {
+// requireLeaseRevision checks that p's lease in the bucket is at
+// revision want. Nothing renews the lease in these tests (the table's
+// loop does not run) and its TTL is 1 s: on a machine so loaded that the
+// test took longer than that since the lease was written, the lease has
+// expired, which is said and not checked.
+func requireLeaseRevision(t *testing.T, kv jetstream.KeyValue, p int, want uint64, what string) {
 	t.Helper()
 	e, err := kv.Get(t.Context(), partition.LeaseKey(p))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Logf("partition %d: its lease expired before it was read (a slow machine): revision not checked", p)
+		return
+	}
 	require.NoError(t, err)
-	return e.Revision()
+	require.Equal(t, "a", string(e.Value()), "partition %d: this member's lease", p)
+	require.Equal(t, want, e.Revision(), "partition %d %s", p, what)
 }
 
 // expiryMarkers waits for the expiry markers of partitions 0 to n-1's

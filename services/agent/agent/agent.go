@@ -45,8 +45,8 @@ type Config struct {
 	Concurrency int
 	// AckWait is how long a task may go without a heartbeat before
 	// JetStream gives it to another agent. Heartbeats are sent every
-	// AckWait/3, and at least every bus.DefaultTaskAckWait/3 (see
-	// heartbeatEvery). Default bus.DefaultTaskAckWait (5s).
+	// AckWait/4, and at least every bus.DefaultTaskAckWait/4 (see
+	// heartbeatEvery). Default bus.DefaultTaskAckWait (4s).
 	AckWait time.Duration
 	// MaxDeliver is how many times a task is delivered before the janitor
 	// fails it. Default 5.
@@ -285,13 +285,14 @@ func (a *Agent) Ready() error {
 }
 
 // heartbeatEvery is how often a running task's agent tells JetStream it
-// still runs it: every third of its ack wait, and at least every third of
-// bus.DefaultTaskAckWait. The queue's ack wait is read once, when the
+// still runs it: every quarter of its ack wait (so that three heartbeats
+// fall inside the wait, not two and one at its very end), and at least
+// every quarter of bus.DefaultTaskAckWait. The queue's ack wait is read once, when the
 // agent binds; a bootstrap that lowers it later to the default (the
 // upgrade from a release whose default was 30 s) must not have the tasks
 // this agent runs given to another agent meanwhile.
 func (a *Agent) heartbeatEvery() time.Duration {
-	return min(a.cfg.AckWait, bus.DefaultTaskAckWait) / 3
+	return min(a.cfg.AckWait, bus.DefaultTaskAckWait) / 4
 }
 
 func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {

@@ -116,10 +116,13 @@ func TestExecutionGoesOnAcrossARetake(t *testing.T) {
 	require.GreaterOrEqual(t, d.parts.table.Retaken(), int64(1))
 	cached, _ = cachedEpoch()
 	require.Less(t, cached, after, "nothing read yet")
-	from := d.holding(p)
+	// The lease is renewed every 250 ms of its 1 s: a loaded machine may
+	// find it lapsed for a moment, so both are waited for.
+	var from *consuming
+	natstest.Eventually(t, 30*time.Second, func() bool { from = d.holding(p); return from != nil }, "the partition is held here")
 	require.Same(t, r, from, "commands for the partition are handled here at once")
 	from.done()
-	require.True(t, d.parts.table.Await(ctx, p, before, 0), "a job in hand from before the retake is handled, not handed back")
+	require.True(t, d.parts.table.Await(ctx, p, before, 10*time.Second), "a job in hand from before the retake is handled, not handed back")
 
 	publish(bus.SubjectSignal, &events.SignalExecution{ExecutionID: "r1", Name: "one"})
 	natstest.Eventually(t, 30*time.Second, waiting(2), "r1 goes on to its second wait")

@@ -54,7 +54,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.DurationVar(&c.Drills.Restart, "restart", 5*time.Second, "drills mode: how long a killed dispatcher, agent or api stays down")
 	fs.DurationVar(&c.Drills.Stop, "stop", 2*time.Second, "drills mode: how long the lone dispatcher is SIGSTOPped")
 	fs.DurationVar(&c.Drills.Budget, "budget", 5*time.Second, "drills mode: the longest stall a drill may cause (reported; -strict fails the run over it)")
-	fs.DurationVar(&c.Drills.DispatcherAckWait, "dispatcher-ack-wait", 0, "drills mode: the dispatchers' ack wait (default: the topology's, 4s)")
+	fs.DurationVar(&c.Drills.DispatcherAckWait, "dispatcher-ack-wait", 0, "drills mode: the dispatchers' ack wait (default: the topology's, 5s)")
 	fs.DurationVar(&c.Drills.TaskAckWait, "task-ack-wait", 0, "drills mode: the agents' task ack wait (default: the topology's, 4s)")
 	var strict bool
 	fs.BoolVar(&strict, "strict", false, "drills mode: exit 1 when a drill's stall is over the budget")

@@ -701,6 +701,7 @@ func (r *run) stopNodeLeading(ctx context.Context, res *DrillResult, stream stri
 		}
 		// Lame duck mode ends by itself after the node's lame_duck_duration.
 		if !victim.Wait(lameDuckDuration + 30*time.Second) {
+			_ = victim.Kill() // not left running half stopped
 			return fmt.Errorf("chaos: node %s did not stop after %s", victim.name, sig)
 		}
 	}
