@@ -171,11 +171,13 @@ func TestStallAfterLeavesOutTheWaitForTheUser(t *testing.T) {
 func TestDrillsTableCountsSignalsAndActions(t *testing.T) {
 	t.Parallel()
 	r := &Report{Mode: ModeDrills, Budget: 5 * time.Second, Drills: []DrillResult{
-		{Name: "none", Started: 40, Accepted: 40, Signals: Requests{Sent: 10, Accepted: 10}, Actions: Requests{Sent: 5, Accepted: 5},
+		{Name: "none", What: "none", At: time.Date(2026, 11, 24, 14, 0, 0, 0, time.UTC), Back: time.Date(2026, 11, 24, 14, 0, 0, 1000, time.UTC), Started: 40, Accepted: 40, Signals: Requests{Sent: 10, Accepted: 10}, Actions: Requests{Sent: 5, Accepted: 5},
 			Stall: 450 * time.Millisecond},
-		{Name: "events-leader", Started: 99, Accepted: 99, Signals: Requests{Sent: 25, Accepted: 24, Failed: 1},
+		{Name: "events-leader", What: "events-leader", Started: 99, Accepted: 99, Signals: Requests{Sent: 25, Accepted: 24, Failed: 1},
 			Actions: Requests{Sent: 12, Accepted: 12}, Stall: 8210 * time.Millisecond, OverBudget: 3, Raw: map[int]int{503: 7},
-			Failed: []string{"signal drill-signal-events-leader-0011: internal"}},
+			Failed: []string{"signal drill-signal-events-leader-0011: internal"},
+			At:     time.Date(2026, 11, 24, 15, 0, 0, 0, time.UTC), Back: time.Date(2026, 11, 24, 15, 0, 6, 0, time.UTC),
+			InFault: InFault{Starts: 48, Signals: 11, Actions: 5}},
 	}}
 	var b strings.Builder
 	r.Write(&b)
@@ -197,7 +199,9 @@ func TestDrillsTableCountsSignalsAndActions(t *testing.T) {
 	// The columns line up: each row as wide as the header.
 	require.Equal(t, utf8.RuneCountInString(header), utf8.RuneCountInString(none), out)
 	require.Equal(t, utf8.RuneCountInString(header), utf8.RuneCountInString(leader), out)
-require.Contains(t, out, "failed: signal drill-signal-events-leader-0011: internal")
+	require.Contains(t, out, "failed: signal drill-signal-events-leader-0011: internal")
+	require.Contains(t, out, "events-leader: events-leader; sent during the fault (6s): 48 starts, 11 signals, 5 actions")
+	require.NotContains(t, out, "none: none; sent during", "no fault, no window")
 	require.True(t, r.Passed(), "the run's failures decide, not the table")
 	r.Failures = []string{"drill events-leader: signal drill-signal-events-leader-0011: internal"}
 	require.False(t, r.Passed())

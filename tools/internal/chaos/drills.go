@@ -25,6 +25,7 @@ import (
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/partition"
+	"jetflow.dev/pkg/projections"
 	"jetflow.dev/tools/internal/chaoscheck"
 )
 
@@ -161,6 +162,10 @@ type DrillResult struct {
 	Failed []string
 	// Raw counts the 5xx answers the apis gave (retried or not), by status.
 	Raw map[int]int
+	// Back is when the fault was over (the victim back, the cluster
+	// whole); InFault counts the requests first sent between At and Back.
+	Back    time.Time
+	InFault InFault
 	// Stall is the longest time any of the drill's executions made no
 	// progress (between its start's sending and its events, and between
 	// consecutive events) after the fault began; StallOf is that execution.
@@ -183,7 +188,19 @@ type DrillResult struct {
 	// Note tells more.
 	Note string
 
-	logFrom int64 // the starved dispatcher's log before the drill
+	logFrom int64       // the starved dispatcher's log before the drill
+	sends   []drillSend // every request's first sending
+}
+
+// InFault counts the requests of each kind sent while a fault lasted.
+type InFault struct {
+	Starts, Signals, Actions int
+}
+
+// drillSend is the first sending of a request of kind.
+type drillSend struct {
+	kind string // start, signal, action
+	at   time.Time
 }
 
 // Requests counts one kind of request a drill sent: Sent, Accepted (a
@@ -475,7 +492,10 @@ func (r *run) runDrill(ctx context.Context, d drill) (DrillResult, error) {
 		for i := 0; ; i++ {
 			u := drillUser{workflow: wfDrill}
 			if i%4 == 3 { // one in four waits for its user's signal; every other one of them is acted on first
-				u = drillUser{workflow: wfDrillSignal, act: i%8 == 3, delay: time.Duration(100+r.starts.IntN(401)) * time.Millisecond}
+				u = drillUser{workflow: wfDrillSignal, delay: time.Duration(100+r.starts.IntN(401)) * time.Millisecond}
+				if i%8 == 3 {
+					u.act, u.actAfter = true, time.Duration(100+r.starts.IntN(1901))*time.Millisecond
+				}
 			}
 			u.id = fmt.Sprintf("%s-%s-%04d", u.workflow, d.name, i)
 			wg.Go(func() { r.runUser(ctx, u, &res, &mu) })
@@ -493,6 +513,9 @@ func (r *run) runDrill(ctx context.Context, d drill) (DrillResult, error) {
 	}
 	res.At = time.Now()
 	faultErr := d.fault(ctx, r, &res)
+	mu.Lock()
+	res.Back = time.Now()
+	mu.Unlock()
 	if faultErr == nil {
 		select {
 		case <-ctx.Done():
@@ -503,6 +526,7 @@ func (r *run) runDrill(ctx context.Context, d drill) (DrillResult, error) {
 	<-loaded
 	wg.Wait()
 	res.Raw = r.drills.raw.take()
+	res.InFault = countInFault(res.sends, res.At, res.Back)
 	if faultErr != nil {
 		return res, faultErr
 	}
@@ -524,11 +548,13 @@ func (r *run) runDrill(ctx context.Context, d drill) (DrillResult, error) {
 
 // drillUser is what one user of a drill does: start an execution of
 // workflow, and for wfDrillSignal, once the start is accepted, send an
-// operator's action if act, then the signal after delay.
+// operator's action if act (actAfter later: an operator takes a moment,
+// so the actions of executions started before the fault are sent during
+// it), then the signal after delay.
 type drillUser struct {
-	id, workflow string
-	act          bool
-	delay        time.Duration
+	id, workflow    string
+	act             bool
+	actAfter, delay time.Duration
 }
 
 // drillAction is the operator's action the drills send: a resume of an
@@ -545,7 +571,13 @@ type drillUser struct {
 // while the execution waits for its signal, before the signal, so it
 // cannot find the execution ended (a conflict); answered 202 (stored,
 // not yet recorded), it is sent again with the same key until it is
-// recorded, so that the signal cannot overtake it.
+// recorded, so that the signal cannot overtake it. As an operator acts
+// on an execution they see started, it is sent once the start's answer
+// shows the execution recorded (a start answered 202 is sent again with
+// its key until then): the api refuses a resume of an execution whose
+// start is accepted but not yet recorded with a 409 ("has already
+// pending"), which a drill run hit when the start waited for the events
+// stream's new leader.
 const drillAction = events.ActionResume
 
 // errNotRecorded is an action answered 202: stored, not yet recorded.
@@ -575,9 +607,13 @@ func (r *run) runUser(ctx context.Context, u drillUser, res *DrillResult, mu *sy
 	sent := time.Now()
 	mu.Lock()
 	res.Started++
+	res.sends = append(res.sends, drillSend{"start", sent})
 	mu.Unlock()
+	req := client.StartRequest{Workflow: u.workflow, ID: u.id, IdempotencyKey: "start-" + u.id}
+	recorded := false // the answer says the execution.started is in the history
 	err := r.asUser(ctx, nil, func(ctx context.Context, c *client.Client) error {
-		_, err := c.Start(ctx, client.StartRequest{Workflow: u.workflow, ID: u.id, IdempotencyKey: "start-" + u.id})
+		st, err := c.Start(ctx, req)
+		recorded = err == nil && startRecorded(st)
 		return err
 	})
 	mu.Lock()
@@ -601,20 +637,43 @@ func (r *run) runUser(ctx context.Context, u drillUser, res *DrillResult, mu *sy
 	// recorded) is sent again, as the chaos suite's user does.
 	notYet := func(err error) bool { return client.IsStatus(err, http.StatusNotFound) }
 	if u.act {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(u.actAfter):
+		}
 		mu.Lock()
 		res.Actions.Sent++
 		mu.Unlock()
+		var err error
+		if !recorded {
+			// An operator acts on an execution they see started: the
+			// start answered 202 is sent again with its key until the
+			// answer shows its history (docs/api.md: 202 is no error).
+			err = r.asUser(ctx, func(err error) bool { return errors.Is(err, errNotRecorded) }, func(ctx context.Context, c *client.Client) error {
+				st, err := c.Start(ctx, req)
+				if err == nil && !startRecorded(st) {
+					return fmt.Errorf("its start not recorded yet (%d %s): %w", st.HTTPStatus, st.Status, errNotRecorded)
+				}
+				return err
+			})
+		}
 		asked, command := time.Now(), ""
 		again := func(err error) bool { return notYet(err) || errors.Is(err, errNotRecorded) }
-		err := r.asUser(ctx, again, func(ctx context.Context, c *client.Client) error {
-			a, err := c.Act(client.WithIdempotencyKey(ctx, drillAction+"-"+u.id), u.id,
-				client.ActionRequest{Action: drillAction, Reason: "a drill: an operator's action during the fault", RequestedBy: "jetflow-chaos"})
-			if err == nil && !a.Recorded {
-				return fmt.Errorf("command %s: %w", a.Command, errNotRecorded)
-			}
-			command = a.Command
-			return err
-		})
+		mu.Lock()
+		res.sends = append(res.sends, drillSend{"action", asked})
+		mu.Unlock()
+		if err == nil {
+			err = r.asUser(ctx, again, func(ctx context.Context, c *client.Client) error {
+				a, err := c.Act(client.WithIdempotencyKey(ctx, drillAction+"-"+u.id), u.id,
+					client.ActionRequest{Action: drillAction, Reason: "a drill: an operator's action during the fault", RequestedBy: "jetflow-chaos"})
+				if err == nil && !a.Recorded {
+					return fmt.Errorf("command %s: %w", a.Command, errNotRecorded)
+				}
+				command = a.Command
+				return err
+			})
+		}
 		if err == nil {
 			r.mu.Lock()
 			x.asked, x.command = append(x.asked, asked), command
@@ -627,10 +686,11 @@ func (r *run) runUser(ctx context.Context, u drillUser, res *DrillResult, mu *sy
 		return
 	case <-time.After(u.delay):
 	}
+	asked := time.Now()
 	mu.Lock()
 	res.Signals.Sent++
+	res.sends = append(res.sends, drillSend{"signal", asked})
 	mu.Unlock()
-	asked := time.Now()
 	err = r.asUser(ctx, notYet, func(ctx context.Context, c *client.Client) error {
 		_, err := c.SignalOnce(ctx, u.id, signalName, nil, "signal-"+u.id)
 		return err
@@ -642,6 +702,34 @@ func (r *run) runUser(ctx context.Context, u drillUser, res *DrillResult, mu *sy
 		r.mu.Unlock()
 	}
 	count(&res.Signals, "signal", err)
+}
+
+// countInFault counts the requests first sent from at until back.
+func countInFault(sends []drillSend, at, back time.Time) InFault {
+	var n InFault
+	for _, s := range sends {
+		if s.at.Before(at) || s.at.After(back) {
+			continue
+		}
+		switch s.kind {
+		case "start":
+			n.Starts++
+		case "signal":
+			n.Signals++
+		case "action":
+			n.Actions++
+		}
+	}
+	return n
+}
+
+// startRecorded reports whether a start's answer shows its
+// execution.started recorded: 201, or the same start again answered 200
+// with the execution's status (not "accepted", nor "pending": claimed,
+// no event yet).
+func startRecorded(st client.Started) bool {
+	return st.HTTPStatus == http.StatusCreated ||
+		(st.HTTPStatus == http.StatusOK && st.Status != "accepted" && st.Status != string(projections.StatusPending))
 }
 
 // asUser sends one request as a user would: call sends it through

@@ -142,6 +142,10 @@ func (r *Report) writeDrills(w io.Writer) {
 	}
 	for _, d := range r.Drills {
 		line := fmt.Sprintf("    %s: %s", d.Name, cmp.Or(d.Victim, d.What))
+		if lasted := d.Back.Sub(d.At).Round(100 * time.Millisecond); lasted > 0 { // "none" lasts nothing
+			f := d.InFault
+			line += fmt.Sprintf("; sent during the fault (%s): %d starts, %d signals, %d actions", lasted, f.Starts, f.Signals, f.Actions)
+		}
 		if d.StallOf != "" {
 			line += "; longest stall " + d.StallOf
 		}
