@@ -200,7 +200,7 @@ func TestDrillsTableCountsSignalsAndActions(t *testing.T) {
 	require.Equal(t, utf8.RuneCountInString(header), utf8.RuneCountInString(none), out)
 	require.Equal(t, utf8.RuneCountInString(header), utf8.RuneCountInString(leader), out)
 	require.Contains(t, out, "failed: signal drill-signal-events-leader-0011: internal")
-	require.Contains(t, out, "events-leader: events-leader; sent during the fault (6s): 48 starts, 11 signals, 5 actions")
+	require.Contains(t, out, "events-leader: events-leader; sent during the fault (6s): starts 48, signals 11, actions 5")
 	require.NotContains(t, out, "none: none; sent during", "no fault, no window")
 	require.True(t, r.Passed(), "the run's failures decide, not the table")
 	r.Failures = []string{"drill events-leader: signal drill-signal-events-leader-0011: internal"}

@@ -144,7 +144,7 @@ func (r *Report) writeDrills(w io.Writer) {
 		line := fmt.Sprintf("    %s: %s", d.Name, cmp.Or(d.Victim, d.What))
 		if lasted := d.Back.Sub(d.At).Round(100 * time.Millisecond); lasted > 0 { // "none" lasts nothing
 			f := d.InFault
-			line += fmt.Sprintf("; sent during the fault (%s): %d starts, %d signals, %d actions", lasted, f.Starts, f.Signals, f.Actions)
+			line += fmt.Sprintf("; sent during the fault (%s): starts %d, signals %d, actions %d", lasted, f.Starts, f.Signals, f.Actions)
 		}
 		if d.StallOf != "" {
 			line += "; longest stall " + d.StallOf
