@@ -56,12 +56,16 @@ func TestChaosSuiteShort(t *testing.T) {
 // 3-node cluster with two apis, two dispatchers and two agents under a
 // steady load, the events stream's leader node is SIGKILLed, then a
 // dispatcher, then an agent while it runs exec steps, and last the lone
-// dispatcher is SIGSTOPped past its leases' TTL. The rules are asserted
-// strictly: every start a user sent is accepted (pkg/client's retries,
-// and the other api), every execution succeeds, and the checker finds no
+// dispatcher is SIGSTOPped past its leases' TTL. One start in four waits
+// for the signal its user sends once the start is accepted, every other
+// one of those after an operator's resume. The rules are asserted
+// strictly: every start, signal and action a user sent is accepted
+// (pkg/client's retries, and the other api), every action accepted is
+// in its history, every execution succeeds, and the checker finds no
 // violation (no step success twice, histories linear, read models equal
-// to their folds); the starved dispatcher takes its leases back without
-// a release. The stalls are logged, not asserted: a loaded 2-core
+// to their folds, no execution waiting for a signal sent); the starved
+// dispatcher takes its leases back without a release. The stalls are
+// logged, not asserted: a loaded 2-core
 // machine cannot promise the 5 s budget (docs/reliability.md has the
 // figures of make chaos/cluster).
 func TestClusterDrillsShort(t *testing.T) {
@@ -79,18 +83,28 @@ func TestClusterDrillsShort(t *testing.T) {
 	rep.Write(&out)
 	t.Log("\n" + progress.String() + out.String())
 	require.Empty(t, rep.Check.Violations)
-	require.Empty(t, rep.Failures, "starts a user saw fail")
+	require.Empty(t, rep.Failures, "starts, signals or actions a user saw fail")
 	require.Positive(t, rep.Accepted)
 	require.Equal(t, rep.Started, rep.Accepted)
 	require.Equal(t, rep.Accepted, rep.Check.Executions)
 	require.Equal(t, rep.Accepted, rep.Check.ByStatus[projections.StatusSucceeded], "failed: %v", rep.Check.FailedWhy)
 	require.Len(t, rep.Drills, 4)
+	signals := 0
 	for _, d := range rep.Drills {
 		require.Positive(t, d.Accepted, "drill %s started nothing", d.Name)
+		// The load runs 3 s at least at 4 starts/s: the 4th start waits for
+		// a signal after an action, the 8th for a signal alone.
+		require.GreaterOrEqual(t, d.Signals.Sent, 2, "drill %s", d.Name)
+		require.Positive(t, d.Actions.Sent, "drill %s", d.Name)
+		require.Equal(t, chaos.Requests{Sent: d.Signals.Sent, Accepted: d.Signals.Sent}, d.Signals, "drill %s: signals", d.Name)
+		require.Equal(t, chaos.Requests{Sent: d.Actions.Sent, Accepted: d.Actions.Sent}, d.Actions, "drill %s: actions", d.Name)
+		require.Empty(t, d.Failed, "drill %s", d.Name)
+		signals += d.Signals.Accepted
 		if d.LiveTwice > 0 {
 			t.Logf("drill %s: %d step attempts ran twice while their agent lived: %v", d.Name, d.LiveTwice, d.Twice)
 		}
 	}
+	require.Equal(t, signals, rep.Signals)
 	starved := rep.Drills[3]
 	require.Equal(t, "starved-dispatcher", starved.Name)
 	require.Positive(t, starved.TakenBack, "the starved dispatcher's leases expired and it took them back")

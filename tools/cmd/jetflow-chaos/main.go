@@ -31,7 +31,7 @@ func main() {
 }
 
 // errViolations says the run found violations (the report says which).
-var errViolations = errors.New("the checker found violations, or requests were never accepted (see the report)")
+var errViolations = errors.New("the checker found violations, or requests (starts, signals, actions) were never accepted (see the report)")
 
 func run(ctx context.Context, args []string, out io.Writer) error {
 	var c chaos.Config
@@ -49,7 +49,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.StringVar(&c.Dir, "data", "", "directory for the run's data, logs and marks (default: a new temp dir, removed if the run passes)")
 	fs.BoolVar(&keep, "keep", false, "keep the data directory even if the run passes")
 	fs.StringVar(&only, "drills", "", "drills mode: comma-separated drills to run (default all: "+strings.Join(chaos.DrillNames(), ", ")+")")
-	fs.Float64Var(&c.Drills.Rate, "drill-rate", 8, "drills mode: starts per second during a drill")
+	fs.Float64Var(&c.Drills.Rate, "drill-rate", 8, "drills mode: starts per second during a drill (one in four waits for its signal, every other one of those after a resume)")
 	fs.DurationVar(&c.Drills.NodeDown, "node-down", 15*time.Second, "drills mode: how long the non-leader node stays down")
 	fs.DurationVar(&c.Drills.Restart, "restart", 5*time.Second, "drills mode: how long a killed dispatcher, agent or api stays down")
 	fs.DurationVar(&c.Drills.Stop, "stop", 2*time.Second, "drills mode: how long the lone dispatcher is SIGSTOPped")

@@ -358,7 +358,7 @@ func (r *run) setUp(ctx context.Context) error {
 		if err := os.WriteFile(r.drills.marks, nil, 0o600); err != nil {
 			return fmt.Errorf("chaos: marks: %w", err)
 		}
-		defs = append(defs, drillWorkflow(r.drills.marks))
+		defs = append(defs, drillWorkflows(r.drills.marks)...)
 	}
 	for _, def := range defs {
 		err := retry(ctx, time.Minute, func(ctx context.Context) error {

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 
@@ -27,9 +28,13 @@ func TestWorkflowsAreValid(t *testing.T) {
 		require.True(t, names[wf], "the mix starts %s, which is not defined", wf)
 	}
 	require.Len(t, names, 7)
-	d, err := workflow.Parse([]byte(drillWorkflow("/tmp/drill-marks")))
-	require.NoError(t, err)
-	require.Equal(t, wfDrill, d.Name)
+	var drillNames []string
+	for _, def := range drillWorkflows("/tmp/drill-marks") {
+		d, err := workflow.Parse([]byte(def))
+		require.NoError(t, err, def)
+		drillNames = append(drillNames, d.Name)
+	}
+	require.Equal(t, []string{wfDrill, wfDrillSignal}, drillNames)
 }
 
 func TestReportRecoveryAndVerdict(t *testing.T) {
@@ -92,13 +97,14 @@ func TestRunsAgainTellsADeadAgentsTaskFromALiveOnes(t *testing.T) {
 		mark(false, "drill-chain-node-0001", 10, 0),  // another drill's
 		mark(false, "drill-chain-node-0001", 20, 9),
 	}
-	reruns, twice, which := runsAgain(marks, "drill-chain-agent-", map[int]time.Time{10: at.Add(time.Second)})
+	agent := func(id string) bool { return strings.HasPrefix(id, "drill-chain-agent-") }
+	reruns, twice, which := runsAgain(marks, agent, map[int]time.Time{10: at.Add(time.Second)})
 	require.Equal(t, 1, reruns)
 	require.Equal(t, 1, twice)
 	require.Len(t, which, 1)
 	require.Contains(t, which[0], "drill-chain-agent-0002 step s1 attempt 1: run by the agent of pid 20, again by pid 30 7s later")
 	// An agent killed only after the second run began did not cause it.
-	reruns, twice, _ = runsAgain(marks, "drill-chain-agent-", map[int]time.Time{10: at.Add(10 * time.Second)})
+	reruns, twice, _ = runsAgain(marks, agent, map[int]time.Time{10: at.Add(10 * time.Second)})
 	require.Equal(t, []int{0, 2}, []int{reruns, twice})
 }
 
@@ -113,4 +119,93 @@ func TestStallAfterCountsOnlyGapsEndingAfterTheFault(t *testing.T) {
 	require.Zero(t, stallAfter(at, evs, at.Add(time.Minute)))
 	// A start held back: from its sending to its first event.
 	require.Equal(t, 9*time.Second, stallAfter(at, []events.Event{ev(9000)}, at.Add(time.Second)))
+}
+
+// TestStallAfterLeavesOutTheWaitForTheUser: the time an execution waits
+// for its user's signal (or action) is no stall; the measure goes on from
+// the request's sending. A request sent while the execution still owed
+// progress (before its step.waiting) ends a stall as any moment does.
+func TestStallAfterLeavesOutTheWaitForTheUser(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 11, 24, 15, 0, 0, 0, time.UTC)
+	ms := func(n int) time.Time { return at.Add(time.Duration(n) * time.Millisecond) }
+	ev := func(n int, p events.Payload) events.Event {
+		return events.Event{Type: p.EventType(), Time: ms(n), Data: p}
+	}
+	waiting := &events.StepWaiting{StepID: "hold", Attempt: 1, Signals: []string{"go"}}
+	evs := []events.Event{
+		ev(100, &events.ExecutionStarted{}),
+		ev(200, waiting),
+		ev(8200, &events.ExecutionResumed{}),         // the action, sent at 7800
+		ev(9800, &events.SignalReceived{Name: "go"}), // the signal, sent at 8400
+		ev(9900, &events.StepSucceeded{StepID: "hold", Attempt: 1}),
+		ev(10000, &events.StepScheduled{StepID: "s1", Attempt: 1}),
+		ev(10800, &events.StepSucceeded{StepID: "s1", Attempt: 1}),
+		ev(10900, &events.ExecutionSucceeded{}),
+	}
+	// The action sent 7.6 s into the wait, the signal after its record:
+	// the gaps up to each request are left out; from each on they count
+	// (the action's 0.4 s, the signal's 1.4 s, s1's 0.8 s).
+	require.Equal(t, 1400*time.Millisecond, stallAfter(at, evs, at, ms(7800), ms(8400)))
+	// Without the requests' times, the wait would be the stall.
+	require.Equal(t, 8*time.Second, stallAfter(at, evs, at))
+	// A fault after the signal's record: only what follows it.
+	require.Equal(t, 800*time.Millisecond, stallAfter(at, evs, ms(9850), ms(7800), ms(8400)))
+	// An unset time (no action) is no moment.
+	require.Equal(t, 1400*time.Millisecond, stallAfter(at, evs, at, ms(7800), time.Time{}, ms(8400)))
+
+	// Before its step.waiting the execution owes progress: a request sent
+	// then ends a gap that counts, and what follows it counts too.
+	late := []events.Event{ev(100, &events.ExecutionStarted{}), ev(6100, waiting),
+		ev(6300, &events.SignalReceived{Name: "go"}), ev(6400, &events.ExecutionSucceeded{})}
+	require.Equal(t, 3*time.Second, stallAfter(at, late, at, ms(3100)))
+	// A wait for a time (a sleep) is no wait for the user.
+	sleep := []events.Event{ev(100, &events.ExecutionStarted{}), ev(200, &events.StepWaiting{StepID: "nap", Attempt: 1, Until: ms(5200)}),
+		ev(5300, &events.ExecutionSucceeded{})}
+	require.Equal(t, 3800*time.Millisecond, stallAfter(at, sleep, at, ms(4000)))
+}
+
+// TestDrillsTableCountsSignalsAndActions: the drills' table shows the
+// signals and actions accepted of those sent beside the starts, and a
+// failed signal fails the run as a failed start does.
+func TestDrillsTableCountsSignalsAndActions(t *testing.T) {
+	t.Parallel()
+	r := &Report{Mode: ModeDrills, Budget: 5 * time.Second, Drills: []DrillResult{
+		{Name: "none", What: "none", At: time.Date(2026, 11, 24, 14, 0, 0, 0, time.UTC), Back: time.Date(2026, 11, 24, 14, 0, 0, 1000, time.UTC), Started: 40, Accepted: 40, Signals: Requests{Sent: 10, Accepted: 10}, Actions: Requests{Sent: 5, Accepted: 5},
+			Stall: 450 * time.Millisecond},
+		{Name: "events-leader", What: "events-leader", Started: 99, Accepted: 99, Signals: Requests{Sent: 25, Accepted: 24, Failed: 1},
+			Actions: Requests{Sent: 12, Accepted: 12}, Stall: 8210 * time.Millisecond, OverBudget: 3, Raw: map[int]int{503: 7},
+			Failed: []string{"signal drill-signal-events-leader-0011: internal"},
+			At:     time.Date(2026, 11, 24, 15, 0, 0, 0, time.UTC), Back: time.Date(2026, 11, 24, 15, 0, 6, 0, time.UTC),
+			InFault: InFault{Starts: 48, Signals: 11, Actions: 5}},
+	}}
+	var b strings.Builder
+	r.Write(&b)
+	out := b.String()
+	lines := strings.Split(out, "\n")
+	var header, none, leader string
+	for _, l := range lines {
+		switch {
+		case strings.HasPrefix(l, "    drill "):
+			header = l
+		case strings.HasPrefix(l, "    none "):
+			none = l
+		case strings.HasPrefix(l, "    events-leader "):
+			leader = l
+		}
+	}
+	require.Equal(t, []string{"none", "450ms", "0", "40/40", "10/10", "5/5", "0", "0", "0", "0", "0"}, strings.Fields(none))
+	require.Equal(t, []string{"events-leader", "8.21s", "3", "99/99", "24/25", "12/12", "1", "7×503", "0", "0", "0"}, strings.Fields(leader))
+	// The columns line up: each row as wide as the header.
+	require.Equal(t, utf8.RuneCountInString(header), utf8.RuneCountInString(none), out)
+	require.Equal(t, utf8.RuneCountInString(header), utf8.RuneCountInString(leader), out)
+	require.Contains(t, out, "failed: signal drill-signal-events-leader-0011: internal")
+	require.Contains(t, out, "events-leader: events-leader; sent during the fault (6s): starts 48, signals 11, actions 5")
+	require.NotContains(t, out, "none: none; sent during", "no fault, no window")
+	require.True(t, r.Passed(), "the run's failures decide, not the table")
+	r.Failures = []string{"drill events-leader: signal drill-signal-events-leader-0011: internal"}
+	require.False(t, r.Passed())
+	b.Reset()
+	r.Write(&b)
+	require.Contains(t, b.String(), "FAIL")
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -24,13 +25,16 @@ import (
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/partition"
+	"jetflow.dev/pkg/projections"
 	"jetflow.dev/tools/internal/chaoscheck"
 )
 
 // DrillConfig configures ModeDrills. Each drill puts a steady load of
-// executions on the cluster (a chain of short exec steps), injects its
-// fault after LeadIn, and keeps the load for Tail after the fault is over
-// (the victim back); then it waits for its executions to end.
+// executions on the cluster (a chain of short exec steps; one in four a
+// wait for a signal the user sends, some with an operator's action
+// before it), injects its fault after LeadIn, and keeps the load for Tail
+// after the fault is over (the victim back); then it waits for its
+// executions to end.
 type DrillConfig struct {
 	// Only names the drills to run, in their order ([DrillNames]); empty:
 	// all of them.
@@ -148,12 +152,20 @@ type DrillResult struct {
 	At time.Time
 	// Started counts the starts sent, Accepted those accepted.
 	Started, Accepted int
-	// Failed are the starts a user saw fail: any answer but success after
-	// pkg/client's own retries of 503 (and turning to the other api when
-	// one cannot be reached).
+	// Signals and Actions count the signals and the operator's actions
+	// sent to the drill's executions, as the starts.
+	Signals, Actions Requests
+	// Failed are the requests a user saw fail (starts, signals, actions):
+	// any answer but success after pkg/client's own retries of 503 (and
+	// turning to the other api when one cannot be reached), and an action
+	// answered recorded that its history does not hold.
 	Failed []string
 	// Raw counts the 5xx answers the apis gave (retried or not), by status.
 	Raw map[int]int
+	// Back is when the fault was over (the victim back, the cluster
+	// whole); InFault counts the requests first sent between At and Back.
+	Back    time.Time
+	InFault InFault
 	// Stall is the longest time any of the drill's executions made no
 	// progress (between its start's sending and its events, and between
 	// consecutive events) after the fault began; StallOf is that execution.
@@ -176,7 +188,25 @@ type DrillResult struct {
 	// Note tells more.
 	Note string
 
-	logFrom int64 // the starved dispatcher's log before the drill
+	logFrom int64       // the starved dispatcher's log before the drill
+	sends   []drillSend // every request's first sending
+}
+
+// InFault counts the requests of each kind sent while a fault lasted.
+type InFault struct {
+	Starts, Signals, Actions int
+}
+
+// drillSend is the first sending of a request of kind.
+type drillSend struct {
+	kind string // start, signal, action
+	at   time.Time
+}
+
+// Requests counts one kind of request a drill sent: Sent, Accepted (a
+// success, after the client's retries), Failed (anything else).
+type Requests struct {
+	Sent, Accepted, Failed int
 }
 
 // drillState is what the drills keep besides the run's state.
@@ -186,9 +216,23 @@ type drillState struct {
 	next    atomic.Uint64    // round robin over users
 	raw     *countingTransport
 	mu      sync.Mutex
-	sent    map[string]time.Time // a start's first sending
-	killed  map[int]time.Time    // agents' pids killed, and when
+	execs   map[string]*drillExec // the accepted starts, by execution id (guarded by run.mu)
+	killed  map[int]time.Time     // agents' pids killed, and when
 	results []DrillResult
+}
+
+// drillExec is one execution a drill started, as its user saw it.
+type drillExec struct {
+	drill, workflow string
+	// sent is its start's first sending; asked the sending of the user's
+	// later requests that were accepted (its action, its signal).
+	sent  time.Time
+	asked []time.Time
+	// command is the command key of its accepted action ("": none).
+	command string
+	// unsignalled: it waits for a signal that was never accepted (a
+	// failure counted already): it cannot end.
+	unsignalled bool
 }
 
 // countingTransport counts the 5xx answers it carries.
@@ -217,21 +261,33 @@ func (c *countingTransport) take() map[int]int {
 	return out
 }
 
-// wfDrill is the drills' workflow: a chain of exec steps, each marking its
-// start and its end (with the agent's pid and the time) and taking 0.4 s.
-const wfDrill = "drill-chain"
+// The drills' workflows. wfDrill is a chain of exec steps, each marking
+// its start and its end (with the agent's pid and the time) and taking
+// 0.4 s. wfDrillSignal waits for the signal signalName, which the drill
+// sends as a user would once its start is accepted, then runs one such
+// step.
+const (
+	wfDrill       = "drill-chain"
+	wfDrillSignal = "drill-signal"
+)
 
-func drillWorkflow(marks string) string {
-	mark := func(what string) string {
-		return fmt.Sprintf(`echo "%s $JETFLOW_EXECUTION_ID $JETFLOW_STEP_ID $JETFLOW_ATTEMPT $PPID $(date +%%s%%N)" >> "$0"`, what)
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "name: %s\nsteps:\n", wfDrill)
-	for i := range 5 {
+// drillWorkflows returns the drills' definitions, their exec steps
+// marking to marks.
+func drillWorkflows(marks string) []string {
+	step := func(id string) string {
+		mark := func(what string) string {
+			return fmt.Sprintf(`echo "%s $JETFLOW_EXECUTION_ID $JETFLOW_STEP_ID $JETFLOW_ATTEMPT $PPID $(date +%%s%%N)" >> "$0"`, what)
+		}
 		script := mark("start") + "; sleep 0.4; " + mark("done")
-		fmt.Fprintf(&b, "  - {id: s%d, kind: exec, command: sh, args: [\"-c\", %q, %q]}\n", i+1, script, marks)
+		return fmt.Sprintf("  - {id: %s, kind: exec, command: sh, args: [\"-c\", %q, %q]}\n", id, script, marks)
 	}
-	return b.String()
+	var chain strings.Builder
+	fmt.Fprintf(&chain, "name: %s\nsteps:\n", wfDrill)
+	for i := range 5 {
+		chain.WriteString(step(fmt.Sprintf("s%d", i+1)))
+	}
+	signal := fmt.Sprintf("name: %s\nsteps:\n  - {id: hold, kind: wait, signals: [%s]}\n%s", wfDrillSignal, signalName, step("s1"))
+	return []string{chain.String(), signal}
 }
 
 // startDrillServices starts two apis (on fixed ports, as a user's client
@@ -320,7 +376,7 @@ func (r *run) waitAPI(p *Process, url string) error {
 // history.
 func (r *run) runDrills(ctx context.Context, began time.Time) (*Report, error) {
 	dc := r.cfg.Drills
-	r.drills.sent, r.drills.killed = map[string]time.Time{}, map[int]time.Time{}
+	r.drills.execs, r.drills.killed = map[string]*drillExec{}, map[int]time.Time{}
 	fmt.Fprintf(r.cfg.Progress, "chaos: drills on a 3-node cluster, %.0f starts/s, data in %s\n", dc.Rate, r.cfg.Dir)
 	for _, d := range drills {
 		if len(dc.Only) > 0 && !slices.Contains(dc.Only, d.name) {
@@ -360,32 +416,53 @@ func (r *run) runDrills(ctx context.Context, began time.Time) (*Report, error) {
 	defer r.mu.Unlock()
 	for i := range r.drills.results {
 		res := &r.drills.results[i]
-		prefix := wfDrill + "-" + res.Name + "-"
-		for id, x := range in.Executions {
-			if !strings.HasPrefix(id, prefix) {
+		ofDrill := func(id string) bool { x := r.drills.execs[id]; return x != nil && x.drill == res.Name }
+		for _, id := range slices.Sorted(maps.Keys(in.Executions)) {
+			x, ok := r.drills.execs[id]
+			if !ok || x.drill != res.Name {
 				continue
 			}
-			sent, ok := r.drills.sent[id]
-			if !ok {
-				continue
-			}
-			stall := stallAfter(sent, x.Events, res.At)
+			evs := in.Executions[id].Events
+			stall := stallAfter(x.sent, evs, res.At, x.asked...)
 			if stall > res.Stall {
 				res.Stall, res.StallOf = stall, id
 			}
 			if stall > dc.Budget {
 				res.OverBudget++
 			}
+			if x.command != "" && !recordsAction(evs, x.command) {
+				// The api answered it recorded: its history must hold it.
+				msg := fmt.Sprintf("action %s %s: answered recorded (command %s), but its history holds no record of it", drillAction, id, x.command)
+				res.Actions.Accepted--
+				res.Actions.Failed++
+				res.Failed = append(res.Failed, msg)
+				r.failures = append(r.failures, fmt.Sprintf("drill %s: %s", res.Name, msg))
+			}
 		}
 		for _, v := range check.Violations {
-			if strings.HasPrefix(v.Execution, prefix) {
+			if ofDrill(v.Execution) {
 				res.Violations++
 			}
 		}
-		res.Reruns, res.LiveTwice, res.Twice = runsAgain(marks, prefix, r.drills.killed)
+		res.Reruns, res.LiveTwice, res.Twice = runsAgain(marks, ofDrill, r.drills.killed)
 	}
-	return &Report{Mode: r.cfg.Mode, Seed: r.cfg.Seed, Dir: r.cfg.Dir, Started: len(r.drills.sent), Accepted: len(r.accepted),
-		Failures: r.failures, Check: check, Took: time.Since(began), Drills: slices.Clone(r.drills.results), Budget: dc.Budget}, nil
+	started := 0
+	for _, res := range r.drills.results {
+		started += res.Started
+	}
+	return &Report{Mode: r.cfg.Mode, Seed: r.cfg.Seed, Dir: r.cfg.Dir, Started: started, Accepted: len(r.accepted),
+		Signals: len(r.signals), Failures: r.failures, Check: check, Took: time.Since(began), Drills: slices.Clone(r.drills.results),
+		Budget: dc.Budget}, nil
+}
+
+// recordsAction reports whether a history records the action command.
+func recordsAction(evs []events.Event, command string) bool {
+	for _, ev := range evs {
+		if p, ok := ev.Data.(*events.ExecutionResumed); ok && p.Command == command {
+			return true
+		}
+	}
+	return false
 }
 
 // runDrill runs one drill: load, fault, more load, then waits for the
@@ -413,8 +490,15 @@ func (r *run) runDrill(ctx context.Context, d drill) (DrillResult, error) {
 		defer close(loaded)
 		every := time.Duration(float64(time.Second) / rate)
 		for i := 0; ; i++ {
-			id := fmt.Sprintf("%s-%s-%04d", wfDrill, d.name, i)
-			wg.Go(func() { r.drillStart(ctx, id, &res, &mu) })
+			u := drillUser{workflow: wfDrill}
+			if i%4 == 3 { // one in four waits for its user's signal; every other one of them is acted on first
+				u = drillUser{workflow: wfDrillSignal, delay: time.Duration(100+r.starts.IntN(401)) * time.Millisecond}
+				if i%8 == 3 {
+					u.act, u.actAfter = true, time.Duration(100+r.starts.IntN(1901))*time.Millisecond
+				}
+			}
+			u.id = fmt.Sprintf("%s-%s-%04d", u.workflow, d.name, i)
+			wg.Go(func() { r.runUser(ctx, u, &res, &mu) })
 			select {
 			case <-loadCtx.Done():
 				return
@@ -429,6 +513,9 @@ func (r *run) runDrill(ctx context.Context, d drill) (DrillResult, error) {
 	}
 	res.At = time.Now()
 	faultErr := d.fault(ctx, r, &res)
+	mu.Lock()
+	res.Back = time.Now()
+	mu.Unlock()
 	if faultErr == nil {
 		select {
 		case <-ctx.Done():
@@ -439,6 +526,7 @@ func (r *run) runDrill(ctx context.Context, d drill) (DrillResult, error) {
 	<-loaded
 	wg.Wait()
 	res.Raw = r.drills.raw.take()
+	res.InFault = countInFault(res.sends, res.At, res.Back)
 	if faultErr != nil {
 		return res, faultErr
 	}
@@ -453,59 +541,232 @@ func (r *run) runDrill(ctx context.Context, d drill) (DrillResult, error) {
 	if err := waitJetStream(ctx, r.js, r.replicas, 2*time.Minute); err != nil {
 		return res, err
 	}
-	fmt.Fprintf(r.cfg.Progress, "chaos: drill %s done: %d of %d starts accepted; %s\n", d.name, res.Accepted, res.Started, res.Victim)
+	fmt.Fprintf(r.cfg.Progress, "chaos: drill %s done: %d of %d starts, %d of %d signals, %d of %d actions accepted; %s\n", d.name,
+		res.Accepted, res.Started, res.Signals.Accepted, res.Signals.Sent, res.Actions.Accepted, res.Actions.Sent, res.Victim)
 	return res, nil
 }
 
-// drillStart starts one execution as a user would: pkg/client (which
-// retries 503 with the same Idempotency-Key), turning to the other api
-// when one cannot be reached. mu guards res's counts; it is taken before
-// r.mu (the only place the two are held together).
-func (r *run) drillStart(ctx context.Context, id string, res *DrillResult, mu *sync.Mutex) {
-	req := client.StartRequest{Workflow: wfDrill, ID: id, IdempotencyKey: "start-" + id}
+// drillUser is what one user of a drill does: start an execution of
+// workflow, and for wfDrillSignal, once the start is accepted, send an
+// operator's action if act (actAfter later: an operator takes a moment,
+// so the actions of executions started before the fault are sent during
+// it), then the signal after delay.
+type drillUser struct {
+	id, workflow    string
+	act             bool
+	actAfter, delay time.Duration
+}
+
+// drillAction is the operator's action the drills send: a resume of an
+// execution that waits for its signal. The api offers no action that
+// pauses an execution and lets it go on (there is no suspend: an
+// execution is suspended only by its own failure with wait_after_fail),
+// and cancel, force-cancel and kill end it. A resume of a started
+// execution is allowed and ends nothing: it records
+// io.jetflow.execution.resumed with a new execution token and runs no
+// step again (it resets only failed steps and steps waiting for a retry;
+// a task already sent keeps its token and its result is waited for). It
+// goes through the same path as every action (the command, the
+// dispatcher's decision, the api waiting for its record). It is sent
+// while the execution waits for its signal, before the signal, so it
+// cannot find the execution ended (a conflict); answered 202 (stored,
+// not yet recorded), it is sent again with the same key until it is
+// recorded, so that the signal cannot overtake it. As an operator acts
+// on an execution they see started, it is sent once the start's answer
+// shows the execution recorded (a start answered 202 is sent again with
+// its key until then): the api refuses a resume of an execution whose
+// start is accepted but not yet recorded with a 409 ("has already
+// pending"), which a drill run hit when the start waited for the events
+// stream's new leader.
+const drillAction = events.ActionResume
+
+// errNotRecorded is an action answered 202: stored, not yet recorded.
+var errNotRecorded = errors.New("stored, not yet recorded")
+
+// runUser runs one user of a drill (drillUser's fields). mu guards
+// res's counts; it is taken before r.mu (the only place the two are held
+// together).
+func (r *run) runUser(ctx context.Context, u drillUser, res *DrillResult, mu *sync.Mutex) {
+	// fail records a request that failed; mu is held.
+	fail := func(what string, err error) {
+		res.Failed = append(res.Failed, fmt.Sprintf("%s %s: %v", what, u.id, err))
+		r.mu.Lock()
+		r.failures = append(r.failures, fmt.Sprintf("drill %s: %s %s: %v", res.Name, what, u.id, err))
+		r.mu.Unlock()
+	}
+	count := func(n *Requests, what string, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			n.Failed++
+			fail(what, err)
+			return
+		}
+		n.Accepted++
+	}
 	sent := time.Now()
 	mu.Lock()
 	res.Started++
+	res.sends = append(res.sends, drillSend{"start", sent})
 	mu.Unlock()
+	req := client.StartRequest{Workflow: u.workflow, ID: u.id, IdempotencyKey: "start-" + u.id}
+	recorded := false // the answer says the execution.started is in the history
+	err := r.asUser(ctx, nil, func(ctx context.Context, c *client.Client) error {
+		st, err := c.Start(ctx, req)
+		recorded = err == nil && startRecorded(st)
+		return err
+	})
+	mu.Lock()
+	if err != nil {
+		fail("start", err)
+		mu.Unlock()
+		return
+	}
+	x := &drillExec{drill: res.Name, workflow: u.workflow, sent: sent, unsignalled: u.workflow == wfDrillSignal}
+	res.Accepted++
+	r.mu.Lock()
+	r.accepted = append(r.accepted, u.id)
+	r.waiting[u.id] = false
+	r.drills.execs[u.id] = x
+	r.mu.Unlock()
+	mu.Unlock()
+	if u.workflow != wfDrillSignal {
+		return
+	}
+	// "Not found" while the start is on its way (accepted, not yet
+	// recorded) is sent again, as the chaos suite's user does.
+	notYet := func(err error) bool { return client.IsStatus(err, http.StatusNotFound) }
+	if u.act {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(u.actAfter):
+		}
+		mu.Lock()
+		res.Actions.Sent++
+		mu.Unlock()
+		var err error
+		if !recorded {
+			// An operator acts on an execution they see started: the
+			// start answered 202 is sent again with its key until the
+			// answer shows its history (docs/api.md: 202 is no error).
+			err = r.asUser(ctx, func(err error) bool { return errors.Is(err, errNotRecorded) }, func(ctx context.Context, c *client.Client) error {
+				st, err := c.Start(ctx, req)
+				if err == nil && !startRecorded(st) {
+					return fmt.Errorf("its start not recorded yet (%d %s): %w", st.HTTPStatus, st.Status, errNotRecorded)
+				}
+				return err
+			})
+		}
+		asked, command := time.Now(), ""
+		again := func(err error) bool { return notYet(err) || errors.Is(err, errNotRecorded) }
+		mu.Lock()
+		res.sends = append(res.sends, drillSend{"action", asked})
+		mu.Unlock()
+		if err == nil {
+			err = r.asUser(ctx, again, func(ctx context.Context, c *client.Client) error {
+				a, err := c.Act(client.WithIdempotencyKey(ctx, drillAction+"-"+u.id), u.id,
+					client.ActionRequest{Action: drillAction, Reason: "a drill: an operator's action during the fault", RequestedBy: "jetflow-chaos"})
+				if err == nil && !a.Recorded {
+					return fmt.Errorf("command %s: %w", a.Command, errNotRecorded)
+				}
+				command = a.Command
+				return err
+			})
+		}
+		if err == nil {
+			r.mu.Lock()
+			x.asked, x.command = append(x.asked, asked), command
+			r.mu.Unlock()
+		}
+		count(&res.Actions, "action "+drillAction, err)
+	}
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(u.delay):
+	}
+	asked := time.Now()
+	mu.Lock()
+	res.Signals.Sent++
+	res.sends = append(res.sends, drillSend{"signal", asked})
+	mu.Unlock()
+	err = r.asUser(ctx, notYet, func(ctx context.Context, c *client.Client) error {
+		_, err := c.SignalOnce(ctx, u.id, signalName, nil, "signal-"+u.id)
+		return err
+	})
+	if err == nil {
+		r.mu.Lock()
+		x.asked, x.unsignalled = append(x.asked, asked), false
+		r.signals = append(r.signals, chaoscheck.Signal{Execution: u.id, Name: signalName})
+		r.mu.Unlock()
+	}
+	count(&res.Signals, "signal", err)
+}
+
+// countInFault counts the requests first sent from at until back.
+func countInFault(sends []drillSend, at, back time.Time) InFault {
+	var n InFault
+	for _, s := range sends {
+		if s.at.Before(at) || s.at.After(back) {
+			continue
+		}
+		switch s.kind {
+		case "start":
+			n.Starts++
+		case "signal":
+			n.Signals++
+		case "action":
+			n.Actions++
+		}
+	}
+	return n
+}
+
+// startRecorded reports whether a start's answer shows its
+// execution.started recorded: 201, or the same start again answered 200
+// with the execution's status (not "accepted", nor "pending": claimed,
+// no event yet).
+func startRecorded(st client.Started) bool {
+	return st.HTTPStatus == http.StatusCreated ||
+		(st.HTTPStatus == http.StatusOK && st.Status != "accepted" && st.Status != string(projections.StatusPending))
+}
+
+// asUser sends one request as a user would: call sends it through
+// pkg/client (which sends it again, with the same Idempotency-Key, when
+// answered 503), to the apis in turn from the next of the round robin,
+// turning to the other when one cannot be reached, or when again (nil:
+// never) says the answer is worth sending again; until it succeeds, or
+// client.DefaultRetryFor has passed.
+func (r *run) asUser(ctx context.Context, again func(error) bool, call func(context.Context, *client.Client) error) error {
 	users := r.drills.users
 	first := int(r.drills.next.Add(1))
-	var err error
 	deadline := time.Now().Add(client.DefaultRetryFor)
 	for i := 0; ; i++ {
 		rctx, cancel := context.WithTimeout(ctx, client.DefaultRetryFor+10*time.Second)
-		_, err = users[(first+i)%len(users)].Start(rctx, req)
+		err := call(rctx, users[(first+i)%len(users)])
 		cancel()
-		if err == nil || !errors.Is(err, client.ErrUnreachable) || time.Now().After(deadline) || ctx.Err() != nil {
-			break
+		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+			return err
+		}
+		if !errors.Is(err, client.ErrUnreachable) && (again == nil || !again(err)) {
+			return err
 		}
 		if i%len(users) == len(users)-1 {
 			time.Sleep(200 * time.Millisecond) // every api tried: a moment before the next round
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if err != nil {
-		res.Failed = append(res.Failed, fmt.Sprintf("start %s: %v", id, err))
-		r.failures = append(r.failures, fmt.Sprintf("drill %s: start %s: %v", res.Name, id, err))
-		return
-	}
-	res.Accepted++
-	r.accepted = append(r.accepted, id)
-	r.waiting[id] = false
-	r.drills.sent[id] = sent
 }
 
 // waitDrillEnded waits until every accepted execution of the drill has a
-// terminal event (the checker says why one did not).
+// terminal event (the checker says why one did not), but those waiting
+// for a signal that was never accepted (a failure already).
 func (r *run) waitDrillEnded(ctx context.Context, name string, within time.Duration) error {
-	prefix := wfDrill + "-" + name + "-"
 	r.mu.Lock()
-	var ids []string
-	for _, id := range r.accepted {
-		if strings.HasPrefix(id, prefix) {
-			ids = append(ids, id)
+	subjects := map[string]string{} // by execution id
+	for id, x := range r.drills.execs {
+		if x.drill == name && !x.unsignalled {
+			subjects[id] = bus.ExecutionSubject(x.workflow, id)
 		}
 	}
 	r.mu.Unlock()
@@ -513,42 +774,64 @@ func (r *run) waitDrillEnded(ctx context.Context, name string, within time.Durat
 	for deadline := time.Now().Add(within); ; time.Sleep(300 * time.Millisecond) {
 		stream, err := r.js.Stream(ctx, bus.StreamEvents)
 		if err == nil {
-			for _, id := range ids {
+			for id, subject := range subjects {
 				if ended[id] {
 					continue
 				}
-				m, err := stream.GetLastMsgForSubject(ctx, bus.ExecutionSubject(wfDrill, id))
+				m, err := stream.GetLastMsgForSubject(ctx, subject)
 				if err == nil && events.Type(m.Header.Get("ce-type")).IsTerminal() {
 					ended[id] = true
 				}
 			}
 		}
-		if len(ended) == len(ids) {
+		if len(ended) == len(subjects) {
 			return nil
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		if time.Now().After(deadline) {
-			fmt.Fprintf(r.cfg.Progress, "chaos: drill %s: %d executions still running after %s: the checker says why\n", name, len(ids)-len(ended), within)
+			fmt.Fprintf(r.cfg.Progress, "chaos: drill %s: %d executions still running after %s: the checker says why\n", name, len(subjects)-len(ended), within)
 			return nil
 		}
 	}
 }
 
-// stallAfter is the longest gap between consecutive moments of progress
-// of one execution (its start's sending, then its events) that ends
-// after at.
-func stallAfter(sent time.Time, evs []events.Event, at time.Time) time.Duration {
-	ts := []time.Time{sent}
-	for _, ev := range evs {
-		ts = append(ts, ev.Time)
+// stallAfter is the longest time one execution made no progress, among
+// the gaps that end after at between consecutive moments of its
+// progress: its start's sending (sent), its events, and the sending of
+// each later request of its user (asked: an action, a signal). A gap
+// that ends at such a request while the execution waited for a signal
+// (from a step.waiting for signals until a signal.received) is the
+// user's time, not a stall: the measure goes on from the request's
+// sending.
+func stallAfter(sent time.Time, evs []events.Event, at time.Time, asked ...time.Time) time.Duration {
+	type moment struct {
+		t    time.Time
+		user bool // a request's sending
+		ev   events.Event
 	}
-	slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
+	ms := []moment{{t: sent, user: true}}
+	for _, ev := range evs {
+		ms = append(ms, moment{t: ev.Time, ev: ev})
+	}
+	for _, t := range asked {
+		if !t.IsZero() {
+			ms = append(ms, moment{t: t, user: true})
+		}
+	}
+	slices.SortStableFunc(ms, func(a, b moment) int { return a.t.Compare(b.t) })
 	var most time.Duration
-	for i := 1; i < len(ts); i++ {
-		if ts[i].After(at) {
-			most = max(most, ts[i].Sub(ts[i-1]))
+	waiting := false
+	for i := 1; i < len(ms); i++ {
+		if m := ms[i]; m.t.After(at) && !(m.user && waiting) {
+			most = max(most, m.t.Sub(ms[i-1].t))
+		}
+		switch p := ms[i].ev.Data.(type) {
+		case *events.StepWaiting:
+			waiting = waiting || len(p.Signals) > 0
+		case *events.SignalReceived:
+			waiting = false
 		}
 	}
 	return most
@@ -589,15 +872,15 @@ func readDrillMarks(path string) ([]drillMark, error) {
 	return out, nil
 }
 
-// runsAgain counts, among the executions with prefix, the step attempts
+// runsAgain counts, among the executions of the drill (in), the step attempts
 // that began to run more than once: again after the agent that ran them
 // was killed (reruns, allowed), or again while that agent lived (twice:
 // a task given to a second agent, or to the same one, while the first
 // run went on or after it ended).
-func runsAgain(marks []drillMark, prefix string, killed map[int]time.Time) (reruns, twice int, which []string) {
+func runsAgain(marks []drillMark, in func(execution string) bool, killed map[int]time.Time) (reruns, twice int, which []string) {
 	last := map[string]drillMark{}
 	for _, m := range marks {
-		if m.done || !strings.HasPrefix(m.execution, prefix) {
+		if m.done || !in(m.execution) {
 			continue
 		}
 		key := m.execution + " " + m.step + " " + m.try

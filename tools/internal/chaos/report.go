@@ -6,6 +6,7 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -117,24 +118,34 @@ func (r *Report) Write(w io.Writer) {
 
 // writeDrills prints the drills' table: per drill, the longest stall of
 // an execution after the fault (and how many went over the budget), the
-// starts a user saw fail and the raw 5xx answers behind the client's
+// starts, signals and operator's actions accepted of those sent, the
+// requests a user saw fail and the raw 5xx answers behind the client's
 // retries, the step attempts run again after their agent died and those
 // run twice while it lived, and the checker's violations.
 func (r *Report) writeDrills(w io.Writer) {
 	c := r.Check
 	fmt.Fprintf(w, "  run twice       %d step attempts started again (histories)\n", c.StartedAgain)
-	fmt.Fprintf(w, "  drills          stall: the longest time an execution made no progress after the fault (budget %s)\n", r.Budget)
-	fmt.Fprintf(w, "    %-19s %8s %6s %11s %6s %-16s %7s %10s %5s\n", "drill", "stall", ">budget", "starts ok", "failed", "raw 5xx", "rerun", "live twice", "viol.")
+	fmt.Fprintf(w, "  drills          stall: the longest time an execution made no progress after the fault (budget %s);\n", r.Budget)
+	fmt.Fprintf(w, "                  starts, signals, actions: accepted/sent; failed: those a user saw fail\n")
+	const row = "    %-19s %8s %7s %9s %8s %8s %6s %-14s %5s %10s %5s\n"
+	fmt.Fprintf(w, row, "drill", "stall", ">budget", "starts", "signals", "actions", "failed", "raw 5xx", "rerun", "live twice", "viol.")
+	of := func(ok, sent int) string { return fmt.Sprintf("%d/%d", ok, sent) }
 	for _, d := range r.Drills {
 		var raw []string
 		for _, st := range slices.Sorted(maps.Keys(d.Raw)) {
 			raw = append(raw, fmt.Sprintf("%d×%d", d.Raw[st], st))
 		}
-		fmt.Fprintf(w, "    %-19s %8s %6d %5d/%-5d %6d %-16s %7d %10d %5d\n", d.Name, d.Stall.Round(10*time.Millisecond), d.OverBudget,
-			d.Accepted, d.Started, len(d.Failed), cmp.Or(strings.Join(raw, " "), "0"), d.Reruns, d.LiveTwice, d.Violations)
+		fmt.Fprintf(w, row, d.Name, d.Stall.Round(10*time.Millisecond), strconv.Itoa(d.OverBudget),
+			of(d.Accepted, d.Started), of(d.Signals.Accepted, d.Signals.Sent), of(d.Actions.Accepted, d.Actions.Sent),
+			strconv.Itoa(len(d.Failed)), cmp.Or(strings.Join(raw, " "), "0"), strconv.Itoa(d.Reruns), strconv.Itoa(d.LiveTwice),
+			strconv.Itoa(d.Violations))
 	}
 	for _, d := range r.Drills {
 		line := fmt.Sprintf("    %s: %s", d.Name, cmp.Or(d.Victim, d.What))
+		if lasted := d.Back.Sub(d.At).Round(100 * time.Millisecond); lasted > 0 { // "none" lasts nothing
+			f := d.InFault
+			line += fmt.Sprintf("; sent during the fault (%s): starts %d, signals %d, actions %d", lasted, f.Starts, f.Signals, f.Actions)
+		}
 		if d.StallOf != "" {
 			line += "; longest stall " + d.StallOf
 		}
