@@ -68,7 +68,11 @@ func (s *Server) sendExecutionCommand(w http.ResponseWriter, r *http.Request, c 
 	if idemKey != "" && (s.answerRecorded(w, r, c, key) || s.answerRejection(w, r, key)) {
 		return
 	}
-	if x, err := s.loadExecution(r.Context(), id); err == nil && x.Status != projections.StatusNone {
+	// An execution whose start is accepted but not recorded yet (pending:
+	// its history is empty, as while the events stream elects a leader) is
+	// not refused here: the dispatcher handles the command once the start
+	// is, and decides then.
+	if x, err := s.loadExecution(r.Context(), id); err == nil && x.Status != projections.StatusNone && x.Status != projections.StatusPending {
 		// Damaged (not merely of a type a newer dispatcher knows: that
 		// waits) as the history stands, not as a read model that lags a
 		// repair says.

@@ -103,3 +103,25 @@ func (b *authBundle) postCloudEvent(t *testing.T, id, data string) answer {
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&wrapper))
 	return answer{status: resp.StatusCode, header: resp.Header, err: wrapper.Error}
 }
+
+// TestCommandsForAPendingExecutionAreNotRefused: an action for an
+// execution whose start is accepted but not yet recorded (here: no
+// dispatcher runs; in the cluster drills, the events stream was electing a
+// leader after the dispatcher claimed the id) is passed on to the dispatcher, which handles it once the start
+// is, instead of being refused as "has already pending".
+func TestCommandsForAPendingExecutionAreNotRefused(t *testing.T) {
+	t.Parallel()
+	b := setupAuth(t)
+	a := b.call(t, http.MethodPost, "/v1/workflows", b.admin, "", "name: later\nsteps:\n  - {id: a, kind: noop}\n")
+	require.Equal(t, http.StatusCreated, a.status, "%s", a.body)
+	// The dispatcher claimed the id for the start; its history has no
+	// event yet.
+	ids, err := claim.Open(t.Context(), b.js)
+	require.NoError(t, err)
+	_, err = ids.Claim(t.Context(), "p1", claim.Record{CommandKey: "user#start-p1", Workflow: "later", ClaimedAt: time.Now()})
+	require.NoError(t, err)
+	for _, action := range []string{"resume", "replay"} {
+		a = b.call(t, http.MethodPost, "/v1/executions/p1/actions", b.admin, "", `{"action":"`+action+`","reason":"drill"}`)
+		require.Equal(t, http.StatusAccepted, a.status, "%s: %s", action, a.body)
+	}
+}

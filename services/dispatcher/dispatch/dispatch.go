@@ -498,7 +498,8 @@ func (d *Dispatcher) process(ctx context.Context, j job) {
 		if d.retryingHere.Add(1) > int32(max(1, d.cfg.Workers/4)) {
 			retryHere = 0
 		}
-		for tries := 1; err != nil && bus.Transient(err) && ctx.Err() == nil && time.Since(began) < retryHere; tries++ {
+		first, tries := err, 1
+		for ; err != nil && bus.Transient(err) && ctx.Err() == nil && time.Since(began) < retryHere; tries++ {
 			select {
 			case <-ctx.Done():
 			case <-time.After(min(retryDelay(tries), time.Second)):
@@ -512,6 +513,11 @@ func (d *Dispatcher) process(ctx context.Context, j job) {
 			err = d.handle(log.WithContext(ctx), j.ev)
 		}
 		d.retryingHere.Add(-1)
+		if tries > 1 {
+			// Said once per message, not per try: what a failover cost it.
+			log.Info().AnErr("first_error", first).AnErr("last_error", err).Int("tries", tries).
+				Dur("took", time.Since(began)).Msg("tried again in process")
+		}
 	}
 	close(handled)
 	hb.Stop()

@@ -25,7 +25,6 @@ import (
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/partition"
-	"jetflow.dev/pkg/projections"
 	"jetflow.dev/tools/internal/chaoscheck"
 )
 
@@ -571,13 +570,11 @@ type drillUser struct {
 // while the execution waits for its signal, before the signal, so it
 // cannot find the execution ended (a conflict); answered 202 (stored,
 // not yet recorded), it is sent again with the same key until it is
-// recorded, so that the signal cannot overtake it. As an operator acts
-// on an execution they see started, it is sent once the start's answer
-// shows the execution recorded (a start answered 202 is sent again with
-// its key until then): the api refuses a resume of an execution whose
-// start is accepted but not yet recorded with a 409 ("has already
-// pending"), which a drill run hit when the start waited for the events
-// stream's new leader.
+// recorded, so that the signal cannot overtake it. It may be sent while
+// the start is accepted but not yet recorded (the start waits for the
+// events stream's new leader): the dispatcher handles it once the start
+// is (the api refused it with a 409 "has already pending" until a drill
+// run found it).
 const drillAction = events.ActionResume
 
 // errNotRecorded is an action answered 202: stored, not yet recorded.
@@ -610,10 +607,8 @@ func (r *run) runUser(ctx context.Context, u drillUser, res *DrillResult, mu *sy
 	res.sends = append(res.sends, drillSend{"start", sent})
 	mu.Unlock()
 	req := client.StartRequest{Workflow: u.workflow, ID: u.id, IdempotencyKey: "start-" + u.id}
-	recorded := false // the answer says the execution.started is in the history
 	err := r.asUser(ctx, nil, func(ctx context.Context, c *client.Client) error {
-		st, err := c.Start(ctx, req)
-		recorded = err == nil && startRecorded(st)
+		_, err := c.Start(ctx, req)
 		return err
 	})
 	mu.Lock()
@@ -645,35 +640,20 @@ func (r *run) runUser(ctx context.Context, u drillUser, res *DrillResult, mu *sy
 		mu.Lock()
 		res.Actions.Sent++
 		mu.Unlock()
-		var err error
-		if !recorded {
-			// An operator acts on an execution they see started: the
-			// start answered 202 is sent again with its key until the
-			// answer shows its history (docs/api.md: 202 is no error).
-			err = r.asUser(ctx, func(err error) bool { return errors.Is(err, errNotRecorded) }, func(ctx context.Context, c *client.Client) error {
-				st, err := c.Start(ctx, req)
-				if err == nil && !startRecorded(st) {
-					return fmt.Errorf("its start not recorded yet (%d %s): %w", st.HTTPStatus, st.Status, errNotRecorded)
-				}
-				return err
-			})
-		}
 		asked, command := time.Now(), ""
 		again := func(err error) bool { return notYet(err) || errors.Is(err, errNotRecorded) }
 		mu.Lock()
 		res.sends = append(res.sends, drillSend{"action", asked})
 		mu.Unlock()
-		if err == nil {
-			err = r.asUser(ctx, again, func(ctx context.Context, c *client.Client) error {
-				a, err := c.Act(client.WithIdempotencyKey(ctx, drillAction+"-"+u.id), u.id,
-					client.ActionRequest{Action: drillAction, Reason: "a drill: an operator's action during the fault", RequestedBy: "jetflow-chaos"})
-				if err == nil && !a.Recorded {
-					return fmt.Errorf("command %s: %w", a.Command, errNotRecorded)
-				}
-				command = a.Command
-				return err
-			})
-		}
+		err := r.asUser(ctx, again, func(ctx context.Context, c *client.Client) error {
+			a, err := c.Act(client.WithIdempotencyKey(ctx, drillAction+"-"+u.id), u.id,
+				client.ActionRequest{Action: drillAction, Reason: "a drill: an operator's action during the fault", RequestedBy: "jetflow-chaos"})
+			if err == nil && !a.Recorded {
+				return fmt.Errorf("command %s: %w", a.Command, errNotRecorded)
+			}
+			command = a.Command
+			return err
+		})
 		if err == nil {
 			r.mu.Lock()
 			x.asked, x.command = append(x.asked, asked), command
@@ -721,15 +701,6 @@ func countInFault(sends []drillSend, at, back time.Time) InFault {
 		}
 	}
 	return n
-}
-
-// startRecorded reports whether a start's answer shows its
-// execution.started recorded: 201, or the same start again answered 200
-// with the execution's status (not "accepted", nor "pending": claimed,
-// no event yet).
-func startRecorded(st client.Started) bool {
-	return st.HTTPStatus == http.StatusCreated ||
-		(st.HTTPStatus == http.StatusOK && st.Status != "accepted" && st.Status != string(projections.StatusPending))
 }
 
 // asUser sends one request as a user would: call sends it through
