@@ -6,8 +6,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"jetflow.dev/pkg/bus"
@@ -26,18 +24,8 @@ func TestReadsNeverFailOnAHealthyCluster(t *testing.T) {
 		t.Skip("cluster test")
 	}
 	t.Parallel()
-	servers := natstest.RunCluster(t)
 	ctx := t.Context()
-	var jss []jetstream.JetStream
-	for _, s := range servers {
-		nc, err := nats.Connect(s.ClientURL())
-		require.NoError(t, err)
-		t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		require.NoError(t, err)
-		jss = append(jss, js)
-	}
-	require.NoError(t, bus.Ensure(ctx, jss[0], bus.Config{Replicas: 3}))
+	jss := natstest.ConnectCluster(t, natstest.RunCluster(t))
 
 	const histories, each = 1000, 2
 	appends := make(chan struct{}, 8)

@@ -58,6 +58,32 @@ func Connect(t testing.TB, s *server.Server) (*nats.Conn, jetstream.JetStream) {
 	return nc, js
 }
 
+// ConnectCluster connects to each of servers (a cluster of RunCluster)
+// and ensures jetflow's topology with 3 replicas; the connections are
+// closed when the test ends.
+func ConnectCluster(t testing.TB, servers []*server.Server) []jetstream.JetStream {
+	t.Helper()
+	var jss []jetstream.JetStream
+	for _, s := range servers {
+		nc, err := nats.Connect(s.ClientURL(), nats.MaxReconnects(-1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		jss = append(jss, js)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := bus.Ensure(ctx, jss[0], bus.Config{Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	return jss
+}
+
 // RunCluster starts a 3-node JetStream cluster on loopback ports and waits
 // for a meta leader.
 func RunCluster(t testing.TB) []*server.Server {

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -246,18 +245,8 @@ func TestRacingCreatesOnAClusterAreNoErrors(t *testing.T) {
 		t.Skip("cluster test")
 	}
 	t.Parallel()
-	servers := natstest.RunCluster(t)
 	ctx := t.Context()
-	var jss []jetstream.JetStream
-	for _, s := range servers {
-		nc, err := nats.Connect(s.ClientURL())
-		require.NoError(t, err)
-		t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		require.NoError(t, err)
-		jss = append(jss, js)
-	}
-	require.NoError(t, bus.Ensure(ctx, jss[0], bus.Config{Replicas: 3}))
+	jss := natstest.ConnectCluster(t, natstest.RunCluster(t))
 	kv0, err := jss[0].KeyValue(ctx, bus.BucketDispatchers)
 	require.NoError(t, err)
 

@@ -17,29 +17,13 @@ import (
 // reach it at once.
 func TestKeepAliveHoldsALongHandling(t *testing.T) {
 	t.Parallel()
-	_, js := natstest.Connect(t, natstest.RunJetStream(t))
 	ackWait := 2 * time.Second // progress every 667 ms: room for a loaded machine
-	cons, err := js.CreateOrUpdateConsumer(t.Context(), bus.StreamCommands, jetstream.ConsumerConfig{
-		Durable: "ka", FilterSubject: bus.SubjectReconcile, AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait})
-	require.NoError(t, err)
-	_, err = js.Publish(t.Context(), bus.SubjectReconcile, []byte("x"))
-	require.NoError(t, err)
-	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
-	require.NoError(t, err)
-	m := <-batch.Messages()
-	require.NotNil(t, m)
+	cons, m := deliveredOnce(t, ackWait)
 
 	d := &Dispatcher{cfg: Config{AckWait: ackWait}}
 	handled := make(chan struct{})
 	go d.keepAlive(m, ackWait/3, handled)
-	again, err := cons.Fetch(1, jetstream.FetchMaxWait(ackWait*5/2)) // the handling takes that long
-	require.NoError(t, err)
-	n := 0
-	for range again.Messages() {
-		n++
-	}
-	require.NoError(t, again.Error())
-	require.Zero(t, n, "not redelivered while it is being handled")
+	require.Zero(t, redeliveries(t, cons, ackWait*5/2), "not redelivered while it is being handled") // the handling takes that long
 	close(handled)
 	require.NoError(t, m.Ack())
 }
@@ -49,17 +33,8 @@ func TestKeepAliveHoldsALongHandling(t *testing.T) {
 // again: keepQueuedAlive acknowledges it in progress while it waits.
 func TestQueuedMessagesAreKeptAlive(t *testing.T) {
 	t.Parallel()
-	_, js := natstest.Connect(t, natstest.RunJetStream(t))
 	ackWait := 2 * time.Second
-	cons, err := js.CreateOrUpdateConsumer(t.Context(), bus.StreamCommands, jetstream.ConsumerConfig{
-		Durable: "kq", FilterSubject: bus.SubjectReconcile, AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait})
-	require.NoError(t, err)
-	_, err = js.Publish(t.Context(), bus.SubjectReconcile, []byte("x"))
-	require.NoError(t, err)
-	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
-	require.NoError(t, err)
-	m := <-batch.Messages()
-	require.NotNil(t, m)
+	cons, m := deliveredOnce(t, ackWait)
 
 	d := &Dispatcher{cfg: Config{AckWait: ackWait}}
 	work := newTurns()
@@ -71,13 +46,37 @@ func TestQueuedMessagesAreKeptAlive(t *testing.T) {
 	stop := make(chan struct{})
 	defer close(stop)
 	go d.keepQueuedAlive(work, stop)
-	again, err := cons.Fetch(1, jetstream.FetchMaxWait(ackWait*5/2)) // it waits that long
+	require.Zero(t, redeliveries(t, cons, ackWait*5/2), "not redelivered while it waits in the turns") // it waits that long
+	require.NoError(t, m.Ack())
+}
+
+// deliveredOnce publishes one message on a consumer of its own with
+// ackWait and returns it as delivered, unacknowledged.
+func deliveredOnce(t *testing.T, ackWait time.Duration) (jetstream.Consumer, jetstream.Msg) {
+	t.Helper()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	cons, err := js.CreateOrUpdateConsumer(t.Context(), bus.StreamCommands, jetstream.ConsumerConfig{
+		Durable: "ka", FilterSubject: bus.SubjectReconcile, AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait})
+	require.NoError(t, err)
+	_, err = js.Publish(t.Context(), bus.SubjectReconcile, []byte("x"))
+	require.NoError(t, err)
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	require.NoError(t, err)
+	m := <-batch.Messages()
+	require.NotNil(t, m)
+	return cons, m
+}
+
+// redeliveries counts the messages cons delivers again within wait (one
+// pull waiting all along, so a redelivery reaches it at once).
+func redeliveries(t *testing.T, cons jetstream.Consumer, wait time.Duration) int {
+	t.Helper()
+	again, err := cons.Fetch(1, jetstream.FetchMaxWait(wait))
 	require.NoError(t, err)
 	n := 0
 	for range again.Messages() {
 		n++
 	}
 	require.NoError(t, again.Error())
-	require.Zero(t, n, "not redelivered while it waits in the turns")
-	require.NoError(t, m.Ack())
+	return n
 }
