@@ -88,6 +88,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	if !keep {
 		_ = os.RemoveAll(c.Dir)
+		fmt.Fprintf(out, "  (%s removed: the run passed; -keep keeps it)\n", c.Dir)
 	}
 	return nil
 }

@@ -120,6 +120,9 @@ func emptyDir(dir string) error {
 // that each snapshot it lists is there.
 func ReadManifest(dir string) (Manifest, error) {
 	var m Manifest
+	if st, err := os.Stat(dir); err == nil && !st.IsDir() {
+		return m, fmt.Errorf("%w: %s is a file; a backup is the directory jetflow admin backup wrote", ErrNotBackup, dir)
+	}
 	b, err := os.ReadFile(filepath.Join(dir, ManifestFile))
 	if errors.Is(err, os.ErrNotExist) {
 		if _, serr := os.Stat(dir); serr != nil {

@@ -234,6 +234,14 @@ func TestReadManifestRefuses(t *testing.T) {
 		_, err := backup.ReadManifest(filepath.Join(t.TempDir(), "none"))
 		require.ErrorIs(t, err, backup.ErrNotBackup)
 	})
+	t.Run("AFile", func(t *testing.T) {
+		t.Parallel()
+		file := filepath.Join(t.TempDir(), "hello.yaml")
+		require.NoError(t, os.WriteFile(file, []byte("name: hello\n"), 0o600))
+		_, err := backup.ReadManifest(file)
+		require.ErrorIs(t, err, backup.ErrNotBackup)
+		require.ErrorContains(t, err, "is a file")
+	})
 	t.Run("MissingSnapshot", func(t *testing.T) {
 		t.Parallel()
 		dir := t.TempDir()

@@ -209,3 +209,18 @@ func TestDrillsTableCountsSignalsAndActions(t *testing.T) {
 	r.Write(&b)
 	require.Contains(t, b.String(), "FAIL")
 }
+
+// TestDrillsSayTheirDurations: a drill's description names its
+// durations as configured, not by the fields' names.
+func TestDrillsSayTheirDurations(t *testing.T) {
+	c, err := DrillConfig{}.withDefaults()
+	require.NoError(t, err)
+	for _, d := range drills {
+		got := c.describe(d.what)
+		for _, field := range []string{"NodeDown", "Down", "Restart", "Stop"} {
+			require.NotContains(t, got, " "+field, "drill %s: %s", d.name, got)
+		}
+	}
+	require.Equal(t, "back after 1s, down 15s, again after 5s, stopped 2s",
+		c.describe("back after Down, down NodeDown, again after Restart, stopped Stop"))
+}

@@ -83,6 +83,13 @@ func (c DrillConfig) withDefaults() (DrillConfig, error) {
 	return c, nil
 }
 
+// describe says a drill's what with the durations it names (NodeDown,
+// Down, Restart, Stop) as configured.
+func (c DrillConfig) describe(what string) string {
+	return strings.NewReplacer("NodeDown", c.NodeDown.String(), "Down", c.Down.String(),
+		"Restart", c.Restart.String(), "Stop", c.Stop.String()).Replace(what)
+}
+
 // drill is one named failure: prepare runs before the load, fault while
 // it runs, finish once the drill's executions have ended.
 type drill struct {
@@ -468,8 +475,8 @@ func recordsAction(evs []events.Event, command string) bool {
 // drill's executions to end and the cluster to be whole again.
 func (r *run) runDrill(ctx context.Context, d drill) (DrillResult, error) {
 	dc := r.cfg.Drills
-	res := DrillResult{Name: d.name, What: d.what}
-	fmt.Fprintf(r.cfg.Progress, "chaos: drill %s: %s\n", d.name, d.what)
+	res := DrillResult{Name: d.name, What: dc.describe(d.what)}
+	fmt.Fprintf(r.cfg.Progress, "chaos: drill %s: %s\n", d.name, res.What)
 	if d.prepare != nil {
 		if err := d.prepare(ctx, r, &res); err != nil {
 			return res, err
@@ -540,8 +547,12 @@ func (r *run) runDrill(ctx context.Context, d drill) (DrillResult, error) {
 	if err := waitJetStream(ctx, r.js, r.replicas, 2*time.Minute); err != nil {
 		return res, err
 	}
-	fmt.Fprintf(r.cfg.Progress, "chaos: drill %s done: %d of %d starts, %d of %d signals, %d of %d actions accepted; %s\n", d.name,
-		res.Accepted, res.Started, res.Signals.Accepted, res.Signals.Sent, res.Actions.Accepted, res.Actions.Sent, res.Victim)
+	victim := ""
+	if res.Victim != "" {
+		victim = "; " + res.Victim
+	}
+	fmt.Fprintf(r.cfg.Progress, "chaos: drill %s done: %d of %d starts, %d of %d signals, %d of %d actions accepted%s\n", d.name,
+		res.Accepted, res.Started, res.Signals.Accepted, res.Signals.Sent, res.Actions.Accepted, res.Actions.Sent, victim)
 	return res, nil
 }
 
