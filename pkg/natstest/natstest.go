@@ -41,6 +41,14 @@ func RunJetStreamIn(t testing.TB, dir string) *server.Server {
 // topology created; both are closed when the test ends.
 func Connect(t testing.TB, s *server.Server) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
+	nc, js := dial(t, s)
+	ensure(t, js, bus.Config{}, 10*time.Second)
+	return nc, js
+}
+
+// dial connects to s, closed when the test ends.
+func dial(t testing.TB, s *server.Server) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
 	nc, err := nats.Connect(s.ClientURL(), nats.MaxReconnects(-1))
 	if err != nil {
 		t.Fatal(err)
@@ -50,12 +58,17 @@ func Connect(t testing.TB, s *server.Server) (*nats.Conn, jetstream.JetStream) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	return nc, js
+}
+
+// ensure creates jetflow's topology as c says, within d.
+func ensure(t testing.TB, js jetstream.JetStream, c bus.Config, d time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	if err := bus.Ensure(ctx, js, bus.Config{}); err != nil {
+	if err := bus.Ensure(ctx, js, c); err != nil {
 		t.Fatal(err)
 	}
-	return nc, js
 }
 
 // ConnectCluster connects to each of servers (a cluster of RunCluster)
@@ -65,22 +78,10 @@ func ConnectCluster(t testing.TB, servers []*server.Server) []jetstream.JetStrea
 	t.Helper()
 	var jss []jetstream.JetStream
 	for _, s := range servers {
-		nc, err := nats.Connect(s.ClientURL(), nats.MaxReconnects(-1))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, js := dial(t, s)
 		jss = append(jss, js)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := bus.Ensure(ctx, jss[0], bus.Config{Replicas: 3}); err != nil {
-		t.Fatal(err)
-	}
+	ensure(t, jss[0], bus.Config{Replicas: 3}, time.Minute)
 	return jss
 }
 

@@ -25,18 +25,11 @@ import (
 // Another member that took the lease meanwhile keeps it.
 func TestLapsedLeaseIsTakenBack(t *testing.T) {
 	t.Parallel()
-	_, js := natstest.Connect(t, natstest.RunJetStream(t))
 	ctx := t.Context()
-	kv, err := js.KeyValue(ctx, bus.BucketDispatchers)
-	require.NoError(t, err)
-	tbl, hooks := memberWithHooks(t, js, kv, 4)
+	kv, tbl, hooks := memberWithHooks(t, 4)
 	released := hooks.released
-	defer tbl.WaitStarts()
-
 	// a holds every partition; a watch shows what the bucket does to them.
-	w, err := kv.WatchAll(ctx, jetstream.UpdatesOnly())
-	require.NoError(t, err)
-	defer func() { _ = w.Stop() }()
+	w := watchAll(t, kv)
 	epochs := map[int]uint64{}
 	for p := range 4 {
 		tbl.AcquireNow(ctx, p)
@@ -75,7 +68,7 @@ func TestLapsedLeaseIsTakenBack(t *testing.T) {
 	// 1: the watch's marker comes first; the next reconcile takes it back.
 	tbl.ObserveNow(markers[1])
 	// 2: another member took the lease in the stall: lost, as before.
-	_, err = kv.Create(ctx, partition.LeaseKey(2), []byte("b"))
+	_, err := kv.Create(ctx, partition.LeaseKey(2), []byte("b"))
 	require.NoError(t, err)
 	tbl.RenewNow(ctx, 2)
 	// 3: the marker is seen, then another member takes the lease before

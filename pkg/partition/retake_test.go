@@ -27,15 +27,9 @@ import (
 // from the watch or from its refused renewal.
 func TestRetakeAfterAnotherMembersHoldingIsNoticed(t *testing.T) {
 	t.Parallel()
-	_, js := natstest.Connect(t, natstest.RunJetStream(t))
 	ctx := t.Context()
-	kv, err := js.KeyValue(ctx, bus.BucketDispatchers)
-	require.NoError(t, err)
-	tbl, hooks := memberWithHooks(t, js, kv, 3)
-	defer tbl.WaitStarts()
-	w, err := kv.WatchAll(ctx, jetstream.UpdatesOnly())
-	require.NoError(t, err)
-	defer func() { _ = w.Stop() }()
+	kv, tbl, hooks := memberWithHooks(t, 3)
+	w := watchAll(t, kv)
 	before := map[int]uint64{}
 	for p := range 3 {
 		tbl.AcquireNow(ctx, p)
@@ -125,15 +119,9 @@ func TestRetakeAfterAnotherMembersHoldingIsNoticed(t *testing.T) {
 // reported lost. A lease of another member's is lost, as before.
 func TestRetakeStoredButUnacknowledgedIsAdopted(t *testing.T) {
 	t.Parallel()
-	_, js := natstest.Connect(t, natstest.RunJetStream(t))
 	ctx := t.Context()
-	kv, err := js.KeyValue(ctx, bus.BucketDispatchers)
-	require.NoError(t, err)
-	tbl, hooks := memberWithHooks(t, js, kv, 2)
-	defer tbl.WaitStarts()
-	w, err := kv.WatchAll(ctx, jetstream.UpdatesOnly())
-	require.NoError(t, err)
-	defer func() { _ = w.Stop() }()
+	kv, tbl, hooks := memberWithHooks(t, 2)
+	w := watchAll(t, kv)
 	before := map[int]uint64{}
 	for p := range 2 {
 		tbl.AcquireNow(ctx, p)
@@ -171,12 +159,8 @@ func TestRetakeStoredButUnacknowledgedIsAdopted(t *testing.T) {
 // does not count as the old one's.
 func TestAwaitIsWokenByTheRetake(t *testing.T) {
 	t.Parallel()
-	_, js := natstest.Connect(t, natstest.RunJetStream(t))
 	ctx := t.Context()
-	kv, err := js.KeyValue(ctx, bus.BucketDispatchers)
-	require.NoError(t, err)
-	tbl, _ := memberWithHooks(t, js, kv, 1)
-	defer tbl.WaitStarts()
+	kv, tbl, _ := memberWithHooks(t, 1)
 	tbl.AcquireNow(ctx, 0)
 	old, ok := tbl.Holds(0)
 	require.True(t, ok)
@@ -217,7 +201,7 @@ func TestAwaitIsWokenByTheRetake(t *testing.T) {
 	require.Greater(t, e2, e)
 
 	// Another member's lease: lost; a later acquire is a new chain.
-	_, err = kv.Put(ctx, partition.LeaseKey(0), []byte("b"))
+	_, err := kv.Put(ctx, partition.LeaseKey(0), []byte("b"))
 	require.NoError(t, err)
 	tbl.RenewNow(ctx, 0)
 	_, ok = tbl.Epoch(0)
@@ -351,8 +335,14 @@ func (h *hooks) heldMeanwhile() []retakeHolding {
 
 // memberWithHooks is member "a"'s table of n partitions, which acquires
 // without doing anything, and what it told so far.
-func memberWithHooks(t *testing.T, js jetstream.JetStream, kv jetstream.KeyValue, n int) (*partition.Table, *hooks) {
+// memberWithHooks is member "a" of n partitions on a server of its own,
+// driven by the test (its loop does not run), its hooks recorded; kv is
+// the dispatchers' bucket.
+func memberWithHooks(t *testing.T, n int) (jetstream.KeyValue, *partition.Table, *hooks) {
 	t.Helper()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	kv, err := js.KeyValue(t.Context(), bus.BucketDispatchers)
+	require.NoError(t, err)
 	h := &hooks{}
 	tbl, err := partition.New(js, kv, partition.Config{Member: "a", Partitions: n,
 		Acquire: func(context.Context, int, uint64) error { return nil },
@@ -368,7 +358,17 @@ func memberWithHooks(t *testing.T, js jetstream.JetStream, kv jetstream.KeyValue
 			h.mu.Unlock()
 		}})
 	require.NoError(t, err)
-	return tbl, h
+	t.Cleanup(tbl.WaitStarts)
+	return kv, tbl, h
+}
+
+// watchAll watches the changes of kv from now on, until the test ends.
+func watchAll(t *testing.T, kv jetstream.KeyValue) jetstream.KeyWatcher {
+	t.Helper()
+	w, err := kv.WatchAll(t.Context(), jetstream.UpdatesOnly())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = w.Stop() })
+	return w
 }
 
 // requireLeaseRevision checks that p's lease in the bucket is at

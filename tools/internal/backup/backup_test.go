@@ -88,6 +88,15 @@ func fill(t *testing.T, b testBundle, n int) {
 	require.Equal(t, 1, got)
 }
 
+// backUp backs b up into a new directory, which it returns.
+func backUp(t *testing.T, b testBundle) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "b")
+	_, err := backup.Backup(b.ctx, b.nc, dir, backup.Options{})
+	require.NoError(t, err)
+	return dir
+}
+
 func msgs(t *testing.T, b testBundle, stream string) uint64 {
 	t.Helper()
 	s, err := b.js.Stream(b.ctx, stream)
@@ -176,9 +185,7 @@ func TestRestoreIntoBootstrappedDeployment(t *testing.T) {
 	t.Parallel()
 	src := setup(t, 0)
 	fill(t, src, 2)
-	dir := filepath.Join(t.TempDir(), "b")
-	_, err := backup.Backup(src.ctx, src.nc, dir, backup.Options{})
-	require.NoError(t, err)
+	dir := backUp(t, src)
 
 	// A new deployment, bootstrapped (empty streams) before the restore:
 	// its empty streams give way without --replace, but not while a
@@ -331,15 +338,13 @@ func TestTimersFireAfterRestore(t *testing.T) {
 	}
 	schedule("overdue", time.Now().Add(time.Second))
 	schedule("later", time.Now().Add(4*time.Second))
-	dir := filepath.Join(t.TempDir(), "b")
-	_, err := backup.Backup(src.ctx, src.nc, dir, backup.Options{})
-	require.NoError(t, err)
+	dir := backUp(t, src)
 	// Restored elsewhere after the first fell due (the old server is
 	// not looked at again).
 	time.Sleep(1500 * time.Millisecond)
 
 	dst := bare(t)
-	_, err = backup.Restore(dst.ctx, dst.nc, dir, false, backup.Options{})
+	_, err := backup.Restore(dst.ctx, dst.nc, dir, false, backup.Options{})
 	require.NoError(t, err)
 	restored := time.Now()
 	fired := map[string]time.Time{}
@@ -369,9 +374,7 @@ func TestRestoreStoppedPartway(t *testing.T) {
 	t.Parallel()
 	src := setup(t, 0)
 	fill(t, src, 50)
-	dir := filepath.Join(t.TempDir(), "b")
-	_, err := backup.Backup(src.ctx, src.nc, dir, backup.Options{})
-	require.NoError(t, err)
+	dir := backUp(t, src)
 	data := filepath.Join(dir, bus.StreamEvents, backup.DataFile)
 	whole, err := os.ReadFile(data)
 	require.NoError(t, err)
