@@ -103,6 +103,7 @@ func Streams(c Config) []jetstream.StreamConfig {
 			Description: "jetflow execution histories, one subject per execution (append-only)",
 			Storage:     jetstream.FileStorage, Replicas: c.Replicas, Duplicates: c.HistoryDuplicates,
 			Retention: jetstream.LimitsPolicy, Discard: jetstream.DiscardNew, DenyDelete: true,
+			AllowDirect: true, // histories are read in batches from any replica (history.Scan)
 		},
 		{
 			Name: StreamCommands, Subjects: []string{CommandsPrefix + ".>"},
@@ -126,6 +127,7 @@ func Streams(c Config) []jetstream.StreamConfig {
 			Description: "jetflow operation results reported by agents, stored on jf.results.<queue>.<partition>.<execution>",
 			Storage:     jetstream.FileStorage, Replicas: c.Replicas, Duplicates: c.WorkDuplicates, MaxAge: c.CommandsMaxAge,
 			SubjectTransform: ResultsTransform(c.Partitions),
+			AllowDirect:      true, // reports are read in batches from any replica (history.ScanReports)
 		},
 		{
 			Name: StreamInbox, Subjects: []string{InboxPrefix + ".>"},
@@ -281,7 +283,7 @@ func streamDiffers(have, want jetstream.StreamConfig) bool {
 	return !slices.Equal(have.Subjects, want.Subjects) || have.Retention != want.Retention ||
 		have.Storage != want.Storage || have.Replicas != want.Replicas || have.MaxAge != want.MaxAge ||
 		(want.Duplicates != 0 && have.Duplicates != want.Duplicates) || have.Discard != want.Discard || have.DenyDelete != want.DenyDelete ||
-		have.Description != want.Description || have.AllowMsgSchedules != want.AllowMsgSchedules ||
+		have.Description != want.Description || have.AllowMsgSchedules != want.AllowMsgSchedules || have.AllowDirect != want.AllowDirect ||
 		!sameTransform(have.SubjectTransform, want.SubjectTransform)
 }
 

@@ -18,7 +18,9 @@ import (
 // on a 3-node cluster, by clients connected to each node, 8 at a time:
 // none fails (issue 16 saw 1-5% answer "no responders available", a read
 // that made its consumer on one node and asked another for it before the
-// other knew of it).
+// other knew of it). Then each of 300 histories is read from another node
+// right after an append to it: reads are answered by any replica, and
+// each read has the event just appended (a read after an append sees it).
 func TestReadsNeverFailOnAHealthyCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cluster test")
@@ -78,4 +80,32 @@ func TestReadsNeverFailOnAHealthyCluster(t *testing.T) {
 	}
 	wg.Wait()
 	require.Zero(t, failed.Load(), "reads failed, the first: %v", firstErr.Load())
+
+	for i := range 300 {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			id := fmt.Sprintf("y%d", i)
+			subject := bus.ExecutionSubject("wf", id)
+			var last uint64
+			for j := range 3 {
+				seq, err := history.Append(ctx, jss[i%3], subject, last, newEvent(id, &events.VariablesSet{StepID: fmt.Sprintf("s%d", j)}))
+				if err == nil {
+					last = seq
+					var evs []events.Event
+					evs, err = history.Read(ctx, jss[(i+j+1)%3], subject, 0)
+					if err == nil && (len(evs) != j+1 || evs[len(evs)-1].Seq != seq) {
+						err = fmt.Errorf("read %d events after the append of event %d (seq %d)", len(evs), j+1, seq)
+					}
+				}
+				if err != nil {
+					failed.Add(1)
+					firstErr.CompareAndSwap(nil, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	require.Zero(t, failed.Load(), "reads after appends failed, the first: %v", firstErr.Load())
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/jetstreamext"
 
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
@@ -42,35 +43,19 @@ func ReadStream(ctx context.Context, js jetstream.JetStream, stream, filter stri
 var ErrNoEvent = errors.New("history: no event")
 
 // Store is the events stream, for the services that append to histories
-// and check them often (the dispatcher, the api, the projector). It keeps
-// the stream's handle, so that no append, first-event read or freshness
-// check costs a stream-info request; the package functions Append and
-// First open the stream when they need it.
+// and check them often (the dispatcher, the api, the projector). No
+// append, read or freshness check through it costs a stream-info request:
+// each asks the stream's leader, or its replicas, directly.
 type Store struct {
-	js     jetstream.JetStream
-	stream jetstream.Stream
+	js jetstream.JetStream
 }
 
 // Open returns the store of the events stream, which must exist.
 func Open(ctx context.Context, js jetstream.JetStream) (*Store, error) {
-	stream, err := js.Stream(ctx, bus.StreamEvents)
-	if err != nil {
+	if _, err := js.Stream(ctx, bus.StreamEvents); err != nil {
 		return nil, fmt.Errorf("open events stream: %w", err)
 	}
-	return &Store{js: js, stream: stream}, nil
-}
-
-// handle is the stream's handle, opened on first use by a Store made
-// without Open.
-func (s *Store) handle(ctx context.Context) (jetstream.Stream, error) {
-	if s.stream != nil {
-		return s.stream, nil
-	}
-	stream, err := s.js.Stream(ctx, bus.StreamEvents)
-	if err != nil {
-		return nil, fmt.Errorf("open events stream: %w", err)
-	}
-	return stream, nil
+	return &Store{js: js}, nil
 }
 
 // Read is [Read] on the store's stream.
@@ -79,20 +64,14 @@ func (s *Store) Read(ctx context.Context, filter string, fromSeq uint64) ([]even
 }
 
 // LastSeq returns the stream sequence of the last event on subject (0:
-// none), with one request.
+// none), with one request to the stream's leader (bus.LeaderGet: a
+// replica may not have stored the latest event yet).
 func (s *Store) LastSeq(ctx context.Context, subject string) (uint64, error) {
-	stream, err := s.handle(ctx)
+	last, err := lastStored(ctx, s.js, bus.StreamEvents, subject)
 	if err != nil {
-		return 0, err
-	}
-	last, err := stream.GetLastMsgForSubject(ctx, subject)
-	switch {
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-		return 0, nil
-	case err != nil:
 		return 0, fmt.Errorf("last event on %s: %w", subject, err)
 	}
-	return last.Sequence, nil
+	return last, nil
 }
 
 // First returns the first event of the events stream on the subjects
@@ -105,11 +84,7 @@ func First(ctx context.Context, js jetstream.JetStream, filter string) (events.E
 
 // First is [First] on the store's stream.
 func (s *Store) First(ctx context.Context, filter string) (events.Event, error) {
-	stream, err := s.handle(ctx)
-	if err != nil {
-		return events.Event{}, err
-	}
-	m, err := stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(filter))
+	m, err := bus.LeaderGet(ctx, s.js, bus.StreamEvents, bus.MsgQuery{Seq: 1, NextBySubject: filter})
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return events.Event{}, fmt.Errorf("%w on %s", ErrNoEvent, filter)
 	}
@@ -148,41 +123,14 @@ func ScanStored(ctx context.Context, js jetstream.JetStream, stream, filter stri
 // so one bad message cannot hide the reports after it. Histories are read
 // with Scan: a malformed event there is corruption, shown as such
 // (Event.Invalid).
-//
-// It gets one message at a time (the next on filter from a sequence)
-// instead of making a consumer: the identities that scan reports (agents
-// and the janitor) hold no consumer rights on the reports stream, where
-// the dispatchers' partition consumers live (docs/adr/0003). Scans are
-// rare (a redelivered task, a lost one) and short.
 func ScanReports(ctx context.Context, js jetstream.JetStream, stream, filter string, fn func(events.Event) error) error {
-	s, err := js.Stream(ctx, stream)
-	if err != nil {
-		return fmt.Errorf("read %s: %w", filter, err)
-	}
-	for seq := uint64(1); ; {
-		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("read %s: %w", filter, err)
-		}
-		seq = m.Sequence + 1
-		ev, err := bus.Decode(m.Header, m.Data)
-		if err != nil && !errors.Is(err, events.ErrUnknownType) {
-			continue
-		}
-		ev.Seq = m.Sequence
-		if err := fn(ev); err != nil {
-			return err
-		}
-	}
+	return scan(ctx, js, stream, filter, 0, 0, true, func(_ string, ev events.Event) error { return fn(ev) })
 }
 
 // scanAttempts bounds the reads of a scan that fails for a transient
-// reason (bus.Transient): on a cluster, a read's consumer is made on one
-// node and a fetch may reach another before it knows of it ("no
-// responders"), about one read in fifty under load.
+// reason (bus.Transient) or meets a replica that has not stored the
+// history's latest events yet: each attempt goes on from the last event
+// fn took, and may be answered by another replica.
 const scanAttempts = 5
 
 func scan(ctx context.Context, js jetstream.JetStream, stream, filter string, fromSeq, untilSeq uint64, skipBad bool, fn func(string, events.Event) error) error {
@@ -198,7 +146,7 @@ func scan(ctx context.Context, js jetstream.JetStream, stream, filter string, fr
 			return nil
 		case errors.As(err, &fnErr):
 			return fnErr.err
-		case attempt == scanAttempts || !bus.Transient(err) || ctx.Err() != nil:
+		case attempt == scanAttempts || !(bus.Transient(err) || errors.Is(err, errReplicaBehind)) || ctx.Err() != nil:
 			return err
 		}
 		select {
@@ -214,67 +162,108 @@ type callbackError struct{ err error }
 
 func (e callbackError) Error() string { return e.err.Error() }
 
-// scanOnce reads once, with an ordered consumer, telling delivered the
-// sequence of each event fn took.
+// errReplicaBehind: the replica that answered a direct get has not
+// stored yet what the stream's leader said is there.
+var errReplicaBehind = errors.New("the replica that answered has not stored the latest events yet")
+
+// readBatch is how many messages one direct get asks for, and
+// readBatchBytes bounds their size (the server stops a batch there).
+const (
+	readBatch      = 1000
+	readBatchBytes = 4 << 20
+)
+
+// scanOnce reads once, telling delivered the sequence of each event fn
+// took.
+//
+// It reads with batched direct gets (streams that are read this way allow
+// them, docs/adr/0006): one request per thousand events, answered by any
+// replica, with no consumer to create and delete. A consumer lives on one
+// node that the cluster picks: while that node was down (and before the
+// cluster knew it) reads failed or waited, and every execution whose
+// history was read stalled until the node came back. A replica may lag
+// behind the leader, so the stream's leader first says where the history
+// ends (its last event on filter); the scan reads up to there, asking
+// again (any replica may answer) until it has it all.
 func scanOnce(ctx context.Context, js jetstream.JetStream, stream, filter string, fromSeq, untilSeq uint64, skipBad bool,
 	fn func(string, events.Event) error, delivered func(uint64)) error {
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, InactiveThreshold: 30 * time.Second}
-	if fromSeq > 1 {
-		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, fromSeq
-	}
-	cons, err := js.OrderedConsumer(ctx, stream, cfg)
+	end, err := lastStored(ctx, js, stream, filter)
 	if err != nil {
 		return fmt.Errorf("read history %s: %w", filter, err)
 	}
-	defer func() { // don't leave the consumer to the inactivity timeout
-		if name := cons.CachedInfo().Name; name != "" {
-			_ = js.DeleteConsumer(context.WithoutCancel(ctx), stream, name)
-		}
-	}()
-	pending := cons.CachedInfo().NumPending
-	for pending > 0 {
-		// Ask for exactly what is known to be there, so that no fetch is
-		// left waiting for messages that do not exist.
-		batch, err := cons.Fetch(int(min(pending, 1000)), jetstream.FetchMaxWait(bus.PullExpiry), jetstream.FetchHeartbeat(bus.PullHeartbeat))
-		if err != nil {
-			return fmt.Errorf("read history %s: %w", filter, err)
-		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
-			md, err := m.Metadata()
-			if err != nil {
-				return fmt.Errorf("read history %s: %w", filter, err)
-			}
-			pending = md.NumPending
-			if untilSeq > 0 && md.Sequence.Stream > untilSeq {
-				return nil
-			}
-			ev, err := bus.Decode(m.Headers(), m.Data())
-			if err != nil && !errors.Is(err, events.ErrUnknownType) {
-				if skipBad {
-					delivered(md.Sequence.Stream)
-					continue
-				}
-				// A history holds it: hand it on, marked, for folds to
-				// quarantine its execution (events.Event.Invalid).
-				ev = bus.InvalidEvent(m.Subject(), m.Headers(), err)
-				ev.Time = md.Timestamp // when it was stored: all there is to tell
-			}
-			ev.Seq = md.Sequence.Stream
-			if err := fn(m.Subject(), ev); err != nil {
-				return callbackError{err}
-			}
-			delivered(md.Sequence.Stream)
-		}
-		if err := batch.Error(); err != nil {
-			return fmt.Errorf("read history %s: %w", filter, err)
-		}
-		if n == 0 && pending > 0 {
-			return fmt.Errorf("read history %s: stream stopped delivering", filter)
+	if untilSeq > 0 {
+		end = min(end, untilSeq)
+	}
+	for next := max(fromSeq, 1); next <= end; {
+		got, past, err := readFrom(ctx, js, stream, filter, next, end, skipBad, fn, func(seq uint64) {
+			next = seq + 1
+			delivered(seq)
+		})
+		switch {
+		case err != nil:
+			return err
+		case past:
+			return nil
+		case got == 0:
+			return fmt.Errorf("read history %s from seq %d to %d: %w", filter, next, end, errReplicaBehind)
 		}
 	}
 	return nil
+}
+
+// lastStored is the stream sequence of the last message on filter, from
+// the stream's leader (0: there is none).
+func lastStored(ctx context.Context, js jetstream.JetStream, stream, filter string) (uint64, error) {
+	m, err := bus.LeaderGet(ctx, js, stream, bus.MsgQuery{LastBySubject: filter})
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return 0, nil
+	case err != nil:
+		return 0, err
+	}
+	return m.Sequence, nil
+}
+
+// readFrom reads one batch of the messages on filter from seq from, and
+// returns how many it was given up to end, and whether it was given one
+// past end (the scan is done).
+func readFrom(ctx context.Context, js jetstream.JetStream, stream, filter string, from, end uint64, skipBad bool,
+	fn func(string, events.Event) error, delivered func(uint64)) (got int, past bool, err error) {
+	rctx, cancel := context.WithTimeout(ctx, bus.ServiceRequestTimeout)
+	defer cancel()
+	msgs, err := jetstreamext.GetBatch(rctx, js, stream, readBatch,
+		jetstreamext.GetBatchSeq(from), jetstreamext.GetBatchSubject(filter), jetstreamext.GetBatchMaxBytes(readBatchBytes))
+	if err != nil {
+		return 0, false, fmt.Errorf("read history %s: %w", filter, err)
+	}
+	for m, err := range msgs {
+		switch {
+		case errors.Is(err, jetstreamext.ErrNoMessages): // this replica has none (yet)
+			return got, false, nil
+		case err != nil:
+			return got, false, fmt.Errorf("read history %s: %w", filter, err)
+		case m.Sequence > end:
+			return got, true, nil
+		}
+		got++
+		ev, err := bus.Decode(m.Header, m.Data)
+		if err != nil && !errors.Is(err, events.ErrUnknownType) {
+			if skipBad {
+				delivered(m.Sequence)
+				continue
+			}
+			// A history holds it: hand it on, marked, for folds to
+			// quarantine its execution (events.Event.Invalid).
+			ev = bus.InvalidEvent(m.Subject, m.Header, err)
+			ev.Time = m.Time // when it was stored: all there is to tell
+		}
+		ev.Seq = m.Sequence
+		if err := fn(m.Subject, ev); err != nil {
+			return got, false, callbackError{err}
+		}
+		delivered(m.Sequence)
+	}
+	return got, false, nil
 }
 
 // Append publishes ev on subject if the subject's last stream sequence is
@@ -305,7 +294,7 @@ const appendAttempts = 7
 // id is in process"): those do not count as attempts.
 const appendInProcessWaits = 20
 
-// Append is [Append] with the store's stream handle.
+// Append is [Append] on the store's stream.
 func (s *Store) Append(ctx context.Context, subject string, lastSeq uint64, ev events.Event) (uint64, error) {
 	msg, err := bus.Encode(subject, ev)
 	if err != nil {
@@ -342,10 +331,8 @@ func (s *Store) Append(ctx context.Context, subject string, lastSeq uint64, ev e
 	}
 	// A single server checks the expected sequence before dedupe, so our
 	// own earlier, successful attempt looks like a conflict: compare ids.
-	if stream, serr := s.handle(ctx); serr == nil {
-		if last, gerr := stream.GetLastMsgForSubject(ctx, subject); gerr == nil && last.Header.Get(jetstream.MsgIDHeader) == ev.ID {
-			return last.Sequence, nil
-		}
+	if last, gerr := bus.LeaderGet(ctx, s.js, bus.StreamEvents, bus.MsgQuery{LastBySubject: subject}); gerr == nil && last.Header.Get(jetstream.MsgIDHeader) == ev.ID {
+		return last.Sequence, nil
 	}
 	return 0, fmt.Errorf("append %s to %s after seq %d: %w", ev.Type, subject, lastSeq, bus.ErrConflict)
 }

@@ -432,7 +432,8 @@ func (s *Server) await(r *http.Request, ch <-chan *nats.Msg, answer func(events.
 // yet, it looks again until deadline.
 func (s *Server) inHistory(ctx context.Context, subject string, ev events.Event, deadline time.Time) bool {
 	for {
-		m, err := s.ns(ctx).history.GetMsg(ctx, ev.PrevSeq+1, jetstream.WithGetMsgSubject(subject))
+		// From the leader: a replica may not have stored it yet.
+		m, err := bus.LeaderGet(ctx, s.ns(ctx).js, bus.StreamEvents, bus.MsgQuery{Seq: ev.PrevSeq + 1, NextBySubject: subject})
 		if err == nil {
 			return m.Header.Get(jetstream.MsgIDHeader) == ev.ID // another event took its place: refused
 		}

@@ -170,10 +170,8 @@ type tenant struct {
 	defs  *catalog.Store
 	ids   *claim.Store
 	execs jetstream.KeyValue
-	// history is the events stream, where await checks that an event it
-	// saw on a history subject is stored.
-	history jetstream.Stream
-	// hist is the same stream as the history store (first events).
+	// hist is the events stream: histories, their first events, and
+	// whether an event await saw on a history subject is stored.
 	hist *history.Store
 }
 
@@ -190,15 +188,11 @@ func openTenant(ctx context.Context, name string, nc *nats.Conn, js jetstream.Je
 	if err != nil {
 		return nil, fmt.Errorf("open executions bucket: %w", err)
 	}
-	stream, err := js.Stream(ctx, bus.StreamEvents)
-	if err != nil {
-		return nil, fmt.Errorf("open events stream: %w", err)
-	}
 	hist, err := history.Open(ctx, js)
 	if err != nil {
 		return nil, err
 	}
-	return &tenant{name: name, nc: nc, js: js, defs: defs, ids: ids, execs: execs, history: stream, hist: hist}, nil
+	return &tenant{name: name, nc: nc, js: js, defs: defs, ids: ids, execs: execs, hist: hist}, nil
 }
 
 // Server serves the HTTP api.

@@ -298,7 +298,8 @@ const (
 // execution ids are unique forever.
 func (j *Janitor) purge(ctx context.Context, st *stores, f finished, group string, rule retention.Rule) (expiryStep, error) {
 	subject := bus.ExecutionSubject(f.Workflow, f.ID)
-	last, err := st.events.GetLastMsgForSubject(ctx, subject)
+	// From the leader: a replica may not have stored the latest event yet.
+	last, err := bus.LeaderGet(ctx, j.js, bus.StreamEvents, bus.MsgQuery{LastBySubject: subject})
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound): // purged already, by a sweep that stopped halfway
 	case err != nil:
