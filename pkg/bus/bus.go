@@ -94,7 +94,10 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Streams returns the stream configurations.
+// Streams returns the stream configurations. The streams read by
+// subject (histories, reports, commands, rejections, kill notices) allow
+// direct gets: history.Scan reads them in batches from any replica
+// (docs/adr/0006). Work queues and advisories are only consumed.
 func Streams(c Config) []jetstream.StreamConfig {
 	c = c.withDefaults()
 	return []jetstream.StreamConfig{
@@ -109,6 +112,7 @@ func Streams(c Config) []jetstream.StreamConfig {
 			Name: StreamCommands, Subjects: []string{CommandsPrefix + ".>"},
 			Description: "jetflow commands (start, signal, action, reconcile)",
 			Storage:     jetstream.FileStorage, Replicas: c.Replicas, Duplicates: c.Duplicates, MaxAge: c.CommandsMaxAge,
+			AllowDirect: true,
 		},
 		{
 			Name: StreamTimers, Subjects: []string{SchedulesPrefix + ".>", TimersPrefix + ".>"},
@@ -139,12 +143,12 @@ func Streams(c Config) []jetstream.StreamConfig {
 			Name: StreamKills, Subjects: []string{KillsPrefix + ".>"},
 			Description: "jetflow kill notices: agents terminate the running operations of a killed execution",
 			Storage:     jetstream.FileStorage, Replicas: c.Replicas, Duplicates: c.WorkDuplicates,
-			MaxAge: 24 * time.Hour, MaxMsgsPerSubject: 1,
+			MaxAge: 24 * time.Hour, MaxMsgsPerSubject: 1, AllowDirect: true,
 		},
 		{
 			Name: StreamRejections, Subjects: []string{RejectionsPrefix + ".>"},
 			Description: "why jetflow rejected a command",
-			Storage:     jetstream.FileStorage, Replicas: c.Replicas, MaxAge: c.CommandsMaxAge,
+			Storage:     jetstream.FileStorage, Replicas: c.Replicas, MaxAge: c.CommandsMaxAge, AllowDirect: true,
 		},
 		{
 			Name: StreamAdvisories, Subjects: []string{MaxDeliveriesAdvisories},

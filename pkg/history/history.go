@@ -29,7 +29,8 @@ func ReadUntil(ctx context.Context, js jetstream.JetStream, filter string, fromS
 	return ReadStream(ctx, js, bus.StreamEvents, filter, fromSeq, untilSeq)
 }
 
-// ReadStream is ReadUntil on any jetflow stream (e.g. results).
+// ReadStream is ReadUntil on any jetflow stream that allows direct gets
+// (bus.Streams: results, commands, rejections, kill notices).
 func ReadStream(ctx context.Context, js jetstream.JetStream, stream, filter string, fromSeq, untilSeq uint64) ([]events.Event, error) {
 	var out []events.Event
 	err := Scan(ctx, js, stream, filter, fromSeq, untilSeq, func(ev events.Event) error {
