@@ -146,6 +146,7 @@ func TestExitStatuses(t *testing.T) {
 		code, _, stderr := jetflow(t, tt.api, tt.args...)
 		require.Equal(t, tt.want, code, "%s: %s", tt.name, stderr)
 		require.Contains(t, stderr, tt.msg, tt.name)
+		require.NotContains(t, stderr, "JETFLOW_DATA", "%s: the api was named with --api: no hint about jetflow dev's data", tt.name)
 	}
 }
 

@@ -81,7 +81,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if errors.Is(err, backup.ErrRefused) || errors.Is(err, backup.ErrNotBackup) {
 		fmt.Fprintln(stderr, "jetflow: nothing was changed") // both refuse before the first change
 	}
-	if errors.Is(err, client.ErrUnreachable) && os.Getenv("JETFLOW_API") == "" && os.Getenv("JETFLOW_DATA") == "" {
+	// The api was looked for beside jetflow dev's data, not named: say
+	// where else to look. Named (--api, JETFLOW_API), it was the caller's.
+	if errors.Is(err, client.ErrUnreachable) && !root.PersistentFlags().Changed("api") &&
+		os.Getenv("JETFLOW_API") == "" && os.Getenv("JETFLOW_DATA") == "" {
 		fmt.Fprintln(stderr, "jetflow: a jetflow dev with its data elsewhere: JETFLOW_DATA=DIR, or run the eval line it printed")
 	}
 	var apiErr *client.Error
