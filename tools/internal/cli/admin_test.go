@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -165,4 +166,19 @@ func TestExitCodeRule(t *testing.T) {
 	require.Empty(t, stdout)
 	_, err := os.Stat(data)
 	require.ErrorIs(t, err, os.ErrNotExist, "jetflow dev started before refusing")
+
+	// ... and an address another program listens on, before it makes
+	// the data directory, its keys or its store.
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = busy.Close() })
+	for _, flag := range []string{"--nats-addr", "--http"} {
+		args := []string{"dev", "--data", data, "--nats-addr", "127.0.0.1:0", "--http", "127.0.0.1:0", flag, busy.Addr().String()}
+		code, stdout, stderr = jetflow(t, "", args...)
+		require.Equal(t, ExitConflict, code, "%s: %s", flag, stderr)
+		require.Contains(t, stderr, flag+" "+busy.Addr().String()+": the address is in use")
+		require.Empty(t, stdout)
+		_, err = os.Stat(data)
+		require.ErrorIs(t, err, os.ErrNotExist, "%s: jetflow dev made its data directory before refusing", flag)
+	}
 }

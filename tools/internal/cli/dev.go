@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -129,11 +131,21 @@ with its own NATS connection. Stop it with Ctrl-C; start it again on the same
 	return cmd
 }
 
-// checkDevInput checks what jetflow dev is given to read before it
-// starts anything: each --apply path exists, and --restore names a
-// finished backup this jetflow can restore (backup.ErrNotBackup and
-// backup.ErrRefused give the exit statuses of jetflow admin restore).
+// checkDevInput checks what jetflow dev is given before it starts or
+// makes anything: the addresses it listens on are free (a busy one was
+// found only after the data directory, its keys and store were made),
+// each --apply path exists, and --restore names a finished backup this
+// jetflow can restore (backup.ErrNotBackup and backup.ErrRefused give
+// the exit statuses of jetflow admin restore).
 func checkDevInput(cfg devstack.Config) error {
+	for _, addr := range []struct{ flag, addr string }{{"--nats-addr", cfg.NATSAddr}, {"--http", cfg.HTTPAddr}} {
+		if err := addressFree(addr.addr); errors.Is(err, errAddressInUse) {
+			return fmt.Errorf("%s %s: %w: another jetflow dev, or another program, listens there; stop it, or give %s 127.0.0.1:PORT",
+				addr.flag, addr.addr, err, addr.flag)
+		} else if err != nil {
+			return usagef("%s %s: %w", addr.flag, addr.addr, err)
+		}
+	}
 	for _, p := range cfg.Apply {
 		if _, err := os.Stat(p); err != nil {
 			return usagef("--apply %s: %w", p, err)
@@ -145,6 +157,32 @@ func checkDevInput(cfg devstack.Config) error {
 		}
 	}
 	return nil
+}
+
+// errAddressInUse: jetflow dev's address is taken (exit status 4, as a
+// data directory another jetflow dev uses).
+var errAddressInUse = errors.New("the address is in use")
+
+// addressFree reports whether addr can be listened on now ("" or port 0:
+// any free port will be taken, nothing to check). The stack listens
+// there itself a moment later; a program that takes the address in
+// between still gets the stack's own error.
+func addressFree(addr string) error {
+	if addr == "" {
+		return nil
+	}
+	if _, port, err := net.SplitHostPort(addr); err == nil && port == "0" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		var se *os.SyscallError
+		if errors.As(err, &se) && errors.Is(se.Err, syscall.EADDRINUSE) {
+			return errAddressInUse
+		}
+		return err
+	}
+	return ln.Close()
 }
 
 // isTerminal reports whether w is a character device (colours only there).

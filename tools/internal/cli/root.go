@@ -111,7 +111,7 @@ func exitCode(err error) int {
 		return ExitUsage
 	case errors.Is(err, workflow.ErrInvalid): // jetflow dev --apply, as the api's 422 for workflow apply
 		return ExitUsage
-	case errors.Is(err, backup.ErrRefused), errors.Is(err, devstack.ErrDataDirInUse):
+	case errors.Is(err, backup.ErrRefused), errors.Is(err, devstack.ErrDataDirInUse), errors.Is(err, errAddressInUse):
 		return ExitConflict
 	case errors.Is(err, client.ErrUnreachable), errors.Is(err, nats.ErrNoServers):
 		return ExitUnreachable
