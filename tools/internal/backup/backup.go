@@ -192,8 +192,7 @@ func Restore(ctx context.Context, nc *nats.Conn, dir string, replace bool, o Opt
 	}
 	// From here on the server changes: an error says how to finish.
 	partway := func(err error) error {
-		return fmt.Errorf("restore: %w; the restore stopped part-way (%d of %d streams restored): once the cause is fixed, "+
-			"run it again with --replace (the streams it restored are the backup's own)", err, len(r.Streams), len(m.Streams))
+		return fmt.Errorf("restore: %w; %w (%d of %d streams restored, the backup's own)", err, ErrPartway, len(r.Streams), len(m.Streams))
 	}
 	for _, e := range p.Delete {
 		if err := js.DeleteStream(ctx, e.Stream); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {

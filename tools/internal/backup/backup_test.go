@@ -169,7 +169,7 @@ func TestBackupRestore(t *testing.T) {
 	_, err = backup.Restore(dst.ctx, dst.nc, dir, false, backup.Options{})
 	require.ErrorIs(t, err, backup.ErrRefused)
 	require.ErrorContains(t, err, bus.StreamEvents+" (60 messages)")
-	require.ErrorContains(t, err, "--replace")
+	require.ErrorIs(t, err, backup.ErrInTheWay, "a caller that can replace says how")
 	require.EqualValues(t, 60, msgs(t, dst, bus.StreamEvents))
 
 	// With replace, after more was written: the backup's data again.
@@ -383,8 +383,8 @@ func TestRestoreStoppedPartway(t *testing.T) {
 	dst := bare(t)
 	_, err = backup.Restore(dst.ctx, dst.nc, dir, false, backup.Options{})
 	require.Error(t, err)
-	require.ErrorContains(t, err, "stopped part-way (6 of 12 streams restored)")
-	require.ErrorContains(t, err, "again with --replace")
+	require.ErrorContains(t, err, "stopped part-way (6 of 12 streams restored")
+	require.ErrorIs(t, err, backup.ErrPartway, "a caller can say how to finish")
 
 	require.NoError(t, os.WriteFile(data, whole, 0o600))
 	_, err = backup.Restore(dst.ctx, dst.nc, dir, false, backup.Options{})

@@ -152,6 +152,15 @@ var ErrNotBackup = errors.New("backup: not a jetflow backup")
 // back what the backup holds: nothing was changed.
 var ErrRefused = errors.New("backup: restore refused")
 
+// ErrInTheWay is the refusal of a restore into streams that hold data
+// (it wraps ErrRefused): a caller that can replace them says how.
+var ErrInTheWay = fmt.Errorf("%w: the server already holds data", ErrRefused)
+
+// ErrPartway is a restore that stopped after it changed the server: the
+// streams restored so far are the backup's own. A caller says how to
+// finish (jetflow admin restore: again with --replace).
+var ErrPartway = errors.New("the restore stopped part-way")
+
 // CheckManifest reports why a restore by this jetflow cannot use m.
 func CheckManifest(m Manifest) error {
 	switch {
@@ -251,9 +260,8 @@ func PlanRestore(m Manifest, t Target, replace bool) (RestorePlan, error) {
 	}
 	if len(inTheWay) > 0 {
 		slices.Sort(inTheWay)
-		return RestorePlan{}, fmt.Errorf("%w: the server already holds data in %s; restore into an empty deployment, "+
-			"or give --replace to delete it and put the backup's in its place (stop every jetflow service first)",
-			ErrRefused, strings.Join(inTheWay, ", "))
+		return RestorePlan{}, fmt.Errorf("%w in %s; restore into an empty deployment",
+			ErrInTheWay, strings.Join(inTheWay, ", "))
 	}
 	return p, nil
 }

@@ -129,8 +129,16 @@ safe to lose. The services may keep running. It needs the admin identity.`,
 				},
 			})
 			_ = tw.Flush()
-			if err != nil {
-				return cause(ctx, err)
+			if c := cause(ctx, err); c != err {
+				return c
+			}
+			switch {
+			case errors.Is(err, backup.ErrInTheWay):
+				return fmt.Errorf("%w, or give --replace to delete it and put the backup's in its place (stop every jetflow service first)", err)
+			case errors.Is(err, backup.ErrPartway):
+				return fmt.Errorf("%w: once the cause is fixed, run it again with --replace", err)
+			case err != nil:
+				return err
 			}
 			var n uint64
 			var b int64
@@ -194,8 +202,16 @@ data directory with --restore DIR instead.`,
 				},
 			})
 			_ = tw.Flush()
-			if err != nil {
-				return cause(ctx, err)
+			if c := cause(ctx, err); c != err {
+				return c
+			}
+			switch {
+			case errors.Is(err, backup.ErrInTheWay):
+				return fmt.Errorf("%w, or give --replace to delete it and put the backup's in its place (stop every jetflow service first)", err)
+			case errors.Is(err, backup.ErrPartway):
+				return fmt.Errorf("%w: once the cause is fixed, run it again with --replace", err)
+			case err != nil:
+				return err
 			}
 			for _, d := range r.Deleted {
 				if d.Messages > 0 {

@@ -95,6 +95,8 @@ func TestRestoreRefusalComesFirst(t *testing.T) {
 	require.Equal(t, ExitConflict, code, "jetflow dev --restore: %s", stderr)
 	require.Empty(t, stdout, "jetflow dev said it runs")
 	require.Contains(t, stderr, "the server already holds data in")
+	require.Contains(t, stderr, "give a new --data directory")
+	require.NotContains(t, stderr, "--replace", "jetflow dev has no --replace")
 	require.Contains(t, stderr, "nothing was changed")
 }
 

@@ -595,8 +595,11 @@ func restore(ctx context.Context, info Info, cfg Config) error {
 	r, err := backup.Restore(ctx, nc, cfg.Restore, false, backup.Options{Progress: func(s backup.Snapshot) {
 		log.Info().Str("stream", s.Stream).Uint64("messages", s.Messages).Int64("took_ms", s.TookMS).Msg("stream restored")
 	}})
-	if errors.Is(err, backup.ErrRefused) {
+	switch {
+	case errors.Is(err, backup.ErrRefused):
 		return fmt.Errorf("%w (jetflow dev: drop --restore to run on the data of %s, or give a new --data directory)", err, cfg.DataDir)
+	case errors.Is(err, backup.ErrPartway):
+		return fmt.Errorf("%w: once the cause is fixed, remove %s and run jetflow dev --restore again, or give a new --data directory", err, cfg.DataDir)
 	}
 	if err != nil {
 		return err
