@@ -158,6 +158,19 @@ func Streams(c Config) []jetstream.StreamConfig {
 	}
 }
 
+// WholeStream reports whether filter is the whole of the jetflow stream
+// named stream (its one subject, e.g. jf.events.> of JF_EVENTS): a
+// reader may then ask for every message, which the server answers
+// without matching each subject.
+func WholeStream(stream, filter string) bool {
+	for _, sc := range Streams(Config{}) {
+		if sc.Name == stream {
+			return len(sc.Subjects) == 1 && sc.Subjects[0] == filter
+		}
+	}
+	return false
+}
+
 // ResultsTransform stores a report published on
 // jf.results.<queue>.<execution> under jf.results.<queue>.<partition>.<execution>:
 // nats-server's partition() hashes the execution id as [partition.Of] does.

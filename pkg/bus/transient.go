@@ -17,10 +17,17 @@ import (
 // (5 s) and may miss the new leader by that much.
 const PublishAttempt = 1500 * time.Millisecond
 
+// ErrBehind: a stream's replica that answered a direct get has not stored
+// yet what its leader said is there (history reads, docs/adr/0006). It is
+// Transient: asked again, another replica, or the same one a moment
+// later, has it.
+var ErrBehind = errors.New("the replica that answered has not stored the latest messages yet")
+
 // Transient reports whether err is NATS or JetStream being away, slow or
 // between leaders: the same request can succeed a moment later (a
 // timeout, no responders, no response from a stream, a connection being
-// re-established, a leader being elected, JetStream answering 503). A
+// re-established, a leader being elected, JetStream answering 503, a
+// replica behind its leader: ErrBehind). A
 // request that failed so is retried, with the same idempotency key, never
 // reported as an internal error.
 func Transient(err error) bool {
@@ -37,7 +44,8 @@ func Transient(err error) bool {
 		errors.Is(err, nats.ErrNoServers),
 		errors.Is(err, jetstream.ErrNoStreamResponse),
 		errors.Is(err, jetstream.ErrConsumerLeadershipChanged),
-		errors.Is(err, jetstream.ErrNoHeartbeat):
+		errors.Is(err, jetstream.ErrNoHeartbeat),
+		errors.Is(err, ErrBehind):
 		return true
 	}
 	var jerr jetstream.JetStreamError

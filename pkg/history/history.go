@@ -16,8 +16,9 @@ import (
 )
 
 // Read returns the events on the subjects matching filter from stream
-// sequence fromSeq (0 or 1 = from the start) up to the end of the stream
-// as it was when called. Events of unknown types are returned with a nil
+// sequence fromSeq (0 or 1 = from the start) up to the last one its
+// stream's leader had when the read began (or, after a transient failure,
+// when it went on): at least every event appended before the call. Events of unknown types are returned with a nil
 // Data (folds decide whether they may skip them); malformed messages are
 // returned marked Invalid.
 func Read(ctx context.Context, js jetstream.JetStream, filter string, fromSeq uint64) ([]events.Event, error) {
@@ -51,10 +52,21 @@ type Store struct {
 	js jetstream.JetStream
 }
 
-// Open returns the store of the events stream, which must exist.
+// ErrNoDirectGets: the events stream does not allow direct gets, with
+// which histories are read (docs/adr/0006): it was made by an earlier
+// release, and jetflow bootstrap of this one has not run.
+var ErrNoDirectGets = errors.New("the events stream does not allow direct gets, with which this release reads histories: " +
+	"run jetflow bootstrap of this release first (docs/upgrades.md)")
+
+// Open returns the store of the events stream, which must exist and
+// allow direct gets (ErrNoDirectGets).
 func Open(ctx context.Context, js jetstream.JetStream) (*Store, error) {
-	if _, err := js.Stream(ctx, bus.StreamEvents); err != nil {
+	stream, err := js.Stream(ctx, bus.StreamEvents)
+	if err != nil {
 		return nil, fmt.Errorf("open events stream: %w", err)
+	}
+	if !stream.CachedInfo().Config.AllowDirect {
+		return nil, ErrNoDirectGets
 	}
 	return &Store{js: js}, nil
 }
@@ -102,8 +114,8 @@ func (s *Store) First(ctx context.Context, filter string) (events.Event, error) 
 }
 
 // Scan calls fn for each event on the subjects matching filter, from
-// stream sequence fromSeq up to untilSeq (0 = the end of the stream as it
-// was when called), in order, without holding them all in memory. Events
+// stream sequence fromSeq up to untilSeq (0 = the last one the stream's
+// leader had when the scan began, as for Read), in order, without holding them all in memory. Events
 // of unknown types have a nil Data; a message that is no valid event is
 // passed as an event with Invalid set (folds quarantine its execution).
 // An error from fn stops the scan.
@@ -147,12 +159,14 @@ func scan(ctx context.Context, js jetstream.JetStream, stream, filter string, fr
 			return nil
 		case errors.As(err, &fnErr):
 			return fnErr.err
-		case attempt == scanAttempts || !(bus.Transient(err) || errors.Is(err, errReplicaBehind)) || ctx.Err() != nil:
+		case ctx.Err() != nil:
+			return fmt.Errorf("read %s: %w (the last attempt: %v)", filter, ctx.Err(), err)
+		case attempt == scanAttempts || !bus.Transient(err):
 			return err
 		}
 		select {
 		case <-ctx.Done():
-			return err
+			return fmt.Errorf("read %s: %w (the last attempt: %v)", filter, ctx.Err(), err)
 		case <-time.After(time.Duration(attempt*attempt) * 20 * time.Millisecond):
 		}
 	}
@@ -162,10 +176,6 @@ func scan(ctx context.Context, js jetstream.JetStream, stream, filter string, fr
 type callbackError struct{ err error }
 
 func (e callbackError) Error() string { return e.err.Error() }
-
-// errReplicaBehind: the replica that answered a direct get has not
-// stored yet what the stream's leader said is there.
-var errReplicaBehind = errors.New("the replica that answered has not stored the latest events yet")
 
 // readBatch is how many messages one direct get asks for, and
 // readBatchBytes bounds their size (the server stops a batch there).
@@ -188,6 +198,12 @@ const (
 // again (any replica may answer) until it has it all.
 func scanOnce(ctx context.Context, js jetstream.JetStream, stream, filter string, fromSeq, untilSeq uint64, skipBad bool,
 	fn func(string, events.Event) error, delivered func(uint64)) error {
+	if bus.WholeStream(stream, filter) {
+		// The whole stream (a re-projection): asked so, the server
+		// neither walks every subject for the last message nor matches
+		// each message against the filter.
+		filter = ">"
+	}
 	end, err := lastStored(ctx, js, stream, filter)
 	if err != nil {
 		return fmt.Errorf("read history %s: %w", filter, err)
@@ -205,8 +221,10 @@ func scanOnce(ctx context.Context, js jetstream.JetStream, stream, filter string
 			return err
 		case past:
 			return nil
+		case got == 0 && ctx.Err() != nil:
+			return fmt.Errorf("read history %s: %w", filter, ctx.Err())
 		case got == 0:
-			return fmt.Errorf("read history %s from seq %d to %d: %w", filter, next, end, errReplicaBehind)
+			return fmt.Errorf("read history %s from seq %d to %d: %w", filter, next, end, bus.ErrBehind)
 		}
 	}
 	return nil
@@ -232,11 +250,16 @@ func readFrom(ctx context.Context, js jetstream.JetStream, stream, filter string
 	fn func(string, events.Event) error, delivered func(uint64)) (got int, past bool, err error) {
 	rctx, cancel := context.WithTimeout(ctx, bus.ServiceRequestTimeout)
 	defer cancel()
-	msgs, err := jetstreamext.GetBatch(rctx, js, stream, readBatch,
-		jetstreamext.GetBatchSeq(from), jetstreamext.GetBatchSubject(filter), jetstreamext.GetBatchMaxBytes(readBatchBytes))
+	opts := []jetstreamext.GetBatchOpt{jetstreamext.GetBatchSeq(from), jetstreamext.GetBatchMaxBytes(readBatchBytes)}
+	if filter != ">" {
+		opts = append(opts, jetstreamext.GetBatchSubject(filter))
+	}
+	msgs, err := jetstreamext.GetBatch(rctx, js, stream, readBatch, opts...)
 	if err != nil {
 		return 0, false, fmt.Errorf("read history %s: %w", filter, err)
 	}
+	// A batch nobody answered in time ends without an error (the
+	// iterator stops): got is 0, and the caller asks again.
 	for m, err := range msgs {
 		switch {
 		case errors.Is(err, jetstreamext.ErrNoMessages): // this replica has none (yet)

@@ -220,6 +220,26 @@ func TestRead(t *testing.T) {
 		requireEvents(t, written, seqs, got)
 	})
 
+	t.Run("WholeStream", func(t *testing.T) {
+		t.Parallel()
+
+		// The events stream's whole subject (a re-projection) is read
+		// without a filter, from a sequence, with the subject of each.
+		var got []events.Event
+		var subjects []string
+		err := history.ScanStored(ctx, bundle.js, bus.StreamEvents, bus.EventsPrefix+".>", seqs[2], 0, func(subject string, ev events.Event) error {
+			if subject == subj {
+				got = append(got, ev)
+			}
+			subjects = append(subjects, subject)
+			return nil
+		})
+		require.NoError(t, err)
+		requireEvents(t, written[2:], seqs[2:], got)
+		require.Len(t, subjects, 2*len(written[2:]), "ours and the other execution's, interleaved")
+		require.Equal(t, bus.ExecutionSubject("wf", "noise"), subjects[1])
+	})
+
 	t.Run("EmptySubject", func(t *testing.T) {
 		t.Parallel()
 

@@ -1,6 +1,7 @@
 package history_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -125,7 +126,20 @@ func TestAReadFailsRatherThanMissTheLatestEvents(t *testing.T) {
 	t.Parallel()
 	js, asked := lagging(t, 1_000)
 	evs, err := history.ReadStream(t.Context(), js, lagStream, lagSubject, 0, 0)
-	require.ErrorContains(t, err, "has not stored the latest events yet")
+	require.ErrorIs(t, err, bus.ErrBehind)
+	require.True(t, bus.Transient(err), "a caller retries it (the api answers 503)")
 	require.Len(t, evs, 15, "the events it was given, each once")
 	require.Greater(t, asked.Load(), int64(2), "it asked again before it gave up")
+}
+
+// TestAReadThatRunsOutOfTimeSaysSo: a read whose context ends while a
+// replica lags reports the context's end (the caller's deadline), not a
+// lagging replica.
+func TestAReadThatRunsOutOfTimeSaysSo(t *testing.T) {
+	t.Parallel()
+	js, _ := lagging(t, 1_000)
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	_, err := history.ReadStream(ctx, js, lagStream, lagSubject, 0, 0)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
 }

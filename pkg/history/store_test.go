@@ -63,3 +63,28 @@ func TestStoreAsksForTheStreamOnce(t *testing.T) {
 	_, err = store.Append(ctx, subj, 1, newEvent("x1", &events.StepSending{StepID: "b", Attempt: 1}))
 	require.ErrorIs(t, err, bus.ErrConflict, "the fence holds through the store")
 }
+
+// TestOpenRefusesAnEventsStreamWithoutDirectGets: an events stream made
+// by an earlier release (no direct gets, with which histories are read)
+// is refused at Open, saying to run the bootstrap, instead of every read
+// failing later with "no responders".
+func TestOpenRefusesAnEventsStreamWithoutDirectGets(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	ctx := t.Context()
+	stream, err := js.Stream(ctx, bus.StreamEvents)
+	require.NoError(t, err)
+	cfg := stream.CachedInfo().Config
+	require.True(t, cfg.AllowDirect, "made by this release")
+	cfg.AllowDirect = false
+	_, err = js.UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+
+	_, err = history.Open(ctx, js)
+	require.ErrorIs(t, err, history.ErrNoDirectGets)
+	require.ErrorContains(t, err, "run jetflow bootstrap")
+
+	require.NoError(t, bus.Ensure(ctx, js, bus.Config{}), "the bootstrap of this release")
+	_, err = history.Open(ctx, js)
+	require.NoError(t, err)
+}

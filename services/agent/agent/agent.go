@@ -178,8 +178,6 @@ type Agent struct {
 	handlers map[string]operation.Handler
 	kills    *kills
 	secrets  secretStore
-	// killsStream is the kill notices stream, set before any task is run.
-	killsStream jetstream.Stream
 }
 
 // New returns an agent; call Run to start it.

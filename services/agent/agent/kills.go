@@ -123,7 +123,6 @@ func (a *Agent) watchKills(ctx context.Context) (stop func(), err error) {
 	if stream.CachedInfo().State.Msgs == 0 { // nothing to read first
 		once.Do(func() { close(caughtUp) })
 	}
-	a.killsStream = stream
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		var seq uint64
 		if md, err := m.Metadata(); err == nil {
@@ -168,7 +167,9 @@ func (a *Agent) watchKills(ctx context.Context) (stop func(), err error) {
 // agent follows the notices apart from its tasks: a new task can arrive
 // before the lift is read, and the notice kept in the stream decides.
 func (a *Agent) liftedAt(ctx context.Context, execID string) (uint64, error) {
-	m, err := a.killsStream.GetLastMsgForSubject(ctx, bus.KillSubject(execID))
+	// From the stream's leader: a replica may not have the lift yet
+	// (the stream allows direct gets, which any replica answers).
+	m, err := bus.LeaderGet(ctx, a.js, bus.StreamKills, bus.MsgQuery{LastBySubject: bus.KillSubject(execID)})
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, nil // none kept: the one followed expired, and stands until forgotten
 	}

@@ -297,11 +297,9 @@ func public(x projections.Execution) projections.Execution {
 
 // answerRejection answers with the stored rejection of a command, if any.
 func (s *Server) answerRejection(w http.ResponseWriter, r *http.Request, key string) bool {
-	stream, err := s.at(r).js.Stream(r.Context(), bus.StreamRejections)
-	if err != nil {
-		return false
-	}
-	m, err := stream.GetLastMsgForSubject(r.Context(), bus.RejectionSubject(key))
+	// From the stream's leader: a replica may not have the rejection yet
+	// (the stream allows direct gets).
+	m, err := bus.LeaderGet(r.Context(), s.at(r).js, bus.StreamRejections, bus.MsgQuery{LastBySubject: bus.RejectionSubject(key)})
 	if err != nil {
 		return false
 	}

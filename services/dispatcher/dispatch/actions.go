@@ -73,11 +73,9 @@ func (d *Dispatcher) action(ctx context.Context, ev events.Event, p *events.Exec
 // replaces the kill notice (one per execution is kept), if there is one.
 func (d *Dispatcher) publishKill(ctx context.Context, x *execState, k interp.PublishKill) error {
 	if k.Lift {
-		stream, err := d.js.Stream(ctx, bus.StreamKills)
-		if err != nil {
-			return fmt.Errorf("read kill notices: %w", err)
-		}
-		m, err := stream.GetLastMsgForSubject(ctx, bus.KillSubject(x.id))
+		// From the stream's leader: a replica may not have the latest
+		// notice yet (the stream allows direct gets).
+		m, err := bus.LeaderGet(ctx, d.js, bus.StreamKills, bus.MsgQuery{LastBySubject: bus.KillSubject(x.id)})
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return nil
 		}

@@ -47,7 +47,12 @@ func setup(t *testing.T) *testBundle {
 	tasks, err := js.CreateOrUpdateConsumer(t.Context(), bus.StreamTasks, jetstream.ConsumerConfig{
 		// Both lanes: a fan-out's tasks past its second are on the bulk lane.
 		Durable: "test-agent", FilterSubjects: []string{bus.TaskSubject(workflow.DefaultQueue), bus.BulkTaskSubject(workflow.DefaultQueue)},
-		AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second,
+		// A short ack wait: a task the server hands to a fetch that has
+		// just given up (nextTask fetches for 1 s at a time; on a loaded
+		// machine the two can cross) is lost to the test until the ack
+		// wait ends, and with 30 s nextTask would give up first. nextTask
+		// acks each task as it takes it.
+		AckPolicy: jetstream.AckExplicitPolicy, AckWait: 3 * time.Second,
 	})
 	require.NoError(t, err)
 	connect := func() jetstream.JetStream {
