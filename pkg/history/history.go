@@ -160,13 +160,13 @@ func scan(ctx context.Context, js jetstream.JetStream, stream, filter string, fr
 		case errors.As(err, &fnErr):
 			return fnErr.err
 		case ctx.Err() != nil:
-			return fmt.Errorf("read %s: %w (the last attempt: %v)", filter, ctx.Err(), err)
+			return fmt.Errorf("read %s: %w (the last attempt: %w)", filter, ctx.Err(), err)
 		case attempt == scanAttempts || !bus.Transient(err):
 			return err
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("read %s: %w (the last attempt: %v)", filter, ctx.Err(), err)
+			return fmt.Errorf("read %s: %w (the last attempt: %w)", filter, ctx.Err(), err)
 		case <-time.After(time.Duration(attempt*attempt) * 20 * time.Millisecond):
 		}
 	}

@@ -226,7 +226,9 @@ func TestListWorkIsBounded(t *testing.T) {
 }
 
 // TestClientFillsPartialPages: the client asks again after a partial page,
-// so a caller (jetflow ls) gets a full page of matches.
+// so a caller (jetflow ls) gets a full page of matches. Each request
+// examines at least 250 read models, however loaded the machine: the
+// 2,203 here take at most nine requests, within the client's ten.
 func TestClientFillsPartialPages(t *testing.T) {
 	t.Parallel()
 	s := startStack(t, nil)

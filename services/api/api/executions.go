@@ -687,7 +687,7 @@ func (s *Server) listExecutions(w http.ResponseWriter, r *http.Request) {
 	// matches few of many would make one list request read them all. The
 	// work of one request is bounded; the page says where to go on.
 	for i, k := range keys {
-		if i == listScanMax || (i > 0 && time.Now().After(deadline)) {
+		if i == listScanMax || (i >= listScanMin && time.Now().After(deadline)) {
 			next, partial = keys[i-1], true
 			break
 		}
@@ -724,9 +724,14 @@ func (s *Server) listExecutions(w http.ResponseWriter, r *http.Request) {
 
 // A list request examines at most listScanMax read models, for at most
 // listScanTime; past either it answers the page so far, marked partial,
-// with the cursor to go on from.
+// with the cursor to go on from. It examines at least listScanMin
+// whatever the time: on a loaded machine listing the keys alone could
+// take the whole time, and a request that examined one read model made
+// a client (which asks up to ten times to fill a page) give up with
+// nothing found.
 const (
 	listScanMax  = 1000
+	listScanMin  = 250
 	listScanTime = 2 * time.Second
 )
 
