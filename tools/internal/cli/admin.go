@@ -129,16 +129,8 @@ safe to lose. The services may keep running. It needs the admin identity.`,
 				},
 			})
 			_ = tw.Flush()
-			if c := cause(ctx, err); c != err {
-				return c
-			}
-			switch {
-			case errors.Is(err, backup.ErrInTheWay):
-				return fmt.Errorf("%w, or give --replace to delete it and put the backup's in its place (stop every jetflow service first)", err)
-			case errors.Is(err, backup.ErrPartway):
-				return fmt.Errorf("%w: once the cause is fixed, run it again with --replace", err)
-			case err != nil:
-				return err
+			if err != nil {
+				return cause(ctx, err)
 			}
 			var n uint64
 			var b int64
