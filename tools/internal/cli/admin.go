@@ -194,15 +194,13 @@ data directory with --restore DIR instead.`,
 				},
 			})
 			_ = tw.Flush()
-			if c := cause(ctx, err); c != err {
-				return c
-			}
-			switch {
-			case errors.Is(err, backup.ErrInTheWay):
-				return fmt.Errorf("%w, or give --replace to delete it and put the backup's in its place (stop every jetflow service first)", err)
-			case errors.Is(err, backup.ErrPartway):
-				return fmt.Errorf("%w: once the cause is fixed, run it again with --replace", err)
-			case err != nil:
+			if err != nil {
+				switch err = cause(ctx, err); { // not the admin: that, and nothing else
+				case errors.Is(err, backup.ErrInTheWay):
+					return fmt.Errorf("%w, or give --replace to delete it and put the backup's in its place (stop every jetflow service first)", err)
+				case errors.Is(err, backup.ErrPartway):
+					return fmt.Errorf("%w: once the cause is fixed, run it again with --replace", err)
+				}
 				return err
 			}
 			for _, d := range r.Deleted {
