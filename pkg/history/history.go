@@ -177,6 +177,10 @@ type callbackError struct{ err error }
 
 func (e callbackError) Error() string { return e.err.Error() }
 
+// directGetHeaders are the headers a direct get adds to each message.
+var directGetHeaders = []string{jetstream.StreamHeader, jetstream.SubjectHeader, jetstream.SequenceHeader,
+	jetstream.TimeStampHeaer, "Nats-Num-Pending", "Nats-Last-Sequence"}
+
 // readBatch is how many messages one direct get asks for, and
 // readBatchBytes bounds their size (the server stops a batch there).
 const (
@@ -270,6 +274,9 @@ func readFrom(ctx context.Context, js jetstream.JetStream, stream, filter string
 			return got, true, nil
 		}
 		got++
+		for _, h := range directGetHeaders { // the server's, not the event's: less to decode
+			delete(m.Header, h)
+		}
 		ev, err := bus.Decode(m.Header, m.Data)
 		if err != nil && !errors.Is(err, events.ErrUnknownType) {
 			if skipBad {
