@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -208,18 +209,41 @@ func scanOnce(ctx context.Context, js jetstream.JetStream, stream, filter string
 		// each message against the filter.
 		filter = ">"
 	}
-	end, err := lastStored(ctx, js, stream, filter)
-	if err != nil {
-		return fmt.Errorf("read history %s: %w", filter, err)
+	// The leader is asked where the history ends while the first batch
+	// is read: a short history is read in the time of one request. The
+	// first batch's events are real whatever the leader says (a replica
+	// only has what the leader stored), so they are handed on at once.
+	type bound struct {
+		seq uint64
+		err error
 	}
-	if untilSeq > 0 {
-		end = min(end, untilSeq)
+	ends := make(chan bound, 1)
+	go func() {
+		seq, err := lastStored(ctx, js, stream, filter)
+		ends <- bound{seq, err}
+	}()
+	limit := untilSeq
+	if limit == 0 {
+		limit = math.MaxUint64
 	}
-	for next := max(fromSeq, 1); next <= end; {
-		got, past, err := readFrom(ctx, js, stream, filter, next, end, skipBad, fn, func(seq uint64) {
-			next = seq + 1
-			delivered(seq)
-		})
+	next := max(fromSeq, 1)
+	took := func(seq uint64) {
+		next = seq + 1
+		delivered(seq)
+	}
+	_, past, err := readFrom(ctx, js, stream, filter, next, limit, skipBad, fn, took)
+	b := <-ends
+	switch {
+	case err != nil:
+		return err
+	case past:
+		return nil
+	case b.err != nil:
+		return fmt.Errorf("read history %s: %w", filter, b.err)
+	}
+	end := min(b.seq, limit)
+	for next <= end {
+		got, past, err := readFrom(ctx, js, stream, filter, next, end, skipBad, fn, took)
 		switch {
 		case err != nil:
 			return err
