@@ -133,6 +133,21 @@ type StepSucceeded struct {
 	Vars     map[string]json.RawMessage `json:"vars,omitempty"`
 	Agent    string                     `json:"agent,omitempty"`
 	Duration int64                      `json:"duration_ms,omitempty"`
+	// OperationStart is set when the operation's start was not recorded
+	// before its result (the agent reports a short operation's start
+	// only with its result): the step passed through started, at that
+	// time, in that delivery.
+	OperationStart
+}
+
+// OperationStart says when an agent began an operation, and in which
+// delivery of its task. An agent's final report carries it; a step's
+// success or failure carries it when no io.jetflow.step.started recorded
+// that start, so that one event records both states. Both members are
+// optional: a reader that does not know them passes over them.
+type OperationStart struct {
+	StartedAt time.Time `json:"started_at,omitzero"`
+	Delivery  int       `json:"delivery,omitempty"`
 }
 
 // StepFailed records a step's failure. It may be a step's first event
@@ -154,6 +169,8 @@ type StepFailed struct {
 	// dying, or it left its queue without a result): a workflow
 	// replayable automatically is replayed resuming.
 	Lost bool `json:"lost,omitempty"`
+	// OperationStart: as in StepSucceeded.
+	OperationStart
 }
 
 // StepSkipped records that a step did not run because its condition was false.
@@ -481,6 +498,10 @@ type OperationSucceeded struct {
 	TaskRef
 	Output   json.RawMessage `json:"output,omitempty"`
 	Duration int64           `json:"duration_ms,omitempty"`
+	// StartedAt is when the agent began the operation (zero from agents
+	// that report every start on its own, and for an operation that
+	// never ran).
+	StartedAt time.Time `json:"started_at,omitzero"`
 }
 
 // OperationFailed reports a task's failure.
@@ -493,6 +514,9 @@ type OperationFailed struct {
 	// Final: retrying cannot help (the agent refused to run the operation,
 	// or a secret it references is missing); see StepFailed.Final.
 	Final bool `json:"final,omitempty"`
+	// StartedAt: as in OperationSucceeded (zero for an operation the
+	// agent refused, which never ran).
+	StartedAt time.Time `json:"started_at,omitzero"`
 }
 
 // CommandRejected explains why a command was not applied.

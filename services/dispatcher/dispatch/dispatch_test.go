@@ -349,7 +349,10 @@ func TestStartToSuccess(t *testing.T) {
 	second := b.nextTask(t)
 	require.Equal(t, "bye", second.task.StepID)
 	require.Equal(t, events.TaskID("x1", "bye", 1), second.task.TaskID)
-	b.report(t, &events.OperationSucceeded{TaskRef: second.task.Ref("test-agent", 1)})
+	// The second reports its start only with its result (an operation
+	// shorter than the agent's grace): one event records both.
+	began := time.Now().UTC().Truncate(time.Millisecond)
+	b.report(t, &events.OperationSucceeded{TaskRef: second.task.Ref("test-agent", 1), StartedAt: began})
 
 	s, evs := waitStatus(t, b.js, "greet", "x1", projections.StatusSucceeded)
 	historytest.RequireLinear(t, evs)
@@ -363,6 +366,9 @@ func TestStartToSuccess(t *testing.T) {
 	require.JSONEq(t, `{"n":1}`, string(s.Steps[0].Output))
 	require.Equal(t, "test-agent", s.Steps[0].Agent)
 	require.Equal(t, projections.OpSucceeded, s.Steps[1].Status)
+	require.True(t, began.Equal(s.Steps[1].StartedAt), "started at %s, want %s", s.Steps[1].StartedAt, began)
+	require.Equal(t, 1, s.Steps[1].Delivery)
+	require.Equal(t, "test-agent", s.Steps[1].Agent)
 }
 
 func TestStaleResultsIgnored(t *testing.T) {

@@ -573,11 +573,12 @@ func Result(in Input, ref events.TaskRef, ev events.Event) Decision {
 		}
 	case *events.OperationSucceeded:
 		if st.Status.InFlight() {
-			p = in.succeeded(st, r)
+			p = in.succeeded(st, ref, r)
 		}
 	case *events.OperationFailed:
 		if st.Status.InFlight() {
-			p = &events.StepFailed{StepID: st.ID, Attempt: st.Attempt, Error: r.Error, Output: r.Output, Agent: r.Agent, Lost: r.Lost, Final: r.Final}
+			p = &events.StepFailed{StepID: st.ID, Attempt: st.Attempt, Error: r.Error, Output: r.Output, Agent: r.Agent, Lost: r.Lost, Final: r.Final,
+				OperationStart: unrecordedStart(st, ref, r.StartedAt)}
 		}
 	}
 	if p == nil {
@@ -602,19 +603,34 @@ func Stale(s projections.Execution, st projections.Step, ref events.TaskRef) str
 	return ""
 }
 
+// unrecordedStart returns the start a final report carries, to record
+// with the step's success or failure, when no io.jetflow.step.started
+// recorded it: the agent reports a short operation's start only with its
+// result, so that the start costs no report and no append of its own. A
+// start recorded already for this delivery (or a later one) is not
+// recorded again; a report without a start (an older agent's, or an
+// operation that never ran) records none.
+func unrecordedStart(st projections.Step, ref events.TaskRef, at time.Time) events.OperationStart {
+	if at.IsZero() || (st.Status == projections.OpStarted && ref.Delivery <= st.Delivery) {
+		return events.OperationStart{}
+	}
+	return events.OperationStart{StartedAt: at.UTC(), Delivery: ref.Delivery}
+}
+
 // succeeded records an operation's result, mapped through the step's
 // output expression (whose root "result" is the operation's output).
-func (in Input) succeeded(st projections.Step, r *events.OperationSucceeded) events.Payload {
+func (in Input) succeeded(st projections.Step, ref events.TaskRef, r *events.OperationSucceeded) events.Payload {
 	f, step, _ := resolveFrame(in.Def, in.State, st.ID)
 	out := r.Output
+	start := unrecordedStart(st, ref, r.StartedAt)
 	if step.Output != nil {
 		mapped, err := render(step.Output, with(newEngine(in.Def, in.State).env(f), "result", decode(r.Output)))
 		if err != nil {
-			return &events.StepFailed{StepID: st.ID, Attempt: st.Attempt, Error: "output: " + err.Error(), Output: r.Output, Agent: r.Agent}
+			return &events.StepFailed{StepID: st.ID, Attempt: st.Attempt, Error: "output: " + err.Error(), Output: r.Output, Agent: r.Agent, OperationStart: start}
 		}
 		out = mapped
 	}
-	return &events.StepSucceeded{StepID: st.ID, Attempt: st.Attempt, Output: out, Agent: r.Agent, Duration: r.Duration}
+	return &events.StepSucceeded{StepID: st.ID, Attempt: st.Attempt, Output: out, Agent: r.Agent, Duration: r.Duration, OperationStart: start}
 }
 
 // final gives an event its final form: a step's first schedule carries
@@ -642,8 +658,9 @@ func (in Input) fit(p events.Payload) events.Payload {
 		for _, v := range e.Vars {
 			n += len(v)
 		}
-		if n > limit {
-			return &events.StepFailed{StepID: e.StepID, Attempt: e.Attempt, Error: tooBig("the step's output", n), Final: true}
+		if n > limit { // the operation ran: who ran it and when stay recorded
+			return &events.StepFailed{StepID: e.StepID, Attempt: e.Attempt, Error: tooBig("the step's output", n), Final: true,
+				Agent: e.Agent, OperationStart: e.OperationStart}
 		}
 	case *events.StepScheduled:
 		if len(e.Input) > limit {
