@@ -105,6 +105,31 @@ type StepSending struct {
 	Queue   string `json:"queue"`
 }
 
+// StepDispatched is a StepScheduled and the StepSending that follows it,
+// recorded as one event when nothing can happen between them (an
+// operation whose next decision, once pending, is to send its task): the
+// step passes through pending to sending. Like StepSending it is written
+// before the task is published.
+type StepDispatched struct {
+	StepID    string          `json:"step_id"`
+	Kind      string          `json:"kind,omitempty"`
+	Attempt   int             `json:"attempt"`
+	Input     json.RawMessage `json:"input,omitempty"`
+	Retention *Retention      `json:"retention,omitempty"`
+	TaskID    string          `json:"task_id"`
+	Queue     string          `json:"queue"`
+}
+
+// Scheduled returns the schedule d records.
+func (d *StepDispatched) Scheduled() *StepScheduled {
+	return &StepScheduled{StepID: d.StepID, Kind: d.Kind, Attempt: d.Attempt, Input: d.Input, Retention: d.Retention}
+}
+
+// Sending returns the sending d records.
+func (d *StepDispatched) Sending() *StepSending {
+	return &StepSending{StepID: d.StepID, Attempt: d.Attempt, TaskID: d.TaskID, Queue: d.Queue}
+}
+
 // StepSent moves a step to sent: its task is stored in the tasks stream.
 type StepSent struct {
 	StepID  string `json:"step_id"`
@@ -554,6 +579,7 @@ func (*ExecutionFailed) EventType() Type     { return TypeExecutionFailed }
 func (*StepScheduled) EventType() Type       { return TypeStepScheduled }
 func (*StepSending) EventType() Type         { return TypeStepSending }
 func (*StepSent) EventType() Type            { return TypeStepSent }
+func (*StepDispatched) EventType() Type      { return TypeStepDispatched }
 func (*StepStarted) EventType() Type         { return TypeStepStarted }
 func (*StepSucceeded) EventType() Type       { return TypeStepSucceeded }
 func (*StepFailed) EventType() Type          { return TypeStepFailed }
@@ -588,6 +614,7 @@ func (*ExecutionFailed) payload()     {}
 func (*StepScheduled) payload()       {}
 func (*StepSending) payload()         {}
 func (*StepSent) payload()            {}
+func (*StepDispatched) payload()      {}
 func (*StepStarted) payload()         {}
 func (*StepSucceeded) payload()       {}
 func (*StepFailed) payload()          {}
@@ -632,6 +659,8 @@ func NewPayload(t Type) Payload {
 		return &StepScheduled{}
 	case TypeStepSending:
 		return &StepSending{}
+	case TypeStepDispatched:
+		return &StepDispatched{}
 	case TypeStepSent:
 		return &StepSent{}
 	case TypeStepStarted:

@@ -98,6 +98,7 @@ func StatusAfter(s Status, t events.Type) Status {
 // proof that the earlier states were passed):
 //
 //	""          -> pending | skipped | failed  (failed: could not be scheduled)
+//	""          -> pending -> sending          (StepDispatched: one event)
 //	pending     -> sending | failed | skipped (skipped: a dry run's would-run)
 //	pending     -> waiting | succeeded        (steps run by the dispatcher)
 //	sending     -> sent | started | succeeded | failed
@@ -523,6 +524,17 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 			st.Output, st.Error, st.StartedAt, st.EndedAt, st.Agent, st.TaskID, st.TaskSeq, st.Delivery, st.Final, st.Lost = nil, "", time.Time{}, time.Time{}, "", "", 0, 0, false, false
 			st.SentAt = time.Time{}
 		})
+	case *events.StepDispatched:
+		// Scheduled, then sending, at the event's time: the two folds in
+		// turn (an error names this event's type).
+		sub := ev
+		sub.Data = e.Scheduled()
+		next, err := apply(s, sub)
+		if err != nil {
+			return s, err
+		}
+		sub.Data = e.Sending()
+		return apply(next, sub)
 	case *events.StepSending:
 		return s.step(ev, e.StepID, OpSending, func(st *Step) { st.TaskID, st.Queue, st.Token = e.TaskID, e.Queue, s.Token })
 	case *events.StepSent:

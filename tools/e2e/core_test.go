@@ -103,10 +103,9 @@ steps:
 			}
 		}
 	}
-	// started is recorded with the success (started_at, delivery), one
-	// event for both states.
-	require.Equal(t, []events.Type{events.TypeStepScheduled, events.TypeStepSending, events.TypeStepSent,
-		events.TypeStepSucceeded}, order)
+	// pending and sending are one event (nothing comes between them), and
+	// started is recorded with the success (started_at, delivery).
+	require.Equal(t, []events.Type{events.TypeStepDispatched, events.TypeStepSent, events.TypeStepSucceeded}, order)
 	for _, ev := range evs {
 		if ok, isOK := ev.Data.(*events.StepSucceeded); isOK && ok.StepID == "run" {
 			require.False(t, ok.StartedAt.IsZero(), "step.succeeded carries the start")

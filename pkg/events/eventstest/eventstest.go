@@ -35,6 +35,8 @@ func Samples() []events.Payload {
 			Retention: &events.Retention{Rule: "forever"}},
 		&events.StepSending{StepID: "build", Attempt: 1, TaskID: "x1.build.1", Queue: "default"},
 		&events.StepSent{StepID: "build", Attempt: 1, TaskID: "x1.build.1", TaskSeq: 42},
+		&events.StepDispatched{StepID: "each[1]/build", Kind: "exec", Attempt: 2, Input: json.RawMessage(`{"command":"make"}`),
+			Retention: &events.Retention{Rule: "3", Key: "builds"}, TaskID: "x1.each[1]/build.2", Queue: "builders"},
 		&events.StepStarted{StepID: "build", Attempt: 1, Agent: "agent-7", Delivery: 2},
 		&events.StepSucceeded{StepID: "build", Attempt: 1, Output: json.RawMessage(`{"ok":true}`), SignalID: "s1",
 			Vars: map[string]json.RawMessage{"ok": json.RawMessage(`true`)}, Agent: "agent-7", Duration: 1234,
@@ -90,7 +92,7 @@ func Samples() []events.Payload {
 func Types() []events.Type {
 	return []events.Type{
 		events.TypeExecutionStarted, events.TypeExecutionSucceeded, events.TypeExecutionFailed,
-		events.TypeStepScheduled, events.TypeStepSending, events.TypeStepSent, events.TypeStepStarted,
+		events.TypeStepScheduled, events.TypeStepSending, events.TypeStepDispatched, events.TypeStepSent, events.TypeStepStarted,
 		events.TypeStepSucceeded, events.TypeStepFailed, events.TypeStartExecution, events.TypeReconcileExecution,
 		events.TypeTask, events.TypeOperationStarted, events.TypeOperationSucceeded, events.TypeOperationFailed,
 		events.TypeCommandRejected, events.TypeExecutionCancelling, events.TypeExecutionCancelled,

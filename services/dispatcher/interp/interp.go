@@ -60,6 +60,11 @@ type Input struct {
 	// Claimed says whether the execution's id is claimed (its start was
 	// accepted), when a [NeedClaim] asked (nil otherwise).
 	Claimed *bool
+	// SplitDispatch records an operation's schedule and its sending as
+	// two events (StepScheduled, StepSending), as dispatchers before
+	// StepDispatched did, for histories that older dispatchers may read
+	// during a rolling upgrade.
+	SplitDispatch bool
 }
 
 // Memo is kept by the caller with an execution's state between decisions.
@@ -229,17 +234,26 @@ func (LockHeld) outcome()   {}
 
 // Next decides what the execution does next.
 func Next(in Input) Decision {
+	return in.carry(in.decide(in.State))
+}
+
+// decide is the action for the execution in state s (its state, or the
+// state one event further).
+func (in Input) decide(s projections.Execution) action {
 	var v *view
-	if in.Memo != nil && len(in.State.Steps) > smallExecution {
-		v = &in.Memo.view // a small execution is cheaper to walk than to keep a view of
+	if in.Memo != nil && len(s.Steps) > smallExecution {
+		// A small execution is cheaper to walk than to keep a view of. A
+		// state one event further has the instances the view will see
+		// next, and no item that event ends.
+		v = &in.Memo.view
 	}
-	a := decideLockedIn(in.Def, in.State, v)
+	a := decideLockedIn(in.Def, s, v)
 	if verifyView && v != nil {
-		if b := decideLocked(in.Def, in.State); !reflect.DeepEqual(a, b) {
+		if b := decideLocked(in.Def, s); !reflect.DeepEqual(a, b) {
 			panic(fmt.Sprintf("execution %s: with its view the decision is %+v, without it %+v", in.ID, a, b))
 		}
 	}
-	return in.carry(a)
+	return a
 }
 
 // Recorded returns the events that record an effect's outcome.
@@ -324,7 +338,7 @@ func (in Input) carry(a action) Decision {
 		if a.step.Kind == workflow.KindWorkflow && a.step.Workflow != "" {
 			return in.scheduleCalled(a, nestedKind)
 		}
-		return one(&events.StepScheduled{StepID: id, Kind: nestedKind, Attempt: a.attempt, Input: a.input})
+		return in.schedule(a, &events.StepScheduled{StepID: id, Kind: nestedKind, Attempt: a.attempt, Input: a.input})
 	case actSend:
 		// Recorded first: a task that may have been published is never
 		// forgotten. The next decision publishes it (actResend).
@@ -396,6 +410,28 @@ func (in Input) carry(a action) Decision {
 		return replayed(in, rec, *a.replay)
 	}
 	return Decision{Err: fmt.Errorf("unknown action %d", a.kind)}
+}
+
+// schedule records an attempt's schedule. An operation whose next
+// decision, once it is pending, is to send its task (no lock, timer, dry
+// run or cancel comes between) is scheduled and sending in one event,
+// StepDispatched: like StepSending, it is recorded before the task is
+// published, and the next decision publishes it.
+func (in Input) schedule(a action, sched *events.StepScheduled) Decision {
+	p := in.final(sched)
+	sc, ok := p.(*events.StepScheduled)
+	if !ok || !workflow.IsOperation(a.step.Kind) || in.State.DryRun || in.SplitDispatch {
+		return Decision{Events: []events.Payload{p}}
+	}
+	next, err := projections.Apply(in.State, events.Event{Type: sc.EventType(), Subject: in.ID, Time: in.Now, Data: sc})
+	if err != nil {
+		return Decision{Events: []events.Payload{p}} // appending it reports the error
+	}
+	if b := in.decide(next); b.kind != actSend || b.path != sc.StepID || b.attempt != sc.Attempt {
+		return Decision{Events: []events.Payload{p}}
+	}
+	return Decision{Events: []events.Payload{&events.StepDispatched{StepID: sc.StepID, Kind: sc.Kind, Attempt: sc.Attempt,
+		Input: sc.Input, Retention: sc.Retention, TaskID: events.TaskID(in.ID, sc.StepID, sc.Attempt), Queue: a.step.QueueName()}}}
 }
 
 // jitter is the factor a retry's backoff is multiplied by: within

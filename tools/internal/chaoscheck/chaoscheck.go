@@ -463,6 +463,8 @@ func stepOf(p events.Payload) (string, bool) {
 		return p.StepID, true
 	case *events.StepSending:
 		return p.StepID, true
+	case *events.StepDispatched:
+		return p.StepID, true
 	case *events.StepSent:
 		return p.StepID, true
 	case *events.StepStarted:
