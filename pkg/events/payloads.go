@@ -105,6 +105,31 @@ type StepSending struct {
 	Queue   string `json:"queue"`
 }
 
+// StepDispatched is a StepScheduled and the StepSending that follows it,
+// recorded as one event when nothing can happen between them (an
+// operation whose next decision, once pending, is to send its task): the
+// step passes through pending to sending. Like StepSending it is written
+// before the task is published.
+type StepDispatched struct {
+	StepID    string          `json:"step_id"`
+	Kind      string          `json:"kind,omitempty"`
+	Attempt   int             `json:"attempt"`
+	Input     json.RawMessage `json:"input,omitempty"`
+	Retention *Retention      `json:"retention,omitempty"`
+	TaskID    string          `json:"task_id"`
+	Queue     string          `json:"queue"`
+}
+
+// Scheduled returns the schedule d records.
+func (d *StepDispatched) Scheduled() *StepScheduled {
+	return &StepScheduled{StepID: d.StepID, Kind: d.Kind, Attempt: d.Attempt, Input: d.Input, Retention: d.Retention}
+}
+
+// Sending returns the sending d records.
+func (d *StepDispatched) Sending() *StepSending {
+	return &StepSending{StepID: d.StepID, Attempt: d.Attempt, TaskID: d.TaskID, Queue: d.Queue}
+}
+
 // StepSent moves a step to sent: its task is stored in the tasks stream.
 type StepSent struct {
 	StepID  string `json:"step_id"`
@@ -133,6 +158,21 @@ type StepSucceeded struct {
 	Vars     map[string]json.RawMessage `json:"vars,omitempty"`
 	Agent    string                     `json:"agent,omitempty"`
 	Duration int64                      `json:"duration_ms,omitempty"`
+	// OperationStart is set when the operation's start was not recorded
+	// before its result (the agent reports a short operation's start
+	// only with its result): the step passed through started, at that
+	// time, in that delivery.
+	OperationStart
+}
+
+// OperationStart says when an agent began an operation, and in which
+// delivery of its task. An agent's final report carries it; a step's
+// success or failure carries it when no io.jetflow.step.started recorded
+// that start, so that one event records both states. Both members are
+// optional: a reader that does not know them passes over them.
+type OperationStart struct {
+	StartedAt time.Time `json:"started_at,omitzero"`
+	Delivery  int       `json:"delivery,omitempty"`
 }
 
 // StepFailed records a step's failure. It may be a step's first event
@@ -154,6 +194,8 @@ type StepFailed struct {
 	// dying, or it left its queue without a result): a workflow
 	// replayable automatically is replayed resuming.
 	Lost bool `json:"lost,omitempty"`
+	// OperationStart: as in StepSucceeded.
+	OperationStart
 }
 
 // StepSkipped records that a step did not run because its condition was false.
@@ -481,6 +523,10 @@ type OperationSucceeded struct {
 	TaskRef
 	Output   json.RawMessage `json:"output,omitempty"`
 	Duration int64           `json:"duration_ms,omitempty"`
+	// StartedAt is when the agent began the operation (zero from agents
+	// that report every start on its own, and for an operation that
+	// never ran).
+	StartedAt time.Time `json:"started_at,omitzero"`
 }
 
 // OperationFailed reports a task's failure.
@@ -493,6 +539,9 @@ type OperationFailed struct {
 	// Final: retrying cannot help (the agent refused to run the operation,
 	// or a secret it references is missing); see StepFailed.Final.
 	Final bool `json:"final,omitempty"`
+	// StartedAt: as in OperationSucceeded (zero for an operation the
+	// agent refused, which never ran).
+	StartedAt time.Time `json:"started_at,omitzero"`
 }
 
 // CommandRejected explains why a command was not applied.
@@ -530,6 +579,7 @@ func (*ExecutionFailed) EventType() Type     { return TypeExecutionFailed }
 func (*StepScheduled) EventType() Type       { return TypeStepScheduled }
 func (*StepSending) EventType() Type         { return TypeStepSending }
 func (*StepSent) EventType() Type            { return TypeStepSent }
+func (*StepDispatched) EventType() Type      { return TypeStepDispatched }
 func (*StepStarted) EventType() Type         { return TypeStepStarted }
 func (*StepSucceeded) EventType() Type       { return TypeStepSucceeded }
 func (*StepFailed) EventType() Type          { return TypeStepFailed }
@@ -564,6 +614,7 @@ func (*ExecutionFailed) payload()     {}
 func (*StepScheduled) payload()       {}
 func (*StepSending) payload()         {}
 func (*StepSent) payload()            {}
+func (*StepDispatched) payload()      {}
 func (*StepStarted) payload()         {}
 func (*StepSucceeded) payload()       {}
 func (*StepFailed) payload()          {}
@@ -608,6 +659,8 @@ func NewPayload(t Type) Payload {
 		return &StepScheduled{}
 	case TypeStepSending:
 		return &StepSending{}
+	case TypeStepDispatched:
+		return &StepDispatched{}
 	case TypeStepSent:
 		return &StepSent{}
 	case TypeStepStarted:

@@ -38,6 +38,10 @@ const (
 	TypeStepScheduled Type = "io.jetflow.step.scheduled"
 	// TypeStepSending records that the dispatcher is about to publish the task.
 	TypeStepSending Type = "io.jetflow.step.sending"
+	// TypeStepDispatched records a step's schedule and its sending in one
+	// event: the step is pending, then sending (its task about to be
+	// published), at the same time.
+	TypeStepDispatched Type = "io.jetflow.step.dispatched"
 	// TypeStepSent records that the task was stored in the tasks stream.
 	TypeStepSent Type = "io.jetflow.step.sent"
 	// TypeStepStarted records that an agent began the operation.

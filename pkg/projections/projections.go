@@ -98,6 +98,7 @@ func StatusAfter(s Status, t events.Type) Status {
 // proof that the earlier states were passed):
 //
 //	""          -> pending | skipped | failed  (failed: could not be scheduled)
+//	""          -> pending -> sending          (StepDispatched: one event)
 //	pending     -> sending | failed | skipped (skipped: a dry run's would-run)
 //	pending     -> waiting | succeeded        (steps run by the dispatcher)
 //	sending     -> sent | started | succeeded | failed
@@ -108,6 +109,11 @@ func StatusAfter(s Status, t events.Type) Status {
 //	rescheduled -> pending | failed            (the next attempt)
 //	started  -> started  (a later delivery of the same attempt: the task ran
 //	                      again because its agent died or timed out)
+//
+// A success or failure reported by an agent may carry the operation's
+// start (events.OperationStart) instead of a step.started before it: the
+// step then passed through started at that time, and the fold records it
+// (StartedAt, Delivery) as step.started would have.
 type OpStatus string
 
 // Operation statuses.
@@ -518,6 +524,17 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 			st.Output, st.Error, st.StartedAt, st.EndedAt, st.Agent, st.TaskID, st.TaskSeq, st.Delivery, st.Final, st.Lost = nil, "", time.Time{}, time.Time{}, "", "", 0, 0, false, false
 			st.SentAt = time.Time{}
 		})
+	case *events.StepDispatched:
+		// Scheduled, then sending, at the event's time: the two folds in
+		// turn (an error names this event's type).
+		sub := ev
+		sub.Data = e.Scheduled()
+		next, err := apply(s, sub)
+		if err != nil {
+			return s, err
+		}
+		sub.Data = e.Sending()
+		return apply(next, sub)
 	case *events.StepSending:
 		return s.step(ev, e.StepID, OpSending, func(st *Step) { st.TaskID, st.Queue, st.Token = e.TaskID, e.Queue, s.Token })
 	case *events.StepSent:
@@ -552,6 +569,7 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 			if e.Agent != "" {
 				st.Agent = e.Agent
 			}
+			st.started(e.OperationStart, ev.Time)
 		})
 	case *events.StepFailed:
 		s = s.instance(e.StepID, e.Kind)
@@ -568,6 +586,7 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 			if e.Agent != "" {
 				st.Agent = e.Agent
 			}
+			st.started(e.OperationStart, ev.Time)
 		})
 	case *events.StepSkipped:
 		s = s.instance(e.StepID, e.Kind)
@@ -766,6 +785,24 @@ func (s Execution) step(ev events.Event, id string, to OpStatus, set func(*Step)
 	set(&st)
 	s.Steps[i] = st
 	return s, nil
+}
+
+// started records the start an operation's result carries (when no
+// io.jetflow.step.started recorded it): the step was started at that time,
+// in that delivery, before it ended at end. The start is the agent's
+// clock, the end the dispatcher's: a start after the end (clocks apart)
+// is taken as the end, so that no step ends before it starts.
+func (st *Step) started(o events.OperationStart, end time.Time) {
+	if o.StartedAt.IsZero() {
+		return
+	}
+	st.StartedAt = o.StartedAt
+	if !end.IsZero() && st.StartedAt.After(end) {
+		st.StartedAt = end
+	}
+	if o.Delivery > 0 {
+		st.Delivery = o.Delivery
+	}
 }
 
 // internalKinds are the step kinds the dispatcher runs itself.

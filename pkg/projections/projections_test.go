@@ -89,6 +89,10 @@ type wantStep struct {
 	Entered   *int  `json:"entered"`
 	Final     *bool `json:"final"`
 	Lost      *bool `json:"lost"`
+	// StartedAt and Delivery: when and in which delivery the step's
+	// operation started, as the fold has it.
+	StartedAt *time.Time `json:"started_at"`
+	Delivery  *int       `json:"delivery"`
 }
 
 type wantSignal struct {
@@ -267,6 +271,12 @@ func requireState(t *testing.T, w wantState, got projections.Execution) {
 		}
 		if ws.Lost != nil {
 			require.Equal(t, *ws.Lost, st.Lost, "lost of step %s", ws.ID)
+		}
+		if ws.StartedAt != nil {
+			require.True(t, ws.StartedAt.Equal(st.StartedAt), "started at of step %s: %s, want %s", ws.ID, st.StartedAt, ws.StartedAt)
+		}
+		if ws.Delivery != nil {
+			require.Equal(t, *ws.Delivery, st.Delivery, "delivery of step %s", ws.ID)
 		}
 	}
 	if w.Vars != nil {

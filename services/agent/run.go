@@ -23,6 +23,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		"deliveries of a task before the janitor fails it (likewise)")
 	grace := p.DurationIn("kill-grace", "JETFLOW_KILL_GRACE", 5*time.Second, agent.Ranges.KillGrace,
 		"time between SIGTERM and SIGKILL for exec steps")
+	startedAfter := p.DurationIn("report-started-after", "JETFLOW_AGENT_REPORT_STARTED_AFTER", agent.DefaultStartedAfter, agent.Ranges.StartedAfter,
+		"how long an operation runs before it is reported started; one that ends sooner is reported started with its result (0: at once)")
 	allowExec := p.Bool("allow-exec", "JETFLOW_AGENT_ALLOW_EXEC", false, "run exec steps (off: they fail without running)")
 	execAllow := p.String("exec-allow", "JETFLOW_AGENT_EXEC_ALLOW", "",
 		"comma-separated commands exec steps may run: base names (looked up in PATH) or absolute paths; empty: any")
@@ -39,6 +41,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		Policy:     agent.Policy{AllowExec: *allowExec, ExecAllow: svc.List(*execAllow), HTTPAllowHosts: svc.List(*httpHosts)},
 		SecretsDir: *secretsDir, SecretsEnvPrefix: *secretsEnv,
 		LookupEnv: func(k string) (string, bool) { v := getenv(k); return v, v != "" }}
+	if cfg.StartedAfter = *startedAfter; cfg.StartedAfter == 0 {
+		cfg.StartedAfter = agent.StartedAtOnce
+	}
 	if err := cfg.Validate(); err != nil { // before waiting for NATS
 		return err
 	}

@@ -68,6 +68,7 @@ func TestRunRefusesOutOfRange(t *testing.T) {
 		"NegativeMaxDeliv": {env: map[string]string{"JETFLOW_TASK_MAX_DELIVER": "-1"}, want: []string{"-max-deliver (JETFLOW_TASK_MAX_DELIVER) -1"}},
 		"NegativeGrace":    {args: []string{"-kill-grace", "-5s"}, want: []string{"-kill-grace (JETFLOW_KILL_GRACE) -5s", "10ms to 1h"}},
 		"ZeroGraceEnv":     {env: map[string]string{"JETFLOW_KILL_GRACE": "0s"}, want: []string{"-kill-grace (JETFLOW_KILL_GRACE) 0s"}},
+		"NegStartedAfter":  {args: []string{"-report-started-after", "-1ms"}, want: []string{"-report-started-after (JETFLOW_AGENT_REPORT_STARTED_AFTER) -1ms", "0s to 1m"}},
 		"Replicas":         {args: []string{"-replicas", "-1"}, want: []string{"-replicas (JETFLOW_REPLICAS) -1", "1 to 5"}},
 		"BadQueue":         {args: []string{"-queues", "gpu,a.b"}, want: []string{`queue "a.b"`}},
 	} {

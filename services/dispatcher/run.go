@@ -21,6 +21,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	apiURL := p.String("api-url", "JETFLOW_API_URL", "", "the api's base URL as workflows reach it (workflow.api_url in expressions)")
 	bulkAfter := p.Int("bulk-after", "JETFLOW_BULK_AFTER", dispatch.DefaultBulkAfter,
 		"send a task to its queue's bulk lane once its execution has this many others in flight there (-1: never; for agents older than the bulk lane)")
+	split := p.Bool("split-dispatch", "JETFLOW_SPLIT_DISPATCH", false,
+		"record an operation's schedule and sending as two events, for dispatchers older than io.jetflow.step.dispatched (during a rolling upgrade)")
 	if err := p.Parse(args); err != nil {
 		return err
 	}
@@ -28,7 +30,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return fmt.Errorf("-bulk-after (JETFLOW_BULK_AFTER) %d: out of range, use %d to %d, or %d for no bulk lane",
 			*bulkAfter, r.Min, r.Max, dispatch.NoBulkLane)
 	}
-	cfg := dispatch.Config{Workers: *workers, AckWait: *ackWait, APIURL: *apiURL, BindOnly: p.Common.Restricted(), Member: *member, BulkAfter: *bulkAfter}
+	cfg := dispatch.Config{Workers: *workers, AckWait: *ackWait, APIURL: *apiURL, BindOnly: p.Common.Restricted(), Member: *member, BulkAfter: *bulkAfter,
+		SplitDispatch: *split}
 	if err := cfg.Validate(); err != nil { // before waiting for NATS
 		return err
 	}

@@ -91,6 +91,7 @@ func TestCancelOverHTTP(t *testing.T) {
 	require.Equal(t, 1, n[string(events.TypeExecutionCancelling)])
 	require.Equal(t, 1, n[string(events.TypeExecutionCancelled)])
 	require.Zero(t, n[string(events.TypeStepScheduled)+"/ship"])
+	require.Zero(t, n[string(events.TypeStepDispatched)+"/ship"])
 
 	t.Log("a finished execution cannot be cancelled again")
 	code, body = postAction(t, s, "r1", `{"action":"force-cancel"}`)
@@ -242,6 +243,7 @@ steps:
 	require.NotEmpty(t, evs)
 	require.Equal(t, events.TypeExecutionCancelled, evs[len(evs)-1].Type)
 	require.Zero(t, countTypes(evs)[string(events.TypeStepScheduled)+"/after"])
+	require.Zero(t, countTypes(evs)[string(events.TypeStepDispatched)+"/after"])
 }
 
 // TestActionIdempotencyKey: a retried request is answered like the first,

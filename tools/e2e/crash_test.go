@@ -216,7 +216,9 @@ steps:
 		require.Equal(t, 1, counts[string(events.TypeExecutionSucceeded)], id)
 		for _, step := range []string{"s1", "s2", "s3", "s4", "s5"} {
 			require.Equal(t, 1, counts[string(events.TypeStepSucceeded)+"/"+step], "%s step %s", id, step)
-			require.Equal(t, 1, counts[string(events.TypeStepScheduled)+"/"+step], "%s step %s", id, step)
+			// Operations: scheduled and sending in one event, once.
+			require.Equal(t, 1, counts[string(events.TypeStepDispatched)+"/"+step], "%s step %s", id, step)
+			require.Zero(t, counts[string(events.TypeStepScheduled)+"/"+step], "%s step %s", id, step)
 		}
 		// The read model the api serves agrees with the fold of the stream.
 		served, err := c.Execution(ctx, id)

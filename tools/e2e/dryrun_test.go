@@ -96,7 +96,7 @@ steps:
 	hist := s.history(t, "dry-1")
 	requireLinear(t, hist)
 	n := countTypes(hist)
-	for _, typ := range []events.Type{events.TypeStepSending, events.TypeStepSent, events.TypeStepStarted,
+	for _, typ := range []events.Type{events.TypeStepSending, events.TypeStepDispatched, events.TypeStepSent, events.TypeStepStarted,
 		events.TypeTimerArmed, events.TypeLockRequested, events.TypeLockAcquired, events.TypeStepWaiting} {
 		for key, c := range n {
 			require.False(t, strings.HasPrefix(key, string(typ)), "%d %s in a dry run", c, key)

@@ -189,6 +189,8 @@ func countTypes(evs []events.Event) map[string]int {
 			key += "/" + p.StepID
 		case *events.StepScheduled:
 			key += "/" + p.StepID
+		case *events.StepDispatched:
+			key += "/" + p.StepID
 		}
 		n[key]++
 	}

@@ -86,7 +86,23 @@ type Config struct {
 	SecretsEnvPrefix string
 	// LookupEnv reads the environment for secrets. Default os.LookupEnv.
 	LookupEnv func(string) (string, bool)
+	// StartedAfter is how long an operation runs before the agent
+	// reports it started (io.jetflow.operation.started). An operation
+	// that ends sooner is not reported started on its own: its final
+	// report says when it started, and the dispatcher records both in
+	// one event. Default DefaultStartedAfter; StartedAtOnce reports every
+	// start as the operation begins (as agents before this setting did).
+	StartedAfter time.Duration
 }
+
+const (
+	// DefaultStartedAfter is the default StartedAfter: most built-in
+	// operations (noop, log, a quick http call) end sooner, and an
+	// operator watching a step sees it started within a glance.
+	DefaultStartedAfter = 50 * time.Millisecond
+	// StartedAtOnce is the StartedAfter that reports every start at once.
+	StartedAtOnce time.Duration = -1
+)
 
 func (c Config) withDefaults() Config {
 	if c.Name == "" {
@@ -104,6 +120,7 @@ func (c Config) withDefaults() Config {
 	c.MaxOutput = cmp.Or(c.MaxOutput, 256<<10)
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, 10*time.Second)
 	c.Source = cmp.Or(c.Source, "jetflow/agent/"+c.Name)
+	c.StartedAfter = cmp.Or(c.StartedAfter, DefaultStartedAfter)
 	if c.LookupEnv == nil {
 		c.LookupEnv = os.LookupEnv
 	}
@@ -114,8 +131,8 @@ func (c Config) withDefaults() Config {
 // defaults are applied (zero is the default). Validate checks them, and
 // jetflow-agent's flags take the same.
 var Ranges = struct {
-	Concurrency, MaxDeliver, MaxOutput             svc.Range[int]
-	AckWait, KillGrace, HTTPTimeout, ShutdownGrace svc.Range[time.Duration]
+	Concurrency, MaxDeliver, MaxOutput                           svc.Range[int]
+	AckWait, KillGrace, HTTPTimeout, ShutdownGrace, StartedAfter svc.Range[time.Duration]
 }{
 	Concurrency: svc.Range[int]{Min: 1, Max: 1024},
 	// One delivery may be enough (a task whose agent dies is then failed
@@ -130,6 +147,9 @@ var Ranges = struct {
 	KillGrace:     svc.Range[time.Duration]{Min: 10 * time.Millisecond, Max: time.Hour},
 	HTTPTimeout:   svc.Range[time.Duration]{Min: 100 * time.Millisecond, Max: time.Hour},
 	ShutdownGrace: svc.Range[time.Duration]{Min: time.Millisecond, Max: time.Hour},
+	// Or StartedAtOnce (the flag's 0). Beyond a minute a running
+	// operation looks, to an operator, like one still waiting for an agent.
+	StartedAfter: svc.Range[time.Duration]{Min: 0, Max: time.Minute},
 }
 
 // Validate checks a configuration, its defaults applied: New does, and a
@@ -146,6 +166,11 @@ func (c Config) Validate() error {
 		Ranges.ShutdownGrace.Check("agent: ShutdownGrace", c.ShutdownGrace),
 	); err != nil {
 		return err
+	}
+	if c.StartedAfter != StartedAtOnce {
+		if err := Ranges.StartedAfter.Check("agent: StartedAfter (-report-started-after; 0: at once)", c.StartedAfter); err != nil {
+			return err
+		}
 	}
 	for i, q := range c.Queues {
 		if !events.ValidQueueName(q) {
@@ -258,7 +283,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	p := a.cfg.Policy
 	a.log.Info().Strs("queues", a.cfg.Queues).Int("concurrency", a.cfg.Concurrency).
 		Bool("allow_exec", p.AllowExec).Strs("exec_allow", p.ExecAllow).Strs("http_allow_hosts", p.HTTPAllowHosts).
-		Bool("secrets_dir", a.cfg.SecretsDir != "").Str("secrets_env_prefix", a.cfg.SecretsEnvPrefix).Msg("agent running")
+		Bool("secrets_dir", a.cfg.SecretsDir != "").Str("secrets_env_prefix", a.cfg.SecretsEnvPrefix).
+		Dur("report_started_after", a.cfg.StartedAfter).Msg("agent running")
 	<-ctx.Done()
 	done := make(chan struct{})
 	go func() { workers.Wait(); close(done) }()
@@ -361,21 +387,6 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 		return
 	}
 
-	// The started report is published without waiting: the operation need
-	// not wait for it, and the final report on the same subject and
-	// connection is stored after it.
-	started := a.reportAsync(fmt.Sprintf("%s.started.%d", task.TaskID, delivery), &events.OperationStarted{TaskRef: ref})
-	defer func() {
-		if started == nil {
-			return
-		}
-		select {
-		case <-started.Ok():
-		case err := <-started.Err():
-			log.Warn().Err(err).Msg("report started")
-		case <-time.After(a.cfg.AckWait):
-		}
-	}()
 	h, ok := a.handlers[task.Kind]
 	opCtx, done, alive := a.kills.start(ctx, task.ExecutionID)
 	if !alive { // a task sent after a resume can come before its lift is read
@@ -390,6 +401,7 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 	}
 	defer done()
 	var out any
+	var began time.Time // when the operation began (zero: it did not run)
 	final := false
 	if !alive {
 		err = ErrKilled
@@ -397,10 +409,13 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 	} else if !ok {
 		err = fmt.Errorf("agent %s has no handler for operation kind %q", a.cfg.Name, task.Kind)
 	} else {
-		began := time.Now()
+		began = time.Now()
+		started := a.reportStarted(fmt.Sprintf("%s.started.%d", task.TaskID, delivery), ref)
+		defer started.wait(a.cfg.AckWait, log)
 		out, err = safeHandle(opCtx, h, operation.Task{TaskID: task.TaskID, ExecutionID: task.ExecutionID,
 			Workflow: task.Workflow, StepID: task.StepID, Attempt: task.Attempt, Delivery: delivery,
 			Kind: task.Kind, Spec: spec, Input: specInput(spec)})
+		started.stop()
 		// Nothing the operation reports may show a secret it was given.
 		final = errors.Is(err, ErrRefused) // e.g. a redirect to a host not allowed
 		err = redactError(red, err)
@@ -412,7 +427,8 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 			var raw json.RawMessage
 			if raw, err = marshalOutput(out); err == nil {
 				err = a.report(ctx, fmt.Sprintf("%s.done.%d", task.TaskID, delivery),
-					&events.OperationSucceeded{TaskRef: ref, Output: a.fitOutput(raw), Duration: time.Since(began).Milliseconds()})
+					&events.OperationSucceeded{TaskRef: ref, Output: a.fitOutput(raw), Duration: time.Since(began).Milliseconds(),
+						StartedAt: began.UTC()})
 				a.finish(m, err, log)
 				return
 			}
@@ -436,8 +452,72 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 		msg = msg[:8<<10] + "…"
 	}
 	err = a.report(ctx, fmt.Sprintf("%s.done.%d", task.TaskID, delivery), &events.OperationFailed{TaskRef: ref, Error: msg,
-		Output: a.fitOutput(raw), Final: final})
+		Output: a.fitOutput(raw), Final: final, StartedAt: began.UTC()})
 	a.finish(m, err, log)
+}
+
+// startReport is the report that an operation started, published once
+// the operation has run for StartedAfter (at once with StartedAtOnce), and
+// never after the operation ended: an operation that ends sooner is
+// reported started by its final report (StartedAt), which spares the
+// results stream a message and the execution's history an append.
+type startReport struct {
+	mu     sync.Mutex
+	timer  *time.Timer
+	ended  bool
+	future jetstream.PubAckFuture // nil until published (or if it could not be)
+}
+
+// reportStarted arms the started report of an operation that begins now.
+func (a *Agent) reportStarted(id string, ref events.TaskRef) *startReport {
+	r := &startReport{}
+	publish := func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if !r.ended {
+			// Published without waiting: the operation need not wait for
+			// it, and the final report on the same subject and connection
+			// is stored after it (stop waits for this function).
+			r.future = a.reportAsync(id, &events.OperationStarted{TaskRef: ref})
+		}
+	}
+	if a.cfg.StartedAfter == StartedAtOnce {
+		publish()
+		return r
+	}
+	r.mu.Lock()
+	r.timer = time.AfterFunc(a.cfg.StartedAfter, publish)
+	r.mu.Unlock()
+	return r
+}
+
+// stop is called when the operation ended, before its final report: a
+// started report not yet published never will be.
+func (r *startReport) stop() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ended = true
+	if r.timer != nil {
+		r.timer.Stop()
+	}
+}
+
+// wait waits up to d for the started report's ack, if it was published,
+// so that its failure is logged.
+func (r *startReport) wait(d time.Duration, log zerolog.Logger) {
+	r.stop()
+	r.mu.Lock()
+	f := r.future
+	r.mu.Unlock()
+	if f == nil {
+		return
+	}
+	select {
+	case <-f.Ok():
+	case err := <-f.Err():
+		log.Warn().Err(err).Msg("report started")
+	case <-time.After(d):
+	}
 }
 
 // prepare returns the spec a task's operation runs with, its secrets

@@ -44,6 +44,12 @@ func setupAgentWith(t *testing.T, cfg agent.Config) *agentBundle {
 	t.Helper()
 	_, js := natstest.Connect(t, natstest.RunJetStream(t))
 	cfg.Name, cfg.AckWait, cfg.Concurrency, cfg.ShutdownGrace, cfg.KillGrace = agentName, ackWait, 4, time.Second, time.Second
+	if cfg.StartedAfter == 0 {
+		// Every start reported at once, so that the reports a test reads
+		// do not depend on how long an operation took on a loaded
+		// machine; started_test.go checks the grace.
+		cfg.StartedAfter = agent.StartedAtOnce
+	}
 	a, err := agent.New(cfg, js, zerolog.New(zerolog.NewTestWriter(t)))
 	require.NoError(t, err)
 	natstest.Serve(t, a.Run)
@@ -119,12 +125,26 @@ func requireStartedThen(t *testing.T, task *events.Task, evs []events.Event, fin
 	require.True(t, ok, "first result is %s", evs[0].Type)
 	requireRef(t, task, st.TaskRef)
 	require.Equal(t, final, evs[1].Type)
+	began := startedAt(evs[1])
+	require.False(t, began.IsZero(), "the final report says when the operation started")
+	require.False(t, began.After(evs[1].Time), "started %s, reported %s", began, evs[1].Time)
 	for _, ev := range evs {
 		require.Equal(t, task.ExecutionID, ev.Subject)
 		require.Equal(t, task.Workflow, ev.Workflow)
 		require.Equal(t, "jetflow/agent/"+agentName, ev.Source)
 	}
 	return evs[1]
+}
+
+// startedAt returns when a final report says its operation started.
+func startedAt(ev events.Event) time.Time {
+	switch p := ev.Data.(type) {
+	case *events.OperationSucceeded:
+		return p.StartedAt
+	case *events.OperationFailed:
+		return p.StartedAt
+	}
+	return time.Time{}
 }
 
 // waitQueueEmpty waits until the default queue holds no task: every task
@@ -214,8 +234,12 @@ func TestAgentUnknownKind(t *testing.T) {
 
 	b := setupAgent(t, nil)
 	task := b.publishTask(t, "x-unknown", workflow.Step{ID: "beam", Kind: "teleport"})
-	final := requireStartedThen(t, task, b.waitFinal(t, "x-unknown"), events.TypeOperationFailed)
-	failed := final.Data.(*events.OperationFailed)
+	// Nothing ran: the failure is the only report, and says no start.
+	evs := b.waitFinal(t, "x-unknown")
+	require.Len(t, evs, 1, "no started report for an operation with no handler")
+	failed, ok := evs[0].Data.(*events.OperationFailed)
+	require.True(t, ok, "result is %s", evs[0].Type)
+	require.Zero(t, failed.StartedAt)
 	requireRef(t, task, failed.TaskRef)
 	require.Contains(t, failed.Error, `"teleport"`)
 	require.Contains(t, failed.Error, agentName)

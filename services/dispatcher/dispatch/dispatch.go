@@ -80,6 +80,11 @@ type Config struct {
 	// every task to the normal lane (agents older than the bulk lane do
 	// not serve it).
 	BulkAfter int
+	// SplitDispatch: record an operation's schedule and sending as two
+	// events (io.jetflow.step.scheduled, io.jetflow.step.sending) instead
+	// of one io.jetflow.step.dispatched, which dispatchers older than it
+	// do not read: set it while such dispatchers still run.
+	SplitDispatch bool
 }
 
 const (

@@ -314,8 +314,9 @@ func TestStartToSuccess(t *testing.T) {
 	b.start(t, "greet", "x1")
 
 	task := b.nextTask(t)
-	evs := waitHistory(t, b.js, "greet", "x1", "first step sent", func(evs []events.Event) bool { return len(evs) >= 4 })
-	require.Equal(t, []events.Type{events.TypeExecutionStarted, events.TypeStepScheduled, events.TypeStepSending, events.TypeStepSent}, typesOf(evs))
+	evs := waitHistory(t, b.js, "greet", "x1", "first step sent", func(evs []events.Event) bool { return len(evs) >= 3 })
+	// Scheduled and sending are one event: nothing comes between them.
+	require.Equal(t, []events.Type{events.TypeExecutionStarted, events.TypeStepDispatched, events.TypeStepSent}, typesOf(evs))
 	historytest.RequireLinear(t, evs)
 	started := evs[0].Data.(*events.ExecutionStarted)
 	require.Equal(t, "greet", started.Workflow)
@@ -323,7 +324,12 @@ func TestStartToSuccess(t *testing.T) {
 	require.JSONEq(t, `{"who":"test"}`, string(started.Input))
 	require.Equal(t, def.StepRefs(), started.Steps)
 	require.NotEmpty(t, started.Token)
-	sent := evs[3].Data.(*events.StepSent)
+	disp := evs[1].Data.(*events.StepDispatched)
+	require.Equal(t, "hello", disp.StepID)
+	require.Equal(t, events.TaskID("x1", "hello", 1), disp.TaskID)
+	require.Equal(t, workflow.DefaultQueue, disp.Queue)
+	require.NotEmpty(t, disp.Input, "the rendered input is recorded before the task is published")
+	sent := evs[2].Data.(*events.StepSent)
 
 	t.Log("the task carries the token, step, attempt and idempotency id")
 	wantID := events.TaskID("x1", "hello", 1)
@@ -349,20 +355,26 @@ func TestStartToSuccess(t *testing.T) {
 	second := b.nextTask(t)
 	require.Equal(t, "bye", second.task.StepID)
 	require.Equal(t, events.TaskID("x1", "bye", 1), second.task.TaskID)
-	b.report(t, &events.OperationSucceeded{TaskRef: second.task.Ref("test-agent", 1)})
+	// The second reports its start only with its result (an operation
+	// shorter than the agent's grace): one event records both.
+	began := time.Now().UTC().Truncate(time.Millisecond)
+	b.report(t, &events.OperationSucceeded{TaskRef: second.task.Ref("test-agent", 1), StartedAt: began})
 
 	s, evs := waitStatus(t, b.js, "greet", "x1", projections.StatusSucceeded)
 	historytest.RequireLinear(t, evs)
 	require.Equal(t, []events.Type{
 		events.TypeExecutionStarted,
-		events.TypeStepScheduled, events.TypeStepSending, events.TypeStepSent, events.TypeStepStarted, events.TypeStepSucceeded,
-		events.TypeStepScheduled, events.TypeStepSending, events.TypeStepSent, events.TypeStepSucceeded,
+		events.TypeStepDispatched, events.TypeStepSent, events.TypeStepStarted, events.TypeStepSucceeded,
+		events.TypeStepDispatched, events.TypeStepSent, events.TypeStepSucceeded,
 		events.TypeExecutionSucceeded,
 	}, typesOf(evs))
 	require.Equal(t, projections.OpSucceeded, s.Steps[0].Status)
 	require.JSONEq(t, `{"n":1}`, string(s.Steps[0].Output))
 	require.Equal(t, "test-agent", s.Steps[0].Agent)
 	require.Equal(t, projections.OpSucceeded, s.Steps[1].Status)
+	require.True(t, began.Equal(s.Steps[1].StartedAt), "started at %s, want %s", s.Steps[1].StartedAt, began)
+	require.Equal(t, 1, s.Steps[1].Delivery)
+	require.Equal(t, "test-agent", s.Steps[1].Agent)
 }
 
 func TestStaleResultsIgnored(t *testing.T) {
@@ -373,7 +385,9 @@ func TestStaleResultsIgnored(t *testing.T) {
 	b.register(t, "greet", "hello", "bye")
 	b.start(t, "greet", "x1")
 	task := b.nextTask(t)
-	waitHistory(t, b.js, "greet", "x1", "step sent", func(evs []events.Event) bool { return len(evs) == 4 })
+	waitHistory(t, b.js, "greet", "x1", "step sent", func(evs []events.Event) bool {
+		return len(evs) == 3 && evs[2].Type == events.TypeStepSent
+	})
 	ref := task.task.Ref("test-agent", 1)
 
 	t.Run("WrongToken", func(t *testing.T) {
@@ -384,8 +398,8 @@ func TestStaleResultsIgnored(t *testing.T) {
 		b.report(t, &events.OperationFailed{TaskRef: bad, Error: "boom"})
 		waitResultsHandled(t, b.js)
 		evs := readHistory(t, b.js, "greet", "x1")
-		require.Len(t, evs, 7, "each report is recorded as ignored, nothing else")
-		for _, ev := range evs[4:] {
+		require.Len(t, evs, 6, "each report is recorded as ignored, nothing else")
+		for _, ev := range evs[3:] {
 			require.Equal(t, events.TypeResultIgnored, ev.Type)
 			require.Contains(t, ev.Data.(*events.ResultIgnored).Reason, "stale execution token")
 		}
@@ -405,9 +419,9 @@ func TestStaleResultsIgnored(t *testing.T) {
 		}
 		waitResultsHandled(t, b.js)
 		evs := readHistory(t, b.js, "greet", "x1")
-		require.Len(t, evs, 13)
+		require.Len(t, evs, 12)
 		require.Equal(t, 9, countType(evs, events.TypeResultIgnored))
-		require.Contains(t, evs[7].Data.(*events.ResultIgnored).Reason, "attempt 0 is not the step's current attempt 1")
+		require.Contains(t, evs[6].Data.(*events.ResultIgnored).Reason, "attempt 0 is not the step's current attempt 1")
 		s, err := projections.Fold(evs)
 		require.NoError(t, err)
 		require.Equal(t, projections.OpSent, s.Steps[0].Status)
@@ -431,8 +445,8 @@ func TestStaleResultsIgnored(t *testing.T) {
 		}
 		require.Equal(t, []events.Type{
 			events.TypeExecutionStarted,
-			events.TypeStepScheduled, events.TypeStepSending, events.TypeStepSent, events.TypeStepSucceeded,
-			events.TypeStepScheduled, events.TypeStepSending, events.TypeStepSent,
+			events.TypeStepDispatched, events.TypeStepSent, events.TypeStepSucceeded,
+			events.TypeStepDispatched, events.TypeStepSent,
 		}, kept, "duplicates of the current attempt are not recorded at all")
 		s, err := projections.Fold(evs)
 		require.NoError(t, err)
@@ -599,7 +613,8 @@ func TestConcurrentDispatchers(t *testing.T) {
 		_, err := projections.Fold(evs)
 		require.NoError(t, err)
 		require.Equal(t, 1, countType(evs, events.TypeExecutionStarted), id)
-		require.Equal(t, len(steps), countType(evs, events.TypeStepScheduled), id)
+		require.Equal(t, len(steps), countType(evs, events.TypeStepDispatched), id)
+		require.Zero(t, countType(evs, events.TypeStepScheduled), id)
 		require.Equal(t, len(steps), countType(evs, events.TypeStepSucceeded), id)
 		require.Equal(t, 1, countType(evs, events.TypeExecutionSucceeded), id)
 		require.Equal(t, events.TypeExecutionSucceeded, evs[len(evs)-1].Type, id)

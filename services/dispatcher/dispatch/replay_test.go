@@ -109,7 +109,7 @@ func TestReplayAtomicIncrement(t *testing.T) {
 		switch ev.Type {
 		case events.TypeLockAcquired:
 			acquired++
-		case events.TypeStepScheduled:
+		case events.TypeStepScheduled, events.TypeStepDispatched:
 			if i > indexOfType(evs, events.TypeExecutionReplayed) {
 				require.Equal(t, 2, acquired, "a step was scheduled after the replay before the lock was held again")
 			}

@@ -199,6 +199,7 @@ steps:
 	s, evs := waitStatus(t, b.js, "plan", "dr1", projections.StatusSucceeded)
 	require.True(t, s.DryRun)
 	require.Zero(t, countType(evs, events.TypeStepSending), "no task was sent")
+	require.Zero(t, countType(evs, events.TypeStepDispatched), "no task was sent")
 	require.Zero(t, countType(evs, events.TypeTimerArmed), "nothing waits")
 	byID := map[string]projections.Step{}
 	for _, st := range s.Steps {

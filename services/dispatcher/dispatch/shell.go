@@ -27,7 +27,7 @@ import (
 // input is the interpreter's input for x now.
 func (d *Dispatcher) input(x *execState) interp.Input {
 	return interp.Input{ID: x.id, Workflow: x.workflow, Def: x.def, State: x.state, Memo: x.memo,
-		Now: d.cfg.Now(), MaxEvent: d.maxEvent}
+		Now: d.cfg.Now(), MaxEvent: d.maxEvent, SplitDispatch: d.cfg.SplitDispatch}
 }
 
 // loaded is what one decision asked to be loaded (interp.Need), for that

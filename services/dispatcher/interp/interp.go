@@ -60,6 +60,11 @@ type Input struct {
 	// Claimed says whether the execution's id is claimed (its start was
 	// accepted), when a [NeedClaim] asked (nil otherwise).
 	Claimed *bool
+	// SplitDispatch records an operation's schedule and its sending as
+	// two events (StepScheduled, StepSending), as dispatchers before
+	// StepDispatched did, for histories that older dispatchers may read
+	// during a rolling upgrade.
+	SplitDispatch bool
 }
 
 // Memo is kept by the caller with an execution's state between decisions.
@@ -229,17 +234,26 @@ func (LockHeld) outcome()   {}
 
 // Next decides what the execution does next.
 func Next(in Input) Decision {
+	return in.carry(in.decide(in.State))
+}
+
+// decide is the action for the execution in state s (its state, or the
+// state one event further).
+func (in Input) decide(s projections.Execution) action {
 	var v *view
-	if in.Memo != nil && len(in.State.Steps) > smallExecution {
-		v = &in.Memo.view // a small execution is cheaper to walk than to keep a view of
+	if in.Memo != nil && len(s.Steps) > smallExecution {
+		// A small execution is cheaper to walk than to keep a view of. A
+		// state one event further has the instances the view will see
+		// next, and no item that event ends.
+		v = &in.Memo.view
 	}
-	a := decideLockedIn(in.Def, in.State, v)
+	a := decideLockedIn(in.Def, s, v)
 	if verifyView && v != nil {
-		if b := decideLocked(in.Def, in.State); !reflect.DeepEqual(a, b) {
+		if b := decideLocked(in.Def, s); !reflect.DeepEqual(a, b) {
 			panic(fmt.Sprintf("execution %s: with its view the decision is %+v, without it %+v", in.ID, a, b))
 		}
 	}
-	return in.carry(a)
+	return a
 }
 
 // Recorded returns the events that record an effect's outcome.
@@ -324,7 +338,7 @@ func (in Input) carry(a action) Decision {
 		if a.step.Kind == workflow.KindWorkflow && a.step.Workflow != "" {
 			return in.scheduleCalled(a, nestedKind)
 		}
-		return one(&events.StepScheduled{StepID: id, Kind: nestedKind, Attempt: a.attempt, Input: a.input})
+		return in.schedule(a, &events.StepScheduled{StepID: id, Kind: nestedKind, Attempt: a.attempt, Input: a.input})
 	case actSend:
 		// Recorded first: a task that may have been published is never
 		// forgotten. The next decision publishes it (actResend).
@@ -396,6 +410,28 @@ func (in Input) carry(a action) Decision {
 		return replayed(in, rec, *a.replay)
 	}
 	return Decision{Err: fmt.Errorf("unknown action %d", a.kind)}
+}
+
+// schedule records an attempt's schedule. An operation whose next
+// decision, once it is pending, is to send its task (no lock, timer, dry
+// run or cancel comes between) is scheduled and sending in one event,
+// StepDispatched: like StepSending, it is recorded before the task is
+// published, and the next decision publishes it.
+func (in Input) schedule(a action, sched *events.StepScheduled) Decision {
+	p := in.final(sched)
+	sc, ok := p.(*events.StepScheduled)
+	if !ok || !workflow.IsOperation(a.step.Kind) || in.State.DryRun || in.SplitDispatch {
+		return Decision{Events: []events.Payload{p}}
+	}
+	next, err := projections.Apply(in.State, events.Event{Type: sc.EventType(), Subject: in.ID, Time: in.Now, Data: sc})
+	if err != nil {
+		return Decision{Events: []events.Payload{p}} // appending it reports the error
+	}
+	if b := in.decide(next); b.kind != actSend || b.path != sc.StepID || b.attempt != sc.Attempt {
+		return Decision{Events: []events.Payload{p}}
+	}
+	return Decision{Events: []events.Payload{&events.StepDispatched{StepID: sc.StepID, Kind: sc.Kind, Attempt: sc.Attempt,
+		Input: sc.Input, Retention: sc.Retention, TaskID: events.TaskID(in.ID, sc.StepID, sc.Attempt), Queue: a.step.QueueName()}}}
 }
 
 // jitter is the factor a retry's backoff is multiplied by: within
@@ -573,11 +609,12 @@ func Result(in Input, ref events.TaskRef, ev events.Event) Decision {
 		}
 	case *events.OperationSucceeded:
 		if st.Status.InFlight() {
-			p = in.succeeded(st, r)
+			p = in.succeeded(st, ref, r)
 		}
 	case *events.OperationFailed:
 		if st.Status.InFlight() {
-			p = &events.StepFailed{StepID: st.ID, Attempt: st.Attempt, Error: r.Error, Output: r.Output, Agent: r.Agent, Lost: r.Lost, Final: r.Final}
+			p = &events.StepFailed{StepID: st.ID, Attempt: st.Attempt, Error: r.Error, Output: r.Output, Agent: r.Agent, Lost: r.Lost, Final: r.Final,
+				OperationStart: unrecordedStart(st, ref, r.StartedAt)}
 		}
 	}
 	if p == nil {
@@ -602,19 +639,34 @@ func Stale(s projections.Execution, st projections.Step, ref events.TaskRef) str
 	return ""
 }
 
+// unrecordedStart returns the start a final report carries, to record
+// with the step's success or failure, when no io.jetflow.step.started
+// recorded it: the agent reports a short operation's start only with its
+// result, so that the start costs no report and no append of its own. A
+// start recorded already for this delivery (or a later one) is not
+// recorded again; a report without a start (an older agent's, or an
+// operation that never ran) records none.
+func unrecordedStart(st projections.Step, ref events.TaskRef, at time.Time) events.OperationStart {
+	if at.IsZero() || (st.Status == projections.OpStarted && ref.Delivery <= st.Delivery) {
+		return events.OperationStart{}
+	}
+	return events.OperationStart{StartedAt: at.UTC(), Delivery: ref.Delivery}
+}
+
 // succeeded records an operation's result, mapped through the step's
 // output expression (whose root "result" is the operation's output).
-func (in Input) succeeded(st projections.Step, r *events.OperationSucceeded) events.Payload {
+func (in Input) succeeded(st projections.Step, ref events.TaskRef, r *events.OperationSucceeded) events.Payload {
 	f, step, _ := resolveFrame(in.Def, in.State, st.ID)
 	out := r.Output
+	start := unrecordedStart(st, ref, r.StartedAt)
 	if step.Output != nil {
 		mapped, err := render(step.Output, with(newEngine(in.Def, in.State).env(f), "result", decode(r.Output)))
 		if err != nil {
-			return &events.StepFailed{StepID: st.ID, Attempt: st.Attempt, Error: "output: " + err.Error(), Output: r.Output, Agent: r.Agent}
+			return &events.StepFailed{StepID: st.ID, Attempt: st.Attempt, Error: "output: " + err.Error(), Output: r.Output, Agent: r.Agent, OperationStart: start}
 		}
 		out = mapped
 	}
-	return &events.StepSucceeded{StepID: st.ID, Attempt: st.Attempt, Output: out, Agent: r.Agent, Duration: r.Duration}
+	return &events.StepSucceeded{StepID: st.ID, Attempt: st.Attempt, Output: out, Agent: r.Agent, Duration: r.Duration, OperationStart: start}
 }
 
 // final gives an event its final form: a step's first schedule carries
@@ -642,8 +694,9 @@ func (in Input) fit(p events.Payload) events.Payload {
 		for _, v := range e.Vars {
 			n += len(v)
 		}
-		if n > limit {
-			return &events.StepFailed{StepID: e.StepID, Attempt: e.Attempt, Error: tooBig("the step's output", n), Final: true}
+		if n > limit { // the operation ran: who ran it and when stay recorded
+			return &events.StepFailed{StepID: e.StepID, Attempt: e.Attempt, Error: tooBig("the step's output", n), Final: true,
+				Agent: e.Agent, OperationStart: e.OperationStart}
 		}
 	case *events.StepScheduled:
 		if len(e.Input) > limit {

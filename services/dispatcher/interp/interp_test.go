@@ -205,7 +205,7 @@ func TestInterpreterRunsAWorkflowWithoutAServer(t *testing.T) {
 	require.JSONEq(t, `{"built":"v1","n":3}`, string(m.state.Output))
 	require.Equal(t, []string{
 		"execution.started",
-		"step.scheduled", "step.sending", "step.sent", "step.started", "step.succeeded", // build
+		"step.dispatched", "step.sent", "step.started", "step.succeeded", // build: scheduled and sending are one event
 		"step.scheduled", "step.succeeded", // count: the variables and the success are one event
 		"step.scheduled", "timer.armed", "step.waiting", "timer.fired", "step.succeeded", // rest
 		"execution.succeeded",

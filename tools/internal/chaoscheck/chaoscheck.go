@@ -144,7 +144,8 @@ type Report struct {
 	// the marks show ran more than once; Reruns the extra runs.
 	RunTwice, Reruns int
 	// StartedAgain counts the step attempts whose history records more
-	// than one start (an agent reported it again, after a redelivery).
+	// than one start (an agent reported it again, after a redelivery),
+	// counting a start recorded with the step's result.
 	StartedAgain int
 	// Violations are the broken rules; a run passes when there are none.
 	Violations []Violation
@@ -217,6 +218,13 @@ func checkHistory(x Execution, now time.Time, sent map[string]bool, r *Report) [
 				bad(RuleSucceededTwice, ev.Seq, "step %s attempt %d succeeded again (first at seq %d)", p.StepID, p.Attempt, first)
 			} else {
 				succeeded[a] = ev.Seq
+			}
+			if !p.StartedAt.IsZero() { // a start recorded with the result
+				started[a]++
+			}
+		case *events.StepFailed:
+			if !p.StartedAt.IsZero() {
+				started[attempt{p.StepID, p.Attempt}]++
 			}
 		case *events.StepStarted:
 			started[attempt{p.StepID, p.Attempt}]++
@@ -454,6 +462,8 @@ func stepOf(p events.Payload) (string, bool) {
 	case *events.StepScheduled:
 		return p.StepID, true
 	case *events.StepSending:
+		return p.StepID, true
+	case *events.StepDispatched:
 		return p.StepID, true
 	case *events.StepSent:
 		return p.StepID, true

@@ -61,6 +61,9 @@ with its own NATS connection. Stop it with Ctrl-C; start it again on the same
 				cfg.Log.Warn().Msg("--insecure: the api runs without authentication; anyone who reaches it can register workflows and run them")
 			}
 			cfg.AgentPolicy = &policy
+			if cfg.StartedAfter == 0 {
+				cfg.StartedAfter = agent.StartedAtOnce
+			}
 			err = devstack.Run(cmd.Context(), cfg, func(info devstack.Info) {
 				fmt.Fprintf(a.stdout, "jetflow dev is running (process %d, in %s)\n  NATS: %s   (try: nats sub 'jf.events.>')\n  api:  %s\n  data: %s\n",
 					os.Getpid(), filepath.Join(cfg.DataDir, devstack.PIDFile), info.NATSURL, info.APIURL, cfg.DataDir)
@@ -116,6 +119,8 @@ with its own NATS connection. Stop it with Ctrl-C; start it again on the same
 	f.DurationVar(&cfg.JanitorInterval, "janitor-interval", 30*time.Second, "time between janitor sweeps")
 	f.DurationVar(&cfg.IdleAfter, "idle-after", 2*time.Minute, "inactivity before the janitor checks an execution")
 	f.StringVar(&cfg.RetentionDefault, "retention-default", janitor.DefaultRetention, "system retention rule for executions whose workflow sets none (e.g. 3, 7d, max(3, 7d), forever)")
+	f.DurationVar(&cfg.StartedAfter, "report-started-after", agent.DefaultStartedAfter,
+		"how long an operation runs before it is reported started; one that ends sooner is reported started with its result (0: at once)")
 	f.BoolVar(&policy.AllowExec, "allow-exec", true, "let the agent run exec steps (--allow-exec=false: they fail without running)")
 	f.StringSliceVar(&policy.ExecAllow, "exec-allow", nil, "commands exec steps may run: base names (looked up in PATH) or absolute paths (default any)")
 	f.StringSliceVar(&policy.HTTPAllowHosts, "http-allow-hosts", nil, "hosts http steps may reach: host, host:port, *.domain, IP (default any)")

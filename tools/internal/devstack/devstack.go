@@ -65,6 +65,10 @@ type Config struct {
 	MaxDeliver  int
 	Concurrency int
 	KillGrace   time.Duration
+	// StartedAfter is how long an operation runs before the agent
+	// reports it started on its own (agent.Config.StartedAfter: 0 is its
+	// default, agent.StartedAtOnce reports every start at once).
+	StartedAfter time.Duration
 	// Handlers adds custom operations to the agent (tests, embedding).
 	Handlers map[string]operation.Handler
 	// AgentPolicy is the agent's policy. nil is the development default:
@@ -524,7 +528,8 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 // after the server is up.
 func (c Config) validate() error {
 	return cmp.Or(
-		agent.Config{AckWait: c.TaskAckWait, MaxDeliver: c.MaxDeliver, Concurrency: c.Concurrency, KillGrace: c.KillGrace}.Validate(),
+		agent.Config{AckWait: c.TaskAckWait, MaxDeliver: c.MaxDeliver, Concurrency: c.Concurrency, KillGrace: c.KillGrace,
+			StartedAfter: c.StartedAfter}.Validate(),
 		dispatch.Config{Workers: c.Workers, CacheSize: c.CacheSize, BulkAfter: c.BulkAfter}.Validate(),
 		janitor.Config{Interval: c.JanitorInterval, IdleAfter: c.IdleAfter, RetentionDefault: c.RetentionDefault}.Validate(),
 		api.Config{StartWait: c.StartWait, MaxReadModel: c.MaxReadModel}.Validate(),
@@ -680,7 +685,7 @@ func agentConfig(cfg Config) (agent.Config, error) {
 		prefix = ""
 	}
 	ac := agent.Config{Name: "dev-agent", AckWait: cfg.TaskAckWait, MaxDeliver: cfg.MaxDeliver,
-		Concurrency: cfg.Concurrency, KillGrace: cfg.KillGrace, Handlers: cfg.Handlers,
+		Concurrency: cfg.Concurrency, KillGrace: cfg.KillGrace, StartedAfter: cfg.StartedAfter, Handlers: cfg.Handlers,
 		Policy: policy, SecretsDir: dir, SecretsEnvPrefix: prefix}
 	return ac, ac.Validate()
 }
