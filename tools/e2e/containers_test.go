@@ -24,6 +24,8 @@ func maxInFlight(evs []events.Event, prefix string) int {
 		switch p := ev.Data.(type) {
 		case *events.StepSending:
 			id, on = p.StepID, true
+		case *events.StepDispatched: // scheduled and sending as one event
+			id, on = p.StepID, true
 		case *events.StepSucceeded:
 			id = p.StepID
 		case *events.StepFailed:
