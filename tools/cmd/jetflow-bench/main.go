@@ -259,11 +259,11 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		fig.oneStep = p50
 	}
 	if c.timers > 0 {
-		p99, err := runTimers(ctx, out, conn, store, c.timers, c.timerLead)
+		p99, armedLate, err := runTimers(ctx, out, conn, store, c.timers, c.timerLead)
 		if err != nil {
 			return err
 		}
-		fig.timers, fig.timerLate = c.timers, p99
+		fig.timers, fig.timerLate, fig.timersArmedLate = c.timers, p99, armedLate
 	}
 	if c.foreach > 0 {
 		if err := runForeach(ctx, out, conn, store, c.foreach); err != nil {
