@@ -173,16 +173,25 @@ func runSleepers(ctx context.Context, out io.Writer, conn *bus.Conn, store *cata
 	default:
 	}
 	published := time.Since(began)
+	fmt.Fprintf(out, "\nsleepers run: %d executions of a one-step workflow sleeping %s\n", n, sleepersSleep)
 
 	deadline := time.NewTimer(sleepersTimeout(n))
 	defer deadline.Stop()
-	select {
-	case <-tr.all:
-	case <-deadline.C:
-		return res, fmt.Errorf("sleepers run: %d of %d executions recorded sleeping within %s (%d ended)",
-			tr.asleep.Load(), n, sleepersTimeout(n), tr.ended.Load())
-	case <-ctx.Done():
-		return res, ctx.Err()
+	progress := time.NewTicker(30 * time.Second) // a large run takes minutes: say how far it is
+	defer progress.Stop()
+wait:
+	for {
+		select {
+		case <-tr.all:
+			break wait
+		case <-progress.C:
+			fmt.Fprintf(out, "  (%s: %d of %d recorded sleeping)\n", time.Since(began).Round(time.Second), tr.asleep.Load(), n)
+		case <-deadline.C:
+			return res, fmt.Errorf("sleepers run: %d of %d executions recorded sleeping within %s (%d ended)",
+				tr.asleep.Load(), n, sleepersTimeout(n), tr.ended.Load())
+		case <-ctx.Done():
+			return res, ctx.Err()
+		}
 	}
 	asleep := time.Since(began)
 	select {
@@ -197,7 +206,6 @@ func runSleepers(ctx context.Context, out io.Writer, conn *bus.Conn, store *cata
 	res.rssPer, res.rssKnown = perExecution(res.before.rss, res.after.rss, n)
 	res.heapPer, _ = perExecution(int64(res.before.heap), int64(res.after.heap), n)
 
-	fmt.Fprintf(out, "\nsleepers run: %d executions of a one-step workflow sleeping %s\n", n, sleepersSleep)
 	fmt.Fprintf(out, "  start commands   published in %s; all recorded sleeping %s after the first\n",
 		published.Round(time.Millisecond), asleep.Round(time.Millisecond))
 	if res.rssKnown {
