@@ -33,11 +33,10 @@ const (
 // models and the dispatcher its caches after the events.
 const sleepersSettle = 3 * time.Second
 
-// sleepersTimeout is how long the sleepers run waits for n executions to
-// be recorded sleeping.
-func sleepersTimeout(n int) time.Duration {
-	return 2*time.Minute + time.Duration(n)*5*time.Millisecond
-}
+// sleepersStall is how long the sleepers run waits for one more
+// execution to be recorded sleeping before it gives up: a large run on a
+// busy machine takes many minutes, but never stops moving.
+const sleepersStall = 2 * time.Minute
 
 // footprint is the process's memory and goroutines at one moment, taken
 // after the Go runtime has returned what it could to the OS.
@@ -175,20 +174,26 @@ func runSleepers(ctx context.Context, out io.Writer, conn *bus.Conn, store *cata
 	published := time.Since(began)
 	fmt.Fprintf(out, "\nsleepers run: %d executions of a one-step workflow sleeping %s\n", n, sleepersSleep)
 
-	deadline := time.NewTimer(sleepersTimeout(n))
-	defer deadline.Stop()
-	progress := time.NewTicker(30 * time.Second) // a large run takes minutes: say how far it is
+	progress := time.NewTicker(10 * time.Second)
 	defer progress.Stop()
+	last, lastAt, lastSaid := int64(-1), time.Now(), time.Now()
 wait:
 	for {
 		select {
 		case <-tr.all:
 			break wait
-		case <-progress.C:
-			fmt.Fprintf(out, "  (%s: %d of %d recorded sleeping)\n", time.Since(began).Round(time.Second), tr.asleep.Load(), n)
-		case <-deadline.C:
-			return res, fmt.Errorf("sleepers run: %d of %d executions recorded sleeping within %s (%d ended)",
-				tr.asleep.Load(), n, sleepersTimeout(n), tr.ended.Load())
+		case now := <-progress.C:
+			k := tr.asleep.Load()
+			if k != last {
+				last, lastAt = k, now
+			} else if now.Sub(lastAt) >= sleepersStall {
+				return res, fmt.Errorf("sleepers run: %d of %d executions recorded sleeping, none more for %s (%d ended)",
+					k, n, sleepersStall, tr.ended.Load())
+			}
+			if now.Sub(lastSaid) >= 30*time.Second { // a large run takes minutes: say how far it is
+				fmt.Fprintf(out, "  (%s: %d of %d recorded sleeping)\n", now.Sub(began).Round(time.Second), k, n)
+				lastSaid = now
+			}
 		case <-ctx.Done():
 			return res, ctx.Err()
 		}
