@@ -145,8 +145,9 @@ func TestNewFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"-single1", "-1"}, "-single1, -sleepers and -sync-interval must be non-negative"},
-		{[]string{"-sleepers", "-5"}, "-single1, -sleepers and -sync-interval must be non-negative"},
+		{[]string{"-single1", "-1"}, "-single1, -sleepers, -sleepers-settle and -sync-interval must be non-negative"},
+		{[]string{"-sleepers", "-5"}, "-single1, -sleepers, -sleepers-settle and -sync-interval must be non-negative"},
+		{[]string{"-sleepers-settle", "-1s"}, "-single1, -sleepers, -sleepers-settle and -sync-interval must be non-negative"},
 		{[]string{"-fsync", "-sync-interval", "1s"}, "-fsync and -sync-interval exclude each other"},
 		{[]string{"-soak", "1m", "-sleepers", "10"}, "-soak runs alone: drop -sleepers"},
 		{[]string{"-soak", "1m", "-single1", "10"}, "-soak runs alone: drop -single1"},
@@ -178,10 +179,11 @@ func TestSingle1AndSleepersRuns(t *testing.T) {
 	require.Positive(t, p50)
 	require.Contains(t, out.String(), "1-step run: 3 executions of one noop step one after another\n  start-to-finish  p50 ")
 
-	res, err := runSleepers(ctx, &out, conn, store, 20)
+	res, err := runSleepers(ctx, &out, conn, store, 20, time.Second)
 	t.Log(out.String())
 	require.NoError(t, err, "every one of the 20 is recorded sleeping, none ended")
 	require.Contains(t, out.String(), "sleepers run: 20 executions of a one-step workflow sleeping 1h")
+	require.Contains(t, out.String(), "; measured 1s later\n")
 	require.Contains(t, out.String(), "goroutines       ")
 	require.Positive(t, res.after.goroutines)
 	if _, err := os.Stat("/proc/self/status"); err == nil {

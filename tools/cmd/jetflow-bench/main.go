@@ -49,6 +49,7 @@ import (
 type config struct {
 	executions, concurrency, steps, single int
 	single1, sleepers                      int
+	sleepersSettle                         time.Duration
 	fsync                                  bool
 	syncInterval                           time.Duration
 	timers, failover, foreach, fairness    int
@@ -81,6 +82,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&c.single, "single", 100, "executions in the sequential single-execution latency run")
 	fs.IntVar(&c.single1, "single1", 100, "executions of one noop step in the sequential 1-step latency run (0 skips it)")
 	fs.IntVar(&c.sleepers, "sleepers", 0, "executions in the sleepers run: all asleep for an hour, reporting the process's memory and goroutines per sleeping execution (0 skips it)")
+	fs.DurationVar(&c.sleepersSettle, "sleepers-settle", sleepersSettle, "how long the sleepers run waits, once all are asleep, before it measures (11m: past the commands stream's dedupe window)")
 	fs.BoolVar(&c.fsync, "fsync", false, "run the embedded server with an fsync of every JetStream write before its ack (sync_interval: always)")
 	fs.DurationVar(&c.syncInterval, "sync-interval", 0, "how often the embedded server fsyncs its file store, without -fsync (sync_interval; default nats-server's, 2m)")
 	fs.IntVar(&c.timers, "timers", 0, "executions in the durable-timer run, all sleeping until the same instant (0 skips it)")
@@ -119,8 +121,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if c.executions < 0 || c.concurrency < 1 || c.steps < 1 || c.single < 0 || c.timers < 0 || c.timerLead < 0 || c.failover < 0 || c.foreach < 0 || c.fairness < 0 || c.fairnessSleep < 0 {
 		return fmt.Errorf("-concurrency and -steps must be positive, -executions, -single, -timers and -timer-lead non-negative")
 	}
-	if c.single1 < 0 || c.sleepers < 0 || c.syncInterval < 0 {
-		return fmt.Errorf("-single1, -sleepers and -sync-interval must be non-negative")
+	if c.single1 < 0 || c.sleepers < 0 || c.syncInterval < 0 || c.sleepersSettle < 0 {
+		return fmt.Errorf("-single1, -sleepers, -sleepers-settle and -sync-interval must be non-negative")
 	}
 	if c.fsync && c.syncInterval > 0 {
 		return fmt.Errorf("-fsync and -sync-interval exclude each other: with -fsync every write is fsynced")
@@ -296,7 +298,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		}
 	}
 	if c.sleepers > 0 {
-		res, err := runSleepers(ctx, out, conn, store, c.sleepers)
+		res, err := runSleepers(ctx, out, conn, store, c.sleepers, c.sleepersSettle)
 		if err != nil {
 			return err
 		}

@@ -28,9 +28,12 @@ const (
 	sleepersSleep    = "1h"
 )
 
-// sleepersSettle is how long the sleepers run waits, once every execution
-// is recorded sleeping, before it measures: the projector writes its read
-// models and the dispatcher its caches after the events.
+// sleepersSettle is how long the sleepers run waits by default, once
+// every execution is recorded sleeping, before it measures: the projector
+// writes its read models and the dispatcher its caches after the events.
+// (nats-server keeps more for a while: a stream's block cache for 10 s
+// after its last use, the commands stream's message ids for its 10 min
+// dedupe window; -sleepers-settle 11m measures without them.)
 const sleepersSettle = 3 * time.Second
 
 // sleepersStall is how long the sleepers run waits for one more
@@ -119,7 +122,7 @@ type sleepersResult struct {
 // every one is recorded sleeping, and reports what they cost the process
 // in memory and goroutines. They are left asleep: the data directory is
 // removed with the run (or keeps them, with -data).
-func runSleepers(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalog.Store, n int) (sleepersResult, error) {
+func runSleepers(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalog.Store, n int, settle time.Duration) (sleepersResult, error) {
 	var res sleepersResult
 	def := workflow.Definition{Name: sleepersWorkflow, Steps: []workflow.Step{
 		{ID: "nap", Kind: workflow.KindSleep, Duration: sleepersSleep},
@@ -200,7 +203,7 @@ wait:
 	}
 	asleep := time.Since(began)
 	select {
-	case <-time.After(sleepersSettle):
+	case <-time.After(settle):
 	case <-ctx.Done():
 		return res, ctx.Err()
 	}
@@ -211,8 +214,8 @@ wait:
 	res.rssPer, res.rssKnown = perExecution(res.before.rss, res.after.rss, n)
 	res.heapPer, _ = perExecution(int64(res.before.heap), int64(res.after.heap), n)
 
-	fmt.Fprintf(out, "  start commands   published in %s; all recorded sleeping %s after the first\n",
-		published.Round(time.Millisecond), asleep.Round(time.Millisecond))
+	fmt.Fprintf(out, "  start commands   published in %s; all recorded sleeping %s after the first; measured %s later\n",
+		published.Round(time.Millisecond), asleep.Round(time.Millisecond), settle)
 	if res.rssKnown {
 		fmt.Fprintf(out, "  RSS              %s before, %s after: %.2f KiB per sleeping execution\n",
 			mib(res.before.rss), mib(res.after.rss), res.rssPer/1024)

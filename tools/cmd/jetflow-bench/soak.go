@@ -723,7 +723,7 @@ func soakAlone(fs *flag.FlagSet, c *config) error {
 	fs.Visit(func(f *flag.Flag) {
 		switch f.Name {
 		case "executions", "concurrency", "steps", "single", "single1", "timers", "timer-lead", "foreach",
-			"failover", "locks", "lock-semaphore", "retention", "retention-keep", "sleepers":
+			"failover", "locks", "lock-semaphore", "retention", "retention-keep", "sleepers", "sleepers-settle":
 			others = append(others, "-"+f.Name)
 		}
 	})
