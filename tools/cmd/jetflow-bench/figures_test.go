@@ -134,6 +134,8 @@ func TestTakeFootprint(t *testing.T) {
 	f := takeFootprint()
 	require.Positive(t, f.goroutines)
 	require.Positive(t, f.heap)
+	require.Positive(t, f.live)
+	require.LessOrEqual(t, f.live, f.heap, "live objects fit in the spans in use")
 	if runtime.GOOS == "linux" {
 		require.Positive(t, f.rss, "VmRSS from /proc/self/status")
 	}
@@ -185,6 +187,7 @@ func TestSingle1AndSleepersRuns(t *testing.T) {
 	require.Contains(t, out.String(), "sleepers run: 20 executions of a one-step workflow sleeping 1h")
 	require.Contains(t, out.String(), "; measured 1s later\n")
 	require.Contains(t, out.String(), "goroutines       ")
+	require.Contains(t, out.String(), "live heap        ")
 	require.Positive(t, res.after.goroutines)
 	if _, err := os.Stat("/proc/self/status"); err == nil {
 		require.True(t, res.rssKnown)

@@ -45,7 +45,8 @@ const sleepersStall = 2 * time.Minute
 // after the Go runtime has returned what it could to the OS.
 type footprint struct {
 	rss        int64 // VmRSS in bytes, -1 when unknown
-	heap       uint64
+	heap       uint64 // heap spans in use (live objects and the free room among them)
+	live       uint64 // live heap objects
 	goroutines int
 }
 
@@ -53,7 +54,7 @@ func takeFootprint() footprint {
 	debug.FreeOSMemory() // a GC, and the freed pages returned: RSS is then what is live
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	f := footprint{rss: -1, heap: ms.HeapInuse, goroutines: runtime.NumGoroutine()}
+	f := footprint{rss: -1, heap: ms.HeapInuse, live: ms.HeapAlloc, goroutines: runtime.NumGoroutine()}
 	if b, err := os.ReadFile("/proc/self/status"); err == nil {
 		if rss, ok := soak.ParseVmRSS(string(b)); ok {
 			f.rss = rss
@@ -224,6 +225,9 @@ wait:
 	}
 	fmt.Fprintf(out, "  heap in use      %s before, %s after: %.2f KiB per sleeping execution\n",
 		mib(int64(res.before.heap)), mib(int64(res.after.heap)), res.heapPer/1024)
+	livePer, _ := perExecution(int64(res.before.live), int64(res.after.live), n)
+	fmt.Fprintf(out, "  live heap        %s before, %s after: %.2f KiB per sleeping execution (the rest of the heap in use is room between objects)\n",
+		mib(int64(res.before.live)), mib(int64(res.after.live)), livePer/1024)
 	fmt.Fprintf(out, "  goroutines       %d before, %d after (%+d)\n",
 		res.before.goroutines, res.after.goroutines, res.after.goroutines-res.before.goroutines)
 	fmt.Fprintf(out, "  Go timers        not measurable (the Go runtime exports no count of its timers)\n")
