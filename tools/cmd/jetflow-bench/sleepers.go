@@ -44,7 +44,7 @@ const sleepersStall = 2 * time.Minute
 // footprint is the process's memory and goroutines at one moment, taken
 // after the Go runtime has returned what it could to the OS.
 type footprint struct {
-	rss        int64 // VmRSS in bytes, -1 when unknown
+	rss        int64  // VmRSS in bytes, -1 when unknown
 	heap       uint64 // heap spans in use (live objects and the free room among them)
 	live       uint64 // live heap objects
 	goroutines int
