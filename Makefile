@@ -133,28 +133,49 @@ fuzz/short: ## Fuzz every target for FUZZ_SHORT (3s) each, as make test does aft
 	$(call FUZZ_RUN,$(FUZZ_SHORT))
 
 .PHONY: bench
-bench: ## Benchmark: 10-step noop executions through all four services (steps/s, p50/p99)
+bench: ## Benchmark: 10-step noop executions through all four services (steps/s, p99/p50, CPU per step), one at a time, 1-step ones; a table against the speed goals
 	$(GO) run ./tools/cmd/jetflow-bench $(BENCH_FLAGS)
+
+.PHONY: bench/timers
+bench/timers: ## Benchmark TIMERS executions (10000) sleeping until the same instant: how late their timers fire (p99)
+	$(GO) run ./tools/cmd/jetflow-bench -executions 0 -single 0 -single1 0 -timers $(or $(TIMERS),10000) $(BENCH_FLAGS)
+
+.PHONY: bench/sleepers
+bench/sleepers: ## Benchmark SLEEPERS executions (100000) asleep for an hour: RSS and goroutines per sleeping execution
+	$(GO) run ./tools/cmd/jetflow-bench -executions 0 -single 0 -single1 0 -sleepers $(or $(SLEEPERS),100000) $(BENCH_FLAGS)
+
+.PHONY: bench/fsync
+bench/fsync: ## Benchmark as make bench, with JetStream fsyncing every write (sync_interval: always)
+	$(GO) run ./tools/cmd/jetflow-bench -fsync $(BENCH_FLAGS)
+
+# The Go benchmarks of the interpreter's decision and the fold, run by
+# make bench/go only (make test compiles them, but runs no benchmark).
+GO_BENCH_PKGS := ./services/dispatcher/interp ./pkg/projections
+GO_BENCH_TIME ?= 1s
+
+.PHONY: bench/go
+bench/go: ## Go benchmarks of the interpreter's decision and the fold (ns/op, allocs/op; GO_BENCH_TIME each, 1s)
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(GO_BENCH_TIME) $(GO_BENCH_PKGS)
 
 .PHONY: bench/failover
 bench/failover: ## Benchmark failover: three dispatchers, one cut off while FAILOVER executions (30) run; reports the longest pause
-	$(GO) run ./tools/cmd/jetflow-bench -executions 0 -single 0 -failover $(or $(FAILOVER),30) $(BENCH_FLAGS)
+	$(GO) run ./tools/cmd/jetflow-bench -executions 0 -single 0 -single1 0 -failover $(or $(FAILOVER),30) $(BENCH_FLAGS)
 
 .PHONY: bench/foreach
 bench/foreach: ## Benchmark one execution of a foreach over FOREACH let items (5000), which the dispatcher runs itself
-	$(GO) run ./tools/cmd/jetflow-bench -executions 0 -single 0 -foreach $(or $(FOREACH),5000) $(BENCH_FLAGS)
+	$(GO) run ./tools/cmd/jetflow-bench -executions 0 -single 0 -single1 0 -foreach $(or $(FOREACH),5000) $(BENCH_FLAGS)
 
 .PHONY: bench/fairness
 bench/fairness: ## Benchmark fairness: 3-step executions idle and while one foreach of FAIRNESS noop operations (3000) runs; reports how far their p99 rises (BENCH_FLAGS=-fairness-sleep 1s: slow exec operations)
-	$(GO) run ./tools/cmd/jetflow-bench -executions 0 -single 0 -fairness $(or $(FAIRNESS),3000) $(BENCH_FLAGS)
+	$(GO) run ./tools/cmd/jetflow-bench -executions 0 -single 0 -single1 0 -fairness $(or $(FAIRNESS),3000) $(BENCH_FLAGS)
 
 .PHONY: bench/retention
 bench/retention: ## Benchmark the janitor's retention sweep over RETENTION finished executions (5000; 2/5 deleted, or all but RETENTION_KEEP)
-	$(GO) run ./tools/cmd/jetflow-bench -executions 0 -single 0 -retention $(or $(RETENTION),5000) $(if $(RETENTION_KEEP),-retention-keep $(RETENTION_KEEP)) $(BENCH_FLAGS)
+	$(GO) run ./tools/cmd/jetflow-bench -executions 0 -single 0 -single1 0 -retention $(or $(RETENTION),5000) $(if $(RETENTION_KEEP),-retention-keep $(RETENTION_KEEP)) $(BENCH_FLAGS)
 
 .PHONY: bench/backup
 bench/backup: ## Benchmark backup and restore: BACKUP executions (10000) of 10 noop steps, then a backup, a restore into a new server and a re-projection
-	$(GO) run ./tools/cmd/jetflow-bench -executions $(or $(BACKUP),10000) -single 0 -backup $(BENCH_FLAGS)
+	$(GO) run ./tools/cmd/jetflow-bench -executions $(or $(BACKUP),10000) -single 0 -single1 0 -backup $(BENCH_FLAGS)
 
 .PHONY: soak
 soak: ## Soak: a steady mixed load for DURATION (10m) at RATE executions/s (10); rows of latency, memory, goroutines; a leak verdict

@@ -40,6 +40,13 @@ type Config struct {
 	Operator      *jwt.OperatorClaims
 	SystemAccount string
 	Accounts      map[string]string
+	// SyncAlways makes JetStream fsync every write before it acknowledges
+	// it (sync_interval: always). Default off: the file store writes at
+	// once and fsyncs every SyncInterval.
+	SyncAlways bool
+	// SyncInterval is how often JetStream fsyncs its file store when
+	// SyncAlways is off (sync_interval). Default nats-server's (2 min).
+	SyncInterval time.Duration
 }
 
 // Start starts a server and waits until it accepts connections.
@@ -57,7 +64,9 @@ func Start(c Config) (*server.Server, error) {
 		NoSigs:     true,
 		NoLog:      c.Logger == nil,
 		// Keep the HTTP monitor off; jetflow's api is the front door.
-		HTTPPort: 0,
+		HTTPPort:     0,
+		SyncAlways:   c.SyncAlways,
+		SyncInterval: c.SyncInterval,
 	}
 	if c.Operator != nil {
 		res := &server.MemAccResolver{}

@@ -19,7 +19,7 @@ import (
 // (effects before, events folded in order, effects after, outcomes
 // recorded), and stands in for agents, timers and the catalog.
 type memShell struct {
-	t       *testing.T
+	t       testing.TB
 	def     workflow.Definition
 	evs     []events.Event
 	state   projections.Execution
@@ -35,7 +35,7 @@ type memShell struct {
 	seq    uint64
 }
 
-func newMemShell(t *testing.T, def workflow.Definition, input string) *memShell {
+func newMemShell(t testing.TB, def workflow.Definition, input string) *memShell {
 	t.Helper()
 	b, err := json.Marshal(def)
 	require.NoError(t, err)

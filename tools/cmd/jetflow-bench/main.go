@@ -2,13 +2,18 @@
 // workflow of N noop steps through all four services on an embedded
 // JetStream (file store), started by publishing start CloudEvents. It
 // prints executions/s, steps/s and start-to-finish latency percentiles,
-// then a sequential single-execution latency run, and optionally (-timers)
+// then a sequential single-execution latency run and one of 1-step
+// executions, and optionally (-timers)
 // a durable-timer run: many executions sleeping until the same instant,
 // reporting how late their timers fired, (-locks) a lock run: many
 // executions contending for one lock, reporting acquire/release pairs per
 // second and handover latency, and (-retention) a retention run: many
 // finished executions, some of which their retention rule no longer keeps,
-// reporting how long the janitor's sweeps take to delete them. Alone,
+// reporting how long the janitor's sweeps take to delete them, and
+// (-sleepers) a memory run: many executions asleep, reporting what each
+// costs the process. It ends with a table of the figures next to the
+// speed goals (figures.go). -fsync runs the server with an fsync on
+// every write. Alone,
 // (-soak) a soak run: a steady mixed load at a fixed arrival rate for a
 // given time, a row every interval with latency percentiles, memory,
 // goroutines, open files and the events stream's size, and a verdict on
@@ -43,6 +48,10 @@ import (
 
 type config struct {
 	executions, concurrency, steps, single int
+	single1, sleepers                      int
+	sleepersSettle                         time.Duration
+	fsync                                  bool
+	syncInterval                           time.Duration
 	timers, failover, foreach, fairness    int
 	fairnessSleep                          time.Duration
 	bulkAfter                              int
@@ -71,6 +80,11 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&c.concurrency, "concurrency", 200, "executions in flight at once in the throughput run")
 	fs.IntVar(&c.steps, "steps", 10, "noop steps per execution")
 	fs.IntVar(&c.single, "single", 100, "executions in the sequential single-execution latency run")
+	fs.IntVar(&c.single1, "single1", 100, "executions of one noop step in the sequential 1-step latency run (0 skips it)")
+	fs.IntVar(&c.sleepers, "sleepers", 0, "executions in the sleepers run: all asleep for an hour, reporting the process's memory and goroutines per sleeping execution (0 skips it)")
+	fs.DurationVar(&c.sleepersSettle, "sleepers-settle", sleepersSettle, "how long the sleepers run waits, once all are asleep, before it measures (11m: past the commands stream's dedupe window)")
+	fs.BoolVar(&c.fsync, "fsync", false, "run the embedded server with an fsync of every JetStream write before its ack (sync_interval: always)")
+	fs.DurationVar(&c.syncInterval, "sync-interval", 0, "how often the embedded server fsyncs its file store, without -fsync (sync_interval; default nats-server's, 2m)")
 	fs.IntVar(&c.timers, "timers", 0, "executions in the durable-timer run, all sleeping until the same instant (0 skips it)")
 	fs.DurationVar(&c.timerLead, "timer-lead", 0, "how far ahead the timer run's common due time is (default max(5s, timers/1000 s))")
 	fs.IntVar(&c.foreach, "foreach", 0, "items of the foreach run: one execution of a foreach of let steps (0 skips it)")
@@ -107,6 +121,12 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if c.executions < 0 || c.concurrency < 1 || c.steps < 1 || c.single < 0 || c.timers < 0 || c.timerLead < 0 || c.failover < 0 || c.foreach < 0 || c.fairness < 0 || c.fairnessSleep < 0 {
 		return fmt.Errorf("-concurrency and -steps must be positive, -executions, -single, -timers and -timer-lead non-negative")
 	}
+	if c.single1 < 0 || c.sleepers < 0 || c.syncInterval < 0 || c.sleepersSettle < 0 {
+		return fmt.Errorf("-single1, -sleepers, -sleepers-settle and -sync-interval must be non-negative")
+	}
+	if c.fsync && c.syncInterval > 0 {
+		return fmt.Errorf("-fsync and -sync-interval exclude each other: with -fsync every write is fsynced")
+	}
 	if c.locks < 0 || c.lockLimit < 1 || c.lockLimit > events.MaxSemaphore {
 		return fmt.Errorf("-locks must be non-negative and -lock-semaphore between 1 and %d", events.MaxSemaphore)
 	}
@@ -130,7 +150,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		c.dataDir = dir
 	}
 	scfg := devstack.Config{DataDir: c.dataDir, NATSAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
-		Log: zerolog.New(os.Stderr).Level(zerolog.WarnLevel), Insecure: c.insecure, BulkAfter: c.bulkAfter}
+		Log: zerolog.New(os.Stderr).Level(zerolog.WarnLevel), Insecure: c.insecure, BulkAfter: c.bulkAfter,
+		SyncAlways: c.fsync, SyncInterval: c.syncInterval}
 	if c.retention > 0 {
 		scfg.JanitorInterval = quietJanitor
 	}
@@ -163,7 +184,15 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if c.insecure {
 		security = "NATS authentication off (-insecure)"
 	}
-	fmt.Fprintf(out, "jetflow-bench: all four services, embedded JetStream (file store), %s, GOMAXPROCS=%d\n", security, runtime.GOMAXPROCS(0))
+	syncMode := "fsync every 2m (nats-server's default)"
+	switch {
+	case c.fsync:
+		syncMode = "fsync on every write (-fsync)"
+	case c.syncInterval > 0:
+		syncMode = fmt.Sprintf("fsync every %s (-sync-interval)", c.syncInterval)
+	}
+	fmt.Fprintf(out, "jetflow-bench: all four services, embedded JetStream (file store, %s), %s, GOMAXPROCS=%d\n", syncMode, security, runtime.GOMAXPROCS(0))
+	fig := figures{fsync: c.fsync}
 
 	tr := newTracker(conn.NC, "bench")
 	defer tr.close()
@@ -185,17 +214,30 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		defer pprof.StopCPUProfile()
 	}
 	if c.executions > 0 {
-		began := time.Now()
+		began, cpuBefore := time.Now(), cpuTime()
 		lat, err := tr.runBatch(ctx, conn, batchPrefix("tput"), c.executions, c.concurrency)
 		if err != nil {
 			return err
 		}
-		wall := time.Since(began)
+		wall, cpu := time.Since(began), cpuTime()
+		if cpuBefore >= 0 && cpu >= 0 {
+			cpu -= cpuBefore
+		} else {
+			cpu = -1
+		}
+		fig.stepsPerSec = float64(c.executions*c.steps) / wall.Seconds()
+		fig.spread = spread(lat)
+		fig.cpuPerStep = perUnit(cpu, c.executions*c.steps)
 		fmt.Fprintf(out, "\nthroughput run: %d executions of %d noop steps, %d in flight\n", c.executions, c.steps, c.concurrency)
 		fmt.Fprintf(out, "  wall time        %s\n", wall.Round(time.Millisecond))
 		fmt.Fprintf(out, "  executions/s     %.0f\n", float64(c.executions)/wall.Seconds())
-		fmt.Fprintf(out, "  steps/s          %.0f\n", float64(c.executions*c.steps)/wall.Seconds())
+		fmt.Fprintf(out, "  steps/s          %.0f\n", fig.stepsPerSec)
 		printLatency(out, "start-to-finish", lat)
+		fmt.Fprintf(out, "  p99 / p50        %.2f\n", fig.spread)
+		if cpu >= 0 {
+			fmt.Fprintf(out, "  CPU              %s user+system in the whole process, %s per step (%.2f of %d cores)\n",
+				cpu.Round(time.Millisecond), millis(fig.cpuPerStep), cpu.Seconds()/wall.Seconds(), runtime.NumCPU())
+		}
 	}
 	if c.single > 0 {
 		lat, err := tr.runBatch(ctx, conn, batchPrefix("single"), c.single, 1)
@@ -209,11 +251,21 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 			perStep[i] = l / time.Duration(c.steps)
 		}
 		printLatency(out, "per step", perStep)
+		fig.perStep = percentile(perStep, 0.50)
 	}
-	if c.timers > 0 {
-		if err := runTimers(ctx, out, conn, store, c.timers, c.timerLead); err != nil {
+	if c.single1 > 0 {
+		p50, err := runSingle1(ctx, out, conn, store, c.single1)
+		if err != nil {
 			return err
 		}
+		fig.oneStep = p50
+	}
+	if c.timers > 0 {
+		p99, armedLate, err := runTimers(ctx, out, conn, store, c.timers, c.timerLead)
+		if err != nil {
+			return err
+		}
+		fig.timers, fig.timerLate, fig.timersArmedLate = c.timers, p99, armedLate
 	}
 	if c.foreach > 0 {
 		if err := runForeach(ctx, out, conn, store, c.foreach); err != nil {
@@ -245,6 +297,15 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 			return err
 		}
 	}
+	if c.sleepers > 0 {
+		res, err := runSleepers(ctx, out, conn, store, c.sleepers, c.sleepersSettle)
+		if err != nil {
+			return err
+		}
+		if res.rssKnown {
+			fig.sleepers, fig.sleeperBytes = c.sleepers, res.rssPer
+		}
+	}
 	if c.backup {
 		if err := runBackup(ctx, out, conn.NC, info, c.dataDir); err != nil {
 			return err
@@ -265,7 +326,35 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	runtime.ReadMemStats(&ms)
 	fmt.Fprintf(out, "\nprocess memory: heap in use %.1f MiB, total from OS %.1f MiB\n",
 		float64(ms.HeapInuse)/(1<<20), float64(ms.Sys)/(1<<20))
+	if c.soak.Duration == 0 {
+		printGoals(out, fig)
+	}
 	return nil
+}
+
+// single1Workflow is the 1-step run's workflow: one noop step.
+const single1Workflow = "bench1"
+
+// runSingle1 runs n executions of one noop step one after another (after
+// a few left out, to warm the workflow up) and returns their
+// start-to-finish p50.
+func runSingle1(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalog.Store, n int) (time.Duration, error) {
+	def := workflow.Definition{Name: single1Workflow, Steps: []workflow.Step{{ID: "s1", Kind: workflow.KindNoop}}}
+	if _, _, err := store.Apply(ctx, def); err != nil {
+		return 0, err
+	}
+	tr := newTracker(conn.NC, single1Workflow)
+	defer tr.close()
+	if _, err := tr.runBatch(ctx, conn, batchPrefix("warm1"), 5, 1); err != nil {
+		return 0, err
+	}
+	lat, err := tr.runBatch(ctx, conn, batchPrefix("single1"), n, 1)
+	if err != nil {
+		return 0, err
+	}
+	fmt.Fprintf(out, "\n1-step run: %d executions of one noop step one after another\n", n)
+	printLatency(out, "start-to-finish", lat)
+	return percentile(lat, 0.50), nil
 }
 
 // quietJanitor is the stack's janitor interval when the retention run
@@ -291,8 +380,12 @@ func startStack(ctx context.Context, cfg devstack.Config) (info devstack.Info, s
 }
 
 func printLatency(out io.Writer, name string, lat []time.Duration) {
+	if len(lat) == 0 {
+		fmt.Fprintf(out, "  %-16s none\n", name)
+		return
+	}
 	slices.Sort(lat)
-	p := func(q float64) time.Duration { return lat[min(len(lat)-1, int(q*float64(len(lat))))] }
+	p := func(q float64) time.Duration { return percentile(lat, q) }
 	fmt.Fprintf(out, "  %-16s p50 %s  p90 %s  p99 %s  max %s\n", name,
 		p(0.50).Round(10*time.Microsecond), p(0.90).Round(10*time.Microsecond),
 		p(0.99).Round(10*time.Microsecond), lat[len(lat)-1].Round(10*time.Microsecond))

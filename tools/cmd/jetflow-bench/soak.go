@@ -722,15 +722,15 @@ func soakAlone(fs *flag.FlagSet, c *config) error {
 	var others []string
 	fs.Visit(func(f *flag.Flag) {
 		switch f.Name {
-		case "executions", "concurrency", "steps", "single", "timers", "timer-lead", "foreach",
-			"failover", "locks", "lock-semaphore", "retention", "retention-keep":
+		case "executions", "concurrency", "steps", "single", "single1", "timers", "timer-lead", "foreach",
+			"failover", "locks", "lock-semaphore", "retention", "retention-keep", "sleepers", "sleepers-settle":
 			others = append(others, "-"+f.Name)
 		}
 	})
 	if len(others) > 0 {
 		return fmt.Errorf("-soak runs alone: drop %s", strings.Join(others, ", "))
 	}
-	c.executions, c.single = 0, 0
+	c.executions, c.single, c.single1 = 0, 0, 0
 	return c.soak.withDefaults().validate()
 }
 

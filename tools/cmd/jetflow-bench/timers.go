@@ -95,17 +95,18 @@ func newTimerTracker(nc *nats.Conn, want int) (*timerTracker, error) {
 func (t *timerTracker) close() { _ = t.sub.Unsubscribe() }
 
 // runTimers starts n executions that all sleep until the same instant T
-// and reports how late their timers fired.
-func runTimers(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalog.Store, n int, lead time.Duration) error {
+// and reports how late their timers fired; it returns the lateness p99
+// and how many timers were armed after T (which makes it the benchmark's).
+func runTimers(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalog.Store, n int, lead time.Duration) (p99 time.Duration, armedLate int, err error) {
 	def := workflow.Definition{Name: timerWorkflow, Steps: []workflow.Step{
 		{ID: "nap", Kind: workflow.KindSleep, Until: "${input.due}"},
 	}}
 	if _, _, err := store.Apply(ctx, def); err != nil {
-		return err
+		return 0, 0, err
 	}
 	tr, err := newTimerTracker(conn.NC, n)
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
 	defer tr.close()
 	if lead <= 0 {
@@ -115,7 +116,7 @@ func runTimers(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalo
 	due := began.Add(lead)
 	input, err := json.Marshal(map[string]any{"due": due.UTC().Format(time.RFC3339Nano)})
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
 	runID := began.UnixNano()
 	prefix := fmt.Sprintf("timer-%d-", runID)
@@ -153,7 +154,7 @@ func runTimers(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalo
 	wg.Wait()
 	select {
 	case err := <-errc:
-		return err
+		return 0, 0, err
 	default:
 	}
 	published := time.Since(began)
@@ -166,11 +167,11 @@ func runTimers(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalo
 	case <-deadline.C:
 		timedOut = true
 	case <-ctx.Done():
-		return ctx.Err()
+		return 0, 0, ctx.Err()
 	}
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
-	var armed, armedLate, fired, early, within100, within1s, succeeded int
+	var armed, fired, early, within100, within1s, succeeded int
 	var lastArmed, firstFire, lastFire time.Time
 	var fireLate, succLate []time.Duration
 	for id, r := range tr.recs {
@@ -224,7 +225,8 @@ func runTimers(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalo
 	fmt.Fprintf(out, "  fired within     100 ms of T: %d (%.1f%%), 1 s of T: %d (%.1f%%)\n",
 		within100, pct(within100, n), within1s, pct(within1s, n))
 	if len(fireLate) > 0 {
-		printLatency(out, "fire lateness", fireLate)
+		printLatency(out, "fire lateness", fireLate) // sorts
+		p99 = percentile(fireLate, 0.99)
 	}
 	if len(succLate) > 0 {
 		printLatency(out, "succeeded", succLate)
@@ -236,13 +238,13 @@ func runTimers(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalo
 	fmt.Fprintf(out, "  executions       %d succeeded, %d failed\n", succeeded, len(tr.failed))
 	switch {
 	case timedOut:
-		return fmt.Errorf("timer run: %d of %d executions ended within 3m after T", tr.done, n)
+		return 0, 0, fmt.Errorf("timer run: %d of %d executions ended within 3m after T", tr.done, n)
 	case len(tr.failed) > 0:
-		return fmt.Errorf("timer run: %d executions failed, e.g. %s", len(tr.failed), tr.failed[0])
+		return 0, 0, fmt.Errorf("timer run: %d executions failed, e.g. %s", len(tr.failed), tr.failed[0])
 	case early > 0:
-		return fmt.Errorf("timer run: %d timers fired before they were due", early)
+		return 0, 0, fmt.Errorf("timer run: %d timers fired before they were due", early)
 	}
-	return nil
+	return p99, armedLate, nil
 }
 
 func pct(k, n int) float64 {

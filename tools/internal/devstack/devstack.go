@@ -102,6 +102,12 @@ type Config struct {
 	Log zerolog.Logger
 	// LogNATS forwards the server's own log.
 	LogNATS bool
+	// SyncAlways makes the embedded server fsync every JetStream write
+	// before acknowledging it (sync_interval: always); SyncInterval, when
+	// it is off, is how often it fsyncs (0: nats-server's default, 2 min).
+	// Both are ignored with NATSURL.
+	SyncAlways   bool
+	SyncInterval time.Duration
 	// Insecure runs the embedded server without authentication: anyone
 	// who reaches it may do anything (experiments only). By default the
 	// stack is secure: NATS runs in operator mode with the identities of
@@ -288,7 +294,8 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 		if err != nil {
 			return fmt.Errorf("nats address: %w", err)
 		}
-		ncfg := natsserver.Config{StoreDir: filepath.Join(cfg.DataDir, "jetstream"), Host: host, Port: port}
+		ncfg := natsserver.Config{StoreDir: filepath.Join(cfg.DataDir, "jetstream"), Host: host, Port: port,
+			SyncAlways: cfg.SyncAlways, SyncInterval: cfg.SyncInterval}
 		if port == 0 {
 			ncfg.Port = -1
 		}

@@ -1,0 +1,132 @@
+package interp
+
+import (
+	"fmt"
+	"testing"
+
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/workflow"
+)
+
+// reportTask hands the interpreter an agent's report about task, and
+// carries out its decision, as the dispatcher does with a result.
+func (m *memShell) reportTask(task events.Task, p events.Payload) {
+	m.t.Helper()
+	ev := events.Event{ID: fmt.Sprintf("r%d", len(m.evs)), Type: p.EventType(), Data: p}
+	ref := events.TaskRef{TaskID: task.TaskID, ExecutionID: "x1", Workflow: m.def.Name, StepID: task.StepID,
+		Attempt: task.Attempt, Token: task.Token, Queue: task.Queue, Agent: "a1", Delivery: 1}
+	m.carry(Result(m.input(), ref, ev))
+}
+
+// finish reports task started and succeeded.
+func (m *memShell) finish(task events.Task) {
+	m.reportTask(task, &events.OperationStarted{TaskRef: events.TaskRef{Agent: "a1", Delivery: 1}})
+	m.reportTask(task, &events.OperationSucceeded{TaskRef: events.TaskRef{Agent: "a1"}})
+}
+
+// tenStepsMidway is an execution of ten noop steps whose 6th step's
+// success was just recorded: the next decision schedules the 7th.
+func tenStepsMidway(b *testing.B) *memShell {
+	def := workflow.Definition{Name: "bench"}
+	for i := range 10 {
+		def.Steps = append(def.Steps, workflow.Step{ID: fmt.Sprintf("s%d", i+1), Kind: workflow.KindNoop})
+	}
+	m := newMemShell(b, def, `{}`)
+	for i := range 6 {
+		m.advance()
+		if len(m.tasks) != i+1 {
+			b.Fatalf("%d tasks after %d steps", len(m.tasks), i)
+		}
+		m.finish(m.tasks[i])
+	}
+	return m
+}
+
+// foreachMidway is an execution of a foreach over 1,000 noop items, 50
+// at a time, with 500 done and the 500th's success just recorded: the
+// next decision starts one more item.
+func foreachMidway(b *testing.B) *memShell {
+	def, err := workflow.Parse([]byte(`
+name: bench-foreach
+steps:
+  - id: each
+    kind: foreach
+    items: ${0..999}
+    concurrency: 50
+    steps:
+      - {id: op, kind: noop}
+`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	m := newMemShell(b, def, `{}`)
+	m.advance()
+	for done := range 500 {
+		if done >= len(m.tasks) {
+			b.Fatalf("%d tasks published for %d items done", len(m.tasks), done)
+		}
+		if done > 0 {
+			m.advance()
+		}
+		m.finish(m.tasks[done])
+	}
+	return m
+}
+
+// noVerify turns off, for a benchmark, the check of every decision taken
+// with a view against one taken without (view_test.go turns it on for the
+// package's tests): it would count both. Benchmarks run after the tests.
+func noVerify(b *testing.B) {
+	was := verifyView
+	verifyView = false
+	b.Cleanup(func() { verifyView = was })
+}
+
+// BenchmarkNext is the interpreter's decision after a step's success: on
+// a 10-step execution (small: walked every time), and on a foreach of
+// 1,000 items halfway, with the view the dispatcher keeps with the state
+// (its Memo) and without it (a state just read again).
+func BenchmarkNext(b *testing.B) {
+	noVerify(b)
+	run := func(b *testing.B, m *memShell, memo bool) {
+		in := m.input()
+		if !memo {
+			in.Memo = nil
+		}
+		d := Next(in)
+		if d.Err != nil || len(d.Events) == 0 {
+			b.Fatalf("the decision does nothing: %+v", d)
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			Next(in)
+		}
+	}
+	b.Run("ten-steps-midway", func(b *testing.B) { run(b, tenStepsMidway(b), true) })
+	b.Run("foreach-1000-midway/view", func(b *testing.B) { run(b, foreachMidway(b), true) })
+	b.Run("foreach-1000-midway/walk", func(b *testing.B) { run(b, foreachMidway(b), false) })
+}
+
+// BenchmarkResult is the decision on an agent's report that a 10-step
+// execution's 7th step succeeded.
+func BenchmarkResult(b *testing.B) {
+	noVerify(b)
+	m := tenStepsMidway(b)
+	m.advance()
+	if len(m.tasks) != 7 {
+		b.Fatalf("%d tasks", len(m.tasks))
+	}
+	m.reportTask(m.tasks[6], &events.OperationStarted{TaskRef: events.TaskRef{Agent: "a1", Delivery: 1}})
+	task := m.tasks[6]
+	ev := events.Event{ID: "r", Type: events.TypeOperationSucceeded, Data: &events.OperationSucceeded{TaskRef: events.TaskRef{Agent: "a1"}}}
+	ref := events.TaskRef{TaskID: task.TaskID, ExecutionID: "x1", Workflow: m.def.Name, StepID: task.StepID,
+		Attempt: task.Attempt, Token: task.Token, Queue: task.Queue, Agent: "a1", Delivery: 1}
+	in := m.input()
+	if d := Result(in, ref, ev); d.Err != nil || len(d.Events) == 0 {
+		b.Fatalf("the decision does nothing: %+v", d)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		Result(in, ref, ev)
+	}
+}

@@ -1,0 +1,196 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/auth"
+	"jetflow.dev/pkg/catalog"
+	"jetflow.dev/tools/internal/devstack"
+)
+
+func TestPercentileAndSpread(t *testing.T) {
+	t.Parallel()
+	require.Zero(t, percentile(nil, 0.5))
+	require.Zero(t, spread(nil))
+	lat := make([]time.Duration, 0, 100)
+	for i := 100; i >= 1; i-- { // unsorted: spread sorts
+		lat = append(lat, time.Duration(i)*time.Millisecond)
+	}
+	require.InDelta(t, 100.0/51.0, spread(lat), 1e-9, "p99 is the 100th of 100, p50 the 51st, as printLatency prints them")
+	require.Equal(t, 51*time.Millisecond, percentile(lat, 0.5))
+	require.Equal(t, time.Millisecond, percentile(lat, 0))
+	require.Equal(t, 100*time.Millisecond, percentile(lat, 1))
+	require.InDelta(t, 1.0, spread([]time.Duration{3, 3, 3}), 1e-9)
+	require.Zero(t, spread([]time.Duration{0, 0}), "a p50 of 0 gives no ratio")
+}
+
+func TestPerUnit(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, 850*time.Microsecond, perUnit(17*time.Second, 20_000), "CPU per step: 17 s over 2,000 executions of 10 steps")
+	require.Zero(t, perUnit(time.Second, 0))
+	require.Zero(t, perUnit(-1, 10), "an unknown CPU time gives no figure")
+}
+
+func TestPerExecution(t *testing.T) {
+	t.Parallel()
+	v, ok := perExecution(100<<20, 100<<20+200<<10, 100)
+	require.True(t, ok)
+	require.InDelta(t, 2048.0, v, 1e-9, "200 KiB over 100 executions is 2 KiB each")
+	v, ok = perExecution(10<<20, 9<<20, 1024)
+	require.True(t, ok)
+	require.InDelta(t, -1024.0, v, 1e-9, "RSS that shrank is a negative figure, not an unknown one")
+	_, ok = perExecution(-1, 5, 1)
+	require.False(t, ok)
+	_, ok = perExecution(1, -1, 1)
+	require.False(t, ok)
+	_, ok = perExecution(1, 2, 0)
+	require.False(t, ok)
+}
+
+func TestFormats(t *testing.T) {
+	t.Parallel()
+	for d, want := range map[time.Duration]string{
+		32647 * time.Millisecond: "32,647 ms",
+		1234 * time.Millisecond:  "1,234 ms",
+		123 * time.Millisecond:   "123 ms",
+		12345 * time.Microsecond: "12.3 ms",
+		1260 * time.Microsecond:  "1.26 ms",
+		850 * time.Microsecond:   "0.850 ms",
+		0:                        "0.000 ms",
+	} {
+		require.Equal(t, want, millis(d))
+	}
+	for v, want := range map[float64]string{0: "0", 999: "999", 1000: "1,000", 2987.6: "2,988", 1234567: "1,234,567", -4500: "-4,500"} {
+		require.Equal(t, want, thousands(v))
+	}
+}
+
+func TestGoalRows(t *testing.T) {
+	t.Parallel()
+	byFigure := func(rows []goalRow) map[string]goalRow {
+		m := map[string]goalRow{}
+		for _, r := range rows {
+			m[strings.SplitN(r.figure, ",", 2)[0]] = r
+		}
+		return m
+	}
+
+	rows := byFigure(goalRows(figures{
+		stepsPerSec: 10_500, spread: 3.04, cpuPerStep: 870 * time.Microsecond, perStep: 500 * time.Microsecond,
+		oneStep: 3700 * time.Microsecond, timers: 10_000, timerLate: 1200 * time.Millisecond,
+	}))
+	require.Len(t, rows, 7)
+	require.Equal(t, goalRow{figure: "steps/s, 10-step noop, 200 in flight", measured: "10,500", goal: ">= 10,000", met: "yes"},
+		rows["steps/s"])
+	require.Equal(t, "yes", rows["per step p50"].met, "a figure at its goal meets it")
+	require.Equal(t, "3.04", rows["start-to-finish p99 / p50"].measured)
+	require.Equal(t, "no", rows["start-to-finish p99 / p50"].met)
+	require.Equal(t, "0.870 ms", rows["CPU per step (the whole process)"].measured)
+	require.Equal(t, "no", rows["CPU per step (the whole process)"].met)
+	require.Equal(t, "no", rows["1-step execution"].met)
+	require.Equal(t, goalRow{figure: "10,000 timers due at once: lateness p99", measured: "1,200 ms", goal: "<= 300 ms (10,000)", met: "no"},
+		rows["10"])
+	require.Equal(t, goalRow{figure: "memory per sleeping execution (RSS)", measured: "not measured", goal: "<= 2 KiB (100,000)", met: "-"},
+		rows["memory per sleeping execution (RSS)"])
+
+	// A smaller timer or sleepers run says so; -fsync has its own steps/s goal.
+	rows = byFigure(goalRows(figures{fsync: true, stepsPerSec: 1600, timers: 500, timerLate: 200 * time.Millisecond,
+		sleepers: 1000, sleeperBytes: 1500}))
+	require.Len(t, rows, 7)
+	require.NotContains(t, rows, "steps/s")
+	require.Equal(t, goalRow{figure: "steps/s with fsync on every write", measured: "1,600", goal: ">= 1,500", met: "yes"},
+		rows["steps/s with fsync on every write"])
+	require.Equal(t, "yes (smaller run)", rows["500 timers due at once: lateness p99"].met)
+	require.Equal(t, goalRow{figure: "memory per sleeping execution (RSS), 1,000 asleep", measured: "1.46 KiB", goal: "<= 2 KiB (100,000)",
+		met: "yes (smaller run)"}, rows["memory per sleeping execution (RSS)"])
+	require.Equal(t, "-", rows["per step p50"].met)
+
+	// Timers armed after their due time make the lateness the benchmark's.
+	rows = byFigure(goalRows(figures{timers: 10_000, timerLate: 30 * time.Second, timersArmedLate: 7069}))
+	require.Equal(t, "invalid: 7069 armed after T (raise -timer-lead)", rows["10"].met)
+}
+
+func TestPrintGoals(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	printGoals(&out, figures{})
+	require.Empty(t, out.String(), "a run that measured none of the figures prints no table")
+	printGoals(&out, figures{stepsPerSec: 3000, fsync: true})
+	require.Contains(t, out.String(), "goals (issue 14)")
+	require.Contains(t, out.String(), "-fsync: every write fsynced")
+	require.Regexp(t, `steps/s with fsync on every write +3,000 +>= 1,500 +yes\n`, out.String())
+}
+
+func TestTakeFootprint(t *testing.T) {
+	t.Parallel()
+	f := takeFootprint()
+	require.Positive(t, f.goroutines)
+	require.Positive(t, f.heap)
+	require.Positive(t, f.live)
+	require.LessOrEqual(t, f.live, f.heap, "live objects fit in the spans in use")
+	if runtime.GOOS == "linux" {
+		require.Positive(t, f.rss, "VmRSS from /proc/self/status")
+	}
+}
+
+func TestNewFlags(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-single1", "-1"}, "-single1, -sleepers, -sleepers-settle and -sync-interval must be non-negative"},
+		{[]string{"-sleepers", "-5"}, "-single1, -sleepers, -sleepers-settle and -sync-interval must be non-negative"},
+		{[]string{"-sleepers-settle", "-1s"}, "-single1, -sleepers, -sleepers-settle and -sync-interval must be non-negative"},
+		{[]string{"-fsync", "-sync-interval", "1s"}, "-fsync and -sync-interval exclude each other"},
+		{[]string{"-soak", "1m", "-sleepers", "10"}, "-soak runs alone: drop -sleepers"},
+		{[]string{"-soak", "1m", "-single1", "10"}, "-soak runs alone: drop -single1"},
+	} {
+		err := run(t.Context(), c.args, new(bytes.Buffer))
+		require.ErrorContains(t, err, c.want, "%v", c.args)
+	}
+}
+
+// TestSingle1AndSleepersRuns runs the 1-step and sleepers runs on a small
+// scale, on the whole system with an fsync on every write, and checks
+// what they report.
+func TestSingle1AndSleepersRuns(t *testing.T) {
+	ctx := t.Context()
+	info, stop, err := startStack(ctx, devstack.Config{DataDir: t.TempDir(), NATSAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
+		Log: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel), SyncAlways: true})
+	require.NoError(t, err)
+	defer stop()
+	require.True(t, info.Server.JetStreamConfig().SyncAlways, "the stack passes SyncAlways to its server")
+	conn, err := info.Dial(ctx, auth.RoleAdmin, "jetflow-bench-test")
+	require.NoError(t, err)
+	defer conn.NC.Close()
+	store, err := catalog.Open(ctx, conn.JS)
+	require.NoError(t, err)
+
+	var out bytes.Buffer
+	p50, err := runSingle1(ctx, &out, conn, store, 3)
+	require.NoError(t, err)
+	require.Positive(t, p50)
+	require.Contains(t, out.String(), "1-step run: 3 executions of one noop step one after another\n  start-to-finish  p50 ")
+
+	res, err := runSleepers(ctx, &out, conn, store, 20, time.Second)
+	t.Log(out.String())
+	require.NoError(t, err, "every one of the 20 is recorded sleeping, none ended")
+	require.Contains(t, out.String(), "sleepers run: 20 executions of a one-step workflow sleeping 1h")
+	require.Contains(t, out.String(), "; measured 1s later\n")
+	require.Contains(t, out.String(), "goroutines       ")
+	require.Contains(t, out.String(), "live heap        ")
+	require.Positive(t, res.after.goroutines)
+	if _, err := os.Stat("/proc/self/status"); err == nil {
+		require.True(t, res.rssKnown)
+		require.Contains(t, out.String(), " KiB per sleeping execution")
+	}
+}

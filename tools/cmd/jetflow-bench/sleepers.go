@@ -1,0 +1,237 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/catalog"
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/workflow"
+	"jetflow.dev/tools/internal/soak"
+)
+
+// sleepersWorkflow is the workflow of the sleepers run: one sleep step,
+// long enough that no execution wakes during the run.
+const (
+	sleepersWorkflow = "bench-sleepers"
+	sleepersSleep    = "1h"
+)
+
+// sleepersSettle is how long the sleepers run waits by default, once
+// every execution is recorded sleeping, before it measures: the projector
+// writes its read models and the dispatcher its caches after the events.
+// (nats-server keeps more for a while: a stream's block cache for 10 s
+// after its last use, the commands stream's message ids for its 10 min
+// dedupe window; -sleepers-settle 11m measures without them.)
+const sleepersSettle = 3 * time.Second
+
+// sleepersStall is how long the sleepers run waits for one more
+// execution to be recorded sleeping before it gives up: a large run on a
+// busy machine takes many minutes, but never stops moving.
+const sleepersStall = 2 * time.Minute
+
+// footprint is the process's memory and goroutines at one moment, taken
+// after the Go runtime has returned what it could to the OS.
+type footprint struct {
+	rss        int64  // VmRSS in bytes, -1 when unknown
+	heap       uint64 // heap spans in use (live objects and the free room among them)
+	live       uint64 // live heap objects
+	goroutines int
+}
+
+func takeFootprint() footprint {
+	debug.FreeOSMemory() // a GC, and the freed pages returned: RSS is then what is live
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	f := footprint{rss: -1, heap: ms.HeapInuse, live: ms.HeapAlloc, goroutines: runtime.NumGoroutine()}
+	if b, err := os.ReadFile("/proc/self/status"); err == nil {
+		if rss, ok := soak.ParseVmRSS(string(b)); ok {
+			f.rss = rss
+		}
+	}
+	return f
+}
+
+// perExecution is the growth from before to after divided by n, and
+// whether it is known: not when either is unknown (-1) or n is not
+// positive.
+func perExecution(before, after int64, n int) (float64, bool) {
+	if before < 0 || after < 0 || n <= 0 {
+		return 0, false
+	}
+	return float64(after-before) / float64(n), true
+}
+
+// sleepTracker counts the executions of the sleepers run recorded
+// sleeping (their step.waiting event, which follows timer.armed).
+type sleepTracker struct {
+	sub    *nats.Subscription
+	prefix string
+	want   int64
+	asleep atomic.Int64
+	ended  atomic.Int64
+	all    chan struct{}
+	once   sync.Once
+}
+
+func newSleepTracker(nc *nats.Conn, prefix string, want int) (*sleepTracker, error) {
+	t := &sleepTracker{prefix: prefix, want: int64(want), all: make(chan struct{})}
+	sub, err := nc.Subscribe(bus.WorkflowSubjects(sleepersWorkflow), func(m *nats.Msg) {
+		if !strings.HasPrefix(m.Subject[strings.LastIndexByte(m.Subject, '.')+1:], prefix) {
+			return
+		}
+		switch typ := events.Type(m.Header.Get("ce-type")); {
+		case typ == events.TypeStepWaiting:
+			if t.asleep.Add(1) == t.want {
+				t.once.Do(func() { close(t.all) })
+			}
+		case typ.IsTerminal():
+			t.ended.Add(1)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	_ = sub.SetPendingLimits(-1, -1)
+	t.sub = sub
+	return t, nil
+}
+
+func (t *sleepTracker) close() { _ = t.sub.Unsubscribe() }
+
+// sleepersResult is what the sleepers run measured.
+type sleepersResult struct {
+	before, after footprint
+	// rssPer and heapPer are bytes per sleeping execution; rssKnown
+	// says whether the system reported the RSS.
+	rssPer, heapPer float64
+	rssKnown        bool
+}
+
+// runSleepers starts n executions that sleep for an hour, waits until
+// every one is recorded sleeping, and reports what they cost the process
+// in memory and goroutines. They are left asleep: the data directory is
+// removed with the run (or keeps them, with -data).
+func runSleepers(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalog.Store, n int, settle time.Duration) (sleepersResult, error) {
+	var res sleepersResult
+	def := workflow.Definition{Name: sleepersWorkflow, Steps: []workflow.Step{
+		{ID: "nap", Kind: workflow.KindSleep, Duration: sleepersSleep},
+	}}
+	if _, _, err := store.Apply(ctx, def); err != nil {
+		return res, err
+	}
+	prefix := fmt.Sprintf("sleeper-%d-", time.Now().UnixNano())
+	tr, err := newSleepTracker(conn.NC, prefix, n)
+	if err != nil {
+		return res, err
+	}
+	defer tr.close()
+	res.before = takeFootprint()
+
+	began := time.Now()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errc := make(chan error, 1)
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(n) {
+					return
+				}
+				ev := events.New("jetflow-bench", "", sleepersWorkflow, time.Now(),
+					&events.StartExecution{Workflow: sleepersWorkflow, ExecutionID: fmt.Sprintf("%s%d", prefix, i)})
+				msg, err := bus.Encode(bus.SubjectStart, ev)
+				if err == nil {
+					_, err = conn.JS.PublishMsg(ctx, msg)
+				}
+				if err != nil {
+					select {
+					case errc <- fmt.Errorf("publish start: %w", err):
+					default:
+					}
+					next.Store(int64(n))
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return res, err
+	default:
+	}
+	published := time.Since(began)
+	fmt.Fprintf(out, "\nsleepers run: %d executions of a one-step workflow sleeping %s\n", n, sleepersSleep)
+
+	progress := time.NewTicker(10 * time.Second)
+	defer progress.Stop()
+	last, lastAt, lastSaid := int64(-1), time.Now(), time.Now()
+wait:
+	for {
+		select {
+		case <-tr.all:
+			break wait
+		case now := <-progress.C:
+			k := tr.asleep.Load()
+			if k != last {
+				last, lastAt = k, now
+			} else if now.Sub(lastAt) >= sleepersStall {
+				return res, fmt.Errorf("sleepers run: %d of %d executions recorded sleeping, none more for %s (%d ended)",
+					k, n, sleepersStall, tr.ended.Load())
+			}
+			if now.Sub(lastSaid) >= 30*time.Second { // a large run takes minutes: say how far it is
+				fmt.Fprintf(out, "  (%s: %d of %d recorded sleeping)\n", now.Sub(began).Round(time.Second), k, n)
+				lastSaid = now
+			}
+		case <-ctx.Done():
+			return res, ctx.Err()
+		}
+	}
+	asleep := time.Since(began)
+	select {
+	case <-time.After(settle):
+	case <-ctx.Done():
+		return res, ctx.Err()
+	}
+	res.after = takeFootprint()
+	if e := tr.ended.Load(); e > 0 {
+		return res, fmt.Errorf("sleepers run: %d executions ended instead of sleeping", e)
+	}
+	res.rssPer, res.rssKnown = perExecution(res.before.rss, res.after.rss, n)
+	res.heapPer, _ = perExecution(int64(res.before.heap), int64(res.after.heap), n)
+
+	fmt.Fprintf(out, "  start commands   published in %s; all recorded sleeping %s after the first; measured %s later\n",
+		published.Round(time.Millisecond), asleep.Round(time.Millisecond), settle)
+	if res.rssKnown {
+		fmt.Fprintf(out, "  RSS              %s before, %s after: %.2f KiB per sleeping execution\n",
+			mib(res.before.rss), mib(res.after.rss), res.rssPer/1024)
+	} else {
+		fmt.Fprintf(out, "  RSS              unknown (no /proc/self/status)\n")
+	}
+	fmt.Fprintf(out, "  heap in use      %s before, %s after: %.2f KiB per sleeping execution\n",
+		mib(int64(res.before.heap)), mib(int64(res.after.heap)), res.heapPer/1024)
+	livePer, _ := perExecution(int64(res.before.live), int64(res.after.live), n)
+	fmt.Fprintf(out, "  live heap        %s before, %s after: %.2f KiB per sleeping execution (the rest of the heap in use is room between objects)\n",
+		mib(int64(res.before.live)), mib(int64(res.after.live)), livePer/1024)
+	fmt.Fprintf(out, "  goroutines       %d before, %d after (%+d)\n",
+		res.before.goroutines, res.after.goroutines, res.after.goroutines-res.before.goroutines)
+	fmt.Fprintf(out, "  Go timers        not measurable (the Go runtime exports no count of its timers)\n")
+	return res, nil
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
