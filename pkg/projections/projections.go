@@ -790,13 +790,17 @@ func (s Execution) step(ev events.Event, id string, to OpStatus, set func(*Step)
 // started records the start an operation's result carries (when no
 // io.jetflow.step.started recorded it): the step was started at that time,
 // in that delivery, before it ended at end. The start is the agent's
-// clock, the end the dispatcher's: a start after the end (clocks apart)
-// is taken as the end, so that no step ends before it starts.
+// clock, the schedule and the end the dispatcher's: a start outside them
+// (clocks apart) is taken as the nearer one, so that no step starts
+// before it was scheduled nor ends before it starts.
 func (st *Step) started(o events.OperationStart, end time.Time) {
 	if o.StartedAt.IsZero() {
 		return
 	}
 	st.StartedAt = o.StartedAt
+	if !st.ScheduledAt.IsZero() && st.StartedAt.Before(st.ScheduledAt) {
+		st.StartedAt = st.ScheduledAt
+	}
 	if !end.IsZero() && st.StartedAt.After(end) {
 		st.StartedAt = end
 	}

@@ -737,3 +737,42 @@ func TestFoldReplay(t *testing.T) {
 	_, err = projections.Apply(s, stepEvent(&events.ExecutionReplayed{Mode: events.ReplayModeReplay, Token: "t3", Reset: []string{"zz"}}))
 	require.ErrorIs(t, err, projections.ErrUnknownStep)
 }
+
+// TestAResultsStartIsKeptBetweenScheduleAndEnd: the start a result carries
+// comes from the agent's clock, the schedule and the end from the
+// dispatcher's. A start before the schedule (the agent's clock behind) is
+// taken as the schedule, and one after the end as the end: no step
+// starts before it was scheduled nor ends before it starts.
+func TestAResultsStartIsKeptBetweenScheduleAndEnd(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 3, 14, 15, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		name    string
+		started time.Time
+		want    time.Time
+	}{
+		{"between", at.Add(1500 * time.Millisecond), at.Add(1500 * time.Millisecond)},
+		{"before the schedule", at.Add(-time.Hour), at.Add(time.Second)},
+		{"after the end", at.Add(time.Hour), at.Add(2 * time.Second)},
+	} {
+		var seq uint64
+		ev := func(d time.Duration, p events.Payload) events.Event {
+			seq++
+			e := events.New("jetflow/dispatcher", "x1", "wf", at.Add(d), p)
+			e.Seq, e.PrevSeq = seq, seq-1
+			return e
+		}
+		s, err := projections.Fold([]events.Event{
+			ev(0, &events.ExecutionStarted{Workflow: "wf", Version: 1, Steps: []events.StepRef{{ID: "a", Kind: "noop"}}, Token: "t"}),
+			ev(time.Second, &events.StepDispatched{StepID: "a", Attempt: 1, TaskID: "x1.a.1", Queue: "default"}),
+			ev(1200*time.Millisecond, &events.StepSent{StepID: "a", Attempt: 1, TaskID: "x1.a.1", TaskSeq: 9}),
+			ev(2*time.Second, &events.StepSucceeded{StepID: "a", Attempt: 1, Agent: "agent-1",
+				OperationStart: events.OperationStart{StartedAt: c.started, Delivery: 1}}),
+		})
+		require.NoError(t, err, c.name)
+		require.Len(t, s.Steps, 1, c.name)
+		require.Equal(t, projections.OpSucceeded, s.Steps[0].Status, c.name)
+		require.True(t, c.want.Equal(s.Steps[0].StartedAt), "%s: started at %v, want %v", c.name, s.Steps[0].StartedAt, c.want)
+		require.Equal(t, 1, s.Steps[0].Delivery, c.name)
+	}
+}
