@@ -140,40 +140,10 @@ func runSleepers(ctx context.Context, out io.Writer, conn *bus.Conn, store *cata
 	res.before = takeFootprint()
 
 	began := time.Now()
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errc := make(chan error, 1)
-	for range 32 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := next.Add(1) - 1
-				if i >= int64(n) {
-					return
-				}
-				ev := events.New("jetflow-bench", "", sleepersWorkflow, time.Now(),
-					&events.StartExecution{Workflow: sleepersWorkflow, ExecutionID: fmt.Sprintf("%s%d", prefix, i)})
-				msg, err := bus.Encode(bus.SubjectStart, ev)
-				if err == nil {
-					_, err = conn.JS.PublishMsg(ctx, msg)
-				}
-				if err != nil {
-					select {
-					case errc <- fmt.Errorf("publish start: %w", err):
-					default:
-					}
-					next.Store(int64(n))
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	select {
-	case err := <-errc:
+	if err := publishStarts(ctx, conn, n, func(i int) *events.StartExecution {
+		return &events.StartExecution{Workflow: sleepersWorkflow, ExecutionID: fmt.Sprintf("%s%d", prefix, i)}
+	}); err != nil {
 		return res, err
-	default:
 	}
 	published := time.Since(began)
 	fmt.Fprintf(out, "\nsleepers run: %d executions of a one-step workflow sleeping %s\n", n, sleepersSleep)

@@ -122,40 +122,10 @@ func runTimers(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalo
 	prefix := fmt.Sprintf("timer-%d-", runID)
 
 	// Publish every start command at once, from a few goroutines.
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errc := make(chan error, 1)
-	for range 32 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := next.Add(1) - 1
-				if i >= int64(n) {
-					return
-				}
-				ev := events.New("jetflow-bench", "", timerWorkflow, time.Now(),
-					&events.StartExecution{Workflow: timerWorkflow, ExecutionID: fmt.Sprintf("%s%d", prefix, i), Input: input})
-				msg, err := bus.Encode(bus.SubjectStart, ev)
-				if err == nil {
-					_, err = conn.JS.PublishMsg(ctx, msg)
-				}
-				if err != nil {
-					select {
-					case errc <- fmt.Errorf("publish start: %w", err):
-					default:
-					}
-					next.Store(int64(n))
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	select {
-	case err := <-errc:
+	if err := publishStarts(ctx, conn, n, func(i int) *events.StartExecution {
+		return &events.StartExecution{Workflow: timerWorkflow, ExecutionID: fmt.Sprintf("%s%d", prefix, i), Input: input}
+	}); err != nil {
 		return 0, 0, err
-	default:
 	}
 	published := time.Since(began)
 
@@ -252,4 +222,43 @@ func pct(k, n int) float64 {
 		return 0
 	}
 	return 100 * float64(k) / float64(n)
+}
+
+// publishStarts publishes the start commands start(0) ... start(n-1) to
+// jf.commands.start from 32 goroutines at once, and returns the first
+// error (the others stop at it).
+func publishStarts(ctx context.Context, conn *bus.Conn, n int, start func(i int) *events.StartExecution) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errc := make(chan error, 1)
+	for range 32 {
+		wg.Go(func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(n) {
+					return
+				}
+				p := start(int(i))
+				msg, err := bus.Encode(bus.SubjectStart, events.New("jetflow-bench", "", p.Workflow, time.Now(), p))
+				if err == nil {
+					_, err = conn.JS.PublishMsg(ctx, msg)
+				}
+				if err != nil {
+					select {
+					case errc <- fmt.Errorf("publish start: %w", err):
+					default:
+					}
+					next.Store(int64(n))
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return err
+	default:
+		return nil
+	}
 }
