@@ -485,6 +485,7 @@ var (
 		events.TypeExecutionCancelling, events.TypeExecutionCancelled, events.TypeExecutionResumed, events.TypeExecutionReplayed,
 		"io.jetflow.step.unknown",     // unknown type, nil Data
 		events.TypeReconcileExecution, // a command that does not belong in a history
+		events.TypeStepDispatched,     // scheduled and sending as one event
 	}
 	fuzzSteps = []string{"a", "b", "c", "d"}
 )
@@ -522,8 +523,14 @@ func fuzzEvents(data []byte) []events.Event {
 			p = &events.StepSent{StepID: step, Attempt: attempt, TaskID: "t", TaskSeq: uint64(i)}
 		case events.TypeStepStarted: // the step byte's high part is the delivery
 			p = &events.StepStarted{StepID: step, Attempt: attempt, Agent: "ag", Delivery: arg / (len(fuzzSteps) + 1)}
-		case events.TypeStepSucceeded:
-			p = &events.StepSucceeded{StepID: step, Attempt: attempt, Output: json.RawMessage(`1`)}
+		case events.TypeStepDispatched:
+			p = &events.StepDispatched{StepID: step, Attempt: attempt, TaskID: "t", Queue: "q"}
+		case events.TypeStepSucceeded: // the step byte's high part is the delivery whose start the result carries (0: none)
+			e := &events.StepSucceeded{StepID: step, Attempt: attempt, Output: json.RawMessage(`1`)}
+			if d := arg / (len(fuzzSteps) + 1); d > 0 {
+				e.OperationStart = events.OperationStart{StartedAt: base.Add(time.Duration(i-d) * time.Second), Delivery: d}
+			}
+			p = e
 		case events.TypeStepFailed:
 			p = &events.StepFailed{StepID: step, Attempt: attempt, Error: "boom"}
 		case events.TypeExecutionCancelling:
@@ -586,8 +593,13 @@ func fuzzBytes(t testing.TB, evs []events.Event) []byte {
 		case *events.StepStarted:
 			arg, attempt = stepArg(e.StepID)+e.Delivery*(len(fuzzSteps)+1), e.Attempt
 			require.Less(t, arg, 256)
-		case *events.StepSucceeded:
+		case *events.StepDispatched:
 			arg, attempt = stepArg(e.StepID), e.Attempt
+		case *events.StepSucceeded:
+			// The delivery of a start it carries; the start's time is not
+			// in the bytes (such histories are not_fuzzable, seeds only).
+			arg, attempt = stepArg(e.StepID)+e.Delivery*(len(fuzzSteps)+1), e.Attempt
+			require.Less(t, arg, 256)
 		case *events.StepFailed:
 			arg, attempt = stepArg(e.StepID), e.Attempt
 		case *events.ExecutionResumed:
