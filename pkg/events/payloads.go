@@ -144,6 +144,9 @@ type StepStarted struct {
 	Attempt  int    `json:"attempt"`
 	Agent    string `json:"agent,omitempty"`
 	Delivery int    `json:"delivery,omitempty"`
+	// StartedAt is when the agent began the operation, from its report
+	// (zero from older agents: the event's time is the start then).
+	StartedAt time.Time `json:"started_at,omitzero"`
 }
 
 // StepSucceeded records a step's result. It is recorded at most once per step.
@@ -516,6 +519,11 @@ func (t Task) Ref(agent string, delivery int) TaskRef {
 // OperationStarted reports that an agent began a task.
 type OperationStarted struct {
 	TaskRef
+	// StartedAt is when the agent began the operation: the report is
+	// published only once it has run for a while (the agent's
+	// -report-started-after), so its own time is later (zero from older
+	// agents).
+	StartedAt time.Time `json:"started_at,omitzero"`
 }
 
 // OperationSucceeded reports a task's successful result.

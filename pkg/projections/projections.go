@@ -545,10 +545,15 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 			if e.Delivery <= s.Steps[i].Delivery {
 				return s, &TransitionError{ExecutionID: s.ID, From: string(OpStarted), Event: ev.Type, StepID: e.StepID}
 			}
-			s.Steps[i].StartedAt, s.Steps[i].Agent, s.Steps[i].Delivery = ev.Time, e.Agent, e.Delivery
+			st := &s.Steps[i]
+			st.StartedAt, st.Agent, st.Delivery = ev.Time, e.Agent, e.Delivery
+			st.started(events.OperationStart{StartedAt: e.StartedAt}, ev.Time)
 			return s, nil
 		}
-		return s.step(ev, e.StepID, OpStarted, func(st *Step) { st.StartedAt, st.Agent, st.Delivery = ev.Time, e.Agent, e.Delivery })
+		return s.step(ev, e.StepID, OpStarted, func(st *Step) {
+			st.StartedAt, st.Agent, st.Delivery = ev.Time, e.Agent, e.Delivery
+			st.started(events.OperationStart{StartedAt: e.StartedAt}, ev.Time) // the agent's time, if its report had it
+		})
 	case *events.StepSucceeded:
 		if e.SignalID != "" {
 			i := slices.IndexFunc(s.Signals, func(g Signal) bool { return g.ID == e.SignalID })

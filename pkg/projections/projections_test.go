@@ -788,3 +788,42 @@ func TestAResultsStartIsKeptBetweenScheduleAndEnd(t *testing.T) {
 		require.Equal(t, 1, s.Steps[0].Delivery, c.name)
 	}
 }
+
+// TestAStartedReportGivesTheAgentsStart: a long operation is reported
+// started only once it has run a while (the agent's
+// -report-started-after), so step.started carries when the agent began
+// it: that is the step's start, not the event's later time (a step's
+// duration would be short by the wait). Kept between the schedule and the
+// event, as a result's start is.
+func TestAStartedReportGivesTheAgentsStart(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 3, 14, 15, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		name    string
+		started time.Time
+		want    time.Time
+	}{
+		{"the agent's start", at.Add(1200 * time.Millisecond), at.Add(1200 * time.Millisecond)},
+		{"none (an older agent)", time.Time{}, at.Add(1250 * time.Millisecond)},
+		{"before the schedule", at.Add(-time.Hour), at.Add(time.Second)},
+		{"after the event", at.Add(time.Hour), at.Add(1250 * time.Millisecond)},
+	} {
+		var seq uint64
+		ev := func(d time.Duration, p events.Payload) events.Event {
+			seq++
+			e := events.New("jetflow/dispatcher", "x1", "wf", at.Add(d), p)
+			e.Seq, e.PrevSeq = seq, seq-1
+			return e
+		}
+		s, err := projections.Fold([]events.Event{
+			ev(0, &events.ExecutionStarted{Workflow: "wf", Version: 1, Steps: []events.StepRef{{ID: "a", Kind: "exec"}}, Token: "t"}),
+			ev(time.Second, &events.StepDispatched{StepID: "a", Attempt: 1, TaskID: "x1.a.1", Queue: "default"}),
+			ev(1100*time.Millisecond, &events.StepSent{StepID: "a", Attempt: 1, TaskID: "x1.a.1", TaskSeq: 9}),
+			ev(1250*time.Millisecond, &events.StepStarted{StepID: "a", Attempt: 1, Agent: "agent-1", Delivery: 1, StartedAt: c.started}),
+		})
+		require.NoError(t, err, c.name)
+		require.Len(t, s.Steps, 1, c.name)
+		require.Equal(t, projections.OpStarted, s.Steps[0].Status, c.name)
+		require.True(t, c.want.Equal(s.Steps[0].StartedAt), "%s: started at %v, want %v", c.name, s.Steps[0].StartedAt, c.want)
+	}
+}

@@ -410,7 +410,7 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 		err = fmt.Errorf("agent %s has no handler for operation kind %q", a.cfg.Name, task.Kind)
 	} else {
 		began = time.Now()
-		started := a.reportStarted(fmt.Sprintf("%s.started.%d", task.TaskID, delivery), ref)
+		started := a.reportStarted(fmt.Sprintf("%s.started.%d", task.TaskID, delivery), ref, began)
 		defer started.wait(a.cfg.AckWait, log)
 		out, err = safeHandle(opCtx, h, operation.Task{TaskID: task.TaskID, ExecutionID: task.ExecutionID,
 			Workflow: task.Workflow, StepID: task.StepID, Attempt: task.Attempt, Delivery: delivery,
@@ -469,7 +469,7 @@ type startReport struct {
 }
 
 // reportStarted arms the started report of an operation that begins now.
-func (a *Agent) reportStarted(id string, ref events.TaskRef) *startReport {
+func (a *Agent) reportStarted(id string, ref events.TaskRef, began time.Time) *startReport {
 	r := &startReport{}
 	publish := func() {
 		r.mu.Lock()
@@ -478,7 +478,7 @@ func (a *Agent) reportStarted(id string, ref events.TaskRef) *startReport {
 			// Published without waiting: the operation need not wait for
 			// it, and the final report on the same subject and connection
 			// is stored after it (stop waits for this function).
-			r.future = a.reportAsync(id, &events.OperationStarted{TaskRef: ref})
+			r.future = a.reportAsync(id, &events.OperationStarted{TaskRef: ref, StartedAt: began.UTC()})
 		}
 	}
 	if a.cfg.StartedAfter == StartedAtOnce {

@@ -128,6 +128,10 @@ func requireStartedThen(t *testing.T, task *events.Task, evs []events.Event, fin
 	began := startedAt(evs[1])
 	require.False(t, began.IsZero(), "the final report says when the operation started")
 	require.False(t, began.After(evs[1].Time), "started %s, reported %s", began, evs[1].Time)
+	// The started report says when it began too, not when it was sent
+	// (after the agent's -report-started-after): the same instant.
+	require.True(t, st.StartedAt.Equal(began), "started report: %s, final report: %s", st.StartedAt, began)
+	require.False(t, st.StartedAt.After(evs[0].Time), "started %s, reported %s", st.StartedAt, evs[0].Time)
 	for _, ev := range evs {
 		require.Equal(t, task.ExecutionID, ev.Subject)
 		require.Equal(t, task.Workflow, ev.Workflow)

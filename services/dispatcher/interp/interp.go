@@ -605,7 +605,7 @@ func Result(in Input, ref events.TaskRef, ev events.Event) Decision {
 		// operation again (its agent died or timed out).
 		if st.Status == projections.OpSending || st.Status == projections.OpSent ||
 			(st.Status == projections.OpStarted && r.Delivery > st.Delivery) {
-			p = &events.StepStarted{StepID: st.ID, Attempt: st.Attempt, Agent: r.Agent, Delivery: r.Delivery}
+			p = &events.StepStarted{StepID: st.ID, Attempt: st.Attempt, Agent: r.Agent, Delivery: r.Delivery, StartedAt: r.StartedAt}
 		}
 	case *events.OperationSucceeded:
 		if st.Status.InFlight() {
