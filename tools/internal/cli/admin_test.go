@@ -174,6 +174,11 @@ func TestExitCodeRule(t *testing.T) {
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = busy.Close() })
+	code, _, stderr = jetflow(t, "", "dev", "--data", data, "--nats-addr", "127.0.0.1:18999", "--http", "127.0.0.1:18999")
+	require.Equal(t, ExitUsage, code, stderr)
+	require.Contains(t, stderr, "--nats-addr and --http are both 127.0.0.1:18999")
+	_, err = os.Stat(data)
+	require.ErrorIs(t, err, os.ErrNotExist, "jetflow dev made its data directory before refusing")
 	for _, flag := range []string{"--nats-addr", "--http"} {
 		args := []string{"dev", "--data", data, "--nats-addr", "127.0.0.1:0", "--http", "127.0.0.1:0", flag, busy.Addr().String()}
 		code, stdout, stderr = jetflow(t, "", args...)

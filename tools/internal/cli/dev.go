@@ -143,6 +143,11 @@ with its own NATS connection. Stop it with Ctrl-C; start it again on the same
 // jetflow can restore (backup.ErrNotBackup and backup.ErrRefused give
 // the exit statuses of jetflow admin restore).
 func checkDevInput(cfg devstack.Config) error {
+	if cfg.NATSAddr != "" && cfg.NATSAddr == cfg.HTTPAddr {
+		if _, port, err := net.SplitHostPort(cfg.NATSAddr); err != nil || port != "0" {
+			return usagef("--nats-addr and --http are both %s: give each its own port", cfg.NATSAddr)
+		}
+	}
 	for _, addr := range []struct{ flag, addr string }{{"--nats-addr", cfg.NATSAddr}, {"--http", cfg.HTTPAddr}} {
 		if err := addressFree(addr.addr); errors.Is(err, errAddressInUse) {
 			return fmt.Errorf("%s %s: %w: another jetflow dev, or another program, listens there; stop it, or give %s 127.0.0.1:PORT",
