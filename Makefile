@@ -55,7 +55,7 @@ FUZZ_TARGETS := ./pkg/bus:FuzzDecode ./pkg/bus:FuzzDirectDecode ./pkg/projection
 	./pkg/workflow:FuzzParse ./pkg/retention:FuzzParse ./pkg/startcheck:FuzzCheck \
 	./services/api/api:FuzzRequest ./services/dispatcher/dispatch:FuzzCommand
 FUZZTIME ?= 200000x
-FUZZ_SHORT ?= 3s
+FUZZ_SHORT ?= 2000x
 # FUZZ_RUN fuzzes every target in turn for the time given ($(1)), and
 # stops at the first that fails (its input is written to the package's
 # testdata/fuzz: commit it as a regression seed once fixed).
@@ -68,7 +68,7 @@ define FUZZ_RUN
 endef
 
 .PHONY: test
-test: ## Every module's tests with -race against embedded JetStream, then every fuzz target for FUZZ_SHORT (3s) each
+test: ## Every module's tests with -race against embedded JetStream, then every fuzz target for FUZZ_SHORT (2000 inputs) each
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 	$(call FUZZ_RUN,$(FUZZ_SHORT))
 
