@@ -767,22 +767,8 @@ func TestAResultsStartIsKeptBetweenScheduleAndEnd(t *testing.T) {
 		{"before the schedule", at.Add(-time.Hour), at.Add(time.Second)},
 		{"after the end", at.Add(time.Hour), at.Add(2 * time.Second)},
 	} {
-		var seq uint64
-		ev := func(d time.Duration, p events.Payload) events.Event {
-			seq++
-			e := events.New("jetflow/dispatcher", "x1", "wf", at.Add(d), p)
-			e.Seq, e.PrevSeq = seq, seq-1
-			return e
-		}
-		s, err := projections.Fold([]events.Event{
-			ev(0, &events.ExecutionStarted{Workflow: "wf", Version: 1, Steps: []events.StepRef{{ID: "a", Kind: "noop"}}, Token: "t"}),
-			ev(time.Second, &events.StepDispatched{StepID: "a", Attempt: 1, TaskID: "x1.a.1", Queue: "default"}),
-			ev(1200*time.Millisecond, &events.StepSent{StepID: "a", Attempt: 1, TaskID: "x1.a.1", TaskSeq: 9}),
-			ev(2*time.Second, &events.StepSucceeded{StepID: "a", Attempt: 1, Agent: "agent-1",
-				OperationStart: events.OperationStart{StartedAt: c.started, Delivery: 1}}),
-		})
-		require.NoError(t, err, c.name)
-		require.Len(t, s.Steps, 1, c.name)
+		s := foldOneOperation(t, at, 2*time.Second, &events.StepSucceeded{StepID: "a", Attempt: 1, Agent: "agent-1",
+			OperationStart: events.OperationStart{StartedAt: c.started, Delivery: 1}})
 		require.Equal(t, projections.OpSucceeded, s.Steps[0].Status, c.name)
 		require.True(t, c.want.Equal(s.Steps[0].StartedAt), "%s: started at %v, want %v", c.name, s.Steps[0].StartedAt, c.want)
 		require.Equal(t, 1, s.Steps[0].Delivery, c.name)
@@ -808,22 +794,34 @@ func TestAStartedReportGivesTheAgentsStart(t *testing.T) {
 		{"before the schedule", at.Add(-time.Hour), at.Add(time.Second)},
 		{"after the event", at.Add(time.Hour), at.Add(1250 * time.Millisecond)},
 	} {
-		var seq uint64
-		ev := func(d time.Duration, p events.Payload) events.Event {
-			seq++
-			e := events.New("jetflow/dispatcher", "x1", "wf", at.Add(d), p)
-			e.Seq, e.PrevSeq = seq, seq-1
-			return e
-		}
-		s, err := projections.Fold([]events.Event{
-			ev(0, &events.ExecutionStarted{Workflow: "wf", Version: 1, Steps: []events.StepRef{{ID: "a", Kind: "exec"}}, Token: "t"}),
-			ev(time.Second, &events.StepDispatched{StepID: "a", Attempt: 1, TaskID: "x1.a.1", Queue: "default"}),
-			ev(1100*time.Millisecond, &events.StepSent{StepID: "a", Attempt: 1, TaskID: "x1.a.1", TaskSeq: 9}),
-			ev(1250*time.Millisecond, &events.StepStarted{StepID: "a", Attempt: 1, Agent: "agent-1", Delivery: 1, StartedAt: c.started}),
-		})
-		require.NoError(t, err, c.name)
-		require.Len(t, s.Steps, 1, c.name)
+		s := foldOneOperation(t, at, 1250*time.Millisecond,
+			&events.StepStarted{StepID: "a", Attempt: 1, Agent: "agent-1", Delivery: 1, StartedAt: c.started})
 		require.Equal(t, projections.OpStarted, s.Steps[0].Status, c.name)
 		require.True(t, c.want.Equal(s.Steps[0].StartedAt), "%s: started at %v, want %v", c.name, s.Steps[0].StartedAt, c.want)
 	}
+}
+
+// foldOneOperation folds the history of an execution of one operation
+// step a, started at at: dispatched at +1 s, sent at +1.1 s, then last
+// at +lastAfter. It fails the test unless the fold has that one step.
+func foldOneOperation(t *testing.T, at time.Time, lastAfter time.Duration, last events.Payload) projections.Execution {
+	t.Helper()
+	var evs []events.Event
+	for _, e := range []struct {
+		after time.Duration
+		p     events.Payload
+	}{
+		{0, &events.ExecutionStarted{Workflow: "wf", Version: 1, Steps: []events.StepRef{{ID: "a", Kind: "exec"}}, Token: "t"}},
+		{time.Second, &events.StepDispatched{StepID: "a", Attempt: 1, TaskID: "x1.a.1", Queue: "default"}},
+		{1100 * time.Millisecond, &events.StepSent{StepID: "a", Attempt: 1, TaskID: "x1.a.1", TaskSeq: 9}},
+		{lastAfter, last},
+	} {
+		ev := events.New("jetflow/dispatcher", "x1", "wf", at.Add(e.after), e.p)
+		ev.Seq, ev.PrevSeq = uint64(len(evs)+1), uint64(len(evs))
+		evs = append(evs, ev)
+	}
+	s, err := projections.Fold(evs)
+	require.NoError(t, err)
+	require.Len(t, s.Steps, 1)
+	return s
 }
