@@ -132,7 +132,7 @@ func (d *Dispatcher) repair(ctx context.Context, ev events.Event, wf string, p *
 		case len(dec.Events) > 0:
 			// The fold now passes over the event: fold the history again.
 			d.evict(x.id)
-			fresh, _, err := d.load(ctx, wf, x.id)
+			fresh, _, err := d.load(ctx, wf, x.id, false)
 			if err != nil {
 				return err
 			}
@@ -168,11 +168,11 @@ func (d *Dispatcher) afterRepair(ctx context.Context, x *execState) error {
 // and its damage; nil if none is.
 func (d *Dispatcher) damagedAmong(ctx context.Context, entries []events.LockEntry) (string, *projections.Damage, error) {
 	for _, en := range entries {
-		x, cached, err := d.load(ctx, en.Workflow, en.ExecutionID)
+		x, cached, err := d.load(ctx, en.Workflow, en.ExecutionID, false)
 		if err == nil && cached && x.state.Damaged == nil {
 			if err = d.checkFresh(ctx, x); errors.Is(err, bus.ErrConflict) {
 				d.evict(en.ExecutionID) // behind its history: read it
-				x, _, err = d.load(ctx, en.Workflow, en.ExecutionID)
+				x, _, err = d.load(ctx, en.Workflow, en.ExecutionID, false)
 			}
 		}
 		if err != nil {

@@ -57,7 +57,7 @@ func (d *Dispatcher) start(ctx context.Context, ev events.Event, cmd *events.Sta
 			"execution %q expired under its retention rule at %s and its history was deleted; execution ids are unique forever: start a new execution with a new id",
 			id, c.ExpiredAt.UTC().Format(time.RFC3339))})
 	}
-	return d.withExecution(ctx, cmd.Workflow, id, func(x *execState) error {
+	return d.withNewExecution(ctx, cmd.Workflow, id, func(x *execState) error {
 		if x.state.Status == projections.StatusNone {
 			x.def = rec.Definition
 			if err := d.append(ctx, x, started); err != nil {

@@ -86,27 +86,44 @@ func (x *execState) subject() string { return bus.ExecutionSubject(x.workflow, x
 // damage.go), or, for an event of a type this dispatcher does not know, an
 // error that retries (a newer dispatcher may know it).
 func (d *Dispatcher) withExecution(ctx context.Context, wf, id string, fn func(*execState) error) error {
-	return d.withExecutionAs(ctx, wf, id, false, fn)
+	return d.withExecutionAs(ctx, wf, id, loading{}, fn)
 }
 
 // withDamagedExecution is withExecution that hands fn a damaged execution
 // too (the repair action).
 func (d *Dispatcher) withDamagedExecution(ctx context.Context, wf, id string, fn func(*execState) error) error {
-	return d.withExecutionAs(ctx, wf, id, true, fn)
+	return d.withExecutionAs(ctx, wf, id, loading{damagedToo: true}, fn)
 }
 
-func (d *Dispatcher) withExecutionAs(ctx context.Context, wf, id string, damagedToo bool, fn func(*execState) error) error {
+// withNewExecution is withExecution for an execution whose history is
+// most likely empty (its start): see loading.probablyNew.
+func (d *Dispatcher) withNewExecution(ctx context.Context, wf, id string, fn func(*execState) error) error {
+	return d.withExecutionAs(ctx, wf, id, loading{probablyNew: true}, fn)
+}
+
+// loading says how withExecutionAs loads an execution.
+type loading struct {
+	// damagedToo hands fn a damaged execution too.
+	damagedToo bool
+	// probablyNew: the history is most likely empty, so the stream's
+	// leader is asked for its last event before it is read (one small
+	// request; a read asks for the first batch as well, which for an
+	// empty history only costs).
+	probablyNew bool
+}
+
+func (d *Dispatcher) withExecutionAs(ctx context.Context, wf, id string, how loading, fn func(*execState) error) error {
 	if !events.ValidWorkflowName(wf) || !events.ValidExecutionID(id) {
 		return permanentError{fmt.Errorf("invalid workflow %q or execution id %q", wf, id)}
 	}
 	defer d.handling.lock(id)()
 	for attempt := 0; ; attempt++ {
-		x, cached, err := d.load(ctx, wf, id)
+		x, cached, err := d.load(ctx, wf, id, how.probablyNew && attempt == 0)
 		if err != nil {
 			return err
 		}
 		x.current = !cached
-		if x.state.Damaged != nil && !damagedToo {
+		if x.state.Damaged != nil && !how.damagedToo {
 			err := d.refuseDamaged(ctx, x, cached)
 			if errors.Is(err, bus.ErrConflict) && attempt < 8 {
 				continue // repaired by another dispatcher since it was cached
@@ -182,8 +199,9 @@ func (d *Dispatcher) checkFresh(ctx context.Context, x *execState) error {
 
 // load returns the execution's state from the cache (cached = true) or
 // folded from its history. Only executions that exist are cached, and a
-// cached state is used only for the workflow it belongs to.
-func (d *Dispatcher) load(ctx context.Context, wf, id string) (x *execState, cached bool, err error) {
+// cached state is used only for the workflow it belongs to. probablyNew:
+// see loading.
+func (d *Dispatcher) load(ctx context.Context, wf, id string, probablyNew bool) (x *execState, cached bool, err error) {
 	d.mu.Lock()
 	x, ok := d.cache.get(id)
 	d.mu.Unlock()
@@ -193,7 +211,17 @@ func (d *Dispatcher) load(ctx context.Context, wf, id string) (x *execState, cac
 	}
 	// Not cached, or cached before this holding of its partition began
 	// (another dispatcher may have written it in between).
-	evs, err := d.hist.Read(ctx, bus.ExecutionSubject(wf, id), 0)
+	subject := bus.ExecutionSubject(wf, id)
+	if probablyNew {
+		last, err := d.hist.LastSeq(ctx, subject)
+		if err != nil {
+			return nil, false, err
+		}
+		if last == 0 { // as a read would fold it
+			return &execState{id: id, workflow: wf, state: projections.FoldQuarantined(id, nil), epoch: epoch, memo: &interp.Memo{}}, false, nil
+		}
+	}
+	evs, err := d.hist.Read(ctx, subject, 0)
 	if err != nil {
 		return nil, false, err
 	}
