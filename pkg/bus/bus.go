@@ -342,10 +342,18 @@ func KeyChanged(err error) bool {
 	return errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) || IsConflict(err)
 }
 
+// SyncQueueLen is the buffer of a connection's synchronous
+// subscriptions (nats.SyncQueueLen). jetflow's only ones are the history
+// reads' batched direct gets (jetstreamext.GetBatch subscribes for each
+// request), which take at most a batch of 1,000 messages (history's
+// readBatch) and its end: nats.go's default, 65,536 entries, allocated
+// and cleared 512 KiB for each read.
+const SyncQueueLen = 4096
+
 // Connect dials a NATS server with jetflow's reconnect settings.
 func Connect(url, name string, opts ...nats.Option) (*nats.Conn, error) {
 	base := []nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
-		nats.RetryOnFailedConnect(true)}
+		nats.RetryOnFailedConnect(true), nats.SyncQueueLen(SyncQueueLen)}
 	nc, err := nats.Connect(url, append(base, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to nats at %s: %w", url, err)

@@ -189,6 +189,10 @@ const (
 	readBatchBytes = 4 << 20
 )
 
+// A batch and its end fit in a connection's synchronous subscription
+// buffer (bus.SyncQueueLen): the build fails otherwise.
+var _ [bus.SyncQueueLen - readBatch - 1]struct{}
+
 // scanOnce reads once, telling delivered the sequence of each event fn
 // took.
 //
