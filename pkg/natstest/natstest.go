@@ -49,7 +49,9 @@ func Connect(t testing.TB, s *server.Server) (*nats.Conn, jetstream.JetStream) {
 // dial connects to s, closed when the test ends.
 func dial(t testing.TB, s *server.Server) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	nc, err := nats.Connect(s.ClientURL(), nats.MaxReconnects(-1))
+	// The services' buffer for synchronous subscriptions (bus.Connect):
+	// tests read histories with what production reads them with.
+	nc, err := nats.Connect(s.ClientURL(), nats.MaxReconnects(-1), nats.SyncQueueLen(bus.SyncQueueLen))
 	if err != nil {
 		t.Fatal(err)
 	}
