@@ -154,12 +154,22 @@ func DispatcherConsumers(d Durables) []Consumer {
 func PartitionConsumers(d Durables, p int) []Consumer {
 	d = d.withDefaults()
 	part := fmt.Sprintf("partition %d", p)
+	timers := dispatcherConsumer(d, StreamTimers, PartitionTimersConsumer(p), fmt.Sprintf("%s.%d.*", TimersPrefix, p), part+" timers")
+	timers.Config.MaxAckPending = max(d.DispatcherMaxAckPending, TimersMaxAckPending)
 	return []Consumer{
 		dispatcherConsumer(d, StreamInbox, PartitionInboxConsumer(p), fmt.Sprintf("%s.%d.*", InboxPrefix, p), part+" commands"),
 		dispatcherConsumer(d, StreamResults, PartitionResultsConsumer(p), fmt.Sprintf("%s.*.%d.*", ResultsPrefix, p), part+" reports"),
-		dispatcherConsumer(d, StreamTimers, PartitionTimersConsumer(p), fmt.Sprintf("%s.%d.*", TimersPrefix, p), part+" timers"),
+		timers,
 	}
 }
+
+// TimersMaxAckPending is the least MaxAckPending of a partition's timers
+// consumer: a dispatcher keeps a fired timer's message until it has
+// recorded the firing and acted on it, and thousands of timers may fall
+// due at the same instant; with the commands' bound (1024 by default) the
+// rest of a partition's would wait, undelivered, for the first ones'
+// acknowledgements. Its messages are small (a few hundred bytes).
+const TimersMaxAckPending = 4096
 
 // AgentQueueConsumer is the consumer of one agent queue.
 func AgentQueueConsumer(d Durables, queue string) Consumer {

@@ -396,6 +396,80 @@ func (s *Store) Append(ctx context.Context, subject string, lastSeq uint64, ev e
 	return 0, fmt.Errorf("append %s to %s after seq %d: %w", ev.Type, subject, lastSeq, bus.ErrConflict)
 }
 
+// Pending is one append of a batch ([Store.AppendBatch]): Event, to
+// Subject, if the subject's last stream sequence is still LastSeq.
+type Pending struct {
+	Subject string
+	LastSeq uint64
+	Event   events.Event
+}
+
+// Appended is the outcome of one append of a batch: the new sequence, or
+// why it was not stored (an error wrapping bus.ErrConflict when another
+// writer went first).
+type Appended struct {
+	Seq uint64
+	Err error
+}
+
+// AppendBatch appends each of appends as [Store.Append] does, with its
+// own expected last subject sequence (the fence) and message id, but
+// publishes them all before it waits for their acknowledgements: a batch
+// of appends to different histories costs about one round trip instead
+// of one each. Each append succeeds or fails alone; the outcome of
+// appends[i] is out[i]. Two appends to the same subject in one batch
+// cannot both succeed (the second expects the first's predecessor): give
+// each history at most one.
+//
+// Unlike Append it tries each once: an append that timed out or met a
+// leader election may have been stored, so the caller reads the history
+// again before deciding anew (a conflict of its own earlier attempt is
+// recognised, as by Append).
+func (s *Store) AppendBatch(ctx context.Context, appends []Pending) []Appended {
+	out := make([]Appended, len(appends))
+	futures := make([]jetstream.PubAckFuture, len(appends))
+	for i, a := range appends {
+		msg, err := bus.Encode(a.Subject, a.Event)
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		futures[i], err = s.js.PublishMsgAsync(msg, jetstream.WithMsgID(a.Event.ID), jetstream.WithExpectLastSequencePerSubject(a.LastSeq))
+		if err != nil {
+			out[i].Err = fmt.Errorf("append %s to %s: %w", a.Event.Type, a.Subject, err)
+		}
+	}
+	wait, cancel := context.WithTimeout(ctx, appendAttempt)
+	defer cancel()
+	for i, f := range futures {
+		if f == nil {
+			continue
+		}
+		a := appends[i]
+		select {
+		case ack := <-f.Ok():
+			out[i].Seq = ack.Sequence
+			continue
+		case err := <-f.Err():
+			out[i].Err = err
+		case <-wait.Done():
+			out[i].Err = wait.Err()
+		}
+		if !bus.IsConflict(out[i].Err) {
+			out[i].Err = fmt.Errorf("append %s to %s: %w", a.Event.Type, a.Subject, out[i].Err)
+			continue
+		}
+		// As in Append: a single server checks the expected sequence
+		// before dedupe.
+		if last, gerr := bus.LeaderGet(ctx, s.js, bus.StreamEvents, bus.MsgQuery{LastBySubject: a.Subject}); gerr == nil && last.Header.Get(jetstream.MsgIDHeader) == a.Event.ID {
+			out[i] = Appended{Seq: last.Sequence}
+			continue
+		}
+		out[i].Err = fmt.Errorf("append %s to %s after seq %d: %w", a.Event.Type, a.Subject, a.LastSeq, bus.ErrConflict)
+	}
+	return out
+}
+
 // Linear returns an error unless every event of evs, read in stream order
 // from the start of one execution's history, was appended right after the
 // one before it: the first event names no previous event and each later

@@ -88,3 +88,42 @@ func TestOpenRefusesAnEventsStreamWithoutDirectGets(t *testing.T) {
 	_, err = history.Open(ctx, js)
 	require.NoError(t, err)
 }
+
+// TestAppendBatch: each append of a batch is fenced by its own expected
+// sequence and succeeds or fails alone: a stale one conflicts and stores
+// nothing, the others are stored after the sequences they expected.
+func TestAppendBatch(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	ctx := t.Context()
+	store, err := history.Open(ctx, js)
+	require.NoError(t, err)
+	subj := func(id string) string { return bus.ExecutionSubject("wf", id) }
+	first, err := store.Append(ctx, subj("x1"), 0, newEvent("x1", &events.VariablesSet{StepID: "a"}))
+	require.NoError(t, err)
+	_, err = store.Append(ctx, subj("x2"), 0, newEvent("x2", &events.VariablesSet{StepID: "a"}))
+	require.NoError(t, err)
+
+	out := store.AppendBatch(ctx, []history.Pending{
+		{Subject: subj("x1"), LastSeq: first, Event: newEvent("x1", &events.VariablesSet{StepID: "b"})},
+		{Subject: subj("x2"), LastSeq: 0, Event: newEvent("x2", &events.VariablesSet{StepID: "b"})}, // stale
+		{Subject: subj("x3"), LastSeq: 0, Event: newEvent("x3", &events.VariablesSet{StepID: "a"})},
+	})
+	require.Len(t, out, 3)
+	require.NoError(t, out[0].Err)
+	require.ErrorIs(t, out[1].Err, bus.ErrConflict)
+	require.NoError(t, out[2].Err)
+	for _, c := range []struct {
+		id   string
+		n    int
+		last uint64 // 0: not appended by the batch
+	}{{"x1", 2, out[0].Seq}, {"x2", 1, 0}, {"x3", 1, out[2].Seq}} {
+		evs, err := store.Read(ctx, subj(c.id), 0)
+		require.NoError(t, err)
+		require.Len(t, evs, c.n, c.id)
+		if c.last != 0 {
+			require.Equal(t, c.last, evs[len(evs)-1].Seq, c.id)
+		}
+	}
+	require.Greater(t, out[0].Seq, first)
+}

@@ -295,9 +295,11 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	}
 	// The workers handle executions in turns (fair.go).
 	work := newTurns()
+	// Fired timers are recorded in batches first (fires.go).
+	fires := newFireQueue()
 	stopBeats := make(chan struct{})
 	defer close(stopBeats)
-	go d.keepQueuedAlive(work, stopBeats)
+	go d.keepQueuedAlive(work, fires, stopBeats)
 	var wg sync.WaitGroup
 	for range d.cfg.Workers {
 		wg.Add(1)
@@ -316,24 +318,36 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	var ccs []jetstream.ConsumeContext
 	tableDone := make(chan struct{})
 	close(tableDone) // until the table runs
+	stopFires, firesDone := make(chan struct{}), make(chan struct{})
 	defer func() {
 		<-tableDone // the table gave its partitions back (their jobs are done)
 		for _, cc := range ccs {
 			cc.Drain()
 			<-cc.Closed()
 		}
+		close(stopFires)
+		<-firesDone // what the fire loop held is with the workers
 		work.close()
 		wg.Wait()
 	}()
-	// queue hands a job to the workers, behind its execution's others;
-	// enqueue checks a message first. from is the partition holding it
-	// came from (nil for the shared consumers).
-	queue := func(j job) {
-		j.alive = time.Now()
+	// toWorkers hands a job to the workers, behind its execution's others.
+	toWorkers := func(j job) {
 		if ctx.Err() != nil || !work.add(j) {
 			_ = j.msg.Nak() // shutting down: hand it to another dispatcher now
 			j.from.done()
 		}
+	}
+	go func() { defer close(firesDone); d.fireLoop(ctx, fires, toWorkers, stopFires) }()
+	// queue hands a job to the workers, a fired timer by way of the fire
+	// loop; enqueue checks a message first. from is the partition holding
+	// it came from (nil for the shared consumers).
+	queue := func(j job) {
+		j.alive = time.Now()
+		if _, fired := j.ev.Data.(*events.FireTimer); fired && !j.intake && ctx.Err() == nil {
+			fires.add(j)
+			return
+		}
+		toWorkers(j)
 	}
 	enqueue := func(m jetstream.Msg, from *consuming) {
 		ev, ok := d.intake(ctx, m)
@@ -421,7 +435,7 @@ func (d *Dispatcher) beatEvery(j job) time.Duration {
 // fan-out's reports) longer than its ack wait would be delivered again,
 // payload and all, every ack wait, and a shared consumer's to another
 // dispatcher, which would handle it a second time.
-func (d *Dispatcher) keepQueuedAlive(work *turns, stop <-chan struct{}) {
+func (d *Dispatcher) keepQueuedAlive(work *turns, fires *fireQueue, stop <-chan struct{}) {
 	tick := time.NewTicker(max(10*time.Millisecond, min(500*time.Millisecond, bus.IntakeAckWait/4, d.cfg.AckWait/4)))
 	defer tick.Stop()
 	for {
@@ -429,7 +443,7 @@ func (d *Dispatcher) keepQueuedAlive(work *turns, stop <-chan struct{}) {
 		case <-stop:
 			return
 		case now := <-tick.C:
-			for _, m := range work.due(now, d.beatEvery) {
+			for _, m := range append(work.due(now, d.beatEvery), fires.due(now, d.beatEvery)...) {
 				_ = m.InProgress()
 			}
 		}

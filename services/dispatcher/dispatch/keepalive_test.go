@@ -45,7 +45,7 @@ func TestQueuedMessagesAreKeptAlive(t *testing.T) {
 	require.True(t, work.add(job{msg: m, key: "x1", alive: time.Now()}))
 	stop := make(chan struct{})
 	defer close(stop)
-	go d.keepQueuedAlive(work, stop)
+	go d.keepQueuedAlive(work, newFireQueue(), stop)
 	require.Zero(t, redeliveries(t, cons, ackWait*5/2), "not redelivered while it waits in the turns") // it waits that long
 	require.NoError(t, m.Ack())
 }

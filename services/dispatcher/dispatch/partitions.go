@@ -136,10 +136,16 @@ func (d *Dispatcher) acquire(ctx context.Context, p int, epoch uint64, enqueue f
 			return fmt.Errorf("reset consumer %s: %w", c.Config.Durable, err)
 		}
 		name := c.Config.Durable
+		// Timers come due by the thousand at once and are recorded in
+		// batches (fires.go): pulled a batch at a time.
+		pull := 64
+		if c.Stream == bus.StreamTimers {
+			pull = fireBatchMax
+		}
 		cc, err := cons.Consume(func(m jetstream.Msg) {
 			r.inFlight.Add(1)
 			enqueue(m, r)
-		}, bus.Consume(jetstream.PullMaxMessages(64), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		}, bus.Consume(jetstream.PullMaxMessages(pull), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			if ctx.Err() == nil {
 				d.log.Warn().Err(err).Str("consumer", name).Msg("consume partition")
 			}

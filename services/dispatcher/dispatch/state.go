@@ -48,6 +48,11 @@ func (k *keyedMutex) lock(key string) (unlock func()) {
 	l.users++
 	k.mu.Unlock()
 	l.Lock()
+	return k.unlocker(key, l)
+}
+
+// unlocker returns the unlock of key, held with l.
+func (k *keyedMutex) unlocker(key string, l *keyLock) func() {
 	return func() {
 		l.Unlock()
 		k.mu.Lock()
@@ -56,6 +61,24 @@ func (k *keyedMutex) lock(key string) (unlock func()) {
 		}
 		k.mu.Unlock()
 	}
+}
+
+// tryLock locks key if nobody holds or waits for it, and returns its
+// unlock; ok is false (and nothing is locked) otherwise.
+func (k *keyedMutex) tryLock(key string) (unlock func(), ok bool) {
+	k.mu.Lock()
+	if k.locks[key] != nil {
+		k.mu.Unlock()
+		return nil, false
+	}
+	if k.locks == nil {
+		k.locks = map[string]*keyLock{}
+	}
+	l := &keyLock{users: 1}
+	l.Lock()
+	k.locks[key] = l
+	k.mu.Unlock()
+	return k.unlocker(key, l), true
 }
 
 // execState is the dispatcher's view of one execution.
@@ -202,11 +225,8 @@ func (d *Dispatcher) checkFresh(ctx context.Context, x *execState) error {
 // cached state is used only for the workflow it belongs to. probablyNew:
 // see loading.
 func (d *Dispatcher) load(ctx context.Context, wf, id string, probablyNew bool) (x *execState, cached bool, err error) {
-	d.mu.Lock()
-	x, ok := d.cache.get(id)
-	d.mu.Unlock()
-	epoch, held := d.holds(id)
-	if ok && x.workflow == wf && (!held || x.epoch == epoch) {
+	x, epoch, ok := d.cached(wf, id)
+	if ok {
 		return x, true, nil
 	}
 	// Not cached, or cached before this holding of its partition began
@@ -250,6 +270,17 @@ func (d *Dispatcher) load(ctx context.Context, wf, id string, probablyNew bool) 
 	d.cache.put(id, x)
 	d.mu.Unlock()
 	return x, false, nil
+}
+
+// cached returns the execution's state if the cache holds it for
+// workflow wf and the current holding of its partition (ok), and the
+// epoch of that holding.
+func (d *Dispatcher) cached(wf, id string) (x *execState, epoch uint64, ok bool) {
+	d.mu.Lock()
+	x, ok = d.cache.get(id)
+	d.mu.Unlock()
+	epoch, held := d.holds(id)
+	return x, epoch, ok && x.workflow == wf && (!held || x.epoch == epoch)
 }
 
 func (d *Dispatcher) evict(id string) {

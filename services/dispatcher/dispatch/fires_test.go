@@ -1,0 +1,294 @@
+package dispatch
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/catalog"
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/history"
+	"jetflow.dev/pkg/natstest"
+	"jetflow.dev/pkg/workflow"
+)
+
+// fireBundle is a running dispatcher whose executions sleep for an hour,
+// so that the test fires their timers itself, through recordFires.
+type fireBundle struct {
+	js jetstream.JetStream
+	d  *Dispatcher
+}
+
+func setupFires(t *testing.T) *fireBundle {
+	t.Helper()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	defs, err := catalog.Open(t.Context(), js)
+	require.NoError(t, err)
+	for _, src := range []string{
+		"name: nap\nsteps:\n  - {id: nap, kind: sleep, duration: 1h}\n",
+		// Two events more before its sleep than nap's.
+		"name: letnap\nsteps:\n  - {id: a, kind: let, vars: {x: 1}}\n  - {id: nap, kind: sleep, duration: 1h}\n",
+	} {
+		def, err := workflow.Parse([]byte(src))
+		require.NoError(t, err)
+		_, _, err = defs.Apply(t.Context(), def)
+		require.NoError(t, err)
+	}
+	d, err := New(t.Context(), Config{}, js, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
+	require.NoError(t, err)
+	natstest.Serve(t, d.Run)
+	return &fireBundle{js: js, d: d}
+}
+
+// asleep starts an execution of wf and waits until it sleeps; it returns
+// the FireTimer the server would deliver when its sleep comes due.
+func (b *fireBundle) asleep(t *testing.T, wf, id string) events.Event {
+	t.Helper()
+	ev := events.New("test", "", "", time.Now(), &events.StartExecution{Workflow: wf, ExecutionID: id})
+	msg, err := bus.Encode(bus.SubjectStart, ev)
+	require.NoError(t, err)
+	_, err = b.js.PublishMsg(t.Context(), msg, jetstream.WithMsgID(ev.ID))
+	require.NoError(t, err)
+	var timerID string
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		evs, err := history.Read(t.Context(), b.js, bus.ExecutionSubject(wf, id), 0)
+		if err != nil || len(evs) == 0 || evs[len(evs)-1].Type != events.TypeStepWaiting {
+			return false
+		}
+		for _, e := range evs {
+			if a, ok := e.Data.(*events.TimerArmed); ok {
+				timerID = a.TimerID
+			}
+		}
+		return timerID != ""
+	}, "%s sleeps", id)
+	return events.New("jetflow/dispatcher", id, wf, time.Now(), &events.FireTimer{ExecutionID: id, Workflow: wf, TimerID: timerID})
+}
+
+// fireJob is the job of a fired timer's message as a consumer delivers it.
+func fireJob(ev events.Event) job {
+	return job{ev: ev, key: ev.Data.(*events.FireTimer).ExecutionID, alive: time.Now()}
+}
+
+// history returns the types of an execution's events, and checks that
+// its history is linear.
+func (b *fireBundle) history(t *testing.T, wf, id string) []events.Type {
+	t.Helper()
+	evs, err := history.Read(t.Context(), b.js, bus.ExecutionSubject(wf, id), 0)
+	require.NoError(t, err)
+	require.NoError(t, history.Linear(evs))
+	out := make([]events.Type, 0, len(evs))
+	for _, e := range evs {
+		out = append(out, e.Type)
+	}
+	return out
+}
+
+func count(types []events.Type, typ events.Type) int {
+	n := 0
+	for _, x := range types {
+		if x == typ {
+			n++
+		}
+	}
+	return n
+}
+
+// finish handles a fired timer's message as a worker does after the
+// batch, and checks that the execution ended with its timer recorded
+// fired once.
+func (b *fireBundle) finish(t *testing.T, ev events.Event) {
+	t.Helper()
+	require.NoError(t, b.d.handle(t.Context(), ev))
+	p := ev.Data.(*events.FireTimer)
+	types := b.history(t, p.Workflow, p.ExecutionID)
+	require.Equal(t, 1, count(types, events.TypeTimerFired), "%s: %v", p.ExecutionID, types)
+	require.Equal(t, events.TypeExecutionSucceeded, types[len(types)-1], "%s: %v", p.ExecutionID, types)
+}
+
+func (b *fireBundle) isCached(id string) bool {
+	b.d.mu.Lock()
+	defer b.d.mu.Unlock()
+	_, ok := b.d.cache.get(id)
+	return ok
+}
+
+// TestFiresRecordedInABatch: the firings of several executions are
+// recorded by one batch, each once, and the workers then end their
+// sleeps; a second firing of one execution in the same batch (a
+// redelivery) is left to a worker and records nothing more.
+func TestFiresRecordedInABatch(t *testing.T) {
+	t.Parallel()
+	b := setupFires(t)
+	var fired []events.Event
+	for i := range 3 {
+		fired = append(fired, b.asleep(t, "nap", fmt.Sprintf("n%d", i)))
+	}
+	batch := []job{fireJob(fired[0]), fireJob(fired[1]), fireJob(fired[2]), fireJob(fired[1])}
+	out := b.d.recordFires(t.Context(), batch)
+	require.Len(t, out, 4)
+	for i := range 3 {
+		require.True(t, out[i].recorded, "firing %d", i)
+		require.NoError(t, out[i].err)
+		types := b.history(t, "nap", fmt.Sprintf("n%d", i))
+		require.Equal(t, events.TypeTimerFired, types[len(types)-1])
+	}
+	require.False(t, out[3].recorded, "the second firing of n1 in the batch")
+	require.NoError(t, out[3].err)
+	for _, j := range batch {
+		b.finish(t, j.ev)
+	}
+}
+
+// TestFireBatchWithAConflict: another writer appended to one execution's
+// history after this dispatcher cached it; the batch's append to it
+// conflicts and changes nothing, the others are recorded, and the
+// worker, reading its history again, decides anew: the other writer
+// recorded the firing already, so the sleep ends with one timer.fired.
+func TestFireBatchWithAConflict(t *testing.T) {
+	t.Parallel()
+	b := setupFires(t)
+	var fired []events.Event
+	for i := range 3 {
+		fired = append(fired, b.asleep(t, "nap", fmt.Sprintf("c%d", i)))
+	}
+	// Another dispatcher records c1's firing.
+	subject := bus.ExecutionSubject("nap", "c1")
+	last, err := b.d.hist.LastSeq(t.Context(), subject)
+	require.NoError(t, err)
+	other := events.New("other-dispatcher", "c1", "nap", time.Now(), &events.TimerFired{TimerID: fired[1].Data.(*events.FireTimer).TimerID})
+	other.PrevSeq = last
+	_, err = b.d.hist.Append(t.Context(), subject, last, other)
+	require.NoError(t, err)
+	require.True(t, b.isCached("c1"), "the dispatcher holds c1's state from before the other's append")
+
+	out := b.d.recordFires(t.Context(), []job{fireJob(fired[0]), fireJob(fired[1]), fireJob(fired[2])})
+	require.True(t, out[0].recorded)
+	require.True(t, out[2].recorded)
+	require.False(t, out[1].recorded)
+	require.True(t, errors.Is(out[1].err, bus.ErrConflict), "c1: %v", out[1].err)
+	require.False(t, b.isCached("c1"), "a conflicting state leaves the cache")
+	for _, ev := range fired {
+		b.finish(t, ev)
+	}
+}
+
+// TestFireBatchWithAFailedAppend: the events stream refuses one
+// execution's append (its history is at the stream's per-subject limit);
+// the others of the batch are recorded, that one is not, and its state
+// leaves the cache. Once the stream takes it again, the worker records
+// its firing once.
+func TestFireBatchWithAFailedAppend(t *testing.T) {
+	t.Parallel()
+	b := setupFires(t)
+	fired := []events.Event{b.asleep(t, "nap", "f0"), b.asleep(t, "letnap", "f1"), b.asleep(t, "nap", "f2")}
+	full := b.history(t, "letnap", "f1")
+	require.Greater(t, len(full), len(b.history(t, "nap", "f0")), "letnap's history is the longer")
+
+	stream, err := b.js.Stream(t.Context(), bus.StreamEvents)
+	require.NoError(t, err)
+	cfg := stream.CachedInfo().Config
+	limited := cfg
+	limited.MaxMsgsPerSubject, limited.DiscardNewPerSubject = int64(len(full)), true
+	_, err = b.js.UpdateStream(t.Context(), limited)
+	require.NoError(t, err)
+
+	out := b.d.recordFires(t.Context(), []job{fireJob(fired[0]), fireJob(fired[1]), fireJob(fired[2])})
+	require.True(t, out[0].recorded)
+	require.True(t, out[2].recorded)
+	require.False(t, out[1].recorded)
+	require.Error(t, out[1].err)
+	require.False(t, bus.IsConflict(out[1].err), "not a conflict: %v", out[1].err)
+	require.Equal(t, full, b.history(t, "letnap", "f1"), "nothing appended to f1")
+	require.False(t, b.isCached("f1"), "a failed append's state leaves the cache")
+
+	_, err = b.js.UpdateStream(t.Context(), cfg)
+	require.NoError(t, err)
+	for _, ev := range fired {
+		b.finish(t, ev)
+	}
+}
+
+// TestRedeliveredFireRecordedOnce: a dispatcher recorded a firing and
+// stopped before acting on it; the message is delivered again to a
+// dispatcher without the state cached. The batch reads the history,
+// sees the firing recorded, and leaves the message to a worker, which
+// ends the sleep: timer.fired once.
+func TestRedeliveredFireRecordedOnce(t *testing.T) {
+	t.Parallel()
+	b := setupFires(t)
+	ev := b.asleep(t, "nap", "r0")
+	out := b.d.recordFires(t.Context(), []job{fireJob(ev)})
+	require.True(t, out[0].recorded)
+	b.d.evict("r0") // as a dispatcher that has not seen it
+
+	out = b.d.recordFires(t.Context(), []job{fireJob(ev)})
+	require.False(t, out[0].recorded, "recorded already")
+	require.NoError(t, out[0].err)
+	types := b.history(t, "nap", "r0")
+	require.Equal(t, 1, count(types, events.TypeTimerFired), "%v", types)
+	b.finish(t, ev)
+}
+
+// TestTimersDueTogether: executions whose sleeps end at the same instant
+// all end, each with its timer recorded fired once, after it was due
+// (through the consumers, the fire loop's batches and the workers).
+func TestTimersDueTogether(t *testing.T) {
+	t.Parallel()
+	b := setupFires(t)
+	def, err := workflow.Parse([]byte("name: at\nsteps:\n  - {id: nap, kind: sleep, until: '${input.due}'}\n"))
+	require.NoError(t, err)
+	defs, err := catalog.Open(t.Context(), b.js)
+	require.NoError(t, err)
+	_, _, err = defs.Apply(t.Context(), def)
+	require.NoError(t, err)
+
+	const n = 200
+	due := time.Now().Add(3 * time.Second).UTC()
+	input := []byte(fmt.Sprintf(`{"due":%q}`, due.Format(time.RFC3339Nano)))
+	for i := range n {
+		ev := events.New("test", "", "", time.Now(), &events.StartExecution{Workflow: "at", ExecutionID: fmt.Sprintf("a%d", i), Input: input})
+		msg, err := bus.Encode(bus.SubjectStart, ev)
+		require.NoError(t, err)
+		_, err = b.js.PublishMsgAsync(msg, jetstream.WithMsgID(ev.ID))
+		require.NoError(t, err)
+	}
+	select {
+	case <-b.js.PublishAsyncComplete():
+	case <-time.After(30 * time.Second):
+		t.Fatal("start commands not stored")
+	}
+	stream, err := b.js.Stream(t.Context(), bus.StreamEvents)
+	require.NoError(t, err)
+	ended := func(id string) bool {
+		m, err := stream.GetLastMsgForSubject(t.Context(), bus.ExecutionSubject("at", id))
+		return err == nil && events.Type(m.Header.Get("ce-type")) == events.TypeExecutionSucceeded
+	}
+	natstest.Eventually(t, 90*time.Second, func() bool {
+		for i := range n {
+			if !ended(fmt.Sprintf("a%d", i)) {
+				return false
+			}
+		}
+		return true
+	}, "every execution ends")
+	for i := range n {
+		evs, err := history.Read(t.Context(), b.js, bus.ExecutionSubject("at", fmt.Sprintf("a%d", i)), 0)
+		require.NoError(t, err)
+		require.NoError(t, history.Linear(evs))
+		fired := 0
+		for _, e := range evs {
+			if e.Type == events.TypeTimerFired {
+				fired++
+				require.False(t, e.Time.Before(due), "a%d fired at %s, before %s", i, e.Time, due)
+			}
+		}
+		require.Equal(t, 1, fired, "a%d", i)
+	}
+}
