@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -62,7 +61,10 @@ func (k *keyedMutex) lock(key string) (unlock func()) {
 type execState struct {
 	id, workflow string
 	state        projections.Execution
-	def          workflow.Definition
+	// def is the definition the execution is pinned to, shared with every
+	// other execution of it (pinnedDefs): never change it. Nil until the
+	// execution has started.
+	def *workflow.Definition
 	// current: state is known to be the whole history (just read from the
 	// stream, or just appended to), not a cached copy that another
 	// dispatcher may have gone past. See ensureCurrent.
@@ -115,9 +117,10 @@ func (d *Dispatcher) withExecutionAs(ctx context.Context, wf, id string, damaged
 		}
 		before := x.state.LastSeq
 		err = fn(x)
-		if err == nil && !cached && x.state.LastSeq > 0 {
+		if err == nil && x.state.LastSeq > 0 && (!cached || x.state.LastSeq != before) {
 			// Keep what fn built (a new execution's first events), so the
-			// next message for it does not read its history again.
+			// next message for it does not read its history again; a cached
+			// state that changed is put again, for its size.
 			d.mu.Lock()
 			d.cache.put(id, x)
 			d.mu.Unlock()
@@ -211,10 +214,12 @@ func (d *Dispatcher) load(ctx context.Context, wf, id string) (x *execState, cac
 			if !ok {
 				continue
 			}
-			if err := json.Unmarshal(started.Definition, &x.def); err != nil && x.state.Damaged == nil {
+			def, err := d.pinned.get(wf, started.Version, started.Definition)
+			if err != nil && x.state.Damaged == nil {
 				x.state.Damaged = &projections.Damage{Seq: ev.Seq, EventID: ev.ID, Type: ev.Type,
-					Reason: fmt.Sprintf("the pinned definition cannot be decoded: %v", err)}
+					Reason: fmt.Sprintf("the pinned definition cannot be decoded: %v", errors.Unwrap(err))}
 			}
+			x.def = def
 			break
 		}
 	}
