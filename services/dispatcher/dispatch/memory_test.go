@@ -250,3 +250,31 @@ func TestPinnedDefinitionShared(t *testing.T) {
 	require.Equal(t, projections.StatusStarted, x.state.Status)
 	require.Equal(t, 2, b.d.pinned.len())
 }
+
+// TestSleepingExecutionsHibernate: an execution that waits only for a
+// timer an hour away (a sleep, or a wait for a signal with an hour's
+// timeout) leaves the cache once it waits, and is read again from its
+// history when a signal wakes it; one that waits for a signal with no
+// timeout, and one whose wait times out within 30 seconds, stay cached.
+func TestSleepingExecutionsHibernate(t *testing.T) {
+	t.Parallel()
+	b := setupMem(t, Config{},
+		"name: sleeps\nsteps:\n  - {id: nap, kind: sleep, duration: 1h}\n",
+		"name: hourly\nsteps:\n  - {id: w, kind: wait, signal: go, timeout: 1h}\n  - {id: after, kind: let, vars: {x: 1}}\n",
+		"name: forever\nsteps:\n  - {id: w, kind: wait, signal: go}\n",
+		"name: brief\nsteps:\n  - {id: w, kind: wait, signal: go, timeout: 30s}\n")
+	for wf, id := range map[string]string{"sleeps": "s1", "hourly": "h1", "forever": "f1", "brief": "b1"} {
+		b.publish(t, bus.SubjectStart, &events.StartExecution{Workflow: wf, ExecutionID: id, Input: json.RawMessage(`{}`)})
+		natstest.Eventually(t, 30*time.Second, func() bool { return b.last(t, wf, id) == events.TypeStepWaiting }, id+" waits")
+	}
+	states, _, _ := b.cached()
+	var ids []string
+	for _, x := range states {
+		ids = append(ids, x.id)
+	}
+	require.ElementsMatch(t, []string{"f1", "b1"}, ids, "only the executions that wait for no timer or a short one are kept")
+
+	b.publish(t, bus.SubjectSignal, &events.SignalExecution{ExecutionID: "h1", Name: "go"})
+	natstest.Eventually(t, 30*time.Second, func() bool { return b.last(t, "hourly", "h1") == events.TypeExecutionSucceeded },
+		"the hibernated execution is read again and ends")
+}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -56,6 +57,13 @@ func (k *keyedMutex) lock(key string) (unlock func()) {
 		k.mu.Unlock()
 	}
 }
+
+// hibernateAfter is how far ahead the timers of an execution that waits
+// for nothing else must be due for it to leave the cache
+// (projections.Dormant): a sleep of a minute or more costs a read of its
+// history when it wakes, not its state's memory meanwhile; shorter ones
+// (retries' backoffs, the timers run's waits) stay cached.
+const hibernateAfter = time.Minute
 
 // execState is the dispatcher's view of one execution.
 type execState struct {
@@ -136,10 +144,13 @@ func (d *Dispatcher) withExecutionAs(ctx context.Context, wf, id string, damaged
 			err = d.checkFresh(ctx, x)
 		}
 		if err == nil {
-			if x.state.Status.Terminal() {
+			if x.state.Status.Terminal() || projections.Dormant(&x.state, hibernateAfter) {
 				// Ended: what may still come (a late report, a resume, the
 				// expiry) is rare and reads the history again; keeping it
 				// would hold its memory until 10,000 newer ones push it out.
+				// Asleep for a while (hibernating): its timer, or a signal,
+				// reads the history again; a sleeping execution holds no
+				// memory.
 				d.evict(id)
 			}
 			return nil
