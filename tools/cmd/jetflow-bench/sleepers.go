@@ -33,8 +33,10 @@ const (
 // writes its read models and the dispatcher its caches after the events.
 // (nats-server keeps more for a while: a stream's block cache for 10 s
 // after its last use, the commands stream's message ids for its 10 min
-// dedupe window; -sleepers-settle 11m measures without them.)
-const sleepersSettle = 3 * time.Second
+// dedupe window; -sleepers-settle 11m measures without them.) 30 s is
+// past the block caches: 3 s after a burst, what they held weighed as
+// much as the sleepers.
+const sleepersSettle = 30 * time.Second
 
 // sleepersStall is how long the sleepers run waits for one more
 // execution to be recorded sleeping before it gives up: a large run on a
