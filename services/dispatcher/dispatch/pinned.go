@@ -31,10 +31,11 @@ type pinnedDefs struct {
 // KiB each, a few MiB at most.
 const maxPinnedDefs = 512
 
-// pinnedKey names a pinned definition: the sum of its bytes tells two
-// definitions apart even under one name and version (an execution's
-// definition is pinned when it starts; a version, once stored, never
-// changes, but a workflow removed and registered again may reuse it).
+// pinnedKey names a pinned definition. A stored version never changes,
+// but the sum of the pinned bytes keeps two executions apart even if they
+// pinned different definitions under one name and version (histories
+// restored beside another catalog): it costs a hash of the bytes per
+// history read, not a decoding.
 type pinnedKey struct {
 	workflow string
 	version  int
