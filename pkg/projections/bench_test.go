@@ -78,3 +78,24 @@ func BenchmarkApply(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSizeEstimate estimates the bytes of a 10-step execution's
+// state, as the dispatcher's and the projector's caches do each time they
+// keep a changed state (bounded by bytes), with the dormancy check that
+// goes with it.
+func BenchmarkSizeEstimate(b *testing.B) {
+	evs := tenStepHistory()
+	s, err := projections.Fold(evs[:1+5*5+4])
+	if err != nil {
+		b.Fatal(err)
+	}
+	if projections.SizeEstimate(&s) <= 0 {
+		b.Fatal("no size")
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if projections.SizeEstimate(&s) <= 0 || projections.Dormant(&s, time.Minute) {
+			b.Fatal("no size, or dormant")
+		}
+	}
+}

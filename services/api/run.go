@@ -10,6 +10,7 @@ import (
 	"jetflow.dev/pkg/auth"
 	"jetflow.dev/services/api/access"
 	"jetflow.dev/services/api/api"
+	"jetflow.dev/services/api/projector"
 	"jetflow.dev/services/internal/metrics"
 	"jetflow.dev/services/internal/svcrun"
 )
@@ -29,6 +30,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	nsClaim := p.String("oidc-namespaces-claim", "JETFLOW_OIDC_NAMESPACES_CLAIM", "jetflow_namespaces", "claim holding the namespaces the token grants")
 	maxModel := p.IntIn("max-read-model", "JETFLOW_MAX_READ_MODEL", 900<<10, api.Ranges.MaxReadModel,
 		"the largest read model stored, in bytes: a larger one leaves out its finished steps, oldest first (never more than the server's message size)")
+	projCache := p.IntIn("projector-cache-bytes", "JETFLOW_PROJECTOR_CACHE_BYTES", projector.DefaultCacheBytes, api.Ranges.ProjectorCache,
+		"bytes the projector's cached execution states may hold, as estimated from their content (at most 20000 states)")
 	cacheTTL := p.DurationIn("key-cache-ttl", "JETFLOW_KEY_CACHE_TTL", 5*time.Second, api.Ranges.CacheTTL,
 		"how long an api key looked up is trusted (a key revoked on another replica stops working within it)")
 	metricsAddr := p.String("metrics-addr", "JETFLOW_API_METRICS_ADDR", "",
@@ -37,6 +40,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	cfg := api.Config{Addr: *addr, StartWait: *startWait, BindOnly: p.Common.Restricted(), MaxReadModel: *maxModel,
+		ProjectorCache: *projCache,
 		Auth: api.AuthConfig{Disabled: *noAuth, AdminTokenFile: *adminTokens, CacheTTL: *cacheTTL,
 			OIDC: access.OIDCConfig{Issuer: *issuer, Audience: *audience, ScopesClaim: *scopesClaim, NamespacesClaim: *nsClaim}}}
 	if err := cfg.Validate(); err != nil { // before waiting for NATS

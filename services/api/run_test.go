@@ -25,6 +25,8 @@ func TestRunRefusesOutOfRange(t *testing.T) {
 		"LongCacheTTLEnv":   {env: map[string]string{"JETFLOW_KEY_CACHE_TTL": "2m"}, want: []string{"-key-cache-ttl (JETFLOW_KEY_CACHE_TTL) 2m"}},
 		"Replicas":          {args: []string{"-replicas", "0"}, want: []string{"-replicas (JETFLOW_REPLICAS) 0"}},
 		"AuthOffWithTokens": {args: []string{"-no-http-auth", "-admin-token-file", "x"}, want: []string{"authentication is off"}},
+		"TinyProjectorCache": {args: []string{"-projector-cache-bytes", "4096"},
+			want: []string{"-projector-cache-bytes (JETFLOW_PROJECTOR_CACHE_BYTES) 4096", "65536 to 68719476736"}},
 	} {
 		svcruntest.Refuses(t, run, name, tc.args, tc.env, tc.want...)
 	}

@@ -16,6 +16,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	workers := p.IntIn("workers", "JETFLOW_WORKERS", 32, dispatch.Ranges.Workers, "goroutines handling executions")
 	ackWait := p.DurationIn("ack-wait", "JETFLOW_DISPATCH_ACK_WAIT", bus.DefaultDispatcherAckWait, dispatch.Ranges.AckWait,
 		"redelivery timeout of commands and results (with -creds, the bootstrap's consumers decide)")
+	cacheBytes := p.IntIn("cache-bytes", "JETFLOW_DISPATCH_CACHE_BYTES", dispatch.DefaultCacheBytes, dispatch.Ranges.CacheBytes,
+		"bytes the cached execution states may hold, as estimated from their content (the least recently used go first; at most 10000 states)")
 	member := p.String("member", "JETFLOW_DISPATCHER_MEMBER", "",
 		"this dispatcher's name among those sharing the partitions, unique per process (default: host, pid and a random suffix)")
 	apiURL := p.String("api-url", "JETFLOW_API_URL", "", "the api's base URL as workflows reach it (workflow.api_url in expressions)")
@@ -30,7 +32,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return fmt.Errorf("-bulk-after (JETFLOW_BULK_AFTER) %d: out of range, use %d to %d, or %d for no bulk lane",
 			*bulkAfter, r.Min, r.Max, dispatch.NoBulkLane)
 	}
-	cfg := dispatch.Config{Workers: *workers, AckWait: *ackWait, APIURL: *apiURL, BindOnly: p.Common.Restricted(), Member: *member, BulkAfter: *bulkAfter,
+	cfg := dispatch.Config{Workers: *workers, CacheBytes: *cacheBytes, AckWait: *ackWait, APIURL: *apiURL, BindOnly: p.Common.Restricted(), Member: *member, BulkAfter: *bulkAfter,
 		SplitDispatch: *split}
 	if err := cfg.Validate(); err != nil { // before waiting for NATS
 		return err

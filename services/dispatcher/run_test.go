@@ -29,6 +29,8 @@ func TestRunRefusesOutOfRange(t *testing.T) {
 		"HugeWorkers":     {args: []string{"-workers", "1000000"}, want: []string{"-workers (JETFLOW_WORKERS) 1000000"}},
 		"Replicas":        {env: map[string]string{"JETFLOW_REPLICAS": "9"}, want: []string{"-replicas (JETFLOW_REPLICAS) 9", "1 to 5"}},
 		"BadMember":       {args: []string{"-member", "a.b"}, want: []string{"-member, JETFLOW_DISPATCHER_MEMBER"}},
+		"TinyCacheBytes":  {args: []string{"-cache-bytes", "1000"}, want: []string{"-cache-bytes (JETFLOW_DISPATCH_CACHE_BYTES) 1000", "65536 to 68719476736"}},
+		"HugeCacheBytes":  {env: map[string]string{"JETFLOW_DISPATCH_CACHE_BYTES": "1099511627776"}, want: []string{"-cache-bytes (JETFLOW_DISPATCH_CACHE_BYTES) 1099511627776"}},
 	} {
 		svcruntest.Refuses(t, run, name, tc.args, tc.env, tc.want...)
 	}

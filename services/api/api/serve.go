@@ -32,7 +32,7 @@ func Serve(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.JetStrea
 		if err != nil {
 			return err
 		}
-		proj.BindOnly, proj.MaxModel = cfg.BindOnly, cfg.MaxReadModel
+		proj.BindOnly, proj.MaxModel, proj.MaxCache = cfg.BindOnly, cfg.MaxReadModel, cfg.ProjectorCache
 		projs = append(projs, proj)
 		srv.projectors[ns.Name] = proj
 	}

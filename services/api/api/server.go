@@ -46,6 +46,10 @@ type Config struct {
 	// (GET /v1/executions/{id}/steps pages them all). Default 900 KiB,
 	// never more than the server's message size allows.
 	MaxReadModel int
+	// ProjectorCache bounds the bytes of the execution states the
+	// projector keeps between the events of an execution, as estimated
+	// from their content. Default projector.DefaultCacheBytes (32 MiB).
+	ProjectorCache int
 	// Source is the CloudEvents source of commands it publishes. Default "jetflow/api".
 	Source string
 	// Listener, when set, is used instead of listening on Addr.
@@ -104,7 +108,10 @@ var Ranges = struct {
 	StartWait, CacheTTL svc.Range[time.Duration]
 	MaxBody             svc.Range[int64]
 	MaxReadModel        svc.Range[int]
+	ProjectorCache      svc.Range[int]
 }{
+	// From a few small executions to 64 GiB.
+	ProjectorCache: svc.Range[int]{Min: 64 << 10, Max: 64 << 30},
 	// Small enough for a KV value; large enough for a few steps.
 	MaxReadModel: svc.Range[int]{Min: 16 << 10, Max: 64 << 20},
 	// A request waits that long for the dispatcher: past a minute,
@@ -124,6 +131,7 @@ func (c Config) Validate() error {
 		Ranges.StartWait.Check("api: StartWait", c.StartWait),
 		Ranges.MaxBody.Check("api: MaxBody", c.MaxBody),
 		Ranges.MaxReadModel.Check("api: MaxReadModel", cmp.Or(c.MaxReadModel, 900<<10)),
+		Ranges.ProjectorCache.Check("api: ProjectorCache (-projector-cache-bytes, JETFLOW_PROJECTOR_CACHE_BYTES)", cmp.Or(c.ProjectorCache, projector.DefaultCacheBytes)),
 	); err != nil {
 		return err
 	}

@@ -46,6 +46,10 @@ type Projector struct {
 	// MaxModel is the largest read model it stores, in bytes (0: 900 KiB;
 	// never more than the server's message size allows). Set before Run.
 	MaxModel int
+	// MaxCache bounds the bytes of the execution states it keeps between
+	// batches, as estimated from their content (0: DefaultCacheBytes).
+	// Set before Run.
+	MaxCache int
 
 	js    jetstream.JetStream
 	hist  *history.Store
@@ -53,6 +57,8 @@ type Projector struct {
 	ids   *claim.Store
 	log   zerolog.Logger
 	cache map[string]entry // touched only by Run's goroutine
+	// cacheBytes is the sum of the cached entries' sizes (Run's goroutine only).
+	cacheBytes int
 	// failures counts the consecutive failed projections of executions
 	// (Run's goroutine only); parked are the executions set aside, tried
 	// again by Run's retrying goroutine.
@@ -86,9 +92,58 @@ type entry struct {
 	// says it was read from the execution's start.
 	inputs redact.Inputs
 	known  bool
+	// size estimates the bytes the entry holds (projections.SizeEstimate).
+	size int
 }
 
+// cacheMax bounds the states kept between batches by count, and
+// MaxCache by bytes: past either, the cache lets go of states until it
+// is down to three quarters of both.
 const cacheMax = 20000
+
+// hibernateAfter is how far ahead the timers of an execution that waits
+// for nothing else must be due for its state to leave the cache
+// (projections.Dormant), as the dispatcher's does.
+const hibernateAfter = time.Minute
+
+// DefaultCacheBytes is the default MaxCache, 32 MiB: about what the
+// 20,000 states of small executions that were its only bound held.
+const DefaultCacheBytes = 32 << 20
+
+// entryOverhead is what a cache entry costs besides its state: the map
+// slot with the key, the revision and the redaction rules.
+const entryOverhead = 96
+
+// remember keeps e as id's cached state (Run's goroutine), and lets other
+// states go while the cache is over its bounds. Which ones is the map's
+// order: any state let go is read again from the read model when its
+// next event comes, so that costs one read, not correctness.
+func (p *Projector) remember(id string, e entry) {
+	p.forget(id)
+	e.size = entryOverhead + len(id) + projections.SizeEstimate(&e.state)
+	p.cache[id] = e
+	p.cacheBytes += e.size
+	maxBytes := cmp.Or(p.MaxCache, DefaultCacheBytes)
+	if len(p.cache) <= cacheMax && p.cacheBytes <= maxBytes {
+		return
+	}
+	for k := range p.cache {
+		if len(p.cache) <= cacheMax*3/4 && p.cacheBytes <= maxBytes/4*3 {
+			break
+		}
+		if k != id {
+			p.forget(k)
+		}
+	}
+}
+
+// forget drops id's cached state, if any (Run's goroutine).
+func (p *Projector) forget(id string) {
+	if e, ok := p.cache[id]; ok {
+		p.cacheBytes -= e.size
+		delete(p.cache, id)
+	}
+}
 
 // New binds to the read-model bucket.
 func New(ctx context.Context, js jetstream.JetStream, log zerolog.Logger) (*Projector, error) {
@@ -287,7 +342,7 @@ func (p *Projector) projectBatch(ctx context.Context, batch []jetstream.Msg) {
 func (p *Projector) park(ctx context.Context, g *group, err error) {
 	p.writeSummary(ctx, g.id, g.subject)
 	delete(p.failures, g.id)
-	delete(p.cache, g.id)
+	p.forget(g.id)
 	now := time.Now()
 	p.mu.Lock()
 	p.parked[g.id] = &Parked{Parked: apiv1.Parked{ID: g.id, Workflow: g.workflow, Reason: err.Error(), Since: now, Tries: 1,
@@ -462,16 +517,15 @@ func (p *Projector) project(ctx context.Context, g *group) error {
 	}
 	rev, err := p.write(ctx, id, inputs.Execution(next), cur.rev)
 	if err != nil {
-		delete(p.cache, id)
+		p.forget(id)
 		return err
 	}
-	if len(p.cache) >= cacheMax {
-		clear(p.cache)
-	}
-	if next.Status.Terminal() {
-		delete(p.cache, id) // finished executions rarely change again
+	if next.Status.Terminal() || projections.Dormant(&next, hibernateAfter) {
+		// Finished executions rarely change again; sleeping ones not for a
+		// while (their next event reads the read model again).
+		p.forget(id)
 	} else {
-		p.cache[id] = entry{state: next, rev: rev, inputs: inputs, known: known}
+		p.remember(id, entry{state: next, rev: rev, inputs: inputs, known: known})
 	}
 	return nil
 }

@@ -50,6 +50,11 @@ type Config struct {
 	Source string
 	// CacheSize bounds the execution states kept in memory. Default 10000.
 	CacheSize int
+	// CacheBytes bounds the memory those states hold, as estimated from
+	// their content (their steps, inputs, outputs, variables): whichever
+	// of CacheSize and CacheBytes is reached first lets the least recently
+	// used go. Default DefaultCacheBytes.
+	CacheBytes int
 	// AckWait is how long a command or result may be handled before
 	// JetStream redelivers it (a message handled longer is kept alive
 	// every third of it). Default bus.DefaultDispatcherAckWait (5s).
@@ -96,17 +101,23 @@ const (
 	DefaultBulkAfter = 2
 	// NoBulkLane is the BulkAfter that sends every task to the normal lane.
 	NoBulkLane = -1
+	// DefaultCacheBytes is the default CacheBytes, 32 MiB: about what the
+	// default 10,000 states of small executions held before the cache was
+	// bounded by bytes too (each with its own copy of its definition).
+	DefaultCacheBytes = 32 << 20
 )
 
 // Ranges are the values Config's numeric settings may take once their
 // defaults are applied (zero is the default). Validate checks them, and
 // jetflow-dispatcher's flags take the same.
 var Ranges = struct {
-	Workers, CacheSize, MaxAckPending, BulkAfter svc.Range[int]
-	AckWait, LeaseTTL                            svc.Range[time.Duration]
+	Workers, CacheSize, CacheBytes, MaxAckPending, BulkAfter svc.Range[int]
+	AckWait, LeaseTTL                                        svc.Range[time.Duration]
 }{
-	Workers:       svc.Range[int]{Min: 1, Max: 4096},
-	CacheSize:     svc.Range[int]{Min: 1, Max: 1_000_000},
+	Workers:   svc.Range[int]{Min: 1, Max: 4096},
+	CacheSize: svc.Range[int]{Min: 1, Max: 1_000_000},
+	// From a few small executions to 64 GiB.
+	CacheBytes:    svc.Range[int]{Min: 64 << 10, Max: 64 << 30},
 	MaxAckPending: svc.Range[int]{Min: 1, Max: 65536},
 	// Up to the count the interpreter stops at (or NoBulkLane).
 	BulkAfter: svc.Range[int]{Min: 1, Max: 256},
@@ -139,6 +150,7 @@ func (c Config) Validate() error {
 	if err := cmp.Or(
 		Ranges.Workers.Check("dispatch: Workers", d.Workers),
 		Ranges.CacheSize.Check("dispatch: CacheSize", d.CacheSize),
+		Ranges.CacheBytes.Check("dispatch: CacheBytes (-cache-bytes, JETFLOW_DISPATCH_CACHE_BYTES)", d.CacheBytes),
 		Ranges.AckWait.Check("dispatch: AckWait", d.AckWait),
 		Ranges.MaxAckPending.Check("dispatch: MaxAckPending", d.MaxAckPending),
 	); err != nil {
@@ -164,6 +176,7 @@ func (c Config) withDefaults() Config {
 	c.Workers = cmp.Or(c.Workers, 32)
 	c.Source = cmp.Or(c.Source, "jetflow/dispatcher")
 	c.CacheSize = cmp.Or(c.CacheSize, 10000)
+	c.CacheBytes = cmp.Or(c.CacheBytes, DefaultCacheBytes)
 	c.AckWait = cmp.Or(c.AckWait, bus.DefaultDispatcherAckWait)
 	c.MaxAckPending = cmp.Or(c.MaxAckPending, 1024)
 	c.BulkAfter = cmp.Or(c.BulkAfter, DefaultBulkAfter)
@@ -214,6 +227,8 @@ type Dispatcher struct {
 
 	mu    sync.Mutex // guards cache
 	cache *lru
+	// pinned shares the decoded definitions of the cached executions.
+	pinned *pinnedDefs
 
 	// handling serialises withExecution per execution. A worker handles
 	// the messages routed to it one at a time, but a message that names
@@ -253,9 +268,9 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log zerolog.Lo
 	if err != nil {
 		return nil, fmt.Errorf("open bucket %s: %w", bus.BucketDispatchers, err)
 	}
-	return &Dispatcher{cfg: cfg, js: js, log: log, defs: defs, ids: ids, locks: locks, hist: hist, cache: newLRU(cfg.CacheSize),
-		maxEvent: int(js.Conn().MaxPayload()) - 64<<10,
-		parts:    partitions{n: n, kv: kv, running: map[int]*consuming{}}}, nil
+	return &Dispatcher{cfg: cfg, js: js, log: log, defs: defs, ids: ids, locks: locks, hist: hist, cache: newLRU(cfg.CacheSize, cfg.CacheBytes),
+		pinned: newPinnedDefs(maxPinnedDefs), maxEvent: int(js.Conn().MaxPayload()) - 64<<10,
+		parts: partitions{n: n, kv: kv, running: map[int]*consuming{}}}, nil
 }
 
 type job struct {

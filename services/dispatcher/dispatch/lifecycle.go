@@ -59,7 +59,13 @@ func (d *Dispatcher) start(ctx context.Context, ev events.Event, cmd *events.Sta
 	}
 	return d.withNewExecution(ctx, cmd.Workflow, id, func(x *execState) error {
 		if x.state.Status == projections.StatusNone {
-			x.def = rec.Definition
+			// The definition as the execution pins it, decoded once per
+			// version whatever the number of executions (pinnedDefs).
+			def, err := d.pinned.get(cmd.Workflow, started.Version, started.Definition)
+			if err != nil {
+				return permanentError{err}
+			}
+			x.def = def
 			if err := d.append(ctx, x, started); err != nil {
 				return err
 			}

@@ -26,8 +26,12 @@ import (
 
 // input is the interpreter's input for x now.
 func (d *Dispatcher) input(x *execState) interp.Input {
-	return interp.Input{ID: x.id, Workflow: x.workflow, Def: x.def, State: x.state, Memo: x.memo,
+	in := interp.Input{ID: x.id, Workflow: x.workflow, State: x.state, Memo: x.memo,
 		Now: d.cfg.Now(), MaxEvent: d.maxEvent, SplitDispatch: d.cfg.SplitDispatch}
+	if x.def != nil {
+		in.Def = *x.def // a copy of its top level; what it points to is shared, and read only
+	}
+	return in
 }
 
 // loaded is what one decision asked to be loaded (interp.Need), for that

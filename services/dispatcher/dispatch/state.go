@@ -4,10 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -81,11 +81,21 @@ func (k *keyedMutex) tryLock(key string) (unlock func(), ok bool) {
 	return k.unlocker(key, l), true
 }
 
+// hibernateAfter is how far ahead the timers of an execution that waits
+// for nothing else must be due for it to leave the cache
+// (projections.Dormant): a sleep of a minute or more costs a read of its
+// history when it wakes, not its state's memory meanwhile; shorter ones
+// (retries' backoffs, the timers run's waits) stay cached.
+const hibernateAfter = time.Minute
+
 // execState is the dispatcher's view of one execution.
 type execState struct {
 	id, workflow string
 	state        projections.Execution
-	def          workflow.Definition
+	// def is the definition the execution is pinned to, shared with every
+	// other execution of it (pinnedDefs): never change it. Nil until the
+	// execution has started.
+	def *workflow.Definition
 	// current: state is known to be the whole history (just read from the
 	// stream, or just appended to), not a cached copy that another
 	// dispatcher may have gone past. See ensureCurrent.
@@ -155,9 +165,10 @@ func (d *Dispatcher) withExecutionAs(ctx context.Context, wf, id string, how loa
 		}
 		before := x.state.LastSeq
 		err = fn(x)
-		if err == nil && !cached && x.state.LastSeq > 0 {
+		if err == nil && x.state.LastSeq > 0 && (!cached || x.state.LastSeq != before) {
 			// Keep what fn built (a new execution's first events), so the
-			// next message for it does not read its history again.
+			// next message for it does not read its history again; a cached
+			// state that changed is put again, for its size.
 			d.mu.Lock()
 			d.cache.put(id, x)
 			d.mu.Unlock()
@@ -173,10 +184,13 @@ func (d *Dispatcher) withExecutionAs(ctx context.Context, wf, id string, how loa
 			err = d.checkFresh(ctx, x)
 		}
 		if err == nil {
-			if x.state.Status.Terminal() {
+			if x.state.Status.Terminal() || projections.Dormant(&x.state, hibernateAfter) {
 				// Ended: what may still come (a late report, a resume, the
 				// expiry) is rare and reads the history again; keeping it
 				// would hold its memory until 10,000 newer ones push it out.
+				// Asleep for a while (hibernating): its timer, or a signal,
+				// reads the history again; a sleeping execution holds no
+				// memory.
 				d.evict(id)
 			}
 			return nil
@@ -259,10 +273,12 @@ func (d *Dispatcher) load(ctx context.Context, wf, id string, probablyNew bool) 
 			if !ok {
 				continue
 			}
-			if err := json.Unmarshal(started.Definition, &x.def); err != nil && x.state.Damaged == nil {
+			def, err := d.pinned.get(wf, started.Version, started.Definition)
+			if err != nil && x.state.Damaged == nil {
 				x.state.Damaged = &projections.Damage{Seq: ev.Seq, EventID: ev.ID, Type: ev.Type,
-					Reason: fmt.Sprintf("the pinned definition cannot be decoded: %v", err)}
+					Reason: fmt.Sprintf("the pinned definition cannot be decoded: %v", errors.Unwrap(err))}
 			}
+			x.def = def
 			break
 		}
 	}

@@ -33,8 +33,10 @@ const (
 // writes its read models and the dispatcher its caches after the events.
 // (nats-server keeps more for a while: a stream's block cache for 10 s
 // after its last use, the commands stream's message ids for its 10 min
-// dedupe window; -sleepers-settle 11m measures without them.)
-const sleepersSettle = 3 * time.Second
+// dedupe window; -sleepers-settle 11m measures without them.) 30 s is
+// past the block caches: 3 s after a burst, what they held weighed as
+// much as the sleepers.
+const sleepersSettle = 30 * time.Second
 
 // sleepersStall is how long the sleepers run waits for one more
 // execution to be recorded sleeping before it gives up: a large run on a
@@ -51,7 +53,13 @@ type footprint struct {
 }
 
 func takeFootprint() footprint {
-	debug.FreeOSMemory() // a GC, and the freed pages returned: RSS is then what is live
+	// Two GCs, and the freed pages returned: RSS is then what is live. A
+	// sync.Pool keeps what was put in it through one GC (nats-server's
+	// pools of message-block buffers: over 100 MiB after 100,000 starts),
+	// and frees it at the next, which an idle process runs within two
+	// minutes anyway (the runtime's forced GC).
+	runtime.GC()
+	debug.FreeOSMemory()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	f := footprint{rss: -1, heap: ms.HeapInuse, live: ms.HeapAlloc, goroutines: runtime.NumGoroutine()}
