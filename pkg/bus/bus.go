@@ -390,7 +390,11 @@ func Open(ctx context.Context, url, name string, c Config, opts ...nats.Option) 
 	if err != nil {
 		return nil, nil, err
 	}
-	var jsOpts []jetstream.JetStreamOpt
+	// An asynchronous publish (history.Store.AppendBatch) whose ack never
+	// comes (a stream electing its leader) fails after this instead of
+	// staying pending until the connection is replaced: enough such
+	// publishes would stall every later one.
+	jsOpts := []jetstream.JetStreamOpt{jetstream.WithPublishAsyncTimeout(2 * PublishAttempt)}
 	if c.RequestTimeout > 0 {
 		jsOpts = append(jsOpts, jetstream.WithDefaultTimeout(c.RequestTimeout))
 	}

@@ -438,6 +438,15 @@ func (s *Store) AppendBatch(ctx context.Context, appends []Pending) []Appended {
 		if err != nil {
 			out[i].Err = fmt.Errorf("append %s to %s: %w", a.Event.Type, a.Subject, err)
 		}
+		if errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+			// Too many acks outstanding on the connection: each further
+			// publish would wait and fail the same. The rest are left to
+			// be appended one by one.
+			for k := i + 1; k < len(appends); k++ {
+				out[k].Err = fmt.Errorf("append %s to %s: %w", appends[k].Event.Type, appends[k].Subject, err)
+			}
+			break
+		}
 	}
 	wait, cancel := context.WithTimeout(ctx, appendAttempt)
 	defer cancel()
@@ -453,6 +462,14 @@ func (s *Store) AppendBatch(ctx context.Context, appends []Pending) []Appended {
 		case err := <-f.Err():
 			out[i].Err = err
 		case <-wait.Done():
+			// An ack that came meanwhile counts (select picks at random
+			// among ready cases).
+			select {
+			case ack := <-f.Ok():
+				out[i].Seq = ack.Sequence
+				continue
+			default:
+			}
 			out[i].Err = wait.Err()
 		}
 		if !bus.IsConflict(out[i].Err) {

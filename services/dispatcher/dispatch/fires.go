@@ -55,10 +55,15 @@ const fireLoads = 16
 type fireQueue struct {
 	mu   sync.Mutex
 	jobs []job
+	// hand holds the jobs a recorder took and has not handed on yet, by
+	// message: they are kept alive as the queued ones are (due).
+	hand map[jetstream.Msg]job
 	wake chan struct{}
 }
 
-func newFireQueue() *fireQueue { return &fireQueue{wake: make(chan struct{}, 1)} }
+func newFireQueue() *fireQueue {
+	return &fireQueue{wake: make(chan struct{}, 1), hand: map[jetstream.Msg]job{}}
+}
 
 func (q *fireQueue) add(j job) {
 	q.mu.Lock()
@@ -77,6 +82,11 @@ func (q *fireQueue) take(n int) []job {
 	k := min(n, len(q.jobs))
 	out := make([]job, k)
 	copy(out, q.jobs)
+	for _, j := range out {
+		if j.msg != nil {
+			q.hand[j.msg] = j
+		}
+	}
 	clear(q.jobs[:k])
 	q.jobs = q.jobs[k:]
 	if len(q.jobs) == 0 {
@@ -90,7 +100,24 @@ func (q *fireQueue) take(n int) []job {
 	return out
 }
 
-// due is turns.due for the jobs waiting here.
+// release ends a recorder's hold of j, taken by take, and returns it as
+// it is now (when it was last kept alive), to be handed on.
+func (q *fireQueue) release(j job) job {
+	if j.msg == nil {
+		return j
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if h, ok := q.hand[j.msg]; ok {
+		j.alive = h.alive
+		delete(q.hand, j.msg)
+	}
+	return j
+}
+
+// due is turns.due for the jobs waiting here, and those a recorder has in
+// hand: a batch's loads and appends, and the hold of the recorded ones,
+// may outlast a beat.
 func (q *fireQueue) due(now time.Time, every func(job) time.Duration) []jetstream.Msg {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -99,6 +126,13 @@ func (q *fireQueue) due(now time.Time, every func(job) time.Duration) []jetstrea
 		if q.jobs[i].msg != nil && now.Sub(q.jobs[i].alive) >= every(q.jobs[i]) {
 			q.jobs[i].alive = now
 			out = append(out, q.jobs[i].msg)
+		}
+	}
+	for m, j := range q.hand {
+		if now.Sub(j.alive) >= every(j) {
+			j.alive = now
+			q.hand[m] = j
+			out = append(out, m)
 		}
 	}
 	return out
@@ -115,7 +149,7 @@ func (d *Dispatcher) fireLoop(ctx context.Context, q *fireQueue, handOn func(job
 	wg.Wait()
 	for left := q.take(fireBatchMax); len(left) > 0; left = q.take(fireBatchMax) {
 		for _, j := range left {
-			handOn(j)
+			handOn(q.release(j))
 		}
 	}
 }
@@ -151,12 +185,12 @@ func (d *Dispatcher) recordLoop(ctx context.Context, q *fireQueue, handOn func(j
 					if o.err != nil {
 						d.log.Debug().Err(o.err).Str("execution_id", batch[i].key).Msg("timer not recorded in a batch; a worker handles it")
 					}
-					handOn(batch[i])
+					handOn(q.release(batch[i]))
 				}
 			}
 			if len(batch) == 0 || time.Since(since) >= min(fireHold, d.cfg.AckWait/4) {
 				for _, j := range held {
-					handOn(j)
+					handOn(q.release(j))
 				}
 				held = held[:0]
 			}
@@ -169,7 +203,8 @@ func (d *Dispatcher) recordLoop(ctx context.Context, q *fireQueue, handOn func(j
 
 // fireHold bounds how long the fire loop keeps recorded firings from the
 // workers while more timers come due (and a quarter of the messages' ack
-// wait, at most: the jobs it holds are not kept alive meanwhile).
+// wait, at most), checked after each batch: the jobs it holds are kept
+// alive meanwhile (fireQueue.due).
 const fireHold = 500 * time.Millisecond
 
 // fireOutcome is what a batch did with one fired timer: recorded its
@@ -207,22 +242,22 @@ func (d *Dispatcher) recordFires(ctx context.Context, batch []job) []fireOutcome
 	// held: whether the holding each job came from still holds its
 	// partition, asked once per holding in a batch (a renewal merely late
 	// is waited for, as a worker does).
+	// Asked before any execution is taken: a late renewal waited for
+	// must not keep the batch's other executions from the workers.
 	held := map[*consuming]bool{}
+	for _, j := range batch {
+		if _, asked := held[j.from]; j.from != nil && !asked {
+			held[j.from] = d.parts.table.Await(ctx, j.from.part, j.from.epoch.Load(), handOver)
+		}
+	}
 	for i := range batch {
 		j := &batch[i]
 		p, ok := j.ev.Data.(*events.FireTimer)
 		if !ok || seen[p.ExecutionID] || !events.ValidWorkflowName(p.Workflow) || !events.ValidExecutionID(p.ExecutionID) {
 			continue
 		}
-		if j.from != nil {
-			h, asked := held[j.from]
-			if !asked {
-				h = d.parts.table.Await(ctx, j.from.part, j.from.epoch.Load(), handOver)
-				held[j.from] = h
-			}
-			if !h {
-				continue // moved on: the worker hands it back
-			}
+		if j.from != nil && !held[j.from] {
+			continue // moved on: the worker hands it back
 		}
 		unlock, ok := d.handling.tryLock(p.ExecutionID)
 		if !ok {
@@ -297,11 +332,24 @@ func (d *Dispatcher) loadFirings(ctx context.Context, fs []*firing, out []fireOu
 	wg.Wait()
 }
 
+// batchable are the purposes of the timers whose firing a batch records:
+// those for which nothing that may come between the firing recorded and
+// the worker acting on it (a signal, a report, a cancel) can be decided
+// otherwise because the firing is recorded but not yet acted on. A
+// sleep's end and a retry's backoff are such. A timeout is not: a
+// signal taken by a wait, or an attempt's success, handled in between
+// would win over a timeout already recorded; the worker records and acts
+// on those in one turn.
+var batchable = map[string]bool{events.TimerSleep: true, events.TimerRetry: true}
+
 // firedEvent is the event recording that timer id of x fired (its
 // FireTimer was sent at sentAt), and the state after it; ok is false
 // unless the interpreter decides exactly that and nothing else (then a
 // worker handles the message as any other).
 func (d *Dispatcher) firedEvent(x *execState, id string, sentAt time.Time) (ev events.Event, next projections.Execution, ok bool) {
+	if !batchable[x.state.Timers[id].Purpose] {
+		return events.Event{}, projections.Execution{}, false
+	}
 	dec := interp.Fired(d.input(x), id, sentAt)
 	if dec.Need != nil || dec.Err != nil || dec.Reject != nil || dec.Retry != "" || dec.Ignore != "" ||
 		len(dec.Before) > 0 || len(dec.After) > 0 || len(dec.Events) != 1 {

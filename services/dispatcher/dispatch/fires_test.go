@@ -34,6 +34,7 @@ func setupFires(t *testing.T) *fireBundle {
 		"name: nap\nsteps:\n  - {id: nap, kind: sleep, duration: 1h}\n",
 		// Two events more before its sleep than nap's.
 		"name: letnap\nsteps:\n  - {id: a, kind: let, vars: {x: 1}}\n  - {id: nap, kind: sleep, duration: 1h}\n",
+		"name: waitto\nsteps:\n  - {id: w, kind: wait, signal: go, timeout: 1h}\n",
 	} {
 		def, err := workflow.Parse([]byte(src))
 		require.NoError(t, err)
@@ -298,4 +299,51 @@ func TestTimersDueTogether(t *testing.T) {
 		}
 		require.Equal(t, 1, fired, "a%d", i)
 	}
+}
+
+// TestATimeoutIsNotBatched: a batch records only the firings nothing in
+// between can overturn (a sleep's end, a retry's backoff). A wait's
+// timeout recorded by a batch and acted on later by a worker would lose
+// to a signal handled in between; it is left to the worker, which
+// records the firing and the wait's failure in one turn, so a signal
+// after it is too late.
+func TestATimeoutIsNotBatched(t *testing.T) {
+	t.Parallel()
+	b := setupFires(t)
+	fire := b.asleep(t, "waitto", "t1") // waits for a signal, an hour at most
+	before := b.history(t, "waitto", "t1")
+	out := b.d.recordFires(t.Context(), []job{fireJob(fire)})
+	require.Len(t, out, 1)
+	require.False(t, out[0].recorded, "a timeout's firing goes to the workers")
+	require.Equal(t, before, b.history(t, "waitto", "t1"), "the batch appended nothing")
+
+	require.NoError(t, b.d.handle(t.Context(), fire))
+	evs := b.history(t, "waitto", "t1")
+	require.Greater(t, len(evs), len(before)+1)
+	require.Equal(t, events.TypeTimerFired, evs[len(before)])
+	require.Equal(t, events.TypeStepFailed, evs[len(before)+1], "the wait fails with its firing, in the same turn")
+}
+
+// heldMsg is a message only compared by identity.
+type heldMsg struct{ jetstream.Msg }
+
+// TestFireJobsInHandAreKeptAlive: a job a recorder took (loading,
+// appending, or holding it while more timers come due) is kept alive as
+// a queued one is, until it is handed on with when it was last kept
+// alive.
+func TestFireJobsInHandAreKeptAlive(t *testing.T) {
+	t.Parallel()
+	q := newFireQueue()
+	t0 := time.Date(2026, 11, 25, 0, 0, 0, 0, time.UTC)
+	m := &heldMsg{}
+	q.add(job{msg: m, key: "x1", alive: t0})
+	every := func(job) time.Duration { return time.Second }
+	require.Empty(t, q.due(t0.Add(500*time.Millisecond), every))
+	taken := q.take(fireBatchMax)
+	require.Len(t, taken, 1)
+	require.Equal(t, []jetstream.Msg{m}, q.due(t0.Add(time.Second), every), "in hand: kept alive")
+	require.Empty(t, q.due(t0.Add(1500*time.Millisecond), every), "a beat ago")
+	j := q.release(taken[0])
+	require.Equal(t, t0.Add(time.Second), j.alive, "handed on with its last beat")
+	require.Empty(t, q.due(t0.Add(time.Hour), every), "handed on: the turns keep it alive now")
 }
