@@ -30,6 +30,7 @@ func TestFlagsRanges(t *testing.T) {
 		"ArgBeatsBadEnv":      {args: []string{"-count", "8"}, env: map[string]string{"JETFLOW_COUNT": "0"}},
 		"Replicas":            {args: []string{"-replicas", "7"}, want: "-replicas (JETFLOW_REPLICAS) 7: out of range, use 1 to 5"},
 		"UnparsableEnv":       {env: map[string]string{"JETFLOW_WAIT": "soon"}, want: `JETFLOW_WAIT="soon": not a duration`},
+		"HugeIntegerEnv":      {env: map[string]string{"JETFLOW_COUNT": "99999999999999999999"}, want: `JETFLOW_COUNT="99999999999999999999": an integer too large`},
 	} {
 		f := svc.NewFlags("prog", func(k string) string { return tc.env[k] })
 		f.SetOutput(io.Discard)

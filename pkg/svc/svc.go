@@ -64,7 +64,10 @@ func (f *Flags) String(name, env, def, usage string) *string {
 func (f *Flags) Int(name, env string, def int, usage string) *int {
 	if v, ok := f.env(env); ok {
 		n, err := strconv.Atoi(v)
-		if err != nil {
+		switch {
+		case errors.Is(err, strconv.ErrRange):
+			f.errs = append(f.errs, fmt.Errorf("%s=%q: %s", env, v, tooLarge))
+		case err != nil:
 			f.errs = append(f.errs, fmt.Errorf("%s=%q: %s", env, v, notInteger))
 		}
 		def = n
@@ -164,6 +167,7 @@ func (f *Flags) Parse(args []string) error {
 // What a bad value of a kind is told, from the environment or a flag.
 const (
 	notInteger  = "not an integer"
+	tooLarge    = "an integer too large (or too small) for any setting"
 	notDuration = "not a duration (e.g. 30s, 500ms)"
 	notBoolean  = "not a boolean (true or false)"
 )
