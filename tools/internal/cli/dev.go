@@ -23,6 +23,12 @@ import (
 	"jetflow.dev/tools/internal/devstack"
 )
 
+// The dev stack's services log times to the nanosecond, as the service
+// binaries do (svcrun). Set once, before anything logs: a command that
+// set it would race with the loggers of another running in the same
+// process (the tests run several).
+func init() { zerolog.TimeFieldFormat = time.RFC3339Nano }
+
 func (a *app) devCmd() *cobra.Command {
 	var cfg devstack.Config
 	var level string
@@ -42,7 +48,6 @@ with its own NATS connection. Stop it with Ctrl-C; start it again on the same
 			if err != nil {
 				return usagef("--log-level %q: use debug, info, warn or error", level)
 			}
-			zerolog.TimeFieldFormat = time.RFC3339Nano
 			w := zerolog.ConsoleWriter{Out: a.stderr, TimeFormat: "15:04:05.000", NoColor: !isTerminal(a.stderr)}
 			if jsonLogs {
 				cfg.Log = zerolog.New(a.stderr)
