@@ -424,6 +424,58 @@ func (a *app) follow(cmd *cobra.Command, id string, from uint64, asJSON bool) er
 	return exitError{code: ExitFailed}
 }
 
+// waitDetail is what a line says of a wait: a timer's purpose and due
+// time, when a waiting step ends and the signals it takes, a signal's
+// name. Times are local, with the date when it is not the event's.
+func waitDetail(ev client.Event, d map[string]any) string {
+	out := ""
+	switch ev.Type {
+	case events.TypeTimerArmed:
+		if p, ok := d["purpose"].(string); ok && p != "" {
+			out += " purpose=" + p
+		}
+	case events.TypeSignalReceived:
+		if n, ok := d["name"].(string); ok && n != "" {
+			out += " name=" + quoteIfSpaced(n)
+		}
+	case events.TypeStepWaiting:
+		if sigs, ok := d["signals"].([]any); ok && len(sigs) > 0 {
+			names := make([]string, 0, len(sigs))
+			for _, g := range sigs {
+				if n, ok := g.(string); ok {
+					names = append(names, n)
+				}
+			}
+			out += " signals=" + strings.Join(names, ",")
+		}
+	}
+	for _, k := range []string{"due", "until"} {
+		v, ok := d[k].(string)
+		if !ok {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil || t.IsZero() {
+			continue
+		}
+		layout := "15:04:05.000"
+		if t.Local().Format(time.DateOnly) != ev.Time.Local().Format(time.DateOnly) {
+			layout = "2006-01-02 15:04:05.000"
+		}
+		out += " " + k + "=" + quoteIfSpaced(t.Local().Format(layout))
+	}
+	return out
+}
+
+// quoteIfSpaced quotes v if it holds a space, a tab or a quote, as the
+// other values of an event line are.
+func quoteIfSpaced(v string) string {
+	if strings.ContainsAny(v, " \t\"") {
+		return strconv.Quote(v)
+	}
+	return v
+}
+
 func printEvent(w io.Writer, ev client.Event) {
 	if ev.Invalid != "" {
 		fmt.Fprintf(w, "%6d  %s  %-20s INVALID: %s\n", ev.Seq, ev.Time.Local().Format("15:04:05.000"),
@@ -441,12 +493,10 @@ func printEvent(w io.Writer, ev client.Event) {
 	}
 	for _, k := range []string{"lock", "path", "error", "agent", "action", "reason", "requested_by"} {
 		if v, ok := d[k].(string); ok && v != "" {
-			if strings.ContainsAny(v, " \t\"") {
-				v = strconv.Quote(v)
-			}
-			detail += " " + strings.TrimPrefix(k, "requested_") + "=" + truncate(v, 120)
+			detail += " " + strings.TrimPrefix(k, "requested_") + "=" + truncate(quoteIfSpaced(v), 120)
 		}
 	}
+	detail += waitDetail(ev, d)
 	if a, ok := d["actor"].(map[string]any); ok {
 		actor := &events.Actor{}
 		actor.Subject, _ = a["subject"].(string)

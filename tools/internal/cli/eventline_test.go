@@ -1,0 +1,43 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/client"
+	"jetflow.dev/pkg/events"
+)
+
+// TestEventLinesSayWhatAWaitWaitsFor: jetflow events prints a timer's
+// purpose and due time, when a waiting step ends and the signals it
+// takes, and a received signal's name; a due time on another day than
+// the event's has its date.
+func TestEventLinesSayWhatAWaitWaitsFor(t *testing.T) {
+	at := time.Date(2026, 11, 25, 10, 0, 0, 0, time.Local)
+	line := func(typ events.Type, p events.Payload) string {
+		t.Helper()
+		data, err := json.Marshal(p)
+		require.NoError(t, err)
+		var b bytes.Buffer
+		printEvent(&b, client.Event{Seq: 7, Type: typ, Time: at, Data: data})
+		return b.String()
+	}
+	armed := line(events.TypeTimerArmed, &events.TimerArmed{TimerID: "t", Purpose: events.TimerSleep, StepID: "nap", Due: at.Add(90 * time.Second).UTC()})
+	require.Contains(t, armed, "step=nap")
+	require.Contains(t, armed, "purpose=sleep")
+	require.Contains(t, armed, "due=10:01:30.000")
+
+	waiting := line(events.TypeStepWaiting, &events.StepWaiting{StepID: "w", Until: at.Add(48 * time.Hour).UTC(), Signals: []string{"go", "stop"}})
+	require.Contains(t, waiting, "signals=go,stop")
+	require.Contains(t, waiting, `until="2026-11-27 10:00:00.000"`, "another day: with its date")
+
+	forever := line(events.TypeStepWaiting, &events.StepWaiting{StepID: "w", Signals: []string{"go"}})
+	require.NotContains(t, forever, "until=", "no timeout: no end")
+
+	sig := line(events.TypeSignalReceived, &events.SignalReceived{SignalID: "s1", Name: "go ahead"})
+	require.Contains(t, sig, `name="go ahead"`)
+}
