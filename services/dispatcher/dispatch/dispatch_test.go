@@ -357,7 +357,9 @@ func TestStartToSuccess(t *testing.T) {
 	require.Equal(t, events.TaskID("x1", "bye", 1), second.task.TaskID)
 	// The second reports its start only with its result (an operation
 	// shorter than the agent's grace): one event records both.
-	began := time.Now().UTC().Truncate(time.Millisecond)
+	// Not truncated: a start the agent's clock puts before the step's
+	// schedule (the same millisecond, cut) is taken as the schedule.
+	began := time.Now().UTC()
 	b.report(t, &events.OperationSucceeded{TaskRef: second.task.Ref("test-agent", 1), StartedAt: began})
 
 	s, evs := waitStatus(t, b.js, "greet", "x1", projections.StatusSucceeded)
