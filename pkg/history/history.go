@@ -385,11 +385,17 @@ func (s *Store) Append(ctx context.Context, subject string, lastSeq uint64, ev e
 	if err == nil {
 		return ack.Sequence, nil
 	}
+	return s.failed(ctx, subject, lastSeq, ev, err)
+}
+
+// failed is what an append of ev to subject after lastSeq that failed
+// with err comes to. A single server checks the expected sequence before
+// dedupe, so our own earlier, successful attempt looks like a conflict:
+// the last event's id tells, and then the append succeeded after all.
+func (s *Store) failed(ctx context.Context, subject string, lastSeq uint64, ev events.Event, err error) (uint64, error) {
 	if !bus.IsConflict(err) {
 		return 0, fmt.Errorf("append %s to %s: %w", ev.Type, subject, err)
 	}
-	// A single server checks the expected sequence before dedupe, so our
-	// own earlier, successful attempt looks like a conflict: compare ids.
 	if last, gerr := bus.LeaderGet(ctx, s.js, bus.StreamEvents, bus.MsgQuery{LastBySubject: subject}); gerr == nil && last.Header.Get(jetstream.MsgIDHeader) == ev.ID {
 		return last.Sequence, nil
 	}
@@ -454,13 +460,12 @@ func (s *Store) AppendBatch(ctx context.Context, appends []Pending) []Appended {
 		if f == nil {
 			continue
 		}
-		a := appends[i]
+		var err error
 		select {
 		case ack := <-f.Ok():
 			out[i].Seq = ack.Sequence
 			continue
-		case err := <-f.Err():
-			out[i].Err = err
+		case err = <-f.Err():
 		case <-wait.Done():
 			// An ack that came meanwhile counts (select picks at random
 			// among ready cases).
@@ -470,19 +475,10 @@ func (s *Store) AppendBatch(ctx context.Context, appends []Pending) []Appended {
 				continue
 			default:
 			}
-			out[i].Err = wait.Err()
+			err = wait.Err()
 		}
-		if !bus.IsConflict(out[i].Err) {
-			out[i].Err = fmt.Errorf("append %s to %s: %w", a.Event.Type, a.Subject, out[i].Err)
-			continue
-		}
-		// As in Append: a single server checks the expected sequence
-		// before dedupe.
-		if last, gerr := bus.LeaderGet(ctx, s.js, bus.StreamEvents, bus.MsgQuery{LastBySubject: a.Subject}); gerr == nil && last.Header.Get(jetstream.MsgIDHeader) == a.Event.ID {
-			out[i] = Appended{Seq: last.Sequence}
-			continue
-		}
-		out[i].Err = fmt.Errorf("append %s to %s after seq %d: %w", a.Event.Type, a.Subject, a.LastSeq, bus.ErrConflict)
+		a := appends[i]
+		out[i].Seq, out[i].Err = s.failed(ctx, a.Subject, a.LastSeq, a.Event, err)
 	}
 	return out
 }

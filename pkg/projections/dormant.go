@@ -2,6 +2,13 @@ package projections
 
 import "time"
 
+// HibernateAfter is how far ahead the timers of an execution that waits
+// for nothing else must be due for caches to let its state go (Dormant):
+// a sleep of a minute or more costs a read when it wakes, not its state's
+// memory meanwhile; shorter ones (retries' backoffs, brief waits) stay
+// cached. The dispatcher and the projector both use it.
+const HibernateAfter = time.Minute
+
 // Dormant reports whether s is an execution that waits, for at least d
 // after its last event, for nothing but its timers: it runs, every step
 // of it that has not ended is a sleep or wait step waiting (or an

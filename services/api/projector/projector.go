@@ -101,11 +101,6 @@ type entry struct {
 // is down to three quarters of both.
 const cacheMax = 20000
 
-// hibernateAfter is how far ahead the timers of an execution that waits
-// for nothing else must be due for its state to leave the cache
-// (projections.Dormant), as the dispatcher's does.
-const hibernateAfter = time.Minute
-
 // DefaultCacheBytes is the default MaxCache, 32 MiB: about what the
 // 20,000 states of small executions that were its only bound held.
 const DefaultCacheBytes = 32 << 20
@@ -520,7 +515,7 @@ func (p *Projector) project(ctx context.Context, g *group) error {
 		p.forget(id)
 		return err
 	}
-	if next.Status.Terminal() || projections.Dormant(&next, hibernateAfter) {
+	if next.Status.Terminal() || projections.Dormant(&next, projections.HibernateAfter) {
 		// Finished executions rarely change again; sleeping ones not for a
 		// while (their next event reads the read model again).
 		p.forget(id)

@@ -241,9 +241,9 @@ func (d *Dispatcher) recordFires(ctx context.Context, batch []job) []fireOutcome
 	seen := make(map[string]bool, len(batch))
 	// held: whether the holding each job came from still holds its
 	// partition, asked once per holding in a batch (a renewal merely late
-	// is waited for, as a worker does).
-	// Asked before any execution is taken: a late renewal waited for
-	// must not keep the batch's other executions from the workers.
+	// is waited for, as a worker does), and before any execution is
+	// taken: a late renewal waited for must not keep the batch's other
+	// executions from the workers.
 	held := map[*consuming]bool{}
 	for _, j := range batch {
 		if _, asked := held[j.from]; j.from != nil && !asked {
@@ -359,9 +359,7 @@ func (d *Dispatcher) firedEvent(x *execState, id string, sentAt time.Time) (ev e
 	if !isFired {
 		return events.Event{}, projections.Execution{}, false
 	}
-	ev = events.New(d.cfg.Source, x.id, x.workflow, d.cfg.Now(), p)
-	ev.PrevSeq = x.state.LastSeq
-	next, err := projections.Apply(x.state, ev)
+	ev, next, err := d.prepare(x, p)
 	if err != nil || !next.Status.Active() {
 		return events.Event{}, projections.Execution{}, false // the worker refuses it, as d.append does
 	}

@@ -5,6 +5,7 @@ import (
 	"unsafe"
 
 	"jetflow.dev/pkg/projections"
+	"jetflow.dev/services/dispatcher/interp"
 )
 
 // lru is a small least-recently-used cache of execution states, bounded
@@ -86,7 +87,7 @@ const viewBytesPerStep = 96
 // execution of its version (pinnedDefs) and is not counted.
 func (x *execState) size() int {
 	n := entryOverhead + len(x.id) + len(x.workflow) + projections.SizeEstimate(&x.state)
-	if x.memo != nil && len(x.state.Steps) > smallViewSteps {
+	if x.memo != nil && len(x.state.Steps) > interp.SmallExecution {
 		n += len(x.state.Steps) * viewBytesPerStep
 		for i := range x.state.Steps {
 			n += 2 * len(x.state.Steps[i].Output)
@@ -94,7 +95,3 @@ func (x *execState) size() int {
 	}
 	return n
 }
-
-// smallViewSteps is the number of step instances up to which the
-// interpreter keeps no view (interp's smallExecution).
-const smallViewSteps = 32

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/rs/zerolog"
 
@@ -80,13 +79,6 @@ func (k *keyedMutex) tryLock(key string) (unlock func(), ok bool) {
 	k.mu.Unlock()
 	return k.unlocker(key, l), true
 }
-
-// hibernateAfter is how far ahead the timers of an execution that waits
-// for nothing else must be due for it to leave the cache
-// (projections.Dormant): a sleep of a minute or more costs a read of its
-// history when it wakes, not its state's memory meanwhile; shorter ones
-// (retries' backoffs, the timers run's waits) stay cached.
-const hibernateAfter = time.Minute
 
 // execState is the dispatcher's view of one execution.
 type execState struct {
@@ -184,7 +176,7 @@ func (d *Dispatcher) withExecutionAs(ctx context.Context, wf, id string, how loa
 			err = d.checkFresh(ctx, x)
 		}
 		if err == nil {
-			if x.state.Status.Terminal() || projections.Dormant(&x.state, hibernateAfter) {
+			if x.state.Status.Terminal() || projections.Dormant(&x.state, projections.HibernateAfter) {
 				// Ended: what may still come (a late report, a resume, the
 				// expiry) is rare and reads the history again; keeping it
 				// would hold its memory until 10,000 newer ones push it out.
@@ -308,11 +300,9 @@ func (d *Dispatcher) evict(id string) {
 // append validates p against the fold, then appends it with the expected
 // last subject sequence. p is final: the interpreter decided its content.
 func (d *Dispatcher) append(ctx context.Context, x *execState, p events.Payload) error {
-	ev := events.New(d.cfg.Source, x.id, x.workflow, d.cfg.Now(), p)
-	ev.PrevSeq = x.state.LastSeq
-	next, err := projections.Apply(x.state, ev)
+	ev, next, err := d.prepare(x, p)
 	if err != nil {
-		return permanentError{fmt.Errorf("refusing to append illegal event: %w", err)}
+		return err
 	}
 	seq, err := d.hist.Append(ctx, x.subject(), x.state.LastSeq, ev)
 	if err != nil {
@@ -327,6 +317,19 @@ func (d *Dispatcher) append(ctx context.Context, x *execState, p events.Payload)
 		return d.releaseEnded(ctx, x) // e.g. a force-cancel: its locks go with it
 	}
 	return nil
+}
+
+// prepare returns the event that appends p to x's history, conditioned
+// on its last event, and the state after it; an event the fold refuses
+// is a permanentError.
+func (d *Dispatcher) prepare(x *execState, p events.Payload) (events.Event, projections.Execution, error) {
+	ev := events.New(d.cfg.Source, x.id, x.workflow, d.cfg.Now(), p)
+	ev.PrevSeq = x.state.LastSeq
+	next, err := projections.Apply(x.state, ev)
+	if err != nil {
+		return ev, next, permanentError{fmt.Errorf("refusing to append illegal event: %w", err)}
+	}
+	return ev, next, nil
 }
 
 func newToken() string {

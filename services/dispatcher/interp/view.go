@@ -29,10 +29,10 @@ type view struct {
 	foreach  map[string]*foreachMemo
 }
 
-// smallExecution is the number of instances up to which decisions walk
+// SmallExecution is the number of instances up to which decisions walk
 // the state instead of keeping a view (building and syncing one costs
 // more than walking a few instances).
-const smallExecution = 32
+const SmallExecution = 32
 
 // verifyView makes every decision with a view be taken again without it,
 // and panic if they differ (the package's tests set it).
