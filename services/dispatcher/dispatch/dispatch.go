@@ -226,7 +226,7 @@ type Dispatcher struct {
 	stopping <-chan struct{} // closed when Run is asked to stop
 
 	mu    sync.Mutex // guards cache
-	cache *lru
+	cache *lru[string, *execState]
 	// pinned shares the decoded definitions of the cached executions.
 	pinned *pinnedDefs
 
@@ -268,7 +268,7 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log zerolog.Lo
 	if err != nil {
 		return nil, fmt.Errorf("open bucket %s: %w", bus.BucketDispatchers, err)
 	}
-	return &Dispatcher{cfg: cfg, js: js, log: log, defs: defs, ids: ids, locks: locks, hist: hist, cache: newLRU(cfg.CacheSize, cfg.CacheBytes),
+	return &Dispatcher{cfg: cfg, js: js, log: log, defs: defs, ids: ids, locks: locks, hist: hist, cache: newLRU[string](cfg.CacheSize, cfg.CacheBytes, (*execState).size),
 		pinned: newPinnedDefs(maxPinnedDefs), maxEvent: int(js.Conn().MaxPayload()) - 64<<10,
 		parts: partitions{n: n, kv: kv, running: map[int]*consuming{}}}, nil
 }

@@ -8,34 +8,37 @@ import (
 	"jetflow.dev/services/dispatcher/interp"
 )
 
-// lru is a small least-recently-used cache of execution states, bounded
-// by a count of entries and by an estimate of the bytes they hold
-// (execState.size, taken when an entry is put). It is not safe for
-// concurrent use; Dispatcher.mu guards it.
-type lru struct {
-	max      int // entries
-	maxBytes int // the entries' estimated bytes
-	bytes    int // the entries' estimated bytes now
-	order    *list.List
-	items    map[string]*list.Element
+// lru is a small least-recently-used cache, bounded by a count of
+// entries and, when sizeOf is given, by the bytes they hold (sizeOf of
+// each value, taken when it is put). The dispatcher keeps its execution
+// states in one (execState.size) and its pinned definitions in another
+// (count only). It is not safe for concurrent use: its owner guards it.
+type lru[K comparable, V any] struct {
+	max      int         // entries
+	maxBytes int         // the entries' bytes (with sizeOf)
+	sizeOf   func(V) int // nil: bounded by count only
+	bytes    int         // the entries' bytes now
+	order    *list.List  // of *lruEntry[K, V], most recently used first
+	items    map[K]*list.Element
 }
 
-type lruEntry struct {
-	key  string
-	val  *execState
-	size int // val.size() when it was put
+type lruEntry[K comparable, V any] struct {
+	key  K
+	val  V
+	size int // sizeOf(val) when it was put
 }
 
-func newLRU(max, maxBytes int) *lru {
-	return &lru{max: max, maxBytes: maxBytes, order: list.New(), items: map[string]*list.Element{}}
+func newLRU[K comparable, V any](max, maxBytes int, sizeOf func(V) int) *lru[K, V] {
+	return &lru[K, V]{max: max, maxBytes: maxBytes, sizeOf: sizeOf, order: list.New(), items: map[K]*list.Element{}}
 }
 
-func (c *lru) get(k string) (*execState, bool) {
+func (c *lru[K, V]) get(k K) (V, bool) {
 	if e, ok := c.items[k]; ok {
 		c.order.MoveToFront(e)
-		return e.Value.(*lruEntry).val, true
+		return e.Value.(*lruEntry[K, V]).val, true
 	}
-	return nil, false
+	var zero V
+	return zero, false
 }
 
 // put keeps v under k, or takes its size again if it is kept already (a
@@ -43,38 +46,44 @@ func (c *lru) get(k string) (*execState, bool) {
 // until both bounds hold. The entry just put is kept even if it alone is
 // over the byte bound: the execution being handled is the one most
 // likely to be handled next.
-func (c *lru) put(k string, v *execState) {
-	size := v.size()
+func (c *lru[K, V]) put(k K, v V) {
+	size := 0
+	if c.sizeOf != nil {
+		size = c.sizeOf(v)
+	}
 	if e, ok := c.items[k]; ok {
-		ent := e.Value.(*lruEntry)
+		ent := e.Value.(*lruEntry[K, V])
 		c.bytes += size - ent.size
 		ent.val, ent.size = v, size
 		c.order.MoveToFront(e)
 	} else {
-		c.items[k] = c.order.PushFront(&lruEntry{key: k, val: v, size: size})
+		c.items[k] = c.order.PushFront(&lruEntry[K, V]{key: k, val: v, size: size})
 		c.bytes += size
 	}
-	for c.order.Len() > 1 && (c.order.Len() > c.max || c.bytes > c.maxBytes) {
+	for c.order.Len() > 1 && (c.order.Len() > c.max || (c.sizeOf != nil && c.bytes > c.maxBytes)) {
 		c.drop(c.order.Back())
 	}
 }
 
-func (c *lru) remove(k string) {
+func (c *lru[K, V]) remove(k K) {
 	if e, ok := c.items[k]; ok {
 		c.drop(e)
 	}
 }
 
-func (c *lru) drop(e *list.Element) {
-	ent := e.Value.(*lruEntry)
+func (c *lru[K, V]) drop(e *list.Element) {
+	ent := e.Value.(*lruEntry[K, V])
 	c.order.Remove(e)
 	delete(c.items, ent.key)
 	c.bytes -= ent.size
 }
 
+// len is the number of entries kept.
+func (c *lru[K, V]) len() int { return c.order.Len() }
+
 // entryOverhead is what an entry costs the cache itself: its list element,
 // its lruEntry, its map slot, and the execState and Memo records.
-const entryOverhead = int(unsafe.Sizeof(list.Element{})+unsafe.Sizeof(lruEntry{})+unsafe.Sizeof(execState{})) + 48
+const entryOverhead = int(unsafe.Sizeof(list.Element{})+unsafe.Sizeof(lruEntry[string, *execState]{})+unsafe.Sizeof(execState{})) + 48
 
 // viewBytesPerStep estimates what the interpreter's view of a large
 // execution (its Memo) holds per step instance: its id, its place in the

@@ -74,15 +74,15 @@ func (b *memBundle) cached() (states []*execState, bytes, sizes int) {
 	b.d.mu.Lock()
 	var ids []string
 	for e := b.d.cache.order.Front(); e != nil; e = e.Next() {
-		ids = append(ids, e.Value.(*lruEntry).key)
+		ids = append(ids, e.Value.(*lruEntry[string, *execState]).key)
 	}
 	b.d.mu.Unlock()
 	for _, id := range ids {
 		unlock := b.d.handling.lock(id)
 		b.d.mu.Lock()
 		if e, ok := b.d.cache.items[id]; ok {
-			states = append(states, e.Value.(*lruEntry).val)
-			sizes += e.Value.(*lruEntry).val.size()
+			states = append(states, e.Value.(*lruEntry[string, *execState]).val)
+			sizes += e.Value.(*lruEntry[string, *execState]).val.size()
 		}
 		b.d.mu.Unlock()
 		unlock()

@@ -1,7 +1,6 @@
 package dispatch
 
 import (
-	"container/list"
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
@@ -20,10 +19,8 @@ import (
 // stays alive as long as an execution in the cache still points to it.
 // It is safe for concurrent use.
 type pinnedDefs struct {
-	mu    sync.Mutex // guards order and items
-	max   int
-	order *list.List // of *pinnedEntry, most recently used first
-	items map[pinnedKey]*list.Element
+	mu   sync.Mutex // guards defs
+	defs *lru[pinnedKey, *workflow.Definition]
 }
 
 // maxPinnedDefs bounds the definitions pinnedDefs keeps: far more than
@@ -42,13 +39,8 @@ type pinnedKey struct {
 	sum      [sha256.Size]byte
 }
 
-type pinnedEntry struct {
-	key pinnedKey
-	def *workflow.Definition
-}
-
 func newPinnedDefs(max int) *pinnedDefs {
-	return &pinnedDefs{max: max, order: list.New(), items: map[pinnedKey]*list.Element{}}
+	return &pinnedDefs{defs: newLRU[pinnedKey, *workflow.Definition](max, 0, nil)}
 }
 
 // get returns the definition that raw, the pinned definition of an
@@ -57,31 +49,23 @@ func newPinnedDefs(max int) *pinnedDefs {
 func (p *pinnedDefs) get(wf string, version int, raw json.RawMessage) (*workflow.Definition, error) {
 	k := pinnedKey{workflow: wf, version: version, sum: sha256.Sum256(raw)}
 	p.mu.Lock()
-	if e, ok := p.items[k]; ok {
-		p.order.MoveToFront(e)
-		def := e.Value.(*pinnedEntry).def
-		p.mu.Unlock()
+	def, ok := p.defs.get(k)
+	p.mu.Unlock()
+	if ok {
 		return def, nil
 	}
-	p.mu.Unlock()
 	// Decoded outside the lock: two executions of a new definition may
 	// both decode it; the first one stored is kept.
-	def := new(workflow.Definition)
+	def = new(workflow.Definition)
 	if err := json.Unmarshal(raw, def); err != nil {
 		return nil, fmt.Errorf("decode pinned definition of %s v%d: %w", wf, version, err)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if e, ok := p.items[k]; ok {
-		p.order.MoveToFront(e)
-		return e.Value.(*pinnedEntry).def, nil
+	if kept, ok := p.defs.get(k); ok {
+		return kept, nil
 	}
-	p.items[k] = p.order.PushFront(&pinnedEntry{key: k, def: def})
-	for p.order.Len() > p.max {
-		last := p.order.Back()
-		p.order.Remove(last)
-		delete(p.items, last.Value.(*pinnedEntry).key)
-	}
+	p.defs.put(k, def)
 	return def, nil
 }
 
@@ -89,5 +73,5 @@ func (p *pinnedDefs) get(wf string, version int, raw json.RawMessage) (*workflow
 func (p *pinnedDefs) len() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.order.Len()
+	return p.defs.len()
 }
