@@ -1,7 +1,6 @@
 package history_test
 
 import (
-	"sync/atomic"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -21,8 +20,12 @@ func TestStoreAsksForTheStreamOnce(t *testing.T) {
 	t.Parallel()
 	nc, js := natstest.Connect(t, natstest.RunJetStream(t))
 	ctx := t.Context()
-	var infos atomic.Int64
-	sub, err := nc.Subscribe("$JS.API.STREAM.INFO."+bus.StreamEvents, func(*nats.Msg) { infos.Add(1) })
+	// A channel subscription: the client's reader puts each request in
+	// the channel before it reads the PONG that ends a Flush, so after a
+	// Flush the channel holds every request made before it (a callback
+	// might not have run yet on a loaded machine).
+	infos := make(chan *nats.Msg, 64)
+	sub, err := nc.ChanSubscribe("$JS.API.STREAM.INFO."+bus.StreamEvents, infos)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	require.NoError(t, nc.Flush())
@@ -30,7 +33,7 @@ func TestStoreAsksForTheStreamOnce(t *testing.T) {
 	store, err := history.Open(ctx, js)
 	require.NoError(t, err)
 	require.NoError(t, nc.Flush())
-	opened := infos.Load()
+	opened := len(infos)
 	require.Positive(t, opened, "the subscription sees the stream-info request of Open")
 
 	subj := bus.ExecutionSubject("wf", "x1")
@@ -58,7 +61,7 @@ func TestStoreAsksForTheStreamOnce(t *testing.T) {
 	require.Equal(t, last, evs[19].Seq)
 
 	require.NoError(t, nc.Flush())
-	require.Equal(t, opened, infos.Load(), "no stream-info request after Open")
+	require.Equal(t, opened, len(infos), "no stream-info request after Open")
 
 	_, err = store.Append(ctx, subj, 1, newEvent("x1", &events.StepSending{StepID: "b", Attempt: 1}))
 	require.ErrorIs(t, err, bus.ErrConflict, "the fence holds through the store")
