@@ -147,6 +147,8 @@ type StepStarted struct {
 	// StartedAt is when the agent began the operation, from its report
 	// (zero from older agents: the event's time is the start then).
 	StartedAt time.Time `json:"started_at,omitzero"`
+	// TaskSent: as in StepSucceeded.
+	TaskSent
 }
 
 // StepSucceeded records a step's result. It is recorded at most once per step.
@@ -166,6 +168,10 @@ type StepSucceeded struct {
 	// only with its result): the step passed through started, at that
 	// time, in that delivery.
 	OperationStart
+	// TaskSent is set when the step's sending was not recorded by an
+	// io.jetflow.step.sent (a dispatcher records it with what follows:
+	// docs/adr/0007): the step passed through sent at that time.
+	TaskSent
 }
 
 // OperationStart says when an agent began an operation, and in which
@@ -176,6 +182,17 @@ type StepSucceeded struct {
 type OperationStart struct {
 	StartedAt time.Time `json:"started_at,omitzero"`
 	Delivery  int       `json:"delivery,omitempty"`
+}
+
+// TaskSent says when an operation's task was stored in its queue, and at
+// which sequence of the tasks stream: what io.jetflow.step.sent records.
+// A step's start, success or failure carries it when no step.sent
+// recorded it before (docs/adr/0007), so that one event records both
+// states. Both members are optional: a reader that does not know them
+// passes over them.
+type TaskSent struct {
+	SentAt  time.Time `json:"sent_at,omitzero"`
+	TaskSeq uint64    `json:"task_seq,omitempty"`
 }
 
 // StepFailed records a step's failure. It may be a step's first event
@@ -197,8 +214,9 @@ type StepFailed struct {
 	// dying, or it left its queue without a result): a workflow
 	// replayable automatically is replayed resuming.
 	Lost bool `json:"lost,omitempty"`
-	// OperationStart: as in StepSucceeded.
+	// OperationStart and TaskSent: as in StepSucceeded.
 	OperationStart
+	TaskSent
 }
 
 // StepSkipped records that a step did not run because its condition was false.
@@ -508,6 +526,12 @@ type TaskRef struct {
 	Agent string `json:"agent,omitempty"`
 	// Delivery is the task's delivery count when this result was produced.
 	Delivery int `json:"delivery,omitempty"`
+	// TaskSeq and StoredAt are where and when the task was stored in the
+	// tasks stream (its message's metadata; zero from older agents and
+	// from reports not made by an agent): the dispatcher records the
+	// step's sending from them when it has not recorded it itself.
+	TaskSeq  uint64    `json:"task_seq,omitempty"`
+	StoredAt time.Time `json:"stored_at,omitzero"`
 }
 
 // Ref returns the reference of t, for results about it.

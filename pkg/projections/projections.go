@@ -113,7 +113,12 @@ func StatusAfter(s Status, t events.Type) Status {
 // A success or failure reported by an agent may carry the operation's
 // start (events.OperationStart) instead of a step.started before it: the
 // step then passed through started at that time, and the fold records it
-// (StartedAt, Delivery) as step.started would have.
+// (StartedAt, Delivery) as step.started would have. Likewise a step's
+// start, success or failure may carry its task's sending
+// (events.TaskSent) instead of a step.sent before it: a dispatcher
+// records step.sent only in compatibility mode, so a step is sending
+// until its next event, also while its task waits in its queue
+// (docs/adr/0007).
 type OpStatus string
 
 // Operation statuses.
@@ -370,10 +375,14 @@ type Step struct {
 	WaitUntil   time.Time `json:"wait_until,omitzero"`
 	ScheduledAt time.Time `json:"scheduled_at,omitzero"`
 	// SentAt is when the attempt's task was stored for the agents
-	// (step.sent): its timeout counts from then.
+	// (step.sent, or the sent_at of the step's next event): its timeout
+	// counts from then.
 	SentAt    time.Time `json:"sent_at,omitzero"`
 	StartedAt time.Time `json:"started_at,omitzero"`
 	EndedAt   time.Time `json:"ended_at,omitzero"`
+	// sentUnrecorded: sent as a dispatcher knows, not in the history
+	// (MarkSent).
+	sentUnrecorded bool
 }
 
 // Errors of the fold.
@@ -522,7 +531,7 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 			st.enter(s.Events)
 			st.Attempt, st.Input, st.ScheduledAt = e.Attempt, e.Input, ev.Time
 			st.Output, st.Error, st.StartedAt, st.EndedAt, st.Agent, st.TaskID, st.TaskSeq, st.Delivery, st.Final, st.Lost = nil, "", time.Time{}, time.Time{}, "", "", 0, 0, false, false
-			st.SentAt = time.Time{}
+			st.SentAt, st.sentUnrecorded = time.Time{}, false
 		})
 	case *events.StepDispatched:
 		// Scheduled, then sending, at the event's time: the two folds in
@@ -538,7 +547,9 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 	case *events.StepSending:
 		return s.step(ev, e.StepID, OpSending, func(st *Step) { st.TaskID, st.Queue, st.Token = e.TaskID, e.Queue, s.Token })
 	case *events.StepSent:
-		return s.step(ev, e.StepID, OpSent, func(st *Step) { st.TaskID, st.TaskSeq, st.SentAt = e.TaskID, e.TaskSeq, ev.Time })
+		return s.step(ev, e.StepID, OpSent, func(st *Step) {
+			st.TaskID, st.TaskSeq, st.SentAt, st.sentUnrecorded = e.TaskID, e.TaskSeq, ev.Time, false
+		})
 	case *events.StepStarted:
 		if i := s.StepIndex(e.StepID); i >= 0 && s.Steps[i].Status == OpStarted {
 			// Started again: legal only for a later delivery of the task.
@@ -551,6 +562,7 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 			return s, nil
 		}
 		return s.step(ev, e.StepID, OpStarted, func(st *Step) {
+			st.sent(e.TaskSent, ev.Time)
 			st.StartedAt, st.Agent, st.Delivery = ev.Time, e.Agent, e.Delivery
 			st.started(events.OperationStart{StartedAt: e.StartedAt}, ev.Time) // the agent's time, if its report had it
 		})
@@ -570,6 +582,7 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 			maps.Copy(s.Vars, e.Vars)
 		}
 		return s.step(ev, e.StepID, OpSucceeded, func(st *Step) {
+			st.sent(e.TaskSent, ev.Time)
 			st.Output, st.EndedAt = e.Output, ev.Time
 			if e.Agent != "" {
 				st.Agent = e.Agent
@@ -587,6 +600,7 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 			if unscheduled {
 				st.Attempt, st.ScheduledAt = e.Attempt, ev.Time
 			}
+			st.sent(e.TaskSent, ev.Time)
 			st.Output, st.Error, st.EndedAt, st.Final, st.Lost = e.Output, e.Error, ev.Time, e.Final, e.Lost
 			if e.Agent != "" {
 				st.Agent = e.Agent
@@ -787,9 +801,71 @@ func (s Execution) step(ev events.Event, id string, to OpStatus, set func(*Step)
 		return s, &TransitionError{ExecutionID: s.ID, From: string(st.Status), Event: ev.Type, StepID: id}
 	}
 	st.Status = to
+	if to != OpSent {
+		st.sentUnrecorded = false
+	}
 	set(&st)
 	s.Steps[i] = st
 	return s, nil
+}
+
+// sent records the sending a step's start or end carries (when no
+// io.jetflow.step.sent recorded it): the task was stored then, at that
+// sequence. The time is the server's: one before the schedule or after
+// the event (clocks apart) is taken as the nearer one.
+func (st *Step) sent(t events.TaskSent, end time.Time) {
+	if st.TaskSeq == 0 {
+		st.TaskSeq = t.TaskSeq
+	}
+	if t.SentAt.IsZero() || !st.SentAt.IsZero() {
+		return
+	}
+	st.SentAt = t.SentAt
+	if !st.ScheduledAt.IsZero() && st.SentAt.Before(st.ScheduledAt) {
+		st.SentAt = st.ScheduledAt
+	}
+	if !end.IsZero() && st.SentAt.After(end) {
+		st.SentAt = end
+	}
+}
+
+// MarkSent returns s with the attempt of step id marked sent: its task
+// was stored at sequence seq, at time at. It is what a dispatcher knows
+// and its history does not say yet (it records the sending with the
+// step's next event: docs/adr/0007); nothing changes unless the step's
+// current attempt is sending. [Step.SentUnrecorded] tells such a step
+// apart.
+func MarkSent(s Execution, id string, attempt int, seq uint64, at time.Time) Execution {
+	i := s.StepIndex(id)
+	if i < 0 || s.Steps[i].Status != OpSending || s.Steps[i].Attempt != attempt {
+		return s
+	}
+	s.Steps = slices.Clone(s.Steps)
+	st := &s.Steps[i]
+	st.Status, st.TaskSeq, st.SentAt, st.sentUnrecorded = OpSent, seq, at, true
+	return s
+}
+
+// SentUnrecorded reports whether st is sent only as its dispatcher knows
+// ([MarkSent]): the history does not record it yet.
+func (st Step) SentUnrecorded() bool { return st.sentUnrecorded && st.Status == OpSent }
+
+// RecordedStatus is st's status as its history records it: sending for
+// a step only its dispatcher knows sent.
+func (st Step) RecordedStatus() OpStatus {
+	if st.SentUnrecorded() {
+		return OpSending
+	}
+	return st.Status
+}
+
+// Unrecorded returns what st's next event must carry of its sending: the
+// sending MarkSent noted, or nothing.
+func (st Step) Unrecorded() events.TaskSent {
+	if !st.SentUnrecorded() {
+		return events.TaskSent{}
+	}
+	return events.TaskSent{SentAt: st.SentAt, TaskSeq: st.TaskSeq}
 }
 
 // started records the start an operation's result carries (when no

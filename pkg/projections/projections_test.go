@@ -825,3 +825,81 @@ func foldOneOperation(t *testing.T, at time.Time, lastAfter time.Duration, last 
 	require.Len(t, s.Steps, 1)
 	return s
 }
+
+// TestASendingCarriedByTheNextEvent: a step's start, success or failure
+// may carry its task's sending (no step.sent recorded it): the step
+// passed through sent then, at that sequence, and a time outside the
+// schedule and the event (clocks apart) is taken as the nearer one.
+func TestASendingCarriedByTheNextEvent(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
+	fold := func(t *testing.T, next events.Payload) projections.Step {
+		t.Helper()
+		var evs []events.Event
+		for _, e := range []struct {
+			after time.Duration
+			p     events.Payload
+		}{
+			{0, &events.ExecutionStarted{Workflow: "wf", Version: 1, Steps: []events.StepRef{{ID: "a", Kind: "exec"}}, Token: "t"}},
+			{time.Second, &events.StepDispatched{StepID: "a", Attempt: 1, TaskID: "x1.a.1", Queue: "default"}},
+			{2 * time.Second, next},
+		} {
+			ev := events.New("jetflow/dispatcher", "x1", "wf", t0.Add(e.after), e.p)
+			ev.Seq, ev.PrevSeq = uint64(len(evs)+1), uint64(len(evs))
+			evs = append(evs, ev)
+		}
+		s, err := projections.Fold(evs)
+		require.NoError(t, err)
+		require.Len(t, s.Steps, 1)
+		return s.Steps[0]
+	}
+	sent := events.TaskSent{SentAt: t0.Add(1100 * time.Millisecond), TaskSeq: 9}
+	for _, next := range []events.Payload{
+		&events.StepStarted{StepID: "a", Attempt: 1, Agent: "a1", Delivery: 1, TaskSent: sent},
+		&events.StepSucceeded{StepID: "a", Attempt: 1, TaskSent: sent},
+		&events.StepFailed{StepID: "a", Attempt: 1, Error: "boom", TaskSent: sent},
+	} {
+		st := fold(t, next)
+		require.Equal(t, uint64(9), st.TaskSeq, "%T", next)
+		require.True(t, sent.SentAt.Equal(st.SentAt), "%T: sent at %s", next, st.SentAt)
+	}
+	early := fold(t, &events.StepSucceeded{StepID: "a", Attempt: 1, TaskSent: events.TaskSent{SentAt: t0, TaskSeq: 9}})
+	require.True(t, early.SentAt.Equal(t0.Add(time.Second)), "not before its schedule: %s", early.SentAt)
+	late := fold(t, &events.StepSucceeded{StepID: "a", Attempt: 1, TaskSent: events.TaskSent{SentAt: t0.Add(time.Hour)}})
+	require.True(t, late.SentAt.Equal(t0.Add(2*time.Second)), "not after the event: %s", late.SentAt)
+	none := fold(t, &events.StepSucceeded{StepID: "a", Attempt: 1})
+	require.True(t, none.SentAt.IsZero(), "an older agent's report tells nothing")
+}
+
+// TestMarkSent: what a dispatcher knows of a sending (MarkSent) makes the
+// step sent for its decisions, is told apart from what the history
+// records, and goes with the step's next event.
+func TestMarkSent(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
+	s, err := projections.Fold([]events.Event{
+		{ID: "1", Type: events.TypeExecutionStarted, Subject: "x1", Time: t0, Seq: 1,
+			Data: &events.ExecutionStarted{Workflow: "wf", Version: 1, Steps: []events.StepRef{{ID: "a", Kind: "exec"}}, Token: "t"}},
+		{ID: "2", Type: events.TypeStepDispatched, Subject: "x1", Time: t0, Seq: 2, PrevSeq: 1,
+			Data: &events.StepDispatched{StepID: "a", Attempt: 1, TaskID: "x1.a.1", Queue: "default"}},
+	})
+	require.NoError(t, err)
+	require.Equal(t, s, projections.MarkSent(s, "a", 2, 5, t0), "another attempt: unchanged")
+	require.Equal(t, s, projections.MarkSent(s, "b", 1, 5, t0), "another step: unchanged")
+
+	marked := projections.MarkSent(s, "a", 1, 5, t0.Add(time.Millisecond))
+	require.Equal(t, projections.OpSending, s.Steps[0].Status, "the state given is not changed")
+	st := marked.Steps[0]
+	require.Equal(t, projections.OpSent, st.Status)
+	require.True(t, st.SentUnrecorded())
+	require.Equal(t, projections.OpSending, st.RecordedStatus())
+	require.Equal(t, events.TaskSent{SentAt: t0.Add(time.Millisecond), TaskSeq: 5}, st.Unrecorded())
+	require.Equal(t, marked, projections.MarkSent(marked, "a", 1, 6, t0.Add(time.Second)), "sent already: unchanged")
+
+	done, err := projections.Apply(marked, events.Event{ID: "3", Type: events.TypeStepSucceeded, Subject: "x1", Time: t0.Add(time.Second), Seq: 3,
+		Data: &events.StepSucceeded{StepID: "a", Attempt: 1, TaskSent: st.Unrecorded()}})
+	require.NoError(t, err)
+	require.False(t, done.Steps[0].SentUnrecorded())
+	require.Equal(t, projections.OpSucceeded, done.Steps[0].RecordedStatus())
+	require.Zero(t, done.Steps[0].Unrecorded())
+}

@@ -23,7 +23,7 @@ func Samples() []events.Payload {
 	actor := &events.Actor{Subject: "alice", Method: events.ActorAPIKey, KeyID: "0123456789abcdef"}
 	action := events.ActionRecord{Action: events.ActionCancel, Reason: "wrong host", RequestedBy: "alice", Actor: actor, Command: "cli#7"}
 	ref := events.TaskRef{TaskID: "x1.build.2", ExecutionID: "x1", Workflow: "deploy", StepID: "build",
-		Attempt: 2, Token: "tok", Queue: "gpu", Agent: "agent-7", Delivery: 3}
+		Attempt: 2, Token: "tok", Queue: "gpu", Agent: "agent-7", Delivery: 3, TaskSeq: 41, StoredAt: At.Add(-2 * time.Second)}
 	return []events.Payload{
 		&events.ExecutionStarted{Workflow: "deploy", Version: 3, Input: json.RawMessage(`{"env":"prod"}`),
 			Steps:      []events.StepRef{{ID: "build", Kind: "exec"}, {ID: "notify", Kind: "http"}},
@@ -37,12 +37,15 @@ func Samples() []events.Payload {
 		&events.StepSent{StepID: "build", Attempt: 1, TaskID: "x1.build.1", TaskSeq: 42},
 		&events.StepDispatched{StepID: "each[1]/build", Kind: "exec", Attempt: 2, Input: json.RawMessage(`{"command":"make"}`),
 			Retention: &events.Retention{Rule: "3", Key: "builds"}, TaskID: "x1.each[1]/build.2", Queue: "builders"},
-		&events.StepStarted{StepID: "build", Attempt: 1, Agent: "agent-7", Delivery: 2, StartedAt: At.Add(-time.Second)},
+		&events.StepStarted{StepID: "build", Attempt: 1, Agent: "agent-7", Delivery: 2, StartedAt: At.Add(-time.Second),
+			TaskSent: events.TaskSent{SentAt: At.Add(-2 * time.Second), TaskSeq: 41}},
 		&events.StepSucceeded{StepID: "build", Attempt: 1, Output: json.RawMessage(`{"ok":true}`), SignalID: "s1",
 			Vars: map[string]json.RawMessage{"ok": json.RawMessage(`true`)}, Agent: "agent-7", Duration: 1234,
-			OperationStart: events.OperationStart{StartedAt: At.Add(-time.Second), Delivery: 2}},
+			OperationStart: events.OperationStart{StartedAt: At.Add(-time.Second), Delivery: 2},
+			TaskSent:       events.TaskSent{SentAt: At.Add(-2 * time.Second), TaskSeq: 41}},
 		&events.StepFailed{StepID: "build", Kind: "exec", Attempt: 1, Error: "boom", Final: true, Output: json.RawMessage(`{"code":2}`),
-			Agent: "agent-7", Lost: true, OperationStart: events.OperationStart{StartedAt: At.Add(-time.Second), Delivery: 1}},
+			Agent: "agent-7", Lost: true, OperationStart: events.OperationStart{StartedAt: At.Add(-time.Second), Delivery: 1},
+			TaskSent: events.TaskSent{SentAt: At.Add(-2 * time.Second), TaskSeq: 41}},
 		&events.StartExecution{Workflow: "deploy", Version: 2, Input: json.RawMessage(`{"a":"ü"}`), ExecutionID: "x1",
 			WaitAfterFail: true, DryRun: true, Actor: actor},
 		&events.ReconcileExecution{ExecutionID: "x1", Workflow: "deploy", Reason: "stuck"},

@@ -328,12 +328,18 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 		return
 	}
 	delivery := 1
-	if md, err := m.Metadata(); err == nil {
+	md, mdErr := m.Metadata()
+	if mdErr == nil {
 		delivery = int(md.NumDelivered)
 	}
 	log := a.log.With().Str("execution_id", task.ExecutionID).Str("step_id", task.StepID).
 		Str("task_id", task.TaskID).Int("delivery", delivery).Logger()
 	ref := task.Ref(a.cfg.Name, delivery)
+	if mdErr == nil {
+		// Where and when the task was stored: the dispatcher records the
+		// step's sending from its report when it did not (docs/adr/0007).
+		ref.TaskSeq, ref.StoredAt = md.Sequence.Stream, md.Timestamp.UTC()
+	}
 
 	// Heartbeat from the start, so a slow start never races AckWait.
 	hbCtx, stopHB := context.WithCancel(ctx)

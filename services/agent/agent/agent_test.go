@@ -73,10 +73,14 @@ func (b *agentBundle) publishTaskTo(t *testing.T, subject, execID string, step w
 	ev.ID = task.TaskID
 	msg, err := bus.Encode(subject, ev)
 	require.NoError(t, err)
-	_, err = b.js.PublishMsg(t.Context(), msg, jetstream.WithMsgID(task.TaskID))
+	ack, err := b.js.PublishMsg(t.Context(), msg, jetstream.WithMsgID(task.TaskID))
 	require.NoError(t, err)
+	storedAt.Store(task.TaskID, ack.Sequence)
 	return task
 }
+
+// storedAt holds the stream sequence of each task the tests published.
+var storedAt sync.Map
 
 func readResults(t *testing.T, js jetstream.JetStream, execID string) []events.Event {
 	t.Helper()
@@ -109,6 +113,11 @@ func (b *agentBundle) waitFinal(t *testing.T, execID string) []events.Event {
 // requireRef checks that a result names the task, this agent and delivery 1.
 func requireRef(t *testing.T, task *events.Task, ref events.TaskRef) {
 	t.Helper()
+	t.Log("a report says where and when its task was stored")
+	seq, _ := storedAt.Load(task.TaskID)
+	require.Equal(t, seq, ref.TaskSeq)
+	require.WithinDuration(t, time.Now(), ref.StoredAt, time.Minute)
+	ref.TaskSeq, ref.StoredAt = 0, time.Time{}
 	require.Equal(t, task.Ref(agentName, 1), ref)
 }
 
