@@ -240,7 +240,8 @@ func PermissionsFor(role Role, queues []string, inbox string) (Permissions, erro
 			readStream(bus.StreamEvents, bus.EventsPrefix+".>"),
 			readStream(bus.StreamResults, bus.ResultsPrefix+".>"),
 			readStream(bus.StreamKills, bus.KillsPrefix+".>"),
-			streamInfo(bus.StreamTasks, bus.StreamTimers, bus.StreamRejections),
+			readStream(bus.StreamTasks), // a task sent before the dedupe window is looked for before it is sent again
+			streamInfo(bus.StreamTimers, bus.StreamRejections),
 			readBucket(bus.BucketDefinitions),
 			readBucket(bus.BucketExecutionIDs), writeBucket(bus.BucketExecutionIDs, ""),
 			readBucket(bus.BucketLocks), writeBucket(bus.BucketLocks, ""),

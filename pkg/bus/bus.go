@@ -38,7 +38,9 @@ type Config struct {
 	Duplicates time.Duration
 	// WorkDuplicates is the dedupe window of the tasks and results streams,
 	// long enough for a dispatcher or agent to re-publish after a restart.
-	// Default 2m.
+	// Default DefaultWorkDuplicates; a dispatcher publishes a task it may
+	// have sent again without looking for it only within half of that
+	// default (docs/adr/0007), so a shorter one is taken as the default.
 	WorkDuplicates time.Duration
 	// HistoryDuplicates is the dedupe window of the events stream. History
 	// appends are fenced by the expected last subject sequence, and a retried
@@ -75,6 +77,10 @@ type Config struct {
 // (bus.Transient), and a healthy cluster answers in milliseconds.
 const ServiceRequestTimeout = 2 * time.Second
 
+// DefaultWorkDuplicates is the default (and the least) dedupe window of
+// the tasks and results streams (Config.WorkDuplicates).
+const DefaultWorkDuplicates = 2 * time.Minute
+
 func (c Config) withDefaults() Config {
 	if c.Replicas <= 0 {
 		c.Replicas = 1
@@ -82,9 +88,7 @@ func (c Config) withDefaults() Config {
 	if c.Duplicates <= 0 {
 		c.Duplicates = 10 * time.Minute
 	}
-	if c.WorkDuplicates <= 0 {
-		c.WorkDuplicates = 2 * time.Minute
-	}
+	c.WorkDuplicates = max(c.WorkDuplicates, DefaultWorkDuplicates)
 	if c.HistoryDuplicates <= 0 {
 		c.HistoryDuplicates = 30 * time.Second
 	}
@@ -124,7 +128,8 @@ func Streams(c Config) []jetstream.StreamConfig {
 			Name: StreamTasks, Subjects: []string{TasksPrefix + ".>"},
 			Description: "jetflow operations for agents, one subject per queue",
 			Storage:     jetstream.FileStorage, Replicas: c.Replicas, Duplicates: c.WorkDuplicates,
-			Retention: jetstream.WorkQueuePolicy,
+			Retention:   jetstream.WorkQueuePolicy,
+			AllowDirect: true, // a dispatcher looks for a task sent before the dedupe window (docs/adr/0007)
 		},
 		{
 			Name: StreamResults, Subjects: []string{ResultsPrefix + ".>"},

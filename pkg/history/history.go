@@ -138,7 +138,12 @@ func ScanStored(ctx context.Context, js jetstream.JetStream, stream, filter stri
 // with Scan: a malformed event there is corruption, shown as such
 // (Event.Invalid).
 func ScanReports(ctx context.Context, js jetstream.JetStream, stream, filter string, fn func(events.Event) error) error {
-	return scan(ctx, js, stream, filter, 0, 0, true, func(_ string, ev events.Event) error { return fn(ev) })
+	return ScanReportsFrom(ctx, js, stream, filter, 0, fn)
+}
+
+// ScanReportsFrom is ScanReports from stream sequence fromSeq on.
+func ScanReportsFrom(ctx context.Context, js jetstream.JetStream, stream, filter string, fromSeq uint64, fn func(events.Event) error) error {
+	return scan(ctx, js, stream, filter, fromSeq, 0, true, func(_ string, ev events.Event) error { return fn(ev) })
 }
 
 // scanAttempts bounds the reads of a scan that fails for a transient

@@ -104,10 +104,13 @@ steps:
 		}
 	}
 	// pending and sending are one event (nothing comes between them), and
-	// started is recorded with the success (started_at, delivery).
-	require.Equal(t, []events.Type{events.TypeStepDispatched, events.TypeStepSent, events.TypeStepSucceeded}, order)
+	// sent and started are recorded with the success (sent_at, task_seq;
+	// started_at, delivery).
+	require.Equal(t, []events.Type{events.TypeStepDispatched, events.TypeStepSucceeded}, order)
 	for _, ev := range evs {
 		if ok, isOK := ev.Data.(*events.StepSucceeded); isOK && ok.StepID == "run" {
+			require.False(t, ok.SentAt.IsZero(), "step.succeeded carries the sending")
+			require.Positive(t, ok.TaskSeq, "step.succeeded carries the task's sequence")
 			require.False(t, ok.StartedAt.IsZero(), "step.succeeded carries the start")
 			require.Equal(t, 1, ok.Delivery)
 			require.True(t, ok.StartedAt.Equal(x.Steps[1].StartedAt), "the read model's start is the event's")

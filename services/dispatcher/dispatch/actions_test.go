@@ -87,11 +87,11 @@ func TestCancelWithNothingRunningEndsAtOnce(t *testing.T) {
 	task := b.nextTask(t)
 	b.report(t, &events.OperationSucceeded{TaskRef: task.task.Ref("test-agent", 1)})
 	second := b.nextTask(t) // ship is sent: it is running as far as the history knows
-	waitHistory(t, b.js, "deploy", "c2", "ship sent", func(evs []events.Event) bool { return countType(evs, events.TypeStepSent) == 2 })
+	waitHistory(t, b.js, "deploy", "c2", "ship sent", func(evs []events.Event) bool { return countType(evs, events.TypeStepDispatched) == 2 })
 
 	b.act(t, "c2", events.ActionForceCancel, "stuck")
 	s, evs := waitStatus(t, b.js, "deploy", "c2", projections.StatusCancelled)
-	require.Equal(t, projections.OpSent, s.Steps[1].Status, "force-cancel does not wait for the running step")
+	require.Equal(t, projections.OpSending, s.Steps[1].Status, "force-cancel does not wait for the running step")
 	require.Equal(t, "force-cancel", s.Cancellation.Action)
 
 	t.Log("a late result is ignored")
@@ -107,7 +107,7 @@ func TestForceCancelAfterCancel(t *testing.T) {
 	b.register(t, "deploy", "build")
 	b.start(t, "deploy", "c3")
 	b.nextTask(t)
-	waitHistory(t, b.js, "deploy", "c3", "build sent", func(evs []events.Event) bool { return countType(evs, events.TypeStepSent) == 1 })
+	waitHistory(t, b.js, "deploy", "c3", "build sent", func(evs []events.Event) bool { return countType(evs, events.TypeStepDispatched) == 1 })
 	first := b.act(t, "c3", events.ActionCancel, "first")
 	waitStatus(t, b.js, "deploy", "c3", projections.StatusCancelling)
 
@@ -158,7 +158,7 @@ func TestActionCommandReusedForAnotherAction(t *testing.T) {
 	b.register(t, "deploy", "build")
 	b.start(t, "deploy", "c5")
 	b.nextTask(t)
-	waitHistory(t, b.js, "deploy", "c5", "build sent", func(evs []events.Event) bool { return countType(evs, events.TypeStepSent) == 1 })
+	waitHistory(t, b.js, "deploy", "c5", "build sent", func(evs []events.Event) bool { return countType(evs, events.TypeStepDispatched) == 1 })
 	key := b.act(t, "c5", events.ActionCancel, "")
 	_, evs := waitStatus(t, b.js, "deploy", "c5", projections.StatusCancelling)
 

@@ -61,7 +61,7 @@ func TestDamagedExecutionIsQuarantinedThenRepaired(t *testing.T) {
 	b.start(t, "deploy", "d1")
 	build := b.nextTask(t)
 	before := waitHistory(t, b.js, "deploy", "d1", "build sent", func(evs []events.Event) bool {
-		return countType(evs, events.TypeStepSent) == 1
+		return countType(evs, events.TypeStepDispatched) == 1
 	})
 
 	t.Log("an admin writes a message that is no event into d1's history")
@@ -180,7 +180,7 @@ func TestUnknownEventWaitsForANewerDispatcher(t *testing.T) {
 	b.start(t, "deploy", "u1")
 	b.nextTask(t)
 	before := waitHistory(t, b.js, "deploy", "u1", "build sent", func(evs []events.Event) bool {
-		return countType(evs, events.TypeStepSent) == 1
+		return countType(evs, events.TypeStepDispatched) == 1
 	})
 	future := events.New("jetflow/dispatcher-v9", "u1", "deploy", time.Now(), &events.StepSent{StepID: "build", Attempt: 1})
 	future.Type = "io.jetflow.step.paused"
@@ -258,7 +258,7 @@ func TestRepairByAnotherDispatcher(t *testing.T) {
 		evs, err := history.Read(t.Context(), js, bus.ExecutionSubject("wf", "x1"), 0)
 		require.NoError(t, err)
 		x := projections.FoldQuarantined("x1", evs)
-		return len(x.Steps) == 2 && x.Steps[1].Status == projections.OpSent
+		return len(x.Steps) == 2 && x.Steps[1].Status == projections.OpSending && taskStored(t, js, x.Steps[1].TaskID)
 	})
 
 	publishPayload(t, js, bus.SubjectAction, events.New("client", "", "", time.Now(),

@@ -212,7 +212,9 @@ type Dispatcher struct {
 	ids  *claim.Store
 
 	locks *lock.Table // the lock bucket (locks.go)
-	hist  *history.Store
+	// queued: what look-ups read of the agents' queues (queued.go).
+	queued queuedTasks
+	hist   *history.Store
 
 	// maxEvent is the largest payload an event may have: the server's
 	// message limit, less room for headers and the other fields.

@@ -109,6 +109,16 @@ type fetchedTask struct {
 	task  *events.Task
 	ev    events.Event
 	msgID string
+	// seq and stored: where and when the task was stored.
+	seq    uint64
+	stored time.Time
+}
+
+// ref is the reference an agent's report about the task carries.
+func (f fetchedTask) ref(agent string, delivery int) events.TaskRef {
+	r := f.task.Ref(agent, delivery)
+	r.TaskSeq, r.StoredAt = f.seq, f.stored
+	return r
 }
 
 // nextTask fetches, decodes and acknowledges the next task of the default queue.
@@ -123,13 +133,27 @@ func (b *testBundle) nextTask(t *testing.T) fetchedTask {
 			require.NoError(t, err)
 			task, ok := ev.Data.(*events.Task)
 			require.True(t, ok, "task stream holds %s", ev.Type)
+			md, err := m.Metadata()
+			require.NoError(t, err)
 			require.NoError(t, m.Ack())
-			return fetchedTask{task: task, ev: ev, msgID: m.Headers().Get(jetstream.MsgIDHeader)}
+			return fetchedTask{task: task, ev: ev, msgID: m.Headers().Get(jetstream.MsgIDHeader), seq: md.Sequence.Stream, stored: md.Timestamp.UTC()}
 		}
 		require.NoError(t, batch.Error())
 	}
 	t.Fatal("no task arrived")
 	return fetchedTask{}
+}
+
+// taskStored reports whether the task taskID is stored in its queue.
+func taskStored(t *testing.T, js jetstream.JetStream, taskID string) bool {
+	t.Helper()
+	found := false
+	err := history.ScanReports(t.Context(), js, bus.StreamTasks, bus.TasksPrefix+".>", func(ev events.Event) error {
+		found = found || ev.ID == taskID
+		return nil
+	})
+	require.NoError(t, err)
+	return found
 }
 
 func readHistory(t *testing.T, js jetstream.JetStream, wf, id string) []events.Event {
@@ -314,9 +338,11 @@ func TestStartToSuccess(t *testing.T) {
 	b.start(t, "greet", "x1")
 
 	task := b.nextTask(t)
-	evs := waitHistory(t, b.js, "greet", "x1", "first step sent", func(evs []events.Event) bool { return len(evs) >= 3 })
+	evs := waitHistory(t, b.js, "greet", "x1", "first step sending", func(evs []events.Event) bool { return len(evs) >= 2 })
 	// Scheduled and sending are one event: nothing comes between them.
-	require.Equal(t, []events.Type{events.TypeExecutionStarted, events.TypeStepDispatched, events.TypeStepSent}, typesOf(evs))
+	// The task's stored sequence is recorded with the step's next event
+	// (docs/adr/0007).
+	require.Equal(t, []events.Type{events.TypeExecutionStarted, events.TypeStepDispatched}, typesOf(evs))
 	historytest.RequireLinear(t, evs)
 	started := evs[0].Data.(*events.ExecutionStarted)
 	require.Equal(t, "greet", started.Workflow)
@@ -329,7 +355,6 @@ func TestStartToSuccess(t *testing.T) {
 	require.Equal(t, events.TaskID("x1", "hello", 1), disp.TaskID)
 	require.Equal(t, workflow.DefaultQueue, disp.Queue)
 	require.NotEmpty(t, disp.Input, "the rendered input is recorded before the task is published")
-	sent := evs[2].Data.(*events.StepSent)
 
 	t.Log("the task carries the token, step, attempt and idempotency id")
 	wantID := events.TaskID("x1", "hello", 1)
@@ -343,15 +368,14 @@ func TestStartToSuccess(t *testing.T) {
 	require.Equal(t, started.Token, task.task.Token)
 	require.Equal(t, workflow.KindNoop, task.task.Kind)
 	require.Equal(t, workflow.DefaultQueue, task.task.Queue)
-	require.Equal(t, wantID, sent.TaskID)
-	require.Positive(t, sent.TaskSeq)
+	require.Positive(t, task.seq)
 	var spec workflow.Step
 	require.NoError(t, json.Unmarshal(task.task.Spec, &spec))
 	require.Equal(t, def.Steps[0], spec)
 
 	t.Log("results advance the execution")
-	b.report(t, &events.OperationStarted{TaskRef: task.task.Ref("test-agent", 1)})
-	b.report(t, &events.OperationSucceeded{TaskRef: task.task.Ref("test-agent", 1), Output: json.RawMessage(`{"n":1}`)})
+	b.report(t, &events.OperationStarted{TaskRef: task.ref("test-agent", 1)})
+	b.report(t, &events.OperationSucceeded{TaskRef: task.ref("test-agent", 1), Output: json.RawMessage(`{"n":1}`)})
 	second := b.nextTask(t)
 	require.Equal(t, "bye", second.task.StepID)
 	require.Equal(t, events.TaskID("x1", "bye", 1), second.task.TaskID)
@@ -360,16 +384,24 @@ func TestStartToSuccess(t *testing.T) {
 	// Not truncated: a start the agent's clock puts before the step's
 	// schedule (the same millisecond, cut) is taken as the schedule.
 	began := time.Now().UTC()
-	b.report(t, &events.OperationSucceeded{TaskRef: second.task.Ref("test-agent", 1), StartedAt: began})
+	b.report(t, &events.OperationSucceeded{TaskRef: second.ref("test-agent", 1), StartedAt: began})
 
 	s, evs := waitStatus(t, b.js, "greet", "x1", projections.StatusSucceeded)
 	historytest.RequireLinear(t, evs)
 	require.Equal(t, []events.Type{
 		events.TypeExecutionStarted,
-		events.TypeStepDispatched, events.TypeStepSent, events.TypeStepStarted, events.TypeStepSucceeded,
-		events.TypeStepDispatched, events.TypeStepSent, events.TypeStepSucceeded,
+		events.TypeStepDispatched, events.TypeStepStarted, events.TypeStepSucceeded,
+		events.TypeStepDispatched, events.TypeStepSucceeded,
 		events.TypeExecutionSucceeded,
 	}, typesOf(evs))
+	t.Log("each step passed through sent, with the task's stored sequence and time from the agent's report")
+	for i, ft := range []fetchedTask{task, second} {
+		st := s.Steps[i]
+		require.Equal(t, ft.seq, st.TaskSeq)
+		require.False(t, st.SentAt.IsZero(), "step %d passed through sent", i)
+		require.False(t, st.SentAt.Before(st.ScheduledAt) || st.SentAt.After(st.EndedAt),
+			"step %d: scheduled at %s, sent at %s, ended at %s", i, st.ScheduledAt, st.SentAt, st.EndedAt)
+	}
 	require.Equal(t, projections.OpSucceeded, s.Steps[0].Status)
 	require.JSONEq(t, `{"n":1}`, string(s.Steps[0].Output))
 	require.Equal(t, "test-agent", s.Steps[0].Agent)
@@ -388,7 +420,7 @@ func TestStaleResultsIgnored(t *testing.T) {
 	b.start(t, "greet", "x1")
 	task := b.nextTask(t)
 	waitHistory(t, b.js, "greet", "x1", "step sent", func(evs []events.Event) bool {
-		return len(evs) == 3 && evs[2].Type == events.TypeStepSent
+		return len(evs) == 2 && evs[1].Type == events.TypeStepDispatched
 	})
 	ref := task.task.Ref("test-agent", 1)
 
@@ -400,14 +432,14 @@ func TestStaleResultsIgnored(t *testing.T) {
 		b.report(t, &events.OperationFailed{TaskRef: bad, Error: "boom"})
 		waitResultsHandled(t, b.js)
 		evs := readHistory(t, b.js, "greet", "x1")
-		require.Len(t, evs, 6, "each report is recorded as ignored, nothing else")
-		for _, ev := range evs[3:] {
+		require.Equal(t, 5, len(evs), "each report is recorded as ignored, nothing else")
+		for _, ev := range evs[2:] {
 			require.Equal(t, events.TypeResultIgnored, ev.Type)
 			require.Contains(t, ev.Data.(*events.ResultIgnored).Reason, "stale execution token")
 		}
 		s, err := projections.Fold(evs)
 		require.NoError(t, err)
-		require.Equal(t, projections.OpSent, s.Steps[0].Status)
+		require.Equal(t, projections.OpSending, s.Steps[0].Status)
 	})
 
 	t.Run("WrongAttempt", func(t *testing.T) {
@@ -421,12 +453,12 @@ func TestStaleResultsIgnored(t *testing.T) {
 		}
 		waitResultsHandled(t, b.js)
 		evs := readHistory(t, b.js, "greet", "x1")
-		require.Len(t, evs, 12)
+		require.Equal(t, 11, len(evs))
 		require.Equal(t, 9, countType(evs, events.TypeResultIgnored))
-		require.Contains(t, evs[6].Data.(*events.ResultIgnored).Reason, "attempt 0 is not the step's current attempt 1")
+		require.Contains(t, evs[5].Data.(*events.ResultIgnored).Reason, "attempt 0 is not the step's current attempt 1")
 		s, err := projections.Fold(evs)
 		require.NoError(t, err)
-		require.Equal(t, projections.OpSent, s.Steps[0].Status)
+		require.Equal(t, projections.OpSending, s.Steps[0].Status)
 		require.Len(t, s.Ignored, 9)
 	})
 
@@ -447,8 +479,8 @@ func TestStaleResultsIgnored(t *testing.T) {
 		}
 		require.Equal(t, []events.Type{
 			events.TypeExecutionStarted,
-			events.TypeStepDispatched, events.TypeStepSent, events.TypeStepSucceeded,
-			events.TypeStepDispatched, events.TypeStepSent,
+			events.TypeStepDispatched, events.TypeStepSucceeded,
+			events.TypeStepDispatched,
 		}, kept, "duplicates of the current attempt are not recorded at all")
 		s, err := projections.Fold(evs)
 		require.NoError(t, err)

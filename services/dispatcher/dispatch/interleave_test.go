@@ -38,6 +38,18 @@ func stepIs(t *testing.T, js jetstream.JetStream, i int, st projections.OpStatus
 	return i < len(s.Steps) && s.Steps[i].Status == st
 }
 
+// stepSent reports whether step i of x1 is sending (or sent) and its task
+// is stored in its queue: a dispatcher records the sending before it
+// publishes the task, and the publish with the step's next event
+// (docs/adr/0007).
+func stepSent(t *testing.T, js jetstream.JetStream, i int) bool {
+	s := foldOf(t, js, "wf", "x1")
+	if i >= len(s.Steps) || (s.Steps[i].Status != projections.OpSending && s.Steps[i].Status != projections.OpSent) {
+		return false
+	}
+	return taskStored(t, js, s.Steps[i].TaskID)
+}
+
 // runUntil runs d until cond holds, then stops it; it fails the test if
 // cond does not hold within waitFor.
 func runUntil(t *testing.T, d *dispatch.Dispatcher, cond func() bool) {
@@ -114,11 +126,11 @@ func TestStaleCacheNeverDropsAResult(t *testing.T) {
 	t.Parallel()
 	js, newDispatcher := interleaveSetup(t, "s1", "s2")
 	a, b := newDispatcher("A"), newDispatcher("B")
-	runUntil(t, a, func() bool { return stepIs(t, js, 0, projections.OpSent) })
+	runUntil(t, a, func() bool { return stepSent(t, js, 0) })
 	token := foldOf(t, js, "wf", "x1").Token
 
 	succeeded(t, js, token, "s1")
-	runUntil(t, b, func() bool { return stepIs(t, js, 1, projections.OpSent) })
+	runUntil(t, b, func() bool { return stepSent(t, js, 1) })
 	succeeded(t, js, token, "s2")
 	runUntil(t, a, func() bool { return foldOf(t, js, "wf", "x1").Status == projections.StatusSucceeded })
 	require.Equal(t, projections.StatusSucceeded, foldOf(t, js, "wf", "x1").Status, "step 2's success must be recorded")
@@ -130,7 +142,7 @@ func TestStaleCacheNeverDropsAResult(t *testing.T) {
 func TestReconcileNamingAnotherWorkflowChangesNothing(t *testing.T) {
 	t.Parallel()
 	js, newDispatcher := interleaveSetup(t, "s1")
-	runUntil(t, newDispatcher("A"), func() bool { return stepIs(t, js, 0, projections.OpSent) })
+	runUntil(t, newDispatcher("A"), func() bool { return stepSent(t, js, 0) })
 	token := foldOf(t, js, "wf", "x1").Token
 
 	rc := events.New("someone", "x1", "nope", time.Now(), &events.ReconcileExecution{ExecutionID: "x1", Workflow: "nope"})
@@ -165,11 +177,11 @@ func TestTimerFiredBeforeACrashIsActedOn(t *testing.T) {
 		require.NoError(t, err)
 	}
 
-	runUntil(t, newDispatcher("B"), func() bool { return stepIs(t, js, 1, projections.OpSent) })
+	runUntil(t, newDispatcher("B"), func() bool { return stepSent(t, js, 1) })
 	s = foldOf(t, js, "wf", "x1")
 	require.Len(t, s.Steps, 2)
 	require.Equal(t, projections.OpSucceeded, s.Steps[0].Status, "the recorded firing ends the sleep")
-	require.Equal(t, projections.OpSent, s.Steps[1].Status, "and the next step is sent")
+	require.Equal(t, projections.OpSending, s.Steps[1].Status, "and the next step is sent (recorded with its next event)")
 }
 
 // napAndNoop runs a JetStream server with the workflow wf (a 1 s sleep,

@@ -73,7 +73,7 @@ func TestLockWaitersInOrder(t *testing.T) {
 	_, evs := waitStatus(t, b.js, "m", "m1", projections.StatusSucceeded)
 	historytest.RequireLinear(t, evs)
 	require.Equal(t, []events.Type{events.TypeExecutionStarted, events.TypeLockRequested, events.TypeLockAcquired,
-		events.TypeStepDispatched, events.TypeStepSent, events.TypeStepStarted, events.TypeStepSucceeded,
+		events.TypeStepDispatched, events.TypeStepStarted, events.TypeStepSucceeded,
 		events.TypeLockReleased, events.TypeExecutionSucceeded}, typesOf(evs), "the lock is released before the execution ends")
 
 	second := b.nextTask(t)

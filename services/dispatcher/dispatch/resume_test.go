@@ -43,7 +43,7 @@ func TestResumeRunsTheFailedStepAgain(t *testing.T) {
 	waitResultsHandled(t, b.js)
 	s := foldOf(t, b.js, "deploy", "r1")
 	require.Equal(t, projections.StatusStarted, s.Status)
-	require.Equal(t, projections.OpSent, s.Steps[1].Status)
+	require.Equal(t, projections.OpSending, s.Steps[1].Status)
 
 	b.report(t, &events.OperationSucceeded{TaskRef: again.task.Ref("test-agent", 1)})
 	s, evs := waitStatus(t, b.js, "deploy", "r1", projections.StatusSucceeded)
@@ -102,7 +102,7 @@ func TestResumeAfterForceCancel(t *testing.T) {
 	b.register(t, "deploy", "build", "ship")
 	b.start(t, "deploy", "r3")
 	build := b.nextTask(t)
-	waitHistory(t, b.js, "deploy", "r3", "build sent", func(evs []events.Event) bool { return countType(evs, events.TypeStepSent) == 1 })
+	waitHistory(t, b.js, "deploy", "r3", "build sent", func(evs []events.Event) bool { return countType(evs, events.TypeStepDispatched) == 1 })
 	b.act(t, "r3", events.ActionForceCancel, "")
 	waitStatus(t, b.js, "deploy", "r3", projections.StatusCancelled)
 	b.report(t, &events.OperationSucceeded{TaskRef: build.task.Ref("test-agent", 1), Output: json.RawMessage(`"built"`)})

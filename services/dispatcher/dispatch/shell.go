@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,7 +13,9 @@ import (
 	"jetflow.dev/pkg/catalog"
 	"jetflow.dev/pkg/claim"
 	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/lock"
+	"jetflow.dev/pkg/projections"
 	"jetflow.dev/services/dispatcher/interp"
 )
 
@@ -135,6 +138,13 @@ func (d *Dispatcher) carryOut(ctx context.Context, x *execState, dec interp.Deci
 		if err != nil {
 			return err
 		}
+		if t, ok := o.(interp.TaskStored); ok && !d.cfg.SplitDispatch {
+			// Noted, not appended: the step's next event records it
+			// (docs/adr/0007). A state read anew does not know it, and
+			// publishes the task again (deduplicated) or looks for it.
+			x.state = projections.MarkSent(x.state, t.Task.Task.StepID, t.Task.Task.Attempt, t.Seq, t.At.UTC())
+			continue
+		}
 		if o != nil {
 			if err := d.carryOut(ctx, x, interp.Recorded(d.input(x), o)); err != nil {
 				return err
@@ -209,6 +219,16 @@ func (d *Dispatcher) perform(ctx context.Context, x *execState, eff interp.Effec
 	case interp.ArmTimer:
 		return nil, d.publishSchedule(ctx, x.id, x.workflow, e.TimerID, e.Due)
 	case interp.PublishTask:
+		if !e.Since.IsZero() && d.cfg.Now().Sub(e.Since) >= resendLookupAfter {
+			// It may have been stored before the dedupe window: published
+			// again, it would be stored (and run) twice.
+			if found, err := d.findTask(ctx, x, e); err != nil || found != nil {
+				if found != nil {
+					return *found, nil
+				}
+				return nil, err
+			}
+		}
 		task := events.New(d.cfg.Source, x.id, x.workflow, d.cfg.Now(), &e.Task)
 		task.ID = e.Task.TaskID
 		msg, err := bus.Encode(d.taskSubject(e), task)
@@ -219,7 +239,13 @@ func (d *Dispatcher) perform(ctx context.Context, x *execState, eff interp.Effec
 		if err != nil {
 			return nil, fmt.Errorf("publish task %s: %w", e.Task.TaskID, err)
 		}
-		return interp.TaskStored{Task: e, Seq: ack.Sequence}, nil
+		at := d.cfg.Now()
+		if ack.Duplicate && !e.Since.IsZero() {
+			// Stored by the publish that followed the step's sending, at
+			// once (the history may not say when).
+			at = e.Since
+		}
+		return interp.TaskStored{Task: e, Seq: ack.Sequence, At: at}, nil
 	case interp.EnqueueLock:
 		// The bucket is not fenced by the history's compare-and-set: a
 		// write decided from a state another dispatcher has gone past
@@ -255,6 +281,53 @@ func (d *Dispatcher) perform(ctx context.Context, x *execState, eff interp.Effec
 		return nil, d.reopened(ctx, x)
 	}
 	return nil, permanentError{fmt.Errorf("unknown effect %T", eff)}
+}
+
+// resendLookupAfter is how long after its sending a task is published
+// again without looking for it first: half of the tasks stream's least
+// dedupe window, which leaves the other half for clocks apart (the
+// sending's time is the dispatcher's, the window the server's).
+const resendLookupAfter = bus.DefaultWorkDuplicates / 2
+
+// findTask looks for the task of e, which may have been stored before the
+// tasks stream's dedupe window: in its queue (both lanes: it waits there,
+// or runs, until its agent has reported), then among its execution's
+// reports (an agent reports before it acknowledges the task). Nil: in
+// neither, so it was never stored (a dispatcher died between the step's
+// sending and the publish, and no decision followed for a while).
+func (d *Dispatcher) findTask(ctx context.Context, x *execState, e interp.PublishTask) (*interp.TaskStored, error) {
+	id := e.Task.TaskID
+	log := zerolog.Ctx(ctx).With().Str("task_id", id).Logger()
+	for _, lane := range []string{bus.TaskSubject(e.Task.Queue), bus.BulkTaskSubject(e.Task.Queue)} {
+		t, ok, err := d.queued.find(ctx, d.js, lane, id)
+		switch {
+		case err != nil:
+			return nil, fmt.Errorf("look for task %s in %s: %w", id, lane, err)
+		case ok:
+			log.Info().Str("in", lane).Msg("a task sent before the dedupe window is in its queue: not sent again")
+			return &interp.TaskStored{Task: e, Seq: t.seq, At: t.at}, nil
+		}
+	}
+	var found *interp.TaskStored
+	errFound := errors.New("found")
+	for _, filter := range []string{bus.ExecutionResultsBefore(x.id), bus.ExecutionResults(x.id)} {
+		err := history.ScanReports(ctx, d.js, bus.StreamResults, filter, func(ev events.Event) error {
+			ref, ok := events.ResultRef(ev.Data)
+			if !ok || ref.TaskID != id || ref.Token != e.Task.Token {
+				return nil
+			}
+			found = &interp.TaskStored{Task: e, Seq: ref.TaskSeq, At: cmp.Or(ref.StoredAt, e.Since)}
+			return errFound
+		})
+		switch {
+		case found != nil:
+			log.Info().Msg("a task sent before the dedupe window was reported: not sent again")
+			return found, nil
+		case err != nil:
+			return nil, fmt.Errorf("look for the reports of task %s: %w", id, err)
+		}
+	}
+	return nil, nil
 }
 
 // lockEntry is the bucket entry of a scope's current request.

@@ -32,9 +32,9 @@ func TestAStartThatComesAgainFindsItsHistory(t *testing.T) {
 		require.NoError(t, err)
 	}
 	publish("first")
-	waitHistory(t, b.js, "greet", "x2", "hello sent", func(evs []events.Event) bool { return countType(evs, events.TypeStepSent) == 1 })
+	waitHistory(t, b.js, "greet", "x2", "hello sent", func(evs []events.Event) bool { return countType(evs, events.TypeStepDispatched) == 1 })
 	publish("second")
 	waitCommandsHandled(t, b.js)
 	evs := readHistory(t, b.js, "greet", "x2")
-	require.Equal(t, []events.Type{events.TypeExecutionStarted, events.TypeStepDispatched, events.TypeStepSent}, typesOf(evs))
+	require.Equal(t, []events.Type{events.TypeExecutionStarted, events.TypeStepDispatched}, typesOf(evs))
 }

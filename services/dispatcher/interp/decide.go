@@ -829,7 +829,7 @@ func localID(p string) string {
 }
 
 func stepView(st projections.Step) map[string]any {
-	return map[string]any{"output": decode(st.Output), "status": string(st.Status), "error": st.Error, "attempt": float64(st.Attempt)}
+	return map[string]any{"output": decode(st.Output), "status": string(st.RecordedStatus()), "error": st.Error, "attempt": float64(st.Attempt)}
 }
 
 func orEmpty(b json.RawMessage) json.RawMessage {

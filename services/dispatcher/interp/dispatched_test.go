@@ -2,6 +2,7 @@ package interp
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -48,8 +49,9 @@ func TestAnOperationIsScheduledAndSendingInOneEvent(t *testing.T) {
 		require.JSONEq(t, string(disp.Input), string(pub.Task.Spec), "the recorded input, exactly")
 	}
 	m.advance()
-	require.Equal(t, []string{"execution.started", "step.dispatched", "step.sent"}, m.types())
+	require.Equal(t, []string{"execution.started", "step.dispatched"}, m.types(), "sent is recorded with the step's next event")
 	require.Len(t, m.tasks, 1)
+	require.Equal(t, projections.OpSent, m.state.Steps[0].Status, "the shell noted the sending")
 }
 
 // TestADryRunIsScheduledThenSkipped: when the decision after the schedule
@@ -83,4 +85,94 @@ func TestSplitDispatchKeepsTwoEvents(t *testing.T) {
 	d = Next(in)
 	require.Len(t, d.Events, 1)
 	require.IsType(t, &events.StepSending{}, d.Events[0])
+}
+
+// TestSplitDispatchRecordsSent: in compatibility mode the shell records
+// step.sent (older dispatchers do not look a task up), and the step's
+// next event carries no sending.
+func TestSplitDispatchRecordsSent(t *testing.T) {
+	t.Parallel()
+	def := workflow.Definition{Name: "wf", Steps: []workflow.Step{{ID: "build", Kind: workflow.KindNoop}}}
+	m := newMemShell(t, def, `{}`)
+	m.split = true
+	m.advance()
+	require.Equal(t, []string{"execution.started", "step.scheduled", "step.sending", "step.sent"}, m.types())
+	m.carry(m.report(&events.OperationSucceeded{TaskRef: events.TaskRef{Agent: "a1"}}))
+	done := m.evs[len(m.evs)-1].Data.(*events.StepSucceeded)
+	require.Zero(t, done.TaskSent, "step.sent recorded it")
+}
+
+// TestTheSendingIsRecordedWithTheNextEvent: the task's sequence and time,
+// noted by the shell, go with the step's next event, whichever it is; a
+// step whose sending the shell did not note (it was read anew) takes them
+// from the agent's report.
+func TestTheSendingIsRecordedWithTheNextEvent(t *testing.T) {
+	t.Parallel()
+	def := workflow.Definition{Name: "wf", Steps: []workflow.Step{{ID: "build", Kind: workflow.KindNoop, Timeout: "1m"}}}
+	sentAt := decideT0
+
+	t.Run("Start", func(t *testing.T) {
+		t.Parallel()
+		m := newMemShell(t, def, `{}`)
+		m.advance()
+		require.Equal(t, []string{"execution.started", "step.dispatched", "timer.armed"}, m.types(), "the timeout counts from the noted sending")
+		m.carry(m.report(&events.OperationStarted{TaskRef: events.TaskRef{Agent: "a1", Delivery: 1}}))
+		started := m.evs[len(m.evs)-1].Data.(*events.StepStarted)
+		require.Equal(t, events.TaskSent{SentAt: sentAt, TaskSeq: 101}, started.TaskSent)
+		st := m.state.Steps[0]
+		require.Equal(t, projections.OpStarted, st.Status)
+		require.False(t, st.SentUnrecorded())
+
+		t.Log("the success after it carries nothing more")
+		m.carry(m.report(&events.OperationSucceeded{TaskRef: events.TaskRef{Agent: "a1"}}))
+		require.Zero(t, m.evs[len(m.evs)-1].Data.(*events.StepSucceeded).TaskSent)
+		fold, err := projections.Fold(m.evs)
+		require.NoError(t, err)
+		require.Equal(t, uint64(101), fold.Steps[0].TaskSeq, "the history alone shows the sending")
+		require.True(t, sentAt.Equal(fold.Steps[0].SentAt))
+	})
+
+	t.Run("Timeout", func(t *testing.T) {
+		t.Parallel()
+		m := newMemShell(t, def, `{}`)
+		m.advance()
+		m.fire()
+		m.advance()
+		var failed *events.StepFailed
+		for _, ev := range m.evs {
+			if f, ok := ev.Data.(*events.StepFailed); ok {
+				failed = f
+			}
+		}
+		require.NotNil(t, failed, "history: %v", m.types())
+		require.Contains(t, failed.Error, "timed out")
+		require.Equal(t, events.TaskSent{SentAt: sentAt, TaskSeq: 101}, failed.TaskSent)
+	})
+
+	t.Run("ReadAnew", func(t *testing.T) {
+		t.Parallel()
+		m := newMemShell(t, def, `{}`)
+		m.advance()
+		fresh, err := projections.Fold(m.evs) // another dispatcher reads the history
+		require.NoError(t, err)
+		require.Equal(t, projections.OpSending, fresh.Steps[0].Status)
+		m.state = fresh
+		stored := decideT0.Add(time.Millisecond)
+		task := m.tasks[0]
+		ref := events.TaskRef{TaskID: task.TaskID, ExecutionID: "x1", Workflow: "wf", StepID: "build", Attempt: 1, Token: task.Token,
+			Queue: task.Queue, Agent: "a1", TaskSeq: 77, StoredAt: stored}
+		d := Result(m.input(), ref, events.Event{ID: "r1", Type: events.TypeOperationSucceeded, Data: &events.OperationSucceeded{TaskRef: ref}})
+		require.Len(t, d.Events, 1)
+		require.Equal(t, events.TaskSent{SentAt: stored, TaskSeq: 77}, d.Events[0].(*events.StepSucceeded).TaskSent)
+	})
+
+	t.Run("Expressions", func(t *testing.T) {
+		t.Parallel()
+		m := newMemShell(t, def, `{}`)
+		m.advance()
+		require.Equal(t, projections.OpSent, m.state.Steps[0].Status)
+		env := envOf(m.state)
+		require.Equal(t, "sending", env["steps"].(map[string]any)["build"].(map[string]any)["status"],
+			"expressions see what the history records: the same after a crash")
+	})
 }

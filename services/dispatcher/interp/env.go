@@ -14,7 +14,7 @@ import (
 func envOf(x projections.Execution) map[string]any {
 	steps := make(map[string]any, len(x.Steps))
 	for _, st := range x.Steps {
-		steps[st.ID] = map[string]any{"output": decode(st.Output), "status": string(st.Status),
+		steps[st.ID] = map[string]any{"output": decode(st.Output), "status": string(st.RecordedStatus()),
 			"error": st.Error, "attempt": float64(st.Attempt)}
 	}
 	env := baseEnvOf(x)

@@ -137,8 +137,10 @@ type ArmTimer struct {
 }
 
 // PublishTask publishes an operation's task to its agents' queue,
-// deduplicated by the task id; its stream sequence is then recorded
-// ([TaskStored]).
+// deduplicated by the task id; where it was stored ([TaskStored]) is
+// noted in the dispatcher's state (projections.MarkSent) and recorded
+// with the step's next event, or at once by io.jetflow.step.sent in
+// compatibility mode ([Recorded]).
 type PublishTask struct {
 	Task events.Task
 	// Others is how many other tasks of the execution are in flight on
@@ -148,6 +150,11 @@ type PublishTask struct {
 	// not queue ahead of every other execution's tasks. Where a task
 	// waits is not part of the history: the count changes no decision.
 	Others int
+	// Since is when the attempt was recorded sending (at the latest):
+	// the task may have been stored since then. Within the tasks stream's
+	// dedupe window publishing it again stores nothing new; past it the
+	// shell first looks for the task in its queue and for its reports.
+	Since time.Time
 }
 
 // EnqueueLock puts the current request of the scope at Path in the lock's
@@ -220,10 +227,12 @@ func (NeedClaim) need()         {}
 // Outcome is what performing an effect found that the history records.
 type Outcome interface{ outcome() }
 
-// TaskStored: the task of PublishTask is stored at stream sequence Seq.
+// TaskStored: the task of PublishTask is stored at stream sequence Seq,
+// since At.
 type TaskStored struct {
 	Task PublishTask
 	Seq  uint64
+	At   time.Time
 }
 
 // LockHeld: after EnqueueLock the scope is among the lock's holders.
@@ -481,14 +490,16 @@ func (in Input) send(a action) Decision {
 		}
 	}
 	token := in.State.Token
+	var since time.Time
 	if i := in.State.StepIndex(a.path); i >= 0 { // recorded with step.sending
 		token = taskToken(in.State, in.State.Steps[i])
+		since = in.State.Steps[i].ScheduledAt
 	}
 	queue := a.step.QueueName()
 	return Decision{After: []Effect{PublishTask{Task: events.Task{
 		TaskID: events.TaskID(in.ID, a.path, a.attempt), ExecutionID: in.ID, Workflow: in.Workflow, StepID: a.path, Attempt: a.attempt,
 		Token: token, Kind: a.step.OperationKind(), Queue: queue, Spec: spec,
-	}, Others: othersOnQueue(in.State, queue, a.path)}}}
+	}, Others: othersOnQueue(in.State, queue, a.path), Since: since}}}
 }
 
 // Bounds of othersOnQueue: it looks at the latest othersScan instances
@@ -605,7 +616,8 @@ func Result(in Input, ref events.TaskRef, ev events.Event) Decision {
 		// operation again (its agent died or timed out).
 		if st.Status == projections.OpSending || st.Status == projections.OpSent ||
 			(st.Status == projections.OpStarted && r.Delivery > st.Delivery) {
-			p = &events.StepStarted{StepID: st.ID, Attempt: st.Attempt, Agent: r.Agent, Delivery: r.Delivery, StartedAt: r.StartedAt}
+			p = &events.StepStarted{StepID: st.ID, Attempt: st.Attempt, Agent: r.Agent, Delivery: r.Delivery, StartedAt: r.StartedAt,
+				TaskSent: reportedSent(st, ref)}
 		}
 	case *events.OperationSucceeded:
 		if st.Status.InFlight() {
@@ -614,7 +626,7 @@ func Result(in Input, ref events.TaskRef, ev events.Event) Decision {
 	case *events.OperationFailed:
 		if st.Status.InFlight() {
 			p = &events.StepFailed{StepID: st.ID, Attempt: st.Attempt, Error: r.Error, Output: r.Output, Agent: r.Agent, Lost: r.Lost, Final: r.Final,
-				OperationStart: unrecordedStart(st, ref, r.StartedAt)}
+				OperationStart: unrecordedStart(st, ref, r.StartedAt), TaskSent: reportedSent(st, ref)}
 		}
 	}
 	if p == nil {
@@ -662,18 +674,55 @@ func (in Input) succeeded(st projections.Step, ref events.TaskRef, r *events.Ope
 	if step.Output != nil {
 		mapped, err := render(step.Output, with(newEngine(in.Def, in.State).env(f), "result", decode(r.Output)))
 		if err != nil {
-			return &events.StepFailed{StepID: st.ID, Attempt: st.Attempt, Error: "output: " + err.Error(), Output: r.Output, Agent: r.Agent, OperationStart: start}
+			return &events.StepFailed{StepID: st.ID, Attempt: st.Attempt, Error: "output: " + err.Error(), Output: r.Output, Agent: r.Agent, OperationStart: start,
+				TaskSent: reportedSent(st, ref)}
 		}
 		out = mapped
 	}
-	return &events.StepSucceeded{StepID: st.ID, Attempt: st.Attempt, Output: out, Agent: r.Agent, Duration: r.Duration, OperationStart: start}
+	return &events.StepSucceeded{StepID: st.ID, Attempt: st.Attempt, Output: out, Agent: r.Agent, Duration: r.Duration, OperationStart: start,
+		TaskSent: reportedSent(st, ref)}
+}
+
+// reportedSent is the sending of step st's task that an agent's report
+// tells (the task's stream sequence and stored time), for a step whose
+// sending nothing recorded or noted (its dispatcher did not learn it:
+// it published before a restart, or another dispatcher did). A report
+// from an older agent tells nothing: the step then passes through sent
+// without a time.
+func reportedSent(st projections.Step, ref events.TaskRef) events.TaskSent {
+	if st.Status != projections.OpSending {
+		return events.TaskSent{}
+	}
+	return events.TaskSent{SentAt: ref.StoredAt.UTC(), TaskSeq: ref.TaskSeq}
 }
 
 // final gives an event its final form: a step's first schedule carries
 // the retention its retention: field sets, and an event too large for a
 // message becomes the failure it amounts to.
 func (in Input) final(p events.Payload) events.Payload {
-	return in.fit(in.withRetention(p))
+	return in.fit(in.withRetention(in.withSent(p)))
+}
+
+// withSent gives a step's start, success or failure the sending of its
+// task that its dispatcher knows and the history does not record yet
+// (projections.MarkSent): the event records both.
+func (in Input) withSent(p events.Payload) events.Payload {
+	var id string
+	var sent *events.TaskSent
+	switch e := p.(type) {
+	case *events.StepStarted:
+		id, sent = e.StepID, &e.TaskSent
+	case *events.StepSucceeded:
+		id, sent = e.StepID, &e.TaskSent
+	case *events.StepFailed:
+		id, sent = e.StepID, &e.TaskSent
+	default:
+		return p
+	}
+	if i := in.State.StepIndex(id); i >= 0 && *sent == (events.TaskSent{}) {
+		*sent = in.State.Steps[i].Unrecorded()
+	}
+	return p
 }
 
 // fit turns an event too large for a message (an output, a rendered input
@@ -696,7 +745,7 @@ func (in Input) fit(p events.Payload) events.Payload {
 		}
 		if n > limit { // the operation ran: who ran it and when stay recorded
 			return &events.StepFailed{StepID: e.StepID, Attempt: e.Attempt, Error: tooBig("the step's output", n), Final: true,
-				Agent: e.Agent, OperationStart: e.OperationStart}
+				Agent: e.Agent, OperationStart: e.OperationStart, TaskSent: e.TaskSent}
 		}
 	case *events.StepScheduled:
 		if len(e.Input) > limit {

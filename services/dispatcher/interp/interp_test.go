@@ -29,6 +29,8 @@ type memShell struct {
 	catalog map[CalledRef]*Called
 	history bool
 	stored  map[string]events.Event
+	// split: the shell records step.sent (Input.SplitDispatch).
+	split bool
 	// what the effects did
 	tasks  []events.Task
 	timers map[string]time.Time
@@ -47,7 +49,7 @@ func newMemShell(t testing.TB, def workflow.Definition, input string) *memShell 
 
 func (m *memShell) input() Input {
 	in := Input{ID: "x1", Workflow: m.def.Name, Def: m.def, State: m.state, Memo: m.memo, Now: m.now,
-		Token: fmt.Sprintf("token-%d", len(m.evs)), MaxEvent: 1 << 20, Called: m.called}
+		Token: fmt.Sprintf("token-%d", len(m.evs)), MaxEvent: 1 << 20, Called: m.called, SplitDispatch: m.split}
 	if m.history {
 		in.History = m.evs
 	}
@@ -98,7 +100,13 @@ func (m *memShell) carry(d Decision) bool {
 		m.append(p)
 	}
 	for _, e := range d.After {
-		if o := m.perform(e); o != nil {
+		o := m.perform(e)
+		if t, ok := o.(TaskStored); ok && !m.split {
+			// Noted, as the dispatcher does: recorded with the step's next event.
+			m.state = projections.MarkSent(m.state, t.Task.Task.StepID, t.Task.Task.Attempt, t.Seq, m.now)
+			continue
+		}
+		if o != nil {
 			m.carry(Recorded(m.input(), o))
 		}
 	}
@@ -187,8 +195,10 @@ func TestInterpreterRunsAWorkflowWithoutAServer(t *testing.T) {
 	require.Equal(t, "tok", task.Token)
 	require.Contains(t, string(task.Spec), `"all"`, "the task carries the rendered input")
 	st := m.state.Steps[m.state.StepIndex("build")]
-	require.Equal(t, projections.OpSent, st.Status)
-	require.Equal(t, uint64(101), st.TaskSeq, "the task's stream sequence is recorded with step.sent")
+	require.Equal(t, projections.OpSent, st.Status, "sent, as the shell knows")
+	require.True(t, st.SentUnrecorded(), "and the history does not say yet")
+	require.Equal(t, projections.OpSending, st.RecordedStatus())
+	require.Equal(t, uint64(101), st.TaskSeq, "the task's stream sequence")
 
 	m.carry(m.report(&events.OperationStarted{TaskRef: events.TaskRef{Agent: "a1", Delivery: 1}}))
 	m.carry(m.report(&events.OperationSucceeded{TaskRef: events.TaskRef{Agent: "a1"}, Output: json.RawMessage(`{"ref":"v1"}`)}))
@@ -205,7 +215,7 @@ func TestInterpreterRunsAWorkflowWithoutAServer(t *testing.T) {
 	require.JSONEq(t, `{"built":"v1","n":3}`, string(m.state.Output))
 	require.Equal(t, []string{
 		"execution.started",
-		"step.dispatched", "step.sent", "step.started", "step.succeeded", // build: scheduled and sending are one event
+		"step.dispatched", "step.started", "step.succeeded", // build: scheduled and sending are one event, sent is recorded with the start
 		"step.scheduled", "step.succeeded", // count: the variables and the success are one event
 		"step.scheduled", "timer.armed", "step.waiting", "timer.fired", "step.succeeded", // rest
 		"execution.succeeded",

@@ -55,7 +55,7 @@ func TestAStartCarriedByTheResultIsOneEvent(t *testing.T) {
 	require.True(t, began.Equal(st.StartedAt), "started at %s", st.StartedAt)
 	require.Equal(t, "a1", st.Agent)
 	require.Equal(t, 1, st.Delivery)
-	require.Equal(t, []string{"execution.started", "step.dispatched", "step.sent", "step.succeeded"}, m.types())
+	require.Equal(t, []string{"execution.started", "step.dispatched", "step.succeeded"}, m.types())
 
 	late := m.reportOf(1, opStarted)
 	require.True(t, late.Empty(), "a start report after the result records nothing: %+v", late)
