@@ -172,6 +172,11 @@ type StepSucceeded struct {
 	// io.jetflow.step.sent (a dispatcher records it with what follows:
 	// docs/adr/0007): the step passed through sent at that time.
 	TaskSent
+	// Then is the next operation's schedule and sending, when sending it
+	// was the dispatcher's very next decision once this success is
+	// recorded: one event records both, as if an
+	// io.jetflow.step.dispatched followed this one.
+	Then *StepDispatched `json:"then,omitempty"`
 }
 
 // OperationStart says when an agent began an operation, and in which

@@ -581,7 +581,7 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 			}
 			maps.Copy(s.Vars, e.Vars)
 		}
-		return s.step(ev, e.StepID, OpSucceeded, func(st *Step) {
+		next, err := s.step(ev, e.StepID, OpSucceeded, func(st *Step) {
 			st.sent(e.TaskSent, ev.Time)
 			st.Output, st.EndedAt = e.Output, ev.Time
 			if e.Agent != "" {
@@ -589,6 +589,14 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 			}
 			st.started(e.OperationStart, ev.Time)
 		})
+		if err != nil || e.Then == nil {
+			return next, err
+		}
+		// Then the next operation's dispatch, at the event's time (an
+		// error names this event's type).
+		sub := ev
+		sub.Data = e.Then
+		return apply(next, sub)
 	case *events.StepFailed:
 		s = s.instance(e.StepID, e.Kind)
 		unscheduled := false // failed before it could be scheduled: the event carries the attempt

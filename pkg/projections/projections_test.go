@@ -903,3 +903,39 @@ func TestMarkSent(t *testing.T) {
 	require.Equal(t, projections.OpSucceeded, done.Steps[0].RecordedStatus())
 	require.Zero(t, done.Steps[0].Unrecorded())
 }
+
+// TestASuccessThenADispatch: a success that carries the next operation's
+// dispatch folds as the success followed by a step.dispatched, both at
+// the event's time and number.
+func TestASuccessThenADispatch(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
+	then := &events.StepDispatched{StepID: "b", Attempt: 1, Input: json.RawMessage(`{"id":"b"}`), TaskID: "x1.b.1", Queue: "default"}
+	evs := []events.Event{
+		{ID: "1", Type: events.TypeExecutionStarted, Subject: "x1", Time: t0, Seq: 1,
+			Data: &events.ExecutionStarted{Workflow: "wf", Version: 1, Steps: []events.StepRef{{ID: "a", Kind: "noop"}, {ID: "b", Kind: "noop"}}, Token: "t"}},
+		{ID: "2", Type: events.TypeStepDispatched, Subject: "x1", Time: t0, Seq: 2, PrevSeq: 1,
+			Data: &events.StepDispatched{StepID: "a", Attempt: 1, TaskID: "x1.a.1", Queue: "default"}},
+		{ID: "3", Type: events.TypeStepSucceeded, Subject: "x1", Time: t0.Add(time.Second), Seq: 3, PrevSeq: 2,
+			Data: &events.StepSucceeded{StepID: "a", Attempt: 1, Then: then}},
+	}
+	s, err := projections.Fold(evs)
+	require.NoError(t, err)
+	require.Equal(t, 3, s.Events)
+	require.Equal(t, projections.OpSucceeded, s.Steps[0].Status)
+	b := s.Steps[1]
+	require.Equal(t, projections.OpSending, b.Status)
+	require.Equal(t, 3, b.Entered, "entered by that event")
+	require.True(t, t0.Add(time.Second).Equal(b.ScheduledAt))
+	require.Equal(t, "x1.b.1", b.TaskID)
+	require.JSONEq(t, `{"id":"b"}`, string(b.Input))
+
+	t.Log("a dispatch that is illegal where it stands fails the whole event")
+	again := evs[2]
+	again.ID, again.Seq, again.PrevSeq = "4", 4, 3
+	again.Data = &events.StepSucceeded{StepID: "b", Attempt: 1, Then: then}
+	_, err = projections.Fold(append(evs, again))
+	var te *projections.TransitionError
+	require.ErrorAs(t, err, &te)
+	require.Equal(t, events.TypeStepSucceeded, te.Event)
+}

@@ -97,6 +97,9 @@ steps:
 	// The operation states were passed in Cloudify's order.
 	var order []events.Type
 	for _, ev := range evs {
+		if ok, isOK := ev.Data.(*events.StepSucceeded); isOK && ok.Then != nil && ok.Then.StepID == "run" {
+			order = append(order, events.TypeStepDispatched) // with the success before it
+		}
 		if p, ok := ev.Data.(interface{ EventType() events.Type }); ok && strings.HasPrefix(string(p.EventType()), "io.jetflow.step.") {
 			if sid := stepOf(ev); sid == "run" {
 				order = append(order, ev.Type)

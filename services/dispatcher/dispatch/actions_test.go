@@ -57,7 +57,7 @@ func TestCancelWaitsForTheRunningStep(t *testing.T) {
 	historytest.RequireLinear(t, evs)
 	require.Equal(t, projections.OpSucceeded, s.Steps[0].Status)
 	require.Equal(t, projections.OpNone, s.Steps[1].Status, "ship never ran")
-	require.Equal(t, 1, countType(evs, events.TypeStepDispatched), "build scheduled and sending in one event")
+	require.Equal(t, 1, dispatches(evs), "build scheduled and sending in one event")
 	require.Zero(t, countType(evs, events.TypeStepScheduled), "nothing else scheduled")
 	require.Equal(t, events.TypeExecutionCancelled, evs[len(evs)-1].Type)
 	require.Equal(t, "wrong version", s.Cancellation.Reason)
@@ -87,7 +87,7 @@ func TestCancelWithNothingRunningEndsAtOnce(t *testing.T) {
 	task := b.nextTask(t)
 	b.report(t, &events.OperationSucceeded{TaskRef: task.task.Ref("test-agent", 1)})
 	second := b.nextTask(t) // ship is sent: it is running as far as the history knows
-	waitHistory(t, b.js, "deploy", "c2", "ship sent", func(evs []events.Event) bool { return countType(evs, events.TypeStepDispatched) == 2 })
+	waitHistory(t, b.js, "deploy", "c2", "ship sent", func(evs []events.Event) bool { return dispatches(evs) == 2 })
 
 	b.act(t, "c2", events.ActionForceCancel, "stuck")
 	s, evs := waitStatus(t, b.js, "deploy", "c2", projections.StatusCancelled)
@@ -107,7 +107,7 @@ func TestForceCancelAfterCancel(t *testing.T) {
 	b.register(t, "deploy", "build")
 	b.start(t, "deploy", "c3")
 	b.nextTask(t)
-	waitHistory(t, b.js, "deploy", "c3", "build sent", func(evs []events.Event) bool { return countType(evs, events.TypeStepDispatched) == 1 })
+	waitHistory(t, b.js, "deploy", "c3", "build sent", func(evs []events.Event) bool { return dispatches(evs) == 1 })
 	first := b.act(t, "c3", events.ActionCancel, "first")
 	waitStatus(t, b.js, "deploy", "c3", projections.StatusCancelling)
 
@@ -158,7 +158,7 @@ func TestActionCommandReusedForAnotherAction(t *testing.T) {
 	b.register(t, "deploy", "build")
 	b.start(t, "deploy", "c5")
 	b.nextTask(t)
-	waitHistory(t, b.js, "deploy", "c5", "build sent", func(evs []events.Event) bool { return countType(evs, events.TypeStepDispatched) == 1 })
+	waitHistory(t, b.js, "deploy", "c5", "build sent", func(evs []events.Event) bool { return dispatches(evs) == 1 })
 	key := b.act(t, "c5", events.ActionCancel, "")
 	_, evs := waitStatus(t, b.js, "deploy", "c5", projections.StatusCancelling)
 

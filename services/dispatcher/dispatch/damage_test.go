@@ -61,7 +61,7 @@ func TestDamagedExecutionIsQuarantinedThenRepaired(t *testing.T) {
 	b.start(t, "deploy", "d1")
 	build := b.nextTask(t)
 	before := waitHistory(t, b.js, "deploy", "d1", "build sent", func(evs []events.Event) bool {
-		return countType(evs, events.TypeStepDispatched) == 1
+		return dispatches(evs) == 1
 	})
 
 	t.Log("an admin writes a message that is no event into d1's history")
@@ -180,7 +180,7 @@ func TestUnknownEventWaitsForANewerDispatcher(t *testing.T) {
 	b.start(t, "deploy", "u1")
 	b.nextTask(t)
 	before := waitHistory(t, b.js, "deploy", "u1", "build sent", func(evs []events.Event) bool {
-		return countType(evs, events.TypeStepDispatched) == 1
+		return dispatches(evs) == 1
 	})
 	future := events.New("jetflow/dispatcher-v9", "u1", "deploy", time.Now(), &events.StepSent{StepID: "build", Attempt: 1})
 	future.Type = "io.jetflow.step.paused"

@@ -109,7 +109,10 @@ func TestReplayAtomicIncrement(t *testing.T) {
 		switch ev.Type {
 		case events.TypeLockAcquired:
 			acquired++
-		case events.TypeStepScheduled, events.TypeStepDispatched:
+		case events.TypeStepScheduled, events.TypeStepDispatched, events.TypeStepSucceeded:
+			if ok, isOK := ev.Data.(*events.StepSucceeded); isOK && ok.Then == nil {
+				continue // no dispatch with it
+			}
 			if i > indexOfType(evs, events.TypeExecutionReplayed) {
 				require.Equal(t, 2, acquired, "a step was scheduled after the replay before the lock was held again")
 			}

@@ -85,7 +85,7 @@ func TestResumeWhileHandlerRuns(t *testing.T) {
 	b.report(t, &events.OperationFailed{TaskRef: s1.task.Ref("test-agent", 1), Error: "boom"})
 	h1 := b.nextTask(t)
 	require.Equal(t, "s/on-error1/rollback", h1.task.StepID)
-	waitHistory(t, b.js, "w", "hr1", "rollback sent", func(evs []events.Event) bool { return countType(evs, events.TypeStepDispatched) == 2 })
+	waitHistory(t, b.js, "w", "hr1", "rollback sent", func(evs []events.Event) bool { return dispatches(evs) == 2 })
 	b.act(t, "hr1", events.ActionForceCancel, "")
 	waitStatus(t, b.js, "w", "hr1", projections.StatusCancelled)
 	b.act(t, "hr1", events.ActionResume, "")

@@ -32,7 +32,7 @@ func TestAStartThatComesAgainFindsItsHistory(t *testing.T) {
 		require.NoError(t, err)
 	}
 	publish("first")
-	waitHistory(t, b.js, "greet", "x2", "hello sent", func(evs []events.Event) bool { return countType(evs, events.TypeStepDispatched) == 1 })
+	waitHistory(t, b.js, "greet", "x2", "hello sent", func(evs []events.Event) bool { return dispatches(evs) == 1 })
 	publish("second")
 	waitCommandsHandled(t, b.js)
 	evs := readHistory(t, b.js, "greet", "x2")

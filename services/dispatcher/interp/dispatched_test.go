@@ -1,6 +1,8 @@
 package interp
 
 import (
+	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -174,5 +176,88 @@ func TestTheSendingIsRecordedWithTheNextEvent(t *testing.T) {
 		env := envOf(m.state)
 		require.Equal(t, "sending", env["steps"].(map[string]any)["build"].(map[string]any)["status"],
 			"expressions see what the history records: the same after a crash")
+	})
+}
+
+// TestASuccessCarriesTheNextDispatch: when the decision after an
+// operation's success is to send the next operation, the success carries
+// its dispatch (one event for both); not when anything else comes next,
+// in compatibility mode, in a large execution, nor with two large payloads.
+func TestASuccessCarriesTheNextDispatch(t *testing.T) {
+	t.Parallel()
+	ops := func(n int) workflow.Definition {
+		d := workflow.Definition{Name: "wf"}
+		for i := range n {
+			d.Steps = append(d.Steps, workflow.Step{ID: fmt.Sprintf("s%d", i), Kind: workflow.KindNoop})
+		}
+		return d
+	}
+	succeed := func(m *memShell) *events.StepSucceeded {
+		d := m.report(&events.OperationSucceeded{TaskRef: events.TaskRef{Agent: "a1"}, Output: json.RawMessage(`{"ok":true}`)})
+		require.Len(m.t, d.Events, 1)
+		m.carry(d)
+		return d.Events[0].(*events.StepSucceeded)
+	}
+
+	t.Run("NextOperation", func(t *testing.T) {
+		t.Parallel()
+		m := newMemShell(t, ops(3), `{}`)
+		m.advance()
+		ok := succeed(m)
+		require.NotNil(t, ok.Then)
+		require.Equal(t, "s1", ok.Then.StepID)
+		require.Equal(t, events.TaskID("x1", "s1", 1), ok.Then.TaskID)
+		st := m.state.Steps[1]
+		require.Equal(t, projections.OpSending, st.Status, "dispatched by the success's event")
+		require.Equal(t, m.state.Steps[0].EndedAt, st.ScheduledAt)
+		require.Equal(t, len(m.evs), st.Entered, "entered with that event")
+		m.advance()
+		require.Len(t, m.tasks, 2, "and its task is published as after a step.dispatched")
+		require.Equal(t, "s1", m.tasks[1].StepID)
+		require.NotNil(t, succeed(m).Then)
+		m.advance()
+		last := succeed(m)
+		require.Nil(t, last.Then, "nothing left to send")
+		m.advance()
+		require.Equal(t, projections.StatusSucceeded, m.state.Status)
+		require.Equal(t, []string{"execution.started", "step.dispatched", "step.succeeded", "step.succeeded", "step.succeeded", "execution.succeeded"}, m.types())
+	})
+
+	t.Run("NextIsNoOperation", func(t *testing.T) {
+		t.Parallel()
+		d := ops(1)
+		d.Steps = append(d.Steps, workflow.Step{ID: "nap", Kind: workflow.KindSleep, Duration: "1m"})
+		m := newMemShell(t, d, `{}`)
+		m.advance()
+		require.Nil(t, succeed(m).Then)
+	})
+
+	t.Run("SplitDispatch", func(t *testing.T) {
+		t.Parallel()
+		m := newMemShell(t, ops(2), `{}`)
+		m.split = true
+		m.advance()
+		require.Nil(t, succeed(m).Then)
+	})
+
+	t.Run("LargeExecution", func(t *testing.T) {
+		t.Parallel()
+		m := newMemShell(t, ops(SmallExecution+1), `{}`)
+		m.advance()
+		require.Nil(t, succeed(m).Then, "its view follows one event at a time")
+	})
+
+	t.Run("LargePayloads", func(t *testing.T) {
+		t.Parallel()
+		m := newMemShell(t, ops(2), `{}`)
+		m.advance()
+		in := m.input()
+		in.MaxEvent = 40 // the output and the next input would not both fit in half
+		task := m.tasks[0]
+		ref := events.TaskRef{TaskID: task.TaskID, ExecutionID: "x1", Workflow: "wf", StepID: task.StepID, Attempt: 1, Token: task.Token, Queue: task.Queue}
+		d := Result(in, ref, events.Event{ID: "r", Type: events.TypeOperationSucceeded,
+			Data: &events.OperationSucceeded{TaskRef: ref, Output: json.RawMessage(`{"ok":true}`)}})
+		require.Len(t, d.Events, 1)
+		require.Nil(t, d.Events[0].(*events.StepSucceeded).Then)
 	})
 }

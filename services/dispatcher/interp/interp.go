@@ -632,7 +632,46 @@ func Result(in Input, ref events.TaskRef, ev events.Event) Decision {
 	if p == nil {
 		return Decision{}
 	}
-	return Decision{Events: []events.Payload{in.final(p)}}
+	p = in.final(p)
+	if ok, isOK := p.(*events.StepSucceeded); isOK {
+		ok.Then = in.dispatchedAfter(ok)
+	}
+	return Decision{Events: []events.Payload{p}}
+}
+
+// dispatchedAfter is the dispatch (schedule and sending) of the operation
+// the execution sends next once success is recorded, when that is the
+// very next decision; nil otherwise. It is recorded with the success,
+// one event for both, which saves an append on the path of every step
+// that follows an operation. Only in small executions, whose decisions
+// walk the state (a larger one's view follows one event at a time), and
+// not for histories older dispatchers may read (SplitDispatch).
+func (in Input) dispatchedAfter(success *events.StepSucceeded) *events.StepDispatched {
+	if in.SplitDispatch || len(in.State.Steps) > SmallExecution {
+		return nil
+	}
+	next, err := projections.Apply(in.State, events.Event{Type: success.EventType(), Subject: in.ID, Time: in.Now, Data: success})
+	if err != nil || len(next.Steps) > SmallExecution {
+		return nil
+	}
+	after := in
+	after.State, after.Memo = next, &Memo{} // no view: walked
+	if in.Memo != nil {
+		after.Memo.retains = in.Memo.retains
+	}
+	a := after.decide(next)
+	if a.kind != actSchedule {
+		return nil
+	}
+	d := after.carry(a)
+	if d.Need != nil || d.Err != nil || len(d.Events) != 1 || len(d.Before)+len(d.After) > 0 {
+		return nil
+	}
+	disp, ok := d.Events[0].(*events.StepDispatched)
+	if !ok || (in.MaxEvent > 0 && len(success.Output)+len(disp.Input) > in.MaxEvent/2) {
+		return nil // two large payloads in one event: each in its own
+	}
+	return disp
 }
 
 // Stale says why an agent's report about step st of s does not count

@@ -41,3 +41,21 @@ func TestEventLinesSayWhatAWaitWaitsFor(t *testing.T) {
 	sig := line(events.TypeSignalReceived, &events.SignalReceived{SignalID: "s1", Name: "go ahead"})
 	require.Contains(t, sig, `name="go ahead"`)
 }
+
+// TestEventLineSaysWhatASuccessDispatched: a step's success that carries
+// the next operation's dispatch says so.
+func TestEventLineSaysWhatASuccessDispatched(t *testing.T) {
+	data, err := json.Marshal(&events.StepSucceeded{StepID: "build", Attempt: 1, Agent: "a1",
+		Then: &events.StepDispatched{StepID: "ship", Attempt: 1, TaskID: "x.ship.1", Queue: "default"}})
+	require.NoError(t, err)
+	var b bytes.Buffer
+	printEvent(&b, client.Event{Seq: 3, Type: events.TypeStepSucceeded, Time: time.Now(), Data: data})
+	require.Contains(t, b.String(), "step=build")
+	require.Contains(t, b.String(), "then=dispatched:ship")
+
+	data, err = json.Marshal(&events.StepSucceeded{StepID: "ship", Attempt: 1})
+	require.NoError(t, err)
+	b.Reset()
+	printEvent(&b, client.Event{Seq: 4, Type: events.TypeStepSucceeded, Time: time.Now(), Data: data})
+	require.NotContains(t, b.String(), "then=")
+}

@@ -511,6 +511,11 @@ func printEvent(w io.Writer, ev client.Event) {
 		b, _ := json.Marshal(o)
 		detail += " output=" + truncate(string(b), 120)
 	}
+	if then, ok := d["then"].(map[string]any); ok { // the next operation's dispatch, in the same event
+		if s, ok := then["step_id"].(string); ok {
+			detail += " then=dispatched:" + s
+		}
+	}
 	short := strings.TrimPrefix(string(ev.Type), "io.jetflow.")
 	fmt.Fprintf(w, "%6d  %s  %-20s %s\n", ev.Seq, ev.Time.Local().Format("15:04:05.000"), short, strings.TrimSpace(detail))
 }
