@@ -121,14 +121,14 @@ func (s *Store) First(ctx context.Context, filter string) (events.Event, error) 
 // passed as an event with Invalid set (folds quarantine its execution).
 // An error from fn stops the scan.
 func Scan(ctx context.Context, js jetstream.JetStream, stream, filter string, fromSeq, untilSeq uint64, fn func(events.Event) error) error {
-	return scan(ctx, js, stream, filter, fromSeq, untilSeq, false, func(_ string, ev events.Event) error { return fn(ev) })
+	return scan(ctx, js, stream, filter, fromSeq, untilSeq, strictScan, func(_ string, ev events.Event) error { return fn(ev) })
 }
 
 // ScanStored is Scan that tells fn the subject each event is stored on
 // (an event names its execution itself, but only the subject says whose
 // history holds it).
 func ScanStored(ctx context.Context, js jetstream.JetStream, stream, filter string, fromSeq, untilSeq uint64, fn func(subject string, ev events.Event) error) error {
-	return scan(ctx, js, stream, filter, fromSeq, untilSeq, false, fn)
+	return scan(ctx, js, stream, filter, fromSeq, untilSeq, strictScan, fn)
 }
 
 // ScanReports reads, in order, the messages of a stream that anyone may
@@ -143,8 +143,29 @@ func ScanReports(ctx context.Context, js jetstream.JetStream, stream, filter str
 
 // ScanReportsFrom is ScanReports from stream sequence fromSeq on.
 func ScanReportsFrom(ctx context.Context, js jetstream.JetStream, stream, filter string, fromSeq uint64, fn func(events.Event) error) error {
-	return scan(ctx, js, stream, filter, fromSeq, 0, true, func(_ string, ev events.Event) error { return fn(ev) })
+	return scan(ctx, js, stream, filter, fromSeq, 0, skipBadScan, func(_ string, ev events.Event) error { return fn(ev) })
 }
+
+// ScanQueue is ScanReportsFrom on a work-queue stream (the agents'
+// tasks), whose messages are removed as they are acknowledged, also
+// while it is read.
+func ScanQueue(ctx context.Context, js jetstream.JetStream, stream, filter string, fromSeq uint64, fn func(events.Event) error) error {
+	return scan(ctx, js, stream, filter, fromSeq, 0, queueScan, func(_ string, ev events.Event) error { return fn(ev) })
+}
+
+// scanHow is how a scan takes what it reads.
+type scanHow int
+
+const (
+	// strictScan: a history; a malformed event is handed on, marked.
+	strictScan scanHow = iota
+	// skipBadScan: messages anyone may publish; one that is not a valid
+	// event is passed over.
+	skipBadScan
+	// queueScan: skipBadScan of a work queue, whose messages go while it
+	// is read: no message up to the end the leader named means none.
+	queueScan
+)
 
 // scanAttempts bounds the reads of a scan that fails for a transient
 // reason (bus.Transient) or meets a replica that has not stored the
@@ -152,13 +173,13 @@ func ScanReportsFrom(ctx context.Context, js jetstream.JetStream, stream, filter
 // fn took, and may be answered by another replica.
 const scanAttempts = 5
 
-func scan(ctx context.Context, js jetstream.JetStream, stream, filter string, fromSeq, untilSeq uint64, skipBad bool, fn func(string, events.Event) error) error {
+func scan(ctx context.Context, js jetstream.JetStream, stream, filter string, fromSeq, untilSeq uint64, how scanHow, fn func(string, events.Event) error) error {
 	// next is the sequence to read from: after a transient failure the
 	// scan goes on from there, so that fn sees every event once.
 	next := fromSeq
 	delivered := func(seq uint64) { next = seq + 1 }
 	for attempt := 1; ; attempt++ {
-		err := scanOnce(ctx, js, stream, filter, next, untilSeq, skipBad, fn, delivered)
+		err := scanOnce(ctx, js, stream, filter, next, untilSeq, how, fn, delivered)
 		var fnErr callbackError
 		switch {
 		case err == nil:
@@ -210,7 +231,7 @@ var _ [bus.SyncQueueLen - readBatch - 1]struct{}
 // behind the leader, so the stream's leader first says where the history
 // ends (its last event on filter); the scan reads up to there, asking
 // again (any replica may answer) until it has it all.
-func scanOnce(ctx context.Context, js jetstream.JetStream, stream, filter string, fromSeq, untilSeq uint64, skipBad bool,
+func scanOnce(ctx context.Context, js jetstream.JetStream, stream, filter string, fromSeq, untilSeq uint64, how scanHow,
 	fn func(string, events.Event) error, delivered func(uint64)) error {
 	if bus.WholeStream(stream, filter) {
 		// The whole stream (a re-projection): asked so, the server
@@ -240,7 +261,7 @@ func scanOnce(ctx context.Context, js jetstream.JetStream, stream, filter string
 		next = seq + 1
 		delivered(seq)
 	}
-	_, past, err := readFrom(ctx, js, stream, filter, next, limit, skipBad, fn, took)
+	_, past, err := readFrom(ctx, js, stream, filter, next, limit, how != strictScan, fn, took)
 	b := <-ends
 	switch {
 	case err != nil:
@@ -252,7 +273,7 @@ func scanOnce(ctx context.Context, js jetstream.JetStream, stream, filter string
 	}
 	end := min(b.seq, limit)
 	for next <= end {
-		got, past, err := readFrom(ctx, js, stream, filter, next, end, skipBad, fn, took)
+		got, past, err := readFrom(ctx, js, stream, filter, next, end, how != strictScan, fn, took)
 		switch {
 		case err != nil:
 			return err
@@ -260,6 +281,10 @@ func scanOnce(ctx context.Context, js jetstream.JetStream, stream, filter string
 			return nil
 		case got == 0 && ctx.Err() != nil:
 			return fmt.Errorf("read history %s: %w", filter, ctx.Err())
+		case got == 0 && how == queueScan:
+			// A work queue's messages go as they are acknowledged: the
+			// last one the leader named may be gone already.
+			return nil
 		case got == 0:
 			return fmt.Errorf("read history %s from seq %d to %d: %w", filter, next, end, bus.ErrBehind)
 		}

@@ -851,6 +851,24 @@ func MarkSent(s Execution, id string, attempt int, seq uint64, at time.Time) Exe
 	s.Steps = slices.Clone(s.Steps)
 	st := &s.Steps[i]
 	st.Status, st.TaskSeq, st.SentAt, st.sentUnrecorded = OpSent, seq, at, true
+	if st.SentAt.Before(st.ScheduledAt) { // clocks apart: as the fold keeps it
+		st.SentAt = st.ScheduledAt
+	}
+	return s
+}
+
+// ForgetSent returns s without what MarkSent noted: those steps are
+// sending again, as the history records them.
+func ForgetSent(s Execution) Execution {
+	if !slices.ContainsFunc(s.Steps, Step.SentUnrecorded) {
+		return s
+	}
+	s.Steps = slices.Clone(s.Steps)
+	for i := range s.Steps {
+		if st := &s.Steps[i]; st.SentUnrecorded() {
+			st.Status, st.TaskSeq, st.SentAt, st.sentUnrecorded = OpSending, 0, time.Time{}, false
+		}
+	}
 	return s
 }
 

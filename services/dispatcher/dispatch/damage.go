@@ -164,21 +164,16 @@ func (d *Dispatcher) afterRepair(ctx context.Context, x *execState) error {
 }
 
 // damagedAmong returns the first of the entries' executions that is
-// damaged as its history stands (a cached state is checked against it),
-// and its damage; nil if none is.
+// damaged as its history stands, and its damage; nil if none is. Each is
+// read from its history, not taken from the cache: another worker may be
+// changing its cached state (a clear is rare; reading is not).
 func (d *Dispatcher) damagedAmong(ctx context.Context, entries []events.LockEntry) (string, *projections.Damage, error) {
 	for _, en := range entries {
-		x, cached, err := d.load(ctx, en.Workflow, en.ExecutionID, false)
-		if err == nil && cached && x.state.Damaged == nil {
-			if err = d.checkFresh(ctx, x); errors.Is(err, bus.ErrConflict) {
-				d.evict(en.ExecutionID) // behind its history: read it
-				x, _, err = d.load(ctx, en.Workflow, en.ExecutionID, false)
-			}
-		}
+		evs, err := d.hist.Read(ctx, bus.ExecutionSubject(en.Workflow, en.ExecutionID), 0)
 		if err != nil {
-			return "", nil, err
+			return "", nil, fmt.Errorf("read history of %s: %w", en.ExecutionID, err)
 		}
-		if dmg := x.state.Damaged; dmg != nil && !dmg.Unknown {
+		if dmg := projections.FoldQuarantined(en.ExecutionID, evs).Damaged; dmg != nil && !dmg.Unknown {
 			return en.ExecutionID, dmg, nil
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,6 +32,7 @@ import (
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/lock"
 	"jetflow.dev/pkg/partition"
+	"jetflow.dev/pkg/projections"
 	"jetflow.dev/pkg/svc"
 )
 
@@ -212,9 +214,13 @@ type Dispatcher struct {
 	ids  *claim.Store
 
 	locks *lock.Table // the lock bucket (locks.go)
-	// queued: what look-ups read of the agents' queues (queued.go).
-	queued queuedTasks
-	hist   *history.Store
+	// seen: what look-ups read of the agents' queues and reports
+	// (queued.go); lookupAfter: how long after its sending a task is
+	// looked for before it is published again (half of JF_TASKS' dedupe
+	// window).
+	seen        seenTasks
+	lookupAfter time.Duration
+	hist        *history.Store
 
 	// maxEvent is the largest payload an event may have: the server's
 	// message limit, less room for headers and the other fields.
@@ -270,9 +276,38 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log zerolog.Lo
 	if err != nil {
 		return nil, fmt.Errorf("open bucket %s: %w", bus.BucketDispatchers, err)
 	}
-	return &Dispatcher{cfg: cfg, js: js, log: log, defs: defs, ids: ids, locks: locks, hist: hist, cache: newLRU[string](cfg.CacheSize, cfg.CacheBytes, (*execState).size),
+	lookupAfter, err := taskLookupAfter(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	return &Dispatcher{lookupAfter: lookupAfter, cfg: cfg, js: js, log: log, defs: defs, ids: ids, locks: locks, hist: hist, cache: newLRU[string](cfg.CacheSize, cfg.CacheBytes, (*execState).size),
 		pinned: newPinnedDefs(maxPinnedDefs), maxEvent: int(js.Conn().MaxPayload()) - 64<<10,
 		parts: partitions{n: n, kv: kv, running: map[int]*consuming{}}}, nil
+}
+
+// taskLookupAfter checks that the dispatcher can look for a task it may
+// have sent (docs/adr/0007) and returns after how long it must: half of
+// the tasks stream's dedupe window (the other half covers clocks apart).
+// The stream must allow direct gets, and the dispatcher's identity read
+// them: a stream or credentials older than this release are refused with
+// what to do, rather than failing each look-up.
+func taskLookupAfter(ctx context.Context, js jetstream.JetStream) (time.Duration, error) {
+	s, err := js.Stream(ctx, bus.StreamTasks)
+	if err != nil {
+		return 0, fmt.Errorf("open stream %s: %w", bus.StreamTasks, err)
+	}
+	cfg := s.CachedInfo().Config
+	if !cfg.AllowDirect || cfg.Duplicates <= 0 {
+		return 0, fmt.Errorf("stream %s does not allow direct gets or has no dedupe window, which this release needs: "+
+			"run jetflow bootstrap of this release first (docs/upgrades.md)", bus.StreamTasks)
+	}
+	probe, cancel := context.WithTimeout(ctx, bus.ServiceRequestTimeout)
+	defer cancel()
+	if _, err := s.GetLastMsgForSubject(probe, bus.TaskSubject("probe")+".none"); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, fmt.Errorf("read stream %s with a direct get, which this release needs (credentials issued before it may not allow it: "+
+			"issue the dispatcher's again, docs/upgrades.md): %w", bus.StreamTasks, err)
+	}
+	return cfg.Duplicates / 2, nil
 }
 
 type job struct {
@@ -628,6 +663,12 @@ func (d *Dispatcher) reconcile(ctx context.Context, p *events.ReconcileExecution
 	return d.withExecution(ctx, p.Workflow, p.ExecutionID, func(x *execState) error {
 		if err := d.rearmOverdue(ctx, x); err != nil {
 			return err
+		}
+		// An execution idle for a while (the janitor's nudge): what this
+		// dispatcher noted of its tasks' sending is checked again, in
+		// case a task left its queue without a report since.
+		if slices.ContainsFunc(x.state.Steps, projections.Step.SentUnrecorded) {
+			x.state = projections.ForgetSent(x.state)
 		}
 		return d.advance(ctx, x)
 	})

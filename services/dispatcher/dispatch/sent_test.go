@@ -1,6 +1,7 @@
 package dispatch_test
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -122,6 +123,14 @@ func TestAStateReadAnewSendsTheTaskAgainOnlyIfItWasNotStored(t *testing.T) {
 		require.Equal(t, 1, countTasks(t, b.js, id), "published again, and dropped as a duplicate")
 		evs := readHistory(t, b.js, "deploy", "w1")
 		require.Equal(t, []events.Type{events.TypeExecutionStarted, events.TypeStepDispatched}, typesOf(evs), "nothing recorded")
+
+		t.Log("the duplicate's acknowledgement told the task's sequence: recorded even with a report that does not")
+		task := b.nextTask(t)
+		b.report(t, &events.OperationSucceeded{TaskRef: task.task.Ref("older-agent", 1)})
+		_, evs = waitStatus(t, b.js, "deploy", "w1", projections.StatusSucceeded)
+		done := evs[2].Data.(*events.StepSucceeded)
+		require.Equal(t, task.seq, done.TaskSeq)
+		require.False(t, done.SentAt.IsZero())
 	})
 
 	t.Run("PastTheWindowStillInItsQueue", func(t *testing.T) {
@@ -186,4 +195,31 @@ func TestAStateReadAnewSendsTheTaskAgainOnlyIfItWasNotStored(t *testing.T) {
 		s, _ := waitStatus(t, b.js, "deploy", "w4", projections.StatusSucceeded)
 		require.Equal(t, again.seq, s.Steps[0].TaskSeq)
 	})
+}
+
+// TestATaskThatLeftItsQueueIsSentAgainAfterANudge: the dispatcher that
+// published a task keeps it sent in its memory; the task leaves its queue
+// without a report (an operator purged it). The janitor's nudge for an
+// idle execution (a reconcile) has the dispatcher check its memory again:
+// past the look-up's delay it finds the task neither in its queue nor
+// reported, and sends it again.
+func TestATaskThatLeftItsQueueIsSentAgainAfterANudge(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	forgotten := shortenTaskDedupe(t, b.js, time.Second)
+	b.register(t, "deploy", "build")
+	var ahead atomic.Int64
+	runDispatcher(t, b.js, dispatch.Config{Workers: 2, Now: func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }})
+	b.start(t, "deploy", "v1")
+	id := events.TaskID("v1", "build", 1)
+	natstest.Eventually(t, waitFor, func() bool { return taskStored(t, b.js, id) }, "task %s stored", id)
+	b.nextTask(t) // taken without a report
+	forgotten()
+	ahead.Store(int64(3 * time.Minute))
+	reconcile(t, b, "deploy", "v1")
+	require.Equal(t, 1, countTasks(t, b.js, id), "sent again")
+	again := b.nextTask(t)
+	b.report(t, &events.OperationSucceeded{TaskRef: again.ref("test-agent", 1)})
+	s, _ := waitStatus(t, b.js, "deploy", "v1", projections.StatusSucceeded)
+	require.Equal(t, again.seq, s.Steps[0].TaskSeq)
 }

@@ -13,7 +13,6 @@ import (
 	"jetflow.dev/pkg/catalog"
 	"jetflow.dev/pkg/claim"
 	"jetflow.dev/pkg/events"
-	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/lock"
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/services/dispatcher/interp"
@@ -219,7 +218,7 @@ func (d *Dispatcher) perform(ctx context.Context, x *execState, eff interp.Effec
 	case interp.ArmTimer:
 		return nil, d.publishSchedule(ctx, x.id, x.workflow, e.TimerID, e.Due)
 	case interp.PublishTask:
-		if !e.Since.IsZero() && d.cfg.Now().Sub(e.Since) >= resendLookupAfter {
+		if !e.Since.IsZero() && d.cfg.Now().Sub(e.Since) >= d.lookupAfter {
 			// It may have been stored before the dedupe window: published
 			// again, it would be stored (and run) twice.
 			if found, err := d.findTask(ctx, x, e); err != nil || found != nil {
@@ -283,50 +282,38 @@ func (d *Dispatcher) perform(ctx context.Context, x *execState, eff interp.Effec
 	return nil, permanentError{fmt.Errorf("unknown effect %T", eff)}
 }
 
-// resendLookupAfter is how long after its sending a task is published
-// again without looking for it first: half of the tasks stream's least
-// dedupe window, which leaves the other half for clocks apart (the
-// sending's time is the dispatcher's, the window the server's).
-const resendLookupAfter = bus.DefaultWorkDuplicates / 2
-
 // findTask looks for the task of e, which may have been stored before the
 // tasks stream's dedupe window: in its queue (both lanes: it waits there,
 // or runs, until its agent has reported), then among its execution's
 // reports (an agent reports before it acknowledges the task). Nil: in
 // neither, so it was never stored (a dispatcher died between the step's
-// sending and the publish, and no decision followed for a while).
+// sending and the publish, and no decision followed for a while), or it
+// left its queue without a report (an operator purged it).
 func (d *Dispatcher) findTask(ctx context.Context, x *execState, e interp.PublishTask) (*interp.TaskStored, error) {
-	id := e.Task.TaskID
+	id, token := e.Task.TaskID, e.Task.Token
 	log := zerolog.Ctx(ctx).With().Str("task_id", id).Logger()
+	type place struct {
+		name string
+		read placeReader
+	}
+	var places []place
 	for _, lane := range []string{bus.TaskSubject(e.Task.Queue), bus.BulkTaskSubject(e.Task.Queue)} {
-		t, ok, err := d.queued.find(ctx, d.js, lane, id)
-		switch {
-		case err != nil:
-			return nil, fmt.Errorf("look for task %s in %s: %w", id, lane, err)
-		case ok:
-			log.Info().Str("in", lane).Msg("a task sent before the dedupe window is in its queue: not sent again")
-			return &interp.TaskStored{Task: e, Seq: t.seq, At: t.at}, nil
-		}
+		places = append(places, place{bus.StreamTasks + " " + lane, queueReader(bus.StreamTasks, lane)})
 	}
-	var found *interp.TaskStored
-	errFound := errors.New("found")
 	for _, filter := range []string{bus.ExecutionResultsBefore(x.id), bus.ExecutionResults(x.id)} {
-		err := history.ScanReports(ctx, d.js, bus.StreamResults, filter, func(ev events.Event) error {
-			ref, ok := events.ResultRef(ev.Data)
-			if !ok || ref.TaskID != id || ref.Token != e.Task.Token {
-				return nil
-			}
-			found = &interp.TaskStored{Task: e, Seq: ref.TaskSeq, At: cmp.Or(ref.StoredAt, e.Since)}
-			return errFound
-		})
+		places = append(places, place{bus.StreamResults + " " + filter, reportsReader(bus.StreamResults, filter)})
+	}
+	for _, p := range places {
+		t, ok, err := d.seen.find(ctx, d.js, p.name, p.read, id, token)
 		switch {
-		case found != nil:
-			log.Info().Msg("a task sent before the dedupe window was reported: not sent again")
-			return found, nil
 		case err != nil:
-			return nil, fmt.Errorf("look for the reports of task %s: %w", id, err)
+			return nil, fmt.Errorf("look for task %s in %s: %w", id, p.name, err)
+		case ok:
+			log.Info().Str("in", p.name).Msg("a task sent before the dedupe window was stored: not sent again")
+			return &interp.TaskStored{Task: e, Seq: t.seq, At: cmp.Or(t.at, e.Since)}, nil
 		}
 	}
+	log.Info().Msg("a task sent before the dedupe window is neither in its queue nor reported: sent again")
 	return nil, nil
 }
 

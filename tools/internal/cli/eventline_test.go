@@ -10,6 +10,7 @@ import (
 
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/projections"
 )
 
 // TestEventLinesSayWhatAWaitWaitsFor: jetflow events prints a timer's
@@ -58,4 +59,18 @@ func TestEventLineSaysWhatASuccessDispatched(t *testing.T) {
 	b.Reset()
 	printEvent(&b, client.Event{Seq: 4, Type: events.TypeStepSucceeded, Time: time.Now(), Data: data})
 	require.NotContains(t, b.String(), "then=")
+}
+
+// TestShowSaysWhatSendingMeans: a step sending may be waiting in its
+// queue (its sending is recorded with its next event): show says so.
+func TestShowSaysWhatSendingMeans(t *testing.T) {
+	x := projections.Execution{ID: "x1", Workflow: "wf", Status: projections.StatusStarted,
+		Steps: []projections.Step{{ID: "build", Kind: "exec", Status: projections.OpSending, Attempt: 1}}}
+	var b bytes.Buffer
+	printExecution(&b, x, "")
+	require.Contains(t, b.String(), "sending: its task is published or waits in its queue")
+	x.Steps[0].Status = projections.OpStarted
+	b.Reset()
+	printExecution(&b, x, "")
+	require.NotContains(t, b.String(), "sending:")
 }

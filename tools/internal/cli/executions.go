@@ -228,6 +228,9 @@ func printExecution(w io.Writer, x projections.Execution, retention string) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", s.ID, s.Kind, cmpStr(string(s.Status), "-"), s.Attempt, dur(s.StartedAt, s.EndedAt), truncate(detail, 100))
 	}
 	_ = tw.Flush()
+	if slices.ContainsFunc(x.Steps, func(s projections.Step) bool { return s.Status == projections.OpSending }) {
+		fmt.Fprintln(w, "\nsending: its task is published or waits in its queue for an agent; the history records it stored with the step's next event")
+	}
 }
 
 // seqList prints stream sequences as a list.
