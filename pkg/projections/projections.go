@@ -914,6 +914,9 @@ func (st *Step) started(o events.OperationStart, end time.Time) {
 	if o.Delivery > 0 {
 		st.Delivery = o.Delivery
 	}
+	if st.SentAt.After(st.StartedAt) { // clocks apart: not sent after it started
+		st.SentAt = st.StartedAt
+	}
 }
 
 // internalKinds are the step kinds the dispatcher runs itself.

@@ -869,6 +869,9 @@ func TestASendingCarriedByTheNextEvent(t *testing.T) {
 	require.True(t, late.SentAt.Equal(t0.Add(2*time.Second)), "not after the event: %s", late.SentAt)
 	none := fold(t, &events.StepSucceeded{StepID: "a", Attempt: 1})
 	require.True(t, none.SentAt.IsZero(), "an older agent's report tells nothing")
+	afterStart := fold(t, &events.StepSucceeded{StepID: "a", Attempt: 1, TaskSent: events.TaskSent{SentAt: t0.Add(1500 * time.Millisecond)},
+		OperationStart: events.OperationStart{StartedAt: t0.Add(1200 * time.Millisecond), Delivery: 1}})
+	require.True(t, afterStart.SentAt.Equal(afterStart.StartedAt), "not sent after it started: %s, %s", afterStart.SentAt, afterStart.StartedAt)
 }
 
 // TestMarkSent: what a dispatcher knows of a sending (MarkSent) makes the

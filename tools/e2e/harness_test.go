@@ -185,6 +185,9 @@ func countTypes(evs []events.Event) map[string]int {
 		switch p := ev.Data.(type) {
 		case *events.StepSucceeded:
 			key += "/" + p.StepID
+			if p.Then != nil { // the next operation's dispatch, in the same event
+				n[string(events.TypeStepDispatched)+"/"+p.Then.StepID]++
+			}
 		case *events.StepFailed:
 			key += "/" + p.StepID
 		case *events.StepScheduled:

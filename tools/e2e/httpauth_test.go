@@ -16,6 +16,7 @@ import (
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/natstest"
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/tools/internal/devstack"
 )
@@ -107,8 +108,12 @@ func TestOperatorEventsRecordTheAuthenticatedActor(t *testing.T) {
 	require.NotNil(t, cancelling)
 	require.Equal(t, key("oncall", operatorID), cancelling.Actor)
 	require.Equal(t, "the boss", cancelling.RequestedBy, "requested_by stays, as a remark")
-	x, err = s.c.Execution(ctx, "a2")
-	require.NoError(t, err)
+	// The read model follows the history (the projector may not have
+	// written this event yet).
+	natstest.Eventually(t, 15*time.Second, func() bool {
+		x, err = s.c.Execution(ctx, "a2")
+		return err == nil && x.Cancellation != nil
+	}, "the read model of a2 shows its cancellation")
 	require.Equal(t, key("oncall", operatorID), x.Cancellation.Actor)
 
 	t.Log("a client on NATS cannot publish on the api's subjects, and cannot name an actor on its own")

@@ -228,7 +228,10 @@ func (d *Dispatcher) perform(ctx context.Context, x *execState, eff interp.Effec
 				return nil, err
 			}
 		}
-		task := events.New(d.cfg.Source, x.id, x.workflow, d.cfg.Now(), &e.Task)
+		// The task is stored after this instant and before the ack: taken
+		// now, the sending is never recorded after the agent's start.
+		at := d.cfg.Now()
+		task := events.New(d.cfg.Source, x.id, x.workflow, at, &e.Task)
 		task.ID = e.Task.TaskID
 		msg, err := bus.Encode(d.taskSubject(e), task)
 		if err != nil {
@@ -238,7 +241,6 @@ func (d *Dispatcher) perform(ctx context.Context, x *execState, eff interp.Effec
 		if err != nil {
 			return nil, fmt.Errorf("publish task %s: %w", e.Task.TaskID, err)
 		}
-		at := d.cfg.Now()
 		if ack.Duplicate && !e.Since.IsZero() {
 			// Stored by the publish that followed the step's sending, at
 			// once (the history may not say when).
@@ -309,11 +311,11 @@ func (d *Dispatcher) findTask(ctx context.Context, x *execState, e interp.Publis
 		case err != nil:
 			return nil, fmt.Errorf("look for task %s in %s: %w", id, p.name, err)
 		case ok:
-			log.Info().Str("in", p.name).Msg("a task sent before the dedupe window was stored: not sent again")
+			log.Info().Str("in", p.name).Msg("task already stored (in its queue, or reported): not published again")
 			return &interp.TaskStored{Task: e, Seq: t.seq, At: cmp.Or(t.at, e.Since)}, nil
 		}
 	}
-	log.Info().Msg("a task sent before the dedupe window is neither in its queue nor reported: sent again")
+	log.Info().Msg("task neither in its queue nor reported: published again")
 	return nil, nil
 }
 

@@ -1,6 +1,7 @@
 package interp
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -482,8 +483,11 @@ func (e *engine) step(f frame, step workflow.Step, st projections.Step, env *laz
 // Otherwise the result is awaited.
 func inFlight(s projections.Execution, step workflow.Step, st projections.Step) action {
 	if timerFired(s, events.TimerStepTimeout, st.ID, st.Attempt) {
-		return action{kind: actStepFail, step: step, path: st.ID, attempt: st.Attempt,
-			err: fmt.Sprintf("attempt %d timed out after %s", st.Attempt, step.Timeout)}
+		msg := fmt.Sprintf("attempt %d timed out after %s", st.Attempt, step.Timeout)
+		if st.Status != projections.OpStarted { // as the history records it: the same after a crash
+			msg += fmt.Sprintf(" before an agent of queue %s started it", cmp.Or(st.Queue, workflow.DefaultQueue))
+		}
+		return action{kind: actStepFail, step: step, path: st.ID, attempt: st.Attempt, err: msg}
 	}
 	if st.Status == projections.OpSending {
 		return action{kind: actResend, step: step, path: st.ID, attempt: st.Attempt, input: st.Input}

@@ -68,7 +68,17 @@ func TestShowSaysWhatSendingMeans(t *testing.T) {
 		Steps: []projections.Step{{ID: "build", Kind: "exec", Status: projections.OpSending, Attempt: 1}}}
 	var b bytes.Buffer
 	printExecution(&b, x, "")
-	require.Contains(t, b.String(), "sending: its task is published or waits in its queue")
+	require.Contains(t, b.String(), "sending: the task waits in its queue (default)")
+	x.Steps = append(x.Steps, projections.Step{ID: "train", Kind: "exec", Status: projections.OpSending, Attempt: 1, Queue: "gpu"})
+	b.Reset()
+	printExecution(&b, x, "")
+	require.Contains(t, b.String(), "(default, gpu)")
+	x.Status = projections.StatusCancelled
+	b.Reset()
+	printExecution(&b, x, "")
+	require.NotContains(t, b.String(), "sending:", "an ended execution waits for nothing")
+	x.Status = projections.StatusStarted
+	x.Steps = x.Steps[:1]
 	x.Steps[0].Status = projections.OpStarted
 	b.Reset()
 	printExecution(&b, x, "")

@@ -17,6 +17,7 @@ import (
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
+	"jetflow.dev/pkg/workflow"
 )
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
@@ -228,8 +229,15 @@ func printExecution(w io.Writer, x projections.Execution, retention string) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", s.ID, s.Kind, cmpStr(string(s.Status), "-"), s.Attempt, dur(s.StartedAt, s.EndedAt), truncate(detail, 100))
 	}
 	_ = tw.Flush()
-	if slices.ContainsFunc(x.Steps, func(s projections.Step) bool { return s.Status == projections.OpSending }) {
-		fmt.Fprintln(w, "\nsending: its task is published or waits in its queue for an agent; the history records it stored with the step's next event")
+	var queues []string
+	for _, s := range x.Steps {
+		if q := cmp.Or(s.Queue, workflow.DefaultQueue); s.Status == projections.OpSending && !slices.Contains(queues, q) {
+			queues = append(queues, q)
+		}
+	}
+	if len(queues) > 0 && x.Status.Active() {
+		fmt.Fprintf(w, "\nsending: the task waits in its queue (%s) for an agent of that queue, or is being published; "+
+			"its storing is recorded with the step's next event\n", strings.Join(queues, ", "))
 	}
 }
 
@@ -520,5 +528,6 @@ func printEvent(w io.Writer, ev client.Event) {
 		}
 	}
 	short := strings.TrimPrefix(string(ev.Type), "io.jetflow.")
-	fmt.Fprintf(w, "%6d  %s  %-20s %s\n", ev.Seq, ev.Time.Local().Format("15:04:05.000"), short, strings.TrimSpace(detail))
+	line := fmt.Sprintf("%6d  %s  %-20s %s", ev.Seq, ev.Time.Local().Format("15:04:05.000"), short, strings.TrimSpace(detail))
+	fmt.Fprintln(w, strings.TrimRight(line, " "))
 }
