@@ -188,8 +188,8 @@ func fastEncode(subject string, e events.Event) (*nats.Msg, bool) {
 	if e.PrevSeq > 0 {
 		h["ce-"+events.ExtPrevSeq] = []string{strconv.FormatUint(e.PrevSeq, 10)}
 	}
-	if events.SchemaVersion > 1 {
-		h["ce-"+events.ExtSchema] = []string{strconv.Itoa(events.SchemaVersion)}
+	if v := events.SchemaOf(e.Data); v > 1 {
+		h["ce-"+events.ExtSchema] = []string{strconv.Itoa(v)}
 	}
 	return &nats.Msg{Subject: subject, Header: h, Data: data}, true
 }

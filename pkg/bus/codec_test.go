@@ -124,6 +124,24 @@ func FuzzDirectDecode(f *testing.F) {
 // execution waits for a newer dispatcher), never decoded as if it were
 // this version's; schema 1 (or none) is read as always; a value that is
 // no version is malformed.
+func TestASuccessThatDispatchesIsSchema2(t *testing.T) {
+	at := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	plain := events.New("test", "x1", "wf", at, &events.StepSucceeded{StepID: "a"})
+	msg, err := Encode("jf.events.wf.x1", plain)
+	require.NoError(t, err)
+	require.Empty(t, msg.Header.Get("ce-"+events.ExtSchema), "schema 1: no extension")
+	then := events.New("test", "x1", "wf", at, &events.StepSucceeded{StepID: "a", Then: &events.StepDispatched{StepID: "b", Attempt: 1, TaskID: "x1.b.1"}})
+	msg, err = Encode("jf.events.wf.x1", then)
+	require.NoError(t, err)
+	require.Equal(t, "2", msg.Header.Get("ce-"+events.ExtSchema), "an older reader would pass over the dispatch")
+	got, err := Decode(msg.Header, msg.Data)
+	require.NoError(t, err)
+	require.Equal(t, "b", got.Data.(*events.StepSucceeded).Then.StepID)
+	ce, err := then.ToCloudEvent()
+	require.NoError(t, err)
+	require.Equal(t, "2", ce.Extensions()[events.ExtSchema], "the sdk-go form says the same")
+}
+
 func TestNewerSchemaIsNotMisread(t *testing.T) {
 	ev := events.New("test", "x1", "wf", time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC), &events.StepSucceeded{StepID: "a"})
 	for _, tc := range []struct {
@@ -132,7 +150,8 @@ func TestNewerSchemaIsNotMisread(t *testing.T) {
 	}{
 		{"", nil},
 		{"1", nil},
-		{"2", events.ErrUnknownType},
+		{"2", nil},
+		{"3", events.ErrUnknownType},
 		{"x", events.ErrMalformed},
 		{"0", events.ErrMalformed},
 	} {
@@ -149,7 +168,7 @@ func TestNewerSchemaIsNotMisread(t *testing.T) {
 		}
 		require.ErrorIs(t, err, tc.want, tc.schema)
 		if errors.Is(tc.want, events.ErrUnknownType) {
-			require.ErrorContains(t, err, "written with schema 2 by a newer jetflow")
+			require.ErrorContains(t, err, "written with schema 3 by a newer jetflow")
 			require.Nil(t, got.Data, "not decoded as this version's")
 			require.Equal(t, ev.ID, got.ID, "but known for what it is")
 		}

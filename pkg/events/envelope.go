@@ -37,16 +37,30 @@ const ExtIgnorable = "ignorable"
 // version an event was written with, when it is above 1 (absent: 1).
 const ExtSchema = "jfschema"
 
-// SchemaVersion is the version of the events' data this jetflow writes
-// and reads. A release that changes an event type's data so that an older
-// reader would misread it (a member whose absence means something else,
-// a value read differently) raises it, and its events then carry
-// ExtSchema: a reader that finds a version above its own treats the
-// event as one of a type it does not know (ErrUnknownType: its execution
-// waits for a newer dispatcher, shown "unknown", instead of being
-// misread). Adding an event type, or a member older readers may ignore,
-// needs no new version. docs/operations.md#upgrades.
-const SchemaVersion = 1
+// SchemaVersion is the latest version of the events' data this jetflow
+// writes, and the highest it reads. A release that changes an event
+// type's data so that an older reader would misread it (a member whose
+// absence means something else, a value read differently) raises it, and
+// the events that hold such data carry ExtSchema (SchemaOf): a reader
+// that finds a version above its own treats the event as one of a type it
+// does not know (ErrUnknownType: its execution waits for a newer
+// dispatcher, shown "unknown", instead of being misread). Adding an event
+// type, or a member older readers may ignore, needs no new version.
+// docs/upgrades.md.
+//
+// Version 2: a step's success may carry the next operation's dispatch
+// (StepSucceeded.Then), which an older dispatcher would pass over and
+// dispatch the step again.
+const SchemaVersion = 2
+
+// SchemaOf is the schema version p is written with: 2 for a success
+// that carries a dispatch, 1 (written as no ExtSchema) for the rest.
+func SchemaOf(p Payload) int {
+	if s, ok := p.(*StepSucceeded); ok && s.Then != nil {
+		return 2
+	}
+	return 1
+}
 
 // CheckSchema returns an ErrUnknownType error for an ExtSchema value
 // above SchemaVersion (or one that is no version), nil otherwise.
@@ -123,8 +137,8 @@ func (e Event) ToCloudEvent() (event.Event, error) {
 	if e.PrevSeq > 0 {
 		ce.SetExtension(ExtPrevSeq, strconv.FormatUint(e.PrevSeq, 10))
 	}
-	if SchemaVersion > 1 {
-		ce.SetExtension(ExtSchema, strconv.Itoa(SchemaVersion))
+	if v := SchemaOf(e.Data); v > 1 {
+		ce.SetExtension(ExtSchema, strconv.Itoa(v))
 	}
 	var data any = e.Data
 	if e.Data == nil && e.Raw != nil {

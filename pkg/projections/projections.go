@@ -857,15 +857,16 @@ func MarkSent(s Execution, id string, attempt int, seq uint64, at time.Time) Exe
 	return s
 }
 
-// ForgetSent returns s without what MarkSent noted: those steps are
-// sending again, as the history records them.
-func ForgetSent(s Execution) Execution {
-	if !slices.ContainsFunc(s.Steps, Step.SentUnrecorded) {
+// ForgetSent returns s without what MarkSent noted of the steps ids:
+// they are sending again, as the history records them.
+func ForgetSent(s Execution, ids ...string) Execution {
+	forget := func(st Step) bool { return st.SentUnrecorded() && slices.Contains(ids, st.ID) }
+	if !slices.ContainsFunc(s.Steps, forget) {
 		return s
 	}
 	s.Steps = slices.Clone(s.Steps)
 	for i := range s.Steps {
-		if st := &s.Steps[i]; st.SentUnrecorded() {
+		if st := &s.Steps[i]; forget(*st) {
 			st.Status, st.TaskSeq, st.SentAt, st.sentUnrecorded = OpSending, 0, time.Time{}, false
 		}
 	}

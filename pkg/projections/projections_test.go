@@ -899,6 +899,13 @@ func TestMarkSent(t *testing.T) {
 	require.Equal(t, events.TaskSent{SentAt: t0.Add(time.Millisecond), TaskSeq: 5}, st.Unrecorded())
 	require.Equal(t, marked, projections.MarkSent(marked, "a", 1, 6, t0.Add(time.Second)), "sent already: unchanged")
 
+	require.Equal(t, marked, projections.ForgetSent(marked, "b"), "another step: unchanged")
+	forgot := projections.ForgetSent(marked, "a")
+	require.Equal(t, projections.OpSending, forgot.Steps[0].Status, "sending again, as recorded")
+	require.False(t, forgot.Steps[0].SentUnrecorded())
+	require.Zero(t, forgot.Steps[0].TaskSeq)
+	require.Equal(t, projections.OpSent, marked.Steps[0].Status, "the state given is not changed")
+
 	done, err := projections.Apply(marked, events.Event{ID: "3", Type: events.TypeStepSucceeded, Subject: "x1", Time: t0.Add(time.Second), Seq: 3,
 		Data: &events.StepSucceeded{StepID: "a", Attempt: 1, TaskSent: st.Unrecorded()}})
 	require.NoError(t, err)

@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -220,6 +219,7 @@ type Dispatcher struct {
 	// window).
 	seen        seenTasks
 	lookupAfter time.Duration
+	tasks       jetstream.Stream // JF_TASKS
 	hist        *history.Store
 
 	// maxEvent is the largest payload an event may have: the server's
@@ -276,11 +276,11 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log zerolog.Lo
 	if err != nil {
 		return nil, fmt.Errorf("open bucket %s: %w", bus.BucketDispatchers, err)
 	}
-	lookupAfter, err := taskLookupAfter(ctx, js)
+	tasks, lookupAfter, err := taskLookupAfter(ctx, js)
 	if err != nil {
 		return nil, err
 	}
-	return &Dispatcher{lookupAfter: lookupAfter, cfg: cfg, js: js, log: log, defs: defs, ids: ids, locks: locks, hist: hist, cache: newLRU[string](cfg.CacheSize, cfg.CacheBytes, (*execState).size),
+	return &Dispatcher{tasks: tasks, lookupAfter: lookupAfter, cfg: cfg, js: js, log: log, defs: defs, ids: ids, locks: locks, hist: hist, cache: newLRU[string](cfg.CacheSize, cfg.CacheBytes, (*execState).size),
 		pinned: newPinnedDefs(maxPinnedDefs), maxEvent: int(js.Conn().MaxPayload()) - 64<<10,
 		parts: partitions{n: n, kv: kv, running: map[int]*consuming{}}}, nil
 }
@@ -291,23 +291,54 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log zerolog.Lo
 // The stream must allow direct gets, and the dispatcher's identity read
 // them: a stream or credentials older than this release are refused with
 // what to do, rather than failing each look-up.
-func taskLookupAfter(ctx context.Context, js jetstream.JetStream) (time.Duration, error) {
+func taskLookupAfter(ctx context.Context, js jetstream.JetStream) (jetstream.Stream, time.Duration, error) {
 	s, err := js.Stream(ctx, bus.StreamTasks)
 	if err != nil {
-		return 0, fmt.Errorf("open stream %s: %w", bus.StreamTasks, err)
+		return nil, 0, fmt.Errorf("open stream %s: %w", bus.StreamTasks, err)
 	}
 	cfg := s.CachedInfo().Config
 	if !cfg.AllowDirect || cfg.Duplicates <= 0 {
-		return 0, fmt.Errorf("stream %s does not allow direct gets or has no dedupe window, which this release needs: "+
+		return nil, 0, fmt.Errorf("stream %s does not allow direct gets or has no dedupe window, which this release needs: "+
 			"run jetflow bootstrap of this release first (docs/upgrades.md)", bus.StreamTasks)
 	}
-	probe, cancel := context.WithTimeout(ctx, bus.ServiceRequestTimeout)
-	defer cancel()
-	if _, err := s.GetLastMsgForSubject(probe, bus.TaskSubject("probe")+".none"); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
-		return 0, fmt.Errorf("read stream %s with a direct get, which this release needs (credentials issued before it may not allow it: "+
-			"issue the dispatcher's again, docs/upgrades.md): %w", bus.StreamTasks, err)
+	for attempt := 1; ; attempt++ { // a leader election or a busy server: asked again
+		probe, cancel := context.WithTimeout(ctx, bus.ServiceRequestTimeout)
+		_, err = s.GetLastMsgForSubject(probe, bus.TaskSubject("probe")+".none")
+		cancel()
+		if err == nil || errors.Is(err, jetstream.ErrMsgNotFound) {
+			return s, cfg.Duplicates / 2, nil
+		}
+		if attempt == 5 || ctx.Err() != nil {
+			return nil, 0, fmt.Errorf("read stream %s with a direct get, which this release needs (credentials issued before it may not allow it: "+
+				"issue the dispatcher's again, docs/upgrades.md): %w", bus.StreamTasks, err)
+		}
+		time.Sleep(time.Duration(attempt) * 200 * time.Millisecond)
 	}
-	return cfg.Duplicates / 2, nil
+}
+
+// recheckSent forgets the tasks noted stored (projections.MarkSent) that
+// are no longer in their queue, for an execution the janitor nudged (a
+// reconcile): if such a task left without a report (purged), the step
+// is looked for again and its task sent again; one still waiting costs a
+// direct get by sequence.
+func (d *Dispatcher) recheckSent(ctx context.Context, x *execState) error {
+	var gone []string
+	for _, st := range x.state.Steps {
+		if !st.SentUnrecorded() {
+			continue
+		}
+		_, err := d.tasks.GetMsg(ctx, st.TaskSeq)
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			gone = append(gone, st.ID)
+		case err != nil:
+			return fmt.Errorf("look for task %s: %w", st.TaskID, err)
+		}
+	}
+	if len(gone) > 0 {
+		x.state = projections.ForgetSent(x.state, gone...)
+	}
+	return nil
 }
 
 type job struct {
@@ -664,11 +695,8 @@ func (d *Dispatcher) reconcile(ctx context.Context, p *events.ReconcileExecution
 		if err := d.rearmOverdue(ctx, x); err != nil {
 			return err
 		}
-		// An execution idle for a while (the janitor's nudge): what this
-		// dispatcher noted of its tasks' sending is checked again, in
-		// case a task left its queue without a report since.
-		if slices.ContainsFunc(x.state.Steps, projections.Step.SentUnrecorded) {
-			x.state = projections.ForgetSent(x.state)
+		if err := d.recheckSent(ctx, x); err != nil {
+			return err
 		}
 		return d.advance(ctx, x)
 	})

@@ -31,7 +31,7 @@ type seenTasks struct {
 // others up.
 type seenPlace struct {
 	mu   sync.Mutex
-	ids  map[string]seenTask // by task id
+	ids  map[string]seenTask // by task id and token
 	next uint64              // the stream sequence the next read starts from
 	full bool                // more than seenMax seen: ids are no longer kept
 	// read is when it was first read through (Unix ns; 0: not yet).
@@ -91,7 +91,7 @@ func (c *seenTasks) find(ctx context.Context, js jetstream.JetStream, place stri
 	p := c.place(place)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if t, ok := p.ids[id]; ok && t.token == token {
+	if t, ok := p.ids[id+"\x00"+token]; ok {
 		return t, true, nil
 	}
 	from := p.next
@@ -106,8 +106,8 @@ func (c *seenTasks) find(ctx context.Context, js jetstream.JetStream, place stri
 		if p.full {
 			return found != nil // nothing kept: stop at it
 		}
-		if _, ok := p.ids[seen]; !ok { // a task's first report says most
-			p.ids[seen] = t
+		if key := seen + "\x00" + t.token; p.ids[key] == (seenTask{}) { // a task's first report says most
+			p.ids[key] = t
 		}
 		p.next = max(p.next, seq+1)
 		if len(p.ids) > seenMax {
