@@ -78,6 +78,21 @@ func shortenTaskDedupe(t *testing.T, js jetstream.JetStream, window time.Duratio
 	}
 }
 
+// sentLong makes a bundle whose tasks stream forgets message ids after a
+// second, starts execution exec of a one-step workflow and has a
+// dispatcher that then stops publish its task: it returns the bundle, the
+// task's id and a wait for the stream to have forgotten that id.
+func sentLong(t *testing.T, exec string) (*testBundle, string, func()) {
+	t.Helper()
+	b := setup(t)
+	forgotten := shortenTaskDedupe(t, b.js, time.Second)
+	b.register(t, "deploy", "build")
+	b.start(t, "deploy", exec)
+	id := events.TaskID(exec, "build", 1)
+	sentBy(t, b, "A", id)
+	return b, id, forgotten
+}
+
 // TestARestartedDispatcherRecordsTheSendingFromTheReport: the dispatcher
 // that sent a task died before the task's report; the next one records
 // the sending from the report (the task's sequence and stored time).
@@ -135,12 +150,7 @@ func TestAStateReadAnewSendsTheTaskAgainOnlyIfItWasNotStored(t *testing.T) {
 
 	t.Run("PastTheWindowStillInItsQueue", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
-		forgotten := shortenTaskDedupe(t, b.js, time.Second)
-		b.register(t, "deploy", "build")
-		b.start(t, "deploy", "w2")
-		id := events.TaskID("w2", "build", 1)
-		sentBy(t, b, "A", id)
+		b, id, forgotten := sentLong(t, "w2")
 		forgotten()
 		runDispatcher(t, b.js, dispatch.Config{Workers: 2, Now: later})
 		reconcile(t, b, "deploy", "w2")
@@ -155,12 +165,7 @@ func TestAStateReadAnewSendsTheTaskAgainOnlyIfItWasNotStored(t *testing.T) {
 
 	t.Run("PastTheWindowReported", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
-		forgotten := shortenTaskDedupe(t, b.js, time.Second)
-		b.register(t, "deploy", "build")
-		b.start(t, "deploy", "w3")
-		id := events.TaskID("w3", "build", 1)
-		sentBy(t, b, "A", id)
+		b, id, forgotten := sentLong(t, "w3")
 		task := b.nextTask(t)
 		b.report(t, &events.OperationStarted{TaskRef: task.ref("test-agent", 1), StartedAt: time.Now().UTC()})
 		forgotten()
@@ -175,12 +180,7 @@ func TestAStateReadAnewSendsTheTaskAgainOnlyIfItWasNotStored(t *testing.T) {
 
 	t.Run("PastTheWindowNeverStored", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
-		forgotten := shortenTaskDedupe(t, b.js, time.Second)
-		b.register(t, "deploy", "build")
-		b.start(t, "deploy", "w4")
-		id := events.TaskID("w4", "build", 1)
-		sentBy(t, b, "A", id)
+		b, id, forgotten := sentLong(t, "w4")
 		// Taken from its queue without a report: as far as anyone can
 		// tell, it was never stored (a dispatcher that died between the
 		// sending and the publish leaves the same).
