@@ -66,8 +66,11 @@ func TestRetakeAfterAnotherMembersHoldingIsNoticed(t *testing.T) {
 	for _, p := range []int{0, 1} {
 		rev, err := kv.Create(ctx, partition.LeaseKey(p), []byte("b"))
 		require.NoError(t, err)
-		require.NoError(t, kv.Delete(ctx, partition.LeaseKey(p), jetstream.LastRevision(rev)))
+		// Seen before the delete: the bucket keeps one value a key, so a
+		// delete stored before the watch delivered the create removes it,
+		// and the watch never shows it.
 		bPut[p] = next("b's create", func(e jetstream.KeyValueEntry) bool { return e.Revision() == rev })
+		require.NoError(t, kv.Delete(ctx, partition.LeaseKey(p), jetstream.LastRevision(rev)))
 		bDel[p] = next("b's delete", func(e jetstream.KeyValueEntry) bool {
 			return e.Key() == partition.LeaseKey(p) && e.Operation() == jetstream.KeyValueDelete
 		})
