@@ -806,16 +806,26 @@ func TestAStartedReportGivesTheAgentsStart(t *testing.T) {
 // at +lastAfter. It fails the test unless the fold has that one step.
 func foldOneOperation(t *testing.T, at time.Time, lastAfter time.Duration, last events.Payload) projections.Execution {
 	t.Helper()
+	return foldStepA(t, at, timed{1100 * time.Millisecond, &events.StepSent{StepID: "a", Attempt: 1, TaskID: "x1.a.1", TaskSeq: 9}},
+		timed{lastAfter, last})
+}
+
+// timed is an event's payload, after a time.
+type timed struct {
+	after time.Duration
+	p     events.Payload
+}
+
+// foldStepA folds the history of an execution of one operation step a,
+// started at at and dispatched at +1 s, then the events then. It fails
+// the test unless the fold has that one step.
+func foldStepA(t *testing.T, at time.Time, then ...timed) projections.Execution {
+	t.Helper()
 	var evs []events.Event
-	for _, e := range []struct {
-		after time.Duration
-		p     events.Payload
-	}{
+	for _, e := range append([]timed{
 		{0, &events.ExecutionStarted{Workflow: "wf", Version: 1, Steps: []events.StepRef{{ID: "a", Kind: "exec"}}, Token: "t"}},
 		{time.Second, &events.StepDispatched{StepID: "a", Attempt: 1, TaskID: "x1.a.1", Queue: "default"}},
-		{1100 * time.Millisecond, &events.StepSent{StepID: "a", Attempt: 1, TaskID: "x1.a.1", TaskSeq: 9}},
-		{lastAfter, last},
-	} {
+	}, then...) {
 		ev := events.New("jetflow/dispatcher", "x1", "wf", at.Add(e.after), e.p)
 		ev.Seq, ev.PrevSeq = uint64(len(evs)+1), uint64(len(evs))
 		evs = append(evs, ev)
@@ -835,23 +845,7 @@ func TestASendingCarriedByTheNextEvent(t *testing.T) {
 	t0 := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
 	fold := func(t *testing.T, next events.Payload) projections.Step {
 		t.Helper()
-		var evs []events.Event
-		for _, e := range []struct {
-			after time.Duration
-			p     events.Payload
-		}{
-			{0, &events.ExecutionStarted{Workflow: "wf", Version: 1, Steps: []events.StepRef{{ID: "a", Kind: "exec"}}, Token: "t"}},
-			{time.Second, &events.StepDispatched{StepID: "a", Attempt: 1, TaskID: "x1.a.1", Queue: "default"}},
-			{2 * time.Second, next},
-		} {
-			ev := events.New("jetflow/dispatcher", "x1", "wf", t0.Add(e.after), e.p)
-			ev.Seq, ev.PrevSeq = uint64(len(evs)+1), uint64(len(evs))
-			evs = append(evs, ev)
-		}
-		s, err := projections.Fold(evs)
-		require.NoError(t, err)
-		require.Len(t, s.Steps, 1)
-		return s.Steps[0]
+		return foldStepA(t, t0, timed{2 * time.Second, next}).Steps[0]
 	}
 	sent := events.TaskSent{SentAt: t0.Add(1100 * time.Millisecond), TaskSeq: 9}
 	for _, next := range []events.Payload{

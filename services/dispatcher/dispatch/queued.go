@@ -106,7 +106,8 @@ func (c *seenTasks) find(ctx context.Context, js jetstream.JetStream, place stri
 		if p.full {
 			return found != nil // nothing kept: stop at it
 		}
-		if key := seen + "\x00" + t.token; p.ids[key] == (seenTask{}) { // a task's first report says most
+		key := seen + "\x00" + t.token
+		if _, ok := p.ids[key]; !ok { // a task's first report says most
 			p.ids[key] = t
 		}
 		p.next = max(p.next, seq+1)

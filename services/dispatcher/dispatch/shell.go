@@ -14,7 +14,6 @@ import (
 	"jetflow.dev/pkg/claim"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/lock"
-	"jetflow.dev/pkg/projections"
 	"jetflow.dev/services/dispatcher/interp"
 )
 
@@ -137,11 +136,11 @@ func (d *Dispatcher) carryOut(ctx context.Context, x *execState, dec interp.Deci
 		if err != nil {
 			return err
 		}
-		if t, ok := o.(interp.TaskStored); ok && !d.cfg.SplitDispatch {
+		if noted, ok := interp.Noted(d.input(x), o); ok {
 			// Noted, not appended: the step's next event records it
 			// (docs/adr/0007). A state read anew does not know it, and
 			// publishes the task again (deduplicated) or looks for it.
-			x.state = projections.MarkSent(x.state, t.Task.Task.StepID, t.Task.Task.Attempt, t.Seq, t.At.UTC())
+			x.state = noted
 			continue
 		}
 		if o != nil {

@@ -265,6 +265,18 @@ func (in Input) decide(s projections.Execution) action {
 	return a
 }
 
+// Noted returns the state with the storing of a task noted
+// (projections.MarkSent) and true, when o is a TaskStored that the
+// history records with the step's next event: in every mode but
+// SplitDispatch, in which Recorded returns its io.jetflow.step.sent.
+func Noted(in Input, o Outcome) (projections.Execution, bool) {
+	t, ok := o.(TaskStored)
+	if !ok || in.SplitDispatch {
+		return in.State, false
+	}
+	return projections.MarkSent(in.State, t.Task.Task.StepID, t.Task.Task.Attempt, t.Seq, t.At.UTC()), true
+}
+
 // Recorded returns the events that record an effect's outcome.
 func Recorded(in Input, o Outcome) Decision {
 	switch o := o.(type) {
@@ -355,7 +367,11 @@ func (in Input) carry(a action) Decision {
 	case actResend:
 		return in.send(a)
 	case actStepFail: // one event, also for a step that could not be scheduled
-		return one(&events.StepFailed{StepID: id, Kind: nestedKind, Attempt: a.attempt, Error: a.err, Final: a.final})
+		var sent events.TaskSent // an attempt that timed out with its task noted stored
+		if i := s.StepIndex(id); i >= 0 {
+			sent = s.Steps[i].Unrecorded()
+		}
+		return one(&events.StepFailed{StepID: id, Kind: nestedKind, Attempt: a.attempt, Error: a.err, Final: a.final, TaskSent: sent})
 	case actLet: // the variables and the step's success are one event
 		return one(&events.StepSucceeded{StepID: id, Attempt: a.attempt, Vars: a.vars})
 	case actArmTimer:
@@ -617,7 +633,7 @@ func Result(in Input, ref events.TaskRef, ev events.Event) Decision {
 		if st.Status == projections.OpSending || st.Status == projections.OpSent ||
 			(st.Status == projections.OpStarted && r.Delivery > st.Delivery) {
 			p = &events.StepStarted{StepID: st.ID, Attempt: st.Attempt, Agent: r.Agent, Delivery: r.Delivery, StartedAt: r.StartedAt,
-				TaskSent: reportedSent(st, ref)}
+				TaskSent: unrecordedSent(st, ref)}
 		}
 	case *events.OperationSucceeded:
 		if st.Status.InFlight() {
@@ -626,7 +642,7 @@ func Result(in Input, ref events.TaskRef, ev events.Event) Decision {
 	case *events.OperationFailed:
 		if st.Status.InFlight() {
 			p = &events.StepFailed{StepID: st.ID, Attempt: st.Attempt, Error: r.Error, Output: r.Output, Agent: r.Agent, Lost: r.Lost, Final: r.Final,
-				OperationStart: unrecordedStart(st, ref, r.StartedAt), TaskSent: reportedSent(st, ref)}
+				OperationStart: unrecordedStart(st, ref, r.StartedAt), TaskSent: unrecordedSent(st, ref)}
 		}
 	}
 	if p == nil {
@@ -714,54 +730,36 @@ func (in Input) succeeded(st projections.Step, ref events.TaskRef, r *events.Ope
 		mapped, err := render(step.Output, with(newEngine(in.Def, in.State).env(f), "result", decode(r.Output)))
 		if err != nil {
 			return &events.StepFailed{StepID: st.ID, Attempt: st.Attempt, Error: "output: " + err.Error(), Output: r.Output, Agent: r.Agent, OperationStart: start,
-				TaskSent: reportedSent(st, ref)}
+				TaskSent: unrecordedSent(st, ref)}
 		}
 		out = mapped
 	}
 	return &events.StepSucceeded{StepID: st.ID, Attempt: st.Attempt, Output: out, Agent: r.Agent, Duration: r.Duration, OperationStart: start,
-		TaskSent: reportedSent(st, ref)}
+		TaskSent: unrecordedSent(st, ref)}
 }
 
-// reportedSent is the sending of step st's task that an agent's report
-// tells (the task's stream sequence and stored time), for a step whose
-// sending nothing recorded or noted (its dispatcher did not learn it:
-// it published before a restart, or another dispatcher did). A report
-// from an older agent tells nothing: the step then passes through sent
-// without a time.
-func reportedSent(st projections.Step, ref events.TaskRef) events.TaskSent {
-	if st.Status != projections.OpSending {
-		return events.TaskSent{}
+// unrecordedSent is the sending of step st's task that its next event
+// must record: the one its dispatcher noted (projections.MarkSent), or,
+// for a step still sending as far as it knows (another dispatcher
+// published the task, or it was read anew), the one the agent's report
+// tells (the task's stream sequence and stored time; nothing from an
+// older agent: the step then passes through sent without a time).
+// Nothing for a step whose sending is recorded.
+func unrecordedSent(st projections.Step, ref events.TaskRef) events.TaskSent {
+	switch {
+	case st.SentUnrecorded():
+		return st.Unrecorded()
+	case st.Status == projections.OpSending:
+		return events.TaskSent{SentAt: ref.StoredAt.UTC(), TaskSeq: ref.TaskSeq}
 	}
-	return events.TaskSent{SentAt: ref.StoredAt.UTC(), TaskSeq: ref.TaskSeq}
+	return events.TaskSent{}
 }
 
 // final gives an event its final form: a step's first schedule carries
 // the retention its retention: field sets, and an event too large for a
 // message becomes the failure it amounts to.
 func (in Input) final(p events.Payload) events.Payload {
-	return in.fit(in.withRetention(in.withSent(p)))
-}
-
-// withSent gives a step's start, success or failure the sending of its
-// task that its dispatcher knows and the history does not record yet
-// (projections.MarkSent): the event records both.
-func (in Input) withSent(p events.Payload) events.Payload {
-	var id string
-	var sent *events.TaskSent
-	switch e := p.(type) {
-	case *events.StepStarted:
-		id, sent = e.StepID, &e.TaskSent
-	case *events.StepSucceeded:
-		id, sent = e.StepID, &e.TaskSent
-	case *events.StepFailed:
-		id, sent = e.StepID, &e.TaskSent
-	default:
-		return p
-	}
-	if i := in.State.StepIndex(id); i >= 0 && *sent == (events.TaskSent{}) {
-		*sent = in.State.Steps[i].Unrecorded()
-	}
-	return p
+	return in.fit(in.withRetention(p))
 }
 
 // fit turns an event too large for a message (an output, a rendered input

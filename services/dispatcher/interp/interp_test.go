@@ -101,9 +101,8 @@ func (m *memShell) carry(d Decision) bool {
 	}
 	for _, e := range d.After {
 		o := m.perform(e)
-		if t, ok := o.(TaskStored); ok && !m.split {
-			// Noted, as the dispatcher does: recorded with the step's next event.
-			m.state = projections.MarkSent(m.state, t.Task.Task.StepID, t.Task.Task.Attempt, t.Seq, m.now)
+		if noted, ok := Noted(m.input(), o); ok { // as the dispatcher does: recorded with the step's next event
+			m.state = noted
 			continue
 		}
 		if o != nil {
@@ -119,7 +118,7 @@ func (m *memShell) perform(e Effect) Outcome {
 		m.timers[e.TimerID] = e.Due
 	case PublishTask:
 		m.tasks = append(m.tasks, e.Task)
-		return TaskStored{Task: e, Seq: uint64(100 + len(m.tasks))}
+		return TaskStored{Task: e, Seq: uint64(100 + len(m.tasks)), At: m.now}
 	case EnqueueLock:
 		return LockHeld{Lock: e} // no contention in memory
 	case ReleaseLock, PublishKill, CatchUp:
