@@ -130,6 +130,7 @@ func Streams(c Config) []jetstream.StreamConfig {
 			Storage:     jetstream.FileStorage, Replicas: c.Replicas, Duplicates: c.WorkDuplicates,
 			Retention:   jetstream.WorkQueuePolicy,
 			AllowDirect: true, // a dispatcher looks for a task sent before the dedupe window (docs/adr/0007)
+			AllowMsgTTL: true, // its keepers expire by themselves (TasksKeeperSubject)
 		},
 		{
 			Name: StreamResults, Subjects: []string{ResultsPrefix + ".>"},
@@ -232,6 +233,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, c Config) error {
 			sc.Replicas = max(sc.Replicas, have.Replicas)
 			sc.AllowMsgSchedules = sc.AllowMsgSchedules || have.AllowMsgSchedules
 			sc.AllowRollup = sc.AllowRollup || have.AllowRollup
+			sc.AllowMsgTTL = sc.AllowMsgTTL || have.AllowMsgTTL // cannot be turned off
 			if !streamDiffers(s.CachedInfo().Config, sc) {
 				continue
 			}
@@ -306,6 +308,7 @@ func streamDiffers(have, want jetstream.StreamConfig) bool {
 		have.Storage != want.Storage || have.Replicas != want.Replicas || have.MaxAge != want.MaxAge ||
 		(want.Duplicates != 0 && have.Duplicates != want.Duplicates) || have.Discard != want.Discard || have.DenyDelete != want.DenyDelete ||
 		have.Description != want.Description || have.AllowMsgSchedules != want.AllowMsgSchedules || have.AllowDirect != want.AllowDirect ||
+		have.AllowMsgTTL != want.AllowMsgTTL ||
 		!sameTransform(have.SubjectTransform, want.SubjectTransform)
 }
 

@@ -58,6 +58,13 @@ const (
 	StreamTasks = "JF_TASKS"
 	// TasksPrefix starts every task subject: jf.tasks.<queue>.
 	TasksPrefix = "jf.tasks"
+	// TasksKeeperSubject holds the tasks stream's keepers: empty messages
+	// that no consumer takes and that expire by themselves, published by
+	// dispatchers beside their tasks so that an agent's acknowledgement
+	// seldom empties the stream's last block (the file store then replaces
+	// the block, a file creation; docs/benchmarks.md, "Keepers"). Queue
+	// names begin with a letter or a digit: it is never a queue's subject.
+	TasksKeeperSubject = TasksPrefix + "._keep"
 
 	// StreamResults holds agents' reports. Agents publish on
 	// jf.results.<queue>.<execution>; the stream stores each report on

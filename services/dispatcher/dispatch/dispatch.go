@@ -220,6 +220,7 @@ type Dispatcher struct {
 	seen        seenTasks
 	lookupAfter time.Duration
 	tasks       jetstream.Stream // JF_TASKS
+	keeper      *keeper          // publishes JF_TASKS' keepers (keeper.go)
 	hist        *history.Store
 
 	// maxEvent is the largest payload an event may have: the server's
@@ -280,7 +281,7 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log zerolog.Lo
 	if err != nil {
 		return nil, err
 	}
-	return &Dispatcher{tasks: tasks, lookupAfter: lookupAfter, cfg: cfg, js: js, log: log, defs: defs, ids: ids, locks: locks, hist: hist, cache: newLRU[string](cfg.CacheSize, cfg.CacheBytes, (*execState).size),
+	return &Dispatcher{tasks: tasks, keeper: newKeeper(js, log), lookupAfter: lookupAfter, cfg: cfg, js: js, log: log, defs: defs, ids: ids, locks: locks, hist: hist, cache: newLRU[string](cfg.CacheSize, cfg.CacheBytes, (*execState).size),
 		pinned: newPinnedDefs(maxPinnedDefs), maxEvent: int(js.Conn().MaxPayload()) - 64<<10,
 		parts: partitions{n: n, kv: kv, running: map[int]*consuming{}}}, nil
 }

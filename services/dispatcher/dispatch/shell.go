@@ -236,6 +236,7 @@ func (d *Dispatcher) perform(ctx context.Context, x *execState, eff interp.Effec
 		if err != nil {
 			return nil, permanentError{err}
 		}
+		d.keeper.beforeTask(at)
 		ack, err := d.js.PublishMsg(ctx, msg, jetstream.WithMsgID(e.Task.TaskID))
 		if err != nil {
 			return nil, fmt.Errorf("publish task %s: %w", e.Task.TaskID, err)
