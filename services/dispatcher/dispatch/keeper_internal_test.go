@@ -32,7 +32,7 @@ func TestKeepersStopOnAStreamWithoutTTLs(t *testing.T) {
 	k := newKeeper(js, zerolog.New(zerolog.NewTestWriter(t)))
 	k.beforeTask(time.Now())
 	natstest.Eventually(t, 15*time.Second, k.off.Load, "keepers are turned off")
-	k.beforeTask(time.Now().Add(time.Hour)) // due, but off
+	k.beforeTask(time.Now().Add(time.Hour))                     // due, but off
 	_, err = js.Publish(t.Context(), bus.TaskSubject("q"), nil) // flushes what beforeTask might have sent
 	require.NoError(t, err)
 	info, err := tasks.Info(t.Context())
