@@ -48,16 +48,24 @@ const ExtSchema = "jfschema"
 // type, or a member older readers may ignore, needs no new version.
 // docs/upgrades.md.
 //
-// Version 2: a step's success may carry the next operation's dispatch
-// (StepSucceeded.Then), which an older dispatcher would pass over and
-// dispatch the step again.
+// Version 2: a step's success, or an execution's start, may carry the
+// next operation's dispatch (StepSucceeded.Then, ExecutionStarted.Then),
+// which an older dispatcher would pass over and dispatch the step again.
 const SchemaVersion = 2
 
-// SchemaOf is the schema version p is written with: 2 for a success
-// that carries a dispatch, 1 (written as no ExtSchema) for the rest.
+// SchemaOf is the schema version p is written with: 2 for a success or
+// a start that carries a dispatch, 1 (written as no ExtSchema) for the
+// rest.
 func SchemaOf(p Payload) int {
-	if s, ok := p.(*StepSucceeded); ok && s.Then != nil {
-		return 2
+	switch e := p.(type) {
+	case *StepSucceeded:
+		if e.Then != nil {
+			return 2
+		}
+	case *ExecutionStarted:
+		if e.Then != nil {
+			return 2
+		}
 	}
 	return 1
 }

@@ -51,6 +51,10 @@ type ExecutionStarted struct {
 	// Retention is the workflow's retention rule; nil when it sets none
 	// (the system default applies).
 	Retention *Retention `json:"retention,omitempty"`
+	// Then is the first operation's schedule and sending, when sending it
+	// was the dispatcher's first decision: one event records both, as if
+	// an io.jetflow.step.dispatched followed this one (docs/adr/0008).
+	Then *StepDispatched `json:"then,omitempty"`
 }
 
 // Retention records the retention rule in force for an execution from an

@@ -483,7 +483,14 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 		for i, r := range e.Steps {
 			s.Steps[i] = Step{ID: r.ID, Kind: r.Kind}
 		}
-		return s, nil
+		if e.Then == nil {
+			return s, nil
+		}
+		// Then the first operation's dispatch, at the event's time (an
+		// error names this event's type).
+		sub := ev
+		sub.Data = e.Then
+		return apply(s, sub)
 	case *events.ExecutionSucceeded:
 		if s.Status != StatusStarted { // a cancelling execution ends cancelled
 			return s, &TransitionError{ExecutionID: s.ID, From: string(s.Status), Event: ev.Type}

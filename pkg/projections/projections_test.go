@@ -943,3 +943,32 @@ func TestASuccessThenADispatch(t *testing.T) {
 	require.ErrorAs(t, err, &te)
 	require.Equal(t, events.TypeStepSucceeded, te.Event)
 }
+
+// TestAStartThenADispatch: a start that carries the first operation's
+// dispatch folds as the start followed by a step.dispatched, both at the
+// event's time and number.
+func TestAStartThenADispatch(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
+	start := func(then *events.StepDispatched) events.Event {
+		return events.Event{ID: "1", Type: events.TypeExecutionStarted, Subject: "x1", Time: t0, Seq: 1,
+			Data: &events.ExecutionStarted{Workflow: "wf", Version: 1, Steps: []events.StepRef{{ID: "a", Kind: "noop"}, {ID: "b", Kind: "noop"}},
+				Token: "t", Then: then}}
+	}
+	s, err := projections.Fold([]events.Event{start(&events.StepDispatched{StepID: "a", Attempt: 1, Input: json.RawMessage(`{"id":"a"}`),
+		TaskID: "x1.a.1", Queue: "default"})})
+	require.NoError(t, err)
+	require.Equal(t, projections.StatusStarted, s.Status)
+	require.Equal(t, 1, s.Events)
+	a := s.Steps[0]
+	require.Equal(t, projections.OpSending, a.Status)
+	require.Equal(t, 1, a.Entered, "entered by that event")
+	require.True(t, t0.Equal(a.ScheduledAt))
+	require.Equal(t, "x1.a.1", a.TaskID)
+	require.Equal(t, "t", a.Token)
+	require.Equal(t, projections.OpNone, s.Steps[1].Status)
+
+	t.Log("a dispatch that is illegal where it stands fails the whole event")
+	_, err = projections.Fold([]events.Event{start(&events.StepDispatched{StepID: "nowhere/a", Attempt: 1, TaskID: "x1.a.1"})})
+	require.ErrorContains(t, err, `unknown step: "nowhere/a" in io.jetflow.execution.started`)
+}

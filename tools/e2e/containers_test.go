@@ -18,23 +18,9 @@ import (
 // operations under prefix that were with an agent at the same time.
 func maxInFlight(evs []events.Event, prefix string) int {
 	inFlight, most := map[string]bool{}, 0
-	for _, ev := range evs {
-		var id string
-		var on bool
-		switch p := ev.Data.(type) {
-		case *events.StepSending:
-			id, on = p.StepID, true
-		case *events.StepDispatched: // scheduled and sending as one event
-			id, on = p.StepID, true
-		case *events.StepSucceeded:
-			id = p.StepID
-		case *events.StepFailed:
-			id = p.StepID
-		default:
-			continue
-		}
+	set := func(id string, on bool) {
 		if !strings.HasPrefix(id, prefix) {
-			continue
+			return
 		}
 		if on {
 			inFlight[id] = true
@@ -42,6 +28,25 @@ func maxInFlight(evs []events.Event, prefix string) int {
 			delete(inFlight, id)
 		}
 		most = max(most, len(inFlight))
+	}
+	for _, ev := range evs {
+		switch p := ev.Data.(type) {
+		case *events.ExecutionStarted:
+			if p.Then != nil { // the first operation's dispatch, in the same event
+				set(p.Then.StepID, true)
+			}
+		case *events.StepSending:
+			set(p.StepID, true)
+		case *events.StepDispatched: // scheduled and sending as one event
+			set(p.StepID, true)
+		case *events.StepSucceeded:
+			set(p.StepID, false)
+			if p.Then != nil { // the next operation's dispatch, in the same event
+				set(p.Then.StepID, true)
+			}
+		case *events.StepFailed:
+			set(p.StepID, false)
+		}
 	}
 	return most
 }

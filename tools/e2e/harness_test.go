@@ -183,6 +183,10 @@ func countTypes(evs []events.Event) map[string]int {
 	for _, ev := range evs {
 		key := string(ev.Type)
 		switch p := ev.Data.(type) {
+		case *events.ExecutionStarted:
+			if p.Then != nil { // the first operation's dispatch, in the same event
+				n[string(events.TypeStepDispatched)+"/"+p.Then.StepID]++
+			}
 		case *events.StepSucceeded:
 			key += "/" + p.StepID
 			if p.Then != nil { // the next operation's dispatch, in the same event

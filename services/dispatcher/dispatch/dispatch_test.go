@@ -187,15 +187,27 @@ func waitStatus(t *testing.T, js jetstream.JetStream, wf, id string, want projec
 }
 
 // dispatches counts the operations dispatched in evs: by a
-// step.dispatched, or with the success before them (step.succeeded's then).
+// step.dispatched, or with the event before them (the then of a
+// step.succeeded or of execution.started).
 func dispatches(evs []events.Event) int {
 	n := countType(evs, events.TypeStepDispatched)
 	for _, ev := range evs {
-		if ok, isOK := ev.Data.(*events.StepSucceeded); isOK && ok.Then != nil {
+		if thenOf(ev) != nil {
 			n++
 		}
 	}
 	return n
+}
+
+// thenOf is the dispatch ev records after what it says, if any.
+func thenOf(ev events.Event) *events.StepDispatched {
+	switch e := ev.Data.(type) {
+	case *events.StepSucceeded:
+		return e.Then
+	case *events.ExecutionStarted:
+		return e.Then
+	}
+	return nil
 }
 
 func typesOf(evs []events.Event) []events.Type {
@@ -350,11 +362,11 @@ func TestStartToSuccess(t *testing.T) {
 	b.start(t, "greet", "x1")
 
 	task := b.nextTask(t)
-	evs := waitHistory(t, b.js, "greet", "x1", "first step sending", func(evs []events.Event) bool { return len(evs) >= 2 })
-	// Scheduled and sending are one event: nothing comes between them.
-	// The task's stored sequence is recorded with the step's next event
-	// (docs/adr/0007).
-	require.Equal(t, []events.Type{events.TypeExecutionStarted, events.TypeStepDispatched}, typesOf(evs))
+	evs := waitHistory(t, b.js, "greet", "x1", "first step sending", func(evs []events.Event) bool { return dispatches(evs) == 1 })
+	// The start, scheduled and sending are one event: nothing comes
+	// between them (docs/adr/0008). The task's stored sequence is
+	// recorded with the step's next event (docs/adr/0007).
+	require.Equal(t, []events.Type{events.TypeExecutionStarted}, typesOf(evs))
 	historytest.RequireLinear(t, evs)
 	started := evs[0].Data.(*events.ExecutionStarted)
 	require.Equal(t, "greet", started.Workflow)
@@ -362,7 +374,8 @@ func TestStartToSuccess(t *testing.T) {
 	require.JSONEq(t, `{"who":"test"}`, string(started.Input))
 	require.Equal(t, def.StepRefs(), started.Steps)
 	require.NotEmpty(t, started.Token)
-	disp := evs[1].Data.(*events.StepDispatched)
+	disp := started.Then
+	require.NotNil(t, disp, "the start records hello's dispatch")
 	require.Equal(t, "hello", disp.StepID)
 	require.Equal(t, events.TaskID("x1", "hello", 1), disp.TaskID)
 	require.Equal(t, workflow.DefaultQueue, disp.Queue)
@@ -401,12 +414,12 @@ func TestStartToSuccess(t *testing.T) {
 	s, evs := waitStatus(t, b.js, "greet", "x1", projections.StatusSucceeded)
 	historytest.RequireLinear(t, evs)
 	require.Equal(t, []events.Type{
-		events.TypeExecutionStarted,
-		events.TypeStepDispatched, events.TypeStepStarted, events.TypeStepSucceeded, // hello's success carries bye's dispatch
+		events.TypeExecutionStarted,                      // with hello's dispatch
+		events.TypeStepStarted, events.TypeStepSucceeded, // hello's success carries bye's dispatch
 		events.TypeStepSucceeded,
 		events.TypeExecutionSucceeded,
 	}, typesOf(evs))
-	then := evs[3].Data.(*events.StepSucceeded).Then
+	then := evs[2].Data.(*events.StepSucceeded).Then
 	require.NotNil(t, then, "hello's success records bye's dispatch: one event")
 	require.Equal(t, "bye", then.StepID)
 	require.Equal(t, second.task.TaskID, then.TaskID)
@@ -436,7 +449,7 @@ func TestStaleResultsIgnored(t *testing.T) {
 	b.start(t, "greet", "x1")
 	task := b.nextTask(t)
 	waitHistory(t, b.js, "greet", "x1", "step sent", func(evs []events.Event) bool {
-		return len(evs) == 2 && evs[1].Type == events.TypeStepDispatched
+		return len(evs) == 1 && dispatches(evs) == 1
 	})
 	ref := task.task.Ref("test-agent", 1)
 
@@ -448,8 +461,8 @@ func TestStaleResultsIgnored(t *testing.T) {
 		b.report(t, &events.OperationFailed{TaskRef: bad, Error: "boom"})
 		waitResultsHandled(t, b.js)
 		evs := readHistory(t, b.js, "greet", "x1")
-		require.Equal(t, 5, len(evs), "each report is recorded as ignored, nothing else")
-		for _, ev := range evs[2:] {
+		require.Equal(t, 4, len(evs), "each report is recorded as ignored, nothing else")
+		for _, ev := range evs[1:] { // after the start, which carries the dispatch
 			require.Equal(t, events.TypeResultIgnored, ev.Type)
 			require.Contains(t, ev.Data.(*events.ResultIgnored).Reason, "stale execution token")
 		}
@@ -469,9 +482,9 @@ func TestStaleResultsIgnored(t *testing.T) {
 		}
 		waitResultsHandled(t, b.js)
 		evs := readHistory(t, b.js, "greet", "x1")
-		require.Equal(t, 11, len(evs))
+		require.Equal(t, 10, len(evs))
 		require.Equal(t, 9, countType(evs, events.TypeResultIgnored))
-		require.Contains(t, evs[5].Data.(*events.ResultIgnored).Reason, "attempt 0 is not the step's current attempt 1")
+		require.Contains(t, evs[4].Data.(*events.ResultIgnored).Reason, "attempt 0 is not the step's current attempt 1")
 		s, err := projections.Fold(evs)
 		require.NoError(t, err)
 		require.Equal(t, projections.OpSending, s.Steps[0].Status)
@@ -494,8 +507,8 @@ func TestStaleResultsIgnored(t *testing.T) {
 			}
 		}
 		require.Equal(t, []events.Type{
-			events.TypeExecutionStarted,
-			events.TypeStepDispatched, events.TypeStepSucceeded, // with the next step's dispatch
+			events.TypeExecutionStarted, // with the first step's dispatch
+			events.TypeStepSucceeded,    // with the next step's dispatch
 		}, kept, "duplicates of the current attempt are not recorded at all")
 		s, err := projections.Fold(evs)
 		require.NoError(t, err)

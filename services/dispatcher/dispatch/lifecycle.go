@@ -16,6 +16,7 @@ import (
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/pkg/startcheck"
+	"jetflow.dev/services/dispatcher/interp"
 )
 
 // start applies a start command: it checks it as the api does
@@ -66,7 +67,9 @@ func (d *Dispatcher) start(ctx context.Context, ev events.Event, cmd *events.Sta
 				return permanentError{err}
 			}
 			x.def = def
-			if err := d.append(ctx, x, started); err != nil {
+			// With the first operation's dispatch when that is the first
+			// decision (docs/adr/0008).
+			if err := d.carryOut(ctx, x, interp.Start(d.input(x), started)); err != nil {
 				return err
 			}
 

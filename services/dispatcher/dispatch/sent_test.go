@@ -108,9 +108,9 @@ func TestARestartedDispatcherRecordsTheSendingFromTheReport(t *testing.T) {
 	runDispatcher(t, b.js, dispatch.Config{Workers: 2})
 	b.report(t, &events.OperationSucceeded{TaskRef: task.ref("test-agent", 1), StartedAt: time.Now().UTC()})
 	s, evs := waitStatus(t, b.js, "deploy", "s1", projections.StatusSucceeded)
-	require.Equal(t, []events.Type{events.TypeExecutionStarted, events.TypeStepDispatched, events.TypeStepSucceeded, events.TypeExecutionSucceeded},
-		typesOf(evs))
-	done := evs[2].Data.(*events.StepSucceeded)
+	require.Equal(t, []events.Type{events.TypeExecutionStarted, events.TypeStepSucceeded, events.TypeExecutionSucceeded},
+		typesOf(evs), "the start carries the dispatch")
+	done := evs[1].Data.(*events.StepSucceeded)
 	require.Equal(t, task.seq, done.TaskSeq)
 	require.True(t, task.stored.Equal(done.SentAt), "sent at %s, the task was stored at %s", done.SentAt, task.stored)
 	require.Equal(t, task.seq, s.Steps[0].TaskSeq)
@@ -137,13 +137,13 @@ func TestAStateReadAnewSendsTheTaskAgainOnlyIfItWasNotStored(t *testing.T) {
 		reconcile(t, b, "deploy", "w1")
 		require.Equal(t, 1, countTasks(t, b.js, id), "published again, and dropped as a duplicate")
 		evs := readHistory(t, b.js, "deploy", "w1")
-		require.Equal(t, []events.Type{events.TypeExecutionStarted, events.TypeStepDispatched}, typesOf(evs), "nothing recorded")
+		require.Equal(t, []events.Type{events.TypeExecutionStarted}, typesOf(evs), "nothing recorded after the start (with the dispatch)")
 
 		t.Log("the duplicate's acknowledgement told the task's sequence: recorded even with a report that does not")
 		task := b.nextTask(t)
 		b.report(t, &events.OperationSucceeded{TaskRef: task.task.Ref("older-agent", 1)})
 		_, evs = waitStatus(t, b.js, "deploy", "w1", projections.StatusSucceeded)
-		done := evs[2].Data.(*events.StepSucceeded)
+		done := evs[1].Data.(*events.StepSucceeded)
 		require.Equal(t, task.seq, done.TaskSeq)
 		require.False(t, done.SentAt.IsZero())
 	})

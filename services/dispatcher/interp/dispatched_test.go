@@ -261,3 +261,76 @@ func TestASuccessCarriesTheNextDispatch(t *testing.T) {
 		require.Nil(t, d.Events[0].(*events.StepSucceeded).Then)
 	})
 }
+
+// TestAStartCarriesTheFirstDispatch: when the first decision of an
+// execution is to send an operation, its start carries that dispatch
+// (one event for both), and the task is published as after a
+// step.dispatched; not when anything else comes first, in compatibility
+// mode, nor when the start's input and definition with the first input
+// would take more than half of the largest event.
+func TestAStartCarriesTheFirstDispatch(t *testing.T) {
+	t.Parallel()
+	def := workflow.Definition{Name: "wf", Steps: []workflow.Step{
+		{ID: "build", Kind: workflow.KindExec, Command: "make", Args: []string{"${input.target}"}},
+		{ID: "ship", Kind: workflow.KindNoop}}}
+	// start decides as the dispatcher does: from nothing but the
+	// definition, then records the start (with what it carries).
+	start := func(t *testing.T, m *memShell, in Input) *events.ExecutionStarted {
+		t.Helper()
+		b, err := json.Marshal(m.def)
+		require.NoError(t, err)
+		in.State = projections.Execution{}
+		d := Start(in, &events.ExecutionStarted{Workflow: m.def.Name, Version: 1, Input: json.RawMessage(`{"target":"all"}`),
+			Steps: m.def.StepRefs(), Definition: b, Token: "tok"})
+		require.Len(t, d.Events, 1)
+		require.Empty(t, d.Before)
+		require.Empty(t, d.After, "nothing is published before the start is recorded")
+		started := d.Events[0].(*events.ExecutionStarted)
+		*m = memShell{t: t, def: m.def, memo: &Memo{}, now: decideT0, timers: map[string]time.Time{}, catalog: map[CalledRef]*Called{}, split: m.split}
+		m.append(started)
+		return started
+	}
+
+	t.Run("FirstOperation", func(t *testing.T) {
+		t.Parallel()
+		m := newMemShell(t, def, `{}`)
+		started := start(t, m, m.input())
+		require.NotNil(t, started.Then)
+		require.Equal(t, "build", started.Then.StepID)
+		require.Equal(t, events.TaskID("x1", "build", 1), started.Then.TaskID)
+		require.Contains(t, string(started.Then.Input), `"all"`, "rendered from the start's input")
+		require.Equal(t, 2, events.SchemaOf(started), "an older dispatcher would dispatch it again: it must wait")
+		st := m.state.Steps[0]
+		require.Equal(t, projections.OpSending, st.Status, "dispatched by the start's event")
+		require.Equal(t, m.state.StartedAt, st.ScheduledAt)
+		require.Equal(t, "tok", st.Token)
+		m.advance()
+		require.Len(t, m.tasks, 1, "its task is published as after a step.dispatched")
+		require.Equal(t, started.Then.TaskID, m.tasks[0].TaskID)
+		require.Equal(t, []string{"execution.started"}, m.types())
+	})
+
+	t.Run("FirstIsNoOperation", func(t *testing.T) {
+		t.Parallel()
+		d := workflow.Definition{Name: "wf", Steps: []workflow.Step{{ID: "nap", Kind: workflow.KindSleep, Duration: "1m"}}}
+		m := newMemShell(t, d, `{}`)
+		require.Nil(t, start(t, m, m.input()).Then)
+	})
+
+	t.Run("SplitDispatch", func(t *testing.T) {
+		t.Parallel()
+		m := newMemShell(t, def, `{}`)
+		m.split = true
+		started := start(t, m, m.input())
+		require.Nil(t, started.Then)
+		require.Equal(t, 1, events.SchemaOf(started))
+	})
+
+	t.Run("LargePayloads", func(t *testing.T) {
+		t.Parallel()
+		m := newMemShell(t, def, `{}`)
+		in := m.input()
+		in.MaxEvent = 300 // the definition, the input and the first input would not all fit in half
+		require.Nil(t, start(t, m, in).Then)
+	})
+}

@@ -650,23 +650,36 @@ func Result(in Input, ref events.TaskRef, ev events.Event) Decision {
 	}
 	p = in.final(p)
 	if ok, isOK := p.(*events.StepSucceeded); isOK {
-		ok.Then = in.dispatchedAfter(ok)
+		ok.Then = in.dispatchedAfter(ok, len(ok.Output))
 	}
 	return Decision{Events: []events.Payload{p}}
 }
 
+// Start decides what an execution's start records: started, with the
+// first operation's dispatch when sending it is the first decision (one
+// event for both, as a success carries the next dispatch: docs/adr/0008).
+// in is the execution before it started (its definition, no state).
+func Start(in Input, started *events.ExecutionStarted) Decision {
+	started.Then = in.dispatchedAfter(started, len(started.Input)+len(started.Definition))
+	return Decision{Events: []events.Payload{started}}
+}
+
 // dispatchedAfter is the dispatch (schedule and sending) of the operation
-// the execution sends next once success is recorded, when that is the
-// very next decision; nil otherwise. It is recorded with the success,
-// one event for both, which saves an append on the path of every step
-// that follows an operation. Only in small executions, whose decisions
-// walk the state (a larger one's view follows one event at a time), and
-// not for histories older dispatchers may read (SplitDispatch).
-func (in Input) dispatchedAfter(success *events.StepSucceeded) *events.StepDispatched {
+// the execution sends next once p is recorded, when that is the very next
+// decision; nil otherwise. It is recorded with p (an operation's success,
+// or the execution's start), one event for both, which saves an append
+// on the path of every step that follows an operation, and of an
+// execution's first. Only in small executions, whose decisions walk the
+// state (a larger one's view follows one event at a time), and not for
+// histories older dispatchers may read (SplitDispatch). size is the
+// bytes of what p records that may be large (a success's output, a
+// start's input and definition): with the next input, at most half of
+// the largest event, or each goes in its own event.
+func (in Input) dispatchedAfter(p events.Payload, size int) *events.StepDispatched {
 	if in.SplitDispatch || len(in.State.Steps) > SmallExecution {
 		return nil
 	}
-	next, err := projections.Apply(in.State, events.Event{Type: success.EventType(), Subject: in.ID, Time: in.Now, Data: success})
+	next, err := projections.Apply(in.State, events.Event{Type: p.EventType(), Subject: in.ID, Time: in.Now, Data: p})
 	if err != nil || len(next.Steps) > SmallExecution {
 		return nil
 	}
@@ -684,7 +697,7 @@ func (in Input) dispatchedAfter(success *events.StepSucceeded) *events.StepDispa
 		return nil
 	}
 	disp, ok := d.Events[0].(*events.StepDispatched)
-	if !ok || (in.MaxEvent > 0 && len(success.Output)+len(disp.Input) > in.MaxEvent/2) {
+	if !ok || (in.MaxEvent > 0 && size+len(disp.Input) > in.MaxEvent/2) {
 		return nil // two large payloads in one event: each in its own
 	}
 	return disp
