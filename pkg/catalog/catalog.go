@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -42,6 +43,46 @@ type Record struct {
 type Store struct {
 	kv  jetstream.KeyValue
 	now func() time.Time
+	// stored keeps version records as read: a version is created once
+	// and never changed, so one read is enough (a start reads its
+	// workflow's record every time: this spares it a round trip).
+	stored recordCache
+}
+
+// recordCacheBytes bounds the records a Store keeps in memory.
+const recordCacheBytes = 8 << 20
+
+// recordCache holds version records by key, as stored (each read decodes
+// its own copy: callers may change what they get).
+type recordCache struct {
+	mu    sync.Mutex
+	raw   map[string][]byte
+	bytes int
+}
+
+func (c *recordCache) get(key string) ([]byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b, ok := c.raw[key]
+	return b, ok
+}
+
+// put keeps raw under key; when that would take the cache past
+// recordCacheBytes it forgets what it held first (records are few, and
+// read again at the next start of each workflow).
+func (c *recordCache) put(key string, raw []byte) {
+	if len(raw) > recordCacheBytes/4 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.raw == nil || c.bytes+len(raw) > recordCacheBytes {
+		c.raw, c.bytes = map[string][]byte{}, 0
+	}
+	if _, ok := c.raw[key]; !ok {
+		c.raw[key] = raw
+		c.bytes += len(raw)
+	}
 }
 
 // Open binds to the definitions bucket (created by bus.Ensure).
@@ -189,16 +230,24 @@ func (s *Store) Get(ctx context.Context, name string, version int) (Record, erro
 }
 
 func (s *Store) get(ctx context.Context, name string, v int) (Record, error) {
-	e, err := s.kv.Get(ctx, defKey(name, v))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return Record{}, fmt.Errorf("%w: %s version %d", ErrNotFound, name, v)
-	}
-	if err != nil {
-		return Record{}, fmt.Errorf("read definition %s v%d: %w", name, v, err)
+	k := defKey(name, v)
+	raw, cached := s.stored.get(k)
+	if !cached {
+		e, err := s.kv.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return Record{}, fmt.Errorf("%w: %s version %d", ErrNotFound, name, v)
+		}
+		if err != nil {
+			return Record{}, fmt.Errorf("read definition %s v%d: %w", name, v, err)
+		}
+		raw = e.Value()
 	}
 	var rec Record
-	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+	if err := json.Unmarshal(raw, &rec); err != nil {
 		return Record{}, fmt.Errorf("decode definition %s v%d: %w", name, v, err)
+	}
+	if !cached {
+		s.stored.put(k, raw) // only a record that decodes
 	}
 	return rec, nil
 }

@@ -308,3 +308,42 @@ func TestApplyExplicitVersion(t *testing.T) {
 	require.True(t, created)
 	require.Equal(t, 8, rec.Version)
 }
+
+// TestAVersionReadOnceIsKept: versions are created once and never
+// changed, so a store keeps a record it has read, and serves every later
+// read of it from memory (a start reads its workflow's record every
+// time); each read gets its own copy; a version not stored yet is read
+// again until it is; the latest pointer is always read.
+func TestAVersionReadOnceIsKept(t *testing.T) {
+	t.Parallel()
+	bundle := setup(t)
+	ctx := t.Context()
+	_, _, err := bundle.store.Apply(ctx, def("kept", "one"))
+	require.NoError(t, err)
+	first, err := bundle.store.Get(ctx, "kept", 1)
+	require.NoError(t, err)
+	first.Definition.Steps[0].Message = "changed by a caller"
+
+	// Taken away behind the store's back (never done by jetflow): this
+	// store still has it, another store does not.
+	kv, err := bundle.js.KeyValue(ctx, bus.BucketDefinitions)
+	require.NoError(t, err)
+	require.NoError(t, kv.Purge(ctx, "def.kept.1"))
+	again, err := bundle.store.Get(ctx, "kept", 1)
+	require.NoError(t, err)
+	require.Equal(t, "one", again.Definition.Steps[0].Message, "a copy of its own")
+	other, err := catalog.Open(ctx, bundle.js)
+	require.NoError(t, err)
+	_, err = other.Get(ctx, "kept", 1)
+	require.ErrorIs(t, err, catalog.ErrNotFound)
+
+	_, err = bundle.store.Get(ctx, "kept", 2)
+	require.ErrorIs(t, err, catalog.ErrNotFound)
+	_, created, err := bundle.store.Apply(ctx, def("kept", "two"))
+	require.NoError(t, err)
+	require.True(t, created)
+	latest, err := bundle.store.Get(ctx, "kept", 0)
+	require.NoError(t, err)
+	require.Equal(t, 2, latest.Version, "a miss is not kept, and the latest pointer is read again")
+	require.Equal(t, "two", latest.Definition.Steps[0].Message)
+}

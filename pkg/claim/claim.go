@@ -160,28 +160,36 @@ func (s *Store) Get(ctx context.Context, id string) (Record, error) {
 // When another request holds the id it returns that request's record and
 // a [*ConflictError].
 func (s *Store) Claim(ctx context.Context, id string, r Record) (Record, error) {
+	held, _, err := s.ClaimNew(ctx, id, r)
+	return held, err
+}
+
+// ClaimNew is Claim, and also reports whether this call made the claim
+// (made: nobody had claimed id before, so no start of it can have been
+// recorded, whoever recorded it).
+func (s *Store) ClaimNew(ctx context.Context, id string, r Record) (_ Record, made bool, _ error) {
 	k, err := key(id)
 	if err != nil {
-		return Record{}, err
+		return Record{}, false, err
 	}
 	if r.CommandKey == "" || r.Workflow == "" {
-		return Record{}, fmt.Errorf("%w: the claim of %s names no command or no workflow", ErrInvalid, id)
+		return Record{}, false, fmt.Errorf("%w: the claim of %s names no command or no workflow", ErrInvalid, id)
 	}
 	r.ClaimedAt = r.ClaimedAt.UTC()
 	b, err := json.Marshal(r)
 	if err != nil {
-		return Record{}, err
+		return Record{}, false, err
 	}
 	if _, err := s.kv.Create(ctx, k, b); err == nil {
-		return r, nil
+		return r, true, nil
 	} else if !bus.KeyChanged(err) {
-		return Record{}, fmt.Errorf("claim execution id %s: %w", id, err)
+		return Record{}, false, fmt.Errorf("claim execution id %s: %w", id, err)
 	}
 	held, err := s.Get(ctx, id)
 	if err != nil {
-		return Record{}, err
+		return Record{}, false, err
 	}
-	return held, held.Check(id, r.CommandKey, r.Digest)
+	return held, false, held.Check(id, r.CommandKey, r.Digest)
 }
 
 // MarkExpired records in the claim of id when its execution expired,

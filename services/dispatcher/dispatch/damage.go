@@ -132,7 +132,7 @@ func (d *Dispatcher) repair(ctx context.Context, ev events.Event, wf string, p *
 		case len(dec.Events) > 0:
 			// The fold now passes over the event: fold the history again.
 			d.evict(x.id)
-			fresh, _, err := d.load(ctx, wf, x.id, false)
+			fresh, _, err := d.load(ctx, wf, x.id, loading{})
 			if err != nil {
 				return err
 			}

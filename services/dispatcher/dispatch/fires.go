@@ -321,7 +321,7 @@ func (d *Dispatcher) loadFirings(ctx context.Context, fs []*firing, out []fireOu
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			x, _, err := d.load(ctx, f.p.Workflow, f.p.ExecutionID, false)
+			x, _, err := d.load(ctx, f.p.Workflow, f.p.ExecutionID, loading{})
 			if err != nil {
 				out[f.i].err = err
 				return

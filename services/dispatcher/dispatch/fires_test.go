@@ -162,7 +162,7 @@ func TestFireBatchWithAConflict(t *testing.T) {
 	// The dispatcher holds c1's state (an hour's sleep leaves the cache,
 	// projections.Dormant: a read puts it back), then another dispatcher
 	// records c1's firing.
-	_, _, err := b.d.load(t.Context(), "nap", "c1", false)
+	_, _, err := b.d.load(t.Context(), "nap", "c1", loading{})
 	require.NoError(t, err)
 	subject := bus.ExecutionSubject("nap", "c1")
 	last, err := b.d.hist.LastSeq(t.Context(), subject)
@@ -204,7 +204,7 @@ func TestFireBatchWithAFailedAppend(t *testing.T) {
 	_, err = b.js.UpdateStream(t.Context(), limited)
 	require.NoError(t, err)
 
-	_, _, err = b.d.load(t.Context(), "letnap", "f1", false) // cached (a long sleep is not: a read puts it back)
+	_, _, err = b.d.load(t.Context(), "letnap", "f1", loading{}) // cached (a long sleep is not: a read puts it back)
 	require.NoError(t, err)
 	require.True(t, b.isCached("f1"))
 	out := b.d.recordFires(t.Context(), []job{fireJob(fired[0]), fireJob(fired[1]), fireJob(fired[2])})

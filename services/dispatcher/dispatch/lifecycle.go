@@ -46,7 +46,7 @@ func (d *Dispatcher) start(ctx context.Context, ev events.Event, cmd *events.Sta
 	}
 	started := st.Started
 	started.Token, started.APIURL = newToken(), d.cfg.APIURL
-	c, err := d.ids.Claim(ctx, id, claim.Record{CommandKey: key, Digest: st.Digest, Workflow: cmd.Workflow, ClaimedAt: d.cfg.Now()})
+	c, made, err := d.ids.ClaimNew(ctx, id, claim.Record{CommandKey: key, Digest: st.Digest, Workflow: cmd.Workflow, ClaimedAt: d.cfg.Now()})
 	if conflict := (*claim.ConflictError)(nil); errors.As(err, &conflict) {
 		return d.publishRejected(ctx, ev, &events.CommandRejected{ExecutionID: id, Code: events.CodeConflict, Field: "execution_id", Reason: conflict.Reason})
 	}
@@ -58,7 +58,11 @@ func (d *Dispatcher) start(ctx context.Context, ev events.Event, cmd *events.Sta
 			"execution %q expired under its retention rule at %s and its history was deleted; execution ids are unique forever: start a new execution with a new id",
 			id, c.ExpiredAt.UTC().Format(time.RFC3339))})
 	}
-	return d.withNewExecution(ctx, cmd.Workflow, id, func(x *execState) error {
+	// A claim this command just made has no history behind it: it is not
+	// looked for (a history there all the same, written without a claim,
+	// makes the start's append conflict, and the history is read then).
+	how := loading{probablyNew: true, empty: made}
+	return d.withExecutionAs(ctx, cmd.Workflow, id, how, func(x *execState) error {
 		if x.state.Status == projections.StatusNone {
 			// The definition as the execution pins it, decoded once per
 			// version whatever the number of executions (pinnedDefs).

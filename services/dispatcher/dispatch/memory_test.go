@@ -204,7 +204,7 @@ func TestPinnedDefinitionShared(t *testing.T) {
 
 	// One read again from its history gets the same.
 	b.d.evict("p00")
-	x, cached, err := b.d.load(t.Context(), "waits", "p00", false)
+	x, cached, err := b.d.load(t.Context(), "waits", "p00", loading{})
 	require.NoError(t, err)
 	require.False(t, cached)
 	require.Same(t, def, x.def, "a state read again shares it too")
@@ -242,7 +242,7 @@ func TestPinnedDefinitionShared(t *testing.T) {
 	require.NoError(t, err)
 	b.publish(t, bus.SubjectStart, &events.StartExecution{Workflow: "waits", ExecutionID: "v2", Input: json.RawMessage(`{"pad":"x"}`)})
 	natstest.Eventually(t, 30*time.Second, func() bool { return b.last(t, "waits", "v2") == events.TypeStepWaiting }, "v2 waits")
-	x, _, err = b.d.load(t.Context(), "waits", "v2", false)
+	x, _, err = b.d.load(t.Context(), "waits", "v2", loading{})
 	require.NoError(t, err)
 	require.NotNil(t, x.def)
 	require.NotSame(t, def, x.def, "version 2 has its own")

@@ -10,6 +10,7 @@ import (
 
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/history"
 	"jetflow.dev/services/dispatcher/dispatch"
 )
 
@@ -37,5 +38,32 @@ func TestAStartThatComesAgainFindsItsHistory(t *testing.T) {
 	waitCommandsHandled(t, b.js)
 	evs := readHistory(t, b.js, "greet", "x2")
 	require.Equal(t, []events.Type{events.TypeExecutionStarted}, typesOf(evs), "one start, with hello's dispatch")
+	require.Equal(t, 1, dispatches(evs))
+}
+
+// TestAFreshClaimOverAnUnclaimedHistoryReadsIt: a start whose claim this
+// dispatcher just made does not look for a history (none can have been
+// recorded without the claim); one that is there all the same (written
+// without a claim: by hand, or restored without the ids bucket) makes the
+// start's append conflict, and the dispatcher reads it then and goes on
+// from it, starting nothing twice.
+func TestAFreshClaimOverAnUnclaimedHistoryReadsIt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	def := b.register(t, "greet", "hello", "bye")
+	started := events.New("elsewhere", "x3", "greet", time.Now(), &events.ExecutionStarted{Workflow: "greet", Version: 1,
+		Input: json.RawMessage(`{}`), Steps: def.StepRefs(), Definition: json.RawMessage(`{"name":"greet","steps":[{"id":"hello","kind":"noop"},{"id":"bye","kind":"noop"}]}`),
+		Token: "tok", CommandKey: "elsewhere#1"})
+	_, err := history.Append(t.Context(), b.js, bus.ExecutionSubject("greet", "x3"), 0, started)
+	require.NoError(t, err)
+
+	runDispatcher(t, b.js, dispatch.Config{Workers: 2})
+	b.start(t, "greet", "x3")
+	task := b.nextTask(t)
+	require.Equal(t, "hello", task.task.StepID)
+	require.Equal(t, "tok", task.task.Token, "the history that was there goes on")
+	evs := readHistory(t, b.js, "greet", "x3")
+	require.Equal(t, 1, countType(evs, events.TypeExecutionStarted), "not started again")
+	require.Equal(t, "elsewhere", evs[0].Source)
 	require.Equal(t, 1, dispatches(evs))
 }

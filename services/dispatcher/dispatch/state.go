@@ -120,12 +120,6 @@ func (d *Dispatcher) withDamagedExecution(ctx context.Context, wf, id string, fn
 	return d.withExecutionAs(ctx, wf, id, loading{damagedToo: true}, fn)
 }
 
-// withNewExecution is withExecution for an execution whose history is
-// most likely empty (its start): see loading.probablyNew.
-func (d *Dispatcher) withNewExecution(ctx context.Context, wf, id string, fn func(*execState) error) error {
-	return d.withExecutionAs(ctx, wf, id, loading{probablyNew: true}, fn)
-}
-
 // loading says how withExecutionAs loads an execution.
 type loading struct {
 	// damagedToo hands fn a damaged execution too.
@@ -135,6 +129,10 @@ type loading struct {
 	// request; a read asks for the first batch as well, which for an
 	// empty history only costs).
 	probablyNew bool
+	// empty: the history is known to be empty (its id was just claimed),
+	// so it is not read at all. Only for the first attempt (as
+	// probablyNew): one that conflicts reads the history.
+	empty bool
 }
 
 func (d *Dispatcher) withExecutionAs(ctx context.Context, wf, id string, how loading, fn func(*execState) error) error {
@@ -143,7 +141,11 @@ func (d *Dispatcher) withExecutionAs(ctx context.Context, wf, id string, how loa
 	}
 	defer d.handling.lock(id)()
 	for attempt := 0; ; attempt++ {
-		x, cached, err := d.load(ctx, wf, id, how.probablyNew && attempt == 0)
+		first := how
+		if attempt > 0 { // the history changed underneath: read it
+			first = loading{}
+		}
+		x, cached, err := d.load(ctx, wf, id, first)
 		if err != nil {
 			return err
 		}
@@ -228,9 +230,9 @@ func (d *Dispatcher) checkFresh(ctx context.Context, x *execState) error {
 
 // load returns the execution's state from the cache (cached = true) or
 // folded from its history. Only executions that exist are cached, and a
-// cached state is used only for the workflow it belongs to. probablyNew:
-// see loading.
-func (d *Dispatcher) load(ctx context.Context, wf, id string, probablyNew bool) (x *execState, cached bool, err error) {
+// cached state is used only for the workflow it belongs to. how says
+// whether the history is probably, or known to be, empty (loading).
+func (d *Dispatcher) load(ctx context.Context, wf, id string, how loading) (x *execState, cached bool, err error) {
 	x, epoch, ok := d.cached(wf, id)
 	if ok {
 		return x, true, nil
@@ -238,10 +240,12 @@ func (d *Dispatcher) load(ctx context.Context, wf, id string, probablyNew bool) 
 	// Not cached, or cached before this holding of its partition began
 	// (another dispatcher may have written it in between).
 	subject := bus.ExecutionSubject(wf, id)
-	if probablyNew {
-		last, err := d.hist.LastSeq(ctx, subject)
-		if err != nil {
-			return nil, false, err
+	if how.probablyNew || how.empty {
+		last := uint64(0)
+		if !how.empty {
+			if last, err = d.hist.LastSeq(ctx, subject); err != nil {
+				return nil, false, err
+			}
 		}
 		if last == 0 { // as a read would fold it
 			return &execState{id: id, workflow: wf, state: projections.FoldQuarantined(id, nil), epoch: epoch, memo: &interp.Memo{}}, false, nil
