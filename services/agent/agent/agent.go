@@ -341,10 +341,11 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 		ref.TaskSeq, ref.StoredAt = md.Sequence.Stream, md.Timestamp.UTC()
 	}
 
-	// Heartbeat from the start, so a slow start never races AckWait.
+	// Heartbeat while it runs. Its delivery, a moment ago, started its
+	// ack wait: the first beat is due heartbeatEvery later (a quarter of
+	// the wait), and a task that ends sooner, most of them, costs none.
 	hbCtx, stopHB := context.WithCancel(ctx)
 	defer stopHB()
-	_ = m.InProgress()
 	go func() {
 		t := time.NewTicker(a.heartbeatEvery())
 		defer t.Stop()
