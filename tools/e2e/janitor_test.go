@@ -37,10 +37,10 @@ func TestJanitorFailsTaskWhoseAgentsDie(t *testing.T) {
 	stream, err := s.js.Stream(ctx, bus.StreamTasks)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
-		// The queue's subject only: the stream also holds the dispatchers'
-		// keepers for a few seconds (docs/benchmarks.md, "Keepers").
-		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(bus.TaskSubject("flaky")))
-		return err == nil && len(info.State.Subjects) == 0
+		// The queue's lanes only: the stream also holds the dispatchers'
+		// keepers for a few seconds (docs/subjects.md, JF_TASKS).
+		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(bus.TasksPrefix+".>"))
+		return err == nil && info.State.Subjects[bus.TaskSubject("flaky")] == 0 && info.State.Subjects[bus.BulkTaskSubject("flaky")] == 0
 	}, 5*time.Second, 20*time.Millisecond, "the lost task is removed from its queue")
 }
 

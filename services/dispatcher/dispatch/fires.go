@@ -359,7 +359,7 @@ func (d *Dispatcher) firedEvent(x *execState, id string, sentAt time.Time) (ev e
 	if !isFired {
 		return events.Event{}, projections.Execution{}, false
 	}
-	ev, next, err := d.prepare(x, p)
+	ev, next, err := d.prepare(x, p, time.Time{})
 	if err != nil || !next.Status.Active() {
 		return events.Event{}, projections.Execution{}, false // the worker refuses it, as d.append does
 	}

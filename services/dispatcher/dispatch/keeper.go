@@ -28,8 +28,9 @@ import (
 // dispatcher publishes one before a task once keeperEvery has passed, or
 // keeperPer tasks were published, since its last: a block (4 MiB for a
 // work queue) then always gets one soon after it is started, also at
-// thousands of tasks a second. Without tasks, keepers expire and the
-// stream empties.
+// thousands of tasks a second (one a second, or one per keeperPer tasks
+// when they come faster). Without tasks, keepers expire and the stream
+// empties.
 const (
 	keeperEvery = time.Second
 	keeperPer   = 256
@@ -37,6 +38,9 @@ const (
 	// keeperAckWait bounds the wait for a keeper's ack, which is only
 	// looked at for a stream that does not allow per-message TTLs.
 	keeperAckWait = 10 * time.Second
+	// keeperRetry is how long keepers stay off once the stream refused
+	// one: until its bootstrap has run, which a restart need not follow.
+	keeperRetry = time.Minute
 )
 
 // errCodeTTLDisabled is JetStream's error for a per-message TTL on a
@@ -52,7 +56,10 @@ type keeper struct {
 	last  time.Time // when the last keeper was published
 	since int       // tasks published since
 
-	off atomic.Bool // the stream does not allow per-message TTLs
+	// offUntil (unix nanoseconds): the stream refused a keeper; none is
+	// published before then.
+	offUntil atomic.Int64
+	warned   atomic.Bool
 }
 
 func newKeeper(js jetstream.JetStream, log zerolog.Logger) *keeper {
@@ -60,10 +67,11 @@ func newKeeper(js jetstream.JetStream, log zerolog.Logger) *keeper {
 }
 
 // beforeTask is called before a task is published at now: it publishes a
-// keeper when one is due. It never waits for the server, and never fails
+// keeper when one is due. It never waits for the server (not even for
+// room among the connection's unacknowledged publishes), and never fails
 // the task: a keeper only saves the server work.
 func (k *keeper) beforeTask(now time.Time) {
-	if k == nil || k.off.Load() {
+	if k == nil || now.UnixNano() < k.offUntil.Load() {
 		return
 	}
 	k.mu.Lock()
@@ -76,17 +84,18 @@ func (k *keeper) beforeTask(now time.Time) {
 	if !due {
 		return
 	}
-	f, err := k.js.PublishMsgAsync(&nats.Msg{Subject: bus.TasksKeeperSubject}, jetstream.WithMsgTTL(keeperTTL))
+	f, err := k.js.PublishMsgAsync(&nats.Msg{Subject: bus.TasksKeeperSubject},
+		jetstream.WithMsgTTL(keeperTTL), jetstream.WithStallWait(time.Millisecond))
 	if err != nil {
 		k.log.Debug().Err(err).Msg("publish a keeper of the tasks stream")
 		return
 	}
-	go k.check(f)
+	go k.check(f, now)
 }
 
-// check turns keepers off when the tasks stream does not allow them (it
-// was made by an older bootstrap).
-func (k *keeper) check(f jetstream.PubAckFuture) {
+// check turns keepers off for keeperRetry when the tasks stream does not
+// allow them (it was made by an older bootstrap), and says so once.
+func (k *keeper) check(f jetstream.PubAckFuture, at time.Time) {
 	t := time.NewTimer(keeperAckWait)
 	defer t.Stop()
 	select {
@@ -94,8 +103,12 @@ func (k *keeper) check(f jetstream.PubAckFuture) {
 	case <-t.C:
 	case err := <-f.Err():
 		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeTTLDisabled && !k.off.Swap(true) {
-			k.log.Warn().Str("stream", bus.StreamTasks).
+		if !errors.As(err, &apiErr) || apiErr.ErrorCode != errCodeTTLDisabled {
+			return
+		}
+		k.offUntil.Store(at.Add(keeperRetry).UnixNano())
+		if !k.warned.Swap(true) {
+			k.log.Warn().Str("stream", bus.StreamTasks).Dur("retry_in", keeperRetry).
 				Msg("the tasks stream does not allow per-message TTLs, so no keepers are published (each step may cost the server a file creation): run jetflow bootstrap of this release (docs/upgrades.md)")
 		}
 	}

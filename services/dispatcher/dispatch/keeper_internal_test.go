@@ -30,14 +30,22 @@ func TestKeepersStopOnAStreamWithoutTTLs(t *testing.T) {
 	require.NoError(t, err)
 
 	k := newKeeper(js, zerolog.New(zerolog.NewTestWriter(t)))
-	k.beforeTask(time.Now())
-	natstest.Eventually(t, 15*time.Second, k.off.Load, "keepers are turned off")
-	k.beforeTask(time.Now().Add(time.Hour))                     // due, but off
-	_, err = js.Publish(t.Context(), bus.TaskSubject("q"), nil) // flushes what beforeTask might have sent
-	require.NoError(t, err)
+	now := time.Now()
+	k.beforeTask(now)
+	natstest.Eventually(t, 15*time.Second, func() bool { return k.offUntil.Load() > 0 }, "keepers are turned off")
+	require.True(t, k.warned.Load(), "said once")
+	sent := nc.Stats().OutMsgs
+	k.beforeTask(now.Add(keeperEvery)) // due, but off
+	require.Equal(t, sent, nc.Stats().OutMsgs, "nothing published while off")
+
+	t.Log("tried again after keeperRetry: the stream may have been bootstrapped since")
+	k.beforeTask(now.Add(keeperRetry))
+	require.Equal(t, sent+1, nc.Stats().OutMsgs)
+	natstest.Eventually(t, 15*time.Second, func() bool { return k.offUntil.Load() >= now.Add(2*keeperRetry).UnixNano() },
+		"refused again, off again")
 	info, err := tasks.Info(t.Context())
 	require.NoError(t, err)
-	require.EqualValues(t, 1, info.State.Msgs, "the task only: no keeper was stored")
+	require.Zero(t, info.State.Msgs, "no keeper was stored")
 }
 
 // TestAKeeperIsDueEverySecondOrEveryKeeperPerTasks: one keeper for the
@@ -51,10 +59,10 @@ func TestAKeeperIsDueEverySecondOrEveryKeeperPerTasks(t *testing.T) {
 	require.NoError(t, err)
 	k := newKeeper(js, zerolog.New(zerolog.NewTestWriter(t)))
 	now := time.Now()
-	for range 2 * keeperPer { // at one instant: the first, then one per keeperPer
+	for range 2*keeperPer - 1 { // at one instant: the first, then one per keeperPer
 		k.beforeTask(now)
 	}
-	k.beforeTask(now.Add(keeperEvery)) // a second later
+	k.beforeTask(now.Add(keeperEvery)) // a second later: due by time alone (keeperPer-1 since)
 	k.beforeTask(now.Add(keeperEvery)) // not again
 	// Published after them on the same connection, a task is stored after
 	// them: once it is, they all are.
@@ -63,5 +71,5 @@ func TestAKeeperIsDueEverySecondOrEveryKeeperPerTasks(t *testing.T) {
 	info, err := tasks.Info(t.Context(), jetstream.WithSubjectFilter(bus.TasksPrefix+".>"))
 	require.NoError(t, err)
 	require.Equal(t, map[string]uint64{bus.TasksKeeperSubject: 3, bus.TaskSubject("q"): 1}, info.State.Subjects)
-	require.False(t, k.off.Load())
+	require.Zero(t, k.offUntil.Load(), "keepers are on")
 }

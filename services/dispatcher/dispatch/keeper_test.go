@@ -20,18 +20,34 @@ import (
 func TestAKeeperIsStoredAheadOfATaskAndExpires(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	// Read as they are stored (a consumer waiting before the start; it
+	// never acknowledges, which would remove them): a keeper read later
+	// might have expired on a loaded machine.
+	keepers := make(chan jetstream.Msg, 16)
+	watch, err := b.js.CreateConsumer(t.Context(), bus.StreamTasks, jetstream.ConsumerConfig{
+		FilterSubject: bus.TasksKeeperSubject, AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Hour})
+	require.NoError(t, err)
+	cc, err := watch.Consume(func(m jetstream.Msg) { keepers <- m })
+	require.NoError(t, err)
+	t.Cleanup(cc.Stop)
 	runDispatcher(t, b.js, dispatch.Config{Source: "d1", Workers: 2})
 	b.register(t, "kept", "a", "b")
 	b.start(t, "kept", "kept-1")
 
 	first := b.nextTask(t) // the test's agent takes both lanes of the queue: never a keeper
+	var keeper jetstream.Msg
+	select {
+	case keeper = <-keepers:
+	case <-time.After(waitFor):
+		t.Fatal("no keeper was published with the first task")
+	}
+	md, err := keeper.Metadata()
+	require.NoError(t, err)
+	require.Less(t, md.Sequence.Stream, first.seq, "stored ahead of the task")
+	require.Empty(t, keeper.Data())
+	require.NotEmpty(t, keeper.Headers().Get("Nats-TTL"), "it expires by itself")
 	tasks, err := b.js.Stream(t.Context(), bus.StreamTasks)
 	require.NoError(t, err)
-	keeper, err := tasks.GetLastMsgForSubject(t.Context(), bus.TasksKeeperSubject)
-	require.NoError(t, err, "a keeper was published with the first task")
-	require.Less(t, keeper.Sequence, first.seq, "stored ahead of the task")
-	require.Empty(t, keeper.Data)
-	require.NotEmpty(t, keeper.Header.Get("Nats-TTL"), "it expires by itself")
 
 	b.report(t, &events.OperationSucceeded{TaskRef: first.ref("agent", 1)})
 	second := b.nextTask(t)

@@ -11,6 +11,7 @@ import (
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
+	"jetflow.dev/pkg/workflow"
 	"jetflow.dev/services/dispatcher/dispatch"
 )
 
@@ -66,4 +67,41 @@ func TestAFreshClaimOverAnUnclaimedHistoryReadsIt(t *testing.T) {
 	require.Equal(t, 1, countType(evs, events.TypeExecutionStarted), "not started again")
 	require.Equal(t, "elsewhere", evs[0].Source)
 	require.Equal(t, 1, dispatches(evs))
+}
+
+// TestTheFirstInputSeesTheRecordedStartTime: the first operation's input
+// is rendered when the start is decided, and carried by the start's
+// event: ${workflow.started_at} in it is the time the history records
+// for the start (a second rendering, after a crash or in a replay, gives
+// the same), with the dispatcher's real clock.
+func TestTheFirstInputSeesTheRecordedStartTime(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	runDispatcher(t, b.js, dispatch.Config{Workers: 2})
+	d, err := workflow.Parse([]byte(`
+name: when
+steps:
+  - id: first
+    kind: log
+    message: ${workflow.started_at}
+  - id: second
+    kind: log
+    message: ${workflow.started_at}
+`))
+	require.NoError(t, err)
+	_, _, err = b.defs.Apply(t.Context(), d)
+	require.NoError(t, err)
+	b.start(t, "when", "w1")
+	first := b.nextTask(t)
+	evs := readHistory(t, b.js, "when", "w1")
+	require.Equal(t, 1, dispatches(evs), "the start carries the first dispatch")
+	recorded := evs[0].Time.UTC().Format(time.RFC3339Nano)
+	var spec workflow.Step
+	require.NoError(t, json.Unmarshal(first.task.Spec, &spec))
+	require.Equal(t, recorded, spec.Message, "the start time as the history records it")
+
+	b.report(t, &events.OperationSucceeded{TaskRef: first.ref("test-agent", 1)})
+	second := b.nextTask(t)
+	require.NoError(t, json.Unmarshal(second.task.Spec, &spec))
+	require.Equal(t, recorded, spec.Message, "the same in every step")
 }

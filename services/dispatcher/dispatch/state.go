@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -304,7 +305,12 @@ func (d *Dispatcher) evict(id string) {
 // append validates p against the fold, then appends it with the expected
 // last subject sequence. p is final: the interpreter decided its content.
 func (d *Dispatcher) append(ctx context.Context, x *execState, p events.Payload) error {
-	ev, next, err := d.prepare(x, p)
+	return d.appendAt(ctx, x, p, time.Time{})
+}
+
+// appendAt is append of an event recorded at at (zero: now).
+func (d *Dispatcher) appendAt(ctx context.Context, x *execState, p events.Payload, at time.Time) error {
+	ev, next, err := d.prepare(x, p, at)
 	if err != nil {
 		return err
 	}
@@ -323,11 +329,14 @@ func (d *Dispatcher) append(ctx context.Context, x *execState, p events.Payload)
 	return nil
 }
 
-// prepare returns the event that appends p to x's history, conditioned
-// on its last event, and the state after it; an event the fold refuses
-// is a permanentError.
-func (d *Dispatcher) prepare(x *execState, p events.Payload) (events.Event, projections.Execution, error) {
-	ev := events.New(d.cfg.Source, x.id, x.workflow, d.cfg.Now(), p)
+// prepare returns the event that appends p to x's history, recorded at
+// at (zero: now), conditioned on its last event, and the state after it;
+// an event the fold refuses is a permanentError.
+func (d *Dispatcher) prepare(x *execState, p events.Payload, at time.Time) (events.Event, projections.Execution, error) {
+	if at.IsZero() {
+		at = d.cfg.Now()
+	}
+	ev := events.New(d.cfg.Source, x.id, x.workflow, at, p)
 	ev.PrevSeq = x.state.LastSeq
 	next, err := projections.Apply(x.state, ev)
 	if err != nil {

@@ -285,6 +285,7 @@ func TestAStartCarriesTheFirstDispatch(t *testing.T) {
 		require.Len(t, d.Events, 1)
 		require.Empty(t, d.Before)
 		require.Empty(t, d.After, "nothing is published before the start is recorded")
+		require.Equal(t, in.Now, d.At, "recorded at the time its first input was rendered with")
 		started := d.Events[0].(*events.ExecutionStarted)
 		*m = memShell{t: t, def: m.def, memo: &Memo{}, now: decideT0, timers: map[string]time.Time{}, catalog: map[CalledRef]*Called{}, split: m.split}
 		m.append(started)

@@ -96,6 +96,11 @@ type Decision struct {
 	Before []Effect
 	// Events are appended in order.
 	Events []events.Payload
+	// At, when set, is the time Events are recorded at (their CloudEvent
+	// time), as the decision saw it: an input it rendered from the state
+	// after them (a start's time, in a first dispatch) must agree with
+	// what the history records. Zero: the time they are appended.
+	At time.Time
 	// After are performed once Events are appended.
 	After []Effect
 	// Need asks the caller to load something into the Input and decide
@@ -661,7 +666,9 @@ func Result(in Input, ref events.TaskRef, ev events.Event) Decision {
 // in is the execution before it started (its definition, no state).
 func Start(in Input, started *events.ExecutionStarted) Decision {
 	started.Then = in.dispatchedAfter(started, len(started.Input)+len(started.Definition))
-	return Decision{Events: []events.Payload{started}}
+	// Recorded at in.Now, the start time the first input was rendered
+	// with (${workflow.started_at}).
+	return Decision{Events: []events.Payload{started}, At: in.Now}
 }
 
 // dispatchedAfter is the dispatch (schedule and sending) of the operation

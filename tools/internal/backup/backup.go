@@ -206,7 +206,7 @@ func Restore(ctx context.Context, nc *nats.Conn, dir string, replace bool, o Opt
 		if err != nil {
 			return r, partway(err)
 		}
-		if st.Messages != s.Messages || st.LastSeq != s.LastSeq {
+		if st.LastSeq != s.LastSeq || (st.Messages != s.Messages && !expired(ctx, js, s, st)) {
 			return r, partway(fmt.Errorf("stream %s came back with %d messages up to sequence %d; the backup holds %d up to %d",
 				s.Stream, st.Messages, st.LastSeq, s.Messages, s.LastSeq))
 		}
@@ -221,6 +221,19 @@ func Restore(ctx context.Context, nc *nats.Conn, dir string, replace bool, o Opt
 	}
 	r.Took = time.Since(began)
 	return r, nil
+}
+
+// expired reports whether a stream restored with fewer messages than its
+// backup holds (st against s) may have lost them to their own TTLs: it
+// allows per-message TTLs (the tasks stream, for its dispatchers'
+// keepers), and messages whose time passed between the backup and the
+// restore are dropped as it loads.
+func expired(ctx context.Context, js jetstream.JetStream, s Snapshot, st streamState) bool {
+	if st.Messages > s.Messages {
+		return false
+	}
+	stream, err := js.Stream(ctx, s.Stream)
+	return err == nil && stream.CachedInfo().Config.AllowMsgTTL
 }
 
 // target looks at what the server holds of the streams of m, the read
@@ -239,7 +252,16 @@ func target(ctx context.Context, js jetstream.JetStream, m Manifest) (Target, er
 		if err != nil {
 			return t, fmt.Errorf("restore: look up stream %s: %w", name, err)
 		}
-		t.Streams = append(t.Streams, Existing{Stream: name, Messages: s.CachedInfo().State.Msgs})
+		n := s.CachedInfo().State.Msgs
+		if name == bus.StreamTasks && n > 0 {
+			// The dispatchers' keepers are in nobody's way: they expire.
+			keepers, err := s.Info(ctx, jetstream.WithSubjectFilter(bus.TasksKeeperSubject))
+			if err != nil {
+				return t, fmt.Errorf("restore: look up stream %s: %w", name, err)
+			}
+			n -= min(n, keepers.State.Subjects[bus.TasksKeeperSubject])
+		}
+		t.Streams = append(t.Streams, Existing{Stream: name, Messages: n})
 	}
 	kv, err := js.KeyValue(ctx, bus.BucketDispatchers)
 	switch {

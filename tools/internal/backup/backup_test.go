@@ -393,3 +393,42 @@ func TestRestoreStoppedPartway(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 150, msgs(t, dst, bus.StreamEvents))
 }
+
+// TestKeepersExpireAcrossARestore: a backup taken while dispatchers run
+// holds their keepers (docs/subjects.md, JF_TASKS); by the restore their
+// TTL may have passed, and the server drops them as the stream loads.
+// The restore takes that for what it is, not for a stream that came back
+// short; and a deployment whose tasks stream holds only keepers is empty.
+func TestKeepersExpireAcrossARestore(t *testing.T) {
+	t.Parallel()
+	src := setup(t, 0)
+	fill(t, src, 2)
+	for range 3 {
+		_, err := src.js.Publish(src.ctx, bus.TasksKeeperSubject, nil, jetstream.WithMsgTTL(time.Second))
+		require.NoError(t, err)
+	}
+	_, err := src.js.Publish(src.ctx, bus.TaskSubject("q"), []byte(`{}`)) // a task waiting for an agent
+	require.NoError(t, err)
+	dir := backUp(t, src)
+	m, err := backup.ReadManifest(dir)
+	require.NoError(t, err)
+	var tasks backup.Snapshot
+	for _, s := range m.Streams {
+		if s.Stream == bus.StreamTasks {
+			tasks = s
+		}
+	}
+	require.EqualValues(t, 4, tasks.Messages, "the keepers are in the backup")
+
+	// A deployment where a dispatcher ran a moment ago: its keepers are
+	// in nobody's way.
+	dst := setup(t, 0)
+	_, err = dst.js.Publish(dst.ctx, bus.TasksKeeperSubject, nil, jetstream.WithMsgTTL(time.Minute))
+	require.NoError(t, err)
+	time.Sleep(1500 * time.Millisecond) // the backup's keepers' time passes
+	r, err := backup.Restore(dst.ctx, dst.nc, dir, false, backup.Options{})
+	require.NoError(t, err)
+	require.Len(t, r.Streams, len(m.Streams))
+	require.EqualValues(t, 1, msgs(t, dst, bus.StreamTasks), "the task, without its expired keepers")
+	require.EqualValues(t, 6, msgs(t, dst, bus.StreamEvents))
+}
