@@ -125,7 +125,7 @@ func TestForceCancelAsCloudEvent(t *testing.T) {
 	}
 
 	cancel := sendTwice("op-0", events.ActionCancel)
-	s.waitCommandsHandled(t)
+	s.waitProjected(t) // the read model, not only the history: a loaded machine's projector lags
 	x, err := s.c.Execution(ctx, "r2")
 	require.NoError(t, err)
 	require.Equal(t, projections.StatusCancelling, x.Status, "the cancel waits for build")
