@@ -126,7 +126,7 @@ func (d *Dispatcher) carryOut(ctx context.Context, x *execState, dec interp.Deci
 		}
 	}
 	for _, p := range dec.Events {
-		if err := d.appendAt(ctx, x, p, dec.At); err != nil {
+		if err := d.append(ctx, x, p, dec.At); err != nil {
 			return err
 		}
 		logDecided(ctx, p)

@@ -302,14 +302,10 @@ func (d *Dispatcher) evict(id string) {
 	d.mu.Unlock()
 }
 
-// append validates p against the fold, then appends it with the expected
-// last subject sequence. p is final: the interpreter decided its content.
-func (d *Dispatcher) append(ctx context.Context, x *execState, p events.Payload) error {
-	return d.appendAt(ctx, x, p, time.Time{})
-}
-
-// appendAt is append of an event recorded at at (zero: now).
-func (d *Dispatcher) appendAt(ctx context.Context, x *execState, p events.Payload, at time.Time) error {
+// append validates p against the fold, then appends it, recorded at at
+// (zero: now), with the expected last subject sequence. p is final: the
+// interpreter decided its content.
+func (d *Dispatcher) append(ctx context.Context, x *execState, p events.Payload, at time.Time) error {
 	ev, next, err := d.prepare(x, p, at)
 	if err != nil {
 		return err
