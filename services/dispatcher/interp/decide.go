@@ -1081,6 +1081,9 @@ func render(v any, env map[string]any) (json.RawMessage, error) {
 }
 
 func timerArmed(s projections.Execution, purpose, stepID string, attempt int) bool {
+	if len(s.Timers) == 0 {
+		return false
+	}
 	_, ok := s.Timers[timerID(s.ID, purpose, stepID, attempt)]
 	return ok
 }
@@ -1099,6 +1102,9 @@ func sentAt(st projections.Step) time.Time {
 }
 
 func timerFired(s projections.Execution, purpose, stepID string, attempt int) bool {
+	if len(s.Timers) == 0 { // most executions: no id to hash (every decision asks)
+		return false
+	}
 	t, ok := s.Timers[timerID(s.ID, purpose, stepID, attempt)]
 	return ok && t.Fired
 }
