@@ -146,11 +146,11 @@ type Skipped struct {
 }
 
 // ErrNotBackup means the directory holds no finished jetflow backup.
-var ErrNotBackup = errors.New("backup: not a jetflow backup")
+var ErrNotBackup = errors.New("not a jetflow backup")
 
 // ErrRefused means a restore would overwrite stored data, or cannot give
 // back what the backup holds: nothing was changed.
-var ErrRefused = errors.New("backup: restore refused")
+var ErrRefused = errors.New("restore refused")
 
 // ErrInTheWay is the refusal of a restore into streams that hold data
 // (it wraps ErrRefused): a caller that can replace them says how.
