@@ -38,6 +38,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"jetflow.dev/pkg/auth"
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/catalog"
@@ -215,11 +216,13 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	if c.executions > 0 {
 		began, cpuBefore := time.Now(), cpuTime()
+		msgsBefore := serverMsgs(info.Server)
 		lat, err := tr.runBatch(ctx, conn, batchPrefix("tput"), c.executions, c.concurrency)
 		if err != nil {
 			return err
 		}
 		wall, cpu := time.Since(began), cpuTime()
+		msgs := serverMsgs(info.Server).minus(msgsBefore)
 		if cpuBefore >= 0 && cpu >= 0 {
 			cpu -= cpuBefore
 		} else {
@@ -237,6 +240,11 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		if cpu >= 0 {
 			fmt.Fprintf(out, "  CPU              %s user+system in the whole process, %s per step (%.2f of %d cores)\n",
 				cpu.Round(time.Millisecond), millis(fig.cpuPerStep), cpu.Seconds()/wall.Seconds(), runtime.NumCPU())
+		}
+		if msgs.known {
+			steps := float64(c.executions * c.steps)
+			fmt.Fprintf(out, "  NATS messages    %.1f in and %.1f out of the server per step (%d, %d)\n",
+				float64(msgs.in)/steps, float64(msgs.out)/steps, msgs.in, msgs.out)
 		}
 	}
 	if c.single > 0 {
@@ -482,4 +490,29 @@ func (t *tracker) runBatch(ctx context.Context, conn *bus.Conn, prefix string, n
 	default:
 	}
 	return lat, nil
+}
+
+// msgCount is how many messages the embedded server took in and sent
+// out (its varz), the benchmark's own included.
+type msgCount struct {
+	in, out int64
+	known   bool
+}
+
+func serverMsgs(s *server.Server) msgCount {
+	if s == nil {
+		return msgCount{}
+	}
+	v, err := s.Varz(nil)
+	if err != nil {
+		return msgCount{}
+	}
+	return msgCount{in: v.InMsgs, out: v.OutMsgs, known: true}
+}
+
+func (c msgCount) minus(before msgCount) msgCount {
+	if !c.known || !before.known {
+		return msgCount{}
+	}
+	return msgCount{in: c.in - before.in, out: c.out - before.out, known: true}
 }
