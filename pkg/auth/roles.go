@@ -60,6 +60,10 @@ func ParseRole(s string) (Role, error) {
 type Permissions struct {
 	PubAllow, PubDeny []string
 	SubAllow, SubDeny []string
+	// Responses lets the user answer each request it receives, once,
+	// whatever the reply subject (NATS allow_responses): a dispatcher
+	// answers the reports agents hand straight to it on their own inboxes.
+	Responses bool
 }
 
 // compact sorts each list and drops repeats.
@@ -69,7 +73,7 @@ func (p Permissions) compact() Permissions {
 		slices.Sort(l)
 		return slices.Compact(l)
 	}
-	return Permissions{PubAllow: c(p.PubAllow), PubDeny: c(p.PubDeny), SubAllow: c(p.SubAllow), SubDeny: c(p.SubDeny)}
+	return Permissions{PubAllow: c(p.PubAllow), PubDeny: c(p.PubDeny), SubAllow: c(p.SubAllow), SubDeny: c(p.SubDeny), Responses: p.Responses}
 }
 
 // API subjects of JetStream (nats-server's $JS.API), as used below.
@@ -222,15 +226,18 @@ func PermissionsFor(role Role, queues []string, inbox string) (Permissions, erro
 		return Permissions{PubAllow: []string{">"}, SubAllow: []string{">"}}, nil
 
 	case RoleDispatcher:
-		p := Permissions{SubAllow: inboxSub}
+		// Reports agents hand straight to it, which it answers, and whose
+		// tasks it acknowledges on their agents' behalf (docs/adr/0009).
+		p := Permissions{SubAllow: slices.Concat(inboxSub, []string{bus.DirectPrefix + ".>"}), Responses: true}
 		p.PubAllow = slices.Concat(
 			[]string{
-				bus.EventsPrefix + ".>",     // the only writer of histories
-				bus.TasksPrefix + ".>",      // tasks for any queue
-				bus.SchedulesPrefix + ".>",  // durable timers
-				bus.RejectionsPrefix + ".>", // why a command changed nothing
-				bus.KillsPrefix + ".>",      // kill notices for agents
-				bus.InboxPrefix + ".>",      // checked commands, on their partition; wakes of lock holders
+				bus.EventsPrefix + ".>",        // the only writer of histories
+				bus.TasksPrefix + ".>",         // tasks for any queue
+				jsAck + bus.StreamTasks + ".>", // a task whose report an agent handed straight to it
+				bus.SchedulesPrefix + ".>",     // durable timers
+				bus.RejectionsPrefix + ".>",    // why a command changed nothing
+				bus.KillsPrefix + ".>",         // kill notices for agents
+				bus.InboxPrefix + ".>",         // checked commands, on their partition; wakes of lock holders
 			},
 			consume(bus.StreamCommands, bus.ConsumerDispatcherCommands),
 			// The partitions' consumers (dispatcher-<kind>-<partition>), and
@@ -260,7 +267,8 @@ func PermissionsFor(role Role, queues []string, inbox string) (Permissions, erro
 				return Permissions{}, fmt.Errorf("auth: queue %q: %s", q, events.QueueNameRule)
 			}
 			p.PubAllow = slices.Concat(p.PubAllow,
-				[]string{bus.ResultSubject(q, "*")}, // reports about its queues' tasks only
+				[]string{bus.ResultSubject(q, "*"), // reports about its queues' tasks only
+					bus.DirectQueueSubjects(q)}, // stored, or handed straight to a dispatcher
 				consume(bus.StreamTasks, bus.AgentConsumer(q)),
 				consume(bus.StreamTasks, bus.AgentBulkConsumer(q)), // and its bulk lane
 				readStream(bus.StreamResults))

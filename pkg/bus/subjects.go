@@ -74,6 +74,15 @@ const (
 	// ResultsPrefix starts every result subject.
 	ResultsPrefix = "jf.results"
 
+	// DirectPrefix starts the subjects on which agents hand a report
+	// straight to the dispatcher holding its execution's partition, as a
+	// core NATS request: jf.direct.<queue>.<partition>.<execution>. No
+	// stream stores them: the dispatcher records the report in the
+	// history, acknowledges the task and answers; an agent that gets no
+	// such answer stores the report on the results stream instead
+	// (docs/adr/0009).
+	DirectPrefix = "jf.direct"
+
 	// StreamKills holds kill notices for agents: jf.kills.<execution>, the
 	// last one per execution, for a day.
 	StreamKills = "JF_KILLS"
@@ -174,6 +183,22 @@ func ResultSubject(queue, executionID string) string {
 // published on ResultSubject(queue, executionID) under.
 func StoredResultSubject(queue string, partition int, executionID string) string {
 	return ResultsPrefix + "." + queue + "." + strconv.Itoa(partition) + "." + executionID
+}
+
+// DirectResultSubject is where an agent of queue hands a report about an
+// execution of partition straight to its dispatcher.
+func DirectResultSubject(queue string, partition int, executionID string) string {
+	return DirectPrefix + "." + queue + "." + strconv.Itoa(partition) + "." + executionID
+}
+
+// DirectQueueSubjects matches the direct reports of queue's agents, about
+// any execution.
+func DirectQueueSubjects(queue string) string { return DirectPrefix + "." + queue + ".*.*" }
+
+// DirectResults matches the reports handed straight to the holder of a
+// partition, from any queue.
+func DirectResults(partition int) string {
+	return DirectPrefix + ".*." + strconv.Itoa(partition) + ".*"
 }
 
 // ExecutionResults matches the stored reports about one execution, from

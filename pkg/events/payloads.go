@@ -519,6 +519,13 @@ type Task struct {
 	Kind        string          `json:"kind"`
 	Queue       string          `json:"queue"`
 	Spec        json.RawMessage `json:"spec,omitempty"`
+	// Partitions is the number of partitions of the dispatcher that sent
+	// the task, when it takes reports handed straight to it
+	// (docs/adr/0009): an agent may then hand its reports to the holder
+	// of the execution's partition, on
+	// jf.direct.<queue>.<partition>.<execution>. Zero: reports go to the
+	// results stream only. An agent that does not know the field does so.
+	Partitions int `json:"partitions,omitempty"`
 }
 
 // TaskRef identifies the task a result belongs to.

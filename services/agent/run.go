@@ -25,6 +25,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		"time between SIGTERM and SIGKILL for exec steps")
 	startedAfter := p.DurationIn("report-started-after", "JETFLOW_AGENT_REPORT_STARTED_AFTER", agent.DefaultStartedAfter, agent.Ranges.StartedAfter,
 		"how long an operation runs before it is reported started; one that ends sooner is reported started with its result (0: at once)")
+	direct := p.Bool("direct-reports", "JETFLOW_AGENT_DIRECT_REPORTS", true,
+		"hand reports straight to the dispatcher holding their execution (a core NATS request), stored on the results stream only when it does not answer that it recorded them")
+	directWait := p.DurationIn("direct-wait", "JETFLOW_AGENT_DIRECT_WAIT", agent.DefaultDirectWait, agent.Ranges.DirectWait,
+		"how long a report handed straight to a dispatcher waits for its answer before it is stored instead")
 	allowExec := p.Bool("allow-exec", "JETFLOW_AGENT_ALLOW_EXEC", false, "run exec steps (off: they fail without running)")
 	execAllow := p.String("exec-allow", "JETFLOW_AGENT_EXEC_ALLOW", "",
 		"comma-separated commands exec steps may run: base names (looked up in PATH) or absolute paths; empty: any")
@@ -39,7 +43,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	cfg := agent.Config{Name: *name, Queues: svc.List(*queues), Concurrency: *concurrency,
 		AckWait: *ackWait, MaxDeliver: *maxDeliver, KillGrace: *grace, BindOnly: p.Common.Restricted(),
 		Policy:     agent.Policy{AllowExec: *allowExec, ExecAllow: svc.List(*execAllow), HTTPAllowHosts: svc.List(*httpHosts)},
-		SecretsDir: *secretsDir, SecretsEnvPrefix: *secretsEnv,
+		SecretsDir: *secretsDir, SecretsEnvPrefix: *secretsEnv, NoDirectReports: !*direct, DirectWait: *directWait,
 		LookupEnv: func(k string) (string, bool) { v := getenv(k); return v, v != "" }}
 	if cfg.StartedAfter = *startedAfter; cfg.StartedAfter == 0 {
 		cfg.StartedAfter = agent.StartedAtOnce

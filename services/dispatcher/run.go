@@ -25,6 +25,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		"send a task to its queue's bulk lane once its execution has this many others in flight there (-1: never; for agents older than the bulk lane)")
 	split := p.Bool("split-dispatch", "JETFLOW_SPLIT_DISPATCH", false,
 		"record an operation's schedule and sending as two events, for dispatchers older than io.jetflow.step.dispatched (during a rolling upgrade)")
+	direct := p.Bool("direct-reports", "JETFLOW_DIRECT_REPORTS", true,
+		"take the reports agents hand straight to the holder of their execution's partition (core NATS requests), besides those on the results stream")
 	if err := p.Parse(args); err != nil {
 		return err
 	}
@@ -33,7 +35,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 			*bulkAfter, r.Min, r.Max, dispatch.NoBulkLane)
 	}
 	cfg := dispatch.Config{Workers: *workers, CacheBytes: *cacheBytes, AckWait: *ackWait, APIURL: *apiURL, BindOnly: p.Common.Restricted(), Member: *member, BulkAfter: *bulkAfter,
-		SplitDispatch: *split}
+		SplitDispatch: *split, NoDirectReports: !*direct}
 	if err := cfg.Validate(); err != nil { // before waiting for NATS
 		return err
 	}

@@ -123,6 +123,10 @@ func TestNATSIdentitiesAreLeastPrivilege(t *testing.T) {
 		c.denied(t, &nats.Msg{Subject: "$JS.API.CONSUMER.MSG.NEXT." + bus.StreamEvents + "." + bus.ConsumerProjector, Data: []byte(`{"batch":1}`)})
 		c.denied(t, &nats.Msg{Subject: "$JS.API.CONSUMER.DURABLE.CREATE." + bus.StreamEvents + ".spy"})
 		c.denied(t, &nats.Msg{Subject: bus.TaskSubject("default")})
+		// Reports handed straight to a dispatcher are the agents'; their
+		// tasks' acknowledgements, the agents' and the dispatchers'.
+		c.denied(t, forged(bus.DirectResultSubject("default", partition.Of("victim", partition.DefaultCount), "victim"), &events.OperationSucceeded{}))
+		c.denied(t, &nats.Msg{Subject: "$JS.ACK." + bus.StreamTasks + ".agent-default.1.1.1.1700000000000000000.0"})
 		c.denied(t, &nats.Msg{Subject: bus.CommandsPrefix + ".expire"})
 		c.denied(t, &nats.Msg{Subject: bus.SubjectAPIAction}) // commands that carry an actor are the api's
 		// The inbox holds commands the dispatchers checked; a partition's
@@ -167,6 +171,7 @@ func TestNATSIdentitiesAreLeastPrivilege(t *testing.T) {
 		a := s.as(t, auth.RoleAgent)
 		a.denied(t, forged(subject, &events.StepSucceeded{StepID: "gate", Attempt: 1}))
 		a.denied(t, forged(bus.ResultSubject("gpu", "victim"), &events.OperationSucceeded{}))
+		a.denied(t, forged(bus.DirectResultSubject("gpu", partition.Of("victim", partition.DefaultCount), "victim"), &events.OperationSucceeded{}))
 		a.denied(t, &nats.Msg{Subject: "$KV." + bus.BucketLocks + ".some-lock"})
 		a.denied(t, &nats.Msg{Subject: "$JS.API.CONSUMER.MSG.NEXT." + bus.StreamCommands + "." + bus.ConsumerDispatcherCommands, Data: []byte(`{"batch":1}`)})
 		a.denied(t, &nats.Msg{Subject: "$JS.API.STREAM.PURGE." + bus.StreamTasks})

@@ -54,7 +54,7 @@ func Samples() []events.Payload {
 			WaitAfterFail: true, DryRun: true, Actor: actor},
 		&events.ReconcileExecution{ExecutionID: "x1", Workflow: "deploy", Reason: "stuck"},
 		&events.Task{TaskID: "x1.build.2", ExecutionID: "x1", Workflow: "deploy", StepID: "build", Attempt: 2,
-			Token: "tok", Kind: "exec", Queue: "builders", Spec: json.RawMessage(`{"command":"make"}`)},
+			Token: "tok", Kind: "exec", Queue: "builders", Spec: json.RawMessage(`{"command":"make"}`), Partitions: 8},
 		&events.OperationStarted{TaskRef: ref, StartedAt: At.Add(-time.Second)},
 		&events.OperationSucceeded{TaskRef: ref, Output: json.RawMessage(`null`), Duration: 99, StartedAt: At.Add(-time.Second)},
 		&events.OperationFailed{TaskRef: ref, Error: "agent died", Output: json.RawMessage(`{}`), Lost: true, Final: true, StartedAt: At.Add(-time.Second)},

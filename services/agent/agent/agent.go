@@ -93,7 +93,25 @@ type Config struct {
 	// one event. Default DefaultStartedAfter; StartedAtOnce reports every
 	// start as the operation begins (as agents before this setting did).
 	StartedAfter time.Duration
+	// NoDirectReports: store every report on the results stream. By
+	// default a final report about a task whose dispatcher takes direct
+	// reports (events.Task.Partitions) is handed straight to it, a core
+	// NATS request; the report is stored only when no dispatcher answers
+	// that it recorded it (docs/adr/0009).
+	NoDirectReports bool
+	// DirectWait is how long an agent waits for a dispatcher's answer to
+	// a report handed straight to it before it stores the report instead.
+	// Default DefaultDirectWait.
+	DirectWait time.Duration
 }
+
+const (
+	// DefaultDirectWait is the default DirectWait: a report waits behind
+	// its execution's others at the dispatcher (a fan-out's come by the
+	// hundred), and one not answered by then is stored and recorded from
+	// the results stream, a second time for nothing if it was handled.
+	DefaultDirectWait = 5 * time.Second
+)
 
 const (
 	// DefaultStartedAfter is the default StartedAfter: most built-in
@@ -121,6 +139,7 @@ func (c Config) withDefaults() Config {
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, 10*time.Second)
 	c.Source = cmp.Or(c.Source, "jetflow/agent/"+c.Name)
 	c.StartedAfter = cmp.Or(c.StartedAfter, DefaultStartedAfter)
+	c.DirectWait = cmp.Or(c.DirectWait, DefaultDirectWait)
 	if c.LookupEnv == nil {
 		c.LookupEnv = os.LookupEnv
 	}
@@ -131,8 +150,8 @@ func (c Config) withDefaults() Config {
 // defaults are applied (zero is the default). Validate checks them, and
 // jetflow-agent's flags take the same.
 var Ranges = struct {
-	Concurrency, MaxDeliver, MaxOutput                           svc.Range[int]
-	AckWait, KillGrace, HTTPTimeout, ShutdownGrace, StartedAfter svc.Range[time.Duration]
+	Concurrency, MaxDeliver, MaxOutput                                       svc.Range[int]
+	AckWait, KillGrace, HTTPTimeout, ShutdownGrace, StartedAfter, DirectWait svc.Range[time.Duration]
 }{
 	Concurrency: svc.Range[int]{Min: 1, Max: 1024},
 	// One delivery may be enough (a task whose agent dies is then failed
@@ -150,6 +169,9 @@ var Ranges = struct {
 	// Or StartedAtOnce (the flag's 0). Beyond a minute a running
 	// operation looks, to an operator, like one still waiting for an agent.
 	StartedAfter: svc.Range[time.Duration]{Min: 0, Max: time.Minute},
+	// Below 10ms a busy dispatcher's answer seldom comes in time; past a
+	// minute a report not handled waits too long to be stored.
+	DirectWait: svc.Range[time.Duration]{Min: 10 * time.Millisecond, Max: time.Minute},
 }
 
 // Validate checks a configuration, its defaults applied: New does, and a
@@ -164,6 +186,7 @@ func (c Config) Validate() error {
 		Ranges.HTTPTimeout.Check("agent: HTTPTimeout", c.HTTPTimeout),
 		Ranges.MaxOutput.Check("agent: MaxOutput", c.MaxOutput),
 		Ranges.ShutdownGrace.Check("agent: ShutdownGrace", c.ShutdownGrace),
+		Ranges.DirectWait.Check("agent: DirectWait", c.DirectWait),
 	); err != nil {
 		return err
 	}
@@ -203,6 +226,10 @@ type Agent struct {
 	handlers map[string]operation.Handler
 	kills    *kills
 	secrets  secretStore
+	// direct pauses direct reports; reporting counts the reports handed
+	// directly whose answer is awaited (direct.go).
+	direct    directState
+	reporting sync.WaitGroup
 }
 
 // New returns an agent; call Run to start it.
@@ -287,7 +314,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		Dur("report_started_after", a.cfg.StartedAfter).Msg("agent running")
 	<-ctx.Done()
 	done := make(chan struct{})
-	go func() { workers.Wait(); close(done) }()
+	go func() { workers.Wait(); a.reporting.Wait(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(a.cfg.ShutdownGrace):
@@ -373,6 +400,12 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 			handBack(ctx, m, log, err, "look for the result of an earlier delivery")
 			return
 		}
+		if !done {
+			// An earlier delivery's report may have been handed straight
+			// to the dispatcher, recorded, and its task not acknowledged
+			// (the dispatcher died before it could): ask.
+			done = a.attemptOver(ctx, task, ref, delivery)
+		}
 		if done {
 			log.Info().Msg("task already reported by an earlier delivery: acknowledged without running it again")
 			if err := m.Ack(); err != nil {
@@ -389,8 +422,7 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 		final := errors.Is(err, ErrRefused) || errors.Is(err, ErrSecretMissing)
 		msg := red.String(err.Error())
 		log.Warn().Str("kind", task.Kind).Bool("final", final).Str("reason", msg).Msg("operation not run")
-		err = a.report(ctx, fmt.Sprintf("%s.done.%d", task.TaskID, delivery), &events.OperationFailed{TaskRef: ref, Error: msg, Final: final})
-		a.finish(m, err, log)
+		a.deliver(ctx, m, task, fmt.Sprintf("%s.done.%d", task.TaskID, delivery), &events.OperationFailed{TaskRef: ref, Error: msg, Final: final}, log)
 		return
 	}
 
@@ -417,7 +449,7 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 		err = fmt.Errorf("agent %s has no handler for operation kind %q", a.cfg.Name, task.Kind)
 	} else {
 		began = time.Now()
-		started := a.reportStarted(fmt.Sprintf("%s.started.%d", task.TaskID, delivery), ref, began)
+		started := a.reportStarted(startedReportID(task.TaskID, delivery), ref, began)
 		defer started.wait(a.cfg.AckWait, log)
 		out, err = safeHandle(opCtx, h, operation.Task{TaskID: task.TaskID, ExecutionID: task.ExecutionID,
 			Workflow: task.Workflow, StepID: task.StepID, Attempt: task.Attempt, Delivery: delivery,
@@ -433,10 +465,9 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 		if err == nil {
 			var raw json.RawMessage
 			if raw, err = marshalOutput(out); err == nil {
-				err = a.report(ctx, fmt.Sprintf("%s.done.%d", task.TaskID, delivery),
+				a.deliver(ctx, m, task, fmt.Sprintf("%s.done.%d", task.TaskID, delivery),
 					&events.OperationSucceeded{TaskRef: ref, Output: a.fitOutput(raw), Duration: time.Since(began).Milliseconds(),
-						StartedAt: began.UTC()})
-				a.finish(m, err, log)
+						StartedAt: began.UTC()}, log)
 				return
 			}
 		}
@@ -458,9 +489,14 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 	if len(msg) > 8<<10 {
 		msg = msg[:8<<10] + "…"
 	}
-	err = a.report(ctx, fmt.Sprintf("%s.done.%d", task.TaskID, delivery), &events.OperationFailed{TaskRef: ref, Error: msg,
-		Output: a.fitOutput(raw), Final: final, StartedAt: began.UTC()})
-	a.finish(m, err, log)
+	a.deliver(ctx, m, task, fmt.Sprintf("%s.done.%d", task.TaskID, delivery), &events.OperationFailed{TaskRef: ref, Error: msg,
+		Output: a.fitOutput(raw), Final: final, StartedAt: began.UTC()}, log)
+}
+
+// startedReportID is the CloudEvent id of the started report of a task's
+// delivery.
+func startedReportID(taskID string, delivery int) string {
+	return fmt.Sprintf("%s.started.%d", taskID, delivery)
 }
 
 // startReport is the report that an operation started, published once

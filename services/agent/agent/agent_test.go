@@ -65,10 +65,20 @@ func (b *agentBundle) publishTask(t *testing.T, execID string, step workflow.Ste
 // publishTaskTo is publishTask on subject (a lane of the step's queue).
 func (b *agentBundle) publishTaskTo(t *testing.T, subject, execID string, step workflow.Step) *events.Task {
 	t.Helper()
+	return b.publishWith(t, subject, execID, step, nil)
+}
+
+// publishWith is publishTaskTo with the task changed by mod (nil: none)
+// before it is published.
+func (b *agentBundle) publishWith(t *testing.T, subject, execID string, step workflow.Step, mod func(*events.Task)) *events.Task {
+	t.Helper()
 	spec, err := json.Marshal(step)
 	require.NoError(t, err)
 	task := &events.Task{TaskID: events.TaskID(execID, step.ID, 1), ExecutionID: execID, Workflow: "wf",
 		StepID: step.ID, Attempt: 1, Token: "tok-" + execID, Kind: step.Kind, Queue: step.QueueName(), Spec: spec}
+	if mod != nil {
+		mod(task)
+	}
 	ev := events.New("test-dispatcher", execID, "wf", time.Now(), task)
 	ev.ID = task.TaskID
 	msg, err := bus.Encode(subject, ev)

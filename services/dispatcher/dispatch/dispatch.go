@@ -91,6 +91,12 @@ type Config struct {
 	// of one io.jetflow.step.dispatched, which dispatchers older than it
 	// do not read: set it while such dispatchers still run.
 	SplitDispatch bool
+	// NoDirectReports: take agents' reports from the results stream only.
+	// By default the dispatcher also takes the reports that agents hand
+	// straight to the holder of their execution's partition (core NATS
+	// requests on bus.DirectResultSubject, docs/adr/0009), and tells
+	// agents so in each task it sends (events.Task.Partitions).
+	NoDirectReports bool
 }
 
 const (
@@ -584,6 +590,9 @@ func (d *Dispatcher) process(ctx context.Context, j job) {
 		if _, result := events.ResultRef(j.ev.Data); !result {
 			j.ev.Time = sentAt(j.ev.Time, md.Timestamp)
 		}
+	}
+	if dm, ok := j.msg.(*directMsg); ok {
+		ctx = context.WithValue(ctx, directKey{}, dm) // the handling notes what the answer says
 	}
 	began, retryHere := time.Now(), retryHereFor
 	err := d.handle(log.WithContext(ctx), j.ev)

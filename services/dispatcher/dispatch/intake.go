@@ -108,6 +108,15 @@ func misrouted(subject string, ev events.Event, partitions int) string {
 		if subject != want || !events.ValidQueueName(ref.Queue) {
 			return fmt.Sprintf("a report about execution %q from queue %q on %s: it belongs on %s", ref.ExecutionID, ref.Queue, subject, want)
 		}
+	case strings.HasPrefix(subject, bus.DirectPrefix+"."):
+		ref, ok := events.ResultRef(ev.Data)
+		if !ok {
+			return fmt.Sprintf("%s on %s: direct report subjects take operation reports only", ev.Type, subject)
+		}
+		want := bus.DirectResultSubject(ref.Queue, partition.Of(ref.ExecutionID, partitions), ref.ExecutionID)
+		if subject != want || !events.ValidQueueName(ref.Queue) {
+			return fmt.Sprintf("a report about execution %q from queue %q on %s: it belongs on %s", ref.ExecutionID, ref.Queue, subject, want)
+		}
 	case strings.HasPrefix(subject, bus.TimersPrefix+"."):
 		p, ok := ev.Data.(*events.FireTimer)
 		if !ok {

@@ -136,6 +136,10 @@ func (d *Dispatcher) result(ctx context.Context, ref events.TaskRef, ev events.E
 		if err := d.applyResult(ctx, x, ref, ev); err != nil {
 			return err
 		}
-		return d.advance(ctx, x)
+		if err := d.advance(ctx, x); err != nil {
+			return err
+		}
+		noteAttempt(ctx, x, ref, ev)
+		return nil
 	})
 }

@@ -70,6 +70,7 @@ type consuming struct {
 
 	mu      sync.Mutex // guards below
 	ccs     []jetstream.ConsumeContext
+	subs    []*nats.Subscription // the partition's direct reports (direct.go)
 	stopped bool
 }
 
@@ -154,6 +155,15 @@ func (d *Dispatcher) acquire(ctx context.Context, p int, epoch uint64, enqueue f
 			return fmt.Errorf("consume %s: %w", c.Config.Durable, err)
 		}
 		if !r.add(cc) {
+			return nil // released meanwhile
+		}
+	}
+	if !d.cfg.NoDirectReports {
+		sub, err := d.listenDirect(p, r, enqueue)
+		if err != nil {
+			return err
+		}
+		if !r.addSub(sub) {
 			return nil // released meanwhile
 		}
 	}
@@ -246,14 +256,32 @@ func (r *consuming) add(cc jetstream.ConsumeContext) bool {
 	return true
 }
 
-// stop stops pulling and waits up to wait for the jobs in hand.
+// addSub keeps sub, or drains it if the holding was released meanwhile.
+func (r *consuming) addSub(sub *nats.Subscription) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopped {
+		_ = sub.Drain()
+		return false
+	}
+	r.subs = append(r.subs, sub)
+	return true
+}
+
+// stop stops pulling and waits up to wait for the jobs in hand. The
+// direct reports already in hand are handed on and answered (refused,
+// once the holding is over), not dropped: their agents store them at once
+// instead of waiting for an answer that never comes.
 func (r *consuming) stop(wait time.Duration) {
 	r.mu.Lock()
 	r.stopped = true
-	ccs := r.ccs
+	ccs, subs := r.ccs, r.subs
 	r.mu.Unlock()
 	for _, cc := range ccs {
 		cc.Stop()
+	}
+	for _, sub := range subs {
+		_ = sub.Drain()
 	}
 	deadline := time.Now().Add(wait)
 	for r.inFlight.Load() > 0 && time.Now().Before(deadline) {

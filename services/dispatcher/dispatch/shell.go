@@ -230,7 +230,11 @@ func (d *Dispatcher) perform(ctx context.Context, x *execState, eff interp.Effec
 		// The task is stored after this instant and before the ack: taken
 		// now, the sending is never recorded after the agent's start.
 		at := d.cfg.Now()
-		task := events.New(d.cfg.Source, x.id, x.workflow, at, &e.Task)
+		t := e.Task
+		if !d.cfg.NoDirectReports {
+			t.Partitions = d.parts.n // its agent may hand its reports to the partition's holder
+		}
+		task := events.New(d.cfg.Source, x.id, x.workflow, at, &t)
 		task.ID = e.Task.TaskID
 		msg, err := bus.Encode(d.taskSubject(e), task)
 		if err != nil {

@@ -509,3 +509,37 @@ func TestStaleReports(t *testing.T) {
 		require.Contains(t, Stale(m.state, st, r), name)
 	}
 }
+
+// TestAttemptOver: the attempt of a task is over once its result is
+// recorded, once the task's token is no longer the execution's (a
+// resume), or once the execution ended; while the step waits for its
+// result it is not, nor for a step the state does not know yet.
+func TestAttemptOver(t *testing.T) {
+	t.Parallel()
+	def := workflow.Definition{Name: "two", Steps: []workflow.Step{{ID: "s1", Kind: workflow.KindNoop}, {ID: "s2", Kind: workflow.KindNoop}}}
+	m := newMemShell(t, def, `{}`)
+	m.advance()
+	require.Len(t, m.tasks, 1)
+	first := m.tasks[0]
+	ref := events.TaskRef{TaskID: first.TaskID, ExecutionID: "x1", Workflow: "two", StepID: first.StepID,
+		Attempt: first.Attempt, Token: first.Token, Queue: first.Queue, Agent: "a1", Delivery: 2}
+	require.False(t, AttemptOver(m.state, ref), "s1 is in flight")
+	other := ref
+	other.Token = "token-before-a-resume"
+	require.True(t, AttemptOver(m.state, other), "sent with another token")
+	unknown := ref
+	unknown.StepID = "later/step"
+	require.False(t, AttemptOver(m.state, unknown), "a step the state does not know yet")
+	m.reportTask(first, &events.OperationSucceeded{TaskRef: events.TaskRef{Agent: "a1"}})
+	require.True(t, AttemptOver(m.state, ref), "s1's result is recorded")
+	m.advance()
+	require.Len(t, m.tasks, 2)
+	second := m.tasks[1]
+	ref2 := events.TaskRef{TaskID: second.TaskID, ExecutionID: "x1", Workflow: "two", StepID: second.StepID,
+		Attempt: second.Attempt, Token: second.Token, Queue: second.Queue}
+	require.False(t, AttemptOver(m.state, ref2))
+	m.reportTask(second, &events.OperationSucceeded{TaskRef: events.TaskRef{Agent: "a1"}})
+	m.advance()
+	require.True(t, m.state.Status.Terminal())
+	require.True(t, AttemptOver(m.state, ref2), "the execution ended")
+}

@@ -93,6 +93,9 @@ type Config struct {
 	// BulkAfter is the dispatcher's -bulk-after (0: its default;
 	// dispatch.NoBulkLane: every task on the normal lane).
 	BulkAfter int
+	// NoDirectReports: agents store every report on the results stream,
+	// and dispatchers take none handed straight to them (docs/adr/0009).
+	NoDirectReports bool
 	// Janitor settings.
 	JanitorInterval time.Duration
 	IdleAfter       time.Duration
@@ -473,7 +476,8 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 			return l
 		}
 		start(ns, "dispatcher", func(ctx context.Context, c *bus.Conn) error {
-			d, err := dispatch.New(ctx, dispatch.Config{Workers: cfg.Workers, CacheSize: cfg.CacheSize, BulkAfter: cfg.BulkAfter, APIURL: info.APIURL, BindOnly: restricted}, c.JS, log("dispatcher"))
+			d, err := dispatch.New(ctx, dispatch.Config{Workers: cfg.Workers, CacheSize: cfg.CacheSize, BulkAfter: cfg.BulkAfter, APIURL: info.APIURL, BindOnly: restricted,
+				NoDirectReports: cfg.NoDirectReports}, c.JS, log("dispatcher"))
 			if err != nil {
 				return err
 			}
@@ -692,7 +696,7 @@ func agentConfig(cfg Config) (agent.Config, error) {
 		prefix = ""
 	}
 	ac := agent.Config{Name: "dev-agent", AckWait: cfg.TaskAckWait, MaxDeliver: cfg.MaxDeliver,
-		Concurrency: cfg.Concurrency, KillGrace: cfg.KillGrace, StartedAfter: cfg.StartedAfter, Handlers: cfg.Handlers,
+		Concurrency: cfg.Concurrency, KillGrace: cfg.KillGrace, StartedAfter: cfg.StartedAfter, Handlers: cfg.Handlers, NoDirectReports: cfg.NoDirectReports,
 		Policy: policy, SecretsDir: dir, SecretsEnvPrefix: prefix}
 	return ac, ac.Validate()
 }

@@ -1,0 +1,166 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/services/dispatcher/interp"
+)
+
+// Reports handed straight to the dispatcher (docs/adr/0009): an agent
+// asks the holder of its task's partition to record a report, a core NATS
+// request on jf.direct.<queue>.<partition>.<execution>, instead of storing
+// it on the results stream for the partition's consumer. The report is
+// handled as a stored one would be (the same intake, the same turns, the
+// same handling); only its message differs (directMsg): its
+// acknowledgement acknowledges the task and answers the agent, and
+// anything else answers that the agent should store the report itself.
+
+// directAckWait bounds the acknowledgement of a task on its agent's
+// behalf: past it the agent is told to store its report instead.
+const directAckWait = 5 * time.Second
+
+// directMsg is a report handed straight to the dispatcher, seen by the
+// handling as a consumer's message.
+type directMsg struct {
+	msg *nats.Msg
+	nc  *nats.Conn
+	// over is set by the handling of an operation's started report: the
+	// task's attempt is no longer in flight (interp.AttemptOver).
+	over     atomic.Bool
+	answered atomic.Bool
+}
+
+var errNotStored = errors.New("a report handed straight to the dispatcher is stored nowhere: it has no metadata")
+
+func (m *directMsg) Metadata() (*jetstream.MsgMetadata, error) { return nil, errNotStored }
+func (m *directMsg) Data() []byte                              { return m.msg.Data }
+func (m *directMsg) Headers() nats.Header                      { return m.msg.Header }
+func (m *directMsg) Subject() string                           { return m.msg.Subject }
+func (m *directMsg) Reply() string                             { return m.msg.Reply }
+
+// InProgress does nothing: the agent waits for the answer (up to its
+// direct wait) while it keeps its task alive.
+func (m *directMsg) InProgress() error { return nil }
+
+// Ack acknowledges the task named by the report, if any, and waits for
+// JetStream to confirm it; then it answers the agent that its report is
+// recorded. If the task cannot be acknowledged, the agent is told to
+// store the report (it is then stale, or ignored) and acknowledge the task
+// itself.
+func (m *directMsg) Ack() error {
+	if ack := m.msg.Header.Get(bus.DirectTaskAckHeader); ack != "" {
+		if err := m.ackTask(ack); err != nil {
+			m.answer(bus.DirectRefused, err.Error())
+			return err
+		}
+	}
+	m.answer(bus.DirectRecorded, "")
+	return nil
+}
+
+func (m *directMsg) DoubleAck(context.Context) error { return m.Ack() }
+
+// Nak, NakWithDelay, Term and TermWithReason refuse the report: the agent
+// stores it on the results stream, where it is handled again (or
+// rejected again) as any stored report.
+func (m *directMsg) Nak() error                         { return m.refuse("not handled here now") }
+func (m *directMsg) NakWithDelay(time.Duration) error   { return m.refuse("not handled here now") }
+func (m *directMsg) Term() error                        { return m.refuse("cannot be handled") }
+func (m *directMsg) TermWithReason(reason string) error { return m.refuse(reason) }
+
+func (m *directMsg) refuse(why string) error {
+	m.answer(bus.DirectRefused, why)
+	return nil
+}
+
+// ackTask acknowledges the task whose delivery's acknowledgement subject
+// is ack, once: only a delivery of the report's own task (its queue's
+// consumers, its sequence) is acknowledged, so that an agent can have the
+// dispatcher acknowledge nothing it could not acknowledge itself.
+func (m *directMsg) ackTask(ack string) error {
+	ta, err := bus.ParseTaskAck(ack)
+	if err != nil {
+		return err
+	}
+	ev, err := bus.Decode(m.msg.Header, m.msg.Data)
+	if err != nil {
+		return err
+	}
+	ref, ok := events.ResultRef(ev.Data)
+	if !ok {
+		return fmt.Errorf("%s is no operation report", ev.Type)
+	}
+	if ta.Consumer != bus.AgentConsumer(ref.Queue) && ta.Consumer != bus.AgentBulkConsumer(ref.Queue) {
+		return fmt.Errorf("the task acknowledgement names consumer %q, not one of queue %q's", ta.Consumer, ref.Queue)
+	}
+	if ref.TaskSeq != 0 && ta.Seq != ref.TaskSeq {
+		return fmt.Errorf("the task acknowledgement names task %d, the report task %d", ta.Seq, ref.TaskSeq)
+	}
+	// A double acknowledgement: JetStream answers once it has taken it,
+	// so the task has left its queue before the agent is told so.
+	if _, err := m.nc.Request(ack, []byte("+ACK"), directAckWait); err != nil {
+		return fmt.Errorf("acknowledge task %d: %w", ta.Seq, err)
+	}
+	return nil
+}
+
+// answer answers the agent once (later answers are dropped: a report
+// refused after it was answered changes nothing the agent does).
+func (m *directMsg) answer(outcome, why string) {
+	if m.msg.Reply == "" || !m.answered.CompareAndSwap(false, true) {
+		return
+	}
+	r := nats.NewMsg(m.msg.Reply)
+	r.Header.Set(bus.DirectOutcomeHeader, outcome)
+	if outcome == bus.DirectRecorded && m.over.Load() {
+		r.Header.Set(bus.DirectAttemptHeader, bus.DirectAttemptOver)
+	}
+	r.Data = []byte(why)
+	_ = m.nc.PublishMsg(r)
+}
+
+// directKey carries, in a handling's context, the report handed straight
+// to the dispatcher that it handles.
+type directKey struct{}
+
+// noteAttempt marks, on the direct report a handling's context carries,
+// whether the task's attempt is over in the execution's state s: the
+// answer to an operation's started report tells its agent not to run a
+// task delivered again that needs not run.
+func noteAttempt(ctx context.Context, x *execState, ref events.TaskRef, ev events.Event) {
+	m, ok := ctx.Value(directKey{}).(*directMsg)
+	if !ok || ev.Type != events.TypeOperationStarted {
+		return
+	}
+	m.over.Store(interp.AttemptOver(x.state, ref))
+}
+
+// listenDirect subscribes to the reports handed straight to the holder of
+// partition p, handing each to enqueue as a message of holding r.
+func (d *Dispatcher) listenDirect(p int, r *consuming, enqueue func(jetstream.Msg, *consuming)) (*nats.Subscription, error) {
+	nc := d.js.Conn()
+	sub, err := nc.QueueSubscribe(bus.DirectResults(p), bus.DirectQueueGroup, func(m *nats.Msg) {
+		if m.Reply == "" || !strings.HasPrefix(m.Subject, bus.DirectPrefix+".") {
+			return // nobody to answer: a report is only handed this way by a request
+		}
+		r.inFlight.Add(1)
+		enqueue(&directMsg{msg: m, nc: nc}, r)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listen for partition %d's direct reports: %w", p, err)
+	}
+	// Reports come as fast as agents finish tasks: the default pending
+	// limits (65,536 messages, 64 MiB) are the bound, beyond which the
+	// client drops them and their agents, without an answer, store them.
+	return sub, nil
+}
