@@ -221,14 +221,17 @@ steps:
 	// The sniper kills an agent the moment one of its results is stored:
 	// the agent dies between storing the result and acknowledging its task,
 	// so JetStream hands the task to an agent again after the step has
-	// ended, and maybe after its lock went to the next holder.
+	// ended, and maybe after its lock went to the next holder. Or the
+	// moment it hands one straight to a dispatcher (docs/adr/0009): it dies
+	// waiting for the answer, and the dispatcher records the report and
+	// acknowledges the task without it.
 	agents := map[string]*chaosProcess{}
 	for _, p := range procs[len(dispatchers):] {
 		agents[p.Name] = p
 	}
 	var armed atomic.Bool
 	sniped := make(chan *chaosProcess, 1)
-	sub, err := nc.Subscribe(bus.ResultsPrefix+".>", func(m *nats.Msg) {
+	snipeOn := func(m *nats.Msg) {
 		if !armed.Load() {
 			return
 		}
@@ -243,9 +246,12 @@ steps:
 		p := agents[r.Agent]
 		_ = p.Signal(syscall.SIGKILL)
 		sniped <- p
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	}
+	for _, subject := range []string{bus.ResultsPrefix + ".>", bus.DirectPrefix + ".>"} {
+		sub, err := nc.Subscribe(subject, snipeOn)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = sub.Unsubscribe() })
+	}
 	snipe := func() *chaosProcess {
 		armed.Store(true)
 		select {

@@ -154,7 +154,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		Log: zerolog.New(os.Stderr).Level(zerolog.WarnLevel), Insecure: c.insecure, BulkAfter: c.bulkAfter,
 		SyncAlways: c.fsync, SyncInterval: c.syncInterval}
 	if c.retention > 0 {
-		scfg.JanitorInterval = quietJanitor
+		// Every report stored (none handed straight to the dispatcher,
+		// docs/adr/0009), so that the sweeps purge results too.
+		scfg.JanitorInterval, scfg.NoDirectReports = quietJanitor, true
 	}
 	if c.soak.Duration > 0 {
 		scfg.JanitorInterval, scfg.CacheSize = soakJanitor, c.soak.CacheSize

@@ -29,7 +29,8 @@ import (
 )
 
 // retentionWorkflow is the workflow of the retention run: one noop step
-// (so that an agent reports results, which the janitor purges too) and a
+// (so that an agent reports results, which the janitor purges too: the
+// run stores every report, none handed straight to the dispatcher) and a
 // count rule, so that which executions expire depends only on the order
 // in which they finished.
 const retentionWorkflow = "bench-retention"
