@@ -106,11 +106,13 @@ type Config struct {
 }
 
 const (
-	// DefaultDirectWait is the default DirectWait: a report waits behind
-	// its execution's others at the dispatcher (a fan-out's come by the
-	// hundred), and one not answered by then is stored and recorded from
-	// the results stream, a second time for nothing if it was handled.
-	DefaultDirectWait = 5 * time.Second
+	// DefaultDirectWait is the default DirectWait. A dispatcher answers
+	// at once a report it will not handle soon (its execution has many
+	// messages waiting there), so the wait matters when the dispatcher
+	// died with the report in hand: the report is then stored, and
+	// recorded by the partition's next holder, about as soon as it takes
+	// the partition.
+	DefaultDirectWait = time.Second
 )
 
 const (

@@ -106,31 +106,38 @@ func (a *Agent) directRequest(task *events.Task, id string, p events.Payload, ac
 }
 
 // request sends a direct report and waits up to DirectWait for the
-// answer. A request nobody answers in time pauses direct reports (see
-// directPause).
+// answer. A request nobody answers in time, while no other got an answer
+// either, pauses direct reports (see directPause).
 func (a *Agent) request(ctx context.Context, req *nats.Msg) (*nats.Msg, error) {
+	sent := time.Now()
 	rctx, cancel := context.WithTimeout(ctx, a.cfg.DirectWait)
 	defer cancel()
 	answer, err := a.js.Conn().RequestMsgWithContext(rctx, req)
-	if err != nil && errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+	switch {
+	case err == nil:
+		a.direct.answered.Store(time.Now().UnixNano())
+	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil && a.direct.answered.Load() < sent.UnixNano():
 		if a.direct.pause(time.Now()) {
 			a.log.Warn().Dur("direct_wait", a.cfg.DirectWait).Dur("pause", directPause).
-				Msg("no dispatcher answered a report handed to it directly in time: reports are stored on the results stream for a while " +
-					"(dispatchers that are very busy, or agent credentials issued before direct reports: issue them again)")
+				Msg("no dispatcher answered the reports handed to it directly: reports are stored on the results stream for a while " +
+					"(dispatchers stopped or stuck, or agent credentials issued before direct reports: issue them again)")
 		}
 	}
 	return answer, err
 }
 
-// directPause is how long an agent stores every report after a direct
-// report went unanswered: its dispatchers are very busy (their answer
-// would come late, and the report be handled twice), or its credentials
-// do not let it hand reports directly (each would wait DirectWait).
+// directPause is how long an agent stores every report once direct
+// reports went unanswered, none answered since the first of them was
+// sent: its credentials do not let it hand them (a permission violation
+// is no error a request sees: each would wait DirectWait), or its
+// dispatchers are stuck. A report that one dead dispatcher took with it
+// while others answer pauses nothing: it is stored after DirectWait.
 const directPause = 30 * time.Second
 
 // directState pauses direct reports (directPause).
 type directState struct {
-	until atomic.Int64 // unix nanoseconds: no direct report before then
+	until    atomic.Int64 // unix nanoseconds: no direct report before then
+	answered atomic.Int64 // unix nanoseconds: when the last answer came
 }
 
 func (s *directState) paused() bool { return time.Now().UnixNano() < s.until.Load() }

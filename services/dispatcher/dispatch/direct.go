@@ -29,6 +29,13 @@ import (
 // behalf: past it the agent is told to store its report instead.
 const directAckWait = 5 * time.Second
 
+// directBacklog is how many jobs of one execution may wait for their turn
+// before a report handed straight to the dispatcher is refused at once,
+// to be stored: a fan-out's reports then wait on the results stream,
+// under its consumer's flow control, instead of in memory, and no agent
+// waits for an answer that would come late.
+const directBacklog = 64
+
 // directMsg is a report handed straight to the dispatcher, seen by the
 // handling as a consumer's message.
 type directMsg struct {
@@ -153,8 +160,14 @@ func (d *Dispatcher) listenDirect(p int, r *consuming, enqueue func(jetstream.Ms
 		if m.Reply == "" || !strings.HasPrefix(m.Subject, bus.DirectPrefix+".") {
 			return // nobody to answer: a report is only handed this way by a request
 		}
+		dm := &directMsg{msg: m, nc: nc}
+		execution := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
+		if work := d.work.Load(); work != nil && work.backlog(execution) >= directBacklog {
+			_ = dm.refuse(fmt.Sprintf("execution %s has %d messages waiting here: store the report", execution, directBacklog))
+			return
+		}
 		r.inFlight.Add(1)
-		enqueue(&directMsg{msg: m, nc: nc}, r)
+		enqueue(dm, r)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("listen for partition %d's direct reports: %w", p, err)

@@ -235,10 +235,11 @@ type Dispatcher struct {
 
 	damages damageLog // damages logged (damage.go)
 
-	parts    partitions      // the partitions it holds (partitions.go)
-	started  time.Time       // when Run began
-	running  atomic.Bool     // its consumers are bound and its partition table runs
-	stopping <-chan struct{} // closed when Run is asked to stop
+	parts    partitions            // the partitions it holds (partitions.go)
+	work     atomic.Pointer[turns] // the turns of Run (direct reports look at their backlog)
+	started  time.Time             // when Run began
+	running  atomic.Bool           // its consumers are bound and its partition table runs
+	stopping <-chan struct{}       // closed when Run is asked to stop
 
 	mu    sync.Mutex // guards cache
 	cache *lru[string, *execState]
@@ -385,6 +386,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	}
 	// The workers handle executions in turns (fair.go).
 	work := newTurns()
+	d.work.Store(work)
 	// Fired timers are recorded in batches first (fires.go).
 	fires := newFireQueue()
 	stopBeats := make(chan struct{})

@@ -158,6 +158,17 @@ func (t *turns) done(j job) {
 	}
 }
 
+// backlog is how many jobs of execution key wait for their turn (the one
+// being handled not counted).
+func (t *turns) backlog(key string) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if q := t.queues[key]; q != nil {
+		return len(q.jobs)
+	}
+	return 0
+}
+
 // due returns the messages of the queued jobs whose last sign of life is
 // every(job) old or more, and counts them alive from now: the caller
 // sends each an in-progress acknowledgement.
