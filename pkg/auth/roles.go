@@ -226,18 +226,17 @@ func PermissionsFor(role Role, queues []string, inbox string) (Permissions, erro
 		return Permissions{PubAllow: []string{">"}, SubAllow: []string{">"}}, nil
 
 	case RoleDispatcher:
-		// Reports agents hand straight to it, which it answers, and whose
-		// tasks it acknowledges on their agents' behalf (docs/adr/0009).
+		// Reports agents hand straight to it, which it answers
+		// (docs/adr/0009).
 		p := Permissions{SubAllow: slices.Concat(inboxSub, []string{bus.DirectPrefix + ".>"}), Responses: true}
 		p.PubAllow = slices.Concat(
 			[]string{
-				bus.EventsPrefix + ".>",        // the only writer of histories
-				bus.TasksPrefix + ".>",         // tasks for any queue
-				jsAck + bus.StreamTasks + ".>", // a task whose report an agent handed straight to it
-				bus.SchedulesPrefix + ".>",     // durable timers
-				bus.RejectionsPrefix + ".>",    // why a command changed nothing
-				bus.KillsPrefix + ".>",         // kill notices for agents
-				bus.InboxPrefix + ".>",         // checked commands, on their partition; wakes of lock holders
+				bus.EventsPrefix + ".>",     // the only writer of histories
+				bus.TasksPrefix + ".>",      // tasks for any queue
+				bus.SchedulesPrefix + ".>",  // durable timers
+				bus.RejectionsPrefix + ".>", // why a command changed nothing
+				bus.KillsPrefix + ".>",      // kill notices for agents
+				bus.InboxPrefix + ".>",      // checked commands, on their partition; wakes of lock holders
 			},
 			consume(bus.StreamCommands, bus.ConsumerDispatcherCommands),
 			// The partitions' consumers (dispatcher-<kind>-<partition>), and

@@ -223,8 +223,8 @@ steps:
 	// so JetStream hands the task to an agent again after the step has
 	// ended, and maybe after its lock went to the next holder. Or the
 	// moment it hands one straight to a dispatcher (docs/adr/0009): it dies
-	// waiting for the answer, and the dispatcher records the report and
-	// acknowledges the task without it.
+	// waiting for the answer, the dispatcher records the report, and the
+	// task delivered again asks whether its attempt is over.
 	agents := map[string]*chaosProcess{}
 	for _, p := range procs[len(dispatchers):] {
 		agents[p.Name] = p

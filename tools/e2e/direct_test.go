@@ -40,10 +40,10 @@ func (s *stack) finalReportsStored(t *testing.T, id string) int {
 
 // TestReportsGoStraightToTheDispatcher: with the identities jetflow dev
 // issues (agents may hand reports on jf.direct.<their queue>.>, the
-// dispatcher takes them, answers, and acknowledges their tasks), every
-// final report of an execution goes straight to the dispatcher: its steps
-// succeed, each recorded once, its tasks have left their queue, and the
-// results stream stores none of its reports. With -direct-reports=false
+// dispatcher takes and answers them), every final report of an execution
+// goes straight to the dispatcher: its steps succeed, each recorded once,
+// its tasks have left their queue, and the results stream stores none of
+// its reports. With -direct-reports=false
 // (both services), each is stored there, as before direct reports.
 func TestReportsGoStraightToTheDispatcher(t *testing.T) {
 	t.Parallel()

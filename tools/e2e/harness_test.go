@@ -407,8 +407,8 @@ func (g *gate) open() { _ = os.WriteFile(g.path, nil, 0o600) }
 // changes (or must not change) is then in the history. The report was
 // either stored on the results stream (and the dispatchers have handled
 // every result so far), or handed straight to the dispatcher, which
-// acknowledged the task only once it had handled it (docs/adr/0009): the
-// task has then left its queue.
+// answered once it had handled it, and only then did the agent
+// acknowledge the task (docs/adr/0009): the task has then left its queue.
 func (s *stack) waitResult(t *testing.T, id, step string) {
 	t.Helper()
 	poll(t, 30*time.Second, "a final result of "+id+" step "+step, func() (bool, string) {

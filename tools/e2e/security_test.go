@@ -123,8 +123,8 @@ func TestNATSIdentitiesAreLeastPrivilege(t *testing.T) {
 		c.denied(t, &nats.Msg{Subject: "$JS.API.CONSUMER.MSG.NEXT." + bus.StreamEvents + "." + bus.ConsumerProjector, Data: []byte(`{"batch":1}`)})
 		c.denied(t, &nats.Msg{Subject: "$JS.API.CONSUMER.DURABLE.CREATE." + bus.StreamEvents + ".spy"})
 		c.denied(t, &nats.Msg{Subject: bus.TaskSubject("default")})
-		// Reports handed straight to a dispatcher are the agents'; their
-		// tasks' acknowledgements, the agents' and the dispatchers'.
+		// Reports handed straight to a dispatcher are the agents', and so
+		// are their tasks' acknowledgements.
 		c.denied(t, forged(bus.DirectResultSubject("default", partition.Of("victim", partition.DefaultCount), "victim"), &events.OperationSucceeded{}))
 		c.denied(t, &nats.Msg{Subject: "$JS.ACK." + bus.StreamTasks + ".agent-default.1.1.1.1700000000000000000.0"})
 		c.denied(t, &nats.Msg{Subject: bus.CommandsPrefix + ".expire"})

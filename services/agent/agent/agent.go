@@ -228,10 +228,8 @@ type Agent struct {
 	handlers map[string]operation.Handler
 	kills    *kills
 	secrets  secretStore
-	// direct pauses direct reports; reporting counts the reports handed
-	// directly whose answer is awaited (direct.go).
-	direct    directState
-	reporting sync.WaitGroup
+	// direct: the reports handed straight to dispatchers (direct.go).
+	direct direct
 }
 
 // New returns an agent; call Run to start it.
@@ -300,6 +298,22 @@ func (a *Agent) Run(ctx context.Context) error {
 	if ctx.Err() != nil {
 		return nil // stopped while starting: not an error
 	}
+	answers, err := a.listen()
+	if err != nil {
+		return err
+	}
+	stopSweep, swept := make(chan struct{}), make(chan struct{})
+	go func() { defer close(swept); a.sweep(stopSweep) }()
+	defer func() {
+		// Once no worker runs: the reports still waiting for their
+		// answers are settled (stored, past DirectWait), then no more
+		// answer is taken.
+		close(stopSweep)
+		<-swept
+		if answers != nil {
+			_ = answers.Unsubscribe()
+		}
+	}()
 	a.running.Store(true)
 	context.AfterFunc(ctx, func() { a.running.Store(false) }) // stopping: not ready
 	var workers sync.WaitGroup
@@ -316,7 +330,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		Dur("report_started_after", a.cfg.StartedAfter).Msg("agent running")
 	<-ctx.Done()
 	done := make(chan struct{})
-	go func() { workers.Wait(); a.reporting.Wait(); close(done) }()
+	go func() { workers.Wait(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(a.cfg.ShutdownGrace):

@@ -42,7 +42,6 @@ type dispatcherStandIn struct {
 type handed struct {
 	subject string
 	ev      events.Event
-	ack     string // its task acknowledgement header
 }
 
 func (d *dispatcherStandIn) reports() []handed {
@@ -62,7 +61,7 @@ func standIn(t *testing.T, nc *nats.Conn, answer func(nc *nats.Conn, m *nats.Msg
 			t.Errorf("a direct report does not decode: %v", err)
 			return
 		}
-		h := handed{subject: m.Subject, ev: ev, ack: m.Header.Get(bus.DirectTaskAckHeader)}
+		h := handed{subject: m.Subject, ev: ev}
 		d.mu.Lock()
 		d.got = append(d.got, h)
 		d.mu.Unlock()
@@ -77,16 +76,9 @@ func standIn(t *testing.T, nc *nats.Conn, answer func(nc *nats.Conn, m *nats.Msg
 }
 
 // answerWith answers a report with outcome (and the attempt header, if
-// over), acknowledging its task first when it names one, as a dispatcher
-// that recorded it does.
+// over), as a dispatcher does once it handled it.
 func answerWith(t *testing.T, outcome string, over bool) func(nc *nats.Conn, m *nats.Msg, h handed) {
-	return func(nc *nats.Conn, m *nats.Msg, h handed) {
-		if h.ack != "" && outcome == bus.DirectRecorded {
-			if _, err := nc.Request(h.ack, []byte("+ACK"), 5*time.Second); err != nil {
-				t.Errorf("acknowledge the task: %v", err)
-				return
-			}
-		}
+	return func(nc *nats.Conn, m *nats.Msg, _ handed) {
 		r := nats.NewMsg(m.Reply)
 		r.Header.Set(bus.DirectOutcomeHeader, outcome)
 		if over {
@@ -111,9 +103,8 @@ func finals(evs []events.Event) []events.Event {
 
 // TestDirectReportRecorded: a final report about a task whose dispatcher
 // takes direct reports goes straight to the holder of its execution's
-// partition, with its task's acknowledgement subject; once that answers
-// that it recorded it (and acknowledged the task), nothing is stored on
-// the results stream, and the task has left its queue.
+// partition; once that answers that it recorded it, the agent
+// acknowledges the task, and nothing is stored on the results stream.
 func TestDirectReportRecorded(t *testing.T) {
 	t.Parallel()
 	b := setupAgent(t, nil)
@@ -128,17 +119,13 @@ func TestDirectReportRecorded(t *testing.T) {
 	require.Equal(t, events.TypeOperationSucceeded, got[0].ev.Type)
 	require.Equal(t, task.TaskID+".done.1", got[0].ev.ID, "the id it would be stored under")
 	requireRef(t, task, got[0].ev.Data.(*events.OperationSucceeded).TaskRef)
-	require.NotEmpty(t, got[0].ack)
-	ack, err := bus.ParseTaskAck(got[0].ack)
-	require.NoError(t, err)
-	require.Equal(t, agent.ConsumerName("default"), ack.Consumer)
 	require.Empty(t, finals(readResults(t, b.js, "x-direct")), "a report recorded directly is not stored")
 }
 
 // TestDirectReportStoredWhenNotRecorded: a report that no dispatcher
 // takes (none holds the partition now, or none listens) or that the
-// dispatcher refuses is stored on the results stream instead, and its
-// task acknowledged by the agent.
+// dispatcher refuses is stored on the results stream instead, and then
+// its task acknowledged.
 func TestDirectReportStoredWhenNotRecorded(t *testing.T) {
 	t.Parallel()
 	t.Run("NoDispatcher", func(t *testing.T) {
@@ -233,7 +220,6 @@ func TestRedeliveredTaskAsksWhetherItsAttemptIsOver(t *testing.T) {
 			require.True(t, ok, "the first report is the started one: %s", got[0].ev.Type)
 			require.Equal(t, 2, started.Delivery)
 			require.Equal(t, task.TaskID, started.TaskID)
-			require.Empty(t, got[0].ack, "a started report lets the agent acknowledge its task")
 		})
 	}
 }

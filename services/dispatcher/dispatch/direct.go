@@ -22,12 +22,8 @@ import (
 // it on the results stream for the partition's consumer. The report is
 // handled as a stored one would be (the same intake, the same turns, the
 // same handling); only its message differs (directMsg): its
-// acknowledgement acknowledges the task and answers the agent, and
-// anything else answers that the agent should store the report itself.
-
-// directAckWait bounds the acknowledgement of a task on its agent's
-// behalf: past it the agent is told to store its report instead.
-const directAckWait = 5 * time.Second
+// acknowledgement answers the agent that the report is handled, and
+// anything else that the agent should store the report itself.
 
 // directBacklog is how many jobs of one execution may wait for their turn
 // before a report handed straight to the dispatcher is refused at once,
@@ -59,18 +55,9 @@ func (m *directMsg) Reply() string                             { return m.msg.Re
 // direct wait) while it keeps its task alive.
 func (m *directMsg) InProgress() error { return nil }
 
-// Ack acknowledges the task named by the report, if any, and waits for
-// JetStream to confirm it; then it answers the agent that its report is
-// recorded. If the task cannot be acknowledged, the agent is told to
-// store the report (it is then stale, or ignored) and acknowledge the task
-// itself.
+// Ack answers the agent that its report is handled: it acknowledges its
+// task then.
 func (m *directMsg) Ack() error {
-	if ack := m.msg.Header.Get(bus.DirectTaskAckHeader); ack != "" {
-		if err := m.ackTask(ack); err != nil {
-			m.answer(bus.DirectRefused, err.Error())
-			return err
-		}
-	}
 	m.answer(bus.DirectRecorded, "")
 	return nil
 }
@@ -87,37 +74,6 @@ func (m *directMsg) TermWithReason(reason string) error { return m.refuse(reason
 
 func (m *directMsg) refuse(why string) error {
 	m.answer(bus.DirectRefused, why)
-	return nil
-}
-
-// ackTask acknowledges the task whose delivery's acknowledgement subject
-// is ack, once: only a delivery of the report's own task (its queue's
-// consumers, its sequence) is acknowledged, so that an agent can have the
-// dispatcher acknowledge nothing it could not acknowledge itself.
-func (m *directMsg) ackTask(ack string) error {
-	ta, err := bus.ParseTaskAck(ack)
-	if err != nil {
-		return err
-	}
-	ev, err := bus.Decode(m.msg.Header, m.msg.Data)
-	if err != nil {
-		return err
-	}
-	ref, ok := events.ResultRef(ev.Data)
-	if !ok {
-		return fmt.Errorf("%s is no operation report", ev.Type)
-	}
-	if ta.Consumer != bus.AgentConsumer(ref.Queue) && ta.Consumer != bus.AgentBulkConsumer(ref.Queue) {
-		return fmt.Errorf("the task acknowledgement names consumer %q, not one of queue %q's", ta.Consumer, ref.Queue)
-	}
-	if ref.TaskSeq != 0 && ta.Seq != ref.TaskSeq {
-		return fmt.Errorf("the task acknowledgement names task %d, the report task %d", ta.Seq, ref.TaskSeq)
-	}
-	// A double acknowledgement: JetStream answers once it has taken it,
-	// so the task has left its queue before the agent is told so.
-	if _, err := m.nc.Request(ack, []byte("+ACK"), directAckWait); err != nil {
-		return fmt.Errorf("acknowledge task %d: %w", ta.Seq, err)
-	}
 	return nil
 }
 
