@@ -25,13 +25,17 @@ func (m *memShell) finish(task events.Task) {
 }
 
 // tenStepsMidway is an execution of ten noop steps whose 6th step's
-// success was just recorded: the next decision schedules the 7th.
-func tenStepsMidway(b *testing.B) *memShell {
+// success was just recorded. With split, each success is recorded without
+// the next dispatch (as with -split-dispatch), and the next decision
+// (Next) schedules the 7th; without, the 6th success carried the 7th's
+// dispatch (docs/adr/0008), which Result decides.
+func tenStepsMidway(b *testing.B, split bool) *memShell {
 	def := workflow.Definition{Name: "bench"}
 	for i := range 10 {
 		def.Steps = append(def.Steps, workflow.Step{ID: fmt.Sprintf("s%d", i+1), Kind: workflow.KindNoop})
 	}
 	m := newMemShell(b, def, `{}`)
+	m.split = split
 	for i := range 6 {
 		m.advance()
 		if len(m.tasks) != i+1 {
@@ -102,16 +106,16 @@ func BenchmarkNext(b *testing.B) {
 			Next(in)
 		}
 	}
-	b.Run("ten-steps-midway", func(b *testing.B) { run(b, tenStepsMidway(b), true) })
+	b.Run("ten-steps-midway", func(b *testing.B) { run(b, tenStepsMidway(b, true), true) })
 	b.Run("foreach-1000-midway/view", func(b *testing.B) { run(b, foreachMidway(b), true) })
 	b.Run("foreach-1000-midway/walk", func(b *testing.B) { run(b, foreachMidway(b), false) })
 }
 
 // BenchmarkResult is the decision on an agent's report that a 10-step
-// execution's 7th step succeeded.
+// execution's 7th step succeeded: the success, with the 8th's dispatch.
 func BenchmarkResult(b *testing.B) {
 	noVerify(b)
-	m := tenStepsMidway(b)
+	m := tenStepsMidway(b, false)
 	m.advance()
 	if len(m.tasks) != 7 {
 		b.Fatalf("%d tasks", len(m.tasks))
@@ -124,6 +128,8 @@ func BenchmarkResult(b *testing.B) {
 	in := m.input()
 	if d := Result(in, ref, ev); d.Err != nil || len(d.Events) == 0 {
 		b.Fatalf("the decision does nothing: %+v", d)
+	} else if ok, _ := d.Events[0].(*events.StepSucceeded); ok == nil || ok.Then == nil {
+		b.Fatalf("the success does not carry the next dispatch: %+v", d.Events[0])
 	}
 	b.ReportAllocs()
 	for b.Loop() {
