@@ -27,9 +27,6 @@ func PermissionsMarkdown() string {
 		block("May never publish (wins over the above)", p.PubDeny)
 		block("May subscribe", p.SubAllow)
 		block("May never subscribe", p.SubDeny)
-		if p.Responses {
-			fmt.Fprintf(&b, "May answer each request it receives once, on the request's reply subject, for %s (NATS `allow_responses`).\n\n", ResponseExpiry)
-		}
 	}
 	return b.String()
 }

@@ -234,11 +234,6 @@ func IssueUserKey(acc nkeys.KeyPair, ns string, role Role, queues []string, user
 	uc.Permissions.Pub.Deny.Add(perms.PubDeny...)
 	uc.Permissions.Sub.Allow.Add(perms.SubAllow...)
 	uc.Permissions.Sub.Deny.Add(perms.SubDeny...)
-	if perms.Responses {
-		// One answer to each request, within the longest an agent waits
-		// for it (agent.Ranges.DirectWait).
-		uc.Permissions.Resp = &jwt.ResponsePermission{MaxMsgs: 1, Expires: ResponseExpiry}
-	}
 	userJWT, err := uc.Encode(acc)
 	if err != nil {
 		return nil, fmt.Errorf("auth: sign user %s: %w", uc.Name, err)
@@ -249,10 +244,6 @@ func IssueUserKey(acc nkeys.KeyPair, ns string, role Role, queues []string, user
 	}
 	return jwt.FormatUserConfig(userJWT, seed)
 }
-
-// ResponseExpiry is how long a user with Permissions.Responses may
-// answer a request it received.
-const ResponseExpiry = 2 * time.Minute
 
 // ServerConfig is the nats-server configuration that trusts the operator
 // and knows every account (a memory resolver, preloaded).

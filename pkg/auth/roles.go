@@ -60,10 +60,6 @@ func ParseRole(s string) (Role, error) {
 type Permissions struct {
 	PubAllow, PubDeny []string
 	SubAllow, SubDeny []string
-	// Responses lets the user answer each request it receives, once,
-	// whatever the reply subject (NATS allow_responses): a dispatcher
-	// answers the reports agents hand straight to it on their own inboxes.
-	Responses bool
 }
 
 // compact sorts each list and drops repeats.
@@ -73,7 +69,7 @@ func (p Permissions) compact() Permissions {
 		slices.Sort(l)
 		return slices.Compact(l)
 	}
-	return Permissions{PubAllow: c(p.PubAllow), PubDeny: c(p.PubDeny), SubAllow: c(p.SubAllow), SubDeny: c(p.SubDeny), Responses: p.Responses}
+	return Permissions{PubAllow: c(p.PubAllow), PubDeny: c(p.PubDeny), SubAllow: c(p.SubAllow), SubDeny: c(p.SubDeny)}
 }
 
 // API subjects of JetStream (nats-server's $JS.API), as used below.
@@ -226,12 +222,13 @@ func PermissionsFor(role Role, queues []string, inbox string) (Permissions, erro
 		return Permissions{PubAllow: []string{">"}, SubAllow: []string{">"}}, nil
 
 	case RoleDispatcher:
-		// Reports agents hand straight to it, which it answers
-		// (docs/adr/0009).
-		p := Permissions{SubAllow: slices.Concat(inboxSub, []string{bus.DirectPrefix + ".>"}), Responses: true}
+		// Reports agents hand straight to it, which it answers on the
+		// agents' answer subjects, nowhere else (docs/adr/0009).
+		p := Permissions{SubAllow: slices.Concat(inboxSub, []string{bus.DirectPrefix + ".>"})}
 		p.PubAllow = slices.Concat(
 			[]string{
 				bus.EventsPrefix + ".>",     // the only writer of histories
+				bus.AnswersPrefix + ".>",    // answers to reports handed straight to it
 				bus.TasksPrefix + ".>",      // tasks for any queue
 				bus.SchedulesPrefix + ".>",  // durable timers
 				bus.RejectionsPrefix + ".>", // why a command changed nothing
@@ -260,7 +257,8 @@ func PermissionsFor(role Role, queues []string, inbox string) (Permissions, erro
 		if len(queues) == 0 {
 			return Permissions{}, fmt.Errorf("auth: an agent's identity names the queues it serves")
 		}
-		p := Permissions{SubAllow: inboxSub}
+		// The answers to its direct reports: its own (docs/adr/0009).
+		p := Permissions{SubAllow: slices.Concat(inboxSub, []string{bus.AnswerSubjects(inbox)})}
 		for _, q := range queues {
 			if !events.ValidQueueName(q) {
 				return Permissions{}, fmt.Errorf("auth: queue %q: %s", q, events.QueueNameRule)

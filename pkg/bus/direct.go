@@ -31,6 +31,11 @@ const (
 	DirectAttemptHeader = "Jetflow-Attempt"
 	// DirectAttemptOver is DirectAttemptHeader's one value.
 	DirectAttemptOver = "over"
+	// DirectWaitHeader, on a report handed straight to a dispatcher, is
+	// how long its agent waits for the answer, in milliseconds: a report
+	// still waiting for its turn at the dispatcher after that is not
+	// handled (its agent has stored it), but refused.
+	DirectWaitHeader = "Jetflow-Direct-Wait"
 )
 
 // DirectQueueGroup is the queue group dispatchers subscribe to the direct

@@ -78,10 +78,16 @@ const (
 	// straight to the dispatcher holding its execution's partition, as a
 	// core NATS request: jf.direct.<queue>.<partition>.<execution>. No
 	// stream stores them: the dispatcher records the report in the
-	// history, acknowledges the task and answers; an agent that gets no
-	// such answer stores the report on the results stream instead
+	// history and answers on AnswersPrefix; an agent that gets no such
+	// answer stores the report on the results stream instead
 	// (docs/adr/0009).
 	DirectPrefix = "jf.direct"
+	// AnswersPrefix starts the subjects dispatchers answer direct reports
+	// on: jf.answers.<agent's inbox prefix>.<...>, each agent's own to
+	// subscribe to. A direct report whose reply subject is anywhere else
+	// gets no answer: the reply subject is the agent's to choose, and the
+	// dispatcher publishes only where its permissions let it.
+	AnswersPrefix = "jf.answers"
 
 	// StreamKills holds kill notices for agents: jf.kills.<execution>, the
 	// last one per execution, for a day.
@@ -190,6 +196,10 @@ func StoredResultSubject(queue string, partition int, executionID string) string
 func DirectResultSubject(queue string, partition int, executionID string) string {
 	return DirectPrefix + "." + queue + "." + strconv.Itoa(partition) + "." + executionID
 }
+
+// AnswerSubjects matches the answers to the direct reports of the agent
+// whose inbox prefix is inbox (auth.Inbox).
+func AnswerSubjects(inbox string) string { return AnswersPrefix + "." + inbox + ".>" }
 
 // DirectQueueSubjects matches the direct reports of queue's agents, about
 // any execution.

@@ -247,12 +247,20 @@ steps:
 		_ = p.Signal(syscall.SIGKILL)
 		sniped <- p
 	}
-	for _, subject := range []string{bus.ResultsPrefix + ".>", bus.DirectPrefix + ".>"} {
-		sub, err := nc.Subscribe(subject, snipeOn)
+	sub, err := nc.Subscribe(bus.ResultsPrefix+".>", snipeOn)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	// A subscription on jf.direct.> is interest there: while it lasts, an
+	// agent whose report no dispatcher takes waits for an answer instead
+	// of hearing "no responders" at once. So it lasts only while armed.
+	armDirect := func() func() {
+		sub, err := nc.Subscribe(bus.DirectPrefix+".>", snipeOn)
 		require.NoError(t, err)
-		t.Cleanup(func() { _ = sub.Unsubscribe() })
+		return func() { _ = sub.Unsubscribe() }
 	}
 	snipe := func() *chaosProcess {
+		disarm := armDirect()
+		defer disarm()
 		armed.Store(true)
 		select {
 		case p := <-sniped:

@@ -54,7 +54,9 @@ func TestReportsGoStraightToTheDispatcher(t *testing.T) {
 	}{{"Direct", false, 0}, {"Stored", true, 3}} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			s := startStack(t, func(cfg *devstack.Config) { cfg.NoDirectReports = c.off })
+			// A wait long enough for a loaded machine: a report answered
+			// after it is stored (and counted below).
+			s := startStack(t, func(cfg *devstack.Config) { cfg.NoDirectReports, cfg.DirectWait = c.off, 20*time.Second })
 			s.apply(t, threeNoops)
 			x := s.runToEnd(t, client.StartRequest{Workflow: "three", ID: "three-1"})
 			require.Equal(t, projections.StatusSucceeded, x.Status, describe(x))

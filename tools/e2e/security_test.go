@@ -172,6 +172,19 @@ func TestNATSIdentitiesAreLeastPrivilege(t *testing.T) {
 		a.denied(t, forged(subject, &events.StepSucceeded{StepID: "gate", Attempt: 1}))
 		a.denied(t, forged(bus.ResultSubject("gpu", "victim"), &events.OperationSucceeded{}))
 		a.denied(t, forged(bus.DirectResultSubject("gpu", partition.Of("victim", partition.DefaultCount), "victim"), &events.OperationSucceeded{}))
+		// A report handed straight to a dispatcher names its reply subject,
+		// as any request does: the dispatcher answers on the agents'
+		// answer subjects only, so no reply subject makes it publish on a
+		// history or the JetStream API (checked at the end: nothing purged,
+		// nothing forged in the history).
+		for _, reply := range []string{"$JS.API.STREAM.PURGE." + bus.StreamEvents, subject, "$KV." + bus.BucketLocks + ".some-lock"} {
+			msg := forged(bus.DirectResultSubject("default", partition.Of("victim", partition.DefaultCount), "victim"),
+				&events.OperationSucceeded{TaskRef: events.TaskRef{TaskID: "victim.before.1", ExecutionID: "victim", Workflow: "gated",
+					StepID: "before", Attempt: 1, Token: "stale", Queue: "default"}})
+			msg.Reply = reply
+			require.NoError(t, a.nc.PublishMsg(msg))
+		}
+		require.NoError(t, a.nc.Flush())
 		a.denied(t, &nats.Msg{Subject: "$KV." + bus.BucketLocks + ".some-lock"})
 		a.denied(t, &nats.Msg{Subject: "$JS.API.CONSUMER.MSG.NEXT." + bus.StreamCommands + "." + bus.ConsumerDispatcherCommands, Data: []byte(`{"batch":1}`)})
 		a.denied(t, &nats.Msg{Subject: "$JS.API.STREAM.PURGE." + bus.StreamTasks})

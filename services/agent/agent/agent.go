@@ -310,9 +310,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		// answer is taken.
 		close(stopSweep)
 		<-swept
-		if answers != nil {
-			_ = answers.Unsubscribe()
-		}
+		_ = answers.Unsubscribe()
 	}()
 	a.running.Store(true)
 	context.AfterFunc(ctx, func() { a.running.Store(false) }) // stopping: not ready
@@ -420,7 +418,7 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 			// An earlier delivery's report may have been handed straight
 			// to the dispatcher, recorded, and its task not acknowledged
 			// (the dispatcher died before it could): ask.
-			done = a.attemptOver(ctx, task, ref, delivery)
+			done = a.attemptOver(ctx, task, ref, delivery, log)
 		}
 		if done {
 			log.Info().Msg("task already reported by an earlier delivery: acknowledged without running it again")

@@ -27,11 +27,12 @@ import (
 // is acknowledged, as before direct reports: either way a task leaves its
 // queue only once its report is in the history or on the results stream.
 //
-// The answers come on one subscription of the agent's (direct.answers),
-// and one goroutine (direct.sweep) keeps the tasks waiting for theirs
-// alive and stores the reports not answered in time: a report costs no
-// goroutine, timer or subscription of its own, and the worker that ran the
-// operation takes its next task at once, as after storing a report.
+// The answers come on one subscription of the agent's, on its own answer
+// subjects (bus.AnswersPrefix), and one goroutine (sweep) keeps the tasks
+// waiting for theirs alive and stores the reports not answered in time: a
+// report costs no goroutine, timer or subscription of its own, and the
+// worker that ran the operation takes its next task at once, as after
+// storing a report.
 
 // deliver reports a task's final result, id its CloudEvent id, and lets
 // the task go: handed straight to its dispatcher when it takes direct
@@ -39,25 +40,49 @@ import (
 // acknowledged. A report handed straight is settled when its answer
 // comes (settle), or when none came in time (sweep).
 func (a *Agent) deliver(ctx context.Context, m jetstream.Msg, task *events.Task, id string, p events.Payload, log zerolog.Logger) {
-	req, err := a.directRequest(task, id, p)
-	if err == nil {
-		if err = a.direct.send(a.js.Conn(), req, &waiting{m: m, id: id, p: p, log: log}); err == nil {
+	if !a.cfg.NoDirectReports && !a.direct.paused() {
+		req, err := a.directRequest(task, id, p)
+		if err == nil {
+			err = a.direct.send(a.js.Conn(), req, &waiting{m: m, id: id, p: p, log: log})
+		}
+		if err == nil {
 			return
 		}
-		log.Debug().Err(err).Msg("report not handed directly: stored on the results stream")
-	} else if !errors.Is(err, errNoDirect) {
-		log.Warn().Err(err).Msg("report not handed directly: stored on the results stream")
+		if !errors.Is(err, errNoDirect) {
+			log.Warn().Err(err).Msg("report not handed directly: stored on the results stream")
+		}
 	}
 	a.finish(m, a.report(ctx, id, p), log)
 }
 
+// errNoDirect: the task's dispatcher takes no direct reports.
+var errNoDirect = errors.New("no direct reports")
+
+// directRequest is the request that hands report p (CloudEvent id) about
+// task straight to the holder of its execution's partition. errNoDirect:
+// its dispatcher does not take direct reports.
+func (a *Agent) directRequest(task *events.Task, id string, p events.Payload) (*nats.Msg, error) {
+	if task.Partitions <= 0 || a.direct.inbox == "" {
+		return nil, errNoDirect
+	}
+	msg, err := a.resultMsg(id, p)
+	if err != nil {
+		return nil, err
+	}
+	msg.Subject = bus.DirectResultSubject(task.Queue, partition.Of(task.ExecutionID, task.Partitions), task.ExecutionID)
+	msg.Header.Set(bus.DirectWaitHeader, strconv.FormatInt(a.cfg.DirectWait.Milliseconds(), 10))
+	return msg, nil
+}
+
 // waiting is a report handed straight to a dispatcher, waiting for the
-// answer.
+// answer: a final report, whose task is then acknowledged (m), or a
+// question whose answer goes to ch.
 type waiting struct {
 	m     jetstream.Msg
 	id    string
 	p     events.Payload
 	log   zerolog.Logger
+	ch    chan *nats.Msg
 	sent  time.Time
 	alive time.Time // when the task was last kept alive
 }
@@ -72,19 +97,20 @@ type direct struct {
 	mu    sync.Mutex
 	next  uint64
 	wait  map[uint64]*waiting
-	// stored counts the reports being stored after no answer.
-	stored sync.WaitGroup
+	// settling counts the reports taken from wait and not settled yet
+	// (their tasks not acknowledged): the agent stops once none is.
+	settling sync.WaitGroup
 }
 
 // listen subscribes to the answers of the reports this agent hands
-// straight to dispatchers; settle handles each. It returns the
-// subscription, nil when the agent hands none.
+// straight to dispatchers, on its own answer subjects; settle handles
+// each. An agent that hands no final report straight still asks with the
+// started report of a task delivered again (attemptOver).
 func (a *Agent) listen() (*nats.Subscription, error) {
-	if a.cfg.NoDirectReports {
-		return nil, nil
-	}
 	nc := a.js.Conn()
-	a.direct.inbox, a.direct.wait = nc.NewInbox(), map[uint64]*waiting{}
+	// The inbox names the agent's identity (auth.Inbox), to which its
+	// credentials give the answer subjects: jf.answers.<inbox>.<nuid>.
+	a.direct.inbox, a.direct.wait = bus.AnswersPrefix+"."+nc.NewInbox(), map[uint64]*waiting{}
 	sub, err := nc.Subscribe(a.direct.inbox+".*", a.settle)
 	if err != nil {
 		return nil, fmt.Errorf("subscribe to the answers of direct reports: %w", err)
@@ -105,25 +131,32 @@ func (d *direct) send(nc *nats.Conn, req *nats.Msg, w *waiting) error {
 	d.mu.Unlock()
 	req.Reply = d.inbox + "." + strconv.FormatUint(n, 10)
 	if err := nc.PublishMsg(req); err != nil {
-		d.take(n)
+		if d.take(n) != nil {
+			d.settling.Done()
+		}
 		return err
 	}
 	return nil
 }
 
 // take removes and returns the report waiting for answer n (nil: none,
-// or it was settled already).
+// or it was taken already); whoever takes one settles it, then calls
+// settling.Done.
 func (d *direct) take(n uint64) *waiting {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	w := d.wait[n]
-	delete(d.wait, n)
+	if w != nil {
+		delete(d.wait, n)
+		d.settling.Add(1)
+	}
 	return w
 }
 
 // settle handles the answer to a direct report: recorded, the task is
 // acknowledged; anything else (a refusal, NATS's "no responders" when no
-// dispatcher listens), the report is stored first.
+// dispatcher listens), the report is stored first. A question's answer
+// goes to its asker.
 func (a *Agent) settle(ans *nats.Msg) {
 	n, err := strconv.ParseUint(ans.Subject[strings.LastIndexByte(ans.Subject, '.')+1:], 10, 64)
 	if err != nil {
@@ -133,31 +166,63 @@ func (a *Agent) settle(ans *nats.Msg) {
 	if w == nil {
 		return // settled already: stored after no answer in time
 	}
-	if len(ans.Data) == 0 && ans.Header.Get("Status") == "503" { // NATS: no responders
+	noResponders := len(ans.Data) == 0 && ans.Header.Get("Status") == "503"
+	if !noResponders {
+		a.direct.answered.Store(time.Now().UnixNano())
+	}
+	switch {
+	case w.ch != nil:
+		w.ch <- ans // buffered
+		a.direct.settling.Done()
+	case noResponders:
 		a.store(w, "no dispatcher holds the partition now")
-		return
-	}
-	a.direct.answered.Store(time.Now().UnixNano())
-	if ans.Header.Get(bus.DirectOutcomeHeader) == bus.DirectRecorded {
+	case ans.Header.Get(bus.DirectOutcomeHeader) == bus.DirectRecorded:
 		a.finish(w.m, nil, w.log)
-		return
+		a.direct.settling.Done()
+	default:
+		a.store(w, "refused: "+string(ans.Data))
 	}
-	a.store(w, "refused: "+string(ans.Data))
 }
 
 // store stores a report that was not recorded directly, and then
-// acknowledges its task, on a goroutine of its own (a store may wait for
-// a stream's leader).
+// acknowledges its task, on a goroutine of its own (a store may wait a
+// minute for a stream's leader), keeping the task alive meanwhile.
 func (a *Agent) store(w *waiting, why string) {
 	w.log.Debug().Str("reason", why).Msg("report not recorded directly: stored on the results stream")
-	a.direct.stored.Go(func() { a.finish(w.m, a.report(context.Background(), w.id, w.p), w.log) })
+	go func() {
+		defer a.direct.settling.Done()
+		stop := a.keepAlive(w.m, w.log)
+		defer stop()
+		a.finish(w.m, a.report(context.Background(), w.id, w.p), w.log)
+	}()
+}
+
+// keepAlive tells JetStream every heartbeatEvery that the task of m is
+// still in hand, until stop is called.
+func (a *Agent) keepAlive(m jetstream.Msg, log zerolog.Logger) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(a.heartbeatEvery())
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if err := m.InProgress(); err != nil {
+					log.Warn().Err(err).Msg("heartbeat")
+				}
+			}
+		}
+	}()
+	return sync.OnceFunc(func() { close(done) })
 }
 
 // sweep keeps the tasks whose reports wait for their answers alive, and
 // stores the reports that waited DirectWait. A report nobody answered in
 // time, while no other got an answer either, pauses direct reports (see
 // directPause). Once stop is closed (no worker hands reports any more),
-// it returns when none waits and those it stored are stored.
+// it returns when none waits and every one taken is settled.
 func (a *Agent) sweep(stop <-chan struct{}) {
 	every := min(a.heartbeatEvery(), a.cfg.DirectWait/4)
 	t := time.NewTicker(max(every, time.Millisecond))
@@ -176,8 +241,10 @@ func (a *Agent) sweep(stop <-chan struct{}) {
 		a.direct.mu.Lock()
 		for n, w := range a.direct.wait {
 			switch {
+			case w.ch != nil: // a question: its asker waits for it
 			case now.Sub(w.sent) >= a.cfg.DirectWait:
 				delete(a.direct.wait, n)
+				a.direct.settling.Add(1)
 				late = append(late, w)
 			case now.Sub(w.alive) >= a.heartbeatEvery():
 				w.alive = now
@@ -197,7 +264,7 @@ func (a *Agent) sweep(stop <-chan struct{}) {
 			a.store(w, "no answer in time")
 		}
 		if stopping && a.direct.waiting() == 0 {
-			a.direct.stored.Wait()
+			a.direct.settling.Wait()
 			return
 		}
 	}
@@ -210,36 +277,32 @@ func (d *direct) waiting() int {
 	return len(d.wait)
 }
 
-// errNoDirect: the task's dispatcher takes no direct reports, or this
-// agent hands none.
-var errNoDirect = errors.New("no direct reports")
-
-// directRequest is the request that hands report p (CloudEvent id) about
-// task straight to the holder of its execution's partition. errNoDirect:
-// the report is not to be handed so.
-func (a *Agent) directRequest(task *events.Task, id string, p events.Payload) (*nats.Msg, error) {
-	if a.cfg.NoDirectReports || task.Partitions <= 0 || a.direct.paused() {
-		return nil, errNoDirect
+// ask hands req straight to a dispatcher and waits up to DirectWait for
+// the answer (nil: none came, or NATS said no dispatcher listens).
+func (a *Agent) ask(ctx context.Context, req *nats.Msg) *nats.Msg {
+	w := &waiting{ch: make(chan *nats.Msg, 1)}
+	if err := a.direct.send(a.js.Conn(), req, w); err != nil {
+		return nil
 	}
-	msg, err := a.resultMsg(id, p)
-	if err != nil {
-		return nil, err
+	n, _ := strconv.ParseUint(req.Reply[strings.LastIndexByte(req.Reply, '.')+1:], 10, 64)
+	t := time.NewTimer(a.cfg.DirectWait)
+	defer t.Stop()
+	select {
+	case ans := <-w.ch:
+		if len(ans.Data) == 0 && ans.Header.Get("Status") == "503" {
+			return nil
+		}
+		return ans
+	case <-t.C:
+	case <-ctx.Done():
 	}
-	msg.Subject = bus.DirectResultSubject(task.Queue, partition.Of(task.ExecutionID, task.Partitions), task.ExecutionID)
-	return msg, nil
+	if a.direct.take(n) != nil {
+		a.direct.settling.Done()
+	}
+	return nil
 }
 
-// request sends a direct report and waits up to DirectWait for the
-// answer (the redelivery's question, attemptOver).
-func (a *Agent) request(req *nats.Msg) (*nats.Msg, error) {
-	answer, err := a.js.Conn().RequestMsg(req, a.cfg.DirectWait)
-	if err == nil {
-		a.direct.answered.Store(time.Now().UnixNano())
-	}
-	return answer, err
-}
-
-// directPause is how long an agent stores every report once direct
+// directPause is how long an agent stores every final report once direct
 // reports went unanswered, none answered since the first of them was
 // sent: its credentials do not let it hand them (a permission violation
 // is no error a request sees: each would wait DirectWait), or its
@@ -249,24 +312,49 @@ const directPause = 30 * time.Second
 
 func (d *direct) paused() bool { return time.Now().UnixNano() < d.until.Load() }
 
-// pause pauses direct reports from now; it reports whether they were not
-// paused already.
+// pause pauses direct reports from now (only sweep calls it); it reports
+// whether they were not paused already.
 func (d *direct) pause(now time.Time) bool {
 	was := d.until.Load()
-	return d.until.CompareAndSwap(was, now.Add(directPause).UnixNano()) && was < now.UnixNano()
+	d.until.Store(now.Add(directPause).UnixNano())
+	return was < now.UnixNano()
 }
 
 // attemptOver asks the dispatcher whether the attempt of a task delivered
-// again (delivery) is over: its operation's started report, handed
-// straight to the dispatcher, is recorded, and the answer says whether
-// the attempt is still in flight. False when it cannot know (no direct
-// reports, no answer): the operation then runs, as before direct reports.
-func (a *Agent) attemptOver(ctx context.Context, task *events.Task, ref events.TaskRef, delivery int) bool {
-	req, err := a.directRequest(task, startedReportID(task.TaskID, delivery), &events.OperationStarted{TaskRef: ref, StartedAt: time.Now().UTC()})
-	if err != nil {
-		return false
+// again (delivery) is over: it hands the operation's started report
+// straight to the dispatcher, which records it and answers whether the
+// attempt is still in flight. An earlier delivery's report may have been
+// recorded that way, and its task not acknowledged: such a task is not
+// run again (its step may have gone on, past its lock). It asks whenever
+// the task says its dispatcher takes direct reports (whatever this
+// agent's own setting, or a pause: another agent may have reported so),
+// and only an answer lets the operation run or not: without one (no
+// dispatcher holds the partition, a refusal, no answer) it asks again,
+// for up to askFor, the task kept alive; after that the operation runs,
+// as it did before direct reports, and the agent says so.
+func (a *Agent) attemptOver(ctx context.Context, task *events.Task, ref events.TaskRef, delivery int, log zerolog.Logger) bool {
+	deadline := time.Now().Add(a.askFor())
+	for backoff := 50 * time.Millisecond; ; backoff = min(backoff*2, time.Second) {
+		req, err := a.directRequest(task, startedReportID(task.TaskID, delivery), &events.OperationStarted{TaskRef: ref, StartedAt: time.Now().UTC()})
+		if err != nil {
+			return false // its dispatcher takes no direct reports: none was recorded so
+		}
+		if ans := a.ask(ctx, req); ans != nil && ans.Header.Get(bus.DirectOutcomeHeader) == bus.DirectRecorded {
+			return ans.Header.Get(bus.DirectAttemptHeader) == bus.DirectAttemptOver
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			log.Warn().Dur("asked_for", a.askFor()).
+				Msg("no dispatcher said whether an earlier delivery of this task was recorded: running it again")
+			return false
+		}
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+		}
 	}
-	answer, err := a.request(req)
-	return err == nil && answer.Header.Get(bus.DirectOutcomeHeader) == bus.DirectRecorded &&
-		answer.Header.Get(bus.DirectAttemptHeader) == bus.DirectAttemptOver
 }
+
+// askFor is how long attemptOver asks: long enough for a partition to
+// move to another dispatcher (a second or two), short enough for a task
+// delivered again to run soon when no dispatcher can be asked.
+func (a *Agent) askFor() time.Duration { return max(10*a.cfg.DirectWait, 5*time.Second) }

@@ -166,11 +166,12 @@ func TestUnansweredDirectReportsPause(t *testing.T) {
 
 // TestRedeliveredTaskAsksWhetherItsAttemptIsOver: a task delivered again
 // whose report no earlier delivery stored may still have been reported
-// straight to the dispatcher, recorded, and left unacknowledged (that
-// dispatcher died before it acknowledged the task). The agent asks with
+// straight to the dispatcher, recorded, and left unacknowledged (its agent
+// died between the answer and its acknowledgement). The agent asks with
 // the operation's started report: when the dispatcher answers that the
 // attempt is over, the task is acknowledged without running; when it is
-// in flight, or nobody answers, the operation runs.
+// in flight, the operation runs; when nobody answers, the agent asks
+// again for a while (a partition moving), then runs it.
 func TestRedeliveredTaskAsksWhetherItsAttemptIsOver(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -182,7 +183,7 @@ func TestRedeliveredTaskAsksWhetherItsAttemptIsOver(t *testing.T) {
 		{"InFlight", func(t *testing.T) func(*nats.Conn, *nats.Msg, handed) {
 			return answerWith(t, bus.DirectRecorded, false)
 		}, 1},
-		{"NoAnswer", nil, 1},
+		{"NoAnswerForAWhile", nil, 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -222,4 +223,57 @@ func TestRedeliveredTaskAsksWhetherItsAttemptIsOver(t *testing.T) {
 			require.Equal(t, task.TaskID, started.TaskID)
 		})
 	}
+}
+
+// TestLateAnswerIsIgnored: an answer that comes after the agent stopped
+// waiting for it (it stored the report meanwhile) changes nothing: the
+// task is acknowledged once, and the report is stored once.
+func TestLateAnswerIsIgnored(t *testing.T) {
+	t.Parallel()
+	b := setupAgentWith(t, agent.Config{DirectWait: 100 * time.Millisecond})
+	answer := answerWith(t, bus.DirectRecorded, false)
+	answered := make(chan struct{})
+	d := standIn(t, b.js.Conn(), func(nc *nats.Conn, m *nats.Msg, h handed) {
+		go func() {
+			time.Sleep(time.Second) // long after the agent's wait
+			answer(nc, m, h)
+			_ = nc.Flush()
+			close(answered)
+		}()
+	})
+	b.publishDirect(t, "x-late", workflow.Step{ID: "s", Kind: workflow.KindNoop})
+	require.Len(t, finals(b.waitFinal(t, "x-late")), 1)
+	b.waitQueueEmpty(t)
+	<-answered
+	time.Sleep(200 * time.Millisecond) // for the agent to take the late answer
+	require.Len(t, d.reports(), 1)
+	require.Len(t, finals(readResults(t, b.js, "x-late")), 1, "stored once")
+}
+
+// TestAgentStopsWithReportsWaiting: an agent that stops while reports
+// wait for their answers settles them first: not answered within its
+// wait, they are stored, and their tasks acknowledged, before Run
+// returns.
+func TestAgentStopsWithReportsWaiting(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	b := &agentBundle{js: js}
+	d := standIn(t, js.Conn(), nil) // takes the reports, never answers
+	a, err := agent.New(agent.Config{Name: agentName, AckWait: ackWait, Concurrency: 4, DirectWait: 500 * time.Millisecond},
+		js, zerolog.New(zerolog.NewTestWriter(t)))
+	require.NoError(t, err)
+	ctx, stop := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	b.publishDirect(t, "x-stopping", workflow.Step{ID: "s", Kind: workflow.KindNoop})
+	natstest.Eventually(t, waitFor, func() bool { return len(d.reports()) == 1 }, "the report handed straight")
+	stop()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(waitFor):
+		t.Fatal("the agent did not stop")
+	}
+	require.Len(t, finals(readResults(t, js, "x-stopping")), 1, "stored before Run returned")
+	b.waitQueueEmpty(t)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -23,7 +24,14 @@ import (
 // handled as a stored one would be (the same intake, the same turns, the
 // same handling); only its message differs (directMsg): its
 // acknowledgement answers the agent that the report is handled, and
-// anything else that the agent should store the report itself.
+// anything else that the agent should store the report itself. A report
+// the handling did not apply because its execution was not running (it
+// ended, or is suspended) is answered so too: a resume looks for such
+// reports on the results stream.
+//
+// Answers go only to the agents' answer subjects (bus.AnswersPrefix): the
+// reply subject is the agent's to choose, and the dispatcher may publish
+// on histories, tasks and its buckets.
 
 // directBacklog is how many jobs of one execution may wait for their turn
 // before a report handed straight to the dispatcher is refused at once,
@@ -37,11 +45,19 @@ const directBacklog = 64
 type directMsg struct {
 	msg *nats.Msg
 	nc  *nats.Conn
+	// by is when its agent stops waiting for the answer (it then stores
+	// the report): a report still in the turns by then is not handled.
+	by time.Time
 	// over is set by the handling of an operation's started report: the
-	// task's attempt is no longer in flight (interp.AttemptOver).
-	over     atomic.Bool
-	answered atomic.Bool
+	// task's attempt is no longer in flight (interp.AttemptOver). keep:
+	// the report was not applied because its execution was not running,
+	// and must be stored.
+	over, keep atomic.Bool
+	answered   atomic.Bool
 }
+
+// late reports whether its agent has stopped waiting for the answer.
+func (m *directMsg) late(now time.Time) bool { return !m.by.IsZero() && now.After(m.by) }
 
 var errNotStored = errors.New("a report handed straight to the dispatcher is stored nowhere: it has no metadata")
 
@@ -56,8 +72,12 @@ func (m *directMsg) Reply() string                             { return m.msg.Re
 func (m *directMsg) InProgress() error { return nil }
 
 // Ack answers the agent that its report is handled: it acknowledges its
-// task then.
+// task then. A report kept (its execution was not running) is refused,
+// to be stored.
 func (m *directMsg) Ack() error {
+	if m.keep.Load() {
+		return m.refuse("its execution is not running: store it, for a resume to find")
+	}
 	m.answer(bus.DirectRecorded, "")
 	return nil
 }
@@ -80,7 +100,7 @@ func (m *directMsg) refuse(why string) error {
 // answer answers the agent once (later answers are dropped: a report
 // refused after it was answered changes nothing the agent does).
 func (m *directMsg) answer(outcome, why string) {
-	if m.msg.Reply == "" || !m.answered.CompareAndSwap(false, true) {
+	if !answerable(m.msg.Reply) || !m.answered.CompareAndSwap(false, true) {
 		return
 	}
 	r := nats.NewMsg(m.msg.Reply)
@@ -96,16 +116,27 @@ func (m *directMsg) answer(outcome, why string) {
 // to the dispatcher that it handles.
 type directKey struct{}
 
-// noteAttempt marks, on the direct report a handling's context carries,
-// whether the task's attempt is over in the execution's state s: the
-// answer to an operation's started report tells its agent not to run a
-// task delivered again that needs not run.
-func noteAttempt(ctx context.Context, x *execState, ref events.TaskRef, ev events.Event) {
+// answerable reports whether reply is an agent's answer subject: a
+// report with any other reply subject gets no answer, and is not handled.
+func answerable(reply string) bool { return strings.HasPrefix(reply, bus.AnswersPrefix+".") }
+
+// noteReport marks, on the direct report a handling's context carries,
+// what its answer says: to a final report, that it is to be stored, when
+// its execution was not running when it came (active: the status then);
+// to an operation's started report, whether the task's attempt is over
+// in the execution's state now (the agent then does not run a task
+// delivered again that need not run).
+func noteReport(ctx context.Context, x *execState, ref events.TaskRef, ev events.Event, active bool) {
 	m, ok := ctx.Value(directKey{}).(*directMsg)
-	if !ok || ev.Type != events.TypeOperationStarted {
+	if !ok {
 		return
 	}
-	m.over.Store(interp.AttemptOver(x.state, ref))
+	if ev.Type == events.TypeOperationStarted {
+		// A question (attemptOver): its answer says whether to run.
+		m.over.Store(interp.AttemptOver(x.state, ref))
+		return
+	}
+	m.keep.Store(!active)
 }
 
 // listenDirect subscribes to the reports handed straight to the holder of
@@ -113,10 +144,13 @@ func noteAttempt(ctx context.Context, x *execState, ref events.TaskRef, ev event
 func (d *Dispatcher) listenDirect(p int, r *consuming, enqueue func(jetstream.Msg, *consuming)) (*nats.Subscription, error) {
 	nc := d.js.Conn()
 	sub, err := nc.QueueSubscribe(bus.DirectResults(p), bus.DirectQueueGroup, func(m *nats.Msg) {
-		if m.Reply == "" || !strings.HasPrefix(m.Subject, bus.DirectPrefix+".") {
-			return // nobody to answer: a report is only handed this way by a request
+		if !answerable(m.Reply) || !strings.HasPrefix(m.Subject, bus.DirectPrefix+".") {
+			return // nobody to answer: a report is only handed this way by an agent, answered on its answer subjects
 		}
 		dm := &directMsg{msg: m, nc: nc}
+		if ms, err := strconv.Atoi(m.Header.Get(bus.DirectWaitHeader)); err == nil && ms > 0 {
+			dm.by = time.Now().Add(time.Duration(ms) * time.Millisecond)
+		}
 		execution := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
 		if work := d.work.Load(); work != nil && work.backlog(execution) >= directBacklog {
 			_ = dm.refuse(fmt.Sprintf("execution %s has %d messages waiting here: store the report", execution, directBacklog))

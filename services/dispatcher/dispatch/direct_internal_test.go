@@ -41,8 +41,17 @@ func TestDirectReportOfABusyExecutionIsRefusedAtOnce(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
 
-	answer, err := nc.Request(bus.DirectResultSubject("default", 3, "busy"), []byte("{}"), 5*time.Second)
+	answers := bus.AnswersPrefix + "." + nc.NewInbox()
+	sub2, err := nc.SubscribeSync(answers + ".*")
 	require.NoError(t, err)
+	ask := func(subject, n string) *nats.Msg {
+		t.Helper()
+		require.NoError(t, nc.PublishMsg(&nats.Msg{Subject: subject, Reply: answers + "." + n, Data: []byte("{}")}))
+		answer, err := sub2.NextMsg(5 * time.Second)
+		require.NoError(t, err)
+		return answer
+	}
+	answer := ask(bus.DirectResultSubject("default", 3, "busy"), "1")
 	require.Equal(t, bus.DirectRefused, answer.Header.Get(bus.DirectOutcomeHeader))
 	require.Contains(t, string(answer.Data), "store the report")
 	require.Empty(t, handed, "not handed to the workers")
@@ -51,8 +60,14 @@ func TestDirectReportOfABusyExecutionIsRefusedAtOnce(t *testing.T) {
 		m := <-handed
 		_ = m.Nak() // as process does when the partition moved on
 	}()
-	answer, err = nc.Request(bus.DirectResultSubject("default", 3, "quiet"), []byte("{}"), 5*time.Second)
-	require.NoError(t, err)
+	answer = ask(bus.DirectResultSubject("default", 3, "quiet"), "2")
 	require.Equal(t, bus.DirectRefused, answer.Header.Get(bus.DirectOutcomeHeader), "a Nak refuses")
 	require.Equal(t, "not handled here now", string(answer.Data))
+
+	// A report whose reply subject is not an answer subject is not taken.
+	require.NoError(t, nc.PublishMsg(&nats.Msg{Subject: bus.DirectResultSubject("default", 3, "quiet"), Reply: nc.NewInbox(), Data: []byte("{}")}))
+	require.NoError(t, nc.Flush())
+	answer = ask(bus.DirectResultSubject("default", 3, "busy"), "3") // after it: the subscription's order
+	require.Equal(t, bus.DirectRefused, answer.Header.Get(bus.DirectOutcomeHeader))
+	require.Empty(t, handed, "the report without an answer subject was not handed to the workers")
 }

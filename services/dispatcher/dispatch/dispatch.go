@@ -580,6 +580,13 @@ func (d *Dispatcher) process(ctx context.Context, j job) {
 		_ = j.msg.NakWithDelay(handOver)
 		return
 	}
+	if dm, ok := j.msg.(*directMsg); ok {
+		if dm.late(time.Now()) {
+			_ = dm.refuse("its agent stopped waiting for the answer")
+			return // it stores the report: handled from the results stream
+		}
+		ctx = context.WithValue(ctx, directKey{}, dm) // the handling notes what the answer says
+	}
 	log := d.log.With().Str("execution_id", j.key).Str("type", string(j.ev.Type)).Logger()
 	// A long handling (a large foreach of the dispatcher's own steps) keeps
 	// the message: without progress it would be redelivered meanwhile.
@@ -593,10 +600,10 @@ func (d *Dispatcher) process(ctx context.Context, j job) {
 			j.ev.Time = sentAt(j.ev.Time, md.Timestamp)
 		}
 	}
-	if dm, ok := j.msg.(*directMsg); ok {
-		ctx = context.WithValue(ctx, directKey{}, dm) // the handling notes what the answer says
-	}
 	began, retryHere := time.Now(), retryHereFor
+	if _, direct := j.msg.(*directMsg); direct {
+		retryHere = 0 // refused at once: its agent stores it, and the stored one is tried again
+	}
 	err := d.handle(log.WithContext(ctx), j.ev)
 	// A failure that may pass (a stream or bucket electing a leader) is
 	// tried again here, the message kept, for up to retryHereFor. Handed

@@ -133,13 +133,14 @@ func (d *Dispatcher) result(ctx context.Context, ref events.TaskRef, ev events.E
 			}
 			return permanentError{fmt.Errorf("result for unknown step %q", ref.StepID)}
 		}
+		active := x.state.Status.Active()
 		if err := d.applyResult(ctx, x, ref, ev); err != nil {
 			return err
 		}
 		if err := d.advance(ctx, x); err != nil {
 			return err
 		}
-		noteAttempt(ctx, x, ref, ev)
+		noteReport(ctx, x, ref, ev, active)
 		return nil
 	})
 }

@@ -728,17 +728,19 @@ func Stale(s projections.Execution, st projections.Step, ref events.TaskRef) str
 
 // AttemptOver reports whether the attempt a task reference names is no
 // longer in flight in s: its result is recorded, the step went on to
-// another attempt, the task was sent with another token (a resume), or
-// the execution ended. A task of such an attempt delivered again need
-// not run: its report would be stale, or ignored. An unknown step is not
-// over (a cached state may be behind its history).
+// another attempt, or the task was sent with another token (a resume). A
+// task of such an attempt delivered again need not run: its report would
+// be stale, or a repeat. An attempt still in flight in an execution that
+// ended is not over: a resume waits for its report (docs/adr/0009), and
+// neither is one of a step the state does not know (a cached state may
+// be behind its history).
 func AttemptOver(s projections.Execution, ref events.TaskRef) bool {
 	i := s.StepIndex(ref.StepID)
 	if i < 0 {
 		return false
 	}
 	st := s.Steps[i]
-	return s.Status.Terminal() || Stale(s, st, ref) != "" || !st.Status.InFlight()
+	return Stale(s, st, ref) != "" || !st.Status.InFlight()
 }
 
 // unrecordedStart returns the start a final report carries, to record

@@ -511,9 +511,10 @@ func TestStaleReports(t *testing.T) {
 }
 
 // TestAttemptOver: the attempt of a task is over once its result is
-// recorded, once the task's token is no longer the execution's (a
-// resume), or once the execution ended; while the step waits for its
-// result it is not, nor for a step the state does not know yet.
+// recorded, or once the task's token is no longer the execution's (a
+// resume); while the step waits for its result it is not, even in an
+// execution that ended (a resume waits for that result), nor for a step
+// the state does not know yet.
 func TestAttemptOver(t *testing.T) {
 	t.Parallel()
 	def := workflow.Definition{Name: "two", Steps: []workflow.Step{{ID: "s1", Kind: workflow.KindNoop}, {ID: "s2", Kind: workflow.KindNoop}}}
@@ -538,8 +539,11 @@ func TestAttemptOver(t *testing.T) {
 	ref2 := events.TaskRef{TaskID: second.TaskID, ExecutionID: "x1", Workflow: "two", StepID: second.StepID,
 		Attempt: second.Attempt, Token: second.Token, Queue: second.Queue}
 	require.False(t, AttemptOver(m.state, ref2))
+	cancelled := m.state
+	cancelled.Status = projections.StatusCancelled
+	require.False(t, AttemptOver(cancelled, ref2), "in flight in an execution that ended: a resume waits for its result")
 	m.reportTask(second, &events.OperationSucceeded{TaskRef: events.TaskRef{Agent: "a1"}})
 	m.advance()
 	require.True(t, m.state.Status.Terminal())
-	require.True(t, AttemptOver(m.state, ref2), "the execution ended")
+	require.True(t, AttemptOver(m.state, ref2), "s2's result is recorded")
 }

@@ -96,6 +96,8 @@ type Config struct {
 	// NoDirectReports: agents store every report on the results stream,
 	// and dispatchers take none handed straight to them (docs/adr/0009).
 	NoDirectReports bool
+	// DirectWait is the agent's -direct-wait (0: its default).
+	DirectWait time.Duration
 	// Janitor settings.
 	JanitorInterval time.Duration
 	IdleAfter       time.Duration
@@ -696,7 +698,7 @@ func agentConfig(cfg Config) (agent.Config, error) {
 		prefix = ""
 	}
 	ac := agent.Config{Name: "dev-agent", AckWait: cfg.TaskAckWait, MaxDeliver: cfg.MaxDeliver,
-		Concurrency: cfg.Concurrency, KillGrace: cfg.KillGrace, StartedAfter: cfg.StartedAfter, Handlers: cfg.Handlers, NoDirectReports: cfg.NoDirectReports,
+		Concurrency: cfg.Concurrency, KillGrace: cfg.KillGrace, StartedAfter: cfg.StartedAfter, Handlers: cfg.Handlers, NoDirectReports: cfg.NoDirectReports, DirectWait: cfg.DirectWait,
 		Policy: policy, SecretsDir: dir, SecretsEnvPrefix: prefix}
 	return ac, ac.Validate()
 }
