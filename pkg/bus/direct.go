@@ -31,6 +31,10 @@ const (
 	DirectAttemptHeader = "Jetflow-Attempt"
 	// DirectAttemptOver is DirectAttemptHeader's one value.
 	DirectAttemptOver = "over"
+	// DirectReportHeader, on an answer that says recorded, is the
+	// CloudEvent id of the report it answers: an agent takes no answer
+	// for another report as its own.
+	DirectReportHeader = "Jetflow-Report"
 	// DirectWaitHeader, on a report handed straight to a dispatcher, is
 	// how long its agent waits for the answer, in milliseconds: a report
 	// still waiting for its turn at the dispatcher after that is not

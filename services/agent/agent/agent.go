@@ -230,6 +230,9 @@ type Agent struct {
 	secrets  secretStore
 	// direct: the reports handed straight to dispatchers (direct.go).
 	direct direct
+	// stopping is closed once Run is asked to stop (set before any task
+	// runs).
+	stopping <-chan struct{}
 }
 
 // New returns an agent; call Run to start it.
@@ -255,6 +258,7 @@ func New(cfg Config, js jetstream.JetStream, log zerolog.Logger) (*Agent, error)
 // still means to run it), and at shutdown nothing is left to hand back.
 // A quarter of them serve only the queue's normal lane (lanes.go).
 func (a *Agent) Run(ctx context.Context) error {
+	a.stopping = ctx.Done()
 	taskCtx, cancelTasks := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelTasks()
 	stopKills, err := a.watchKills(ctx)
@@ -417,8 +421,14 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 		if !done {
 			// An earlier delivery's report may have been handed straight
 			// to the dispatcher, recorded, and its task not acknowledged
-			// (the dispatcher died before it could): ask.
-			done = a.attemptOver(ctx, task, ref, delivery, log)
+			// (its agent died between the answer and the ack): ask.
+			switch a.attemptOver(ctx, task, ref, delivery, log) {
+			case attemptOver:
+				done = true
+			case attemptHandBack:
+				_ = m.Nak()
+				return
+			}
 		}
 		if done {
 			log.Info().Msg("task already reported by an earlier delivery: acknowledged without running it again")

@@ -131,7 +131,7 @@ func (d *direct) send(nc *nats.Conn, req *nats.Msg, w *waiting) error {
 	d.mu.Unlock()
 	req.Reply = d.inbox + "." + strconv.FormatUint(n, 10)
 	if err := nc.PublishMsg(req); err != nil {
-		if d.take(n) != nil {
+		if d.take(n, nil) != nil {
 			d.settling.Done()
 		}
 		return err
@@ -139,17 +139,18 @@ func (d *direct) send(nc *nats.Conn, req *nats.Msg, w *waiting) error {
 	return nil
 }
 
-// take removes and returns the report waiting for answer n (nil: none,
-// or it was taken already); whoever takes one settles it, then calls
-// settling.Done.
-func (d *direct) take(n uint64) *waiting {
+// take removes and returns the report waiting for answer n, if it is
+// one that ok (nil: any) takes (nil: none, or it was taken already);
+// whoever takes one settles it, then calls settling.Done.
+func (d *direct) take(n uint64, ok func(*waiting) bool) *waiting {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	w := d.wait[n]
-	if w != nil {
-		delete(d.wait, n)
-		d.settling.Add(1)
+	if w == nil || (ok != nil && !ok(w)) {
+		return nil
 	}
+	delete(d.wait, n)
+	d.settling.Add(1)
 	return w
 }
 
@@ -162,13 +163,19 @@ func (a *Agent) settle(ans *nats.Msg) {
 	if err != nil {
 		return
 	}
-	w := a.direct.take(n)
-	if w == nil {
-		return // settled already: stored after no answer in time
-	}
 	noResponders := len(ans.Data) == 0 && ans.Header.Get("Status") == "503"
 	if !noResponders {
-		a.direct.answered.Store(time.Now().UnixNano())
+		a.direct.answered.Store(time.Now().UnixNano()) // a dispatcher answers, late or not
+	}
+	recorded := ans.Header.Get(bus.DirectOutcomeHeader) == bus.DirectRecorded
+	w := a.direct.take(n, func(w *waiting) bool {
+		// "Recorded" only for its own report: an answer can be made up
+		// by anyone who knows the subject (it stores nothing when it
+		// says not recorded).
+		return !recorded || ans.Header.Get(bus.DirectReportHeader) == w.id
+	})
+	if w == nil {
+		return // settled already (stored after no answer in time), or not its answer
 	}
 	switch {
 	case w.ch != nil:
@@ -176,7 +183,7 @@ func (a *Agent) settle(ans *nats.Msg) {
 		a.direct.settling.Done()
 	case noResponders:
 		a.store(w, "no dispatcher holds the partition now")
-	case ans.Header.Get(bus.DirectOutcomeHeader) == bus.DirectRecorded:
+	case recorded:
 		a.finish(w.m, nil, w.log)
 		a.direct.settling.Done()
 	default:
@@ -189,6 +196,7 @@ func (a *Agent) settle(ans *nats.Msg) {
 // minute for a stream's leader), keeping the task alive meanwhile.
 func (a *Agent) store(w *waiting, why string) {
 	w.log.Debug().Str("reason", why).Msg("report not recorded directly: stored on the results stream")
+	_ = w.m.InProgress() // at once: its last sign of life may be a heartbeat period old
 	go func() {
 		defer a.direct.settling.Done()
 		stop := a.keepAlive(w.m, w.log)
@@ -277,10 +285,11 @@ func (d *direct) waiting() int {
 	return len(d.wait)
 }
 
-// ask hands req straight to a dispatcher and waits up to DirectWait for
-// the answer (nil: none came, or NATS said no dispatcher listens).
-func (a *Agent) ask(ctx context.Context, req *nats.Msg) *nats.Msg {
-	w := &waiting{ch: make(chan *nats.Msg, 1)}
+// ask hands req, the report whose CloudEvent id is id, straight to a
+// dispatcher and waits up to DirectWait for the answer (nil: none came,
+// or NATS said no dispatcher listens).
+func (a *Agent) ask(ctx context.Context, req *nats.Msg, id string) *nats.Msg {
+	w := &waiting{ch: make(chan *nats.Msg, 1), id: id}
 	if err := a.direct.send(a.js.Conn(), req, w); err != nil {
 		return nil
 	}
@@ -296,7 +305,7 @@ func (a *Agent) ask(ctx context.Context, req *nats.Msg) *nats.Msg {
 	case <-t.C:
 	case <-ctx.Done():
 	}
-	if a.direct.take(n) != nil {
+	if a.direct.take(n, nil) != nil {
 		a.direct.settling.Done()
 	}
 	return nil
@@ -326,35 +335,63 @@ func (d *direct) pause(now time.Time) bool {
 // attempt is still in flight. An earlier delivery's report may have been
 // recorded that way, and its task not acknowledged: such a task is not
 // run again (its step may have gone on, past its lock). It asks whenever
-// the task says its dispatcher takes direct reports (whatever this
-// agent's own setting, or a pause: another agent may have reported so),
-// and only an answer lets the operation run or not: without one (no
-// dispatcher holds the partition, a refusal, no answer) it asks again,
-// for up to askFor, the task kept alive; after that the operation runs,
-// as it did before direct reports, and the agent says so.
-func (a *Agent) attemptOver(ctx context.Context, task *events.Task, ref events.TaskRef, delivery int, log zerolog.Logger) bool {
-	deadline := time.Now().Add(a.askFor())
+// the task says its dispatcher takes direct reports, whatever this
+// agent's own setting or pause (another agent may have reported so), and
+// only an answer decides: without one (no dispatcher holds the partition,
+// a refusal, no answer) it asks again, the task kept alive, for as long
+// as it takes: no operation's result can be recorded without a
+// dispatcher anyway. Only an agent that never had an answer since it
+// started, asking for askFor, runs the operation then, as before direct
+// reports, with a warning: its credentials may not let it ask. A stopping
+// agent hands the task back.
+func (a *Agent) attemptOver(ctx context.Context, task *events.Task, ref events.TaskRef, delivery int, log zerolog.Logger) attempt {
+	began := time.Now()
+	warned := false
 	for backoff := 50 * time.Millisecond; ; backoff = min(backoff*2, time.Second) {
-		req, err := a.directRequest(task, startedReportID(task.TaskID, delivery), &events.OperationStarted{TaskRef: ref, StartedAt: time.Now().UTC()})
+		id := startedReportID(task.TaskID, delivery)
+		req, err := a.directRequest(task, id, &events.OperationStarted{TaskRef: ref, StartedAt: time.Now().UTC()})
 		if err != nil {
-			return false // its dispatcher takes no direct reports: none was recorded so
+			return attemptRun // its dispatcher takes no direct reports: none was recorded so
 		}
-		if ans := a.ask(ctx, req); ans != nil && ans.Header.Get(bus.DirectOutcomeHeader) == bus.DirectRecorded {
-			return ans.Header.Get(bus.DirectAttemptHeader) == bus.DirectAttemptOver
+		if ans := a.ask(ctx, req, id); ans != nil && ans.Header.Get(bus.DirectOutcomeHeader) == bus.DirectRecorded {
+			if ans.Header.Get(bus.DirectAttemptHeader) == bus.DirectAttemptOver {
+				return attemptOver
+			}
+			return attemptRun
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			log.Warn().Dur("asked_for", a.askFor()).
-				Msg("no dispatcher said whether an earlier delivery of this task was recorded: running it again")
-			return false
+		if time.Since(began) >= a.askFor() {
+			if a.direct.answered.Load() == 0 {
+				log.Warn().Dur("asked_for", a.askFor()).
+					Msg("no dispatcher ever answered this agent: running a task delivered again without knowing whether an earlier delivery was recorded (agent credentials issued before direct reports? issue them again)")
+				return attemptRun
+			}
+			if !warned {
+				warned = true
+				log.Warn().Dur("asked_for", a.askFor()).Msg("no dispatcher says whether an earlier delivery of this task was recorded: asking on")
+			}
 		}
 		select {
 		case <-time.After(backoff):
 		case <-ctx.Done():
+			return attemptHandBack
+		case <-a.stopping:
+			return attemptHandBack
 		}
 	}
 }
 
-// askFor is how long attemptOver asks: long enough for a partition to
-// move to another dispatcher (a second or two), short enough for a task
-// delivered again to run soon when no dispatcher can be asked.
-func (a *Agent) askFor() time.Duration { return max(10*a.cfg.DirectWait, 5*time.Second) }
+// attempt is what attemptOver found.
+type attempt int
+
+const (
+	attemptRun      attempt = iota // run the operation
+	attemptOver                    // acknowledge the task without running it
+	attemptHandBack                // stopping: hand the task back
+)
+
+// askFor is how long an agent that never had an answer asks attemptOver's
+// question before it runs the task: long enough for a partition to move
+// to another dispatcher (a second or two), at most half a minute.
+func (a *Agent) askFor() time.Duration {
+	return min(max(10*a.cfg.DirectWait, 3*time.Second), 30*time.Second)
+}

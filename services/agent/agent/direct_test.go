@@ -78,9 +78,10 @@ func standIn(t *testing.T, nc *nats.Conn, answer func(nc *nats.Conn, m *nats.Msg
 // answerWith answers a report with outcome (and the attempt header, if
 // over), as a dispatcher does once it handled it.
 func answerWith(t *testing.T, outcome string, over bool) func(nc *nats.Conn, m *nats.Msg, h handed) {
-	return func(nc *nats.Conn, m *nats.Msg, _ handed) {
+	return func(nc *nats.Conn, m *nats.Msg, h handed) {
 		r := nats.NewMsg(m.Reply)
 		r.Header.Set(bus.DirectOutcomeHeader, outcome)
+		r.Header.Set(bus.DirectReportHeader, h.ev.ID)
 		if over {
 			r.Header.Set(bus.DirectAttemptHeader, bus.DirectAttemptOver)
 		}
@@ -171,19 +172,22 @@ func TestUnansweredDirectReportsPause(t *testing.T) {
 // the operation's started report: when the dispatcher answers that the
 // attempt is over, the task is acknowledged without running; when it is
 // in flight, the operation runs; when nobody answers, the agent asks
-// again for a while (a partition moving), then runs it.
+// again (a partition moving), and only an agent that never had an answer
+// (its credentials may not let it ask) runs it after a while.
 func TestRedeliveredTaskAsksWhetherItsAttemptIsOver(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
 		name   string
 		answer func(t *testing.T) func(nc *nats.Conn, m *nats.Msg, h handed)
 		runs   int
+		wait   time.Duration
 	}{
-		{"Over", func(t *testing.T) func(*nats.Conn, *nats.Msg, handed) { return answerWith(t, bus.DirectRecorded, true) }, 0},
+		{"Over", func(t *testing.T) func(*nats.Conn, *nats.Msg, handed) { return answerWith(t, bus.DirectRecorded, true) }, 0, 2 * time.Second},
 		{"InFlight", func(t *testing.T) func(*nats.Conn, *nats.Msg, handed) {
 			return answerWith(t, bus.DirectRecorded, false)
-		}, 1},
-		{"NoAnswerForAWhile", nil, 1},
+		}, 1, 2 * time.Second},
+		// An agent that never had an answer asks for 3 s (askFor), then runs it.
+		{"NeverAnswered", nil, 1, 100 * time.Millisecond},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -197,7 +201,7 @@ func TestRedeliveredTaskAsksWhetherItsAttemptIsOver(t *testing.T) {
 			takeWithoutAck(t, js, 1)
 			var mu sync.Mutex
 			var runs []int
-			a, err := agent.New(agent.Config{Name: agentName, AckWait: ackWait, Concurrency: 4, DirectWait: time.Second,
+			a, err := agent.New(agent.Config{Name: agentName, AckWait: ackWait, Concurrency: 4, DirectWait: c.wait,
 				Handlers: map[string]operation.Handler{
 					"count": operation.HandlerFunc(func(_ context.Context, tk operation.Task) (any, error) {
 						mu.Lock()
@@ -226,8 +230,10 @@ func TestRedeliveredTaskAsksWhetherItsAttemptIsOver(t *testing.T) {
 }
 
 // TestLateAnswerIsIgnored: an answer that comes after the agent stopped
-// waiting for it (it stored the report meanwhile) changes nothing: the
-// task is acknowledged once, and the report is stored once.
+// waiting for it (it stored the report meanwhile) is taken for nothing:
+// the report was stored, the task acknowledged, and the answer settles no
+// report a second time (a second settling would panic on the agent's
+// count of reports being settled, or acknowledge the task twice).
 func TestLateAnswerIsIgnored(t *testing.T) {
 	t.Parallel()
 	b := setupAgentWith(t, agent.Config{DirectWait: 100 * time.Millisecond})
@@ -276,4 +282,20 @@ func TestAgentStopsWithReportsWaiting(t *testing.T) {
 	}
 	require.Len(t, finals(readResults(t, js, "x-stopping")), 1, "stored before Run returned")
 	b.waitQueueEmpty(t)
+}
+
+// TestAnAnswerForAnotherReportIsNotTaken: an answer that says recorded
+// is taken only for the report it names (anyone who knows an agent's
+// answer subject could make one up): the report is stored instead.
+func TestAnAnswerForAnotherReportIsNotTaken(t *testing.T) {
+	t.Parallel()
+	b := setupAgentWith(t, agent.Config{DirectWait: 300 * time.Millisecond})
+	d := standIn(t, b.js.Conn(), func(nc *nats.Conn, m *nats.Msg, h handed) {
+		h.ev.ID = "some-other-report"
+		answerWith(t, bus.DirectRecorded, false)(nc, m, h)
+	})
+	b.publishDirect(t, "x-other", workflow.Step{ID: "s", Kind: workflow.KindNoop})
+	require.Len(t, finals(b.waitFinal(t, "x-other")), 1, "stored: the answer was not its own")
+	b.waitQueueEmpty(t)
+	require.Len(t, d.reports(), 1)
 }

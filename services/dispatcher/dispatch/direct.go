@@ -46,8 +46,10 @@ type directMsg struct {
 	msg *nats.Msg
 	nc  *nats.Conn
 	// by is when its agent stops waiting for the answer (it then stores
-	// the report): a report still in the turns by then is not handled.
+	// the report), less a margin: a report still in the turns by then is
+	// not handled. id is the report's CloudEvent id, once decoded.
 	by time.Time
+	id string
 	// over is set by the handling of an operation's started report: the
 	// task's attempt is no longer in flight (interp.AttemptOver). keep:
 	// the report was not applied because its execution was not running,
@@ -105,6 +107,9 @@ func (m *directMsg) answer(outcome, why string) {
 	}
 	r := nats.NewMsg(m.msg.Reply)
 	r.Header.Set(bus.DirectOutcomeHeader, outcome)
+	if m.id != "" {
+		r.Header.Set(bus.DirectReportHeader, m.id)
+	}
 	if outcome == bus.DirectRecorded && m.over.Load() {
 		r.Header.Set(bus.DirectAttemptHeader, bus.DirectAttemptOver)
 	}
@@ -122,11 +127,12 @@ func answerable(reply string) bool { return strings.HasPrefix(reply, bus.Answers
 
 // noteReport marks, on the direct report a handling's context carries,
 // what its answer says: to a final report, that it is to be stored, when
-// its execution was not running when it came (active: the status then);
+// its execution had ended when it came (ended: the status then; a report
+// is not applied then, and a resume looks for it on the results stream);
 // to an operation's started report, whether the task's attempt is over
 // in the execution's state now (the agent then does not run a task
 // delivered again that need not run).
-func noteReport(ctx context.Context, x *execState, ref events.TaskRef, ev events.Event, active bool) {
+func noteReport(ctx context.Context, x *execState, ref events.TaskRef, ev events.Event, ended bool) {
 	m, ok := ctx.Value(directKey{}).(*directMsg)
 	if !ok {
 		return
@@ -136,7 +142,7 @@ func noteReport(ctx context.Context, x *execState, ref events.TaskRef, ev events
 		m.over.Store(interp.AttemptOver(x.state, ref))
 		return
 	}
-	m.keep.Store(!active)
+	m.keep.Store(ended)
 }
 
 // listenDirect subscribes to the reports handed straight to the holder of
@@ -148,11 +154,14 @@ func (d *Dispatcher) listenDirect(p int, r *consuming, enqueue func(jetstream.Ms
 			return // nobody to answer: a report is only handed this way by an agent, answered on its answer subjects
 		}
 		dm := &directMsg{msg: m, nc: nc}
-		if ms, err := strconv.Atoi(m.Header.Get(bus.DirectWaitHeader)); err == nil && ms > 0 {
-			dm.by = time.Now().Add(time.Duration(ms) * time.Millisecond)
+		if ms, err := strconv.Atoi(m.Header.Get(bus.DirectWaitHeader)); err == nil && ms > 0 && ms <= 3_600_000 {
+			// Half of it: the report travelled, and its handling takes a
+			// while, before its agent reads the answer.
+			dm.by = time.Now().Add(time.Duration(ms) * time.Millisecond / 2)
 		}
 		execution := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
-		if work := d.work.Load(); work != nil && work.backlog(execution) >= directBacklog {
+		question := m.Header.Get("ce-type") == string(events.TypeOperationStarted) // a task delivered again asks
+		if work := d.work.Load(); !question && work != nil && work.backlog(execution) >= directBacklog {
 			_ = dm.refuse(fmt.Sprintf("execution %s has %d messages waiting here: store the report", execution, directBacklog))
 			return
 		}

@@ -585,6 +585,7 @@ func (d *Dispatcher) process(ctx context.Context, j job) {
 			_ = dm.refuse("its agent stopped waiting for the answer")
 			return // it stores the report: handled from the results stream
 		}
+		dm.id = j.ev.ID
 		ctx = context.WithValue(ctx, directKey{}, dm) // the handling notes what the answer says
 	}
 	log := d.log.With().Str("execution_id", j.key).Str("type", string(j.ev.Type)).Logger()

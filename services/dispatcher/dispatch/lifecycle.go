@@ -133,14 +133,14 @@ func (d *Dispatcher) result(ctx context.Context, ref events.TaskRef, ev events.E
 			}
 			return permanentError{fmt.Errorf("result for unknown step %q", ref.StepID)}
 		}
-		active := x.state.Status.Active()
+		ended := x.state.Status.Terminal()
 		if err := d.applyResult(ctx, x, ref, ev); err != nil {
 			return err
 		}
 		if err := d.advance(ctx, x); err != nil {
 			return err
 		}
-		noteReport(ctx, x, ref, ev, active)
+		noteReport(ctx, x, ref, ev, ended)
 		return nil
 	})
 }
