@@ -20,12 +20,7 @@ import (
 // answer; another execution's report is handed to the workers.
 func TestDirectReportOfABusyExecutionIsRefusedAtOnce(t *testing.T) {
 	t.Parallel()
-	srv := natstest.RunJetStream(t)
-	nc, err := nats.Connect(srv.ClientURL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	nc, js := natstest.Connect(t, natstest.RunJetStream(t))
 	d := &Dispatcher{js: js}
 	work := newTurns()
 	d.work.Store(work)
