@@ -26,7 +26,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	startedAfter := p.DurationIn("report-started-after", "JETFLOW_AGENT_REPORT_STARTED_AFTER", agent.DefaultStartedAfter, agent.Ranges.StartedAfter,
 		"how long an operation runs before it is reported started; one that ends sooner is reported started with its result (0: at once)")
 	direct := p.Bool("direct-reports", "JETFLOW_AGENT_DIRECT_REPORTS", true,
-		"hand reports straight to the dispatcher holding their execution (a core NATS request), stored on the results stream only when it does not answer that it recorded them")
+		"hand reports straight to the dispatcher holding their execution (a core NATS request), stored on the results stream only when it does not answer that it recorded them; -direct-reports=false stores every report")
 	directWait := p.DurationIn("direct-wait", "JETFLOW_AGENT_DIRECT_WAIT", agent.DefaultDirectWait, agent.Ranges.DirectWait,
 		"how long a report handed straight to a dispatcher waits for its answer before it is stored instead")
 	allowExec := p.Bool("allow-exec", "JETFLOW_AGENT_ALLOW_EXEC", false, "run exec steps (off: they fail without running)")

@@ -26,7 +26,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	split := p.Bool("split-dispatch", "JETFLOW_SPLIT_DISPATCH", false,
 		"record an operation's schedule and sending as two events, for dispatchers older than io.jetflow.step.dispatched (during a rolling upgrade)")
 	direct := p.Bool("direct-reports", "JETFLOW_DIRECT_REPORTS", true,
-		"take the reports agents hand straight to the holder of their execution's partition (core NATS requests), besides those on the results stream")
+		"take the reports agents hand straight to the holder of their execution's partition (core NATS requests), besides those on the results stream; -direct-reports=false: tasks tell agents to store every report")
 	if err := p.Parse(args); err != nil {
 		return err
 	}

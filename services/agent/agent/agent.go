@@ -329,7 +329,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.log.Info().Strs("queues", a.cfg.Queues).Int("concurrency", a.cfg.Concurrency).
 		Bool("allow_exec", p.AllowExec).Strs("exec_allow", p.ExecAllow).Strs("http_allow_hosts", p.HTTPAllowHosts).
 		Bool("secrets_dir", a.cfg.SecretsDir != "").Str("secrets_env_prefix", a.cfg.SecretsEnvPrefix).
-		Dur("report_started_after", a.cfg.StartedAfter).Msg("agent running")
+		Dur("report_started_after", a.cfg.StartedAfter).Bool("direct_reports", !a.cfg.NoDirectReports).
+		Str("direct_wait", a.cfg.DirectWait.String()).Msg("agent running")
 	<-ctx.Done()
 	done := make(chan struct{})
 	go func() { workers.Wait(); close(done) }()

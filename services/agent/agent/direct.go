@@ -265,9 +265,9 @@ func (a *Agent) sweep(stop <-chan struct{}) {
 		}
 		for _, w := range late {
 			if a.direct.answered.Load() < w.sent.UnixNano() && a.direct.pause(now) {
-				a.log.Warn().Dur("direct_wait", a.cfg.DirectWait).Dur("pause", directPause).
-					Msg("no dispatcher answered the reports handed to it directly: reports are stored on the results stream for a while " +
-						"(dispatchers stopped or stuck, or agent credentials issued before direct reports: issue them again)")
+				a.log.Warn().Str("direct_wait", a.cfg.DirectWait.String()).Str("pause", directPause.String()).
+					Msg("no dispatcher answered the reports handed to it directly within -direct-wait: reports are stored on the results stream for a while " +
+						"(dispatchers stopped or stuck, agent credentials issued before direct reports: issue them again, or a -direct-wait too short for this machine)")
 			}
 			a.store(w, "no answer in time")
 		}
@@ -361,13 +361,13 @@ func (a *Agent) attemptOver(ctx context.Context, task *events.Task, ref events.T
 		}
 		if time.Since(began) >= a.askFor() {
 			if a.direct.answered.Load() == 0 {
-				log.Warn().Dur("asked_for", a.askFor()).
+				log.Warn().Str("asked_for", a.askFor().String()).
 					Msg("no dispatcher ever answered this agent: running a task delivered again without knowing whether an earlier delivery was recorded (agent credentials issued before direct reports? issue them again)")
 				return attemptRun
 			}
 			if !warned {
 				warned = true
-				log.Warn().Dur("asked_for", a.askFor()).Msg("no dispatcher says whether an earlier delivery of this task was recorded: asking on")
+				log.Warn().Str("asked_for", a.askFor().String()).Msg("no dispatcher says whether an earlier delivery of this task was recorded: asking on")
 			}
 		}
 		select {
