@@ -390,22 +390,8 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 	// Heartbeat while it runs. Its delivery, a moment ago, started its
 	// ack wait: the first beat is due heartbeatEvery later (a quarter of
 	// the wait), and a task that ends sooner, most of them, costs none.
-	hbCtx, stopHB := context.WithCancel(ctx)
+	stopHB := a.keepAlive(m, log)
 	defer stopHB()
-	go func() {
-		t := time.NewTicker(a.heartbeatEvery())
-		defer t.Stop()
-		for {
-			select {
-			case <-hbCtx.Done():
-				return
-			case <-t.C:
-				if err := m.InProgress(); err != nil {
-					log.Warn().Err(err).Msg("heartbeat")
-				}
-			}
-		}
-	}()
 
 	// A task delivered again may have been run and reported by an agent
 	// that died (or lost its connection) before acknowledging it. Once its

@@ -43,7 +43,7 @@ func (a *Agent) deliver(ctx context.Context, m jetstream.Msg, task *events.Task,
 	if !a.cfg.NoDirectReports && !a.direct.paused() {
 		req, err := a.directRequest(task, id, p)
 		if err == nil {
-			err = a.direct.send(a.js.Conn(), req, &waiting{m: m, id: id, p: p, log: log})
+			_, err = a.direct.send(a.js.Conn(), req, &waiting{m: m, id: id, p: p, log: log})
 		}
 		if err == nil {
 			return
@@ -120,13 +120,13 @@ func (a *Agent) listen() (*nats.Subscription, error) {
 	return sub, nil
 }
 
-// send hands req straight to a dispatcher; w waits for its answer.
-func (d *direct) send(nc *nats.Conn, req *nats.Msg, w *waiting) error {
+// send hands req straight to a dispatcher; w waits for its answer, n.
+func (d *direct) send(nc *nats.Conn, req *nats.Msg, w *waiting) (n uint64, err error) {
 	w.sent = time.Now()
 	w.alive = w.sent
 	d.mu.Lock()
 	d.next++
-	n := d.next
+	n = d.next
 	d.wait[n] = w
 	d.mu.Unlock()
 	req.Reply = d.inbox + "." + strconv.FormatUint(n, 10)
@@ -134,10 +134,14 @@ func (d *direct) send(nc *nats.Conn, req *nats.Msg, w *waiting) error {
 		if d.take(n, nil) != nil {
 			d.settling.Done()
 		}
-		return err
+		return 0, err
 	}
-	return nil
+	return n, nil
 }
+
+// noResponders reports whether ans is NATS's word that nobody listens on
+// the subject a request was sent on (no dispatcher holds the partition).
+func noResponders(ans *nats.Msg) bool { return len(ans.Data) == 0 && ans.Header.Get("Status") == "503" }
 
 // take removes and returns the report waiting for answer n, if it is
 // one that ok (nil: any) takes (nil: none, or it was taken already);
@@ -163,8 +167,8 @@ func (a *Agent) settle(ans *nats.Msg) {
 	if err != nil {
 		return
 	}
-	noResponders := len(ans.Data) == 0 && ans.Header.Get("Status") == "503"
-	if !noResponders {
+	nobody := noResponders(ans)
+	if !nobody {
 		a.direct.answered.Store(time.Now().UnixNano()) // a dispatcher answers, late or not
 	}
 	recorded := ans.Header.Get(bus.DirectOutcomeHeader) == bus.DirectRecorded
@@ -181,7 +185,7 @@ func (a *Agent) settle(ans *nats.Msg) {
 	case w.ch != nil:
 		w.ch <- ans // buffered
 		a.direct.settling.Done()
-	case noResponders:
+	case nobody:
 		a.store(w, "no dispatcher holds the partition now")
 	case recorded:
 		a.finish(w.m, nil, w.log)
@@ -290,15 +294,15 @@ func (d *direct) waiting() int {
 // or NATS said no dispatcher listens).
 func (a *Agent) ask(ctx context.Context, req *nats.Msg, id string) *nats.Msg {
 	w := &waiting{ch: make(chan *nats.Msg, 1), id: id}
-	if err := a.direct.send(a.js.Conn(), req, w); err != nil {
+	n, err := a.direct.send(a.js.Conn(), req, w)
+	if err != nil {
 		return nil
 	}
-	n, _ := strconv.ParseUint(req.Reply[strings.LastIndexByte(req.Reply, '.')+1:], 10, 64)
 	t := time.NewTimer(a.cfg.DirectWait)
 	defer t.Stop()
 	select {
 	case ans := <-w.ch:
-		if len(ans.Data) == 0 && ans.Header.Get("Status") == "503" {
+		if noResponders(ans) {
 			return nil
 		}
 		return ans

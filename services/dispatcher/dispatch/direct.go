@@ -78,7 +78,7 @@ func (m *directMsg) InProgress() error { return nil }
 // to be stored.
 func (m *directMsg) Ack() error {
 	if m.keep.Load() {
-		return m.refuse("its execution is not running: store it, for a resume to find")
+		return m.refuse("its execution has ended: store it, for a resume to find")
 	}
 	m.answer(bus.DirectRecorded, "")
 	return nil
@@ -150,7 +150,7 @@ func noteReport(ctx context.Context, x *execState, ref events.TaskRef, ev events
 func (d *Dispatcher) listenDirect(p int, r *consuming, enqueue func(jetstream.Msg, *consuming)) (*nats.Subscription, error) {
 	nc := d.js.Conn()
 	sub, err := nc.QueueSubscribe(bus.DirectResults(p), bus.DirectQueueGroup, func(m *nats.Msg) {
-		if !answerable(m.Reply) || !strings.HasPrefix(m.Subject, bus.DirectPrefix+".") {
+		if !answerable(m.Reply) {
 			return // nobody to answer: a report is only handed this way by an agent, answered on its answer subjects
 		}
 		dm := &directMsg{msg: m, nc: nc}

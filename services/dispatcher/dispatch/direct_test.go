@@ -122,7 +122,7 @@ func TestDirectReportOfAnEndedExecutionIsStored(t *testing.T) {
 	success := &events.OperationSucceeded{TaskRef: first.ref("test-agent", 1)}
 	a := handDirect(t, nc, success)
 	require.Equal(t, bus.DirectRefused, a.Header.Get(bus.DirectOutcomeHeader))
-	require.Contains(t, string(a.Data), "not running")
+	require.Contains(t, string(a.Data), "has ended")
 	t.Log("a started report of a task delivered again: the attempt is not over, a resume waits for its report")
 	a = handDirect(t, nc, &events.OperationStarted{TaskRef: first.ref("test-agent", 2), StartedAt: time.Now().UTC()})
 	require.Equal(t, bus.DirectRecorded, a.Header.Get(bus.DirectOutcomeHeader))
