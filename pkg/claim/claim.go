@@ -242,13 +242,7 @@ func (s *Store) Each(ctx context.Context, fn func(id string, r Record) error) er
 	if err != nil {
 		return fmt.Errorf("read execution id claims: %w", err)
 	}
-	defer func() {
-		// The watcher blocks once its channel is full: drain it until it
-		// is closed.
-		_ = w.Stop()
-		for range w.Updates() {
-		}
-	}()
+	defer bus.StopWatch(w)
 	for {
 		select {
 		case e, ok := <-w.Updates():

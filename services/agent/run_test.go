@@ -15,8 +15,6 @@ import (
 // TestRunChecksPolicyAndSecretsFirst: a policy or a secret source that
 // cannot work stops the agent at once, before it waits for NATS (none is
 // running here), with a message naming the setting.
-//
-// Not parallel: run sets zerolog's global time format.
 func TestRunChecksPolicyAndSecretsFirst(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "nope")
 	for name, tc := range map[string]struct {
@@ -48,8 +46,6 @@ func TestRunChecksPolicyAndSecretsFirst(t *testing.T) {
 // agent connects, and the error names the flag, its variable and the
 // range; a negative ack wait is such an error, not a panic in the
 // heartbeat's ticker.
-//
-// Not parallel: run sets zerolog's global time format.
 func TestRunRefusesOutOfRange(t *testing.T) {
 	for name, tc := range map[string]struct {
 		args []string
@@ -78,8 +74,6 @@ func TestRunRefusesOutOfRange(t *testing.T) {
 
 // TestRunStartsAndStops: with the defaults the agent starts, its probes
 // say it is alive and ready, and it returns nil once stopped.
-//
-// Not parallel: run sets zerolog's global time format.
 func TestRunStartsAndStops(t *testing.T) {
 	srv := natstest.RunJetStream(t)
 	log := svcruntest.Start(t, run, []string{"-health-addr", "127.0.0.1:0"}, map[string]string{"JETFLOW_NATS_URL": srv.ClientURL()}, "agent running")

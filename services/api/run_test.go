@@ -9,8 +9,6 @@ import (
 
 // TestRunRefusesOutOfRange: every numeric setting is checked before the
 // api connects, and the error names the flag, its variable and the range.
-//
-// Not parallel: run sets zerolog's global time format.
 func TestRunRefusesOutOfRange(t *testing.T) {
 	for name, tc := range map[string]struct {
 		args []string
@@ -34,8 +32,6 @@ func TestRunRefusesOutOfRange(t *testing.T) {
 
 // TestRunStartsAndStops: the api starts with the default ranges, and
 // returns nil once stopped.
-//
-// Not parallel: run sets zerolog's global time format.
 func TestRunStartsAndStops(t *testing.T) {
 	srv := natstest.RunJetStream(t)
 	svcruntest.Start(t, run, []string{"-http", "127.0.0.1:0", "-no-http-auth"},

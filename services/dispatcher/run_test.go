@@ -11,8 +11,6 @@ import (
 // dispatcher connects, and the error names the flag, its variable and the
 // range; a negative -ack-wait is such an error, not a panic in the
 // keep-alive's ticker.
-//
-// Not parallel: run sets zerolog's global time format.
 func TestRunRefusesOutOfRange(t *testing.T) {
 	for name, tc := range map[string]struct {
 		args []string
@@ -38,8 +36,6 @@ func TestRunRefusesOutOfRange(t *testing.T) {
 
 // TestRunStartsAndStops: with the defaults the dispatcher starts, its
 // probes say it is alive and ready, and it returns nil once stopped.
-//
-// Not parallel: run sets zerolog's global time format.
 func TestRunStartsAndStops(t *testing.T) {
 	srv := natstest.RunJetStream(t)
 	log := svcruntest.Start(t, run, []string{"-health-addr", "127.0.0.1:0"}, map[string]string{"JETFLOW_NATS_URL": srv.ClientURL()}, "dispatcher running")

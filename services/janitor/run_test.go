@@ -16,8 +16,6 @@ import (
 // TestRunServesMetrics: the retention default and the metrics and health
 // addresses come from the environment; /metrics answers on the loopback
 // address, and the probes say the janitor is alive and ready.
-//
-// Not parallel: run sets zerolog's global time format.
 func TestRunServesMetrics(t *testing.T) {
 	srv := natstest.RunJetStream(t)
 	env := map[string]string{"JETFLOW_NATS_URL": srv.ClientURL(), "JETFLOW_RETENTION_DEFAULT": "max(5, 7d)",
@@ -44,8 +42,6 @@ func TestRunServesMetrics(t *testing.T) {
 // (NATS is nowhere here), and a numeric one's error names the flag, its
 // variable and the range; a negative interval is such an error, not a
 // panic in the sweep's ticker.
-//
-// Not parallel: run sets zerolog's global time format.
 func TestRunRefuses(t *testing.T) {
 	for name, tc := range map[string]struct {
 		args []string

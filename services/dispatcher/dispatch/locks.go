@@ -88,7 +88,7 @@ func (d *Dispatcher) watchLocks(ctx context.Context) {
 		}
 		tries = 1
 		d.wakeHolders(ctx, w, woken)
-		_ = w.Stop()
+		bus.StopWatch(w)
 	}
 }
 

@@ -118,13 +118,17 @@ func (p *Program) Parse(args []string) error {
 	return nil
 }
 
+// Services log times to the nanosecond. zerolog keeps the format in a
+// global: set once here, never while loggers run (tests start and stop
+// services in one process).
+func init() { zerolog.TimeFieldFormat = time.RFC3339Nano }
+
 // Logger builds the service's logger from the common flags.
 func Logger(stderr io.Writer, c *svc.Common, service string) (zerolog.Logger, error) {
 	lvl, err := zerolog.ParseLevel(*c.LogLevel)
 	if err != nil || lvl == zerolog.NoLevel {
 		return zerolog.Nop(), fmt.Errorf("-log-level %q: use debug, info, warn or error", *c.LogLevel)
 	}
-	zerolog.TimeFieldFormat = time.RFC3339Nano
 	w := stderr
 	if !*c.LogJSON {
 		w = zerolog.ConsoleWriter{Out: stderr, TimeFormat: "15:04:05.000", NoColor: true}

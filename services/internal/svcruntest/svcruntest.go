@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"testing"
@@ -32,6 +33,13 @@ func (l *Log) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.buf.Write(p)
+}
+
+// String returns everything logged so far.
+func (l *Log) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
 }
 
 // Line returns the first logged JSON line whose message is msg, or nil.
@@ -87,7 +95,9 @@ func Start(t *testing.T, run svcrun.RunFunc, args []string, env map[string]strin
 		case err := <-done:
 			require.NoError(t, err, "run stopped with an error")
 		case <-time.After(30 * time.Second):
-			t.Error("run did not stop within 30s")
+			var stacks strings.Builder
+			_ = pprof.Lookup("goroutine").WriteTo(&stacks, 1)
+			t.Errorf("run did not stop within 30s; its log:\n%s\ngoroutines:\n%s", log.String(), stacks.String())
 		}
 	})
 	natstest.Eventually(t, 30*time.Second, func() bool {

@@ -223,21 +223,21 @@ func watchModels(ctx context.Context, kv jetstream.KeyValue, fn func(jetstream.K
 	if err != nil {
 		return fmt.Errorf("read executions: %w", err)
 	}
-	defer func() {
-		// The watcher's handler blocks on its channel once it is full:
-		// updates that arrive meanwhile (the projector's, or our own
-		// deletions) must be drained for it to end and close the channel.
-		_ = w.Stop()
-		for range w.Updates() {
+	defer bus.StopWatch(w)
+	for {
+		select {
+		case e, ok := <-w.Updates():
+			switch {
+			case !ok:
+				return errors.New("read executions: watcher closed")
+			case e == nil: // every read model seen
+				return nil
+			}
+			fn(e)
+		case <-ctx.Done():
+			return ctx.Err()
 		}
-	}()
-	for e := range w.Updates() {
-		if e == nil {
-			break // every read model seen
-		}
-		fn(e)
 	}
-	return ctx.Err()
 }
 
 // rule is the rule an execution's read model records, with parent and

@@ -311,12 +311,7 @@ func scanBucket(ctx context.Context, kv jetstream.KeyValue, see func(jetstream.K
 	if err != nil {
 		return err
 	}
-	defer func() {
-		// The watcher blocks once its channel is full: drain it to end.
-		_ = w.Stop()
-		for range w.Updates() {
-		}
-	}()
+	defer bus.StopWatch(w)
 	for {
 		select {
 		case e, ok := <-w.Updates():
