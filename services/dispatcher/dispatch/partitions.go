@@ -117,6 +117,21 @@ func (d *Dispatcher) acquire(ctx context.Context, p int, epoch uint64, enqueue f
 	if old != nil {
 		old.stop(handlingMax) // a holding lost and taken again: start afresh
 	}
+	// Direct reports are listened for before anything is consumed: a
+	// start consumed below may send a task at once, and its agent's
+	// report must find this holder listening, not be told that nobody
+	// does (it would be stored on the results stream). The subscription
+	// and the task go out on one connection, so the server has the one
+	// before the other.
+	if !d.cfg.NoDirectReports {
+		sub, err := d.listenDirect(p, r, enqueue)
+		if err != nil {
+			return err
+		}
+		if !r.addSub(sub) {
+			return nil // released meanwhile
+		}
+	}
 	for _, c := range bus.PartitionConsumers(d.durables(), p) {
 		cons, err := bus.Bind(ctx, d.js, !d.cfg.BindOnly, c, func(err error) {
 			d.log.Warn().Err(err).Int("partition", p).Msg("waiting for the bootstrap")
@@ -155,15 +170,6 @@ func (d *Dispatcher) acquire(ctx context.Context, p int, epoch uint64, enqueue f
 			return fmt.Errorf("consume %s: %w", c.Config.Durable, err)
 		}
 		if !r.add(cc) {
-			return nil // released meanwhile
-		}
-	}
-	if !d.cfg.NoDirectReports {
-		sub, err := d.listenDirect(p, r, enqueue)
-		if err != nil {
-			return err
-		}
-		if !r.addSub(sub) {
 			return nil // released meanwhile
 		}
 	}
