@@ -237,9 +237,11 @@ func fastDecode(h nats.Header, data []byte) (events.Event, bool) {
 		return events.Event{}, false // sdk-go's path says why
 	}
 	p := events.NewPayload(ev.Type)
-	if p == nil || len(data) == 0 || !json.Valid(data) {
+	if p == nil || len(data) == 0 {
 		return events.Event{}, false
 	}
+	// Unmarshal checks the whole of data is valid JSON before it decodes
+	// any of it: no json.Valid first (a second scan, 1% of a step's CPU).
 	if err := json.Unmarshal(data, p); err != nil {
 		return events.Event{}, false
 	}
