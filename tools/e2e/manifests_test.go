@@ -146,7 +146,17 @@ func TestComposeClusterConfig(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	require.NoError(t, bus.Bootstrap(ctx, ajs, bus.Config{Replicas: 3}, bus.Durables{}), "the bootstrap makes R3 streams")
+	// A cluster just formed may still answer 503 (no meta leader yet, or
+	// peers catching up) on a loaded machine: such errors are retried, as
+	// the services retry theirs.
+	for {
+		err = bus.Bootstrap(ctx, ajs, bus.Config{Replicas: 3}, bus.Durables{})
+		if err == nil || !bus.Transient(err) || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	require.NoError(t, err, "the bootstrap makes R3 streams")
 	info, err := ajs.Stream(ctx, bus.StreamEvents)
 	require.NoError(t, err)
 	require.Equal(t, 3, info.CachedInfo().Config.Replicas)
