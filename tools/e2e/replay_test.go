@@ -66,6 +66,8 @@ func TestReplayAtomicIncrementOverHTTP(t *testing.T) {
 	code, body := postAction(t, s, "inc1", `{"action":"replay","from":"start","reason":"try"}`)
 	require.Equal(t, http.StatusConflict, code, body)
 	require.Contains(t, body["error"].(map[string]any)["message"], "cleared the start")
+	// It names what would be accepted instead, and the next replay is one of those.
+	require.Contains(t, body["error"].(map[string]any)["message"], "; accepted now: replay from resume, from last or from start with force")
 
 	code, body = postAction(t, s, "inc1", `{"action":"replay","reason":"the counter service was restarted","requested_by":"ops"}`)
 	require.Equal(t, http.StatusOK, code, body)

@@ -88,6 +88,7 @@ func TestReplayAtomicIncrement(t *testing.T) {
 
 	rej := readRejection(t, b.js, b.replay(t, "i1", events.ReplayStart, false))
 	require.Contains(t, rej.Reason, "cleared the start", "from here only on inc removed the start as a replay point")
+	require.Contains(t, rej.Reason, "; accepted now: replay from resume, from last or from start with force", "the replays it would accept instead")
 
 	b.replay(t, "i1", "", false) // resume (the default)
 	write := c.serve(t, b, false)

@@ -201,9 +201,11 @@ func Action(in Input, cmd ActionCommand) Decision {
 		for id := range in.Stored {
 			settled[id] = true
 		}
-		plan, err := planReplay(in.Def, s, replayAsk{from: from, force: cmd.Force, settled: settled})
+		ask := replayAsk{from: from, force: cmd.Force, settled: settled}
+		plan, err := planReplay(in.Def, s, ask)
 		var refused *replayRefused
 		if errors.As(err, &refused) {
+			refused.instead = alternatives(in.Def, s, ask)
 			return reject(events.CodeConflict, "execution %q cannot be replayed from %s: %s", in.ID, from, refused)
 		}
 		if err != nil {

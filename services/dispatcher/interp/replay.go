@@ -1,6 +1,7 @@
 package interp
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -42,12 +43,57 @@ type replayPlan struct {
 
 // replayRefused is a replay that cannot be done as asked: the operator is
 // told why (and the command rejected), a retry step fails with it.
-type replayRefused struct{ msg string }
+type replayRefused struct {
+	// why, with what the workflow or the execution would need for it
+	why string
+	// instead, for an operator: the replays of this execution accepted
+	// now ([alternatives]), tried rather than guessed.
+	instead string
+}
 
-func (e *replayRefused) Error() string { return e.msg }
+func (e *replayRefused) Error() string {
+	if e.instead == "" {
+		return e.why
+	}
+	return e.why + "; " + e.instead
+}
 
 func refuse(format string, args ...any) error {
-	return &replayRefused{msg: fmt.Sprintf(format, args...)}
+	return &replayRefused{why: fmt.Sprintf(format, args...)}
+}
+
+// alternatives says which replays of the execution are accepted now in
+// place of ask, which was refused: from resume, from last and from start,
+// each unforced if it is accepted so, else forced, and ask itself forced.
+// Each is planned as it would be asked, and only those planned without a
+// refusal are named: a suggestion is never refused in turn.
+func alternatives(d workflow.Definition, s projections.Execution, ask replayAsk) string {
+	asked := cmp.Or(ask.from, events.ReplayResume)
+	accepted := func(from string, force bool) bool {
+		alt := ask
+		alt.from, alt.force = from, force
+		_, err := planReplay(d, s, alt)
+		return err == nil
+	}
+	var ok []string
+	for _, from := range []string{events.ReplayResume, events.ReplayLast, events.ReplayStart} {
+		switch {
+		case from != asked && accepted(from, false):
+			ok = append(ok, "from "+from)
+		case (from != asked || !ask.force) && accepted(from, true):
+			ok = append(ok, "from "+from+" with force")
+		}
+	}
+	if !slices.Contains([]string{events.ReplayResume, events.ReplayLast, events.ReplayStart}, asked) && !ask.force && accepted(asked, true) {
+		ok = append(ok, "from "+asked+" with force")
+	}
+	switch len(ok) {
+	case 0:
+		return "no replay of this execution is accepted now, forced or not"
+	case 1:
+		return "accepted now: replay " + ok[0]
+	}
+	return "accepted now: replay " + strings.Join(ok[:len(ok)-1], ", ") + " or " + ok[len(ok)-1]
 }
 
 // ran is a step instance that ran (or runs) in the execution as it is now.
@@ -196,9 +242,9 @@ func planReplay(d workflow.Definition, s projections.Execution, ask replayAsk) (
 	case events.ReplayStart:
 		if !ask.force && (len(pts) == 0 || pts[0].path != "") {
 			if d.ReplayPolicy().FromStart {
-				return p, refuse("a later step cleared the start as a replay point (replayable: from here only, or reset); replay from last, or force")
+				return p, refuse("a later step cleared the start as a replay point (replayable: from here only, or reset)")
 			}
-			return p, refuse("workflow %s is not replayable from start (say replayable: from start); replay from last, or force", d.Name)
+			return p, refuse("workflow %s is not replayable from start (say replayable: from start)", d.Name)
 		}
 		p = startPlan(s)
 		return p, checkIdle(s, p.reset, ask)
@@ -216,12 +262,12 @@ func planReplay(d workflow.Definition, s projections.Execution, ask replayAsk) (
 	target, ok := findRun(runs, ask.from)
 	if !ok {
 		if _, exists := findStep(d, ask.from); exists {
-			return p, refuse("step %q has not run in this execution: replay from a step that ran", ask.from)
+			return p, refuse("step %q has not run in this execution", ask.from)
 		}
 		return p, refuse("no step %q in workflow %s", ask.from, d.Name)
 	}
 	if target.hidden {
-		return p, refuse("step %s is in on-error steps or in a block that is replayable: disabled; replay from a step around it", target.st.ID)
+		return p, refuse("step %s is in on-error steps or in a block that is replayable: disabled: no replay goes back to it", target.st.ID)
 	}
 	if ask.force {
 		return pointPlan(d, s, point{path: target.st.ID, entered: target.st.Entered}, ask)
@@ -246,7 +292,7 @@ func pointBefore(d workflow.Definition, s projections.Execution, pts []point, as
 			return p, nil
 		}
 	}
-	return replayPlan{}, refuse("no replay point before step %s leads to it again (mark a step before it replayable: from here, or the workflow replayable: from start); or force", path)
+	return replayPlan{}, refuse("no replay point before step %s leads to it again (mark a step before it replayable: from here, or the workflow replayable: from start)", path)
 }
 
 // resumePlan plans a replay resuming: at the last incomplete step if it
@@ -267,7 +313,7 @@ func resumePlan(d workflow.Definition, s projections.Execution, runs []ran, pts 
 		last = r
 	}
 	if last == nil {
-		return replayPlan{}, refuse("nothing to resume: no step is incomplete; replay from a step, from last or from start (or resume a cancelled execution)")
+		return replayPlan{}, refuse("nothing to resume: no step is incomplete")
 	}
 	idempotent := last.step.IsIdempotent(last.allIdempotent) && !last.hidden
 	if workflow.IsContainer(last.st.Kind) && hasChildren(s, last.st.ID) {
@@ -275,12 +321,12 @@ func resumePlan(d workflow.Definition, s projections.Execution, runs []ran, pts 
 	}
 	if !ask.force && !idempotent {
 		if len(pts) == 0 {
-			return replayPlan{}, refuse("step %s is not idempotent (say idempotent: yes if it may run again) and no replay point ran before it; replay from start, or force", last.st.ID)
+			return replayPlan{}, refuse("step %s is not idempotent (say idempotent: yes if it may run again) and no replay point ran before it", last.st.ID)
 		}
 		return pointBefore(d, s, pts, ask, last.st.ID, last.st.Entered)
 	}
 	if !ask.force && last.st.Status.InFlight() && !ask.settled[last.st.ID] {
-		return replayPlan{}, refuse("step %s is still running on an agent: wait for its result, cancel the execution first, or force", last.st.ID)
+		return replayPlan{}, refuse("step %s is still running on an agent: wait for its result, or cancel the execution first", last.st.ID)
 	}
 	anc, frame, _ := ancestry(s, last.st.ID)
 	p := replayPlan{point: last.st.ID, mode: events.ReplayModeResume, entered: last.st.Entered,
@@ -357,7 +403,7 @@ func checkIdle(s projections.Execution, reset []string, ask replayAsk) error {
 	}
 	for _, id := range reset {
 		if st, ok := instanceOf(s, id); ok && st.Status.InFlight() && !ask.settled[id] {
-			return refuse("step %s is still running on an agent: wait for its result, cancel the execution first, or force", id)
+			return refuse("step %s is still running on an agent: wait for its result, or cancel the execution first", id)
 		}
 	}
 	return nil
