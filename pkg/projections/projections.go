@@ -372,7 +372,12 @@ type Step struct {
 	// the events before it. 0 while it has not run (again, after a replay).
 	Entered int `json:"entered,omitempty"`
 	// WaitUntil is when a waiting sleep ends (or a wait times out).
-	WaitUntil   time.Time `json:"wait_until,omitzero"`
+	WaitUntil time.Time `json:"wait_until,omitzero"`
+	// SleptFrom is when a sleep began to wait in its current run: run
+	// again resuming (a replay resuming at it, a resume), its duration
+	// counts from then, not from the replay. Kept across attempts, zero
+	// again when a replay runs the instance anew.
+	SleptFrom   time.Time `json:"slept_from,omitzero"`
 	ScheduledAt time.Time `json:"scheduled_at,omitzero"`
 	// SentAt is when the attempt's task was stored for the agents
 	// (step.sent, or the sent_at of the step's next event): its timeout
@@ -631,7 +636,12 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 		}
 		return s.step(ev, e.StepID, OpSkipped, func(st *Step) { st.enter(s.Events); st.Error, st.EndedAt = e.Reason, ev.Time })
 	case *events.StepWaiting:
-		return s.step(ev, e.StepID, OpWaiting, func(st *Step) { st.WaitUntil, st.StartedAt = e.Until, ev.Time })
+		return s.step(ev, e.StepID, OpWaiting, func(st *Step) {
+			st.WaitUntil, st.StartedAt = e.Until, ev.Time
+			if st.Kind == "sleep" && st.SleptFrom.IsZero() {
+				st.SleptFrom = ev.Time
+			}
+		})
 	case *events.StepRescheduled:
 		return s.step(ev, e.StepID, OpRescheduled, func(st *Step) { st.WaitUntil = e.Due })
 	case *events.VariablesSet:

@@ -133,9 +133,17 @@ func (s *stack) apply(t *testing.T, yaml string) client.Applied {
 	return a
 }
 
+// doneAtLeast is the shortest wait for an execution to finish.
+const doneAtLeast = 90 * time.Second
+
 // waitDone polls the api until the execution reaches a terminal state.
 func (s *stack) waitDone(t *testing.T, id string, timeout time.Duration) projections.Execution {
 	t.Helper()
+	// timeout is what the execution needs on a quiet machine; a busy CI
+	// machine running every package at once has starved a stack for
+	// longer (its dispatcher's leases lapsing), so no wait is shorter
+	// than doneAtLeast. A passing test waits no longer for it.
+	timeout = max(timeout, doneAtLeast)
 	var x projections.Execution
 	poll(t, timeout, "execution "+id+" finishes", func() (bool, string) {
 		var err error

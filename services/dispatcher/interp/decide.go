@@ -926,6 +926,9 @@ func internal(step workflow.Step, st projections.Step, s projections.Execution, 
 			if err != nil || dur < 0 {
 				return fail(fmt.Errorf("duration %q is not a duration (e.g. 30s)", txt))
 			}
+			if !st.SleptFrom.IsZero() { // run again resuming: it counts from its first wait
+				return action{kind: actSleep, step: step, attempt: st.Attempt, until: st.SleptFrom.Add(dur)}
+			}
 			return action{kind: actSleep, step: step, attempt: st.Attempt, delay: dur}
 		}
 		txt, err := expression.RenderString(step.Until, env)

@@ -1,8 +1,11 @@
 package interp
 
 import (
+	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -16,8 +19,9 @@ import (
 // records the replay or rejects it. Nothing is carried out.
 func askReplay(t *testing.T, m *memShell, from string, force bool) Decision {
 	t.Helper()
-	cmd := ActionCommand{Key: "k", From: from, Force: force,
-		Record: events.ActionRecord{Action: events.ActionReplay, RequestedBy: "ops", Command: "k"}}
+	key := fmt.Sprintf("replay-%d-%s-%v", len(m.evs), from, force) // one command per ask: a key seen is a copy
+	cmd := ActionCommand{Key: key, From: from, Force: force,
+		Record: events.ActionRecord{Action: events.ActionReplay, RequestedBy: "ops", Command: key}}
 	saved := *m
 	defer func() { m.history, m.stored, m.called = saved.history, saved.stored, saved.called }()
 	for range 5 {
@@ -122,4 +126,86 @@ func TestReplayRefusalsSuggestOnlyWhatIsAccepted(t *testing.T) {
 			require.Positive(t, refused, "some replay is refused in each case")
 		})
 	}
+}
+
+// TestReplayedSleepCountsFromItsStart: a sleep run again resuming (a
+// replay resuming at it, after the execution was cancelled in its
+// sleep) sleeps what is left of its duration, counted from when it first
+// began to wait, not the whole duration again; one replayed from a point
+// before it sleeps the whole duration.
+func TestReplayedSleepCountsFromItsStart(t *testing.T) {
+	t.Parallel()
+	def := workflow.Definition{Name: "wf", Steps: []workflow.Step{
+		{ID: "mark", Kind: workflow.KindReplayable, Replayable: workflow.ReplayFromHere},
+		{ID: "nap", Kind: workflow.KindSleep, Duration: "1h"},
+	}}
+	m := newMemShell(t, def, `{}`)
+	m.advance()
+	began := m.now
+	require.Equal(t, projections.OpWaiting, m.state.Steps[m.state.StepIndex("nap")].Status)
+	m.carry(Action(m.input(), ActionCommand{Key: "c", Record: events.ActionRecord{Action: events.ActionForceCancel, Command: "c"}}))
+	require.Equal(t, projections.StatusCancelled, m.state.Status)
+
+	m.now = began.Add(20 * time.Minute)
+	d := askReplay(t, m, events.ReplayResume, false)
+	require.Nil(t, d.Reject)
+	m.carry(d)
+	m.advance()
+	nap := m.state.Steps[m.state.StepIndex("nap")]
+	require.Equal(t, 2, nap.Attempt, "run again resuming")
+	require.Equal(t, projections.OpWaiting, nap.Status)
+	require.Equal(t, began.Add(time.Hour).UTC(), nap.WaitUntil.UTC(), "40 minutes left, not an hour from the replay")
+	require.Equal(t, began.Add(time.Hour).UTC(), m.timers[timerID("x1", events.TimerSleep, "nap", 2)].UTC())
+
+	m.carry(Action(m.input(), ActionCommand{Key: "c2", Record: events.ActionRecord{Action: events.ActionForceCancel, Command: "c2"}}))
+	m.now = began.Add(30 * time.Minute)
+	d = askReplay(t, m, "mark", false)
+	require.Nil(t, d.Reject)
+	m.carry(d)
+	m.advance()
+	nap = m.state.Steps[m.state.StepIndex("nap")]
+	require.Equal(t, projections.OpWaiting, nap.Status)
+	require.Equal(t, m.now.Add(time.Hour).UTC(), nap.WaitUntil.UTC(), "replayed anew from mark: the whole hour")
+}
+
+// TestReplayedWaitTakesALaterSignal: a wait replayed from a point before
+// it takes the first signal of its name that no wait has taken, in the
+// order they arrived: one sent after the original wait began (here, after
+// it had taken the first). The signal the original wait took stays taken.
+func TestReplayedWaitTakesALaterSignal(t *testing.T) {
+	t.Parallel()
+	def := workflow.Definition{Name: "wf", Steps: []workflow.Step{
+		{ID: "mark", Kind: workflow.KindReplayable, Replayable: workflow.ReplayFromHere},
+		{ID: "w", Kind: workflow.KindWait, Signal: "go"},
+		{ID: "op", Kind: workflow.KindExec, Command: "x"},
+	}}
+	m := newMemShell(t, def, `{}`)
+	m.advance()
+	signal := func(id string) {
+		m.carry(Signal(m.input(), SignalCommand{ID: id, Name: "go", SentAt: m.now}))
+		m.advance()
+	}
+	signal("s1")
+	signal("s2") // after the wait began, and after it took s1: kept
+	m.carry(m.report(&events.OperationFailed{TaskRef: events.TaskRef{Agent: "a1"}, Error: "exit status 1"}))
+	m.advance()
+	require.Equal(t, projections.StatusFailed, m.state.Status, "history: %v", m.types())
+	took := func() string {
+		var out struct {
+			SignalID string `json:"signal_id"`
+		}
+		require.NoError(t, json.Unmarshal(m.state.Steps[m.state.StepIndex("w")].Output, &out))
+		return out.SignalID
+	}
+	require.Equal(t, "s1", took())
+
+	d := askReplay(t, m, "mark", false)
+	require.Nil(t, d.Reject)
+	m.carry(d)
+	m.advance()
+	require.Equal(t, projections.OpSucceeded, m.state.Steps[m.state.StepIndex("w")].Status)
+	require.Equal(t, "s2", took(), "the replayed wait took the signal sent after the original began")
+	require.Len(t, m.state.Signals, 2)
+	require.Equal(t, "w", m.state.Signals[0].TakenBy, "s1 stays taken by the original")
+	require.Equal(t, "w", m.state.Signals[1].TakenBy)
 }
