@@ -51,6 +51,10 @@ func startStack(t *testing.T, mod func(*devstack.Config)) *stack {
 		StartWait: 30 * time.Second,
 		// Tests read their executions after they end; retention tests set their own.
 		RetentionDefault: "forever",
+		// One dispatcher, nothing to fail over to: on a machine running
+		// every package's tests at once, 1s leases lapsed and stalled
+		// executions while the dispatcher took its partitions back.
+		LeaseTTL: 5 * time.Second,
 	}
 	if mod != nil {
 		mod(&cfg)

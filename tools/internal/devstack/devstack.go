@@ -98,6 +98,9 @@ type Config struct {
 	NoDirectReports bool
 	// DirectWait is the agent's -direct-wait (0: its default).
 	DirectWait time.Duration
+	// LeaseTTL is the lifetime of the dispatcher's partition leases,
+	// whole seconds (0: the service's default, 1s).
+	LeaseTTL time.Duration
 	// Janitor settings.
 	JanitorInterval time.Duration
 	IdleAfter       time.Duration
@@ -479,7 +482,7 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 		}
 		start(ns, "dispatcher", func(ctx context.Context, c *bus.Conn) error {
 			d, err := dispatch.New(ctx, dispatch.Config{Workers: cfg.Workers, CacheSize: cfg.CacheSize, BulkAfter: cfg.BulkAfter, APIURL: info.APIURL, BindOnly: restricted,
-				NoDirectReports: cfg.NoDirectReports}, c.JS, log("dispatcher"))
+				NoDirectReports: cfg.NoDirectReports, LeaseTTL: cfg.LeaseTTL}, c.JS, log("dispatcher"))
 			if err != nil {
 				return err
 			}
@@ -543,7 +546,7 @@ func (c Config) validate() error {
 	return cmp.Or(
 		agent.Config{AckWait: c.TaskAckWait, MaxDeliver: c.MaxDeliver, Concurrency: c.Concurrency, KillGrace: c.KillGrace,
 			StartedAfter: c.StartedAfter}.Validate(),
-		dispatch.Config{Workers: c.Workers, CacheSize: c.CacheSize, BulkAfter: c.BulkAfter}.Validate(),
+		dispatch.Config{Workers: c.Workers, CacheSize: c.CacheSize, BulkAfter: c.BulkAfter, LeaseTTL: c.LeaseTTL}.Validate(),
 		janitor.Config{Interval: c.JanitorInterval, IdleAfter: c.IdleAfter, RetentionDefault: c.RetentionDefault}.Validate(),
 		api.Config{StartWait: c.StartWait, MaxReadModel: c.MaxReadModel}.Validate(),
 	)
