@@ -614,11 +614,7 @@ func (e *engine) container(f frame, step workflow.Step, st projections.Step, env
 	if st.Attempt > 1 { // a container run again (by on-error's retry) gets new instances
 		prefix += "@" + strconv.Itoa(st.Attempt)
 	}
-	if r, ok := e.lockGate(step, st, env); !ok { // a workflow step's lock comes first
-		return r
-	}
-	switch step.Kind {
-	case workflow.KindWorkflow:
+	block := func() result {
 		if step.Workflow != "" {
 			return e.called(f, step, st, prefix, env, finish, failWith)
 		}
@@ -632,6 +628,21 @@ func (e *engine) container(f frame, step workflow.Step, st projections.Step, env
 			return r // a return in a block ends the execution
 		}
 		return e.mapOutput(step, st, r.output, env, finish)
+	}
+	if l, ok := e.s.LockAt(st.ID); ok && l.Status == projections.LockCleared && step.Kind == workflow.KindWorkflow && !e.s.DryRun {
+		// Cleared while its steps ran: it asks again only when one of
+		// them next starts, behind whoever asked meanwhile; the step
+		// itself ends without it (its lock is over then).
+		if r := block(); r.state == running && (!startsAnew(e.s, r.act) || cmp.Or(r.act.path, r.act.step.ID) == st.ID) {
+			return r
+		}
+	}
+	if r, ok := e.lockGate(step, st, env); !ok { // a workflow step's lock comes first
+		return r
+	}
+	switch step.Kind {
+	case workflow.KindWorkflow:
+		return block()
 	case workflow.KindForeach:
 		// With a view, the leading items already done are not walked
 		// again: their outputs are kept (items end for good).

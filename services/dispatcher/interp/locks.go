@@ -2,6 +2,7 @@ package interp
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -65,6 +66,10 @@ func decideLockedIn(d workflow.Definition, s projections.Execution, v *view) act
 		case ok && l.Status == projections.LockHeld:
 		case ok && l.Status == projections.LockWaiting:
 			return action{kind: actWait} // woken when the bucket lists it as a holder
+		case ok && l.Status == projections.LockCleared && !startsAnew(s, a):
+			// Cleared while something runs: it asks again only when it
+			// next starts something, behind whoever asked meanwhile.
+			return a
 		default:
 			name, err := renderLockName(d.Lock, envOf(s))
 			if err != nil {
@@ -74,6 +79,27 @@ func decideLockedIn(d workflow.Definition, s projections.Execution, v *view) act
 		}
 	}
 	return a
+}
+
+// startsAnew reports whether a starts something inside a lock: a step
+// instance not under way yet (one scheduled, or to run again). Waiting,
+// and finishing a step already under way when the lock was cleared (a
+// wait taking its signal or timing out, a sleep ending, a sending
+// recorded), do not: a cleared holder asks for the lock again only for
+// what starts anew.
+func startsAnew(s projections.Execution, a action) bool {
+	if a.kind == actWait {
+		return false
+	}
+	st, ok := instanceOf(s, cmp.Or(a.path, a.step.ID))
+	if !ok {
+		return true
+	}
+	switch st.Status {
+	case projections.OpWaiting, projections.OpSending, projections.OpSent, projections.OpStarted:
+		return false
+	}
+	return true
 }
 
 func unlock(l projections.Lock, reason string) action {
