@@ -1,7 +1,6 @@
 package bus_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -14,9 +13,11 @@ import (
 	"jetflow.dev/pkg/natstest"
 )
 
-// TestStopWatch: a watcher stopped with its channel full (more keys than
-// the channel holds, none read) is stopped at once, and its handler still
-// ends: no goroutine of the watch is left.
+// TestStopWatch: a watch stopped with its channel full (more keys than
+// the channel holds, none read) is stopped at once, and nothing of it is
+// left: its handler ends (StopWatch reads what it was blocked on), and so
+// does nats.go's goroutine waiting for the watch's context (the
+// unsubscribe ends it, though the caller's context goes on).
 func TestStopWatch(t *testing.T) {
 	_, js := natstest.Connect(t, natstest.RunJetStream(t))
 	kv, err := js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: "watched"})
@@ -26,12 +27,10 @@ func TestStopWatch(t *testing.T) {
 		require.NoError(t, err)
 	}
 	before := goleak.IgnoreCurrent()
-	ctx, cancel := context.WithCancel(t.Context())
-	w, err := kv.WatchAll(ctx)
+	w, err := kv.WatchAll(t.Context())
 	require.NoError(t, err)
 	natstest.Eventually(t, 30*time.Second, func() bool { return len(w.Updates()) == cap(w.Updates()) }, "the channel fills")
 
 	bus.StopWatch(w)
-	cancel() // ends nats.go's goroutine that waits for the context
 	goleak.VerifyNone(t, before)
 }

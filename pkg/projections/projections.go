@@ -374,9 +374,9 @@ type Step struct {
 	// WaitUntil is when a waiting sleep ends (or a wait times out).
 	WaitUntil time.Time `json:"wait_until,omitzero"`
 	// SleptFrom is when a sleep began to wait in its current run: run
-	// again resuming (a replay resuming at it, a resume), its duration
-	// counts from then, not from the replay. Kept across attempts, zero
-	// again when a replay runs the instance anew.
+	// again by a replay resuming at it, its duration counts from then, not
+	// from the replay. Kept across attempts, zero again when a replay runs
+	// the instance anew.
 	SleptFrom   time.Time `json:"slept_from,omitzero"`
 	ScheduledAt time.Time `json:"scheduled_at,omitzero"`
 	// SentAt is when the attempt's task was stored for the agents
@@ -727,7 +727,7 @@ func rerun(st Step, at time.Time) Step {
 	st.Error, st.Output, st.EndedAt, st.WaitUntil, st.Lost = "", nil, time.Time{}, time.Time{}, false
 	switch {
 	case st.Final:
-		st.Status, st.Final, st.RetryBase, st.Entered = OpNone, false, st.Attempt, 0
+		st.Status, st.Final, st.RetryBase, st.Entered, st.SleptFrom = OpNone, false, st.Attempt, 0, time.Time{}
 	case containerKinds[st.Kind]:
 		st.Status, st.RetryBase = OpPending, st.Attempt-1
 	default:

@@ -121,8 +121,10 @@ func (d *Dispatcher) acquire(ctx context.Context, p int, epoch uint64, enqueue f
 	// start consumed below may send a task at once, and its agent's
 	// report must find this holder listening, not be told that nobody
 	// does (it would be stored on the results stream). The subscription
-	// and the task go out on one connection, so the server has the one
-	// before the other.
+	// and the task go out on one connection, so the server this
+	// connection talks to has the one before the other; in a cluster, an
+	// agent on another server may see the interest later, and then stores
+	// its report, as without direct reports.
 	if !d.cfg.NoDirectReports {
 		sub, err := d.listenDirect(p, r, enqueue)
 		if err != nil {

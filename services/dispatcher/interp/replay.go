@@ -62,17 +62,28 @@ func refuse(format string, args ...any) error {
 	return &replayRefused{why: fmt.Sprintf(format, args...)}
 }
 
+// alternativesMax is the most step instances of an execution whose
+// refused replay tries the others: each try plans a replay, which takes
+// seconds on executions of thousands of instances, in the partition's
+// turn.
+const alternativesMax = 1000
+
 // alternatives says which replays of the execution are accepted now in
 // place of ask, which was refused: from resume, from last and from start,
 // each unforced if it is accepted so, else forced, and ask itself forced.
 // Each is planned as it would be asked, and only those planned without a
 // refusal are named: a suggestion is never refused in turn.
 func alternatives(d workflow.Definition, s projections.Execution, ask replayAsk) string {
+	if len(s.Steps) > alternativesMax {
+		return fmt.Sprintf("(other replays are not tried for an execution of %d step instances: ask from resume, last or start)", len(s.Steps))
+	}
 	asked := cmp.Or(ask.from, events.ReplayResume)
+	runs := instances(d, s)
+	pts := replayPoints(d, runs)
 	accepted := func(from string, force bool) bool {
 		alt := ask
 		alt.from, alt.force = from, force
-		_, err := planReplay(d, s, alt)
+		_, err := planWith(d, s, runs, pts, alt)
 		return err == nil
 	}
 	var ok []string
@@ -236,7 +247,12 @@ type replayAsk struct {
 // planReplay plans a replay.
 func planReplay(d workflow.Definition, s projections.Execution, ask replayAsk) (replayPlan, error) {
 	runs := instances(d, s)
-	pts := replayPoints(d, runs)
+	return planWith(d, s, runs, replayPoints(d, runs), ask)
+}
+
+// planWith plans a replay with the execution's step instances and replay
+// points worked out (the costly part of a plan, on a large execution).
+func planWith(d workflow.Definition, s projections.Execution, runs []ran, pts []point, ask replayAsk) (replayPlan, error) {
 	var p replayPlan
 	switch ask.from {
 	case events.ReplayStart:

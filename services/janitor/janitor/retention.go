@@ -229,6 +229,9 @@ func watchModels(ctx context.Context, kv jetstream.KeyValue, fn func(jetstream.K
 		case e, ok := <-w.Updates():
 			switch {
 			case !ok:
+				if ctx.Err() != nil {
+					return ctx.Err() // stopping: the watch ended with it
+				}
 				return errors.New("read executions: watcher closed")
 			case e == nil: // every read model seen
 				return nil
