@@ -1,6 +1,8 @@
 package bus
 
 import (
+	"context"
+	"errors"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -38,4 +40,35 @@ func StopWatch(w jetstream.KeyWatcher) {
 			}
 		}
 	}()
+}
+
+// EachEntry calls fn with every current entry of kv (as opts select
+// them), read in one pass of a watcher (one ordered consumer, not a
+// request per key), and stops at the first error fn returns, which it
+// returns. Entries written meanwhile may be seen too.
+func EachEntry(ctx context.Context, kv jetstream.KeyValue, fn func(jetstream.KeyValueEntry) error, opts ...jetstream.WatchOpt) error {
+	w, err := kv.WatchAll(ctx, opts...)
+	if err != nil {
+		return err
+	}
+	defer StopWatch(w)
+	for {
+		select {
+		case e, ok := <-w.Updates():
+			switch {
+			case !ok:
+				if ctx.Err() != nil {
+					return ctx.Err() // stopping: the watch ended with it
+				}
+				return errors.New("watcher closed")
+			case e == nil: // every current entry seen
+				return nil
+			}
+			if err := fn(e); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }

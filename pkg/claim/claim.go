@@ -238,29 +238,18 @@ func (s *Store) MarkExpired(ctx context.Context, id string, at time.Time) error 
 // them when it is called, and stops at the first error fn returns (which
 // it returns). A record that does not decode is an error too.
 func (s *Store) Each(ctx context.Context, fn func(id string, r Record) error) error {
-	w, err := s.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
-	if err != nil {
+	var fnErr error // fn's or a record's: returned as is
+	err := bus.EachEntry(ctx, s.kv, func(e jetstream.KeyValueEntry) error {
+		r, err := decode(e.Value())
+		if err != nil {
+			fnErr = fmt.Errorf("claim of %s: %w", e.Key(), err)
+		} else {
+			fnErr = fn(e.Key(), r)
+		}
+		return fnErr
+	}, jetstream.IgnoreDeletes())
+	if err != nil && fnErr == nil && ctx.Err() == nil {
 		return fmt.Errorf("read execution id claims: %w", err)
 	}
-	defer bus.StopWatch(w)
-	for {
-		select {
-		case e, ok := <-w.Updates():
-			switch {
-			case !ok:
-				return errors.New("read execution id claims: watcher closed")
-			case e == nil: // every current record seen
-				return nil
-			}
-			r, err := decode(e.Value())
-			if err != nil {
-				return fmt.Errorf("claim of %s: %w", e.Key(), err)
-			}
-			if err := fn(e.Key(), r); err != nil {
-				return err
-			}
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	return err
 }

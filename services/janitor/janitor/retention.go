@@ -219,28 +219,11 @@ func readFinished(ctx context.Context, kv jetstream.KeyValue, now time.Time) (gr
 // markers of deleted ones included), in one pass of a watcher: one
 // ordered consumer, not a request per key.
 func watchModels(ctx context.Context, kv jetstream.KeyValue, fn func(jetstream.KeyValueEntry)) error {
-	w, err := kv.WatchAll(ctx)
-	if err != nil {
+	err := bus.EachEntry(ctx, kv, func(e jetstream.KeyValueEntry) error { fn(e); return nil })
+	if err != nil && ctx.Err() == nil {
 		return fmt.Errorf("read executions: %w", err)
 	}
-	defer bus.StopWatch(w)
-	for {
-		select {
-		case e, ok := <-w.Updates():
-			switch {
-			case !ok:
-				if ctx.Err() != nil {
-					return ctx.Err() // stopping: the watch ended with it
-				}
-				return errors.New("read executions: watcher closed")
-			case e == nil: // every read model seen
-				return nil
-			}
-			fn(e)
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	return err
 }
 
 // rule is the rule an execution's read model records, with parent and
