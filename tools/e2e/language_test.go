@@ -250,6 +250,14 @@ func TestTimeouts(t *testing.T) {
 		require.Contains(t, x.Error, want, wf)
 		require.Less(t, x.EndedAt.Sub(x.StartedAt), 10*time.Second, wf)
 	}
+
+	// The workflow's timeout runs its on-error steps, as any failure does:
+	// here they rescue it, seeing the timeout as the error.
+	s.apply(t, "name: rescued\ntimeout: 1s\non-error:\n  - {id: save, kind: return, output: \"rescued: ${error.message}\"}\nsteps:\n  - id: nap\n    kind: sleep\n    duration: 30s\n")
+	x := s.runToEnd(t, client.StartRequest{Workflow: "rescued"})
+	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
+	require.JSONEq(t, `"rescued: the workflow timed out after 1s"`, string(x.Output))
+	require.Equal(t, projections.OpWaiting, stepByID(t, x, "nap").Status, "the sleep went no further")
 }
 
 func TestCallCustomOperation(t *testing.T) {

@@ -89,17 +89,21 @@ func decideIn(d workflow.Definition, s projections.Execution, v *view) action {
 	default:
 		return action{kind: actWait}
 	}
-	if timerFired(s, events.TimerWorkflowTimeout, "", s.Resumes) {
-		return action{kind: actFail, err: "the workflow timed out after " + d.Timeout}
-	}
-	if a, ok := armWorkflowTimeout(d, s); ok {
-		return a
-	}
 	e := newEngine(d, s)
-	if v = v.sync(s); v != nil {
-		e.v, e.rounds = v, v.rounds
+	var r result
+	if timerFired(s, events.TimerWorkflowTimeout, "", s.Resumes) {
+		// Its steps stop where they are (late results are ignored); its
+		// on-error steps run, as for any other failure.
+		r = result{state: failed, err: "the workflow timed out after " + d.Timeout}
+	} else {
+		if a, ok := armWorkflowTimeout(d, s); ok {
+			return a
+		}
+		if v = v.sync(s); v != nil {
+			e.v, e.rounds = v, v.rounds
+		}
+		r = e.run(frame{steps: d.Steps, retry: d.Retry})
 	}
-	r := e.run(frame{steps: d.Steps, retry: d.Retry})
 	if r.state == failed && len(d.OnError) > 0 {
 		// The workflow's on-error steps run before it fails: for cleanup,
 		// or to rescue it with a return.
