@@ -206,7 +206,11 @@ func Action(in Input, cmd ActionCommand) Decision {
 		var refused *replayRefused
 		if errors.As(err, &refused) {
 			refused.instead = alternatives(in.Def, s, ask)
-			return reject(events.CodeConflict, "execution %q cannot be replayed from %s: %s", in.ID, from, refused)
+			forced := ""
+			if cmd.Force {
+				forced = " with force"
+			}
+			return reject(events.CodeConflict, "execution %q cannot be replayed from %s%s: %s", in.ID, from, forced, refused)
 		}
 		if err != nil {
 			return Decision{Err: err}

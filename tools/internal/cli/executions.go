@@ -180,7 +180,7 @@ func printExecution(w io.Writer, x projections.Execution, retention string) {
 		fmt.Fprintf(tw, "expired\t%s (under its retention rule; the janitor deletes it at its next sweep)\n", x.ExpiredAt.Local().Format(time.RFC3339Nano))
 	}
 	if x.Resumes > 0 {
-		fmt.Fprintf(tw, "resumed\t%d time(s), last at %s\n", x.Resumes, x.ResumedAt.Local().Format(time.RFC3339Nano))
+		fmt.Fprintf(tw, "resumed\t%d time(s) (resumes and replays), last at %s\n", x.Resumes, x.ResumedAt.Local().Format(time.RFC3339Nano))
 	}
 	for _, r := range x.Replays {
 		fmt.Fprintf(tw, "replayed\t%s at %s (asked: from %s) by %s at %s", r.Mode, cmp.Or(r.Point, "the start"), r.From,

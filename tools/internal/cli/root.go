@@ -91,7 +91,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if errors.As(err, &apiErr) && apiErr.Status == http.StatusUnauthorized {
 		if strings.HasPrefix(apiErr.Message, "this needs a token") { // none was sent
 			fmt.Fprintln(stderr, "jetflow: give a token with --token, JETFLOW_TOKEN or "+configTokenHint+
-				" (beside jetflow dev the CLI uses its admin token by itself)")
+				" (beside jetflow dev the CLI uses its admin token by itself: with its data elsewhere, set JETFLOW_DATA=DIR)")
 		} else {
 			fmt.Fprintln(stderr, "jetflow: the api refused the token given (--token, JETFLOW_TOKEN or "+configTokenHint+
 				"): give a valid one, or none beside jetflow dev")
