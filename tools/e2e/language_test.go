@@ -260,6 +260,37 @@ func TestTimeouts(t *testing.T) {
 	require.Equal(t, projections.OpWaiting, stepByID(t, x, "nap").Status, "the sleep went no further")
 }
 
+// TestRetryStepHonoursOn: a retry step whose policy names the errors it
+// retries (on) is skipped for another, so the on-error steps after it go
+// on (here a return rescues the execution), and retries those it names
+// up to its limit.
+func TestRetryStepHonoursOn(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, nil)
+	s.apply(t, `
+name: picky
+steps:
+  - id: op
+    kind: exec
+    command: sh
+    args: ["-c", "exit ${input.code}"]
+    on-error:
+      - {id: again, kind: retry, retry: {limit: 2, on: ["exit status 3"]}}
+      - {id: rescue, kind: return, output: "not retried: ${error.message}"}
+`)
+	x := s.runToEnd(t, client.StartRequest{Workflow: "picky", Input: map[string]any{"code": 1}})
+	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
+	require.Equal(t, 1, stepByID(t, x, "op").Attempt, "a permanent error is not retried")
+	again := stepByID(t, x, "op/on-error1/again")
+	require.Equal(t, projections.OpSkipped, again.Status)
+	require.Contains(t, again.Error, "the error is not one it retries (on: exit status 3)")
+
+	x = s.runToEnd(t, client.StartRequest{Workflow: "picky", Input: map[string]any{"code": 3}})
+	require.Equal(t, 2, stepByID(t, x, "op").Attempt, "a transient error is retried, up to the limit")
+	require.Equal(t, projections.StatusFailed, x.Status)
+	require.Contains(t, x.Error, "no retries left", "the retry step fails once the limit is reached, as documented")
+}
+
 func TestCallCustomOperation(t *testing.T) {
 	t.Parallel()
 	greet := operation.HandlerFunc(func(_ context.Context, task operation.Task) (any, error) {

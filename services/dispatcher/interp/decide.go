@@ -457,6 +457,14 @@ func (e *engine) step(f frame, step workflow.Step, st projections.Step, env *laz
 				return act(action{kind: actSkip, step: step})
 			}
 		}
+		if step.Kind == workflow.KindRetry && step.Retry != nil && len(step.Retry.On) > 0 {
+			// A retry step retries only the errors its policy names; for
+			// another, it is skipped and the on-error steps after it go on.
+			errRoot, _ := env.get()["error"].(map[string]any)
+			if msg, _ := errRoot["message"].(string); !step.Retry.Retries(msg) {
+				return act(action{kind: actSkip, step: step, err: fmt.Sprintf("the error is not one it retries (on: %s)", strings.Join(step.Retry.On, ", "))})
+			}
+		}
 		return act(e.schedule(step, st.Attempt+1, env))
 	case projections.OpPending:
 		switch {

@@ -17,6 +17,7 @@
 package interp
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
@@ -359,7 +360,7 @@ func (in Input) carry(a action) Decision {
 	}
 	switch a.kind {
 	case actSkip:
-		return one(&events.StepSkipped{StepID: id, Kind: nestedKind, Reason: "condition is false"})
+		return one(&events.StepSkipped{StepID: id, Kind: nestedKind, Reason: cmp.Or(a.err, "condition is false")})
 	case actSchedule:
 		if a.step.Kind == workflow.KindWorkflow && a.step.Workflow != "" {
 			return in.scheduleCalled(a, nestedKind)
