@@ -238,17 +238,14 @@ func (s *Store) MarkExpired(ctx context.Context, id string, at time.Time) error 
 // them when it is called, and stops at the first error fn returns (which
 // it returns). A record that does not decode is an error too.
 func (s *Store) Each(ctx context.Context, fn func(id string, r Record) error) error {
-	var fnErr error // fn's or a record's: returned as is
 	err := bus.EachEntry(ctx, s.kv, func(e jetstream.KeyValueEntry) error {
 		r, err := decode(e.Value())
 		if err != nil {
-			fnErr = fmt.Errorf("claim of %s: %w", e.Key(), err)
-		} else {
-			fnErr = fn(e.Key(), r)
+			return fmt.Errorf("claim of %s: %w", e.Key(), err)
 		}
-		return fnErr
+		return fn(e.Key(), r)
 	}, jetstream.IgnoreDeletes())
-	if err != nil && fnErr == nil && ctx.Err() == nil {
+	if err != nil && ctx.Err() == nil {
 		return fmt.Errorf("read execution id claims: %w", err)
 	}
 	return err

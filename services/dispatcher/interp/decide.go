@@ -92,8 +92,8 @@ func decideIn(d workflow.Definition, s projections.Execution, v *view) action {
 	e := newEngine(d, s)
 	var r result
 	if timerFired(s, events.TimerWorkflowTimeout, "", s.Resumes) {
-		// Its steps stop where they are (late results are ignored); its
-		// on-error steps run, as for any other failure.
+		// Its steps go no further (a late result is recorded, nothing
+		// follows it); its on-error steps run, as for any other failure.
 		r = result{state: failed, err: "the workflow timed out after " + d.Timeout}
 	} else {
 		if a, ok := armWorkflowTimeout(d, s); ok {

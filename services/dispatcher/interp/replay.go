@@ -86,8 +86,9 @@ func alternatives(d workflow.Definition, s projections.Execution, ask replayAsk)
 		_, err := planWith(d, s, runs, pts, alt)
 		return err == nil
 	}
+	named := []string{events.ReplayResume, events.ReplayLast, events.ReplayStart}
 	var ok []string
-	for _, from := range []string{events.ReplayResume, events.ReplayLast, events.ReplayStart} {
+	for _, from := range named {
 		switch {
 		case from != asked && accepted(from, false):
 			ok = append(ok, "from "+from)
@@ -95,7 +96,7 @@ func alternatives(d workflow.Definition, s projections.Execution, ask replayAsk)
 			ok = append(ok, "from "+from+" with force")
 		}
 	}
-	if !slices.Contains([]string{events.ReplayResume, events.ReplayLast, events.ReplayStart}, asked) && !ask.force && accepted(asked, true) {
+	if !slices.Contains(named, asked) && !ask.force && accepted(asked, true) { // a step
 		ok = append(ok, "from "+asked+" with force")
 	}
 	switch len(ok) {
