@@ -228,6 +228,13 @@ func QueueResults(queue, executionID string) string {
 // KillSubject is where the kill notice of an execution is published.
 func KillSubject(executionID string) string { return KillsPrefix + "." + executionID }
 
+// TaskKillSubject is where the notice terminating one task of an
+// execution is published: jf.kills.<execution>.<hash of the task id>
+// (a task id holds a step id, which may not fit a subject token).
+func TaskKillSubject(executionID, taskID string) string {
+	return KillSubject(executionID) + "." + events.TaskHash(taskID)
+}
+
 // RejectionSubject is where the rejection of a command is published.
 func RejectionSubject(commandKey string) string {
 	return RejectionsPrefix + "." + shortHash(commandKey)

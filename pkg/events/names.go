@@ -69,6 +69,10 @@ func TaskID(executionID, stepID string, attempt int) string {
 	return fmt.Sprintf("%s.%s.%d", executionID, stepID, attempt)
 }
 
+// TaskHash names a task in a subject token (a task id holds a step id,
+// which may not fit one): "t" and a hash of the task id.
+func TaskHash(taskID string) string { return "t" + shortHash(taskID) }
+
 func shortHash(s string) string {
 	h := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(h[:12])

@@ -353,7 +353,9 @@ const (
 func ValidAction(a string) bool { return slices.Contains(Actions, a) }
 
 // KillOperations tells agents to terminate every operation of an execution
-// they run (published on jf.kills.<execution> after a kill).
+// they run (published on jf.kills.<execution> after a kill), to refuse the
+// tasks of an execution that ended (Ended), or to terminate one attempt
+// whose step timed out (TaskID, on jf.kills.<execution>.<task hash>).
 type KillOperations struct {
 	ExecutionID string `json:"execution_id"`
 	Workflow    string `json:"workflow"`
@@ -362,6 +364,17 @@ type KillOperations struct {
 	// Lift, set when the execution is resumed, ends the kill: its new
 	// tasks run.
 	Lift bool `json:"lift,omitempty"`
+	// Ended says the execution ended with operations still with the
+	// agents (a force-cancel, a failure while other branches ran): agents
+	// refuse its tasks that have not started, and let the running ones
+	// finish. A resume lifts it.
+	Ended bool `json:"ended,omitempty"`
+	// TaskID names the one attempt to terminate (its step timed out):
+	// agents terminate its operation if it runs and refuse the task if
+	// it comes later. The rest of the execution runs on.
+	TaskID string `json:"task_id,omitempty"`
+	// Reason says why, for the terminated operation's error.
+	Reason string `json:"reason,omitempty"`
 }
 
 // ExecutionAction is the data of an action command.

@@ -80,7 +80,7 @@ func Samples() []events.Payload {
 		&events.FireTimer{ExecutionID: "x1", Workflow: "deploy", TimerID: "t-sleep-1"},
 		&events.ExecutionAction{ExecutionID: "x1", Action: events.ActionReplay, Reason: "fixed the host", RequestedBy: "alice",
 			From: "build", Force: true, Actor: actor, IgnoreSeq: 17},
-		&events.KillOperations{ExecutionID: "x1", Workflow: "deploy", Command: "cli#9", Lift: true},
+		&events.KillOperations{ExecutionID: "x1", Workflow: "deploy", Command: "cli#9", Lift: true, Ended: true, TaskID: "x1.build.3", Reason: "attempt 3 timed out after 10s"},
 		&events.LockRequested{Lock: "apt-web-1", Path: "install", Limit: 3},
 		&events.LockAcquired{Lock: "apt-web-1", Path: "install"},
 		&events.LockReleased{Lock: "db", Path: "install", Reason: "the execution ends"},

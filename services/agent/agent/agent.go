@@ -438,24 +438,26 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 	}
 
 	h, ok := a.handlers[task.Kind]
-	opCtx, done, alive := a.kills.start(ctx, task.ExecutionID)
-	if !alive { // a task sent after a resume can come before its lift is read
+	opCtx, done, refused := a.kills.start(ctx, task.ExecutionID, task.TaskID)
+	if errors.Is(refused, ErrKilled) || errors.Is(refused, ErrEnded) {
+		// A task sent after a resume can come before its lift is read.
 		lifted, err := a.liftedAt(ctx, task.ExecutionID)
 		if err != nil {
 			handBack(ctx, m, log, err, "look for the lift of a kill")
 			return
 		}
 		if lifted > 0 {
-			opCtx, done, alive = a.kills.startLifted(ctx, task.ExecutionID, lifted)
+			opCtx, done, refused = a.kills.startLifted(ctx, task.ExecutionID, task.TaskID, lifted)
 		}
 	}
 	defer done()
+	alive := refused == nil
 	var out any
 	var began time.Time // when the operation began (zero: it did not run)
 	final := false
 	if !alive {
-		err = ErrKilled
-		log.Info().Msg("refuse a task of a killed execution")
+		err = refused
+		log.Info().Err(refused).Msg("refuse a task: its execution was killed or ended, or its step gave up on it")
 	} else if !ok {
 		err = fmt.Errorf("agent %s has no handler for operation kind %q", a.cfg.Name, task.Kind)
 	} else {
@@ -487,9 +489,11 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 		_ = m.Nak()
 		return
 	}
-	if alive && errors.Is(context.Cause(opCtx), ErrKilled) {
-		log.Info().Err(err).Msg("operation terminated: its execution was killed")
-		err = fmt.Errorf("%w (%w)", ErrKilled, err)
+	if alive {
+		if cause := context.Cause(opCtx); errors.Is(cause, ErrKilled) || errors.Is(cause, ErrTerminated) {
+			log.Info().Err(err).AnErr("cause", cause).Dur("ran", time.Since(began)).Msg("operation terminated")
+			err = fmt.Errorf("%w after running %s (%w)", cause, time.Since(began).Round(time.Millisecond), err)
+		}
 	}
 	var fail *operation.Failure
 	var raw json.RawMessage

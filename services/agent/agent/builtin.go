@@ -110,10 +110,12 @@ func (h execHandler) Handle(ctx context.Context, t operation.Task) (any, error) 
 	// kernel kills it if the agent dies, so a redelivered task never runs
 	// beside an orphan of its previous delivery.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	var termAt time.Time // when SIGTERM was sent (set before Run returns)
 	cmd.Cancel = func() error {
 		// WaitDelay's SIGKILL reaches only the command itself: kill the
 		// rest of the group too.
 		pgid := cmd.Process.Pid
+		termAt = time.Now()
 		time.AfterFunc(h.grace, func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) })
 		return syscall.Kill(-pgid, syscall.SIGTERM)
 	}
@@ -134,13 +136,34 @@ func (h execHandler) Handle(ctx context.Context, t operation.Task) (any, error) 
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
 			if ctx.Err() != nil {
-				return out, &operation.Failure{Err: fmt.Errorf("command %s stopped: %w", s.Command, ctx.Err()), Output: out}
+				return out, &operation.Failure{Err: fmt.Errorf("command %s stopped (%s): %w", s.Command, howStopped(termAt, ee.ProcessState), ctx.Err()), Output: out}
 			}
 			return out, &operation.Failure{Err: fmt.Errorf("command %s: %w", s.Command, err), Output: out}
 		}
 		return out, &operation.Failure{Err: fmt.Errorf("run command %s: %w", s.Command, err), Output: out}
 	}
 	return out, nil
+}
+
+// howStopped says how a command stopped after SIGTERM was sent at termAt:
+// the signal that ended it (SIGKILL once the grace was over) or its exit
+// code, and how long after the SIGTERM.
+func howStopped(termAt time.Time, ps *os.ProcessState) string {
+	after := ""
+	if !termAt.IsZero() {
+		after = " " + time.Since(termAt).Round(time.Millisecond).String() + " after it"
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		name := fmt.Sprintf("signal %d (%s)", ws.Signal(), ws.Signal())
+		switch ws.Signal() {
+		case syscall.SIGTERM:
+			name = "SIGTERM"
+		case syscall.SIGKILL:
+			name = "SIGKILL, the grace being over"
+		}
+		return fmt.Sprintf("SIGTERM sent; ended by %s%s", name, after)
+	}
+	return fmt.Sprintf("SIGTERM sent; exited with code %d%s", ps.ExitCode(), after)
 }
 
 // HTTPOutput is the output of an http step.

@@ -17,52 +17,91 @@ import (
 // killed its execution.
 var ErrKilled = errors.New("terminated: an operator killed the execution")
 
+// ErrEnded is the error of a task refused because its execution ended
+// (a force-cancel, a failure while it waited) before it started.
+var ErrEnded = errors.New("refused: the execution ended before this task started")
+
+// ErrTerminated is the error of an attempt terminated, or refused,
+// because its step gave up on it (its timeout fired).
+var ErrTerminated = errors.New("terminated: the step gave up on this attempt")
+
 // kills tracks the running operations by execution, so that a kill notice
 // terminates them (exec processes get SIGTERM, then SIGKILL after
-// KillGrace; Go handlers see their context cancelled), and the executions
-// killed, so that a task of one does not start.
+// KillGrace; Go handlers see their context cancelled), the executions
+// killed or ended, so that a task of one does not start, and the single
+// attempts terminated (their step timed out), so that their task does
+// not start either.
 type kills struct {
 	mu      sync.Mutex
 	killed  map[string]killNotice // by execution
-	running map[string]map[uint64]context.CancelFunc
+	running map[string]map[uint64]runningOp
 	next    uint64
+	// tasks are the attempts terminated one by one, by task id, with
+	// their order of arrival (to forget the oldest).
+	tasks     map[string]killNotice
+	taskOrder []string
 }
 
-// killNotice is a kill notice followed: when it came, and its sequence in
-// the kill notices stream.
-type killNotice struct {
-	at  time.Time
-	seq uint64
+// runningOp is an operation running: its task, and how to terminate it.
+type runningOp struct {
+	taskID string
+	cancel context.CancelCauseFunc
 }
+
+// killNotice is a kill notice followed: when it came, its sequence in
+// the kill notices stream, whether it only ends the execution (its
+// running operations go on) and, for a single attempt, why.
+type killNotice struct {
+	at     time.Time
+	seq    uint64
+	ended  bool
+	reason string
+}
+
+// maxTaskKills bounds the single attempts remembered as terminated: a
+// forgotten one's task, should it come later, runs and its result is
+// ignored as stale, as before the notice.
+const maxTaskKills = 100_000
+
+// killsForgotten is how long a notice is remembered: the stream keeps
+// notices a day.
+const killsForgotten = 25 * time.Hour
 
 func newKills() *kills {
-	return &kills{killed: map[string]killNotice{}, running: map[string]map[uint64]context.CancelFunc{}}
+	return &kills{killed: map[string]killNotice{}, running: map[string]map[uint64]runningOp{}, tasks: map[string]killNotice{}}
 }
 
 // start registers a running operation of execID. It returns the context
-// to run it in and the function to call when it ends, or ok false if the
-// execution was killed.
-func (k *kills) start(parent context.Context, execID string) (ctx context.Context, done func(), ok bool) {
-	return k.startLifted(parent, execID, 0)
+// to run it in and the function to call when it ends, or the error
+// refusing it (ErrKilled, ErrEnded, ErrTerminated) if the execution was
+// killed or ended, or the attempt terminated.
+func (k *kills) start(parent context.Context, execID, taskID string) (ctx context.Context, done func(), refused error) {
+	return k.startLifted(parent, execID, taskID, 0)
 }
 
 // startLifted is start for an execution whose kill the stream shows lifted
 // at sequence lifted, before this agent has followed the lift: a kill
 // noticed at or before that sequence does not refuse the operation, a
 // later one does.
-func (k *kills) startLifted(parent context.Context, execID string, lifted uint64) (ctx context.Context, done func(), ok bool) {
+func (k *kills) startLifted(parent context.Context, execID, taskID string, lifted uint64) (ctx context.Context, done func(), refused error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	if n, gone := k.tasks[taskID]; gone && taskID != "" {
+		return nil, func() {}, taskError(n)
+	}
 	if n, dead := k.killed[execID]; dead && (lifted == 0 || n.seq > lifted) {
-		return nil, func() {}, false
+		if n.ended {
+			return nil, func() {}, ErrEnded
+		}
+		return nil, func() {}, ErrKilled
 	}
 	ctx, cancel := context.WithCancelCause(parent)
 	k.next++
 	id := k.next
 	if k.running[execID] == nil {
-		k.running[execID] = map[uint64]context.CancelFunc{}
+		k.running[execID] = map[uint64]runningOp{}
 	}
-	k.running[execID][id] = func() { cancel(ErrKilled) }
+	k.running[execID][id] = runningOp{taskID: taskID, cancel: cancel}
 	return ctx, func() {
 		k.mu.Lock()
 		defer k.mu.Unlock()
@@ -71,7 +110,15 @@ func (k *kills) startLifted(parent context.Context, execID string, lifted uint64
 			delete(k.running, execID)
 		}
 		cancel(nil)
-	}, true
+	}, nil
+}
+
+// taskError is the error of an attempt terminated by n.
+func taskError(n killNotice) error {
+	if n.reason == "" {
+		return ErrTerminated
+	}
+	return fmt.Errorf("%w (%s)", ErrTerminated, n.reason)
 }
 
 // kill terminates the running operations of execID and refuses its later
@@ -79,18 +126,59 @@ func (k *kills) startLifted(parent context.Context, execID string, lifted uint64
 // running. Notices older than a day are forgotten (the stream keeps them
 // that long).
 func (k *kills) kill(execID string, seq uint64, now time.Time) int {
+	return k.follow(execID, killNotice{at: now, seq: seq})
+}
+
+// end refuses the later tasks of execID, which ended, for the notice at
+// stream sequence seq; its running operations go on.
+func (k *kills) end(execID string, seq uint64, now time.Time) {
+	k.follow(execID, killNotice{at: now, seq: seq, ended: true})
+}
+
+func (k *kills) follow(execID string, n killNotice) int {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	for id, n := range k.killed {
-		if now.Sub(n.at) > 25*time.Hour {
+	for id, old := range k.killed {
+		if n.at.Sub(old.at) > killsForgotten {
 			delete(k.killed, id)
 		}
 	}
-	k.killed[execID] = killNotice{at: now, seq: seq}
-	for _, cancel := range k.running[execID] {
-		cancel()
+	k.killed[execID] = n
+	if n.ended {
+		return 0
+	}
+	for _, op := range k.running[execID] {
+		op.cancel(ErrKilled)
 	}
 	return len(k.running[execID])
+}
+
+// killTask terminates the attempt taskID of execID if it runs here, and
+// refuses its task if it comes later. It returns whether it was running.
+func (k *kills) killTask(execID, taskID, reason string, seq uint64, now time.Time) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for len(k.taskOrder) > 0 {
+		first := k.taskOrder[0]
+		if len(k.taskOrder) < maxTaskKills && now.Sub(k.tasks[first].at) <= killsForgotten {
+			break
+		}
+		delete(k.tasks, first)
+		k.taskOrder = k.taskOrder[1:]
+	}
+	n := killNotice{at: now, seq: seq, reason: reason}
+	if _, seen := k.tasks[taskID]; !seen {
+		k.taskOrder = append(k.taskOrder, taskID)
+	}
+	k.tasks[taskID] = n
+	running := false
+	for _, op := range k.running[execID] {
+		if op.taskID == taskID {
+			op.cancel(taskError(n))
+			running = true
+		}
+	}
+	return running
 }
 
 // killsCatchUp bounds the wait for the kill notices kept in the stream
@@ -137,8 +225,18 @@ func (a *Agent) watchKills(ctx context.Context) (stop func(), err error) {
 			a.log.Warn().Err(err).Str("subject", m.Subject()).Msg("ignore malformed kill notice")
 			return
 		}
-		if p.Lift {
+		switch {
+		case p.Lift:
 			a.kills.lift(p.ExecutionID)
+			return
+		case p.TaskID != "":
+			if a.kills.killTask(p.ExecutionID, p.TaskID, p.Reason, seq, time.Now()) {
+				a.log.Info().Str("execution_id", p.ExecutionID).Str("task_id", p.TaskID).Str("reason", p.Reason).Dur("grace", a.cfg.KillGrace).
+					Msg("terminating an operation its step gave up on")
+			}
+			return
+		case p.Ended:
+			a.kills.end(p.ExecutionID, seq, time.Now())
 			return
 		}
 		if n := a.kills.kill(p.ExecutionID, seq, time.Now()); n > 0 {

@@ -138,3 +138,112 @@ func TestAgentRunsTaskOfResumedExecutionBeforeReadingTheLift(t *testing.T) {
 	require.Equal(t, "resumed", <-ran)
 	require.Empty(t, ran)
 }
+
+// publishTaskKill publishes the notice terminating one attempt, as the
+// dispatcher does when its step's timeout fires.
+func publishTaskKill(t *testing.T, js jetstream.JetStream, task *events.Task, reason string) {
+	t.Helper()
+	ev := events.New("test-dispatcher", task.ExecutionID, "wf", time.Now(), &events.KillOperations{ExecutionID: task.ExecutionID, Workflow: "wf",
+		TaskID: task.TaskID, Reason: reason})
+	msg, err := bus.Encode(bus.TaskKillSubject(task.ExecutionID, task.TaskID), ev)
+	require.NoError(t, err)
+	_, err = js.PublishMsg(t.Context(), msg)
+	require.NoError(t, err)
+}
+
+// waitTaskFinal waits for the final report of one task and returns it.
+func (b *agentBundle) waitTaskFinal(t *testing.T, task *events.Task) events.Event {
+	t.Helper()
+	var final events.Event
+	natstest.Eventually(t, waitFor, func() bool {
+		for _, ev := range readResults(t, b.js, task.ExecutionID) {
+			if ref, ok := events.ResultRef(ev.Data); ok && ref.TaskID == task.TaskID && isFinal(ev) {
+				final = ev
+				return true
+			}
+		}
+		return false
+	}, "final result of %s", task.TaskID)
+	return final
+}
+
+// TestAgentTaskNoticeTerminatesOneAttempt: the notice naming one attempt
+// (its step timed out) terminates that operation, the exec process with
+// SIGTERM, and says so and how in its failure; the execution's other
+// operation goes on; a task named before it arrives is refused.
+func TestAgentTaskNoticeTerminatesOneAttempt(t *testing.T) {
+	t.Parallel()
+	started := make(chan string, 2)
+	b := setupAgent(t, map[string]operation.Handler{"block": operation.HandlerFunc(func(ctx context.Context, task operation.Task) (any, error) {
+		started <- task.StepID
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(2 * time.Second):
+			return "finished", nil
+		}
+	})})
+	slow := b.publishTask(t, "x1", workflow.Step{ID: "slow", Kind: workflow.KindExec, Command: "sleep", Args: []string{"30"}})
+	other := b.publishTask(t, "x1", workflow.Step{ID: "other", Kind: "block"})
+	require.Equal(t, "other", <-started)
+	natstest.Eventually(t, waitFor, func() bool {
+		for _, ev := range readResults(t, b.js, "x1") {
+			if ev.Type == events.TypeOperationStarted && ev.Data.(*events.OperationStarted).TaskID == slow.TaskID {
+				return true
+			}
+		}
+		return false
+	}, "the exec step started")
+
+	publishTaskKill(t, b.js, slow, "attempt 1 timed out after 1s")
+	final := b.waitTaskFinal(t, slow)
+	require.Equal(t, events.TypeOperationFailed, final.Type)
+	msg := final.Data.(*events.OperationFailed).Error
+	require.Contains(t, msg, agent.ErrTerminated.Error())
+	require.Contains(t, msg, "attempt 1 timed out after 1s")
+	require.Contains(t, msg, "SIGTERM sent; ended by SIGTERM")
+	t.Logf("the failure: %s", msg)
+	require.Equal(t, events.TypeOperationSucceeded, b.waitTaskFinal(t, other).Type, "the execution's other operation went on")
+}
+
+// TestAgentRefusesTasksNamedBeforeTheyCome: a task of an execution that
+// ended (a force-cancel, a failure while it waited in its queue), or of
+// an attempt its step gave up on, is refused without running; a notice
+// read when the agent starts counts like one followed since.
+func TestAgentRefusesTasksNamedBeforeTheyCome(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	gaveUp := &events.Task{TaskID: events.TaskID("x1", "s", 1), ExecutionID: "x1"}
+	publishTaskKill(t, js, gaveUp, "attempt 1 timed out after 1s before an agent of queue default started it")
+	ev := events.New("test-dispatcher", "x2", "wf", time.Now(), &events.KillOperations{ExecutionID: "x2", Workflow: "wf", Ended: true})
+	msg, err := bus.Encode(bus.KillSubject("x2"), ev)
+	require.NoError(t, err)
+	_, err = js.PublishMsg(t.Context(), msg)
+	require.NoError(t, err)
+
+	ran := make(chan string, 3)
+	a, err := agent.New(agent.Config{Name: agentName, AckWait: ackWait, Concurrency: 4, ShutdownGrace: time.Second,
+		Handlers: map[string]operation.Handler{"probe": operation.HandlerFunc(func(_ context.Context, task operation.Task) (any, error) {
+			ran <- task.TaskID
+			return nil, nil
+		})}}, js, zerolog.New(zerolog.NewTestWriter(t)))
+	require.NoError(t, err)
+	natstest.Serve(t, a.Run)
+	b := &agentBundle{js: js}
+	refused := b.publishTask(t, "x1", workflow.Step{ID: "s", Kind: "probe"})
+	next := b.publishWith(t, bus.TaskSubject(workflow.DefaultQueue), "x1", workflow.Step{ID: "s", Kind: "probe"}, func(task *events.Task) {
+		task.Attempt, task.TaskID = 2, events.TaskID("x1", "s", 2)
+	})
+	ended := b.publishTask(t, "x2", workflow.Step{ID: "s", Kind: "probe"})
+
+	final := b.waitTaskFinal(t, refused)
+	require.Equal(t, events.TypeOperationFailed, final.Type)
+	require.Contains(t, final.Data.(*events.OperationFailed).Error, agent.ErrTerminated.Error())
+	require.Contains(t, final.Data.(*events.OperationFailed).Error, "timed out after 1s")
+	require.Equal(t, events.TypeOperationSucceeded, b.waitTaskFinal(t, next).Type, "the step's next attempt runs")
+	final = b.waitTaskFinal(t, ended)
+	require.Equal(t, events.TypeOperationFailed, final.Type)
+	require.Contains(t, final.Data.(*events.OperationFailed).Error, agent.ErrEnded.Error())
+	require.Equal(t, next.TaskID, <-ran)
+	require.Empty(t, ran, "only the next attempt ran")
+}

@@ -71,6 +71,9 @@ func (d *Dispatcher) action(ctx context.Context, ev events.Event, p *events.Exec
 // also look for the notice before running a task. A lift (k.Lift) ends
 // the kill of a resumed execution, so that agents run its new tasks: it
 // replaces the kill notice (one per execution is kept), if there is one.
+// The notice of an execution that ended with operations with the agents
+// (k.Ended) is kept in the same place; the one terminating a single
+// attempt (k.TaskID) in its own.
 func (d *Dispatcher) publishKill(ctx context.Context, x *execState, k interp.PublishKill) error {
 	if k.Lift {
 		// From the stream's leader: a replica may not have the latest
@@ -88,14 +91,23 @@ func (d *Dispatcher) publishKill(ctx context.Context, x *execState, k interp.Pub
 			}
 		}
 	}
-	ev := events.New(d.cfg.Source, x.id, x.workflow, d.cfg.Now(), &events.KillOperations{ExecutionID: x.id, Workflow: x.workflow, Command: k.Command, Lift: k.Lift})
-	msg, err := bus.Encode(bus.KillSubject(x.id), ev)
+	ev := events.New(d.cfg.Source, x.id, x.workflow, d.cfg.Now(), &events.KillOperations{ExecutionID: x.id, Workflow: x.workflow,
+		Command: k.Command, Lift: k.Lift, Ended: k.Ended, TaskID: k.TaskID, Reason: k.Reason})
+	subject := bus.KillSubject(x.id)
+	var opts []jetstream.PublishOpt
+	switch {
+	case k.TaskID != "": // its own subject: the execution's notice stays
+		subject = bus.TaskKillSubject(x.id, k.TaskID)
+		opts = append(opts, jetstream.WithMsgID("kill-"+events.TaskHash(k.TaskID)))
+	case k.Ended && k.Command == "":
+		// Once per end: a resume gives the execution a new token.
+		opts = append(opts, jetstream.WithMsgID("ended-"+events.TaskHash(x.id+"/"+x.state.Token)))
+	case !k.Lift:
+		opts = append(opts, jetstream.WithMsgID("kill-"+events.CommandMsgID(k.Command)))
+	}
+	msg, err := bus.Encode(subject, ev)
 	if err != nil {
 		return permanentError{err}
-	}
-	var opts []jetstream.PublishOpt
-	if !k.Lift {
-		opts = append(opts, jetstream.WithMsgID("kill-"+events.CommandMsgID(k.Command)))
 	}
 	if _, err := d.js.PublishMsg(ctx, msg, opts...); err != nil {
 		return fmt.Errorf("publish kill notice: %w", err)

@@ -166,9 +166,14 @@ func Action(in Input, cmd ActionCommand) Decision {
 			return d
 		}
 		// This command again: what follows its record may not have been done.
-		switch action {
-		case events.ActionKill:
+		ended := s.Status == projections.StatusCancelled // and not resumed since
+		switch {
+		case action == events.ActionKill && ended:
 			return Decision{After: []Effect{PublishKill{Command: cmd.Key}}}
+		case action == events.ActionForceCancel && ended:
+			return Decision{After: endedNotice(s, cmd.Key)}
+		}
+		switch action {
 		case events.ActionResume, events.ActionForceResume, events.ActionReplay:
 			return Decision{After: []Effect{CatchUp{}}}
 		}
@@ -217,7 +222,7 @@ func Action(in Input, cmd ActionCommand) Decision {
 		}
 		return replayed(in, rec, replayRequest{plan: plan, from: from, force: cmd.Force})
 	case events.ActionForceCancel:
-		return one(&events.ExecutionCancelled{ActionRecord: rec})
+		return one(&events.ExecutionCancelled{ActionRecord: rec}, endedNotice(s, cmd.Key)...)
 	case events.ActionKill:
 		// Published once the execution is recorded cancelled, so a task
 		// that starts later has its result ignored already.

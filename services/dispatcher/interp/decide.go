@@ -35,6 +35,9 @@ type action struct {
 	signal *projections.Signal
 	// final marks a step failure that retrying cannot change.
 	final bool
+	// terminate: the failing attempt may be with the agents (its timeout
+	// fired), which are told to terminate it.
+	terminate bool
 	// jitter randomises delay by up to this fraction.
 	jitter float64
 	// purpose is the timer an actArmTimer arms.
@@ -499,7 +502,7 @@ func inFlight(s projections.Execution, step workflow.Step, st projections.Step) 
 		if st.Status != projections.OpStarted { // as the history records it: the same after a crash
 			msg += fmt.Sprintf(" before an agent of queue %s started it", cmp.Or(st.Queue, workflow.DefaultQueue))
 		}
-		return action{kind: actStepFail, step: step, path: st.ID, attempt: st.Attempt, err: msg}
+		return action{kind: actStepFail, step: step, path: st.ID, attempt: st.Attempt, err: msg, terminate: true}
 	}
 	if st.Status == projections.OpSending {
 		return action{kind: actResend, step: step, path: st.ID, attempt: st.Attempt, input: st.Input}

@@ -181,7 +181,7 @@ func decideCases() []decideCase {
 				&events.TimerArmed{TimerID: timerID("x1", events.TimerStepTimeout, "build", 1), Purpose: events.TimerStepTimeout, StepID: "build", Attempt: 1, Due: time.Unix(1, 0)},
 				&events.TimerFired{TimerID: timerID("x1", events.TimerStepTimeout, "build", 1)}, cancelRequest()}),
 			want: func(t *testing.T) action {
-				return action{kind: actStepFail, step: decideStep(t, "build"), attempt: 1, err: "attempt 1 timed out after "}
+				return action{kind: actStepFail, step: decideStep(t, "build"), attempt: 1, err: "attempt 1 timed out after ", terminate: true}
 			}},
 		{name: "CancellingSendsAHalfSentTask", ps: concat(
 			[]events.Payload{started()}, through("build", projections.OpSending), []events.Payload{cancelRequest()}),

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -183,11 +184,29 @@ type ReleaseLock struct {
 }
 
 // PublishKill tells agents to terminate the execution's running
-// operations (Command: the command that asked, for deduplication), or,
+// operations (Command: the command that asked, for deduplication); with
+// Ended, to refuse its tasks that have not started (it ended with
+// operations still with them) and let the running ones finish; with
+// TaskID, to terminate that attempt (Reason: why) and refuse its task;
 // with Lift, that its new tasks may run again.
 type PublishKill struct {
 	Command string
 	Lift    bool
+	Ended   bool
+	TaskID  string
+	Reason  string
+}
+
+// endedNotice is the notice that refuses the tasks of an execution that
+// ends in state s (before its end) with operations still with the agents,
+// if it has some: they are then of no use, until a resume. Published
+// after the end is recorded (an end that is not recorded must not refuse
+// anything); command is the key of the command that ended it, if one did.
+func endedNotice(s projections.Execution, command string) []Effect {
+	if !slices.ContainsFunc(s.Steps, func(st projections.Step) bool { return st.Status.InFlight() }) {
+		return nil
+	}
+	return []Effect{PublishKill{Ended: true, Command: command}}
 }
 
 // CatchUp fires the execution's timers that came due and records the
@@ -354,7 +373,9 @@ func (in Input) carry(a action) Decision {
 	if strings.ContainsAny(id, "/~") {
 		nestedKind = a.step.Kind
 	}
-	one := func(p events.Payload) Decision { return Decision{Events: []events.Payload{in.final(p)}} }
+	one := func(p events.Payload, after ...Effect) Decision {
+		return Decision{Events: []events.Payload{in.final(p)}, After: after}
+	}
 	if reason := dryRunSkip(s, a); reason != "" { // nothing runs, sleeps or waits
 		return one(&events.StepSkipped{StepID: id, DryRun: true, Reason: reason})
 	}
@@ -374,10 +395,18 @@ func (in Input) carry(a action) Decision {
 		return in.send(a)
 	case actStepFail: // one event, also for a step that could not be scheduled
 		var sent events.TaskSent // an attempt that timed out with its task noted stored
+		var d Decision
 		if i := s.StepIndex(id); i >= 0 {
-			sent = s.Steps[i].Unrecorded()
+			st := s.Steps[i]
+			sent = st.Unrecorded()
+			if a.terminate && st.TaskID != "" {
+				// Before: a crash before the append decides the timeout
+				// again, and the notice is published again (deduplicated).
+				d.Before = []Effect{PublishKill{TaskID: st.TaskID, Reason: a.err}}
+			}
 		}
-		return one(&events.StepFailed{StepID: id, Kind: nestedKind, Attempt: a.attempt, Error: a.err, Final: a.final, TaskSent: sent})
+		d.Events = []events.Payload{&events.StepFailed{StepID: id, Kind: nestedKind, Attempt: a.attempt, Error: a.err, Final: a.final, TaskSent: sent}}
+		return d
 	case actLet: // the variables and the step's success are one event
 		return one(&events.StepSucceeded{StepID: id, Attempt: a.attempt, Vars: a.vars})
 	case actArmTimer:
@@ -425,14 +454,14 @@ func (in Input) carry(a action) Decision {
 			Due: due.UTC(), TimerID: tid})
 		return d
 	case actSucceed:
-		return one(&events.ExecutionSucceeded{Output: a.output})
+		return one(&events.ExecutionSucceeded{Output: a.output}, endedNotice(s, "")...)
 	case actFail:
 		if s.WaitAfterFail { // an operator fixes the cause and resumes it
 			return one(&events.ExecutionSuspended{Error: a.err, StepID: id})
 		}
-		return one(&events.ExecutionFailed{Error: a.err, StepID: id})
+		return one(&events.ExecutionFailed{Error: a.err, StepID: id}, endedNotice(s, "")...)
 	case actCancelled:
-		return one(cancelled(s))
+		return one(cancelled(s), endedNotice(s, "")...)
 	case actReplay:
 		rec := events.ActionRecord{Action: events.ActionReplay, RequestedBy: "retry step " + a.replay.cause}
 		if a.replay.automatic {

@@ -35,6 +35,14 @@ type memShell struct {
 	tasks  []events.Task
 	timers map[string]time.Time
 	seq    uint64
+	// kills are the kill notices published, each with the number of
+	// events recorded before it.
+	kills []killPublished
+}
+
+type killPublished struct {
+	PublishKill
+	after int
 }
 
 func newMemShell(t testing.TB, def workflow.Definition, input string) *memShell {
@@ -121,7 +129,9 @@ func (m *memShell) perform(e Effect) Outcome {
 		return TaskStored{Task: e, Seq: uint64(100 + len(m.tasks)), At: m.now}
 	case EnqueueLock:
 		return LockHeld{Lock: e} // no contention in memory
-	case ReleaseLock, PublishKill, CatchUp:
+	case PublishKill:
+		m.kills = append(m.kills, killPublished{e, len(m.evs)})
+	case ReleaseLock, CatchUp:
 	default:
 		m.t.Fatalf("unknown effect %T", e)
 	}

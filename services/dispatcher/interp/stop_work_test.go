@@ -1,0 +1,116 @@
+package interp
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/projections"
+	"jetflow.dev/pkg/workflow"
+)
+
+// TestStepTimeoutTerminatesItsAttempt: when a step's timeout fires with
+// its attempt with the agents, the agents are told to terminate that
+// attempt (by its task id), before its failure is recorded, so that a
+// crash in between publishes the notice again; the next attempt is not
+// named.
+func TestStepTimeoutTerminatesItsAttempt(t *testing.T) {
+	t.Parallel()
+	def := workflow.Definition{Name: "wf", Steps: []workflow.Step{
+		{ID: "op", Kind: workflow.KindExec, Command: "x", Timeout: "10s", Retry: &workflow.Retry{Limit: 2}},
+	}}
+	m := newMemShell(t, def, `{}`)
+	m.advance()
+	require.Len(t, m.tasks, 1)
+	m.carry(m.report(&events.OperationStarted{}))
+	m.advance()
+	require.Empty(t, m.kills, "nothing is terminated while the attempt is within its time")
+
+	m.fire() // the attempt's timeout
+	d := Next(m.input())
+	require.Len(t, d.Before, 1, "the notice goes before the failure's append: %+v", d)
+	require.Equal(t, PublishKill{TaskID: m.tasks[0].TaskID, Reason: "attempt 1 timed out after 10s"}, d.Before[0])
+	m.carry(d)
+	require.Equal(t, projections.OpFailed, m.state.Steps[0].Status)
+	require.Len(t, m.kills, 1)
+	require.Equal(t, len(m.evs)-1, m.kills[0].after, "published before the step.failed event")
+
+	t.Log("the retry's attempt runs; its timeout terminates it in turn")
+	m.advance()
+	m.fire() // the retry's backoff
+	m.advance()
+	require.Len(t, m.tasks, 2)
+	m.fire()
+	m.advance()
+	require.Len(t, m.kills, 2)
+	require.Equal(t, m.tasks[1].TaskID, m.kills[1].TaskID)
+	require.NotEqual(t, m.tasks[0].TaskID, m.tasks[1].TaskID)
+}
+
+// TestEndWithOperationsOutRefusesTheirTasks: an execution that ends
+// while operations are with the agents publishes, after its end, the
+// notice that refuses its tasks not yet started; one that ends with
+// nothing out publishes none.
+func TestEndWithOperationsOutRefusesTheirTasks(t *testing.T) {
+	t.Parallel()
+	t.Run("a failure while another branch runs", func(t *testing.T) {
+		t.Parallel()
+		def := workflow.Definition{Name: "wf", Steps: []workflow.Step{{ID: "both", Kind: workflow.KindParallel, Branches: []workflow.Branch{
+			{ID: "a", Steps: []workflow.Step{{ID: "fast", Kind: workflow.KindExec, Command: "x"}}},
+			{ID: "b", Steps: []workflow.Step{{ID: "slow", Kind: workflow.KindExec, Command: "x"}}},
+		}}}}
+		m := newMemShell(t, def, `{}`)
+		m.advance()
+		require.Len(t, m.tasks, 2)
+		fast := m.tasks[0]
+		ev := events.Event{ID: "r-fast", Type: events.TypeOperationFailed}
+		ref := events.TaskRef{TaskID: fast.TaskID, ExecutionID: "x1", Workflow: "wf", StepID: fast.StepID, Attempt: fast.Attempt, Token: fast.Token, Queue: fast.Queue}
+		ev.Data = &events.OperationFailed{TaskRef: ref, Error: "boom", Final: true}
+		d := Result(m.input(), ref, ev)
+		require.Empty(t, d.Stale)
+		m.carry(d)
+		m.advance()
+		require.Equal(t, projections.StatusFailed, m.state.Status, "history: %v", m.types())
+		require.Len(t, m.kills, 1)
+		require.Equal(t, PublishKill{Ended: true}, m.kills[0].PublishKill)
+		require.Equal(t, len(m.evs), m.kills[0].after, "published after the end was recorded")
+	})
+	t.Run("a success with nothing out", func(t *testing.T) {
+		t.Parallel()
+		def := workflow.Definition{Name: "wf", Steps: []workflow.Step{{ID: "op", Kind: workflow.KindExec, Command: "x"}}}
+		m := newMemShell(t, def, `{}`)
+		m.advance()
+		m.carry(m.report(&events.OperationSucceeded{}))
+		m.advance()
+		require.Equal(t, projections.StatusSucceeded, m.state.Status)
+		require.Empty(t, m.kills)
+	})
+	t.Run("a force-cancel, decided again, and after a resume", func(t *testing.T) {
+		t.Parallel()
+		def := workflow.Definition{Name: "wf", Steps: []workflow.Step{{ID: "op", Kind: workflow.KindExec, Command: "x"}}}
+		m := newMemShell(t, def, `{}`)
+		m.advance()
+		force := ActionCommand{Key: "k", Record: events.ActionRecord{Action: events.ActionForceCancel, Command: "k"}}
+		m.carry(Action(m.input(), force))
+		require.Equal(t, projections.StatusCancelled, m.state.Status)
+		require.Equal(t, []killPublished{{PublishKill{Ended: true, Command: "k"}, len(m.evs)}}, m.kills)
+
+		t.Log("the command redelivered (a crash before the notice): published again")
+		require.Equal(t, []Effect{PublishKill{Ended: true, Command: "k"}}, Action(m.input(), force).After)
+
+		resume := ActionCommand{Key: "r", Record: events.ActionRecord{Action: events.ActionResume, Command: "r"}}
+		for m.carry(Action(m.input(), resume)) && m.state.Status != projections.StatusStarted {
+		}
+		require.Equal(t, projections.StatusStarted, m.state.Status)
+		require.Empty(t, Action(m.input(), force).After, "redelivered after a resume, it refuses nothing")
+		kill := ActionCommand{Key: "kk", Record: events.ActionRecord{Action: events.ActionKill, Command: "kk"}}
+		m.carry(Action(m.input(), kill))
+		require.Equal(t, PublishKill{Command: "kk"}, m.kills[len(m.kills)-1].PublishKill)
+		require.Equal(t, []Effect{PublishKill{Command: "kk"}}, Action(m.input(), kill).After, "the kill redelivered: published again")
+		resume2 := ActionCommand{Key: "r2", Record: events.ActionRecord{Action: events.ActionResume, Command: "r2"}}
+		for m.carry(Action(m.input(), resume2)) && m.state.Status != projections.StatusStarted {
+		}
+		require.Empty(t, Action(m.input(), kill).After, "the kill redelivered after a resume kills nothing")
+	})
+}

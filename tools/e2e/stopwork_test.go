@@ -1,0 +1,147 @@
+package e2e
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/client"
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/history"
+	"jetflow.dev/pkg/natstest"
+	"jetflow.dev/pkg/projections"
+	"jetflow.dev/services/agent/agent"
+)
+
+// readPID waits for a process to write its pid to path.
+func readPID(t *testing.T, path string) int {
+	t.Helper()
+	var pid int
+	poll(t, 30*time.Second, "the exec step to run", func() (bool, string) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return false, err.Error()
+		}
+		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil, string(b)
+	})
+	return pid
+}
+
+// finalReport returns the final report the agents stored for step of
+// execution id (its failure when the execution was over), once there is
+// one.
+func (s *stack) finalReport(t *testing.T, id, step string) *events.OperationFailed {
+	t.Helper()
+	s.waitResult(t, id, step)
+	evs, err := history.ReadStream(context.Background(), s.js, bus.StreamResults, bus.ExecutionResults(id), 0, 0)
+	require.NoError(t, err)
+	for _, ev := range evs {
+		if f, ok := ev.Data.(*events.OperationFailed); ok && f.StepID == step {
+			return f
+		}
+	}
+	t.Fatalf("no failure of step %s of %s stored", step, id)
+	return nil
+}
+
+// TestStepTimeoutTerminatesItsProcess: when a step's timeout fires, its
+// running attempt is terminated on the agent (SIGTERM to the exec's
+// process group), not left to run on while the execution goes past it.
+func TestStepTimeoutTerminatesItsProcess(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, nil)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	s.apply(t, `name: slowpoke
+steps:
+  - id: hang
+    kind: exec
+    command: sh
+    args: ["-c", "echo $$ > `+pidFile+`; sleep 120; echo finished"]
+    timeout: 2s
+`)
+	_, err := s.c.Start(context.Background(), client.StartRequest{Workflow: "slowpoke", ID: "t1"})
+	require.NoError(t, err)
+	pid := readPID(t, pidFile)
+	x := s.waitDone(t, "t1", 60*time.Second)
+	require.Equal(t, projections.StatusFailed, x.Status)
+	require.Contains(t, x.Error, "attempt 1 timed out after 2s")
+
+	poll(t, 30*time.Second, "the timed-out process to end", func() (bool, string) {
+		return syscall.Kill(pid, 0) != nil, "process " + strconv.Itoa(pid) + " still runs"
+	})
+	f := s.finalReport(t, "t1", "hang")
+	require.Contains(t, f.Error, agent.ErrTerminated.Error())
+	require.Contains(t, f.Error, "attempt 1 timed out after 2s")
+	require.Contains(t, f.Error, "SIGTERM sent")
+	t.Logf("the terminated attempt reported: %s", f.Error)
+}
+
+// TestForceCancelledExecutionsTasksAreRefused: a task that waits in its
+// queue when its execution is force-cancelled is refused by the agent
+// that takes it later, without running; a resume runs the step again.
+func TestForceCancelledExecutionsTasksAreRefused(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, nil)
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "ran")
+	s.apply(t, `name: queued
+steps:
+  - id: work
+    kind: exec
+    queue: later
+    command: sh
+    args: ["-c", "echo run >> `+marker+`"]
+`)
+	_, err := s.c.Start(context.Background(), client.StartRequest{Workflow: "queued", ID: "q1"})
+	require.NoError(t, err)
+	s.waitStepStatus(t, "q1", "work", projections.OpSending) // in queue later, which no agent serves yet
+	code, body := postAction(t, s, "q1", `{"action":"force-cancel","reason":"not needed"}`)
+	require.Equal(t, http.StatusOK, code, body)
+	require.Equal(t, projections.StatusCancelled, s.waitDone(t, "q1", 30*time.Second).Status)
+	kills, err := s.js.Stream(context.Background(), bus.StreamKills)
+	require.NoError(t, err)
+	poll(t, 30*time.Second, "the notice that q1 ended", func() (bool, string) {
+		m, err := kills.GetLastMsgForSubject(context.Background(), bus.KillSubject("q1"))
+		if err != nil {
+			return false, err.Error()
+		}
+		ev, err := bus.Decode(m.Header, m.Data)
+		if err != nil {
+			return false, err.Error()
+		}
+		k, ok := ev.Data.(*events.KillOperations)
+		return ok && k.Ended, string(m.Data)
+	})
+
+	a, err := agent.New(agent.Config{Name: "later-agent", Queues: []string{"later"}, AckWait: 2 * time.Second,
+		Policy: agent.Policy{AllowExec: true}}, s.js, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
+	require.NoError(t, err)
+	natstest.Serve(t, a.Run)
+	f := s.finalReport(t, "q1", "work")
+	require.Contains(t, f.Error, agent.ErrEnded.Error())
+	_, err = os.Stat(marker)
+	require.ErrorIs(t, err, os.ErrNotExist, "the task of the cancelled execution ran")
+
+	code, body = postAction(t, s, "q1", `{"action":"resume","reason":"needed after all"}`)
+	require.Equal(t, http.StatusOK, code, body)
+	var x projections.Execution
+	poll(t, 60*time.Second, "the resumed execution to end", func() (bool, string) {
+		x, err = s.c.Execution(context.Background(), "q1")
+		return err == nil && x.Resumes == 1 && x.Status.Terminal(), describe(x)
+	})
+	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
+	b, err := os.ReadFile(marker)
+	require.NoError(t, err)
+	require.Equal(t, "run\n", string(b), "the step ran once, after the resume")
+}
