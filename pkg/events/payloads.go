@@ -436,6 +436,24 @@ type ResultIgnored struct {
 	Reason     string `json:"reason"`
 }
 
+// ResultAfterEnd is the final report of an operation that was with the
+// agents when its execution ended, recorded when it arrives: the ended
+// execution's state does not change (its step keeps its status, with
+// this report noted), and a resume still runs such a step again if it
+// failed (the report is also kept in the results stream).
+type ResultAfterEnd struct {
+	// ResultID is the report's CloudEvent id, ResultType its type
+	// (operation.succeeded or operation.failed).
+	ResultID   string    `json:"result_id"`
+	ResultType Type      `json:"result_type"`
+	TaskID     string    `json:"task_id"`
+	StepID     string    `json:"step_id"`
+	Attempt    int       `json:"attempt"`
+	Agent      string    `json:"agent,omitempty"`
+	Error      string    `json:"error,omitempty"`
+	StartedAt  time.Time `json:"started_at,omitzero"`
+}
+
 // ExecutionResumed records a resume or force-resume.
 type ExecutionResumed struct {
 	ActionRecord
@@ -665,6 +683,7 @@ func (*KillOperations) EventType() Type      { return TypeKillOperations }
 func (*ExecutionResumed) EventType() Type    { return TypeExecutionResumed }
 func (*ExecutionReplayed) EventType() Type   { return TypeExecutionReplayed }
 func (*ResultIgnored) EventType() Type       { return TypeResultIgnored }
+func (*ResultAfterEnd) EventType() Type      { return TypeResultAfterEnd }
 func (*ExecutionSuspended) EventType() Type  { return TypeExecutionSuspended }
 func (*ExecutionCancelling) EventType() Type { return TypeExecutionCancelling }
 func (*ExecutionCancelled) EventType() Type  { return TypeExecutionCancelled }
@@ -698,6 +717,7 @@ func (*StepSkipped) payload()         {}
 func (*ExecutionAction) payload()     {}
 func (*KillOperations) payload()      {}
 func (*ExecutionResumed) payload()    {}
+func (*ResultAfterEnd) payload()      {}
 func (*ExecutionReplayed) payload()   {}
 func (*ResultIgnored) payload()       {}
 func (*ExecutionSuspended) payload()  {}
@@ -772,6 +792,8 @@ func NewPayload(t Type) Payload {
 		return &ExecutionReplayed{}
 	case TypeResultIgnored:
 		return &ResultIgnored{}
+	case TypeResultAfterEnd:
+		return &ResultAfterEnd{}
 	case TypeExecutionSuspended:
 		return &ExecutionSuspended{}
 	case TypeExecutionCancelling:

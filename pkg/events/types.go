@@ -34,6 +34,11 @@ const (
 	// TypeResultIgnored records an agent's report that changed nothing: it
 	// carried a stale execution token or was about another attempt.
 	TypeResultIgnored Type = "io.jetflow.result.ignored"
+	// TypeResultAfterEnd records what became of an operation that was
+	// with the agents when its execution ended (a kill terminated it, it
+	// finished after a force-cancel, an agent refused its task): its final
+	// report, which arrived after the end and changes nothing.
+	TypeResultAfterEnd Type = "io.jetflow.result.after_end"
 	// TypeStepScheduled records that a step's operation is pending.
 	TypeStepScheduled Type = "io.jetflow.step.scheduled"
 	// TypeStepSending records that the dispatcher is about to publish the task.

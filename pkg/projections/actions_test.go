@@ -1,7 +1,9 @@
 package projections_test
 
 import (
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -154,4 +156,44 @@ func TestLockAtUnknownScope(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, projections.LockWaiting, l.Status)
 	require.True(t, l.Status.Open())
+}
+
+// TestResultAfterEndIsANote: the final report of an attempt out at the
+// end is noted on its step without a transition, once, only after the
+// end and only for the current attempt in flight; the step's next
+// transition (after a resume) clears the note.
+func TestResultAfterEndIsANote(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	base := []events.Event{
+		{Type: events.TypeExecutionStarted, Subject: "x1", Time: at, Data: &events.ExecutionStarted{Workflow: "wf", Version: 1,
+			Steps: []events.StepRef{{ID: "op", Kind: "exec"}}, Token: "t"}},
+		{Type: events.TypeStepDispatched, Subject: "x1", Time: at, Data: &events.StepDispatched{StepID: "op", Attempt: 1, TaskID: "x1.op.1"}},
+	}
+	late := events.Event{Type: events.TypeResultAfterEnd, Subject: "x1", Time: at.Add(time.Second), Data: &events.ResultAfterEnd{
+		ResultType: events.TypeOperationFailed, TaskID: "x1.op.1", StepID: "op", Attempt: 1, Agent: "a1", Error: "terminated"}}
+
+	_, err := projections.Fold(append(slices.Clone(base), late))
+	require.Error(t, err, "illegal while the execution runs")
+
+	cancelled := events.Event{Type: events.TypeExecutionCancelled, Subject: "x1", Time: at, Data: &events.ExecutionCancelled{
+		ActionRecord: events.ActionRecord{Action: events.ActionKill}}}
+	s, err := projections.Fold(append(slices.Clone(base), cancelled, late))
+	require.NoError(t, err)
+	require.Equal(t, projections.StatusCancelled, s.Status)
+	require.Equal(t, projections.OpSending, s.Steps[0].Status)
+	require.Equal(t, &projections.AfterEnd{Outcome: projections.OpFailed, Error: "terminated", Agent: "a1", At: at.Add(time.Second)}, s.Steps[0].AfterEnd)
+
+	_, err = projections.Fold(append(slices.Clone(base), cancelled, late, late))
+	require.Error(t, err, "once")
+	other := late
+	other.Data = &events.ResultAfterEnd{ResultType: events.TypeOperationFailed, StepID: "op", Attempt: 2}
+	_, err = projections.Fold(append(slices.Clone(base), cancelled, other))
+	require.Error(t, err, "not another attempt")
+
+	resumed := events.Event{Type: events.TypeExecutionResumed, Subject: "x1", Time: at, Data: &events.ExecutionResumed{
+		ActionRecord: events.ActionRecord{Action: events.ActionResume}, Token: "t2", Reset: []string{"op"}}}
+	s, err = projections.Fold(append(slices.Clone(base), cancelled, late, resumed))
+	require.NoError(t, err)
+	require.Nil(t, s.Steps[0].AfterEnd, "the resume runs the step again: the note is gone")
 }

@@ -356,6 +356,12 @@ type Step struct {
 	Input    json.RawMessage `json:"input,omitempty"`
 	Output   json.RawMessage `json:"output,omitempty"`
 	Error    string          `json:"error,omitempty"`
+	// AfterEnd is what became of the attempt when it was with the agents
+	// as the execution ended: its final report, which arrived after the
+	// end and changed nothing (events.ResultAfterEnd). Nil until then, and
+	// again when it runs again or at its next transition (after a resume
+	// or replay).
+	AfterEnd *AfterEnd `json:"after_end,omitempty"`
 	// Final: the failure is not retried (see events.StepFailed).
 	Final bool `json:"final,omitempty"`
 	// Lost: the attempt failed because its task was lost (its agents
@@ -388,6 +394,16 @@ type Step struct {
 	// sentUnrecorded: sent as a dispatcher knows, not in the history
 	// (MarkSent).
 	sentUnrecorded bool
+}
+
+// AfterEnd is the final report of an attempt that arrived after its
+// execution ended.
+type AfterEnd struct {
+	// Outcome is succeeded or failed.
+	Outcome OpStatus  `json:"outcome"`
+	Error   string    `json:"error,omitempty"`
+	Agent   string    `json:"agent,omitempty"`
+	At      time.Time `json:"at"`
 }
 
 // Errors of the fold.
@@ -464,6 +480,9 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 	}
 	if next, ok, err := applyLock(s, ev); ok {
 		return next, err
+	}
+	if r, ok := ev.Data.(*events.ResultAfterEnd); ok {
+		return s.afterEnd(ev, r)
 	}
 	if s.Status == StatusNone {
 		if _, ok := ev.Data.(*events.ExecutionStarted); !ok && ev.Data != nil {
@@ -724,7 +743,7 @@ func (s Execution) resume(ev events.Event, e *events.ExecutionResumed) (Executio
 // that failed before it could be scheduled (Final) starts over from its
 // condition. Its retries count afresh.
 func rerun(st Step, at time.Time) Step {
-	st.Error, st.Output, st.EndedAt, st.WaitUntil, st.Lost = "", nil, time.Time{}, time.Time{}, false
+	st.Error, st.Output, st.EndedAt, st.WaitUntil, st.Lost, st.AfterEnd = "", nil, time.Time{}, time.Time{}, false, nil
 	switch {
 	case st.Final:
 		st.Status, st.Final, st.RetryBase, st.Entered, st.SleptFrom = OpNone, false, st.Attempt, 0, time.Time{}
@@ -740,6 +759,31 @@ func rerun(st Step, at time.Time) Step {
 
 // reopens reports whether p may follow an execution's end: a resume or
 // a replay runs it on.
+// afterEnd notes the final report of an attempt that was with the agents
+// when the execution ended: legal only once it has ended, for the step's
+// current attempt while it is in flight, once.
+func (s Execution) afterEnd(ev events.Event, r *events.ResultAfterEnd) (Execution, error) {
+	i := s.StepIndex(r.StepID)
+	illegal := &TransitionError{ExecutionID: s.ID, From: string(s.Status), Event: ev.Type, StepID: r.StepID}
+	switch {
+	case !s.Status.Terminal():
+		return s, illegal
+	case i < 0:
+		return s, fmt.Errorf("%w: %s", ErrUnknownStep, r.StepID)
+	}
+	st := &s.Steps[i]
+	if !st.Status.InFlight() || st.Attempt != r.Attempt || st.AfterEnd != nil {
+		illegal.From = string(st.Status)
+		return s, illegal
+	}
+	outcome := OpFailed
+	if r.ResultType == events.TypeOperationSucceeded {
+		outcome = OpSucceeded
+	}
+	st.AfterEnd = &AfterEnd{Outcome: outcome, Error: r.Error, Agent: r.Agent, At: ev.Time}
+	return s, nil
+}
+
 func reopens(p events.Payload) bool {
 	switch p.(type) {
 	case *events.ExecutionResumed, *events.ExecutionReplayed:
@@ -826,6 +870,7 @@ func (s Execution) step(ev events.Event, id string, to OpStatus, set func(*Step)
 		return s, &TransitionError{ExecutionID: s.ID, From: string(st.Status), Event: ev.Type, StepID: id}
 	}
 	st.Status = to
+	st.AfterEnd = nil // a note of the time the execution was over: it runs again
 	if to != OpSent {
 		st.sentUnrecorded = false
 	}

@@ -19,6 +19,7 @@ import (
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
+	"jetflow.dev/services/agent/agent"
 	"jetflow.dev/tools/internal/devstack"
 )
 
@@ -237,13 +238,24 @@ steps:
 	require.GreaterOrEqual(t, took, time.Second, "SIGTERM is ignored: only SIGKILL, after the grace, ends it")
 	t.Logf("process %d ended %s after the kill (grace 1s)", pid, took.Round(time.Millisecond))
 
-	t.Log("the terminated step's failure arrives after the end and is not recorded")
+	t.Log("the terminated step's failure arrives after the end: noted, changing nothing")
 	s.waitResult(t, "k1", "hang")
 	evs := s.history(t, "k1")
-	require.NotEmpty(t, evs)
-	require.Equal(t, events.TypeExecutionCancelled, evs[len(evs)-1].Type)
+	require.GreaterOrEqual(t, len(evs), 2)
+	require.Equal(t, events.TypeExecutionCancelled, evs[len(evs)-2].Type)
+	late, ok := evs[len(evs)-1].Data.(*events.ResultAfterEnd)
+	require.True(t, ok, "the last event is %s", evs[len(evs)-1].Type)
+	require.Equal(t, "hang", late.StepID)
+	require.Equal(t, events.TypeOperationFailed, late.ResultType)
+	require.Contains(t, late.Error, agent.ErrKilled.Error())
+	require.Contains(t, late.Error, "ended by SIGKILL", "SIGTERM was ignored: the grace ran out")
+	t.Logf("recorded after the end: %s", late.Error)
 	require.Zero(t, countTypes(evs)[string(events.TypeStepScheduled)+"/after"])
 	require.Zero(t, countTypes(evs)[string(events.TypeStepDispatched)+"/after"])
+	x = s.waitProjectedStep(t, "k1", "hang")
+	st, _ := findStep(x, "hang")
+	require.True(t, st.Status.InFlight(), "the ended execution's step keeps its status: %s", st.Status)
+	require.Equal(t, projections.OpFailed, st.AfterEnd.Outcome)
 }
 
 // TestActionIdempotencyKey: a retried request is answered like the first,

@@ -55,6 +55,23 @@ func (s *stack) finalReport(t *testing.T, id, step string) *events.OperationFail
 	return nil
 }
 
+// waitProjectedStep waits until the read model of execution id notes
+// what became of step after the end.
+func (s *stack) waitProjectedStep(t *testing.T, id, step string) projections.Execution {
+	t.Helper()
+	var x projections.Execution
+	poll(t, 30*time.Second, "the read model of "+id+" to note "+step+" after the end", func() (bool, string) {
+		var err error
+		x, err = s.c.Execution(context.Background(), id)
+		if err != nil {
+			return false, err.Error()
+		}
+		st, ok := findStep(x, step)
+		return ok && st.AfterEnd != nil, describe(x)
+	})
+	return x
+}
+
 // TestStepTimeoutTerminatesItsProcess: when a step's timeout fires, its
 // running attempt is terminated on the agent (SIGTERM to the exec's
 // process group), not left to run on while the execution goes past it.

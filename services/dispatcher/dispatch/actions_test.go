@@ -94,10 +94,25 @@ func TestCancelWithNothingRunningEndsAtOnce(t *testing.T) {
 	require.Equal(t, projections.OpSending, s.Steps[1].Status, "force-cancel does not wait for the running step")
 	require.Equal(t, "force-cancel", s.Cancellation.Action)
 
-	t.Log("a late result is ignored")
+	t.Log("a late result changes nothing: it is noted after the end, once")
 	b.report(t, &events.OperationSucceeded{TaskRef: second.task.Ref("test-agent", 1)})
 	waitResultsHandled(t, b.js)
-	require.Len(t, readHistory(t, b.js, "deploy", "c2"), len(evs))
+	b.report(t, &events.OperationSucceeded{TaskRef: second.task.Ref("test-agent", 1)}) // another report of it
+	waitResultsHandled(t, b.js)
+	after := readHistory(t, b.js, "deploy", "c2")
+	require.Len(t, after, len(evs)+1)
+	noted, ok := after[len(evs)].Data.(*events.ResultAfterEnd)
+	require.True(t, ok, "%T", after[len(evs)].Data)
+	require.NotEmpty(t, noted.ResultID)
+	noted.ResultID = ""
+	require.Equal(t, events.ResultAfterEnd{ResultType: events.TypeOperationSucceeded, TaskID: second.task.TaskID,
+		StepID: "ship", Attempt: 1, Agent: "test-agent"}, *noted)
+	s, err := projections.Fold(after)
+	require.NoError(t, err)
+	require.Equal(t, projections.StatusCancelled, s.Status)
+	require.Equal(t, projections.OpSending, s.Steps[1].Status, "the ended execution's step keeps its status")
+	require.NotNil(t, s.Steps[1].AfterEnd)
+	require.Equal(t, projections.OpSucceeded, s.Steps[1].AfterEnd.Outcome)
 }
 
 func TestForceCancelAfterCancel(t *testing.T) {

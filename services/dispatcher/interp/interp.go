@@ -648,10 +648,13 @@ func replayed(in Input, rec events.ActionRecord, r replayRequest) Decision {
 func Result(in Input, ref events.TaskRef, ev events.Event) Decision {
 	s := in.State
 	i := s.StepIndex(ref.StepID)
-	if i < 0 || s.Status.Terminal() {
+	if i < 0 {
 		return Decision{}
 	}
 	st := s.Steps[i]
+	if s.Status.Terminal() {
+		return afterEnd(s, st, ref, ev)
+	}
 	if stale := Stale(s, st, ref); stale != "" {
 		d := Decision{Stale: stale}
 		if !contains(s.Ignored, ev.ID) { // recorded already: this report delivered again
@@ -686,6 +689,28 @@ func Result(in Input, ref events.TaskRef, ev events.Event) Decision {
 	p = in.final(p)
 	if ok, isOK := p.(*events.StepSucceeded); isOK {
 		ok.Then = in.dispatchedAfter(ok, len(ok.Output))
+	}
+	return Decision{Events: []events.Payload{p}}
+}
+
+// afterEnd decides a report about an operation of an ended execution: the
+// final report of an attempt that was with the agents at the end is
+// recorded (what became of it: killed, refused, finished after a
+// force-cancel), once; anything else, or an expired execution's, is not.
+// Either way it changes nothing, and the agent keeps the report in the
+// results stream, where a resume finds it.
+func afterEnd(s projections.Execution, st projections.Step, ref events.TaskRef, ev events.Event) Decision {
+	if !s.ExpiredAt.IsZero() || !st.Status.InFlight() || st.AfterEnd != nil || Stale(s, st, ref) != "" {
+		return Decision{}
+	}
+	p := &events.ResultAfterEnd{ResultID: ev.ID, ResultType: ev.Type, TaskID: ref.TaskID, StepID: st.ID, Attempt: st.Attempt, Agent: ref.Agent}
+	switch r := ev.Data.(type) {
+	case *events.OperationSucceeded:
+		p.StartedAt = r.StartedAt
+	case *events.OperationFailed:
+		p.Error, p.StartedAt = r.Error, r.StartedAt
+	default:
+		return Decision{}
 	}
 	return Decision{Events: []events.Payload{p}}
 }

@@ -84,3 +84,15 @@ func TestShowSaysWhatSendingMeans(t *testing.T) {
 	printExecution(&b, x, "")
 	require.NotContains(t, b.String(), "sending:")
 }
+
+// TestShowSaysWhatBecameOfAStepAfterTheEnd: a step that was with the
+// agents when its execution ended shows the report that came after.
+func TestShowSaysWhatBecameOfAStepAfterTheEnd(t *testing.T) {
+	x := projections.Execution{ID: "x1", Workflow: "wf", Status: projections.StatusCancelled,
+		Steps: []projections.Step{{ID: "hang", Kind: "exec", Status: projections.OpStarted, Attempt: 1,
+			AfterEnd: &projections.AfterEnd{Outcome: projections.OpFailed, Error: "terminated: an operator killed the execution"}}}}
+	var b bytes.Buffer
+	printExecution(&b, x, "")
+	require.Contains(t, b.String(), "started, failed after the end")
+	require.Contains(t, b.String(), "terminated: an operator killed the execution")
+}
