@@ -162,3 +162,53 @@ steps:
 	require.NoError(t, err)
 	require.Equal(t, "run\n", string(b), "the step ran once, after the resume")
 }
+
+// TestWorkflowTimeoutTerminatesItsProcess: a workflow's timeout
+// terminates the operation it abandons; its on-error steps run.
+func TestWorkflowTimeoutTerminatesItsProcess(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, nil)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	s.apply(t, `name: tooslow
+timeout: 2s
+on-error:
+  - {id: note, kind: exec, command: echo, args: ["cleaned up"]}
+steps:
+  - id: hang
+    kind: exec
+    command: sh
+    args: ["-c", "echo $$ > `+pidFile+`; sleep 120; echo finished"]
+`)
+	_, err := s.c.Start(context.Background(), client.StartRequest{Workflow: "tooslow", ID: "w1"})
+	require.NoError(t, err)
+	pid := readPID(t, pidFile)
+	x := s.waitDone(t, "w1", 60*time.Second)
+	require.Equal(t, projections.StatusFailed, x.Status)
+	require.Contains(t, x.Error, "the workflow timed out after 2s")
+	note, ok := findStep(x, "on-error/note")
+	require.True(t, ok, describe(x))
+	require.Equal(t, projections.OpSucceeded, note.Status, "the on-error step ran")
+	poll(t, 30*time.Second, "the abandoned process to end", func() (bool, string) {
+		return syscall.Kill(pid, 0) != nil, "process " + strconv.Itoa(pid) + " still runs"
+	})
+	// Its report comes before the end (recorded as its failure, the on-error
+	// step still running) or after it (noted after the end).
+	var why string
+	poll(t, 30*time.Second, "the terminated step's report in the read model", func() (bool, string) {
+		x, err := s.c.Execution(context.Background(), "w1")
+		if err != nil {
+			return false, err.Error()
+		}
+		st, _ := findStep(x, "hang")
+		switch {
+		case st.AfterEnd != nil:
+			why = st.AfterEnd.Error
+		case st.Status == projections.OpFailed:
+			why = st.Error
+		}
+		return why != "", describe(x)
+	})
+	require.Contains(t, why, agent.ErrTerminated.Error())
+	require.Contains(t, why, "the workflow timed out after 2s")
+	require.Contains(t, why, "SIGTERM sent")
+}

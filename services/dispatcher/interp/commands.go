@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"jetflow.dev/pkg/events"
@@ -98,7 +99,28 @@ func Fired(in Input, timerID string, sentAt time.Time) Decision {
 		// in the second.
 		return Decision{}
 	}
-	return Decision{Events: []events.Payload{&events.TimerFired{TimerID: timerID}}}
+	d := Decision{Events: []events.Payload{&events.TimerFired{TimerID: timerID}}}
+	if t.Purpose == events.TimerWorkflowTimeout {
+		d.Before = abandoned(in.State, "the workflow timed out after "+in.Def.Timeout)
+	}
+	return d
+}
+
+// abandoned tells the agents to terminate the attempts a workflow's
+// timeout leaves behind: every operation with them but those of the
+// workflow's own on-error steps (which run after the timeout). Before the
+// timer's firing is recorded: a crash in between fires it again, and the
+// notices are published again (deduplicated by task); a firing whose
+// append conflicts is decided again too (the timer fires however that
+// goes).
+func abandoned(s projections.Execution, reason string) []Effect {
+	var out []Effect
+	for _, st := range s.Steps {
+		if st.Status.InFlight() && st.TaskID != "" && !strings.HasPrefix(st.ID, workflowOnError) {
+			out = append(out, PublishKill{TaskID: st.TaskID, Reason: reason})
+		}
+	}
+	return out
 }
 
 // SignalCommand is a signal for an execution.

@@ -74,6 +74,9 @@ const (
 	actReplay                       // a retry step (or automatic recovery) replays the execution
 )
 
+// workflowOnError starts the paths of the workflow's own on-error steps.
+const workflowOnError = "on-error/"
+
 // decide returns the next action for state s of definition d. It is pure:
 // the same state always gives the same action, which makes re-handling a
 // redelivered message (after a crash) safe. Expressions are evaluated over
@@ -110,7 +113,7 @@ func decideIn(d workflow.Definition, s projections.Execution, v *view) action {
 	if r.state == failed && len(d.OnError) > 0 {
 		// The workflow's on-error steps run before it fails: for cleanup,
 		// or to rescue it with a return.
-		h := e.run(frame{prefix: "on-error/", steps: d.OnError, roots: map[string]any{"error": map[string]any{"message": r.err}}, handler: true, retry: d.Retry})
+		h := e.run(frame{prefix: workflowOnError, steps: d.OnError, roots: map[string]any{"error": map[string]any{"message": r.err}}, handler: true, retry: d.Retry})
 		switch {
 		case h.state == running:
 			return h.act

@@ -114,3 +114,34 @@ func TestEndWithOperationsOutRefusesTheirTasks(t *testing.T) {
 		require.Empty(t, Action(m.input(), kill).After, "the kill redelivered after a resume kills nothing")
 	})
 }
+
+// TestWorkflowTimeoutTerminatesWhatItAbandons: when the workflow's
+// timeout fires, the operations it leaves behind are terminated (before
+// the firing is recorded); its own on-error steps, which run after it,
+// are not.
+func TestWorkflowTimeoutTerminatesWhatItAbandons(t *testing.T) {
+	t.Parallel()
+	def := workflow.Definition{Name: "wf", Timeout: "1m",
+		OnError: []workflow.Step{{ID: "cleanup", Kind: workflow.KindExec, Command: "x"}},
+		Steps: []workflow.Step{{ID: "both", Kind: workflow.KindParallel, Branches: []workflow.Branch{
+			{ID: "a", Steps: []workflow.Step{{ID: "one", Kind: workflow.KindExec, Command: "x"}}},
+			{ID: "b", Steps: []workflow.Step{{ID: "two", Kind: workflow.KindExec, Command: "x"}}},
+		}}}}
+	m := newMemShell(t, def, `{}`)
+	m.advance()
+	require.Len(t, m.tasks, 2)
+	timer := timerID("x1", events.TimerWorkflowTimeout, "", 0)
+	d := Fired(m.input(), timer, m.now)
+	require.ElementsMatch(t, []Effect{
+		PublishKill{TaskID: m.tasks[0].TaskID, Reason: "the workflow timed out after 1m"},
+		PublishKill{TaskID: m.tasks[1].TaskID, Reason: "the workflow timed out after 1m"},
+	}, d.Before)
+	m.carry(d)
+	m.advance()
+	require.Len(t, m.tasks, 3, "the on-error step was sent")
+	require.Equal(t, "on-error/cleanup", m.tasks[2].StepID)
+	require.Len(t, m.kills, 2, "the on-error step is not terminated")
+
+	t.Log("the firing delivered again, once recorded: nothing more")
+	require.Empty(t, Fired(m.input(), timer, m.now).Before)
+}
