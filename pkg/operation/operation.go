@@ -48,3 +48,21 @@ type Failure struct {
 
 func (f *Failure) Error() string { return f.Err.Error() }
 func (f *Failure) Unwrap() error { return f.Err }
+
+type heartbeatKey struct{}
+
+// Heartbeat tells the agent that the operation running in ctx is alive.
+// A step with a heartbeat (heartbeat: 30s) whose handler does not call it
+// for longer is terminated (ctx is cancelled) and its attempt fails as
+// lost, to be retried per the step's policy. Without one it does nothing:
+// any handler may call it.
+func Heartbeat(ctx context.Context) {
+	if beat, ok := ctx.Value(heartbeatKey{}).(func()); ok {
+		beat()
+	}
+}
+
+// WithHeartbeat returns ctx with beat called by Heartbeat: for agents.
+func WithHeartbeat(ctx context.Context, beat func()) context.Context {
+	return context.WithValue(ctx, heartbeatKey{}, beat)
+}

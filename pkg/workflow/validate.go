@@ -34,9 +34,9 @@ var (
 var kindFields = map[string][]string{
 	KindNoop:   {"queue", "timeout", "retry"},
 	KindLog:    {"queue", "timeout", "retry", "message", "level"},
-	KindExec:   {"queue", "timeout", "retry", "command", "args", "env", "dir"},
+	KindExec:   {"queue", "timeout", "heartbeat", "retry", "command", "args", "env", "dir"},
 	KindHTTP:   {"queue", "timeout", "retry", "method", "url", "headers", "body"},
-	KindCall:   {"queue", "timeout", "retry", "operation", "input"},
+	KindCall:   {"queue", "timeout", "heartbeat", "retry", "operation", "input"},
 	KindLet:    {"vars"},
 	KindSleep:  {"duration", "until"},
 	KindWait:   {"signal", "signals", "match", "timeout"},
@@ -52,6 +52,9 @@ var kindFields = map[string][]string{
 	KindParallel: {"branches", "mode"},
 	KindSwitch:   {"cases", "default"},
 }
+
+// MinHeartbeat is the shortest heartbeat a step may ask for.
+const MinHeartbeat = 100 * time.Millisecond
 
 // MaxDepth bounds how deep containers nest.
 const MaxDepth = 8
@@ -177,6 +180,10 @@ func validateStepList(add func(string, string, ...any), addErr func(string, erro
 			add(f("queue"), "%q must hold only letters, digits, '-' and '_'", s.Queue)
 		}
 		checkDuration(add, f("timeout"), s.Timeout)
+		checkDuration(add, f("heartbeat"), s.Heartbeat)
+		if hb, err := time.ParseDuration(s.Heartbeat); err == nil && hb > 0 && hb < MinHeartbeat {
+			add(f("heartbeat"), "%q is shorter than %s, the shortest heartbeat allowed", s.Heartbeat, MinHeartbeat)
+		}
 		checkRetry(add, f("retry"), s.Retry)
 		checkRetention(add, f("retention"), s.Retention, roots)
 		if s.Lock != "" && s.Retention.disabled() {
@@ -438,7 +445,7 @@ func (s Step) usedFields() []string {
 		name string
 		set  bool
 	}{
-		{"queue", s.Queue != ""}, {"timeout", s.Timeout != ""}, {"retry", s.Retry != nil},
+		{"queue", s.Queue != ""}, {"timeout", s.Timeout != ""}, {"heartbeat", s.Heartbeat != ""}, {"retry", s.Retry != nil},
 		{"message", s.Message != ""}, {"level", s.Level != ""},
 		{"command", s.Command != ""}, {"args", len(s.Args) > 0}, {"env", len(s.Env) > 0}, {"dir", s.Dir != ""},
 		{"method", s.Method != ""}, {"url", s.URL != ""}, {"headers", len(s.Headers) > 0}, {"body", s.Body != nil},

@@ -585,6 +585,33 @@ var validationCases = []struct {
 		),
 		want: []problem{{"steps[0].timeout", 6, "does not apply to a let step"}},
 	},
+	{
+		name: "HeartbeatOnHTTP",
+		input: wf(
+			"  - id: a",
+			"    kind: http",
+			"    url: http://example.com",
+			"    heartbeat: 10s",
+		),
+		want: []problem{{"steps[0].heartbeat", 6, "does not apply to a http step"}},
+	},
+	{
+		name: "HeartbeatBad",
+		input: wf(
+			"  - id: a",
+			"    kind: exec",
+			"    command: x",
+			"    heartbeat: ${input.t}",
+			"  - id: b",
+			"    kind: call",
+			"    operation: x",
+			"    heartbeat: 10ms",
+		),
+		want: []problem{
+			{"steps[0].heartbeat", 6, `"${input.t}": give a literal duration here (e.g. 30s); expressions are allowed only in a sleep's duration and until`},
+			{"steps[1].heartbeat", 10, `"10ms" is shorter than 100ms, the shortest heartbeat allowed`},
+		},
+	},
 
 	// sleep.
 	{

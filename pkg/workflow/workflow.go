@@ -150,6 +150,11 @@ type Step struct {
 	Output any `yaml:"output,omitempty" json:"output,omitempty"`
 	// Timeout bounds one attempt of an operation, or a wait.
 	Timeout string `yaml:"timeout,omitempty" json:"timeout,omitempty"`
+	// Heartbeat bounds the silence of a running exec or call operation:
+	// an exec that writes nothing to its stdout or stderr, or a Go
+	// handler that does not call operation.Heartbeat, for longer is
+	// terminated and its attempt fails as lost (retried per its policy).
+	Heartbeat string `yaml:"heartbeat,omitempty" json:"heartbeat,omitempty"`
 	// Retry overrides the workflow's retry policy for this operation; in a
 	// retry step (within on-error) it limits and spaces the retries.
 	Retry *Retry `yaml:"retry,omitempty" json:"retry,omitempty"`

@@ -41,6 +41,13 @@ var exampleRuns = map[string][]exampleRun{
 		},
 	}},
 	"slow.yaml": {{want: projections.StatusSucceeded}},
+	"watchdog.yaml": {{
+		want: projections.StatusSucceeded,
+		check: func(t *testing.T, x projections.Execution) {
+			require.Equal(t, 2, stepByID(t, x, "fetch").Attempt, "the hung first attempt was retried")
+			require.JSONEq(t, `"fetched"`, string(x.Output))
+		},
+	}},
 	"ping.yaml": {{want: projections.StatusSucceeded}},
 	"chain.yaml": {{
 		// The api authenticates its callers: the step sends the token the

@@ -212,3 +212,35 @@ steps:
 	require.Contains(t, why, "the workflow timed out after 2s")
 	require.Contains(t, why, "SIGTERM sent")
 }
+
+// TestHeartbeatRetriesAHungAttempt: an exec step with a heartbeat whose
+// first attempt hangs without output is terminated and failed as lost,
+// and its retry policy runs it again.
+func TestHeartbeatRetriesAHungAttempt(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, nil)
+	s.apply(t, `name: hangs
+steps:
+  - id: work
+    kind: exec
+    command: sh
+    args: ["-c", "if [ \"$JETFLOW_ATTEMPT\" = 1 ]; then sleep 120; fi; echo done"]
+    heartbeat: 1s
+    retry: {limit: 2, backoff: {initial: 100ms}}
+    output: ${trim(result.stdout)}
+`)
+	x := s.runToEnd(t, client.StartRequest{Workflow: "hangs", ID: "h1"})
+	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
+	st, ok := findStep(x, "work")
+	require.True(t, ok)
+	require.Equal(t, 2, st.Attempt)
+	var failed *events.StepFailed
+	for _, ev := range s.history(t, "h1") {
+		if f, ok := ev.Data.(*events.StepFailed); ok {
+			failed = f
+		}
+	}
+	require.NotNil(t, failed, "the first attempt's failure is recorded")
+	require.True(t, failed.Lost)
+	require.Contains(t, failed.Error, agent.ErrNoHeartbeat.Error())
+}

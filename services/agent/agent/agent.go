@@ -464,6 +464,9 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 		began = time.Now()
 		started := a.reportStarted(startedReportID(task.TaskID, delivery), ref, began)
 		defer started.wait(a.cfg.AckWait, log)
+		var stopWatch func()
+		opCtx, stopWatch = watchHeartbeat(opCtx, heartbeatOf(spec))
+		defer stopWatch()
 		out, err = safeHandle(opCtx, h, operation.Task{TaskID: task.TaskID, ExecutionID: task.ExecutionID,
 			Workflow: task.Workflow, StepID: task.StepID, Attempt: task.Attempt, Delivery: delivery,
 			Kind: task.Kind, Spec: spec, Input: specInput(spec)})
@@ -489,10 +492,13 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 		_ = m.Nak()
 		return
 	}
+	lost := false
 	if alive {
-		if cause := context.Cause(opCtx); errors.Is(cause, ErrKilled) || errors.Is(cause, ErrTerminated) {
+		cause := context.Cause(opCtx)
+		if errors.Is(cause, ErrKilled) || errors.Is(cause, ErrTerminated) || errors.Is(cause, ErrNoHeartbeat) {
 			log.Info().Err(err).AnErr("cause", cause).Dur("ran", time.Since(began)).Msg("operation terminated")
 			err = fmt.Errorf("%w after running %s (%w)", cause, time.Since(began).Round(time.Millisecond), err)
+			lost = errors.Is(cause, ErrNoHeartbeat) // hung: as if its agent had died
 		}
 	}
 	var fail *operation.Failure
@@ -505,7 +511,7 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 		msg = msg[:8<<10] + "…"
 	}
 	a.deliver(ctx, m, task, fmt.Sprintf("%s.done.%d", task.TaskID, delivery), &events.OperationFailed{TaskRef: ref, Error: msg,
-		Output: a.fitOutput(raw), Final: final, StartedAt: began.UTC()}, log)
+		Output: a.fitOutput(raw), Final: final, Lost: lost, StartedAt: began.UTC()}, log)
 }
 
 // startedReportID is the CloudEvent id of the started report of a task's

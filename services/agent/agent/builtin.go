@@ -120,7 +120,8 @@ func (h execHandler) Handle(ctx context.Context, t operation.Task) (any, error) 
 		return syscall.Kill(-pgid, syscall.SIGTERM)
 	}
 	cmd.WaitDelay = h.grace
-	stdout, stderr := &capped{max: h.maxOutput}, &capped{max: h.maxOutput}
+	beat := func() { operation.Heartbeat(ctx) } // output shows it is alive (a step's heartbeat)
+	stdout, stderr := &capped{max: h.maxOutput, beat: beat}, &capped{max: h.maxOutput, beat: beat}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 
 	// Pdeathsig fires when the thread that forked exits: keep it alive
@@ -247,6 +248,8 @@ type capped struct {
 	bytes.Buffer
 	max       int
 	truncated bool
+	// beat, if set, is called on every write: output is a heartbeat.
+	beat func()
 }
 
 // ReadFrom hides bytes.Buffer's, which io.Copy (and so exec.Cmd) would
@@ -256,6 +259,9 @@ func (c *capped) ReadFrom(r io.Reader) (int64, error) {
 }
 
 func (c *capped) Write(p []byte) (int, error) {
+	if c.beat != nil {
+		c.beat()
+	}
 	room := c.max - c.Len()
 	if room < len(p) {
 		c.truncated = true

@@ -1055,7 +1055,7 @@ func renderStep(step workflow.Step, lz *lazyEnv) (json.RawMessage, error) {
 		}
 		return out
 	}
-	out := workflow.Step{ID: step.ID, Kind: step.Kind, Queue: step.Queue, Operation: step.Operation, Level: step.Level,
+	out := workflow.Step{ID: step.ID, Kind: step.Kind, Queue: step.Queue, Operation: step.Operation, Level: step.Level, Heartbeat: step.Heartbeat,
 		Message: str("message", step.Message), Command: str("command", step.Command), Dir: agentStr("dir", "/dir", step.Dir),
 		Method: str("method", step.Method), URL: agentStr("url", "/url", step.URL)}
 	for i, a := range step.Args {
