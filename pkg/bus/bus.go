@@ -147,7 +147,7 @@ func Streams(c Config) []jetstream.StreamConfig {
 		},
 		{
 			Name: StreamKills, Subjects: []string{KillsPrefix + ".>"},
-			Description: "jetflow kill notices: agents terminate the running operations of a killed execution",
+			Description: "jetflow notices for agents: terminate a killed execution's operations, refuse an ended run's tasks, terminate one attempt",
 			Storage:     jetstream.FileStorage, Replicas: c.Replicas, Duplicates: c.WorkDuplicates,
 			MaxAge: 24 * time.Hour, MaxMsgsPerSubject: 1, AllowDirect: true,
 		},

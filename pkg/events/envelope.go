@@ -121,8 +121,13 @@ type Event struct {
 // New returns an event with a fresh id and the given time.
 func New(source, subject, workflow string, at time.Time, data Payload) Event {
 	return Event{ID: uuid.NewString(), Type: data.EventType(), Source: source, Subject: subject,
-		Workflow: workflow, Time: at.UTC(), Data: data}
+		Workflow: workflow, Time: at.UTC(), Data: data, Ignorable: ignorable[data.EventType()]}
 }
+
+// ignorable are the types of history events that change no state a
+// decision reads: a fold that does not know one (an older dispatcher's)
+// may skip it.
+var ignorable = map[Type]bool{TypeResultAfterEnd: true}
 
 // ToCloudEvent converts e to a valid sdk-go event: its attributes,
 // extensions and JSON data (Data, or Raw when Data is nil). An event that

@@ -353,28 +353,45 @@ const (
 func ValidAction(a string) bool { return slices.Contains(Actions, a) }
 
 // KillOperations tells agents to terminate every operation of an execution
-// they run (published on jf.kills.<execution> after a kill), to refuse the
-// tasks of an execution that ended (Ended), or to terminate one attempt
-// whose step timed out (TaskID, on jf.kills.<execution>.<task hash>).
+// they run (published on jf.kills.<execution> after a kill).
 type KillOperations struct {
 	ExecutionID string `json:"execution_id"`
 	Workflow    string `json:"workflow"`
 	// Command is the key of the kill command.
 	Command string `json:"command,omitempty"`
+	// Token is the execution token of the run killed: agents terminate
+	// and refuse only its tasks (a resume gives the next run a new one).
+	// Empty (older dispatchers): every task of the execution.
+	Token string `json:"token,omitempty"`
 	// Lift, set when the execution is resumed, ends the kill: its new
 	// tasks run.
 	Lift bool `json:"lift,omitempty"`
-	// Ended says the execution ended with operations still with the
-	// agents (a force-cancel, a failure while other branches ran): agents
-	// refuse its tasks that have not started, and let the running ones
-	// finish. A resume lifts it.
-	Ended bool `json:"ended,omitempty"`
-	// TaskID names the one attempt to terminate (its step timed out):
-	// agents terminate its operation if it runs and refuse the task if
-	// it comes later. The rest of the execution runs on.
-	TaskID string `json:"task_id,omitempty"`
+}
+
+// RefuseTasks tells agents that an execution ended with operations still
+// with them (a force-cancel, a failure while other branches ran): they
+// refuse its tasks of the run that ended (Token) that have not started,
+// and let the running ones finish. Published on jf.kills.<execution>
+// after the end is recorded.
+type RefuseTasks struct {
+	ExecutionID string `json:"execution_id"`
+	Workflow    string `json:"workflow"`
+	// Token is the execution token of the run that ended.
+	Token string `json:"token"`
+	// Command is the key of the command that ended it, if one did.
+	Command string `json:"command,omitempty"`
+}
+
+// TerminateTask tells agents to terminate one attempt whose step gave up
+// on it (its timeout, or the workflow's, fired) and to refuse its task if
+// it comes later; the rest of the execution runs on. Published on
+// jf.kills.<execution>.<task hash>.
+type TerminateTask struct {
+	ExecutionID string `json:"execution_id"`
+	Workflow    string `json:"workflow"`
+	TaskID      string `json:"task_id"`
 	// Reason says why, for the terminated operation's error.
-	Reason string `json:"reason,omitempty"`
+	Reason string `json:"reason"`
 }
 
 // ExecutionAction is the data of an action command.
@@ -680,6 +697,8 @@ func (*StepWaiting) EventType() Type         { return TypeStepWaiting }
 func (*StepSkipped) EventType() Type         { return TypeStepSkipped }
 func (*ExecutionAction) EventType() Type     { return TypeExecutionAction }
 func (*KillOperations) EventType() Type      { return TypeKillOperations }
+func (*RefuseTasks) EventType() Type         { return TypeRefuseTasks }
+func (*TerminateTask) EventType() Type       { return TypeTerminateTask }
 func (*ExecutionResumed) EventType() Type    { return TypeExecutionResumed }
 func (*ExecutionReplayed) EventType() Type   { return TypeExecutionReplayed }
 func (*ResultIgnored) EventType() Type       { return TypeResultIgnored }
@@ -716,6 +735,8 @@ func (*StepWaiting) payload()         {}
 func (*StepSkipped) payload()         {}
 func (*ExecutionAction) payload()     {}
 func (*KillOperations) payload()      {}
+func (*RefuseTasks) payload()         {}
+func (*TerminateTask) payload()       {}
 func (*ExecutionResumed) payload()    {}
 func (*ResultAfterEnd) payload()      {}
 func (*ExecutionReplayed) payload()   {}
@@ -786,6 +807,10 @@ func NewPayload(t Type) Payload {
 		return &ExecutionAction{}
 	case TypeKillOperations:
 		return &KillOperations{}
+	case TypeRefuseTasks:
+		return &RefuseTasks{}
+	case TypeTerminateTask:
+		return &TerminateTask{}
 	case TypeExecutionResumed:
 		return &ExecutionResumed{}
 	case TypeExecutionReplayed:

@@ -105,6 +105,13 @@ const (
 	// TypeKillOperations tells agents to terminate an execution's running
 	// operations, after a kill.
 	TypeKillOperations Type = "io.jetflow.operations.kill"
+	// TypeRefuseTasks tells agents that an execution ended with
+	// operations still with them: they refuse its tasks of that run (its
+	// token) that have not started, and let the running ones finish.
+	TypeRefuseTasks Type = "io.jetflow.tasks.refuse"
+	// TypeTerminateTask tells agents to terminate one attempt (its step
+	// gave up on it: a timeout) and refuse its task if it comes later.
+	TypeTerminateTask Type = "io.jetflow.task.terminate"
 	// TypeCommandRejected explains why a command changed nothing.
 	TypeCommandRejected Type = "io.jetflow.command.rejected"
 )

@@ -757,8 +757,6 @@ func rerun(st Step, at time.Time) Step {
 	return st
 }
 
-// reopens reports whether p may follow an execution's end: a resume or
-// a replay runs it on.
 // afterEnd notes the final report of an attempt that was with the agents
 // when the execution ended: legal only once it has ended, for the step's
 // current attempt while it is in flight, once.
@@ -784,6 +782,8 @@ func (s Execution) afterEnd(ev events.Event, r *events.ResultAfterEnd) (Executio
 	return s, nil
 }
 
+// reopens reports whether p may follow an execution's end: a resume or
+// a replay runs it on.
 func reopens(p events.Payload) bool {
 	switch p.(type) {
 	case *events.ExecutionResumed, *events.ExecutionReplayed:

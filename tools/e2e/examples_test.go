@@ -44,7 +44,7 @@ var exampleRuns = map[string][]exampleRun{
 	"watchdog.yaml": {{
 		want: projections.StatusSucceeded,
 		check: func(t *testing.T, x projections.Execution) {
-			require.Equal(t, 2, stepByID(t, x, "fetch").Attempt, "the hung first attempt was retried")
+			require.GreaterOrEqual(t, stepByID(t, x, "fetch").Attempt, 2, "the hung first attempt was retried")
 			require.JSONEq(t, `"fetched"`, string(x.Output))
 		},
 	}},

@@ -8,7 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -34,15 +34,16 @@ func TestServicesAsSeparatePrograms(t *testing.T) {
 	require.NoError(t, err)
 	// The api listens on a port the system picks and logs it (at info): a
 	// port picked here and freed could be taken before the api listens.
+	// At info: each logs "starting" once its signal handling is set up,
+	// which a stop waits for (a SIGTERM before it ends the process by the
+	// default action: on a loaded machine, the last started may not have
+	// reached its main when the test is done).
 	env := append(os.Environ(), "JETFLOW_NATS_URL="+srv.ClientURL(), "JETFLOW_HTTP_ADDR=127.0.0.1:0", "JETFLOW_ADMIN_TOKEN_FILE="+tokenFile,
-		"JETFLOW_LOG_LEVEL=warn", "JETFLOW_TASK_ACK_WAIT=2s", "JETFLOW_AGENT_ALLOW_EXEC=true", "JETFLOW_AGENT_EXEC_ALLOW=echo")
+		"JETFLOW_LOG_LEVEL=info", "JETFLOW_TASK_ACK_WAIT=2s", "JETFLOW_AGENT_ALLOW_EXEC=true", "JETFLOW_AGENT_EXEC_ALLOW=echo")
 	var apiLog string
 	for _, name := range []string{"api", "dispatcher", "agent", "janitor"} {
 		cmd := exec.Command(buildService(t, name))
 		cmd.Env = env
-		if name == "api" {
-			cmd.Env = append(slices.Clone(env), "JETFLOW_LOG_LEVEL=info")
-		}
 		logPath := filepath.Join(t.TempDir(), name+".log")
 		logf, err := os.Create(logPath)
 		require.NoError(t, err)
@@ -52,6 +53,13 @@ func TestServicesAsSeparatePrograms(t *testing.T) {
 		}
 		require.NoError(t, cmd.Start())
 		t.Cleanup(func() {
+			started := time.Now()
+			for time.Since(started) < 60*time.Second {
+				if log, _ := os.ReadFile(logPath); strings.Contains(string(log), `"message":"starting"`) {
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
 			_ = cmd.Process.Signal(syscall.SIGTERM)
 			done := make(chan error, 1)
 			go func() { done <- cmd.Wait() }()

@@ -85,21 +85,21 @@ steps:
     kind: exec
     command: sh
     args: ["-c", "echo $$ > `+pidFile+`; sleep 120; echo finished"]
-    timeout: 2s
+    timeout: 6s
 `)
 	_, err := s.c.Start(context.Background(), client.StartRequest{Workflow: "slowpoke", ID: "t1"})
 	require.NoError(t, err)
 	pid := readPID(t, pidFile)
 	x := s.waitDone(t, "t1", 60*time.Second)
 	require.Equal(t, projections.StatusFailed, x.Status)
-	require.Contains(t, x.Error, "attempt 1 timed out after 2s")
+	require.Contains(t, x.Error, "attempt 1 timed out after 6s")
 
 	poll(t, 30*time.Second, "the timed-out process to end", func() (bool, string) {
 		return syscall.Kill(pid, 0) != nil, "process " + strconv.Itoa(pid) + " still runs"
 	})
 	f := s.finalReport(t, "t1", "hang")
 	require.Contains(t, f.Error, agent.ErrTerminated.Error())
-	require.Contains(t, f.Error, "attempt 1 timed out after 2s")
+	require.Contains(t, f.Error, "attempt 1 timed out after 6s")
 	require.Contains(t, f.Error, "SIGTERM sent")
 	t.Logf("the terminated attempt reported: %s", f.Error)
 }
@@ -137,8 +137,8 @@ steps:
 		if err != nil {
 			return false, err.Error()
 		}
-		k, ok := ev.Data.(*events.KillOperations)
-		return ok && k.Ended, string(m.Data)
+		_, ok := ev.Data.(*events.RefuseTasks)
+		return ok, string(m.Data)
 	})
 
 	a, err := agent.New(agent.Config{Name: "later-agent", Queues: []string{"later"}, AckWait: 2 * time.Second,
@@ -170,7 +170,7 @@ func TestWorkflowTimeoutTerminatesItsProcess(t *testing.T) {
 	s := startStack(t, nil)
 	pidFile := filepath.Join(t.TempDir(), "pid")
 	s.apply(t, `name: tooslow
-timeout: 2s
+timeout: 6s
 on-error:
   - {id: note, kind: exec, command: echo, args: ["cleaned up"]}
 steps:
@@ -184,7 +184,7 @@ steps:
 	pid := readPID(t, pidFile)
 	x := s.waitDone(t, "w1", 60*time.Second)
 	require.Equal(t, projections.StatusFailed, x.Status)
-	require.Contains(t, x.Error, "the workflow timed out after 2s")
+	require.Contains(t, x.Error, "the workflow timed out after 6s")
 	note, ok := findStep(x, "on-error/note")
 	require.True(t, ok, describe(x))
 	require.Equal(t, projections.OpSucceeded, note.Status, "the on-error step ran")
@@ -209,7 +209,7 @@ steps:
 		return why != "", describe(x)
 	})
 	require.Contains(t, why, agent.ErrTerminated.Error())
-	require.Contains(t, why, "the workflow timed out after 2s")
+	require.Contains(t, why, "the workflow timed out after 6s")
 	require.Contains(t, why, "SIGTERM sent")
 }
 
@@ -225,19 +225,19 @@ steps:
     kind: exec
     command: sh
     args: ["-c", "if [ \"$JETFLOW_ATTEMPT\" = 1 ]; then sleep 120; fi; echo done"]
-    heartbeat: 1s
-    retry: {limit: 2, backoff: {initial: 100ms}}
+    heartbeat: 3s
+    retry: {limit: 3, backoff: {initial: 100ms}}
     output: ${trim(result.stdout)}
 `)
 	x := s.runToEnd(t, client.StartRequest{Workflow: "hangs", ID: "h1"})
 	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
 	st, ok := findStep(x, "work")
 	require.True(t, ok)
-	require.Equal(t, 2, st.Attempt)
+	require.GreaterOrEqual(t, st.Attempt, 2)
 	var failed *events.StepFailed
 	for _, ev := range s.history(t, "h1") {
-		if f, ok := ev.Data.(*events.StepFailed); ok {
-			failed = f
+		if f, ok := ev.Data.(*events.StepFailed); ok && failed == nil {
+			failed = f // the first attempt's
 		}
 	}
 	require.NotNil(t, failed, "the first attempt's failure is recorded")

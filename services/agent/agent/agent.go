@@ -438,7 +438,7 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 	}
 
 	h, ok := a.handlers[task.Kind]
-	opCtx, done, refused := a.kills.start(ctx, task.ExecutionID, task.TaskID)
+	opCtx, done, refused := a.kills.start(ctx, task.ExecutionID, task.TaskID, task.Token)
 	if errors.Is(refused, ErrKilled) || errors.Is(refused, ErrEnded) {
 		// A task sent after a resume can come before its lift is read.
 		lifted, err := a.liftedAt(ctx, task.ExecutionID)
@@ -447,7 +447,7 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 			return
 		}
 		if lifted > 0 {
-			opCtx, done, refused = a.kills.startLifted(ctx, task.ExecutionID, task.TaskID, lifted)
+			opCtx, done, refused = a.kills.startLifted(ctx, task.ExecutionID, task.TaskID, task.Token, lifted)
 		}
 	}
 	defer done()

@@ -150,10 +150,10 @@ func (h execHandler) Handle(ctx context.Context, t operation.Task) (any, error) 
 // the signal that ended it (SIGKILL once the grace was over) or its exit
 // code, and how long after the SIGTERM.
 func howStopped(termAt time.Time, ps *os.ProcessState) string {
-	after := ""
-	if !termAt.IsZero() {
-		after = " " + time.Since(termAt).Round(time.Millisecond).String() + " after it"
+	if termAt.IsZero() { // it ended by itself as its context ended
+		return fmt.Sprintf("exited with code %d", ps.ExitCode())
 	}
+	after := " " + time.Since(termAt).Round(time.Millisecond).String() + " after it"
 	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		name := fmt.Sprintf("signal %d (%s)", ws.Signal(), ws.Signal())
 		switch ws.Signal() {

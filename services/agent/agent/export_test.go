@@ -5,7 +5,9 @@ import "time"
 // FollowKillNotice makes the agent follow the kill notice of execID at
 // stream sequence seq, as its watcher does when it reads one: a test can
 // so hold the agent's view of the notices behind the stream.
-func (a *Agent) FollowKillNotice(execID string, seq uint64) { a.kills.kill(execID, seq, time.Now()) }
+func (a *Agent) FollowKillNotice(execID string, seq uint64) {
+	a.kills.kill(execID, "", seq, time.Now())
+}
 
 // SetLongPoll sets how long idle workers wait on the normal lane (the
 // scout excepted), and returns a func that restores it: a test can so

@@ -30,66 +30,109 @@ var ErrTerminated = errors.New("terminated: the step gave up on this attempt")
 // KillGrace; Go handlers see their context cancelled), the executions
 // killed or ended, so that a task of one does not start, and the single
 // attempts terminated (their step timed out), so that their task does
-// not start either.
+// not start either. A notice that names a token (the execution's run)
+// applies to that run's tasks only: a resumed execution's new tasks carry
+// a new token.
 type kills struct {
 	mu      sync.Mutex
-	killed  map[string]killNotice // by execution
+	killed  notices // by execution
+	tasks   notices // by task id
 	running map[string]map[uint64]runningOp
 	next    uint64
-	// tasks are the attempts terminated one by one, by task id, with
-	// their order of arrival (to forget the oldest).
-	tasks     map[string]killNotice
-	taskOrder []string
 }
 
-// runningOp is an operation running: its task, and how to terminate it.
+// runningOp is an operation running: its task, its run's token, and how
+// to terminate it.
 type runningOp struct {
-	taskID string
-	cancel context.CancelCauseFunc
+	taskID, token string
+	cancel        context.CancelCauseFunc
 }
 
-// killNotice is a kill notice followed: when it came, its sequence in
-// the kill notices stream, whether it only ends the execution (its
-// running operations go on) and, for a single attempt, why.
+// killNotice is a notice followed: when it came, its sequence in the
+// kill notices stream, the run it is about (empty: every run), whether
+// it only ends the execution (its running operations go on) and, for a
+// single attempt, why.
 type killNotice struct {
 	at     time.Time
 	seq    uint64
+	token  string
 	ended  bool
 	reason string
 }
 
-// maxTaskKills bounds the single attempts remembered as terminated: a
-// forgotten one's task, should it come later, runs and its result is
-// ignored as stale, as before the notice.
-const maxTaskKills = 100_000
+// appliesTo reports whether n refuses or terminates a task of the run
+// token.
+func (n killNotice) appliesTo(token string) bool { return n.token == "" || n.token == token }
+
+// notices is a bounded set of notices by key, forgetting the oldest
+// first: those older than killsForgotten, and any beyond maxNotices.
+type notices struct {
+	byKey map[string]killNotice
+	order []noticeKey // in order of arrival; stale entries are skipped
+}
+
+type noticeKey struct {
+	key string
+	at  time.Time
+}
+
+// maxNotices bounds the notices remembered of each kind: a forgotten
+// one's task, should it come later, runs, and its result is ignored or
+// noted after the end, as before notices existed.
+const maxNotices = 100_000
 
 // killsForgotten is how long a notice is remembered: the stream keeps
 // notices a day.
 const killsForgotten = 25 * time.Hour
 
-func newKills() *kills {
-	return &kills{killed: map[string]killNotice{}, running: map[string]map[uint64]runningOp{}, tasks: map[string]killNotice{}}
+func (ns *notices) get(key string) (killNotice, bool) {
+	n, ok := ns.byKey[key]
+	return n, ok
 }
 
-// start registers a running operation of execID. It returns the context
-// to run it in and the function to call when it ends, or the error
-// refusing it (ErrKilled, ErrEnded, ErrTerminated) if the execution was
+func (ns *notices) put(key string, n killNotice) {
+	if ns.byKey == nil {
+		ns.byKey = map[string]killNotice{}
+	}
+	for len(ns.order) > 0 {
+		first := ns.order[0]
+		if len(ns.byKey) < maxNotices && n.at.Sub(first.at) <= killsForgotten {
+			break
+		}
+		if kept, ok := ns.byKey[first.key]; ok && kept.at.Equal(first.at) {
+			delete(ns.byKey, first.key)
+		}
+		ns.order = ns.order[1:]
+	}
+	ns.byKey[key] = n
+	ns.order = append(ns.order, noticeKey{key, n.at})
+}
+
+func (ns *notices) remove(key string) { delete(ns.byKey, key) }
+
+func newKills() *kills {
+	return &kills{running: map[string]map[uint64]runningOp{}}
+}
+
+// start registers a running operation of execID's run token. It returns
+// the context to run it in and the function to call when it ends, or the
+// error refusing it (ErrKilled, ErrEnded, ErrTerminated) if that run was
 // killed or ended, or the attempt terminated.
-func (k *kills) start(parent context.Context, execID, taskID string) (ctx context.Context, done func(), refused error) {
-	return k.startLifted(parent, execID, taskID, 0)
+func (k *kills) start(parent context.Context, execID, taskID, token string) (ctx context.Context, done func(), refused error) {
+	return k.startLifted(parent, execID, taskID, token, 0)
 }
 
 // startLifted is start for an execution whose kill the stream shows lifted
 // at sequence lifted, before this agent has followed the lift: a kill
 // noticed at or before that sequence does not refuse the operation, a
 // later one does.
-func (k *kills) startLifted(parent context.Context, execID, taskID string, lifted uint64) (ctx context.Context, done func(), refused error) {
+func (k *kills) startLifted(parent context.Context, execID, taskID, token string, lifted uint64) (ctx context.Context, done func(), refused error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if n, gone := k.tasks[taskID]; gone && taskID != "" {
+	if n, gone := k.tasks.get(taskID); gone && taskID != "" {
 		return nil, func() {}, taskError(n)
 	}
-	if n, dead := k.killed[execID]; dead && (lifted == 0 || n.seq > lifted) {
+	if n, dead := k.killed.get(execID); dead && n.appliesTo(token) && (lifted == 0 || n.seq > lifted) {
 		if n.ended {
 			return nil, func() {}, ErrEnded
 		}
@@ -101,7 +144,7 @@ func (k *kills) startLifted(parent context.Context, execID, taskID string, lifte
 	if k.running[execID] == nil {
 		k.running[execID] = map[uint64]runningOp{}
 	}
-	k.running[execID][id] = runningOp{taskID: taskID, cancel: cancel}
+	k.running[execID][id] = runningOp{taskID: taskID, token: token, cancel: cancel}
 	return ctx, func() {
 		k.mu.Lock()
 		defer k.mu.Unlock()
@@ -121,36 +164,30 @@ func taskError(n killNotice) error {
 	return fmt.Errorf("%w (%s)", ErrTerminated, n.reason)
 }
 
-// kill terminates the running operations of execID and refuses its later
-// tasks, for the notice at stream sequence seq. It returns how many were
-// running. Notices older than a day are forgotten (the stream keeps them
-// that long).
-func (k *kills) kill(execID string, seq uint64, now time.Time) int {
-	return k.follow(execID, killNotice{at: now, seq: seq})
-}
-
-// end refuses the later tasks of execID, which ended, for the notice at
-// stream sequence seq; its running operations go on.
-func (k *kills) end(execID string, seq uint64, now time.Time) {
-	k.follow(execID, killNotice{at: now, seq: seq, ended: true})
-}
-
-func (k *kills) follow(execID string, n killNotice) int {
+// kill terminates the running operations of execID's run token (every
+// run: "") and refuses its later tasks, for the notice at stream sequence
+// seq. It returns how many were running.
+func (k *kills) kill(execID, token string, seq uint64, now time.Time) int {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	for id, old := range k.killed {
-		if n.at.Sub(old.at) > killsForgotten {
-			delete(k.killed, id)
+	n := killNotice{at: now, seq: seq, token: token}
+	k.killed.put(execID, n)
+	count := 0
+	for _, op := range k.running[execID] {
+		if n.appliesTo(op.token) {
+			op.cancel(ErrKilled)
+			count++
 		}
 	}
-	k.killed[execID] = n
-	if n.ended {
-		return 0
-	}
-	for _, op := range k.running[execID] {
-		op.cancel(ErrKilled)
-	}
-	return len(k.running[execID])
+	return count
+}
+
+// end refuses the later tasks of execID's run token, which ended, for the
+// notice at stream sequence seq; its running operations go on.
+func (k *kills) end(execID, token string, seq uint64, now time.Time) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.killed.put(execID, killNotice{at: now, seq: seq, token: token, ended: true})
 }
 
 // killTask terminates the attempt taskID of execID if it runs here, and
@@ -158,19 +195,8 @@ func (k *kills) follow(execID string, n killNotice) int {
 func (k *kills) killTask(execID, taskID, reason string, seq uint64, now time.Time) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	for len(k.taskOrder) > 0 {
-		first := k.taskOrder[0]
-		if len(k.taskOrder) < maxTaskKills && now.Sub(k.tasks[first].at) <= killsForgotten {
-			break
-		}
-		delete(k.tasks, first)
-		k.taskOrder = k.taskOrder[1:]
-	}
 	n := killNotice{at: now, seq: seq, reason: reason}
-	if _, seen := k.tasks[taskID]; !seen {
-		k.taskOrder = append(k.taskOrder, taskID)
-	}
-	k.tasks[taskID] = n
+	k.tasks.put(taskID, n)
 	running := false
 	for _, op := range k.running[execID] {
 		if op.taskID == taskID {
@@ -189,7 +215,7 @@ const killsCatchUp = 30 * time.Second
 func (k *kills) lift(execID string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	delete(k.killed, execID)
+	k.killed.remove(execID)
 }
 
 // watchKills follows the kill notices (all those kept, then new ones). It
@@ -220,28 +246,29 @@ func (a *Agent) watchKills(ctx context.Context) (stop func(), err error) {
 			}
 		}
 		ev, err := bus.Decode(m.Headers(), m.Data())
-		p, ok := ev.Data.(*events.KillOperations)
-		if err != nil || !ok {
+		if err != nil {
 			a.log.Warn().Err(err).Str("subject", m.Subject()).Msg("ignore malformed kill notice")
 			return
 		}
-		switch {
-		case p.Lift:
-			a.kills.lift(p.ExecutionID)
-			return
-		case p.TaskID != "":
+		switch p := ev.Data.(type) {
+		case *events.KillOperations:
+			if p.Lift {
+				a.kills.lift(p.ExecutionID)
+				return
+			}
+			if n := a.kills.kill(p.ExecutionID, p.Token, seq, time.Now()); n > 0 {
+				a.log.Info().Str("execution_id", p.ExecutionID).Int("operations", n).Dur("grace", a.cfg.KillGrace).
+					Msg("terminating the operations of a killed execution")
+			}
+		case *events.RefuseTasks:
+			a.kills.end(p.ExecutionID, p.Token, seq, time.Now())
+		case *events.TerminateTask:
 			if a.kills.killTask(p.ExecutionID, p.TaskID, p.Reason, seq, time.Now()) {
 				a.log.Info().Str("execution_id", p.ExecutionID).Str("task_id", p.TaskID).Str("reason", p.Reason).Dur("grace", a.cfg.KillGrace).
 					Msg("terminating an operation its step gave up on")
 			}
-			return
-		case p.Ended:
-			a.kills.end(p.ExecutionID, seq, time.Now())
-			return
-		}
-		if n := a.kills.kill(p.ExecutionID, seq, time.Now()); n > 0 {
-			a.log.Info().Str("execution_id", p.ExecutionID).Int("operations", n).Dur("grace", a.cfg.KillGrace).
-				Msg("terminating the operations of a killed execution")
+		default:
+			a.log.Warn().Str("type", string(ev.Type)).Str("subject", m.Subject()).Msg("ignore a notice of a type this agent does not know")
 		}
 	}, bus.Consume()...)
 	if err != nil {

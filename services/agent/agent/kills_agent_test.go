@@ -143,7 +143,7 @@ func TestAgentRunsTaskOfResumedExecutionBeforeReadingTheLift(t *testing.T) {
 // dispatcher does when its step's timeout fires.
 func publishTaskKill(t *testing.T, js jetstream.JetStream, task *events.Task, reason string) {
 	t.Helper()
-	ev := events.New("test-dispatcher", task.ExecutionID, "wf", time.Now(), &events.KillOperations{ExecutionID: task.ExecutionID, Workflow: "wf",
+	ev := events.New("test-dispatcher", task.ExecutionID, "wf", time.Now(), &events.TerminateTask{ExecutionID: task.ExecutionID, Workflow: "wf",
 		TaskID: task.TaskID, Reason: reason})
 	msg, err := bus.Encode(bus.TaskKillSubject(task.ExecutionID, task.TaskID), ev)
 	require.NoError(t, err)
@@ -174,12 +174,13 @@ func (b *agentBundle) waitTaskFinal(t *testing.T, task *events.Task) events.Even
 func TestAgentTaskNoticeTerminatesOneAttempt(t *testing.T) {
 	t.Parallel()
 	started := make(chan string, 2)
+	release := make(chan struct{})
 	b := setupAgent(t, map[string]operation.Handler{"block": operation.HandlerFunc(func(ctx context.Context, task operation.Task) (any, error) {
 		started <- task.StepID
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-time.After(2 * time.Second):
+		case <-release: // held until the other attempt was terminated
 			return "finished", nil
 		}
 	})})
@@ -203,6 +204,7 @@ func TestAgentTaskNoticeTerminatesOneAttempt(t *testing.T) {
 	require.Contains(t, msg, "attempt 1 timed out after 1s")
 	require.Contains(t, msg, "SIGTERM sent; ended by SIGTERM")
 	t.Logf("the failure: %s", msg)
+	close(release)
 	require.Equal(t, events.TypeOperationSucceeded, b.waitTaskFinal(t, other).Type, "the execution's other operation went on")
 }
 
@@ -215,7 +217,7 @@ func TestAgentRefusesTasksNamedBeforeTheyCome(t *testing.T) {
 	_, js := natstest.Connect(t, natstest.RunJetStream(t))
 	gaveUp := &events.Task{TaskID: events.TaskID("x1", "s", 1), ExecutionID: "x1"}
 	publishTaskKill(t, js, gaveUp, "attempt 1 timed out after 1s before an agent of queue default started it")
-	ev := events.New("test-dispatcher", "x2", "wf", time.Now(), &events.KillOperations{ExecutionID: "x2", Workflow: "wf", Ended: true})
+	ev := events.New("test-dispatcher", "x2", "wf", time.Now(), &events.RefuseTasks{ExecutionID: "x2", Workflow: "wf", Token: "tok-x2"})
 	msg, err := bus.Encode(bus.KillSubject("x2"), ev)
 	require.NoError(t, err)
 	_, err = js.PublishMsg(t.Context(), msg)

@@ -72,8 +72,9 @@ func (d *Dispatcher) action(ctx context.Context, ev events.Event, p *events.Exec
 // the kill of a resumed execution, so that agents run its new tasks: it
 // replaces the kill notice (one per execution is kept), if there is one.
 // The notice of an execution that ended with operations with the agents
-// (k.Ended) is kept in the same place; the one terminating a single
-// attempt (k.TaskID) in its own.
+// (k.Ended, io.jetflow.tasks.refuse) is kept in the same place; the one
+// terminating a single attempt (k.TaskID, io.jetflow.task.terminate) in
+// its own. Agents of an older version skip both (types they do not know).
 func (d *Dispatcher) publishKill(ctx context.Context, x *execState, k interp.PublishKill) error {
 	if k.Lift {
 		// From the stream's leader: a replica may not have the latest
@@ -91,23 +92,32 @@ func (d *Dispatcher) publishKill(ctx context.Context, x *execState, k interp.Pub
 			}
 		}
 	}
-	ev := events.New(d.cfg.Source, x.id, x.workflow, d.cfg.Now(), &events.KillOperations{ExecutionID: x.id, Workflow: x.workflow,
-		Command: k.Command, Lift: k.Lift, Ended: k.Ended, TaskID: k.TaskID, Reason: k.Reason})
+	var p events.Payload = &events.KillOperations{ExecutionID: x.id, Workflow: x.workflow, Command: k.Command, Token: k.Token, Lift: k.Lift}
 	subject := bus.KillSubject(x.id)
 	var opts []jetstream.PublishOpt
 	switch {
 	case k.TaskID != "": // its own subject: the execution's notice stays
+		p = &events.TerminateTask{ExecutionID: x.id, Workflow: x.workflow, TaskID: k.TaskID, Reason: k.Reason}
 		subject = bus.TaskKillSubject(x.id, k.TaskID)
 		opts = append(opts, jetstream.WithMsgID("kill-"+events.TaskHash(k.TaskID)))
-	case k.Ended && k.Command == "":
-		// Once per end: a resume gives the execution a new token.
-		opts = append(opts, jetstream.WithMsgID("ended-"+events.TaskHash(x.id+"/"+x.state.Token)))
+	case k.Ended:
+		p = &events.RefuseTasks{ExecutionID: x.id, Workflow: x.workflow, Token: k.Token, Command: k.Command}
+		opts = append(opts, jetstream.WithMsgID("refuse-"+events.TaskHash(x.id+"/"+k.Token)))
 	case !k.Lift:
 		opts = append(opts, jetstream.WithMsgID("kill-"+events.CommandMsgID(k.Command)))
 	}
-	msg, err := bus.Encode(subject, ev)
+	msg, err := bus.Encode(subject, events.New(d.cfg.Source, x.id, x.workflow, d.cfg.Now(), p))
 	if err != nil {
 		return permanentError{err}
+	}
+	if k.TaskID != "" {
+		// Best effort: a step's timeout must not wait for the kill
+		// notices stream. Without the notice the attempt runs on to its
+		// end, and its report is ignored, as before notices existed.
+		if _, err := d.js.PublishMsg(ctx, msg, opts...); err != nil {
+			zerolog.Ctx(ctx).Warn().Err(err).Str("task_id", k.TaskID).Msg("could not tell the agents to terminate an attempt its step gave up on; it runs on")
+		}
+		return nil
 	}
 	if _, err := d.js.PublishMsg(ctx, msg, opts...); err != nil {
 		return fmt.Errorf("publish kill notice: %w", err)

@@ -188,11 +188,13 @@ func Action(in Input, cmd ActionCommand) Decision {
 			return d
 		}
 		// This command again: what follows its record may not have been done.
-		ended := s.Status == projections.StatusCancelled // and not resumed since
+		// Still the execution's last action, and still over: not resumed,
+		// replayed or cancelled otherwise since.
+		last := len(s.Actions) > 0 && s.Actions[len(s.Actions)-1].Command == cmd.Key && s.Status == projections.StatusCancelled
 		switch {
-		case action == events.ActionKill && ended:
-			return Decision{After: []Effect{PublishKill{Command: cmd.Key}}}
-		case action == events.ActionForceCancel && ended:
+		case action == events.ActionKill && last:
+			return Decision{After: []Effect{PublishKill{Command: cmd.Key, Token: s.Token}}}
+		case action == events.ActionForceCancel && last:
 			return Decision{After: endedNotice(s, cmd.Key)}
 		}
 		switch action {
@@ -248,7 +250,7 @@ func Action(in Input, cmd ActionCommand) Decision {
 	case events.ActionKill:
 		// Published once the execution is recorded cancelled, so a task
 		// that starts later has its result ignored already.
-		return one(&events.ExecutionCancelled{ActionRecord: rec}, PublishKill{Command: cmd.Key})
+		return one(&events.ExecutionCancelled{ActionRecord: rec}, PublishKill{Command: cmd.Key, Token: s.Token})
 	case events.ActionResume, events.ActionForceResume:
 		if in.Stored == nil {
 			return Decision{Need: NeedStoredResults{}}
@@ -256,8 +258,19 @@ func Action(in Input, cmd ActionCommand) Decision {
 		if in.Token == "" {
 			return Decision{Need: NeedToken{}}
 		}
-		reset := resetFor(in.Def, s, action == events.ActionForceResume, failedMeanwhile(s, in.Stored))
-		return one(&events.ExecutionResumed{ActionRecord: rec, Token: in.Token, Reset: reset}, CatchUp{})
+		failedBefore := failedMeanwhile(s, in.Stored)
+		reset := resetFor(in.Def, s, action == events.ActionForceResume, failedBefore)
+		// The attempts a force-resume runs again while the agents may
+		// still have them: terminated, so the old one does not run beside
+		// the new (after the resume is recorded: one refused must not
+		// stop anything).
+		var after []Effect
+		for _, id := range reset {
+			if st, ok := instanceOf(s, id); ok && action == events.ActionForceResume && st.Status.InFlight() && st.TaskID != "" && !failedBefore[id] {
+				after = append(after, PublishKill{TaskID: st.TaskID, Reason: "a force-resume runs the step again"})
+			}
+		}
+		return one(&events.ExecutionResumed{ActionRecord: rec, Token: in.Token, Reset: reset}, append(after, CatchUp{})...)
 	case events.ActionCancel:
 		return one(&events.ExecutionCancelling{ActionRecord: rec})
 	}

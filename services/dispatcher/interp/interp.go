@@ -195,6 +195,9 @@ type PublishKill struct {
 	Ended   bool
 	TaskID  string
 	Reason  string
+	// Token is the execution token of the run killed or ended: agents
+	// terminate and refuse only its tasks.
+	Token string
 }
 
 // endedNotice is the notice that refuses the tasks of an execution that
@@ -206,7 +209,7 @@ func endedNotice(s projections.Execution, command string) []Effect {
 	if !slices.ContainsFunc(s.Steps, func(st projections.Step) bool { return st.Status.InFlight() }) {
 		return nil
 	}
-	return []Effect{PublishKill{Ended: true, Command: command}}
+	return []Effect{PublishKill{Ended: true, Command: command, Token: s.Token}}
 }
 
 // CatchUp fires the execution's timers that came due and records the
@@ -454,7 +457,11 @@ func (in Input) carry(a action) Decision {
 			Due: due.UTC(), TimerID: tid})
 		return d
 	case actSucceed:
-		return one(&events.ExecutionSucceeded{Output: a.output}, endedNotice(s, "")...)
+		d := one(&events.ExecutionSucceeded{Output: a.output})
+		if _, suspended := d.Events[0].(*events.ExecutionSuspended); !suspended { // an output too big, with wait_after_fail
+			d.After = endedNotice(s, "")
+		}
+		return d
 	case actFail:
 		if s.WaitAfterFail { // an operator fixes the cause and resumes it
 			return one(&events.ExecutionSuspended{Error: a.err, StepID: id})
@@ -663,6 +670,13 @@ func Result(in Input, ref events.TaskRef, ev events.Event) Decision {
 		}
 		return d
 	}
+	if over := attemptOverReport(st, ev); over != "" {
+		if contains(s.Ignored, ev.ID) {
+			return Decision{}
+		}
+		return Decision{Events: []events.Payload{&events.ResultIgnored{ResultID: ev.ID, ResultType: ev.Type, TaskID: ref.TaskID,
+			StepID: ref.StepID, Attempt: ref.Attempt, Agent: ref.Agent, Reason: over}}}
+	}
 	var p events.Payload
 	switch r := ev.Data.(type) {
 	case *events.OperationStarted:
@@ -691,6 +705,30 @@ func Result(in Input, ref events.TaskRef, ev events.Event) Decision {
 		ok.Then = in.dispatchedAfter(ok, len(ok.Output))
 	}
 	return Decision{Events: []events.Payload{p}}
+}
+
+// attemptOverReport says why a final report of the step's current
+// attempt comes after the attempt ended otherwise (its timeout failed it,
+// and the agent reports how it terminated it), or "" for a report that
+// is not such (one of an attempt in flight, or the report that ended it,
+// delivered again).
+func attemptOverReport(st projections.Step, ev events.Event) string {
+	if st.Status.InFlight() {
+		return ""
+	}
+	switch r := ev.Data.(type) {
+	case *events.OperationSucceeded:
+		if st.Status == projections.OpSucceeded {
+			return ""
+		}
+	case *events.OperationFailed:
+		if (st.Status == projections.OpFailed || st.Status == projections.OpRescheduled) && r.Error == st.Error {
+			return ""
+		}
+	default:
+		return ""
+	}
+	return fmt.Sprintf("attempt %d was over (%s) when this report came", st.Attempt, cmp.Or(st.Error, string(st.Status)))
 }
 
 // afterEnd decides a report about an operation of an ended execution: the

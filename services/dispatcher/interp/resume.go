@@ -68,11 +68,22 @@ func staleHandler(s projections.Execution, path string, reset map[string]bool) b
 }
 
 // failedMeanwhile lists the operations whose stored result is a failure.
+//
+// The history's notes after the end count too (events.ResultAfterEnd): a
+// failure noted there whose report the results stream no longer keeps
+// (it keeps them for a while), and a success noted there whose report it
+// no longer keeps (its output is gone: the operation runs again rather
+// than being waited for, for ever).
 func failedMeanwhile(s projections.Execution, stored map[string]events.Event) map[string]bool {
 	out := map[string]bool{}
 	for id, ev := range stored {
 		if ev.Type == events.TypeOperationFailed {
 			out[id] = true
+		}
+	}
+	for _, st := range s.Steps {
+		if _, kept := stored[st.ID]; st.AfterEnd != nil && st.Status.InFlight() && (!kept || st.AfterEnd.Outcome == projections.OpFailed) {
+			out[st.ID] = true
 		}
 	}
 	return out

@@ -36,6 +36,18 @@ func TestStepTimeoutTerminatesItsAttempt(t *testing.T) {
 	require.Len(t, m.kills, 1)
 	require.Equal(t, len(m.evs)-1, m.kills[0].after, "published before the step.failed event")
 
+	t.Log("the agent's report of the terminated attempt is recorded ignored, once, saying why")
+	terminated := &events.OperationFailed{Error: "terminated: the step gave up on this attempt (attempt 1 timed out after 10s) after running 10s"}
+	late := m.report(terminated)
+	require.Len(t, late.Events, 1)
+	ignored, ok := late.Events[0].(*events.ResultIgnored)
+	require.True(t, ok, "%T", late.Events[0])
+	require.Equal(t, "attempt 1 was over (attempt 1 timed out after 10s) when this report came", ignored.Reason)
+	m.carry(late)
+	require.Empty(t, Result(m.input(), events.TaskRef{TaskID: m.tasks[0].TaskID, ExecutionID: "x1", Workflow: "wf", StepID: "op",
+		Attempt: 1, Token: m.tasks[0].Token, Queue: m.tasks[0].Queue, Agent: "a1"},
+		events.Event{ID: ignored.ResultID, Type: events.TypeOperationFailed, Data: terminated}).Events, "delivered again: nothing more")
+
 	t.Log("the retry's attempt runs; its timeout terminates it in turn")
 	m.advance()
 	m.fire() // the retry's backoff
@@ -73,7 +85,7 @@ func TestEndWithOperationsOutRefusesTheirTasks(t *testing.T) {
 		m.advance()
 		require.Equal(t, projections.StatusFailed, m.state.Status, "history: %v", m.types())
 		require.Len(t, m.kills, 1)
-		require.Equal(t, PublishKill{Ended: true}, m.kills[0].PublishKill)
+		require.Equal(t, PublishKill{Ended: true, Token: "tok"}, m.kills[0].PublishKill, "for the run that ended: its token")
 		require.Equal(t, len(m.evs), m.kills[0].after, "published after the end was recorded")
 	})
 	t.Run("a success with nothing out", func(t *testing.T) {
@@ -94,10 +106,10 @@ func TestEndWithOperationsOutRefusesTheirTasks(t *testing.T) {
 		force := ActionCommand{Key: "k", Record: events.ActionRecord{Action: events.ActionForceCancel, Command: "k"}}
 		m.carry(Action(m.input(), force))
 		require.Equal(t, projections.StatusCancelled, m.state.Status)
-		require.Equal(t, []killPublished{{PublishKill{Ended: true, Command: "k"}, len(m.evs)}}, m.kills)
+		require.Equal(t, []killPublished{{PublishKill{Ended: true, Command: "k", Token: "tok"}, len(m.evs)}}, m.kills)
 
 		t.Log("the command redelivered (a crash before the notice): published again")
-		require.Equal(t, []Effect{PublishKill{Ended: true, Command: "k"}}, Action(m.input(), force).After)
+		require.Equal(t, []Effect{PublishKill{Ended: true, Command: "k", Token: "tok"}}, Action(m.input(), force).After)
 
 		resume := ActionCommand{Key: "r", Record: events.ActionRecord{Action: events.ActionResume, Command: "r"}}
 		for m.carry(Action(m.input(), resume)) && m.state.Status != projections.StatusStarted {
@@ -106,12 +118,18 @@ func TestEndWithOperationsOutRefusesTheirTasks(t *testing.T) {
 		require.Empty(t, Action(m.input(), force).After, "redelivered after a resume, it refuses nothing")
 		kill := ActionCommand{Key: "kk", Record: events.ActionRecord{Action: events.ActionKill, Command: "kk"}}
 		m.carry(Action(m.input(), kill))
-		require.Equal(t, PublishKill{Command: "kk"}, m.kills[len(m.kills)-1].PublishKill)
-		require.Equal(t, []Effect{PublishKill{Command: "kk"}}, Action(m.input(), kill).After, "the kill redelivered: published again")
+		killed := PublishKill{Command: "kk", Token: m.state.Token}
+		require.Equal(t, killed, m.kills[len(m.kills)-1].PublishKill, "for the run killed: the resume's token")
+		require.NotEqual(t, "tok", m.state.Token)
+		require.Equal(t, []Effect{killed}, Action(m.input(), kill).After, "the kill redelivered: published again")
 		resume2 := ActionCommand{Key: "r2", Record: events.ActionRecord{Action: events.ActionResume, Command: "r2"}}
 		for m.carry(Action(m.input(), resume2)) && m.state.Status != projections.StatusStarted {
 		}
 		require.Empty(t, Action(m.input(), kill).After, "the kill redelivered after a resume kills nothing")
+		cancel := ActionCommand{Key: "fc", Record: events.ActionRecord{Action: events.ActionForceCancel, Command: "fc"}}
+		m.carry(Action(m.input(), cancel))
+		require.Equal(t, projections.StatusCancelled, m.state.Status)
+		require.Empty(t, Action(m.input(), kill).After, "nor after a resume and another end: it is not the last action")
 	})
 }
 
@@ -144,4 +162,59 @@ func TestWorkflowTimeoutTerminatesWhatItAbandons(t *testing.T) {
 
 	t.Log("the firing delivered again, once recorded: nothing more")
 	require.Empty(t, Fired(m.input(), timer, m.now).Before)
+}
+
+// TestResumeRunsAgainWhatFailedAfterTheEnd: an operation whose failure
+// was noted after the end runs again on resume, even once the results
+// stream no longer keeps the report; so does one whose success was noted
+// but whose report is gone (its output with it), rather than being
+// waited for for ever.
+func TestResumeRunsAgainWhatFailedAfterTheEnd(t *testing.T) {
+	t.Parallel()
+	for _, outcome := range []events.Payload{&events.OperationFailed{Error: "terminated"}, &events.OperationSucceeded{}} {
+		def := workflow.Definition{Name: "wf", Steps: []workflow.Step{{ID: "op", Kind: workflow.KindExec, Command: "x"}}}
+		m := newMemShell(t, def, `{}`)
+		m.advance()
+		m.carry(Action(m.input(), ActionCommand{Key: "k", Record: events.ActionRecord{Action: events.ActionKill, Command: "k"}}))
+		require.Equal(t, projections.StatusCancelled, m.state.Status)
+		d := m.report(outcome)
+		require.Len(t, d.Events, 1)
+		require.IsType(t, &events.ResultAfterEnd{}, d.Events[0])
+		m.carry(d)
+		require.NotNil(t, m.state.Steps[0].AfterEnd)
+		require.Empty(t, m.report(outcome).Events, "noted once")
+
+		resume := ActionCommand{Key: "r", Record: events.ActionRecord{Action: events.ActionResume, Command: "r"}}
+		for m.carry(Action(m.input(), resume)) && m.state.Status != projections.StatusStarted {
+		}
+		st := m.state.Steps[0]
+		require.Equal(t, 2, st.Attempt, "%T after the end: the step runs again", outcome)
+		require.Equal(t, projections.OpPending, st.Status)
+		require.Nil(t, st.AfterEnd, "the note goes with the run it was about")
+	}
+}
+
+// TestForceResumeTerminatesTheAttemptsItRunsAgain: a force-resume runs
+// again the operations the agents may still have: their old attempts are
+// terminated, after the resume is recorded; a plain resume waits for them.
+func TestForceResumeTerminatesTheAttemptsItRunsAgain(t *testing.T) {
+	t.Parallel()
+	def := workflow.Definition{Name: "wf", Steps: []workflow.Step{{ID: "op", Kind: workflow.KindExec, Command: "x"}}}
+	m := newMemShell(t, def, `{}`)
+	m.advance()
+	old := m.tasks[0].TaskID
+	m.carry(Action(m.input(), ActionCommand{Key: "c", Record: events.ActionRecord{Action: events.ActionForceCancel, Command: "c"}}))
+	resume := ActionCommand{Key: "r", Record: events.ActionRecord{Action: events.ActionResume, Command: "r"}}
+	for m.carry(Action(m.input(), resume)) && m.state.Status != projections.StatusStarted {
+	}
+	require.Len(t, m.kills, 1, "a plain resume terminates nothing: %+v", m.kills)
+	m.carry(Action(m.input(), ActionCommand{Key: "c2", Record: events.ActionRecord{Action: events.ActionForceCancel, Command: "c2"}}))
+	before := len(m.kills)
+	force := ActionCommand{Key: "f", Record: events.ActionRecord{Action: events.ActionForceResume, Command: "f"}}
+	for m.carry(Action(m.input(), force)) && m.state.Status != projections.StatusStarted {
+	}
+	require.Len(t, m.kills, before+1)
+	require.Equal(t, PublishKill{TaskID: old, Reason: "a force-resume runs the step again"}, m.kills[before].PublishKill)
+	require.Equal(t, len(m.evs), m.kills[before].after, "after the resume is recorded")
+	require.Equal(t, 2, m.state.Steps[0].Attempt)
 }
