@@ -38,6 +38,19 @@ func readPID(t *testing.T, path string) int {
 	return pid
 }
 
+// runHanging starts execution id of workflow wf, whose step writes its
+// pid to pidFile and hangs until a timeout fails the execution, and
+// returns the pid and the failed execution.
+func (s *stack) runHanging(t *testing.T, wf, id, pidFile string) (int, projections.Execution) {
+	t.Helper()
+	_, err := s.c.Start(context.Background(), client.StartRequest{Workflow: wf, ID: id})
+	require.NoError(t, err)
+	pid := readPID(t, pidFile)
+	x := s.waitDone(t, id, 60*time.Second)
+	require.Equal(t, projections.StatusFailed, x.Status)
+	return pid, x
+}
+
 // finalReport returns the final report the agents stored for step of
 // execution id (its failure when the execution was over), once there is
 // one.
@@ -87,11 +100,7 @@ steps:
     args: ["-c", "echo $$ > `+pidFile+`; sleep 120; echo finished"]
     timeout: 6s
 `)
-	_, err := s.c.Start(context.Background(), client.StartRequest{Workflow: "slowpoke", ID: "t1"})
-	require.NoError(t, err)
-	pid := readPID(t, pidFile)
-	x := s.waitDone(t, "t1", 60*time.Second)
-	require.Equal(t, projections.StatusFailed, x.Status)
+	pid, x := s.runHanging(t, "slowpoke", "t1", pidFile)
 	require.Contains(t, x.Error, "attempt 1 timed out after 6s")
 
 	poll(t, 30*time.Second, "the timed-out process to end", func() (bool, string) {
@@ -179,11 +188,7 @@ steps:
     command: sh
     args: ["-c", "echo $$ > `+pidFile+`; sleep 120; echo finished"]
 `)
-	_, err := s.c.Start(context.Background(), client.StartRequest{Workflow: "tooslow", ID: "w1"})
-	require.NoError(t, err)
-	pid := readPID(t, pidFile)
-	x := s.waitDone(t, "w1", 60*time.Second)
-	require.Equal(t, projections.StatusFailed, x.Status)
+	pid, x := s.runHanging(t, "tooslow", "w1", pidFile)
 	require.Contains(t, x.Error, "the workflow timed out after 6s")
 	note, ok := findStep(x, "on-error/note")
 	require.True(t, ok, describe(x))
