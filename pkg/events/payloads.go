@@ -359,10 +359,12 @@ type KillOperations struct {
 	Workflow    string `json:"workflow"`
 	// Command is the key of the kill command.
 	Command string `json:"command,omitempty"`
-	// Token is the execution token of the run killed: agents terminate
-	// and refuse only its tasks (a resume gives the next run a new one).
-	// Empty (older dispatchers): every task of the execution.
-	Token string `json:"token,omitempty"`
+	// Tokens are the execution tokens of the tasks out when the execution
+	// was killed (its token, and older ones of attempts sent before a
+	// resume): agents terminate and refuse only tasks carrying one of
+	// them, so a resume's new tasks (a new token) run. Empty (older
+	// dispatchers): every task of the execution.
+	Tokens []string `json:"tokens,omitempty"`
 	// Lift, set when the execution is resumed, ends the kill: its new
 	// tasks run.
 	Lift bool `json:"lift,omitempty"`
@@ -370,14 +372,15 @@ type KillOperations struct {
 
 // RefuseTasks tells agents that an execution ended with operations still
 // with them (a force-cancel, a failure while other branches ran): they
-// refuse its tasks of the run that ended (Token) that have not started,
-// and let the running ones finish. Published on jf.kills.<execution>
-// after the end is recorded.
+// refuse its tasks that have not started and carry one of Tokens, and
+// let the running ones finish. Published on jf.kills.<execution> after
+// the end is recorded.
 type RefuseTasks struct {
 	ExecutionID string `json:"execution_id"`
 	Workflow    string `json:"workflow"`
-	// Token is the execution token of the run that ended.
-	Token string `json:"token"`
+	// Tokens are the execution tokens of the tasks out at the end (its
+	// token, and older ones of attempts sent before a resume).
+	Tokens []string `json:"tokens"`
 	// Command is the key of the command that ended it, if one did.
 	Command string `json:"command,omitempty"`
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -30,9 +31,9 @@ var ErrTerminated = errors.New("terminated: the step gave up on this attempt")
 // KillGrace; Go handlers see their context cancelled), the executions
 // killed or ended, so that a task of one does not start, and the single
 // attempts terminated (their step timed out), so that their task does
-// not start either. A notice that names a token (the execution's run)
-// applies to that run's tasks only: a resumed execution's new tasks carry
-// a new token.
+// not start either. A notice that names tokens applies to the tasks
+// that carry one of them only: a resumed execution's new tasks carry a
+// new token.
 type kills struct {
 	mu      sync.Mutex
 	killed  notices // by execution
@@ -55,14 +56,16 @@ type runningOp struct {
 type killNotice struct {
 	at     time.Time
 	seq    uint64
-	token  string
+	tokens []string
 	ended  bool
 	reason string
 }
 
-// appliesTo reports whether n refuses or terminates a task of the run
-// token.
-func (n killNotice) appliesTo(token string) bool { return n.token == "" || n.token == token }
+// appliesTo reports whether n refuses or terminates a task that carries
+// token: one of the notice's, or any if it names none.
+func (n killNotice) appliesTo(token string) bool {
+	return len(n.tokens) == 0 || slices.Contains(n.tokens, token)
+}
 
 // notices is a bounded set of notices by key, forgetting the oldest
 // first: those older than killsForgotten, and any beyond maxNotices.
@@ -164,13 +167,13 @@ func taskError(n killNotice) error {
 	return fmt.Errorf("%w (%s)", ErrTerminated, n.reason)
 }
 
-// kill terminates the running operations of execID's run token (every
-// run: "") and refuses its later tasks, for the notice at stream sequence
-// seq. It returns how many were running.
-func (k *kills) kill(execID, token string, seq uint64, now time.Time) int {
+// kill terminates the running operations of execID that carry one of
+// tokens (none: every one) and refuses its later such tasks, for the
+// notice at stream sequence seq. It returns how many were running.
+func (k *kills) kill(execID string, tokens []string, seq uint64, now time.Time) int {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	n := killNotice{at: now, seq: seq, token: token}
+	n := killNotice{at: now, seq: seq, tokens: tokens}
 	k.killed.put(execID, n)
 	count := 0
 	for _, op := range k.running[execID] {
@@ -182,12 +185,13 @@ func (k *kills) kill(execID, token string, seq uint64, now time.Time) int {
 	return count
 }
 
-// end refuses the later tasks of execID's run token, which ended, for the
-// notice at stream sequence seq; its running operations go on.
-func (k *kills) end(execID, token string, seq uint64, now time.Time) {
+// end refuses the later tasks of execID that carry one of tokens, for
+// the notice at stream sequence seq (it ended); its running operations
+// go on.
+func (k *kills) end(execID string, tokens []string, seq uint64, now time.Time) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.killed.put(execID, killNotice{at: now, seq: seq, token: token, ended: true})
+	k.killed.put(execID, killNotice{at: now, seq: seq, tokens: tokens, ended: true})
 }
 
 // killTask terminates the attempt taskID of execID if it runs here, and
@@ -256,12 +260,12 @@ func (a *Agent) watchKills(ctx context.Context) (stop func(), err error) {
 				a.kills.lift(p.ExecutionID)
 				return
 			}
-			if n := a.kills.kill(p.ExecutionID, p.Token, seq, time.Now()); n > 0 {
+			if n := a.kills.kill(p.ExecutionID, p.Tokens, seq, time.Now()); n > 0 {
 				a.log.Info().Str("execution_id", p.ExecutionID).Int("operations", n).Dur("grace", a.cfg.KillGrace).
 					Msg("terminating the operations of a killed execution")
 			}
 		case *events.RefuseTasks:
-			a.kills.end(p.ExecutionID, p.Token, seq, time.Now())
+			a.kills.end(p.ExecutionID, p.Tokens, seq, time.Now())
 		case *events.TerminateTask:
 			if a.kills.killTask(p.ExecutionID, p.TaskID, p.Reason, seq, time.Now()) {
 				a.log.Info().Str("execution_id", p.ExecutionID).Str("task_id", p.TaskID).Str("reason", p.Reason).Dur("grace", a.cfg.KillGrace).

@@ -217,7 +217,7 @@ func TestAgentRefusesTasksNamedBeforeTheyCome(t *testing.T) {
 	_, js := natstest.Connect(t, natstest.RunJetStream(t))
 	gaveUp := &events.Task{TaskID: events.TaskID("x1", "s", 1), ExecutionID: "x1"}
 	publishTaskKill(t, js, gaveUp, "attempt 1 timed out after 1s before an agent of queue default started it")
-	ev := events.New("test-dispatcher", "x2", "wf", time.Now(), &events.RefuseTasks{ExecutionID: "x2", Workflow: "wf", Token: "tok-x2"})
+	ev := events.New("test-dispatcher", "x2", "wf", time.Now(), &events.RefuseTasks{ExecutionID: "x2", Workflow: "wf", Tokens: []string{"tok-x2"}})
 	msg, err := bus.Encode(bus.KillSubject("x2"), ev)
 	require.NoError(t, err)
 	_, err = js.PublishMsg(t.Context(), msg)

@@ -20,7 +20,7 @@ func TestKillsCancelRunningAndRefuseLater(t *testing.T) {
 	require.NoError(t, refused)
 	defer doneB()
 
-	require.Equal(t, 1, k.kill("x1", "", 1, now))
+	require.Equal(t, 1, k.kill("x1", nil, 1, now))
 	require.ErrorIs(t, context.Cause(ctxA), ErrKilled, "the running operation's context is cancelled with ErrKilled")
 	require.NoError(t, ctxB.Err(), "another execution's operation goes on")
 	doneA()
@@ -33,10 +33,10 @@ func TestKillsCancelRunningAndRefuseLater(t *testing.T) {
 	_, doneLifted, refused := k.start(t.Context(), "x1", "x1.b.2", "tok")
 	require.NoError(t, refused)
 	doneLifted()
-	k.kill("x1", "", 1, now)
+	k.kill("x1", nil, 1, now)
 
 	t.Log("a notice older than a day is forgotten when the next one arrives")
-	k.kill("x3", "", 2, now.Add(26*time.Hour))
+	k.kill("x3", nil, 2, now.Add(26*time.Hour))
 	ctx, done, refused := k.start(t.Context(), "x1", "x1.b.3", "tok")
 	require.NoError(t, refused)
 	done()
@@ -51,13 +51,13 @@ func TestKillsStartLifted(t *testing.T) {
 	t.Parallel()
 	k := newKills()
 	now := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
-	k.kill("x1", "", 5, now)
+	k.kill("x1", nil, 5, now)
 	_, _, refused := k.start(t.Context(), "x1", "x1.a.1", "tok")
 	require.ErrorIs(t, refused, ErrKilled)
 
 	ctx, done, refused := k.startLifted(t.Context(), "x1", "x1.a.1", "tok", 6)
 	require.NoError(t, refused, "the kill at 5 was lifted at 6")
-	require.Equal(t, 1, k.kill("x1", "", 7, now), "a kill after the lift terminates the operation")
+	require.Equal(t, 1, k.kill("x1", nil, 7, now), "a kill after the lift terminates the operation")
 	require.ErrorIs(t, context.Cause(ctx), ErrKilled)
 	done()
 
@@ -76,7 +76,7 @@ func TestKillsEndedRefusesWithoutTerminating(t *testing.T) {
 	require.NoError(t, refused)
 	defer done()
 
-	k.end("x1", "tok", 3, now)
+	k.end("x1", []string{"tok"}, 3, now)
 	require.NoError(t, ctx.Err(), "a running operation of an ended execution finishes")
 	_, _, refused = k.start(t.Context(), "x1", "x1.b.1", "tok")
 	require.ErrorIs(t, refused, ErrEnded)
@@ -88,7 +88,7 @@ func TestKillsEndedRefusesWithoutTerminating(t *testing.T) {
 	require.ErrorIs(t, context.Cause(ctxLifted), context.Canceled)
 
 	t.Log("a kill after the end terminates what runs")
-	require.Equal(t, 1, k.kill("x1", "", 5, now))
+	require.Equal(t, 1, k.kill("x1", nil, 5, now))
 	require.ErrorIs(t, context.Cause(ctx), ErrKilled)
 }
 
@@ -157,7 +157,7 @@ func TestKillsApplyToTheirRun(t *testing.T) {
 	require.NoError(t, refused)
 	defer doneNext()
 
-	require.Equal(t, 1, k.kill("x1", "run1", 1, now))
+	require.Equal(t, 1, k.kill("x1", []string{"run1"}, 1, now))
 	require.ErrorIs(t, context.Cause(old), ErrKilled)
 	require.NoError(t, next.Err(), "the next run's operation goes on")
 	_, _, refused = k.start(t.Context(), "x1", "x1.a.1", "run1")
@@ -166,7 +166,7 @@ func TestKillsApplyToTheirRun(t *testing.T) {
 	require.NoError(t, refused, "a task of the next run is not refused")
 	doneB()
 
-	k.end("x1", "run2", 2, now)
+	k.end("x1", []string{"run2"}, 2, now)
 	_, _, refused = k.start(t.Context(), "x1", "x1.d.2", "run2")
 	require.ErrorIs(t, refused, ErrEnded)
 	_, doneC, refused := k.start(t.Context(), "x1", "x1.d.3", "run3")
@@ -181,7 +181,7 @@ func TestKillsForgetTheOldestExecutions(t *testing.T) {
 	k := newKills()
 	now := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
 	for i := range maxNotices + 5 {
-		k.end(fmt.Sprintf("x%d", i), "tok", uint64(i), now)
+		k.end(fmt.Sprintf("x%d", i), []string{"tok"}, uint64(i), now)
 	}
 	require.Len(t, k.killed.byKey, maxNotices)
 	_, done, refused := k.start(t.Context(), "x0", "x0.a.1", "tok")

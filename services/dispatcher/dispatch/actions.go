@@ -92,7 +92,7 @@ func (d *Dispatcher) publishKill(ctx context.Context, x *execState, k interp.Pub
 			}
 		}
 	}
-	var p events.Payload = &events.KillOperations{ExecutionID: x.id, Workflow: x.workflow, Command: k.Command, Token: k.Token, Lift: k.Lift}
+	var p events.Payload = &events.KillOperations{ExecutionID: x.id, Workflow: x.workflow, Command: k.Command, Tokens: k.Tokens, Lift: k.Lift}
 	subject := bus.KillSubject(x.id)
 	var opts []jetstream.PublishOpt
 	switch {
@@ -101,8 +101,8 @@ func (d *Dispatcher) publishKill(ctx context.Context, x *execState, k interp.Pub
 		subject = bus.TaskKillSubject(x.id, k.TaskID)
 		opts = append(opts, jetstream.WithMsgID("kill-"+events.TaskHash(k.TaskID)))
 	case k.Ended:
-		p = &events.RefuseTasks{ExecutionID: x.id, Workflow: x.workflow, Token: k.Token, Command: k.Command}
-		opts = append(opts, jetstream.WithMsgID("refuse-"+events.TaskHash(x.id+"/"+k.Token)))
+		p = &events.RefuseTasks{ExecutionID: x.id, Workflow: x.workflow, Tokens: k.Tokens, Command: k.Command}
+		opts = append(opts, jetstream.WithMsgID("refuse-"+events.TaskHash(x.id+"/"+x.state.Token)))
 	case !k.Lift:
 		opts = append(opts, jetstream.WithMsgID("kill-"+events.CommandMsgID(k.Command)))
 	}

@@ -193,7 +193,7 @@ func Action(in Input, cmd ActionCommand) Decision {
 		last := len(s.Actions) > 0 && s.Actions[len(s.Actions)-1].Command == cmd.Key && s.Status == projections.StatusCancelled
 		switch {
 		case action == events.ActionKill && last:
-			return Decision{After: []Effect{PublishKill{Command: cmd.Key, Token: s.Token}}}
+			return Decision{After: []Effect{PublishKill{Command: cmd.Key, Tokens: runTokens(s)}}}
 		case action == events.ActionForceCancel && last:
 			return Decision{After: endedNotice(s, cmd.Key)}
 		}
@@ -250,7 +250,7 @@ func Action(in Input, cmd ActionCommand) Decision {
 	case events.ActionKill:
 		// Published once the execution is recorded cancelled, so a task
 		// that starts later has its result ignored already.
-		return one(&events.ExecutionCancelled{ActionRecord: rec}, PublishKill{Command: cmd.Key, Token: s.Token})
+		return one(&events.ExecutionCancelled{ActionRecord: rec}, PublishKill{Command: cmd.Key, Tokens: runTokens(s)})
 	case events.ActionResume, events.ActionForceResume:
 		if in.Stored == nil {
 			return Decision{Need: NeedStoredResults{}}

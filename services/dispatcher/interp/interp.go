@@ -195,9 +195,24 @@ type PublishKill struct {
 	Ended   bool
 	TaskID  string
 	Reason  string
-	// Token is the execution token of the run killed or ended: agents
-	// terminate and refuse only its tasks.
-	Token string
+	// Tokens are the execution tokens of the tasks out when the
+	// execution was killed or ended (runTokens): agents terminate and
+	// refuse only tasks carrying one of them.
+	Tokens []string
+}
+
+// runTokens are the tokens the execution's tasks out carry: its own, and
+// the older ones of attempts sent before a resume that are still out.
+func runTokens(s projections.Execution) []string {
+	out := []string{s.Token}
+	for _, st := range s.Steps {
+		if st.Status.InFlight() {
+			if t := taskToken(s, st); !slices.Contains(out, t) {
+				out = append(out, t)
+			}
+		}
+	}
+	return out
 }
 
 // endedNotice is the notice that refuses the tasks of an execution that
@@ -209,7 +224,7 @@ func endedNotice(s projections.Execution, command string) []Effect {
 	if !slices.ContainsFunc(s.Steps, func(st projections.Step) bool { return st.Status.InFlight() }) {
 		return nil
 	}
-	return []Effect{PublishKill{Ended: true, Command: command, Token: s.Token}}
+	return []Effect{PublishKill{Ended: true, Command: command, Tokens: runTokens(s)}}
 }
 
 // CatchUp fires the execution's timers that came due and records the

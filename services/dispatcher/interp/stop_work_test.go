@@ -85,7 +85,7 @@ func TestEndWithOperationsOutRefusesTheirTasks(t *testing.T) {
 		m.advance()
 		require.Equal(t, projections.StatusFailed, m.state.Status, "history: %v", m.types())
 		require.Len(t, m.kills, 1)
-		require.Equal(t, PublishKill{Ended: true, Token: "tok"}, m.kills[0].PublishKill, "for the run that ended: its token")
+		require.Equal(t, PublishKill{Ended: true, Tokens: []string{"tok"}}, m.kills[0].PublishKill, "for the run that ended: its token")
 		require.Equal(t, len(m.evs), m.kills[0].after, "published after the end was recorded")
 	})
 	t.Run("a success with nothing out", func(t *testing.T) {
@@ -106,10 +106,10 @@ func TestEndWithOperationsOutRefusesTheirTasks(t *testing.T) {
 		force := ActionCommand{Key: "k", Record: events.ActionRecord{Action: events.ActionForceCancel, Command: "k"}}
 		m.carry(Action(m.input(), force))
 		require.Equal(t, projections.StatusCancelled, m.state.Status)
-		require.Equal(t, []killPublished{{PublishKill{Ended: true, Command: "k", Token: "tok"}, len(m.evs)}}, m.kills)
+		require.Equal(t, []killPublished{{PublishKill{Ended: true, Command: "k", Tokens: []string{"tok"}}, len(m.evs)}}, m.kills)
 
 		t.Log("the command redelivered (a crash before the notice): published again")
-		require.Equal(t, []Effect{PublishKill{Ended: true, Command: "k", Token: "tok"}}, Action(m.input(), force).After)
+		require.Equal(t, []Effect{PublishKill{Ended: true, Command: "k", Tokens: []string{"tok"}}}, Action(m.input(), force).After)
 
 		resume := ActionCommand{Key: "r", Record: events.ActionRecord{Action: events.ActionResume, Command: "r"}}
 		for m.carry(Action(m.input(), resume)) && m.state.Status != projections.StatusStarted {
@@ -118,8 +118,9 @@ func TestEndWithOperationsOutRefusesTheirTasks(t *testing.T) {
 		require.Empty(t, Action(m.input(), force).After, "redelivered after a resume, it refuses nothing")
 		kill := ActionCommand{Key: "kk", Record: events.ActionRecord{Action: events.ActionKill, Command: "kk"}}
 		m.carry(Action(m.input(), kill))
-		killed := PublishKill{Command: "kk", Token: m.state.Token}
-		require.Equal(t, killed, m.kills[len(m.kills)-1].PublishKill, "for the run killed: the resume's token")
+		killed := PublishKill{Command: "kk", Tokens: []string{m.state.Token, "tok"}}
+		require.Equal(t, killed, m.kills[len(m.kills)-1].PublishKill,
+			"for the tasks out: the resume's token, and the older one of the task sent before the resume, still out")
 		require.NotEqual(t, "tok", m.state.Token)
 		require.Equal(t, []Effect{killed}, Action(m.input(), kill).After, "the kill redelivered: published again")
 		resume2 := ActionCommand{Key: "r2", Record: events.ActionRecord{Action: events.ActionResume, Command: "r2"}}
