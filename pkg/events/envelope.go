@@ -124,9 +124,9 @@ func New(source, subject, workflow string, at time.Time, data Payload) Event {
 		Workflow: workflow, Time: at.UTC(), Data: data, Ignorable: ignorable[data.EventType()]}
 }
 
-// ignorable are the types of history events that change no state a
-// decision reads: a fold that does not know one (an older dispatcher's)
-// may skip it.
+// ignorable are the types of history events that change no status: a
+// fold that does not know one (an older dispatcher's) may skip it (it
+// then reads what they note from elsewhere: see docs/events.md).
 var ignorable = map[Type]bool{TypeResultAfterEnd: true}
 
 // ToCloudEvent converts e to a valid sdk-go event: its attributes,

@@ -359,12 +359,6 @@ type KillOperations struct {
 	Workflow    string `json:"workflow"`
 	// Command is the key of the kill command.
 	Command string `json:"command,omitempty"`
-	// Tokens are the execution tokens of the tasks out when the execution
-	// was killed (its token, and older ones of attempts sent before a
-	// resume): agents terminate and refuse only tasks carrying one of
-	// them, so a resume's new tasks (a new token) run. Empty (older
-	// dispatchers): every task of the execution.
-	Tokens []string `json:"tokens,omitempty"`
 	// Lift, set when the execution is resumed, ends the kill: its new
 	// tasks run.
 	Lift bool `json:"lift,omitempty"`

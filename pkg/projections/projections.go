@@ -757,9 +757,10 @@ func rerun(st Step, at time.Time) Step {
 	return st
 }
 
-// afterEnd notes the final report of an attempt that was with the agents
-// when the execution ended: legal only once it has ended, for the step's
-// current attempt while it is in flight, once.
+// afterEnd notes the final report of the step's current attempt that
+// came after the execution ended (it was with the agents at the end, or
+// the dispatcher had given up on it): legal only once the execution has
+// ended, for the step's current attempt, once.
 func (s Execution) afterEnd(ev events.Event, r *events.ResultAfterEnd) (Execution, error) {
 	i := s.StepIndex(r.StepID)
 	illegal := &TransitionError{ExecutionID: s.ID, From: string(s.Status), Event: ev.Type, StepID: r.StepID}
@@ -770,7 +771,7 @@ func (s Execution) afterEnd(ev events.Event, r *events.ResultAfterEnd) (Executio
 		return s, fmt.Errorf("%w: %s", ErrUnknownStep, r.StepID)
 	}
 	st := &s.Steps[i]
-	if !st.Status.InFlight() || st.Attempt != r.Attempt || st.AfterEnd != nil {
+	if st.Attempt != r.Attempt || st.AfterEnd != nil {
 		illegal.From = string(st.Status)
 		return s, illegal
 	}

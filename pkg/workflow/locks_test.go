@@ -42,7 +42,7 @@ func TestParseLockErrors(t *testing.T) {
 		{"SemaphoreWithoutLock", "name: wf\nsemaphore: 2\nsteps:\n  - id: a\n    kind: noop\n", "semaphore", "give lock too"},
 		{"SemaphoreTooBig", "name: wf\nlock: x\nsemaphore: 1001\nsteps:\n  - id: a\n    kind: noop\n", "semaphore", "between 1 and 1000"},
 		{"NegativeSemaphore", "name: wf\nlock: x\nsemaphore: -1\nsteps:\n  - id: a\n    kind: noop\n", "semaphore", "between 1 and 1000"},
-		{"LockOnAnOperation", "name: wf\nsteps:\n  - id: a\n    kind: noop\n    lock: x\n", "steps[0].lock", "does not apply to a noop step"},
+		{"LockOnAnOperation", "name: wf\nsteps:\n  - id: a\n    kind: noop\n    lock: x\n", "steps[0].lock", "does not apply to a noop step (only to workflow)"},
 		{"StepSemaphoreWithoutLock", "name: wf\nsteps:\n  - id: b\n    kind: workflow\n    semaphore: 2\n    steps:\n      - id: a\n        kind: noop\n",
 			"steps[0].semaphore", "give lock too"},
 		{"StepBadName", "name: wf\nsteps:\n  - id: b\n    kind: workflow\n    lock: \"a..b\"\n    steps:\n      - id: a\n        kind: noop\n",

@@ -53,6 +53,28 @@ var kindFields = map[string][]string{
 	KindSwitch:   {"cases", "default"},
 }
 
+// article is "a" or "an" before a kind's name.
+func article(kind string) string {
+	if kind != "" && strings.ContainsRune("aeiou", rune(kind[0])) || strings.HasPrefix(kind, "http") {
+		return "an"
+	}
+	return "a"
+}
+
+// appliesTo names, for a field that only some kinds take, those kinds.
+func appliesTo(field string) string {
+	var kinds []string
+	for _, k := range Kinds {
+		if slices.Contains(kindFields[k], field) {
+			kinds = append(kinds, k)
+		}
+	}
+	if len(kinds) == 0 || len(kinds) > 4 {
+		return ""
+	}
+	return " (only to " + strings.Join(kinds, ", ") + ")"
+}
+
 // MinHeartbeat is the shortest heartbeat a step may ask for.
 const MinHeartbeat = 100 * time.Millisecond
 
@@ -156,7 +178,7 @@ func validateStepList(add func(string, string, ...any), addErr func(string, erro
 		}
 		for _, u := range s.usedFields() {
 			if !contains(accepted, u) {
-				add(f(u), "does not apply to a %s step", s.Kind)
+				add(f(u), "does not apply to %s %s step%s", article(s.Kind), s.Kind, appliesTo(u))
 			}
 		}
 		if s.SecretRefs != nil {
@@ -170,7 +192,7 @@ func validateStepList(add func(string, string, ...any), addErr func(string, erro
 			outRoots = roots
 		}
 		if s.Output != nil && contains([]string{KindLet, KindSleep, KindFail, KindGoto, KindRetry}, s.Kind) {
-			add(f("output"), "does not apply to a %s step (it has no result to map)", s.Kind)
+			add(f("output"), "does not apply to %s %s step (it has no result to map)", article(s.Kind), s.Kind)
 		}
 		addErr(f("output"), expression.Compile(s.Output, outRoots))
 		if _, err := jsonable(s.Output); err != nil {

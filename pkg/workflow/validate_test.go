@@ -361,8 +361,8 @@ var validationCases = []struct {
 			"    branches: [{id: b, steps: [{id: x, kind: noop}]}]",
 		),
 		want: []problem{
-			{"steps[0].items", 5, "does not apply to a noop step"},
-			{"steps[0].branches", 6, "does not apply to a noop step"},
+			{"steps[0].items", 5, "does not apply to a noop step (only to foreach)"},
+			{"steps[0].branches", 6, "does not apply to a noop step (only to parallel)"},
 		},
 	},
 	{
@@ -593,7 +593,7 @@ var validationCases = []struct {
 			"    url: http://example.com",
 			"    heartbeat: 10s",
 		),
-		want: []problem{{"steps[0].heartbeat", 6, "does not apply to a http step"}},
+		want: []problem{{"steps[0].heartbeat", 6, "does not apply to an http step (only to exec, call)"}},
 	},
 	{
 		name: "HeartbeatBad",

@@ -163,7 +163,7 @@ func TestParseErrors(t *testing.T) {
 		{
 			name:  "ReplayOnANoop",
 			input: head + "  - id: a\n    kind: noop\n    replay: true\n",
-			field: "steps[0].replay", line: 5, msg: "does not apply to a noop step",
+			field: "steps[0].replay", line: 5, msg: "does not apply to a noop step (only to retry)",
 		},
 		{
 			name:  "TwoDocuments",
@@ -248,17 +248,17 @@ func TestParseErrors(t *testing.T) {
 		{
 			name:  "CommandOnNoop",
 			input: head + "  - id: a\n    kind: noop\n    command: ls\n",
-			field: "steps[0].command", line: 5, msg: "does not apply to a noop step",
+			field: "steps[0].command", line: 5, msg: "does not apply to a noop step (only to exec)",
 		},
 		{
 			name:  "URLOnExec",
 			input: head + "  - id: a\n    kind: exec\n    command: ls\n    url: https://x.test\n",
-			field: "steps[0].url", line: 6, msg: "does not apply to a exec step",
+			field: "steps[0].url", line: 6, msg: "does not apply to an exec step (only to http)",
 		},
 		{
 			name:  "MessageOnHTTP",
 			input: head + "  - id: a\n    kind: http\n    url: https://x.test\n    message: hi\n",
-			field: "steps[0].message", line: 6, msg: "does not apply to a http step",
+			field: "steps[0].message", line: 6, msg: "does not apply to an http step (only to log, fail)",
 		},
 		{
 			name:  "LogWithoutMessage",

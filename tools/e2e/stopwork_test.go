@@ -107,6 +107,9 @@ steps:
 		return syscall.Kill(pid, 0) != nil, "process " + strconv.Itoa(pid) + " still runs"
 	})
 	f := s.finalReport(t, "t1", "hang")
+	x = s.waitProjectedStep(t, "t1", "hang")
+	st, _ := findStep(x, "hang")
+	require.Equal(t, f.Error, st.AfterEnd.Error, "the termination is noted after the end")
 	require.Contains(t, f.Error, agent.ErrTerminated.Error())
 	require.Contains(t, f.Error, "attempt 1 timed out after 6s")
 	require.Contains(t, f.Error, "SIGTERM sent")

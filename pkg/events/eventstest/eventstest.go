@@ -82,7 +82,7 @@ func Samples() []events.Payload {
 		&events.FireTimer{ExecutionID: "x1", Workflow: "deploy", TimerID: "t-sleep-1"},
 		&events.ExecutionAction{ExecutionID: "x1", Action: events.ActionReplay, Reason: "fixed the host", RequestedBy: "alice",
 			From: "build", Force: true, Actor: actor, IgnoreSeq: 17},
-		&events.KillOperations{ExecutionID: "x1", Workflow: "deploy", Command: "cli#9", Tokens: []string{"tok1", "tok2"}, Lift: true},
+		&events.KillOperations{ExecutionID: "x1", Workflow: "deploy", Command: "cli#9", Lift: true},
 		&events.RefuseTasks{ExecutionID: "x1", Workflow: "deploy", Tokens: []string{"tok2"}, Command: "cli#10"},
 		&events.TerminateTask{ExecutionID: "x1", Workflow: "deploy", TaskID: "x1.build.3", Reason: "attempt 3 timed out after 10s"},
 		&events.LockRequested{Lock: "apt-web-1", Path: "install", Limit: 3},

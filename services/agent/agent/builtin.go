@@ -137,7 +137,9 @@ func (h execHandler) Handle(ctx context.Context, t operation.Task) (any, error) 
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
 			if ctx.Err() != nil {
-				return out, &operation.Failure{Err: fmt.Errorf("command %s stopped (%s): %w", s.Command, howStopped(termAt, ee.ProcessState), ctx.Err()), Output: out}
+				// Why it was stopped is the context's cause, which the agent
+				// puts first: the message says only how.
+				return out, &operation.Failure{Err: quietError{fmt.Sprintf("command %s stopped (%s)", s.Command, howStopped(termAt, ee.ProcessState)), ctx.Err()}, Output: out}
 			}
 			return out, &operation.Failure{Err: fmt.Errorf("command %s: %w", s.Command, err), Output: out}
 		}
@@ -145,6 +147,15 @@ func (h execHandler) Handle(ctx context.Context, t operation.Task) (any, error) 
 	}
 	return out, nil
 }
+
+// quietError is an error whose message leaves out the error it wraps.
+type quietError struct {
+	msg string
+	err error
+}
+
+func (e quietError) Error() string { return e.msg }
+func (e quietError) Unwrap() error { return e.err }
 
 // howStopped says how a command stopped after SIGTERM was sent at termAt:
 // the signal that ended it (SIGKILL once the grace was over) or its exit

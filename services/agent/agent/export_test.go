@@ -6,7 +6,7 @@ import "time"
 // stream sequence seq, as its watcher does when it reads one: a test can
 // so hold the agent's view of the notices behind the stream.
 func (a *Agent) FollowKillNotice(execID string, seq uint64) {
-	a.kills.kill(execID, nil, seq, time.Now())
+	a.kills.kill(execID, seq, time.Now())
 }
 
 // SetLongPoll sets how long idle workers wait on the normal lane (the

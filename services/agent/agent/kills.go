@@ -31,9 +31,10 @@ var ErrTerminated = errors.New("terminated: the step gave up on this attempt")
 // KillGrace; Go handlers see their context cancelled), the executions
 // killed or ended, so that a task of one does not start, and the single
 // attempts terminated (their step timed out), so that their task does
-// not start either. A notice that names tokens applies to the tasks
-// that carry one of them only: a resumed execution's new tasks carry a
-// new token.
+// not start either. An ended execution's notice names the tokens of its
+// tasks out and applies to the tasks that carry one of them only: a
+// resumed execution's new tasks carry a new token. A kill applies to
+// every task of the execution until a resume lifts it.
 type kills struct {
 	mu      sync.Mutex
 	killed  notices // by execution
@@ -109,6 +110,12 @@ func (ns *notices) put(key string, n killNotice) {
 	}
 	ns.byKey[key] = n
 	ns.order = append(ns.order, noticeKey{key, n.at})
+	if len(ns.order) > 2*maxNotices { // entries of keys put again or removed
+		ns.order = slices.DeleteFunc(ns.order, func(o noticeKey) bool {
+			kept, ok := ns.byKey[o.key]
+			return !ok || !kept.at.Equal(o.at)
+		})
+	}
 }
 
 func (ns *notices) remove(key string) { delete(ns.byKey, key) }
@@ -167,22 +174,17 @@ func taskError(n killNotice) error {
 	return fmt.Errorf("%w (%s)", ErrTerminated, n.reason)
 }
 
-// kill terminates the running operations of execID that carry one of
-// tokens (none: every one) and refuses its later such tasks, for the
-// notice at stream sequence seq. It returns how many were running.
-func (k *kills) kill(execID string, tokens []string, seq uint64, now time.Time) int {
+// kill terminates the running operations of execID and refuses its later
+// tasks, for the notice at stream sequence seq. It returns how many were
+// running.
+func (k *kills) kill(execID string, seq uint64, now time.Time) int {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	n := killNotice{at: now, seq: seq, tokens: tokens}
-	k.killed.put(execID, n)
-	count := 0
+	k.killed.put(execID, killNotice{at: now, seq: seq})
 	for _, op := range k.running[execID] {
-		if n.appliesTo(op.token) {
-			op.cancel(ErrKilled)
-			count++
-		}
+		op.cancel(ErrKilled)
 	}
-	return count
+	return len(k.running[execID])
 }
 
 // end refuses the later tasks of execID that carry one of tokens, for
@@ -260,7 +262,7 @@ func (a *Agent) watchKills(ctx context.Context) (stop func(), err error) {
 				a.kills.lift(p.ExecutionID)
 				return
 			}
-			if n := a.kills.kill(p.ExecutionID, p.Tokens, seq, time.Now()); n > 0 {
+			if n := a.kills.kill(p.ExecutionID, seq, time.Now()); n > 0 {
 				a.log.Info().Str("execution_id", p.ExecutionID).Int("operations", n).Dur("grace", a.cfg.KillGrace).
 					Msg("terminating the operations of a killed execution")
 			}

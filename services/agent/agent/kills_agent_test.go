@@ -3,6 +3,8 @@ package agent_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -61,13 +63,14 @@ func TestAgentKillCancelsGoHandler(t *testing.T) {
 	t.Parallel()
 	causes := make(chan error, 2)
 	started := make(chan string, 2)
+	release := make(chan struct{})
 	b := setupAgent(t, map[string]operation.Handler{"block": operation.HandlerFunc(func(ctx context.Context, task operation.Task) (any, error) {
 		started <- task.ExecutionID
 		select {
 		case <-ctx.Done():
 			causes <- context.Cause(ctx)
 			return nil, ctx.Err()
-		case <-time.After(3 * time.Second):
+		case <-release: // held until the victim's end is seen
 			return "finished", nil
 		}
 	})})
@@ -85,6 +88,7 @@ func TestAgentKillCancelsGoHandler(t *testing.T) {
 	evs := b.waitFinal(t, "victim")
 	require.Equal(t, events.TypeOperationFailed, evs[len(evs)-1].Type)
 	require.Contains(t, evs[len(evs)-1].Data.(*events.OperationFailed).Error, "killed")
+	close(release)
 	evs = b.waitFinal(t, "bystander")
 	require.Equal(t, events.TypeOperationSucceeded, evs[len(evs)-1].Type, "another execution's operation went on")
 }
@@ -184,17 +188,14 @@ func TestAgentTaskNoticeTerminatesOneAttempt(t *testing.T) {
 			return "finished", nil
 		}
 	})})
-	slow := b.publishTask(t, "x1", workflow.Step{ID: "slow", Kind: workflow.KindExec, Command: "sleep", Args: []string{"30"}})
+	mark := filepath.Join(t.TempDir(), "running")
+	slow := b.publishTask(t, "x1", workflow.Step{ID: "slow", Kind: workflow.KindExec, Command: "sh", Args: []string{"-c", "touch " + mark + "; exec sleep 30"}})
 	other := b.publishTask(t, "x1", workflow.Step{ID: "other", Kind: "block"})
 	require.Equal(t, "other", <-started)
 	natstest.Eventually(t, waitFor, func() bool {
-		for _, ev := range readResults(t, b.js, "x1") {
-			if ev.Type == events.TypeOperationStarted && ev.Data.(*events.OperationStarted).TaskID == slow.TaskID {
-				return true
-			}
-		}
-		return false
-	}, "the exec step started")
+		_, err := os.Stat(mark)
+		return err == nil
+	}, "the exec step's process started")
 
 	publishTaskKill(t, b.js, slow, "attempt 1 timed out after 1s")
 	final := b.waitTaskFinal(t, slow)

@@ -20,7 +20,7 @@ func TestKillsCancelRunningAndRefuseLater(t *testing.T) {
 	require.NoError(t, refused)
 	defer doneB()
 
-	require.Equal(t, 1, k.kill("x1", nil, 1, now))
+	require.Equal(t, 1, k.kill("x1", 1, now))
 	require.ErrorIs(t, context.Cause(ctxA), ErrKilled, "the running operation's context is cancelled with ErrKilled")
 	require.NoError(t, ctxB.Err(), "another execution's operation goes on")
 	doneA()
@@ -33,10 +33,10 @@ func TestKillsCancelRunningAndRefuseLater(t *testing.T) {
 	_, doneLifted, refused := k.start(t.Context(), "x1", "x1.b.2", "tok")
 	require.NoError(t, refused)
 	doneLifted()
-	k.kill("x1", nil, 1, now)
+	k.kill("x1", 1, now)
 
 	t.Log("a notice older than a day is forgotten when the next one arrives")
-	k.kill("x3", nil, 2, now.Add(26*time.Hour))
+	k.kill("x3", 2, now.Add(26*time.Hour))
 	ctx, done, refused := k.start(t.Context(), "x1", "x1.b.3", "tok")
 	require.NoError(t, refused)
 	done()
@@ -51,13 +51,13 @@ func TestKillsStartLifted(t *testing.T) {
 	t.Parallel()
 	k := newKills()
 	now := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
-	k.kill("x1", nil, 5, now)
+	k.kill("x1", 5, now)
 	_, _, refused := k.start(t.Context(), "x1", "x1.a.1", "tok")
 	require.ErrorIs(t, refused, ErrKilled)
 
 	ctx, done, refused := k.startLifted(t.Context(), "x1", "x1.a.1", "tok", 6)
 	require.NoError(t, refused, "the kill at 5 was lifted at 6")
-	require.Equal(t, 1, k.kill("x1", nil, 7, now), "a kill after the lift terminates the operation")
+	require.Equal(t, 1, k.kill("x1", 7, now), "a kill after the lift terminates the operation")
 	require.ErrorIs(t, context.Cause(ctx), ErrKilled)
 	done()
 
@@ -88,7 +88,7 @@ func TestKillsEndedRefusesWithoutTerminating(t *testing.T) {
 	require.ErrorIs(t, context.Cause(ctxLifted), context.Canceled)
 
 	t.Log("a kill after the end terminates what runs")
-	require.Equal(t, 1, k.kill("x1", nil, 5, now))
+	require.Equal(t, 1, k.kill("x1", 5, now))
 	require.ErrorIs(t, context.Cause(ctx), ErrKilled)
 }
 
@@ -142,36 +142,27 @@ func TestKillsForgetsTheOldestTasks(t *testing.T) {
 	require.Len(t, k.tasks.byKey, 1, "a day later, the others are forgotten")
 }
 
-// TestKillsApplyToTheirRun: a notice naming a run's token refuses and
-// terminates that run's tasks only: a resumed execution's new tasks (a
-// new token) run, even if the notice outlived its lift (a stale
+// TestKillsApplyToTheirRun: an ended execution's notice refuses the
+// tasks that carry one of its tokens only: a resumed execution's new
+// tasks (a new token) run, even if the notice outlived its lift (a stale
 // dispatcher's, or one kept after the stream forgot it).
 func TestKillsApplyToTheirRun(t *testing.T) {
 	t.Parallel()
 	k := newKills()
 	now := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
-	old, doneOld, refused := k.start(t.Context(), "x1", "x1.a.1", "run1")
+	running, done, refused := k.start(t.Context(), "x1", "x1.a.1", "run1")
 	require.NoError(t, refused)
-	defer doneOld()
-	next, doneNext, refused := k.start(t.Context(), "x1", "x1.b.2", "run2")
-	require.NoError(t, refused)
-	defer doneNext()
+	defer done()
 
-	require.Equal(t, 1, k.kill("x1", []string{"run1"}, 1, now))
-	require.ErrorIs(t, context.Cause(old), ErrKilled)
-	require.NoError(t, next.Err(), "the next run's operation goes on")
-	_, _, refused = k.start(t.Context(), "x1", "x1.a.1", "run1")
-	require.ErrorIs(t, refused, ErrKilled)
-	_, doneB, refused := k.start(t.Context(), "x1", "x1.c.2", "run2")
+	k.end("x1", []string{"run1", "run0"}, 2, now)
+	require.NoError(t, running.Err(), "an ended execution's running operation finishes")
+	for _, token := range []string{"run1", "run0"} {
+		_, _, refused = k.start(t.Context(), "x1", "x1.d."+token, token)
+		require.ErrorIs(t, refused, ErrEnded, token)
+	}
+	_, doneNext, refused := k.start(t.Context(), "x1", "x1.d.3", "run2")
 	require.NoError(t, refused, "a task of the next run is not refused")
-	doneB()
-
-	k.end("x1", []string{"run2"}, 2, now)
-	_, _, refused = k.start(t.Context(), "x1", "x1.d.2", "run2")
-	require.ErrorIs(t, refused, ErrEnded)
-	_, doneC, refused := k.start(t.Context(), "x1", "x1.d.3", "run3")
-	require.NoError(t, refused)
-	doneC()
+	doneNext()
 }
 
 // TestKillsForgetTheOldestExecutions: the executions remembered are

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
@@ -78,21 +79,25 @@ func (d *Dispatcher) action(ctx context.Context, ev events.Event, p *events.Exec
 func (d *Dispatcher) publishKill(ctx context.Context, x *execState, k interp.PublishKill) error {
 	if k.Lift {
 		// From the stream's leader: a replica may not have the latest
-		// notice yet (the stream allows direct gets).
+		// notice yet (the stream allows direct gets). None kept: lifted
+		// all the same, since agents remember a notice longer than the
+		// stream keeps it.
 		m, err := bus.LeaderGet(ctx, d.js, bus.StreamKills, bus.MsgQuery{LastBySubject: bus.KillSubject(x.id)})
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return nil
-		}
-		if err != nil {
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			m = nil
+		case err != nil:
 			return fmt.Errorf("read kill notice of %s: %w", x.id, err)
 		}
-		if ev, err := bus.Decode(m.Header, m.Data); err == nil {
-			if k, ok := ev.Data.(*events.KillOperations); ok && k.Lift {
-				return nil
+		if m != nil {
+			if ev, err := bus.Decode(m.Header, m.Data); err == nil {
+				if k, ok := ev.Data.(*events.KillOperations); ok && k.Lift {
+					return nil
+				}
 			}
 		}
 	}
-	var p events.Payload = &events.KillOperations{ExecutionID: x.id, Workflow: x.workflow, Command: k.Command, Tokens: k.Tokens, Lift: k.Lift}
+	var p events.Payload = &events.KillOperations{ExecutionID: x.id, Workflow: x.workflow, Command: k.Command, Lift: k.Lift}
 	subject := bus.KillSubject(x.id)
 	var opts []jetstream.PublishOpt
 	switch {
@@ -114,7 +119,9 @@ func (d *Dispatcher) publishKill(ctx context.Context, x *execState, k interp.Pub
 		// Best effort: a step's timeout must not wait for the kill
 		// notices stream. Without the notice the attempt runs on to its
 		// end, and its report is ignored, as before notices existed.
-		if _, err := d.js.PublishMsg(ctx, msg, opts...); err != nil {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		if _, err := d.js.PublishMsg(pctx, msg, opts...); err != nil {
 			zerolog.Ctx(ctx).Warn().Err(err).Str("task_id", k.TaskID).Msg("could not tell the agents to terminate an attempt its step gave up on; it runs on")
 		}
 		return nil

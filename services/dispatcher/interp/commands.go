@@ -193,7 +193,7 @@ func Action(in Input, cmd ActionCommand) Decision {
 		last := len(s.Actions) > 0 && s.Actions[len(s.Actions)-1].Command == cmd.Key && s.Status == projections.StatusCancelled
 		switch {
 		case action == events.ActionKill && last:
-			return Decision{After: []Effect{PublishKill{Command: cmd.Key, Tokens: runTokens(s)}}}
+			return Decision{After: []Effect{PublishKill{Command: cmd.Key}}}
 		case action == events.ActionForceCancel && last:
 			return Decision{After: endedNotice(s, cmd.Key)}
 		}
@@ -230,6 +230,11 @@ func Action(in Input, cmd ActionCommand) Decision {
 		for id := range in.Stored {
 			settled[id] = true
 		}
+		for _, st := range s.Steps {
+			if st.AfterEnd != nil { // its report came after the end: nothing runs
+				settled[st.ID] = true
+			}
+		}
 		ask := replayAsk{from: from, force: cmd.Force, settled: settled}
 		plan, err := planReplay(in.Def, s, ask)
 		var refused *replayRefused
@@ -244,13 +249,13 @@ func Action(in Input, cmd ActionCommand) Decision {
 		if err != nil {
 			return Decision{Err: err}
 		}
-		return replayed(in, rec, replayRequest{plan: plan, from: from, force: cmd.Force})
+		return replayed(in, rec, replayRequest{plan: rerunFailedMeanwhile(s, plan, in.Stored), from: from, force: cmd.Force})
 	case events.ActionForceCancel:
 		return one(&events.ExecutionCancelled{ActionRecord: rec}, endedNotice(s, cmd.Key)...)
 	case events.ActionKill:
 		// Published once the execution is recorded cancelled, so a task
 		// that starts later has its result ignored already.
-		return one(&events.ExecutionCancelled{ActionRecord: rec}, PublishKill{Command: cmd.Key, Tokens: runTokens(s)})
+		return one(&events.ExecutionCancelled{ActionRecord: rec}, PublishKill{Command: cmd.Key})
 	case events.ActionResume, events.ActionForceResume:
 		if in.Stored == nil {
 			return Decision{Need: NeedStoredResults{}}
@@ -275,6 +280,31 @@ func Action(in Input, cmd ActionCommand) Decision {
 		return one(&events.ExecutionCancelling{ActionRecord: rec})
 	}
 	return reject(events.CodeInvalid, "action %q is not one the interpreter decides", action)
+}
+
+// rerunFailedMeanwhile adds to a replay of an execution that was over
+// the operations out at its end whose failure came meanwhile (a task
+// refused because the execution had ended, an operation killed): they run
+// again, as a resume runs them, instead of their failure being taken as
+// the replayed run's.
+func rerunFailedMeanwhile(s projections.Execution, plan replayPlan, stored map[string]events.Event) replayPlan {
+	if !s.Status.Settled() {
+		return plan
+	}
+	reset := map[string]bool{}
+	for id := range failedMeanwhile(s, stored) {
+		if st, ok := instanceOf(s, id); ok && st.Status.InFlight() && !slices.Contains(plan.resume, id) && !slices.Contains(plan.reset, id) {
+			reset[id] = true
+		}
+	}
+	if len(reset) == 0 {
+		return plan
+	}
+	for _, id := range plan.reset {
+		reset[id] = true
+	}
+	plan.reset = sortedPaths(s, reset)
+	return plan
 }
 
 // ExpireCommand is the janitor's ask to record that a finished execution

@@ -113,11 +113,11 @@ func TestAction(t *testing.T) {
 		d := Action(m.input(), act("k2", events.ActionKill))
 		require.Len(t, d.Events, 1)
 		require.IsType(t, &events.ExecutionCancelled{}, d.Events[0])
-		require.Equal(t, []Effect{PublishKill{Command: "k2", Tokens: []string{"tok"}}}, d.After, "agents are told once it is recorded")
+		require.Equal(t, []Effect{PublishKill{Command: "k2"}}, d.After, "agents are told once it is recorded")
 		m.carry(d)
 		again := Action(m.input(), act("k2", events.ActionKill))
 		require.Empty(t, again.Events)
-		require.Equal(t, []Effect{PublishKill{Command: "k2", Tokens: []string{"tok"}}}, again.After, "a redelivered kill publishes its notice again")
+		require.Equal(t, []Effect{PublishKill{Command: "k2"}}, again.After, "a redelivered kill publishes its notice again")
 	})
 	t.Run("ResumeAsksForStoredResults", func(t *testing.T) {
 		t.Parallel()

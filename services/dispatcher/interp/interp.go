@@ -685,7 +685,7 @@ func Result(in Input, ref events.TaskRef, ev events.Event) Decision {
 		}
 		return d
 	}
-	if over := attemptOverReport(st, ev); over != "" {
+	if over := attemptOverReport(s, st, ev); over != "" {
 		if contains(s.Ignored, ev.ID) {
 			return Decision{}
 		}
@@ -723,13 +723,12 @@ func Result(in Input, ref events.TaskRef, ev events.Event) Decision {
 }
 
 // attemptOverReport says why a final report of the step's current
-// attempt comes after the attempt ended otherwise (its timeout failed it,
-// and the agent reports how it terminated it), or "" for a report that
-// is not such (one of an attempt in flight, or the report that ended it,
-// delivered again).
-func attemptOverReport(st projections.Step, ev events.Event) string {
-	if st.Status.InFlight() {
-		return ""
+// attempt comes after its timeout failed it (the agent reports how it
+// terminated it), or "" for any other (one of an attempt in flight, or
+// the report that ended it, delivered again).
+func attemptOverReport(s projections.Execution, st projections.Step, ev events.Event) string {
+	if st.Status.InFlight() || !timerFired(s, events.TimerStepTimeout, st.ID, st.Attempt) {
+		return "" // only an attempt given up on has a report after its end
 	}
 	switch r := ev.Data.(type) {
 	case *events.OperationSucceeded:
@@ -743,17 +742,31 @@ func attemptOverReport(st projections.Step, ev events.Event) string {
 	default:
 		return ""
 	}
-	return fmt.Sprintf("attempt %d was over (%s) when this report came", st.Attempt, cmp.Or(st.Error, string(st.Status)))
+	why := fmt.Sprintf("attempt %d was over (%s) when this report came", st.Attempt, cmp.Or(st.Error, string(st.Status)))
+	if f, ok := ev.Data.(*events.OperationFailed); ok && f.Error != "" {
+		msg := f.Error
+		if len(msg) > maxIgnoredError {
+			msg = msg[:maxIgnoredError] + "…"
+		}
+		why += "; it says: " + msg // how a terminated operation ended
+	}
+	return why
 }
 
+// maxIgnoredError bounds the report's error quoted in a result.ignored.
+const maxIgnoredError = 1024
+
 // afterEnd decides a report about an operation of an ended execution: the
-// final report of an attempt that was with the agents at the end is
-// recorded (what became of it: killed, refused, finished after a
-// force-cancel), once; anything else, or an expired execution's, is not.
+// final report of the step's current attempt that was with the agents at
+// the end (what became of it: killed, refused, finished after a
+// force-cancel), or that the dispatcher had given up on (a timeout, which
+// ended the execution), is recorded, once; anything else, or an expired
+// execution's, is not.
 // Either way it changes nothing, and the agent keeps the report in the
 // results stream, where a resume finds it.
 func afterEnd(s projections.Execution, st projections.Step, ref events.TaskRef, ev events.Event) Decision {
-	if !s.ExpiredAt.IsZero() || !st.Status.InFlight() || st.AfterEnd != nil || Stale(s, st, ref) != "" {
+	if !s.ExpiredAt.IsZero() || st.AfterEnd != nil || Stale(s, st, ref) != "" ||
+		(!st.Status.InFlight() && attemptOverReport(s, st, ev) == "") { // the report that ended it, again
 		return Decision{}
 	}
 	p := &events.ResultAfterEnd{ResultID: ev.ID, ResultType: ev.Type, TaskID: ref.TaskID, StepID: st.ID, Attempt: st.Attempt, Agent: ref.Agent}

@@ -69,11 +69,10 @@ func staleHandler(s projections.Execution, path string, reset map[string]bool) b
 
 // failedMeanwhile lists the operations whose stored result is a failure.
 //
-// The history's notes after the end count too (events.ResultAfterEnd): a
-// failure noted there whose report the results stream no longer keeps
-// (it keeps them for a while), and a success noted there whose report it
-// no longer keeps (its output is gone: the operation runs again rather
-// than being waited for, for ever).
+// A failure noted after the end (events.ResultAfterEnd) counts too, once
+// the results stream no longer keeps its report (it keeps them for a
+// while). A success noted there whose report it no longer keeps is not
+// run again by a plain resume (its output is gone; force-resume runs it).
 func failedMeanwhile(s projections.Execution, stored map[string]events.Event) map[string]bool {
 	out := map[string]bool{}
 	for id, ev := range stored {
@@ -82,7 +81,7 @@ func failedMeanwhile(s projections.Execution, stored map[string]events.Event) ma
 		}
 	}
 	for _, st := range s.Steps {
-		if _, kept := stored[st.ID]; st.AfterEnd != nil && st.Status.InFlight() && (!kept || st.AfterEnd.Outcome == projections.OpFailed) {
+		if st.AfterEnd != nil && st.AfterEnd.Outcome == projections.OpFailed && st.Status.InFlight() {
 			out[st.ID] = true
 		}
 	}

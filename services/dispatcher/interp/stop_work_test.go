@@ -42,7 +42,7 @@ func TestStepTimeoutTerminatesItsAttempt(t *testing.T) {
 	require.Len(t, late.Events, 1)
 	ignored, ok := late.Events[0].(*events.ResultIgnored)
 	require.True(t, ok, "%T", late.Events[0])
-	require.Equal(t, "attempt 1 was over (attempt 1 timed out after 10s) when this report came", ignored.Reason)
+	require.Equal(t, "attempt 1 was over (attempt 1 timed out after 10s) when this report came; it says: "+terminated.Error, ignored.Reason)
 	m.carry(late)
 	require.Empty(t, Result(m.input(), events.TaskRef{TaskID: m.tasks[0].TaskID, ExecutionID: "x1", Workflow: "wf", StepID: "op",
 		Attempt: 1, Token: m.tasks[0].Token, Queue: m.tasks[0].Queue, Agent: "a1"},
@@ -118,9 +118,8 @@ func TestEndWithOperationsOutRefusesTheirTasks(t *testing.T) {
 		require.Empty(t, Action(m.input(), force).After, "redelivered after a resume, it refuses nothing")
 		kill := ActionCommand{Key: "kk", Record: events.ActionRecord{Action: events.ActionKill, Command: "kk"}}
 		m.carry(Action(m.input(), kill))
-		killed := PublishKill{Command: "kk", Tokens: []string{m.state.Token, "tok"}}
-		require.Equal(t, killed, m.kills[len(m.kills)-1].PublishKill,
-			"for the tasks out: the resume's token, and the older one of the task sent before the resume, still out")
+		killed := PublishKill{Command: "kk"}
+		require.Equal(t, killed, m.kills[len(m.kills)-1].PublishKill)
 		require.NotEqual(t, "tok", m.state.Token)
 		require.Equal(t, []Effect{killed}, Action(m.input(), kill).After, "the kill redelivered: published again")
 		resume2 := ActionCommand{Key: "r2", Record: events.ActionRecord{Action: events.ActionResume, Command: "r2"}}
@@ -167,12 +166,13 @@ func TestWorkflowTimeoutTerminatesWhatItAbandons(t *testing.T) {
 
 // TestResumeRunsAgainWhatFailedAfterTheEnd: an operation whose failure
 // was noted after the end runs again on resume, even once the results
-// stream no longer keeps the report; so does one whose success was noted
-// but whose report is gone (its output with it), rather than being
-// waited for for ever.
+// stream no longer keeps the report; one whose success was noted, its
+// report gone with its output, is not run again by a plain resume (it
+// is not known to be idempotent), and a force-resume runs it.
 func TestResumeRunsAgainWhatFailedAfterTheEnd(t *testing.T) {
 	t.Parallel()
 	for _, outcome := range []events.Payload{&events.OperationFailed{Error: "terminated"}, &events.OperationSucceeded{}} {
+		_, failed := outcome.(*events.OperationFailed)
 		def := workflow.Definition{Name: "wf", Steps: []workflow.Step{{ID: "op", Kind: workflow.KindExec, Command: "x"}}}
 		m := newMemShell(t, def, `{}`)
 		m.advance()
@@ -185,11 +185,20 @@ func TestResumeRunsAgainWhatFailedAfterTheEnd(t *testing.T) {
 		require.NotNil(t, m.state.Steps[0].AfterEnd)
 		require.Empty(t, m.report(outcome).Events, "noted once")
 
-		resume := ActionCommand{Key: "r", Record: events.ActionRecord{Action: events.ActionResume, Command: "r"}}
+		action := events.ActionResume
+		if !failed {
+			action = events.ActionForceResume
+			plain := ActionCommand{Key: "p", Record: events.ActionRecord{Action: events.ActionResume, Command: "p"}}
+			m2 := *m
+			for m2.carry(Action(m2.input(), plain)) && m2.state.Status != projections.StatusStarted {
+			}
+			require.Equal(t, 1, m2.state.Steps[0].Attempt, "a plain resume does not run a success again")
+		}
+		resume := ActionCommand{Key: "r", Record: events.ActionRecord{Action: action, Command: "r"}}
 		for m.carry(Action(m.input(), resume)) && m.state.Status != projections.StatusStarted {
 		}
 		st := m.state.Steps[0]
-		require.Equal(t, 2, st.Attempt, "%T after the end: the step runs again", outcome)
+		require.Equal(t, 2, st.Attempt, "%T after the end, %s: the step runs again", outcome, action)
 		require.Equal(t, projections.OpPending, st.Status)
 		require.Nil(t, st.AfterEnd, "the note goes with the run it was about")
 	}
@@ -218,4 +227,55 @@ func TestForceResumeTerminatesTheAttemptsItRunsAgain(t *testing.T) {
 	require.Equal(t, PublishKill{TaskID: old, Reason: "a force-resume runs the step again"}, m.kills[before].PublishKill)
 	require.Equal(t, len(m.evs), m.kills[before].after, "after the resume is recorded")
 	require.Equal(t, 2, m.state.Steps[0].Attempt)
+}
+
+// TestTimeoutThatEndedTheExecutionNotesTheTermination: when a step's
+// timeout fails the execution, the report of the attempt its agent then
+// terminated is noted after the end, once.
+func TestTimeoutThatEndedTheExecutionNotesTheTermination(t *testing.T) {
+	t.Parallel()
+	def := workflow.Definition{Name: "wf", Steps: []workflow.Step{{ID: "op", Kind: workflow.KindExec, Command: "x", Timeout: "10s"}}}
+	m := newMemShell(t, def, `{}`)
+	m.advance()
+	m.fire()
+	m.advance()
+	require.Equal(t, projections.StatusFailed, m.state.Status)
+	terminated := &events.OperationFailed{Error: "terminated: the step gave up on this attempt (attempt 1 timed out after 10s)"}
+	d := m.report(terminated)
+	require.Len(t, d.Events, 1)
+	noted, ok := d.Events[0].(*events.ResultAfterEnd)
+	require.True(t, ok, "%T", d.Events[0])
+	require.Equal(t, terminated.Error, noted.Error)
+	m.carry(d)
+	require.Equal(t, projections.OpFailed, m.state.Steps[0].AfterEnd.Outcome)
+	require.Empty(t, m.report(terminated).Events, "once")
+}
+
+// TestReplayRunsAgainWhatWasRefusedAfterTheEnd: a replay of an execution
+// force-cancelled while its task waited, refused since by its agent (noted
+// after the end, its report no longer kept), runs that operation again
+// rather than refusing the replay because it would still be running.
+func TestReplayRunsAgainWhatWasRefusedAfterTheEnd(t *testing.T) {
+	t.Parallel()
+	def := workflow.Definition{Name: "wf", Steps: []workflow.Step{
+		{ID: "first", Kind: workflow.KindExec, Command: "x", Idempotent: "yes"},
+		{ID: "second", Kind: workflow.KindExec, Command: "x", Idempotent: "yes"},
+	}}
+	m := newMemShell(t, def, `{}`)
+	m.advance()
+	m.carry(m.report(&events.OperationSucceeded{}))
+	m.advance()
+	require.Len(t, m.tasks, 2)
+	m.carry(Action(m.input(), ActionCommand{Key: "c", Record: events.ActionRecord{Action: events.ActionForceCancel, Command: "c"}}))
+	m.carry(m.report(&events.OperationFailed{Error: "refused: the execution ended before this task started"}))
+	require.NotNil(t, m.state.Steps[1].AfterEnd)
+
+	d := askReplay(t, m, events.ReplayResume, false)
+	require.Nil(t, d.Reject, "a refused task's step is not still running")
+	require.NotEmpty(t, d.Events)
+	m.carry(d)
+	m.advance()
+	require.Equal(t, projections.StatusStarted, m.state.Status, "history: %v", m.types())
+	require.Len(t, m.tasks, 3, "the refused operation was sent again")
+	require.Equal(t, "second", m.tasks[2].StepID)
 }
