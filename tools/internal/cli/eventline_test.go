@@ -89,10 +89,11 @@ func TestShowSaysWhatSendingMeans(t *testing.T) {
 // agents when its execution ended shows the report that came after.
 func TestShowSaysWhatBecameOfAStepAfterTheEnd(t *testing.T) {
 	x := projections.Execution{ID: "x1", Workflow: "wf", Status: projections.StatusCancelled,
-		Steps: []projections.Step{{ID: "hang", Kind: "exec", Status: projections.OpStarted, Attempt: 1,
-			AfterEnd: &projections.AfterEnd{Outcome: projections.OpFailed, Error: "terminated: an operator killed the execution"}}}}
+		Steps: []projections.Step{{ID: "hang", Kind: "exec", Status: projections.OpStarted, Attempt: 1, StartedAt: time.Unix(100, 0),
+			AfterEnd: &projections.AfterEnd{Outcome: projections.OpFailed, Error: "terminated: an operator killed the execution", At: time.Unix(103, 0)}}}}
 	var b bytes.Buffer
 	printExecution(&b, x, "")
 	require.Contains(t, b.String(), "started, failed after the end")
 	require.Contains(t, b.String(), "terminated: an operator killed the execution")
+	require.Contains(t, b.String(), dur(time.Unix(100, 0), time.Unix(103, 0)), "how long it ran, to the report after the end")
 }

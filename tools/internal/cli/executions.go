@@ -226,12 +226,13 @@ func printExecution(w io.Writer, x projections.Execution, retention string) {
 		if s.Error != "" {
 			detail = s.Error
 		}
-		status := cmpStr(string(s.Status), "-")
+		status, ended := cmpStr(string(s.Status), "-"), s.EndedAt
 		if a := s.AfterEnd; a != nil { // what became of it after the execution ended
 			status += ", " + string(a.Outcome) + " after the end"
 			detail = cmpStr(a.Error, "(its output was not kept)")
+			ended = cmp.Or(ended, a.At)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", s.ID, s.Kind, status, s.Attempt, dur(s.StartedAt, s.EndedAt), truncate(detail, 100))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", s.ID, s.Kind, status, s.Attempt, dur(s.StartedAt, ended), truncate(detail, 100))
 	}
 	_ = tw.Flush()
 	var queues []string
