@@ -14,8 +14,9 @@ func (a *app) cancelCmd() *cobra.Command {
 	var force bool
 	var reason string
 	cmd := &cobra.Command{
-		Use:   "cancel ID [--force] [--reason TEXT]",
-		Short: "Cancel an execution: it stops at the next step boundary (--force: at once)",
+		Use:        "cancel ID [--force] [--reason TEXT]",
+		SuggestFor: []string{"force-cancel"}, // the action's name over HTTP and NATS
+		Short:      "Cancel an execution: it stops at the next step boundary (--force: at once)",
 		Long: `Cancel an execution. Without --force, running steps finish (their
 results are recorded) and no further step starts; the execution is
 "cancelling" until then and "cancelled" after. With --force, it is
@@ -58,8 +59,9 @@ func (a *app) resumeCmd() *cobra.Command {
 	var force bool
 	var reason string
 	cmd := &cobra.Command{
-		Use:   "resume ID [--force] [--reason TEXT]",
-		Short: "Resume a started, failed or cancelled execution (--force: also re-run operations whose agents may have died)",
+		Use:        "resume ID [--force] [--reason TEXT]",
+		SuggestFor: []string{"force-resume"},
+		Short:      "Resume a started, failed or cancelled execution (--force: also re-run operations whose agents may have died)",
 		Long: `Resume an execution that is started, failed or cancelled. Its failed and
 rescheduled steps run again with their recorded input and fresh retry
 counts; operations still with an agent are waited for, not sent again.

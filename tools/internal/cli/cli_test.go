@@ -132,6 +132,8 @@ func TestExitStatuses(t *testing.T) {
 		{"UnknownFlag", api, []string{"ls", "--colour"}, ExitUsage, "unknown flag"},
 		{"MissingArgument", api, []string{"show"}, ExitUsage, "name the execution"},
 		{"UnknownCommand", api, []string{"shwo"}, ExitUsage, "unknown command"},
+		{"ForceCancelIsCancelForce", api, []string{"force-cancel", "x1"}, ExitUsage, "Did you mean this?\n\tcancel\n"},
+		{"ForceResumeIsResumeForce", api, []string{"force-resume", "x1"}, ExitUsage, "Did you mean this?\n\tresume\n"},
 		{"BadOutput", api, []string{"ls", "-o", "yaml"}, ExitUsage, "use text or json"},
 		{"StandardInputTwice", api, []string{"workflow", "apply", "-f", "-", "-f", "-"}, ExitUsage, "standard input"},
 		{"BadStatus", api, []string{"ls", "--status", "done"}, ExitUsage, "--status"},
