@@ -22,10 +22,8 @@ func heartbeatOf(spec json.RawMessage) time.Duration {
 	if !bytes.Contains(spec, []byte(`"heartbeat"`)) {
 		return 0
 	}
-	var s struct {
-		Heartbeat string `json:"heartbeat"`
-	}
-	if json.Unmarshal(spec, &s) != nil {
+	s, err := stepOf(spec)
+	if err != nil {
 		return 0
 	}
 	d, err := time.ParseDuration(s.Heartbeat)
@@ -47,15 +45,12 @@ func watchHeartbeat(ctx context.Context, hb time.Duration) (context.Context, fun
 	last.Store(time.Now().UnixNano())
 	watched, cancel := context.WithCancelCause(ctx)
 	watched = operation.WithHeartbeat(watched, func() { last.Store(time.Now().UnixNano()) })
-	done := make(chan struct{})
 	go func() {
 		t := time.NewTimer(hb)
 		defer t.Stop()
 		for {
 			select {
-			case <-done:
-				return
-			case <-watched.Done():
+			case <-watched.Done(): // stopped, or its parent ended
 				return
 			case <-t.C:
 				idle := time.Since(time.Unix(0, last.Load()))
@@ -67,8 +62,5 @@ func watchHeartbeat(ctx context.Context, hb time.Duration) (context.Context, fun
 			}
 		}
 	}()
-	return watched, func() {
-		close(done)
-		cancel(nil)
-	}
+	return watched, func() { cancel(nil) }
 }

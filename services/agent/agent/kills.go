@@ -43,17 +43,16 @@ type kills struct {
 	next    uint64
 }
 
-// runningOp is an operation running: its task, its run's token, and how
-// to terminate it.
+// runningOp is an operation running: its task, and how to terminate it.
 type runningOp struct {
-	taskID, token string
-	cancel        context.CancelCauseFunc
+	taskID string
+	cancel context.CancelCauseFunc
 }
 
 // killNotice is a notice followed: when it came, its sequence in the
-// kill notices stream, the run it is about (empty: every run), whether
-// it only ends the execution (its running operations go on) and, for a
-// single attempt, why.
+// kill notices stream, the tokens of the tasks it is about (none: every
+// task), whether it only ends the execution (its running operations go
+// on) and, for a single attempt, why.
 type killNotice struct {
 	at     time.Time
 	seq    uint64
@@ -124,7 +123,7 @@ func newKills() *kills {
 	return &kills{running: map[string]map[uint64]runningOp{}}
 }
 
-// start registers a running operation of execID's run token. It returns
+// start registers a running operation of execID whose task carries token. It returns
 // the context to run it in and the function to call when it ends, or the
 // error refusing it (ErrKilled, ErrEnded, ErrTerminated) if that run was
 // killed or ended, or the attempt terminated.
@@ -154,7 +153,7 @@ func (k *kills) startLifted(parent context.Context, execID, taskID, token string
 	if k.running[execID] == nil {
 		k.running[execID] = map[uint64]runningOp{}
 	}
-	k.running[execID][id] = runningOp{taskID: taskID, token: token, cancel: cancel}
+	k.running[execID][id] = runningOp{taskID: taskID, cancel: cancel}
 	return ctx, func() {
 		k.mu.Lock()
 		defer k.mu.Unlock()

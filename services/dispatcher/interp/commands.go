@@ -271,7 +271,8 @@ func Action(in Input, cmd ActionCommand) Decision {
 		// stop anything).
 		var after []Effect
 		for _, id := range reset {
-			if st, ok := instanceOf(s, id); ok && action == events.ActionForceResume && st.Status.InFlight() && st.TaskID != "" && !failedBefore[id] {
+			st, ok := instanceOf(s, id)
+			if ok && action == events.ActionForceResume && !failedBefore[id] && st.Status.InFlight() && st.TaskID != "" {
 				after = append(after, PublishKill{TaskID: st.TaskID, Reason: "a force-resume runs the step again"})
 			}
 		}

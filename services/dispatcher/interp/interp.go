@@ -730,6 +730,7 @@ func attemptOverReport(s projections.Execution, st projections.Step, ev events.E
 	if st.Status.InFlight() || !timerFired(s, events.TimerStepTimeout, st.ID, st.Attempt) {
 		return "" // only an attempt given up on has a report after its end
 	}
+	said := ""
 	switch r := ev.Data.(type) {
 	case *events.OperationSucceeded:
 		if st.Status == projections.OpSucceeded {
@@ -739,16 +740,16 @@ func attemptOverReport(s projections.Execution, st projections.Step, ev events.E
 		if (st.Status == projections.OpFailed || st.Status == projections.OpRescheduled) && r.Error == st.Error {
 			return ""
 		}
+		said = r.Error // how a terminated operation ended
 	default:
 		return ""
 	}
 	why := fmt.Sprintf("attempt %d was over (%s) when this report came", st.Attempt, cmp.Or(st.Error, string(st.Status)))
-	if f, ok := ev.Data.(*events.OperationFailed); ok && f.Error != "" {
-		msg := f.Error
-		if len(msg) > maxIgnoredError {
-			msg = msg[:maxIgnoredError] + "…"
-		}
-		why += "; it says: " + msg // how a terminated operation ended
+	if len(said) > maxIgnoredError {
+		said = said[:maxIgnoredError] + "…"
+	}
+	if said != "" {
+		why += "; it says: " + said
 	}
 	return why
 }
