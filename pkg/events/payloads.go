@@ -268,6 +268,12 @@ const (
 	TimerStepTimeout     = "step-timeout"
 	TimerRetry           = "retry"
 	TimerWorkflowTimeout = "workflow-timeout"
+	// TimerCallTimeout bounds a workflow called by name (its own
+	// timeout); StepID is the calling step, Attempt its attempt.
+	TimerCallTimeout = "call-timeout"
+	// TimerLockTimeout bounds the wait for a workflow step's lock
+	// (lock_timeout); StepID is the step, Attempt the scope's request.
+	TimerLockTimeout = "lock-timeout"
 )
 
 // TimerArmed records a durable timer.

@@ -984,7 +984,7 @@ func (st *Step) started(o events.OperationStart, end time.Time) {
 }
 
 // internalKinds are the step kinds the dispatcher runs itself.
-var internalKinds = map[string]bool{"let": true, "sleep": true, "wait": true, "fail": true, "return": true, "goto": true, "retry": true, "replayable": true,
+var internalKinds = map[string]bool{"let": true, "sleep": true, "wait": true, "fail": true, "return": true, "goto": true, "retry": true, "replayable": true, "clear-lock": true,
 	"workflow": true, "foreach": true, "parallel": true, "switch": true}
 
 func legal(from, to OpStatus, internal bool) bool {

@@ -46,8 +46,9 @@ var kindFields = map[string][]string{
 	KindRetry:  {"retry", "replay", "next"},
 	// replayable: its replayable field is required.
 	KindReplayable: {},
+	KindClearLock:  {"lock", "reason"},
 	// Containers.
-	KindWorkflow: {"steps", "workflow", "version", "input", "lock", "semaphore"},
+	KindWorkflow: {"steps", "workflow", "version", "input", "lock", "semaphore", "lock_timeout"},
 	KindForeach:  {"items", "concurrency", "steps"},
 	KindParallel: {"branches", "mode"},
 	KindSwitch:   {"cases", "default"},
@@ -212,8 +213,19 @@ func validateStepList(add func(string, string, ...any), addErr func(string, erro
 			add(f("retention"), "disabled cannot go with lock: a holder deleted when it ends leaves nothing to resume, replay or explain the lock by; keep it a while (e.g. 1h)")
 		}
 		s.validateKind(add, addErr, f, roots)
-		if s.Kind == KindWorkflow {
+		switch s.Kind {
+		case KindWorkflow:
 			checkLock(add, addErr, f, s.Lock, s.Semaphore, roots)
+			checkDuration(add, f("lock_timeout"), s.LockTimeout)
+			if s.LockTimeout != "" && s.Lock == "" && s.Workflow == "" {
+				add(f("lock_timeout"), "bounds the wait for a lock: give lock too")
+			}
+		case KindClearLock:
+			if s.Lock == "" {
+				add(f("lock"), "is required for a clear-lock step: the name of the lock whose holders it clears")
+			}
+			checkLock(add, addErr, f, s.Lock, 0, roots)
+			addErr(f("reason"), expression.Compile(s.Reason, roots))
 		}
 		if s.Kind == KindGoto {
 			switch {
@@ -478,7 +490,7 @@ func (s Step) usedFields() []string {
 		{"items", s.Items != nil}, {"concurrency", s.Concurrency != 0}, {"branches", len(s.Branches) > 0},
 		{"mode", s.Mode != ""}, {"cases", len(s.Cases) > 0}, {"default", len(s.Default) > 0},
 		{"replay", s.Replay}, {"next", s.Next != ""},
-		{"lock", s.Lock != ""}, {"semaphore", s.Semaphore != 0},
+		{"lock", s.Lock != ""}, {"semaphore", s.Semaphore != 0}, {"lock_timeout", s.LockTimeout != ""}, {"reason", s.Reason != ""},
 	} {
 		if c.set {
 			u = append(u, c.name)

@@ -41,6 +41,10 @@ const (
 	// KindReplayable marks a replay point (or clears them): it does
 	// nothing else (Brooklyn's "workflow replayable from here").
 	KindReplayable = "replayable"
+	// KindClearLock force-clears a lock's holders (but its own
+	// execution), as an operator's clear does: Brooklyn's clear-sensor
+	// lock-NAME.
+	KindClearLock = "clear-lock"
 	// Containers: steps that run other steps.
 	KindWorkflow = "workflow"
 	KindForeach  = "foreach"
@@ -50,7 +54,7 @@ const (
 
 // Kinds lists the step kinds, in documentation order.
 var Kinds = []string{KindNoop, KindLog, KindExec, KindHTTP, KindCall, KindLet, KindSleep, KindWait, KindFail, KindReturn, KindGoto, KindRetry,
-	KindReplayable, KindWorkflow, KindForeach, KindParallel, KindSwitch}
+	KindReplayable, KindClearLock, KindWorkflow, KindForeach, KindParallel, KindSwitch}
 
 // IsContainer reports whether steps of kind k run nested steps.
 func IsContainer(k string) bool {
@@ -220,6 +224,14 @@ type Step struct {
 	// that many holders hold it at once (default 1). See docs/locks.md.
 	Lock      string `yaml:"lock,omitempty" json:"lock,omitempty"`
 	Semaphore int    `yaml:"semaphore,omitempty" json:"semaphore,omitempty"`
+	// LockTimeout (a workflow step with a lock) bounds the wait for the
+	// lock: if it is not acquired within it, the step leaves the queue
+	// and fails.
+	LockTimeout string `yaml:"lock_timeout,omitempty" json:"lock_timeout,omitempty"`
+
+	// clear-lock: Lock is the lock to clear; Reason, an expression, is
+	// recorded in each cleared holder's history.
+	Reason string `yaml:"reason,omitempty" json:"reason,omitempty"`
 
 	// log
 	Message string `yaml:"message,omitempty" json:"message,omitempty"`

@@ -163,6 +163,14 @@ var exampleRuns = map[string][]exampleRun{
 			},
 		},
 	},
+	"lock-checking.yaml": {{
+		// Nobody holds the lock: claim gets it at once (TestLockCheckingSeedExample clears a holder).
+		want: projections.StatusSucceeded,
+		check: func(t *testing.T, x projections.Execution) {
+			require.Equal(t, projections.OpSucceeded, stepByID(t, x, "claim/got-it").Status)
+			require.Equal(t, projections.OpNone, stepByID(t, x, "clear").Status)
+		},
+	}},
 	"locks.yaml": {
 		{
 			input: map[string]any{"host": "web-1"},

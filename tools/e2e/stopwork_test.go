@@ -252,3 +252,64 @@ steps:
 	require.True(t, failed.Lost)
 	require.Contains(t, failed.Error, agent.ErrNoHeartbeat.Error())
 }
+
+// TestCalledWorkflowTimeoutTerminatesItsProcess: a workflow called by name
+// applies its own timeout: when it fires, the operation under way in the
+// call is terminated, the called workflow's on-error steps run, the
+// calling step fails with the timeout, and the caller's on-error handles
+// it (the execution goes on and succeeds).
+func TestCalledWorkflowTimeoutTerminatesItsProcess(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, nil)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	s.apply(t, `name: slow-child
+timeout: 6s
+on-error:
+  - {id: note, kind: log, message: "child: ${error.message}"}
+steps:
+  - id: hang
+    kind: exec
+    command: sh
+    args: ["-c", "echo $$ > `+pidFile+`; sleep 120; echo finished"]
+  - {id: never, kind: noop}
+`)
+	s.apply(t, `name: patient-parent
+steps:
+  - id: call
+    kind: workflow
+    workflow: slow-child
+    on-error:
+      - {id: saw, kind: let, vars: {why: "${error.message}"}}
+  - {id: after, kind: noop}
+output: ${vars.why}
+`)
+	_, err := s.c.Start(context.Background(), client.StartRequest{Workflow: "patient-parent", ID: "c1"})
+	require.NoError(t, err)
+	pid := readPID(t, pidFile)
+	x := s.waitDone(t, "c1", 60*time.Second)
+	require.Equal(t, projections.StatusSucceeded, x.Status, describe(x))
+	require.JSONEq(t, `"workflow slow-child: the workflow timed out after 6s"`, string(x.Output))
+	require.Equal(t, projections.OpSucceeded, stepByID(t, x, "call/on-error/note").Status, "the called workflow's on-error ran")
+	never, ok := findStep(x, "call/never")
+	require.True(t, !ok || never.Status == projections.OpNone, "the call's next step never ran")
+	poll(t, 30*time.Second, "the abandoned process to end", func() (bool, string) {
+		return syscall.Kill(pid, 0) != nil, "process " + strconv.Itoa(pid) + " still runs"
+	})
+	var why string
+	poll(t, 30*time.Second, "the terminated step's report in the read model", func() (bool, string) {
+		x, err := s.c.Execution(context.Background(), "c1")
+		if err != nil {
+			return false, err.Error()
+		}
+		st, _ := findStep(x, "call/hang")
+		switch {
+		case st.AfterEnd != nil:
+			why = st.AfterEnd.Error
+		case st.Status == projections.OpFailed:
+			why = st.Error
+		}
+		return why != "", describe(x)
+	})
+	require.Contains(t, why, agent.ErrTerminated.Error())
+	require.Contains(t, why, "called by step call")
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"strconv"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -67,6 +68,26 @@ func (d *Dispatcher) clearLock(ctx context.Context, ev events.Event, p *events.C
 		if err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// publishClear hands a clear-lock step's clear to the dispatchers: into
+// the inbox, on the partition its id routes it to (it names several
+// executions; the handler takes each in turn), with its id as message id
+// so that publishing it again after a crash stores nothing new. It is the
+// dispatcher's own command: it carries no actor, and the cleared
+// holders' histories record the step that asked (requested_by).
+func (d *Dispatcher) publishClear(ctx context.Context, x *execState, e interp.PublishClear) error {
+	clear := e.Clear
+	ev := events.New(d.cfg.Source, "", "", d.cfg.Now(), &clear)
+	ev.ID = e.ID
+	msg, err := bus.Encode(inboxSubjectOf(ev, d.parts.n), ev)
+	if err != nil {
+		return err
+	}
+	if _, err := d.js.PublishMsg(ctx, msg, jetstream.WithMsgID(e.ID)); err != nil {
+		return fmt.Errorf("execution %s: publish the clear of lock %s: %w", x.id, clear.Lock, err)
 	}
 	return nil
 }

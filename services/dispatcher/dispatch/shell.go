@@ -45,10 +45,12 @@ type loaded struct {
 	stored  map[string]events.Event
 	token   string
 	claimed *bool
+	holders map[string][]events.LockEntry
 }
 
 func (l loaded) into(in interp.Input) interp.Input {
 	in.Called, in.History, in.Stored, in.Token, in.Claimed = l.called, l.history, l.stored, l.token, l.claimed
+	in.Holders = l.holders
 	return in
 }
 
@@ -188,6 +190,19 @@ func (d *Dispatcher) provide(ctx context.Context, x *execState, need interp.Need
 			return err
 		}
 		l.stored = stored
+	case interp.NeedHolders:
+		rec, _, _, err := d.locks.Get(ctx, n.Lock)
+		if err != nil {
+			return fmt.Errorf("read lock %s: %w", n.Lock, err)
+		}
+		holders := make([]events.LockEntry, 0, len(rec.Holders))
+		for _, h := range rec.Holders {
+			holders = append(holders, events.LockEntry{ExecutionID: h.ExecutionID, Workflow: h.Workflow, Path: h.Path, Request: h.Request})
+		}
+		if l.holders == nil {
+			l.holders = map[string][]events.LockEntry{}
+		}
+		l.holders[n.Lock] = holders
 	case interp.NeedHistory:
 		evs, err := d.hist.Read(ctx, x.subject(), 0)
 		if err != nil {
@@ -279,6 +294,8 @@ func (d *Dispatcher) perform(ctx context.Context, x *execState, eff interp.Effec
 		return nil, nil
 	case interp.PublishKill:
 		return nil, d.publishKill(ctx, x, e)
+	case interp.PublishClear:
+		return nil, d.publishClear(ctx, x, e)
 	case interp.CatchUp:
 		if !x.state.Status.Active() {
 			return nil, nil // ended again since

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -100,23 +101,39 @@ func Fired(in Input, timerID string, sentAt time.Time) Decision {
 		return Decision{}
 	}
 	d := Decision{Events: []events.Payload{&events.TimerFired{TimerID: timerID}}}
-	if t.Purpose == events.TimerWorkflowTimeout {
-		d.Before = abandoned(in.State, "the workflow timed out after "+in.Def.Timeout)
+	switch t.Purpose {
+	case events.TimerWorkflowTimeout:
+		d.Before = abandoned(in.State, "", "the workflow timed out after "+in.Def.Timeout)
+	case events.TimerCallTimeout:
+		if i := in.State.StepIndex(t.StepID); i >= 0 && in.State.Steps[i].Attempt == t.Attempt && in.State.Steps[i].Status == projections.OpPending {
+			// The call still runs (its steps, or its own on-error steps).
+			d.Before = abandoned(in.State, instancePrefix(t.StepID, t.Attempt)+"/", "the workflow it belongs to (called by step "+t.StepID+") timed out")
+		}
 	}
 	return d
 }
 
+// instancePrefix is the path prefix of the steps of a container's attempt
+// (a container run again gets new instances: blk@2/...).
+func instancePrefix(path string, attempt int) string {
+	if attempt > 1 {
+		return path + "@" + strconv.Itoa(attempt)
+	}
+	return path
+}
+
 // abandoned tells the agents to terminate the attempts a workflow's
-// timeout leaves behind: every operation with them but those of the
-// workflow's own on-error steps (which run after the timeout). Before the
+// timeout leaves behind: every operation with them under prefix ("" for
+// the execution's workflow, else a called workflow's steps) but those of
+// the workflow's own on-error steps (which run after the timeout). Before the
 // timer's firing is recorded: a crash in between fires it again, and the
 // notices are published again (deduplicated by task); a firing whose
 // append conflicts is decided again too (the timer fires however that
 // goes).
-func abandoned(s projections.Execution, reason string) []Effect {
+func abandoned(s projections.Execution, prefix, reason string) []Effect {
 	var out []Effect
 	for _, st := range s.Steps {
-		if st.Status.InFlight() && st.TaskID != "" && !strings.HasPrefix(st.ID, workflowOnError) {
+		if st.Status.InFlight() && st.TaskID != "" && strings.HasPrefix(st.ID, prefix) && !strings.HasPrefix(st.ID, prefix+workflowOnError) {
 			out = append(out, PublishKill{TaskID: st.TaskID, Reason: reason})
 		}
 	}

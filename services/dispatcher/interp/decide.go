@@ -72,6 +72,7 @@ const (
 	actFail                         // append ExecutionFailed
 	actCancelled                    // a cancelling execution has nothing running: append ExecutionCancelled
 	actReplay                       // a retry step (or automatic recovery) replays the execution
+	actClearLock                    // a clear-lock step: hand its recorded clear to the dispatchers, the step succeeds
 )
 
 // workflowOnError starts the paths of the workflow's own on-error steps.
@@ -609,6 +610,20 @@ func (e *engine) schedule(step workflow.Step, attempt int, env *lazyEnv) action 
 			}
 		}
 		input, _ = json.Marshal(map[string]any{"case": chosen})
+	case step.Kind == workflow.KindClearLock:
+		name, err := renderLockName(step.Lock, env.get())
+		if err != nil {
+			return fail(fmt.Errorf("lock: %w", err))
+		}
+		reason, err := expression.RenderString(step.Reason, env.get())
+		if err != nil {
+			return fail(fmt.Errorf("reason: %w", err))
+		}
+		if len(reason) > events.MaxActionReason {
+			return fail(fmt.Errorf("reason is %d bytes; at most %d are kept", len(reason), events.MaxActionReason))
+		}
+		// The dispatcher adds the holders it clears (see act).
+		input, _ = json.Marshal(clearInput{Lock: name, Reason: reason})
 	case step.Kind == workflow.KindWorkflow && step.Workflow != "":
 		in, err := render(step.Input, env.get())
 		if err != nil {
@@ -628,10 +643,7 @@ func (e *engine) container(f frame, step workflow.Step, st projections.Step, env
 	failWith := func(r result) result {
 		return result{state: running, act: action{kind: actStepFail, step: step, path: st.ID, attempt: st.Attempt, err: r.err}}
 	}
-	prefix := st.ID
-	if st.Attempt > 1 { // a container run again (by on-error's retry) gets new instances
-		prefix += "@" + strconv.Itoa(st.Attempt)
-	}
+	prefix := instancePrefix(st.ID, st.Attempt) // a container run again (by on-error's retry) gets new instances
 	block := func() result {
 		if step.Workflow != "" {
 			return e.called(f, step, st, prefix, env, finish, failWith)
@@ -786,7 +798,16 @@ func (e *engine) called(f frame, step workflow.Step, st projections.Step, prefix
 	def := called.Definition
 	cf := f.child(prefix+"/", def.Steps, map[string]any{"input": orObject(decode(called.Input))})
 	cf.retry = def.Retry
-	r := e.run(cf)
+	var r result
+	if a, timedOut := e.callTimeout(def, step, st); timedOut {
+		// As for a workflow run on its own: its steps go no further and
+		// its on-error steps run.
+		r = result{state: failed, err: "the workflow timed out after " + def.Timeout}
+	} else if a != nil {
+		return result{state: running, act: *a}
+	} else {
+		r = e.run(cf)
+	}
 	if r.state == failed && len(def.OnError) > 0 {
 		hf := cf.child(prefix+"/on-error/", def.OnError, map[string]any{"error": map[string]any{"message": r.err}})
 		hf.handler = true
@@ -814,6 +835,31 @@ func (e *engine) called(f frame, step workflow.Step, st projections.Step, prefix
 		}
 	}
 	return e.mapOutput(step, st, out, env, finish)
+}
+
+// callTimeout applies a called workflow's own timeout to the step st
+// that calls it: timedOut once its timer fired, else the arming of the
+// timer if it is due to exist and is not recorded (nil if none). It
+// counts from the call's start, or from the acquisition of the call's
+// lock if that came later; a call run again (a retry) gets its time
+// again.
+func (e *engine) callTimeout(def workflow.Definition, step workflow.Step, st projections.Step) (arm *action, timedOut bool) {
+	dur, err := time.ParseDuration(def.Timeout)
+	if err != nil || e.s.DryRun {
+		return nil, false
+	}
+	if timerFired(e.s, events.TimerCallTimeout, st.ID, st.Attempt) {
+		return nil, true
+	}
+	if timerArmed(e.s, events.TimerCallTimeout, st.ID, st.Attempt) {
+		return nil, false
+	}
+	from := st.ScheduledAt
+	if l, ok := e.s.LockAt(st.ID); ok && l.Status == projections.LockHeld && l.AcquiredAt.After(from) {
+		from = l.AcquiredAt
+	}
+	return &action{kind: actArmTimer, step: step, path: st.ID, attempt: st.Attempt, purpose: events.TimerCallTimeout,
+		until: from.Add(dur)}, false
 }
 
 // mapOutput applies a container's output expression (root result) to what
@@ -982,6 +1028,8 @@ func internal(step workflow.Step, st projections.Step, s projections.Execution, 
 		}
 		out, _ := json.Marshal(map[string]any{"retry": true, "next_attempt": int(attempt) + 1})
 		return action{kind: actComplete, step: step, attempt: st.Attempt, output: out}
+	case workflow.KindClearLock: // its clear was recorded with its schedule
+		return action{kind: actClearLock, step: step, attempt: st.Attempt, input: st.Input}
 	case workflow.KindReplayable: // a replay point: nothing to do
 		return action{kind: actComplete, step: step, attempt: st.Attempt}
 	case workflow.KindGoto: // recorded as done; the frame then starts a new round at the target

@@ -18,11 +18,14 @@ package interp
 
 import (
 	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -62,6 +65,9 @@ type Input struct {
 	// Claimed says whether the execution's id is claimed (its start was
 	// accepted), when a [NeedClaim] asked (nil otherwise).
 	Claimed *bool
+	// Holders are the holders of locks, by name, when a [NeedHolders]
+	// asked for them (nil otherwise; an empty list: nobody holds it).
+	Holders map[string][]events.LockEntry
 	// SplitDispatch records an operation's schedule and its sending as
 	// two events (StepScheduled, StepSending), as dispatchers before
 	// StepDispatched did, for histories that older dispatchers may read
@@ -131,8 +137,8 @@ func (d Decision) Empty() bool {
 }
 
 // Effect is something the shell does outside the history. The set is
-// closed: ArmTimer, PublishTask, EnqueueLock, ReleaseLock, PublishKill and
-// CatchUp.
+// closed: ArmTimer, PublishTask, EnqueueLock, ReleaseLock, PublishKill,
+// PublishClear and CatchUp.
 type Effect interface{ effect() }
 
 // ArmTimer publishes the durable schedule of a timer: at Due it fires the
@@ -201,6 +207,15 @@ type PublishKill struct {
 	Tokens []string
 }
 
+// PublishClear hands a clear-lock command (a clear-lock step's) to the
+// dispatchers, deduplicated by ID: each entry is then removed from the
+// lock and lock.cleared recorded in its execution's history, as for an
+// operator's clear.
+type PublishClear struct {
+	ID    string
+	Clear events.ClearLock
+}
+
 // runTokens are the tokens the execution's tasks out carry: its own, and
 // the older ones of attempts sent before a resume that are still out.
 func runTokens(s projections.Execution) []string {
@@ -232,12 +247,13 @@ func endedNotice(s projections.Execution, command string) []Effect {
 // execution was over, or damaged): after a resume or a replay.
 type CatchUp struct{}
 
-func (ArmTimer) effect()    {}
-func (PublishTask) effect() {}
-func (EnqueueLock) effect() {}
-func (ReleaseLock) effect() {}
-func (PublishKill) effect() {}
-func (CatchUp) effect()     {}
+func (ArmTimer) effect()     {}
+func (PublishTask) effect()  {}
+func (EnqueueLock) effect()  {}
+func (ReleaseLock) effect()  {}
+func (PublishKill) effect()  {}
+func (PublishClear) effect() {}
+func (CatchUp) effect()      {}
 
 // Need is something a decision needs loaded into its Input.
 type Need interface{ need() }
@@ -261,9 +277,14 @@ type NeedClaim struct{}
 // that are stored but not recorded (Input.Stored).
 type NeedStoredResults struct{}
 
+// NeedHolders asks for the holders of lock Lock (Input.Holders): a
+// clear-lock step records whom it clears.
+type NeedHolders struct{ Lock string }
+
 func (NeedWorkflow) need()      {}
 func (NeedHistory) need()       {}
 func (NeedStoredResults) need() {}
+func (NeedHolders) need()       {}
 func (NeedToken) need()         {}
 func (NeedClaim) need()         {}
 
@@ -404,6 +425,9 @@ func (in Input) carry(a action) Decision {
 		if a.step.Kind == workflow.KindWorkflow && a.step.Workflow != "" {
 			return in.scheduleCalled(a, nestedKind)
 		}
+		if a.step.Kind == workflow.KindClearLock {
+			return in.scheduleClear(a, nestedKind)
+		}
 		return in.schedule(a, &events.StepScheduled{StepID: id, Kind: nestedKind, Attempt: a.attempt, Input: a.input})
 	case actSend:
 		// Recorded first: a task that may have been published is never
@@ -429,6 +453,24 @@ func (in Input) carry(a action) Decision {
 		return one(&events.StepSucceeded{StepID: id, Attempt: a.attempt, Vars: a.vars})
 	case actArmTimer:
 		d, _ := in.arm(a.purpose, id, a.attempt, a.until)
+		return d
+	case actClearLock:
+		var rec clearInput
+		if err := json.Unmarshal(a.input, &rec); err != nil {
+			return Decision{Err: fmt.Errorf("step %s: the recorded clear is unreadable: %w", id, err)}
+		}
+		cleared := make([]map[string]string, 0, len(rec.Entries))
+		for _, en := range rec.Entries {
+			cleared = append(cleared, map[string]string{"execution_id": en.ExecutionID, "path": en.Path})
+		}
+		out, _ := json.Marshal(map[string]any{"lock": rec.Lock, "cleared": cleared})
+		d := one(&events.StepSucceeded{StepID: id, Attempt: a.attempt, Output: out})
+		if len(rec.Entries) > 0 {
+			// Before: a crash before the append publishes it again (the
+			// same id: the inbox keeps one).
+			d.Before = []Effect{PublishClear{ID: clearID(in.ID, id, a.attempt), Clear: events.ClearLock{Lock: rec.Lock, Entries: rec.Entries,
+				Reason: rec.Reason, RequestedBy: fmt.Sprintf("execution %s (workflow %s), step %s", in.ID, in.Workflow, id)}}}
+		}
 		return d
 	case actReturn, actComplete:
 		// A return's step succeeds; the next decision ends what it ends
@@ -628,6 +670,47 @@ func (in Input) scheduleCalled(a action, kind string) Decision {
 		return Decision{Err: err}
 	}
 	return Decision{Events: []events.Payload{in.final(&events.StepScheduled{StepID: a.path, Kind: kind, Attempt: a.attempt, Input: input})}}
+}
+
+// clearInput is what a clear-lock step records when it is scheduled:
+// the lock, the reason, and the holders it clears (the lock's holders
+// then, but its own execution's scopes).
+type clearInput struct {
+	Lock    string             `json:"lock"`
+	Reason  string             `json:"reason,omitempty"`
+	Entries []events.LockEntry `json:"entries"`
+}
+
+// scheduleClear records a clear-lock step's schedule with whom it clears:
+// read from the lock bucket when it is scheduled and recorded, so that the
+// clear it then asks for (and its output) is the same after any crash.
+func (in Input) scheduleClear(a action, kind string) Decision {
+	var rec clearInput
+	if err := json.Unmarshal(a.input, &rec); err != nil {
+		return Decision{Err: fmt.Errorf("step %s: %w", a.path, err)}
+	}
+	holders, loaded := in.Holders[rec.Lock]
+	if !loaded {
+		return Decision{Need: NeedHolders{Lock: rec.Lock}}
+	}
+	rec.Entries = []events.LockEntry{}
+	for _, h := range holders {
+		if h.ExecutionID != in.ID { // its own scopes end their holds themselves
+			rec.Entries = append(rec.Entries, h)
+		}
+	}
+	input, err := json.Marshal(rec)
+	if err != nil {
+		return Decision{Err: err}
+	}
+	return Decision{Events: []events.Payload{in.final(&events.StepScheduled{StepID: a.path, Kind: kind, Attempt: a.attempt, Input: input})}}
+}
+
+// clearID is the id of the clear-lock command of a clear-lock step's
+// attempt: the same after a crash, so the inbox keeps one.
+func clearID(execution, path string, attempt int) string {
+	sum := sha256.Sum256([]byte(execution + "\x00" + path + "\x00" + strconv.Itoa(attempt)))
+	return "clearlock-" + hex.EncodeToString(sum[:12])
 }
 
 // replayed returns the recording of a replay (asked by an operator, a

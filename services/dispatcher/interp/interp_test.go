@@ -38,6 +38,19 @@ type memShell struct {
 	// kills are the kill notices published, each with the number of
 	// events recorded before it.
 	kills []killPublished
+	// busy locks keep every request waiting; holders are what the lock
+	// bucket lists (NeedHolders); clears the clear-lock commands
+	// published, each with the number of events recorded before it.
+	busy    map[string]bool
+	holders map[string][]events.LockEntry
+	clears  []clearPublished
+	// loadedHolders are the holders loaded for the decision under way.
+	loadedHolders map[string][]events.LockEntry
+}
+
+type clearPublished struct {
+	PublishClear
+	after int
 }
 
 type killPublished struct {
@@ -62,6 +75,7 @@ func (m *memShell) input() Input {
 		in.History = m.evs
 	}
 	in.Stored = m.stored
+	in.Holders = m.loadedHolders
 	return in
 }
 
@@ -92,6 +106,13 @@ func (m *memShell) carry(d Decision) bool {
 	}
 	if _, ok := d.Need.(NeedHistory); ok {
 		m.history = true
+		return true
+	}
+	if n, ok := d.Need.(NeedHolders); ok {
+		if m.loadedHolders == nil {
+			m.loadedHolders = map[string][]events.LockEntry{}
+		}
+		m.loadedHolders[n.Lock] = append([]events.LockEntry{}, m.holders[n.Lock]...)
 		return true
 	}
 	if _, ok := d.Need.(NeedToken); ok {
@@ -128,7 +149,12 @@ func (m *memShell) perform(e Effect) Outcome {
 		m.tasks = append(m.tasks, e.Task)
 		return TaskStored{Task: e, Seq: uint64(100 + len(m.tasks)), At: m.now}
 	case EnqueueLock:
-		return LockHeld{Lock: e} // no contention in memory
+		if m.busy[e.Lock] {
+			return nil // it waits
+		}
+		return LockHeld{Lock: e}
+	case PublishClear:
+		m.clears = append(m.clears, clearPublished{e, len(m.evs)})
 	case PublishKill:
 		m.kills = append(m.kills, killPublished{e, len(m.evs)})
 	case ReleaseLock, CatchUp:
@@ -143,7 +169,7 @@ func (m *memShell) advance() {
 	m.t.Helper()
 	for i := 0; i < 1000; i++ {
 		if !m.carry(Next(m.input())) {
-			m.called, m.history, m.stored = nil, false, nil
+			m.called, m.history, m.stored, m.loadedHolders = nil, false, nil, nil
 			return
 		}
 	}

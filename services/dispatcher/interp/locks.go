@@ -163,7 +163,11 @@ func (e *engine) lockGate(step workflow.Step, st projections.Step, env *lazyEnv)
 	case ok && l.Status == projections.LockHeld:
 		return result{}, true
 	case ok && l.Status == projections.LockWaiting:
-		return result{state: running, act: action{kind: actWait}}, false
+		return result{state: running, act: lockWait(e.s, step, st, l)}, false
+	case ok && l.Status == projections.LockReleased && timerFired(e.s, events.TimerLockTimeout, st.ID, l.Requests) &&
+		!l.RequestedAt.Before(st.ScheduledAt): // asked for by this attempt (a retry asks again)
+		return result{state: running, act: action{kind: actStepFail, step: step, path: st.ID, attempt: st.Attempt,
+			err: fmt.Sprintf("lock %s was not acquired within %s (lock_timeout)", l.Name, step.LockTimeout)}}, false
 	}
 	name, err := renderLockName(expr, lockEnv())
 	if err != nil {
@@ -178,6 +182,25 @@ func (e *engine) lockGate(step workflow.Step, st projections.Step, env *lazyEnv)
 	}
 	return result{state: running, act: action{kind: actLock, step: step, path: st.ID,
 		lock: lockAct{name: name, limit: max(limit, 1)}}}, false
+}
+
+// lockWait decides a workflow step waiting for its lock l: with a
+// lock_timeout, its timer is armed (from the request; a request made
+// again, after a clear, gets its time again) and once it fired the step
+// leaves the queue, after which it fails (lockGate). Otherwise it waits to
+// be woken.
+func lockWait(s projections.Execution, step workflow.Step, st projections.Step, l projections.Lock) action {
+	dur, err := time.ParseDuration(step.LockTimeout)
+	switch {
+	case err != nil || s.DryRun:
+		return action{kind: actWait}
+	case timerFired(s, events.TimerLockTimeout, st.ID, l.Requests):
+		return unlock(l, fmt.Sprintf("not acquired within %s (lock_timeout)", step.LockTimeout))
+	case !timerArmed(s, events.TimerLockTimeout, st.ID, l.Requests):
+		return action{kind: actArmTimer, step: step, path: st.ID, attempt: l.Requests, purpose: events.TimerLockTimeout,
+			until: l.RequestedAt.Add(dur)}
+	}
+	return action{kind: actWait}
 }
 
 // renderLockName evaluates a lock expression to a valid lock name.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"jetflow.dev/pkg/projections"
+	"jetflow.dev/pkg/workflow"
 )
 
 // taskToken is the execution token an attempt's task carries: the one
@@ -31,6 +32,10 @@ func dryRunSkip(s projections.Execution, a action) string {
 		return "dry run: would sleep"
 	case actWaitSignal:
 		return "dry run: would wait for a signal"
+	case actSchedule:
+		if a.step.Kind == workflow.KindClearLock {
+			return "dry run: would clear the lock's holders"
+		}
 	}
 	return ""
 }

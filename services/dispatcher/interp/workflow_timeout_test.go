@@ -2,6 +2,7 @@ package interp
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -36,4 +37,71 @@ func TestWorkflowTimeoutRunsOnError(t *testing.T) {
 	require.Len(t, m.tasks, 1, "two was never sent")
 	_, ok := instanceOf(m.state, "two")
 	require.True(t, !ok || m.state.Steps[m.state.StepIndex("two")].Status == projections.OpNone, "two never began")
+}
+
+// TestCalledWorkflowAppliesItsTimeout: a workflow called by name applies
+// its own timeout, counted from the call's start: when it fires, the
+// operation under way in the call is terminated, the call's next step is
+// never scheduled, the called workflow's on-error steps run seeing the
+// timeout, and the calling step fails with it; the caller's on-error
+// handles that as any failure of the step.
+func TestCalledWorkflowAppliesItsTimeout(t *testing.T) {
+	t.Parallel()
+	child := workflow.Definition{Name: "child", Timeout: "30s",
+		OnError: []workflow.Step{{ID: "note", Kind: workflow.KindLet, Vars: map[string]any{"why": "${error.message}"}}},
+		Steps: []workflow.Step{
+			{ID: "one", Kind: workflow.KindExec, Command: "x"},
+			{ID: "two", Kind: workflow.KindExec, Command: "x"},
+		}}
+	def := workflow.Definition{Name: "parent", Steps: []workflow.Step{
+		{ID: "call", Kind: workflow.KindWorkflow, Workflow: "child",
+			OnError: []workflow.Step{{ID: "seen", Kind: workflow.KindLet, Vars: map[string]any{"caller_saw": "${error.message}"}}}},
+		{ID: "after", Kind: workflow.KindLet, Vars: map[string]any{"went_on": true}},
+	}}
+	m := newMemShell(t, def, `{}`)
+	m.catalog[CalledRef{Name: "child"}] = &Called{Name: "child", Version: 1, Definition: child}
+	m.advance()
+	require.Len(t, m.tasks, 1, "call/one is sent")
+	require.Equal(t, "call/one", m.tasks[0].StepID)
+	timer := timerID("x1", events.TimerCallTimeout, "call", 1)
+	require.Contains(t, m.timers, timer, "the called workflow's timeout is armed")
+	call := m.state.Steps[m.state.StepIndex("call")]
+	require.Equal(t, call.ScheduledAt.Add(30*time.Second), m.timers[timer], "counted from the call's start")
+
+	m.carry(Fired(m.input(), timer, m.now))
+	require.Len(t, m.kills, 1, "the operation under way in the call is terminated")
+	require.Equal(t, m.tasks[0].TaskID, m.kills[0].TaskID)
+	m.advance()
+	require.Len(t, m.tasks, 1, "call/two was never sent")
+	require.JSONEq(t, `"the workflow timed out after 30s"`, string(m.state.Vars["why"]), "the called workflow's on-error ran and saw the timeout")
+	require.JSONEq(t, `"workflow child: the workflow timed out after 30s"`, string(m.state.Vars["caller_saw"]))
+	require.Equal(t, projections.OpFailed, m.state.Steps[m.state.StepIndex("call")].Status)
+	require.Equal(t, projections.StatusSucceeded, m.state.Status, "the caller's on-error handled the failure; history: %v", m.types())
+	require.JSONEq(t, `true`, string(m.state.Vars["went_on"]))
+}
+
+// TestCalledWorkflowTimeoutCountsFromItsLock: a called workflow with a
+// lock counts its timeout from the lock's acquisition, and a call that
+// ends in time leaves its timer unfired and changes nothing.
+func TestCalledWorkflowTimeoutCountsFromItsLock(t *testing.T) {
+	t.Parallel()
+	child := workflow.Definition{Name: "child", Timeout: "30s", Lock: "db",
+		Steps: []workflow.Step{{ID: "one", Kind: workflow.KindExec, Command: "x"}}}
+	def := workflow.Definition{Name: "parent", Steps: []workflow.Step{
+		{ID: "call", Kind: workflow.KindWorkflow, Workflow: "child"},
+	}}
+	m := newMemShell(t, def, `{}`)
+	m.catalog[CalledRef{Name: "child"}] = &Called{Name: "child", Version: 1, Definition: child}
+	m.advance()
+	require.Len(t, m.tasks, 1)
+	l, ok := m.state.LockAt("call")
+	require.True(t, ok)
+	require.Equal(t, projections.LockHeld, l.Status)
+	timer := timerID("x1", events.TimerCallTimeout, "call", 1)
+	require.Equal(t, l.AcquiredAt.Add(30*time.Second), m.timers[timer])
+
+	m.carry(m.report(&events.OperationSucceeded{Output: []byte(`1`)}))
+	m.advance()
+	require.Equal(t, projections.StatusSucceeded, m.state.Status, "history: %v", m.types())
+	require.False(t, m.state.Timers[timer].Fired)
 }

@@ -418,6 +418,13 @@ func waitingOnTime(x projections.Execution, now time.Time) bool {
 			if st.Attempt == t.Attempt && (st.Status == projections.OpWaiting || st.Status == projections.OpRescheduled) {
 				return false
 			}
+			if t.Purpose == events.TimerCallTimeout && st.Attempt == t.Attempt && st.Status == projections.OpPending {
+				return false // a called workflow timed out, yet it runs
+			}
+		}
+		if l, ok := x.LockAt(t.StepID); t.Fired && t.Purpose == events.TimerLockTimeout && ok &&
+			l.Status == projections.LockWaiting && l.Requests == t.Attempt {
+			return false // the wait for a lock timed out, yet it waits
 		}
 	}
 	return true
