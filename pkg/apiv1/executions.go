@@ -133,6 +133,10 @@ type ActionRequest struct {
 	// idempotency and replay points.
 	From  string `json:"from,omitempty"`
 	Force bool   `json:"force,omitempty"`
+	// Version, for a resume, force-resume or replay, moves the execution
+	// to that version of its workflow first: a number, or "latest"
+	// (events.LatestVersion). Steps are matched by id.
+	Version events.TargetVersion `json:"version,omitempty"`
 	// IgnoreSeq, for a repair (admin scope), is the stream sequence of
 	// the damaged event that folds pass over from now on.
 	IgnoreSeq uint64 `json:"ignore_seq,omitempty"`

@@ -71,6 +71,9 @@ func kindName(t reflect.Type) string {
 	if t == nil {
 		return "value"
 	}
+	if t == reflect.TypeFor[TargetVersion]() {
+		return `version number (1, 2, ...) or "latest"`
+	}
 	switch t.Kind() {
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
 		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Float32, reflect.Float64:

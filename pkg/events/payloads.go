@@ -2,7 +2,9 @@ package events
 
 import (
 	"encoding/json"
+	"reflect"
 	"slices"
+	"strconv"
 	"time"
 )
 
@@ -410,6 +412,9 @@ type ExecutionAction struct {
 	From string `json:"from,omitempty"`
 	// Force makes a replay ignore idempotency and replay points.
 	Force bool `json:"force,omitempty"`
+	// Version, for a resume, force-resume or replay, moves the execution
+	// to that version of its workflow first ([DefinitionChanged]).
+	Version TargetVersion `json:"version,omitempty"`
 	// Actor is set by the api only ([Actor]).
 	Actor *Actor `json:"actor,omitempty"`
 	// IgnoreSeq is, for a repair, the stream sequence of the event that
@@ -481,6 +486,89 @@ type ExecutionResumed struct {
 	Token string `json:"token"`
 	// Reset lists the step instances that run again.
 	Reset []string `json:"reset,omitempty"`
+}
+
+// DefinitionChanged records that an action (a resume, force-resume or
+// replay, the action record says which and who asked) moved the
+// execution from FromVersion of its workflow to Version, whose
+// definition it carries: the events after it run that definition. Steps
+// are matched by id (path): a recorded step the new version still has
+// keeps its result; Retired lists the recorded step instances it has
+// not, whose results are ignored from now on; a step new in it runs when
+// it is reached. It is recorded just before the action's own event.
+type DefinitionChanged struct {
+	ActionRecord
+	FromVersion int             `json:"from_version"`
+	Version     int             `json:"version"`
+	Definition  json.RawMessage `json:"definition"`
+	// Steps are the new version's top-level steps, as ExecutionStarted's.
+	Steps []StepRef `json:"steps"`
+	// Moved maps the path of each step instance the new version moved
+	// (into or out of a block, say) to its new path; the instances inside
+	// it move with it ([MovedPath]).
+	Moved   map[string]string `json:"moved,omitempty"`
+	Retired []string          `json:"retired,omitempty"`
+}
+
+// MovedPath returns where path is after the moves of a DefinitionChanged:
+// a moved instance's new path, or an instance inside one (or a later
+// attempt of it) under the new path.
+func MovedPath(path string, moved map[string]string) (string, bool) {
+	if to, ok := moved[path]; ok {
+		return to, true
+	}
+	for i := 0; i < len(path); i++ {
+		if path[i] != '/' && path[i] != '@' {
+			continue
+		}
+		if to, ok := moved[path[:i]]; ok {
+			return to + path[i:], true
+		}
+	}
+	return "", false
+}
+
+// TargetVersion is the version of its workflow an action moves an
+// execution to: a number from 1, or [LatestVersion], written "latest".
+// Zero means none: the execution stays on its version.
+type TargetVersion int
+
+// LatestVersion is "latest": the workflow's latest version when the
+// action is decided.
+const LatestVersion TargetVersion = -1
+
+// MarshalJSON writes a number, or "latest".
+func (v TargetVersion) MarshalJSON() ([]byte, error) {
+	if v == LatestVersion {
+		return []byte(`"latest"`), nil
+	}
+	return []byte(strconv.Itoa(int(v))), nil
+}
+
+// UnmarshalJSON reads a number from 1, or "latest". Anything else is a
+// *json.UnmarshalTypeError, which the decoder names the member of
+// (ExplainJSON: `must be a version number (1, 2, ...) or "latest", not
+// 0`).
+func (v *TargetVersion) UnmarshalJSON(b []byte) error {
+	var s string
+	if json.Unmarshal(b, &s) == nil && s == "latest" {
+		*v = LatestVersion
+		return nil
+	}
+	var n int
+	if err := json.Unmarshal(b, &n); err != nil || n < 1 {
+		return &json.UnmarshalTypeError{Value: string(b), Type: reflect.TypeFor[TargetVersion]()}
+	}
+	*v = TargetVersion(n)
+	return nil
+}
+
+// String is the version as written: a number, or latest.
+func (v TargetVersion) String() string {
+	if v == LatestVersion {
+		return "latest"
+	}
+	return strconv.Itoa(int(v))
 }
 
 // ExecutionReplayed records a replay: asked by an operator (the action
@@ -704,6 +792,7 @@ func (*RefuseTasks) EventType() Type         { return TypeRefuseTasks }
 func (*TerminateTask) EventType() Type       { return TypeTerminateTask }
 func (*ExecutionResumed) EventType() Type    { return TypeExecutionResumed }
 func (*ExecutionReplayed) EventType() Type   { return TypeExecutionReplayed }
+func (*DefinitionChanged) EventType() Type   { return TypeDefinitionChanged }
 func (*ResultIgnored) EventType() Type       { return TypeResultIgnored }
 func (*ResultAfterEnd) EventType() Type      { return TypeResultAfterEnd }
 func (*ExecutionSuspended) EventType() Type  { return TypeExecutionSuspended }
@@ -711,6 +800,7 @@ func (*ExecutionCancelling) EventType() Type { return TypeExecutionCancelling }
 func (*ExecutionCancelled) EventType() Type  { return TypeExecutionCancelled }
 
 func (*ExecutionStarted) payload()    {}
+func (*DefinitionChanged) payload()   {}
 func (*ExecutionSucceeded) payload()  {}
 func (*ExecutionFailed) payload()     {}
 func (*StepScheduled) payload()       {}
@@ -818,6 +908,8 @@ func NewPayload(t Type) Payload {
 		return &ExecutionResumed{}
 	case TypeExecutionReplayed:
 		return &ExecutionReplayed{}
+	case TypeDefinitionChanged:
+		return &DefinitionChanged{}
 	case TypeResultIgnored:
 		return &ResultIgnored{}
 	case TypeResultAfterEnd:

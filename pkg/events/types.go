@@ -23,6 +23,10 @@ const (
 	// failed or cancelled execution: steps to run again were reset and a
 	// new execution token issued.
 	TypeExecutionResumed Type = "io.jetflow.execution.resumed"
+	// TypeDefinitionChanged records that a resume, force-resume or replay
+	// moved the execution to another version of its workflow: the steps
+	// are matched by id, and what follows runs the new version.
+	TypeDefinitionChanged Type = "io.jetflow.execution.definition_changed"
 	// TypeExecutionReplayed records a replay (Brooklyn's): the execution
 	// runs again from a replay point or resumes at its last incomplete
 	// step, with the variables as they were there and a new token.

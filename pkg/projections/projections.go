@@ -196,6 +196,14 @@ type Execution struct {
 	RetentionKey string `json:"retention_key,omitempty"`
 	// Replays are the replays recorded, in order.
 	Replays []Replay `json:"replays,omitempty"`
+	// VersionChanges are the moves to another version of the workflow
+	// (a resume, force-resume or replay with a version), in order.
+	VersionChanges []VersionChange `json:"version_changes,omitempty"`
+	// RetiredSteps are the step instances recorded under an earlier
+	// version that a later one did not have: their results are ignored
+	// (no expression sees them, nothing waits for them). They are no
+	// longer in Steps.
+	RetiredSteps []Step `json:"retired_steps,omitempty"`
 	// Resumes counts the resumes and replays; ResumedAt is the last one's
 	// time (the workflow timeout counts from it).
 	Resumes   int       `json:"resumes,omitempty"`
@@ -488,7 +496,7 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 		if _, ok := ev.Data.(*events.ExecutionStarted); !ok && ev.Data != nil {
 			return s, &TransitionError{ExecutionID: ev.Subject, From: string(s.Status), Event: ev.Type}
 		}
-	} else if s.Status.Terminal() && ev.Data != nil && !reopens(ev.Data) {
+	} else if s.Status.Terminal() && ev.Data != nil && !reopens(ev.Data) && ev.Type != events.TypeDefinitionChanged {
 		return s, &TransitionError{ExecutionID: s.ID, From: string(s.Status), Event: ev.Type}
 	}
 	switch e := ev.Data.(type) {
@@ -515,6 +523,8 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 		sub := ev
 		sub.Data = e.Then
 		return apply(s, sub)
+	case *events.DefinitionChanged:
+		return s.changeDefinition(ev, e)
 	case *events.ExecutionSucceeded:
 		if s.Status != StatusStarted { // a cancelling execution ends cancelled
 			return s, &TransitionError{ExecutionID: s.ID, From: string(s.Status), Event: ev.Type}
@@ -845,6 +855,67 @@ func (s Execution) replay(ev events.Event, e *events.ExecutionReplayed) (Executi
 		s.Steps[i] = Step{ID: st.ID, Kind: st.Kind, Status: OpNone, Attempt: st.Attempt, RetryBase: st.Attempt, Queue: st.Queue}
 	}
 	return s, nil
+}
+
+// changeDefinition moves a settled execution to another version of its
+// workflow: the new version's top-level steps it has no instance of are
+// added (a top-level step retired earlier comes back fresh), and the
+// instances it has not are retired: moved from Steps to RetiredSteps,
+// with their results.
+func (s Execution) changeDefinition(ev events.Event, e *events.DefinitionChanged) (Execution, error) {
+	if !s.Status.Settled() {
+		return s, &TransitionError{ExecutionID: s.ID, From: string(s.Status), Event: ev.Type}
+	}
+	if len(e.Moved) > 0 {
+		s.Steps = slices.Clone(s.Steps)
+		for i := range s.Steps {
+			if to, ok := events.MovedPath(s.Steps[i].ID, e.Moved); ok {
+				s.Steps[i].ID = to
+			}
+		}
+	}
+	retired := make(map[string]bool, len(e.Retired))
+	for _, id := range e.Retired {
+		if s.StepIndex(id) < 0 {
+			return s, fmt.Errorf("%w: %q in %s", ErrUnknownStep, id, ev.Type)
+		}
+		retired[id] = true
+	}
+	steps := make([]Step, 0, len(s.Steps)+len(e.Steps))
+	gone := slices.Clone(s.RetiredSteps)
+	for _, st := range s.Steps {
+		if retired[st.ID] {
+			gone = append(gone, st)
+			continue
+		}
+		steps = append(steps, st)
+	}
+	s.Steps, s.RetiredSteps = steps, gone
+	for _, r := range e.Steps {
+		if s.StepIndex(r.ID) < 0 {
+			s.Steps = append(s.Steps, Step{ID: r.ID, Kind: r.Kind})
+		}
+	}
+	s.VersionChanges = append(slices.Clone(s.VersionChanges), VersionChange{From: e.FromVersion, To: e.Version, Action: e.Action,
+		Reason: e.Reason, RequestedBy: e.RequestedBy, Actor: e.Actor, At: ev.Time, Moved: e.Moved, Retired: e.Retired})
+	s.Version = e.Version
+	return s, nil
+}
+
+// VersionChange is a move of an execution to another version of its
+// workflow, asked with an action.
+type VersionChange struct {
+	From        int           `json:"from"`
+	To          int           `json:"to"`
+	Action      string        `json:"action"`
+	Reason      string        `json:"reason,omitempty"`
+	RequestedBy string        `json:"requested_by,omitempty"`
+	Actor       *events.Actor `json:"actor,omitempty"`
+	At          time.Time     `json:"at"`
+	// Moved are the step instances the new version moved (old path: new
+	// path), Retired those it did not have.
+	Moved   map[string]string `json:"moved,omitempty"`
+	Retired []string          `json:"retired,omitempty"`
 }
 
 // cancellation adds an action to the record of the cancellation so far

@@ -54,6 +54,9 @@ var kindFields = map[string][]string{
 	KindSwitch:   {"cases", "default"},
 }
 
+// Article is "a" or "an" before a kind's name.
+func Article(kind string) string { return article(kind) }
+
 // article is "a" or "an" before a kind's name.
 func article(kind string) string {
 	if kind != "" && strings.ContainsRune("aeiou", rune(kind[0])) || strings.HasPrefix(kind, "http") {
@@ -209,7 +212,7 @@ func validateStepList(add func(string, string, ...any), addErr func(string, erro
 		}
 		checkRetry(add, f("retry"), s.Retry)
 		checkRetention(add, f("retention"), s.Retention, roots)
-		if s.Lock != "" && s.Retention.disabled() {
+		if s.Kind == KindWorkflow && s.Lock != "" && s.Retention.disabled() {
 			add(f("retention"), "disabled cannot go with lock: a holder deleted when it ends leaves nothing to resume, replay or explain the lock by; keep it a while (e.g. 1h)")
 		}
 		s.validateKind(add, addErr, f, roots)

@@ -67,6 +67,10 @@ func (s *Server) executionAction(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: "force",
 			Message: "force applies to the replay action only (use force-cancel or force-resume)"})
 		return
+	case req.Version != 0 && req.Action != events.ActionResume && req.Action != events.ActionForceResume && req.Action != events.ActionReplay:
+		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: "version",
+			Message: "version applies to resume, force-resume and replay only: it moves the execution to that version of its workflow"})
+		return
 	case req.Action == events.ActionRepair && req.IgnoreSeq == 0:
 		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: "ignore_seq",
 			Message: "repair needs ignore_seq: the stream sequence of the damaged event (GET /v1/executions/{id} shows it under damaged.seq)"})
@@ -86,7 +90,7 @@ func (s *Server) executionAction(w http.ResponseWriter, r *http.Request) {
 	s.sendExecutionCommand(w, r, executionCommand{
 		execID: id, subject: bus.SubjectAPIAction,
 		data: &events.ExecutionAction{ExecutionID: id, Action: req.Action, Reason: req.Reason, RequestedBy: req.RequestedBy,
-			From: req.From, Force: req.Force, IgnoreSeq: req.IgnoreSeq},
+			From: req.From, Force: req.Force, Version: req.Version, IgnoreSeq: req.IgnoreSeq},
 		repair: req.Action == events.ActionRepair,
 		record: func(ev events.Event, key string) (bool, string) {
 			var rec events.ActionRecord

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -265,18 +266,25 @@ func (d *Dispatcher) load(ctx context.Context, wf, id string, how loading) (x *e
 	if x.state.Status != projections.StatusNone {
 		// The fold began with the start (a damaged one is passed over, or
 		// leaves the status none).
+		// The definition of its start, or of the last move to another
+		// version (definition_changed).
 		for _, ev := range evs {
-			started, ok := ev.Data.(*events.ExecutionStarted)
-			if !ok {
+			var version int
+			var raw json.RawMessage
+			switch p := ev.Data.(type) {
+			case *events.ExecutionStarted:
+				version, raw = p.Version, p.Definition
+			case *events.DefinitionChanged:
+				version, raw = p.Version, p.Definition
+			default:
 				continue
 			}
-			def, err := d.pinned.get(wf, started.Version, started.Definition)
+			def, err := d.pinned.get(wf, version, raw)
 			if err != nil && x.state.Damaged == nil {
 				x.state.Damaged = &projections.Damage{Seq: ev.Seq, EventID: ev.ID, Type: ev.Type,
 					Reason: fmt.Sprintf("the pinned definition cannot be decoded: %v", errors.Unwrap(err))}
 			}
 			x.def = def
-			break
 		}
 	}
 	d.mu.Lock()
@@ -316,6 +324,13 @@ func (d *Dispatcher) append(ctx context.Context, x *execState, p events.Payload,
 	}
 	next.LastSeq = seq
 	x.state, x.current = next, true
+	if c, ok := p.(*events.DefinitionChanged); ok { // what follows runs the new version
+		def, err := d.pinned.get(x.workflow, c.Version, c.Definition)
+		if err != nil {
+			return permanentError{err}
+		}
+		x.def, x.memo = def, &interp.Memo{}
+	}
 	if x.firstSeq == 0 {
 		x.firstSeq = seq
 	}

@@ -45,6 +45,10 @@ func vetAction(p *events.ExecutionAction) *interp.Rejection {
 	switch {
 	case p.Action != events.ActionReplay && (p.From != "" || p.Force):
 		return invalid("from and force apply to the replay action only, not to %s (use force-cancel or force-resume)", p.Action)
+	case p.Version != 0 && p.Action != events.ActionResume && p.Action != events.ActionForceResume && p.Action != events.ActionReplay:
+		return invalid("version applies to resume, force-resume and replay only, not to %s", p.Action)
+	case p.Version < events.LatestVersion:
+		return invalid("version %d is not a version: give a version number (1, 2, ...) or \"latest\"", int(p.Version))
 	case p.Action == events.ActionRepair && p.IgnoreSeq == 0:
 		return invalid("repair needs ignore_seq: the stream sequence of the damaged event (jetflow show names it)")
 	case p.Action != events.ActionRepair && p.IgnoreSeq > 0:

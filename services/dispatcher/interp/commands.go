@@ -105,12 +105,35 @@ func Fired(in Input, timerID string, sentAt time.Time) Decision {
 	case events.TimerWorkflowTimeout:
 		d.Before = abandoned(in.State, "", "the workflow timed out after "+in.Def.Timeout)
 	case events.TimerCallTimeout:
-		if i := in.State.StepIndex(t.StepID); i >= 0 && in.State.Steps[i].Attempt == t.Attempt && in.State.Steps[i].Status == projections.OpPending {
+		if st, ok := callInstance(in.State, t.StepID); ok && st.Status == projections.OpPending && t.Attempt == in.State.Resumes {
 			// The call still runs (its steps, or its own on-error steps).
-			d.Before = abandoned(in.State, instancePrefix(t.StepID, t.Attempt)+"/", "the workflow it belongs to (called by step "+t.StepID+") timed out")
+			d.Before = abandoned(in.State, t.StepID+"/", "the workflow it belongs to (called by step "+st.ID+") timed out")
 		}
 	}
 	return d
+}
+
+// callInstance returns the container step whose attempt's instance
+// (instancePrefix) is key, if it is that attempt.
+func callInstance(s projections.Execution, key string) (projections.Step, bool) {
+	st, _, current := containerAt(s, key)
+	return st, current
+}
+
+// containerAt returns the container step instance whose attempt's prefix
+// (instancePrefix) is key: exists if the execution has the instance,
+// current if key is its current attempt's.
+func containerAt(s projections.Execution, key string) (st projections.Step, exists, current bool) {
+	path, attempt := key, 1
+	if i := strings.LastIndexByte(key, '@'); i > strings.LastIndexByte(key, '/') {
+		n, err := strconv.Atoi(key[i+1:])
+		if err != nil {
+			return projections.Step{}, false, false
+		}
+		path, attempt = key[:i], n
+	}
+	st, exists = instanceOf(s, path)
+	return st, exists, exists && max(st.Attempt, 1) == attempt
 }
 
 // instancePrefix is the path prefix of the steps of a container's attempt
@@ -182,9 +205,12 @@ type ActionCommand struct {
 	// Record is who asked, why, and the action.
 	Record events.ActionRecord
 	// From and Force: a replay's.
-	From   string
-	Force  bool
-	SentAt time.Time
+	From  string
+	Force bool
+	// Version, for a resume, force-resume or replay: the version of the
+	// workflow to move the execution to first (0: it stays on its own).
+	Version events.TargetVersion
+	SentAt  time.Time
 }
 
 // Action decides an operator's action. Every action is recorded in the
@@ -223,8 +249,14 @@ func Action(in Input, cmd ActionCommand) Decision {
 	if s.Status == projections.StatusNone {
 		return notStarted(in, in.ID, cmd.SentAt)
 	}
+	if cmd.Version != 0 && action != events.ActionResume && action != events.ActionForceResume && action != events.ActionReplay {
+		return reject(events.CodeInvalid, "version applies to resume, force-resume and replay, not to %s", action)
+	}
 	if why := s.Status.ActionRefused(action); why != "" {
 		return reject(events.CodeConflict, "execution %q %s", in.ID, why)
+	}
+	if cmd.Version != 0 {
+		return changeVersion(in, cmd)
 	}
 	rec := cmd.Record
 	one := func(p events.Payload, after ...Effect) Decision {

@@ -840,26 +840,38 @@ func (e *engine) called(f frame, step workflow.Step, st projections.Step, prefix
 // callTimeout applies a called workflow's own timeout to the step st
 // that calls it: timedOut once its timer fired, else the arming of the
 // timer if it is due to exist and is not recorded (nil if none). It
-// counts from the call's start, or from the acquisition of the call's
-// lock if that came later; a call run again (a retry) gets its time
-// again.
+// counts from the call's start, from the last resume or replay (which
+// gives the call its time again, as a workflow's timeout), or from the
+// acquisition of the call's lock, whichever came last; a call run again
+// (a retry) gets its time again. The timer's step is the call's
+// instance (instancePrefix) and its attempt the resume count.
 func (e *engine) callTimeout(def workflow.Definition, step workflow.Step, st projections.Step) (arm *action, timedOut bool) {
 	dur, err := time.ParseDuration(def.Timeout)
 	if err != nil || e.s.DryRun {
 		return nil, false
 	}
-	if timerFired(e.s, events.TimerCallTimeout, st.ID, st.Attempt) {
+	key := instancePrefix(st.ID, st.Attempt)
+	if timerFired(e.s, events.TimerCallTimeout, key, e.s.Resumes) {
 		return nil, true
 	}
-	if timerArmed(e.s, events.TimerCallTimeout, st.ID, st.Attempt) {
+	if timerArmed(e.s, events.TimerCallTimeout, key, e.s.Resumes) {
 		return nil, false
 	}
 	from := st.ScheduledAt
+	if e.s.Resumes > 0 && e.s.ResumedAt.After(from) {
+		from = e.s.ResumedAt
+	}
 	if l, ok := e.s.LockAt(st.ID); ok && l.Status == projections.LockHeld && l.AcquiredAt.After(from) {
 		from = l.AcquiredAt
 	}
-	return &action{kind: actArmTimer, step: step, path: st.ID, attempt: st.Attempt, purpose: events.TimerCallTimeout,
+	return &action{kind: actArmTimer, step: step, path: key, attempt: e.s.Resumes, purpose: events.TimerCallTimeout,
 		until: from.Add(dur)}, false
+}
+
+// callTimedOut reports whether the call whose instance (instancePrefix)
+// is key has timed out in the execution's current run.
+func callTimedOut(s projections.Execution, key string) bool {
+	return timerFired(s, events.TimerCallTimeout, key, s.Resumes)
 }
 
 // mapOutput applies a container's output expression (root result) to what

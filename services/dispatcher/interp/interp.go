@@ -402,6 +402,18 @@ func (in Input) carry(a action) Decision {
 			Before: []Effect{ReleaseLock{Lock: l.Name, Path: a.path, Request: l.Requests, Reason: a.lock.reason}},
 			Events: []events.Payload{&events.LockReleased{Lock: l.Name, Path: a.path, Reason: a.lock.reason}},
 		}
+	case actLockTimeout:
+		// The release and the step's failure in one decision: the failure
+		// is what the release is for. (After a crash between the two the
+		// step, no longer waiting, asks for the lock again.)
+		l, ok := s.LockAt(a.path)
+		if !ok || l.Status != projections.LockWaiting {
+			return Decision{Err: fmt.Errorf("lock timeout of scope %q, which does not wait for lock %s", a.path, a.lock.name)}
+		}
+		d := in.carry(action{kind: actStepFail, step: a.step, path: a.path, attempt: a.attempt, err: a.err})
+		d.Before = append([]Effect{ReleaseLock{Lock: l.Name, Path: a.path, Request: l.Requests, Reason: a.lock.reason}}, d.Before...)
+		d.Events = append([]events.Payload{&events.LockReleased{Lock: l.Name, Path: a.path, Reason: a.lock.reason}}, d.Events...)
+		return d
 	}
 	id := a.path
 	if id == "" {
@@ -469,7 +481,7 @@ func (in Input) carry(a action) Decision {
 			// Before: a crash before the append publishes it again (the
 			// same id: the inbox keeps one).
 			d.Before = []Effect{PublishClear{ID: clearID(in.ID, id, a.attempt), Clear: events.ClearLock{Lock: rec.Lock, Entries: rec.Entries,
-				Reason: rec.Reason, RequestedBy: fmt.Sprintf("execution %s (workflow %s), step %s", in.ID, in.Workflow, id)}}}
+				Reason: rec.Reason, RequestedBy: clearRequestedBy(in.ID, in.Workflow, id)}}}
 		}
 		return d
 	case actReturn, actComplete:
@@ -704,6 +716,18 @@ func (in Input) scheduleClear(a action, kind string) Decision {
 		return Decision{Err: err}
 	}
 	return Decision{Events: []events.Payload{in.final(&events.StepScheduled{StepID: a.path, Kind: kind, Attempt: a.attempt, Input: input})}}
+}
+
+// clearRequestedBy names a clear-lock step as who asked for its clear,
+// within the bound a clear command's requested_by has (a long path is cut
+// in the middle).
+func clearRequestedBy(execution, wf, path string) string {
+	by := fmt.Sprintf("execution %s (workflow %s), step %s", execution, wf, path)
+	if len(by) <= events.MaxRequestedBy {
+		return by
+	}
+	keep := events.MaxRequestedBy - len(by) + len(path) - len("...")
+	return by[:len(by)-len(path)] + path[:keep/2] + "..." + path[len(path)-(keep-keep/2):]
 }
 
 // clearID is the id of the clear-lock command of a clear-lock step's

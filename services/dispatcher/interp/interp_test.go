@@ -91,6 +91,11 @@ func (m *memShell) append(p events.Payload) {
 	next.LastSeq = m.seq
 	m.state = next
 	m.evs = append(m.evs, ev)
+	if c, ok := p.(*events.DefinitionChanged); ok { // what follows runs the new version, as the shell does
+		var def workflow.Definition
+		require.NoError(m.t, json.Unmarshal(c.Definition, &def))
+		m.def, m.memo = def, &Memo{}
+	}
 }
 
 // carry performs d, and reports whether it did anything.

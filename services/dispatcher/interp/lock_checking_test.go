@@ -2,6 +2,7 @@ package interp
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -125,4 +126,69 @@ func indexOfType(evs []events.Event, t events.Type) int {
 		}
 	}
 	return -1
+}
+
+// TestResumedLockTimeoutStepAsksAgain: a step failed by its lock_timeout
+// asks for the lock again when the execution is resumed (it is not
+// failed again at once), and so does a step that got its lock, saw its
+// lock_timeout timer fire while it held it, and then failed otherwise.
+func TestResumedLockTimeoutStepAsksAgain(t *testing.T) {
+	t.Parallel()
+	def := workflow.Definition{Name: "wf", Steps: []workflow.Step{
+		{ID: "crit", Kind: workflow.KindWorkflow, Lock: "db", LockTimeout: "1m",
+			Steps: []workflow.Step{{ID: "work", Kind: workflow.KindExec, Command: "x"}}},
+	}}
+	resume := func(m *memShell, key string) {
+		m.carry(m.act(ActionCommand{Key: key, Record: events.ActionRecord{Action: events.ActionResume, Command: key}}))
+		m.advance()
+	}
+	t.Run("TimedOut", func(t *testing.T) {
+		t.Parallel()
+		m := newMemShell(t, def, `{}`)
+		m.busy = map[string]bool{"db": true}
+		m.advance()
+		m.fire()
+		m.advance()
+		require.Equal(t, projections.StatusFailed, m.state.Status, "history: %v", m.types())
+		require.Contains(t, m.state.Error, "lock db was not acquired within 1m (lock_timeout)")
+		m.busy = nil
+		resume(m, "r1")
+		require.Equal(t, projections.StatusStarted, m.state.Status, "history: %v", m.types())
+		require.Len(t, m.tasks, 1, "it asked again, got the lock and runs; history: %v", m.types())
+	})
+	t.Run("TimerFiredWhileHeld", func(t *testing.T) {
+		t.Parallel()
+		m := newMemShell(t, def, `{}`)
+		m.busy = map[string]bool{"db": true}
+		m.advance()
+		m.busy = nil
+		m.carry(Waiting(m.input()))
+		m.advance()
+		require.Len(t, m.tasks, 1, "history: %v", m.types())
+		m.fire() // the lock timer, due while it holds the lock: nothing
+		m.advance()
+		m.carry(m.report(&events.OperationFailed{TaskRef: events.TaskRef{Agent: "a1"}, Error: "exit status 1", Final: true}))
+		m.advance()
+		require.Equal(t, projections.StatusFailed, m.state.Status, "history: %v", m.types())
+		require.Contains(t, m.state.Error, "exit status 1")
+		resume(m, "r2")
+		require.Equal(t, projections.StatusStarted, m.state.Status, "history: %v", m.types())
+		require.Len(t, m.tasks, 2, "it asked again and runs its step again; history: %v", m.types())
+	})
+}
+
+// TestClearRequestedByFitsACommand: a clear-lock step deep in long names
+// still names itself within the bound a clear command's requested_by has
+// (the dispatcher would refuse a longer one, and the clear would be lost).
+func TestClearRequestedByFitsACommand(t *testing.T) {
+	t.Parallel()
+	id := strings.Repeat("x", 128)
+	wf := strings.Repeat("w", 64)
+	path := strings.Repeat("blk-with-a-long-name/", 6) + "clear"
+	by := clearRequestedBy(id, wf, path)
+	require.LessOrEqual(t, len(by), events.MaxRequestedBy)
+	require.True(t, strings.HasPrefix(by, "execution "+id+" (workflow "+wf+"), step blk-with"), by)
+	require.True(t, strings.HasSuffix(by, "/clear"), by)
+	require.Contains(t, by, "...")
+	require.Equal(t, "execution x1 (workflow wf), step a/clear", clearRequestedBy("x1", "wf", "a/clear"))
 }

@@ -16,8 +16,9 @@ import (
 
 // Action kinds of locks (numbered apart from decide's).
 const (
-	actLock   actionKind = 100 + iota // ask for a lock: append LockRequested, enqueue in the bucket
-	actUnlock                         // give a lock up: remove from the bucket, append LockReleased
+	actLock        actionKind = 100 + iota // ask for a lock: append LockRequested, enqueue in the bucket
+	actUnlock                              // give a lock up: remove from the bucket, append LockReleased
+	actLockTimeout                         // a lock_timeout passed: leave the queue (as actUnlock) and fail the step
 )
 
 // lockAct is what an actLock or actUnlock is about (the scope is action.path).
@@ -121,7 +122,7 @@ func openLock(s projections.Execution) (projections.Lock, bool) {
 // the lock held) are over. A step waiting for a retry keeps the lock.
 func scopeEnded(d workflow.Definition, s projections.Execution, path string) bool {
 	st, ok := instanceOf(s, path)
-	if !ok {
+	if !ok || abandonedScope(s, path) {
 		return true
 	}
 	switch st.Status {
@@ -135,6 +136,46 @@ func scopeEnded(d workflow.Definition, s projections.Execution, path string) boo
 		return lookingEngine(d, s).handle(f, step, st).state != running
 	}
 	return true
+}
+
+// abandonedScope reports whether nothing will run again inside the scope
+// at path, whatever its own status: the workflow timed out (and path is
+// not in its on-error steps), or an enclosing container is over (it
+// failed, succeeded, a parallel's first branch won, or it was run again
+// as another attempt; its own on-error steps run on) or is a call whose
+// timeout fired (but for the call's own on-error steps). Its lock is then
+// released, not kept until the execution ends.
+func abandonedScope(s projections.Execution, path string) bool {
+	if timerFired(s, events.TimerWorkflowTimeout, "", s.Resumes) && !strings.HasPrefix(path, workflowOnError) {
+		return true
+	}
+	for i := 0; i < len(path); i++ {
+		if path[i] != '/' {
+			continue
+		}
+		key, rest := path[:i], path[i+1:]
+		if strings.HasPrefix(rest, "on-error") {
+			seg, _, _ := strings.Cut(rest, "/")
+			if seg == "on-error" || isHandlerSeg(seg) {
+				continue // its on-error steps: they run once it failed (or timed out)
+			}
+		}
+		if j := strings.LastIndexByte(key, '['); j > strings.LastIndexByte(key, '/') {
+			key = key[:j] // a foreach item: its foreach's instance
+		}
+		if callTimedOut(s, key) {
+			return true
+		}
+		st, exists, current := containerAt(s, key)
+		switch {
+		case !exists: // a parallel's branch, a switch's case: not an instance
+		case !current:
+			return true // an earlier attempt of the container: another runs now
+		case st.Status != projections.OpPending && st.Status != projections.OpRescheduled:
+			return true
+		}
+	}
+	return false
 }
 
 // lockGate decides the lock of a pending workflow step: it lets the step's
@@ -164,10 +205,6 @@ func (e *engine) lockGate(step workflow.Step, st projections.Step, env *lazyEnv)
 		return result{}, true
 	case ok && l.Status == projections.LockWaiting:
 		return result{state: running, act: lockWait(e.s, step, st, l)}, false
-	case ok && l.Status == projections.LockReleased && timerFired(e.s, events.TimerLockTimeout, st.ID, l.Requests) &&
-		!l.RequestedAt.Before(st.ScheduledAt): // asked for by this attempt (a retry asks again)
-		return result{state: running, act: action{kind: actStepFail, step: step, path: st.ID, attempt: st.Attempt,
-			err: fmt.Sprintf("lock %s was not acquired within %s (lock_timeout)", l.Name, step.LockTimeout)}}, false
 	}
 	name, err := renderLockName(expr, lockEnv())
 	if err != nil {
@@ -187,15 +224,17 @@ func (e *engine) lockGate(step workflow.Step, st projections.Step, env *lazyEnv)
 // lockWait decides a workflow step waiting for its lock l: with a
 // lock_timeout, its timer is armed (from the request; a request made
 // again, after a clear, gets its time again) and once it fired the step
-// leaves the queue, after which it fails (lockGate). Otherwise it waits to
-// be woken.
+// leaves the queue and fails, in one decision (actLockTimeout). Otherwise
+// it waits to be woken.
 func lockWait(s projections.Execution, step workflow.Step, st projections.Step, l projections.Lock) action {
 	dur, err := time.ParseDuration(step.LockTimeout)
 	switch {
 	case err != nil || s.DryRun:
 		return action{kind: actWait}
 	case timerFired(s, events.TimerLockTimeout, st.ID, l.Requests):
-		return unlock(l, fmt.Sprintf("not acquired within %s (lock_timeout)", step.LockTimeout))
+		return action{kind: actLockTimeout, step: step, path: st.ID, attempt: st.Attempt,
+			lock: lockAct{name: l.Name, reason: fmt.Sprintf("not acquired within %s (lock_timeout)", step.LockTimeout)},
+			err:  fmt.Sprintf("lock %s was not acquired within %s (lock_timeout)", l.Name, step.LockTimeout)}
 	case !timerArmed(s, events.TimerLockTimeout, st.ID, l.Requests):
 		return action{kind: actArmTimer, step: step, path: st.ID, attempt: l.Requests, purpose: events.TimerLockTimeout,
 			until: l.RequestedAt.Add(dur)}

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -418,16 +419,52 @@ func waitingOnTime(x projections.Execution, now time.Time) bool {
 			if st.Attempt == t.Attempt && (st.Status == projections.OpWaiting || st.Status == projections.OpRescheduled) {
 				return false
 			}
-			if t.Purpose == events.TimerCallTimeout && st.Attempt == t.Attempt && st.Status == projections.OpPending {
+		}
+		if !t.Fired {
+			continue
+		}
+		switch t.Purpose {
+		case events.TimerCallTimeout: // its step is the call's instance, its attempt the resume count
+			if st, ok := callAt(x, t.StepID); ok && t.Attempt == x.Resumes && st.Status == projections.OpPending &&
+				!callOnErrorWaits(x, t.StepID) {
 				return false // a called workflow timed out, yet it runs
 			}
-		}
-		if l, ok := x.LockAt(t.StepID); t.Fired && t.Purpose == events.TimerLockTimeout && ok &&
-			l.Status == projections.LockWaiting && l.Requests == t.Attempt {
-			return false // the wait for a lock timed out, yet it waits
+		case events.TimerLockTimeout:
+			if l, ok := x.LockAt(t.StepID); ok && l.Status == projections.LockWaiting && l.Requests == t.Attempt {
+				return false // the wait for a lock timed out, yet it waits
+			}
 		}
 	}
 	return true
+}
+
+// callAt returns the call step whose attempt's instance is key ("call",
+// "call@2"), if it is at that attempt.
+func callAt(x projections.Execution, key string) (projections.Step, bool) {
+	path, attempt := key, 1
+	if i := strings.LastIndexByte(key, '@'); i > strings.LastIndexByte(key, '/') {
+		n, err := strconv.Atoi(key[i+1:])
+		if err != nil {
+			return projections.Step{}, false
+		}
+		path, attempt = key[:i], n
+	}
+	i := x.StepIndex(path)
+	if i < 0 || max(x.Steps[i].Attempt, 1) != attempt {
+		return projections.Step{}, false
+	}
+	return x.Steps[i], true
+}
+
+// callOnErrorWaits reports whether the on-error steps of the call whose
+// instance is key wait (on a timer or a signal): it was acted on.
+func callOnErrorWaits(x projections.Execution, key string) bool {
+	for _, st := range x.Steps {
+		if strings.HasPrefix(st.ID, key+"/on-error/") && (st.Status == projections.OpWaiting || st.Status == projections.OpRescheduled) {
+			return true
+		}
+	}
+	return false
 }
 
 // hasResult reports whether the results stream holds a final result for task.

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"os/user"
+	"strconv"
 
 	"github.com/spf13/cobra"
 
@@ -55,11 +56,42 @@ execution's history.`,
 	return cmd
 }
 
+// versionFlag is --version N|latest of resume and replay.
+type versionFlag struct{ v *events.TargetVersion }
+
+func (f versionFlag) String() string {
+	if f.v == nil || *f.v == 0 {
+		return ""
+	}
+	return f.v.String()
+}
+
+// Set reads latest, or a number from 1.
+func (f versionFlag) Set(s string) error {
+	if s == "latest" {
+		*f.v = events.LatestVersion
+		return nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		return fmt.Errorf("%q is not a version: give a version number (1, 2, ...) or latest", s)
+	}
+	*f.v = events.TargetVersion(n)
+	return nil
+}
+
+func (versionFlag) Type() string { return "N|latest" }
+
+func addVersionFlag(cmd *cobra.Command, v *events.TargetVersion) {
+	cmd.Flags().Var(versionFlag{v}, "version", "move the execution to this version of its workflow first (a number, or latest); steps are matched by id")
+}
+
 func (a *app) resumeCmd() *cobra.Command {
 	var force bool
 	var reason string
+	var version events.TargetVersion
 	cmd := &cobra.Command{
-		Use:        "resume ID [--force] [--reason TEXT]",
+		Use:        "resume ID [--force] [--version N|latest] [--reason TEXT]",
 		SuggestFor: []string{"force-resume"},
 		Short:      "Resume a started, failed or cancelled execution (--force: also re-run operations whose agents may have died)",
 		Long: `Resume an execution that is started, failed or cancelled. Its failed and
@@ -67,16 +99,23 @@ rescheduled steps run again with their recorded input and fresh retry
 counts; operations still with an agent are waited for, not sent again.
 With --force, operations that were sending, sent or started run again too
 (use it when their agent died). A new execution token is issued. Who
-asked, when and why are recorded in the execution's history.`,
-		Args: oneExecution("resume ID [--force] [--reason TEXT]"),
+asked, when and why are recorded in the execution's history.
+
+With --version N (or latest) the execution first moves to that version of
+its workflow: steps are matched by id, a step the version still has keeps
+its result, a step new in it runs when it is reached, a step it removed
+is ignored. A move that would lose an operation still with an agent, or
+keep the result of a step whose kind changed, is refused, saying why.`,
+		Args: oneExecution("resume ID [--force] [--version N|latest] [--reason TEXT]"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			action := events.ActionResume
 			if force {
 				action = events.ActionForceResume
 			}
-			return a.act(cmd, args[0], client.ActionRequest{Action: action, Reason: reason})
+			return a.act(cmd, args[0], client.ActionRequest{Action: action, Reason: reason, Version: version})
 		},
 	}
+	addVersionFlag(cmd, &version)
 	cmd.Flags().BoolVar(&force, "force", false, "also run again the operations that were sending, sent or started")
 	cmd.Flags().StringVar(&reason, "reason", "", "why, kept in the execution's history")
 	return cmd
@@ -85,7 +124,7 @@ asked, when and why are recorded in the execution's history.`,
 func (a *app) replayCmd() *cobra.Command {
 	var req client.ActionRequest
 	cmd := &cobra.Command{
-		Use:   "replay ID [--from resume|last|start|STEP] [--force] [--reason TEXT]",
+		Use:   "replay ID [--from resume|last|start|STEP] [--force] [--version N|latest] [--reason TEXT]",
 		Short: "Replay an execution from a replay point, or resuming at its last incomplete step",
 		Long: `Replay an execution (failed, cancelled, suspended, succeeded or started).
 
@@ -103,9 +142,11 @@ func (a *app) replayCmd() *cobra.Command {
 Replaying from a point restores the variables as they were when it was
 entered and re-checks conditions and re-evaluates inputs. --force ignores
 idempotency and replay points (and replays over operations still
-running). A new execution token is issued. Who asked, when and why are
-recorded in the execution's history.`,
-		Args: oneExecution("replay ID [--from resume|last|start|STEP] [--force] [--reason TEXT]"),
+running). --version N (or latest) first moves the execution to that
+version of its workflow, steps matched by id (see resume). A new
+execution token is issued. Who asked, when and why are recorded in the
+execution's history.`,
+		Args: oneExecution("replay ID [--from resume|last|start|STEP] [--force] [--version N|latest] [--reason TEXT]"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			req.Action = events.ActionReplay
 			return a.act(cmd, args[0], req)
@@ -113,6 +154,7 @@ recorded in the execution's history.`,
 	}
 	cmd.Flags().StringVar(&req.From, "from", events.ReplayResume, "resume, last, start, or a step's id or path")
 	cmd.Flags().BoolVar(&req.Force, "force", false, "ignore idempotency and replay points")
+	addVersionFlag(cmd, &req.Version)
 	cmd.Flags().StringVar(&req.Reason, "reason", "", "why, kept in the execution's history")
 	return cmd
 }

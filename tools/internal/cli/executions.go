@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -190,6 +191,23 @@ func printExecution(w io.Writer, x projections.Execution, retention string) {
 		}
 		fmt.Fprintln(tw)
 	}
+	for _, v := range x.VersionChanges {
+		fmt.Fprintf(tw, "version\t%d -> %d (%s) by %s at %s", v.From, v.To, v.Action, who(v.Actor, v.RequestedBy), v.At.Local().Format(time.RFC3339Nano))
+		if v.Reason != "" {
+			fmt.Fprintf(tw, ": %s", v.Reason)
+		}
+		var notes []string
+		for _, from := range slices.Sorted(maps.Keys(v.Moved)) {
+			notes = append(notes, from+" moved to "+v.Moved[from])
+		}
+		if len(v.Retired) > 0 {
+			notes = append(notes, "no longer has "+strings.Join(v.Retired, ", "))
+		}
+		if len(notes) > 0 {
+			fmt.Fprintf(tw, "; %s", truncate(strings.Join(notes, "; "), 300))
+		}
+		fmt.Fprintln(tw)
+	}
 	if c := x.Cancellation; c != nil {
 		fmt.Fprintf(tw, "cancel\t%s by %s at %s", c.Action, who(c.Actor, c.RequestedBy), c.RequestedAt.Local().Format(time.RFC3339Nano))
 		if c.Reason != "" {
@@ -233,6 +251,10 @@ func printExecution(w io.Writer, x projections.Execution, retention string) {
 			ended = cmp.Or(ended, a.At)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", s.ID, s.Kind, status, s.Attempt, dur(s.StartedAt, ended), truncate(detail, 100))
+	}
+	for _, s := range x.RetiredSteps {
+		fmt.Fprintf(tw, "%s\t%s\t%s, retired\t%d\t%s\t%s\n", s.ID, s.Kind, cmpStr(string(s.Status), "-"), s.Attempt, dur(s.StartedAt, s.EndedAt),
+			"(left behind by a move to another version: its result is ignored)")
 	}
 	_ = tw.Flush()
 	var queues []string

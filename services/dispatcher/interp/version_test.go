@@ -1,0 +1,219 @@
+package interp
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/projections"
+	"jetflow.dev/pkg/workflow"
+)
+
+func exec(id string) workflow.Step {
+	return workflow.Step{ID: id, Kind: workflow.KindExec, Command: id}
+}
+
+// versioned runs version 1 of wf (steps v1) until it failed at the step
+// that fails, and registers version 2 (steps v2).
+func versioned(t *testing.T, v1, v2 []workflow.Step, fails string) *memShell {
+	t.Helper()
+	def1 := workflow.Definition{Name: "wf", Version: 1, Steps: v1}
+	m := newMemShell(t, def1, `{}`)
+	m.catalog[CalledRef{Name: "wf", Version: 2}] = &Called{Name: "wf", Version: 2, Definition: workflow.Definition{Name: "wf", Version: 2, Steps: v2}}
+	m.catalog[CalledRef{Name: "wf"}] = m.catalog[CalledRef{Name: "wf", Version: 2}]
+	for range 100 {
+		m.advance()
+		if m.state.Status != projections.StatusStarted {
+			break
+		}
+		task := m.tasks[len(m.tasks)-1]
+		if task.StepID == fails {
+			m.carry(m.report(&events.OperationFailed{TaskRef: events.TaskRef{Agent: "a1"}, Error: "exit status 1", Final: true}))
+			continue
+		}
+		m.carry(m.report(&events.OperationSucceeded{Output: []byte(`"` + task.StepID + ` done"`)}))
+	}
+	require.Equal(t, projections.StatusFailed, m.state.Status, "history: %v", m.types())
+	return m
+}
+
+// finish reports success for every task sent from the index from on,
+// until the execution ends; it returns the steps of the tasks sent.
+func (m *memShell) finish1(from int) []string {
+	m.t.Helper()
+	var sent []string
+	for range 100 {
+		m.advance()
+		if m.state.Status != projections.StatusStarted || len(m.tasks) <= from {
+			break
+		}
+		task := m.tasks[len(m.tasks)-1]
+		sent = append(sent, task.StepID)
+		from = len(m.tasks)
+		m.carry(m.report(&events.OperationSucceeded{Output: []byte(`"` + task.StepID + ` done"`)}))
+	}
+	return sent
+}
+
+// act decides cmd, loading what it needs, and returns the decision.
+func (m *memShell) act(cmd ActionCommand) Decision {
+	m.t.Helper()
+	d := Action(m.input(), cmd)
+	for d.Need != nil {
+		m.carry(d)
+		d = Action(m.input(), cmd)
+	}
+	return d
+}
+
+func resumeOn(version events.TargetVersion, action string) ActionCommand {
+	return ActionCommand{Key: "k-" + action, Version: version,
+		Record: events.ActionRecord{Action: action, RequestedBy: "alice", Command: "k-" + action}}
+}
+
+// TestResumeOnANewVersion: a failed execution resumed on version 2 keeps
+// the results of the steps version 2 still has (a is not sent again),
+// runs the steps new in it when they are reached (n, d), runs the failed
+// step again, and ignores the step version 2 removed (c): the move is
+// recorded first, with who asked, and the execution is on version 2.
+func TestResumeOnANewVersion(t *testing.T) {
+	t.Parallel()
+	m := versioned(t, []workflow.Step{exec("a"), exec("b"), exec("c")},
+		[]workflow.Step{exec("a"), {ID: "n", Kind: workflow.KindLet, Vars: map[string]any{"new": true}}, exec("b"), exec("d")}, "b")
+	sentBefore := len(m.tasks)
+	d := m.act(resumeOn(2, events.ActionResume))
+	require.Nil(t, d.Reject)
+	m.carry(d)
+	changed := m.evs[indexOfType(m.evs, events.TypeDefinitionChanged)].Data.(*events.DefinitionChanged)
+	require.Equal(t, 1, changed.FromVersion)
+	require.Equal(t, 2, changed.Version)
+	require.Equal(t, "alice", changed.RequestedBy)
+	require.Equal(t, []string{"c"}, changed.Retired)
+	require.Equal(t, events.TypeExecutionResumed, m.evs[indexOfType(m.evs, events.TypeDefinitionChanged)+1].Type, "then the resume")
+
+	sent := m.finish1(sentBefore)
+	require.Equal(t, projections.StatusSucceeded, m.state.Status, "history: %v", m.types())
+	require.Equal(t, []string{"b", "d"}, sent, "a is kept, c is gone")
+	require.Equal(t, 2, m.state.Version)
+	require.JSONEq(t, `true`, string(m.state.Vars["new"]), "the step new in version 2 ran")
+	require.Len(t, m.state.VersionChanges, 1)
+	require.Equal(t, projections.VersionChange{From: 1, To: 2, Action: events.ActionResume, RequestedBy: "alice",
+		At: m.state.VersionChanges[0].At, Retired: []string{"c"}}, m.state.VersionChanges[0])
+	require.Len(t, m.state.RetiredSteps, 1)
+	require.Equal(t, "c", m.state.RetiredSteps[0].ID)
+	require.Negative(t, m.state.StepIndex("c"))
+}
+
+// TestRemovedStepsResultIsNotSeen: the result of a step the new version
+// removed is no longer seen by expressions.
+func TestRemovedStepsResultIsNotSeen(t *testing.T) {
+	t.Parallel()
+	m := versioned(t, []workflow.Step{exec("a"), exec("b")},
+		[]workflow.Step{exec("b"), {ID: "r", Kind: workflow.KindReturn, Output: "${steps.a?.output ?? 'gone'}"}}, "b")
+	m.carry(m.act(resumeOn(events.LatestVersion, events.ActionResume)))
+	m.finish1(len(m.tasks))
+	require.Equal(t, projections.StatusSucceeded, m.state.Status, "history: %v; error %s", m.types(), m.state.Error)
+	require.JSONEq(t, `"gone"`, string(m.state.Output))
+}
+
+// TestMovedIntoABlockKeepsItsResult: a step version 2 moved into a block
+// keeps its result under its new path (it is not sent again).
+func TestMovedIntoABlockKeepsItsResult(t *testing.T) {
+	t.Parallel()
+	m := versioned(t, []workflow.Step{exec("a"), exec("b")},
+		[]workflow.Step{{ID: "blk", Kind: workflow.KindWorkflow, Steps: []workflow.Step{exec("a")}}, exec("b"),
+			{ID: "r", Kind: workflow.KindReturn, Output: "${steps.blk.output}"}}, "b")
+	m.carry(m.act(resumeOn(2, events.ActionResume)))
+	sent := m.finish1(len(m.tasks))
+	require.Equal(t, projections.StatusSucceeded, m.state.Status, "history: %v", m.types())
+	require.Equal(t, []string{"b"}, sent)
+	require.Equal(t, map[string]string{"a": "blk/a"}, m.state.VersionChanges[0].Moved)
+	require.JSONEq(t, `"a done"`, string(m.state.Output), "the block's result is a's, recorded under version 1")
+}
+
+// TestVersionChangesRefused: what cannot move is refused, saying why, and
+// nothing is recorded: an operation still with an agent that the new
+// version has not (a force-resume gives it up), a step whose kind changed
+// and that has not succeeded, a version that does not exist, and a
+// version on an action that takes none. The version it is on already
+// resumes as usual.
+func TestVersionChangesRefused(t *testing.T) {
+	t.Parallel()
+	t.Run("InFlightStepRemoved", func(t *testing.T) {
+		t.Parallel()
+		par := workflow.Step{ID: "par", Kind: workflow.KindParallel, Branches: []workflow.Branch{
+			{ID: "x", Steps: []workflow.Step{exec("slow")}}, {ID: "y", Steps: []workflow.Step{exec("bad")}}}}
+		def1 := workflow.Definition{Name: "wf", Version: 1, Steps: []workflow.Step{par}}
+		m := newMemShell(t, def1, `{}`)
+		m.catalog[CalledRef{Name: "wf", Version: 2}] = &Called{Name: "wf", Version: 2, Definition: workflow.Definition{Name: "wf", Version: 2,
+			Steps: []workflow.Step{{ID: "par", Kind: workflow.KindParallel, Branches: []workflow.Branch{{ID: "y", Steps: []workflow.Step{exec("bad")}}}}}}}
+		m.advance()
+		require.Len(t, m.tasks, 2)
+		require.Equal(t, "par/y/bad", m.tasks[1].StepID)
+		m.carry(m.report(&events.OperationFailed{TaskRef: events.TaskRef{Agent: "a1"}, Error: "exit status 1", Final: true}))
+		m.advance()
+		require.Equal(t, projections.StatusFailed, m.state.Status, "history: %v", m.types())
+		n := len(m.evs)
+		d := m.act(resumeOn(2, events.ActionResume))
+		require.NotNil(t, d.Reject)
+		require.Equal(t, events.CodeConflict, d.Reject.Code)
+		require.Contains(t, d.Reject.Reason, "step par/x/slow (exec) was sent to an agent and has not reported")
+		require.Contains(t, d.Reject.Reason, "force-resume to give it up")
+		require.Len(t, m.evs, n)
+
+		d = m.act(resumeOn(2, events.ActionForceResume))
+		require.Nil(t, d.Reject)
+		m.carry(d)
+		require.Equal(t, []string{"par/x/slow"}, m.state.VersionChanges[0].Retired)
+	})
+	t.Run("KindChanged", func(t *testing.T) {
+		t.Parallel()
+		m := versioned(t, []workflow.Step{exec("a"), exec("b")},
+			[]workflow.Step{exec("a"), {ID: "b", Kind: workflow.KindLet, Vars: map[string]any{"x": 1}}}, "b")
+		d := m.act(resumeOn(2, events.ActionResume))
+		require.NotNil(t, d.Reject)
+		require.Contains(t, d.Reject.Reason, "step b was an exec step and is a let step in the new version, and it has not succeeded (failed): give a step whose code changes a new id")
+	})
+	t.Run("UnknownVersion", func(t *testing.T) {
+		t.Parallel()
+		m := versioned(t, []workflow.Step{exec("a")}, []workflow.Step{exec("a")}, "a")
+		d := m.act(resumeOn(7, events.ActionReplay))
+		require.NotNil(t, d.Reject)
+		require.Equal(t, events.CodeNotFound, d.Reject.Code)
+		require.Contains(t, d.Reject.Reason, "workflow wf has no version 7")
+	})
+	t.Run("NotForCancel", func(t *testing.T) {
+		t.Parallel()
+		m := versioned(t, []workflow.Step{exec("a")}, []workflow.Step{exec("a")}, "a")
+		d := Action(m.input(), resumeOn(2, events.ActionCancel))
+		require.NotNil(t, d.Reject)
+		require.Contains(t, d.Reject.Reason, "version applies to resume, force-resume and replay")
+	})
+	t.Run("SameVersion", func(t *testing.T) {
+		t.Parallel()
+		m := versioned(t, []workflow.Step{exec("a")}, []workflow.Step{exec("a")}, "a")
+		m.catalog[CalledRef{Name: "wf", Version: 1}] = &Called{Name: "wf", Version: 1, Definition: m.def}
+		m.carry(m.act(resumeOn(1, events.ActionResume)))
+		require.Equal(t, -1, indexOfType(m.evs, events.TypeDefinitionChanged), "no move: %v", m.types())
+		require.Equal(t, projections.StatusStarted, m.state.Status)
+	})
+}
+
+// TestReplayOnANewVersion: a replay from the start on version 2 runs
+// version 2's steps from the start.
+func TestReplayOnANewVersion(t *testing.T) {
+	t.Parallel()
+	m := versioned(t, []workflow.Step{exec("a"), exec("b")}, []workflow.Step{exec("a2"), exec("b")}, "b")
+	m.def.Replayable = "from start"
+	m.catalog[CalledRef{Name: "wf", Version: 2}].Definition.Replayable = "from start"
+	cmd := resumeOn(2, events.ActionReplay)
+	cmd.From = events.ReplayStart
+	d := m.act(cmd)
+	require.Nil(t, d.Reject, "%+v", d.Reject)
+	m.carry(d)
+	sent := m.finish1(len(m.tasks))
+	require.Equal(t, projections.StatusSucceeded, m.state.Status, "history: %v", m.types())
+	require.Equal(t, []string{"a2", "b"}, sent)
+	require.Equal(t, []string{"a"}, m.state.VersionChanges[0].Retired)
+}
