@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"jetflow.dev/pkg/client"
+	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/tools/internal/devstack"
 )
@@ -20,10 +21,17 @@ import (
 // exampleRun is one execution of an example: its input, the signals sent
 // to it after it started, the status it must end in, and what else to check.
 type exampleRun struct {
-	input   map[string]any
+	input map[string]any
+	// version is the version to start (0: the latest).
+	version int
 	signals []exampleSignal
 	want    projections.Status
-	check   func(t *testing.T, x projections.Execution)
+	// resume, if set, resumes the execution, once it ended in status
+	// first, on that version; want and check then apply to the end of
+	// the resumed run.
+	resume events.TargetVersion
+	first  projections.Status
+	check  func(t *testing.T, x projections.Execution)
 }
 
 type exampleSignal struct {
@@ -171,6 +179,20 @@ var exampleRuns = map[string][]exampleRun{
 			require.Equal(t, projections.OpNone, stepByID(t, x, "clear").Status)
 		},
 	}},
+	"upgrade-v1.yaml": {{
+		// Fails on version 1; resumed on version 2, fetch is kept.
+		version: 1, first: projections.StatusFailed, resume: 2, want: projections.StatusSucceeded,
+		check: func(t *testing.T, x projections.Execution) {
+			require.Equal(t, 2, x.Version)
+			require.Equal(t, 1, stepByID(t, x, "fetch").Attempt, "fetch was not run again")
+			require.Len(t, x.RetiredSteps, 1)
+			require.Equal(t, "convert", x.RetiredSteps[0].ID)
+			var out map[string]string
+			require.NoError(t, json.Unmarshal(x.Output, &out))
+			require.Equal(t, "converted "+out["fetched"], out["converted"])
+		},
+	}},
+	"upgrade-v2.yaml": {{want: projections.StatusSucceeded}},
 	"locks.yaml": {
 		{
 			input: map[string]any{"host": "web-1"},
@@ -297,7 +319,7 @@ func TestExamplesRunToCompletion(t *testing.T) {
 			id := fmt.Sprintf("example-%s-%d", strings.TrimSuffix(f, filepath.Ext(f)), i+1)
 			t.Run(id, func(t *testing.T) {
 				t.Parallel()
-				_, err := s.c.Start(ctx, client.StartRequest{Workflow: names[f], ID: id, Input: r.input})
+				_, err := s.c.Start(ctx, client.StartRequest{Workflow: names[f], Version: r.version, ID: id, Input: r.input})
 				require.NoError(t, err)
 				for _, sig := range r.signals {
 					var data json.RawMessage
@@ -308,6 +330,18 @@ func TestExamplesRunToCompletion(t *testing.T) {
 					require.NoError(t, err, "signal %s", sig.name)
 				}
 				x := s.waitDone(t, id, 30*time.Second)
+				if r.resume != 0 {
+					require.Equal(t, r.first, x.Status, "examples/%s before the resume: %s", f, x.Error)
+					_, err := s.c.Act(ctx, id, client.ActionRequest{Action: events.ActionResume, Version: r.resume})
+					require.NoError(t, err)
+					poll(t, doneAtLeast, id+" resumed runs to its end", func() (bool, string) {
+						x, err = s.c.Execution(ctx, id)
+						if err != nil {
+							return false, err.Error()
+						}
+						return x.Resumes > 0 && x.Status.Terminal(), describe(x)
+					})
+				}
 				require.Equal(t, r.want, x.Status, "examples/%s: %s", f, x.Error)
 				if r.check != nil {
 					r.check(t, x)
