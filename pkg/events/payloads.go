@@ -508,17 +508,20 @@ type DefinitionChanged struct {
 	// it move with it ([MovedPath]).
 	Moved   map[string]string `json:"moved,omitempty"`
 	Retired []string          `json:"retired,omitempty"`
+	// Retention is the new version's workflow retention rule, when it
+	// differs from the old version's: in force from now on.
+	Retention *Retention `json:"retention,omitempty"`
 }
 
 // MovedPath returns where path is after the moves of a DefinitionChanged:
-// a moved instance's new path, or an instance inside one (or a later
-// attempt of it) under the new path.
+// a moved instance's new path, or an instance inside one (or inside a
+// later attempt of it, or an item of a moved foreach) under the new path.
 func MovedPath(path string, moved map[string]string) (string, bool) {
 	if to, ok := moved[path]; ok {
 		return to, true
 	}
 	for i := 0; i < len(path); i++ {
-		if path[i] != '/' && path[i] != '@' {
+		if path[i] != '/' && path[i] != '@' && path[i] != '[' {
 			continue
 		}
 		if to, ok := moved[path[:i]]; ok {
@@ -550,6 +553,9 @@ func (v TargetVersion) MarshalJSON() ([]byte, error) {
 // (ExplainJSON: `must be a version number (1, 2, ...) or "latest", not
 // 0`).
 func (v *TargetVersion) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" { // as if not given
+		return nil
+	}
 	var s string
 	if json.Unmarshal(b, &s) == nil && s == "latest" {
 		*v = LatestVersion

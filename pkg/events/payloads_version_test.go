@@ -21,6 +21,9 @@ func TestTargetVersionJSON(t *testing.T) {
 		require.NoError(t, err)
 		require.JSONEq(t, in, string(out))
 	}
+	var none events.TargetVersion
+	require.NoError(t, json.Unmarshal([]byte(`null`), &none))
+	require.Zero(t, none, "null is as if not given")
 	for _, in := range []string{`0`, `-1`, `"newest"`, `1.5`, `"2"`, `true`} {
 		err := events.DecodeStrictJSON([]byte(`{"action":"resume","version":`+in+`}`), &struct {
 			Action  string               `json:"action"`

@@ -893,13 +893,32 @@ func (s Execution) changeDefinition(ev events.Event, e *events.DefinitionChanged
 	s.Steps, s.RetiredSteps = steps, gone
 	for _, r := range e.Steps {
 		if s.StepIndex(r.ID) < 0 {
-			s.Steps = append(s.Steps, Step{ID: r.ID, Kind: r.Kind})
+			// A step retired earlier and back in this version goes on
+			// counting its attempts, so its tasks and timers are new.
+			attempt := s.RetiredAttempts(r.ID)
+			s.Steps = append(s.Steps, Step{ID: r.ID, Kind: r.Kind, Attempt: attempt, RetryBase: attempt})
 		}
+	}
+	if e.Retention != nil {
+		s.Retention, s.RetentionKey = e.Retention.Rule, e.Retention.Key
 	}
 	s.VersionChanges = append(slices.Clone(s.VersionChanges), VersionChange{From: e.FromVersion, To: e.Version, Action: e.Action,
 		Reason: e.Reason, RequestedBy: e.RequestedBy, Actor: e.Actor, At: ev.Time, Moved: e.Moved, Retired: e.Retired})
 	s.Version = e.Version
 	return s, nil
+}
+
+// RetiredAttempts is the highest attempt of the instances at path that a
+// move to another version retired (0: none): a step back in a later
+// version goes on counting from it, so its tasks and timers are new.
+func (s Execution) RetiredAttempts(path string) int {
+	n := 0
+	for _, st := range s.RetiredSteps {
+		if st.ID == path {
+			n = max(n, st.Attempt)
+		}
+	}
+	return n
 }
 
 // VersionChange is a move of an execution to another version of its
@@ -1090,7 +1109,8 @@ func (s Execution) instance(path, kind string) Execution {
 	if kind == "" || !strings.ContainsAny(path, "/~") || s.StepIndex(path) >= 0 {
 		return s
 	}
-	s.Steps = append(s.Steps, Step{ID: path, Kind: kind})
+	n := s.RetiredAttempts(path) // back after a move to another version retired it
+	s.Steps = append(s.Steps, Step{ID: path, Kind: kind, Attempt: n, RetryBase: n})
 	return s
 }
 

@@ -174,6 +174,13 @@ func (in Inputs) Execution(x projections.Execution) projections.Execution {
 			st.Input, st.Output, st.Error = r.JSON(st.Input), r.JSON(st.Output), r.String(st.Error)
 		}
 	}
+	if x.RetiredSteps != nil { // left behind by a move to another version, with their values
+		x.RetiredSteps = slices.Clone(x.RetiredSteps)
+		for i := range x.RetiredSteps {
+			st := &x.RetiredSteps[i]
+			st.Input, st.Output, st.Error = r.JSON(st.Input), r.JSON(st.Output), r.String(st.Error)
+		}
+	}
 	if x.Vars != nil {
 		vars := make(map[string]json.RawMessage, len(x.Vars))
 		for k, v := range x.Vars {
@@ -196,6 +203,12 @@ func (in Inputs) Execution(x projections.Execution) projections.Execution {
 		x.Replays = slices.Clone(x.Replays)
 		for i := range x.Replays {
 			x.Replays[i].Reason = r.String(x.Replays[i].Reason)
+		}
+	}
+	if x.VersionChanges != nil {
+		x.VersionChanges = slices.Clone(x.VersionChanges)
+		for i := range x.VersionChanges {
+			x.VersionChanges[i].Reason = r.String(x.VersionChanges[i].Reason)
 		}
 	}
 	return x

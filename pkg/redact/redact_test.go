@@ -122,6 +122,9 @@ func TestInputsHideWriteOnlyValues(t *testing.T) {
 		Signals:      []projections.Signal{{ID: "s", Data: json.RawMessage(`{"echo":"hunter2"}`)}},
 		Cancellation: &projections.Cancellation{Reason: "hunter2 leaked"},
 		Replays:      []projections.Replay{{Reason: "again hunter2"}},
+		// Left behind by a move to another version, with their values.
+		RetiredSteps:   []projections.Step{{ID: "old", Input: json.RawMessage(`{"args":["--password","hunter2"]}`), Error: "hunter2 refused"}},
+		VersionChanges: []projections.VersionChange{{From: 1, To: 2, Reason: "hunter2 fixed"}},
 	}
 	before, err := json.Marshal(x)
 	require.NoError(t, err)

@@ -427,8 +427,8 @@ func (p *Projector) storeSummary(ctx context.Context, id string, x projections.E
 	if cur.rev != 0 && cur.state.LastSeq >= x.LastSeq && cur.state.Truncated != nil {
 		return
 	}
-	x.Truncated = &projections.Truncation{Steps: len(x.Steps), Summary: true}
-	x.Steps = []projections.Step{}
+	x.Truncated = &projections.Truncation{Steps: len(x.Steps) + len(x.RetiredSteps), Summary: true}
+	x.Steps, x.RetiredSteps = []projections.Step{}, nil
 	if _, err := p.write(ctx, id, x, cur.rev); err != nil && cur.rev != 0 {
 		_ = p.kv.Delete(ctx, id, jetstream.LastRevision(cur.rev))
 	}
@@ -847,6 +847,14 @@ func marshalModel(x projections.Execution, max int) ([]byte, error) {
 	if b, err = json.Marshal(x); err != nil || len(b) <= max {
 		return b, err
 	}
+	// The instances a move to another version left behind go first.
+	retired := len(x.RetiredSteps)
+	if retired > 0 {
+		x.RetiredSteps, t.Steps = nil, retired
+		if b, err = json.Marshal(x); err != nil || len(b) <= max {
+			return b, err
+		}
+	}
 	// Leave out finished instances, oldest first: keep the k most recent
 	// of them, the largest k that fits (found by halving).
 	all := x.Steps
@@ -867,7 +875,7 @@ func marshalModel(x projections.Execution, max int) ([]byte, error) {
 				x.Steps = append(x.Steps, st)
 			}
 		}
-		t.Steps = len(drop)
+		t.Steps = len(drop) + retired
 		return json.Marshal(x)
 	}
 	lo, hi := 0, len(done) // the largest k that fits is in [lo, hi)

@@ -354,6 +354,10 @@ func (e *engine) run(f frame) result {
 		st, ok := e.instance(path)
 		if !ok {
 			st = projections.Step{ID: path, Kind: step.Kind}
+			if len(e.s.RetiredSteps) > 0 { // back after a move to another version retired it
+				st.Attempt = e.s.RetiredAttempts(path)
+				st.RetryBase = st.Attempt
+			}
 		}
 		if f.handler && st.Status == projections.OpSucceeded && (step.Kind == workflow.KindGoto || step.Kind == workflow.KindRetry) {
 			if step.Kind == workflow.KindRetry && step.Next != "" { // go on from next, like a goto

@@ -966,7 +966,8 @@ func Stale(s projections.Execution, st projections.Step, ref events.TaskRef) str
 func AttemptOver(s projections.Execution, ref events.TaskRef) bool {
 	i := s.StepIndex(ref.StepID)
 	if i < 0 {
-		return false
+		// A step a move to another version retired is over for good.
+		return slices.ContainsFunc(s.RetiredSteps, func(st projections.Step) bool { return st.ID == ref.StepID })
 	}
 	st := s.Steps[i]
 	return Stale(s, st, ref) != "" || !st.Status.InFlight()

@@ -4,11 +4,14 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
+	"jetflow.dev/pkg/retention"
 	"jetflow.dev/pkg/workflow"
 )
 
@@ -25,6 +28,10 @@ import (
 // of its workflow first.
 func changeVersion(in Input, cmd ActionCommand) Decision {
 	s := in.State
+	if !s.Status.Settled() {
+		return reject(events.CodeConflict, "execution %q is %s: only an execution that is over or suspended moves to another version "+
+			"(cancel it first, or resume it without a version)", in.ID, s.Status)
+	}
 	ref := CalledRef{Name: in.Workflow} // version 0: the latest
 	if cmd.Version != events.LatestVersion {
 		ref.Version = int(cmd.Version)
@@ -41,53 +48,102 @@ func changeVersion(in Input, cmd ActionCommand) Decision {
 	if rec.Version == s.Version {
 		return Action(in, same) // on that version already
 	}
-	moved := moves(rec.Definition, s)
-	retired, why := retire(rec.Definition, s, moved, cmd.Record.Action)
-	if why != "" {
+	refuse := func(why string) Decision {
 		return reject(events.CodeConflict, "execution %q cannot move from version %d to version %d of %s: %s",
 			in.ID, s.Version, rec.Version, in.Workflow, why)
 	}
-	raw, err := json.Marshal(rec.Definition)
+	to := rec.Definition
+	if problems := to.CheckInput(s.Input); len(problems) > 0 {
+		return refuse(fmt.Sprintf("its input does not fit the new version's input schema: %s %s", problems[0].Field, problems[0].Message))
+	}
+	moved := moves(to, s)
+	inMoved := renamed(s, moved) // the state with the moved instances at their new paths
+	retired, why := retire(in.Def, to, inMoved, cmd.Record.Action)
+	if why != "" {
+		return refuse(why)
+	}
+	raw, err := json.Marshal(to)
 	if err != nil {
 		return Decision{Err: err}
 	}
 	change := &events.DefinitionChanged{ActionRecord: cmd.Record, FromVersion: s.Version, Version: rec.Version,
-		Definition: raw, Steps: rec.Definition.StepRefs(), Moved: moved, Retired: retired}
+		Definition: raw, Steps: to.StepRefs(), Moved: moved, Retired: retired}
+	if to.Retention != "" && to.Retention != in.Def.Retention {
+		// The new version's workflow rule, in the context of the rule in
+		// force (as a step's retention: is).
+		prev := retention.Default
+		if r, err := retention.ParseRule(s.Retention); s.Retention != "" && err == nil {
+			prev = r
+		}
+		if change.Retention, err = to.Retention.Resolve(prev, s.RetentionKey, func() map[string]any { return baseEnvOf(s) }); err != nil {
+			return refuse("the new version's retention: " + err.Error())
+		}
+	}
 	next, err := projections.Apply(s, events.Event{Type: change.EventType(), Subject: in.ID, Workflow: in.Workflow,
 		Time: in.Now, Data: change})
 	if err != nil {
 		return Decision{Err: fmt.Errorf("move to version %d: %w", rec.Version, err)}
 	}
 	after := in
-	after.State, after.Def, after.Memo = next, rec.Definition, nil
+	after.State, after.Def, after.Memo = next, to, nil
 	d := Action(after, same)
 	if d.Need != nil || d.Reject != nil || d.Err != nil {
 		return d
 	}
 	d.Events = append([]events.Payload{change}, d.Events...)
+	// A force-resume gives up the operations it retires: the agents are
+	// told to terminate them, once the move is recorded (as for the
+	// attempts it runs again).
+	for _, id := range retired {
+		if st, ok := instanceOf(inMoved, id); ok && st.Status.InFlight() && st.TaskID != "" {
+			d.After = append(d.After, PublishKill{TaskID: st.TaskID,
+				Reason: fmt.Sprintf("a force-resume moved the execution to version %d, which has no step %s", rec.Version, id)})
+		}
+	}
 	return d
 }
 
-// retire matches the execution's recorded step instances with version
-// to, by path: it returns those to has not (to be retired), or why the
-// move is refused. An operation still with an agent that to has not would
-// lose its report: only a force-resume gives it up. A step whose kind
-// changes keeps its result only if it succeeded (or was skipped): a step
-// whose code changes takes a new id. An instance that never ran and whose
-// kind changed is retired too, and starts anew as the new kind.
-func retire(to workflow.Definition, s projections.Execution, moved map[string]string, action string) (retired []string, why string) {
-	for _, st := range s.Steps {
-		if _, ok := events.MovedPath(st.ID, moved); ok {
-			continue
+// renamed returns s with the moved instances (and those inside them) at
+// their new paths, as the fold of the move leaves them.
+func renamed(s projections.Execution, moved map[string]string) projections.Execution {
+	if len(moved) == 0 {
+		return s
+	}
+	s.Steps = slices.Clone(s.Steps)
+	for i := range s.Steps {
+		if to, ok := events.MovedPath(s.Steps[i].ID, moved); ok {
+			s.Steps[i].ID = to
 		}
+	}
+	return s
+}
+
+// retire matches the execution's recorded step instances (s: moved ones
+// at their new paths) with version to, by path: it returns those to has
+// not (to be retired), or why the move is refused. An operation still
+// with an agent that to has not would lose its report: only a
+// force-resume gives it up. A step whose kind changes keeps its result
+// only if it succeeded (or was skipped): a step whose code changes takes
+// a new id. An instance that never ran and whose kind changed is retired
+// too, and starts anew as the new kind. A switch that has not finished
+// must find the case it chose (from) at the same place in to.
+func retire(from, to workflow.Definition, s projections.Execution, action string) (retired []string, why string) {
+	for _, st := range s.Steps {
 		_, step, ok := resolveFrame(to, s, st.ID)
 		switch {
 		case !ok && st.Status.InFlight() && action != events.ActionForceResume:
+			how := "wait for it; a force-resume (jetflow resume --force) with this version gives it up"
+			if action == events.ActionReplay {
+				how = "wait for it; a force-resume (jetflow resume --force) with this version gives it up"
+			}
 			return nil, fmt.Sprintf("step %s (%s) was sent to an agent and has not reported, and the new version has no step %s: "+
-				"its report would be lost; wait for it, or force-resume to give it up", st.ID, cmp.Or(st.Kind, "operation"), st.ID)
+				"its report would be lost; %s", st.ID, cmp.Or(st.Kind, "operation"), st.ID, how)
 		case !ok:
 			retired = append(retired, st.ID)
 		case st.Kind == "" || step.Kind == st.Kind:
+			if why := switchMoved(from, to, s, st, step); why != "" {
+				return nil, why
+			}
 		case st.Status == projections.OpNone:
 			retired = append(retired, st.ID)
 		case st.Status != projections.OpSucceeded && st.Status != projections.OpSkipped:
@@ -98,14 +154,47 @@ func retire(to workflow.Definition, s projections.Execution, moved map[string]st
 	return retired, ""
 }
 
+// switchMoved says why a switch instance st that has not finished cannot
+// go on in version to (step): it recorded the case it chose by its place,
+// and to has another case there.
+func switchMoved(from, to workflow.Definition, s projections.Execution, st projections.Step, step workflow.Step) string {
+	if step.Kind != workflow.KindSwitch || st.Status == projections.OpSucceeded || st.Status == projections.OpSkipped || len(st.Input) == 0 {
+		return ""
+	}
+	var rec struct {
+		Case int `json:"case"`
+	}
+	_ = json.Unmarshal(st.Input, &rec)
+	old, ok := resolveStep(from, s, st.ID) // not if it moved: refused then, to be safe
+	caseAt := func(sw workflow.Step, i int) any {
+		if i >= 0 && i < len(sw.Cases) {
+			return sw.Cases[i]
+		}
+		return sw.Default
+	}
+	if ok && reflect.DeepEqual(caseAt(old, rec.Case), caseAt(step, rec.Case)) {
+		return ""
+	}
+	return fmt.Sprintf("switch %s chose its case %s, and the new version has another case there: "+
+		"keep its cases in place, or give the switch a new id", st.ID, caseName(rec.Case))
+}
+
+func caseName(i int) string {
+	if i < 0 {
+		return "default"
+	}
+	return "case" + strconv.Itoa(i)
+}
+
 // moves finds the recorded step instances that version to moved into or
-// out of a block (or a parallel branch, or a switch case): an instance
-// that to has not at its path, that ended (succeeded, skipped or failed),
-// and whose id is the id of exactly one step of to of the same kind,
-// reachable through blocks, branches and cases, which has no instance
-// yet. It is moved there, with the instances inside it, keeping its
-// result. Only plain paths move: not a foreach item's, a round's after a
-// goto, a container's later attempt's, nor an on-error step's.
+// out of a block (or a parallel branch): an instance that to has not at
+// its path, that ended (succeeded, skipped or failed), that no later
+// round follows, and whose id is the id of exactly one step of to of the
+// same kind, reachable through blocks and branches, which has no
+// instance yet. It is moved there, with the instances inside it, keeping
+// its result. Only plain paths move: not a foreach item's, a round's
+// after a goto, a container's later attempt's, an on-error step's, nor a
+// step's in a switch case (the case is recorded by its place).
 func moves(to workflow.Definition, s projections.Execution) map[string]string {
 	var moved map[string]string
 	var where map[string][]string // id -> the plain paths of to's steps with it
@@ -119,7 +208,7 @@ func moves(to workflow.Definition, s projections.Execution) map[string]string {
 		default:
 			continue
 		}
-		if _, _, ok := resolveFrame(to, s, st.ID); ok {
+		if _, _, ok := resolveFrame(to, s, st.ID); ok || hasRounds(s, st.ID) || st.Kind == workflow.KindSwitch && st.Status == projections.OpFailed {
 			continue
 		}
 		if where == nil {
@@ -141,8 +230,14 @@ func moves(to workflow.Definition, s projections.Execution) map[string]string {
 	return moved
 }
 
+// hasRounds reports whether a later round of the instance at path ran (a
+// goto came back to it): its latest round is not the one that would move.
+func hasRounds(s projections.Execution, path string) bool {
+	return slices.ContainsFunc(s.Steps, func(st projections.Step) bool { return strings.HasPrefix(st.ID, path+"~") })
+}
+
 // plainPaths adds the paths of steps (under prefix) to where, by id,
-// through blocks, parallel branches and switch cases.
+// through blocks and parallel branches.
 func plainPaths(steps []workflow.Step, prefix string, where map[string][]string) {
 	for _, st := range steps {
 		p := prefix + st.ID
@@ -154,11 +249,6 @@ func plainPaths(steps []workflow.Step, prefix string, where map[string][]string)
 			for _, b := range st.Branches {
 				plainPaths(b.Steps, p+"/"+b.ID+"/", where)
 			}
-		case st.Kind == workflow.KindSwitch:
-			for i, c := range st.Cases {
-				plainPaths(c.Steps, p+"/case"+strconv.Itoa(i)+"/", where)
-			}
-			plainPaths(st.Default, p+"/default/", where)
 		}
 	}
 }

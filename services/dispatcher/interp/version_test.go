@@ -159,7 +159,7 @@ func TestVersionChangesRefused(t *testing.T) {
 		require.NotNil(t, d.Reject)
 		require.Equal(t, events.CodeConflict, d.Reject.Code)
 		require.Contains(t, d.Reject.Reason, "step par/x/slow (exec) was sent to an agent and has not reported")
-		require.Contains(t, d.Reject.Reason, "force-resume to give it up")
+		require.Contains(t, d.Reject.Reason, "a force-resume (jetflow resume --force) with this version gives it up")
 		require.Len(t, m.evs, n)
 
 		d = m.act(resumeOn(2, events.ActionForceResume))
@@ -216,4 +216,97 @@ func TestReplayOnANewVersion(t *testing.T) {
 	require.Equal(t, projections.StatusSucceeded, m.state.Status, "history: %v", m.types())
 	require.Equal(t, []string{"a2", "b"}, sent)
 	require.Equal(t, []string{"a"}, m.state.VersionChanges[0].Retired)
+}
+
+// TestVersionReviewCases: what an independent review found, each kept
+// by a test. A running execution is refused (not dropped); a step retired
+// and back in a later version gets new task ids; a force-resume tells the
+// agents to terminate the operation it retires; a switch whose chosen
+// case moved is refused; a foreach moved into a block takes its items
+// with it; a moved block's steps are matched with the new version too.
+func TestVersionReviewCases(t *testing.T) {
+	t.Parallel()
+	t.Run("StartedIsRefused", func(t *testing.T) {
+		t.Parallel()
+		m := newMemShell(t, workflow.Definition{Name: "wf", Version: 1, Steps: []workflow.Step{exec("a")}}, `{}`)
+		m.catalog[CalledRef{Name: "wf", Version: 2}] = &Called{Name: "wf", Version: 2, Definition: workflow.Definition{Name: "wf", Version: 2, Steps: []workflow.Step{exec("b")}}}
+		m.advance()
+		d := m.act(resumeOn(2, events.ActionResume))
+		require.NotNil(t, d.Reject, "%+v", d)
+		require.Equal(t, events.CodeConflict, d.Reject.Code)
+		require.Contains(t, d.Reject.Reason, "only an execution that is over or suspended moves to another version")
+	})
+	t.Run("ReaddedStepGetsNewTasks", func(t *testing.T) {
+		t.Parallel()
+		v1 := []workflow.Step{exec("a"), exec("b")}
+		m := versioned(t, v1, []workflow.Step{exec("a"), exec("c")}, "b")
+		m.catalog[CalledRef{Name: "wf", Version: 1}] = &Called{Name: "wf", Version: 1, Definition: workflow.Definition{Name: "wf", Version: 1, Steps: v1}}
+		old := m.tasks[len(m.tasks)-1].TaskID
+		m.carry(m.act(resumeOn(2, events.ActionResume)))
+		m.advance()
+		require.Equal(t, "c", m.tasks[len(m.tasks)-1].StepID)
+		m.carry(m.report(&events.OperationFailed{TaskRef: events.TaskRef{Agent: "a1"}, Error: "exit status 1", Final: true}))
+		m.advance()
+		require.Equal(t, projections.StatusFailed, m.state.Status)
+		m.carry(m.act(ActionCommand{Key: "back", Version: 1, Record: events.ActionRecord{Action: events.ActionResume, Command: "back"}}))
+		m.advance()
+		task := m.tasks[len(m.tasks)-1]
+		require.Equal(t, "b", task.StepID, "history: %v", m.types())
+		require.NotEqual(t, old, task.TaskID, "b is back with a new attempt")
+		require.Equal(t, 2, task.Attempt)
+	})
+	t.Run("ForceResumeTerminatesWhatItRetires", func(t *testing.T) {
+		t.Parallel()
+		par := workflow.Step{ID: "par", Kind: workflow.KindParallel, Branches: []workflow.Branch{
+			{ID: "x", Steps: []workflow.Step{exec("slow")}}, {ID: "y", Steps: []workflow.Step{exec("bad")}}}}
+		m := newMemShell(t, workflow.Definition{Name: "wf", Version: 1, Steps: []workflow.Step{par}}, `{}`)
+		m.catalog[CalledRef{Name: "wf", Version: 2}] = &Called{Name: "wf", Version: 2, Definition: workflow.Definition{Name: "wf", Version: 2,
+			Steps: []workflow.Step{{ID: "par", Kind: workflow.KindParallel, Branches: []workflow.Branch{{ID: "y", Steps: []workflow.Step{exec("bad")}}}}}}}
+		m.advance()
+		slow := m.tasks[0]
+		m.carry(m.report(&events.OperationFailed{TaskRef: events.TaskRef{Agent: "a1"}, Error: "exit status 1", Final: true}))
+		m.advance()
+		kills := len(m.kills)
+		m.carry(m.act(resumeOn(2, events.ActionForceResume)))
+		var terminated bool
+		for _, k := range m.kills[kills:] {
+			terminated = terminated || k.TaskID == slow.TaskID
+		}
+		require.True(t, terminated, "the retired operation's agent is told to terminate it: %+v", m.kills)
+		require.True(t, AttemptOver(m.state, events.TaskRef{StepID: slow.StepID, Attempt: slow.Attempt, Token: slow.Token}),
+			"a redelivered task of the retired step is over")
+	})
+	t.Run("SwitchCaseMoved", func(t *testing.T) {
+		t.Parallel()
+		sw1 := workflow.Step{ID: "sw", Kind: workflow.KindSwitch, Cases: []workflow.Case{{When: "${true}", Steps: []workflow.Step{exec("x"), exec("f")}}}}
+		sw2 := workflow.Step{ID: "sw", Kind: workflow.KindSwitch, Cases: []workflow.Case{{When: "${false}", Steps: []workflow.Step{exec("never")}},
+			{When: "${true}", Steps: []workflow.Step{exec("x"), exec("f")}}}}
+		m := versioned(t, []workflow.Step{sw1}, []workflow.Step{sw2}, "sw/case0/f")
+		d := m.act(resumeOn(2, events.ActionResume))
+		require.NotNil(t, d.Reject)
+		require.Contains(t, d.Reject.Reason, "switch sw chose its case case0, and the new version has another case there")
+	})
+	t.Run("ForeachMovesWithItsItems", func(t *testing.T) {
+		t.Parallel()
+		fe := workflow.Step{ID: "fe", Kind: workflow.KindForeach, Items: []any{1, 2}, Steps: []workflow.Step{exec("x")}}
+		m := versioned(t, []workflow.Step{fe}, []workflow.Step{{ID: "blk", Kind: workflow.KindWorkflow, Steps: []workflow.Step{fe}}}, "fe[1]/x")
+		m.carry(m.act(resumeOn(2, events.ActionResume)))
+		sent := m.finish1(len(m.tasks))
+		require.Equal(t, projections.StatusSucceeded, m.state.Status, "history: %v", m.types())
+		require.Equal(t, []string{"blk/fe[1]/x"}, sent, "the item that succeeded is kept")
+		require.Empty(t, m.state.VersionChanges[0].Retired)
+	})
+	t.Run("MovedBlocksStepsAreMatched", func(t *testing.T) {
+		t.Parallel()
+		blk1 := workflow.Step{ID: "blk", Kind: workflow.KindWorkflow, Steps: []workflow.Step{exec("y"), exec("w")}}
+		blk2 := workflow.Step{ID: "blk", Kind: workflow.KindWorkflow, Steps: []workflow.Step{exec("w"), exec("r")}}
+		m := versioned(t, []workflow.Step{blk1, exec("z")},
+			[]workflow.Step{{ID: "outer", Kind: workflow.KindWorkflow, Steps: []workflow.Step{blk2}}, exec("z"),
+				{ID: "out", Kind: workflow.KindReturn, Output: "${steps.y?.output ?? 'gone'}"}}, "z")
+		m.carry(m.act(resumeOn(2, events.ActionResume)))
+		m.finish1(len(m.tasks))
+		require.Equal(t, projections.StatusSucceeded, m.state.Status, "history: %v", m.types())
+		require.Equal(t, map[string]string{"blk": "outer/blk"}, m.state.VersionChanges[0].Moved)
+		require.Equal(t, []string{"outer/blk/y"}, m.state.VersionChanges[0].Retired, "y is not in the moved block any more")
+	})
 }

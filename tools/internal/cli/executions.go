@@ -530,6 +530,14 @@ func printEvent(w io.Writer, ev client.Event) {
 	if n, ok := d["ignore_seq"].(float64); ok {
 		detail += fmt.Sprintf(" ignore_seq=%d", int64(n))
 	}
+	if ev.Type == events.TypeDefinitionChanged { // a move to another version
+		from, _ := d["from_version"].(float64)
+		to, _ := d["version"].(float64)
+		detail += fmt.Sprintf(" version=%d->%d", int(from), int(to))
+		if r, ok := d["retired"].([]any); ok && len(r) > 0 {
+			detail += fmt.Sprintf(" retired=%d", len(r))
+		}
+	}
 	for _, k := range []string{"lock", "path", "error", "agent", "action", "reason", "requested_by"} {
 		if v, ok := d[k].(string); ok && v != "" {
 			detail += " " + strings.TrimPrefix(k, "requested_") + "=" + truncate(quoteIfSpaced(v), 120)
