@@ -50,6 +50,12 @@ type ExecutionStarted struct {
 	WaitAfterFail bool `json:"wait_after_fail,omitempty"`
 	// DryRun: the workflow is walked, no operation runs.
 	DryRun bool `json:"dry_run,omitempty"`
+	// Chain, Run and ContinuedFrom, for an execution a continue-as-new
+	// step started: the id of the chain's first execution, this one's
+	// number in the chain (the first is 1) and its predecessor.
+	Chain         string `json:"chain,omitempty"`
+	Run           int    `json:"run,omitempty"`
+	ContinuedFrom string `json:"continued_from,omitempty"`
 	// Retention is the workflow's retention rule; nil when it sets none
 	// (the system default applies).
 	Retention *Retention `json:"retention,omitempty"`
@@ -79,6 +85,9 @@ type ExecutionSuspended struct {
 // ExecutionSucceeded ends an execution successfully.
 type ExecutionSucceeded struct {
 	Output json.RawMessage `json:"output,omitempty"`
+	// ContinuedAs is the execution that goes on from this one, when a
+	// continue-as-new step ended it: its successor, in the same chain.
+	ContinuedAs string `json:"continued_as,omitempty"`
 }
 
 // ExecutionFailed ends an execution with an error.
@@ -643,6 +652,11 @@ type StartExecution struct {
 	// Actor is set by the api only ([Actor]); it is not part of the
 	// request's [StartExecution.Digest].
 	Actor *Actor `json:"actor,omitempty"`
+	// Chain, Run and ContinuedFrom are set by the dispatcher only, for
+	// the successor a continue-as-new step starts (see ExecutionStarted).
+	Chain         string `json:"chain,omitempty"`
+	Run           int    `json:"run,omitempty"`
+	ContinuedFrom string `json:"continued_from,omitempty"`
 }
 
 // ReconcileExecution asks the dispatcher to look at an execution again.

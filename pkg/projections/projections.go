@@ -196,6 +196,14 @@ type Execution struct {
 	RetentionKey string `json:"retention_key,omitempty"`
 	// Replays are the replays recorded, in order.
 	Replays []Replay `json:"replays,omitempty"`
+	// Chain, Run and ContinuedFrom link an execution a continue-as-new
+	// step started to its chain (the first execution's id), its number
+	// in it and its predecessor; ContinuedAs names the successor of one
+	// that a continue-as-new step ended.
+	Chain         string `json:"chain,omitempty"`
+	Run           int    `json:"run,omitempty"`
+	ContinuedFrom string `json:"continued_from,omitempty"`
+	ContinuedAs   string `json:"continued_as,omitempty"`
 	// VersionChanges are the moves to another version of the workflow
 	// (a resume, force-resume or replay with a version), in order.
 	VersionChanges []VersionChange `json:"version_changes,omitempty"`
@@ -508,6 +516,7 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 		s.Status, s.StartedAt = StatusStarted, ev.Time
 		s.Input, s.Token, s.CommandKey, s.StartedBy, s.StartedByActor = e.Input, e.Token, e.CommandKey, e.StartedBy, e.Actor
 		s.WaitAfterFail, s.DryRun, s.APIURL = e.WaitAfterFail, e.DryRun, e.APIURL
+		s.Chain, s.Run, s.ContinuedFrom = e.Chain, e.Run, e.ContinuedFrom
 		if e.Retention != nil {
 			s.Retention, s.RetentionKey = e.Retention.Rule, e.Retention.Key
 		}
@@ -529,7 +538,7 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 		if s.Status != StatusStarted { // a cancelling execution ends cancelled
 			return s, &TransitionError{ExecutionID: s.ID, From: string(s.Status), Event: ev.Type}
 		}
-		s.Status, s.EndedAt, s.Output = StatusSucceeded, ev.Time, e.Output
+		s.Status, s.EndedAt, s.Output, s.ContinuedAs = StatusSucceeded, ev.Time, e.Output, e.ContinuedAs
 		return s, nil
 	case *events.ExecutionFailed:
 		if s.Status != StatusStarted {
@@ -1074,7 +1083,7 @@ func (st *Step) started(o events.OperationStart, end time.Time) {
 }
 
 // internalKinds are the step kinds the dispatcher runs itself.
-var internalKinds = map[string]bool{"let": true, "sleep": true, "wait": true, "fail": true, "return": true, "goto": true, "retry": true, "replayable": true, "clear-lock": true,
+var internalKinds = map[string]bool{"let": true, "sleep": true, "wait": true, "fail": true, "return": true, "goto": true, "retry": true, "replayable": true, "clear-lock": true, "continue-as-new": true,
 	"workflow": true, "foreach": true, "parallel": true, "switch": true}
 
 func legal(from, to OpStatus, internal bool) bool {

@@ -158,6 +158,7 @@ func Check(ev events.Event, def *Definition, opt Options) (Start, error) {
 		Workflow: def.Name, Version: def.Version, Input: input, Steps: def.Spec.StepRefs(), Definition: canonical,
 		CommandKey: key, CommandDigest: asked.Digest(), StartedBy: ev.Source, Actor: asked.Actor,
 		WaitAfterFail: asked.WaitAfterFail, DryRun: asked.DryRun,
+		Chain: asked.Chain, Run: asked.Run, ContinuedFrom: asked.ContinuedFrom,
 	}
 	if asked.Actor != nil {
 		started.StartedBy = asked.Actor.Subject // who, as authenticated; the command key keeps the source
@@ -166,7 +167,7 @@ func Check(ev events.Event, def *Definition, opt Options) (Start, error) {
 		// The workflow's rule, with context meaning parent (nothing came
 		// before), its hash rendered over the start.
 		started.Retention, err = def.Spec.Retention.Resolve(retention.Default, "", func() map[string]any {
-			return Env(id, def.Name, def.Version, input, opt.Now)
+			return ChainEnv(id, def.Name, def.Version, input, opt.Now, asked.Chain, asked.Run)
 		})
 		if err != nil {
 			field := "input" // what the hash is rendered from
@@ -239,6 +240,15 @@ func checkCommand(c *events.StartExecution) *Problem {
 // it. It is the dispatcher's view of such an execution, which its tests
 // hold it to.
 func Env(executionID, workflowName string, version int, input json.RawMessage, startedAt time.Time) map[string]any {
+	return ChainEnv(executionID, workflowName, version, input, startedAt, "", 0)
+}
+
+// ChainEnv is Env for run run of the chain of continue-as-new runs that
+// execution chain began ("" and 0 for an execution no step continued).
+func ChainEnv(executionID, workflowName string, version int, input json.RawMessage, startedAt time.Time, chain string, run int) map[string]any {
+	if chain == "" {
+		chain = executionID
+	}
 	var in map[string]any
 	_ = json.Unmarshal(input, &in)
 	if in == nil {
@@ -249,7 +259,8 @@ func Env(executionID, workflowName string, version int, input json.RawMessage, s
 		"vars":  map[string]any{},
 		"steps": map[string]any{},
 		"workflow": map[string]any{"id": executionID, "name": workflowName, "version": float64(version),
-			"attempt": float64(1), "started_at": startedAt.UTC().Format(time.RFC3339Nano), "api_url": ""},
+			"attempt": float64(1), "started_at": startedAt.UTC().Format(time.RFC3339Nano), "api_url": "",
+			"chain": chain, "run": float64(max(run, 1))},
 	}
 }
 

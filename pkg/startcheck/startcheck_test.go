@@ -323,9 +323,12 @@ func TestEnv(t *testing.T) {
 		"vars":  map[string]any{},
 		"steps": map[string]any{},
 		"workflow": map[string]any{"id": "x-1", "name": "w", "version": float64(2), "attempt": float64(1),
-			"started_at": "2026-03-14T10:00:00Z", "api_url": ""},
+			"started_at": "2026-03-14T10:00:00Z", "api_url": "", "chain": "x-1", "run": float64(1)},
 	}, startcheck.Env("x-1", "w", 2, json.RawMessage(`{"n":1}`), now.In(time.FixedZone("CET", 3600))))
 	require.Equal(t, map[string]any{}, startcheck.Env("x-1", "w", 2, nil, now)["input"])
+	wf := startcheck.ChainEnv("x-1-run3", "w", 2, nil, now, "x-1", 3)["workflow"].(map[string]any)
+	require.Equal(t, "x-1", wf["chain"], "a continued run sees its chain")
+	require.Equal(t, float64(3), wf["run"])
 }
 
 // FuzzCheck: whatever the data, Check answers with a start or a problem

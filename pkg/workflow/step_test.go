@@ -107,7 +107,7 @@ func TestKindClasses(t *testing.T) {
 
 	operations := map[string]bool{workflow.KindNoop: true, workflow.KindLog: true, workflow.KindExec: true, workflow.KindHTTP: true, workflow.KindCall: true}
 	containers := map[string]bool{workflow.KindWorkflow: true, workflow.KindForeach: true, workflow.KindParallel: true, workflow.KindSwitch: true}
-	require.Len(t, workflow.Kinds, 18)
+	require.Len(t, workflow.Kinds, 19)
 	for _, k := range workflow.Kinds {
 		require.Equal(t, operations[k], workflow.IsOperation(k), k)
 		require.Equal(t, containers[k], workflow.IsContainer(k), k)

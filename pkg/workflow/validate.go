@@ -47,6 +47,7 @@ var kindFields = map[string][]string{
 	// replayable: its replayable field is required.
 	KindReplayable: {},
 	KindClearLock:  {"lock", "reason"},
+	KindContinue:   {"input", "version"},
 	// Containers.
 	KindWorkflow: {"steps", "workflow", "version", "input", "lock", "semaphore", "lock_timeout"},
 	KindForeach:  {"items", "concurrency", "steps"},
@@ -195,7 +196,7 @@ func validateStepList(add func(string, string, ...any), addErr func(string, erro
 		if s.Kind == KindReturn {
 			outRoots = roots
 		}
-		if s.Output != nil && contains([]string{KindLet, KindSleep, KindFail, KindGoto, KindRetry}, s.Kind) {
+		if s.Output != nil && contains([]string{KindLet, KindSleep, KindFail, KindGoto, KindRetry, KindContinue}, s.Kind) {
 			add(f("output"), "does not apply to %s %s step (it has no result to map)", article(s.Kind), s.Kind)
 		}
 		addErr(f("output"), expression.Compile(s.Output, outRoots))
@@ -456,6 +457,11 @@ func (s Step) validateKind(add func(string, string, ...any), addErr func(string,
 		}
 	case KindFail:
 		template("message", s.Message)
+	case KindContinue:
+		template("input", s.Input)
+		if s.Version < 0 {
+			add(f("version"), "must be 0 (the latest when the step runs) or a version number")
+		}
 	}
 }
 

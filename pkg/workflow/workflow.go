@@ -45,6 +45,10 @@ const (
 	// execution), as an operator's clear does: Brooklyn's clear-sensor
 	// lock-NAME.
 	KindClearLock = "clear-lock"
+	// KindContinue ends the execution and starts its successor, the next
+	// run of the same workflow with a new input (Temporal's continue-as-new):
+	// a long loop keeps a bounded history.
+	KindContinue = "continue-as-new"
 	// Containers: steps that run other steps.
 	KindWorkflow = "workflow"
 	KindForeach  = "foreach"
@@ -54,7 +58,7 @@ const (
 
 // Kinds lists the step kinds, in documentation order.
 var Kinds = []string{KindNoop, KindLog, KindExec, KindHTTP, KindCall, KindLet, KindSleep, KindWait, KindFail, KindReturn, KindGoto, KindRetry,
-	KindReplayable, KindClearLock, KindWorkflow, KindForeach, KindParallel, KindSwitch}
+	KindReplayable, KindClearLock, KindContinue, KindWorkflow, KindForeach, KindParallel, KindSwitch}
 
 // IsContainer reports whether steps of kind k run nested steps.
 func IsContainer(k string) bool {

@@ -31,7 +31,11 @@ type exampleRun struct {
 	// the resumed run.
 	resume events.TargetVersion
 	first  projections.Status
-	check  func(t *testing.T, x projections.Execution)
+	// runs, if over 1, is how many runs a continue-as-new chain makes:
+	// each run must end succeeded, continued as the next; want and check
+	// apply to the last.
+	runs  int
+	check func(t *testing.T, x projections.Execution)
 }
 
 type exampleSignal struct {
@@ -177,6 +181,15 @@ var exampleRuns = map[string][]exampleRun{
 		check: func(t *testing.T, x projections.Execution) {
 			require.Equal(t, projections.OpSucceeded, stepByID(t, x, "claim/got-it").Status)
 			require.Equal(t, projections.OpNone, stepByID(t, x, "clear").Status)
+		},
+	}},
+	"countdown.yaml": {{
+		input: map[string]any{"n": 2}, runs: 3, want: projections.StatusSucceeded,
+		check: func(t *testing.T, x projections.Execution) {
+			require.JSONEq(t, `"reached zero in run 3"`, string(x.Output))
+			require.Equal(t, "example-countdown-1", x.Chain)
+			require.Equal(t, "example-countdown-1-run2", x.ContinuedFrom)
+			require.Empty(t, x.ContinuedAs)
 		},
 	}},
 	"upgrade-v1.yaml": {{
@@ -341,6 +354,12 @@ func TestExamplesRunToCompletion(t *testing.T) {
 						}
 						return x.Resumes > 0 && x.Status.Terminal(), describe(x)
 					})
+				}
+				for run := 2; run <= r.runs; run++ {
+					require.Equal(t, projections.StatusSucceeded, x.Status, "examples/%s run %d: %s", f, run-1, x.Error)
+					require.Equal(t, fmt.Sprintf("%s-run%d", id, run), x.ContinuedAs, "examples/%s run %d", f, run-1)
+					x = s.waitDone(t, x.ContinuedAs, 30*time.Second)
+					require.Equal(t, run, x.Run)
 				}
 				require.Equal(t, r.want, x.Status, "examples/%s: %s", f, x.Error)
 				if r.check != nil {

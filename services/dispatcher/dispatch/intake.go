@@ -256,6 +256,10 @@ func admit(subject string, header nats.Header, data []byte, partitions int) (ev 
 			why = misrouted(published, ev, partitions)
 		}
 	}
+	if s, ok := ev.Data.(*events.StartExecution); ok && why == "" && err == nil && published != "" &&
+		(s.Chain != "" || s.Run != 0 || s.ContinuedFrom != "") {
+		why = "chain, run and continued_from are set by the dispatcher only, for the execution a continue-as-new step starts: send the start without them"
+	}
 	if why == "" && err == nil && published != "" {
 		var actor *events.Actor
 		if actor, why = commandActor(published, ev.Data); why == "" && actor != nil {

@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -63,4 +64,28 @@ func TestMisroutedNamesTheClientSubject(t *testing.T) {
 	}
 	require.Empty(t, misrouted(bus.SubjectAPIStart, events.Event{Type: events.TypeStartExecution}, 16))
 	require.Contains(t, misrouted(bus.SubjectAPISignal, events.Event{Type: events.TypeStartExecution}, 16), "takes "+string(events.TypeSignalExecution))
+}
+
+// TestAdmitRefusesForgedChains: chain, run and continued_from link a
+// continue-as-new step's successor to its chain; only the dispatcher
+// sets them (its own start, straight into the inbox), so a client's start
+// that carries them is refused, and the dispatcher's is admitted.
+func TestAdmitRefusesForgedChains(t *testing.T) {
+	t.Parallel()
+	start := &events.StartExecution{Workflow: "countdown", ExecutionID: "cd-run2", Input: []byte(`{"n":1}`),
+		Chain: "cd", Run: 2, ContinuedFrom: "cd"}
+	ev := events.New("urn:test", "cd-run2", "countdown", time.Now(), start)
+	msg, err := bus.Encode(bus.SubjectStart, ev)
+	require.NoError(t, err)
+	_, why := admit(bus.SubjectStart, msg.Header, msg.Data, 16)
+	require.Contains(t, why, "chain, run and continued_from are set by the dispatcher only")
+
+	own := events.New("jetflow/dispatcher", "cd-run2", "countdown", time.Now(), start)
+	own.ID = "continue-cd-run2"
+	subject := inboxSubjectOf(own, 16)
+	msg, err = bus.Encode(subject, own)
+	require.NoError(t, err)
+	got, why := admit(subject, msg.Header, msg.Data, 16)
+	require.Empty(t, why)
+	require.Equal(t, "cd", got.Data.(*events.StartExecution).Chain)
 }

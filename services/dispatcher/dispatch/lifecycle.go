@@ -144,3 +144,23 @@ func (d *Dispatcher) result(ctx context.Context, ref events.TaskRef, ev events.E
 		return nil
 	})
 }
+
+// publishStart hands the start of a continue-as-new step's successor to
+// the dispatchers: into the inbox, on the successor's partition, with the
+// step's id for it as message id (and CloudEvent id), so that publishing
+// it again after a crash starts nothing new. It is the dispatcher's own
+// command: it carries no actor (the successor records the chain, its run
+// and its predecessor).
+func (d *Dispatcher) publishStart(ctx context.Context, x *execState, e interp.PublishStart) error {
+	start := e.Start
+	ev := events.New(d.cfg.Source, start.ExecutionID, start.Workflow, d.cfg.Now(), &start)
+	ev.ID = e.ID
+	msg, err := bus.Encode(inboxSubjectOf(ev, d.parts.n), ev)
+	if err != nil {
+		return err
+	}
+	if _, err := d.js.PublishMsg(ctx, msg, jetstream.WithMsgID(e.ID)); err != nil {
+		return fmt.Errorf("execution %s: publish the start of its successor %s: %w", x.id, start.ExecutionID, err)
+	}
+	return nil
+}

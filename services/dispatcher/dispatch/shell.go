@@ -296,6 +296,8 @@ func (d *Dispatcher) perform(ctx context.Context, x *execState, eff interp.Effec
 		return nil, d.publishKill(ctx, x, e)
 	case interp.PublishClear:
 		return nil, d.publishClear(ctx, x, e)
+	case interp.PublishStart:
+		return nil, d.publishStart(ctx, x, e)
 	case interp.CatchUp:
 		if !x.state.Status.Active() {
 			return nil, nil // ended again since

@@ -31,6 +31,9 @@ type action struct {
 	vars map[string]json.RawMessage
 	// output is a return step's or the workflow's rendered output.
 	output json.RawMessage
+	// continued is the successor of an execution a continue-as-new step
+	// ended (actSucceed).
+	continued string
 	// signal is the signal a wait step takes.
 	signal *projections.Signal
 	// final marks a step failure that retrying cannot change.
@@ -73,6 +76,7 @@ const (
 	actCancelled                    // a cancelling execution has nothing running: append ExecutionCancelled
 	actReplay                       // a retry step (or automatic recovery) replays the execution
 	actClearLock                    // a clear-lock step: hand its recorded clear to the dispatchers, the step succeeds
+	actContinue                     // a continue-as-new step: start the successor, the step succeeds (and the execution ends)
 )
 
 // workflowOnError starts the paths of the workflow's own on-error steps.
@@ -121,7 +125,7 @@ func decideIn(d workflow.Definition, s projections.Execution, v *view) action {
 		case h.state == failed:
 			return action{kind: actFail, err: r.err + "; then on-error: " + h.err}
 		case h.returned:
-			return action{kind: actSucceed, output: h.output}
+			return action{kind: actSucceed, output: h.output, continued: h.continued}
 		}
 	}
 	switch {
@@ -130,7 +134,7 @@ func decideIn(d workflow.Definition, s projections.Execution, v *view) action {
 	case r.state == failed:
 		return action{kind: actFail, step: r.act.step, path: r.act.path, err: r.err}
 	case r.returned:
-		return action{kind: actSucceed, output: r.output}
+		return action{kind: actSucceed, output: r.output, continued: r.continued}
 	}
 	out, err := render(d.Output, e.env(frame{}))
 	if err != nil {
@@ -154,6 +158,8 @@ type frame struct {
 	// retry is the default retry policy of the frame's operations (the
 	// workflow's, or a called workflow's).
 	retry *workflow.Retry
+	// call: the frame is (inside) a workflow called by name.
+	call bool
 }
 
 func (f frame) child(prefix string, steps []workflow.Step, roots map[string]any) frame {
@@ -164,7 +170,7 @@ func (f frame) child(prefix string, steps []workflow.Step, roots map[string]any)
 	for k, v := range roots {
 		merged[k] = v
 	}
-	return frame{prefix: prefix, steps: steps, roots: merged, retry: f.retry}
+	return frame{prefix: prefix, steps: steps, roots: merged, retry: f.retry, call: f.call}
 }
 
 type outcome int
@@ -181,6 +187,8 @@ type result struct {
 	err      string
 	output   json.RawMessage
 	returned bool // a return step ended the execution
+	// continued: a continue-as-new step ended it, for this successor.
+	continued string
 	// jump is the target of a goto in on-error steps: the list of the
 	// failed step goes on from there.
 	jump string
@@ -439,6 +447,13 @@ func (e *engine) step(f frame, step workflow.Step, st projections.Step, env *laz
 	wait := result{state: running, act: action{kind: actWait}}
 	switch st.Status {
 	case projections.OpSucceeded:
+		if step.Kind == workflow.KindContinue { // the execution ends: its successor goes on
+			var out struct {
+				ContinuedAs string `json:"continued_as"`
+			}
+			_ = json.Unmarshal(st.Output, &out)
+			return result{state: done, output: st.Output, returned: true, continued: out.ContinuedAs}
+		}
 		return result{state: done, output: st.Output, returned: step.Kind == workflow.KindReturn}
 	case projections.OpSkipped:
 		return result{state: done}
@@ -483,6 +498,9 @@ func (e *engine) step(f frame, step workflow.Step, st projections.Step, env *laz
 			return act(e.retryReplay(step, st))
 		case workflow.IsContainer(step.Kind):
 			return e.container(f, step, st, env)
+		case step.Kind == workflow.KindContinue && f.call:
+			return act(action{kind: actStepFail, step: step, attempt: st.Attempt, final: true,
+				err: "continue-as-new ends a whole execution: it cannot run in a workflow called by another"})
 		case !workflow.IsOperation(step.Kind):
 			return act(internal(step, st, e.s, env))
 		}
@@ -801,7 +819,7 @@ func (e *engine) called(f frame, step workflow.Step, st projections.Step, prefix
 	}
 	def := called.Definition
 	cf := f.child(prefix+"/", def.Steps, map[string]any{"input": orObject(decode(called.Input))})
-	cf.retry = def.Retry
+	cf.retry, cf.call = def.Retry, true
 	var r result
 	if a, timedOut := e.callTimeout(def, step, st); timedOut {
 		// As for a workflow run on its own: its steps go no further and
@@ -1044,6 +1062,15 @@ func internal(step workflow.Step, st projections.Step, s projections.Execution, 
 		}
 		out, _ := json.Marshal(map[string]any{"retry": true, "next_attempt": int(attempt) + 1})
 		return action{kind: actComplete, step: step, attempt: st.Attempt, output: out}
+	case workflow.KindContinue:
+		input := s.Input // the same input, unless it says otherwise
+		if step.Input != nil {
+			var err error
+			if input, err = render(step.Input, env); err != nil {
+				return fail(fmt.Errorf("input: %w", err))
+			}
+		}
+		return action{kind: actContinue, step: step, attempt: st.Attempt, input: input}
 	case workflow.KindClearLock: // its clear was recorded with its schedule
 		return action{kind: actClearLock, step: step, attempt: st.Attempt, input: st.Input}
 	case workflow.KindReplayable: // a replay point: nothing to do

@@ -1,6 +1,7 @@
 package interp
 
 import (
+	"cmp"
 	"encoding/json"
 	"time"
 
@@ -36,7 +37,8 @@ func baseEnvOf(x projections.Execution) map[string]any {
 		"input": input,
 		"vars":  vars,
 		"workflow": map[string]any{"id": x.ID, "name": x.Workflow, "version": float64(x.Version),
-			"attempt": float64(1), "started_at": x.StartedAt.UTC().Format(time.RFC3339Nano), "api_url": x.APIURL},
+			"attempt": float64(1), "started_at": x.StartedAt.UTC().Format(time.RFC3339Nano), "api_url": x.APIURL,
+			"chain": cmp.Or(x.Chain, x.ID), "run": float64(max(x.Run, 1))},
 	}
 }
 

@@ -253,6 +253,7 @@ func (EnqueueLock) effect()  {}
 func (ReleaseLock) effect()  {}
 func (PublishKill) effect()  {}
 func (PublishClear) effect() {}
+func (PublishStart) effect() {}
 func (CatchUp) effect()      {}
 
 // Need is something a decision needs loaded into its Input.
@@ -484,6 +485,8 @@ func (in Input) carry(a action) Decision {
 				Reason: rec.Reason, RequestedBy: clearRequestedBy(in.ID, in.Workflow, id)}}}
 		}
 		return d
+	case actContinue:
+		return in.continueAsNew(a, id)
 	case actReturn, actComplete:
 		// A return's step succeeds; the next decision ends what it ends
 		// (the execution, or a called workflow).
@@ -526,7 +529,7 @@ func (in Input) carry(a action) Decision {
 			Due: due.UTC(), TimerID: tid})
 		return d
 	case actSucceed:
-		d := one(&events.ExecutionSucceeded{Output: a.output})
+		d := one(&events.ExecutionSucceeded{Output: a.output, ContinuedAs: a.continued})
 		if _, suspended := d.Events[0].(*events.ExecutionSuspended); !suspended { // an output too big, with wait_after_fail
 			d.After = endedNotice(s, "")
 		}
@@ -682,6 +685,55 @@ func (in Input) scheduleCalled(a action, kind string) Decision {
 		return Decision{Err: err}
 	}
 	return Decision{Events: []events.Payload{in.final(&events.StepScheduled{StepID: a.path, Kind: kind, Attempt: a.attempt, Input: input})}}
+}
+
+// PublishStart hands the start of another execution to the dispatchers
+// (a continue-as-new step's successor), deduplicated by ID: the inbox
+// keeps one, so a start published again after a crash starts nothing new.
+type PublishStart struct {
+	ID    string
+	Start events.StartExecution
+}
+
+// continueAsNew decides a continue-as-new step: the successor's start is
+// published (before: after a crash it is published again, with the same
+// id), then the step succeeds with the successor's id, and the next
+// decision ends the execution succeeded, continued as it. The successor
+// runs the workflow's latest version (or the step's version), and its
+// input must fit that version's schema: else the step fails.
+func (in Input) continueAsNew(a action, id string) Decision {
+	s := in.State
+	fail := func(msg string) Decision {
+		return in.carry(action{kind: actStepFail, step: a.step, path: id, attempt: a.attempt, err: msg, final: true})
+	}
+	ref := CalledRef{Name: in.Workflow, Version: a.step.Version}
+	rec, loaded := in.Called[ref]
+	switch {
+	case !loaded:
+		return Decision{Need: NeedWorkflow{Ref: ref}}
+	case rec == nil:
+		return fail(fmt.Sprintf("workflow %s version %d is not registered: there is nothing to continue as", in.Workflow, a.step.Version))
+	}
+	if problems := rec.Definition.CheckInput(a.input); len(problems) > 0 {
+		return fail(fmt.Sprintf("input of the next run: %s %s", problems[0].Field, problems[0].Message))
+	}
+	chain, run := cmp.Or(s.Chain, in.ID), max(s.Run, 1)
+	next := successorID(chain, run+1)
+	out, _ := json.Marshal(map[string]any{"continued_as": next, "run": run + 1})
+	d := Decision{Events: []events.Payload{in.final(&events.StepSucceeded{StepID: id, Attempt: a.attempt, Output: out})}}
+	d.Before = []Effect{PublishStart{ID: "continue-" + next, Start: events.StartExecution{Workflow: in.Workflow, Version: rec.Version,
+		Input: a.input, ExecutionID: next, WaitAfterFail: s.WaitAfterFail, Chain: chain, Run: run + 1, ContinuedFrom: in.ID}}}
+	return d
+}
+
+// successorID is the id of run n of the chain that execution chain
+// began: "<chain>-run<n>", the chain's id cut to fit.
+func successorID(chain string, n int) string {
+	suffix := "-run" + strconv.Itoa(n)
+	if len(chain)+len(suffix) > 128 {
+		chain = chain[:128-len(suffix)]
+	}
+	return chain + suffix
 }
 
 // clearInput is what a clear-lock step records when it is scheduled:

@@ -44,6 +44,7 @@ type memShell struct {
 	busy    map[string]bool
 	holders map[string][]events.LockEntry
 	clears  []clearPublished
+	starts  []PublishStart
 	// loadedHolders are the holders loaded for the decision under way.
 	loadedHolders map[string][]events.LockEntry
 }
@@ -160,6 +161,8 @@ func (m *memShell) perform(e Effect) Outcome {
 		return LockHeld{Lock: e}
 	case PublishClear:
 		m.clears = append(m.clears, clearPublished{e, len(m.evs)})
+	case PublishStart:
+		m.starts = append(m.starts, e)
 	case PublishKill:
 		m.kills = append(m.kills, killPublished{e, len(m.evs)})
 	case ReleaseLock, CatchUp:

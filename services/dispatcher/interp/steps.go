@@ -33,8 +33,11 @@ func dryRunSkip(s projections.Execution, a action) string {
 	case actWaitSignal:
 		return "dry run: would wait for a signal"
 	case actSchedule:
-		if a.step.Kind == workflow.KindClearLock {
+		switch a.step.Kind {
+		case workflow.KindClearLock:
 			return "dry run: would clear the lock's holders"
+		case workflow.KindContinue:
+			return "dry run: would end, and continue as a new execution"
 		}
 	}
 	return ""

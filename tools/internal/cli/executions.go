@@ -174,6 +174,12 @@ func printExecution(w io.Writer, x projections.Execution, retention string) {
 	if !x.EndedAt.IsZero() {
 		fmt.Fprintf(tw, "ended\t%s (took %s)\n", x.EndedAt.Local().Format(time.RFC3339Nano), dur(x.StartedAt, x.EndedAt))
 	}
+	if x.ContinuedFrom != "" {
+		fmt.Fprintf(tw, "chain\trun %d of %s, continued from %s\n", x.Run, x.Chain, x.ContinuedFrom)
+	}
+	if x.ContinuedAs != "" {
+		fmt.Fprintf(tw, "continued\tas %s (a continue-as-new step ended it; jetflow show %s)\n", x.ContinuedAs, x.ContinuedAs)
+	}
 	if x.Status != projections.StatusPending {
 		fmt.Fprintf(tw, "retention\t%s, in group %s (docs/retention.md)\n", retention, cmp.Or(x.RetentionKey, x.Workflow))
 	}
