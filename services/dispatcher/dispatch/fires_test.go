@@ -69,6 +69,15 @@ func (b *fireBundle) asleep(t *testing.T, wf, id string) events.Event {
 		}
 		return timerID != ""
 	}, "%s sleeps", id)
+	// The worker that recorded the sleep may still hold the execution (a
+	// loaded machine slows its last steps): a batch would leave it to it.
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		unlock, ok := b.d.handling.tryLock(id)
+		if ok {
+			unlock()
+		}
+		return ok
+	}, "the dispatcher is done with %s", id)
 	return events.New("jetflow/dispatcher", id, wf, time.Now(), &events.FireTimer{ExecutionID: id, Workflow: wf, TimerID: timerID})
 }
 
