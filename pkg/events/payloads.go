@@ -358,7 +358,42 @@ const (
 )
 
 // Actions lists the actions the dispatcher carries out.
-var Actions = []string{ActionCancel, ActionForceCancel, ActionKill, ActionResume, ActionForceResume, ActionReplay, ActionRepair}
+var Actions = []string{ActionCancel, ActionForceCancel, ActionKill, ActionResume, ActionForceResume, ActionReplay, ActionCompensate, ActionRepair}
+
+// ActionCompensate runs the compensate steps of the steps that succeeded,
+// in reverse order of completion, in an execution that is over.
+const ActionCompensate = "compensate"
+
+// Why compensation ran (CompensationStarted.Cause).
+const (
+	CompensateForFailure  = "failure"
+	CompensateForCancel   = "cancel"
+	CompensateForOperator = "operator"
+)
+
+// CompensationStarted records that the execution's compensation begins
+// (the saga pattern): the compensate steps of Steps run, one step's after
+// the other's, in that order (the reverse of their completion). Cause
+// says why: the execution failed (Error) or was cancelled and its
+// workflow compensates then, or an operator asked (the action record;
+// Token is then the execution's new token, as a resume gives one).
+type CompensationStarted struct {
+	ActionRecord
+	Cause string   `json:"cause"`
+	Error string   `json:"error,omitempty"`
+	Steps []string `json:"steps"`
+	Token string   `json:"token,omitempty"`
+}
+
+// CompensationFinished records that every compensation ran.
+type CompensationFinished struct{}
+
+// CompensationFailed records that the compensation of StepID failed
+// (Error): the compensations after it do not run.
+type CompensationFailed struct {
+	StepID string `json:"step_id"`
+	Error  string `json:"error"`
+}
 
 // Bounds of what an operator's action carries into the history.
 const (
@@ -780,83 +815,89 @@ const (
 	CodeForbidden = "forbidden"
 )
 
-func (*ExecutionStarted) EventType() Type    { return TypeExecutionStarted }
-func (*ExecutionSucceeded) EventType() Type  { return TypeExecutionSucceeded }
-func (*ExecutionFailed) EventType() Type     { return TypeExecutionFailed }
-func (*StepScheduled) EventType() Type       { return TypeStepScheduled }
-func (*StepSending) EventType() Type         { return TypeStepSending }
-func (*StepSent) EventType() Type            { return TypeStepSent }
-func (*StepDispatched) EventType() Type      { return TypeStepDispatched }
-func (*StepStarted) EventType() Type         { return TypeStepStarted }
-func (*StepSucceeded) EventType() Type       { return TypeStepSucceeded }
-func (*StepFailed) EventType() Type          { return TypeStepFailed }
-func (*StartExecution) EventType() Type      { return TypeStartExecution }
-func (*ReconcileExecution) EventType() Type  { return TypeReconcileExecution }
-func (*Task) EventType() Type                { return TypeTask }
-func (*OperationStarted) EventType() Type    { return TypeOperationStarted }
-func (*OperationSucceeded) EventType() Type  { return TypeOperationSucceeded }
-func (*OperationFailed) EventType() Type     { return TypeOperationFailed }
-func (*CommandRejected) EventType() Type     { return TypeCommandRejected }
-func (*FireTimer) EventType() Type           { return TypeFireTimer }
-func (*SignalExecution) EventType() Type     { return TypeSignalExecution }
-func (*SignalReceived) EventType() Type      { return TypeSignalReceived }
-func (*TimerFired) EventType() Type          { return TypeTimerFired }
-func (*TimerArmed) EventType() Type          { return TypeTimerArmed }
-func (*VariablesSet) EventType() Type        { return TypeVariablesSet }
-func (*StepRescheduled) EventType() Type     { return TypeStepRescheduled }
-func (*StepWaiting) EventType() Type         { return TypeStepWaiting }
-func (*StepSkipped) EventType() Type         { return TypeStepSkipped }
-func (*ExecutionAction) EventType() Type     { return TypeExecutionAction }
-func (*KillOperations) EventType() Type      { return TypeKillOperations }
-func (*RefuseTasks) EventType() Type         { return TypeRefuseTasks }
-func (*TerminateTask) EventType() Type       { return TypeTerminateTask }
-func (*ExecutionResumed) EventType() Type    { return TypeExecutionResumed }
-func (*ExecutionReplayed) EventType() Type   { return TypeExecutionReplayed }
-func (*DefinitionChanged) EventType() Type   { return TypeDefinitionChanged }
-func (*ResultIgnored) EventType() Type       { return TypeResultIgnored }
-func (*ResultAfterEnd) EventType() Type      { return TypeResultAfterEnd }
-func (*ExecutionSuspended) EventType() Type  { return TypeExecutionSuspended }
-func (*ExecutionCancelling) EventType() Type { return TypeExecutionCancelling }
-func (*ExecutionCancelled) EventType() Type  { return TypeExecutionCancelled }
+func (*ExecutionStarted) EventType() Type     { return TypeExecutionStarted }
+func (*ExecutionSucceeded) EventType() Type   { return TypeExecutionSucceeded }
+func (*ExecutionFailed) EventType() Type      { return TypeExecutionFailed }
+func (*StepScheduled) EventType() Type        { return TypeStepScheduled }
+func (*StepSending) EventType() Type          { return TypeStepSending }
+func (*StepSent) EventType() Type             { return TypeStepSent }
+func (*StepDispatched) EventType() Type       { return TypeStepDispatched }
+func (*StepStarted) EventType() Type          { return TypeStepStarted }
+func (*StepSucceeded) EventType() Type        { return TypeStepSucceeded }
+func (*StepFailed) EventType() Type           { return TypeStepFailed }
+func (*StartExecution) EventType() Type       { return TypeStartExecution }
+func (*ReconcileExecution) EventType() Type   { return TypeReconcileExecution }
+func (*Task) EventType() Type                 { return TypeTask }
+func (*OperationStarted) EventType() Type     { return TypeOperationStarted }
+func (*OperationSucceeded) EventType() Type   { return TypeOperationSucceeded }
+func (*OperationFailed) EventType() Type      { return TypeOperationFailed }
+func (*CommandRejected) EventType() Type      { return TypeCommandRejected }
+func (*FireTimer) EventType() Type            { return TypeFireTimer }
+func (*SignalExecution) EventType() Type      { return TypeSignalExecution }
+func (*SignalReceived) EventType() Type       { return TypeSignalReceived }
+func (*TimerFired) EventType() Type           { return TypeTimerFired }
+func (*TimerArmed) EventType() Type           { return TypeTimerArmed }
+func (*VariablesSet) EventType() Type         { return TypeVariablesSet }
+func (*StepRescheduled) EventType() Type      { return TypeStepRescheduled }
+func (*StepWaiting) EventType() Type          { return TypeStepWaiting }
+func (*StepSkipped) EventType() Type          { return TypeStepSkipped }
+func (*ExecutionAction) EventType() Type      { return TypeExecutionAction }
+func (*KillOperations) EventType() Type       { return TypeKillOperations }
+func (*RefuseTasks) EventType() Type          { return TypeRefuseTasks }
+func (*TerminateTask) EventType() Type        { return TypeTerminateTask }
+func (*ExecutionResumed) EventType() Type     { return TypeExecutionResumed }
+func (*ExecutionReplayed) EventType() Type    { return TypeExecutionReplayed }
+func (*DefinitionChanged) EventType() Type    { return TypeDefinitionChanged }
+func (*CompensationStarted) EventType() Type  { return TypeCompensationStarted }
+func (*CompensationFinished) EventType() Type { return TypeCompensationFinished }
+func (*CompensationFailed) EventType() Type   { return TypeCompensationFailed }
+func (*ResultIgnored) EventType() Type        { return TypeResultIgnored }
+func (*ResultAfterEnd) EventType() Type       { return TypeResultAfterEnd }
+func (*ExecutionSuspended) EventType() Type   { return TypeExecutionSuspended }
+func (*ExecutionCancelling) EventType() Type  { return TypeExecutionCancelling }
+func (*ExecutionCancelled) EventType() Type   { return TypeExecutionCancelled }
 
-func (*ExecutionStarted) payload()    {}
-func (*DefinitionChanged) payload()   {}
-func (*ExecutionSucceeded) payload()  {}
-func (*ExecutionFailed) payload()     {}
-func (*StepScheduled) payload()       {}
-func (*StepSending) payload()         {}
-func (*StepSent) payload()            {}
-func (*StepDispatched) payload()      {}
-func (*StepStarted) payload()         {}
-func (*StepSucceeded) payload()       {}
-func (*StepFailed) payload()          {}
-func (*StartExecution) payload()      {}
-func (*ReconcileExecution) payload()  {}
-func (*Task) payload()                {}
-func (*OperationStarted) payload()    {}
-func (*OperationSucceeded) payload()  {}
-func (*OperationFailed) payload()     {}
-func (*CommandRejected) payload()     {}
-func (*FireTimer) payload()           {}
-func (*SignalExecution) payload()     {}
-func (*SignalReceived) payload()      {}
-func (*TimerFired) payload()          {}
-func (*TimerArmed) payload()          {}
-func (*VariablesSet) payload()        {}
-func (*StepRescheduled) payload()     {}
-func (*StepWaiting) payload()         {}
-func (*StepSkipped) payload()         {}
-func (*ExecutionAction) payload()     {}
-func (*KillOperations) payload()      {}
-func (*RefuseTasks) payload()         {}
-func (*TerminateTask) payload()       {}
-func (*ExecutionResumed) payload()    {}
-func (*ResultAfterEnd) payload()      {}
-func (*ExecutionReplayed) payload()   {}
-func (*ResultIgnored) payload()       {}
-func (*ExecutionSuspended) payload()  {}
-func (*ExecutionCancelling) payload() {}
-func (*ExecutionCancelled) payload()  {}
+func (*ExecutionStarted) payload()     {}
+func (*DefinitionChanged) payload()    {}
+func (*CompensationStarted) payload()  {}
+func (*CompensationFinished) payload() {}
+func (*CompensationFailed) payload()   {}
+func (*ExecutionSucceeded) payload()   {}
+func (*ExecutionFailed) payload()      {}
+func (*StepScheduled) payload()        {}
+func (*StepSending) payload()          {}
+func (*StepSent) payload()             {}
+func (*StepDispatched) payload()       {}
+func (*StepStarted) payload()          {}
+func (*StepSucceeded) payload()        {}
+func (*StepFailed) payload()           {}
+func (*StartExecution) payload()       {}
+func (*ReconcileExecution) payload()   {}
+func (*Task) payload()                 {}
+func (*OperationStarted) payload()     {}
+func (*OperationSucceeded) payload()   {}
+func (*OperationFailed) payload()      {}
+func (*CommandRejected) payload()      {}
+func (*FireTimer) payload()            {}
+func (*SignalExecution) payload()      {}
+func (*SignalReceived) payload()       {}
+func (*TimerFired) payload()           {}
+func (*TimerArmed) payload()           {}
+func (*VariablesSet) payload()         {}
+func (*StepRescheduled) payload()      {}
+func (*StepWaiting) payload()          {}
+func (*StepSkipped) payload()          {}
+func (*ExecutionAction) payload()      {}
+func (*KillOperations) payload()       {}
+func (*RefuseTasks) payload()          {}
+func (*TerminateTask) payload()        {}
+func (*ExecutionResumed) payload()     {}
+func (*ResultAfterEnd) payload()       {}
+func (*ExecutionReplayed) payload()    {}
+func (*ResultIgnored) payload()        {}
+func (*ExecutionSuspended) payload()   {}
+func (*ExecutionCancelling) payload()  {}
+func (*ExecutionCancelled) payload()   {}
 
 // NewPayload returns a pointer to a zero payload of type t, for decoding
 // its JSON data into, or nil if t is no type this version knows. It is
@@ -930,6 +971,12 @@ func NewPayload(t Type) Payload {
 		return &ExecutionReplayed{}
 	case TypeDefinitionChanged:
 		return &DefinitionChanged{}
+	case TypeCompensationStarted:
+		return &CompensationStarted{}
+	case TypeCompensationFinished:
+		return &CompensationFinished{}
+	case TypeCompensationFailed:
+		return &CompensationFailed{}
 	case TypeResultIgnored:
 		return &ResultIgnored{}
 	case TypeResultAfterEnd:

@@ -60,7 +60,7 @@ func TestEveryDeclaredTypeHasASample(t *testing.T) {
 	t.Parallel()
 
 	declared := declaredTypes(t)
-	require.Len(t, declared, 46, "the count of event types changed: add samples for the new ones")
+	require.Len(t, declared, 49, "the count of event types changed: add samples for the new ones")
 	require.ElementsMatch(t, declared, eventstest.Types())
 	for _, typ := range declared {
 		require.True(t, strings.HasPrefix(string(typ), "io.jetflow."), typ)
@@ -210,10 +210,10 @@ func TestCommandIDsAndSignalNames(t *testing.T) {
 func TestValidAction(t *testing.T) {
 	t.Parallel()
 
-	for _, a := range []string{"cancel", "force-cancel", "kill", "resume", "force-resume", "replay", "repair"} {
+	for _, a := range []string{"cancel", "force-cancel", "kill", "resume", "force-resume", "replay", "compensate", "repair"} {
 		require.True(t, events.ValidAction(a), a)
 	}
-	require.Len(t, events.Actions, 7)
+	require.Len(t, events.Actions, 8)
 	for _, a := range []string{"", "Cancel", "pause", "clear-lock"} {
 		require.False(t, events.ValidAction(a), a)
 	}

@@ -27,6 +27,13 @@ const (
 	// moved the execution to another version of its workflow: the steps
 	// are matched by id, and what follows runs the new version.
 	TypeDefinitionChanged Type = "io.jetflow.execution.definition_changed"
+	// TypeCompensationStarted, TypeCompensationFinished and
+	// TypeCompensationFailed record an execution's compensation (the
+	// saga pattern): the compensate steps of the steps that succeeded, in
+	// reverse order of completion.
+	TypeCompensationStarted  Type = "io.jetflow.compensation.started"
+	TypeCompensationFinished Type = "io.jetflow.compensation.finished"
+	TypeCompensationFailed   Type = "io.jetflow.compensation.failed"
 	// TypeExecutionReplayed records a replay (Brooklyn's): the execution
 	// runs again from a replay point or resumes at its last incomplete
 	// step, with the variables as they were there and a new token.

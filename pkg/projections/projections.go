@@ -204,6 +204,11 @@ type Execution struct {
 	Run           int    `json:"run,omitempty"`
 	ContinuedFrom string `json:"continued_from,omitempty"`
 	ContinuedAs   string `json:"continued_as,omitempty"`
+	// Compensation is the execution's compensation, once it began (the
+	// saga pattern); Compensations counts those recorded (a replay after
+	// one may compensate again, with new instances).
+	Compensation  *Compensation `json:"compensation,omitempty"`
+	Compensations int           `json:"compensations,omitempty"`
 	// VersionChanges are the moves to another version of the workflow
 	// (a resume, force-resume or replay with a version), in order.
 	VersionChanges []VersionChange `json:"version_changes,omitempty"`
@@ -330,6 +335,11 @@ func (s Status) ActionRefused(action string) string {
 		if s == StatusCancelling {
 			return "is already cancelling; use force-cancel not to wait for its running steps"
 		}
+	case events.ActionCompensate:
+		if s.Terminal() {
+			return ""
+		}
+		return "is " + string(s) + "; compensate applies to an execution that is over (failed, cancelled or succeeded): cancel it first"
 	}
 	if s.Terminal() {
 		return "has already " + string(s) + "; " + action + " applies to a started or cancelling execution"
@@ -393,6 +403,10 @@ type Step struct {
 	// before it could be scheduled): the variables it saw are those of
 	// the events before it. 0 while it has not run (again, after a replay).
 	Entered int `json:"entered,omitempty"`
+	// Completed is the number of the event (counting from 1) that
+	// recorded the instance's success: compensation runs in reverse order
+	// of it.
+	Completed int `json:"completed,omitempty"`
 	// WaitUntil is when a waiting sleep ends (or a wait times out).
 	WaitUntil time.Time `json:"wait_until,omitzero"`
 	// SleptFrom is when a sleep began to wait in its current run: run
@@ -534,6 +548,20 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 		return apply(s, sub)
 	case *events.DefinitionChanged:
 		return s.changeDefinition(ev, e)
+	case *events.CompensationStarted:
+		return s.compensate(ev, e)
+	case *events.CompensationFinished, *events.CompensationFailed:
+		c := s.Compensation
+		if c == nil || c.Status != CompensationRunning || !s.Status.Active() {
+			return s, &TransitionError{ExecutionID: s.ID, From: "not compensating", Event: ev.Type}
+		}
+		next := *c
+		next.Status, next.EndedAt = CompensationFinished, ev.Time
+		if f, ok := e.(*events.CompensationFailed); ok {
+			next.Status, next.StepID, next.Failure = CompensationFailed, f.StepID, f.Error
+		}
+		s.Compensation = &next
+		return s, nil
 	case *events.ExecutionSucceeded:
 		if s.Status != StatusStarted { // a cancelling execution ends cancelled
 			return s, &TransitionError{ExecutionID: s.ID, From: string(s.Status), Event: ev.Type}
@@ -633,7 +661,7 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 		}
 		next, err := s.step(ev, e.StepID, OpSucceeded, func(st *Step) {
 			st.sent(e.TaskSent, ev.Time)
-			st.Output, st.EndedAt = e.Output, ev.Time
+			st.Output, st.EndedAt, st.Completed = e.Output, ev.Time, s.Events+1
 			if e.Agent != "" {
 				st.Agent = e.Agent
 			}
@@ -806,7 +834,7 @@ func (s Execution) afterEnd(ev events.Event, r *events.ResultAfterEnd) (Executio
 // a replay runs it on.
 func reopens(p events.Payload) bool {
 	switch p.(type) {
-	case *events.ExecutionResumed, *events.ExecutionReplayed:
+	case *events.ExecutionResumed, *events.ExecutionReplayed, *events.CompensationStarted:
 		return true
 	}
 	return false
@@ -834,6 +862,8 @@ func (s Execution) replay(ev events.Event, e *events.ExecutionReplayed) (Executi
 	s.Status, s.EndedAt, s.Error, s.Output, s.Cancellation = StatusStarted, time.Time{}, "", nil, nil
 	s.Token, s.Resumes, s.ResumedAt = e.Token, s.Resumes+1, ev.Time
 	s.Actions = withAction(s.Actions, e.ActionRecord)
+	s.Compensation = nil // a new run: it may be compensated again (Compensations counts them)
+	s.ContinuedAs = ""
 	s.Vars = nil
 	if len(e.Vars) > 0 {
 		s.Vars = maps.Clone(e.Vars)
@@ -928,6 +958,66 @@ func (s Execution) RetiredAttempts(path string) int {
 		}
 	}
 	return n
+}
+
+// Compensation statuses.
+const (
+	CompensationRunning  = "running"
+	CompensationFinished = "finished"
+	CompensationFailed   = "failed"
+)
+
+// Compensation is an execution's compensation: why (Cause: failure,
+// cancel, operator), the failure it answers, the steps whose compensate
+// steps run (in that order), how it went, and for an operator's, the
+// status the execution had (it ends in it again).
+type Compensation struct {
+	Cause  string   `json:"cause"`
+	Error  string   `json:"error,omitempty"`
+	Steps  []string `json:"steps"`
+	Status string   `json:"status"`
+	StepID string   `json:"step_id,omitempty"`
+	// Failure is why the compensation of StepID failed.
+	Failure     string        `json:"failure,omitempty"`
+	Round       int           `json:"round"`
+	Prior       Status        `json:"prior,omitempty"`
+	RequestedBy string        `json:"requested_by,omitempty"`
+	Actor       *events.Actor `json:"actor,omitempty"`
+	Reason      string        `json:"reason,omitempty"`
+	StartedAt   time.Time     `json:"started_at"`
+	EndedAt     time.Time     `json:"ended_at,omitzero"`
+}
+
+// compensate begins the execution's compensation: at the end of a
+// failing or cancelling run, or, asked by an operator, on an execution
+// that is over (it runs again, with a new token, until the compensation
+// ends, then ends as it was).
+func (s Execution) compensate(ev events.Event, e *events.CompensationStarted) (Execution, error) {
+	operator := e.Cause == events.CompensateForOperator
+	switch {
+	case s.Compensation != nil: // one per run: a replay clears it
+		return s, &TransitionError{ExecutionID: s.ID, From: "compensated", Event: ev.Type}
+	case operator && !s.Status.Terminal(), !operator && !s.Status.Active():
+		return s, &TransitionError{ExecutionID: s.ID, From: string(s.Status), Event: ev.Type}
+	}
+	for _, id := range e.Steps {
+		if s.StepIndex(id) < 0 {
+			return s, fmt.Errorf("%w: %q in %s", ErrUnknownStep, id, ev.Type)
+		}
+	}
+	s.Compensations++
+	c := &Compensation{Cause: e.Cause, Error: e.Error, Steps: e.Steps, Status: CompensationRunning, Round: s.Compensations,
+		RequestedBy: e.RequestedBy, Actor: e.Actor, Reason: e.Reason, StartedAt: ev.Time}
+	if operator {
+		c.Prior = s.Status
+		if c.Error == "" {
+			c.Error = s.Error
+		}
+		s.Status, s.EndedAt, s.Token, s.Resumes, s.ResumedAt = StatusStarted, time.Time{}, e.Token, s.Resumes+1, ev.Time
+		s.Actions = withAction(s.Actions, e.ActionRecord)
+	}
+	s.Compensation = c
+	return s, nil
 }
 
 // VersionChange is a move of an execution to another version of its

@@ -25,8 +25,10 @@ import (
 var (
 	// handlerSegRe matches the path segments of on-error steps.
 	handlerSegRe = regexp.MustCompile(`^on-error[0-9]*$`)
-	varRe        = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
-	signalRe     = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
+	// compensateSegRe matches the path segments of compensate steps.
+	compensateSegRe = regexp.MustCompile(`^compensate[0-9]*$`)
+	varRe           = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
+	signalRe        = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
 )
 
 // kindFields lists, per kind, the fields beyond the common ones (id, kind,
@@ -132,6 +134,11 @@ func (d Definition) validate() []FieldError {
 	checkWorkflowReplay(add, "", d.Idempotent, d.Replayable)
 	validateSteps(add, addErr, "steps", d.Steps, 0, nil)
 	validateHandler(add, addErr, "on-error", d.OnError, d.Steps, 0, nil, false)
+	for i, w := range d.CompensateOn {
+		if w != CompensateOnFailure && w != CompensateOnCancel {
+			add(fmt.Sprintf("compensate_on[%d]", i), "%q is not failure or cancel (when the compensate steps run; an operator's compensate action runs them anyway)", w)
+		}
+	}
 	return ps
 }
 
@@ -166,6 +173,8 @@ func validateStepList(add func(string, string, ...any), addErr func(string, erro
 			add(f("id"), "%q must start with a letter and hold only letters, digits, '-' and '_' (at most 64)", s.ID)
 		case handlerSegRe.MatchString(s.ID):
 			add(f("id"), "%q is reserved (on-error steps' paths use it); choose another id", s.ID)
+		case compensateSegRe.MatchString(s.ID):
+			add(f("id"), "%q is reserved (compensate steps' paths use it); choose another id", s.ID)
 		default:
 			if j, dup := seen[s.ID]; dup {
 				add(f("id"), "%q is already the id of %s[%d]; step ids must be unique within a list", s.ID, prefix, j)
@@ -252,6 +261,18 @@ func validateStepList(add func(string, string, ...any), addErr func(string, erro
 		}
 		s.checkReplay(add, f, gotoList)
 		validateHandler(add, addErr, f("on-error"), s.OnError, steps, depth, extra, true)
+		if len(s.Compensate) > 0 {
+			switch s.Kind {
+			case KindGoto, KindRetry, KindReturn, KindFail, KindContinue, KindReplayable:
+				add(f("compensate"), "does not apply to %s %s step: it does nothing to undo", article(s.Kind), s.Kind)
+			}
+			for j, c := range s.Compensate {
+				if c.Kind == KindReturn || c.Kind == KindContinue {
+					add(fmt.Sprintf("%s[%d].kind", f("compensate"), j), "a compensation cannot end the execution (%s): it undoes one step", c.Kind)
+				}
+			}
+			validateStepList(add, addErr, f("compensate"), s.Compensate, depth+1, extra, s.Compensate, false)
+		}
 		if IsContainer(s.Kind) {
 			if depth+1 >= MaxDepth {
 				add(f("kind"), "containers nest at most %d deep", MaxDepth)

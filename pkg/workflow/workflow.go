@@ -80,6 +80,23 @@ func IsOperation(k string) bool {
 	return false
 }
 
+// When compensation runs (Definition.CompensateOn).
+const (
+	CompensateOnFailure = "failure"
+	CompensateOnCancel  = "cancel"
+)
+
+// CompensatesOn reports whether the workflow compensates on failure or
+// cancel (when).
+func (d Definition) CompensatesOn(when string) bool {
+	for _, w := range d.CompensateOn {
+		if w == when {
+			return true
+		}
+	}
+	return false
+}
+
 // DefaultQueue is the agent queue of steps that name none.
 const DefaultQueue = "default"
 
@@ -108,6 +125,11 @@ type Definition struct {
 	// OnError runs when the workflow fails (for cleanup or notice); the
 	// execution still fails unless a return or goto in it says otherwise.
 	OnError []Step `yaml:"on-error,omitempty" json:"on-error,omitempty"`
+	// CompensateOn says when the compensate steps of the steps that
+	// succeeded run, in reverse order of completion (the saga pattern):
+	// on failure, on cancel; an operator's compensate action runs them
+	// whatever it says.
+	CompensateOn []string `yaml:"compensate_on,omitempty" json:"compensate_on,omitempty"`
 	// Idempotent "all" makes the external steps (operations) idempotent
 	// unless they say otherwise: a replay may resume at them.
 	Idempotent string `yaml:"idempotent,omitempty" json:"idempotent,omitempty"`
@@ -171,6 +193,10 @@ type Step struct {
 	// a fail step fails it, a goto moves within its list, a retry step
 	// runs it again.
 	OnError []Step `yaml:"on-error,omitempty" json:"on-error,omitempty"`
+	// Compensate undoes what the step did once it succeeded, when the
+	// execution is compensated (Definition.CompensateOn, or an
+	// operator's compensate action).
+	Compensate []Step `yaml:"compensate,omitempty" json:"compensate,omitempty"`
 	// Idempotent (yes, no, default) says whether a replay may resume at
 	// this step; on a workflow block, all applies to the steps in it.
 	Idempotent string `yaml:"idempotent,omitempty" json:"idempotent,omitempty"`

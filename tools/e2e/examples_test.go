@@ -183,6 +183,24 @@ var exampleRuns = map[string][]exampleRun{
 			require.Equal(t, projections.OpNone, stepByID(t, x, "clear").Status)
 		},
 	}},
+	"trip.yaml": {
+		{
+			input: map[string]any{"city": "Lyon", "fail": true}, want: projections.StatusFailed,
+			check: func(t *testing.T, x projections.Execution) {
+				require.Equal(t, "step pay failed: command sh: exit status 2", x.Error)
+				require.NotNil(t, x.Compensation)
+				require.Equal(t, projections.CompensationFinished, x.Compensation.Status)
+				require.Equal(t, []string{"car", "hotel"}, x.Compensation.Steps, "the latest booking first")
+				hotel, car := stepByID(t, x, "hotel/compensate/cancel-hotel"), stepByID(t, x, "car/compensate/cancel-car")
+				require.True(t, car.EndedAt.Before(hotel.StartedAt) || car.EndedAt.Equal(hotel.StartedAt), "car is cancelled before the hotel")
+				require.Contains(t, string(hotel.Output), "in Lyon")
+			},
+		},
+		{
+			input: map[string]any{"city": "Lyon"}, want: projections.StatusSucceeded,
+			check: func(t *testing.T, x projections.Execution) { require.Nil(t, x.Compensation) },
+		},
+	},
 	"countdown.yaml": {{
 		input: map[string]any{"n": 2}, runs: 3, want: projections.StatusSucceeded,
 		check: func(t *testing.T, x projections.Execution) {

@@ -105,6 +105,8 @@ func (s *Server) executionAction(w http.ResponseWriter, r *http.Request) {
 				rec = p.ActionRecord
 			case *events.ExecutionRepaired:
 				rec = p.ActionRecord
+			case *events.CompensationStarted:
+				rec = p.ActionRecord
 			}
 			if rec.Command != key {
 				return false, ""

@@ -138,6 +138,11 @@ func (s *Server) startExecution(w http.ResponseWriter, r *http.Request) {
 			Message: "data: actor is set by the api, from the request's credentials; leave it out"})
 		return
 	}
+	if start.Chain != "" || start.Run != 0 || start.ContinuedFrom != "" {
+		writeError(w, http.StatusBadRequest, apiError{Code: "invalid_cloudevent", Field: "continued_from",
+			Message: "data: chain, run and continued_from are set by the dispatcher, for the run a continue-as-new step starts; leave them out"})
+		return
+	}
 	start.Actor = actorOf(r)
 	_, start.ExecutionID = startcheck.Identify(cmd) // the command names it, for the dispatcher and the answer
 	var def *startcheck.Definition

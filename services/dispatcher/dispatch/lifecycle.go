@@ -164,3 +164,26 @@ func (d *Dispatcher) publishStart(ctx context.Context, x *execState, e interp.Pu
 	}
 	return nil
 }
+
+// checkStart checks a start as the start handler will (startcheck.Check,
+// against the registered definition it names): "" if it passes, else
+// why not.
+func (d *Dispatcher) checkStart(ctx context.Context, n interp.NeedStartCheck) (string, error) {
+	start := n.Start
+	ev := events.New(d.cfg.Source, start.ExecutionID, start.Workflow, d.cfg.Now(), &start)
+	ev.ID = n.ID
+	var def *startcheck.Definition
+	rec, err := d.defs.Get(ctx, start.Workflow, start.Version)
+	switch {
+	case err == nil:
+		def = &startcheck.Definition{Name: rec.Name, Version: rec.Version, Spec: rec.Definition}
+	case !errors.Is(err, catalog.ErrNotFound):
+		return "", err
+	}
+	_, err = startcheck.Check(ev, def, startcheck.Options{MaxPayload: d.js.Conn().MaxPayload(), Now: d.cfg.Now()})
+	var p *startcheck.Problem
+	if errors.As(err, &p) {
+		return p.Message, nil
+	}
+	return "", err
+}

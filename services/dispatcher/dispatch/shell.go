@@ -46,11 +46,12 @@ type loaded struct {
 	token   string
 	claimed *bool
 	holders map[string][]events.LockEntry
+	checks  map[string]string
 }
 
 func (l loaded) into(in interp.Input) interp.Input {
 	in.Called, in.History, in.Stored, in.Token, in.Claimed = l.called, l.history, l.stored, l.token, l.claimed
-	in.Holders = l.holders
+	in.Holders, in.StartChecks = l.holders, l.checks
 	return in
 }
 
@@ -203,6 +204,15 @@ func (d *Dispatcher) provide(ctx context.Context, x *execState, need interp.Need
 			l.holders = map[string][]events.LockEntry{}
 		}
 		l.holders[n.Lock] = holders
+	case interp.NeedStartCheck:
+		problem, err := d.checkStart(ctx, n)
+		if err != nil {
+			return err
+		}
+		if l.checks == nil {
+			l.checks = map[string]string{}
+		}
+		l.checks[n.ID] = problem
 	case interp.NeedHistory:
 		evs, err := d.hist.Read(ctx, x.subject(), 0)
 		if err != nil {

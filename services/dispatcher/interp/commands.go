@@ -255,6 +255,18 @@ func Action(in Input, cmd ActionCommand) Decision {
 	if why := s.Status.ActionRefused(action); why != "" {
 		return reject(events.CodeConflict, "execution %q %s", in.ID, why)
 	}
+	if next, ok := continuedBy(s); ok && s.Status.Active() {
+		switch action {
+		case events.ActionCancel, events.ActionForceCancel, events.ActionKill:
+			return reject(events.CodeConflict, "execution %q is ending: a continue-as-new step continued it as %s; %s that one instead", in.ID, next, action)
+		}
+	}
+	if s.ContinuedAs != "" {
+		switch action {
+		case events.ActionReplay, events.ActionCompensate:
+			return reject(events.CodeConflict, "execution %q continued as %s (continue-as-new): %s the chain's latest run instead", in.ID, s.ContinuedAs, action)
+		}
+	}
 	if cmd.Version != 0 {
 		return changeVersion(in, cmd)
 	}
@@ -306,6 +318,10 @@ func Action(in Input, cmd ActionCommand) Decision {
 		// that starts later has its result ignored already.
 		return one(&events.ExecutionCancelled{ActionRecord: rec}, PublishKill{Command: cmd.Key})
 	case events.ActionResume, events.ActionForceResume:
+		if c := s.Compensation; c != nil {
+			return reject(events.CodeConflict, "execution %q was compensated (%s): the effects of its steps were undone; replay it instead of resuming it",
+				in.ID, c.Status)
+		}
 		if in.Stored == nil {
 			return Decision{Need: NeedStoredResults{}}
 		}
@@ -328,6 +344,8 @@ func Action(in Input, cmd ActionCommand) Decision {
 		return one(&events.ExecutionResumed{ActionRecord: rec, Token: in.Token, Reset: reset}, append(after, CatchUp{})...)
 	case events.ActionCancel:
 		return one(&events.ExecutionCancelling{ActionRecord: rec})
+	case events.ActionCompensate:
+		return compensate(in, rec)
 	}
 	return reject(events.CodeInvalid, "action %q is not one the interpreter decides", action)
 }

@@ -34,6 +34,10 @@ type action struct {
 	// continued is the successor of an execution a continue-as-new step
 	// ended (actSucceed).
 	continued string
+	// cause and compensate: an actCompensate's (why, and the steps whose
+	// compensate steps run, in order).
+	cause      string
+	compensate []string
 	// signal is the signal a wait step takes.
 	signal *projections.Signal
 	// final marks a step failure that retrying cannot change.
@@ -93,6 +97,9 @@ func decide(d workflow.Definition, s projections.Execution) action {
 // decideIn is decide with the view kept from the execution's earlier
 // decisions (nil: none), which makes it cost what changed since.
 func decideIn(d workflow.Definition, s projections.Execution, v *view) action {
+	if s.Compensation != nil && s.Status.Active() {
+		return compensating(d, s)
+	}
 	switch s.Status {
 	case projections.StatusStarted:
 	case projections.StatusCancelling:
@@ -102,7 +109,7 @@ func decideIn(d workflow.Definition, s projections.Execution, v *view) action {
 	}
 	e := newEngine(d, s)
 	var r result
-	if timerFired(s, events.TimerWorkflowTimeout, "", s.Resumes) {
+	if timerFired(s, events.TimerWorkflowTimeout, "", s.Resumes) && !continuing(s) {
 		// Its steps go no further (a late result is recorded, nothing
 		// follows it); its on-error steps run, as for any other failure.
 		r = result{state: failed, err: "the workflow timed out after " + d.Timeout}
@@ -123,7 +130,7 @@ func decideIn(d workflow.Definition, s projections.Execution, v *view) action {
 		case h.state == running:
 			return h.act
 		case h.state == failed:
-			return action{kind: actFail, err: r.err + "; then on-error: " + h.err}
+			return orCompensate(d, s, action{kind: actFail, err: r.err + "; then on-error: " + h.err})
 		case h.returned:
 			return action{kind: actSucceed, output: h.output, continued: h.continued}
 		}
@@ -132,7 +139,7 @@ func decideIn(d workflow.Definition, s projections.Execution, v *view) action {
 	case r.state == running:
 		return r.act
 	case r.state == failed:
-		return action{kind: actFail, step: r.act.step, path: r.act.path, err: r.err}
+		return orCompensate(d, s, action{kind: actFail, step: r.act.step, path: r.act.path, err: r.err})
 	case r.returned:
 		return action{kind: actSucceed, output: r.output, continued: r.continued}
 	}
@@ -569,7 +576,7 @@ func tries(st projections.Step) int { return st.Attempt - st.RetryBase }
 // none is left, or when the workflow times out.
 func cancelling(d workflow.Definition, s projections.Execution) action {
 	if timerFired(s, events.TimerWorkflowTimeout, "", s.Resumes) {
-		return action{kind: actCancelled}
+		return orCompensate(d, s, action{kind: actCancelled})
 	}
 	if a, ok := armWorkflowTimeout(d, s); ok {
 		return a
@@ -591,7 +598,7 @@ func cancelling(d workflow.Definition, s projections.Execution) action {
 	if running {
 		return action{kind: actWait}
 	}
-	return action{kind: actCancelled}
+	return orCompensate(d, s, action{kind: actCancelled})
 }
 
 // schedule prepares an attempt: operations get their input rendered now

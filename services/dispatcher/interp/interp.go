@@ -65,6 +65,9 @@ type Input struct {
 	// Claimed says whether the execution's id is claimed (its start was
 	// accepted), when a [NeedClaim] asked (nil otherwise).
 	Claimed *bool
+	// StartChecks are the checks of starts a [NeedStartCheck] asked for,
+	// by its ID: "" when the start passes, else why not (nil otherwise).
+	StartChecks map[string]string
 	// Holders are the holders of locks, by name, when a [NeedHolders]
 	// asked for them (nil otherwise; an empty list: nobody holds it).
 	Holders map[string][]events.LockEntry
@@ -278,6 +281,14 @@ type NeedClaim struct{}
 // that are stored but not recorded (Input.Stored).
 type NeedStoredResults struct{}
 
+// NeedStartCheck asks for the check of a start, as its start handler will
+// check it (Input.StartChecks[ID]): a continue-as-new step fails rather
+// than record a successor that would not start.
+type NeedStartCheck struct {
+	ID    string
+	Start events.StartExecution
+}
+
 // NeedHolders asks for the holders of lock Lock (Input.Holders): a
 // clear-lock step records whom it clears.
 type NeedHolders struct{ Lock string }
@@ -286,6 +297,7 @@ func (NeedWorkflow) need()      {}
 func (NeedHistory) need()       {}
 func (NeedStoredResults) need() {}
 func (NeedHolders) need()       {}
+func (NeedStartCheck) need()    {}
 func (NeedToken) need()         {}
 func (NeedClaim) need()         {}
 
@@ -403,6 +415,12 @@ func (in Input) carry(a action) Decision {
 			Before: []Effect{ReleaseLock{Lock: l.Name, Path: a.path, Request: l.Requests, Reason: a.lock.reason}},
 			Events: []events.Payload{&events.LockReleased{Lock: l.Name, Path: a.path, Reason: a.lock.reason}},
 		}
+	case actCompensate:
+		return Decision{Events: []events.Payload{&events.CompensationStarted{Cause: a.cause, Error: a.err, Steps: a.compensate}}}
+	case actCompensated:
+		return Decision{Events: []events.Payload{&events.CompensationFinished{}}}
+	case actCompensationFailed:
+		return Decision{Events: []events.Payload{&events.CompensationFailed{StepID: a.path, Error: a.err}}}
 	case actLockTimeout:
 		// The release and the step's failure in one decision: the failure
 		// is what the release is for. (After a crash between the two the
@@ -530,6 +548,13 @@ func (in Input) carry(a action) Decision {
 		return d
 	case actSucceed:
 		d := one(&events.ExecutionSucceeded{Output: a.output, ContinuedAs: a.continued})
+		if a.continued != "" {
+			// The successor's start, as the step recorded it, just
+			// before: a crash in between publishes the same again.
+			if st, _, ok := continuedEnd(a.output); ok {
+				d.Before = []Effect{st}
+			}
+		}
 		if _, suspended := d.Events[0].(*events.ExecutionSuspended); !suspended { // an output too big, with wait_after_fail
 			d.After = endedNotice(s, "")
 		}
@@ -695,12 +720,15 @@ type PublishStart struct {
 	Start events.StartExecution
 }
 
-// continueAsNew decides a continue-as-new step: the successor's start is
-// published (before: after a crash it is published again, with the same
-// id), then the step succeeds with the successor's id, and the next
-// decision ends the execution succeeded, continued as it. The successor
-// runs the workflow's latest version (or the step's version), and its
-// input must fit that version's schema: else the step fails.
+// continueAsNew decides a continue-as-new step. The successor's start
+// is checked as its start handler will check it (startcheck: its input, the
+// version's schema, the retention key, the size), then recorded, whole,
+// with the step's success: {"continued_as", "run", "start"}. The next
+// decision ends the execution succeeded, continued as it, publishing the
+// recorded start just before (continuedEnd): a crash in between publishes
+// the same start again (the inbox keeps one, and the successor's claim
+// holds its digest), and nothing decided after the record can make it
+// another (a new version applied meanwhile, a cancel: refused then).
 func (in Input) continueAsNew(a action, id string) Decision {
 	s := in.State
 	fail := func(msg string) Decision {
@@ -714,24 +742,73 @@ func (in Input) continueAsNew(a action, id string) Decision {
 	case rec == nil:
 		return fail(fmt.Sprintf("workflow %s version %d is not registered: there is nothing to continue as", in.Workflow, a.step.Version))
 	}
-	if problems := rec.Definition.CheckInput(a.input); len(problems) > 0 {
-		return fail(fmt.Sprintf("input of the next run: %s %s", problems[0].Field, problems[0].Message))
-	}
 	chain, run := cmp.Or(s.Chain, in.ID), max(s.Run, 1)
 	next := successorID(chain, run+1)
-	out, _ := json.Marshal(map[string]any{"continued_as": next, "run": run + 1})
-	d := Decision{Events: []events.Payload{in.final(&events.StepSucceeded{StepID: id, Attempt: a.attempt, Output: out})}}
-	d.Before = []Effect{PublishStart{ID: "continue-" + next, Start: events.StartExecution{Workflow: in.Workflow, Version: rec.Version,
-		Input: a.input, ExecutionID: next, WaitAfterFail: s.WaitAfterFail, Chain: chain, Run: run + 1, ContinuedFrom: in.ID}}}
-	return d
+	start := events.StartExecution{Workflow: in.Workflow, Version: rec.Version, Input: a.input, ExecutionID: next,
+		WaitAfterFail: s.WaitAfterFail, Chain: chain, Run: run + 1, ContinuedFrom: in.ID}
+	problem, checked := in.StartChecks["continue-"+next]
+	switch {
+	case !checked:
+		return Decision{Need: NeedStartCheck{ID: "continue-" + next, Start: start}}
+	case problem != "":
+		return fail("the next run could not start: " + problem)
+	}
+	out, err := json.Marshal(continuation{ContinuedAs: next, Run: run + 1, Start: start})
+	if err != nil {
+		return Decision{Err: err}
+	}
+	return Decision{Events: []events.Payload{in.final(&events.StepSucceeded{StepID: id, Attempt: a.attempt, Output: out})}}
+}
+
+// continuation is a continue-as-new step's output: the successor, and
+// the start that starts it.
+type continuation struct {
+	ContinuedAs string                `json:"continued_as"`
+	Run         int                   `json:"run"`
+	Start       events.StartExecution `json:"start"`
+}
+
+// continuedEnd is the end of an execution a continue-as-new step ended
+// (its recorded output): the successor's start, published before the
+// execution is recorded succeeded, continued as it.
+func continuedEnd(output json.RawMessage) (Effect, string, bool) {
+	var c continuation
+	if json.Unmarshal(output, &c) != nil || c.ContinuedAs == "" {
+		return nil, "", false
+	}
+	return PublishStart{ID: "continue-" + c.ContinuedAs, Start: c.Start}, c.ContinuedAs, true
+}
+
+// continuedBy returns the continuation recorded in this run (a
+// continue-as-new step that succeeded), if there is one: the execution
+// is ending, continued as its successor.
+func continuedBy(s projections.Execution) (string, bool) {
+	for _, st := range s.Steps {
+		if st.Kind == workflow.KindContinue && st.Status == projections.OpSucceeded {
+			if _, next, ok := continuedEnd(st.Output); ok {
+				return next, true
+			}
+		}
+	}
+	return "", false
+}
+
+// continuing reports whether a continuation is recorded in this run: the
+// execution ends continued, whatever else came meanwhile.
+func continuing(s projections.Execution) bool {
+	_, ok := continuedBy(s)
+	return ok
 }
 
 // successorID is the id of run n of the chain that execution chain
-// began: "<chain>-run<n>", the chain's id cut to fit.
+// began: "<chain>-run<n>"; a chain id too long for that is cut and ends
+// with a hash of the whole, so two chains never share a successor.
 func successorID(chain string, n int) string {
 	suffix := "-run" + strconv.Itoa(n)
 	if len(chain)+len(suffix) > 128 {
-		chain = chain[:128-len(suffix)]
+		sum := sha256.Sum256([]byte(chain))
+		h := "-" + hex.EncodeToString(sum[:6])
+		chain = chain[:128-len(suffix)-len(h)] + h
 	}
 	return chain + suffix
 }

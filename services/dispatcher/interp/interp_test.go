@@ -2,6 +2,7 @@ package interp
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
+	"jetflow.dev/pkg/startcheck"
 	"jetflow.dev/pkg/workflow"
 )
 
@@ -45,8 +47,10 @@ type memShell struct {
 	holders map[string][]events.LockEntry
 	clears  []clearPublished
 	starts  []PublishStart
-	// loadedHolders are the holders loaded for the decision under way.
+	// loadedHolders are the holders loaded for the decision under way,
+	// checks the starts checked.
 	loadedHolders map[string][]events.LockEntry
+	checks        map[string]string
 }
 
 type clearPublished struct {
@@ -76,7 +80,7 @@ func (m *memShell) input() Input {
 		in.History = m.evs
 	}
 	in.Stored = m.stored
-	in.Holders = m.loadedHolders
+	in.Holders, in.StartChecks = m.loadedHolders, m.checks
 	return in
 }
 
@@ -119,6 +123,28 @@ func (m *memShell) carry(d Decision) bool {
 			m.loadedHolders = map[string][]events.LockEntry{}
 		}
 		m.loadedHolders[n.Lock] = append([]events.LockEntry{}, m.holders[n.Lock]...)
+		return true
+	}
+	if n, ok := d.Need.(NeedStartCheck); ok { // as the shell does, against the catalog
+		if m.checks == nil {
+			m.checks = map[string]string{}
+		}
+		m.checks[n.ID] = ""
+		called := m.catalog[CalledRef{Name: n.Start.Workflow, Version: n.Start.Version}]
+		if called == nil {
+			called = m.catalog[CalledRef{Name: n.Start.Workflow}]
+		}
+		ev := events.New("jetflow/dispatcher", n.Start.ExecutionID, n.Start.Workflow, m.now, &n.Start)
+		ev.ID = n.ID
+		var def *startcheck.Definition
+		if called != nil {
+			def = &startcheck.Definition{Name: called.Name, Version: called.Version, Spec: called.Definition}
+		}
+		_, err := startcheck.Check(ev, def, startcheck.Options{Now: m.now})
+		var p *startcheck.Problem
+		if errors.As(err, &p) {
+			m.checks[n.ID] = p.Message
+		}
 		return true
 	}
 	if _, ok := d.Need.(NeedToken); ok {
@@ -177,7 +203,7 @@ func (m *memShell) advance() {
 	m.t.Helper()
 	for i := 0; i < 1000; i++ {
 		if !m.carry(Next(m.input())) {
-			m.called, m.history, m.stored, m.loadedHolders = nil, false, nil, nil
+			m.called, m.history, m.stored, m.loadedHolders, m.checks = nil, false, nil, nil, nil
 			return
 		}
 	}

@@ -154,11 +154,12 @@ func abandonedScope(s projections.Execution, path string) bool {
 			continue
 		}
 		key, rest := path[:i], path[i+1:]
-		if strings.HasPrefix(rest, "on-error") {
-			seg, _, _ := strings.Cut(rest, "/")
-			if seg == "on-error" || isHandlerSeg(seg) {
-				continue // its on-error steps: they run once it failed (or timed out)
-			}
+		seg, _, _ := strings.Cut(rest, "/")
+		if strings.HasPrefix(rest, "on-error") && (seg == "on-error" || isHandlerSeg(seg)) {
+			continue // its on-error steps: they run once it failed (or timed out)
+		}
+		if isCompensateSeg(seg) {
+			continue // its compensate steps: they run once it succeeded
 		}
 		if j := strings.LastIndexByte(key, '['); j > strings.LastIndexByte(key, '/') {
 			key = key[:j] // a foreach item: its foreach's instance

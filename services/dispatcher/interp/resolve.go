@@ -45,6 +45,11 @@ func resolveFrame(d workflow.Definition, s projections.Execution, path string) (
 		}
 		inst := f.prefix + containerPath(seg)
 		next := segs[i+1]
+		if isCompensateSeg(next) && len(cur.Compensate) > 0 { // the step's compensate steps
+			f = f.child(inst+"/"+next+"/", cur.Compensate, nil)
+			i++
+			continue
+		}
 		if strings.HasPrefix(next, "on-error") && len(cur.OnError) > 0 && isHandlerSeg(next) {
 			attempt, _ := strconv.Atoi(strings.TrimPrefix(next, "on-error"))
 			st, _ := instanceOf(s, inst)

@@ -134,7 +134,7 @@ func retire(from, to workflow.Definition, s projections.Execution, action string
 		case !ok && st.Status.InFlight() && action != events.ActionForceResume:
 			how := "wait for it; a force-resume (jetflow resume --force) with this version gives it up"
 			if action == events.ActionReplay {
-				how = "wait for it; a force-resume (jetflow resume --force) with this version gives it up"
+				how = "wait for it; a replay cannot give it up, but a force-resume (jetflow resume --force) with this version can, before you replay"
 			}
 			return nil, fmt.Sprintf("step %s (%s) was sent to an agent and has not reported, and the new version has no step %s: "+
 				"its report would be lost; %s", st.ID, cmp.Or(st.Kind, "operation"), st.ID, how)

@@ -159,6 +159,27 @@ execution's history.`,
 	return cmd
 }
 
+func (a *app) compensateCmd() *cobra.Command {
+	var reason string
+	cmd := &cobra.Command{
+		Use:   "compensate ID [--reason TEXT]",
+		Short: "Undo what an execution that is over did: run the compensate steps of its steps that succeeded",
+		Long: `Compensate an execution that failed, was cancelled or succeeded (the saga
+pattern): the compensate steps of its steps that succeeded run, the
+latest completed first, each durable and retried by its own policy. The
+execution runs again (with a new token) until they are done, then ends as
+it was. A workflow with compensate_on compensates by itself on failure
+or cancel. An execution is compensated once; replay it to run it again.
+Who asked, when and why are recorded in the execution's history.`,
+		Args: oneExecution("compensate ID [--reason TEXT]"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.act(cmd, args[0], client.ActionRequest{Action: events.ActionCompensate, Reason: reason})
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why, kept in the execution's history")
+	return cmd
+}
+
 func (a *app) repairCmd() *cobra.Command {
 	var req client.ActionRequest
 	cmd := &cobra.Command{

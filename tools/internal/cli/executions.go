@@ -197,6 +197,17 @@ func printExecution(w io.Writer, x projections.Execution, retention string) {
 		}
 		fmt.Fprintln(tw)
 	}
+	if c := x.Compensation; c != nil {
+		fmt.Fprintf(tw, "compensation\t%s (on %s", c.Status, c.Cause)
+		if c.Cause == events.CompensateForOperator {
+			fmt.Fprintf(tw, " by %s", who(c.Actor, c.RequestedBy))
+		}
+		fmt.Fprintf(tw, " at %s): %s", c.StartedAt.Local().Format(time.RFC3339Nano), truncate(strings.Join(c.Steps, ", "), 200))
+		if c.Status == projections.CompensationFailed {
+			fmt.Fprintf(tw, "; %s could not be compensated: %s", c.StepID, truncate(c.Failure, 200))
+		}
+		fmt.Fprintln(tw)
+	}
 	for _, v := range x.VersionChanges {
 		fmt.Fprintf(tw, "version\t%d -> %d (%s) by %s at %s", v.From, v.To, v.Action, who(v.Actor, v.RequestedBy), v.At.Local().Format(time.RFC3339Nano))
 		if v.Reason != "" {
