@@ -2,6 +2,8 @@ package projections
 
 import (
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"jetflow.dev/pkg/events"
@@ -60,6 +62,26 @@ func (s Execution) LockAt(path string) (Lock, bool) {
 		return s.Locks[i], true
 	}
 	return Lock{}, false
+}
+
+// ContainerAt returns the container step instance whose attempt's path
+// prefix is key ("blk", or "blk@2" for its second attempt, whose steps
+// are blk@2/...): exists if the execution has the instance, current if
+// key is its current attempt's.
+func (s Execution) ContainerAt(key string) (st Step, exists, current bool) {
+	path, attempt := key, 1
+	if i := strings.LastIndexByte(key, '@'); i > strings.LastIndexByte(key, '/') {
+		n, err := strconv.Atoi(key[i+1:])
+		if err != nil {
+			return Step{}, false, false
+		}
+		path, attempt = key[:i], n
+	}
+	i := s.StepIndex(path)
+	if i < 0 {
+		return Step{}, false, false
+	}
+	return s.Steps[i], true, max(s.Steps[i].Attempt, 1) == attempt
 }
 
 // WaitingLocks lists the locks the execution waits for.

@@ -29,15 +29,7 @@ func (d *Dispatcher) start(ctx context.Context, ev events.Event, cmd *events.Sta
 	key, id := startcheck.Identify(ev)
 	// Resolve the definition and build the first event before claiming the
 	// id, so that a command that cannot start leaves the id free.
-	var def *startcheck.Definition
-	rec, err := d.defs.Get(ctx, cmd.Workflow, cmd.Version)
-	switch {
-	case err == nil:
-		def = &startcheck.Definition{Name: rec.Name, Version: rec.Version, Spec: rec.Definition}
-	case !errors.Is(err, catalog.ErrNotFound):
-		return err
-	}
-	st, err := startcheck.Check(ev, def, startcheck.Options{MaxPayload: d.js.Conn().MaxPayload(), Now: d.cfg.Now()})
+	st, err := d.checkStartCommand(ctx, ev, cmd)
 	if p := (*startcheck.Problem)(nil); errors.As(err, &p) {
 		return d.publishRejected(ctx, ev, &events.CommandRejected{ExecutionID: id, Code: p.Code, Field: p.Field, Reason: p.Message})
 	}
@@ -77,7 +69,7 @@ func (d *Dispatcher) start(ctx context.Context, ev events.Event, cmd *events.Sta
 				return err
 			}
 
-			zerolog.Ctx(ctx).Info().Str("workflow", rec.Name).Int("version", rec.Version).Msg("execution started")
+			zerolog.Ctx(ctx).Info().Str("workflow", started.Workflow).Int("version", started.Version).Msg("execution started")
 		}
 		return d.advance(ctx, x)
 	})
@@ -153,16 +145,39 @@ func (d *Dispatcher) result(ctx context.Context, ref events.TaskRef, ev events.E
 // and its predecessor).
 func (d *Dispatcher) publishStart(ctx context.Context, x *execState, e interp.PublishStart) error {
 	start := e.Start
-	ev := events.New(d.cfg.Source, start.ExecutionID, start.Workflow, d.cfg.Now(), &start)
-	ev.ID = e.ID
+	if err := d.publishOwn(ctx, e.ID, start.ExecutionID, start.Workflow, &start); err != nil {
+		return fmt.Errorf("execution %s: publish the start of its successor %s: %w", x.id, start.ExecutionID, err)
+	}
+	return nil
+}
+
+// publishOwn publishes a command of the dispatcher's own (p) into the
+// inbox, on the partition its routing key gives, with id as its CloudEvent
+// id and message id: publishing it again stores nothing new.
+func (d *Dispatcher) publishOwn(ctx context.Context, id, subject, wf string, p events.Payload) error {
+	ev := events.New(d.cfg.Source, subject, wf, d.cfg.Now(), p)
+	ev.ID = id
 	msg, err := bus.Encode(inboxSubjectOf(ev, d.parts.n), ev)
 	if err != nil {
 		return err
 	}
-	if _, err := d.js.PublishMsg(ctx, msg, jetstream.WithMsgID(e.ID)); err != nil {
-		return fmt.Errorf("execution %s: publish the start of its successor %s: %w", x.id, start.ExecutionID, err)
+	_, err = d.js.PublishMsg(ctx, msg, jetstream.WithMsgID(id))
+	return err
+}
+
+// checkStartCommand checks the start command ev (cmd its data) against
+// the registered definition it names, as startcheck.Check does: a
+// *startcheck.Problem when it may not start.
+func (d *Dispatcher) checkStartCommand(ctx context.Context, ev events.Event, cmd *events.StartExecution) (startcheck.Start, error) {
+	var def *startcheck.Definition
+	rec, err := d.defs.Get(ctx, cmd.Workflow, cmd.Version)
+	switch {
+	case err == nil:
+		def = &startcheck.Definition{Name: rec.Name, Version: rec.Version, Spec: rec.Definition}
+	case !errors.Is(err, catalog.ErrNotFound):
+		return startcheck.Start{}, err
 	}
-	return nil
+	return startcheck.Check(ev, def, startcheck.Options{MaxPayload: d.js.Conn().MaxPayload(), Now: d.cfg.Now()})
 }
 
 // checkStart checks a start as the start handler will (startcheck.Check,
@@ -172,15 +187,7 @@ func (d *Dispatcher) checkStart(ctx context.Context, n interp.NeedStartCheck) (s
 	start := n.Start
 	ev := events.New(d.cfg.Source, start.ExecutionID, start.Workflow, d.cfg.Now(), &start)
 	ev.ID = n.ID
-	var def *startcheck.Definition
-	rec, err := d.defs.Get(ctx, start.Workflow, start.Version)
-	switch {
-	case err == nil:
-		def = &startcheck.Definition{Name: rec.Name, Version: rec.Version, Spec: rec.Definition}
-	case !errors.Is(err, catalog.ErrNotFound):
-		return "", err
-	}
-	_, err = startcheck.Check(ev, def, startcheck.Options{MaxPayload: d.js.Conn().MaxPayload(), Now: d.cfg.Now()})
+	_, err := d.checkStartCommand(ctx, ev, &start)
 	var p *startcheck.Problem
 	if errors.As(err, &p) {
 		return p.Message, nil

@@ -80,13 +80,7 @@ func (d *Dispatcher) clearLock(ctx context.Context, ev events.Event, p *events.C
 // holders' histories record the step that asked (requested_by).
 func (d *Dispatcher) publishClear(ctx context.Context, x *execState, e interp.PublishClear) error {
 	clear := e.Clear
-	ev := events.New(d.cfg.Source, "", "", d.cfg.Now(), &clear)
-	ev.ID = e.ID
-	msg, err := bus.Encode(inboxSubjectOf(ev, d.parts.n), ev)
-	if err != nil {
-		return err
-	}
-	if _, err := d.js.PublishMsg(ctx, msg, jetstream.WithMsgID(e.ID)); err != nil {
+	if err := d.publishOwn(ctx, e.ID, "", "", &clear); err != nil {
 		return fmt.Errorf("execution %s: publish the clear of lock %s: %w", x.id, clear.Lock, err)
 	}
 	return nil

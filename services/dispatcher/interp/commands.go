@@ -120,20 +120,10 @@ func callInstance(s projections.Execution, key string) (projections.Step, bool) 
 	return st, current
 }
 
-// containerAt returns the container step instance whose attempt's prefix
-// (instancePrefix) is key: exists if the execution has the instance,
-// current if key is its current attempt's.
+// containerAt is s.ContainerAt: the container instance of key
+// (instancePrefix), whether it exists and is at that attempt.
 func containerAt(s projections.Execution, key string) (st projections.Step, exists, current bool) {
-	path, attempt := key, 1
-	if i := strings.LastIndexByte(key, '@'); i > strings.LastIndexByte(key, '/') {
-		n, err := strconv.Atoi(key[i+1:])
-		if err != nil {
-			return projections.Step{}, false, false
-		}
-		path, attempt = key[:i], n
-	}
-	st, exists = instanceOf(s, path)
-	return st, exists, exists && max(st.Attempt, 1) == attempt
+	return s.ContainerAt(key)
 }
 
 // instancePrefix is the path prefix of the steps of a container's attempt

@@ -441,19 +441,8 @@ func waitingOnTime(x projections.Execution, now time.Time) bool {
 // callAt returns the call step whose attempt's instance is key ("call",
 // "call@2"), if it is at that attempt.
 func callAt(x projections.Execution, key string) (projections.Step, bool) {
-	path, attempt := key, 1
-	if i := strings.LastIndexByte(key, '@'); i > strings.LastIndexByte(key, '/') {
-		n, err := strconv.Atoi(key[i+1:])
-		if err != nil {
-			return projections.Step{}, false
-		}
-		path, attempt = key[:i], n
-	}
-	i := x.StepIndex(path)
-	if i < 0 || max(x.Steps[i].Attempt, 1) != attempt {
-		return projections.Step{}, false
-	}
-	return x.Steps[i], true
+	st, _, current := x.ContainerAt(key)
+	return st, current
 }
 
 // callOnErrorWaits reports whether the on-error steps of the call whose
