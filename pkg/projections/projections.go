@@ -209,6 +209,10 @@ type Execution struct {
 	// one may compensate again, with new instances).
 	Compensation  *Compensation `json:"compensation,omitempty"`
 	Compensations int           `json:"compensations,omitempty"`
+	// Compensated maps each instance a compensation undid to its
+	// completion then (Step.Completed): it is not undone again unless it
+	// ran again (after a replay).
+	Compensated map[string]int `json:"compensated,omitempty"`
 	// VersionChanges are the moves to another version of the workflow
 	// (a resume, force-resume or replay with a version), in order.
 	VersionChanges []VersionChange `json:"version_changes,omitempty"`
@@ -994,11 +998,22 @@ type Compensation struct {
 // ends, then ends as it was).
 func (s Execution) compensate(ev events.Event, e *events.CompensationStarted) (Execution, error) {
 	operator := e.Cause == events.CompensateForOperator
+	resumed := s.Compensation != nil && s.Compensation.Status == CompensationRunning && operator && s.Status.Terminal()
 	switch {
-	case s.Compensation != nil: // one per run: a replay clears it
+	case s.Compensation != nil && !resumed: // one per run: a replay clears it
 		return s, &TransitionError{ExecutionID: s.ID, From: "compensated", Event: ev.Type}
 	case operator && !s.Status.Terminal(), !operator && !s.Status.Active():
 		return s, &TransitionError{ExecutionID: s.ID, From: string(s.Status), Event: ev.Type}
+	}
+	if resumed { // a compensation a force-cancel or a kill stopped goes on where it was
+		c := *s.Compensation
+		if c.Prior == "" {
+			c.Prior = s.Status
+		}
+		s.Compensation = &c
+		s.Status, s.EndedAt, s.Token, s.Resumes, s.ResumedAt = StatusStarted, time.Time{}, e.Token, s.Resumes+1, ev.Time
+		s.Actions = withAction(s.Actions, e.ActionRecord)
+		return s, nil
 	}
 	for _, id := range e.Steps {
 		if s.StepIndex(id) < 0 {
@@ -1006,6 +1021,13 @@ func (s Execution) compensate(ev events.Event, e *events.CompensationStarted) (E
 		}
 	}
 	s.Compensations++
+	s.Compensated = maps.Clone(s.Compensated)
+	if s.Compensated == nil {
+		s.Compensated = map[string]int{}
+	}
+	for _, id := range e.Steps {
+		s.Compensated[id] = s.Steps[s.StepIndex(id)].Completed
+	}
 	c := &Compensation{Cause: e.Cause, Error: e.Error, Steps: e.Steps, Status: CompensationRunning, Round: s.Compensations,
 		RequestedBy: e.RequestedBy, Actor: e.Actor, Reason: e.Reason, StartedAt: ev.Time}
 	if operator {

@@ -271,7 +271,7 @@ func validateStepList(add func(string, string, ...any), addErr func(string, erro
 					add(fmt.Sprintf("%s[%d].kind", f("compensate"), j), "a compensation cannot end the execution (%s): it undoes one step", c.Kind)
 				}
 			}
-			validateStepList(add, addErr, f("compensate"), s.Compensate, depth+1, extra, s.Compensate, false)
+			validateStepList(add, addErr, f("compensate"), s.Compensate, depth+1, append(append([]string{}, extra...), "compensating"), s.Compensate, false)
 		}
 		if IsContainer(s.Kind) {
 			if depth+1 >= MaxDepth {

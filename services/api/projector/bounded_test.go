@@ -75,11 +75,11 @@ func TestBigExecutionsReadModelStaysSmall(t *testing.T) {
 	require.Eventually(t, func() bool {
 		x, ok := storedModel(t, kv, "small")
 		return ok && x.LastSeq == smallTruth.LastSeq
-	}, 20*time.Second, 20*time.Millisecond, "the small execution is projected")
+	}, 90*time.Second, 20*time.Millisecond, "the small execution is projected")
 	require.Eventually(t, func() bool {
 		x, ok := storedModel(t, kv, "big")
 		return ok && x.LastSeq == truth.LastSeq
-	}, 20*time.Second, 20*time.Millisecond, "the big execution is projected")
+	}, 90*time.Second, 20*time.Millisecond, "the big execution is projected")
 
 	e, err := kv.Get(t.Context(), "big")
 	require.NoError(t, err)
@@ -107,7 +107,7 @@ func TestBigExecutionsReadModelStaysSmall(t *testing.T) {
 	require.Eventually(t, func() bool {
 		x, ok := storedModel(t, kv, "big")
 		return ok && x.LastSeq == more[len(more)-1].Seq
-	}, 20*time.Second, 20*time.Millisecond)
+	}, 90*time.Second, 20*time.Millisecond)
 	x, _ = storedModel(t, kv, "big")
 	require.Equal(t, projections.StatusSucceeded, x.Status)
 	require.Empty(t, p2.Parked())

@@ -146,7 +146,8 @@ func instancePrefix(path string, attempt int) string {
 func abandoned(s projections.Execution, prefix, reason string) []Effect {
 	var out []Effect
 	for _, st := range s.Steps {
-		if st.Status.InFlight() && st.TaskID != "" && strings.HasPrefix(st.ID, prefix) && !strings.HasPrefix(st.ID, prefix+workflowOnError) {
+		if st.Status.InFlight() && st.TaskID != "" && strings.HasPrefix(st.ID, prefix) && !strings.HasPrefix(st.ID, prefix+workflowOnError) &&
+			!inCompensation(st.ID) { // a compensation runs to its end
 			out = append(out, PublishKill{TaskID: st.TaskID, Reason: reason})
 		}
 	}

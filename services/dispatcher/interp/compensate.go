@@ -46,17 +46,20 @@ func isCompensateSeg(seg string) bool {
 	if !ok {
 		return false
 	}
-	if n == "" {
-		return true
+	for _, c := range n {
+		if c < '0' || c > '9' {
+			return false
+		}
 	}
-	_, err := strconv.Atoi(n)
-	return err == nil
+	return true
 }
 
 // toCompensate lists the step instances whose compensate steps a
 // compensation runs, in the order it runs them: every instance that
-// succeeded and whose step has compensate steps (but compensate steps
-// themselves), the latest completed first.
+// succeeded (an operation's success noted after the end counts, as the
+// latest) and whose step has compensate steps, but compensate steps
+// themselves and instances an earlier compensation undid and that did
+// not run again since, the latest completed first.
 func toCompensate(d workflow.Definition, s projections.Execution) []string {
 	type done struct {
 		path string
@@ -64,11 +67,21 @@ func toCompensate(d workflow.Definition, s projections.Execution) []string {
 	}
 	var found []done
 	for _, st := range s.Steps {
-		if st.Status != projections.OpSucceeded || inCompensation(st.ID) {
+		at := st.Completed
+		if st.Status != projections.OpSucceeded {
+			if st.AfterEnd == nil || st.AfterEnd.Outcome != projections.OpSucceeded {
+				continue
+			}
+			at = s.Events + 1 // it succeeded after the end: the latest
+		}
+		if inCompensation(st.ID) {
 			continue
 		}
+		if undone, ok := s.Compensated[st.ID]; ok && undone == st.Completed {
+			continue // undone already, and not run again since
+		}
 		if step, ok := resolveStep(d, s, st.ID); ok && len(step.Compensate) > 0 {
-			found = append(found, done{st.ID, st.Completed})
+			found = append(found, done{st.ID, at})
 		}
 	}
 	slices.SortStableFunc(found, func(a, b done) int { return cmp.Compare(b.at, a.at) })
@@ -100,6 +113,11 @@ func orCompensate(d workflow.Definition, s projections.Execution, end action) ac
 	if s.DryRun || s.Compensation != nil || !d.CompensatesOn(cause) {
 		return end
 	}
+	if opsOut(s) {
+		// Operations still out may yet succeed, and must be undone too:
+		// their reports first (a cancel waits for them the same way).
+		return action{kind: actWait}
+	}
 	steps := toCompensate(d, s)
 	if len(steps) == 0 {
 		return end
@@ -119,7 +137,7 @@ func compensating(d workflow.Definition, s projections.Execution) action {
 			if !ok || len(step.Compensate) == 0 {
 				continue // not in the definition any more: nothing to run
 			}
-			r := e.run(f.child(path+"/"+compensateSeg(c.Round)+"/", step.Compensate, nil))
+			r := e.run(f.child(path+"/"+compensateSeg(c.Round)+"/", step.Compensate, compensatingRoot(s, path)))
 			switch r.state {
 			case running:
 				return r.act
@@ -150,18 +168,40 @@ func compensating(d workflow.Definition, s projections.Execution) action {
 	return action{kind: actFail, err: cmp.Or(msg, "compensated")}
 }
 
+// compensatingRoot is the expression root compensating of the
+// compensate steps of the instance at path: the instance they undo (its
+// id, path, attempt and output), whatever later rounds ran.
+func compensatingRoot(s projections.Execution, path string) map[string]any {
+	st, _ := instanceOf(s, path)
+	return map[string]any{"compensating": map[string]any{"id": localID(lastSegment(path)), "path": path,
+		"attempt": float64(st.Attempt), "output": decode(st.Output)}}
+}
+
+// opsOut reports whether operations of the execution are still out (an
+// attempt with an agent whose final report has not come).
+func opsOut(s projections.Execution) bool {
+	return slices.ContainsFunc(s.Steps, func(st projections.Step) bool { return st.Status.InFlight() && st.AfterEnd == nil })
+}
+
 // compensate decides an operator's compensate action: an execution that
 // is over runs the compensate steps of its steps that succeeded, with a
-// new token, then ends as it was.
+// new token, then ends as it was. A compensation a force-cancel or a
+// kill stopped goes on where it was.
 func compensate(in Input, rec events.ActionRecord) Decision {
 	s := in.State
+	c := s.Compensation
 	switch {
-	case s.Compensation != nil:
-		return reject(events.CodeConflict, "execution %q was compensated already (%s); replay it to run it again", in.ID, s.Compensation.Status)
+	case c != nil && (c.Status != projections.CompensationRunning || !s.Status.Terminal()):
+		return reject(events.CodeConflict, "execution %q was compensated already (%s); replay it to run it again", in.ID, c.Status)
 	case !s.Status.Terminal():
 		return reject(events.CodeConflict, "execution %q is %s: compensate applies to an execution that is over (failed, cancelled or succeeded); cancel it first", in.ID, s.Status)
+	case opsOut(s):
+		return reject(events.CodeConflict, "execution %q has operations still out: wait for their reports (or kill it), then compensate", in.ID)
 	}
 	steps := toCompensate(in.Def, s)
+	if c != nil {
+		steps = c.Steps // the stopped compensation, as it was
+	}
 	if len(steps) == 0 {
 		return reject(events.CodeConflict, "execution %q has nothing to compensate: no step that succeeded has compensate steps", in.ID)
 	}

@@ -32,7 +32,7 @@ func (m *memShell) runOps(from int, fail map[string]bool) []string {
 		sent = append(sent, task.StepID)
 		ref := events.TaskRef{TaskID: task.TaskID, ExecutionID: "x1", Workflow: m.def.Name, StepID: task.StepID,
 			Attempt: task.Attempt, Token: task.Token, Queue: task.Queue, Agent: "a1"}
-		var p events.Payload = &events.OperationSucceeded{TaskRef: ref, Output: []byte(`"ok"`)}
+		var p events.Payload = &events.OperationSucceeded{TaskRef: ref, Output: []byte(`"` + task.StepID + ` ok"`)}
 		if fail[task.StepID] {
 			p = &events.OperationFailed{TaskRef: ref, Error: "boom", Final: true}
 		}

@@ -146,10 +146,13 @@ func scopeEnded(d workflow.Definition, s projections.Execution, path string) boo
 // timeout fired (but for the call's own on-error steps). Its lock is then
 // released, not kept until the execution ends.
 func abandonedScope(s projections.Execution, path string) bool {
-	if timerFired(s, events.TimerWorkflowTimeout, "", s.Resumes) && !strings.HasPrefix(path, workflowOnError) {
+	comp := lastCompensateSeg(path)
+	if timerFired(s, events.TimerWorkflowTimeout, "", s.Resumes) && !strings.HasPrefix(path, workflowOnError) && comp < 0 {
 		return true
 	}
-	for i := 0; i < len(path); i++ {
+	// Inside compensate steps only what encloses them there counts: the
+	// step they compensate and its containers are over by design.
+	for i := max(comp, 0); i < len(path); i++ {
 		if path[i] != '/' {
 			continue
 		}
@@ -177,6 +180,21 @@ func abandonedScope(s projections.Execution, path string) bool {
 		}
 	}
 	return false
+}
+
+// lastCompensateSeg returns where the steps of the last compensate
+// segment of path begin (after "<step>/compensate/"), or -1.
+func lastCompensateSeg(path string) int {
+	at := -1
+	for i, start := 0, 0; i <= len(path); i++ {
+		if i == len(path) || path[i] == '/' {
+			if isCompensateSeg(path[start:i]) && i < len(path) {
+				at = i + 1
+			}
+			start = i + 1
+		}
+	}
+	return at
 }
 
 // lockGate decides the lock of a pending workflow step: it lets the step's

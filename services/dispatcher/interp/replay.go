@@ -126,8 +126,8 @@ type ran struct {
 func instances(d workflow.Definition, s projections.Execution) []ran {
 	var out []ran
 	for _, st := range s.Steps {
-		if st.Status == projections.OpNone || st.Entered == 0 || !current(s, st.ID) {
-			continue
+		if st.Status == projections.OpNone || st.Entered == 0 || !current(s, st.ID) || inCompensation(st.ID) {
+			continue // compensate steps are not the run's: a replay neither goes to nor resumes at them
 		}
 		step, ok := resolveStep(d, s, st.ID)
 		if !ok {
@@ -690,7 +690,8 @@ func (e *engine) retryReplay(step workflow.Step, st projections.Step) action {
 // automatically whose step st failed because its task was lost (its
 // agents died), if one can be done.
 func (e *engine) autoReplay(step workflow.Step, st projections.Step) (action, bool) {
-	if e.noReplay || !st.Lost || e.s.DryRun || !e.d.ReplayPolicy().Automatically || automaticReplays(e.s) >= maxAutomaticReplays {
+	if e.noReplay || !st.Lost || e.s.DryRun || !e.d.ReplayPolicy().Automatically || automaticReplays(e.s) >= maxAutomaticReplays ||
+		inCompensation(st.ID) {
 		return action{}, false
 	}
 	plan, err := planReplay(e.d, e.s, replayAsk{from: events.ReplayResume, step: st.ID})

@@ -46,7 +46,7 @@ func resolveFrame(d workflow.Definition, s projections.Execution, path string) (
 		inst := f.prefix + containerPath(seg)
 		next := segs[i+1]
 		if isCompensateSeg(next) && len(cur.Compensate) > 0 { // the step's compensate steps
-			f = f.child(inst+"/"+next+"/", cur.Compensate, nil)
+			f = f.child(inst+"/"+next+"/", cur.Compensate, compensatingRoot(s, inst))
 			i++
 			continue
 		}

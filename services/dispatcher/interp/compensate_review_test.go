@@ -1,0 +1,142 @@
+package interp
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/projections"
+	"jetflow.dev/pkg/workflow"
+)
+
+// TestCompensationReviewCases: what an independent review found, each
+// kept by a test.
+func TestCompensationReviewCases(t *testing.T) {
+	t.Parallel()
+	t.Run("InFlightSuccessIsCompensated", func(t *testing.T) {
+		t.Parallel()
+		// pay fails while car is still out: the compensation waits for
+		// car's report, and undoes it too.
+		def := workflow.Definition{Name: "trip", CompensateOn: []string{workflow.CompensateOnFailure}, Steps: []workflow.Step{
+			{ID: "par", Kind: workflow.KindParallel, Branches: []workflow.Branch{
+				{ID: "a", Steps: []workflow.Step{withUndo("car")}}, {ID: "b", Steps: []workflow.Step{exec("pay")}}}}}}
+		m := newMemShell(t, def, `{}`)
+		m.advance()
+		require.Len(t, m.tasks, 2)
+		pay := m.tasks[1]
+		ref := events.TaskRef{TaskID: pay.TaskID, ExecutionID: "x1", Workflow: "trip", StepID: pay.StepID, Attempt: pay.Attempt, Token: pay.Token, Queue: pay.Queue, Agent: "a1"}
+		p := &events.OperationFailed{TaskRef: ref, Error: "boom", Final: true}
+		m.carry(Result(m.input(), ref, events.Event{ID: "r1", Type: p.EventType(), Data: p}))
+		m.advance()
+		require.Nil(t, m.state.Compensation, "it waits for car")
+		car := m.tasks[0]
+		ref = events.TaskRef{TaskID: car.TaskID, ExecutionID: "x1", Workflow: "trip", StepID: car.StepID, Attempt: car.Attempt, Token: car.Token, Queue: car.Queue, Agent: "a1"}
+		ok := &events.OperationSucceeded{TaskRef: ref, Output: []byte(`"car ok"`)}
+		m.carry(Result(m.input(), ref, events.Event{ID: "r2", Type: ok.EventType(), Data: ok}))
+		sent := m.runOps(2, nil)
+		require.Equal(t, []string{"par/a/car/compensate/undo-car"}, sent, "history: %v", m.types())
+		require.Equal(t, projections.StatusFailed, m.state.Status)
+	})
+	t.Run("GotoRoundsAreEachUndone", func(t *testing.T) {
+		t.Parallel()
+		book := exec("book")
+		book.Compensate = []workflow.Step{{ID: "note", Kind: workflow.KindExec, Command: "echo", Args: []string{"${compensating.output}"}}}
+		def := workflow.Definition{Name: "loop", CompensateOn: []string{workflow.CompensateOnFailure}, Steps: []workflow.Step{
+			book,
+			{ID: "count", Kind: workflow.KindLet, Vars: map[string]any{"n": "${(vars.n ?? 0) + 1}"}},
+			{ID: "again", Kind: workflow.KindGoto, Target: "book", Condition: "${vars.n < 2}"},
+			exec("pay"),
+		}}
+		m := newMemShell(t, def, `{}`)
+		m.runOps(0, map[string]bool{"pay~1": true}) // after the goto, the later steps are round 1's
+		require.Equal(t, projections.StatusFailed, m.state.Status, "history: %v", m.types())
+		specs := map[string]string{}
+		for _, task := range m.tasks {
+			if inCompensation(task.StepID) {
+				specs[task.StepID] = string(task.Spec)
+			}
+		}
+		require.Len(t, specs, 2, "both rounds are undone: %v", m.types())
+		require.Contains(t, specs["book~1/compensate/note"], `book~1 ok`)
+		require.Contains(t, specs["book/compensate/note"], `book ok`, "round 0's undo sees round 0's output")
+		require.NotContains(t, specs["book/compensate/note"], `book~1`)
+	})
+	t.Run("ForceCancelledCompensationGoesOn", func(t *testing.T) {
+		t.Parallel()
+		def := workflow.Definition{Name: "trip", CompensateOn: []string{workflow.CompensateOnFailure},
+			Steps: []workflow.Step{withUndo("hotel"), withUndo("car"), exec("pay")}}
+		m := newMemShell(t, def, `{}`)
+		m.runOps(0, map[string]bool{"pay": true})
+		_ = m
+		m2 := newMemShell(t, def, `{}`)
+		m2.advance()
+		for range 3 { // hotel, car succeed; pay fails: the compensation begins and sends undo-car
+			task := m2.tasks[len(m2.tasks)-1]
+			ref := events.TaskRef{TaskID: task.TaskID, ExecutionID: "x1", Workflow: "trip", StepID: task.StepID, Attempt: task.Attempt, Token: task.Token, Queue: task.Queue, Agent: "a1"}
+			var p events.Payload = &events.OperationSucceeded{TaskRef: ref, Output: []byte(`"ok"`)}
+			if task.StepID == "pay" {
+				p = &events.OperationFailed{TaskRef: ref, Error: "boom", Final: true}
+			}
+			m2.carry(Result(m2.input(), ref, events.Event{ID: "r" + task.TaskID, Type: p.EventType(), Data: p}))
+			m2.advance()
+		}
+		require.Equal(t, "car/compensate/undo-car", m2.tasks[len(m2.tasks)-1].StepID)
+		m2.carry(m2.act(ActionCommand{Key: "fc", Record: events.ActionRecord{Action: events.ActionForceCancel, Command: "fc"}}))
+		require.Equal(t, projections.StatusCancelled, m2.state.Status)
+		// Its undo-car reports after the end; then an operator compensates the rest.
+		task := m2.tasks[len(m2.tasks)-1]
+		ref := events.TaskRef{TaskID: task.TaskID, ExecutionID: "x1", Workflow: "trip", StepID: task.StepID, Attempt: task.Attempt, Token: task.Token, Queue: task.Queue, Agent: "a1"}
+		p := &events.OperationSucceeded{TaskRef: ref, Output: []byte(`"ok"`)}
+		m2.carry(Result(m2.input(), ref, events.Event{ID: "late", Type: p.EventType(), Data: p}))
+		d := m2.act(ActionCommand{Key: "c", Record: events.ActionRecord{Action: events.ActionCompensate, Command: "c"}})
+		require.Nil(t, d.Reject, "%+v", d.Reject)
+		m2.carry(d)
+		m2.advance()
+		require.Equal(t, projections.StatusStarted, m2.state.Status, "it runs again: history %v", m2.types())
+		require.Equal(t, []string{"car", "hotel"}, m2.state.Compensation.Steps, "the same compensation, going on")
+		require.Equal(t, 1, m2.state.Compensations, "not a new one")
+		require.Equal(t, "car/compensate/undo-car", m2.tasks[len(m2.tasks)-1].StepID, "car's undo is not sent again (its report is taken): history %v", m2.types())
+	})
+	t.Run("DashIDIsNotASegment", func(t *testing.T) {
+		t.Parallel()
+		require.True(t, isCompensateSeg("compensate"))
+		require.True(t, isCompensateSeg("compensate2"))
+		require.False(t, isCompensateSeg("compensate-1"))
+		require.False(t, isCompensateSeg("compensatex"))
+	})
+	t.Run("LockInsideACompensationSettles", func(t *testing.T) {
+		t.Parallel()
+		book := exec("book")
+		book.Compensate = []workflow.Step{{ID: "guarded", Kind: workflow.KindWorkflow, Lock: "db", Steps: []workflow.Step{exec("undo")}}}
+		def := workflow.Definition{Name: "fan", CompensateOn: []string{workflow.CompensateOnFailure}, Steps: []workflow.Step{
+			{ID: "each", Kind: workflow.KindForeach, Items: []any{1}, Steps: []workflow.Step{book}}, exec("pay")}}
+		m := newMemShell(t, def, `{}`)
+		sent := m.runOps(0, map[string]bool{"pay": true})
+		require.Equal(t, []string{"each[0]/book", "pay", "each[0]/book/compensate/guarded/undo"}, sent, "history: %v", m.types())
+		require.Equal(t, projections.StatusFailed, m.state.Status)
+	})
+}
+
+// TestReplayAfterACompensation: a replay of a compensated execution is
+// decided (compensate steps are not the run's: no replay point, nowhere
+// to resume), the steps run again, and a second failure undoes them again
+// at compensate2, since they ran again.
+func TestReplayAfterACompensation(t *testing.T) {
+	t.Parallel()
+	def := workflow.Definition{Name: "trip", Replayable: "from start", CompensateOn: []string{workflow.CompensateOnFailure},
+		Steps: []workflow.Step{withUndo("hotel"), withUndo("car"), exec("pay")}}
+	m := newMemShell(t, def, `{}`)
+	m.runOps(0, map[string]bool{"pay": true, "car/compensate/undo-car": true})
+	require.Equal(t, projections.CompensationFailed, m.state.Compensation.Status)
+	n := len(m.tasks)
+	d := m.act(ActionCommand{Key: "r", From: events.ReplayStart, Record: events.ActionRecord{Action: events.ActionReplay, Command: "r"}})
+	require.Nil(t, d.Reject, "%+v", d.Reject)
+	require.NoError(t, d.Err)
+	m.carry(d)
+	require.Nil(t, m.state.Compensation, "a new run")
+	sent := m.runOps(n, map[string]bool{"pay": true})
+	require.Equal(t, []string{"hotel", "car", "pay", "car/compensate2/undo-car", "hotel/compensate2/undo-hotel"}, sent, "history: %v", m.types())
+	require.Equal(t, projections.CompensationFinished, m.state.Compensation.Status)
+	require.Equal(t, 2, m.state.Compensation.Round)
+}
