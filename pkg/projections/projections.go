@@ -565,6 +565,20 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 			next.Status, next.StepID, next.Failure = CompensationFailed, f.StepID, f.Error
 		}
 		s.Compensation = &next
+		// The instances undone (not the failed one, nor those after it),
+		// with their completion: not undone again unless they run again.
+		s.Compensated = maps.Clone(s.Compensated)
+		if s.Compensated == nil {
+			s.Compensated = map[string]int{}
+		}
+		for _, id := range c.Steps {
+			if id == next.StepID {
+				break
+			}
+			if i := s.StepIndex(id); i >= 0 {
+				s.Compensated[id] = s.Steps[i].Completed
+			}
+		}
 		return s, nil
 	case *events.ExecutionSucceeded:
 		if s.Status != StatusStarted { // a cancelling execution ends cancelled
@@ -1021,13 +1035,6 @@ func (s Execution) compensate(ev events.Event, e *events.CompensationStarted) (E
 		}
 	}
 	s.Compensations++
-	s.Compensated = maps.Clone(s.Compensated)
-	if s.Compensated == nil {
-		s.Compensated = map[string]int{}
-	}
-	for _, id := range e.Steps {
-		s.Compensated[id] = s.Steps[s.StepIndex(id)].Completed
-	}
 	c := &Compensation{Cause: e.Cause, Error: e.Error, Steps: e.Steps, Status: CompensationRunning, Round: s.Compensations,
 		RequestedBy: e.RequestedBy, Actor: e.Actor, Reason: e.Reason, StartedAt: ev.Time}
 	if operator {

@@ -338,6 +338,8 @@ func (s Step) validateContainer(add func(string, string, ...any), addErr func(st
 				add(bf+".id", "%q must start with a letter and hold only letters, digits, '-' and '_'", b.ID)
 			case handlerSegRe.MatchString(b.ID):
 				add(bf+".id", "%q is reserved (on-error steps' paths use it); choose another id", b.ID)
+			case compensateSegRe.MatchString(b.ID):
+				add(bf+".id", "%q is reserved (compensate steps' paths use it); choose another id", b.ID)
 			case seen[b.ID]:
 				add(bf+".id", "%q is already the id of another branch", b.ID)
 			}

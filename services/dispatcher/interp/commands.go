@@ -246,6 +246,11 @@ func Action(in Input, cmd ActionCommand) Decision {
 	if why := s.Status.ActionRefused(action); why != "" {
 		return reject(events.CodeConflict, "execution %q %s", in.ID, why)
 	}
+	if action == events.ActionCancel && s.Status == projections.StatusStarted {
+		if a := decideLocked(in.Def, s); a.kind == actWait && a.cause == awaitCompensation {
+			return reject(events.CodeConflict, "execution %q is failing: its compensation waits for operations still out; force-cancel it to stop now (compensate it afterwards)", in.ID)
+		}
+	}
 	if next, ok := continuedBy(s); ok && s.Status.Active() {
 		switch action {
 		case events.ActionCancel, events.ActionForceCancel, events.ActionKill:

@@ -113,10 +113,11 @@ func orCompensate(d workflow.Definition, s projections.Execution, end action) ac
 	if s.DryRun || s.Compensation != nil || !d.CompensatesOn(cause) {
 		return end
 	}
-	if opsOut(s) {
-		// Operations still out may yet succeed, and must be undone too:
-		// their reports first (a cancel waits for them the same way).
-		return action{kind: actWait}
+	if a, out := compensableOut(d, s); out {
+		// Operations still out that may yet succeed, and would need
+		// undoing: their reports first, their timeouts and sends seen to
+		// as a cancel sees to them.
+		return a
 	}
 	steps := toCompensate(d, s)
 	if len(steps) == 0 {
@@ -177,10 +178,29 @@ func compensatingRoot(s projections.Execution, path string) map[string]any {
 		"attempt": float64(st.Attempt), "output": decode(st.Output)}}
 }
 
-// opsOut reports whether operations of the execution are still out (an
-// attempt with an agent whose final report has not come).
-func opsOut(s projections.Execution) bool {
-	return slices.ContainsFunc(s.Steps, func(st projections.Step) bool { return st.Status.InFlight() && st.AfterEnd == nil })
+// awaitCompensation marks the wait of a failure's compensation for the
+// reports of operations still out (a cancel is refused meanwhile).
+const awaitCompensation = "await-compensation"
+
+// compensableOut looks at the operations still out whose steps have
+// compensate steps (an attempt with an agent whose final report has not
+// come): if there are some, out is true and a is what they need (a
+// timeout, a send again: inFlight) or a wait.
+func compensableOut(d workflow.Definition, s projections.Execution) (a action, out bool) {
+	for _, st := range s.Steps {
+		if !st.Status.InFlight() || st.AfterEnd != nil || inCompensation(st.ID) {
+			continue
+		}
+		_, step, ok := resolveFrame(d, s, st.ID)
+		if !ok || len(step.Compensate) == 0 {
+			continue
+		}
+		if a := inFlight(s, step, st); a.kind != actWait {
+			return a, true
+		}
+		out = true
+	}
+	return action{kind: actWait, cause: awaitCompensation}, out
 }
 
 // compensate decides an operator's compensate action: an execution that
@@ -195,8 +215,9 @@ func compensate(in Input, rec events.ActionRecord) Decision {
 		return reject(events.CodeConflict, "execution %q was compensated already (%s); replay it to run it again", in.ID, c.Status)
 	case !s.Status.Terminal():
 		return reject(events.CodeConflict, "execution %q is %s: compensate applies to an execution that is over (failed, cancelled or succeeded); cancel it first", in.ID, s.Status)
-	case opsOut(s):
-		return reject(events.CodeConflict, "execution %q has operations still out: wait for their reports (or kill it), then compensate", in.ID)
+	}
+	if _, out := compensableOut(in.Def, s); out {
+		return reject(events.CodeConflict, "execution %q has operations still out that may need undoing: wait for their reports (the janitor fails a lost one), then compensate", in.ID)
 	}
 	steps := toCompensate(in.Def, s)
 	if c != nil {

@@ -140,3 +140,45 @@ func TestReplayAfterACompensation(t *testing.T) {
 	require.Equal(t, projections.CompensationFinished, m.state.Compensation.Status)
 	require.Equal(t, 2, m.state.Compensation.Round)
 }
+
+// TestCompensationWaitReviewCases: the second review's cases. While a
+// failure's compensation waits for a compensable operation still out,
+// that operation's timeout is honoured and a cancel is refused; a failed
+// compensation leaves the steps after the failed one not undone.
+func TestCompensationWaitReviewCases(t *testing.T) {
+	t.Parallel()
+	slowCar := withUndo("car")
+	slowCar.Timeout = "1m"
+	def := workflow.Definition{Name: "trip", CompensateOn: []string{workflow.CompensateOnFailure}, Steps: []workflow.Step{
+		{ID: "par", Kind: workflow.KindParallel, Branches: []workflow.Branch{
+			{ID: "a", Steps: []workflow.Step{slowCar}}, {ID: "b", Steps: []workflow.Step{exec("pay")}}}}}}
+	m := newMemShell(t, def, `{}`)
+	m.advance()
+	require.Len(t, m.tasks, 2)
+	pay := m.tasks[1]
+	ref := events.TaskRef{TaskID: pay.TaskID, ExecutionID: "x1", Workflow: "trip", StepID: pay.StepID, Attempt: pay.Attempt, Token: pay.Token, Queue: pay.Queue, Agent: "a1"}
+	p := &events.OperationFailed{TaskRef: ref, Error: "boom", Final: true}
+	m.carry(Result(m.input(), ref, events.Event{ID: "r1", Type: p.EventType(), Data: p}))
+	m.advance()
+	require.Nil(t, m.state.Compensation, "it waits for car")
+	d := m.act(ActionCommand{Key: "c", Record: events.ActionRecord{Action: events.ActionCancel, Command: "c"}})
+	require.NotNil(t, d.Reject)
+	require.Contains(t, d.Reject.Reason, "its compensation waits for operations still out; force-cancel it to stop now")
+
+	m.fire() // car's step timeout
+	m.advance()
+	car := m.state.Steps[m.state.StepIndex("par/a/car")]
+	require.Equal(t, projections.OpFailed, car.Status, "its timeout is honoured: history %v", m.types())
+	require.Equal(t, projections.StatusFailed, m.state.Status, "nothing succeeded to undo")
+
+	// A failed compensation leaves those after the failed one not undone.
+	f := newMemShell(t, workflow.Definition{Name: "trip", CompensateOn: []string{workflow.CompensateOnFailure},
+		Steps: []workflow.Step{withUndo("hotel"), withUndo("car"), exec("pay")}}, `{}`)
+	f.runOps(0, map[string]bool{"pay": true, "car/compensate/undo-car": true})
+	require.Equal(t, projections.CompensationFailed, f.state.Compensation.Status)
+	require.NotContains(t, f.state.Compensated, "car")
+	require.NotContains(t, f.state.Compensated, "hotel")
+
+	_, err := workflow.Parse([]byte("name: wf\nsteps:\n  - id: par\n    kind: parallel\n    branches:\n      - id: compensate\n        steps: [{id: a, kind: noop}]\n"))
+	require.ErrorContains(t, err, `"compensate" is reserved`)
+}
