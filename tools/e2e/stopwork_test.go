@@ -85,6 +85,29 @@ func (s *stack) waitProjectedStep(t *testing.T, id, step string) projections.Exe
 	return x
 }
 
+// terminatedReport waits until the read model of execution id holds the
+// report of step's terminated attempt, recorded as its failure (the
+// execution ran on) or noted after the end, and returns its error.
+func (s *stack) terminatedReport(t *testing.T, id, step string) string {
+	t.Helper()
+	var why string
+	poll(t, 30*time.Second, "the terminated step's report in the read model", func() (bool, string) {
+		x, err := s.c.Execution(context.Background(), id)
+		if err != nil {
+			return false, err.Error()
+		}
+		st, _ := findStep(x, step)
+		switch {
+		case st.AfterEnd != nil:
+			why = st.AfterEnd.Error
+		case st.Status == projections.OpFailed:
+			why = st.Error
+		}
+		return why != "", describe(x)
+	})
+	return why
+}
+
 // TestStepTimeoutTerminatesItsProcess: when a step's timeout fires, its
 // running attempt is terminated on the agent (SIGTERM to the exec's
 // process group), not left to run on while the execution goes past it.
@@ -201,21 +224,7 @@ steps:
 	})
 	// Its report comes before the end (recorded as its failure, the on-error
 	// step still running) or after it (noted after the end).
-	var why string
-	poll(t, 30*time.Second, "the terminated step's report in the read model", func() (bool, string) {
-		x, err := s.c.Execution(context.Background(), "w1")
-		if err != nil {
-			return false, err.Error()
-		}
-		st, _ := findStep(x, "hang")
-		switch {
-		case st.AfterEnd != nil:
-			why = st.AfterEnd.Error
-		case st.Status == projections.OpFailed:
-			why = st.Error
-		}
-		return why != "", describe(x)
-	})
+	why := s.terminatedReport(t, "w1", "hang")
 	require.Contains(t, why, agent.ErrTerminated.Error())
 	require.Contains(t, why, "the workflow timed out after 6s")
 	require.Contains(t, why, "SIGTERM sent")
@@ -295,21 +304,7 @@ output: ${vars.why}
 	poll(t, 30*time.Second, "the abandoned process to end", func() (bool, string) {
 		return syscall.Kill(pid, 0) != nil, "process " + strconv.Itoa(pid) + " still runs"
 	})
-	var why string
-	poll(t, 30*time.Second, "the terminated step's report in the read model", func() (bool, string) {
-		x, err := s.c.Execution(context.Background(), "c1")
-		if err != nil {
-			return false, err.Error()
-		}
-		st, _ := findStep(x, "call/hang")
-		switch {
-		case st.AfterEnd != nil:
-			why = st.AfterEnd.Error
-		case st.Status == projections.OpFailed:
-			why = st.Error
-		}
-		return why != "", describe(x)
-	})
+	why := s.terminatedReport(t, "c1", "call/hang")
 	require.Contains(t, why, agent.ErrTerminated.Error())
 	require.Contains(t, why, "called by step call")
 }

@@ -116,14 +116,8 @@ func Fired(in Input, timerID string, sentAt time.Time) Decision {
 // callInstance returns the container step whose attempt's instance
 // (instancePrefix) is key, if it is that attempt.
 func callInstance(s projections.Execution, key string) (projections.Step, bool) {
-	st, _, current := containerAt(s, key)
+	st, _, current := s.ContainerAt(key)
 	return st, current
-}
-
-// containerAt is s.ContainerAt: the container instance of key
-// (instancePrefix), whether it exists and is at that attempt.
-func containerAt(s projections.Execution, key string) (st projections.Step, exists, current bool) {
-	return s.ContainerAt(key)
 }
 
 // instancePrefix is the path prefix of the steps of a container's attempt

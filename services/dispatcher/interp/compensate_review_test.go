@@ -18,22 +18,8 @@ func TestCompensationReviewCases(t *testing.T) {
 		t.Parallel()
 		// pay fails while car is still out: the compensation waits for
 		// car's report, and undoes it too.
-		def := workflow.Definition{Name: "trip", CompensateOn: []string{workflow.CompensateOnFailure}, Steps: []workflow.Step{
-			{ID: "par", Kind: workflow.KindParallel, Branches: []workflow.Branch{
-				{ID: "a", Steps: []workflow.Step{withUndo("car")}}, {ID: "b", Steps: []workflow.Step{exec("pay")}}}}}}
-		m := newMemShell(t, def, `{}`)
-		m.advance()
-		require.Len(t, m.tasks, 2)
-		pay := m.tasks[1]
-		ref := events.TaskRef{TaskID: pay.TaskID, ExecutionID: "x1", Workflow: "trip", StepID: pay.StepID, Attempt: pay.Attempt, Token: pay.Token, Queue: pay.Queue, Agent: "a1"}
-		p := &events.OperationFailed{TaskRef: ref, Error: "boom", Final: true}
-		m.carry(Result(m.input(), ref, events.Event{ID: "r1", Type: p.EventType(), Data: p}))
-		m.advance()
-		require.Nil(t, m.state.Compensation, "it waits for car")
-		car := m.tasks[0]
-		ref = events.TaskRef{TaskID: car.TaskID, ExecutionID: "x1", Workflow: "trip", StepID: car.StepID, Attempt: car.Attempt, Token: car.Token, Queue: car.Queue, Agent: "a1"}
-		ok := &events.OperationSucceeded{TaskRef: ref, Output: []byte(`"car ok"`)}
-		m.carry(Result(m.input(), ref, events.Event{ID: "r2", Type: ok.EventType(), Data: ok}))
+		m := payFailsBesideCar(t, withUndo("car"))
+		m.settle(m.tasks[0], false, "r2")
 		sent := m.runOps(2, nil)
 		require.Equal(t, []string{"par/a/car/compensate/undo-car"}, sent, "history: %v", m.types())
 		require.Equal(t, projections.StatusFailed, m.state.Status)
@@ -66,29 +52,18 @@ func TestCompensationReviewCases(t *testing.T) {
 		t.Parallel()
 		def := workflow.Definition{Name: "trip", CompensateOn: []string{workflow.CompensateOnFailure},
 			Steps: []workflow.Step{withUndo("hotel"), withUndo("car"), exec("pay")}}
-		m := newMemShell(t, def, `{}`)
-		m.runOps(0, map[string]bool{"pay": true})
-		_ = m
 		m2 := newMemShell(t, def, `{}`)
 		m2.advance()
 		for range 3 { // hotel, car succeed; pay fails: the compensation begins and sends undo-car
 			task := m2.tasks[len(m2.tasks)-1]
-			ref := events.TaskRef{TaskID: task.TaskID, ExecutionID: "x1", Workflow: "trip", StepID: task.StepID, Attempt: task.Attempt, Token: task.Token, Queue: task.Queue, Agent: "a1"}
-			var p events.Payload = &events.OperationSucceeded{TaskRef: ref, Output: []byte(`"ok"`)}
-			if task.StepID == "pay" {
-				p = &events.OperationFailed{TaskRef: ref, Error: "boom", Final: true}
-			}
-			m2.carry(Result(m2.input(), ref, events.Event{ID: "r" + task.TaskID, Type: p.EventType(), Data: p}))
+			m2.settle(task, task.StepID == "pay", "r"+task.TaskID)
 			m2.advance()
 		}
 		require.Equal(t, "car/compensate/undo-car", m2.tasks[len(m2.tasks)-1].StepID)
 		m2.carry(m2.act(ActionCommand{Key: "fc", Record: events.ActionRecord{Action: events.ActionForceCancel, Command: "fc"}}))
 		require.Equal(t, projections.StatusCancelled, m2.state.Status)
 		// Its undo-car reports after the end; then an operator compensates the rest.
-		task := m2.tasks[len(m2.tasks)-1]
-		ref := events.TaskRef{TaskID: task.TaskID, ExecutionID: "x1", Workflow: "trip", StepID: task.StepID, Attempt: task.Attempt, Token: task.Token, Queue: task.Queue, Agent: "a1"}
-		p := &events.OperationSucceeded{TaskRef: ref, Output: []byte(`"ok"`)}
-		m2.carry(Result(m2.input(), ref, events.Event{ID: "late", Type: p.EventType(), Data: p}))
+		m2.settle(m2.tasks[len(m2.tasks)-1], false, "late")
 		d := m2.act(ActionCommand{Key: "c", Record: events.ActionRecord{Action: events.ActionCompensate, Command: "c"}})
 		require.Nil(t, d.Reject, "%+v", d.Reject)
 		m2.carry(d)
@@ -141,6 +116,22 @@ func TestReplayAfterACompensation(t *testing.T) {
 	require.Equal(t, 2, m.state.Compensation.Round)
 }
 
+// payFailsBesideCar runs a trip that compensates on failure, whose pay
+// fails while car (in another branch) is still out.
+func payFailsBesideCar(t *testing.T, car workflow.Step) *memShell {
+	t.Helper()
+	def := workflow.Definition{Name: "trip", CompensateOn: []string{workflow.CompensateOnFailure}, Steps: []workflow.Step{
+		{ID: "par", Kind: workflow.KindParallel, Branches: []workflow.Branch{
+			{ID: "a", Steps: []workflow.Step{car}}, {ID: "b", Steps: []workflow.Step{exec("pay")}}}}}}
+	m := newMemShell(t, def, `{}`)
+	m.advance()
+	require.Len(t, m.tasks, 2)
+	m.settle(m.tasks[1], true, "r1")
+	m.advance()
+	require.Nil(t, m.state.Compensation, "it waits for car")
+	return m
+}
+
 // TestCompensationWaitReviewCases: the second review's cases. While a
 // failure's compensation waits for a compensable operation still out,
 // that operation's timeout is honoured and a cancel is refused; a failed
@@ -149,18 +140,7 @@ func TestCompensationWaitReviewCases(t *testing.T) {
 	t.Parallel()
 	slowCar := withUndo("car")
 	slowCar.Timeout = "1m"
-	def := workflow.Definition{Name: "trip", CompensateOn: []string{workflow.CompensateOnFailure}, Steps: []workflow.Step{
-		{ID: "par", Kind: workflow.KindParallel, Branches: []workflow.Branch{
-			{ID: "a", Steps: []workflow.Step{slowCar}}, {ID: "b", Steps: []workflow.Step{exec("pay")}}}}}}
-	m := newMemShell(t, def, `{}`)
-	m.advance()
-	require.Len(t, m.tasks, 2)
-	pay := m.tasks[1]
-	ref := events.TaskRef{TaskID: pay.TaskID, ExecutionID: "x1", Workflow: "trip", StepID: pay.StepID, Attempt: pay.Attempt, Token: pay.Token, Queue: pay.Queue, Agent: "a1"}
-	p := &events.OperationFailed{TaskRef: ref, Error: "boom", Final: true}
-	m.carry(Result(m.input(), ref, events.Event{ID: "r1", Type: p.EventType(), Data: p}))
-	m.advance()
-	require.Nil(t, m.state.Compensation, "it waits for car")
+	m := payFailsBesideCar(t, slowCar)
 	d := m.act(ActionCommand{Key: "c", Record: events.ActionRecord{Action: events.ActionCancel, Command: "c"}})
 	require.NotNil(t, d.Reject)
 	require.Contains(t, d.Reject.Reason, "its compensation waits for operations still out; force-cancel it to stop now")

@@ -30,15 +30,23 @@ func (m *memShell) runOps(from int, fail map[string]bool) []string {
 		task := m.tasks[from]
 		from++
 		sent = append(sent, task.StepID)
-		ref := events.TaskRef{TaskID: task.TaskID, ExecutionID: "x1", Workflow: m.def.Name, StepID: task.StepID,
-			Attempt: task.Attempt, Token: task.Token, Queue: task.Queue, Agent: "a1"}
-		var p events.Payload = &events.OperationSucceeded{TaskRef: ref, Output: []byte(`"` + task.StepID + ` ok"`)}
-		if fail[task.StepID] {
-			p = &events.OperationFailed{TaskRef: ref, Error: "boom", Final: true}
-		}
-		m.carry(Result(m.input(), ref, events.Event{ID: "r-" + task.TaskID, Type: p.EventType(), Data: p}))
+		m.settle(task, fail[task.StepID], "r-"+task.TaskID)
 	}
 	return sent
+}
+
+// settle reports an agent's final report on task (its success with the
+// output "<step> ok", or with failed its final failure "boom"), as the
+// result eventID, and records it.
+func (m *memShell) settle(task events.Task, failed bool, eventID string) {
+	m.t.Helper()
+	ref := events.TaskRef{TaskID: task.TaskID, ExecutionID: "x1", Workflow: m.def.Name, StepID: task.StepID,
+		Attempt: task.Attempt, Token: task.Token, Queue: task.Queue, Agent: "a1"}
+	var p events.Payload = &events.OperationSucceeded{TaskRef: ref, Output: []byte(`"` + task.StepID + ` ok"`)}
+	if failed {
+		p = &events.OperationFailed{TaskRef: ref, Error: "boom", Final: true}
+	}
+	m.carry(Result(m.input(), ref, events.Event{ID: eventID, Type: p.EventType(), Data: p}))
 }
 
 // TestCompensationOnFailure: when the workflow fails and compensates on
@@ -78,11 +86,7 @@ func TestCompensationOrderIsCompletionOrder(t *testing.T) {
 	m.advance()
 	require.Len(t, m.tasks, 3)
 	for _, i := range []int{1, 0, 2} { // b, then a, then c complete
-		task := m.tasks[i]
-		ref := events.TaskRef{TaskID: task.TaskID, ExecutionID: "x1", Workflow: "fan", StepID: task.StepID, Attempt: task.Attempt,
-			Token: task.Token, Queue: task.Queue, Agent: "a1"}
-		p := &events.OperationSucceeded{TaskRef: ref, Output: []byte(`"ok"`)}
-		m.carry(Result(m.input(), ref, events.Event{ID: "r" + task.TaskID, Type: p.EventType(), Data: p}))
+		m.settle(m.tasks[i], false, "r"+m.tasks[i].TaskID)
 	}
 	sent := m.runOps(3, map[string]bool{"pay": true})
 	require.Equal(t, []string{"pay", "each[2]/book/compensate/undo-book", "each[0]/book/compensate/undo-book", "each[1]/book/compensate/undo-book"},

@@ -170,7 +170,7 @@ func abandonedScope(s projections.Execution, path string) bool {
 		if callTimedOut(s, key) {
 			return true
 		}
-		st, exists, current := containerAt(s, key)
+		st, exists, current := s.ContainerAt(key)
 		switch {
 		case !exists: // a parallel's branch, a switch's case: not an instance
 		case !current:
