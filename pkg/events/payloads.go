@@ -56,6 +56,9 @@ type ExecutionStarted struct {
 	Chain         string `json:"chain,omitempty"`
 	Run           int    `json:"run,omitempty"`
 	ContinuedFrom string `json:"continued_from,omitempty"`
+	// Parent, for a child execution: the execution and the step whose
+	// attempt started it (the parent waits for its end).
+	Parent *ParentRef `json:"parent,omitempty"`
 	// Retention is the workflow's retention rule; nil when it sets none
 	// (the system default applies).
 	Retention *Retention `json:"retention,omitempty"`
@@ -164,6 +167,18 @@ type StepStarted struct {
 	StartedAt time.Time `json:"started_at,omitzero"`
 	// TaskSent: as in StepSucceeded.
 	TaskSent
+}
+
+// StepChildStarted records that a workflow step with child: true
+// started its child execution ExecutionID (of Workflow, at Version): the
+// step stays pending until the child ends, and then succeeds with the
+// child's output or fails with its error.
+type StepChildStarted struct {
+	StepID      string `json:"step_id"`
+	Attempt     int    `json:"attempt"`
+	ExecutionID string `json:"execution_id"`
+	Workflow    string `json:"workflow"`
+	Version     int    `json:"version"`
 }
 
 // StepSucceeded records a step's result. It is recorded at most once per step.
@@ -692,6 +707,18 @@ type StartExecution struct {
 	Chain         string `json:"chain,omitempty"`
 	Run           int    `json:"run,omitempty"`
 	ContinuedFrom string `json:"continued_from,omitempty"`
+	// Parent is set by the dispatcher only, for the child execution a
+	// workflow step with child: true starts (see ExecutionStarted).
+	Parent *ParentRef `json:"parent,omitempty"`
+}
+
+// ParentRef links a child execution to its parent: the execution, its
+// workflow, and the step and attempt that started the child.
+type ParentRef struct {
+	ExecutionID string `json:"execution_id"`
+	Workflow    string `json:"workflow"`
+	StepID      string `json:"step_id"`
+	Attempt     int    `json:"attempt"`
 }
 
 // ReconcileExecution asks the dispatcher to look at an execution again.
@@ -823,6 +850,7 @@ func (*StepSending) EventType() Type          { return TypeStepSending }
 func (*StepSent) EventType() Type             { return TypeStepSent }
 func (*StepDispatched) EventType() Type       { return TypeStepDispatched }
 func (*StepStarted) EventType() Type          { return TypeStepStarted }
+func (*StepChildStarted) EventType() Type     { return TypeStepChildStarted }
 func (*StepSucceeded) EventType() Type        { return TypeStepSucceeded }
 func (*StepFailed) EventType() Type           { return TypeStepFailed }
 func (*StartExecution) EventType() Type       { return TypeStartExecution }
@@ -869,6 +897,7 @@ func (*StepSending) payload()          {}
 func (*StepSent) payload()             {}
 func (*StepDispatched) payload()       {}
 func (*StepStarted) payload()          {}
+func (*StepChildStarted) payload()     {}
 func (*StepSucceeded) payload()        {}
 func (*StepFailed) payload()           {}
 func (*StartExecution) payload()       {}
@@ -919,6 +948,8 @@ func NewPayload(t Type) Payload {
 		return &StepDispatched{}
 	case TypeStepSent:
 		return &StepSent{}
+	case TypeStepChildStarted:
+		return &StepChildStarted{}
 	case TypeStepStarted:
 		return &StepStarted{}
 	case TypeStepSucceeded:

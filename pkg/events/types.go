@@ -62,6 +62,10 @@ const (
 	TypeStepSent Type = "io.jetflow.step.sent"
 	// TypeStepStarted records that an agent began the operation.
 	TypeStepStarted Type = "io.jetflow.step.started"
+	// TypeStepChildStarted records that a workflow step with child: true
+	// started its child execution (the start is published first, with an
+	// id derived from the step's attempt): the step waits for its end.
+	TypeStepChildStarted Type = "io.jetflow.step.child_started"
 	// TypeStepSucceeded records the operation's successful result.
 	TypeStepSucceeded Type = "io.jetflow.step.succeeded"
 	// TypeStepFailed records the operation's failure.

@@ -204,6 +204,9 @@ type Execution struct {
 	Run           int    `json:"run,omitempty"`
 	ContinuedFrom string `json:"continued_from,omitempty"`
 	ContinuedAs   string `json:"continued_as,omitempty"`
+	// Parent links a child execution (started by a workflow step with
+	// child: true) to its parent's execution and step.
+	Parent *events.ParentRef `json:"parent,omitempty"`
 	// Compensation is the execution's compensation, once it began (the
 	// saga pattern); Compensations counts those recorded (a replay after
 	// one may compensate again, with new instances).
@@ -386,6 +389,11 @@ type Step struct {
 	Input    json.RawMessage `json:"input,omitempty"`
 	Output   json.RawMessage `json:"output,omitempty"`
 	Error    string          `json:"error,omitempty"`
+	// Child is the child execution the step's current attempt started
+	// (a workflow step with child: true), of workflow ChildWorkflow: the
+	// step is pending until the child's end is recorded.
+	Child         string `json:"child,omitempty"`
+	ChildWorkflow string `json:"child_workflow,omitempty"`
 	// AfterEnd is what became of the attempt when it was with the agents
 	// as the execution ended: its final report, which arrived after the
 	// end and changed nothing (events.ResultAfterEnd). Nil until then, and
@@ -534,7 +542,7 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 		s.Status, s.StartedAt = StatusStarted, ev.Time
 		s.Input, s.Token, s.CommandKey, s.StartedBy, s.StartedByActor = e.Input, e.Token, e.CommandKey, e.StartedBy, e.Actor
 		s.WaitAfterFail, s.DryRun, s.APIURL = e.WaitAfterFail, e.DryRun, e.APIURL
-		s.Chain, s.Run, s.ContinuedFrom = e.Chain, e.Run, e.ContinuedFrom
+		s.Chain, s.Run, s.ContinuedFrom, s.Parent = e.Chain, e.Run, e.ContinuedFrom, e.Parent
 		if e.Retention != nil {
 			s.Retention, s.RetentionKey = e.Retention.Rule, e.Retention.Key
 		}
@@ -628,6 +636,7 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 			st.Attempt, st.Input, st.ScheduledAt = e.Attempt, e.Input, ev.Time
 			st.Output, st.Error, st.StartedAt, st.EndedAt, st.Agent, st.TaskID, st.TaskSeq, st.Delivery, st.Final, st.Lost = nil, "", time.Time{}, time.Time{}, "", "", 0, 0, false, false
 			st.SentAt, st.sentUnrecorded = time.Time{}, false
+			st.Child, st.ChildWorkflow = "", ""
 		})
 	case *events.StepDispatched:
 		// Scheduled, then sending, at the event's time: the two folds in
@@ -646,6 +655,17 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 		return s.step(ev, e.StepID, OpSent, func(st *Step) {
 			st.TaskID, st.TaskSeq, st.SentAt, st.sentUnrecorded = e.TaskID, e.TaskSeq, ev.Time, false
 		})
+	case *events.StepChildStarted:
+		i := s.StepIndex(e.StepID)
+		if i < 0 {
+			return s, fmt.Errorf("%w: %q in %s", ErrUnknownStep, e.StepID, ev.Type)
+		}
+		st := &s.Steps[i]
+		if st.Status != OpPending || st.Attempt != e.Attempt || st.Child != "" {
+			return s, &TransitionError{ExecutionID: s.ID, From: string(st.Status), Event: ev.Type, StepID: e.StepID}
+		}
+		st.Child, st.ChildWorkflow, st.StartedAt = e.ExecutionID, e.Workflow, ev.Time
+		return s, nil
 	case *events.StepStarted:
 		if i := s.StepIndex(e.StepID); i >= 0 && s.Steps[i].Status == OpStarted {
 			// Started again: legal only for a later delivery of the task.

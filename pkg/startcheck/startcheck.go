@@ -158,7 +158,7 @@ func Check(ev events.Event, def *Definition, opt Options) (Start, error) {
 		Workflow: def.Name, Version: def.Version, Input: input, Steps: def.Spec.StepRefs(), Definition: canonical,
 		CommandKey: key, CommandDigest: asked.Digest(), StartedBy: ev.Source, Actor: asked.Actor,
 		WaitAfterFail: asked.WaitAfterFail, DryRun: asked.DryRun,
-		Chain: asked.Chain, Run: asked.Run, ContinuedFrom: asked.ContinuedFrom,
+		Chain: asked.Chain, Run: asked.Run, ContinuedFrom: asked.ContinuedFrom, Parent: asked.Parent,
 	}
 	if asked.Actor != nil {
 		started.StartedBy = asked.Actor.Subject // who, as authenticated; the command key keeps the source

@@ -51,7 +51,7 @@ var kindFields = map[string][]string{
 	KindClearLock:  {"lock", "reason"},
 	KindContinue:   {"input", "version"},
 	// Containers.
-	KindWorkflow: {"steps", "workflow", "version", "input", "lock", "semaphore", "lock_timeout"},
+	KindWorkflow: {"steps", "workflow", "version", "input", "lock", "semaphore", "lock_timeout", "child", "on_parent_end"},
 	KindForeach:  {"items", "concurrency", "steps"},
 	KindParallel: {"branches", "mode"},
 	KindSwitch:   {"cases", "default"},
@@ -294,6 +294,9 @@ func (s Step) validateContainer(add func(string, string, ...any), addErr func(st
 			if s.Input != nil || s.Version != 0 {
 				add(f("input"), "input and version apply to a workflow called by name, not to a block of steps")
 			}
+			if s.Child || s.OnParentEnd != "" {
+				add(f("child"), "a block of steps runs inline: child applies to a workflow called by name (workflow: <name>)")
+			}
 			validateSteps(add, addErr, f("steps"), s.Steps, depth+1, extra)
 		case s.Workflow != "":
 			if !events.ValidWorkflowName(s.Workflow) {
@@ -303,10 +306,21 @@ func (s Step) validateContainer(add func(string, string, ...any), addErr func(st
 				add(f("version"), "must be 0 (the latest when the step runs) or a version number")
 			}
 			addErr(f("input"), expression.Compile(s.Input, roots))
+			switch {
+			case s.OnParentEnd != "" && !s.Child:
+				add(f("on_parent_end"), "applies to a child execution: give child: true too")
+			case s.OnParentEnd != "" && s.OnParentEnd != OnParentEndCancel && s.OnParentEnd != OnParentEndAbandon:
+				add(f("on_parent_end"), "%q is not a policy: use cancel (the default) or abandon", s.OnParentEnd)
+			case s.Child && s.Retention != "":
+				add(f("retention"), "a child execution keeps the retention of the workflow it runs: set retention in that workflow")
+			}
 		case s.Retention != "":
 			// Only a change of retention (the seed's "workflow retention <value>").
 			if s.Input != nil || s.Version != 0 {
 				add(f("input"), "input and version apply to a workflow called by name")
+			}
+			if s.Child || s.OnParentEnd != "" {
+				add(f("child"), "applies to a workflow called by name (workflow: <name>)")
 			}
 		default:
 			add(f("steps"), "a workflow step needs steps (a block), workflow (another workflow's name) or retention")
@@ -523,6 +537,7 @@ func (s Step) usedFields() []string {
 		{"mode", s.Mode != ""}, {"cases", len(s.Cases) > 0}, {"default", len(s.Default) > 0},
 		{"replay", s.Replay}, {"next", s.Next != ""},
 		{"lock", s.Lock != ""}, {"semaphore", s.Semaphore != 0}, {"lock_timeout", s.LockTimeout != ""}, {"reason", s.Reason != ""},
+		{"child", s.Child}, {"on_parent_end", s.OnParentEnd != ""},
 	} {
 		if c.set {
 			u = append(u, c.name)

@@ -51,9 +51,13 @@ const (
 	KindContinue = "continue-as-new"
 	// Containers: steps that run other steps.
 	KindWorkflow = "workflow"
-	KindForeach  = "foreach"
-	KindParallel = "parallel"
-	KindSwitch   = "switch"
+	// OnParentEndCancel and OnParentEndAbandon are what becomes of a
+	// child execution still running when its parent ends.
+	OnParentEndCancel  = "cancel"
+	OnParentEndAbandon = "abandon"
+	KindForeach        = "foreach"
+	KindParallel       = "parallel"
+	KindSwitch         = "switch"
 )
 
 // Kinds lists the step kinds, in documentation order.
@@ -258,6 +262,15 @@ type Step struct {
 	// lock: if it is not acquired within it, the step leaves the queue
 	// and fails.
 	LockTimeout string `yaml:"lock_timeout,omitempty" json:"lock_timeout,omitempty"`
+
+	// Child (a workflow step calling another workflow by name) runs the
+	// called workflow as a child execution of its own (its own id,
+	// history, status, timeout, retention and lock) instead of inline;
+	// the step waits for its end. OnParentEnd says what becomes of a
+	// child still running when its parent ends: cancel (the default) or
+	// abandon (it runs on).
+	Child       bool   `yaml:"child,omitempty" json:"child,omitempty"`
+	OnParentEnd string `yaml:"on_parent_end,omitempty" json:"on_parent_end,omitempty"`
 
 	// clear-lock: Lock is the lock to clear; Reason, an expression, is
 	// recorded in each cleared holder's history.

@@ -224,6 +224,32 @@ var exampleRuns = map[string][]exampleRun{
 		},
 	}},
 	"upgrade-v2.yaml": {{want: projections.StatusSucceeded}},
+	"shipping.yaml": {{
+		input: map[string]any{"order": "s-1"}, want: projections.StatusSucceeded,
+		check: func(t *testing.T, x projections.Execution) {
+			require.JSONEq(t, `{"packed":"packed 1 parcels of s-1","label":"label-s-1"}`, string(x.Output))
+			require.Nil(t, x.Parent)
+		},
+	}},
+	"order.yaml": {
+		{
+			input: map[string]any{"order": "o-1"}, want: projections.StatusSucceeded,
+			check: func(t *testing.T, x projections.Execution) {
+				require.JSONEq(t, `"o-1 shipped with label-o-1"`, string(x.Output))
+				ship := stepByID(t, x, "ship")
+				require.Regexp(t, `^example-order-1-ship-[0-9a-f]{10}$`, ship.Child)
+				require.Equal(t, "shipping", ship.ChildWorkflow)
+			},
+		},
+		{
+			input: map[string]any{"order": "o-2", "fail": true}, want: projections.StatusFailed,
+			check: func(t *testing.T, x projections.Execution) {
+				ship := stepByID(t, x, "ship")
+				require.Equal(t, projections.OpFailed, ship.Status)
+				require.Equal(t, "child execution "+ship.Child+" failed: step broken failed: no label printer for o-2", ship.Error)
+			},
+		},
+	},
 	"locks.yaml": {
 		{
 			input: map[string]any{"host": "web-1"},

@@ -143,6 +143,11 @@ func (s *Server) startExecution(w http.ResponseWriter, r *http.Request) {
 			Message: "data: chain, run and continued_from are set by the dispatcher, for the run a continue-as-new step starts; leave them out"})
 		return
 	}
+	if start.Parent != nil {
+		writeError(w, http.StatusBadRequest, apiError{Code: "invalid_cloudevent", Field: "parent",
+			Message: "data: parent is set by the dispatcher, for the child execution a workflow step with child: true starts; leave it out"})
+		return
+	}
 	start.Actor = actorOf(r)
 	_, start.ExecutionID = startcheck.Identify(cmd) // the command names it, for the dispatcher and the answer
 	var def *startcheck.Definition

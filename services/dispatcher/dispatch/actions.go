@@ -174,6 +174,9 @@ func (d *Dispatcher) reopened(ctx context.Context, x *execState) error {
 	if _, err := d.perform(ctx, x, interp.PublishKill{Lift: true}); err != nil {
 		return err
 	}
+	if err := d.checkChildren(ctx, x); err != nil { // ended while it was over (abandoned by its end)
+		return err
+	}
 	return d.catchUp(ctx, x)
 }
 

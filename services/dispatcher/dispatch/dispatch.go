@@ -719,6 +719,9 @@ func (d *Dispatcher) reconcile(ctx context.Context, p *events.ReconcileExecution
 		if err := d.recheckSent(ctx, x); err != nil {
 			return err
 		}
+		if err := d.checkChildren(ctx, x); err != nil {
+			return err
+		}
 		return d.advance(ctx, x)
 	})
 }

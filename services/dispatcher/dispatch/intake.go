@@ -260,6 +260,9 @@ func admit(subject string, header nats.Header, data []byte, partitions int) (ev 
 		(s.Chain != "" || s.Run != 0 || s.ContinuedFrom != "") {
 		why = "chain, run and continued_from are set by the dispatcher only, for the execution a continue-as-new step starts: send the start without them"
 	}
+	if s, ok := ev.Data.(*events.StartExecution); ok && why == "" && err == nil && published != "" && s.Parent != nil {
+		why = "parent is set by the dispatcher only, for the child execution a workflow step with child: true starts: send the start without it"
+	}
 	if why == "" && err == nil && published != "" {
 		var actor *events.Actor
 		if actor, why = commandActor(published, ev.Data); why == "" && actor != nil {

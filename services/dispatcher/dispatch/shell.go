@@ -128,11 +128,15 @@ func (d *Dispatcher) carryOut(ctx context.Context, x *execState, dec interp.Deci
 			return err
 		}
 	}
+	ended := x.state.Status.Terminal()
 	for _, p := range dec.Events {
 		if err := d.append(ctx, x, p, dec.At); err != nil {
 			return err
 		}
 		logDecided(ctx, p)
+	}
+	if !ended && x.state.Status.Terminal() && x.state.Parent != nil {
+		d.notifyParent(ctx, x)
 	}
 	for _, e := range dec.After {
 		o, err := d.perform(ctx, x, e)
@@ -308,6 +312,12 @@ func (d *Dispatcher) perform(ctx context.Context, x *execState, eff interp.Effec
 		return nil, d.publishClear(ctx, x, e)
 	case interp.PublishStart:
 		return nil, d.publishStart(ctx, x, e)
+	case interp.PublishAction:
+		a := e.Action
+		if err := d.publishOwn(ctx, e.ID, a.ExecutionID, e.Workflow, &a); err != nil {
+			return nil, fmt.Errorf("execution %s: publish the %s of %s: %w", x.id, a.Action, a.ExecutionID, err)
+		}
+		return nil, nil
 	case interp.CatchUp:
 		if !x.state.Status.Active() {
 			return nil, nil // ended again since

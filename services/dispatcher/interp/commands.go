@@ -266,7 +266,7 @@ func Action(in Input, cmd ActionCommand) Decision {
 	}
 	if action == events.ActionCancel && s.Status == projections.StatusSuspended &&
 		!slices.ContainsFunc(s.Steps, func(st projections.Step) bool { return st.Status.InFlight() }) {
-		return one(&events.ExecutionCancelled{ActionRecord: rec}) // nothing runs to wait for
+		return in.childrenStopped(one(&events.ExecutionCancelled{ActionRecord: rec}), action) // nothing runs to wait for
 	}
 	switch action {
 	case events.ActionReplay:
@@ -302,11 +302,11 @@ func Action(in Input, cmd ActionCommand) Decision {
 		}
 		return replayed(in, rec, replayRequest{plan: rerunFailedMeanwhile(s, plan, in.Stored), from: from, force: cmd.Force})
 	case events.ActionForceCancel:
-		return one(&events.ExecutionCancelled{ActionRecord: rec}, endedNotice(s, cmd.Key)...)
+		return in.childrenStopped(one(&events.ExecutionCancelled{ActionRecord: rec}, endedNotice(s, cmd.Key)...), action)
 	case events.ActionKill:
 		// Published once the execution is recorded cancelled, so a task
 		// that starts later has its result ignored already.
-		return one(&events.ExecutionCancelled{ActionRecord: rec}, PublishKill{Command: cmd.Key})
+		return in.childrenStopped(one(&events.ExecutionCancelled{ActionRecord: rec}, PublishKill{Command: cmd.Key}), action)
 	case events.ActionResume, events.ActionForceResume:
 		if c := s.Compensation; c != nil {
 			return reject(events.CodeConflict, "execution %q was compensated (%s): the effects of its steps were undone; replay it instead of resuming it",

@@ -81,6 +81,7 @@ const (
 	actReplay                       // a retry step (or automatic recovery) replays the execution
 	actClearLock                    // a clear-lock step: hand its recorded clear to the dispatchers, the step succeeds
 	actContinue                     // a continue-as-new step: start the successor, the step succeeds (and the execution ends)
+	actStartChild                   // a child step: publish its child's recorded start, record it started
 )
 
 // workflowOnError starts the paths of the workflow's own on-error steps.
@@ -508,6 +509,9 @@ func (e *engine) step(f frame, step workflow.Step, st projections.Step, env *laz
 		case step.Kind == workflow.KindContinue && f.call:
 			return act(action{kind: actStepFail, step: step, attempt: st.Attempt, final: true,
 				err: "continue-as-new ends a whole execution: it cannot run in a workflow called by another"})
+		case step.Kind == workflow.KindContinue && e.s.Parent != nil:
+			return act(action{kind: actStepFail, step: step, attempt: st.Attempt, final: true,
+				err: fmt.Sprintf("continue-as-new cannot end a child execution: its parent %s waits for this one's result", e.s.Parent.ExecutionID)})
 		case !workflow.IsOperation(step.Kind):
 			return act(internal(step, st, e.s, env))
 		}
@@ -674,6 +678,9 @@ func (e *engine) container(f frame, step workflow.Step, st projections.Step, env
 	}
 	prefix := instancePrefix(st.ID, st.Attempt) // a container run again (by on-error's retry) gets new instances
 	block := func() result {
+		if step.Workflow != "" && step.Child {
+			return e.childStep(step, st)
+		}
 		if step.Workflow != "" {
 			return e.called(f, step, st, prefix, env, finish, failWith)
 		}

@@ -141,7 +141,7 @@ func (d Decision) Empty() bool {
 
 // Effect is something the shell does outside the history. The set is
 // closed: ArmTimer, PublishTask, EnqueueLock, ReleaseLock, PublishKill,
-// PublishClear and CatchUp.
+// PublishClear, PublishStart, PublishAction and CatchUp.
 type Effect interface{ effect() }
 
 // ArmTimer publishes the durable schedule of a timer: at Due it fires the
@@ -453,6 +453,9 @@ func (in Input) carry(a action) Decision {
 	case actSkip:
 		return one(&events.StepSkipped{StepID: id, Kind: nestedKind, Reason: cmp.Or(a.err, "condition is false")})
 	case actSchedule:
+		if a.step.Kind == workflow.KindWorkflow && a.step.Workflow != "" && a.step.Child {
+			return in.scheduleChild(a, nestedKind)
+		}
 		if a.step.Kind == workflow.KindWorkflow && a.step.Workflow != "" {
 			return in.scheduleCalled(a, nestedKind)
 		}
@@ -500,11 +503,13 @@ func (in Input) carry(a action) Decision {
 			// Before: a crash before the append publishes it again (the
 			// same id: the inbox keeps one).
 			d.Before = []Effect{PublishClear{ID: clearID(in.ID, id, a.attempt), Clear: events.ClearLock{Lock: rec.Lock, Entries: rec.Entries,
-				Reason: rec.Reason, RequestedBy: clearRequestedBy(in.ID, in.Workflow, id)}}}
+				Reason: rec.Reason, RequestedBy: stepRequestedBy(in.ID, in.Workflow, id)}}}
 		}
 		return d
 	case actContinue:
 		return in.continueAsNew(a, id)
+	case actStartChild:
+		return in.startChild(a)
 	case actReturn, actComplete:
 		// A return's step succeeds; the next decision ends what it ends
 		// (the execution, or a called workflow).
@@ -558,14 +563,14 @@ func (in Input) carry(a action) Decision {
 		if _, suspended := d.Events[0].(*events.ExecutionSuspended); !suspended { // an output too big, with wait_after_fail
 			d.After = endedNotice(s, "")
 		}
-		return d
+		return in.childrenStopped(d, events.ActionCancel)
 	case actFail:
 		if s.WaitAfterFail { // an operator fixes the cause and resumes it
 			return one(&events.ExecutionSuspended{Error: a.err, StepID: id})
 		}
-		return one(&events.ExecutionFailed{Error: a.err, StepID: id}, endedNotice(s, "")...)
+		return in.childrenStopped(one(&events.ExecutionFailed{Error: a.err, StepID: id}, endedNotice(s, "")...), events.ActionCancel)
 	case actCancelled:
-		return one(cancelled(s), endedNotice(s, "")...)
+		return in.childrenStopped(one(cancelled(s), endedNotice(s, "")...), events.ActionCancel)
 	case actReplay:
 		rec := events.ActionRecord{Action: events.ActionReplay, RequestedBy: "retry step " + a.replay.cause}
 		if a.replay.automatic {
@@ -847,10 +852,11 @@ func (in Input) scheduleClear(a action, kind string) Decision {
 	return Decision{Events: []events.Payload{in.final(&events.StepScheduled{StepID: a.path, Kind: kind, Attempt: a.attempt, Input: input})}}
 }
 
-// clearRequestedBy names a clear-lock step as who asked for its clear,
+// stepRequestedBy names a step as who asked for what it asks another
+// execution (a clear-lock step's clear, a child's stop),
 // within the bound a clear command's requested_by has (a long path is cut
 // in the middle).
-func clearRequestedBy(execution, wf, path string) string {
+func stepRequestedBy(execution, wf, path string) string {
 	by := fmt.Sprintf("execution %s (workflow %s), step %s", execution, wf, path)
 	if len(by) <= events.MaxRequestedBy {
 		return by

@@ -47,6 +47,9 @@ type memShell struct {
 	holders map[string][]events.LockEntry
 	clears  []clearPublished
 	starts  []PublishStart
+	// actions are the actions published on other executions (a child's
+	// stop), each with the number of events recorded before it.
+	actions []actionPublished
 	// loadedHolders are the holders loaded for the decision under way,
 	// checks the starts checked.
 	loadedHolders map[string][]events.LockEntry
@@ -55,6 +58,11 @@ type memShell struct {
 
 type clearPublished struct {
 	PublishClear
+	after int
+}
+
+type actionPublished struct {
+	PublishAction
 	after int
 }
 
@@ -189,6 +197,8 @@ func (m *memShell) perform(e Effect) Outcome {
 		m.clears = append(m.clears, clearPublished{e, len(m.evs)})
 	case PublishStart:
 		m.starts = append(m.starts, e)
+	case PublishAction:
+		m.actions = append(m.actions, actionPublished{e, len(m.evs)})
 	case PublishKill:
 		m.kills = append(m.kills, killPublished{e, len(m.evs)})
 	case ReleaseLock, CatchUp:

@@ -185,10 +185,10 @@ func TestClearRequestedByFitsACommand(t *testing.T) {
 	id := strings.Repeat("x", 128)
 	wf := strings.Repeat("w", 64)
 	path := strings.Repeat("blk-with-a-long-name/", 6) + "clear"
-	by := clearRequestedBy(id, wf, path)
+	by := stepRequestedBy(id, wf, path)
 	require.LessOrEqual(t, len(by), events.MaxRequestedBy)
 	require.True(t, strings.HasPrefix(by, "execution "+id+" (workflow "+wf+"), step blk-with"), by)
 	require.True(t, strings.HasSuffix(by, "/clear"), by)
 	require.Contains(t, by, "...")
-	require.Equal(t, "execution x1 (workflow wf), step a/clear", clearRequestedBy("x1", "wf", "a/clear"))
+	require.Equal(t, "execution x1 (workflow wf), step a/clear", stepRequestedBy("x1", "wf", "a/clear"))
 }

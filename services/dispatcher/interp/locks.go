@@ -206,7 +206,7 @@ func (e *engine) lockGate(step workflow.Step, st projections.Step, env *lazyEnv)
 		return result{}, true
 	}
 	expr, limit, lockEnv := step.Lock, step.Semaphore, env.get
-	if expr == "" && step.Workflow != "" && bytes.Contains(st.Input, []byte(`"lock":`)) {
+	if expr == "" && step.Workflow != "" && !step.Child && bytes.Contains(st.Input, []byte(`"lock":`)) { // a child takes its own
 		var called struct {
 			Definition workflow.Definition `json:"definition"`
 			Input      json.RawMessage     `json:"input"`

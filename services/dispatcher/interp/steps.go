@@ -38,6 +38,10 @@ func dryRunSkip(s projections.Execution, a action) string {
 			return "dry run: would clear the lock's holders"
 		case workflow.KindContinue:
 			return "dry run: would end, and continue as a new execution"
+		case workflow.KindWorkflow:
+			if a.step.Child && a.step.Workflow != "" {
+				return "dry run: would start workflow " + a.step.Workflow + " as a child execution"
+			}
 		}
 	}
 	return ""

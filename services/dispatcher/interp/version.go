@@ -140,6 +140,9 @@ func retire(from, to workflow.Definition, s projections.Execution, action string
 				"its report would be lost; %s", st.ID, cmp.Or(st.Kind, "operation"), st.ID, how)
 		case !ok:
 			retired = append(retired, st.ID)
+		case (st.Kind == "" || step.Kind == st.Kind) && st.Status == projections.OpPending && recordedChild(st) != (step.Child && step.Workflow != ""):
+			return nil, fmt.Sprintf("step %s runs a workflow %s, and the new version runs it %s: "+
+				"give a step that changes how it runs a workflow a new id", st.ID, runsAs(recordedChild(st)), runsAs(!recordedChild(st)))
 		case st.Kind == "" || step.Kind == st.Kind:
 			if why := switchMoved(from, to, s, st, step); why != "" {
 				return nil, why
@@ -152,6 +155,13 @@ func retire(from, to workflow.Definition, s projections.Execution, action string
 		}
 	}
 	return retired, ""
+}
+
+func runsAs(child bool) string {
+	if child {
+		return "as a child execution"
+	}
+	return "inline"
 }
 
 // switchMoved says why a switch instance st that has not finished cannot

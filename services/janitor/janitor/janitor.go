@@ -396,10 +396,15 @@ func (j *Janitor) sweepIdle(ctx context.Context) (Result, error) {
 // schedule was lost) makes the execution a candidate, and the reconcile
 // re-arms it; so does a timer recorded fired while its step still waits
 // for it (the dispatcher that recorded the firing stopped before acting on
-// it), and the reconcile acts on it.
+// it), and the reconcile acts on it; so does a step waiting for a child
+// execution (its end may not have been passed on), and the reconcile
+// reads the child's history.
 func waitingOnTime(x projections.Execution, now time.Time) bool {
 	waiting := false
 	for _, st := range x.Steps {
+		if st.Child != "" && st.Status == projections.OpPending {
+			return false // a child execution's end may not have reached it: the reconcile looks
+		}
 		if st.Status == projections.OpWaiting || st.Status == projections.OpRescheduled {
 			waiting = true
 		}

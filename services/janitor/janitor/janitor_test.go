@@ -377,3 +377,28 @@ func TestRunOnceLeavesDamagedAlone(t *testing.T) {
 	require.Len(t, cmds, 1)
 	require.Equal(t, "x-idle", cmds[0].Subject)
 }
+
+// TestSweepReconcilesAParentWaitingForItsChild: a parent whose step
+// waits for a child execution is reconciled when idle, even while
+// another of its steps waits for a signal: its child's end may not have
+// reached it, and the reconcile reads the child's history.
+func TestSweepReconcilesAParentWaitingForItsChild(t *testing.T) {
+	t.Parallel()
+
+	b := setup(t)
+	x := execution("a-parent", 2*idleAfter)
+	x.Steps[1] = projections.Step{ID: "ship", Kind: "workflow", Status: projections.OpPending, Attempt: 1,
+		Child: "a-parent-ship-0123456789", ChildWorkflow: "shipping"}
+	x.Steps = append(x.Steps, projections.Step{ID: "approve", Kind: "wait", Status: projections.OpWaiting, Attempt: 1})
+	b.put(t, x)
+	require.Equal(t, janitor.Result{Checked: 1, Reconciled: 1}, b.runOnce(t))
+	cmds := b.reconciles(t)
+	require.Len(t, cmds, 1)
+	require.Equal(t, "a-parent", cmds[0].Subject)
+
+	t.Log("once the step has the child's end, only the signal is waited for")
+	x.Steps[1].Status, x.LastSeq = projections.OpSucceeded, 18
+	b.put(t, x)
+	require.Equal(t, janitor.Result{Checked: 1}, b.runOnce(t))
+	require.Len(t, b.reconciles(t), 1)
+}

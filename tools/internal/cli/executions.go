@@ -180,6 +180,20 @@ func printExecution(w io.Writer, x projections.Execution, retention string) {
 	if x.ContinuedAs != "" {
 		fmt.Fprintf(tw, "continued\tas %s (a continue-as-new step ended it; jetflow show %s)\n", x.ContinuedAs, x.ContinuedAs)
 	}
+	if p := x.Parent; p != nil {
+		fmt.Fprintf(tw, "parent\tstep %s (attempt %d) of %s (workflow %s), whose child execution this is; jetflow show %s\n",
+			p.StepID, p.Attempt, p.ExecutionID, p.Workflow, p.ExecutionID)
+	}
+	for _, st := range x.Steps {
+		if st.Child == "" {
+			continue
+		}
+		state := string(st.Status)
+		if st.Status == projections.OpPending {
+			state = "running (the step waits for its end)"
+		}
+		fmt.Fprintf(tw, "child\t%s (workflow %s), started by step %s: %s\n", st.Child, st.ChildWorkflow, st.ID, state)
+	}
 	if x.Status != projections.StatusPending {
 		fmt.Fprintf(tw, "retention\t%s, in group %s (docs/retention.md)\n", retention, cmp.Or(x.RetentionKey, x.Workflow))
 	}
@@ -260,6 +274,9 @@ func printExecution(w io.Writer, x projections.Execution, retention string) {
 		detail := compact(s.Output)
 		if s.Error != "" {
 			detail = s.Error
+		}
+		if s.Child != "" && s.Status == projections.OpPending {
+			detail = "waits for child execution " + s.Child
 		}
 		status, ended := cmpStr(string(s.Status), "-"), s.EndedAt
 		if a := s.AfterEnd; a != nil { // what became of it after the execution ended

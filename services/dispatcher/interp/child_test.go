@@ -1,0 +1,243 @@
+package interp
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/projections"
+	"jetflow.dev/pkg/workflow"
+)
+
+// nap is the workflow the tests' child steps run.
+func nap() *Called {
+	return &Called{Name: "nap", Version: 3, Definition: workflow.Definition{Name: "nap", Version: 3,
+		Input: map[string]any{"type": "object", "properties": map[string]any{"n": map[string]any{"type": "integer"}}},
+		Steps: []workflow.Step{{ID: "zz", Kind: workflow.KindSleep, Duration: "1h"}}}}
+}
+
+func childParent(steps ...workflow.Step) workflow.Definition {
+	return workflow.Definition{Name: "parent", Steps: steps}
+}
+
+func childStep(id, policy string) workflow.Step {
+	return workflow.Step{ID: id, Kind: workflow.KindWorkflow, Workflow: "nap", Child: true, OnParentEnd: policy,
+		Input: map[string]any{"n": "${input.n}"}}
+}
+
+// TestChildStep: a child step records its child's start (checked, the
+// version pinned), publishes it before it records the start, waits for
+// the end, and takes the child's output through its output expression;
+// an end read again, or another child's, records nothing.
+func TestChildStep(t *testing.T) {
+	t.Parallel()
+	call := childStep("call", "")
+	call.Output = "${result.x}"
+	m := newMemShell(t, childParent(call, workflow.Step{ID: "after", Kind: workflow.KindReturn, Output: "${steps.call.output}"}), `{"n":7}`)
+	m.catalog[CalledRef{Name: "nap"}] = nap()
+	m.advance()
+	require.Equal(t, []string{"execution.started", "step.scheduled", "step.child_started"}, m.types())
+	st := m.state.Steps[m.state.StepIndex("call")]
+	id := childID("x1", "call", 1)
+	require.Equal(t, id, st.Child)
+	require.Equal(t, "nap", st.ChildWorkflow)
+	require.Equal(t, projections.OpPending, st.Status)
+	require.Len(t, m.starts, 1)
+	start := m.starts[0]
+	require.Equal(t, "child-"+id, start.ID)
+	require.Equal(t, id, start.Start.ExecutionID)
+	require.Equal(t, 3, start.Start.Version, "the version that was the latest when it was scheduled")
+	require.JSONEq(t, `{"n":7}`, string(start.Start.Input))
+	require.Equal(t, &events.ParentRef{ExecutionID: "x1", Workflow: "parent", StepID: "call", Attempt: 1}, start.Start.Parent)
+	require.True(t, Next(m.input()).Empty(), "it waits")
+
+	for _, end := range []ChildEnd{
+		{ID: "another", Status: projections.StatusSucceeded},      // not its child
+		{ID: id, Status: projections.StatusStarted},               // not ended
+		{ID: id, Status: projections.StatusSuspended, Error: "x"}, // waits for an operator
+	} {
+		require.True(t, ChildEnded(m.input(), "call", end).Empty(), "%+v", end)
+	}
+	d := ChildEnded(m.input(), "call", ChildEnd{ID: id, Status: projections.StatusSucceeded, Output: json.RawMessage(`{"x":5}`)})
+	m.carry(d)
+	require.True(t, ChildEnded(m.input(), "call", ChildEnd{ID: id, Status: projections.StatusSucceeded, Output: json.RawMessage(`{"x":5}`)}).Empty(),
+		"read again, it records nothing")
+	m.advance()
+	require.Equal(t, projections.StatusSucceeded, m.state.Status)
+	require.JSONEq(t, `5`, string(m.state.Output))
+}
+
+// TestChildStartedAgainAfterACrash: the start recorded with the schedule
+// is what is published, the same after a crash before child_started,
+// and after a new version of the called workflow is applied meanwhile.
+func TestChildStartedAgainAfterACrash(t *testing.T) {
+	t.Parallel()
+	m := newMemShell(t, childParent(childStep("call", "")), `{"n":1}`)
+	m.catalog[CalledRef{Name: "nap"}] = nap()
+	for m.state.StepIndex("call") < 0 || m.state.Steps[m.state.StepIndex("call")].Status != projections.OpPending {
+		require.True(t, m.carry(Next(m.input())), "history: %v", m.types())
+	}
+	v4 := nap()
+	v4.Version = 4
+	m.catalog[CalledRef{Name: "nap"}] = v4
+	first, again := Next(m.input()), Next(m.input())
+	require.Equal(t, first, again)
+	require.Len(t, first.Before, 1)
+	require.Equal(t, 3, first.Before[0].(PublishStart).Start.Version)
+}
+
+// TestChildFailsItsStep: a child that failed or was cancelled fails its
+// step with why.
+func TestChildFailsItsStep(t *testing.T) {
+	t.Parallel()
+	for status, want := range map[projections.Status]string{
+		projections.StatusFailed:    "child execution %s failed: step zz failed: boom",
+		projections.StatusCancelled: "child execution %s was cancelled",
+	} {
+		m := newMemShell(t, childParent(childStep("call", "")), `{"n":1}`)
+		m.catalog[CalledRef{Name: "nap"}] = nap()
+		m.advance()
+		id := childID("x1", "call", 1)
+		m.carry(ChildEnded(m.input(), "call", ChildEnd{ID: id, Status: status, Error: "step zz failed: boom"}))
+		m.advance()
+		require.Equal(t, projections.StatusFailed, m.state.Status)
+		require.Equal(t, "step call failed: "+strings.ReplaceAll(want, "%s", id), m.state.Error)
+	}
+}
+
+// TestChildrenWhenTheParentEnds: a parent that ends tells each child
+// whose step says cancel (the default) to stop, before its end is
+// recorded, with its own action for a force-cancel or a kill, and fails
+// that step; a child whose step says abandon runs on, its step pending.
+func TestChildrenWhenTheParentEnds(t *testing.T) {
+	t.Parallel()
+	def := childParent(workflow.Step{ID: "both", Kind: workflow.KindParallel, Branches: []workflow.Branch{
+		{ID: "a", Steps: []workflow.Step{childStep("stopped", "")}},
+		{ID: "b", Steps: []workflow.Step{childStep("left", workflow.OnParentEndAbandon)}},
+	}})
+	for _, action := range []string{events.ActionCancel, events.ActionForceCancel, events.ActionKill} {
+		m := newMemShell(t, def, `{"n":1}`)
+		m.catalog[CalledRef{Name: "nap"}] = nap()
+		m.advance()
+		require.Len(t, m.starts, 2)
+		d := m.act(ActionCommand{Key: "c", Record: events.ActionRecord{Action: action, Command: "c", RequestedBy: "ops"}})
+		require.Nil(t, d.Reject)
+		m.carry(d)
+		m.advance()
+		require.Equal(t, projections.StatusCancelled, m.state.Status, action)
+		require.Len(t, m.actions, 1, action)
+		a := m.actions[0]
+		stopped, left := m.state.Steps[m.state.StepIndex("both/a/stopped")], m.state.Steps[m.state.StepIndex("both/b/left")]
+		require.Equal(t, stopped.Child, a.Action.ExecutionID)
+		require.Equal(t, action, a.Action.Action)
+		require.Equal(t, "nap", a.Workflow)
+		require.Equal(t, "its parent execution x1 was cancelled", a.Action.Reason)
+		require.Equal(t, "execution x1 (workflow parent), step both/a/stopped", a.Action.RequestedBy)
+		require.Less(t, a.after, len(m.evs)-1, "published before the end is recorded")
+		require.Equal(t, projections.OpFailed, stopped.Status)
+		require.Contains(t, stopped.Error, "told to "+action)
+		require.Equal(t, projections.OpPending, left.Status, "abandoned: it runs on")
+	}
+
+	// A failure ends it too; a suspension (wait_after_fail) does not.
+	fails := childParent(workflow.Step{ID: "both", Kind: workflow.KindParallel, Branches: []workflow.Branch{
+		{ID: "a", Steps: []workflow.Step{childStep("stopped", "")}},
+		{ID: "b", Steps: []workflow.Step{{ID: "boom", Kind: workflow.KindFail, Message: "boom"}}},
+	}})
+	m := newMemShell(t, fails, `{"n":1}`)
+	m.catalog[CalledRef{Name: "nap"}] = nap()
+	m.advance()
+	require.Equal(t, projections.StatusFailed, m.state.Status)
+	require.Len(t, m.actions, 1)
+	require.Equal(t, "its parent execution x1 failed", m.actions[0].Action.Reason)
+
+	w := newMemShell(t, fails, `{"n":1}`)
+	w.state.WaitAfterFail = true
+	w.catalog[CalledRef{Name: "nap"}] = nap()
+	w.advance()
+	require.Equal(t, projections.StatusSuspended, w.state.Status)
+	require.Empty(t, w.actions, "a suspended parent may be resumed: its child runs on")
+}
+
+// TestChildRefusals: a child whose start would be refused fails its step
+// and starts nothing; a dry run starts none; a child may not continue
+// as new.
+func TestChildRefusals(t *testing.T) {
+	t.Parallel()
+	m := newMemShell(t, childParent(childStep("call", "")), `{"n":"seven"}`)
+	m.catalog[CalledRef{Name: "nap"}] = nap()
+	m.advance()
+	require.Equal(t, projections.StatusFailed, m.state.Status)
+	require.Contains(t, m.state.Error, "child execution "+childID("x1", "call", 1)+" could not start: the input does not match workflow nap's input schema")
+	require.Empty(t, m.starts)
+
+	dry := newMemShell(t, childParent(childStep("call", "")), `{"n":1}`)
+	dry.state.DryRun = true
+	dry.catalog[CalledRef{Name: "nap"}] = nap()
+	dry.advance()
+	require.Equal(t, projections.StatusSucceeded, dry.state.Status, "history: %v", dry.types())
+	require.Empty(t, dry.starts)
+
+	c := newMemShell(t, countdown(), `{"n":2}`)
+	c.state.Parent = &events.ParentRef{ExecutionID: "p1", Workflow: "parent", StepID: "call", Attempt: 1}
+	c.catalog[CalledRef{Name: "countdown"}] = &Called{Name: "countdown", Version: 1, Definition: countdown()}
+	c.advance()
+	require.Equal(t, projections.StatusFailed, c.state.Status)
+	require.Contains(t, c.state.Error, "continue-as-new cannot end a child execution: its parent p1 waits for this one's result")
+	require.Empty(t, c.starts)
+}
+
+// TestChildIDs: ids are valid execution ids, readable, at most 128
+// characters, and apart for two attempts, two instances or two parents.
+func TestChildIDs(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("p", 128)
+	seen := map[string]bool{}
+	for _, c := range [][3]any{
+		{"order-1", "ship", 1}, {"order-1", "ship", 2}, {"order-1", "each[3]/ship", 1}, {"order-1", "blk@2/ship~1", 1},
+		{"order", "1-ship", 1}, {long, "ship", 1}, {long[:127], "ship", 1},
+	} {
+		id := childID(c[0].(string), c[1].(string), c[2].(int))
+		require.True(t, events.ValidExecutionID(id), id)
+		require.False(t, seen[id], "%v gives %s twice", c, id)
+		seen[id] = true
+	}
+	require.Regexp(t, `^order-1-ship-[0-9a-f]{10}$`, childID("order-1", "each[3]/ship", 1))
+}
+
+// TestChildAcrossVersionsAndRetention: a move to a version that runs a
+// waiting child step's workflow inline is refused; a child deleted
+// under its retention before its end was read fails its step saying so.
+func TestChildAcrossVersionsAndRetention(t *testing.T) {
+	t.Parallel()
+	fails := childParent(workflow.Step{ID: "both", Kind: workflow.KindParallel, Branches: []workflow.Branch{
+		{ID: "a", Steps: []workflow.Step{childStep("call", "")}},
+		{ID: "b", Steps: []workflow.Step{{ID: "boom", Kind: workflow.KindFail, Message: "boom"}}},
+	}})
+	m := newMemShell(t, fails, `{"n":1}`)
+	m.state.WaitAfterFail = true
+	m.catalog[CalledRef{Name: "nap"}] = nap()
+	m.advance()
+	require.Equal(t, projections.StatusSuspended, m.state.Status)
+	v2 := childParent(workflow.Step{ID: "both", Kind: workflow.KindParallel, Branches: []workflow.Branch{
+		{ID: "a", Steps: []workflow.Step{{ID: "call", Kind: workflow.KindWorkflow, Workflow: "nap"}}},
+		{ID: "b", Steps: []workflow.Step{{ID: "boom", Kind: workflow.KindLog, Message: "fine"}}},
+	}})
+	v2.Version = 2
+	m.catalog[CalledRef{Name: "parent", Version: 2}] = &Called{Name: "parent", Version: 2, Definition: v2}
+	d := m.act(resumeOn(2, events.ActionResume))
+	require.NotNil(t, d.Reject)
+	require.Contains(t, d.Reject.Reason, "step both/a/call runs a workflow as a child execution, and the new version runs it inline")
+
+	r := newMemShell(t, childParent(childStep("call", "")), `{"n":1}`)
+	r.catalog[CalledRef{Name: "nap"}] = nap()
+	r.advance()
+	id := childID("x1", "call", 1)
+	r.carry(ChildEnded(r.input(), "call", ChildEnd{ID: id, Status: projections.StatusFailed, Expired: true}))
+	r.advance()
+	require.Equal(t, projections.StatusFailed, r.state.Status)
+	require.Contains(t, r.state.Error, "child execution "+id+" expired under its retention rule, and its history was deleted, before its end was read")
+}
