@@ -91,12 +91,28 @@ type ExecutionSucceeded struct {
 	// ContinuedAs is the execution that goes on from this one, when a
 	// continue-as-new step ended it: its successor, in the same chain.
 	ContinuedAs string `json:"continued_as,omitempty"`
+	// Children are the child executions this end stopped.
+	Children []StoppedChild `json:"stopped_children,omitempty"`
+}
+
+// StoppedChild is a child execution its parent told to stop as it ended
+// (or began to compensate): the step that waited for it fails, with
+// Error, in the same event, and the child was sent Action (cancel,
+// force-cancel or kill) just before.
+type StoppedChild struct {
+	StepID      string `json:"step_id"`
+	Attempt     int    `json:"attempt"`
+	ExecutionID string `json:"execution_id"`
+	Action      string `json:"action"`
+	Error       string `json:"error"`
 }
 
 // ExecutionFailed ends an execution with an error.
 type ExecutionFailed struct {
 	Error  string `json:"error"`
 	StepID string `json:"step_id,omitempty"`
+	// Children are the child executions this end stopped.
+	Children []StoppedChild `json:"stopped_children,omitempty"`
 }
 
 // StepScheduled moves a step to pending. StepID is the step's path: its id
@@ -398,6 +414,10 @@ type CompensationStarted struct {
 	Error string   `json:"error,omitempty"`
 	Steps []string `json:"steps"`
 	Token string   `json:"token,omitempty"`
+	// Children are the child executions stopped as the compensation
+	// began (a failure's or a cancel's: they did not succeed, and nothing
+	// of theirs is compensated).
+	Children []StoppedChild `json:"stopped_children,omitempty"`
 }
 
 // CompensationFinished records that every compensation ran.
@@ -504,6 +524,8 @@ type ExecutionCancelling struct {
 // ExecutionCancelled records that the execution ended cancelled.
 type ExecutionCancelled struct {
 	ActionRecord
+	// Children are the child executions this end stopped.
+	Children []StoppedChild `json:"stopped_children,omitempty"`
 }
 
 // ResultIgnored records a report from an agent that was not applied: its
@@ -719,6 +741,9 @@ type ParentRef struct {
 	Workflow    string `json:"workflow"`
 	StepID      string `json:"step_id"`
 	Attempt     int    `json:"attempt"`
+	// Retention is the parent's retention rule when it started the child
+	// ("" for the system default): the child's rule parent stands for it.
+	Retention string `json:"retention,omitempty"`
 }
 
 // ReconcileExecution asks the dispatcher to look at an execution again.

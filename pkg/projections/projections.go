@@ -4,6 +4,7 @@
 package projections
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -593,13 +594,13 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 			return s, &TransitionError{ExecutionID: s.ID, From: string(s.Status), Event: ev.Type}
 		}
 		s.Status, s.EndedAt, s.Output, s.ContinuedAs = StatusSucceeded, ev.Time, e.Output, e.ContinuedAs
-		return s, nil
+		return s.stopChildren(ev, e.Children)
 	case *events.ExecutionFailed:
 		if s.Status != StatusStarted {
 			return s, &TransitionError{ExecutionID: s.ID, From: string(s.Status), Event: ev.Type}
 		}
 		s.Status, s.EndedAt, s.Error = StatusFailed, ev.Time, e.Error
-		return s, nil
+		return s.stopChildren(ev, e.Children)
 	case *events.ExecutionSuspended:
 		if s.Status != StatusStarted {
 			return s, &TransitionError{ExecutionID: s.ID, From: string(s.Status), Event: ev.Type}
@@ -618,7 +619,7 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 		s.Status, s.EndedAt = StatusCancelled, ev.Time
 		s.Cancellation = cancellation(s.Cancellation, e.ActionRecord, ev.Time)
 		s.Actions = withAction(s.Actions, e.ActionRecord)
-		return s, nil
+		return s.stopChildren(ev, e.Children)
 	case *events.ExecutionResumed:
 		return s.resume(ev, e)
 	case *events.ExecutionReplayed:
@@ -794,6 +795,53 @@ func withAction(list []ActionCommand, r events.ActionRecord) []ActionCommand {
 	return append(slices.Clone(list), ActionCommand{Command: r.Command, Action: r.Action, Actor: r.Actor})
 }
 
+// stopChildren fails the steps whose child executions an end (or a
+// compensation's start) stopped: each must wait for that child.
+func (s Execution) stopChildren(ev events.Event, stopped []events.StoppedChild) (Execution, error) {
+	for _, c := range stopped {
+		i := s.StepIndex(c.StepID)
+		if i < 0 {
+			return s, fmt.Errorf("%w: %q in %s", ErrUnknownStep, c.StepID, ev.Type)
+		}
+		st := &s.Steps[i]
+		if st.Status != OpPending || st.Attempt != c.Attempt || !st.ChildStep() {
+			return s, &TransitionError{ExecutionID: s.ID, From: string(st.Status), Event: ev.Type, StepID: c.StepID}
+		}
+		st.Status, st.Error, st.EndedAt, st.Child = OpFailed, c.Error, ev.Time, c.ExecutionID
+	}
+	return s, nil
+}
+
+// ChildStep reports whether the instance's current attempt runs a
+// workflow as a child execution: it started one, or its schedule
+// recorded the start of one.
+func (st Step) ChildStep() bool {
+	if st.Child != "" {
+		return true
+	}
+	_, _, ok := st.RecordedChild()
+	return ok
+}
+
+// RecordedChild returns the child execution (id, workflow) whose start
+// the instance's schedule recorded, if it is a child step.
+func (st Step) RecordedChild() (id, wf string, ok bool) {
+	if st.Kind != "workflow" || !bytes.Contains(st.Input, []byte(`"child"`)) {
+		return "", "", false
+	}
+	var rec struct {
+		Child string `json:"child"`
+		Start struct {
+			Workflow string            `json:"workflow"`
+			Parent   *events.ParentRef `json:"parent"`
+		} `json:"start"`
+	}
+	if json.Unmarshal(st.Input, &rec) != nil || rec.Child == "" || rec.Start.Parent == nil {
+		return "", "", false
+	}
+	return rec.Child, rec.Start.Workflow, true
+}
+
 // containerKinds are the step kinds whose instances contain others.
 var containerKinds = map[string]bool{"workflow": true, "foreach": true, "parallel": true, "switch": true}
 
@@ -826,12 +874,14 @@ func (s Execution) resume(ev events.Event, e *events.ExecutionResumed) (Executio
 // recorded input (a new task id, so it is sent anew); a container keeps
 // its attempt (so its instances are kept) and is pending again; a step
 // that failed before it could be scheduled (Final) starts over from its
-// condition. Its retries count afresh.
+// condition, and so does a child step (its next attempt starts a new
+// child execution). Its retries count afresh.
 func rerun(st Step, at time.Time) Step {
 	st.Error, st.Output, st.EndedAt, st.WaitUntil, st.Lost, st.AfterEnd = "", nil, time.Time{}, time.Time{}, false, nil
 	switch {
-	case st.Final:
+	case st.Final || st.ChildStep(): // a child step starts a new child, under a new attempt
 		st.Status, st.Final, st.RetryBase, st.Entered, st.SleptFrom = OpNone, false, st.Attempt, 0, time.Time{}
+		st.Child, st.ChildWorkflow = "", ""
 	case containerKinds[st.Kind]:
 		st.Status, st.RetryBase = OpPending, st.Attempt-1
 	default:
@@ -1066,7 +1116,7 @@ func (s Execution) compensate(ev events.Event, e *events.CompensationStarted) (E
 		s.Actions = withAction(s.Actions, e.ActionRecord)
 	}
 	s.Compensation = c
-	return s, nil
+	return s.stopChildren(ev, e.Children)
 }
 
 // VersionChange is a move of an execution to another version of its

@@ -394,10 +394,17 @@ func (r Rule) InContext(prev Rule) Rule {
 	return r.replace(func(n Rule) (Rule, bool) { return prev, n.Op == OpContext })
 }
 
+// WithParent returns r with parent replaced by p: the rule of the parent
+// execution of a child execution.
+func (r Rule) WithParent(p Rule) Rule {
+	return r.replace(func(n Rule) (Rule, bool) { return p, n.Op == OpParent })
+}
+
 // Resolve returns r with parent, system and any context left replaced by
-// the system default. An execution has no parent execution in jetflow
-// (nested workflows are steps of the same execution), so parent is the
-// system default too.
+// the system default. A child execution's parent was replaced by its
+// parent's rule when it started (WithParent); any other execution has no
+// parent execution (nested workflows are steps of the same execution), so
+// parent is the system default too.
 func (r Rule) Resolve(system Rule) Rule {
 	return r.replace(func(n Rule) (Rule, bool) {
 		return system, n.Op == OpParent || n.Op == OpSystem || n.Op == OpContext

@@ -177,6 +177,22 @@ func Check(ev events.Event, def *Definition, opt Options) (Start, error) {
 			return Start{}, &Problem{Code: events.CodeInvalid, Field: field, Message: err.Error()}
 		}
 	}
+	if p := asked.Parent; p != nil && p.Retention != "" {
+		// A child execution: parent is its parent's rule (its default too).
+		parent, err := retention.Parse(p.Retention)
+		if err != nil {
+			return Start{}, &Problem{Code: events.CodeInvalid, Field: "parent", Message: fmt.Sprintf("the parent's retention: %v", err)}
+		}
+		rule, key := retention.Default, ""
+		if started.Retention != nil {
+			own, err := retention.Parse(started.Retention.Rule)
+			if err != nil {
+				return Start{}, fmt.Errorf("retention of workflow %s: %w", def.Name, err)
+			}
+			rule, key = own.Rule, started.Retention.Key
+		}
+		started.Retention = &events.Retention{Rule: rule.WithParent(parent.Rule).String(), Key: key}
+	}
 	if opt.MaxPayload > 0 {
 		size, err := historySize(id, started)
 		if err != nil {

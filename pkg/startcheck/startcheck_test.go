@@ -256,6 +256,36 @@ func TestCheckRetention(t *testing.T) {
 	}
 }
 
+// TestCheckChildRetention: a child execution's parent is its parent's
+// rule when it started (its default too); without a parent rule (the
+// system default) nothing changes.
+func TestCheckChildRetention(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, retention, parent string
+		want                    *events.Retention
+	}{
+		{"NoneInheritsTheParents", "", "7d", &events.Retention{Rule: "7d"}},
+		{"ParentInAMax", "max(parent, 2)", "1h", &events.Retention{Rule: "max(1h, 2)"}},
+		{"ContextIsParent", "context hash k", "3", &events.Retention{Rule: "3", Key: "k"}},
+		{"OwnRuleKept", "5", "7d", &events.Retention{Rule: "5"}},
+		{"ParentOnTheDefault", "max(parent, 2)", "", &events.Retention{Rule: "max(parent, 2)"}},
+		{"NoneOnTheDefault", "", "", nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			yaml := "name: grouped\nsteps:\n  - {id: a, kind: noop}\n"
+			if c.retention != "" {
+				yaml = "name: grouped\nretention: " + c.retention + "\nsteps:\n  - {id: a, kind: noop}\n"
+			}
+			data := `{"workflow":"grouped","execution_id":"x-1","parent":{"execution_id":"p","workflow":"w","step_id":"s","attempt":1,"retention":"` + c.parent + `"}}`
+			st, err := startcheck.Check(command(t, data), definition(t, yaml), options())
+			require.NoError(t, err)
+			require.Equal(t, c.want, st.Started.Retention)
+		})
+	}
+}
+
 // TestCheckSize: the first history event must fit in a message; the
 // message gives the sizes of what the start asks for, the same whoever
 // asks; without a limit nothing is counted.

@@ -283,6 +283,15 @@ func validateStepList(add func(string, string, ...any), addErr func(string, erro
 	}
 }
 
+// childField is the child execution field a workflow step sets: child,
+// or on_parent_end without it.
+func childField(s Step) string {
+	if s.Child {
+		return "child"
+	}
+	return "on_parent_end"
+}
+
 // validateContainer checks the nested steps of a container.
 func (s Step) validateContainer(add func(string, string, ...any), addErr func(string, error), f func(string) string, depth int, extra, roots []string) {
 	switch s.Kind {
@@ -295,7 +304,7 @@ func (s Step) validateContainer(add func(string, string, ...any), addErr func(st
 				add(f("input"), "input and version apply to a workflow called by name, not to a block of steps")
 			}
 			if s.Child || s.OnParentEnd != "" {
-				add(f("child"), "a block of steps runs inline: child applies to a workflow called by name (workflow: <name>)")
+				add(f(childField(s)), "a block of steps runs inline: %s applies to a workflow called by name (workflow: <name>)", childField(s))
 			}
 			validateSteps(add, addErr, f("steps"), s.Steps, depth+1, extra)
 		case s.Workflow != "":
@@ -320,8 +329,10 @@ func (s Step) validateContainer(add func(string, string, ...any), addErr func(st
 				add(f("input"), "input and version apply to a workflow called by name")
 			}
 			if s.Child || s.OnParentEnd != "" {
-				add(f("child"), "applies to a workflow called by name (workflow: <name>)")
+				add(f(childField(s)), "applies to a workflow called by name (workflow: <name>)")
 			}
+		case s.Child || s.OnParentEnd != "":
+			add(f("workflow"), "is required with %s: the name of the workflow to run as a child execution", childField(s))
 		default:
 			add(f("steps"), "a workflow step needs steps (a block), workflow (another workflow's name) or retention")
 		}

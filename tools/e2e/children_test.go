@@ -9,9 +9,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
+	"jetflow.dev/services/dispatcher/interp"
 )
 
 // childWorkflows: nap waits for a signal (or sleeps input.nap) and
@@ -176,6 +178,32 @@ func TestChildExecutions(t *testing.T) {
 	require.Equal(t, projections.StatusSucceeded, x.Status, describe(x))
 	require.JSONEq(t, `"woke with late"`, string(x.Output))
 	require.Equal(t, 1, stepByID(t, x, "call").Attempt, "the same child, not a new one")
+
+	t.Log("a client that takes a child's id first does not pass for the child")
+	forged := interp.ChildID("p9", "call", 1)
+	_, err = s.c.Start(ctx, client.StartRequest{Workflow: "nap", ID: forged})
+	require.NoError(t, err)
+	_, err = s.c.Signal(ctx, forged, "go", []byte(`{"word":"forged"}`))
+	require.NoError(t, err)
+	require.Equal(t, projections.StatusSucceeded, s.waitDone(t, forged, 30*time.Second).Status)
+	_, err = s.c.Start(ctx, client.StartRequest{Workflow: "parent", ID: "p9"})
+	require.NoError(t, err)
+	s.waitStepStatus(t, "p9", "call", projections.OpPending)
+	poll(t, doneAtLeast, "p9's step fails once a reconcile looks", func() (bool, string) {
+		// As the janitor's idle sweep does for a parent waiting for a child.
+		ev := events.New("jetflow/janitor", "p9", "parent", time.Now(), &events.ReconcileExecution{ExecutionID: "p9", Workflow: "parent", Reason: "idle"})
+		msg, err := bus.Encode(bus.SubjectReconcile, ev)
+		require.NoError(t, err)
+		require.NoError(t, s.nc.PublishMsg(msg))
+		x, err = s.c.Execution(ctx, "p9")
+		if err != nil {
+			return false, err.Error()
+		}
+		return x.Status.Terminal(), describe(x)
+	})
+	require.Equal(t, projections.StatusFailed, x.Status)
+	require.Contains(t, x.Error, "child execution "+forged+" did not start: ")
+	require.NotContains(t, string(x.Output), "forged")
 
 	t.Log("a client may not start a child, over NATS or HTTP")
 	rej := s.rejectionOf(t, "urn:test:ops", "forged-child",

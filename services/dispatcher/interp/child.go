@@ -1,7 +1,6 @@
 package interp
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -41,12 +40,12 @@ type childInput struct {
 	Start events.StartExecution `json:"start"`
 }
 
-// childID is the id of the child execution a child step's attempt
+// ChildID is the id of the child execution a child step's attempt
 // starts: the parent's id and the step's own id, readable, then a hash
 // of the parent, the step's path and the attempt (so that two parents,
 // two instances or two attempts never share a child), cut to fit an
 // execution id.
-func childID(parent, path string, attempt int) string {
+func ChildID(parent, path string, attempt int) string {
 	sum := sha256.Sum256([]byte(parent + "\x00" + path + "\x00" + strconv.Itoa(attempt)))
 	h := "-" + hex.EncodeToString(sum[:5])
 	name := []byte(parent + "-" + localID(lastSegment(path)))
@@ -74,16 +73,17 @@ func (in Input) scheduleChild(a action, kind string) Decision {
 	case !loaded:
 		return Decision{Need: NeedWorkflow{Ref: ref}}
 	case rec == nil:
-		return fail(fmt.Sprintf("workflow %q version %d is not registered", a.step.Workflow, a.step.Version))
+		return fail(notRegistered(a.step.Workflow, a.step.Version))
 	}
 	var rendered struct {
 		Input json.RawMessage `json:"input"`
 	}
 	_ = json.Unmarshal(a.input, &rendered)
-	id := childID(in.ID, a.path, a.attempt)
+	id := ChildID(in.ID, a.path, a.attempt)
 	start := events.StartExecution{Workflow: rec.Name, Version: rec.Version, Input: orEmpty(rendered.Input), ExecutionID: id,
 		WaitAfterFail: in.State.WaitAfterFail,
-		Parent:        &events.ParentRef{ExecutionID: in.ID, Workflow: in.Workflow, StepID: a.path, Attempt: a.attempt}}
+		Parent: &events.ParentRef{ExecutionID: in.ID, Workflow: in.Workflow, StepID: a.path, Attempt: a.attempt,
+			Retention: in.State.Retention}}
 	problem, checked := in.StartChecks[childStartID(id)]
 	switch {
 	case !checked:
@@ -98,17 +98,23 @@ func (in Input) scheduleChild(a action, kind string) Decision {
 	return Decision{Events: []events.Payload{in.final(&events.StepScheduled{StepID: a.path, Kind: kind, Attempt: a.attempt, Input: input})}}
 }
 
-// recordedChild reports whether instance st was scheduled as a child
-// step (its schedule recorded a child's start).
-func recordedChild(st projections.Step) bool {
-	if st.Child != "" {
-		return true
-	}
-	if st.Kind != "" && st.Kind != workflow.KindWorkflow || !bytes.Contains(st.Input, []byte(`"child"`)) {
-		return false
-	}
+// ChildStart returns the start of the child execution that child step
+// st's schedule recorded.
+func ChildStart(st projections.Step) (events.StartExecution, bool) {
 	var rec childInput
-	return json.Unmarshal(st.Input, &rec) == nil && rec.Child != "" && rec.Start.Parent != nil
+	if !st.ChildStep() || json.Unmarshal(st.Input, &rec) != nil {
+		return events.StartExecution{}, false
+	}
+	return rec.Start, true
+}
+
+// notRegistered says that a called workflow (version: 0 for the latest)
+// is not registered.
+func notRegistered(name string, version int) string {
+	if version == 0 {
+		return fmt.Sprintf("workflow %q is not registered", name)
+	}
+	return fmt.Sprintf("workflow %q version %d is not registered", name, version)
 }
 
 // childStartID is the id of a child's start command (and its message id).
@@ -149,6 +155,9 @@ type ChildEnd struct {
 	// Expired: its history was deleted under its retention rule before
 	// its end was read (how it ended is not known any more).
 	Expired bool
+	// Foreign says why the execution that holds the child's id is not
+	// the step's child (another start took the id first).
+	Foreign string
 }
 
 // ChildEnded decides the end of the child execution of step stepID: the
@@ -170,6 +179,8 @@ func ChildEnded(in Input, stepID string, end ChildEnd) Decision {
 		return Decision{Events: []events.Payload{&events.StepFailed{StepID: st.ID, Attempt: st.Attempt, Error: msg}}}
 	}
 	switch {
+	case end.Foreign != "":
+		return failed(fmt.Sprintf("child execution %s did not start: %s", end.ID, end.Foreign))
 	case end.Expired:
 		return failed(fmt.Sprintf("child execution %s expired under its retention rule, and its history was deleted, before its end was read", end.ID))
 	case end.Status == projections.StatusFailed:
@@ -188,13 +199,48 @@ func ChildEnded(in Input, stepID string, end ChildEnd) Decision {
 	return Decision{Events: []events.Payload{in.final(&events.StepSucceeded{StepID: st.ID, Attempt: st.Attempt, Output: out})}}
 }
 
-// WaitingChildren returns the steps of s that wait for a child
-// execution to end: their ids, and each one's child and its workflow.
+// WaitingChildren returns the steps of s that wait for the end of the
+// child execution they started (Step.Child).
 func WaitingChildren(s projections.Execution) []projections.Step {
 	var out []projections.Step
 	for _, st := range s.Steps {
 		if st.Child != "" && st.Status == projections.OpPending {
 			out = append(out, st)
+		}
+	}
+	return out
+}
+
+// childOfStep is the child execution of child step st: the one it
+// started, or the one whose start its schedule recorded.
+func childOfStep(st projections.Step) string {
+	if st.Child != "" {
+		return st.Child
+	}
+	id, _, _ := st.RecordedChild()
+	return id
+}
+
+// runningChild is a child execution a step waits for, or whose start
+// its schedule recorded and may have published (a crash, or a publish
+// that failed, before child_started was recorded): its id and workflow.
+type runningChild struct {
+	step   projections.Step
+	id, wf string
+}
+
+// runningChildren returns the child executions the steps of s may have
+// running.
+func runningChildren(s projections.Execution) []runningChild {
+	var out []runningChild
+	for _, st := range s.Steps {
+		if st.Status != projections.OpPending || st.Kind != workflow.KindWorkflow {
+			continue
+		}
+		if st.Child != "" {
+			out = append(out, runningChild{st, st.Child, st.ChildWorkflow})
+		} else if id, wf, ok := st.RecordedChild(); ok {
+			out = append(out, runningChild{st, id, wf})
 		}
 	}
 	return out
@@ -210,45 +256,45 @@ type PublishAction struct {
 
 func (PublishAction) effect() {}
 
-// childrenStopped adds to d, a decision that ends the execution (its
-// last event), what becomes of the children still running: each whose
-// step says on_parent_end: cancel (the default) is told action (cancel,
-// or the parent's force-cancel or kill), before the end is recorded (a
-// crash in between tells it again: the same command id), and its step
-// fails with why; one that says abandon runs on. Nothing for an
+// childrenStopped adds to d, a decision whose last event ends the
+// execution (or begins its compensation), what becomes of the children
+// still running: each whose step says on_parent_end: cancel (the
+// default) is told action (cancel, or the parent's force-cancel or
+// kill) before the event is recorded (a crash in between tells it again:
+// the same command id), and the event records its step failed (one
+// event: a crash cannot leave the steps failed and the end unrecorded);
+// one that says abandon runs on, its step pending. Nothing for an
 // execution that is only suspended.
 func (in Input) childrenStopped(d Decision, action string) Decision {
 	if len(d.Events) == 0 {
 		return d
 	}
 	var ended string
-	switch d.Events[len(d.Events)-1].(type) {
+	var list *[]events.StoppedChild
+	switch e := d.Events[len(d.Events)-1].(type) {
 	case *events.ExecutionSucceeded:
-		ended = "succeeded"
+		ended, list = "succeeded", &e.Children
 	case *events.ExecutionFailed:
-		ended = "failed"
+		ended, list = "failed", &e.Children
 	case *events.ExecutionCancelled:
-		ended = "was cancelled"
+		ended, list = "was cancelled", &e.Children
+	case *events.CompensationStarted:
+		ended, list = "is compensating (on "+e.Cause+")", &e.Children
 	default:
 		return d
 	}
-	var evs []events.Payload
 	var before []Effect
-	for _, st := range WaitingChildren(in.State) {
-		if _, step, ok := resolveFrame(in.Def, in.State, st.ID); ok && step.OnParentEnd == workflow.OnParentEndAbandon {
+	for _, c := range runningChildren(in.State) {
+		if _, step, ok := resolveFrame(in.Def, in.State, c.step.ID); ok && step.OnParentEnd == workflow.OnParentEndAbandon {
 			continue
 		}
 		why := fmt.Sprintf("its parent execution %s %s", in.ID, ended)
-		before = append(before, PublishAction{ID: childStopID(st.Child), Workflow: st.ChildWorkflow, Action: events.ExecutionAction{
-			ExecutionID: st.Child, Action: action, Reason: why, RequestedBy: stepRequestedBy(in.ID, in.Workflow, st.ID)}})
-		evs = append(evs, &events.StepFailed{StepID: st.ID, Attempt: st.Attempt,
-			Error: fmt.Sprintf("child execution %s: told to %s, as %s", st.Child, action, why)})
-	}
-	if len(evs) == 0 {
-		return d
+		before = append(before, PublishAction{ID: childStopID(c.id), Workflow: c.wf, Action: events.ExecutionAction{
+			ExecutionID: c.id, Action: action, Reason: why, RequestedBy: stepRequestedBy(in.ID, in.Workflow, c.step.ID)}})
+		*list = append(*list, events.StoppedChild{StepID: c.step.ID, Attempt: c.step.Attempt, ExecutionID: c.id, Action: action,
+			Error: fmt.Sprintf("child execution %s: told to %s, as %s", c.id, action, why)})
 	}
 	d.Before = append(before, d.Before...)
-	d.Events = append(evs, d.Events...)
 	return d
 }
 

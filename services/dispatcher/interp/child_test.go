@@ -41,7 +41,7 @@ func TestChildStep(t *testing.T) {
 	m.advance()
 	require.Equal(t, []string{"execution.started", "step.scheduled", "step.child_started"}, m.types())
 	st := m.state.Steps[m.state.StepIndex("call")]
-	id := childID("x1", "call", 1)
+	id := ChildID("x1", "call", 1)
 	require.Equal(t, id, st.Child)
 	require.Equal(t, "nap", st.ChildWorkflow)
 	require.Equal(t, projections.OpPending, st.Status)
@@ -100,7 +100,7 @@ func TestChildFailsItsStep(t *testing.T) {
 		m := newMemShell(t, childParent(childStep("call", "")), `{"n":1}`)
 		m.catalog[CalledRef{Name: "nap"}] = nap()
 		m.advance()
-		id := childID("x1", "call", 1)
+		id := ChildID("x1", "call", 1)
 		m.carry(ChildEnded(m.input(), "call", ChildEnd{ID: id, Status: status, Error: "step zz failed: boom"}))
 		m.advance()
 		require.Equal(t, projections.StatusFailed, m.state.Status)
@@ -136,7 +136,12 @@ func TestChildrenWhenTheParentEnds(t *testing.T) {
 		require.Equal(t, "nap", a.Workflow)
 		require.Equal(t, "its parent execution x1 was cancelled", a.Action.Reason)
 		require.Equal(t, "execution x1 (workflow parent), step both/a/stopped", a.Action.RequestedBy)
-		require.Less(t, a.after, len(m.evs)-1, "published before the end is recorded")
+		require.Equal(t, len(m.evs)-1, a.after, "published just before the end is recorded")
+		end, ok := m.evs[len(m.evs)-1].Data.(*events.ExecutionCancelled)
+		require.True(t, ok, "history: %v", m.types())
+		require.Equal(t, []events.StoppedChild{{StepID: "both/a/stopped", Attempt: 1, ExecutionID: a.Action.ExecutionID, Action: action,
+			Error: "child execution " + a.Action.ExecutionID + ": told to " + action + ", as its parent execution x1 was cancelled"}},
+			end.Children, "the step's failure is recorded with the end, in one event")
 		require.Equal(t, projections.OpFailed, stopped.Status)
 		require.Contains(t, stopped.Error, "told to "+action)
 		require.Equal(t, projections.OpPending, left.Status, "abandoned: it runs on")
@@ -171,7 +176,7 @@ func TestChildRefusals(t *testing.T) {
 	m.catalog[CalledRef{Name: "nap"}] = nap()
 	m.advance()
 	require.Equal(t, projections.StatusFailed, m.state.Status)
-	require.Contains(t, m.state.Error, "child execution "+childID("x1", "call", 1)+" could not start: the input does not match workflow nap's input schema")
+	require.Contains(t, m.state.Error, "child execution "+ChildID("x1", "call", 1)+" could not start: the input does not match workflow nap's input schema")
 	require.Empty(t, m.starts)
 
 	dry := newMemShell(t, childParent(childStep("call", "")), `{"n":1}`)
@@ -200,12 +205,12 @@ func TestChildIDs(t *testing.T) {
 		{"order-1", "ship", 1}, {"order-1", "ship", 2}, {"order-1", "each[3]/ship", 1}, {"order-1", "blk@2/ship~1", 1},
 		{"order", "1-ship", 1}, {long, "ship", 1}, {long[:127], "ship", 1},
 	} {
-		id := childID(c[0].(string), c[1].(string), c[2].(int))
+		id := ChildID(c[0].(string), c[1].(string), c[2].(int))
 		require.True(t, events.ValidExecutionID(id), id)
 		require.False(t, seen[id], "%v gives %s twice", c, id)
 		seen[id] = true
 	}
-	require.Regexp(t, `^order-1-ship-[0-9a-f]{10}$`, childID("order-1", "each[3]/ship", 1))
+	require.Regexp(t, `^order-1-ship-[0-9a-f]{10}$`, ChildID("order-1", "each[3]/ship", 1))
 }
 
 // TestChildAcrossVersionsAndRetention: a move to a version that runs a
@@ -235,9 +240,110 @@ func TestChildAcrossVersionsAndRetention(t *testing.T) {
 	r := newMemShell(t, childParent(childStep("call", "")), `{"n":1}`)
 	r.catalog[CalledRef{Name: "nap"}] = nap()
 	r.advance()
-	id := childID("x1", "call", 1)
+	id := ChildID("x1", "call", 1)
 	r.carry(ChildEnded(r.input(), "call", ChildEnd{ID: id, Status: projections.StatusFailed, Expired: true}))
 	r.advance()
 	require.Equal(t, projections.StatusFailed, r.state.Status)
 	require.Contains(t, r.state.Error, "child execution "+id+" expired under its retention rule, and its history was deleted, before its end was read")
+}
+
+// TestChildRunAgain: a resume of a parent whose child did not succeed
+// runs the step again with a new child (a new attempt, a new id), never
+// the old one; a replay over a step that waits for its child, and a move
+// to a version without that step, are refused (the child would be left
+// running).
+func TestChildRunAgain(t *testing.T) {
+	t.Parallel()
+	m := newMemShell(t, childParent(childStep("call", "")), `{"n":1}`)
+	m.catalog[CalledRef{Name: "nap"}] = nap()
+	m.advance()
+	first := ChildID("x1", "call", 1)
+
+	d := m.act(ActionCommand{Key: "r", From: events.ReplayStart, Force: true, Record: events.ActionRecord{Action: events.ActionReplay, Command: "r"}})
+	require.NotNil(t, d.Reject)
+	require.Contains(t, d.Reject.Reason, "step call waits for its child execution "+first+": resume the execution to take the child's result")
+
+	m.carry(ChildEnded(m.input(), "call", ChildEnd{ID: first, Status: projections.StatusCancelled}))
+	m.advance()
+	require.Equal(t, projections.StatusFailed, m.state.Status)
+	m.carry(m.act(ActionCommand{Key: "res", Record: events.ActionRecord{Action: events.ActionResume, Command: "res"}}))
+	m.advance()
+	st := m.state.Steps[m.state.StepIndex("call")]
+	require.Equal(t, 2, st.Attempt)
+	second := ChildID("x1", "call", 2)
+	require.NotEqual(t, first, second)
+	require.Equal(t, second, st.Child)
+	require.Len(t, m.starts, 2)
+	require.Equal(t, second, m.starts[1].Start.ExecutionID)
+	require.True(t, ChildEnded(m.input(), "call", ChildEnd{ID: first, Status: projections.StatusSucceeded}).Empty(), "the old child's end changes nothing")
+
+	// Suspended (wait_after_fail) with the child running: a move to a
+	// version without the step is refused.
+	w := newMemShell(t, childParent(workflow.Step{ID: "both", Kind: workflow.KindParallel, Branches: []workflow.Branch{
+		{ID: "a", Steps: []workflow.Step{childStep("call", "")}},
+		{ID: "b", Steps: []workflow.Step{{ID: "boom", Kind: workflow.KindFail, Message: "boom"}}},
+	}}), `{"n":1}`)
+	w.state.WaitAfterFail = true
+	w.catalog[CalledRef{Name: "nap"}] = nap()
+	w.advance()
+	v2 := childParent(workflow.Step{ID: "other", Kind: workflow.KindLog, Message: "fine"})
+	v2.Version = 2
+	w.catalog[CalledRef{Name: "parent", Version: 2}] = &Called{Name: "parent", Version: 2, Definition: v2}
+	d = w.act(resumeOn(2, events.ActionResume))
+	require.NotNil(t, d.Reject)
+	require.Contains(t, d.Reject.Reason, "step both/a/call waits for its child execution "+ChildID("x1", "both/a/call", 1)+", and the new version has no step both/a/call")
+}
+
+// TestChildStoppedBeforeItsStartIsRecorded: a crash (or a publish that
+// failed) after the child's start was published and before
+// child_started was recorded still stops that child when the parent
+// ends.
+func TestChildStoppedBeforeItsStartIsRecorded(t *testing.T) {
+	t.Parallel()
+	m := newMemShell(t, childParent(childStep("call", "")), `{"n":1}`)
+	m.catalog[CalledRef{Name: "nap"}] = nap()
+	for m.state.StepIndex("call") < 0 || m.state.Steps[m.state.StepIndex("call")].Status != projections.OpPending {
+		require.True(t, m.carry(Next(m.input())), "history: %v", m.types())
+	}
+	d := Next(m.input())
+	require.Len(t, d.Before, 1)
+	m.perform(d.Before[0]) // published; the append of child_started is lost
+	m.carry(m.act(ActionCommand{Key: "k", Record: events.ActionRecord{Action: events.ActionKill, Command: "k"}}))
+	require.Equal(t, projections.StatusCancelled, m.state.Status)
+	require.Len(t, m.actions, 1)
+	require.Equal(t, ChildID("x1", "call", 1), m.actions[0].Action.ExecutionID)
+	require.Equal(t, events.ActionKill, m.actions[0].Action.Action)
+	require.Equal(t, "nap", m.actions[0].Workflow)
+	require.Equal(t, projections.OpFailed, m.state.Steps[m.state.StepIndex("call")].Status)
+}
+
+// TestChildStoppedWhenCompensationBegins: a failure's compensation stops
+// a child still running (it did not succeed: nothing of it is
+// compensated) as it begins, in its compensation.started.
+func TestChildStoppedWhenCompensationBegins(t *testing.T) {
+	t.Parallel()
+	call := childStep("call", "")
+	call.Compensate = []workflow.Step{{ID: "undo", Kind: workflow.KindLog, Message: "undo"}}
+	def := childParent(
+		workflow.Step{ID: "book", Kind: workflow.KindLog, Message: "booked", Compensate: []workflow.Step{{ID: "unbook", Kind: workflow.KindLog, Message: "unbook"}}},
+		workflow.Step{ID: "both", Kind: workflow.KindParallel, Branches: []workflow.Branch{
+			{ID: "a", Steps: []workflow.Step{call}},
+			{ID: "b", Steps: []workflow.Step{{ID: "boom", Kind: workflow.KindFail, Message: "boom"}}},
+		}})
+	def.CompensateOn = []string{events.CompensateForFailure}
+	m := newMemShell(t, def, `{"n":1}`)
+	m.catalog[CalledRef{Name: "nap"}] = nap()
+	m.advance()
+	for len(m.tasks) > 0 && m.state.Status.Active() { // the log steps run on agents
+		m.carry(m.report(&events.OperationSucceeded{}))
+		m.advance()
+	}
+	require.Equal(t, projections.StatusFailed, m.state.Status, "history: %v", m.types())
+	require.NotNil(t, m.state.Compensation)
+	require.Equal(t, []string{"book"}, m.state.Compensation.Steps)
+	require.Len(t, m.actions, 1)
+	require.Contains(t, m.actions[0].Action.Reason, "its parent execution x1 is compensating (on failure)")
+	call1 := m.state.Steps[m.state.StepIndex("both/a/call")]
+	require.Equal(t, projections.OpFailed, call1.Status)
+	require.Negative(t, m.state.StepIndex("both/a/call/compensate/undo"), "the child did not succeed: nothing to undo")
 }

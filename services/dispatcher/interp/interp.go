@@ -416,7 +416,10 @@ func (in Input) carry(a action) Decision {
 			Events: []events.Payload{&events.LockReleased{Lock: l.Name, Path: a.path, Reason: a.lock.reason}},
 		}
 	case actCompensate:
-		return Decision{Events: []events.Payload{&events.CompensationStarted{Cause: a.cause, Error: a.err, Steps: a.compensate}}}
+		// Children still running are stopped now: they did not succeed, and
+		// nothing of theirs is compensated.
+		return in.childrenStopped(Decision{Events: []events.Payload{&events.CompensationStarted{Cause: a.cause, Error: a.err, Steps: a.compensate}}},
+			events.ActionCancel)
 	case actCompensated:
 		return Decision{Events: []events.Payload{&events.CompensationFinished{}}}
 	case actCompensationFailed:
@@ -700,7 +703,7 @@ func (in Input) scheduleCalled(a action, kind string) Decision {
 	case !loaded:
 		return Decision{Need: NeedWorkflow{Ref: ref}}
 	case rec == nil:
-		return fail(fmt.Sprintf("workflow %q version %d is not registered", a.step.Workflow, a.step.Version))
+		return fail(notRegistered(a.step.Workflow, a.step.Version))
 	}
 	var rendered struct {
 		Input json.RawMessage `json:"input"`

@@ -413,8 +413,15 @@ func pointPlan(d workflow.Definition, s projections.Execution, pt point, ask rep
 }
 
 // checkIdle refuses to start over an operation still with an agent unless
-// forced (its late result is then ignored).
+// forced (its late result is then ignored), and a step waiting for its
+// child execution.
 func checkIdle(s projections.Execution, reset []string, ask replayAsk) error {
+	for _, id := range reset { // forced or not: a child runs on its own, and would be left running
+		if st, ok := instanceOf(s, id); ok && st.Status == projections.OpPending && st.ChildStep() {
+			return refuse("step %s waits for its child execution %s: resume the execution to take the child's result, "+
+				"or cancel the child, before replaying over it", id, childOfStep(st))
+		}
+	}
 	if ask.force {
 		return nil
 	}

@@ -138,11 +138,15 @@ func retire(from, to workflow.Definition, s projections.Execution, action string
 			}
 			return nil, fmt.Sprintf("step %s (%s) was sent to an agent and has not reported, and the new version has no step %s: "+
 				"its report would be lost; %s", st.ID, cmp.Or(st.Kind, "operation"), st.ID, how)
+		case !ok && st.Status == projections.OpPending && st.ChildStep():
+			return nil, fmt.Sprintf("step %s waits for its child execution %s, and the new version has no step %s: "+
+				"resume without a version first to take the child's result, or cancel the child", st.ID, childOfStep(st), st.ID)
 		case !ok:
 			retired = append(retired, st.ID)
-		case (st.Kind == "" || step.Kind == st.Kind) && st.Status == projections.OpPending && recordedChild(st) != (step.Child && step.Workflow != ""):
+		case (st.Kind == "" || step.Kind == st.Kind) && st.Status != projections.OpNone && st.Status != projections.OpSucceeded &&
+			st.Status != projections.OpSkipped && st.ChildStep() != (step.Child && step.Workflow != ""):
 			return nil, fmt.Sprintf("step %s runs a workflow %s, and the new version runs it %s: "+
-				"give a step that changes how it runs a workflow a new id", st.ID, runsAs(recordedChild(st)), runsAs(!recordedChild(st)))
+				"give a step that changes how it runs a workflow a new id", st.ID, runsAs(st.ChildStep()), runsAs(!st.ChildStep()))
 		case st.Kind == "" || step.Kind == st.Kind:
 			if why := switchMoved(from, to, s, st, step); why != "" {
 				return nil, why

@@ -97,3 +97,33 @@ func TestShowSaysWhatBecameOfAStepAfterTheEnd(t *testing.T) {
 	require.Contains(t, b.String(), "terminated: an operator killed the execution")
 	require.Contains(t, b.String(), dur(time.Unix(100, 0), time.Unix(103, 0)), "how long it ran, to the report after the end")
 }
+
+// TestEventLinesAndShowNameChildren: jetflow events names a child's id,
+// its parent, and the children an end stopped; show says what became of
+// a child left running when its parent ended.
+func TestEventLinesAndShowNameChildren(t *testing.T) {
+	line := func(typ events.Type, p events.Payload) string {
+		t.Helper()
+		data, err := json.Marshal(p)
+		require.NoError(t, err)
+		var b bytes.Buffer
+		printEvent(&b, client.Event{Seq: 7, Type: typ, Time: time.Now(), Data: data})
+		return b.String()
+	}
+	require.Contains(t, line(events.TypeStepChildStarted, &events.StepChildStarted{StepID: "ship", Attempt: 1, ExecutionID: "o-1-ship-0123456789", Workflow: "shipping"}),
+		"step=ship child=o-1-ship-0123456789 workflow=shipping")
+	require.Contains(t, line(events.TypeExecutionStarted, &events.ExecutionStarted{Workflow: "shipping", Parent: &events.ParentRef{ExecutionID: "o-1", StepID: "ship"}}),
+		"parent=o-1")
+	require.Contains(t, line(events.TypeExecutionCancelled, &events.ExecutionCancelled{Children: []events.StoppedChild{{StepID: "ship"}}}),
+		"stopped_children=1")
+
+	x := projections.Execution{ID: "o-1", Workflow: "order", Status: projections.StatusCancelled,
+		Steps: []projections.Step{{ID: "ship", Kind: "workflow", Status: projections.OpPending, Child: "o-1-ship-0123456789", ChildWorkflow: "shipping"}}}
+	var b bytes.Buffer
+	printExecution(&b, x, "the default")
+	require.Contains(t, b.String(), "o-1-ship-0123456789 (workflow shipping), started by step ship: left running when this execution ended")
+	x.Status = projections.StatusStarted
+	b.Reset()
+	printExecution(&b, x, "the default")
+	require.Contains(t, b.String(), "started by step ship: the step waits for its end")
+}

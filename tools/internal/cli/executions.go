@@ -189,8 +189,11 @@ func printExecution(w io.Writer, x projections.Execution, retention string) {
 			continue
 		}
 		state := string(st.Status)
-		if st.Status == projections.OpPending {
-			state = "running (the step waits for its end)"
+		switch {
+		case st.Status == projections.OpPending && x.Status.Active():
+			state = "the step waits for its end"
+		case st.Status == projections.OpPending:
+			state = "left running when this execution ended (on_parent_end: abandon); a resume takes its end"
 		}
 		fmt.Fprintf(tw, "child\t%s (workflow %s), started by step %s: %s\n", st.Child, st.ChildWorkflow, st.ID, state)
 	}
@@ -276,7 +279,7 @@ func printExecution(w io.Writer, x projections.Execution, retention string) {
 			detail = s.Error
 		}
 		if s.Child != "" && s.Status == projections.OpPending {
-			detail = "waits for child execution " + s.Child
+			detail = "child execution " + s.Child
 		}
 		status, ended := cmpStr(string(s.Status), "-"), s.EndedAt
 		if a := s.AfterEnd; a != nil { // what became of it after the execution ended
@@ -571,6 +574,18 @@ func printEvent(w io.Writer, ev client.Event) {
 		if r, ok := d["retired"].([]any); ok && len(r) > 0 {
 			detail += fmt.Sprintf(" retired=%d", len(r))
 		}
+	}
+	if ev.Type == events.TypeStepChildStarted {
+		id, _ := d["execution_id"].(string)
+		wf, _ := d["workflow"].(string)
+		detail += " child=" + id + " workflow=" + wf
+	}
+	if c, ok := d["stopped_children"].([]any); ok && len(c) > 0 {
+		detail += fmt.Sprintf(" stopped_children=%d", len(c))
+	}
+	if p, ok := d["parent"].(map[string]any); ok && ev.Type == events.TypeExecutionStarted {
+		id, _ := p["execution_id"].(string)
+		detail += " parent=" + id
 	}
 	for _, k := range []string{"lock", "path", "error", "agent", "action", "reason", "requested_by"} {
 		if v, ok := d[k].(string); ok && v != "" {

@@ -1,0 +1,49 @@
+package workflow_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/workflow"
+)
+
+func TestParseChildSteps(t *testing.T) {
+	t.Parallel()
+
+	d, err := workflow.Parse([]byte("name: wf\nsteps:\n  - id: s\n    kind: workflow\n    workflow: shipping\n    child: true\n    on_parent_end: abandon\n"))
+	require.NoError(t, err)
+	require.True(t, d.Steps[0].Child)
+	require.Equal(t, workflow.OnParentEndAbandon, d.Steps[0].OnParentEnd)
+
+	call := "name: wf\nsteps:\n  - id: s\n    kind: workflow\n"
+	tests := []struct {
+		name, input, field, msg string
+	}{
+		{"ChildOfABlock", call + "    child: true\n    steps:\n      - {id: a, kind: noop}\n", "steps[0].child", "a block of steps runs inline: child applies to a workflow called by name"},
+		{"PolicyOfABlock", call + "    on_parent_end: cancel\n    steps:\n      - {id: a, kind: noop}\n", "steps[0].on_parent_end", "a block of steps runs inline: on_parent_end applies"},
+		{"PolicyWithoutChild", call + "    workflow: shipping\n    on_parent_end: cancel\n", "steps[0].on_parent_end", "give child: true too"},
+		{"UnknownPolicy", call + "    workflow: shipping\n    child: true\n    on_parent_end: detach\n", "steps[0].on_parent_end", `"detach" is not a policy: use cancel (the default) or abandon`},
+		{"ChildWithoutWorkflow", call + "    child: true\n", "steps[0].workflow", "is required with child: the name of the workflow to run as a child execution"},
+		{"ChildWithRetention", call + "    workflow: shipping\n    child: true\n    retention: 7d\n", "steps[0].retention", "a child execution keeps the retention of the workflow it runs"},
+		{"ChildOnAnOperation", "name: wf\nsteps:\n  - id: a\n    kind: noop\n    child: true\n", "steps[0].child", "does not apply to a noop step (only to workflow)"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := workflow.Parse([]byte(tc.input))
+			var ve *workflow.ValidationError
+			require.True(t, errors.As(err, &ve), "%v", err)
+			found := false
+			for _, p := range ve.Problems {
+				if p.Field == tc.field {
+					require.Contains(t, p.Message, tc.msg)
+					require.NotZero(t, p.Line, "the problem names its line")
+					found = true
+				}
+			}
+			require.True(t, found, "no problem names %s: %v", tc.field, ve.Problems)
+		})
+	}
+}
