@@ -47,3 +47,19 @@ func TestParseChildSteps(t *testing.T) {
 		})
 	}
 }
+
+// TestUnknownFieldsHintAtTheSpelling: a field spelled with '-' for '_'
+// (or the other way round) names the field it was meant to be.
+func TestUnknownFieldsHintAtTheSpelling(t *testing.T) {
+	t.Parallel()
+	for input, want := range map[string]string{
+		"name: wf\nsteps:\n  - id: s\n    kind: workflow\n    workflow: x\n    child: true\n    on-parent-end: abandon\n": `unknown field "on-parent-end" (did you mean "on_parent_end"?)`,
+		"name: wf\nsteps:\n  - id: s\n    kind: noop\n    on_error:\n      - {id: a, kind: noop}\n":                       `unknown field "on_error" (did you mean "on-error"?)`,
+		"name: wf\nsteps:\n  - id: s\n    kind: noop\n    colour: red\n":                                                  `unknown field "colour"`,
+	} {
+		_, err := workflow.Parse([]byte(input))
+		var ve *workflow.ValidationError
+		require.True(t, errors.As(err, &ve), "%v", err)
+		require.Equal(t, want, ve.Problems[0].Message)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"reflect"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
@@ -485,12 +486,37 @@ func yamlProblem(err error) FieldError {
 		var ue *yaml.UnknownFieldError
 		if errors.As(err, &ue) {
 			fe.Field = tk.Value
-			fe.Message = fmt.Sprintf("unknown field %q", tk.Value)
+			fe.Message = fmt.Sprintf("unknown field %q", tk.Value) + spellingHint(tk.Value)
 		}
 		return fe
 	}
 	return FieldError{Message: err.Error()}
 }
+
+// spellingHint names the field an unknown one was meant to be, when it
+// differs only by '-' for '_' (on-parent-end, lock-timeout) or the other
+// way round (on_error): "" otherwise.
+func spellingHint(name string) string {
+	for _, alt := range []string{strings.ReplaceAll(name, "-", "_"), strings.ReplaceAll(name, "_", "-")} {
+		if alt != name && knownFields()[alt] {
+			return fmt.Sprintf(" (did you mean %q?)", alt)
+		}
+	}
+	return ""
+}
+
+// knownFields are the YAML names of a definition's and a step's fields.
+var knownFields = sync.OnceValue(func() map[string]bool {
+	out := map[string]bool{}
+	for _, t := range []reflect.Type{reflect.TypeFor[Definition](), reflect.TypeFor[Step]()} {
+		for i := range t.NumField() {
+			if name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ","); name != "" && name != "-" {
+				out[name] = true
+			}
+		}
+	}
+	return out
+})
 
 // fieldPath names the key at line:col by its path, e.g. "steps[2].colour",
 // by finding the step whose mapping holds it.
