@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"regexp"
+	"strconv"
+	"strings"
 )
 
 // Names and ids. Workflow names, queue names and execution ids become
@@ -63,6 +65,32 @@ func SignalID(commandKey string) string { return "s" + shortHash(commandKey) }
 // DerivedExecutionID is the execution id of a start command that names
 // none: a stable hash of the command key.
 func DerivedExecutionID(commandKey string) string { return "ce-" + shortHash(commandKey) }
+
+// ChildExecutionID is the id of the child execution that attempt attempt
+// of the step instance at path (a workflow step with child: true) of
+// execution parent starts: the parent's id and the step's own id,
+// readable (other characters than letters, digits, '-' and '_' become
+// '_'), then a hash of the parent, the path and the attempt (so that two
+// parents, instances or attempts never share a child), cut before the
+// hash to fit an execution id.
+func ChildExecutionID(parent, path string, attempt int) string {
+	sum := sha256.Sum256([]byte(parent + "\x00" + path + "\x00" + strconv.Itoa(attempt)))
+	h := "-" + hex.EncodeToString(sum[:8])
+	own := path[strings.LastIndexByte(path, '/')+1:]
+	if i := strings.IndexAny(own, "~@["); i > 0 {
+		own = own[:i] // the step's id, without its round, attempt or item
+	}
+	name := []byte(parent + "-" + own)
+	for i, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			name[i] = '_'
+		}
+	}
+	if len(name)+len(h) > 128 {
+		name = name[:128-len(h)]
+	}
+	return string(name) + h
+}
 
 // TaskID is the task (and idempotency) id of a step attempt.
 func TaskID(executionID, stepID string, attempt int) string {

@@ -96,15 +96,14 @@ type ExecutionSucceeded struct {
 }
 
 // StoppedChild is a child execution its parent told to stop as it ended
-// (or began to compensate): the step that waited for it fails, with
-// Error, in the same event, and the child was sent Action (cancel,
-// force-cancel or kill) just before.
+// (or began to compensate): the step that waited for it fails in the same
+// event, and the child was sent Action (cancel, force-cancel or kill)
+// just before.
 type StoppedChild struct {
 	StepID      string `json:"step_id"`
 	Attempt     int    `json:"attempt"`
 	ExecutionID string `json:"execution_id"`
 	Action      string `json:"action"`
-	Error       string `json:"error"`
 }
 
 // ExecutionFailed ends an execution with an error.
@@ -496,6 +495,11 @@ type ExecutionAction struct {
 	Version TargetVersion `json:"version,omitempty"`
 	// Actor is set by the api only ([Actor]).
 	Actor *Actor `json:"actor,omitempty"`
+	// Parent, when set, limits the action to the child execution of that
+	// step of its parent: a parent's dispatcher sets it when it stops its
+	// children, so that it never stops an execution another start put
+	// under a child's id.
+	Parent *ParentRef `json:"parent,omitempty"`
 	// IgnoreSeq is, for a repair, the stream sequence of the event that
 	// made the execution damaged.
 	IgnoreSeq uint64 `json:"ignore_seq,omitempty"`

@@ -594,13 +594,13 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 			return s, &TransitionError{ExecutionID: s.ID, From: string(s.Status), Event: ev.Type}
 		}
 		s.Status, s.EndedAt, s.Output, s.ContinuedAs = StatusSucceeded, ev.Time, e.Output, e.ContinuedAs
-		return s.stopChildren(ev, e.Children)
+		return s.stopChildren(ev, e.Children, endedAs(ev))
 	case *events.ExecutionFailed:
 		if s.Status != StatusStarted {
 			return s, &TransitionError{ExecutionID: s.ID, From: string(s.Status), Event: ev.Type}
 		}
 		s.Status, s.EndedAt, s.Error = StatusFailed, ev.Time, e.Error
-		return s.stopChildren(ev, e.Children)
+		return s.stopChildren(ev, e.Children, endedAs(ev))
 	case *events.ExecutionSuspended:
 		if s.Status != StatusStarted {
 			return s, &TransitionError{ExecutionID: s.ID, From: string(s.Status), Event: ev.Type}
@@ -619,7 +619,7 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 		s.Status, s.EndedAt = StatusCancelled, ev.Time
 		s.Cancellation = cancellation(s.Cancellation, e.ActionRecord, ev.Time)
 		s.Actions = withAction(s.Actions, e.ActionRecord)
-		return s.stopChildren(ev, e.Children)
+		return s.stopChildren(ev, e.Children, endedAs(ev))
 	case *events.ExecutionResumed:
 		return s.resume(ev, e)
 	case *events.ExecutionReplayed:
@@ -797,7 +797,7 @@ func withAction(list []ActionCommand, r events.ActionRecord) []ActionCommand {
 
 // stopChildren fails the steps whose child executions an end (or a
 // compensation's start) stopped: each must wait for that child.
-func (s Execution) stopChildren(ev events.Event, stopped []events.StoppedChild) (Execution, error) {
+func (s Execution) stopChildren(ev events.Event, stopped []events.StoppedChild, ended string) (Execution, error) {
 	for _, c := range stopped {
 		i := s.StepIndex(c.StepID)
 		if i < 0 {
@@ -807,9 +807,48 @@ func (s Execution) stopChildren(ev events.Event, stopped []events.StoppedChild) 
 		if st.Status != OpPending || st.Attempt != c.Attempt || !st.ChildStep() {
 			return s, &TransitionError{ExecutionID: s.ID, From: string(st.Status), Event: ev.Type, StepID: c.StepID}
 		}
-		st.Status, st.Error, st.EndedAt, st.Child = OpFailed, c.Error, ev.Time, c.ExecutionID
+		st.Status, st.EndedAt, st.Child = OpFailed, ev.Time, c.ExecutionID
+		st.Error = fmt.Sprintf("child execution %s: told to %s, as its parent execution %s %s", c.ExecutionID, c.Action, s.ID, ended)
 	}
 	return s, nil
+}
+
+// renewChild returns a child step's recorded schedule (input) with the
+// start of the child of attempt attempt: its id, and its parent's
+// attempt.
+func renewChild(input json.RawMessage, parent, path string, attempt int) json.RawMessage {
+	var rec map[string]json.RawMessage
+	var start events.StartExecution
+	if json.Unmarshal(input, &rec) != nil || json.Unmarshal(rec["start"], &start) != nil || start.Parent == nil {
+		return input // not a child's (ChildStep said it was)
+	}
+	id := events.ChildExecutionID(parent, path, attempt)
+	p := *start.Parent
+	p.Attempt = attempt
+	start.ExecutionID, start.Parent = id, &p
+	rec["child"], _ = json.Marshal(id)
+	rec["start"], _ = json.Marshal(start)
+	out, err := json.Marshal(rec)
+	if err != nil {
+		return input
+	}
+	return out
+}
+
+// endedAs says how an event that stops children ended (or changed) the
+// execution, for the error of each stopped child's step.
+func endedAs(ev events.Event) string {
+	switch e := ev.Data.(type) {
+	case *events.ExecutionSucceeded:
+		return "succeeded"
+	case *events.ExecutionFailed:
+		return "failed"
+	case *events.ExecutionCancelled:
+		return "was cancelled"
+	case *events.CompensationStarted:
+		return "is compensating (on " + e.Cause + ")"
+	}
+	return "ended"
 }
 
 // ChildStep reports whether the instance's current attempt runs a
@@ -864,7 +903,7 @@ func (s Execution) resume(ev events.Event, e *events.ExecutionResumed) (Executio
 		if i < 0 {
 			return s, fmt.Errorf("%w: %q in %s", ErrUnknownStep, id, ev.Type)
 		}
-		s.Steps[i] = rerun(s.Steps[i], ev.Time)
+		s.Steps[i] = rerun(s.ID, s.Steps[i], ev.Time)
 	}
 	return s, nil
 }
@@ -874,14 +913,22 @@ func (s Execution) resume(ev events.Event, e *events.ExecutionResumed) (Executio
 // recorded input (a new task id, so it is sent anew); a container keeps
 // its attempt (so its instances are kept) and is pending again; a step
 // that failed before it could be scheduled (Final) starts over from its
-// condition, and so does a child step (its next attempt starts a new
-// child execution). Its retries count afresh.
-func rerun(st Step, at time.Time) Step {
+// condition; a child step gets a new attempt, pending with its recorded
+// start renewed for it (a new child execution). Its retries count
+// afresh.
+func rerun(execution string, st Step, at time.Time) Step {
 	st.Error, st.Output, st.EndedAt, st.WaitUntil, st.Lost, st.AfterEnd = "", nil, time.Time{}, time.Time{}, false, nil
 	switch {
-	case st.Final || st.ChildStep(): // a child step starts a new child, under a new attempt
+	case st.Final:
 		st.Status, st.Final, st.RetryBase, st.Entered, st.SleptFrom = OpNone, false, st.Attempt, 0, time.Time{}
-		st.Child, st.ChildWorkflow = "", ""
+	case st.ChildStep():
+		// A new child under a new attempt, from the recorded start (its
+		// id and its parent's attempt renewed): the step is not decided
+		// again, as an operation is sent again with its recorded input.
+		st.Attempt++
+		st.Status, st.RetryBase, st.ScheduledAt = OpPending, st.Attempt-1, at
+		st.Child, st.ChildWorkflow, st.StartedAt = "", "", time.Time{}
+		st.Input = renewChild(st.Input, execution, st.ID, st.Attempt)
 	case containerKinds[st.Kind]:
 		st.Status, st.RetryBase = OpPending, st.Attempt-1
 	default:
@@ -963,7 +1010,7 @@ func (s Execution) replay(ev events.Event, e *events.ExecutionReplayed) (Executi
 		if i < 0 {
 			return s, fmt.Errorf("%w: %q in %s", ErrUnknownStep, id, ev.Type)
 		}
-		s.Steps[i] = rerun(s.Steps[i], ev.Time)
+		s.Steps[i] = rerun(s.ID, s.Steps[i], ev.Time)
 	}
 	for _, id := range e.Reopen {
 		i := s.StepIndex(id)
@@ -1116,7 +1163,7 @@ func (s Execution) compensate(ev events.Event, e *events.CompensationStarted) (E
 		s.Actions = withAction(s.Actions, e.ActionRecord)
 	}
 	s.Compensation = c
-	return s.stopChildren(ev, e.Children)
+	return s.stopChildren(ev, e.Children, endedAs(ev))
 }
 
 // VersionChange is a move of an execution to another version of its

@@ -13,7 +13,6 @@ import (
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
-	"jetflow.dev/services/dispatcher/interp"
 )
 
 // childWorkflows: nap waits for a signal (or sleeps input.nap) and
@@ -180,7 +179,7 @@ func TestChildExecutions(t *testing.T) {
 	require.Equal(t, 1, stepByID(t, x, "call").Attempt, "the same child, not a new one")
 
 	t.Log("a client that takes a child's id first does not pass for the child")
-	forged := interp.ChildID("p9", "call", 1)
+	forged := events.ChildExecutionID("p9", "call", 1)
 	_, err = s.c.Start(ctx, client.StartRequest{Workflow: "nap", ID: forged})
 	require.NoError(t, err)
 	_, err = s.c.Signal(ctx, forged, "go", []byte(`{"word":"forged"}`))

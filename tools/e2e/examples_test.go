@@ -237,7 +237,7 @@ var exampleRuns = map[string][]exampleRun{
 			check: func(t *testing.T, x projections.Execution) {
 				require.JSONEq(t, `"o-1 shipped with label-o-1"`, string(x.Output))
 				ship := stepByID(t, x, "ship")
-				require.Regexp(t, `^example-order-1-ship-[0-9a-f]{10}$`, ship.Child)
+				require.Regexp(t, `^example-order-1-ship-[0-9a-f]{16}$`, ship.Child)
 				require.Equal(t, "shipping", ship.ChildWorkflow)
 			},
 		},

@@ -54,7 +54,7 @@ func (d *Dispatcher) action(ctx context.Context, ev events.Event, p *events.Exec
 	if p.Action == events.ActionRepair {
 		return d.repair(ctx, ev, wf, p, rec)
 	}
-	cmd := interp.ActionCommand{Key: key, Record: rec, From: p.From, Force: p.Force, Version: p.Version, SentAt: ev.Time}
+	cmd := interp.ActionCommand{Key: key, Record: rec, From: p.From, Force: p.Force, Version: p.Version, Parent: p.Parent, SentAt: ev.Time}
 	return d.withExecution(ctx, wf, p.ExecutionID, func(x *execState) error {
 		before := x.state.LastSeq
 		err := d.command(ctx, ev, x, func(in interp.Input) interp.Decision { return interp.Action(in, cmd) })

@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"strconv"
 
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
@@ -40,26 +39,6 @@ type childInput struct {
 	Start events.StartExecution `json:"start"`
 }
 
-// ChildID is the id of the child execution a child step's attempt
-// starts: the parent's id and the step's own id, readable, then a hash
-// of the parent, the step's path and the attempt (so that two parents,
-// two instances or two attempts never share a child), cut to fit an
-// execution id.
-func ChildID(parent, path string, attempt int) string {
-	sum := sha256.Sum256([]byte(parent + "\x00" + path + "\x00" + strconv.Itoa(attempt)))
-	h := "-" + hex.EncodeToString(sum[:5])
-	name := []byte(parent + "-" + localID(lastSegment(path)))
-	for i, c := range name {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			name[i] = '_'
-		}
-	}
-	if len(name)+len(h) > 128 {
-		name = name[:128-len(h)]
-	}
-	return string(name) + h
-}
-
 // scheduleChild schedules a child step: the called workflow's version is
 // pinned now, and the child's start checked and recorded with the
 // schedule.
@@ -79,7 +58,7 @@ func (in Input) scheduleChild(a action, kind string) Decision {
 		Input json.RawMessage `json:"input"`
 	}
 	_ = json.Unmarshal(a.input, &rendered)
-	id := ChildID(in.ID, a.path, a.attempt)
+	id := events.ChildExecutionID(in.ID, a.path, a.attempt)
 	start := events.StartExecution{Workflow: rec.Name, Version: rec.Version, Input: orEmpty(rendered.Input), ExecutionID: id,
 		WaitAfterFail: in.State.WaitAfterFail,
 		Parent: &events.ParentRef{ExecutionID: in.ID, Workflow: in.Workflow, StepID: a.path, Attempt: a.attempt,
@@ -221,6 +200,18 @@ func childOfStep(st projections.Step) string {
 	return id
 }
 
+// leftRunning reports whether starting child step st over (a replay) or
+// dropping it (a move to another version) would leave running a child
+// that must not run without its parent's step: one it waits for whose
+// step says on_parent_end: cancel (an abandoned one may run on).
+func leftRunning(d workflow.Definition, s projections.Execution, st projections.Step) bool {
+	if st.Status != projections.OpPending || !st.ChildStep() {
+		return false
+	}
+	_, step, ok := resolveFrame(d, s, st.ID)
+	return !ok || step.OnParentEnd != workflow.OnParentEndAbandon
+}
+
 // runningChild is a child execution a step waits for, or whose start
 // its schedule recorded and may have published (a crash, or a publish
 // that failed, before child_started was recorded): its id and workflow.
@@ -263,8 +254,9 @@ func (PublishAction) effect() {}
 // kill) before the event is recorded (a crash in between tells it again:
 // the same command id), and the event records its step failed (one
 // event: a crash cannot leave the steps failed and the end unrecorded);
-// one that says abandon runs on, its step pending. Nothing for an
-// execution that is only suspended.
+// one that says abandon runs on, its step pending, and so does one of a
+// compensation (a compensation runs to its end, and a compensate action
+// goes on with it). Nothing for an execution that is only suspended.
 func (in Input) childrenStopped(d Decision, action string) Decision {
 	if len(d.Events) == 0 {
 		return d
@@ -284,18 +276,43 @@ func (in Input) childrenStopped(d Decision, action string) Decision {
 		return d
 	}
 	var before []Effect
-	for _, c := range runningChildren(in.State) {
-		if _, step, ok := resolveFrame(in.Def, in.State, c.step.ID); ok && step.OnParentEnd == workflow.OnParentEndAbandon {
-			continue
+	size := 0
+	for _, c := range in.stoppable(in.State, func(string) bool { return true }) {
+		before = append(before, in.stopChild(c, action, fmt.Sprintf("its parent execution %s %s", in.ID, ended)))
+		// An event holds as many as fit (a few thousand); a child past
+		// them is told all the same, and its step stays pending.
+		if size += len(c.step.ID) + len(c.id) + 80; in.MaxEvent <= 0 || size <= in.MaxEvent/4 {
+			*list = append(*list, events.StoppedChild{StepID: c.step.ID, Attempt: c.step.Attempt, ExecutionID: c.id, Action: action})
 		}
-		why := fmt.Sprintf("its parent execution %s %s", in.ID, ended)
-		before = append(before, PublishAction{ID: childStopID(c.id), Workflow: c.wf, Action: events.ExecutionAction{
-			ExecutionID: c.id, Action: action, Reason: why, RequestedBy: stepRequestedBy(in.ID, in.Workflow, c.step.ID)}})
-		*list = append(*list, events.StoppedChild{StepID: c.step.ID, Attempt: c.step.Attempt, ExecutionID: c.id, Action: action,
-			Error: fmt.Sprintf("child execution %s: told to %s, as %s", c.id, action, why)})
 	}
 	d.Before = append(before, d.Before...)
 	return d
+}
+
+// stoppable returns the running children of s that its end (or a
+// timeout of the scope holding them: in) stops: not those whose step
+// says on_parent_end: abandon, nor those of a compensation.
+func (in Input) stoppable(s projections.Execution, within func(path string) bool) []runningChild {
+	var out []runningChild
+	for _, c := range runningChildren(s) {
+		if !within(c.step.ID) || inCompensation(c.step.ID) {
+			continue
+		}
+		if _, step, ok := resolveFrame(in.Def, s, c.step.ID); ok && step.OnParentEnd == workflow.OnParentEndAbandon {
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// stopChild is the command that tells child c to do action, why: only
+// if it is the child of c's step (Parent), so that an execution another
+// start put under the child's id is never stopped.
+func (in Input) stopChild(c runningChild, action, why string) PublishAction {
+	return PublishAction{ID: childStopID(c.id), Workflow: c.wf, Action: events.ExecutionAction{
+		ExecutionID: c.id, Action: action, Reason: why, RequestedBy: stepRequestedBy(in.ID, in.Workflow, c.step.ID),
+		Parent: &events.ParentRef{ExecutionID: in.ID, Workflow: in.Workflow, StepID: c.step.ID, Attempt: c.step.Attempt}}}
 }
 
 // childStopID is the id of the action that stops a child when its

@@ -41,7 +41,7 @@ func TestChildStep(t *testing.T) {
 	m.advance()
 	require.Equal(t, []string{"execution.started", "step.scheduled", "step.child_started"}, m.types())
 	st := m.state.Steps[m.state.StepIndex("call")]
-	id := ChildID("x1", "call", 1)
+	id := events.ChildExecutionID("x1", "call", 1)
 	require.Equal(t, id, st.Child)
 	require.Equal(t, "nap", st.ChildWorkflow)
 	require.Equal(t, projections.OpPending, st.Status)
@@ -100,7 +100,7 @@ func TestChildFailsItsStep(t *testing.T) {
 		m := newMemShell(t, childParent(childStep("call", "")), `{"n":1}`)
 		m.catalog[CalledRef{Name: "nap"}] = nap()
 		m.advance()
-		id := ChildID("x1", "call", 1)
+		id := events.ChildExecutionID("x1", "call", 1)
 		m.carry(ChildEnded(m.input(), "call", ChildEnd{ID: id, Status: status, Error: "step zz failed: boom"}))
 		m.advance()
 		require.Equal(t, projections.StatusFailed, m.state.Status)
@@ -139,9 +139,10 @@ func TestChildrenWhenTheParentEnds(t *testing.T) {
 		require.Equal(t, len(m.evs)-1, a.after, "published just before the end is recorded")
 		end, ok := m.evs[len(m.evs)-1].Data.(*events.ExecutionCancelled)
 		require.True(t, ok, "history: %v", m.types())
-		require.Equal(t, []events.StoppedChild{{StepID: "both/a/stopped", Attempt: 1, ExecutionID: a.Action.ExecutionID, Action: action,
-			Error: "child execution " + a.Action.ExecutionID + ": told to " + action + ", as its parent execution x1 was cancelled"}},
+		require.Equal(t, []events.StoppedChild{{StepID: "both/a/stopped", Attempt: 1, ExecutionID: a.Action.ExecutionID, Action: action}},
 			end.Children, "the step's failure is recorded with the end, in one event")
+		require.Equal(t, &events.ParentRef{ExecutionID: "x1", Workflow: "parent", StepID: "both/a/stopped", Attempt: 1}, a.Action.Parent,
+			"for that child only")
 		require.Equal(t, projections.OpFailed, stopped.Status)
 		require.Contains(t, stopped.Error, "told to "+action)
 		require.Equal(t, projections.OpPending, left.Status, "abandoned: it runs on")
@@ -176,7 +177,7 @@ func TestChildRefusals(t *testing.T) {
 	m.catalog[CalledRef{Name: "nap"}] = nap()
 	m.advance()
 	require.Equal(t, projections.StatusFailed, m.state.Status)
-	require.Contains(t, m.state.Error, "child execution "+ChildID("x1", "call", 1)+" could not start: the input does not match workflow nap's input schema")
+	require.Contains(t, m.state.Error, "child execution "+events.ChildExecutionID("x1", "call", 1)+" could not start: the input does not match workflow nap's input schema")
 	require.Empty(t, m.starts)
 
 	dry := newMemShell(t, childParent(childStep("call", "")), `{"n":1}`)
@@ -205,12 +206,12 @@ func TestChildIDs(t *testing.T) {
 		{"order-1", "ship", 1}, {"order-1", "ship", 2}, {"order-1", "each[3]/ship", 1}, {"order-1", "blk@2/ship~1", 1},
 		{"order", "1-ship", 1}, {long, "ship", 1}, {long[:127], "ship", 1},
 	} {
-		id := ChildID(c[0].(string), c[1].(string), c[2].(int))
+		id := events.ChildExecutionID(c[0].(string), c[1].(string), c[2].(int))
 		require.True(t, events.ValidExecutionID(id), id)
 		require.False(t, seen[id], "%v gives %s twice", c, id)
 		seen[id] = true
 	}
-	require.Regexp(t, `^order-1-ship-[0-9a-f]{10}$`, ChildID("order-1", "each[3]/ship", 1))
+	require.Regexp(t, `^order-1-ship-[0-9a-f]{16}$`, events.ChildExecutionID("order-1", "each[3]/ship", 1))
 }
 
 // TestChildAcrossVersionsAndRetention: a move to a version that runs a
@@ -240,7 +241,7 @@ func TestChildAcrossVersionsAndRetention(t *testing.T) {
 	r := newMemShell(t, childParent(childStep("call", "")), `{"n":1}`)
 	r.catalog[CalledRef{Name: "nap"}] = nap()
 	r.advance()
-	id := ChildID("x1", "call", 1)
+	id := events.ChildExecutionID("x1", "call", 1)
 	r.carry(ChildEnded(r.input(), "call", ChildEnd{ID: id, Status: projections.StatusFailed, Expired: true}))
 	r.advance()
 	require.Equal(t, projections.StatusFailed, r.state.Status)
@@ -257,11 +258,11 @@ func TestChildRunAgain(t *testing.T) {
 	m := newMemShell(t, childParent(childStep("call", "")), `{"n":1}`)
 	m.catalog[CalledRef{Name: "nap"}] = nap()
 	m.advance()
-	first := ChildID("x1", "call", 1)
+	first := events.ChildExecutionID("x1", "call", 1)
 
 	d := m.act(ActionCommand{Key: "r", From: events.ReplayStart, Force: true, Record: events.ActionRecord{Action: events.ActionReplay, Command: "r"}})
 	require.NotNil(t, d.Reject)
-	require.Contains(t, d.Reject.Reason, "step call waits for its child execution "+first+": resume the execution to take the child's result")
+	require.Contains(t, d.Reject.Reason, "step call waits for its child execution "+first+", which its parent must stop when it ends (on_parent_end: cancel)")
 
 	m.carry(ChildEnded(m.input(), "call", ChildEnd{ID: first, Status: projections.StatusCancelled}))
 	m.advance()
@@ -270,7 +271,7 @@ func TestChildRunAgain(t *testing.T) {
 	m.advance()
 	st := m.state.Steps[m.state.StepIndex("call")]
 	require.Equal(t, 2, st.Attempt)
-	second := ChildID("x1", "call", 2)
+	second := events.ChildExecutionID("x1", "call", 2)
 	require.NotEqual(t, first, second)
 	require.Equal(t, second, st.Child)
 	require.Len(t, m.starts, 2)
@@ -291,7 +292,7 @@ func TestChildRunAgain(t *testing.T) {
 	w.catalog[CalledRef{Name: "parent", Version: 2}] = &Called{Name: "parent", Version: 2, Definition: v2}
 	d = w.act(resumeOn(2, events.ActionResume))
 	require.NotNil(t, d.Reject)
-	require.Contains(t, d.Reject.Reason, "step both/a/call waits for its child execution "+ChildID("x1", "both/a/call", 1)+", and the new version has no step both/a/call")
+	require.Contains(t, d.Reject.Reason, "step both/a/call waits for its child execution "+events.ChildExecutionID("x1", "both/a/call", 1)+", and the new version has no step both/a/call")
 }
 
 // TestChildStoppedBeforeItsStartIsRecorded: a crash (or a publish that
@@ -311,7 +312,7 @@ func TestChildStoppedBeforeItsStartIsRecorded(t *testing.T) {
 	m.carry(m.act(ActionCommand{Key: "k", Record: events.ActionRecord{Action: events.ActionKill, Command: "k"}}))
 	require.Equal(t, projections.StatusCancelled, m.state.Status)
 	require.Len(t, m.actions, 1)
-	require.Equal(t, ChildID("x1", "call", 1), m.actions[0].Action.ExecutionID)
+	require.Equal(t, events.ChildExecutionID("x1", "call", 1), m.actions[0].Action.ExecutionID)
 	require.Equal(t, events.ActionKill, m.actions[0].Action.Action)
 	require.Equal(t, "nap", m.actions[0].Workflow)
 	require.Equal(t, projections.OpFailed, m.state.Steps[m.state.StepIndex("call")].Status)
@@ -346,4 +347,82 @@ func TestChildStoppedWhenCompensationBegins(t *testing.T) {
 	call1 := m.state.Steps[m.state.StepIndex("both/a/call")]
 	require.Equal(t, projections.OpFailed, call1.Status)
 	require.Negative(t, m.state.StepIndex("both/a/call/compensate/undo"), "the child did not succeed: nothing to undo")
+}
+
+// TestChildSecondReview: a dry run with a nested child step skips it; a
+// called workflow's timeout stops the children it leaves; a resume runs a
+// child step again from its recorded start (not decided again) and does
+// not bring back its old attempt's on-error steps; an end records only
+// the stopped children that fit, and tells them all; an action for a
+// parent's child refuses another execution.
+func TestChildSecondReview(t *testing.T) {
+	t.Parallel()
+	each := workflow.Step{ID: "each", Kind: workflow.KindForeach, Items: []any{1, 2}, Steps: []workflow.Step{childStep("call", "")}}
+	dry := newMemShell(t, childParent(each), `{"n":1}`)
+	dry.state.DryRun = true
+	dry.catalog[CalledRef{Name: "nap"}] = nap()
+	dry.advance()
+	require.Equal(t, projections.StatusSucceeded, dry.state.Status, "history: %v", dry.types())
+	require.Empty(t, dry.starts)
+
+	inner := &Called{Name: "inner", Version: 1, Definition: workflow.Definition{Name: "inner", Timeout: "1m", Steps: []workflow.Step{childStep("kid", "")}}}
+	c := newMemShell(t, childParent(workflow.Step{ID: "call", Kind: workflow.KindWorkflow, Workflow: "inner", Input: map[string]any{"n": 1}}), `{}`)
+	c.catalog[CalledRef{Name: "nap"}], c.catalog[CalledRef{Name: "inner"}] = nap(), inner
+	c.advance()
+	require.Len(t, c.starts, 1)
+	kid := c.starts[0].Start.ExecutionID
+	var timer string
+	for id, tm := range c.state.Timers {
+		if tm.Purpose == events.TimerCallTimeout {
+			timer, c.now = id, tm.Due
+		}
+	}
+	require.NotEmpty(t, timer, "history: %v", c.types())
+	d := Fired(c.input(), timer, c.now)
+	require.Len(t, d.Before, 1, "%+v", d)
+	stop := d.Before[0].(PublishAction)
+	require.Equal(t, kid, stop.Action.ExecutionID)
+	require.Equal(t, events.ActionCancel, stop.Action.Action)
+
+	h := childStep("call", "")
+	h.OnError = []workflow.Step{{ID: "h", Kind: workflow.KindFail, Message: "still broken"}}
+	r := newMemShell(t, childParent(h), `{"n":1}`)
+	r.catalog[CalledRef{Name: "nap"}] = nap()
+	r.advance()
+	first := r.starts[0]
+	r.carry(ChildEnded(r.input(), "call", ChildEnd{ID: first.Start.ExecutionID, Status: projections.StatusFailed, Error: "boom"}))
+	r.advance()
+	require.Equal(t, projections.StatusFailed, r.state.Status)
+	before := len(r.evs)
+	r.carry(r.act(ActionCommand{Key: "res", Record: events.ActionRecord{Action: events.ActionResume, Command: "res"}}))
+	r.advance()
+	for _, ev := range r.evs[before:] {
+		require.NotEqual(t, events.TypeStepScheduled, ev.Type, "the step is not decided again: %v", r.types())
+	}
+	require.Len(t, r.starts, 2)
+	second := r.starts[1].Start
+	require.Equal(t, events.ChildExecutionID("x1", "call", 2), second.ExecutionID)
+	require.Equal(t, 2, second.Parent.Attempt)
+	require.JSONEq(t, string(first.Start.Input), string(second.Input), "its recorded input")
+	if i := r.state.StepIndex("call/on-error1/h"); i >= 0 {
+		require.NotEqual(t, projections.OpPending, r.state.Steps[i].Status, "the old attempt's handler is not run again")
+	}
+
+	many := workflow.Step{ID: "each", Kind: workflow.KindForeach, Items: []any{1, 2, 3, 4, 5, 6}, Concurrency: 6, Steps: []workflow.Step{childStep("call", "")}}
+	m := newMemShell(t, childParent(many), `{"n":1}`)
+	m.catalog[CalledRef{Name: "nap"}] = nap()
+	m.advance()
+	require.Len(t, m.starts, 6)
+	in := m.input()
+	in.MaxEvent = 4 * 3 * (len("each[0]/call") + len(m.starts[0].Start.ExecutionID) + 80) // room for three
+	d = Action(in, ActionCommand{Key: "k", Record: events.ActionRecord{Action: events.ActionKill, Command: "k"}})
+	require.Len(t, d.Before, 6, "every child is told")
+	require.Len(t, d.Events[len(d.Events)-1].(*events.ExecutionCancelled).Children, 3, "those that fit are recorded")
+
+	other := newMemShell(t, countdown(), `{"n":2}`)
+	other.state.Parent = &events.ParentRef{ExecutionID: "p1", Workflow: "parent", StepID: "call", Attempt: 1}
+	d = other.act(ActionCommand{Key: "c", Parent: &events.ParentRef{ExecutionID: "p1", Workflow: "parent", StepID: "call", Attempt: 2},
+		Record: events.ActionRecord{Action: events.ActionCancel, Command: "c"}})
+	require.NotNil(t, d.Reject)
+	require.Contains(t, d.Reject.Reason, `execution "x1" is not the child execution of step call (attempt 2) of p1`)
 }

@@ -103,11 +103,11 @@ func Fired(in Input, timerID string, sentAt time.Time) Decision {
 	d := Decision{Events: []events.Payload{&events.TimerFired{TimerID: timerID}}}
 	switch t.Purpose {
 	case events.TimerWorkflowTimeout:
-		d.Before = abandoned(in.State, "", "the workflow timed out after "+in.Def.Timeout)
+		d.Before = in.abandoned("", "the workflow timed out after "+in.Def.Timeout)
 	case events.TimerCallTimeout:
 		if st, ok := callInstance(in.State, t.StepID); ok && st.Status == projections.OpPending && t.Attempt == in.State.Resumes {
 			// The call still runs (its steps, or its own on-error steps).
-			d.Before = abandoned(in.State, t.StepID+"/", "the workflow it belongs to (called by step "+st.ID+") timed out")
+			d.Before = in.abandoned(t.StepID+"/", "the workflow it belongs to (called by step "+st.ID+") timed out")
 		}
 	}
 	return d
@@ -132,18 +132,27 @@ func instancePrefix(path string, attempt int) string {
 // abandoned tells the agents to terminate the attempts a workflow's
 // timeout leaves behind: every operation with them under prefix ("" for
 // the execution's workflow, else a called workflow's steps) but those of
-// the workflow's own on-error steps (which run after the timeout). Before the
+// the workflow's own on-error steps (which run after the timeout), and
+// the child executions there (those whose step says on_parent_end:
+// cancel) are told to cancel. Before the
 // timer's firing is recorded: a crash in between fires it again, and the
 // notices are published again (deduplicated by task); a firing whose
 // append conflicts is decided again too (the timer fires however that
 // goes).
-func abandoned(s projections.Execution, prefix, reason string) []Effect {
+func (in Input) abandoned(prefix, reason string) []Effect {
 	var out []Effect
-	for _, st := range s.Steps {
-		if st.Status.InFlight() && st.TaskID != "" && strings.HasPrefix(st.ID, prefix) && !strings.HasPrefix(st.ID, prefix+workflowOnError) &&
-			!inCompensation(st.ID) { // a compensation runs to its end
+	left := func(path string) bool { // a compensation runs to its end
+		return strings.HasPrefix(path, prefix) && !strings.HasPrefix(path, prefix+workflowOnError) && !inCompensation(path)
+	}
+	for _, st := range in.State.Steps {
+		if st.Status.InFlight() && st.TaskID != "" && left(st.ID) {
 			out = append(out, PublishKill{TaskID: st.TaskID, Reason: reason})
 		}
+	}
+	// Child executions it leaves running are told to cancel (their steps
+	// go no further; a retry of the call starts new ones).
+	for _, c := range in.stoppable(in.State, left) {
+		out = append(out, in.stopChild(c, events.ActionCancel, reason))
 	}
 	return out
 }
@@ -195,7 +204,10 @@ type ActionCommand struct {
 	// Version, for a resume, force-resume or replay: the version of the
 	// workflow to move the execution to first (0: it stays on its own).
 	Version events.TargetVersion
-	SentAt  time.Time
+	// Parent, when set, limits the action to the child execution of that
+	// step (a parent stopping its children).
+	Parent *events.ParentRef
+	SentAt time.Time
 }
 
 // Action decides an operator's action. Every action is recorded in the
@@ -233,6 +245,10 @@ func Action(in Input, cmd ActionCommand) Decision {
 	}
 	if s.Status == projections.StatusNone {
 		return notStarted(in, in.ID, cmd.SentAt)
+	}
+	if p := cmd.Parent; p != nil && (s.Parent == nil || s.Parent.ExecutionID != p.ExecutionID || s.Parent.StepID != p.StepID || s.Parent.Attempt != p.Attempt) {
+		return reject(events.CodeConflict, "execution %q is not the child execution of step %s (attempt %d) of %s: the %s is for that child only",
+			in.ID, p.StepID, p.Attempt, p.ExecutionID, action)
 	}
 	if cmd.Version != 0 && action != events.ActionResume && action != events.ActionForceResume && action != events.ActionReplay {
 		return reject(events.CodeInvalid, "version applies to resume, force-resume and replay, not to %s", action)

@@ -450,7 +450,7 @@ func (in Input) carry(a action) Decision {
 		return Decision{Events: []events.Payload{in.final(p)}, After: after}
 	}
 	if reason := dryRunSkip(s, a); reason != "" { // nothing runs, sleeps or waits
-		return one(&events.StepSkipped{StepID: id, DryRun: true, Reason: reason})
+		return one(&events.StepSkipped{StepID: id, Kind: nestedKind, DryRun: true, Reason: reason}) // a nested step is created by it
 	}
 	switch a.kind {
 	case actSkip:

@@ -264,7 +264,7 @@ func planWith(d workflow.Definition, s projections.Execution, runs []ran, pts []
 			return p, refuse("workflow %s is not replayable from start (say replayable: from start)", d.Name)
 		}
 		p = startPlan(s)
-		return p, checkIdle(s, p.reset, ask)
+		return p, checkIdle(d, s, p.reset, ask)
 	case events.ReplayLast:
 		if ask.step != "" {
 			return pointBefore(d, s, pts, ask, ask.step, 0)
@@ -345,6 +345,9 @@ func resumePlan(d workflow.Definition, s projections.Execution, runs []ran, pts 
 	if !ask.force && last.st.Status.InFlight() && !ask.settled[last.st.ID] {
 		return replayPlan{}, refuse("step %s is still running on an agent: wait for its result, or cancel the execution first", last.st.ID)
 	}
+	if err := checkIdle(d, s, []string{last.st.ID}, replayAsk{force: true}); err != nil { // a child it waits for
+		return replayPlan{}, err
+	}
 	anc, frame, _ := ancestry(s, last.st.ID)
 	p := replayPlan{point: last.st.ID, mode: events.ReplayModeResume, entered: last.st.Entered,
 		resume: []string{last.st.ID}, reopen: anc}
@@ -395,7 +398,7 @@ func startPlan(s projections.Execution) replayPlan {
 func pointPlan(d workflow.Definition, s projections.Execution, pt point, ask replayAsk) (replayPlan, error) {
 	if pt.path == "" {
 		p := startPlan(s)
-		return p, checkIdle(s, p.reset, ask)
+		return p, checkIdle(d, s, p.reset, ask)
 	}
 	anc, frame, _ := ancestry(s, pt.path)
 	reset := map[string]bool{}
@@ -409,17 +412,17 @@ func pointPlan(d workflow.Definition, s projections.Execution, pt point, ask rep
 		addDescendants(s, reset, id)
 	}
 	p := replayPlan{point: pt.path, mode: events.ReplayModeReplay, entered: pt.entered, reopen: anc, reset: sortedPaths(s, reset)}
-	return p, checkIdle(s, p.reset, ask)
+	return p, checkIdle(d, s, p.reset, ask)
 }
 
 // checkIdle refuses to start over an operation still with an agent unless
-// forced (its late result is then ignored), and a step waiting for its
-// child execution.
-func checkIdle(s projections.Execution, reset []string, ask replayAsk) error {
+// forced (its late result is then ignored), and a step waiting for a
+// child execution that must not be left running.
+func checkIdle(d workflow.Definition, s projections.Execution, reset []string, ask replayAsk) error {
 	for _, id := range reset { // forced or not: a child runs on its own, and would be left running
-		if st, ok := instanceOf(s, id); ok && st.Status == projections.OpPending && st.ChildStep() {
-			return refuse("step %s waits for its child execution %s: resume the execution to take the child's result, "+
-				"or cancel the child, before replaying over it", id, childOfStep(st))
+		if st, ok := instanceOf(s, id); ok && leftRunning(d, s, st) {
+			return refuse("step %s waits for its child execution %s, which its parent must stop when it ends (on_parent_end: cancel): "+
+				"wait for the child's end, or cancel the child, before replaying over it", id, childOfStep(st))
 		}
 	}
 	if ask.force {

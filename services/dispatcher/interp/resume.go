@@ -60,7 +60,7 @@ func staleHandler(s projections.Execution, path string, reset map[string]bool) b
 		owner := strings.Join(segs[:i], "/")
 		n, _ := strconv.Atoi(strings.TrimPrefix(segs[i], "on-error"))
 		st, ok := instanceOf(s, owner)
-		if !ok || st.Attempt != n || (reset[owner] && !workflow.IsContainer(st.Kind)) {
+		if !ok || st.Attempt != n || (reset[owner] && (!workflow.IsContainer(st.Kind) || st.ChildStep())) { // run again under a new attempt
 			return true
 		}
 	}

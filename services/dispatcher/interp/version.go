@@ -138,9 +138,9 @@ func retire(from, to workflow.Definition, s projections.Execution, action string
 			}
 			return nil, fmt.Sprintf("step %s (%s) was sent to an agent and has not reported, and the new version has no step %s: "+
 				"its report would be lost; %s", st.ID, cmp.Or(st.Kind, "operation"), st.ID, how)
-		case !ok && st.Status == projections.OpPending && st.ChildStep():
+		case !ok && leftRunning(from, s, st):
 			return nil, fmt.Sprintf("step %s waits for its child execution %s, and the new version has no step %s: "+
-				"resume without a version first to take the child's result, or cancel the child", st.ID, childOfStep(st), st.ID)
+				"wait for the child's end (resume without a version takes it), or cancel the child", st.ID, childOfStep(st), st.ID)
 		case !ok:
 			retired = append(retired, st.ID)
 		case (st.Kind == "" || step.Kind == st.Kind) && st.Status != projections.OpNone && st.Status != projections.OpSucceeded &&

@@ -190,9 +190,14 @@ func printExecution(w io.Writer, x projections.Execution, retention string) {
 		}
 		state := string(st.Status)
 		switch {
-		case st.Status == projections.OpPending && x.Status.Active():
+		case st.Status != projections.OpPending:
+		case x.Status.Active():
 			state = "the step waits for its end"
-		case st.Status == projections.OpPending:
+		case x.Status == projections.StatusSuspended:
+			state = "runs on while this execution is suspended; a resume takes its end"
+		case x.Status == projections.StatusSucceeded:
+			state = "left running when this execution ended (on_parent_end: abandon)"
+		default:
 			state = "left running when this execution ended (on_parent_end: abandon); a resume takes its end"
 		}
 		fmt.Fprintf(tw, "child\t%s (workflow %s), started by step %s: %s\n", st.Child, st.ChildWorkflow, st.ID, state)
