@@ -32,20 +32,27 @@ func TestParseChildSteps(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := workflow.Parse([]byte(tc.input))
-			var ve *workflow.ValidationError
-			require.True(t, errors.As(err, &ve), "%v", err)
-			found := false
-			for _, p := range ve.Problems {
-				if p.Field == tc.field {
-					require.Contains(t, p.Message, tc.msg)
-					require.NotZero(t, p.Line, "the problem names its line")
-					found = true
-				}
-			}
-			require.True(t, found, "no problem names %s: %v", tc.field, ve.Problems)
+			requireProblem(t, tc.input, tc.field, tc.msg)
 		})
 	}
+}
+
+// requireProblem parses input and requires a problem naming field, on
+// its line, whose message holds msg.
+func requireProblem(t *testing.T, input, field, msg string) {
+	t.Helper()
+	_, err := workflow.Parse([]byte(input))
+	var ve *workflow.ValidationError
+	require.True(t, errors.As(err, &ve), "%v", err)
+	found := false
+	for _, p := range ve.Problems {
+		if p.Field == field {
+			require.Contains(t, p.Message, msg)
+			require.NotZero(t, p.Line, "the problem names its line")
+			found = true
+		}
+	}
+	require.True(t, found, "no problem names %s: %v", field, ve.Problems)
 }
 
 // TestUnknownFieldsHintAtTheSpelling: a field spelled with '-' for '_'

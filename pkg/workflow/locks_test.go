@@ -1,7 +1,6 @@
 package workflow_test
 
 import (
-	"errors"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -61,18 +60,7 @@ func TestParseLockErrors(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := workflow.Parse([]byte(tc.input))
-			var ve *workflow.ValidationError
-			require.True(t, errors.As(err, &ve), "%v", err)
-			found := false
-			for _, p := range ve.Problems {
-				if p.Field == tc.field {
-					require.Contains(t, p.Message, tc.msg)
-					require.NotZero(t, p.Line, "the problem names its line")
-					found = true
-				}
-			}
-			require.True(t, found, "no problem names %s: %v", tc.field, ve.Problems)
+			requireProblem(t, tc.input, tc.field, tc.msg)
 		})
 	}
 }

@@ -74,6 +74,15 @@ func (s *stack) childOf(t *testing.T, parent string) string {
 	return child
 }
 
+// startParent starts an execution id of workflow wf and returns the id
+// of its child, once that runs.
+func (s *stack) startParent(t *testing.T, wf, id string) string {
+	t.Helper()
+	_, err := s.c.Start(context.Background(), client.StartRequest{Workflow: wf, ID: id})
+	require.NoError(t, err)
+	return s.childOf(t, id)
+}
+
 // TestChildExecutions runs a workflow as a child execution of another:
 // the parent waits for it and takes its output; each links to the
 // other; an operator's cancel of the child fails the parent's step;
@@ -89,9 +98,7 @@ func TestChildExecutions(t *testing.T) {
 	}
 
 	t.Log("the parent waits for its child and takes its output")
-	_, err := s.c.Start(ctx, client.StartRequest{Workflow: "parent", ID: "p1"})
-	require.NoError(t, err)
-	child := s.childOf(t, "p1")
+	child := s.startParent(t, "parent", "p1")
 	c, err := s.c.Execution(ctx, child)
 	require.NoError(t, err)
 	require.Equal(t, &events.ParentRef{ExecutionID: "p1", Workflow: "parent", StepID: "call", Attempt: 1}, c.Parent)
@@ -114,9 +121,7 @@ func TestChildExecutions(t *testing.T) {
 	require.Regexp(t, `parent\s+step call \(attempt 1\) of p1 \(workflow parent\)`, out)
 
 	t.Log("an operator cancels the child: the parent's step fails")
-	_, err = s.c.Start(ctx, client.StartRequest{Workflow: "parent", ID: "p2"})
-	require.NoError(t, err)
-	child = s.childOf(t, "p2")
+	child = s.startParent(t, "parent", "p2")
 	_, err = s.c.Act(ctx, child, client.ActionRequest{Action: events.ActionCancel, Reason: "not needed"})
 	require.NoError(t, err)
 	x = s.waitDone(t, "p2", 30*time.Second)
@@ -124,9 +129,7 @@ func TestChildExecutions(t *testing.T) {
 	require.Equal(t, "step call failed: child execution "+child+" was cancelled", x.Error)
 
 	t.Log("cancelling the parent cancels its child")
-	_, err = s.c.Start(ctx, client.StartRequest{Workflow: "parent", ID: "p3"})
-	require.NoError(t, err)
-	child = s.childOf(t, "p3")
+	child = s.startParent(t, "parent", "p3")
 	_, err = s.c.Act(ctx, "p3", client.ActionRequest{Action: events.ActionCancel, Reason: "customer left"})
 	require.NoError(t, err)
 	x = s.waitDone(t, "p3", 30*time.Second)
@@ -141,9 +144,7 @@ func TestChildExecutions(t *testing.T) {
 	require.Equal(t, "execution p3 (workflow parent), step call", c.Cancellation.RequestedBy)
 
 	t.Log("a kill of the parent is passed on as a kill")
-	_, err = s.c.Start(ctx, client.StartRequest{Workflow: "parent", ID: "p4"})
-	require.NoError(t, err)
-	child = s.childOf(t, "p4")
+	child = s.startParent(t, "parent", "p4")
 	_, err = s.c.Act(ctx, "p4", client.ActionRequest{Action: events.ActionKill})
 	require.NoError(t, err)
 	c = s.waitDone(t, child, 30*time.Second)
@@ -151,9 +152,7 @@ func TestChildExecutions(t *testing.T) {
 	require.Equal(t, events.ActionKill, c.Cancellation.Action)
 
 	t.Log("an abandoned child runs on; a resume of its parent takes its result")
-	_, err = s.c.Start(ctx, client.StartRequest{Workflow: "drifter", ID: "d1"})
-	require.NoError(t, err)
-	child = s.childOf(t, "d1")
+	child = s.startParent(t, "drifter", "d1")
 	_, err = s.c.Act(ctx, "d1", client.ActionRequest{Action: events.ActionCancel})
 	require.NoError(t, err)
 	x = s.waitDone(t, "d1", 30*time.Second)

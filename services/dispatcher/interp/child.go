@@ -46,20 +46,12 @@ func (in Input) scheduleChild(a action, kind string) Decision {
 	fail := func(msg string) Decision {
 		return in.carry(action{kind: actStepFail, step: a.step, path: a.path, attempt: a.attempt, err: msg, final: true})
 	}
-	ref := CalledRef{Name: a.step.Workflow, Version: a.step.Version}
-	rec, loaded := in.Called[ref]
-	switch {
-	case !loaded:
-		return Decision{Need: NeedWorkflow{Ref: ref}}
-	case rec == nil:
-		return fail(notRegistered(a.step.Workflow, a.step.Version))
+	rec, rendered, d, ok := in.calledBy(a, fail)
+	if !ok {
+		return d
 	}
-	var rendered struct {
-		Input json.RawMessage `json:"input"`
-	}
-	_ = json.Unmarshal(a.input, &rendered)
 	id := events.ChildExecutionID(in.ID, a.path, a.attempt)
-	start := events.StartExecution{Workflow: rec.Name, Version: rec.Version, Input: orEmpty(rendered.Input), ExecutionID: id,
+	start := events.StartExecution{Workflow: rec.Name, Version: rec.Version, Input: orEmpty(rendered), ExecutionID: id,
 		WaitAfterFail: in.State.WaitAfterFail,
 		Parent: &events.ParentRef{ExecutionID: in.ID, Workflow: in.Workflow, StepID: a.path, Attempt: a.attempt,
 			Retention: in.State.Retention}}
@@ -94,6 +86,25 @@ func notRegistered(name string, version int) string {
 		return fmt.Sprintf("workflow %q is not registered", name)
 	}
 	return fmt.Sprintf("workflow %q version %d is not registered", name, version)
+}
+
+// calledBy loads the workflow a workflow step calls by name (its
+// version, or the latest now), with the input the step rendered for it;
+// ok is false with what to decide first (a need, or the step's failure).
+func (in Input) calledBy(a action, fail func(string) Decision) (rec *Called, input json.RawMessage, d Decision, ok bool) {
+	ref := CalledRef{Name: a.step.Workflow, Version: a.step.Version}
+	rec, loaded := in.Called[ref]
+	switch {
+	case !loaded:
+		return nil, nil, Decision{Need: NeedWorkflow{Ref: ref}}, false
+	case rec == nil:
+		return nil, nil, fail(notRegistered(a.step.Workflow, a.step.Version)), false
+	}
+	var rendered struct {
+		Input json.RawMessage `json:"input"`
+	}
+	_ = json.Unmarshal(a.input, &rendered)
+	return rec, rendered.Input, Decision{}, true
 }
 
 // childStartID is the id of a child's start command (and its message id).

@@ -697,23 +697,15 @@ func (in Input) scheduleCalled(a action, kind string) Decision {
 	if strings.Count(a.path, "/") > 4*workflow.MaxDepth {
 		return fail("workflows call each other too deep (a workflow calling itself?)")
 	}
-	ref := CalledRef{Name: a.step.Workflow, Version: a.step.Version}
-	rec, loaded := in.Called[ref]
-	switch {
-	case !loaded:
-		return Decision{Need: NeedWorkflow{Ref: ref}}
-	case rec == nil:
-		return fail(notRegistered(a.step.Workflow, a.step.Version))
+	rec, rendered, d, ok := in.calledBy(a, fail)
+	if !ok {
+		return d
 	}
-	var rendered struct {
-		Input json.RawMessage `json:"input"`
-	}
-	_ = json.Unmarshal(a.input, &rendered)
-	if problems := rec.Definition.CheckInput(rendered.Input); len(problems) > 0 {
+	if problems := rec.Definition.CheckInput(rendered); len(problems) > 0 {
 		return fail(fmt.Sprintf("input of workflow %s: %s %s", rec.Name, problems[0].Field, problems[0].Message))
 	}
 	input, err := json.Marshal(map[string]any{"workflow": rec.Name, "version": rec.Version,
-		"definition": rec.Definition, "input": orEmpty(rendered.Input)})
+		"definition": rec.Definition, "input": orEmpty(rendered)})
 	if err != nil {
 		return Decision{Err: err}
 	}
