@@ -395,6 +395,10 @@ type Step struct {
 	// step is pending until the child's end is recorded.
 	Child         string `json:"child,omitempty"`
 	ChildWorkflow string `json:"child_workflow,omitempty"`
+	// Stopped: the step failed because its execution, as it ended (or
+	// began to compensate), told its child to stop: a resume starts a new
+	// child rather than handle the failure.
+	Stopped bool `json:"stopped,omitempty"`
 	// AfterEnd is what became of the attempt when it was with the agents
 	// as the execution ended: its final report, which arrived after the
 	// end and changed nothing (events.ResultAfterEnd). Nil until then, and
@@ -637,7 +641,7 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 			st.Attempt, st.Input, st.ScheduledAt = e.Attempt, e.Input, ev.Time
 			st.Output, st.Error, st.StartedAt, st.EndedAt, st.Agent, st.TaskID, st.TaskSeq, st.Delivery, st.Final, st.Lost = nil, "", time.Time{}, time.Time{}, "", "", 0, 0, false, false
 			st.SentAt, st.sentUnrecorded = time.Time{}, false
-			st.Child, st.ChildWorkflow = "", ""
+			st.Child, st.ChildWorkflow, st.Stopped = "", "", false
 		})
 	case *events.StepDispatched:
 		// Scheduled, then sending, at the event's time: the two folds in
@@ -807,25 +811,26 @@ func (s Execution) stopChildren(ev events.Event, stopped []events.StoppedChild, 
 		if st.Status != OpPending || st.Attempt != c.Attempt || !st.ChildStep() {
 			return s, &TransitionError{ExecutionID: s.ID, From: string(st.Status), Event: ev.Type, StepID: c.StepID}
 		}
-		st.Status, st.EndedAt, st.Child = OpFailed, ev.Time, c.ExecutionID
+		st.Status, st.EndedAt, st.Child, st.Stopped = OpFailed, ev.Time, c.ExecutionID, true
 		st.Error = fmt.Sprintf("child execution %s: told to %s, as its parent execution %s %s", c.ExecutionID, c.Action, s.ID, ended)
 	}
 	return s, nil
 }
 
 // renewChild returns a child step's recorded schedule (input) with the
-// start of the child of attempt attempt: its id, and its parent's
-// attempt.
-func renewChild(input json.RawMessage, parent, path string, attempt int) json.RawMessage {
+// start of the child of attempt attempt of parent s: its id, its
+// parent's attempt, and what it takes from its parent now (retention,
+// wait_after_fail).
+func renewChild(input json.RawMessage, s Execution, path string, attempt int) json.RawMessage {
 	var rec map[string]json.RawMessage
 	var start events.StartExecution
 	if json.Unmarshal(input, &rec) != nil || json.Unmarshal(rec["start"], &start) != nil || start.Parent == nil {
 		return input // not a child's (ChildStep said it was)
 	}
-	id := events.ChildExecutionID(parent, path, attempt)
+	id := events.ChildExecutionID(s.ID, path, attempt)
 	p := *start.Parent
-	p.Attempt = attempt
-	start.ExecutionID, start.Parent = id, &p
+	p.Attempt, p.Retention = attempt, s.Retention
+	start.ExecutionID, start.Parent, start.WaitAfterFail = id, &p, s.WaitAfterFail
 	rec["child"], _ = json.Marshal(id)
 	rec["start"], _ = json.Marshal(start)
 	out, err := json.Marshal(rec)
@@ -903,7 +908,7 @@ func (s Execution) resume(ev events.Event, e *events.ExecutionResumed) (Executio
 		if i < 0 {
 			return s, fmt.Errorf("%w: %q in %s", ErrUnknownStep, id, ev.Type)
 		}
-		s.Steps[i] = rerun(s.ID, s.Steps[i], ev.Time)
+		s.Steps[i] = rerun(s, s.Steps[i], ev.Time)
 	}
 	return s, nil
 }
@@ -916,11 +921,12 @@ func (s Execution) resume(ev events.Event, e *events.ExecutionResumed) (Executio
 // condition; a child step gets a new attempt, pending with its recorded
 // start renewed for it (a new child execution). Its retries count
 // afresh.
-func rerun(execution string, st Step, at time.Time) Step {
-	st.Error, st.Output, st.EndedAt, st.WaitUntil, st.Lost, st.AfterEnd = "", nil, time.Time{}, time.Time{}, false, nil
+func rerun(s Execution, st Step, at time.Time) Step {
+	st.Error, st.Output, st.EndedAt, st.WaitUntil, st.Lost, st.AfterEnd, st.Stopped = "", nil, time.Time{}, time.Time{}, false, nil, false
 	switch {
 	case st.Final:
 		st.Status, st.Final, st.RetryBase, st.Entered, st.SleptFrom = OpNone, false, st.Attempt, 0, time.Time{}
+		st.Child, st.ChildWorkflow = "", ""
 	case st.ChildStep():
 		// A new child under a new attempt, from the recorded start (its
 		// id and its parent's attempt renewed): the step is not decided
@@ -928,7 +934,7 @@ func rerun(execution string, st Step, at time.Time) Step {
 		st.Attempt++
 		st.Status, st.RetryBase, st.ScheduledAt = OpPending, st.Attempt-1, at
 		st.Child, st.ChildWorkflow, st.StartedAt = "", "", time.Time{}
-		st.Input = renewChild(st.Input, execution, st.ID, st.Attempt)
+		st.Input = renewChild(st.Input, s, st.ID, st.Attempt)
 	case containerKinds[st.Kind]:
 		st.Status, st.RetryBase = OpPending, st.Attempt-1
 	default:
@@ -1010,7 +1016,7 @@ func (s Execution) replay(ev events.Event, e *events.ExecutionReplayed) (Executi
 		if i < 0 {
 			return s, fmt.Errorf("%w: %q in %s", ErrUnknownStep, id, ev.Type)
 		}
-		s.Steps[i] = rerun(s.ID, s.Steps[i], ev.Time)
+		s.Steps[i] = rerun(s, s.Steps[i], ev.Time)
 	}
 	for _, id := range e.Reopen {
 		i := s.StepIndex(id)

@@ -216,8 +216,8 @@ func childOfStep(st projections.Step) string {
 // that must not run without its parent's step: one it waits for whose
 // step says on_parent_end: cancel (an abandoned one may run on).
 func leftRunning(d workflow.Definition, s projections.Execution, st projections.Step) bool {
-	if st.Status != projections.OpPending || !st.ChildStep() {
-		return false
+	if st.Status != projections.OpPending || !st.ChildStep() || s.Status.Terminal() {
+		return false // an ended execution told each such child to stop as it ended
 	}
 	_, step, ok := resolveFrame(d, s, st.ID)
 	return !ok || step.OnParentEnd != workflow.OnParentEndAbandon
@@ -266,8 +266,9 @@ func (PublishAction) effect() {}
 // the same command id), and the event records its step failed (one
 // event: a crash cannot leave the steps failed and the end unrecorded);
 // one that says abandon runs on, its step pending, and so does one of a
-// compensation (a compensation runs to its end, and a compensate action
-// goes on with it). Nothing for an execution that is only suspended.
+// compensation unless a force-cancel or a kill ends it (a compensation
+// runs to its end, and a compensate action goes on with it). Nothing for
+// an execution that is only suspended.
 func (in Input) childrenStopped(d Decision, action string) Decision {
 	if len(d.Events) == 0 {
 		return d
@@ -288,7 +289,7 @@ func (in Input) childrenStopped(d Decision, action string) Decision {
 	}
 	var before []Effect
 	size := 0
-	for _, c := range in.stoppable(in.State, func(string) bool { return true }) {
+	for _, c := range in.stoppable(in.State, func(path string) bool { return action != events.ActionCancel || !inCompensation(path) }) {
 		before = append(before, in.stopChild(c, action, fmt.Sprintf("its parent execution %s %s", in.ID, ended)))
 		// An event holds as many as fit (a few thousand); a child past
 		// them is told all the same, and its step stays pending.
@@ -300,13 +301,13 @@ func (in Input) childrenStopped(d Decision, action string) Decision {
 	return d
 }
 
-// stoppable returns the running children of s that its end (or a
-// timeout of the scope holding them: in) stops: not those whose step
-// says on_parent_end: abandon, nor those of a compensation.
+// stoppable returns the running children of s at the paths within
+// accepts that its end (or a timeout of the scope holding them) stops:
+// not those whose step says on_parent_end: abandon.
 func (in Input) stoppable(s projections.Execution, within func(path string) bool) []runningChild {
 	var out []runningChild
 	for _, c := range runningChildren(s) {
-		if !within(c.step.ID) || inCompensation(c.step.ID) {
+		if !within(c.step.ID) {
 			continue
 		}
 		if _, step, ok := resolveFrame(in.Def, s, c.step.ID); ok && step.OnParentEnd == workflow.OnParentEndAbandon {
@@ -321,14 +322,15 @@ func (in Input) stoppable(s projections.Execution, within func(path string) bool
 // if it is the child of c's step (Parent), so that an execution another
 // start put under the child's id is never stopped.
 func (in Input) stopChild(c runningChild, action, why string) PublishAction {
-	return PublishAction{ID: childStopID(c.id), Workflow: c.wf, Action: events.ExecutionAction{
+	return PublishAction{ID: childStopID(c.id, action), Workflow: c.wf, Action: events.ExecutionAction{
 		ExecutionID: c.id, Action: action, Reason: why, RequestedBy: stepRequestedBy(in.ID, in.Workflow, c.step.ID),
 		Parent: &events.ParentRef{ExecutionID: in.ID, Workflow: in.Workflow, StepID: c.step.ID, Attempt: c.step.Attempt}}}
 }
 
-// childStopID is the id of the action that stops a child when its
-// parent ends: a parent stops a child once.
-func childStopID(child string) string {
-	sum := sha256.Sum256([]byte(child))
+// childStopID is the id of the action that tells a child to stop: a
+// parent tells a child each action once (a timeout's cancel, then its
+// end's kill, are two).
+func childStopID(child, action string) string {
+	sum := sha256.Sum256([]byte(child + "\x00" + action))
 	return "childstop-" + hex.EncodeToString(sum[:12])
 }

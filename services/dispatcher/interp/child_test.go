@@ -426,3 +426,87 @@ func TestChildSecondReview(t *testing.T) {
 	require.NotNil(t, d.Reject)
 	require.Contains(t, d.Reject.Reason, `execution "x1" is not the child execution of step call (attempt 2) of p1`)
 }
+
+// fireCallTimeout records the firing of the execution's call timeout, as
+// the shell does for its FireTimer command, and decides on.
+func fireCallTimeout(t *testing.T, c *memShell) {
+	t.Helper()
+	var timer string
+	for id, tm := range c.state.Timers {
+		if tm.Purpose == events.TimerCallTimeout && !tm.Fired {
+			timer, c.now = id, tm.Due
+		}
+	}
+	require.NotEmpty(t, timer, "history: %v", c.types())
+	c.carry(Fired(c.input(), timer, c.now))
+	c.advance()
+}
+
+// TestChildThirdReview: a timeout's cancel and a later kill of the
+// parent are two commands for the child; a kill during a compensation
+// stops the compensation's child; a move that would carry a waiting child
+// step to another path is refused; a resume runs a step its parent's end
+// stopped again, with a new child, not its on-error steps.
+func TestChildThirdReview(t *testing.T) {
+	t.Parallel()
+	inner := &Called{Name: "inner", Version: 1, Definition: workflow.Definition{Name: "inner", Timeout: "1m", Steps: []workflow.Step{childStep("kid", "")}}}
+	call := workflow.Step{ID: "call", Kind: workflow.KindWorkflow, Workflow: "inner", Input: map[string]any{"n": 1},
+		OnError: []workflow.Step{{ID: "wait", Kind: workflow.KindSleep, Duration: "1h"}}}
+	c := newMemShell(t, childParent(call), `{}`)
+	c.catalog[CalledRef{Name: "nap"}], c.catalog[CalledRef{Name: "inner"}] = nap(), inner
+	c.advance()
+	fireCallTimeout(t, c)
+	require.Len(t, c.actions, 1)
+	c.carry(c.act(ActionCommand{Key: "k", Record: events.ActionRecord{Action: events.ActionKill, Command: "k"}}))
+	require.Len(t, c.actions, 2)
+	require.Equal(t, events.ActionKill, c.actions[1].Action.Action)
+	require.NotEqual(t, c.actions[0].ID, c.actions[1].ID, "the kill is a command of its own")
+
+	comp := childParent(
+		workflow.Step{ID: "book", Kind: workflow.KindLog, Message: "booked", Compensate: []workflow.Step{childStep("undo", "")}},
+		workflow.Step{ID: "boom", Kind: workflow.KindFail, Message: "boom"})
+	comp.CompensateOn = []string{events.CompensateForFailure}
+	m := newMemShell(t, comp, `{"n":1}`)
+	m.catalog[CalledRef{Name: "nap"}] = nap()
+	m.advance()
+	for len(m.tasks) > 0 && len(m.starts) == 0 && m.state.Status.Active() {
+		m.carry(m.report(&events.OperationSucceeded{}))
+		m.advance()
+	}
+	require.Len(t, m.starts, 1, "history: %v", m.types())
+	require.Empty(t, m.actions, "a compensation's child runs while it compensates")
+	m.carry(m.act(ActionCommand{Key: "k", Record: events.ActionRecord{Action: events.ActionKill, Command: "k"}}))
+	require.Len(t, m.actions, 1, "a kill stops it")
+	require.Equal(t, m.starts[0].Start.ExecutionID, m.actions[0].Action.ExecutionID)
+
+	par := workflow.Step{ID: "both", Kind: workflow.KindParallel, Branches: []workflow.Branch{
+		{ID: "a", Steps: []workflow.Step{childStep("call", "")}},
+		{ID: "b", Steps: []workflow.Step{{ID: "boom", Kind: workflow.KindFail, Message: "boom"}}},
+	}}
+	w := newMemShell(t, childParent(par), `{"n":1}`)
+	w.state.WaitAfterFail = true
+	w.catalog[CalledRef{Name: "nap"}] = nap()
+	w.advance()
+	v2 := childParent(workflow.Step{ID: "outer", Kind: workflow.KindWorkflow, Steps: []workflow.Step{par}})
+	v2.Version = 2
+	w.catalog[CalledRef{Name: "parent", Version: 2}] = &Called{Name: "parent", Version: 2, Definition: v2}
+	d := w.act(resumeOn(2, events.ActionResume))
+	require.NotNil(t, d.Reject)
+	require.Contains(t, d.Reject.Reason, "step both/a/call waits for its child execution")
+	require.Contains(t, d.Reject.Reason, "the new version moves it to outer/both/a/call")
+
+	stopped := childStep("call", "")
+	stopped.OnError = []workflow.Step{{ID: "note", Kind: workflow.KindLet, Vars: map[string]any{"shipped": false}}}
+	r := newMemShell(t, childParent(workflow.Step{ID: "both", Kind: workflow.KindParallel, Branches: []workflow.Branch{
+		{ID: "a", Steps: []workflow.Step{stopped}},
+		{ID: "b", Steps: []workflow.Step{{ID: "boom", Kind: workflow.KindFail, Message: "boom"}}},
+	}}), `{"n":1}`)
+	r.catalog[CalledRef{Name: "nap"}] = nap()
+	r.advance()
+	require.Equal(t, projections.StatusFailed, r.state.Status)
+	require.True(t, r.state.Steps[r.state.StepIndex("both/a/call")].Stopped)
+	r.carry(r.act(ActionCommand{Key: "res", Record: events.ActionRecord{Action: events.ActionResume, Command: "res"}}))
+	r.advance()
+	require.Len(t, r.starts, 2, "a new child: %v", r.types())
+	require.Negative(t, r.state.StepIndex("both/a/call/on-error1/note"), "not its on-error steps")
+}

@@ -35,6 +35,7 @@ func resetFor(d workflow.Definition, s projections.Execution, force bool, failed
 		}
 		switch {
 		case st.Status == projections.OpRescheduled, force && st.Status.InFlight(), failedBefore[st.ID] && st.Status.InFlight():
+		case st.Status == projections.OpFailed && st.Stopped: // the end stopped its child: a new child, not its on-error steps
 		case st.Status == projections.OpFailed:
 			if f, step, ok := resolveFrame(d, s, st.ID); ok && len(step.OnError) > 0 && e.handle(f, step, st).state != failed {
 				continue // recovered by its on-error steps, or being handled by them

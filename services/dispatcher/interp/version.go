@@ -57,6 +57,14 @@ func changeVersion(in Input, cmd ActionCommand) Decision {
 		return refuse(fmt.Sprintf("its input does not fit the new version's input schema: %s %s", problems[0].Field, problems[0].Message))
 	}
 	moved := moves(to, s)
+	for _, st := range s.Steps {
+		if to, ok := events.MovedPath(st.ID, moved); ok && st.Status == projections.OpPending && st.ChildStep() {
+			// Its child names the step it was started by: moved, the
+			// step would no longer be its parent's.
+			return refuse(fmt.Sprintf("step %s waits for its child execution %s, and the new version moves it to %s: "+
+				"wait for the child's end (resume without a version takes it), or cancel the child", st.ID, childOfStep(st), to))
+		}
+	}
 	inMoved := renamed(s, moved) // the state with the moved instances at their new paths
 	retired, why := retire(in.Def, to, inMoved, cmd.Record.Action)
 	if why != "" {
