@@ -663,11 +663,13 @@ func (d *Dispatcher) process(ctx context.Context, j job) {
 		}
 	case errors.As(err, &rej): // published and logged by reject
 		_ = j.msg.Term()
+	case ctx.Err() != nil:
+		// Stopping: what failed may have failed for that (a read cut
+		// short); whoever handles it next decides whether it is permanent.
+		_ = j.msg.Nak()
 	case errors.As(err, &perm):
 		log.Error().Err(err).Msg("drop message that cannot be applied")
 		_ = j.msg.Term()
-	case ctx.Err() != nil:
-		_ = j.msg.Nak()
 	default:
 		log.Warn().Err(err).Dur("retry_in", retryLater(j.msg)).Msg("handle message, will retry")
 	}

@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -355,4 +356,20 @@ func TestFireJobsInHandAreKeptAlive(t *testing.T) {
 	j := q.release(taken[0])
 	require.Equal(t, t0.Add(time.Second), j.alive, "handed on with its last beat")
 	require.Empty(t, q.due(t0.Add(time.Hour), every), "handed on: the turns keep it alive now")
+}
+
+// TestAStartCutShortIsNotDropped: a start whose handling is cut short by
+// the dispatcher stopping (its catalog read cancelled) is handed back,
+// not dropped as a command that can never be applied: the next
+// dispatcher starts it.
+func TestAStartCutShortIsNotDropped(t *testing.T) {
+	t.Parallel()
+	b := setupFires(t)
+	ev := events.New("test", "", "", time.Now(), &events.StartExecution{Workflow: "nap", ExecutionID: "cut-short"})
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	err := b.d.handle(ctx, ev)
+	require.Error(t, err)
+	var perm permanentError
+	require.False(t, errors.As(err, &perm), "a read cancelled by the stop is not permanent: %v", err)
 }

@@ -33,6 +33,9 @@ func (d *Dispatcher) start(ctx context.Context, ev events.Event, cmd *events.Sta
 	if p := (*startcheck.Problem)(nil); errors.As(err, &p) {
 		return d.publishRejected(ctx, ev, &events.CommandRejected{ExecutionID: id, Code: p.Code, Field: p.Field, Reason: p.Message})
 	}
+	if err != nil && (ctx.Err() != nil || bus.Transient(err)) {
+		return err // the catalog could not be read now (the dispatcher stops, a leader is elected): the start is tried again
+	}
 	if err != nil {
 		return permanentError{err}
 	}
