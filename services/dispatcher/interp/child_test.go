@@ -510,3 +510,17 @@ func TestChildThirdReview(t *testing.T) {
 	require.Len(t, r.starts, 2, "a new child: %v", r.types())
 	require.Negative(t, r.state.StepIndex("both/a/call/on-error1/note"), "not its on-error steps")
 }
+
+// TestReplayResumingAtAWaitingChild: a replay resuming (the default)
+// finds a step that waits for its child incomplete, and refuses with why.
+func TestReplayResumingAtAWaitingChild(t *testing.T) {
+	t.Parallel()
+	m := newMemShell(t, childParent(childStep("call", "")), `{"n":1}`)
+	m.catalog[CalledRef{Name: "nap"}] = nap()
+	m.advance()
+	for _, force := range []bool{false, true} {
+		d := m.act(ActionCommand{Key: "r", Force: force, Record: events.ActionRecord{Action: events.ActionReplay, Command: "r"}})
+		require.NotNil(t, d.Reject)
+		require.Contains(t, d.Reject.Reason, "step call waits for its child execution "+events.ChildExecutionID("x1", "call", 1))
+	}
+}

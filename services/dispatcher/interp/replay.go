@@ -368,7 +368,7 @@ func incomplete(st projections.Step) bool {
 	case projections.OpFailed:
 		return true
 	case projections.OpPending, projections.OpWaiting, projections.OpRescheduled:
-		return !workflow.IsContainer(st.Kind)
+		return !workflow.IsContainer(st.Kind) || st.ChildStep() // a child step waits as an operation does
 	}
 	return st.Status.InFlight()
 }

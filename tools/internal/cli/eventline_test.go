@@ -114,8 +114,8 @@ func TestEventLinesAndShowNameChildren(t *testing.T) {
 		"step=ship child=o-1-ship-0123456789 workflow=shipping")
 	require.Contains(t, line(events.TypeExecutionStarted, &events.ExecutionStarted{Workflow: "shipping", Parent: &events.ParentRef{ExecutionID: "o-1", StepID: "ship"}}),
 		"parent=o-1")
-	require.Contains(t, line(events.TypeExecutionCancelled, &events.ExecutionCancelled{Children: []events.StoppedChild{{StepID: "ship"}}}),
-		"stopped_children=1")
+	require.Contains(t, line(events.TypeExecutionCancelled, &events.ExecutionCancelled{Children: []events.StoppedChild{{StepID: "ship", ExecutionID: "o-1-ship-0123456789"}}}),
+		"stopped_children=o-1-ship-0123456789")
 
 	x := projections.Execution{ID: "o-1", Workflow: "order", Status: projections.StatusCancelled,
 		Steps: []projections.Step{{ID: "ship", Kind: "workflow", Status: projections.OpPending, Child: "o-1-ship-0123456789", ChildWorkflow: "shipping"}}}

@@ -190,6 +190,8 @@ func printExecution(w io.Writer, x projections.Execution, retention string) {
 		}
 		state := string(st.Status)
 		switch {
+		case st.Stopped:
+			state = "told to stop as this execution ended (its step failed; a resume starts a new child)"
 		case st.Status != projections.OpPending:
 		case x.Status.Active():
 			state = "the step waits for its end"
@@ -586,7 +588,14 @@ func printEvent(w io.Writer, ev client.Event) {
 		detail += " child=" + id + " workflow=" + wf
 	}
 	if c, ok := d["stopped_children"].([]any); ok && len(c) > 0 {
-		detail += fmt.Sprintf(" stopped_children=%d", len(c))
+		var ids []string
+		for _, one := range c {
+			if m, ok := one.(map[string]any); ok {
+				id, _ := m["execution_id"].(string)
+				ids = append(ids, id)
+			}
+		}
+		detail += " stopped_children=" + truncate(strings.Join(ids, ","), 200)
 	}
 	if p, ok := d["parent"].(map[string]any); ok && ev.Type == events.TypeExecutionStarted {
 		id, _ := p["execution_id"].(string)
