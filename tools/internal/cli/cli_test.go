@@ -136,6 +136,7 @@ func TestExitStatuses(t *testing.T) {
 		{"ForceResumeIsResumeForce", api, []string{"force-resume", "x1"}, ExitUsage, "Did you mean this?\n\tresume\n"},
 		{"BadOutput", api, []string{"ls", "-o", "yaml"}, ExitUsage, "use text or json"},
 		{"StandardInputTwice", api, []string{"workflow", "apply", "-f", "-", "-f", "-"}, ExitUsage, "standard input"},
+		{"ApplyAFileWithoutF", api, []string{"workflow", "apply", "a.yaml", "b.yaml"}, ExitUsage, "give each file with -f: jetflow workflow apply -f a.yaml -f b.yaml"},
 		{"BadStatus", api, []string{"ls", "--status", "done"}, ExitUsage, "--status"},
 		{"BadInputToTheAPI", api, []string{"run", "fine", "--id", "-bad-"}, ExitUsage, "id"},
 		{"NotFound", api, []string{"show", "nope"}, ExitNotFound, "does not exist"},

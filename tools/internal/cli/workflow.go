@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -19,7 +20,12 @@ func (a *app) workflowCmd() *cobra.Command {
 	apply := &cobra.Command{
 		Use:   "apply -f FILE [-f FILE...]",
 		Short: "Register a workflow definition (YAML or JSON); a changed definition becomes a new version",
-		Args:  cobra.NoArgs,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usagef("give each file with -f: jetflow workflow apply -f %s", strings.Join(args, " -f "))
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if len(files) == 0 {
 				return usagef("-f FILE is required (use - for standard input)")
