@@ -122,8 +122,9 @@ func TestEventLinesAndShowNameChildren(t *testing.T) {
 	var b bytes.Buffer
 	printExecution(&b, x, "the default")
 	require.Contains(t, b.String(), "o-1-ship-0123456789 (workflow shipping), started by step ship: left running when this execution ended")
-	x.Status = projections.StatusStarted
+	x.Status, x.DryRun = projections.StatusStarted, true
 	b.Reset()
 	printExecution(&b, x, "the default")
 	require.Contains(t, b.String(), "started by step ship: the step waits for its end")
+	require.Contains(t, b.String(), "dry run    yes: the workflow was walked and no operation ran")
 }

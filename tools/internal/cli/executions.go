@@ -164,6 +164,9 @@ func printExecution(w io.Writer, x projections.Execution, retention string) {
 	fmt.Fprintf(tw, "execution\t%s\n", x.ID)
 	fmt.Fprintf(tw, "workflow\t%s (version %d)\n", x.Workflow, x.Version)
 	fmt.Fprintf(tw, "status\t%s\n", x.Status)
+	if x.DryRun {
+		fmt.Fprintln(tw, "dry run\tyes: the workflow was walked and no operation ran (each step that would have is skipped, saying so)")
+	}
 	if !x.StartedAt.IsZero() {
 		fmt.Fprintf(tw, "started\t%s", x.StartedAt.Local().Format(time.RFC3339Nano))
 		if by := who(x.StartedByActor, x.StartedBy); by != "?" {
