@@ -598,13 +598,13 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 			return s, &TransitionError{ExecutionID: s.ID, From: string(s.Status), Event: ev.Type}
 		}
 		s.Status, s.EndedAt, s.Output, s.ContinuedAs = StatusSucceeded, ev.Time, e.Output, e.ContinuedAs
-		return s.stopChildren(ev, e.Children, endedAs(ev))
+		return s.stopChildren(ev, e.Children, EndedAs(ev.Data))
 	case *events.ExecutionFailed:
 		if s.Status != StatusStarted {
 			return s, &TransitionError{ExecutionID: s.ID, From: string(s.Status), Event: ev.Type}
 		}
 		s.Status, s.EndedAt, s.Error = StatusFailed, ev.Time, e.Error
-		return s.stopChildren(ev, e.Children, endedAs(ev))
+		return s.stopChildren(ev, e.Children, EndedAs(ev.Data))
 	case *events.ExecutionSuspended:
 		if s.Status != StatusStarted {
 			return s, &TransitionError{ExecutionID: s.ID, From: string(s.Status), Event: ev.Type}
@@ -623,7 +623,7 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 		s.Status, s.EndedAt = StatusCancelled, ev.Time
 		s.Cancellation = cancellation(s.Cancellation, e.ActionRecord, ev.Time)
 		s.Actions = withAction(s.Actions, e.ActionRecord)
-		return s.stopChildren(ev, e.Children, endedAs(ev))
+		return s.stopChildren(ev, e.Children, EndedAs(ev.Data))
 	case *events.ExecutionResumed:
 		return s.resume(ev, e)
 	case *events.ExecutionReplayed:
@@ -840,10 +840,11 @@ func renewChild(input json.RawMessage, s Execution, path string, attempt int) js
 	return out
 }
 
-// endedAs says how an event that stops children ended (or changed) the
-// execution, for the error of each stopped child's step.
-func endedAs(ev events.Event) string {
-	switch e := ev.Data.(type) {
+// EndedAs says how p, an event that stops children, ended (or changed)
+// the execution, for the error of each stopped child's step and the
+// reason its child is given.
+func EndedAs(p events.Payload) string {
+	switch e := p.(type) {
 	case *events.ExecutionSucceeded:
 		return "succeeded"
 	case *events.ExecutionFailed:
@@ -860,11 +861,18 @@ func endedAs(ev events.Event) string {
 // workflow as a child execution: it started one, or its schedule
 // recorded the start of one.
 func (st Step) ChildStep() bool {
-	if st.Child != "" {
-		return true
-	}
-	_, _, ok := st.RecordedChild()
+	_, _, ok := st.ChildExecution()
 	return ok
+}
+
+// ChildExecution returns the child execution (id, workflow) of a child
+// step's current attempt: the one it started, or the one whose start its
+// schedule recorded (it may have been published before a crash).
+func (st Step) ChildExecution() (id, wf string, ok bool) {
+	if st.Child != "" {
+		return st.Child, st.ChildWorkflow, true
+	}
+	return st.RecordedChild()
 }
 
 // RecordedChild returns the child execution (id, workflow) whose start
@@ -1169,7 +1177,7 @@ func (s Execution) compensate(ev events.Event, e *events.CompensationStarted) (E
 		s.Actions = withAction(s.Actions, e.ActionRecord)
 	}
 	s.Compensation = c
-	return s.stopChildren(ev, e.Children, endedAs(ev))
+	return s.stopChildren(ev, e.Children, EndedAs(ev.Data))
 }
 
 // VersionChange is a move of an execution to another version of its

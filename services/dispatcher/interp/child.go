@@ -16,7 +16,7 @@ import (
 // before the next is done:
 //
 //  1. the schedule records the child's id (derived from the step's
-//     attempt: childID) and its whole start, checked first as its start
+//     attempt: events.ChildExecutionID) and its whole start, checked first as its start
 //     handler will check it (NeedStartCheck), the called version pinned;
 //  2. the next decision publishes that start into the inbox (the same id
 //     after a crash: the inbox keeps one, and the child's claim holds its
@@ -201,13 +201,9 @@ func WaitingChildren(s projections.Execution) []projections.Step {
 	return out
 }
 
-// childOfStep is the child execution of child step st: the one it
-// started, or the one whose start its schedule recorded.
+// childOfStep is the child execution of child step st.
 func childOfStep(st projections.Step) string {
-	if st.Child != "" {
-		return st.Child
-	}
-	id, _, _ := st.RecordedChild()
+	id, _, _ := st.ChildExecution()
 	return id
 }
 
@@ -236,12 +232,7 @@ type runningChild struct {
 func runningChildren(s projections.Execution) []runningChild {
 	var out []runningChild
 	for _, st := range s.Steps {
-		if st.Status != projections.OpPending || st.Kind != workflow.KindWorkflow {
-			continue
-		}
-		if st.Child != "" {
-			out = append(out, runningChild{st, st.Child, st.ChildWorkflow})
-		} else if id, wf, ok := st.RecordedChild(); ok {
+		if id, wf, ok := st.ChildExecution(); ok && st.Status == projections.OpPending {
 			out = append(out, runningChild{st, id, wf})
 		}
 	}
@@ -273,20 +264,21 @@ func (in Input) childrenStopped(d Decision, action string) Decision {
 	if len(d.Events) == 0 {
 		return d
 	}
-	var ended string
+	last := d.Events[len(d.Events)-1]
 	var list *[]events.StoppedChild
-	switch e := d.Events[len(d.Events)-1].(type) {
+	switch e := last.(type) {
 	case *events.ExecutionSucceeded:
-		ended, list = "succeeded", &e.Children
+		list = &e.Children
 	case *events.ExecutionFailed:
-		ended, list = "failed", &e.Children
+		list = &e.Children
 	case *events.ExecutionCancelled:
-		ended, list = "was cancelled", &e.Children
+		list = &e.Children
 	case *events.CompensationStarted:
-		ended, list = "is compensating (on "+e.Cause+")", &e.Children
+		list = &e.Children
 	default:
 		return d
 	}
+	ended := projections.EndedAs(last) // as the fold says it in the steps' errors
 	var before []Effect
 	size := 0
 	for _, c := range in.stoppable(in.State, func(path string) bool { return action != events.ActionCancel || !inCompensation(path) }) {
