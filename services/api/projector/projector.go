@@ -51,13 +51,16 @@ type Projector struct {
 	// Set before Run.
 	MaxCache int
 
-	js    jetstream.JetStream
-	hist  *history.Store
-	kv    jetstream.KeyValue
-	ids   *claim.Store
-	log   zerolog.Logger
-	cache map[string]entry // touched only by Run's goroutine
-	// cacheBytes is the sum of the cached entries' sizes (Run's goroutine only).
+	js   jetstream.JetStream
+	hist *history.Store
+	kv   jetstream.KeyValue
+	ids  *claim.Store
+	log  zerolog.Logger
+	// cacheMu guards cache and cacheBytes: a batch projects several
+	// executions at once.
+	cacheMu sync.Mutex
+	cache   map[string]entry
+	// cacheBytes is the sum of the cached entries' sizes.
 	cacheBytes int
 	// failures counts the consecutive failed projections of executions
 	// (Run's goroutine only); parked are the executions set aside, tried
@@ -109,12 +112,22 @@ const DefaultCacheBytes = 32 << 20
 // slot with the key, the revision and the redaction rules.
 const entryOverhead = 96
 
-// remember keeps e as id's cached state (Run's goroutine), and lets other
-// states go while the cache is over its bounds. Which ones is the map's
-// order: any state let go is read again from the read model when its
-// next event comes, so that costs one read, not correctness.
+// cached returns id's cached state, if any.
+func (p *Projector) cached(id string) (entry, bool) {
+	p.cacheMu.Lock()
+	defer p.cacheMu.Unlock()
+	e, ok := p.cache[id]
+	return e, ok
+}
+
+// remember keeps e as id's cached state, and lets other states go while
+// the cache is over its bounds. Which ones is the map's order: any state
+// let go is read again from the read model when its next event comes, so
+// that costs one read, not correctness.
 func (p *Projector) remember(id string, e entry) {
-	p.forget(id)
+	p.cacheMu.Lock()
+	defer p.cacheMu.Unlock()
+	p.forgetLocked(id)
 	e.size = entryOverhead + len(id) + projections.SizeEstimate(&e.state)
 	p.cache[id] = e
 	p.cacheBytes += e.size
@@ -127,13 +140,19 @@ func (p *Projector) remember(id string, e entry) {
 			break
 		}
 		if k != id {
-			p.forget(k)
+			p.forgetLocked(k)
 		}
 	}
 }
 
-// forget drops id's cached state, if any (Run's goroutine).
+// forget drops id's cached state, if any.
 func (p *Projector) forget(id string) {
+	p.cacheMu.Lock()
+	defer p.cacheMu.Unlock()
+	p.forgetLocked(id)
+}
+
+func (p *Projector) forgetLocked(id string) {
 	if e, ok := p.cache[id]; ok {
 		p.cacheBytes -= e.size
 		delete(p.cache, id)
@@ -289,6 +308,7 @@ func (p *Projector) projectBatch(ctx context.Context, batch []jetstream.Msg) {
 		}
 		g.msgs, g.evs = append(g.msgs, m), append(g.evs, ev)
 	}
+	var jobs []*projection
 	for _, subject := range order {
 		g := groups[subject]
 		if ctx.Err() != nil { // stopping: the rest is delivered again, to whoever projects next
@@ -298,15 +318,18 @@ func (p *Projector) projectBatch(ctx context.Context, batch []jetstream.Msg) {
 			continue
 		}
 		g.inOrder()
-		id := g.id
-		if p.isParked(id) {
+		if p.isParked(g.id) {
 			// Projected again from its history when its turn comes.
 			for _, m := range g.msgs {
 				_ = m.Ack()
 			}
 			continue
 		}
-		err := p.project(ctx, g)
+		jobs = append(jobs, &projection{g: g})
+	}
+	p.projectAll(ctx, jobs)
+	for _, j := range jobs {
+		g, id, err := j.g, j.g.id, j.err
 		switch {
 		case err == nil:
 			delete(p.failures, id)
@@ -328,6 +351,49 @@ func (p *Projector) projectBatch(ctx context.Context, batch []jetstream.Msg) {
 			}
 		}
 	}
+}
+
+// projection is one group of a batch to project, and how that went.
+type projection struct {
+	g   *group
+	err error
+}
+
+// projectWorkers bounds the executions a batch projects at once. Each
+// projection waits for the server at least once (its read model's write,
+// a read when it is not cached): one after another, under load, they
+// left the read models seconds behind the events, with the projector's
+// CPU mostly idle.
+const projectWorkers = 32
+
+// projectAll projects the jobs, several executions at once; the groups of
+// one execution (its events on more than one subject) one after another,
+// in order.
+func (p *Projector) projectAll(ctx context.Context, jobs []*projection) {
+	if len(jobs) == 1 {
+		jobs[0].err = p.project(ctx, jobs[0].g)
+		return
+	}
+	byID := map[string][]*projection{}
+	var ids []string
+	for _, j := range jobs {
+		if _, ok := byID[j.g.id]; !ok {
+			ids = append(ids, j.g.id)
+		}
+		byID[j.g.id] = append(byID[j.g.id], j)
+	}
+	sem := make(chan struct{}, projectWorkers)
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			for _, j := range byID[id] {
+				j.err = p.project(ctx, j.g)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // park (Run's goroutine) sets g's execution aside after err, and stores what can be
@@ -460,7 +526,7 @@ func (p *Projector) reproject(ctx context.Context, id, subject string) error {
 // its history instead.
 func (p *Projector) project(ctx context.Context, g *group) error {
 	id := g.id
-	cur, ok := p.cache[id]
+	cur, ok := p.cached(id)
 	if !ok {
 		var err error
 		if cur, err = p.read(ctx, id); err != nil {

@@ -2,6 +2,7 @@ package projector_test
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -345,4 +346,45 @@ func TestRedeliveredEventsOutOfOrderProjectToTheEnd(t *testing.T) {
 		stored = x.LastSeq
 		return stored == last
 	}, "read model at seq %d, the history ends at %d", stored, last)
+}
+
+// TestABatchOfManyExecutionsProjectsEach: events of many executions
+// waiting when the projector starts come in batches of many executions,
+// which it projects at once; each read model must still be exactly its
+// history's fold, and an execution whose id also has events on another
+// workflow's subject (written by hand) is projected from its own
+// history alone, the two groups of one batch one after the other.
+func TestABatchOfManyExecutionsProjectsEach(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	ctx := t.Context()
+	const n = 150
+	truths := map[string]projections.Execution{}
+	for i := range n {
+		id := "many-" + strconv.Itoa(i)
+		x, err := projections.Fold(twoStepHistory(t, js, id))
+		require.NoError(t, err)
+		truths[id] = x
+		if i%50 == 7 { // a forged event for this id on another workflow's subject, in the same batch
+			forged := events.New("by-hand", id, "other", time.Now(), &events.ExecutionFailed{Error: "forged"})
+			_, err = js.PublishMsg(ctx, mustEncode(t, bus.ExecutionSubject("other", id), forged))
+			require.NoError(t, err)
+		}
+	}
+	natstest.Serve(t, newProjector(t, js, 0).Run)
+	kv, err := js.KeyValue(ctx, bus.BucketExecutions)
+	require.NoError(t, err)
+	natstest.Eventually(t, 60*time.Second, func() bool {
+		for id, truth := range truths {
+			if x, ok := storedModel(t, kv, id); !ok || x.LastSeq != truth.LastSeq {
+				return false
+			}
+		}
+		return true
+	}, "every read model at its history's last event")
+	for id, truth := range truths {
+		got, ok := storedModel(t, kv, id)
+		require.True(t, ok, id)
+		requireSameModel(t, truth, got)
+	}
 }
