@@ -32,6 +32,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		"the largest read model stored, in bytes: a larger one leaves out its finished steps, oldest first (never more than the server's message size)")
 	projCache := p.IntIn("projector-cache-bytes", "JETFLOW_PROJECTOR_CACHE_BYTES", projector.DefaultCacheBytes, api.Ranges.ProjectorCache,
 		"bytes the projector's cached execution states may hold, as estimated from their content (at most 20000 states)")
+	coalesce := p.DurationIn("projector-coalesce", "JETFLOW_PROJECTOR_COALESCE", projector.DefaultCoalesce, api.Ranges.ProjectorCoalesce,
+		"under load, how long the projector gathers events before it writes the read models, so that each is written once for several events (they lag that much more; 0: write at every batch)")
 	cacheTTL := p.DurationIn("key-cache-ttl", "JETFLOW_KEY_CACHE_TTL", 5*time.Second, api.Ranges.CacheTTL,
 		"how long an api key looked up is trusted (a key revoked on another replica stops working within it)")
 	metricsAddr := p.String("metrics-addr", "JETFLOW_API_METRICS_ADDR", "",
@@ -40,9 +42,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	cfg := api.Config{Addr: *addr, StartWait: *startWait, BindOnly: p.Common.Restricted(), MaxReadModel: *maxModel,
-		ProjectorCache: *projCache,
+		ProjectorCache: *projCache, ProjectorCoalesce: *coalesce,
 		Auth: api.AuthConfig{Disabled: *noAuth, AdminTokenFile: *adminTokens, CacheTTL: *cacheTTL,
 			OIDC: access.OIDCConfig{Issuer: *issuer, Audience: *audience, ScopesClaim: *scopesClaim, NamespacesClaim: *nsClaim}}}
+	if cfg.ProjectorCoalesce == 0 {
+		cfg.ProjectorCoalesce = -1 // 0 on the command line is never; in Config, the default
+	}
 	if err := cfg.Validate(); err != nil { // before waiting for NATS
 		return err
 	}

@@ -33,6 +33,7 @@ func Serve(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.JetStrea
 			return err
 		}
 		proj.BindOnly, proj.MaxModel, proj.MaxCache = cfg.BindOnly, cfg.MaxReadModel, cfg.ProjectorCache
+		proj.Coalesce = cfg.ProjectorCoalesce
 		projs = append(projs, proj)
 		srv.projectors[ns.Name] = proj
 	}

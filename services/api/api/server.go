@@ -50,6 +50,11 @@ type Config struct {
 	// projector keeps between the events of an execution, as estimated
 	// from their content. Default projector.DefaultCacheBytes (32 MiB).
 	ProjectorCache int
+	// ProjectorCoalesce is how long, under load, the projector gathers
+	// events before it projects them, so that a read model is written
+	// once for several events (projector.Projector.Coalesce). Default
+	// projector.DefaultCoalesce (200 ms); negative: never.
+	ProjectorCoalesce time.Duration
 	// Source is the CloudEvents source of commands it publishes. Default "jetflow/api".
 	Source string
 	// Listener, when set, is used instead of listening on Addr.
@@ -106,12 +111,15 @@ func (c AuthConfig) validate() (AuthConfig, error) {
 // jetflow-api's flags take the same.
 var Ranges = struct {
 	StartWait, CacheTTL svc.Range[time.Duration]
+	ProjectorCoalesce   svc.Range[time.Duration]
 	MaxBody             svc.Range[int64]
 	MaxReadModel        svc.Range[int]
 	ProjectorCache      svc.Range[int]
 }{
 	// From a few small executions to 64 GiB.
 	ProjectorCache: svc.Range[int]{Min: 64 << 10, Max: 64 << 30},
+	// Read models may lag that much behind under load; 0 is never.
+	ProjectorCoalesce: svc.Range[time.Duration]{Min: 0, Max: 10 * time.Second},
 	// Small enough for a KV value; large enough for a few steps.
 	MaxReadModel: svc.Range[int]{Min: 16 << 10, Max: 64 << 20},
 	// A request waits that long for the dispatcher: past a minute,
@@ -132,6 +140,7 @@ func (c Config) Validate() error {
 		Ranges.MaxBody.Check("api: MaxBody", c.MaxBody),
 		Ranges.MaxReadModel.Check("api: MaxReadModel", cmp.Or(c.MaxReadModel, 900<<10)),
 		Ranges.ProjectorCache.Check("api: ProjectorCache (-projector-cache-bytes, JETFLOW_PROJECTOR_CACHE_BYTES)", cmp.Or(c.ProjectorCache, projector.DefaultCacheBytes)),
+		Ranges.ProjectorCoalesce.Check("api: ProjectorCoalesce (-projector-coalesce, JETFLOW_PROJECTOR_COALESCE)", max(c.ProjectorCoalesce, 0)),
 	); err != nil {
 		return err
 	}

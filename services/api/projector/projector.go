@@ -50,6 +50,15 @@ type Projector struct {
 	// batches, as estimated from their content (0: DefaultCacheBytes).
 	// Set before Run.
 	MaxCache int
+	// Coalesce is how long, under load, the projector gathers events
+	// before it projects them, so that a read model is written once for
+	// several of its execution's events: what it saves is a write, and
+	// its marshalling, per event; the read models lag that much more
+	// behind the events while it lasts. It gathers only after a batch of
+	// at least busyBatch events: one execution at a time, every event is
+	// projected as it comes. 0: DefaultCoalesce; negative: never. Set
+	// before Run.
+	Coalesce time.Duration
 
 	js   jetstream.JetStream
 	hist *history.Store
@@ -228,6 +237,10 @@ func (p *Projector) Run(ctx context.Context) error {
 	}()
 	defer func() { <-retrying }()
 	batch := make([]jetstream.Msg, 0, batchMax)
+	gather := time.NewTimer(time.Hour)
+	gather.Stop()
+	var began time.Time
+	busy := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -235,20 +248,60 @@ func (p *Projector) Run(ctx context.Context) error {
 		case m := <-inbox:
 			batch = append(batch[:0], m)
 		}
-	drain:
+		// Under load (the last batch was a big one), the events of a while
+		// are gathered, so that each read model is written once for
+		// several of them; otherwise a batch is what has come.
+		var until time.Time
+		if busy {
+			until = began.Add(p.coalesce())
+		}
+	fill:
 		for len(batch) < batchMax {
 			select {
 			case m := <-inbox:
 				batch = append(batch, m)
+				continue
 			default:
-				break drain
+			}
+			wait := time.Until(until)
+			if wait <= 0 {
+				break
+			}
+			gather.Reset(wait)
+			select {
+			case m := <-inbox:
+				batch = append(batch, m)
+				if !gather.Stop() {
+					<-gather.C
+				}
+			case <-gather.C:
+				break fill
+			case <-ctx.Done():
+				gather.Stop()
+				break fill
 			}
 		}
+		began = time.Now()
 		p.projectBatch(ctx, batch)
+		busy = len(batch) >= busyBatch
 	}
 }
 
-const batchMax = 512
+// busyBatch is the batch that makes the projector gather the events of
+// Coalesce before its next one.
+const busyBatch = 64
+
+// DefaultCoalesce is the default Coalesce.
+const DefaultCoalesce = 200 * time.Millisecond
+
+func (p *Projector) coalesce() time.Duration {
+	if p.Coalesce < 0 {
+		return 0
+	}
+	return cmp.Or(p.Coalesce, DefaultCoalesce)
+}
+
+const batchMax = 2048
 
 // group is one execution's events within a batch, in stream order (see
 // inOrder).

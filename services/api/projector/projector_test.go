@@ -388,3 +388,91 @@ func TestABatchOfManyExecutionsProjectsEach(t *testing.T) {
 		requireSameModel(t, truth, got)
 	}
 }
+
+// stepsPayloads is the history of an execution of k noop steps, in order.
+func stepsPayloads(id string, k int) []events.Payload {
+	var steps []events.StepRef
+	for i := range k {
+		steps = append(steps, events.StepRef{ID: "s" + strconv.Itoa(i), Kind: "noop"})
+	}
+	ps := []events.Payload{&events.ExecutionStarted{Workflow: "wf", Version: 1, Input: json.RawMessage(`{}`), Steps: steps, Token: "t"}}
+	for _, s := range steps {
+		task := id + "." + s.ID + ".1"
+		ps = append(ps, &events.StepScheduled{StepID: s.ID, Attempt: 1}, &events.StepSending{StepID: s.ID, Attempt: 1, TaskID: task, Queue: "default"},
+			&events.StepSent{StepID: s.ID, Attempt: 1, TaskID: task}, &events.StepStarted{StepID: s.ID, Attempt: 1, Agent: "ag"},
+			&events.StepSucceeded{StepID: s.ID, Attempt: 1, Agent: "ag"})
+	}
+	return append(ps, &events.ExecutionSucceeded{})
+}
+
+// TestUnderLoadReadModelsAreWrittenOnceForSeveralEvents: while events
+// keep coming faster than one batch at a time (after a batch of many),
+// the projector gathers them for its Coalesce, and writes each
+// execution's read model once for several of its events; every read
+// model still ends at its history's fold.
+func TestUnderLoadReadModelsAreWrittenOnceForSeveralEvents(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	ctx := t.Context()
+	kv, err := js.KeyValue(ctx, bus.BucketExecutions)
+	require.NoError(t, err)
+	// A backlog, so that the projector's first batch is a big one.
+	for i := range 3 {
+		appendHistory(t, js, "wf", "backlog-"+strconv.Itoa(i), stepsPayloads("backlog-"+strconv.Itoa(i), 10)...)
+	}
+	const n, k = 20, 10
+	histories := map[string][]events.Payload{}
+	for i := range n {
+		id := "busy-" + strconv.Itoa(i)
+		histories[id] = stepsPayloads(id, k)
+	}
+	writes := map[string]int{}
+	w, err := kv.WatchAll(ctx, jetstream.UpdatesOnly())
+	require.NoError(t, err)
+	defer func() { _ = w.Stop() }()
+	p := newProjector(t, js, 0)
+	p.Coalesce = 2 * time.Second // long: a slow machine appends slowly
+	natstest.Serve(t, p.Run)
+	// The events of n executions, one of each in turn, as fast as they
+	// can be appended.
+	last := map[string]uint64{}
+	total := 0
+	for j := range 2 + 5*k {
+		for i := range n {
+			id := "busy-" + strconv.Itoa(i)
+			evs := appendFrom(t, js, "wf", id, last[id], histories[id][j])
+			last[id] = evs[0].Seq
+			total++
+		}
+	}
+	seen := 0
+	deadline := time.After(60 * time.Second)
+	for seen < n {
+		select {
+		case e := <-w.Updates():
+			if e == nil || !strings.HasPrefix(e.Key(), "busy-") {
+				continue
+			}
+			writes[e.Key()]++
+			var x projections.Execution
+			require.NoError(t, json.Unmarshal(e.Value(), &x))
+			if x.LastSeq == last[e.Key()] {
+				seen++
+			}
+		case <-deadline:
+			t.Fatalf("only %d of %d read models reached their last event in 60 s", seen, n)
+		}
+	}
+	sum := 0
+	for _, c := range writes {
+		sum += c
+	}
+	t.Logf("%d events of %d executions written as %d read models", total, n, sum)
+	require.LessOrEqual(t, 2*sum, total, "each read model written once for two events or more")
+	for id := range histories {
+		got, ok := storedModel(t, kv, id)
+		require.True(t, ok, id)
+		require.Equal(t, last[id], got.LastSeq, id)
+		require.Equal(t, projections.StatusSucceeded, got.Status, id)
+	}
+}
