@@ -619,12 +619,20 @@ func (t *Table) opCtx(ctx context.Context) (context.Context, context.CancelFunc)
 	return context.WithTimeout(ctx, t.cfg.TTL/2)
 }
 
+// stopping reports whether err is only the table's context being
+// cancelled (its member stopping): nothing to warn about.
+func stopping(ctx context.Context, err error) bool {
+	return errors.Is(err, context.Canceled) && errors.Is(ctx.Err(), context.Canceled)
+}
+
 func (t *Table) heartbeat(ctx context.Context) {
 	ctx, cancel := t.opCtx(ctx)
 	defer cancel()
 	_, err := t.js.Publish(ctx, "$KV."+t.kv.Bucket()+"."+MemberKey(t.cfg.Member), []byte(t.nonce), jetstream.WithMsgTTL(t.cfg.TTL))
 	if err != nil {
-		t.cfg.OnError(err, "renew membership")
+		if !stopping(ctx, err) {
+			t.cfg.OnError(err, "renew membership")
+		}
 		return
 	}
 	t.members[t.cfg.Member] = true
@@ -729,7 +737,9 @@ func (t *Table) renewOnce(ctx context.Context, p int, l lease) (again bool) {
 			t.lost(p, "its lease changed underneath")
 			return false
 		}
-		t.cfg.OnError(err, fmt.Sprintf("renew partition %d", p))
+		if !stopping(ctx, err) {
+			t.cfg.OnError(err, fmt.Sprintf("renew partition %d", p))
+		}
 		return false
 	}
 	t.leases[p] = lease{owner: t.cfg.Member, rev: ack.Sequence}

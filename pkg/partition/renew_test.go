@@ -75,3 +75,44 @@ func memberA(t *testing.T, js jetstream.JetStream, kv jetstream.KeyValue, n int)
 		return slices.Sorted(slices.Values(released))
 	}
 }
+
+// TestRenewalCutShortByStoppingIsNotAnError: a member that stops cancels
+// the renewal under way, which fails with the context's cancellation:
+// that is not reported (every dispatcher stopping logged a warning per
+// partition). A renewal that fails for another reason still is.
+func TestRenewalCutShortByStoppingIsNotAnError(t *testing.T) {
+	t.Parallel()
+	s := natstest.RunJetStream(t)
+	nc, js := natstest.Connect(t, s)
+	ctx := t.Context()
+	kv, err := js.KeyValue(ctx, bus.BucketDispatchers)
+	require.NoError(t, err)
+	var mu sync.Mutex
+	var reported []string
+	tbl, err := partition.New(js, kv, partition.Config{Member: "a", Partitions: 1,
+		Acquire: func(context.Context, int, uint64) error { return nil },
+		Release: func(int, uint64) {},
+		OnError: func(err error, what string) {
+			mu.Lock()
+			reported = append(reported, what+": "+err.Error())
+			mu.Unlock()
+		}})
+	require.NoError(t, err)
+	tbl.AcquireNow(ctx, 0)
+	_, ok := tbl.Holds(0)
+	require.True(t, ok)
+
+	stopped, cancel := context.WithCancel(ctx)
+	cancel()
+	tbl.RenewNow(stopped, 0)
+	mu.Lock()
+	require.Empty(t, reported, "a renewal cut short by stopping")
+	mu.Unlock()
+
+	nc.Close() // a renewal that fails otherwise is reported
+	tbl.RenewNow(ctx, 0)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, reported, 1)
+	require.Contains(t, reported[0], "renew partition 0")
+}
