@@ -729,6 +729,9 @@ func (t *Table) renewOnce(ctx context.Context, p int, l lease) (again bool) {
 			if t.stillMine(ctx, p) {
 				return true
 			}
+			if ctx.Err() != nil { // stopping: stillMine could not look; nothing is lost
+				return false
+			}
 			if _, lapsed := t.lapsed[p]; lapsed { // expired, and nobody else holds it: take it back
 				t.retake(ctx, p)
 				return false

@@ -42,12 +42,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	cfg := api.Config{Addr: *addr, StartWait: *startWait, BindOnly: p.Common.Restricted(), MaxReadModel: *maxModel,
-		ProjectorCache: *projCache, ProjectorCoalesce: *coalesce,
+		ProjectorCache: *projCache, ProjectorCoalesce: coalesceSetting(*coalesce),
 		Auth: api.AuthConfig{Disabled: *noAuth, AdminTokenFile: *adminTokens, CacheTTL: *cacheTTL,
 			OIDC: access.OIDCConfig{Issuer: *issuer, Audience: *audience, ScopesClaim: *scopesClaim, NamespacesClaim: *nsClaim}}}
-	if cfg.ProjectorCoalesce == 0 {
-		cfg.ProjectorCoalesce = -1 // 0 on the command line is never; in Config, the default
-	}
 	if err := cfg.Validate(); err != nil { // before waiting for NATS
 		return err
 	}
@@ -92,4 +89,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return slices.Compact(out)
 	}
 	return api.Serve(ctx, cfg, def.NC, def.JS, p.Log)
+}
+
+// coalesceSetting is api.Config's ProjectorCoalesce for the
+// -projector-coalesce flag: 0 on the command line is never (negative in
+// Config, whose 0 is the default).
+func coalesceSetting(flag time.Duration) time.Duration {
+	if flag == 0 {
+		return -1
+	}
+	return flag
 }

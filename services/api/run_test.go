@@ -2,6 +2,7 @@ package main
 
 import (
 	"testing"
+	"time"
 
 	"jetflow.dev/pkg/natstest"
 	"jetflow.dev/services/internal/svcruntest"
@@ -23,10 +24,23 @@ func TestRunRefusesOutOfRange(t *testing.T) {
 		"LongCacheTTLEnv":   {env: map[string]string{"JETFLOW_KEY_CACHE_TTL": "2m"}, want: []string{"-key-cache-ttl (JETFLOW_KEY_CACHE_TTL) 2m"}},
 		"Replicas":          {args: []string{"-replicas", "0"}, want: []string{"-replicas (JETFLOW_REPLICAS) 0"}},
 		"AuthOffWithTokens": {args: []string{"-no-http-auth", "-admin-token-file", "x"}, want: []string{"authentication is off"}},
+		"NegativeCoalesce":  {args: []string{"-projector-coalesce", "-1s"}, want: []string{"-projector-coalesce (JETFLOW_PROJECTOR_COALESCE) -1s", "0s to 10s"}},
+		"LongCoalesceEnv":   {env: map[string]string{"JETFLOW_PROJECTOR_COALESCE": "1m"}, want: []string{"-projector-coalesce (JETFLOW_PROJECTOR_COALESCE) 1m"}},
 		"TinyProjectorCache": {args: []string{"-projector-cache-bytes", "4096"},
 			want: []string{"-projector-cache-bytes (JETFLOW_PROJECTOR_CACHE_BYTES) 4096", "65536 to 68719476736"}},
 	} {
 		svcruntest.Refuses(t, run, name, tc.args, tc.env, tc.want...)
+	}
+}
+
+// TestCoalesceSetting: -projector-coalesce 0 is "never", which Config
+// spells negative (its 0 is the default); any other value is taken as
+// it is.
+func TestCoalesceSetting(t *testing.T) {
+	for flag, want := range map[time.Duration]time.Duration{0: -1, time.Millisecond: time.Millisecond, 200 * time.Millisecond: 200 * time.Millisecond} {
+		if got := coalesceSetting(flag); got != want {
+			t.Errorf("coalesceSetting(%s) = %s, want %s", flag, got, want)
+		}
 	}
 }
 

@@ -77,7 +77,13 @@ type Projector struct {
 	failures map[string]int
 	mu       sync.Mutex // guards parked
 	parked   map[string]*Parked
+	// refolds bounds the histories read at once to fold an execution
+	// again (maxRefolds): the projections of a batch run several at once,
+	// and each such read holds a whole history.
+	refolds chan struct{}
 }
+
+const maxRefolds = 2
 
 // Parked is an execution whose read model could not be written: its
 // events are acknowledged (so they do not hold up every other
@@ -183,13 +189,14 @@ func New(ctx context.Context, js jetstream.JetStream, log zerolog.Logger) (*Proj
 		return nil, err
 	}
 	return &Projector{js: js, hist: hist, kv: kv, ids: ids, log: log, cache: map[string]entry{},
-		failures: map[string]int{}, parked: map[string]*Parked{}}, nil
+		failures: map[string]int{}, parked: map[string]*Parked{}, refolds: make(chan struct{}, maxRefolds)}, nil
 }
 
 // Run projects events until ctx ends. Messages are handed from the
-// consumer to one projecting goroutine; under load it takes whatever has
-// arrived (up to batchMax) and writes each execution's read model once per
-// batch, so the cost per event falls as load rises.
+// consumer to one batching goroutine, which takes whatever has arrived
+// (up to batchMax; under load, what arrives within Coalesce) and projects
+// the batch's executions several at once, writing each one's read model
+// once per batch, so the cost per event falls as load rises.
 func (p *Projector) Run(ctx context.Context) error {
 	cons, err := bus.Bind(ctx, p.js, !p.BindOnly, bus.ProjectorConsumerSpec(), func(err error) {
 		p.log.Warn().Err(err).Msg("waiting for the bootstrap")
@@ -218,7 +225,20 @@ func (p *Projector) Run(ctx context.Context) error {
 		}
 		return fmt.Errorf("consume events: %w", err)
 	}
-	defer func() { cc.Stop(); <-cc.Closed() }()
+	defer func() {
+		cc.Stop()
+		<-cc.Closed()
+		// Handed back, so that the next projector has them at once rather
+		// than after the ack wait.
+		for {
+			select {
+			case m := <-inbox:
+				_ = m.Nak()
+			default:
+				return
+			}
+		}
+	}()
 	// Parked projections are tried again beside the events of the others,
 	// not between them: each reads a whole history.
 	retrying := make(chan struct{})
@@ -301,7 +321,7 @@ func (p *Projector) coalesce() time.Duration {
 	return cmp.Or(p.Coalesce, DefaultCoalesce)
 }
 
-const batchMax = 2048
+const batchMax = 1024
 
 // group is one execution's events within a batch, in stream order (see
 // inOrder).
@@ -386,6 +406,7 @@ func (p *Projector) projectBatch(ctx context.Context, batch []jetstream.Msg) {
 		switch {
 		case err == nil:
 			delete(p.failures, id)
+			continue // acknowledged as soon as projected
 		case ctx.Err() != nil:
 		default:
 			p.failures[id]++
@@ -425,8 +446,16 @@ const projectWorkers = 8
 // one execution (its events on more than one subject) one after another,
 // in order.
 func (p *Projector) projectAll(ctx context.Context, jobs []*projection) {
+	run := func(j *projection) {
+		j.err = p.project(ctx, j.g)
+		if j.err == nil { // at once: the batch's slowest projection does not hold up the others' acknowledgements
+			for _, m := range j.g.msgs {
+				_ = m.Ack()
+			}
+		}
+	}
 	if len(jobs) == 1 {
-		jobs[0].err = p.project(ctx, jobs[0].g)
+		run(jobs[0])
 		return
 	}
 	byID := map[string][]*projection{}
@@ -444,7 +473,7 @@ func (p *Projector) projectAll(ctx context.Context, jobs []*projection) {
 		wg.Go(func() {
 			defer func() { <-sem }()
 			for _, j := range byID[id] {
-				j.err = p.project(ctx, j.g)
+				run(j)
 			}
 		})
 	}
@@ -650,6 +679,12 @@ func (p *Projector) project(ctx context.Context, g *group) error {
 // event. An event that does not fold marks the model damaged; a damage
 // that was not in the model before (was) is logged.
 func (p *Projector) refold(ctx context.Context, g *group, was projections.Execution) (projections.Execution, redact.Inputs, error) {
+	select { // each reads a whole history: a few at a time
+	case p.refolds <- struct{}{}:
+		defer func() { <-p.refolds }()
+	case <-ctx.Done():
+		return was, redact.Inputs{}, ctx.Err()
+	}
 	evs, err := history.ReadUntil(ctx, p.js, g.subject, 0, g.evs[len(g.evs)-1].Seq)
 	if err != nil {
 		return was, redact.Inputs{}, err

@@ -95,7 +95,7 @@ func projectorBehind(s *server.Server) (behind uint64, ok bool) {
 }
 
 // waitProjected waits until the projector has projected every event of
-// the run, polling every 10 ms, for at most limit; it returns when that
+// the run, polling every 20 ms, for at most limit; it returns when that
 // was (the zero time if it could not tell or did not see it in time).
 func waitProjected(ctx context.Context, s *server.Server, limit time.Duration) time.Time {
 	deadline := time.Now().Add(limit)
@@ -109,7 +109,7 @@ func waitProjected(ctx context.Context, s *server.Server, limit time.Duration) t
 		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(10 * time.Millisecond):
+		case <-time.After(20 * time.Millisecond):
 		}
 	}
 	return time.Time{}
