@@ -1,12 +1,10 @@
 package projector_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"io"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +19,7 @@ import (
 	"jetflow.dev/pkg/natstest"
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/services/api/projector"
+	"jetflow.dev/services/internal/svcruntest"
 )
 
 // appendHistory appends payloads as the dispatcher would (expected last
@@ -374,7 +373,7 @@ func TestABatchOfManyExecutionsProjectsEach(t *testing.T) {
 			require.NoError(t, err)
 		}
 	}
-	logs := &lockedBuffer{}
+	logs := &svcruntest.Log{}
 	p, err := projector.New(ctx, js, zerolog.New(io.MultiWriter(logs, zerolog.NewTestWriter(t))).Level(zerolog.WarnLevel))
 	require.NoError(t, err)
 	natstest.Serve(t, p.Run)
@@ -400,24 +399,6 @@ func TestABatchOfManyExecutionsProjectsEach(t *testing.T) {
 	require.Equal(t, 3, strings.Count(out, "is not the execution's history"), "each forged event skipped once:\n%s", out)
 	require.NotContains(t, out, "execution damaged")
 	require.NotContains(t, out, "will be redelivered")
-}
-
-// lockedBuffer is a log's output, written by several goroutines.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // stepsPayloads is the history of an execution of k noop steps, in order.

@@ -232,7 +232,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		// still be behind when the last execution ends, and what it does
 		// then is counted too.
 		projected := waitProjected(ctx, info.Server, 2*time.Minute)
-		wallAll, cpuAll := time.Since(began), cpuTime()
+		cpuAll := cpuTime()
+		var wallAll time.Duration
 		msgs := serverMsgs(info.Server).minus(msgsBefore)
 		if cpuBefore >= 0 && cpu >= 0 && cpuAll >= 0 {
 			cpu -= cpuBefore
