@@ -1,7 +1,11 @@
 package api
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
+
+	"jetflow.dev/services/api/projector"
 )
 
 var (
@@ -11,21 +15,52 @@ var (
 	missingDesc = prometheus.NewDesc("jetflow_topology_missing",
 		"1 for each stream or bucket the api found missing at its last look (jetflow bootstrap makes it again).",
 		[]string{"name"}, nil)
+	projectedDesc = prometheus.NewDesc("jetflow_projector_events_total",
+		"Events the api's projector has projected into the read models (an event delivered again counts again).",
+		[]string{"namespace"}, nil)
+	writesDesc = prometheus.NewDesc("jetflow_projector_writes_total",
+		"Read models the api's projector has written (once for several events under load: -projector-coalesce).",
+		[]string{"namespace"}, nil)
 )
 
-// collector reports, at each scrape, what /readyz says: the parked read
-// models per namespace and the missing streams and buckets.
+// newLagHistogram is how far behind its execution's latest event each
+// read model was when written, by namespace.
+func newLagHistogram() *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "jetflow_projector_lag_seconds",
+		Help:    "How far behind its execution's latest event each read model was when the api's projector wrote it (now minus the event's time).",
+		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+	}, []string{"namespace"})
+}
+
+// observe has proj report its read models' lag to s's histogram, as
+// namespace ns (before proj runs).
+func (s *Server) observe(ns string, proj *projector.Projector) {
+	lag := s.projectorLag.WithLabelValues(ns)
+	proj.OnWrite = func(d time.Duration) { lag.Observe(d.Seconds()) }
+}
+
+// collector reports, at each scrape, what /readyz says (the parked read
+// models per namespace and the missing streams and buckets) and what the
+// projectors have done (events, writes, lag).
 type collector struct{ s *Server }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- parkedDesc
 	ch <- missingDesc
+	ch <- projectedDesc
+	ch <- writesDesc
+	c.s.projectorLag.Describe(ch)
 }
 
 func (c collector) Collect(ch chan<- prometheus.Metric) {
 	for ns, p := range c.s.projectors {
 		ch <- prometheus.MustNewConstMetric(parkedDesc, prometheus.GaugeValue, float64(len(p.Parked())), ns)
+		st := p.Stats()
+		ch <- prometheus.MustNewConstMetric(projectedDesc, prometheus.CounterValue, float64(st.Events), ns)
+		ch <- prometheus.MustNewConstMetric(writesDesc, prometheus.CounterValue, float64(st.Writes), ns)
 	}
+	c.s.projectorLag.Collect(ch)
 	if c.s.cfg.Missing == nil {
 		return
 	}

@@ -34,6 +34,7 @@ func Serve(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.JetStrea
 		}
 		proj.BindOnly, proj.MaxModel, proj.MaxCache = cfg.BindOnly, cfg.MaxReadModel, cfg.ProjectorCache
 		proj.Coalesce = cfg.ProjectorCoalesce
+		srv.observe(ns.Name, proj)
 		projs = append(projs, proj)
 		srv.projectors[ns.Name] = proj
 	}

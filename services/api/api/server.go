@@ -226,6 +226,8 @@ type Server struct {
 	// projectors are the read-model projectors Serve runs, by namespace
 	// (none when the server runs without them).
 	projectors map[string]*projector.Projector
+	// projectorLag is their read models' lag when written (metrics).
+	projectorLag *prometheus.HistogramVec
 }
 
 // New returns a server bound to the jetflow buckets of the default
@@ -249,7 +251,7 @@ func New(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.JetStream,
 		return nil, fmt.Errorf("%w (run jetflow bootstrap: this version adds the bucket %s)", err, bus.BucketAPIKeys)
 	}
 	s := &Server{cfg: cfg, log: log, tenants: map[string]*tenant{DefaultNamespace: def}, def: def, keys: keys,
-		projectors: map[string]*projector.Projector{}}
+		projectors: map[string]*projector.Projector{}, projectorLag: newLagHistogram()}
 	for _, ns := range cfg.Namespaces {
 		if ns.Name == DefaultNamespace || s.tenants[ns.Name] != nil {
 			return nil, fmt.Errorf("api: namespace %s is given twice", ns.Name)

@@ -17,6 +17,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -59,6 +60,14 @@ type Projector struct {
 	// projected as it comes. 0: DefaultCoalesce; negative: never. Set
 	// before Run.
 	Coalesce time.Duration
+	// OnWrite, when set, is told how far behind its execution's latest
+	// event each read model was when it was written (now minus that
+	// event's time, as its recorder's clock gave it). Set before Run.
+	OnWrite func(lag time.Duration)
+
+	// events and writes count the events projected and the read models
+	// written since the projector started (Stats).
+	events, writes atomic.Uint64
 
 	js   jetstream.JetStream
 	hist *history.Store
@@ -126,6 +135,18 @@ const DefaultCacheBytes = 32 << 20
 // entryOverhead is what a cache entry costs besides its state: the map
 // slot with the key, the revision and the redaction rules.
 const entryOverhead = 96
+
+// Stats are what a projector has done since it started.
+type Stats struct {
+	// Events counts the events projected (each delivery of one: an event
+	// delivered again counts again); Writes the read models written.
+	Events, Writes uint64
+}
+
+// Stats returns what p has done so far.
+func (p *Projector) Stats() Stats {
+	return Stats{Events: p.events.Load(), Writes: p.writes.Load()}
+}
 
 // cached returns id's cached state, if any.
 func (p *Projector) cached(id string) (entry, bool) {
@@ -449,6 +470,7 @@ func (p *Projector) projectAll(ctx context.Context, jobs []*projection) {
 	run := func(j *projection) {
 		j.err = p.project(ctx, j.g)
 		if j.err == nil { // at once: the batch's slowest projection does not hold up the others' acknowledgements
+			p.events.Add(uint64(len(j.g.msgs)))
 			for _, m := range j.g.msgs {
 				_ = m.Ack()
 			}
@@ -664,6 +686,10 @@ func (p *Projector) project(ctx context.Context, g *group) error {
 	if err != nil {
 		p.forget(id)
 		return err
+	}
+	p.writes.Add(1)
+	if last := g.evs[len(g.evs)-1].Time; p.OnWrite != nil && !last.IsZero() {
+		p.OnWrite(time.Since(last))
 	}
 	if next.Status.Terminal() || projections.Dormant(&next, projections.HibernateAfter) {
 		// Finished executions rarely change again; sleeping ones not for a

@@ -251,6 +251,10 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		fig.stepsPerSec = float64(steps) / wallAll.Seconds()
 		fig.spread = spread(lat)
 		fig.cpuPerStep = perUnit(cpuAll, steps)
+		counted := "with the read models caught up"
+		if !caughtUp {
+			counted = "to the last end only"
+		}
 		fmt.Fprintf(out, "\nthroughput run: %d executions of %d noop steps, %d in flight\n", c.executions, c.steps, c.concurrency)
 		fmt.Fprintf(out, "  wall time        %s to the last end", wall.Round(time.Millisecond))
 		if caughtUp {
@@ -258,11 +262,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		} else {
 			fmt.Fprintf(out, " (the read models' catching up not seen: the figures below stop at the last end)\n")
 		}
-		fmt.Fprintf(out, "  executions/s     %.0f\n", float64(c.executions)/wallAll.Seconds())
-		counted := "with the read models caught up"
-		if !caughtUp {
-			counted = "to the last end only"
-		}
+		fmt.Fprintf(out, "  executions/s     %.0f %s\n", float64(c.executions)/wallAll.Seconds(), counted)
 		fmt.Fprintf(out, "  steps/s          %.0f %s (%.0f to the last end)\n",
 			fig.stepsPerSec, counted, float64(steps)/wall.Seconds())
 		printLatency(out, "start-to-finish", lat)

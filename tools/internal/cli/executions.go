@@ -398,8 +398,8 @@ func (a *app) lsCmd() *cobra.Command {
 			if err := tw.Flush(); err != nil {
 				return err
 			}
-			if next != "" {
-				fmt.Fprintf(a.stdout, "more: jetflow ls --after %s\n", next)
+			if next != "" { // on stderr: a pipe counting the lines counts executions
+				fmt.Fprintf(a.stderr, "more: %s\n", nextPage(o, next))
 			}
 			return nil
 		},
@@ -412,6 +412,37 @@ func (a *app) lsCmd() *cobra.Command {
 	f.StringVar(&o.After, "after", "", "cursor: list executions after this id")
 	out.add(cmd)
 	return cmd
+}
+
+// nextPage is the command that lists the page after cursor next, with
+// o's filters and page size.
+func nextPage(o client.ListOptions, next string) string {
+	cmd := "jetflow ls"
+	if o.Workflow != "" {
+		cmd += " --workflow " + argQuote(o.Workflow)
+	}
+	if o.Status != "" {
+		cmd += " --status " + o.Status
+	}
+	if o.Damaged {
+		cmd += " --damaged"
+	}
+	if o.Limit != 50 {
+		cmd += " --limit " + strconv.Itoa(o.Limit)
+	}
+	return cmd + " --after " + argQuote(next)
+}
+
+// argQuote quotes s for a POSIX shell when it holds anything but
+// letters, digits and -_.:@/ (shellQuote).
+func argQuote(s string) string {
+	plain := s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return (r < 'a' || r > 'z') && (r < 'A' || r > 'Z') && (r < '0' || r > '9') && !strings.ContainsRune("-_.:@/", r)
+	}) < 0
+	if plain {
+		return s
+	}
+	return shellQuote(s)
 }
 
 // statusList names the statuses an execution list can be filtered by.
