@@ -19,12 +19,12 @@ var (
 		"Events the api's projector has projected into the read models (an event delivered again counts again).",
 		[]string{"namespace"}, nil)
 	writesDesc = prometheus.NewDesc("jetflow_projector_writes_total",
-		"Read models the api's projector has written (once for several events under load: -projector-coalesce).",
+		"Read models the api's projector has written, parked ones written again included (once for several events under load: -projector-coalesce).",
 		[]string{"namespace"}, nil)
 )
 
-// newLagHistogram is how far behind its execution's latest event each
-// read model was when written, by namespace.
+// newLagHistogram is, for each read model written with new events, how
+// long the oldest of them had waited, by namespace.
 func newLagHistogram() *prometheus.HistogramVec {
 	return prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "jetflow_projector_lag_seconds",

@@ -1,7 +1,9 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
+	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -95,4 +97,44 @@ func TestMetricsSayWhatTheProjectorDid(t *testing.T) {
 	require.Equal(t, "default", h.GetLabel()[0].GetValue())
 	require.EqualValues(t, writes, h.GetHistogram().GetSampleCount(), "one lag a write")
 	require.GreaterOrEqual(t, h.GetHistogram().GetSampleSum(), 60*writes-1, "each a minute or more behind")
+}
+
+// TestServeRegistersTheProjectorsMetrics: Serve, given a Registerer, has
+// its projectors report to it: once an execution's events are projected,
+// the registry gathers their events, writes and lag.
+func TestServeRegistersTheProjectorsMetrics(t *testing.T) {
+	t.Parallel()
+	nc, js := natstest.Connect(t, natstest.RunJetStream(t))
+	ctx := t.Context()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	natstest.Serve(t, func(ctx context.Context) error {
+		return Serve(ctx, Config{Auth: AuthConfig{Disabled: true}, Listener: ln, Registerer: reg}, nc, js, zerolog.Nop())
+	})
+	var last uint64
+	for _, p := range []events.Payload{
+		&events.ExecutionStarted{Workflow: "wf", Version: 1, Input: json.RawMessage(`{}`), Steps: []events.StepRef{{ID: "s", Kind: "noop"}}, Token: "t"},
+		&events.ExecutionCancelled{},
+	} {
+		ev := events.New("test", "m2", "wf", time.Now(), p)
+		ev.PrevSeq = last
+		last, err = history.Append(ctx, js, bus.ExecutionSubject("wf", "m2"), last, ev)
+		require.NoError(t, err)
+	}
+	names := func() map[string]bool {
+		mfs, err := reg.Gather()
+		require.NoError(t, err)
+		got := map[string]bool{}
+		for _, mf := range mfs {
+			got[mf.GetName()] = true
+		}
+		return got
+	}
+	natstest.Eventually(t, 30*time.Second, func() bool { return names()["jetflow_projector_lag_seconds"] },
+		"the projector's lag gathered")
+	got := names()
+	require.True(t, got["jetflow_projector_events_total"])
+	require.True(t, got["jetflow_projector_writes_total"])
+	require.True(t, got["jetflow_projections_parked"])
 }

@@ -69,7 +69,8 @@ type Config struct {
 	// missing (GET /readyz answers 503 while any is).
 	Missing func() []string
 	// Registerer, when set, gets the api's metrics (Serve registers them):
-	// parked read models and missing streams and buckets.
+	// parked read models and missing streams and buckets, and what the
+	// projectors do (events, writes, lag).
 	Registerer prometheus.Registerer
 	// Auth says how callers authenticate (docs/api.md#authentication).
 	// The zero value requires a token on every route but /healthz, and

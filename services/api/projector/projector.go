@@ -60,9 +60,10 @@ type Projector struct {
 	// projected as it comes. 0: DefaultCoalesce; negative: never. Set
 	// before Run.
 	Coalesce time.Duration
-	// OnWrite, when set, is told how far behind its execution's latest
-	// event each read model was when it was written (now minus that
-	// event's time, as its recorder's clock gave it). Set before Run.
+	// OnWrite, when set, is told, for each read model written with new
+	// events, how long the oldest of them waited for it: now minus that
+	// event's time (the recording dispatcher's clock; 0 if that is ahead
+	// of this one's). Set before Run.
 	OnWrite func(lag time.Duration)
 
 	// events and writes count the events projected and the read models
@@ -687,9 +688,15 @@ func (p *Projector) project(ctx context.Context, g *group) error {
 		p.forget(id)
 		return err
 	}
-	p.writes.Add(1)
-	if last := g.evs[len(g.evs)-1].Time; p.OnWrite != nil && !last.IsZero() {
-		p.OnWrite(time.Since(last))
+	if p.OnWrite != nil {
+		// How long the oldest event this write brings into the model waited
+		// for it (the events before it were in the model already).
+		for _, ev := range g.evs {
+			if ev.Seq > cur.state.LastSeq && !ev.Time.IsZero() {
+				p.OnWrite(max(0, time.Since(ev.Time))) // a recorder's clock ahead of this one's: 0
+				break
+			}
+		}
 	}
 	if next.Status.Terminal() || projections.Dormant(&next, projections.HibernateAfter) {
 		// Finished executions rarely change again; sleeping ones not for a
@@ -809,9 +816,14 @@ func (p *Projector) write(ctx context.Context, id string, x projections.Executio
 		return 0, err
 	}
 	if rev == 0 {
-		return p.kv.Create(ctx, id, b)
+		rev, err = p.kv.Create(ctx, id, b)
+	} else {
+		rev, err = p.kv.Update(ctx, id, b, rev)
 	}
-	return p.kv.Update(ctx, id, b, rev)
+	if err == nil {
+		p.writes.Add(1)
+	}
+	return rev, err
 }
 
 // RebuildResult tells what a rebuild did.

@@ -59,7 +59,7 @@ func printConnMsgs(out io.Writer, before, after map[string]connCount, steps int)
 	for _, n := range names {
 		a, b := after[n], before[n]
 		in, o := float64(a.in-b.in)/float64(steps), float64(a.out-b.out)/float64(steps)
-		if in < 0.005 && o < 0.005 { // a connection that took no part (it would print 0.00 / 0.00)
+		if in < 0.005 && o < 0.005 { // it would print 0.00 / 0.00
 			continue
 		}
 		fmt.Fprintf(out, "    %-24s %5.2f / %5.2f\n", n, in, o)

@@ -200,6 +200,14 @@ func TestJSONOutput(t *testing.T) {
 		return code == ExitOK && json.Unmarshal([]byte(out), &list) == nil && len(list.Executions) == 2
 	}, 20*time.Second, 20*time.Millisecond, out)
 
+	// A page of one: the executions on stdout, the next page's command
+	// (with the list's filters and page size) on stderr.
+	code, out, stderr = jetflow(t, api, "ls", "--workflow", "fine", "--limit", "1")
+	require.Equal(t, ExitOK, code, stderr)
+	require.NotContains(t, out, "more:")
+	require.Equal(t, 2, strings.Count(out, "\n"), "a header and one execution: %s", out)
+	require.Contains(t, stderr, "more: jetflow --api "+api+" ls --workflow fine --limit 1 --after j-1")
+
 	code, out, stderr = jetflow(t, api, "workflow", "ls", "-o", "json")
 	require.Equal(t, ExitOK, code, stderr)
 	var wfs struct {

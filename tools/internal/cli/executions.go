@@ -399,7 +399,7 @@ func (a *app) lsCmd() *cobra.Command {
 				return err
 			}
 			if next != "" { // on stderr: a pipe counting the lines counts executions
-				fmt.Fprintf(a.stderr, "more: %s\n", nextPage(o, next))
+				fmt.Fprintf(a.stderr, "more: %s\n", nextPage(a.pageFlags(cmd), o, next))
 			}
 			return nil
 		},
@@ -414,10 +414,30 @@ func (a *app) lsCmd() *cobra.Command {
 	return cmd
 }
 
-// nextPage is the command that lists the page after cursor next, with
-// o's filters and page size.
-func nextPage(o client.ListOptions, next string) string {
-	cmd := "jetflow ls"
+// pageFlags are the global flags given to this ls that choose what it
+// lists (its api and namespace; never the token), for the next page's
+// command, and whether its page size was given.
+func (a *app) pageFlags(cmd *cobra.Command) pageFlags {
+	return pageFlags{api: a.apiURL, namespace: a.namespace, limit: cmd.Flags().Changed("limit")}
+}
+
+type pageFlags struct {
+	api, namespace string
+	limit          bool
+}
+
+// nextPage is the command that lists the page after cursor next: the
+// same api and namespace (those given as flags), o's filters and page
+// size.
+func nextPage(g pageFlags, o client.ListOptions, next string) string {
+	cmd := "jetflow"
+	if g.api != "" {
+		cmd += " --api " + argQuote(g.api)
+	}
+	if g.namespace != "" {
+		cmd += " --namespace " + argQuote(g.namespace)
+	}
+	cmd += " ls"
 	if o.Workflow != "" {
 		cmd += " --workflow " + argQuote(o.Workflow)
 	}
@@ -427,7 +447,7 @@ func nextPage(o client.ListOptions, next string) string {
 	if o.Damaged {
 		cmd += " --damaged"
 	}
-	if o.Limit != 50 {
+	if g.limit {
 		cmd += " --limit " + strconv.Itoa(o.Limit)
 	}
 	return cmd + " --after " + argQuote(next)
