@@ -75,10 +75,9 @@ func goalRows(f figures) []goalRow {
 			r.met += " (smaller run)"
 		}
 	}
-	if !f.fsync {
-		add("steps/s, 10-step noop, 200 in flight", ">= 10,000", f.stepsPerSec > 0,
-			thousands(f.stepsPerSec), f.stepsPerSec >= 10_000)
-	}
+	// Each steps/s goal is for its mode: the other one's is not measured.
+	add("steps/s, 10-step noop, 200 in flight", ">= 10,000", !f.fsync && f.stepsPerSec > 0,
+		thousands(f.stepsPerSec), f.stepsPerSec >= 10_000)
 	add("per step p50, one execution at a time", "<= 0.5 ms", f.perStep > 0,
 		millis(f.perStep), f.perStep <= 500*time.Microsecond)
 	add("start-to-finish p99 / p50, 200 in flight", "<= 1.5", f.spread > 0,
@@ -103,10 +102,8 @@ func goalRows(f figures) []goalRow {
 	r = add(sleepers, "<= 2 KiB (100,000)", f.sleepers > 0,
 		strconv.FormatFloat(f.sleeperBytes/1024, 'f', 2, 64)+" KiB", f.sleeperBytes <= 2048)
 	smaller(r, f.sleepers, goalSleepers)
-	if f.fsync {
-		add("steps/s with fsync on every write", ">= 1,500", f.stepsPerSec > 0,
-			thousands(f.stepsPerSec), f.stepsPerSec >= 1500)
-	}
+	add("steps/s with fsync on every write", ">= 1,500", f.fsync && f.stepsPerSec > 0,
+		thousands(f.stepsPerSec), f.stepsPerSec >= 1500)
 	return rows
 }
 
