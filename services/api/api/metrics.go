@@ -28,7 +28,7 @@ var (
 func newLagHistogram() *prometheus.HistogramVec {
 	return prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "jetflow_projector_lag_seconds",
-		Help:    "How far behind its execution's latest event each read model was when the api's projector wrote it (now minus the event's time).",
+		Help:    "For each read model the api's projector wrote with new events, how long the oldest of them had waited (now minus its time, by the recording dispatcher's clock).",
 		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
 	}, []string{"namespace"})
 }

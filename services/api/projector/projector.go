@@ -56,9 +56,10 @@ type Projector struct {
 	// several of its execution's events: what it saves is a write, and
 	// its marshalling, per event; the read models lag that much more
 	// behind the events while it lasts. It gathers only after a batch of
-	// at least busyBatch events: one execution at a time, every event is
-	// projected as it comes. 0: DefaultCoalesce; negative: never. Set
-	// before Run.
+	// at least busyBatch events (a busy system, a fan-out's burst, a
+	// backlog): while batches are smaller (one execution at a time, a few
+	// at once), every event is projected as it comes. 0: DefaultCoalesce;
+	// negative: never. Set before Run.
 	Coalesce time.Duration
 	// OnWrite, when set, is told, for each read model written with new
 	// events, how long the oldest of them waited for it: now minus that
@@ -476,10 +477,6 @@ func (p *Projector) projectAll(ctx context.Context, jobs []*projection) {
 				_ = m.Ack()
 			}
 		}
-	}
-	if len(jobs) == 1 {
-		run(jobs[0])
-		return
 	}
 	byID := map[string][]*projection{}
 	var ids []string
