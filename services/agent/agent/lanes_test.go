@@ -85,6 +85,22 @@ func runLaneAgent(t *testing.T, concurrency int, handlers map[string]operation.H
 	return &agentBundle{js: js}
 }
 
+// waitPending waits until consumer c counts n messages pending. The
+// server acknowledges a publish before it tells the stream's consumers
+// of the message (another goroutine does that), and a pull that asks for
+// no wait is answered from that count: on a busy machine a worker that
+// looks at once can find a lane empty whose task was just acknowledged.
+// The tests of the lanes' order look only once every task is counted.
+func (b *agentBundle) waitPending(t *testing.T, c bus.Consumer, n uint64) {
+	t.Helper()
+	cons, err := b.js.Consumer(t.Context(), c.Stream, c.Config.Durable)
+	require.NoError(t, err)
+	natstest.Eventually(t, waitFor, func() bool {
+		info, err := cons.Info(t.Context())
+		return err == nil && info.NumPending >= n
+	}, "consumer "+c.Config.Durable+" counts the tasks published")
+}
+
 // TestAFanOutLeavesWorkersForOtherExecutions: a fan-out's tasks on the
 // bulk lane take at most the flex workers (three of four); the reserved
 // one runs another execution's task at once, while every fan-out task
@@ -122,6 +138,8 @@ func TestTheNormalLaneGoesFirst(t *testing.T) {
 	b.publishTaskTo(t, bulk, "fan-1", workflow.Step{ID: "s", Kind: "held"})
 	b.publishTaskTo(t, bulk, "fan-2", workflow.Step{ID: "s", Kind: "held"})
 	b.publishTask(t, "small", workflow.Step{ID: "s", Kind: "held"})
+	b.waitPending(t, bus.AgentQueueConsumer(bus.Durables{}, workflow.DefaultQueue), 1)
+	b.waitPending(t, bus.AgentBulkQueueConsumer(bus.Durables{}, workflow.DefaultQueue), 2)
 	held.open()
 	for _, id := range []string{"fan-0", "fan-1", "fan-2", "small"} {
 		b.waitFinal(t, id)
@@ -205,6 +223,8 @@ func TestABusyNormalLaneDoesNotStarveTheBulkLane(t *testing.T) {
 	for i := 1; i <= 5; i++ {
 		b.publishTask(t, fmt.Sprintf("n%d", i), workflow.Step{ID: "s", Kind: "held"})
 	}
+	b.waitPending(t, bus.AgentQueueConsumer(bus.Durables{}, workflow.DefaultQueue), 5)
+	b.waitPending(t, bus.AgentBulkQueueConsumer(bus.Durables{}, workflow.DefaultQueue), 1)
 	held.open()
 	b.waitFinal(t, "fan")
 	for i := 1; i <= 5; i++ {
