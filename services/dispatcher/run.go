@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"jetflow.dev/pkg/auth"
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/services/dispatcher/dispatch"
+	"jetflow.dev/services/internal/metrics"
 	"jetflow.dev/services/internal/svcrun"
 )
 
@@ -27,6 +30,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		"record an operation's schedule and sending as two events, for dispatchers older than io.jetflow.step.dispatched (during a rolling upgrade)")
 	direct := p.Bool("direct-reports", "JETFLOW_DIRECT_REPORTS", true,
 		"take the reports agents hand straight to the holder of their execution's partition (core NATS requests), besides those on the results stream; -direct-reports=false: tasks tell agents to store every report")
+	metricsAddr := p.String("metrics-addr", "JETFLOW_DISPATCHER_METRICS_ADDR", "",
+		"host:port of the Prometheus /metrics endpoint, e.g. 127.0.0.1:9466 (empty: off)")
 	if err := p.Parse(args); err != nil {
 		return err
 	}
@@ -39,7 +44,24 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err := cfg.Validate(); err != nil { // before waiting for NATS
 		return err
 	}
+	var reg *prometheus.Registry
+	if *metricsAddr != "" { // listening before waiting for NATS: a busy port stops the program at once
+		reg = metrics.Registry()
+		stop, err := metrics.Serve("-metrics-addr", *metricsAddr, reg, p.Log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	return p.Serve(ctx, func(ctx context.Context, ns svcrun.Namespace) error {
+		cfg := cfg
+		if reg != nil {
+			m, err := dispatch.NewMetrics(prometheus.WrapRegistererWith(prometheus.Labels{"namespace": ns.Name}, reg))
+			if err != nil {
+				return err
+			}
+			cfg.Metrics = m
+		}
 		d, err := dispatch.New(ctx, cfg, ns.JS, ns.Log)
 		if err != nil {
 			return err

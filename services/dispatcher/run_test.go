@@ -1,7 +1,13 @@
 package main
 
 import (
+	"io"
+	"net/http"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
 
 	"jetflow.dev/pkg/natstest"
 	"jetflow.dev/services/internal/svcruntest"
@@ -29,6 +35,7 @@ func TestRunRefusesOutOfRange(t *testing.T) {
 		"BadMember":       {args: []string{"-member", "a.b"}, want: []string{"-member, JETFLOW_DISPATCHER_MEMBER"}},
 		"TinyCacheBytes":  {args: []string{"-cache-bytes", "1000"}, want: []string{"-cache-bytes (JETFLOW_DISPATCH_CACHE_BYTES) 1000", "65536 to 68719476736"}},
 		"HugeCacheBytes":  {env: map[string]string{"JETFLOW_DISPATCH_CACHE_BYTES": "1099511627776"}, want: []string{"-cache-bytes (JETFLOW_DISPATCH_CACHE_BYTES) 1099511627776"}},
+		"BadMetricsAddr":  {env: map[string]string{"JETFLOW_DISPATCHER_METRICS_ADDR": "nowhere"}, want: []string{`-metrics-addr "nowhere"`}},
 	} {
 		svcruntest.Refuses(t, run, name, tc.args, tc.env, tc.want...)
 	}
@@ -40,4 +47,30 @@ func TestRunStartsAndStops(t *testing.T) {
 	srv := natstest.RunJetStream(t)
 	log := svcruntest.Start(t, run, []string{"-health-addr", "127.0.0.1:0"}, map[string]string{"JETFLOW_NATS_URL": srv.ClientURL()}, "dispatcher running")
 	svcruntest.Probes(t, log)
+}
+
+// TestRunServesMetrics: with -metrics-addr from the environment, /metrics
+// answers on that address with the dispatcher's metrics, labelled with
+// the namespace, and the process's.
+func TestRunServesMetrics(t *testing.T) {
+	srv := natstest.RunJetStream(t)
+	logs := svcruntest.Start(t, run, nil, map[string]string{"JETFLOW_NATS_URL": srv.ClientURL(),
+		"JETFLOW_DISPATCHER_METRICS_ADDR": "127.0.0.1:0"}, "dispatcher running")
+	addr, _ := logs.Line("metrics listening")["addr"].(string)
+	require.True(t, strings.HasPrefix(addr, "127.0.0.1:"), addr)
+	var body string
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		body = string(b)
+		return strings.Contains(body, `jetflow_consumer_pending_messages{consumer="dispatcher-commands",namespace="default",service="dispatcher",stream="JF_COMMANDS"} 0`)
+	}, "the consumers' lag served")
+	for _, want := range []string{`jetflow_dispatcher_executions_ended_total{namespace="default",status="succeeded"} 0`,
+		`jetflow_dispatcher_appends_total{namespace="default",result="conflict"} 0`, "go_goroutines "} {
+		require.Contains(t, body, want)
+	}
 }

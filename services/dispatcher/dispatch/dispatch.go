@@ -97,6 +97,9 @@ type Config struct {
 	// requests on bus.DirectResultSubject, docs/adr/0009), and tells
 	// agents so in each task it sends (events.Task.Partitions).
 	NoDirectReports bool
+	// Metrics, if set, counts what the dispatcher does (NewMetrics); nil
+	// counts nothing.
+	Metrics *Metrics
 }
 
 const (
@@ -384,6 +387,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		}
 		bound = append(bound, cons)
 	}
+	defer d.cfg.Metrics.watchConsumers(d.js, d)()
 	// The workers handle executions in turns (fair.go).
 	work := newTurns()
 	d.work.Store(work)

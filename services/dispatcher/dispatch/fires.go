@@ -292,6 +292,7 @@ func (d *Dispatcher) recordFires(ctx context.Context, batch []job) []fireOutcome
 	}
 	for k, a := range d.hist.AppendBatch(ctx, appends) {
 		f := appending[k]
+		d.cfg.Metrics.appendResult(a.Err)
 		if a.Err != nil {
 			// Whatever happened, the stream is the truth: the worker reads
 			// the history again and decides anew.
@@ -300,6 +301,7 @@ func (d *Dispatcher) recordFires(ctx context.Context, batch []job) []fireOutcome
 			continue
 		}
 		f.next.LastSeq = a.Seq
+		d.cfg.Metrics.appended(&f.x.state, &f.next, &f.ev, d.cfg.Now)
 		f.x.state, f.x.current = f.next, true
 		out[f.i].recorded = true
 	}

@@ -102,6 +102,7 @@ func (d *Dispatcher) publishRejected(ctx context.Context, cmd events.Event, rej 
 	if _, err := d.js.PublishMsg(ctx, msg, jetstream.WithMsgID("rej-"+bus.RejectionSubject(key))); err != nil {
 		return fmt.Errorf("publish rejection: %w", err)
 	}
+	d.cfg.Metrics.rejection(rej.Code)
 	zerolog.Ctx(ctx).Warn().Str("code", rej.Code).Str("field", rej.Field).Str("reason", rej.Reason).Str("command", key).Msg("command rejected")
 	return rejectedError{reason: rej.Reason}
 }

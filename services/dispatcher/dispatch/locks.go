@@ -108,6 +108,9 @@ func (d *Dispatcher) watchLocks(ctx context.Context) {
 }
 
 func (d *Dispatcher) wakeHolders(ctx context.Context, w jetstream.KeyWatcher, woken map[string]map[string]bool) {
+	// The lock gauges count what this watch sees: it starts with every
+	// lock, so a watch begun again starts them afresh.
+	table, synced := lockTable{}, false
 	for {
 		var e jetstream.KeyValueEntry
 		select {
@@ -119,12 +122,15 @@ func (d *Dispatcher) wakeHolders(ctx context.Context, w jetstream.KeyWatcher, wo
 			}
 			e = got
 		}
-		if e == nil {
-			continue // the initial values are all delivered
+		if e == nil { // the initial values are all delivered
+			synced = true
+			d.cfg.Metrics.publishLocks(table)
+			continue
 		}
 		name := e.Key()
 		if e.Operation() != jetstream.KeyValuePut {
 			delete(woken, name)
+			d.cfg.Metrics.setLock(table, name, 0, 0, synced)
 			continue
 		}
 		r, err := lock.Decode(e.Value())
@@ -132,6 +138,7 @@ func (d *Dispatcher) wakeHolders(ctx context.Context, w jetstream.KeyWatcher, wo
 			d.log.Warn().Err(err).Str("lock", name).Msg("ignore unreadable lock")
 			continue
 		}
+		d.cfg.Metrics.setLock(table, name, len(r.Holders), len(r.Waiters), synced)
 		now := make(map[string]bool, len(r.Holders))
 		for _, h := range r.Holders {
 			id := wakeID(name, h)

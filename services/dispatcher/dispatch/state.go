@@ -155,6 +155,7 @@ func (d *Dispatcher) withExecutionAs(ctx context.Context, wf, id string, how loa
 		if x.state.Damaged != nil && !how.damagedToo {
 			err := d.refuseDamaged(ctx, x, cached)
 			if errors.Is(err, bus.ErrConflict) && attempt < 8 {
+				d.cfg.Metrics.conflict()
 				continue // repaired by another dispatcher since it was cached
 			}
 			return err
@@ -195,6 +196,7 @@ func (d *Dispatcher) withExecutionAs(ctx context.Context, wf, id string, how loa
 		if !errors.Is(err, bus.ErrConflict) || attempt >= 8 {
 			return err
 		}
+		d.cfg.Metrics.conflict()
 		zerolog.Ctx(ctx).Debug().Err(err).Msg("history changed underneath, reloading")
 	}
 }
@@ -319,10 +321,12 @@ func (d *Dispatcher) append(ctx context.Context, x *execState, p events.Payload,
 		return err
 	}
 	seq, err := d.hist.Append(ctx, x.subject(), x.state.LastSeq, ev)
+	d.cfg.Metrics.appendResult(err)
 	if err != nil {
 		return err
 	}
 	next.LastSeq = seq
+	d.cfg.Metrics.appended(&x.state, &next, &ev, d.cfg.Now)
 	x.state, x.current = next, true
 	if c, ok := p.(*events.DefinitionChanged); ok { // what follows runs the new version
 		def, err := d.pinned.get(x.workflow, c.Version, c.Definition)
