@@ -5,10 +5,13 @@ import (
 	"io"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"jetflow.dev/pkg/auth"
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/svc"
 	"jetflow.dev/services/agent/agent"
+	"jetflow.dev/services/internal/metrics"
 	"jetflow.dev/services/internal/svcrun"
 )
 
@@ -37,6 +40,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	secretsDir := p.String("secrets-dir", "JETFLOW_AGENT_SECRETS_DIR", "", "directory whose file NAME is the secret ${secret.NAME}")
 	secretsEnv := p.String("secrets-env-prefix", "JETFLOW_AGENT_SECRETS_ENV_PREFIX", "",
 		"environment variables <prefix>NAME are the secrets ${secret.NAME} (e.g. JETFLOW_SECRET_)")
+	metricsAddr := p.String("metrics-addr", "JETFLOW_AGENT_METRICS_ADDR", "",
+		"host:port of the Prometheus /metrics endpoint, e.g. 127.0.0.1:9467 (empty: off)")
 	if err := p.Parse(args); err != nil {
 		return err
 	}
@@ -54,7 +59,24 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if !cfg.Policy.AllowExec {
 		p.Log.Info().Msg("exec steps are off: they fail without running (enable them with -allow-exec)")
 	}
+	var reg *prometheus.Registry
+	if *metricsAddr != "" { // listening before waiting for NATS: a busy port stops the program at once
+		reg = metrics.Registry()
+		stop, err := metrics.Serve("-metrics-addr", *metricsAddr, reg, p.Log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	return p.Serve(ctx, func(ctx context.Context, ns svcrun.Namespace) error {
+		cfg := cfg
+		if reg != nil {
+			m, err := agent.NewMetrics(prometheus.WrapRegistererWith(prometheus.Labels{"namespace": ns.Name}, reg))
+			if err != nil {
+				return err
+			}
+			cfg.Metrics = m
+		}
 		a, err := agent.New(cfg, ns.JS, ns.Log)
 		if err != nil {
 			return err

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -67,6 +69,7 @@ func TestRunRefusesOutOfRange(t *testing.T) {
 		"NegStartedAfter":  {args: []string{"-report-started-after", "-1ms"}, want: []string{"-report-started-after (JETFLOW_AGENT_REPORT_STARTED_AFTER) -1ms", "0s to 1m"}},
 		"Replicas":         {args: []string{"-replicas", "-1"}, want: []string{"-replicas (JETFLOW_REPLICAS) -1", "1 to 5"}},
 		"BadQueue":         {args: []string{"-queues", "gpu,a.b"}, want: []string{`queue "a.b"`}},
+		"BadMetricsAddr":   {args: []string{"-metrics-addr", "127.0.0.1:99999"}, want: []string{`-metrics-addr "127.0.0.1:99999"`}},
 	} {
 		svcruntest.Refuses(t, run, name, tc.args, tc.env, tc.want...)
 	}
@@ -78,4 +81,22 @@ func TestRunStartsAndStops(t *testing.T) {
 	srv := natstest.RunJetStream(t)
 	log := svcruntest.Start(t, run, []string{"-health-addr", "127.0.0.1:0"}, map[string]string{"JETFLOW_NATS_URL": srv.ClientURL()}, "agent running")
 	svcruntest.Probes(t, log)
+}
+
+// TestRunServesMetrics: with -metrics-addr from the environment, /metrics
+// answers on that address with the agent's metrics, labelled with the
+// namespace: each queue served, and its consumers' lag.
+func TestRunServesMetrics(t *testing.T) {
+	srv := natstest.RunJetStream(t)
+	logs := svcruntest.Start(t, run, []string{"-queues", "gpu,default"}, map[string]string{"JETFLOW_NATS_URL": srv.ClientURL(),
+		"JETFLOW_AGENT_METRICS_ADDR": "127.0.0.1:0"}, "agent running")
+	var body string
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		body = svcruntest.Scrape(t, logs)
+		return strings.Contains(body, `jetflow_consumer_pending_messages{consumer="bulk-agent-gpu",namespace="default",service="agent",stream="JF_TASKS"} 0`)
+	}, "the consumers' lag served")
+	for _, want := range []string{`jetflow_agent_tasks_in_flight{namespace="default",queue="gpu"} 0`,
+		`jetflow_agent_redeliveries_total{namespace="default",queue="default"} 0`, "go_goroutines "} {
+		require.Contains(t, body, want)
+	}
 }

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"io"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -56,17 +54,9 @@ func TestRunServesMetrics(t *testing.T) {
 	srv := natstest.RunJetStream(t)
 	logs := svcruntest.Start(t, run, nil, map[string]string{"JETFLOW_NATS_URL": srv.ClientURL(),
 		"JETFLOW_DISPATCHER_METRICS_ADDR": "127.0.0.1:0"}, "dispatcher running")
-	addr, _ := logs.Line("metrics listening")["addr"].(string)
-	require.True(t, strings.HasPrefix(addr, "127.0.0.1:"), addr)
 	var body string
 	natstest.Eventually(t, 10*time.Second, func() bool {
-		resp, err := http.Get("http://" + addr + "/metrics")
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		require.Equal(t, http.StatusOK, resp.StatusCode)
-		body = string(b)
+		body = svcruntest.Scrape(t, logs)
 		return strings.Contains(body, `jetflow_consumer_pending_messages{consumer="dispatcher-commands",namespace="default",service="dispatcher",stream="JF_COMMANDS"} 0`)
 	}, "the consumers' lag served")
 	for _, want := range []string{`jetflow_dispatcher_executions_ended_total{namespace="default",status="succeeded"} 0`,

@@ -103,6 +103,9 @@ type Config struct {
 	// a report handed straight to it before it stores the report instead.
 	// Default DefaultDirectWait.
 	DirectWait time.Duration
+	// Metrics, if set, counts what the agent does (NewMetrics); nil
+	// counts nothing.
+	Metrics *Metrics
 }
 
 const (
@@ -233,6 +236,8 @@ type Agent struct {
 	// stopping is closed once Run is asked to stop (set before any task
 	// runs).
 	stopping <-chan struct{}
+	// meter counts tasks and operations (nil: Config.Metrics is not set).
+	meter *meter
 }
 
 // New returns an agent; call Run to start it.
@@ -242,11 +247,15 @@ func New(cfg Config, js jetstream.JetStream, log zerolog.Logger) (*Agent, error)
 		return nil, err
 	}
 	h := Builtins(cfg, log)
+	kinds := map[string]struct{}{}
 	for k, v := range cfg.Handlers {
 		h[k] = v
 	}
+	for k := range h {
+		kinds[k] = struct{}{}
+	}
 	return &Agent{cfg: cfg, js: js, log: log.With().Str("agent", cfg.Name).Logger(), handlers: h, kills: newKills(),
-		secrets: cfg.secrets()}, nil
+		secrets: cfg.secrets(), meter: cfg.Metrics.meter(cfg.Queues, kinds)}, nil
 }
 
 // Run serves the queues until ctx ends, then lets running tasks finish for
@@ -286,7 +295,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		if w := cons.CachedInfo().Config.AckWait; a.cfg.BindOnly && w > 0 && (i == 0 || w < a.cfg.AckWait) {
 			a.cfg.AckWait = w // the shortest of its queues' ack waits
 		}
-		queues = append(queues, &lanes{queue: q, normal: cons})
+		queues = append(queues, &lanes{queue: q, normal: cons, inFlight: a.meter.inFlight(q)})
 	}
 	// The bulk lanes are bound beside: an agent serves its queues' normal
 	// lanes while a bootstrap older than the bulk lanes has not made them.
@@ -302,6 +311,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if ctx.Err() != nil {
 		return nil // stopped while starting: not an error
 	}
+	defer a.meter.watchConsumers(a, queues)()
 	answers, err := a.listen()
 	if err != nil {
 		return err
@@ -378,6 +388,9 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 	if mdErr == nil {
 		delivery = int(md.NumDelivered)
 	}
+	if delivery > 1 {
+		a.meter.redelivered(task.Queue)
+	}
 	log := a.log.With().Str("execution_id", task.ExecutionID).Str("step_id", task.StepID).
 		Str("task_id", task.TaskID).Int("delivery", delivery).Logger()
 	ref := task.Ref(a.cfg.Name, delivery)
@@ -433,6 +446,7 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 		final := errors.Is(err, ErrRefused) || errors.Is(err, ErrSecretMissing)
 		msg := red.String(err.Error())
 		log.Warn().Str("kind", task.Kind).Bool("final", final).Str("reason", msg).Msg("operation not run")
+		a.meter.operation(task.Kind, opRefused, 0)
 		a.deliver(ctx, m, task, fmt.Sprintf("%s.done.%d", task.TaskID, delivery), &events.OperationFailed{TaskRef: ref, Error: msg, Final: final}, log)
 		return
 	}
@@ -481,8 +495,10 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 		if err == nil {
 			var raw json.RawMessage
 			if raw, err = marshalOutput(out); err == nil {
+				took := time.Since(began)
+				a.meter.operation(task.Kind, opSucceeded, took)
 				a.deliver(ctx, m, task, fmt.Sprintf("%s.done.%d", task.TaskID, delivery),
-					&events.OperationSucceeded{TaskRef: ref, Output: a.fitOutput(raw), Duration: time.Since(began).Milliseconds(),
+					&events.OperationSucceeded{TaskRef: ref, Output: a.fitOutput(raw), Duration: took.Milliseconds(),
 						StartedAt: began.UTC()}, log)
 				return
 			}
@@ -491,6 +507,11 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 	if ctx.Err() != nil { // shutting down: hand the task to another agent
 		_ = m.Nak()
 		return
+	}
+	if began.IsZero() {
+		a.meter.operation(task.Kind, opRefused, 0) // killed, ended, or no handler
+	} else {
+		a.meter.operation(task.Kind, opFailed, time.Since(began))
 	}
 	lost := false
 	if alive {

@@ -74,6 +74,8 @@ type lanes struct {
 	mu   sync.Mutex
 	bulk jetstream.Consumer // nil until bound (an older bootstrap did not make it)
 
+	inFlight upDown // its tasks in hand (metrics)
+
 	lastBulk atomic.Int64 // unix nanoseconds of the last task taken from the bulk lane
 	scout    atomic.Bool  // an idle flex worker is the queue's scout
 	warned   atomic.Int64 // unix nanoseconds of the last warning about the bulk lane
@@ -266,7 +268,9 @@ func (a *Agent) serve(ctx, taskCtx context.Context, l *lanes, w *worker, log zer
 		case ctx.Err() != nil: // arrived as we stopped: hand it back
 			_ = m.Nak()
 		default:
+			l.inFlight.Inc()
 			a.runTask(taskCtx, m)
+			l.inFlight.Dec()
 		}
 	}
 }

@@ -148,3 +148,21 @@ func Probes(t *testing.T, log *Log) {
 	require.NoError(t, json.Unmarshal([]byte(body), &st))
 	require.Equal(t, svcrun.HealthState{Status: "ok", Version: svc.Version(), Namespaces: map[string]string{"default": ""}}, st)
 }
+
+// Scrape reads /metrics from the metrics listener of a run started with
+// -metrics-addr 127.0.0.1:0 (its log names the address) and returns the
+// body of a 200 answer.
+func Scrape(t *testing.T, log *Log) string {
+	t.Helper()
+	line := log.Line("metrics listening")
+	require.NotNil(t, line, "no metrics listener logged")
+	addr, _ := line["addr"].(string)
+	require.True(t, strings.HasPrefix(addr, "127.0.0.1:"), addr)
+	resp, err := http.Get("http://" + addr + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+	return string(b)
+}
