@@ -120,6 +120,20 @@ chaos/cluster-random: build ## Chaos suite on a 3-node cluster: CHAOS_EXECUTIONS
 chaos/locks: ## SIGKILL dispatchers and agents under lock contention, CHAOS_COUNT times (3)
 	$(GO) test -race -count=$(CHAOS_COUNT) -timeout $(TEST_TIMEOUT) -run '^TestLocksUnderSIGKILL$$' jetflow.dev/tools/e2e
 
+.PHONY: deps/browser
+deps/browser: ## Install Chromium for the UI's browser tests (Debian/Ubuntu, only when no Chromium is found)
+	@if command -v chromium >/dev/null || command -v chromium-browser >/dev/null || command -v google-chrome >/dev/null; then \
+		echo "Chromium is installed"; \
+	elif command -v apt-get >/dev/null; then \
+		if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium; \
+		else sudo sh -c 'apt-get update -qq && apt-get install -y -qq chromium'; fi; \
+	else echo "install Chromium with your package manager, or set JETFLOW_CHROMIUM to its path"; exit 1; fi
+
+.PHONY: docs/screenshots
+docs/screenshots: ## Remake docs/img/ui-*.png from the UI's browser test (needs Chromium)
+	@mkdir -p docs/img
+	JETFLOW_REQUIRE_BROWSER=1 JETFLOW_UI_SCREENSHOTS=$(CURDIR)/docs/img $(GO) test -count=1 -run '^TestOperatorUIInABrowser$$' ./tools/e2e
+
 .PHONY: test/short
 test/short: ## Quick tests (skips the crash and end-to-end tests)
 	$(GO) test -short -count=1 $(PKGS)

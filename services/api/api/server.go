@@ -29,6 +29,7 @@ import (
 	"jetflow.dev/pkg/svc"
 	"jetflow.dev/services/api/access"
 	"jetflow.dev/services/api/projector"
+	"jetflow.dev/services/api/ui"
 )
 
 // Config configures the api. Its durations and sizes must lie in
@@ -348,6 +349,11 @@ func (s *Server) Handler() http.Handler {
 	for _, rt := range s.routes() {
 		mux.Handle(rt.pattern, s.guard(rt, onlyParams(rt.handler, rt.params...)))
 	}
+	// The operator UI: its page at / and its files under /ui/. It holds
+	// no data; its script calls the routes above with the operator's token.
+	page := ui.Handler()
+	mux.Handle("GET /{$}", page)
+	mux.Handle("GET "+ui.Prefix, page)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		var allow []string
 		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {

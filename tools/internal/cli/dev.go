@@ -70,8 +70,8 @@ with its own NATS connection. Stop it with Ctrl-C; start it again on the same
 				cfg.StartedAfter = agent.StartedAtOnce
 			}
 			err = devstack.Run(cmd.Context(), cfg, func(info devstack.Info) {
-				fmt.Fprintf(a.stdout, "jetflow dev is running (process %d, in %s)\n  NATS: %s   (try: nats sub 'jf.events.>')\n  api:  %s\n  data: %s\n",
-					os.Getpid(), filepath.Join(cfg.DataDir, devstack.PIDFile), info.NATSURL, info.APIURL, cfg.DataDir)
+				fmt.Fprintf(a.stdout, "jetflow dev is running (process %d, in %s)\n  NATS: %s   (try: nats sub 'jf.events.>')\n  api:  %s\n  UI:   %s/   (log in with the admin token below)\n  data: %s\n",
+					os.Getpid(), filepath.Join(cfg.DataDir, devstack.PIDFile), info.NATSURL, info.APIURL, info.APIURL, cfg.DataDir)
 				if c := info.Creds(auth.RoleClient); c != "" {
 					pub, _, _ := auth.CredsUser(c)
 					fmt.Fprintf(a.stdout, "  NATS clients authenticate: nats --server %s --creds %s --inbox-prefix %s ...\n"+
