@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
@@ -142,6 +143,13 @@ type Config struct {
 	// run in each, and the api serves them all. Default
 	// ["default"]; more need a secure stack.
 	Namespaces []string
+	// MetricsAddr is host:port where the Prometheus metrics of every
+	// service, and the process's, are served on one /metrics
+	// (Info.MetricsURL); empty: none. Port 0 picks a free port.
+	MetricsAddr string
+	// Registerer, when set (MetricsAddr empty), gets every service's
+	// metrics instead: a program embedding the stack serves them itself.
+	Registerer prometheus.Registerer
 }
 
 // Info tells where a running stack can be reached.
@@ -159,6 +167,9 @@ type Info struct {
 	// AdminTokenPath; both "" for an insecure stack (no HTTP auth).
 	AdminToken     string
 	AdminTokenPath string
+	// MetricsURL is where the services' metrics are served
+	// (http://host:port/metrics); "" without Config.MetricsAddr.
+	MetricsURL string
 }
 
 // Client is a client of the stack's api, with the admin token.
@@ -286,6 +297,13 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 	if err := cfg.validate(); err != nil {
 		return err
 	}
+	// Listening first: a busy address stops the stack before it makes
+	// anything.
+	reg, metricsURL, stopMetrics, err := serveMetrics(cfg)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 	if url == "" {
 		if cfg.DataDir == "" {
 			return errors.New("devstack: DataDir is required")
@@ -349,7 +367,7 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 		return fmt.Errorf("api address: %w", err)
 	}
 	info := Info{NATSURL: url, APIURL: "http://" + ln.Addr().String(), Server: srv, AuthDir: authDir,
-		AdminToken: token, AdminTokenPath: tokenPath}
+		AdminToken: token, AdminTokenPath: tokenPath, MetricsURL: metricsURL}
 	if authDir != "" {
 		info.CredsDir = filepath.Join(authDir, auth.DefaultNamespace)
 	}
@@ -480,9 +498,14 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 			}
 			return l
 		}
+		m, err := newServiceMetrics(reg, ns)
+		if err != nil {
+			_ = ln.Close()
+			return err
+		}
 		start(ns, "dispatcher", func(ctx context.Context, c *bus.Conn) error {
 			d, err := dispatch.New(ctx, dispatch.Config{Workers: cfg.Workers, CacheSize: cfg.CacheSize, BulkAfter: cfg.BulkAfter, APIURL: info.APIURL, BindOnly: restricted,
-				NoDirectReports: cfg.NoDirectReports, LeaseTTL: cfg.LeaseTTL}, c.JS, log("dispatcher"))
+				NoDirectReports: cfg.NoDirectReports, LeaseTTL: cfg.LeaseTTL, Metrics: m.dispatcher}, c.JS, log("dispatcher"))
 			if err != nil {
 				return err
 			}
@@ -490,7 +513,7 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 		})
 		start(ns, "agent", func(ctx context.Context, c *bus.Conn) error {
 			ac := agentCfg
-			ac.BindOnly = restricted
+			ac.BindOnly, ac.Metrics = restricted, m.agent
 			a, err := agent.New(ac, c.JS, log("agent"))
 			if err != nil {
 				return err
@@ -499,7 +522,7 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 		})
 		start(ns, "janitor", func(ctx context.Context, c *bus.Conn) error {
 			j, err := janitor.New(janitor.Config{Interval: cfg.JanitorInterval, IdleAfter: cfg.IdleAfter,
-				RetentionDefault: cfg.RetentionDefault, BindOnly: restricted}, c.JS, log("janitor"))
+				RetentionDefault: cfg.RetentionDefault, BindOnly: restricted, Registerer: m.janitor}, c.JS, log("janitor"))
 			if err != nil {
 				return err
 			}
@@ -532,7 +555,7 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 			others = append(others, api.Namespace{Name: ns, NC: nc, JS: js})
 		}
 		return api.Serve(ctx, api.Config{Listener: ln, StartWait: cfg.StartWait, MaxReadModel: cfg.MaxReadModel, BindOnly: restricted, Namespaces: others,
-			Missing: missing, Auth: api.AuthConfig{Disabled: cfg.Insecure, AdminTokenFile: tokenPath}}, c.NC, c.JS, log("api"))
+			Missing: missing, Auth: api.AuthConfig{Disabled: cfg.Insecure, AdminTokenFile: tokenPath}, Registerer: reg}, c.NC, c.JS, log("api"))
 	})
 	err = g.Wait()
 	_ = ln.Close()
