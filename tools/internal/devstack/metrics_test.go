@@ -2,10 +2,15 @@ package devstack
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"regexp"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -103,3 +108,131 @@ func TestMetricsAddressRefused(t *testing.T) {
 	require.ErrorContains(t, err, "MetricsAddr and Registerer are both set")
 }
 
+// dashboard is the Grafana dashboard of deployments/grafana.
+const dashboard = "../../../deployments/grafana/jetflow.json"
+
+// recorder is a registerer that notes the name of every metric
+// registered through it (by way of the namespace wrappers too).
+type recorder struct {
+	prometheus.Registerer
+	mu    sync.Mutex
+	names map[string]bool
+}
+
+var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
+
+func (r *recorder) Register(c prometheus.Collector) error {
+	ch := make(chan *prometheus.Desc)
+	go func() { c.Describe(ch); close(ch) }()
+	for d := range ch {
+		if m := fqName.FindStringSubmatch(d.String()); m != nil {
+			r.mu.Lock()
+			r.names[m[1]] = true
+			r.mu.Unlock()
+		}
+	}
+	return r.Registerer.Register(c)
+}
+
+func (r *recorder) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := r.Register(c); err != nil {
+			panic(err)
+		}
+	}
+}
+
+func (r *recorder) has(name string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.names[name]
+}
+
+// TestDashboardQueriesRegisteredMetrics: every metric the Grafana
+// dashboard queries (in its panels and its variables) is one that the
+// services of a stack, or the process, register, so that a metric renamed
+// or removed cannot leave a panel empty; and every panel queries
+// through the dashboard's data source variable.
+func TestDashboardQueriesRegisteredMetrics(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile(dashboard)
+	require.NoError(t, err)
+	var d struct {
+		Title  string
+		Panels []struct {
+			ID         int
+			Type       string
+			Title      string
+			Datasource struct{ UID string }
+			Targets    []struct{ Expr string }
+		}
+		Templating struct {
+			List []struct {
+				Name  string
+				Query json.RawMessage
+			}
+		}
+	}
+	require.NoError(t, json.Unmarshal(raw, &d))
+
+	rec := &recorder{Registerer: prometheus.NewRegistry(), names: map[string]bool{}}
+	require.NoError(t, registerRuntime(rec)) // as MetricsAddr serves them
+	_, cancel, done := runWith(t, Config{DataDir: t.TempDir(), NATSAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Registerer: rec,
+		Log: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)})
+	defer func() { cancel(); require.NoError(t, <-done) }()
+	natstest.Eventually(t, 30*time.Second, func() bool { return rec.has("jetflow_projector_events_total") },
+		"the api registered its metrics")
+
+	var exprs []string
+	ids := map[int]bool{}
+	for _, p := range d.Panels {
+		require.False(t, ids[p.ID], "panel id %d twice", p.ID)
+		ids[p.ID] = true
+		if p.Type == "row" {
+			continue
+		}
+		require.Equal(t, "${datasource}", p.Datasource.UID, "panel %q", p.Title)
+		require.NotEmpty(t, p.Targets, "panel %q queries nothing", p.Title)
+		for _, tg := range p.Targets {
+			exprs = append(exprs, tg.Expr)
+		}
+	}
+	for _, v := range d.Templating.List {
+		var q struct{ Query string }
+		if json.Unmarshal(v.Query, &q) == nil && q.Query != "" {
+			exprs = append(exprs, q.Query)
+		}
+	}
+	metric := regexp.MustCompile(`\b(?:jetflow|go|process)_[a-z0-9_]+\b`)
+	queried := map[string]bool{}
+	for _, e := range exprs {
+		for _, name := range metric.FindAllString(e, -1) {
+			queried[name] = true
+		}
+	}
+	var unknown []string
+	services := map[string]bool{}
+	for name := range queried {
+		base := name
+		if !rec.has(base) { // a histogram's series
+			for _, s := range []string{"_bucket", "_sum", "_count"} {
+				if strings.HasSuffix(name, s) && rec.has(strings.TrimSuffix(name, s)) {
+					base = strings.TrimSuffix(name, s)
+				}
+			}
+		}
+		if !rec.has(base) {
+			unknown = append(unknown, name)
+			continue
+		}
+		for _, svc := range []string{"dispatcher", "agent", "janitor", "projector", "consumer"} {
+			if strings.HasPrefix(base, "jetflow_"+svc+"_") {
+				services[svc] = true
+			}
+		}
+	}
+	slices.Sort(unknown)
+	require.Empty(t, unknown, "the dashboard queries metrics no service registers")
+	require.Len(t, services, 5, "the dashboard shows every service's metrics: %v", services)
+	require.GreaterOrEqual(t, len(queried), 30, "the dashboard's queries name %d metrics", len(queried))
+}
