@@ -27,6 +27,7 @@ var bodies = map[string]struct {
 }{
 	"GET /healthz":                                {answers: []any{apiv1.Health{}}},
 	"GET /readyz":                                 {answers: []any{apiv1.Ready{}}},
+	"GET /v1/openapi.json":                        {}, // the answer is the OpenAPI document
 	"GET /v1/executions/{id}/steps":               {answers: []any{apiv1.StepPage{}}},
 	"GET /v1/admin/projections/parked":            {answers: []any{apiv1.ParkedList{}}},
 	"POST /v1/workflows":                          {answers: []any{apiv1.Applied{}}}, // the request is YAML or JSON of a definition

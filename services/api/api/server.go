@@ -308,14 +308,16 @@ func notFound(field, format string) func(*http.Request) apiError {
 }
 
 // routes lists every endpoint and the scope it needs; docs/api.md
-// documents each with its scope (a test checks), and the middleware
-// authorizes from it.
+// documents each with its scope, and so does the OpenAPI document
+// (openapi.json, with the query parameters; tests check both), and the
+// middleware authorizes from it.
 func (s *Server) routes() []route {
 	read, start, signal, operate, admin := access.ScopeRead, access.ScopeStart, access.ScopeSignal, access.ScopeOperate, access.ScopeAdmin
 	execNotFound := notFound("id", "execution %q does not exist")
 	return []route{
 		{pattern: "GET /healthz", handler: s.health},
 		{pattern: "GET /readyz", handler: s.ready},
+		{pattern: "GET /v1/openapi.json", handler: s.openAPIDocument},
 		{pattern: "POST /v1/workflows", handler: s.applyWorkflow, scope: admin},
 		{pattern: "GET /v1/workflows", handler: s.listWorkflows, scope: read},
 		{pattern: "GET /v1/workflows/{name}", handler: s.getWorkflow, scope: read, hidden: notFound("name", "workflow %q is not registered")},
