@@ -57,7 +57,7 @@ func (p *devProcess) start() {
 	require.NoError(p.t, err)
 	defer logf.Close()
 	p.cmd = exec.Command(p.bin, "dev", "--data", filepath.Join(p.dir, "data"),
-		"--nats-addr", "127.0.0.1:0", "--http", "127.0.0.1:0",
+		"--nats-addr", "127.0.0.1:0", "--http", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0",
 		"--task-ack-wait", "1s", "--log-level", "warn", "--log-json",
 		"--retention-default", "forever") // the tests read every execution after it ends
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf

@@ -54,7 +54,7 @@ func TestRestoreRefusesBeforeConnecting(t *testing.T) {
 
 			data := filepath.Join(t.TempDir(), "data")
 			code, stdout, stderr = jetflow(t, "", "dev", "--data", data, "--restore", c.dir,
-				"--nats-addr", "127.0.0.1:0", "--http", "127.0.0.1:0")
+				"--nats-addr", "127.0.0.1:0", "--http", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0")
 			require.Equal(t, c.code, code, "jetflow dev --restore: %s", stderr)
 			require.Contains(t, stderr, c.says)
 			require.Contains(t, stderr, "nothing was changed")
@@ -91,7 +91,8 @@ func TestRestoreRefusalComesFirst(t *testing.T) {
 	require.Contains(t, stderr, "nothing was changed")
 
 	stop()
-	code, stdout, stderr = jetflow(t, "", "dev", "--data", dir, "--restore", b, "--nats-addr", "127.0.0.1:0", "--http", "127.0.0.1:0")
+	code, stdout, stderr = jetflow(t, "", "dev", "--data", dir, "--restore", b, "--nats-addr", "127.0.0.1:0", "--http", "127.0.0.1:0",
+		"--metrics-addr", "127.0.0.1:0")
 	require.Equal(t, ExitConflict, code, "jetflow dev --restore: %s", stderr)
 	require.Empty(t, stdout, "jetflow dev said it runs")
 	require.Contains(t, stderr, "the server already holds data in")
@@ -162,7 +163,7 @@ func TestExitCodeRule(t *testing.T) {
 	// jetflow dev refuses a --apply path that is not there before it starts.
 	data := filepath.Join(t.TempDir(), "data")
 	code, stdout, stderr := jetflow(t, "", "dev", "--data", data, "--apply", filepath.Join(t.TempDir(), "none.yaml"),
-		"--nats-addr", "127.0.0.1:0", "--http", "127.0.0.1:0")
+		"--nats-addr", "127.0.0.1:0", "--http", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0")
 	require.Equal(t, ExitUsage, code, stderr)
 	require.Contains(t, stderr, "none.yaml")
 	require.Empty(t, stdout)
@@ -174,16 +175,25 @@ func TestExitCodeRule(t *testing.T) {
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = busy.Close() })
-	code, _, stderr = jetflow(t, "", "dev", "--data", data, "--nats-addr", "127.0.0.1:18999", "--http", "127.0.0.1:18999")
+	code, _, stderr = jetflow(t, "", "dev", "--data", data, "--nats-addr", "127.0.0.1:18999", "--http", "127.0.0.1:18999",
+		"--metrics-addr", "127.0.0.1:0")
 	require.Equal(t, ExitUsage, code, stderr)
 	require.Contains(t, stderr, "--nats-addr and --http are both 127.0.0.1:18999")
+	code, _, stderr = jetflow(t, "", "dev", "--data", data, "--nats-addr", "127.0.0.1:0", "--http", "127.0.0.1:18999",
+		"--metrics-addr", "127.0.0.1:18999")
+	require.Equal(t, ExitUsage, code, stderr)
+	require.Contains(t, stderr, "--http and --metrics-addr are both 127.0.0.1:18999")
 	_, err = os.Stat(data)
 	require.ErrorIs(t, err, os.ErrNotExist, "jetflow dev made its data directory before refusing")
-	for _, flag := range []string{"--nats-addr", "--http"} {
-		args := []string{"dev", "--data", data, "--nats-addr", "127.0.0.1:0", "--http", "127.0.0.1:0", flag, busy.Addr().String()}
+	for _, flag := range []string{"--nats-addr", "--http", "--metrics-addr"} {
+		args := []string{"dev", "--data", data, "--nats-addr", "127.0.0.1:0", "--http", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0",
+			flag, busy.Addr().String()}
 		code, stdout, stderr = jetflow(t, "", args...)
 		require.Equal(t, ExitConflict, code, "%s: %s", flag, stderr)
 		require.Contains(t, stderr, flag+" "+busy.Addr().String()+": the address is in use")
+		if flag == "--metrics-addr" {
+			require.Contains(t, stderr, `or --metrics-addr "" to serve none`)
+		}
 		require.Empty(t, stdout)
 		_, err = os.Stat(data)
 		require.ErrorIs(t, err, os.ErrNotExist, "%s: jetflow dev made its data directory before refusing", flag)

@@ -72,6 +72,9 @@ with its own NATS connection. Stop it with Ctrl-C; start it again on the same
 			err = devstack.Run(cmd.Context(), cfg, func(info devstack.Info) {
 				fmt.Fprintf(a.stdout, "jetflow dev is running (process %d, in %s)\n  NATS: %s   (try: nats sub 'jf.events.>')\n  api:  %s\n  UI:   %s/   (log in with the admin token below)\n  data: %s\n",
 					os.Getpid(), filepath.Join(cfg.DataDir, devstack.PIDFile), info.NATSURL, info.APIURL, info.APIURL, cfg.DataDir)
+				if info.MetricsURL != "" {
+					fmt.Fprintf(a.stdout, "  metrics: %s   (every service's, for Prometheus; dashboard: deployments/grafana)\n", info.MetricsURL)
+				}
 				if c := info.Creds(auth.RoleClient); c != "" {
 					pub, _, _ := auth.CredsUser(c)
 					fmt.Fprintf(a.stdout, "  NATS clients authenticate: nats --server %s --creds %s --inbox-prefix %s ...\n"+
@@ -117,6 +120,7 @@ with its own NATS connection. Stop it with Ctrl-C; start it again on the same
 	f.StringVar(&cfg.DataDir, "data", ".jetflow", "data directory (JetStream file store)")
 	f.StringVar(&cfg.NATSAddr, "nats-addr", "127.0.0.1:4222", "embedded NATS listen address")
 	f.StringVar(&cfg.HTTPAddr, "http", "127.0.0.1:8080", "api listen address")
+	f.StringVar(&cfg.MetricsAddr, "metrics-addr", DefaultDevMetricsAddr, "where every service's Prometheus metrics are served, on /metrics (\"\": none)")
 	f.StringSliceVar(&cfg.Apply, "apply", nil, "workflow files or directories to register at start (repeatable)")
 	f.DurationVar(&cfg.TaskAckWait, "task-ack-wait", bus.DefaultTaskAckWait, "time without agent heartbeat before a task is redelivered")
 	f.IntVar(&cfg.MaxDeliver, "max-deliver", 5, "deliveries of a task before the janitor fails it")
@@ -148,15 +152,25 @@ with its own NATS connection. Stop it with Ctrl-C; start it again on the same
 // jetflow can restore (backup.ErrNotBackup and backup.ErrRefused give
 // the exit statuses of jetflow admin restore).
 func checkDevInput(cfg devstack.Config) error {
-	if cfg.NATSAddr != "" && cfg.NATSAddr == cfg.HTTPAddr {
-		if _, port, err := net.SplitHostPort(cfg.NATSAddr); err != nil || port != "0" {
-			return usagef("--nats-addr and --http are both %s: give each its own port", cfg.NATSAddr)
+	addrs := []struct{ flag, addr string }{{"--nats-addr", cfg.NATSAddr}, {"--http", cfg.HTTPAddr}, {"--metrics-addr", cfg.MetricsAddr}}
+	for i, a := range addrs {
+		for _, b := range addrs[:i] {
+			if a.addr == "" || a.addr != b.addr {
+				continue
+			}
+			if _, port, err := net.SplitHostPort(a.addr); err != nil || port != "0" {
+				return usagef("%s and %s are both %s: give each its own port", b.flag, a.flag, a.addr)
+			}
 		}
 	}
-	for _, addr := range []struct{ flag, addr string }{{"--nats-addr", cfg.NATSAddr}, {"--http", cfg.HTTPAddr}} {
+	for _, addr := range addrs {
 		if err := addressFree(addr.addr); errors.Is(err, errAddressInUse) {
-			return fmt.Errorf("%s %s: %w: another jetflow dev, or another program, listens there; stop it, or give %s 127.0.0.1:PORT",
-				addr.flag, addr.addr, err, addr.flag)
+			hint := ""
+			if addr.flag == "--metrics-addr" {
+				hint = ` (or --metrics-addr "" to serve none)`
+			}
+			return fmt.Errorf("%s %s: %w: another jetflow dev, or another program, listens there; stop it, or give %s 127.0.0.1:PORT%s",
+				addr.flag, addr.addr, err, addr.flag, hint)
 		} else if err != nil {
 			return usagef("%s %s: %w", addr.flag, addr.addr, err)
 		}
@@ -173,6 +187,14 @@ func checkDevInput(cfg devstack.Config) error {
 	}
 	return nil
 }
+
+// DefaultDevMetricsAddr is where jetflow dev serves its metrics unless
+// told otherwise: on by default, as its api is, so that a Prometheus (and
+// the dashboard of deployments/grafana) can be pointed at a development
+// stack at once; a port of its own, beside the api's 8080 and NATS's
+// 4222, so a second jetflow dev on one machine gives --metrics-addr too
+// (or "" for none), as it gives --http and --nats-addr.
+const DefaultDevMetricsAddr = "127.0.0.1:9464"
 
 // errAddressInUse: jetflow dev's address is taken (exit status 4, as a
 // data directory another jetflow dev uses).
