@@ -139,6 +139,7 @@ func (d Definition) validate() []FieldError {
 			add(fmt.Sprintf("compensate_on[%d]", i), "%q is not failure or cancel (when the compensate steps run; an operator's compensate action runs them anyway)", w)
 		}
 	}
+	checkSearchAttributes(add, d)
 	return ps
 }
 

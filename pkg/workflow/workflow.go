@@ -146,6 +146,11 @@ type Definition struct {
 	// execution (its steps and on-error steps).
 	Lock      string `yaml:"lock,omitempty" json:"lock,omitempty"`
 	Semaphore int    `yaml:"semaphore,omitempty" json:"semaphore,omitempty"`
+	// SearchAttributes names the input members ("input.<member>") and
+	// variables ("vars.<name>") whose current values the api's
+	// visibility index keeps, so that executions can be listed by them
+	// (GET /v1/executions?attr=<name>:<value>). See [SearchAttribute].
+	SearchAttributes []string `yaml:"search_attributes,omitempty" json:"search_attributes,omitempty"`
 }
 
 // Retry says how often and when a failed operation is tried again.
