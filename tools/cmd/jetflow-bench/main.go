@@ -61,7 +61,7 @@ type config struct {
 	retention, retentionKeep               int
 	backup                                 bool
 	dataDir, cpuProfile, memProfile        string
-	insecure, byConnection                 bool
+	insecure, byConnection, metrics        bool
 	soak                                   soakConfig
 }
 
@@ -114,6 +114,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.BoolVar(&c.backup, "backup", false, "after the other runs, time a backup of everything they left (jetflow admin backup) and its restore into a new server")
 	fs.StringVar(&c.dataDir, "data", "", "data directory (default: a new temp dir, removed afterwards)")
 	fs.BoolVar(&c.insecure, "insecure", false, "run NATS without authentication (to measure what authentication costs)")
+	fs.BoolVar(&c.metrics, "metrics", false, "count and serve every service's Prometheus metrics, as jetflow dev does (to measure what counting costs)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured runs to this file")
 	fs.StringVar(&c.memProfile, "memprofile", "", "write a heap profile at the end to this file")
 	fs.BoolVar(&c.byConnection, "by-connection", false, "after the throughput run, print the messages per step each NATS connection sent and received (where a step's messages go)")
@@ -154,6 +155,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	scfg := devstack.Config{DataDir: c.dataDir, NATSAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
 		Log: zerolog.New(os.Stderr).Level(zerolog.WarnLevel), Insecure: c.insecure, BulkAfter: c.bulkAfter,
 		SyncAlways: c.fsync, SyncInterval: c.syncInterval}
+	if c.metrics {
+		scfg.MetricsAddr = "127.0.0.1:0"
+	}
 	if c.retention > 0 {
 		// Every report stored (none handed straight to the dispatcher,
 		// docs/adr/0009), so that the sweeps purge results too.
@@ -194,6 +198,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		syncMode = "fsync on every write (-fsync)"
 	case c.syncInterval > 0:
 		syncMode = fmt.Sprintf("fsync every %s (-sync-interval)", c.syncInterval)
+	}
+	if c.metrics {
+		security += ", metrics counted (-metrics)"
 	}
 	fmt.Fprintf(out, "jetflow-bench: all four services, embedded JetStream (file store, %s), %s, GOMAXPROCS=%d\n", syncMode, security, runtime.GOMAXPROCS(0))
 	fig := figures{fsync: c.fsync}
