@@ -36,13 +36,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		"under load, how long the projector gathers events before it writes the read models, so that each is written once for several events (they lag that much more; 0: write at every batch)")
 	cacheTTL := p.DurationIn("key-cache-ttl", "JETFLOW_KEY_CACHE_TTL", 5*time.Second, api.Ranges.CacheTTL,
 		"how long an api key looked up is trusted (a key revoked on another replica stops working within it)")
+	visibilityDir := p.String("visibility-dir", "JETFLOW_VISIBILITY_DIR", "",
+		"directory of the visibility index that lists executions (a SQLite database per namespace, kept across restarts; empty: in memory, fed again from the read models at every start)")
 	metricsAddr := p.String("metrics-addr", "JETFLOW_API_METRICS_ADDR", "",
 		"host:port of the Prometheus /metrics endpoint, e.g. 127.0.0.1:9465 (empty: off)")
 	if err := p.Parse(args); err != nil {
 		return err
 	}
 	cfg := api.Config{Addr: *addr, StartWait: *startWait, BindOnly: p.Common.Restricted(), MaxReadModel: *maxModel,
-		ProjectorCache: *projCache, ProjectorCoalesce: coalesceSetting(*coalesce),
+		ProjectorCache: *projCache, ProjectorCoalesce: coalesceSetting(*coalesce), VisibilityDir: *visibilityDir,
 		Auth: api.AuthConfig{Disabled: *noAuth, AdminTokenFile: *adminTokens, CacheTTL: *cacheTTL,
 			OIDC: access.OIDCConfig{Issuer: *issuer, Audience: *audience, ScopesClaim: *scopesClaim, NamespacesClaim: *nsClaim}}}
 	if err := cfg.Validate(); err != nil { // before waiting for NATS

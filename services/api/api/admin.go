@@ -9,7 +9,8 @@ import (
 )
 
 // rebuildProjections re-projects the read models from ?from_seq=N (0 =
-// everything). It runs no step and can run beside the live projector.
+// everything, and the visibility index with them). It runs no step and
+// can run beside the live projector.
 func (s *Server) rebuildProjections(w http.ResponseWriter, r *http.Request) {
 	from, ok := querySeq(w, r, "from_seq")
 	if !ok {
@@ -20,6 +21,16 @@ func (s *Server) rebuildProjections(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.internal(w, r, err)
 		return
+	}
+	// A rebuild from the start rebuilds this api's visibility index too:
+	// dropped, and fed again from the read models (lists in another
+	// order than id answer 503 until it is live). Other replicas' indexes
+	// follow the read models the rebuild wrote, as they always do.
+	if feed := s.feeds[s.at(r).name]; feed != nil && from == 0 {
+		if err := feed.Rebuild(r.Context()); err != nil {
+			s.internal(w, r, err)
+			return
+		}
 	}
 	writeJSON(w, http.StatusOK, apiv1.Rebuilt{FromSeq: from, Written: res.Written, Unchanged: res.Unchanged, Failed: res.Failed,
 		Damaged: res.Damaged, TookMS: time.Since(began).Milliseconds()})

@@ -31,6 +31,8 @@ func TestConfigValidate(t *testing.T) {
 		"Addr":              {cfg: api.Config{Addr: "[::1]:0"}},
 		"AddrWithoutPort":   {cfg: api.Config{Addr: "nonsense"}, want: `api: Addr "nonsense" (-http, JETFLOW_HTTP_ADDR): give host:port`},
 		"TinyMaxReadModel":  {cfg: api.Config{MaxReadModel: 1000}, want: "api: MaxReadModel 1000: out of range, use 16384 to 67108864"},
+		"VisibilityDirFile": {cfg: api.Config{VisibilityDir: "config_test.go"}, want: `api: VisibilityDir "config_test.go" (-visibility-dir, JETFLOW_VISIBILITY_DIR) is a file`},
+		"VisibilityDirNew":  {cfg: api.Config{VisibilityDir: "no/such/dir/yet"}},
 	} {
 		err := tc.cfg.Validate()
 		if tc.want == "" {

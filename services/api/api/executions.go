@@ -641,9 +641,11 @@ func (s *Server) executionAt(w http.ResponseWriter, r *http.Request, id string, 
 	writeJSON(w, http.StatusOK, public(redact.FromHistory(evs).Execution(x)))
 }
 
-// listExecutions lists read models sorted by id, filtered by workflow and
-// status, paged with limit and the opaque cursor "after".
-func (s *Server) listExecutions(w http.ResponseWriter, r *http.Request) {
+// scanExecutions lists read models sorted by id, filtered by workflow and
+// status, paged with limit and the opaque cursor "after", reading them
+// from the bucket: the list before the visibility index is live
+// (listExecutions).
+func (s *Server) scanExecutions(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	limit := 50
 	if l := q.Get("limit"); l != "" {

@@ -281,19 +281,34 @@ var apiOperations = map[string]apiOperation{
 			failures(http.StatusRequestEntityTooLarge, "too_large", "a body over the api's `-max-body` (1 MiB by default)")),
 		nats: true},
 	"GET /v1/executions": {id: "listExecutions", tag: "executions", summary: "List executions",
-		description: "A page of executions from the read models, sorted by id. One request examines a bounded number of executions: " +
-			"a filter that matches few of many may answer a page that is not full (`partial: true`), with a `next` to go on from. " +
-			"Following `next` until it is absent sees every match.",
+		description: "A page of executions from the api's visibility index: filtered by workflow, status, damage, start and end time ranges " +
+			"and search attributes, sorted by id (the default) or by start or end time, paged with the opaque cursor `next`. " +
+			"The filters that are not part of the range the list scans (see docs/api.md) are checked row by row, a bounded number per request: " +
+			"such a list may answer a page that is not full (`partial: true`), with a `next` to go on from. Following `next` until it is absent sees every match. " +
+			"Until the index is live (just after the api started without `-visibility-dir`, or after a rebuild), a list in id order without " +
+			"time ranges or `attr` is read from the read models, and any other is answered `503`.",
 		params: map[string]apiParam{
 			"workflow": {description: "Only this workflow's executions.", schema: stringSchema},
 			"status":   {description: "Only executions in this status.", schema: jsonObject{"type": "string", "enum": listedStatuses()}},
 			"damaged":  {description: "`true`: only damaged executions.", schema: jsonObject{"type": "boolean", "enum": []bool{true}}},
 			"limit":    {description: "The page size.", schema: jsonObject{"type": "integer", "minimum": 1, "maximum": 1000, "default": 50}},
-			"after":    {description: "The cursor: only ids after this one (the previous page's `next`).", schema: stringSchema},
+			"after":    {description: "The cursor: the previous page's `next`, with the same `sort` (in id order, an id: the page starts after it).", schema: stringSchema},
+			"sort": {description: "The order: `id` (the default), `started_desc`, `started_asc`, `ended_desc` or `ended_asc` (ended executions only); " +
+				"without it, a start range sorts by `started_desc` and an end range by `ended_desc`. Ties are ordered by id.",
+				schema: jsonObject{"type": "string", "enum": []string{"id", "started_desc", "started_asc", "ended_desc", "ended_asc"}}},
+			"started_after":  {description: "Only executions started at or after this time (RFC 3339).", schema: jsonObject{"type": "string", "format": "date-time"}},
+			"started_before": {description: "Only executions started before this time (RFC 3339).", schema: jsonObject{"type": "string", "format": "date-time"}},
+			"ended_after":    {description: "Only executions ended at or after this time (RFC 3339).", schema: jsonObject{"type": "string", "format": "date-time"}},
+			"ended_before":   {description: "Only executions ended before this time (RFC 3339).", schema: jsonObject{"type": "string", "format": "date-time"}},
+			"attr": {description: "`name:value`, repeatable (at most 8): only executions whose search attribute `name` (named by their workflow's " +
+				"`search_attributes`) has this value now.", schema: jsonObject{"type": "array", "maxItems": 8,
+				"items": jsonObject{"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]{0,63}:"}}},
 		},
-		answers:  []apiAnswer{{status: http.StatusOK, description: "A page of executions.", content: jsonOf(apiv1.ExecutionList{})}},
-		failures: failures(http.StatusBadRequest, "invalid", "a bad `limit`, `status`, `damaged` or `workflow` (the field names it)"),
-		nats:     true},
+		answers: []apiAnswer{{status: http.StatusOK, description: "A page of executions.", content: jsonOf(apiv1.ExecutionList{})}},
+		failures: slices.Concat(
+			failures(http.StatusBadRequest, "invalid", "a bad `limit`, `status`, `damaged`, `workflow`, `sort`, time, `attr`, or an `after` that is not a cursor of a list in this `sort` (the field names it)"),
+			failures(http.StatusServiceUnavailable, "unavailable", "the visibility index is not live yet and the list is one the read models cannot answer (another order than id, a time range or `attr`): retry after `Retry-After`")),
+		nats: true},
 	"GET /v1/executions/{id}": {id: "getExecution", tag: "executions", summary: "Get an execution's state",
 		description: "The execution's read model, or the fold of its history while the projector has not caught up with a new execution. " +
 			"A read model stays small: large values are replaced by `{\"omitted\": true, \"bytes\": N}` and finished step instances may be left out " +

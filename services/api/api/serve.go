@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -10,11 +11,13 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"jetflow.dev/services/api/projector"
+	"jetflow.dev/services/api/visibility"
+	"jetflow.dev/services/api/visibility/sqlitestore"
 )
 
-// Serve runs the HTTP api and the read-model projector until ctx ends. It
-// returns once the HTTP server is shut down and the projectors have
-// stopped.
+// Serve runs the HTTP api, the read-model projector and the visibility
+// index's feed until ctx ends. It returns once the HTTP server is shut
+// down and the projectors and feeds have stopped.
 func Serve(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.JetStream, log zerolog.Logger) error {
 	srv, err := New(ctx, cfg, nc, js, log)
 	if err != nil {
@@ -37,6 +40,12 @@ func Serve(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.JetStrea
 		srv.observe(ns.Name, proj)
 		projs = append(projs, proj)
 		srv.projectors[ns.Name] = proj
+		feed, err := openFeed(ctx, cfg.VisibilityDir, ns.Name, ns.JS, srv.tenants[ns.Name].defs, log)
+		if err != nil {
+			return err
+		}
+		defer feed.Store().Close()
+		srv.feeds[ns.Name] = feed
 	}
 	if cfg.Registerer != nil {
 		if err := cfg.Registerer.Register(collector{srv}); err != nil {
@@ -48,5 +57,28 @@ func Serve(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.JetStrea
 	for _, proj := range projs {
 		g.Go(func() error { return proj.Run(ctx) })
 	}
+	for _, feed := range srv.feeds {
+		g.Go(func() error { return feed.Run(ctx) })
+	}
 	return g.Wait()
+}
+
+// openFeed opens the visibility index of namespace ns (in dir, or in
+// memory when dir is "") and its feed from the namespace's read models.
+func openFeed(ctx context.Context, dir, ns string, js jetstream.JetStream, defs visibility.Definitions, log zerolog.Logger) (*visibility.Feed, error) {
+	path := ""
+	if dir != "" {
+		path = filepath.Join(dir, ns+".db")
+	}
+	store, err := sqlitestore.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("namespace %s: %w", ns, err)
+	}
+	l := log.With().Str("component", "visibility").Str("namespace", ns).Str("path", path).Logger()
+	feed, err := visibility.NewFeed(ctx, store, js, defs, l)
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	return feed, nil
 }

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -30,6 +31,7 @@ import (
 	"jetflow.dev/services/api/access"
 	"jetflow.dev/services/api/projector"
 	"jetflow.dev/services/api/ui"
+	"jetflow.dev/services/api/visibility"
 )
 
 // Config configures the api. Its durations and sizes must lie in
@@ -58,6 +60,11 @@ type Config struct {
 	ProjectorCoalesce time.Duration
 	// Source is the CloudEvents source of commands it publishes. Default "jetflow/api".
 	Source string
+	// VisibilityDir holds the visibility index that GET /v1/executions
+	// answers from, a SQLite database per namespace (<namespace>.db),
+	// kept across restarts. "" keeps it in memory, fed again from the
+	// read models at every start (docs/operations.md#the-visibility-index).
+	VisibilityDir string
 	// Listener, when set, is used instead of listening on Addr.
 	Listener net.Listener
 	// BindOnly: the projector's consumer exists (made by the bootstrap)
@@ -146,6 +153,9 @@ func (c Config) Validate() error {
 	); err != nil {
 		return err
 	}
+	if fi, err := os.Stat(c.VisibilityDir); c.VisibilityDir != "" && err == nil && !fi.IsDir() {
+		return fmt.Errorf("api: VisibilityDir %q (-visibility-dir, JETFLOW_VISIBILITY_DIR) is a file; give a directory", c.VisibilityDir)
+	}
 	if c.Listener == nil {
 		if _, port, err := net.SplitHostPort(c.Addr); err != nil || port == "" {
 			return fmt.Errorf("api: Addr %q (-http, JETFLOW_HTTP_ADDR): give host:port, e.g. 127.0.0.1:8080", c.Addr)
@@ -230,6 +240,9 @@ type Server struct {
 	projectors map[string]*projector.Projector
 	// projectorLag is their read models' lag when written (metrics).
 	projectorLag *prometheus.HistogramVec
+	// feeds keep the visibility indexes Serve runs, by namespace (none
+	// when the server runs without them: lists read the read models).
+	feeds map[string]*visibility.Feed
 }
 
 // New returns a server bound to the jetflow buckets of the default
@@ -253,7 +266,7 @@ func New(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.JetStream,
 		return nil, fmt.Errorf("%w (run jetflow bootstrap: this version adds the bucket %s)", err, bus.BucketAPIKeys)
 	}
 	s := &Server{cfg: cfg, log: log, tenants: map[string]*tenant{DefaultNamespace: def}, def: def, keys: keys,
-		projectors: map[string]*projector.Projector{}, projectorLag: newLagHistogram()}
+		projectors: map[string]*projector.Projector{}, projectorLag: newLagHistogram(), feeds: map[string]*visibility.Feed{}}
 	for _, ns := range cfg.Namespaces {
 		if ns.Name == DefaultNamespace || s.tenants[ns.Name] != nil {
 			return nil, fmt.Errorf("api: namespace %s is given twice", ns.Name)
@@ -327,7 +340,7 @@ func (s *Server) routes() []route {
 					Message: fmt.Sprintf("workflow %q has no version %s", r.PathValue("name"), r.PathValue("version"))}
 			}},
 		{pattern: "POST /v1/executions", handler: s.startExecution, scope: start},
-		{pattern: "GET /v1/executions", handler: s.listExecutions, params: []string{"workflow", "status", "damaged", "limit", "after"}, scope: read},
+		{pattern: "GET /v1/executions", handler: s.listExecutions, params: listParams, scope: read},
 		{pattern: "GET /v1/executions/{id}", handler: s.getExecution, params: []string{"at_seq"}, scope: read, hidden: execNotFound},
 		{pattern: "GET /v1/executions/{id}/events", handler: s.executionEvents, params: []string{"from_seq"}, scope: read, hidden: execNotFound},
 		{pattern: "GET /v1/executions/{id}/steps", handler: s.executionSteps, params: []string{"offset", "limit"}, scope: read, hidden: execNotFound},

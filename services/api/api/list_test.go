@@ -1,0 +1,208 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/apiv1"
+	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/catalog"
+	"jetflow.dev/pkg/natstest"
+	"jetflow.dev/pkg/projections"
+	"jetflow.dev/pkg/workflow"
+	"jetflow.dev/services/api/visibility"
+)
+
+// listEnv is an api serving an embedded JetStream whose read models the
+// test writes itself (there is no dispatcher).
+type listEnv struct {
+	url string
+	kv  jetstream.KeyValue
+	t0  time.Time
+}
+
+func (e *listEnv) get(t *testing.T, query string, out any) (int, http.Header) {
+	t.Helper()
+	resp, err := http.Get(e.url + "/v1/executions?" + query)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(out))
+	return resp.StatusCode, resp.Header
+}
+
+// ids pages through a list and returns the ids, failing on any answer
+// but 200.
+func (e *listEnv) ids(t *testing.T, query string) []string {
+	t.Helper()
+	out := []string{}
+	after := ""
+	for range 100 {
+		var page apiv1.ExecutionList
+		q := query
+		if after != "" {
+			q += "&after=" + url.QueryEscape(after)
+		}
+		status, _ := e.get(t, q, &page)
+		require.Equal(t, http.StatusOK, status, q)
+		require.False(t, page.Partial, q)
+		for _, x := range page.Executions {
+			out = append(out, x.ID)
+		}
+		if page.Next == "" {
+			return out
+		}
+		after = page.Next
+	}
+	t.Fatal("too many pages")
+	return nil
+}
+
+func (e *listEnv) put(t *testing.T, id, wf string, minute int, st projections.Status, customer string) {
+	t.Helper()
+	x := projections.Execution{ID: id, Workflow: wf, Version: 1, Status: st, StartedAt: e.t0.Add(time.Duration(minute) * time.Minute),
+		Input: json.RawMessage(fmt.Sprintf(`{"customer": %q}`, customer)), Steps: []projections.Step{{ID: "a", Status: projections.OpSucceeded}}}
+	if st.Terminal() {
+		x.EndedAt = x.StartedAt.Add(10 * time.Minute)
+	}
+	b, err := json.Marshal(x)
+	require.NoError(t, err)
+	_, err = e.kv.Put(t.Context(), id, b)
+	require.NoError(t, err)
+}
+
+func startListEnv(t *testing.T) *listEnv {
+	t.Helper()
+	nc, js := natstest.Connect(t, natstest.RunJetStream(t))
+	defs, err := catalog.Open(t.Context(), js)
+	require.NoError(t, err)
+	d, err := workflow.Parse([]byte("name: billing\nsearch_attributes: [input.customer]\nsteps:\n  - {id: a, kind: noop}\n"))
+	require.NoError(t, err)
+	_, _, err = defs.Apply(t.Context(), d)
+	require.NoError(t, err)
+	kv, err := js.KeyValue(t.Context(), bus.BucketExecutions)
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	dir := t.TempDir()
+	natstest.Serve(t, func(ctx context.Context) error {
+		return Serve(ctx, Config{Auth: AuthConfig{Disabled: true}, Listener: ln, VisibilityDir: dir}, nc, js, zerolog.New(zerolog.NewTestWriter(t)))
+	})
+	return &listEnv{url: "http://" + ln.Addr().String(), kv: kv, t0: time.Date(2026, 4, 2, 10, 0, 0, 0, time.UTC)}
+}
+
+// live waits until the index answers (lists by start answer 503 before).
+func (e *listEnv) live(t *testing.T) {
+	t.Helper()
+	natstest.Eventually(t, 20*time.Second, func() bool {
+		var page apiv1.ExecutionList
+		status, _ := e.get(t, "sort=started_desc&limit=1", &page)
+		return status == http.StatusOK
+	}, "the visibility index is live")
+}
+
+// TestListsFromTheVisibilityIndex: GET /v1/executions filters by
+// workflow, status, time ranges and search attributes, sorts by time and
+// pages with its cursor; a list right after a write shows it; a rebuild
+// drops the index and it lists the same again.
+func TestListsFromTheVisibilityIndex(t *testing.T) {
+	t.Parallel()
+	e := startListEnv(t)
+	e.put(t, "b-1", "billing", 1, projections.StatusSucceeded, "acme")
+	e.put(t, "b-2", "billing", 2, projections.StatusFailed, "globex")
+	e.put(t, "b-3", "billing", 3, projections.StatusSucceeded, "acme")
+	e.put(t, "b-4", "billing", 4, projections.StatusSucceeded, "initech")
+	e.put(t, "o-1", "other", 5, projections.StatusSucceeded, "acme")
+	e.live(t)
+
+	require.Equal(t, []string{"b-4", "b-3", "b-1"}, e.ids(t, "workflow=billing&status=succeeded&sort=started_desc&limit=1"))
+	require.Equal(t, []string{"b-1", "b-3", "b-4"}, e.ids(t, "workflow=billing&status=succeeded&sort=started_asc&limit=2"))
+	require.Equal(t, []string{"b-1", "b-2", "b-3", "b-4", "o-1"}, e.ids(t, "limit=2"), "id order by default, as before the index")
+	require.Equal(t, []string{"b-1", "b-3"}, e.ids(t, "attr=customer:acme"), "o-1's workflow names no search attribute")
+	at := func(minute int) string {
+		return url.QueryEscape(e.t0.Add(time.Duration(minute) * time.Minute).Format(time.RFC3339))
+	}
+	require.Equal(t, []string{"b-4", "b-3", "b-2"}, e.ids(t, "started_after="+at(2)+"&started_before="+at(5)),
+		"a start range without sort: latest start first")
+	require.Equal(t, []string{"o-1", "b-4"}, e.ids(t, "ended_after="+at(14)), "an end range: latest end first")
+	require.Equal(t, []string{"b-4", "b-3"}, e.ids(t, "sort=ended_desc&workflow=billing&status=succeeded&ended_after="+at(13)+"&limit=1"))
+
+	var page apiv1.ExecutionList
+	status, _ := e.get(t, "workflow=billing&status=failed&sort=started_desc", &page)
+	require.Equal(t, http.StatusOK, status)
+	require.Equal(t, []apiv1.ExecutionSummary{{ID: "b-2", Workflow: "billing", Version: 1, Status: "failed", Steps: 1, Done: 1,
+		StartedAt: e.t0.Add(2 * time.Minute), EndedAt: e.t0.Add(12 * time.Minute)}}, page.Executions)
+
+	// Read after write: each list shows the write before it.
+	for i := range 5 {
+		id := fmt.Sprintf("n-%d", i)
+		e.put(t, id, "billing", 10+i, projections.StatusStarted, "umbrella")
+		require.Equal(t, id, e.ids(t, "sort=started_desc&limit=1&status=started")[0], "listed right after its write")
+	}
+
+	all := e.ids(t, "sort=started_asc&limit=1000")
+	resp, err := http.Post(e.url+"/v1/admin/projections/rebuild", "application/json", nil)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	resp.Body.Close()
+	e.live(t)
+	require.Equal(t, all, e.ids(t, "sort=started_asc&limit=1000"), "the rebuilt index lists the same")
+}
+
+// TestListBeforeTheIndexIsLive: without a live index, a list the read
+// models can answer is read from them, and any other is answered 503
+// with Retry-After; bad parameters are 400 naming them.
+func TestListBeforeTheIndexIsLive(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	srv, err := New(t.Context(), Config{Auth: AuthConfig{Disabled: true}}, js.Conn(), js, zerolog.Nop())
+	require.NoError(t, err)
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(hs.Close)
+	e := &listEnv{url: hs.URL}
+	kv, err := js.KeyValue(t.Context(), bus.BucketExecutions)
+	require.NoError(t, err)
+	e.kv, e.t0 = kv, time.Now()
+	e.put(t, "s-1", "wf", 0, projections.StatusSucceeded, "acme")
+
+	require.Equal(t, []string{"s-1"}, e.ids(t, "workflow=wf&sort=id"))
+	for _, q := range []string{"sort=started_desc", "attr=customer:acme", "ended_before=2026-01-01T00:00:00Z"} {
+		var body apiv1.ErrorBody
+		status, hdr := e.get(t, q, &body)
+		require.Equal(t, http.StatusServiceUnavailable, status, q)
+		require.Equal(t, "unavailable", body.Error.Code, q)
+		require.Equal(t, RetryAfter, hdr.Get("Retry-After"), q)
+	}
+	for q, field := range map[string]string{
+		"sort=newest":                        "sort",
+		"started_after=yesterday":            "started_after",
+		"ended_before=2026-01-01":            "ended_before",
+		"attr=customer":                      "attr",
+		"attr=cust%20omer:x":                 "attr",
+		"sort=started_desc&after=not-a-page": "after",
+		"sort=started_asc&after=" + url.QueryEscape(cursorOf(t, "started_desc")): "after",
+		"limit=0": "limit",
+	} {
+		var body apiv1.ErrorBody
+		status, _ := e.get(t, q, &body)
+		require.Equal(t, http.StatusBadRequest, status, q)
+		require.Equal(t, "invalid", body.Error.Code, q)
+		require.Equal(t, field, body.Error.Field, q)
+	}
+}
+
+// cursorOf is a cursor of a list in order sort.
+func cursorOf(t *testing.T, sort string) string {
+	t.Helper()
+	return visibility.Cursor{Sort: visibility.Sort(sort), Time: 1, ID: "x"}.String()
+}
