@@ -110,7 +110,7 @@ func (d *Dispatcher) watchLocks(ctx context.Context) {
 func (d *Dispatcher) wakeHolders(ctx context.Context, w jetstream.KeyWatcher, woken map[string]map[string]bool) {
 	// The lock gauges count what this watch sees: it starts with every
 	// lock, so a watch begun again starts them afresh.
-	table, synced := lockTable{}, false
+	table, synced := newLockTable(), false
 	for {
 		var e jetstream.KeyValueEntry
 		select {

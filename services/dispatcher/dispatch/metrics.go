@@ -300,19 +300,28 @@ func (m *Metrics) step(after *projections.Execution, id string, outcome int, at 
 }
 
 // lockTable is what the lock watch last saw, for the lock gauges: the
-// holders and waiters of each lock.
-type lockTable map[string][2]int
+// holders and waiters of each lock, and their totals (kept as they
+// change: a lock's update costs the same however many locks there are).
+type lockTable struct {
+	locks            map[string][2]int
+	holders, waiters int
+}
 
-// set records lock name's holders and waiters (both 0: deleted) and
-// updates the gauges.
-func (m *Metrics) setLock(t lockTable, name string, holders, waiters int, synced bool) {
+func newLockTable() *lockTable { return &lockTable{locks: map[string][2]int{}} }
+
+// setLock records lock name's holders and waiters (both 0: deleted) and,
+// once synced, updates the gauges.
+func (m *Metrics) setLock(t *lockTable, name string, holders, waiters int, synced bool) {
 	if m == nil {
 		return
 	}
+	old := t.locks[name]
+	t.holders += holders - old[0]
+	t.waiters += waiters - old[1]
 	if holders == 0 && waiters == 0 {
-		delete(t, name)
+		delete(t.locks, name)
 	} else {
-		t[name] = [2]int{holders, waiters}
+		t.locks[name] = [2]int{holders, waiters}
 	}
 	if synced {
 		m.publishLocks(t)
@@ -321,17 +330,12 @@ func (m *Metrics) setLock(t lockTable, name string, holders, waiters int, synced
 
 // publishLocks sets the lock gauges from t, once the watch has delivered
 // every lock (before, a table half read would show a dip).
-func (m *Metrics) publishLocks(t lockTable) {
+func (m *Metrics) publishLocks(t *lockTable) {
 	if m == nil {
 		return
 	}
-	var h, w int
-	for _, c := range t {
-		h += c[0]
-		w += c[1]
-	}
-	m.holders.Set(float64(h))
-	m.waiters.Set(float64(w))
+	m.holders.Set(float64(t.holders))
+	m.waiters.Set(float64(t.waiters))
 }
 
 // watchConsumers reports the backlog of d's consumers at each scrape,
