@@ -554,8 +554,14 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 			defer drain(nc, log("api").With().Str("namespace", ns).Logger())
 			others = append(others, api.Namespace{Name: ns, NC: nc, JS: js})
 		}
+		// The visibility index is kept beside JetStream's files: a restart
+		// resumes it instead of feeding it again.
+		visibilityDir := ""
+		if cfg.DataDir != "" {
+			visibilityDir = filepath.Join(cfg.DataDir, "visibility")
+		}
 		return api.Serve(ctx, api.Config{Listener: ln, StartWait: cfg.StartWait, MaxReadModel: cfg.MaxReadModel, BindOnly: restricted, Namespaces: others,
-			Missing: missing, Auth: api.AuthConfig{Disabled: cfg.Insecure, AdminTokenFile: tokenPath}, Registerer: reg}, c.NC, c.JS, log("api"))
+			VisibilityDir: visibilityDir, Missing: missing, Auth: api.AuthConfig{Disabled: cfg.Insecure, AdminTokenFile: tokenPath}, Registerer: reg}, c.NC, c.JS, log("api"))
 	})
 	err = g.Wait()
 	_ = ln.Close()
