@@ -347,6 +347,40 @@ type ListOptions struct {
 	Limit                   int
 	// Damaged lists the damaged (quarantined) executions only.
 	Damaged bool
+	// Sort is the order: "" (the api's default: id, or with a time range
+	// that time, latest first), "id", "started_desc", "started_asc",
+	// "ended_desc" or "ended_asc". After is a cursor of a list in the
+	// same order.
+	Sort string
+	// StartedAfter, StartedBefore, EndedAfter and EndedBefore bound the
+	// executions' start and end (at or after, before); zero: unbounded.
+	StartedAfter, StartedBefore, EndedAfter, EndedBefore time.Time
+	// Attrs are search attribute filters, each "name:value".
+	Attrs []string
+}
+
+// query is the list's query for the page after after.
+func (o ListOptions) query(after string, limit int) url.Values {
+	q := url.Values{}
+	for k, v := range map[string]string{"workflow": o.Workflow, "status": o.Status, "after": after, "sort": o.Sort} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	for k, t := range map[string]time.Time{"started_after": o.StartedAfter, "started_before": o.StartedBefore,
+		"ended_after": o.EndedAfter, "ended_before": o.EndedBefore} {
+		if !t.IsZero() {
+			q.Set(k, t.Format(time.RFC3339Nano))
+		}
+	}
+	for _, a := range o.Attrs {
+		q.Add("attr", a)
+	}
+	q.Set("limit", strconv.Itoa(limit))
+	if o.Damaged {
+		q.Set("damaged", "true")
+	}
+	return q
 }
 
 // ExecutionSummary is a row of ListExecutions.
@@ -360,25 +394,16 @@ type EventList = apiv1.EventList
 
 // ListExecutions lists executions; next is the cursor of the next page
 // ("" at the end). The api examines a bounded number of executions per
-// request and may answer a partial page: ListExecutions then asks again
-// from where it stopped, until the page is full, the list ends, or it has
-// asked listFill times (then the page is short, and next goes on).
+// request and may answer a partial page (a filter that is not part of the
+// range its index scans): ListExecutions then asks again from where it
+// stopped, until the page is full, the list ends, or it has asked
+// listFill times (then the page is short, and next goes on).
 func (c *Client) ListExecutions(ctx context.Context, o ListOptions) (list []ExecutionSummary, next string, err error) {
 	limit := cmp.Or(o.Limit, 50)
 	after := o.After
 	for asked := 1; ; asked++ {
-		q := url.Values{}
-		for k, v := range map[string]string{"workflow": o.Workflow, "status": o.Status, "after": after} {
-			if v != "" {
-				q.Set(k, v)
-			}
-		}
-		q.Set("limit", strconv.Itoa(limit-len(list)))
-		if o.Damaged {
-			q.Set("damaged", "true")
-		}
 		var out ExecutionList
-		if _, err = c.do(ctx, http.MethodGet, "/v1/executions?"+q.Encode(), nil, nil, &out); err != nil {
+		if _, err = c.do(ctx, http.MethodGet, "/v1/executions?"+o.query(after, limit-len(list)).Encode(), nil, nil, &out); err != nil {
 			return list, "", err
 		}
 		list = append(list, out.Executions...)

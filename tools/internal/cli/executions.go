@@ -367,9 +367,11 @@ func truncate(s string, n int) string {
 func (a *app) lsCmd() *cobra.Command {
 	var o client.ListOptions
 	var out output
+	var times [4]string // --started-after, --started-before, --ended-after, --ended-before
 	cmd := &cobra.Command{
-		Use:   "ls [--workflow NAME] [--status STATUS] [--damaged] [--limit N] [--after ID] [-o json]",
-		Short: "List executions (filter by workflow, status or damage; page with --after)",
+		Use: "ls [--workflow NAME] [--status STATUS] [--damaged] [--attr NAME:VALUE]... [--started-after T] [--started-before T] " +
+			"[--ended-after T] [--ended-before T] [--sort ORDER] [--limit N] [--after CURSOR] [-o json]",
+		Short: "List executions (filter by workflow, status, damage, times or search attributes; page with --after)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.Limit < 1 || o.Limit > 1000 {
@@ -377,6 +379,25 @@ func (a *app) lsCmd() *cobra.Command {
 			}
 			if o.Status != "" && !slices.Contains(projections.ListedStatuses, projections.Status(o.Status)) {
 				return usagef("--status %q: use one of %s", o.Status, statusList())
+			}
+			if o.Sort != "" && !slices.Contains(listSorts, o.Sort) {
+				return usagef("--sort %q: use one of %s", o.Sort, strings.Join(listSorts, ", "))
+			}
+			now := time.Now()
+			for i, dst := range []*time.Time{&o.StartedAfter, &o.StartedBefore, &o.EndedAfter, &o.EndedBefore} {
+				if times[i] == "" {
+					continue
+				}
+				t, err := parseWhen(times[i], now)
+				if err != nil {
+					return usagef("--%s %q: %v", timeFlags[i], times[i], err)
+				}
+				*dst = t
+			}
+			for _, a := range o.Attrs {
+				if name, _, ok := strings.Cut(a, ":"); !ok || name == "" {
+					return usagef("--attr %q: give NAME:VALUE, a search attribute of the workflow (e.g. --attr customer:acme)", a)
+				}
 			}
 			list, next, err := a.client().ListExecutions(cmd.Context(), o)
 			if err != nil {
@@ -409,9 +430,32 @@ func (a *app) lsCmd() *cobra.Command {
 	f.StringVar(&o.Status, "status", "", "only executions in this status ("+statusList()+")")
 	f.BoolVar(&o.Damaged, "damaged", false, "only damaged executions (waiting for an admin's repair)")
 	f.IntVar(&o.Limit, "limit", 50, "page size (1-1000)")
-	f.StringVar(&o.After, "after", "", "cursor: list executions after this id")
+	f.StringVar(&o.After, "after", "", "cursor: the page after this one (the \"more:\" line gives the command)")
+	f.StringVar(&o.Sort, "sort", "", "order: "+strings.Join(listSorts, ", ")+" (default id; with a time range, that time, latest first)")
+	f.StringArrayVar(&o.Attrs, "attr", nil, "NAME:VALUE: only executions whose search attribute NAME has this value (repeatable)")
+	for i, name := range timeFlags {
+		f.StringVar(&times[i], name, "", "only executions "+strings.ReplaceAll(name, "-", " ")+" this time: RFC 3339 (2026-01-02T15:04:05Z), or a duration ago (90m)")
+	}
 	out.add(cmd)
 	return cmd
+}
+
+// listSorts are the orders of GET /v1/executions.
+var listSorts = []string{"id", "started_desc", "started_asc", "ended_desc", "ended_asc"}
+
+// timeFlags are ls's time range flags, in ListOptions' order.
+var timeFlags = [4]string{"started-after", "started-before", "ended-after", "ended-before"}
+
+// parseWhen reads a time flag: an RFC 3339 time, or a duration that long
+// before now.
+func parseWhen(s string, now time.Time) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
+		return now.Add(-d), nil
+	}
+	return time.Time{}, errors.New("give an RFC 3339 time (2026-01-02T15:04:05Z) or a duration ago (90m, 24h)")
 }
 
 // pageFlags are the global flags given to this ls that choose what it
@@ -446,6 +490,17 @@ func nextPage(g pageFlags, o client.ListOptions, next string) string {
 	}
 	if o.Damaged {
 		cmd += " --damaged"
+	}
+	for _, a := range o.Attrs {
+		cmd += " --attr " + argQuote(a)
+	}
+	for i, t := range []time.Time{o.StartedAfter, o.StartedBefore, o.EndedAfter, o.EndedBefore} {
+		if !t.IsZero() { // as a time: a duration would move with the clock
+			cmd += " --" + timeFlags[i] + " " + t.UTC().Format(time.RFC3339Nano)
+		}
+	}
+	if o.Sort != "" {
+		cmd += " --sort " + o.Sort
 	}
 	if g.limit {
 		cmd += " --limit " + strconv.Itoa(o.Limit)

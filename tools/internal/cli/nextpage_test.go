@@ -2,6 +2,7 @@ package cli
 
 import (
 	"testing"
+	"time"
 
 	"jetflow.dev/pkg/client"
 )
@@ -24,9 +25,32 @@ func TestNextPageKeepsTheFilters(t *testing.T) {
 		{pageFlags{}, client.ListOptions{Workflow: "it's", Limit: 50}, "a b", `jetflow ls --workflow 'it'\''s' --after 'a b'`},
 		{pageFlags{api: "http://127.0.0.1:28380", namespace: "acme"}, client.ListOptions{Limit: 50}, "x1",
 			"jetflow --api http://127.0.0.1:28380 --namespace acme ls --after x1"},
+		{pageFlags{}, client.ListOptions{Attrs: []string{"customer:acme corp", "tier:gold"}, Sort: "started_desc", Limit: 50,
+			StartedAfter: time.Date(2026, 1, 2, 3, 4, 5, 0, time.FixedZone("x", 3600))}, "c3RhcnRlZA",
+			"jetflow ls --attr 'customer:acme corp' --attr tier:gold --started-after 2026-01-02T02:04:05Z --sort started_desc --after c3RhcnRlZA"},
 	} {
 		if got := nextPage(tc.g, tc.o, tc.next); got != tc.want {
 			t.Errorf("nextPage(%+v, %q) = %q, want %q", tc.o, tc.next, got, tc.want)
+		}
+	}
+}
+
+// TestParseWhen: ls's time flags take an RFC 3339 time or a duration ago.
+func TestParseWhen(t *testing.T) {
+	now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
+	for in, want := range map[string]time.Time{
+		"2026-01-02T03:04:05Z": time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
+		"90m":                  now.Add(-90 * time.Minute),
+		"0s":                   now,
+	} {
+		got, err := parseWhen(in, now)
+		if err != nil || !got.Equal(want) {
+			t.Errorf("parseWhen(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"yesterday", "-1h", "2026-01-02"} {
+		if _, err := parseWhen(in, now); err == nil {
+			t.Errorf("parseWhen(%q) takes it", in)
 		}
 	}
 }
