@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -36,6 +37,9 @@ type exampleRun struct {
 	// apply to the last.
 	runs  int
 	check func(t *testing.T, x projections.Execution)
+	// listedBy are search attribute filters (name:value) that must list
+	// the execution, once it ended.
+	listedBy [][]string
 }
 
 type exampleSignal struct {
@@ -53,6 +57,15 @@ var exampleRuns = map[string][]exampleRun{
 		},
 	}},
 	"slow.yaml": {{want: projections.StatusSucceeded}},
+	"invoice.yaml": {
+		{input: map[string]any{"customer": "acme", "amount": 120}, want: projections.StatusSucceeded,
+			listedBy: [][]string{{"customer:acme"}, {"customer:acme", "tier:gold"}}},
+		{input: map[string]any{"customer": "acme", "amount": 30}, want: projections.StatusSucceeded,
+			check: func(t *testing.T, x projections.Execution) {
+				require.JSONEq(t, `"standard"`, string(x.Vars["tier"]))
+			},
+			listedBy: [][]string{{"customer:acme", "tier:standard"}}},
+	},
 	"watchdog.yaml": {{
 		want: projections.StatusSucceeded,
 		check: func(t *testing.T, x projections.Execution) {
@@ -408,6 +421,15 @@ func TestExamplesRunToCompletion(t *testing.T) {
 				require.Equal(t, r.want, x.Status, "examples/%s: %s", f, x.Error)
 				if r.check != nil {
 					r.check(t, x)
+				}
+				for _, attrs := range r.listedBy {
+					poll(t, 30*time.Second, fmt.Sprintf("%s listed by %v", x.ID, attrs), func() (bool, string) {
+						list, _, err := s.c.ListExecutions(ctx, client.ListOptions{Attrs: attrs, Status: string(r.want), Limit: 1000})
+						if err != nil {
+							return false, err.Error()
+						}
+						return slices.Contains(listIDs(list), x.ID), fmt.Sprint(listIDs(list))
+					})
 				}
 			})
 		}
