@@ -155,7 +155,7 @@ var knownHeaders = map[string]bool{
 	"ce-specversion": true, "ce-id": true, "ce-source": true, "ce-type": true, "ce-time": true,
 	"ce-subject": true, "ce-datacontenttype": true,
 	"ce-" + events.ExtWorkflow: true, "ce-" + events.ExtIgnorable: true, "ce-" + events.ExtPrevSeq: true,
-	"ce-" + events.ExtSchema: true,
+	"ce-" + events.ExtSchema: true, "ce-" + events.ExtTraceParent: true, "ce-" + events.ExtTraceState: true,
 }
 
 // fastEncode writes e in binary mode, or reports false if e needs sdk-go.
@@ -191,6 +191,12 @@ func fastEncode(subject string, e events.Event) (*nats.Msg, bool) {
 	if v := events.SchemaOf(e.Data); v > 1 {
 		h["ce-"+events.ExtSchema] = []string{strconv.Itoa(v)}
 	}
+	if e.TraceParent != "" {
+		h["ce-"+events.ExtTraceParent] = []string{e.TraceParent}
+		if e.TraceState != "" {
+			h["ce-"+events.ExtTraceState] = []string{e.TraceState}
+		}
+	}
 	return &nats.Msg{Subject: subject, Header: h, Data: data}, true
 }
 
@@ -206,7 +212,8 @@ func fastDecode(h nats.Header, data []byte) (events.Event, bool) {
 		return events.Event{}, false
 	}
 	ev := events.Event{ID: h.Get("ce-id"), Type: events.Type(h.Get("ce-type")), Source: h.Get("ce-source"),
-		Subject: h.Get("ce-subject"), Workflow: h.Get("ce-" + events.ExtWorkflow)}
+		Subject: h.Get("ce-subject"), Workflow: h.Get("ce-" + events.ExtWorkflow),
+		TraceParent: h.Get("ce-" + events.ExtTraceParent), TraceState: h.Get("ce-" + events.ExtTraceState)}
 	if ev.ID == "" || ev.Type == "" || !validSource(ev.Source) {
 		return events.Event{}, false
 	}

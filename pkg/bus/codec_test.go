@@ -37,6 +37,11 @@ func codecSamples() []events.Event {
 			ev.Time, ev.Ignorable = at.Add(time.Duration(i)), true
 		case 2:
 			ev.Source, ev.Subject = "urn:example:orders", "x"
+			// The distributed-tracing extension, with and without a state.
+			ev.TraceParent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+			if i%8 == 2 {
+				ev.TraceState = "vendor=a,other=b"
+			}
 		case 3:
 			ev.Source, ev.Time = "https://example.com/a?b=c", at.Truncate(time.Second)
 		}
@@ -77,6 +82,8 @@ func requireSameEvent(t *testing.T, want, got events.Event) {
 	require.True(t, want.Time.Equal(got.Time), "%s != %s", want.Time, got.Time)
 	require.Equal(t, want.Ignorable, got.Ignorable)
 	require.Equal(t, want.PrevSeq, got.PrevSeq)
+	require.Equal(t, want.TraceParent, got.TraceParent)
+	require.Equal(t, want.TraceState, got.TraceState)
 	require.True(t, reflect.DeepEqual(want.Data, got.Data), "%#v != %#v", want.Data, got.Data)
 	require.JSONEq(t, string(want.Raw), string(got.Raw))
 }
@@ -89,7 +96,8 @@ func FuzzDirectDecode(f *testing.F) {
 		m, _ := fastEncode("s", ev)
 		f.Add(m.Header.Get("ce-specversion"), m.Header.Get("ce-id"), m.Header.Get("ce-source"), m.Header.Get("ce-type"),
 			m.Header.Get("ce-time"), m.Header.Get("ce-subject"), m.Header.Get("ce-datacontenttype"),
-			m.Header.Get("ce-prevseq"), m.Header.Get("ce-ignorable"), m.Header.Get("ce-"+events.ExtWorkflow), m.Header.Get("ce-"+events.ExtSchema), m.Data)
+			m.Header.Get("ce-prevseq"), m.Header.Get("ce-ignorable"), m.Header.Get("ce-"+events.ExtWorkflow), m.Header.Get("ce-"+events.ExtSchema),
+			m.Header.Get("ce-"+events.ExtTraceParent), m.Data)
 	}
 	// The schema version: this one's, a newer one's, and no version.
 	if ev := codecSamples(); len(ev) > 0 {
@@ -97,14 +105,14 @@ func FuzzDirectDecode(f *testing.F) {
 		for _, schema := range []string{"1", "2", "x"} {
 			f.Add(m.Header.Get("ce-specversion"), m.Header.Get("ce-id"), m.Header.Get("ce-source"), m.Header.Get("ce-type"),
 				m.Header.Get("ce-time"), m.Header.Get("ce-subject"), m.Header.Get("ce-datacontenttype"),
-				m.Header.Get("ce-prevseq"), m.Header.Get("ce-ignorable"), m.Header.Get("ce-"+events.ExtWorkflow), schema, m.Data)
+				m.Header.Get("ce-prevseq"), m.Header.Get("ce-ignorable"), m.Header.Get("ce-"+events.ExtWorkflow), schema, "", m.Data)
 		}
 	}
-	f.Fuzz(func(t *testing.T, spec, id, source, typ, ts, subject, ct, prev, ign, wf, schema string, data []byte) {
+	f.Fuzz(func(t *testing.T, spec, id, source, typ, ts, subject, ct, prev, ign, wf, schema, traceparent string, data []byte) {
 		h := nats.Header{}
 		for k, v := range map[string]string{"ce-specversion": spec, "ce-id": id, "ce-source": source, "ce-type": typ,
 			"ce-time": ts, "ce-subject": subject, "ce-datacontenttype": ct, "ce-prevseq": prev, "ce-ignorable": ign,
-			"ce-" + events.ExtWorkflow: wf, "ce-" + events.ExtSchema: schema} {
+			"ce-" + events.ExtWorkflow: wf, "ce-" + events.ExtSchema: schema, "ce-" + events.ExtTraceParent: traceparent} {
 			if v != "" {
 				h.Set(k, v)
 			}

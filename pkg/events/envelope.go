@@ -33,6 +33,17 @@ const ExtPrevSeq = "prevseq"
 // ExtIgnorable marks an event that folds may skip when they do not know its type.
 const ExtIgnorable = "ignorable"
 
+// ExtTraceParent and ExtTraceState are the CloudEvents distributed-tracing
+// extension: the W3C trace context the event was produced in. A start
+// command's is the caller's; the dispatcher records it on the execution's
+// start, and sends each task with its step attempt's (package tracing).
+// Optional: an event without them is in no trace, and a malformed value
+// is read as none.
+const (
+	ExtTraceParent = "traceparent"
+	ExtTraceState  = "tracestate"
+)
+
 // ExtSchema is the CloudEvents extension attribute carrying the schema
 // version an event was written with, when it is above 1 (absent: 1).
 const ExtSchema = "jfschema"
@@ -107,6 +118,10 @@ type Event struct {
 	// PrevSeq is the stream sequence of the execution's previous event
 	// (history events only; 0 for the first or when unknown).
 	PrevSeq uint64 `json:"prev_seq,omitempty"`
+	// TraceParent and TraceState are the distributed-tracing extension
+	// (ExtTraceParent): "" when the event is in no trace.
+	TraceParent string `json:"traceparent,omitempty"`
+	TraceState  string `json:"tracestate,omitempty"`
 	// Data is the typed payload; nil for an unknown type.
 	Data Payload `json:"data"`
 	// Raw is the JSON data as received (set by [FromCloudEvent] and by the
@@ -152,6 +167,12 @@ func (e Event) ToCloudEvent() (event.Event, error) {
 	}
 	if v := SchemaOf(e.Data); v > 1 {
 		ce.SetExtension(ExtSchema, strconv.Itoa(v))
+	}
+	if e.TraceParent != "" {
+		ce.SetExtension(ExtTraceParent, e.TraceParent)
+		if e.TraceState != "" {
+			ce.SetExtension(ExtTraceState, e.TraceState)
+		}
 	}
 	var data any = e.Data
 	if e.Data == nil && e.Raw != nil {
@@ -281,6 +302,12 @@ func FromCloudEvent(ce event.Event) (Event, error) {
 			return ev, malformed(ExtPrevSeq, "extension %s %q is not a sequence", ExtPrevSeq, ps)
 		}
 		ev.PrevSeq = n
+	}
+	if tp, ok := ce.Extensions()[ExtTraceParent]; ok {
+		ev.TraceParent = fmt.Sprint(tp)
+		if ts, ok := ce.Extensions()[ExtTraceState]; ok {
+			ev.TraceState = fmt.Sprint(ts)
+		}
 	}
 	ev.Raw = ce.Data()
 	if s, ok := ce.Extensions()[ExtSchema]; ok {

@@ -177,7 +177,12 @@ type Execution struct {
 	// APIURL is the api's base URL as workflows reach it (workflow.api_url),
 	// as recorded when the execution started; "" if none was configured.
 	APIURL string `json:"api_url,omitempty"`
-	Steps  []Step `json:"steps"`
+	// TraceParent and TraceState are the trace context the execution's
+	// start was recorded with (the caller's: the CloudEvents
+	// distributed-tracing extension of its start); "" when it had none.
+	TraceParent string `json:"traceparent,omitempty"`
+	TraceState  string `json:"tracestate,omitempty"`
+	Steps       []Step `json:"steps"`
 	// Vars are the workflow variables, as set by let steps.
 	Vars map[string]json.RawMessage `json:"vars,omitempty"`
 	// Timers are the durable timers armed, by id.
@@ -547,6 +552,7 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 		s.Status, s.StartedAt = StatusStarted, ev.Time
 		s.Input, s.Token, s.CommandKey, s.StartedBy, s.StartedByActor = e.Input, e.Token, e.CommandKey, e.StartedBy, e.Actor
 		s.WaitAfterFail, s.DryRun, s.APIURL = e.WaitAfterFail, e.DryRun, e.APIURL
+		s.TraceParent, s.TraceState = ev.TraceParent, ev.TraceState
 		s.Chain, s.Run, s.ContinuedFrom, s.Parent = e.Chain, e.Run, e.ContinuedFrom, e.Parent
 		if e.Retention != nil {
 			s.Retention, s.RetentionKey = e.Retention.Rule, e.Retention.Key

@@ -10,6 +10,7 @@ import (
 	"jetflow.dev/pkg/auth"
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/svc"
+	"jetflow.dev/pkg/tracing"
 	"jetflow.dev/services/agent/agent"
 	"jetflow.dev/services/internal/metrics"
 	"jetflow.dev/services/internal/svcrun"
@@ -56,6 +57,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err := cfg.Validate(); err != nil { // before waiting for NATS
 		return err
 	}
+	tp, flush, err := tracing.FromEnv(ctx, "agent", getenv) // the OTEL_* variables (docs/observability.md)
+	if err != nil {
+		return err
+	}
+	defer flush()
+	cfg.Tracer = tp
 	if !cfg.Policy.AllowExec {
 		p.Log.Info().Msg("exec steps are off: they fail without running (enable them with -allow-exec)")
 	}

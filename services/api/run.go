@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"jetflow.dev/pkg/auth"
+	"jetflow.dev/pkg/tracing"
 	"jetflow.dev/services/api/access"
 	"jetflow.dev/services/api/api"
 	"jetflow.dev/services/api/projector"
@@ -50,6 +51,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err := cfg.Validate(); err != nil { // before waiting for NATS
 		return err
 	}
+	tp, flush, err := tracing.FromEnv(ctx, "api", getenv) // the OTEL_* variables (docs/observability.md)
+	if err != nil {
+		return err
+	}
+	defer flush()
+	cfg.Tracer = tp
 	if *metricsAddr != "" {
 		reg := metrics.Registry()
 		stop, err := metrics.Serve("-metrics-addr", *metricsAddr, reg, p.Log)

@@ -9,6 +9,7 @@ import (
 
 	"jetflow.dev/pkg/auth"
 	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/tracing"
 	"jetflow.dev/services/dispatcher/dispatch"
 	"jetflow.dev/services/internal/metrics"
 	"jetflow.dev/services/internal/svcrun"
@@ -44,6 +45,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err := cfg.Validate(); err != nil { // before waiting for NATS
 		return err
 	}
+	tp, flush, err := tracing.FromEnv(ctx, "dispatcher", getenv) // the OTEL_* variables (docs/observability.md)
+	if err != nil {
+		return err
+	}
+	defer flush()
+	cfg.Tracer = tp
 	var reg *prometheus.Registry
 	if *metricsAddr != "" { // listening before waiting for NATS: a busy port stops the program at once
 		reg = metrics.Registry()

@@ -24,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
@@ -106,6 +107,10 @@ type Config struct {
 	// Metrics, if set, counts what the agent does (NewMetrics); nil
 	// counts nothing.
 	Metrics *Metrics
+	// Tracer, if set, records a span for each operation it runs, under
+	// the step attempt's span its task names (tracing.go); nil records
+	// nothing.
+	Tracer trace.TracerProvider
 }
 
 const (
@@ -476,6 +481,9 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 		err = fmt.Errorf("agent %s has no handler for operation kind %q", a.cfg.Name, task.Kind)
 	} else {
 		began = time.Now()
+		var span trace.Span
+		opCtx, span = a.startSpan(opCtx, ev, task, delivery)
+		defer func() { endSpan(span, err) }() // err as the operation ends it
 		started := a.reportStarted(startedReportID(task.TaskID, delivery), ref, began)
 		defer started.wait(a.cfg.AckWait, log)
 		var stopWatch func()

@@ -345,6 +345,8 @@ func links(id string) map[string]string {
 // publishStart publishes the command and waits for the dispatcher's
 // verdict: ExecutionStarted (201), a rejection (4xx) or nothing yet (202).
 func (s *Server) publishStart(w http.ResponseWriter, r *http.Request, cmd events.Event, start *events.StartExecution, key, digest string) {
+	end := s.traceStart(r, &cmd, start)
+	defer end()
 	ch := make(chan *nats.Msg, 16)
 	subStarted, err := s.at(r).nc.ChanSubscribe(bus.ExecutionSubject(start.Workflow, start.ExecutionID), ch)
 	if err != nil {

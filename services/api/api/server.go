@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"jetflow.dev/pkg/apiv1"
 	"jetflow.dev/pkg/bus"
@@ -80,6 +81,10 @@ type Config struct {
 	// parked read models and missing streams and buckets, and what the
 	// projectors do (events, writes, lag).
 	Registerer prometheus.Registerer
+	// Tracer, when set, records a span for each start over HTTP and
+	// starts the execution in its trace (tracing.go); without it a
+	// caller's trace context is passed on as it came.
+	Tracer trace.TracerProvider
 	// Auth says how callers authenticate (docs/api.md#authentication).
 	// The zero value requires a token on every route but /healthz, and
 	// accepts api keys only.

@@ -23,6 +23,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/catalog"
@@ -100,6 +101,10 @@ type Config struct {
 	// Metrics, if set, counts what the dispatcher does (NewMetrics); nil
 	// counts nothing.
 	Metrics *Metrics
+	// Tracer, if set, records the executions' and step attempts' spans
+	// and adds their trace context to the events and tasks (tracing.go);
+	// nil records nothing.
+	Tracer trace.TracerProvider
 }
 
 const (

@@ -302,6 +302,7 @@ func (d *Dispatcher) recordFires(ctx context.Context, batch []job) []fireOutcome
 		}
 		f.next.LastSeq = a.Seq
 		d.cfg.Metrics.appended(&f.x.state, &f.next, &f.ev, d.cfg.Now)
+		d.traced(&f.x.state, &f.next, &f.ev)
 		f.x.state, f.x.current = f.next, true
 		out[f.i].recorded = true
 	}

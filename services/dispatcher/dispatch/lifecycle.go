@@ -16,6 +16,7 @@ import (
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/pkg/startcheck"
+	"jetflow.dev/pkg/tracing"
 	"jetflow.dev/services/dispatcher/interp"
 )
 
@@ -66,6 +67,10 @@ func (d *Dispatcher) start(ctx context.Context, ev events.Event, cmd *events.Sta
 				return permanentError{err}
 			}
 			x.def = def
+			// The caller's trace context, recorded on the start as it
+			// reads (a malformed one is none).
+			tp, ts := tracing.Parse(ev.TraceParent, ev.TraceState).Header()
+			x.startTrace = [2]string{tp, ts}
 			// With the first operation's dispatch when that is the first
 			// decision (docs/adr/0008).
 			if err := d.carryOut(ctx, x, interp.Start(d.input(x), started)); err != nil {

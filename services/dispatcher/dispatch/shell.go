@@ -265,6 +265,7 @@ func (d *Dispatcher) perform(ctx context.Context, x *execState, eff interp.Effec
 		}
 		task := events.New(d.cfg.Source, x.id, x.workflow, at, &t)
 		task.ID = e.Task.TaskID
+		d.traceTask(x, &task, e.Task.TaskID)
 		msg, err := bus.Encode(d.taskSubject(e), task)
 		if err != nil {
 			return nil, permanentError{err}

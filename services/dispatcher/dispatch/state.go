@@ -103,6 +103,9 @@ type execState struct {
 	epoch uint64
 	// memo is what the interpreter's decisions learned from state so far.
 	memo *interp.Memo
+	// startTrace is the trace context (traceparent, tracestate) of the
+	// start command being applied, for its ExecutionStarted.
+	startTrace [2]string
 }
 
 func (x *execState) subject() string { return bus.ExecutionSubject(x.workflow, x.id) }
@@ -327,6 +330,7 @@ func (d *Dispatcher) append(ctx context.Context, x *execState, p events.Payload,
 	}
 	next.LastSeq = seq
 	d.cfg.Metrics.appended(&x.state, &next, &ev, d.cfg.Now)
+	d.traced(&x.state, &next, &ev)
 	x.state, x.current = next, true
 	if c, ok := p.(*events.DefinitionChanged); ok { // what follows runs the new version
 		def, err := d.pinned.get(x.workflow, c.Version, c.Definition)
@@ -353,6 +357,7 @@ func (d *Dispatcher) prepare(x *execState, p events.Payload, at time.Time) (even
 	}
 	ev := events.New(d.cfg.Source, x.id, x.workflow, at, p)
 	ev.PrevSeq = x.state.LastSeq
+	d.traceEvent(x, &ev)
 	next, err := projections.Apply(x.state, ev)
 	if err != nil {
 		return ev, next, permanentError{fmt.Errorf("refusing to append illegal event: %w", err)}

@@ -17,6 +17,7 @@ import (
 
 	"jetflow.dev/pkg/auth"
 	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/tracing"
 	"jetflow.dev/services/agent/agent"
 	"jetflow.dev/services/janitor/janitor"
 	"jetflow.dev/tools/internal/backup"
@@ -66,6 +67,12 @@ with its own NATS connection. Stop it with Ctrl-C; start it again on the same
 				cfg.Log.Warn().Msg("--insecure: the api runs without authentication; anyone who reaches it can register workflows and run them")
 			}
 			cfg.AgentPolicy = &policy
+			tp, flush, err := tracing.FromEnv(cmd.Context(), "dev", a.getenv) // the OTEL_* variables (docs/observability.md)
+			if err != nil {
+				return err
+			}
+			defer flush()
+			cfg.Tracer = tp
 			if cfg.StartedAfter == 0 {
 				cfg.StartedAfter = agent.StartedAtOnce
 			}

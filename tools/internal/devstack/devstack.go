@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
 	"jetflow.dev/pkg/auth"
@@ -150,6 +151,10 @@ type Config struct {
 	// Registerer, when set (MetricsAddr empty), gets every service's
 	// metrics instead: a program embedding the stack serves them itself.
 	Registerer prometheus.Registerer
+	// Tracer, when set, records the api's, the dispatcher's and the
+	// agent's spans (package tracing; jetflow dev makes it from the
+	// OTEL_* variables); nil records none.
+	Tracer trace.TracerProvider
 }
 
 // Info tells where a running stack can be reached.
@@ -505,7 +510,7 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 		}
 		start(ns, "dispatcher", func(ctx context.Context, c *bus.Conn) error {
 			d, err := dispatch.New(ctx, dispatch.Config{Workers: cfg.Workers, CacheSize: cfg.CacheSize, BulkAfter: cfg.BulkAfter, APIURL: info.APIURL, BindOnly: restricted,
-				NoDirectReports: cfg.NoDirectReports, LeaseTTL: cfg.LeaseTTL, Metrics: m.dispatcher}, c.JS, log("dispatcher"))
+				NoDirectReports: cfg.NoDirectReports, LeaseTTL: cfg.LeaseTTL, Metrics: m.dispatcher, Tracer: cfg.Tracer}, c.JS, log("dispatcher"))
 			if err != nil {
 				return err
 			}
@@ -513,7 +518,7 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 		})
 		start(ns, "agent", func(ctx context.Context, c *bus.Conn) error {
 			ac := agentCfg
-			ac.BindOnly, ac.Metrics = restricted, m.agent
+			ac.BindOnly, ac.Metrics, ac.Tracer = restricted, m.agent, cfg.Tracer
 			a, err := agent.New(ac, c.JS, log("agent"))
 			if err != nil {
 				return err
@@ -561,7 +566,8 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 			visibilityDir = filepath.Join(cfg.DataDir, "visibility")
 		}
 		return api.Serve(ctx, api.Config{Listener: ln, StartWait: cfg.StartWait, MaxReadModel: cfg.MaxReadModel, BindOnly: restricted, Namespaces: others,
-			VisibilityDir: visibilityDir, Missing: missing, Auth: api.AuthConfig{Disabled: cfg.Insecure, AdminTokenFile: tokenPath}, Registerer: reg}, c.NC, c.JS, log("api"))
+			VisibilityDir: visibilityDir, Missing: missing, Auth: api.AuthConfig{Disabled: cfg.Insecure, AdminTokenFile: tokenPath}, Registerer: reg,
+			Tracer: cfg.Tracer}, c.NC, c.JS, log("api"))
 	})
 	err = g.Wait()
 	_ = ln.Close()
