@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -122,6 +123,7 @@ func TestOperatorUIInABrowser(t *testing.T) {
 	s.apply(t, `
 name: approve
 description: waits for an approval, then greets
+search_attributes: [input.who]
 input:
   type: object
   properties:
@@ -157,8 +159,32 @@ steps:
 	t.Logf("listed %s after the start was answered", time.Since(began).Round(time.Millisecond))
 	screenshot(t, ctx, "executions")
 
+	t.Log("the list filters by search attribute and by time range")
+	run(t, ctx, "filter by a search attribute",
+		chromedp.SendKeys(chromedp.CSS(`[data-testid=filter-attr]`), "who:ops"),
+		chromedp.Click(chromedp.CSS(`[data-testid=filter]`)),
+		until(`location.hash.includes('attr=who%3Aops')`),
+		until(`document.querySelectorAll('[data-testid=executions] tr').length === 1 && !!document.querySelector('[data-testid=executions] tr[data-id="ui-1"]')`))
+	run(t, ctx, "no execution has another value",
+		chromedp.Navigate(s.info.APIURL+"/#/executions?attr=who%3Anobody"),
+		until(`document.querySelector('[data-testid=counts]')?.textContent.includes('no executions')`))
+	future := url.QueryEscape(time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
+	past := url.QueryEscape(time.Now().Add(-time.Hour).UTC().Format(time.RFC3339))
+	run(t, ctx, "a range from an hour ago lists it, latest first",
+		chromedp.Navigate(s.info.APIURL+"/#/executions?sort=started_desc&started_after="+past),
+		until(`!!document.querySelector('[data-testid=executions] tr[data-id="ui-1"]')`),
+		until(`document.querySelector('[data-testid=filter-sort]').value === 'started_desc'`))
+	run(t, ctx, "a range after now lists none",
+		chromedp.Navigate(s.info.APIURL+"/#/executions?started_after="+future),
+		until(`document.querySelector('[data-testid=counts]')?.textContent.includes('no executions')`))
+	run(t, ctx, "a bad filter is shown, naming it",
+		chromedp.Navigate(s.info.APIURL+"/#/executions?sort=sideways"),
+		until(`(document.querySelector('[data-testid=error]')?.textContent || '').includes('sort')`))
+
 	t.Log("its page follows it live: a signal from the page lets it go on to succeeded")
 	run(t, ctx, "open ui-1",
+		chromedp.Navigate(s.info.APIURL+"/#/executions"),
+		until(`!!document.querySelector('[data-testid=executions] tr[data-id="ui-1"] a')`),
 		chromedp.Click(chromedp.CSS(`[data-testid=executions] tr[data-id="ui-1"] a`)),
 		until(`location.hash === '#/executions/ui-1'`),
 		until(statusIs("started")),

@@ -229,16 +229,41 @@ function loginPage(query) {
 
 // ---- executions ----
 
+// LIST_FILTERS are the list's query parameters the page keeps in its
+// hash (and passes on to GET /v1/executions), attr repeated.
+const LIST_FILTERS = ['workflow', 'status', 'damaged', 'sort', 'started_after', 'started_before', 'ended_after', 'ended_before'];
+const SORTS = { '': 'by id', started_desc: 'latest started first', started_asc: 'earliest started first',
+  ended_desc: 'latest ended first', ended_asc: 'earliest ended first' };
+
+// toLocalInput shows an RFC 3339 time in a datetime-local field; fromLocalInput reads one back.
+function toLocalInput(t) {
+  const d = new Date(t);
+  if (!t || isNaN(d)) return '';
+  return new Date(d.getTime() - d.getTimezoneOffset() * 60000).toISOString().slice(0, 19);
+}
+function fromLocalInput(v) {
+  const d = new Date(v);
+  return v && !isNaN(d) ? d.toISOString() : '';
+}
+
 async function executionsPage(p, query) {
-  const f = {
-    workflow: query.get('workflow') || '', status: query.get('status') || '',
-    damaged: query.get('damaged') === 'true', after: query.get('after') || '',
-  };
+  const f = {};
+  for (const k of LIST_FILTERS) f[k] = query.get(k) || '';
+  f.attr = query.getAll('attr');
+  f.after = query.get('after') || '';
   const prev = (query.get('prev') || '').split(',').filter((x) => x !== '');
   const wf = h('input', { name: 'workflow', value: f.workflow, placeholder: 'any', 'data-testid': 'filter-workflow' });
   const st = h('select', { name: 'status', 'data-testid': 'filter-status' },
     h('option', { value: '' }, 'any'), STATUSES.map((s) => h('option', { value: s, selected: s === f.status }, s)));
-  const dmg = h('input', { type: 'checkbox', name: 'damaged', checked: f.damaged });
+  const dmg = h('input', { type: 'checkbox', name: 'damaged', checked: f.damaged === 'true' });
+  const sort = h('select', { name: 'sort', 'data-testid': 'filter-sort' },
+    Object.entries(SORTS).map(([v, label]) => h('option', { value: v, selected: v === f.sort }, label)));
+  const times = {};
+  for (const k of ['started_after', 'started_before', 'ended_after', 'ended_before']) {
+    times[k] = h('input', { type: 'datetime-local', step: '1', name: k, value: toLocalInput(f[k]), 'data-testid': 'filter-' + k });
+  }
+  const attr = h('input', { name: 'attr', value: f.attr.join(' '), placeholder: 'customer:acme region:eu', size: 24, 'data-testid': 'filter-attr',
+    title: 'search attributes, name:value, separated by spaces: every one must match' });
   const jump = h('input', { name: 'id', placeholder: 'execution id', 'data-testid': 'goto-id' });
   const filters = h('form', {
     class: 'bar', onsubmit: (e) => {
@@ -247,10 +272,19 @@ async function executionsPage(p, query) {
       if (wf.value.trim()) q.set('workflow', wf.value.trim());
       if (st.value) q.set('status', st.value);
       if (dmg.checked) q.set('damaged', 'true');
+      if (sort.value) q.set('sort', sort.value);
+      for (const [k, el] of Object.entries(times)) {
+        const v = fromLocalInput(el.value);
+        if (v) q.set(k, v);
+      }
+      for (const a of attr.value.split(/\s+/).filter(Boolean)) q.append('attr', a);
       location.hash = '#/executions' + (q.toString() ? '?' + q : '');
     },
-  }, h('label', null, 'Workflow', wf), h('label', null, 'Status', st), h('label', { class: 'check' }, dmg, 'damaged only'),
-  h('button', { type: 'submit' }, 'Filter'));
+  }, h('label', null, 'Workflow', wf), h('label', null, 'Status', st), h('label', null, 'Order', sort),
+  h('label', null, 'Started after', times.started_after), h('label', null, 'Started before', times.started_before),
+  h('label', null, 'Ended after', times.ended_after), h('label', null, 'Ended before', times.ended_before),
+  h('label', null, 'Search attributes', attr), h('label', { class: 'check' }, dmg, 'damaged only'),
+  h('button', { type: 'submit', 'data-testid': 'filter' }, 'Filter'));
   const goto = h('form', {
     class: 'bar', onsubmit: (e) => {
       e.preventDefault();
@@ -266,17 +300,17 @@ async function executionsPage(p, query) {
     h('table', null, h('thead', null, h('tr', null, ['Execution', 'Workflow', 'Status', 'Steps', 'Started', 'Ended', 'Took'].map((c) => h('th', null, c)))), body),
     pager);
 
-  const q = new URLSearchParams();
-  if (f.workflow) q.set('workflow', f.workflow);
-  if (f.status) q.set('status', f.status);
-  if (f.damaged) q.set('damaged', 'true');
+  const filtered = () => {
+    const n = new URLSearchParams();
+    for (const k of LIST_FILTERS) if (f[k]) n.set(k, f[k]);
+    for (const a of f.attr) n.append('attr', a);
+    return n;
+  };
+  const q = filtered();
   q.set('limit', '50');
   if (f.after) q.set('after', f.after);
   const pageHash = (after, prevs) => {
-    const n = new URLSearchParams();
-    if (f.workflow) n.set('workflow', f.workflow);
-    if (f.status) n.set('status', f.status);
-    if (f.damaged) n.set('damaged', 'true');
+    const n = filtered();
     if (after) n.set('after', after);
     if (prevs.length) n.set('prev', prevs.join(','));
     return '#/executions?' + n;
@@ -286,9 +320,15 @@ async function executionsPage(p, query) {
     try {
       res = await api('GET', '/v1/executions?' + q, undefined, p.signal);
     } catch (err) {
-      if (err.name !== 'AbortError') { live.className = 'live off'; live.textContent = '○ not live: ' + explain(err); }
-      throw err;
+      // Shown, and asked again on the next refresh (a 503 while the
+      // index catches up after a start, a bad filter to correct).
+      if (err.name !== 'AbortError' && err.status !== 401) {
+        live.className = 'live off'; live.textContent = '○ not live';
+        fill(msg, notice(explain(err), true));
+      }
+      return;
     }
+    fill(msg);
     live.className = 'live'; live.textContent = '● live';
     const list = res.data.executions || [];
     const by = {};
