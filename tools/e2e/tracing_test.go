@@ -9,11 +9,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/client"
+	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/pkg/tracing"
 	"jetflow.dev/tools/internal/devstack"
@@ -52,7 +57,7 @@ steps:
 	require.Contains(t, []int{http.StatusCreated, http.StatusAccepted}, resp.StatusCode)
 	x := s.waitDone(t, "tr-1", 30*time.Second)
 	require.Equal(t, projections.StatusSucceeded, x.Status, describe(x))
-	require.Equal(t, "00-"+callerTrace, x.TraceParent[:35], "the start records its trace context")
+	require.True(t, strings.HasPrefix(x.TraceParent, "00-"+callerTrace+"-"), "the start records its trace context: %q", x.TraceParent)
 
 	// Spans are recorded when what they cover has ended: the execution's
 	// comes with its end, the agent's as each operation ends.
@@ -102,6 +107,27 @@ steps:
 		delete(attempts, op.Parent.SpanID())
 	}
 	t.Logf("%d spans in one trace", len(spans))
+
+	t.Log("a start over NATS with no trace context is a trace of its own, its execution's span the root")
+	ev := events.New("tracing-test", "", "", time.Now(), &events.StartExecution{Workflow: "traced", ExecutionID: "tr-2"})
+	msg, err := bus.Encode(bus.SubjectStart, ev)
+	require.NoError(t, err)
+	_, err = s.js.PublishMsg(t.Context(), msg, jetstream.WithMsgID(ev.ID))
+	require.NoError(t, err)
+	x = s.waitDone(t, "tr-2", 30*time.Second)
+	require.Equal(t, projections.StatusSucceeded, x.Status, describe(x))
+	var root tracetest.SpanStub
+	poll(t, 30*time.Second, "tr-2's execution span is recorded", func() (bool, string) {
+		for _, sp := range exp.GetSpans() {
+			if sp.SpanContext.TraceID() == tracing.TraceID("tr-2") && sp.Name == "execution traced" {
+				root = sp
+				return true, ""
+			}
+		}
+		return false, fmt.Sprint(len(exp.GetSpans()), " spans")
+	})
+	require.False(t, root.Parent.IsValid(), "a root")
+	require.Equal(t, tracing.ExecutionSpanID("tr-2", 0), root.SpanContext.SpanID())
 	require.NoError(t, tp.Shutdown(context.Background()))
 }
 
@@ -120,4 +146,33 @@ func one(t *testing.T, spans tracetest.SpanStubs, name string) tracetest.SpanStu
 	got := byName(spans, name)
 	require.Len(t, got, 1, "one span %q", name)
 	return got[0]
+}
+
+// TestASampledOutExecutionRecordsNoSpan: the sampler decides once per
+// execution, at its start: with every new trace sampled out, an execution
+// started without a trace context records no span at all, the api's,
+// the execution's, its steps' or the agent's, and its start records the
+// decision (flags 00) for every later span to follow.
+func TestASampledOutExecutionRecordsNoSpan(t *testing.T) {
+	t.Parallel()
+	exp := tracetest.NewInMemoryExporter()
+	tp := tracing.NewProvider(exp, true, sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.NeverSample())))
+	s := startStack(t, func(c *devstack.Config) { c.Tracer = tp })
+	s.apply(t, "name: unsampled\nsteps:\n  - {id: a, kind: noop}\n  - {id: b, kind: noop}\n")
+	// Over HTTP the api's span decides; over NATS, with no trace context,
+	// the dispatcher's start does.
+	x := s.runToEnd(t, client.StartRequest{Workflow: "unsampled", ID: "us-1"})
+	require.Equal(t, projections.StatusSucceeded, x.Status, describe(x))
+	require.True(t, strings.HasSuffix(x.TraceParent, "-00"), "the start records the decision: %q", x.TraceParent)
+	ev := events.New("tracing-test", "", "", time.Now(), &events.StartExecution{Workflow: "unsampled", ExecutionID: "us-2"})
+	msg, err := bus.Encode(bus.SubjectStart, ev)
+	require.NoError(t, err)
+	_, err = s.js.PublishMsg(t.Context(), msg, jetstream.WithMsgID(ev.ID))
+	require.NoError(t, err)
+	x = s.waitDone(t, "us-2", 30*time.Second)
+	require.Equal(t, projections.StatusSucceeded, x.Status, describe(x))
+	require.Equal(t, "00-"+tracing.TraceID("us-2").String()+"-"+tracing.ExecutionSpanID("us-2", 0).String()+"-00", x.TraceParent,
+		"a start without a trace context records a trace of its own, and the sampler's decision")
+	require.NoError(t, tp.ForceFlush(context.Background()))
+	require.Empty(t, exp.GetSpans(), "a sampled-out execution records no span")
 }

@@ -277,12 +277,18 @@ steps:
 	screenshot(t, ctx, "workflow")
 
 	t.Log("what a page shows is text: a value with markup in it is not run")
-	_, err = s.c.Start(bg, client.StartRequest{Workflow: "approve", ID: "ui-3", Input: map[string]any{"who": `<img src=x onerror="window.pwned=1">`}})
+	_, err = s.c.Start(bg, client.StartRequest{Workflow: "approve", ID: "ui-3", Input: map[string]any{"who": `<img src=x onerror=window.pwned=1>`}})
 	require.NoError(t, err)
 	run(t, ctx, "open ui-3", chromedp.Navigate(s.info.APIURL+"/#/executions/ui-3"),
-		until(`(document.querySelector('[data-testid=input]')?.textContent || '').includes('onerror')`))
+		until(`(document.querySelector('[data-testid=input]')?.textContent || '').includes('onerror')`),
+		until(inTimeline(events.TypeExecutionStarted)))
 	c, cancel := context.WithTimeout(ctx, uiWait)
 	defer cancel()
+	// Set as HTML, the input would be an element (whether or not the
+	// policy then stopped its handler): it must be text only.
+	elements, err := chromedp.Run(c, chromedp.Evaluate[int](`document.querySelector('[data-testid=input]').childElementCount + document.querySelectorAll('main img').length`))
+	require.NoError(t, err)
+	require.Zero(t, elements, "the input's markup became elements")
 	pwned, err := chromedp.Run(c, chromedp.Evaluate[bool](`window.pwned === 1`))
 	require.NoError(t, err)
 	require.False(t, pwned, "the input's markup ran")

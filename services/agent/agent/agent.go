@@ -483,7 +483,6 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 		began = time.Now()
 		var span trace.Span
 		opCtx, span = a.startSpan(opCtx, ev, task, delivery)
-		defer func() { endSpan(span, err) }() // err as the operation ends it
 		started := a.reportStarted(startedReportID(task.TaskID, delivery), ref, began)
 		defer started.wait(a.cfg.AckWait, log)
 		var stopWatch func()
@@ -496,6 +495,7 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 		// Nothing the operation reports may show a secret it was given.
 		final = errors.Is(err, ErrRefused) // e.g. a redirect to a host not allowed
 		err = redactError(red, err)
+		endSpan(span, err) // the run, not the report: with no secret in its error
 		if err == nil {
 			out, err = redactOutput(red, out)
 		}

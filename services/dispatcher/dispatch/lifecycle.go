@@ -70,6 +70,9 @@ func (d *Dispatcher) start(ctx context.Context, ev events.Event, cmd *events.Sta
 			// The caller's trace context, recorded on the start as it
 			// reads (a malformed one is none).
 			tp, ts := tracing.Parse(ev.TraceParent, ev.TraceState).Header()
+			if tp == "" && d.cfg.Tracer != nil {
+				tp, ts = d.newTrace(id)
+			}
 			x.startTrace = [2]string{tp, ts}
 			// With the first operation's dispatch when that is the first
 			// decision (docs/adr/0008).

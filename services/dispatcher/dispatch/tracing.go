@@ -1,9 +1,11 @@
 package dispatch
 
 import (
+	"context"
 	"fmt"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
@@ -17,8 +19,20 @@ import (
 // kept on its ExecutionStarted: the history says who asked).
 
 // run is the execution's run number: 0 from its start, one more for each
-// resume and replay (a span each).
-func run(x *projections.Execution) int { return x.Resumes + len(x.Replays) }
+// resume and replay (a span each; the fold counts both in Resumes).
+func run(x *projections.Execution) int { return x.Resumes }
+
+// newTrace is the trace context of an execution started without one: a
+// trace of its own (ids derived from the execution's id), sampled as the
+// provider's sampler decides once, here; the start records it, so that
+// every later span follows that decision.
+func (d *Dispatcher) newTrace(id string) (traceparent, tracestate string) {
+	ctx := tracing.WithIDs(context.Background(), tracing.TraceID(id), tracing.ExecutionSpanID(id, 0))
+	// Started for its sampling decision and context only: never ended,
+	// so never exported (the execution's span is recorded at its end).
+	_, sp := d.cfg.Tracer.Tracer(tracing.Instrumentation).Start(ctx, "execution", trace.WithNewRoot())
+	return tracing.Context{SC: sp.SpanContext()}.Header()
+}
 
 // traceOf is the trace context of x's current run (its span's), and
 // whether x has one.
@@ -67,10 +81,10 @@ func (d *Dispatcher) traced(before, after *projections.Execution, ev *events.Eve
 		return
 	}
 	caller := tracing.Parse(after.TraceParent, after.TraceState)
-	parent, root := caller, !caller.Valid()
-	if root {
-		parent = tracing.Root(after.ID, "", "")
-	}
+	// A start recorded with its own run's context (newTrace) is a root,
+	// as is one recorded with none (before tracing was on).
+	root := !caller.Valid() || caller.SC.SpanID() == tracing.ExecutionSpanID(after.ID, 0)
+	parent := tracing.Root(after.ID, after.TraceParent, after.TraceState)
 	start := after.StartedAt
 	if run(after) > 0 && !after.ResumedAt.IsZero() {
 		start = after.ResumedAt

@@ -8,6 +8,8 @@ const STATUSES = ['started', 'cancelling', 'suspended', 'succeeded', 'failed', '
 const TERMINAL = new Set(['succeeded', 'failed', 'cancelled']);
 const LIST_POLL_MS = 750;
 const EXEC_POLL_MS = 2000;
+// MAX_ROWS is how many of an execution's events its page shows (the latest).
+const MAX_ROWS = 1000;
 
 const session = {
   get token() { return sessionStorage.getItem('jetflow.token') || ''; },
@@ -512,14 +514,26 @@ function twoStep(label, testid, run) {
 function followHistory(p, path, into, live, onEvent) {
   let last = 0;
   let wake = null;
-  const seen = new Set();
+  let dropped = 0;
+  const older = h('tr', { class: 'muted', 'data-testid': 'older' });
   const row = (ev) => {
-    if (seen.has(ev.seq)) return;
-    seen.add(ev.seq);
-    last = Math.max(last, ev.seq);
+    if (ev.seq <= last) return; // the stream is in order: seen already
+    last = ev.seq;
     into.append(h('tr', { 'data-seq': ev.seq, 'data-type': ev.type },
       h('td', null, String(ev.seq)), h('td', null, time(ev.time)), h('td', { class: 'mono' }, ev.type),
       h('td', null, h('details', { class: 'ev' }, h('summary', null, summary(ev)), h('pre', null, json(ev))))));
+    // A long history keeps the tab small: the latest MAX_ROWS events.
+    let rows = into.querySelectorAll('tr[data-seq]');
+    while (rows.length > MAX_ROWS) {
+      rows[0].remove();
+      dropped++;
+      rows = into.querySelectorAll('tr[data-seq]');
+    }
+    if (dropped) {
+      fill(older, h('td', { colspan: 4 }, `${dropped} earlier events are not shown here: `,
+        h('code', null, 'GET ' + path), ' and jetflow events have them all.'));
+      if (!older.isConnected) into.prepend(older);
+    }
     onEvent();
   };
   const once = async () => {
