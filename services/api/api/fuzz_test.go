@@ -71,6 +71,22 @@ func fuzzServer(f *testing.F) http.Handler {
 			}
 		}
 	}
+	// The list's visibility index, live: a list by time or attribute is
+	// answered 503 until it is.
+	feed, err := openFeed(ctx, "", DefaultNamespace, js, srv.def.defs, zerolog.Nop())
+	if err != nil {
+		f.Fatal(err)
+	}
+	srv.feeds[DefaultNamespace] = feed
+	feedCtx, stopFeed := context.WithCancel(ctx)
+	fed := make(chan error, 1)
+	go func() { fed <- feed.Run(feedCtx) }()
+	f.Cleanup(func() {
+		stopFeed()
+		<-fed
+		feed.Store().Close()
+	})
+	natstest.Eventually(f, 30*time.Second, feed.Live, "the visibility index is live")
 	locks, err := lock.Open(ctx, js, nil)
 	if err != nil {
 		f.Fatal(err)
@@ -117,6 +133,9 @@ var fuzzRequests = []struct {
 	{"GET", "/v1/executions?workflow=fz&status=succeeded&limit=2", "", ""},
 	{"GET", "/v1/executions?damaged=true&after=fz-1", "", ""},
 	{"GET", "/v1/executions?limit=0&status=nope&workflow=a.b", "", ""},
+	{"GET", "/v1/executions?sort=started_desc&started_after=2026-01-02T03:04:05Z&attr=customer:acme&attr=tier:gold", "", ""},
+	{"GET", "/v1/executions?sort=ended_asc&ended_before=2026-01-02T03:04:05Z&after=ZW5kZWRfYXNjLzEveA", "", ""},
+	{"GET", "/v1/executions?sort=sideways&attr=:x&started_before=yesterday", "", ""},
 	{"GET", "/v1/executions/fz-1", "", ""},
 	{"GET", "/v1/executions/fz-1?at_seq=1", "", ""},
 	{"GET", "/v1/executions/fz-2/steps?offset=0&limit=2", "", ""},

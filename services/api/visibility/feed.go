@@ -165,7 +165,7 @@ func (f *Feed) Run(ctx context.Context) error {
 		if errors.Is(err, errReset) {
 			continue
 		}
-		f.log.Warn().Err(err).Msg("visibility: the watch of the read models ended; starting again from the stored revision")
+		f.log.Warn().Err(err).Msg("visibility: feeding the index stopped; starting again from the stored revision in a second")
 		select {
 		case <-ctx.Done():
 			return nil

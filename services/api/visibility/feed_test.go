@@ -228,7 +228,6 @@ func TestFeedKeepsTheIndex(t *testing.T) {
 
 	// Stopped, then started again: it resumes from the revision it
 	// stored, writing only what changed meanwhile.
-	live := rows(t, store)
 	stop()
 	e.put(t, e.model("s-3", "shipping", 7, projections.StatusStarted, "umbrella"))
 	require.NoError(t, e.kv.Purge(t.Context(), "b-2"))
@@ -243,7 +242,7 @@ func TestFeedKeepsTheIndex(t *testing.T) {
 	require.Equal(t, []string{"b-3", "b-4", "s-1", "s-3", "u-1"}, list(t, store, visibility.Query{Sort: visibility.SortID}))
 
 	// A rebuild drops the index and feeds it again: the same rows.
-	live = rows(t, store)
+	live := rows(t, store)
 	require.NoError(t, f.Rebuild(t.Context()))
 	require.Equal(t, int64(1), store.resets.Load())
 	natstest.Eventually(t, 10*time.Second, f.Live, "live after the rebuild")
