@@ -105,7 +105,12 @@ function duration(a, b) {
   if (!a || !b || a.startsWith('0001-') || b.startsWith('0001-')) return '';
   const ms = new Date(b) - new Date(a);
   if (!(ms >= 0)) return '';
-  return ms < 1000 ? ms + ' ms' : ms < 60000 ? (ms / 1000).toFixed(2) + ' s' : Math.round(ms / 1000) + ' s';
+  if (ms < 1000) return ms + ' ms';
+  if (ms < 60000) return (ms / 1000).toFixed(2) + ' s';
+  const s = Math.round(ms / 1000);
+  if (s < 3600) return `${Math.floor(s / 60)} min ${s % 60} s`;
+  const m = Math.round(s / 60);
+  return m < 1440 ? `${Math.floor(m / 60)} h ${m % 60} min` : `${Math.floor(m / 1440)} d ${Math.floor((m % 1440) / 60)} h`;
 }
 
 function json(v) {
@@ -200,7 +205,7 @@ function renderWho() {
 
 function loginPage(query) {
   const next = query.get('next') || '#/executions';
-  const token = h('input', { type: 'password', name: 'token', autocomplete: 'off', placeholder: 'jf_… or the admin token', 'data-testid': 'token' });
+  const token = h('input', { type: 'password', name: 'token', autocomplete: 'off', placeholder: 'an api key (jfk_…) or the admin token', 'data-testid': 'token' });
   const ns = h('input', { type: 'text', name: 'namespace', value: session.ns, placeholder: 'default', 'data-testid': 'namespace' });
   const out = h('div');
   const form = h('form', {
@@ -381,6 +386,12 @@ async function executionPage(p, id) {
   every(p, EXEC_POLL_MS, refresh);
 }
 
+// cancellation says who asked to cancel, how, when and why.
+function cancellation(c) {
+  const who = c.actor ? c.actor.subject : c.requested_by;
+  return [c.action, who ? ' by ' + who : '', c.requested_at ? ' at ' + time(c.requested_at) : '', c.reason ? ': ' + c.reason : ''].join('');
+}
+
 function renderExecution(x, head, details) {
   fill(head,
     h('h1', null, 'Execution ', h('span', { class: 'mono' }, x.id), ' ', statusBadge(x.status, 'status'), x.damaged ? [' ', statusBadge('damaged')] : null),
@@ -392,7 +403,7 @@ function renderExecution(x, head, details) {
       x.parent ? [h('dt', null, 'Parent'), h('dd', null, h('a', { href: '#/executions/' + encodeURIComponent(x.parent.execution_id || '') }, x.parent.execution_id || ''), x.parent.step_id ? ' step ' + x.parent.step_id : '')] : null,
       x.continued_from ? [h('dt', null, 'Continued from'), h('dd', null, h('a', { href: '#/executions/' + encodeURIComponent(x.continued_from) }, x.continued_from))] : null,
       x.continued_as ? [h('dt', null, 'Continued as'), h('dd', null, h('a', { href: '#/executions/' + encodeURIComponent(x.continued_as) }, x.continued_as))] : null,
-      x.cancellation ? [h('dt', null, 'Cancellation'), h('dd', null, json(x.cancellation))] : null,
+      x.cancellation ? [h('dt', null, 'Cancellation'), h('dd', null, cancellation(x.cancellation))] : null,
       h('dt', null, 'Events'), h('dd', null, String(x.events), ' (last at stream sequence ', String(x.last_seq), ')')),
     x.damaged ? notice('Damaged: ' + json(x.damaged), true) : null,
     x.truncated ? notice('This read model is cut short: ' + json(x.truncated) + '. The history below has every event.') : null);
@@ -408,9 +419,9 @@ function renderExecution(x, head, details) {
         h('td', null, s.attempt ? String(s.attempt) : ''), h('td', null, s.agent || ''),
         h('td', null, time(s.scheduled_at)), h('td', null, time(s.sent_at)), h('td', null, time(s.started_at)), h('td', null, time(s.ended_at)),
         h('td', null, duration(s.started_at || s.sent_at || s.scheduled_at, s.ended_at)),
-        h('td', null, s.error ? h('div', { class: 'error' }, s.error) : null, s.output !== undefined ? h('pre', null, json(s.output)) : null,
+        h('td', null, s.error ? h('div', { class: s.status === 'failed' ? 'error' : 'muted' }, s.error) : null, s.output !== undefined ? h('pre', null, json(s.output)) : null,
           s.child ? h('div', null, 'child ', h('a', { href: '#/executions/' + encodeURIComponent(s.child) }, s.child)) : null,
-          s.wait_until ? h('div', { class: 'muted' }, 'until ' + time(s.wait_until)) : null))))),
+          s.wait_until && s.status === 'waiting' ? h('div', { class: 'muted' }, 'until ' + time(s.wait_until)) : null))))),
     h('h2', null, 'Input'), h('pre', { 'data-testid': 'input' }, json(x.input) || '(none)'),
     h('h2', null, 'Output'), h('pre', { 'data-testid': 'output' }, json(x.output) || '(none)'),
     (x.locks || []).length ? [h('h2', null, 'Locks'), h('table', null,
