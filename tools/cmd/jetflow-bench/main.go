@@ -17,7 +17,9 @@
 // (-soak) a soak run: a steady mixed load at a fixed arrival rate for a
 // given time, a row every interval with latency percentiles, memory,
 // goroutines, open files and the events stream's size, and a verdict on
-// leaks (see soak.go and package soak).
+// leaks (see soak.go and package soak). Alone, (-visibility) the api's
+// visibility index filled with many executions, and the latency of its
+// lists (visibility.go).
 package main
 
 import (
@@ -63,6 +65,7 @@ type config struct {
 	dataDir, cpuProfile, memProfile        string
 	insecure, byConnection, metrics        bool
 	soak                                   soakConfig
+	visibility                             int
 }
 
 func main() {
@@ -118,8 +121,20 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured runs to this file")
 	fs.StringVar(&c.memProfile, "memprofile", "", "write a heap profile at the end to this file")
 	fs.BoolVar(&c.byConnection, "by-connection", false, "after the throughput run, print the messages per step each NATS connection sent and received (where a step's messages go)")
+	fs.IntVar(&c.visibility, "visibility", 0, "run alone: fill the api's visibility index with this many executions (in -data, kept: a second run with the same -data skips the fill) and measure its lists (0 skips it)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if c.visibility > 0 { // no stack: the index is filled and read directly (visibility.go)
+		dir := c.dataDir
+		if dir == "" {
+			var err error
+			if dir, err = os.MkdirTemp("", "jetflow-bench-visibility-"); err != nil {
+				return err
+			}
+			defer os.RemoveAll(dir)
+		}
+		return runVisibility(ctx, out, c.visibility, dir, 200)
 	}
 	if c.executions < 0 || c.concurrency < 1 || c.steps < 1 || c.single < 0 || c.timers < 0 || c.timerLead < 0 || c.failover < 0 || c.foreach < 0 || c.fairness < 0 || c.fairnessSleep < 0 {
 		return fmt.Errorf("-concurrency and -steps must be positive, -executions, -single, -timers and -timer-lead non-negative")
