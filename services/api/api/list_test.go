@@ -206,3 +206,42 @@ func cursorOf(t *testing.T, sort string) string {
 	t.Helper()
 	return visibility.Cursor{Sort: visibility.Sort(sort), Time: 1, ID: "x"}.String()
 }
+
+// TestRebuildFeedsTheIndexAgain: a rebuild from 0 drops the api's
+// visibility index and feeds it from the read models, so that a row the
+// read models do not have (here written into the index by hand) is gone;
+// one from a later sequence leaves the index as it is.
+func TestRebuildFeedsTheIndexAgain(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	srv, err := New(t.Context(), Config{Auth: AuthConfig{Disabled: true}}, js.Conn(), js, zerolog.Nop())
+	require.NoError(t, err)
+	feed, err := openFeed(t.Context(), t.TempDir(), DefaultNamespace, js, srv.def.defs, zerolog.New(zerolog.NewTestWriter(t)))
+	require.NoError(t, err)
+	t.Cleanup(func() { feed.Store().Close() })
+	srv.feeds[DefaultNamespace] = feed
+	natstest.Serve(t, feed.Run)
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(hs.Close)
+	e := &listEnv{url: hs.URL, kv: srv.def.execs, t0: time.Date(2026, 4, 2, 10, 0, 0, 0, time.UTC)}
+	e.put(t, "r-1", "wf", 1, projections.StatusSucceeded, "acme")
+	e.live(t)
+	ghost := visibility.Row{ID: "ghost", Workflow: "wf", Status: projections.StatusSucceeded, StartedAt: e.t0, Rev: 1 << 40}
+	pos, err := feed.Store().Position(t.Context())
+	require.NoError(t, err)
+	require.NoError(t, feed.Store().Apply(t.Context(), visibility.Batch{Puts: []visibility.Row{ghost}, Position: pos}))
+	require.Equal(t, []string{"r-1", "ghost"}, e.ids(t, "sort=started_desc"))
+
+	rebuild := func(from string) {
+		t.Helper()
+		resp, err := http.Post(e.url+"/v1/admin/projections/rebuild?from_seq="+from, "application/json", nil)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		resp.Body.Close()
+	}
+	rebuild("5")
+	require.Equal(t, []string{"r-1", "ghost"}, e.ids(t, "sort=started_desc"), "a rebuild from a later sequence leaves the index")
+	rebuild("0")
+	e.live(t)
+	require.Equal(t, []string{"r-1"}, e.ids(t, "sort=started_desc"), "the index was fed again from the read models")
+}
