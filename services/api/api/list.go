@@ -77,7 +77,7 @@ func (s *Server) listExecutions(w http.ResponseWriter, r *http.Request) {
 // after a write the caller saw shows it, as a list read from the read
 // models did.
 func (s *Server) fresh(ctx context.Context, execs jetstream.KeyValue, feed *visibility.Feed) error {
-	wctx, cancel := context.WithTimeout(ctx, listFreshWait)
+	wctx, cancel := context.WithTimeout(ctx, s.cfg.freshWait)
 	defer cancel()
 	st, err := execs.Status(wctx)
 	if err != nil {
@@ -90,7 +90,7 @@ func (s *Server) fresh(ctx context.Context, execs jetstream.KeyValue, feed *visi
 	last := bs.StreamInfo().State.LastSeq
 	err = feed.WaitFor(wctx, last)
 	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-		s.log.Warn().Uint64("revision", feed.Revision()).Uint64("bucket_revision", last).Dur("waited", listFreshWait).
+		s.log.Warn().Uint64("revision", feed.Revision()).Uint64("bucket_revision", last).Dur("waited", s.cfg.freshWait).
 			Msg("visibility: the index is behind the read models; listing from it as it is")
 		return nil
 	}

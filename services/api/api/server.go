@@ -85,6 +85,10 @@ type Config struct {
 	// starts the execution in its trace (tracing.go); without it a
 	// caller's trace context is passed on as it came.
 	Tracer trace.TracerProvider
+	// freshWait bounds a list's wait for the visibility index to hold
+	// what the read models held when it was asked (listFreshWait; tests
+	// on a loaded machine wait longer).
+	freshWait time.Duration
 	// Auth says how callers authenticate (docs/api.md#authentication).
 	// The zero value requires a token on every route but /healthz, and
 	// accepts api keys only.
@@ -176,6 +180,7 @@ func (c Config) withDefaults() Config {
 	c.MaxBody = cmp.Or(c.MaxBody, int64(1<<20))
 	c.Source = cmp.Or(c.Source, "jetflow/api")
 	c.Auth.CacheTTL = cmp.Or(c.Auth.CacheTTL, 5*time.Second)
+	c.freshWait = cmp.Or(c.freshWait, listFreshWait)
 	return c
 }
 

@@ -224,6 +224,10 @@ func (s *Store) Query(ctx context.Context, q visibility.Query) (visibility.Page,
 	examined := 0
 	defer func() { s.examined.Add(int64(examined)) }()
 	var last key
+	// The ranges are read a chunk at a time, each its own statement: a
+	// row that moved between two of them meanwhile (its status changed)
+	// can be read from both. A page lists an execution once.
+	listed := map[string]bool{}
 	for {
 		next, err := s.pop(ctx, p)
 		if err != nil {
@@ -233,13 +237,14 @@ func (s *Store) Query(ctx context.Context, q visibility.Query) (visibility.Page,
 			return page, nil // the ranges are through: no next
 		}
 		examined++
-		if p.match(*next) {
+		if p.match(*next) && !listed[next.row.ID] {
 			if len(page.Rows) == limit {
 				c := cursorOf(q.Sort, p.keyOfRow(page.Rows[limit-1]))
 				page.Next = &c
 				return page, nil
 			}
 			page.Rows = append(page.Rows, next.row)
+			listed[next.row.ID] = true
 		}
 		last = next.key
 		if examined >= s.budget {
