@@ -210,6 +210,16 @@ var ErrCursor = errors.New("not a cursor of this list")
 // ParseCursor decodes a cursor of a list in order sort.
 func ParseCursor(sort Sort, s string) (Cursor, error) {
 	if sort == SortID {
+		// An id order's cursor is the last id, as before the index; a time
+		// order's cursor is refused rather than read as an id (a page of
+		// something else). No execution id is a time cursor's encoding.
+		if b, err := base64.RawURLEncoding.DecodeString(s); err == nil {
+			if parts := strings.SplitN(string(b), "/", 3); len(parts) == 3 && Sort(parts[0]).Valid() && Sort(parts[0]) != SortID {
+				if _, err := strconv.ParseInt(parts[1], 10, 64); err == nil {
+					return Cursor{}, fmt.Errorf("%w: it is a cursor of a list in %s order, and this one is in %s order", ErrCursor, parts[0], sort)
+				}
+			}
+		}
 		return Cursor{Sort: SortID, ID: s}, nil
 	}
 	b, err := base64.RawURLEncoding.DecodeString(s)
