@@ -34,17 +34,7 @@ func setupMeasured(t *testing.T, cfg agent.Config) (*agentBundle, *prometheus.Re
 // waitMetric waits until metric name (with labels) reads want.
 func waitMetric(t *testing.T, reg *prometheus.Registry, want float64, name string, labels ...string) {
 	t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for {
-		got := metricstest.Value(t, reg, name, labels...)
-		if got == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s%q is %v after %s; want %v", name, labels, got, waitFor, want)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	metricstest.Wait(t, reg, waitFor, want, name, labels...)
 }
 
 // TestMetricsOperations: each operation reported is counted by kind and

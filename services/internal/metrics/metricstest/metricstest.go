@@ -5,6 +5,7 @@ package metricstest
 
 import (
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -83,4 +84,21 @@ func matching(t testing.TB, g prometheus.Gatherer, name string, labels []string)
 		}
 	}
 	return out
+}
+
+// Wait waits up to within until the sample of name with labels (as
+// Value) is want, failing the test with the last value if it never is.
+func Wait(t testing.TB, g prometheus.Gatherer, within time.Duration, want float64, name string, labels ...string) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		got := Value(t, g, name, labels...)
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s%q is %v after %s; want %v", name, labels, got, within, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
