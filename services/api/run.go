@@ -37,6 +37,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		"under load, how long the projector gathers events before it writes the read models, so that each is written once for several events (they lag that much more; 0: write at every batch)")
 	cacheTTL := p.DurationIn("key-cache-ttl", "JETFLOW_KEY_CACHE_TTL", 5*time.Second, api.Ranges.CacheTTL,
 		"how long an api key looked up is trusted (a key revoked on another replica stops working within it)")
+	readyMaxLag := p.DurationIn("ready-max-lag", "JETFLOW_READY_MAX_LAG", api.DefaultReadyMaxLag, api.Ranges.ReadyMaxLag,
+		"how far the read models may be behind the events (the oldest event not yet projected) before /readyz answers 503")
 	visibilityDir := p.String("visibility-dir", "JETFLOW_VISIBILITY_DIR", "",
 		"directory of the visibility index that lists executions (a SQLite database per namespace, kept across restarts; empty: in memory, fed again from the read models at every start)")
 	metricsAddr := p.String("metrics-addr", "JETFLOW_API_METRICS_ADDR", "",
@@ -48,6 +50,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		ProjectorCache: *projCache, ProjectorCoalesce: coalesceSetting(*coalesce), VisibilityDir: *visibilityDir,
 		Auth: api.AuthConfig{Disabled: *noAuth, AdminTokenFile: *adminTokens, CacheTTL: *cacheTTL,
 			OIDC: access.OIDCConfig{Issuer: *issuer, Audience: *audience, ScopesClaim: *scopesClaim, NamespacesClaim: *nsClaim}}}
+	cfg.ReadyMaxLag = *readyMaxLag
 	if err := cfg.Validate(); err != nil { // before waiting for NATS
 		return err
 	}

@@ -53,6 +53,7 @@ func (s *Server) listExecutions(w http.ResponseWriter, r *http.Request) {
 				"retry in a moment (a list in id order without time ranges or attr is read from the read models meanwhile)"})
 		return
 	}
+	began := time.Now()
 	if err := s.fresh(r.Context(), t.execs, feed); err != nil {
 		s.internal(w, r, err)
 		return
@@ -62,6 +63,7 @@ func (s *Server) listExecutions(w http.ResponseWriter, r *http.Request) {
 		s.internal(w, r, err)
 		return
 	}
+	s.listDuration.WithLabelValues(t.name).Observe(time.Since(began).Seconds())
 	out := apiv1.ExecutionList{Executions: make([]apiv1.ExecutionSummary, len(page.Rows)), Partial: page.Partial}
 	for i, row := range page.Rows {
 		out.Executions[i] = apiv1.ExecutionSummary{ID: row.ID, Workflow: row.Workflow, Version: row.Version, Status: string(row.Status),

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
@@ -22,6 +23,7 @@ import (
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/pkg/workflow"
 	"jetflow.dev/services/api/visibility"
+	"jetflow.dev/services/internal/metrics/metricstest"
 )
 
 // listEnv is an api serving an embedded JetStream whose read models the
@@ -30,6 +32,8 @@ type listEnv struct {
 	url string
 	kv  jetstream.KeyValue
 	t0  time.Time
+	// reg has the api's metrics.
+	reg *prometheus.Registry
 }
 
 func (e *listEnv) get(t *testing.T, query string, out any) (int, http.Header) {
@@ -95,13 +99,14 @@ func startListEnv(t *testing.T) *listEnv {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	dir := t.TempDir()
+	reg := prometheus.NewRegistry()
 	natstest.Serve(t, func(ctx context.Context) error {
 		// A list waits up to a minute for the index to apply a write before
 		// it (2 s in production): on a loaded machine the feed can lag more.
-		return Serve(ctx, Config{Auth: AuthConfig{Disabled: true}, Listener: ln, VisibilityDir: dir, freshWait: time.Minute}, nc, js,
+		return Serve(ctx, Config{Auth: AuthConfig{Disabled: true}, Listener: ln, VisibilityDir: dir, freshWait: time.Minute, Registerer: reg}, nc, js,
 			zerolog.New(zerolog.NewTestWriter(t)))
 	})
-	return &listEnv{url: "http://" + ln.Addr().String(), kv: kv, t0: time.Date(2026, 4, 2, 10, 0, 0, 0, time.UTC)}
+	return &listEnv{url: "http://" + ln.Addr().String(), kv: kv, t0: time.Date(2026, 4, 2, 10, 0, 0, 0, time.UTC), reg: reg}
 }
 
 // live waits until the index answers (lists by start answer 503 before).
@@ -139,6 +144,13 @@ func TestListsFromTheVisibilityIndex(t *testing.T) {
 		"a start range without sort: latest start first")
 	require.Equal(t, []string{"o-1", "b-4"}, e.ids(t, "ended_after="+at(14)), "an end range: latest end first")
 	require.Equal(t, []string{"b-4", "b-3"}, e.ids(t, "sort=ended_desc&workflow=billing&status=succeeded&ended_after="+at(13)+"&limit=1"))
+
+	// The index's metrics: live, the revision of the last of the five
+	// writes (or later), each list's duration.
+	require.Equal(t, 1.0, metricstest.Value(t, e.reg, "jetflow_visibility_live", "namespace", "default"))
+	require.GreaterOrEqual(t, metricstest.Value(t, e.reg, "jetflow_visibility_revision", "namespace", "default"), 5.0)
+	require.GreaterOrEqual(t, metricstest.Value(t, e.reg, "jetflow_visibility_list_seconds", "namespace", "default"), 8.0,
+		"the eight lists above, each timed")
 
 	var page apiv1.ExecutionList
 	status, _ := e.get(t, "workflow=billing&status=failed&sort=started_desc", &page)

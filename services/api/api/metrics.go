@@ -18,6 +18,12 @@ var (
 	projectedDesc = prometheus.NewDesc("jetflow_projector_events_total",
 		"Events the api's projector has projected into the read models (an event delivered again counts again).",
 		[]string{"namespace"}, nil)
+	indexLiveDesc = prometheus.NewDesc("jetflow_visibility_live",
+		"1 while the api's visibility index has caught up with the read models since it started or was reset; 0 while it is being fed (lists by time or attribute answer 503).",
+		[]string{"namespace"}, nil)
+	indexRevisionDesc = prometheus.NewDesc("jetflow_visibility_revision",
+		"The executions bucket revision the api's visibility index has applied (compare with the bucket's last revision to see it behind).",
+		[]string{"namespace"}, nil)
 	writesDesc = prometheus.NewDesc("jetflow_projector_writes_total",
 		"Read models the api's projector has written, parked ones written again included (once for several events under load: -projector-coalesce).",
 		[]string{"namespace"}, nil)
@@ -30,6 +36,17 @@ func newLagHistogram() *prometheus.HistogramVec {
 		Name:    "jetflow_projector_lag_seconds",
 		Help:    "For each read model the api's projector wrote with new events, how long the oldest of them had waited (now minus its time, by the recording dispatcher's clock).",
 		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+	}, []string{"namespace"})
+}
+
+// newListHistogram is how long lists from the visibility index take, by
+// namespace: the wait for the index to hold what the read models held
+// and the query.
+func newListHistogram() *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "jetflow_visibility_list_seconds",
+		Help:    "How long GET /v1/executions took when answered from the visibility index: the wait for the index to apply what the read models held when asked, and the query.",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 	}, []string{"namespace"})
 }
 
@@ -50,7 +67,10 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- missingDesc
 	ch <- projectedDesc
 	ch <- writesDesc
+	ch <- indexLiveDesc
+	ch <- indexRevisionDesc
 	c.s.projectorLag.Describe(ch)
+	c.s.listDuration.Describe(ch)
 }
 
 func (c collector) Collect(ch chan<- prometheus.Metric) {
@@ -61,6 +81,15 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(writesDesc, prometheus.CounterValue, float64(st.Writes), ns)
 	}
 	c.s.projectorLag.Collect(ch)
+	for ns, f := range c.s.feeds {
+		live := 0.0
+		if f.Live() {
+			live = 1
+		}
+		ch <- prometheus.MustNewConstMetric(indexLiveDesc, prometheus.GaugeValue, live, ns)
+		ch <- prometheus.MustNewConstMetric(indexRevisionDesc, prometheus.GaugeValue, float64(f.Revision()), ns)
+	}
+	c.s.listDuration.Collect(ch)
 	if c.s.cfg.Missing == nil {
 		return
 	}

@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -12,8 +13,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"jetflow.dev/pkg/apiv1"
+	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/natsserver"
 	"jetflow.dev/pkg/natstest"
+	"jetflow.dev/services/api/projector"
 )
 
 // TestReadyzSaysWhatIsMissing: /readyz is 200 with the parked count while
@@ -66,4 +71,61 @@ func TestReadyzSaysWhatIsMissing(t *testing.T) {
 	require.NoError(t, json.Unmarshal(body, &health))
 	require.Equal(t, "ok", health.Status)
 	require.NotEqual(t, "CONNECTED", health.NATS, "it says the connection's state")
+}
+
+// TestReadyzWaitsForTheReadModelsAndTheIndex: /readyz is 503 while the
+// projector is not bound, while the oldest event not projected is older
+// than ReadyMaxLag, and while the visibility index is being fed, saying
+// which; 200 with each namespace's figures once all three are done.
+func TestReadyzWaitsForTheReadModelsAndTheIndex(t *testing.T) {
+	t.Parallel()
+	nc, js := natstest.Connect(t, natstest.RunJetStream(t))
+	_, err := bus.Bind(t.Context(), js, true, bus.ProjectorConsumerSpec(), nil)
+	require.NoError(t, err)
+	// An event not projected yet; /readyz's clock is two minutes ahead, so
+	// it has waited past the bound (a minute).
+	ev := events.New("test", "lagging", "wf", time.Now(), &events.ExecutionStarted{Workflow: "wf", Version: 1, Input: json.RawMessage(`{}`),
+		Steps: []events.StepRef{{ID: "s1", Kind: "noop"}}, Token: "t"})
+	_, err = history.Append(t.Context(), js, bus.ExecutionSubject("wf", "lagging"), 0, ev)
+	require.NoError(t, err)
+	log := zerolog.New(zerolog.NewTestWriter(t))
+	srv, err := New(t.Context(), Config{Auth: AuthConfig{Disabled: true}, clock: func() time.Time { return time.Now().Add(2 * time.Minute) }},
+		nc, js, log)
+	require.NoError(t, err)
+	proj, err := projector.New(t.Context(), js, log)
+	require.NoError(t, err)
+	feed, err := openFeed(t.Context(), "", DefaultNamespace, js, srv.tenants[DefaultNamespace].defs, log)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = feed.Store().Close() })
+	srv.projectors[DefaultNamespace], srv.feeds[DefaultNamespace] = proj, feed
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(hs.Close)
+	get := func() (int, string) {
+		resp, err := http.Get(hs.URL + "/readyz")
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(b)
+	}
+
+	code, body := get()
+	require.Equal(t, http.StatusServiceUnavailable, code, body)
+	for _, why := range []string{"namespace default", "the projector is binding its consumer",
+		"behind the events (1 events to project; the bound is 1m0s: -ready-max-lag)",
+		"the visibility index is being fed"} {
+		require.Contains(t, body, why)
+	}
+	// Two minutes, and however long this test took since the append.
+	require.Regexp(t, `the read models are 2m\d+s behind`, body)
+
+	natstest.Serve(t, proj.Run)
+	natstest.Serve(t, feed.Run)
+	var ready apiv1.Ready
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		code, body = get()
+		return code == http.StatusOK && json.Unmarshal([]byte(body), &ready) == nil
+	}, "ready once the projector is bound and caught up and the index is live")
+	require.Equal(t, apiv1.Ready{Status: "ok", Namespaces: map[string]apiv1.ReadyNamespace{
+		DefaultNamespace: {ProjectorLagSeconds: 0, ProjectorPending: 0, IndexLive: true}}}, ready)
 }

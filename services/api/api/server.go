@@ -77,6 +77,10 @@ type Config struct {
 	// Missing, when set, says which streams and buckets the api found
 	// missing (GET /readyz answers 503 while any is).
 	Missing func() []string
+	// ReadyMaxLag is how far the read models may be behind the events
+	// before GET /readyz answers 503: the age of the oldest event not yet
+	// projected. Default 1m.
+	ReadyMaxLag time.Duration
 	// Registerer, when set, gets the api's metrics (Serve registers them):
 	// parked read models and missing streams and buckets, and what the
 	// projectors do (events, writes, lag).
@@ -89,6 +93,8 @@ type Config struct {
 	// what the read models held when it was asked (listFreshWait; tests
 	// on a loaded machine wait longer).
 	freshWait time.Duration
+	// clock, when set, is GET /readyz's time (tests make a backlog old).
+	clock func() time.Time
 	// Auth says how callers authenticate (docs/api.md#authentication).
 	// The zero value requires a token on every route but /healthz, and
 	// accepts api keys only.
@@ -130,6 +136,7 @@ func (c AuthConfig) validate() (AuthConfig, error) {
 var Ranges = struct {
 	StartWait, CacheTTL svc.Range[time.Duration]
 	ProjectorCoalesce   svc.Range[time.Duration]
+	ReadyMaxLag         svc.Range[time.Duration]
 	MaxBody             svc.Range[int64]
 	MaxReadModel        svc.Range[int]
 	ProjectorCache      svc.Range[int]
@@ -147,6 +154,9 @@ var Ranges = struct {
 	CacheTTL: svc.Range[time.Duration]{Min: time.Millisecond, Max: time.Minute},
 	// Up to NATS's largest message.
 	MaxBody: svc.Range[int64]{Min: 1 << 10, Max: 64 << 20},
+	// Above the projector's gathering under load (10 s at most); below a
+	// day.
+	ReadyMaxLag: svc.Range[time.Duration]{Min: 15 * time.Second, Max: 24 * time.Hour},
 }
 
 // Validate checks a configuration, its defaults applied: New does, and a
@@ -159,6 +169,7 @@ func (c Config) Validate() error {
 		Ranges.MaxReadModel.Check("api: MaxReadModel", cmp.Or(c.MaxReadModel, 900<<10)),
 		Ranges.ProjectorCache.Check("api: ProjectorCache (-projector-cache-bytes, JETFLOW_PROJECTOR_CACHE_BYTES)", cmp.Or(c.ProjectorCache, projector.DefaultCacheBytes)),
 		Ranges.ProjectorCoalesce.Check("api: ProjectorCoalesce (-projector-coalesce, JETFLOW_PROJECTOR_COALESCE)", max(c.ProjectorCoalesce, 0)),
+		Ranges.ReadyMaxLag.Check("api: ReadyMaxLag (-ready-max-lag, JETFLOW_READY_MAX_LAG)", c.ReadyMaxLag),
 	); err != nil {
 		return err
 	}
@@ -181,6 +192,7 @@ func (c Config) withDefaults() Config {
 	c.Source = cmp.Or(c.Source, "jetflow/api")
 	c.Auth.CacheTTL = cmp.Or(c.Auth.CacheTTL, 5*time.Second)
 	c.freshWait = cmp.Or(c.freshWait, listFreshWait)
+	c.ReadyMaxLag = cmp.Or(c.ReadyMaxLag, DefaultReadyMaxLag)
 	return c
 }
 
@@ -250,9 +262,15 @@ type Server struct {
 	projectors map[string]*projector.Projector
 	// projectorLag is their read models' lag when written (metrics).
 	projectorLag *prometheus.HistogramVec
+	// listDuration is how long lists from the visibility index take
+	// (metrics).
+	listDuration *prometheus.HistogramVec
 	// feeds keep the visibility indexes Serve runs, by namespace (none
 	// when the server runs without them: lists read the read models).
 	feeds map[string]*visibility.Feed
+	// backlogs caches, by namespace, the projector's backlog that GET
+	// /readyz read last (readiness.go).
+	backlogs backlogCache
 }
 
 // New returns a server bound to the jetflow buckets of the default
@@ -276,7 +294,7 @@ func New(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.JetStream,
 		return nil, fmt.Errorf("%w (run jetflow bootstrap: this version adds the bucket %s)", err, bus.BucketAPIKeys)
 	}
 	s := &Server{cfg: cfg, log: log, tenants: map[string]*tenant{DefaultNamespace: def}, def: def, keys: keys,
-		projectors: map[string]*projector.Projector{}, projectorLag: newLagHistogram(), feeds: map[string]*visibility.Feed{}}
+		projectors: map[string]*projector.Projector{}, projectorLag: newLagHistogram(), listDuration: newListHistogram(), feeds: map[string]*visibility.Feed{}}
 	for _, ns := range cfg.Namespaces {
 		if ns.Name == DefaultNamespace || s.tenants[ns.Name] != nil {
 			return nil, fmt.Errorf("api: namespace %s is given twice", ns.Name)
@@ -432,28 +450,6 @@ func (s *Server) Run(ctx context.Context) error {
 // other services' probes.
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, apiv1.Health{Status: "ok", NATS: s.def.nc.Status().String(), Version: svc.Version()})
-}
-
-// ready answers whether the api serves: connected to NATS, and how many
-// executions' read models its projectors have parked (a parked one does
-// not make the api unready: every other execution is served).
-func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
-	if s.def.nc.Status() != nats.CONNECTED {
-		writeError(w, http.StatusServiceUnavailable, apiError{Code: "unavailable", Message: "not connected to NATS"})
-		return
-	}
-	parked := 0
-	for _, p := range s.projectors {
-		parked += len(p.Parked())
-	}
-	if s.cfg.Missing != nil {
-		if missing := s.cfg.Missing(); len(missing) > 0 {
-			writeError(w, http.StatusServiceUnavailable, apiError{Code: "unavailable",
-				Message: "missing: " + strings.Join(missing, ", ") + " (jetflow bootstrap creates them again)"})
-			return
-		}
-	}
-	writeJSON(w, http.StatusOK, apiv1.Ready{Status: "ok", Parked: parked})
 }
 
 // onlyParams answers 400 to a request with a query parameter that is not

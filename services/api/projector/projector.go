@@ -70,6 +70,8 @@ type Projector struct {
 	// events and writes count the events projected and the read models
 	// written since the projector started (Stats).
 	events, writes atomic.Uint64
+	// bound says Run consumes the events (Bound).
+	bound atomic.Bool
 
 	js   jetstream.JetStream
 	hist *history.Store
@@ -144,6 +146,10 @@ type Stats struct {
 	// delivered again counts again); Writes the read models written.
 	Events, Writes uint64
 }
+
+// Bound reports whether Run consumes the events: its consumer is bound
+// (whether this api or another projects them, one at a time).
+func (p *Projector) Bound() bool { return p.bound.Load() }
 
 // Stats returns what p has done so far.
 func (p *Projector) Stats() Stats {
@@ -248,7 +254,9 @@ func (p *Projector) Run(ctx context.Context) error {
 		}
 		return fmt.Errorf("consume events: %w", err)
 	}
+	p.bound.Store(true)
 	defer func() {
+		p.bound.Store(false)
 		cc.Stop()
 		<-cc.Closed()
 		// Handed back, so that the next projector has them at once rather
