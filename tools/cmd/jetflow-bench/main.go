@@ -64,6 +64,7 @@ type config struct {
 	backup                                 bool
 	dataDir, cpuProfile, memProfile        string
 	insecure, byConnection, metrics        bool
+	tracing                                bool
 	soak                                   soakConfig
 	visibility                             int
 }
@@ -118,6 +119,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.StringVar(&c.dataDir, "data", "", "data directory (default: a new temp dir, removed afterwards)")
 	fs.BoolVar(&c.insecure, "insecure", false, "run NATS without authentication (to measure what authentication costs)")
 	fs.BoolVar(&c.metrics, "metrics", false, "count and serve every service's Prometheus metrics, as jetflow dev does (to measure what counting costs)")
+	fs.BoolVar(&c.tracing, "tracing", false, "record every execution's trace and export it over OTLP/HTTP to a receiver in the process, as jetflow dev does with OTEL_EXPORTER_OTLP_ENDPOINT (to measure what tracing costs)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured runs to this file")
 	fs.StringVar(&c.memProfile, "memprofile", "", "write a heap profile at the end to this file")
 	fs.BoolVar(&c.byConnection, "by-connection", false, "after the throughput run, print the messages per step each NATS connection sent and received (where a step's messages go)")
@@ -173,6 +175,14 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if c.metrics {
 		scfg.MetricsAddr = "127.0.0.1:0"
 	}
+	if c.tracing {
+		sink, err := startTraceSink(ctx)
+		if err != nil {
+			return fmt.Errorf("-tracing: %w", err)
+		}
+		defer sink.report(out)
+		scfg.Tracer = sink.tp
+	}
 	if c.retention > 0 {
 		// Every report stored (none handed straight to the dispatcher,
 		// docs/adr/0009), so that the sweeps purge results too.
@@ -216,6 +226,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	if c.metrics {
 		security += ", metrics counted (-metrics)"
+	}
+	if c.tracing {
+		security += ", traces recorded and exported (-tracing)"
 	}
 	fmt.Fprintf(out, "jetflow-bench: all four services, embedded JetStream (file store, %s), %s, GOMAXPROCS=%d\n", syncMode, security, runtime.GOMAXPROCS(0))
 	fig := figures{fsync: c.fsync}
