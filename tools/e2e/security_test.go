@@ -416,8 +416,6 @@ func TestWatchesOutliveFlowControl(t *testing.T) {
 			w, err := kv.Watch(t.Context(), c.key+".*", jetstream.UpdatesOnly())
 			require.NoError(t, err)
 			defer func() { _ = w.Stop() }()
-			akv, err := admin.js.KeyValue(t.Context(), c.bucket)
-			require.NoError(t, err)
 			got := 0
 			done := make(chan struct{})
 			go func() {
@@ -430,9 +428,23 @@ func TestWatchesOutliveFlowControl(t *testing.T) {
 					}
 				}
 			}()
+			// Published in a pipeline, as a busy bucket gets them: one put
+			// after another took 12,000 round trips, minutes on a loaded
+			// machine.
+			puts := make([]jetstream.PubAckFuture, 0, updates)
 			for i := range updates {
-				_, err := akv.Put(t.Context(), c.key+"."+strconv.Itoa(i), value)
+				f, err := admin.js.PublishAsync("$KV."+c.bucket+"."+c.key+"."+strconv.Itoa(i), value)
 				require.NoError(t, err)
+				puts = append(puts, f)
+			}
+			for i, f := range puts {
+				select {
+				case <-f.Ok():
+				case err := <-f.Err():
+					t.Fatalf("put %d: %v", i, err)
+				case <-time.After(2 * time.Minute):
+					t.Fatalf("put %d not acknowledged", i)
+				}
 			}
 			select {
 			case <-done:
