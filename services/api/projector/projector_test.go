@@ -32,6 +32,9 @@ func appendHistory(t *testing.T, js jetstream.JetStream, wf, id string, ps ...ev
 // appendFrom is appendHistory after the event at stream sequence last.
 func appendFrom(t *testing.T, js jetstream.JetStream, wf, id string, last uint64, ps ...events.Payload) []events.Event {
 	t.Helper()
+	if len(ps) > pipelineFrom {
+		return appendPipelined(t, js, wf, id, last, ps...)
+	}
 	var out []events.Event
 	at := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 	for i, p := range ps {
@@ -41,6 +44,51 @@ func appendFrom(t *testing.T, js jetstream.JetStream, wf, id string, last uint64
 		require.NoError(t, err)
 		ev.Seq, last = seq, seq
 		out = append(out, ev)
+	}
+	return out
+}
+
+// pipelineFrom is the history that appendFrom appends in a pipeline: one
+// append after another, a few thousand events took minutes on a loaded
+// machine.
+const pipelineFrom = 100
+
+// appendPipelined is appendFrom with the appends sent without waiting for
+// each other's acknowledgement: each expects the stream's last sequence
+// to be the one before it, so that the history is what history.Append
+// would have stored, and fails the test if anything else wrote to the
+// stream meanwhile.
+func appendPipelined(t *testing.T, js jetstream.JetStream, wf, id string, last uint64, ps ...events.Payload) []events.Event {
+	t.Helper()
+	stream, err := js.Stream(t.Context(), bus.StreamEvents)
+	require.NoError(t, err)
+	info, err := stream.Info(t.Context())
+	require.NoError(t, err)
+	next := info.State.LastSeq
+	require.GreaterOrEqual(t, next, last, "the history's last event is in the stream")
+	out := make([]events.Event, 0, len(ps))
+	acks := make([]jetstream.PubAckFuture, 0, len(ps))
+	at := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	for i, p := range ps {
+		ev := events.New("test", id, wf, at.Add(time.Duration(i)*time.Millisecond), p)
+		ev.PrevSeq = last
+		msg, err := bus.Encode(bus.ExecutionSubject(wf, id), ev)
+		require.NoError(t, err)
+		f, err := js.PublishMsgAsync(msg, jetstream.WithMsgID(ev.ID), jetstream.WithExpectLastSequence(next))
+		require.NoError(t, err)
+		next++
+		ev.Seq, last = next, next
+		out, acks = append(out, ev), append(acks, f)
+	}
+	for i, f := range acks {
+		select {
+		case ack := <-f.Ok():
+			require.Equal(t, out[i].Seq, ack.Sequence)
+		case err := <-f.Err():
+			t.Fatalf("append %d of %s: %v", i, id, err)
+		case <-time.After(2 * time.Minute):
+			t.Fatalf("append %d of %s not acknowledged", i, id)
+		}
 	}
 	return out
 }
