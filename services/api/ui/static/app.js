@@ -300,6 +300,47 @@ const LIST_FILTERS = ['workflow', 'status', 'damaged', 'sort', 'started_after', 
 const SORTS = { '': 'by id', started_desc: 'latest started first', started_asc: 'earliest started first',
   ended_desc: 'latest ended first', ended_asc: 'earliest ended first' };
 
+// parseAttrs reads the search attribute box: name:value filters separated
+// by spaces; a value with spaces (or quotes) is written in double quotes,
+// name:"a b" (or "name:a b"), \" and \\ standing for " and \ inside.
+// A value may hold ':' and ',' as they are (the api cuts name:value at
+// the first ':').
+function parseAttrs(text) {
+  const out = [];
+  let cur = null; // the filter being read, or null between filters
+  let quoted = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (quoted) {
+      if (c === '\\' && i + 1 < text.length) cur += text[++i];
+      else if (c === '"') quoted = false;
+      else cur += c;
+    } else if (c === '"') {
+      quoted = true;
+      if (cur === null) cur = '';
+    } else if (/\s/.test(c)) {
+      if (cur) out.push(cur);
+      cur = null;
+    } else {
+      cur = (cur || '') + c;
+    }
+  }
+  if (cur !== null && cur !== '') out.push(cur);
+  return out;
+}
+
+// formatAttrs writes filters as parseAttrs reads them: a value with a
+// space, a quote or a backslash in double quotes.
+function formatAttrs(list) {
+  return list.map((a) => {
+    const i = a.indexOf(':');
+    const name = i < 0 ? a : a.slice(0, i);
+    const value = i < 0 ? '' : a.slice(i + 1);
+    if (i < 0 || !/[\s"\\]/.test(value)) return a;
+    return name + ':"' + value.replace(/[\\"]/g, (c) => '\\' + c) + '"';
+  }).join(' ');
+}
+
 // toLocalInput shows an RFC 3339 time in a datetime-local field; fromLocalInput reads one back.
 function toLocalInput(t) {
   const d = new Date(t);
@@ -327,8 +368,8 @@ async function executionsPage(p, query) {
   for (const k of ['started_after', 'started_before', 'ended_after', 'ended_before']) {
     times[k] = h('input', { type: 'datetime-local', step: '1', name: k, value: toLocalInput(f[k]), 'data-testid': 'filter-' + k });
   }
-  const attr = h('input', { name: 'attr', value: f.attr.join(' '), placeholder: 'customer:acme region:eu', size: 24, 'data-testid': 'filter-attr',
-    title: 'search attributes, name:value, separated by spaces: every one must match' });
+  const attr = h('input', { name: 'attr', value: formatAttrs(f.attr), placeholder: 'customer:acme region:"eu west"', size: 24, 'data-testid': 'filter-attr',
+    title: 'search attributes, name:value, separated by spaces: every one must match; quote a value with spaces: name:"a b"' });
   const jump = h('input', { name: 'id', placeholder: 'execution id', 'data-testid': 'goto-id' });
   const filters = h('form', {
     class: 'bar', onsubmit: (e) => {
@@ -342,7 +383,7 @@ async function executionsPage(p, query) {
         const v = fromLocalInput(el.value);
         if (v) q.set(k, v);
       }
-      for (const a of attr.value.split(/\s+/).filter(Boolean)) q.append('attr', a);
+      for (const a of parseAttrs(attr.value)) q.append('attr', a);
       location.hash = '#/executions' + (q.toString() ? '?' + q : '');
     },
   }, h('label', null, 'Workflow', wf), h('label', null, 'Status', st), h('label', null, 'Order', sort),
