@@ -750,7 +750,10 @@ async function workflowPage(p, name, query) {
     h('div', { class: 'bar' }, versions, h('a', { href: '#/executions?workflow=' + encodeURIComponent(name) }, 'its executions')),
     h('dl', { class: 'grid' }, h('dt', null, 'Digest'), h('dd', { class: 'mono' }, v.digest), h('dt', null, 'Registered'), h('dd', null, time(v.created_at))),
     h('h2', null, 'Start an execution of version ' + v.version), startForm(p, name, v.version, def.input),
-    h('h2', null, 'Definition'), h('pre', { 'data-testid': 'definition' }, json(def)));
+    h('h2', null, 'Definition'),
+    // As YAML, written by the api from the stored definition (an older api
+    // answers JSON only).
+    v.yaml ? h('pre', { 'data-testid': 'definition', 'data-format': 'yaml' }, v.yaml) : h('pre', { 'data-testid': 'definition', 'data-format': 'json' }, json(def)));
 }
 
 // startForm is a form for the input JSON Schema: a field per top-level
