@@ -423,6 +423,7 @@ async function executionsPage(p, query) {
   };
   const load = async () => {
     let res;
+    const all = allCounts(p, f.workflow); // asked beside the page
     try {
       res = await api('GET', '/v1/executions?' + q, undefined, p.signal);
     } catch (err) {
@@ -437,10 +438,17 @@ async function executionsPage(p, query) {
     fill(msg);
     live.className = 'live'; live.textContent = '● live';
     const list = res.data.executions || [];
-    const by = {};
-    for (const x of list) by[x.status] = (by[x.status] || 0) + 1;
-    fill(counts, 'On this page: ', ...Object.entries(by).map(([k, n]) => h('span', null, statusBadge(k), ' ', n)),
-      list.length ? '' : 'no executions');
+    const total = await all;
+    if (total) {
+      fill(counts, h('span', { 'data-testid': 'counts-scope' }, f.workflow ? `All executions of ${f.workflow}:` : 'All executions:'),
+        ...STATUSES.filter((k) => total.counts[k]).map((k) => h('span', null, statusBadge(k), ' ', String(total.counts[k]))),
+        h('span', null, `total ${total.total}`), list.length ? '' : 'none on this page');
+    } else {
+      const by = {};
+      for (const x of list) by[x.status] = (by[x.status] || 0) + 1;
+      fill(counts, h('span', { 'data-testid': 'counts-scope' }, 'On this page:'), ...Object.entries(by).map(([k, n]) => h('span', null, statusBadge(k), ' ', String(n))),
+        list.length ? '' : 'no executions');
+    }
     fill(body, ...list.map((x) => h('tr', { 'data-id': x.id },
       h('td', null, h('a', { href: '#/executions/' + encodeURIComponent(x.id), class: 'mono' }, x.id)),
       h('td', null, h('a', { href: '#/workflows/' + encodeURIComponent(x.workflow) }, x.workflow), h('span', { class: 'muted' }, ' v' + x.version)),
@@ -454,6 +462,23 @@ async function executionsPage(p, query) {
   };
   await load();
   every(p, LIST_POLL_MS, load);
+}
+
+// allCounts asks GET /v1/executions/counts (the visibility index's
+// counts by status, of one workflow or of all) for {counts, total}, or
+// null: then the list counts its page. An api without the route answers
+// 404 (or 400, taking it for an execution's id): the page stops asking.
+async function allCounts(p, workflow) {
+  if (p.noCounts) return null;
+  try {
+    const res = await api('GET', '/v1/executions/counts' + (workflow ? '?workflow=' + encodeURIComponent(workflow) : ''), undefined, p.signal);
+    const d = res.data;
+    if (d && d.counts && typeof d.counts === 'object' && typeof d.total === 'number') return d;
+    p.noCounts = true; // an execution whose id is "counts"
+  } catch (err) {
+    if (err.status >= 400 && err.status < 500 && err.status !== 401) p.noCounts = true;
+  }
+  return null;
 }
 
 async function executionPage(p, id) {
