@@ -74,7 +74,20 @@ func (s scalar) yaml() ([]byte, error) {
 	if err := enc.Encode(string(s)); err != nil {
 		return nil, err
 	}
-	return bytes.TrimRight(b.Bytes(), "\n"), nil
+	// What JSON leaves as it is but YAML reads as a line break (NEL) or
+	// drops (a byte order mark), escaped.
+	return []byte(yamlEscapes.Replace(string(bytes.TrimRight(b.Bytes(), "\n")))), nil
+}
+
+var yamlEscapes = strings.NewReplacer("\u0085", `\N`, "\ufeff", `\uFEFF`)
+
+// special reports whether s holds a character that a YAML reader does
+// not take as it is in a plain or literal scalar: a control character
+// (but a line break), a line break of another kind, a byte order mark.
+func special(s string) bool {
+	return strings.ContainsFunc(s, func(r rune) bool {
+		return (r < 0x20 && r != '\n') || (r >= 0x7f && r <= 0x9f) || r == '\u2028' || r == '\u2029' || r == '\ufeff'
+	})
 }
 
 // otherReaders matches what a YAML 1.1 reader takes for a boolean, a
@@ -87,7 +100,7 @@ var otherReaders = regexp.MustCompile(`^(?i:y|n|yes|no|on|off|true|false|null|~)
 // plainReadsBack reports whether s, written plain as a mapping's value,
 // is read back as the same string.
 func plainReadsBack(s string) bool {
-	if s == "" || s != strings.TrimSpace(s) || strings.ContainsAny(s, "\n\r\t") || otherReaders.MatchString(s) {
+	if s == "" || s != strings.TrimSpace(s) || strings.Contains(s, "\n") || special(s) || otherReaders.MatchString(s) {
 		return false
 	}
 	var m map[string]any
@@ -101,7 +114,7 @@ func plainReadsBack(s string) bool {
 // literal reports whether s, over several lines, can be written as a
 // literal block (|) that reads back as itself; else it is a scalar.
 func literal(s string) bool {
-	if !strings.Contains(s, "\n") || strings.ContainsAny(s, "\r\t") || strings.HasPrefix(s, " ") || strings.HasSuffix(s, "\n\n") {
+	if !strings.Contains(s, "\n") || special(s) || strings.HasPrefix(s, " ") || strings.HasSuffix(s, "\n\n") {
 		return false
 	}
 	for _, line := range strings.Split(s, "\n") {

@@ -74,6 +74,8 @@ output:
   blank_lines: "a\n\n\nb\n\n"
   tab: "a\tb"
   unicode: "é ✓ <b>&amp;</b>"
+  controls: "a\x01b\x7fc\u0085d\u2028e\u2029f\ufeffg\rh"
+  controls_lines: "a\u0085b\nc\u2028d\n"
   colon: "a: b, c #d"
   quote: "it's \"quoted\""
   list: []
