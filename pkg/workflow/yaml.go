@@ -97,8 +97,8 @@ func special(s string) bool {
 var otherReaders = regexp.MustCompile(`^(?i:y|n|yes|no|on|off|true|false|null|~)$|` +
 	`^[-+]?(\.?[0-9][0-9_:.]*([eE][-+]?[0-9]+)?|0[xX][0-9a-fA-F_]+|0[oObB][0-7_]+|\.(?i:inf|nan))$|^[0-9]{4}-[0-9]{1,2}-[0-9]{1,2}`)
 
-// plainReadsBack reports whether s, written plain as a mapping's value,
-// is read back as the same string.
+// plainReadsBack reports whether s, written plain as a mapping's value
+// (and alone), is read back as the same string.
 func plainReadsBack(s string) bool {
 	if s == "" || s != strings.TrimSpace(s) || strings.Contains(s, "\n") || special(s) || otherReaders.MatchString(s) {
 		return false
@@ -107,14 +107,23 @@ func plainReadsBack(s string) bool {
 	if err := yaml.Unmarshal([]byte("v: "+s), &m); err != nil || len(m) != 1 {
 		return false
 	}
-	got, ok := m["v"].(string)
+	if got, ok := m["v"].(string); !ok || got != s {
+		return false
+	}
+	// The encoder reads the scalar on its own too (a leading "..." or
+	// "---" would end or start a document there).
+	var alone any
+	if err := yaml.Unmarshal([]byte(s), &alone); err != nil {
+		return false
+	}
+	got, ok := alone.(string)
 	return ok && got == s
 }
 
 // literal reports whether s, over several lines, can be written as a
 // literal block (|) that reads back as itself; else it is a scalar.
 func literal(s string) bool {
-	if !strings.Contains(s, "\n") || special(s) || strings.HasPrefix(s, " ") || strings.HasSuffix(s, "\n\n") {
+	if !strings.Contains(s, "\n") || special(s) || strings.HasPrefix(s, " ") || strings.HasPrefix(s, "\n") || strings.HasSuffix(s, "\n\n") {
 		return false
 	}
 	for _, line := range strings.Split(s, "\n") {

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/goccy/go-yaml"
 	"github.com/stretchr/testify/require"
@@ -181,4 +182,32 @@ steps:
 	for _, q := range []string{`"yes"`, `"Off"`, `"1e3"`, `"0x1F"`, `"2026-01-02"`, `"1.5"`, "- 30s\n", "- plain text\n"} {
 		require.Contains(t, string(out), q)
 	}
+}
+
+// FuzzYAMLKeepsText: any text in a definition's free-text field, written
+// as YAML, reads back as the same text.
+func FuzzYAMLKeepsText(f *testing.F) {
+	for _, s := range []string{"", "yes", "a: b", "- x", "? q", "#c", "  lead", "trail ", "a\nb", "a\n\n", "\t", "\x00", "\u0085", "é", "${x}", `"'`, "0x1F", "~", "null", "[a]", "{a: 1}", "&a", "*a", "!t", "|", ">", "%", "@", "`", "\n", "\na", " \n", "...0", "--- x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if !utf8.ValidString(s) {
+			t.Skip("definitions are UTF-8")
+		}
+		def := workflow.Definition{Name: "fuzz", Description: s, Steps: []workflow.Step{{ID: "a", Kind: workflow.KindNoop, Description: s}}}
+		out, err := def.YAML()
+		require.NoError(t, err)
+		again, err := workflow.Parse(out)
+		if err != nil {
+			var verr *workflow.ValidationError
+			require.ErrorAs(t, err, &verr, "%q:\n%s", s, out)
+			for _, p := range verr.Problems {
+				require.NotContains(t, p.Message, "decode", "%q:\n%s", s, out)
+			}
+			t.Skip("the text is refused as a description (too long?)")
+		}
+		require.Equal(t, s, again.Description, "%q:\n%s", s, out)
+		require.Len(t, again.Steps, 1)
+		require.Equal(t, s, again.Steps[0].Description, "%q:\n%s", s, out)
+	})
 }
