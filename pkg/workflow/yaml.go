@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/goccy/go-yaml"
@@ -19,12 +20,15 @@ var WorkflowFieldOrder = []string{"name", "version", "description", "input", "ou
 	"compensate_on", "replayable", "idempotent", "retention", "steps", "lock", "semaphore", "search_attributes"}
 
 // Where a step's fields go: stepHead first, then the kind's own fields (in
-// the order Step declares them), then stepTail, the other fields every
+// the order Step declares them, stepBlocks last), then stepTail, the other fields every
 // kind may have, in the order of the step fields table of
 // docs/workflow-language.md.
 var (
 	stepHead = []string{"id", "kind", "description", "condition"}
-	stepTail = []string{"output", "on-error", "compensate", "retention", "queue", "timeout", "heartbeat", "retry", "idempotent", "replayable"}
+	// stepBlocks are the kind's own fields that hold steps: after its
+	// others (a foreach's items before its steps).
+	stepBlocks = []string{"steps", "branches", "cases", "default"}
+	stepTail   = []string{"output", "on-error", "compensate", "retention", "queue", "timeout", "heartbeat", "retry", "idempotent", "replayable"}
 )
 
 // YAML writes the definition as YAML, as a person would write it: its
@@ -55,28 +59,137 @@ func (d Definition) YAML() ([]byte, error) {
 			top[i].Value = orderSteps(top[i].Value)
 		}
 	}
-	return yaml.MarshalWithOptions(top, yaml.Indent(2), yaml.IndentSequence(true), yaml.UseLiteralStyleIfMultiline(true),
-		yaml.CustomMarshaler[scalar](scalar.yaml))
+	var b bytes.Buffer
+	emitMapping(&b, top, 0)
+	return b.Bytes(), nil
 }
 
-// scalar is a string written plain when it reads back as itself, else
-// in double quotes: the YAML library's own choice leaves some strings
-// plain that read back as something else ("? q").
-type scalar string
+// The YAML is written here rather than by the YAML library's encoder,
+// which writes some strings plain that read back as something else ("? q"
+// as a value, most texts as a key): in block style, a mapping's values
+// and a sequence's items indented by two, each string plain when it
+// reads back as itself, else a literal block (|) for text over lines, else
+// double-quoted.
 
-func (s scalar) yaml() ([]byte, error) {
-	if plainReadsBack(string(s)) {
-		return []byte(s), nil
+// emitMapping writes m's items at indent.
+func emitMapping(b *bytes.Buffer, m yaml.MapSlice, indent int) {
+	for _, it := range m {
+		k, _ := it.Key.(string)
+		b.WriteString(strings.Repeat(" ", indent))
+		b.WriteString(quoteKey(k))
+		b.WriteString(":")
+		emitNested(b, it.Value, indent)
 	}
+}
+
+// emitSequence writes l's items at indent; an item that is a mapping
+// or a sequence starts on its dash's line (- id: a).
+func emitSequence(b *bytes.Buffer, l []any, indent int) {
+	for _, v := range l {
+		var inner bytes.Buffer
+		switch x := v.(type) {
+		case yaml.MapSlice:
+			if len(x) > 0 {
+				emitMapping(&inner, x, indent+2)
+			}
+		case []any:
+			if len(x) > 0 {
+				emitSequence(&inner, x, indent+2)
+			}
+		}
+		if inner.Len() > 0 { // starts with indent+2 spaces: the dash takes the last two
+			b.WriteString(strings.Repeat(" ", indent))
+			b.WriteString("- ")
+			b.Write(inner.Bytes()[indent+2:])
+			continue
+		}
+		b.WriteString(strings.Repeat(" ", indent))
+		b.WriteString("-")
+		emitNested(b, v, indent)
+	}
+}
+
+// emitNested writes v after a key's colon or an item's dash at indent
+// (that line's): a scalar on the line, a collection below it, indented.
+func emitNested(b *bytes.Buffer, v any, indent int) {
+	switch x := v.(type) {
+	case yaml.MapSlice:
+		if len(x) == 0 {
+			b.WriteString(" {}\n")
+			return
+		}
+		b.WriteString("\n")
+		emitMapping(b, x, indent+2)
+	case []any:
+		if len(x) == 0 {
+			b.WriteString(" []\n")
+			return
+		}
+		b.WriteString("\n")
+		emitSequence(b, x, indent+2)
+	case string:
+		if literal(x) {
+			header := " |-\n"
+			if strings.HasSuffix(x, "\n") {
+				header, x = " |\n", strings.TrimSuffix(x, "\n")
+			}
+			b.WriteString(header)
+			for _, line := range strings.Split(x, "\n") {
+				if line != "" {
+					b.WriteString(strings.Repeat(" ", indent+2))
+					b.WriteString(line)
+				}
+				b.WriteString("\n")
+			}
+			return
+		}
+		b.WriteString(" " + quote(x) + "\n")
+	case nil:
+		b.WriteString(" null\n")
+	case bool:
+		b.WriteString(" " + strconv.FormatBool(x) + "\n")
+	case int64:
+		b.WriteString(" " + strconv.FormatInt(x, 10) + "\n")
+	case float64:
+		f := strconv.FormatFloat(x, 'g', -1, 64)
+		if !strings.ContainsAny(f, ".eEn") { // a whole float64 too large for an int64: keep it a float
+			f += ".0"
+		}
+		b.WriteString(" " + f + "\n")
+	default: // orderedValue gives nothing else
+		b.WriteString(" " + quote(fmt.Sprint(x)) + "\n")
+	}
+}
+
+// quote writes s plain when it reads back as itself, else double-quoted.
+func quote(s string) string {
+	if plainReadsBack(s) {
+		return s
+	}
+	return doubleQuoted(s)
+}
+
+// quoteKey writes k plain when it reads back as itself as a key, else
+// double-quoted.
+func quoteKey(k string) string {
+	var m map[string]any
+	if plainReadsBack(k) && yaml.Unmarshal([]byte(k+": 0"), &m) == nil && len(m) == 1 {
+		if _, ok := m[k]; ok {
+			return k
+		}
+	}
+	return doubleQuoted(k)
+}
+
+// doubleQuoted is s as a YAML double-quoted scalar: its JSON string (a
+// JSON string is one), with what JSON leaves as it is but YAML reads as a
+// line break (NEL) or drops (a byte order mark) escaped.
+func doubleQuoted(s string) string {
 	var b bytes.Buffer
-	enc := json.NewEncoder(&b) // a JSON string is a YAML double-quoted one
+	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(string(s)); err != nil {
-		return nil, err
-	}
-	// What JSON leaves as it is but YAML reads as a line break (NEL) or
-	// drops (a byte order mark), escaped.
-	return []byte(yamlEscapes.Replace(string(bytes.TrimRight(b.Bytes(), "\n")))), nil
+	_ = enc.Encode(s) // a string always encodes
+	return yamlEscapes.Replace(strings.TrimSuffix(b.String(), "\n"))
 }
 
 var yamlEscapes = strings.NewReplacer("\u0085", `\N`, "\ufeff", `\uFEFF`)
@@ -110,8 +223,7 @@ func plainReadsBack(s string) bool {
 	if got, ok := m["v"].(string); !ok || got != s {
 		return false
 	}
-	// The encoder reads the scalar on its own too (a leading "..." or
-	// "---" would end or start a document there).
+	// And on its own: a leading "..." or "---" is a document marker there.
 	var alone any
 	if err := yaml.Unmarshal([]byte(s), &alone); err != nil {
 		return false
@@ -151,7 +263,10 @@ func orderSteps(v any) any {
 			if r := rank(stepHead, k, 0, -1); r >= 0 {
 				return r
 			}
-			return rank(stepTail, k, len(stepHead)+1, len(stepHead))
+			if slices.Contains(stepBlocks, k) {
+				return len(stepHead) + 1
+			}
+			return rank(stepTail, k, len(stepHead)+2, len(stepHead))
 		})
 		for j := range step {
 			switch step[j].Key {
@@ -243,12 +358,7 @@ func orderedValue(dec *json.Decoder) (any, error) {
 		return t.Float64()
 	case nil:
 		return nil, nil
-	case string:
-		if literal(t) {
-			return t, nil
-		}
-		return scalar(t), nil
-	default: // bool
+	default: // string, bool
 		return t, nil
 	}
 }

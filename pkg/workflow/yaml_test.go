@@ -194,7 +194,8 @@ func FuzzYAMLKeepsText(f *testing.F) {
 		if !utf8.ValidString(s) {
 			t.Skip("definitions are UTF-8")
 		}
-		def := workflow.Definition{Name: "fuzz", Description: s, Steps: []workflow.Step{{ID: "a", Kind: workflow.KindNoop, Description: s}}}
+		def := workflow.Definition{Name: "fuzz", Description: s, Steps: []workflow.Step{{ID: "a", Kind: workflow.KindNoop, Description: s}},
+			Input: map[string]any{"type": "object", "properties": map[string]any{s: map[string]any{"type": "string", "default": s}}}}
 		out, err := def.YAML()
 		require.NoError(t, err)
 		again, err := workflow.Parse(out)
@@ -209,5 +210,6 @@ func FuzzYAMLKeepsText(f *testing.F) {
 		require.Equal(t, s, again.Description, "%q:\n%s", s, out)
 		require.Len(t, again.Steps, 1)
 		require.Equal(t, s, again.Steps[0].Description, "%q:\n%s", s, out)
+		require.Equal(t, def.Input, again.Input, "a key %q:\n%s", s, out)
 	})
 }
