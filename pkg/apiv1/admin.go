@@ -82,3 +82,24 @@ type Parked struct {
 type ParkedList struct {
 	Parked []Parked `json:"parked"`
 }
+
+// Whoami answers GET /v1/whoami: the caller, as the api authenticated
+// its token. It holds nothing secret: no token, no hash.
+type Whoami struct {
+	// Subject is who: an api key's name, an OIDC token's subject,
+	// "admin-token" for a bootstrap admin token, "anonymous" when the api
+	// runs without authentication.
+	Subject string `json:"subject"`
+	// Method is how it authenticated: api-key (an api key or an admin
+	// token), oidc, or none (authentication is off).
+	Method string `json:"method"`
+	// KeyID is the api key's id (admin-token-<hash prefix> for an admin
+	// token; absent for an OIDC token): the id its actions are recorded
+	// under, and the one to revoke.
+	KeyID string `json:"key_id,omitempty"`
+	// Scopes are the scopes it holds (read, start, signal, operate,
+	// admin); admin holds every other.
+	Scopes []string `json:"scopes"`
+	// Namespaces are the namespaces it may use ("*": every one).
+	Namespaces []string `json:"namespaces"`
+}

@@ -43,6 +43,10 @@ type WorkflowVersion struct {
 	// Definition is the definition as JSON (docs/workflow-language.md);
 	// pkg/workflow's Definition decodes it.
 	Definition json.RawMessage `json:"definition"`
+	// YAML is the same definition as YAML, its fields in the workflow
+	// language's order: what jetflow apply reads back as this definition.
+	// The text it was applied from is not kept (nor its comments).
+	YAML string `json:"yaml"`
 }
 
 // Workflow answers GET /v1/workflows/{name}: the latest version and every

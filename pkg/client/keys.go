@@ -41,3 +41,14 @@ func (c *Client) RevokeKey(ctx context.Context, id string) (Key, error) {
 	_, err := c.do(ctx, http.MethodDelete, "/v1/admin/keys/"+url.PathEscape(id), nil, nil, &out)
 	return out, err
 }
+
+// Whoami is the caller as the api authenticated its token: subject,
+// method, key id, scopes and namespaces.
+type Whoami = apiv1.Whoami
+
+// Whoami asks the api who the client's token is (any valid token may).
+func (c *Client) Whoami(ctx context.Context) (Whoami, error) {
+	var out Whoami
+	_, err := c.do(ctx, http.MethodGet, "/v1/whoami", nil, nil, &out)
+	return out, err
+}

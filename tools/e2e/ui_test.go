@@ -2,11 +2,13 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/workflow"
 )
 
 // The browser tests drive the operator UI in a real headless Chromium.
@@ -98,6 +101,46 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "ui-"+name+".png"), png, 0o644))
 }
 
+// evaluate is the value of a JavaScript expression on the page.
+func evaluate[T any](t *testing.T, ctx context.Context, expr string) T {
+	t.Helper()
+	c, cancel := context.WithTimeout(ctx, uiWait)
+	defer cancel()
+	v, err := chromedp.Run(c, chromedp.Evaluate[T](expr))
+	require.NoError(t, err)
+	return v
+}
+
+// login logs the page in with token, from the login page.
+func login(t *testing.T, ctx context.Context, base, token string) {
+	t.Helper()
+	run(t, ctx, "log in",
+		chromedp.Navigate(base+"/#/login"),
+		until(`!!document.querySelector('[data-testid=token]')`),
+		chromedp.SendKeys(chromedp.CSS(`[data-testid=token]`), token),
+		chromedp.Click(chromedp.CSS(`[data-testid=login]`)),
+		until(`location.hash === '#/executions'`),
+		until(`!!document.querySelector('[data-testid=executions]')`))
+}
+
+// offered is true once the execution page shows the action's control
+// (testid act-...), enabled: its status allows it and the token's scopes do.
+func offered(testid string) string {
+	return fmt.Sprintf(`(() => { const b = document.querySelector('[data-testid=%s]'); return !!b && !b.disabled && !!b.offsetParent; })()`, testid)
+}
+
+// notOffered is true once the execution page does not show the action's
+// control (its status does not allow it).
+func notOffered(testid string) string {
+	return fmt.Sprintf(`(() => { const b = document.querySelector('[data-testid=%s]'); return !!b && !b.offsetParent; })()`, testid)
+}
+
+// needsScope is true once the page shows the control disabled, its title
+// naming the scope it needs.
+func needsScope(sel, scope string) string {
+	return fmt.Sprintf(`(() => { const b = document.querySelector(%q); return !!b && b.disabled && (b.title || '').includes('needs the scope %s'); })()`, sel, scope)
+}
+
 // statusIs is true once the execution page shows status st.
 func statusIs(st string) string {
 	return fmt.Sprintf(`document.querySelector('[data-testid=status]')?.textContent === %q`, st)
@@ -120,7 +163,7 @@ func TestOperatorUIInABrowser(t *testing.T) {
 	chromiumPath(t) // skip before starting anything
 	s := startStack(t, nil)
 	bg := context.Background()
-	s.apply(t, `
+	const approve = `
 name: approve
 description: waits for an approval, then greets
 search_attributes: [input.who]
@@ -133,7 +176,8 @@ input:
 steps:
   - {id: approval, kind: wait, signal: approve}
   - {id: greet, kind: noop}
-`)
+`
+	s.apply(t, approve)
 	s.apply(t, `
 name: gated
 lock: gate
@@ -181,6 +225,32 @@ steps:
 		chromedp.Navigate(s.info.APIURL+"/#/executions?sort=sideways"),
 		until(`(document.querySelector('[data-testid=error]')?.textContent || '').includes('sort')`))
 
+	t.Log("a search attribute value with a space, a colon and a comma filters, from the box and from the address")
+	_, err = s.c.Start(bg, client.StartRequest{Workflow: "approve", ID: "ui-sp", Input: map[string]any{"who": "ops team: a,b"}})
+	require.NoError(t, err)
+	_, err = s.c.Start(bg, client.StartRequest{Workflow: "approve", ID: "ui-sp2", Input: map[string]any{"who": "ops team"}})
+	require.NoError(t, err)
+	onlyRow := func(id string) string {
+		return fmt.Sprintf(`document.querySelectorAll('[data-testid=executions] tr').length === 1 && !!document.querySelector('[data-testid=executions] tr[data-id=%q]')`, id)
+	}
+	run(t, ctx, "filter from the box, the value quoted",
+		chromedp.Navigate(s.info.APIURL+"/#/executions"),
+		until(`!!document.querySelector('[data-testid=executions] tr[data-id="ui-sp"]') && !!document.querySelector('[data-testid=executions] tr[data-id="ui-sp2"]')`),
+		chromedp.SendKeys(chromedp.CSS(`[data-testid=filter-attr]`), `who:"ops team: a,b"`),
+		chromedp.Click(chromedp.CSS(`[data-testid=filter]`)),
+		until(`location.hash.includes('attr=who%3Aops+team%3A+a%2Cb')`),
+		until(onlyRow("ui-sp")))
+	run(t, ctx, "the address holds it: opened again, the box shows it quoted",
+		chromedp.Navigate(s.info.APIURL+"/#/executions?attr=who%3Aops+team"),
+		until(onlyRow("ui-sp2")),
+		chromedp.Navigate(s.info.APIURL+"/#/executions?attr=who%3Aops+team%3A+a%2Cb"),
+		until(onlyRow("ui-sp")),
+		until(`document.querySelector('[data-testid=filter-attr]').value === 'who:"ops team: a,b"'`))
+	// Until the api answers GET /v1/executions/counts the page counts its
+	// rows, and says so; once it does, the counts are of every execution.
+	run(t, ctx, "the page's counts say what they count",
+		until(`['On this page:', 'All executions:'].includes(document.querySelector('[data-testid=counts-scope]')?.textContent)`))
+
 	t.Log("its page follows it live: a signal from the page lets it go on to succeeded")
 	run(t, ctx, "open ui-1",
 		chromedp.Navigate(s.info.APIURL+"/#/executions"),
@@ -188,6 +258,7 @@ steps:
 		chromedp.Click(chromedp.CSS(`[data-testid=executions] tr[data-id="ui-1"] a`)),
 		until(`location.hash === '#/executions/ui-1'`),
 		until(statusIs("started")),
+		until(offered("act-cancel")), until(offered("act-signal")), until(offered("act-resume")),
 		until(`!!document.querySelector('[data-testid=steps] tr[data-step="approval"] .st-waiting')`),
 		until(inTimeline(events.TypeExecutionStarted)))
 	screenshot(t, ctx, "execution-waiting")
@@ -198,6 +269,10 @@ steps:
 		until(inTimeline(events.TypeSignalReceived)),
 		until(inTimeline(events.TypeExecutionSucceeded)),
 		until(statusIs("succeeded")))
+	run(t, ctx, "a succeeded execution offers a replay, not a cancel, a resume or a signal",
+		until(offered("act-replay")),
+		until(notOffered("act-cancel")), until(notOffered("act-kill")), until(notOffered("act-force-cancel")),
+		until(notOffered("act-resume")), until(notOffered("act-signal")))
 	screenshot(t, ctx, "execution-succeeded")
 	x, err := s.c.Execution(bg, "ui-1")
 	require.NoError(t, err)
@@ -276,20 +351,66 @@ steps:
 	run(t, ctx, "a workflow", chromedp.Navigate(s.info.APIURL+"/#/workflows/approve"), until(`!!document.querySelector('[data-testid=definition]')`))
 	screenshot(t, ctx, "workflow")
 
+	t.Log("the definition is shown as YAML, which reads back as the registered definition")
+	shown := evaluate[string](t, ctx, `document.querySelector('[data-testid=definition][data-format=yaml]')?.textContent || ''`)
+	require.True(t, strings.HasPrefix(shown, "name: approve\ndescription: waits for an approval, then greets\n"), "%s", shown)
+	def, err := workflow.Parse([]byte(shown))
+	require.NoError(t, err, "%s", shown)
+	applied, err := workflow.Parse([]byte(approve))
+	require.NoError(t, err)
+	want, err := json.Marshal(applied)
+	require.NoError(t, err)
+	got, err := json.Marshal(def)
+	require.NoError(t, err)
+	require.JSONEq(t, string(want), string(got), "%s", shown)
+
 	t.Log("what a page shows is text: a value with markup in it is not run")
 	_, err = s.c.Start(bg, client.StartRequest{Workflow: "approve", ID: "ui-3", Input: map[string]any{"who": `<img src=x onerror=window.pwned=1>`}})
 	require.NoError(t, err)
 	run(t, ctx, "open ui-3", chromedp.Navigate(s.info.APIURL+"/#/executions/ui-3"),
 		until(`(document.querySelector('[data-testid=input]')?.textContent || '').includes('onerror')`),
 		until(inTimeline(events.TypeExecutionStarted)))
-	c, cancel := context.WithTimeout(ctx, uiWait)
-	defer cancel()
 	// Set as HTML, the input would be an element (whether or not the
 	// policy then stopped its handler): it must be text only.
-	elements, err := chromedp.Run(c, chromedp.Evaluate[int](`document.querySelector('[data-testid=input]').childElementCount + document.querySelectorAll('main img').length`))
-	require.NoError(t, err)
+	elements := evaluate[int](t, ctx, `document.querySelector('[data-testid=input]').childElementCount + document.querySelectorAll('main img').length`)
 	require.Zero(t, elements, "the input's markup became elements")
-	pwned, err := chromedp.Run(c, chromedp.Evaluate[bool](`window.pwned === 1`))
-	require.NoError(t, err)
+	pwned := evaluate[bool](t, ctx, `window.pwned === 1`)
 	require.False(t, pwned, "the input's markup ran")
+
+	t.Log("a read-only token is offered no action; an operate token its actions but a signal; the api still decides")
+	reader, err := s.c.CreateKey(bg, client.KeyRequest{Name: "viewer", Scopes: []string{"read"}, Namespaces: []string{"default"}})
+	require.NoError(t, err)
+	operator, err := s.c.CreateKey(bg, client.KeyRequest{Name: "operator", Scopes: []string{"read", "operate"}, Namespaces: []string{"default"}})
+	require.NoError(t, err)
+	login(t, ctx, s.info.APIURL, reader.Token)
+	run(t, ctx, "the header says who the token is",
+		until(`document.getElementById('who').textContent.includes('viewer (read)')`))
+	run(t, ctx, "a read-only token: every action disabled, naming the scope it needs",
+		chromedp.Navigate(s.info.APIURL+"/#/executions/ui-3"),
+		until(statusIs("started")),
+		until(needsScope(`[data-testid=act-cancel]`, "operate")), until(needsScope(`[data-testid=act-kill]`, "operate")),
+		until(needsScope(`[data-testid=act-resume]`, "operate")), until(needsScope(`[data-testid=act-signal]`, "signal")),
+		until(`!!document.querySelector('[data-testid=read-only]')`))
+	screenshot(t, ctx, "execution-read-only")
+	run(t, ctx, "a read-only token: no start, no force-clear",
+		chromedp.Navigate(s.info.APIURL+"/#/workflows/approve"),
+		until(needsScope(`[data-testid=start]`, "start")),
+		chromedp.Navigate(s.info.APIURL+"/#/locks"),
+		until(needsScope(`[data-holder="ui-g2"] [data-testid=clear]`, "operate")))
+	login(t, ctx, s.info.APIURL, operator.Token)
+	run(t, ctx, "an operate token: the actions, not the signal",
+		chromedp.Navigate(s.info.APIURL+"/#/executions/ui-3"),
+		until(statusIs("started")),
+		until(offered("act-cancel")), until(offered("act-resume")),
+		until(needsScope(`[data-testid=act-signal]`, "signal")),
+		until(`!document.querySelector('[data-testid=read-only]')`))
+	run(t, ctx, "its cancel goes through",
+		chromedp.Click(chromedp.CSS(`[data-testid=act-cancel]`)),
+		until(statusIs("cancelled")),
+		until(notOffered("act-cancel")), until(offered("act-resume")))
+	x, err = s.c.Execution(bg, "ui-3")
+	require.NoError(t, err)
+	require.NotNil(t, x.Cancellation)
+	require.NotNil(t, x.Cancellation.Actor)
+	require.Equal(t, "operator", x.Cancellation.Actor.Subject)
 }

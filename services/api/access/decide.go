@@ -25,6 +25,10 @@ const (
 	// ScopeAdmin: register workflows, rebuild read models, manage keys;
 	// and everything else.
 	ScopeAdmin Scope = "admin"
+	// ScopeAny is no scope a key or token holds: what a route needs that
+	// takes any valid token, whatever its scopes (GET /v1/whoami). Every
+	// principal has it; it is not one of Scopes, so no key is made with it.
+	ScopeAny Scope = "any"
 )
 
 // Scopes lists the scopes, from the least to the most powerful.
@@ -115,9 +119,10 @@ func (p Principal) Actor() *events.Actor {
 	return &events.Actor{Subject: p.Subject, Method: p.Method, KeyID: p.KeyID}
 }
 
-// Has reports whether p holds scope s (admin holds them all).
+// Has reports whether p holds scope s (admin holds them all; everyone
+// holds ScopeAny).
 func (p Principal) Has(s Scope) bool {
-	return slices.Contains(p.Scopes, s) || slices.Contains(p.Scopes, ScopeAdmin)
+	return s == ScopeAny || slices.Contains(p.Scopes, s) || slices.Contains(p.Scopes, ScopeAdmin)
 }
 
 // Grants reports whether p may act in namespace ns.

@@ -48,6 +48,8 @@ func TestDecide(t *testing.T) {
 		{"OIDCSubject", access.Principal{Subject: "alice", Method: events.ActorOIDC, Scopes: s(access.ScopeRead)}, access.ScopeRead, "default", false,
 			access.NamespaceNotGranted, `the OIDC subject "alice" is not granted the namespace "default"`},
 		{"Anonymous", access.Anonymous, access.ScopeAdmin, "team-z", false, access.Allowed, ""},
+		{"AnyTokenPasses", key(nil, "team-a"), access.ScopeAny, "default", true, access.Allowed, ""},
+		{"AnyTokenStillNeedsTheNamespace", key(s(access.ScopeStart), "team-a"), access.ScopeAny, "default", false, access.NamespaceNotGranted, "namespace"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -105,6 +107,8 @@ func TestParse(t *testing.T) {
 	require.ErrorContains(t, err, `scope "root" is not one of read, start, signal, operate, admin`)
 	_, err = access.ParseScopes(nil)
 	require.Error(t, err)
+	_, err = access.ParseScopes([]string{"any"})
+	require.ErrorContains(t, err, `scope "any" is not one of`, "no key is made with the scope any routes need")
 
 	ns, err := access.ParseNamespaces([]string{"default", "team-a", "default"})
 	require.NoError(t, err)

@@ -88,7 +88,11 @@ func (s *Server) refuseToken(w http.ResponseWriter, r *http.Request, rt route, e
 		return
 	}
 	challenge := `Bearer realm="jetflow"`
-	msg := fmt.Sprintf("this needs a token with the scope %s: send Authorization: Bearer <token> (an api key, the admin token or an OIDC token)", rt.scope)
+	needs := fmt.Sprintf("a token with the scope %s", rt.scope)
+	if rt.scope == access.ScopeAny {
+		needs = "a token, of any scope"
+	}
+	msg := "this needs " + needs + ": send Authorization: Bearer <token> (an api key, the admin token or an OIDC token)"
 	if !errors.Is(err, access.ErrNoToken) {
 		challenge += `, error="invalid_token"`
 		msg = strings.TrimPrefix(err.Error(), access.ErrBadToken.Error()+": ")

@@ -18,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/apiv1"
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
@@ -159,11 +160,15 @@ func TestEveryRouteNeedsItsScope(t *testing.T) {
 			require.Equal(t, http.StatusUnauthorized, a.status, "%s without a token: %s", rt.pattern, a.body)
 			require.Equal(t, `Bearer realm="jetflow"`, a.header.Get("WWW-Authenticate"))
 			require.Equal(t, "unauthenticated", a.err.Code)
-			require.Contains(t, a.err.Message, "scope "+string(rt.scope))
+			if rt.scope == access.ScopeAny {
+				require.Contains(t, a.err.Message, "any scope")
+			} else {
+				require.Contains(t, a.err.Message, "scope "+string(rt.scope))
+			}
 
 			for _, sc := range access.Scopes {
 				a := b.call(t, method, path, keys[sc], "", "")
-				allowed := sc == rt.scope || sc == access.ScopeAdmin
+				allowed := sc == rt.scope || sc == access.ScopeAdmin || rt.scope == access.ScopeAny
 				if allowed {
 					require.NotContains(t, []int{http.StatusUnauthorized, http.StatusForbidden}, a.status,
 						"%s with a %s key: %s", rt.pattern, sc, a.body)
@@ -422,4 +427,36 @@ func TestRepairNeedsTheAdminScope(t *testing.T) {
 	// With the admin scope it goes through to the execution lookup.
 	a = b.call(t, http.MethodPost, path, b.admin, "", `{"action":"repair","ignore_seq":7}`)
 	require.Equal(t, http.StatusNotFound, a.status, "%s", a.body)
+}
+
+// TestWhoami: any valid token learns who it is (subject, method, key id,
+// scopes, namespaces), whatever its scopes and whatever namespace the
+// request names; the answer never holds the token; no token is a 401.
+func TestWhoami(t *testing.T) {
+	t.Parallel()
+	b := setupAuth(t)
+	id, tok := b.createKey(t, "reader", []string{"read"}, []string{"team-a"})
+	for _, ns := range []string{"", "team-b"} {
+		a := b.call(t, http.MethodGet, "/v1/whoami", tok, ns, "")
+		require.Equal(t, http.StatusOK, a.status, "%s", a.body)
+		var who apiv1.Whoami
+		require.NoError(t, json.Unmarshal(a.body, &who))
+		require.Equal(t, apiv1.Whoami{Subject: "reader", Method: events.ActorAPIKey, KeyID: id, Scopes: []string{"read"}, Namespaces: []string{"team-a"}}, who)
+		require.NotContains(t, string(a.body), tok)
+	}
+
+	a := b.call(t, http.MethodGet, "/v1/whoami", b.admin, "", "")
+	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
+	var who apiv1.Whoami
+	require.NoError(t, json.Unmarshal(a.body, &who))
+	require.Equal(t, "admin-token", who.Subject)
+	require.Equal(t, []string{"admin"}, who.Scopes)
+	require.Equal(t, []string{"*"}, who.Namespaces)
+	require.NotContains(t, string(a.body), b.admin)
+
+	a = b.call(t, http.MethodGet, "/v1/whoami", "", "", "")
+	require.Equal(t, http.StatusUnauthorized, a.status)
+	require.Contains(t, a.err.Message, "a token, of any scope")
+	a = b.call(t, http.MethodGet, "/v1/whoami", "jfk_0123456789abcdef_wrong", "", "")
+	require.Equal(t, http.StatusUnauthorized, a.status)
 }

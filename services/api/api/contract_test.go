@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"jetflow.dev/pkg/apiv1/apiv1test"
 	"jetflow.dev/pkg/catalog"
 	"jetflow.dev/pkg/lock"
+	"jetflow.dev/pkg/workflow"
 	"jetflow.dev/services/api/access"
 )
 
@@ -50,11 +52,39 @@ func TestWorkflowAsShownIsAsStored(t *testing.T) {
 	require.NoError(t, apiv1test.Fill(&sum))
 	require.NoError(t, apiv1test.SameJSON(sum, workflowSummary(sum)))
 
-	require.NoError(t, apiv1test.SameMembers(catalog.Record{}, apiv1.WorkflowVersion{}, nil, nil))
+	require.NoError(t, apiv1test.SameMembers(catalog.Record{}, apiv1.WorkflowVersion{}, nil, []string{"yaml"}))
 	var rec catalog.Record
 	require.NoError(t, apiv1test.Fill(&rec))
 	rec.Definition.Name, rec.Definition.Description = "deploy", "roll out"
 	v, err := workflowVersion(rec)
 	require.NoError(t, err)
-	require.NoError(t, apiv1test.SameJSON(rec, v))
+	require.NoError(t, apiv1test.SameJSON(rec, v, "yaml"))
+	require.Contains(t, v.YAML, "name: deploy\ndescription: roll out\n")
+}
+
+// TestWorkflowYAMLIsTheStoredDefinition: the yaml of a stored version, as
+// the catalog gives it back (its JSON decoded), parses into the same
+// definition.
+func TestWorkflowYAMLIsTheStoredDefinition(t *testing.T) {
+	t.Parallel()
+	def, err := workflow.Parse([]byte(`
+name: deploy
+search_attributes: [input.who]
+input: {type: object, properties: {who: {type: string}, n: {type: number, maximum: 1.5e3}}}
+steps:
+  - {id: approve, kind: wait, signal: "yes", timeout: 1h}
+  - {id: run, kind: exec, command: sh, args: ["-c", "echo \"${input.who}\": done"], retry: {limit: 3}}
+`))
+	require.NoError(t, err)
+	raw, err := json.Marshal(catalog.Record{Name: "deploy", Version: 1, Definition: def})
+	require.NoError(t, err)
+	var rec catalog.Record // as stored: numbers in the schema are float64 now
+	require.NoError(t, json.Unmarshal(raw, &rec))
+	v, err := workflowVersion(rec)
+	require.NoError(t, err)
+	again, err := workflow.Parse([]byte(v.YAML))
+	require.NoError(t, err, "%s", v.YAML)
+	back, err := json.Marshal(again)
+	require.NoError(t, err)
+	require.JSONEq(t, string(v.Definition), string(back), "%s", v.YAML)
 }

@@ -48,6 +48,7 @@ var bodies = map[string]struct {
 	"POST /v1/admin/keys":                         {request: apiv1.KeyRequest{}, answers: []any{apiv1.Key{}}},
 	"GET /v1/admin/keys":                          {answers: []any{apiv1.KeyList{}}},
 	"DELETE /v1/admin/keys/{id}":                  {answers: []any{apiv1.Key{}}},
+	"GET /v1/whoami":                              {answers: []any{apiv1.Whoami{}}},
 }
 
 // decodeStrictly decodes data into a new value of v's type, refusing

@@ -442,6 +442,11 @@ var apiOperations = map[string]apiOperation{
 		description: "Every key the caller could have made, oldest first, without tokens or hashes.",
 		answers:     []apiAnswer{{status: http.StatusOK, description: "The keys.", content: jsonOf(apiv1.KeyList{})}},
 		nats:        true},
+	"GET /v1/whoami": {id: "whoami", tag: "keys", summary: "Who the token is",
+		description: "The caller as the api authenticated its token: its subject, how it authenticated, its key's id, the scopes it holds and the namespaces " +
+			"it may use. Nothing secret is in it. Any valid token may ask, whatever its scopes: a UI offers only the actions the token can take from it " +
+			"(the routes still check every request).",
+		answers: []apiAnswer{{status: http.StatusOK, description: "The caller.", content: jsonOf(apiv1.Whoami{})}}},
 	"DELETE /v1/admin/keys/{id}": {id: "revokeKey", tag: "keys", summary: "Revoke an api key",
 		description: "The key stops working at once on this api, and within the key cache time (5 s) on the others. Revoking a revoked key changes nothing.",
 		params:      map[string]apiParam{"id": {description: "The key's id.", schema: jsonObject{"type": "string", "pattern": keyIDRe.String()}}},
@@ -458,7 +463,7 @@ var apiTags = []jsonObject{
 	{"name": "locks", "description": "Workflow locks and semaphores."},
 	{"name": "settings", "description": "System-wide values."},
 	{"name": "admin", "description": "The read models."},
-	{"name": "keys", "description": "Api keys."},
+	{"name": "keys", "description": "Api keys, and who a token is."},
 }
 
 func listedStatuses() []string {
@@ -480,14 +485,16 @@ func commonFailures(rt route, op apiOperation) []apiFailure {
 	}
 	out := failures(http.StatusBadRequest, "invalid", unknown)
 	if rt.scope != "" {
-		forbidden := fmt.Sprintf("the token lacks the scope `%s` (`scope` names it)", rt.scope)
-		if !rt.global && rt.hidden == nil {
-			forbidden += ", or the request's namespace is not granted to it (`namespace` names it)"
-		}
 		out = slices.Concat(out,
 			failures(http.StatusUnauthorized, "unauthenticated", "no token, or one that is unknown, malformed, expired, revoked, or a JWT that does not verify"),
-			failures(http.StatusForbidden, "forbidden", forbidden),
 			failures(http.StatusServiceUnavailable, "unavailable", "the token could not be checked now (the keys bucket or the OIDC issuer cannot be reached)"))
+		if rt.scope != access.ScopeAny { // any valid token passes: never 403
+			forbidden := fmt.Sprintf("the token lacks the scope `%s` (`scope` names it)", rt.scope)
+			if !rt.global && rt.hidden == nil {
+				forbidden += ", or the request's namespace is not granted to it (`namespace` names it)"
+			}
+			out = slices.Concat(out, failures(http.StatusForbidden, "forbidden", forbidden))
+		}
 		if !rt.global {
 			notServed := "the namespace is not one this api serves (field `Jetflow-Namespace`)"
 			if rt.hidden != nil {
@@ -571,7 +578,7 @@ func generateOpenAPI() ([]byte, error) {
 				"and the `field` at fault when there is one. A path no route has is a `404 not_found`; a known path with another method a " +
 				"`405 method_not_allowed` whose `Allow` header lists the methods it takes. Every route takes only the query parameters it lists: " +
 				"any other is a `400 invalid` naming it.\n\n" +
-				"A route's `x-jetflow-scope` is the scope its token needs (`none`: public); `admin` holds every scope. " +
+				"A route's `x-jetflow-scope` is the scope its token needs (`none`: public; `any`: any valid token); `admin` holds every scope. " +
 				"A request is about the namespace its `Jetflow-Namespace` header names (`default` without one).\n\n" +
 				"Retry a `503` (and a proxy's `502` or `504`) after `Retry-After` seconds, with the same `Idempotency-Key` for a command; every `4xx` says what to change.",
 		},
@@ -583,7 +590,7 @@ func generateOpenAPI() ([]byte, error) {
 				"type": "http", "scheme": "bearer",
 				"description": "An api key (`jfk_<id>_<secret>`, `POST /v1/admin/keys`), a bootstrap admin token (a line of the api's `-admin-token-file`), " +
 					"or an OIDC token (a JWT from the issuer given with `-oidc-issuer`). The scopes are " + scopeList() + "; `admin` holds every other. " +
-					"An operation's security requirement names the scope it needs.",
+					"An operation's security requirement names the scope it needs (none for one that takes any valid token).",
 			}},
 			"parameters": jsonObject{"namespace": jsonObject{
 				"name": NamespaceHeader, "in": "header", "schema": jsonObject{"type": "string", "default": DefaultNamespace},
@@ -617,10 +624,15 @@ func (sb *schemaBuilder) operation(rt route, op apiOperation, path string) (json
 	scope := string(rt.scope)
 	description := op.description + "\n\n"
 	security := []any{}
-	if scope == "" {
+	switch rt.scope {
+	case "":
 		scope = "none"
 		description += "Public: no token is needed."
-	} else {
+	case access.ScopeAny:
+		// A bearer token with no particular scope: an empty list.
+		description += "Needs a token, of any scope (`any`)."
+		security = []any{jsonObject{"bearer": []string{}}}
+	default:
 		description += fmt.Sprintf("Needs a token with the scope `%s`.", scope)
 		security = []any{jsonObject{"bearer": []string{scope}}}
 	}

@@ -24,6 +24,7 @@ import (
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/lock"
+	"jetflow.dev/services/api/access"
 )
 
 // The OpenAPI document (openapi.json, served at GET /v1/openapi.json) is
@@ -84,6 +85,10 @@ func TestOpenAPIDocumentIsValid(t *testing.T) {
 		for _, req := range *op.Security {
 			for scheme, scopes := range req {
 				require.Contains(t, doc.Components.SecuritySchemes, scheme, "%s names the security scheme %s", pattern, scheme)
+				if op.Extensions["x-jetflow-scope"] == string(access.ScopeAny) {
+					require.Empty(t, scopes, "%s takes any valid token: its requirement names no scope", pattern)
+					continue
+				}
 				require.Len(t, scopes, 1, "%s needs one scope", pattern)
 			}
 		}
@@ -146,11 +151,17 @@ func TestOpenAPIParamsAndScopesAreTheRouteTables(t *testing.T) {
 		scope := cmp.Or(string(rt.scope), "none")
 		require.Equal(t, scope, op.Extensions["x-jetflow-scope"], "the x-jetflow-scope of %s in openapi.json is not the route table's", rt.pattern)
 		require.NotNil(t, op.Security, "%s says nothing of its security", rt.pattern)
-		if rt.scope == "" {
+		switch rt.scope {
+		case "":
 			require.Empty(t, *op.Security, "%s is public: its security requirement is empty", rt.pattern)
 			require.Contains(t, op.Description, "Public", rt.pattern)
 			require.Nil(t, op.Responses.Status(http.StatusUnauthorized), "%s is public: it never answers 401", rt.pattern)
-		} else {
+		case access.ScopeAny:
+			require.Equal(t, openapi3.SecurityRequirements{{"bearer": {}}}, *op.Security, "the security of %s in openapi.json", rt.pattern)
+			require.Contains(t, op.Description, "any scope", rt.pattern)
+			require.NotNil(t, op.Responses.Status(http.StatusUnauthorized), "%s needs a token: it answers 401 without", rt.pattern)
+			require.Nil(t, op.Responses.Status(http.StatusForbidden), "%s takes any valid token: it never answers 403", rt.pattern)
+		default:
 			require.Equal(t, openapi3.SecurityRequirements{{"bearer": {scope}}}, *op.Security, "the security of %s in openapi.json", rt.pattern)
 			require.Contains(t, op.Description, "scope `"+scope+"`", rt.pattern)
 			require.NotNil(t, op.Responses.Status(http.StatusUnauthorized), "%s needs a token: it answers 401 without", rt.pattern)

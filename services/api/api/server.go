@@ -330,7 +330,8 @@ type route struct {
 	pattern string
 	handler http.HandlerFunc
 	params  []string
-	// scope is what the caller needs ("" for a public route).
+	// scope is what the caller needs ("" for a public route,
+	// access.ScopeAny for any valid token).
 	scope access.Scope
 	// hidden, for a route that reads one thing by its id or name, is the
 	// answer to a caller not granted the request's namespace: the 404 of
@@ -354,11 +355,13 @@ func notFound(field, format string) func(*http.Request) apiError {
 // middleware authorizes from it.
 func (s *Server) routes() []route {
 	read, start, signal, operate, admin := access.ScopeRead, access.ScopeStart, access.ScopeSignal, access.ScopeOperate, access.ScopeAdmin
+	anyToken := access.ScopeAny
 	execNotFound := notFound("id", "execution %q does not exist")
 	return []route{
 		{pattern: "GET /healthz", handler: s.health},
 		{pattern: "GET /readyz", handler: s.ready},
 		{pattern: "GET /v1/openapi.json", handler: s.openAPIDocument},
+		{pattern: "GET /v1/whoami", handler: s.whoami, scope: anyToken, global: true},
 		{pattern: "POST /v1/workflows", handler: s.applyWorkflow, scope: admin},
 		{pattern: "GET /v1/workflows", handler: s.listWorkflows, scope: read},
 		{pattern: "GET /v1/workflows/{name}", handler: s.getWorkflow, scope: read, hidden: notFound("name", "workflow %q is not registered")},

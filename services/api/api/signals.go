@@ -60,11 +60,15 @@ func (s *Server) signalExecution(w http.ResponseWriter, r *http.Request) {
 		resp: func(key string, recorded bool) any {
 			return apiv1.Signaled{ExecutionID: id, Signal: name, SignalID: events.SignalID(key), Recorded: recorded}
 		},
-		refused: func(st projections.Status) string {
-			if st.Terminal() {
-				return "has already " + string(st)
-			}
-			return ""
-		},
+		refused: signalRefused,
 	})
+}
+
+// signalRefused says why an execution in status st takes no signal ("" if
+// it takes one): once it has ended, as the dispatcher decides.
+func signalRefused(st projections.Status) string {
+	if st.Terminal() {
+		return "has already " + string(st)
+	}
+	return ""
 }

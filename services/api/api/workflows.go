@@ -52,13 +52,19 @@ func workflowSummary(s catalog.Summary) apiv1.WorkflowSummary {
 	return apiv1.WorkflowSummary{Name: s.Name, LatestVersion: s.LatestVersion, Description: s.Description, UpdatedAt: s.UpdatedAt}
 }
 
-// workflowVersion shows a stored version of a workflow.
+// workflowVersion shows a stored version of a workflow: its definition
+// as JSON, and as YAML (rendered: the api keeps the definition, not the
+// text it was applied from).
 func workflowVersion(rec catalog.Record) (apiv1.WorkflowVersion, error) {
 	def, err := json.Marshal(rec.Definition)
 	if err != nil {
 		return apiv1.WorkflowVersion{}, fmt.Errorf("encode definition %s version %d: %w", rec.Name, rec.Version, err)
 	}
-	return apiv1.WorkflowVersion{Name: rec.Name, Version: rec.Version, Digest: rec.Digest, CreatedAt: rec.CreatedAt, Definition: def}, nil
+	text, err := rec.Definition.YAML()
+	if err != nil {
+		return apiv1.WorkflowVersion{}, fmt.Errorf("definition %s version %d as YAML: %w", rec.Name, rec.Version, err)
+	}
+	return apiv1.WorkflowVersion{Name: rec.Name, Version: rec.Version, Digest: rec.Digest, CreatedAt: rec.CreatedAt, Definition: def, YAML: string(text)}, nil
 }
 
 func (s *Server) listWorkflows(w http.ResponseWriter, r *http.Request) {

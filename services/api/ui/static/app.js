@@ -11,6 +11,25 @@ const EXEC_POLL_MS = 2000;
 // MAX_ROWS is how many of an execution's events its page shows (the latest).
 const MAX_ROWS = 1000;
 
+// SCOPE_OF is the scope the api's route table asks for each thing the UI
+// does; STATUS_ACTIONS the actions the dispatcher accepts on an execution
+// in each status (projections.Status.ActionRefused, and a signal until
+// the execution has ended). The UI offers only those, and those the
+// token's scopes allow; the api still checks every request. Both are
+// JSON between their markers: an api test holds them to the server's rules.
+const SCOPE_OF = /* begin scope-of */ {
+  "cancel": "operate", "force-cancel": "operate", "kill": "operate", "resume": "operate", "force-resume": "operate",
+  "replay": "operate", "clear-lock": "operate", "signal": "signal", "start": "start"
+} /* end scope-of */;
+const STATUS_ACTIONS = /* begin status-actions */ {
+  "started": ["cancel", "force-cancel", "kill", "resume", "force-resume", "replay", "signal"],
+  "cancelling": ["force-cancel", "kill", "signal"],
+  "suspended": ["cancel", "force-cancel", "kill", "resume", "force-resume", "replay", "signal"],
+  "succeeded": ["replay"],
+  "failed": ["resume", "force-resume", "replay"],
+  "cancelled": ["resume", "force-resume", "replay"]
+} /* end status-actions */;
+
 const session = {
   get token() { return sessionStorage.getItem('jetflow.token') || ''; },
   set token(v) { v ? sessionStorage.setItem('jetflow.token', v) : sessionStorage.removeItem('jetflow.token'); },
@@ -56,6 +75,38 @@ async function api(method, path, body, signal) {
   }
   if (!resp.ok) throw new APIError(resp.status, data);
   return { status: resp.status, data };
+}
+
+// ---- who the token is ----
+
+// me is GET /v1/whoami's answer for the session's token (null until
+// asked, or when the api could not say: then every action is offered and
+// the api decides).
+let me = null;
+
+async function whoami() {
+  if (me && me.token === session.token && me.ns === session.ns) return me.who;
+  me = null;
+  const res = await api('GET', '/v1/whoami');
+  me = { token: session.token, ns: session.ns, who: res.data };
+  return me.who;
+}
+
+// can reports whether the token holds scope (admin holds every other).
+function can(scope) {
+  const s = (me && me.who && me.who.scopes) || null;
+  return !s || s.includes(scope) || s.includes('admin');
+}
+
+// gate disables el when the token lacks the scope what needs, saying
+// which in its title.
+function gate(el, what) {
+  const scope = SCOPE_OF[what];
+  if (!scope || can(scope)) return el;
+  el.disabled = true;
+  el.title = `needs the scope ${scope}; this token holds ${(me.who.scopes || []).join(', ') || 'none'}`;
+  el.dataset.needs = scope;
+  return el;
 }
 
 // ---- the DOM, as text ----
@@ -175,8 +226,12 @@ async function route() {
   const { parts, query } = parseHash();
   const section = parts[0] || 'executions';
   for (const a of document.querySelectorAll('header nav a')) a.classList.toggle('on', a.dataset.nav === section);
-  renderWho();
   try {
+    if (section !== 'login' && (session.token || !me)) {
+      // Who the token is, once per token: what the pages offer follows it.
+      await whoami().catch((err) => { if (err.status === 401) throw err; });
+    }
+    renderWho();
     if (section === 'login') return loginPage(query);
     if (section === 'executions' && parts[1]) return await executionPage(p, parts[1]);
     if (section === 'executions') return await executionsPage(p, query);
@@ -194,8 +249,10 @@ async function route() {
 function renderWho() {
   const who = document.getElementById('who');
   const parts = [];
+  const w = me && me.token === session.token ? me.who : null;
+  if (w) parts.push(w.subject + ' (' + ((w.scopes || []).join(', ') || 'no scope') + ')');
+  else parts.push(session.token ? 'token set' : 'no token');
   if (session.ns) parts.push('namespace ' + session.ns);
-  parts.push(session.token ? 'token set' : 'no token');
   fill(who, parts.join(' · '),
     h('button', { type: 'button', onclick: () => { location.hash = '#/login'; } }, session.token ? 'Change' : 'Log in'),
     session.token ? h('button', { type: 'button', onclick: () => { session.token = ''; location.hash = '#/login'; } }, 'Log out') : null);
@@ -214,7 +271,8 @@ function loginPage(query) {
       session.token = token.value.trim();
       session.ns = ns.value.trim();
       try {
-        await api('GET', '/v1/executions?limit=1');
+        me = null;
+        await whoami(); // any valid token, whatever its scopes
         location.hash = next.startsWith('#/login') ? '#/executions' : next;
       } catch (err) {
         fill(out, notice(explain(err), true));
@@ -241,6 +299,47 @@ function loginPage(query) {
 const LIST_FILTERS = ['workflow', 'status', 'damaged', 'sort', 'started_after', 'started_before', 'ended_after', 'ended_before'];
 const SORTS = { '': 'by id', started_desc: 'latest started first', started_asc: 'earliest started first',
   ended_desc: 'latest ended first', ended_asc: 'earliest ended first' };
+
+// parseAttrs reads the search attribute box: name:value filters separated
+// by spaces; a value with spaces (or quotes) is written in double quotes,
+// name:"a b" (or "name:a b"), \" and \\ standing for " and \ inside.
+// A value may hold ':' and ',' as they are (the api cuts name:value at
+// the first ':').
+function parseAttrs(text) {
+  const out = [];
+  let cur = null; // the filter being read, or null between filters
+  let quoted = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (quoted) {
+      if (c === '\\' && i + 1 < text.length) cur += text[++i];
+      else if (c === '"') quoted = false;
+      else cur += c;
+    } else if (c === '"') {
+      quoted = true;
+      if (cur === null) cur = '';
+    } else if (/\s/.test(c)) {
+      if (cur) out.push(cur);
+      cur = null;
+    } else {
+      cur = (cur || '') + c;
+    }
+  }
+  if (cur !== null && cur !== '') out.push(cur);
+  return out;
+}
+
+// formatAttrs writes filters as parseAttrs reads them: a value with a
+// space, a quote or a backslash in double quotes.
+function formatAttrs(list) {
+  return list.map((a) => {
+    const i = a.indexOf(':');
+    const name = i < 0 ? a : a.slice(0, i);
+    const value = i < 0 ? '' : a.slice(i + 1);
+    if (i < 0 || !/[\s"\\]/.test(value)) return a;
+    return name + ':"' + value.replace(/[\\"]/g, (c) => '\\' + c) + '"';
+  }).join(' ');
+}
 
 // toLocalInput shows an RFC 3339 time in a datetime-local field; fromLocalInput reads one back.
 function toLocalInput(t) {
@@ -269,8 +368,8 @@ async function executionsPage(p, query) {
   for (const k of ['started_after', 'started_before', 'ended_after', 'ended_before']) {
     times[k] = h('input', { type: 'datetime-local', step: '1', name: k, value: toLocalInput(f[k]), 'data-testid': 'filter-' + k });
   }
-  const attr = h('input', { name: 'attr', value: f.attr.join(' '), placeholder: 'customer:acme region:eu', size: 24, 'data-testid': 'filter-attr',
-    title: 'search attributes, name:value, separated by spaces: every one must match' });
+  const attr = h('input', { name: 'attr', value: formatAttrs(f.attr), placeholder: 'customer:acme region:"eu west"', size: 24, 'data-testid': 'filter-attr',
+    title: 'search attributes, name:value, separated by spaces: every one must match; quote a value with spaces: name:"a b"' });
   const jump = h('input', { name: 'id', placeholder: 'execution id', 'data-testid': 'goto-id' });
   const filters = h('form', {
     class: 'bar', onsubmit: (e) => {
@@ -284,7 +383,7 @@ async function executionsPage(p, query) {
         const v = fromLocalInput(el.value);
         if (v) q.set(k, v);
       }
-      for (const a of attr.value.split(/\s+/).filter(Boolean)) q.append('attr', a);
+      for (const a of parseAttrs(attr.value)) q.append('attr', a);
       location.hash = '#/executions' + (q.toString() ? '?' + q : '');
     },
   }, h('label', null, 'Workflow', wf), h('label', null, 'Status', st), h('label', null, 'Order', sort),
@@ -324,6 +423,7 @@ async function executionsPage(p, query) {
   };
   const load = async () => {
     let res;
+    const all = allCounts(p, f.workflow); // asked beside the page
     try {
       res = await api('GET', '/v1/executions?' + q, undefined, p.signal);
     } catch (err) {
@@ -338,10 +438,17 @@ async function executionsPage(p, query) {
     fill(msg);
     live.className = 'live'; live.textContent = '● live';
     const list = res.data.executions || [];
-    const by = {};
-    for (const x of list) by[x.status] = (by[x.status] || 0) + 1;
-    fill(counts, 'On this page: ', ...Object.entries(by).map(([k, n]) => h('span', null, statusBadge(k), ' ', n)),
-      list.length ? '' : 'no executions');
+    const total = await all;
+    if (total) {
+      fill(counts, h('span', { 'data-testid': 'counts-scope' }, f.workflow ? `All executions of ${f.workflow}:` : 'All executions:'),
+        ...STATUSES.filter((k) => total.counts[k]).map((k) => h('span', null, statusBadge(k), ' ', String(total.counts[k]))),
+        h('span', null, `total ${total.total}`), list.length ? '' : 'none on this page');
+    } else {
+      const by = {};
+      for (const x of list) by[x.status] = (by[x.status] || 0) + 1;
+      fill(counts, h('span', { 'data-testid': 'counts-scope' }, 'On this page:'), ...Object.entries(by).map(([k, n]) => h('span', null, statusBadge(k), ' ', String(n))),
+        list.length ? '' : 'no executions');
+    }
     fill(body, ...list.map((x) => h('tr', { 'data-id': x.id },
       h('td', null, h('a', { href: '#/executions/' + encodeURIComponent(x.id), class: 'mono' }, x.id)),
       h('td', null, h('a', { href: '#/workflows/' + encodeURIComponent(x.workflow) }, x.workflow), h('span', { class: 'muted' }, ' v' + x.version)),
@@ -357,6 +464,23 @@ async function executionsPage(p, query) {
   every(p, LIST_POLL_MS, load);
 }
 
+// allCounts asks GET /v1/executions/counts (the visibility index's
+// counts by status, of one workflow or of all) for {counts, total}, or
+// null: then the list counts its page. An api without the route answers
+// 404 (or 400, taking it for an execution's id): the page stops asking.
+async function allCounts(p, workflow) {
+  if (p.noCounts) return null;
+  try {
+    const res = await api('GET', '/v1/executions/counts' + (workflow ? '?workflow=' + encodeURIComponent(workflow) : ''), undefined, p.signal);
+    const d = res.data;
+    if (d && d.counts && typeof d.counts === 'object' && typeof d.total === 'number') return d;
+    p.noCounts = true; // an execution whose id is "counts"
+  } catch (err) {
+    if (err.status >= 400 && err.status < 500 && err.status !== 401) p.noCounts = true;
+  }
+  return null;
+}
+
 async function executionPage(p, id) {
   const path = '/v1/executions/' + encodeURIComponent(id);
   const head = h('div');
@@ -369,13 +493,16 @@ async function executionPage(p, id) {
     h('table', null, h('thead', null, h('tr', null, ['Seq', 'Time', 'Type', 'Event'].map((c) => h('th', null, c)))), timeline));
 
   let x = null;
+  let actions = null;
   const refresh = async () => {
     const res = await api('GET', path, undefined, p.signal);
     x = res.data;
     renderExecution(x, head, details);
+    if (actions) actions.update(x); // in the same turn: the status and the actions shown agree
   };
   await refresh();
-  renderActions(p, x, acts, () => { refresh().catch(() => {}); follow.kick(); });
+  actions = renderActions(p, x, acts, () => { refresh().catch(() => {}); follow.kick(); });
+  actions.update(x);
   let pending = null;
   const soon = () => {
     if (pending) return;
@@ -484,19 +611,44 @@ function renderActions(p, x, into, done) {
     }
     done();
   };
-  fill(into, h('div', { class: 'panel' },
-    h('div', { class: 'bar' }, h('label', null, 'Reason', reason),
-      h('button', { type: 'button', onclick: () => act('cancel'), 'data-testid': 'act-cancel' }, 'Cancel'),
-      twoStep('Force-cancel', 'act-force-cancel', () => act('force-cancel')),
-      twoStep('Kill', 'act-kill', () => act('kill'))),
-    h('div', { class: 'bar' }, h('label', null, 'Version', version),
-      h('button', { type: 'button', onclick: () => act('resume', withVersion()), 'data-testid': 'act-resume' }, 'Resume'),
-      h('button', { type: 'button', onclick: () => act('force-resume', withVersion()), 'data-testid': 'act-force-resume' }, 'Force-resume'),
-      h('label', null, 'Replay from', from, fromList), h('label', { class: 'check' }, force, 'force'),
-      h('button', { type: 'button', onclick: () => act('replay', Object.assign({ from: from.value.trim() || 'resume', force: force.checked }, withVersion())), 'data-testid': 'act-replay' }, 'Replay')),
-    h('form', { class: 'bar', onsubmit: signal }, h('label', null, 'Signal', sigName), h('label', null, 'Data (JSON)', sigData),
-      h('button', { type: 'submit', 'data-testid': 'act-signal' }, 'Send signal')),
-    out));
+  // The buttons, by action: each disabled when the token lacks its scope,
+  // and shown only while the execution's status allows it (update).
+  const b = {
+    cancel: h('button', { type: 'button', onclick: () => act('cancel'), 'data-testid': 'act-cancel' }, 'Cancel'),
+    'force-cancel': twoStep('Force-cancel', 'act-force-cancel', () => act('force-cancel')),
+    kill: twoStep('Kill', 'act-kill', () => act('kill')),
+    resume: h('button', { type: 'button', onclick: () => act('resume', withVersion()), 'data-testid': 'act-resume' }, 'Resume'),
+    'force-resume': h('button', { type: 'button', onclick: () => act('force-resume', withVersion()), 'data-testid': 'act-force-resume' }, 'Force-resume'),
+    replay: h('button', { type: 'button', onclick: () => act('replay', Object.assign({ from: from.value.trim() || 'resume', force: force.checked }, withVersion())), 'data-testid': 'act-replay' }, 'Replay'),
+    signal: h('button', { type: 'submit', 'data-testid': 'act-signal' }, 'Send signal'),
+  };
+  for (const [what, el] of Object.entries(b)) gate(el, what);
+  const reasonField = h('label', null, 'Reason', reason);
+  const versionField = h('label', null, 'Version', version);
+  const replayFields = [h('label', null, 'Replay from', from, fromList), h('label', { class: 'check' }, force, 'force')];
+  const signalForm = h('form', { class: 'bar', onsubmit: signal }, h('label', null, 'Signal', sigName), h('label', null, 'Data (JSON)', sigData), b.signal);
+  const none = h('p', { class: 'muted', 'data-testid': 'no-actions' });
+  const scopes = !can('operate') && !can('signal')
+    ? h('p', { class: 'muted', 'data-testid': 'read-only' }, 'This token can take none of these actions: they need the scope operate (signals: signal).') : null;
+  fill(into, h('div', { class: 'panel', 'data-testid': 'actions' },
+    h('div', { class: 'bar' }, reasonField, b.cancel, b['force-cancel'], b.kill),
+    h('div', { class: 'bar' }, versionField, b.resume, b['force-resume'], replayFields, b.replay),
+    signalForm, none, scopes, out));
+  return {
+    // update shows the actions the dispatcher accepts in x's status (all
+    // of them for a status the table does not know: the api decides).
+    update(x) {
+      const ok = STATUS_ACTIONS[x.status] || Object.keys(b);
+      for (const [what, el] of Object.entries(b)) el.hidden = !ok.includes(what);
+      const shown = (...names) => names.some((n) => ok.includes(n));
+      reasonField.hidden = !shown('cancel', 'force-cancel', 'kill', 'resume', 'force-resume', 'replay');
+      versionField.hidden = !shown('resume', 'force-resume', 'replay');
+      for (const el of replayFields) el.hidden = !shown('replay');
+      signalForm.hidden = !shown('signal');
+      none.hidden = shown(...Object.keys(b));
+      none.textContent = none.hidden ? '' : `No action applies to a ${x.status} execution.`;
+    },
+  };
 }
 
 // twoStep is a button for an action that cannot be taken back: the
@@ -623,7 +775,10 @@ async function workflowPage(p, name, query) {
     h('div', { class: 'bar' }, versions, h('a', { href: '#/executions?workflow=' + encodeURIComponent(name) }, 'its executions')),
     h('dl', { class: 'grid' }, h('dt', null, 'Digest'), h('dd', { class: 'mono' }, v.digest), h('dt', null, 'Registered'), h('dd', null, time(v.created_at))),
     h('h2', null, 'Start an execution of version ' + v.version), startForm(p, name, v.version, def.input),
-    h('h2', null, 'Definition'), h('pre', { 'data-testid': 'definition' }, json(def)));
+    h('h2', null, 'Definition'),
+    // As YAML, written by the api from the stored definition (an older api
+    // answers JSON only).
+    v.yaml ? h('pre', { 'data-testid': 'definition', 'data-format': 'yaml' }, v.yaml) : h('pre', { 'data-testid': 'definition', 'data-format': 'json' }, json(def)));
 }
 
 // startForm is a form for the input JSON Schema: a field per top-level
@@ -680,7 +835,7 @@ function startForm(p, name, version, schema) {
   },
   h('div', { class: 'bar' }, fields.map(({ k, s, input }) => h('label', { title: s.description || '' }, k + (required.has(k) ? ' *' : '') + ' (' + s.type + ')', input)),
     raw ? h('label', null, 'Input (JSON)', raw) : null, h('label', null, 'Execution id', id),
-    h('button', { class: 'primary', type: 'submit', 'data-testid': 'start' }, 'Start')),
+    gate(h('button', { class: 'primary', type: 'submit', 'data-testid': 'start' }, 'Start'), 'start')),
   out);
 }
 
@@ -706,7 +861,7 @@ async function locksPage(p) {
     fill(body, ...(locks.length ? locks.map((l) => h('div', { class: 'panel', 'data-lock': l.name },
       h('h2', null, 'Lock ', h('span', { class: 'mono' }, l.name), h('span', { class: 'muted' }, ` (limit ${l.limit})`)),
       h('div', null, h('strong', null, 'Holders: '), l.holders.length ? h('ol', null, l.holders.map((e) => h('li', { 'data-holder': e.execution_id }, entry(e),
-        ' ', twoStep('Force-clear', 'clear', () => clear(l.name, e.execution_id))))) : 'none'),
+        ' ', gate(twoStep('Force-clear', 'clear', () => clear(l.name, e.execution_id)), 'clear-lock')))) : 'none'),
       h('div', null, h('strong', null, 'Waiters: '), l.waiters.length ? h('ol', null, l.waiters.map((e) => h('li', { 'data-waiter': e.execution_id }, entry(e)))) : 'none')))
       : [h('p', { class: 'muted' }, 'No lock is held or waited for.')]));
   };
