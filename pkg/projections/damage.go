@@ -79,14 +79,24 @@ func Repaired(evs []events.Event) map[uint64]bool {
 }
 
 func foldQuarantined(id string, evs []events.Event, ignore map[uint64]bool) Execution {
+	return foldQuarantinedWith(id, evs, ignore, applyOwned)
+}
+
+// foldQuarantinedWith is foldQuarantined applying each event with
+// applyEvent: applyOwned, which may leave the state it failed on changed,
+// so that the first damage folds the events before it again with Apply,
+// which never does (a fold meets a damage once: everything after it is
+// passed over).
+func foldQuarantinedWith(id string, evs []events.Event, ignore map[uint64]bool, applyEvent func(Execution, events.Event) (Execution, error)) Execution {
 	s := Execution{ID: id}
-	for _, ev := range evs {
+	for i, ev := range evs {
 		if ignore[ev.Seq] || s.Damaged != nil {
 			s = PassOver(s, ev)
 			continue
 		}
-		next, err := Apply(s, ev)
+		next, err := applyEvent(s, ev)
 		if err != nil {
+			s = foldQuarantinedWith(id, evs[:i], ignore, Apply)
 			s.Damaged = &Damage{Seq: ev.Seq, EventID: ev.ID, Type: ev.Type, Reason: damageReason(s, ev, err),
 				Unknown: errors.Is(err, ErrUnknownEvent)}
 			s = PassOver(s, ev)

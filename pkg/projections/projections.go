@@ -482,19 +482,43 @@ func (e *TransitionError) Error() string {
 // Fold applies evs in order to the empty state.
 func Fold(evs []events.Event) (Execution, error) {
 	var s Execution
-	for _, ev := range evs {
-		var err error
-		if s, err = Apply(s, ev); err != nil {
-			return s, err
+	for i, ev := range evs {
+		next, err := applyOwned(s, ev)
+		if err != nil {
+			// applyOwned may have changed s's steps before it failed: the
+			// state before ev is folded again, with copies.
+			return foldCopying(evs[:i]), err
 		}
+		s = next
 	}
 	return s, nil
+}
+
+// foldCopying is Fold of events that fold, each applied onto a copy.
+func foldCopying(evs []events.Event) Execution {
+	var s Execution
+	for _, ev := range evs {
+		next, err := Apply(s, ev)
+		if err != nil {
+			return s
+		}
+		s = next
+	}
+	return s
 }
 
 // Apply returns the state after ev. It does not modify s.
 func Apply(s Execution, ev events.Event) (Execution, error) {
 	s.Steps = slices.Clone(s.Steps)
 	s.Signals = slices.Clone(s.Signals)
+	return applyOwned(s, ev)
+}
+
+// applyOwned is Apply onto a state its caller owns and drops: it may
+// change s's steps and signals in place (the state returned shares them)
+// instead of copying them, which made a fold of an execution of n steps
+// take n² step copies. After an error s is not the state before ev.
+func applyOwned(s Execution, ev events.Event) (Execution, error) {
 	next, err := apply(s, ev)
 	if err != nil {
 		return s, err

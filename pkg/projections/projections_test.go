@@ -670,6 +670,8 @@ func FuzzFold(f *testing.F) {
 		// damage; where Fold succeeds it agrees (repairs aside, which have
 		// it pass over events).
 		q := projections.FoldQuarantined("", evs) // no owner: as Fold, which knows none
+		require.True(t, reflect.DeepEqual(q, projections.FoldQuarantinedCopying("", evs)),
+			"the fold in place and the fold onto copies differ")
 		if !slices.ContainsFunc(evs, func(ev events.Event) bool { return ev.Type == events.TypeExecutionRepaired }) {
 			if err != nil {
 				require.NotNil(t, q.Damaged, "Fold failed (%v) and FoldQuarantined saw no damage", err)
