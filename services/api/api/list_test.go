@@ -164,6 +164,49 @@ func TestListsFromTheVisibilityIndex(t *testing.T) {
 	require.Equal(t, all, e.ids(t, "sort=started_asc&limit=1000"), "the rebuilt index lists the same")
 }
 
+// counts asks GET /v1/executions/counts.
+func (e *listEnv) counts(t *testing.T, query string, out any) (int, http.Header) {
+	t.Helper()
+	resp, err := http.Get(e.url + "/v1/executions/counts?" + query)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(out))
+	return resp.StatusCode, resp.Header
+}
+
+// TestCountsFromTheVisibilityIndex: GET /v1/executions/counts counts
+// every execution by status, of all workflows or of one, right after a
+// write (as a list does), and follows status changes and deletions.
+func TestCountsFromTheVisibilityIndex(t *testing.T) {
+	t.Parallel()
+	e := startListEnv(t)
+	e.put(t, "b-1", "billing", 1, projections.StatusSucceeded, "acme")
+	e.put(t, "b-2", "billing", 2, projections.StatusFailed, "globex")
+	e.put(t, "b-3", "billing", 3, projections.StatusStarted, "acme")
+	e.put(t, "o-1", "other", 5, projections.StatusSucceeded, "acme")
+	e.live(t)
+	count := func(query string) apiv1.ExecutionCounts {
+		t.Helper()
+		var c apiv1.ExecutionCounts
+		status, _ := e.counts(t, query, &c)
+		require.Equal(t, http.StatusOK, status, query)
+		return c
+	}
+	require.Equal(t, apiv1.ExecutionCounts{Counts: map[string]int{"succeeded": 2, "failed": 1, "started": 1}, Total: 4}, count(""))
+	require.Equal(t, apiv1.ExecutionCounts{Counts: map[string]int{"succeeded": 1, "failed": 1, "started": 1}, Total: 3}, count("workflow=billing"))
+	require.Equal(t, apiv1.ExecutionCounts{Counts: map[string]int{}, Total: 0}, count("workflow=nothing"))
+
+	// b-3 ends, o-1 is deleted: the next answer shows both.
+	e.put(t, "b-3", "billing", 3, projections.StatusSucceeded, "acme")
+	require.NoError(t, e.kv.Delete(t.Context(), "o-1"))
+	require.Equal(t, apiv1.ExecutionCounts{Counts: map[string]int{"succeeded": 2, "failed": 1}, Total: 3}, count(""))
+
+	var body apiv1.ErrorBody
+	status, _ := e.counts(t, "workflow=no%20such", &body)
+	require.Equal(t, http.StatusBadRequest, status)
+	require.Equal(t, "workflow", body.Error.Field)
+}
+
 // TestListBeforeTheIndexIsLive: without a live index, a list the read
 // models can answer is read from them, and any other is answered 503
 // with Retry-After; bad parameters are 400 naming them.
@@ -188,6 +231,10 @@ func TestListBeforeTheIndexIsLive(t *testing.T) {
 		require.Equal(t, "unavailable", body.Error.Code, q)
 		require.Equal(t, RetryAfter, hdr.Get("Retry-After"), q)
 	}
+	var body apiv1.ErrorBody
+	status, hdr := e.counts(t, "", &body)
+	require.Equal(t, http.StatusServiceUnavailable, status, "only the index counts")
+	require.Equal(t, RetryAfter, hdr.Get("Retry-After"))
 	for q, field := range map[string]string{
 		"sort=newest":                        "sort",
 		"started_after=yesterday":            "started_after",
