@@ -8,9 +8,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
@@ -81,8 +84,16 @@ func (e *listEnv) put(t *testing.T, id, wf string, minute int, st projections.St
 	require.NoError(t, err)
 }
 
-func startListEnv(t *testing.T) *listEnv {
+// startListEnv starts an api whose index is in a directory, or with pg
+// in a fresh PostgreSQL database (JETFLOW_TEST_POSTGRES).
+func startListEnv(t *testing.T, pg bool) *listEnv {
 	t.Helper()
+	cfg := Config{Auth: AuthConfig{Disabled: true}, freshWait: time.Minute}
+	if pg {
+		cfg.VisibilityPostgres = freshDatabase(t)
+	} else {
+		cfg.VisibilityDir = t.TempDir()
+	}
 	nc, js := natstest.Connect(t, natstest.RunJetStream(t))
 	defs, err := catalog.Open(t.Context(), js)
 	require.NoError(t, err)
@@ -94,12 +105,11 @@ func startListEnv(t *testing.T) *listEnv {
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	dir := t.TempDir()
+	cfg.Listener = ln
 	natstest.Serve(t, func(ctx context.Context) error {
 		// A list waits up to a minute for the index to apply a write before
 		// it (2 s in production): on a loaded machine the feed can lag more.
-		return Serve(ctx, Config{Auth: AuthConfig{Disabled: true}, Listener: ln, VisibilityDir: dir, freshWait: time.Minute}, nc, js,
-			zerolog.New(zerolog.NewTestWriter(t)))
+		return Serve(ctx, cfg, nc, js, zerolog.New(zerolog.NewTestWriter(t)))
 	})
 	return &listEnv{url: "http://" + ln.Addr().String(), kv: kv, t0: time.Date(2026, 4, 2, 10, 0, 0, 0, time.UTC)}
 }
@@ -120,7 +130,18 @@ func (e *listEnv) live(t *testing.T) {
 // drops the index and it lists the same again.
 func TestListsFromTheVisibilityIndex(t *testing.T) {
 	t.Parallel()
-	e := startListEnv(t)
+	forEachStore(t, testListsFromTheVisibilityIndex)
+}
+
+// forEachStore runs test with the index in SQLite and in PostgreSQL (when
+// there is one to test against: see freshDatabase).
+func forEachStore(t *testing.T, test func(t *testing.T, pg bool)) {
+	t.Run("SQLite", func(t *testing.T) { t.Parallel(); test(t, false) })
+	t.Run("PostgreSQL", func(t *testing.T) { t.Parallel(); test(t, true) })
+}
+
+func testListsFromTheVisibilityIndex(t *testing.T, pg bool) {
+	e := startListEnv(t, pg)
 	e.put(t, "b-1", "billing", 1, projections.StatusSucceeded, "acme")
 	e.put(t, "b-2", "billing", 2, projections.StatusFailed, "globex")
 	e.put(t, "b-3", "billing", 3, projections.StatusSucceeded, "acme")
@@ -179,7 +200,11 @@ func (e *listEnv) counts(t *testing.T, query string, out any) (int, http.Header)
 // write (as a list does), and follows status changes and deletions.
 func TestCountsFromTheVisibilityIndex(t *testing.T) {
 	t.Parallel()
-	e := startListEnv(t)
+	forEachStore(t, testCountsFromTheVisibilityIndex)
+}
+
+func testCountsFromTheVisibilityIndex(t *testing.T, pg bool) {
+	e := startListEnv(t, pg)
 	e.put(t, "b-1", "billing", 1, projections.StatusSucceeded, "acme")
 	e.put(t, "b-2", "billing", 2, projections.StatusFailed, "globex")
 	e.put(t, "b-3", "billing", 3, projections.StatusStarted, "acme")
@@ -268,7 +293,7 @@ func TestRebuildFeedsTheIndexAgain(t *testing.T) {
 	_, js := natstest.Connect(t, natstest.RunJetStream(t))
 	srv, err := New(t.Context(), Config{Auth: AuthConfig{Disabled: true}}, js.Conn(), js, zerolog.Nop())
 	require.NoError(t, err)
-	feed, err := openFeed(t.Context(), t.TempDir(), DefaultNamespace, js, srv.def.defs, zerolog.New(zerolog.NewTestWriter(t)))
+	feed, err := openFeed(t.Context(), Config{VisibilityDir: t.TempDir()}, DefaultNamespace, js, srv.def.defs, zerolog.New(zerolog.NewTestWriter(t)))
 	require.NoError(t, err)
 	t.Cleanup(func() { feed.Store().Close() })
 	srv.feeds[DefaultNamespace] = feed
@@ -297,3 +322,41 @@ func TestRebuildFeedsTheIndexAgain(t *testing.T) {
 	e.live(t)
 	require.Equal(t, []string{"r-1"}, e.ids(t, "sort=started_desc"), "the index was fed again from the read models")
 }
+
+// freshDatabase creates a PostgreSQL database for one test on the server
+// of JETFLOW_TEST_POSTGRES, dropped when the test ends, and returns its
+// URL. Without the variable the test skips, unless
+// JETFLOW_REQUIRE_POSTGRES=1, when it fails.
+func freshDatabase(t *testing.T) string {
+	t.Helper()
+	base := os.Getenv("JETFLOW_TEST_POSTGRES")
+	if base == "" {
+		msg := "no PostgreSQL to test against: set JETFLOW_TEST_POSTGRES to a server's URL " +
+			"(eval \"$(tools/ci/postgres.sh start)\" starts a throwaway one and prints it)"
+		if os.Getenv("JETFLOW_REQUIRE_POSTGRES") == "1" {
+			t.Fatal(msg + ", or unset JETFLOW_REQUIRE_POSTGRES")
+		}
+		t.Skip(msg)
+	}
+	u, err := url.Parse(base)
+	require.NoError(t, err)
+	name := fmt.Sprintf("jetflow_api_test_%d_%d", os.Getpid(), dbSeq.Add(1))
+	conn, err := pgx.Connect(t.Context(), base)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	_, err = conn.Exec(t.Context(), "CREATE DATABASE "+name)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, base)
+		require.NoError(t, err)
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, "DROP DATABASE "+name+" WITH (FORCE)")
+		require.NoError(t, err)
+	})
+	u.Path = "/" + name
+	return u.String()
+}
+
+var dbSeq atomic.Int64

@@ -61,6 +61,16 @@ type Store struct {
 
 var _ visibility.Store = (*Store)(nil)
 
+// CheckURL reports whether url can be a PostgreSQL connection string,
+// without connecting; its error does not repeat the URL (it may hold a
+// password).
+func CheckURL(url string) error {
+	if _, err := pgxpool.ParseConfig(url); err != nil {
+		return errors.New("not a PostgreSQL URL: give postgres://user:password@host:5432/database?sslmode=... (or key=value settings)")
+	}
+	return nil
+}
+
 // Open connects to the database at url (a PostgreSQL URL or key=value
 // string; pool settings such as pool_max_conns may be given in it) and
 // makes schema's tables if they are missing.
@@ -70,7 +80,7 @@ func Open(ctx context.Context, url, schema string) (*Store, error) {
 	}
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		return nil, fmt.Errorf("visibility: the PostgreSQL URL: %w", err)
+		return nil, fmt.Errorf("visibility: the PostgreSQL URL: %w", CheckURL(url))
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
