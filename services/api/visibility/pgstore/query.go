@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -122,28 +123,49 @@ func newPlan(q visibility.Query, t func(string) string) (*plan, error) {
 			lo, loExcl = ck, true
 		}
 	}
-	order := func(a string) string {
-		dir := " ASC"
-		if p.desc {
-			dir = " DESC"
-		}
-		if col == "" {
-			return a + ".id" + dir
-		}
-		return a + "." + col + dir + ", " + a + ".id" + dir
-	}
-	// The range condition on the key, for table alias a, its parameters
-	// from $n on (the limit after them); excl: the lower bound excluded.
-	rangeCond := func(a string, n int, excl bool) string {
+	// The range on the index, for table alias a: its leading columns
+	// (prefix, each equal to the placeholder of the same index in eqs),
+	// then the key; the key's bounds are $n on (the limit after them);
+	// excl: the lower bound excluded. The leading columns are part of the
+	// row comparisons and of the ORDER BY, rather than equalities of
+	// their own: the order is then that of one index only, and the planner
+	// cannot take another that gives the key's order once the equalities
+	// are applied (the primary key, read whole for a rare status, when it
+	// plans for any status).
+	rangeCond := func(a string, prefix, eqs []string, n int, excl bool) string {
 		op := ">="
 		if excl {
 			op = ">"
 		}
-		if col == "" {
-			return fmt.Sprintf("%s.id %s $%d AND %s.id < $%d ORDER BY %s LIMIT $%d", a, op, n, a, n+1, order(a), n+2)
+		dir := " ASC"
+		if p.desc {
+			dir = " DESC"
 		}
-		return fmt.Sprintf("(%s.%s, %s.id) %s ($%d, $%d) AND (%s.%s, %s.id) < ($%d, $%d) ORDER BY %s LIMIT $%d",
-			a, col, a, op, n, n+1, a, col, a, n+2, n+3, order(a), n+4)
+		var keyCols, lower, upper, orderBy []string
+		for i, c := range prefix {
+			keyCols = append(keyCols, a+"."+c)
+			lower, upper = append(lower, eqs[i]), append(upper, eqs[i])
+		}
+		if col != "" {
+			keyCols = append(keyCols, a+"."+col)
+			lower, upper = append(lower, fmt.Sprintf("$%d", n)), append(upper, fmt.Sprintf("$%d", n+2))
+		}
+		keyCols = append(keyCols, a+".id")
+		if col != "" {
+			lower, upper = append(lower, fmt.Sprintf("$%d", n+1)), append(upper, fmt.Sprintf("$%d", n+3))
+		} else {
+			lower, upper = append(lower, fmt.Sprintf("$%d", n)), append(upper, fmt.Sprintf("$%d", n+1))
+		}
+		for _, c := range keyCols {
+			orderBy = append(orderBy, c+dir)
+		}
+		limit := n + 2
+		if col != "" {
+			limit = n + 4
+		}
+		return fmt.Sprintf("(%s) %s (%s) AND (%s) < (%s) ORDER BY %s LIMIT $%d",
+			strings.Join(keyCols, ", "), op, strings.Join(lower, ", "), strings.Join(keyCols, ", "), strings.Join(upper, ", "),
+			strings.Join(orderBy, ", "), limit)
 	}
 	// Further attributes are checked per row, by a column each.
 	var more []string
@@ -168,24 +190,29 @@ func newPlan(q visibility.Query, t func(string) string) (*plan, error) {
 	for _, m := range more {
 		sel += ", " + m
 	}
-	// add adds a stream of query (with %s where the range goes) and the
-	// values of its equalities, $n after the further attributes'.
-	add := func(query string, eq ...any) {
-		n := len(moreArgs) + len(eq) + 1
+	// add adds a stream of query (with %s where the range goes), whose
+	// index leads with the prefix columns, equal to eq.
+	add := func(query string, prefix []string, eq ...any) {
+		m := len(moreArgs)
+		var eqs []string
+		for i := range eq {
+			eqs = append(eqs, fmt.Sprintf("$%d", m+1+i))
+		}
+		n := m + len(eq) + 1
 		alias := "e"
 		if drive == "attr" {
 			alias = "a"
 		}
-		p.streams = append(p.streams, &stream{q: fmt.Sprintf(query, rangeCond(alias, n, false)), qExcl: fmt.Sprintf(query, rangeCond(alias, n, true)),
-			args: append(append([]any{}, moreArgs...), eq...), lo: lo, hi: hi, loExcl: loExcl, desc: p.desc, timed: col != "", keyOf: p.keyOf})
+		p.streams = append(p.streams, &stream{q: fmt.Sprintf(query, rangeCond(alias, prefix, eqs, n, false)),
+			qExcl: fmt.Sprintf(query, rangeCond(alias, prefix, eqs, n, true)),
+			args:  append(append([]any{}, moreArgs...), eq...), lo: lo, hi: hi, loExcl: loExcl, desc: p.desc, timed: col != "", keyOf: p.keyOf})
 	}
-	m := len(moreArgs)
 	switch drive {
 	case "damaged":
-		add(fmt.Sprintf(`SELECT %s FROM %s e WHERE e.damaged IS NOT NULL AND %%s`, sel, t("executions")))
+		add(fmt.Sprintf(`SELECT %s FROM %s e WHERE e.damaged IS NOT NULL AND %%s`, sel, t("executions")), nil)
 	case "attr":
-		add(fmt.Sprintf(`SELECT %s FROM %s a JOIN %s e ON e.id = a.id WHERE a.name = $%d AND a.value = $%d AND %%s`,
-			sel, t("attrs"), t("executions"), m+1, m+2), q.Attrs[0].Name, q.Attrs[0].Value)
+		add(fmt.Sprintf(`SELECT %s FROM %s a JOIN %s e ON e.id = a.id WHERE %%s`, sel, t("attrs"), t("executions")),
+			[]string{"name", "value"}, q.Attrs[0].Name, q.Attrs[0].Value)
 	default:
 		statuses := []projections.Status{q.Status}
 		if q.Status == "" {
@@ -193,10 +220,9 @@ func newPlan(q visibility.Query, t func(string) string) (*plan, error) {
 		}
 		for _, st := range statuses {
 			if q.Workflow != "" {
-				add(fmt.Sprintf(`SELECT %s FROM %s e WHERE e.workflow = $%d AND e.status = $%d AND %%s`, sel, t("executions"), m+1, m+2),
-					q.Workflow, string(st))
+				add(fmt.Sprintf(`SELECT %s FROM %s e WHERE %%s`, sel, t("executions")), []string{"workflow", "status"}, q.Workflow, string(st))
 			} else {
-				add(fmt.Sprintf(`SELECT %s FROM %s e WHERE e.status = $%d AND %%s`, sel, t("executions"), m+1), string(st))
+				add(fmt.Sprintf(`SELECT %s FROM %s e WHERE %%s`, sel, t("executions")), []string{"status"}, string(st))
 			}
 		}
 	}

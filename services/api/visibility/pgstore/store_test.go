@@ -220,6 +220,15 @@ func TestEveryQueryIsAnIndexScan(t *testing.T) {
 	storetest.Fill(t, s, storetest.Dataset(5000, 9))
 	_, err := s.pool.Exec(ctx, `ANALYZE `+s.t("executions")+`, `+s.t("attrs"))
 	require.NoError(t, err)
+	// Plans for any value, as a prepared statement gets after a few runs:
+	// the plan must be the index's whatever the status (one with no row
+	// is read best from its index, and worst by a scan of the primary
+	// key filtered by status).
+	conn, err := s.pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`)
+	require.NoError(t, err)
 	t0 := storetest.T0
 	at := []visibility.Attr{{Name: "customer", Value: "acme"}, {Name: "tier", Value: "gold"}}
 	for _, sort := range visibility.Sorts {
@@ -233,7 +242,7 @@ func TestEveryQueryIsAnIndexScan(t *testing.T) {
 			for _, st := range p.streams {
 				st.chunk = 10
 				for _, text := range []string{st.q, st.qExcl} {
-					rows, err := s.pool.Query(ctx, "EXPLAIN "+text, st.rangeArgs()...)
+					rows, err := conn.Query(ctx, "EXPLAIN "+text, st.rangeArgs()...)
 					require.NoError(t, err, text)
 					var plan []string
 					for rows.Next() {
