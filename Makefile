@@ -208,8 +208,8 @@ bench/backup: ## Benchmark backup and restore: BACKUP executions (10000) of 10 n
 	$(GO) run ./tools/cmd/jetflow-bench -executions $(or $(BACKUP),10000) -single 0 -single1 0 -backup $(BENCH_FLAGS)
 
 .PHONY: bench/visibility
-bench/visibility: ## Benchmark the visibility index: fill it with VISIBILITY executions (1000000), then p50/p99 of filtered pages, cursors, time ranges and attributes, its size and the process's RSS
-	$(GO) run ./tools/cmd/jetflow-bench -visibility $(or $(VISIBILITY),1000000) $(BENCH_FLAGS)
+bench/visibility: ## Benchmark the visibility index: fill it with VISIBILITY executions (1000000), then p50/p99 of filtered pages, cursors, time ranges, attributes and counts, its size and the process's RSS; in PostgreSQL with VISIBILITY_POSTGRES=<url>
+	$(GO) run ./tools/cmd/jetflow-bench -visibility $(or $(VISIBILITY),1000000) $(if $(VISIBILITY_POSTGRES),-visibility-postgres '$(VISIBILITY_POSTGRES)') $(BENCH_FLAGS)
 
 .PHONY: soak
 soak: ## Soak: a steady mixed load for DURATION (10m) at RATE executions/s (10); rows of latency, memory, goroutines; a leak verdict
