@@ -7,8 +7,9 @@
 // The index is a projection of the read models: [Feed] watches the
 // executions bucket and writes each read model's row, with the bucket
 // revision it has reached, in one transaction. It can always be dropped
-// and fed again from the bucket. [Store] is what a store must do; the
-// embedded SQLite store is package sqlitestore.
+// and fed again from the bucket. [Store] is what a store must do (package
+// storetest is the suite that checks it); the embedded SQLite store is
+// package sqlitestore, the external PostgreSQL one package pgstore.
 package visibility
 
 import (
