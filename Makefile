@@ -129,6 +129,22 @@ deps/browser: ## Install Chromium for the UI's browser tests (Debian/Ubuntu, onl
 		else sudo sh -c 'apt-get update -qq && apt-get install -y -qq chromium'; fi; \
 	else echo "install Chromium with your package manager, or set JETFLOW_CHROMIUM to its path"; exit 1; fi
 
+.PHONY: deps/postgres
+deps/postgres: ## Install PostgreSQL for the visibility index's PostgreSQL tests (Debian/Ubuntu, only when no server is found)
+	@if command -v pg_ctl >/dev/null || ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; then \
+		echo "PostgreSQL is installed"; \
+	elif command -v apt-get >/dev/null; then \
+		if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq postgresql; \
+		else sudo sh -c 'apt-get update -qq && apt-get install -y -qq postgresql'; fi; \
+	else echo "install PostgreSQL with your package manager, or set JETFLOW_TEST_POSTGRES to a server's URL"; exit 1; fi
+
+.PHONY: test/postgres
+test/postgres: ## The visibility index's tests against a throwaway PostgreSQL server (tools/ci/postgres.sh), started and stopped here
+	@out=$$(tools/ci/postgres.sh start) || exit 1; eval "$$out"; trap 'tools/ci/postgres.sh stop "$$JETFLOW_POSTGRES_DIR"' EXIT; \
+		export JETFLOW_TEST_POSTGRES JETFLOW_REQUIRE_POSTGRES=1; \
+		$(GO) test -race -count=1 jetflow.dev/services/api/visibility/... && \
+		$(GO) test -race -count=1 -run 'Visibility|Counts|Rebuild|Config' jetflow.dev/services/api/api
+
 .PHONY: docs/screenshots
 docs/screenshots: ## Remake docs/img/ui-*.png from the UI's browser test (needs Chromium)
 	@mkdir -p docs/img
@@ -192,8 +208,8 @@ bench/backup: ## Benchmark backup and restore: BACKUP executions (10000) of 10 n
 	$(GO) run ./tools/cmd/jetflow-bench -executions $(or $(BACKUP),10000) -single 0 -single1 0 -backup $(BENCH_FLAGS)
 
 .PHONY: bench/visibility
-bench/visibility: ## Benchmark the visibility index: fill it with VISIBILITY executions (1000000), then p50/p99 of filtered pages, cursors, time ranges and attributes, its size and the process's RSS
-	$(GO) run ./tools/cmd/jetflow-bench -visibility $(or $(VISIBILITY),1000000) $(BENCH_FLAGS)
+bench/visibility: ## Benchmark the visibility index: fill it with VISIBILITY executions (1000000), then p50/p99 of filtered pages, cursors, time ranges, attributes and counts, its size and the process's RSS; in PostgreSQL with VISIBILITY_POSTGRES=<url>
+	$(GO) run ./tools/cmd/jetflow-bench -visibility $(or $(VISIBILITY),1000000) $(if $(VISIBILITY_POSTGRES),-visibility-postgres '$(VISIBILITY_POSTGRES)') $(BENCH_FLAGS)
 
 .PHONY: soak
 soak: ## Soak: a steady mixed load for DURATION (10m) at RATE executions/s (10); rows of latency, memory, goroutines; a leak verdict

@@ -83,6 +83,17 @@ type ExecutionList struct {
 	Partial bool `json:"partial,omitempty"`
 }
 
+// ExecutionCounts is how many executions are in each status, as GET
+// /v1/executions/counts answers: of all the executions the visibility
+// index holds, or of one workflow's.
+type ExecutionCounts struct {
+	// Counts is the number of executions by status; a status without
+	// executions is absent.
+	Counts map[string]int `json:"counts"`
+	// Total is the sum of Counts.
+	Total int `json:"total"`
+}
+
 // Event is a history event as the api shows it, in GET
 // /v1/executions/{id}/events and as the data of its server-sent events.
 type Event struct {

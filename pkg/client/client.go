@@ -414,6 +414,23 @@ func (c *Client) ListExecutions(ctx context.Context, o ListOptions) (list []Exec
 	}
 }
 
+// ExecutionCounts is how many executions are in each status, as GET
+// /v1/executions/counts answers.
+type ExecutionCounts = apiv1.ExecutionCounts
+
+// CountExecutions counts the executions by status: all of the
+// namespace's, or with workflow set, that workflow's. The api answers 503
+// while its index is being fed (the client retries it).
+func (c *Client) CountExecutions(ctx context.Context, workflow string) (ExecutionCounts, error) {
+	var out ExecutionCounts
+	path := "/v1/executions/counts"
+	if workflow != "" {
+		path += "?" + url.Values{"workflow": {workflow}}.Encode()
+	}
+	_, err := c.do(ctx, http.MethodGet, path, nil, nil, &out)
+	return out, err
+}
+
 // listFill bounds the requests ListExecutions makes to fill one page.
 const listFill = 10
 

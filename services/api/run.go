@@ -41,6 +41,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		"how far the read models may be behind the events (the oldest event not yet projected) before /readyz answers 503")
 	visibilityDir := p.String("visibility-dir", "JETFLOW_VISIBILITY_DIR", "",
 		"directory of the visibility index that lists executions (a SQLite database per namespace, kept across restarts; empty: in memory, fed again from the read models at every start)")
+	visibilityPostgres := p.String("visibility-postgres", "JETFLOW_VISIBILITY_POSTGRES", "",
+		"URL of a PostgreSQL database holding the visibility index instead of -visibility-dir (a schema per namespace; api replicas may share it), e.g. postgres://jetflow:secret@db:5432/jetflow")
 	metricsAddr := p.String("metrics-addr", "JETFLOW_API_METRICS_ADDR", "",
 		"host:port of the Prometheus /metrics endpoint, e.g. 127.0.0.1:9465 (empty: off)")
 	if err := p.Parse(args); err != nil {
@@ -48,6 +50,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	cfg := api.Config{Addr: *addr, StartWait: *startWait, BindOnly: p.Common.Restricted(), MaxReadModel: *maxModel,
 		ProjectorCache: *projCache, ProjectorCoalesce: coalesceSetting(*coalesce), VisibilityDir: *visibilityDir,
+		VisibilityPostgres: *visibilityPostgres,
 		Auth: api.AuthConfig{Disabled: *noAuth, AdminTokenFile: *adminTokens, CacheTTL: *cacheTTL,
 			OIDC: access.OIDCConfig{Issuer: *issuer, Audience: *audience, ScopesClaim: *scopesClaim, NamespacesClaim: *nsClaim}}}
 	cfg.ReadyMaxLag = *readyMaxLag

@@ -33,6 +33,11 @@ func TestConfigValidate(t *testing.T) {
 		"TinyMaxReadModel":  {cfg: api.Config{MaxReadModel: 1000}, want: "api: MaxReadModel 1000: out of range, use 16384 to 67108864"},
 		"VisibilityDirFile": {cfg: api.Config{VisibilityDir: "config_test.go"}, want: `api: VisibilityDir "config_test.go" (-visibility-dir, JETFLOW_VISIBILITY_DIR) is a file`},
 		"VisibilityDirNew":  {cfg: api.Config{VisibilityDir: "no/such/dir/yet"}},
+		"VisibilityBoth": {cfg: api.Config{VisibilityDir: "x", VisibilityPostgres: "postgres://db/jetflow"},
+			want: "api: both VisibilityDir (-visibility-dir, JETFLOW_VISIBILITY_DIR) and VisibilityPostgres (-visibility-postgres, JETFLOW_VISIBILITY_POSTGRES) are set"},
+		"VisibilityPostgresBad": {cfg: api.Config{VisibilityPostgres: "postgres://u:secret@[::1"},
+			want: "api: VisibilityPostgres (-visibility-postgres, JETFLOW_VISIBILITY_POSTGRES): not a PostgreSQL URL"},
+		"VisibilityPostgres": {cfg: api.Config{VisibilityPostgres: "postgres://jetflow@127.0.0.1:5432/jetflow?sslmode=disable"}},
 	} {
 		err := tc.cfg.Validate()
 		if tc.want == "" {

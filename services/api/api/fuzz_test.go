@@ -73,7 +73,7 @@ func fuzzServer(f *testing.F) http.Handler {
 	}
 	// The list's visibility index, live: a list by time or attribute is
 	// answered 503 until it is.
-	feed, err := openFeed(ctx, "", DefaultNamespace, js, srv.def.defs, zerolog.Nop())
+	feed, err := openFeed(ctx, Config{}, DefaultNamespace, js, srv.def.defs, zerolog.Nop())
 	if err != nil {
 		f.Fatal(err)
 	}

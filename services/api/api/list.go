@@ -75,6 +75,41 @@ func (s *Server) listExecutions(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// countExecutions answers GET /v1/executions/counts: how many executions
+// of the index (or of one workflow's) are in each status, read from the
+// counts the index keeps with its rows. Only the index can answer it:
+// until it is live, 503 with Retry-After.
+func (s *Server) countExecutions(w http.ResponseWriter, r *http.Request) {
+	wf := r.URL.Query().Get("workflow")
+	if wf != "" && !events.ValidWorkflowName(wf) {
+		writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: "workflow", Message: fmt.Sprintf("%q is not a valid workflow name", wf)})
+		return
+	}
+	t := s.at(r)
+	feed := s.feeds[t.name]
+	if feed == nil || !feed.Live() {
+		w.Header().Set("Retry-After", RetryAfter)
+		writeError(w, http.StatusServiceUnavailable, apiError{Code: "unavailable",
+			Message: "the visibility index is being fed from the read models (the api started without a stored index, or a rebuild); retry in a moment"})
+		return
+	}
+	if err := s.fresh(r.Context(), t.execs, feed); err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	counts, err := feed.Store().Counts(r.Context(), wf)
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	out := apiv1.ExecutionCounts{Counts: make(map[string]int, len(counts))}
+	for st, n := range counts {
+		out.Counts[string(st)] = n
+		out.Total += n
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
 // fresh waits until the index holds what the read models held now: a list
 // after a write the caller saw shows it, as a list read from the read
 // models did.

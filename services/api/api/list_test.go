@@ -8,9 +8,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -85,8 +88,16 @@ func (e *listEnv) put(t *testing.T, id, wf string, minute int, st projections.St
 	require.NoError(t, err)
 }
 
-func startListEnv(t *testing.T) *listEnv {
+// startListEnv starts an api whose index is in a directory, or with pg
+// in a fresh PostgreSQL database (JETFLOW_TEST_POSTGRES).
+func startListEnv(t *testing.T, pg bool) *listEnv {
 	t.Helper()
+	cfg := Config{Auth: AuthConfig{Disabled: true}, freshWait: time.Minute}
+	if pg {
+		cfg.VisibilityPostgres = freshDatabase(t)
+	} else {
+		cfg.VisibilityDir = t.TempDir()
+	}
 	nc, js := natstest.Connect(t, natstest.RunJetStream(t))
 	defs, err := catalog.Open(t.Context(), js)
 	require.NoError(t, err)
@@ -98,13 +109,13 @@ func startListEnv(t *testing.T) *listEnv {
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	dir := t.TempDir()
+	cfg.Listener = ln
 	reg := prometheus.NewRegistry()
+	cfg.Registerer = reg
 	natstest.Serve(t, func(ctx context.Context) error {
 		// A list waits up to a minute for the index to apply a write before
 		// it (2 s in production): on a loaded machine the feed can lag more.
-		return Serve(ctx, Config{Auth: AuthConfig{Disabled: true}, Listener: ln, VisibilityDir: dir, freshWait: time.Minute, Registerer: reg}, nc, js,
-			zerolog.New(zerolog.NewTestWriter(t)))
+		return Serve(ctx, cfg, nc, js, zerolog.New(zerolog.NewTestWriter(t)))
 	})
 	return &listEnv{url: "http://" + ln.Addr().String(), kv: kv, t0: time.Date(2026, 4, 2, 10, 0, 0, 0, time.UTC), reg: reg}
 }
@@ -125,7 +136,18 @@ func (e *listEnv) live(t *testing.T) {
 // drops the index and it lists the same again.
 func TestListsFromTheVisibilityIndex(t *testing.T) {
 	t.Parallel()
-	e := startListEnv(t)
+	forEachStore(t, testListsFromTheVisibilityIndex)
+}
+
+// forEachStore runs test with the index in SQLite and in PostgreSQL (when
+// there is one to test against: see freshDatabase).
+func forEachStore(t *testing.T, test func(t *testing.T, pg bool)) {
+	t.Run("SQLite", func(t *testing.T) { t.Parallel(); test(t, false) })
+	t.Run("PostgreSQL", func(t *testing.T) { t.Parallel(); test(t, true) })
+}
+
+func testListsFromTheVisibilityIndex(t *testing.T, pg bool) {
+	e := startListEnv(t, pg)
 	e.put(t, "b-1", "billing", 1, projections.StatusSucceeded, "acme")
 	e.put(t, "b-2", "billing", 2, projections.StatusFailed, "globex")
 	e.put(t, "b-3", "billing", 3, projections.StatusSucceeded, "acme")
@@ -176,6 +198,53 @@ func TestListsFromTheVisibilityIndex(t *testing.T) {
 	require.Equal(t, all, e.ids(t, "sort=started_asc&limit=1000"), "the rebuilt index lists the same")
 }
 
+// counts asks GET /v1/executions/counts.
+func (e *listEnv) counts(t *testing.T, query string, out any) (int, http.Header) {
+	t.Helper()
+	resp, err := http.Get(e.url + "/v1/executions/counts?" + query)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(out))
+	return resp.StatusCode, resp.Header
+}
+
+// TestCountsFromTheVisibilityIndex: GET /v1/executions/counts counts
+// every execution by status, of all workflows or of one, right after a
+// write (as a list does), and follows status changes and deletions.
+func TestCountsFromTheVisibilityIndex(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, testCountsFromTheVisibilityIndex)
+}
+
+func testCountsFromTheVisibilityIndex(t *testing.T, pg bool) {
+	e := startListEnv(t, pg)
+	e.put(t, "b-1", "billing", 1, projections.StatusSucceeded, "acme")
+	e.put(t, "b-2", "billing", 2, projections.StatusFailed, "globex")
+	e.put(t, "b-3", "billing", 3, projections.StatusStarted, "acme")
+	e.put(t, "o-1", "other", 5, projections.StatusSucceeded, "acme")
+	e.live(t)
+	count := func(query string) apiv1.ExecutionCounts {
+		t.Helper()
+		var c apiv1.ExecutionCounts
+		status, _ := e.counts(t, query, &c)
+		require.Equal(t, http.StatusOK, status, query)
+		return c
+	}
+	require.Equal(t, apiv1.ExecutionCounts{Counts: map[string]int{"succeeded": 2, "failed": 1, "started": 1}, Total: 4}, count(""))
+	require.Equal(t, apiv1.ExecutionCounts{Counts: map[string]int{"succeeded": 1, "failed": 1, "started": 1}, Total: 3}, count("workflow=billing"))
+	require.Equal(t, apiv1.ExecutionCounts{Counts: map[string]int{}, Total: 0}, count("workflow=nothing"))
+
+	// b-3 ends, o-1 is deleted: the next answer shows both.
+	e.put(t, "b-3", "billing", 3, projections.StatusSucceeded, "acme")
+	require.NoError(t, e.kv.Delete(t.Context(), "o-1"))
+	require.Equal(t, apiv1.ExecutionCounts{Counts: map[string]int{"succeeded": 2, "failed": 1}, Total: 3}, count(""))
+
+	var body apiv1.ErrorBody
+	status, _ := e.counts(t, "workflow=no%20such", &body)
+	require.Equal(t, http.StatusBadRequest, status)
+	require.Equal(t, "workflow", body.Error.Field)
+}
+
 // TestListBeforeTheIndexIsLive: without a live index, a list the read
 // models can answer is read from them, and any other is answered 503
 // with Retry-After; bad parameters are 400 naming them.
@@ -200,6 +269,10 @@ func TestListBeforeTheIndexIsLive(t *testing.T) {
 		require.Equal(t, "unavailable", body.Error.Code, q)
 		require.Equal(t, RetryAfter, hdr.Get("Retry-After"), q)
 	}
+	var body apiv1.ErrorBody
+	status, hdr := e.counts(t, "", &body)
+	require.Equal(t, http.StatusServiceUnavailable, status, "only the index counts")
+	require.Equal(t, RetryAfter, hdr.Get("Retry-After"))
 	for q, field := range map[string]string{
 		"sort=newest":                        "sort",
 		"started_after=yesterday":            "started_after",
@@ -233,7 +306,7 @@ func TestRebuildFeedsTheIndexAgain(t *testing.T) {
 	_, js := natstest.Connect(t, natstest.RunJetStream(t))
 	srv, err := New(t.Context(), Config{Auth: AuthConfig{Disabled: true}}, js.Conn(), js, zerolog.Nop())
 	require.NoError(t, err)
-	feed, err := openFeed(t.Context(), t.TempDir(), DefaultNamespace, js, srv.def.defs, zerolog.New(zerolog.NewTestWriter(t)))
+	feed, err := openFeed(t.Context(), Config{VisibilityDir: t.TempDir()}, DefaultNamespace, js, srv.def.defs, zerolog.New(zerolog.NewTestWriter(t)))
 	require.NoError(t, err)
 	t.Cleanup(func() { feed.Store().Close() })
 	srv.feeds[DefaultNamespace] = feed
@@ -262,3 +335,41 @@ func TestRebuildFeedsTheIndexAgain(t *testing.T) {
 	e.live(t)
 	require.Equal(t, []string{"r-1"}, e.ids(t, "sort=started_desc"), "the index was fed again from the read models")
 }
+
+// freshDatabase creates a PostgreSQL database for one test on the server
+// of JETFLOW_TEST_POSTGRES, dropped when the test ends, and returns its
+// URL. Without the variable the test skips, unless
+// JETFLOW_REQUIRE_POSTGRES=1, when it fails.
+func freshDatabase(t *testing.T) string {
+	t.Helper()
+	base := os.Getenv("JETFLOW_TEST_POSTGRES")
+	if base == "" {
+		msg := "no PostgreSQL to test against: set JETFLOW_TEST_POSTGRES to a server's URL " +
+			"(eval \"$(tools/ci/postgres.sh start)\" starts a throwaway one and prints it)"
+		if os.Getenv("JETFLOW_REQUIRE_POSTGRES") == "1" {
+			t.Fatal(msg + ", or unset JETFLOW_REQUIRE_POSTGRES")
+		}
+		t.Skip(msg)
+	}
+	u, err := url.Parse(base)
+	require.NoError(t, err)
+	name := fmt.Sprintf("jetflow_api_test_%d_%d", os.Getpid(), dbSeq.Add(1))
+	conn, err := pgx.Connect(t.Context(), base)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	_, err = conn.Exec(t.Context(), "CREATE DATABASE "+name)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, base)
+		require.NoError(t, err)
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, "DROP DATABASE "+name+" WITH (FORCE)")
+		require.NoError(t, err)
+	})
+	u.Path = "/" + name
+	return u.String()
+}
+
+var dbSeq atomic.Int64

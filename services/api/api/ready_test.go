@@ -94,7 +94,7 @@ func TestReadyzWaitsForTheReadModelsAndTheIndex(t *testing.T) {
 	require.NoError(t, err)
 	proj, err := projector.New(t.Context(), js, log)
 	require.NoError(t, err)
-	feed, err := openFeed(t.Context(), "", DefaultNamespace, js, srv.tenants[DefaultNamespace].defs, log)
+	feed, err := openFeed(t.Context(), Config{}, DefaultNamespace, js, srv.tenants[DefaultNamespace].defs, log)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = feed.Store().Close() })
 	srv.projectors[DefaultNamespace], srv.feeds[DefaultNamespace] = proj, feed

@@ -12,6 +12,7 @@ import (
 
 	"jetflow.dev/services/api/projector"
 	"jetflow.dev/services/api/visibility"
+	"jetflow.dev/services/api/visibility/pgstore"
 	"jetflow.dev/services/api/visibility/sqlitestore"
 )
 
@@ -40,7 +41,7 @@ func Serve(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.JetStrea
 		srv.observe(ns.Name, proj)
 		projs = append(projs, proj)
 		srv.projectors[ns.Name] = proj
-		feed, err := openFeed(ctx, cfg.VisibilityDir, ns.Name, ns.JS, srv.tenants[ns.Name].defs, log)
+		feed, err := openFeed(ctx, cfg, ns.Name, ns.JS, srv.tenants[ns.Name].defs, log)
 		if err != nil {
 			return err
 		}
@@ -63,18 +64,30 @@ func Serve(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.JetStrea
 	return g.Wait()
 }
 
-// openFeed opens the visibility index of namespace ns (in dir, or in
-// memory when dir is "") and its feed from the namespace's read models.
-func openFeed(ctx context.Context, dir, ns string, js jetstream.JetStream, defs visibility.Definitions, log zerolog.Logger) (*visibility.Feed, error) {
-	path := ""
-	if dir != "" {
-		path = filepath.Join(dir, ns+".db")
+// openFeed opens the visibility index of namespace ns (in PostgreSQL, in
+// the directory, or in memory) and its feed from the namespace's read
+// models.
+func openFeed(ctx context.Context, cfg Config, ns string, js jetstream.JetStream, defs visibility.Definitions, log zerolog.Logger) (*visibility.Feed, error) {
+	l := log.With().Str("component", "visibility").Str("namespace", ns).Logger()
+	var store visibility.Store
+	if cfg.VisibilityPostgres != "" {
+		schema := pgstore.SchemaFor(ns)
+		s, err := pgstore.Open(ctx, cfg.VisibilityPostgres, schema)
+		if err != nil {
+			return nil, fmt.Errorf("namespace %s: %w", ns, err)
+		}
+		store, l = s, l.With().Str("postgres_schema", schema).Logger() // never the URL: it may hold a password
+	} else {
+		path := ""
+		if cfg.VisibilityDir != "" {
+			path = filepath.Join(cfg.VisibilityDir, ns+".db")
+		}
+		s, err := sqlitestore.Open(path)
+		if err != nil {
+			return nil, fmt.Errorf("namespace %s: %w", ns, err)
+		}
+		store, l = s, l.With().Str("path", path).Logger()
 	}
-	store, err := sqlitestore.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("namespace %s: %w", ns, err)
-	}
-	l := log.With().Str("component", "visibility").Str("namespace", ns).Str("path", path).Logger()
 	feed, err := visibility.NewFeed(ctx, store, js, defs, l)
 	if err != nil {
 		store.Close()

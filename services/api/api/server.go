@@ -33,6 +33,7 @@ import (
 	"jetflow.dev/services/api/projector"
 	"jetflow.dev/services/api/ui"
 	"jetflow.dev/services/api/visibility"
+	"jetflow.dev/services/api/visibility/pgstore"
 )
 
 // Config configures the api. Its durations and sizes must lie in
@@ -66,6 +67,12 @@ type Config struct {
 	// kept across restarts. "" keeps it in memory, fed again from the
 	// read models at every start (docs/operations.md#the-visibility-index).
 	VisibilityDir string
+	// VisibilityPostgres, when set, is the URL of a PostgreSQL database
+	// that holds the visibility index instead (a schema per namespace,
+	// jetflow_visibility_<namespace>), which api replicas may share
+	// (docs/operations.md#the-visibility-index-in-postgresql). Exclusive
+	// with VisibilityDir.
+	VisibilityPostgres string
 	// Listener, when set, is used instead of listening on Addr.
 	Listener net.Listener
 	// BindOnly: the projector's consumer exists (made by the bootstrap)
@@ -175,6 +182,15 @@ func (c Config) Validate() error {
 	}
 	if fi, err := os.Stat(c.VisibilityDir); c.VisibilityDir != "" && err == nil && !fi.IsDir() {
 		return fmt.Errorf("api: VisibilityDir %q (-visibility-dir, JETFLOW_VISIBILITY_DIR) is a file; give a directory", c.VisibilityDir)
+	}
+	if c.VisibilityDir != "" && c.VisibilityPostgres != "" {
+		return errors.New("api: both VisibilityDir (-visibility-dir, JETFLOW_VISIBILITY_DIR) and VisibilityPostgres (-visibility-postgres, " +
+			"JETFLOW_VISIBILITY_POSTGRES) are set: the index is in one place, give one of them")
+	}
+	if c.VisibilityPostgres != "" {
+		if err := pgstore.CheckURL(c.VisibilityPostgres); err != nil {
+			return fmt.Errorf("api: VisibilityPostgres (-visibility-postgres, JETFLOW_VISIBILITY_POSTGRES): %w", err)
+		}
 	}
 	if c.Listener == nil {
 		if _, port, err := net.SplitHostPort(c.Addr); err != nil || port == "" {
@@ -372,6 +388,7 @@ func (s *Server) routes() []route {
 			}},
 		{pattern: "POST /v1/executions", handler: s.startExecution, scope: start},
 		{pattern: "GET /v1/executions", handler: s.listExecutions, params: listParams, scope: read},
+		{pattern: "GET /v1/executions/counts", handler: s.countExecutions, params: []string{"workflow"}, scope: read},
 		{pattern: "GET /v1/executions/{id}", handler: s.getExecution, params: []string{"at_seq"}, scope: read, hidden: execNotFound},
 		{pattern: "GET /v1/executions/{id}/events", handler: s.executionEvents, params: []string{"from_seq"}, scope: read, hidden: execNotFound},
 		{pattern: "GET /v1/executions/{id}/steps", handler: s.executionSteps, params: []string{"offset", "limit"}, scope: read, hidden: execNotFound},

@@ -165,6 +165,13 @@ func (f *Feed) Run(ctx context.Context) error {
 		if errors.Is(err, errReset) {
 			continue
 		}
+		if errors.Is(err, ErrReset) {
+			// Another api sharing the store dropped the index: go on from
+			// the position it has now.
+			f.log.Info().Msg("visibility: another api reset the shared index; feeding it from where it stands now")
+			f.live.Store(false)
+			continue
+		}
 		f.log.Warn().Err(err).Msg("visibility: feeding the index stopped; starting again from the stored revision in a second")
 		select {
 		case <-ctx.Done():

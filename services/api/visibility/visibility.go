@@ -7,8 +7,9 @@
 // The index is a projection of the read models: [Feed] watches the
 // executions bucket and writes each read model's row, with the bucket
 // revision it has reached, in one transaction. It can always be dropped
-// and fed again from the bucket. [Store] is what a store must do; the
-// embedded SQLite store is package sqlitestore.
+// and fed again from the bucket. [Store] is what a store must do (package
+// storetest is the suite that checks it); the embedded SQLite store is
+// package sqlitestore, the external PostgreSQL one package pgstore.
 package visibility
 
 import (
@@ -30,24 +31,44 @@ import (
 // lose them), and answer every query of [Query] with index range scans
 // and keyset paging (never an offset), examining at most [ScanBudget]
 // rows per query.
+//
+// The position never goes backwards (but for Reset), and an update at or
+// below it is known to be applied: a batch's updates at or below the
+// stored position are left out. So two feeds may write one store (api
+// replicas sharing an external database), each from where it stands: a
+// feed behind the other cannot bring back a row the other deleted.
 type Store interface {
 	// Apply writes a batch of rows and deletions and the position they
 	// bring the index to, in one transaction. A row replaces the stored
 	// one only if its Rev is higher; a deletion removes a row whose Rev
-	// is lower: applying a batch again changes nothing.
+	// is lower; updates whose Rev is at or below the stored position are
+	// left out, and a position below the stored one is not recorded:
+	// applying a batch again changes nothing. The counts by status
+	// (Counts) change with the rows, in the same transaction.
 	Apply(ctx context.Context, b Batch) error
 	// Position is where the feed stands (the zero Position for an empty
 	// store).
 	Position(ctx context.Context) (Position, error)
 	// Query answers a page of rows.
 	Query(ctx context.Context, q Query) (Page, error)
-	// Reset drops every row and the position: the feed then starts over
-	// from the bucket's start.
+	// Counts is the number of rows by status, of one workflow's
+	// executions, or of all with workflow "". A status without rows is
+	// absent. It reads counts Apply keeps (a row per workflow and status),
+	// never the rows themselves.
+	Counts(ctx context.Context, workflow string) (map[projections.Status]int, error)
+	// Reset drops every row, the counts and the position: the feed then
+	// starts over from the bucket's start.
 	Reset(ctx context.Context) error
 	// Count is the number of rows.
 	Count(ctx context.Context) (int, error)
 	Close() error
 }
+
+// ErrReset is wrapped by Apply's error when another writer reset the
+// store since this one last read its position (an api replica's rebuild,
+// with a store two replicas share): the feed starts over from the
+// position as it is now.
+var ErrReset = errors.New("visibility: the index was reset by another writer")
 
 // ScanBudget bounds the index entries one query examines. A query whose
 // filters are not all part of the range it scans (see [Query]) may answer

@@ -67,6 +67,7 @@ type config struct {
 	tracing                                bool
 	soak                                   soakConfig
 	visibility                             int
+	visibilityPostgres                     string
 }
 
 func main() {
@@ -123,6 +124,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured runs to this file")
 	fs.StringVar(&c.memProfile, "memprofile", "", "write a heap profile at the end to this file")
 	fs.BoolVar(&c.byConnection, "by-connection", false, "after the throughput run, print the messages per step each NATS connection sent and received (where a step's messages go)")
+	fs.StringVar(&c.visibilityPostgres, "visibility-postgres", "", "with -visibility: the index in the PostgreSQL database at this URL (schema "+benchSchema+", kept: a second run skips the fill) instead of SQLite in -data")
 	fs.IntVar(&c.visibility, "visibility", 0, "run alone: fill the api's visibility index with this many executions (in -data, kept: a second run with the same -data skips the fill) and measure its lists (0 skips it)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -136,7 +138,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 			}
 			defer os.RemoveAll(dir)
 		}
-		return runVisibility(ctx, out, c.visibility, dir, 200)
+		return runVisibility(ctx, out, c.visibility, dir, c.visibilityPostgres, 200)
 	}
 	if c.executions < 0 || c.concurrency < 1 || c.steps < 1 || c.single < 0 || c.timers < 0 || c.timerLead < 0 || c.failover < 0 || c.foreach < 0 || c.fairness < 0 || c.fairnessSleep < 0 {
 		return fmt.Errorf("-concurrency and -steps must be positive, -executions, -single, -timers and -timer-lead non-negative")

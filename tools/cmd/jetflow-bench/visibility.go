@@ -15,6 +15,7 @@ import (
 
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/services/api/visibility"
+	"jetflow.dev/services/api/visibility/pgstore"
 	"jetflow.dev/services/api/visibility/sqlitestore"
 )
 
@@ -87,13 +88,29 @@ func visRow(rnd *rand.Rand, i, n int, t0 time.Time) visibility.Row {
 	return r
 }
 
-// runVisibility fills an index with n rows in dir (unless it holds them
-// already) and prints the fill's time and the latencies of queries lists
-// of each kind.
-func runVisibility(ctx context.Context, out io.Writer, n int, dir string, queries int) error {
+// benchStore is a store the benchmark fills and reads.
+type benchStore interface {
+	visibility.Store
+	Size(ctx context.Context) (int64, error)
+}
+
+// benchSchema is the PostgreSQL schema the benchmark fills (kept, as the
+// SQLite file is: a second run skips the fill).
+const benchSchema = "jetflow_visibility_bench"
+
+// runVisibility fills an index with n rows in dir, or in PostgreSQL at
+// pgURL when it is set (unless it holds them already), and prints the
+// fill's time and the latencies of queries lists of each kind.
+func runVisibility(ctx context.Context, out io.Writer, n int, dir, pgURL string, queries int) error {
 	path := filepath.Join(dir, "visibility-bench.db")
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	store, err := sqlitestore.Open(path)
+	open := func() (benchStore, error) { return sqlitestore.Open(path) }
+	where := path + " (SQLite, modernc.org/sqlite)"
+	if pgURL != "" {
+		open = func() (benchStore, error) { return pgstore.Open(ctx, pgURL, benchSchema) }
+		where = "PostgreSQL, schema " + benchSchema
+	}
+	store, err := open()
 	if err != nil {
 		return err
 	}
@@ -102,7 +119,7 @@ func runVisibility(ctx context.Context, out io.Writer, n int, dir string, querie
 		store.Close()
 		return err
 	}
-	fmt.Fprintf(out, "visibility: %d executions in %s (SQLite, modernc.org/sqlite)\n", n, path)
+	fmt.Fprintf(out, "visibility: %d executions in %s\n", n, where)
 	if have >= n {
 		fmt.Fprintf(out, "  fill: skipped, the database holds %d rows already\n", have)
 		n = have
@@ -139,8 +156,9 @@ func runVisibility(ctx context.Context, out io.Writer, n int, dir string, querie
 		return err
 	}
 	// Measured on a store opened again: its page caches empty, as an api
-	// that just started (the OS's file cache is warm).
-	if store, err = sqlitestore.Open(path); err != nil {
+	// that just started (the OS's file cache is warm; PostgreSQL's shared
+	// buffers too).
+	if store, err = open(); err != nil {
 		return err
 	}
 	defer store.Close()
@@ -149,7 +167,7 @@ func runVisibility(ctx context.Context, out io.Writer, n int, dir string, querie
 		return err
 	}
 	wal := int64(0)
-	if fi, err := os.Stat(path + "-wal"); err == nil {
+	if fi, err := os.Stat(path + "-wal"); err == nil && pgURL == "" {
 		wal = fi.Size()
 	}
 
@@ -228,6 +246,28 @@ func runVisibility(ctx context.Context, out io.Writer, n int, dir string, querie
 				}
 			}
 		}
+	}
+	// The counts by status: a few rows, whatever n.
+	var lat []time.Duration
+	for i := range queries {
+		wf := ""
+		if i%2 == 1 {
+			wf = fmt.Sprintf("workflow-%02d", rnd.IntN(visWorkflows))
+		}
+		began := time.Now()
+		if _, err := store.Counts(ctx, wf); err != nil {
+			return fmt.Errorf("counts: %w", err)
+		}
+		lat = append(lat, time.Since(began))
+	}
+	slices.Sort(lat)
+	fmt.Fprintf(out, "  counts by status (all, or one workflow): p50 %s, p99 %s\n", msec(lat[len(lat)/2]), msec(lat[len(lat)*99/100]))
+	if pgURL != "" {
+		fmt.Fprintf(out, "  database: %.0f MiB (tables and indexes), %.0f bytes per execution\n", float64(size)/(1<<20), float64(size)/float64(n))
+		if f.rss >= 0 {
+			fmt.Fprintf(out, "  process: RSS %.0f MiB after the lists (the server's memory is its own)\n", float64(f.rss)/(1<<20))
+		}
+		return nil
 	}
 	fmt.Fprintf(out, "  database: %.0f MiB (+ %.0f MiB of WAL), %.0f bytes per execution\n",
 		float64(size)/(1<<20), float64(wal)/(1<<20), float64(size)/float64(n))

@@ -208,6 +208,19 @@ func TestJSONOutput(t *testing.T) {
 	require.Equal(t, 2, strings.Count(out, "\n"), "a header and one execution: %s", out)
 	require.Contains(t, stderr, "more: jetflow --api "+api+" ls --workflow fine --limit 1 --after j-1")
 
+	// counts: every execution of the workflow, by status (j-1 may still
+	// be ending).
+	var counts client.ExecutionCounts
+	require.Eventually(t, func() bool {
+		code, out, _ = jetflow(t, api, "counts", "--workflow", "fine", "-o", "json")
+		return code == ExitOK && json.Unmarshal([]byte(out), &counts) == nil && counts.Counts["succeeded"] == 2
+	}, 20*time.Second, 20*time.Millisecond, out)
+	require.Equal(t, client.ExecutionCounts{Counts: map[string]int{"succeeded": 2}, Total: 2}, counts)
+	code, out, stderr = jetflow(t, api, "counts")
+	require.Equal(t, ExitOK, code, stderr)
+	require.Contains(t, out, "succeeded")
+	require.Contains(t, out, "total")
+
 	code, out, stderr = jetflow(t, api, "workflow", "ls", "-o", "json")
 	require.Equal(t, ExitOK, code, stderr)
 	var wfs struct {

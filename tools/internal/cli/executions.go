@@ -440,6 +440,47 @@ func (a *app) lsCmd() *cobra.Command {
 	return cmd
 }
 
+func (a *app) countsCmd() *cobra.Command {
+	var workflow string
+	var out output
+	cmd := &cobra.Command{
+		Use:   "counts [--workflow NAME] [-o json]",
+		Short: "Count executions by status (all of them, or one workflow's)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.client().CountExecutions(cmd.Context(), workflow)
+			if err != nil {
+				return err
+			}
+			if out.json() {
+				return printJSON(a.stdout, c)
+			}
+			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "STATUS\tEXECUTIONS")
+			// The statuses in their usual order, then any other.
+			order := append([]string{string(projections.StatusPending)}, strings.Split(statusList(), ", ")...)
+			var others []string
+			for st := range c.Counts {
+				if !slices.Contains(order, st) {
+					others = append(others, st)
+				}
+			}
+			slices.Sort(others)
+			order = append(order, others...)
+			for _, st := range order {
+				if n, ok := c.Counts[st]; ok {
+					fmt.Fprintf(tw, "%s\t%d\n", cmp.Or(st, "(none)"), n)
+				}
+			}
+			fmt.Fprintf(tw, "total\t%d\n", c.Total)
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().StringVar(&workflow, "workflow", "", "only executions of this workflow")
+	out.add(cmd)
+	return cmd
+}
+
 // listSorts are the orders of GET /v1/executions.
 var listSorts = []string{"id", "started_desc", "started_asc", "ended_desc", "ended_asc"}
 

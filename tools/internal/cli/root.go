@@ -229,7 +229,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.PersistentFlags().StringVar(&a.tokenFlag, "token", "",
 		"api token (default: $JETFLOW_TOKEN, else the admin token of the jetflow dev whose api it is, else the first line of "+configTokenHint+")")
 	root.PersistentFlags().StringVar(&a.namespace, "namespace", "", "namespace of the request (default: $JETFLOW_NAMESPACE, else the api's default)")
-	root.AddCommand(a.devCmd(), a.envCmd(), a.authCmd(), a.bootstrapCmd(), a.workflowCmd(), a.runCmd(), a.showCmd(), a.lsCmd(), a.eventsCmd(), a.projectionsCmd(), a.signalCmd(), a.cancelCmd(), a.killCmd(), a.resumeCmd(), a.replayCmd(), a.compensateCmd(), a.repairCmd(), a.locksCmd(), a.keysCmd(), a.adminCmd(), a.versionCmd(), a.probeCmd())
+	root.AddCommand(a.devCmd(), a.envCmd(), a.authCmd(), a.bootstrapCmd(), a.workflowCmd(), a.runCmd(), a.showCmd(), a.lsCmd(), a.countsCmd(), a.eventsCmd(), a.projectionsCmd(), a.signalCmd(), a.cancelCmd(), a.killCmd(), a.resumeCmd(), a.replayCmd(), a.compensateCmd(), a.repairCmd(), a.locksCmd(), a.keysCmd(), a.adminCmd(), a.versionCmd(), a.probeCmd())
 	return root
 }
 

@@ -22,12 +22,15 @@ import (
 
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
 
+	"jetflow.dev/pkg/projections"
 	"jetflow.dev/services/api/visibility"
 )
 
 // schemaVersion changes with the schema: a database of another version
-// is dropped and fed again (it is a projection).
-const schemaVersion = "1"
+// is dropped and fed again (it is a projection), but for version 1,
+// which lacked the counts by status: migrate computes them once from the
+// rows, a scan of the table instead of a feed from the bucket's start.
+const schemaVersion = "2"
 
 // Store is a visibility.Store in SQLite.
 type Store struct {
@@ -144,13 +147,33 @@ var schema = []string{
 	`CREATE INDEX at_id ON attrs (name, value, id)`,
 	`CREATE INDEX at_started ON attrs (name, value, started_at, id)`,
 	`CREATE INDEX at_ended ON attrs (name, value, ended_at, id)`,
+	countsSchema[0],
+	countsSchema[1],
 }
+
+// countsSchema keeps the number of rows by workflow and status, and by
+// status, which Apply changes with the rows: Counts reads a row per
+// status (8 at most), never the rows.
+var countsSchema = [2]string{`CREATE TABLE counts (
+		workflow TEXT NOT NULL,
+		status TEXT NOT NULL,
+		n INTEGER NOT NULL,
+		PRIMARY KEY (workflow, status)
+	) WITHOUT ROWID`,
+	`CREATE TABLE status_counts (status TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID`}
+
+// countsOf count the rows, for a database of version 1.
+var countsOf = [2]string{
+	`INSERT INTO counts (workflow, status, n) SELECT workflow, status, count(*) FROM executions GROUP BY workflow, status`,
+	`INSERT INTO status_counts (status, n) SELECT status, count(*) FROM executions GROUP BY status`}
 
 // migrate makes the schema, or drops a database of another version.
 func (s *Store) migrate(ctx context.Context) error {
 	var v string
-	err := s.w.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'schema'`).Scan(&v)
-	if err == nil && v == schemaVersion {
+	if err := s.w.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'schema'`).Scan(&v); err != nil {
+		v = "" // no database yet (or not one of ours)
+	}
+	if v == schemaVersion {
 		return nil
 	}
 	tx, err := s.w.BeginTx(ctx, nil)
@@ -158,7 +181,19 @@ func (s *Store) migrate(ctx context.Context) error {
 		return fmt.Errorf("visibility: migrate: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	for _, t := range []string{"attrs", "executions", "meta"} {
+	if v == "1" {
+		// Version 1 lacked the counts: count the rows once.
+		for _, q := range []string{countsSchema[0], countsSchema[1], countsOf[0], countsOf[1], `UPDATE meta SET value = '` + schemaVersion + `' WHERE key = 'schema'`} {
+			if _, err := tx.ExecContext(ctx, q); err != nil {
+				return fmt.Errorf("visibility: migrate from version 1: %w", err)
+			}
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("visibility: migrate from version 1: %w", err)
+		}
+		return nil
+	}
+	for _, t := range []string{"status_counts", "counts", "attrs", "executions", "meta"} {
 		if _, err := tx.ExecContext(ctx, `DROP TABLE IF EXISTS `+t); err != nil {
 			return fmt.Errorf("visibility: migrate: %w", err)
 		}
@@ -193,6 +228,7 @@ func (s *Store) Close() error {
 }
 
 const (
+	oldRow    = `SELECT workflow, status, rev FROM executions WHERE id = ?`
 	upsertRow = `INSERT INTO executions (id, workflow, version, status, started_at, ended_at, updated_at, steps, done, error, damaged, attrs, rev)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO UPDATE SET workflow = excluded.workflow, version = excluded.version, status = excluded.status,
@@ -202,8 +238,13 @@ const (
 	deleteAttrs = `DELETE FROM attrs WHERE id = ?`
 	insertAttr  = `INSERT INTO attrs (id, name, value, started_at, ended_at) VALUES (?, ?, ?, ?, ?)`
 	deleteRow   = `DELETE FROM executions WHERE id = ? AND rev < ?`
+	addCount    = `INSERT INTO counts (workflow, status, n) VALUES (?, ?, ?) ON CONFLICT (workflow, status) DO UPDATE SET n = n + excluded.n`
+	addTotal    = `INSERT INTO status_counts (status, n) VALUES (?, ?) ON CONFLICT (status) DO UPDATE SET n = n + excluded.n`
 	putMeta     = `INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`
 )
+
+// countKey is a row of the counts table.
+type countKey struct{ workflow, status string }
 
 // Apply implements visibility.Store.
 func (s *Store) Apply(ctx context.Context, b visibility.Batch) error {
@@ -212,7 +253,22 @@ func (s *Store) Apply(ctx context.Context, b visibility.Batch) error {
 		return err
 	}
 	defer func() { _ = tx.Rollback() }()
+	var stored int64 // the position's revision: updates up to it are applied
+	var v string
+	switch err := tx.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'revision'`).Scan(&v); {
+	case errors.Is(err, sql.ErrNoRows):
+	case err != nil:
+		return fmt.Errorf("visibility: read the position: %w", err)
+	default:
+		if stored, err = strconv.ParseInt(v, 10, 64); err != nil {
+			return fmt.Errorf("visibility: position revision %q: %w", v, err)
+		}
+	}
 	prep := func(q string) (*sql.Stmt, error) { return tx.PrepareContext(ctx, q) }
+	old, err := prep(oldRow)
+	if err != nil {
+		return err
+	}
 	upsert, err := prep(upsertRow)
 	if err != nil {
 		return err
@@ -229,7 +285,28 @@ func (s *Store) Apply(ctx context.Context, b visibility.Batch) error {
 	if err != nil {
 		return err
 	}
+	// The stored row of id, if any: what its count was.
+	storedRow := func(id string) (countKey, int64, bool, error) {
+		var k countKey
+		var rev int64
+		err := old.QueryRowContext(ctx, id).Scan(&k.workflow, &k.status, &rev)
+		if errors.Is(err, sql.ErrNoRows) {
+			return k, 0, false, nil
+		}
+		return k, rev, err == nil, err
+	}
+	deltas := map[countKey]int{}
 	for _, r := range b.Puts {
+		if int64(r.Rev) <= stored {
+			continue // applied already
+		}
+		was, rev, ok, err := storedRow(r.ID)
+		if err != nil {
+			return fmt.Errorf("row %s: %w", r.ID, err)
+		}
+		if ok && rev >= int64(r.Rev) {
+			continue // the stored row is as new
+		}
 		var damaged, attrs any
 		if r.Damaged != nil {
 			d, err := json.Marshal(r.Damaged)
@@ -246,14 +323,14 @@ func (s *Store) Apply(ctx context.Context, b visibility.Batch) error {
 			attrs = string(a)
 		}
 		started, ended := visibility.UnixNano(r.StartedAt), visibility.UnixNano(r.EndedAt)
-		res, err := upsert.ExecContext(ctx, r.ID, r.Workflow, r.Version, string(r.Status), started, ended,
-			visibility.UnixNano(r.UpdatedAt), r.Steps, r.Done, r.Error, damaged, attrs, int64(r.Rev))
-		if err != nil {
+		if _, err := upsert.ExecContext(ctx, r.ID, r.Workflow, r.Version, string(r.Status), started, ended,
+			visibility.UnixNano(r.UpdatedAt), r.Steps, r.Done, r.Error, damaged, attrs, int64(r.Rev)); err != nil {
 			return fmt.Errorf("row %s: %w", r.ID, err)
 		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			continue // the stored row is as new
+		if ok {
+			deltas[was]--
 		}
+		deltas[countKey{r.Workflow, string(r.Status)}]++
 		if _, err := delAttrs.ExecContext(ctx, r.ID); err != nil {
 			return err
 		}
@@ -264,24 +341,59 @@ func (s *Store) Apply(ctx context.Context, b visibility.Batch) error {
 		}
 	}
 	for _, d := range b.Deletes {
+		if int64(d.Rev) <= stored {
+			continue
+		}
+		was, _, ok, err := storedRow(d.ID)
+		if err != nil {
+			return fmt.Errorf("row %s: %w", d.ID, err)
+		}
+		if !ok {
+			continue
+		}
 		res, err := delRow.ExecContext(ctx, d.ID, int64(d.Rev))
 		if err != nil {
 			return fmt.Errorf("row %s: %w", d.ID, err)
 		}
 		if n, _ := res.RowsAffected(); n > 0 {
+			deltas[was]--
 			if _, err := delAttrs.ExecContext(ctx, d.ID); err != nil {
 				return err
 			}
 		}
 	}
-	p := b.Position
-	for k, v := range map[string]string{
-		"revision": strconv.FormatUint(p.Revision, 10),
-		"stream":   strconv.FormatInt(visibility.UnixNano(p.Stream), 10),
-		"live_at":  strconv.FormatInt(visibility.UnixNano(p.LiveAt), 10),
-	} {
-		if _, err := tx.ExecContext(ctx, putMeta, k, v); err != nil {
-			return err
+	totals := map[string]int{}
+	for k, n := range deltas {
+		if n == 0 {
+			continue
+		}
+		totals[k.status] += n
+		if _, err := tx.ExecContext(ctx, addCount, k.workflow, k.status, n); err != nil {
+			return fmt.Errorf("visibility: count: %w", err)
+		}
+	}
+	for st, n := range totals {
+		if _, err := tx.ExecContext(ctx, addTotal, st, n); err != nil {
+			return fmt.Errorf("visibility: count: %w", err)
+		}
+	}
+	if len(deltas) > 0 {
+		for _, q := range []string{`DELETE FROM counts WHERE n = 0`, `DELETE FROM status_counts WHERE n = 0`} {
+			if _, err := tx.ExecContext(ctx, q); err != nil {
+				return fmt.Errorf("visibility: count: %w", err)
+			}
+		}
+	}
+	// The position never goes backwards.
+	if p := b.Position; int64(p.Revision) >= stored {
+		for k, v := range map[string]string{
+			"revision": strconv.FormatUint(p.Revision, 10),
+			"stream":   strconv.FormatInt(visibility.UnixNano(p.Stream), 10),
+			"live_at":  strconv.FormatInt(visibility.UnixNano(p.LiveAt), 10),
+		} {
+			if _, err := tx.ExecContext(ctx, putMeta, k, v); err != nil {
+				return err
+			}
 		}
 	}
 	return tx.Commit()
@@ -323,7 +435,7 @@ func (s *Store) Reset(ctx context.Context) error {
 		return err
 	}
 	defer func() { _ = tx.Rollback() }()
-	for _, q := range []string{`DELETE FROM attrs`, `DELETE FROM executions`, `DELETE FROM meta WHERE key <> 'schema'`} {
+	for _, q := range []string{`DELETE FROM status_counts`, `DELETE FROM counts`, `DELETE FROM attrs`, `DELETE FROM executions`, `DELETE FROM meta WHERE key <> 'schema'`} {
 		if _, err := tx.ExecContext(ctx, q); err != nil {
 			return err
 		}
@@ -337,6 +449,39 @@ func (s *Store) Count(ctx context.Context) (int, error) {
 	err := s.r.QueryRowContext(ctx, `SELECT count(*) FROM executions`).Scan(&n)
 	return n, err
 }
+
+// Counts implements visibility.Store: a row per status, of the
+// workflow's counts or of the totals.
+func (s *Store) Counts(ctx context.Context, workflow string) (map[projections.Status]int, error) {
+	q, args := `SELECT status, n FROM status_counts`, []any{}
+	if workflow != "" {
+		q, args = `SELECT status, n FROM counts WHERE workflow = ?`, []any{workflow}
+	}
+	rows, err := s.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("visibility: counts: %w", err)
+	}
+	defer rows.Close()
+	out := map[projections.Status]int{}
+	for rows.Next() {
+		var st string
+		var n int
+		if err := rows.Scan(&st, &n); err != nil {
+			return nil, fmt.Errorf("visibility: counts: %w", err)
+		}
+		if n != 0 {
+			out[projections.Status(st)] = n
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("visibility: counts: %w", err)
+	}
+	return out, nil
+}
+
+// Examined is how many index entries queries examined so far (tests
+// check that scans are bounded).
+func (s *Store) Examined() int64 { return s.examined.Load() }
 
 // Size is the database's size in bytes (pages in use and free).
 func (s *Store) Size(ctx context.Context) (int64, error) {
