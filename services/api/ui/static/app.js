@@ -442,7 +442,7 @@ async function executionsPage(p, query) {
     if (total) {
       fill(counts, h('span', { 'data-testid': 'counts-scope' }, f.workflow ? `All executions of ${f.workflow}:` : 'All executions:'),
         ...STATUSES.filter((k) => total.counts[k]).map((k) => h('span', null, statusBadge(k), ' ', String(total.counts[k]))),
-        h('span', null, `total ${total.total}`), list.length ? '' : 'none on this page');
+        h('span', null, `total ${total.total}`), list.length ? '' : 'no executions on this page');
     } else {
       const by = {};
       for (const x of list) by[x.status] = (by[x.status] || 0) + 1;
@@ -466,17 +466,15 @@ async function executionsPage(p, query) {
 
 // allCounts asks GET /v1/executions/counts (the visibility index's
 // counts by status, of one workflow or of all) for {counts, total}, or
-// null: then the list counts its page. An api without the route answers
-// 404 (or 400, taking it for an execution's id): the page stops asking.
+// null while the api cannot answer it (503 while its index is fed): then
+// the list counts its page, and asks again at its next refresh.
 async function allCounts(p, workflow) {
-  if (p.noCounts) return null;
   try {
     const res = await api('GET', '/v1/executions/counts' + (workflow ? '?workflow=' + encodeURIComponent(workflow) : ''), undefined, p.signal);
     const d = res.data;
     if (d && d.counts && typeof d.counts === 'object' && typeof d.total === 'number') return d;
-    p.noCounts = true; // an execution whose id is "counts"
   } catch (err) {
-    if (err.status >= 400 && err.status < 500 && err.status !== 401) p.noCounts = true;
+    // shown by the list's own request, which fails the same way
   }
   return null;
 }
