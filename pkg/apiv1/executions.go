@@ -84,7 +84,7 @@ type ExecutionList struct {
 }
 
 // ExecutionCounts is how many executions are in each status, as GET
-// /v1/executions/counts answers: of all the executions the visibility
+// /v1/executions/_counts answers: of all the executions the visibility
 // index holds, or of one workflow's.
 type ExecutionCounts struct {
 	// Counts is the number of executions by status; a status without

@@ -415,7 +415,7 @@ func (c *Client) ListExecutions(ctx context.Context, o ListOptions) (list []Exec
 }
 
 // ExecutionCounts is how many executions are in each status, as GET
-// /v1/executions/counts answers.
+// /v1/executions/_counts answers.
 type ExecutionCounts = apiv1.ExecutionCounts
 
 // CountExecutions counts the executions by status: all of the
@@ -423,7 +423,7 @@ type ExecutionCounts = apiv1.ExecutionCounts
 // while its index is being fed (the client retries it).
 func (c *Client) CountExecutions(ctx context.Context, workflow string) (ExecutionCounts, error) {
 	var out ExecutionCounts
-	path := "/v1/executions/counts"
+	path := "/v1/executions/_counts"
 	if workflow != "" {
 		path += "?" + url.Values{"workflow": {workflow}}.Encode()
 	}

@@ -251,7 +251,7 @@ steps:
 		until(onlyRow("ui-sp")),
 		until(`document.querySelector('[data-testid=filter-attr]').value === 'who:"ops team: a,b"'`))
 	// The counts are of every execution of the workflow (GET
-	// /v1/executions/counts), not of the page: the page shows one of the
+	// /v1/executions/_counts), not of the page: the page shows one of the
 	// three started (ui-1, ui-sp, ui-sp2).
 	run(t, ctx, "the counts are of every execution, not of the page",
 		chromedp.Navigate(s.info.APIURL+"/#/executions?workflow=approve&attr=who%3Aops+team"),

@@ -75,7 +75,7 @@ func (s *Server) listExecutions(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// countExecutions answers GET /v1/executions/counts: how many executions
+// countExecutions answers GET /v1/executions/_counts: how many executions
 // of the index (or of one workflow's) are in each status, read from the
 // counts the index keeps with its rows. Only the index can answer it:
 // until it is live, 503 with Retry-After.

@@ -198,17 +198,17 @@ func testListsFromTheVisibilityIndex(t *testing.T, pg bool) {
 	require.Equal(t, all, e.ids(t, "sort=started_asc&limit=1000"), "the rebuilt index lists the same")
 }
 
-// counts asks GET /v1/executions/counts.
+// counts asks GET /v1/executions/_counts.
 func (e *listEnv) counts(t *testing.T, query string, out any) (int, http.Header) {
 	t.Helper()
-	resp, err := http.Get(e.url + "/v1/executions/counts?" + query)
+	resp, err := http.Get(e.url + "/v1/executions/_counts?" + query)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(out))
 	return resp.StatusCode, resp.Header
 }
 
-// TestCountsFromTheVisibilityIndex: GET /v1/executions/counts counts
+// TestCountsFromTheVisibilityIndex: GET /v1/executions/_counts counts
 // every execution by status, of all workflows or of one, right after a
 // write (as a list does), and follows status changes and deletions.
 func TestCountsFromTheVisibilityIndex(t *testing.T) {

@@ -312,12 +312,11 @@ var apiOperations = map[string]apiOperation{
 			failures(http.StatusBadRequest, "invalid", "a bad `limit`, `status`, `damaged`, `workflow`, `sort`, time, `attr`, or an `after` that is not a cursor of a list in this `sort` (the field names it)"),
 			failures(http.StatusServiceUnavailable, "unavailable", "the visibility index is not live yet and the list is one the read models cannot answer (another order than id, a time range or `attr`): retry after `Retry-After`")),
 		nats: true},
-	"GET /v1/executions/counts": {id: "countExecutions", tag: "executions", summary: "Count executions by status",
+	"GET /v1/executions/_counts": {id: "countExecutions", tag: "executions", summary: "Count executions by status",
 		description: "How many executions are in each status, of all the executions of the namespace or of one workflow's: " +
 			"every execution the visibility index holds, not a page. The index keeps these counts with its rows, so the answer " +
 			"costs a few reads whatever the number of executions. Like a list, it waits (2 s at most) for the index to hold what " +
-			"the read models held when it was asked. `GET /v1/executions/counts` is this route: an execution whose id is `counts` " +
-			"is read with `GET /v1/executions/{id}` only through its events or steps.",
+			"the read models held when it was asked. No execution id starts with `_`, so this route is no execution's.",
 		params: map[string]apiParam{"workflow": {description: "Only this workflow's executions.", schema: stringSchema}},
 		answers: []apiAnswer{{status: http.StatusOK, description: "The counts by status (a status without executions is absent) and their total.",
 			content: jsonOf(apiv1.ExecutionCounts{})}},

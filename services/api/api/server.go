@@ -388,7 +388,7 @@ func (s *Server) routes() []route {
 			}},
 		{pattern: "POST /v1/executions", handler: s.startExecution, scope: start},
 		{pattern: "GET /v1/executions", handler: s.listExecutions, params: listParams, scope: read},
-		{pattern: "GET /v1/executions/counts", handler: s.countExecutions, params: []string{"workflow"}, scope: read},
+		{pattern: "GET /v1/executions/_counts", handler: s.countExecutions, params: []string{"workflow"}, scope: read},
 		{pattern: "GET /v1/executions/{id}", handler: s.getExecution, params: []string{"at_seq"}, scope: read, hidden: execNotFound},
 		{pattern: "GET /v1/executions/{id}/events", handler: s.executionEvents, params: []string{"from_seq"}, scope: read, hidden: execNotFound},
 		{pattern: "GET /v1/executions/{id}/steps", handler: s.executionSteps, params: []string{"offset", "limit"}, scope: read, hidden: execNotFound},

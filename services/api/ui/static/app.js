@@ -464,13 +464,13 @@ async function executionsPage(p, query) {
   every(p, LIST_POLL_MS, load);
 }
 
-// allCounts asks GET /v1/executions/counts (the visibility index's
+// allCounts asks GET /v1/executions/_counts (the visibility index's
 // counts by status, of one workflow or of all) for {counts, total}, or
 // null while the api cannot answer it (503 while its index is fed): then
 // the list counts its page, and asks again at its next refresh.
 async function allCounts(p, workflow) {
   try {
-    const res = await api('GET', '/v1/executions/counts' + (workflow ? '?workflow=' + encodeURIComponent(workflow) : ''), undefined, p.signal);
+    const res = await api('GET', '/v1/executions/_counts' + (workflow ? '?workflow=' + encodeURIComponent(workflow) : ''), undefined, p.signal);
     const d = res.data;
     if (d && d.counts && typeof d.counts === 'object' && typeof d.total === 'number') return d;
   } catch (err) {
