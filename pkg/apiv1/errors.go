@@ -53,28 +53,22 @@ type Health struct {
 
 // Ready answers GET /readyz: the api is connected and serving; Parked
 // counts the executions whose read model the projector has set aside
-// (GET /v1/admin/projections/parked lists them).
+// (GET /v1/admin/projections/parked lists them). The figures are over
+// every namespace the api serves (the answer is public: it names none).
 type Ready struct {
 	// Status is "ok".
 	Status string `json:"status"`
 	Parked int    `json:"parked"`
-	// Namespaces says, for each namespace the api serves, how far its read
-	// models and its visibility index are (absent for an api that runs
-	// no projector).
-	Namespaces map[string]ReadyNamespace `json:"namespaces,omitempty"`
-}
-
-// ReadyNamespace is one namespace's part of GET /readyz.
-type ReadyNamespace struct {
 	// ProjectorLagSeconds is how long the oldest event not yet projected
-	// into the read models has waited (0: caught up). Every api of a
-	// namespace shares the projector's consumer, so they all see the same.
+	// into the read models has waited, the most of any namespace (0:
+	// caught up). Every api of a namespace shares the projector's
+	// consumer, so they all see the same.
 	ProjectorLagSeconds float64 `json:"projector_lag_seconds"`
 	// ProjectorPending counts the events not yet projected (delivered or
-	// not).
+	// not), in every namespace.
 	ProjectorPending uint64 `json:"projector_pending"`
-	// IndexLive says this api's visibility index has caught up with the
-	// read models since it started (until then, GET /v1/executions with a
-	// time range, an order by time or attr answers 503).
+	// IndexLive says this api's visibility index of every namespace has
+	// caught up with the read models (until then, GET /v1/executions with
+	// a time range, an order by time or attr answers 503).
 	IndexLive bool `json:"index_live"`
 }

@@ -36,7 +36,7 @@ var bodies = map[string]struct {
 	"GET /v1/workflows/{name}/versions/{version}": {answers: []any{apiv1.WorkflowVersion{}}},
 	"POST /v1/executions":                         {request: apiv1.StartRequest{}, answers: []any{apiv1.Started{}}},
 	"GET /v1/executions":                          {answers: []any{apiv1.ExecutionList{}}},
-	"GET /v1/executions/_counts":                   {answers: []any{apiv1.ExecutionCounts{}}},
+	"GET /v1/executions/_counts":                  {answers: []any{apiv1.ExecutionCounts{}}},
 	"GET /v1/executions/{id}":                     {answers: []any{apiv1.Execution{}}},
 	"GET /v1/executions/{id}/events":              {answers: []any{apiv1.EventList{}, apiv1.Event{}}},
 	"POST /v1/executions/{id}/signals/{name}":     {answers: []any{apiv1.Signaled{}}}, // the request is the signal's data

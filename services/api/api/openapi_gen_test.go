@@ -196,13 +196,14 @@ var apiOperations = map[string]apiOperation{
 		answers: []apiAnswer{{status: http.StatusOK, description: "The api serves HTTP.", content: jsonOf(apiv1.Health{})}}},
 	"GET /readyz": {id: "getReadiness", tag: "service", summary: "Readiness",
 		description: "`200` while the api is connected to NATS, every stream and bucket it uses exists, and in every namespace it serves its projector " +
-			"is bound, the read models are at most `-ready-max-lag` (1 minute) behind the events, and its visibility index is live. " +
+			"is bound and, once since the api started, the read models were at most `-ready-max-lag` (1 minute) behind the events with its visibility index live " +
+			"(later, a backlog or an index fed again is reported, not waited for). The answer is public: it names no namespace. " +
 			"`parked` counts the executions whose read model " +
 			"the projector has set aside: that does not make the api unready (`GET /v1/admin/projections/parked` lists them).",
 		answers: []apiAnswer{{status: http.StatusOK, description: "The api is connected and serves.", content: jsonOf(apiv1.Ready{})}},
 		failures: failures(http.StatusServiceUnavailable, "unavailable",
 			"not connected to NATS, or a stream or bucket the api uses is missing (the message names them; `jetflow bootstrap` creates them again), "+
-				"or in a namespace the projector is not bound, the read models are too far behind, or the visibility index is being fed (the message says which)")},
+				"or in a namespace the projector is not bound, or, until caught up once, the read models are too far behind or the visibility index is being fed (the message says which)")},
 	"GET /v1/openapi.json": {id: "getOpenAPI", tag: "service", summary: "This OpenAPI document",
 		description: "The contract of the HTTP api: every route with its parameters, bodies, answers and errors, and the scope it needs (`x-jetflow-scope`). " +
 			"It is public, like `/healthz`: it holds nothing of any namespace.",

@@ -287,6 +287,9 @@ type Server struct {
 	// backlogs caches, by namespace, the projector's backlog that GET
 	// /readyz read last (readiness.go).
 	backlogs backlogCache
+	// caughtUp are the namespaces whose read models and index have been
+	// caught up once since the api started (readiness.go).
+	caughtUp onceSet
 }
 
 // New returns a server bound to the jetflow buckets of the default
