@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"jetflow.dev/pkg/apiv1"
 	"jetflow.dev/pkg/events"
@@ -60,7 +61,7 @@ func (s *Server) listExecutions(w http.ResponseWriter, r *http.Request) {
 	}
 	page, err := feed.Store().Query(r.Context(), q)
 	if err != nil {
-		s.internal(w, r, err)
+		s.indexUnavailable(w, r, err)
 		return
 	}
 	s.listDuration.WithLabelValues(t.name).Observe(time.Since(began).Seconds())
@@ -73,6 +74,20 @@ func (s *Server) listExecutions(w http.ResponseWriter, r *http.Request) {
 		out.Next = page.Next.String()
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// indexUnavailable answers a list or counts the index's store could not
+// answer (a PostgreSQL server away, a disk failing): 503 with
+// Retry-After, as for NATS away; the error, which may name the store's
+// host and user, goes to the log only.
+func (s *Server) indexUnavailable(w http.ResponseWriter, r *http.Request, err error) {
+	if r.Context().Err() != nil {
+		return // the caller went away
+	}
+	zerolog.Ctx(r.Context()).Warn().Err(err).Str("path", r.URL.Path).Msg("visibility index unavailable")
+	w.Header().Set("Retry-After", RetryAfter)
+	writeError(w, http.StatusServiceUnavailable, apiError{Code: "unavailable",
+		Message: "the visibility index cannot be read now (its store is away or failing; the api's log says why): retry in a moment"})
 }
 
 // countExecutions answers GET /v1/executions/_counts: how many executions
@@ -99,7 +114,7 @@ func (s *Server) countExecutions(w http.ResponseWriter, r *http.Request) {
 	}
 	counts, err := feed.Store().Counts(r.Context(), wf)
 	if err != nil {
-		s.internal(w, r, err)
+		s.indexUnavailable(w, r, err)
 		return
 	}
 	out := apiv1.ExecutionCounts{Counts: make(map[string]int, len(counts))}

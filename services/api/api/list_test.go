@@ -373,3 +373,35 @@ func freshDatabase(t *testing.T) string {
 }
 
 var dbSeq atomic.Int64
+
+// TestAnIndexStoreAwayAnswers503: a list or counts the index's store
+// cannot answer (a PostgreSQL server away, a closed database) is 503 with
+// Retry-After, saying to retry and nothing of the store's address.
+func TestAnIndexStoreAwayAnswers503(t *testing.T) {
+	t.Parallel()
+	nc, js := natstest.Connect(t, natstest.RunJetStream(t))
+	log := zerolog.New(zerolog.NewTestWriter(t))
+	srv, err := New(t.Context(), Config{Auth: AuthConfig{Disabled: true}}, nc, js, log)
+	require.NoError(t, err)
+	feed, err := openFeed(t.Context(), Config{}, DefaultNamespace, js, srv.tenants[DefaultNamespace].defs, log)
+	require.NoError(t, err)
+	srv.feeds[DefaultNamespace] = feed
+	natstest.Serve(t, feed.Run)
+	natstest.Eventually(t, 30*time.Second, feed.Live, "the index is live")
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(hs.Close)
+	require.NoError(t, feed.Store().Close()) // the store is away
+
+	for _, path := range []string{"/v1/executions?sort=started_desc", "/v1/executions/_counts"} {
+		resp, err := http.Get(hs.URL + path)
+		require.NoError(t, err)
+		var body apiv1.ErrorBody
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
+		resp.Body.Close()
+		require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, path)
+		require.Equal(t, RetryAfter, resp.Header.Get("Retry-After"), path)
+		require.NotNil(t, body.Error, path)
+		require.Equal(t, "unavailable", body.Error.Code, path)
+		require.Contains(t, body.Error.Message, "the visibility index cannot be read now", path)
+	}
+}

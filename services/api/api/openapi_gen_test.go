@@ -311,7 +311,7 @@ var apiOperations = map[string]apiOperation{
 		answers: []apiAnswer{{status: http.StatusOK, description: "A page of executions.", content: jsonOf(apiv1.ExecutionList{})}},
 		failures: slices.Concat(
 			failures(http.StatusBadRequest, "invalid", "a bad `limit`, `status`, `damaged`, `workflow`, `sort`, time, `attr`, or an `after` that is not a cursor of a list in this `sort` (the field names it)"),
-			failures(http.StatusServiceUnavailable, "unavailable", "the visibility index is not live yet and the list is one the read models cannot answer (another order than id, a time range or `attr`): retry after `Retry-After`")),
+			failures(http.StatusServiceUnavailable, "unavailable", "the visibility index is not live yet and the list is one the read models cannot answer (another order than id, a time range or `attr`), or its store cannot be read now (a PostgreSQL server away): retry after `Retry-After`")),
 		nats: true},
 	"GET /v1/executions/_counts": {id: "countExecutions", tag: "executions", summary: "Count executions by status",
 		description: "How many executions are in each status, of all the executions of the namespace or of one workflow's: " +
@@ -323,7 +323,7 @@ var apiOperations = map[string]apiOperation{
 			content: jsonOf(apiv1.ExecutionCounts{})}},
 		failures: slices.Concat(
 			failures(http.StatusBadRequest, "invalid", "`workflow` cannot be a workflow name (field `workflow`)"),
-			failures(http.StatusServiceUnavailable, "unavailable", "the visibility index is not live yet (just after the api started without a stored index, or after a rebuild): retry after `Retry-After`")),
+			failures(http.StatusServiceUnavailable, "unavailable", "the visibility index is not live yet (just after the api started without a stored index, or after a rebuild), or its store cannot be read now (a PostgreSQL server away): retry after `Retry-After`")),
 		nats: true},
 	"GET /v1/executions/{id}": {id: "getExecution", tag: "executions", summary: "Get an execution's state",
 		description: "The execution's read model, or the fold of its history while the projector has not caught up with a new execution. " +
