@@ -31,6 +31,7 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -162,8 +163,15 @@ CREATE TABLE %[1]s.status_counts (
 );
 `
 
-// migrate makes the schema's tables, or makes them again for another
-// version. Apis starting together take turns (an advisory lock).
+// migrate makes the schema's tables, or makes them again for an older
+// version. Apis starting together take turns: each holds an advisory lock
+// for its whole transaction and looks at the state only while it holds
+// it (the one after sees the tables the one before made). It refuses an
+// index of a newer version (an older api during an upgrade or a rollback
+// must not drop it). A new index gets a generation of the time it was
+// made, never one an api still holds for an index dropped since (a
+// DROP SCHEMA, or a version made again): that api's next Apply then
+// fails with ErrReset.
 func (s *Store) migrate(ctx context.Context, schema string) error {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
@@ -173,26 +181,27 @@ func (s *Store) migrate(ctx context.Context, schema string) error {
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, "jetflow visibility "+schema); err != nil {
 		return fmt.Errorf("visibility: migrate: %w", err)
 	}
+	// to_regclass answers NULL for a missing schema or table, where a
+	// SELECT from it would abort the transaction.
+	var exists bool
+	if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, s.t("state")).Scan(&exists); err != nil {
+		return fmt.Errorf("visibility: migrate: %w", err)
+	}
 	var version int
 	var gen int64
-	err = tx.QueryRow(ctx, `SELECT version, generation FROM `+s.t("state")).Scan(&version, &gen)
-	var pgErr interface{ SQLState() string }
-	switch {
-	case err == nil && version == schemaVersion:
-		s.gen.Store(gen)
-		return tx.Commit(ctx)
-	case err == nil, errors.Is(err, pgx.ErrNoRows):
-	case errors.As(err, &pgErr) && (pgErr.SQLState() == "42P01" || pgErr.SQLState() == "3F000"): // no table, no schema
-		// A statement that failed aborts the transaction: start another.
-		_ = tx.Rollback(ctx)
-		if tx, err = s.pool.Begin(ctx); err != nil {
-			return fmt.Errorf("visibility: migrate: %w", err)
+	if exists {
+		err = tx.QueryRow(ctx, `SELECT version, generation FROM `+s.t("state")).Scan(&version, &gen)
+		switch {
+		case err == nil && version == schemaVersion:
+			s.gen.Store(gen)
+			return tx.Commit(ctx)
+		case err == nil && version > schemaVersion:
+			return fmt.Errorf("visibility: the index in schema %s is of a newer jetflow (its version %d; this api knows %d): upgrade this api, or give it another schema or database",
+				schema, version, schemaVersion)
+		case err == nil, errors.Is(err, pgx.ErrNoRows):
+		default:
+			return fmt.Errorf("visibility: read the index's state: %w", err)
 		}
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, "jetflow visibility "+schema); err != nil {
-			return fmt.Errorf("visibility: migrate: %w", err)
-		}
-	default:
-		return fmt.Errorf("visibility: read the index's state: %w", err)
 	}
 	if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+s.schema); err != nil {
 		return fmt.Errorf("visibility: migrate: create schema %s: %w", s.schema, err)
@@ -205,7 +214,7 @@ func (s *Store) migrate(ctx context.Context, schema string) error {
 	if _, err := tx.Exec(ctx, fmt.Sprintf(schemaDDL, s.schema)); err != nil {
 		return fmt.Errorf("visibility: migrate: %w", err)
 	}
-	gen++
+	gen = max(gen+1, time.Now().UnixNano())
 	if _, err := tx.Exec(ctx, `INSERT INTO `+s.t("state")+` (version, generation, revision, stream, live_at) VALUES ($1, $2, 0, 0, 0)`,
 		schemaVersion, gen); err != nil {
 		return fmt.Errorf("visibility: migrate: %w", err)

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"sync"
@@ -262,5 +263,65 @@ func TestEveryQueryIsAnIndexScan(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestApisOpeningTogetherShareOneIndex: apis that open a new index at the
+// same moment (the first rollout of several replicas) make it once: each
+// row any of them writes stays. And an index of a newer version is
+// refused, not dropped.
+func TestApisOpeningTogetherShareOneIndex(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := testURL(t)
+	for round := range 5 {
+		schema := freshSchema(t)
+		const apis = 3
+		stores := make([]*Store, apis)
+		var wg sync.WaitGroup
+		errs := make(chan error, apis)
+		for i := range apis {
+			wg.Go(func() {
+				s, err := Open(ctx, url, schema)
+				if err != nil {
+					errs <- err
+					return
+				}
+				stores[i] = s
+				pos, err := s.Position(ctx)
+				if err != nil {
+					errs <- err
+					return
+				}
+				errs <- s.Apply(ctx, visibility.Batch{Puts: []visibility.Row{{ID: fmt.Sprintf("r-%d", i), Workflow: "w",
+					Status: projections.StatusStarted, StartedAt: storetest.T0, Rev: uint64(i + 1)}}, Position: pos})
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err, "round %d", round)
+		}
+		n, err := stores[0].Count(ctx)
+		require.NoError(t, err)
+		require.Equal(t, apis, n, "round %d: every api's row stays", round)
+		for _, s := range stores[1:] {
+			s.Close()
+		}
+		drop := stores[0]
+		if round == 0 {
+			// A newer version's index: refused, and left as it is.
+			_, err := drop.pool.Exec(ctx, `UPDATE `+drop.t("state")+` SET version = $1`, schemaVersion+1)
+			require.NoError(t, err)
+			_, err = Open(ctx, url, schema)
+			require.ErrorContains(t, err, "is of a newer jetflow")
+			_, err = drop.pool.Exec(ctx, `UPDATE `+drop.t("state")+` SET version = $1`, schemaVersion)
+			require.NoError(t, err)
+			n, err := drop.Count(ctx)
+			require.NoError(t, err)
+			require.Equal(t, apis, n, "not dropped")
+		}
+		require.NoError(t, drop.Drop(ctx))
+		drop.Close()
 	}
 }
