@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/goccy/go-yaml"
+	"go.yaml.in/yaml/v3"
 )
 
 // WorkflowFieldOrder is the order YAML writes a definition's fields in:
@@ -38,6 +38,10 @@ var (
 // environment) sorted by key. Parse reads it back into the same
 // definition. Comments and the layout of the file it was applied from
 // are not kept: the api stores the definition, not its text.
+//
+// The encoder of go.yaml.in/yaml/v3 writes it, from a tree of nodes that
+// holds that order; str, key and number steer it where this package's
+// reader would read its choice back as something else.
 func (d Definition) YAML() ([]byte, error) {
 	raw, err := json.Marshal(d)
 	if err != nil {
@@ -45,162 +49,29 @@ func (d Definition) YAML() ([]byte, error) {
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
-	v, err := orderedValue(dec)
+	top, err := orderedNode(dec)
 	if err != nil {
 		return nil, fmt.Errorf("workflow: encode %s: %w", d.Name, err)
 	}
-	top, ok := v.(yaml.MapSlice)
-	if !ok {
+	if top.Kind != yaml.MappingNode {
 		return nil, fmt.Errorf("workflow: encode %s: not an object", d.Name)
 	}
-	top = orderKeys(top, func(k string) int { return rank(WorkflowFieldOrder, k, 0, len(WorkflowFieldOrder)) })
-	for i := range top {
-		if k := top[i].Key; k == "steps" || k == "on-error" {
-			top[i].Value = orderSteps(top[i].Value)
+	orderKeys(top, func(k string) int { return rank(WorkflowFieldOrder, k, 0, len(WorkflowFieldOrder)) })
+	for k, v := range pairs(top) {
+		if k.Value == "steps" || k.Value == "on-error" {
+			orderSteps(v)
 		}
 	}
 	var b bytes.Buffer
-	emitMapping(&b, top, 0)
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(top); err != nil {
+		return nil, fmt.Errorf("workflow: encode %s: %w", d.Name, err)
+	}
+	if err := enc.Close(); err != nil {
+		return nil, fmt.Errorf("workflow: encode %s: %w", d.Name, err)
+	}
 	return b.Bytes(), nil
-}
-
-// The YAML is written here rather than by the YAML library's encoder,
-// which writes some strings plain that read back as something else ("? q"
-// as a value, most texts as a key): in block style, a mapping's values
-// and a sequence's items indented by two, each string plain when it
-// reads back as itself, else a literal block (|) for text over lines, else
-// double-quoted.
-
-// emitMapping writes m's items at indent.
-func emitMapping(b *bytes.Buffer, m yaml.MapSlice, indent int) {
-	for _, it := range m {
-		k, _ := it.Key.(string)
-		b.WriteString(strings.Repeat(" ", indent))
-		b.WriteString(quoteKey(k))
-		b.WriteString(":")
-		emitNested(b, it.Value, indent)
-	}
-}
-
-// emitSequence writes l's items at indent; an item that is a mapping
-// or a sequence starts on its dash's line (- id: a).
-func emitSequence(b *bytes.Buffer, l []any, indent int) {
-	for _, v := range l {
-		var inner bytes.Buffer
-		switch x := v.(type) {
-		case yaml.MapSlice:
-			if len(x) > 0 {
-				emitMapping(&inner, x, indent+2)
-			}
-		case []any:
-			if len(x) > 0 {
-				emitSequence(&inner, x, indent+2)
-			}
-		}
-		if inner.Len() > 0 { // starts with indent+2 spaces: the dash takes the last two
-			b.WriteString(strings.Repeat(" ", indent))
-			b.WriteString("- ")
-			b.Write(inner.Bytes()[indent+2:])
-			continue
-		}
-		b.WriteString(strings.Repeat(" ", indent))
-		b.WriteString("-")
-		emitNested(b, v, indent)
-	}
-}
-
-// emitNested writes v after a key's colon or an item's dash at indent
-// (that line's): a scalar on the line, a collection below it, indented.
-func emitNested(b *bytes.Buffer, v any, indent int) {
-	switch x := v.(type) {
-	case yaml.MapSlice:
-		if len(x) == 0 {
-			b.WriteString(" {}\n")
-			return
-		}
-		b.WriteString("\n")
-		emitMapping(b, x, indent+2)
-	case []any:
-		if len(x) == 0 {
-			b.WriteString(" []\n")
-			return
-		}
-		b.WriteString("\n")
-		emitSequence(b, x, indent+2)
-	case string:
-		if literal(x) {
-			header := " |-\n"
-			if strings.HasSuffix(x, "\n") {
-				header, x = " |\n", strings.TrimSuffix(x, "\n")
-			}
-			b.WriteString(header)
-			for _, line := range strings.Split(x, "\n") {
-				if line != "" {
-					b.WriteString(strings.Repeat(" ", indent+2))
-					b.WriteString(line)
-				}
-				b.WriteString("\n")
-			}
-			return
-		}
-		b.WriteString(" " + quote(x) + "\n")
-	case nil:
-		b.WriteString(" null\n")
-	case bool:
-		b.WriteString(" " + strconv.FormatBool(x) + "\n")
-	case int64:
-		b.WriteString(" " + strconv.FormatInt(x, 10) + "\n")
-	case float64:
-		f := strconv.FormatFloat(x, 'g', -1, 64)
-		if !strings.ContainsAny(f, ".eEn") { // a whole float64 too large for an int64: keep it a float
-			f += ".0"
-		}
-		b.WriteString(" " + f + "\n")
-	default: // orderedValue gives nothing else
-		b.WriteString(" " + quote(fmt.Sprint(x)) + "\n")
-	}
-}
-
-// quote writes s plain when it reads back as itself, else double-quoted.
-func quote(s string) string {
-	if plainReadsBack(s) {
-		return s
-	}
-	return doubleQuoted(s)
-}
-
-// quoteKey writes k plain when it reads back as itself as a key, else
-// double-quoted.
-func quoteKey(k string) string {
-	var m map[string]any
-	if plainReadsBack(k) && yaml.Unmarshal([]byte(k+": 0"), &m) == nil && len(m) == 1 {
-		if _, ok := m[k]; ok {
-			return k
-		}
-	}
-	return doubleQuoted(k)
-}
-
-// doubleQuoted is s as a YAML double-quoted scalar: its JSON string (a
-// JSON string is one), with what JSON leaves as it is but YAML reads as a
-// line break (NEL) or drops (a byte order mark) escaped.
-func doubleQuoted(s string) string {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(s) // a string always encodes
-	return yamlEscapes.Replace(strings.TrimSuffix(b.String(), "\n"))
-}
-
-var yamlEscapes = strings.NewReplacer("\u0085", `\N`, "\ufeff", `\uFEFF`)
-
-// special reports whether s holds a character that a YAML reader does
-// not take as it is in a plain or literal scalar: a control character
-// (but a line break), a line break of another kind, a byte order mark.
-func special(s string) bool {
-	return strings.ContainsFunc(s, func(r rune) bool {
-		return (r < 0x20 && r != '\n') || (r >= 0x7f && r <= 0x9f) || r == '\u2028' || r == '\u2029' || r == '\ufeff'
-	})
 }
 
 // otherReaders matches what a YAML 1.1 reader takes for a boolean, a
@@ -210,56 +81,84 @@ func special(s string) bool {
 var otherReaders = regexp.MustCompile(`^(?i:y|n|yes|no|on|off|true|false|null|~)$|` +
 	`^[-+]?(\.?[0-9][0-9_:.]*([eE][-+]?[0-9]+)?|0[xX][0-9a-fA-F_]+|0[oObB][0-7_]+|\.(?i:inf|nan))$|^[0-9]{4}-[0-9]{1,2}-[0-9]{1,2}`)
 
-// plainReadsBack reports whether s, written plain as a mapping's value
-// (and alone), is read back as the same string.
-func plainReadsBack(s string) bool {
-	if s == "" || s != strings.TrimSpace(s) || strings.Contains(s, "\n") || special(s) || otherReaders.MatchString(s) {
-		return false
+// str is s as a string scalar, in the style the encoder chooses: plain
+// where it reads back as itself, a literal block (|) for text over lines,
+// else quoted. Double quotes are forced where this package's reader
+// (github.com/goccy/go-yaml) would read the encoder's choice as something
+// else, and where another reader would take it for another type
+// (otherReaders):
+//   - U+2028 and U+2029 are line breaks to the encoder (YAML 1.1), which
+//     writes them as such, but text to the reader (YAML 1.2); in double
+//     quotes the encoder escapes them (\L, \P);
+//   - text over lines that starts with a space, a tab or a line break: the
+//     encoder writes it as a block with an indentation indicator (|2, |2+),
+//     which the reader misreads in places, or (a tab) as a block the reader
+//     misreads.
+func str(s string) *yaml.Node {
+	n := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: s}
+	if otherReaders.MatchString(s) || strings.ContainsAny(s, "\u2028\u2029") ||
+		strings.Contains(s, "\n") && strings.ContainsAny(s[:1], " \t\n") {
+		n.Style = yaml.DoubleQuotedStyle
 	}
-	var m map[string]any
-	if err := yaml.Unmarshal([]byte("v: "+s), &m); err != nil || len(m) != 1 {
-		return false
-	}
-	if got, ok := m["v"].(string); !ok || got != s {
-		return false
-	}
-	// And on its own: a leading "..." or "---" is a document marker there.
-	var alone any
-	if err := yaml.Unmarshal([]byte(s), &alone); err != nil {
-		return false
-	}
-	got, ok := alone.(string)
-	return ok && got == s
+	return n
 }
 
-// literal reports whether s, over several lines, can be written as a
-// literal block (|) that reads back as itself; else it is a scalar.
-func literal(s string) bool {
-	if !strings.Contains(s, "\n") || special(s) || strings.HasPrefix(s, " ") || strings.HasPrefix(s, "\n") || strings.HasSuffix(s, "\n\n") {
-		return false
+// number is a JSON number as a scalar, as written, but that the reader
+// takes a number for a float only with a point (without one, for an
+// integer, and for a string where it is too large for one or has an
+// exponent): a float's gets one (1e+21 is written 1.0e+21).
+func number(t json.Number) *yaml.Node {
+	s := t.String()
+	if _, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: s}
 	}
-	for _, line := range strings.Split(s, "\n") {
-		if line != strings.TrimRight(line, " ") {
-			return false
+	if _, err := strconv.ParseUint(s, 10, 64); err == nil {
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: s}
+	}
+	if !strings.Contains(s, ".") {
+		i := strings.IndexAny(s, "eE")
+		if i < 0 {
+			i = len(s)
+		}
+		s = s[:i] + ".0" + s[i:]
+	}
+	return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!float", Value: s}
+}
+
+// key is k as a mapping's key: as str, but double-quoted where it ends
+// in "<<", which the reader takes, plain, for a merge key ("a<<: 1" is
+// read as "a" followed by a merge key).
+func key(k string) *yaml.Node {
+	n := str(k)
+	if strings.HasSuffix(k, "<<") {
+		n.Style = yaml.DoubleQuotedStyle
+	}
+	return n
+}
+
+// pairs yields a mapping node's keys and values.
+func pairs(m *yaml.Node) func(yield func(k, v *yaml.Node) bool) {
+	return func(yield func(k, v *yaml.Node) bool) {
+		for i := 0; i+1 < len(m.Content); i += 2 {
+			if !yield(m.Content[i], m.Content[i+1]) {
+				return
+			}
 		}
 	}
-	return true
 }
 
 // orderSteps orders the fields of each step of a list, and of the steps
 // nested in them.
-func orderSteps(v any) any {
-	list, ok := v.([]any)
-	if !ok {
-		return v
+func orderSteps(list *yaml.Node) {
+	if list.Kind != yaml.SequenceNode {
+		return
 	}
-	for i, s := range list {
-		step, ok := s.(yaml.MapSlice)
-		if !ok {
+	for _, step := range list.Content {
+		if step.Kind != yaml.MappingNode {
 			continue
 		}
-		step = slices.DeleteFunc(step, func(it yaml.MapItem) bool { return it.Key == "secret_refs" }) // set for agents, not a field
-		step = orderKeys(step, func(k string) int {
+		deleteKey(step, "secret_refs") // set for agents, not a field
+		orderKeys(step, func(k string) int {
 			if r := rank(stepHead, k, 0, -1); r >= 0 {
 				return r
 			}
@@ -268,27 +167,37 @@ func orderSteps(v any) any {
 			}
 			return rank(stepTail, k, len(stepHead)+2, len(stepHead))
 		})
-		for j := range step {
-			switch step[j].Key {
+		for k, v := range pairs(step) {
+			switch k.Value {
 			case "steps", "on-error", "compensate", "default":
-				step[j].Value = orderSteps(step[j].Value)
+				orderSteps(v)
 			case "branches", "cases": // {id, steps} and {when, steps}
-				if items, ok := step[j].Value.([]any); ok {
-					for _, it := range items {
-						if m, ok := it.(yaml.MapSlice); ok {
-							for n := range m {
-								if m[n].Key == "steps" {
-									m[n].Value = orderSteps(m[n].Value)
-								}
-							}
+				if v.Kind != yaml.SequenceNode {
+					continue
+				}
+				for _, it := range v.Content {
+					if it.Kind != yaml.MappingNode {
+						continue
+					}
+					for k, v := range pairs(it) {
+						if k.Value == "steps" {
+							orderSteps(v)
 						}
 					}
 				}
 			}
 		}
-		list[i] = step
 	}
-	return list
+}
+
+// deleteKey removes key and its value from a mapping node.
+func deleteKey(m *yaml.Node, key string) {
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == key {
+			m.Content = slices.Delete(m.Content, i, i+2)
+			return
+		}
+	}
 }
 
 // rank is k's place in order, counted from base; missing if it is not
@@ -300,21 +209,25 @@ func rank(order []string, k string, base, missing int) int {
 	return missing
 }
 
-// orderKeys sorts m's items by their keys' ranks, keeping the order they
-// came in among equals.
-func orderKeys(m yaml.MapSlice, rankOf func(string) int) yaml.MapSlice {
-	slices.SortStableFunc(m, func(a, b yaml.MapItem) int {
-		ka, _ := a.Key.(string)
-		kb, _ := b.Key.(string)
-		return rankOf(ka) - rankOf(kb)
-	})
-	return m
+// orderKeys sorts a mapping node's pairs by their keys' ranks, keeping
+// the order they came in among equals.
+func orderKeys(m *yaml.Node, rankOf func(string) int) {
+	type pair struct{ k, v *yaml.Node }
+	ps := make([]pair, 0, len(m.Content)/2)
+	for k, v := range pairs(m) {
+		ps = append(ps, pair{k, v})
+	}
+	slices.SortStableFunc(ps, func(a, b pair) int { return rankOf(a.k.Value) - rankOf(b.k.Value) })
+	m.Content = m.Content[:0]
+	for _, p := range ps {
+		m.Content = append(m.Content, p.k, p.v)
+	}
 }
 
-// orderedValue reads the next JSON value of dec, its objects as
-// yaml.MapSlice in the order of their members (a struct's fields in the
-// order it declares them), its numbers as int64 or float64.
-func orderedValue(dec *json.Decoder) (any, error) {
+// orderedNode reads the next JSON value of dec as a YAML node, its
+// objects' members in the order they came (a struct's fields in the order
+// it declares them, a map's keys sorted), its numbers as written.
+func orderedNode(dec *json.Decoder) (*yaml.Node, error) {
 	tok, err := dec.Token()
 	if err != nil {
 		return nil, err
@@ -323,42 +236,41 @@ func orderedValue(dec *json.Decoder) (any, error) {
 	case json.Delim:
 		switch t {
 		case '{':
-			m := yaml.MapSlice{}
+			m := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
 			for dec.More() {
 				kt, err := dec.Token()
 				if err != nil {
 					return nil, err
 				}
 				k, _ := kt.(string)
-				v, err := orderedValue(dec)
+				v, err := orderedNode(dec)
 				if err != nil {
 					return nil, err
 				}
-				m = append(m, yaml.MapItem{Key: k, Value: v})
+				m.Content = append(m.Content, key(k), v)
 			}
 			_, err := dec.Token() // }
 			return m, err
 		case '[':
-			list := []any{}
+			l := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
 			for dec.More() {
-				v, err := orderedValue(dec)
+				v, err := orderedNode(dec)
 				if err != nil {
 					return nil, err
 				}
-				list = append(list, v)
+				l.Content = append(l.Content, v)
 			}
 			_, err := dec.Token() // ]
-			return list, err
+			return l, err
 		}
 		return nil, errors.New("unexpected " + t.String())
 	case json.Number:
-		if i, err := t.Int64(); err == nil {
-			return i, nil
-		}
-		return t.Float64()
-	case nil:
-		return nil, nil
-	default: // string, bool
-		return t, nil
+		return number(t), nil
+	case bool:
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: strconv.FormatBool(t)}, nil
+	case string:
+		return str(t), nil
+	default: // null
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Value: "null"}, nil
 	}
 }

@@ -67,6 +67,7 @@ input:
   type: object
   properties:
     n: {type: integer, minimum: 0, maximum: 1.5e3, default: 7}
+    "a<<": {type: string, default: "<<"}
     on: {type: string, enum: ["yes", "no", "on", "off", "null", "~", "2026-01-02", "010", "0x1F", "1e3", ""]}
 output:
   text: "line one\nline two: ${input.n}\n"
@@ -83,6 +84,12 @@ output:
   map: {}
   null_value: null
   float: 0.25
+  exponent: 1.0e+21
+  tiny: 5.0e-324
+  tab_first: "\ta\nb"
+  lead_keep: "  a\n\n"
+  breaks_only: "\n"
+  separators: "a\u2028b\u2029c"
   big: 9007199254740993
 steps:
   - id: say
@@ -187,7 +194,7 @@ steps:
 // FuzzYAMLKeepsText: any text in a definition's free-text field, written
 // as YAML, reads back as the same text.
 func FuzzYAMLKeepsText(f *testing.F) {
-	for _, s := range []string{"", "yes", "a: b", "- x", "? q", "#c", "  lead", "trail ", "a\nb", "a\n\n", "\t", "\x00", "\u0085", "é", "${x}", `"'`, "0x1F", "~", "null", "[a]", "{a: 1}", "&a", "*a", "!t", "|", ">", "%", "@", "`", "\n", "\na", " \n", "...0", "--- x"} {
+	for _, s := range []string{"", "yes", "a: b", "- x", "? q", "#c", "  lead", "trail ", "a\nb", "a\n\n", "\t", "\x00", "\u0085", "é", "${x}", `"'`, "0x1F", "~", "null", "[a]", "{a: 1}", "&a", "*a", "!t", "|", ">", "%", "@", "`", "\n", "\na", " \n", "...0", "--- x", "a<<", "\ta\nb", " a\n\n", "\n\n", "a\u2028b"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
