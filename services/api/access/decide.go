@@ -190,6 +190,11 @@ func (p Principal) what() string {
 // admin of one namespace cannot make a key for another, or for all.
 func CanGrant(p Principal, scopes []Scope, namespaces []string) string {
 	for _, s := range scopes {
+		if s == ScopeAny {
+			// What a route needs, never what a key holds (Has grants it to
+			// everyone): ParseScopes refuses it, and so does this.
+			return fmt.Sprintf("scope %s: no key holds it", s)
+		}
 		if !p.Has(s) {
 			return fmt.Sprintf("scope %s: you do not hold it", s)
 		}

@@ -109,6 +109,8 @@ func TestParse(t *testing.T) {
 	require.Error(t, err)
 	_, err = access.ParseScopes([]string{"any"})
 	require.ErrorContains(t, err, `scope "any" is not one of`, "no key is made with the scope any routes need")
+	require.Equal(t, "scope any: no key holds it", access.CanGrant(access.Principal{Scopes: []access.Scope{access.ScopeAdmin},
+		Namespaces: []string{access.AllNamespaces}}, []access.Scope{access.ScopeAny}, nil), "not even the admin grants it")
 
 	ns, err := access.ParseNamespaces([]string{"default", "team-a", "default"})
 	require.NoError(t, err)
