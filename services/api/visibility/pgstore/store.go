@@ -38,6 +38,7 @@ import (
 
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/services/api/visibility"
+	"jetflow.dev/services/api/visibility/storeplan"
 )
 
 // schemaVersion changes with the tables: a schema of another version is
@@ -505,21 +506,7 @@ func (s *Store) Counts(ctx context.Context, workflow string) (map[projections.St
 		return nil, fmt.Errorf("visibility: counts: %w", err)
 	}
 	defer rows.Close()
-	out := map[projections.Status]int{}
-	for rows.Next() {
-		var st string
-		var n int64
-		if err := rows.Scan(&st, &n); err != nil {
-			return nil, fmt.Errorf("visibility: counts: %w", err)
-		}
-		if n != 0 {
-			out[projections.Status(st)] = int(n)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("visibility: counts: %w", err)
-	}
-	return out, nil
+	return storeplan.ScanCounts(rows)
 }
 
 // Examined is how many index entries queries examined so far.

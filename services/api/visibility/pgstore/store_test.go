@@ -16,6 +16,7 @@ import (
 
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/services/api/visibility"
+	"jetflow.dev/services/api/visibility/storeplan"
 	"jetflow.dev/services/api/visibility/storetest"
 )
 
@@ -238,12 +239,15 @@ func TestEveryQueryIsAnIndexScan(t *testing.T) {
 			{Damaged: true}, {Attrs: at[:1]}, {Attrs: at}, {StartedAfter: t0, EndedBefore: t0},
 		} {
 			q.Sort, q.Limit = sort, 10
-			p, err := newPlan(q, s.t)
+			p, err := storeplan.New(q, maxID)
 			require.NoError(t, err)
-			for _, st := range p.streams {
-				st.chunk = 10
-				for _, text := range []string{st.q, st.qExcl} {
-					rows, err := conn.Query(ctx, "EXPLAIN "+text, st.rangeArgs()...)
+			for _, r := range p.Ranges {
+				st := s.newRangeStmt(r)
+				for _, excl := range []bool{false, true} {
+					b := p.Bounds
+					b.LoExcl = excl
+					text, args := st.textFor(b, 10)
+					rows, err := conn.Query(ctx, "EXPLAIN "+text, args...)
 					require.NoError(t, err, text)
 					var plan []string
 					for rows.Next() {

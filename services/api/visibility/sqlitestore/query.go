@@ -2,122 +2,36 @@ package sqlitestore
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"math"
 
-	"jetflow.dev/pkg/projections"
 	"jetflow.dev/services/api/visibility"
+	"jetflow.dev/services/api/visibility/storeplan"
 )
 
-// key is a row's place in an order: its time of the order's key (0 for
-// the id order) and its id.
-type key struct {
-	t  int64
-	id string
+// maxID is above every id: ids are printable ASCII, below 0xff.
+const maxID = "\xff"
+
+// Query implements visibility.Store (see package storeplan).
+func (s *Store) Query(ctx context.Context, q visibility.Query) (visibility.Page, error) {
+	page, examined, err := storeplan.Query(ctx, q, maxID, s.budget, func(r storeplan.Range) storeplan.Reader {
+		return reader{s, newRangeStmt(r)}
+	})
+	s.examined.Add(int64(examined))
+	return page, err
 }
 
-// after is the smallest key after k: ids are compared byte by byte, so
-// the next id is k's with a 0 byte appended. It lets every range be
-// [lo, hi), whatever the cursor's direction.
-func (k key) after() key { return key{k.t, k.id + "\x00"} }
-
-func (k key) less(o key) bool { return k.t < o.t || (k.t == o.t && k.id < o.id) }
-
-// Bounds no key reaches: ids are printable ASCII, below 0xff.
-var (
-	keyMin = key{math.MinInt64, ""}
-	keyMax = key{math.MaxInt64, "\xff"}
-)
-
-// scanned is a row a stream read, with the extra attributes it matches.
-type scanned struct {
-	row  visibility.Row
-	key  key
-	more []bool
-}
-
-// stream is an index range read in order, a chunk at a time.
-type stream struct {
+// rangeStmt is the statement of a range: its text, and its arguments
+// before the bounds.
+type rangeStmt struct {
+	r    storeplan.Range
 	q    string
 	args []any
-	// lo and hi bound what is left to read: [lo, hi).
-	lo, hi key
-	// timed: the key has a time (the order is not by id).
-	timed bool
-	// keyOf is the key of a row read.
-	keyOf func(started, ended int64, id string) key
-	desc  bool
-	chunk int
-	buf   []scanned
-	done  bool
 }
 
-// plan is how a query is answered: the ranges merged, and the filters
-// checked row by row.
-type plan struct {
-	streams []*stream
-	keyOf   func(started, ended int64, id string) key
-	match   func(scanned) bool
-	desc    bool
-}
-
-// keyOfRow is r's key in p's order.
-func (p *plan) keyOfRow(r visibility.Row) key {
-	return p.keyOf(visibility.UnixNano(r.StartedAt), visibility.UnixNano(r.EndedAt), r.ID)
-}
-
-// cols are the columns every stream reads, as scanRow reads them.
-const cols = `e.id, e.workflow, e.version, e.status, e.started_at, e.ended_at, e.updated_at, e.steps, e.done, e.error, e.damaged, e.attrs, e.rev`
-
-// newPlan chooses the index ranges for q (see visibility.Query).
-func newPlan(q visibility.Query) (*plan, error) {
-	k := q.Sort.Key()
-	p := &plan{desc: q.Sort.Desc()}
-	// The sort's key column, the suffix of the index names, the bound of
-	// the range a time filter gives, and what is left to check per row.
-	var col, suffix string
-	lo, hi := keyMin, keyMax
-	var after, before [2]int64 // started, ended: the filters not on the key
-	after[0], before[0] = visibility.UnixNano(q.StartedAfter), visibility.UnixNano(q.StartedBefore)
-	after[1], before[1] = visibility.UnixNano(q.EndedAfter), visibility.UnixNano(q.EndedBefore)
-	rangeOn := -1
-	switch k {
-	case "id":
-		col, suffix = "", "id"
-		p.keyOf = func(_, _ int64, id string) key { return key{0, id} }
-	case "started":
-		col, suffix, rangeOn = "started_at", "started", 0
-		p.keyOf = func(started, _ int64, id string) key { return key{started, id} }
-	case "ended":
-		col, suffix, rangeOn = "ended_at", "ended", 1
-		p.keyOf = func(_, ended int64, id string) key { return key{ended, id} }
-		lo = key{1, ""} // ended executions only
-	default:
-		return nil, fmt.Errorf("visibility: unknown sort %q", q.Sort)
-	}
-	if rangeOn >= 0 {
-		if a := (key{after[rangeOn], ""}); after[rangeOn] != 0 && lo.less(a) {
-			lo = a
-		}
-		if before[rangeOn] != 0 {
-			hi = key{before[rangeOn], ""}
-		}
-		after[rangeOn], before[rangeOn] = 0, 0 // in the range: not checked per row
-	}
-	if c := q.After; c != nil {
-		ck := key{c.Time, c.ID}
-		if k == "id" {
-			ck.t = 0
-		}
-		if p.desc {
-			if ck.less(hi) {
-				hi = ck
-			}
-		} else if n := ck.after(); lo.less(n) {
-			lo = n
-		}
-	}
+// newRangeStmt is r's statement: it searches the index r is on, named
+// INDEXED BY, within [lo, hi).
+func newRangeStmt(r storeplan.Range) rangeStmt {
+	col, suffix := r.Column(), r.Key
 	// The range condition on the key, for table alias a.
 	rangeCond := func(a string) string {
 		if col == "" {
@@ -127,7 +41,7 @@ func newPlan(q visibility.Query) (*plan, error) {
 	}
 	order := func(a string) string {
 		dir := " ASC"
-		if p.desc {
+		if r.Desc {
 			dir = " DESC"
 		}
 		if col == "" {
@@ -135,238 +49,58 @@ func newPlan(q visibility.Query) (*plan, error) {
 		}
 		return a + "." + col + dir + ", " + a + ".id" + dir
 	}
-	// Further attributes are checked per row, by a column each.
-	var more []string
-	var moreArgs []any
-	attrs := q.Attrs
-	drive := "executions"
-	switch {
-	case q.Damaged:
-		drive = "damaged"
-	case len(attrs) > 0:
-		drive = "attr"
+	st := rangeStmt{r: r}
+	sel := storeplan.Columns
+	for _, a := range r.More {
+		sel += `, EXISTS (SELECT 1 FROM attrs m WHERE m.id = e.id AND m.name = ? AND m.value = ?)`
+		st.args = append(st.args, a.Name, a.Value)
 	}
-	if drive == "attr" {
-		attrs = attrs[1:]
+	for _, v := range r.Eq {
+		st.args = append(st.args, v)
 	}
-	for _, a := range attrs {
-		more = append(more, `EXISTS (SELECT 1 FROM attrs m WHERE m.id = e.id AND m.name = ? AND m.value = ?)`)
-		moreArgs = append(moreArgs, a.Name, a.Value)
-	}
-	sel := cols
-	for _, m := range more {
-		sel += ", " + m
-	}
-	add := func(q string, eq ...any) {
-		p.streams = append(p.streams, &stream{q: q, args: append(append([]any{}, moreArgs...), eq...), lo: lo, hi: hi, desc: p.desc,
-			timed: col != "", keyOf: p.keyOf})
-	}
-	switch drive {
-	case "damaged":
-		add(fmt.Sprintf(`SELECT %s FROM executions e INDEXED BY ex_damaged_%s WHERE e.damaged IS NOT NULL AND %s ORDER BY %s LIMIT ?`,
-			sel, suffix, rangeCond("e"), order("e")))
-	case "attr":
-		add(fmt.Sprintf(`SELECT %s FROM attrs a INDEXED BY at_%s CROSS JOIN executions e ON e.id = a.id WHERE a.name = ? AND a.value = ? AND %s ORDER BY %s LIMIT ?`,
-			sel, suffix, rangeCond("a"), order("a")), q.Attrs[0].Name, q.Attrs[0].Value)
+	switch r.Index {
+	case storeplan.Damaged:
+		st.q = fmt.Sprintf(`SELECT %s FROM executions e INDEXED BY ex_damaged_%s WHERE e.damaged IS NOT NULL AND %s ORDER BY %s LIMIT ?`,
+			sel, suffix, rangeCond("e"), order("e"))
+	case storeplan.ByAttr:
+		st.q = fmt.Sprintf(`SELECT %s FROM attrs a INDEXED BY at_%s CROSS JOIN executions e ON e.id = a.id WHERE a.name = ? AND a.value = ? AND %s ORDER BY %s LIMIT ?`,
+			sel, suffix, rangeCond("a"), order("a"))
+	case storeplan.ByWorkflowStatus:
+		st.q = fmt.Sprintf(`SELECT %s FROM executions e INDEXED BY ex_workflow_status_%s WHERE e.workflow = ? AND e.status = ? AND %s ORDER BY %s LIMIT ?`,
+			sel, suffix, rangeCond("e"), order("e"))
 	default:
-		statuses := []projections.Status{q.Status}
-		if q.Status == "" {
-			statuses = visibility.Statuses
-		}
-		for _, st := range statuses {
-			if q.Workflow != "" {
-				add(fmt.Sprintf(`SELECT %s FROM executions e INDEXED BY ex_workflow_status_%s WHERE e.workflow = ? AND e.status = ? AND %s ORDER BY %s LIMIT ?`,
-					sel, suffix, rangeCond("e"), order("e")), q.Workflow, string(st))
-			} else {
-				add(fmt.Sprintf(`SELECT %s FROM executions e INDEXED BY ex_status_%s WHERE e.status = ? AND %s ORDER BY %s LIMIT ?`,
-					sel, suffix, rangeCond("e"), order("e")), string(st))
-			}
-		}
+		st.q = fmt.Sprintf(`SELECT %s FROM executions e INDEXED BY ex_status_%s WHERE e.status = ? AND %s ORDER BY %s LIMIT ?`,
+			sel, suffix, rangeCond("e"), order("e"))
 	}
-	// What the ranges do not filter.
-	checkWorkflow := q.Workflow != "" && drive != "executions"
-	checkStatus := q.Status != "" && drive != "executions"
-	checkDamaged := q.Damaged && drive != "damaged"
-	p.match = func(s scanned) bool {
-		r := s.row
-		if (checkWorkflow && r.Workflow != q.Workflow) || (checkStatus && r.Status != q.Status) || (checkDamaged && r.Damaged == nil) {
-			return false
-		}
-		for i, t := range [2]int64{visibility.UnixNano(r.StartedAt), visibility.UnixNano(r.EndedAt)} {
-			if (after[i] != 0 && t < after[i]) || (before[i] != 0 && t >= before[i]) {
-				return false
-			}
-		}
-		for _, m := range s.more {
-			if !m {
-				return false
-			}
-		}
-		return true
-	}
-	return p, nil
+	return st
 }
 
-// Query implements visibility.Store: it merges the plan's ranges in
-// order, keeps the rows that match, and stops once the page is full and
-// one more match is seen (so next is set only when there is more), or
-// the ranges end, or ScanBudget entries were examined.
-func (s *Store) Query(ctx context.Context, q visibility.Query) (visibility.Page, error) {
-	var page visibility.Page
-	p, err := newPlan(q)
+// argsFor are st's arguments for rows within b, at most limit. An
+// excluded lower bound is the smallest key after it: ids are compared
+// byte by byte, so the next id is the bound's with a 0 byte appended.
+func (st rangeStmt) argsFor(b storeplan.Bounds, limit int) []any {
+	if b.LoExcl {
+		b.Lo, b.LoExcl = storeplan.Key{T: b.Lo.T, ID: b.Lo.ID + "\x00"}, false
+	}
+	return storeplan.BoundArgs(st.args, st.r, b, limit)
+}
+
+// reader reads a range with its prepared statement.
+type reader struct {
+	s  *Store
+	st rangeStmt
+}
+
+// Read implements storeplan.Reader.
+func (rd reader) Read(ctx context.Context, b storeplan.Bounds, limit int) ([]storeplan.Scanned, error) {
+	stmt, err := rd.s.stmt(ctx, rd.st.q)
 	if err != nil {
-		return page, err
+		return nil, fmt.Errorf("visibility: query: %w", err)
 	}
-	limit := max(q.Limit, 1)
-	for _, st := range p.streams {
-		st.chunk = min(limit+1, 128)
-	}
-	examined := 0
-	defer func() { s.examined.Add(int64(examined)) }()
-	var last key
-	// The ranges are read a chunk at a time, each its own statement: a
-	// row that moved between two of them meanwhile (its status changed)
-	// can be read from both. A page lists an execution once.
-	listed := map[string]bool{}
-	for {
-		next, err := s.pop(ctx, p)
-		if err != nil {
-			return page, err
-		}
-		if next == nil {
-			return page, nil // the ranges are through: no next
-		}
-		examined++
-		if p.match(*next) && !listed[next.row.ID] {
-			if len(page.Rows) == limit {
-				c := cursorOf(q.Sort, p.keyOfRow(page.Rows[limit-1]))
-				page.Next = &c
-				return page, nil
-			}
-			page.Rows = append(page.Rows, next.row)
-			listed[next.row.ID] = true
-		}
-		last = next.key
-		if examined >= s.budget {
-			c := cursorOf(q.Sort, last)
-			if len(page.Rows) == limit {
-				c = cursorOf(q.Sort, p.keyOfRow(page.Rows[limit-1]))
-			} else {
-				page.Partial = true
-			}
-			page.Next = &c
-			return page, nil
-		}
-	}
-}
-
-func cursorOf(s visibility.Sort, k key) visibility.Cursor {
-	return visibility.Cursor{Sort: s, Time: k.t, ID: k.id}
-}
-
-// pop returns the next row in the plan's order, nil when every range is
-// through.
-func (s *Store) pop(ctx context.Context, p *plan) (*scanned, error) {
-	var best *stream
-	for _, st := range p.streams {
-		if len(st.buf) == 0 && !st.done {
-			if err := s.fill(ctx, st); err != nil {
-				return nil, err
-			}
-		}
-		if len(st.buf) == 0 {
-			continue
-		}
-		if best == nil || (p.desc && best.buf[0].key.less(st.buf[0].key)) || (!p.desc && st.buf[0].key.less(best.buf[0].key)) {
-			best = st
-		}
-	}
-	if best == nil {
-		return nil, nil
-	}
-	next := best.buf[0]
-	best.buf = best.buf[1:]
-	return &next, nil
-}
-
-// fill reads st's next chunk, and narrows its range past it.
-func (s *Store) fill(ctx context.Context, st *stream) error {
-	stmt, err := s.stmt(ctx, st.q)
+	rows, err := stmt.QueryContext(ctx, rd.st.argsFor(b, limit)...)
 	if err != nil {
-		return fmt.Errorf("visibility: query: %w", err)
-	}
-	args := append(append([]any{}, st.args...), st.lo.t, st.lo.id, st.hi.t, st.hi.id, st.chunk)
-	if !st.timed { // bounds on the id alone
-		args = append(append([]any{}, st.args...), st.lo.id, st.hi.id, st.chunk)
-	}
-	rows, err := stmt.QueryContext(ctx, args...)
-	if err != nil {
-		return fmt.Errorf("visibility: query: %w", err)
+		return nil, fmt.Errorf("visibility: query: %w", err)
 	}
 	defer rows.Close()
-	n := 0
-	for rows.Next() {
-		sc, err := scanRow(rows, st.keyOf)
-		if err != nil {
-			return err
-		}
-		st.buf = append(st.buf, sc)
-		n++
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("visibility: query: %w", err)
-	}
-	if n < st.chunk {
-		st.done = true
-	} else if lastKey := st.buf[len(st.buf)-1].key; st.desc {
-		st.hi = lastKey
-	} else {
-		st.lo = lastKey.after()
-	}
-	st.chunk = min(st.chunk*2, 1024)
-	return nil
-}
-
-// rowScanner is *sql.Rows.
-type rowScanner interface {
-	Scan(dest ...any) error
-	Columns() ([]string, error)
-}
-
-// scanRow reads a row of cols, and the extra attributes' columns after
-// them; keyOf makes its key.
-func scanRow(rows rowScanner, keyOf func(started, ended int64, id string) key) (scanned, error) {
-	var sc scanned
-	var r visibility.Row
-	var status string
-	var started, ended, updated int64
-	var damaged, attrs *string
-	var rev int64
-	dest := []any{&r.ID, &r.Workflow, &r.Version, &status, &started, &ended, &updated, &r.Steps, &r.Done, &r.Error, &damaged, &attrs, &rev}
-	names, err := rows.Columns()
-	if err != nil {
-		return sc, err
-	}
-	sc.more = make([]bool, len(names)-len(dest))
-	for i := range sc.more {
-		dest = append(dest, &sc.more[i])
-	}
-	if err := rows.Scan(dest...); err != nil {
-		return sc, fmt.Errorf("visibility: read a row: %w", err)
-	}
-	r.Status, r.Rev = projections.Status(status), uint64(rev)
-	r.StartedAt, r.EndedAt, r.UpdatedAt = visibility.FromUnixNano(started), visibility.FromUnixNano(ended), visibility.FromUnixNano(updated)
-	if damaged != nil {
-		r.Damaged = &projections.Damage{}
-		if err := json.Unmarshal([]byte(*damaged), r.Damaged); err != nil {
-			return sc, fmt.Errorf("visibility: row %s: damage: %w", r.ID, err)
-		}
-	}
-	if attrs != nil {
-		if err := json.Unmarshal([]byte(*attrs), &r.Attrs); err != nil {
-			return sc, fmt.Errorf("visibility: row %s: attributes: %w", r.ID, err)
-		}
-	}
-	sc.row, sc.key = r, keyOf(started, ended, r.ID)
-	return sc, nil
+	return storeplan.ScanRows(rows, len(rd.st.r.More))
 }

@@ -24,6 +24,7 @@ import (
 
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/services/api/visibility"
+	"jetflow.dev/services/api/visibility/storeplan"
 )
 
 // schemaVersion changes with the schema: a database of another version
@@ -462,21 +463,7 @@ func (s *Store) Counts(ctx context.Context, workflow string) (map[projections.St
 		return nil, fmt.Errorf("visibility: counts: %w", err)
 	}
 	defer rows.Close()
-	out := map[projections.Status]int{}
-	for rows.Next() {
-		var st string
-		var n int
-		if err := rows.Scan(&st, &n); err != nil {
-			return nil, fmt.Errorf("visibility: counts: %w", err)
-		}
-		if n != 0 {
-			out[projections.Status(st)] = n
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("visibility: counts: %w", err)
-	}
-	return out, nil
+	return storeplan.ScanCounts(rows)
 }
 
 // Examined is how many index entries queries examined so far (tests

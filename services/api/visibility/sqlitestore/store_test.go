@@ -11,6 +11,7 @@ import (
 
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/services/api/visibility"
+	"jetflow.dev/services/api/visibility/storeplan"
 	"jetflow.dev/services/api/visibility/storetest"
 )
 
@@ -63,14 +64,11 @@ func TestEveryQueryIsAnIndexRangeScan(t *testing.T) {
 			{Damaged: true}, {Attrs: at[:1]}, {Attrs: at}, {StartedAfter: t0, EndedBefore: t0},
 		} {
 			q.Sort, q.Limit = sort, 10
-			p, err := newPlan(q)
+			p, err := storeplan.New(q, maxID)
 			require.NoError(t, err)
-			for _, st := range p.streams {
-				args := append(append([]any{}, st.args...), st.lo.t, st.lo.id, st.hi.t, st.hi.id, 10)
-				if !st.timed {
-					args = append(append([]any{}, st.args...), st.lo.id, st.hi.id, 10)
-				}
-				rows, err := s.r.QueryContext(ctx, "EXPLAIN QUERY PLAN "+st.q, args...)
+			for _, r := range p.Ranges {
+				st := newRangeStmt(r)
+				rows, err := s.r.QueryContext(ctx, "EXPLAIN QUERY PLAN "+st.q, st.argsFor(p.Bounds, 10)...)
 				require.NoError(t, err, st.q)
 				var plan []string
 				for rows.Next() {
@@ -84,7 +82,7 @@ func TestEveryQueryIsAnIndexRangeScan(t *testing.T) {
 				require.NotContains(t, text, "TEMP B-TREE", st.q)
 				require.True(t, strings.HasPrefix(plan[0], "SEARCH"), "%s: %s", st.q, text)
 				bounds := []string{"id>", "id<"}
-				if st.timed {
+				if r.Timed() {
 					bounds = []string{"_at,id)>", "_at,id)<"}
 				}
 				for _, b := range bounds {
