@@ -26,6 +26,7 @@ import (
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/pkg/workflow"
 	"jetflow.dev/services/api/visibility"
+	"jetflow.dev/services/api/visibility/storetest"
 	"jetflow.dev/services/internal/metrics/metricstest"
 )
 
@@ -41,7 +42,13 @@ type listEnv struct {
 
 func (e *listEnv) get(t *testing.T, query string, out any) (int, http.Header) {
 	t.Helper()
-	resp, err := http.Get(e.url + "/v1/executions?" + query)
+	return e.getJSON(t, "/v1/executions?"+query, out)
+}
+
+// getJSON asks the api for path and decodes its answer into out.
+func (e *listEnv) getJSON(t *testing.T, path string, out any) (int, http.Header) {
+	t.Helper()
+	resp, err := http.Get(e.url + path)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(out))
@@ -201,11 +208,7 @@ func testListsFromTheVisibilityIndex(t *testing.T, pg bool) {
 // counts asks GET /v1/executions/_counts.
 func (e *listEnv) counts(t *testing.T, query string, out any) (int, http.Header) {
 	t.Helper()
-	resp, err := http.Get(e.url + "/v1/executions/_counts?" + query)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(out))
-	return resp.StatusCode, resp.Header
+	return e.getJSON(t, "/v1/executions/_counts?"+query, out)
 }
 
 // TestCountsFromTheVisibilityIndex: GET /v1/executions/_counts counts
@@ -342,15 +345,7 @@ func TestRebuildFeedsTheIndexAgain(t *testing.T) {
 // JETFLOW_REQUIRE_POSTGRES=1, when it fails.
 func freshDatabase(t *testing.T) string {
 	t.Helper()
-	base := os.Getenv("JETFLOW_TEST_POSTGRES")
-	if base == "" {
-		msg := "no PostgreSQL to test against: set JETFLOW_TEST_POSTGRES to a server's URL " +
-			"(eval \"$(tools/ci/postgres.sh start)\" starts a throwaway one and prints it)"
-		if os.Getenv("JETFLOW_REQUIRE_POSTGRES") == "1" {
-			t.Fatal(msg + ", or unset JETFLOW_REQUIRE_POSTGRES")
-		}
-		t.Skip(msg)
-	}
+	base := storetest.PostgresURL(t)
 	u, err := url.Parse(base)
 	require.NoError(t, err)
 	name := fmt.Sprintf("jetflow_api_test_%d_%d", os.Getpid(), dbSeq.Add(1))

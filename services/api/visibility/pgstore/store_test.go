@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -19,23 +18,6 @@ import (
 	"jetflow.dev/services/api/visibility/storeplan"
 	"jetflow.dev/services/api/visibility/storetest"
 )
-
-// testURL is the PostgreSQL server the tests use: JETFLOW_TEST_POSTGRES.
-// Without it they skip, unless JETFLOW_REQUIRE_POSTGRES=1 (CI), when they
-// fail.
-func testURL(t testing.TB) string {
-	t.Helper()
-	url := os.Getenv("JETFLOW_TEST_POSTGRES")
-	if url == "" {
-		msg := "no PostgreSQL to test against: set JETFLOW_TEST_POSTGRES to a server's URL " +
-			"(eval \"$(tools/ci/postgres.sh start)\" starts a throwaway one and prints it)"
-		if os.Getenv("JETFLOW_REQUIRE_POSTGRES") == "1" {
-			t.Fatal(msg + ", or unset JETFLOW_REQUIRE_POSTGRES")
-		}
-		t.Skip(msg)
-	}
-	return url
-}
 
 // freshSchema is a schema name no other test uses.
 func freshSchema(t testing.TB) string {
@@ -62,7 +44,7 @@ func openFresh(t testing.TB, url, schema string) *Store {
 // TestStore: the conformance suite every store runs.
 func TestStore(t *testing.T) {
 	t.Parallel()
-	url := testURL(t)
+	url := storetest.PostgresURL(t)
 	storetest.Run(t, func(t testing.TB, budget int) visibility.Store {
 		s := openFresh(t, url, freshSchema(t))
 		if budget > 0 {
@@ -78,7 +60,7 @@ func TestStore(t *testing.T) {
 func TestReopenKeepsRowsAndPosition(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := testURL(t)
+	url := storetest.PostgresURL(t)
 	schema := freshSchema(t)
 	s := openFresh(t, url, schema)
 	rows := storetest.Dataset(200, 3)
@@ -103,7 +85,7 @@ func TestReopenKeepsRowsAndPosition(t *testing.T) {
 func TestTwoWritersShareAnIndex(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := testURL(t)
+	url := storetest.PostgresURL(t)
 	schema := freshSchema(t)
 	a := openFresh(t, url, schema)
 	b, err := Open(ctx, url, schema)
@@ -218,7 +200,7 @@ func TestOpenRefusesABadURL(t *testing.T) {
 func TestEveryQueryIsAnIndexScan(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := openFresh(t, testURL(t), freshSchema(t))
+	s := openFresh(t, storetest.PostgresURL(t), freshSchema(t))
 	storetest.Fill(t, s, storetest.Dataset(5000, 9))
 	_, err := s.pool.Exec(ctx, `ANALYZE `+s.t("executions")+`, `+s.t("attrs"))
 	require.NoError(t, err)
@@ -277,7 +259,7 @@ func TestEveryQueryIsAnIndexScan(t *testing.T) {
 func TestApisOpeningTogetherShareOneIndex(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := testURL(t)
+	url := storetest.PostgresURL(t)
 	for round := range 5 {
 		schema := freshSchema(t)
 		const apis = 3

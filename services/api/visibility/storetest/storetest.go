@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -446,4 +447,21 @@ func positionNeverGoesBack(t *testing.T, newStore Factory) {
 	n, err := s.Count(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
+}
+
+// PostgresURL is the PostgreSQL server the tests of a PostgreSQL store
+// use: JETFLOW_TEST_POSTGRES. Without it the test skips, unless
+// JETFLOW_REQUIRE_POSTGRES=1 (CI), when it fails.
+func PostgresURL(t testing.TB) string {
+	t.Helper()
+	url := os.Getenv("JETFLOW_TEST_POSTGRES")
+	if url == "" {
+		msg := "no PostgreSQL to test against: set JETFLOW_TEST_POSTGRES to a server's URL " +
+			"(eval \"$(tools/ci/postgres.sh start)\" starts a throwaway one and prints it)"
+		if os.Getenv("JETFLOW_REQUIRE_POSTGRES") == "1" {
+			t.Fatal(msg + ", or unset JETFLOW_REQUIRE_POSTGRES")
+		}
+		t.Skip(msg)
+	}
+	return url
 }
