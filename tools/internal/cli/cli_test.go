@@ -132,6 +132,8 @@ func TestExitStatuses(t *testing.T) {
 		{"UnknownFlag", api, []string{"ls", "--colour"}, ExitUsage, "unknown flag"},
 		{"MissingArgument", api, []string{"show"}, ExitUsage, "name the execution"},
 		{"UnknownCommand", api, []string{"shwo"}, ExitUsage, "unknown command"},
+		{"UnknownWorkflowCommand", api, []string{"workflow", "shwo"}, ExitUsage, `unknown command "shwo" for "jetflow workflow"`},
+		{"UnknownProjectionsCommand", api, []string{"projections", "rebuilt"}, ExitUsage, `unknown command "rebuilt" for "jetflow projections"`},
 		{"ForceCancelIsCancelForce", api, []string{"force-cancel", "x1"}, ExitUsage, "Did you mean this?\n\tcancel\n"},
 		{"ForceResumeIsResumeForce", api, []string{"force-resume", "x1"}, ExitUsage, "Did you mean this?\n\tresume\n"},
 		{"BadOutput", api, []string{"ls", "-o", "yaml"}, ExitUsage, "use text or json"},

@@ -7,7 +7,8 @@ import (
 )
 
 func (a *app) projectionsCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "projections", Short: "Manage read models (projections of the events stream)"}
+	cmd := &cobra.Command{Use: "projections", Short: "Manage read models (projections of the events stream)",
+		Args: cobra.NoArgs, RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() }}
 	var from uint64
 	rebuild := &cobra.Command{
 		Use:   "rebuild [--from-seq N]",

@@ -15,7 +15,8 @@ import (
 )
 
 func (a *app) workflowCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "workflow", Aliases: []string{"workflows", "wf"}, Short: "Register and list workflow definitions"}
+	cmd := &cobra.Command{Use: "workflow", Aliases: []string{"workflows", "wf"}, Short: "Register and list workflow definitions",
+		Args: cobra.NoArgs, RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() }}
 	var files []string
 	apply := &cobra.Command{
 		Use:   "apply -f FILE [-f FILE...]",
