@@ -68,9 +68,24 @@ var _ visibility.Store = (*Store)(nil)
 // password).
 func CheckURL(url string) error {
 	if _, err := pgxpool.ParseConfig(url); err != nil {
-		return errors.New("not a PostgreSQL URL: give postgres://user:password@host:5432/database?sslmode=... (or key=value settings)")
+		return fmt.Errorf("not a PostgreSQL URL%s: give postgres://user:password@host:5432/database?sslmode=... (or key=value settings)", parseReason(err))
 	}
 	return nil
+}
+
+// parseReason is what pgx says is wrong with a connection string, without
+// the string itself (it may hold a password pgx does not hide, in a
+// setting of its own), in parentheses; "" when it says nothing else.
+func parseReason(err error) string {
+	msg := err.Error()
+	if !strings.HasPrefix(msg, "cannot parse `") {
+		return ""
+	}
+	i := strings.LastIndex(msg, "`: ")
+	if i < 0 || strings.Contains(msg[i+3:], "://") { // the URL again
+		return ""
+	}
+	return " (" + msg[i+3:] + ")"
 }
 
 // Open connects to the database at url (a PostgreSQL URL or key=value

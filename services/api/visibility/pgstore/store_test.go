@@ -194,6 +194,25 @@ func TestOpenRefusesABadURL(t *testing.T) {
 	require.ErrorContains(t, err, "PostgreSQL URL")
 }
 
+// TestCheckURLSaysWhatIsWrong: a bad URL's error says what pgx found
+// wrong with it (a bad pool setting is not "not a URL" alone), and never
+// the password it holds.
+func TestCheckURLSaysWhatIsWrong(t *testing.T) {
+	t.Parallel()
+	for url, want := range map[string]string{
+		"postgres://u:s3cr3t@h/db?pool_max_conns=abc": "cannot parse pool_max_conns",
+		"postgres://u:s3cr3t@h:port/db":               "invalid port",
+		"host=h password=s3cr3t port=x":               "invalid port",
+		"postgres://u:s3cr3t@[::1":                    "not a PostgreSQL URL",
+		"postgres://u@h/db?password=s3cr3t&port=x":    "invalid port",
+	} {
+		err := CheckURL(url)
+		require.ErrorContains(t, err, want, url)
+		require.NotContains(t, err.Error(), "s3cr3t", url)
+	}
+	require.NoError(t, CheckURL("postgres://u:s3cr3t@h/db?pool_max_conns=4"))
+}
+
 // TestEveryQueryIsAnIndexScan: each shape of query is answered by an
 // index scan in the order of the list: no scan of a table, no sort of
 // what was read.
