@@ -170,6 +170,14 @@ func TestExitCodeRule(t *testing.T) {
 	_, err := os.Stat(data)
 	require.ErrorIs(t, err, os.ErrNotExist, "jetflow dev started before refusing")
 
+	// ... and a --visibility-postgres that is no PostgreSQL URL.
+	code, stdout, stderr = jetflow(t, "", "dev", "--data", data, "--visibility-postgres", "postgres://u:s3cr3t@h/db?pool_max_conns=many",
+		"--nats-addr", "127.0.0.1:0", "--http", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0")
+	require.Equal(t, ExitUsage, code, stderr)
+	require.Contains(t, stderr, "--visibility-postgres (JETFLOW_VISIBILITY_POSTGRES): not a PostgreSQL URL (cannot parse pool_max_conns")
+	require.NotContains(t, stderr, "s3cr3t")
+	require.Empty(t, stdout)
+
 	// ... and an address another program listens on, before it makes
 	// the data directory, its keys or its store.
 	busy, err := net.Listen("tcp", "127.0.0.1:0")

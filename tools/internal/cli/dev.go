@@ -19,6 +19,7 @@ import (
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/tracing"
 	"jetflow.dev/services/agent/agent"
+	"jetflow.dev/services/api/visibility/pgstore"
 	"jetflow.dev/services/janitor/janitor"
 	"jetflow.dev/tools/internal/backup"
 	"jetflow.dev/tools/internal/devstack"
@@ -127,6 +128,8 @@ with its own NATS connection. Stop it with Ctrl-C; start it again on the same
 	f.StringVar(&cfg.DataDir, "data", ".jetflow", "data directory (JetStream file store)")
 	f.StringVar(&cfg.NATSAddr, "nats-addr", "127.0.0.1:4222", "embedded NATS listen address")
 	f.StringVar(&cfg.HTTPAddr, "http", "127.0.0.1:8080", "api listen address")
+	f.StringVar(&cfg.VisibilityPostgres, "visibility-postgres", a.getenv("JETFLOW_VISIBILITY_POSTGRES"),
+		"URL of a PostgreSQL database for the api's visibility index, instead of DATA/visibility (default: $JETFLOW_VISIBILITY_POSTGRES)")
 	f.StringVar(&cfg.MetricsAddr, "metrics-addr", DefaultDevMetricsAddr, "where every service's Prometheus metrics are served, on /metrics (\"\": none)")
 	f.StringSliceVar(&cfg.Apply, "apply", nil, "workflow files or directories to register at start (repeatable)")
 	f.DurationVar(&cfg.TaskAckWait, "task-ack-wait", bus.DefaultTaskAckWait, "time without agent heartbeat before a task is redelivered")
@@ -185,6 +188,11 @@ func checkDevInput(cfg devstack.Config) error {
 	for _, p := range cfg.Apply {
 		if _, err := os.Stat(p); err != nil {
 			return usagef("--apply %s: %w", p, err)
+		}
+	}
+	if cfg.VisibilityPostgres != "" {
+		if err := pgstore.CheckURL(cfg.VisibilityPostgres); err != nil {
+			return usagef("--visibility-postgres (JETFLOW_VISIBILITY_POSTGRES): %w", err)
 		}
 	}
 	if cfg.Restore != "" {

@@ -54,6 +54,10 @@ type Config struct {
 	Replicas int
 	// HTTPAddr is the api's listen address. Default 127.0.0.1:8080.
 	HTTPAddr string
+	// VisibilityPostgres, when set, is the URL of the PostgreSQL database
+	// that holds the api's visibility index (api.Config.VisibilityPostgres)
+	// instead of DataDir/visibility.
+	VisibilityPostgres string
 	// StartWait is how long the api waits for the dispatcher's verdict on
 	// a command before answering 202. Default the api's (5s).
 	StartWait time.Duration
@@ -562,11 +566,11 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 		// The visibility index is kept beside JetStream's files: a restart
 		// resumes it instead of feeding it again.
 		visibilityDir := ""
-		if cfg.DataDir != "" {
+		if cfg.DataDir != "" && cfg.VisibilityPostgres == "" {
 			visibilityDir = filepath.Join(cfg.DataDir, "visibility")
 		}
 		return api.Serve(ctx, api.Config{Listener: ln, StartWait: cfg.StartWait, MaxReadModel: cfg.MaxReadModel, BindOnly: restricted, Namespaces: others,
-			VisibilityDir: visibilityDir, Missing: missing, Auth: api.AuthConfig{Disabled: cfg.Insecure, AdminTokenFile: tokenPath}, Registerer: reg,
+			VisibilityDir: visibilityDir, VisibilityPostgres: cfg.VisibilityPostgres, Missing: missing, Auth: api.AuthConfig{Disabled: cfg.Insecure, AdminTokenFile: tokenPath}, Registerer: reg,
 			Tracer: cfg.Tracer}, c.NC, c.JS, log("api"))
 	})
 	err = g.Wait()
