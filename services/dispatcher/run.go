@@ -31,6 +31,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		"record an operation's schedule and sending as two events, for dispatchers older than io.jetflow.step.dispatched (during a rolling upgrade)")
 	direct := p.Bool("direct-reports", "JETFLOW_DIRECT_REPORTS", true,
 		"take the reports agents hand straight to the holder of their execution's partition (core NATS requests), besides those on the results stream; -direct-reports=false: tasks tell agents to store every report")
+	fromMemory := p.Bool("timers-from-memory", "JETFLOW_TIMERS_FROM_MEMORY", true,
+		"fire the timers this dispatcher arms that are due within two minutes from memory at their due time, their schedules kept as the guarantee (-timers-from-memory=false: by their schedules only, up to 250 ms late)")
 	metricsAddr := p.String("metrics-addr", "JETFLOW_DISPATCHER_METRICS_ADDR", "",
 		"host:port of the Prometheus /metrics endpoint, e.g. 127.0.0.1:9466 (empty: off)")
 	if err := p.Parse(args); err != nil {
@@ -41,7 +43,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 			*bulkAfter, r.Min, r.Max, dispatch.NoBulkLane)
 	}
 	cfg := dispatch.Config{Workers: *workers, CacheBytes: *cacheBytes, AckWait: *ackWait, APIURL: *apiURL, BindOnly: p.Common.Restricted(), Member: *member, BulkAfter: *bulkAfter,
-		SplitDispatch: *split, NoDirectReports: !*direct}
+		SplitDispatch: *split, NoDirectReports: !*direct, NoTimersFromMemory: !*fromMemory}
 	if err := cfg.Validate(); err != nil { // before waiting for NATS
 		return err
 	}

@@ -98,6 +98,11 @@ type Config struct {
 	// requests on bus.DirectResultSubject, docs/adr/0009), and tells
 	// agents so in each task it sends (events.Task.Partitions).
 	NoDirectReports bool
+	// NoTimersFromMemory: timers fire by their schedules' messages only.
+	// By default a timer this dispatcher arms that is due within two
+	// minutes also fires from memory at its due time (soon.go,
+	// docs/adr/0013), its schedule staying the guarantee.
+	NoTimersFromMemory bool
 	// Metrics, if set, counts what the dispatcher does (NewMetrics); nil
 	// counts nothing.
 	Metrics *Metrics
@@ -260,6 +265,10 @@ type Dispatcher struct {
 	// so it can reach an execution while the execution's worker handles
 	// it; both would change the same cached state.
 	handling keyedMutex
+
+	// soon: the timers due soon that fire from memory (soon.go); nil
+	// with NoTimersFromMemory.
+	soon *soonTimers
 }
 
 // New returns a dispatcher; call Run to start it.
@@ -296,7 +305,11 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log zerolog.Lo
 	if err != nil {
 		return nil, err
 	}
-	return &Dispatcher{tasks: tasks, keeper: newKeeper(js, log), lookupAfter: lookupAfter, cfg: cfg, js: js, log: log, defs: defs, ids: ids, locks: locks, hist: hist, cache: newLRU[string](cfg.CacheSize, cfg.CacheBytes, (*execState).size),
+	var soon *soonTimers
+	if !cfg.NoTimersFromMemory {
+		soon = newSoonTimers()
+	}
+	return &Dispatcher{soon: soon, tasks: tasks, keeper: newKeeper(js, log), lookupAfter: lookupAfter, cfg: cfg, js: js, log: log, defs: defs, ids: ids, locks: locks, hist: hist, cache: newLRU[string](cfg.CacheSize, cfg.CacheBytes, (*execState).size),
 		pinned: newPinnedDefs(maxPinnedDefs), maxEvent: int(js.Conn().MaxPayload()) - 64<<10,
 		parts: partitions{n: n, kv: kv, running: map[int]*consuming{}}}, nil
 }
@@ -420,12 +433,16 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	tableDone := make(chan struct{})
 	close(tableDone) // until the table runs
 	stopFires, firesDone := make(chan struct{}), make(chan struct{})
+	stopSoon, soonDone := make(chan struct{}), make(chan struct{})
+	close(soonDone) // until timers fire from memory
 	defer func() {
 		<-tableDone // the table gave its partitions back (their jobs are done)
 		for _, cc := range ccs {
 			cc.Drain()
 			<-cc.Closed()
 		}
+		close(stopSoon)
+		<-soonDone // nothing more comes to the fire loop from memory
 		close(stopFires)
 		<-firesDone // what the fire loop held is with the workers
 		work.close()
@@ -444,7 +461,20 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	// it came from (nil for the shared consumers).
 	queue := func(j job) {
 		j.alive = time.Now()
-		if _, fired := j.ev.Data.(*events.FireTimer); fired && !j.intake && ctx.Err() == nil {
+		if p, fired := j.ev.Data.(*events.FireTimer); fired && !j.intake && ctx.Err() == nil {
+			if _, fromMemory := j.msg.(*soonMsg); !fromMemory {
+				switch d.soon.stand(p.ExecutionID, p.TimerID) {
+				case handledHere: // fired from memory and handled
+					_ = j.msg.Ack()
+					j.from.done()
+					return
+				case firedHere: // and still in hand: decided once it is handled
+					_ = j.msg.NakWithDelay(firedHereAgain)
+					j.from.done()
+					return
+				}
+				d.cfg.Metrics.fired(false)
+			}
 			fires.add(j)
 			return
 		}
@@ -473,6 +503,10 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		return err
 	}
 	d.parts.table = table
+	if d.soon != nil { // once the table is set: it asks it whether a timer's partition is held
+		soonDone = make(chan struct{})
+		go func() { defer close(soonDone); d.fireSoon(ctx, queue, stopSoon) }()
+	}
 	for _, cons := range bound {
 		handler := func(m jetstream.Msg) { enqueue(m, nil) }
 		if cons.CachedInfo().Name == bus.ConsumerDispatcherCommands {

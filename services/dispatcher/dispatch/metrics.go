@@ -39,6 +39,9 @@ type Metrics struct {
 	holders   prometheus.Gauge
 	waiters   prometheus.Gauge
 	lag       *metrics.ConsumerLag
+	// firings counts fired timers handed on, by where they fired from:
+	// memory (soon.go) or the schedule's message.
+	firings [2]prometheus.Counter
 }
 
 type endMetrics struct {
@@ -149,15 +152,20 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		Name: "jetflow_dispatcher_lock_waiters",
 		Help: "Scopes waiting for a lock, in the whole lock table as the dispatcher's watch of it last saw it (every dispatcher reports the same: take the max).",
 	})
+	firings := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "jetflow_dispatcher_timer_firings_total",
+		Help: "Fired timers handed to the fire loop, by where they fired from: memory (due soon when this dispatcher armed them) or schedule (the message of their schedule in JF_TIMERS, not already handled from memory).",
+	}, []string{"by"})
 	lag := metrics.NewConsumerLag("dispatcher")
-	for _, c := range []prometheus.Collector{started, ended, execDur, steps, stepDur, appends, conflicts, rejected, lateness, lockWait, holders, waiters, lag} {
+	for _, c := range []prometheus.Collector{started, ended, execDur, steps, stepDur, appends, conflicts, rejected, lateness, lockWait, holders, waiters, firings, lag} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("dispatch: register metrics: %w", err)
 		}
 	}
 	m := &Metrics{started: started, ended: map[projections.Status]endMetrics{}, steps: map[string]*lazy[stepMetrics]{},
 		conflicts: conflicts, rejected: map[string]prometheus.Counter{}, lateness: map[string]*lazy[prometheus.Observer]{},
-		lockWait: lockWait, holders: holders, waiters: waiters, lag: lag}
+		lockWait: lockWait, holders: holders, waiters: waiters, lag: lag,
+		firings: [2]prometheus.Counter{firings.WithLabelValues("memory"), firings.WithLabelValues("schedule")}}
 	// Known small sets are made at once, so that their series read 0
 	// rather than nothing until something happens; the step kinds and
 	// timer purposes, and their histograms, on first use.
@@ -220,6 +228,19 @@ func (m *Metrics) appendResult(err error) {
 		m.appends[appendConflict].Inc()
 	default:
 		m.appends[appendError].Inc()
+	}
+}
+
+// fired counts a fired timer handed to the fire loop: from memory, or
+// by its schedule's message.
+func (m *Metrics) fired(fromMemory bool) {
+	if m == nil {
+		return
+	}
+	if fromMemory {
+		m.firings[0].Inc()
+	} else {
+		m.firings[1].Inc()
 	}
 }
 

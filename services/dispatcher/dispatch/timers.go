@@ -19,9 +19,15 @@ func (d *Dispatcher) publishSchedule(ctx context.Context, execID, wf, id string,
 	if err != nil {
 		return permanentError{err}
 	}
+	// Due soon, it fires from memory (soon.go), its schedule a little
+	// later as the guarantee.
+	at := due
+	if d.soon.add(d.cfg.Now(), due, wf, execID, id) {
+		at = due.Add(scheduleGrace)
+	}
 	// Set with nanoseconds: the client helper truncates to the second and
 	// would fire early.
-	msg.Header.Set("Nats-Schedule", "@at "+due.UTC().Format(time.RFC3339Nano))
+	msg.Header.Set("Nats-Schedule", "@at "+at.UTC().Format(time.RFC3339Nano))
 	msg.Header.Set("Nats-Schedule-Target", bus.PartitionTimerSubject(d.partitionOf(execID), execID))
 	if _, err := d.js.PublishMsg(ctx, msg); err != nil {
 		return fmt.Errorf("schedule timer %s: %w", id, err)

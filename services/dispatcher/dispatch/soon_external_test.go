@@ -1,0 +1,103 @@
+package dispatch_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/natstest"
+	"jetflow.dev/pkg/projections"
+	"jetflow.dev/services/dispatcher/dispatch"
+	"jetflow.dev/services/internal/metrics/metricstest"
+)
+
+// measured runs a dispatcher with cfg, counting into a registry of the
+// test's, which it returns.
+func (b *testBundle) measured(t *testing.T, cfg dispatch.Config) *prometheus.Registry {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	m, err := dispatch.NewMetrics(reg)
+	require.NoError(t, err)
+	cfg.Metrics = m
+	runDispatcher(t, b.js, cfg)
+	return reg
+}
+
+// timersSettled waits until the timers stream holds nothing more: every
+// schedule fired, and its message was acknowledged.
+func (b *testBundle) timersSettled(t *testing.T) {
+	t.Helper()
+	natstest.Eventually(t, waitFor, func() bool {
+		s, err := b.js.Stream(t.Context(), bus.StreamTimers)
+		require.NoError(t, err)
+		info, err := s.Info(t.Context())
+		require.NoError(t, err)
+		return info.State.Msgs == 0 && info.State.LastSeq >= 2 // a schedule, its fired message
+	}, "the timers stream still holds a schedule or a fired timer")
+}
+
+// TestTimersFireFromMemory: a sleep due soon fires from the memory of
+// the dispatcher that armed it, once; its schedule's message, which comes
+// later, is acknowledged without being handled again. With
+// NoTimersFromMemory it fires by its schedule, as before.
+func TestTimersFireFromMemory(t *testing.T) {
+	t.Parallel()
+	for _, fromMemory := range []bool{true, false} {
+		b := setup(t)
+		reg := b.measured(t, dispatch.Config{Workers: 4, NoTimersFromMemory: !fromMemory})
+		b.applyYAML(t, "name: nap\nsteps:\n  - {id: nap, kind: sleep, duration: 200ms}\n")
+		b.start(t, "nap", "n1")
+		_, evs := waitStatus(t, b.js, "nap", "n1", projections.StatusSucceeded)
+		require.Equal(t, 1, countType(evs, events.TypeTimerFired))
+		b.timersSettled(t)
+		memory, schedule := 1.0, 0.0
+		if !fromMemory {
+			memory, schedule = 0, 1
+		}
+		waitMetric(t, reg, memory, "jetflow_dispatcher_timer_firings_total", "by", "memory")
+		require.Equal(t, schedule, metricstest.Value(t, reg, "jetflow_dispatcher_timer_firings_total", "by", "schedule"))
+		_, evs = waitStatus(t, b.js, "nap", "n1", projections.StatusSucceeded)
+		require.Equal(t, 1, countType(evs, events.TypeTimerFired), "recorded once")
+	}
+}
+
+// TestTimerFromMemoryLostToAStop: the dispatcher that armed a timer
+// stops before it is due; the next one fires it by its schedule.
+func TestTimerFromMemoryLostToAStop(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.applyYAML(t, "name: nap\nsteps:\n  - {id: nap, kind: sleep, duration: 2s}\n")
+	first, err := dispatch.New(t.Context(), dispatch.Config{Workers: 2, Source: "first"}, b.js, zerolog.New(zerolog.NewTestWriter(t)))
+	require.NoError(t, err)
+	ctx, stop := context.WithCancel(t.Context())
+	stopped := make(chan error, 1)
+	go func() { stopped <- first.Run(ctx) }()
+	b.start(t, "nap", "n1")
+	waitHistory(t, b.js, "nap", "n1", "timer armed", func(evs []events.Event) bool {
+		return countType(evs, events.TypeTimerArmed) == 1
+	})
+	stop()
+	select {
+	case err := <-stopped:
+		require.NoError(t, err)
+	case <-time.After(waitFor):
+		t.Fatal("the first dispatcher did not stop")
+	}
+
+	reg := b.measured(t, dispatch.Config{Workers: 2, Source: "second"})
+	_, evs := waitStatus(t, b.js, "nap", "n1", projections.StatusSucceeded)
+	require.Equal(t, 1, countType(evs, events.TypeTimerFired))
+	waitMetric(t, reg, 1, "jetflow_dispatcher_timer_firings_total", "by", "schedule")
+	require.Zero(t, metricstest.Value(t, reg, "jetflow_dispatcher_timer_firings_total", "by", "memory"))
+	for _, ev := range evs {
+		if ev.Type == events.TypeTimerFired {
+			require.Equal(t, "second", ev.Source, "fired by the second dispatcher")
+		}
+	}
+}

@@ -1,0 +1,98 @@
+package dispatch
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestSoonTimersComeDueInOrder: timers kept in memory come due by their
+// due time, whatever the order they were armed in; one past the horizon
+// is not kept; and the heap says how long until the next.
+func TestSoonTimersComeDueInOrder(t *testing.T) {
+	s := newSoonTimers()
+	now := time.Now()
+	require.True(t, s.add(now, now.Add(time.Hour/60), "wf", "x3", "t3"))
+	require.True(t, s.add(now, now.Add(-time.Second), "wf", "x1", "t1")) // overdue: at once
+	require.True(t, s.add(now, now.Add(time.Millisecond), "wf", "x2", "t2"))
+	require.False(t, s.add(now, now.Add(soonHorizon+time.Second), "wf", "x4", "t4"), "past the horizon: its schedule only")
+
+	ready, next := s.due(time.Now().Add(10 * time.Millisecond))
+	require.Len(t, ready, 2)
+	require.Equal(t, []string{"t1", "t2"}, []string{ready[0].id, ready[1].id})
+	require.Equal(t, "x1", ready[0].exec)
+	require.Equal(t, "wf", ready[0].workflow)
+	require.Greater(t, next, 50*time.Second, "t3 is a minute away")
+	require.LessOrEqual(t, next, time.Minute)
+
+	ready, next = s.due(time.Now().Add(2 * time.Minute))
+	require.Len(t, ready, 1)
+	require.Equal(t, "t3", ready[0].id)
+	require.Zero(t, next, "none left")
+
+	var nilSoon *soonTimers // NoTimersFromMemory
+	require.False(t, nilSoon.add(now, now, "wf", "x", "t"))
+	require.Equal(t, notFiredHere, nilSoon.stand("x", "t"))
+}
+
+// TestSoonTimersAreBounded: past soonMax timers, a timer is left to its
+// schedule.
+func TestSoonTimersAreBounded(t *testing.T) {
+	s := newSoonTimers()
+	now := time.Now()
+	for i := range soonMax {
+		require.True(t, s.add(now, now.Add(time.Minute), "wf", "x", fmt.Sprint(i)))
+	}
+	require.False(t, s.add(now, now, "wf", "x", "one-more"))
+	ready, _ := s.due(time.Now())
+	require.Empty(t, ready)
+}
+
+// TestSoonTimerStands: a schedule's message finds its timer not fired
+// here, fired and in hand (asked again later), or handled (acknowledged,
+// once); a firing dropped (Nak, Term) leaves the message to be handled.
+func TestSoonTimerStands(t *testing.T) {
+	s := newSoonTimers()
+	require.Equal(t, notFiredHere, s.stand("x1", "t1"))
+
+	require.True(t, s.fire(settledKey("x1", "t1")))
+	require.Equal(t, firedHere, s.stand("x1", "t1"))
+	require.Equal(t, notFiredHere, s.stand("x2", "t1"), "another execution's timer of the same id")
+	m := &soonMsg{soon: s, key: settledKey("x1", "t1")}
+	require.NoError(t, m.Ack())
+	require.Equal(t, handledHere, s.stand("x1", "t1"))
+	require.Equal(t, notFiredHere, s.stand("x1", "t1"), "told once")
+
+	for _, drop := range []func(*soonMsg) error{
+		(*soonMsg).Nak,
+		(*soonMsg).Term,
+		func(m *soonMsg) error { return m.NakWithDelay(time.Second) },
+		func(m *soonMsg) error { return m.TermWithReason("why") },
+	} {
+		require.True(t, s.fire(settledKey("x3", "t3")))
+		require.NoError(t, drop(&soonMsg{soon: s, key: settledKey("x3", "t3")}))
+		require.Equal(t, notFiredHere, s.stand("x3", "t3"))
+	}
+
+	_, err := m.Metadata()
+	require.ErrorIs(t, err, errFiredHere, "stored nowhere")
+}
+
+// TestSoonTimersForgetOldEntries: when the remembered firings fill up,
+// those older than settledFor are forgotten to make room; one fired that
+// long ago and never concluded no longer holds its schedule's message.
+func TestSoonTimersForgetOldEntries(t *testing.T) {
+	s := newSoonTimers()
+	old := time.Now().Add(-settledFor - time.Minute)
+	for i := range soonMax {
+		s.settled[fmt.Sprint(i)] = old
+	}
+	s.conclude(settledKey("x", "new"), true)
+	require.Len(t, s.settled, 1)
+	require.Equal(t, handledHere, s.stand("x", "new"))
+
+	s.pending[settledKey("x", "lost")] = old
+	require.Equal(t, notFiredHere, s.stand("x", "lost"))
+}
