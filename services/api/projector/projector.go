@@ -227,6 +227,49 @@ func New(ctx context.Context, js jetstream.JetStream, log zerolog.Logger) (*Proj
 // the batch's executions several at once, writing each one's read model
 // once per batch, so the cost per event falls as load rises.
 func (p *Projector) Run(ctx context.Context) error {
+	// Parked projections are tried again beside the events of the others,
+	// not between them: each reads a whole history.
+	retrying := make(chan struct{})
+	defer func() { <-retrying }()
+	go func() {
+		defer close(retrying)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				p.retryParked(ctx)
+			}
+		}
+	}()
+	for {
+		err := p.consume(ctx)
+		if !errors.Is(err, errConsumerGone) || ctx.Err() != nil {
+			return err
+		}
+		// Deleted (by hand, or with its stream), or stopped by the
+		// server: bound again (made again unless BindOnly, as at start;
+		// with BindOnly, waiting for the bootstrap, with a warning), not
+		// left to wait for events that never come while /readyz says the
+		// projector runs.
+		p.log.Warn().Str("consumer", bus.ConsumerProjector).Msg("the projector's consumer stopped delivering (deleted?): binding it again")
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// errConsumerGone: the projector's consumer stopped delivering for good
+// (nats.go ends a Consume whose consumer was deleted).
+var errConsumerGone = errors.New("projector: the events consumer is gone")
+
+// consume binds the projector's consumer and projects what it delivers
+// until ctx ends (nil) or the consumer stops delivering (errConsumerGone).
+func (p *Projector) consume(ctx context.Context) error {
 	cons, err := bus.Bind(ctx, p.js, !p.BindOnly, bus.ProjectorConsumerSpec(), func(err error) {
 		p.log.Warn().Err(err).Msg("waiting for the bootstrap")
 	})
@@ -270,23 +313,6 @@ func (p *Projector) Run(ctx context.Context) error {
 			}
 		}
 	}()
-	// Parked projections are tried again beside the events of the others,
-	// not between them: each reads a whole history.
-	retrying := make(chan struct{})
-	go func() {
-		defer close(retrying)
-		tick := time.NewTicker(time.Second)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-				p.retryParked(ctx)
-			}
-		}
-	}()
-	defer func() { <-retrying }()
 	batch := make([]jetstream.Msg, 0, batchMax)
 	gather := time.NewTimer(time.Hour)
 	gather.Stop()
@@ -296,6 +322,8 @@ func (p *Projector) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-cc.Closed():
+			return errConsumerGone
 		case m := <-inbox:
 			batch = append(batch[:0], m)
 		}

@@ -543,3 +543,33 @@ func TestUnderLoadReadModelsAreWrittenOnceForSeveralEvents(t *testing.T) {
 		require.Equal(t, projections.StatusSucceeded, got.Status, id)
 	}
 }
+
+// TestProjectorBindsAgainWhenItsConsumerIsDeleted: a projector whose
+// consumer is deleted under it (by hand, or by a tool) binds it again,
+// here making it again as at start, and goes on projecting; it neither
+// stops nor waits for ever for events its dead consumer will not bring.
+func TestProjectorBindsAgainWhenItsConsumerIsDeleted(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	kv, err := js.KeyValue(t.Context(), bus.BucketExecutions)
+	require.NoError(t, err)
+	p, err := projector.New(t.Context(), js, zerolog.New(zerolog.NewTestWriter(t)))
+	require.NoError(t, err)
+	natstest.Serve(t, p.Run)
+	projected := func(id string, evs []events.Event) func() bool {
+		return func() bool {
+			x, ok := storedModel(t, kv, id)
+			return ok && x.LastSeq == evs[len(evs)-1].Seq
+		}
+	}
+	before := twoStepHistory(t, js, "x1")
+	natstest.Eventually(t, 30*time.Second, projected("x1", before), "x1 projected")
+	natstest.Eventually(t, 30*time.Second, p.Bound, "the projector bound its consumer")
+
+	require.NoError(t, js.DeleteConsumer(t.Context(), bus.StreamEvents, bus.ConsumerProjector))
+	after := twoStepHistory(t, js, "x2")
+	natstest.Eventually(t, 30*time.Second, projected("x2", after), "x2 projected once the consumer is bound again")
+	natstest.Eventually(t, 30*time.Second, p.Bound, "the projector is bound again")
+	_, err = js.Consumer(t.Context(), bus.StreamEvents, bus.ConsumerProjector)
+	require.NoError(t, err, "the consumer was made again")
+}
