@@ -68,17 +68,32 @@ func reservedWorkers(concurrency int) int {
 
 // lanes are the consumers of one queue's two lanes.
 type lanes struct {
-	queue  string
-	normal jetstream.Consumer
+	queue string
 
-	mu   sync.Mutex
-	bulk jetstream.Consumer // nil until bound (an older bootstrap did not make it)
+	mu     sync.Mutex
+	normal jetstream.Consumer
+	bulk   jetstream.Consumer // nil until bound (an older bootstrap did not make it)
+	// rebinding: a worker is binding the lane's consumer again (normal,
+	// bulk), found gone (rebindIfGone).
+	rebinding [2]atomic.Bool
 
 	inFlight upDown // its tasks in hand (metrics)
 
 	lastBulk atomic.Int64 // unix nanoseconds of the last task taken from the bulk lane
 	scout    atomic.Bool  // an idle flex worker is the queue's scout
 	warned   atomic.Int64 // unix nanoseconds of the last warning about the bulk lane
+}
+
+func (l *lanes) normalConsumer() jetstream.Consumer {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.normal
+}
+
+func (l *lanes) setNormal(c jetstream.Consumer) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.normal = c
 }
 
 func (l *lanes) bulkConsumer() jetstream.Consumer {
@@ -156,15 +171,16 @@ func (a *Agent) next(ctx context.Context, l *lanes, w *worker, log zerolog.Logge
 }
 
 func (a *Agent) take(ctx context.Context, l *lanes, w *worker, log zerolog.Logger) (jetstream.Msg, error) {
-	bulk := l.bulkConsumer()
+	bulk, normal := l.bulkConsumer(), l.normalConsumer()
 	if w.reserved || bulk == nil {
-		return fetchOne(ctx, l.normal, longPoll, bus.PullHeartbeat)
+		return fetchOne(ctx, normal, longPoll, bus.PullHeartbeat)
 	}
-	lookNormal := func() (jetstream.Msg, error) { return fetchNow(ctx, l.normal) }
+	lookNormal := func() (jetstream.Msg, error) { return fetchNow(ctx, normal) }
 	lookBulk := func() (jetstream.Msg, error) {
 		m, err := fetchNow(ctx, bulk)
 		if err != nil { // the normal lane must not stall with it
 			l.warnBulk(log, err, "fetch a task from the bulk lane")
+			a.rebindIfGone(ctx, l, true, log)
 		}
 		if m != nil {
 			l.lastBulk.Store(time.Now().UnixNano())
@@ -189,9 +205,9 @@ func (a *Agent) take(ctx context.Context, l *lanes, w *worker, log zerolog.Logge
 	}
 	if l.scout.CompareAndSwap(false, true) {
 		defer l.scout.Store(false)
-		return fetchShort(ctx, l.normal)
+		return fetchShort(ctx, normal)
 	}
-	return fetchOne(ctx, l.normal, longPoll, bus.PullHeartbeat)
+	return fetchOne(ctx, normal, longPoll, bus.PullHeartbeat)
 }
 
 // fetchOne waits up to expiry for one message of cons, with heartbeats
@@ -256,6 +272,7 @@ func (a *Agent) serve(ctx, taskCtx context.Context, l *lanes, w *worker, log zer
 		if err != nil {
 			if ctx.Err() == nil {
 				log.Warn().Err(err).Msg("fetch task")
+				a.rebindIfGone(ctx, l, false, log)
 				select {
 				case <-time.After(time.Second):
 				case <-ctx.Done():
@@ -272,5 +289,40 @@ func (a *Agent) serve(ctx, taskCtx context.Context, l *lanes, w *worker, log zer
 			a.runTask(taskCtx, m)
 			l.inFlight.Dec()
 		}
+	}
+}
+
+// rebindIfGone binds a lane's consumer again (making it again unless
+// BindOnly) if it is gone: deleted under the agent (by hand, by a tool,
+// or with its stream), after which every fetch fails ("consumer deleted",
+// then "no responders") and the queue's tasks would wait for ever. It is
+// asked after a fetch failed; one worker of the queue does it at a time,
+// the others go on (and fail, and ask again, a second later).
+func (a *Agent) rebindIfGone(ctx context.Context, l *lanes, bulk bool, log zerolog.Logger) {
+	i, d := 0, bus.Durables{TaskAckWait: a.cfg.AckWait, MaxDeliver: a.cfg.MaxDeliver}
+	spec := bus.AgentQueueConsumer(d, l.queue)
+	if bulk {
+		i, spec = 1, bus.AgentBulkQueueConsumer(d, l.queue)
+	}
+	if !l.rebinding[i].CompareAndSwap(false, true) {
+		return
+	}
+	defer l.rebinding[i].Store(false)
+	actx, cancel := context.WithTimeout(ctx, bindAttempt)
+	defer cancel()
+	if _, err := a.js.Consumer(actx, spec.Stream, spec.Config.Durable); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return // there, or not known to be gone
+	}
+	log = log.With().Str("consumer", spec.Config.Durable).Logger()
+	log.Warn().Msg("the queue's consumer is gone (deleted?): binding it again")
+	cons, err := bus.Bind(actx, a.js, !a.cfg.BindOnly, spec, nil)
+	if err != nil {
+		log.Warn().Err(err).Msg("bind the queue's consumer again; trying again at the next failed fetch")
+		return
+	}
+	if bulk {
+		l.setBulk(cons)
+	} else {
+		l.setNormal(cons)
 	}
 }

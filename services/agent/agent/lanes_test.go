@@ -232,3 +232,30 @@ func TestABusyNormalLaneDoesNotStarveTheBulkLane(t *testing.T) {
 	}
 	require.Equal(t, []string{"n0", "n1", "n2", "fan", "n3", "n4", "n5"}, held.starts())
 }
+
+// TestAQueueConsumerDeletedUnderTheAgentIsMadeAgain: both lanes'
+// consumers are deleted under a running agent (by hand, or by a tool);
+// the agent makes them again (as at start, having the right to) and runs
+// the next tasks sent to either lane.
+func TestAQueueConsumerDeletedUnderTheAgentIsMadeAgain(t *testing.T) {
+	t.Parallel()
+	held := newGate(t)
+	held.open()
+	b := runLaneAgent(t, 2, map[string]operation.Handler{"held": held})
+	b.publishTask(t, "before", workflow.Step{ID: "s", Kind: "held"})
+	b.waitFinal(t, "before")
+	for _, spec := range []bus.Consumer{
+		bus.AgentQueueConsumer(bus.Durables{}, workflow.DefaultQueue),
+		bus.AgentBulkQueueConsumer(bus.Durables{}, workflow.DefaultQueue),
+	} {
+		require.NoError(t, b.js.DeleteConsumer(t.Context(), spec.Stream, spec.Config.Durable))
+		natstest.Eventually(t, waitFor, func() bool {
+			_, err := b.js.Consumer(t.Context(), spec.Stream, spec.Config.Durable)
+			return err == nil
+		}, "consumer "+spec.Config.Durable+" made again")
+	}
+	b.publishTask(t, "after", workflow.Step{ID: "s", Kind: "held"})
+	b.publishTaskTo(t, bus.BulkTaskSubject(workflow.DefaultQueue), "bulk-after", workflow.Step{ID: "s", Kind: "held"})
+	b.waitFinal(t, "after")
+	b.waitFinal(t, "bulk-after")
+}

@@ -290,7 +290,9 @@ func (p *Projector) consume(ctx context.Context) error {
 		// The server keeps the pin only while pulls come: an idle pull
 		// must be renewed well within the pin's TTL (5 s), or the pin
 		// moves to another api between two pulls.
-		jetstream.PullExpiry(bus.ProjectorPinnedTTL/2))...)
+		jetstream.PullExpiry(bus.ProjectorPinnedTTL/2),
+		// Deleted between two pulls, it would be pulled from for ever.
+		bus.StopIfGone(p.js, bus.ProjectorConsumerSpec(), nil))...)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped while starting: not an error

@@ -390,7 +390,8 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	// dispatcher that binds to the bootstrap's consumers takes their ack
 	// wait.
 	var bound []jetstream.Consumer
-	for _, c := range bus.DispatcherConsumers(d.durables()) {
+	specs := bus.DispatcherConsumers(d.durables())
+	for _, c := range specs {
 		cons, err := bus.Bind(ctx, d.js, !d.cfg.BindOnly, c, func(err error) {
 			d.log.Warn().Err(err).Msg("waiting for the bootstrap")
 		})
@@ -429,7 +430,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			}
 		}()
 	}
-	var ccs []jetstream.ConsumeContext
+	var ccs []*bus.Consuming
 	tableDone := make(chan struct{})
 	close(tableDone) // until the table runs
 	stopFires, firesDone := make(chan struct{}), make(chan struct{})
@@ -439,7 +440,6 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		<-tableDone // the table gave its partitions back (their jobs are done)
 		for _, cc := range ccs {
 			cc.Drain()
-			<-cc.Closed()
 		}
 		close(stopSoon)
 		<-soonDone // nothing more comes to the fire loop from memory
@@ -507,19 +507,32 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		soonDone = make(chan struct{})
 		go func() { defer close(soonDone); d.fireSoon(ctx, queue, stopSoon) }()
 	}
-	for _, cons := range bound {
+	for i, cons := range bound {
 		handler := func(m jetstream.Msg) { enqueue(m, nil) }
 		if cons.CachedInfo().Name == bus.ConsumerDispatcherCommands {
 			handler = func(m jetstream.Msg) { d.routeCommand(ctx, m, queue) }
 		}
-		cc, err := cons.Consume(handler, bus.Consume(jetstream.PullMaxMessages(64))...)
+		opts := bus.Consume(jetstream.PullMaxMessages(64), bus.StopIfGone(d.js, specs[i], nil))
+		cc, err := cons.Consume(handler, opts...)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil // stopped while starting: not an error
 			}
 			return fmt.Errorf("consume %s: %w", cons.CachedInfo().Name, err)
 		}
-		ccs = append(ccs, cc)
+		// Consumed again should the consumer be deleted under it.
+		spec := specs[i]
+		ccs = append(ccs, bus.Resume(ctx, cc, func(ctx context.Context) (jetstream.ConsumeContext, error) {
+			cons, err := bus.Bind(ctx, d.js, !d.cfg.BindOnly, spec, func(err error) {
+				d.log.Warn().Err(err).Msg("waiting for the bootstrap")
+			})
+			if err != nil {
+				return nil, err
+			}
+			return cons.Consume(handler, opts...)
+		}, func(err error) {
+			d.log.Warn().Err(err).Str("consumer", spec.Config.Durable).Msg("a consumer stopped delivering (deleted?): binding it again")
+		}))
 	}
 	tableDone = make(chan struct{})
 	tableErr := make(chan error, 1)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -69,7 +70,7 @@ type consuming struct {
 	inFlight atomic.Int64  // jobs of the partition queued or being handled
 
 	mu      sync.Mutex // guards below
-	ccs     []jetstream.ConsumeContext
+	ccs     []*bus.Consuming
 	subs    []*nats.Subscription // the partition's direct reports (direct.go)
 	stopped bool
 }
@@ -160,18 +161,40 @@ func (d *Dispatcher) acquire(ctx context.Context, p int, epoch uint64, enqueue f
 		if c.Stream == bus.StreamTimers {
 			pull = fireBatchMax
 		}
-		cc, err := cons.Consume(func(m jetstream.Msg) {
+		handler := func(m jetstream.Msg) {
 			r.inFlight.Add(1)
 			enqueue(m, r)
-		}, bus.Consume(jetstream.PullMaxMessages(pull), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		}
+		opts := bus.Consume(jetstream.PullMaxMessages(pull), bus.StopIfGone(d.js, c, func(err error) {
 			if ctx.Err() == nil {
 				d.log.Warn().Err(err).Str("consumer", name).Msg("consume partition")
 			}
-		}))...)
+		}))
+		cc, err := cons.Consume(handler, opts...)
 		if err != nil {
 			return fmt.Errorf("consume %s: %w", c.Config.Durable, err)
 		}
-		if !r.add(cc) {
+		// Consumed again, while the partition is held here, should the
+		// consumer be deleted under it.
+		spec := c
+		resumed := bus.Resume(ctx, cc, func(ctx context.Context) (jetstream.ConsumeContext, error) {
+			if !current() {
+				return nil, errNotHeld
+			}
+			cons, err := bus.Bind(ctx, d.js, !d.cfg.BindOnly, spec, func(err error) {
+				d.log.Warn().Err(err).Int("partition", p).Msg("waiting for the bootstrap")
+			})
+			if err != nil {
+				return nil, err
+			}
+			return cons.Consume(handler, opts...)
+		}, func(err error) {
+			if errors.Is(err, errNotHeld) {
+				return
+			}
+			d.log.Warn().Err(err).Str("consumer", name).Msg("a partition's consumer stopped delivering (deleted?): binding it again")
+		})
+		if !r.add(resumed) {
 			return nil // released meanwhile
 		}
 	}
@@ -252,8 +275,12 @@ func (d *Dispatcher) heldMeanwhile(ctx context.Context, p int, epoch uint64) {
 	d.log.Info().Int("partition", p).Uint64("epoch", epoch).Msg("partition was held by another dispatcher during a stall: its consumers reset")
 }
 
+// errNotHeld: a partition's consumer is not consumed again once the
+// partition is no longer held here (its next holder consumes it).
+var errNotHeld = errors.New("the partition is no longer held here")
+
 // add keeps cc, or stops it if the holding was released meanwhile.
-func (r *consuming) add(cc jetstream.ConsumeContext) bool {
+func (r *consuming) add(cc *bus.Consuming) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.stopped {

@@ -151,30 +151,38 @@ func New(cfg Config, js jetstream.JetStream, log zerolog.Logger) (*Janitor, erro
 
 // Run works until ctx ends.
 func (j *Janitor) Run(ctx context.Context) error {
-	cons, err := bus.Bind(ctx, j.js, !j.cfg.BindOnly, bus.JanitorConsumerSpec(), func(err error) {
-		j.log.Warn().Err(err).Msg("waiting for the bootstrap")
-	})
+	consume := func(bctx context.Context) (jetstream.ConsumeContext, error) {
+		cons, err := bus.Bind(bctx, j.js, !j.cfg.BindOnly, bus.JanitorConsumerSpec(), func(err error) {
+			j.log.Warn().Err(err).Msg("waiting for the bootstrap")
+		})
+		if err != nil {
+			return nil, err
+		}
+		cc, err := cons.Consume(func(m jetstream.Msg) {
+			if err := j.lostTask(ctx, m.Data()); err != nil {
+				j.log.Warn().Err(err).Msg("handle max-deliveries advisory, will retry")
+				_ = m.NakWithDelay(2 * time.Second)
+				return
+			}
+			_ = m.Ack()
+		}, bus.Consume(bus.StopIfGone(j.js, bus.JanitorConsumerSpec(), nil))...)
+		if err != nil {
+			return nil, fmt.Errorf("consume advisories: %w", err)
+		}
+		return cc, nil
+	}
+	cc, err := consume(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped while starting: not an error
 		}
 		return err
 	}
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		if err := j.lostTask(ctx, m.Data()); err != nil {
-			j.log.Warn().Err(err).Msg("handle max-deliveries advisory, will retry")
-			_ = m.NakWithDelay(2 * time.Second)
-			return
-		}
-		_ = m.Ack()
-	}, bus.Consume()...)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil // stopped while starting: not an error
-		}
-		return fmt.Errorf("consume advisories: %w", err)
-	}
-	defer func() { cc.Drain(); <-cc.Closed() }()
+	// Consumed again should its consumer be deleted under it.
+	advisories := bus.Resume(ctx, cc, consume, func(err error) {
+		j.log.Warn().Err(err).Str("consumer", bus.ConsumerJanitorAdvisories).Msg("the advisories consumer stopped delivering (deleted?): binding it again")
+	})
+	defer advisories.Drain()
 	// Record the system rule where the api shows it (jetflow show). Not
 	// vital: a failure is logged, and the next start tries again.
 	if defs, err := catalog.Open(ctx, j.js); err != nil {

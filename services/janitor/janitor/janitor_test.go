@@ -275,11 +275,29 @@ func TestRunOnceLeavesQueuedTask(t *testing.T) {
 // TestLostTaskAdvisory exhausts a task's deliveries on a consumer with
 // MaxDeliver 1: JetStream's advisory, kept in the advisories stream, makes
 // the running janitor fail the task and remove it from the queue.
+// With its consumer deleted first (by hand, or by a tool), the janitor
+// makes it again and still handles the advisory.
 func TestLostTaskAdvisory(t *testing.T) {
 	t.Parallel()
+	t.Run("Consumer", func(t *testing.T) { t.Parallel(); lostTaskAdvisory(t, false) })
+	t.Run("ConsumerDeletedFirst", func(t *testing.T) { t.Parallel(); lostTaskAdvisory(t, true) })
+}
 
+func lostTaskAdvisory(t *testing.T, deleteFirst bool) {
 	b := setup(t)
 	natstest.Serve(t, b.janitor.Run)
+	if deleteFirst {
+		name := bus.JanitorConsumerSpec().Config.Durable
+		natstest.Eventually(t, 10*time.Second, func() bool {
+			_, err := b.js.Consumer(t.Context(), bus.StreamAdvisories, name)
+			return err == nil
+		}, "the janitor's consumer made")
+		require.NoError(t, b.js.DeleteConsumer(t.Context(), bus.StreamAdvisories, name))
+		natstest.Eventually(t, 10*time.Second, func() bool {
+			_, err := b.js.Consumer(t.Context(), bus.StreamAdvisories, name)
+			return err == nil
+		}, "the janitor's consumer made again")
+	}
 
 	x := execution("x-adv", 0)
 	taskID, seq := b.publishTask(t, x, "ship", 1)
