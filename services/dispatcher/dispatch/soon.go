@@ -54,6 +54,10 @@ const (
 	// and come once their firings are handled (to be acknowledged). A
 	// dispatcher that stops before it fires them leaves them this late.
 	scheduleGrace = 2 * time.Second
+	// notHeldAgain: a timer due in a partition this dispatcher does not
+	// hold at that moment (its lease's renewal may merely be late) is
+	// looked at again this much later, until its schedule fires.
+	notHeldAgain = 100 * time.Millisecond
 	// firedHereAgain: a schedule's message that comes while its timer,
 	// fired from memory, is still being handled here comes again after
 	// it, to be acknowledged (handled) or handled (dropped).
@@ -91,28 +95,48 @@ type soonTimers struct {
 	// pending: fired from memory, being handled; settled: handled. Both
 	// by settledKey, with when they were fired or handled.
 	pending, settled map[string]time.Time
-	wake             chan struct{}
+	// latest: the due time of each kept timer's latest arming, by
+	// settledKey. A timer armed again (its first arming's decision failed
+	// and was taken again later, or a re-arm) replaces its schedule in
+	// JF_TIMERS; here the heap's older entry stays, and is skipped.
+	latest map[string]time.Time
+	wake   chan struct{}
 }
 
 func newSoonTimers() *soonTimers {
-	return &soonTimers{pending: map[string]time.Time{}, settled: map[string]time.Time{}, wake: make(chan struct{}, 1)}
+	return &soonTimers{pending: map[string]time.Time{}, settled: map[string]time.Time{}, latest: map[string]time.Time{},
+		wake: make(chan struct{}, 1)}
+}
+
+// fits reports whether a timer armed now and due at due would be kept
+// (its schedule is then set scheduleGrace later); add keeps it once its
+// schedule is stored.
+func (s *soonTimers) fits(now, due time.Time) bool {
+	if s == nil || due.Sub(now) > soonHorizon {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.h) < soonMax
 }
 
 // add keeps a timer armed now (by the dispatcher's clock) and due at due,
 // if it falls within the horizon and there is room; it reports whether it
 // did.
 func (s *soonTimers) add(now, due time.Time, workflow, exec, id string) bool {
-	wait := due.Sub(now)
-	if s == nil || wait > soonHorizon {
+	if s == nil {
 		return false
 	}
-	t := soonTimer{at: time.Now().Add(max(0, wait)), due: due, workflow: workflow, exec: exec, id: id}
+	key := settledKey(exec, id)
+	wait := due.Sub(now)
 	s.mu.Lock()
-	if len(s.h) >= soonMax {
+	if wait > soonHorizon || len(s.h) >= soonMax {
+		delete(s.latest, key) // an earlier arming kept here is no longer the timer's
 		s.mu.Unlock()
 		return false
 	}
-	heap.Push(&s.h, t)
+	heap.Push(&s.h, soonTimer{at: time.Now().Add(max(0, wait)), due: due, workflow: workflow, exec: exec, id: id})
+	s.latest[key] = due
 	first := s.h[0].id == id
 	s.mu.Unlock()
 	if first {
@@ -131,7 +155,13 @@ func (s *soonTimers) due(now time.Time) ([]soonTimer, time.Duration) {
 	defer s.mu.Unlock()
 	var out []soonTimer
 	for len(s.h) > 0 && !s.h[0].at.After(now) {
-		out = append(out, heap.Pop(&s.h).(soonTimer))
+		t := heap.Pop(&s.h).(soonTimer)
+		key := settledKey(t.exec, t.id)
+		if due, ok := s.latest[key]; !ok || !due.Equal(t.due) {
+			continue // armed again since (or no longer kept): stale
+		}
+		delete(s.latest, key)
+		out = append(out, t)
 	}
 	if len(s.h) == 0 {
 		return out, 0
@@ -140,6 +170,31 @@ func (s *soonTimers) due(now time.Time) ([]soonTimer, time.Duration) {
 }
 
 func settledKey(exec, id string) string { return exec + "/" + id }
+
+// forget drops the timer's entry, if any (armed again beyond the
+// horizon: only its schedule fires it).
+func (s *soonTimers) forget(exec, id string) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.latest, settledKey(exec, id))
+}
+
+// requeue keeps t, taken by due, to fire at at instead, unless the timer
+// was armed again meanwhile (that arming's entry is the timer's now).
+func (s *soonTimers) requeue(t soonTimer, at time.Time) {
+	key := settledKey(t.exec, t.id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, armed := s.latest[key]; armed || len(s.h) >= soonMax {
+		return
+	}
+	t.at = at
+	heap.Push(&s.h, t)
+	s.latest[key] = t.due
+}
 
 // Where a timer fired from memory stands, when its schedule's message
 // comes.
@@ -223,11 +278,17 @@ func (d *Dispatcher) fireSoon(ctx context.Context, queue func(job), stop <-chan 
 		ready, next := d.soon.due(time.Now())
 		for _, st := range ready {
 			if now := d.cfg.Now(); now.Before(st.due) { // the clock it is due by is behind this one's
-				_ = d.soon.add(now, st.due, st.workflow, st.exec, st.id)
+				d.soon.requeue(st, time.Now().Add(st.due.Sub(now)))
 				continue
 			}
 			from := d.holding(d.partitionOf(st.exec))
 			if from == nil {
+				// Not held, or its lease's renewal is late (a worker would
+				// wait for it): looked at again shortly, until its
+				// schedule, scheduleGrace after its due time, takes over.
+				if d.cfg.Now().Sub(st.due) < scheduleGrace {
+					d.soon.requeue(st, time.Now().Add(notHeldAgain))
+				}
 				continue
 			}
 			ev := events.New(d.cfg.Source, st.exec, st.workflow, d.cfg.Now(),

@@ -96,3 +96,38 @@ func TestSoonTimersForgetOldEntries(t *testing.T) {
 	s.pending[settledKey("x", "lost")] = old
 	require.Equal(t, notFiredHere, s.stand("x", "lost"))
 }
+
+// TestSoonTimerArmedAgainKeepsItsLatestArming: a timer armed again
+// fires at its latest due time only; armed again beyond the horizon (or
+// forgotten), it does not fire from memory at all; a requeued entry
+// gives way to an arming that came meanwhile.
+func TestSoonTimerArmedAgainKeepsItsLatestArming(t *testing.T) {
+	s := newSoonTimers()
+	now := time.Now()
+	require.True(t, s.add(now, now.Add(-time.Second), "wf", "x", "t"))
+	require.True(t, s.add(now, now.Add(time.Hour/120), "wf", "x", "t")) // 30 s
+	ready, _ := s.due(time.Now())
+	require.Empty(t, ready, "the first arming is stale")
+	ready, _ = s.due(time.Now().Add(time.Minute))
+	require.Len(t, ready, 1)
+	require.WithinDuration(t, now.Add(30*time.Second), ready[0].due, 0)
+
+	require.True(t, s.add(now, now, "wf", "y", "t"))
+	require.False(t, s.add(now, now.Add(time.Hour), "wf", "y", "t"), "beyond the horizon")
+	require.True(t, s.add(now, now, "wf", "z", "t"))
+	s.forget("z", "t")
+	ready, _ = s.due(time.Now().Add(time.Minute))
+	require.Empty(t, ready, "neither fires from memory")
+
+	require.True(t, s.add(now, now, "wf", "r", "t"))
+	ready, _ = s.due(time.Now().Add(time.Minute))
+	require.Len(t, ready, 1)
+	s.requeue(ready[0], time.Now())
+	again, _ := s.due(time.Now().Add(time.Minute))
+	require.Len(t, again, 1, "requeued")
+	require.True(t, s.add(now, now.Add(time.Second), "wf", "r", "t")) // armed again
+	s.requeue(again[0], time.Now())
+	last, _ := s.due(time.Now().Add(time.Minute))
+	require.Len(t, last, 1, "the new arming only")
+	require.WithinDuration(t, now.Add(time.Second), last[0].due, 0)
+}

@@ -20,9 +20,10 @@ func (d *Dispatcher) publishSchedule(ctx context.Context, execID, wf, id string,
 		return permanentError{err}
 	}
 	// Due soon, it fires from memory (soon.go), its schedule a little
-	// later as the guarantee.
-	at := due
-	if d.soon.add(d.cfg.Now(), due, wf, execID, id) {
+	// later as the guarantee; kept once the schedule is stored.
+	at, now := due, d.cfg.Now()
+	kept := d.soon.fits(now, due)
+	if kept {
 		at = due.Add(scheduleGrace)
 	}
 	// Set with nanoseconds: the client helper truncates to the second and
@@ -31,6 +32,13 @@ func (d *Dispatcher) publishSchedule(ctx context.Context, execID, wf, id string,
 	msg.Header.Set("Nats-Schedule-Target", bus.PartitionTimerSubject(d.partitionOf(execID), execID))
 	if _, err := d.js.PublishMsg(ctx, msg); err != nil {
 		return fmt.Errorf("schedule timer %s: %w", id, err)
+	}
+	if kept {
+		// Refused only if the heap filled since fits (rare): the timer
+		// then fires by its schedule, scheduleGrace late.
+		_ = d.soon.add(now, due, wf, execID, id)
+	} else {
+		d.soon.forget(execID, id) // an earlier arming kept here is no longer the timer's
 	}
 	return nil
 }
