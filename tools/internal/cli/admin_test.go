@@ -207,3 +207,33 @@ func TestExitCodeRule(t *testing.T) {
 		require.ErrorIs(t, err, os.ErrNotExist, "%s: jetflow dev made its data directory before refusing", flag)
 	}
 }
+
+// TestDevVisibilityPostgresFromTheEnvironment: jetflow dev takes
+// JETFLOW_VISIBILITY_POSTGRES when --visibility-postgres is not given
+// (refusing a bad one before it starts), and its --help never prints
+// the variable's value, which may hold a password.
+func TestDevVisibilityPostgresFromTheEnvironment(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"JETFLOW_VISIBILITY_POSTGRES": "postgres://u:s3cr3t@h/db?pool_max_conns=many"}
+	var out, errOut bytes.Buffer
+	a := &app{getenv: func(k string) string { return env[k] }, stdout: &out, stderr: &errOut}
+
+	help := a.devCmd()
+	help.SetArgs([]string{"--help"})
+	help.SetOut(&out)
+	help.SetContext(t.Context())
+	require.NoError(t, help.Execute())
+	require.Contains(t, out.String(), "--visibility-postgres")
+	require.NotContains(t, out.String(), "s3cr3t")
+
+	out.Reset()
+	data := filepath.Join(t.TempDir(), "data")
+	dev := a.devCmd()
+	dev.SetArgs([]string{"--data", data, "--nats-addr", "127.0.0.1:0", "--http", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0"})
+	dev.SetContext(t.Context())
+	err := dev.Execute()
+	require.ErrorContains(t, err, "--visibility-postgres (JETFLOW_VISIBILITY_POSTGRES): not a PostgreSQL URL (cannot parse pool_max_conns)")
+	require.NotContains(t, err.Error(), "s3cr3t")
+	_, statErr := os.Stat(data)
+	require.ErrorIs(t, statErr, os.ErrNotExist, "refused before the data directory was made")
+}

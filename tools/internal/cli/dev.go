@@ -57,6 +57,7 @@ with its own NATS connection. Stop it with Ctrl-C; start it again on the same
 				cfg.Log = zerolog.New(w)
 			}
 			cfg.Log = cfg.Log.Level(lvl).With().Timestamp().Logger()
+			cfg.VisibilityPostgres = cmp.Or(cfg.VisibilityPostgres, a.getenv("JETFLOW_VISIBILITY_POSTGRES"))
 			if err := checkDevInput(cfg); err != nil { // refused before anything starts, as jetflow admin restore does
 				return err
 			}
@@ -128,7 +129,9 @@ with its own NATS connection. Stop it with Ctrl-C; start it again on the same
 	f.StringVar(&cfg.DataDir, "data", ".jetflow", "data directory (JetStream file store)")
 	f.StringVar(&cfg.NATSAddr, "nats-addr", "127.0.0.1:4222", "embedded NATS listen address")
 	f.StringVar(&cfg.HTTPAddr, "http", "127.0.0.1:8080", "api listen address")
-	f.StringVar(&cfg.VisibilityPostgres, "visibility-postgres", a.getenv("JETFLOW_VISIBILITY_POSTGRES"),
+	// The variable is read when the command runs, not given as the flag's
+	// default: --help prints defaults, and the URL may hold a password.
+	f.StringVar(&cfg.VisibilityPostgres, "visibility-postgres", "",
 		"URL of a PostgreSQL database for the api's visibility index, instead of DATA/visibility (default: $JETFLOW_VISIBILITY_POSTGRES)")
 	f.StringVar(&cfg.MetricsAddr, "metrics-addr", DefaultDevMetricsAddr, "where every service's Prometheus metrics are served, on /metrics (\"\": none)")
 	f.StringSliceVar(&cfg.Apply, "apply", nil, "workflow files or directories to register at start (repeatable)")

@@ -73,19 +73,28 @@ func CheckURL(url string) error {
 	return nil
 }
 
-// parseReason is what pgx says is wrong with a connection string, without
-// the string itself (it may hold a password pgx does not hide, in a
-// setting of its own), in parentheses; "" when it says nothing else.
+// parseReason is what pgx says is wrong with a connection string, in
+// parentheses, or "": its own words only ("invalid port", "cannot parse
+// pool_max_conns", "failed to parse as URL"), without the string it
+// quotes nor the error it wraps, either of which may repeat part of the
+// input, a password included.
 func parseReason(err error) string {
 	msg := err.Error()
 	if !strings.HasPrefix(msg, "cannot parse `") {
 		return ""
 	}
 	i := strings.LastIndex(msg, "`: ")
-	if i < 0 || strings.Contains(msg[i+3:], "://") { // the URL again
+	if i < 0 {
 		return ""
 	}
-	return " (" + msg[i+3:] + ")"
+	reason := msg[i+3:]
+	if inner := errors.Unwrap(err); inner != nil {
+		reason = strings.TrimSuffix(reason, " ("+inner.Error()+")")
+	}
+	if strings.ContainsAny(reason, "`\"'=@") { // quotes something: not one of pgx's own phrases
+		return ""
+	}
+	return " (" + reason + ")"
 }
 
 // Open connects to the database at url (a PostgreSQL URL or key=value

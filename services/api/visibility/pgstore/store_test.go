@@ -205,6 +205,10 @@ func TestCheckURLSaysWhatIsWrong(t *testing.T) {
 		"host=h password=s3cr3t port=x":               "invalid port",
 		"postgres://u:s3cr3t@[::1":                    "not a PostgreSQL URL",
 		"postgres://u@h/db?password=s3cr3t&port=x":    "invalid port",
+		// pgx's wrapped errors quote the input (an independent review).
+		"host=h password=s3cr3t horse dbname=x": "failed to parse as keyword/value",
+		"postgres://u@h/db?password=abc&s3cr3t": "failed to parse as URL",
+		"host=h password='s3cr3t":               "not a PostgreSQL URL",
 	} {
 		err := CheckURL(url)
 		require.ErrorContains(t, err, want, url)
