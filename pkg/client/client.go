@@ -249,6 +249,28 @@ func (c *Client) ListWorkflows(ctx context.Context) ([]WorkflowSummary, error) {
 	return out.Workflows, err
 }
 
+// Workflow is a workflow's latest version and its version numbers.
+type Workflow = apiv1.Workflow
+
+// WorkflowVersion is one stored version of a workflow, its definition as
+// JSON and as YAML.
+type WorkflowVersion = apiv1.WorkflowVersion
+
+// Workflow returns a registered workflow: its latest version, with the
+// definition, and every version number.
+func (c *Client) Workflow(ctx context.Context, name string) (Workflow, error) {
+	var out Workflow
+	_, err := c.do(ctx, http.MethodGet, "/v1/workflows/"+url.PathEscape(name), nil, nil, &out)
+	return out, err
+}
+
+// WorkflowVersion returns one stored version of a workflow.
+func (c *Client) WorkflowVersion(ctx context.Context, name string, version int) (WorkflowVersion, error) {
+	var out WorkflowVersion
+	_, err := c.do(ctx, http.MethodGet, "/v1/workflows/"+url.PathEscape(name)+"/versions/"+strconv.Itoa(version), nil, nil, &out)
+	return out, err
+}
+
 // StartRequest starts an execution. It is [apiv1.StartRequest] with the
 // input as a map, to fill in (a test holds the two in step).
 type StartRequest struct {

@@ -398,3 +398,55 @@ func TestLocalVersion(t *testing.T) {
 	require.Equal(t, stampedCommit, none.Commit)
 	require.Equal(t, svc.Version(), none.Version)
 }
+
+// TestWorkflowShow: workflow show prints the latest version (or
+// --version N) as YAML that workflow apply takes back as the same
+// definition (the same version, nothing created), with the versions in a
+// comment; -o json is the api's answer; a workflow or version not
+// registered is not found, and a version below 1 a usage error.
+func TestWorkflowShow(t *testing.T) {
+	t.Parallel()
+	api := stack(t).APIURL
+	v1 := writeFile(t, "name: shown\ndescription: first\nsteps:\n  - id: a\n    kind: noop\n")
+	v2 := writeFile(t, "name: shown\ndescription: second <b>\nsteps:\n  - id: a\n    kind: sleep\n    duration: 1s\n")
+	for _, f := range []string{v1, v2} {
+		code, _, stderr := jetflow(t, api, "workflow", "apply", "-f", f)
+		require.Equal(t, ExitOK, code, stderr)
+	}
+
+	code, out, stderr := jetflow(t, api, "workflow", "show", "shown")
+	require.Equal(t, ExitOK, code, stderr)
+	require.True(t, strings.HasPrefix(out, "# shown version 2, stored "), out)
+	require.Contains(t, out, "# versions: 1, 2 (--version N shows another)\n")
+	require.Contains(t, out, "description: second <b>")
+	require.Contains(t, out, "duration: 1s")
+	code, applied, stderr := jetflow(t, api, "workflow", "apply", "-f", writeFile(t, out))
+	require.Equal(t, ExitOK, code, stderr)
+	require.Equal(t, "workflow shown version 2 unchanged\n", applied, "what show prints is the same definition")
+
+	code, out, stderr = jetflow(t, api, "workflow", "show", "shown", "--version", "1")
+	require.Equal(t, ExitOK, code, stderr)
+	require.Contains(t, out, "# shown version 1, stored ")
+	require.Contains(t, out, "kind: noop")
+	require.NotContains(t, out, "# versions:")
+
+	code, out, stderr = jetflow(t, api, "workflow", "show", "shown", "-o", "json")
+	require.Equal(t, ExitOK, code, stderr)
+	var w client.Workflow
+	require.NoError(t, json.Unmarshal([]byte(out), &w), out)
+	require.Equal(t, []int{1, 2}, w.Versions)
+	require.Equal(t, 2, w.Latest.Version)
+
+	code, _, stderr = jetflow(t, api, "workflow", "show", "nope")
+	require.Equal(t, ExitNotFound, code, stderr)
+	require.Contains(t, stderr, `workflow "nope" is not registered`)
+	code, _, stderr = jetflow(t, api, "workflow", "show", "shown", "--version", "7")
+	require.Equal(t, ExitNotFound, code, stderr)
+	require.Contains(t, stderr, `workflow "shown" has no version 7`)
+	code, _, stderr = jetflow(t, api, "workflow", "show", "shown", "--version", "0")
+	require.Equal(t, ExitUsage, code, stderr)
+	require.Contains(t, stderr, "--version 0")
+	code, _, stderr = jetflow(t, api, "workflow", "show")
+	require.Equal(t, ExitUsage, code, stderr)
+	require.Contains(t, stderr, "name the workflow")
+}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -15,7 +16,7 @@ import (
 )
 
 func (a *app) workflowCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "workflow", Aliases: []string{"workflows", "wf"}, Short: "Register and list workflow definitions",
+	cmd := &cobra.Command{Use: "workflow", Aliases: []string{"workflows", "wf"}, Short: "Register, list and show workflow definitions",
 		Args: cobra.NoArgs, RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() }}
 	var files []string
 	apply := &cobra.Command{
@@ -68,8 +69,61 @@ func (a *app) workflowCmd() *cobra.Command {
 		},
 	}
 	out.add(ls)
-	cmd.AddCommand(apply, ls)
+	cmd.AddCommand(apply, ls, a.workflowShowCmd())
 	return cmd
+}
+
+// workflowShowCmd prints a registered definition as YAML that jetflow
+// workflow apply reads back as the same definition.
+func (a *app) workflowShowCmd() *cobra.Command {
+	var out output
+	var version int
+	show := &cobra.Command{
+		Use:   "show NAME [--version N] [-o json]",
+		Short: "Print a registered workflow's definition (its latest version, or --version N) as YAML that workflow apply takes back",
+		Args:  exactlyOne("name the workflow: jetflow workflow show NAME (see jetflow workflow ls)"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.Flags().Changed("version") && version < 1 {
+				return usagef("--version %d: give a version number from 1 (see jetflow workflow show %s)", version, args[0])
+			}
+			c := a.client()
+			var v client.WorkflowVersion
+			var versions []int
+			if version > 0 {
+				var err error
+				if v, err = c.WorkflowVersion(cmd.Context(), args[0], version); err != nil {
+					return err
+				}
+			} else {
+				w, err := c.Workflow(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				v, versions = w.Latest, w.Versions
+				if out.json() {
+					return printJSON(a.stdout, w)
+				}
+			}
+			if out.json() {
+				return printJSON(a.stdout, v)
+			}
+			// Comments: the YAML stays what apply takes back.
+			fmt.Fprintf(a.stdout, "# %s version %d, stored %s, digest %s\n", v.Name, v.Version,
+				v.CreatedAt.Local().Format("2006-01-02 15:04:05"), v.Digest)
+			if len(versions) > 1 {
+				nums := make([]string, len(versions))
+				for i, n := range versions {
+					nums[i] = strconv.Itoa(n)
+				}
+				fmt.Fprintf(a.stdout, "# versions: %s (--version N shows another)\n", strings.Join(nums, ", "))
+			}
+			_, err := io.WriteString(a.stdout, v.YAML)
+			return err
+		},
+	}
+	show.Flags().IntVar(&version, "version", 0, "the version to show (default: the latest)")
+	out.add(show)
+	return show
 }
 
 // applyFile registers the definition in file ("-": standard input).
