@@ -2,6 +2,7 @@ package partition
 
 import (
 	"context"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -17,7 +18,7 @@ func (t *Table) WaitStarts()                           { t.starting.Wait() }
 func (t *Table) Retake(ctx context.Context, p int)    { t.retake(ctx, p) }
 func (t *Table) ObserveNow(e jetstream.KeyValueEntry) { t.observe(e) }
 func (t *Table) ReconcileNow(ctx context.Context) {
-	t.members[t.cfg.Member] = true
+	t.members[t.cfg.Member] = seen{}
 	t.reconcile(ctx, false)
 }
 
@@ -26,4 +27,11 @@ func (t *Table) Epoch(p int) (uint64, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.epoch[p], t.state[p] != free
+}
+
+// SetStaleSlack sets the slack over the TTL after which a key is taken
+// for a ghost, and returns a func that restores it.
+func SetStaleSlack(d time.Duration) func() {
+	old := staleSlack.Swap(int64(d))
+	return func() { staleSlack.Store(old) }
 }

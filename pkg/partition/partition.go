@@ -217,7 +217,31 @@ func (c Config) Validate() error {
 type lease struct {
 	owner string
 	rev   uint64
+	seen  time.Time // when the server stored it (zero: written by this member)
 }
+
+// seen is a member key as the watch last showed it.
+type seen struct {
+	at  time.Time // when the server stored it
+	rev uint64
+}
+
+// staleAfter is how long before this member's latest renewal (both as
+// the server stamped them: no clock of this process is involved) a
+// member key or another member's lease was stored for it to be taken for
+// a ghost, whatever the bucket says: both live for the TTL and are
+// renewed every quarter of it, so one older than the TTL should have
+// expired. nats-server 2.15 can bring a key whose TTL ran out back to
+// life, for good, when it rebuilds a single-replica stream after an
+// unclean stop (nats-io/nats-server#8505): the ghost of a dispatcher
+// killed twice kept its partitions unheld for ever. The slack over the
+// TTL leaves room for a watch that delivers late.
+func (t *Table) staleAfter() time.Duration { return t.cfg.TTL + time.Duration(staleSlack.Load()) }
+
+// staleSlack is staleAfter's slack (a variable for tests).
+var staleSlack atomic.Int64
+
+func init() { staleSlack.Store(int64(5 * time.Second)) }
 
 type state int
 
@@ -235,8 +259,11 @@ type Table struct {
 
 	nonce   string          // this process's value of its member key
 	dupes   int             // renewals of its member key by another process seen
-	members map[string]bool // seen alive in the bucket
-	leases  map[int]lease   // seen in the bucket, or just written
+	members map[string]seen // seen alive in the bucket
+	// serverNow is when the server stored this member's latest renewal
+	// the watch showed: the server's clock, against which ghosts are told.
+	serverNow time.Time
+	leases    map[int]lease // seen in the bucket, or just written
 	// owners are the partitions' owners for the members ownersOf names.
 	owners   []string
 	ownersOf string
@@ -309,7 +336,7 @@ func New(js jetstream.JetStream, kv jetstream.KeyValue, cfg Config) (*Table, err
 	n := cfg.Partitions
 	nonce := make([]byte, 8)
 	_, _ = rand.Read(nonce)
-	return &Table{cfg: cfg, kv: kv, js: js, nonce: hex.EncodeToString(nonce), members: map[string]bool{}, leases: map[int]lease{},
+	return &Table{cfg: cfg, kv: kv, js: js, nonce: hex.EncodeToString(nonce), members: map[string]seen{}, leases: map[int]lease{},
 		lapsed: map[int]uint64{}, retook: map[int]retakeSpan{}, change: make(chan struct{}),
 		state: make([]state, n), until: make([]time.Time, n), epoch: make([]uint64, n), since: make([]uint64, n),
 		released: make(chan holding, n), failed: make(chan holding, n), quit: make(chan struct{})}, nil
@@ -460,6 +487,9 @@ func (t *Table) loop(ctx context.Context, w jetstream.KeyWatcher, tick *time.Tic
 		case <-tick.C:
 			t.heartbeat(ctx)
 			if ready {
+				t.dropGhosts(ctx)
+			}
+			if ready {
 				t.reconcile(ctx, true)
 			} else {
 				t.renewAll(ctx) // deciding waits for the whole view; renewing does not
@@ -475,7 +505,7 @@ func (t *Table) loop(ctx context.Context, w jetstream.KeyWatcher, tick *time.Tic
 // forget drops what an earlier watch showed (a new watch shows the bucket
 // again), except the leases this member holds.
 func (t *Table) forget() {
-	t.members = map[string]bool{t.cfg.Member: true}
+	t.members = map[string]seen{t.cfg.Member: {}}
 	for p, l := range t.leases {
 		if l.owner != t.cfg.Member {
 			delete(t.leases, p)
@@ -508,10 +538,13 @@ func (t *Table) observe(e jetstream.KeyValueEntry) {
 		if id == t.cfg.Member && string(e.Value()) != t.nonce {
 			t.dupes++ // once may be this name's previous run; more is another process
 		}
+		if id == t.cfg.Member && !gone && string(e.Value()) == t.nonce && e.Created().After(t.serverNow) {
+			t.serverNow = e.Created()
+		}
 		if gone {
 			delete(t.members, id)
 		} else {
-			t.members[id] = true
+			t.members[id] = seen{at: e.Created(), rev: e.Revision()}
 		}
 	case strings.HasPrefix(key, "lease."):
 		p, err := strconv.Atoi(strings.TrimPrefix(key, "lease."))
@@ -542,7 +575,7 @@ func (t *Table) observe(e jetstream.KeyValueEntry) {
 			t.lost(p, "its lease expired or was deleted")
 			return
 		}
-		l := lease{owner: string(e.Value()), rev: e.Revision()}
+		l := lease{owner: string(e.Value()), rev: e.Revision(), seen: e.Created()}
 		t.leases[p] = l
 		if l.owner != t.cfg.Member {
 			delete(t.lapsed, p)
@@ -635,7 +668,7 @@ func (t *Table) heartbeat(ctx context.Context) {
 		}
 		return
 	}
-	t.members[t.cfg.Member] = true
+	t.members[t.cfg.Member] = seen{}
 }
 
 // reconcile takes and gives back leases as the members decide, and
@@ -982,5 +1015,44 @@ func (t *Table) leave() {
 	}
 	if err := t.kv.Delete(ctx, MemberKey(t.cfg.Member)); err != nil {
 		t.cfg.OnError(err, "leave")
+	}
+}
+
+// dropGhosts forgets the other members whose key, and deletes the other
+// members' leases that, the server stored longer ago than staleAfter: they
+// should have expired (see staleAfter). The keys are deleted only if
+// unchanged since (a live member's renewal changes them), so that every
+// member's view drops them too.
+func (t *Table) dropGhosts(ctx context.Context) {
+	now := t.serverNow
+	if now.IsZero() {
+		return // this member's own renewal not seen yet
+	}
+	for id, m := range t.members {
+		if id == t.cfg.Member || m.at.IsZero() || now.Sub(m.at) <= t.staleAfter() {
+			continue
+		}
+		delete(t.members, id)
+		t.cfg.OnError(fmt.Errorf("member %s last renewed %s ago, past its %s TTL: a ghost the server kept (nats-io/nats-server#8505); deleting it",
+			id, now.Sub(m.at).Round(time.Second), t.cfg.TTL), "drop a stale member")
+		t.deleteIfUnchanged(ctx, MemberKey(id), m.rev)
+	}
+	for p, l := range t.leases {
+		if l.owner == t.cfg.Member || l.seen.IsZero() || now.Sub(l.seen) <= t.staleAfter() {
+			continue
+		}
+		delete(t.leases, p)
+		t.cfg.OnError(fmt.Errorf("lease of partition %d held by %s was last renewed %s ago, past its %s TTL: a ghost the server kept; deleting it",
+			p, l.owner, now.Sub(l.seen).Round(time.Second), t.cfg.TTL), "drop a stale lease")
+		t.deleteIfUnchanged(ctx, LeaseKey(p), l.rev)
+	}
+}
+
+// deleteIfUnchanged deletes key if its last revision is still rev.
+func (t *Table) deleteIfUnchanged(ctx context.Context, key string, rev uint64) {
+	ctx, cancel := t.opCtx(ctx)
+	defer cancel()
+	if err := t.kv.Delete(ctx, key, jetstream.LastRevision(rev)); err != nil && !stopping(ctx, err) {
+		t.cfg.OnError(err, "delete the stale key "+key)
 	}
 }

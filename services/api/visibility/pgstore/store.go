@@ -68,7 +68,7 @@ var _ visibility.Store = (*Store)(nil)
 // password).
 func CheckURL(url string) error {
 	if _, err := pgxpool.ParseConfig(url); err != nil {
-		return fmt.Errorf("not a PostgreSQL URL%s: give postgres://user:password@host:5432/database?sslmode=... (or key=value settings)", parseReason(err))
+		return fmt.Errorf("not a PostgreSQL URL%s: give postgres://user:password@host:5432/database?sslmode=... (percent-encode @, : and / in the user and password, e.g. %%40 for @), or key=value settings", parseReason(err))
 	}
 	return nil
 }
