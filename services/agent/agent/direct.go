@@ -366,7 +366,7 @@ func (a *Agent) attemptOver(ctx context.Context, task *events.Task, ref events.T
 		if time.Since(began) >= a.askFor() {
 			if a.direct.answered.Load() == 0 {
 				log.Warn().Str("asked_for", a.askFor().String()).
-					Msg("no dispatcher ever answered this agent: running a task delivered again without knowing whether an earlier delivery was recorded (agent credentials issued before direct reports? issue them again)")
+					Msg("no dispatcher ever answered this agent: running a task delivered again without knowing whether an earlier delivery was recorded (no dispatcher holds the execution's partition: see the dispatchers' partition logs; or agent credentials issued before direct reports: issue them again)")
 				return attemptRun
 			}
 			if !warned {
