@@ -503,6 +503,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		return err
 	}
 	d.parts.table = table
+	defer d.cfg.Metrics.watchPartitions(table, d.parts.n)()
 	if d.soon != nil { // once the table is set: it asks it whether a timer's partition is held
 		soonDone = make(chan struct{})
 		go func() { defer close(soonDone); d.fireSoon(ctx, queue, stopSoon) }()

@@ -11,6 +11,7 @@ import (
 
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/partition"
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/pkg/workflow"
 	"jetflow.dev/services/internal/metrics"
@@ -42,6 +43,9 @@ type Metrics struct {
 	// firings counts fired timers handed on, by where they fired from:
 	// memory (soon.go) or the schedule's message.
 	firings [2]prometheus.Counter
+	// partitions reads, at scrape time, the partitions the running
+	// dispatcher holds and their count (nil while none runs).
+	partitions atomic.Pointer[func() (held, total int)]
 }
 
 type endMetrics struct {
@@ -157,15 +161,37 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		Help: "Fired timers handed to the fire loop, by where they fired from: memory (due soon when this dispatcher armed them) or schedule (the message of their schedule in JF_TIMERS, not already handled from memory).",
 	}, []string{"by"})
 	lag := metrics.NewConsumerLag("dispatcher")
-	for _, c := range []prometheus.Collector{started, ended, execDur, steps, stepDur, appends, conflicts, rejected, lateness, lockWait, holders, waiters, firings, lag} {
+	m := &Metrics{}
+	partitionsOf := func(total bool) func() float64 {
+		return func() float64 {
+			f := m.partitions.Load()
+			if f == nil {
+				return 0
+			}
+			held, n := (*f)()
+			if total {
+				return float64(n)
+			}
+			return float64(held)
+		}
+	}
+	held := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "jetflow_dispatcher_partitions_held",
+		Help: "Partitions this dispatcher holds now. Summed over the dispatchers of a namespace it should equal jetflow_dispatcher_partitions within seconds of any change: less for longer means partitions nobody handles, whose executions wait.",
+	}, partitionsOf(false))
+	total := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "jetflow_dispatcher_partitions",
+		Help: "The namespace's partition count (the same on every dispatcher).",
+	}, partitionsOf(true))
+	for _, c := range []prometheus.Collector{started, ended, execDur, steps, stepDur, appends, conflicts, rejected, lateness, lockWait, holders, waiters, firings, held, total, lag} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("dispatch: register metrics: %w", err)
 		}
 	}
-	m := &Metrics{started: started, ended: map[projections.Status]endMetrics{}, steps: map[string]*lazy[stepMetrics]{},
-		conflicts: conflicts, rejected: map[string]prometheus.Counter{}, lateness: map[string]*lazy[prometheus.Observer]{},
-		lockWait: lockWait, holders: holders, waiters: waiters, lag: lag,
-		firings: [2]prometheus.Counter{firings.WithLabelValues("memory"), firings.WithLabelValues("schedule")}}
+	m.started, m.ended, m.steps = started, map[projections.Status]endMetrics{}, map[string]*lazy[stepMetrics]{}
+	m.conflicts, m.rejected, m.lateness = conflicts, map[string]prometheus.Counter{}, map[string]*lazy[prometheus.Observer]{}
+	m.lockWait, m.holders, m.waiters, m.lag = lockWait, holders, waiters, lag
+	m.firings = [2]prometheus.Counter{firings.WithLabelValues("memory"), firings.WithLabelValues("schedule")}
 	// Known small sets are made at once, so that their series read 0
 	// rather than nothing until something happens; the step kinds and
 	// timer purposes, and their histograms, on first use.
@@ -357,6 +383,25 @@ func (m *Metrics) publishLocks(t *lockTable) {
 	}
 	m.holders.Set(float64(t.holders))
 	m.waiters.Set(float64(t.waiters))
+}
+
+// watchPartitions reports, at each scrape, the partitions the table t
+// holds of n, until stop is called.
+func (m *Metrics) watchPartitions(t *partition.Table, n int) (stop func()) {
+	if m == nil {
+		return func() {}
+	}
+	f := func() (int, int) {
+		held := 0
+		for p := range n {
+			if _, ok := t.Holds(p); ok {
+				held++
+			}
+		}
+		return held, n
+	}
+	m.partitions.Store(&f)
+	return func() { m.partitions.CompareAndSwap(&f, nil) }
 }
 
 // watchConsumers reports the backlog of d's consumers at each scrape,

@@ -194,3 +194,15 @@ func TestMetricsConsumerLag(t *testing.T) {
 	require.Equal(t, 0.0, metricstest.Value(t, reg, "jetflow_consumer_pending_messages", "consumer", bus.ConsumerDispatcherCommands),
 		"an idle dispatcher has no backlog")
 }
+
+// TestMetricsPartitions: a dispatcher alone holds every partition, and
+// says so; the two gauges agree.
+func TestMetricsPartitions(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	reg := b.runMeasured(t)
+	n, err := bus.Partitions(t.Context(), b.js)
+	require.NoError(t, err)
+	waitMetric(t, reg, float64(n), "jetflow_dispatcher_partitions")
+	waitMetric(t, reg, float64(n), "jetflow_dispatcher_partitions_held")
+}
