@@ -470,12 +470,15 @@ func (c *Client) Events(ctx context.Context, id string, fromSeq uint64) ([]Event
 // calls fn for each event until the execution is settled as of its latest
 // events (it ended, or it is suspended: see [projections.Status.Settled]),
 // fn returns an error, or ctx ends. A cancelled execution that is resumed
-// is followed on. It reconnects with Last-Event-ID if the stream breaks.
+// is followed on. It reconnects with Last-Event-ID if the stream breaks,
+// for up to FollowReconnectFor without progress (an api restarting: a
+// development stack rebuilt and started again takes tens of seconds).
 func (c *Client) Follow(ctx context.Context, id string, fromSeq uint64, fn func(Event) error) error {
 	last := uint64(0)
 	if fromSeq > 0 {
 		last = fromSeq - 1
 	}
+	failing := time.Now()
 	for attempt := 0; ; attempt++ {
 		before := last
 		done, err := c.followOnce(ctx, id, last, func(ev Event) error {
@@ -486,10 +489,10 @@ func (c *Client) Follow(ctx context.Context, id string, fromSeq uint64, fn func(
 			return err
 		}
 		if last != before {
-			attempt = 0 // it made progress: count failures afresh
+			attempt, failing = 0, time.Now() // it made progress: count failures afresh
 		}
 		var apiErr *Error
-		if errors.As(err, &apiErr) || attempt > 20 {
+		if errors.As(err, &apiErr) || time.Since(failing) > FollowReconnectFor {
 			return err
 		}
 		if errors.Is(err, io.EOF) && attempt == 0 {
@@ -505,6 +508,10 @@ func (c *Client) Follow(ctx context.Context, id string, fromSeq uint64, fn func(
 		}
 	}
 }
+
+// FollowReconnectFor is how long Follow keeps reconnecting to a stream
+// that broke without bringing any event.
+var FollowReconnectFor = 2 * time.Minute
 
 // followOnce reads one event stream. done is true when there is nothing
 // more to follow (204) or the stream cannot be followed (an api error, an
