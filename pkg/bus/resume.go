@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -117,6 +118,25 @@ func (c *Consuming) Drain() {
 		<-cc.Closed()
 	}
 	<-c.done
+}
+
+// Starter returns the start a Resume calls: it binds spec (making it
+// where manage, calling wait while it waits for it, as Bind does) and
+// consumes it with handler and opts. Called once by the service itself,
+// it is also the first start.
+func Starter(js jetstream.JetStream, manage bool, spec Consumer, wait func(error), handler jetstream.MessageHandler,
+	opts ...jetstream.PullConsumeOpt) func(context.Context) (jetstream.ConsumeContext, error) {
+	return func(ctx context.Context) (jetstream.ConsumeContext, error) {
+		cons, err := Bind(ctx, js, manage, spec, wait)
+		if err != nil {
+			return nil, err
+		}
+		cc, err := cons.Consume(handler, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("consume %s: %w", spec.Config.Durable, err)
+		}
+		return cc, nil
+	}
 }
 
 // StopIfGone is a Consume option for a Consume that Resume watches: on

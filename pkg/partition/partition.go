@@ -488,8 +488,6 @@ func (t *Table) loop(ctx context.Context, w jetstream.KeyWatcher, tick *time.Tic
 			t.heartbeat(ctx)
 			if ready {
 				t.dropGhosts(ctx)
-			}
-			if ready {
 				t.reconcile(ctx, true)
 			} else {
 				t.renewAll(ctx) // deciding waits for the whole view; renewing does not

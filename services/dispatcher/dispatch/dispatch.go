@@ -523,15 +523,9 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		}
 		// Consumed again should the consumer be deleted under it.
 		spec := specs[i]
-		ccs = append(ccs, bus.Resume(ctx, cc, func(ctx context.Context) (jetstream.ConsumeContext, error) {
-			cons, err := bus.Bind(ctx, d.js, !d.cfg.BindOnly, spec, func(err error) {
-				d.log.Warn().Err(err).Msg("waiting for the bootstrap")
-			})
-			if err != nil {
-				return nil, err
-			}
-			return cons.Consume(handler, opts...)
-		}, func(err error) {
+		ccs = append(ccs, bus.Resume(ctx, cc, bus.Starter(d.js, !d.cfg.BindOnly, spec, func(err error) {
+			d.log.Warn().Err(err).Msg("waiting for the bootstrap")
+		}, handler, opts...), func(err error) {
 			d.log.Warn().Err(err).Str("consumer", spec.Config.Durable).Msg("a consumer stopped delivering (deleted?): binding it again")
 		}))
 	}

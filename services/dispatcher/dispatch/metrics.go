@@ -45,7 +45,7 @@ type Metrics struct {
 	firings [2]prometheus.Counter
 	// partitions reads, at scrape time, the partitions the running
 	// dispatcher holds and their count (nil while none runs).
-	partitions atomic.Pointer[func() (held, total int)]
+	partitions *atomic.Pointer[func() (held, total int)]
 }
 
 type endMetrics struct {
@@ -161,10 +161,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		Help: "Fired timers handed to the fire loop, by where they fired from: memory (due soon when this dispatcher armed them) or schedule (the message of their schedule in JF_TIMERS, not already handled from memory).",
 	}, []string{"by"})
 	lag := metrics.NewConsumerLag("dispatcher")
-	m := &Metrics{}
+	partitions := new(atomic.Pointer[func() (held, total int)])
 	partitionsOf := func(total bool) func() float64 {
 		return func() float64 {
-			f := m.partitions.Load()
+			f := partitions.Load()
 			if f == nil {
 				return 0
 			}
@@ -188,10 +188,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			return nil, fmt.Errorf("dispatch: register metrics: %w", err)
 		}
 	}
-	m.started, m.ended, m.steps = started, map[projections.Status]endMetrics{}, map[string]*lazy[stepMetrics]{}
-	m.conflicts, m.rejected, m.lateness = conflicts, map[string]prometheus.Counter{}, map[string]*lazy[prometheus.Observer]{}
-	m.lockWait, m.holders, m.waiters, m.lag = lockWait, holders, waiters, lag
-	m.firings = [2]prometheus.Counter{firings.WithLabelValues("memory"), firings.WithLabelValues("schedule")}
+	m := &Metrics{started: started, ended: map[projections.Status]endMetrics{}, steps: map[string]*lazy[stepMetrics]{},
+		conflicts: conflicts, rejected: map[string]prometheus.Counter{}, lateness: map[string]*lazy[prometheus.Observer]{},
+		lockWait: lockWait, holders: holders, waiters: waiters, lag: lag,
+		firings:    [2]prometheus.Counter{firings.WithLabelValues("memory"), firings.WithLabelValues("schedule")},
+		partitions: partitions}
 	// Known small sets are made at once, so that their series read 0
 	// rather than nothing until something happens; the step kinds and
 	// timer purposes, and their histograms, on first use.

@@ -176,18 +176,14 @@ func (d *Dispatcher) acquire(ctx context.Context, p int, epoch uint64, enqueue f
 		}
 		// Consumed again, while the partition is held here, should the
 		// consumer be deleted under it.
-		spec := c
+		start := bus.Starter(d.js, !d.cfg.BindOnly, c, func(err error) {
+			d.log.Warn().Err(err).Int("partition", p).Msg("waiting for the bootstrap")
+		}, handler, opts...)
 		resumed := bus.Resume(ctx, cc, func(ctx context.Context) (jetstream.ConsumeContext, error) {
 			if !current() {
 				return nil, errNotHeld
 			}
-			cons, err := bus.Bind(ctx, d.js, !d.cfg.BindOnly, spec, func(err error) {
-				d.log.Warn().Err(err).Int("partition", p).Msg("waiting for the bootstrap")
-			})
-			if err != nil {
-				return nil, err
-			}
-			return cons.Consume(handler, opts...)
+			return start(ctx)
 		}, func(err error) {
 			if errors.Is(err, errNotHeld) {
 				return

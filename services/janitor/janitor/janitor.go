@@ -151,26 +151,17 @@ func New(cfg Config, js jetstream.JetStream, log zerolog.Logger) (*Janitor, erro
 
 // Run works until ctx ends.
 func (j *Janitor) Run(ctx context.Context) error {
-	consume := func(bctx context.Context) (jetstream.ConsumeContext, error) {
-		cons, err := bus.Bind(bctx, j.js, !j.cfg.BindOnly, bus.JanitorConsumerSpec(), func(err error) {
-			j.log.Warn().Err(err).Msg("waiting for the bootstrap")
-		})
-		if err != nil {
-			return nil, err
+	spec := bus.JanitorConsumerSpec()
+	consume := bus.Starter(j.js, !j.cfg.BindOnly, spec, func(err error) {
+		j.log.Warn().Err(err).Msg("waiting for the bootstrap")
+	}, func(m jetstream.Msg) {
+		if err := j.lostTask(ctx, m.Data()); err != nil {
+			j.log.Warn().Err(err).Msg("handle max-deliveries advisory, will retry")
+			_ = m.NakWithDelay(2 * time.Second)
+			return
 		}
-		cc, err := cons.Consume(func(m jetstream.Msg) {
-			if err := j.lostTask(ctx, m.Data()); err != nil {
-				j.log.Warn().Err(err).Msg("handle max-deliveries advisory, will retry")
-				_ = m.NakWithDelay(2 * time.Second)
-				return
-			}
-			_ = m.Ack()
-		}, bus.Consume(bus.StopIfGone(j.js, bus.JanitorConsumerSpec(), nil))...)
-		if err != nil {
-			return nil, fmt.Errorf("consume advisories: %w", err)
-		}
-		return cc, nil
-	}
+		_ = m.Ack()
+	}, bus.Consume(bus.StopIfGone(j.js, spec, nil))...)
 	cc, err := consume(ctx)
 	if err != nil {
 		if ctx.Err() != nil {

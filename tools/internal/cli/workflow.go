@@ -86,26 +86,24 @@ func (a *app) workflowShowCmd() *cobra.Command {
 			if cmd.Flags().Changed("version") && version < 1 {
 				return usagef("--version %d: give a version number from 1 (see jetflow workflow show %s)", version, args[0])
 			}
-			c := a.client()
 			var v client.WorkflowVersion
 			var versions []int
+			var answer any // the api's answer, for -o json
 			if version > 0 {
 				var err error
-				if v, err = c.WorkflowVersion(cmd.Context(), args[0], version); err != nil {
+				if v, err = a.client().WorkflowVersion(cmd.Context(), args[0], version); err != nil {
 					return err
 				}
+				answer = v
 			} else {
-				w, err := c.Workflow(cmd.Context(), args[0])
+				w, err := a.client().Workflow(cmd.Context(), args[0])
 				if err != nil {
 					return err
 				}
-				v, versions = w.Latest, w.Versions
-				if out.json() {
-					return printJSON(a.stdout, w)
-				}
+				v, versions, answer = w.Latest, w.Versions, w
 			}
 			if out.json() {
-				return printJSON(a.stdout, v)
+				return printJSON(a.stdout, answer)
 			}
 			// Comments: the YAML stays what apply takes back.
 			fmt.Fprintf(a.stdout, "# %s version %d, stored %s, digest %s\n", v.Name, v.Version,
