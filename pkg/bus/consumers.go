@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -226,6 +227,15 @@ func AllConsumers(d Durables) []Consumer {
 	return append(out, ProjectorConsumerSpec(), JanitorConsumerSpec())
 }
 
+// closedWhileMade reports whether err is the server's answer to a create
+// of a consumer that was deleted before the create finished ("consumer
+// closed"): made again, it is made.
+func closedWhileMade(err error) bool {
+	var aerr *jetstream.APIError
+	return errors.As(err, &aerr) && aerr.ErrorCode == jetstream.JSErrCodeConsumerCreate &&
+		strings.Contains(aerr.Description, "consumer closed")
+}
+
 // Bind returns the durable consumer c. A service that manages the topology
 // creates (or updates) it, trying again every second while JetStream
 // times out or elects a leader (calling wait with the reason); one that
@@ -240,8 +250,9 @@ func Bind(ctx context.Context, js jetstream.JetStream, manage bool, c Consumer, 
 		}
 		err = fmt.Errorf("create consumer %s on %s: %w", c.Config.Durable, c.Stream, err)
 		// A timeout or a leader being elected passes: wait, as a bound
-		// service waits for the bootstrap, instead of stopping.
-		if !Transient(err) || ctx.Err() != nil {
+		// service waits for the bootstrap, instead of stopping. So does a
+		// consumer deleted while it was being made (closed under it).
+		if !(Transient(err) || closedWhileMade(err)) || ctx.Err() != nil {
 			return nil, err
 		}
 		if wait != nil {

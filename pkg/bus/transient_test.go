@@ -61,3 +61,13 @@ func TestKeyChanged(t *testing.T) {
 		require.False(t, bus.KeyChanged(err), "%v", err)
 	}
 }
+
+// TestClosedWhileMade: the server's answer to a create of a consumer
+// deleted meanwhile is made again by Bind; other create errors are not.
+func TestClosedWhileMade(t *testing.T) {
+	closed := &jetstream.APIError{Code: 500, ErrorCode: jetstream.JSErrCodeConsumerCreate, Description: "consumer closed"}
+	require.True(t, bus.ClosedWhileMade(fmt.Errorf("create consumer x on S: %w", closed)))
+	other := &jetstream.APIError{Code: 500, ErrorCode: jetstream.JSErrCodeConsumerCreate, Description: "deliver subject not valid"}
+	require.False(t, bus.ClosedWhileMade(other))
+	require.False(t, bus.ClosedWhileMade(errors.New("consumer closed")))
+}

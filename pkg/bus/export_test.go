@@ -1,0 +1,4 @@
+package bus
+
+// ClosedWhileMade is closedWhileMade, for the external tests.
+var ClosedWhileMade = closedWhileMade
