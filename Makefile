@@ -166,6 +166,10 @@ fuzz/short: ## Fuzz every target for FUZZ_SHORT (3s) each, as make test does aft
 bench: ## Benchmark: 10-step noop executions through all four services (steps/s, p99/p50, CPU per step), one at a time, 1-step ones; a table against the speed goals
 	$(GO) run ./tools/cmd/jetflow-bench $(BENCH_FLAGS)
 
+.PHONY: bench/local
+bench/local: ## Benchmark as make bench, with the noop steps local (local: true): run by the dispatcher, one append per step, no agent
+	$(GO) run ./tools/cmd/jetflow-bench -local $(BENCH_FLAGS)
+
 .PHONY: bench/timers
 bench/timers: ## Benchmark TIMERS executions (10000) sleeping until the same instant: how late their timers fire (p99)
 	$(GO) run ./tools/cmd/jetflow-bench -executions 0 -single 0 -single1 0 -timers $(or $(TIMERS),10000) $(BENCH_FLAGS)

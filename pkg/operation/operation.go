@@ -5,6 +5,7 @@ package operation
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 )
 
 // Task is what a handler receives.
@@ -65,4 +66,15 @@ func Heartbeat(ctx context.Context) {
 // WithHeartbeat returns ctx with beat called by Heartbeat: for agents.
 func WithHeartbeat(ctx context.Context, beat func()) context.Context {
 	return context.WithValue(ctx, heartbeatKey{}, beat)
+}
+
+// Run calls h, and turns a panic of the handler into an error, so that
+// one faulty handler fails its step instead of its process.
+func Run(ctx context.Context, h Handler, t Task) (out any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("operation %s panicked: %v", t.Kind, r)
+		}
+	}()
+	return h.Handle(ctx, t)
 }

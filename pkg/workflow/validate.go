@@ -34,11 +34,11 @@ var (
 // kindFields lists, per kind, the fields beyond the common ones (id, kind,
 // description, condition, output) that the kind accepts.
 var kindFields = map[string][]string{
-	KindNoop:   {"queue", "timeout", "retry"},
-	KindLog:    {"queue", "timeout", "retry", "message", "level"},
+	KindNoop:   {"queue", "local", "timeout", "retry"},
+	KindLog:    {"queue", "local", "timeout", "retry", "message", "level"},
 	KindExec:   {"queue", "timeout", "heartbeat", "retry", "command", "args", "env", "dir"},
 	KindHTTP:   {"queue", "timeout", "retry", "method", "url", "headers", "body"},
-	KindCall:   {"queue", "timeout", "heartbeat", "retry", "operation", "input"},
+	KindCall:   {"queue", "local", "timeout", "heartbeat", "retry", "operation", "input"},
 	KindLet:    {"vars"},
 	KindSleep:  {"duration", "until"},
 	KindWait:   {"signal", "signals", "match", "timeout"},
@@ -227,6 +227,7 @@ func validateStepList(add func(string, string, ...any), addErr func(string, erro
 			add(f("retention"), "disabled cannot go with lock: a holder deleted when it ends leaves nothing to resume, replay or explain the lock by; keep it a while (e.g. 1h)")
 		}
 		s.validateKind(add, addErr, f, roots)
+		s.validateLocal(add, f)
 		switch s.Kind {
 		case KindWorkflow:
 			checkLock(add, addErr, f, s.Lock, s.Semaphore, roots)
@@ -455,7 +456,15 @@ func (s Step) validateKind(add func(string, string, ...any), addErr func(string,
 		if _, err := jsonable(s.Input); err != nil {
 			add(f("input"), "cannot be encoded as JSON: %v", err)
 		}
-		agentTemplate("input", s.Input)
+		if s.Local { // a dispatcher holds no secrets
+			if err := expression.Compile(s.Input, roots); err != nil && expression.Compile(s.Input, secretRoots) == nil {
+				add(f("input"), "references a secret: a local step runs in the dispatcher, which holds none (drop local to run it on an agent)")
+			} else {
+				template("input", s.Input)
+			}
+		} else {
+			agentTemplate("input", s.Input)
+		}
 	case KindLet:
 		if len(s.Vars) == 0 {
 			add(f("vars"), "is required for a let step: the variables to set")
@@ -514,6 +523,29 @@ func (s Step) validateKind(add func(string, string, ...any), addErr func(string,
 	}
 }
 
+// validateLocal checks a local step (docs/adr/0014): it runs in the
+// dispatcher, at least once.
+func (s Step) validateLocal(add func(string, string, ...any), f func(string) string) {
+	if !s.Local {
+		return
+	}
+	if s.Queue != "" {
+		add(f("queue"), "does not go with local: a local step runs in the dispatcher, on no agent queue")
+	}
+	if s.Heartbeat != "" {
+		add(f("heartbeat"), "does not go with local: a local step's handler runs in the dispatcher, bounded by its timeout")
+	}
+	switch normalIdempotent(s.Idempotent) {
+	case IdempotentNo:
+		add(f("idempotent"), "no does not go with local: a local step runs again when its dispatcher stops before its result is recorded")
+	case IdempotentYes:
+	default:
+		if s.Kind == KindCall {
+			add(f("idempotent"), "must be yes on a local call step: it runs again when its dispatcher stops before its result is recorded, so its handler must be safe to run twice")
+		}
+	}
+}
+
 // OperationKind is the handler an agent runs the step with: the operation
 // name of a call step, the kind otherwise.
 func (s Step) OperationKind() string {
@@ -537,7 +569,7 @@ func (s Step) usedFields() []string {
 		name string
 		set  bool
 	}{
-		{"queue", s.Queue != ""}, {"timeout", s.Timeout != ""}, {"heartbeat", s.Heartbeat != ""}, {"retry", s.Retry != nil},
+		{"queue", s.Queue != ""}, {"local", s.Local}, {"timeout", s.Timeout != ""}, {"heartbeat", s.Heartbeat != ""}, {"retry", s.Retry != nil},
 		{"message", s.Message != ""}, {"level", s.Level != ""},
 		{"command", s.Command != ""}, {"args", len(s.Args) > 0}, {"env", len(s.Env) > 0}, {"dir", s.Dir != ""},
 		{"method", s.Method != ""}, {"url", s.URL != ""}, {"headers", len(s.Headers) > 0}, {"body", s.Body != nil},

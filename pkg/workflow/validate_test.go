@@ -613,6 +613,62 @@ var validationCases = []struct {
 		},
 	},
 
+	// local steps.
+	{
+		name: "LocalOnExecAndHTTP",
+		input: wf(
+			"  - id: a",
+			"    kind: exec",
+			"    command: x",
+			"    local: true",
+			"  - id: b",
+			"    kind: http",
+			"    url: http://example.com",
+			"    local: true",
+		),
+		want: []problem{
+			{"steps[0].local", 6, "does not apply to an exec step (only to noop, log, call)"},
+			{"steps[1].local", 10, "does not apply to an http step (only to noop, log, call)"},
+		},
+	},
+	{
+		name: "LocalWithQueueHeartbeatOrNotIdempotent",
+		input: wf(
+			"  - id: a",
+			"    kind: noop",
+			"    local: true",
+			"    queue: gpu",
+			"  - id: b",
+			"    kind: call",
+			"    operation: x",
+			"    local: true",
+			"    heartbeat: 1s",
+			"  - id: c",
+			"    kind: log",
+			"    message: hi",
+			"    local: true",
+			"    idempotent: no",
+		),
+		want: []problem{
+			{"steps[0].queue", 6, "does not go with local: a local step runs in the dispatcher, on no agent queue"},
+			{"steps[1].heartbeat", 11, "does not go with local: a local step's handler runs in the dispatcher, bounded by its timeout"},
+			{"steps[1].idempotent", 7, "must be yes on a local call step: it runs again when its dispatcher stops before its result is recorded, so its handler must be safe to run twice"},
+			{"steps[2].idempotent", 16, "no does not go with local: a local step runs again when its dispatcher stops before its result is recorded"},
+		},
+	},
+	{
+		name: "LocalCallWithASecret",
+		input: wf(
+			"  - id: a",
+			"    kind: call",
+			"    operation: x",
+			"    local: true",
+			"    idempotent: yes",
+			"    input: {token: '${secret.TOKEN}'}",
+		),
+		want: []problem{{"steps[0].input", 8, "references a secret: a local step runs in the dispatcher, which holds none (drop local to run it on an agent)"}},
+	},
+
 	// sleep.
 	{
 		name: "SleepWithNeither",

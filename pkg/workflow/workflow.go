@@ -180,6 +180,12 @@ type Step struct {
 	Description string `yaml:"description,omitempty" json:"description,omitempty"`
 	// Queue is the agent queue that runs the operation (default "default").
 	Queue string `yaml:"queue,omitempty" json:"queue,omitempty"`
+	// Local runs the operation (noop, log, or a call of a handler the
+	// dispatchers register) in the dispatcher that runs the execution,
+	// not on an agent: no task is sent, and its result is recorded with
+	// one append. It runs at least once: again, not waited for, after its
+	// dispatcher stops (docs/adr/0014).
+	Local bool `yaml:"local,omitempty" json:"local,omitempty"`
 
 	// Condition, an expression, decides whether the step runs; a step
 	// whose condition is false is skipped.
@@ -333,8 +339,15 @@ const (
 	ModeFirst = "first"
 )
 
-// QueueName returns the step's agent queue.
+// LocalQueue is the queue recorded for a local step: no agent queue can
+// have its name (a queue's starts with a letter or a digit).
+const LocalQueue = "_local"
+
+// QueueName returns the step's agent queue (LocalQueue for a local step).
 func (s Step) QueueName() string {
+	if s.Local {
+		return LocalQueue
+	}
 	if s.Queue == "" {
 		return DefaultQueue
 	}

@@ -16,6 +16,7 @@ import (
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
+	"jetflow.dev/pkg/workflow"
 	"jetflow.dev/tools/internal/devstack"
 )
 
@@ -57,6 +58,17 @@ var exampleRuns = map[string][]exampleRun{
 		},
 	}},
 	"slow.yaml": {{want: projections.StatusSucceeded}},
+	"local.yaml": {{
+		input: map[string]any{"who": "ada"},
+		want:  projections.StatusSucceeded,
+		check: func(t *testing.T, x projections.Execution) {
+			// The log steps ran in the dispatcher, the exec on an agent.
+			require.Equal(t, workflow.LocalQueue, stepByID(t, x, "begin").Queue)
+			require.Equal(t, workflow.DefaultQueue, stepByID(t, x, "work").Queue)
+			require.JSONEq(t, `"starting for ada"`, jsonField(t, stepByID(t, x, "begin").Output, "message"))
+			require.JSONEq(t, `"done: working for ada\n"`, string(stepByID(t, x, "end").Output))
+		},
+	}},
 	"invoice.yaml": {
 		{input: map[string]any{"customer": "acme", "amount": 120}, want: projections.StatusSucceeded,
 			listedBy: [][]string{{"customer:acme"}, {"customer:acme", "tier:gold"}}},

@@ -488,7 +488,7 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 		var stopWatch func()
 		opCtx, stopWatch = watchHeartbeat(opCtx, heartbeatOf(spec))
 		defer stopWatch()
-		out, err = safeHandle(opCtx, h, operation.Task{TaskID: task.TaskID, ExecutionID: task.ExecutionID,
+		out, err = operation.Run(opCtx, h, operation.Task{TaskID: task.TaskID, ExecutionID: task.ExecutionID,
 			Workflow: task.Workflow, StepID: task.StepID, Attempt: task.Attempt, Delivery: delivery,
 			Kind: task.Kind, Spec: spec, Input: specInput(spec)})
 		started.stop()
@@ -686,15 +686,6 @@ func specInput(spec json.RawMessage) json.RawMessage {
 		return nil
 	}
 	return s.Input
-}
-
-func safeHandle(ctx context.Context, h operation.Handler, t operation.Task) (out any, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("operation %s panicked: %v", t.Kind, r)
-		}
-	}()
-	return h.Handle(ctx, t)
 }
 
 // fitOutput replaces an output too large to store in a result message with

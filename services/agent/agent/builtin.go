@@ -2,7 +2,6 @@ package agent
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,14 +19,15 @@ import (
 	"github.com/rs/zerolog"
 
 	"jetflow.dev/pkg/operation"
+	"jetflow.dev/pkg/operation/builtin"
 	"jetflow.dev/pkg/workflow"
 )
 
 // Builtins returns the built-in handlers: noop, log, exec and http.
 func Builtins(cfg Config, log zerolog.Logger) map[string]operation.Handler {
 	return map[string]operation.Handler{
-		workflow.KindNoop: operation.HandlerFunc(func(context.Context, operation.Task) (any, error) { return nil, nil }),
-		workflow.KindLog:  logHandler{log: log},
+		workflow.KindNoop: builtin.Noop,
+		workflow.KindLog:  builtin.Log(log),
 		workflow.KindExec: execHandler{grace: cfg.KillGrace, maxOutput: cfg.MaxOutput, hideEnv: cfg.SecretsEnvPrefix},
 		workflow.KindHTTP: httpHandler{client: &http.Client{Timeout: cfg.HTTPTimeout, CheckRedirect: checkRedirect(cfg.Policy)},
 			maxOutput: cfg.MaxOutput},
@@ -56,29 +56,6 @@ func commandEnv(hide string) []string {
 	return slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, hide) })
 }
 
-func spec(t operation.Task) (workflow.Step, error) {
-	var s workflow.Step
-	if err := json.Unmarshal(t.Spec, &s); err != nil {
-		return s, fmt.Errorf("decode %s step spec: %w", t.Kind, err)
-	}
-	return s, nil
-}
-
-type logHandler struct{ log zerolog.Logger }
-
-func (h logHandler) Handle(_ context.Context, t operation.Task) (any, error) {
-	s, err := spec(t)
-	if err != nil {
-		return nil, err
-	}
-	lvl, err := zerolog.ParseLevel(cmp.Or(s.Level, "info"))
-	if err != nil {
-		lvl = zerolog.InfoLevel
-	}
-	h.log.WithLevel(lvl).Str("execution_id", t.ExecutionID).Str("step_id", t.StepID).Str("step_message", s.Message).Msg("workflow log")
-	return map[string]string{"message": s.Message, "level": cmp.Or(s.Level, "info")}, nil
-}
-
 // ExecOutput is the output of an exec step.
 type ExecOutput struct {
 	Stdout    string `json:"stdout"`
@@ -95,7 +72,7 @@ type execHandler struct {
 }
 
 func (h execHandler) Handle(ctx context.Context, t operation.Task) (any, error) {
-	s, err := spec(t)
+	s, err := builtin.Spec(t)
 	if err != nil {
 		return nil, err
 	}
@@ -193,7 +170,7 @@ type httpHandler struct {
 }
 
 func (h httpHandler) Handle(ctx context.Context, t operation.Task) (any, error) {
-	s, err := spec(t)
+	s, err := builtin.Spec(t)
 	if err != nil {
 		return nil, err
 	}

@@ -77,6 +77,12 @@ func (d *Dispatcher) action(ctx context.Context, ev events.Event, p *events.Exec
 // terminating a single attempt (k.TaskID, io.jetflow.task.terminate) in
 // its own. Agents of an older version skip both (types they do not know).
 func (d *Dispatcher) publishKill(ctx context.Context, x *execState, k interp.PublishKill) error {
+	switch { // the local steps (local.go) run here
+	case k.TaskID != "":
+		d.local.kill(x.id, k.TaskID, fmt.Errorf("terminated, its step gave up on it (%s)", k.Reason))
+	case !k.Lift:
+		d.local.kill(x.id, "", errors.New("terminated, its execution was killed or ended"))
+	}
 	if k.Lift {
 		// From the stream's leader: a replica may not have the latest
 		// notice yet (the stream allows direct gets). None kept: lifted

@@ -31,9 +31,11 @@ import (
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/lock"
+	"jetflow.dev/pkg/operation"
 	"jetflow.dev/pkg/partition"
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/pkg/svc"
+	"jetflow.dev/pkg/workflow"
 )
 
 // Consumer names.
@@ -103,6 +105,14 @@ type Config struct {
 	// minutes also fires from memory at its due time (soon.go,
 	// docs/adr/0013), its schedule staying the guarantee.
 	NoTimersFromMemory bool
+	// LocalHandlers are the handlers of local call steps (docs/adr/0014),
+	// by operation name, as an agent's Handlers: a program that embeds
+	// the dispatcher registers them, in every dispatcher alike. The
+	// built-in noop and log always run locally.
+	LocalHandlers map[string]operation.Handler
+	// LocalConcurrency bounds the local call handlers running at once.
+	// Default 64.
+	LocalConcurrency int
 	// Metrics, if set, counts what the dispatcher does (NewMetrics); nil
 	// counts nothing.
 	Metrics *Metrics
@@ -131,8 +141,8 @@ const (
 // defaults are applied (zero is the default). Validate checks them, and
 // jetflow-dispatcher's flags take the same.
 var Ranges = struct {
-	Workers, CacheSize, CacheBytes, MaxAckPending, BulkAfter svc.Range[int]
-	AckWait, LeaseTTL                                        svc.Range[time.Duration]
+	Workers, CacheSize, CacheBytes, MaxAckPending, BulkAfter, LocalConcurrency svc.Range[int]
+	AckWait, LeaseTTL                                                          svc.Range[time.Duration]
 }{
 	Workers:   svc.Range[int]{Min: 1, Max: 4096},
 	CacheSize: svc.Range[int]{Min: 1, Max: 1_000_000},
@@ -140,7 +150,8 @@ var Ranges = struct {
 	CacheBytes:    svc.Range[int]{Min: 64 << 10, Max: 64 << 30},
 	MaxAckPending: svc.Range[int]{Min: 1, Max: 65536},
 	// Up to the count the interpreter stops at (or NoBulkLane).
-	BulkAfter: svc.Range[int]{Min: 1, Max: 256},
+	BulkAfter:        svc.Range[int]{Min: 1, Max: 256},
+	LocalConcurrency: svc.Range[int]{Min: 1, Max: 4096},
 	// A message must stay put while it is handled (kept alive every
 	// third of it); past an hour a stuck dispatcher holds it too long.
 	AckWait: svc.Range[time.Duration]{Min: 300 * time.Millisecond, Max: time.Hour},
@@ -173,6 +184,7 @@ func (c Config) Validate() error {
 		Ranges.CacheBytes.Check("dispatch: CacheBytes (-cache-bytes, JETFLOW_DISPATCH_CACHE_BYTES)", d.CacheBytes),
 		Ranges.AckWait.Check("dispatch: AckWait", d.AckWait),
 		Ranges.MaxAckPending.Check("dispatch: MaxAckPending", d.MaxAckPending),
+		Ranges.LocalConcurrency.Check("dispatch: LocalConcurrency", d.LocalConcurrency),
 	); err != nil {
 		return err
 	}
@@ -200,6 +212,7 @@ func (c Config) withDefaults() Config {
 	c.AckWait = cmp.Or(c.AckWait, bus.DefaultDispatcherAckWait)
 	c.MaxAckPending = cmp.Or(c.MaxAckPending, 1024)
 	c.BulkAfter = cmp.Or(c.BulkAfter, DefaultBulkAfter)
+	c.LocalConcurrency = cmp.Or(c.LocalConcurrency, 64)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -269,6 +282,8 @@ type Dispatcher struct {
 	// soon: the timers due soon that fire from memory (soon.go); nil
 	// with NoTimersFromMemory.
 	soon *soonTimers
+	// local runs the local steps (local.go).
+	local *localOps
 }
 
 // New returns a dispatcher; call Run to start it.
@@ -309,7 +324,7 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log zerolog.Lo
 	if !cfg.NoTimersFromMemory {
 		soon = newSoonTimers()
 	}
-	return &Dispatcher{soon: soon, tasks: tasks, keeper: newKeeper(js, log), lookupAfter: lookupAfter, cfg: cfg, js: js, log: log, defs: defs, ids: ids, locks: locks, hist: hist, cache: newLRU[string](cfg.CacheSize, cfg.CacheBytes, (*execState).size),
+	return &Dispatcher{soon: soon, local: newLocalOps(cfg, log), tasks: tasks, keeper: newKeeper(js, log), lookupAfter: lookupAfter, cfg: cfg, js: js, log: log, defs: defs, ids: ids, locks: locks, hist: hist, cache: newLRU[string](cfg.CacheSize, cfg.CacheBytes, (*execState).size),
 		pinned: newPinnedDefs(maxPinnedDefs), maxEvent: int(js.Conn().MaxPayload()) - 64<<10,
 		parts: partitions{n: n, kv: kv, running: map[int]*consuming{}}}, nil
 }
@@ -354,6 +369,12 @@ func (d *Dispatcher) recheckSent(ctx context.Context, x *execState) error {
 	var gone []string
 	for _, st := range x.state.Steps {
 		if !st.SentUnrecorded() {
+			continue
+		}
+		if st.Queue == workflow.LocalQueue { // run here: gone if no longer running
+			if !d.local.has(st.TaskID) {
+				gone = append(gone, st.ID)
+			}
 			continue
 		}
 		_, err := d.tasks.GetMsg(ctx, st.TaskSeq)
@@ -480,6 +501,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		}
 		toWorkers(j)
 	}
+	d.local.start(ctx, queue)
 	enqueue := func(m jetstream.Msg, from *consuming) {
 		ev, ok := d.intake(ctx, m)
 		if !ok {

@@ -43,6 +43,9 @@ type Metrics struct {
 	// firings counts fired timers handed on, by where they fired from:
 	// memory (soon.go) or the schedule's message.
 	firings [2]prometheus.Counter
+	// localRuns counts the runs of local steps (local.go) that ended, by
+	// outcome: succeeded, failed.
+	localRuns [2]prometheus.Counter
 	// partitions reads, at scrape time, the partitions the running
 	// dispatcher holds and their count (nil while none runs).
 	partitions *atomic.Pointer[func() (held, total int)]
@@ -160,6 +163,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		Name: "jetflow_dispatcher_timer_firings_total",
 		Help: "Fired timers handed to the fire loop, by where they fired from: memory (due soon when this dispatcher armed them) or schedule (the message of their schedule in JF_TIMERS, not already handled from memory).",
 	}, []string{"by"})
+	localRuns := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "jetflow_dispatcher_local_runs_total",
+		Help: "Runs of local steps (local: true, run by the dispatcher instead of an agent) that ended, by outcome: succeeded or failed. A run cut short because the dispatcher stopped or lost the execution's partition is not counted (it runs again).",
+	}, []string{"outcome"})
 	lag := metrics.NewConsumerLag("dispatcher")
 	partitions := new(atomic.Pointer[func() (held, total int)])
 	partitionsOf := func(total bool) func() float64 {
@@ -183,7 +190,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		Name: "jetflow_dispatcher_partitions",
 		Help: "The namespace's partition count (the same on every dispatcher).",
 	}, partitionsOf(true))
-	for _, c := range []prometheus.Collector{started, ended, execDur, steps, stepDur, appends, conflicts, rejected, lateness, lockWait, holders, waiters, firings, held, total, lag} {
+	for _, c := range []prometheus.Collector{started, ended, execDur, steps, stepDur, appends, conflicts, rejected, lateness, lockWait, holders, waiters, firings, localRuns, held, total, lag} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("dispatch: register metrics: %w", err)
 		}
@@ -192,6 +199,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		conflicts: conflicts, rejected: map[string]prometheus.Counter{}, lateness: map[string]*lazy[prometheus.Observer]{},
 		lockWait: lockWait, holders: holders, waiters: waiters, lag: lag,
 		firings:    [2]prometheus.Counter{firings.WithLabelValues("memory"), firings.WithLabelValues("schedule")},
+		localRuns:  [2]prometheus.Counter{localRuns.WithLabelValues("succeeded"), localRuns.WithLabelValues("failed")},
 		partitions: partitions}
 	// Known small sets are made at once, so that their series read 0
 	// rather than nothing until something happens; the step kinds and
@@ -268,6 +276,18 @@ func (m *Metrics) fired(fromMemory bool) {
 		m.firings[0].Inc()
 	} else {
 		m.firings[1].Inc()
+	}
+}
+
+// localRun counts a local step's run that ended (not one cut short by
+// the dispatcher's stop: stopped).
+func (m *Metrics) localRun(err error, stopped bool) {
+	switch {
+	case m == nil || stopped:
+	case err == nil:
+		m.localRuns[0].Inc()
+	default:
+		m.localRuns[1].Inc()
 	}
 }
 

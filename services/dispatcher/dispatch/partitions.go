@@ -217,6 +217,7 @@ func (d *Dispatcher) release(p int, epoch uint64) {
 	d.parts.mu.Unlock()
 	if r != nil && r.covers(epoch) {
 		d.stopHolding(r)
+		d.local.release(func(exec string) bool { return d.partitionOf(exec) == p })
 	}
 }
 

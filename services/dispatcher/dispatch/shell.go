@@ -246,6 +246,9 @@ func (d *Dispatcher) perform(ctx context.Context, x *execState, eff interp.Effec
 	case interp.ArmTimer:
 		return nil, d.publishSchedule(ctx, x.id, x.workflow, e.TimerID, e.Due)
 	case interp.PublishTask:
+		if e.Local {
+			return d.runLocal(x, e), nil
+		}
 		if !e.Since.IsZero() && d.cfg.Now().Sub(e.Since) >= d.lookupAfter {
 			// It may have been stored before the dedupe window: published
 			// again, it would be stored (and run) twice.

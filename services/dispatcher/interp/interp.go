@@ -171,6 +171,10 @@ type PublishTask struct {
 	// dedupe window publishing it again stores nothing new; past it the
 	// shell first looks for the task in its queue and for its reports.
 	Since time.Time
+	// Local: the shell runs the operation itself instead of publishing
+	// the task (docs/adr/0014), at least once: a local step recorded
+	// sending is run again, not looked for.
+	Local bool
 }
 
 // EnqueueLock puts the current request of the scope at Path in the lock's
@@ -662,7 +666,7 @@ func (in Input) send(a action) Decision {
 	return Decision{After: []Effect{PublishTask{Task: events.Task{
 		TaskID: events.TaskID(in.ID, a.path, a.attempt), ExecutionID: in.ID, Workflow: in.Workflow, StepID: a.path, Attempt: a.attempt,
 		Token: token, Kind: a.step.OperationKind(), Queue: queue, Spec: spec,
-	}, Others: othersOnQueue(in.State, queue, a.path), Since: since}}}
+	}, Others: othersOnQueue(in.State, queue, a.path), Since: since, Local: a.step.Local}}}
 }
 
 // Bounds of othersOnQueue: it looks at the latest othersScan instances

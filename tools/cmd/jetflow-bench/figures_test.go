@@ -178,7 +178,7 @@ func TestSingle1AndSleepersRuns(t *testing.T) {
 	require.NoError(t, err)
 
 	var out bytes.Buffer
-	p50, err := runSingle1(ctx, &out, conn, store, 3)
+	p50, err := runSingle1(ctx, &out, conn, store, 3, false)
 	require.NoError(t, err)
 	require.Positive(t, p50)
 	require.Contains(t, out.String(), "1-step run: 3 executions of one noop step one after another\n  start-to-finish  p50 ")

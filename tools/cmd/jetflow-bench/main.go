@@ -64,6 +64,7 @@ type config struct {
 	backup                                 bool
 	dataDir, cpuProfile, memProfile        string
 	insecure, byConnection, metrics        bool
+	local                                  bool
 	tracing                                bool
 	soak                                   soakConfig
 	visibility                             int
@@ -85,6 +86,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&c.executions, "executions", 2000, "executions in the throughput run (0 skips it and the warm-up)")
 	fs.IntVar(&c.concurrency, "concurrency", 200, "executions in flight at once in the throughput run")
 	fs.IntVar(&c.steps, "steps", 10, "noop steps per execution")
+	fs.BoolVar(&c.local, "local", false, "make the throughput, single-execution and 1-step runs' noop steps local (local: true): run by the dispatcher, not sent to an agent (docs/adr/0014)")
 	fs.IntVar(&c.single, "single", 100, "executions in the sequential single-execution latency run")
 	fs.IntVar(&c.single1, "single1", 100, "executions of one noop step in the sequential 1-step latency run (0 skips it)")
 	fs.IntVar(&c.sleepers, "sleepers", 0, "executions in the sleepers run: all asleep for an hour, reporting the process's memory and goroutines per sleeping execution (0 skips it)")
@@ -210,7 +212,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	def := workflow.Definition{Name: "bench"}
 	for i := range c.steps {
-		def.Steps = append(def.Steps, workflow.Step{ID: fmt.Sprintf("s%d", i+1), Kind: workflow.KindNoop})
+		def.Steps = append(def.Steps, workflow.Step{ID: fmt.Sprintf("s%d", i+1), Kind: workflow.KindNoop, Local: c.local})
 	}
 	if _, _, err := store.Apply(ctx, def); err != nil {
 		return err
@@ -292,7 +294,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		if !caughtUp {
 			counted = "to the last end only"
 		}
-		fmt.Fprintf(out, "\nthroughput run: %d executions of %d noop steps, %d in flight\n", c.executions, c.steps, c.concurrency)
+		fmt.Fprintf(out, "\nthroughput run: %d executions of %d noop steps%s, %d in flight\n", c.executions, c.steps, localNote(c.local), c.concurrency)
 		fmt.Fprintf(out, "  wall time        %s to the last end", wall.Round(time.Millisecond))
 		if caughtUp {
 			fmt.Fprintf(out, ", %s to the read models caught up\n", wallAll.Round(time.Millisecond))
@@ -322,7 +324,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(out, "\nsingle-execution run: %d executions of %d noop steps one after another\n", c.single, c.steps)
+		fmt.Fprintf(out, "\nsingle-execution run: %d executions of %d noop steps%s one after another\n", c.single, c.steps, localNote(c.local))
 		printLatency(out, "start-to-finish", lat)
 		perStep := make([]time.Duration, len(lat))
 		for i, l := range lat {
@@ -332,7 +334,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		fig.perStep = percentile(perStep, 0.50)
 	}
 	if c.single1 > 0 {
-		p50, err := runSingle1(ctx, out, conn, store, c.single1)
+		p50, err := runSingle1(ctx, out, conn, store, c.single1, c.local)
 		if err != nil {
 			return err
 		}
@@ -410,14 +412,22 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	return nil
 }
 
+// localNote says, after "noop steps", that they are local (-local).
+func localNote(local bool) string {
+	if local {
+		return " (local: run by the dispatcher)"
+	}
+	return ""
+}
+
 // single1Workflow is the 1-step run's workflow: one noop step.
 const single1Workflow = "bench1"
 
 // runSingle1 runs n executions of one noop step one after another (after
 // a few left out, to warm the workflow up) and returns their
 // start-to-finish p50.
-func runSingle1(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalog.Store, n int) (time.Duration, error) {
-	def := workflow.Definition{Name: single1Workflow, Steps: []workflow.Step{{ID: "s1", Kind: workflow.KindNoop}}}
+func runSingle1(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalog.Store, n int, local bool) (time.Duration, error) {
+	def := workflow.Definition{Name: single1Workflow, Steps: []workflow.Step{{ID: "s1", Kind: workflow.KindNoop, Local: local}}}
 	if _, _, err := store.Apply(ctx, def); err != nil {
 		return 0, err
 	}
@@ -430,7 +440,7 @@ func runSingle1(ctx context.Context, out io.Writer, conn *bus.Conn, store *catal
 	if err != nil {
 		return 0, err
 	}
-	fmt.Fprintf(out, "\n1-step run: %d executions of one noop step one after another\n", n)
+	fmt.Fprintf(out, "\n1-step run: %d executions of one noop step%s one after another\n", n, localNote(local))
 	printLatency(out, "start-to-finish", lat)
 	return percentile(lat, 0.50), nil
 }

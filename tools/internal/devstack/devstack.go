@@ -77,6 +77,9 @@ type Config struct {
 	StartedAfter time.Duration
 	// Handlers adds custom operations to the agent (tests, embedding).
 	Handlers map[string]operation.Handler
+	// LocalHandlers are the dispatcher's handlers of local call steps
+	// (dispatch.Config.LocalHandlers, docs/adr/0014).
+	LocalHandlers map[string]operation.Handler
 	// AgentPolicy is the agent's policy. nil is the development default:
 	// exec steps on, any command, any host. (A standalone agent's default
 	// is exec off.)
@@ -514,7 +517,7 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 		}
 		start(ns, "dispatcher", func(ctx context.Context, c *bus.Conn) error {
 			d, err := dispatch.New(ctx, dispatch.Config{Workers: cfg.Workers, CacheSize: cfg.CacheSize, BulkAfter: cfg.BulkAfter, APIURL: info.APIURL, BindOnly: restricted,
-				NoDirectReports: cfg.NoDirectReports, LeaseTTL: cfg.LeaseTTL, Metrics: m.dispatcher, Tracer: cfg.Tracer}, c.JS, log("dispatcher"))
+				NoDirectReports: cfg.NoDirectReports, LeaseTTL: cfg.LeaseTTL, Metrics: m.dispatcher, Tracer: cfg.Tracer, LocalHandlers: cfg.LocalHandlers}, c.JS, log("dispatcher"))
 			if err != nil {
 				return err
 			}

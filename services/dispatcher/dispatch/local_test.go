@@ -1,0 +1,181 @@
+package dispatch_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/history"
+	"jetflow.dev/pkg/operation"
+	"jetflow.dev/pkg/projections"
+	"jetflow.dev/pkg/workflow"
+	"jetflow.dev/services/dispatcher/dispatch"
+)
+
+// Local steps (docs/adr/0014) run in the dispatcher: no task is stored,
+// one event is appended per step, and the history still shows each
+// state of the operation with its time.
+
+// tasksStored counts the messages of the tasks stream.
+func tasksStored(t *testing.T, b *testBundle) int {
+	t.Helper()
+	n := 0
+	require.NoError(t, history.ScanReports(t.Context(), b.js, bus.StreamTasks, bus.TasksPrefix+".>", func(events.Event) error {
+		n++
+		return nil
+	}))
+	return n
+}
+
+func TestLocalStepsRunInTheDispatcher(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var got atomic.Value
+	double := operation.HandlerFunc(func(_ context.Context, task operation.Task) (any, error) {
+		var in struct {
+			N int `json:"n"`
+		}
+		if err := json.Unmarshal(task.Input, &in); err != nil {
+			return nil, err
+		}
+		got.Store(task)
+		return map[string]int{"n": 2 * in.N}, nil
+	})
+	runDispatcher(t, b.js, dispatch.Config{Workers: 2, LocalHandlers: map[string]operation.Handler{"double": double}})
+	b.applyYAML(t, `name: local
+steps:
+  - {id: a, kind: noop, local: true}
+  - {id: b, kind: log, local: true, message: "hello ${input.who}"}
+  - {id: c, kind: call, local: true, idempotent: yes, operation: double, input: {n: 21}, output: "${result.n}"}
+  - {id: d, kind: noop, local: true}
+`)
+	b.start(t, "local", "l1")
+	s, evs := waitStatus(t, b.js, "local", "l1", projections.StatusSucceeded)
+
+	require.Zero(t, tasksStored(t, b), "a local step publishes no task")
+	// execution.started (with a's dispatch), a success per step (the
+	// last three with the next dispatch), execution.succeeded.
+	require.Equal(t, []events.Type{events.TypeExecutionStarted, events.TypeStepSucceeded, events.TypeStepSucceeded,
+		events.TypeStepSucceeded, events.TypeStepSucceeded, events.TypeExecutionSucceeded}, typesOf(evs))
+	require.Equal(t, 4, dispatches(evs))
+	require.Len(t, s.Steps, 4)
+	for _, st := range s.Steps {
+		require.Equal(t, projections.OpSucceeded, st.Status, st.ID)
+		require.Equal(t, workflow.LocalQueue, st.Queue, st.ID)
+		for what, at := range map[string]time.Time{"scheduled": st.ScheduledAt, "sent": st.SentAt, "started": st.StartedAt, "ended": st.EndedAt} {
+			require.False(t, at.IsZero(), "step %s has no %s time", st.ID, what)
+		}
+		require.False(t, st.StartedAt.Before(st.SentAt), st.ID)
+		require.False(t, st.EndedAt.Before(st.StartedAt), st.ID)
+	}
+	require.JSONEq(t, `{"message":"hello test","level":"info"}`, string(stepNamed(s, "b").Output))
+	require.JSONEq(t, `42`, string(stepNamed(s, "c").Output))
+	task, ok := got.Load().(operation.Task)
+	require.True(t, ok, "the call's handler ran")
+	require.Equal(t, "l1", task.ExecutionID)
+	require.Equal(t, "c", task.StepID)
+	require.Equal(t, 1, task.Attempt)
+}
+
+// A local call whose handler no dispatcher registered fails at once, for
+// good (retrying cannot help), saying what to do.
+func TestALocalCallWithoutHandlerFails(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	runDispatcher(t, b.js, dispatch.Config{Workers: 2})
+	b.applyYAML(t, `name: nohandler
+steps:
+  - {id: c, kind: call, local: true, idempotent: yes, operation: missing, retry: {limit: 3}}
+`)
+	b.start(t, "nohandler", "n1")
+	s, _ := waitStatus(t, b.js, "nohandler", "n1", projections.StatusFailed)
+	st := stepNamed(s, "c")
+	require.Equal(t, 1, st.Attempt, "a missing handler is not retried")
+	require.Contains(t, st.Error, `no local handler for operation "missing"`)
+	require.Contains(t, st.Error, "LocalHandlers")
+}
+
+// A dispatcher that stops while a local step runs leaves it sending in
+// the history; the next dispatcher runs it again (at least once), and
+// the execution goes on.
+func TestALocalStepRunsAgainAfterItsDispatcherStops(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.applyYAML(t, `name: again
+steps:
+  - {id: slow, kind: call, local: true, idempotent: yes, operation: slow}
+  - {id: after, kind: noop, local: true}
+`)
+	var runs atomic.Int32
+	running := make(chan struct{}, 1)
+	block := operation.HandlerFunc(func(ctx context.Context, _ operation.Task) (any, error) {
+		runs.Add(1)
+		running <- struct{}{}
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})
+	first, err := dispatch.New(t.Context(), dispatch.Config{Workers: 2, LocalHandlers: map[string]operation.Handler{"slow": block}}, b.js, zerolog.New(zerolog.NewTestWriter(t)))
+	require.NoError(t, err)
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- first.Run(ctx) }()
+	b.start(t, "again", "a1")
+	select {
+	case <-running:
+	case <-time.After(waitFor):
+		stop()
+		t.Fatal("the local step did not start")
+	}
+	stop()
+	require.NoError(t, <-done)
+	s := foldOf(t, b.js, "again", "a1")
+	require.Equal(t, projections.OpSending, stepNamed(s, "slow").Status, "the history shows it sending: it may have run")
+
+	quick := operation.HandlerFunc(func(context.Context, operation.Task) (any, error) {
+		runs.Add(1)
+		return "done", nil
+	})
+	runDispatcher(t, b.js, dispatch.Config{Workers: 2, LocalHandlers: map[string]operation.Handler{"slow": quick}})
+	reconcile(t, b, "again", "a1")
+	s, evs := waitStatus(t, b.js, "again", "a1", projections.StatusSucceeded)
+	require.Equal(t, int32(2), runs.Load(), "run once by each dispatcher")
+	require.Equal(t, 2, dispatches(evs), "dispatched once each: the run again is not a new attempt")
+	require.Equal(t, 1, stepNamed(s, "slow").Attempt)
+	require.JSONEq(t, `"done"`, string(stepNamed(s, "slow").Output))
+}
+
+// A step's timeout ends its local run: the handler's context is
+// cancelled, and the attempt fails as timed out.
+func TestATimeoutEndsALocalRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.applyYAML(t, `name: timeout
+steps:
+  - {id: hang, kind: call, local: true, idempotent: yes, operation: hang, timeout: 300ms, retry: {limit: 1}}
+`)
+	ended := make(chan error, 1)
+	hang := operation.HandlerFunc(func(ctx context.Context, _ operation.Task) (any, error) {
+		<-ctx.Done()
+		ended <- context.Cause(ctx)
+		return nil, ctx.Err()
+	})
+	runDispatcher(t, b.js, dispatch.Config{Workers: 2, LocalHandlers: map[string]operation.Handler{"hang": hang}})
+	b.start(t, "timeout", "t1")
+	s, _ := waitStatus(t, b.js, "timeout", "t1", projections.StatusFailed)
+	require.Contains(t, stepNamed(s, "hang").Error, "timed out")
+	select {
+	case cause := <-ended:
+		require.Error(t, cause)
+		require.False(t, errors.Is(cause, context.Canceled) && cause.Error() == context.Canceled.Error(), "cancelled with a reason: %v", cause)
+	case <-time.After(waitFor):
+		t.Fatal("the handler's context was not cancelled")
+	}
+}
