@@ -178,6 +178,17 @@ func TestExitCodeRule(t *testing.T) {
 	require.NotContains(t, stderr, "s3cr3t")
 	require.Empty(t, stdout)
 
+	// ... and a PostgreSQL nobody answers at: before its banner says it
+	// runs, and before it makes the data directory.
+	code, stdout, stderr = jetflow(t, "", "dev", "--data", data, "--visibility-postgres", "postgres://u:s3cr3t@127.0.0.1:1/db?sslmode=disable",
+		"--nats-addr", "127.0.0.1:0", "--http", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0")
+	require.NotEqual(t, 0, code, stderr)
+	require.Contains(t, stderr, "visibility: connect to PostgreSQL")
+	require.NotContains(t, stderr, "s3cr3t")
+	require.Empty(t, stdout)
+	_, err = os.Stat(data)
+	require.ErrorIs(t, err, os.ErrNotExist, "jetflow dev made its data directory before it found PostgreSQL unreachable")
+
 	// ... and an address another program listens on, before it makes
 	// the data directory, its keys or its store.
 	busy, err := net.Listen("tcp", "127.0.0.1:0")

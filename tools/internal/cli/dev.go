@@ -61,6 +61,11 @@ with its own NATS connection. Stop it with Ctrl-C; start it again on the same
 			if err := checkDevInput(cfg); err != nil { // refused before anything starts, as jetflow admin restore does
 				return err
 			}
+			if cfg.VisibilityPostgres != "" { // reachable, before anything starts or says it runs
+				if err := pgstore.Ping(cmd.Context(), cfg.VisibilityPostgres); err != nil {
+					return fmt.Errorf("--visibility-postgres (JETFLOW_VISIBILITY_POSTGRES): %w", err)
+				}
+			}
 			if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 				return fmt.Errorf("--data %s: %w", cfg.DataDir, err)
 			}

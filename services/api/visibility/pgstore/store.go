@@ -97,6 +97,23 @@ func parseReason(err error) string {
 	return " (" + reason + ")"
 }
 
+// Ping connects to the database at url, within 10 s, and disconnects: a
+// program tells so, before it starts anything, that the index cannot be
+// reached. Its error does not repeat the URL.
+func Ping(ctx context.Context, url string) error {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return fmt.Errorf("visibility: the PostgreSQL URL: %w", CheckURL(url))
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(ctx, cfg.ConnConfig)
+	if err != nil {
+		return fmt.Errorf("visibility: connect to PostgreSQL: %w", err)
+	}
+	return conn.Close(ctx)
+}
+
 // Open connects to the database at url (a PostgreSQL URL or key=value
 // string; pool settings such as pool_max_conns may be given in it) and
 // makes schema's tables if they are missing.
