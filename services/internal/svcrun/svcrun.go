@@ -118,10 +118,14 @@ func (p *Program) Parse(args []string) error {
 	return nil
 }
 
-// Services log times to the nanosecond. zerolog keeps the format in a
-// global: set once here, never while loggers run (tests start and stop
+// Services log times to the nanosecond, and durations as text with
+// their unit (took=1.52ms, not took=1.52). zerolog keeps the formats in
+// globals: set once here, never while loggers run (tests start and stop
 // services in one process).
-func init() { zerolog.TimeFieldFormat = time.RFC3339Nano }
+func init() {
+	zerolog.TimeFieldFormat = time.RFC3339Nano
+	zerolog.DurationFieldFormat = zerolog.DurationFormatString
+}
 
 // Logger builds the service's logger from the common flags.
 func Logger(stderr io.Writer, c *svc.Common, service string) (zerolog.Logger, error) {

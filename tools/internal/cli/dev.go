@@ -29,7 +29,10 @@ import (
 // binaries do (svcrun). Set once, before anything logs: a command that
 // set it would race with the loggers of another running in the same
 // process (the tests run several).
-func init() { zerolog.TimeFieldFormat = time.RFC3339Nano }
+func init() {
+	zerolog.TimeFieldFormat = time.RFC3339Nano
+	zerolog.DurationFieldFormat = zerolog.DurationFormatString // took=1.52ms, not took=1.52
+}
 
 func (a *app) devCmd() *cobra.Command {
 	var cfg devstack.Config
