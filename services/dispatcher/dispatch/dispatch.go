@@ -468,6 +468,11 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		<-firesDone // what the fire loop held is with the workers
 		work.close()
 		wg.Wait()
+		// The local steps running on goroutines of their own end with
+		// ctx; each asks for its step to be run again.
+		if !d.local.wait(5 * time.Second) {
+			d.log.Warn().Msg("local step handlers still running 5s after the dispatcher stopped (they ignore their context): their steps run again elsewhere")
+		}
 	}()
 	// toWorkers hands a job to the workers, behind its execution's others.
 	toWorkers := func(j job) {

@@ -48,6 +48,9 @@ type localOps struct {
 	// workers; both set by start.
 	ctx   context.Context
 	queue func(job)
+	// goroutines counts the runs on goroutines of their own, which Run
+	// waits for (a while) when it stops.
+	goroutines sync.WaitGroup
 
 	mu      sync.Mutex
 	running map[string]*localRun // by task id: running, or its report waiting for its turn
@@ -56,6 +59,9 @@ type localOps struct {
 type localRun struct {
 	exec   string
 	cancel context.CancelCauseFunc
+	// stopped (guarded by localOps.mu): cut short by a release of its
+	// partition; a decision taken here again runs the step anew.
+	stopped bool
 }
 
 func newLocalOps(cfg Config, log zerolog.Logger) *localOps {
@@ -76,35 +82,60 @@ func newLocalOps(cfg Config, log zerolog.Logger) *localOps {
 // start is called by Run before any message is handled.
 func (l *localOps) start(ctx context.Context, queue func(job)) { l.ctx, l.queue = ctx, queue }
 
-// errStopped ends a local run whose dispatcher stops, or no longer holds
-// its execution's partition: the next holder runs it again.
+// wait waits up to d for the runs on goroutines of their own to end
+// (their contexts ended with Run's).
+func (l *localOps) wait(d time.Duration) bool {
+	done := make(chan struct{})
+	go func() { l.goroutines.Wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+// errStopped ends a local run whose dispatcher no longer holds its
+// execution's partition: the next holder runs it again.
 var errStopped = errors.New("the dispatcher stopped running the execution")
 
 // runLocal runs the local operation of e, and returns the task as stored
 // at once (the state notes it sent, and waits for its result). A run
 // still going on (or whose result waits for its turn) is not started
-// twice.
+// twice. Nothing runs, and nothing is noted, for an execution whose
+// partition this dispatcher does not hold (a clear-lock handled here
+// decides about executions of other partitions; a lease whose renewal is
+// late): its holder is nudged to run it.
 func (d *Dispatcher) runLocal(x *execState, e interp.PublishTask) interp.Outcome {
 	l := d.local
+	if l.ctx == nil {
+		return nil
+	}
+	if _, held := d.holds(x.id); !held {
+		d.nudge(x.id, x.workflow, e.Task.TaskID)
+		return nil
+	}
 	at := d.cfg.Now()
 	stored := interp.TaskStored{Task: e, At: at}
 	t := e.Task
 	l.mu.Lock()
-	if _, ok := l.running[t.TaskID]; ok || l.ctx == nil {
+	if r, ok := l.running[t.TaskID]; ok && !r.stopped {
 		l.mu.Unlock()
 		return stored
 	}
 	ctx, cancel := context.WithCancelCause(l.ctx)
-	l.running[t.TaskID] = &localRun{exec: x.id, cancel: cancel}
+	run := &localRun{exec: x.id, cancel: cancel}
+	l.running[t.TaskID] = run
 	l.mu.Unlock()
 	h, ok := l.handlers[t.Kind]
 	if !ok {
 		cancel(nil)
 		err := fmt.Errorf("dispatcher %s has no local handler for operation %q (register it in dispatch.Config.LocalHandlers of every dispatcher)", d.cfg.Member, t.Kind)
-		d.handLocal(d.localReport(t, at, time.Time{}, nil, err, true))
+		d.cfg.Metrics.localRun(err, false)
+		d.handLocal(d.localReport(t, at, time.Time{}, nil, err, true), run, 0)
 		return stored
 	}
-	run := func() {
+	do := func() {
 		defer cancel(nil)
 		began := time.Now()
 		out, err := operation.Run(ctx, h, operation.Task{TaskID: t.TaskID, ExecutionID: t.ExecutionID, Workflow: t.Workflow,
@@ -113,29 +144,55 @@ func (d *Dispatcher) runLocal(x *execState, e interp.PublishTask) interp.Outcome
 		stopped := errors.Is(cause, errStopped) || l.ctx.Err() != nil
 		d.cfg.Metrics.localRun(err, stopped)
 		if stopped {
-			l.forget(t.TaskID) // run again by whoever decides about the step next
+			d.cutShort(t.ExecutionID, t.Workflow, t.TaskID, run)
 			return
 		}
 		if err != nil && cause != nil && ctx.Err() != nil {
 			err = fmt.Errorf("%w after running %s (%w)", cause, time.Since(began).Round(time.Millisecond), err)
 		}
-		d.handLocal(d.localReport(t, at, began, out, err, false))
+		d.handLocal(d.localReport(t, at, began, out, err, false), run, 0)
 	}
 	if l.inline[t.Kind] {
-		run()
+		do()
 		return stored
 	}
+	l.goroutines.Add(1)
 	go func() {
+		defer l.goroutines.Done()
 		select {
 		case l.slots <- struct{}{}:
 		case <-ctx.Done():
-			l.forget(t.TaskID)
+			d.cutShort(t.ExecutionID, t.Workflow, t.TaskID, run)
 			return
 		}
 		defer func() { <-l.slots }()
-		run()
+		do()
 	}()
 	return stored
+}
+
+// cutShort forgets a run whose result will not be recorded here (its
+// dispatcher stops, or no longer holds the partition), and asks the
+// partition's next holder, perhaps this dispatcher again, to decide
+// about its execution at once, which runs the step again: without it the
+// execution would wait for the janitor to find it idle. A dispatcher
+// that dies leaves that to the janitor.
+func (d *Dispatcher) cutShort(exec, wf, taskID string, run *localRun) {
+	d.local.forget(taskID, run)
+	d.nudge(exec, wf, taskID)
+}
+
+// nudge asks the holder of an execution's partition to decide about it
+// again (a reconcile in its inbox), for a local step that was not run
+// here, or whose run was cut short.
+func (d *Dispatcher) nudge(exec, wf, taskID string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	p := &events.ReconcileExecution{ExecutionID: exec, Workflow: wf, Reason: "a local step is to run at the partition's holder"}
+	if err := d.publishOwn(ctx, "reconcile-local-"+taskID+"-"+newToken()[:8], exec, wf, p); err != nil {
+		d.log.Warn().Err(err).Str("execution_id", exec).Str("task_id", taskID).
+			Msg("a local step is to run at its partition's holder, which could not be nudged: the janitor will find the execution idle")
+	}
 }
 
 // specInput is a call step's input, from its spec.
@@ -206,23 +263,30 @@ func (d *Dispatcher) fitOutput(raw json.RawMessage) json.RawMessage {
 }
 
 // handLocal hands a local run's report to its execution's turns, if this
-// dispatcher still holds the execution's partition (if not, its next
-// holder runs the step again).
-func (d *Dispatcher) handLocal(ev events.Event) {
+// dispatcher still holds the execution's partition (if not, the run is
+// cut short: its next holder runs the step again). tries counts the
+// handings back before.
+func (d *Dispatcher) handLocal(ev events.Event, run *localRun, tries int) {
 	ref, _ := events.ResultRef(ev.Data)
-	from := d.holding(d.partitionOf(ref.ExecutionID))
-	if from == nil || d.local.ctx.Err() != nil {
-		from.done()
-		d.local.forget(ref.TaskID)
+	if d.local.ctx.Err() != nil {
+		d.cutShort(ref.ExecutionID, ref.Workflow, ref.TaskID, run)
 		return
 	}
-	d.local.queue(job{msg: &localMsg{d: d, ev: ev, task: ref.TaskID}, ev: ev, key: ref.ExecutionID, from: from})
+	from := d.holding(d.partitionOf(ref.ExecutionID))
+	if from == nil {
+		d.cutShort(ref.ExecutionID, ref.Workflow, ref.TaskID, run)
+		return
+	}
+	d.local.queue(job{msg: &localMsg{d: d, ev: ev, run: run, task: ref.TaskID, tries: tries}, ev: ev, key: ref.ExecutionID, from: from})
 }
 
-// forget drops a run once its report is handled, or will not be.
-func (l *localOps) forget(taskID string) {
+// forget drops a run once its report is handled, or will not be (if
+// it is still the task's: a run started since in its place stays).
+func (l *localOps) forget(taskID string, run *localRun) {
 	l.mu.Lock()
-	delete(l.running, taskID)
+	if l.running[taskID] == run {
+		delete(l.running, taskID)
+	}
 	l.mu.Unlock()
 }
 
@@ -254,6 +318,7 @@ func (l *localOps) release(inPartition func(exec string) bool) {
 	defer l.mu.Unlock()
 	for _, r := range l.running {
 		if inPartition(r.exec) {
+			r.stopped = true
 			r.cancel(errStopped)
 		}
 	}
@@ -261,11 +326,14 @@ func (l *localOps) release(inPartition func(exec string) bool) {
 
 // localMsg is a local run's report, seen by the handling as a consumer's
 // message: acknowledged (handled) or terminated, the run is over; handed
-// back, it is queued again after a while, while the partition is held.
+// back, it is queued again after a while (longer each time, as a stored
+// message's redeliveries), while the partition is held.
 type localMsg struct {
-	d    *Dispatcher
-	ev   events.Event
-	task string
+	d     *Dispatcher
+	ev    events.Event
+	run   *localRun
+	task  string
+	tries int
 }
 
 var errLocal = errors.New("a local step's report is stored nowhere: it has no metadata")
@@ -276,18 +344,20 @@ func (m *localMsg) Headers() nats.Header                      { return nil }
 func (m *localMsg) Subject() string                           { return "" }
 func (m *localMsg) Reply() string                             { return "" }
 func (m *localMsg) InProgress() error                         { return nil }
-func (m *localMsg) Ack() error                                { m.d.local.forget(m.task); return nil }
+func (m *localMsg) Ack() error                                { m.d.local.forget(m.task, m.run); return nil }
 func (m *localMsg) DoubleAck(context.Context) error           { return m.Ack() }
 func (m *localMsg) Term() error                               { return m.Ack() }
 func (m *localMsg) TermWithReason(string) error               { return m.Ack() }
-func (m *localMsg) Nak() error                                { return m.NakWithDelay(localAgain) }
+func (m *localMsg) Nak() error                                { return m.NakWithDelay(0) }
 
-// NakWithDelay queues the report again after delay.
+// NakWithDelay queues the report again after delay, or after the retry
+// policy's delay for its tries if that is longer.
 func (m *localMsg) NakWithDelay(delay time.Duration) error {
-	time.AfterFunc(delay, func() { m.d.handLocal(m.ev) })
+	if m.d.local.ctx.Err() != nil { // stopping: the next holder runs it again, asked now
+		ref, _ := events.ResultRef(m.ev.Data)
+		m.d.cutShort(ref.ExecutionID, ref.Workflow, m.task, m.run)
+		return nil
+	}
+	time.AfterFunc(max(delay, retryDelay(m.tries+1)), func() { m.d.handLocal(m.ev, m.run, m.tries+1) })
 	return nil
 }
-
-// localAgain is how soon a report handed back without a delay is queued
-// again.
-const localAgain = 100 * time.Millisecond

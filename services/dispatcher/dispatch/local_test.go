@@ -104,52 +104,142 @@ steps:
 }
 
 // A dispatcher that stops while a local step runs leaves it sending in
-// the history; the next dispatcher runs it again (at least once), and
-// the execution goes on.
+// the history, and asks the partition's next holder to decide about the
+// execution: it runs the step again (at least once) at once, not when
+// the janitor finds the execution idle. So too with -split-dispatch,
+// where a local step's run is never recorded sent either.
 func TestALocalStepRunsAgainAfterItsDispatcherStops(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	b.applyYAML(t, `name: again
+	for _, split := range []bool{false, true} {
+		t.Run(map[bool]string{false: "dispatched", true: "split-dispatch"}[split], func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			b.applyYAML(t, `name: again
 steps:
   - {id: slow, kind: call, local: true, idempotent: yes, operation: slow}
   - {id: after, kind: noop, local: true}
 `)
-	var runs atomic.Int32
-	running := make(chan struct{}, 1)
-	block := operation.HandlerFunc(func(ctx context.Context, _ operation.Task) (any, error) {
+			var runs atomic.Int32
+			running := make(chan struct{}, 1)
+			block := operation.HandlerFunc(func(ctx context.Context, _ operation.Task) (any, error) {
+				runs.Add(1)
+				running <- struct{}{}
+				<-ctx.Done()
+				return nil, ctx.Err()
+			})
+			first, err := dispatch.New(t.Context(), dispatch.Config{Workers: 2, SplitDispatch: split,
+				LocalHandlers: map[string]operation.Handler{"slow": block}}, b.js, zerolog.New(zerolog.NewTestWriter(t)))
+			require.NoError(t, err)
+			ctx, stop := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- first.Run(ctx) }()
+			b.start(t, "again", "a1")
+			select {
+			case <-running:
+			case <-time.After(waitFor):
+				stop()
+				t.Fatal("the local step did not start")
+			}
+			stop()
+			require.NoError(t, <-done)
+			s := foldOf(t, b.js, "again", "a1")
+			require.Equal(t, projections.OpSending, stepNamed(s, "slow").Status, "the history shows it sending: it may have run")
+
+			quick := operation.HandlerFunc(func(context.Context, operation.Task) (any, error) {
+				runs.Add(1)
+				return "done", nil
+			})
+			runDispatcher(t, b.js, dispatch.Config{Workers: 2, SplitDispatch: split, LocalHandlers: map[string]operation.Handler{"slow": quick}})
+			s, evs := waitStatus(t, b.js, "again", "a1", projections.StatusSucceeded) // no janitor: the stop asked
+			require.Equal(t, int32(2), runs.Load(), "run once by each dispatcher")
+			sendings := dispatches(evs)
+			if split {
+				sendings = countType(evs, events.TypeStepSending)
+			}
+			require.Equal(t, 2, sendings, "sent once each: the run again is not a new attempt")
+			require.Zero(t, countType(evs, events.TypeStepSent), "a local step's run is never recorded sent")
+			require.Equal(t, 1, stepNamed(s, "slow").Attempt)
+			require.JSONEq(t, `"done"`, string(stepNamed(s, "slow").Output))
+		})
+	}
+}
+
+// Local steps in a foreach and in parallel branches each run once, and
+// at most LocalConcurrency registered handlers run at once.
+func TestLocalStepsInAFanOut(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var runs, now, most atomic.Int32
+	h := operation.HandlerFunc(func(_ context.Context, task operation.Task) (any, error) {
 		runs.Add(1)
+		n := now.Add(1)
+		defer now.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		time.Sleep(time.Millisecond)
+		return map[string]any{"id": task.StepID}, nil
+	})
+	runDispatcher(t, b.js, dispatch.Config{Workers: 3, LocalConcurrency: 4, LocalHandlers: map[string]operation.Handler{"h": h}})
+	b.applyYAML(t, `name: fan
+steps:
+  - id: each
+    kind: foreach
+    items: "${[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30]}"
+    concurrency: 10
+    steps:
+      - {id: c, kind: call, local: true, idempotent: yes, operation: h, input: {n: "${item}"}}
+      - {id: n, kind: noop, local: true}
+  - id: par
+    kind: parallel
+    branches:
+      - {id: b1, steps: [{id: p1, kind: call, local: true, idempotent: yes, operation: h}]}
+      - {id: b2, steps: [{id: p2, kind: log, local: true, message: hi}]}
+      - {id: b3, steps: [{id: p3, kind: call, local: true, idempotent: yes, operation: h}]}
+`)
+	ids := []string{"f1", "f2", "f3"}
+	for _, id := range ids {
+		b.start(t, "fan", id)
+	}
+	for _, id := range ids {
+		waitStatus(t, b.js, "fan", id, projections.StatusSucceeded)
+	}
+	require.Equal(t, int32(3*(30+2)), runs.Load(), "each call ran once")
+	require.LessOrEqual(t, most.Load(), int32(4), "LocalConcurrency bounds the handlers running at once")
+	require.Zero(t, tasksStored(t, b))
+}
+
+// A kill terminates a local step's handler (its context is cancelled
+// with the reason) and the execution ends.
+func TestAKillEndsALocalRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ended := make(chan error, 1)
+	running := make(chan struct{}, 1)
+	h := operation.HandlerFunc(func(ctx context.Context, _ operation.Task) (any, error) {
 		running <- struct{}{}
 		<-ctx.Done()
+		ended <- context.Cause(ctx)
 		return nil, ctx.Err()
 	})
-	first, err := dispatch.New(t.Context(), dispatch.Config{Workers: 2, LocalHandlers: map[string]operation.Handler{"slow": block}}, b.js, zerolog.New(zerolog.NewTestWriter(t)))
-	require.NoError(t, err)
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- first.Run(ctx) }()
-	b.start(t, "again", "a1")
+	runDispatcher(t, b.js, dispatch.Config{Workers: 2, LocalHandlers: map[string]operation.Handler{"h": h}})
+	b.applyYAML(t, `name: kill
+steps:
+  - {id: c, kind: call, local: true, idempotent: yes, operation: h}
+`)
+	b.start(t, "kill", "k1")
 	select {
 	case <-running:
 	case <-time.After(waitFor):
-		stop()
 		t.Fatal("the local step did not start")
 	}
-	stop()
-	require.NoError(t, <-done)
-	s := foldOf(t, b.js, "again", "a1")
-	require.Equal(t, projections.OpSending, stepNamed(s, "slow").Status, "the history shows it sending: it may have run")
-
-	quick := operation.HandlerFunc(func(context.Context, operation.Task) (any, error) {
-		runs.Add(1)
-		return "done", nil
-	})
-	runDispatcher(t, b.js, dispatch.Config{Workers: 2, LocalHandlers: map[string]operation.Handler{"slow": quick}})
-	reconcile(t, b, "again", "a1")
-	s, evs := waitStatus(t, b.js, "again", "a1", projections.StatusSucceeded)
-	require.Equal(t, int32(2), runs.Load(), "run once by each dispatcher")
-	require.Equal(t, 2, dispatches(evs), "dispatched once each: the run again is not a new attempt")
-	require.Equal(t, 1, stepNamed(s, "slow").Attempt)
-	require.JSONEq(t, `"done"`, string(stepNamed(s, "slow").Output))
+	b.act(t, "k1", "kill", "test")
+	select {
+	case cause := <-ended:
+		require.ErrorContains(t, cause, "terminated, its execution was killed or ended")
+	case <-time.After(waitFor):
+		t.Fatal("the kill did not cancel the handler's context")
+	}
+	waitStatus(t, b.js, "kill", "k1", projections.StatusCancelled)
 }
 
 // A step's timeout ends its local run: the handler's context is
@@ -170,7 +260,8 @@ steps:
 	runDispatcher(t, b.js, dispatch.Config{Workers: 2, LocalHandlers: map[string]operation.Handler{"hang": hang}})
 	b.start(t, "timeout", "t1")
 	s, _ := waitStatus(t, b.js, "timeout", "t1", projections.StatusFailed)
-	require.Contains(t, stepNamed(s, "hang").Error, "timed out")
+	require.Contains(t, stepNamed(s, "hang").Error, "attempt 1 timed out after 300ms")
+	require.NotContains(t, stepNamed(s, "hang").Error, "agent", "no agent was to start it")
 	select {
 	case cause := <-ended:
 		require.Error(t, cause)

@@ -536,7 +536,7 @@ func (e *engine) step(f frame, step workflow.Step, st projections.Step, env *laz
 func inFlight(s projections.Execution, step workflow.Step, st projections.Step) action {
 	if timerFired(s, events.TimerStepTimeout, st.ID, st.Attempt) {
 		msg := fmt.Sprintf("attempt %d timed out after %s", st.Attempt, step.Timeout)
-		if st.Status != projections.OpStarted { // as the history records it: the same after a crash
+		if st.Status != projections.OpStarted && st.Queue != workflow.LocalQueue { // as the history records it: the same after a crash
 			msg += fmt.Sprintf(" before an agent of queue %s started it", cmp.Or(st.Queue, workflow.DefaultQueue))
 		}
 		return action{kind: actStepFail, step: step, path: st.ID, attempt: st.Attempt, err: msg, terminate: true}

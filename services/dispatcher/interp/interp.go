@@ -352,7 +352,10 @@ func (in Input) decide(s projections.Execution) action {
 // SplitDispatch, in which Recorded returns its io.jetflow.step.sent.
 func Noted(in Input, o Outcome) (projections.Execution, bool) {
 	t, ok := o.(TaskStored)
-	if !ok || in.SplitDispatch {
+	if !ok || (in.SplitDispatch && !t.Task.Local) {
+		// A local step's run is never recorded sent, even for older
+		// dispatchers: a history that said sent would be waited on by
+		// whoever reads it next, where the step must run again.
 		return in.State, false
 	}
 	return projections.MarkSent(in.State, t.Task.Task.StepID, t.Task.Task.Attempt, t.Seq, t.At.UTC()), true

@@ -13,6 +13,7 @@
 package janitor
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -325,11 +326,15 @@ func (j *Janitor) sweepIdle(ctx context.Context) (Result, error) {
 			Damaged   *projections.Damage `json:"damaged"` // waits for a repair, not for a reconcile
 		}
 		if e.Operation() != jetstream.KeyValuePut || json.Unmarshal(e.Value(), &head) != nil ||
-			!head.Status.Active() || head.Damaged != nil || now.Sub(head.UpdatedAt) < j.cfg.IdleAfter {
+			!head.Status.Active() || head.Damaged != nil {
+			return
+		}
+		quiet := now.Sub(head.UpdatedAt)
+		if quiet < j.cfg.IdleAfter && (quiet < LocalIdleAfter || !bytes.Contains(e.Value(), localQueueJSON)) {
 			return
 		}
 		var x projections.Execution
-		if json.Unmarshal(e.Value(), &x) == nil {
+		if json.Unmarshal(e.Value(), &x) == nil && (quiet >= j.cfg.IdleAfter || localSending(x)) {
 			idle = append(idle, x)
 		}
 	})
@@ -338,6 +343,18 @@ func (j *Janitor) sweepIdle(ctx context.Context) (Result, error) {
 	}
 	for _, x := range idle {
 		res.Checked++
+		if localSending(x) {
+			// A dispatcher that died while it ran a local step leaves it
+			// sending, and nothing else would run it again: nudged (a
+			// dispatcher still running it does nothing more).
+			if err := j.reconcile(ctx, x); err != nil {
+				j.log.Warn().Err(err).Str("execution_id", x.ID).Msg("sweep: reconcile")
+				res.Errors++
+				continue
+			}
+			res.Reconciled++
+			continue
+		}
 		if waitingOnTime(x, now) {
 			continue // a sleep, a wait or a retry backoff with its timer still to come
 		}
@@ -388,6 +405,26 @@ func (j *Janitor) sweepIdle(ctx context.Context) (Result, error) {
 		res.LocksCleared = n
 	}
 	return res, nil
+}
+
+// LocalIdleAfter is how long an execution with a local step sending
+// (run by its dispatcher, docs/adr/0014) may show no activity before the
+// janitor nudges it, whatever IdleAfter is: a dispatcher that died while
+// it ran the step leaves nothing else to run it again.
+const LocalIdleAfter = 10 * time.Second
+
+// localQueueJSON is how a read model's step run by its dispatcher shows
+// its queue: a read model without it is not decoded for it.
+var localQueueJSON = []byte(`"queue":"` + workflow.LocalQueue + `"`)
+
+// localSending reports whether an execution has a local step sending.
+func localSending(x projections.Execution) bool {
+	for _, st := range x.Steps {
+		if st.Queue == workflow.LocalQueue && st.Status == projections.OpSending {
+			return true
+		}
+	}
+	return false
 }
 
 // waitingOnTime reports whether the execution waits for a signal, or for a

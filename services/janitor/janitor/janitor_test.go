@@ -14,6 +14,7 @@ import (
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/natstest"
 	"jetflow.dev/pkg/projections"
+	"jetflow.dev/pkg/workflow"
 	"jetflow.dev/services/janitor/janitor"
 )
 
@@ -419,4 +420,37 @@ func TestSweepReconcilesAParentWaitingForItsChild(t *testing.T) {
 	b.put(t, x)
 	require.Equal(t, janitor.Result{Checked: 1}, b.runOnce(t))
 	require.Len(t, b.reconciles(t), 1)
+}
+
+// TestSweepNudgesALocalStepLeftSending: a local step (run by its
+// dispatcher) sending for LocalIdleAfter is nudged, long before
+// IdleAfter: a dispatcher that died while it ran the step leaves nothing
+// else to run it again. Agents' steps wait for IdleAfter as before.
+func TestSweepNudgesALocalStepLeftSending(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	local := func(id string, age time.Duration) projections.Execution {
+		x := execution(id, age)
+		x.Steps[1] = projections.Step{ID: "ship", Kind: "noop", Status: projections.OpSending, Attempt: 1,
+			TaskID: events.TaskID(id, "ship", 1), Queue: workflow.LocalQueue}
+		return x
+	}
+	b.put(t, local("local-quiet", janitor.LocalIdleAfter+time.Second))
+	b.put(t, local("local-busy", janitor.LocalIdleAfter-time.Second))
+	withAgent := local("local-beside-an-agent", janitor.LocalIdleAfter+time.Second)
+	withAgent.Steps = append(withAgent.Steps, projections.Step{ID: "deploy", Kind: "exec", Status: projections.OpSent, Attempt: 1,
+		TaskID: events.TaskID(withAgent.ID, "deploy", 1), TaskSeq: 99, Queue: "default"})
+	b.put(t, withAgent)
+	b.put(t, sentStep(execution("agent-sending", janitor.LocalIdleAfter+time.Second), projections.OpSending, "", 0))
+	done := local("local-ran", janitor.LocalIdleAfter+time.Second) // its step ran: nothing to nudge yet
+	done.Steps[1].Status = projections.OpSucceeded
+	b.put(t, done)
+
+	res := b.runOnce(t)
+	require.Equal(t, 2, res.Reconciled, "%+v", res)
+	var nudged []string
+	for _, c := range b.reconciles(t) {
+		nudged = append(nudged, c.Data.(*events.ReconcileExecution).ExecutionID)
+	}
+	require.ElementsMatch(t, []string{"local-quiet", "local-beside-an-agent"}, nudged)
 }
