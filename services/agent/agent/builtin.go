@@ -19,8 +19,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"jetflow.dev/pkg/operation"
-	"jetflow.dev/pkg/operation/builtin"
 	"jetflow.dev/pkg/workflow"
+	"jetflow.dev/services/internal/builtin"
 )
 
 // Builtins returns the built-in handlers: noop, log, exec and http.

@@ -14,9 +14,9 @@ import (
 
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/operation"
-	"jetflow.dev/pkg/operation/builtin"
 	"jetflow.dev/pkg/workflow"
 	"jetflow.dev/services/dispatcher/interp"
+	"jetflow.dev/services/internal/builtin"
 )
 
 // Local steps (docs/adr/0014): an operation step with local: true runs
