@@ -457,7 +457,7 @@ func (s Step) validateKind(add func(string, string, ...any), addErr func(string,
 			add(f("input"), "cannot be encoded as JSON: %v", err)
 		}
 		if s.Local { // a dispatcher holds no secrets
-			if err := expression.Compile(s.Input, roots); err != nil && expression.Compile(s.Input, secretRoots) == nil {
+			if err := expression.Compile(s.Input, roots); errors.Is(err, expression.ErrSecretNotAllowed) {
 				add(f("input"), "references a secret: a local step runs in the dispatcher, which holds none (drop local to run it on an agent)")
 			} else {
 				template("input", s.Input)

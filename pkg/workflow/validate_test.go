@@ -665,8 +665,17 @@ var validationCases = []struct {
 			"    local: true",
 			"    idempotent: yes",
 			"    input: {token: '${secret.TOKEN}'}",
+			"  - id: b",
+			"    kind: call",
+			"    operation: x",
+			"    local: true",
+			"    idempotent: yes",
+			`    input: {key: "${ 'x' + secret['API_KEY'] }"}`,
 		),
-		want: []problem{{"steps[0].input", 8, "references a secret: a local step runs in the dispatcher, which holds none (drop local to run it on an agent)"}},
+		want: []problem{
+			{"steps[0].input", 8, "references a secret: a local step runs in the dispatcher, which holds none (drop local to run it on an agent)"},
+			{"steps[1].input", 14, "references a secret: a local step runs in the dispatcher, which holds none (drop local to run it on an agent)"},
+		},
 	},
 
 	// sleep.

@@ -209,7 +209,7 @@ func specInput(spec json.RawMessage) json.RawMessage {
 // localReport is the report of a local run of t, which began at began
 // (zero: it did not run), as an agent would make it.
 func (d *Dispatcher) localReport(t events.Task, sent, began time.Time, out any, err error, final bool) events.Event {
-	ref := t.Ref(d.cfg.Member, 1)
+	ref := t.Ref("local@"+d.cfg.Member, 1) // who ran it: this dispatcher
 	ref.StoredAt = sent.UTC()
 	var p events.Payload
 	if err == nil {

@@ -345,9 +345,13 @@ func (j *Janitor) sweepIdle(ctx context.Context) (Result, error) {
 		res.Checked++
 		if localSending(x) {
 			// A dispatcher that died while it ran a local step leaves it
-			// sending, and nothing else would run it again: nudged (a
-			// dispatcher still running it does nothing more).
-			if err := j.reconcile(ctx, x); err != nil {
+			// sending, and nothing else would run it again: nudged at
+			// every sweep while it is (a dispatcher still running it does
+			// nothing more), not once per event as an idle one: the
+			// dispatcher that took the nudge may have lost the partition
+			// before the step's result was recorded.
+			id := fmt.Sprintf("reconcile-%s-%d-local-%d", x.ID, x.LastSeq, now.Unix())
+			if err := j.nudge(ctx, x, "a local step left sending", id); err != nil {
 				j.log.Warn().Err(err).Str("execution_id", x.ID).Msg("sweep: reconcile")
 				res.Errors++
 				continue
@@ -516,9 +520,16 @@ func (j *Janitor) hasResult(ctx context.Context, executionID, taskID string) (bo
 }
 
 func (j *Janitor) reconcile(ctx context.Context, x projections.Execution) error {
+	return j.nudge(ctx, x, "idle", "reconcile-"+x.ID+"-"+strconv.FormatUint(x.LastSeq, 10))
+}
+
+// nudge publishes a reconcile of x with CloudEvent and message id id (a
+// repeat of the same id within the commands stream's dedupe window is
+// dropped).
+func (j *Janitor) nudge(ctx context.Context, x projections.Execution, reason, id string) error {
 	ev := events.New(j.cfg.Source, x.ID, x.Workflow, j.cfg.Now(), &events.ReconcileExecution{
-		ExecutionID: x.ID, Workflow: x.Workflow, Reason: "idle"})
-	ev.ID = "reconcile-" + x.ID + "-" + strconv.FormatUint(x.LastSeq, 10)
+		ExecutionID: x.ID, Workflow: x.Workflow, Reason: reason})
+	ev.ID = id
 	msg, err := bus.Encode(bus.SubjectReconcile, ev)
 	if err != nil {
 		return err

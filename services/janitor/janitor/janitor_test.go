@@ -453,4 +453,13 @@ func TestSweepNudgesALocalStepLeftSending(t *testing.T) {
 		nudged = append(nudged, c.Data.(*events.ReconcileExecution).ExecutionID)
 	}
 	require.ElementsMatch(t, []string{"local-quiet", "local-beside-an-agent"}, nudged)
+
+	t.Log("nudged again at the next sweep, though nothing changed: the holder that took the first nudge may have lost the partition")
+	now := now.Add(30 * time.Second)
+	j, err := janitor.New(janitor.Config{IdleAfter: idleAfter, Now: func() time.Time { return now }}, b.js, zerolog.New(zerolog.NewTestWriter(t)))
+	require.NoError(t, err)
+	res, err = j.RunOnce(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, 3, res.Reconciled, "%+v (local-busy is now quiet too)", res)
+	require.Len(t, b.reconciles(t), 5)
 }

@@ -11,6 +11,7 @@ import (
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
+	"jetflow.dev/pkg/workflow"
 )
 
 // TestEventLinesSayWhatAWaitWaitsFor: jetflow events prints a timer's
@@ -83,6 +84,13 @@ func TestShowSaysWhatSendingMeans(t *testing.T) {
 	b.Reset()
 	printExecution(&b, x, "")
 	require.NotContains(t, b.String(), "sending:")
+
+	// A local step sending is run by the dispatcher: no queue, no agent.
+	x.Steps = append(x.Steps, projections.Step{ID: "sum", Kind: "call", Status: projections.OpSending, Attempt: 1, Queue: workflow.LocalQueue})
+	b.Reset()
+	printExecution(&b, x, "")
+	require.Contains(t, b.String(), "sending (local): the dispatcher holding the execution runs the step")
+	require.NotContains(t, b.String(), "waits in its queue")
 }
 
 // TestShowSaysWhatBecameOfAStepAfterTheEnd: a step that was with the

@@ -305,14 +305,24 @@ func printExecution(w io.Writer, x projections.Execution, retention string) {
 	}
 	_ = tw.Flush()
 	var queues []string
+	local := false
 	for _, s := range x.Steps {
-		if q := cmp.Or(s.Queue, workflow.DefaultQueue); s.Status == projections.OpSending && !slices.Contains(queues, q) {
+		q := cmp.Or(s.Queue, workflow.DefaultQueue)
+		switch {
+		case s.Status != projections.OpSending:
+		case q == workflow.LocalQueue:
+			local = true
+		case !slices.Contains(queues, q):
 			queues = append(queues, q)
 		}
 	}
 	if len(queues) > 0 && x.Status.Active() {
 		fmt.Fprintf(w, "\nsending: the task waits in its queue (%s) for an agent of that queue, or is being published; "+
 			"its storing is recorded with the step's next event\n", strings.Join(queues, ", "))
+	}
+	if local && x.Status.Active() {
+		fmt.Fprintf(w, "\nsending (local): the dispatcher holding the execution runs the step; its result is recorded when it ends "+
+			"(run again if that dispatcher stopped first)\n")
 	}
 }
 
