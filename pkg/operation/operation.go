@@ -5,6 +5,7 @@ package operation
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 )
 
@@ -77,4 +78,47 @@ func Run(ctx context.Context, h Handler, t Task) (out any, err error) {
 		}
 	}()
 	return h.Handle(ctx, t)
+}
+
+// EncodeOutput is a handler's output as stored: its JSON, or nothing for
+// a nil output.
+func EncodeOutput(out any) (json.RawMessage, error) {
+	if out == nil {
+		return nil, nil
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return nil, fmt.Errorf("encode operation output: %w", err)
+	}
+	return b, nil
+}
+
+// InputOf is a call step's input, from the step's spec ([Task.Spec]):
+// nil if it has none.
+func InputOf(spec json.RawMessage) json.RawMessage {
+	var s struct {
+		Input json.RawMessage `json:"input"`
+	}
+	if json.Unmarshal(spec, &s) != nil || len(s.Input) == 0 || string(s.Input) == "null" {
+		return nil
+	}
+	return s.Input
+}
+
+// MaxErrorText bounds the text of a failed operation's error as reported.
+const MaxErrorText = 8 << 10
+
+// Failed is what a report of a failed run says: the error's text (at
+// most MaxErrorText bytes, then "…") and the output a [Failure] carries
+// (nil for any other error).
+func Failed(err error) (text string, output json.RawMessage) {
+	var fail *Failure
+	if errors.As(err, &fail) {
+		output, _ = EncodeOutput(fail.Output)
+	}
+	text = err.Error()
+	if len(text) > MaxErrorText {
+		text = text[:MaxErrorText] + "…"
+	}
+	return text, output
 }

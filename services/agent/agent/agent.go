@@ -490,7 +490,7 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 		defer stopWatch()
 		out, err = operation.Run(opCtx, h, operation.Task{TaskID: task.TaskID, ExecutionID: task.ExecutionID,
 			Workflow: task.Workflow, StepID: task.StepID, Attempt: task.Attempt, Delivery: delivery,
-			Kind: task.Kind, Spec: spec, Input: specInput(spec)})
+			Kind: task.Kind, Spec: spec, Input: operation.InputOf(spec)})
 		started.stop()
 		// Nothing the operation reports may show a secret it was given.
 		final = errors.Is(err, ErrRefused) // e.g. a redirect to a host not allowed
@@ -502,7 +502,7 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 		log.Debug().Dur("took", time.Since(began)).Err(err).Msg("operation finished")
 		if err == nil {
 			var raw json.RawMessage
-			if raw, err = marshalOutput(out); err == nil {
+			if raw, err = operation.EncodeOutput(out); err == nil {
 				took := time.Since(began)
 				a.meter.operation(task.Kind, opSucceeded, took)
 				a.deliver(ctx, m, task, fmt.Sprintf("%s.done.%d", task.TaskID, delivery),
@@ -530,15 +530,7 @@ func (a *Agent) runTask(ctx context.Context, m jetstream.Msg) {
 			lost = errors.Is(cause, ErrNoHeartbeat) // hung: as if its agent had died
 		}
 	}
-	var fail *operation.Failure
-	var raw json.RawMessage
-	if errors.As(err, &fail) {
-		raw, _ = marshalOutput(fail.Output)
-	}
-	msg := err.Error()
-	if len(msg) > 8<<10 {
-		msg = msg[:8<<10] + "…"
-	}
+	msg, raw := operation.Failed(err)
 	a.deliver(ctx, m, task, fmt.Sprintf("%s.done.%d", task.TaskID, delivery), &events.OperationFailed{TaskRef: ref, Error: msg,
 		Output: a.fitOutput(raw), Final: final, Lost: lost, StartedAt: began.UTC()}, log)
 }
@@ -677,17 +669,6 @@ func (a *Agent) finish(m jetstream.Msg, reportErr error, log zerolog.Logger) {
 	}
 }
 
-// specInput extracts a call step's input from its spec.
-func specInput(spec json.RawMessage) json.RawMessage {
-	var s struct {
-		Input json.RawMessage `json:"input"`
-	}
-	if json.Unmarshal(spec, &s) != nil || len(s.Input) == 0 || string(s.Input) == "null" {
-		return nil
-	}
-	return s.Input
-}
-
 // fitOutput replaces an output too large to store in a result message with
 // a note saying so: the operation did run, and its status must still be
 // recorded.
@@ -704,17 +685,6 @@ func (a *Agent) fitOutput(raw json.RawMessage) json.RawMessage {
 // resultOverhead is room kept in a result message for headers and the
 // task reference.
 const resultOverhead = 16 << 10
-
-func marshalOutput(out any) (json.RawMessage, error) {
-	if out == nil {
-		return nil, nil
-	}
-	b, err := json.Marshal(out)
-	if err != nil {
-		return nil, fmt.Errorf("encode operation output: %w", err)
-	}
-	return b, nil
-}
 
 // reportAsync publishes a result without waiting for its ack.
 func (a *Agent) reportAsync(id string, p events.Payload) jetstream.PubAckFuture {

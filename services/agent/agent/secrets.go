@@ -231,7 +231,7 @@ func redactOutput(r *redact.Replacer, out any) (any, error) {
 		}
 		out = o
 	}
-	raw, err := marshalOutput(out)
+	raw, err := operation.EncodeOutput(out)
 	if err != nil {
 		return nil, err
 	}

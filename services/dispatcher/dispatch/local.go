@@ -139,7 +139,7 @@ func (d *Dispatcher) runLocal(x *execState, e interp.PublishTask) interp.Outcome
 		defer cancel(nil)
 		began := time.Now()
 		out, err := operation.Run(ctx, h, operation.Task{TaskID: t.TaskID, ExecutionID: t.ExecutionID, Workflow: t.Workflow,
-			StepID: t.StepID, Attempt: t.Attempt, Delivery: 1, Kind: t.Kind, Spec: t.Spec, Input: specInput(t.Spec)})
+			StepID: t.StepID, Attempt: t.Attempt, Delivery: 1, Kind: t.Kind, Spec: t.Spec, Input: operation.InputOf(t.Spec)})
 		cause := context.Cause(ctx)
 		stopped := errors.Is(cause, errStopped) || l.ctx.Err() != nil
 		d.cfg.Metrics.localRun(err, stopped)
@@ -195,17 +195,6 @@ func (d *Dispatcher) nudge(exec, wf, taskID string) {
 	}
 }
 
-// specInput is a call step's input, from its spec.
-func specInput(spec json.RawMessage) json.RawMessage {
-	var s struct {
-		Input json.RawMessage `json:"input"`
-	}
-	if json.Unmarshal(spec, &s) != nil || len(s.Input) == 0 || string(s.Input) == "null" {
-		return nil
-	}
-	return s.Input
-}
-
 // localReport is the report of a local run of t, which began at began
 // (zero: it did not run), as an agent would make it.
 func (d *Dispatcher) localReport(t events.Task, sent, began time.Time, out any, err error, final bool) events.Event {
@@ -213,22 +202,14 @@ func (d *Dispatcher) localReport(t events.Task, sent, began time.Time, out any, 
 	ref.StoredAt = sent.UTC()
 	var p events.Payload
 	if err == nil {
-		raw, merr := encodeOutput(out)
+		raw, merr := operation.EncodeOutput(out)
 		if merr == nil {
 			p = &events.OperationSucceeded{TaskRef: ref, Output: d.fitOutput(raw), Duration: time.Since(began).Milliseconds(), StartedAt: began.UTC()}
 		}
 		err = merr
 	}
 	if err != nil {
-		var fail *operation.Failure
-		var raw json.RawMessage
-		if errors.As(err, &fail) {
-			raw, _ = encodeOutput(fail.Output)
-		}
-		msg := err.Error()
-		if len(msg) > 8<<10 {
-			msg = msg[:8<<10] + "…"
-		}
+		msg, raw := operation.Failed(err)
 		var startedAt time.Time
 		if !began.IsZero() {
 			startedAt = began.UTC()
@@ -238,17 +219,6 @@ func (d *Dispatcher) localReport(t events.Task, sent, began time.Time, out any, 
 	ev := events.New(d.cfg.Source, t.ExecutionID, t.Workflow, d.cfg.Now(), p)
 	ev.ID = t.TaskID + ".done.local"
 	return ev
-}
-
-func encodeOutput(out any) (json.RawMessage, error) {
-	if out == nil {
-		return nil, nil
-	}
-	b, err := json.Marshal(out)
-	if err != nil {
-		return nil, fmt.Errorf("encode operation output: %w", err)
-	}
-	return b, nil
 }
 
 // fitOutput replaces an output too large for the step's event with a
