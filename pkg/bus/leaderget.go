@@ -19,6 +19,8 @@ type MsgQuery struct {
 	Seq           uint64 `json:"seq,omitempty"`
 	NextBySubject string `json:"next_by_subj,omitempty"`
 	LastBySubject string `json:"last_by_subj,omitempty"`
+	// StartTime, with NextBySubject: the first message stored at or after it.
+	StartTime *time.Time `json:"start_time,omitempty"`
 }
 
 // LeaderGet gets one stored message from the stream's leader.

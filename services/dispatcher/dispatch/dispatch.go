@@ -282,8 +282,11 @@ type Dispatcher struct {
 	// soon: the timers due soon that fire from memory (soon.go); nil
 	// with NoTimersFromMemory.
 	soon *soonTimers
-	// local runs the local steps (local.go).
-	local *localOps
+	// local runs the local steps (local.go); rescue gathers the
+	// partitions taken, to look for those a dispatcher that died left
+	// (rescue.go).
+	local  *localOps
+	rescue *rescuer
 }
 
 // New returns a dispatcher; call Run to start it.
@@ -324,7 +327,7 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log zerolog.Lo
 	if !cfg.NoTimersFromMemory {
 		soon = newSoonTimers()
 	}
-	return &Dispatcher{soon: soon, local: newLocalOps(cfg, log), tasks: tasks, keeper: newKeeper(js, log), lookupAfter: lookupAfter, cfg: cfg, js: js, log: log, defs: defs, ids: ids, locks: locks, hist: hist, cache: newLRU[string](cfg.CacheSize, cfg.CacheBytes, (*execState).size),
+	return &Dispatcher{soon: soon, local: newLocalOps(cfg, log), rescue: newRescuer(), tasks: tasks, keeper: newKeeper(js, log), lookupAfter: lookupAfter, cfg: cfg, js: js, log: log, defs: defs, ids: ids, locks: locks, hist: hist, cache: newLRU[string](cfg.CacheSize, cfg.CacheBytes, (*execState).size),
 		pinned: newPinnedDefs(maxPinnedDefs), maxEvent: int(js.Conn().MaxPayload()) - 64<<10,
 		parts: partitions{n: n, kv: kv, running: map[int]*consuming{}}}, nil
 }
@@ -507,6 +510,10 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		toWorkers(j)
 	}
 	d.local.start(ctx, queue)
+	rescueCtx, stopRescues := context.WithCancel(ctx)
+	rescued := make(chan struct{})
+	go func() { defer close(rescued); d.runRescues(rescueCtx) }()
+	defer func() { stopRescues(); <-rescued }()
 	enqueue := func(m jetstream.Msg, from *consuming) {
 		ev, ok := d.intake(ctx, m)
 		if !ok {

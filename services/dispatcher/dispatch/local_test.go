@@ -164,6 +164,54 @@ steps:
 	}
 }
 
+// A dispatcher that dies while it runs a local step cannot ask for it to
+// run again: the dispatcher that takes its partition finds the step's
+// dispatch in the tail of the events stream, and runs it again, without
+// the janitor.
+func TestALocalStepRunsAgainAfterItsDispatcherDies(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.applyYAML(t, `name: again
+steps:
+  - {id: slow, kind: call, local: true, idempotent: yes, operation: slow}
+  - {id: after, kind: noop, local: true}
+`)
+	var runs atomic.Int32
+	running := make(chan struct{}, 1)
+	block := operation.HandlerFunc(func(ctx context.Context, _ operation.Task) (any, error) {
+		runs.Add(1)
+		running <- struct{}{}
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})
+	js := b.connect() // its own connection, closed under it: it dies
+	first, err := dispatch.New(t.Context(), dispatch.Config{Workers: 2, LocalHandlers: map[string]operation.Handler{"slow": block}},
+		js, zerolog.New(zerolog.NewTestWriter(t)))
+	require.NoError(t, err)
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- first.Run(ctx) }()
+	b.start(t, "again", "a1")
+	select {
+	case <-running:
+	case <-time.After(waitFor):
+		stop()
+		t.Fatal("the local step did not start")
+	}
+	js.Conn().Close() // no nudge, no release: its leases expire
+	stop()
+	<-done
+
+	quick := operation.HandlerFunc(func(context.Context, operation.Task) (any, error) {
+		runs.Add(1)
+		return "done", nil
+	})
+	runDispatcher(t, b.js, dispatch.Config{Workers: 2, LocalHandlers: map[string]operation.Handler{"slow": quick}})
+	s, _ := waitStatus(t, b.js, "again", "a1", projections.StatusSucceeded) // no janitor runs
+	require.Equal(t, int32(2), runs.Load())
+	require.JSONEq(t, `"done"`, string(stepNamed(s, "slow").Output))
+}
+
 // Local steps in a foreach and in parallel branches each run once, and
 // at most LocalConcurrency registered handlers run at once.
 func TestLocalStepsInAFanOut(t *testing.T) {

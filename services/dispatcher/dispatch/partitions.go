@@ -205,6 +205,7 @@ func (d *Dispatcher) acquire(ctx context.Context, p int, epoch uint64, enqueue f
 		lvl = zerolog.DebugLevel
 	}
 	d.log.WithLevel(lvl).Int("partition", p).Uint64("epoch", epoch).Msg("partition taken")
+	d.rescue.took(p) // its last holder may have died running local steps
 	return nil
 }
 

@@ -1,0 +1,161 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/history"
+	"jetflow.dev/pkg/workflow"
+)
+
+// Local steps left by a dispatcher that died (docs/adr/0014). A dispatcher
+// that stops, or gives a partition up, nudges the executions whose local
+// steps it was running (cutShort); one that dies cannot, and nothing else
+// would run those steps again before the janitor finds them quiet. So a
+// dispatcher that takes partitions reads the tail of the events stream,
+// the last rescueWindow: an execution of those partitions whose last
+// event there dispatched a local step is nudged (a reconcile in its
+// inbox, taken by this dispatcher), which runs the step again if no
+// result came. A step dispatched before the window has been quiet long
+// enough for the janitor (janitor.LocalIdleAfter). A nudge of an
+// execution whose step runs, or went on, changes nothing.
+
+// rescueWindow is how far back a dispatcher that takes partitions looks
+// for local steps dispatched: the janitor's LocalIdleAfter, and a lease's
+// expiry and a margin for clocks.
+const rescueWindow = 20 * time.Second
+
+// rescueGather is how long the takes of partitions are gathered before
+// one read of the stream's tail for all of them (a dispatcher starting
+// takes several at once).
+const rescueGather = 500 * time.Millisecond
+
+// rescuer gathers the partitions taken, for rescueLocal.
+type rescuer struct {
+	taken chan int
+}
+
+func newRescuer() *rescuer { return &rescuer{taken: make(chan int, 1024)} }
+
+// took notes that partition p was taken (dropped if too many wait: the
+// janitor covers them).
+func (r *rescuer) took(p int) {
+	select {
+	case r.taken <- p:
+	default:
+	}
+}
+
+// runRescues reads the stream's tail for the partitions taken, gathered,
+// until ctx ends.
+func (d *Dispatcher) runRescues(ctx context.Context) {
+	for {
+		var parts map[int]bool
+		select {
+		case <-ctx.Done():
+			return
+		case p := <-d.rescue.taken:
+			parts = map[int]bool{p: true}
+		}
+		gather := time.NewTimer(rescueGather)
+	gathering:
+		for {
+			select {
+			case <-ctx.Done():
+				gather.Stop()
+				return
+			case p := <-d.rescue.taken:
+				parts[p] = true
+			case <-gather.C:
+				break gathering
+			}
+		}
+		n, err := d.rescueLocal(ctx, parts)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			d.log.Warn().Err(err).Msg("look for local steps left by a dispatcher that died: the janitor will find their executions quiet")
+		case n > 0:
+			d.log.Info().Int("executions", n).Int("partitions", len(parts)).Msg("nudged executions whose local step may have been left running by a dispatcher that died")
+		}
+	}
+}
+
+// rescueLocal nudges the executions of partitions parts whose last event
+// of the stream's last rescueWindow dispatched a local step, and returns
+// how many.
+func (d *Dispatcher) rescueLocal(ctx context.Context, parts map[int]bool) (int, error) {
+	since := d.cfg.Now().Add(-rescueWindow)
+	first, err := firstSince(ctx, d.js, since)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, nil // nothing appended since
+	}
+	if err != nil {
+		return 0, err
+	}
+	type last struct {
+		workflow, task string // task: of the local step its last event dispatched ("" if none)
+	}
+	lasts := map[string]last{}
+	err = history.ScanReportsFrom(ctx, d.js, bus.StreamEvents, bus.EventsPrefix+".>", first, func(ev events.Event) error {
+		if !parts[d.partitionOf(ev.Subject)] {
+			return nil
+		}
+		l := last{workflow: ev.Workflow}
+		if disp := localDispatch(ev); disp != nil {
+			l.task = disp.TaskID
+		}
+		lasts[ev.Subject] = l
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("read %s from %s: %w", bus.StreamEvents, since.Format(time.RFC3339), err)
+	}
+	n := 0
+	for exec, l := range lasts {
+		if l.task == "" {
+			continue
+		}
+		if _, held := d.holds(exec); !held || d.local.has(l.task) {
+			continue // another's now, or running here
+		}
+		d.nudge(exec, l.workflow, l.task)
+		n++
+	}
+	return n, nil
+}
+
+// localDispatch is the dispatch of a local step ev records, by itself or
+// with the event before it (then), if any.
+func localDispatch(ev events.Event) *events.StepDispatched {
+	var disp *events.StepDispatched
+	switch p := ev.Data.(type) {
+	case *events.StepDispatched:
+		disp = p
+	case *events.StepSending:
+		disp = &events.StepDispatched{TaskID: p.TaskID, Queue: p.Queue}
+	case *events.StepSucceeded:
+		disp = p.Then
+	case *events.ExecutionStarted:
+		disp = p.Then
+	}
+	if disp == nil || disp.Queue != workflow.LocalQueue {
+		return nil
+	}
+	return disp
+}
+
+// firstSince is the stream sequence of the first event stored at or after
+// t (jetstream.ErrMsgNotFound: none).
+func firstSince(ctx context.Context, js jetstream.JetStream, t time.Time) (uint64, error) {
+	m, err := bus.LeaderGet(ctx, js, bus.StreamEvents, bus.MsgQuery{StartTime: &t, NextBySubject: bus.EventsPrefix + ".>"})
+	if err != nil {
+		return 0, err
+	}
+	return m.Sequence, nil
+}
