@@ -318,3 +318,45 @@ steps:
 		t.Fatal("the handler's context was not cancelled")
 	}
 }
+
+// A local step with a timeout: the timer armed after its dispatch is the
+// execution's last event when its dispatcher dies; the dispatcher taking
+// the partition still finds the step and runs it again.
+func TestALocalStepWithATimeoutRunsAgainAfterItsDispatcherDies(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.applyYAML(t, `name: again
+steps:
+  - {id: slow, kind: call, local: true, idempotent: yes, operation: slow, timeout: 1h}
+`)
+	running := make(chan struct{}, 1)
+	block := operation.HandlerFunc(func(ctx context.Context, _ operation.Task) (any, error) {
+		running <- struct{}{}
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})
+	js := b.connect()
+	first, err := dispatch.New(t.Context(), dispatch.Config{Workers: 2, LocalHandlers: map[string]operation.Handler{"slow": block}},
+		js, zerolog.New(zerolog.NewTestWriter(t)))
+	require.NoError(t, err)
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- first.Run(ctx) }()
+	b.start(t, "again", "t1")
+	select {
+	case <-running:
+	case <-time.After(waitFor):
+		stop()
+		t.Fatal("the local step did not start")
+	}
+	waitHistory(t, b.js, "again", "t1", "the timeout armed", func(evs []events.Event) bool {
+		return len(evs) > 0 && evs[len(evs)-1].Type == events.TypeTimerArmed
+	})
+	js.Conn().Close()
+	stop()
+	<-done
+
+	quick := operation.HandlerFunc(func(context.Context, operation.Task) (any, error) { return "done", nil })
+	runDispatcher(t, b.js, dispatch.Config{Workers: 2, LocalHandlers: map[string]operation.Handler{"slow": quick}})
+	waitStatus(t, b.js, "again", "t1", projections.StatusSucceeded)
+}

@@ -19,10 +19,10 @@ import (
 // steps it was running (cutShort); one that dies cannot, and nothing else
 // would run those steps again before the janitor finds them quiet. So a
 // dispatcher that takes partitions reads the tail of the events stream,
-// the last rescueWindow: an execution of those partitions whose last
-// event there dispatched a local step is nudged (a reconcile in its
-// inbox, taken by this dispatcher), which runs the step again if no
-// result came. A step dispatched before the window has been quiet long
+// the last rescueWindow: an execution of those partitions with a local
+// step dispatched there whose attempt did not end there is nudged (a
+// reconcile in its inbox, taken by this dispatcher), which runs the step
+// again. A step dispatched before the window has been quiet long
 // enough for the janitor (janitor.LocalIdleAfter). A nudge of an
 // execution whose step runs, or went on, changes nothing.
 
@@ -98,36 +98,65 @@ func (d *Dispatcher) rescueLocal(ctx context.Context, parts map[int]bool) (int, 
 	if err != nil {
 		return 0, err
 	}
-	type last struct {
-		workflow, task string // task: of the local step its last event dispatched ("" if none)
+	// pending: per execution, the local steps dispatched in the window
+	// whose attempt has not ended there (by task id), and its workflow.
+	type pending struct {
+		workflow string
+		tasks    map[string]bool
 	}
-	lasts := map[string]last{}
+	execs := map[string]*pending{}
 	err = history.ScanReportsFrom(ctx, d.js, bus.StreamEvents, bus.EventsPrefix+".>", first, func(ev events.Event) error {
 		if !parts[d.partitionOf(ev.Subject)] {
 			return nil
 		}
-		l := last{workflow: ev.Workflow}
-		if disp := localDispatch(ev); disp != nil {
-			l.task = disp.TaskID
+		disp := localDispatch(ev)
+		x := execs[ev.Subject]
+		if x == nil {
+			if disp == nil {
+				return nil
+			}
+			x = &pending{workflow: ev.Workflow, tasks: map[string]bool{}}
+			execs[ev.Subject] = x
 		}
-		lasts[ev.Subject] = l
+		if step, attempt, ok := attemptEnded(ev); ok {
+			delete(x.tasks, events.TaskID(ev.Subject, step, attempt))
+		}
+		if ev.Type.IsTerminal() {
+			clear(x.tasks)
+		}
+		if disp != nil { // after the end of the attempt whose success carries it
+			x.tasks[disp.TaskID] = true
+		}
 		return nil
 	})
 	if err != nil {
 		return 0, fmt.Errorf("read %s from %s: %w", bus.StreamEvents, since.Format(time.RFC3339), err)
 	}
 	n := 0
-	for exec, l := range lasts {
-		if l.task == "" {
-			continue
+	for exec, x := range execs {
+		for task := range x.tasks {
+			if _, held := d.holds(exec); !held || d.local.has(task) {
+				continue // another's now, or running here
+			}
+			d.nudge(exec, x.workflow, task)
+			n++
+			break // one nudge decides about the whole execution
 		}
-		if _, held := d.holds(exec); !held || d.local.has(l.task) {
-			continue // another's now, or running here
-		}
-		d.nudge(exec, l.workflow, l.task)
-		n++
 	}
 	return n, nil
+}
+
+// attemptEnded is the step attempt whose end ev records, if it does.
+func attemptEnded(ev events.Event) (step string, attempt int, ok bool) {
+	switch p := ev.Data.(type) {
+	case *events.StepSucceeded:
+		return p.StepID, p.Attempt, true
+	case *events.StepFailed:
+		return p.StepID, p.Attempt, true
+	case *events.StepRescheduled:
+		return p.StepID, p.Attempt, true
+	}
+	return "", 0, false
 }
 
 // localDispatch is the dispatch of a local step ev records, by itself or
