@@ -9,6 +9,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/synadia-io/orbit.go/jetstreamext"
 
@@ -146,6 +147,15 @@ func ScanReportsFrom(ctx context.Context, js jetstream.JetStream, stream, filter
 	return scan(ctx, js, stream, filter, fromSeq, 0, skipBadScan, func(_ string, ev events.Event) error { return fn(ev) })
 }
 
+// ScanReportsIf is ScanReportsFrom handing on only the messages keep
+// takes, by their subject and headers, before they are decoded: a scan of
+// a long stretch of a stream that wants a few of its events decodes only
+// those.
+func ScanReportsIf(ctx context.Context, js jetstream.JetStream, stream, filter string, fromSeq uint64,
+	keep func(subject string, header nats.Header) bool, fn func(events.Event) error) error {
+	return scanIf(ctx, js, stream, filter, fromSeq, 0, skipBadScan, keep, func(_ string, ev events.Event) error { return fn(ev) })
+}
+
 // ScanQueue is ScanReportsFrom on a work-queue stream (the agents'
 // tasks), whose messages are removed as they are acknowledged, also
 // while it is read.
@@ -174,12 +184,19 @@ const (
 const scanAttempts = 5
 
 func scan(ctx context.Context, js jetstream.JetStream, stream, filter string, fromSeq, untilSeq uint64, how scanHow, fn func(string, events.Event) error) error {
+	return scanIf(ctx, js, stream, filter, fromSeq, untilSeq, how, nil, fn)
+}
+
+// scanIf is scan, handing on only the messages keep takes (by their
+// subject and headers, before they are decoded; nil: all).
+func scanIf(ctx context.Context, js jetstream.JetStream, stream, filter string, fromSeq, untilSeq uint64, how scanHow,
+	keep func(string, nats.Header) bool, fn func(string, events.Event) error) error {
 	// next is the sequence to read from: after a transient failure the
 	// scan goes on from there, so that fn sees every event once.
 	next := fromSeq
 	delivered := func(seq uint64) { next = seq + 1 }
 	for attempt := 1; ; attempt++ {
-		err := scanOnce(ctx, js, stream, filter, next, untilSeq, how, fn, delivered)
+		err := scanOnce(ctx, js, stream, filter, next, untilSeq, how, keep, fn, delivered)
 		var fnErr callbackError
 		switch {
 		case err == nil:
@@ -232,7 +249,7 @@ var _ [bus.SyncQueueLen - readBatch - 1]struct{}
 // ends (its last event on filter); the scan reads up to there, asking
 // again (any replica may answer) until it has it all.
 func scanOnce(ctx context.Context, js jetstream.JetStream, stream, filter string, fromSeq, untilSeq uint64, how scanHow,
-	fn func(string, events.Event) error, delivered func(uint64)) error {
+	keep func(string, nats.Header) bool, fn func(string, events.Event) error, delivered func(uint64)) error {
 	if bus.WholeStream(stream, filter) {
 		// The whole stream (a re-projection): asked so, the server
 		// neither walks every subject for the last message nor matches
@@ -261,7 +278,7 @@ func scanOnce(ctx context.Context, js jetstream.JetStream, stream, filter string
 		next = seq + 1
 		delivered(seq)
 	}
-	_, past, err := readFrom(ctx, js, stream, filter, next, limit, how != strictScan, fn, took)
+	_, past, err := readFrom(ctx, js, stream, filter, next, limit, how != strictScan, keep, fn, took)
 	b := <-ends
 	switch {
 	case err != nil:
@@ -273,7 +290,7 @@ func scanOnce(ctx context.Context, js jetstream.JetStream, stream, filter string
 	}
 	end := min(b.seq, limit)
 	for next <= end {
-		got, past, err := readFrom(ctx, js, stream, filter, next, end, how != strictScan, fn, took)
+		got, past, err := readFrom(ctx, js, stream, filter, next, end, how != strictScan, keep, fn, took)
 		switch {
 		case err != nil:
 			return err
@@ -309,7 +326,7 @@ func lastStored(ctx context.Context, js jetstream.JetStream, stream, filter stri
 // returns how many it was given up to end, and whether it was given one
 // past end (the scan is done).
 func readFrom(ctx context.Context, js jetstream.JetStream, stream, filter string, from, end uint64, skipBad bool,
-	fn func(string, events.Event) error, delivered func(uint64)) (got int, past bool, err error) {
+	keep func(string, nats.Header) bool, fn func(string, events.Event) error, delivered func(uint64)) (got int, past bool, err error) {
 	rctx, cancel := context.WithTimeout(ctx, bus.ServiceRequestTimeout)
 	defer cancel()
 	opts := []jetstreamext.GetBatchOpt{jetstreamext.GetBatchSeq(from), jetstreamext.GetBatchMaxBytes(readBatchBytes)}
@@ -332,6 +349,10 @@ func readFrom(ctx context.Context, js jetstream.JetStream, stream, filter string
 			return got, true, nil
 		}
 		got++
+		if keep != nil && !keep(m.Subject, m.Header) {
+			delivered(m.Sequence)
+			continue
+		}
 		for _, h := range directGetHeaders { // the server's, not the event's: less to decode
 			delete(m.Header, h)
 		}

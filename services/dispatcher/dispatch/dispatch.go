@@ -476,6 +476,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		if !d.local.wait(5 * time.Second) {
 			d.log.Warn().Msg("local step handlers still running 5s after the dispatcher stopped (they ignore their context): their steps run again elsewhere")
 		}
+		d.local.over.Store(true)
 	}()
 	// toWorkers hands a job to the workers, behind its execution's others.
 	toWorkers := func(j job) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -51,6 +52,9 @@ type localOps struct {
 	// goroutines counts the runs on goroutines of their own, which Run
 	// waits for (a while) when it stops.
 	goroutines sync.WaitGroup
+	// over is set once Run has returned: a report handed back before
+	// then and due again after it is dropped.
+	over atomic.Bool
 
 	mu      sync.Mutex
 	running map[string]*localRun // by task id: running, or its report waiting for its turn
@@ -102,21 +106,24 @@ var errStopped = errors.New("the dispatcher stopped running the execution")
 // runLocal runs the local operation of e, and returns the task as stored
 // at once (the state notes it sent, and waits for its result). A run
 // still going on (or whose result waits for its turn) is not started
-// twice. Nothing runs, and nothing is noted, for an execution whose
+// twice. Nothing runs for an execution whose
 // partition this dispatcher does not hold (a clear-lock handled here
 // decides about executions of other partitions; a lease whose renewal is
-// late): its holder is nudged to run it.
+// late): its holder is nudged to run it, and the step is noted sent.
 func (d *Dispatcher) runLocal(x *execState, e interp.PublishTask) interp.Outcome {
 	l := d.local
 	if l.ctx == nil {
 		return nil
 	}
-	if _, held := d.holds(x.id); !held {
-		d.nudge(x.id, x.workflow, e.Task.TaskID)
-		return nil
-	}
 	at := d.cfg.Now()
 	stored := interp.TaskStored{Task: e, At: at}
+	if _, held := d.holds(x.id); !held {
+		// Noted sent here all the same, or the next decision would take
+		// the same turn again: the holder reads the history, and a
+		// reconcile here forgets a step noted so and not running.
+		d.nudge(x.id, x.workflow, e.Task.TaskID)
+		return stored
+	}
 	t := e.Task
 	l.mu.Lock()
 	if r, ok := l.running[t.TaskID]; ok && !r.stopped {
@@ -328,6 +335,11 @@ func (m *localMsg) NakWithDelay(delay time.Duration) error {
 		m.d.cutShort(ref.ExecutionID, ref.Workflow, m.task, m.run)
 		return nil
 	}
-	time.AfterFunc(max(delay, retryDelay(m.tries+1)), func() { m.d.handLocal(m.ev, m.run, m.tries+1) })
+	time.AfterFunc(max(delay, retryDelay(m.tries+1)), func() {
+		if m.d.local.over.Load() {
+			return // Run has returned: the next holder finds the step (rescue.go), or the janitor does
+		}
+		m.d.handLocal(m.ev, m.run, m.tries+1)
+	})
 	return nil
 }

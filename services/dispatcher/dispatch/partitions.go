@@ -259,6 +259,7 @@ func (d *Dispatcher) retook(p int, old, new uint64) {
 // hand here are delivered again too, and handled again (a result seen
 // twice is stale the second time).
 func (d *Dispatcher) heldMeanwhile(ctx context.Context, p int, epoch uint64) {
+	d.rescue.took(p) // the one that held it meanwhile may have died running local steps
 	for _, c := range bus.PartitionConsumers(d.durables(), p) {
 		if _, ok := d.parts.table.Current(p, epoch); !ok || ctx.Err() != nil {
 			return // lost or given up since: its next holder resets them

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"jetflow.dev/pkg/bus"
@@ -26,10 +28,22 @@ import (
 // enough for the janitor (janitor.LocalIdleAfter). A nudge of an
 // execution whose step runs, or went on, changes nothing.
 
-// rescueWindow is how far back a dispatcher that takes partitions looks
-// for local steps dispatched: the janitor's LocalIdleAfter, and a lease's
-// expiry and a margin for clocks.
+// rescueWindow is how far back, beyond a lease's time to live, a
+// dispatcher that takes partitions looks for local steps dispatched: the
+// janitor's LocalIdleAfter and a margin for clocks.
 const rescueWindow = 20 * time.Second
+
+// rescueTypes are the types of the events a rescue reads (a step's
+// dispatch, alone or carried, and the ends of attempts and of
+// executions): the others are not decoded.
+var rescueTypes = map[string]bool{}
+
+func init() {
+	for _, t := range []events.Type{events.TypeStepDispatched, events.TypeStepSending, events.TypeStepSucceeded, events.TypeExecutionStarted,
+		events.TypeStepFailed, events.TypeStepRescheduled, events.TypeExecutionSucceeded, events.TypeExecutionFailed, events.TypeExecutionCancelled} {
+		rescueTypes[string(t)] = true
+	}
+}
 
 // rescueGather is how long the takes of partitions are gathered before
 // one read of the stream's tail for all of them (a dispatcher starting
@@ -90,7 +104,7 @@ func (d *Dispatcher) runRescues(ctx context.Context) {
 // of the stream's last rescueWindow dispatched a local step, and returns
 // how many.
 func (d *Dispatcher) rescueLocal(ctx context.Context, parts map[int]bool) (int, error) {
-	since := d.cfg.Now().Add(-rescueWindow)
+	since := d.cfg.Now().Add(-rescueWindow - d.cfg.LeaseTTL)
 	first, err := firstSince(ctx, d.js, since)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, nil // nothing appended since
@@ -105,7 +119,12 @@ func (d *Dispatcher) rescueLocal(ctx context.Context, parts map[int]bool) (int, 
 		tasks    map[string]bool
 	}
 	execs := map[string]*pending{}
-	err = history.ScanReportsFrom(ctx, d.js, bus.StreamEvents, bus.EventsPrefix+".>", first, func(ev events.Event) error {
+	// Decoded only when of those partitions and of those types: the
+	// stream's tail holds every partition's events.
+	keep := func(subject string, h nats.Header) bool {
+		return parts[d.partitionOf(subject[strings.LastIndexByte(subject, '.')+1:])] && rescueTypes[h.Get("ce-type")]
+	}
+	err = history.ScanReportsIf(ctx, d.js, bus.StreamEvents, bus.EventsPrefix+".>", first, keep, func(ev events.Event) error {
 		if !parts[d.partitionOf(ev.Subject)] {
 			return nil
 		}
@@ -134,6 +153,9 @@ func (d *Dispatcher) rescueLocal(ctx context.Context, parts map[int]bool) (int, 
 	}
 	n := 0
 	for exec, x := range execs {
+		if ctx.Err() != nil {
+			return n, nil // stopping: the next holder looks again
+		}
 		for task := range x.tasks {
 			if _, held := d.holds(exec); !held || d.local.has(task) {
 				continue // another's now, or running here

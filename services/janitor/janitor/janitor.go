@@ -343,6 +343,7 @@ func (j *Janitor) sweepIdle(ctx context.Context) (Result, error) {
 	}
 	for _, x := range idle {
 		res.Checked++
+		nudged := false
 		if localSending(x) {
 			// A dispatcher that died while it ran a local step leaves it
 			// sending, and nothing else would run it again: nudged at
@@ -357,7 +358,10 @@ func (j *Janitor) sweepIdle(ctx context.Context) (Result, error) {
 				continue
 			}
 			res.Reconciled++
-			continue
+			if now.Sub(x.UpdatedAt) < j.cfg.IdleAfter {
+				continue // not idle: only its local step was looked at
+			}
+			nudged = true // and its other steps are looked at, as an idle execution's
 		}
 		if waitingOnTime(x, now) {
 			continue // a sleep, a wait or a retry backoff with its timer still to come
@@ -393,7 +397,7 @@ func (j *Janitor) sweepIdle(ctx context.Context) (Result, error) {
 				res.LostTasks++
 			}
 		}
-		if !inFlight {
+		if !inFlight && !nudged {
 			if err := j.reconcile(ctx, x); err != nil {
 				j.log.Warn().Err(err).Str("execution_id", x.ID).Msg("sweep: reconcile")
 				res.Errors++
