@@ -21,10 +21,10 @@ import (
 // steps it was running (cutShort); one that dies cannot, and nothing else
 // would run those steps again before the janitor finds them quiet. So a
 // dispatcher that takes partitions reads the tail of the events stream,
-// the last rescueWindow: an execution of those partitions with a local
-// step dispatched there whose attempt did not end there is nudged (a
-// reconcile in its inbox, taken by this dispatcher), which runs the step
-// again. A step dispatched before the window has been quiet long
+// the last rescueWindow: an execution of those partitions that
+// dispatched a local step there and did not end there is nudged (a
+// reconcile in its inbox, taken by this dispatcher), which runs again a
+// step whose attempt did not end, and takes the decision a success left. A step dispatched before the window has been quiet long
 // enough for the janitor (janitor.LocalIdleAfter). A nudge of an
 // execution whose step runs, or went on, changes nothing.
 
@@ -112,10 +112,12 @@ func (d *Dispatcher) rescueLocal(ctx context.Context, parts map[int]bool) (int, 
 	if err != nil {
 		return 0, err
 	}
-	// pending: per execution, the local steps dispatched in the window
-	// whose attempt has not ended there (by task id), and its workflow.
+	// pending: per execution that dispatched a local step in the window,
+	// its workflow, whether it ended there, and the local steps whose
+	// attempt did not end there (by task id).
 	type pending struct {
 		workflow string
+		ended    bool
 		tasks    map[string]bool
 	}
 	execs := map[string]*pending{}
@@ -141,6 +143,7 @@ func (d *Dispatcher) rescueLocal(ctx context.Context, parts map[int]bool) (int, 
 			delete(x.tasks, events.TaskID(ev.Subject, step, attempt))
 		}
 		if ev.Type.IsTerminal() {
+			x.ended = true
 			clear(x.tasks)
 		}
 		if disp != nil { // after the end of the attempt whose success carries it
@@ -151,19 +154,34 @@ func (d *Dispatcher) rescueLocal(ctx context.Context, parts map[int]bool) (int, 
 	if err != nil {
 		return 0, fmt.Errorf("read %s from %s: %w", bus.StreamEvents, since.Format(time.RFC3339), err)
 	}
+	// Every execution that ran local steps there and did not end is
+	// nudged, not only those with a step still pending: the report of a
+	// local step is in its dispatcher's memory only, so one that died
+	// after it recorded a success and before the decision that follows
+	// (an execution of more than interp.SmallExecution instances records
+	// the next dispatch in an event of its own) left nothing to wake the
+	// execution, where an agent's report would be delivered again. A
+	// nudge of an execution that goes on, or waits, changes nothing.
 	n := 0
 	for exec, x := range execs {
 		if ctx.Err() != nil {
 			return n, nil // stopping: the next holder looks again
 		}
-		for task := range x.tasks {
-			if _, held := d.holds(exec); !held || d.local.has(task) {
-				continue // another's now, or running here
-			}
-			d.nudge(exec, x.workflow, task)
-			n++
-			break // one nudge decides about the whole execution
+		if x.ended {
+			continue
 		}
+		if _, held := d.holds(exec); !held {
+			continue // another's now
+		}
+		running := false
+		for task := range x.tasks {
+			running = running || d.local.has(task)
+		}
+		if running {
+			continue
+		}
+		d.nudge(exec, x.workflow, exec+".rescue")
+		n++
 	}
 	return n, nil
 }
