@@ -106,10 +106,10 @@ var errStopped = errors.New("the dispatcher stopped running the execution")
 // runLocal runs the local operation of e, and returns the task as stored
 // at once (the state notes it sent, and waits for its result). A run
 // still going on (or whose result waits for its turn) is not started
-// twice. Nothing runs for an execution whose
-// partition this dispatcher does not hold (a clear-lock handled here
-// decides about executions of other partitions; a lease whose renewal is
-// late): its holder is nudged to run it, and the step is noted sent.
+// twice. Nothing runs for an execution whose partition this dispatcher
+// does not hold (a clear-lock handled here decides about executions of
+// other partitions; a lease whose renewal is late): its holder is nudged
+// to run it, and the step is noted sent.
 func (d *Dispatcher) runLocal(x *execState, e interp.PublishTask) interp.Outcome {
 	l := d.local
 	if l.ctx == nil {
