@@ -43,7 +43,6 @@ type localOps struct {
 	// goroutine of their own, at most cap(slots) at once.
 	inline map[string]bool
 	slots  chan struct{}
-	log    zerolog.Logger
 
 	// ctx is Run's (the runs end with it), queue hands a job to the
 	// workers; both set by start.
@@ -73,7 +72,6 @@ func newLocalOps(cfg Config, log zerolog.Logger) *localOps {
 		handlers: map[string]operation.Handler{workflow.KindNoop: builtin.Noop, workflow.KindLog: builtin.Log(log)},
 		inline:   map[string]bool{workflow.KindNoop: true, workflow.KindLog: true},
 		slots:    make(chan struct{}, cfg.LocalConcurrency),
-		log:      log,
 		running:  map[string]*localRun{},
 	}
 	for name, h := range cfg.LocalHandlers {
@@ -121,7 +119,7 @@ func (d *Dispatcher) runLocal(x *execState, e interp.PublishTask) interp.Outcome
 		// Noted sent here all the same, or the next decision would take
 		// the same turn again: the holder reads the history, and a
 		// reconcile here forgets a step noted so and not running.
-		d.nudge(x.id, x.workflow, e.Task.TaskID)
+		d.nudge(x.id, x.workflow)
 		return stored
 	}
 	t := e.Task
@@ -151,7 +149,7 @@ func (d *Dispatcher) runLocal(x *execState, e interp.PublishTask) interp.Outcome
 		stopped := errors.Is(cause, errStopped) || l.ctx.Err() != nil
 		d.cfg.Metrics.localRun(err, stopped)
 		if stopped {
-			d.cutShort(t.ExecutionID, t.Workflow, t.TaskID, run)
+			d.cutShort(t.ExecutionID, t.Workflow, run, t.TaskID)
 			return
 		}
 		if err != nil && cause != nil && ctx.Err() != nil {
@@ -169,7 +167,7 @@ func (d *Dispatcher) runLocal(x *execState, e interp.PublishTask) interp.Outcome
 		select {
 		case l.slots <- struct{}{}:
 		case <-ctx.Done():
-			d.cutShort(t.ExecutionID, t.Workflow, t.TaskID, run)
+			d.cutShort(t.ExecutionID, t.Workflow, run, t.TaskID)
 			return
 		}
 		defer func() { <-l.slots }()
@@ -183,21 +181,22 @@ func (d *Dispatcher) runLocal(x *execState, e interp.PublishTask) interp.Outcome
 // partition's next holder, perhaps this dispatcher again, to decide
 // about its execution at once, which runs the step again: without it the
 // execution would wait for the janitor to find it idle. A dispatcher
-// that dies leaves that to the janitor.
-func (d *Dispatcher) cutShort(exec, wf, taskID string, run *localRun) {
+// that dies cannot: the one that takes its partitions looks for such
+// executions (rescue.go).
+func (d *Dispatcher) cutShort(exec, wf string, run *localRun, taskID string) {
 	d.local.forget(taskID, run)
-	d.nudge(exec, wf, taskID)
+	d.nudge(exec, wf)
 }
 
 // nudge asks the holder of an execution's partition to decide about it
-// again (a reconcile in its inbox), for a local step that was not run
-// here, or whose run was cut short.
-func (d *Dispatcher) nudge(exec, wf, taskID string) {
+// again (a reconcile in its inbox, under a new id each time), for a
+// local step that was not run here, or whose run was cut short.
+func (d *Dispatcher) nudge(exec, wf string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	p := &events.ReconcileExecution{ExecutionID: exec, Workflow: wf, Reason: "a local step is to run at the partition's holder"}
-	if err := d.publishOwn(ctx, "reconcile-local-"+taskID+"-"+newToken()[:8], exec, wf, p); err != nil {
-		d.log.Warn().Err(err).Str("execution_id", exec).Str("task_id", taskID).
+	if err := d.publishOwn(ctx, "reconcile-local-"+exec+"-"+newToken()[:8], exec, wf, p); err != nil {
+		d.log.Warn().Err(err).Str("execution_id", exec).
 			Msg("a local step is to run at its partition's holder, which could not be nudged: the janitor will find the execution idle")
 	}
 }
@@ -245,13 +244,12 @@ func (d *Dispatcher) fitOutput(raw json.RawMessage) json.RawMessage {
 // handings back before.
 func (d *Dispatcher) handLocal(ev events.Event, run *localRun, tries int) {
 	ref, _ := events.ResultRef(ev.Data)
-	if d.local.ctx.Err() != nil {
-		d.cutShort(ref.ExecutionID, ref.Workflow, ref.TaskID, run)
-		return
+	var from *consuming
+	if d.local.ctx.Err() == nil {
+		from = d.holding(d.partitionOf(ref.ExecutionID))
 	}
-	from := d.holding(d.partitionOf(ref.ExecutionID))
 	if from == nil {
-		d.cutShort(ref.ExecutionID, ref.Workflow, ref.TaskID, run)
+		d.cutShort(ref.ExecutionID, ref.Workflow, run, ref.TaskID)
 		return
 	}
 	d.local.queue(job{msg: &localMsg{d: d, ev: ev, run: run, task: ref.TaskID, tries: tries}, ev: ev, key: ref.ExecutionID, from: from})
@@ -274,6 +272,19 @@ func (l *localOps) has(taskID string) bool {
 	defer l.mu.Unlock()
 	_, ok := l.running[taskID]
 	return ok
+}
+
+// runs reports whether a local step of execution exec runs here, or its
+// report waits for its turn.
+func (l *localOps) runs(exec string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, r := range l.running {
+		if r.exec == exec && !r.stopped {
+			return true
+		}
+	}
+	return false
 }
 
 // kill ends the runs of an execution's local steps (of one task, if
@@ -332,7 +343,7 @@ func (m *localMsg) Nak() error                                { return m.NakWith
 func (m *localMsg) NakWithDelay(delay time.Duration) error {
 	if m.d.local.ctx.Err() != nil { // stopping: the next holder runs it again, asked now
 		ref, _ := events.ResultRef(m.ev.Data)
-		m.d.cutShort(ref.ExecutionID, ref.Workflow, m.task, m.run)
+		m.d.cutShort(ref.ExecutionID, ref.Workflow, m.run, m.task)
 		return nil
 	}
 	time.AfterFunc(max(delay, retryDelay(m.tries+1)), func() {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
@@ -103,6 +104,49 @@ steps:
 	require.Contains(t, st.Error, "LocalHandlers")
 }
 
+// slowHandlers are a dispatcher's local handlers: "slow" counts its runs
+// in runs, then does what run does.
+func slowHandlers(runs *atomic.Int32, run operation.HandlerFunc) map[string]operation.Handler {
+	return map[string]operation.Handler{"slow": operation.HandlerFunc(func(ctx context.Context, task operation.Task) (any, error) {
+		runs.Add(1)
+		return run(ctx, task)
+	})}
+}
+
+// runBlocked runs a dispatcher (cfg) on js whose local operation "slow"
+// blocks until its context ends, starts execution id of wf, and returns
+// once the operation runs; stop ends that dispatcher and returns Run's
+// error.
+func runBlocked(t *testing.T, b *testBundle, js jetstream.JetStream, cfg dispatch.Config, wf, id string, runs *atomic.Int32) (stop func() error) {
+	t.Helper()
+	running := make(chan struct{}, 1)
+	cfg.LocalHandlers = slowHandlers(runs, func(ctx context.Context, _ operation.Task) (any, error) {
+		running <- struct{}{}
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})
+	d, err := dispatch.New(t.Context(), cfg, js, zerolog.New(zerolog.NewTestWriter(t)))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	stop = func() error {
+		cancel()
+		return <-done
+	}
+	b.start(t, wf, id)
+	select {
+	case <-running:
+	case <-time.After(waitFor):
+		_ = stop()
+		t.Fatal("the local step did not start")
+	}
+	return stop
+}
+
+// quick is a local operation that succeeds with "done".
+func quick(context.Context, operation.Task) (any, error) { return "done", nil }
+
 // A dispatcher that stops while a local step runs leaves it sending in
 // the history, and asks the partition's next holder to decide about the
 // execution: it runs the step again (at least once) at once, not when
@@ -120,36 +164,12 @@ steps:
   - {id: after, kind: noop, local: true}
 `)
 			var runs atomic.Int32
-			running := make(chan struct{}, 1)
-			block := operation.HandlerFunc(func(ctx context.Context, _ operation.Task) (any, error) {
-				runs.Add(1)
-				running <- struct{}{}
-				<-ctx.Done()
-				return nil, ctx.Err()
-			})
-			first, err := dispatch.New(t.Context(), dispatch.Config{Workers: 2, SplitDispatch: split,
-				LocalHandlers: map[string]operation.Handler{"slow": block}}, b.js, zerolog.New(zerolog.NewTestWriter(t)))
-			require.NoError(t, err)
-			ctx, stop := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- first.Run(ctx) }()
-			b.start(t, "again", "a1")
-			select {
-			case <-running:
-			case <-time.After(waitFor):
-				stop()
-				t.Fatal("the local step did not start")
-			}
-			stop()
-			require.NoError(t, <-done)
+			stop := runBlocked(t, b, b.js, dispatch.Config{Workers: 2, SplitDispatch: split}, "again", "a1", &runs)
+			require.NoError(t, stop())
 			s := foldOf(t, b.js, "again", "a1")
 			require.Equal(t, projections.OpSending, stepNamed(s, "slow").Status, "the history shows it sending: it may have run")
 
-			quick := operation.HandlerFunc(func(context.Context, operation.Task) (any, error) {
-				runs.Add(1)
-				return "done", nil
-			})
-			runDispatcher(t, b.js, dispatch.Config{Workers: 2, SplitDispatch: split, LocalHandlers: map[string]operation.Handler{"slow": quick}})
+			runDispatcher(t, b.js, dispatch.Config{Workers: 2, SplitDispatch: split, LocalHandlers: slowHandlers(&runs, quick)})
 			s, evs := waitStatus(t, b.js, "again", "a1", projections.StatusSucceeded) // no janitor: the stop asked
 			require.Equal(t, int32(2), runs.Load(), "run once by each dispatcher")
 			sendings := dispatches(evs)
@@ -177,36 +197,12 @@ steps:
   - {id: after, kind: noop, local: true}
 `)
 	var runs atomic.Int32
-	running := make(chan struct{}, 1)
-	block := operation.HandlerFunc(func(ctx context.Context, _ operation.Task) (any, error) {
-		runs.Add(1)
-		running <- struct{}{}
-		<-ctx.Done()
-		return nil, ctx.Err()
-	})
 	js := b.connect() // its own connection, closed under it: it dies
-	first, err := dispatch.New(t.Context(), dispatch.Config{Workers: 2, LocalHandlers: map[string]operation.Handler{"slow": block}},
-		js, zerolog.New(zerolog.NewTestWriter(t)))
-	require.NoError(t, err)
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- first.Run(ctx) }()
-	b.start(t, "again", "a1")
-	select {
-	case <-running:
-	case <-time.After(waitFor):
-		stop()
-		t.Fatal("the local step did not start")
-	}
+	stop := runBlocked(t, b, js, dispatch.Config{Workers: 2}, "again", "a1", &runs)
 	js.Conn().Close() // no nudge, no release: its leases expire
-	stop()
-	<-done
+	_ = stop()
 
-	quick := operation.HandlerFunc(func(context.Context, operation.Task) (any, error) {
-		runs.Add(1)
-		return "done", nil
-	})
-	runDispatcher(t, b.js, dispatch.Config{Workers: 2, LocalHandlers: map[string]operation.Handler{"slow": quick}})
+	runDispatcher(t, b.js, dispatch.Config{Workers: 2, LocalHandlers: slowHandlers(&runs, quick)})
 	s, _ := waitStatus(t, b.js, "again", "a1", projections.StatusSucceeded) // no janitor runs
 	require.Equal(t, int32(2), runs.Load())
 	require.JSONEq(t, `"done"`, string(stepNamed(s, "slow").Output))
@@ -329,34 +325,16 @@ func TestALocalStepWithATimeoutRunsAgainAfterItsDispatcherDies(t *testing.T) {
 steps:
   - {id: slow, kind: call, local: true, idempotent: yes, operation: slow, timeout: 1h}
 `)
-	running := make(chan struct{}, 1)
-	block := operation.HandlerFunc(func(ctx context.Context, _ operation.Task) (any, error) {
-		running <- struct{}{}
-		<-ctx.Done()
-		return nil, ctx.Err()
-	})
+	var runs atomic.Int32
 	js := b.connect()
-	first, err := dispatch.New(t.Context(), dispatch.Config{Workers: 2, LocalHandlers: map[string]operation.Handler{"slow": block}},
-		js, zerolog.New(zerolog.NewTestWriter(t)))
-	require.NoError(t, err)
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- first.Run(ctx) }()
-	b.start(t, "again", "t1")
-	select {
-	case <-running:
-	case <-time.After(waitFor):
-		stop()
-		t.Fatal("the local step did not start")
-	}
+	stop := runBlocked(t, b, js, dispatch.Config{Workers: 2}, "again", "t1", &runs)
 	waitHistory(t, b.js, "again", "t1", "the timeout armed", func(evs []events.Event) bool {
 		return len(evs) > 0 && evs[len(evs)-1].Type == events.TypeTimerArmed
 	})
 	js.Conn().Close()
-	stop()
-	<-done
+	_ = stop()
 
-	quick := operation.HandlerFunc(func(context.Context, operation.Task) (any, error) { return "done", nil })
-	runDispatcher(t, b.js, dispatch.Config{Workers: 2, LocalHandlers: map[string]operation.Handler{"slow": quick}})
+	runDispatcher(t, b.js, dispatch.Config{Workers: 2, LocalHandlers: slowHandlers(&runs, quick)})
 	waitStatus(t, b.js, "again", "t1", projections.StatusSucceeded)
+	require.Equal(t, int32(2), runs.Load())
 }

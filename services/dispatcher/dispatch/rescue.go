@@ -18,29 +18,31 @@ import (
 
 // Local steps left by a dispatcher that died (docs/adr/0014). A dispatcher
 // that stops, or gives a partition up, nudges the executions whose local
-// steps it was running (cutShort); one that dies cannot, and nothing else
-// would run those steps again before the janitor finds them quiet. So a
-// dispatcher that takes partitions reads the tail of the events stream,
-// the last rescueWindow: an execution of those partitions that
-// dispatched a local step there and did not end there is nudged (a
-// reconcile in its inbox, taken by this dispatcher), which runs again a
-// step whose attempt did not end, and takes the decision a success left. A step dispatched before the window has been quiet long
-// enough for the janitor (janitor.LocalIdleAfter). A nudge of an
-// execution whose step runs, or went on, changes nothing.
+// steps it was running (cutShort); one that dies cannot, and a local
+// step's report lives in its dispatcher's memory only, where an agent's
+// would be delivered again. So a dispatcher that takes partitions reads
+// the tail of the events stream, the last rescueWindow, and nudges (a
+// reconcile in the inbox, taken by itself) every execution of those
+// partitions that dispatched a local step there and did not end there:
+// a step whose attempt did not end runs again, and the decision a
+// recorded success left untaken is taken. A nudge of an execution that
+// goes on, or waits, changes nothing. A step dispatched before the
+// window has been quiet long enough for the janitor
+// (janitor.LocalIdleAfter).
 
 // rescueWindow is how far back, beyond a lease's time to live, a
 // dispatcher that takes partitions looks for local steps dispatched: the
 // janitor's LocalIdleAfter and a margin for clocks.
 const rescueWindow = 20 * time.Second
 
-// rescueTypes are the types of the events a rescue reads (a step's
-// dispatch, alone or carried, and the ends of attempts and of
-// executions): the others are not decoded.
+// rescueTypes are the types of the events a rescue reads (those that
+// may carry a step's dispatch, and the ends of executions): the others
+// are not decoded.
 var rescueTypes = map[string]bool{}
 
 func init() {
 	for _, t := range []events.Type{events.TypeStepDispatched, events.TypeStepSending, events.TypeStepSucceeded, events.TypeExecutionStarted,
-		events.TypeStepFailed, events.TypeStepRescheduled, events.TypeExecutionSucceeded, events.TypeExecutionFailed, events.TypeExecutionCancelled} {
+		events.TypeExecutionSucceeded, events.TypeExecutionFailed, events.TypeExecutionCancelled} {
 		rescueTypes[string(t)] = true
 	}
 }
@@ -100,9 +102,9 @@ func (d *Dispatcher) runRescues(ctx context.Context) {
 	}
 }
 
-// rescueLocal nudges the executions of partitions parts whose last event
-// of the stream's last rescueWindow dispatched a local step, and returns
-// how many.
+// rescueLocal nudges the executions of partitions parts that dispatched
+// a local step in the stream's last rescueWindow and did not end there,
+// and returns how many.
 func (d *Dispatcher) rescueLocal(ctx context.Context, parts map[int]bool) (int, error) {
 	since := d.cfg.Now().Add(-rescueWindow - d.cfg.LeaseTTL)
 	first, err := firstSince(ctx, d.js, since)
@@ -112,111 +114,57 @@ func (d *Dispatcher) rescueLocal(ctx context.Context, parts map[int]bool) (int, 
 	if err != nil {
 		return 0, err
 	}
-	// pending: per execution that dispatched a local step in the window,
-	// its workflow, whether it ended there, and the local steps whose
-	// attempt did not end there (by task id).
-	type pending struct {
+	type seen struct {
 		workflow string
 		ended    bool
-		tasks    map[string]bool
 	}
-	execs := map[string]*pending{}
+	execs := map[string]*seen{} // those that dispatched a local step
 	// Decoded only when of those partitions and of those types: the
 	// stream's tail holds every partition's events.
 	keep := func(subject string, h nats.Header) bool {
 		return parts[d.partitionOf(subject[strings.LastIndexByte(subject, '.')+1:])] && rescueTypes[h.Get("ce-type")]
 	}
 	err = history.ScanReportsIf(ctx, d.js, bus.StreamEvents, bus.EventsPrefix+".>", first, keep, func(ev events.Event) error {
-		if !parts[d.partitionOf(ev.Subject)] {
-			return nil
-		}
-		disp := localDispatch(ev)
 		x := execs[ev.Subject]
-		if x == nil {
-			if disp == nil {
-				return nil
-			}
-			x = &pending{workflow: ev.Workflow, tasks: map[string]bool{}}
-			execs[ev.Subject] = x
-		}
-		if step, attempt, ok := attemptEnded(ev); ok {
-			delete(x.tasks, events.TaskID(ev.Subject, step, attempt))
-		}
-		if ev.Type.IsTerminal() {
+		switch {
+		case x == nil && dispatchesLocal(ev):
+			execs[ev.Subject] = &seen{workflow: ev.Workflow}
+		case x != nil && ev.Type.IsTerminal():
 			x.ended = true
-			clear(x.tasks)
-		}
-		if disp != nil { // after the end of the attempt whose success carries it
-			x.tasks[disp.TaskID] = true
 		}
 		return nil
 	})
 	if err != nil {
 		return 0, fmt.Errorf("read %s from %s: %w", bus.StreamEvents, since.Format(time.RFC3339), err)
 	}
-	// Every execution that ran local steps there and did not end is
-	// nudged, not only those with a step still pending: the report of a
-	// local step is in its dispatcher's memory only, so one that died
-	// after it recorded a success and before the decision that follows
-	// (an execution of more than interp.SmallExecution instances records
-	// the next dispatch in an event of its own) left nothing to wake the
-	// execution, where an agent's report would be delivered again. A
-	// nudge of an execution that goes on, or waits, changes nothing.
 	n := 0
 	for exec, x := range execs {
 		if ctx.Err() != nil {
 			return n, nil // stopping: the next holder looks again
 		}
-		if x.ended {
-			continue
+		if _, held := d.holds(exec); x.ended || !held || d.local.runs(exec) {
+			continue // ended, another's now, or running here (this dispatcher took it and goes on)
 		}
-		if _, held := d.holds(exec); !held {
-			continue // another's now
-		}
-		running := false
-		for task := range x.tasks {
-			running = running || d.local.has(task)
-		}
-		if running {
-			continue
-		}
-		d.nudge(exec, x.workflow, exec+".rescue")
+		d.nudge(exec, x.workflow)
 		n++
 	}
 	return n, nil
 }
 
-// attemptEnded is the step attempt whose end ev records, if it does.
-func attemptEnded(ev events.Event) (step string, attempt int, ok bool) {
-	switch p := ev.Data.(type) {
-	case *events.StepSucceeded:
-		return p.StepID, p.Attempt, true
-	case *events.StepFailed:
-		return p.StepID, p.Attempt, true
-	case *events.StepRescheduled:
-		return p.StepID, p.Attempt, true
-	}
-	return "", 0, false
-}
-
-// localDispatch is the dispatch of a local step ev records, by itself or
-// with the event before it (then), if any.
-func localDispatch(ev events.Event) *events.StepDispatched {
-	var disp *events.StepDispatched
+// dispatchesLocal reports whether ev records a local step's dispatch, by
+// itself or with the event before it (then).
+func dispatchesLocal(ev events.Event) bool {
 	switch p := ev.Data.(type) {
 	case *events.StepDispatched:
-		disp = p
+		return p.Queue == workflow.LocalQueue
 	case *events.StepSending:
-		disp = &events.StepDispatched{TaskID: p.TaskID, Queue: p.Queue}
+		return p.Queue == workflow.LocalQueue
 	case *events.StepSucceeded:
-		disp = p.Then
+		return p.Then != nil && p.Then.Queue == workflow.LocalQueue
 	case *events.ExecutionStarted:
-		disp = p.Then
+		return p.Then != nil && p.Then.Queue == workflow.LocalQueue
 	}
-	if disp == nil || disp.Queue != workflow.LocalQueue {
-		return nil
-	}
-	return disp
+	return false
 }
 
 // firstSince is the stream sequence of the first event stored at or after
