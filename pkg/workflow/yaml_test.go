@@ -203,17 +203,18 @@ func FuzzYAMLKeepsText(f *testing.F) {
 		}
 		def := workflow.Definition{Name: "fuzz", Description: s, Steps: []workflow.Step{{ID: "a", Kind: workflow.KindNoop, Description: s}},
 			Input: map[string]any{"type": "object", "properties": map[string]any{s: map[string]any{"type": "string", "default": s}}}}
+		if def.Validate() != nil {
+			// The text itself is refused (too long, a property name the
+			// input schema refuses...): there is nothing to keep.
+			t.Skip("the definition is invalid before it is written as YAML")
+		}
 		out, err := def.YAML()
 		require.NoError(t, err)
+		// A valid definition written as YAML must parse back, valid, to
+		// the same text: any problem, of decoding or validation, is the
+		// writer's.
 		again, err := workflow.Parse(out)
-		if err != nil {
-			var verr *workflow.ValidationError
-			require.ErrorAs(t, err, &verr, "%q:\n%s", s, out)
-			for _, p := range verr.Problems {
-				require.NotContains(t, p.Message, "decode", "%q:\n%s", s, out)
-			}
-			t.Skip("the text is refused as a description (too long?)")
-		}
+		require.NoError(t, err, "%q:\n%s", s, out)
 		require.Equal(t, s, again.Description, "%q:\n%s", s, out)
 		require.Len(t, again.Steps, 1)
 		require.Equal(t, s, again.Steps[0].Description, "%q:\n%s", s, out)
