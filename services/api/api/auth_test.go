@@ -159,6 +159,8 @@ func TestEveryRouteNeedsItsScope(t *testing.T) {
 			}
 			require.Equal(t, http.StatusUnauthorized, a.status, "%s without a token: %s", rt.pattern, a.body)
 			require.Equal(t, `Bearer realm="jetflow"`, a.header.Get("WWW-Authenticate"))
+			// The body is JSON for people too: < and > as they are.
+			require.Contains(t, string(a.body), "Bearer <token>", "%s", a.body)
 			require.Equal(t, "unauthenticated", a.err.Code)
 			if rt.scope == access.ScopeAny {
 				require.Contains(t, a.err.Message, "any scope")

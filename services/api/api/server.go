@@ -5,6 +5,7 @@
 package api
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -503,13 +504,16 @@ func writeError(w http.ResponseWriter, status int, e apiError) {
 	writeJSON(w, status, apiv1.ErrorBody{Error: &e})
 }
 
-// rawProblems is v, a list of problems, as the JSON of an error's problems.
+// rawProblems is v, a list of problems, as the JSON of an error's problems
+// (with < > & as they are, as writeJSON writes them).
 func rawProblems(v any) json.RawMessage {
-	b, err := json.Marshal(v)
-	if err != nil {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
 		return nil // lists of plain structs always encode
 	}
-	return b
+	return bytes.TrimRight(b.Bytes(), "\n")
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -517,6 +521,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.WriteHeader(status)
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
+	// Bodies are JSON for programs and people, never HTML: "<=" stays
+	// "<=", not "\u003c=" (a JSON decoder reads either).
+	enc.SetEscapeHTML(false)
 	_ = enc.Encode(v)
 }
 
