@@ -541,7 +541,13 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	defer d.cfg.Metrics.watchPartitions(table, d.parts.n)()
 	if d.soon != nil { // once the table is set: it asks it whether a timer's partition is held
 		soonDone = make(chan struct{})
-		go func() { defer close(soonDone); d.fireSoon(ctx, queue, stopSoon) }()
+		go func() {
+			defer close(soonDone)
+			warmed := make(chan struct{})
+			go func() { defer close(warmed); d.warmSoon(ctx, stopSoon) }()
+			d.fireSoon(ctx, queue, stopSoon)
+			<-warmed
+		}()
 	}
 	for i, cons := range bound {
 		handler := func(m jetstream.Msg) { enqueue(m, nil) }

@@ -244,7 +244,7 @@ func (d *Dispatcher) taskSubject(e interp.PublishTask) string {
 func (d *Dispatcher) perform(ctx context.Context, x *execState, eff interp.Effect) (interp.Outcome, error) {
 	switch e := eff.(type) {
 	case interp.ArmTimer:
-		return nil, d.publishSchedule(ctx, x.id, x.workflow, e.TimerID, e.Due)
+		return nil, d.publishSchedule(ctx, x.id, x.workflow, e.TimerID, e.Due, x.state.LastSeq)
 	case interp.PublishTask:
 		if e.Local {
 			return d.runLocal(x, e), nil

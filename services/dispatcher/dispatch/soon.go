@@ -101,6 +101,9 @@ type soonTimers struct {
 	// JF_TIMERS; here the heap's older entry stays, and is skipped.
 	latest map[string]time.Time
 	wake   chan struct{}
+	// cold: each kept timer's execution's last event when it was armed,
+	// by when the timer fires, for warmSoon (warm.go).
+	cold warmHeap
 }
 
 func newSoonTimers() *soonTimers {
@@ -122,8 +125,9 @@ func (s *soonTimers) fits(now, due time.Time) bool {
 
 // add keeps a timer armed now (by the dispatcher's clock) and due at due,
 // if it falls within the horizon and there is room; it reports whether it
-// did.
-func (s *soonTimers) add(now, due time.Time, workflow, exec, id string) bool {
+// did. seq is the stream sequence of the execution's last event as it was
+// armed (0: unknown), read ahead of the timer's firing (warm.go).
+func (s *soonTimers) add(now, due time.Time, workflow, exec, id string, seq uint64) bool {
 	if s == nil {
 		return false
 	}
@@ -135,8 +139,12 @@ func (s *soonTimers) add(now, due time.Time, workflow, exec, id string) bool {
 		s.mu.Unlock()
 		return false
 	}
-	heap.Push(&s.h, soonTimer{at: time.Now().Add(max(0, wait)), due: due, workflow: workflow, exec: exec, id: id})
+	at := time.Now().Add(max(0, wait))
+	heap.Push(&s.h, soonTimer{at: at, due: due, workflow: workflow, exec: exec, id: id})
 	s.latest[key] = due
+	if seq != 0 && wait > warmAhead && len(s.cold) < soonMax {
+		heap.Push(&s.cold, warmEntry{at: at, seq: seq})
+	}
 	first := s.h[0].id == id
 	s.mu.Unlock()
 	if first {

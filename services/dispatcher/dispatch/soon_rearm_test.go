@@ -51,7 +51,7 @@ func TestATimerArmedAgainFiresAtItsLatestDueTime(t *testing.T) {
 
 			tid := timerIDOf("x1", events.TimerWaitTimeout, "w", 1)
 			// The first decision's effect, whose TimerArmed append then failed.
-			require.NoError(t, d.publishSchedule(t.Context(), "x1", "waitto", tid, time.Now().Add(1500*time.Millisecond)))
+			require.NoError(t, d.publishSchedule(t.Context(), "x1", "waitto", tid, time.Now().Add(1500*time.Millisecond), 0))
 
 			ev := events.New("test", "", "", time.Now(), &events.StartExecution{Workflow: "waitto", ExecutionID: "x1"})
 			msg, err := bus.Encode(bus.SubjectStart, ev)

@@ -14,10 +14,10 @@ import (
 func TestSoonTimersComeDueInOrder(t *testing.T) {
 	s := newSoonTimers()
 	now := time.Now()
-	require.True(t, s.add(now, now.Add(time.Hour/60), "wf", "x3", "t3"))
-	require.True(t, s.add(now, now.Add(-time.Second), "wf", "x1", "t1")) // overdue: at once
-	require.True(t, s.add(now, now.Add(time.Millisecond), "wf", "x2", "t2"))
-	require.False(t, s.add(now, now.Add(soonHorizon+time.Second), "wf", "x4", "t4"), "past the horizon: its schedule only")
+	require.True(t, s.add(now, now.Add(time.Hour/60), "wf", "x3", "t3", 0))
+	require.True(t, s.add(now, now.Add(-time.Second), "wf", "x1", "t1", 0)) // overdue: at once
+	require.True(t, s.add(now, now.Add(time.Millisecond), "wf", "x2", "t2", 0))
+	require.False(t, s.add(now, now.Add(soonHorizon+time.Second), "wf", "x4", "t4", 0), "past the horizon: its schedule only")
 
 	ready, next := s.due(time.Now().Add(10 * time.Millisecond))
 	require.Len(t, ready, 2)
@@ -33,7 +33,7 @@ func TestSoonTimersComeDueInOrder(t *testing.T) {
 	require.Zero(t, next, "none left")
 
 	var nilSoon *soonTimers // NoTimersFromMemory
-	require.False(t, nilSoon.add(now, now, "wf", "x", "t"))
+	require.False(t, nilSoon.add(now, now, "wf", "x", "t", 0))
 	require.Equal(t, notFiredHere, nilSoon.stand("x", "t"))
 }
 
@@ -43,9 +43,9 @@ func TestSoonTimersAreBounded(t *testing.T) {
 	s := newSoonTimers()
 	now := time.Now()
 	for i := range soonMax {
-		require.True(t, s.add(now, now.Add(time.Minute), "wf", "x", fmt.Sprint(i)))
+		require.True(t, s.add(now, now.Add(time.Minute), "wf", "x", fmt.Sprint(i), 0))
 	}
-	require.False(t, s.add(now, now, "wf", "x", "one-more"))
+	require.False(t, s.add(now, now, "wf", "x", "one-more", 0))
 	ready, _ := s.due(time.Now())
 	require.Empty(t, ready)
 }
@@ -104,28 +104,28 @@ func TestSoonTimersForgetOldEntries(t *testing.T) {
 func TestSoonTimerArmedAgainKeepsItsLatestArming(t *testing.T) {
 	s := newSoonTimers()
 	now := time.Now()
-	require.True(t, s.add(now, now.Add(-time.Second), "wf", "x", "t"))
-	require.True(t, s.add(now, now.Add(time.Hour/120), "wf", "x", "t")) // 30 s
+	require.True(t, s.add(now, now.Add(-time.Second), "wf", "x", "t", 0))
+	require.True(t, s.add(now, now.Add(time.Hour/120), "wf", "x", "t", 0)) // 30 s
 	ready, _ := s.due(time.Now())
 	require.Empty(t, ready, "the first arming is stale")
 	ready, _ = s.due(time.Now().Add(time.Minute))
 	require.Len(t, ready, 1)
 	require.WithinDuration(t, now.Add(30*time.Second), ready[0].due, 0)
 
-	require.True(t, s.add(now, now, "wf", "y", "t"))
-	require.False(t, s.add(now, now.Add(time.Hour), "wf", "y", "t"), "beyond the horizon")
-	require.True(t, s.add(now, now, "wf", "z", "t"))
+	require.True(t, s.add(now, now, "wf", "y", "t", 0))
+	require.False(t, s.add(now, now.Add(time.Hour), "wf", "y", "t", 0), "beyond the horizon")
+	require.True(t, s.add(now, now, "wf", "z", "t", 0))
 	s.forget("z", "t")
 	ready, _ = s.due(time.Now().Add(time.Minute))
 	require.Empty(t, ready, "neither fires from memory")
 
-	require.True(t, s.add(now, now, "wf", "r", "t"))
+	require.True(t, s.add(now, now, "wf", "r", "t", 0))
 	ready, _ = s.due(time.Now().Add(time.Minute))
 	require.Len(t, ready, 1)
 	s.requeue(ready[0], time.Now())
 	again, _ := s.due(time.Now().Add(time.Minute))
 	require.Len(t, again, 1, "requeued")
-	require.True(t, s.add(now, now.Add(time.Second), "wf", "r", "t")) // armed again
+	require.True(t, s.add(now, now.Add(time.Second), "wf", "r", "t", 0)) // armed again
 	s.requeue(again[0], time.Now())
 	last, _ := s.due(time.Now().Add(time.Minute))
 	require.Len(t, last, 1, "the new arming only")

@@ -12,7 +12,9 @@ import (
 	"jetflow.dev/services/dispatcher/interp"
 )
 
-func (d *Dispatcher) publishSchedule(ctx context.Context, execID, wf, id string, due time.Time) error {
+// publishSchedule sets the schedule of timer id of execution execID, due
+// at due; lastSeq is the stream sequence of the execution's last event.
+func (d *Dispatcher) publishSchedule(ctx context.Context, execID, wf, id string, due time.Time, lastSeq uint64) error {
 	ev := events.New(d.cfg.Source, execID, wf, d.cfg.Now(), &events.FireTimer{ExecutionID: execID, Workflow: wf, TimerID: id})
 	ev.ID = "fire-" + id
 	msg, err := bus.Encode(bus.ScheduleSubject(id), ev)
@@ -36,7 +38,7 @@ func (d *Dispatcher) publishSchedule(ctx context.Context, execID, wf, id string,
 	if kept {
 		// Refused only if the heap filled since fits (rare): the timer
 		// then fires by its schedule, scheduleGrace late.
-		_ = d.soon.add(now, due, wf, execID, id)
+		_ = d.soon.add(now, due, wf, execID, id, lastSeq)
 	} else {
 		d.soon.forget(execID, id) // an earlier arming kept here is no longer the timer's
 	}
