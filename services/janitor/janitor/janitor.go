@@ -285,17 +285,27 @@ type Result struct {
 	IdleTook, RetentionTook time.Duration
 }
 
-// RunOnce sweeps the execution read models once: idle executions, then
+// RunOnce sweeps the execution read models once: it reads them all in
+// one pass (sweepRead), then acts on the idle executions and on
 // retention.
 func (j *Janitor) RunOnce(ctx context.Context) (Result, error) {
 	began := time.Now()
-	res, err := j.sweepIdle(ctx)
+	kv, err := j.js.KeyValue(ctx, bus.BucketExecutions)
+	if err != nil {
+		return Result{}, fmt.Errorf("open executions bucket: %w", err)
+	}
+	now := j.cfg.Now()
+	read, err := j.sweepRead(ctx, kv, now)
+	if err != nil {
+		return Result{}, err
+	}
+	res, err := j.sweepIdle(ctx, read.idle, now)
 	res.IdleTook = time.Since(began)
 	if err != nil {
 		return res, err
 	}
 	began = time.Now()
-	ret, err := j.expire(ctx)
+	ret, err := j.expire(ctx, kv, read, now)
 	res.Finished, res.Expired, res.ExpiryRequested, res.Errors = ret.finished, ret.deleted, ret.requested, res.Errors+ret.failed
 	res.RetentionTook = time.Since(began)
 	if err != nil {
@@ -304,42 +314,74 @@ func (j *Janitor) RunOnce(ctx context.Context) (Result, error) {
 	return res, nil
 }
 
-// sweepIdle nudges idle executions and reports lost tasks.
-func (j *Janitor) sweepIdle(ctx context.Context) (Result, error) {
+// swept is what one pass over the read models found: the idle running
+// executions (whole), the finished ones by retention group, and the
+// markers of deleted read models older than markerAge.
+type swept struct {
+	idle       []projections.Execution
+	groups     map[string][]finished
+	finished   int
+	oldMarkers int
+}
+
+// modelHead is what a sweep decodes of every read model: retention's
+// fields (finished) and when it last changed. The JSON names are those of
+// [projections.Execution]; decoding only these keeps a sweep cheap, and
+// one decoding serves both parts.
+type modelHead struct {
+	finished
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// sweepRead reads every read model once, through one watcher (not a
+// request per key), decoding the head of each and the whole of an idle
+// running one only.
+func (j *Janitor) sweepRead(ctx context.Context, kv jetstream.KeyValue, now time.Time) (swept, error) {
+	out := swept{groups: map[string][]finished{}}
+	err := watchModels(ctx, kv, func(e jetstream.KeyValueEntry) {
+		if e.Operation() != jetstream.KeyValuePut {
+			if now.Sub(e.Created()) > markerAge {
+				out.oldMarkers++
+			}
+			return
+		}
+		var h modelHead
+		if json.Unmarshal(e.Value(), &h) != nil || h.Damaged != nil {
+			// Unreadable: left alone. Damaged: waits for a repair, not for
+			// a reconcile, and is never expired (its history is what an
+			// admin repairs from).
+			return
+		}
+		switch {
+		case h.Status.Terminal():
+			if h.EndedAt.IsZero() {
+				return
+			}
+			f := h.finished
+			f.ID = e.Key()
+			out.groups[f.group()] = append(out.groups[f.group()], f)
+			out.finished++
+		case h.Status.Active():
+			quiet := now.Sub(h.UpdatedAt)
+			if quiet < j.cfg.IdleAfter && (quiet < LocalIdleAfter || !bytes.Contains(e.Value(), localQueueJSON)) {
+				return
+			}
+			var x projections.Execution
+			if json.Unmarshal(e.Value(), &x) == nil && (quiet >= j.cfg.IdleAfter || localSending(x)) {
+				out.idle = append(out.idle, x)
+			}
+		}
+	})
+	return out, err
+}
+
+// sweepIdle nudges the idle executions a sweep read, and reports lost
+// tasks.
+func (j *Janitor) sweepIdle(ctx context.Context, idle []projections.Execution, now time.Time) (Result, error) {
 	var res Result
-	kv, err := j.js.KeyValue(ctx, bus.BucketExecutions)
-	if err != nil {
-		return res, fmt.Errorf("open executions bucket: %w", err)
-	}
 	tasks, err := j.js.Stream(ctx, bus.StreamTasks)
 	if err != nil {
 		return res, fmt.Errorf("open tasks stream: %w", err)
-	}
-	now := j.cfg.Now()
-	// One pass over the bucket (not a request per key), decoding a few
-	// fields of each read model and the whole of an idle running one only.
-	var idle []projections.Execution
-	err = watchModels(ctx, kv, func(e jetstream.KeyValueEntry) {
-		var head struct {
-			Status    projections.Status  `json:"status"`
-			UpdatedAt time.Time           `json:"updated_at"`
-			Damaged   *projections.Damage `json:"damaged"` // waits for a repair, not for a reconcile
-		}
-		if e.Operation() != jetstream.KeyValuePut || json.Unmarshal(e.Value(), &head) != nil ||
-			!head.Status.Active() || head.Damaged != nil {
-			return
-		}
-		quiet := now.Sub(head.UpdatedAt)
-		if quiet < j.cfg.IdleAfter && (quiet < LocalIdleAfter || !bytes.Contains(e.Value(), localQueueJSON)) {
-			return
-		}
-		var x projections.Execution
-		if json.Unmarshal(e.Value(), &x) == nil && (quiet >= j.cfg.IdleAfter || localSending(x)) {
-			idle = append(idle, x)
-		}
-	})
-	if err != nil {
-		return res, err
 	}
 	for _, x := range idle {
 		res.Checked++

@@ -2,9 +2,11 @@ package janitor_test
 
 import (
 	"encoding/json"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
@@ -462,4 +464,34 @@ func TestSweepNudgesALocalStepLeftSending(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 3, res.Reconciled, "%+v (local-busy is now quiet too)", res)
 	require.Len(t, b.reconciles(t), 5)
+}
+
+// TestASweepReadsTheReadModelsOnce: the idle part and retention decide
+// from one pass over the read models (one watcher, so one consumer made
+// on the bucket's stream), not one pass each: a sweep's cost grows with
+// every execution kept.
+func TestASweepReadsTheReadModelsOnce(t *testing.T) {
+	t.Parallel()
+
+	b := setup(t)
+	b.put(t, execution("idle", idleAfter+time.Minute))
+	done := execution("done", time.Hour)
+	done.Status, done.EndedAt = projections.StatusSucceeded, now.Add(-time.Hour)
+	b.put(t, done)
+
+	var made atomic.Int32
+	nc := b.js.Conn()
+	stream := "KV_" + bus.BucketExecutions
+	for _, subj := range []string{"$JS.API.CONSUMER.CREATE." + stream, "$JS.API.CONSUMER.CREATE." + stream + ".>"} {
+		sub, err := nc.Subscribe(subj, func(*nats.Msg) { made.Add(1) })
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = sub.Unsubscribe() })
+	}
+	require.NoError(t, nc.Flush())
+
+	res := b.runOnce(t)
+	require.Equal(t, 1, res.Checked, "the idle execution")
+	require.Equal(t, 1, res.Finished, "the finished one")
+	require.NoError(t, nc.Flush())
+	require.EqualValues(t, 1, made.Load(), "consumers made on %s in one sweep", stream)
 }

@@ -3,7 +3,6 @@ package janitor
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -84,10 +83,10 @@ func (f finished) group() string { return cmp.Or(f.RetentionKey, f.Workflow) }
 // sweep removes it (JetStream's own default for PurgeDeletes).
 const markerAge = 30 * time.Minute
 
-// expire applies retention once: it reads the read models (never a
-// history), groups the finished executions, and deals with those their
-// rule no longer keeps. Running, cancelling and suspended executions are
-// never touched.
+// expire applies retention once, to what a sweep read of the read models
+// (never a history): the finished executions by group, of which it deals
+// with those their rule no longer keeps. Running, cancelling and
+// suspended executions are never touched.
 //
 // Deleting takes two steps, because an operator may resume a finished
 // execution at any moment and the dispatcher is the only writer of
@@ -95,20 +94,13 @@ const markerAge = 30 * time.Minute
 // (which it does only if the history has not moved since the janitor
 // looked, and after which nothing can be added to it), and deletes a
 // history only once it ends with that event, normally at the next sweep.
-func (j *Janitor) expire(ctx context.Context) (retentionResult, error) {
+func (j *Janitor) expire(ctx context.Context, kv jetstream.KeyValue, read swept, now time.Time) (retentionResult, error) {
 	var res retentionResult
-	kv, err := j.js.KeyValue(ctx, bus.BucketExecutions)
-	if err != nil {
-		return res, fmt.Errorf("open executions bucket: %w", err)
-	}
-	now := j.cfg.Now()
-	groups, total, oldMarkers, err := readFinished(ctx, kv, now)
-	if err != nil {
-		return res, err
-	}
+	groups, total, oldMarkers := read.groups, read.finished, read.oldMarkers
 	res.finished = total
 	rules := map[string]retention.Rule{}
 	var st *stores
+	var err error
 	if total > 0 {
 		if st, err = j.openStores(ctx, kv); err != nil {
 			return res, err
@@ -187,32 +179,6 @@ func (j *Janitor) expireOne(ctx context.Context, st *stores, f finished, group s
 // retentionResult counts what a retention pass did.
 type retentionResult struct {
 	finished, deleted, requested, failed int
-}
-
-// readFinished reads every read model once and groups the finished
-// executions; it also counts the markers of deleted read models older
-// than markerAge.
-func readFinished(ctx context.Context, kv jetstream.KeyValue, now time.Time) (groups map[string][]finished, total, oldMarkers int, err error) {
-	groups = map[string][]finished{}
-	err = watchModels(ctx, kv, func(e jetstream.KeyValueEntry) {
-		if e.Operation() != jetstream.KeyValuePut {
-			if now.Sub(e.Created()) > markerAge {
-				oldMarkers++
-			}
-			return
-		}
-		var f finished
-		if json.Unmarshal(e.Value(), &f) != nil || !f.Status.Terminal() || f.EndedAt.IsZero() || f.Damaged != nil {
-			return // running, damaged (or unreadable): never expired
-		}
-		f.ID = e.Key()
-		groups[f.group()] = append(groups[f.group()], f)
-		total++
-	})
-	if err != nil {
-		return nil, 0, 0, err
-	}
-	return groups, total, oldMarkers, nil
 }
 
 // watchModels calls fn with every entry of the read-model bucket (the
