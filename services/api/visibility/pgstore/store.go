@@ -470,9 +470,11 @@ func (s *Store) Apply(ctx context.Context, b visibility.Batch) error {
 			ON CONFLICT (status) DO UPDATE SET n = c.n + excluded.n`, st, totals[st])
 		batch.Queue(`DELETE FROM `+s.t("status_counts")+` WHERE status = $1 AND n = 0`, st)
 	}
-	// The position never goes backwards.
+	// The position never goes backwards, nor does the time it was last
+	// known live (two feeds writing one index: the slower one's tick at
+	// the same revision is older).
 	p := b.Position
-	batch.Queue(`UPDATE `+s.t("state")+` SET revision = $1, stream = $2, live_at = $3 WHERE revision <= $1`,
+	batch.Queue(`UPDATE `+s.t("state")+` SET revision = $1, stream = $2, live_at = GREATEST(live_at, $3) WHERE revision <= $1`,
 		int64(p.Revision), visibility.UnixNano(p.Stream), visibility.UnixNano(p.LiveAt))
 	if err := tx.SendBatch(ctx, &batch).Close(); err != nil {
 		return fmt.Errorf("visibility: write %d rows: %w", len(put)+len(gone), err)

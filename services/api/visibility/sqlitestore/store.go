@@ -385,12 +385,23 @@ func (s *Store) Apply(ctx context.Context, b visibility.Batch) error {
 			}
 		}
 	}
-	// The position never goes backwards.
+	// The position never goes backwards, nor does the time it was last
+	// known live (two feeds writing one index: the slower one's tick at
+	// the same revision is older).
 	if p := b.Position; int64(p.Revision) >= stored {
+		liveAt := visibility.UnixNano(p.LiveAt)
+		var was string
+		if err := tx.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'live_at'`).Scan(&was); err == nil {
+			if n, err := strconv.ParseInt(was, 10, 64); err == nil {
+				liveAt = max(liveAt, n)
+			}
+		} else if !errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("visibility: read the position: %w", err)
+		}
 		for k, v := range map[string]string{
 			"revision": strconv.FormatUint(p.Revision, 10),
 			"stream":   strconv.FormatInt(visibility.UnixNano(p.Stream), 10),
-			"live_at":  strconv.FormatInt(visibility.UnixNano(p.LiveAt), 10),
+			"live_at":  strconv.FormatInt(liveAt, 10),
 		} {
 			if _, err := tx.ExecContext(ctx, putMeta, k, v); err != nil {
 				return err

@@ -439,6 +439,14 @@ func positionNeverGoesBack(t *testing.T, newStore Factory) {
 	p, err = s.Position(ctx)
 	require.NoError(t, err)
 	require.Equal(t, ahead, p)
+	// The same revision with an earlier LiveAt (a second, slower feed
+	// writing the same index) leaves the later one.
+	stale := ahead
+	stale.LiveAt = ahead.LiveAt.Add(-30 * time.Second)
+	require.NoError(t, s.Apply(ctx, visibility.Batch{Position: stale}))
+	p, err = s.Position(ctx)
+	require.NoError(t, err)
+	require.Equal(t, ahead, p, "live_at went back")
 	ahead.Revision = 12
 	require.NoError(t, s.Apply(ctx, visibility.Batch{Puts: []visibility.Row{row("a", projections.StatusStarted, 11)}, Position: ahead}))
 	p, err = s.Position(ctx)
