@@ -905,7 +905,7 @@ func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, id, subjec
 		}
 		if ev.Seq >= from {
 			open()
-			b, _ := json.Marshal(view(ev, in))
+			b, _ := rawJSON(view(ev, in))
 			name := string(ev.Type)
 			if ev.Invalid != "" || name == "" {
 				name = "invalid" // data.invalid says why

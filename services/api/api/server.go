@@ -504,20 +504,31 @@ func writeError(w http.ResponseWriter, status int, e apiError) {
 	writeJSON(w, status, apiv1.ErrorBody{Error: &e})
 }
 
-// rawProblems is v, a list of problems, as the JSON of an error's problems
-// (with < > & as they are, as writeJSON writes them).
+// rawProblems is v, a list of problems, as the JSON of an error's problems.
 func rawProblems(v any) json.RawMessage {
+	b, err := rawJSON(v)
+	if err != nil {
+		return nil // lists of plain structs always encode
+	}
+	return b
+}
+
+// rawJSON is json.Marshal with < > & as they are, as writeJSON writes
+// them: a raw field in a body reads as the rest of it.
+func rawJSON(v any) (json.RawMessage, error) {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(v); err != nil {
-		return nil // lists of plain structs always encode
+		return nil, err
 	}
-	return bytes.TrimRight(b.Bytes(), "\n")
+	return bytes.TrimRight(b.Bytes(), "\n"), nil
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
+	// Not HTML, whatever a browser guesses from < in it.
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

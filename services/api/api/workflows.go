@@ -1,7 +1,6 @@
 package api
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -56,7 +55,7 @@ func workflowSummary(s catalog.Summary) apiv1.WorkflowSummary {
 // as JSON, and as YAML (rendered: the api keeps the definition, not the
 // text it was applied from).
 func workflowVersion(rec catalog.Record) (apiv1.WorkflowVersion, error) {
-	def, err := json.Marshal(rec.Definition)
+	def, err := rawJSON(rec.Definition)
 	if err != nil {
 		return apiv1.WorkflowVersion{}, fmt.Errorf("encode definition %s version %d: %w", rec.Name, rec.Version, err)
 	}

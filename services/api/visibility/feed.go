@@ -147,6 +147,10 @@ func (f *Feed) wrote(rev uint64) {
 // that was away longer may have missed a deletion whose marker is gone.
 const resumeWithin = 20 * time.Minute
 
+// liveAhead is how far in the future (by this clock) the time an index
+// was last live may be for it to be resumed: clocks differ a little.
+const liveAhead = time.Minute
+
 // liveEvery is how often a live index records that it is, when nothing
 // else is written.
 const liveEvery = time.Minute
@@ -245,6 +249,11 @@ func (f *Feed) start(ctx context.Context) (Position, error) {
 		why = "the bucket was made again"
 	case pos.Revision > last:
 		why = "the bucket is behind the index (restored from a backup?)"
+	case time.Until(pos.LiveAt) > liveAhead:
+		// Written by a clock ahead of this one (since set right, or
+		// another api's): it never goes back, so it says nothing of how
+		// long the index was away.
+		why = "last live " + time.Until(pos.LiveAt).Round(time.Second).String() + " in the future (a clock ahead?)"
 	case time.Since(pos.LiveAt) > resumeWithin:
 		why = "not live for " + time.Since(pos.LiveAt).Round(time.Second).String() + ": deletions may have been missed"
 	default:

@@ -289,9 +289,23 @@ func TestFeedStartsOverWhenItCannotResume(t *testing.T) {
 	require.NoError(t, err)
 	pos.Stream = pos.Stream.Add(-time.Hour)
 	require.NoError(t, store.Apply(t.Context(), visibility.Batch{Puts: []visibility.Row{gone}, Position: pos}))
+	f, stop = e.run(t, store)
+	natstest.Eventually(t, 10*time.Second, f.Live, "live")
+	stop()
+	require.Equal(t, int64(2), store.resets.Load(), "an index of another bucket is fed again")
+	require.Equal(t, []string{"a-1"}, list(t, store, visibility.Query{Sort: visibility.SortID}))
+
+	// Last live an hour from now (a clock ahead, since set right): the
+	// time never goes back, so it cannot tell how long the index was
+	// away; fed again.
+	pos, err = store.Position(t.Context())
+	require.NoError(t, err)
+	require.NoError(t, store.Store.Reset(t.Context()))
+	pos.LiveAt = time.Now().Add(time.Hour)
+	require.NoError(t, store.Apply(t.Context(), visibility.Batch{Puts: []visibility.Row{gone}, Position: pos}))
 	f, _ = e.run(t, store)
 	natstest.Eventually(t, 10*time.Second, f.Live, "live")
-	require.Equal(t, int64(2), store.resets.Load(), "an index of another bucket is fed again")
+	require.Equal(t, int64(3), store.resets.Load(), "an index last live in the future is fed again")
 	require.Equal(t, []string{"a-1"}, list(t, store, visibility.Query{Sort: visibility.SortID}))
 }
 
