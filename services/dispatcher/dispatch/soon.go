@@ -143,7 +143,7 @@ func (s *soonTimers) add(now, due time.Time, workflow, exec, id string, seq uint
 	heap.Push(&s.h, soonTimer{at: at, due: due, workflow: workflow, exec: exec, id: id})
 	s.latest[key] = due
 	if seq != 0 && wait > warmAhead && len(s.cold) < soonMax {
-		heap.Push(&s.cold, warmEntry{at: at, seq: seq})
+		heap.Push(&s.cold, warmEntry{at: at, seq: seq, workflow: workflow, exec: exec})
 	}
 	first := s.h[0].id == id
 	s.mu.Unlock()

@@ -20,7 +20,7 @@ import (
 	"jetflow.dev/pkg/workflow"
 )
 
-func TestComingTakesTheTimersDueByThenSorted(t *testing.T) {
+func TestComingTakesTheTimersDueBy(t *testing.T) {
 	s := newSoonTimers()
 	now := time.Now()
 	require.True(t, s.add(now, now.Add(3*time.Second), "wf", "x1", "t1", 30))
@@ -28,10 +28,26 @@ func TestComingTakesTheTimersDueByThenSorted(t *testing.T) {
 	require.True(t, s.add(now, now.Add(time.Minute), "wf", "x3", "t3", 10))
 	require.True(t, s.add(now, now.Add(warmAhead/2), "wf", "x4", "t4", 40), "due within warmAhead: its blocks were just used")
 	require.True(t, s.add(now, now.Add(3*time.Second), "wf", "x5", "t5", 0), "unknown sequence")
-	require.Empty(t, s.coming(now.Add(time.Second)))
-	require.Equal(t, []uint64{20, 30}, s.coming(now.Add(5*time.Second)), "sorted, the later timer and the unknown one left out")
-	require.Empty(t, s.coming(now.Add(5*time.Second)), "taken once")
-	require.Equal(t, []uint64{10}, s.coming(now.Add(2*time.Minute)))
+	seqs := func(es []warmEntry) (out []uint64) {
+		for _, e := range es {
+			out = append(out, e.seq)
+		}
+		return out
+	}
+	require.Empty(t, s.coming(now, now.Add(time.Second)))
+	got := s.coming(now, now.Add(5*time.Second))
+	require.Equal(t, []uint64{20, 30}, seqs(got), "by firing time; the later timer and the unknown one left out")
+	require.Equal(t, "x2", got[0].exec)
+	require.Equal(t, "wf", got[0].workflow)
+	require.Empty(t, s.coming(now, now.Add(5*time.Second)), "taken once")
+	require.Empty(t, s.coming(now.Add(2*time.Minute), now.Add(2*time.Minute)), "due by now: too late to read ahead, dropped")
+}
+
+func TestSpanEndsKeepsTheFirstAndLastOfEachSpan(t *testing.T) {
+	require.Empty(t, spanEnds(nil))
+	require.Equal(t, []uint64{7}, spanEnds([]uint64{7}))
+	require.Equal(t, []uint64{3, 999, 1000, 2500, 2990, 4000, 5001, 5007},
+		spanEnds([]uint64{999, 2500, 3, 500, 1000, 2990, 2700, 3, 600, 4000, 4000, 5001, 5007, 5007}))
 }
 
 // TestTimersDueSoonAreReadAhead: a dispatcher reads, about warmAhead
@@ -78,7 +94,10 @@ func TestTimersDueSoonAreReadAhead(t *testing.T) {
 		require.NoError(t, err)
 	}
 	// Each execution's sleep fires; its firing is recorded at its time.
+	// The events a read ahead may name: an execution's last event when its
+	// timer was armed (the one before TimerArmed) or before it fired.
 	fired := map[string]time.Time{}
+	named := map[uint64]bool{}
 	natstest.Eventually(t, 60*time.Second, func() bool {
 		for i := range n {
 			id := fmt.Sprintf("n%d", i)
@@ -86,7 +105,13 @@ func TestTimersDueSoonAreReadAhead(t *testing.T) {
 			if err != nil {
 				return false
 			}
-			for _, e := range evs {
+			for k, e := range evs {
+				switch e.Data.(type) {
+				case *events.TimerArmed, *events.TimerFired:
+					if k > 0 {
+						named[evs[k-1].Seq] = true
+					}
+				}
 				if _, ok := e.Data.(*events.TimerFired); ok {
 					fired[id] = e.Time
 				}
@@ -97,15 +122,50 @@ func TestTimersDueSoonAreReadAhead(t *testing.T) {
 
 	mu.Lock()
 	defer mu.Unlock()
-	// A fresh stream: every execution's events are within one span.
-	require.Len(t, reads, 1, "one read for the three timers: %v", reads)
-	last, err := history.Read(t.Context(), js, bus.ExecutionSubject("napper", "n0"), 0)
-	require.NoError(t, err)
-	require.NotEmpty(t, last)
-	require.LessOrEqual(t, reads[0], last[len(last)-1].Seq, "a stored event")
+	// A fresh stream: every execution's events are within one span, read
+	// at its first and last.
+	require.NotEmpty(t, reads, "read ahead")
+	require.LessOrEqual(t, len(reads), 2, "at most two reads for the three timers: %v", reads)
+	for _, seq := range reads {
+		require.True(t, named[seq], "read %d, an execution's last event (one of %v)", seq, named)
+	}
 	for id, at := range fired {
 		require.True(t, readAt[0].Before(at), "read before %s fired (read at %s, fired at %s)", id,
 			readAt[0].Format(time.StampMilli), at.Format(time.StampMilli))
 		t.Logf("%s: read %s before its firing", id, at.Sub(readAt[0]).Round(time.Millisecond))
 	}
+}
+
+// TestReadingAheadStopsAtOnce: a dispatcher stopping (stop closed, its
+// context still live: Run returning on an error) is not held up by reads
+// ahead that nobody answers, each of which would wait for its timeout.
+func TestReadingAheadStopsAtOnce(t *testing.T) {
+	nc, js := natstest.Connect(t, natstest.RunJetStream(t))
+	d, err := New(t.Context(), Config{}, js, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
+	require.NoError(t, err)
+	asked := make(chan struct{}, 16)
+	sub, err := nc.Subscribe("unanswered.>", func(*nats.Msg) { asked <- struct{}{} }) // never answered
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	d.js, err = jetstream.NewWithAPIPrefix(nc, "unanswered")
+	require.NoError(t, err)
+	now := time.Now()
+	for i := range 4 { // four spans: four reads of up to a timeout each
+		require.True(t, d.soon.add(now, now.Add(warmAhead+500*time.Millisecond), "wf", fmt.Sprint("x", i), "t", uint64(1+i*warmSpan)))
+	}
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() { defer close(done); d.warmSoon(t.Context(), stop) }()
+	select {
+	case <-asked:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no read ahead")
+	}
+	stopped := time.Now()
+	close(stop)
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("reading ahead did not stop")
+	}
+	require.Less(t, time.Since(stopped), bus.ServiceRequestTimeout, "stopped without waiting for the read under way")
 }
