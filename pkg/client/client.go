@@ -423,6 +423,7 @@ type EventList = apiv1.EventList
 func (c *Client) ListExecutions(ctx context.Context, o ListOptions) (list []ExecutionSummary, next string, err error) {
 	limit := cmp.Or(o.Limit, 50)
 	after := o.After
+	list = []ExecutionSummary{} // none: an empty list, as the api answers ([] in JSON)
 	for asked := 1; ; asked++ {
 		var out ExecutionList
 		if _, err = c.do(ctx, http.MethodGet, "/v1/executions?"+o.query(after, limit-len(list)).Encode(), nil, nil, &out); err != nil {

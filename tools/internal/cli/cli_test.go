@@ -196,6 +196,12 @@ func TestJSONOutput(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(out), &evs), out)
 	require.NotEmpty(t, evs.Events)
 
+	// Nothing listed: an empty list, as the api answers, not null (a
+	// script's jq '.executions[]' would fail on it).
+	code, out, stderr = jetflow(t, api, "ls", "--workflow", "none-such", "-o", "json")
+	require.Equal(t, ExitOK, code, stderr)
+	require.Contains(t, out, `"executions": []`, out)
+
 	require.Eventually(t, func() bool { // the list is a projection: it catches up
 		code, out, _ = jetflow(t, api, "ls", "-o", "json")
 		var list client.ExecutionList
