@@ -264,7 +264,13 @@ func (j *Janitor) purge(ctx context.Context, st *stores, f finished, group strin
 	default:
 		return expiryRequested, j.requestExpiry(ctx, f, group, rule)
 	}
-	if err := st.ids.MarkExpired(ctx, f.ID, j.cfg.Now()); err != nil {
+	// The claim says when the execution expired: when its expiry was
+	// recorded (the read model has it once projected), not this sweep.
+	expiredAt := f.ExpiredAt
+	if expiredAt.IsZero() {
+		expiredAt = j.cfg.Now()
+	}
+	if err := st.ids.MarkExpired(ctx, f.ID, expiredAt); err != nil {
 		return expiryWaiting, err
 	}
 	if err := st.events.Purge(ctx, jetstream.WithPurgeSubject(subject)); err != nil {

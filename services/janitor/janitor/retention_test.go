@@ -567,3 +567,34 @@ func TestRetentionKeepsDamaged(t *testing.T) {
 	require.Equal(t, 1, b.sweep(t).Expired, "done goes once a newer undamaged one ends")
 	require.Equal(t, []string{"damaged", "newer"}, b.kept(t))
 }
+
+// TestTheClaimSaysWhenTheExecutionExpired: the deleted execution's claim
+// (what a start, a query or an action for its id is answered with: 410,
+// "expired at ...") carries the time its expiry was recorded, not the
+// time of the sweep that deleted it, which `jetflow show` printed before
+// the deletion.
+func TestTheClaimSaysWhenTheExecutionExpired(t *testing.T) {
+	t.Parallel()
+	b := setupRetention(t, "forever")
+	x := b.store(t, run{wf: "w", id: "w-1", status: projections.StatusSucceeded, ended: b.now.Add(-time.Hour)})
+	expiredAt := b.now.Add(-10 * time.Minute)
+	ev := events.New("test-dispatcher", x.ID, x.Workflow, expiredAt, &events.ExecutionExpired{Rule: "1h", Group: "w", RequestedBy: "jetflow/janitor"})
+	ev.PrevSeq = x.LastSeq
+	seq, err := history.Append(t.Context(), b.js, bus.ExecutionSubject(x.Workflow, x.ID), x.LastSeq, ev)
+	require.NoError(t, err)
+	ev.Seq = seq
+	x, err = projections.Apply(x, ev)
+	require.NoError(t, err)
+	require.True(t, x.ExpiredAt.Equal(expiredAt), "the read model has the expiry's time")
+	v, err := json.Marshal(x)
+	require.NoError(t, err)
+	_, err = b.kv.Put(t.Context(), x.ID, v)
+	require.NoError(t, err)
+
+	res, err := b.janitor.RunOnce(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Expired)
+	c, err := b.ids.Get(t.Context(), x.ID)
+	require.NoError(t, err)
+	require.True(t, c.ExpiredAt.Equal(expiredAt), "claim marked expired at %s, want %s", c.ExpiredAt, expiredAt)
+}
