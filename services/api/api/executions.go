@@ -858,6 +858,7 @@ func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, id, subjec
 		}
 		streaming = true
 		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
 		w.Header().Set("Cache-Control", "no-cache")
 		w.Header().Set("X-Accel-Buffering", "no")
 		w.WriteHeader(http.StatusOK)

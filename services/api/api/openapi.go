@@ -20,5 +20,6 @@ var openAPI []byte
 // generator or a browser needs it before it has a token.
 func (s *Server) openAPIDocument(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	_, _ = w.Write(openAPI)
 }
