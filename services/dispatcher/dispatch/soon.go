@@ -73,25 +73,30 @@ type soonTimer struct {
 	id       string
 }
 
-type soonHeap []soonTimer
+func (t soonTimer) when() time.Time { return t.at }
 
-func (h soonHeap) Len() int           { return len(h) }
-func (h soonHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
-func (h soonHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *soonHeap) Push(x any)        { *h = append(*h, x.(soonTimer)) }
-func (h *soonHeap) Pop() any {
+// timeHeap is a container/heap of entries by when they are due: the
+// timers kept in memory (soonTimers.h) and their reads ahead (cold).
+type timeHeap[T interface{ when() time.Time }] []T
+
+func (h timeHeap[T]) Len() int           { return len(h) }
+func (h timeHeap[T]) Less(i, j int) bool { return h[i].when().Before(h[j].when()) }
+func (h timeHeap[T]) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *timeHeap[T]) Push(x any)        { *h = append(*h, x.(T)) }
+func (h *timeHeap[T]) Pop() any {
 	old := *h
-	t := old[len(old)-1]
-	old[len(old)-1] = soonTimer{}
+	e := old[len(old)-1]
+	var zero T
+	old[len(old)-1] = zero
 	*h = old[:len(old)-1]
-	return t
+	return e
 }
 
 // soonTimers are the timers due soon that this dispatcher armed, and
 // the firings it handled whose schedule's message has not come yet.
 type soonTimers struct {
 	mu sync.Mutex
-	h  soonHeap
+	h  timeHeap[soonTimer]
 	// pending: fired from memory, being handled; settled: handled. Both
 	// by settledKey, with when they were fired or handled.
 	pending, settled map[string]time.Time
@@ -103,7 +108,7 @@ type soonTimers struct {
 	wake   chan struct{}
 	// cold: each kept timer's execution's last event when it was armed,
 	// by when the timer fires, for warmSoon (warm.go).
-	cold warmHeap
+	cold timeHeap[warmEntry]
 }
 
 func newSoonTimers() *soonTimers {

@@ -55,19 +55,7 @@ type warmEntry struct {
 	exec     string
 }
 
-type warmHeap []warmEntry
-
-func (h warmHeap) Len() int           { return len(h) }
-func (h warmHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
-func (h warmHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *warmHeap) Push(x any)        { *h = append(*h, x.(warmEntry)) }
-func (h *warmHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	old[len(old)-1] = warmEntry{}
-	*h = old[:len(old)-1]
-	return e
-}
+func (e warmEntry) when() time.Time { return e.at }
 
 // coming removes and returns the entries of the timers that fire after
 // now and by until (this process's clock); those due by now are dropped

@@ -320,7 +320,6 @@ func (j *Janitor) RunOnce(ctx context.Context) (Result, error) {
 type swept struct {
 	idle       []projections.Execution
 	groups     map[string][]finished
-	finished   int
 	oldMarkers int
 }
 
@@ -360,7 +359,6 @@ func (j *Janitor) sweepRead(ctx context.Context, kv jetstream.KeyValue, now time
 			f := h.finished
 			f.ID = e.Key()
 			out.groups[f.group()] = append(out.groups[f.group()], f)
-			out.finished++
 		case h.Status.Active():
 			quiet := now.Sub(h.UpdatedAt)
 			if quiet < j.cfg.IdleAfter && (quiet < LocalIdleAfter || !bytes.Contains(e.Value(), localQueueJSON)) {

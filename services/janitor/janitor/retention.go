@@ -96,7 +96,11 @@ const markerAge = 30 * time.Minute
 // history only once it ends with that event, normally at the next sweep.
 func (j *Janitor) expire(ctx context.Context, kv jetstream.KeyValue, read swept, now time.Time) (retentionResult, error) {
 	var res retentionResult
-	groups, total, oldMarkers := read.groups, read.finished, read.oldMarkers
+	groups, oldMarkers := read.groups, read.oldMarkers
+	total := 0
+	for _, all := range groups {
+		total += len(all)
+	}
 	res.finished = total
 	rules := map[string]retention.Rule{}
 	var st *stores
