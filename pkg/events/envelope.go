@@ -199,6 +199,9 @@ func EncodeStructured(e Event) ([]byte, error) {
 var (
 	missingAttrRe = regexp.MustCompile(`^(\w+): (?:MUST be a non-empty string|REQUIRED)$`)
 	specVersionRe = regexp.MustCompile(`^specversion: unknown value: (.*)$`)
+	// sdk-go reads a structured event's data as a string when its
+	// datacontenttype is not JSON, and says so in these words.
+	dataNotStringRe = regexp.MustCompile(`^unexpected data payload for media type ("[^"]*"), expected a string`)
 )
 
 // FieldError is a malformed CloudEvent (it is [ErrMalformed]) with the
@@ -235,6 +238,9 @@ var attributes = []string{"specversion", "id", "source", "type", "datacontenttyp
 // first, when it is about several), or "" when it names none (a
 // structured event that is not JSON).
 func SDKErrorField(err error) string {
+	if dataNotStringRe.MatchString(err.Error()) {
+		return "datacontenttype"
+	}
 	var named []string
 	for _, line := range strings.Split(err.Error(), "\n") {
 		if attr, _, ok := strings.Cut(strings.TrimSpace(line), ": "); ok && !strings.ContainsAny(attr, " \t") {
@@ -264,6 +270,10 @@ func ExplainSDKError(err error) string {
 	}
 	if m := specVersionRe.FindStringSubmatch(msg); m != nil {
 		return fmt.Sprintf("specversion is %q; jetflow speaks CloudEvents 1.0", m[1])
+	}
+	if m := dataNotStringRe.FindStringSubmatch(msg); m != nil {
+		return fmt.Sprintf("datacontenttype %s is not JSON, so data must be a string; "+
+			"jetflow reads data as JSON: set datacontenttype to application/json", m[1])
 	}
 	if strings.HasPrefix(msg, "unexpected end of JSON input") || strings.Contains(msg, "invalid character") {
 		return "the structured CloudEvent is not valid JSON: " + msg

@@ -145,7 +145,24 @@ func TestExplainSDKError(t *testing.T) {
 		"invalid character 'x' looking for beginning of value": "the structured CloudEvent is not valid JSON: " +
 			"invalid character 'x' looking for beginning of value",
 		"something\n\t else": "something else",
+		`unexpected data payload for media type "text/jso", expected a string: ReadString: expects " or n`: `datacontenttype "text/jso" ` +
+			"is not JSON, so data must be a string; jetflow reads data as JSON: set datacontenttype to application/json",
 	} {
 		require.Equal(t, want, events.ExplainSDKError(errors.New(in)), "%q", in)
 	}
+}
+
+// A structured CloudEvent whose datacontenttype is not JSON but whose data
+// is an object: sdk-go refuses it in its own words, and the error names
+// the attribute to fix.
+func TestStructuredDataOfAnotherMediaTypeNamesIt(t *testing.T) {
+	t.Parallel()
+
+	var ce event.Event
+	err := json.Unmarshal([]byte(`{"specversion":"1.0","type":"t","source":"s","id":"1",`+
+		`"datacontenttype":"apprication/json","data":{"workflow":"fz"}}`), &ce)
+	require.Error(t, err)
+	require.Equal(t, "datacontenttype", events.SDKErrorField(err))
+	require.Equal(t, `datacontenttype "apprication/json" is not JSON, so data must be a string; `+
+		"jetflow reads data as JSON: set datacontenttype to application/json", events.ExplainSDKError(err))
 }
