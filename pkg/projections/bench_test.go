@@ -99,3 +99,61 @@ func BenchmarkSizeEstimate(b *testing.B) {
 		}
 	}
 }
+
+// ApplyOwned gives the state Apply gives, event after event, and Apply
+// leaves the state it was given as it was.
+func TestApplyOwnedAppliesAsApplyDoes(t *testing.T) {
+	t.Parallel()
+
+	evs := tenStepHistory()
+	var copied, owned projections.Execution
+	for i, ev := range evs {
+		before, err := json.Marshal(copied)
+		if err != nil {
+			t.Fatal(err)
+		}
+		next, err := projections.Apply(copied, ev)
+		if err != nil {
+			t.Fatalf("event %d: %v", i, err)
+		}
+		if after, _ := json.Marshal(copied); string(after) != string(before) {
+			t.Fatalf("event %d: Apply changed the state it was given", i)
+		}
+		copied = next
+		if owned, err = projections.ApplyOwned(owned, ev); err != nil {
+			t.Fatalf("event %d: %v", i, err)
+		}
+		a, _ := json.Marshal(copied)
+		b, _ := json.Marshal(owned)
+		if string(a) != string(b) {
+			t.Fatalf("event %d: ApplyOwned gives\n%s\nApply gives\n%s", i, b, a)
+		}
+	}
+	if owned.Status != projections.StatusSucceeded {
+		t.Fatalf("the history folds to %s", owned.Status)
+	}
+}
+
+// BenchmarkApplyEach applies a 10-step history's events one by one, each
+// onto the state the last gave, as a re-projection does: with Apply
+// (copying the steps at every event) and with ApplyOwned.
+func BenchmarkApplyEach(b *testing.B) {
+	evs := tenStepHistory()
+	for _, bb := range []struct {
+		name  string
+		apply func(projections.Execution, events.Event) (projections.Execution, error)
+	}{{"Apply", projections.Apply}, {"ApplyOwned", projections.ApplyOwned}} {
+		b.Run(bb.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				var s projections.Execution
+				for _, ev := range evs {
+					var err error
+					if s, err = bb.apply(s, ev); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
+	}
+}

@@ -514,10 +514,16 @@ func Apply(s Execution, ev events.Event) (Execution, error) {
 	return applyOwned(s, ev)
 }
 
-// applyOwned is Apply onto a state its caller owns and drops: it may
-// change s's steps and signals in place (the state returned shares them)
-// instead of copying them, which made a fold of an execution of n steps
-// take n² step copies. After an error s is not the state before ev.
+// ApplyOwned is Apply onto a state its caller owns and drops: a state
+// returned by Apply, ApplyOwned or Fold (or decoded) that nothing else
+// holds. It may change s's steps and signals in place (the state returned
+// shares them) instead of copying them: applying each of an execution's
+// n events with Apply copies its steps n times. After an error, s is not
+// the state before ev: fold again.
+func ApplyOwned(s Execution, ev events.Event) (Execution, error) { return applyOwned(s, ev) }
+
+// applyOwned is ApplyOwned, which Fold uses: a fold of an execution of n
+// steps with Apply took n² step copies.
 func applyOwned(s Execution, ev events.Event) (Execution, error) {
 	next, err := apply(s, ev)
 	if err != nil {

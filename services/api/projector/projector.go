@@ -679,6 +679,9 @@ func (p *Projector) project(ctx context.Context, g *group) error {
 		return err
 	}
 	next, inputs, known := cur.state, cur.inputs, cur.known
+	// owned: next is this projection's own (the cache keeps cur.state),
+	// so the group's later events apply onto it in place.
+	owned := false
 	for _, ev := range g.evs {
 		if ev.Seq <= next.LastSeq {
 			continue // already projected
@@ -693,7 +696,12 @@ func (p *Projector) project(ctx context.Context, g *group) error {
 			next = projections.PassOver(next, ev) // nothing applies after a damage until a repair
 			continue
 		default:
-			next, err = projections.Apply(next, ev)
+			if owned {
+				next, err = projections.ApplyOwned(next, ev) // after an error, folded again from cur.state
+			} else {
+				next, err = projections.Apply(next, ev)
+				owned = err == nil
+			}
 			if start, ok := ev.Data.(*events.ExecutionStarted); ok && err == nil {
 				inputs, known = redact.ForStart(start), true
 			}
@@ -937,7 +945,9 @@ func Rebuild(ctx context.Context, js jetstream.JetStream, fromSeq uint64, maxMod
 		var next projections.Execution
 		var err error
 		if !repair && !gap {
-			next, err = projections.Apply(it.state, ev)
+			// it.state is the rebuild's own: applied onto in place (after
+			// an error it is folded again from the history).
+			next, err = projections.ApplyOwned(it.state, ev)
 			if start, ok := ev.Data.(*events.ExecutionStarted); ok && err == nil {
 				it.inputs, it.known = redact.ForStart(start), true
 			}
