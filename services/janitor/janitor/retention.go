@@ -30,6 +30,13 @@ type metrics struct {
 	purged   *prometheus.CounterVec
 	errors   prometheus.Counter
 	finished prometheus.Gauge
+	// sweeps counts the sweeps by outcome (ok, failed), sweepSeconds
+	// times them and lastSweep says when the last one ended well: a
+	// janitor that stopped sweeping shows, even when its sweeps had
+	// nothing to do.
+	sweeps       *prometheus.CounterVec
+	sweepSeconds prometheus.Histogram
+	lastSweep    prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -46,16 +53,50 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "jetflow_janitor_finished_executions",
 			Help: "Finished executions kept, as counted by the last retention sweep.",
 		}),
+		sweeps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "jetflow_janitor_sweeps_total",
+			Help: "Sweeps of the read models (idle executions and retention), by outcome: ok or failed.",
+		}, []string{"outcome"}),
+		sweepSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "jetflow_janitor_sweep_seconds",
+			Help:    "How long each sweep took, failed ones included.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14), // 5 ms to 41 s
+		}),
+		lastSweep: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "jetflow_janitor_last_sweep_timestamp_seconds",
+			Help: "When the last sweep that ended well ended (Unix time); 0 before the first.",
+		}),
+	}
+	for _, o := range []string{sweepOK, sweepFailed} {
+		m.sweeps.WithLabelValues(o) // both series from the start: a rate of failures needs its zero
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.purged, m.errors, m.finished} {
+	for _, c := range []prometheus.Collector{m.purged, m.errors, m.finished, m.sweeps, m.sweepSeconds, m.lastSweep} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("janitor: register metrics: %w", err)
 		}
 	}
 	return m, nil
+}
+
+// The outcomes of jetflow_janitor_sweeps_total.
+const (
+	sweepOK     = "ok"
+	sweepFailed = "failed"
+)
+
+// sweepEnded counts and times a sweep that began at began and ended now
+// with err.
+func (m *metrics) sweepEnded(began, now time.Time, err error) {
+	m.sweepSeconds.Observe(now.Sub(began).Seconds())
+	if err != nil {
+		m.sweeps.WithLabelValues(sweepFailed).Inc()
+		return
+	}
+	m.sweeps.WithLabelValues(sweepOK).Inc()
+	m.lastSweep.Set(float64(now.UnixNano()) / 1e9)
 }
 
 // finished is what retention needs of a finished execution's read model.

@@ -1,6 +1,7 @@
 package janitor_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
@@ -597,4 +599,64 @@ func TestTheClaimSaysWhenTheExecutionExpired(t *testing.T) {
 	c, err := b.ids.Get(t.Context(), x.ID)
 	require.NoError(t, err)
 	require.True(t, c.ExpiredAt.Equal(expiredAt), "claim marked expired at %s, want %s", c.ExpiredAt, expiredAt)
+}
+
+// TestSweepsAreCountedAndTimed: every sweep is counted by outcome and
+// timed, a sweep with nothing to do too, and the time of the last one
+// that ended well is kept: a failed sweep leaves it as it was.
+func TestSweepsAreCountedAndTimed(t *testing.T) {
+	t.Parallel()
+	b := setupRetention(t, "")
+	require.Zero(t, b.metric(t, "jetflow_janitor_sweeps_total", "ok"), "both series exist before the first sweep")
+	require.Zero(t, b.metric(t, "jetflow_janitor_sweeps_total", "failed"))
+	require.Zero(t, b.metric(t, "jetflow_janitor_last_sweep_timestamp_seconds", ""))
+
+	before := time.Now()
+	res := b.sweep(t)
+	require.Zero(t, res.Checked+res.Finished+res.Expired, "nothing to do")
+	require.Equal(t, 1.0, b.metric(t, "jetflow_janitor_sweeps_total", "ok"))
+	require.Equal(t, 1.0, b.metric(t, "jetflow_janitor_sweep_seconds", ""), "one sweep timed")
+	last := b.metric(t, "jetflow_janitor_last_sweep_timestamp_seconds", "")
+	require.GreaterOrEqual(t, last, float64(before.UnixNano())/1e9)
+	require.LessOrEqual(t, last, float64(time.Now().UnixNano())/1e9)
+
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	_, err := b.janitor.RunOnce(ctx)
+	require.Error(t, err, "a sweep that cannot read the read models fails")
+	require.Equal(t, 1.0, b.metric(t, "jetflow_janitor_sweeps_total", "failed"))
+	require.Equal(t, 1.0, b.metric(t, "jetflow_janitor_sweeps_total", "ok"))
+	require.Equal(t, 2.0, b.metric(t, "jetflow_janitor_sweep_seconds", ""), "the failed one is timed too")
+	require.Equal(t, last, b.metric(t, "jetflow_janitor_last_sweep_timestamp_seconds", ""), "the last sweep that ended well")
+}
+
+// metric reads a metric back from the registry: a counter's or a gauge's
+// value, a histogram's count; outcome, if set, picks the series of that
+// outcome label. It fails the test when no such series exists.
+func (b *retentionBundle) metric(t *testing.T, name, outcome string) float64 {
+	t.Helper()
+	mfs, err := b.reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if outcome != "" && !slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool {
+				return l.GetName() == "outcome" && l.GetValue() == outcome
+			}) {
+				continue
+			}
+			switch {
+			case m.Counter != nil:
+				return m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				return m.GetGauge().GetValue()
+			case m.Histogram != nil:
+				return float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	t.Fatalf("no metric %s{outcome=%q}", name, outcome)
+	return 0
 }

@@ -68,6 +68,7 @@ func TestMetricsOfEveryService(t *testing.T) {
 		`jetflow_consumer_pending_messages{consumer="agent-default",namespace="default",service="agent",stream="JF_TASKS"} 0`,
 		`jetflow_consumer_pending_messages{consumer="dispatcher-commands",namespace="default",service="dispatcher",stream="JF_COMMANDS"} 0`,
 		`jetflow_janitor_finished_executions{namespace="default"} `,
+		`jetflow_janitor_sweeps_total{namespace="default",outcome="failed"} `,
 		`jetflow_projector_events_total{namespace="default"} `,
 		`jetflow_projections_parked{namespace="default"} 0`,
 		"go_goroutines ",
