@@ -328,6 +328,11 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 			return err
 		}
 		defer release()
+	}
+	if metricsURL != "" {
+		cfg.Log.Info().Str("url", metricsURL).Msg("metrics listening")
+	}
+	if url == "" {
 		host, port, err := splitAddr(cmp.Or(cfg.NATSAddr, "127.0.0.1:4222"))
 		if err != nil {
 			return fmt.Errorf("nats address: %w", err)

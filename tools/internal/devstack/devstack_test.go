@@ -1,6 +1,7 @@
 package devstack
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net/http"
@@ -65,11 +66,14 @@ func TestOneStackPerDataDirectory(t *testing.T) {
 	require.Equal(t, filepath.Join(dir, AuthDir, "default", "client.creds"), conn.ClientCreds)
 	require.True(t, strings.HasPrefix(conn.ClientInbox, "_INBOX_"))
 
+	// Refused before it listens anywhere: no metrics address announced.
+	var logged bytes.Buffer
 	err = Run(context.Background(), Config{DataDir: dir, NATSAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
-		Log: zerolog.Nop()}, nil)
+		MetricsAddr: "127.0.0.1:0", Log: zerolog.New(&logged)}, nil)
 	require.True(t, errors.Is(err, ErrDataDirInUse), "%v", err)
 	require.Contains(t, err.Error(), dir)
 	require.Contains(t, err.Error(), "process "+strconv.Itoa(os.Getpid()))
+	require.Empty(t, logged.String(), "refused before anything is logged")
 
 	stop()
 	require.NoError(t, <-done)

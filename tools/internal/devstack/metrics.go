@@ -25,7 +25,8 @@ import (
 
 // serveMetrics is where the services register their metrics: with
 // cfg.MetricsAddr a registry of the stack's own, with the process's
-// collectors, served there until stop (url says where); else
+// collectors, served there until stop (url says where, for the caller
+// to log once it goes on: a stack refused after it is not announced); else
 // cfg.Registerer, nil when unset (no metrics).
 func serveMetrics(cfg Config) (reg prometheus.Registerer, url string, stop func(), err error) {
 	if cfg.MetricsAddr == "" {
@@ -52,8 +53,7 @@ func serveMetrics(cfg Config) (reg prometheus.Registerer, url string, stop func(
 			cfg.Log.Error().Err(err).Msg("metrics server")
 		}
 	}()
-	url = "http://" + ln.Addr().String() + "/metrics"
-	cfg.Log.Info().Str("url", url).Msg("metrics listening")
+	url = "http://" + ln.Addr().String() + "/metrics" // logged once the data directory is this stack's
 	return r, url, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
