@@ -86,9 +86,19 @@ func decodeSDK(header nats.Header, data []byte) (ev events.Event, err error) {
 		}
 		header.Set("content-type", "application/cloudevents+json")
 	}
+	var restoreType string
+	if structured || spec == "" {
+		data, restoreType = events.StructuredJSONData(data)
+	}
 	ce, err := binding.ToEvent(context.Background(), cejs.NewMessage(&nats.Msg{Header: header, Data: data}))
 	if err != nil {
+		if field := events.SDKErrorField(err); field != "" {
+			return events.Event{}, &events.FieldError{Field: field, Reason: events.ExplainSDKError(err)}
+		}
 		return events.Event{}, fmt.Errorf("%w: %s", events.ErrMalformed, events.ExplainSDKError(err))
+	}
+	if restoreType != "" {
+		ce.SetDataContentType(restoreType)
 	}
 	return events.FromCloudEvent(*ce)
 }

@@ -91,3 +91,28 @@ func TestDecodeNamesTheMemberAtFault(t *testing.T) {
 		})
 	}
 }
+
+// TestStructuredDataOfAnyJSONMediaType: over NATS too, a structured
+// CloudEvent's data is read inline as JSON for every JSON media type, and
+// keeps its datacontenttype; a type that is not JSON with data that is not
+// a string is refused naming datacontenttype.
+func TestStructuredDataOfAnyJSONMediaType(t *testing.T) {
+	t.Parallel()
+	structured := nats.Header{"content-type": {"application/cloudevents+json"}}
+	for _, ct := range []string{"application/vnd.acme.order+json", "Application/JSON", "application/json; charset=utf-8"} {
+		for _, header := range []nats.Header{structured, {}} { // without headers: structured, as looksStructured says
+			ev, err := bus.Decode(header, []byte(`{"specversion":"1.0","id":"1","source":"s","type":"io.jetflow.execution.start",`+
+				`"datacontenttype":"`+ct+`","data":{"workflow":"hello"}}`))
+			require.NoError(t, err, ct)
+			require.Equal(t, "hello", ev.Data.(*events.StartExecution).Workflow, ct)
+		}
+	}
+	for _, ct := range []string{"text/plain", `a\"b`} {
+		_, err := bus.Decode(structured, []byte(`{"specversion":"1.0","id":"1","source":"s","type":"io.jetflow.execution.start",`+
+			`"datacontenttype":"`+ct+`","data":{"workflow":"hello"}}`))
+		var fe *events.FieldError
+		require.ErrorAs(t, err, &fe, ct)
+		require.Equal(t, "datacontenttype", fe.Field, ct)
+		require.Contains(t, fe.Reason, "set datacontenttype to application/json", ct)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"mime"
 	"regexp"
 	"slices"
 	"strconv"
@@ -201,7 +202,7 @@ var (
 	specVersionRe = regexp.MustCompile(`^specversion: unknown value: (.*)$`)
 	// sdk-go reads a structured event's data as a string when its
 	// datacontenttype is not JSON, and says so in these words.
-	dataNotStringRe = regexp.MustCompile(`^unexpected data payload for media type ("[^"]*"), expected a string`)
+	dataNotStringRe = regexp.MustCompile(`^unexpected data payload for media type ("(?:[^"\\]|\\.)*"), expected a string`)
 )
 
 // FieldError is a malformed CloudEvent (it is [ErrMalformed]) with the
@@ -233,6 +234,45 @@ func malformed(field, format string, args ...any) error {
 // attributes are the CloudEvents context attributes, in the order an
 // error about several of them names the first.
 var attributes = []string{"specversion", "id", "source", "type", "datacontenttype", "dataschema", "subject", "time"}
+
+// IsJSONMediaType reports whether a datacontenttype says the data is
+// JSON, as the CloudEvents JSON format reads it: application/json,
+// text/json or any type with the +json suffix, in any case, with any
+// parameters (charset=utf-8).
+func IsJSONMediaType(ct string) bool {
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return false
+	}
+	return mt == "application/json" || mt == "text/json" || strings.HasSuffix(mt, "+json")
+}
+
+// StructuredJSONData makes a structured CloudEvent's JSON data readable
+// by sdk-go. The CloudEvents JSON format carries data inline as JSON for
+// every JSON media type (application/vnd.x+json, Application/JSON); sdk-go
+// reads it so only for application/json and text/json, and for any other
+// type wants a string. Such a body is returned to be decoded as
+// application/json, and restore is the datacontenttype to put back on the
+// decoded event ("" when body is returned as it is).
+func StructuredJSONData(body []byte) (out []byte, restore string) {
+	var members map[string]json.RawMessage
+	if json.Unmarshal(body, &members) != nil {
+		return body, ""
+	}
+	var ct string
+	if raw, ok := members["datacontenttype"]; !ok || json.Unmarshal(raw, &ct) != nil || !IsJSONMediaType(ct) {
+		return body, ""
+	}
+	if mt, _, _ := strings.Cut(ct, ";"); strings.TrimSpace(mt) == event.ApplicationJSON || strings.TrimSpace(mt) == event.TextJSON {
+		return body, "" // as sdk-go reads it
+	}
+	members["datacontenttype"] = json.RawMessage(`"` + event.ApplicationJSON + `"`)
+	b, err := json.Marshal(members)
+	if err != nil {
+		return body, ""
+	}
+	return b, ct
+}
 
 // SDKErrorField is the attribute an sdk-go validation error is about (the
 // first, when it is about several), or "" when it names none (a
@@ -272,8 +312,8 @@ func ExplainSDKError(err error) string {
 		return fmt.Sprintf("specversion is %q; jetflow speaks CloudEvents 1.0", m[1])
 	}
 	if m := dataNotStringRe.FindStringSubmatch(msg); m != nil {
-		return fmt.Sprintf("datacontenttype %s is not JSON, so data must be a string; "+
-			"jetflow reads data as JSON: set datacontenttype to application/json", m[1])
+		return fmt.Sprintf("datacontenttype %s is not JSON, yet data is not a string: "+
+			"jetflow reads data as JSON; set datacontenttype to application/json, or leave it out", m[1])
 	}
 	if strings.HasPrefix(msg, "unexpected end of JSON input") || strings.Contains(msg, "invalid character") {
 		return "the structured CloudEvent is not valid JSON: " + msg
@@ -325,8 +365,8 @@ func FromCloudEvent(ce event.Event) (Event, error) {
 			return ev, err
 		}
 	}
-	if ct := ce.DataContentType(); ct != "" && !strings.HasPrefix(ct, "application/json") && !strings.HasSuffix(ct, "+json") {
-		return ev, malformed("datacontenttype", "datacontenttype %q is not JSON", ct)
+	if ct := ce.DataContentType(); ct != "" && !IsJSONMediaType(ct) {
+		return ev, malformed("datacontenttype", "datacontenttype %q is not JSON: jetflow reads data as JSON; set it to application/json, or leave it out", ct)
 	}
 	p := NewPayload(ev.Type)
 	if p == nil {

@@ -145,8 +145,10 @@ func TestExplainSDKError(t *testing.T) {
 		"invalid character 'x' looking for beginning of value": "the structured CloudEvent is not valid JSON: " +
 			"invalid character 'x' looking for beginning of value",
 		"something\n\t else": "something else",
+		`unexpected data payload for media type "a\"b", expected a string: ReadString`: `datacontenttype "a\"b" ` +
+			"is not JSON, yet data is not a string: jetflow reads data as JSON; set datacontenttype to application/json, or leave it out",
 		`unexpected data payload for media type "text/jso", expected a string: ReadString: expects " or n`: `datacontenttype "text/jso" ` +
-			"is not JSON, so data must be a string; jetflow reads data as JSON: set datacontenttype to application/json",
+			"is not JSON, yet data is not a string: jetflow reads data as JSON; set datacontenttype to application/json, or leave it out",
 	} {
 		require.Equal(t, want, events.ExplainSDKError(errors.New(in)), "%q", in)
 	}
@@ -163,6 +165,20 @@ func TestStructuredDataOfAnotherMediaTypeNamesIt(t *testing.T) {
 		`"datacontenttype":"apprication/json","data":{"workflow":"fz"}}`), &ce)
 	require.Error(t, err)
 	require.Equal(t, "datacontenttype", events.SDKErrorField(err))
-	require.Equal(t, `datacontenttype "apprication/json" is not JSON, so data must be a string; `+
-		"jetflow reads data as JSON: set datacontenttype to application/json", events.ExplainSDKError(err))
+	require.Equal(t, `datacontenttype "apprication/json" is not JSON, yet data is not a string: `+
+		"jetflow reads data as JSON; set datacontenttype to application/json, or leave it out", events.ExplainSDKError(err))
+}
+
+// The media types that say data is JSON, as the CloudEvents JSON format
+// reads them, and some that do not.
+func TestIsJSONMediaType(t *testing.T) {
+	t.Parallel()
+	for ct, want := range map[string]bool{
+		"application/json": true, "application/json; charset=utf-8": true, "Application/JSON": true, "text/json": true,
+		"application/vnd.foo+json": true, "application/cloudevents+json": true, "APPLICATION/VND.FOO+JSON; v=2": true,
+		"text/plain": false, "application/jsonx": false, "application/json-seq": false, "application/xml": false,
+		"": false, "json": false, "application/json;;": false,
+	} {
+		require.Equal(t, want, events.IsJSONMediaType(ct), "%q", ct)
+	}
 }

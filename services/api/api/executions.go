@@ -45,6 +45,7 @@ func (s *Server) startExecution(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBody)
 	var cmd events.Event
 	if isCloudEvent(r) {
+		var restoreType string // see events.StructuredJSONData
 		if v := r.Header.Get("Ce-Specversion"); v != "" && v != "1.0" {
 			writeError(w, http.StatusBadRequest, apiError{Code: "invalid_cloudevent", Field: "specversion",
 				Message: fmt.Sprintf("ce-specversion is %q; jetflow speaks CloudEvents 1.0", v)})
@@ -78,6 +79,7 @@ func (s *Server) startExecution(w http.ResponseWriter, r *http.Request) {
 				writeError(w, http.StatusBadRequest, apiError{Code: "invalid_cloudevent", Field: attr, Message: msg})
 				return
 			}
+			body, restoreType = events.StructuredJSONData(body)
 			r.Body = io.NopCloser(bytes.NewReader(body))
 		}
 		ce, err := binding.ToEvent(r.Context(), cehttp.NewMessageFromHttpRequest(r))
@@ -87,6 +89,9 @@ func (s *Server) startExecution(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			writeError(w, http.StatusBadRequest, apiError{Code: "invalid_cloudevent", Field: events.SDKErrorField(err), Message: events.ExplainSDKError(err)})
 			return
+		}
+		if restoreType != "" {
+			ce.SetDataContentType(restoreType)
 		}
 		cmd, err = events.FromCloudEvent(*ce)
 		switch {

@@ -19,8 +19,8 @@ func (a *app) projectionsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(a.stdout, "rebuilt from sequence %d in %d ms: %d read models written, %d already right\n",
-				res.FromSeq, res.TookMS, res.Written, res.Unchanged)
+			fmt.Fprintf(a.stdout, "rebuilt from sequence %d in %d ms: %s written, %d already right\n",
+				res.FromSeq, res.TookMS, plural(res.Written, "read model", "read models"), res.Unchanged)
 			damaged := 0
 			for id, d := range res.Damaged {
 				if d.Unknown { // a newer version's event: not damage to repair
@@ -42,4 +42,12 @@ func (a *app) projectionsCmd() *cobra.Command {
 	rebuild.Flags().Uint64Var(&from, "from-seq", 0, "replay from this stream sequence (0 = everything)")
 	cmd.AddCommand(rebuild)
 	return cmd
+}
+
+// plural is n with the noun that goes with it: 1 read model, 2 read models.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }
