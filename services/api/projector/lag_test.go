@@ -38,7 +38,7 @@ func TestBacklogIsTheOldestEventNotProjected(t *testing.T) {
 	natstest.Eventually(t, 10*time.Second, func() bool {
 		b, err = projector.ReadBacklog(t.Context(), js)
 		return err == nil && b.Pending+b.Unacked == 2
-	}, "both events wait")
+	}, "both events wait (last read: %+v)", &b)
 	require.False(t, b.Oldest.Before(before.Add(-time.Second)), "the first event's storing: %v, appended from %v", b.Oldest, before)
 	require.False(t, b.Oldest.After(after.Add(time.Second)), "the first event's storing: %v, appended until %v", b.Oldest, after)
 	require.Equal(t, after.Add(time.Hour).Sub(b.Oldest), b.Lag(after.Add(time.Hour)))

@@ -199,14 +199,15 @@ func (j *Janitor) Run(ctx context.Context) error {
 				j.log.Error().Err(err).Msg("sweep")
 				continue
 			}
-			if res.Reconciled+res.LostTasks+res.Expired+res.ExpiryRequested+res.Errors == 0 {
+			if res.Reconciled+res.LostTasks+res.Expired+res.ExpiryRequested+res.LocksCleared+res.Errors == 0 {
 				// Nothing done: not worth a line at the default level (the
 				// sweep metrics say it ran).
 				j.log.Debug().Int("checked", res.Checked).Int("finished", res.Finished).
 					Dur("idle_took", res.IdleTook).Dur("retention_took", res.RetentionTook).Msg("sweep: nothing to do")
 			} else {
 				j.log.Info().Int("checked", res.Checked).Int("reconciled", res.Reconciled).Int("lost_tasks", res.LostTasks).
-					Int("finished", res.Finished).Int("expiry_requested", res.ExpiryRequested).Int("expired", res.Expired).Int("errors", res.Errors).Msg("sweep")
+					Int("finished", res.Finished).Int("expiry_requested", res.ExpiryRequested).Int("expired", res.Expired).
+					Int("locks_cleared", res.LocksCleared).Int("errors", res.Errors).Msg("sweep")
 			}
 		}
 	}
@@ -296,7 +297,9 @@ type Result struct {
 func (j *Janitor) RunOnce(ctx context.Context) (Result, error) {
 	began := time.Now()
 	res, err := j.sweep(ctx)
-	j.metrics.sweepEnded(began, time.Now(), err)
+	if err == nil || ctx.Err() == nil { // a sweep cut short by a stop is no failed sweep
+		j.metrics.sweepEnded(began, time.Now(), err)
+	}
 	return res, err
 }
 

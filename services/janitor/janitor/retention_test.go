@@ -620,10 +620,19 @@ func TestSweepsAreCountedAndTimed(t *testing.T) {
 	require.GreaterOrEqual(t, last, float64(before.UnixNano())/1e9)
 	require.LessOrEqual(t, last, float64(time.Now().UnixNano())/1e9)
 
+	// A sweep cut short by a stop is not counted: a rolling restart is no
+	// failure.
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	_, err := b.janitor.RunOnce(ctx)
-	require.Error(t, err, "a sweep that cannot read the read models fails")
+	require.Error(t, err)
+	require.Zero(t, b.metric(t, "jetflow_janitor_sweeps_total", "failed"))
+	require.Equal(t, 1.0, b.metric(t, "jetflow_janitor_sweep_seconds", ""))
+
+	// A sweep that cannot read the read models fails.
+	require.NoError(t, b.js.DeleteKeyValue(t.Context(), bus.BucketExecutions))
+	_, err = b.janitor.RunOnce(t.Context())
+	require.Error(t, err, "no executions bucket")
 	require.Equal(t, 1.0, b.metric(t, "jetflow_janitor_sweeps_total", "failed"))
 	require.Equal(t, 1.0, b.metric(t, "jetflow_janitor_sweeps_total", "ok"))
 	require.Equal(t, 2.0, b.metric(t, "jetflow_janitor_sweep_seconds", ""), "the failed one is timed too")
