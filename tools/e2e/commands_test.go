@@ -53,7 +53,8 @@ func (r *rejections) next(t *testing.T) *events.CommandRejected {
 // TestEveryCommandMessageIsAnswered: whatever lands on a commands subject
 // is either applied or rejected with a reason on jf.rejections.>; a
 // message that names no command (no CloudEvent id) is rejected under its
-// subject and stream sequence.
+// subject and stream sequence; one refused as it is decoded names the
+// attribute at fault.
 func TestEveryCommandMessageIsAnswered(t *testing.T) {
 	t.Parallel()
 	s := startStack(t, nil)
@@ -68,16 +69,26 @@ func TestEveryCommandMessageIsAnswered(t *testing.T) {
 		data    []byte
 		reason  string
 		key     string // the rejection's command key; "" for subject#seq-N
+		field   string // the attribute or member at fault, if named
 	}{
 		{name: "NoHeadersAtAll", subject: bus.SubjectStart, data: start, reason: "not a CloudEvent"},
 		{name: "BinaryWithoutID", subject: bus.SubjectStart, data: start,
 			header: nats.Header{"ce-specversion": {"1.0"}, "ce-type": {string(events.TypeStartExecution)}, "ce-source": {"tour"}},
-			reason: "has no id"},
+			reason: "has no id", field: "id"},
 		{name: "MalformedStructuredJSON", subject: bus.SubjectStart, header: structured, data: []byte(`{"specversion":"1.0","id":`),
 			reason: "not valid JSON"},
 		{name: "StructuredWithoutID", subject: bus.SubjectStart, header: structured,
 			data:   []byte(`{"specversion":"1.0","type":"io.jetflow.execution.start","source":"tour","data":{"workflow":"hello"}}`),
-			reason: "has no id"},
+			reason: "has no id", field: "id"},
+		// Refused as it is decoded, a structured event is still answered
+		// under its source and id, where its sender listens.
+		{name: "StructuredDataNotJSON", subject: bus.SubjectStart, header: structured,
+			data: []byte(`{"specversion":"1.0","type":"io.jetflow.execution.start","source":"tour","id":"ct-1",` +
+				`"datacontenttype":"text/plain","data":{"workflow":"hello"}}`),
+			reason: "set datacontenttype to application/json", key: "tour#ct-1", field: "datacontenttype"},
+		{name: "StructuredSpecVersion2", subject: bus.SubjectStart, header: structured,
+			data:   []byte(`{"specversion":"2.0","type":"io.jetflow.execution.start","source":"tour","id":"sv-1","data":{"workflow":"hello"}}`),
+			reason: "jetflow speaks CloudEvents 1.0", key: "tour#sv-1", field: "specversion"},
 		{name: "StartOnTheSignalSubject", subject: bus.SubjectSignal,
 			header: nats.Header{"ce-specversion": {"1.0"}, "ce-type": {string(events.TypeStartExecution)}, "ce-source": {"tour"}, "ce-id": {"mis-1"}},
 			data:   start, reason: "that subject takes " + string(events.TypeSignalExecution), key: "tour#mis-1"},
@@ -101,6 +112,7 @@ func TestEveryCommandMessageIsAnswered(t *testing.T) {
 			tt.key = tt.subject + "#seq-" + jsonNumber(ack.Sequence)
 		}
 		require.Equal(t, tt.key, p.CommandKey, tt.name)
+		require.Equal(t, tt.field, p.Field, tt.name)
 	}
 	// None of them started anything.
 	_, err := s.c.Execution(context.Background(), "never-1")

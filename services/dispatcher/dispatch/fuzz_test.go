@@ -173,7 +173,7 @@ func FuzzCommand(f *testing.F) {
 		}
 		ev, why := admit(subject, h, data, fuzzPartitions)
 		if why != "" {
-			if cmd, _, answer := unhandled(subject, h, ev.Type, 7); answer {
+			if cmd, _, answer := unhandled(subject, h, data, ev, 7); answer {
 				checkRejection(t, cmd, events.CodeInvalid, why)
 			}
 			return

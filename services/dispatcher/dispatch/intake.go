@@ -3,6 +3,7 @@ package dispatch
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -173,18 +174,25 @@ func (e rejectedError) Error() string { return "rejected: " + e.reason }
 // commands subject is answered: results and timers come from jetflow's
 // own services, and a bad one is only logged. It returns an error only if
 // the rejection could not be published (the caller retries then).
-func (d *Dispatcher) rejectMessage(ctx context.Context, m jetstream.Msg, typ events.Type, reason string) error {
+func (d *Dispatcher) rejectMessage(ctx context.Context, m jetstream.Msg, ev events.Event, reason string) error {
 	var seq uint64
 	if md, err := m.Metadata(); err == nil {
 		seq = md.Sequence.Stream
 	}
-	cmd, subject, answer := unhandled(m.Subject(), m.Headers(), typ, seq)
+	cmd, subject, answer := unhandled(m.Subject(), m.Headers(), m.Data(), ev, seq)
 	log := d.log.With().Str("subject", subject).Logger()
 	if !answer {
 		log.Warn().Str("reason", reason).Msg("drop a message that cannot be handled")
 		return nil
 	}
-	err := d.publishRejection(log.WithContext(ctx), cmd, "", events.CodeInvalid, reason, subject, seq)
+	// A CloudEvent refused as it was decoded names the attribute or member
+	// at fault, as the api's answer does (decoded again: rejections are
+	// rare).
+	var fe *events.FieldError
+	_, derr := bus.Decode(m.Headers(), m.Data())
+	_ = errors.As(derr, &fe)
+	err := d.publishRejected(log.WithContext(ctx), cmd, &events.CommandRejected{Code: events.CodeInvalid, Reason: reason,
+		Field: fe.FieldName(), Subject: subject, StreamSeq: seq})
 	var rej rejectedError
 	if errors.As(err, &rej) {
 		return nil
@@ -193,10 +201,14 @@ func (d *Dispatcher) rejectMessage(ctx context.Context, m jetstream.Msg, typ eve
 }
 
 // unhandled is what rejectMessage answers, without I/O: the command a
-// message that arrived on subject with header at stream sequence seq is
-// taken for (typ, if known, its type), the subject it was published on,
-// and whether it is answered (a command) or only dropped.
-func unhandled(subject string, h nats.Header, typ events.Type, seq uint64) (cmd events.Event, published string, answer bool) {
+// message that arrived on subject with header and data at stream sequence
+// seq is taken for (ev is what decoding it gave, if anything), the subject
+// it was published on, and whether it is answered (a command) or only
+// dropped. The command is named by its CloudEvent source and id: from
+// the headers (binary mode), the decoded event, or the members of a
+// structured event that could not be decoded, so that its sender, who
+// listens on the rejection subject of that key, hears of it.
+func unhandled(subject string, h nats.Header, data []byte, ev events.Event, seq uint64) (cmd events.Event, published string, answer bool) {
 	if p := h.Get(CommandSubjectHeader); p != "" && strings.HasPrefix(subject, bus.InboxPrefix+".") {
 		subject = p // a command routed by an intake: answer it as published
 	}
@@ -211,8 +223,19 @@ func unhandled(subject string, h nats.Header, typ events.Type, seq uint64) (cmd 
 		}
 		return ""
 	}
-	cmd = events.Event{ID: cmp.Or(get("ce-id"), h.Get(jetstream.MsgIDHeader)), Source: get("ce-source"),
-		Type: cmp.Or(typ, events.Type(get("ce-type")))}
+	var body struct { // a structured event's, if it is one
+		ID     any `json:"id"`
+		Source any `json:"source"`
+		Type   any `json:"type"`
+	}
+	_ = json.Unmarshal(data, &body)
+	str := func(v any) string {
+		s, _ := v.(string)
+		return strings.TrimSpace(s)
+	}
+	cmd = events.Event{ID: cmp.Or(get("ce-id"), ev.ID, str(body.ID), h.Get(jetstream.MsgIDHeader)),
+		Source: cmp.Or(get("ce-source"), ev.Source, str(body.Source)),
+		Type:   cmp.Or(ev.Type, events.Type(get("ce-type")), events.Type(str(body.Type)))}
 	if cmd.ID == "" || cmd.Source == "" {
 		// Nothing names the command: name it by where it is stored.
 		cmd.Source, cmd.ID = subject, "seq-"+strconv.FormatUint(seq, 10)
@@ -228,7 +251,7 @@ func (d *Dispatcher) intake(ctx context.Context, m jetstream.Msg) (ev events.Eve
 	if why == "" {
 		return ev, true
 	}
-	if perr := d.rejectMessage(ctx, m, ev.Type, why); perr != nil {
+	if perr := d.rejectMessage(ctx, m, ev, why); perr != nil {
 		d.log.Warn().Err(perr).Dur("retry_in", retryLater(m)).Msg("publish rejection, will retry")
 		return ev, false
 	}
