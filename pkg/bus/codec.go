@@ -87,7 +87,7 @@ func decodeSDK(header nats.Header, data []byte) (ev events.Event, err error) {
 		header.Set("content-type", "application/cloudevents+json")
 	}
 	var restoreType string
-	if structured || spec == "" {
+	if spec == "" { // structured, as the sdk's NATS binding reads it: with ce-specversion, binary whatever content-type says
 		data, restoreType = events.StructuredJSONData(data)
 	}
 	ce, err := binding.ToEvent(context.Background(), cejs.NewMessage(&nats.Msg{Header: header, Data: data}))

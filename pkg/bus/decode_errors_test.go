@@ -116,3 +116,33 @@ func TestStructuredDataOfAnyJSONMediaType(t *testing.T) {
 		require.Contains(t, fe.Reason, "set datacontenttype to application/json", ct)
 	}
 }
+
+// TestBinaryDataIsNeverRewritten: with ce-specversion, a message is in
+// binary mode whatever its content-type says, and its data is the
+// payload as sent: a member of it named datacontenttype is no attribute.
+func TestBinaryDataIsNeverRewritten(t *testing.T) {
+	t.Parallel()
+	h := nats.Header{"ce-specversion": {"1.0"}, "ce-id": {"1"}, "ce-source": {"s"}, "ce-type": {string(events.TypeStartExecution)},
+		"content-type": {"application/cloudevents"}}
+	_, err := bus.Decode(h, []byte(`{"workflow":"w","datacontenttype":"application/vnd.x+json"}`))
+	require.ErrorIs(t, err, events.ErrMalformed, "refused for its content-type, as before")
+	require.Contains(t, err.Error(), `datacontenttype "application/cloudevents" is not JSON`)
+}
+
+// TestStructuredOddAttributes: a structured event whose attribute is not
+// a string names no decoder's word as the field; a JSON type with spaces
+// around it is read as JSON.
+func TestStructuredOddAttributes(t *testing.T) {
+	t.Parallel()
+	structured := nats.Header{"content-type": {"application/cloudevents+json"}}
+	_, err := bus.Decode(structured, []byte(`{"specversion":"1.0","id":1,"source":"s","type":"io.jetflow.execution.start","data":{"workflow":"w"}}`))
+	require.ErrorIs(t, err, events.ErrMalformed)
+	var fe *events.FieldError
+	if errors.As(err, &fe) {
+		require.NotEqual(t, "ReadString", fe.Field)
+	}
+	ev, err := bus.Decode(structured, []byte(`{"specversion":"1.0","id":"1","source":"s","type":"io.jetflow.execution.start",`+
+		`"datacontenttype":" application/json ","data":{"workflow":"w","input":{"html":"<b>&</b>"}}}`))
+	require.NoError(t, err)
+	require.JSONEq(t, `{"html":"<b>&</b>"}`, string(ev.Data.(*events.StartExecution).Input))
+}

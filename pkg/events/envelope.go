@@ -1,6 +1,7 @@
 package events
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/json"
 	"errors"
@@ -202,6 +203,7 @@ var (
 	specVersionRe = regexp.MustCompile(`^specversion: unknown value: (.*)$`)
 	// sdk-go reads a structured event's data as a string when its
 	// datacontenttype is not JSON, and says so in these words.
+	attrNameRe      = regexp.MustCompile(`^[a-z0-9]+$`)
 	dataNotStringRe = regexp.MustCompile(`^unexpected data payload for media type ("(?:[^"\\]|\\.)*"), expected a string`)
 )
 
@@ -255,23 +257,34 @@ func IsJSONMediaType(ct string) bool {
 // application/json, and restore is the datacontenttype to put back on the
 // decoded event ("" when body is returned as it is).
 func StructuredJSONData(body []byte) (out []byte, restore string) {
+	var head struct {
+		DataContentType *string `json:"datacontenttype"`
+	}
+	if json.Unmarshal(body, &head) != nil || head.DataContentType == nil || !IsJSONMediaType(*head.DataContentType) {
+		return body, ""
+	}
+	ct := *head.DataContentType
+	// sdk-go's media type: the type before a ';', trimmed; without one,
+	// the whole value as it is.
+	mt := ct
+	if i := strings.IndexByte(ct, ';'); i >= 0 {
+		mt = strings.TrimSpace(ct[:i])
+	}
+	if mt == event.ApplicationJSON || mt == event.TextJSON {
+		return body, "" // sdk-go reads the data inline itself
+	}
 	var members map[string]json.RawMessage
 	if json.Unmarshal(body, &members) != nil {
 		return body, ""
 	}
-	var ct string
-	if raw, ok := members["datacontenttype"]; !ok || json.Unmarshal(raw, &ct) != nil || !IsJSONMediaType(ct) {
-		return body, ""
-	}
-	if mt, _, _ := strings.Cut(ct, ";"); strings.TrimSpace(mt) == event.ApplicationJSON || strings.TrimSpace(mt) == event.TextJSON {
-		return body, "" // as sdk-go reads it
-	}
 	members["datacontenttype"] = json.RawMessage(`"` + event.ApplicationJSON + `"`)
-	b, err := json.Marshal(members)
-	if err != nil {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false) // the data as it was sent, < and > included
+	if enc.Encode(members) != nil {
 		return body, ""
 	}
-	return b, ct
+	return bytes.TrimRight(b.Bytes(), "\n"), ct
 }
 
 // SDKErrorField is the attribute an sdk-go validation error is about (the
@@ -283,7 +296,9 @@ func SDKErrorField(err error) string {
 	}
 	var named []string
 	for _, line := range strings.Split(err.Error(), "\n") {
-		if attr, _, ok := strings.Cut(strings.TrimSpace(line), ": "); ok && !strings.ContainsAny(attr, " \t") {
+		// Attribute names are lower-case letters and digits: a decoder's
+		// own words ("ReadString: expects ...") name none.
+		if attr, _, ok := strings.Cut(strings.TrimSpace(line), ": "); ok && attrNameRe.MatchString(attr) {
 			named = append(named, attr)
 		}
 	}

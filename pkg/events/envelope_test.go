@@ -182,3 +182,26 @@ func TestIsJSONMediaType(t *testing.T) {
 		require.Equal(t, want, events.IsJSONMediaType(ct), "%q", ct)
 	}
 }
+
+// StructuredJSONData rewrites the type only when sdk-go would not read
+// the data inline, and keeps the data as it was sent.
+func TestStructuredJSONData(t *testing.T) {
+	t.Parallel()
+	for _, body := range []string{
+		`{"datacontenttype":"application/json","data":{"a":"<b>"}}`,
+		`{"datacontenttype":"application/json; charset=utf-8","data":{}}`,
+		`{"datacontenttype":"text/json","data":{}}`,
+		`{"data":{}}`, `{"datacontenttype":null}`, `{"datacontenttype":5}`, `{"datacontenttype":"text/plain","data":"x"}`, `[1]`, `nope`,
+	} {
+		out, restore := events.StructuredJSONData([]byte(body))
+		require.Equal(t, body, string(out), "left as it is")
+		require.Empty(t, restore, body)
+	}
+	for _, ct := range []string{"application/vnd.acme+json", "Application/JSON", " application/json", "application/json "} {
+		out, restore := events.StructuredJSONData([]byte(`{"datacontenttype":"` + ct + `","data":{"a":"<b>&"}}`))
+		require.Equal(t, ct, restore)
+		require.JSONEq(t, `{"datacontenttype":"application/json","data":{"a":"<b>&"}}`, string(out))
+		require.Contains(t, string(out), `"<b>&"`, "not escaped")
+	}
+	require.Empty(t, events.SDKErrorField(errors.New(`ReadString: expects " or n, but found 1`)), "a decoder's word is no attribute")
+}

@@ -200,14 +200,18 @@ func (d *Dispatcher) rejectMessage(ctx context.Context, m jetstream.Msg, ev even
 	return err
 }
 
+// maxRejectedName bounds the source, id and type a rejection repeats
+// from the message it answers.
+const maxRejectedName = 1024
+
 // unhandled is what rejectMessage answers, without I/O: the command a
 // message that arrived on subject with header and data at stream sequence
 // seq is taken for (ev is what decoding it gave, if anything), the subject
 // it was published on, and whether it is answered (a command) or only
 // dropped. The command is named by its CloudEvent source and id: from
-// the headers (binary mode), the decoded event, or the members of a
-// structured event that could not be decoded, so that its sender, who
-// listens on the rejection subject of that key, hears of it.
+// the headers in binary mode; in structured mode from the decoded event,
+// or the members of one that could not be decoded; so that its sender,
+// who listens on the rejection subject of that key, hears of it.
 func unhandled(subject string, h nats.Header, data []byte, ev events.Event, seq uint64) (cmd events.Event, published string, answer bool) {
 	if p := h.Get(CommandSubjectHeader); p != "" && strings.HasPrefix(subject, bus.InboxPrefix+".") {
 		subject = p // a command routed by an intake: answer it as published
@@ -223,19 +227,35 @@ func unhandled(subject string, h nats.Header, data []byte, ev events.Event, seq 
 		}
 		return ""
 	}
-	var body struct { // a structured event's, if it is one
-		ID     any `json:"id"`
-		Source any `json:"source"`
-		Type   any `json:"type"`
+	cmd = events.Event{Type: cmp.Or(ev.Type, events.Type(get("ce-type")))}
+	if get("ce-specversion") != "" {
+		// Binary mode (as the sdk reads it): the headers name the command;
+		// the data is its payload.
+		cmd.ID, cmd.Source = cmp.Or(get("ce-id"), h.Get(jetstream.MsgIDHeader)), get("ce-source")
+	} else {
+		// Structured, or no CloudEvent: the event as decoded, else the
+		// members of one that could not be, else any ce- headers.
+		var body struct {
+			ID, Source, Type any
+		}
+		_ = json.Unmarshal(data, &body)
+		str := func(v any) string {
+			s, _ := v.(string)
+			return strings.TrimSpace(s)
+		}
+		switch {
+		case ev.ID != "" && ev.Source != "":
+			cmd.ID, cmd.Source = ev.ID, ev.Source
+		case str(body.ID) != "" && str(body.Source) != "":
+			cmd.ID, cmd.Source = str(body.ID), str(body.Source)
+			cmd.Type = cmp.Or(cmd.Type, events.Type(str(body.Type)))
+		default:
+			cmd.ID, cmd.Source = cmp.Or(get("ce-id"), h.Get(jetstream.MsgIDHeader)), get("ce-source")
+		}
 	}
-	_ = json.Unmarshal(data, &body)
-	str := func(v any) string {
-		s, _ := v.(string)
-		return strings.TrimSpace(s)
+	if len(cmd.ID)+len(cmd.Source)+len(cmd.Type) > maxRejectedName {
+		cmd = events.Event{} // named by where it is stored: a rejection that names it would not fit
 	}
-	cmd = events.Event{ID: cmp.Or(get("ce-id"), ev.ID, str(body.ID), h.Get(jetstream.MsgIDHeader)),
-		Source: cmp.Or(get("ce-source"), ev.Source, str(body.Source)),
-		Type:   cmp.Or(ev.Type, events.Type(get("ce-type")), events.Type(str(body.Type)))}
 	if cmd.ID == "" || cmd.Source == "" {
 		// Nothing names the command: name it by where it is stored.
 		cmd.Source, cmd.ID = subject, "seq-"+strconv.FormatUint(seq, 10)

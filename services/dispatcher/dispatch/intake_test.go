@@ -1,9 +1,11 @@
 package dispatch
 
 import (
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"jetflow.dev/pkg/bus"
@@ -88,4 +90,34 @@ func TestAdmitRefusesForgedChains(t *testing.T) {
 	got, why := admit(subject, msg.Header, msg.Data, 16)
 	require.Empty(t, why)
 	require.Equal(t, "cd", got.Data.(*events.StartExecution).Chain)
+}
+
+// TestUnhandledNamesTheCommand: a rejected message is keyed by its
+// CloudEvent source and id as its mode says: a binary message's headers
+// (never its payload's members); a structured one's decoded attributes,
+// or its members when it could not be decoded (never a stray header);
+// else by where it is stored. A name too long for a rejection is not
+// repeated.
+func TestUnhandledNamesTheCommand(t *testing.T) {
+	t.Parallel()
+	binary := nats.Header{"ce-specversion": {"1.0"}, "ce-source": {"tour"}, "ce-type": {string(events.TypeStartExecution)}}
+	for _, c := range []struct {
+		name   string
+		header nats.Header
+		data   string
+		ev     events.Event
+		key    string
+	}{
+		{"BinaryWithoutIDIgnoresThePayload", binary, `{"workflow":"hello","id":"exec-7","source":"elsewhere"}`, events.Event{}, bus.SubjectStart + "#seq-9"},
+		{"BinaryWithMsgID", nats.Header{"ce-specversion": {"1.0"}, "ce-source": {"tour"}, "Nats-Msg-Id": {"m-1"}}, `{}`, events.Event{}, "tour#m-1"},
+		{"StructuredUndecodable", nats.Header{"ce-id": {"stray"}}, `{"specversion":"2.0","id":"sv-1","source":"tour"}`, events.Event{}, "tour#sv-1"},
+		{"StructuredDecoded", nats.Header{}, `{}`, events.Event{ID: "d-1", Source: "tour"}, "tour#d-1"},
+		{"PlainMessage", nats.Header{}, `{"workflow":"hello"}`, events.Event{}, bus.SubjectStart + "#seq-9"},
+		{"TooLong", nats.Header{}, `{"id":"` + strings.Repeat("x", 2000) + `","source":"tour"}`, events.Event{}, bus.SubjectStart + "#seq-9"},
+	} {
+		cmd, subject, answer := unhandled(bus.SubjectStart, c.header, []byte(c.data), c.ev, 9)
+		require.True(t, answer, c.name)
+		require.Equal(t, bus.SubjectStart, subject, c.name)
+		require.Equal(t, c.key, events.CommandKey(cmd.Source, cmd.ID), c.name)
+	}
 }
