@@ -97,5 +97,8 @@ func TestRetentionRun(t *testing.T) {
 	err = runRetention(ctx, new(bytes.Buffer), conn, store, info, 12, 5, 4)
 	require.ErrorContains(t, err, "wrong result")
 	require.ErrorContains(t, err, "first sweep read 17 finished executions, asked for 12 expiries, deleted 0, with 0 errors; want 17, 7, 0 and 0")
-	require.ErrorContains(t, err, "second sweep read 17 finished executions, asked for 0 expiries, deleted 12, with 0 errors; want 17, 0, 7 and 0")
+	// What the later sweeps delete depends on how many of the first
+	// run's 5 expiries were projected by then (the run waits for its own
+	// 7 only; on a loaded machine the second sweep found 11 of 12): that
+	// the first sweep's is called wrong does not.
 }
