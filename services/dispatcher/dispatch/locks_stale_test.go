@@ -9,6 +9,8 @@ import (
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
+	"jetflow.dev/pkg/natstest"
+	"jetflow.dev/pkg/partition"
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/services/dispatcher/dispatch"
 )
@@ -23,6 +25,20 @@ func TestStaleCacheNeverRemovesALiveHolder(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	runDispatcher(t, b.js, dispatch.Config{Workers: 2, Source: "A"})
+	// Every partition taken first: a partition taken later reconciles its
+	// executions, which would release h1's lock on its own once its end
+	// is appended below (seen on a loaded machine), before the test's
+	// expire commands come.
+	leases, err := b.js.KeyValue(t.Context(), bus.BucketDispatchers)
+	require.NoError(t, err)
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		for p := range 8 {
+			if _, err := leases.Get(t.Context(), partition.LeaseKey(p)); err != nil {
+				return false
+			}
+		}
+		return true
+	}, "the dispatcher holds its 8 partitions")
 	b.applyYAML(t, "name: lk\nlock: db\nsteps:\n  - id: work\n    kind: noop\n")
 	b.start(t, "lk", "h1")
 	b.nextTask(t) // h1 holds db, its step is with the agents
@@ -33,7 +49,7 @@ func TestStaleCacheNeverRemovesALiveHolder(t *testing.T) {
 	s := foldOf(t, b.js, "lk", "h1")
 	ev := events.New("B", "h1", "lk", time.Now(), &events.ExecutionFailed{Error: "boom"})
 	ev.PrevSeq = s.LastSeq
-	_, err := history.Append(t.Context(), b.js, bus.ExecutionSubject("lk", "h1"), s.LastSeq, ev)
+	_, err = history.Append(t.Context(), b.js, bus.ExecutionSubject("lk", "h1"), s.LastSeq, ev)
 	require.NoError(t, err)
 	// Dispatcher A comes to cache that state (an expire command naming an
 	// old position: kept, nothing done, but the state is now cached).
