@@ -201,9 +201,10 @@ func EncodeStructured(e Event) ([]byte, error) {
 var (
 	missingAttrRe = regexp.MustCompile(`^(\w+): (?:MUST be a non-empty string|REQUIRED)$`)
 	specVersionRe = regexp.MustCompile(`^specversion: unknown value: (.*)$`)
+	// attrNameRe is a CloudEvents attribute name.
+	attrNameRe = regexp.MustCompile(`^[a-z0-9]+$`)
 	// sdk-go reads a structured event's data as a string when its
 	// datacontenttype is not JSON, and says so in these words.
-	attrNameRe      = regexp.MustCompile(`^[a-z0-9]+$`)
 	dataNotStringRe = regexp.MustCompile(`^unexpected data payload for media type ("(?:[^"\\]|\\.)*"), expected a string`)
 )
 
@@ -236,6 +237,10 @@ func malformed(field, format string, args ...any) error {
 // attributes are the CloudEvents context attributes, in the order an
 // error about several of them names the first.
 var attributes = []string{"specversion", "id", "source", "type", "datacontenttype", "dataschema", "subject", "time"}
+
+// IsAttributeName reports whether name may name a CloudEvents attribute:
+// lower-case letters and digits.
+func IsAttributeName(name string) bool { return attrNameRe.MatchString(name) }
 
 // IsJSONMediaType reports whether a datacontenttype says the data is
 // JSON, as the CloudEvents JSON format reads it: application/json,
@@ -298,7 +303,7 @@ func SDKErrorField(err error) string {
 	for _, line := range strings.Split(err.Error(), "\n") {
 		// Attribute names are lower-case letters and digits: a decoder's
 		// own words ("ReadString: expects ...") name none.
-		if attr, _, ok := strings.Cut(strings.TrimSpace(line), ": "); ok && attrNameRe.MatchString(attr) {
+		if attr, _, ok := strings.Cut(strings.TrimSpace(line), ": "); ok && IsAttributeName(attr) {
 			named = append(named, attr)
 		}
 	}

@@ -11,7 +11,6 @@ import (
 	"math"
 	"net/http"
 	"net/url"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -184,8 +183,6 @@ func (s *Server) startExecution(w http.ResponseWriter, r *http.Request) {
 // string, number, boolean or null, and says so (sdk-go says "bad key" or
 // "invalid CloudEvents value", naming neither); "" if there is none, or
 // body is no JSON object (sdk-go says that well).
-var ceAttrNameRe = regexp.MustCompile(`^[a-z0-9]+$`)
-
 func structuredProblem(body []byte) (attr, msg string) {
 	var members map[string]json.RawMessage
 	if json.Unmarshal(body, &members) != nil {
@@ -196,7 +193,7 @@ func structuredProblem(body []byte) (attr, msg string) {
 			continue
 		}
 		switch v := bytes.TrimSpace(members[name]); {
-		case !ceAttrNameRe.MatchString(name):
+		case !events.IsAttributeName(name):
 			return name, fmt.Sprintf("attribute name %q: CloudEvents attribute names are lower-case letters and digits (source, not Source)", name)
 		case len(v) > 0 && (v[0] == '{' || v[0] == '['):
 			return name, fmt.Sprintf("attribute %q is a JSON object or array; CloudEvents attributes are strings, numbers or booleans (the data goes in data)", name)
