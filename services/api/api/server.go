@@ -54,7 +54,7 @@ type Config struct {
 	MaxReadModel int
 	// ProjectorCache bounds the bytes of the execution states the
 	// projector keeps between the events of an execution, as estimated
-	// from their content. Default projector.DefaultCacheBytes (32 MiB).
+	// from their content. Default projector.DefaultCacheBytes (64 MiB).
 	ProjectorCache int
 	// ProjectorCoalesce is how long, under load, the projector gathers
 	// events before it projects them, so that a read model is written

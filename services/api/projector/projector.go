@@ -123,6 +123,9 @@ type entry struct {
 	// says it was read from the execution's start.
 	inputs redact.Inputs
 	known  bool
+	// enc is the encoding of the stored model's step table, instance by
+	// instance (encode.go).
+	enc *stepCache
 	// size estimates the bytes the entry holds (projections.SizeEstimate).
 	size int
 }
@@ -132,9 +135,13 @@ type entry struct {
 // is down to three quarters of both.
 const cacheMax = 20000
 
-// DefaultCacheBytes is the default MaxCache, 32 MiB: about what the
-// 20,000 states of small executions that were its only bound held.
-const DefaultCacheBytes = 32 << 20
+// DefaultCacheBytes is the default MaxCache, 64 MiB: twice what the
+// 20,000 states of small executions that were its only bound held, since
+// the state of a large execution (more than cacheStepsOver steps) holds
+// its steps' encodings too: 200 running executions of 200 steps held
+// about 34 MiB, and a cache too small for them reads and decodes a model
+// at every batch.
+const DefaultCacheBytes = 64 << 20
 
 // entryOverhead is what a cache entry costs besides its state: the map
 // slot with the key, the revision and the redaction rules.
@@ -172,7 +179,7 @@ func (p *Projector) remember(id string, e entry) {
 	p.cacheMu.Lock()
 	defer p.cacheMu.Unlock()
 	p.forgetLocked(id)
-	e.size = entryOverhead + len(id) + projections.SizeEstimate(&e.state)
+	e.size = entryOverhead + len(id) + projections.SizeEstimate(&e.state) + e.enc.size()
 	p.cache[id] = e
 	p.cacheBytes += e.size
 	maxBytes := cmp.Or(p.MaxCache, DefaultCacheBytes)
@@ -637,7 +644,7 @@ func (p *Projector) storeSummary(ctx context.Context, id string, x projections.E
 	}
 	x.Truncated = &projections.Truncation{Steps: len(x.Steps) + len(x.RetiredSteps), Summary: true}
 	x.Steps, x.RetiredSteps = []projections.Step{}, nil
-	if _, err := p.write(ctx, id, x, cur.rev); err != nil && cur.rev != 0 {
+	if _, err := p.write(ctx, id, x, cur.rev, nil); err != nil && cur.rev != 0 {
 		_ = p.kv.Delete(ctx, id, jetstream.LastRevision(cur.rev))
 	}
 }
@@ -656,7 +663,7 @@ func (p *Projector) reproject(ctx context.Context, id, subject string) error {
 	if x.LastSeq <= cur.state.LastSeq && cur.state.Truncated == nil && cur.rev != 0 {
 		return nil // written meanwhile (another replica's projector)
 	}
-	if _, err = p.write(ctx, id, x, cur.rev); err != nil {
+	if _, err = p.write(ctx, id, x, cur.rev, nil); err != nil {
 		p.storeSummary(ctx, id, x, cur) // its status stays current meanwhile
 	}
 	return err
@@ -726,7 +733,11 @@ func (p *Projector) project(ctx context.Context, g *group) error {
 		}
 		known = true
 	}
-	rev, err := p.write(ctx, id, inputs.Execution(next), cur.rev)
+	enc := cur.enc
+	if enc == nil {
+		enc = &stepCache{}
+	}
+	rev, err := p.write(ctx, id, inputs.Execution(next), cur.rev, enc)
 	if err != nil {
 		p.forget(id)
 		return err
@@ -746,7 +757,7 @@ func (p *Projector) project(ctx context.Context, g *group) error {
 		// while (their next event reads the read model again).
 		p.forget(id)
 	} else {
-		p.remember(id, entry{state: next, rev: rev, inputs: inputs, known: known})
+		p.remember(id, entry{state: next, rev: rev, inputs: inputs, known: known, enc: enc})
 	}
 	return nil
 }
@@ -853,8 +864,8 @@ func modelLimit(nc *nats.Conn, configured int) int {
 
 func (p *Projector) maxModel() int { return modelLimit(p.js.Conn(), p.MaxModel) }
 
-func (p *Projector) write(ctx context.Context, id string, x projections.Execution, rev uint64) (uint64, error) {
-	b, err := marshalModel(x, p.maxModel())
+func (p *Projector) write(ctx context.Context, id string, x projections.Execution, rev uint64, c *stepCache) (uint64, error) {
+	b, err := marshalModel(x, p.maxModel(), c)
 	if err != nil {
 		return 0, err
 	}
@@ -993,7 +1004,7 @@ func Rebuild(ctx context.Context, js jetstream.JetStream, fromSeq uint64, maxMod
 // putIfNewer stores x unless the stored model has folded further, or is
 // already exactly x.
 func putIfNewer(ctx context.Context, kv jetstream.KeyValue, id string, x projections.Execution, max int) (bool, error) {
-	b, err := marshalModel(x, max)
+	b, err := marshalModel(x, max, nil)
 	if err != nil {
 		return false, err
 	}
@@ -1012,7 +1023,7 @@ func putIfNewer(ctx context.Context, kv jetstream.KeyValue, id string, x project
 				if cur.LastSeq > x.LastSeq {
 					return false, nil
 				}
-				if again, err := marshalModel(cur, max); err == nil && bytes.Equal(again, b) {
+				if again, err := marshalModel(cur, max, nil); err == nil && bytes.Equal(again, b) {
 					return false, nil
 				}
 			}
@@ -1046,8 +1057,8 @@ const noteOver = 2 << 10
 // pages the whole step table. If even that does not fit, the encoding is
 // returned as it is and the write fails (the projector parks the
 // execution).
-func marshalModel(x projections.Execution, max int) ([]byte, error) {
-	b, err := json.Marshal(x)
+func marshalModel(x projections.Execution, max int, c *stepCache) ([]byte, error) {
+	b, err := encodeModel(x, c)
 	if err != nil || len(b) <= max {
 		return b, err
 	}
@@ -1083,14 +1094,14 @@ func marshalModel(x projections.Execution, max int) ([]byte, error) {
 		x.Vars = vars
 	}
 	x.Truncated = &t
-	if b, err = json.Marshal(x); err != nil || len(b) <= max {
+	if b, err = encodeModel(x, nil); err != nil || len(b) <= max {
 		return b, err
 	}
 	// The instances a move to another version left behind go first.
 	retired := len(x.RetiredSteps)
 	if retired > 0 {
 		x.RetiredSteps, t.Steps = nil, retired
-		if b, err = json.Marshal(x); err != nil || len(b) <= max {
+		if b, err = encodeModel(x, nil); err != nil || len(b) <= max {
 			return b, err
 		}
 	}
@@ -1115,7 +1126,7 @@ func marshalModel(x projections.Execution, max int) ([]byte, error) {
 			}
 		}
 		t.Steps = len(drop) + retired
-		return json.Marshal(x)
+		return encodeModel(x, nil)
 	}
 	lo, hi := 0, len(done) // the largest k that fits is in [lo, hi)
 	best, err := encode(0)

@@ -32,15 +32,37 @@ type model struct {
 	UpdatedAt time.Time                               `json:"updated_at"`
 	Damaged   *projections.Damage                     `json:"damaged"`
 	Truncated *projections.Truncation                 `json:"truncated"`
+	// counts, with Steps unread, are the step table's counts the
+	// projector stored before it (decodeHead).
+	counts *projections.StepCounts
 }
 
-// decodeModel reads a stored read model.
+// decodeModel reads a stored read model. Of one the projector stored,
+// whose step counts come before its step table, the table is not read
+// (decodeHead); any other is decoded whole.
 func decodeModel(b []byte) (model, error) {
+	if m, ok := decodeHead(b); ok {
+		return m, nil
+	}
 	var m model
 	if err := json.Unmarshal(b, &m); err != nil {
 		return m, fmt.Errorf("decode read model: %w", err)
 	}
 	return m, nil
+}
+
+// decodeHead reads the members of a read model stored with its step
+// counts before its step table, up to the table (projections.StoredHead):
+// the table is most of a large model's bytes, and reading it at every
+// write made each step of a large execution cost more.
+func decodeHead(b []byte) (model, bool) {
+	var m model
+	head, counts, ok := projections.StoredHead(b)
+	if !ok || json.Unmarshal(head, &m) != nil {
+		return model{}, false
+	}
+	m.Steps, m.counts = nil, &counts
+	return m, true
 }
 
 // RowOf is the row of a read model x, with the values of the search
@@ -64,6 +86,9 @@ func (m model) row(attrs []workflow.SearchAttribute) Row {
 		if st.Status == projections.OpSucceeded {
 			r.Done++
 		}
+	}
+	if c := m.counts; c != nil {
+		r.Steps, r.Done = c.Steps, c.Succeeded
 	}
 	if t := m.Truncated; t != nil {
 		r.Steps += t.Steps

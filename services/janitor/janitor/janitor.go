@@ -349,8 +349,8 @@ type modelHead struct {
 }
 
 // sweepRead reads every read model once, through one watcher (not a
-// request per key), decoding the head of each and the whole of an idle
-// running one only.
+// request per key), decoding the head of each (the members before its
+// step table) and the whole of an idle running one only.
 func (j *Janitor) sweepRead(ctx context.Context, kv jetstream.KeyValue, now time.Time) (swept, error) {
 	out := swept{groups: map[string][]finished{}}
 	err := watchModels(ctx, kv, func(e jetstream.KeyValueEntry) {
@@ -361,7 +361,11 @@ func (j *Janitor) sweepRead(ctx context.Context, kv jetstream.KeyValue, now time
 			return
 		}
 		var h modelHead
-		if json.Unmarshal(e.Value(), &h) != nil || h.Damaged != nil {
+		doc := e.Value()
+		if head, _, ok := projections.StoredHead(doc); ok {
+			doc = head // the step table, most of a large model, is not read
+		}
+		if json.Unmarshal(doc, &h) != nil || h.Damaged != nil {
 			// Unreadable: left alone. Damaged: waits for a repair, not for
 			// a reconcile, and is never expired (its history is what an
 			// admin repairs from).

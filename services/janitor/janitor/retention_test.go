@@ -101,7 +101,7 @@ func (b *retentionBundle) store(t *testing.T, r run) projections.Execution {
 		require.NoError(t, err)
 	}
 	require.Equal(t, r.status, x.Status)
-	v, err := json.Marshal(x)
+	v, err := projections.EncodeStored(x, nil) // as the projector stores it (other tests store models as written before)
 	require.NoError(t, err)
 	_, err = b.kv.Put(ctx, r.id, v)
 	require.NoError(t, err)
