@@ -38,8 +38,9 @@ func CountSteps(steps []Step) StepCounts {
 // table, as the projector stores it. Otherwise (a model stored before
 // the counts were, or written by hand, whose table may come before other
 // members; a document that is not an object) it returns !ok: decode b
-// whole. Members after the table (the projector writes none) are not
-// read.
+// whole. Neither the table nor members after it (the projector writes
+// none) are read, nor checked: a document broken after the start of its
+// table still gives its head.
 func StoredHead(b []byte) (head []byte, counts StepCounts, ok bool) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	if t, err := dec.Token(); err != nil || t != json.Delim('{') {

@@ -77,6 +77,9 @@ func (c *stepCache) encode(steps []projections.Step) ([]byte, error) {
 		}
 		b, err := json.Marshal(st)
 		if err != nil {
+			if c != nil { // part updated: its fingerprints may no longer match its encodings
+				c.prints, c.enc = nil, nil
+			}
 			return nil, fmt.Errorf("encode step %s: %w", st.ID, err)
 		}
 		n += len(b)

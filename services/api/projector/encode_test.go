@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
 )
 
@@ -134,8 +137,9 @@ func TestStepCacheEncodesAsAnew(t *testing.T) {
 }
 
 // TestStepPrintCoversEveryField: a change to any field of a step
-// instance that encoding/json writes changes its fingerprint, so a field
-// added to projections.Step and not to stepPrint fails here rather than
+// instance that encoding/json writes, or of the struct one points to,
+// changes its fingerprint, so a field added to projections.Step (or to
+// projections.AfterEnd) and not to stepPrint fails here rather than
 // leaving a stale encoding in a read model; equal instances in other
 // memory have the same one.
 func TestStepPrintCoversEveryField(t *testing.T) {
@@ -152,6 +156,47 @@ func TestStepPrintCoversEveryField(t *testing.T) {
 	zoned := base
 	zoned.EndedAt = base.EndedAt.In(time.FixedZone("x", 3600)) // the same instant, encoded with another offset
 	require.NotEqual(t, stepPrint(&base), stepPrint(&zoned))
+
+	// changed returns v's value changed, of the same length where it has
+	// one (a longer one would be told apart by its length alone).
+	changed := func(t *testing.T, name string, v reflect.Value) reflect.Value {
+		out := reflect.New(v.Type()).Elem()
+		switch {
+		case v.Type() == reflect.TypeFor[time.Time]():
+			out.Set(reflect.ValueOf(v.Interface().(time.Time).Add(time.Nanosecond)))
+		case v.Type() == reflect.TypeFor[json.RawMessage]():
+			b := json.RawMessage(`1`)
+			if n := v.Len(); n >= 2 { // a string as long
+				b = json.RawMessage(`"` + strings.Repeat("x", n-2) + `"`)
+			}
+			out.Set(reflect.ValueOf(b))
+		case v.Kind() == reflect.String:
+			b := []byte(v.String())
+			if len(b) == 0 {
+				b = []byte("x")
+			} else {
+				b[0] ^= 1
+			}
+			out.SetString(string(b))
+		case v.Kind() == reflect.Int:
+			out.SetInt(v.Int() + 1)
+		case v.Kind() == reflect.Uint64:
+			out.SetUint(v.Uint() + 1)
+		case v.Kind() == reflect.Bool:
+			out.SetBool(!v.Bool())
+		default:
+			t.Fatalf("field %s of type %s: teach this test to change it, and stepPrint to cover it", name, v.Type())
+		}
+		return out
+	}
+	check := func(t *testing.T, name string, st projections.Step) {
+		a, err := json.Marshal(base)
+		require.NoError(t, err)
+		b, err := json.Marshal(st)
+		require.NoError(t, err)
+		require.NotEqual(t, string(a), string(b), "field %s: the change must show in the encoding", name)
+		require.NotEqual(t, stepPrint(&base), stepPrint(&st), "field %s changed, and its fingerprint did not", name)
+	}
 	typ := reflect.TypeFor[projections.Step]()
 	checked := 0
 	for i := range typ.NumField() {
@@ -159,42 +204,97 @@ func TestStepPrintCoversEveryField(t *testing.T) {
 		if !f.IsExported() || f.Tag.Get("json") == "-" {
 			continue
 		}
-		changes := []projections.Step{base, base}
-		for k := range changes {
-			v := reflect.ValueOf(&changes[k]).Elem().Field(i)
-			switch {
-			case f.Type == reflect.TypeFor[time.Time]():
-				v.Set(reflect.ValueOf(v.Interface().(time.Time).Add(time.Duration(k + 1))))
-			case f.Type == reflect.TypeFor[json.RawMessage]():
-				v.Set(reflect.ValueOf(json.RawMessage(fmt.Sprintf(`{"other":%d}`, k))))
-			case f.Type.Kind() == reflect.Pointer && k == 0:
-				v.Set(reflect.Zero(f.Type)) // set to none
-			case f.Type.Kind() == reflect.Pointer:
-				e := reflect.New(f.Type.Elem())
-				e.Elem().Set(v.Elem())
-				e.Elem().Field(1).SetString("another") // AfterEnd.Error
-				v.Set(e)
-			case f.Type.Kind() == reflect.String:
-				v.SetString(v.String() + "x")
-			case f.Type.Kind() == reflect.Int:
-				v.SetInt(v.Int() + int64(k+1))
-			case f.Type.Kind() == reflect.Uint64:
-				v.SetUint(v.Uint() + uint64(k+1))
-			case f.Type.Kind() == reflect.Bool:
-				v.SetBool(!v.Bool())
-			default:
-				t.Fatalf("field %s of type %s: teach this test to change it, and stepPrint to cover it", f.Name, f.Type)
+		if f.Type.Kind() == reflect.Pointer { // none, and each field of what it points to changed
+			st := base
+			reflect.ValueOf(&st).Elem().Field(i).SetZero()
+			check(t, f.Name+" (none)", st)
+			elem := f.Type.Elem()
+			for k := range elem.NumField() {
+				st := base
+				p := reflect.New(elem)
+				p.Elem().Set(reflect.ValueOf(&base).Elem().Field(i).Elem())
+				p.Elem().Field(k).Set(changed(t, f.Name+"."+elem.Field(k).Name, p.Elem().Field(k)))
+				reflect.ValueOf(&st).Elem().Field(i).Set(p)
+				check(t, f.Name+"."+elem.Field(k).Name, st)
+				checked++
 			}
-			a, err := json.Marshal(base)
-			require.NoError(t, err)
-			b, err := json.Marshal(changes[k])
-			require.NoError(t, err)
-			require.NotEqual(t, string(a), string(b), "field %s: the change must show in the encoding", f.Name)
-			require.NotEqual(t, stepPrint(&base), stepPrint(&changes[k]), "field %s changed, and its fingerprint did not", f.Name)
+			continue
 		}
+		st := base
+		v := reflect.ValueOf(&st).Elem().Field(i)
+		v.Set(changed(t, f.Name, v))
+		check(t, f.Name, st)
 		checked++
 	}
-	require.Greater(t, checked, 25)
+	require.Greater(t, checked, 30)
+}
+
+// TestStepCacheForgetsAfterAnError: a table that fails to encode leaves
+// the cache empty, so that no later table is given an encoding of
+// another instance (an encoding kept beside the wrong fingerprint).
+func TestStepCacheForgetsAfterAnError(t *testing.T) {
+	t.Parallel()
+	c := &stepCache{}
+	steps := sampleModel(cacheStepsOver + 8).Steps
+	_, err := c.encode(steps)
+	require.NoError(t, err)
+	bad := append(slices.Clone(steps), sampleStep(100), sampleStep(101))
+	bad[len(bad)-1].Output = json.RawMessage(`{bad`)
+	_, err = c.encode(bad)
+	require.Error(t, err)
+	require.Equal(t, len(c.prints), len(c.enc))
+	good := append(slices.Clone(steps), sampleStep(100), sampleStep(101))
+	for _, out := range []string{`"B"`, `"A"`} {
+		good[len(steps)].Output = json.RawMessage(out)
+		got, err := c.encode(good)
+		require.NoError(t, err)
+		want, err := json.Marshal(good)
+		require.NoError(t, err)
+		require.Equal(t, string(want), string(got))
+	}
+}
+
+// TestProjectedModelWithKeptEncodings: a 40-step execution's events
+// applied one by one in place, as the projector applies them, and its
+// read model written after each with the encodings kept, is at every
+// write the model encoded anew.
+func TestProjectedModelWithKeptEncodings(t *testing.T) {
+	t.Parallel()
+	const n = cacheStepsOver + 8
+	at := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	var refs []events.StepRef
+	for i := range n {
+		refs = append(refs, events.StepRef{ID: fmt.Sprintf("s%02d", i), Kind: "noop"})
+	}
+	evs := []events.Event{events.New("test", "x", "wf", at, &events.ExecutionStarted{Workflow: "wf", Version: 1, Steps: refs, Token: "t"})}
+	for i, r := range refs {
+		at = at.Add(time.Millisecond)
+		evs = append(evs,
+			events.New("test", "x", "wf", at, &events.StepScheduled{StepID: r.ID, Attempt: 1}),
+			events.New("test", "x", "wf", at, &events.StepSending{StepID: r.ID, Attempt: 1, TaskID: r.ID + ".1", Queue: "q"}),
+			events.New("test", "x", "wf", at, &events.StepSent{StepID: r.ID, Attempt: 1, TaskID: r.ID + ".1", TaskSeq: uint64(i + 1)}),
+			events.New("test", "x", "wf", at, &events.StepStarted{StepID: r.ID, Attempt: 1, Agent: "a"}),
+			events.New("test", "x", "wf", at, &events.StepSucceeded{StepID: r.ID, Attempt: 1, Output: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))}))
+	}
+	evs = append(evs, events.New("test", "x", "wf", at, &events.ExecutionSucceeded{}))
+	var x projections.Execution
+	c := &stepCache{}
+	for i, ev := range evs {
+		ev.Seq = uint64(i + 1)
+		var err error
+		x, err = projections.ApplyOwned(x, ev)
+		require.NoError(t, err, "event %d", i)
+		if i%2 == 0 && i != len(evs)-1 { // a write every other event, as under load
+			continue
+		}
+		got, err := encodeModel(x, c)
+		require.NoError(t, err)
+		want, err := projections.EncodeStored(x, nil)
+		require.NoError(t, err)
+		require.Equal(t, string(want), string(got), "after event %d", i)
+	}
+	require.Equal(t, projections.StatusSucceeded, x.Status)
+	require.Len(t, c.enc, n)
 }
 
 // BenchmarkEncodeModel encodes a 200-step read model after one instance
