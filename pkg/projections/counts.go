@@ -47,6 +47,7 @@ func StoredHead(b []byte) (head []byte, counts StepCounts, ok bool) {
 		return nil, counts, false
 	}
 	seen := false
+	var skip json.RawMessage // reused: RawMessage decodes into its own capacity
 	for dec.More() {
 		end := dec.InputOffset() // just after the member before (or the brace)
 		t, err := dec.Token()
@@ -67,7 +68,6 @@ func StoredHead(b []byte) (head []byte, counts StepCounts, ok bool) {
 				return nil, counts, false
 			}
 		default:
-			var skip json.RawMessage
 			if dec.Decode(&skip) != nil {
 				return nil, counts, false
 			}

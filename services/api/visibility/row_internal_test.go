@@ -87,3 +87,38 @@ func TestDecodeHeadStopsAtTheStepTable(t *testing.T) {
 	_, err = decodeModel([]byte(`{"id":"x","status":`))
 	require.Error(t, err)
 }
+
+// BenchmarkDecodeModel decodes the row's part of stored read models of
+// 10 and 200 step instances: up to the table (decodeHead) and whole.
+func BenchmarkDecodeModel(b *testing.B) {
+	for _, n := range []int{10, 200} {
+		x := projections.Execution{ID: "x", Workflow: "w", Version: 1, Status: projections.StatusStarted,
+			Input: json.RawMessage(`{"customer":"acme"}`), StartedAt: time.Unix(1, 0).UTC(), LastSeq: 9}
+		for i := range n {
+			x.Steps = append(x.Steps, projections.Step{ID: fmt.Sprintf("s%d", i), Kind: "noop", Status: projections.OpSucceeded,
+				Attempt: 1, TaskID: fmt.Sprintf("x.s%d.1", i), Queue: "local", Output: json.RawMessage(`{"ok":true}`),
+				ScheduledAt: time.Unix(2, 0).UTC(), SentAt: time.Unix(2, 0).UTC(), EndedAt: time.Unix(3, 0).UTC()})
+		}
+		doc, err := projections.EncodeStored(x, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(fmt.Sprintf("head/%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, ok := decodeHead(doc); !ok {
+					b.Fatal("not stored")
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("whole/%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				var m model
+				if err := json.Unmarshal(doc, &m); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
