@@ -1002,7 +1002,9 @@ func Rebuild(ctx context.Context, js jetstream.JetStream, fromSeq uint64, maxMod
 }
 
 // putIfNewer stores x unless the stored model has folded further, or is
-// already exactly x.
+// already exactly x: the same bytes. A model that decodes to x but is
+// stored otherwise (its step counts wrong, or stored before they were)
+// is written again.
 func putIfNewer(ctx context.Context, kv jetstream.KeyValue, id string, x projections.Execution, max int) (bool, error) {
 	b, err := marshalModel(x, max, nil)
 	if err != nil {
@@ -1023,7 +1025,7 @@ func putIfNewer(ctx context.Context, kv jetstream.KeyValue, id string, x project
 				if cur.LastSeq > x.LastSeq {
 					return false, nil
 				}
-				if again, err := marshalModel(cur, max, nil); err == nil && bytes.Equal(again, b) {
+				if bytes.Equal(e.Value(), b) {
 					return false, nil
 				}
 			}

@@ -1,6 +1,7 @@
 package projector_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"io"
 	"strconv"
@@ -188,6 +189,25 @@ func TestRebuildFromSequenceOntoLaggingModel(t *testing.T) {
 	res, err = projector.Rebuild(t.Context(), js, 0, 0)
 	require.NoError(t, err)
 	require.Equal(t, rebuildCounts{Written: 0, Unchanged: 1}, rebuildCounts{res.Written, res.Unchanged}, "a model already right is left alone")
+	right, err := kv.Get(t.Context(), "x1")
+	require.NoError(t, err)
+
+	// The same state stored with wrong step counts (what the list shows),
+	// or as models were stored before the counts: both written again.
+	wrongCounts := bytes.Replace(right.Value(), []byte(`"step_counts":{"steps":2,"succeeded":2}`), []byte(`"step_counts":{"steps":2,"succeeded":0}`), 1)
+	require.NotEqual(t, right.Value(), wrongCounts)
+	oldLayout, err := json.Marshal(truth)
+	require.NoError(t, err)
+	for name, doc := range map[string][]byte{"wrong counts": wrongCounts, "stored before the counts": oldLayout} {
+		_, err = kv.Put(t.Context(), "x1", doc)
+		require.NoError(t, err)
+		res, err = projector.Rebuild(t.Context(), js, 0, 0)
+		require.NoError(t, err)
+		require.Equal(t, rebuildCounts{Written: 1}, rebuildCounts{res.Written, res.Unchanged}, name)
+		now, err := kv.Get(t.Context(), "x1")
+		require.NoError(t, err)
+		require.Equal(t, string(right.Value()), string(now.Value()), name)
+	}
 }
 
 type rebuildCounts struct{ Written, Unchanged int }
