@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"reflect"
 	"slices"
 	"strings"
@@ -425,7 +426,8 @@ func program(code string, roots []string) (*vm.Program, error) {
 	// now, keys and values are off: the clock, and Go's random map order,
 	// would make the same expression give other values on re-evaluation.
 	p, err := expr.Compile(code, expr.Env(env), expr.DisableBuiltin("now"), expr.DisableBuiltin("keys"),
-		expr.DisableBuiltin("values"), expr.MaxNodes(2000))
+		expr.DisableBuiltin("values"), expr.MaxNodes(2000),
+		expr.Function("mod", mod, new(func(any, any) any)), expr.Operator("%", "mod"))
 	if err != nil {
 		return nil, &Error{Expr: code, Err: err}
 	}
@@ -436,4 +438,52 @@ func program(code string, roots []string) (*vm.Program, error) {
 	cache[key] = p
 	cacheMu.Unlock()
 	return p, nil
+}
+
+// mod is the % operator (and the function mod): the remainder of two
+// whole numbers. expr's own % takes Go ints only, and numbers from JSON
+// (an input, an output, a foreach's items) are float64 even when whole:
+// ${item % 2} was accepted with the definition and failed at run time.
+// A number that is not whole, or not a number, is an error that says so.
+func mod(params ...any) (any, error) {
+	a, aok := wholeNumber(params[0])
+	b, bok := wholeNumber(params[1])
+	switch {
+	case !aok || !bok:
+		return nil, fmt.Errorf("%% takes whole numbers, not %s and %s", describe(params[0]), describe(params[1]))
+	case b == 0:
+		return nil, errors.New("% by zero")
+	}
+	return a % b, nil
+}
+
+// wholeNumber returns v as an int64 when it is a whole number (an
+// integer of any size Go has, or a float64 without a fraction within
+// ±2^53, where every whole float is exact).
+func wholeNumber(v any) (int64, bool) {
+	switch n := v.(type) {
+	case int:
+		return int64(n), true
+	case int8:
+		return int64(n), true
+	case int16:
+		return int64(n), true
+	case int32:
+		return int64(n), true
+	case int64:
+		return n, true
+	case uint8:
+		return int64(n), true
+	case uint16:
+		return int64(n), true
+	case uint32:
+		return int64(n), true
+	case float32:
+		return wholeNumber(float64(n))
+	case float64:
+		if n == math.Trunc(n) && math.Abs(n) <= 1<<53 {
+			return int64(n), true
+		}
+	}
+	return 0, false
 }

@@ -88,3 +88,38 @@ func TestRootsHoldAnyValue(t *testing.T) {
 	require.Equal(t, float64(41), got)
 	require.Error(t, expression.Compile("${resutl + 1}", roots))
 }
+
+// TestModuloOfJSONNumbers: % takes whole numbers from JSON (float64) as
+// well as integer literals, and refuses, saying why, a number with a
+// fraction, a string, and a zero divisor.
+func TestModuloOfJSONNumbers(t *testing.T) {
+	t.Parallel()
+	e := env()
+	e["input"] = map[string]any{"n": float64(7), "half": 1.5, "s": "x", "big": float64(1 << 40), "neg": float64(-7)}
+	for code, want := range map[string]any{
+		"${input.n % 2}":          float64(1),
+		"${input.n % 2 == 1}":     true,
+		"${7 % 3}":                float64(1),
+		"${input.big % 1000}":     float64((1 << 40) % 1000),
+		"${input.neg % 4}":        float64(-3),
+		"${mod(input.n, 4)}":      float64(3),
+		"${int(input.half) % 2}":  float64(1),
+		"${(input.n + 1) % 4}":    float64(0),
+		"${input.n % input.n}":    float64(0),
+		"${[1, 2, 3, 4][2] % 2}":  float64(1),
+		"${input.n % 2 ?? 'n/a'}": float64(1),
+	} {
+		got, err := expression.Render(code, e)
+		require.NoError(t, err, code)
+		require.Equal(t, want, got, code)
+	}
+	for code, msg := range map[string]string{
+		"${input.half % 2}": "% takes whole numbers, not the number 1.5 and the number 2",
+		"${input.s % 2}":    "% takes whole numbers, not the string x and the number 2",
+		"${input.n % 0}":    "% by zero",
+	} {
+		_, err := expression.Render(code, e)
+		require.ErrorContains(t, err, msg, code)
+	}
+	require.NoError(t, expression.Compile(map[string]any{"c": "${item % 2 == 0}"}, []string{"item"}))
+}
