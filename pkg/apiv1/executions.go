@@ -60,7 +60,8 @@ type ExecutionSummary struct {
 	// Status is one of [projections.ListedStatuses].
 	Status string `json:"status"`
 	Error  string `json:"error,omitempty"`
-	// Steps counts step instances, Done those that succeeded.
+	// Steps counts step instances, Done those done: succeeded or
+	// skipped.
 	Steps     int       `json:"steps"`
 	Done      int       `json:"steps_done"`
 	StartedAt time.Time `json:"started_at,omitzero"`

@@ -13,19 +13,19 @@ import (
 // the janitor's sweep) can stop before the table (StoredHead), which
 // makes most of a large model's bytes.
 type StepCounts struct {
-	// Steps counts the instances in the table, Succeeded those that
-	// succeeded. Instances left out of a truncated model are not counted
-	// (see Execution.Truncated).
-	Steps     int `json:"steps"`
-	Succeeded int `json:"succeeded"`
+	// Steps counts the instances in the table, Done those that are done
+	// (succeeded, or skipped: OpStatus.Done). Instances left out of a
+	// truncated model are not counted (see Execution.Truncated).
+	Steps int `json:"steps"`
+	Done  int `json:"done"`
 }
 
 // CountSteps counts steps.
 func CountSteps(steps []Step) StepCounts {
 	c := StepCounts{Steps: len(steps)}
 	for i := range steps {
-		if steps[i].Status == OpSucceeded {
-			c.Succeeded++
+		if steps[i].Status.Done() {
+			c.Done++
 		}
 	}
 	return c

@@ -25,11 +25,11 @@ func TestStoredHead(t *testing.T) {
 	var whole projections.Execution
 	require.NoError(t, json.Unmarshal(doc, &whole))
 	require.Equal(t, x, whole, "decoded whole, a stored model is the execution")
-	i, j := strings.Index(string(doc), `"step_counts":{"steps":2,"succeeded":1}`), strings.LastIndex(string(doc), `"steps":[`)
+	i, j := strings.Index(string(doc), `"step_counts":{"steps":2,"done":1}`), strings.LastIndex(string(doc), `"steps":[`)
 	require.True(t, i > 0 && j > i && strings.HasSuffix(string(doc), "]}"), "the counts, then the table, last: %s", doc)
 	head, counts, ok := projections.StoredHead(doc)
 	require.True(t, ok, "%s", doc)
-	require.Equal(t, projections.StepCounts{Steps: 2, Succeeded: 1}, counts)
+	require.Equal(t, projections.StepCounts{Steps: 2, Done: 1}, counts)
 	var got projections.Execution
 	require.NoError(t, json.Unmarshal(head, &got), "%s", head)
 	want := x
@@ -46,11 +46,11 @@ func TestStoredHead(t *testing.T) {
 	require.NoError(t, err)
 	for name, doc := range map[string]string{
 		"stored before the counts": string(plain),
-		"counts after the table":   `{"id":"x","steps":[],"step_counts":{"steps":0,"succeeded":0}}`,
-		"the table first":          `{"steps":[],"step_counts":{"steps":0,"succeeded":0}}`,
-		"no table":                 `{"id":"x","step_counts":{"steps":0,"succeeded":0}}`,
+		"counts after the table":   `{"id":"x","steps":[],"step_counts":{"steps":0,"done":0}}`,
+		"the table first":          `{"steps":[],"step_counts":{"steps":0,"done":0}}`,
+		"no table":                 `{"id":"x","step_counts":{"steps":0,"done":0}}`,
 		"counts not counts":        `{"step_counts":"two","steps":[]}`,
-		"broken":                   `{"id":"x","step_counts":{"steps":0,"succeeded":0},"id"`,
+		"broken":                   `{"id":"x","step_counts":{"steps":0,"done":0},"id"`,
 		"not an object":            `[1]`,
 		"empty":                    ``,
 	} {

@@ -79,7 +79,7 @@ func TestEncodeModelStoresTheExecution(t *testing.T) {
 		require.True(t, bytes.HasSuffix(b, []byte("]}")) || bytes.HasSuffix(b, []byte("null}")), "the table last: %s", b)
 	}
 	c := projections.CountSteps(sampleModel(5).Steps)
-	require.Equal(t, projections.StepCounts{Steps: 5, Succeeded: 5}, c)
+	require.Equal(t, projections.StepCounts{Steps: 5, Done: 5}, c)
 }
 
 // TestStepCacheEncodesAsAnew: through a random run of changes to a

@@ -194,7 +194,7 @@ func TestRebuildFromSequenceOntoLaggingModel(t *testing.T) {
 
 	// The same state stored with wrong step counts (what the list shows),
 	// or as models were stored before the counts: both written again.
-	wrongCounts := bytes.Replace(right.Value(), []byte(`"step_counts":{"steps":2,"succeeded":2}`), []byte(`"step_counts":{"steps":2,"succeeded":0}`), 1)
+	wrongCounts := bytes.Replace(right.Value(), []byte(`"step_counts":{"steps":2,"done":2}`), []byte(`"step_counts":{"steps":2,"done":0}`), 1)
 	require.NotEqual(t, right.Value(), wrongCounts)
 	oldLayout, err := json.Marshal(truth)
 	require.NoError(t, err)

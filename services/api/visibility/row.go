@@ -83,12 +83,12 @@ func (m model) row(attrs []workflow.SearchAttribute) Row {
 	r := Row{ID: m.ID, Workflow: m.Workflow, Version: m.Version, Status: m.Status, Error: m.Error, Damaged: m.Damaged,
 		StartedAt: m.StartedAt.UTC(), EndedAt: m.EndedAt.UTC(), UpdatedAt: m.UpdatedAt.UTC(), Steps: len(m.Steps)}
 	for _, st := range m.Steps {
-		if st.Status == projections.OpSucceeded {
+		if st.Status.Done() { // succeeded or skipped, as the instances a truncation leaves out
 			r.Done++
 		}
 	}
 	if c := m.counts; c != nil {
-		r.Steps, r.Done = c.Steps, c.Succeeded
+		r.Steps, r.Done = c.Steps, c.Done
 	}
 	if t := m.Truncated; t != nil {
 		r.Steps += t.Steps

@@ -33,7 +33,10 @@ func TestDecodeHeadStopsAtTheStepTable(t *testing.T) {
 			StartedAt: at, UpdatedAt: at.Add(time.Duration(n) * time.Second), Token: "t", LastSeq: uint64(n)}
 		for i := range n {
 			st := projections.OpSucceeded
-			if i%4 == 3 {
+			switch i % 4 {
+			case 2:
+				st = projections.OpSkipped
+			case 3:
 				st = projections.OpFailed
 			}
 			x.Steps = append(x.Steps, projections.Step{ID: fmt.Sprintf("s%d", i), Status: st, Output: json.RawMessage(`{"big":"x"}`)})
@@ -68,8 +71,8 @@ func TestDecodeHeadStopsAtTheStepTable(t *testing.T) {
 	require.NoError(t, err)
 	for name, doc := range map[string]string{
 		"no counts":          string(plain),
-		"counts after":       `{"id":"x","steps":[{"status":"succeeded"}],"step_counts":{"steps":9,"succeeded":9}}`,
-		"no table":           `{"id":"x","status":"started","step_counts":{"steps":9,"succeeded":9}}`,
+		"counts after":       `{"id":"x","steps":[{"status":"succeeded"}],"step_counts":{"steps":9,"done":9}}`,
+		"no table":           `{"id":"x","status":"started","step_counts":{"steps":9,"done":9}}`,
 		"broken before":      `{"id":"x","status":`,
 		"not an object":      `[1,2]`,
 		"counts not numbers": `{"id":"x","step_counts":{"steps":"many"},"steps":[]}`,
@@ -80,7 +83,7 @@ func TestDecodeHeadStopsAtTheStepTable(t *testing.T) {
 	m, err := decodeModel(plain)
 	require.NoError(t, err)
 	require.Equal(t, 2, m.row(nil).Done, "decoded whole")
-	m, ok := decodeHead([]byte(`{"id":"x","Status":"failed","step_counts":{"steps":1,"succeeded":0},"steps":[{"status":"failed"}]}`))
+	m, ok := decodeHead([]byte(`{"id":"x","Status":"failed","step_counts":{"steps":1,"done":0},"steps":[{"status":"failed"}]}`))
 	require.True(t, ok)
 	require.Equal(t, projections.StatusFailed, m.Status, "a member in another case, as json.Unmarshal reads it")
 	require.Equal(t, 1, m.row(nil).Steps)
