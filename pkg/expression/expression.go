@@ -427,7 +427,10 @@ func program(code string, roots []string) (*vm.Program, error) {
 	// would make the same expression give other values on re-evaluation.
 	p, err := expr.Compile(code, expr.Env(env), expr.DisableBuiltin("now"), expr.DisableBuiltin("keys"),
 		expr.DisableBuiltin("values"), expr.MaxNodes(2000),
-		expr.Function("mod", mod, new(func(any, any) any)), expr.Operator("%", "mod"))
+		// % on anything but two ints: numbers from JSON are float64. The
+		// ints' overload keeps an int's type checked as it was. The
+		// function's name is no name a user writes (a let may be "mod").
+		expr.Function(modFunction, mod, new(func(int, int) int), new(func(any, any) any)), expr.Operator("%", modFunction))
 	if err != nil {
 		return nil, &Error{Expr: code, Err: err}
 	}
@@ -440,26 +443,36 @@ func program(code string, roots []string) (*vm.Program, error) {
 	return p, nil
 }
 
-// mod is the % operator (and the function mod): the remainder of two
-// whole numbers. expr's own % takes Go ints only, and numbers from JSON
-// (an input, an output, a foreach's items) are float64 even when whole:
-// ${item % 2} was accepted with the definition and failed at run time.
-// A number that is not whole, or not a number, is an error that says so.
+// modFunction names mod in expressions: the % operator calls it.
+const modFunction = "_jetflow_mod"
+
+// mod is the % operator: the remainder of two whole numbers. expr's own
+// % takes Go ints only, and numbers from JSON (an input, an output, a
+// foreach's items) are float64 even when whole: ${item % 2} was
+// accepted with the definition and failed at run time. A number that is
+// not whole (or beyond ±2^63), or not a number, is an error that says
+// so.
 func mod(params ...any) (any, error) {
 	a, aok := wholeNumber(params[0])
 	b, bok := wholeNumber(params[1])
 	switch {
 	case !aok || !bok:
-		return nil, fmt.Errorf("%% takes whole numbers, not %s and %s", describe(params[0]), describe(params[1]))
+		return nil, fmt.Errorf("%% takes whole numbers (within ±2^63), not %s and %s", describe(params[0]), describe(params[1]))
 	case b == 0:
 		return nil, errors.New("% by zero")
+	case b == -1:
+		return 0, nil // and no overflow of math.MinInt64 % -1
 	}
-	return a % b, nil
+	// An int, as expr's checker takes the ints' overload's result to be
+	// whenever an operand's type is known only when it runs (int is 64
+	// bits wherever jetflow builds).
+	return int(a % b), nil
 }
 
-// wholeNumber returns v as an int64 when it is a whole number (an
-// integer of any size Go has, or a float64 without a fraction within
-// ±2^53, where every whole float is exact).
+// wholeNumber returns v as an int64 when it is a whole number: an
+// integer of a size Go has, or a float64 without a fraction below 2^63
+// in magnitude (every float64 of 2^53 or more is whole, and exact as an
+// int64 below 2^63).
 func wholeNumber(v any) (int64, bool) {
 	switch n := v.(type) {
 	case int:
@@ -481,7 +494,7 @@ func wholeNumber(v any) (int64, bool) {
 	case float32:
 		return wholeNumber(float64(n))
 	case float64:
-		if n == math.Trunc(n) && math.Abs(n) <= 1<<53 {
+		if n == math.Trunc(n) && math.Abs(n) < 1<<63 {
 			return int64(n), true
 		}
 	}

@@ -95,14 +95,15 @@ func TestRootsHoldAnyValue(t *testing.T) {
 func TestModuloOfJSONNumbers(t *testing.T) {
 	t.Parallel()
 	e := env()
-	e["input"] = map[string]any{"n": float64(7), "half": 1.5, "s": "x", "big": float64(1 << 40), "neg": float64(-7)}
+	e["input"] = map[string]any{"n": float64(7), "half": 1.5, "s": "x", "big": float64(1 << 40), "neg": float64(-7), "huge": float64(1 << 60), "over": 1e19}
 	for code, want := range map[string]any{
 		"${input.n % 2}":          float64(1),
 		"${input.n % 2 == 1}":     true,
 		"${7 % 3}":                float64(1),
 		"${input.big % 1000}":     float64((1 << 40) % 1000),
 		"${input.neg % 4}":        float64(-3),
-		"${mod(input.n, 4)}":      float64(3),
+		"${input.huge % 7}":       float64((1 << 60) % 7),
+		"${let mod = 3; mod}":     float64(3),
 		"${int(input.half) % 2}":  float64(1),
 		"${(input.n + 1) % 4}":    float64(0),
 		"${input.n % input.n}":    float64(0),
@@ -114,12 +115,14 @@ func TestModuloOfJSONNumbers(t *testing.T) {
 		require.Equal(t, want, got, code)
 	}
 	for code, msg := range map[string]string{
-		"${input.half % 2}": "% takes whole numbers, not the number 1.5 and the number 2",
-		"${input.s % 2}":    "% takes whole numbers, not the string x and the number 2",
+		"${input.half % 2}": "% takes whole numbers (within ±2^63), not the number 1.5 and the number 2",
+		"${input.over % 2}": "% takes whole numbers (within ±2^63), not the number",
+		"${input.s % 2}":    "% takes whole numbers (within ±2^63), not the string x and the number 2",
 		"${input.n % 0}":    "% by zero",
 	} {
 		_, err := expression.Render(code, e)
 		require.ErrorContains(t, err, msg, code)
 	}
 	require.NoError(t, expression.Compile(map[string]any{"c": "${item % 2 == 0}"}, []string{"item"}))
+	require.Error(t, expression.Compile(map[string]any{"c": "${!(7 % 3)}"}, nil), "two ints keep their type: still checked with the definition")
 }

@@ -32,6 +32,7 @@ import (
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/pkg/redact"
 	"jetflow.dev/pkg/startcheck"
+	"jetflow.dev/services/api/visibility"
 )
 
 func isCloudEvent(r *http.Request) bool {
@@ -720,20 +721,9 @@ func (s *Server) scanExecutions(w http.ResponseWriter, r *http.Request) {
 			next = out[len(out)-1].ID
 			break
 		}
-		steps, done := len(x.Steps), 0
-		for _, st := range x.Steps {
-			if st.Status == projections.OpSucceeded {
-				done++
-			}
-		}
-		if t := x.Truncated; t != nil {
-			steps += t.Steps
-			if !t.Summary { // the steps left out are finished ones
-				done += t.Steps
-			}
-		}
+		r := visibility.RowOf(x, nil) // counted as the index counts them
 		out = append(out, apiv1.ExecutionSummary{ID: x.ID, Workflow: x.Workflow, Version: x.Version, Status: string(x.Status), Error: x.Error,
-			Steps: steps, Done: done, StartedAt: x.StartedAt, EndedAt: x.EndedAt, Damaged: x.Damaged})
+			Steps: r.Steps, Done: r.Done, StartedAt: x.StartedAt, EndedAt: x.EndedAt, Damaged: x.Damaged})
 	}
 	writeJSON(w, http.StatusOK, apiv1.ExecutionList{Executions: out, Next: next, Partial: partial})
 }
