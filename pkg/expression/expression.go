@@ -469,30 +469,16 @@ func mod(params ...any) (any, error) {
 	return int(a % b), nil
 }
 
-// wholeNumber returns v as an int64 when it is a whole number: an
-// integer of a size Go has, or a float64 without a fraction below 2^63
-// in magnitude (every float64 of 2^53 or more is whole, and exact as an
-// int64 below 2^63).
+// wholeNumber returns v as an int64 when it is a whole number: an int
+// (expr's integers) or an int64, or a float64 (JSON's numbers, expr's
+// other numbers) without a fraction below 2^63 in magnitude (every
+// float64 of 2^53 or more is whole, and exact as an int64 below 2^63).
 func wholeNumber(v any) (int64, bool) {
 	switch n := v.(type) {
 	case int:
 		return int64(n), true
-	case int8:
-		return int64(n), true
-	case int16:
-		return int64(n), true
-	case int32:
-		return int64(n), true
 	case int64:
 		return n, true
-	case uint8:
-		return int64(n), true
-	case uint16:
-		return int64(n), true
-	case uint32:
-		return int64(n), true
-	case float32:
-		return wholeNumber(float64(n))
 	case float64:
 		if n == math.Trunc(n) && math.Abs(n) < 1<<63 {
 			return int64(n), true

@@ -43,61 +43,45 @@ type stepCache struct {
 // model keeps: encoding a small one anew costs too little to measure.
 const cacheStepsOver = 32
 
-// encode returns the JSON array of steps (null for nil), encoding again
-// only the instances whose fingerprint differs from that of the one at
-// the same place last time, and keeps the result for next time. A nil c
-// encodes every instance, and so does one given a table of no more than
-// cacheStepsOver instances (it then keeps nothing).
+// encode returns the JSON array of steps, as json.Marshal writes it,
+// encoding again only the instances whose fingerprint differs from that
+// of the one at the same place last time, and keeps the result for next
+// time. A nil c, or a table of no more than cacheStepsOver instances
+// (then c keeps nothing), is encoded whole.
 func (c *stepCache) encode(steps []projections.Step) ([]byte, error) {
-	if c != nil && len(steps) <= cacheStepsOver {
-		c.prints, c.enc = nil, nil
-		c = nil
-	}
-	if steps == nil {
-		return []byte("null"), nil
-	}
-	var enc [][]byte
-	if c != nil {
-		if len(c.enc) > len(steps) {
-			clear(c.enc[len(steps):])
-			c.prints, c.enc = c.prints[:len(steps)], c.enc[:len(steps)]
+	if c == nil || len(steps) <= cacheStepsOver {
+		if c != nil {
+			c.prints, c.enc = nil, nil
 		}
-		enc = c.enc
+		return json.Marshal(steps)
+	}
+	if len(c.enc) > len(steps) {
+		clear(c.enc[len(steps):])
+		c.prints, c.enc = c.prints[:len(steps)], c.enc[:len(steps)]
 	}
 	n := 1 + len(steps)
 	for i := range steps {
 		st := &steps[i]
-		var print uint64
-		if c != nil {
-			print = stepPrint(st)
-			if i < len(enc) && c.prints[i] == print {
-				n += len(enc[i])
-				continue
-			}
+		print := stepPrint(st)
+		if i < len(c.enc) && c.prints[i] == print {
+			n += len(c.enc[i])
+			continue
 		}
 		b, err := json.Marshal(st)
 		if err != nil {
-			if c != nil { // part updated: its fingerprints may no longer match its encodings
-				c.prints, c.enc = nil, nil
-			}
+			c.prints, c.enc = nil, nil // part updated: its fingerprints may no longer match its encodings
 			return nil, fmt.Errorf("encode step %s: %w", st.ID, err)
 		}
 		n += len(b)
-		switch {
-		case c == nil:
-			enc = append(enc, b)
-		case i < len(enc):
-			c.prints[i], enc[i] = print, b
-		default:
-			c.prints, enc = append(c.prints, print), append(enc, b)
+		if i < len(c.enc) {
+			c.prints[i], c.enc[i] = print, b
+		} else {
+			c.prints, c.enc = append(c.prints, print), append(c.enc, b)
 		}
-	}
-	if c != nil {
-		c.enc = enc
 	}
 	out := make([]byte, 0, n)
 	out = append(out, '[')
-	for i, b := range enc {
+	for i, b := range c.enc {
 		if i > 0 {
 			out = append(out, ',')
 		}

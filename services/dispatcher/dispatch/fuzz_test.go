@@ -171,7 +171,7 @@ func FuzzCommand(f *testing.F) {
 				h.Add(k, strings.TrimSpace(v))
 			}
 		}
-		ev, why := admit(subject, h, data, fuzzPartitions)
+		ev, why, _ := admit(subject, h, data, fuzzPartitions)
 		if why != "" {
 			if cmd, _, answer := unhandled(subject, h, data, ev, 7); answer {
 				checkRejection(t, cmd, events.CodeInvalid, why)
@@ -343,7 +343,7 @@ func decideFully(t *testing.T, in interp.Input, s fuzzState, decide func(interp.
 func TestFuzzSeedsAreAdmitted(t *testing.T) {
 	t.Parallel()
 	for _, m := range fuzzSeeds(t) {
-		ev, why := admit(m.Subject, m.Header, m.Data, fuzzPartitions)
+		ev, why, _ := admit(m.Subject, m.Header, m.Data, fuzzPartitions)
 		if why != "" {
 			t.Fatalf("%s on %s: %s", ev.Type, m.Subject, why)
 		}

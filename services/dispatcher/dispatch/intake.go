@@ -174,7 +174,7 @@ func (e rejectedError) Error() string { return "rejected: " + e.reason }
 // commands subject is answered: results and timers come from jetflow's
 // own services, and a bad one is only logged. It returns an error only if
 // the rejection could not be published (the caller retries then).
-func (d *Dispatcher) rejectMessage(ctx context.Context, m jetstream.Msg, ev events.Event, reason string) error {
+func (d *Dispatcher) rejectMessage(ctx context.Context, m jetstream.Msg, ev events.Event, reason, field string) error {
 	var seq uint64
 	if md, err := m.Metadata(); err == nil {
 		seq = md.Sequence.Stream
@@ -185,14 +185,8 @@ func (d *Dispatcher) rejectMessage(ctx context.Context, m jetstream.Msg, ev even
 		log.Warn().Str("reason", reason).Msg("drop a message that cannot be handled")
 		return nil
 	}
-	// A CloudEvent refused as it was decoded names the attribute or member
-	// at fault, as the api's answer does (decoded again: rejections are
-	// rare).
-	var fe *events.FieldError
-	_, derr := bus.Decode(m.Headers(), m.Data())
-	_ = errors.As(derr, &fe)
 	err := d.publishRejected(log.WithContext(ctx), cmd, &events.CommandRejected{Code: events.CodeInvalid, Reason: reason,
-		Field: fe.FieldName(), Subject: subject, StreamSeq: seq})
+		Field: field, Subject: subject, StreamSeq: seq})
 	var rej rejectedError
 	if errors.As(err, &rej) {
 		return nil
@@ -267,11 +261,11 @@ func unhandled(subject string, h nats.Header, data []byte, ev events.Event, seq 
 // arrived; one that may not is rejected (a command) or dropped, and ok is
 // false.
 func (d *Dispatcher) intake(ctx context.Context, m jetstream.Msg) (ev events.Event, ok bool) {
-	ev, why := admit(m.Subject(), m.Headers(), m.Data(), d.parts.n)
+	ev, why, field := admit(m.Subject(), m.Headers(), m.Data(), d.parts.n)
 	if why == "" {
 		return ev, true
 	}
-	if perr := d.rejectMessage(ctx, m, ev, why); perr != nil {
+	if perr := d.rejectMessage(ctx, m, ev, why, field); perr != nil {
 		d.log.Warn().Err(perr).Dur("retry_in", retryLater(m)).Msg("publish rejection, will retry")
 		return ev, false
 	}
@@ -282,9 +276,11 @@ func (d *Dispatcher) intake(ctx context.Context, m jetstream.Msg) (ev events.Eve
 // admit is intake's decision, without I/O: it decodes a message that
 // arrived on subject (with header and data) and says why it may not be
 // handled there ("" if it may), with the dispatchers' number of
-// partitions. A command's actor is set from the subject it was published
-// on (see commandActor).
-func admit(subject string, header nats.Header, data []byte, partitions int) (ev events.Event, why string) {
+// partitions, and the attribute or member at fault of a CloudEvent
+// refused as it was decoded (field, as the api's answer names it). A
+// command's actor is set from the subject it was published on (see
+// commandActor).
+func admit(subject string, header nats.Header, data []byte, partitions int) (ev events.Event, why, field string) {
 	ev, err := bus.Decode(header, data)
 	why = misrouted(subject, ev, partitions)
 	// The subject a command was published on decides who it is from: its
@@ -317,8 +313,12 @@ func admit(subject string, header nats.Header, data []byte, partitions int) (ev 
 		if errors.Is(err, events.ErrUnknownType) {
 			why = fmt.Sprintf("type %q is not a jetflow command", ev.Type)
 		}
+		var fe *events.FieldError
+		if errors.As(err, &fe) {
+			field = fe.FieldName()
+		}
 	}
-	return ev, why
+	return ev, why, field
 }
 
 // routeCommand is the intake of commands: any dispatcher checks a

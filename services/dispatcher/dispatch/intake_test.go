@@ -79,7 +79,7 @@ func TestAdmitRefusesForgedChains(t *testing.T) {
 	ev := events.New("urn:test", "cd-run2", "countdown", time.Now(), start)
 	msg, err := bus.Encode(bus.SubjectStart, ev)
 	require.NoError(t, err)
-	_, why := admit(bus.SubjectStart, msg.Header, msg.Data, 16)
+	_, why, _ := admit(bus.SubjectStart, msg.Header, msg.Data, 16)
 	require.Contains(t, why, "chain, run and continued_from are set by the dispatcher only")
 
 	own := events.New("jetflow/dispatcher", "cd-run2", "countdown", time.Now(), start)
@@ -87,7 +87,7 @@ func TestAdmitRefusesForgedChains(t *testing.T) {
 	subject := inboxSubjectOf(own, 16)
 	msg, err = bus.Encode(subject, own)
 	require.NoError(t, err)
-	got, why := admit(subject, msg.Header, msg.Data, 16)
+	got, why, _ := admit(subject, msg.Header, msg.Data, 16)
 	require.Empty(t, why)
 	require.Equal(t, "cd", got.Data.(*events.StartExecution).Chain)
 }
