@@ -202,7 +202,7 @@ func Restore(ctx context.Context, nc *nats.Conn, dir string, replace bool, o Opt
 	}
 	for _, s := range m.Streams {
 		start := time.Now()
-		st, err := restoreStream(ctx, nc, s.Stream, filepath.Join(dir, s.Dir))
+		st, err := restoreStreamRetrying(ctx, nc, s.Stream, filepath.Join(dir, s.Dir))
 		if err != nil {
 			return r, partway(err)
 		}
@@ -221,6 +221,36 @@ func Restore(ctx context.Context, nc *nats.Conn, dir string, replace bool, o Opt
 	}
 	r.Took = time.Since(began)
 	return r, nil
+}
+
+// restoreStreamRetrying is restoreStream, tried again when the server
+// lost a race with itself: after a stream is deleted, nats-server removes
+// the account's directories in the background if they are empty, and a
+// restore that creates the account's first stream in the meantime can find
+// its new directory gone ("could not create storage directory"). Such a
+// restore failed before it added the stream, so nothing is left to undo.
+func restoreStreamRetrying(ctx context.Context, nc *nats.Conn, stream, dir string) (streamState, error) {
+	const tries = 5
+	for try := 1; ; try++ {
+		st, err := restoreStream(ctx, nc, stream, dir)
+		if err == nil || try == tries || !storageDirGone(err) {
+			return st, err
+		}
+		select {
+		case <-ctx.Done():
+			return st, err
+		case <-time.After(time.Duration(try) * 100 * time.Millisecond):
+		}
+	}
+}
+
+// storageDirGone reports whether err is the server's answer when a
+// directory it had just made was removed under it (restoreStreamRetrying).
+func storageDirGone(err error) bool {
+	var e *apiError
+	return errors.As(err, &e) && e.ErrCode == errRestoreFailed &&
+		strings.Contains(e.Description, "could not create storage directory") &&
+		strings.Contains(e.Description, "no such file or directory")
 }
 
 // expired reports whether a stream restored with fewer messages than its

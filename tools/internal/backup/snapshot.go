@@ -31,6 +31,9 @@ const (
 	// chunkSize is what the server sends per message while snapshotting,
 	// and what restore sends (below the default 1 MiB max payload).
 	chunkSize = 128 * 1024
+	// errRestoreFailed is the API's error code for a restore the server
+	// could not finish ("restore failed: …").
+	errRestoreFailed = 10062
 )
 
 // streamState is the part of a stream's state a backup records.
