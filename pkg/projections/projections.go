@@ -1297,6 +1297,16 @@ func MarkSent(s Execution, id string, attempt int, seq uint64, at time.Time) Exe
 		return s
 	}
 	s.Steps = slices.Clone(s.Steps)
+	return MarkSentOwned(s, id, attempt, seq, at)
+}
+
+// MarkSentOwned is MarkSent onto a state its caller owns (see
+// ApplyOwned): it changes s's steps in place.
+func MarkSentOwned(s Execution, id string, attempt int, seq uint64, at time.Time) Execution {
+	i := s.StepIndex(id)
+	if i < 0 || s.Steps[i].Status != OpSending || s.Steps[i].Attempt != attempt {
+		return s
+	}
 	st := &s.Steps[i]
 	st.Status, st.TaskSeq, st.SentAt, st.sentUnrecorded = OpSent, seq, at, true
 	if st.SentAt.Before(st.ScheduledAt) { // clocks apart: as the fold keeps it

@@ -894,6 +894,10 @@ func TestMarkSent(t *testing.T) {
 	require.Equal(t, projections.OpSending, st.RecordedStatus())
 	require.Equal(t, events.TaskSent{SentAt: t0.Add(time.Millisecond), TaskSeq: 5}, st.Unrecorded())
 	require.Equal(t, marked, projections.MarkSent(marked, "a", 1, 6, t0.Add(time.Second)), "sent already: unchanged")
+	owned := s
+	owned.Steps = slices.Clone(s.Steps)
+	require.Equal(t, marked, projections.MarkSentOwned(owned, "a", 1, 5, t0.Add(time.Millisecond)), "in place: the same state")
+	require.Equal(t, projections.OpSent, owned.Steps[0].Status, "in place: the steps given are the state's")
 
 	require.Equal(t, marked, projections.ForgetSent(marked, "b"), "another step: unchanged")
 	forgot := projections.ForgetSent(marked, "a")

@@ -143,7 +143,7 @@ func (d *Dispatcher) carryOut(ctx context.Context, x *execState, dec interp.Deci
 		if err != nil {
 			return err
 		}
-		if noted, ok := interp.Noted(d.input(x), o); ok {
+		if noted, ok := interp.Noted(d.input(x), o); ok { // in place: x owns its state (execState.torn)
 			// Noted, not appended: the step's next event records it
 			// (docs/adr/0007). A state read anew does not know it, and
 			// publishes the task again (deduplicated) or looks for it.

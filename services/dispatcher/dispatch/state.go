@@ -106,6 +106,14 @@ type execState struct {
 	// startTrace is the trace context (traceparent, tracestate) of the
 	// start command being applied, for its ExecutionStarted.
 	startTrace [2]string
+	// torn: an event was applied to state in place and then not appended
+	// (the fold refused it part-way, or the append failed), so state is
+	// not the history. Nothing more is appended from it, and it is not
+	// cached: it is read again. state is x's own: the dispatcher holds an
+	// execution (handling.lock) while it changes it, and what it hands
+	// the interpreter or keeps of it are copies of its members, never its
+	// steps.
+	torn bool
 }
 
 func (x *execState) subject() string { return bus.ExecutionSubject(x.workflow, x.id) }
@@ -165,6 +173,10 @@ func (d *Dispatcher) withExecutionAs(ctx context.Context, wf, id string, how loa
 		}
 		before := x.state.LastSeq
 		err = fn(x)
+		if err == nil && x.torn { // a failed append that fn went past: the history is the truth
+			d.evict(id)
+			return nil
+		}
 		if err == nil && x.state.LastSeq > 0 && (!cached || x.state.LastSeq != before) {
 			// Keep what fn built (a new execution's first events), so the
 			// next message for it does not read its history again; a cached
@@ -318,20 +330,31 @@ func (d *Dispatcher) evict(id string) {
 // append validates p against the fold, then appends it, recorded at at
 // (zero: now), with the expected last subject sequence. p is final: the
 // interpreter decided its content.
+//
+// The event is applied to x's state in place (x owns it: see torn), not
+// to a copy: a copy of the steps per append made a step of a large
+// execution cost more the more steps it had. An append that fails leaves
+// x torn.
 func (d *Dispatcher) append(ctx context.Context, x *execState, p events.Payload, at time.Time) error {
-	ev, next, err := d.prepare(x, p, at)
-	if err != nil {
-		return err
+	if x.torn {
+		return fmt.Errorf("execution %s: a failed append left its state behind the history: %w", x.id, bus.ErrConflict)
 	}
-	seq, err := d.hist.Append(ctx, x.subject(), x.state.LastSeq, ev)
+	ev := d.event(x, p, at)
+	before := x.state // its steps are next's: only its other members tell what was
+	x.torn = true     // until the append is done
+	next, err := projections.ApplyOwned(x.state, ev)
+	if err != nil {
+		return permanentError{fmt.Errorf("refusing to append illegal event: %w", err)}
+	}
+	seq, err := d.hist.Append(ctx, x.subject(), before.LastSeq, ev)
 	d.cfg.Metrics.appendResult(err)
 	if err != nil {
 		return err
 	}
 	next.LastSeq = seq
-	d.cfg.Metrics.appended(&x.state, &next, &ev, d.cfg.Now)
-	d.traced(&x.state, &next, &ev)
-	x.state, x.current = next, true
+	d.cfg.Metrics.appended(&before, &next, &ev, d.cfg.Now)
+	d.traced(&before, &next, &ev)
+	x.state, x.current, x.torn = next, true, false
 	if c, ok := p.(*events.DefinitionChanged); ok { // what follows runs the new version
 		def, err := d.pinned.get(x.workflow, c.Version, c.Definition)
 		if err != nil {
@@ -352,17 +375,24 @@ func (d *Dispatcher) append(ctx context.Context, x *execState, p events.Payload,
 // at (zero: now), conditioned on its last event, and the state after it;
 // an event the fold refuses is a permanentError.
 func (d *Dispatcher) prepare(x *execState, p events.Payload, at time.Time) (events.Event, projections.Execution, error) {
+	ev := d.event(x, p, at)
+	next, err := projections.Apply(x.state, ev)
+	if err != nil {
+		return ev, next, permanentError{fmt.Errorf("refusing to append illegal event: %w", err)}
+	}
+	return ev, next, nil
+}
+
+// event is the event that appends p to x's history, recorded at at
+// (zero: now), conditioned on its last event.
+func (d *Dispatcher) event(x *execState, p events.Payload, at time.Time) events.Event {
 	if at.IsZero() {
 		at = d.cfg.Now()
 	}
 	ev := events.New(d.cfg.Source, x.id, x.workflow, at, p)
 	ev.PrevSeq = x.state.LastSeq
 	d.traceEvent(x, &ev)
-	next, err := projections.Apply(x.state, ev)
-	if err != nil {
-		return ev, next, permanentError{fmt.Errorf("refusing to append illegal event: %w", err)}
-	}
-	return ev, next, nil
+	return ev
 }
 
 func newToken() string {

@@ -349,7 +349,9 @@ func (in Input) decide(s projections.Execution) action {
 // Noted returns the state with the storing of a task noted
 // (projections.MarkSent) and true, when o is a TaskStored that the
 // history records with the step's next event: in every mode but
-// SplitDispatch, in which Recorded returns its io.jetflow.step.sent.
+// SplitDispatch, in which Recorded returns its io.jetflow.step.sent. It
+// notes it in place, in in.State's steps: the caller owns in.State and
+// drops it for the state returned (see projections.ApplyOwned).
 func Noted(in Input, o Outcome) (projections.Execution, bool) {
 	t, ok := o.(TaskStored)
 	if !ok || (in.SplitDispatch && !t.Task.Local) {
@@ -358,7 +360,7 @@ func Noted(in Input, o Outcome) (projections.Execution, bool) {
 		// whoever reads it next, where the step must run again.
 		return in.State, false
 	}
-	return projections.MarkSent(in.State, t.Task.Task.StepID, t.Task.Task.Attempt, t.Seq, t.At.UTC()), true
+	return projections.MarkSentOwned(in.State, t.Task.Task.StepID, t.Task.Task.Attempt, t.Seq, t.At.UTC()), true
 }
 
 // Recorded returns the events that record an effect's outcome.

@@ -1,0 +1,88 @@
+package dispatch
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/history"
+	"jetflow.dev/pkg/natstest"
+	"jetflow.dev/pkg/projections"
+)
+
+// TestAFailedAppendTearsTheState: an append applies its event to the
+// execution's state in place before it writes it. When the write fails
+// (here another writer moved the history underneath), the state is torn:
+// no further append is made from it, even by a caller that goes past the
+// error, and it is not kept: the next handling reads the history again.
+func TestAFailedAppendTearsTheState(t *testing.T) {
+	t.Parallel()
+	b := setupMem(t, Config{Workers: 2}, "name: tw\nsteps:\n  - {id: w, kind: wait, signal: go}\n")
+	b.publish(t, bus.SubjectStart, &events.StartExecution{Workflow: "tw", ExecutionID: "t1"})
+	subject := bus.ExecutionSubject("tw", "t1")
+	var waiting projections.Execution
+	natstest.Eventually(t, 15*time.Second, func() bool {
+		evs, err := history.Read(t.Context(), b.js, subject, 0)
+		if err != nil {
+			return false
+		}
+		waiting, err = projections.Fold(evs)
+		return err == nil && len(waiting.Steps) == 1 && waiting.Steps[0].Status == projections.OpWaiting
+	}, "the execution waits for its signal")
+
+	// A dispatcher of its own, not running: nothing else handles t1 through it.
+	d, err := New(t.Context(), Config{Workers: 1, Member: "other"}, b.js, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel))
+	require.NoError(t, err)
+	err = d.withExecution(t.Context(), "tw", "t1", func(x *execState) error {
+		require.Equal(t, waiting.LastSeq, x.state.LastSeq)
+		steps := x.state.Steps
+		// Another writer appends first.
+		other := events.New("elsewhere", "t1", "tw", time.Now(), &events.VariablesSet{Vars: map[string]json.RawMessage{"k": json.RawMessage(`1`)}})
+		other.PrevSeq = x.state.LastSeq
+		_, err := history.Append(t.Context(), b.js, subject, x.state.LastSeq, other)
+		require.NoError(t, err)
+
+		err = d.append(t.Context(), x, &events.StepFailed{StepID: "w", Attempt: 1, Error: "given up"}, time.Time{})
+		require.ErrorIs(t, err, bus.ErrConflict)
+		require.True(t, x.torn)
+		require.Equal(t, projections.OpFailed, steps[0].Status, "applied in place before the write")
+
+		err = d.append(t.Context(), x, &events.VariablesSet{Vars: map[string]json.RawMessage{"j": json.RawMessage(`2`)}}, time.Time{})
+		require.ErrorIs(t, err, bus.ErrConflict, "nothing more is appended from a torn state")
+		return nil // a caller that goes past the failure
+	})
+	require.NoError(t, err)
+	d.mu.Lock()
+	_, kept := d.cache.get("t1")
+	d.mu.Unlock()
+	require.False(t, kept, "a torn state is not kept")
+
+	evs, err := history.Read(t.Context(), b.js, subject, 0)
+	require.NoError(t, err)
+	require.Equal(t, events.TypeVariablesSet, evs[len(evs)-1].Type, "only the other writer's event was appended")
+	require.Equal(t, waiting.LastSeq+1, evs[len(evs)-1].Seq)
+	require.NoError(t, d.withExecution(t.Context(), "tw", "t1", func(x *execState) error {
+		require.False(t, x.torn)
+		require.Equal(t, projections.OpWaiting, x.state.Steps[0].Status, "read again: as the history says")
+		require.JSONEq(t, `1`, string(x.state.Vars["k"]))
+
+		// An event the fold refuses (it may have changed the state
+		// part-way) tears it too; the history has not moved, so only the
+		// tear stops the next append.
+		err := d.append(t.Context(), x, &events.StepSucceeded{StepID: "nope", Attempt: 1}, time.Time{})
+		var permanent permanentError
+		require.ErrorAs(t, err, &permanent)
+		require.True(t, x.torn)
+		err = d.append(t.Context(), x, &events.VariablesSet{Vars: map[string]json.RawMessage{"j": json.RawMessage(`2`)}}, time.Time{})
+		require.ErrorIs(t, err, bus.ErrConflict, "nothing more is appended from a torn state")
+		return nil
+	}))
+	after, err := history.Read(t.Context(), b.js, subject, 0)
+	require.NoError(t, err)
+	require.Len(t, after, len(evs), "nothing was appended")
+}
