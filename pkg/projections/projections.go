@@ -266,6 +266,10 @@ type Truncation struct {
 	// Steps counts the step instances left out: finished ones, oldest
 	// first (steps that run, wait or failed are always kept).
 	Steps int `json:"steps,omitempty"`
+	// Retired counts the retired instances left out (RetiredSteps: a move
+	// to another version left them behind). They are left out first, and
+	// count neither in the execution's steps nor in those done.
+	Retired int `json:"retired,omitempty"`
 	// Values counts the inputs, outputs and variables replaced by a note
 	// {"omitted": true, "bytes": N, ...}.
 	Values int `json:"values,omitempty"`

@@ -297,6 +297,34 @@ func TestProjectedModelWithKeptEncodings(t *testing.T) {
 	require.Len(t, c.enc, n)
 }
 
+// TestTruncationLeavesRetiredInstancesOutFirst: a read model too large
+// for its limit leaves out the instances a move to another version
+// retired first, and says how many apart from the step table's: they
+// count neither in its steps nor in those done, as when they are kept.
+func TestTruncationLeavesRetiredInstancesOutFirst(t *testing.T) {
+	t.Parallel()
+	x := sampleModel(20)
+	for i := 15; i < 20; i++ {
+		x.Steps[i].Status = projections.OpStarted
+	}
+	kept, err := marshalModel(x, 1<<20, nil)
+	require.NoError(t, err)
+	for i := range 50 {
+		st := sampleStep(100 + i)
+		st.Output = json.RawMessage(`"` + strings.Repeat("r", 1000) + `"`)
+		x.RetiredSteps = append(x.RetiredSteps, st)
+	}
+	b, err := marshalModel(x, len(kept)+100, nil)
+	require.NoError(t, err)
+	require.LessOrEqual(t, len(b), len(kept)+100)
+	var got decoded
+	require.NoError(t, json.Unmarshal(b, &got))
+	require.Equal(t, &projections.Truncation{Retired: 50}, got.Truncated)
+	require.Empty(t, got.RetiredSteps)
+	require.Len(t, got.Steps, 20, "the step table is whole")
+	require.Equal(t, &projections.StepCounts{Steps: 20, Done: 15}, got.StepCounts)
+}
+
 // BenchmarkEncodeModel encodes a 200-step read model after one instance
 // changed, as the projector writes it: anew (every instance encoded)
 // and with the instances' encodings kept.

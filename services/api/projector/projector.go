@@ -642,7 +642,7 @@ func (p *Projector) storeSummary(ctx context.Context, id string, x projections.E
 	if cur.rev != 0 && cur.state.LastSeq >= x.LastSeq && cur.state.Truncated != nil {
 		return
 	}
-	x.Truncated = &projections.Truncation{Steps: len(x.Steps) + len(x.RetiredSteps), Summary: true}
+	x.Truncated = &projections.Truncation{Steps: len(x.Steps), Retired: len(x.RetiredSteps), Summary: true}
 	x.Steps, x.RetiredSteps = []projections.Step{}, nil
 	if _, err := p.write(ctx, id, x, cur.rev, nil); err != nil && cur.rev != 0 {
 		_ = p.kv.Delete(ctx, id, jetstream.LastRevision(cur.rev))
@@ -1102,7 +1102,7 @@ func marshalModel(x projections.Execution, max int, c *stepCache) ([]byte, error
 	// The instances a move to another version left behind go first.
 	retired := len(x.RetiredSteps)
 	if retired > 0 {
-		x.RetiredSteps, t.Steps = nil, retired
+		x.RetiredSteps, t.Retired = nil, retired
 		if b, err = encodeModel(x, nil); err != nil || len(b) <= max {
 			return b, err
 		}
@@ -1127,7 +1127,7 @@ func marshalModel(x projections.Execution, max int, c *stepCache) ([]byte, error
 				x.Steps = append(x.Steps, st)
 			}
 		}
-		t.Steps = len(drop) + retired
+		t.Steps = len(drop)
 		return encodeModel(x, nil)
 	}
 	lo, hi := 0, len(done) // the largest k that fits is in [lo, hi)

@@ -44,6 +44,9 @@ func TestRowOfAReadModel(t *testing.T) {
 	require.Equal(t, 7, r.Steps)
 	require.Equal(t, 6, r.Done, "the succeeded and the skipped step, and the four finished ones left out")
 	require.Equal(t, map[string]string{"customer": "acme", "tier": "gold", "n": "3"}, r.Attrs, "an object is not indexed, nor a variable not set")
+	x.Truncated.Retired = 5
+	r = visibility.RowOf(x, nil)
+	require.Equal(t, []int{7, 6}, []int{r.Steps, r.Done}, "retired instances left out count in neither, as when they are kept")
 	x.Truncated.Summary = true
 	require.Equal(t, 2, visibility.RowOf(x, nil).Done, "a summary left out steps that may not be done")
 	require.Nil(t, visibility.RowOf(x, nil).Attrs)
