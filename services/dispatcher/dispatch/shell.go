@@ -123,6 +123,9 @@ func (d *Dispatcher) carryOut(ctx context.Context, x *execState, dec interp.Deci
 	if dec.Err != nil {
 		return permanentError{fmt.Errorf("execution %s: %w", x.id, dec.Err)}
 	}
+	if err := x.refuseTorn(); err != nil { // a decision taken from it: its effects too
+		return err
+	}
 	for _, e := range dec.Before {
 		if _, err := d.perform(ctx, x, e); err != nil {
 			return err

@@ -108,15 +108,25 @@ type execState struct {
 	startTrace [2]string
 	// torn: an event was applied to state in place and then not appended
 	// (the fold refused it part-way, or the append failed), so state is
-	// not the history. Nothing more is appended from it, and it is not
+	// not the history. No decision is carried out from it, and it is not
 	// cached: it is read again. state is x's own: the dispatcher holds an
-	// execution (handling.lock) while it changes it, and what it hands
-	// the interpreter or keeps of it are copies of its members, never its
+	// execution (handling.lock) while it changes it; the interpreter's
+	// Input shares its steps only while it takes a decision (Noted writes
+	// them), and what is kept of it are copies of its members, never its
 	// steps.
 	torn bool
 }
 
 func (x *execState) subject() string { return bus.ExecutionSubject(x.workflow, x.id) }
+
+// refuseTorn is the error for anything done from a torn state, which
+// makes the execution's handling read its history again.
+func (x *execState) refuseTorn() error {
+	if !x.torn {
+		return nil
+	}
+	return fmt.Errorf("execution %s: a failed append left its state apart from the history: %w", x.id, bus.ErrConflict)
+}
 
 // withExecution loads an execution (cache or stream) and runs fn; on a
 // write conflict it drops what it knew, reloads and runs fn again. A
@@ -173,9 +183,8 @@ func (d *Dispatcher) withExecutionAs(ctx context.Context, wf, id string, how loa
 		}
 		before := x.state.LastSeq
 		err = fn(x)
-		if err == nil && x.torn { // a failed append that fn went past: the history is the truth
-			d.evict(id)
-			return nil
+		if err == nil && x.torn { // fn went past a failed append: read the history and run it again
+			err = fmt.Errorf("execution %s: an append failed and was gone past: %w", id, bus.ErrConflict)
 		}
 		if err == nil && x.state.LastSeq > 0 && (!cached || x.state.LastSeq != before) {
 			// Keep what fn built (a new execution's first events), so the
@@ -336,8 +345,8 @@ func (d *Dispatcher) evict(id string) {
 // execution cost more the more steps it had. An append that fails leaves
 // x torn.
 func (d *Dispatcher) append(ctx context.Context, x *execState, p events.Payload, at time.Time) error {
-	if x.torn {
-		return fmt.Errorf("execution %s: a failed append left its state behind the history: %w", x.id, bus.ErrConflict)
+	if err := x.refuseTorn(); err != nil {
+		return err
 	}
 	ev := d.event(x, p, at)
 	before := x.state // its steps are next's: only its other members tell what was

@@ -13,13 +13,15 @@ import (
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/natstest"
 	"jetflow.dev/pkg/projections"
+	"jetflow.dev/services/dispatcher/interp"
 )
 
 // TestAFailedAppendTearsTheState: an append applies its event to the
 // execution's state in place before it writes it. When the write fails
 // (here another writer moved the history underneath), the state is torn:
-// no further append is made from it, even by a caller that goes past the
-// error, and it is not kept: the next handling reads the history again.
+// nothing more is appended or carried out from it, even by a caller that
+// goes past the error, and the handling runs again on the history read
+// anew.
 func TestAFailedAppendTearsTheState(t *testing.T) {
 	t.Parallel()
 	b := setupMem(t, Config{Workers: 2}, "name: tw\nsteps:\n  - {id: w, kind: wait, signal: go}\n")
@@ -38,7 +40,14 @@ func TestAFailedAppendTearsTheState(t *testing.T) {
 	// A dispatcher of its own, not running: nothing else handles t1 through it.
 	d, err := New(t.Context(), Config{Workers: 1, Member: "other"}, b.js, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel))
 	require.NoError(t, err)
+	runs := 0
 	err = d.withExecution(t.Context(), "tw", "t1", func(x *execState) error {
+		if runs++; runs > 1 { // run again on the history read anew
+			require.False(t, x.torn)
+			require.Equal(t, projections.OpWaiting, x.state.Steps[0].Status, "read again: as the history says")
+			require.JSONEq(t, `1`, string(x.state.Vars["k"]))
+			return nil
+		}
 		require.Equal(t, waiting.LastSeq, x.state.LastSeq)
 		steps := x.state.Steps
 		// Another writer appends first.
@@ -54,26 +63,26 @@ func TestAFailedAppendTearsTheState(t *testing.T) {
 
 		err = d.append(t.Context(), x, &events.VariablesSet{Vars: map[string]json.RawMessage{"j": json.RawMessage(`2`)}}, time.Time{})
 		require.ErrorIs(t, err, bus.ErrConflict, "nothing more is appended from a torn state")
+		require.ErrorIs(t, d.carryOut(t.Context(), x, interp.Decision{After: []interp.Effect{interp.ArmTimer{}}}), bus.ErrConflict,
+			"nor is a decision carried out")
 		return nil // a caller that goes past the failure
 	})
 	require.NoError(t, err)
-	d.mu.Lock()
-	_, kept := d.cache.get("t1")
-	d.mu.Unlock()
-	require.False(t, kept, "a torn state is not kept")
+	require.Equal(t, 2, runs, "the handling ran again on the history read anew")
 
 	evs, err := history.Read(t.Context(), b.js, subject, 0)
 	require.NoError(t, err)
 	require.Equal(t, events.TypeVariablesSet, evs[len(evs)-1].Type, "only the other writer's event was appended")
 	require.Equal(t, waiting.LastSeq+1, evs[len(evs)-1].Seq)
-	require.NoError(t, d.withExecution(t.Context(), "tw", "t1", func(x *execState) error {
-		require.False(t, x.torn)
-		require.Equal(t, projections.OpWaiting, x.state.Steps[0].Status, "read again: as the history says")
-		require.JSONEq(t, `1`, string(x.state.Vars["k"]))
 
-		// An event the fold refuses (it may have changed the state
-		// part-way) tears it too; the history has not moved, so only the
-		// tear stops the next append.
+	// An event the fold refuses (it may have changed the state part-way)
+	// tears it too; the history has not moved, so only the tear stops the
+	// next append.
+	runs = 0
+	require.NoError(t, d.withExecution(t.Context(), "tw", "t1", func(x *execState) error {
+		if runs++; runs > 1 {
+			return nil
+		}
 		err := d.append(t.Context(), x, &events.StepSucceeded{StepID: "nope", Attempt: 1}, time.Time{})
 		var permanent permanentError
 		require.ErrorAs(t, err, &permanent)
@@ -82,6 +91,7 @@ func TestAFailedAppendTearsTheState(t *testing.T) {
 		require.ErrorIs(t, err, bus.ErrConflict, "nothing more is appended from a torn state")
 		return nil
 	}))
+	require.Equal(t, 2, runs)
 	after, err := history.Read(t.Context(), b.js, subject, 0)
 	require.NoError(t, err)
 	require.Len(t, after, len(evs), "nothing was appended")
