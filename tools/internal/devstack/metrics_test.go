@@ -181,9 +181,6 @@ func TestDashboardQueriesRegisteredMetrics(t *testing.T) {
 	_, cancel, done := runWith(t, Config{DataDir: t.TempDir(), NATSAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Registerer: rec,
 		Log: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)})
 	defer func() { cancel(); require.NoError(t, <-done) }()
-	natstest.Eventually(t, 30*time.Second, func() bool { return rec.has("jetflow_projector_events_total") },
-		"the api registered its metrics")
-
 	var exprs []string
 	ids := map[int]bool{}
 	for _, p := range d.Panels {
@@ -213,26 +210,36 @@ func TestDashboardQueriesRegisteredMetrics(t *testing.T) {
 	}
 	var unknown []string
 	services := map[string]bool{}
-	for name := range queried {
-		base := name
-		if !rec.has(base) { // a histogram's series
-			for _, s := range []string{"_bucket", "_sum", "_count"} {
-				if strings.HasSuffix(name, s) && rec.has(strings.TrimSuffix(name, s)) {
-					base = strings.TrimSuffix(name, s)
+	check := func() {
+		unknown, services = nil, map[string]bool{}
+		for name := range queried {
+			base := name
+			if !rec.has(base) { // a histogram's series
+				for _, s := range []string{"_bucket", "_sum", "_count"} {
+					if strings.HasSuffix(name, s) && rec.has(strings.TrimSuffix(name, s)) {
+						base = strings.TrimSuffix(name, s)
+					}
+				}
+			}
+			if !rec.has(base) {
+				unknown = append(unknown, name)
+				continue
+			}
+			for _, svc := range []string{"dispatcher", "agent", "janitor", "projector", "consumer"} {
+				if strings.HasPrefix(base, "jetflow_"+svc+"_") {
+					services[svc] = true
 				}
 			}
 		}
-		if !rec.has(base) {
-			unknown = append(unknown, name)
-			continue
-		}
-		for _, svc := range []string{"dispatcher", "agent", "janitor", "projector", "consumer"} {
-			if strings.HasPrefix(base, "jetflow_"+svc+"_") {
-				services[svc] = true
-			}
-		}
+		slices.Sort(unknown)
 	}
-	slices.Sort(unknown)
+	// The services register their metrics as each part of them starts
+	// (the api's visibility index after the projector's, say): on a busy
+	// machine, seconds apart.
+	deadline := time.Now().Add(60 * time.Second)
+	for check(); len(unknown) > 0 && time.Now().Before(deadline); check() {
+		time.Sleep(100 * time.Millisecond)
+	}
 	require.Empty(t, unknown, "the dashboard queries metrics no service registers")
 	require.Len(t, services, 5, "the dashboard shows every service's metrics: %v", services)
 	require.GreaterOrEqual(t, len(queried), 30, "the dashboard's queries name %d metrics", len(queried))
