@@ -3,6 +3,7 @@ package dispatch
 import "jetflow.dev/services/dispatcher/interp"
 
 // Every decision the dispatcher takes in this package's tests with an
-// execution's view is taken again without it: they must agree (a panic
-// fails the test that took it).
+// execution's view (which every execution has then, however small) is
+// taken again without it: they must agree (a panic fails the test that
+// took it).
 func init() { interp.SetVerifyView(true) }

@@ -29,14 +29,18 @@ func (m *memShell) finish(task events.Task) {
 // the next dispatch (as with -split-dispatch), and the next decision
 // (Next) schedules the 7th; without, the 6th success carried the 7th's
 // dispatch (docs/adr/0008), which Result decides.
-func tenStepsMidway(b *testing.B, split bool) *memShell {
+func tenStepsMidway(b *testing.B, split bool) *memShell { return stepsMidway(b, 10, 6, split) }
+
+// stepsMidway is an execution of n noop steps with the first done ones
+// done, as tenStepsMidway.
+func stepsMidway(b *testing.B, n, done int, split bool) *memShell {
 	def := workflow.Definition{Name: "bench"}
-	for i := range 10 {
+	for i := range n {
 		def.Steps = append(def.Steps, workflow.Step{ID: fmt.Sprintf("s%d", i+1), Kind: workflow.KindNoop})
 	}
 	m := newMemShell(b, def, `{}`)
 	m.split = split
-	for i := range 6 {
+	for i := range done {
 		m.advance()
 		if len(m.tasks) != i+1 {
 			b.Fatalf("%d tasks after %d steps", len(m.tasks), i)
@@ -79,17 +83,19 @@ steps:
 
 // noVerify turns off, for a benchmark, the check of every decision taken
 // with a view against one taken without (view_test.go turns it on for the
-// package's tests): it would count both. Benchmarks run after the tests.
+// package's tests): it would count both, and keep views of small
+// executions. Benchmarks run after the tests.
 func noVerify(b *testing.B) {
 	was := verifyView
-	verifyView = false
-	b.Cleanup(func() { verifyView = was })
+	SetVerifyView(false) // and small executions walked again, as in production
+	b.Cleanup(func() { SetVerifyView(was) })
 }
 
 // BenchmarkNext is the interpreter's decision after a step's success: on
-// a 10-step execution (small: walked every time), and on a foreach of
-// 1,000 items halfway, with the view the dispatcher keeps with the state
-// (its Memo) and without it (a state just read again).
+// a 10-step execution (small: walked every time), and on a 200-step one
+// and a foreach of 1,000 items halfway, with the view the dispatcher
+// keeps with the state (its Memo) and without it (a state just read
+// again).
 func BenchmarkNext(b *testing.B) {
 	noVerify(b)
 	run := func(b *testing.B, m *memShell, memo bool) {
@@ -107,6 +113,8 @@ func BenchmarkNext(b *testing.B) {
 		}
 	}
 	b.Run("ten-steps-midway", func(b *testing.B) { run(b, tenStepsMidway(b, true), true) })
+	b.Run("steps-200-midway/view", func(b *testing.B) { run(b, stepsMidway(b, 200, 100, false), true) })
+	b.Run("steps-200-midway/walk", func(b *testing.B) { run(b, stepsMidway(b, 200, 100, false), false) })
 	b.Run("foreach-1000-midway/view", func(b *testing.B) { run(b, foreachMidway(b), true) })
 	b.Run("foreach-1000-midway/walk", func(b *testing.B) { run(b, foreachMidway(b), false) })
 }

@@ -361,7 +361,16 @@ func (e *engine) run(f frame) result {
 	env := &lazyEnv{e: e, f: f}
 	var last json.RawMessage
 	round := 0
-	for i := 0; i < len(f.steps); i++ {
+	// With a view, the leading steps that ended for good are not walked
+	// again. Not in a handler (its steps run again for another failure),
+	// nor once a goto has run anywhere (rounds start lists over).
+	var m *listMemo
+	first := 0
+	if e.v != nil && !e.rounds && !f.handler {
+		m = e.v.list(f.prefix)
+		first, last = m.done, m.last
+	}
+	for i := first; i < len(f.steps); i++ {
 		step := f.steps[i]
 		path := f.prefix + step.ID
 		if round > 0 {
@@ -414,6 +423,9 @@ func (e *engine) run(f frame) result {
 		}
 		if len(r.output) > 0 {
 			last = r.output
+		}
+		if m != nil && round == 0 && m.done == i && (st.Status == projections.OpSucceeded || st.Status == projections.OpSkipped) {
+			m.done, m.last = i+1, last
 		}
 	}
 	return result{state: done, output: last}

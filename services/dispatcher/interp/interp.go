@@ -331,7 +331,7 @@ func Next(in Input) Decision {
 // state one event further).
 func (in Input) decide(s projections.Execution) action {
 	var v *view
-	if in.Memo != nil && len(s.Steps) > SmallExecution {
+	if in.Memo != nil && len(s.Steps) > viewOver {
 		// A small execution is cheaper to walk than to keep a view of. A
 		// state one event further has the instances the view will see
 		// next, and no item that event ends.

@@ -27,6 +27,7 @@ type view struct {
 	children map[string][]int // frame prefix -> positions of its instances
 	rounds   bool             // some path has a round (~r)
 	foreach  map[string]*foreachMemo
+	lists    map[string]*listMemo
 }
 
 // SmallExecution is the number of instances up to which decisions walk
@@ -38,6 +39,11 @@ const SmallExecution = 32
 // and panic if they differ (the package's tests set it).
 var verifyView bool
 
+// viewOver is the number of instances over which decisions keep a view:
+// SmallExecution, or none while views are verified (every execution has
+// one then, so that every decision is taken both ways).
+var viewOver = SmallExecution
+
 // foreachMemo is what a foreach instance's earlier decisions learned.
 type foreachMemo struct {
 	items []any
@@ -47,6 +53,29 @@ type foreachMemo struct {
 	outputs []any
 }
 
+// listMemo is what the decisions learned of a list of steps run in order
+// (a frame: the workflow's steps, a block's, a foreach item's, a
+// branch's): its leading steps [0, done) succeeded or were skipped, and
+// last is the last output among them. Those end for good until a resume
+// or a replay (which starts the view afresh), or a move to another
+// version (which starts the memo afresh): a decision goes on from done
+// rather than walking them again, which made each decision of an
+// execution of n steps cost n.
+type listMemo struct {
+	done int
+	last json.RawMessage
+}
+
+// list returns the memo of the list of steps with this prefix.
+func (v *view) list(prefix string) *listMemo {
+	m := v.lists[prefix]
+	if m == nil {
+		m = &listMemo{}
+		v.lists[prefix] = m
+	}
+	return m
+}
+
 // sync brings v up to date with s and returns it; a nil view stays nil.
 func (v *view) sync(s projections.Execution) *view {
 	if v == nil {
@@ -54,7 +83,8 @@ func (v *view) sync(s projections.Execution) *view {
 	}
 	if v.pos == nil || v.resumes != s.Resumes || len(s.Steps) < len(v.ids) ||
 		(len(v.ids) > 0 && s.Steps[len(v.ids)-1].ID != v.ids[len(v.ids)-1]) {
-		*v = view{resumes: s.Resumes, pos: map[string]int{}, children: map[string][]int{}, foreach: map[string]*foreachMemo{}}
+		*v = view{resumes: s.Resumes, pos: map[string]int{}, children: map[string][]int{}, foreach: map[string]*foreachMemo{},
+			lists: map[string]*listMemo{}}
 	}
 	for i := len(v.ids); i < len(s.Steps); i++ {
 		id := s.Steps[i].ID
@@ -88,5 +118,11 @@ func (v *view) memo(prefix string, input json.RawMessage) *foreachMemo {
 }
 
 // SetVerifyView turns on (for tests of the packages that call Next) the
-// check that every decision taken with a view is the one taken without.
-func SetVerifyView(on bool) { verifyView = on }
+// check that every decision taken with a view is the one taken without,
+// and a view of every execution, however small.
+func SetVerifyView(on bool) {
+	verifyView, viewOver = on, SmallExecution
+	if on {
+		viewOver = 0
+	}
+}
