@@ -526,6 +526,35 @@ func Apply(s Execution, ev events.Event) (Execution, error) {
 // the state before ev: fold again.
 func ApplyOwned(s Execution, ev events.Event) (Execution, error) { return applyOwned(s, ev) }
 
+// Peek hands look the state after ev without copying s's steps, as Apply
+// does, when ev is a step's schedule (events.StepScheduled): the one
+// instance it schedules is changed in place (or added past s's last, in
+// room s's steps do not use), and put back before Peek returns. It is for
+// a look ahead at what follows ev in an execution of many steps, where the
+// copy cost more than the look. s's steps must be its caller's own (see
+// ApplyOwned), and nothing else may read them while look runs; look must
+// not keep the state it is given. Any other event is applied to a copy.
+func Peek(s Execution, ev events.Event, look func(Execution)) error {
+	sc, ok := ev.Data.(*events.StepScheduled)
+	if !ok {
+		next, err := Apply(s, ev)
+		if err == nil {
+			look(next)
+		}
+		return err
+	}
+	if i := s.StepIndex(sc.StepID); i >= 0 {
+		saved := s.Steps[i]
+		defer func() { s.Steps[i] = saved }()
+	}
+	next, err := applyOwned(s, ev)
+	if err != nil {
+		return err
+	}
+	look(next)
+	return nil
+}
+
 // applyOwned is ApplyOwned, which Fold uses: a fold of an execution of n
 // steps with Apply took n² step copies.
 func applyOwned(s Execution, ev events.Event) (Execution, error) {

@@ -870,6 +870,52 @@ func TestASendingCarriedByTheNextEvent(t *testing.T) {
 	require.True(t, afterStart.SentAt.Equal(afterStart.StartedAt), "not sent after it started: %s, %s", afterStart.SentAt, afterStart.StartedAt)
 }
 
+// TestPeek: a look at the state after a step's schedule sees what Apply
+// gives, and leaves the state it was given as it was, for an instance
+// that is there (changed in place, then put back) and one the schedule
+// adds (past the last, in room the state does not use); an event Peek
+// refuses, or another kind of event, changes nothing either.
+func TestPeek(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	s, err := projections.Fold([]events.Event{
+		{ID: "1", Type: events.TypeExecutionStarted, Subject: "x1", Time: t0, Seq: 1,
+			Data: &events.ExecutionStarted{Workflow: "wf", Version: 1, Token: "t",
+				Steps: []events.StepRef{{ID: "a", Kind: "exec"}, {ID: "b", Kind: "foreach"}}}},
+		{ID: "2", Type: events.TypeStepScheduled, Subject: "x1", Time: t0, Seq: 2, PrevSeq: 1,
+			Data: &events.StepScheduled{StepID: "b", Attempt: 1, Input: json.RawMessage(`{"items":[1]}`)}},
+	})
+	require.NoError(t, err)
+	s.Steps = slices.Grow(s.Steps, 4) // room past the last instance
+	was := s
+	was.Steps = slices.Clone(s.Steps)
+	for _, ev := range []events.Event{
+		{ID: "3", Type: events.TypeStepScheduled, Subject: "x1", Time: t0.Add(time.Second), Seq: 3,
+			Data: &events.StepScheduled{StepID: "a", Attempt: 1, Input: json.RawMessage(`{"n":1}`)}},
+		{ID: "3", Type: events.TypeStepScheduled, Subject: "x1", Time: t0.Add(time.Second), Seq: 3,
+			Data: &events.StepScheduled{StepID: "b[0]/op", Kind: "exec", Attempt: 1}},
+		{ID: "3", Type: events.TypeStepSucceeded, Subject: "x1", Time: t0.Add(time.Second), Seq: 3,
+			Data: &events.StepSucceeded{StepID: "b", Attempt: 1}},
+	} {
+		want, err := projections.Apply(s, ev)
+		require.NoError(t, err)
+		looked := 0
+		require.NoError(t, projections.Peek(s, ev, func(next projections.Execution) {
+			looked++
+			require.Equal(t, want, next)
+		}))
+		require.Equal(t, 1, looked)
+		require.Equal(t, was, s, "%s: the state given is as it was", ev.Type)
+	}
+	refused := events.Event{ID: "3", Type: events.TypeStepScheduled, Subject: "x1", Time: t0, Seq: 3,
+		Data: &events.StepScheduled{StepID: "b", Attempt: 2}} // b is pending: scheduled again before it ends
+	_, want := projections.Apply(s, refused)
+	require.Error(t, want)
+	err = projections.Peek(s, refused, func(projections.Execution) { t.Fatal("looked at a state the fold refuses") })
+	require.Equal(t, want, err)
+	require.Equal(t, was, s, "a refused event changes nothing")
+}
+
 // TestMarkSent: what a dispatcher knows of a sending (MarkSent) makes the
 // step sent for its decisions, is told apart from what the history
 // records, and goes with the step's next event.

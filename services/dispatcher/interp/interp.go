@@ -38,7 +38,11 @@ import (
 type Input struct {
 	// ID and Workflow name the execution.
 	ID, Workflow string
-	// Def is the execution's pinned definition and State its folded history.
+	// Def is the execution's pinned definition and State its folded
+	// history. A decision may change State's steps while it is taken, and
+	// puts them back before it returns (a look ahead: projections.Peek):
+	// nothing else may read them meanwhile, as nothing else does the
+	// dispatcher's state of an execution it holds.
 	Def   workflow.Definition
 	State projections.Execution
 	// Memo is what earlier decisions on this execution learned (nil:
@@ -604,11 +608,14 @@ func (in Input) schedule(a action, sched *events.StepScheduled) Decision {
 	if !ok || !workflow.IsOperation(a.step.Kind) || in.State.DryRun || in.SplitDispatch {
 		return Decision{Events: []events.Payload{p}}
 	}
-	next, err := projections.Apply(in.State, events.Event{Type: sc.EventType(), Subject: in.ID, Time: in.Now, Data: sc})
-	if err != nil {
-		return Decision{Events: []events.Payload{p}} // appending it reports the error
-	}
-	if b := in.decide(next); b.kind != actSend || b.path != sc.StepID || b.attempt != sc.Attempt {
+	// A look at the state after it, not a copy: in.State's steps are the
+	// dispatcher's own while it decides (see Input.State).
+	sends := false
+	err := projections.Peek(in.State, events.Event{Type: sc.EventType(), Subject: in.ID, Time: in.Now, Data: sc}, func(next projections.Execution) {
+		b := in.decide(next)
+		sends = b.kind == actSend && b.path == sc.StepID && b.attempt == sc.Attempt
+	})
+	if err != nil || !sends { // appending it reports an error
 		return Decision{Events: []events.Payload{p}}
 	}
 	return Decision{Events: []events.Payload{&events.StepDispatched{StepID: sc.StepID, Kind: sc.Kind, Attempt: sc.Attempt,
