@@ -532,8 +532,10 @@ func ApplyOwned(s Execution, ev events.Event) (Execution, error) { return applyO
 // room s's steps do not use), and put back before Peek returns. It is for
 // a look ahead at what follows ev in an execution of many steps, where the
 // copy cost more than the look. s's steps must be its caller's own (see
-// ApplyOwned), and nothing else may read them while look runs; look must
-// not keep the state it is given. Any other event is applied to a copy.
+// ApplyOwned), nothing else may read them while look runs, and no state
+// alive may have more steps in the same array (an instance added is left
+// past s's last); look must not keep the state it is given. Any other
+// event is applied to a copy.
 func Peek(s Execution, ev events.Event, look func(Execution)) error {
 	sc, ok := ev.Data.(*events.StepScheduled)
 	if !ok {

@@ -87,9 +87,10 @@ const entryOverhead = int(unsafe.Sizeof(list.Element{})+unsafe.Sizeof(lruEntry[s
 
 // viewBytesPerStep estimates what the interpreter's view of a large
 // execution (its Memo) holds per step instance: its id, its place in the
-// maps of positions and frames, and a foreach item's decoded output,
-// counted as twice its JSON.
-const viewBytesPerStep = 96
+// maps of positions and frames, at most one list of steps' memo (a list
+// has an instance at least: a foreach item's, a branch's), and a foreach
+// item's decoded output, counted as twice its JSON.
+const viewBytesPerStep = 96 + 64
 
 // size estimates the bytes x holds: the folded state, the interpreter's
 // view of it, and the cache entry. The definition is shared with every

@@ -120,11 +120,11 @@ func (d *Dispatcher) advance(ctx context.Context, x *execState) error {
 
 // carryOut performs a decision.
 func (d *Dispatcher) carryOut(ctx context.Context, x *execState, dec interp.Decision) error {
+	if err := x.refuseTorn(); err != nil { // a decision taken from it, its error too
+		return err
+	}
 	if dec.Err != nil {
 		return permanentError{fmt.Errorf("execution %s: %w", x.id, dec.Err)}
-	}
-	if err := x.refuseTorn(); err != nil { // a decision taken from it: its effects too
-		return err
 	}
 	for _, e := range dec.Before {
 		if _, err := d.perform(ctx, x, e); err != nil {
@@ -245,6 +245,9 @@ func (d *Dispatcher) taskSubject(e interp.PublishTask) string {
 // perform carries out one effect, and returns what it found that the
 // history must record (nil: nothing).
 func (d *Dispatcher) perform(ctx context.Context, x *execState, eff interp.Effect) (interp.Outcome, error) {
+	if err := x.refuseTorn(); err != nil { // an effect decided from it
+		return nil, err
+	}
 	switch e := eff.(type) {
 	case interp.ArmTimer:
 		return nil, d.publishSchedule(ctx, x.id, x.workflow, e.TimerID, e.Due, x.state.LastSeq)

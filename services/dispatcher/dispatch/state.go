@@ -115,15 +115,22 @@ type execState struct {
 	// them), and what is kept of it are copies of its members, never its
 	// steps.
 	torn bool
+	// tornBy is the fold's refusal that tore state, if that tore it.
+	tornBy error
 }
 
 func (x *execState) subject() string { return bus.ExecutionSubject(x.workflow, x.id) }
 
-// refuseTorn is the error for anything done from a torn state, which
-// makes the execution's handling read its history again.
+// refuseTorn is the error for anything done from a torn state: the one
+// that tore it when the fold refused the event (permanent: reading the
+// history again would not change that), else a conflict, which makes
+// the execution's handling read its history again.
 func (x *execState) refuseTorn() error {
-	if !x.torn {
+	switch {
+	case !x.torn:
 		return nil
+	case x.tornBy != nil:
+		return x.tornBy
 	}
 	return fmt.Errorf("execution %s: a failed append left its state apart from the history: %w", x.id, bus.ErrConflict)
 }
@@ -184,7 +191,7 @@ func (d *Dispatcher) withExecutionAs(ctx context.Context, wf, id string, how loa
 		before := x.state.LastSeq
 		err = fn(x)
 		if err == nil && x.torn { // fn went past a failed append: read the history and run it again
-			err = fmt.Errorf("execution %s: an append failed and was gone past: %w", id, bus.ErrConflict)
+			err = x.refuseTorn()
 		}
 		if err == nil && x.state.LastSeq > 0 && (!cached || x.state.LastSeq != before) {
 			// Keep what fn built (a new execution's first events), so the
@@ -353,7 +360,8 @@ func (d *Dispatcher) append(ctx context.Context, x *execState, p events.Payload,
 	x.torn = true     // until the append is done
 	next, err := projections.ApplyOwned(x.state, ev)
 	if err != nil {
-		return permanentError{fmt.Errorf("refusing to append illegal event: %w", err)}
+		x.tornBy = permanentError{fmt.Errorf("refusing to append illegal event: %w", err)}
+		return x.tornBy
 	}
 	seq, err := d.hist.Append(ctx, x.subject(), before.LastSeq, ev)
 	d.cfg.Metrics.appendResult(err)

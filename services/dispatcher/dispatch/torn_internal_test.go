@@ -77,21 +77,24 @@ func TestAFailedAppendTearsTheState(t *testing.T) {
 
 	// An event the fold refuses (it may have changed the state part-way)
 	// tears it too; the history has not moved, so only the tear stops the
-	// next append.
+	// next append. The refusal stays what the handling ends with: reading
+	// the history again would not change it.
 	runs = 0
-	require.NoError(t, d.withExecution(t.Context(), "tw", "t1", func(x *execState) error {
-		if runs++; runs > 1 {
-			return nil
-		}
+	err = d.withExecution(t.Context(), "tw", "t1", func(x *execState) error {
+		runs++
 		err := d.append(t.Context(), x, &events.StepSucceeded{StepID: "nope", Attempt: 1}, time.Time{})
 		var permanent permanentError
 		require.ErrorAs(t, err, &permanent)
 		require.True(t, x.torn)
 		err = d.append(t.Context(), x, &events.VariablesSet{Vars: map[string]json.RawMessage{"j": json.RawMessage(`2`)}}, time.Time{})
-		require.ErrorIs(t, err, bus.ErrConflict, "nothing more is appended from a torn state")
+		require.ErrorAs(t, err, &permanent, "nothing more is appended from a torn state")
+		_, err = d.perform(t.Context(), x, interp.ArmTimer{})
+		require.ErrorAs(t, err, &permanent, "nor is an effect performed")
 		return nil
-	}))
-	require.Equal(t, 2, runs)
+	})
+	var permanent permanentError
+	require.ErrorAs(t, err, &permanent, "the refusal ends the handling")
+	require.Equal(t, 1, runs, "not run again: the history would say the same")
 	after, err := history.Read(t.Context(), b.js, subject, 0)
 	require.NoError(t, err)
 	require.Len(t, after, len(evs), "nothing was appended")

@@ -55,7 +55,8 @@ type foreachMemo struct {
 
 // listMemo is what the decisions learned of a list of steps run in order
 // (a frame: the workflow's steps, a block's, a foreach item's, a
-// branch's): its leading steps [0, done) succeeded or were skipped, and
+// branch's, a switch case's, a called workflow's; not on-error steps):
+// its leading steps [0, done) succeeded or were skipped, and
 // last is the last output among them. Those end for good until a resume
 // or a replay (which starts the view afresh), or a move to another
 // version (which starts the memo afresh): a decision goes on from done
