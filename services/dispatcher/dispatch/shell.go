@@ -120,8 +120,8 @@ func (d *Dispatcher) advance(ctx context.Context, x *execState) error {
 
 // carryOut performs a decision.
 func (d *Dispatcher) carryOut(ctx context.Context, x *execState, dec interp.Decision) error {
-	if err := x.refuseTorn(); err != nil { // a decision taken from it, its error too
-		return err
+	if x.torn != nil { // a decision taken from it, its error too
+		return x.torn
 	}
 	if dec.Err != nil {
 		return permanentError{fmt.Errorf("execution %s: %w", x.id, dec.Err)}
@@ -245,8 +245,8 @@ func (d *Dispatcher) taskSubject(e interp.PublishTask) string {
 // perform carries out one effect, and returns what it found that the
 // history must record (nil: nothing).
 func (d *Dispatcher) perform(ctx context.Context, x *execState, eff interp.Effect) (interp.Outcome, error) {
-	if err := x.refuseTorn(); err != nil { // an effect decided from it
-		return nil, err
+	if x.torn != nil { // an effect decided from it
+		return nil, x.torn
 	}
 	switch e := eff.(type) {
 	case interp.ArmTimer:

@@ -106,34 +106,24 @@ type execState struct {
 	// startTrace is the trace context (traceparent, tracestate) of the
 	// start command being applied, for its ExecutionStarted.
 	startTrace [2]string
-	// torn: an event was applied to state in place and then not appended
-	// (the fold refused it part-way, or the append failed), so state is
-	// not the history. No decision is carried out from it, and it is not
-	// cached: it is read again. state is x's own: the dispatcher holds an
-	// execution (handling.lock) while it changes it; the interpreter's
-	// Input shares its steps only while it takes a decision (Noted writes
-	// them), and what is kept of it are copies of its members, never its
-	// steps.
-	torn bool
-	// tornBy is the fold's refusal that tore state, if that tore it.
-	tornBy error
+	// torn, when set, says an event was applied to state in place and
+	// then not appended (the fold refused it part-way, or the append
+	// failed), so state is not the history: it is the error for anything
+	// done from it (errTorn, or the fold's refusal, permanent: reading the
+	// history again would not change it), and state is not cached but
+	// read again. state is x's own: the dispatcher holds an execution (handling.lock)
+	// while it changes it; the interpreter's Input shares its steps only
+	// while it takes a decision (Noted writes them), and what is kept of
+	// it are copies of its members, never its steps.
+	torn error
 }
 
 func (x *execState) subject() string { return bus.ExecutionSubject(x.workflow, x.id) }
 
-// refuseTorn is the error for anything done from a torn state: the one
-// that tore it when the fold refused the event (permanent: reading the
-// history again would not change that), else a conflict, which makes
-// the execution's handling read its history again.
-func (x *execState) refuseTorn() error {
-	switch {
-	case !x.torn:
-		return nil
-	case x.tornBy != nil:
-		return x.tornBy
-	}
-	return fmt.Errorf("execution %s: a failed append left its state apart from the history: %w", x.id, bus.ErrConflict)
-}
+// errTorn is execState.torn while an append is written, and after the
+// write failed: a conflict, which makes the execution's handling read its
+// history again. One value, not made at each append.
+var errTorn = fmt.Errorf("a failed append left the execution's state apart from its history: %w", bus.ErrConflict)
 
 // withExecution loads an execution (cache or stream) and runs fn; on a
 // write conflict it drops what it knew, reloads and runs fn again. A
@@ -190,8 +180,8 @@ func (d *Dispatcher) withExecutionAs(ctx context.Context, wf, id string, how loa
 		}
 		before := x.state.LastSeq
 		err = fn(x)
-		if err == nil && x.torn { // fn went past a failed append: read the history and run it again
-			err = x.refuseTorn()
+		if err == nil && x.torn != nil { // fn went past a failed append: read the history and run it again
+			err = x.torn
 		}
 		if err == nil && x.state.LastSeq > 0 && (!cached || x.state.LastSeq != before) {
 			// Keep what fn built (a new execution's first events), so the
@@ -352,16 +342,16 @@ func (d *Dispatcher) evict(id string) {
 // execution cost more the more steps it had. An append that fails leaves
 // x torn.
 func (d *Dispatcher) append(ctx context.Context, x *execState, p events.Payload, at time.Time) error {
-	if err := x.refuseTorn(); err != nil {
-		return err
+	if x.torn != nil {
+		return x.torn
 	}
 	ev := d.event(x, p, at)
 	before := x.state // its steps are next's: only its other members tell what was
-	x.torn = true     // until the append is done
+	x.torn = errTorn  // until the append is done
 	next, err := projections.ApplyOwned(x.state, ev)
 	if err != nil {
-		x.tornBy = permanentError{fmt.Errorf("refusing to append illegal event: %w", err)}
-		return x.tornBy
+		x.torn = permanentError{fmt.Errorf("refusing to append illegal event: %w", err)}
+		return x.torn
 	}
 	seq, err := d.hist.Append(ctx, x.subject(), before.LastSeq, ev)
 	d.cfg.Metrics.appendResult(err)
@@ -371,7 +361,7 @@ func (d *Dispatcher) append(ctx context.Context, x *execState, p events.Payload,
 	next.LastSeq = seq
 	d.cfg.Metrics.appended(&before, &next, &ev, d.cfg.Now)
 	d.traced(&before, &next, &ev)
-	x.state, x.current, x.torn = next, true, false
+	x.state, x.current, x.torn = next, true, nil
 	if c, ok := p.(*events.DefinitionChanged); ok { // what follows runs the new version
 		def, err := d.pinned.get(x.workflow, c.Version, c.Definition)
 		if err != nil {

@@ -43,7 +43,7 @@ func TestAFailedAppendTearsTheState(t *testing.T) {
 	runs := 0
 	err = d.withExecution(t.Context(), "tw", "t1", func(x *execState) error {
 		if runs++; runs > 1 { // run again on the history read anew
-			require.False(t, x.torn)
+			require.NoError(t, x.torn)
 			require.Equal(t, projections.OpWaiting, x.state.Steps[0].Status, "read again: as the history says")
 			require.JSONEq(t, `1`, string(x.state.Vars["k"]))
 			return nil
@@ -58,7 +58,7 @@ func TestAFailedAppendTearsTheState(t *testing.T) {
 
 		err = d.append(t.Context(), x, &events.StepFailed{StepID: "w", Attempt: 1, Error: "given up"}, time.Time{})
 		require.ErrorIs(t, err, bus.ErrConflict)
-		require.True(t, x.torn)
+		require.Error(t, x.torn)
 		require.Equal(t, projections.OpFailed, steps[0].Status, "applied in place before the write")
 
 		err = d.append(t.Context(), x, &events.VariablesSet{Vars: map[string]json.RawMessage{"j": json.RawMessage(`2`)}}, time.Time{})
@@ -85,7 +85,7 @@ func TestAFailedAppendTearsTheState(t *testing.T) {
 		err := d.append(t.Context(), x, &events.StepSucceeded{StepID: "nope", Attempt: 1}, time.Time{})
 		var permanent permanentError
 		require.ErrorAs(t, err, &permanent)
-		require.True(t, x.torn)
+		require.Error(t, x.torn)
 		err = d.append(t.Context(), x, &events.VariablesSet{Vars: map[string]json.RawMessage{"j": json.RawMessage(`2`)}}, time.Time{})
 		require.ErrorAs(t, err, &permanent, "nothing more is appended from a torn state")
 		_, err = d.perform(t.Context(), x, interp.ArmTimer{})
