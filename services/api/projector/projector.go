@@ -163,11 +163,17 @@ func (p *Projector) Stats() Stats {
 	return Stats{Events: p.events.Load(), Writes: p.writes.Load()}
 }
 
-// cached returns id's cached state, if any.
-func (p *Projector) cached(id string) (entry, bool) {
+// take returns id's cached state, if any, and drops it from the cache:
+// its caller owns it (and applies events to it in place) until it
+// remembers a state for id again. One execution is projected by one
+// goroutine at a time (projectAll), so nothing else wants it meanwhile.
+func (p *Projector) take(id string) (entry, bool) {
 	p.cacheMu.Lock()
 	defer p.cacheMu.Unlock()
 	e, ok := p.cache[id]
+	if ok {
+		p.forgetLocked(id)
+	}
 	return e, ok
 }
 
@@ -675,7 +681,11 @@ func (p *Projector) reproject(ctx context.Context, id, subject string) error {
 // its history instead.
 func (p *Projector) project(ctx context.Context, g *group) error {
 	id := g.id
-	cur, ok := p.cached(id)
+	// The state is this projection's own: taken out of the cache, or read
+	// and decoded here. The group's events apply onto it in place, so
+	// after an event that fails to apply cur.state is torn (it is folded
+	// again from the history, and not cached).
+	cur, ok := p.take(id)
 	if !ok {
 		var err error
 		if cur, err = p.read(ctx, id); err != nil {
@@ -683,12 +693,13 @@ func (p *Projector) project(ctx context.Context, g *group) error {
 		}
 	}
 	if owns, err := p.owns(ctx, g, cur.state); err != nil || !owns {
+		if ok {
+			p.remember(id, cur) // untouched
+		}
 		return err
 	}
 	next, inputs, known := cur.state, cur.inputs, cur.known
-	// owned: next is this projection's own (the cache keeps cur.state),
-	// so the group's later events apply onto it in place.
-	owned := false
+	applied := false // whether cur.state may have changed in place
 	for _, ev := range g.evs {
 		if ev.Seq <= next.LastSeq {
 			continue // already projected
@@ -703,12 +714,8 @@ func (p *Projector) project(ctx context.Context, g *group) error {
 			next = projections.PassOver(next, ev) // nothing applies after a damage until a repair
 			continue
 		default:
-			if owned {
-				next, err = projections.ApplyOwned(next, ev) // after an error, folded again from cur.state
-			} else {
-				next, err = projections.Apply(next, ev)
-				owned = err == nil
-			}
+			applied = true
+			next, err = projections.ApplyOwned(next, ev) // after an error, folded again from the history
 			if start, ok := ev.Data.(*events.ExecutionStarted); ok && err == nil {
 				inputs, known = redact.ForStart(start), true
 			}
@@ -724,6 +731,9 @@ func (p *Projector) project(ctx context.Context, g *group) error {
 		break // the fold covers the group's events
 	}
 	if next.LastSeq == cur.state.LastSeq {
+		if ok && !applied {
+			p.remember(id, cur) // every event was projected already (delivered again)
+		}
 		return nil
 	}
 	if !known { // a stored read model, redacted: its start tells what to hide

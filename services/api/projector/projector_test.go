@@ -593,3 +593,70 @@ func TestProjectorBindsAgainWhenItsConsumerIsDeleted(t *testing.T) {
 	_, err = js.Consumer(t.Context(), bus.StreamEvents, bus.ConsumerProjector)
 	require.NoError(t, err, "the consumer was made again")
 }
+
+// TestAnEventThatDoesNotApplyLeavesNoTornStateCached: the projector
+// applies a group's events to its cached state in place, so an event that
+// applies after others that did, and then fails, leaves that state half
+// changed. The model written must be the history's fold (damaged where
+// the event failed), and so must every model after it: the half-changed
+// state must never be cached and applied onto.
+func TestAnEventThatDoesNotApplyLeavesNoTornStateCached(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	ctx := t.Context()
+	kv, err := js.KeyValue(ctx, bus.BucketExecutions)
+	require.NoError(t, err)
+	hist, err := history.Open(ctx, js)
+	require.NoError(t, err)
+	natstest.Serve(t, newProjector(t, js, 0).Run)
+	const id = "torn"
+	subject := bus.ExecutionSubject("wf", id)
+	// requireFold waits for the model to reach the history's last event,
+	// and requires it to be the history's fold.
+	requireFold := func(last uint64) projections.Execution {
+		t.Helper()
+		var x projections.Execution
+		natstest.Eventually(t, 20*time.Second, func() bool {
+			var ok bool
+			x, ok = storedModel(t, kv, id)
+			return ok && x.LastSeq == last
+		}, "read model of %s at seq %d (it is at %d)", id, last, x.LastSeq)
+		evs, err := hist.Read(ctx, subject, 0)
+		require.NoError(t, err)
+		requireSameModel(t, projections.FoldQuarantined(id, evs), x)
+		return x
+	}
+
+	steps := []events.StepRef{{ID: "s1", Kind: "noop"}, {ID: "s2", Kind: "noop"}}
+	evs := appendHistory(t, js, "wf", id, &events.ExecutionStarted{Workflow: "wf", Version: 1, Steps: steps, Token: "t"},
+		&events.StepScheduled{StepID: "s1", Attempt: 1})
+	requireFold(evs[1].Seq) // cached from here
+
+	// A sending that applies, then a success of a step never scheduled,
+	// which does not, appended together: a batch may hold both.
+	evs = appendFrom(t, js, "wf", id, evs[1].Seq,
+		&events.StepSending{StepID: "s1", Attempt: 1, TaskID: id + ".s1.1", Queue: "default"},
+		&events.StepSucceeded{StepID: "s2", Attempt: 1, Agent: "ag"})
+	bad := evs[1].Seq
+	x := requireFold(bad)
+	require.NotNil(t, x.Damaged)
+	require.Equal(t, bad, x.Damaged.Seq)
+
+	// Repaired, the execution goes on from the sending.
+	evs = appendFrom(t, js, "wf", id, bad,
+		&events.ExecutionRepaired{IgnoreSeq: bad, ActionRecord: events.ActionRecord{Action: events.ActionRepair, Command: "test#" + id}},
+		&events.StepSent{StepID: "s1", Attempt: 1, TaskID: id + ".s1.1"})
+	x = requireFold(evs[1].Seq)
+	require.Nil(t, x.Damaged)
+	require.Equal(t, projections.OpSent, x.Steps[0].Status)
+
+	evs = appendFrom(t, js, "wf", id, evs[1].Seq,
+		&events.StepSucceeded{StepID: "s1", Attempt: 1, Agent: "ag"},
+		&events.StepScheduled{StepID: "s2", Attempt: 1},
+		&events.StepSending{StepID: "s2", Attempt: 1, TaskID: id + ".s2.1", Queue: "default"},
+		&events.StepSucceeded{StepID: "s2", Attempt: 1, Agent: "ag"},
+		&events.ExecutionSucceeded{})
+	x = requireFold(evs[len(evs)-1].Seq)
+	require.Equal(t, projections.StatusSucceeded, x.Status)
+	require.Equal(t, []uint64{bad}, x.Repairs)
+}
