@@ -527,17 +527,18 @@ func Apply(s Execution, ev events.Event) (Execution, error) {
 func ApplyOwned(s Execution, ev events.Event) (Execution, error) { return applyOwned(s, ev) }
 
 // Peek hands look the state after ev without copying s's steps, as Apply
-// does, when ev is a step's schedule (events.StepScheduled): the one
-// instance it schedules is changed in place (or added past s's last, in
-// room s's steps do not use), and put back before Peek returns. It is for
-// a look ahead at what follows ev in an execution of many steps, where the
-// copy cost more than the look. s's steps must be its caller's own (see
-// ApplyOwned), nothing else may read them while look runs, and no state
-// alive may have more steps in the same array (an instance added is left
-// past s's last); look must not keep the state it is given. Any other
-// event is applied to a copy.
+// does, when ev changes one step instance and nothing else in place: a
+// step's schedule (events.StepScheduled), or a success that carries
+// neither a signal taken nor the next dispatch (events.StepSucceeded).
+// That instance is changed in place (or, scheduled, added past s's last,
+// in room s's steps do not use), and put back before Peek returns. It is
+// for a look ahead at what follows ev, where the copy cost more than the
+// look. s's steps must be its caller's own (see ApplyOwned), nothing else
+// may read them while look runs, and no state alive may have more steps
+// in the same array (an instance added is left past s's last); look must
+// not keep the state it is given. Any other event is applied to a copy.
 func Peek(s Execution, ev events.Event, look func(Execution)) error {
-	sc, ok := ev.Data.(*events.StepScheduled)
+	id, ok := peeks(ev)
 	if !ok {
 		next, err := Apply(s, ev)
 		if err == nil {
@@ -545,7 +546,7 @@ func Peek(s Execution, ev events.Event, look func(Execution)) error {
 		}
 		return err
 	}
-	if i := s.StepIndex(sc.StepID); i >= 0 {
+	if i := s.StepIndex(id); i >= 0 {
 		saved := s.Steps[i]
 		defer func() { s.Steps[i] = saved }()
 	}
@@ -555,6 +556,21 @@ func Peek(s Execution, ev events.Event, look func(Execution)) error {
 	}
 	look(next)
 	return nil
+}
+
+// peeks returns the one step instance ev changes in place when that is
+// all apply changes in place (its other changes are to copies, as Vars'),
+// and whether it is so.
+func peeks(ev events.Event) (string, bool) {
+	switch e := ev.Data.(type) {
+	case *events.StepScheduled:
+		return e.StepID, true
+	case *events.StepSucceeded:
+		// A signal taken changes Signals in place; a dispatch carried
+		// changes another instance.
+		return e.StepID, e.SignalID == "" && e.Then == nil
+	}
+	return "", false
 }
 
 // applyOwned is ApplyOwned, which Fold uses: a fold of an execution of n

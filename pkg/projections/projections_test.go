@@ -870,11 +870,12 @@ func TestASendingCarriedByTheNextEvent(t *testing.T) {
 	require.True(t, afterStart.SentAt.Equal(afterStart.StartedAt), "not sent after it started: %s, %s", afterStart.SentAt, afterStart.StartedAt)
 }
 
-// TestPeek: a look at the state after a step's schedule sees what Apply
-// gives, and leaves the state it was given as it was, for an instance
-// that is there (changed in place, then put back) and one the schedule
-// adds (past the last, in room the state does not use); an event Peek
-// refuses, or another kind of event, changes nothing either.
+// TestPeek: a look at the state after a step's schedule or success sees
+// what Apply gives, and leaves the state it was given as it was, for an
+// instance that is there (changed in place, then put back) and one the
+// schedule adds (past the last, in room the state does not use); a
+// success that sets variables or carries the next dispatch, and an event
+// Peek refuses, change nothing either.
 func TestPeek(t *testing.T) {
 	t.Parallel()
 	t0 := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
@@ -895,7 +896,11 @@ func TestPeek(t *testing.T) {
 		{ID: "3", Type: events.TypeStepScheduled, Subject: "x1", Time: t0.Add(time.Second), Seq: 3,
 			Data: &events.StepScheduled{StepID: "b[0]/op", Kind: "exec", Attempt: 1}},
 		{ID: "3", Type: events.TypeStepSucceeded, Subject: "x1", Time: t0.Add(time.Second), Seq: 3,
-			Data: &events.StepSucceeded{StepID: "b", Attempt: 1}},
+			Data: &events.StepSucceeded{StepID: "b", Attempt: 1, Output: json.RawMessage(`{"ok":true}`)}},
+		{ID: "3", Type: events.TypeStepSucceeded, Subject: "x1", Time: t0.Add(time.Second), Seq: 3, // variables: a copy of the map
+			Data: &events.StepSucceeded{StepID: "b", Attempt: 1, Vars: map[string]json.RawMessage{"v": json.RawMessage(`1`)}}},
+		{ID: "3", Type: events.TypeStepSucceeded, Subject: "x1", Time: t0.Add(time.Second), Seq: 3, // the next dispatch: applied to a copy
+			Data: &events.StepSucceeded{StepID: "b", Attempt: 1, Then: &events.StepDispatched{StepID: "a", Attempt: 1, TaskID: "x1.a.1", Queue: "default"}}},
 	} {
 		want, err := projections.Apply(s, ev)
 		require.NoError(t, err)
@@ -907,13 +912,18 @@ func TestPeek(t *testing.T) {
 		require.Equal(t, 1, looked)
 		require.Equal(t, was, s, "%s: the state given is as it was", ev.Type)
 	}
-	refused := events.Event{ID: "3", Type: events.TypeStepScheduled, Subject: "x1", Time: t0, Seq: 3,
-		Data: &events.StepScheduled{StepID: "b", Attempt: 2}} // b is pending: scheduled again before it ends
-	_, want := projections.Apply(s, refused)
-	require.Error(t, want)
-	err = projections.Peek(s, refused, func(projections.Execution) { t.Fatal("looked at a state the fold refuses") })
-	require.Equal(t, want, err)
-	require.Equal(t, was, s, "a refused event changes nothing")
+	for _, refused := range []events.Event{
+		{ID: "3", Type: events.TypeStepScheduled, Subject: "x1", Time: t0, Seq: 3,
+			Data: &events.StepScheduled{StepID: "b", Attempt: 2}}, // b is pending: scheduled again before it ends
+		{ID: "3", Type: events.TypeStepSucceeded, Subject: "x1", Time: t0, Seq: 3,
+			Data: &events.StepSucceeded{StepID: "a", Attempt: 1}}, // a never ran
+	} {
+		_, want := projections.Apply(s, refused)
+		require.Error(t, want)
+		err = projections.Peek(s, refused, func(projections.Execution) { t.Fatal("looked at a state the fold refuses") })
+		require.Equal(t, want, err)
+		require.Equal(t, was, s, "a refused %s changes nothing", refused.Type)
+	}
 }
 
 // TestMarkSent: what a dispatcher knows of a sending (MarkSent) makes the

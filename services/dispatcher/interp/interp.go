@@ -1061,26 +1061,31 @@ func (in Input) dispatchedAfter(p events.Payload, size int) *events.StepDispatch
 	if in.SplitDispatch || len(in.State.Steps) > SmallExecution {
 		return nil
 	}
-	next, err := projections.Apply(in.State, events.Event{Type: p.EventType(), Subject: in.ID, Time: in.Now, Data: p})
-	if err != nil || len(next.Steps) > SmallExecution {
+	var disp *events.StepDispatched
+	// A peek, not a copy: a success changes its one instance (Input.State).
+	err := projections.Peek(in.State, events.Event{Type: p.EventType(), Subject: in.ID, Time: in.Now, Data: p}, func(next projections.Execution) {
+		if len(next.Steps) > SmallExecution {
+			return
+		}
+		after := in
+		after.State, after.Memo = next, &Memo{} // no view: walked
+		if in.Memo != nil {
+			after.Memo.retains = in.Memo.retains
+		}
+		a := after.decide(next)
+		if a.kind != actSchedule {
+			return
+		}
+		d := after.carry(a)
+		if d.Need != nil || d.Err != nil || len(d.Events) != 1 || len(d.Before)+len(d.After) > 0 {
+			return
+		}
+		if x, ok := d.Events[0].(*events.StepDispatched); ok && (in.MaxEvent <= 0 || size+len(x.Input) <= in.MaxEvent/2) {
+			disp = x // else two large payloads in one event: each in its own
+		}
+	})
+	if err != nil {
 		return nil
-	}
-	after := in
-	after.State, after.Memo = next, &Memo{} // no view: walked
-	if in.Memo != nil {
-		after.Memo.retains = in.Memo.retains
-	}
-	a := after.decide(next)
-	if a.kind != actSchedule {
-		return nil
-	}
-	d := after.carry(a)
-	if d.Need != nil || d.Err != nil || len(d.Events) != 1 || len(d.Before)+len(d.After) > 0 {
-		return nil
-	}
-	disp, ok := d.Events[0].(*events.StepDispatched)
-	if !ok || (in.MaxEvent > 0 && size+len(disp.Input) > in.MaxEvent/2) {
-		return nil // two large payloads in one event: each in its own
 	}
 	return disp
 }
