@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -874,8 +875,8 @@ func TestASendingCarriedByTheNextEvent(t *testing.T) {
 // what Apply gives, and leaves the state it was given as it was, for an
 // instance that is there (changed in place, then put back) and one the
 // schedule adds (past the last, in room the state does not use); a
-// success that sets variables or carries the next dispatch, and an event
-// Peek refuses, change nothing either.
+// success that sets variables, takes a signal or carries the next
+// dispatch, and an event Peek refuses, change nothing either.
 func TestPeek(t *testing.T) {
 	t.Parallel()
 	t0 := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
@@ -885,11 +886,16 @@ func TestPeek(t *testing.T) {
 				Steps: []events.StepRef{{ID: "a", Kind: "exec"}, {ID: "b", Kind: "foreach"}}}},
 		{ID: "2", Type: events.TypeStepScheduled, Subject: "x1", Time: t0, Seq: 2, PrevSeq: 1,
 			Data: &events.StepScheduled{StepID: "b", Attempt: 1, Input: json.RawMessage(`{"items":[1]}`)}},
+		{ID: "3", Type: events.TypeVariablesSet, Subject: "x1", Time: t0, Seq: 3, PrevSeq: 2,
+			Data: &events.VariablesSet{Vars: map[string]json.RawMessage{"w": json.RawMessage(`0`)}}},
+		{ID: "4", Type: events.TypeSignalReceived, Subject: "x1", Time: t0, Seq: 4, PrevSeq: 3,
+			Data: &events.SignalReceived{SignalID: "sig1", Name: "go"}},
 	})
 	require.NoError(t, err)
+	require.Len(t, s.Signals, 1)
 	s.Steps = slices.Grow(s.Steps, 4) // room past the last instance
 	was := s
-	was.Steps = slices.Clone(s.Steps)
+	was.Steps, was.Signals, was.Vars = slices.Clone(s.Steps), slices.Clone(s.Signals), maps.Clone(s.Vars)
 	for _, ev := range []events.Event{
 		{ID: "3", Type: events.TypeStepScheduled, Subject: "x1", Time: t0.Add(time.Second), Seq: 3,
 			Data: &events.StepScheduled{StepID: "a", Attempt: 1, Input: json.RawMessage(`{"n":1}`)}},
@@ -901,6 +907,8 @@ func TestPeek(t *testing.T) {
 			Data: &events.StepSucceeded{StepID: "b", Attempt: 1, Vars: map[string]json.RawMessage{"v": json.RawMessage(`1`)}}},
 		{ID: "3", Type: events.TypeStepSucceeded, Subject: "x1", Time: t0.Add(time.Second), Seq: 3, // the next dispatch: applied to a copy
 			Data: &events.StepSucceeded{StepID: "b", Attempt: 1, Then: &events.StepDispatched{StepID: "a", Attempt: 1, TaskID: "x1.a.1", Queue: "default"}}},
+		{ID: "3", Type: events.TypeStepSucceeded, Subject: "x1", Time: t0.Add(time.Second), Seq: 3, // a signal taken: applied to a copy
+			Data: &events.StepSucceeded{StepID: "b", Attempt: 1, SignalID: "sig1"}},
 	} {
 		want, err := projections.Apply(s, ev)
 		require.NoError(t, err)

@@ -749,8 +749,7 @@ func (p *Projector) project(ctx context.Context, g *group) error {
 	}
 	rev, err := p.write(ctx, id, inputs.Execution(next), cur.rev, enc)
 	if err != nil {
-		p.forget(id)
-		return err
+		return err // not cached (taken): read again next time
 	}
 	if p.OnWrite != nil {
 		// How long the oldest event this write brings into the model waited

@@ -29,21 +29,21 @@ func (m *memShell) finish(task events.Task) {
 // the next dispatch (as with -split-dispatch), and the next decision
 // (Next) schedules the 7th; without, the 6th success carried the 7th's
 // dispatch (docs/adr/0008), which Result decides.
-func tenStepsMidway(b *testing.B, split bool) *memShell { return stepsMidway(b, 10, 6, split) }
+func tenStepsMidway(tb testing.TB, split bool) *memShell { return stepsMidway(tb, 10, 6, split) }
 
 // stepsMidway is an execution of n noop steps with the first done ones
 // done, as tenStepsMidway.
-func stepsMidway(b *testing.B, n, done int, split bool) *memShell {
+func stepsMidway(tb testing.TB, n, done int, split bool) *memShell {
 	def := workflow.Definition{Name: "bench"}
 	for i := range n {
 		def.Steps = append(def.Steps, workflow.Step{ID: fmt.Sprintf("s%d", i+1), Kind: workflow.KindNoop})
 	}
-	m := newMemShell(b, def, `{}`)
+	m := newMemShell(tb, def, `{}`)
 	m.split = split
 	for i := range done {
 		m.advance()
 		if len(m.tasks) != i+1 {
-			b.Fatalf("%d tasks after %d steps", len(m.tasks), i)
+			tb.Fatalf("%d tasks after %d steps", len(m.tasks), i)
 		}
 		m.finish(m.tasks[i])
 	}
