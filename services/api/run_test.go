@@ -28,6 +28,8 @@ func TestRunRefusesOutOfRange(t *testing.T) {
 		"LongCoalesceEnv":   {env: map[string]string{"JETFLOW_PROJECTOR_COALESCE": "1m"}, want: []string{"-projector-coalesce (JETFLOW_PROJECTOR_COALESCE) 1m"}},
 		"TinyProjectorCache": {args: []string{"-projector-cache-bytes", "4096"},
 			want: []string{"-projector-cache-bytes (JETFLOW_PROJECTOR_CACHE_BYTES) 4096", "65536 to 68719476736"}},
+		"TinyVisibilityCacheEnv": {env: map[string]string{"JETFLOW_VISIBILITY_CACHE_BYTES": "65536"},
+			want: []string{"-visibility-cache-bytes (JETFLOW_VISIBILITY_CACHE_BYTES) 65536", "1048576 to 68719476736"}},
 	} {
 		svcruntest.Refuses(t, run, name, tc.args, tc.env, tc.want...)
 	}

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"path/filepath"
@@ -82,7 +83,7 @@ func openFeed(ctx context.Context, cfg Config, ns string, js jetstream.JetStream
 		if cfg.VisibilityDir != "" {
 			path = filepath.Join(cfg.VisibilityDir, ns+".db")
 		}
-		s, err := sqlitestore.Open(path)
+		s, err := sqlitestore.OpenCache(path, cmp.Or(cfg.VisibilityCache, sqlitestore.DefaultCacheBytes))
 		if err != nil {
 			return nil, fmt.Errorf("namespace %s: %w", ns, err)
 		}

@@ -35,6 +35,7 @@ import (
 	"jetflow.dev/services/api/ui"
 	"jetflow.dev/services/api/visibility"
 	"jetflow.dev/services/api/visibility/pgstore"
+	"jetflow.dev/services/api/visibility/sqlitestore"
 )
 
 // Config configures the api. Its durations and sizes must lie in
@@ -68,6 +69,11 @@ type Config struct {
 	// kept across restarts. "" keeps it in memory, fed again from the
 	// read models at every start (docs/operations.md#the-visibility-index).
 	VisibilityDir string
+	// VisibilityCache bounds the page cache of a SQLite visibility
+	// index's writer, in bytes (each reader's is a quarter of it). Default
+	// sqlitestore.DefaultCacheBytes (64 MiB); not used with
+	// VisibilityPostgres.
+	VisibilityCache int
 	// VisibilityPostgres, when set, is the URL of a PostgreSQL database
 	// that holds the visibility index instead (a schema per namespace,
 	// jetflow_visibility_<namespace>), which api replicas may share
@@ -148,7 +154,10 @@ var Ranges = struct {
 	MaxBody             svc.Range[int64]
 	MaxReadModel        svc.Range[int]
 	ProjectorCache      svc.Range[int]
+	VisibilityCache     svc.Range[int]
 }{
+	// A few pages' worth per query, to 64 GiB.
+	VisibilityCache: svc.Range[int]{Min: sqlitestore.MinCacheBytes, Max: 64 << 30},
 	// From a few small executions to 64 GiB.
 	ProjectorCache: svc.Range[int]{Min: 64 << 10, Max: 64 << 30},
 	// Read models may lag that much behind under load; 0 is never.
@@ -176,6 +185,7 @@ func (c Config) Validate() error {
 		Ranges.MaxBody.Check("api: MaxBody", c.MaxBody),
 		Ranges.MaxReadModel.Check("api: MaxReadModel", cmp.Or(c.MaxReadModel, 900<<10)),
 		Ranges.ProjectorCache.Check("api: ProjectorCache (-projector-cache-bytes, JETFLOW_PROJECTOR_CACHE_BYTES)", cmp.Or(c.ProjectorCache, projector.DefaultCacheBytes)),
+		Ranges.VisibilityCache.Check("api: VisibilityCache (-visibility-cache-bytes, JETFLOW_VISIBILITY_CACHE_BYTES)", cmp.Or(c.VisibilityCache, sqlitestore.DefaultCacheBytes)),
 		Ranges.ProjectorCoalesce.Check("api: ProjectorCoalesce (-projector-coalesce, JETFLOW_PROJECTOR_COALESCE)", max(c.ProjectorCoalesce, 0)),
 		Ranges.ReadyMaxLag.Check("api: ReadyMaxLag (-ready-max-lag, JETFLOW_READY_MAX_LAG)", c.ReadyMaxLag),
 	); err != nil {

@@ -68,6 +68,7 @@ type config struct {
 	tracing                                bool
 	soak                                   soakConfig
 	visibility                             int
+	visibilityCache                        int
 	visibilityPostgres                     string
 }
 
@@ -90,6 +91,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&c.single, "single", 100, "executions in the sequential single-execution latency run")
 	fs.IntVar(&c.single1, "single1", 100, "executions of one noop step in the sequential 1-step latency run (0 skips it)")
 	fs.IntVar(&c.sleepers, "sleepers", 0, "executions in the sleepers run: all asleep for an hour, reporting the process's memory and goroutines per sleeping execution (0 skips it)")
+	fs.IntVar(&c.visibilityCache, "visibility-cache-bytes", 0, "the page cache of the api's SQLite visibility index's writer, in bytes (0: the api's default, 64 MiB; the sleepers run counts it in the process's memory)")
 	fs.DurationVar(&c.sleepersSettle, "sleepers-settle", sleepersSettle, "how long the sleepers run waits, once all are asleep, before it measures (11m: past the commands stream's dedupe window)")
 	fs.BoolVar(&c.fsync, "fsync", false, "run the embedded server with an fsync of every JetStream write before its ack (sync_interval: always)")
 	fs.DurationVar(&c.syncInterval, "sync-interval", 0, "how often the embedded server fsyncs its file store, without -fsync (sync_interval; default nats-server's, 2m)")
@@ -175,7 +177,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	scfg := devstack.Config{DataDir: c.dataDir, NATSAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
 		Log: zerolog.New(os.Stderr).Level(zerolog.WarnLevel), Insecure: c.insecure, BulkAfter: c.bulkAfter,
-		SyncAlways: c.fsync, SyncInterval: c.syncInterval}
+		SyncAlways: c.fsync, SyncInterval: c.syncInterval, VisibilityCache: c.visibilityCache}
 	if c.metrics {
 		scfg.MetricsAddr = "127.0.0.1:0"
 	}

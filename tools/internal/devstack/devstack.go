@@ -58,6 +58,9 @@ type Config struct {
 	// that holds the api's visibility index (api.Config.VisibilityPostgres)
 	// instead of DataDir/visibility.
 	VisibilityPostgres string
+	// VisibilityCache is the page cache of the SQLite visibility index's
+	// writer, in bytes (api.Config.VisibilityCache; 0: its default).
+	VisibilityCache int
 	// StartWait is how long the api waits for the dispatcher's verdict on
 	// a command before answering 202. Default the api's (5s).
 	StartWait time.Duration
@@ -578,7 +581,7 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 			visibilityDir = filepath.Join(cfg.DataDir, "visibility")
 		}
 		return api.Serve(ctx, api.Config{Listener: ln, StartWait: cfg.StartWait, MaxReadModel: cfg.MaxReadModel, BindOnly: restricted, Namespaces: others,
-			VisibilityDir: visibilityDir, VisibilityPostgres: cfg.VisibilityPostgres, Missing: missing, Auth: api.AuthConfig{Disabled: cfg.Insecure, AdminTokenFile: tokenPath}, Registerer: reg,
+			VisibilityDir: visibilityDir, VisibilityCache: cfg.VisibilityCache, VisibilityPostgres: cfg.VisibilityPostgres, Missing: missing, Auth: api.AuthConfig{Disabled: cfg.Insecure, AdminTokenFile: tokenPath}, Registerer: reg,
 			Tracer: cfg.Tracer}, c.NC, c.JS, log("api"))
 	})
 	err = g.Wait()
@@ -595,7 +598,7 @@ func (c Config) validate() error {
 			StartedAfter: c.StartedAfter}.Validate(),
 		dispatch.Config{Workers: c.Workers, CacheSize: c.CacheSize, BulkAfter: c.BulkAfter, LeaseTTL: c.LeaseTTL}.Validate(),
 		janitor.Config{Interval: c.JanitorInterval, IdleAfter: c.IdleAfter, RetentionDefault: c.RetentionDefault}.Validate(),
-		api.Config{StartWait: c.StartWait, MaxReadModel: c.MaxReadModel}.Validate(),
+		api.Config{StartWait: c.StartWait, MaxReadModel: c.MaxReadModel, VisibilityCache: c.VisibilityCache}.Validate(),
 	)
 }
 

@@ -166,3 +166,32 @@ func TestMigratesVersion1(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, pos, p, "the position is kept: no feed from the start")
 }
+
+// TestOpenCacheBoundsThePageCaches: the writer's page cache is the size
+// given (SQLite's cache_size, negative: in KiB), each reader's a quarter
+// of it, on a file and in memory; Open keeps DefaultCacheBytes; a cache
+// below MinCacheBytes is refused, naming the least.
+func TestOpenCacheBoundsThePageCaches(t *testing.T) {
+	t.Parallel()
+	cacheSize := func(db *sql.DB) int {
+		t.Helper()
+		var n int
+		require.NoError(t, db.QueryRowContext(t.Context(), "PRAGMA cache_size").Scan(&n))
+		return n
+	}
+	for name, path := range map[string]string{"file": filepath.Join(t.TempDir(), "default.db"), "memory": ""} {
+		s, err := OpenCache(path, 8<<20)
+		require.NoError(t, err, name)
+		require.Equal(t, -8192, cacheSize(s.w), "%s: the writer's", name)
+		if path != "" {
+			require.Equal(t, -2048, cacheSize(s.r), "%s: a reader's", name)
+		}
+		require.NoError(t, s.Close())
+	}
+	s := openTemp(t)
+	require.Equal(t, -(DefaultCacheBytes >> 10), cacheSize(s.w))
+	require.Equal(t, -(DefaultCacheBytes >> 12), cacheSize(s.r))
+
+	_, err := OpenCache(filepath.Join(t.TempDir(), "small.db"), 64<<10)
+	require.ErrorContains(t, err, "give at least 1048576")
+}
