@@ -33,6 +33,8 @@ func TestConfigValidate(t *testing.T) {
 		"TinyMaxReadModel":  {cfg: api.Config{MaxReadModel: 1000}, want: "api: MaxReadModel 1000: out of range, use 16384 to 67108864"},
 		"VisibilityDirFile": {cfg: api.Config{VisibilityDir: "config_test.go"}, want: `api: VisibilityDir "config_test.go" (-visibility-dir, JETFLOW_VISIBILITY_DIR) is a file`},
 		"VisibilityDirNew":  {cfg: api.Config{VisibilityDir: "no/such/dir/yet"}},
+		"TinyVisibilityCache": {cfg: api.Config{VisibilityCache: 4096},
+			want: "api: VisibilityCache (-visibility-cache-bytes, JETFLOW_VISIBILITY_CACHE_BYTES) 4096: out of range, use 1048576 to 68719476736"},
 		"VisibilityBoth": {cfg: api.Config{VisibilityDir: "x", VisibilityPostgres: "postgres://db/jetflow"},
 			want: "api: both VisibilityDir (-visibility-dir, JETFLOW_VISIBILITY_DIR) and VisibilityPostgres (-visibility-postgres, JETFLOW_VISIBILITY_POSTGRES) are set"},
 		"VisibilityPostgresBad": {cfg: api.Config{VisibilityPostgres: "postgres://u:secret@[::1"},

@@ -68,26 +68,33 @@ func Serve(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.JetStrea
 // openFeed opens the visibility index of namespace ns (in PostgreSQL, in
 // the directory, or in memory) and its feed from the namespace's read
 // models.
-func openFeed(ctx context.Context, cfg Config, ns string, js jetstream.JetStream, defs visibility.Definitions, log zerolog.Logger) (*visibility.Feed, error) {
-	l := log.With().Str("component", "visibility").Str("namespace", ns).Logger()
-	var store visibility.Store
+// openStore opens namespace ns's visibility index as cfg says, and
+// returns l with where it is.
+func openStore(ctx context.Context, cfg Config, ns string, l zerolog.Logger) (visibility.Store, zerolog.Logger, error) {
 	if cfg.VisibilityPostgres != "" {
 		schema := pgstore.SchemaFor(ns)
 		s, err := pgstore.Open(ctx, cfg.VisibilityPostgres, schema)
 		if err != nil {
-			return nil, fmt.Errorf("namespace %s: %w", ns, err)
+			return nil, l, fmt.Errorf("namespace %s: %w", ns, err)
 		}
-		store, l = s, l.With().Str("postgres_schema", schema).Logger() // never the URL: it may hold a password
-	} else {
-		path := ""
-		if cfg.VisibilityDir != "" {
-			path = filepath.Join(cfg.VisibilityDir, ns+".db")
-		}
-		s, err := sqlitestore.OpenCache(path, cmp.Or(cfg.VisibilityCache, sqlitestore.DefaultCacheBytes))
-		if err != nil {
-			return nil, fmt.Errorf("namespace %s: %w", ns, err)
-		}
-		store, l = s, l.With().Str("path", path).Logger()
+		return s, l.With().Str("postgres_schema", schema).Logger(), nil // never the URL: it may hold a password
+	}
+	path := ""
+	if cfg.VisibilityDir != "" {
+		path = filepath.Join(cfg.VisibilityDir, ns+".db")
+	}
+	s, err := sqlitestore.OpenCache(path, cmp.Or(cfg.VisibilityCache, sqlitestore.DefaultCacheBytes))
+	if err != nil {
+		return nil, l, fmt.Errorf("namespace %s: %w", ns, err)
+	}
+	return s, l.With().Str("path", path).Logger(), nil
+}
+
+func openFeed(ctx context.Context, cfg Config, ns string, js jetstream.JetStream, defs visibility.Definitions, log zerolog.Logger) (*visibility.Feed, error) {
+	l := log.With().Str("component", "visibility").Str("namespace", ns).Logger()
+	store, l, err := openStore(ctx, cfg, ns, l)
+	if err != nil {
+		return nil, err
 	}
 	feed, err := visibility.NewFeed(ctx, store, js, defs, l)
 	if err != nil {

@@ -91,7 +91,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&c.single, "single", 100, "executions in the sequential single-execution latency run")
 	fs.IntVar(&c.single1, "single1", 100, "executions of one noop step in the sequential 1-step latency run (0 skips it)")
 	fs.IntVar(&c.sleepers, "sleepers", 0, "executions in the sleepers run: all asleep for an hour, reporting the process's memory and goroutines per sleeping execution (0 skips it)")
-	fs.IntVar(&c.visibilityCache, "visibility-cache-bytes", 0, "the page cache of the api's SQLite visibility index's writer, in bytes (0: the api's default, 64 MiB; the sleepers run counts it in the process's memory)")
+	fs.IntVar(&c.visibilityCache, "visibility-cache-bytes", 0, "the page cache of the SQLite visibility index's writer, in bytes, of the api's and of the -visibility run's (0: the default, 64 MiB; the sleepers run counts it in the process's memory)")
 	fs.DurationVar(&c.sleepersSettle, "sleepers-settle", sleepersSettle, "how long the sleepers run waits, once all are asleep, before it measures (11m: past the commands stream's dedupe window)")
 	fs.BoolVar(&c.fsync, "fsync", false, "run the embedded server with an fsync of every JetStream write before its ack (sync_interval: always)")
 	fs.DurationVar(&c.syncInterval, "sync-interval", 0, "how often the embedded server fsyncs its file store, without -fsync (sync_interval; default nats-server's, 2m)")
@@ -142,7 +142,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 			}
 			defer os.RemoveAll(dir)
 		}
-		return runVisibility(ctx, out, c.visibility, dir, c.visibilityPostgres, 200)
+		return runVisibility(ctx, out, c.visibility, dir, c.visibilityPostgres, 200, c.visibilityCache)
 	}
 	if c.executions < 0 || c.concurrency < 1 || c.steps < 1 || c.single < 0 || c.timers < 0 || c.timerLead < 0 || c.failover < 0 || c.foreach < 0 || c.fairness < 0 || c.fairnessSleep < 0 {
 		return fmt.Errorf("-concurrency and -steps must be positive, -executions, -single, -timers and -timer-lead non-negative")

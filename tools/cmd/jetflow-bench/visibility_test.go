@@ -14,7 +14,7 @@ import (
 func TestVisibilityRun(t *testing.T) {
 	dir := t.TempDir()
 	var out bytes.Buffer
-	require.NoError(t, runVisibility(t.Context(), &out, 2000, dir, "", 20))
+	require.NoError(t, runVisibility(t.Context(), &out, 2000, dir, "", 20, 0))
 	text := out.String()
 	require.Contains(t, text, "fill: 2000 rows in")
 	require.Contains(t, text, "database:")
@@ -25,6 +25,6 @@ func TestVisibilityRun(t *testing.T) {
 		}
 	}
 	out.Reset()
-	require.NoError(t, runVisibility(t.Context(), &out, 2000, dir, "", 20))
+	require.NoError(t, runVisibility(t.Context(), &out, 2000, dir, "", 20, 0))
 	require.Contains(t, out.String(), "fill: skipped, the database holds 2000 rows already")
 }

@@ -88,6 +88,7 @@ func TestRefusesOutOfRangeFirst(t *testing.T) {
 		"NegativeJanitorInterval": {cfg: devstack.Config{JanitorInterval: -time.Second}, want: "janitor: Interval -1s"},
 		"HugeIdleAfter":           {cfg: devstack.Config{IdleAfter: 1000 * time.Hour}, want: "janitor: IdleAfter 1000h"},
 		"NegativeStartWait":       {cfg: devstack.Config{StartWait: -time.Second}, want: "api: StartWait -1s"},
+		"TinyVisibilityCache":     {cfg: devstack.Config{VisibilityCache: 1000}, want: "api: VisibilityCache (-visibility-cache-bytes, JETFLOW_VISIBILITY_CACHE_BYTES) 1000"},
 	} {
 		dir := t.TempDir()
 		cfg := tc.cfg

@@ -61,6 +61,22 @@ const DefaultCacheBytes = 64 << 20
 // MinCacheBytes is the smallest page cache OpenCache takes.
 const MinCacheBytes = 1 << 20
 
+// CacheBytes returns the writer's page cache as SQLite has it, in bytes
+// (a negative cache_size is in KiB; a positive one, in pages).
+func (s *Store) CacheBytes(ctx context.Context) (int, error) {
+	var n, page int
+	if err := s.w.QueryRowContext(ctx, "PRAGMA cache_size").Scan(&n); err != nil {
+		return 0, fmt.Errorf("visibility: cache_size: %w", err)
+	}
+	if n < 0 {
+		return -n << 10, nil
+	}
+	if err := s.w.QueryRowContext(ctx, "PRAGMA page_size").Scan(&page); err != nil {
+		return 0, fmt.Errorf("visibility: page_size: %w", err)
+	}
+	return n * page, nil
+}
+
 // Open opens (or creates) the index at path, a file; "" keeps it in
 // memory, empty at every start. Its writer's page cache is
 // DefaultCacheBytes.
