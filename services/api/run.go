@@ -43,7 +43,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	visibilityDir := p.String("visibility-dir", "JETFLOW_VISIBILITY_DIR", "",
 		"directory of the visibility index that lists executions (a SQLite database per namespace, kept across restarts; empty: in memory, fed again from the read models at every start)")
 	visibilityCache := p.IntIn("visibility-cache-bytes", "JETFLOW_VISIBILITY_CACHE_BYTES", sqlitestore.DefaultCacheBytes, api.Ranges.VisibilityCache,
-		"bytes of the SQLite visibility index's page cache for its writer (each reader's is a quarter): full at about 100,000 executions; smaller saves memory and fills a large index more slowly")
+		"bytes of the SQLite visibility index's page cache for its writer (each reader's is a quarter), with -visibility-dir only: full at about 100,000 executions; smaller saves memory and fills a large index more slowly")
 	visibilityPostgres := p.String("visibility-postgres", "JETFLOW_VISIBILITY_POSTGRES", "",
 		"URL of a PostgreSQL database holding the visibility index instead of -visibility-dir (a schema per namespace; api replicas may share it), e.g. postgres://jetflow:secret@db:5432/jetflow")
 	metricsAddr := p.String("metrics-addr", "JETFLOW_API_METRICS_ADDR", "",
