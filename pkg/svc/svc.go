@@ -33,7 +33,10 @@ var ReplicasRange = Range[int]{Min: 1, Max: 5}
 type Flags struct {
 	*flag.FlagSet
 	getenv func(string) string
-	errs   []error
+	// envErrs are the environment's values that are not of their flag's
+	// kind, by flag: Parse reports the first whose flag the command line
+	// does not set.
+	envErrs []envErr
 	// checks are the ranges of IntIn and DurationIn flags, checked by
 	// Parse once the values are known.
 	checks []func() error
@@ -45,6 +48,19 @@ type Flags struct {
 // NewFlags returns flags for program name.
 func NewFlags(name string, getenv func(string) string) *Flags {
 	return &Flags{FlagSet: flag.NewFlagSet(name, flag.ContinueOnError), getenv: getenv}
+}
+
+// envErr is a bad value of flag's variable.
+type envErr struct {
+	flag string
+	err  error
+}
+
+// badEnv records that variable env holds v, which is not what flag name
+// takes (why).
+func (f *Flags) badEnv(name, env, v, why string) {
+	f.envErrs = append(f.envErrs, envErr{flag: name,
+		err: fmt.Errorf("%s=%q: %s (the variable of -%s; -h lists what each takes)", env, v, why, name)})
 }
 
 func (f *Flags) env(key string) (string, bool) {
@@ -66,9 +82,9 @@ func (f *Flags) Int(name, env string, def int, usage string) *int {
 		n, err := strconv.Atoi(v)
 		switch {
 		case errors.Is(err, strconv.ErrRange):
-			f.errs = append(f.errs, fmt.Errorf("%s=%q: %s", env, v, tooLarge))
+			f.badEnv(name, env, v, tooLarge)
 		case err != nil:
-			f.errs = append(f.errs, fmt.Errorf("%s=%q: %s", env, v, notInteger))
+			f.badEnv(name, env, v, notInteger)
 		}
 		def = n
 	}
@@ -81,7 +97,7 @@ func (f *Flags) Duration(name, env string, def time.Duration, usage string) *tim
 	if v, ok := f.env(env); ok {
 		d, err := time.ParseDuration(v)
 		if err != nil {
-			f.errs = append(f.errs, fmt.Errorf("%s=%q: %s", env, v, notDuration))
+			f.badEnv(name, env, v, notDuration)
 		}
 		def = d
 	}
@@ -116,7 +132,7 @@ func (f *Flags) Bool(name, env string, def bool, usage string) *bool {
 	if v, ok := f.env(env); ok {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			f.errs = append(f.errs, fmt.Errorf("%s=%q: %s", env, v, notBoolean))
+			f.badEnv(name, env, v, notBoolean)
 		}
 		def = b
 	}
@@ -136,12 +152,11 @@ func List(v string) []string {
 	return out
 }
 
-// Parse parses args and reports bad environment values first, then a
-// value outside the range of its IntIn or DurationIn flag.
+// Parse parses args and reports a bad flag first, then a bad
+// environment value of a flag the command line does not set (one it sets
+// wins over its variable, as over a variable out of range), then a value
+// outside the range of its IntIn or DurationIn flag.
 func (f *Flags) Parse(args []string) error {
-	if len(f.errs) > 0 {
-		return f.errs[0]
-	}
 	// The flag package prints the error and the whole usage on a bad
 	// flag; only -h asks for the usage. A bad flag is the error alone,
 	// with a pointer to -h (the program prints it).
@@ -155,6 +170,13 @@ func (f *Flags) Parse(args []string) error {
 	}
 	if err != nil {
 		return fmt.Errorf("%w (-h lists the flags)", f.explain(err))
+	}
+	set := map[string]bool{}
+	f.FlagSet.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	for _, e := range f.envErrs {
+		if !set[e.flag] {
+			return e.err
+		}
 	}
 	for _, check := range f.checks {
 		if err := check(); err != nil {
