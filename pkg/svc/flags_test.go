@@ -29,8 +29,8 @@ func TestFlagsRanges(t *testing.T) {
 		"ZeroCountArg":        {args: []string{"-count=0"}, want: "-count (JETFLOW_COUNT) 0: out of range, use 1 to 1024"},
 		"ArgBeatsBadEnv":      {args: []string{"-count", "8"}, env: map[string]string{"JETFLOW_COUNT": "0"}},
 		"Replicas":            {args: []string{"-replicas", "7"}, want: "-replicas (JETFLOW_REPLICAS) 7: out of range, use 1 to 5"},
-		"UnparsableEnv":       {env: map[string]string{"JETFLOW_WAIT": "soon"}, want: `JETFLOW_WAIT="soon": not a duration (e.g. 30s, 500ms) (the variable of -wait; -h lists what each takes)`},
-		"UnparsableIntEnv":    {env: map[string]string{"JETFLOW_COUNT": " 8"}, want: `JETFLOW_COUNT=" 8": not an integer (the variable of -count;`},
+		"UnparsableEnv":       {env: map[string]string{"JETFLOW_WAIT": "soon"}, want: `JETFLOW_WAIT="soon": not a duration (e.g. 30s, 500ms); it sets -wait (-h says what each flag takes)`},
+		"UnparsableIntEnv":    {env: map[string]string{"JETFLOW_COUNT": " 8"}, want: `JETFLOW_COUNT=" 8": not an integer; it sets -count (`},
 		"ArgBeatsUnparsable":  {args: []string{"-wait", "2s"}, env: map[string]string{"JETFLOW_WAIT": "soon"}},
 		"HugeIntegerEnv":      {env: map[string]string{"JETFLOW_COUNT": "99999999999999999999"}, want: `JETFLOW_COUNT="99999999999999999999": an integer too large`},
 	} {

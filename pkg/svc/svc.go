@@ -60,7 +60,7 @@ type envErr struct {
 // takes (why).
 func (f *Flags) badEnv(name, env, v, why string) {
 	f.envErrs = append(f.envErrs, envErr{flag: name,
-		err: fmt.Errorf("%s=%q: %s (the variable of -%s; -h lists what each takes)", env, v, why, name)})
+		err: fmt.Errorf("%s=%q: %s; it sets -%s (-h says what each flag takes)", env, v, why, name)})
 }
 
 func (f *Flags) env(key string) (string, bool) {

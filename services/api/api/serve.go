@@ -1,7 +1,6 @@
 package api
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"path/filepath"
@@ -83,7 +82,7 @@ func openStore(ctx context.Context, cfg Config, ns string, l zerolog.Logger) (vi
 	if cfg.VisibilityDir != "" {
 		path = filepath.Join(cfg.VisibilityDir, ns+".db")
 	}
-	s, err := sqlitestore.OpenCache(path, cmp.Or(cfg.VisibilityCache, sqlitestore.DefaultCacheBytes))
+	s, err := sqlitestore.OpenCache(path, cfg.VisibilityCache)
 	if err != nil {
 		return nil, l, fmt.Errorf("namespace %s: %w", ns, err)
 	}

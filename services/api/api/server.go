@@ -71,8 +71,8 @@ type Config struct {
 	VisibilityDir string
 	// VisibilityCache bounds the page cache of a SQLite visibility
 	// index's writer, in bytes (each reader's is a quarter of it). Default
-	// sqlitestore.DefaultCacheBytes (64 MiB); not used with
-	// VisibilityPostgres.
+	// sqlitestore.DefaultCacheBytes (64 MiB). It bounds memory with
+	// VisibilityDir only (an index in memory is as large as the index).
 	VisibilityCache int
 	// VisibilityPostgres, when set, is the URL of a PostgreSQL database
 	// that holds the visibility index instead (a schema per namespace,

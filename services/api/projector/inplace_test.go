@@ -47,6 +47,15 @@ func TestAFailedProjectionCachesNoTornState(t *testing.T) {
 		return evs
 	}
 	group := func(evs []events.Event) *group { return &group{subject: subject, workflow: "wf", id: id, evs: evs} }
+	// requireFold: x is the fold of evs.
+	requireFold := func(evs []events.Event, x projections.Execution, msg string) {
+		t.Helper()
+		want, err := json.Marshal(projections.FoldQuarantined(id, evs))
+		require.NoError(t, err)
+		got, err := json.Marshal(x)
+		require.NoError(t, err)
+		require.JSONEq(t, string(want), string(got), msg)
+	}
 	// requireCachedFold: the cached state, if any, is the fold of the
 	// history up to its last sequence.
 	requireCachedFold := func(msg string) {
@@ -63,11 +72,7 @@ func TestAFailedProjectionCachesNoTornState(t *testing.T) {
 				upTo = append(upTo, ev)
 			}
 		}
-		want, err := json.Marshal(projections.FoldQuarantined(id, upTo))
-		require.NoError(t, err)
-		got, err := json.Marshal(e.state)
-		require.NoError(t, err)
-		require.JSONEq(t, string(want), string(got), msg)
+		requireFold(upTo, e.state, msg)
 	}
 
 	steps := []events.StepRef{{ID: "s1", Kind: "noop"}, {ID: "s2", Kind: "noop"}}
@@ -93,11 +98,7 @@ func TestAFailedProjectionCachesNoTornState(t *testing.T) {
 	requireCachedFold("after the projection that followed")
 	x, err := p.read(ctx, id)
 	require.NoError(t, err)
-	want, err := json.Marshal(projections.FoldQuarantined(id, evs))
-	require.NoError(t, err)
-	got, err := json.Marshal(x.state)
-	require.NoError(t, err)
-	require.JSONEq(t, string(want), string(got), "the model written is the history's fold")
+	requireFold(evs, x.state, "the model written is the history's fold")
 	require.NotNil(t, x.state.Damaged)
 	require.Equal(t, evs[3].Seq, x.state.Damaged.Seq)
 }

@@ -105,9 +105,8 @@ const benchSchema = "jetflow_visibility_bench"
 func runVisibility(ctx context.Context, out io.Writer, n int, dir, pgURL string, queries, cacheBytes int) error {
 	path := filepath.Join(dir, "visibility-bench.db")
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	open := func() (benchStore, error) {
-		return sqlitestore.OpenCache(path, cmp.Or(cacheBytes, sqlitestore.DefaultCacheBytes))
-	}
+	cacheBytes = cmp.Or(cacheBytes, sqlitestore.DefaultCacheBytes)
+	open := func() (benchStore, error) { return sqlitestore.OpenCache(path, cacheBytes) }
 	where := path + " (SQLite, modernc.org/sqlite)"
 	if pgURL != "" {
 		open = func() (benchStore, error) { return pgstore.Open(ctx, pgURL, benchSchema) }
@@ -275,7 +274,7 @@ func runVisibility(ctx context.Context, out io.Writer, n int, dir, pgURL string,
 	fmt.Fprintf(out, "  database: %.0f MiB (+ %.0f MiB of WAL), %.0f bytes per execution\n",
 		float64(size)/(1<<20), float64(wal)/(1<<20), float64(size)/float64(n))
 	if f.rss >= 0 {
-		cache := float64(cmp.Or(cacheBytes, sqlitestore.DefaultCacheBytes)) / (1 << 20)
+		cache := float64(cacheBytes) / (1 << 20)
 		fmt.Fprintf(out, "  process: RSS %.0f MiB after the lists, %.0f MiB at its peak (Go heap in use %.0f MiB; SQLite's page caches are bounded: %.0f MiB for the writer, %.0f MiB per reader)\n",
 			float64(f.rss)/(1<<20), float64(peak)/(1<<20), float64(f.heap)/(1<<20), cache, cache/4)
 	}

@@ -83,9 +83,11 @@ func (s *Store) CacheBytes(ctx context.Context) (int, error) {
 func Open(path string) (*Store, error) { return OpenCache(path, DefaultCacheBytes) }
 
 // OpenCache is Open with the writer's page cache bounded to cacheBytes
-// (at least MinCacheBytes), and each reader's to a quarter of it. A
-// database in memory is as large as the index, whatever its cache.
+// (at least MinCacheBytes; 0: DefaultCacheBytes), and each reader's to a
+// quarter of it. A database in memory is as large as the index, whatever
+// its cache.
 func OpenCache(path string, cacheBytes int) (*Store, error) {
+	cacheBytes = cmp.Or(cacheBytes, DefaultCacheBytes)
 	if cacheBytes < MinCacheBytes {
 		return nil, fmt.Errorf("visibility: a page cache of %d bytes: give at least %d", cacheBytes, MinCacheBytes)
 	}
