@@ -13,7 +13,6 @@
 package janitor
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -21,6 +20,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -83,9 +83,9 @@ func (c Config) withDefaults() Config {
 var Ranges = struct {
 	Interval, IdleAfter svc.Range[time.Duration]
 }{
-	// A sweep reads every execution's read model: more often than every
-	// 10ms it would do little else; a day is the longest a lost step may
-	// wait for one.
+	// A sweep reads the read models written since the one before (all
+	// of them every FullReadEvery): more often than every 10ms it would
+	// do little else; a day is the longest a lost step may wait for one.
 	Interval:  svc.Range[time.Duration]{Min: 10 * time.Millisecond, Max: 24 * time.Hour},
 	IdleAfter: svc.Range[time.Duration]{Min: 100 * time.Millisecond, Max: 7 * 24 * time.Hour},
 }
@@ -116,6 +116,9 @@ type Janitor struct {
 
 	running   atomic.Bool                 // its consumer is bound (Run)
 	lastSweep atomic.Pointer[sweepStatus] // the last sweep's outcome
+
+	sweeping sync.Mutex // one sweep at a time
+	index    modelIndex // the read models, as the sweep before left them
 }
 
 // sweepStatus is a sweep's outcome, for Ready.
@@ -291,9 +294,10 @@ type Result struct {
 	IdleTook, RetentionTook time.Duration
 }
 
-// RunOnce sweeps the execution read models once: it reads them all in
-// one pass (sweepRead), then acts on the idle executions and on
-// retention.
+// RunOnce sweeps the execution read models once: it reads those written
+// since the sweep before in one pass (sweepRead; all of them at the
+// first, and every FullReadEvery), then acts on the idle executions and
+// on retention.
 func (j *Janitor) RunOnce(ctx context.Context) (Result, error) {
 	began := time.Now()
 	res, err := j.sweep(ctx)
@@ -305,6 +309,8 @@ func (j *Janitor) RunOnce(ctx context.Context) (Result, error) {
 
 // sweep is RunOnce without its metrics.
 func (j *Janitor) sweep(ctx context.Context) (Result, error) {
+	j.sweeping.Lock()
+	defer j.sweeping.Unlock()
 	began := time.Now()
 	kv, err := j.js.KeyValue(ctx, bus.BucketExecutions)
 	if err != nil {
@@ -316,6 +322,7 @@ func (j *Janitor) sweep(ctx context.Context) (Result, error) {
 		return Result{}, err
 	}
 	res, err := j.sweepIdle(ctx, read.idle, now)
+	res.Checked, res.Errors = res.Checked+read.waiting, res.Errors+read.errors
 	res.IdleTook = time.Since(began)
 	if err != nil {
 		return res, err
@@ -330,17 +337,21 @@ func (j *Janitor) sweep(ctx context.Context) (Result, error) {
 	return res, nil
 }
 
-// swept is what one pass over the read models found: the idle running
-// executions (whole), the finished ones by retention group, and the
-// markers of deleted read models older than markerAge.
+// swept is what a sweep found in the read models: the idle running
+// executions (whole), how many more merely wait on time, the finished
+// ones by retention group, and the markers of deleted read models older
+// than markerAge.
 type swept struct {
 	idle       []projections.Execution
+	waiting    int
+	errors     int // idle executions' read models it could not read again
 	groups     map[string][]finished
-	oldMarkers int
+	oldMarkers []marker
 }
 
-// modelHead is what a sweep decodes of every read model: retention's
-// fields (finished) and when it last changed. The JSON names are those of
+// modelHead is what a sweep decodes of every read model it reads (those
+// written since the sweep before): retention's fields (finished) and
+// when it last changed. The JSON names are those of
 // [projections.Execution]; decoding only these keeps a sweep cheap, and
 // one decoding serves both parts.
 type modelHead struct {
@@ -348,49 +359,18 @@ type modelHead struct {
 	UpdatedAt time.Time `json:"updated_at"`
 }
 
-// sweepRead reads every read model once, through one watcher (not a
-// request per key), decoding the head of each (the members before its
-// step table) and the whole of an idle running one only.
+// sweepRead brings the index of the read models up to date (reading
+// those written since the sweep before, modelIndex) and says what the
+// sweep must look at; the idle running executions it reads again whole.
 func (j *Janitor) sweepRead(ctx context.Context, kv jetstream.KeyValue, now time.Time) (swept, error) {
-	out := swept{groups: map[string][]finished{}}
-	err := watchModels(ctx, kv, func(e jetstream.KeyValueEntry) {
-		if e.Operation() != jetstream.KeyValuePut {
-			if now.Sub(e.Created()) > markerAge {
-				out.oldMarkers++
-			}
-			return
-		}
-		var h modelHead
-		doc := e.Value()
-		if head, _, ok := projections.StoredHead(doc); ok {
-			doc = head // the step table, most of a large model, is not read
-		}
-		if json.Unmarshal(doc, &h) != nil || h.Damaged != nil {
-			// Unreadable: left alone. Damaged: waits for a repair, not for
-			// a reconcile, and is never expired (its history is what an
-			// admin repairs from).
-			return
-		}
-		switch {
-		case h.Status.Terminal():
-			if h.EndedAt.IsZero() {
-				return
-			}
-			f := h.finished
-			f.ID = e.Key()
-			out.groups[f.group()] = append(out.groups[f.group()], f)
-		case h.Status.Active():
-			quiet := now.Sub(h.UpdatedAt)
-			if quiet < j.cfg.IdleAfter && (quiet < LocalIdleAfter || !bytes.Contains(e.Value(), localQueueJSON)) {
-				return
-			}
-			var x projections.Execution
-			if json.Unmarshal(e.Value(), &x) == nil && (quiet >= j.cfg.IdleAfter || localSending(x)) {
-				out.idle = append(out.idle, x)
-			}
-		}
-	})
-	return out, err
+	if err := j.index.refresh(ctx, kv, now); err != nil {
+		return swept{}, err
+	}
+	out, look := j.index.swept(now, j.cfg.IdleAfter)
+	if err := j.index.lookAgain(ctx, kv, look, now, j.cfg.IdleAfter, &out, j.log); err != nil {
+		return swept{}, err
+	}
+	return out, nil
 }
 
 // sweepIdle nudges the idle executions a sweep read, and reports lost
@@ -480,10 +460,6 @@ func (j *Janitor) sweepIdle(ctx context.Context, idle []projections.Execution, n
 // janitor nudges it, whatever IdleAfter is: a dispatcher that died while
 // it ran the step leaves nothing else to run it again.
 const LocalIdleAfter = 10 * time.Second
-
-// localQueueJSON is how a read model's step run by its dispatcher shows
-// its queue: a read model without it is not decoded for it.
-var localQueueJSON = []byte(`"queue":"` + workflow.LocalQueue + `"`)
 
 // localSending reports whether an execution has a local step sending.
 func localSending(x projections.Execution) bool {

@@ -185,12 +185,10 @@ func (j *Janitor) expire(ctx context.Context, kv jetstream.KeyValue, read swept,
 		}
 	}
 	j.metrics.finished.Set(float64(total - res.deleted))
-	if oldMarkers > 0 {
-		// Deleted read models leave a marker each; without this the
-		// bucket, and every sweep, would grow with every expiry.
-		if err := kv.PurgeDeletes(ctx); err != nil {
-			j.log.Warn().Err(err).Msg("retention: remove old markers of deleted read models")
-		}
+	// Deleted read models leave a marker each; without this the bucket,
+	// and every full read, would grow with every expiry.
+	if err := j.index.purgeMarkers(ctx, j.js, oldMarkers); err != nil {
+		j.log.Warn().Err(err).Msg("retention: remove old markers of deleted read models")
 	}
 	return res, nil
 }
@@ -227,10 +225,11 @@ type retentionResult struct {
 }
 
 // watchModels calls fn with every entry of the read-model bucket (the
-// markers of deleted ones included), in one pass of a watcher: one
+// markers of deleted ones included; with jetstream.ResumeFromRevision,
+// those written from that revision on), in one pass of a watcher: one
 // ordered consumer, not a request per key.
-func watchModels(ctx context.Context, kv jetstream.KeyValue, fn func(jetstream.KeyValueEntry)) error {
-	err := bus.EachEntry(ctx, kv, func(e jetstream.KeyValueEntry) error { fn(e); return nil })
+func watchModels(ctx context.Context, kv jetstream.KeyValue, fn func(jetstream.KeyValueEntry), opts ...jetstream.WatchOpt) error {
+	err := bus.EachEntry(ctx, kv, func(e jetstream.KeyValueEntry) error { fn(e); return nil }, opts...)
 	if err != nil && ctx.Err() == nil {
 		return fmt.Errorf("read executions: %w", err)
 	}

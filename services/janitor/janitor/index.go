@@ -1,0 +1,358 @@
+package janitor
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+	"unique"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/projections"
+	"jetflow.dev/pkg/workflow"
+)
+
+// FullReadEvery is how often a sweep reads every read model again,
+// rather than only those written since the sweep before. The read models'
+// bucket keeps one revision per key, so reading it from a revision on
+// gives each model written since then once, with the marker of each one
+// deleted: the full read is there for what leaves no marker (the bucket
+// purged or made again by hand), which the janitor then forgets.
+const FullReadEvery = 10 * time.Minute
+
+// modelIndex is what the sweeps need of every read model, kept from one
+// sweep to the next: a sweep reads the models written since the one
+// before (the first, and one every FullReadEvery, reads them all), so a
+// sweep over executions that did nothing costs next to nothing, where
+// reading and decoding every model cost a core-second per 20,000 or so.
+// Its entries are small (about 150 bytes with the key) since a janitor
+// keeps one per execution kept: times in Unix nanoseconds, the strings
+// many models share (workflow, rule, group, status) interned.
+//
+// A read decodes each model's head only. What the idle part needs of a
+// running one besides (does it wait on time, until when; has it a local
+// step sending) takes the whole model, and is worked out the first time
+// the model is idle long enough to matter, once per revision: a model
+// that keeps changing is never decoded whole, one that sleeps once.
+type modelIndex struct {
+	entries map[string]indexed // by key (execution id)
+	next    uint64             // the revision the next read starts at (0: all)
+	readAll time.Time          // when the last full read ended well (the janitor's clock)
+	// bucket is when the bucket's stream was made, as the last full read
+	// found it: a bucket made again (by hand) starts its revisions anew,
+	// and is read whole, its entries owing nothing to the old one's.
+	bucket time.Time
+}
+
+// indexed is one entry of the index: a read model, or the marker that a
+// deleted one left.
+type indexed struct {
+	rev     uint64 // its revision in the bucket
+	lastSeq uint64 // the last event of its history it shows
+	// Unix nanoseconds (nanos), noTime for none; a marker's updated is
+	// when it was made.
+	updated, ended, expired int64
+	// wake is until when the execution waits on time (waitingOnTime):
+	// 0 if it does not, math.MaxInt64 if it does with no timer to come.
+	wake                              int64
+	workflow, retention, retentionKey unique.Handle[string]
+	status                            unique.Handle[projections.Status]
+	kind                              indexKind
+	hasLocal                          bool // it names the local queue: it may have a local step sending
+	// known: the model was decoded whole at this revision, and wake and
+	// localSending (a local step sending) hold.
+	known, localSending bool
+}
+
+type indexKind uint8
+
+const (
+	kindModel   indexKind = iota // a read model the sweep acts on
+	kindIgnored                  // unreadable, or damaged (waits for a repair): left alone
+	kindMarker                   // the marker of a deleted read model
+)
+
+// refresh brings the index up to date with the bucket, reading what
+// was written since the last read, or everything when it never read it
+// whole or did FullReadEvery ago.
+func (ix *modelIndex) refresh(ctx context.Context, kv jetstream.KeyValue, now time.Time) error {
+	status, err := kv.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("read executions: %w", err)
+	}
+	var bucket time.Time
+	if st, ok := status.(*jetstream.KeyValueBucketStatus); ok {
+		info := st.StreamInfo()
+		bucket = info.Created
+		if !bucket.Equal(ix.bucket) || info.State.LastSeq+1 < ix.next {
+			ix.entries, ix.next = nil, 0 // made again: nothing known holds
+		}
+	}
+	full := ix.entries == nil || now.Sub(ix.readAll) >= FullReadEvery || now.Before(ix.readAll)
+	entries, next := ix.entries, ix.next
+	var opts []jetstream.WatchOpt
+	if full {
+		entries, next = make(map[string]indexed, len(ix.entries)), 0
+	} else if next > 0 {
+		opts = append(opts, jetstream.ResumeFromRevision(next))
+	}
+	err = watchModels(ctx, kv, func(e jetstream.KeyValueEntry) {
+		next = max(next, e.Revision()+1)
+		if had, ok := ix.entries[e.Key()]; ok && had.rev == e.Revision() {
+			entries[e.Key()] = had // the same model: what is known of it holds
+			return
+		}
+		// A key of its own: the entry's is a slice of the subject.
+		entries[strings.Clone(e.Key())], _ = readIndexed(e, false)
+	}, opts...)
+	if !full {
+		// Entries are read in order: those applied hold whatever the
+		// read stopped at.
+		ix.next = next
+	}
+	if err != nil {
+		return err
+	}
+	ix.entries, ix.next = entries, next
+	if full {
+		ix.readAll, ix.bucket = now, bucket
+	}
+	return nil
+}
+
+// readIndexed makes the entry of a bucket entry, from the head of a read
+// model, and with whole from the whole of a running one (what the idle
+// part needs of it; whole is returned, nil for any other entry).
+func readIndexed(e jetstream.KeyValueEntry, whole bool) (indexed, *projections.Execution) {
+	if e.Operation() != jetstream.KeyValuePut {
+		return indexed{rev: e.Revision(), kind: kindMarker, updated: nanos(e.Created())}, nil
+	}
+	var h modelHead
+	doc := e.Value()
+	if head, _, ok := projections.StoredHead(doc); ok {
+		doc = head // the step table, most of a large model, is not read
+	}
+	if json.Unmarshal(doc, &h) != nil || h.Damaged != nil {
+		return indexed{rev: e.Revision(), kind: kindIgnored}, nil
+	}
+	x := indexed{
+		rev: e.Revision(), lastSeq: h.LastSeq,
+		updated: nanos(h.UpdatedAt), ended: nanos(h.EndedAt), expired: nanos(h.ExpiredAt),
+		workflow: unique.Make(h.Workflow), retention: unique.Make(h.Retention), retentionKey: unique.Make(h.RetentionKey),
+		status: unique.Make(h.Status),
+	}
+	if !h.Status.Active() {
+		return x, nil
+	}
+	x.hasLocal = bytes.Contains(e.Value(), localQueueJSON)
+	if !whole {
+		return x, nil
+	}
+	var all projections.Execution
+	if json.Unmarshal(e.Value(), &all) != nil {
+		// Unreadable whole: known, not waiting, no local step sending.
+		// Its idle part decides nothing, as before the index.
+		x.known = true
+		return x, nil
+	}
+	x.known, x.localSending, x.wake = true, localSending(all), wakeOf(all)
+	return x, &all
+}
+
+// localQueueJSON is how a read model's step run by its dispatcher shows
+// its queue: a model without it has no local step sending.
+var localQueueJSON = []byte(`"queue":"` + workflow.LocalQueue + `"`)
+
+// wakeOf is until when waitingOnTime(x, now) holds: 0 if it holds at no
+// time, math.MaxInt64 if at every time (nothing due: a wait for a
+// signal), else until its earliest timer still to fire is overdue (due a
+// minute ago), in Unix nanoseconds. Whatever else waitingOnTime looks at
+// does not depend on the time.
+func wakeOf(x projections.Execution) int64 {
+	if !waitingOnTime(x, time.Time{}) {
+		return 0
+	}
+	wake := int64(math.MaxInt64)
+	for _, t := range x.Timers {
+		if !t.Fired {
+			wake = min(wake, nanos(t.Due.Add(time.Minute)))
+		}
+	}
+	return wake
+}
+
+// noTime is nanos of the zero time.
+const noTime = math.MinInt64
+
+// The times nanos holds apart: those before and after are clamped.
+var (
+	firstNano = time.Unix(0, math.MinInt64+1)
+	lastNano  = time.Unix(0, math.MaxInt64)
+)
+
+// nanos is t in Unix nanoseconds, noTime for the zero time, clamped to
+// what an int64 holds (1678 to 2262).
+func nanos(t time.Time) int64 {
+	switch {
+	case t.IsZero():
+		return noTime
+	case t.Before(firstNano):
+		return math.MinInt64 + 1
+	case t.After(lastNano):
+		return math.MaxInt64
+	}
+	return t.UnixNano()
+}
+
+// timeOf is the time of Unix nanoseconds n (nanos' inverse).
+func timeOf(n int64) time.Time {
+	if n == noTime {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}
+
+// finished is the entry's retention fields.
+func (x indexed) finished(id string) finished {
+	return finished{ID: id, Workflow: x.workflow.Value(), Status: x.status.Value(), EndedAt: timeOf(x.ended),
+		Retention: x.retention.Value(), RetentionKey: x.retentionKey.Value(), LastSeq: x.lastSeq, ExpiredAt: timeOf(x.expired)}
+}
+
+// marker is a deleted read model's marker in the bucket.
+type marker struct {
+	key string
+	rev uint64
+}
+
+// swept is what the index says the sweep must look at: the finished
+// executions by retention group; the running ones idle long enough to be
+// looked at (look: read again whole, then decided as before: those known
+// to be idle, and those not known yet); how many idle ones are known to
+// merely wait on time (a sleep, a signal: nothing to do); and the
+// markers of deleted models older than markerAge.
+func (ix *modelIndex) swept(now time.Time, idleAfter time.Duration) (out swept, look []string) {
+	out.groups = map[string][]finished{}
+	for key, x := range ix.entries {
+		switch x.kind {
+		case kindMarker:
+			if now.Sub(timeOf(x.updated)) > markerAge {
+				out.oldMarkers = append(out.oldMarkers, marker{key: key, rev: x.rev})
+			}
+		case kindModel:
+			switch status := x.status.Value(); {
+			case status.Terminal():
+				if x.ended == noTime {
+					continue
+				}
+				f := x.finished(key)
+				out.groups[f.group()] = append(out.groups[f.group()], f)
+			case status.Active():
+				quiet := now.Sub(timeOf(x.updated))
+				if quiet < idleAfter && (quiet < LocalIdleAfter || !x.hasLocal) {
+					continue
+				}
+				if x.known && !x.localSending {
+					if quiet < idleAfter {
+						continue // a local step, not sending
+					}
+					if x.wake != 0 && nanos(now) <= x.wake {
+						out.waiting++ // waitingOnTime: sweepIdle would do nothing
+						continue
+					}
+				}
+				look = append(look, key)
+			}
+		}
+	}
+	return out, look
+}
+
+// lookAgain reads the read models of keys whole, as they are now,
+// updates their entries, and adds those idle to out.idle, as the sweep
+// decided before the index. A few are read one by one; many (a tenth of
+// the index and more than lookOneByOne: executions that all fell asleep
+// together, idle for the first time) in one pass over the bucket.
+func (ix *modelIndex) lookAgain(ctx context.Context, kv jetstream.KeyValue, keys []string, now time.Time, idleAfter time.Duration, out *swept, log zerolog.Logger) error {
+	look := func(e jetstream.KeyValueEntry) {
+		had, ok := ix.entries[e.Key()]
+		if ok && e.Revision() < had.rev {
+			return // an older model than the index's (a replica behind): the next sweep looks
+		}
+		x, whole := readIndexed(e, true)
+		if ok {
+			ix.entries[e.Key()] = x
+		}
+		if whole == nil || x.kind != kindModel {
+			return
+		}
+		if quiet := now.Sub(whole.UpdatedAt); quiet >= idleAfter || (quiet >= LocalIdleAfter && x.localSending) {
+			out.idle = append(out.idle, *whole)
+		}
+	}
+	if len(keys) > lookOneByOne && len(keys) > len(ix.entries)/10 {
+		want := make(map[string]bool, len(keys))
+		for _, key := range keys {
+			want[key] = true
+		}
+		return watchModels(ctx, kv, func(e jetstream.KeyValueEntry) {
+			if want[e.Key()] && e.Operation() == jetstream.KeyValuePut {
+				look(e)
+			}
+		})
+	}
+	for _, key := range keys {
+		e, err := kv.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue // deleted since: its marker comes with the next read
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			log.Warn().Err(err).Str("execution_id", key).Msg("sweep: read an idle execution's read model, will retry")
+			out.errors++
+			continue
+		}
+		look(e)
+	}
+	return nil
+}
+
+// lookOneByOne is how many read models lookAgain reads one request each
+// at most, when they are not a tenth of the index.
+const lookOneByOne = 100
+
+// purgeMarkers removes the markers of deleted read models from the
+// bucket, each no further than its own revision (a model written again
+// under its key since is kept), and from the index.
+func (ix *modelIndex) purgeMarkers(ctx context.Context, js jetstream.JetStream, markers []marker) error {
+	if len(markers) == 0 {
+		return nil
+	}
+	stream, err := js.Stream(ctx, bucketStream)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", bucketStream, err)
+	}
+	for _, m := range markers {
+		if err := stream.Purge(ctx, jetstream.WithPurgeSubject(bucketSubjects+m.key), jetstream.WithPurgeSequence(m.rev+1)); err != nil {
+			return fmt.Errorf("purge the marker of %s: %w", m.key, err)
+		}
+		if ix.entries[m.key].rev == m.rev {
+			delete(ix.entries, m.key)
+		}
+	}
+	return nil
+}
+
+// The read models' bucket's stream, and the prefix of its subjects.
+const (
+	bucketStream   = "KV_" + bus.BucketExecutions
+	bucketSubjects = "$KV." + bus.BucketExecutions + "."
+)
