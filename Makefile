@@ -51,7 +51,7 @@ dev: build ## Run embedded NATS + all four services (data in DATA, .jetflow; api
 
 # Every fuzz target, as directory:Name. make fuzz fuzzes each for
 # FUZZTIME; make test for FUZZ_SHORT each, after the tests.
-FUZZ_TARGETS := ./pkg/bus:FuzzDecode ./pkg/bus:FuzzDirectDecode ./pkg/projections:FuzzFold \
+FUZZ_TARGETS := ./pkg/bus:FuzzDecode ./pkg/bus:FuzzDirectDecode ./pkg/projections:FuzzFold ./pkg/projections:FuzzStoredHead \
 	./pkg/workflow:FuzzParse ./pkg/workflow:FuzzYAMLKeepsText ./pkg/retention:FuzzParse ./pkg/startcheck:FuzzCheck \
 	./services/api/api:FuzzRequest ./services/dispatcher/dispatch:FuzzCommand
 FUZZTIME ?= 200000x

@@ -157,3 +157,24 @@ func BenchmarkApplyEach(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkStoredHead reads the head of a 10-step execution's stored
+// read model (the members before its step table, and its step counts),
+// as the visibility index does at each write of the model and the
+// janitor's sweep for each model written since the one before.
+func BenchmarkStoredHead(b *testing.B) {
+	x, err := projections.Fold(tenStepHistory())
+	if err != nil {
+		b.Fatal(err)
+	}
+	doc, err := projections.EncodeStored(x, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, ok := projections.StoredHead(doc); !ok {
+			b.Fatal("no head")
+		}
+	}
+}

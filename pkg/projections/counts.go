@@ -42,38 +42,159 @@ func CountSteps(steps []Step) StepCounts {
 // none) are read, nor checked: a document broken after the start of its
 // table still gives its head.
 func StoredHead(b []byte) (head []byte, counts StepCounts, ok bool) {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+	// A scan of the top object's members that skips each value by its
+	// brackets and strings, with no token and no allocation (encoding/json's
+	// Decoder took a dozen allocations a member, and the visibility index
+	// reads a model's head at each of its writes); the head is then
+	// checked whole, as the Decoder checked each member, and the counts
+	// decoded. It reads what the Decoder read, and stops where it stopped
+	// (FuzzStoredHead holds the two to the same answers).
+	i := skipSpace(b, 0)
+	if i == len(b) || b[i] != '{' {
 		return nil, counts, false
 	}
+	i++
 	seen := false
-	var skip json.RawMessage // reused: RawMessage decodes into its own capacity
-	for dec.More() {
-		end := dec.InputOffset() // just after the member before (or the brace)
-		t, err := dec.Token()
-		key, isKey := t.(string)
-		if err != nil || !isKey {
+	for first := true; ; first = false {
+		i = skipSpace(b, i)
+		if i == len(b) || b[i] == '}' || b[i] == ']' {
+			return nil, counts, false // no table
+		}
+		end := i // the member before (or the brace), and the space after it
+		if !first {
+			if b[i] != ',' {
+				return nil, counts, false
+			}
+			i = skipSpace(b, i+1)
+		}
+		kstart := i
+		if i = skipString(b, i); i < 0 {
 			return nil, counts, false
 		}
-		switch key {
-		case "steps":
+		key, kok := memberKey(b[kstart:i])
+		switch {
+		case !kok:
+			return nil, counts, false
+		case key == keySteps:
 			if !seen {
 				return nil, counts, false
 			}
 			head = make([]byte, 0, end+1)
-			return append(append(head, b[:end]...), '}'), counts, true
-		case "step_counts":
-			counts, seen = StepCounts{}, true
-			if dec.Decode(&counts) != nil {
+			head = append(append(head, b[:end]...), '}')
+			if !json.Valid(head) {
 				return nil, counts, false
 			}
-		default:
-			if dec.Decode(&skip) != nil {
+			return head, counts, true
+		}
+		if i = skipSpace(b, i); i == len(b) || b[i] != ':' {
+			return nil, counts, false
+		}
+		vstart := skipSpace(b, i+1)
+		if i = skipValue(b, vstart); i < 0 {
+			return nil, counts, false
+		}
+		if key == keyCounts {
+			counts, seen = StepCounts{}, true
+			if json.Unmarshal(b[vstart:i], &counts) != nil {
 				return nil, counts, false
 			}
 		}
 	}
-	return nil, counts, false
+}
+
+// The members StoredHead tells apart.
+type headKey uint8
+
+const (
+	keyOther  headKey = iota
+	keySteps          // "steps": the table
+	keyCounts         // "step_counts"
+)
+
+// skipSpace returns the index of the first byte of b from i on that is
+// not JSON whitespace (len(b) if none).
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index just after the JSON string at b[i], -1
+// if there is none (its escapes are not checked here).
+func skipString(b []byte, i int) int {
+	if i >= len(b) || b[i] != '"' {
+		return -1
+	}
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return -1
+}
+
+// skipValue returns the index just after the JSON value at b[i], -1 if
+// its brackets and strings do not close. Scalars are taken up to the
+// next delimiter: the head's own check finds any that is malformed.
+func skipValue(b []byte, i int) int {
+	if i >= len(b) {
+		return -1
+	}
+	depth := 0
+	for ; i < len(b); i++ {
+		switch c := b[i]; c {
+		case '"':
+			if i = skipString(b, i); i < 0 {
+				return -1
+			}
+			i--
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth == 0 {
+				return i // the end of the object the value is in
+			}
+			if depth--; depth == 0 {
+				return i + 1
+			}
+		case ',', ' ', '\t', '\n', '\r', ':':
+			if depth == 0 {
+				return i
+			}
+		}
+		if depth == 0 && b[i] == '"' {
+			return i + 1
+		}
+	}
+	if depth == 0 {
+		return i
+	}
+	return -1
+}
+
+// memberKey tells which member a key, as its JSON string, names: as it
+// is unless it has escapes, which json.Unmarshal then reads (rarely: the
+// keys of read models have none). !ok: the escapes are malformed.
+func memberKey(raw []byte) (headKey, bool) {
+	name := raw[1 : len(raw)-1]
+	if bytes.IndexByte(name, '\\') >= 0 {
+		var key string
+		if json.Unmarshal(raw, &key) != nil {
+			return keyOther, false
+		}
+		name = []byte(key)
+	}
+	switch string(name) {
+	case "steps":
+		return keySteps, true
+	case "step_counts":
+		return keyCounts, true
+	}
+	return keyOther, true
 }
 
 // stored is a read model as stored: the execution, then the counts of

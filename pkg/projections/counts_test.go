@@ -1,6 +1,7 @@
 package projections_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -57,4 +58,79 @@ func TestStoredHead(t *testing.T) {
 		_, _, ok := projections.StoredHead([]byte(doc))
 		require.False(t, ok, name)
 	}
+}
+
+// storedHeadByTokens is StoredHead as it was written first, with
+// encoding/json's Decoder: FuzzStoredHead holds StoredHead to its answers.
+func storedHeadByTokens(b []byte) (head []byte, counts projections.StepCounts, ok bool) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil, counts, false
+	}
+	seen := false
+	var skip json.RawMessage
+	for dec.More() {
+		end := dec.InputOffset()
+		t, err := dec.Token()
+		key, isKey := t.(string)
+		if err != nil || !isKey {
+			return nil, counts, false
+		}
+		switch key {
+		case "steps":
+			if !seen {
+				return nil, counts, false
+			}
+			head = make([]byte, 0, end+1)
+			return append(append(head, b[:end]...), '}'), counts, true
+		case "step_counts":
+			counts, seen = projections.StepCounts{}, true
+			if dec.Decode(&counts) != nil {
+				return nil, counts, false
+			}
+		default:
+			if dec.Decode(&skip) != nil {
+				return nil, counts, false
+			}
+		}
+	}
+	return nil, counts, false
+}
+
+// FuzzStoredHead: StoredHead gives the Decoder's answers (whether there
+// is a head, the head, the counts) for any document.
+func FuzzStoredHead(f *testing.F) {
+	x := projections.Execution{ID: "x", Workflow: "w", Version: 3, Status: projections.StatusStarted, Retention: "1h",
+		Input: json.RawMessage(`{"a":[1,{"b":"}"}],"steps":2}`), Error: "a \"quoted\" ,\"steps\": error",
+		Vars:  map[string]json.RawMessage{"v": json.RawMessage(`{"steps":[1]}`)},
+		Steps: []projections.Step{{ID: "a", Status: projections.OpSucceeded}, {ID: "b", Status: projections.OpFailed}}}
+	doc, err := projections.EncodeStored(x, nil)
+	require.NoError(f, err)
+	f.Add(doc)
+	for _, s := range []string{
+		" {\n \"id\" : \"y\" ,\n \"step_counts\" : {\"steps\":0,\"succeeded\":0} , \"steps\" : [] } ",
+		`{"step_counts":{"steps":1,"done":1},"st\u0065ps":[]}`,
+		`{"step_counts":{"steps":1,"done":1},"steps" 5}`,
+		`{"a":1e5,"b":true,"c":null,"step_counts":null,"steps":`,
+		`{"a":"x\"y","step_counts":{"steps":1},"steps":[`,
+		`{"step_counts":"two","steps":[]}`,
+		`{"id":"x","steps":[],"step_counts":{"steps":0,"done":0}}`,
+		`{"a":[}],"step_counts":{},"steps":[]}`,
+		`{"a":tru,"step_counts":{},"steps":[]}`,
+		`{"a" 1,"step_counts":{},"steps":[]}`,
+		`{"a":1,,"step_counts":{},"steps":[]}`,
+		`{"\x":1,"step_counts":{},"steps":[]}`,
+		`[1]`, ``, `{`, `{}`, `{"steps"}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		head, counts, ok := projections.StoredHead(b)
+		wantHead, wantCounts, wantOK := storedHeadByTokens(b)
+		require.Equal(t, wantOK, ok, "%q", b)
+		if ok {
+			require.Equal(t, string(wantHead), string(head), "%q", b)
+			require.Equal(t, wantCounts, counts, "%q", b)
+		}
+	})
 }
