@@ -80,3 +80,29 @@ func TestBadFlagSaysWhatToGive(t *testing.T) {
 		require.ErrorContains(t, err, "-h lists the flags")
 	}
 }
+
+// TestAnUnknownFlagSaysWhichItMeant: a flag that is not defined names
+// the one it most likely meant: the flag its variable's name sets (the
+// variable JETFLOW_NATS_URL sets -nats, so -nats-url meant -nats), else
+// the only flag it begins or ends; none when nothing stands out.
+func TestAnUnknownFlagSaysWhichItMeant(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		arg, want string
+	}{
+		{"-nats-url=nats://127.0.0.1:4222", "flag provided but not defined: -nats-url: did you mean -nats?"},
+		{"--nats-url", "did you mean -nats?"},
+		{"-visibility-cache", "did you mean -visibility-cache-bytes?"},
+		{"-cache-bytes", "did you mean -visibility-cache-bytes?"},
+		{"-log", "flag provided but not defined: -log (-h lists the flags)"}, // -log-level and -log-json
+		{"-banana", "flag provided but not defined: -banana (-h lists the flags)"},
+	} {
+		f := svc.NewFlags("test", func(string) string { return "" })
+		f.SetOutput(io.Discard)
+		f.AddCommon()
+		f.Int("visibility-cache-bytes", "JETFLOW_VISIBILITY_CACHE_BYTES", 0, "")
+		err := f.Parse([]string{tc.arg})
+		require.ErrorContains(t, err, tc.want, tc.arg)
+		require.ErrorContains(t, err, "-h lists the flags")
+	}
+}

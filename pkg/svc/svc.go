@@ -207,6 +207,12 @@ func (f *Flags) want(name, what string) {
 func (f *Flags) explain(err error) error {
 	const parse = ": parse error"
 	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+		if meant := f.meant(name); meant != "" {
+			return fmt.Errorf("%w: did you mean -%s?", err, meant)
+		}
+		return err
+	}
 	if !strings.HasSuffix(msg, parse) {
 		return err
 	}
@@ -216,6 +222,29 @@ func (f *Flags) explain(err error) error {
 		}
 	}
 	return err
+}
+
+// meant is the flag an unknown flag name most likely meant, "" if none
+// stands out: the flag its environment variable's name sets (-nats-url
+// for -nats, which JETFLOW_NATS_URL sets), else the one flag it begins
+// or ends (-visibility-cache for -visibility-cache-bytes).
+func (f *Flags) meant(name string) string {
+	name = strings.TrimPrefix(name, "-") // given as --name
+	env := "(env JETFLOW_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_")) + ")"
+	var byEnv string
+	var byPart []string
+	f.FlagSet.VisitAll(func(fl *flag.Flag) {
+		switch {
+		case strings.HasSuffix(fl.Usage, env):
+			byEnv = fl.Name
+		case strings.HasPrefix(fl.Name, name), strings.HasPrefix(name, fl.Name+"-"), strings.HasSuffix(fl.Name, "-"+name):
+			byPart = append(byPart, fl.Name)
+		}
+	})
+	if byEnv == "" && len(byPart) == 1 {
+		return byPart[0]
+	}
+	return byEnv
 }
 
 // Common are the settings every service has: where NATS is, with which
