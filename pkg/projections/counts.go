@@ -48,7 +48,10 @@ func StoredHead(b []byte) (head []byte, counts StepCounts, ok bool) {
 	// reads a model's head at each of its writes); the head is then
 	// checked whole, as the Decoder checked each member, and the counts
 	// decoded. It reads what the Decoder read, and stops where it stopped
-	// (FuzzStoredHead holds the two to the same answers).
+	// (FuzzStoredHead holds the two to the same answers), but for a head
+	// the Decoder took that does not decode as a whole (a member nested
+	// exactly encoding/json's 10,000 deep, one more as part of the
+	// head), which it refuses: its callers could not decode it anyway.
 	i := skipSpace(b, 0)
 	if i == len(b) || b[i] != '{' {
 		return nil, counts, false

@@ -98,7 +98,8 @@ func storedHeadByTokens(b []byte) (head []byte, counts projections.StepCounts, o
 }
 
 // FuzzStoredHead: StoredHead gives the Decoder's answers (whether there
-// is a head, the head, the counts) for any document.
+// is a head, the head, the counts) for any document, but refuses a head
+// the Decoder took that does not decode (TestStoredHeadThatDoesNotDecode).
 func FuzzStoredHead(f *testing.F) {
 	x := projections.Execution{ID: "x", Workflow: "w", Version: 3, Status: projections.StatusStarted, Retention: "1h",
 		Input: json.RawMessage(`{"a":[1,{"b":"}"}],"steps":2}`), Error: "a \"quoted\" ,\"steps\": error",
@@ -127,10 +128,35 @@ func FuzzStoredHead(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		head, counts, ok := projections.StoredHead(b)
 		wantHead, wantCounts, wantOK := storedHeadByTokens(b)
+		if wantOK && !ok {
+			require.False(t, json.Valid(wantHead), "%q: refused a head that decodes", b)
+			return
+		}
 		require.Equal(t, wantOK, ok, "%q", b)
 		if ok {
 			require.Equal(t, string(wantHead), string(head), "%q", b)
 			require.Equal(t, wantCounts, counts, "%q", b)
 		}
 	})
+}
+
+// TestStoredHeadThatDoesNotDecode: a member nested exactly as deep as
+// encoding/json allows (10,000) was a value to the Decoder, read alone,
+// but makes a head one level too deep to decode: StoredHead refuses it
+// (its callers then decode the document whole, and fail as they did on
+// the head), and takes one a level shallower.
+func TestStoredHeadThatDoesNotDecode(t *testing.T) {
+	t.Parallel()
+	doc := func(depth int) []byte {
+		v := strings.Repeat("[", depth) + strings.Repeat("]", depth)
+		return []byte(`{"a":` + v + `,"step_counts":{"steps":1,"done":0},"steps":[]}`)
+	}
+	_, _, tokensOK := storedHeadByTokens(doc(10000))
+	require.True(t, tokensOK)
+	_, _, ok := projections.StoredHead(doc(10000))
+	require.False(t, ok)
+	head, counts, ok := projections.StoredHead(doc(9999))
+	require.True(t, ok)
+	require.Equal(t, projections.StepCounts{Steps: 1}, counts)
+	require.True(t, json.Valid(head))
 }
