@@ -149,12 +149,13 @@ func skipValue(b []byte, i int) int {
 	}
 	depth := 0
 	for ; i < len(b); i++ {
-		switch c := b[i]; c {
+		switch b[i] {
 		case '"':
-			if i = skipString(b, i); i < 0 {
-				return -1
+			end := skipString(b, i)
+			if end < 0 || depth == 0 {
+				return end
 			}
-			i--
+			i = end - 1 // the closing quote
 		case '{', '[':
 			depth++
 		case '}', ']':
@@ -168,9 +169,6 @@ func skipValue(b []byte, i int) int {
 			if depth == 0 {
 				return i
 			}
-		}
-		if depth == 0 && b[i] == '"' {
-			return i + 1
 		}
 	}
 	if depth == 0 {
