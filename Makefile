@@ -184,7 +184,7 @@ bench/fsync: ## Benchmark as make bench, with JetStream fsyncing every write (sy
 
 # The Go benchmarks of the interpreter's decision and the fold, run by
 # make bench/go only (make test compiles them, but runs no benchmark).
-GO_BENCH_PKGS := ./services/dispatcher/interp ./pkg/projections
+GO_BENCH_PKGS := ./services/dispatcher/interp ./pkg/projections ./services/janitor/janitor ./services/api/visibility
 GO_BENCH_TIME ?= 1s
 
 .PHONY: bench/go

@@ -49,6 +49,9 @@ type modelIndex struct {
 	// found it: a bucket made again (by hand) starts its revisions anew,
 	// and is read whole, its entries owing nothing to the old one's.
 	bucket time.Time
+	// ret is the finished executions of entries, by retention group, in
+	// order: kept as entries change, made anew at each full read.
+	ret *retained
 }
 
 // indexed is one entry of the index: a read model, or the marker that a
@@ -105,12 +108,18 @@ func (ix *modelIndex) refresh(ctx context.Context, kv jetstream.KeyValue, now ti
 	}
 	err = watchModels(ctx, kv, func(e jetstream.KeyValueEntry) {
 		next = max(next, e.Revision()+1)
-		if had, ok := ix.entries[e.Key()]; ok && had.rev == e.Revision() {
+		had, ok := ix.entries[e.Key()]
+		if ok && had.rev == e.Revision() {
 			entries[e.Key()] = had // the same model: what is known of it holds
 			return
 		}
-		// A key of its own: the entry's is a slice of the subject.
-		entries[strings.Clone(e.Key())], _ = readIndexed(e, false)
+		x, _ := readIndexed(e, false)
+		if full {
+			// A key of its own: the entry's is a slice of the subject.
+			entries[strings.Clone(e.Key())] = x
+			return
+		}
+		ix.set(e.Key(), had, ok, x)
 	}, opts...)
 	if !full {
 		// Entries are read in order: those applied hold whatever the
@@ -123,8 +132,28 @@ func (ix *modelIndex) refresh(ctx context.Context, kv jetstream.KeyValue, now ti
 	ix.entries, ix.next = entries, next
 	if full {
 		ix.readAll, ix.bucket = now, bucket
+		ix.ret = newRetained()
+		ix.ret.build(entries)
 	}
 	return nil
+}
+
+// set makes x the entry of key, which had the entry old (ok: it had one),
+// and moves its execution in ix.ret to where x puts it.
+func (ix *modelIndex) set(key string, old indexed, ok bool, x indexed) {
+	if ok {
+		if samePlace(old, x) {
+			// The map keeps its key, which the group's member shares.
+			ix.entries[key] = x
+			return
+		}
+		delete(ix.entries, key)
+	}
+	// A key of its own (the caller's may be a slice of a message's
+	// subject), shared by the map and the group's member.
+	key = strings.Clone(key)
+	ix.entries[key] = x
+	ix.ret.update(key, old, ok, x, true)
 }
 
 // readIndexed makes the entry of a bucket entry, from the head of a read
@@ -231,14 +260,13 @@ type marker struct {
 	rev uint64
 }
 
-// swept is what the index says the sweep must look at: the finished
-// executions by retention group; the running ones idle long enough to be
+// swept is what the index says the sweep must look at, besides the
+// finished executions (ix.ret): the running ones idle long enough to be
 // looked at (look: read again whole, then decided as before: those known
 // to be idle, and those not known yet); how many idle ones are known to
 // merely wait on time (a sleep, a signal: nothing to do); and the
 // markers of deleted models older than markerAge.
 func (ix *modelIndex) swept(now time.Time, idleAfter time.Duration) (out swept, look []string) {
-	out.groups = map[string][]finished{}
 	for key, x := range ix.entries {
 		switch x.kind {
 		case kindMarker:
@@ -246,14 +274,7 @@ func (ix *modelIndex) swept(now time.Time, idleAfter time.Duration) (out swept, 
 				out.oldMarkers = append(out.oldMarkers, marker{key: key, rev: x.rev})
 			}
 		case kindModel:
-			switch status := x.status.Value(); {
-			case status.Terminal():
-				if x.ended == noTime {
-					continue
-				}
-				f := x.finished(key)
-				out.groups[f.group()] = append(out.groups[f.group()], f)
-			case status.Active():
+			if x.status.Value().Active() {
 				quiet := now.Sub(timeOf(x.updated))
 				if quiet < idleAfter && (quiet < LocalIdleAfter || !x.hasLocal) {
 					continue
@@ -287,7 +308,7 @@ func (ix *modelIndex) lookAgain(ctx context.Context, kv jetstream.KeyValue, keys
 		}
 		x, whole := readIndexed(e, true)
 		if ok {
-			ix.entries[e.Key()] = x
+			ix.set(e.Key(), had, true, x)
 		}
 		if whole == nil || x.kind != kindModel {
 			return

@@ -338,14 +338,13 @@ func (j *Janitor) sweep(ctx context.Context) (Result, error) {
 }
 
 // swept is what a sweep found in the read models: the idle running
-// executions (whole), how many more merely wait on time, the finished
-// ones by retention group, and the markers of deleted read models older
-// than markerAge.
+// executions (whole), how many more merely wait on time, and the markers
+// of deleted read models older than markerAge. The finished executions
+// are in the index, by retention group (retained).
 type swept struct {
 	idle       []projections.Execution
 	waiting    int
 	errors     int // idle executions' read models it could not read again
-	groups     map[string][]finished
 	oldMarkers []marker
 }
 

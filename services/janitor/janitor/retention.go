@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"time"
 
@@ -124,10 +123,10 @@ func (f finished) group() string { return cmp.Or(f.RetentionKey, f.Workflow) }
 // sweep removes it (JetStream's own default for PurgeDeletes).
 const markerAge = 30 * time.Minute
 
-// expire applies retention once, to what a sweep read of the read models
-// (never a history): the finished executions by group, of which it deals
-// with those their rule no longer keeps. Running, cancelling and
-// suspended executions are never touched.
+// expire applies retention once, to what the sweep's index of the read
+// models says (never a history): the finished executions by group, of
+// which it deals with those their rule no longer keeps (retained).
+// Running, cancelling and suspended executions are never touched.
 //
 // Deleting takes two steps, because an operator may resume a finished
 // execution at any moment and the dispatcher is the only writer of
@@ -137,57 +136,46 @@ const markerAge = 30 * time.Minute
 // history only once it ends with that event, normally at the next sweep.
 func (j *Janitor) expire(ctx context.Context, kv jetstream.KeyValue, read swept, now time.Time) (retentionResult, error) {
 	var res retentionResult
-	groups, oldMarkers := read.groups, read.oldMarkers
-	total := 0
-	for _, all := range groups {
-		total += len(all)
-	}
-	res.finished = total
+	ret := j.index.ret
+	res.finished = ret.finished()
 	rules := map[string]retention.Rule{}
-	var st *stores
-	var err error
-	if total > 0 {
-		if st, err = j.openStores(ctx, kv); err != nil {
+	bad := map[string]bool{}
+	ruleOf := func(text string) (retention.Rule, bool) {
+		if rule, ok := rules[text]; ok {
+			return rule, true
+		}
+		if bad[text] {
+			return retention.Rule{}, false
+		}
+		rule, err := j.rule(text)
+		if err != nil {
+			bad[text] = true
+			j.log.Warn().Err(err).Str("rule", text).Msg("retention: rule not understood, executions that have it kept")
+			return retention.Rule{}, false
+		}
+		rules[text] = rule
+		return rule, true
+	}
+	todo := ret.expired(now, ruleOf)
+	if len(todo) > 0 || len(ret.expiring) > 0 {
+		st, err := j.openStores(ctx, kv)
+		if err != nil {
 			return res, err
 		}
-	}
-	for key, all := range groups {
 		// An execution whose expiry is recorded is deleted whatever its
-		// rule says now, and no longer counts among the group's kept ones.
-		var list []finished
-		for _, f := range all {
-			if f.ExpiredAt.IsZero() {
-				list = append(list, f)
-				continue
-			}
-			j.expireOne(ctx, st, f, key, retention.Rule{}, -1, &res)
+		// rule says now, and no longer counts among its group's.
+		for key := range ret.expiring {
+			f := j.index.entries[key].finished(key)
+			j.expireOne(ctx, st, f, f.group(), retention.Rule{}, -1, &res)
 		}
-		slices.SortFunc(list, func(a, b finished) int { // most recent first
-			if c := b.EndedAt.Compare(a.EndedAt); c != 0 {
-				return c
-			}
-			return cmp.Compare(b.ID, a.ID)
-		})
-		for rank, f := range list {
-			rule, ok := rules[f.Retention]
-			if !ok {
-				rule, err = j.rule(f.Retention)
-				if err != nil {
-					j.log.Warn().Err(err).Str("execution_id", f.ID).Str("rule", f.Retention).Msg("retention: rule not understood, execution kept")
-					continue
-				}
-				rules[f.Retention] = rule
-			}
-			if rule.Keep(rank, now.Sub(f.EndedAt)) {
-				continue
-			}
-			j.expireOne(ctx, st, f, key, rule, rank, &res)
+		for _, e := range todo {
+			j.expireOne(ctx, st, j.index.entries[e.key].finished(e.key), e.group, e.rule, e.rank, &res)
 		}
 	}
-	j.metrics.finished.Set(float64(total - res.deleted))
+	j.metrics.finished.Set(float64(res.finished - res.deleted))
 	// Deleted read models leave a marker each; without this the bucket,
 	// and every full read, would grow with every expiry.
-	if err := j.index.purgeMarkers(ctx, j.js, oldMarkers); err != nil {
+	if err := j.index.purgeMarkers(ctx, j.js, read.oldMarkers); err != nil {
 		j.log.Warn().Err(err).Msg("retention: remove old markers of deleted read models")
 	}
 	return res, nil
