@@ -1302,7 +1302,9 @@ func (s Execution) step(ev events.Event, id string, to OpStatus, set func(*Step)
 	if i < 0 {
 		return s, fmt.Errorf("%w: %q in %s", ErrUnknownStep, id, ev.Type)
 	}
-	st := s.Steps[i]
+	// In place: a copy handed to set would be one more on the heap
+	// every time (set is not known here).
+	st := &s.Steps[i]
 	if !legal(st.Status, to, internalKinds[st.Kind]) {
 		return s, &TransitionError{ExecutionID: s.ID, From: string(st.Status), Event: ev.Type, StepID: id}
 	}
@@ -1311,8 +1313,7 @@ func (s Execution) step(ev events.Event, id string, to OpStatus, set func(*Step)
 	if to != OpSent {
 		st.sentUnrecorded = false
 	}
-	set(&st)
-	s.Steps[i] = st
+	set(st)
 	return s, nil
 }
 

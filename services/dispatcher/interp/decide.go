@@ -213,8 +213,11 @@ type engine struct {
 	noReplay bool
 	d        workflow.Definition
 	s        projections.Execution
-	byPath   map[string]projections.Step
-	byParent map[string][]projections.Step
+	// byPath and byParent index e.s.Steps (by path, and by frame in
+	// order): positions, not copies of the steps (a step is over 400
+	// bytes, and they were copied at every decision that looked).
+	byPath   map[string]int
+	byParent map[string][]int
 	global   map[string]any
 	base     map[string]any // global without steps
 	// v is the view kept between decisions (nil: none, the maps above
@@ -250,19 +253,16 @@ func (e *engine) instance(path string) (projections.Step, bool) {
 		return projections.Step{}, false
 	}
 	e.index()
-	st, ok := e.byPath[path]
-	return st, ok
+	if i, ok := e.byPath[path]; ok {
+		return e.s.Steps[i], true
+	}
+	return projections.Step{}, false
 }
 
 // children returns the instances directly in the frame with this prefix.
-func (e *engine) children(prefix string) []projections.Step {
+func (e *engine) children(prefix string) []int {
 	if e.v != nil {
-		ps := e.v.children[prefix]
-		out := make([]projections.Step, len(ps))
-		for k, i := range ps {
-			out[k] = e.s.Steps[i]
-		}
-		return out
+		return e.v.children[prefix]
 	}
 	e.index()
 	return e.byParent[prefix]
@@ -281,15 +281,15 @@ func (e *engine) index() {
 	if e.byPath != nil || e.v != nil {
 		return
 	}
-	e.byPath = make(map[string]projections.Step, len(e.s.Steps))
-	e.byParent = map[string][]projections.Step{}
-	for _, st := range e.s.Steps {
-		e.byPath[st.ID] = st
+	e.byPath = make(map[string]int, len(e.s.Steps))
+	e.byParent = map[string][]int{}
+	for k, st := range e.s.Steps {
+		e.byPath[st.ID] = k
 		parent := ""
 		if i := strings.LastIndexByte(st.ID, '/'); i >= 0 {
 			parent = st.ID[:i+1]
 		}
-		e.byParent[parent] = append(e.byParent[parent], st)
+		e.byParent[parent] = append(e.byParent[parent], k)
 		if strings.Contains(st.ID, "~") {
 			e.rounds = true
 		}
@@ -335,7 +335,8 @@ func (e *engine) env(f frame) map[string]any {
 		return e.globalEnv()
 	}
 	steps := make(map[string]any)
-	for _, st := range e.children("") { // top-level steps; a later round's instance wins
+	for _, i := range e.children("") { // top-level steps; a later round's instance wins
+		st := e.s.Steps[i]
 		steps[localID(st.ID)] = stepView(st)
 	}
 	for i := 0; i < len(f.prefix); i++ {
@@ -343,7 +344,8 @@ func (e *engine) env(f frame) map[string]any {
 			continue
 		}
 		parent := f.prefix[:i+1]
-		for _, st := range e.children(parent) {
+		for _, i := range e.children(parent) {
+			st := e.s.Steps[i]
 			steps[localID(st.ID[len(parent):])] = stepView(st)
 		}
 	}
