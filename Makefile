@@ -182,13 +182,15 @@ bench/sleepers: ## Benchmark SLEEPERS executions (100000) asleep for an hour: RS
 bench/fsync: ## Benchmark as make bench, with JetStream fsyncing every write (sync_interval: always)
 	$(GO) run ./tools/cmd/jetflow-bench -fsync $(BENCH_FLAGS)
 
-# The Go benchmarks of the interpreter's decision and the fold, run by
-# make bench/go only (make test compiles them, but runs no benchmark).
+# The Go benchmarks of the interpreter's decision, the fold, the
+# janitor's retention decision and the visibility index's reading of a
+# read model, run by make bench/go only (make test compiles them, but
+# runs no benchmark).
 GO_BENCH_PKGS := ./services/dispatcher/interp ./pkg/projections ./services/janitor/janitor ./services/api/visibility
 GO_BENCH_TIME ?= 1s
 
 .PHONY: bench/go
-bench/go: ## Go benchmarks of the interpreter's decision and the fold (ns/op, allocs/op; GO_BENCH_TIME each, 1s)
+bench/go: ## Go benchmarks of the interpreter's decision, the fold, retention's decision and reading read models (ns/op, allocs/op; GO_BENCH_TIME each, 1s)
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(GO_BENCH_TIME) $(GO_BENCH_PKGS)
 
 .PHONY: bench/failover

@@ -52,6 +52,9 @@ type modelIndex struct {
 	// ret is the finished executions of entries, by retention group, in
 	// order: kept as entries change, made anew at each full read.
 	ret *retained
+	// bulk: a read of many models written since the last one is under
+	// way, ret is made anew after it (refresh).
+	bulk bool
 }
 
 // indexed is one entry of the index: a read model, or the marker that a
@@ -91,14 +94,22 @@ func (ix *modelIndex) refresh(ctx context.Context, kv jetstream.KeyValue, now ti
 		return fmt.Errorf("read executions: %w", err)
 	}
 	var bucket time.Time
+	var written uint64 // at most, since the last read
 	if st, ok := status.(*jetstream.KeyValueBucketStatus); ok {
 		info := st.StreamInfo()
 		bucket = info.Created
 		if !bucket.Equal(ix.bucket) || info.State.LastSeq+1 < ix.next {
 			ix.entries, ix.next = nil, 0 // made again: nothing known holds
 		}
+		written = info.State.LastSeq + 1 - min(ix.next, info.State.LastSeq+1)
 	}
 	full := ix.entries == nil || now.Sub(ix.readAll) >= FullReadEvery || now.Before(ix.readAll)
+	// Many models written since (a re-projection, a burst): the groups
+	// are made again once read, rather than each execution moved in its
+	// group as it comes (one moved far from its group's end costs a copy
+	// of the members after it).
+	ix.bulk = !full && written > uint64(max(bulkAfter, len(ix.entries)/4))
+	defer func() { ix.bulk = false }()
 	entries, next := ix.entries, ix.next
 	var opts []jetstream.WatchOpt
 	if full {
@@ -109,22 +120,25 @@ func (ix *modelIndex) refresh(ctx context.Context, kv jetstream.KeyValue, now ti
 	err = watchModels(ctx, kv, func(e jetstream.KeyValueEntry) {
 		next = max(next, e.Revision()+1)
 		had, ok := ix.entries[e.Key()]
-		if ok && had.rev == e.Revision() {
-			entries[e.Key()] = had // the same model: what is known of it holds
-			return
+		x := had // the same model: what is known of it holds
+		if !ok || had.rev != e.Revision() {
+			x, _ = readIndexed(e, false)
 		}
-		x, _ := readIndexed(e, false)
-		if full {
+		switch {
+		case full:
 			// A key of its own: the entry's is a slice of the subject.
 			entries[strings.Clone(e.Key())] = x
-			return
+		case !ok || had.rev != e.Revision():
+			ix.set(e.Key(), had, ok, x)
 		}
-		ix.set(e.Key(), had, ok, x)
 	}, opts...)
 	if !full {
 		// Entries are read in order: those applied hold whatever the
 		// read stopped at.
 		ix.next = next
+		if ix.bulk {
+			ix.ret.build(ix.entries)
+		}
 	}
 	if err != nil {
 		return err
@@ -141,20 +155,29 @@ func (ix *modelIndex) refresh(ctx context.Context, kv jetstream.KeyValue, now ti
 // set makes x the entry of key, which had the entry old (ok: it had one),
 // and moves its execution in ix.ret to where x puts it.
 func (ix *modelIndex) set(key string, old indexed, ok bool, x indexed) {
-	if ok {
-		if samePlace(old, x) {
-			// The map keeps its key, which the group's member shares.
-			ix.entries[key] = x
+	if ok && !ix.bulk && samePlace(old, x) {
+		// Under the member's own string: assigning replaces a map's key.
+		if id, found := ix.ret.memberID(key, old); found {
+			ix.entries[id] = x
 			return
 		}
+	}
+	if ok {
 		delete(ix.entries, key)
 	}
 	// A key of its own (the caller's may be a slice of a message's
 	// subject), shared by the map and the group's member.
 	key = strings.Clone(key)
 	ix.entries[key] = x
-	ix.ret.update(key, old, ok, x, true)
+	if !ix.bulk {
+		ix.ret.update(key, old, ok, x, true)
+	}
 }
+
+// bulkAfter is how many models written since the last read, at least,
+// make the groups be made again after the read (bulk): a quarter of the
+// index, and no fewer than this.
+const bulkAfter = 1000
 
 // readIndexed makes the entry of a bucket entry, from the head of a read
 // model, and with whole from the whole of a running one (what the idle

@@ -13,13 +13,12 @@ import (
 // retained is the finished executions retention ranks, by group, each
 // group in order of end and kept so from one sweep to the next as the
 // index changes: a sweep ranks and judges them without building or
-// sorting anything, and in a group whose executions share one rule (all
-// of them, but for the while after a rule changed) it judges only from
+// sorting anything, and judges the executions under each rule only from
 // the oldest up to the first one kept. A rule keeps an execution less
 // the older and the further down its group it is (retention.Rule.Keep),
-// so every execution younger than one kept is kept too. Before it, each
-// sweep built and sorted every group: work, and about 150 bytes of
-// garbage, for every finished execution kept, every sweep.
+// so every younger execution under the same rule is kept too. Before
+// it, each sweep built and sorted every group: work, and over a
+// kilobyte of garbage, for every finished execution kept, every sweep.
 type retained struct {
 	groups map[string]*retainedGroup
 	// expiring are the finished executions whose expiry is recorded:
@@ -38,8 +37,13 @@ type retainedGroup struct {
 	head    int // members before it are dropped
 	live    int // members not gone
 	gone    int // gone members from head on
-	// rules counts the live members by rule text.
-	rules map[unique.Handle[string]]int
+	// rules counts the live members by rule text (one text, mostly).
+	rules []ruleCount
+}
+
+type ruleCount struct {
+	text unique.Handle[string]
+	n    int
 }
 
 type retainedMember struct {
@@ -105,7 +109,7 @@ func (r *retained) update(key string, old indexed, had bool, x indexed, has bool
 	if nRanked {
 		g := r.groups[ng]
 		if g == nil {
-			g = &retainedGroup{rules: map[unique.Handle[string]]int{}}
+			g = &retainedGroup{}
 			r.groups[ng] = g
 		}
 		g.add(retainedMember{ended: x.ended, id: key, rule: x.retention})
@@ -124,12 +128,12 @@ func (r *retained) build(entries map[string]indexed) {
 		case ranked:
 			g := r.groups[group]
 			if g == nil {
-				g = &retainedGroup{rules: map[unique.Handle[string]]int{}}
+				g = &retainedGroup{}
 				r.groups[group] = g
 			}
 			g.members = append(g.members, retainedMember{ended: x.ended, id: key, rule: x.retention})
 			g.live++
-			g.rules[x.retention]++
+			g.count(x.retention, 1)
 		}
 	}
 	for _, g := range r.groups {
@@ -157,7 +161,7 @@ func compareMembers(a, b retainedMember) int {
 // (most do), else where its end puts it.
 func (g *retainedGroup) add(m retainedMember) {
 	g.live++
-	g.rules[m.rule]++
+	g.count(m.rule, 1)
 	if n := len(g.members); n == g.head || compareMembers(g.members[n-1], m) < 0 {
 		g.members = append(g.members, m)
 		return
@@ -166,20 +170,39 @@ func (g *retainedGroup) add(m retainedMember) {
 	g.members = slices.Insert(g.members, g.head+i, m)
 }
 
-// remove marks the live member id, which ended at ended, gone.
-func (g *retainedGroup) remove(id string, ended int64) {
+// count adds d to the live members under rule text.
+func (g *retainedGroup) count(text unique.Handle[string], d int) {
+	for i := range g.rules {
+		if g.rules[i].text == text {
+			if g.rules[i].n += d; g.rules[i].n == 0 {
+				g.rules = slices.Delete(g.rules, i, i+1)
+			}
+			return
+		}
+	}
+	g.rules = append(g.rules, ruleCount{text: text, n: d})
+}
+
+// find is where the live member id, which ended at ended, is.
+func (g *retainedGroup) find(id string, ended int64) (int, bool) {
 	at := retainedMember{ended: ended, id: id}
 	i, _ := slices.BinarySearchFunc(g.members[g.head:], at, compareMembers)
 	for i += g.head; i < len(g.members) && compareMembers(g.members[i], at) == 0; i++ {
-		if m := &g.members[i]; !m.gone {
-			m.gone = true
-			g.live--
-			g.gone++
-			if g.rules[m.rule]--; g.rules[m.rule] == 0 {
-				delete(g.rules, m.rule)
-			}
-			break
+		if !g.members[i].gone {
+			return i, true
 		}
+	}
+	return 0, false
+}
+
+// remove marks the live member id, which ended at ended, gone.
+func (g *retainedGroup) remove(id string, ended int64) {
+	if i, ok := g.find(id, ended); ok {
+		m := &g.members[i]
+		m.gone = true
+		g.live--
+		g.gone++
+		g.count(m.rule, -1)
 	}
 	for g.head < len(g.members) && g.members[g.head].gone {
 		g.members[g.head] = retainedMember{} // lets go of its id
@@ -187,6 +210,7 @@ func (g *retainedGroup) remove(id string, ended int64) {
 		g.gone--
 	}
 	for n := len(g.members); n > g.head && g.members[n-1].gone; n-- {
+		g.members[n-1] = retainedMember{}
 		g.members = g.members[:n-1]
 		g.gone--
 	}
@@ -209,43 +233,65 @@ type expiry struct {
 	rank       int
 }
 
+// memberID is the id string the group's member for key holds, x being
+// key's entry (the index's map shares it).
+func (r *retained) memberID(key string, x indexed) (string, bool) {
+	group, ranked, _ := x.retainedAs()
+	if g := r.groups[group]; ranked && g != nil {
+		if i, ok := g.find(key, x.ended); ok {
+			return g.members[i].id, true
+		}
+	}
+	return "", false
+}
+
 // expired says which of the ranked executions their rules no longer
-// keep at now. ruleOf resolves a rule's text; a rule it cannot
-// (false) keeps every execution that has it.
-func (r *retained) expired(now time.Time, ruleOf func(text string) (retention.Rule, bool)) []expiry {
-	var out []expiry
+// keep at now, and how many it looked at. ruleOf resolves a rule's
+// text; a rule it cannot (false) keeps every execution that has it.
+// Each group is walked from its oldest execution, those under a rule
+// looked at until the first one it keeps, the walk ended once every
+// rule of the group has kept one.
+func (r *retained) expired(now time.Time, ruleOf func(text string) (retention.Rule, bool)) (out []expiry, looked int) {
+	type judge struct {
+		text unique.Handle[string]
+		rule retention.Rule
+		done bool // it kept one: it keeps every younger one
+	}
+	var judges []judge // reused from group to group
 	for key, g := range r.groups {
-		one := len(g.rules) == 1
-		var rule retention.Rule
-		if one {
-			var ok bool
-			for text := range g.rules {
-				rule, ok = ruleOf(text.Value())
-			}
-			if !ok {
-				continue // kept, all of them
+		judges = judges[:0]
+		left := 0
+		for _, rc := range g.rules {
+			rule, ok := ruleOf(rc.text.Value())
+			judges = append(judges, judge{text: rc.text, rule: rule, done: !ok})
+			if ok {
+				left++
 			}
 		}
 		rank := g.live
 		for _, m := range g.members[g.head:] {
+			if left == 0 {
+				break
+			}
 			if m.gone {
 				continue
 			}
 			rank--
-			if !one {
-				var ok bool
-				if rule, ok = ruleOf(m.rule.Value()); !ok {
-					continue
-				}
+			looked++
+			j := &judges[0]
+			for k := 1; j.text != m.rule && k < len(judges); k++ {
+				j = &judges[k]
 			}
-			if rule.Keep(rank, now.Sub(timeOf(m.ended))) {
-				if one {
-					break // every execution after it is younger, and further up
-				}
+			if j.done {
 				continue
 			}
-			out = append(out, expiry{key: m.id, group: key, rule: rule, rank: rank})
+			if j.rule.Keep(rank, now.Sub(timeOf(m.ended))) {
+				j.done = true
+				left--
+				continue
+			}
+			out = append(out, expiry{key: m.id, group: key, rule: j.rule, rank: rank})
 		}
 	}
-	return out
+	return out, looked
 }

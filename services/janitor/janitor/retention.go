@@ -156,7 +156,7 @@ func (j *Janitor) expire(ctx context.Context, kv jetstream.KeyValue, read swept,
 		rules[text] = rule
 		return rule, true
 	}
-	todo := ret.expired(now, ruleOf)
+	todo, _ := ret.expired(now, ruleOf)
 	if len(todo) > 0 || len(ret.expiring) > 0 {
 		st, err := j.openStores(ctx, kv)
 		if err != nil {
