@@ -77,7 +77,6 @@ const (
 	jsAPI = "$JS.API."
 	jsAck = "$JS.ACK."
 	jsFC  = "$JS.FC."
-	kvPub = "$KV."
 )
 
 // streamInfo lets a user look a stream (or a bucket's stream) up.
@@ -119,12 +118,9 @@ func readStream(stream string, filters ...string) []string {
 	return out
 }
 
-// bucket names a KV bucket's stream and subjects.
-func bucketStream(b string) string { return "KV_" + b }
-
 // readBucket lets a user get keys and watch or list a bucket.
 func readBucket(b string) []string {
-	return readStream(bucketStream(b), kvPub+b+".>")
+	return readStream(bus.BucketStream(b), bus.BucketSubject(b, ">"))
 }
 
 // writeBucket lets a user put, create, update and delete keys under
@@ -132,9 +128,9 @@ func readBucket(b string) []string {
 // key's subject.
 func writeBucket(b, prefix string) []string {
 	if prefix == "" {
-		return []string{kvPub + b + ".>"}
+		return []string{bus.BucketSubject(b, ">")}
 	}
-	return []string{kvPub + b + "." + prefix + ">"}
+	return []string{bus.BucketSubject(b, prefix+">")}
 }
 
 // consume lets a user pull from and acknowledge a durable consumer.
@@ -300,11 +296,11 @@ func PermissionsFor(role Role, queues []string, inbox string) (Permissions, erro
 		p := Permissions{SubAllow: inboxSub}
 		p.PubAllow = slices.Concat(
 			[]string{bus.SubjectReconcile, bus.SubjectExpire, bus.SubjectClearLock,
-				bus.ResultsPrefix + ".*.*",                                   // reports of tasks lost with their agents
-				jsAPI + "STREAM.PURGE." + bus.StreamEvents,                   // retention: expired histories
-				jsAPI + "STREAM.PURGE." + bus.StreamResults,                  // and their reports
-				jsAPI + "STREAM.MSG.DELETE." + bus.StreamTasks,               // a lost task, once failed
-				jsAPI + "STREAM.PURGE." + bucketStream(bus.BucketExecutions), // and read models
+				bus.ResultsPrefix + ".*.*",                                       // reports of tasks lost with their agents
+				jsAPI + "STREAM.PURGE." + bus.StreamEvents,                       // retention: expired histories
+				jsAPI + "STREAM.PURGE." + bus.StreamResults,                      // and their reports
+				jsAPI + "STREAM.MSG.DELETE." + bus.StreamTasks,                   // a lost task, once failed
+				jsAPI + "STREAM.PURGE." + bus.BucketStream(bus.BucketExecutions), // and read models
 			},
 			consume(bus.StreamAdvisories, bus.ConsumerJanitorAdvisories),
 			readStream(bus.StreamEvents, bus.EventsPrefix+".>"),

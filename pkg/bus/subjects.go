@@ -167,6 +167,13 @@ func InboxSubject(partition int, executionID string) string {
 // ScheduleSubject holds a pending timer.
 func ScheduleSubject(timerID string) string { return SchedulesPrefix + "." + timerID }
 
+// BucketStream is the stream a KV bucket keeps its entries in.
+func BucketStream(bucket string) string { return "KV_" + bucket }
+
+// BucketSubject is the subject of key's entries in a KV bucket; with
+// key ">", every key's.
+func BucketSubject(bucket, key string) string { return "$KV." + bucket + "." + key }
+
 // TaskSubject is the work-queue subject of an agent queue.
 func TaskSubject(queue string) string { return TasksPrefix + "." + queue }
 

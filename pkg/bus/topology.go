@@ -31,7 +31,7 @@ func Missing(ctx context.Context, js jetstream.JetStream, c Config, mayLook func
 		}
 	}
 	for _, kc := range Buckets(c) {
-		if mayLook != nil && !mayLook("KV_"+kc.Bucket) {
+		if mayLook != nil && !mayLook(BucketStream(kc.Bucket)) {
 			continue
 		}
 		_, err := js.KeyValue(ctx, kc.Bucket)

@@ -109,7 +109,7 @@ func key(id string) (string, error) {
 
 // Subject is the NATS subject the claim of id is stored on, as NATS
 // permissions see a write to it.
-func Subject(id string) string { return "$KV." + bus.BucketExecutionIDs + "." + id }
+func Subject(id string) string { return bus.BucketSubject(bus.BucketExecutionIDs, id) }
 
 // decode reads a record as stored.
 func decode(b []byte) (Record, error) {

@@ -110,8 +110,8 @@ func (f *Feed) WaitFor(ctx context.Context, rev uint64) error {
 		if f.drained.Load() && f.received.Load() == applied {
 			// Everything delivered is written and nothing was pending:
 			// rev is either about to be delivered or gone.
-			m, err := bus.LeaderGet(ctx, f.js, "KV_"+bus.BucketExecutions,
-				bus.MsgQuery{Seq: applied + 1, NextBySubject: "$KV." + bus.BucketExecutions + ".>"})
+			m, err := bus.LeaderGet(ctx, f.js, bus.BucketStream(bus.BucketExecutions),
+				bus.MsgQuery{Seq: applied + 1, NextBySubject: bus.BucketSubject(bus.BucketExecutions, ">")})
 			if errors.Is(err, jetstream.ErrMsgNotFound) || (err == nil && m.Sequence > rev) {
 				return nil
 			}

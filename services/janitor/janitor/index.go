@@ -380,12 +380,13 @@ func (ix *modelIndex) purgeMarkers(ctx context.Context, js jetstream.JetStream, 
 	if len(markers) == 0 {
 		return nil
 	}
+	bucketStream := bus.BucketStream(bus.BucketExecutions)
 	stream, err := js.Stream(ctx, bucketStream)
 	if err != nil {
 		return fmt.Errorf("open %s: %w", bucketStream, err)
 	}
 	for _, m := range markers {
-		if err := stream.Purge(ctx, jetstream.WithPurgeSubject(bucketSubjects+m.key), jetstream.WithPurgeSequence(m.rev+1)); err != nil {
+		if err := stream.Purge(ctx, jetstream.WithPurgeSubject(bus.BucketSubject(bus.BucketExecutions, m.key)), jetstream.WithPurgeSequence(m.rev+1)); err != nil {
 			return fmt.Errorf("purge the marker of %s: %w", m.key, err)
 		}
 		if ix.entries[m.key].rev == m.rev {
@@ -394,9 +395,3 @@ func (ix *modelIndex) purgeMarkers(ctx context.Context, js jetstream.JetStream, 
 	}
 	return nil
 }
-
-// The read models' bucket's stream, and the prefix of its subjects.
-const (
-	bucketStream   = "KV_" + bus.BucketExecutions
-	bucketSubjects = "$KV." + bus.BucketExecutions + "."
-)

@@ -36,7 +36,7 @@ func runBackup(ctx context.Context, out io.Writer, nc *nats.Conn, stack devstack
 		switch s.Stream {
 		case bus.StreamEvents:
 			events = s.Messages
-		case "KV_" + bus.BucketExecutionIDs:
+		case bus.BucketStream(bus.BucketExecutionIDs):
 			ids = s.Messages
 		}
 	}

@@ -270,7 +270,7 @@ func expired(ctx context.Context, js jetstream.JetStream, s Snapshot, st streamS
 // models and the recorded number of partitions.
 func target(ctx context.Context, js jetstream.JetStream, m Manifest) (Target, error) {
 	var t Target
-	names := []string{"KV_" + bus.BucketExecutions}
+	names := []string{bus.BucketStream(bus.BucketExecutions)}
 	for _, s := range m.Streams {
 		names = append(names, s.Stream)
 	}

@@ -42,7 +42,7 @@ func streamItem(name string, consumers bool, why string) Item {
 }
 
 func bucketItem(bucket string, why string) Item {
-	return Item{Stream: "KV_" + bucket, Bucket: bucket, Backup: true, Why: why}
+	return Item{Stream: bus.BucketStream(bucket), Bucket: bucket, Backup: true, Why: why}
 }
 
 // Plan lists every stream and bucket of the topology: first those a
@@ -75,9 +75,9 @@ func Plan() []Item {
 		bucketItem(bus.BucketDefinitions, "workflow definitions, every version"),
 		bucketItem(bus.BucketAPIKeys, "the api's keys (their hashes): callers keep their tokens"),
 		streamItem(bus.StreamRejections, false, "why commands were rejected (an audit trail; clients read their verdicts there)"),
-		{Stream: "KV_" + bus.BucketExecutions, Bucket: bus.BucketExecutions,
+		{Stream: bus.BucketStream(bus.BucketExecutions), Bucket: bus.BucketExecutions,
 			Why: "read models: rebuilt from the events by the projector (jetflow projections rebuild)"},
-		{Stream: "KV_" + bus.BucketDispatchers, Bucket: bus.BucketDispatchers,
+		{Stream: bus.BucketStream(bus.BucketDispatchers), Bucket: bus.BucketDispatchers,
 			Why: "dispatchers' leases, which expire anyway; the number of partitions is in the manifest and restored"},
 		{Stream: bus.StreamKills, Why: "kill notices for the agents running at the time, which a restore does not bring back"},
 	}
@@ -246,7 +246,7 @@ func PlanRestore(m Manifest, t Target, replace bool) (RestorePlan, error) {
 	for _, s := range m.Streams {
 		inBackup[s.Stream] = true
 	}
-	readModels := "KV_" + bus.BucketExecutions
+	readModels := bus.BucketStream(bus.BucketExecutions)
 	var inTheWay []string
 	for _, e := range t.Streams {
 		if !inBackup[e.Stream] && e.Stream != readModels {

@@ -736,7 +736,7 @@ func (p *progress) watch(nc *nats.Conn) error {
 	if err != nil {
 		return fmt.Errorf("chaos: watch events: %w", err)
 	}
-	_, err = nc.Subscribe("$KV."+bus.BucketExecutions+".>", func(m *nats.Msg) {
+	_, err = nc.Subscribe(bus.BucketSubject(bus.BucketExecutions, ">"), func(m *nats.Msg) {
 		now := time.Now()
 		seq := "-"
 		if s := lastSeq.FindSubmatch(m.Data); s != nil {
