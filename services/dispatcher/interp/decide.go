@@ -259,7 +259,9 @@ func (e *engine) instance(path string) (projections.Step, bool) {
 	return projections.Step{}, false
 }
 
-// children returns the instances directly in the frame with this prefix.
+// children returns the positions in e.s.Steps of the instances directly
+// in the frame with this prefix: the index's or the view's own slice,
+// to be read only.
 func (e *engine) children(prefix string) []int {
 	if e.v != nil {
 		return e.v.children[prefix]
@@ -344,8 +346,8 @@ func (e *engine) env(f frame) map[string]any {
 			continue
 		}
 		parent := f.prefix[:i+1]
-		for _, i := range e.children(parent) {
-			st := e.s.Steps[i]
+		for _, k := range e.children(parent) {
+			st := e.s.Steps[k]
 			steps[localID(st.ID[len(parent):])] = stepView(st)
 		}
 	}
