@@ -162,11 +162,10 @@ func (ix *modelIndex) set(key string, old indexed, ok bool, x indexed) {
 			return
 		}
 	}
-	if ok {
-		delete(ix.entries, key)
-	}
 	// A key of its own (the caller's may be a slice of a message's
-	// subject), shared by the map and the group's member.
+	// subject), shared by the map (an assignment replaces its key: no
+	// delete, which would leave the map a tombstone to grow by) and the
+	// group's member.
 	key = strings.Clone(key)
 	ix.entries[key] = x
 	if !ix.bulk {
