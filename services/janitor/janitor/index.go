@@ -120,15 +120,16 @@ func (ix *modelIndex) refresh(ctx context.Context, kv jetstream.KeyValue, now ti
 	err = watchModels(ctx, kv, func(e jetstream.KeyValueEntry) {
 		next = max(next, e.Revision()+1)
 		had, ok := ix.entries[e.Key()]
+		changed := !ok || had.rev != e.Revision()
 		x := had // the same model: what is known of it holds
-		if !ok || had.rev != e.Revision() {
+		if changed {
 			x, _ = readIndexed(e, false)
 		}
 		switch {
 		case full:
 			// A key of its own: the entry's is a slice of the subject.
 			entries[strings.Clone(e.Key())] = x
-		case !ok || had.rev != e.Revision():
+		case changed:
 			ix.set(e.Key(), had, ok, x)
 		}
 	}, opts...)
@@ -137,7 +138,7 @@ func (ix *modelIndex) refresh(ctx context.Context, kv jetstream.KeyValue, now ti
 		// read stopped at.
 		ix.next = next
 		if ix.bulk {
-			ix.ret.build(ix.entries)
+			ix.ret = retainedOf(ix.entries)
 		}
 	}
 	if err != nil {
@@ -146,8 +147,7 @@ func (ix *modelIndex) refresh(ctx context.Context, kv jetstream.KeyValue, now ti
 	ix.entries, ix.next = entries, next
 	if full {
 		ix.readAll, ix.bucket = now, bucket
-		ix.ret = newRetained()
-		ix.ret.build(entries)
+		ix.ret = retainedOf(entries)
 	}
 	return nil
 }
@@ -169,7 +169,7 @@ func (ix *modelIndex) set(key string, old indexed, ok bool, x indexed) {
 	key = strings.Clone(key)
 	ix.entries[key] = x
 	if !ix.bulk {
-		ix.ret.update(key, old, ok, x, true)
+		ix.ret.update(key, old, ok, x)
 	}
 }
 

@@ -79,19 +79,17 @@ func samePlace(old, x indexed) bool {
 }
 
 // update moves key's execution from where old put it (had: there was an
-// entry) to where x puts it (has: there is one).
-func (r *retained) update(key string, old indexed, had bool, x indexed, has bool) {
-	if had && has && samePlace(old, x) {
+// entry) to where its new entry x puts it.
+func (r *retained) update(key string, old indexed, had bool, x indexed) {
+	if had && samePlace(old, x) {
 		return
 	}
-	var og, ng string
-	var oRanked, oExpiring, nRanked, nExpiring bool
+	var og string
+	var oRanked, oExpiring bool
 	if had {
 		og, oRanked, oExpiring = old.retainedAs()
 	}
-	if has {
-		ng, nRanked, nExpiring = x.retainedAs()
-	}
+	ng, nRanked, nExpiring := x.retainedAs()
 	if oExpiring && !nExpiring {
 		delete(r.expiring, key)
 	}
@@ -116,10 +114,10 @@ func (r *retained) update(key string, old indexed, had bool, x indexed, has bool
 	}
 }
 
-// build makes r anew from every entry of the index (after a full read):
-// each group sorted once.
-func (r *retained) build(entries map[string]indexed) {
-	*r = *newRetained()
+// retainedOf makes the groups of every entry of the index (after a full
+// read, or a read of many), each sorted once.
+func retainedOf(entries map[string]indexed) *retained {
+	r := newRetained()
 	for key, x := range entries {
 		group, ranked, expiring := x.retainedAs()
 		switch {
@@ -139,6 +137,7 @@ func (r *retained) build(entries map[string]indexed) {
 	for _, g := range r.groups {
 		slices.SortFunc(g.members, compareMembers)
 	}
+	return r
 }
 
 // finished is how many finished executions r holds.

@@ -135,7 +135,7 @@ func TestRetainedDecidesAsSortingEveryGroupDid(t *testing.T) {
 			old, had := ix.entries[key]
 			switch r := rng.IntN(40); {
 			case r == 0: // a full read: made anew
-				ix.ret.build(ix.entries)
+				ix.ret = retainedOf(ix.entries)
 			case r == 1 && bulk == 0: // a read of many: the groups made again after it
 				bulk, ix.bulk = 1+rng.IntN(20), true
 			case r < 4 && had && old.kind == kindMarker: // an old marker purged
@@ -161,7 +161,7 @@ func TestRetainedDecidesAsSortingEveryGroupDid(t *testing.T) {
 					continue // the groups are judged after the read
 				}
 				ix.bulk = false
-				ix.ret.build(ix.entries)
+				ix.ret = retainedOf(ix.entries)
 			}
 			now := clock.Add(time.Duration(rng.IntN(4*3600)) * time.Second)
 			if rng.IntN(3) == 0 && len(ix.entries) > 0 {
@@ -299,7 +299,7 @@ func BenchmarkRetentionDecision(b *testing.B) {
 	for i := range n {
 		ix.entries[key(i)] = model(i)
 	}
-	ix.ret.build(ix.entries)
+	ix.ret = retainedOf(ix.entries)
 	b.Run("sort-every-group", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
@@ -327,7 +327,7 @@ func BenchmarkRetentionDecision(b *testing.B) {
 			}
 			mixed.entries[key(i)] = x
 		}
-		mixed.ret.build(mixed.entries)
+		mixed.ret = retainedOf(mixed.entries)
 		b.ReportAllocs()
 		for b.Loop() {
 			if got, _ := mixed.ret.expired(now, ruleOf); len(got) != 0 {
