@@ -140,6 +140,8 @@ func TestTakeFootprint(t *testing.T) {
 	require.LessOrEqual(t, f.live, f.heap, "live objects fit in the spans in use")
 	if runtime.GOOS == "linux" {
 		require.Positive(t, f.rss, "VmRSS from /proc/self/status")
+		require.Positive(t, f.rssFile, "RssFile: the binary's code is file-backed")
+		require.Less(t, f.rssFile, f.rss)
 	}
 }
 
@@ -190,6 +192,7 @@ func TestSingle1AndSleepersRuns(t *testing.T) {
 	require.Contains(t, out.String(), "; measured 1s later\n")
 	require.Contains(t, out.String(), "goroutines       ")
 	require.Contains(t, out.String(), "live heap        ")
+	require.Contains(t, out.String(), "of which files   ")
 	require.Positive(t, res.after.goroutines)
 	if _, err := os.Stat("/proc/self/status"); err == nil {
 		require.True(t, res.rssKnown)

@@ -47,6 +47,7 @@ const sleepersStall = 2 * time.Minute
 // after the Go runtime has returned what it could to the OS.
 type footprint struct {
 	rss        int64  // VmRSS in bytes, -1 when unknown
+	rssFile    int64  // of rss, the file-backed pages (RssFile: the binary's code, files mapped), -1 when unknown
 	heap       uint64 // heap spans in use (live objects and the free room among them)
 	live       uint64 // live heap objects
 	goroutines int
@@ -62,10 +63,13 @@ func takeFootprint() footprint {
 	debug.FreeOSMemory()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	f := footprint{rss: -1, heap: ms.HeapInuse, live: ms.HeapAlloc, goroutines: runtime.NumGoroutine()}
+	f := footprint{rss: -1, rssFile: -1, heap: ms.HeapInuse, live: ms.HeapAlloc, goroutines: runtime.NumGoroutine()}
 	if b, err := os.ReadFile("/proc/self/status"); err == nil {
 		if rss, ok := soak.ParseVmRSS(string(b)); ok {
 			f.rss = rss
+		}
+		if file, ok := soak.ParseStatusKB(string(b), "RssFile"); ok {
+			f.rssFile = file
 		}
 	}
 	return f
@@ -200,6 +204,10 @@ wait:
 			mib(res.before.rss), mib(res.after.rss), res.rssPer/1024)
 	} else {
 		fmt.Fprintf(out, "  RSS              unknown (no /proc/self/status)\n")
+	}
+	if per, ok := perExecution(res.before.rssFile, res.after.rssFile, n); ok {
+		fmt.Fprintf(out, "  of which files   %s before, %s after: %.2f KiB per sleeping execution (file-backed pages: the binary's code run since)\n",
+			mib(res.before.rssFile), mib(res.after.rssFile), per/1024)
 	}
 	fmt.Fprintf(out, "  heap in use      %s before, %s after: %.2f KiB per sleeping execution\n",
 		mib(int64(res.before.heap)), mib(int64(res.after.heap)), res.heapPer/1024)

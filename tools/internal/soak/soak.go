@@ -298,9 +298,14 @@ func num(x float64) string {
 // ParseVmRSS returns the resident set size, in bytes, from the text of
 // Linux's /proc/<pid>/status (its "VmRSS:  1234 kB" line), and whether it
 // found one.
-func ParseVmRSS(status string) (int64, bool) {
+func ParseVmRSS(status string) (int64, bool) { return ParseStatusKB(status, "VmRSS") }
+
+// ParseStatusKB returns the field of Linux's /proc/<pid>/status given by
+// its name (a "RssFile:  1234 kB" line), in bytes, and whether it found
+// one.
+func ParseStatusKB(status, field string) (int64, bool) {
 	for line := range strings.Lines(status) {
-		rest, ok := strings.CutPrefix(line, "VmRSS:")
+		rest, ok := strings.CutPrefix(line, field+":")
 		if !ok {
 			continue
 		}

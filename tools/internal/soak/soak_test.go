@@ -203,4 +203,10 @@ func TestParseVmRSS(t *testing.T) {
 		_, ok := ParseVmRSS(bad)
 		require.False(t, ok, "%q", bad)
 	}
+	status = "VmRSS:\t  123456 kB\nRssAnon:\t  100000 kB\nRssFile:\t   23456 kB\n"
+	n, ok = ParseStatusKB(status, "RssFile")
+	require.True(t, ok)
+	require.Equal(t, int64(23456*1024), n)
+	_, ok = ParseStatusKB(status, "Rss") // a prefix of a field is no field
+	require.False(t, ok)
 }
