@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
 
@@ -47,6 +48,15 @@ type Store struct {
 	examined atomic.Int64
 	budget   int
 	path     string
+
+	// The writer gives its page cache back (releaseCache) once no batch
+	// was applied for releaseAfter (ReleaseAfter): armed by Apply, nil
+	// for a database in memory, whose pages are the database.
+	releaseMu    sync.Mutex
+	release      *time.Timer
+	releaseAfter time.Duration
+	closed       bool
+	released     atomic.Int64 // times the writer gave its cache back
 }
 
 var _ visibility.Store = (*Store)(nil)
@@ -57,6 +67,20 @@ var _ visibility.Store = (*Store)(nil)
 // about 0.9 KB an execution); a smaller one fills a large index more
 // slowly (8 MiB: 8-24% fewer rows a second at 200,000, docs/benchmarks.md).
 const DefaultCacheBytes = 64 << 20
+
+// ReleaseAfter is how long the writer keeps its page cache once no
+// batch comes: then it gives it back (PRAGMA shrink_memory), as an idle
+// index's readers close after ReaderIdle. A full cache is DefaultCacheBytes
+// of pages (more in the process: each page is an allocation of its own),
+// which an api whose executions all wait (a sleep, a signal) would hold
+// for nothing; the next batch reads the pages it needs from the file (the
+// OS's cache, most of the time) again. nats-server drops its streams'
+// block caches after as long.
+const ReleaseAfter = 10 * time.Second
+
+// ReaderIdle is how long a reader's connection, and its page cache, is
+// kept with no query.
+const ReaderIdle = time.Minute
 
 // MinCacheBytes is the smallest page cache OpenCache takes.
 const MinCacheBytes = 1 << 20
@@ -94,7 +118,7 @@ func OpenCache(path string, cacheBytes int) (*Store, error) {
 	// cache_size(-N) is N KiB.
 	writerCache := fmt.Sprintf("&_pragma=cache_size(-%d)", cacheBytes>>10)
 	readerCache := fmt.Sprintf("&_pragma=cache_size(-%d)", cacheBytes>>12)
-	s := &Store{stmts: map[string]*sql.Stmt{}, path: path, budget: visibility.ScanBudget}
+	s := &Store{stmts: map[string]*sql.Stmt{}, path: path, budget: visibility.ScanBudget, releaseAfter: ReleaseAfter}
 	pragmas := "_pragma=busy_timeout(10000)&_pragma=foreign_keys(0)&_pragma=temp_store(memory)"
 	var err error
 	if path == "" {
@@ -129,6 +153,7 @@ func OpenCache(path string, cacheBytes int) (*Store, error) {
 		}
 		s.r.SetMaxOpenConns(4)
 		s.r.SetMaxIdleConns(4)
+		s.r.SetConnMaxIdleTime(ReaderIdle)
 	}
 	if err := s.migrate(context.Background()); err != nil {
 		s.Close()
@@ -256,6 +281,12 @@ func (s *Store) migrate(ctx context.Context) error {
 
 // Close closes the database.
 func (s *Store) Close() error {
+	s.releaseMu.Lock()
+	s.closed = true
+	if s.release != nil {
+		s.release.Stop()
+	}
+	s.releaseMu.Unlock()
 	s.stmtsMu.Lock()
 	for _, st := range s.stmts {
 		_ = st.Close()
@@ -290,6 +321,7 @@ type countKey struct{ workflow, status string }
 
 // Apply implements visibility.Store.
 func (s *Store) Apply(ctx context.Context, b visibility.Batch) error {
+	defer s.releaseLater()
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -450,6 +482,37 @@ func (s *Store) Apply(ctx context.Context, b visibility.Batch) error {
 		}
 	}
 	return tx.Commit()
+}
+
+// releaseLater has the writer give its page cache back releaseAfter
+// from now, unless another batch comes first.
+func (s *Store) releaseLater() {
+	if s.r == s.w {
+		return // in memory: the pages are the database
+	}
+	s.releaseMu.Lock()
+	defer s.releaseMu.Unlock()
+	switch {
+	case s.closed:
+	case s.release == nil:
+		s.release = time.AfterFunc(s.releaseAfter, s.releaseCache)
+	default:
+		s.release.Reset(s.releaseAfter)
+	}
+}
+
+// releaseCache frees the writer's page cache (the pages not in use: all
+// of them, between batches). A batch that came meanwhile waits for it
+// (the writer is one connection) and arms the next release. It can fail
+// only with the store closed, or a shrink that outlasts a minute: either
+// way the cache stays as bounded as before, and the next batch arms
+// another release.
+func (s *Store) releaseCache() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := s.w.ExecContext(ctx, "PRAGMA shrink_memory"); err == nil {
+		s.released.Add(1)
+	}
 }
 
 // Position implements visibility.Store.

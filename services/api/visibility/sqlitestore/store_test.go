@@ -3,11 +3,17 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
+	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
+	"modernc.org/libc"
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/services/api/visibility"
@@ -194,4 +200,79 @@ func TestOpenCacheBoundsThePageCaches(t *testing.T) {
 
 	_, err := OpenCache(filepath.Join(t.TempDir(), "small.db"), 64<<10)
 	require.ErrorContains(t, err, "give at least 1048576")
+}
+
+// TestAnIdleWriterGivesItsPageCacheBack: once no batch comes for
+// releaseAfter, the writer frees its page cache (SQLite's memory in use
+// is mostly gone), keeps every row, and the next batch arms the next
+// release.
+func TestAnIdleWriterGivesItsPageCacheBack(t *testing.T) {
+	t.Parallel()
+	const cache = 2 << 20
+	s, err := OpenCache(filepath.Join(t.TempDir(), "release.db"), cache)
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close() })
+	s.releaseMu.Lock()
+	s.releaseAfter = time.Hour // not while it fills
+	s.releaseMu.Unlock()
+
+	rows := storetest.Dataset(5_000, 7) // about 4.5 MB of index: the cache fills
+	storetest.Fill(t, s, rows)
+	filled := writerCacheUsed(t, s)
+	require.Greater(t, filled, int64(cache/2), "the fill must fill most of the cache for the release to show")
+	require.Zero(t, s.released.Load())
+
+	s.releaseMu.Lock()
+	s.releaseAfter = 10 * time.Millisecond
+	s.releaseMu.Unlock()
+	s.releaseLater()
+	require.Eventually(t, func() bool { return s.released.Load() == 1 }, time.Minute, 10*time.Millisecond)
+	after := writerCacheUsed(t, s)
+	require.Less(t, after, filled/8, "the writer's page cache: %d bytes filled, %d released", filled, after)
+	t.Logf("the writer's page cache: %d bytes filled, %d released", filled, after)
+
+	n, err := s.Count(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, len(rows), n)
+	last := rows[0].Rev
+	for _, r := range rows {
+		last = max(last, r.Rev)
+	}
+	require.NoError(t, s.Apply(t.Context(), visibility.Batch{Position: visibility.Position{Revision: last}}))
+	require.Eventually(t, func() bool { return s.released.Load() == 2 }, time.Minute, 10*time.Millisecond, "a batch arms the next release")
+}
+
+// writerCacheUsed is the memory the writer's page cache holds
+// (sqlite3_db_status, SQLITE_DBSTATUS_CACHE_USED: the driver builds
+// SQLite without its process-wide memory statistics). It reaches the
+// connection's handle by reflection: a driver that renames it fails here,
+// not silently.
+func writerCacheUsed(t *testing.T, s *Store) int64 {
+	t.Helper()
+	c, err := s.w.Conn(t.Context())
+	require.NoError(t, err)
+	defer c.Close()
+	var used int64
+	require.NoError(t, c.Raw(func(dc any) error {
+		v := reflect.ValueOf(dc)
+		if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
+			return fmt.Errorf("the driver's connection is a %T", dc)
+		}
+		db := v.Elem().FieldByName("db")
+		if !db.IsValid() || db.Kind() != reflect.Uintptr {
+			return fmt.Errorf("the driver's connection %T has no db handle", dc)
+		}
+		tls := libc.NewTLS()
+		defer tls.Close()
+		// SQLite writes to memory of its allocator's (outside Go's heap,
+		// where the race detector's pointer checks allow its arithmetic).
+		p := tls.Alloc(16)
+		defer tls.Free(16)
+		if rc := sqlite3.Xsqlite3_db_status(tls, uintptr(db.Uint()), sqlite3.SQLITE_DBSTATUS_CACHE_USED, p, p+8, 0); rc != sqlite3.SQLITE_OK {
+			return fmt.Errorf("sqlite3_db_status: %d", rc)
+		}
+		used = int64(*(*int32)(unsafe.Add(unsafe.Pointer(nil), p)))
+		return nil
+	}))
+	return used
 }
