@@ -190,7 +190,7 @@ GO_BENCH_PKGS := ./services/dispatcher/interp ./pkg/projections ./services/janit
 GO_BENCH_TIME ?= 1s
 
 .PHONY: bench/go
-bench/go: ## Go benchmarks of the interpreter's decision, the fold, retention's decision and reading read models (ns/op, allocs/op; GO_BENCH_TIME each, 1s)
+bench/go: ## Go benchmarks of the interpreter's decision, the fold, retention's decision, a janitor's sweep over tasks in flight and reading read models (ns/op, allocs/op; GO_BENCH_TIME each, 1s)
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(GO_BENCH_TIME) $(GO_BENCH_PKGS)
 
 .PHONY: bench/failover

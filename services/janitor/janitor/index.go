@@ -55,6 +55,23 @@ type modelIndex struct {
 	// bulk: a read of many models written since the last one is under
 	// way, ret is made anew after it (refresh).
 	bulk bool
+	// flights holds, for an idle running execution whose sweep is only
+	// to check that its tasks in flight are still in their queue (not
+	// waiting on time, no local step sending, a step sent or started),
+	// those tasks' sequences in the tasks stream as its model showed them
+	// at revision rev. A sweep checks them without reading the model
+	// again (an operation of an hour is looked at every sweep); one
+	// gone, or the model written since, and the model is read again.
+	// Only such executions have one: none of the others pays for it.
+	flights map[string]flight
+}
+
+// flight is what flights holds of an execution: its tasks in flight
+// (their sequences; none for a task whose sequence is not recorded yet,
+// which a sweep leaves alone), at a revision of its read model.
+type flight struct {
+	rev  uint64
+	seqs []uint64
 }
 
 // indexed is one entry of the index: a read model, or the marker that a
@@ -99,7 +116,7 @@ func (ix *modelIndex) refresh(ctx context.Context, kv jetstream.KeyValue, now ti
 		info := st.StreamInfo()
 		bucket = info.Created
 		if !bucket.Equal(ix.bucket) || info.State.LastSeq+1 < ix.next {
-			ix.entries, ix.next = nil, 0 // made again: nothing known holds
+			ix.entries, ix.next, ix.flights = nil, 0, nil // made again: nothing known holds
 		}
 		written = info.State.LastSeq + 1 - min(ix.next, info.State.LastSeq+1)
 	}
@@ -285,10 +302,16 @@ type marker struct {
 // swept is what the index says the sweep must look at, besides the
 // finished executions (ix.ret): the running ones idle long enough to be
 // looked at (look: read again whole, then decided as before: those known
-// to be idle, and those not known yet); how many idle ones are known to
-// merely wait on time (a sleep, a signal: nothing to do); and the
+// to be idle, and those not known yet; check: those known to have only
+// their tasks in flight to check, flights); how many idle ones are known
+// to merely wait on time (a sleep, a signal: nothing to do); and the
 // markers of deleted models older than markerAge.
-func (ix *modelIndex) swept(now time.Time, idleAfter time.Duration) (out swept, look []string) {
+func (ix *modelIndex) swept(now time.Time, idleAfter time.Duration) (out swept, look []string, check []string) {
+	for key, f := range ix.flights {
+		if x, ok := ix.entries[key]; !ok || x.rev != f.rev {
+			delete(ix.flights, key) // deleted, or written since
+		}
+	}
 	for key, x := range ix.entries {
 		switch x.kind {
 		case kindMarker:
@@ -309,12 +332,61 @@ func (ix *modelIndex) swept(now time.Time, idleAfter time.Duration) (out swept, 
 						out.waiting++ // waitingOnTime: sweepIdle would do nothing
 						continue
 					}
+					if _, ok := ix.flights[key]; ok {
+						check = append(check, key)
+						continue
+					}
 				}
 				look = append(look, key)
 			}
 		}
 	}
-	return out, look
+	return out, look, check
+}
+
+// inFlight returns the sequences of x's tasks in flight (a step sent or
+// started; 0 for one whose sequence is not recorded), and whether it has
+// any: what sweepIdle checks of an execution not waiting on time.
+func inFlight(x projections.Execution) ([]uint64, bool) {
+	var seqs []uint64
+	flying := false
+	for _, st := range x.Steps {
+		if st.Status != projections.OpSent && st.Status != projections.OpStarted {
+			continue
+		}
+		flying = true
+		if st.TaskSeq != 0 {
+			seqs = append(seqs, st.TaskSeq)
+		}
+	}
+	return seqs, flying
+}
+
+// checkFlights checks the tasks in flight of the executions keys (each
+// with one in flights): those whose tasks are all still in the tasks
+// stream are counted in out.flying, and nothing more is done about them,
+// as sweepIdle would do nothing; the others (a task gone, or a task that
+// could not be read) are returned, to be read again whole and decided as
+// before.
+func (ix *modelIndex) checkFlights(ctx context.Context, tasks jetstream.Stream, keys []string, out *swept) (look []string, err error) {
+	for _, key := range keys {
+		gone := false
+		for _, seq := range ix.flights[key].seqs {
+			if _, err := tasks.GetMsg(ctx, seq); err != nil {
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
+				gone = true // not found, or not known: read the model again, and decide
+				break
+			}
+		}
+		if gone {
+			look = append(look, key)
+			continue
+		}
+		out.flying++
+	}
+	return look, nil
 }
 
 // lookAgain reads the read models of keys whole, as they are now,
@@ -334,6 +406,14 @@ func (ix *modelIndex) lookAgain(ctx context.Context, kv jetstream.KeyValue, keys
 		}
 		if whole == nil || x.kind != kindModel {
 			return
+		}
+		if seqs, flying := inFlight(*whole); ok && flying && !x.localSending && x.wake == 0 {
+			if ix.flights == nil {
+				ix.flights = map[string]flight{}
+			}
+			ix.flights[strings.Clone(e.Key())] = flight{rev: x.rev, seqs: seqs}
+		} else {
+			delete(ix.flights, e.Key())
 		}
 		if quiet := now.Sub(whole.UpdatedAt); quiet >= idleAfter || (quiet >= LocalIdleAfter && x.localSending) {
 			out.idle = append(out.idle, *whole)

@@ -8,10 +8,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/natstest"
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/pkg/workflow"
 	"jetflow.dev/services/janitor/janitor"
@@ -164,6 +166,66 @@ func TestExecutionsWaitingOnTimeAreNotReadAgain(t *testing.T) {
 	require.Equal(t, 2, gets)
 }
 
+// TestTasksInFlightAreCheckedWithoutReadingTheModelAgain: an idle
+// execution whose only business is a task in flight (an operation of an
+// hour) is read whole once; the sweeps after check that its task is
+// still in its queue without reading its read model, until the task is
+// gone (read again, and reported lost, as before) or the model is written
+// again (read again, once).
+func TestTasksInFlightAreCheckedWithoutReadingTheModelAgain(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	nc := b.js.Conn()
+	reqs := watchBucketRequests(t, nc)
+	x := execution("long-task", 2*idleAfter)
+	taskID, seq := b.publishTask(t, x, "ship", 1)
+	b.put(t, sentStep(x, projections.OpStarted, taskID, seq))
+	noSeq := sentStep(execution("no-seq", 2*idleAfter), projections.OpSent, events.TaskID("no-seq", "ship", 1), 0)
+	b.put(t, noSeq)
+
+	for i := range 3 {
+		require.Equal(t, janitor.Result{Checked: 2}, b.runOnce(t), "sweep %d", i)
+		_, gets := reqs.since(t, nc)
+		if i == 0 {
+			require.Equal(t, 2, gets, "each read whole, once")
+		} else {
+			require.Zero(t, gets, "sweep %d: tasks in flight checked without their read models", i)
+		}
+	}
+
+	otherID, otherSeq := b.publishTask(t, noSeq, "ship", 1)
+	b.put(t, sentStep(noSeq, projections.OpSent, otherID, otherSeq)) // its sequence recorded: written again
+	b.deleteTask(t, seq)                                             // taken, and no result came
+	require.Equal(t, janitor.Result{Checked: 2, LostTasks: 1}, b.runOnce(t))
+	_, gets := reqs.since(t, nc)
+	require.Equal(t, 2, gets, "the model written since and the one whose task is gone are read again")
+	rs := b.results(t, "long-task")
+	require.Len(t, rs, 1)
+	require.Equal(t, taskID+".vanished", rs[0].ID)
+	require.Empty(t, b.results(t, "no-seq"))
+
+	require.Equal(t, janitor.Result{Checked: 2}, b.runOnce(t), "the lost task's failure is reported once")
+	_, gets = reqs.since(t, nc)
+	require.Equal(t, 1, gets, "only the one whose task is gone is read again: its failure is in the results")
+	require.Len(t, b.results(t, "long-task"), 1)
+	require.Empty(t, b.reconciles(t), "an execution with a task in flight is not reconciled")
+
+	// Its task done, its next step not sent: nothing in flight, and idle,
+	// it is nudged at every sweep, its task (still in its queue here)
+	// checked no more.
+	done := noSeq
+	done.Steps[1] = projections.Step{ID: "ship", Kind: "noop", Status: projections.OpSucceeded, Attempt: 1, TaskID: otherID, TaskSeq: otherSeq}
+	done.Steps = append(done.Steps, projections.Step{ID: "notify", Kind: "noop"})
+	done.LastSeq++
+	b.put(t, done)
+	for i := range 2 {
+		require.Equal(t, janitor.Result{Checked: 2, Reconciled: 1}, b.runOnce(t), "sweep %d", i)
+		_, gets = reqs.since(t, nc)
+		require.Equal(t, 2, gets, "sweep %d: both read again", i)
+	}
+	require.Len(t, b.reconciles(t), 1, "the same nudge, deduplicated")
+}
+
 // TestAFullReadForgetsWhatLeftNoMarker: read models that vanished with
 // no marker (the bucket purged by hand) are forgotten at the next full
 // read, FullReadEvery after the last; those written since are kept.
@@ -305,4 +367,40 @@ func TestABucketMadeAgainIsReadWhole(t *testing.T) {
 	require.Equal(t, 1, res.Finished, "the new bucket's one model")
 	_, err = b.kv.Get(t.Context(), "k")
 	require.NoError(t, err, "the new model under k is kept")
+}
+
+// BenchmarkSweepTasksInFlight is a sweep over executions idle with a
+// task in flight each (operations of an hour), after the first sweep
+// read them: their tasks checked, their read models not read again.
+func BenchmarkSweepTasksInFlight(b *testing.B) {
+	const n = 2000
+	_, js := natstest.Connect(b, natstest.RunJetStream(b))
+	kv, err := js.KeyValue(b.Context(), bus.BucketExecutions)
+	require.NoError(b, err)
+	j, err := janitor.New(janitor.Config{IdleAfter: idleAfter, Now: func() time.Time { return now }}, js, zerolog.Nop())
+	require.NoError(b, err)
+	for i := range n {
+		x := execution(fmt.Sprintf("x-%05d", i), 2*idleAfter)
+		taskID := events.TaskID(x.ID, "ship", 1)
+		ev := events.New("bench", x.ID, x.Workflow, now, &events.Task{TaskID: taskID, ExecutionID: x.ID,
+			Workflow: x.Workflow, StepID: "ship", Attempt: 1, Token: x.Token, Kind: "noop", Queue: "default"})
+		msg, err := bus.Encode(bus.TaskSubject("default"), ev)
+		require.NoError(b, err)
+		ack, err := js.PublishMsg(b.Context(), msg, jetstream.WithMsgID(taskID))
+		require.NoError(b, err)
+		v, err := json.Marshal(sentStep(x, projections.OpStarted, taskID, ack.Sequence))
+		require.NoError(b, err)
+		_, err = kv.Put(b.Context(), x.ID, v)
+		require.NoError(b, err)
+	}
+	res, err := j.RunOnce(b.Context())
+	require.NoError(b, err)
+	require.Equal(b, n, res.Checked)
+	for b.Loop() {
+		res, err := j.RunOnce(b.Context())
+		if err != nil || res.Checked != n || res.LostTasks != 0 || res.Reconciled != 0 {
+			b.Fatalf("%+v, %v", res, err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/n, "µs/execution")
 }

@@ -322,7 +322,7 @@ func (j *Janitor) sweep(ctx context.Context) (Result, error) {
 		return Result{}, err
 	}
 	res, err := j.sweepIdle(ctx, read.idle, now)
-	res.Checked, res.Errors = res.Checked+read.waiting, res.Errors+read.errors
+	res.Checked, res.Errors = res.Checked+read.waiting+read.flying, res.Errors+read.errors
 	res.IdleTook = time.Since(began)
 	if err != nil {
 		return res, err
@@ -344,6 +344,7 @@ func (j *Janitor) sweep(ctx context.Context) (Result, error) {
 type swept struct {
 	idle       []projections.Execution
 	waiting    int
+	flying     int // idle ones whose tasks in flight are all in their queue (checkFlights)
 	errors     int // idle executions' read models it could not read again
 	oldMarkers []marker
 }
@@ -365,7 +366,18 @@ func (j *Janitor) sweepRead(ctx context.Context, kv jetstream.KeyValue, now time
 	if err := j.index.refresh(ctx, kv, now); err != nil {
 		return swept{}, err
 	}
-	out, look := j.index.swept(now, j.cfg.IdleAfter)
+	out, look, check := j.index.swept(now, j.cfg.IdleAfter)
+	if len(check) > 0 {
+		tasks, err := j.js.Stream(ctx, bus.StreamTasks)
+		if err != nil {
+			return swept{}, fmt.Errorf("open tasks stream: %w", err)
+		}
+		again, err := j.index.checkFlights(ctx, tasks, check, &out)
+		if err != nil {
+			return swept{}, err
+		}
+		look = append(look, again...)
+	}
 	if err := j.index.lookAgain(ctx, kv, look, now, j.cfg.IdleAfter, &out, j.log); err != nil {
 		return swept{}, err
 	}
