@@ -66,6 +66,11 @@ type modelIndex struct {
 	flights map[string]flight
 }
 
+// getter gets a stream's message by sequence (a jetstream.Stream).
+type getter interface {
+	GetMsg(ctx context.Context, seq uint64, opts ...jetstream.GetMsgOpt) (*jetstream.RawStreamMsg, error)
+}
+
 // flight is what flights holds of an execution: its tasks in flight
 // (their sequences; none for a task whose sequence is not recorded yet,
 // which a sweep leaves alone), at a revision of its read model.
@@ -312,6 +317,9 @@ func (ix *modelIndex) swept(now time.Time, idleAfter time.Duration) (out swept, 
 			delete(ix.flights, key) // deleted, or written since
 		}
 	}
+	if len(ix.flights) == 0 {
+		ix.flights = nil // a map keeps its room: let a burst's go
+	}
 	for key, x := range ix.entries {
 		switch x.kind {
 		case kindMarker:
@@ -351,7 +359,7 @@ func inFlight(x projections.Execution) ([]uint64, bool) {
 	var seqs []uint64
 	flying := false
 	for _, st := range x.Steps {
-		if st.Status != projections.OpSent && st.Status != projections.OpStarted {
+		if !stepInFlight(st) {
 			continue
 		}
 		flying = true
@@ -362,22 +370,34 @@ func inFlight(x projections.Execution) ([]uint64, bool) {
 	return seqs, flying
 }
 
+// stepInFlight reports whether a step's task is in flight: sent, or
+// started by an agent.
+func stepInFlight(st projections.Step) bool {
+	return st.Status == projections.OpSent || st.Status == projections.OpStarted
+}
+
 // checkFlights checks the tasks in flight of the executions keys (each
 // with one in flights): those whose tasks are all still in the tasks
 // stream are counted in out.flying, and nothing more is done about them,
-// as sweepIdle would do nothing; the others (a task gone, or a task that
-// could not be read) are returned, to be read again whole and decided as
-// before.
-func (ix *modelIndex) checkFlights(ctx context.Context, tasks jetstream.Stream, keys []string, out *swept) (look []string, err error) {
+// as sweepIdle would do nothing; the others (a task gone) are returned,
+// to be read again whole and decided as before. A task that could not be
+// read is taken to be there, as sweepIdle takes it (the next sweep looks
+// again), and counted in out.errors.
+func (ix *modelIndex) checkFlights(ctx context.Context, tasks getter, keys []string, out *swept, log zerolog.Logger) (look []string, err error) {
 	for _, key := range keys {
 		gone := false
 		for _, seq := range ix.flights[key].seqs {
-			if _, err := tasks.GetMsg(ctx, seq); err != nil {
-				if ctx.Err() != nil {
-					return nil, ctx.Err()
-				}
-				gone = true // not found, or not known: read the model again, and decide
+			_, err := tasks.GetMsg(ctx, seq)
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				gone = true // read the model again, and decide
 				break
+			}
+			if err != nil {
+				log.Warn().Err(err).Str("execution_id", key).Uint64("task_seq", seq).Msg("sweep: look for a task in flight, will retry")
+				out.errors++
 			}
 		}
 		if gone {
@@ -404,16 +424,23 @@ func (ix *modelIndex) lookAgain(ctx context.Context, kv jetstream.KeyValue, keys
 		if ok {
 			ix.set(e.Key(), had, true, x)
 		}
-		if whole == nil || x.kind != kindModel {
-			return
-		}
-		if seqs, flying := inFlight(*whole); ok && flying && !x.localSending && x.wake == 0 {
-			if ix.flights == nil {
-				ix.flights = map[string]flight{}
+		// Its tasks in flight are all a sweep has to look at when it waits
+		// on nothing else and has no local step sending (swept's gate, and
+		// sweepIdle's decision: a step in flight, nothing else done).
+		if whole != nil && x.kind == kindModel && ok && !x.localSending && x.wake == 0 {
+			if seqs, flying := inFlight(*whole); flying {
+				if ix.flights == nil {
+					ix.flights = map[string]flight{}
+				}
+				ix.flights[strings.Clone(e.Key())] = flight{rev: x.rev, seqs: seqs}
+			} else {
+				delete(ix.flights, e.Key())
 			}
-			ix.flights[strings.Clone(e.Key())] = flight{rev: x.rev, seqs: seqs}
 		} else {
 			delete(ix.flights, e.Key())
+		}
+		if whole == nil || x.kind != kindModel {
+			return
 		}
 		if quiet := now.Sub(whole.UpdatedAt); quiet >= idleAfter || (quiet >= LocalIdleAfter && x.localSending) {
 			out.idle = append(out.idle, *whole)

@@ -1,10 +1,14 @@
 package janitor
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"jetflow.dev/pkg/bus"
@@ -103,4 +107,80 @@ func TestPurgeMarkersKeepsAModelWrittenAgain(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 1, status.Values(), "gone's marker removed")
 	require.NotContains(t, ix.entries, "gone")
+}
+
+// TestFlightsGoWithTheirModels: an execution's tasks in flight are kept
+// only while its read model is the one they were read from: finished,
+// deleted, written again with nothing in flight, or unreadable whole, it
+// has none after the next sweep, and the map goes once empty.
+func TestFlightsGoWithTheirModels(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	kv, err := js.KeyValue(t.Context(), bus.BucketExecutions)
+	require.NoError(t, err)
+	tasks, err := js.Stream(t.Context(), bus.StreamTasks)
+	require.NoError(t, err)
+	now := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
+	const idleAfter = 2 * time.Minute
+	put := func(id string, v []byte) {
+		t.Helper()
+		_, err := kv.Put(t.Context(), id, v)
+		require.NoError(t, err)
+	}
+	model := func(id string, status projections.Status, step projections.OpStatus) []byte {
+		t.Helper()
+		b, err := json.Marshal(projections.Execution{ID: id, Workflow: "wf", Version: 1, Status: status,
+			Steps:     []projections.Step{{ID: "ship", Kind: "noop", Status: step, Attempt: 1, TaskSeq: 1000, Queue: "default"}},
+			StartedAt: now.Add(-time.Hour), UpdatedAt: now.Add(-time.Hour), LastSeq: 9})
+		require.NoError(t, err)
+		return b
+	}
+	var ix modelIndex
+	sweep := func() {
+		t.Helper()
+		require.NoError(t, ix.refresh(t.Context(), kv, now))
+		out, look, check := ix.swept(now, idleAfter)
+		again, err := ix.checkFlights(t.Context(), tasks, check, &out, zerolog.Nop())
+		require.NoError(t, err)
+		require.NoError(t, ix.lookAgain(t.Context(), kv, append(look, again...), now, idleAfter, &out, zerolog.Nop()))
+	}
+	ids := []string{"finishes", "deleted", "settles", "garbled"}
+	for _, id := range ids {
+		put(id, model(id, projections.StatusStarted, projections.OpStarted))
+	}
+	sweep()
+	require.Len(t, ix.flights, len(ids), "each idle with a task in flight")
+
+	put("finishes", model("finishes", projections.StatusSucceeded, projections.OpSucceeded))
+	require.NoError(t, kv.Delete(t.Context(), "deleted"))
+	put("settles", model("settles", projections.StatusStarted, projections.OpSucceeded))
+	put("garbled", []byte(`{"id":"garbled","workflow":"wf","status":"started","updated_at":"2026-12-04T09:00:00Z","steps":"no table"}`))
+	sweep()
+	require.Nil(t, ix.flights, "none left, and the map let go")
+}
+
+// failingGets fails every get of a message, as a tasks stream away would.
+type failingGets struct{}
+
+func (failingGets) GetMsg(context.Context, uint64, ...jetstream.GetMsgOpt) (*jetstream.RawStreamMsg, error) {
+	return nil, errors.New("nats: timeout")
+}
+
+// TestCheckFlightsTakesATaskItCannotReadToBeThere: a task whose get
+// fails other than "not found" is taken to be in its queue, as sweepIdle
+// takes it, and counted as an error; a sweep stopped stops the checks.
+func TestCheckFlightsTakesATaskItCannotReadToBeThere(t *testing.T) {
+	t.Parallel()
+	ix := modelIndex{flights: map[string]flight{"x": {rev: 3, seqs: []uint64{7, 8}}, "y": {rev: 4}}}
+	var out swept
+	look, err := ix.checkFlights(t.Context(), failingGets{}, []string{"x", "y"}, &out, zerolog.Nop())
+	require.NoError(t, err)
+	require.Empty(t, look)
+	require.Equal(t, 2, out.flying)
+	require.Equal(t, 2, out.errors, "one a get")
+
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	_, err = ix.checkFlights(ctx, failingGets{}, []string{"x"}, &out, zerolog.Nop())
+	require.ErrorIs(t, err, context.Canceled)
 }

@@ -316,12 +316,16 @@ func (j *Janitor) sweep(ctx context.Context) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("open executions bucket: %w", err)
 	}
+	tasks, err := j.js.Stream(ctx, bus.StreamTasks)
+	if err != nil {
+		return Result{}, fmt.Errorf("open tasks stream: %w", err)
+	}
 	now := j.cfg.Now()
-	read, err := j.sweepRead(ctx, kv, now)
+	read, err := j.sweepRead(ctx, kv, tasks, now)
 	if err != nil {
 		return Result{}, err
 	}
-	res, err := j.sweepIdle(ctx, read.idle, now)
+	res, err := j.sweepIdle(ctx, tasks, read.idle, now)
 	res.Checked, res.Errors = res.Checked+read.waiting+read.flying, res.Errors+read.errors
 	res.IdleTook = time.Since(began)
 	if err != nil {
@@ -362,22 +366,16 @@ type modelHead struct {
 // sweepRead brings the index of the read models up to date (reading
 // those written since the sweep before, modelIndex) and says what the
 // sweep must look at; the idle running executions it reads again whole.
-func (j *Janitor) sweepRead(ctx context.Context, kv jetstream.KeyValue, now time.Time) (swept, error) {
+func (j *Janitor) sweepRead(ctx context.Context, kv jetstream.KeyValue, tasks getter, now time.Time) (swept, error) {
 	if err := j.index.refresh(ctx, kv, now); err != nil {
 		return swept{}, err
 	}
 	out, look, check := j.index.swept(now, j.cfg.IdleAfter)
-	if len(check) > 0 {
-		tasks, err := j.js.Stream(ctx, bus.StreamTasks)
-		if err != nil {
-			return swept{}, fmt.Errorf("open tasks stream: %w", err)
-		}
-		again, err := j.index.checkFlights(ctx, tasks, check, &out)
-		if err != nil {
-			return swept{}, err
-		}
-		look = append(look, again...)
+	again, err := j.index.checkFlights(ctx, tasks, check, &out, j.log)
+	if err != nil {
+		return swept{}, err
 	}
+	look = append(look, again...)
 	if err := j.index.lookAgain(ctx, kv, look, now, j.cfg.IdleAfter, &out, j.log); err != nil {
 		return swept{}, err
 	}
@@ -386,12 +384,8 @@ func (j *Janitor) sweepRead(ctx context.Context, kv jetstream.KeyValue, now time
 
 // sweepIdle nudges the idle executions a sweep read, and reports lost
 // tasks.
-func (j *Janitor) sweepIdle(ctx context.Context, idle []projections.Execution, now time.Time) (Result, error) {
+func (j *Janitor) sweepIdle(ctx context.Context, tasks getter, idle []projections.Execution, now time.Time) (Result, error) {
 	var res Result
-	tasks, err := j.js.Stream(ctx, bus.StreamTasks)
-	if err != nil {
-		return res, fmt.Errorf("open tasks stream: %w", err)
-	}
 	for _, x := range idle {
 		res.Checked++
 		nudged := false
@@ -419,7 +413,7 @@ func (j *Janitor) sweepIdle(ctx context.Context, idle []projections.Execution, n
 		}
 		inFlight := false
 		for _, st := range x.Steps {
-			if st.Status != projections.OpSent && st.Status != projections.OpStarted {
+			if !stepInFlight(st) {
 				continue
 			}
 			inFlight = true

@@ -206,7 +206,7 @@ wait:
 		fmt.Fprintf(out, "  RSS              unknown (no /proc/self/status)\n")
 	}
 	if per, ok := perExecution(res.before.rssFile, res.after.rssFile, n); ok {
-		fmt.Fprintf(out, "  of which files   %s before, %s after: %.2f KiB per sleeping execution (file-backed pages: the binary's code run since)\n",
+		fmt.Fprintf(out, "  of which files   %s before, %s after: %.2f KiB per sleeping execution (file-backed pages: mostly the binary's code)\n",
 			mib(res.before.rssFile), mib(res.after.rssFile), per/1024)
 	}
 	fmt.Fprintf(out, "  heap in use      %s before, %s after: %.2f KiB per sleeping execution\n",

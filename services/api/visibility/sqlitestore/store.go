@@ -55,6 +55,7 @@ type Store struct {
 	releaseMu    sync.Mutex
 	release      *time.Timer
 	releaseAfter time.Duration
+	readerIdle   time.Duration // ReaderIdle
 	closed       bool
 	released     atomic.Int64 // times the writer gave its cache back
 }
@@ -79,7 +80,8 @@ const DefaultCacheBytes = 64 << 20
 const ReleaseAfter = 10 * time.Second
 
 // ReaderIdle is how long a reader's connection, and its page cache, is
-// kept with no query.
+// kept with no query (database/sql closes idle connections once it is
+// past, looking every ReaderIdle: a minute or two).
 const ReaderIdle = time.Minute
 
 // MinCacheBytes is the smallest page cache OpenCache takes.
@@ -111,6 +113,13 @@ func Open(path string) (*Store, error) { return OpenCache(path, DefaultCacheByte
 // quarter of it. A database in memory is as large as the index, whatever
 // its cache.
 func OpenCache(path string, cacheBytes int) (*Store, error) {
+	return openCache(path, cacheBytes, ReleaseAfter, ReaderIdle)
+}
+
+// openCache is OpenCache with the times after which an idle writer gives
+// its page cache back and an idle reader's connection closes (tests
+// make them shorter).
+func openCache(path string, cacheBytes int, releaseAfter, readerIdle time.Duration) (*Store, error) {
 	cacheBytes = cmp.Or(cacheBytes, DefaultCacheBytes)
 	if cacheBytes < MinCacheBytes {
 		return nil, fmt.Errorf("visibility: a page cache of %d bytes: give at least %d", cacheBytes, MinCacheBytes)
@@ -118,7 +127,7 @@ func OpenCache(path string, cacheBytes int) (*Store, error) {
 	// cache_size(-N) is N KiB.
 	writerCache := fmt.Sprintf("&_pragma=cache_size(-%d)", cacheBytes>>10)
 	readerCache := fmt.Sprintf("&_pragma=cache_size(-%d)", cacheBytes>>12)
-	s := &Store{stmts: map[string]*sql.Stmt{}, path: path, budget: visibility.ScanBudget, releaseAfter: ReleaseAfter}
+	s := &Store{stmts: map[string]*sql.Stmt{}, path: path, budget: visibility.ScanBudget, releaseAfter: releaseAfter, readerIdle: readerIdle}
 	pragmas := "_pragma=busy_timeout(10000)&_pragma=foreign_keys(0)&_pragma=temp_store(memory)"
 	var err error
 	if path == "" {
@@ -153,7 +162,7 @@ func OpenCache(path string, cacheBytes int) (*Store, error) {
 		}
 		s.r.SetMaxOpenConns(4)
 		s.r.SetMaxIdleConns(4)
-		s.r.SetConnMaxIdleTime(ReaderIdle)
+		s.r.SetConnMaxIdleTime(s.readerIdle)
 	}
 	if err := s.migrate(context.Background()); err != nil {
 		s.Close()

@@ -212,6 +212,8 @@ func TestAnIdleWriterGivesItsPageCacheBack(t *testing.T) {
 	s, err := OpenCache(filepath.Join(t.TempDir(), "release.db"), cache)
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Close() })
+	require.Equal(t, ReleaseAfter, s.releaseAfter)
+	require.Equal(t, ReaderIdle, s.readerIdle)
 	s.releaseMu.Lock()
 	s.releaseAfter = time.Hour // not while it fills
 	s.releaseMu.Unlock()
@@ -275,4 +277,21 @@ func writerCacheUsed(t *testing.T, s *Store) int64 {
 		return nil
 	}))
 	return used
+}
+
+// TestIdleReadersClose: a reader's connection, and its page cache, is
+// closed once it has been idle for readerIdle.
+func TestIdleReadersClose(t *testing.T) {
+	t.Parallel()
+	s, err := openCache(filepath.Join(t.TempDir(), "readers.db"), MinCacheBytes, ReleaseAfter, 50*time.Millisecond)
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close() })
+	storetest.Fill(t, s, storetest.Dataset(100, 3))
+	n, err := s.Count(t.Context())
+	require.NoError(t, err)
+	require.Positive(t, n)
+	require.Eventually(t, func() bool {
+		st := s.r.Stats()
+		return st.MaxIdleTimeClosed > 0 && st.OpenConnections == 0
+	}, time.Minute, 10*time.Millisecond, "the reader's connection closed once idle")
 }
