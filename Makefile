@@ -46,8 +46,8 @@ image: ## Build the container images jetflow:VERSION and jetflow-agent:VERSION (
 	docker build -f deployments/Dockerfile --target agent --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t jetflow-agent:$(VERSION) .
 
 .PHONY: dev
-dev: build ## Run embedded NATS + all four services (data in DATA, .jetflow; api on HTTP, NATS on NATS, metrics on METRICS), examples registered
-	bin/jetflow dev --data $(DATA) --apply examples $(if $(HTTP),--http $(HTTP)) $(if $(NATS),--nats-addr $(NATS)) $(if $(METRICS),--metrics-addr $(METRICS))
+dev: build ## Run embedded NATS + all four services (data in DATA, .jetflow; api on HTTP, NATS on NATS, metrics on METRICS; more flags of jetflow dev in DEV_FLAGS), examples registered
+	bin/jetflow dev --data $(DATA) --apply examples $(if $(HTTP),--http $(HTTP)) $(if $(NATS),--nats-addr $(NATS)) $(if $(METRICS),--metrics-addr $(METRICS)) $(DEV_FLAGS)
 
 # Every fuzz target, as directory:Name. make fuzz fuzzes each for
 # FUZZTIME; make test for FUZZ_SHORT each, after the tests.

@@ -35,3 +35,8 @@ func SetStaleSlack(d time.Duration) func() {
 	old := staleSlack.Swap(int64(d))
 	return func() { staleSlack.Store(old) }
 }
+
+// DeleteIfUnchanged is deleteIfUnchanged.
+func (t *Table) DeleteIfUnchanged(ctx context.Context, key string, rev uint64) {
+	t.deleteIfUnchanged(ctx, key, rev)
+}

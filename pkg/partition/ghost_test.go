@@ -87,3 +87,42 @@ func TestGhostMemberAndLeaseAreDropped(t *testing.T) {
 		require.ErrorIs(t, err, jetstream.ErrKeyNotFound, key)
 	}
 }
+
+// TestAStaleKeyChangedSinceIsLeftUnreported: deleting a stale key is a
+// compare-and-set on the revision it was seen at; a key changed since
+// (renewed, or taken by another) is no longer stale: it is kept, and
+// nothing is reported (a newcomer read the refusal as an error).
+func TestAStaleKeyChangedSinceIsLeftUnreported(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	kv := mustKV(t, js)
+	var mu sync.Mutex
+	var reported []string
+	table, err := partition.New(js, kv, partition.Config{
+		Member: "live", Partitions: 4,
+		Acquire: func(context.Context, int, uint64) error { return nil },
+		Release: func(int, uint64) {},
+		OnError: func(err error, what string) {
+			mu.Lock()
+			defer mu.Unlock()
+			reported = append(reported, what+": "+err.Error())
+		},
+	})
+	require.NoError(t, err)
+	key := partition.LeaseKey(3)
+	seen, err := kv.Put(t.Context(), key, []byte("ghost"))
+	require.NoError(t, err)
+	now, err := kv.Put(t.Context(), key, []byte("taken since"))
+	require.NoError(t, err)
+
+	table.DeleteIfUnchanged(t.Context(), key, seen)
+	e, err := kv.Get(t.Context(), key)
+	require.NoError(t, err)
+	require.Equal(t, "taken since", string(e.Value()), "a key changed since is kept")
+	table.DeleteIfUnchanged(t.Context(), key, now)
+	_, err = kv.Get(t.Context(), key)
+	require.ErrorIs(t, err, jetstream.ErrKeyNotFound, "a key unchanged is deleted")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Empty(t, reported)
+}

@@ -1050,7 +1050,10 @@ func (t *Table) dropGhosts(ctx context.Context) {
 func (t *Table) deleteIfUnchanged(ctx context.Context, key string, rev uint64) {
 	ctx, cancel := t.opCtx(ctx)
 	defer cancel()
-	if err := t.kv.Delete(ctx, key, jetstream.LastRevision(rev)); err != nil && !stopping(ctx, err) {
+	err := t.kv.Delete(ctx, key, jetstream.LastRevision(rev))
+	if err != nil && !stopping(ctx, err) && !wrongLastSequence(err) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		t.cfg.OnError(err, "delete the stale key "+key)
 	}
+	// A key changed since (the stale holder renewed, or another took it)
+	// is no longer stale: left as it is, and nothing to report.
 }
