@@ -246,7 +246,7 @@ func (j *Janitor) lostTask(ctx context.Context, data []byte) error {
 	task, ok := ev.Data.(*events.Task)
 	if err == nil && ok {
 		reason := fmt.Sprintf("task delivered %d times to agents (consumer %s) without a result: agents died or timed out", adv.Deliveries, adv.Consumer)
-		if err := j.fail(ctx, task.Ref("janitor", int(adv.Deliveries)), "lost", reason); err != nil {
+		if err := j.fail(ctx, task.Ref("janitor", int(adv.Deliveries)), failLost, reason); err != nil {
 			return err
 		}
 		j.log.Warn().Str("execution_id", task.ExecutionID).Str("step_id", task.StepID).Uint64("deliveries", adv.Deliveries).Msg("failed lost task")
@@ -264,8 +264,12 @@ func (j *Janitor) fail(ctx context.Context, ref events.TaskRef, why, reason stri
 	if err != nil {
 		return err
 	}
-	if _, err := j.js.PublishMsg(ctx, msg, jetstream.WithMsgID(ev.ID)); err != nil {
+	ack, err := j.js.PublishMsg(ctx, msg, jetstream.WithMsgID(ev.ID))
+	if err != nil {
 		return fmt.Errorf("publish failure of task %s: %w", ref.TaskID, err)
+	}
+	if !ack.Duplicate {
+		j.metrics.failedTasks.WithLabelValues(why).Inc()
 	}
 	return nil
 }
@@ -302,7 +306,7 @@ func (j *Janitor) RunOnce(ctx context.Context) (Result, error) {
 	began := time.Now()
 	res, err := j.sweep(ctx)
 	if err == nil || ctx.Err() == nil { // a sweep cut short by a stop is no failed sweep
-		j.metrics.sweepEnded(began, time.Now(), err)
+		j.metrics.sweepEnded(began, time.Now(), res, err)
 	}
 	return res, err
 }
@@ -434,7 +438,7 @@ func (j *Janitor) sweepIdle(ctx context.Context, tasks getter, idle []projection
 				}
 				ref := events.TaskRef{TaskID: st.TaskID, ExecutionID: x.ID, Workflow: x.Workflow, StepID: st.ID,
 					Attempt: st.Attempt, Token: cmp.Or(st.Token, x.Token), Queue: cmp.Or(st.Queue, workflow.DefaultQueue), Agent: "janitor"}
-				if err := j.fail(ctx, ref, "vanished", "task left its queue without a result"); err != nil {
+				if err := j.fail(ctx, ref, failVanished, "task left its queue without a result"); err != nil {
 					j.log.Warn().Err(err).Str("execution_id", x.ID).Msg("sweep: report lost task")
 					res.Errors++
 					continue

@@ -36,6 +36,15 @@ type metrics struct {
 	sweeps       *prometheus.CounterVec
 	sweepSeconds prometheus.Histogram
 	lastSweep    prometheus.Gauge
+	// What the sweeps' idle part found and did: the running executions
+	// idle past IdleAfter it looked at (the last sweep's), the reconciles
+	// it published, the tasks it reported failed (by why: vanished from
+	// their queue, or lost after their deliveries), and the errors its
+	// reads and publishes met (each retried at the next sweep).
+	idle        prometheus.Gauge
+	reconciles  prometheus.Counter
+	failedTasks *prometheus.CounterVec
+	sweepErrors prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -65,14 +74,34 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "jetflow_janitor_last_sweep_timestamp_seconds",
 			Help: "When the last sweep that ended well ended (Unix time); 0 before the first.",
 		}),
+		idle: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "jetflow_janitor_idle_executions",
+			Help: "Running executions idle past -idle-after that the last sweep looked at: waiting on a timer or a signal, with tasks in flight, or nudged.",
+		}),
+		reconciles: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "jetflow_janitor_reconciles_total",
+			Help: "Reconcile commands the janitor published for idle executions (nothing in flight, or a local step left sending), at every sweep while they stay idle: the commands stream drops the repeats of one within its dedupe window.",
+		}),
+		failedTasks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "jetflow_janitor_failed_tasks_total",
+			Help: "Tasks the janitor reported failed, by why: vanished (gone from their queue without a result) or lost (their deliveries exhausted).",
+		}, []string{"why"}),
+		sweepErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "jetflow_janitor_sweep_errors_total",
+			Help: "Reads, publishes and deletions a sweep could not make, each tried again at the next sweep (the deletions are jetflow_janitor_purge_errors_total too).",
+		}),
 	}
 	for _, o := range []string{sweepOK, sweepFailed} {
 		m.sweeps.WithLabelValues(o) // both series from the start: a rate of failures needs its zero
 	}
+	for _, why := range []string{failVanished, failLost} {
+		m.failedTasks.WithLabelValues(why)
+	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.purged, m.errors, m.finished, m.sweeps, m.sweepSeconds, m.lastSweep} {
+	for _, c := range []prometheus.Collector{m.purged, m.errors, m.finished, m.sweeps, m.sweepSeconds, m.lastSweep,
+		m.idle, m.reconciles, m.failedTasks, m.sweepErrors} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("janitor: register metrics: %w", err)
 		}
@@ -86,16 +115,26 @@ const (
 	sweepFailed = "failed"
 )
 
+// The whys of jetflow_janitor_failed_tasks_total, and of the ids of the
+// failures the janitor reports (<task id>.<why>).
+const (
+	failVanished = "vanished"
+	failLost     = "lost"
+)
+
 // sweepEnded counts and times a sweep that began at began and ended now
-// with err.
-func (m *metrics) sweepEnded(began, now time.Time, err error) {
+// with err, having done res (what it did before an error too).
+func (m *metrics) sweepEnded(began, now time.Time, res Result, err error) {
 	m.sweepSeconds.Observe(now.Sub(began).Seconds())
+	m.reconciles.Add(float64(res.Reconciled))
+	m.sweepErrors.Add(float64(res.Errors))
 	if err != nil {
 		m.sweeps.WithLabelValues(sweepFailed).Inc()
 		return
 	}
 	m.sweeps.WithLabelValues(sweepOK).Inc()
 	m.lastSweep.Set(float64(now.UnixNano()) / 1e9)
+	m.idle.Set(float64(res.Checked))
 }
 
 // finished is what retention needs of a finished execution's read model.

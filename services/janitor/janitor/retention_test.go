@@ -642,6 +642,79 @@ func TestSweepsAreCountedAndTimed(t *testing.T) {
 // metric reads a metric back from the registry: a counter's or a gauge's
 // value, a histogram's count; outcome, if set, picks the series of that
 // outcome label. It fails the test when no such series exists.
+// TestWhatSweepsDoIsCounted: the idle executions the last sweep looked
+// at, the reconciles it published and the tasks it failed are metrics,
+// so that a janitor that looks and finds nothing to do shows it looked.
+func TestWhatSweepsDoIsCounted(t *testing.T) {
+	t.Parallel()
+	b := setupRetention(t, "")
+	put := func(x projections.Execution) {
+		t.Helper()
+		v, err := json.Marshal(x)
+		require.NoError(t, err)
+		_, err = b.kv.Put(t.Context(), x.ID, v)
+		require.NoError(t, err)
+	}
+	idle := func(id string) projections.Execution {
+		return projections.Execution{ID: id, Workflow: "wf", Version: 1, Status: projections.StatusStarted, Token: "tok",
+			Steps:     []projections.Step{{ID: "ship", Kind: "noop"}},
+			StartedAt: now.Add(-time.Hour), UpdatedAt: now.Add(-2 * idleAfter), LastSeq: 5}
+	}
+	put(idle("stuck")) // nothing in flight: nudged
+	sleeping := idle("sleeping")
+	sleeping.Steps[0] = projections.Step{ID: "ship", Kind: "wait", Status: projections.OpWaiting, Attempt: 1}
+	put(sleeping)
+	lost := idle("lost")
+	taskID := events.TaskID("lost", "ship", 1)
+	ev := events.New("test", "lost", "wf", now, &events.Task{TaskID: taskID, ExecutionID: "lost", Workflow: "wf", StepID: "ship", Attempt: 1, Kind: "noop", Queue: "default"})
+	msg, err := bus.Encode(bus.TaskSubject("default"), ev)
+	require.NoError(t, err)
+	ack, err := b.js.PublishMsg(t.Context(), msg)
+	require.NoError(t, err)
+	tasks, err := b.js.Stream(t.Context(), bus.StreamTasks)
+	require.NoError(t, err)
+	require.NoError(t, tasks.DeleteMsg(t.Context(), ack.Sequence)) // taken, and no result came
+	lost.Steps[0] = projections.Step{ID: "ship", Kind: "noop", Status: projections.OpStarted, Attempt: 1, TaskID: taskID, TaskSeq: ack.Sequence, Queue: "default"}
+	put(lost)
+
+	for _, m := range []string{"jetflow_janitor_idle_executions", "jetflow_janitor_reconciles_total", "jetflow_janitor_sweep_errors_total"} {
+		require.Zero(t, b.metric(t, m, ""), m)
+	}
+	res := b.sweep(t)
+	res.IdleTook, res.RetentionTook = 0, 0
+	require.Equal(t, janitor.Result{Checked: 3, Reconciled: 1, LostTasks: 1}, res)
+	require.Equal(t, 3.0, b.metric(t, "jetflow_janitor_idle_executions", ""))
+	require.Equal(t, 1.0, b.metric(t, "jetflow_janitor_reconciles_total", ""))
+	require.Equal(t, 1.0, b.labeled(t, "jetflow_janitor_failed_tasks_total", "why", "vanished"))
+	require.Zero(t, b.labeled(t, "jetflow_janitor_failed_tasks_total", "why", "lost"))
+	require.Zero(t, b.metric(t, "jetflow_janitor_sweep_errors_total", ""))
+
+	b.sweep(t) // the same again
+	require.Equal(t, 3.0, b.metric(t, "jetflow_janitor_idle_executions", ""))
+	require.Equal(t, 2.0, b.metric(t, "jetflow_janitor_reconciles_total", ""), "published at every sweep while it is idle (the stream drops the repeat)")
+	require.Equal(t, 1.0, b.labeled(t, "jetflow_janitor_failed_tasks_total", "why", "vanished"), "its failure is in the results: not reported again")
+}
+
+// labeled is the value of the series of metric name whose label has
+// value.
+func (b *retentionBundle) labeled(t *testing.T, name, label, value string) float64 {
+	t.Helper()
+	mfs, err := b.reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool { return l.GetName() == label && l.GetValue() == value }) {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	t.Fatalf("no metric %s{%s=%q}", name, label, value)
+	return 0
+}
+
 func (b *retentionBundle) metric(t *testing.T, name, outcome string) float64 {
 	t.Helper()
 	mfs, err := b.reg.Gather()
