@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -372,4 +374,46 @@ func TestAStartCutShortIsNotDropped(t *testing.T) {
 	require.Error(t, err)
 	var perm permanentError
 	require.False(t, errors.As(err, &perm), "a read cancelled by the stop is not permanent: %v", err)
+}
+
+// TestATimerFiringAfterTheEndIsNoNews: a timer's message that comes
+// after its execution ended (the schedule kept as the guarantee of a
+// timer fired from memory) changes nothing, and says so at debug only: a
+// newcomer read it at info as something gone wrong.
+func TestATimerFiringAfterTheEndIsNoNews(t *testing.T) {
+	t.Parallel()
+	b := setupFires(t)
+	fire := b.asleep(t, "nap", "n-late")
+	b.finish(t, fire)
+
+	var logs syncBuffer
+	ctx := zerolog.New(&logs).Level(zerolog.DebugLevel).WithContext(t.Context())
+	require.NoError(t, b.d.handle(ctx, fire), "the same timer's message again")
+	line := ""
+	for l := range strings.Lines(logs.String()) {
+		if strings.Contains(l, "command changes nothing") {
+			line = l
+		}
+	}
+	require.NotEmpty(t, line, "%s", logs.String())
+	require.Contains(t, line, `"level":"debug"`)
+	require.Contains(t, line, "the execution has ended")
+}
+
+// syncBuffer is a log sink goroutines share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

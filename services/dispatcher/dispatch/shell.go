@@ -94,7 +94,14 @@ func (d *Dispatcher) command(ctx context.Context, cmd events.Event, x *execState
 	case dec.Retry != "":
 		return errors.New(dec.Retry)
 	case dec.Ignore != "":
-		zerolog.Ctx(ctx).Info().Str("reason", dec.Ignore).Msg("command changes nothing")
+		level := zerolog.InfoLevel
+		if cmd.Type == events.TypeFireTimer {
+			// A timer's schedule that outlives what it timed is routine: the
+			// guarantee of one fired from memory (docs/adr/0013), a sleep
+			// cut short by a cancel, an execution that ended.
+			level = zerolog.DebugLevel
+		}
+		zerolog.Ctx(ctx).WithLevel(level).Str("reason", dec.Ignore).Msg("command changes nothing")
 		return nil
 	}
 	return d.advance(ctx, x)
