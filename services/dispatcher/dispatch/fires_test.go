@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +17,7 @@ import (
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/natstest"
 	"jetflow.dev/pkg/workflow"
+	"jetflow.dev/services/internal/svcruntest"
 )
 
 // fireBundle is a running dispatcher whose executions sleep for an hour,
@@ -386,34 +385,11 @@ func TestATimerFiringAfterTheEndIsNoNews(t *testing.T) {
 	fire := b.asleep(t, "nap", "n-late")
 	b.finish(t, fire)
 
-	var logs syncBuffer
+	var logs svcruntest.Log
 	ctx := zerolog.New(&logs).Level(zerolog.DebugLevel).WithContext(t.Context())
 	require.NoError(t, b.d.handle(ctx, fire), "the same timer's message again")
-	line := ""
-	for l := range strings.Lines(logs.String()) {
-		if strings.Contains(l, "command changes nothing") {
-			line = l
-		}
-	}
-	require.NotEmpty(t, line, "%s", logs.String())
-	require.Contains(t, line, `"level":"debug"`)
-	require.Contains(t, line, "the execution has ended")
-}
-
-// syncBuffer is a log sink goroutines share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	line := logs.Line("command changes nothing")
+	require.NotNil(t, line, "%s", logs.String())
+	require.Equal(t, "debug", line["level"])
+	require.Equal(t, "the execution has ended", line["reason"])
 }

@@ -695,8 +695,19 @@ func TestWhatSweepsDoIsCounted(t *testing.T) {
 	require.Equal(t, 1.0, b.labeled(t, "jetflow_janitor_failed_tasks_total", "why", "vanished"), "its failure is in the results: not reported again")
 }
 
-// labeled is the value of the series of metric name whose label has
-// value.
+// metric is the value of metric name (of its series whose outcome label
+// is outcome, unless outcome is ""): a counter's or gauge's value, a
+// histogram's count.
+func (b *retentionBundle) metric(t *testing.T, name, outcome string) float64 {
+	t.Helper()
+	if outcome == "" {
+		return b.labeled(t, name, "", "")
+	}
+	return b.labeled(t, name, "outcome", outcome)
+}
+
+// labeled is metric with the series whose label has value (any series
+// when label is "").
 func (b *retentionBundle) labeled(t *testing.T, name, label, value string) float64 {
 	t.Helper()
 	mfs, err := b.reg.Gather()
@@ -706,26 +717,8 @@ func (b *retentionBundle) labeled(t *testing.T, name, label, value string) float
 			continue
 		}
 		for _, m := range mf.GetMetric() {
-			if slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool { return l.GetName() == label && l.GetValue() == value }) {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	t.Fatalf("no metric %s{%s=%q}", name, label, value)
-	return 0
-}
-
-func (b *retentionBundle) metric(t *testing.T, name, outcome string) float64 {
-	t.Helper()
-	mfs, err := b.reg.Gather()
-	require.NoError(t, err)
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if outcome != "" && !slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool {
-				return l.GetName() == "outcome" && l.GetValue() == outcome
+			if label != "" && !slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool {
+				return l.GetName() == label && l.GetValue() == value
 			}) {
 				continue
 			}
@@ -739,6 +732,6 @@ func (b *retentionBundle) metric(t *testing.T, name, outcome string) float64 {
 			}
 		}
 	}
-	t.Fatalf("no metric %s{outcome=%q}", name, outcome)
+	t.Fatalf("no metric %s{%s=%q}", name, label, value)
 	return 0
 }
