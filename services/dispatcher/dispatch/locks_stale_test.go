@@ -1,6 +1,7 @@
 package dispatch_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -40,10 +41,27 @@ func TestStaleCacheNeverRemovesALiveHolder(t *testing.T) {
 		return true
 	}, "the dispatcher holds its 8 partitions")
 	b.applyYAML(t, "name: lk\nlock: db\nsteps:\n  - id: work\n    kind: noop\n")
+	// The dispatcher's lock watcher wakes each holder once (a reconcile
+	// on its inbox): h1's must be handled before h1's end is appended
+	// below, or, come late on a loaded machine, it acts on that end and
+	// releases the lock itself.
+	n, err := bus.Partitions(t.Context(), b.js)
+	require.NoError(t, err)
+	wakes, err := b.js.Conn().SubscribeSync(bus.InboxSubject(partition.Of("h1", n), "h1"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = wakes.Unsubscribe() })
 	b.start(t, "lk", "h1")
 	b.nextTask(t) // h1 holds db, its step is with the agents
 	b.start(t, "lk", "h2")
 	lockStatus(t, b.js, "lk", "h2", "", projections.LockWaiting)
+	for {
+		m, err := wakes.NextMsg(30 * time.Second)
+		require.NoError(t, err, "h1 woken as the holder of db")
+		if strings.Contains(string(m.Data), "holds lock db") {
+			break
+		}
+	}
+	waitCommandsHandled(t, b.js)
 
 	// A dispatcher appended h1's end and died before releasing its lock.
 	s := foldOf(t, b.js, "lk", "h1")
