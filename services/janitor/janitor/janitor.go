@@ -391,6 +391,11 @@ func (j *Janitor) sweepRead(ctx context.Context, kv jetstream.KeyValue, tasks ge
 func (j *Janitor) sweepIdle(ctx context.Context, tasks getter, idle []projections.Execution, now time.Time) (Result, error) {
 	var res Result
 	for _, x := range idle {
+		if ctx.Err() != nil {
+			// Stopped: the rest is looked at by the next janitor, and its
+			// publishes failing with the stop are no errors to count.
+			return res, ctx.Err()
+		}
 		res.Checked++
 		nudged := false
 		if localSending(x) {
@@ -454,6 +459,9 @@ func (j *Janitor) sweepIdle(ctx context.Context, tasks getter, idle []projection
 			}
 			res.Reconciled++
 		}
+	}
+	if ctx.Err() != nil {
+		return res, ctx.Err()
 	}
 	if n, err := j.sweepLocks(ctx); err != nil {
 		j.log.Warn().Err(err).Msg("sweep: locks")
@@ -583,8 +591,12 @@ func (j *Janitor) nudge(ctx context.Context, x projections.Execution, reason, id
 	if err != nil {
 		return err
 	}
-	if _, err := j.js.PublishMsg(ctx, msg, jetstream.WithMsgID(ev.ID)); err != nil {
+	ack, err := j.js.PublishMsg(ctx, msg, jetstream.WithMsgID(ev.ID))
+	if err != nil {
 		return fmt.Errorf("publish reconcile of %s: %w", x.ID, err)
+	}
+	if !ack.Duplicate {
+		j.metrics.reconciles.Inc()
 	}
 	return nil
 }

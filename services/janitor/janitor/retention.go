@@ -36,11 +36,14 @@ type metrics struct {
 	sweeps       *prometheus.CounterVec
 	sweepSeconds prometheus.Histogram
 	lastSweep    prometheus.Gauge
-	// What the sweeps' idle part found and did: the running executions
-	// idle past IdleAfter it looked at (the last sweep's), the reconciles
-	// it published, the tasks it reported failed (by why: vanished from
-	// their queue, or lost after their deliveries), and the errors its
-	// reads and publishes met (each retried at the next sweep).
+	// What the janitor found and did: the running executions idle past
+	// IdleAfter the last sweep that ended well looked at, the reconciles
+	// it published (a repeat the commands stream dropped not counted),
+	// the tasks it reported failed (by why: vanished from their queue, a
+	// sweep found; lost after their deliveries, an advisory said), and the
+	// errors the sweeps' reads, publishes and deletions met (each tried
+	// again at the next sweep; none counted for a sweep cut short by a
+	// stop).
 	idle        prometheus.Gauge
 	reconciles  prometheus.Counter
 	failedTasks *prometheus.CounterVec
@@ -76,11 +79,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		idle: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "jetflow_janitor_idle_executions",
-			Help: "Running executions idle past -idle-after that the last sweep looked at: waiting on a timer or a signal, with tasks in flight, or nudged.",
+			Help: "Running executions the last sweep that ended well looked at: idle past -idle-after (waiting on a timer or a signal, with tasks in flight, or nudged), or with a local step sending for 10 s.",
 		}),
 		reconciles: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "jetflow_janitor_reconciles_total",
-			Help: "Reconcile commands the janitor published for idle executions (nothing in flight, or a local step left sending), at every sweep while they stay idle: the commands stream drops the repeats of one within its dedupe window.",
+			Help: "Reconcile commands the janitor published for idle executions (nothing in flight, or a local step left sending); a repeat the commands stream dropped (within its dedupe window) is not counted.",
 		}),
 		failedTasks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "jetflow_janitor_failed_tasks_total",
@@ -126,7 +129,6 @@ const (
 // with err, having done res (what it did before an error too).
 func (m *metrics) sweepEnded(began, now time.Time, res Result, err error) {
 	m.sweepSeconds.Observe(now.Sub(began).Seconds())
-	m.reconciles.Add(float64(res.Reconciled))
 	m.sweepErrors.Add(float64(res.Errors))
 	if err != nil {
 		m.sweeps.WithLabelValues(sweepFailed).Inc()
@@ -204,10 +206,16 @@ func (j *Janitor) expire(ctx context.Context, kv jetstream.KeyValue, read swept,
 		// An execution whose expiry is recorded is deleted whatever its
 		// rule says now, and no longer counts among its group's.
 		for key := range ret.expiring {
+			if ctx.Err() != nil {
+				return res, ctx.Err() // stopped: no failed deletions to count
+			}
 			f := j.index.entries[key].finished(key)
 			j.expireOne(ctx, st, f, f.group(), retention.Rule{}, -1, &res)
 		}
 		for _, e := range todo {
+			if ctx.Err() != nil {
+				return res, ctx.Err()
+			}
 			j.expireOne(ctx, st, j.index.entries[e.key].finished(e.key), e.group, e.rule, e.rank, &res)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -639,9 +640,45 @@ func TestSweepsAreCountedAndTimed(t *testing.T) {
 	require.Equal(t, last, b.metric(t, "jetflow_janitor_last_sweep_timestamp_seconds", ""), "the last sweep that ended well")
 }
 
-// metric reads a metric back from the registry: a counter's or a gauge's
-// value, a histogram's count; outcome, if set, picks the series of that
-// outcome label. It fails the test when no such series exists.
+// TestASweepStoppedInItsIdlePartIsNotCounted: a stop that comes while a
+// sweep nudges idle executions ends the sweep there: it is neither a
+// sweep that ended well nor a failed one, and the publishes the stop
+// cut short are no errors (a rolling restart is no fault).
+func TestASweepStoppedInItsIdlePartIsNotCounted(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	kv, err := js.KeyValue(t.Context(), bus.BucketExecutions)
+	require.NoError(t, err)
+	for _, id := range []string{"a", "b", "c"} {
+		v, err := json.Marshal(projections.Execution{ID: id, Workflow: "wf", Version: 1, Status: projections.StatusStarted,
+			Steps: []projections.Step{{ID: "ship", Kind: "noop"}}, StartedAt: now.Add(-time.Hour), UpdatedAt: now.Add(-2 * idleAfter), LastSeq: 5})
+		require.NoError(t, err)
+		_, err = kv.Put(t.Context(), id, v)
+		require.NoError(t, err)
+	}
+	ctx, stop := context.WithCancel(t.Context())
+	defer stop()
+	var calls atomic.Int32
+	clock := func() time.Time {
+		if calls.Add(1) == 2 { // the sweep's own time, then the first nudge's: the stop comes
+			stop()
+		}
+		return now
+	}
+	reg := prometheus.NewRegistry()
+	j, err := janitor.New(janitor.Config{IdleAfter: idleAfter, Now: clock, Registerer: reg}, js, zerolog.New(zerolog.NewTestWriter(t)))
+	require.NoError(t, err)
+	b := &retentionBundle{reg: reg}
+
+	res, err := j.RunOnce(ctx)
+	require.ErrorIs(t, err, context.Canceled, "%+v", res)
+	require.LessOrEqual(t, res.Checked, 1, "it stopped at the first")
+	require.Zero(t, b.metric(t, "jetflow_janitor_sweeps_total", "ok"))
+	require.Zero(t, b.metric(t, "jetflow_janitor_sweeps_total", "failed"))
+	require.Zero(t, b.metric(t, "jetflow_janitor_sweep_errors_total", ""))
+	require.Zero(t, b.metric(t, "jetflow_janitor_idle_executions", ""))
+}
+
 // TestWhatSweepsDoIsCounted: the idle executions the last sweep looked
 // at, the reconciles it published and the tasks it failed are metrics,
 // so that a janitor that looks and finds nothing to do shows it looked.
@@ -691,7 +728,7 @@ func TestWhatSweepsDoIsCounted(t *testing.T) {
 
 	b.sweep(t) // the same again
 	require.Equal(t, 3.0, b.metric(t, "jetflow_janitor_idle_executions", ""))
-	require.Equal(t, 2.0, b.metric(t, "jetflow_janitor_reconciles_total", ""), "published at every sweep while it is idle (the stream drops the repeat)")
+	require.Equal(t, 1.0, b.metric(t, "jetflow_janitor_reconciles_total", ""), "published again, and dropped by the stream as a repeat: not counted")
 	require.Equal(t, 1.0, b.labeled(t, "jetflow_janitor_failed_tasks_total", "why", "vanished"), "its failure is in the results: not reported again")
 }
 

@@ -291,7 +291,7 @@ $JETFLOW_DATA) by itself; the nats command line needs NATS_URL.`,
 				fmt.Fprintf(a.stdout, "export JETFLOW_TOKEN=%s\n", shellQuote(tok))
 			}
 			if c.ClientCreds != "" {
-				fmt.Fprintf(a.stdout, "export NATS_CREDS=%s\n# for nats stream/consumer commands add: --inbox-prefix %s (this identity reads a stream it names, e.g. nats stream info JF_EVENTS; it cannot list or change streams: docs/security.md)\n",
+				fmt.Fprintf(a.stdout, "export NATS_CREDS=%s\n# for nats stream/consumer commands add: --inbox-prefix %s (this identity reads JF_EVENTS and JF_REJECTIONS, e.g. nats stream info JF_EVENTS; it cannot list or change streams: docs/security.md)\n",
 					shellQuote(c.ClientCreds), c.ClientInbox)
 			}
 			return nil
