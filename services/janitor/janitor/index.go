@@ -427,17 +427,18 @@ func (ix *modelIndex) lookAgain(ctx context.Context, kv jetstream.KeyValue, keys
 		// Its tasks in flight are all a sweep has to look at when it waits
 		// on nothing else and has no local step sending (swept's gate, and
 		// sweepIdle's decision: a step in flight, nothing else done).
+		var seqs []uint64
+		flying := false
 		if whole != nil && x.kind == kindModel && ok && !x.localSending && x.wake == 0 {
-			if seqs, flying := inFlight(*whole); flying {
-				if ix.flights == nil {
-					ix.flights = map[string]flight{}
-				}
-				ix.flights[strings.Clone(e.Key())] = flight{rev: x.rev, seqs: seqs}
-			} else {
-				delete(ix.flights, e.Key())
-			}
-		} else {
+			seqs, flying = inFlight(*whole)
+		}
+		switch {
+		case !flying:
 			delete(ix.flights, e.Key())
+		case ix.flights == nil:
+			ix.flights = map[string]flight{strings.Clone(e.Key()): {rev: x.rev, seqs: seqs}}
+		default:
+			ix.flights[strings.Clone(e.Key())] = flight{rev: x.rev, seqs: seqs}
 		}
 		if whole == nil || x.kind != kindModel {
 			return
