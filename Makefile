@@ -53,7 +53,7 @@ dev: build ## Run embedded NATS + all four services (data in DATA, .jetflow; api
 # FUZZTIME; make test for FUZZ_SHORT each, after the tests.
 FUZZ_TARGETS := ./pkg/bus:FuzzDecode ./pkg/bus:FuzzDirectDecode ./pkg/projections:FuzzFold ./pkg/projections:FuzzStoredHead \
 	./pkg/workflow:FuzzParse ./pkg/workflow:FuzzYAMLKeepsText ./pkg/retention:FuzzParse ./pkg/startcheck:FuzzCheck \
-	./services/api/api:FuzzRequest ./services/dispatcher/dispatch:FuzzCommand
+	./pkg/events:FuzzNameRules ./services/api/api:FuzzRequest ./services/dispatcher/dispatch:FuzzCommand
 FUZZTIME ?= 200000x
 FUZZ_SHORT ?= 2000x
 # FUZZ_RUN fuzzes every target in turn for the time given ($(1)), and
@@ -155,7 +155,7 @@ test/short: ## Quick tests (skips the crash and end-to-end tests)
 	$(GO) test -short -count=1 $(PKGS)
 
 .PHONY: fuzz
-fuzz: ## Fuzz every target (decoding, folding, parsing, definitions as YAML, retention, start checks, api requests, dispatcher commands) for FUZZTIME each: a count like 200000x or a duration
+fuzz: ## Fuzz every target (decoding, folding, parsing, name rules, definitions as YAML, retention, start checks, api requests, dispatcher commands) for FUZZTIME each: a count like 200000x or a duration
 	$(call FUZZ_RUN,$(FUZZTIME))
 
 .PHONY: fuzz/short

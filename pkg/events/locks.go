@@ -1,7 +1,6 @@
 package events
 
 import (
-	"regexp"
 	"strings"
 )
 
@@ -28,12 +27,10 @@ const (
 // LockNameRule describes valid lock names, for error messages.
 const LockNameRule = "use 1 to 128 letters, digits, '-', '_' or '.', starting with a letter or digit, with no '..' and not ending in '.'"
 
-var lockNameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
-
 // ValidLockName reports whether name can name a lock: it is the lock's key
 // in the locks bucket (JF_LOCKS).
 func ValidLockName(name string) bool {
-	return lockNameRe.MatchString(name) && !strings.Contains(name, "..") && !strings.HasSuffix(name, ".")
+	return token(name, 128, true, ".") && !strings.Contains(name, "..") && !strings.HasSuffix(name, ".")
 }
 
 // MaxSemaphore is the largest number of holders a lock may allow.

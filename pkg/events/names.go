@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
 )
@@ -14,41 +13,58 @@ import (
 // keep them to letters, digits, '-' and '_'; the rules themselves know
 // nothing of NATS.
 
-var (
-	nameRe = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]{0,63}$`)
-	idRe   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$`)
-)
+// token reports whether s is 1 to max bytes of ASCII letters, digits,
+// '-', '_' and the bytes of extra, starting with a letter (or also a
+// digit, when digitFirst). It is what a regular expression such as
+// ^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$ says (names_test.go holds them to
+// that), without a regular expression's cost: the dispatcher checks an
+// execution's id and workflow name at every message it handles.
+func token(s string, max int, digitFirst bool, extra string) bool {
+	if len(s) == 0 || len(s) > max {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z':
+		case c >= '0' && c <= '9':
+			if i == 0 && !digitFirst {
+				return false
+			}
+		case i > 0 && (c == '-' || c == '_' || strings.IndexByte(extra, c) >= 0):
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // WorkflowNameRule describes valid workflow names, for error messages.
 const WorkflowNameRule = "use 1 to 64 letters, digits, '-' or '_', starting with a letter"
 
 // ValidWorkflowName reports whether name can be a workflow name: a letter,
 // then up to 63 letters, digits, '-' or '_'. Names are subject tokens.
-func ValidWorkflowName(name string) bool { return nameRe.MatchString(name) }
+func ValidWorkflowName(name string) bool { return token(name, 64, false, "") }
 
 // QueueNameRule describes valid agent queue names, for error messages.
 const QueueNameRule = "use 1 to 64 letters, digits, '-' or '_', starting with a letter or digit"
 
-var queueRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
-
 // ValidQueueName reports whether name can name an agent queue (a subject
 // token of jf.tasks.<queue> and jf.results.<queue>.<execution>).
-func ValidQueueName(name string) bool { return queueRe.MatchString(name) }
+func ValidQueueName(name string) bool { return token(name, 64, true, "") }
 
 // SignalNameRule describes valid signal names, for error messages.
 const SignalNameRule = "use 1 to 64 letters, digits, '-' or '_', starting with a letter or digit"
 
-var signalRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
-
 // ValidSignalName reports whether name can name a signal.
-func ValidSignalName(name string) bool { return signalRe.MatchString(name) }
+func ValidSignalName(name string) bool { return token(name, 64, true, "") }
 
 // ExecutionIDRule describes valid execution ids, for error messages.
 const ExecutionIDRule = "use 1 to 128 letters, digits, '-' or '_', starting with a letter or digit"
 
 // ValidExecutionID reports whether id can be an execution id: 1 to 128
 // letters, digits, '-' or '_', not starting with '-' or '_'.
-func ValidExecutionID(id string) bool { return idRe.MatchString(id) }
+func ValidExecutionID(id string) bool { return token(id, 128, true, "") }
 
 // CommandKey identifies a command by its CloudEvent source and id.
 func CommandKey(source, id string) string { return source + "#" + id }
