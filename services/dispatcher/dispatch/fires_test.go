@@ -393,3 +393,25 @@ func TestATimerFiringAfterTheEndIsNoNews(t *testing.T) {
 	require.Equal(t, "debug", line["level"])
 	require.Equal(t, "the execution has ended", line["reason"])
 }
+
+// TestOtherCommandsThatChangeNothingSayItAtInfo: only a timer's message
+// is demoted to debug; any other command that changes nothing (here the
+// janitor's expiry of an execution that is still asleep, not ended) is
+// worth an operator's notice and stays at info.
+func TestOtherCommandsThatChangeNothingSayItAtInfo(t *testing.T) {
+	t.Parallel()
+	b := setupFires(t)
+	fire := b.asleep(t, "nap", "n-kept")
+
+	var logs svcruntest.Log
+	ctx := zerolog.New(&logs).Level(zerolog.DebugLevel).WithContext(t.Context())
+	expire := events.New("jetflow/janitor", "n-kept", "nap", time.Now(),
+		&events.ExpireExecution{ExecutionID: "n-kept", Workflow: "nap", LastSeq: 1, Rule: "1", Group: "nap"})
+	require.NoError(t, b.d.handle(ctx, expire))
+	line := logs.Line("command changes nothing")
+	require.NotNil(t, line, "%s", logs.String())
+	require.Equal(t, "info", line["level"])
+	require.Contains(t, line["reason"], "expire: the execution changed since the janitor looked")
+	require.NotContains(t, b.history(t, "nap", "n-kept"), events.TypeExecutionExpired, "the execution is kept")
+	b.finish(t, fire)
+}
