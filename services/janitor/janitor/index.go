@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 	"time"
 	"unique"
 
@@ -380,34 +381,63 @@ func stepInFlight(st projections.Step) bool {
 // with one in flights): those whose tasks are all still in the tasks
 // stream are counted in out.flying, and nothing more is done about them,
 // as sweepIdle would do nothing; the others (a task gone) are returned,
-// to be read again whole and decided as before. A task that could not be
-// read is taken to be there, as sweepIdle takes it (the next sweep looks
-// again), and counted in out.errors.
+// in the order of keys, to be read again whole and decided as before. A
+// task that could not be read is taken to be there, as sweepIdle takes it
+// (the next sweep looks again), and counted in out.errors. Up to
+// flightGets executions are checked at once (each a get at a time): the
+// gets are round trips, and one after another they made a sweep over
+// many long operations wait on each.
 func (ix *modelIndex) checkFlights(ctx context.Context, tasks getter, keys []string, out *swept, log zerolog.Logger) (look []string, err error) {
-	for _, key := range keys {
-		gone := false
-		for _, seq := range ix.flights[key].seqs {
+	type checked struct {
+		gone   bool
+		errors int
+	}
+	res := make([]checked, len(keys))
+	check := func(i int) {
+		for _, seq := range ix.flights[keys[i]].seqs {
 			_, err := tasks.GetMsg(ctx, seq)
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			if errors.Is(err, jetstream.ErrMsgNotFound) {
-				gone = true // read the model again, and decide
-				break
-			}
-			if err != nil {
-				log.Warn().Err(err).Str("execution_id", key).Uint64("task_seq", seq).Msg("sweep: look for a task in flight, will retry")
-				out.errors++
+			switch {
+			case ctx.Err() != nil:
+				return
+			case errors.Is(err, jetstream.ErrMsgNotFound):
+				res[i].gone = true // read the model again, and decide
+				return
+			case err != nil:
+				log.Warn().Err(err).Str("execution_id", keys[i]).Uint64("task_seq", seq).Msg("sweep: look for a task in flight, will retry")
+				res[i].errors++
 			}
 		}
-		if gone {
-			look = append(look, key)
+	}
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(flightGets, len(keys)) {
+		wg.Go(func() {
+			for i := range next {
+				check(i)
+			}
+		})
+	}
+	for i := range keys {
+		next <- i
+	}
+	close(next)
+	wg.Wait() // ix.flights is only read meanwhile
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	for i, r := range res {
+		out.errors += r.errors
+		if r.gone {
+			look = append(look, keys[i])
 			continue
 		}
 		out.flying++
 	}
 	return look, nil
 }
+
+// flightGets bounds the executions whose tasks checkFlights gets at once.
+const flightGets = 16
 
 // lookAgain reads the read models of keys whole, as they are now,
 // updates their entries, and adds those idle to out.idle, as the sweep

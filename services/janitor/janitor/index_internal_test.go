@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -183,4 +185,66 @@ func TestCheckFlightsTakesATaskItCannotReadToBeThere(t *testing.T) {
 	cancel()
 	_, err = ix.checkFlights(ctx, failingGets{}, []string{"x"}, &out, zerolog.Nop())
 	require.ErrorIs(t, err, context.Canceled)
+}
+
+// overlapGets answers a get only once another is in flight beside it (or
+// after a minute: then the gets came one after another), and says a task
+// is gone when its sequence is in gone.
+type overlapGets struct {
+	gone    map[uint64]bool
+	mu      sync.Mutex
+	waiting chan struct{} // closed by the second get in flight at once
+	flying  int
+	alone   bool // a get waited the whole minute
+}
+
+func (g *overlapGets) GetMsg(ctx context.Context, seq uint64, _ ...jetstream.GetMsgOpt) (*jetstream.RawStreamMsg, error) {
+	g.mu.Lock()
+	if g.flying++; g.flying == 2 {
+		close(g.waiting)
+	}
+	g.mu.Unlock()
+	select {
+	case <-g.waiting:
+	case <-time.After(time.Minute):
+		g.mu.Lock()
+		g.alone = true
+		g.mu.Unlock()
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if g.gone[seq] {
+		return nil, jetstream.ErrMsgNotFound
+	}
+	return &jetstream.RawStreamMsg{Sequence: seq}, nil
+}
+
+// TestCheckFlightsGetsTasksAtOnce: the tasks of several executions are
+// got at once, not one round trip after another, and the executions with
+// a task gone come back in the order they were asked about.
+func TestCheckFlightsGetsTasksAtOnce(t *testing.T) {
+	t.Parallel()
+	ix := modelIndex{flights: map[string]flight{}}
+	var keys []string
+	gone := map[uint64]bool{}
+	for i := range 40 {
+		key := fmt.Sprintf("x%02d", i)
+		keys = append(keys, key)
+		ix.flights[key] = flight{rev: 1, seqs: []uint64{uint64(2 * i), uint64(2*i + 1)}}
+		if i%3 == 0 {
+			gone[uint64(2*i+1)] = true
+		}
+	}
+	g := &overlapGets{gone: gone, waiting: make(chan struct{})}
+	var out swept
+	look, err := ix.checkFlights(t.Context(), g, keys, &out, zerolog.Nop())
+	require.NoError(t, err)
+	require.False(t, g.alone, "a get waited alone: the gets were made one after another")
+	var want []string
+	for i := 0; i < 40; i += 3 {
+		want = append(want, keys[i])
+	}
+	require.Equal(t, want, look, "the executions with a task gone, in order")
+	require.Equal(t, 40-len(want), out.flying)
+	require.Zero(t, out.errors)
 }
