@@ -111,7 +111,7 @@ func (s *Store) Apply(ctx context.Context, d workflow.Definition) (Record, bool,
 		return s.applyVersion(ctx, d, digest)
 	}
 	for range 20 {
-		latest, err := s.Get(ctx, d.Name, 0)
+		latest, err := s.newest(ctx, d.Name)
 		switch {
 		case errors.Is(err, ErrNotFound):
 		case err != nil:
@@ -195,7 +195,13 @@ func wrap(err error, msg string) error {
 	return fmt.Errorf("%s: %w", msg, err)
 }
 
-// Get returns a version of a workflow; version 0 means the latest.
+// Get returns a version of a workflow; version 0 means the latest: the
+// version the latest pointer names. A version is live once its apply has
+// moved the pointer to it: one stored by an apply that stopped before
+// that (a crash in between; the apply returned an error) is not started
+// by a name alone until an apply of the workflow completes it (Apply
+// looks past the pointer, and moves it). So a start's look-up is the
+// pointer's read, and the version's record (read once per process).
 func (s *Store) Get(ctx context.Context, name string, version int) (Record, error) {
 	if !events.ValidWorkflowName(name) {
 		return Record{}, fmt.Errorf("%w: %q", ErrNotFound, name)
@@ -203,14 +209,41 @@ func (s *Store) Get(ctx context.Context, name string, version int) (Record, erro
 	if version > 0 {
 		return s.get(ctx, name, version)
 	}
-	v := 0
-	if e, err := s.kv.Get(ctx, latestKey(name)); err == nil {
-		v, _ = strconv.Atoi(string(e.Value()))
-	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
-		return Record{}, fmt.Errorf("read latest pointer: %w", err)
+	v, err := s.pointer(ctx, name)
+	if err != nil {
+		return Record{}, err
 	}
+	if v == 0 {
+		return Record{}, fmt.Errorf("%w: %q", ErrNotFound, name)
+	}
+	return s.get(ctx, name, v)
+}
+
+// pointer returns the version the latest pointer of name names, 0 for
+// none.
+func (s *Store) pointer(ctx context.Context, name string) (int, error) {
+	e, err := s.kv.Get(ctx, latestKey(name))
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("read latest pointer: %w", err)
+	}
+	v, _ := strconv.Atoi(string(e.Value()))
+	return v, nil
+}
+
+// newest returns the newest version of name stored, for Apply: the one
+// the pointer names, or one stored after it by an apply that stopped
+// before moving the pointer (which it then moves, completing that apply).
+func (s *Store) newest(ctx context.Context, name string) (Record, error) {
+	v, err := s.pointer(ctx, name)
+	if err != nil {
+		return Record{}, err
+	}
+	at := v
 	var best Record
-	for { // the pointer may lag behind a version stored just before a crash
+	for {
 		rec, err := s.get(ctx, name, v+1)
 		if errors.Is(err, ErrNotFound) {
 			break
@@ -221,12 +254,15 @@ func (s *Store) Get(ctx context.Context, name string, version int) (Record, erro
 		best, v = rec, v+1
 	}
 	if best.Version > 0 {
+		if err := s.advanceLatest(ctx, name, best.Version); err != nil {
+			return Record{}, err
+		}
 		return best, nil
 	}
-	if v == 0 {
+	if at == 0 {
 		return Record{}, fmt.Errorf("%w: %q", ErrNotFound, name)
 	}
-	return s.get(ctx, name, v)
+	return s.get(ctx, name, at)
 }
 
 func (s *Store) get(ctx context.Context, name string, v int) (Record, error) {

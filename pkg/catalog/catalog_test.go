@@ -208,42 +208,72 @@ func TestApplyConcurrent(t *testing.T) {
 	require.Equal(t, n, latest.Version)
 }
 
-func TestGetProbesPastLaggingPointer(t *testing.T) {
+// TestAVersionIsLiveOnceItsApplyMovesThePointer: a version stored by an
+// apply that stopped before moving the latest pointer (a crash between
+// the two writes) is not what a start by name gets: the apply did not
+// complete. It can be read by its number, and the next apply of the
+// workflow completes it (the same definition: it is the latest now) or
+// counts it (another: the next number).
+func TestAVersionIsLiveOnceItsApplyMovesThePointer(t *testing.T) {
 	t.Parallel()
 
 	bundle := setup(t)
 	ctx := t.Context()
-	_, _, err := bundle.store.Apply(ctx, def("lag", "one"))
-	require.NoError(t, err)
-
-	// Simulate a crash between storing v2 and moving latest.lag.
 	kv, err := bundle.js.KeyValue(ctx, bus.BucketDefinitions)
 	require.NoError(t, err)
-	v2 := def("lag", "two")
-	b, err := json.Marshal(catalog.Record{Name: "lag", Version: 2, Digest: digest(t, v2), Definition: v2})
-	require.NoError(t, err)
-	_, err = kv.Create(ctx, "def.lag.2", b)
-	require.NoError(t, err)
-	ptr, err := kv.Get(ctx, "latest.lag")
-	require.NoError(t, err)
-	require.Equal(t, "1", string(ptr.Value()))
+	pointer := func(name string) string {
+		t.Helper()
+		ptr, err := kv.Get(ctx, "latest."+name)
+		require.NoError(t, err)
+		return string(ptr.Value())
+	}
+	// stopped stores version v of name as an apply does, and stops before
+	// the pointer.
+	stopped := func(d workflow.Definition, v int) {
+		t.Helper()
+		b, err := json.Marshal(catalog.Record{Name: d.Name, Version: v, Digest: digest(t, d), Definition: d})
+		require.NoError(t, err)
+		_, err = kv.Create(ctx, fmt.Sprintf("def.%s.%d", d.Name, v), b)
+		require.NoError(t, err)
+	}
 
+	_, _, err = bundle.store.Apply(ctx, def("lag", "one"))
+	require.NoError(t, err)
+	v2 := def("lag", "two")
+	stopped(v2, 2)
 	latest, err := bundle.store.Get(ctx, "lag", 0)
 	require.NoError(t, err)
-	require.Equal(t, 2, latest.Version)
+	require.Equal(t, 1, latest.Version, "the stopped apply's version is not started by name")
+	rec, err := bundle.store.Get(ctx, "lag", 2)
+	require.NoError(t, err)
+	require.Equal(t, "says two", rec.Definition.Description, "it is read by its number")
 
 	rec, created, err := bundle.store.Apply(ctx, v2)
 	require.NoError(t, err)
 	require.False(t, created, "v2 already holds this definition")
 	require.Equal(t, 2, rec.Version)
+	require.Equal(t, "2", pointer("lag"), "the apply again completes it")
+	latest, err = bundle.store.Get(ctx, "lag", 0)
+	require.NoError(t, err)
+	require.Equal(t, 2, latest.Version)
 
-	rec, created, err = bundle.store.Apply(ctx, def("lag", "three"))
+	// Another definition after a stopped apply: the stopped version counts.
+	stopped(def("lag", "three"), 3)
+	rec, created, err = bundle.store.Apply(ctx, def("lag", "four"))
 	require.NoError(t, err)
 	require.True(t, created)
-	require.Equal(t, 3, rec.Version)
-	ptr, err = kv.Get(ctx, "latest.lag")
+	require.Equal(t, 4, rec.Version)
+	require.Equal(t, "4", pointer("lag"))
+
+	// A first apply that stopped before the pointer was made.
+	stopped(def("fresh", "one"), 1)
+	_, err = bundle.store.Get(ctx, "fresh", 0)
+	require.ErrorIs(t, err, catalog.ErrNotFound, "no apply of fresh completed")
+	rec, created, err = bundle.store.Apply(ctx, def("fresh", "one"))
 	require.NoError(t, err)
-	require.Equal(t, "3", string(ptr.Value()))
+	require.False(t, created)
+	require.Equal(t, 1, rec.Version)
+	require.Equal(t, "1", pointer("fresh"))
 }
 
 func TestList(t *testing.T) {
@@ -349,8 +379,8 @@ func TestAVersionReadOnceIsKept(t *testing.T) {
 }
 
 // BenchmarkGetLatest is a start's read of its workflow's latest version
-// (the pointer, and the look past it for a version stored just before a
-// crash) once the version's record is kept: what a start waits for.
+// (the pointer) once the version's record is kept: what a start waits
+// for.
 func BenchmarkGetLatest(b *testing.B) {
 	_, js := natstest.Connect(b, natstest.RunJetStream(b))
 	store, err := catalog.Open(b.Context(), js)
