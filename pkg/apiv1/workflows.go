@@ -49,8 +49,9 @@ type WorkflowVersion struct {
 	YAML string `json:"yaml"`
 }
 
-// Workflow answers GET /v1/workflows/{name}: the latest version and every
-// version number.
+// Workflow answers GET /v1/workflows/{name}: the latest version (the one
+// a start by name takes) and every version number stored (one stored by an
+// apply that stopped before making it the latest is listed, not latest).
 type Workflow struct {
 	Latest   WorkflowVersion `json:"latest"`
 	Name     string          `json:"name"`

@@ -1,8 +1,10 @@
 // Package catalog stores versioned workflow definitions in a KV bucket.
 // Versions are immutable and numbered from 1; applying a definition equal
 // to the latest version is a no-op. Keys: def.<name>.<version> holds a
-// [Record]; latest.<name> points at the newest version (it may lag after a
-// crash, so readers probe forward).
+// [Record]; latest.<name> names the latest version, the one a start by
+// name takes: an apply moves it once the version is stored, and a version
+// stored by an apply that stopped before that is the next apply's to
+// complete (or to count), not a reader's.
 package catalog
 
 import (
@@ -111,15 +113,22 @@ func (s *Store) Apply(ctx context.Context, d workflow.Definition) (Record, bool,
 		return s.applyVersion(ctx, d, digest)
 	}
 	for range 20 {
-		latest, err := s.newest(ctx, d.Name)
+		at, cur, stopped, err := s.current(ctx, d.Name)
 		switch {
-		case errors.Is(err, ErrNotFound):
 		case err != nil:
 			return Record{}, false, err
-		case latest.Digest == digest:
-			return latest, false, nil
+		case stopped.Version > 0 && stopped.Digest == digest:
+			// An apply of d that stopped before the pointer: complete it.
+			if err := s.advanceLatest(ctx, d.Name, stopped.Version); err != nil {
+				return Record{}, false, err
+			}
+			return stopped, false, nil
+		case cur.Version > 0 && cur.Digest == digest:
+			return cur, false, nil
 		}
-		rec := Record{Name: d.Name, Version: latest.Version + 1, Digest: digest, CreatedAt: s.now().UTC(), Definition: d}
+		// The next number, past a stopped apply's version (which stays
+		// readable by its number, and never becomes the latest).
+		rec := Record{Name: d.Name, Version: max(at, stopped.Version) + 1, Digest: digest, CreatedAt: s.now().UTC(), Definition: d}
 		b, err := json.Marshal(rec)
 		if err != nil {
 			return Record{}, false, fmt.Errorf("encode definition: %w", err)
@@ -156,6 +165,11 @@ func (s *Store) applyVersion(ctx context.Context, d workflow.Definition, digest 
 		}
 		if existing.Digest != digest {
 			return existing, false, fmt.Errorf("%w: %s version %d", ErrVersionTaken, d.Name, d.Version)
+		}
+		// The same definition: its apply may have stopped before the
+		// pointer; moving it (forward only) completes that apply.
+		if err := s.advanceLatest(ctx, d.Name, d.Version); err != nil {
+			return Record{}, false, err
 		}
 		return existing, false, nil
 	}
@@ -233,36 +247,30 @@ func (s *Store) pointer(ctx context.Context, name string) (int, error) {
 	return v, nil
 }
 
-// newest returns the newest version of name stored, for Apply: the one
-// the pointer names, or one stored after it by an apply that stopped
-// before moving the pointer (which it then moves, completing that apply).
-func (s *Store) newest(ctx context.Context, name string) (Record, error) {
-	v, err := s.pointer(ctx, name)
+// current returns, for Apply, the version the pointer of name names (at,
+// 0 for none) and its record (cur; a zero Record if it cannot be found),
+// and the newest version stored after it by an apply that stopped before
+// moving the pointer (stopped; a zero Record for none).
+func (s *Store) current(ctx context.Context, name string) (at int, cur, stopped Record, err error) {
+	at, err = s.pointer(ctx, name)
 	if err != nil {
-		return Record{}, err
+		return 0, Record{}, Record{}, err
 	}
-	at := v
-	var best Record
-	for {
-		rec, err := s.get(ctx, name, v+1)
+	if at > 0 {
+		if cur, err = s.get(ctx, name, at); err != nil && !errors.Is(err, ErrNotFound) {
+			return 0, Record{}, Record{}, err
+		}
+	}
+	for v := at; ; v++ {
+		next, err := s.get(ctx, name, v+1)
 		if errors.Is(err, ErrNotFound) {
-			break
+			return at, cur, stopped, nil
 		}
 		if err != nil {
-			return Record{}, err
+			return 0, Record{}, Record{}, err
 		}
-		best, v = rec, v+1
+		stopped = next
 	}
-	if best.Version > 0 {
-		if err := s.advanceLatest(ctx, name, best.Version); err != nil {
-			return Record{}, err
-		}
-		return best, nil
-	}
-	if at == 0 {
-		return Record{}, fmt.Errorf("%w: %q", ErrNotFound, name)
-	}
-	return s.get(ctx, name, at)
 }
 
 func (s *Store) get(ctx context.Context, name string, v int) (Record, error) {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
@@ -257,13 +258,44 @@ func TestAVersionIsLiveOnceItsApplyMovesThePointer(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, latest.Version)
 
-	// Another definition after a stopped apply: the stopped version counts.
+	// Another definition after a stopped apply: the stopped version counts,
+	// and is never the latest, not even for a moment.
+	watch, err := kv.Watch(ctx, "latest.lag", jetstream.UpdatesOnly())
+	require.NoError(t, err)
+	defer func() { _ = watch.Stop() }()
 	stopped(def("lag", "three"), 3)
+	rec, created, err = bundle.store.Apply(ctx, def("lag", "two"))
+	require.NoError(t, err)
+	require.False(t, created, "the latest holds it: the stopped apply of another is left")
+	require.Equal(t, 2, rec.Version)
 	rec, created, err = bundle.store.Apply(ctx, def("lag", "four"))
 	require.NoError(t, err)
 	require.True(t, created)
 	require.Equal(t, 4, rec.Version)
 	require.Equal(t, "4", pointer("lag"))
+	var named []string
+	for len(named) == 0 || named[len(named)-1] != "4" {
+		select {
+		case e := <-watch.Updates():
+			require.NotNil(t, e)
+			named = append(named, string(e.Value()))
+		case <-time.After(30 * time.Second):
+			require.FailNow(t, "the pointer's move to 4 was not seen", "%v", named)
+		}
+	}
+	require.Equal(t, []string{"4"}, named, "the pointer never named the stopped version 3")
+
+	// A pinned version (version: N) whose apply stopped before the pointer:
+	// the same file again completes it.
+	pinned := def("lag", "five")
+	pinned.Version = 7
+	stopped(pinned, 7)
+	require.Equal(t, "4", pointer("lag"))
+	rec, created, err = bundle.store.Apply(ctx, pinned)
+	require.NoError(t, err)
+	require.False(t, created)
+	require.Equal(t, 7, rec.Version)
+	require.Equal(t, "7", pointer("lag"), "the pinned apply again completes it")
 
 	// A first apply that stopped before the pointer was made.
 	stopped(def("fresh", "one"), 1)

@@ -184,3 +184,43 @@ func TestStructuredStartWithAnyJSONMediaType(t *testing.T) {
 		require.Equal(t, "media", c.Data.(*events.StartExecution).Workflow)
 	}
 }
+
+// TestTheLatestShownIsTheOneStarted: a version stored by an apply that
+// stopped before moving the latest pointer (its process killed between
+// the two writes) is listed, readable by its number, and neither shown as
+// the latest nor started by name; a workflow whose first apply stopped so
+// is not registered.
+func TestTheLatestShownIsTheOneStarted(t *testing.T) {
+	t.Parallel()
+	b := setupAuth(t)
+	a := b.call(t, http.MethodPost, "/v1/workflows", b.admin, "", "name: half\nsteps:\n  - {id: a, kind: noop}\n")
+	require.Equal(t, http.StatusCreated, a.status, "%s", a.body)
+	kv, err := b.js.KeyValue(t.Context(), bus.BucketDefinitions)
+	require.NoError(t, err)
+	stopped := func(name, version string) {
+		t.Helper()
+		rec := fmt.Sprintf(`{"name":%q,"version":%s,"digest":"x","created_at":"2026-12-04T00:00:00Z","definition":{"name":%q,"steps":[{"id":"b","kind":"noop"}]}}`, name, version, name)
+		_, err := kv.Create(t.Context(), "def."+name+"."+version, []byte(rec))
+		require.NoError(t, err)
+	}
+	stopped("half", "2")
+
+	a = b.call(t, http.MethodGet, "/v1/workflows/half", b.admin, "", "")
+	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
+	var wf struct {
+		Latest   struct{ Version int } `json:"latest"`
+		Versions []int                 `json:"versions"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(a.body), &wf))
+	require.Equal(t, 1, wf.Latest.Version, "the version a start by name takes")
+	require.Equal(t, []int{1, 2}, wf.Versions)
+	a = b.call(t, http.MethodGet, "/v1/workflows/half/versions/2", b.admin, "", "")
+	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
+
+	stopped("never", "1")
+	a = b.call(t, http.MethodGet, "/v1/workflows/never", b.admin, "", "")
+	require.Equal(t, http.StatusNotFound, a.status, "%s", a.body)
+	require.Contains(t, a.err.Message, "no apply of it completed")
+	a = b.call(t, http.MethodPost, "/v1/executions", b.admin, "", `{"workflow":"never"}`)
+	require.Equal(t, http.StatusNotFound, a.status, "%s", a.body)
+}

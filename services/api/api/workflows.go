@@ -122,7 +122,20 @@ func (s *Server) getWorkflow(w http.ResponseWriter, r *http.Request) {
 	for i, v := range versions {
 		nums[i] = v.Version
 	}
-	latest, err := workflowVersion(versions[len(versions)-1])
+	// The latest is the one a start by name takes (the pointer's), not
+	// always the highest stored: an apply that stopped before moving the
+	// pointer leaves a version past it (catalog.Store.Get).
+	rec, err := s.at(r).defs.Get(r.Context(), name, 0)
+	if errors.Is(err, catalog.ErrNotFound) {
+		writeError(w, http.StatusNotFound, apiError{Code: "not_found", Field: "name", Message: fmt.Sprintf(
+			"workflow %q is not registered: no apply of it completed (apply it again)", name)})
+		return
+	}
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	latest, err := workflowVersion(rec)
 	if err != nil {
 		s.internal(w, r, err)
 		return
