@@ -211,7 +211,7 @@ func TestTheLatestShownIsTheOneStarted(t *testing.T) {
 		Latest   struct{ Version int } `json:"latest"`
 		Versions []int                 `json:"versions"`
 	}
-	require.NoError(t, json.Unmarshal([]byte(a.body), &wf))
+	require.NoError(t, json.Unmarshal(a.body, &wf))
 	require.Equal(t, 1, wf.Latest.Version, "the version a start by name takes")
 	require.Equal(t, []int{1, 2}, wf.Versions)
 	a = b.call(t, http.MethodGet, "/v1/workflows/half/versions/2", b.admin, "", "")

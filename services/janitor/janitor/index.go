@@ -388,6 +388,9 @@ func stepInFlight(st projections.Step) bool {
 // gets are round trips, and one after another they made a sweep over
 // many long operations wait on each.
 func (ix *modelIndex) checkFlights(ctx context.Context, tasks getter, keys []string, out *swept, log zerolog.Logger) (look []string, err error) {
+	if len(keys) == 0 {
+		return nil, nil
+	}
 	type checked struct {
 		gone   bool
 		errors int
@@ -418,6 +421,9 @@ func (ix *modelIndex) checkFlights(ctx context.Context, tasks getter, keys []str
 		})
 	}
 	for i := range keys {
+		if ctx.Err() != nil {
+			break // stopped: what was not handed out is not got
+		}
 		next <- i
 	}
 	close(next)

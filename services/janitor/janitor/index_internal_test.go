@@ -193,17 +193,26 @@ func TestCheckFlightsTakesATaskItCannotReadToBeThere(t *testing.T) {
 type overlapGets struct {
 	gone    map[uint64]bool
 	mu      sync.Mutex
-	waiting chan struct{} // closed by the second get in flight at once
-	flying  int
-	alone   bool // a get waited the whole minute
+	waiting chan struct{} // closed by the first second get in flight at once
+	met     bool          // waiting is closed
+	flying  int           // gets in flight now
+	most    int           // the most in flight at once
+	alone   bool          // a get waited the whole minute
 }
 
 func (g *overlapGets) GetMsg(ctx context.Context, seq uint64, _ ...jetstream.GetMsgOpt) (*jetstream.RawStreamMsg, error) {
 	g.mu.Lock()
-	if g.flying++; g.flying == 2 {
+	if g.flying++; g.flying == 2 && !g.met {
+		g.met = true
 		close(g.waiting)
 	}
+	g.most = max(g.most, g.flying)
 	g.mu.Unlock()
+	defer func() {
+		g.mu.Lock()
+		g.flying--
+		g.mu.Unlock()
+	}()
 	select {
 	case <-g.waiting:
 	case <-time.After(time.Minute):
@@ -213,6 +222,9 @@ func (g *overlapGets) GetMsg(ctx context.Context, seq uint64, _ ...jetstream.Get
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+	// A round trip's time, for the gets to overlap as far as the sweep
+	// lets them (most).
+	time.Sleep(5 * time.Millisecond)
 	if g.gone[seq] {
 		return nil, jetstream.ErrMsgNotFound
 	}
@@ -240,6 +252,7 @@ func TestCheckFlightsGetsTasksAtOnce(t *testing.T) {
 	look, err := ix.checkFlights(t.Context(), g, keys, &out, zerolog.Nop())
 	require.NoError(t, err)
 	require.False(t, g.alone, "a get waited alone: the gets were made one after another")
+	require.LessOrEqual(t, g.most, flightGets, "at most flightGets gets at once")
 	var want []string
 	for i := 0; i < 40; i += 3 {
 		want = append(want, keys[i])
@@ -247,4 +260,50 @@ func TestCheckFlightsGetsTasksAtOnce(t *testing.T) {
 	require.Equal(t, want, look, "the executions with a task gone, in order")
 	require.Equal(t, 40-len(want), out.flying)
 	require.Zero(t, out.errors)
+}
+
+// stoppingGets stops the sweep (cancel) at its after-th get, and counts
+// the gets made.
+type stoppingGets struct {
+	mu     sync.Mutex
+	gets   int
+	after  int
+	cancel context.CancelFunc
+}
+
+func (g *stoppingGets) GetMsg(ctx context.Context, seq uint64, _ ...jetstream.GetMsgOpt) (*jetstream.RawStreamMsg, error) {
+	g.mu.Lock()
+	g.gets++
+	if g.gets == g.after {
+		g.cancel()
+	}
+	g.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return nil, jetstream.ErrMsgNotFound // gone: a sweep that went on would read the models again
+}
+
+// TestCheckFlightsStoppedMidwayCountsNothing: a sweep stopped while its
+// gets are under way returns the stop, counts nothing and hands out no
+// more gets than were under way.
+func TestCheckFlightsStoppedMidwayCountsNothing(t *testing.T) {
+	t.Parallel()
+	ix := modelIndex{flights: map[string]flight{}}
+	var keys []string
+	for i := range 1000 {
+		key := fmt.Sprintf("x%03d", i)
+		keys = append(keys, key)
+		ix.flights[key] = flight{rev: 1, seqs: []uint64{uint64(i + 1)}}
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	g := &stoppingGets{after: 50, cancel: cancel}
+	var out swept
+	look, err := ix.checkFlights(ctx, g, keys, &out, zerolog.Nop())
+	require.ErrorIs(t, err, context.Canceled)
+	require.Nil(t, look)
+	require.Zero(t, out.flying)
+	require.Zero(t, out.errors)
+	require.LessOrEqual(t, g.gets, 50+flightGets, "no get handed out after the stop but those under way")
 }
