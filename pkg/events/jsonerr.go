@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
+	"strconv"
 	"strings"
 )
 
@@ -17,6 +19,9 @@ func ExplainJSON(err error) (field, message string) {
 	var se *json.SyntaxError
 	switch {
 	case errors.As(err, &ute):
+		if msg, ok := wholeNumber(ute); ok {
+			return ute.Field, msg
+		}
 		want := kindName(ute.Type)
 		if ute.Field == "" {
 			return "", fmt.Sprintf("must be a JSON %s, not %s", want, ute.Value)
@@ -34,6 +39,38 @@ func ExplainJSON(err error) (field, message string) {
 }
 
 var errTrailing = errors.New("json: data after the top-level value")
+
+// wholeNumber explains a number given where a whole number of a Go integer
+// type goes: one with a fraction, or one out of the type's range
+// (encoding/json says "number 2.5" for both).
+func wholeNumber(ute *json.UnmarshalTypeError) (string, bool) {
+	n, ok := strings.CutPrefix(ute.Value, "number ")
+	if !ok || ute.Type == nil {
+		return "", false
+	}
+	t := ute.Type
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	var lo, hi string
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		half := uint64(1) << (t.Bits() - 1)
+		lo, hi = "-"+fmt.Sprint(half), fmt.Sprint(half-1)
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		lo, hi = "0", fmt.Sprint(^uint64(0)>>(64-t.Bits()))
+	default:
+		return "", false
+	}
+	prefix := ""
+	if ute.Field == "" {
+		prefix = "JSON " // the document itself
+	}
+	if f, err := strconv.ParseFloat(n, 64); err != nil || f != math.Trunc(f) {
+		return fmt.Sprintf("must be a %swhole number, not %s", prefix, n), true
+	}
+	return fmt.Sprintf("must be a %swhole number from %s to %s, not %s", prefix, lo, hi, n), true
+}
 
 // DecodeStrictJSON decodes data into v, refusing unknown members and
 // anything after the value. Commands written by people are read with it,

@@ -40,7 +40,7 @@ func token(s string, max int, digitFirst bool, extra string) bool {
 }
 
 // WorkflowNameRule describes valid workflow names, for error messages.
-const WorkflowNameRule = "use 1 to 64 letters, digits, '-' or '_', starting with a letter"
+const WorkflowNameRule = "use 1 to 64 ASCII letters, digits, '-' or '_', starting with a letter"
 
 // ValidWorkflowName reports whether name can be a workflow name: a letter,
 // then up to 63 letters, digits, '-' or '_'. Names are subject tokens.

@@ -132,11 +132,11 @@ func Check(ev events.Event, def *Definition, opt Options) (Start, error) {
 		return Start{}, p
 	}
 	if def == nil {
-		msg := fmt.Sprintf("workflow %q is not registered", asked.Workflow)
-		if asked.Version > 0 {
-			msg = fmt.Sprintf("workflow %q has no version %d", asked.Workflow, asked.Version)
+		if asked.Version > 0 { // the version is at fault, whether or not others are there
+			return Start{}, &Problem{Code: events.CodeNotFound, Field: "version",
+				Message: fmt.Sprintf("workflow %q has no version %d", asked.Workflow, asked.Version)}
 		}
-		return Start{}, &Problem{Code: events.CodeNotFound, Field: "workflow", Message: msg}
+		return Start{}, &Problem{Code: events.CodeNotFound, Field: "workflow", Message: fmt.Sprintf("workflow %q is not registered", asked.Workflow)}
 	}
 	input := asked.Input
 	if t := bytes.TrimSpace(input); len(t) == 0 || string(t) == "null" {

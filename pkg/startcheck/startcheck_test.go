@@ -102,7 +102,7 @@ func TestCheckProblems(t *testing.T) {
 		{"NotRegistered", `{"workflow":"typed","input":{"count":1}}`, nil,
 			problem{events.CodeNotFound, "workflow", `workflow "typed" is not registered`}},
 		{"NoSuchVersion", `{"workflow":"typed","version":7}`, nil,
-			problem{events.CodeNotFound, "workflow", `workflow "typed" has no version 7`}},
+			problem{events.CodeNotFound, "version", `workflow "typed" has no version 7`}},
 		{"SchemaMismatch", `{"workflow":"typed","input":{"count":"three"}}`, def,
 			problem{events.CodeInvalid, "input.count", "the input does not match workflow typed's input schema: input.count got string, want integer"}},
 		{"SchemaTwoProblems", `{"workflow":"typed","input":{"count":0,"name":"long"}}`, def,

@@ -11,8 +11,10 @@ import (
 )
 
 // TestParseErrorsNameTheField: a value of the wrong type, a wrong node
-// kind and an invalid input schema are each one line that names the field
-// at fault, without Go type names, file paths or a metaschema dump.
+// kind, a number with a fraction where a whole number goes (which the
+// decoder would cut) and an invalid input schema are each one line that
+// names the field at fault, without Go type names, file paths or a
+// metaschema dump.
 func TestParseErrorsNameTheField(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
@@ -25,6 +27,16 @@ func TestParseErrorsNameTheField(t *testing.T) {
 			field: "steps[0].timeout", msg: "must be a string, not a mapping"},
 		{name: "StringForANumber", input: "name: t\nsteps:\n  - id: a\n    kind: foreach\n    items: [1]\n    concurrency: abc\n    steps:\n      - id: b\n        kind: noop\n",
 			field: "steps[0].concurrency", line: 6, msg: "must be a whole number, not a string"},
+		{name: "FractionForAVersion", input: "name: t\nversion: 20.5\nsteps:\n  - {id: a, kind: noop}\n",
+			field: "version", line: 2, msg: "must be a whole number, not 20.5"},
+		{name: "FractionInJSON", input: `{"name":"t","version":3.7,"steps":[{"id":"a","kind":"noop"}]}`,
+			field: "version", line: 1, msg: "must be a whole number, not 3.7"},
+		{name: "FractionForARetryLimit", input: "name: t\nsteps:\n  - id: a\n    kind: noop\n    retry: {limit: 2.5}\n",
+			field: "steps[0].retry.limit", line: 5, msg: "must be a whole number, not 2.5"},
+		{name: "FractionDeep", input: "name: t\nsteps:\n  - id: a\n    kind: workflow\n    steps:\n      - id: b\n        kind: foreach\n        items: [1]\n        concurrency: 1.5\n        steps: [{id: c, kind: noop}]\n",
+			field: "steps[0].steps[0].concurrency", line: 9, msg: "must be a whole number, not 1.5"},
+		{name: "VersionZero", input: "name: t\nversion: 0\nsteps:\n  - {id: a, kind: noop}\n",
+			field: "version", line: 2, msg: "must be a positive version number (or absent, to let the registry number versions), not 0"},
 		{name: "StringForAListDeep", input: "name: t\nsteps:\n  - id: a\n    kind: workflow\n    steps:\n      - id: b\n        kind: exec\n        args: x\n",
 			field: "steps[0].steps[0].args", line: 8, msg: "must be a list, not a string"},
 		{name: "SchemaUnknownType", input: "name: t\ninput:\n  type: banana\nsteps:\n  - id: a\n    kind: noop\n",

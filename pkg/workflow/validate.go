@@ -105,7 +105,7 @@ func (d Definition) validate() []FieldError {
 	case d.Name == "":
 		add("name", "is required")
 	case !events.ValidWorkflowName(d.Name):
-		add("name", "%q must start with a letter and hold only letters, digits, '-' and '_' (at most 64)", d.Name)
+		add("name", "%q must start with a letter and hold only ASCII letters, digits, '-' and '_' (at most 64)", d.Name)
 	}
 	if len(d.Steps) == 0 {
 		add("steps", "at least one step is required")
@@ -171,7 +171,7 @@ func validateStepList(add func(string, string, ...any), addErr func(string, erro
 		case s.ID == "":
 			add(f("id"), "is required")
 		case !stepIDRe.MatchString(s.ID):
-			add(f("id"), "%q must start with a letter and hold only letters, digits, '-' and '_' (at most 64)", s.ID)
+			add(f("id"), "%q must start with a letter and hold only ASCII letters, digits, '-' and '_' (at most 64)", s.ID)
 		case handlerSegRe.MatchString(s.ID):
 			add(f("id"), "%q is reserved (on-error steps' paths use it); choose another id", s.ID)
 		case compensateSegRe.MatchString(s.ID):

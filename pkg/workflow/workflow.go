@@ -452,14 +452,19 @@ func Parse(data []byte) (d Definition, err error) {
 		}
 		return d, &ValidationError{Problems: []FieldError{fe}}
 	}
+	var lossy []FieldError
+	lossyNumbers(body, reflect.TypeFor[Definition](), "", &lossy)
+	if z := zeroVersion(body); z != nil {
+		lossy = append(lossy, *z)
+	}
 	problems := d.validate()
-	if len(problems) == 0 {
+	if len(problems)+len(lossy) == 0 {
 		return d, nil
 	}
 	for i := range problems {
 		problems[i].Line, problems[i].Column = locate(file, problems[i].Field)
 	}
-	return d, &ValidationError{Problems: problems}
+	return d, &ValidationError{Problems: append(lossy, problems...)}
 }
 
 // Validate checks a definition that did not come from text (e.g. built in Go).

@@ -226,3 +226,42 @@ func FuzzYAMLKeepsText(f *testing.F) {
 		require.Equal(t, def.Input, again.Input, "a key %q:\n%s", s, out)
 	})
 }
+
+// TestExamplesQuotedInTheDocsAreAsInTheirFiles: a YAML block of the docs
+// whose first line names an example file ("# examples/hello.yaml") holds
+// that file's definition as it is (its leading comments aside): a quote
+// that drifted from the file showed a new user a step the example no
+// longer has.
+func TestExamplesQuotedInTheDocsAreAsInTheirFiles(t *testing.T) {
+	t.Parallel()
+	docs, err := filepath.Glob("../../docs/*.md")
+	require.NoError(t, err)
+	docs = append(docs, "../../README.md")
+	quoted := 0
+	for _, doc := range docs {
+		b, err := os.ReadFile(doc)
+		require.NoError(t, err)
+		blocks := strings.Split(string(b), "```yaml\n")
+		for _, block := range blocks[1:] {
+			body, _, ok := strings.Cut(block, "```")
+			require.True(t, ok, "%s: a yaml block is not closed", doc)
+			first, rest, _ := strings.Cut(body, "\n")
+			file, ok := strings.CutPrefix(first, "# examples/")
+			if !ok {
+				continue
+			}
+			quoted++
+			src, err := os.ReadFile(filepath.Join("../../examples", file))
+			require.NoError(t, err, "%s quotes examples/%s", doc, file)
+			var lines []string
+			for _, l := range strings.SplitAfter(string(src), "\n") {
+				if len(lines) == 0 && strings.HasPrefix(l, "#") {
+					continue // the file's leading comments
+				}
+				lines = append(lines, l)
+			}
+			require.Equal(t, strings.Join(lines, ""), rest, "%s quotes examples/%s otherwise than it is", doc, file)
+		}
+	}
+	require.NotZero(t, quoted, "no example quoted: the test looks at nothing")
+}

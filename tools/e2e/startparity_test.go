@@ -125,7 +125,7 @@ steps:
 		{"NotRegistered", `{"workflow":"nope"}`, http.StatusNotFound,
 			verdict{"not_found", "workflow", `workflow "nope" is not registered`}, `{"workflow":"nope"}`},
 		{"NoSuchVersion", `{"workflow":"typed","version":9,"input":{"count":1}}`, http.StatusNotFound,
-			verdict{"not_found", "workflow", `workflow "typed" has no version 9`}, `{"workflow":"typed","version":9,"input":{"count":1}}`},
+			verdict{"not_found", "version", `workflow "typed" has no version 9`}, `{"workflow":"typed","version":9,"input":{"count":1}}`},
 		{"RetentionHashEmpty", `{"workflow":"grouped","input":{"team":" "}}`, http.StatusBadRequest,
 			verdict{"invalid", "input", `retention hash "${input.team}" gives an empty key`}, `{"workflow":"grouped","input":{"team":" "}}`},
 		// The first history event (the input and the pinned definition)

@@ -224,3 +224,31 @@ func TestTheLatestShownIsTheOneStarted(t *testing.T) {
 	a = b.call(t, http.MethodPost, "/v1/executions", b.admin, "", `{"workflow":"never"}`)
 	require.Equal(t, http.StatusNotFound, a.status, "%s", a.body)
 }
+
+// TestWholeNumbersAreNotCut: a version with a fraction is refused with the
+// field at fault, in a definition and in a start, rather than cut to the
+// whole number below it; a definition's version 0 is refused, not taken as
+// no version.
+func TestWholeNumbersAreNotCut(t *testing.T) {
+	t.Parallel()
+	b := setupAuth(t)
+	for _, c := range []struct{ body, field, message string }{
+		{`{"name":"frac","version":3.7,"steps":[{"id":"a","kind":"noop"}]}`, "version", "must be a whole number, not 3.7"},
+		{"name: frac\nversion: 0\nsteps:\n  - {id: a, kind: noop}\n", "version", "must be a positive version number"},
+		{"name: frac\nsteps:\n  - {id: a, kind: noop, retry: {limit: 2.5}}\n", "steps[0].retry.limit", "must be a whole number, not 2.5"},
+	} {
+		a := b.call(t, http.MethodPost, "/v1/workflows", b.admin, "", c.body)
+		require.Equal(t, http.StatusBadRequest, a.status, "%s", a.body)
+		require.Equal(t, c.field, a.err.Field, "%s", a.body)
+		require.Contains(t, a.err.Message, c.message)
+	}
+	a := b.call(t, http.MethodGet, "/v1/workflows/frac", b.admin, "", "")
+	require.Equal(t, http.StatusNotFound, a.status, "nothing was stored: %s", a.body)
+
+	a = b.call(t, http.MethodPost, "/v1/workflows", b.admin, "", "name: frac\nsteps:\n  - {id: a, kind: noop}\n")
+	require.Equal(t, http.StatusCreated, a.status, "%s", a.body)
+	a = b.call(t, http.MethodPost, "/v1/executions", b.admin, "", `{"workflow":"frac","version":2.5}`)
+	require.Equal(t, http.StatusBadRequest, a.status, "%s", a.body)
+	require.Equal(t, "version", a.err.Field)
+	require.Equal(t, "must be a whole number, not 2.5", a.err.Message)
+}

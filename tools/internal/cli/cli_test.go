@@ -143,6 +143,8 @@ func TestExitStatuses(t *testing.T) {
 		{"BadInputToTheAPI", api, []string{"run", "fine", "--id", "-bad-"}, ExitUsage, "id"},
 		{"NotFound", api, []string{"show", "nope"}, ExitNotFound, "does not exist"},
 		{"WorkflowNotFound", api, []string{"run", "nope"}, ExitNotFound, "not registered"},
+		{"VersionNotFound", api, []string{"run", "fine", "--version", "9"}, ExitNotFound, `workflow "fine" has no version 9 (field version`},
+		{"VersionZero", api, []string{"run", "fine", "--version", "0"}, ExitUsage, "--version 0: give a version number from 1, or leave it out for the latest"},
 		{"Conflict", api, []string{"run", "fine", "--id", "ok-1"}, ExitConflict, "already used"},
 		{"Unreachable", nowhere, []string{"ls"}, ExitUnreachable, "cannot reach the api at " + nowhere},
 		{"NotAuthenticated", api, []string{"--token", "jfk_0000000000000000_" + strings.Repeat("0", 64), "ls"}, ExitDenied, "the api refused the token given"},

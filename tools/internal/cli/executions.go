@@ -78,6 +78,9 @@ With -o json, print the api's answer as JSON (with --watch: one JSON line
 for the answer, then one per event).`,
 		Args: exactlyOne("name the workflow to run: jetflow run WORKFLOW (see jetflow workflow ls)"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.Flags().Changed("version") && req.Version < 1 {
+				return usagef("--version %d: give a version number from 1, or leave it out for the latest (see jetflow workflow show %s)", req.Version, args[0])
+			}
 			in, err := parseInputs(inputs, inputJSON)
 			if err != nil {
 				return err

@@ -1,0 +1,127 @@
+package workflow
+
+import (
+	"fmt"
+	"math"
+	"reflect"
+	"strings"
+
+	"github.com/goccy/go-yaml/ast"
+)
+
+// The YAML decoder puts a number with a fraction into a whole-number field
+// by dropping the fraction (version: 20.5 stored version 20, a retry
+// limit of 2.5 allowed 2), and takes version: 0 as no version at all.
+// Before a decoded definition is checked, lossyNumbers walks the document
+// beside the Go type it was decoded into and reports both as problems.
+
+// lossyNumbers appends to out a problem for every number with a fraction
+// (or not finite) in n, the document or a part of it at path, where t, the
+// type it decodes into, holds a whole number.
+func lossyNumbers(n ast.Node, t reflect.Type, path string, out *[]FieldError) {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch n := n.(type) {
+	case *ast.TagNode:
+		lossyNumbers(n.Value, t, path, out)
+	case *ast.AnchorNode:
+		lossyNumbers(n.Value, t, path, out)
+	case *ast.MappingNode:
+		for _, kv := range n.Values {
+			lossyNumbers(kv, t, path, out)
+		}
+	case *ast.MappingValueNode:
+		if t.Kind() != reflect.Struct || n.Key == nil || n.Key.GetToken() == nil {
+			return
+		}
+		key := n.Key.GetToken().Value
+		f, ok := yamlField(t, key)
+		if !ok {
+			return // unknown: the decoder said so already
+		}
+		if path != "" {
+			key = path + "." + key
+		}
+		lossyNumbers(n.Value, f.Type, key, out)
+	case *ast.SequenceNode:
+		if t.Kind() != reflect.Slice && t.Kind() != reflect.Array {
+			return
+		}
+		for i, v := range n.Values {
+			lossyNumbers(v, t.Elem(), fmt.Sprintf("%s[%d]", path, i), out)
+		}
+	case *ast.FloatNode:
+		if !wholeKind(t.Kind()) {
+			return
+		}
+		if v := n.Value; math.IsInf(v, 0) || math.IsNaN(v) || v != math.Trunc(v) {
+			tk := n.GetToken()
+			*out = append(*out, FieldError{Field: path, Line: tk.Position.Line, Column: tk.Position.Column,
+				Message: fmt.Sprintf("must be a whole number, not %s", tk.Value)})
+		}
+	}
+}
+
+func wholeKind(k reflect.Kind) bool {
+	switch k {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return true
+	}
+	return false
+}
+
+// yamlField returns the field of struct type t that the YAML key name
+// decodes into, looking into inlined structs.
+func yamlField(t reflect.Type, name string) (reflect.StructField, bool) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		tag, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if tag == "-" {
+			continue
+		}
+		if strings.Contains(opts, "inline") {
+			ft := f.Type
+			for ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			if ft.Kind() == reflect.Struct {
+				if g, ok := yamlField(ft, name); ok {
+					return g, true
+				}
+			}
+			continue
+		}
+		if tag == "" {
+			tag = strings.ToLower(f.Name)
+		}
+		if tag == name {
+			return f, true
+		}
+	}
+	return reflect.StructField{}, false
+}
+
+// zeroVersion reports a top-level version: 0 in the document body (which
+// decodes as no version: the registry would number it).
+func zeroVersion(body ast.Node) *FieldError {
+	m, ok := body.(*ast.MappingNode)
+	if !ok {
+		return nil
+	}
+	for _, kv := range m.Values {
+		if kv.Key == nil || kv.Key.GetToken() == nil || kv.Key.GetToken().Value != "version" {
+			continue
+		}
+		if i, ok := kv.Value.(*ast.IntegerNode); ok && fmt.Sprint(i.Value) == "0" {
+			tk := i.GetToken()
+			return &FieldError{Field: "version", Line: tk.Position.Line, Column: tk.Position.Column,
+				Message: "must be a positive version number (or absent, to let the registry number versions), not 0"}
+		}
+	}
+	return nil
+}
