@@ -53,12 +53,16 @@ func wholeNumber(ute *json.UnmarshalTypeError) (string, bool) {
 		t = t.Elem()
 	}
 	var lo, hi string
+	var lowest, highest float64
 	switch t.Kind() {
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
 		half := uint64(1) << (t.Bits() - 1)
 		lo, hi = "-"+fmt.Sprint(half), fmt.Sprint(half-1)
+		lowest, highest = -float64(half), float64(half-1)
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		lo, hi = "0", fmt.Sprint(^uint64(0)>>(64-t.Bits()))
+		top := ^uint64(0) >> (64 - t.Bits())
+		lo, hi = "0", fmt.Sprint(top)
+		highest = float64(top)
 	default:
 		return "", false
 	}
@@ -66,10 +70,16 @@ func wholeNumber(ute *json.UnmarshalTypeError) (string, bool) {
 	if ute.Field == "" {
 		prefix = "JSON " // the document itself
 	}
-	if f, err := strconv.ParseFloat(n, 64); err != nil || f != math.Trunc(f) {
+	f, err := strconv.ParseFloat(n, 64)
+	switch {
+	case err != nil || f != math.Trunc(f):
 		return fmt.Sprintf("must be a %swhole number, not %s", prefix, n), true
+	case f < lowest || f > highest:
+		return fmt.Sprintf("must be a %swhole number from %s to %s, not %s", prefix, lo, hi, n), true
 	}
-	return fmt.Sprintf("must be a %swhole number from %s to %s, not %s", prefix, lo, hi, n), true
+	// Whole and in range, written with a fraction or an exponent (2.0,
+	// 1e3), which encoding/json does not read into a whole number.
+	return fmt.Sprintf("must be a %swhole number written as one (%s), not %s", prefix, strconv.FormatFloat(f, 'f', -1, 64), n), true
 }
 
 // DecodeStrictJSON decodes data into v, refusing unknown members and

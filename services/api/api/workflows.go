@@ -109,31 +109,32 @@ func (s *Server) getWorkflow(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	versions, err := s.at(r).defs.Versions(r.Context(), name)
-	if errors.Is(err, catalog.ErrNotFound) {
-		writeError(w, http.StatusNotFound, apiError{Code: "not_found", Field: "name", Message: fmt.Sprintf("workflow %q is not registered", r.PathValue("name"))})
+	// The latest is the one a start by name takes (the pointer's), not
+	// always the highest stored: an apply that stopped before moving the
+	// pointer leaves a version past it (catalog.Store.Get). Read first, so
+	// that the versions read after it hold it.
+	defs := s.at(r).defs
+	rec, err := defs.Get(r.Context(), name, 0)
+	if err != nil && !errors.Is(err, catalog.ErrNotFound) {
+		s.internal(w, r, err)
 		return
 	}
-	if err != nil {
-		s.internal(w, r, err)
+	versions, verr := defs.Versions(r.Context(), name)
+	if verr != nil && !errors.Is(verr, catalog.ErrNotFound) {
+		s.internal(w, r, verr)
+		return
+	}
+	if err != nil || verr != nil {
+		msg := fmt.Sprintf("workflow %q is not registered", name)
+		if verr == nil { // versions stored, none made the latest
+			msg += ": no apply of it completed (apply it again)"
+		}
+		writeError(w, http.StatusNotFound, apiError{Code: "not_found", Field: "name", Message: msg})
 		return
 	}
 	nums := make([]int, len(versions))
 	for i, v := range versions {
 		nums[i] = v.Version
-	}
-	// The latest is the one a start by name takes (the pointer's), not
-	// always the highest stored: an apply that stopped before moving the
-	// pointer leaves a version past it (catalog.Store.Get).
-	rec, err := s.at(r).defs.Get(r.Context(), name, 0)
-	if errors.Is(err, catalog.ErrNotFound) {
-		writeError(w, http.StatusNotFound, apiError{Code: "not_found", Field: "name", Message: fmt.Sprintf(
-			"workflow %q is not registered: no apply of it completed (apply it again)", name)})
-		return
-	}
-	if err != nil {
-		s.internal(w, r, err)
-		return
 	}
 	latest, err := workflowVersion(rec)
 	if err != nil {
