@@ -377,7 +377,7 @@ func TestBadInputGetsClearErrors(t *testing.T) {
 		field  string
 	}{
 		"UnknownWorkflow": {`{"workflow":"nope"}`, 404, "workflow"},
-		"UnknownVersion":  {`{"workflow":"ver","version":9}`, 404, "workflow"},
+		"UnknownVersion":  {`{"workflow":"ver","version":9}`, 404, "version"},
 		"BadID":           {`{"workflow":"ver","id":"has space"}`, 400, "id"},
 		"InputNotObject":  {`{"workflow":"ver","input":[1,2]}`, 400, "input"},
 		"UnknownField":    {`{"workflow":"ver","colour":"red"}`, 400, "colour"},
