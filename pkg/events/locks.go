@@ -25,7 +25,7 @@ const (
 )
 
 // LockNameRule describes valid lock names, for error messages.
-const LockNameRule = "use 1 to 128 letters, digits, '-', '_' or '.', starting with a letter or digit, with no '..' and not ending in '.'"
+const LockNameRule = "use 1 to 128 ASCII letters, digits, '-', '_' or '.', starting with a letter or digit, with no '..' and not ending in '.'"
 
 // ValidLockName reports whether name can name a lock: it is the lock's key
 // in the locks bucket (JF_LOCKS).

@@ -47,20 +47,20 @@ const WorkflowNameRule = "use 1 to 64 ASCII letters, digits, '-' or '_', startin
 func ValidWorkflowName(name string) bool { return token(name, 64, false, "") }
 
 // QueueNameRule describes valid agent queue names, for error messages.
-const QueueNameRule = "use 1 to 64 letters, digits, '-' or '_', starting with a letter or digit"
+const QueueNameRule = "use 1 to 64 ASCII letters, digits, '-' or '_', starting with a letter or digit"
 
 // ValidQueueName reports whether name can name an agent queue (a subject
 // token of jf.tasks.<queue> and jf.results.<queue>.<execution>).
 func ValidQueueName(name string) bool { return token(name, 64, true, "") }
 
 // SignalNameRule describes valid signal names, for error messages.
-const SignalNameRule = "use 1 to 64 letters, digits, '-' or '_', starting with a letter or digit"
+const SignalNameRule = "use 1 to 64 ASCII letters, digits, '-' or '_', starting with a letter or digit"
 
 // ValidSignalName reports whether name can name a signal.
 func ValidSignalName(name string) bool { return token(name, 64, true, "") }
 
 // ExecutionIDRule describes valid execution ids, for error messages.
-const ExecutionIDRule = "use 1 to 128 letters, digits, '-' or '_', starting with a letter or digit"
+const ExecutionIDRule = "use 1 to 128 ASCII letters, digits, '-' or '_', starting with a letter or digit"
 
 // ValidExecutionID reports whether id can be an execution id: 1 to 128
 // letters, digits, '-' or '_', not starting with '-' or '_'.
