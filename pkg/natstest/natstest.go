@@ -190,6 +190,13 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() bool, format st
 	t.Fatalf("condition not met within %s: "+format, append([]any{timeout}, args...)...)
 }
 
+// Later formats as f's result when printed: an argument of Eventually's
+// message that reads what the last try of cond saw (the args are
+// evaluated when Eventually is called, before any try).
+type Later func() any
+
+func (l Later) String() string { return fmt.Sprint(l()) }
+
 // Serve runs fn (a service's Run) in a goroutine until the test ends; then
 // it cancels fn's context, waits for it to return, and fails the test if
 // it returned an error or did not stop within 30 s.

@@ -170,7 +170,7 @@ func waitHistory(t *testing.T, js jetstream.JetStream, wf, id string, what strin
 	natstest.Eventually(t, waitFor, func() bool {
 		evs = readHistory(t, js, wf, id)
 		return cond(evs)
-	}, "history of %s: %s; have %v", id, what, typesOf(evs))
+	}, "history of %s: %s; have %v", id, what, natstest.Later(func() any { return typesOf(evs) }))
 	return evs
 }
 
