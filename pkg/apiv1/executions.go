@@ -31,6 +31,11 @@ type StartRequest struct {
 type Started struct {
 	ID       string `json:"id"`
 	Workflow string `json:"workflow"`
+	// Version is the version of the workflow the execution runs: in a 201
+	// and a 200 (when its state is known), as the dispatcher started it;
+	// in a 202 only when the request named it (else the dispatcher
+	// decides, the latest when it takes the start).
+	Version int `json:"version,omitempty"`
 	// Status is "started" (201), the execution's current status or
 	// "accepted" (200), "accepted" (202).
 	Status string `json:"status"`

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -370,6 +371,28 @@ func TestBadInputGetsClearErrors(t *testing.T) {
 	x := s.runToEnd(t, client.StartRequest{Workflow: "ver", Version: 1})
 	require.Equal(t, 1, x.Version)
 	require.Len(t, x.Steps, 1, "an execution keeps the version it started with")
+
+	// The answer to a start says which version runs: the one named, or
+	// the latest once the dispatcher has started it (201, or the same
+	// request again: 200); a 202 for a start naming none cannot say.
+	for _, c := range []struct{ named, want int }{{1, 1}, {0, 2}} {
+		req := client.StartRequest{Workflow: "ver", Version: c.named, IdempotencyKey: fmt.Sprintf("ver-named-%d", c.named)}
+		st, err := s.c.Start(ctx, req)
+		require.NoError(t, err)
+		switch st.HTTPStatus {
+		case http.StatusCreated:
+			require.Equal(t, c.want, st.Version, "%+v", st)
+		case http.StatusAccepted: // a loaded machine
+			require.Equal(t, c.named, st.Version, "%+v", st)
+		default:
+			t.Fatalf("start answered %d: %+v", st.HTTPStatus, st)
+		}
+		require.Equal(t, c.want, s.waitDone(t, st.ID, 20*time.Second).Version)
+		again, err := s.c.Start(ctx, req)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, again.HTTPStatus)
+		require.Equal(t, c.want, again.Version, "%+v", again)
+	}
 
 	for name, req := range map[string]struct {
 		body   string

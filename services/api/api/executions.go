@@ -278,7 +278,7 @@ func (s *Server) answerExistingClaim(w http.ResponseWriter, r *http.Request, id,
 	resp := apiv1.Started{ID: id, Workflow: c.Workflow, Status: "accepted", Links: links(id)}
 	if x, err := s.loadExecution(r.Context(), id); err == nil {
 		x = public(x)
-		resp.Status, resp.Execution = string(x.Status), &x
+		resp.Status, resp.Execution, resp.Version = string(x.Status), &x, x.Version
 	} else if ee := (*expiredError)(nil); errors.As(err, &ee) {
 		resp.Status = "expired"
 	}
@@ -390,7 +390,7 @@ func (s *Server) publishStart(w http.ResponseWriter, r *http.Request, cmd events
 				writeConflict(w, r, err)
 				return true
 			}
-			writeJSON(w, http.StatusCreated, apiv1.Started{ID: start.ExecutionID, Workflow: start.Workflow,
+			writeJSON(w, http.StatusCreated, apiv1.Started{ID: start.ExecutionID, Workflow: start.Workflow, Version: p.Version,
 				Status: string(projections.StatusStarted), Created: true, Links: links(start.ExecutionID)})
 			return true
 		case *events.CommandRejected:
@@ -400,7 +400,7 @@ func (s *Server) publishStart(w http.ResponseWriter, r *http.Request, cmd events
 		return false
 	})
 	if !answered {
-		writeJSON(w, http.StatusAccepted, apiv1.Started{ID: start.ExecutionID, Workflow: start.Workflow,
+		writeJSON(w, http.StatusAccepted, apiv1.Started{ID: start.ExecutionID, Workflow: start.Workflow, Version: start.Version,
 			Status: "accepted", Links: links(start.ExecutionID)})
 	}
 }

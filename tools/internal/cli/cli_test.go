@@ -111,6 +111,12 @@ func TestExitStatuses(t *testing.T) {
 	require.Equal(t, ExitOK, code, stderr)
 	require.Contains(t, out, "reader")
 	require.NotContains(t, out, reader)
+	// A start says which version runs (a loaded machine may answer before
+	// the dispatcher started it: accepted, and no version yet).
+	code, out, stderr = jetflow(t, api, "run", "fine", "--id", "v-1")
+	require.Equal(t, ExitOK, code, stderr)
+	require.Contains(t, []string{"execution v-1 started (fine version 1)\n",
+		"execution v-1 accepted (the dispatcher has not picked it up yet)\n"}, out)
 
 	// A free port nothing listens on: the api is unreachable.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -98,11 +98,11 @@ for the answer, then one per event).`,
 			case out.json():
 				return printJSON(a.stdout, res)
 			case res.HTTPStatus == 200:
-				fmt.Fprintf(a.stdout, "execution %s already exists for this request (status %s)\n", res.ID, res.Status)
+				fmt.Fprintf(a.stdout, "execution %s already exists for this request (status %s%s)\n", res.ID, res.Status, versionOf(res, ", %s"))
 			case res.HTTPStatus == 202:
 				fmt.Fprintf(a.stdout, "execution %s accepted (the dispatcher has not picked it up yet)\n", res.ID)
 			default:
-				fmt.Fprintf(a.stdout, "execution %s started\n", res.ID)
+				fmt.Fprintf(a.stdout, "execution %s started%s\n", res.ID, versionOf(res, " (%s)"))
 			}
 			if !watch {
 				return nil
@@ -120,6 +120,15 @@ for the answer, then one per event).`,
 	f.BoolVar(&req.WaitAfterFail, "wait-after-fail", false, "on failure, suspend the execution (to fix the cause and resume it) instead of ending it")
 	out.add(cmd)
 	return cmd
+}
+
+// versionOf says which version of its workflow the started execution
+// runs ("hello version 2") in format; "" when the answer does not say.
+func versionOf(res client.Started, format string) string {
+	if res.Version == 0 {
+		return ""
+	}
+	return fmt.Sprintf(format, fmt.Sprintf("%s version %d", res.Workflow, res.Version))
 }
 
 func (a *app) showCmd() *cobra.Command {
