@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/big"
 	"reflect"
 	"strconv"
 	"strings"
@@ -52,18 +53,7 @@ func wholeNumber(ute *json.UnmarshalTypeError) (string, bool) {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	var lo, hi string
-	var lowest, highest float64
-	switch t.Kind() {
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		half := uint64(1) << (t.Bits() - 1)
-		lo, hi = "-"+fmt.Sprint(half), fmt.Sprint(half-1)
-		lowest, highest = -float64(half), float64(half-1)
-	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		top := ^uint64(0) >> (64 - t.Bits())
-		lo, hi = "0", fmt.Sprint(top)
-		highest = float64(top)
-	default:
+	if _, _, whole := WholeRange(t); !whole {
 		return "", false
 	}
 	prefix := ""
@@ -74,12 +64,47 @@ func wholeNumber(ute *json.UnmarshalTypeError) (string, bool) {
 	switch {
 	case err != nil || f != math.Trunc(f):
 		return fmt.Sprintf("must be a %swhole number, not %s", prefix, n), true
-	case f < lowest || f > highest:
-		return fmt.Sprintf("must be a %swhole number from %s to %s, not %s", prefix, lo, hi, n), true
+	}
+	if rng, out := OutOfRange(n, t); out {
+		return fmt.Sprintf("must be a %swhole number %s, not %s", prefix, rng, n), true
 	}
 	// Whole and in range, written with a fraction or an exponent (2.0,
 	// 1e3), which encoding/json does not read into a whole number.
 	return fmt.Sprintf("must be a %swhole number written as one (%s), not %s", prefix, strconv.FormatFloat(f, 'f', -1, 64), n), true
+}
+
+// WholeRange returns the smallest and largest values of t, a Go integer
+// type, and false for any other type.
+func WholeRange(t reflect.Type) (lo, hi *big.Int, ok bool) {
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		half := new(big.Int).Lsh(big.NewInt(1), uint(t.Bits()-1))
+		return new(big.Int).Neg(half), half.Sub(half, big.NewInt(1)), true
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		top := new(big.Int).Lsh(big.NewInt(1), uint(t.Bits()))
+		return new(big.Int), top.Sub(top, big.NewInt(1)), true
+	}
+	return nil, nil, false
+}
+
+// OutOfRange reports whether the number written text (a JSON or YAML
+// number: 300, -1e30, 0x10) lies outside what t, a Go integer type,
+// holds, compared exactly, and says what it holds ("from 0 to 255"). A
+// text that is no number, or a t that is no integer type, is not out of
+// range.
+func OutOfRange(text string, t reflect.Type) (string, bool) {
+	lo, hi, ok := WholeRange(t)
+	if !ok {
+		return "", false
+	}
+	v, _, err := big.ParseFloat(text, 0, 256, big.ToNearestEven)
+	if err != nil {
+		return "", false
+	}
+	if v.Cmp(new(big.Float).SetInt(lo)) >= 0 && v.Cmp(new(big.Float).SetInt(hi)) <= 0 {
+		return "", false
+	}
+	return fmt.Sprintf("from %s to %s", lo, hi), true
 }
 
 // DecodeStrictJSON decodes data into v, refusing unknown members and

@@ -122,6 +122,8 @@ func TestExplainJSON(t *testing.T) {
 		{"OutOfRange", `{"u":300}`, "u", "must be a whole number from 0 to 255, not 300", false},
 		{"Fraction", `{"n":2.5}`, "n", "must be a whole number, not 2.5", false},
 		{"WholeOutOfRange", `{"n":1e30}`, "n", "must be a whole number from -9223372036854775808 to 9223372036854775807, not 1e30", false},
+		{"WholeOutOfRangeByOne", `{"n":9223372036854775808}`, "n", "must be a whole number from -9223372036854775808 to 9223372036854775807, not 9223372036854775808", false},
+		{"WholeBelowAnUnsignedRange", `{"u":-1}`, "u", "must be a whole number from 0 to 255, not -1", false},
 		{"WholeWithAFraction", `{"n":2.0}`, "n", "must be a whole number written as one (2), not 2.0", false},
 		{"WholeWithAnExponent", `{"u":1e2}`, "u", "must be a whole number written as one (100), not 1e2", false},
 		{"WholeAboveARange", `{"u":3e2}`, "u", "must be a whole number from 0 to 255, not 3e2", false},

@@ -47,6 +47,20 @@ func TestParseErrorsNameTheField(t *testing.T) {
 			field: "version", line: 2, msg: `not "0"`},
 		{name: "VersionZeroAnchored", input: "&top\nname: t\nversion: &z 0\nsteps:\n  - {id: a, kind: noop}\n",
 			field: "version", msg: "must be a positive version number"},
+		{name: "NaNForAVersion", input: "name: t\nversion: .nan\nsteps:\n  - {id: a, kind: noop}\n",
+			field: "version", line: 2, msg: "must be a whole number, not .nan"},
+		{name: "InfinityForALimit", input: "name: t\nsteps:\n  - {id: a, kind: noop, retry: {limit: .inf}}\n",
+			field: "steps[0].retry.limit", line: 3, msg: "must be a whole number, not .inf"},
+		{name: "MinusInfinityForALimit", input: "name: t\nsteps:\n  - {id: a, kind: noop, retry: {limit: -.Inf}}\n",
+			field: "steps[0].retry.limit", line: 3, msg: "must be a whole number, not -.Inf"},
+		{name: "OverflowForALimit", input: "name: t\nsteps:\n  - {id: a, kind: noop, retry: {limit: 99999999999999999999}}\n",
+			field: "steps[0].retry.limit", line: 3, msg: "must be a whole number from -9223372036854775808 to 9223372036854775807, not 99999999999999999999"},
+		{name: "OverflowByOne", input: "name: t\nversion: 9223372036854775808\nsteps:\n  - {id: a, kind: noop}\n",
+			field: "version", line: 2, msg: "must be a whole number from -9223372036854775808 to 9223372036854775807, not 9223372036854775808"},
+		{name: "OverflowAsAnExponent", input: "name: t\nsteps:\n  - {id: a, kind: noop, retry: {limit: 1e30}}\n",
+			field: "steps[0].retry.limit", line: 3, msg: "from -9223372036854775808 to 9223372036854775807, not 1e30"},
+		{name: "OverflowQuoted", input: "name: t\nsteps:\n  - {id: a, kind: noop, retry: {limit: \"-99999999999999999999\"}}\n",
+			field: "steps[0].retry.limit", line: 3, msg: `not "-99999999999999999999"`},
 		{name: "StringForAListDeep", input: "name: t\nsteps:\n  - id: a\n    kind: workflow\n    steps:\n      - id: b\n        kind: exec\n        args: x\n",
 			field: "steps[0].steps[0].args", line: 8, msg: "must be a list, not a string"},
 		{name: "SchemaUnknownType", input: "name: t\ninput:\n  type: banana\nsteps:\n  - id: a\n    kind: noop\n",
@@ -73,5 +87,17 @@ func TestParseErrorsNameTheField(t *testing.T) {
 			}
 			require.Equal(t, err.Error(), strings.TrimSpace(err.Error()))
 		})
+	}
+}
+
+// TestWholeNumbersWrittenOtherwise: a whole number in range is taken
+// however YAML writes it (hex, an exponent, a fraction of zero), so the
+// range check above refuses only what does not fit.
+func TestWholeNumbersWrittenOtherwise(t *testing.T) {
+	t.Parallel()
+	for text, want := range map[string]int{"0x10": 16, "1e2": 100, "7.0": 7, "1000": 1000} {
+		d, err := workflow.Parse([]byte("name: t\nsteps:\n  - {id: a, kind: noop, retry: {limit: " + text + "}}\n"))
+		require.NoError(t, err, text)
+		require.Equal(t, want, d.Steps[0].Retry.Limit, text)
 	}
 }

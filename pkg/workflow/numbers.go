@@ -8,6 +8,9 @@ import (
 	"strings"
 
 	"github.com/goccy/go-yaml/ast"
+	"github.com/goccy/go-yaml/token"
+
+	"jetflow.dev/pkg/events"
 )
 
 // The YAML decoder puts a number with a fraction into a whole-number field
@@ -53,18 +56,38 @@ func lossyNumbers(n ast.Node, t reflect.Type, path string, out *[]FieldError) {
 		for i, v := range n.Values {
 			lossyNumbers(v, t.Elem(), fmt.Sprintf("%s[%d]", path, i), out)
 		}
-	case *ast.FloatNode, *ast.StringNode:
+	case *ast.NanNode, *ast.InfinityNode:
+		if wholeKind(t.Kind()) { // the decoder refuses .nan and .inf, with Go's words, and takes -.inf
+			tk := n.GetToken()
+			*out = append(*out, FieldError{Field: path, Line: tk.Position.Line, Column: tk.Position.Column,
+				Message: fmt.Sprintf("must be a whole number, not %s", tk.Value)})
+		}
+	case *ast.IntegerNode, *ast.FloatNode, *ast.StringNode:
 		// A string too: the decoder reads "20.5" into a whole number as 20.
 		v, text, ok := numberOf(n)
 		if !ok || !wholeKind(t.Kind()) {
 			return
 		}
+		tk := n.GetToken()
+		problem := func(msg string) {
+			*out = append(*out, FieldError{Field: path, Line: tk.Position.Line, Column: tk.Position.Column, Message: msg})
+		}
 		if math.IsInf(v, 0) || math.IsNaN(v) || v != math.Trunc(v) {
-			tk := n.GetToken()
-			*out = append(*out, FieldError{Field: path, Line: tk.Position.Line, Column: tk.Position.Column,
-				Message: fmt.Sprintf("must be a whole number, not %s", text)})
+			problem(fmt.Sprintf("must be a whole number, not %s", text))
+		} else if rng, out := events.OutOfRange(numberText(n), t); out {
+			// The decoder says "cannot unmarshal ... ( overflow )".
+			problem(fmt.Sprintf("must be a whole number %s, not %s", rng, text))
 		}
 	}
+}
+
+// numberText is the number a scalar node holds as written (a string's
+// content, unquoted).
+func numberText(n ast.Node) string {
+	if s, ok := n.(*ast.StringNode); ok {
+		return strings.TrimSpace(s.Value)
+	}
+	return n.GetToken().Value
 }
 
 // numberOf returns the number a scalar node holds (a string's too, when
@@ -82,7 +105,11 @@ func numberOf(n ast.Node) (float64, string, bool) {
 		return n.Value, n.GetToken().Value, true
 	case *ast.StringNode:
 		v, err := strconv.ParseFloat(strings.TrimSpace(n.Value), 64)
-		return v, strconv.Quote(n.Value), err == nil
+		text := n.Value
+		if tk := n.GetToken(); tk == nil || tk.Type == token.SingleQuoteType || tk.Type == token.DoubleQuoteType {
+			text = strconv.Quote(n.Value) // as the user quoted it ("20.5"); a bare 1e30 is a string to the parser too
+		}
+		return v, text, err == nil
 	}
 	return 0, "", false
 }

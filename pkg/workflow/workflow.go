@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 
@@ -432,7 +433,12 @@ func Parse(data []byte) (d Definition, err error) {
 	if body == nil { // only comments or document markers: NodeToValue panics on a nil node
 		return d, &ValidationError{Problems: []FieldError{{Message: "definition is empty"}}}
 	}
+	var lossy []FieldError
+	lossyNumbers(body, reflect.TypeFor[Definition](), "", &lossy)
 	if err := yaml.NodeToValue(body, &d, yaml.DisallowUnknownField()); err != nil {
+		if len(lossy) > 0 { // the decoder's words for them are Go's (NaN, overflow)
+			return d, &ValidationError{Problems: lossy}
+		}
 		fe := yamlProblem(err)
 		if fe.Field != "" {
 			fe.Field = fieldPath(file, fe.Line, fe.Column, fe.Field)
@@ -452,8 +458,6 @@ func Parse(data []byte) (d Definition, err error) {
 		}
 		return d, &ValidationError{Problems: []FieldError{fe}}
 	}
-	var lossy []FieldError
-	lossyNumbers(body, reflect.TypeFor[Definition](), "", &lossy)
 	if z := zeroVersion(body); z != nil {
 		lossy = append(lossy, *z)
 	}
@@ -461,6 +465,11 @@ func Parse(data []byte) (d Definition, err error) {
 	if len(problems)+len(lossy) == 0 {
 		return d, nil
 	}
+	// A field whose number the decoder changed (-.inf, 2.5) is not
+	// checked further: its value is the decoder's, not the user's.
+	problems = slices.DeleteFunc(problems, func(p FieldError) bool {
+		return slices.ContainsFunc(lossy, func(l FieldError) bool { return l.Field == p.Field })
+	})
 	for i := range problems {
 		problems[i].Line, problems[i].Column = locate(file, problems[i].Field)
 	}
