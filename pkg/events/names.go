@@ -46,6 +46,13 @@ const WorkflowNameRule = "use 1 to 64 ASCII letters, digits, '-' or '_', startin
 // then up to 63 letters, digits, '-' or '_'. Names are subject tokens.
 func ValidWorkflowName(name string) bool { return token(name, 64, false, "") }
 
+// StepIDRule describes valid step ids, for error messages.
+const StepIDRule = WorkflowNameRule
+
+// ValidStepID reports whether id can be a step's id (or a parallel
+// branch's): the rule of workflow names.
+func ValidStepID(id string) bool { return token(id, 64, false, "") }
+
 // QueueNameRule describes valid agent queue names, for error messages.
 const QueueNameRule = "use 1 to 64 ASCII letters, digits, '-' or '_', starting with a letter or digit"
 

@@ -105,7 +105,7 @@ func (d Definition) validate() []FieldError {
 	case d.Name == "":
 		add("name", "is required")
 	case !events.ValidWorkflowName(d.Name):
-		add("name", "%q must start with a letter and hold only ASCII letters, digits, '-' and '_' (at most 64)", d.Name)
+		add("name", "%q: %s", d.Name, events.WorkflowNameRule)
 	}
 	if len(d.Steps) == 0 {
 		add("steps", "at least one step is required")
@@ -170,8 +170,8 @@ func validateStepList(add func(string, string, ...any), addErr func(string, erro
 		switch {
 		case s.ID == "":
 			add(f("id"), "is required")
-		case !stepIDRe.MatchString(s.ID):
-			add(f("id"), "%q must start with a letter and hold only ASCII letters, digits, '-' and '_' (at most 64)", s.ID)
+		case !events.ValidStepID(s.ID):
+			add(f("id"), "%q: %s", s.ID, events.StepIDRule)
 		case handlerSegRe.MatchString(s.ID):
 			add(f("id"), "%q is reserved (on-error steps' paths use it); choose another id", s.ID)
 		case compensateSegRe.MatchString(s.ID):
@@ -213,8 +213,8 @@ func validateStepList(add func(string, string, ...any), addErr func(string, erro
 		if _, err := jsonable(s.Output); err != nil {
 			addErr(f("output"), err)
 		}
-		if s.Queue != "" && !queueRe.MatchString(s.Queue) {
-			add(f("queue"), "%q must hold only letters, digits, '-' and '_'", s.Queue)
+		if s.Queue != "" && !events.ValidQueueName(s.Queue) {
+			add(f("queue"), "%q: %s", s.Queue, events.QueueNameRule)
 		}
 		checkDuration(add, f("timeout"), s.Timeout)
 		checkDuration(add, f("heartbeat"), s.Heartbeat)
@@ -361,8 +361,8 @@ func (s Step) validateContainer(add func(string, string, ...any), addErr func(st
 		for i, b := range s.Branches {
 			bf := fmt.Sprintf("%s[%d]", f("branches"), i)
 			switch {
-			case !stepIDRe.MatchString(b.ID):
-				add(bf+".id", "%q must start with a letter and hold only letters, digits, '-' and '_'", b.ID)
+			case !events.ValidStepID(b.ID):
+				add(bf+".id", "%q: %s", b.ID, events.StepIDRule)
 			case handlerSegRe.MatchString(b.ID):
 				add(bf+".id", "%q is reserved (on-error steps' paths use it); choose another id", b.ID)
 			case compensateSegRe.MatchString(b.ID):
@@ -450,8 +450,8 @@ func (s Step) validateKind(add func(string, string, ...any), addErr func(string,
 	case KindCall:
 		if s.Operation == "" {
 			add(f("operation"), "is required for a call step: the name of a custom operation an agent of the queue handles")
-		} else if !queueRe.MatchString(s.Operation) {
-			add(f("operation"), "%q must hold only letters, digits, '-' and '_'", s.Operation)
+		} else if !events.ValidQueueName(s.Operation) { // the rule of queue names
+			add(f("operation"), "%q: %s", s.Operation, events.QueueNameRule)
 		}
 		if _, err := jsonable(s.Input); err != nil {
 			add(f("input"), "cannot be encoded as JSON: %v", err)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/workflow"
 )
 
@@ -236,7 +237,7 @@ var validationCases = []struct {
 			"      - id: 9a",
 			"        steps: [{id: x, kind: noop}]",
 		),
-		want: []problem{{"steps[0].branches[0].id", 6, `"9a" must start with a letter and hold only letters, digits, '-' and '_'`}},
+		want: []problem{{"steps[0].branches[0].id", 6, `"9a": ` + events.StepIDRule}},
 	},
 	{
 		name: "BranchWithoutID",
@@ -246,7 +247,7 @@ var validationCases = []struct {
 			"    branches:",
 			"      - steps: [{id: x, kind: noop}]",
 		),
-		want: []problem{{"steps[0].branches[0].id", 6, `"" must start with a letter and hold only letters, digits, '-' and '_'`}},
+		want: []problem{{"steps[0].branches[0].id", 6, `"": ` + events.StepIDRule}},
 	},
 	{
 		name: "BranchReservedID",
@@ -492,7 +493,7 @@ var validationCases = []struct {
 			"    kind: call",
 			"    operation: do.it",
 		),
-		want: []problem{{"steps[0].operation", 5, `"do.it" must hold only letters, digits, '-' and '_'`}},
+		want: []problem{{"steps[0].operation", 5, `"do.it": ` + events.QueueNameRule}},
 	},
 	{
 		name: "CallInputNotJSON",
@@ -524,7 +525,7 @@ var validationCases = []struct {
 			"    timeout: soon",
 		),
 		want: []problem{
-			{"steps[0].queue", 6, `"gpu/1" must hold only letters, digits, '-' and '_'`},
+			{"steps[0].queue", 6, `"gpu/1": ` + events.QueueNameRule},
 			{"steps[0].timeout", 7, `"soon" is not a positive duration (e.g. 30s, 5m, 2h)`},
 		},
 	},

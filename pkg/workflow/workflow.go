@@ -396,10 +396,8 @@ func (e *ValidationError) Error() string {
 func (e *ValidationError) Unwrap() error { return ErrInvalid }
 
 var (
-	stepIDRe = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]{0,63}$`)
-	queueRe  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
-	tokenRe  = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
-	levels   = map[string]bool{"": true, "debug": true, "info": true, "warn": true, "error": true}
+	tokenRe = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+	levels  = map[string]bool{"": true, "debug": true, "info": true, "warn": true, "error": true}
 )
 
 // Parse decodes and validates a definition from YAML or JSON. Any problem

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/workflow"
 )
 
@@ -183,7 +184,7 @@ func TestParseErrors(t *testing.T) {
 		{
 			name:  "InvalidID",
 			input: head + "  - id: 9lives\n    kind: noop\n",
-			field: "steps[0].id", line: 3, msg: "must start with a letter",
+			field: "steps[0].id", line: 3, msg: events.StepIDRule,
 		},
 		{
 			name:  "DuplicateID",
@@ -273,7 +274,7 @@ func TestParseErrors(t *testing.T) {
 		{
 			name:  "BadQueue",
 			input: head + "  - id: a\n    kind: noop\n    queue: a.b\n",
-			field: "steps[0].queue", line: 5, msg: "must hold only letters",
+			field: "steps[0].queue", line: 5, msg: events.QueueNameRule,
 		},
 		{
 			name:  "MissingName",
@@ -283,7 +284,7 @@ func TestParseErrors(t *testing.T) {
 		{
 			name:  "InvalidName",
 			input: "name: my.flow\nsteps:\n  - id: a\n    kind: noop\n",
-			field: "name", line: 1, msg: "must start with a letter",
+			field: "name", line: 1, msg: events.WorkflowNameRule,
 		},
 		{
 			name:  "NoSteps",
