@@ -19,6 +19,7 @@ var nameRules = []struct {
 	valid func(string) bool
 }{
 	{"workflow", regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]{0,63}$`), events.ValidWorkflowName},
+	{"step", regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]{0,63}$`), events.ValidStepID},
 	{"execution", regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$`), events.ValidExecutionID},
 	{"queue", regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`), events.ValidQueueName},
 	{"signal", regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`), events.ValidSignalName},
