@@ -468,13 +468,13 @@ func (ix *modelIndex) lookAgain(ctx context.Context, kv jetstream.KeyValue, keys
 		if whole != nil && x.kind == kindModel && ok && !x.localSending && x.wake == 0 {
 			seqs, flying = inFlight(*whole)
 		}
-		switch {
-		case !flying:
-			delete(ix.flights, e.Key())
-		case ix.flights == nil:
-			ix.flights = map[string]flight{strings.Clone(e.Key()): {rev: x.rev, seqs: seqs}}
-		default:
+		if flying {
+			if ix.flights == nil {
+				ix.flights = map[string]flight{}
+			}
 			ix.flights[strings.Clone(e.Key())] = flight{rev: x.rev, seqs: seqs}
+		} else {
+			delete(ix.flights, e.Key())
 		}
 		if whole == nil || x.kind != kindModel {
 			return
