@@ -102,8 +102,11 @@ func timerLostToAStop(t *testing.T, sleep time.Duration) bool {
 	stopped := make(chan error, 1)
 	go func() { stopped <- first.Run(ctx) }()
 	b.start(t, "nap", "n1")
-	waitHistory(t, b.js, "nap", "n1", "timer armed", func(evs []events.Event) bool {
-		return countType(evs, events.TypeTimerArmed) == 1
+	// The decision that arms the timer ends with step.waiting: a stop
+	// before it leaves the decision to the second dispatcher, which then
+	// arms the timer in its own memory.
+	waitHistory(t, b.js, "nap", "n1", "timer armed, step waiting", func(evs []events.Event) bool {
+		return countType(evs, events.TypeTimerArmed) == 1 && countType(evs, events.TypeStepWaiting) == 1
 	})
 	stop()
 	select {
