@@ -60,17 +60,16 @@ func wholeNumber(ute *json.UnmarshalTypeError) (string, bool) {
 	if ute.Field == "" {
 		prefix = "JSON " // the document itself
 	}
-	f, err := strconv.ParseFloat(n, 64)
+	w, ok := ReadWhole(n, t)
 	switch {
-	case err != nil || f != math.Trunc(f):
-		return fmt.Sprintf("must be a %swhole number, not %s", prefix, n), true
-	}
-	if rng, out := OutOfRange(n, t); out {
-		return fmt.Sprintf("must be a %swhole number %s, not %s", prefix, rng, n), true
+	case !ok:
+		return fmt.Sprintf("must be a %swhole number, not %s", prefix, ShortNumber(n)), true
+	case !w.InRange:
+		return fmt.Sprintf("must be a %swhole number %s, not %s", prefix, w.Range, ShortNumber(n)), true
 	}
 	// Whole and in range, written with a fraction or an exponent (2.0,
 	// 1e3), which encoding/json does not read into a whole number.
-	return fmt.Sprintf("must be a %swhole number written as one (%s), not %s", prefix, strconv.FormatFloat(f, 'f', -1, 64), n), true
+	return fmt.Sprintf("must be a %swhole number written as one (%s), not %s", prefix, w.Value, ShortNumber(n)), true
 }
 
 // WholeRange returns the smallest and largest values of t, a Go integer
@@ -87,24 +86,101 @@ func WholeRange(t reflect.Type) (lo, hi *big.Int, ok bool) {
 	return nil, nil, false
 }
 
-// OutOfRange reports whether the number written text (a JSON or YAML
-// number: 300, -1e30, 0x10) lies outside what t, a Go integer type,
-// holds, compared exactly, and says what it holds ("from 0 to 255"). A
-// text that is no number, or a t that is no integer type, is not out of
-// range.
-func OutOfRange(text string, t reflect.Type) (string, bool) {
+// Whole is a whole number read by ReadWhole.
+type Whole struct {
+	// Value is the number, exactly; nil for one too large to write out
+	// (1e999999999).
+	Value *big.Int
+	// InRange: the type holds it. Range says what the type holds
+	// ("from 0 to 255").
+	InRange bool
+	Range   string
+}
+
+// maxExactNumber: a number's text up to this long is read exactly (512
+// bits hold every whole number and fraction it can write); a longer one
+// is read as a float64, close enough for a message (reading it exactly
+// takes time that grows with the square of its length: a second for a
+// megabyte).
+const maxExactNumber = 100
+
+// ReadWhole reads text, a decimal number as JSON or YAML write it (300,
+// -2, 2.0, 1e3), as a value of t, a Go integer type. It is false for what
+// is no whole number: a fraction (2.5, 1e-400), what is no decimal number,
+// or a t that is no integer type.
+func ReadWhole(text string, t reflect.Type) (Whole, bool) {
 	lo, hi, ok := WholeRange(t)
 	if !ok {
-		return "", false
+		return Whole{}, false
 	}
-	v, _, err := big.ParseFloat(text, 0, 256, big.ToNearestEven)
-	if err != nil {
-		return "", false
+	var v *big.Float
+	if len(text) <= maxExactNumber {
+		f, _, err := big.ParseFloat(text, 10, 512, big.ToNearestEven)
+		if err != nil {
+			return Whole{}, false
+		}
+		mantissa, _, _ := strings.Cut(strings.ToLower(text), "e")
+		if f.Sign() == 0 && strings.ContainsAny(mantissa, "123456789") {
+			return Whole{}, false // 1e-999999999: a fraction too small for 512 bits
+		}
+		v = f
+	} else if m, frac, ok := strings.Cut(text, "."); ok && !strings.ContainsAny(text, "eE") && digits(frac) {
+		// 2.000…0001, 7.000…000: the fraction decides, then the whole part.
+		if strings.Trim(frac, "0") != "" {
+			return Whole{}, false
+		}
+		sign, m := "", strings.TrimLeft(m, "+")
+		if rest, neg := strings.CutPrefix(m, "-"); neg {
+			sign, m = "-", rest
+		}
+		if m = strings.TrimLeft(m, "0"); m == "" {
+			m = "0"
+		}
+		if !digits(m) {
+			return Whole{}, false
+		}
+		if len(m) >= maxExactNumber {
+			return Whole{Range: fmt.Sprintf("from %s to %s", lo, hi)}, true
+		}
+		return ReadWhole(sign+m, t)
+	} else {
+		f, err := strconv.ParseFloat(text, 64)
+		if err != nil && !errors.Is(err, strconv.ErrRange) {
+			return Whole{}, false
+		}
+		if math.IsNaN(f) || (!math.IsInf(f, 0) && f != math.Trunc(f)) {
+			return Whole{}, false
+		}
+		v = big.NewFloat(f)
 	}
-	if v.Cmp(new(big.Float).SetInt(lo)) >= 0 && v.Cmp(new(big.Float).SetInt(hi)) <= 0 {
-		return "", false
+	rng := fmt.Sprintf("from %s to %s", lo, hi)
+	if v.IsInf() {
+		return Whole{Range: rng}, true
 	}
-	return fmt.Sprintf("from %s to %s", lo, hi), true
+	if !v.IsInt() {
+		return Whole{}, false
+	}
+	n, _ := v.Int(nil)
+	return Whole{Value: n, InRange: n.Cmp(lo) >= 0 && n.Cmp(hi) <= 0, Range: rng}, true
+}
+
+// digits: s is decimal digits only.
+func digits(s string) bool {
+	for i := range len(s) {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// ShortNumber is a number's text for a message: cut, with its length,
+// past 40 characters.
+func ShortNumber(text string) string {
+	if len(text) <= 40 {
+		return text
+	}
+	return fmt.Sprintf("%s... (%d characters)", text[:32], len(text))
 }
 
 // DecodeStrictJSON decodes data into v, refusing unknown members and

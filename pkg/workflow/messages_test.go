@@ -61,6 +61,16 @@ func TestParseErrorsNameTheField(t *testing.T) {
 			field: "steps[0].retry.limit", line: 3, msg: "from -9223372036854775808 to 9223372036854775807, not 1e30"},
 		{name: "OverflowQuoted", input: "name: t\nsteps:\n  - {id: a, kind: noop, retry: {limit: \"-99999999999999999999\"}}\n",
 			field: "steps[0].retry.limit", line: 3, msg: `not "-99999999999999999999"`},
+		{name: "OverflowBeyondFloats", input: "name: t\nsteps:\n  - {id: a, kind: noop, retry: {limit: 1e400}}\n",
+			field: "steps[0].retry.limit", line: 3, msg: "from -9223372036854775808 to 9223372036854775807, not 1e400"},
+		{name: "OverflowInHex", input: "name: t\nsteps:\n  - {id: a, kind: noop, retry: {limit: 0xFFFFFFFFFFFFFFFFFF}}\n",
+			field: "steps[0].retry.limit", line: 3, msg: "from -9223372036854775808 to 9223372036854775807, not 0xFFFFFFFFFFFFFFFFFF"},
+		{name: "WholeBeyondAFloat", input: "name: t\nversion: 9223372036854775807.0\nsteps:\n  - {id: a, kind: noop}\n",
+			field: "version", line: 2, msg: "must be a whole number written as one (9223372036854775807), not 9223372036854775807.0"},
+		{name: "FractionTooSmallToSee", input: "name: t\nsteps:\n  - {id: a, kind: noop, retry: {limit: 1e-999999999}}\n",
+			field: "steps[0].retry.limit", line: 3, msg: "must be a whole number, not 1e-999999999"},
+		{name: "LongFraction", input: "name: t\nsteps:\n  - {id: a, kind: noop, retry: {limit: 2." + strings.Repeat("0", 200) + "1}}\n",
+			field: "steps[0].retry.limit", line: 3, msg: "must be a whole number, not 2.000000000000000000000000000000... (203 characters)"},
 		{name: "StringForAListDeep", input: "name: t\nsteps:\n  - id: a\n    kind: workflow\n    steps:\n      - id: b\n        kind: exec\n        args: x\n",
 			field: "steps[0].steps[0].args", line: 8, msg: "must be a list, not a string"},
 		{name: "SchemaUnknownType", input: "name: t\ninput:\n  type: banana\nsteps:\n  - id: a\n    kind: noop\n",
@@ -95,9 +105,16 @@ func TestParseErrorsNameTheField(t *testing.T) {
 // range check above refuses only what does not fit.
 func TestWholeNumbersWrittenOtherwise(t *testing.T) {
 	t.Parallel()
-	for text, want := range map[string]int{"0x10": 16, "1e2": 100, "7.0": 7, "1000": 1000} {
+	for text, want := range map[string]int{"0x10": 16, "1e2": 100, "7.0": 7, "1000": 1000, "0o17": 15, "7." + strings.Repeat("0", 200): 7} {
 		d, err := workflow.Parse([]byte("name: t\nsteps:\n  - {id: a, kind: noop, retry: {limit: " + text + "}}\n"))
 		require.NoError(t, err, text)
 		require.Equal(t, want, d.Steps[0].Retry.Limit, text)
+	}
+	// At the ends of the type's range, read exactly (0777... is YAML 1.1
+	// octal, as the parser reads it).
+	for text, want := range map[string]int{"0777777777777777777777": 1<<63 - 1, "9223372036854775807": 1<<63 - 1, "0x7FFFFFFFFFFFFFFF": 1<<63 - 1} {
+		d, err := workflow.Parse([]byte("name: t\nversion: " + text + "\nsteps:\n  - {id: a, kind: noop}\n"))
+		require.NoError(t, err, text)
+		require.Equal(t, want, d.Version, text)
 	}
 }

@@ -1,8 +1,9 @@
 package workflow
 
 import (
+	"errors"
 	"fmt"
-	"math"
+	"math/big"
 	"reflect"
 	"strconv"
 	"strings"
@@ -64,54 +65,94 @@ func lossyNumbers(n ast.Node, t reflect.Type, path string, out *[]FieldError) {
 		}
 	case *ast.IntegerNode, *ast.FloatNode, *ast.StringNode:
 		// A string too: the decoder reads "20.5" into a whole number as 20.
-		v, text, ok := numberOf(n)
-		if !ok || !wholeKind(t.Kind()) {
+		if !wholeKind(t.Kind()) {
 			return
 		}
+		text, ok := numberOf(n)
+		if !ok {
+			return // no number: the decoder says what it is
+		}
 		tk := n.GetToken()
-		problem := func(msg string) {
-			*out = append(*out, FieldError{Field: path, Line: tk.Position.Line, Column: tk.Position.Column, Message: msg})
+		problem := func(format string, args ...any) {
+			*out = append(*out, FieldError{Field: path, Line: tk.Position.Line, Column: tk.Position.Column, Message: fmt.Sprintf(format, args...)})
 		}
-		if math.IsInf(v, 0) || math.IsNaN(v) || v != math.Trunc(v) {
-			problem(fmt.Sprintf("must be a whole number, not %s", text))
-		} else if rng, out := events.OutOfRange(numberText(n), t); out {
+		w, whole := readWhole(n, t)
+		switch {
+		case !whole:
+			problem("must be a whole number, not %s", events.ShortNumber(text))
+		case !w.InRange:
 			// The decoder says "cannot unmarshal ... ( overflow )".
-			problem(fmt.Sprintf("must be a whole number %s, not %s", rng, text))
+			problem("must be a whole number %s, not %s", w.Range, events.ShortNumber(text))
+		case w.Value.BitLen() > 53 && floatSyntax(n):
+			// The decoder reads 9223372036854775807.0 through a float64:
+			// another number, or an overflow.
+			problem("must be a whole number written as one (%s), not %s", w.Value, events.ShortNumber(text))
 		}
 	}
 }
 
-// numberText is the number a scalar node holds as written (a string's
-// content, unquoted).
-func numberText(n ast.Node) string {
-	if s, ok := n.(*ast.StringNode); ok {
-		return strings.TrimSpace(s.Value)
+// readWhole reads the number a scalar node holds as a whole number of t
+// (events.ReadWhole): an integer as the parser decoded it (0x10, 0o17,
+// 017), any other number as written.
+func readWhole(n ast.Node, t reflect.Type) (events.Whole, bool) {
+	switch n := n.(type) {
+	case *ast.TagNode:
+		return readWhole(n.Value, t)
+	case *ast.AnchorNode:
+		return readWhole(n.Value, t)
+	case *ast.IntegerNode:
+		return events.ReadWhole(fmt.Sprint(n.Value), t)
+	case *ast.FloatNode:
+		return events.ReadWhole(n.GetToken().Value, t)
+	case *ast.StringNode:
+		s := strings.TrimSpace(n.Value)
+		if i, ok := new(big.Int).SetString(s, 0); ok { // 0xFFFFFFFFFFFFFFFFFF: an integer too large for the parser
+			s = i.String()
+		}
+		return events.ReadWhole(s, t)
 	}
-	return n.GetToken().Value
+	return events.Whole{}, false
 }
 
-// numberOf returns the number a scalar node holds (a string's too, when
-// it reads as one), and its text.
-func numberOf(n ast.Node) (float64, string, bool) {
+// floatSyntax: the node writes its number with a fraction or an exponent.
+func floatSyntax(n ast.Node) bool {
+	switch n := n.(type) {
+	case *ast.TagNode:
+		return floatSyntax(n.Value)
+	case *ast.AnchorNode:
+		return floatSyntax(n.Value)
+	case *ast.FloatNode:
+		return true
+	case *ast.StringNode:
+		s := strings.ToLower(strings.TrimSpace(n.Value))
+		return !strings.HasPrefix(s, "0x") && strings.ContainsAny(s, ".e")
+	}
+	return false
+}
+
+// numberOf returns the text of the number a scalar node holds (a
+// string's too, when it reads as one), as the user wrote it.
+func numberOf(n ast.Node) (string, bool) {
 	switch n := n.(type) {
 	case *ast.TagNode:
 		return numberOf(n.Value)
 	case *ast.AnchorNode:
 		return numberOf(n.Value)
-	case *ast.IntegerNode:
-		v, err := strconv.ParseFloat(fmt.Sprint(n.Value), 64)
-		return v, n.GetToken().Value, err == nil
-	case *ast.FloatNode:
-		return n.Value, n.GetToken().Value, true
+	case *ast.IntegerNode, *ast.FloatNode:
+		return n.GetToken().Value, true
 	case *ast.StringNode:
-		v, err := strconv.ParseFloat(strings.TrimSpace(n.Value), 64)
-		text := n.Value
-		if tk := n.GetToken(); tk == nil || tk.Type == token.SingleQuoteType || tk.Type == token.DoubleQuoteType {
-			text = strconv.Quote(n.Value) // as the user quoted it ("20.5"); a bare 1e30 is a string to the parser too
+		s := strings.TrimSpace(n.Value)
+		_, err := strconv.ParseFloat(s, 64)
+		_, whole := new(big.Int).SetString(s, 0)
+		if err != nil && !errors.Is(err, strconv.ErrRange) && !whole {
+			return "", false
 		}
-		return v, text, err == nil
+		if tk := n.GetToken(); tk == nil || tk.Type == token.SingleQuoteType || tk.Type == token.DoubleQuoteType {
+			return strconv.Quote(n.Value), true // as the user quoted it ("20.5"); a bare 1e30 is a string to the parser too
+		}
+		return n.Value, true
 	}
-	return 0, "", false
+	return "", false
 }
 
 func wholeKind(k reflect.Kind) bool {
@@ -180,7 +221,8 @@ func zeroVersion(body ast.Node) *FieldError {
 		if kv.Key == nil || kv.Key.GetToken() == nil || kv.Key.GetToken().Value != "version" {
 			continue
 		}
-		if v, text, ok := numberOf(kv.Value); ok && v == 0 {
+		text, ok := numberOf(kv.Value)
+		if w, whole := readWhole(kv.Value, reflect.TypeFor[int]()); ok && whole && w.Value != nil && w.Value.Sign() == 0 {
 			tk := kv.Value.GetToken()
 			return &FieldError{Field: "version", Line: tk.Position.Line, Column: tk.Position.Column,
 				Message: "must be a positive version number (or absent, to let the registry number versions), not " + text}
