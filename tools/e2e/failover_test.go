@@ -32,7 +32,9 @@ import (
 // than their default (5 s, itself shorter than a failover on a busy
 // machine can take): a pause past failoverBound is a takeover that did not
 // reset the consumers (only the ack wait delivered again what the dead
-// one held), not a slow machine. About 1.2 s idle; 12.9 s seen at load 8.
+// one held), not a slow machine. About 2.1-2.4 s idle (a timer the dead
+// dispatcher kept in memory fires by its schedule, 2 s after it was due);
+// 12.9 s seen at load 8 before the hang was added.
 func TestDispatcherFailoverAfterSIGKILL(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the service binaries and kills one")
@@ -112,30 +114,57 @@ func TestDispatcherFailoverAfterSIGKILL(t *testing.T) {
 		return true, ""
 	})
 	time.Sleep(500 * time.Millisecond)
-	before := holders()
-	require.Positive(t, before["d1"], "d1 holds partitions: %v", before)
 	// d1 hangs first, then dies: while it hangs, the server goes on
 	// delivering to its pulls, so it dies with messages in hand that it
 	// never acknowledged (a plain SIGKILL mostly finds it with none).
 	// Those are what the takeover's reset delivers again at once. The
 	// agent's short wait for a direct answer (100 ms, not 1 s) has the
 	// reports d1 does not answer while it hangs stored on the results
-	// stream and delivered to its pulls within the hang.
-	killedAt := time.Now()
-	require.NoError(t, dispatchers[1].Signal(syscall.SIGSTOP))
-	time.Sleep(hangBeforeKill)
-	dispatchers[1].kill()
-	// What it died with in hand (the takeover may already have delivered
-	// some again on a loaded machine): for the log.
-	inHand := 0
-	for _, name := range []string{bus.StreamCommands, bus.StreamResults, bus.StreamTimers} {
-		st, err := js.Stream(t.Context(), name)
-		require.NoError(t, err)
-		for ci := range st.ListConsumers(t.Context()).Info() {
-			inHand += ci.NumAckPending
+	// stream and delivered to its pulls within the hang. A hang that
+	// brings it none is no test of the reset: d1 goes on (SIGCONT) and
+	// hangs again.
+	inHand := func(parts []int) int { // delivered to d1, not acknowledged
+		n := 0
+		for _, p := range parts {
+			for _, c := range bus.PartitionConsumers(bus.Durables{}, p) {
+				cons, err := js.Consumer(t.Context(), c.Stream, c.Config.Durable)
+				require.NoError(t, err)
+				info, err := cons.Info(t.Context())
+				require.NoError(t, err)
+				n += info.NumAckPending
+			}
 		}
+		return n
 	}
-	t.Logf("messages delivered and not acknowledged just after the kill: %d", inHand)
+	var before map[string]int
+	var killedAt time.Time
+	held := 0
+	for try := 1; ; try++ {
+		before = holders()
+		var parts []int
+		for p := range partition.DefaultCount {
+			if e, err := kv.Get(t.Context(), partition.LeaseKey(p)); err == nil && string(e.Value()) == "d1" {
+				parts = append(parts, p)
+			}
+		}
+		require.NotEmpty(t, parts, "d1 holds partitions: %v", before)
+		killedAt = time.Now()
+		require.NoError(t, dispatchers[1].Signal(syscall.SIGSTOP))
+		for deadline := time.Now().Add(hangBeforeKill); ; time.Sleep(20 * time.Millisecond) {
+			if held = inHand(parts); held > 0 || time.Now().After(deadline) {
+				break
+			}
+		}
+		if held > 0 {
+			break
+		}
+		require.NoError(t, dispatchers[1].Signal(syscall.SIGCONT))
+		require.Less(t, try, 5, "d1 hung for %s five times and was handed no message", hangBeforeKill)
+		t.Logf("d1 hung for %s and was handed no message: again", hangBeforeKill)
+		time.Sleep(time.Second)
+	}
+	dispatchers[1].kill()
+	t.Logf("d1 died with %d messages delivered and not acknowledged", held)
 	t.Logf("SIGSTOPped, then SIGKILLed d1 holding %d partitions (%v)", before["d1"], before)
 	poll(t, 30*time.Second, "d0 and d2 hold every partition", func() (bool, string) {
 		h := holders()
@@ -184,8 +213,9 @@ const (
 	// failoverBound: the longest pause the failover test allows, well
 	// under failoverAckWait and well over what a loaded machine takes.
 	failoverBound = 40 * time.Second
-	// hangBeforeKill: how long the failover test's dispatcher hangs
-	// before it is killed; shorter than its leases' TTL (1 s), so it is
-	// dead before the others take its partitions.
-	hangBeforeKill = 500 * time.Millisecond
+	// hangBeforeKill: how long the failover test's dispatcher hangs at
+	// most, waiting to be handed a message, before it is killed; shorter
+	// than its leases' TTL (1 s), so it is dead before the others take
+	// its partitions.
+	hangBeforeKill = 700 * time.Millisecond
 )
