@@ -32,6 +32,11 @@ var ErrNotFound = errors.New("catalog: workflow not found")
 // definition.
 var ErrVersionTaken = errors.New("catalog: version already holds another definition")
 
+// ErrNoVersionLeft means a definition names no version and the workflow
+// holds workflow.MaxVersion: the registry numbers past the highest
+// version, and there is none past it.
+var ErrNoVersionLeft = errors.New("catalog: the workflow holds the highest version number")
+
 // Record is one stored version.
 type Record struct {
 	Name       string              `json:"name"`
@@ -128,7 +133,11 @@ func (s *Store) Apply(ctx context.Context, d workflow.Definition) (Record, bool,
 		}
 		// The next number, past a stopped apply's version (which stays
 		// readable by its number, and never becomes the latest).
-		rec := Record{Name: d.Name, Version: max(at, stopped.Version) + 1, Digest: digest, CreatedAt: s.now().UTC(), Definition: d}
+		last := max(at, stopped.Version)
+		if last >= workflow.MaxVersion {
+			return Record{}, false, fmt.Errorf("%w: %s version %d", ErrNoVersionLeft, d.Name, last)
+		}
+		rec := Record{Name: d.Name, Version: last + 1, Digest: digest, CreatedAt: s.now().UTC(), Definition: d}
 		b, err := json.Marshal(rec)
 		if err != nil {
 			return Record{}, false, fmt.Errorf("encode definition: %w", err)

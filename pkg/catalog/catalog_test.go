@@ -369,6 +369,23 @@ func TestApplyExplicitVersion(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, created)
 	require.Equal(t, 8, rec.Version)
+
+	// At the highest version, the registry has no number left: it says
+	// so, stores nothing, and a version given still goes in.
+	_, _, err = s.Apply(t.Context(), def(workflow.MaxVersion, "top"))
+	require.NoError(t, err)
+	_, _, err = s.Apply(t.Context(), workflow.Definition{Name: "pinned", Steps: []workflow.Step{{ID: "c", Kind: workflow.KindNoop}}})
+	require.ErrorIs(t, err, catalog.ErrNoVersionLeft)
+	versions, err := s.Versions(t.Context(), "pinned")
+	require.NoError(t, err)
+	require.Len(t, versions, 3, "7, 8 and the highest")
+	latest, err = s.Get(t.Context(), "pinned", 0)
+	require.NoError(t, err)
+	require.Equal(t, workflow.MaxVersion, latest.Version)
+	rec, created, err = s.Apply(t.Context(), def(9, "c"))
+	require.NoError(t, err)
+	require.True(t, created)
+	require.Equal(t, 9, rec.Version)
 }
 
 // TestAVersionReadOnceIsKept: versions are created once and never

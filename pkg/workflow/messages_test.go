@@ -110,11 +110,17 @@ func TestWholeNumbersWrittenOtherwise(t *testing.T) {
 		require.NoError(t, err, text)
 		require.Equal(t, want, d.Steps[0].Retry.Limit, text)
 	}
-	// At the ends of the type's range, read exactly (0777... is YAML 1.1
-	// octal, as the parser reads it).
-	for text, want := range map[string]int{"0777777777777777777777": 1<<63 - 1, "9223372036854775807": 1<<63 - 1, "0x7FFFFFFFFFFFFFFF": 1<<63 - 1} {
+	// At the end of the versions' range, read exactly (0377... is YAML
+	// 1.1 octal, as the parser reads it).
+	for _, text := range []string{"0377777777777777777", "9007199254740991", "0x1FFFFFFFFFFFFF"} {
 		d, err := workflow.Parse([]byte("name: t\nversion: " + text + "\nsteps:\n  - {id: a, kind: noop}\n"))
 		require.NoError(t, err, text)
-		require.Equal(t, want, d.Version, text)
+		require.Equal(t, workflow.MaxVersion, d.Version, text)
+	}
+	// At the end of the type's range: in it, so refused by the versions'
+	// rule, not as out of range.
+	for _, text := range []string{"0777777777777777777777", "9223372036854775807", "0x7FFFFFFFFFFFFFFF"} {
+		_, err := workflow.Parse([]byte("name: t\nversion: " + text + "\nsteps:\n  - {id: a, kind: noop}\n"))
+		require.ErrorContains(t, err, "field version: must be at most 9007199254740991 (the largest whole number every JSON reader keeps exact), not 9223372036854775807", text)
 	}
 }

@@ -110,8 +110,11 @@ func (d Definition) validate() []FieldError {
 	if len(d.Steps) == 0 {
 		add("steps", "at least one step is required")
 	}
-	if d.Version < 0 {
-		add("version", "must be a positive version number (or absent, to let the registry number versions)")
+	switch {
+	case d.Version < 0:
+		add("version", "must be a positive version number (or absent, to let the registry number versions), not %d", d.Version)
+	case d.Version > MaxVersion:
+		add("version", "must be at most %d (the largest whole number every JSON reader keeps exact), not %d", MaxVersion, d.Version)
 	}
 	if d.Input != nil {
 		if _, err := compileSchema(d.Input); err != nil {

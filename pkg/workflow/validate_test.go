@@ -1062,7 +1062,17 @@ var validationCases = []struct {
 			"steps:",
 			"  - {id: a, kind: noop}",
 		),
-		want: []problem{{"version", 2, "must be a positive version number (or absent, to let the registry number versions)"}},
+		want: []problem{{"version", 2, "must be a positive version number (or absent, to let the registry number versions), not -2"}},
+	},
+	{
+		name: "VersionPastJSON",
+		input: yml(
+			"name: wf",
+			"version: 9007199254740992",
+			"steps:",
+			"  - {id: a, kind: noop}",
+		),
+		want: []problem{{"version", 2, "must be at most 9007199254740991 (the largest whole number every JSON reader keeps exact), not 9007199254740992"}},
 	},
 
 	// Durations.

@@ -109,6 +109,11 @@ const DefaultQueue = "default"
 // MaxSize is the largest definition accepted, in bytes.
 const MaxSize = 256 << 10
 
+// MaxVersion is the highest version number a definition may have: the
+// largest whole number every JSON reader keeps exact (2^53-1; a
+// JavaScript client reads a larger one as another number).
+const MaxVersion = 1<<53 - 1
+
 // Definition is a workflow: a named list of steps run in order.
 type Definition struct {
 	Name string `yaml:"name" json:"name"`

@@ -225,7 +225,7 @@ var apiOperations = map[string]apiOperation{
 		},
 		failures: slices.Concat(
 			failures(http.StatusBadRequest, "invalid_definition", "the definition does not validate: `problems` lists every problem (`field`, `line`, `column`, `message`), `field` names the first"),
-			failures(http.StatusConflict, "conflict", "the definition names a `version` that holds another definition (field `version`); nothing changes"),
+			failures(http.StatusConflict, "conflict", "the definition names a `version` that holds another definition, or names none and the workflow holds the highest version number, 9007199254740991, past which the registry cannot number (field `version`); nothing changes"),
 			failures(http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("a definition over %d bytes", workflow.MaxSize))),
 		nats: true},
 	"GET /v1/workflows": {id: "listWorkflows", tag: "workflows", summary: "List workflows",

@@ -252,3 +252,27 @@ func TestWholeNumbersAreNotCut(t *testing.T) {
 	require.Equal(t, "version", a.err.Field)
 	require.Equal(t, "must be a whole number, not 2.5", a.err.Message)
 }
+
+// TestNoVersionLeftIsAConflict: a workflow given the highest version
+// number takes no new version without one (the registry numbers past the
+// highest): 409 on the field version, nothing stored; one given a
+// version goes in.
+func TestNoVersionLeftIsAConflict(t *testing.T) {
+	t.Parallel()
+	b := setupAuth(t)
+	a := b.call(t, http.MethodPost, "/v1/workflows", b.admin, "", "name: top\nversion: 9007199254740991\nsteps:\n  - {id: a, kind: noop}\n")
+	require.Equal(t, http.StatusCreated, a.status, "%s", a.body)
+	a = b.call(t, http.MethodPost, "/v1/workflows", b.admin, "", "name: top\nsteps:\n  - {id: b, kind: noop}\n")
+	require.Equal(t, http.StatusConflict, a.status, "%s", a.body)
+	require.Equal(t, "version", a.err.Field)
+	require.Contains(t, a.err.Message, "workflow top holds version 9007199254740991, the highest a version can have")
+	a = b.call(t, http.MethodGet, "/v1/workflows/top", b.admin, "", "")
+	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
+	var wf struct {
+		Versions []int `json:"versions"`
+	}
+	require.NoError(t, json.Unmarshal(a.body, &wf))
+	require.Equal(t, []int{9007199254740991}, wf.Versions, "nothing stored")
+	a = b.call(t, http.MethodPost, "/v1/workflows", b.admin, "", "name: top\nversion: 2\nsteps:\n  - {id: b, kind: noop}\n")
+	require.Equal(t, http.StatusCreated, a.status, "%s", a.body)
+}

@@ -34,6 +34,11 @@ func (s *Server) applyWorkflow(w http.ResponseWriter, r *http.Request) {
 			Message: fmt.Sprintf("workflow %s version %d already holds another definition; versions never change: give a new version number, or none", def.Name, def.Version)})
 		return
 	}
+	if errors.Is(err, catalog.ErrNoVersionLeft) {
+		writeError(w, http.StatusConflict, apiError{Code: "conflict", Field: "version",
+			Message: fmt.Sprintf("workflow %s holds version %d, the highest a version can have, and the registry numbers new ones past its highest: give this definition a free version number with version:", def.Name, workflow.MaxVersion)})
+		return
+	}
 	if err != nil {
 		s.internal(w, r, err)
 		return
