@@ -11,10 +11,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/workflow"
@@ -213,6 +215,33 @@ func (a *app) api() string {
 // dataDir is the data directory of the local jetflow dev.
 func (a *app) dataDir() string { return cmp.Or(a.getenv("JETFLOW_DATA"), ".jetflow") }
 
+// flagError says what a flag given a value it cannot take wants, instead
+// of the parser's words (strconv.ParseInt: parsing "abc": invalid
+// syntax), with a long value cut.
+func flagError(err error) error {
+	var ive *pflag.InvalidValueError
+	if !errors.As(err, &ive) {
+		return err
+	}
+	want := map[string]string{
+		"int":      "a whole number",
+		"uint64":   "a whole number from 0",
+		"duration": "a duration such as 30s, 5m or 1h30m",
+		"bool":     "true or false",
+	}[ive.GetFlag().Value.Type()]
+	if want == "" {
+		return err
+	}
+	v := ive.GetValue()
+	if len(v) > 40 {
+		v = fmt.Sprintf("%s... (%d characters)", v[:32], len(v))
+	}
+	if errors.Is(err, strconv.ErrRange) {
+		return fmt.Errorf("--%s %s: out of range; give %s", ive.GetFlag().Name, v, want)
+	}
+	return fmt.Errorf("--%s %q: give %s", ive.GetFlag().Name, v, want)
+}
+
 func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	a := &app{stdout: stdout, stderr: stderr, getenv: os.Getenv}
 	root := &cobra.Command{
@@ -223,7 +252,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{flagError(err)} })
 	root.PersistentFlags().StringVar(&a.apiURL, "api", "",
 		"jetflow api base URL (default: $JETFLOW_API, else the api of the jetflow dev running on $JETFLOW_DATA or .jetflow, else "+defaultAPI+")")
 	root.PersistentFlags().StringVar(&a.tokenFlag, "token", "",
