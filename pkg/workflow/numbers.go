@@ -80,6 +80,14 @@ func lossyNumbers(n ast.Node, t reflect.Type, path string, out *[]FieldError) {
 		switch {
 		case !whole:
 			problem("must be a whole number, not %s", events.ShortNumber(text))
+		case !w.InRange && path == "version":
+			// The versions' own rule (validate), which a number out of the
+			// type's range breaks too.
+			if strings.HasPrefix(strings.TrimLeft(text, `"' `), "-") {
+				problem("must be a positive version number (or absent, to let the registry number versions), not %s", events.ShortNumber(text))
+			} else {
+				problem("must be at most %d (the largest whole number every JSON reader keeps exact), not %s", MaxVersion, events.ShortNumber(text))
+			}
 		case !w.InRange:
 			// The decoder says "cannot unmarshal ... ( overflow )".
 			problem("must be a whole number %s, not %s", w.Range, events.ShortNumber(text))
