@@ -114,6 +114,9 @@ func ReadWhole(text string, t reflect.Type) (Whole, bool) {
 		return Whole{}, false
 	}
 	var v *big.Float
+	if !strings.ContainsAny(text, "0123456789") {
+		return Whole{}, false // Inf, NaN: no number JSON writes, no whole one
+	}
 	if len(text) <= maxExactNumber {
 		f, _, err := big.ParseFloat(text, 10, 512, big.ToNearestEven)
 		if err != nil {

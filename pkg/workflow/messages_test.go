@@ -69,6 +69,8 @@ func TestParseErrorsNameTheField(t *testing.T) {
 			field: "steps[0].retry.limit", line: 3, msg: "from -9223372036854775808 to 9223372036854775807, not 1e400"},
 		{name: "OverflowInHex", input: "name: t\nsteps:\n  - {id: a, kind: noop, retry: {limit: 0xFFFFFFFFFFFFFFFFFF}}\n",
 			field: "steps[0].retry.limit", line: 3, msg: "from -9223372036854775808 to 9223372036854775807, not 0xFFFFFFFFFFFFFFFFFF"},
+		{name: "InfinityQuoted", input: "name: t\nsteps:\n  - {id: a, kind: noop, retry: {limit: 'inf'}}\n",
+			field: "steps[0].retry.limit", line: 3, msg: `must be a whole number, not "inf"`},
 		{name: "WholeBeyondAFloat", input: "name: t\nversion: 9223372036854775807.0\nsteps:\n  - {id: a, kind: noop}\n",
 			field: "version", line: 2, msg: "must be a whole number written as one (9223372036854775807), not 9223372036854775807.0"},
 		{name: "FractionTooSmallToSee", input: "name: t\nsteps:\n  - {id: a, kind: noop, retry: {limit: 1e-999999999}}\n",
