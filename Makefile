@@ -53,7 +53,7 @@ dev: build ## Run embedded NATS + all four services (data in DATA, .jetflow; api
 # FUZZTIME; make test for FUZZ_SHORT each, after the tests.
 FUZZ_TARGETS := ./pkg/bus:FuzzDecode ./pkg/bus:FuzzDirectDecode ./pkg/projections:FuzzFold ./pkg/projections:FuzzStoredHead \
 	./pkg/workflow:FuzzParse ./pkg/workflow:FuzzYAMLKeepsText ./pkg/retention:FuzzParse ./pkg/startcheck:FuzzCheck \
-	./pkg/events:FuzzNameRules ./services/api/api:FuzzRequest ./services/dispatcher/dispatch:FuzzCommand
+	./pkg/events:FuzzNameRules ./pkg/events:FuzzReadWhole ./services/api/api:FuzzRequest ./services/dispatcher/dispatch:FuzzCommand
 FUZZTIME ?= 200000x
 FUZZ_SHORT ?= 2000x
 # FUZZ_RUN fuzzes every target in turn for the time given ($(1)), and

@@ -127,8 +127,13 @@ func ReadWhole(text string, t reflect.Type) (Whole, bool) {
 			return Whole{}, false // 1e-999999999: a fraction too small for 512 bits
 		}
 		v = f
-	} else if m, frac, ok := strings.Cut(text, "."); ok && !strings.ContainsAny(text, "eE") && digits(frac) {
-		// 2.000…0001, 7.000…000: the fraction decides, then the whole part.
+	} else if !strings.ContainsAny(text, "eE") {
+		// 2.000…0001, 7.000…000, 000…0007: the fraction decides, then
+		// the whole part.
+		m, frac, _ := strings.Cut(text, ".")
+		if !digits(frac) {
+			return Whole{}, false
+		}
 		if strings.Trim(frac, "0") != "" {
 			return Whole{}, false
 		}
