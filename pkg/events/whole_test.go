@@ -1,6 +1,7 @@
 package events_test
 
 import (
+	"errors"
 	"math/big"
 	"reflect"
 	"strconv"
@@ -25,7 +26,7 @@ func FuzzReadWhole(f *testing.F) {
 			if !whole || !w.InRange || w.Value.Cmp(big.NewInt(n)) != 0 {
 				t.Fatalf("%q: ParseInt reads %d; ReadWhole %+v %v", s, n, w, whole)
 			}
-		} else if ne, ok := err.(*strconv.NumError); ok && ne.Err == strconv.ErrRange && decimal(s) {
+		} else if errors.Is(err, strconv.ErrRange) && decimal(s) {
 			// (ParseInt says out of range before it reads a bad digit: 1e20A.)
 			if !whole || w.InRange {
 				t.Fatalf("%q: ParseInt finds it out of range; ReadWhole %+v %v", s, w, whole)
