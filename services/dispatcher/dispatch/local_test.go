@@ -19,6 +19,7 @@ import (
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/pkg/workflow"
 	"jetflow.dev/services/dispatcher/dispatch"
+	"jetflow.dev/services/internal/metrics/metricstest"
 )
 
 // Local steps (docs/adr/0014) run in the dispatcher: no task is stored,
@@ -223,7 +224,7 @@ func TestLocalStepsInAFanOut(t *testing.T) {
 		time.Sleep(time.Millisecond)
 		return map[string]any{"id": task.StepID}, nil
 	})
-	runDispatcher(t, b.js, dispatch.Config{Workers: 3, LocalConcurrency: 4, LocalHandlers: map[string]operation.Handler{"h": h}})
+	reg := b.measured(t, dispatch.Config{Workers: 3, LocalConcurrency: 4, LocalHandlers: map[string]operation.Handler{"h": h}})
 	b.applyYAML(t, `name: fan
 steps:
   - id: each
@@ -247,7 +248,15 @@ steps:
 	for _, id := range ids {
 		waitStatus(t, b.js, "fan", id, projections.StatusSucceeded)
 	}
-	require.Equal(t, int32(3*(30+2)), runs.Load(), "each call ran once")
+	// Each call ran once; at least once where a lease expired under the
+	// dispatcher (a loaded machine starved it past the TTL): a retake
+	// cancels the partition's runs, which run again.
+	if retakes := metricstest.Value(t, reg, "jetflow_dispatcher_partition_retakes_total"); retakes == 0 {
+		require.Equal(t, int32(3*(30+2)), runs.Load(), "each call ran once")
+	} else {
+		require.GreaterOrEqual(t, runs.Load(), int32(3*(30+2)), "each call ran at least once")
+		t.Logf("%v leases expired and were taken back: %d runs for %d calls", retakes, runs.Load(), 3*(30+2))
+	}
 	require.LessOrEqual(t, most.Load(), int32(4), "LocalConcurrency bounds the handlers running at once")
 	require.Zero(t, tasksStored(t, b))
 }

@@ -46,6 +46,9 @@ type Metrics struct {
 	// localRuns counts the runs of local steps (local.go) that ended, by
 	// outcome: succeeded, failed.
 	localRuns [2]prometheus.Counter
+	// retakes counts the leases that expired under this dispatcher and
+	// that it took back (partition.Table's Retook).
+	retakes prometheus.Counter
 	// partitions reads, at scrape time, the partitions the running
 	// dispatcher holds and their count (nil while none runs).
 	partitions *atomic.Pointer[func() (held, total int)]
@@ -182,6 +185,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			return float64(held)
 		}
 	}
+	retakes := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "jetflow_dispatcher_partition_retakes_total",
+		Help: "Partition leases that expired under this dispatcher (its renewals came late: a starved or paused process) and that it took back, nobody having taken them. Each cancels the local steps running in that partition, which run again (at least once); a steady rate means the process is starved of CPU.",
+	})
 	held := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "jetflow_dispatcher_partitions_held",
 		Help: "Partitions this dispatcher holds now. Summed over the dispatchers of a namespace it should equal jetflow_dispatcher_partitions within seconds of any change: less for longer means partitions nobody handles, whose executions wait.",
@@ -190,7 +197,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		Name: "jetflow_dispatcher_partitions",
 		Help: "The namespace's partition count (the same on every dispatcher).",
 	}, partitionsOf(true))
-	for _, c := range []prometheus.Collector{started, ended, execDur, steps, stepDur, appends, conflicts, rejected, lateness, lockWait, holders, waiters, firings, localRuns, held, total, lag} {
+	for _, c := range []prometheus.Collector{started, ended, execDur, steps, stepDur, appends, conflicts, rejected, lateness, lockWait, holders, waiters, firings, localRuns, retakes, held, total, lag} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("dispatch: register metrics: %w", err)
 		}
@@ -198,9 +205,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{started: started, ended: map[projections.Status]endMetrics{}, steps: map[string]*lazy[stepMetrics]{},
 		conflicts: conflicts, rejected: map[string]prometheus.Counter{}, lateness: map[string]*lazy[prometheus.Observer]{},
 		lockWait: lockWait, holders: holders, waiters: waiters, lag: lag,
-		firings:    [2]prometheus.Counter{firings.WithLabelValues("memory"), firings.WithLabelValues("schedule")},
-		localRuns:  [2]prometheus.Counter{localRuns.WithLabelValues("succeeded"), localRuns.WithLabelValues("failed")},
-		partitions: partitions}
+		firings:   [2]prometheus.Counter{firings.WithLabelValues("memory"), firings.WithLabelValues("schedule")},
+		localRuns: [2]prometheus.Counter{localRuns.WithLabelValues("succeeded"), localRuns.WithLabelValues("failed")},
+		retakes:   retakes, partitions: partitions}
 	// Known small sets are made at once, so that their series read 0
 	// rather than nothing until something happens; the step kinds and
 	// timer purposes, and their histograms, on first use.
@@ -276,6 +283,13 @@ func (m *Metrics) fired(fromMemory bool) {
 		m.firings[0].Inc()
 	} else {
 		m.firings[1].Inc()
+	}
+}
+
+// retook counts a lease taken back after it expired here.
+func (m *Metrics) retook() {
+	if m != nil {
+		m.retakes.Inc()
 	}
 }
 

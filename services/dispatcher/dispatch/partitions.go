@@ -246,6 +246,7 @@ func (d *Dispatcher) stopHolding(r *consuming) {
 // jobs in hand. States cached in old are read again (load compares their
 // epoch with the table's). It runs on the table's loop: quick.
 func (d *Dispatcher) retook(p int, old, new uint64) {
+	d.cfg.Metrics.retook()
 	d.parts.mu.Lock()
 	defer d.parts.mu.Unlock()
 	if r := d.parts.running[p]; r != nil && r.covers(old) {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
@@ -15,6 +16,7 @@ import (
 	"jetflow.dev/pkg/natstest"
 	"jetflow.dev/pkg/partition"
 	"jetflow.dev/pkg/workflow"
+	"jetflow.dev/services/internal/metrics/metricstest"
 )
 
 // TestExecutionGoesOnAcrossARetake: the lease of the partition of a
@@ -36,7 +38,10 @@ func TestExecutionGoesOnAcrossARetake(t *testing.T) {
 	require.NoError(t, err)
 	_, _, err = defs.Apply(ctx, def)
 	require.NoError(t, err)
-	d, err := New(ctx, Config{Workers: 2}, js, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	require.NoError(t, err)
+	d, err := New(ctx, Config{Workers: 2, Metrics: m}, js, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
 	require.NoError(t, err)
 	natstest.Serve(t, d.Run)
 
@@ -114,6 +119,7 @@ func TestExecutionGoesOnAcrossARetake(t *testing.T) {
 	}, "the lease is taken back as a new holding, which the consuming follows")
 	require.Same(t, r, running(), "the same consuming: nothing released, nothing reset")
 	require.GreaterOrEqual(t, d.parts.table.Retaken(), int64(1))
+	require.EqualValues(t, d.parts.table.Retaken(), metricstest.Value(t, reg, "jetflow_dispatcher_partition_retakes_total"), "every retake counted")
 	cached, _ = cachedEpoch()
 	require.Less(t, cached, after, "nothing read yet")
 	// The lease is renewed every 250 ms of its 1 s: a loaded machine may
