@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -90,4 +91,22 @@ func APISubject(js jetstream.JetStream, op string) string {
 		return "$JS." + o.Domain + ".API." + op
 	}
 	return jetstream.DefaultAPIPrefix + op
+}
+
+// LeaderKVGet reads key of bucket from the leader of the bucket's stream:
+// the value a put acknowledged before it, where kv.Get may ask a replica
+// that has not stored it yet (buckets allow direct gets). A key never
+// put, or deleted or purged last, is jetstream.ErrKeyNotFound.
+func LeaderKVGet(ctx context.Context, js jetstream.JetStream, bucket, key string) ([]byte, error) {
+	m, err := LeaderGet(ctx, js, BucketStream(bucket), MsgQuery{LastBySubject: "$KV." + bucket + "." + key})
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, jetstream.ErrKeyNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
+		return nil, jetstream.ErrKeyNotFound
+	}
+	return m.Data, nil
 }

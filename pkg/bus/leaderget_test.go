@@ -63,3 +63,31 @@ func TestLeaderGet(t *testing.T) {
 	require.NoError(t, nc.Flush())
 	require.Zero(t, direct.Load(), "no direct get")
 }
+
+// TestLeaderKVGet: a key's value as the leader stores it; a key never
+// put, deleted or purged is jetstream.ErrKeyNotFound, as kv.Get says.
+func TestLeaderKVGet(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	ctx := t.Context()
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "LKV", History: 3})
+	require.NoError(t, err)
+	for _, k := range []string{"a", "gone", "purged"} {
+		_, err := kv.PutString(ctx, k, "v-"+k)
+		require.NoError(t, err)
+	}
+	_, err = kv.PutString(ctx, "a", "v-a2")
+	require.NoError(t, err)
+	require.NoError(t, kv.Delete(ctx, "gone"))
+	require.NoError(t, kv.Purge(ctx, "purged"))
+
+	v, err := bus.LeaderKVGet(ctx, js, "LKV", "a")
+	require.NoError(t, err)
+	require.Equal(t, "v-a2", string(v), "the last value")
+	for _, k := range []string{"never", "gone", "purged"} {
+		_, err := bus.LeaderKVGet(ctx, js, "LKV", k)
+		require.ErrorIs(t, err, jetstream.ErrKeyNotFound, k)
+		_, err = kv.Get(ctx, k)
+		require.ErrorIs(t, err, jetstream.ErrKeyNotFound, k)
+	}
+}

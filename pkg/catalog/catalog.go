@@ -48,6 +48,7 @@ type Record struct {
 
 // Store is the definitions bucket.
 type Store struct {
+	js  jetstream.JetStream
 	kv  jetstream.KeyValue
 	now func() time.Time
 	// stored keeps version records as read: a version is created once
@@ -98,7 +99,7 @@ func Open(ctx context.Context, js jetstream.JetStream) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open definitions bucket: %w", err)
 	}
-	return &Store{kv: kv, now: time.Now}, nil
+	return &Store{js: js, kv: kv, now: time.Now}, nil
 }
 
 func defKey(name string, v int) string { return "def." + name + "." + strconv.Itoa(v) }
@@ -245,15 +246,32 @@ func (s *Store) Get(ctx context.Context, name string, version int) (Record, erro
 // pointer returns the version the latest pointer of name names, 0 for
 // none.
 func (s *Store) pointer(ctx context.Context, name string) (int, error) {
-	e, err := s.kv.Get(ctx, latestKey(name))
+	b, err := s.read(ctx, latestKey(name))
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 		return 0, nil
 	case err != nil:
 		return 0, fmt.Errorf("read latest pointer: %w", err)
 	}
-	v, _ := strconv.Atoi(string(e.Value()))
+	v, _ := strconv.Atoi(string(b))
 	return v, nil
+}
+
+// read reads key. In a cluster a read may be answered by a replica that
+// has not stored the latest writes yet: a workflow applied a moment ago
+// was "not registered" to the start that followed. A key a replica says
+// is missing is asked of the leader, which has every acknowledged write;
+// a key found is as good from any replica (versions never change, and
+// the pointer only moves forward).
+func (s *Store) read(ctx context.Context, key string) ([]byte, error) {
+	e, err := s.kv.Get(ctx, key)
+	if err == nil {
+		return e.Value(), nil
+	}
+	if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, err
+	}
+	return bus.LeaderKVGet(ctx, s.js, bus.BucketDefinitions, key)
 }
 
 // current returns, for Apply, the version the pointer of name names (at,
@@ -286,14 +304,14 @@ func (s *Store) get(ctx context.Context, name string, v int) (Record, error) {
 	k := defKey(name, v)
 	raw, cached := s.stored.get(k)
 	if !cached {
-		e, err := s.kv.Get(ctx, k)
+		b, err := s.read(ctx, k)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			return Record{}, fmt.Errorf("%w: %s version %d", ErrNotFound, name, v)
 		}
 		if err != nil {
 			return Record{}, fmt.Errorf("read definition %s v%d: %w", name, v, err)
 		}
-		raw = e.Value()
+		raw = b
 	}
 	var rec Record
 	if err := json.Unmarshal(raw, &rec); err != nil {
