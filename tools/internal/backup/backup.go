@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -266,6 +267,15 @@ func expired(ctx context.Context, js jetstream.JetStream, s Snapshot, st streamS
 	return err == nil && stream.CachedInfo().Config.AllowMsgTTL
 }
 
+// memberLooks is how long a restore looks for running dispatchers in the
+// dispatchers bucket, every memberLookEvery, before it takes it that none
+// runs: two TTLs of a member's key (renewed every quarter TTL), so that
+// one whose renewals come late is seen.
+const (
+	memberLooks     = 2 * partition.DefaultTTL
+	memberLookEvery = partition.DefaultTTL / 4
+)
+
 // target looks at what the server holds of the streams of m, the read
 // models and the recorded number of partitions.
 func target(ctx context.Context, js jetstream.JetStream, m Manifest) (Target, error) {
@@ -299,14 +309,29 @@ func target(ctx context.Context, js jetstream.JetStream, m Manifest) (Target, er
 	case err != nil:
 		return t, fmt.Errorf("restore: look up bucket %s: %w", bus.BucketDispatchers, err)
 	default:
-		members, err := kv.ListKeysFiltered(ctx, partition.MemberKey(">"))
-		if err != nil {
-			return t, fmt.Errorf("restore: list the dispatchers: %w", err)
+		// A member's key lives a second past its last renewal, and a
+		// starved dispatcher renews late: its key may be missing at one
+		// look. So the members are listed again for memberLooks, until one
+		// is seen.
+		seen := map[string]bool{}
+		for deadline := time.Now().Add(memberLooks); len(seen) == 0; {
+			members, err := kv.ListKeysFiltered(ctx, partition.MemberKey(">"))
+			if err != nil {
+				return t, fmt.Errorf("restore: list the dispatchers: %w", err)
+			}
+			for k := range members.Keys() {
+				seen[strings.TrimPrefix(k, partition.MemberKey(""))] = true
+			}
+			if len(seen) > 0 || !time.Now().Before(deadline) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return t, ctx.Err()
+			case <-time.After(memberLookEvery):
+			}
 		}
-		for k := range members.Keys() {
-			t.Dispatchers = append(t.Dispatchers, strings.TrimPrefix(k, partition.MemberKey("")))
-		}
-		slices.Sort(t.Dispatchers)
+		t.Dispatchers = slices.Sorted(maps.Keys(seen))
 		n, err := partition.Count(ctx, kv)
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
