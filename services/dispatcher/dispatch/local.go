@@ -184,6 +184,7 @@ func (d *Dispatcher) runLocal(x *execState, e interp.PublishTask) interp.Outcome
 // that dies cannot: the one that takes its partitions looks for such
 // executions (rescue.go).
 func (d *Dispatcher) cutShort(exec, wf string, run *localRun, taskID string) {
+	d.cfg.Metrics.again()
 	d.local.forget(taskID, run)
 	d.nudge(exec, wf)
 }

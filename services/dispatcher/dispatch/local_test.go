@@ -248,14 +248,16 @@ steps:
 	for _, id := range ids {
 		waitStatus(t, b.js, "fan", id, projections.StatusSucceeded)
 	}
-	// Each call ran once; at least once where a lease expired under the
-	// dispatcher (a loaded machine starved it past the TTL): a retake
-	// cancels the partition's runs, which run again.
-	if retakes := metricstest.Value(t, reg, "jetflow_dispatcher_partition_retakes_total"); retakes == 0 {
-		require.Equal(t, int32(3*(30+2)), runs.Load(), "each call ran once")
-	} else {
-		require.GreaterOrEqual(t, runs.Load(), int32(3*(30+2)), "each call ran at least once")
-		t.Logf("%v leases expired and were taken back: %d runs for %d calls", retakes, runs.Load(), 3*(30+2))
+	// Each call ran once, but for the runs left to run again: where a
+	// partition's lease was not valid here when a run ended (a loaded
+	// machine starved the dispatcher past the TTL), its result is not
+	// recorded and the step runs again (at least once).
+	again := int32(metricstest.Value(t, reg, "jetflow_dispatcher_local_runs_again_total"))
+	require.GreaterOrEqual(t, runs.Load(), int32(3*(30+2)), "each call ran at least once")
+	require.LessOrEqual(t, runs.Load(), int32(3*(30+2))+again, "each call ran once, but for the %d left to run again", again)
+	if again > 0 {
+		t.Logf("%d runs left to run again (leases taken back: %v): %d runs for %d calls", again,
+			metricstest.Value(t, reg, "jetflow_dispatcher_partition_retakes_total"), runs.Load(), 3*(30+2))
 	}
 	require.LessOrEqual(t, most.Load(), int32(4), "LocalConcurrency bounds the handlers running at once")
 	require.Zero(t, tasksStored(t, b))

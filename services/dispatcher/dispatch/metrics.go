@@ -49,6 +49,8 @@ type Metrics struct {
 	// retakes counts the leases that expired under this dispatcher and
 	// that it took back (partition.Table's Retook).
 	retakes prometheus.Counter
+	// localAgain counts the local runs left to run again (cutShort).
+	localAgain prometheus.Counter
 	// partitions reads, at scrape time, the partitions the running
 	// dispatcher holds and their count (nil while none runs).
 	partitions *atomic.Pointer[func() (held, total int)]
@@ -189,6 +191,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		Name: "jetflow_dispatcher_partition_retakes_total",
 		Help: "Partition leases that expired under this dispatcher (its renewals came late: a starved or paused process) and that it took back, nobody having taken them. Each cancels the local steps running in that partition, which run again (at least once); a steady rate means the process is starved of CPU.",
 	})
+	localAgain := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "jetflow_dispatcher_local_runs_again_total",
+		Help: "Local steps' runs whose result this dispatcher did not record, left to run again at the partition's holder: cut short by a stop or a release, or ended while the partition's lease was not valid here (its renewal late, or lost). At least once: each is a run more than the steps.",
+	})
 	held := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "jetflow_dispatcher_partitions_held",
 		Help: "Partitions this dispatcher holds now. Summed over the dispatchers of a namespace it should equal jetflow_dispatcher_partitions within seconds of any change: less for longer means partitions nobody handles, whose executions wait.",
@@ -197,7 +203,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		Name: "jetflow_dispatcher_partitions",
 		Help: "The namespace's partition count (the same on every dispatcher).",
 	}, partitionsOf(true))
-	for _, c := range []prometheus.Collector{started, ended, execDur, steps, stepDur, appends, conflicts, rejected, lateness, lockWait, holders, waiters, firings, localRuns, retakes, held, total, lag} {
+	for _, c := range []prometheus.Collector{started, ended, execDur, steps, stepDur, appends, conflicts, rejected, lateness, lockWait, holders, waiters, firings, localRuns, retakes, localAgain, held, total, lag} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("dispatch: register metrics: %w", err)
 		}
@@ -207,7 +213,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		lockWait: lockWait, holders: holders, waiters: waiters, lag: lag,
 		firings:   [2]prometheus.Counter{firings.WithLabelValues("memory"), firings.WithLabelValues("schedule")},
 		localRuns: [2]prometheus.Counter{localRuns.WithLabelValues("succeeded"), localRuns.WithLabelValues("failed")},
-		retakes:   retakes, partitions: partitions}
+		retakes:   retakes, localAgain: localAgain, partitions: partitions}
 	// Known small sets are made at once, so that their series read 0
 	// rather than nothing until something happens; the step kinds and
 	// timer purposes, and their histograms, on first use.
@@ -283,6 +289,13 @@ func (m *Metrics) fired(fromMemory bool) {
 		m.firings[0].Inc()
 	} else {
 		m.firings[1].Inc()
+	}
+}
+
+// again counts a local run left to run again.
+func (m *Metrics) again() {
+	if m != nil {
+		m.localAgain.Inc()
 	}
 }
 
