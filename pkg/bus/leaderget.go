@@ -94,19 +94,20 @@ func APISubject(js jetstream.JetStream, op string) string {
 }
 
 // LeaderKVGet reads key of bucket from the leader of the bucket's stream:
-// the value a put acknowledged before it, where kv.Get may ask a replica
-// that has not stored it yet (buckets allow direct gets). A key never
-// put, or deleted or purged last, is jetstream.ErrKeyNotFound.
-func LeaderKVGet(ctx context.Context, js jetstream.JetStream, bucket, key string) ([]byte, error) {
+// the value a put acknowledged before it, and its revision (for an
+// update), where kv.Get may ask a replica that has not stored it yet
+// (buckets allow direct gets). A key never put, or deleted or purged
+// last, is jetstream.ErrKeyNotFound.
+func LeaderKVGet(ctx context.Context, js jetstream.JetStream, bucket, key string) ([]byte, uint64, error) {
 	m, err := LeaderGet(ctx, js, BucketStream(bucket), MsgQuery{LastBySubject: "$KV." + bucket + "." + key})
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil, jetstream.ErrKeyNotFound
+		return nil, 0, jetstream.ErrKeyNotFound
 	}
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
-		return nil, jetstream.ErrKeyNotFound
+		return nil, 0, jetstream.ErrKeyNotFound
 	}
-	return m.Data, nil
+	return m.Data, m.Sequence, nil
 }

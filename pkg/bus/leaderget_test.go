@@ -81,11 +81,14 @@ func TestLeaderKVGet(t *testing.T) {
 	require.NoError(t, kv.Delete(ctx, "gone"))
 	require.NoError(t, kv.Purge(ctx, "purged"))
 
-	v, err := bus.LeaderKVGet(ctx, js, "LKV", "a")
+	v, rev, err := bus.LeaderKVGet(ctx, js, "LKV", "a")
 	require.NoError(t, err)
 	require.Equal(t, "v-a2", string(v), "the last value")
+	e, err := kv.Get(ctx, "a")
+	require.NoError(t, err)
+	require.Equal(t, e.Revision(), rev, "its revision")
 	for _, k := range []string{"never", "gone", "purged"} {
-		_, err := bus.LeaderKVGet(ctx, js, "LKV", k)
+		_, _, err := bus.LeaderKVGet(ctx, js, "LKV", k)
 		require.ErrorIs(t, err, jetstream.ErrKeyNotFound, k)
 		_, err = kv.Get(ctx, k)
 		require.ErrorIs(t, err, jetstream.ErrKeyNotFound, k)

@@ -192,7 +192,9 @@ func (s *Store) applyVersion(ctx context.Context, d workflow.Definition, digest 
 // advanceLatest moves the latest pointer forward to v with compare-and-set.
 func (s *Store) advanceLatest(ctx context.Context, name string, v int) error {
 	for range 20 {
-		e, err := s.kv.Get(ctx, latestKey(name))
+		// From the leader: a replica's older value or revision would only
+		// lose the compare-and-set.
+		b, rev, err := bus.LeaderKVGet(ctx, s.js, bus.BucketDefinitions, latestKey(name))
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			if _, err = s.kv.Create(ctx, latestKey(name), []byte(strconv.Itoa(v))); err == nil || !bus.KeyChanged(err) {
 				return wrap(err, "create latest pointer")
@@ -202,10 +204,10 @@ func (s *Store) advanceLatest(ctx context.Context, name string, v int) error {
 		if err != nil {
 			return fmt.Errorf("read latest pointer: %w", err)
 		}
-		if cur, _ := strconv.Atoi(string(e.Value())); cur >= v {
+		if cur, _ := strconv.Atoi(string(b)); cur >= v {
 			return nil
 		}
-		if _, err = s.kv.Update(ctx, latestKey(name), []byte(strconv.Itoa(v)), e.Revision()); err == nil || !bus.KeyChanged(err) {
+		if _, err = s.kv.Update(ctx, latestKey(name), []byte(strconv.Itoa(v)), rev); err == nil || !bus.KeyChanged(err) {
 			return wrap(err, "update latest pointer")
 		}
 	}
@@ -246,7 +248,9 @@ func (s *Store) Get(ctx context.Context, name string, version int) (Record, erro
 // pointer returns the version the latest pointer of name names, 0 for
 // none.
 func (s *Store) pointer(ctx context.Context, name string) (int, error) {
-	b, err := s.read(ctx, latestKey(name))
+	// From the leader: a replica behind it may hold an older pointer,
+	// and a start right after an apply would run the version before.
+	b, _, err := bus.LeaderKVGet(ctx, s.js, bus.BucketDefinitions, latestKey(name))
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 		return 0, nil
@@ -257,12 +261,13 @@ func (s *Store) pointer(ctx context.Context, name string) (int, error) {
 	return v, nil
 }
 
-// read reads key. In a cluster a read may be answered by a replica that
-// has not stored the latest writes yet: a workflow applied a moment ago
-// was "not registered" to the start that followed. A key a replica says
-// is missing is asked of the leader, which has every acknowledged write;
-// a key found is as good from any replica (versions never change, and
-// the pointer only moves forward).
+// read reads a version's record. In a cluster a read may be answered by
+// a replica that has not stored the latest writes yet: a workflow applied
+// a moment ago was "not registered" to the start that followed. A record
+// a replica says is missing is asked of the leader, which has every
+// acknowledged write; one found is as good from any replica (a version
+// never changes). The latest pointer, which does change, is always read
+// from the leader (pointer).
 func (s *Store) read(ctx context.Context, key string) ([]byte, error) {
 	e, err := s.kv.Get(ctx, key)
 	if err == nil {
@@ -271,7 +276,8 @@ func (s *Store) read(ctx context.Context, key string) ([]byte, error) {
 	if !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, err
 	}
-	return bus.LeaderKVGet(ctx, s.js, bus.BucketDefinitions, key)
+	b, _, err := bus.LeaderKVGet(ctx, s.js, bus.BucketDefinitions, key)
+	return b, err
 }
 
 // current returns, for Apply, the version the pointer of name names (at,
