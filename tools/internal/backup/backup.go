@@ -311,10 +311,21 @@ func target(ctx context.Context, js jetstream.JetStream, m Manifest) (Target, er
 	default:
 		// A member's key lives a second past its last renewal, and a
 		// starved dispatcher renews late: its key may be missing at one
-		// look. So the members are listed again for memberLooks, until one
-		// is seen.
+		// look. So when a member's key changed lately (a put, or the
+		// marker of its expiry), the members are listed again for
+		// memberLooks, until one is seen; otherwise once.
+		deadline := time.Now()
+		last, err := bus.LeaderGet(ctx, js, bus.BucketStream(bus.BucketDispatchers),
+			bus.MsgQuery{LastBySubject: bus.BucketSubject(bus.BucketDispatchers, partition.MemberKey(">"))})
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+		case err != nil:
+			return t, fmt.Errorf("restore: look up the dispatchers' last change: %w", err)
+		case time.Since(last.Time) < memberLooks:
+			deadline = deadline.Add(memberLooks)
+		}
 		seen := map[string]bool{}
-		for deadline := time.Now().Add(memberLooks); len(seen) == 0; {
+		for len(seen) == 0 {
 			members, err := kv.ListKeysFiltered(ctx, partition.MemberKey(">"))
 			if err != nil {
 				return t, fmt.Errorf("restore: list the dispatchers: %w", err)

@@ -3,6 +3,7 @@ package backup_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -431,4 +432,35 @@ func TestKeepersExpireAcrossARestore(t *testing.T) {
 	require.Len(t, r.Streams, len(m.Streams))
 	require.EqualValues(t, 1, msgs(t, dst, bus.StreamTasks), "the task, without its expired keepers")
 	require.EqualValues(t, 6, msgs(t, dst, bus.StreamEvents))
+}
+
+// TestRestoreSeesADispatcherRenewingLate: a dispatcher's member key
+// lapses (its renewals late, on a starved machine) just before a restore
+// looks, and comes back a moment later: the restore still refuses
+// because a service runs, not because it missed it.
+func TestRestoreSeesADispatcherRenewingLate(t *testing.T) {
+	t.Parallel()
+	src := setup(t, 1)
+	fill(t, src, 1)
+	dir := filepath.Join(t.TempDir(), "b")
+	_, err := backup.Backup(src.ctx, src.nc, dir, backup.Options{})
+	require.NoError(t, err)
+
+	dst := setup(t, 1)
+	kv, err := dst.js.KeyValue(dst.ctx, bus.BucketDispatchers)
+	require.NoError(t, err)
+	renew := func() {
+		_, err := dst.js.Publish(dst.ctx, bus.BucketSubject(bus.BucketDispatchers, partition.MemberKey("late")), []byte("n"),
+			jetstream.WithMsgTTL(time.Second))
+		require.NoError(t, err)
+	}
+	renew()
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		_, err := kv.Get(dst.ctx, partition.MemberKey("late"))
+		return errors.Is(err, jetstream.ErrKeyNotFound)
+	}, "the member's key did not expire")
+	time.AfterFunc(300*time.Millisecond, renew) // the late renewal
+	_, err = backup.Restore(dst.ctx, dst.nc, dir, false, backup.Options{})
+	require.ErrorIs(t, err, backup.ErrRefused)
+	require.ErrorContains(t, err, "jetflow services are running against this server (dispatchers late)")
 }
