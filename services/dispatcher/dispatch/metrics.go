@@ -189,7 +189,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	retakes := prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "jetflow_dispatcher_partition_retakes_total",
-		Help: "Partition leases that expired under this dispatcher (its renewals came late: a starved or paused process) and that it took back, nobody having taken them. Each cancels the local steps running in that partition, which run again (at least once); a steady rate means the process is starved of CPU.",
+		Help: "Partition leases that expired under this dispatcher (its renewals came late: a starved or paused process) and that it took back, nobody having taken them: the partition's work goes on, but a local step's run that ended while the lease was not valid here runs again (jetflow_dispatcher_local_runs_again_total). A steady rate means the process is starved of CPU.",
 	})
 	localAgain := prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "jetflow_dispatcher_local_runs_again_total",

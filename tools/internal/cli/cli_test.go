@@ -151,7 +151,7 @@ func TestExitStatuses(t *testing.T) {
 		{"WorkflowNotFound", api, []string{"run", "nope"}, ExitNotFound, "not registered"},
 		{"VersionNotFound", api, []string{"run", "fine", "--version", "9"}, ExitNotFound, `workflow "fine" has no version 9 (field version`},
 		{"VersionNotANumber", api, []string{"run", "fine", "--version", "abc"}, ExitUsage, `--version "abc": give a whole number`},
-		{"VersionTooLarge", api, []string{"run", "fine", "--version", strings.Repeat("9", 100)}, ExitUsage, "--version 99999999999999999999999999999999... (100 characters): out of range; give a whole number"},
+		{"VersionTooLarge", api, []string{"run", "fine", "--version", strings.Repeat("9", 100)}, ExitUsage, `--version "99999999999999999999999999999999"... (100 characters): out of range; give a whole number`},
 		{"VersionZero", api, []string{"run", "fine", "--version", "0"}, ExitUsage, "--version 0: give a version number from 1, or leave it out for the latest"},
 		{"Conflict", api, []string{"run", "fine", "--id", "ok-1"}, ExitConflict, "already used"},
 		{"Unreachable", nowhere, []string{"ls"}, ExitUnreachable, "cannot reach the api at " + nowhere},

@@ -232,14 +232,14 @@ func flagError(err error) error {
 	if want == "" {
 		return err
 	}
-	v := ive.GetValue()
-	if len(v) > 40 {
-		v = fmt.Sprintf("%s... (%d characters)", v[:32], len(v))
+	v := strconv.Quote(ive.GetValue())
+	if r := []rune(ive.GetValue()); len(r) > 40 {
+		v = fmt.Sprintf("%q... (%d characters)", string(r[:32]), len(r))
 	}
 	if errors.Is(err, strconv.ErrRange) {
 		return fmt.Errorf("--%s %s: out of range; give %s", ive.GetFlag().Name, v, want)
 	}
-	return fmt.Errorf("--%s %q: give %s", ive.GetFlag().Name, v, want)
+	return fmt.Errorf("--%s %s: give %s", ive.GetFlag().Name, v, want)
 }
 
 func newRoot(stdout, stderr io.Writer) *cobra.Command {
