@@ -113,6 +113,7 @@ func ReadWhole(text string, t reflect.Type) (Whole, bool) {
 	if !ok {
 		return Whole{}, false
 	}
+	rng := fmt.Sprintf("from %s to %s", lo, hi)
 	var v *big.Float
 	if !strings.ContainsAny(text, "0123456789") {
 		return Whole{}, false // Inf, NaN: no number JSON writes, no whole one
@@ -148,7 +149,7 @@ func ReadWhole(text string, t reflect.Type) (Whole, bool) {
 			return Whole{}, false
 		}
 		if len(m) >= maxExactNumber {
-			return Whole{Range: fmt.Sprintf("from %s to %s", lo, hi)}, true
+			return Whole{Range: rng}, true
 		}
 		return ReadWhole(sign+m, t)
 	} else {
@@ -161,7 +162,6 @@ func ReadWhole(text string, t reflect.Type) (Whole, bool) {
 		}
 		v = big.NewFloat(f)
 	}
-	rng := fmt.Sprintf("from %s to %s", lo, hi)
 	if v.IsInf() {
 		return Whole{Range: rng}, true
 	}
