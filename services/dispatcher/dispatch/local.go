@@ -62,9 +62,12 @@ type localOps struct {
 type localRun struct {
 	exec   string
 	cancel context.CancelCauseFunc
-	// stopped (guarded by localOps.mu): cut short by a release of its
-	// partition; a decision taken here again runs the step anew.
-	stopped bool
+	// Guarded by localOps.mu. stopped: cut short by a release of its
+	// partition; a decision taken here again runs the step anew. ran: its
+	// handler was called (a run waiting for a slot, or one with no
+	// handler, never ran it). counted: counted in
+	// jetflow_dispatcher_local_runs_again_total, once at most.
+	stopped, ran, counted bool
 }
 
 func newLocalOps(cfg Config, log zerolog.Logger) *localOps {
@@ -124,9 +127,16 @@ func (d *Dispatcher) runLocal(x *execState, e interp.PublishTask) interp.Outcome
 	}
 	t := e.Task
 	l.mu.Lock()
-	if r, ok := l.running[t.TaskID]; ok && !r.stopped {
+	r, ok := l.running[t.TaskID]
+	if ok && !r.stopped {
 		l.mu.Unlock()
 		return stored
+	}
+	if ok {
+		// A run stopped by a release whose handler ended before it
+		// noticed: its report may still be handled, and this run is one
+		// more (one still going on counts itself when it sees the stop).
+		d.countAgainLocked(r)
 	}
 	ctx, cancel := context.WithCancelCause(l.ctx)
 	run := &localRun{exec: x.id, cancel: cancel}
@@ -142,6 +152,9 @@ func (d *Dispatcher) runLocal(x *execState, e interp.PublishTask) interp.Outcome
 	}
 	do := func() {
 		defer cancel(nil)
+		l.mu.Lock()
+		run.ran = true
+		l.mu.Unlock()
 		began := time.Now()
 		out, err := operation.Run(ctx, h, operation.Task{TaskID: t.TaskID, ExecutionID: t.ExecutionID, Workflow: t.Workflow,
 			StepID: t.StepID, Attempt: t.Attempt, Delivery: 1, Kind: t.Kind, Spec: t.Spec, Input: operation.InputOf(t.Spec)})
@@ -184,9 +197,22 @@ func (d *Dispatcher) runLocal(x *execState, e interp.PublishTask) interp.Outcome
 // that dies cannot: the one that takes its partitions looks for such
 // executions (rescue.go).
 func (d *Dispatcher) cutShort(exec, wf string, run *localRun, taskID string) {
-	d.cfg.Metrics.again()
+	d.local.mu.Lock()
+	d.countAgainLocked(run)
+	d.local.mu.Unlock()
 	d.local.forget(taskID, run)
 	d.nudge(exec, wf)
+}
+
+// countAgainLocked counts run in jetflow_dispatcher_local_runs_again_total
+// if its handler ran and it was not counted before: a run whose step runs
+// again, or ran again already. One that never reached its handler is no
+// run more than the steps. Called with localOps.mu held.
+func (d *Dispatcher) countAgainLocked(run *localRun) {
+	if run.ran && !run.counted {
+		run.counted = true
+		d.cfg.Metrics.again()
+	}
 }
 
 // nudge asks the holder of an execution's partition to decide about it

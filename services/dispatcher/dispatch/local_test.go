@@ -9,12 +9,14 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
+	"jetflow.dev/pkg/natstest"
 	"jetflow.dev/pkg/operation"
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/pkg/workflow"
@@ -207,6 +209,57 @@ steps:
 	s, _ := waitStatus(t, b.js, "again", "a1", projections.StatusSucceeded) // no janitor runs
 	require.Equal(t, int32(2), runs.Load())
 	require.JSONEq(t, `"done"`, string(stepNamed(s, "slow").Output))
+}
+
+// jetflow_dispatcher_local_runs_again_total counts the runs whose step
+// runs again, not the steps: a dispatcher that stops with one local step
+// in its handler and another waiting for a slot (LocalConcurrency 1)
+// counts one. The waiting step never ran; both run at the next holder.
+func TestLocalRunsAgainCountsRunsOnly(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.applyYAML(t, `name: again
+steps:
+  - {id: slow, kind: call, local: true, idempotent: yes, operation: slow}
+`)
+	var runs atomic.Int32
+	running := make(chan struct{}, 2)
+	reg := prometheus.NewRegistry()
+	m, err := dispatch.NewMetrics(reg)
+	require.NoError(t, err)
+	cfg := dispatch.Config{Workers: 2, LocalConcurrency: 1, Metrics: m, LocalHandlers: slowHandlers(&runs, func(ctx context.Context, _ operation.Task) (any, error) {
+		running <- struct{}{}
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})}
+	d, err := dispatch.New(t.Context(), cfg, b.js, zerolog.New(zerolog.NewTestWriter(t)))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	b.start(t, "again", "r1")
+	b.start(t, "again", "r2")
+	select {
+	case <-running:
+	case <-time.After(waitFor):
+		cancel()
+		t.Fatal("no local step started")
+	}
+	// The other is dispatched too, and waits for the one slot.
+	natstest.Eventually(t, waitFor, func() bool {
+		return stepNamed(foldOf(t, b.js, "again", "r1"), "slow").Status == projections.OpSending &&
+			stepNamed(foldOf(t, b.js, "again", "r2"), "slow").Status == projections.OpSending
+	}, "both steps dispatched")
+	cancel()
+	require.NoError(t, <-done)
+	require.Equal(t, int32(1), runs.Load(), "one handler ran, the other step waited for the slot")
+	require.Equal(t, 1.0, metricstest.Value(t, reg, "jetflow_dispatcher_local_runs_again_total"),
+		"the run cut short counts; the step that never reached its handler does not")
+
+	runDispatcher(t, b.js, dispatch.Config{Workers: 2, LocalHandlers: slowHandlers(&runs, quick)})
+	waitStatus(t, b.js, "again", "r1", projections.StatusSucceeded)
+	waitStatus(t, b.js, "again", "r2", projections.StatusSucceeded)
+	require.Equal(t, int32(3), runs.Load(), "a run more than the steps, as counted")
 }
 
 // Local steps in a foreach and in parallel branches each run once, and

@@ -193,7 +193,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	})
 	localAgain := prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "jetflow_dispatcher_local_runs_again_total",
-		Help: "Local steps' runs whose result this dispatcher did not record, left to run again at the partition's holder: cut short by a stop or a release, or ended while the partition's lease was not valid here (its renewal late, or lost). At least once: each is a run more than the steps.",
+		Help: "Local steps' runs whose result this dispatcher did not record, left to run again at the partition's holder: cut short by a stop or a release, or ended while the partition's lease was not valid here (its renewal late, or lost), or run here again after a release and a retake while their first result waited. At least once: each is a run more than the steps (a step that never reached its handler is not counted).",
 	})
 	held := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "jetflow_dispatcher_partitions_held",
