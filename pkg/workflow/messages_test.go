@@ -47,6 +47,12 @@ func TestParseErrorsNameTheField(t *testing.T) {
 			field: "version", line: 2, msg: `not "0"`},
 		{name: "VersionZeroAnchored", input: "&top\nname: t\nversion: &z 0\nsteps:\n  - {id: a, kind: noop}\n",
 			field: "version", msg: "must be a positive version number"},
+		{name: "IntTagOnAWord", input: "name: !!int t\nsteps:\n  - {id: a, kind: noop}\n",
+			field: "name", line: 1, msg: "!!int says a whole number, and t is not: remove the tag or change the value"},
+		{name: "IntTagOnAFraction", input: "name: t\nsteps:\n  - id: a\n    kind: noop\n    retry: {limit: !!int 2.5}\n",
+			field: "steps[0].retry.limit", line: 5, msg: "!!int says a whole number, and 2.5 is not"},
+		{name: "BoolTagOnANumber", input: "name: t\nsteps:\n  - {id: a, kind: noop, local: !!bool 1}\n",
+			field: "steps[0].local", line: 3, msg: "!!bool says true or false, and 1 is not"},
 		{name: "NaNForAVersion", input: "name: t\nversion: .nan\nsteps:\n  - {id: a, kind: noop}\n",
 			field: "version", line: 2, msg: "must be a whole number, not .nan"},
 		{name: "InfinityForALimit", input: "name: t\nsteps:\n  - {id: a, kind: noop, retry: {limit: .inf}}\n",
@@ -104,6 +110,21 @@ func TestParseErrorsNameTheField(t *testing.T) {
 			require.Equal(t, err.Error(), strings.TrimSpace(err.Error()))
 		})
 	}
+}
+
+// TestCoreTags: the YAML core schema's tags on the values they describe
+// change nothing (the decoder refused version: !!int 5, and took a
+// definition tagged !!map for no mapping).
+func TestCoreTags(t *testing.T) {
+	t.Parallel()
+	d, err := workflow.Parse([]byte("!!map\nname: !!str t\nversion: !!int 5\nsteps: !!seq\n  - {id: a, kind: noop, local: !!bool true, retry: {limit: !!float 3}}\n  - &b {id: b, kind: noop, retry: {limit: &l !!int 0x10}}\n"))
+	require.NoError(t, err)
+	require.Equal(t, "t", d.Name)
+	require.Equal(t, 5, d.Version)
+	require.Len(t, d.Steps, 2)
+	require.True(t, d.Steps[0].Local)
+	require.Equal(t, 3, d.Steps[0].Retry.Limit)
+	require.Equal(t, 16, d.Steps[1].Retry.Limit)
 }
 
 // TestWholeNumbersWrittenOtherwise: a whole number in range is taken

@@ -103,11 +103,7 @@ func lossyNumbers(n ast.Node, t reflect.Type, path string, out *[]FieldError) {
 // (events.ReadWhole): an integer as the parser decoded it (0x10, 0o17,
 // 017), any other number as written.
 func readWhole(n ast.Node, t reflect.Type) (events.Whole, bool) {
-	switch n := n.(type) {
-	case *ast.TagNode:
-		return readWhole(n.Value, t)
-	case *ast.AnchorNode:
-		return readWhole(n.Value, t)
+	switch n := scalar(n).(type) {
 	case *ast.IntegerNode:
 		return events.ReadWhole(fmt.Sprint(n.Value), t)
 	case *ast.FloatNode:
@@ -124,11 +120,7 @@ func readWhole(n ast.Node, t reflect.Type) (events.Whole, bool) {
 
 // floatSyntax: the node writes its number with a fraction or an exponent.
 func floatSyntax(n ast.Node) bool {
-	switch n := n.(type) {
-	case *ast.TagNode:
-		return floatSyntax(n.Value)
-	case *ast.AnchorNode:
-		return floatSyntax(n.Value)
+	switch n := scalar(n).(type) {
 	case *ast.FloatNode:
 		return true
 	case *ast.StringNode:
@@ -141,11 +133,7 @@ func floatSyntax(n ast.Node) bool {
 // numberOf returns the text of the number a scalar node holds (a
 // string's too, when it reads as one), as the user wrote it.
 func numberOf(n ast.Node) (string, bool) {
-	switch n := n.(type) {
-	case *ast.TagNode:
-		return numberOf(n.Value)
-	case *ast.AnchorNode:
-		return numberOf(n.Value)
+	switch n := scalar(n).(type) {
 	case *ast.IntegerNode, *ast.FloatNode:
 		return n.GetToken().Value, true
 	case *ast.StringNode:
@@ -161,6 +149,21 @@ func numberOf(n ast.Node) (string, bool) {
 		return n.Value, true
 	}
 	return "", false
+}
+
+// scalar returns the node n stands for, through the tags and anchors
+// written on it (!!int 5, &n 5).
+func scalar(n ast.Node) ast.Node {
+	for {
+		switch v := n.(type) {
+		case *ast.TagNode:
+			n = v.Value
+		case *ast.AnchorNode:
+			n = v.Value
+		default:
+			return n
+		}
+	}
 }
 
 func wholeKind(k reflect.Kind) bool {
@@ -210,18 +213,7 @@ func yamlField(t reflect.Type, name string) (reflect.StructField, bool) {
 // (0, 0.0, "0"...: it decodes as no version, which the registry would
 // number).
 func zeroVersion(body ast.Node) *FieldError {
-	for {
-		switch n := body.(type) {
-		case *ast.TagNode:
-			body = n.Value
-			continue
-		case *ast.AnchorNode:
-			body = n.Value
-			continue
-		}
-		break
-	}
-	m, ok := body.(*ast.MappingNode)
+	m, ok := scalar(body).(*ast.MappingNode)
 	if !ok {
 		return nil
 	}

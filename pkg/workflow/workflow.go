@@ -436,6 +436,10 @@ func Parse(data []byte) (d Definition, err error) {
 	if body == nil { // only comments or document markers: NodeToValue panics on a nil node
 		return d, &ValidationError{Problems: []FieldError{{Message: "definition is empty"}}}
 	}
+	var tagged []FieldError
+	if body = plainTags(body, &tagged); len(tagged) > 0 {
+		return d, &ValidationError{Problems: tagged}
+	}
 	var lossy []FieldError
 	lossyNumbers(body, reflect.TypeFor[Definition](), "", &lossy)
 	if err := yaml.NodeToValue(body, &d, yaml.DisallowUnknownField()); err != nil {
