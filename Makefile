@@ -182,6 +182,27 @@ bench/sleepers: ## Benchmark SLEEPERS executions (100000) asleep for an hour: RS
 bench/fsync: ## Benchmark as make bench, with JetStream fsyncing every write (sync_interval: always)
 	$(GO) run ./tools/cmd/jetflow-bench -fsync $(BENCH_FLAGS)
 
+# make bench/compare builds jetflow-bench from commit OLD (in a
+# temporary worktree) and from the working tree, and runs them in PAIRS
+# alternating pairs with BENCH_FLAGS (docs/benchmarks.md, "Comparing two
+# commits"). BENCH_NEW=<commit> builds the new side from a commit too.
+OLD ?= HEAD~1
+PAIRS ?= 8
+
+.PHONY: bench/compare
+bench/compare: ## Compare the working tree (or BENCH_NEW) with commit OLD (HEAD~1): PAIRS (8) alternating pairs of jetflow-bench BENCH_FLAGS, and which differences the noise does not explain
+	@set -e; tmp=$$(mktemp -d); \
+	trap 'git worktree remove --force "$$tmp/old" >/dev/null 2>&1 || true; git worktree remove --force "$$tmp/new" >/dev/null 2>&1 || true; rm -rf "$$tmp"' EXIT; \
+	git worktree add --quiet --detach "$$tmp/old" "$(OLD)"; \
+	(cd "$$tmp/old" && $(GO) build -o "$$tmp/old-bench" ./tools/cmd/jetflow-bench); \
+	if [ -n "$(BENCH_NEW)" ]; then \
+		git worktree add --quiet --detach "$$tmp/new" "$(BENCH_NEW)"; \
+		(cd "$$tmp/new" && $(GO) build -o "$$tmp/new-bench" ./tools/cmd/jetflow-bench); \
+	else $(GO) build -o "$$tmp/new-bench" ./tools/cmd/jetflow-bench; fi; \
+	$(GO) build -o "$$tmp/compare" ./tools/cmd/jetflow-benchcompare; \
+	mkdir -p $(or $(BENCH_LOG),bench-compare); \
+	"$$tmp/compare" -old "$$tmp/old-bench" -new "$$tmp/new-bench" -pairs $(PAIRS) -log $(or $(BENCH_LOG),bench-compare) -- $(BENCH_FLAGS)
+
 # The Go benchmarks of the interpreter's decision, the fold, the
 # janitor's retention decision and the visibility index's reading of a
 # read model, run by make bench/go only (make test compiles them, but

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"jetflow.dev/tools/internal/benchcompare"
 )
 
 // figures are what a run measured of the speed goals (issue 14), for the
@@ -190,4 +192,15 @@ func thousands(v float64) string {
 		return "-" + b.String()
 	}
 	return b.String()
+}
+
+// export is f as -figures writes it.
+func (f figures) export() benchcompare.Figures {
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	return benchcompare.Figures{
+		StepsPerSec: f.stepsPerSec, Fsync: f.fsync, Spread: f.spread, CPUPerStepMs: ms(f.cpuPerStep),
+		PerStepMs: ms(f.perStep), OneStepMs: ms(f.oneStep),
+		TimerLateMs: ms(f.timerLate), Timers: f.timers, TimersArmedLate: f.timersArmedLate,
+		SleeperKiB: f.sleeperBytes / 1024, Sleepers: f.sleepers,
+	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"jetflow.dev/pkg/auth"
 	"jetflow.dev/pkg/catalog"
+	"jetflow.dev/tools/internal/benchcompare"
 	"jetflow.dev/tools/internal/devstack"
 )
 
@@ -198,4 +199,37 @@ func TestSingle1AndSleepersRuns(t *testing.T) {
 		require.True(t, res.rssKnown)
 		require.Contains(t, out.String(), " KiB per sleeping execution")
 	}
+}
+
+// The goals table reads back as the figures it prints (rounded as it
+// prints them): jetflow-benchcompare reads builds older than -figures
+// from it.
+func TestGoalsTableReadsBack(t *testing.T) {
+	t.Parallel()
+	for _, f := range []figures{
+		{stepsPerSec: 5029.4, spread: 1.2412, cpuPerStep: 380 * time.Microsecond, perStep: 238 * time.Microsecond,
+			oneStep: 1234567 * time.Nanosecond, timerLate: 1736 * time.Millisecond, timers: 10000,
+			sleeperBytes: 2.25 * 1024, sleepers: 100000},
+		{stepsPerSec: 1411, fsync: true, cpuPerStep: 610 * time.Microsecond},
+		{timerLate: 736 * time.Millisecond, timers: 2000, timersArmedLate: 12},
+	} {
+		var b strings.Builder
+		printGoals(&b, f)
+		got, ok := benchcompare.ParseGoals("output before it\n" + b.String())
+		require.True(t, ok, b.String())
+		want := f.export()
+		require.InDelta(t, want.StepsPerSec, got.StepsPerSec, 0.5, b.String())
+		require.Equal(t, want.Fsync, got.Fsync)
+		require.InDelta(t, want.Spread, got.Spread, 0.005)
+		require.InDelta(t, want.CPUPerStepMs, got.CPUPerStepMs, 0.0005)
+		require.InDelta(t, want.PerStepMs, got.PerStepMs, 0.0005)
+		require.InDelta(t, want.OneStepMs, got.OneStepMs, 0.005)
+		require.InDelta(t, want.TimerLateMs, got.TimerLateMs, 0.5)
+		require.Equal(t, want.Timers, got.Timers)
+		require.Equal(t, want.TimersArmedLate > 0, got.TimersArmedLate > 0)
+		require.InDelta(t, want.SleeperKiB, got.SleeperKiB, 0.005)
+		require.Equal(t, want.Sleepers, got.Sleepers)
+	}
+	_, ok := benchcompare.ParseGoals("a run that printed no goals table")
+	require.False(t, ok)
 }

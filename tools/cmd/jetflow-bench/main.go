@@ -24,6 +24,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -50,26 +51,26 @@ import (
 )
 
 type config struct {
-	executions, concurrency, steps, single int
-	single1, sleepers                      int
-	sleepersSettle                         time.Duration
-	fsync                                  bool
-	syncInterval                           time.Duration
-	timers, failover, foreach, fairness    int
-	fairnessSleep                          time.Duration
-	bulkAfter                              int
-	timerLead                              time.Duration
-	locks, lockLimit                       int
-	retention, retentionKeep               int
-	backup                                 bool
-	dataDir, cpuProfile, memProfile        string
-	insecure, byConnection, metrics        bool
-	local                                  bool
-	tracing                                bool
-	soak                                   soakConfig
-	visibility                             int
-	visibilityCache                        int
-	visibilityPostgres                     string
+	executions, concurrency, steps, single       int
+	single1, sleepers                            int
+	sleepersSettle                               time.Duration
+	fsync                                        bool
+	syncInterval                                 time.Duration
+	timers, failover, foreach, fairness          int
+	fairnessSleep                                time.Duration
+	bulkAfter                                    int
+	timerLead                                    time.Duration
+	locks, lockLimit                             int
+	retention, retentionKeep                     int
+	backup                                       bool
+	dataDir, cpuProfile, memProfile, figuresFile string
+	insecure, byConnection, metrics              bool
+	local                                        bool
+	tracing                                      bool
+	soak                                         soakConfig
+	visibility                                   int
+	visibilityCache                              int
+	visibilityPostgres                           string
 }
 
 func main() {
@@ -127,6 +128,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.BoolVar(&c.tracing, "tracing", false, "record every execution's trace and export it over OTLP/HTTP to a receiver in the process, as jetflow dev does with OTEL_EXPORTER_OTLP_ENDPOINT (to measure what tracing costs)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured runs to this file")
 	fs.StringVar(&c.memProfile, "memprofile", "", "write a heap profile at the end to this file")
+	fs.StringVar(&c.figuresFile, "figures", "", "write the goals' figures this run measured to this file, as JSON (what jetflow-benchcompare reads)")
 	fs.BoolVar(&c.byConnection, "by-connection", false, "after the throughput run, print the messages per step each NATS connection sent and received (where a step's messages go)")
 	fs.StringVar(&c.visibilityPostgres, "visibility-postgres", "", "with -visibility: the index in the PostgreSQL database at this URL (schema "+benchSchema+", kept: a second run skips the fill) instead of SQLite in -data")
 	fs.IntVar(&c.visibility, "visibility", 0, "run alone: fill the api's visibility index with this many executions (in -data, kept: a second run with the same -data skips the fill) and measure its lists (0 skips it)")
@@ -410,6 +412,15 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		float64(ms.HeapInuse)/(1<<20), float64(ms.Sys)/(1<<20))
 	if c.soak.Duration == 0 {
 		printGoals(out, fig)
+	}
+	if c.figuresFile != "" {
+		b, err := json.MarshalIndent(fig.export(), "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(c.figuresFile, append(b, '\n'), 0o644); err != nil {
+			return fmt.Errorf("-figures: %w", err)
+		}
 	}
 	return nil
 }
