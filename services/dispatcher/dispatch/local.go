@@ -184,6 +184,10 @@ func (d *Dispatcher) runLocal(x *execState, e interp.PublishTask) interp.Outcome
 			return
 		}
 		defer func() { <-l.slots }()
+		if ctx.Err() != nil { // a slot and the end at once: select chose the slot
+			d.cutShort(t.ExecutionID, t.Workflow, run, t.TaskID)
+			return
+		}
 		do()
 	}()
 	return stored
@@ -375,7 +379,12 @@ func (m *localMsg) NakWithDelay(delay time.Duration) error {
 	}
 	time.AfterFunc(max(delay, retryDelay(m.tries+1)), func() {
 		if m.d.local.over.Load() {
-			return // Run has returned: the next holder finds the step (rescue.go), or the janitor does
+			// Run has returned: the next holder finds the step (rescue.go),
+			// or the janitor does, and runs it again.
+			m.d.local.mu.Lock()
+			m.d.countAgainLocked(m.run)
+			m.d.local.mu.Unlock()
+			return
 		}
 		m.d.handLocal(m.ev, m.run, m.tries+1)
 	})
