@@ -1,6 +1,10 @@
 package workflow
 
 import (
+	"math/big"
+	"slices"
+	"strings"
+
 	"github.com/goccy/go-yaml/ast"
 )
 
@@ -42,14 +46,15 @@ func plainTags(body ast.Node, out *[]FieldError) ast.Node {
 				v.Value = walk(v.Value)
 				return n
 			}
-			if v.Value == nil || !describes(c.types, v.Value.Type()) {
+			target := scalar(v.Value) // !!int &n 5 describes 5
+			if target == nil || !tagDescribes(v.Start.Value, c.types, target) {
 				at := v.GetToken()
-				if v.Value != nil && v.Value.GetToken() != nil {
-					at = v.Value.GetToken()
+				if target != nil && target.GetToken() != nil {
+					at = target.GetToken()
 				}
 				what := "an empty value"
-				if v.Value != nil {
-					what = v.Value.String()
+				if target != nil && strings.TrimSpace(target.String()) != "" {
+					what = target.String()
 				}
 				*out = append(*out, FieldError{Field: pathAt(body, "", v.GetToken().Position.Line, v.GetToken().Position.Column),
 					Line: at.Position.Line, Column: at.Position.Column,
@@ -75,11 +80,21 @@ func plainTags(body ast.Node, out *[]FieldError) ast.Node {
 	return walk(body)
 }
 
-func describes(types []ast.NodeType, t ast.NodeType) bool {
-	for _, u := range types {
-		if u == t {
-			return true
-		}
+// tagDescribes reports whether core tag tag describes the value n: one
+// of its node types, or, for !!int and !!float, a number written in a
+// string ("5") or one too large for the parser's integers, which the
+// number checks then judge (lossyNumbers).
+func tagDescribes(tag string, types []ast.NodeType, n ast.Node) bool {
+	if slices.Contains(types, n.Type()) {
+		return true
+	}
+	text, number := numberOf(n)
+	switch tag {
+	case "!!float":
+		return number
+	case "!!int":
+		_, whole := new(big.Int).SetString(strings.Trim(strings.TrimSpace(text), `"`), 0)
+		return number && whole
 	}
 	return false
 }

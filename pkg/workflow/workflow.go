@@ -589,7 +589,7 @@ func pathAt(n ast.Node, path string, line, col int) string {
 		tk := n.GetToken()
 		return tk != nil && tk.Position.Line == line && tk.Position.Column == col
 	}
-	switch n := n.(type) {
+	switch n := scalar(n).(type) { // through tags and anchors: !!map, &top
 	case *ast.MappingNode:
 		for _, kv := range n.Values {
 			if p := pathAt(kv, path, line, col); p != "" {
