@@ -191,7 +191,10 @@ PAIRS ?= 8
 
 .PHONY: bench/compare
 bench/compare: ## Compare the working tree (or BENCH_NEW) with commit OLD (HEAD~1): PAIRS (8) alternating pairs of jetflow-bench BENCH_FLAGS, and which differences the noise does not explain
-	@set -e; tmp=$$(mktemp -d); \
+	@set -e; for rev in "$(OLD)" $(BENCH_NEW); do \
+		git rev-parse --verify --quiet "$$rev^{commit}" >/dev/null || { echo "bench/compare: $$rev names no commit (OLD=<commit>, BENCH_NEW=<commit>)" >&2; exit 2; }; \
+	done; \
+	tmp=$$(mktemp -d); \
 	trap 'git worktree remove --force "$$tmp/old" >/dev/null 2>&1 || true; git worktree remove --force "$$tmp/new" >/dev/null 2>&1 || true; rm -rf "$$tmp"' EXIT; \
 	git worktree add --quiet --detach "$$tmp/old" "$(OLD)"; \
 	(cd "$$tmp/old" && $(GO) build -o "$$tmp/old-bench" ./tools/cmd/jetflow-bench); \

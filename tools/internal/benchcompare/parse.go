@@ -9,8 +9,10 @@ import (
 // ParseGoals reads the figures from the goals table a jetflow-bench run
 // prints at its end ("goals (issue 14): figures of this run"), for builds
 // older than -figures (from 2026-11-24 on). It reports false when the
-// text holds no such table. The table rounds its figures (three places
-// in milliseconds, whole steps/s): enough to compare runs.
+// text holds no such table. The table rounds its figures (whole
+// steps/s, p99 / p50 to two places, milliseconds to three significant
+// digits): close pairs of an older build against a newer one's exact
+// figures are judged within that rounding.
 func ParseGoals(text string) (Figures, bool) {
 	var f Figures
 	_, table, ok := strings.Cut(text, "goals (issue 14): figures of this run")

@@ -45,6 +45,8 @@ func (c Config) Validate() error {
 	if c.Pairs < 1 {
 		errs = append(errs, fmt.Errorf("-pairs must be at least 1, not %d", c.Pairs))
 	}
+	// Fewer than 6 pairs can run (to try flags out), but the sign test
+	// cannot tell any split of them from noise: Run says so.
 	for _, a := range c.Args {
 		if a == "-figures" || a == "--figures" || strings.HasPrefix(a, "-figures=") || strings.HasPrefix(a, "--figures=") {
 			errs = append(errs, errors.New("leave -figures out of the bench flags: each run is given its own"))
@@ -66,6 +68,9 @@ func Run(ctx context.Context, out io.Writer, c Config) ([]Pair, error) {
 	}
 	if err := os.MkdirAll(c.LogDir, 0o755); err != nil {
 		return nil, fmt.Errorf("runs' output: %w", err)
+	}
+	if c.Pairs < 6 {
+		fmt.Fprintf(out, "%d pairs: too few for any difference to be told from noise (the sign test needs 6 of 6 at least)\n", c.Pairs)
 	}
 	// A build older than -figures is read from its goals table.
 	figures := map[string]bool{}
@@ -108,6 +113,11 @@ func runOnce(ctx context.Context, bin string, args []string, figures bool, base 
 		return Figures{}, err
 	}
 	defer log.Close()
+	// Whatever an earlier comparison left under this name is not this
+	// run's.
+	if err := os.Remove(base + ".json"); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return Figures{}, err
+	}
 	args = append([]string(nil), args...)
 	if figures {
 		args = append(args, "-figures", base+".json")
@@ -119,15 +129,15 @@ func runOnce(ctx context.Context, bin string, args []string, figures bool, base 
 	if err := cmd.Run(); err != nil {
 		return Figures{}, fmt.Errorf("%w (its output: %s)\n%s", err, base+".log", lastLines(tail.String(), 10))
 	}
-	b, err := os.ReadFile(base + ".json")
-	if errors.Is(err, os.ErrNotExist) { // a build older than -figures: its goals table
+	if !figures { // a build older than -figures: its goals table
 		if f, ok := ParseGoals(tail.String()); ok {
 			return f, nil
 		}
-		return Figures{}, fmt.Errorf("it wrote no figures, and printed no goals table (its output: %s)", base+".log")
+		return Figures{}, fmt.Errorf("it takes no -figures, and printed no goals table (its output: %s)", base+".log")
 	}
+	b, err := os.ReadFile(base + ".json")
 	if err != nil {
-		return Figures{}, err
+		return Figures{}, fmt.Errorf("its figures (-figures): %w (its output: %s)", err, base+".log")
 	}
 	var f Figures
 	if err := json.Unmarshal(b, &f); err != nil {

@@ -53,6 +53,11 @@ func TestRunAlternatesAndReadsBothKinds(t *testing.T) {
 	old := fakeBench(t, dir, "old", "0.400", false)
 	nw := fakeBench(t, dir, "new", "0.300", true)
 	logs := filepath.Join(dir, "runs")
+	// Left by an earlier comparison in the same directory: not this one's.
+	require.NoError(t, os.MkdirAll(logs, 0o755))
+	for _, stale := range []string{"pair-1-old.json", "pair-1-new.json"} {
+		require.NoError(t, os.WriteFile(filepath.Join(logs, stale), []byte(`{"steps_per_sec": 99999}`), 0o644))
+	}
 	var out bytes.Buffer
 	pairs, err := benchcompare.Run(t.Context(), &out, benchcompare.Config{Old: old, New: nw, Pairs: 3, Args: []string{"-local", "-executions", "300"}, LogDir: logs})
 	require.NoError(t, err)
@@ -74,6 +79,7 @@ func TestRunAlternatesAndReadsBothKinds(t *testing.T) {
 	require.Contains(t, lines[1], "-figures "+filepath.Join(logs, "pair-1-new.json"))
 	require.FileExists(t, filepath.Join(logs, "pair-2-old.log"))
 	require.Contains(t, out.String(), "pair 2 new: steps/s 5000, CPU per step 0.300 ms")
+	require.Contains(t, out.String(), "3 pairs: too few for any difference to be told from noise")
 
 	rows := benchcompare.Compare(pairs)
 	require.Equal(t, "CPU per step", rows[1].Figure)
