@@ -223,35 +223,16 @@ steps:
   - {id: slow, kind: call, local: true, idempotent: yes, operation: slow}
 `)
 	var runs atomic.Int32
-	running := make(chan struct{}, 2)
 	reg := prometheus.NewRegistry()
 	m, err := dispatch.NewMetrics(reg)
 	require.NoError(t, err)
-	cfg := dispatch.Config{Workers: 2, LocalConcurrency: 1, Metrics: m, LocalHandlers: slowHandlers(&runs, func(ctx context.Context, _ operation.Task) (any, error) {
-		running <- struct{}{}
-		<-ctx.Done()
-		return nil, ctx.Err()
-	})}
-	d, err := dispatch.New(t.Context(), cfg, b.js, zerolog.New(zerolog.NewTestWriter(t)))
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	b.start(t, "again", "r1")
+	stop := runBlocked(t, b, b.js, dispatch.Config{Workers: 2, LocalConcurrency: 1, Metrics: m}, "again", "r1", &runs)
 	b.start(t, "again", "r2")
-	select {
-	case <-running:
-	case <-time.After(waitFor):
-		cancel()
-		t.Fatal("no local step started")
-	}
-	// The other is dispatched too, and waits for the one slot.
+	// r2's step is dispatched too, and waits for the one slot.
 	natstest.Eventually(t, waitFor, func() bool {
-		return stepNamed(foldOf(t, b.js, "again", "r1"), "slow").Status == projections.OpSending &&
-			stepNamed(foldOf(t, b.js, "again", "r2"), "slow").Status == projections.OpSending
-	}, "both steps dispatched")
-	cancel()
-	require.NoError(t, <-done)
+		return stepNamed(foldOf(t, b.js, "again", "r2"), "slow").Status == projections.OpSending
+	}, "r2's step dispatched")
+	require.NoError(t, stop())
 	require.Equal(t, int32(1), runs.Load(), "one handler ran, the other step waited for the slot")
 	require.Equal(t, 1.0, metricstest.Value(t, reg, "jetflow_dispatcher_local_runs_again_total"),
 		"the run cut short counts; the step that never reached its handler does not")
