@@ -51,6 +51,12 @@ func TestParseErrorsNameTheField(t *testing.T) {
 			field: "name", line: 1, msg: "!!int says a whole number, and t is not: remove the tag or change the value"},
 		{name: "IntTagOnAFraction", input: "name: t\nsteps:\n  - id: a\n    kind: noop\n    retry: {limit: !!int 2.5}\n",
 			field: "steps[0].retry.limit", line: 5, msg: "!!int says a whole number, and 2.5 is not"},
+		{name: "IntTagOnAQuotedNumber", input: "name: t\nsteps:\n  - {id: a, kind: noop, input: [!!int '5']}\n",
+			field: "steps[0].input[0]", line: 3, msg: `!!int says a whole number, and '5' is not`},
+		{name: "BoolTagOnAQuotedBool", input: "name: t\nsteps:\n  - {id: a, kind: noop, local: !!bool \"true\"}\n",
+			field: "steps[0].local", line: 3, msg: `!!bool says true or false, and "true" is not`},
+		{name: "IntTagOnAQuotedHex", input: "name: t\nversion: !!int \"0x1F\"\nsteps:\n  - {id: a, kind: noop}\n",
+			field: "version", line: 2, msg: `!!int says a whole number, and "0x1F" is not`},
 		{name: "IntTagOnATooLargeNumber", input: "name: t\nversion: !!int 99999999999999999999999\nsteps:\n  - {id: a, kind: noop}\n",
 			field: "version", line: 2, msg: "must be at most 9007199254740991"},
 		{name: "IntTagUnderATaggedParent", input: "!!map\nname: !!int t\nsteps: !!seq\n  - {id: a, kind: noop}\n",
@@ -123,7 +129,7 @@ func TestParseErrorsNameTheField(t *testing.T) {
 // definition tagged !!map for no mapping).
 func TestCoreTags(t *testing.T) {
 	t.Parallel()
-	d, err := workflow.Parse([]byte("!!map\nname: !!str t\nversion: !!int \"5\"\nsteps: !!seq\n  - {id: a, kind: noop, local: !!bool true, retry: {limit: !!float '3'}}\n  - &b {id: b, kind: noop, retry: {limit: !!int &l 0x10}}\n"))
+	d, err := workflow.Parse([]byte("!!map\nname: !!str t\nversion: !!int 5\nsteps: !!seq\n  - {id: a, kind: noop, local: !!bool true, retry: {limit: !!float 3}}\n  - &b {id: b, kind: noop, retry: {limit: !!int &l 0x10}}\n"))
 	require.NoError(t, err)
 	require.Equal(t, "t", d.Name)
 	require.Equal(t, 5, d.Version)

@@ -81,20 +81,24 @@ func plainTags(body ast.Node, out *[]FieldError) ast.Node {
 }
 
 // tagDescribes reports whether core tag tag describes the value n: one
-// of its node types, or, for !!int and !!float, a number written in a
-// string ("5") or one too large for the parser's integers, which the
-// number checks then judge (lossyNumbers).
+// of its node types, or, for !!int and !!float, a plain number the parser
+// did not type as one (an integer too large for its integers), which the
+// number checks then judge (lossyNumbers). A quoted value is a string,
+// whatever it holds ("5", "true"): no core tag but !!str describes it.
 func tagDescribes(tag string, types []ast.NodeType, n ast.Node) bool {
 	if slices.Contains(types, n.Type()) {
 		return true
 	}
 	text, number := numberOf(n)
+	if !number || strings.HasPrefix(text, `"`) { // numberOf quotes what was quoted
+		return false
+	}
 	switch tag {
 	case "!!float":
-		return number
+		return true
 	case "!!int":
-		_, whole := new(big.Int).SetString(strings.Trim(strings.TrimSpace(text), `"`), 0)
-		return number && whole
+		_, whole := new(big.Int).SetString(text, 0)
+		return whole && !strings.Contains(text, "_") // YAML 1.2 has no 1_000
 	}
 	return false
 }
