@@ -203,8 +203,8 @@ bench/compare: ## Compare the working tree (or BENCH_NEW) with commit OLD (HEAD~
 		(cd "$$tmp/new" && $(GO) build -o "$$tmp/new-bench" ./tools/cmd/jetflow-bench); \
 	else $(GO) build -o "$$tmp/new-bench" ./tools/cmd/jetflow-bench; fi; \
 	$(GO) build -o "$$tmp/compare" ./tools/cmd/jetflow-benchcompare; \
-	mkdir -p $(or $(BENCH_LOG),bench-compare); \
-	"$$tmp/compare" -old "$$tmp/old-bench" -new "$$tmp/new-bench" -pairs $(PAIRS) -log $(or $(BENCH_LOG),bench-compare) -- $(BENCH_FLAGS)
+	mkdir -p "$(or $(BENCH_LOG),bench-compare)"; \
+	"$$tmp/compare" -old "$$tmp/old-bench" -new "$$tmp/new-bench" -pairs $(PAIRS) -log "$(or $(BENCH_LOG),bench-compare)" -- $(BENCH_FLAGS)
 
 # The Go benchmarks of the interpreter's decision, the fold, the
 # janitor's retention decision and the visibility index's reading of a

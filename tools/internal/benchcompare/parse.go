@@ -11,8 +11,8 @@ import (
 // older than -figures (from 2026-11-24 on). It reports false when the
 // text holds no such table. The table rounds its figures (whole
 // steps/s, p99 / p50 to two places, milliseconds to three significant
-// digits): close pairs of an older build against a newer one's exact
-// figures are judged within that rounding.
+// digits). Compare takes them as read: a close pair of an older build
+// against a newer one's exact figures may split by the rounding alone.
 func ParseGoals(text string) (Figures, bool) {
 	var f Figures
 	_, table, ok := strings.Cut(text, "goals (issue 14): figures of this run")

@@ -100,6 +100,21 @@ func TestRunStopsAtAFailingRun(t *testing.T) {
 	require.ErrorContains(t, err, filepath.Join(dir, "runs", "pair-1-new.log"))
 }
 
+// A newer build that writes no figures is an error, even where an
+// earlier comparison left a file under the same name.
+func TestRunReadsOnlyThisRunsFigures(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	old := fakeBench(t, dir, "old", "0.400", true)
+	silent := filepath.Join(dir, "silent")
+	require.NoError(t, os.WriteFile(silent, []byte("#!/bin/sh\ncase \"$1\" in -h) echo '  -figures string'; exit 2;; esac\necho ran\n"), 0o755))
+	logs := filepath.Join(dir, "runs")
+	require.NoError(t, os.MkdirAll(logs, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(logs, "pair-1-new.json"), []byte(`{"steps_per_sec": 99999}`), 0o644))
+	_, err := benchcompare.Run(t.Context(), &bytes.Buffer{}, benchcompare.Config{Old: old, New: silent, Pairs: 1, LogDir: logs})
+	require.ErrorContains(t, err, "pair 1, new build: its figures (-figures)")
+}
+
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
