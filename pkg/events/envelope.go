@@ -64,11 +64,14 @@ const ExtSchema = "jfschema"
 // Version 2: a step's success, or an execution's start, may carry the
 // next operation's dispatch (StepSucceeded.Then, ExecutionStarted.Then),
 // which an older dispatcher would pass over and dispatch the step again.
-const SchemaVersion = 2
+// Version 3: an execution's success may carry its last step's success
+// (ExecutionSucceeded.Step), which an older reader would pass over and
+// leave the step running in an ended execution.
+const SchemaVersion = 3
 
-// SchemaOf is the schema version p is written with: 2 for a success or
-// a start that carries a dispatch, 1 (written as no ExtSchema) for the
-// rest.
+// SchemaOf is the schema version p is written with: 3 for an end that
+// carries a step's success, 2 for a success or a start that carries a
+// dispatch, 1 (written as no ExtSchema) for the rest.
 func SchemaOf(p Payload) int {
 	switch e := p.(type) {
 	case *StepSucceeded:
@@ -78,6 +81,10 @@ func SchemaOf(p Payload) int {
 	case *ExecutionStarted:
 		if e.Then != nil {
 			return 2
+		}
+	case *ExecutionSucceeded:
+		if e.Step != nil {
+			return 3
 		}
 	}
 	return 1

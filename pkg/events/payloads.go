@@ -93,6 +93,11 @@ type ExecutionSucceeded struct {
 	ContinuedAs string `json:"continued_as,omitempty"`
 	// Children are the child executions this end stopped.
 	Children []StoppedChild `json:"stopped_children,omitempty"`
+	// Step is the last step's success, when ending the execution was the
+	// dispatcher's very next decision once it was recorded: one event
+	// records both, as if this one followed an io.jetflow.step.succeeded
+	// (docs/adr/0015). It carries no Then.
+	Step *StepSucceeded `json:"step,omitempty"`
 }
 
 // StoppedChild is a child execution its parent told to stop as it ended

@@ -684,6 +684,19 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 		if s.Status != StatusStarted { // a cancelling execution ends cancelled
 			return s, &TransitionError{ExecutionID: s.ID, From: string(s.Status), Event: ev.Type}
 		}
+		if e.Step != nil {
+			// First the last step's success, at the event's time (an error
+			// names this event's type); it may carry no dispatch.
+			if e.Step.Then != nil {
+				return s, &TransitionError{ExecutionID: s.ID, From: "an ending execution", Event: ev.Type, StepID: e.Step.StepID}
+			}
+			sub := ev
+			sub.Data = e.Step
+			var err error
+			if s, err = apply(s, sub); err != nil {
+				return s, err
+			}
+		}
 		s.Status, s.EndedAt, s.Output, s.ContinuedAs = StatusSucceeded, ev.Time, e.Output, e.ContinuedAs
 		return s.stopChildren(ev, e.Children, EndedAs(ev.Data))
 	case *events.ExecutionFailed:

@@ -204,6 +204,10 @@ func countTypes(evs []events.Event) map[string]int {
 			if p.Then != nil { // the next operation's dispatch, in the same event
 				n[string(events.TypeStepDispatched)+"/"+p.Then.StepID]++
 			}
+		case *events.ExecutionSucceeded:
+			if p.Step != nil { // the last step's success, in the same event (docs/adr/0015)
+				n[string(events.TypeStepSucceeded)+"/"+p.Step.StepID]++
+			}
 		case *events.StepFailed:
 			key += "/" + p.StepID
 		case *events.StepScheduled:

@@ -472,6 +472,18 @@ func TestWatchesOutliveFlowControl(t *testing.T) {
 // shape: scheduled, dispatched, sent, succeeded...) is about.
 func stepIDOf(t *testing.T, ev events.Event) (string, bool) {
 	t.Helper()
+	if ev.Type == events.TypeExecutionSucceeded { // it may carry the last step's success (docs/adr/0015)
+		var end struct {
+			Step *struct {
+				StepID string `json:"step_id"`
+			} `json:"step"`
+		}
+		require.NoError(t, json.Unmarshal(ev.Raw, &end), "%s", ev.Type)
+		if end.Step == nil {
+			return "", false
+		}
+		return end.Step.StepID, true
+	}
 	if !strings.HasPrefix(string(ev.Type), "io.jetflow.step.") {
 		return "", false
 	}

@@ -65,10 +65,11 @@ steps:
 	s, evs := waitStatus(t, b.js, "local", "l1", projections.StatusSucceeded)
 
 	require.Zero(t, tasksStored(t, b), "a local step publishes no task")
-	// execution.started (with a's dispatch), a success per step (the
-	// last three with the next dispatch), execution.succeeded.
+	// execution.started (with a's dispatch), a success per step but the
+	// last (each with the next dispatch), execution.succeeded (with the
+	// last step's success): one event a step.
 	require.Equal(t, []events.Type{events.TypeExecutionStarted, events.TypeStepSucceeded, events.TypeStepSucceeded,
-		events.TypeStepSucceeded, events.TypeStepSucceeded, events.TypeExecutionSucceeded}, typesOf(evs))
+		events.TypeStepSucceeded, events.TypeExecutionSucceeded}, typesOf(evs))
 	require.Equal(t, 4, dispatches(evs))
 	require.Len(t, s.Steps, 4)
 	for _, st := range s.Steps {

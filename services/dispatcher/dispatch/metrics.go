@@ -348,6 +348,10 @@ func (m *Metrics) appended(before, after *projections.Execution, ev *events.Even
 		m.started.Inc()
 	case *events.StepSucceeded:
 		m.step(after, p.StepID, stepSucceeded, ev.Time)
+	case *events.ExecutionSucceeded:
+		if p.Step != nil { // the last step's success, carried by the end
+			m.step(after, p.Step.StepID, stepSucceeded, ev.Time)
+		}
 	case *events.StepFailed:
 		m.step(after, p.StepID, stepFailed, ev.Time)
 	case *events.StepSkipped:

@@ -108,9 +108,9 @@ func TestARestartedDispatcherRecordsTheSendingFromTheReport(t *testing.T) {
 	runDispatcher(t, b.js, dispatch.Config{Workers: 2})
 	b.report(t, &events.OperationSucceeded{TaskRef: task.ref("test-agent", 1), StartedAt: time.Now().UTC()})
 	s, evs := waitStatus(t, b.js, "deploy", "s1", projections.StatusSucceeded)
-	require.Equal(t, []events.Type{events.TypeExecutionStarted, events.TypeStepSucceeded, events.TypeExecutionSucceeded},
-		typesOf(evs), "the start carries the dispatch")
-	done := evs[1].Data.(*events.StepSucceeded)
+	require.Equal(t, []events.Type{events.TypeExecutionStarted, events.TypeExecutionSucceeded},
+		typesOf(evs), "the start carries the dispatch, the end the success")
+	done := succeededOf(evs[1])
 	require.Equal(t, task.seq, done.TaskSeq)
 	require.True(t, task.stored.Equal(done.SentAt), "sent at %s, the task was stored at %s", done.SentAt, task.stored)
 	require.Equal(t, task.seq, s.Steps[0].TaskSeq)
@@ -143,7 +143,7 @@ func TestAStateReadAnewSendsTheTaskAgainOnlyIfItWasNotStored(t *testing.T) {
 		task := b.nextTask(t)
 		b.report(t, &events.OperationSucceeded{TaskRef: task.task.Ref("older-agent", 1)})
 		_, evs = waitStatus(t, b.js, "deploy", "w1", projections.StatusSucceeded)
-		done := evs[1].Data.(*events.StepSucceeded)
+		done := succeededOf(evs[1])
 		require.Equal(t, task.seq, done.TaskSeq)
 		require.False(t, done.SentAt.IsZero())
 	})

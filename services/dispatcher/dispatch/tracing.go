@@ -72,6 +72,10 @@ func (d *Dispatcher) traced(before, after *projections.Execution, ev *events.Eve
 	switch p := ev.Data.(type) {
 	case *events.StepSucceeded:
 		d.traceStep(after, runCtx, p.StepID, ev, "")
+	case *events.ExecutionSucceeded:
+		if p.Step != nil { // the last step's success, carried by the end
+			d.traceStep(after, runCtx, p.Step.StepID, ev, "")
+		}
 	case *events.StepFailed:
 		d.traceStep(after, runCtx, p.StepID, ev, p.Error)
 	case *events.StepSkipped:

@@ -100,7 +100,7 @@ func TestSplitDispatchRecordsSent(t *testing.T) {
 	m.advance()
 	require.Equal(t, []string{"execution.started", "step.scheduled", "step.sending", "step.sent"}, m.types())
 	m.carry(m.report(&events.OperationSucceeded{TaskRef: events.TaskRef{Agent: "a1"}}))
-	done := m.evs[len(m.evs)-1].Data.(*events.StepSucceeded)
+	done := stepSucceeded(m.evs[len(m.evs)-1].Data)
 	require.Zero(t, done.TaskSent, "step.sent recorded it")
 }
 
@@ -127,7 +127,7 @@ func TestTheSendingIsRecordedWithTheNextEvent(t *testing.T) {
 
 		t.Log("the success after it carries nothing more")
 		m.carry(m.report(&events.OperationSucceeded{TaskRef: events.TaskRef{Agent: "a1"}}))
-		require.Zero(t, m.evs[len(m.evs)-1].Data.(*events.StepSucceeded).TaskSent)
+		require.Zero(t, stepSucceeded(m.evs[len(m.evs)-1].Data).TaskSent)
 		fold, err := projections.Fold(m.evs)
 		require.NoError(t, err)
 		require.Equal(t, uint64(101), fold.Steps[0].TaskSeq, "the history alone shows the sending")
@@ -165,7 +165,7 @@ func TestTheSendingIsRecordedWithTheNextEvent(t *testing.T) {
 			Queue: task.Queue, Agent: "a1", TaskSeq: 77, StoredAt: stored}
 		d := Result(m.input(), ref, events.Event{ID: "r1", Type: events.TypeOperationSucceeded, Data: &events.OperationSucceeded{TaskRef: ref}})
 		require.Len(t, d.Events, 1)
-		require.Equal(t, events.TaskSent{SentAt: stored, TaskSeq: 77}, d.Events[0].(*events.StepSucceeded).TaskSent)
+		require.Equal(t, events.TaskSent{SentAt: stored, TaskSeq: 77}, stepSucceeded(d.Events[0]).TaskSent)
 	})
 
 	t.Run("Expressions", func(t *testing.T) {
@@ -196,6 +196,9 @@ func TestASuccessCarriesTheNextDispatch(t *testing.T) {
 		d := m.report(&events.OperationSucceeded{TaskRef: events.TaskRef{Agent: "a1"}, Output: json.RawMessage(`{"ok":true}`)})
 		require.Len(m.t, d.Events, 1)
 		m.carry(d)
+		if end, ok := d.Events[0].(*events.ExecutionSucceeded); ok { // the last, carried by the end
+			return end.Step
+		}
 		return d.Events[0].(*events.StepSucceeded)
 	}
 
@@ -220,7 +223,8 @@ func TestASuccessCarriesTheNextDispatch(t *testing.T) {
 		require.Nil(t, last.Then, "nothing left to send")
 		m.advance()
 		require.Equal(t, projections.StatusSucceeded, m.state.Status)
-		require.Equal(t, []string{"execution.started", "step.dispatched", "step.succeeded", "step.succeeded", "step.succeeded", "execution.succeeded"}, m.types())
+		require.Equal(t, []string{"execution.started", "step.dispatched", "step.succeeded", "step.succeeded", "execution.succeeded"}, m.types(),
+			"the last success is carried by the end (docs/adr/0015)")
 	})
 
 	t.Run("NextIsNoOperation", func(t *testing.T) {
@@ -333,5 +337,107 @@ func TestAStartCarriesTheFirstDispatch(t *testing.T) {
 		in := m.input()
 		in.MaxEvent = 300 // the definition, the input and the first input would not all fit in half
 		require.Nil(t, start(t, m, in).Then)
+	})
+}
+
+// stepSucceeded is the step's success p records: p itself, or the one an
+// execution's end carries (docs/adr/0015); nil for any other event.
+func stepSucceeded(p events.Payload) *events.StepSucceeded {
+	switch e := p.(type) {
+	case *events.StepSucceeded:
+		return e
+	case *events.ExecutionSucceeded:
+		return e.Step
+	}
+	return nil
+}
+
+// TestAnEndCarriesTheLastSuccess: when ending the execution successfully
+// is the decision after its last step's success, the end carries that
+// success (one event for both, docs/adr/0015), and the fold shows both
+// states; not in compatibility mode, nor in a large execution, nor with
+// two large outputs.
+func TestAnEndCarriesTheLastSuccess(t *testing.T) {
+	t.Parallel()
+	ops := func(n int) workflow.Definition {
+		d := workflow.Definition{Name: "wf", Output: map[string]any{"done": "${steps.s1.output.ok}"}}
+		for i := range n {
+			d.Steps = append(d.Steps, workflow.Step{ID: fmt.Sprintf("s%d", i), Kind: workflow.KindNoop})
+		}
+		return d
+	}
+	report := func(m *memShell, in Input) Decision {
+		task := m.tasks[len(m.tasks)-1]
+		ref := events.TaskRef{TaskID: task.TaskID, ExecutionID: "x1", Workflow: "wf", StepID: task.StepID, Attempt: 1, Token: task.Token, Queue: task.Queue, Agent: "a1"}
+		return Result(in, ref, events.Event{ID: "r-" + task.StepID, Type: events.TypeOperationSucceeded,
+			Data: &events.OperationSucceeded{TaskRef: ref, Output: json.RawMessage(`{"ok":true}`)}})
+	}
+	run := func(m *memShell, steps int) Decision {
+		for range steps - 1 {
+			m.advance()
+			m.carry(report(m, m.input()))
+		}
+		m.advance()
+		return report(m, m.input())
+	}
+
+	t.Run("LastStep", func(t *testing.T) {
+		t.Parallel()
+		m := newMemShell(t, ops(2), `{}`)
+		d := run(m, 2)
+		require.Len(t, d.Events, 1)
+		end, ok := d.Events[0].(*events.ExecutionSucceeded)
+		require.True(t, ok, "%T", d.Events[0])
+		require.NotNil(t, end.Step)
+		require.Equal(t, "s1", end.Step.StepID)
+		require.Nil(t, end.Step.Then)
+		require.JSONEq(t, `{"done": true}`, string(end.Output), "the workflow's output, from the steps as the success leaves them")
+		require.Equal(t, 3, events.SchemaOf(end), "an older reader must not pass over the step")
+		m.carry(d)
+		require.Equal(t, projections.StatusSucceeded, m.state.Status)
+		st := m.state.Steps[m.state.StepIndex("s1")]
+		require.Equal(t, projections.OpSucceeded, st.Status)
+		require.Equal(t, m.state.EndedAt, st.EndedAt, "both at the event's time")
+		require.JSONEq(t, `{"ok":true}`, string(st.Output))
+		fold, err := projections.Fold(m.evs)
+		require.NoError(t, err)
+		require.Equal(t, m.state.Status, fold.Status)
+		require.Equal(t, m.state.Steps[1].Status, fold.Steps[1].Status)
+		require.Equal(t, []string{"execution.started", "step.dispatched", "step.succeeded", "execution.succeeded"}, m.types())
+		require.True(t, Next(m.input()).Empty(), "nothing more to decide")
+	})
+
+	t.Run("SplitDispatch", func(t *testing.T) {
+		t.Parallel()
+		m := newMemShell(t, ops(1), `{}`)
+		m.split = true
+		d := run(m, 1)
+		require.IsType(t, &events.StepSucceeded{}, d.Events[0], "an older dispatcher reads these histories")
+	})
+
+	t.Run("LargeExecution", func(t *testing.T) {
+		t.Parallel()
+		m := newMemShell(t, ops(SmallExecution+1), `{}`)
+		d := run(m, SmallExecution+1)
+		require.IsType(t, &events.StepSucceeded{}, d.Events[0], "its view follows one event at a time")
+	})
+
+	t.Run("LargeOutputs", func(t *testing.T) {
+		t.Parallel()
+		m := newMemShell(t, ops(1), `{}`)
+		m.advance()
+		in := m.input()
+		in.MaxEvent = 40 // the step's output and the execution's would not both fit in half
+		d := report(m, in)
+		require.IsType(t, &events.StepSucceeded{}, d.Events[0])
+	})
+
+	t.Run("NotWhenSomethingFollows", func(t *testing.T) {
+		t.Parallel()
+		d := ops(1)
+		d.Steps = append(d.Steps, workflow.Step{ID: "nap", Kind: workflow.KindSleep, Duration: "1m"})
+		m := newMemShell(t, d, `{}`)
+		m.advance()
+		require.IsType(t, &events.StepSucceeded{}, report(m, m.input()).Events[0])
 	})
 }

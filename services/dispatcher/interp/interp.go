@@ -971,6 +971,11 @@ func Result(in Input, ref events.TaskRef, ev events.Event) Decision {
 	p = in.final(p)
 	if ok, isOK := p.(*events.StepSucceeded); isOK {
 		ok.Then = in.dispatchedAfter(ok, len(ok.Output))
+		if ok.Then == nil {
+			if end := in.endedAfter(ok); end != nil {
+				return Decision{Events: []events.Payload{end}}
+			}
+		}
 	}
 	return Decision{Events: []events.Payload{p}}
 }
@@ -1088,6 +1093,50 @@ func (in Input) dispatchedAfter(p events.Payload, size int) *events.StepDispatch
 		return nil
 	}
 	return disp
+}
+
+// endedAfter returns the execution's success carrying ok, when ending the
+// execution successfully is the very next decision once ok is recorded
+// and nothing else goes with it (no successor to start, no child to stop,
+// no task to kill, no lock to release): one event records both
+// (docs/adr/0015). Nil otherwise, and under the bounds of
+// dispatchedAfter (a small execution's state, not for SplitDispatch
+// histories), or when the step's output and the execution's would
+// together take more than half of the largest event.
+func (in Input) endedAfter(ok *events.StepSucceeded) *events.ExecutionSucceeded {
+	if in.SplitDispatch || len(in.State.Steps) > SmallExecution {
+		return nil
+	}
+	var end *events.ExecutionSucceeded
+	// A peek, not a copy: a success changes its one instance (Input.State).
+	err := projections.Peek(in.State, events.Event{Type: ok.EventType(), Subject: in.ID, Time: in.Now, Data: ok}, func(next projections.Execution) {
+		after := in
+		after.State, after.Memo = next, &Memo{} // no view: walked
+		if in.Memo != nil {
+			after.Memo.retains = in.Memo.retains
+		}
+		a := after.decide(next)
+		if a.kind != actSucceed {
+			return
+		}
+		d := after.carry(a)
+		if d.Need != nil || d.Err != nil || len(d.Events) != 1 || len(d.Before)+len(d.After) > 0 {
+			return
+		}
+		x, isEnd := d.Events[0].(*events.ExecutionSucceeded)
+		if !isEnd || x.ContinuedAs != "" || len(x.Children) > 0 || x.Step != nil {
+			return
+		}
+		if in.MaxEvent > 0 && len(ok.Output)+len(x.Output) > in.MaxEvent/2 {
+			return // two large outputs in one event: each in its own
+		}
+		x.Step = ok
+		end = x
+	})
+	if err != nil {
+		return nil
+	}
+	return end
 }
 
 // Stale says why an agent's report about step st of s does not count

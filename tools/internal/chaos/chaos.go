@@ -725,7 +725,8 @@ func (p *progress) watch(nc *nats.Conn) error {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		fmt.Fprintf(p.trace, "%s event %s %s prevseq %s\n", now.Format("15:04:05.000000"), m.Subject, typ, m.Header.Get("ce-"+events.ExtPrevSeq))
-		if typ != events.TypeStepSucceeded {
+		// An execution's success may carry its last step's (docs/adr/0015).
+		if typ != events.TypeStepSucceeded && (typ != events.TypeExecutionSucceeded || !bytes.Contains(m.Data, []byte(`"step":`))) {
 			return
 		}
 		p.steps = append(p.steps, now)

@@ -211,7 +211,11 @@ func checkHistory(x Execution, now time.Time, sent map[string]bool, r *Report) [
 	succeeded, started := map[attempt]uint64{}, map[attempt]int{}
 	waits := map[string]*events.StepWaiting{} // by step instance, the last wait recorded
 	for _, ev := range x.Events {
-		switch p := ev.Data.(type) {
+		data := ev.Data
+		if end, ok := data.(*events.ExecutionSucceeded); ok && end.Step != nil {
+			data = end.Step // the last step's success, carried by the end
+		}
+		switch p := data.(type) {
 		case *events.StepSucceeded:
 			a := attempt{p.StepID, p.Attempt}
 			if first, ok := succeeded[a]; ok {
@@ -471,6 +475,10 @@ func stepOf(p events.Payload) (string, bool) {
 		return p.StepID, true
 	case *events.StepSucceeded:
 		return p.StepID, true
+	case *events.ExecutionSucceeded:
+		if p.Step != nil { // the last step's success, carried by the end
+			return p.Step.StepID, true
+		}
 	case *events.StepFailed:
 		return p.StepID, true
 	case *events.StepSkipped:

@@ -44,6 +44,17 @@ func TestEventLinesSayWhatAWaitWaitsFor(t *testing.T) {
 	require.Contains(t, sig, `name="go ahead"`)
 }
 
+// TestEventLineSaysWhatAnEndCarries: an execution's success that carries
+// its last step's success says so.
+func TestEventLineSaysWhatAnEndCarries(t *testing.T) {
+	data, err := json.Marshal(&events.ExecutionSucceeded{Output: json.RawMessage(`{"ok":true}`), Step: &events.StepSucceeded{StepID: "ship", Attempt: 1}})
+	require.NoError(t, err)
+	var b bytes.Buffer
+	printEvent(&b, client.Event{Seq: 9, Type: events.TypeExecutionSucceeded, Time: time.Now(), Data: data})
+	require.Contains(t, b.String(), "execution.succeeded")
+	require.Contains(t, b.String(), "with=succeeded:ship")
+}
+
 // TestEventLineSaysWhatASuccessDispatched: a step's success that carries
 // the next operation's dispatch says so.
 func TestEventLineSaysWhatASuccessDispatched(t *testing.T) {

@@ -793,6 +793,11 @@ func printEvent(w io.Writer, ev client.Event) {
 		b, _ := json.Marshal(o)
 		detail += " output=" + truncate(string(b), 120)
 	}
+	if st, ok := d["step"].(map[string]any); ok && ev.Type == events.TypeExecutionSucceeded { // the last step's success, in the same event
+		if s, ok := st["step_id"].(string); ok {
+			detail += " with=succeeded:" + s
+		}
+	}
 	if then, ok := d["then"].(map[string]any); ok { // the next operation's dispatch, in the same event
 		if s, ok := then["step_id"].(string); ok {
 			detail += " then=dispatched:" + s

@@ -741,6 +741,8 @@ function summary(ev) {
   for (const k of ['step_id', 'name', 'action', 'error', 'reason', 'status', 'agent']) {
     if (typeof d[k] === 'string' && d[k]) bits.push(`${k}=${d[k].length > 80 ? d[k].slice(0, 80) + '…' : d[k]}`);
   }
+  // An end that also records the last step's success (docs/adr/0015).
+  if (d.step && typeof d.step.step_id === 'string') bits.push('with=succeeded:' + d.step.step_id);
   if (ev.invalid) bits.push('invalid: ' + ev.invalid);
   return bits.join(' ') || 'details';
 }
