@@ -360,7 +360,7 @@ func stepSucceeded(p events.Payload) *events.StepSucceeded {
 func TestAnEndCarriesTheLastSuccess(t *testing.T) {
 	t.Parallel()
 	ops := func(n int) workflow.Definition {
-		d := workflow.Definition{Name: "wf", Output: map[string]any{"done": "${steps.s1.output.ok}"}}
+		d := workflow.Definition{Name: "wf", Output: map[string]any{"done": fmt.Sprintf("${steps.s%d.output.ok}", n-1)}}
 		for i := range n {
 			d.Steps = append(d.Steps, workflow.Step{ID: fmt.Sprintf("s%d", i), Kind: workflow.KindNoop})
 		}
@@ -432,12 +432,19 @@ func TestAnEndCarriesTheLastSuccess(t *testing.T) {
 		require.IsType(t, &events.StepSucceeded{}, d.Events[0])
 	})
 
-	t.Run("NotWhenSomethingFollows", func(t *testing.T) {
+	t.Run("NotWithALockToRelease", func(t *testing.T) {
 		t.Parallel()
 		d := ops(1)
-		d.Steps = append(d.Steps, workflow.Step{ID: "nap", Kind: workflow.KindSleep, Duration: "1m"})
+		d.Lock, d.Output = "l", nil
 		m := newMemShell(t, d, `{}`)
 		m.advance()
-		require.IsType(t, &events.StepSucceeded{}, report(m, m.input()).Events[0])
+		require.Equal(t, projections.LockHeld, m.state.Locks[0].Status)
+		res := report(m, m.input())
+		require.IsType(t, &events.StepSucceeded{}, res.Events[0], "the lock's release comes between")
+		m.carry(res)
+		m.advance()
+		require.Equal(t, projections.StatusSucceeded, m.state.Status, "%v: %s", m.types(), m.state.Error)
+		types := m.types()
+		require.Equal(t, []string{"step.succeeded", "lock.released", "execution.succeeded"}, types[len(types)-3:])
 	})
 }

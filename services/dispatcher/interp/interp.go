@@ -970,11 +970,9 @@ func Result(in Input, ref events.TaskRef, ev events.Event) Decision {
 	}
 	p = in.final(p)
 	if ok, isOK := p.(*events.StepSucceeded); isOK {
-		ok.Then = in.dispatchedAfter(ok, len(ok.Output))
-		if ok.Then == nil {
-			if end := in.endedAfter(ok); end != nil {
-				return Decision{Events: []events.Payload{end}}
-			}
+		var end *events.ExecutionSucceeded
+		if ok.Then, end = in.after(ok, len(ok.Output)); end != nil {
+			return Decision{Events: []events.Payload{end}}
 		}
 	}
 	return Decision{Events: []events.Payload{p}}
@@ -1063,10 +1061,24 @@ func Start(in Input, started *events.ExecutionStarted) Decision {
 // start's input and definition): with the next input, at most half of
 // the largest event, or each goes in its own event.
 func (in Input) dispatchedAfter(p events.Payload, size int) *events.StepDispatched {
+	disp, _ := in.after(p, size)
+	return disp
+}
+
+// after is the one look at the state after p (the start, or a step's
+// success) that both carries decide from: the next operation's dispatch
+// (dispatchedAfter), or, after a step's success, the execution's success
+// carrying it, when ending the execution successfully is the very next
+// decision and nothing else goes with the end (no successor to start, no
+// child to stop, no task to kill, no lock to release): one event records
+// both (docs/adr/0015). Under the same bounds; an end also not when the
+// step's output and the execution's would together take more than half
+// of the largest event.
+func (in Input) after(p events.Payload, size int) (disp *events.StepDispatched, end *events.ExecutionSucceeded) {
 	if in.SplitDispatch || len(in.State.Steps) > SmallExecution {
-		return nil
+		return nil, nil
 	}
-	var disp *events.StepDispatched
+	success, _ := p.(*events.StepSucceeded)
 	// A peek, not a copy: a success changes its one instance (Input.State).
 	err := projections.Peek(in.State, events.Event{Type: p.EventType(), Subject: in.ID, Time: in.Now, Data: p}, func(next projections.Execution) {
 		if len(next.Steps) > SmallExecution {
@@ -1078,65 +1090,35 @@ func (in Input) dispatchedAfter(p events.Payload, size int) *events.StepDispatch
 			after.Memo.retains = in.Memo.retains
 		}
 		a := after.decide(next)
-		if a.kind != actSchedule {
-			return
-		}
-		d := after.carry(a)
-		if d.Need != nil || d.Err != nil || len(d.Events) != 1 || len(d.Before)+len(d.After) > 0 {
-			return
-		}
-		if x, ok := d.Events[0].(*events.StepDispatched); ok && (in.MaxEvent <= 0 || size+len(x.Input) <= in.MaxEvent/2) {
-			disp = x // else two large payloads in one event: each in its own
+		switch {
+		case a.kind == actSchedule:
+			d := after.carry(a)
+			if d.Need != nil || d.Err != nil || len(d.Events) != 1 || len(d.Before)+len(d.After) > 0 {
+				return
+			}
+			if x, ok := d.Events[0].(*events.StepDispatched); ok && (in.MaxEvent <= 0 || size+len(x.Input) <= in.MaxEvent/2) {
+				disp = x // else two large payloads in one event: each in its own
+			}
+		case a.kind == actSucceed && success != nil:
+			d := after.carry(a)
+			if d.Need != nil || d.Err != nil || len(d.Events) != 1 || len(d.Before)+len(d.After) > 0 {
+				return
+			}
+			x, isEnd := d.Events[0].(*events.ExecutionSucceeded)
+			if !isEnd || x.ContinuedAs != "" || len(x.Children) > 0 || x.Step != nil {
+				return
+			}
+			if in.MaxEvent > 0 && size+len(x.Output) > in.MaxEvent/2 {
+				return // two large outputs in one event: each in its own
+			}
+			x.Step = success
+			end = x
 		}
 	})
 	if err != nil {
-		return nil
+		return nil, nil
 	}
-	return disp
-}
-
-// endedAfter returns the execution's success carrying ok, when ending the
-// execution successfully is the very next decision once ok is recorded
-// and nothing else goes with it (no successor to start, no child to stop,
-// no task to kill, no lock to release): one event records both
-// (docs/adr/0015). Nil otherwise, and under the bounds of
-// dispatchedAfter (a small execution's state, not for SplitDispatch
-// histories), or when the step's output and the execution's would
-// together take more than half of the largest event.
-func (in Input) endedAfter(ok *events.StepSucceeded) *events.ExecutionSucceeded {
-	if in.SplitDispatch || len(in.State.Steps) > SmallExecution {
-		return nil
-	}
-	var end *events.ExecutionSucceeded
-	// A peek, not a copy: a success changes its one instance (Input.State).
-	err := projections.Peek(in.State, events.Event{Type: ok.EventType(), Subject: in.ID, Time: in.Now, Data: ok}, func(next projections.Execution) {
-		after := in
-		after.State, after.Memo = next, &Memo{} // no view: walked
-		if in.Memo != nil {
-			after.Memo.retains = in.Memo.retains
-		}
-		a := after.decide(next)
-		if a.kind != actSucceed {
-			return
-		}
-		d := after.carry(a)
-		if d.Need != nil || d.Err != nil || len(d.Events) != 1 || len(d.Before)+len(d.After) > 0 {
-			return
-		}
-		x, isEnd := d.Events[0].(*events.ExecutionSucceeded)
-		if !isEnd || x.ContinuedAs != "" || len(x.Children) > 0 || x.Step != nil {
-			return
-		}
-		if in.MaxEvent > 0 && len(ok.Output)+len(x.Output) > in.MaxEvent/2 {
-			return // two large outputs in one event: each in its own
-		}
-		x.Step = ok
-		end = x
-	})
-	if err != nil {
-		return nil
-	}
-	return end
+	return disp, end
 }
 
 // Stale says why an agent's report about step st of s does not count

@@ -725,8 +725,10 @@ func (p *progress) watch(nc *nats.Conn) error {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		fmt.Fprintf(p.trace, "%s event %s %s prevseq %s\n", now.Format("15:04:05.000000"), m.Subject, typ, m.Header.Get("ce-"+events.ExtPrevSeq))
-		// An execution's success may carry its last step's (docs/adr/0015).
-		if typ != events.TypeStepSucceeded && (typ != events.TypeExecutionSucceeded || !bytes.Contains(m.Data, []byte(`"step":`))) {
+		// An execution's success may carry its last step's (docs/adr/0015):
+		// written with schema version 3, which only such an end is.
+		carried := typ == events.TypeExecutionSucceeded && m.Header.Get("ce-"+events.ExtSchema) == "3"
+		if typ != events.TypeStepSucceeded && !carried {
 			return
 		}
 		p.steps = append(p.steps, now)

@@ -47,12 +47,12 @@ func TestEventLinesSayWhatAWaitWaitsFor(t *testing.T) {
 // TestEventLineSaysWhatAnEndCarries: an execution's success that carries
 // its last step's success says so.
 func TestEventLineSaysWhatAnEndCarries(t *testing.T) {
-	data, err := json.Marshal(&events.ExecutionSucceeded{Output: json.RawMessage(`{"ok":true}`), Step: &events.StepSucceeded{StepID: "ship", Attempt: 1}})
+	data, err := json.Marshal(&events.ExecutionSucceeded{Output: json.RawMessage(`{"ok":true}`), Step: &events.StepSucceeded{StepID: "ship", Attempt: 1, Agent: "a1", Output: json.RawMessage(`{"n":2}`)}})
 	require.NoError(t, err)
 	var b bytes.Buffer
 	printEvent(&b, client.Event{Seq: 9, Type: events.TypeExecutionSucceeded, Time: time.Now(), Data: data})
 	require.Contains(t, b.String(), "execution.succeeded")
-	require.Contains(t, b.String(), "with=succeeded:ship")
+	require.Contains(t, b.String(), `with=succeeded:ship agent=a1 output={"n":2}`)
 }
 
 // TestEventLineSaysWhatASuccessDispatched: a step's success that carries

@@ -797,6 +797,13 @@ func printEvent(w io.Writer, ev client.Event) {
 		if s, ok := st["step_id"].(string); ok {
 			detail += " with=succeeded:" + s
 		}
+		if a, ok := st["agent"].(string); ok && a != "" {
+			detail += " agent=" + truncate(quoteIfSpaced(a), 120)
+		}
+		if o, ok := st["output"]; ok {
+			b, _ := json.Marshal(o)
+			detail += " output=" + truncate(string(b), 120)
+		}
 	}
 	if then, ok := d["then"].(map[string]any); ok { // the next operation's dispatch, in the same event
 		if s, ok := then["step_id"].(string); ok {
