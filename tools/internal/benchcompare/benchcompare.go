@@ -79,8 +79,10 @@ type Row struct {
 	// HigherBetter: more of it is better (steps/s).
 	HigherBetter bool
 	Old, New     []float64 // by pair
-	// OldMedian, NewMedian and Ratio (NewMedian / OldMedian).
-	OldMedian, NewMedian, Ratio float64
+	// OldMedian, NewMedian and Ratio (NewMedian / OldMedian); PairRatio
+	// is the median of each pair's new / old, the change as the pairs
+	// measure it (the machine's drift between pairs left out).
+	OldMedian, NewMedian, Ratio, PairRatio float64
 	// Better counts the pairs in which the new build did better, Worse
 	// those in which it did worse (a tie is neither).
 	Better, Worse int
@@ -115,6 +117,11 @@ func Compare(pairs []Pair) []Row {
 		}
 		r.OldMedian, r.NewMedian = Median(r.Old), Median(r.New)
 		r.Ratio = r.NewMedian / r.OldMedian
+		ratios := make([]float64, len(r.Old))
+		for i := range r.Old {
+			ratios[i] = r.New[i] / r.Old[i]
+		}
+		r.PairRatio = Median(ratios)
 		r.P = SignTest(r.Better, r.Worse)
 		rows = append(rows, r)
 	}
@@ -174,6 +181,8 @@ func Print(out io.Writer, rows []Row) {
 		w = max(w, len(label(r)))
 	}
 	fmt.Fprintf(out, "%-*s  %-12s  %-12s  %7s  %s\n", w, "figure", "old median", "new median", "new/old", "new better in")
+	// new/old is the median of the pairs' ratios: a machine that drifts
+	// between pairs moves both runs of a pair, not their ratio.
 	for _, r := range rows {
 		verdict := fmt.Sprintf("%d of %d pairs", r.Better, len(r.Old))
 		if r.Worse > 0 {
@@ -185,7 +194,7 @@ func Print(out io.Writer, rows []Row) {
 			verdict += fmt.Sprintf(": sign test p = %.3f", r.P)
 		}
 		fmt.Fprintf(out, "%-*s  %-12s  %-12s  %7s  %s\n", w, label(r), number(r.OldMedian), number(r.NewMedian),
-			strconv.FormatFloat(r.Ratio, 'f', 3, 64), verdict)
+			strconv.FormatFloat(r.PairRatio, 'f', 3, 64), verdict)
 	}
 	fmt.Fprintln(out, "\nby pair (old / new):")
 	for _, r := range rows {

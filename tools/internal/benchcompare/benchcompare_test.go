@@ -58,6 +58,7 @@ func TestCompare(t *testing.T) {
 	require.Equal(t, 6, steps.Better)
 	require.Zero(t, steps.Worse)
 	require.InDelta(t, 5502.5/5002.5, steps.Ratio, 1e-9)
+	require.InDelta(t, (5502.0/5002+5503.0/5003)/2, steps.PairRatio, 1e-9, "the median of the pairs' ratios")
 	require.InDelta(t, 2.0/64, steps.P, 1e-12)
 
 	cpu := rows[1]
@@ -77,6 +78,24 @@ func TestCompare(t *testing.T) {
 	require.Equal(t, 6, rows[0].Worse)
 	require.Zero(t, rows[0].Better)
 	require.False(t, math.IsNaN(rows[0].P))
+}
+
+// On a machine that drifts between pairs, the pairs' ratios tell the
+// change that the ratio of each side's median blurs (as in the runs of
+// docs/benchmarks.md, "An end carries the last success").
+func TestPairRatioSeesThroughDrift(t *testing.T) {
+	t.Parallel()
+	var pairs []benchcompare.Pair
+	for _, p := range [][2]float64{{0.30, 0.33}, {0.40, 0.36}, {0.31, 0.28}, {0.39, 0.35}, {0.32, 0.29}, {0.38, 0.345}} {
+		pairs = append(pairs, benchcompare.Pair{Old: benchcompare.Figures{CPUPerStepMs: p[0]}, New: benchcompare.Figures{CPUPerStepMs: p[1]}})
+	}
+	r := benchcompare.Compare(pairs)[0]
+	require.InDelta(t, (0.28/0.31+0.29/0.32)/2, r.PairRatio, 1e-9, "the median of the pairs' ratios: about -10%")
+	require.InDelta(t, 0.3375/0.35, r.Ratio, 1e-9, "the medians' ratio: about -4%")
+	require.Equal(t, 5, r.Better)
+	var b bytes.Buffer
+	benchcompare.Print(&b, []benchcompare.Row{r})
+	require.Contains(t, b.String(), "0.905  5 of 6 pairs (worse in 1)")
 }
 
 func TestPrint(t *testing.T) {
