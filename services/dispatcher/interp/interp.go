@@ -1090,29 +1090,25 @@ func (in Input) after(p events.Payload, size int) (disp *events.StepDispatched, 
 			after.Memo.retains = in.Memo.retains
 		}
 		a := after.decide(next)
-		switch {
-		case a.kind == actSchedule:
-			d := after.carry(a)
-			if d.Need != nil || d.Err != nil || len(d.Events) != 1 || len(d.Before)+len(d.After) > 0 {
-				return
+		if a.kind != actSchedule && (a.kind != actSucceed || success == nil) {
+			return
+		}
+		d := after.carry(a)
+		if d.Need != nil || d.Err != nil || len(d.Events) != 1 || len(d.Before)+len(d.After) > 0 {
+			return
+		}
+		// Two large payloads in one event: each goes in its own.
+		fits := func(n int) bool { return in.MaxEvent <= 0 || size+n <= in.MaxEvent/2 }
+		switch x := d.Events[0].(type) {
+		case *events.StepDispatched:
+			if fits(len(x.Input)) {
+				disp = x
 			}
-			if x, ok := d.Events[0].(*events.StepDispatched); ok && (in.MaxEvent <= 0 || size+len(x.Input) <= in.MaxEvent/2) {
-				disp = x // else two large payloads in one event: each in its own
+		case *events.ExecutionSucceeded:
+			if x.ContinuedAs == "" && len(x.Children) == 0 && x.Step == nil && fits(len(x.Output)) {
+				x.Step = success
+				end = x
 			}
-		case a.kind == actSucceed && success != nil:
-			d := after.carry(a)
-			if d.Need != nil || d.Err != nil || len(d.Events) != 1 || len(d.Before)+len(d.After) > 0 {
-				return
-			}
-			x, isEnd := d.Events[0].(*events.ExecutionSucceeded)
-			if !isEnd || x.ContinuedAs != "" || len(x.Children) > 0 || x.Step != nil {
-				return
-			}
-			if in.MaxEvent > 0 && size+len(x.Output) > in.MaxEvent/2 {
-				return // two large outputs in one event: each in its own
-			}
-			x.Step = success
-			end = x
 		}
 	})
 	if err != nil {
