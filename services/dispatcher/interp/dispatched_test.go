@@ -448,3 +448,143 @@ func TestAnEndCarriesTheLastSuccess(t *testing.T) {
 		require.Equal(t, []string{"step.succeeded", "lock.released", "execution.succeeded"}, types[len(types)-3:])
 	})
 }
+
+// TestASuccessTheDispatcherDecidesCarriesWhatFollows: the success of a
+// step the dispatcher runs itself (a let, a return, a sleep, a wait) is
+// decided by Next, and carries what follows it as an operation's does:
+// the next operation's dispatch, or the execution's end.
+func TestASuccessTheDispatcherDecidesCarriesWhatFollows(t *testing.T) {
+	t.Parallel()
+	folded := func(t *testing.T, m *memShell) {
+		t.Helper()
+		fold, err := projections.Fold(m.evs)
+		require.NoError(t, err)
+		require.Equal(t, m.state.Status, fold.Status)
+		require.Equal(t, m.state.Output, fold.Output)
+		require.Equal(t, m.state.Vars, fold.Vars)
+		require.Len(t, fold.Steps, len(m.state.Steps))
+		for i, st := range m.state.Steps {
+			require.Equal(t, st.RecordedStatus(), fold.Steps[i].Status, "step %s, as the history records it", st.ID)
+		}
+	}
+
+	t.Run("ASleepCarriesTheNextDispatch", func(t *testing.T) {
+		t.Parallel()
+		def := workflow.Definition{Name: "wf", Steps: []workflow.Step{
+			{ID: "rest", Kind: workflow.KindSleep, Duration: "90s"},
+			{ID: "build", Kind: workflow.KindExec, Command: "make", Args: []string{"${steps.rest.status}"}},
+		}}
+		m := newMemShell(t, def, `{}`)
+		m.advance()
+		m.fire()
+		m.advance()
+		types := m.types()
+		require.Equal(t, []string{"timer.fired", "step.succeeded"}, types[len(types)-2:], "the dispatch is carried by the sleep's success")
+		ok, isOK := m.evs[len(m.evs)-1].Data.(*events.StepSucceeded)
+		require.True(t, isOK)
+		require.Equal(t, "rest", ok.StepID)
+		require.NotNil(t, ok.Then)
+		require.Equal(t, "build", ok.Then.StepID)
+		require.JSONEq(t, `{"id":"build","kind":"exec","command":"make","args":["succeeded"]}`, string(ok.Then.Input), "rendered from the state after the success")
+		require.Len(t, m.tasks, 1, "and the task is sent")
+		require.Equal(t, projections.OpSent, m.state.Steps[m.state.StepIndex("build")].Status)
+		folded(t, m)
+	})
+
+	t.Run("ALetCarriesNoDispatch", func(t *testing.T) {
+		t.Parallel()
+		def := workflow.Definition{Name: "wf", Steps: []workflow.Step{
+			{ID: "count", Kind: workflow.KindLet, Vars: map[string]any{"n": 3}},
+			{ID: "build", Kind: workflow.KindExec, Command: "make", Args: []string{"${vars.n}"}},
+		}}
+		m := newMemShell(t, def, `{}`)
+		m.advance()
+		require.Equal(t, []string{"execution.started", "step.scheduled", "step.succeeded", "step.dispatched"}, m.types(),
+			"build is entered after the let's event: a replay from it restores the variables the let set")
+		require.Nil(t, m.evs[2].Data.(*events.StepSucceeded).Then)
+		st := m.state.Steps[m.state.StepIndex("build")]
+		require.Equal(t, 4, st.Entered)
+		require.Len(t, m.tasks, 1)
+		require.Contains(t, string(m.tasks[0].Spec), `"3"`)
+		folded(t, m)
+	})
+
+	t.Run("ALetBeforeALetCarriesNothing", func(t *testing.T) {
+		t.Parallel()
+		def := workflow.Definition{Name: "wf", Output: map[string]any{"m": "${vars.m}"}, Steps: []workflow.Step{
+			{ID: "a", Kind: workflow.KindLet, Vars: map[string]any{"n": 3}},
+			{ID: "b", Kind: workflow.KindLet, Vars: map[string]any{"m": "${vars.n}"}},
+		}}
+		m := newMemShell(t, def, `{}`)
+		m.advance()
+		require.Equal(t, []string{"execution.started", "step.scheduled", "step.succeeded", "step.scheduled", "execution.succeeded"}, m.types(),
+			"a's success carries nothing (what follows it is no dispatch); b's is carried by the end")
+		require.Nil(t, m.evs[2].Data.(*events.StepSucceeded).Then)
+		end := m.evs[4].Data.(*events.ExecutionSucceeded)
+		require.Equal(t, "b", end.Step.StepID)
+		require.JSONEq(t, `{"m":3}`, string(end.Output))
+		folded(t, m)
+	})
+
+	t.Run("AReturnIsCarriedByTheEnd", func(t *testing.T) {
+		t.Parallel()
+		def := workflow.Definition{Name: "wf", Steps: []workflow.Step{
+			{ID: "done", Kind: workflow.KindReturn, Output: map[string]any{"x": "${input.x}"}},
+			{ID: "never", Kind: workflow.KindExec, Command: "x"},
+		}}
+		m := newMemShell(t, def, `{"x":7}`)
+		m.advance()
+		require.Equal(t, []string{"execution.started", "step.scheduled", "execution.succeeded"}, m.types())
+		end := m.evs[2].Data.(*events.ExecutionSucceeded)
+		require.Equal(t, "done", end.Step.StepID)
+		require.JSONEq(t, `{"x":7}`, string(end.Output))
+		require.Equal(t, projections.StatusSucceeded, m.state.Status)
+		require.Equal(t, projections.OpSucceeded, m.state.Steps[0].Status)
+		require.Empty(t, m.tasks)
+		folded(t, m)
+	})
+
+	t.Run("ATakenSignalIsCarriedByTheEnd", func(t *testing.T) {
+		t.Parallel()
+		def := workflow.Definition{Name: "wf", Output: map[string]any{"got": "${steps.w.output.name}"}, Steps: []workflow.Step{
+			{ID: "w", Kind: workflow.KindWait, Signal: "go"},
+		}}
+		m := newMemShell(t, def, `{}`)
+		m.advance()
+		require.Equal(t, projections.OpWaiting, m.state.Steps[0].Status)
+		m.carry(Signal(m.input(), SignalCommand{ID: "s1", Name: "go", Sender: "test", SentAt: m.now}))
+		m.advance()
+		types := m.types()
+		require.Equal(t, []string{"signal.received", "execution.succeeded"}, types[len(types)-2:])
+		end := m.evs[len(m.evs)-1].Data.(*events.ExecutionSucceeded)
+		require.Equal(t, "s1", end.Step.SignalID, "the signal it took, with the success")
+		require.JSONEq(t, `{"got":"go"}`, string(end.Output))
+		require.Equal(t, projections.StatusSucceeded, m.state.Status)
+		require.Equal(t, projections.OpSucceeded, m.state.Steps[0].Status)
+		require.True(t, Next(m.input()).Empty(), "nothing more to decide")
+		folded(t, m)
+	})
+
+	t.Run("NotWithALockToRelease", func(t *testing.T) {
+		t.Parallel()
+		def := workflow.Definition{Name: "wf", Lock: "l", Steps: []workflow.Step{
+			{ID: "count", Kind: workflow.KindLet, Vars: map[string]any{"n": 3}},
+		}}
+		m := newMemShell(t, def, `{}`)
+		m.advance()
+		require.Equal(t, projections.StatusSucceeded, m.state.Status, "%v: %s", m.types(), m.state.Error)
+		types := m.types()
+		require.Equal(t, []string{"step.succeeded", "lock.released", "execution.succeeded"}, types[len(types)-3:], "the lock's release comes between")
+		require.Nil(t, m.evs[len(m.evs)-1].Data.(*events.ExecutionSucceeded).Step)
+		folded(t, m)
+	})
+
+	t.Run("SplitDispatch", func(t *testing.T) {
+		t.Parallel()
+		def := workflow.Definition{Name: "wf", Steps: []workflow.Step{{ID: "count", Kind: workflow.KindLet, Vars: map[string]any{"n": 3}}}}
+		m := newMemShell(t, def, `{}`)
+		m.split = true
+		m.advance()
+		require.Equal(t, []string{"execution.started", "step.scheduled", "step.succeeded", "execution.succeeded"}, m.types(), "an older dispatcher reads these histories")
+	})
+}

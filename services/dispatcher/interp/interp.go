@@ -326,9 +326,36 @@ type LockHeld struct{ Lock EnqueueLock }
 func (TaskStored) outcome() {}
 func (LockHeld) outcome()   {}
 
-// Next decides what the execution does next.
+// Next decides what the execution does next. A step's success that it
+// decides itself (a let's, a return's, a sleep's or a wait's end, a
+// container's) carries what follows it, as an operation's success does
+// (Result): the next operation's dispatch (docs/adr/0008) or the
+// execution's end (docs/adr/0015), when that is the very next decision.
 func Next(in Input) Decision {
-	return in.carry(in.decide(in.State))
+	d := in.carry(in.decide(in.State))
+	if len(d.Events) != 1 || len(d.Before)+len(d.After) > 0 {
+		return d
+	}
+	ok, isOK := d.Events[0].(*events.StepSucceeded)
+	if !isOK || ok.Then != nil {
+		return d
+	}
+	size := len(ok.Output)
+	for _, v := range ok.Vars {
+		size += len(v)
+	}
+	then, end := in.after(ok, size)
+	switch {
+	case end != nil:
+		d.Events = []events.Payload{end}
+	case len(ok.Vars) == 0:
+		// Not a let's: the instance a dispatch carried is entered at the
+		// success's event, and a replay from it restores the variables
+		// of the events before that one (docs/adr/0008), which would be
+		// without those the let set.
+		ok.Then = then
+	}
+	return d
 }
 
 // decide is the action for the execution in state s (its state, or the

@@ -296,9 +296,14 @@ func TestInterpreterRunsAWorkflowWithoutAServer(t *testing.T) {
 		"execution.started",
 		"step.dispatched", "step.started", "step.succeeded", // build: scheduled and sending are one event, sent is recorded with the start
 		"step.scheduled", "step.succeeded", // count: the variables and the success are one event
-		"step.scheduled", "timer.armed", "step.waiting", "timer.fired", "step.succeeded", // rest
-		"execution.succeeded",
+		"step.scheduled", "timer.armed", "step.waiting", "timer.fired", // rest
+		"execution.succeeded", // carrying rest's success (docs/adr/0015)
 	}, m.types())
+	end, ok := m.evs[len(m.evs)-1].Data.(*events.ExecutionSucceeded)
+	require.True(t, ok)
+	require.NotNil(t, end.Step, "the end carries the sleep's success")
+	require.Equal(t, "rest", end.Step.StepID)
+	require.Equal(t, projections.OpSucceeded, m.state.Steps[m.state.StepIndex("rest")].Status)
 }
 
 // TestInterpreterIsPure: the same input gives the same decision, and a
