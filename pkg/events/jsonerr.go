@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"math/big"
 	"reflect"
@@ -35,11 +36,16 @@ func ExplainJSON(err error) (field, message string) {
 		return name, fmt.Sprintf("unknown member %q", name)
 	case errors.Is(err, errTrailing):
 		return "", "has data after the JSON value"
+	case errors.Is(err, errEmpty):
+		return "", "is empty (no JSON value)"
 	}
 	return "", strings.TrimPrefix(err.Error(), "json: ")
 }
 
-var errTrailing = errors.New("json: data after the top-level value")
+var (
+	errTrailing = errors.New("json: data after the top-level value")
+	errEmpty    = errors.New("json: no value")
+)
 
 // wholeNumber explains a number given where a whole number of a Go integer
 // type goes: one with a fraction, or one out of the type's range
@@ -198,6 +204,18 @@ func DecodeStrictJSON(data []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
+		if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+			return err
+		}
+		// The decoder says only "EOF" or "unexpected EOF": nothing at
+		// all, or a value cut short, which json.Unmarshal places.
+		if len(bytes.TrimSpace(data)) == 0 {
+			return errEmpty
+		}
+		var raw json.RawMessage
+		if serr := json.Unmarshal(data, &raw); serr != nil {
+			return serr
+		}
 		return err
 	}
 	if dec.More() {

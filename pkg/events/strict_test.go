@@ -139,7 +139,10 @@ func TestExplainJSON(t *testing.T) {
 		{"StrictUnknownMember", `{"n":1,"colour":"red"}`, "colour", `unknown member "colour"`, true},
 		{"StrictTrailingValue", `{"n":1} {"n":2}`, "", "has data after the JSON value", true},
 		{"StrictTrailingGarbage", `{"n":1} x`, "", "has data after the JSON value", true},
-		{"StrictTruncated", `{"n":1`, "", "unexpected EOF", true},
+		{"StrictTruncated", `{"n":1`, "", "is not valid JSON at byte 6: unexpected end of JSON input", true},
+		{"StrictCutInAString", `{"n":1,"s":"ab`, "", "is not valid JSON at byte 14: unexpected end of JSON input", true},
+		{"StrictEmpty", ``, "", "is empty (no JSON value)", true},
+		{"StrictBlank", " \n\t", "", "is empty (no JSON value)", true},
 		{"StrictWrongType", `{"s":true}`, "s", "must be a string, not bool", true},
 	}
 	for _, tc := range tests {

@@ -276,3 +276,20 @@ func TestNoVersionLeftIsAConflict(t *testing.T) {
 	a = b.call(t, http.MethodPost, "/v1/workflows", b.admin, "", "name: top\nversion: 2\nsteps:\n  - {id: b, kind: noop}\n")
 	require.Equal(t, http.StatusCreated, a.status, "%s", a.body)
 }
+
+// TestStartBodyEmptyOrCutShort: a start whose JSON body is empty or ends
+// before its value does is told so, and where, not "EOF".
+func TestStartBodyEmptyOrCutShort(t *testing.T) {
+	t.Parallel()
+	b := setupAuth(t)
+	for body, want := range map[string]string{
+		"":                     "the body is empty (no JSON value)",
+		"  \n":                 "the body is empty (no JSON value)",
+		`{"workflow":"hello",`: "the body is not valid JSON at byte 20: unexpected end of JSON input",
+	} {
+		a := b.call(t, http.MethodPost, "/v1/executions", b.admin, "", body)
+		require.Equal(t, http.StatusBadRequest, a.status, "%q: %s", body, a.body)
+		require.Equal(t, "invalid_json", a.err.Code)
+		require.Equal(t, want, a.err.Message, "%q", body)
+	}
+}
