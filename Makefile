@@ -159,7 +159,7 @@ fuzz: ## Fuzz every target (decoding, folding, parsing, name rules, definitions 
 	$(call FUZZ_RUN,$(FUZZTIME))
 
 .PHONY: fuzz/short
-fuzz/short: ## Fuzz every target for FUZZ_SHORT (3s) each, as make test does after the tests
+fuzz/short: ## Fuzz every target for FUZZ_SHORT (2000 inputs) each, as make test does after the tests
 	$(call FUZZ_RUN,$(FUZZ_SHORT))
 
 .PHONY: bench

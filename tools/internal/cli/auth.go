@@ -17,7 +17,7 @@ import (
 func (a *app) authCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "auth",
-		Short: "Make jetflow's NATS identities: the operator, an account per namespace, a user per role (init, user)",
+		Short: "Make jetflow's NATS identities: the operator, an account per namespace, a user per role (init, user, revoke)",
 		Long: `jetflow runs NATS in operator mode: an operator signs one account per
 namespace, and each account signs a user per role (admin, dispatcher,
 agent, api, janitor, client) whose JWT carries that role's permissions
