@@ -109,9 +109,9 @@ func TestCheckProblems(t *testing.T) {
 			problem{events.CodeInvalid, "input.count", "the input does not match workflow typed's input schema: " +
 				"input.count minimum: got 0, want 1; input.name maxLength: got 4, want 3"}},
 		{"SchemaRequiredAbsentInput", `{"workflow":"typed"}`, def,
-			problem{events.CodeInvalid, "input", "the input does not match workflow typed's input schema: input missing property 'count'"}},
+			problem{events.CodeInvalid, "input.count", "the input does not match workflow typed's input schema: input.count is required"}},
 		{"SchemaRequiredNullInput", `{"workflow":"typed","input":null}`, def,
-			problem{events.CodeInvalid, "input", "the input does not match workflow typed's input schema: input missing property 'count'"}},
+			problem{events.CodeInvalid, "input.count", "the input does not match workflow typed's input schema: input.count is required"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

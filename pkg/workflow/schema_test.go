@@ -103,9 +103,9 @@ func TestCheckInput(t *testing.T) {
 		want  []workflow.FieldError
 	}{
 		{"Valid", `{"date":"2026-01-01","hosts":["a","b"],"format":"pdf"}`, nil},
-		{"NoInputIsAnEmptyObject", ``, []workflow.FieldError{{Field: "input", Message: "missing property 'date'"}}},
-		{"NullIsAnEmptyObject", `null`, []workflow.FieldError{{Field: "input", Message: "missing property 'date'"}}},
-		{"BlankIsAnEmptyObject", " \n", []workflow.FieldError{{Field: "input", Message: "missing property 'date'"}}},
+		{"NoInputIsAnEmptyObject", ``, []workflow.FieldError{{Field: "input.date", Message: "is required"}}},
+		{"NullIsAnEmptyObject", `null`, []workflow.FieldError{{Field: "input.date", Message: "is required"}}},
+		{"BlankIsAnEmptyObject", " \n", []workflow.FieldError{{Field: "input.date", Message: "is required"}}},
 		{"WrongType", `{"date":5}`, []workflow.FieldError{{Field: "input.date", Message: "got number, want string"}}},
 		{"ListItemNamedByIndex", `{"date":"2026-01-01","hosts":["a",3]}`, []workflow.FieldError{{Field: "input.hosts.1", Message: "got number, want string"}}},
 		{"NotInTheEnum", `{"date":"2026-01-01","format":"doc"}`, []workflow.FieldError{{Field: "input.format", Message: "value must be one of 'pdf', 'html'"}}},
@@ -131,6 +131,19 @@ func TestCheckInput(t *testing.T) {
 			}
 		})
 	}
+
+	t.Run("EachMissingMemberNamed", func(t *testing.T) {
+		t.Parallel()
+
+		nested := workflow.Definition{Name: "wf", Input: map[string]any{
+			"type": "object", "required": []any{"who", "where"},
+			"properties": map[string]any{"where": map[string]any{"type": "object", "required": []any{"host"}}},
+		}}
+		require.Equal(t, []workflow.FieldError{{Field: "input.where", Message: "is required"}, {Field: "input.who", Message: "is required"}},
+			nested.CheckInput(json.RawMessage(`{}`)))
+		require.Equal(t, []workflow.FieldError{{Field: "input.where.host", Message: "is required"}},
+			nested.CheckInput(json.RawMessage(`{"who":"ada","where":{}}`)))
+	})
 
 	t.Run("NoSchemaTakesAnything", func(t *testing.T) {
 		t.Parallel()

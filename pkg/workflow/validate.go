@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
 
@@ -827,6 +828,13 @@ func (d Definition) CheckInput(input json.RawMessage) []FieldError {
 			continue
 		}
 		field := "input" + strings.ReplaceAll(u.InstanceLocation, "/", ".")
+		if req, ok := u.Error.Kind.(*kind.Required); ok {
+			// The member that is missing, not the object it is missing from.
+			for _, name := range req.Missing {
+				out = append(out, FieldError{Field: field + "." + name, Message: "is required"})
+			}
+			continue
+		}
 		out = append(out, FieldError{Field: field, Message: u.Error.String()})
 	}
 	if len(out) == 0 {
