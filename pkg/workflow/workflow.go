@@ -534,14 +534,53 @@ func yamlProblem(err error) FieldError {
 
 // spellingHint names the field an unknown one was meant to be, when it
 // differs only by '-' for '_' (on-parent-end, lock-timeout) or the other
-// way round (on_error): "" otherwise.
+// way round (on_error), or is one slip of a known field's spelling away
+// (mesage, comand, timout): "" otherwise, or when two fields are as
+// near.
 func spellingHint(name string) string {
 	for _, alt := range []string{strings.ReplaceAll(name, "-", "_"), strings.ReplaceAll(name, "_", "-")} {
 		if alt != name && knownFields()[alt] {
 			return fmt.Sprintf(" (did you mean %q?)", alt)
 		}
 	}
-	return ""
+	if len(name) < 4 { // too short to tell a slip from another word
+		return ""
+	}
+	var near []string
+	for known := range knownFields() {
+		if editDistance(name, known) == 1 {
+			near = append(near, known)
+		}
+	}
+	if len(near) != 1 {
+		return ""
+	}
+	return fmt.Sprintf(" (did you mean %q?)", near[0])
+}
+
+// editDistance is the number of letters inserted, deleted, replaced or
+// swapped with their neighbour that turn a into b (optimal string
+// alignment).
+func editDistance(a, b string) int {
+	prev2, prev, cur := make([]int, len(b)+1), make([]int, len(b)+1), make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				cur[j] = min(cur[j], prev2[j-2]+1)
+			}
+		}
+		prev2, prev, cur = prev, cur, prev2
+	}
+	return prev[len(b)]
 }
 
 // knownFields are the YAML names of a definition's and a step's fields.
