@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -185,6 +186,13 @@ func checkDevInput(cfg devstack.Config) error {
 		}
 	}
 	for _, addr := range addrs {
+		if addr.addr == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(addr.addr); err != nil {
+			sample := map[string]string{"--nats-addr": "4223", "--http": "8081", "--metrics-addr": "9465"}[addr.flag]
+			return usagef("%s %s: give HOST:PORT, e.g. 127.0.0.1:%s", addr.flag, addr.addr, portHint(addr.addr, sample))
+		}
 		if err := addressFree(addr.addr); errors.Is(err, errAddressInUse) {
 			hint := ""
 			if addr.flag == "--metrics-addr" {
@@ -212,6 +220,15 @@ func checkDevInput(cfg devstack.Config) error {
 		}
 	}
 	return nil
+}
+
+// portHint is the port an address without one may have meant: itself
+// when it is a number (--http 8081), else sample.
+func portHint(addr, sample string) string {
+	if _, err := strconv.ParseUint(addr, 10, 16); err == nil {
+		return addr
+	}
+	return sample
 }
 
 // DefaultDevMetricsAddr is where jetflow dev serves its metrics unless
