@@ -344,17 +344,16 @@ func Next(in Input) Decision {
 	for _, v := range ok.Vars {
 		size += len(v)
 	}
-	then, end := in.after(ok, size)
-	switch {
-	case end != nil:
+	// A let's carries no dispatch: the instance a dispatch carried is
+	// entered at the success's event, and a replay from it restores the
+	// variables of the events before that one (docs/adr/0008), which
+	// would be without those the let set.
+	then, end := in.after(ok, size, len(ok.Vars) == 0)
+	if end != nil {
 		d.Events = []events.Payload{end}
-	case len(ok.Vars) == 0:
-		// Not a let's: the instance a dispatch carried is entered at the
-		// success's event, and a replay from it restores the variables
-		// of the events before that one (docs/adr/0008), which would be
-		// without those the let set.
-		ok.Then = then
+		return d
 	}
+	ok.Then = then
 	return d
 }
 
@@ -998,7 +997,7 @@ func Result(in Input, ref events.TaskRef, ev events.Event) Decision {
 	p = in.final(p)
 	if ok, isOK := p.(*events.StepSucceeded); isOK {
 		var end *events.ExecutionSucceeded
-		if ok.Then, end = in.after(ok, len(ok.Output)); end != nil {
+		if ok.Then, end = in.after(ok, len(ok.Output), true); end != nil {
 			return Decision{Events: []events.Payload{end}}
 		}
 	}
@@ -1088,7 +1087,7 @@ func Start(in Input, started *events.ExecutionStarted) Decision {
 // start's input and definition): with the next input, at most half of
 // the largest event, or each goes in its own event.
 func (in Input) dispatchedAfter(p events.Payload, size int) *events.StepDispatched {
-	disp, _ := in.after(p, size)
+	disp, _ := in.after(p, size, true)
 	return disp
 }
 
@@ -1100,8 +1099,8 @@ func (in Input) dispatchedAfter(p events.Payload, size int) *events.StepDispatch
 // child to stop, no task to kill, no lock to release): one event records
 // both (docs/adr/0015). Under the same bounds; an end also not when the
 // step's output and the execution's would together take more than half
-// of the largest event.
-func (in Input) after(p events.Payload, size int) (disp *events.StepDispatched, end *events.ExecutionSucceeded) {
+// of the largest event. Without dispatch, only the end is looked for.
+func (in Input) after(p events.Payload, size int, dispatch bool) (disp *events.StepDispatched, end *events.ExecutionSucceeded) {
 	if in.SplitDispatch || len(in.State.Steps) > SmallExecution {
 		return nil, nil
 	}
@@ -1117,7 +1116,7 @@ func (in Input) after(p events.Payload, size int) (disp *events.StepDispatched, 
 			after.Memo.retains = in.Memo.retains
 		}
 		a := after.decide(next)
-		if a.kind != actSchedule && (a.kind != actSucceed || success == nil) {
+		if (a.kind != actSchedule || !dispatch) && (a.kind != actSucceed || success == nil) {
 			return
 		}
 		d := after.carry(a)
