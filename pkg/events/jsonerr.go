@@ -218,11 +218,9 @@ func DecodeStrictJSON(data []byte, v any) error {
 		}
 		return err
 	}
-	if dec.More() {
-		return errTrailing
-	}
-	var extra json.RawMessage
-	if err := dec.Decode(&extra); err == nil {
+	// Only white space may follow (dec.More is false before a stray ']'
+	// or '}', and a second Decode fails on one).
+	if len(bytes.TrimLeft(data[dec.InputOffset():], " \t\r\n")) > 0 {
 		return errTrailing
 	}
 	return nil
