@@ -57,17 +57,24 @@ func requireProblem(t *testing.T, input, field, msg string) {
 
 // TestUnknownFieldsHintAtTheSpelling: a field spelled with '-' for '_'
 // (or the other way round), or one letter off a known field's spelling,
-// names the field it was meant to be; one near no field names none.
+// names the field it was meant to be, among the fields of what holds it
+// (a step, the definition); one near no field, or in a mapping of other
+// fields (a switch case, a retry), names none.
 func TestUnknownFieldsHintAtTheSpelling(t *testing.T) {
 	t.Parallel()
 	for input, want := range map[string]string{
-		"name: wf\nsteps:\n  - id: s\n    kind: workflow\n    workflow: x\n    child: true\n    on-parent-end: abandon\n": `unknown field "on-parent-end" (did you mean "on_parent_end"?)`,
-		"name: wf\nsteps:\n  - id: s\n    kind: noop\n    on_error:\n      - {id: a, kind: noop}\n":                       `unknown field "on_error" (did you mean "on-error"?)`,
-		"name: wf\nsteps:\n  - {id: s, kind: log, mesage: hi}\n":                                                          `unknown field "mesage" (did you mean "message"?)`,
-		"name: wf\nsteps:\n  - {id: s, kind: exec, comand: ls}\n":                                                         `unknown field "comand" (did you mean "command"?)`,
-		"name: wf\nsteps:\n  - {id: s, kind: noop, timout: 1s}\n":                                                         `unknown field "timout" (did you mean "timeout"?)`,
-		"name: wf\nsteps:\n  - {id: s, kind: noop, colour: red}\n":                                                        `unknown field "colour"`,
-		"name: wf\nsteps:\n  - id: s\n    kind: noop\n    colour: red\n":                                                  `unknown field "colour"`,
+		"name: wf\nsteps:\n  - id: s\n    kind: workflow\n    workflow: x\n    child: true\n    on-parent-end: abandon\n":    `unknown field "on-parent-end" (did you mean "on_parent_end"?)`,
+		"name: wf\nsteps:\n  - id: s\n    kind: noop\n    on_error:\n      - {id: a, kind: noop}\n":                          `unknown field "on_error" (did you mean "on-error"?)`,
+		"name: wf\nsteps:\n  - {id: s, kind: log, mesage: hi}\n":                                                             `unknown field "mesage" (did you mean "message"?)`,
+		"name: wf\nsteps:\n  - {id: s, kind: exec, comand: ls}\n":                                                            `unknown field "comand" (did you mean "command"?)`,
+		"name: wf\nsteps:\n  - {id: s, kind: noop, timout: 1s}\n":                                                            `unknown field "timout" (did you mean "timeout"?)`,
+		"name: wf\nsteps:\n  - {id: s, kind: noop, colour: red}\n":                                                           `unknown field "colour"`,
+		"namme: wf\nsteps:\n  - {id: s, kind: noop}\n":                                                                       `unknown field "namme" (did you mean "name"?)`,
+		"name: wf\nsteps:\n  - {id: b, kind: workflow, steps: [{id: a, kind: log, mesage: hi}]}\n":                           `unknown field "mesage" (did you mean "message"?)`,
+		"name: wf\nsteps:\n  - {id: a, kind: exec, command: x, on-error: [{id: n, kind: log, mesage: hi}]}\n":                `unknown field "mesage" (did you mean "message"?)`,
+		"name: wf\nsteps:\n  - id: s\n    kind: switch\n    cases:\n      - case: x\n        steps: [{id: a, kind: noop}]\n": `unknown field "case"`,
+		"name: wf\nsteps:\n  - {id: s, kind: noop, retry: {limt: 3}}\n":                                                      `unknown field "limt"`,
+		"name: wf\nsteps:\n  - id: s\n    kind: noop\n    colour: red\n":                                                     `unknown field "colour"`,
 	} {
 		_, err := workflow.Parse([]byte(input))
 		var ve *workflow.ValidationError

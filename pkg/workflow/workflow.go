@@ -448,6 +448,11 @@ func Parse(data []byte) (d Definition, err error) {
 		}
 		fe := yamlProblem(err)
 		if fe.Field != "" {
+			if strings.HasPrefix(fe.Message, "unknown field ") {
+				// Hinted from the fields of what holds it: a step's, or
+				// the definition's (a switch case or a retry has others).
+				fe.Message += spellingHint(fe.Field, fieldsAt(pathAt(body, "", fe.Line, fe.Column)))
+			}
 			fe.Field = fieldPath(file, fe.Line, fe.Column, fe.Field)
 		}
 		var te *yaml.TypeError
@@ -525,7 +530,7 @@ func yamlProblem(err error) FieldError {
 		var ue *yaml.UnknownFieldError
 		if errors.As(err, &ue) {
 			fe.Field = tk.Value
-			fe.Message = fmt.Sprintf("unknown field %q", tk.Value) + spellingHint(tk.Value)
+			fe.Message = fmt.Sprintf("unknown field %q", tk.Value)
 		}
 		return fe
 	}
@@ -537,9 +542,9 @@ func yamlProblem(err error) FieldError {
 // way round (on_error), or is one slip of a known field's spelling away
 // (mesage, comand, timout): "" otherwise, or when two fields are as
 // near.
-func spellingHint(name string) string {
+func spellingHint(name string, known map[string]bool) string {
 	for _, alt := range []string{strings.ReplaceAll(name, "-", "_"), strings.ReplaceAll(name, "_", "-")} {
-		if alt != name && knownFields()[alt] {
+		if alt != name && known[alt] {
 			return fmt.Sprintf(" (did you mean %q?)", alt)
 		}
 	}
@@ -547,9 +552,9 @@ func spellingHint(name string) string {
 		return ""
 	}
 	var near []string
-	for known := range knownFields() {
-		if editDistance(name, known) == 1 {
-			near = append(near, known)
+	for k := range known {
+		if editDistance(name, k) == 1 {
+			near = append(near, k)
 		}
 	}
 	if len(near) != 1 {
@@ -583,18 +588,41 @@ func editDistance(a, b string) int {
 	return prev[len(b)]
 }
 
-// knownFields are the YAML names of a definition's and a step's fields.
-var knownFields = sync.OnceValue(func() map[string]bool {
+// definitionFields and stepFields are the YAML names of a definition's
+// and a step's fields.
+var (
+	definitionFields = sync.OnceValue(func() map[string]bool { return yamlFields(reflect.TypeFor[Definition]()) })
+	stepFields       = sync.OnceValue(func() map[string]bool { return yamlFields(reflect.TypeFor[Step]()) })
+)
+
+func yamlFields(t reflect.Type) map[string]bool {
 	out := map[string]bool{}
-	for _, t := range []reflect.Type{reflect.TypeFor[Definition](), reflect.TypeFor[Step]()} {
-		for i := range t.NumField() {
-			if name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ","); name != "" && name != "-" {
-				out[name] = true
-			}
+	for i := range t.NumField() {
+		if name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ","); name != "" && name != "-" {
+			out[name] = true
 		}
 	}
 	return out
-})
+}
+
+// stepAt matches the path of a step: an item of a list of steps.
+var stepAt = regexp.MustCompile(`(^|\.)(steps|on-error|compensate|default)\[[0-9]+\]$`)
+
+// fieldsAt returns the fields that the mapping holding the key at path
+// (e.g. "steps[0].colour") may have: a step's, the definition's, or
+// none known (a retry, a switch case, a branch).
+func fieldsAt(path string) map[string]bool {
+	i := strings.LastIndexByte(path, '.')
+	switch {
+	case path == "":
+		return nil
+	case i < 0:
+		return definitionFields()
+	case stepAt.MatchString(path[:i]):
+		return stepFields()
+	}
+	return nil
+}
 
 // fieldPath names the key at line:col by its path, e.g. "steps[2].colour",
 // by finding the step whose mapping holds it.
