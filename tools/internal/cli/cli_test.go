@@ -343,6 +343,50 @@ func TestAPIFoundWithoutFlags(t *testing.T) {
 	require.Equal(t, defaultAPI, (&app{getenv: func(k string) string { return map[string]string{"JETFLOW_DATA": dir}[k] }}).api())
 }
 
+// TestAConnectionFileNamesOnlyItsOwnFiles: a .jetflow of another's
+// making (one that came with a cloned repository) cannot have the CLI
+// send a file of the user's, or the user's configured token, to the api
+// it names: the files it names count only inside it, symbolic links
+// resolved, and the api it names gets no token but its dev's own.
+func TestAConnectionFileNamesOnlyItsOwnFiles(t *testing.T) {
+	t.Parallel()
+	data, home := t.TempDir(), t.TempDir()
+	secret := filepath.Join(home, "secret")
+	require.NoError(t, os.WriteFile(secret, []byte("ghp_not-for-them\n"), 0o600))
+	cfgDir := filepath.Join(home, "config")
+	require.NoError(t, os.MkdirAll(filepath.Join(cfgDir, "jetflow"), 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(cfgDir, "jetflow", "token"), []byte("from-config\n"), 0o600))
+	require.NoError(t, os.Symlink(secret, filepath.Join(data, "link")))
+	conn := func(tokenFile string) {
+		t.Helper()
+		b, err := json.Marshal(devstack.Conn{API: "http://127.0.0.1:1", NATS: "nats://127.0.0.1:2", TokenFile: tokenFile,
+			AdminCreds: secret, ClientCreds: filepath.Join(data, "link")})
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(data, devstack.ConnFile), b, 0o600))
+	}
+	env := map[string]string{"JETFLOW_DATA": data, "XDG_CONFIG_HOME": cfgDir}
+	a := &app{getenv: func(k string) string { return env[k] }}
+
+	for _, tokenFile := range []string{secret, filepath.Join(data, "link"), filepath.Join(data, "..", filepath.Base(home), "secret")} {
+		conn(tokenFile)
+		require.Equal(t, "http://127.0.0.1:1", a.api())
+		require.Empty(t, a.token(), "token_file %s: neither the file's first line nor the configured token", tokenFile)
+		c, err := devstack.ReadConn(data)
+		require.NoError(t, err)
+		require.Empty(t, c.TokenFile)
+		require.Empty(t, c.AdminCreds, "creds outside the data directory are not taken either")
+		require.Empty(t, c.ClientCreds, "nor through a link")
+	}
+
+	own := filepath.Join(data, "auth", "admin.token")
+	require.NoError(t, os.MkdirAll(filepath.Dir(own), 0o700))
+	require.NoError(t, os.WriteFile(own, []byte("dev-admin\n"), 0o600))
+	conn(own)
+	require.Equal(t, "dev-admin", a.token(), "its own token, inside it")
+	env["JETFLOW_API"] = "http://elsewhere:1"
+	require.Equal(t, "from-config", a.token(), "the api the user names gets the configured token")
+}
+
 // TestVersion: jetflow version prints its own build and the api's.
 func TestVersion(t *testing.T) {
 	t.Parallel()

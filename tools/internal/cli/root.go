@@ -162,6 +162,8 @@ const configTokenHint = "$XDG_CONFIG_HOME/jetflow/token (~/.config/jetflow/token
 // else the admin token of the jetflow dev whose api this is (its
 // connection file names it), else the first line of the config file
 // $XDG_CONFIG_HOME/jetflow/token (~/.config/jetflow/token); "" if none.
+// The config file's token is for the api the user names: never sent to
+// an api found in a connection file (the dev's own token, or none).
 func (a *app) token() string {
 	if a.tokenFlag != "" {
 		return a.tokenFlag
@@ -169,10 +171,15 @@ func (a *app) token() string {
 	if v := a.getenv("JETFLOW_TOKEN"); v != "" {
 		return v
 	}
-	if c, err := devstack.ReadConn(a.dataDir()); err == nil && c.TokenFile != "" && c.API == a.api() {
+	c, err := devstack.ReadConn(a.dataDir())
+	dev := err == nil && c.API != "" && c.API == a.api()
+	if dev && c.TokenFile != "" {
 		if t, err := devstack.ReadToken(c.TokenFile); err == nil {
 			return t
 		}
+	}
+	if dev && a.apiURL == "" && a.getenv("JETFLOW_API") == "" {
+		return ""
 	}
 	if t, err := devstack.ReadToken(a.configTokenFile()); err == nil {
 		return t

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // ConnFile is the name of the file, in the data directory, where a running
@@ -62,6 +63,12 @@ func writeConn(dir string, c Conn) error {
 
 // ReadConn reads the connection file of the jetflow dev running on dir.
 // The error wraps os.ErrNotExist when there is none.
+//
+// The files it names (the token, the creds) are kept only when they are
+// inside dir, symbolic links resolved, as jetflow dev writes them: a
+// connection file of another's making (a .jetflow that came with a
+// cloned repository) could otherwise name any file of the user's, whose
+// first line the CLI would send to the api it names.
 func ReadConn(dir string) (Conn, error) {
 	var c Conn
 	b, err := os.ReadFile(filepath.Join(dir, ConnFile))
@@ -71,5 +78,31 @@ func ReadConn(dir string) (Conn, error) {
 	if err := json.Unmarshal(b, &c); err != nil {
 		return c, fmt.Errorf("%s: %w", filepath.Join(dir, ConnFile), err)
 	}
+	for _, p := range []*string{&c.TokenFile, &c.ClientCreds, &c.AdminCreds} {
+		if *p != "" && !within(dir, *p) {
+			*p = ""
+		}
+	}
 	return c, nil
+}
+
+// within reports whether path is inside dir once both are absolute and
+// their symbolic links resolved (false if either cannot be).
+func within(dir, path string) bool {
+	d, err := filepath.EvalSymlinks(dir)
+	if err == nil {
+		d, err = filepath.Abs(d)
+	}
+	if err != nil {
+		return false
+	}
+	p, err := filepath.EvalSymlinks(path)
+	if err == nil {
+		p, err = filepath.Abs(p)
+	}
+	if err != nil {
+		return false
+	}
+	rel, err := filepath.Rel(d, p)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
