@@ -29,7 +29,6 @@ import (
 // signals.
 type carryDrive struct {
 	m        *memShell
-	maxEvent int
 	reported map[string]bool
 	fail     map[string]int  // step id -> failures to report (not final)
 	failFin  map[string]bool // step id -> final failure
@@ -38,30 +37,10 @@ type carryDrive struct {
 	nsig     int
 }
 
-func (d *carryDrive) in() Input {
-	in := d.m.input()
-	if d.maxEvent != 0 {
-		in.MaxEvent = d.maxEvent
-	}
-	return in
-}
-
-func (d *carryDrive) advance() {
-	m := d.m
-	m.t.Helper()
-	for i := 0; i < 1000; i++ {
-		if !m.carry(Next(d.in())) {
-			m.called, m.history, m.stored, m.loadedHolders, m.checks = nil, false, nil, nil, nil
-			return
-		}
-	}
-	m.t.Fatal("did not settle")
-}
-
 func (d *carryDrive) run() {
 	m := d.m
 	for range 300 {
-		d.advance()
+		m.advance()
 		if !m.state.Status.Active() {
 			return
 		}
@@ -83,7 +62,7 @@ func (d *carryDrive) run() {
 				d.fail[id]--
 				p = &events.OperationFailed{TaskRef: ref, Error: "flaky"}
 			}
-			m.carry(Result(d.in(), ref, events.Event{ID: "r-" + task.TaskID, Type: p.EventType(), Data: p}))
+			m.carry(Result(m.input(), ref, events.Event{ID: "r-" + task.TaskID, Type: p.EventType(), Data: p}))
 			progressed = true
 			break
 		}
@@ -309,7 +288,8 @@ func TestCarryingChangesOnlyTheEvents(t *testing.T) {
 			for i, split := range []bool{true, false} {
 				m := newCarryShell(t, c)
 				m.split = split
-				d := &carryDrive{m: m, maxEvent: c.maxEvent, reported: map[string]bool{}, fail: cloneOrEmpty(c.fail),
+				m.maxEvent = c.maxEvent
+				d := &carryDrive{m: m, reported: map[string]bool{}, fail: cloneOrEmpty(c.fail),
 					failFin: cloneOrEmpty(c.failFin), hold: c.hold, signals: c.signals}
 				d.run()
 				if c.after != nil {

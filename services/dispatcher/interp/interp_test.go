@@ -1,6 +1,7 @@
 package interp
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,6 +34,8 @@ type memShell struct {
 	stored  map[string]events.Event
 	// split: the shell records step.sent (Input.SplitDispatch).
 	split bool
+	// maxEvent, when set, is the largest event (Input.MaxEvent; 1 MiB).
+	maxEvent int
 	// what the effects did
 	tasks  []events.Task
 	timers map[string]time.Time
@@ -83,7 +86,7 @@ func newMemShell(t testing.TB, def workflow.Definition, input string) *memShell 
 
 func (m *memShell) input() Input {
 	in := Input{ID: "x1", Workflow: m.def.Name, Def: m.def, State: m.state, Memo: m.memo, Now: m.now,
-		Token: fmt.Sprintf("token-%d", len(m.evs)), MaxEvent: 1 << 20, Called: m.called, SplitDispatch: m.split}
+		Token: fmt.Sprintf("token-%d", len(m.evs)), MaxEvent: cmp.Or(m.maxEvent, 1<<20), Called: m.called, SplitDispatch: m.split}
 	if m.history {
 		in.History = m.evs
 	}
@@ -231,13 +234,14 @@ func (m *memShell) report(p events.Payload) Decision {
 	return Result(m.input(), ref, ev)
 }
 
-// fire records the timer that comes due first, as the shell does for a
+// fire records the timer that comes due first (of two due together, the
+// one whose id sorts first: the same every run), as the shell does for a
 // FireTimer command, moving the clock to it.
 func (m *memShell) fire() {
 	m.t.Helper()
 	var id string
 	for tid, due := range m.timers {
-		if t, ok := m.state.Timers[tid]; ok && !t.Fired && (id == "" || due.Before(m.timers[id])) {
+		if t, ok := m.state.Timers[tid]; ok && !t.Fired && (id == "" || due.Before(m.timers[id]) || (due.Equal(m.timers[id]) && tid < id)) {
 			id = tid
 		}
 	}
