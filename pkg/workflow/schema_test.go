@@ -145,6 +145,18 @@ func TestCheckInput(t *testing.T) {
 			nested.CheckInput(json.RawMessage(`{"who":"ada","where":{}}`)))
 	})
 
+	t.Run("MembersNamedAsWritten", func(t *testing.T) {
+		t.Parallel()
+
+		odd := workflow.Definition{Name: "wf", Input: map[string]any{
+			"type": "object", "required": []any{"a/b"},
+			"properties": map[string]any{"a/b": map[string]any{"type": "object", "properties": map[string]any{"c~d": map[string]any{"type": "string"}}}},
+		}}
+		require.Equal(t, []workflow.FieldError{{Field: "input.a/b.c~d", Message: "got number, want string"}},
+			odd.CheckInput(json.RawMessage(`{"a/b":{"c~d":1}}`)), "a member's name, not its JSON pointer escape")
+		require.Equal(t, []workflow.FieldError{{Field: "input.a/b", Message: "is required"}}, odd.CheckInput(json.RawMessage(`{}`)))
+	})
+
 	t.Run("NoSchemaTakesAnything", func(t *testing.T) {
 		t.Parallel()
 

@@ -827,7 +827,7 @@ func (d Definition) CheckInput(input json.RawMessage) []FieldError {
 		if u.Error == nil {
 			continue
 		}
-		field := "input" + strings.ReplaceAll(u.InstanceLocation, "/", ".")
+		field := "input" + pointerPath(u.InstanceLocation)
 		if req, ok := u.Error.Kind.(*kind.Required); ok {
 			// The member that is missing, not the object it is missing from.
 			for _, name := range req.Missing {
@@ -844,4 +844,18 @@ func (d Definition) CheckInput(input json.RawMessage) []FieldError {
 		return cmp.Or(strings.Compare(a.Field, b.Field), strings.Compare(a.Message, b.Message))
 	})
 	return out
+}
+
+// pointerPath turns a JSON pointer (/hosts/1, /a~1b) into the dotted
+// path the problems name fields by (.hosts.1, .a/b): each token
+// unescaped (~1 is '/', ~0 is '~').
+func pointerPath(ptr string) string {
+	if ptr == "" {
+		return ""
+	}
+	tokens := strings.Split(strings.TrimPrefix(ptr, "/"), "/")
+	for i, t := range tokens {
+		tokens[i] = strings.ReplaceAll(strings.ReplaceAll(t, "~1", "/"), "~0", "~")
+	}
+	return "." + strings.Join(tokens, ".")
 }

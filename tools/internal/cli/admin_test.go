@@ -205,10 +205,13 @@ func TestExitCodeRule(t *testing.T) {
 	// A port alone is no address: HOST:PORT.
 	code, _, stderr = jetflow(t, "", "dev", "--data", data, "--nats-addr", "127.0.0.1:0", "--http", "24081", "--metrics-addr", "127.0.0.1:0")
 	require.Equal(t, ExitUsage, code, stderr)
-	require.Contains(t, stderr, "--http 24081: give HOST:PORT, e.g. 127.0.0.1:24081")
+	require.Contains(t, stderr, `--http "24081": give HOST:PORT, e.g. 127.0.0.1:24081`)
 	code, _, stderr = jetflow(t, "", "dev", "--data", data, "--nats-addr", "localhost", "--http", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0")
 	require.Equal(t, ExitUsage, code, stderr)
-	require.Contains(t, stderr, "--nats-addr localhost: give HOST:PORT, e.g. 127.0.0.1:4223")
+	require.Contains(t, stderr, `--nats-addr "localhost": give HOST:PORT, e.g. 127.0.0.1:4223`)
+	code, _, stderr = jetflow(t, "", "dev", "--data", data, "--nats-addr", "127.0.0.1:0", "--http", "127.0.0.1:0", "--metrics-addr", "localhost:")
+	require.Equal(t, ExitUsage, code, stderr)
+	require.Contains(t, stderr, `--metrics-addr "localhost:": give HOST:PORT, e.g. 127.0.0.1:9465`, "an empty port is no port (not any free one)")
 	_, err = os.Stat(data)
 	require.ErrorIs(t, err, os.ErrNotExist, "jetflow dev made its data directory before refusing")
 	for _, flag := range []string{"--nats-addr", "--http", "--metrics-addr"} {

@@ -189,9 +189,9 @@ func checkDevInput(cfg devstack.Config) error {
 		if addr.addr == "" {
 			continue
 		}
-		if _, _, err := net.SplitHostPort(addr.addr); err != nil {
+		if _, port, err := net.SplitHostPort(addr.addr); err != nil || port == "" {
 			sample := map[string]string{"--nats-addr": "4223", "--http": "8081", "--metrics-addr": "9465"}[addr.flag]
-			return usagef("%s %s: give HOST:PORT, e.g. 127.0.0.1:%s", addr.flag, addr.addr, portHint(addr.addr, sample))
+			return usagef("%s %q: give HOST:PORT, e.g. 127.0.0.1:%s", addr.flag, addr.addr, portHint(addr.addr, sample))
 		}
 		if err := addressFree(addr.addr); errors.Is(err, errAddressInUse) {
 			hint := ""
