@@ -150,6 +150,12 @@ func statusIs(st string) string {
 	return fmt.Sprintf(`document.querySelector('[data-testid=status]')?.textContent === %q`, st)
 }
 
+// summaryHas is true once an event of type typ in the execution page's
+// history has text in its summary line.
+func summaryHas(typ events.Type, text string) string {
+	return fmt.Sprintf(`[...document.querySelectorAll('[data-testid=timeline] tr[data-type=%q] summary')].some((s) => s.textContent.includes(%q))`, string(typ), text)
+}
+
 // inTimeline is true once the execution page's history has an event of type typ.
 func inTimeline(typ events.Type) string {
 	return fmt.Sprintf(`!!document.querySelector('[data-testid=timeline] tr[data-type=%q]')`, string(typ))
@@ -277,6 +283,9 @@ steps:
 		until(inTimeline(events.TypeSignalReceived)),
 		until(inTimeline(events.TypeExecutionSucceeded)),
 		until(statusIs("succeeded")))
+	run(t, ctx, "what an event carries is in its summary: the wait's success greet's dispatch, the end greet's success",
+		until(summaryHas(events.TypeStepSucceeded, "then=dispatched:greet")),
+		until(summaryHas(events.TypeExecutionSucceeded, "with=succeeded:greet")))
 	run(t, ctx, "a succeeded execution offers a replay, not a cancel, a resume or a signal",
 		until(offered("act-replay")),
 		until(notOffered("act-cancel")), until(notOffered("act-kill")), until(notOffered("act-force-cancel")),

@@ -743,6 +743,9 @@ function summary(ev) {
   }
   // An end that also records the last step's success (docs/adr/0015).
   if (d.step && typeof d.step.step_id === 'string') bits.push('with=succeeded:' + d.step.step_id);
+  // A start or a success that also records the next operation's dispatch
+  // (docs/adr/0008).
+  if (d.then && typeof d.then.step_id === 'string') bits.push('then=dispatched:' + d.then.step_id);
   if (ev.invalid) bits.push('invalid: ' + ev.invalid);
   return bits.join(' ') || 'details';
 }
