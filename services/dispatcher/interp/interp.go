@@ -336,25 +336,26 @@ func Next(in Input) Decision {
 	if len(d.Events) != 1 || len(d.Before)+len(d.After) > 0 {
 		return d
 	}
-	ok, isOK := d.Events[0].(*events.StepSucceeded)
-	if !isOK || ok.Then != nil {
-		return d
+	if ok, isOK := d.Events[0].(*events.StepSucceeded); isOK && ok.Then == nil {
+		d.Events = []events.Payload{in.carried(ok)}
 	}
+	return d
+}
+
+// carried is what records the success ok: the execution's end carrying
+// it, or ok carrying the next operation's dispatch (Input.after), or ok
+// alone.
+func (in Input) carried(ok *events.StepSucceeded) events.Payload {
 	size := len(ok.Output)
 	for _, v := range ok.Vars {
 		size += len(v)
 	}
-	// A let's carries no dispatch: the instance a dispatch carried is
-	// entered at the success's event, and a replay from it restores the
-	// variables of the events before that one (docs/adr/0008), which
-	// would be without those the let set.
-	then, end := in.after(ok, size, len(ok.Vars) == 0)
+	then, end := in.after(ok, size)
 	if end != nil {
-		d.Events = []events.Payload{end}
-		return d
+		return end
 	}
 	ok.Then = then
-	return d
+	return ok
 }
 
 // decide is the action for the execution in state s (its state, or the
@@ -996,10 +997,7 @@ func Result(in Input, ref events.TaskRef, ev events.Event) Decision {
 	}
 	p = in.final(p)
 	if ok, isOK := p.(*events.StepSucceeded); isOK {
-		var end *events.ExecutionSucceeded
-		if ok.Then, end = in.after(ok, len(ok.Output), true); end != nil {
-			return Decision{Events: []events.Payload{end}}
-		}
+		p = in.carried(ok)
 	}
 	return Decision{Events: []events.Payload{p}}
 }
@@ -1087,7 +1085,7 @@ func Start(in Input, started *events.ExecutionStarted) Decision {
 // start's input and definition): with the next input, at most half of
 // the largest event, or each goes in its own event.
 func (in Input) dispatchedAfter(p events.Payload, size int) *events.StepDispatched {
-	disp, _ := in.after(p, size, true)
+	disp, _ := in.after(p, size)
 	return disp
 }
 
@@ -1099,12 +1097,17 @@ func (in Input) dispatchedAfter(p events.Payload, size int) *events.StepDispatch
 // child to stop, no task to kill, no lock to release): one event records
 // both (docs/adr/0015). Under the same bounds; an end also not when the
 // step's output and the execution's would together take more than half
-// of the largest event. Without dispatch, only the end is looked for.
-func (in Input) after(p events.Payload, size int, dispatch bool) (disp *events.StepDispatched, end *events.ExecutionSucceeded) {
+// of the largest event. A let's success carries no dispatch (only the
+// end is looked for): the instance a dispatch carried is entered at the
+// success's event, and a replay from it restores the variables of the
+// events before that one (docs/adr/0008), which would be without those
+// the let set.
+func (in Input) after(p events.Payload, size int) (disp *events.StepDispatched, end *events.ExecutionSucceeded) {
 	if in.SplitDispatch || len(in.State.Steps) > SmallExecution {
 		return nil, nil
 	}
 	success, _ := p.(*events.StepSucceeded)
+	dispatch := success == nil || len(success.Vars) == 0
 	// A peek, not a copy: a success changes its one instance (Input.State).
 	err := projections.Peek(in.State, events.Event{Type: p.EventType(), Subject: in.ID, Time: in.Now, Data: p}, func(next projections.Execution) {
 		if len(next.Steps) > SmallExecution {

@@ -789,9 +789,12 @@ func printEvent(w io.Writer, ev client.Event) {
 	if n, ok := d["delivery"].(float64); ok && n > 1 {
 		detail += fmt.Sprintf(" delivery=%d (ran again)", int(n))
 	}
-	if o, ok := d["output"]; ok && ev.Type == events.TypeStepSucceeded {
+	output := func(o any) string {
 		b, _ := json.Marshal(o)
-		detail += " output=" + truncate(string(b), 120)
+		return " output=" + truncate(string(b), 120)
+	}
+	if o, ok := d["output"]; ok && ev.Type == events.TypeStepSucceeded {
+		detail += output(o)
 	}
 	if st, ok := d["step"].(map[string]any); ok && ev.Type == events.TypeExecutionSucceeded { // the last step's success, in the same event
 		if s, ok := st["step_id"].(string); ok {
@@ -801,8 +804,7 @@ func printEvent(w io.Writer, ev client.Event) {
 			detail += " agent=" + truncate(quoteIfSpaced(a), 120)
 		}
 		if o, ok := st["output"]; ok {
-			b, _ := json.Marshal(o)
-			detail += " output=" + truncate(string(b), 120)
+			detail += output(o)
 		}
 	}
 	if then, ok := d["then"].(map[string]any); ok { // the next operation's dispatch, in the same event

@@ -89,17 +89,18 @@ func ReadConn(dir string) (Conn, error) {
 // within reports whether path is inside dir once both are absolute and
 // their symbolic links resolved (false if either cannot be).
 func within(dir, path string) bool {
-	d, err := filepath.EvalSymlinks(dir)
-	if err == nil {
-		d, err = filepath.Abs(d)
+	resolve := func(p string) (string, error) {
+		r, err := filepath.EvalSymlinks(p)
+		if err != nil {
+			return "", err
+		}
+		return filepath.Abs(r)
 	}
+	d, err := resolve(dir)
 	if err != nil {
 		return false
 	}
-	p, err := filepath.EvalSymlinks(path)
-	if err == nil {
-		p, err = filepath.Abs(p)
-	}
+	p, err := resolve(path)
 	if err != nil {
 		return false
 	}
