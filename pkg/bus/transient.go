@@ -72,3 +72,21 @@ func InProcess(err error) bool {
 	var aerr *jetstream.APIError
 	return errors.As(err, &aerr) && aerr.ErrorCode == errCodeInProcess
 }
+
+// SubjectInFlight reports whether err is a replicated stream's "wrong last
+// sequence" without a sequence (10164): it could not check the expected
+// last subject sequence because an append to the same subject was still
+// being applied. That append may be the caller's own previous one: the
+// stream's leader acknowledges an append before it forgets the subject
+// was in flight, so a sole writer that appends again at once is refused
+// now and then (about one append in a thousand, more on a loaded
+// machine). The same append sent again a moment later is checked for
+// real: stored, or refused with the subject's last sequence (10071).
+func SubjectInFlight(err error) bool {
+	var jerr jetstream.JetStreamError
+	if errors.As(err, &jerr) && jerr.APIError() != nil {
+		return jerr.APIError().ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+	}
+	var aerr *jetstream.APIError
+	return errors.As(err, &aerr) && aerr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+}

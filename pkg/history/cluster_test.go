@@ -1,13 +1,12 @@
 package history_test
 
 import (
-	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"jetflow.dev/pkg/bus"
@@ -23,6 +22,10 @@ import (
 // other knew of it). Then each of 300 histories is read from another node
 // right after an append to it: reads are answered by any replica, and
 // each read has the event just appended (a read after an append sees it).
+// Each history has one writer, appending one event after another: none
+// is refused as a conflict (a replicated stream acknowledges an append
+// before it forgets the subject was in flight, and refuses an append to
+// it at once with 10164; Append asks again).
 func TestReadsNeverFailOnAHealthyCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cluster test")
@@ -43,7 +46,7 @@ func TestReadsNeverFailOnAHealthyCluster(t *testing.T) {
 			var last uint64
 			for j := range each {
 				ev := newEvent(fmt.Sprintf("x%d", i), &events.VariablesSet{StepID: fmt.Sprintf("s%d", j)})
-				seq, err := appendAgainOnConflict(ctx, jss[i%3], subject, last, ev)
+				seq, err := history.Append(ctx, jss[i%3], subject, last, ev)
 				if err != nil {
 					appendErr.CompareAndSwap(nil, err)
 					return
@@ -84,7 +87,7 @@ func TestReadsNeverFailOnAHealthyCluster(t *testing.T) {
 			subject := bus.ExecutionSubject("wf", id)
 			var last uint64
 			for j := range 3 {
-				seq, err := appendAgainOnConflict(ctx, jss[i%3], subject, last, newEvent(id, &events.VariablesSet{StepID: fmt.Sprintf("s%d", j)}))
+				seq, err := history.Append(ctx, jss[i%3], subject, last, newEvent(id, &events.VariablesSet{StepID: fmt.Sprintf("s%d", j)}))
 				if err == nil {
 					last = seq
 					var evs []events.Event
@@ -105,19 +108,100 @@ func TestReadsNeverFailOnAHealthyCluster(t *testing.T) {
 	require.Zero(t, failed.Load(), "reads after appends failed, the first: %v", firstErr.Load())
 }
 
-// appendAgainOnConflict appends ev, asking again up to twice more when
-// the stream answers a conflict: an R3 stream answers a rare conflict
-// that is none (about one append in a thousand here, with appends to
-// other subjects in flight, and seen twice in a row on a loaded
-// machine), as the dispatcher does after reading the history again.
-// Each history here has one writer, so a conflict is never a real one.
-func appendAgainOnConflict(ctx context.Context, js jetstream.JetStream, subject string, last uint64, ev events.Event) (uint64, error) {
-	seq, err := history.Append(ctx, js, subject, last, ev)
-	for range 2 {
-		if !bus.IsConflict(err) {
-			break
-		}
-		seq, err = history.Append(ctx, js, subject, last, ev)
+// TestRacingAppendsOnACluster: 12 writers append after the same event of
+// one history, on a 3-node cluster, from clients of every node: exactly
+// one is stored, every other is refused as a conflict, and the history
+// stays linear (Append's asking again after 10164 never lets a writer
+// append after an event that is no longer the last).
+func TestRacingAppendsOnACluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster test")
 	}
-	return seq, err
+	t.Parallel()
+	ctx := t.Context()
+	jss := natstest.ConnectCluster(t, natstest.RunCluster(t))
+	for round := range 5 {
+		id := fmt.Sprintf("r%d", round)
+		subject := bus.ExecutionSubject("wf", id)
+		first, err := history.Append(ctx, jss[0], subject, 0, newEvent(id, &events.ExecutionStarted{Workflow: "wf"}))
+		require.NoError(t, err)
+		const writers = 12
+		var stored, refused atomic.Int64
+		var other atomic.Value
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for w := range writers {
+			wg.Go(func() {
+				<-start
+				ev := newEvent(id, &events.VariablesSet{StepID: fmt.Sprintf("w%d", w)})
+				ev.PrevSeq = first // as the dispatcher names the event it appends after
+				_, err := history.Append(ctx, jss[w%3], subject, first, ev)
+				switch {
+				case err == nil:
+					stored.Add(1)
+				case errors.Is(err, bus.ErrConflict):
+					refused.Add(1)
+				default:
+					other.CompareAndSwap(nil, err)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		require.Nil(t, other.Load(), "round %d: an append failed otherwise than as a conflict", round)
+		require.EqualValues(t, 1, stored.Load(), "round %d: appends stored after the same event", round)
+		require.EqualValues(t, writers-1, refused.Load(), "round %d", round)
+		evs, err := history.Read(ctx, jss[1], subject, 0)
+		require.NoError(t, err)
+		require.Len(t, evs, 2, "round %d", round)
+		require.NoError(t, history.Linear(evs))
+	}
+}
+
+// TestAppendWhileTheSubjectIsInFlight: an append sent while the stream's
+// leader is still applying another append to the same subject is refused
+// with 10164, the expected sequence unchecked (what a sole writer meets
+// when it appends again right after an acknowledgement, now and then):
+// Append asks again once it is applied, and the append is stored after
+// it. Here the first is published without waiting for its acknowledgement,
+// and the second sent at once after it on the same connection, alone
+// (Append) or in a batch (AppendBatch).
+func TestAppendWhileTheSubjectIsInFlight(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster test")
+	}
+	t.Parallel()
+	ctx := t.Context()
+	js := natstest.ConnectCluster(t, natstest.RunCluster(t))[0]
+	store, err := history.Open(ctx, js)
+	require.NoError(t, err)
+	for round := range 10 {
+		id := fmt.Sprintf("f%d", round)
+		subject := bus.ExecutionSubject("wf", id)
+		first, err := history.Append(ctx, js, subject, 0, newEvent(id, &events.ExecutionStarted{Workflow: "wf"}))
+		require.NoError(t, err)
+		msg, err := bus.Encode(subject, newEvent(id, &events.VariablesSet{StepID: "in-flight"}))
+		require.NoError(t, err)
+		inFlight, err := js.PublishMsgAsync(msg)
+		require.NoError(t, err)
+		// Nothing else writes to the stream: the one in flight is the
+		// next message.
+		after := newEvent(id, &events.VariablesSet{StepID: "after"})
+		var seq uint64
+		if round%2 == 0 {
+			seq, err = history.Append(ctx, js, subject, first+1, after)
+		} else {
+			out := store.AppendBatch(ctx, []history.Pending{{Subject: subject, LastSeq: first + 1, Event: after}})
+			require.Len(t, out, 1)
+			seq, err = out[0].Seq, out[0].Err
+		}
+		require.NoError(t, err, "round %d: the append after one in flight", round)
+		select {
+		case ack := <-inFlight.Ok():
+			require.Equal(t, first+1, ack.Sequence)
+		case err := <-inFlight.Err():
+			require.NoError(t, err)
+		}
+		require.Equal(t, first+2, seq)
+	}
 }

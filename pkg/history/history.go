@@ -380,7 +380,10 @@ func readFrom(ctx context.Context, js jetstream.JetStream, stream, filter string
 // still lastSeq (0 = the subject is empty). It returns the new sequence.
 // If someone else wrote first it returns an error wrapping bus.ErrConflict;
 // a retried append of the same event that was in fact stored is recognised
-// by its id and succeeds.
+// by its id and succeeds. A replicated stream's refusal while an append
+// to the same subject is still being applied (10164, often the caller's
+// own previous append: bus.SubjectInFlight) is no answer yet: Append asks
+// again a moment later and returns what the stream then decides.
 func Append(ctx context.Context, js jetstream.JetStream, subject string, lastSeq uint64, ev events.Event) (uint64, error) {
 	return (&Store{js: js}).Append(ctx, subject, lastSeq, ev)
 }
@@ -404,6 +407,12 @@ const appendAttempts = 7
 // id is in process"): those do not count as attempts.
 const appendInProcessWaits = 20
 
+// appendInFlightWaits bounds the waits for an append to the same subject
+// that a replicated stream is still applying (bus.SubjectInFlight): 2,
+// 4, 8 ... ms, capped at 100 ms, about 1.3 s in all. They do not count as
+// attempts either.
+const appendInFlightWaits = 16
+
 // Append is [Append] on the store's stream.
 func (s *Store) Append(ctx context.Context, subject string, lastSeq uint64, ev events.Event) (uint64, error) {
 	msg, err := bus.Encode(subject, ev)
@@ -411,7 +420,7 @@ func (s *Store) Append(ctx context.Context, subject string, lastSeq uint64, ev e
 		return 0, err
 	}
 	var ack *jetstream.PubAck
-	inProcess := 0
+	inProcess, inFlight := 0, 0
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, appendAttempt)
 		ack, err = s.js.PublishMsg(actx, msg, jetstream.WithMsgID(ev.ID), jetstream.WithExpectLastSequencePerSubject(lastSeq))
@@ -423,6 +432,13 @@ func (s *Store) Append(ctx context.Context, subject string, lastSeq uint64, ev e
 			inProcess++
 			attempt--
 			wait = 250 * time.Millisecond
+		} else if bus.SubjectInFlight(err) && inFlight < appendInFlightWaits {
+			// The subject's last append, often our own, was still being
+			// applied: the expected sequence was not checked. Ask again
+			// once it is applied.
+			inFlight++
+			attempt--
+			wait = min(time.Millisecond<<inFlight, 100*time.Millisecond)
 		} else if err == nil || attempt == appendAttempts || ctx.Err() != nil || !bus.Transient(err) {
 			break
 		}
@@ -481,7 +497,9 @@ type Appended struct {
 // Unlike Append it tries each once: an append that timed out or met a
 // leader election may have been stored, so the caller reads the history
 // again before deciding anew (a conflict of its own earlier attempt is
-// recognised, as by Append).
+// recognised, as by Append). An append a replicated stream refused
+// unchecked because the subject was in flight (bus.SubjectInFlight) was
+// not stored: it is sent again by Append.
 func (s *Store) AppendBatch(ctx context.Context, appends []Pending) []Appended {
 	out := make([]Appended, len(appends))
 	futures := make([]jetstream.PubAckFuture, len(appends))
@@ -529,6 +547,11 @@ func (s *Store) AppendBatch(ctx context.Context, appends []Pending) []Appended {
 			err = wait.Err()
 		}
 		a := appends[i]
+		if bus.SubjectInFlight(err) {
+			// Refused unchecked, not stored: asked again as Append asks.
+			out[i].Seq, out[i].Err = s.Append(ctx, a.Subject, a.LastSeq, a.Event)
+			continue
+		}
 		out[i].Seq, out[i].Err = s.failed(ctx, a.Subject, a.LastSeq, a.Event, err)
 	}
 	return out
