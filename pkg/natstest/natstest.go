@@ -5,6 +5,7 @@ package natstest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"testing"
@@ -216,4 +217,39 @@ func Serve(t testing.TB, fn func(context.Context) error) {
 			t.Error("service did not stop within 30s")
 		}
 	})
+}
+
+// CaughtUp reports whether the consumer ci describes, of stream, has
+// handled every message stored for it: nothing pending, nothing
+// unacknowledged, and no message matching its filters stored past its
+// acknowledgement floor; if not, what is left. The last check is what
+// makes it true only after the consumer saw the messages: a stream
+// acknowledges a publish before it tells its consumers of the message (a
+// queue another goroutine of the server empties), so right after a
+// publish a consumer can show nothing pending, nothing unacknowledged,
+// and not know of the message yet.
+func CaughtUp(ctx context.Context, stream jetstream.Stream, ci *jetstream.ConsumerInfo) (bool, string, error) {
+	if ci.NumPending > 0 || ci.NumAckPending > 0 {
+		return false, fmt.Sprintf("%s: %d pending, %d unacknowledged", ci.Name, ci.NumPending, ci.NumAckPending), nil
+	}
+	filters := ci.Config.FilterSubjects
+	if ci.Config.FilterSubject != "" {
+		filters = append(filters, ci.Config.FilterSubject)
+	}
+	if len(filters) == 0 {
+		filters = []string{">"}
+	}
+	for _, f := range filters {
+		last, err := stream.GetLastMsgForSubject(ctx, f)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return false, "", fmt.Errorf("last message on %s: %w", f, err)
+		}
+		if last.Sequence > ci.AckFloor.Stream {
+			return false, fmt.Sprintf("%s: message %d on %s stored, acknowledged up to %d", ci.Name, last.Sequence, f, ci.AckFloor.Stream), nil
+		}
+	}
+	return true, "", nil
 }

@@ -23,6 +23,7 @@ import (
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/history/historytest"
+	"jetflow.dev/pkg/natstest"
 	"jetflow.dev/pkg/partition"
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/services/api/projector"
@@ -284,10 +285,11 @@ func waitDispatchersCaughtUp(t *testing.T, js jetstream.JetStream, streamName st
 				return false, err.Error()
 			}
 			list := stream.ListConsumers(ctx)
-			busy, partitions := "", 0
+			var mine []*jetstream.ConsumerInfo
+			partitions := 0
 			for ci := range list.Info() { // read to the end: the lister's goroutine ends then
-				if strings.HasPrefix(ci.Name, "dispatcher-") && (ci.NumPending > 0 || ci.NumAckPending > 0) && busy == "" {
-					busy = fmt.Sprintf("%s: %d pending, %d unacknowledged", ci.Name, ci.NumPending, ci.NumAckPending)
+				if strings.HasPrefix(ci.Name, "dispatcher-") {
+					mine = append(mine, ci)
 				}
 				if last := ci.Name[len(ci.Name)-1]; strings.HasPrefix(ci.Name, "dispatcher-") && last >= '0' && last <= '9' {
 					partitions++ // dispatcher-<kind>-<p>
@@ -296,8 +298,16 @@ func waitDispatchersCaughtUp(t *testing.T, js jetstream.JetStream, streamName st
 			if err := list.Err(); err != nil {
 				return false, err.Error()
 			}
-			if busy != "" {
-				return false, busy
+			for _, ci := range mine {
+				// Not NumPending alone: a consumer learns of a message a
+				// moment after its publish is acknowledged.
+				caught, busy, err := natstest.CaughtUp(ctx, stream, ci)
+				if err != nil {
+					return false, err.Error()
+				}
+				if !caught {
+					return false, busy
+				}
 			}
 			if name != bus.StreamCommands && partitions < partition.DefaultCount {
 				return false, fmt.Sprintf("%d of %d partition consumers on %s", partitions, partition.DefaultCount, name)

@@ -12,6 +12,7 @@ import (
 
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/client"
+	"jetflow.dev/pkg/natstest"
 	"jetflow.dev/pkg/projections"
 )
 
@@ -63,8 +64,12 @@ func TestRebuiltReadModelsEqualLiveOnes(t *testing.T) {
 			return false
 		}
 		info, err := cons.Info(ctx)
-		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
-	}, 10*time.Second, 20*time.Millisecond)
+		if err != nil {
+			return false
+		}
+		caught, _, err := natstest.CaughtUp(ctx, stream, info)
+		return err == nil && caught
+	}, 30*time.Second, 20*time.Millisecond)
 	live := readModels(t, kv)
 	require.Len(t, live, len(ids))
 	liveLists := visibleLists(t, s)

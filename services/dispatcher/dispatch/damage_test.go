@@ -283,7 +283,11 @@ func consumerIdle(t *testing.T, js jetstream.JetStream, stream, consumer string)
 	}
 	info, err := cons.Info(t.Context())
 	require.NoError(t, err)
-	return info.NumPending == 0 && info.NumAckPending == 0 && info.Delivered.Stream > 0
+	str, err := js.Stream(t.Context(), stream)
+	require.NoError(t, err)
+	caught, _, err := natstest.CaughtUp(t.Context(), str, info)
+	require.NoError(t, err)
+	return caught && info.Delivered.Stream > 0
 }
 
 // TestClearLockOfADamagedHolderIsRefusedWhole: a lock clear that names a
