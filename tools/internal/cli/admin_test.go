@@ -212,6 +212,10 @@ func TestExitCodeRule(t *testing.T) {
 	code, _, stderr = jetflow(t, "", "dev", "--data", data, "--nats-addr", "127.0.0.1:0", "--http", "127.0.0.1:0", "--metrics-addr", "localhost:")
 	require.Equal(t, ExitUsage, code, stderr)
 	require.Contains(t, stderr, `--metrics-addr "localhost:": give HOST:PORT, e.g. 127.0.0.1:9465`, "an empty port is no port (not any free one)")
+	// Two flags given the same port alone: the form is what to fix first.
+	code, _, stderr = jetflow(t, "", "dev", "--data", data, "--nats-addr", "127.0.0.1:0", "--http", "24081", "--metrics-addr", "24081")
+	require.Equal(t, ExitUsage, code, stderr)
+	require.Contains(t, stderr, `--http "24081": give HOST:PORT, e.g. 127.0.0.1:24081`)
 	_, err = os.Stat(data)
 	require.ErrorIs(t, err, os.ErrNotExist, "jetflow dev made its data directory before refusing")
 	for _, flag := range []string{"--nats-addr", "--http", "--metrics-addr"} {

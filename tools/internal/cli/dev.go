@@ -175,16 +175,8 @@ with its own NATS connection. Stop it with Ctrl-C; start it again on the same
 // the exit statuses of jetflow admin restore).
 func checkDevInput(cfg devstack.Config) error {
 	addrs := []struct{ flag, addr string }{{"--nats-addr", cfg.NATSAddr}, {"--http", cfg.HTTPAddr}, {"--metrics-addr", cfg.MetricsAddr}}
-	for i, a := range addrs {
-		for _, b := range addrs[:i] {
-			if a.addr == "" || a.addr != b.addr {
-				continue
-			}
-			if _, port, err := net.SplitHostPort(a.addr); err != nil || port != "0" {
-				return usagef("%s and %s are both %s: give each its own port", b.flag, a.flag, a.addr)
-			}
-		}
-	}
+	// The form first: two flags given the same port number alone are told
+	// to give HOST:PORT, not to give each its own port.
 	for _, addr := range addrs {
 		if addr.addr == "" {
 			continue
@@ -192,6 +184,21 @@ func checkDevInput(cfg devstack.Config) error {
 		if _, port, err := net.SplitHostPort(addr.addr); err != nil || port == "" {
 			sample := map[string]string{"--nats-addr": "4223", "--http": "8081", "--metrics-addr": "9465"}[addr.flag]
 			return usagef("%s %q: give HOST:PORT, e.g. 127.0.0.1:%s", addr.flag, addr.addr, portHint(addr.addr, sample))
+		}
+	}
+	for i, a := range addrs {
+		for _, b := range addrs[:i] {
+			if a.addr == "" || a.addr != b.addr {
+				continue
+			}
+			if _, port, _ := net.SplitHostPort(a.addr); port != "0" {
+				return usagef("%s and %s are both %s: give each its own port", b.flag, a.flag, a.addr)
+			}
+		}
+	}
+	for _, addr := range addrs {
+		if addr.addr == "" {
+			continue
 		}
 		if err := addressFree(addr.addr); errors.Is(err, errAddressInUse) {
 			hint := ""
