@@ -157,6 +157,28 @@ func TestCheckInput(t *testing.T) {
 		require.Equal(t, []workflow.FieldError{{Field: "input.a/b", Message: "is required"}}, odd.CheckInput(json.RawMessage(`{}`)))
 	})
 
+	t.Run("ProblemsUnderARefNamed", func(t *testing.T) {
+		t.Parallel()
+
+		// The schema library words what is wrong under a $ref as
+		// "validation failed" at the $ref, not what and where.
+		refd := workflow.Definition{Name: "wf", Input: map[string]any{
+			"type": "object", "required": []any{"who"},
+			"properties": map[string]any{"who": map[string]any{"$ref": "#/$defs/person"}},
+			"$defs": map[string]any{"person": map[string]any{
+				"type": "object", "required": []any{"name"},
+				"properties": map[string]any{"name": map[string]any{"type": "string"}, "age": map[string]any{"type": "integer"}},
+			}},
+		}}
+		require.Equal(t, []workflow.FieldError{{Field: "input.who.name", Message: "is required"}},
+			refd.CheckInput(json.RawMessage(`{"who":{}}`)))
+		require.Equal(t, []workflow.FieldError{
+			{Field: "input.who.age", Message: "got string, want integer"},
+			{Field: "input.who.name", Message: "got number, want string"},
+		}, refd.CheckInput(json.RawMessage(`{"who":{"name":1,"age":"x"}}`)))
+		require.Nil(t, refd.CheckInput(json.RawMessage(`{"who":{"name":"ada","age":36}}`)))
+	})
+
 	t.Run("NoSchemaTakesAnything", func(t *testing.T) {
 		t.Parallel()
 

@@ -761,7 +761,7 @@ func schemaProblem(err error) (field, msg string) {
 			for _, tok := range leaf.InstanceLocation {
 				field += "." + tok
 			}
-			return field, "is not a valid JSON Schema: " + leaf.ErrorKind.LocalizedString(message.NewPrinter(language.English))
+			return field, "is not a valid JSON Schema: " + leaf.ErrorKind.LocalizedString(printer)
 		}
 	}
 	var lue *jsonschema.LoadURLError
@@ -823,39 +823,45 @@ func (d Definition) CheckInput(input json.RawMessage) []FieldError {
 		return nil
 	}
 	var out []FieldError
-	for _, u := range verr.BasicOutput().Errors {
-		if u.Error == nil {
-			continue
+	for _, leaf := range leafErrors(verr, nil) {
+		field := "input"
+		for _, tok := range leaf.InstanceLocation { // member names as written, not escaped
+			field += "." + tok
 		}
-		field := "input" + pointerPath(u.InstanceLocation)
-		if req, ok := u.Error.Kind.(*kind.Required); ok {
+		if req, ok := leaf.ErrorKind.(*kind.Required); ok {
 			// The member that is missing, not the object it is missing from.
 			for _, name := range req.Missing {
 				out = append(out, FieldError{Field: field + "." + name, Message: "is required"})
 			}
 			continue
 		}
-		out = append(out, FieldError{Field: field, Message: u.Error.String()})
+		out = append(out, FieldError{Field: field, Message: leaf.ErrorKind.LocalizedString(printer)})
 	}
+	out = slices.Compact(slices.SortedFunc(slices.Values(out), compareFieldErrors))
 	if len(out) == 0 {
 		out = []FieldError{{Field: "input", Message: oneLine(verr)}}
 	}
-	slices.SortFunc(out, func(a, b FieldError) int {
-		return cmp.Or(strings.Compare(a.Field, b.Field), strings.Compare(a.Message, b.Message))
-	})
 	return out
 }
 
-// pointerPath turns a JSON pointer (/hosts/1, /a~1b) into the dotted
-// path the problems name fields by (.hosts.1, .a/b): each token
-// unescaped (~1 is '/', ~0 is '~').
-func pointerPath(ptr string) string {
-	if ptr == "" {
-		return ""
+func compareFieldErrors(a, b FieldError) int {
+	return cmp.Or(strings.Compare(a.Field, b.Field), strings.Compare(a.Message, b.Message))
+}
+
+// printer words the schema library's messages.
+var printer = message.NewPrinter(language.English)
+
+// leafErrors appends to out the errors of e's tree that have no causes:
+// what is wrong where (a missing member, a wrong type), not the keywords
+// that found it ("validation failed" for a $ref, an allOf, the schema
+// itself), which the library's basic output keeps instead of the leaves
+// under a $ref.
+func leafErrors(e *jsonschema.ValidationError, out []*jsonschema.ValidationError) []*jsonschema.ValidationError {
+	if len(e.Causes) == 0 {
+		return append(out, e)
 	}
-	tokens := strings.Split(strings.TrimPrefix(ptr, "/"), "/")
-	for i, t := range tokens {
-		tokens[i] = strings.ReplaceAll(strings.ReplaceAll(t, "~1", "/"), "~0", "~")
+	for _, c := range e.Causes {
+		out = leafErrors(c, out)
 	}
-	return "." + strings.Join(tokens, ".")
+	return out
 }
