@@ -1,0 +1,62 @@
+package projector
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+)
+
+// sizedMsg is a message of a given size; nothing else of it is used.
+type sizedMsg struct {
+	jetstream.Msg
+	data []byte
+}
+
+func (m sizedMsg) Data() []byte         { return m.data }
+func (m sizedMsg) Subject() string      { return "jf.events.wf.x" }
+func (m sizedMsg) Headers() nats.Header { return nats.Header{"Ce-Id": {"id"}} }
+
+func inboxOf(n, size int) chan jetstream.Msg {
+	inbox := make(chan jetstream.Msg, n)
+	for range n {
+		inbox <- sizedMsg{data: []byte(strings.Repeat("x", size))}
+	}
+	return inbox
+}
+
+// TestAGatheredBatchTakesMoreThanAPull: under load a batch takes what has
+// come beyond one pull's batchMax (at 9,000 steps a second the 200 ms of
+// Coalesce bring about 2,000 events), up to gatherMax events, and no more
+// than gatherBytes of them (large events are held in memory until
+// projected).
+func TestAGatheredBatchTakesMoreThanAPull(t *testing.T) {
+	t.Parallel()
+	g := newGatherer()
+	require.Greater(t, g.max, batchMax)
+
+	inbox := inboxOf(3000, 200)
+	batch := g.fill(t.Context(), inbox, []jetstream.Msg{<-inbox}, time.Now().Add(50*time.Millisecond))
+	require.Len(t, batch, 3000, "what has come, past one pull's %d", batchMax)
+
+	inbox = inboxOf(g.max+100, 200)
+	batch = g.fill(t.Context(), inbox, []jetstream.Msg{<-inbox}, time.Now().Add(time.Minute))
+	require.Len(t, batch, g.max)
+	require.Len(t, inbox, 100, "the rest left for the next batch")
+
+	const big = 64 << 10
+	inbox = inboxOf(1000, big)
+	batch = g.fill(t.Context(), inbox, []jetstream.Msg{<-inbox}, time.Now().Add(time.Minute))
+	want := gatherBytes/(big+msgSize(sizedMsg{})) + 1
+	require.Len(t, batch, want, "bounded by bytes: the message that passes %d bytes is the last", gatherBytes)
+
+	// Not busy (no until): what has come now, without waiting.
+	inbox = inboxOf(10, 200)
+	began := time.Now()
+	batch = g.fill(t.Context(), inbox, []jetstream.Msg{<-inbox}, time.Time{})
+	require.Len(t, batch, 10)
+	require.Less(t, time.Since(began), 10*time.Second, "it did not wait for more")
+}
