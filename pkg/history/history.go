@@ -409,7 +409,7 @@ const appendInProcessWaits = 20
 
 // appendInFlightWaits bounds the waits for an append to the same subject
 // that a replicated stream is still applying (bus.SubjectInFlight): 2,
-// 4, 8 ... ms, capped at 100 ms, about 1.3 s in all. They do not count as
+// 4, 8 ... ms, capped at 100 ms, about 1.1 s in all. They do not count as
 // attempts either.
 const appendInFlightWaits = 16
 
@@ -525,6 +525,7 @@ func (s *Store) AppendBatch(ctx context.Context, appends []Pending) []Appended {
 	}
 	wait, cancel := context.WithTimeout(ctx, appendAttempt)
 	defer cancel()
+	var again []int // refused unchecked, their subject in flight
 	for i, f := range futures {
 		if f == nil {
 			continue
@@ -536,23 +537,29 @@ func (s *Store) AppendBatch(ctx context.Context, appends []Pending) []Appended {
 			continue
 		case err = <-f.Err():
 		case <-wait.Done():
-			// An ack that came meanwhile counts (select picks at random
-			// among ready cases).
+			// An answer that came meanwhile counts (select picks at
+			// random among ready cases).
 			select {
 			case ack := <-f.Ok():
 				out[i].Seq = ack.Sequence
 				continue
+			case err = <-f.Err():
 			default:
+				err = wait.Err()
 			}
-			err = wait.Err()
 		}
-		a := appends[i]
 		if bus.SubjectInFlight(err) {
-			// Refused unchecked, not stored: asked again as Append asks.
-			out[i].Seq, out[i].Err = s.Append(ctx, a.Subject, a.LastSeq, a.Event)
+			// Not stored: sent again once every answer of the batch is in,
+			// so that the waits do not run down the others' time.
+			again = append(again, i)
 			continue
 		}
+		a := appends[i]
 		out[i].Seq, out[i].Err = s.failed(ctx, a.Subject, a.LastSeq, a.Event, err)
+	}
+	for _, i := range again {
+		a := appends[i]
+		out[i].Seq, out[i].Err = s.Append(ctx, a.Subject, a.LastSeq, a.Event)
 	}
 	return out
 }

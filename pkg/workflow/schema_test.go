@@ -179,6 +179,34 @@ func TestCheckInput(t *testing.T) {
 		require.Nil(t, refd.CheckInput(json.RawMessage(`{"who":{"name":"ada","age":36}}`)))
 	})
 
+	t.Run("AlternativesOneProblem", func(t *testing.T) {
+		t.Parallel()
+
+		// An anyOf's, a oneOf's failure is one problem naming every way
+		// out, not a list of problems that read as all to be fixed; a
+		// contains says why no item matched.
+		alt := workflow.Definition{Name: "wf", Input: map[string]any{
+			"type": "object",
+			"properties": map[string]any{
+				"n": map[string]any{"anyOf": []any{map[string]any{"type": "integer"}, map[string]any{"type": "string"}}},
+				"a": map[string]any{"anyOf": []any{
+					map[string]any{"type": "object", "required": []any{"x"}},
+					map[string]any{"type": "object", "required": []any{"y"}},
+				}},
+				"o": map[string]any{"oneOf": []any{map[string]any{"type": "integer"}, map[string]any{"$ref": "#/$defs/id"}}},
+				"l": map[string]any{"type": "array", "contains": map[string]any{"type": "string"}},
+			},
+			"$defs": map[string]any{"id": map[string]any{"type": "object", "required": []any{"id"}}},
+		}}
+		require.Equal(t, []workflow.FieldError{
+			{Field: "input.a", Message: "'anyOf' failed: x is required; or y is required"},
+			{Field: "input.l", Message: "no items match contains schema: 0: got number, want string; 1: got number, want string"},
+			{Field: "input.n", Message: "'anyOf' failed: got boolean, want integer; or got boolean, want string"},
+			{Field: "input.o", Message: "'oneOf' failed, none matched: got object, want integer; or id is required"},
+		}, alt.CheckInput(json.RawMessage(`{"n":true,"a":{},"o":{},"l":[1,2]}`)))
+		require.Nil(t, alt.CheckInput(json.RawMessage(`{"n":1,"a":{"y":1},"o":{"id":1},"l":[1,"s"]}`)))
+	})
+
 	t.Run("NoSchemaTakesAnything", func(t *testing.T) {
 		t.Parallel()
 

@@ -822,21 +822,7 @@ func (d Definition) CheckInput(input json.RawMessage) []FieldError {
 	if !errors.As(sch.Validate(inst), &verr) || verr == nil {
 		return nil
 	}
-	var out []FieldError
-	for _, leaf := range leafErrors(verr, nil) {
-		field := "input"
-		for _, tok := range leaf.InstanceLocation { // member names as written, not escaped
-			field += "." + tok
-		}
-		if req, ok := leaf.ErrorKind.(*kind.Required); ok {
-			// The member that is missing, not the object it is missing from.
-			for _, name := range req.Missing {
-				out = append(out, FieldError{Field: field + "." + name, Message: "is required"})
-			}
-			continue
-		}
-		out = append(out, FieldError{Field: field, Message: leaf.ErrorKind.LocalizedString(printer)})
-	}
+	out := schemaProblems(verr, nil)
 	out = slices.Compact(slices.SortedFunc(slices.Values(out), compareFieldErrors))
 	if len(out) == 0 {
 		out = []FieldError{{Field: "input", Message: oneLine(verr)}}
@@ -851,17 +837,66 @@ func compareFieldErrors(a, b FieldError) int {
 // printer words the schema library's messages.
 var printer = message.NewPrinter(language.English)
 
-// leafErrors appends to out the errors of e's tree that have no causes:
-// what is wrong where (a missing member, a wrong type), not the keywords
-// that found it ("validation failed" for a $ref, an allOf, the schema
-// itself), which the library's basic output keeps instead of the leaves
-// under a $ref.
-func leafErrors(e *jsonschema.ValidationError, out []*jsonschema.ValidationError) []*jsonschema.ValidationError {
-	if len(e.Causes) == 0 {
-		return append(out, e)
+// schemaProblems appends to out what is wrong with the input, and where,
+// from the schema library's tree of errors. The nodes that only gather
+// their causes, each of which must be fixed (the schema itself, a $ref,
+// an allOf, a group), are gone through to what they gather: the
+// library's basic output keeps a $ref's "validation failed" instead of
+// the problems under it. Any other node with causes (an anyOf, a oneOf:
+// alternatives; a contains, a propertyNames: why) is one problem, its
+// own message followed by its causes', named from where it stands.
+func schemaProblems(e *jsonschema.ValidationError, out []FieldError) []FieldError {
+	switch e.ErrorKind.(type) {
+	case *kind.Schema, *kind.Reference, *kind.AllOf, *kind.Group:
+		if len(e.Causes) > 0 {
+			for _, c := range e.Causes {
+				out = schemaProblems(c, out)
+			}
+			return out
+		}
 	}
-	for _, c := range e.Causes {
-		out = leafErrors(c, out)
+	field := "input" + dotted(e.InstanceLocation)
+	if req, ok := e.ErrorKind.(*kind.Required); ok {
+		// The member that is missing, not the object it is missing from.
+		for _, name := range req.Missing {
+			out = append(out, FieldError{Field: field + "." + name, Message: "is required"})
+		}
+		return out
 	}
-	return out
+	msg := e.ErrorKind.LocalizedString(printer)
+	if len(e.Causes) > 0 {
+		sep := "; "
+		switch e.ErrorKind.(type) {
+		case *kind.AnyOf, *kind.OneOf:
+			sep = "; or "
+		}
+		var causes []string
+		for _, c := range e.Causes {
+			var said []string
+			for _, p := range schemaProblems(c, nil) {
+				// Named from where the node stands.
+				if rel := strings.TrimPrefix(strings.TrimPrefix(p.Field, field), "."); rel != "" && p.Message == "is required" {
+					said = append(said, rel+" "+p.Message)
+				} else if rel != "" {
+					said = append(said, rel+": "+p.Message)
+				} else {
+					said = append(said, p.Message)
+				}
+			}
+			causes = append(causes, strings.Join(said, ", "))
+		}
+		msg += ": " + strings.Join(causes, sep)
+	}
+	return append(out, FieldError{Field: field, Message: msg})
+}
+
+// dotted turns the tokens of a place in the input into the dotted path
+// problems name fields by (.hosts.1, .a/b): member names as written.
+func dotted(tokens []string) string {
+	var b strings.Builder
+	for _, t := range tokens {
+		b.WriteString(".")
+		b.WriteString(t)
+	}
+	return b.String()
 }
