@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"testing"
 	"time"
 
@@ -219,20 +220,21 @@ func Serve(t testing.TB, fn func(context.Context) error) {
 	})
 }
 
-// CaughtUp reports whether the consumer ci describes, of stream, has
-// handled every message stored for it: nothing pending, nothing
+// CaughtUp reports whether the consumer ci describes has handled every
+// message stored for it in its stream: nothing pending, nothing
 // unacknowledged, and no message matching its filters stored past its
 // acknowledgement floor; if not, what is left. The last check is what
 // makes it true only after the consumer saw the messages: a stream
 // acknowledges a publish before it tells its consumers of the message (a
 // queue another goroutine of the server empties), so right after a
 // publish a consumer can show nothing pending, nothing unacknowledged,
-// and not know of the message yet.
-func CaughtUp(ctx context.Context, stream jetstream.Stream, ci *jetstream.ConsumerInfo) (bool, string, error) {
+// and not know of the message yet. The last message is asked of the
+// stream's leader: a replica behind it would say there is none.
+func CaughtUp(ctx context.Context, js jetstream.JetStream, ci *jetstream.ConsumerInfo) (bool, string, error) {
 	if ci.NumPending > 0 || ci.NumAckPending > 0 {
 		return false, fmt.Sprintf("%s: %d pending, %d unacknowledged", ci.Name, ci.NumPending, ci.NumAckPending), nil
 	}
-	filters := ci.Config.FilterSubjects
+	filters := slices.Clone(ci.Config.FilterSubjects)
 	if ci.Config.FilterSubject != "" {
 		filters = append(filters, ci.Config.FilterSubject)
 	}
@@ -240,7 +242,7 @@ func CaughtUp(ctx context.Context, stream jetstream.Stream, ci *jetstream.Consum
 		filters = []string{">"}
 	}
 	for _, f := range filters {
-		last, err := stream.GetLastMsgForSubject(ctx, f)
+		last, err := bus.LeaderGet(ctx, js, ci.Stream, bus.MsgQuery{LastBySubject: f})
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			continue
 		}

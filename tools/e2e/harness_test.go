@@ -301,7 +301,7 @@ func waitDispatchersCaughtUp(t *testing.T, js jetstream.JetStream, streamName st
 			for _, ci := range mine {
 				// Not NumPending alone: a consumer learns of a message a
 				// moment after its publish is acknowledged.
-				caught, busy, err := natstest.CaughtUp(ctx, stream, ci)
+				caught, busy, err := natstest.CaughtUp(ctx, js, ci)
 				if err != nil {
 					return false, err.Error()
 				}

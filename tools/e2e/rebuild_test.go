@@ -67,7 +67,7 @@ func TestRebuiltReadModelsEqualLiveOnes(t *testing.T) {
 		if err != nil {
 			return false
 		}
-		caught, _, err := natstest.CaughtUp(ctx, stream, info)
+		caught, _, err := natstest.CaughtUp(ctx, s.js, info)
 		return err == nil && caught
 	}, 30*time.Second, 20*time.Millisecond)
 	live := readModels(t, kv)

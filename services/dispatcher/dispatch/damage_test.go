@@ -283,9 +283,7 @@ func consumerIdle(t *testing.T, js jetstream.JetStream, stream, consumer string)
 	}
 	info, err := cons.Info(t.Context())
 	require.NoError(t, err)
-	str, err := js.Stream(t.Context(), stream)
-	require.NoError(t, err)
-	caught, _, err := natstest.CaughtUp(t.Context(), str, info)
+	caught, _, err := natstest.CaughtUp(t.Context(), js, info)
 	require.NoError(t, err)
 	return caught && info.Delivered.Stream > 0
 }

@@ -350,7 +350,7 @@ func consumersIdle(t *testing.T, js jetstream.JetStream, streamName string) bool
 	for _, ci := range mine {
 		// Not NumPending alone: a consumer learns of a message a moment
 		// after its publish is acknowledged.
-		caught, _, err := natstest.CaughtUp(t.Context(), stream, ci)
+		caught, _, err := natstest.CaughtUp(t.Context(), js, ci)
 		require.NoError(t, err)
 		if !caught {
 			return false
