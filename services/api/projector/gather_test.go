@@ -8,6 +8,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/bus"
 )
 
 // sizedMsg is a message of a given size; nothing else of it is used.
@@ -37,6 +39,7 @@ func TestAGatheredBatchTakesMoreThanAPull(t *testing.T) {
 	t.Parallel()
 	g := newGatherer()
 	require.Greater(t, g.max, batchMax)
+	require.Less(t, g.max, bus.ProjectorConsumerSpec().Config.MaxAckPending, "room for the next events while a full batch is projected")
 
 	inbox := inboxOf(3000, 200)
 	batch := g.fill(t.Context(), inbox, []jetstream.Msg{<-inbox}, time.Now().Add(50*time.Millisecond))
