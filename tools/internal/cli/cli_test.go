@@ -152,6 +152,8 @@ func TestExitStatuses(t *testing.T) {
 		{"VersionNotFound", api, []string{"run", "fine", "--version", "9"}, ExitNotFound, `workflow "fine" has no version 9 (field version`},
 		{"VersionNotANumber", api, []string{"run", "fine", "--version", "abc"}, ExitUsage, `--version "abc": give a whole number`},
 		{"VersionTooLarge", api, []string{"run", "fine", "--version", strings.Repeat("9", 100)}, ExitUsage, `--version "99999999999999999999999999999999"... (100 characters): out of range; give a whole number`},
+		{"InputNotKeyValue", api, []string{"run", "fine", "--input", "who"}, ExitUsage, `--input "who": write it as key=value`},
+		{"InputAJSONObject", api, []string{"run", "fine", "--input", `{"who":"x=y"}`}, ExitUsage, "a whole JSON object goes in --input-json"},
 		{"VersionZero", api, []string{"run", "fine", "--version", "0"}, ExitUsage, "--version 0: give a version number from 1, or leave it out for the latest"},
 		{"Conflict", api, []string{"run", "fine", "--id", "ok-1"}, ExitConflict, "already used"},
 		{"Unreachable", nowhere, []string{"ls"}, ExitUnreachable, "cannot reach the api at " + nowhere},

@@ -45,6 +45,9 @@ func parseInputs(pairs []string, raw string) (map[string]any, error) {
 	}
 	seen := map[string]bool{}
 	for _, p := range pairs {
+		if strings.HasPrefix(strings.TrimSpace(p), "{") {
+			return nil, usagef("--input %q: a whole JSON object goes in --input-json; --input takes key=value", p)
+		}
 		k, v, ok := strings.Cut(p, "=")
 		if !ok || k == "" {
 			return nil, usagef("--input %q: write it as key=value", p)
