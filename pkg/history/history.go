@@ -525,41 +525,41 @@ func (s *Store) AppendBatch(ctx context.Context, appends []Pending) []Appended {
 	}
 	wait, cancel := context.WithTimeout(ctx, appendAttempt)
 	defer cancel()
-	var again []int // refused unchecked, their subject in flight
+	errs := make([]error, len(appends))
 	for i, f := range futures {
 		if f == nil {
 			continue
 		}
-		var err error
 		select {
 		case ack := <-f.Ok():
 			out[i].Seq = ack.Sequence
-			continue
-		case err = <-f.Err():
+		case errs[i] = <-f.Err():
 		case <-wait.Done():
 			// An answer that came meanwhile counts (select picks at
 			// random among ready cases).
 			select {
 			case ack := <-f.Ok():
 				out[i].Seq = ack.Sequence
-				continue
-			case err = <-f.Err():
+			case errs[i] = <-f.Err():
 			default:
-				err = wait.Err()
+				errs[i] = wait.Err()
 			}
 		}
-		if bus.SubjectInFlight(err) {
-			// Not stored: sent again once every answer of the batch is in,
-			// so that the waits do not run down the others' time.
-			again = append(again, i)
+	}
+	// What failed is looked into once every answer is in, so that one
+	// append's look (a read of its history's last event) or its sending
+	// again does not run down the time the others' answers have.
+	for i, err := range errs {
+		if err == nil {
 			continue
 		}
 		a := appends[i]
+		if bus.SubjectInFlight(err) {
+			// Refused unchecked, not stored: asked again as Append asks.
+			out[i].Seq, out[i].Err = s.Append(ctx, a.Subject, a.LastSeq, a.Event)
+			continue
+		}
 		out[i].Seq, out[i].Err = s.failed(ctx, a.Subject, a.LastSeq, a.Event, err)
-	}
-	for _, i := range again {
-		a := appends[i]
-		out[i].Seq, out[i].Err = s.Append(ctx, a.Subject, a.LastSeq, a.Event)
 	}
 	return out
 }

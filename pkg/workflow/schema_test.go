@@ -207,6 +207,47 @@ func TestCheckInput(t *testing.T) {
 		require.Nil(t, alt.CheckInput(json.RawMessage(`{"n":1,"a":{"y":1},"o":{"id":1},"l":[1,"s"]}`)))
 	})
 
+	t.Run("AlternativesSaidTheSameEachTimeAndBounded", func(t *testing.T) {
+		t.Parallel()
+
+		// A branch's problems come from the schema library in the order
+		// of a map's keys; alternatives within alternatives, spelt out
+		// whole, grow with the product of their branches.
+		var sch map[string]any
+		require.NoError(t, json.Unmarshal([]byte(`{"type":"object","properties":{
+			"p":{"anyOf":[{"type":"string"},{"$ref":"#/$defs/x"}]},
+			"n":{"$ref":"#/$defs/n"}},
+			"$defs":{
+			"x":{"type":"object","required":["id","name"],"properties":{"age":{"type":"integer"},"tag":{"type":"string"}}},
+			"n":{"anyOf":[{"type":"integer"},
+				{"type":"object","properties":{"c":{"$ref":"#/$defs/n"}},"required":["c"]},
+				{"type":"object","properties":{"c":{"$ref":"#/$defs/n"}},"required":["d"]}]}}}`), &sch))
+		nested := workflow.Definition{Name: "wf", Input: sch}
+		deep := `"x"`
+		for range 8 {
+			deep = `{"c":` + deep + `}`
+		}
+		in := json.RawMessage(`{"p":{"age":"a","tag":1},"n":` + deep + `}`)
+		want := []workflow.FieldError{
+			{Field: "input.n", Message: "'anyOf' failed: got object, want integer; or c: 'anyOf' failed; or c: 'anyOf' failed and d is required"},
+			{Field: "input.p", Message: "'anyOf' failed: got object, want string; or age: got string, want integer and id is required and name is required and tag: got number, want string"},
+		}
+		for range 20 {
+			require.Equal(t, want, nested.CheckInput(in))
+		}
+
+		// Each cause of a contains is an item: a long list is cut.
+		list := workflow.Definition{Name: "wf", Input: map[string]any{
+			"type": "object", "properties": map[string]any{"l": map[string]any{"type": "array", "contains": map[string]any{"type": "string"}}},
+		}}
+		items := strings.TrimSuffix(strings.Repeat("1,", 500), ",")
+		got := list.CheckInput(json.RawMessage(`{"l":[` + items + `]}`))
+		require.Len(t, got, 1)
+		require.LessOrEqual(t, len(got[0].Message), 1024+len(" …"))
+		require.True(t, strings.HasPrefix(got[0].Message, "no items match contains schema: 0: got number, want string; 1: "), got[0].Message)
+		require.True(t, strings.HasSuffix(got[0].Message, " …"), got[0].Message)
+	})
+
 	t.Run("NoSchemaTakesAnything", func(t *testing.T) {
 		t.Parallel()
 

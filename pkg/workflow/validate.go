@@ -822,7 +822,7 @@ func (d Definition) CheckInput(input json.RawMessage) []FieldError {
 	if !errors.As(sch.Validate(inst), &verr) || verr == nil {
 		return nil
 	}
-	out := schemaProblems(verr, nil)
+	out := schemaProblems(verr, nil, false)
 	out = slices.Compact(slices.SortedFunc(slices.Values(out), compareFieldErrors))
 	if len(out) == 0 {
 		out = []FieldError{{Field: "input", Message: oneLine(verr)}}
@@ -844,13 +844,16 @@ var printer = message.NewPrinter(language.English)
 // library's basic output keeps a $ref's "validation failed" instead of
 // the problems under it. Any other node with causes (an anyOf, a oneOf:
 // alternatives; a contains, a propertyNames: why) is one problem, its
-// own message followed by its causes', named from where it stands.
-func schemaProblems(e *jsonschema.ValidationError, out []FieldError) []FieldError {
+// own message followed by its causes', named from where it stands; a
+// node such as that within the causes (inside is true) gives its own
+// message only, and a message is cut at maxSchemaMessage: nested
+// alternatives spelt out whole grow with the product of their branches.
+func schemaProblems(e *jsonschema.ValidationError, out []FieldError, inside bool) []FieldError {
 	switch e.ErrorKind.(type) {
 	case *kind.Schema, *kind.Reference, *kind.AllOf, *kind.Group:
 		if len(e.Causes) > 0 {
 			for _, c := range e.Causes {
-				out = schemaProblems(c, out)
+				out = schemaProblems(c, out, inside)
 			}
 			return out
 		}
@@ -864,7 +867,7 @@ func schemaProblems(e *jsonschema.ValidationError, out []FieldError) []FieldErro
 		return out
 	}
 	msg := e.ErrorKind.LocalizedString(printer)
-	if len(e.Causes) > 0 {
+	if len(e.Causes) > 0 && !inside {
 		sep := "; "
 		switch e.ErrorKind.(type) {
 		case *kind.AnyOf, *kind.OneOf:
@@ -873,22 +876,33 @@ func schemaProblems(e *jsonschema.ValidationError, out []FieldError) []FieldErro
 		var causes []string
 		for _, c := range e.Causes {
 			var said []string
-			for _, p := range schemaProblems(c, nil) {
+			// Sorted: the library finds a branch's problems in the order
+			// of a map's keys, which differs from run to run.
+			for _, p := range slices.SortedFunc(slices.Values(schemaProblems(c, nil, true)), compareFieldErrors) {
 				// Named from where the node stands.
-				if rel := strings.TrimPrefix(strings.TrimPrefix(p.Field, field), "."); rel != "" && p.Message == "is required" {
+				rel := strings.TrimPrefix(strings.TrimPrefix(p.Field, field), ".")
+				switch {
+				case rel != "" && p.Message == "is required":
 					said = append(said, rel+" "+p.Message)
-				} else if rel != "" {
+				case rel != "":
 					said = append(said, rel+": "+p.Message)
-				} else {
+				default:
 					said = append(said, p.Message)
 				}
 			}
-			causes = append(causes, strings.Join(said, ", "))
+			causes = append(causes, strings.Join(said, " and "))
 		}
 		msg += ": " + strings.Join(causes, sep)
 	}
+	if len(msg) > maxSchemaMessage {
+		msg = strings.ToValidUTF8(msg[:maxSchemaMessage], "") + " …"
+	}
 	return append(out, FieldError{Field: field, Message: msg})
 }
+
+// maxSchemaMessage bounds one problem's message (bytes): it is answered
+// to the caller and may be recorded in an event.
+const maxSchemaMessage = 1024
 
 // dotted turns the tokens of a place in the input into the dotted path
 // problems name fields by (.hosts.1, .a/b): member names as written.
