@@ -1,22 +1,24 @@
 package catalog
 
 import (
+	"context"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/natstest"
 )
 
-// TestThePointerIsReadDirectlyOnlyFromALoneReplica: a start reads the
-// latest pointer by a direct get only while the definitions bucket has
-// one replica (its own leader); a bucket of three is read from its
-// leader, since a replica behind it would answer a direct get with the
-// version before an apply. A bucket scaled either way is seen within
-// loneCheckEvery.
-func TestThePointerIsReadDirectlyOnlyFromALoneReplica(t *testing.T) {
+// TestThePointerIsReadDirectlyOnlyFromALoneStream: a start reads the
+// latest pointer by a direct get only from a bucket that only its leader
+// can answer: one replica on a server in no cluster. A clustered bucket
+// is read from its leader, even scaled to one replica (its followers
+// answer direct gets until they have left, after the configuration says
+// one).
+func TestThePointerIsReadDirectlyOnlyFromALoneStream(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cluster test")
 	}
@@ -26,24 +28,67 @@ func TestThePointerIsReadDirectlyOnlyFromALoneReplica(t *testing.T) {
 	_, single := natstest.Connect(t, natstest.RunJetStream(t))
 	s, err := Open(ctx, single)
 	require.NoError(t, err)
-	require.True(t, s.alone(ctx), "one server: one replica")
+	require.True(t, s.alone(ctx), "one server: one replica, its own leader")
 
 	js := natstest.ConnectCluster(t, natstest.RunCluster(t))[1]
 	c, err := Open(ctx, js)
 	require.NoError(t, err)
 	require.False(t, c.alone(ctx), "three replicas")
 
-	scale := func(replicas int) {
-		stream, err := js.Stream(ctx, bus.BucketStream(bus.BucketDefinitions))
-		require.NoError(t, err)
-		cfg := stream.CachedInfo().Config
-		cfg.Replicas = replicas
-		_, err = js.UpdateStream(ctx, cfg)
-		require.NoError(t, err)
+	stream, err := js.Stream(ctx, bus.BucketStream(bus.BucketDefinitions))
+	require.NoError(t, err)
+	cfg := stream.CachedInfo().Config
+	cfg.Replicas = 1
+	_, err = js.UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+	stream, err = js.Stream(ctx, bus.BucketStream(bus.BucketDefinitions))
+	require.NoError(t, err)
+	require.Equal(t, 1, stream.CachedInfo().Config.Replicas)
+	c.lone.checked = time.Time{} // ask again now
+	require.False(t, c.alone(ctx), "one replica in a cluster: read from the leader")
+}
+
+// TestALoneFindingIsKeptForAWhile: a finding that the stream is alone
+// counts for twice the check's period; a check that cannot tell (here a
+// request cut short) says no, and reads go to the leader.
+func TestALoneFindingIsKeptForAWhile(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	s, err := Open(t.Context(), js)
+	require.NoError(t, err)
+	now := time.Now()
+	s.now = func() time.Time { return now }
+	require.True(t, s.alone(t.Context()))
+
+	cut, cancel := context.WithCancel(t.Context())
+	cancel()
+	now = now.Add(loneCheckEvery / 2)
+	require.True(t, s.alone(cut), "not asked again within its period")
+	now = now.Add(loneCheckEvery)
+	require.False(t, s.alone(cut), "asked again, and the request failed")
+	now = now.Add(loneCheckEvery / 2)
+	require.False(t, s.alone(cut), "the failed check's answer is kept")
+	now = now.Add(loneCheckEvery)
+	require.True(t, s.alone(t.Context()), "asked again, and it is")
+}
+
+func TestLoneStream(t *testing.T) {
+	t.Parallel()
+	info := func(replicas int, cluster *jetstream.ClusterInfo) *jetstream.StreamInfo {
+		return &jetstream.StreamInfo{Config: jetstream.StreamConfig{Replicas: replicas}, Cluster: cluster}
 	}
-	scale(1)
-	natstest.Eventually(t, 30*time.Second, func() bool { return c.alone(ctx) }, "scaled to one replica")
-	scale(3)
-	require.Eventually(t, func() bool { return !c.alone(ctx) }, loneCheckEvery+15*time.Second, 10*time.Millisecond,
-		"scaled back to three replicas: read from the leader within %s", loneCheckEvery)
+	for _, tc := range []struct {
+		name string
+		info *jetstream.StreamInfo
+		want bool
+	}{
+		{"NoInfo", nil, false},
+		{"SingleServer", info(1, &jetstream.ClusterInfo{Leader: "n1"}), true},
+		{"SingleServerNoClusterInfo", info(0, nil), true},
+		{"ThreeReplicas", info(3, &jetstream.ClusterInfo{Name: "jf", RaftGroup: "S-R3F", Replicas: []*jetstream.PeerInfo{{Name: "n2"}, {Name: "n3"}}}), false},
+		{"ScaledDownFollowersLeft", info(1, &jetstream.ClusterInfo{Name: "jf", RaftGroup: "S-R1F"}), false},
+		{"ScalingDown", info(1, &jetstream.ClusterInfo{Name: "jf", RaftGroup: "S-R3F", Replicas: []*jetstream.PeerInfo{{Name: "n2"}}}), false},
+	} {
+		require.Equal(t, tc.want, loneStream(tc.info), tc.name)
+	}
 }

@@ -55,18 +55,18 @@ type Store struct {
 	// and never changed, so one read is enough (a start reads its
 	// workflow's record every time: this spares it a round trip).
 	stored recordCache
-	// lone says whether the bucket's stream has one replica, as last
-	// checked (alone).
+	// lone says whether the bucket's stream is alone (loneStream), as
+	// last checked (alone): asked is when the check began that found one,
+	// checked when the last check began.
 	lone struct {
 		sync.Mutex
-		checked time.Time
-		one     bool
+		checked, asked time.Time
+		one            bool
 	}
 }
 
-// loneCheckEvery is how often a Store asks the bucket's stream how many
-// replicas it has (alone): a bucket scaled from one replica to three is
-// read from its leader within that.
+// loneCheckEvery is how often a Store asks the bucket's stream whether it
+// is alone (alone); a finding that it is counts for twice that at most.
 const loneCheckEvery = time.Second
 
 // recordCacheBytes bounds the records a Store keeps in memory.
@@ -264,8 +264,8 @@ func (s *Store) pointer(ctx context.Context, name string) (int, error) {
 	// and a start right after an apply would run the version before. A
 	// bucket of one replica is its own leader: a direct get says the
 	// same, without the JetStream API's request (the server decodes the
-	// requester's information for each: 4-5% of a 10-step local
-	// execution's CPU when every start asked).
+	// requester's information for each; priced at 4% of a 10-step local
+	// execution's CPU, docs/benchmarks.md).
 	var b []byte
 	var err error
 	if s.alone(ctx) {
@@ -286,25 +286,45 @@ func (s *Store) pointer(ctx context.Context, name string) (int, error) {
 	return v, nil
 }
 
-// alone reports whether the bucket's stream has one replica, and so no
-// replica that could answer a direct get behind its leader; asked of the
-// stream at most every loneCheckEvery. When it cannot tell, it says no.
+// alone reports whether the bucket's stream is alone (loneStream), asked
+// of the stream at most every loneCheckEvery, one asker at a time (the
+// others go on with what was found). A finding that it is alone counts for
+// 2×loneCheckEvery from when it was asked, then reads go to the leader
+// until a check says so again; an answer older than the last one kept is
+// dropped; when it cannot tell, it says no.
 func (s *Store) alone(ctx context.Context) bool {
+	now := s.now()
 	s.lone.Lock()
-	one, due := s.lone.one, time.Since(s.lone.checked) >= loneCheckEvery
+	one := s.lone.one && now.Sub(s.lone.asked) < 2*loneCheckEvery
+	due := now.Sub(s.lone.checked) >= loneCheckEvery
 	if due {
-		s.lone.checked = time.Now() // one asker at a time; the others go on with what was found
+		s.lone.checked = now
 	}
 	s.lone.Unlock()
 	if !due {
 		return one
 	}
 	stream, err := s.js.Stream(ctx, bus.BucketStream(bus.BucketDefinitions))
-	one = err == nil && stream.CachedInfo().Config.Replicas <= 1
+	found := err == nil && loneStream(stream.CachedInfo())
 	s.lone.Lock()
-	s.lone.one = one
-	s.lone.Unlock()
-	return one
+	defer s.lone.Unlock()
+	if !now.Before(s.lone.asked) { // not older than the answer kept
+		s.lone.one, s.lone.asked = found, now
+	}
+	return found
+}
+
+// loneStream reports whether a direct get of the stream info describes
+// can be answered only by its leader: a stream of one replica on a server
+// that is in no cluster. A clustered stream said to have one replica may
+// still have followers answering direct gets while it is scaled down or
+// moved (the configuration changes first, the peers leave later).
+func loneStream(info *jetstream.StreamInfo) bool {
+	if info == nil || info.Config.Replicas > 1 {
+		return false
+	}
+	c := info.Cluster
+	return c == nil || (c.Name == "" && c.RaftGroup == "" && len(c.Replicas) == 0)
 }
 
 // read reads a version's record. In a cluster a read may be answered by
