@@ -64,13 +64,20 @@ const errCodeInProcess = 10158
 // InProcess reports whether err says a publish with the same message id
 // is still being stored: the same publish sent again a little later gets
 // the stored message's answer (a duplicate), or its refusal.
-func InProcess(err error) bool {
+func InProcess(err error) bool { return apiErrorCode(err) == errCodeInProcess }
+
+// apiErrorCode is the JetStream error code err carries (0 for none), as a
+// jetstream.JetStreamError or a *jetstream.APIError.
+func apiErrorCode(err error) jetstream.ErrorCode {
 	var jerr jetstream.JetStreamError
 	if errors.As(err, &jerr) && jerr.APIError() != nil {
-		return jerr.APIError().ErrorCode == errCodeInProcess
+		return jerr.APIError().ErrorCode
 	}
 	var aerr *jetstream.APIError
-	return errors.As(err, &aerr) && aerr.ErrorCode == errCodeInProcess
+	if errors.As(err, &aerr) {
+		return aerr.ErrorCode
+	}
+	return 0
 }
 
 // SubjectInFlight reports whether err is a replicated stream's "wrong last
@@ -83,10 +90,5 @@ func InProcess(err error) bool {
 // machine). The same append sent again a moment later is checked for
 // real: stored, or refused with the subject's last sequence (10071).
 func SubjectInFlight(err error) bool {
-	var jerr jetstream.JetStreamError
-	if errors.As(err, &jerr) && jerr.APIError() != nil {
-		return jerr.APIError().ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
-	}
-	var aerr *jetstream.APIError
-	return errors.As(err, &aerr) && aerr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+	return apiErrorCode(err) == jetstream.JSErrCodeStreamWrongLastSequenceConstant
 }

@@ -757,11 +757,7 @@ func schemaProblem(err error) (field, msg string) {
 			for len(leaf.Causes) > 0 { // the first way it could have been valid
 				leaf = leaf.Causes[0]
 			}
-			field = "input"
-			for _, tok := range leaf.InstanceLocation {
-				field += "." + tok
-			}
-			return field, "is not a valid JSON Schema: " + leaf.ErrorKind.LocalizedString(printer)
+			return "input" + dotted(leaf.InstanceLocation), "is not a valid JSON Schema: " + leaf.ErrorKind.LocalizedString(printer)
 		}
 	}
 	var lue *jsonschema.LoadURLError
