@@ -42,6 +42,32 @@ func CountSteps(steps []Step) StepCounts {
 // none) are read, nor checked: a document broken after the start of its
 // table still gives its head.
 func StoredHead(b []byte) (head []byte, counts StepCounts, ok bool) {
+	head, counts, ok = storedHead(b)
+	if !ok || !json.Valid(head) {
+		return nil, counts, false
+	}
+	return head, counts, true
+}
+
+// DecodeStoredHead decodes the head of a stored read model b (StoredHead)
+// into v, as json.Unmarshal does, and returns the counts stored before
+// the table; ok is false when b has no head (decode b whole) or its head
+// does not decode into v. It is StoredHead and json.Unmarshal with one
+// check of the head's bytes, not two: json.Unmarshal checks its input
+// whole before it decodes it, and the head of a small model is most of
+// it (the janitor's index and the visibility index read a model's head
+// at each write of it).
+func DecodeStoredHead(b []byte, v any) (counts StepCounts, ok bool) {
+	head, counts, ok := storedHead(b)
+	if !ok || json.Unmarshal(head, v) != nil {
+		return counts, false
+	}
+	return counts, true
+}
+
+// storedHead is StoredHead but for the check that the head is JSON: a
+// head that is not comes back ok.
+func storedHead(b []byte) (head []byte, counts StepCounts, ok bool) {
 	// A scan of the top object's members that skips each value by its
 	// brackets and strings, with no token and no allocation (encoding/json's
 	// Decoder took a dozen allocations a member, and the visibility index
@@ -84,9 +110,6 @@ func StoredHead(b []byte) (head []byte, counts StepCounts, ok bool) {
 			}
 			head = make([]byte, 0, end+1)
 			head = append(append(head, b[:end]...), '}')
-			if !json.Valid(head) {
-				return nil, counts, false
-			}
 			return head, counts, true
 		}
 		if i = skipSpace(b, i); i == len(b) || b[i] != ':' {

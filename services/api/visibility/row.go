@@ -57,8 +57,8 @@ func decodeModel(b []byte) (model, error) {
 // write made each step of a large execution cost more.
 func decodeHead(b []byte) (model, bool) {
 	var m model
-	head, counts, ok := projections.StoredHead(b)
-	if !ok || json.Unmarshal(head, &m) != nil {
+	counts, ok := projections.DecodeStoredHead(b, &m)
+	if !ok {
 		return model{}, false
 	}
 	m.Steps, m.counts = nil, &counts

@@ -209,11 +209,15 @@ func readIndexed(e jetstream.KeyValueEntry, whole bool) (indexed, *projections.E
 		return indexed{rev: e.Revision(), kind: kindMarker, updated: nanos(e.Created())}, nil
 	}
 	var h modelHead
-	doc := e.Value()
-	if head, _, ok := projections.StoredHead(doc); ok {
-		doc = head // the step table, most of a large model, is not read
+	// The step table, most of a large model, is not read; a model with no
+	// head to read (or one that does not decode) is decoded whole.
+	if _, ok := projections.DecodeStoredHead(e.Value(), &h); !ok {
+		h = modelHead{}
+		if json.Unmarshal(e.Value(), &h) != nil {
+			return indexed{rev: e.Revision(), kind: kindIgnored}, nil
+		}
 	}
-	if json.Unmarshal(doc, &h) != nil || h.Damaged != nil {
+	if h.Damaged != nil {
 		return indexed{rev: e.Revision(), kind: kindIgnored}, nil
 	}
 	x := indexed{
