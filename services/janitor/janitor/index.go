@@ -29,8 +29,9 @@ import (
 const FullReadEvery = 10 * time.Minute
 
 // modelIndex is what the sweeps need of every read model, kept from one
-// sweep to the next: a sweep reads the models written since the one
-// before (the first, and one every FullReadEvery, reads them all), so a
+// sweep to the next: a sweep reads the models written since the last
+// read (the first, and one every FullReadEvery, reads them all; between
+// sweeps, catch-ups read those that settled: catchUp), so a
 // sweep over executions that did nothing costs next to nothing, where
 // reading and decoding every model cost a core-second per 20,000 or so.
 // Its entries are small (about 150 bytes with the key) since a janitor
@@ -45,7 +46,10 @@ const FullReadEvery = 10 * time.Minute
 type modelIndex struct {
 	entries map[string]indexed // by key (execution id)
 	next    uint64             // the revision the next read starts at (0: all)
-	readAll time.Time          // when the last full read ended well (the janitor's clock)
+	// seen is the bucket's last revision when the last read asked where
+	// it stood: a catch-up reads no further (catchUp).
+	seen    uint64
+	readAll time.Time // when the last full read ended well (the janitor's clock)
 	// bucket is when the bucket's stream was made, as the last full read
 	// found it: a bucket made again (by hand) starts its revisions anew,
 	// and is read whole, its entries owing nothing to the old one's.
@@ -112,21 +116,60 @@ const (
 // was written since the last read, or everything when it never read it
 // whole or did FullReadEvery ago.
 func (ix *modelIndex) refresh(ctx context.Context, kv jetstream.KeyValue, now time.Time) error {
+	return ix.read(ctx, kv, now, false)
+}
+
+// catchUp reads, between sweeps, the models written since the last read
+// that were written before the read before asked the bucket where it
+// stood (seen), and not since: models that have settled for at least the
+// time between two reads. The sweep then reads only what came after
+// them, not everything written since the sweep before (a burst of
+// 10,000 executions starting was read at once by the next sweep, into
+// whatever burst that fell on), and a model written again and again is
+// read by the sweep alone, not at each catch-up. A read of every model
+// (the first, one due every FullReadEvery, or of a bucket made again) is
+// done as a sweep does it.
+func (ix *modelIndex) catchUp(ctx context.Context, kv jetstream.KeyValue, now time.Time) error {
+	return ix.read(ctx, kv, now, true)
+}
+
+// errSettled stops a catch-up's read at the first model written after
+// the bound it reads to.
+var errSettled = errors.New("past the models settled")
+
+// read is refresh, or catchUp when settled.
+func (ix *modelIndex) read(ctx context.Context, kv jetstream.KeyValue, now time.Time, settled bool) error {
 	status, err := kv.Status(ctx)
 	if err != nil {
 		return fmt.Errorf("read executions: %w", err)
 	}
 	var bucket time.Time
-	var written uint64 // at most, since the last read
-	if st, ok := status.(*jetstream.KeyValueBucketStatus); ok {
+	var last uint64
+	st, known := status.(*jetstream.KeyValueBucketStatus)
+	if known {
 		info := st.StreamInfo()
-		bucket = info.Created
-		if !bucket.Equal(ix.bucket) || info.State.LastSeq+1 < ix.next {
+		bucket, last = info.Created, info.State.LastSeq
+		if !bucket.Equal(ix.bucket) || last+1 < ix.next {
 			ix.entries, ix.next, ix.flights = nil, 0, nil // made again: nothing known holds
 		}
-		written = info.State.LastSeq + 1 - min(ix.next, info.State.LastSeq+1)
 	}
 	full := ix.entries == nil || now.Sub(ix.readAll) >= FullReadEvery || now.Before(ix.readAll)
+	upTo := uint64(math.MaxUint64)
+	if settled && !full {
+		if !known {
+			return nil // nothing to bound the read with: the sweep reads
+		}
+		upTo = min(ix.seen, last)
+	}
+	ix.seen = last
+	var written uint64 // at most, since the last read
+	if known {
+		bound := min(upTo, last)
+		written = bound + 1 - min(ix.next, bound+1)
+	}
+	if settled && !full && written == 0 {
+		return nil
+	}
 	// Many models written since (a re-projection, a burst): the groups
 	// are made again once read, rather than each execution moved in its
 	// group as it comes (one moved far from its group's end costs a copy
@@ -140,7 +183,10 @@ func (ix *modelIndex) refresh(ctx context.Context, kv jetstream.KeyValue, now ti
 	} else if next > 0 {
 		opts = append(opts, jetstream.ResumeFromRevision(next))
 	}
-	err = watchModels(ctx, kv, func(e jetstream.KeyValueEntry) {
+	err = watchModels(ctx, kv, func(e jetstream.KeyValueEntry) error {
+		if e.Revision() > upTo {
+			return errSettled // read in order: all that follow are too
+		}
 		next = max(next, e.Revision()+1)
 		had, ok := ix.entries[e.Key()]
 		changed := !ok || had.rev != e.Revision()
@@ -155,7 +201,16 @@ func (ix *modelIndex) refresh(ctx context.Context, kv jetstream.KeyValue, now ti
 		case changed:
 			ix.set(e.Key(), had, ok, x)
 		}
+		return nil
 	}, opts...)
+	if errors.Is(err, errSettled) {
+		err = nil
+	}
+	if upTo != math.MaxUint64 && err == nil {
+		// Every revision to upTo read (those gone were written again
+		// after it): the next read starts past it.
+		next = max(next, upTo+1)
+	}
 	if !full {
 		// Entries are read in order: those applied hold whatever the
 		// read stopped at.
@@ -492,10 +547,11 @@ func (ix *modelIndex) lookAgain(ctx context.Context, kv jetstream.KeyValue, keys
 		for _, key := range keys {
 			want[key] = true
 		}
-		return watchModels(ctx, kv, func(e jetstream.KeyValueEntry) {
+		return watchModels(ctx, kv, func(e jetstream.KeyValueEntry) error {
 			if want[e.Key()] && e.Operation() == jetstream.KeyValuePut {
 				look(e)
 			}
+			return nil
 		})
 	}
 	for _, key := range keys {

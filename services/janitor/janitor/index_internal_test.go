@@ -307,3 +307,102 @@ func TestCheckFlightsStoppedMidwayCountsNothing(t *testing.T) {
 	require.Zero(t, out.errors)
 	require.LessOrEqual(t, g.gets, 50+flightGets, "no get handed out after the stop but those under way")
 }
+
+// TestCatchUpReadsWhatSettled: between sweeps, a catch-up reads the
+// models written before the last read asked where the bucket stood and
+// not written since; the models written after it, or written again, are
+// left to the next read. A read of every model (the first, or one due)
+// it makes as a sweep does.
+func TestCatchUpReadsWhatSettled(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	ctx := t.Context()
+	kv, err := js.KeyValue(ctx, bus.BucketExecutions)
+	require.NoError(t, err)
+	now := time.Now()
+	put := func(id string) uint64 {
+		t.Helper()
+		b, err := json.Marshal(projections.Execution{ID: id, Workflow: "wf", Status: projections.StatusStarted, UpdatedAt: now})
+		require.NoError(t, err)
+		rev, err := kv.Put(ctx, id, b)
+		require.NoError(t, err)
+		return rev
+	}
+	rev := func(ix *modelIndex, id string) uint64 {
+		t.Helper()
+		x, ok := ix.entries[id]
+		require.True(t, ok, "%s indexed", id)
+		return x.rev
+	}
+
+	var ix modelIndex
+	put("a")
+	require.NoError(t, ix.catchUp(ctx, kv, now))
+	require.Len(t, ix.entries, 1, "the first read is of every model")
+	require.Equal(t, now, ix.readAll)
+
+	b := put("b")
+	put("c")
+	require.NoError(t, ix.catchUp(ctx, kv, now))
+	require.Len(t, ix.entries, 1, "written after the sweep asked where the bucket stood: not settled yet")
+
+	c := put("c") // written again: the revision the catch-up could read is gone
+	d := put("d")
+	require.NoError(t, ix.catchUp(ctx, kv, now))
+	require.Len(t, ix.entries, 2, "b settled; c written again, d after the last catch-up asked")
+	require.Equal(t, b, rev(&ix, "b"))
+	require.Equal(t, c, ix.next, "the next read starts at c's new revision")
+
+	require.NoError(t, ix.catchUp(ctx, kv, now))
+	require.Len(t, ix.entries, 4, "c and d settled since")
+	require.Equal(t, c, rev(&ix, "c"))
+	require.Equal(t, d, rev(&ix, "d"))
+	require.Equal(t, d+1, ix.next)
+
+	e := put("e")
+	require.NoError(t, ix.refresh(ctx, kv, now))
+	require.Equal(t, e, rev(&ix, "e"), "a sweep reads everything written since")
+	f := put("f")
+	later := now.Add(FullReadEvery)
+	require.NoError(t, ix.catchUp(ctx, kv, later))
+	require.Equal(t, later, ix.readAll, "a full read due, made whole")
+	require.Equal(t, f, rev(&ix, "f"))
+	require.Len(t, ix.entries, 6)
+}
+
+// TestRunCatchesUpBetweenSweeps: a running janitor reads the models that
+// settled into its index between its sweeps.
+func TestRunCatchesUpBetweenSweeps(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	ctx := t.Context()
+	j, err := New(Config{Interval: time.Hour}, js, zerolog.Nop())
+	require.NoError(t, err)
+	require.Equal(t, CatchUpEvery, j.catchUpEvery, "an hour between sweeps: catch-ups between them")
+	short, err := New(Config{Interval: CatchUpEvery}, js, zerolog.Nop())
+	require.NoError(t, err)
+	require.Zero(t, short.catchUpEvery, "sweeps as often: none")
+	j.catchUpEvery = 20 * time.Millisecond
+	kv, err := js.KeyValue(ctx, bus.BucketExecutions)
+	require.NoError(t, err)
+	put := func(id string) {
+		t.Helper()
+		b, err := json.Marshal(projections.Execution{ID: id, Workflow: "wf", Status: projections.StatusStarted, UpdatedAt: time.Now()})
+		require.NoError(t, err)
+		_, err = kv.Put(ctx, id, b)
+		require.NoError(t, err)
+	}
+	indexed := func(id string) func() bool {
+		return func() bool {
+			j.sweeping.Lock()
+			defer j.sweeping.Unlock()
+			_, ok := j.index.entries[id]
+			return ok
+		}
+	}
+	put("x1")
+	natstest.Serve(t, j.Run)
+	natstest.Eventually(t, 20*time.Second, indexed("x1"), "the first catch-up reads every model")
+	put("x2")
+	natstest.Eventually(t, 20*time.Second, indexed("x2"), "a model written since read once it settled")
+}

@@ -117,9 +117,21 @@ type Janitor struct {
 	running   atomic.Bool                 // its consumer is bound (Run)
 	lastSweep atomic.Pointer[sweepStatus] // the last sweep's outcome
 
-	sweeping sync.Mutex // one sweep at a time
+	sweeping sync.Mutex // one sweep (or catch-up) at a time
 	index    modelIndex // the read models, as the sweep before left them
+	// catchUpEvery is how often Run brings the index up to date between
+	// sweeps (CatchUpEvery; 0: never, the sweeps being as frequent).
+	catchUpEvery time.Duration
 }
+
+// CatchUpEvery is how often, between sweeps, the janitor reads the read
+// models that settled since its last read into its index (the models
+// written before the last read and not since), so that a sweep reads
+// only the last few seconds' models, not an interval's: the read of
+// 10,000 executions started at once is spread over the seconds after
+// them, not done by whichever sweep comes next, whatever burst it falls
+// on. With an Interval shorter than twice this, only the sweeps read.
+const CatchUpEvery = 5 * time.Second
 
 // sweepStatus is a sweep's outcome, for Ready.
 type sweepStatus struct{ err error }
@@ -150,7 +162,11 @@ func New(cfg Config, js jetstream.JetStream, log zerolog.Logger) (*Janitor, erro
 	if err != nil {
 		return nil, err
 	}
-	return &Janitor{cfg: cfg, js: js, log: log, system: system, metrics: m}, nil
+	j := &Janitor{cfg: cfg, js: js, log: log, system: system, metrics: m}
+	if cfg.Interval >= 2*CatchUpEvery {
+		j.catchUpEvery = CatchUpEvery
+	}
+	return j, nil
 }
 
 // Run works until ctx ends.
@@ -191,10 +207,21 @@ func (j *Janitor) Run(ctx context.Context) error {
 	context.AfterFunc(ctx, func() { j.running.Store(false) }) // stopping: not ready
 	t := time.NewTicker(j.cfg.Interval)
 	defer t.Stop()
+	var catchUp <-chan time.Time
+	if j.catchUpEvery > 0 {
+		c := time.NewTicker(j.catchUpEvery)
+		defer c.Stop()
+		catchUp = c.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-catchUp:
+			if err := j.catchUp(ctx); err != nil && ctx.Err() == nil {
+				// Not vital: the next sweep reads what this did not.
+				j.log.Debug().Err(err).Msg("catch up with the read models")
+			}
 		case <-t.C:
 			res, err := j.RunOnce(ctx)
 			j.lastSweep.Store(&sweepStatus{err: err})
@@ -309,6 +336,18 @@ func (j *Janitor) RunOnce(ctx context.Context) (Result, error) {
 		j.metrics.sweepEnded(began, time.Now(), res, err)
 	}
 	return res, err
+}
+
+// catchUp reads the read models that settled since the last read into
+// the index (modelIndex.catchUp).
+func (j *Janitor) catchUp(ctx context.Context) error {
+	j.sweeping.Lock()
+	defer j.sweeping.Unlock()
+	kv, err := j.js.KeyValue(ctx, bus.BucketExecutions)
+	if err != nil {
+		return fmt.Errorf("open executions bucket: %w", err)
+	}
+	return j.index.catchUp(ctx, kv, j.cfg.Now())
 }
 
 // sweep is RunOnce without its metrics.

@@ -261,10 +261,11 @@ type retentionResult struct {
 
 // watchModels calls fn with every entry of the read-model bucket (the
 // markers of deleted ones included; with jetstream.ResumeFromRevision,
-// those written from that revision on), in one pass of a watcher: one
-// ordered consumer, not a request per key.
-func watchModels(ctx context.Context, kv jetstream.KeyValue, fn func(jetstream.KeyValueEntry), opts ...jetstream.WatchOpt) error {
-	err := bus.EachEntry(ctx, kv, func(e jetstream.KeyValueEntry) error { fn(e); return nil }, opts...)
+// those written from that revision on), in revision order, in one pass
+// of a watcher: one ordered consumer, not a request per key. It stops at
+// the first error fn returns, which it returns (wrapped).
+func watchModels(ctx context.Context, kv jetstream.KeyValue, fn func(jetstream.KeyValueEntry) error, opts ...jetstream.WatchOpt) error {
+	err := bus.EachEntry(ctx, kv, fn, opts...)
 	if err != nil && ctx.Err() == nil {
 		return fmt.Errorf("read executions: %w", err)
 	}
