@@ -52,7 +52,8 @@ func StoredHead(b []byte) (head []byte, counts StepCounts, ok bool) {
 // DecodeStoredHead decodes the head of a stored read model b (StoredHead)
 // into v, as json.Unmarshal does, and returns the counts stored before
 // the table; ok is false when b has no head (decode b whole) or its head
-// does not decode into v. It is StoredHead and json.Unmarshal with one
+// does not decode into v (which may then hold part of it: decode b whole
+// into a v made anew). It is StoredHead and json.Unmarshal with one
 // check of the head's bytes, not two: json.Unmarshal checks its input
 // whole before it decodes it, and the head of a small model is most of
 // it (the janitor's index and the visibility index read a model's head

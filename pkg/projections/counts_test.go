@@ -165,10 +165,16 @@ func TestStoredHeadThatDoesNotDecode(t *testing.T) {
 	require.True(t, tokensOK)
 	_, _, ok := projections.StoredHead(doc(10000))
 	require.False(t, ok)
+	var x struct{ A any }
+	_, ok = projections.DecodeStoredHead(doc(10000), &x)
+	require.False(t, ok, "nor does it decode")
 	head, counts, ok := projections.StoredHead(doc(9999))
 	require.True(t, ok)
 	require.Equal(t, projections.StepCounts{Steps: 1}, counts)
 	require.True(t, json.Valid(head))
+	counts, ok = projections.DecodeStoredHead(doc(9999), &x)
+	require.True(t, ok)
+	require.Equal(t, projections.StepCounts{Steps: 1}, counts)
 }
 
 // BenchmarkDecodeStoredHead: decoding a one-step execution's stored

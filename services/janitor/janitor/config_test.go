@@ -28,6 +28,9 @@ func TestConfigValidate(t *testing.T) {
 		"NegativeIdleAfter": {cfg: janitor.Config{IdleAfter: -time.Minute}, want: "janitor: IdleAfter -1m: out of range, use 100ms to 168h"},
 		"ShortIdleAfter":    {cfg: janitor.Config{IdleAfter: time.Millisecond}, want: "janitor: IdleAfter 1ms"},
 		"BadRetention":      {cfg: janitor.Config{RetentionDefault: "parent"}, want: `janitor: RetentionDefault (-retention-default, JETFLOW_RETENTION_DEFAULT) "parent"`},
+		"NoCatchUp":         {cfg: janitor.Config{CatchUpEvery: -1}},
+		"ShortCatchUp":      {cfg: janitor.Config{CatchUpEvery: time.Millisecond}, want: "janitor: CatchUpEvery (-catch-up-every, JETFLOW_JANITOR_CATCH_UP_EVERY) 1ms: out of range, use 100ms to 1h"},
+		"LongCatchUp":       {cfg: janitor.Config{CatchUpEvery: 2 * time.Hour}, want: "janitor: CatchUpEvery (-catch-up-every, JETFLOW_JANITOR_CATCH_UP_EVERY) 2h"},
 	} {
 		err := tc.cfg.Validate()
 		_, newErr := janitor.New(tc.cfg, nil, zerolog.Nop())

@@ -20,8 +20,9 @@ import (
 	"jetflow.dev/pkg/workflow"
 )
 
-// FullReadEvery is how often a sweep reads every read model again,
-// rather than only those written since the sweep before. The read models'
+// FullReadEvery is how often the janitor reads every read model again
+// (at a sweep or a catch-up), rather than only those written since its
+// last read. The read models'
 // bucket keeps one revision per key, so reading it from a revision on
 // gives each model written since then once, with the marker of each one
 // deleted: the full read is there for what leaves no marker (the bucket

@@ -378,10 +378,16 @@ func TestRunCatchesUpBetweenSweeps(t *testing.T) {
 	ctx := t.Context()
 	j, err := New(Config{Interval: time.Hour}, js, zerolog.Nop())
 	require.NoError(t, err)
-	require.Equal(t, CatchUpEvery, j.catchUpEvery, "an hour between sweeps: catch-ups between them")
-	short, err := New(Config{Interval: CatchUpEvery}, js, zerolog.Nop())
-	require.NoError(t, err)
-	require.Zero(t, short.catchUpEvery, "sweeps as often: none")
+	require.Equal(t, DefaultCatchUpEvery, j.catchUpEvery, "an hour between sweeps: catch-ups between them")
+	for name, cfg := range map[string]Config{
+		"sweeps as often":        {Interval: DefaultCatchUpEvery},
+		"catch-ups turned off":   {Interval: time.Hour, CatchUpEvery: -1},
+		"catch-ups as often too": {Interval: time.Minute, CatchUpEvery: 31 * time.Second},
+	} {
+		other, err := New(cfg, js, zerolog.Nop())
+		require.NoError(t, err)
+		require.Zero(t, other.catchUpEvery, name)
+	}
 	j.catchUpEvery = 20 * time.Millisecond
 	kv, err := js.KeyValue(ctx, bus.BucketExecutions)
 	require.NoError(t, err)
@@ -405,4 +411,89 @@ func TestRunCatchesUpBetweenSweeps(t *testing.T) {
 	natstest.Eventually(t, 20*time.Second, indexed("x1"), "the first catch-up reads every model")
 	put("x2")
 	natstest.Eventually(t, 20*time.Second, indexed("x2"), "a model written since read once it settled")
+}
+
+// TestCatchUpCutShort: a catch-up whose read stops midway (the watch
+// ends, as on a lost connection) keeps what it applied and starts the
+// next read after it, not past the models it did not read; a deleted
+// model's marker is read as any model.
+func TestCatchUpCutShort(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	ctx := t.Context()
+	kv, err := js.KeyValue(ctx, bus.BucketExecutions)
+	require.NoError(t, err)
+	now := time.Now()
+	var ix modelIndex
+	require.NoError(t, ix.catchUp(ctx, kv, now), "the first read, of an empty bucket")
+	for _, id := range []string{"a", "b", "c"} {
+		b, err := json.Marshal(projections.Execution{ID: id, Workflow: "wf", Status: projections.StatusStarted, UpdatedAt: now})
+		require.NoError(t, err)
+		_, err = kv.Put(ctx, id, b)
+		require.NoError(t, err)
+	}
+	require.NoError(t, kv.Delete(ctx, "b")) // its marker, revision 4
+	_, err = kv.Put(ctx, "d", []byte(`{"id":"d","workflow":"wf","status":"started"}`))
+	require.NoError(t, err)
+	require.NoError(t, ix.catchUp(ctx, kv, now))
+	require.Empty(t, ix.entries, "nothing settled yet")
+
+	require.Error(t, ix.catchUp(ctx, cutKV{KeyValue: kv, after: 2}, now), "the watch ended after a and c")
+	require.Len(t, ix.entries, 2)
+	require.Contains(t, ix.entries, "a")
+	require.Contains(t, ix.entries, "c")
+	require.EqualValues(t, 4, ix.next, "the next read starts at b's marker")
+
+	require.NoError(t, ix.catchUp(ctx, kv, now))
+	require.Len(t, ix.entries, 4)
+	require.Equal(t, kindMarker, ix.entries["b"].kind)
+	require.EqualValues(t, 6, ix.next)
+}
+
+// cutKV is a bucket whose watches end after their first after entries.
+type cutKV struct {
+	jetstream.KeyValue
+	after int
+}
+
+func (c cutKV) WatchAll(ctx context.Context, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
+	w, err := c.KeyValue.WatchAll(ctx, opts...)
+	if err != nil {
+		return nil, err
+	}
+	cw := &cutWatcher{inner: w, out: make(chan jetstream.KeyValueEntry), done: make(chan struct{})}
+	go func() {
+		defer close(cw.out)
+		for n := 0; n < c.after; n++ {
+			var e jetstream.KeyValueEntry
+			select {
+			case e = <-w.Updates():
+			case <-cw.done:
+				return
+			}
+			select {
+			case cw.out <- e:
+			case <-cw.done:
+				return
+			}
+			if e == nil {
+				return
+			}
+		}
+	}()
+	return cw, nil
+}
+
+type cutWatcher struct {
+	inner jetstream.KeyWatcher
+	out   chan jetstream.KeyValueEntry
+	done  chan struct{}
+	once  sync.Once
+}
+
+func (w *cutWatcher) Updates() <-chan jetstream.KeyValueEntry { return w.out }
+
+func (w *cutWatcher) Stop() error {
+	w.once.Do(func() { close(w.done) })
+	return w.inner.Stop()
 }

@@ -64,6 +64,11 @@ type Config struct {
 	// BindOnly: the advisories consumer exists (made by the bootstrap) and
 	// this janitor may not create or change it.
 	BindOnly bool
+	// CatchUpEvery is how often, between sweeps, the janitor reads the
+	// read models that settled since its last read into its index, when
+	// Interval is at least twice it (see DefaultCatchUpEvery). Default
+	// DefaultCatchUpEvery; negative: never (the sweeps alone read).
+	CatchUpEvery time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -71,6 +76,7 @@ func (c Config) withDefaults() Config {
 	c.IdleAfter = cmp.Or(c.IdleAfter, 2*time.Minute)
 	c.Source = cmp.Or(c.Source, "jetflow/janitor")
 	c.RetentionDefault = cmp.Or(c.RetentionDefault, DefaultRetention)
+	c.CatchUpEvery = cmp.Or(c.CatchUpEvery, DefaultCatchUpEvery)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -81,13 +87,17 @@ func (c Config) withDefaults() Config {
 // are applied (zero is the default). Validate checks them, and
 // jetflow-janitor's flags take the same.
 var Ranges = struct {
-	Interval, IdleAfter svc.Range[time.Duration]
+	Interval, IdleAfter, CatchUpEvery svc.Range[time.Duration]
 }{
 	// A sweep reads the read models written since the one before (all
 	// of them every FullReadEvery): more often than every 10ms it would
 	// do little else; a day is the longest a lost step may wait for one.
 	Interval:  svc.Range[time.Duration]{Min: 10 * time.Millisecond, Max: 24 * time.Hour},
 	IdleAfter: svc.Range[time.Duration]{Min: 100 * time.Millisecond, Max: 7 * 24 * time.Hour},
+	// A catch-up asks the bucket where it stands (a request) even when
+	// nothing settled: not more often than every 100ms. A positive
+	// CatchUpEvery lies in it; a negative one is never.
+	CatchUpEvery: svc.Range[time.Duration]{Min: 100 * time.Millisecond, Max: time.Hour},
 }
 
 // Validate checks a configuration, its defaults applied: New does, and a
@@ -99,6 +109,11 @@ func (c Config) Validate() error {
 		Ranges.IdleAfter.Check("janitor: IdleAfter", c.IdleAfter),
 	); err != nil {
 		return err
+	}
+	if c.CatchUpEvery > 0 {
+		if err := Ranges.CatchUpEvery.Check("janitor: CatchUpEvery (-catch-up-every, JETFLOW_JANITOR_CATCH_UP_EVERY)", c.CatchUpEvery); err != nil {
+			return err
+		}
 	}
 	if _, err := retention.ParseDefault(c.RetentionDefault); err != nil {
 		return fmt.Errorf("janitor: RetentionDefault (-retention-default, JETFLOW_RETENTION_DEFAULT) %q: %w", c.RetentionDefault, err)
@@ -118,20 +133,21 @@ type Janitor struct {
 	lastSweep atomic.Pointer[sweepStatus] // the last sweep's outcome
 
 	sweeping sync.Mutex // one sweep (or catch-up) at a time
-	index    modelIndex // the read models, as the sweep before left them
+	index    modelIndex // the read models, as the last read (a sweep's or a catch-up's) left them
 	// catchUpEvery is how often Run brings the index up to date between
-	// sweeps (CatchUpEvery; 0: never, the sweeps being as frequent).
+	// sweeps (Config.CatchUpEvery; 0: never).
 	catchUpEvery time.Duration
 }
 
-// CatchUpEvery is how often, between sweeps, the janitor reads the read
-// models that settled since its last read into its index (the models
-// written before the last read and not since), so that a sweep reads
-// only the last few seconds' models, not an interval's: the read of
-// 10,000 executions started at once is spread over the seconds after
-// them, not done by whichever sweep comes next, whatever burst it falls
-// on. With an Interval shorter than twice this, only the sweeps read.
-const CatchUpEvery = 5 * time.Second
+// DefaultCatchUpEvery is how often, by default, the janitor reads the
+// read models that settled since its last read into its index between
+// sweeps (the models written before the last read and not since), so
+// that a sweep reads only the last few seconds' models, not an
+// interval's: the read of 10,000 executions started at once comes a few
+// seconds after them, not in whichever sweep comes next, whatever burst
+// it falls on. With an Interval shorter than twice it, only the sweeps
+// read.
+const DefaultCatchUpEvery = 5 * time.Second
 
 // sweepStatus is a sweep's outcome, for Ready.
 type sweepStatus struct{ err error }
@@ -163,8 +179,8 @@ func New(cfg Config, js jetstream.JetStream, log zerolog.Logger) (*Janitor, erro
 		return nil, err
 	}
 	j := &Janitor{cfg: cfg, js: js, log: log, system: system, metrics: m}
-	if cfg.Interval >= 2*CatchUpEvery {
-		j.catchUpEvery = CatchUpEvery
+	if cfg.CatchUpEvery > 0 && cfg.Interval >= 2*cfg.CatchUpEvery {
+		j.catchUpEvery = cfg.CatchUpEvery
 	}
 	return j, nil
 }
@@ -326,9 +342,9 @@ type Result struct {
 }
 
 // RunOnce sweeps the execution read models once: it reads those written
-// since the sweep before in one pass (sweepRead; all of them at the
-// first, and every FullReadEvery), then acts on the idle executions and
-// on retention.
+// since the last read, a sweep's or a catch-up's, in one pass (sweepRead;
+// all of them at the first read, and every FullReadEvery), then acts on
+// the idle executions and on retention.
 func (j *Janitor) RunOnce(ctx context.Context) (Result, error) {
 	began := time.Now()
 	res, err := j.sweep(ctx)
@@ -396,8 +412,8 @@ type swept struct {
 	oldMarkers []marker
 }
 
-// modelHead is what a sweep decodes of every read model it reads (those
-// written since the sweep before): retention's fields (finished) and
+// modelHead is what the janitor decodes of every read model it reads
+// (those written since its last read): retention's fields (finished) and
 // when it last changed. The JSON names are those of
 // [projections.Execution]; decoding only these keeps a sweep cheap, and
 // one decoding serves both parts.
@@ -407,7 +423,7 @@ type modelHead struct {
 }
 
 // sweepRead brings the index of the read models up to date (reading
-// those written since the sweep before, modelIndex) and says what the
+// those written since the last read, modelIndex) and says what the
 // sweep must look at; the idle running executions it reads again whole.
 func (j *Janitor) sweepRead(ctx context.Context, kv jetstream.KeyValue, tasks getter, now time.Time) (swept, error) {
 	if err := j.index.refresh(ctx, kv, now); err != nil {

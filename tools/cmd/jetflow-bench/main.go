@@ -194,7 +194,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if c.retention > 0 {
 		// Every report stored (none handed straight to the dispatcher,
 		// docs/adr/0009), so that the sweeps purge results too.
-		scfg.JanitorInterval, scfg.NoDirectReports = quietJanitor, true
+		scfg.JanitorInterval, scfg.JanitorCatchUpEvery, scfg.NoDirectReports = quietJanitor, -1, true
 	}
 	if c.soak.Duration > 0 {
 		scfg.JanitorInterval, scfg.CacheSize = soakJanitor, c.soak.CacheSize
@@ -460,7 +460,8 @@ func runSingle1(ctx context.Context, out io.Writer, conn *bus.Conn, store *catal
 
 // quietJanitor is the stack's janitor interval when the retention run
 // times a janitor of its own: the stack's must not sweep (and delete)
-// first. (The longest interval a janitor takes, far beyond any run.)
+// first (the longest interval a janitor takes, far beyond any run), nor
+// read the models between sweeps (its catch-ups are turned off).
 const quietJanitor = 24 * time.Hour
 
 // startStack runs the whole system in this process until stop is called.

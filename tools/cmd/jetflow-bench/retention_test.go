@@ -34,7 +34,7 @@ func TestRetentionFlags(t *testing.T) {
 func TestRetentionRun(t *testing.T) {
 	ctx := t.Context()
 	info, stop, err := startStack(ctx, devstack.Config{DataDir: t.TempDir(), NATSAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
-		Log: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel), JanitorInterval: quietJanitor, NoDirectReports: true})
+		Log: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel), JanitorInterval: quietJanitor, JanitorCatchUpEvery: -1, NoDirectReports: true})
 	require.NoError(t, err)
 	defer stop()
 	conn, err := info.Dial(ctx, auth.RoleAdmin, "jetflow-bench-test")

@@ -115,7 +115,10 @@ type Config struct {
 	LeaseTTL time.Duration
 	// Janitor settings.
 	JanitorInterval time.Duration
-	IdleAfter       time.Duration
+	// JanitorCatchUpEvery is the janitor's CatchUpEvery (0: its default,
+	// negative: never).
+	JanitorCatchUpEvery time.Duration
+	IdleAfter           time.Duration
 	// RetentionDefault is the system retention rule (default 3).
 	RetentionDefault string
 	// Log receives every service's log.
@@ -541,7 +544,7 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 			return a.Run(ctx)
 		})
 		start(ns, "janitor", func(ctx context.Context, c *bus.Conn) error {
-			j, err := janitor.New(janitor.Config{Interval: cfg.JanitorInterval, IdleAfter: cfg.IdleAfter,
+			j, err := janitor.New(janitor.Config{Interval: cfg.JanitorInterval, IdleAfter: cfg.IdleAfter, CatchUpEvery: cfg.JanitorCatchUpEvery,
 				RetentionDefault: cfg.RetentionDefault, BindOnly: restricted, Registerer: m.janitor}, c.JS, log("janitor"))
 			if err != nil {
 				return err
@@ -597,7 +600,7 @@ func (c Config) validate() error {
 		agent.Config{AckWait: c.TaskAckWait, MaxDeliver: c.MaxDeliver, Concurrency: c.Concurrency, KillGrace: c.KillGrace,
 			StartedAfter: c.StartedAfter}.Validate(),
 		dispatch.Config{Workers: c.Workers, CacheSize: c.CacheSize, BulkAfter: c.BulkAfter, LeaseTTL: c.LeaseTTL}.Validate(),
-		janitor.Config{Interval: c.JanitorInterval, IdleAfter: c.IdleAfter, RetentionDefault: c.RetentionDefault}.Validate(),
+		janitor.Config{Interval: c.JanitorInterval, IdleAfter: c.IdleAfter, CatchUpEvery: c.JanitorCatchUpEvery, RetentionDefault: c.RetentionDefault}.Validate(),
 		api.Config{StartWait: c.StartWait, MaxReadModel: c.MaxReadModel, VisibilityCache: c.VisibilityCache}.Validate(),
 	)
 }
