@@ -152,9 +152,10 @@ func TestNewFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"-single1", "-1"}, "-single1, -sleepers, -sleepers-settle and -sync-interval must be non-negative"},
-		{[]string{"-sleepers", "-5"}, "-single1, -sleepers, -sleepers-settle and -sync-interval must be non-negative"},
-		{[]string{"-sleepers-settle", "-1s"}, "-single1, -sleepers, -sleepers-settle and -sync-interval must be non-negative"},
+		{[]string{"-single1", "-1"}, "-single1, -sleepers, -sleepers-settle, -sync-interval and -projector-coalesce must be non-negative"},
+		{[]string{"-sleepers", "-5"}, "-single1, -sleepers, -sleepers-settle, -sync-interval and -projector-coalesce must be non-negative"},
+		{[]string{"-sleepers-settle", "-1s"}, "-single1, -sleepers, -sleepers-settle, -sync-interval and -projector-coalesce must be non-negative"},
+		{[]string{"-projector-coalesce", "-1s"}, "-single1, -sleepers, -sleepers-settle, -sync-interval and -projector-coalesce must be non-negative"},
 		{[]string{"-fsync", "-sync-interval", "1s"}, "-fsync and -sync-interval exclude each other"},
 		{[]string{"-soak", "1m", "-sleepers", "10"}, "-soak runs alone: drop -sleepers"},
 		{[]string{"-soak", "1m", "-single1", "10"}, "-soak runs alone: drop -single1"},

@@ -47,6 +47,7 @@ import (
 	"jetflow.dev/pkg/catalog"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/workflow"
+	"jetflow.dev/services/api/projector"
 	"jetflow.dev/tools/internal/devstack"
 )
 
@@ -56,6 +57,7 @@ type config struct {
 	sleepersSettle                               time.Duration
 	fsync                                        bool
 	syncInterval                                 time.Duration
+	coalesce                                     time.Duration
 	timers, failover, foreach, fairness          int
 	fairnessSleep                                time.Duration
 	bulkAfter                                    int
@@ -95,6 +97,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&c.visibilityCache, "visibility-cache-bytes", 0, "the page cache of the SQLite visibility index's writer, in bytes, of the api's and of the -visibility run's (0: the default, 64 MiB; the sleepers run counts it in the process's memory)")
 	fs.DurationVar(&c.sleepersSettle, "sleepers-settle", sleepersSettle, "how long the sleepers run waits, once all are asleep, before it measures (11m: past the commands stream's dedupe window)")
 	fs.BoolVar(&c.fsync, "fsync", false, "run the embedded server with an fsync of every JetStream write before its ack (sync_interval: always)")
+	fs.DurationVar(&c.coalesce, "projector-coalesce", projector.DefaultCoalesce, "how long, under load, the api's projector gathers events before it writes the read models (jetflow-api's -projector-coalesce; 0: never)")
 	fs.DurationVar(&c.syncInterval, "sync-interval", 0, "how often the embedded server fsyncs its file store, without -fsync (sync_interval; default nats-server's, 2m)")
 	fs.IntVar(&c.timers, "timers", 0, "executions in the durable-timer run, all sleeping until the same instant (0 skips it)")
 	fs.DurationVar(&c.timerLead, "timer-lead", 0, "how far ahead the timer run's common due time is (default max(5s, timers/1000 s))")
@@ -149,8 +152,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if c.executions < 0 || c.concurrency < 1 || c.steps < 1 || c.single < 0 || c.timers < 0 || c.timerLead < 0 || c.failover < 0 || c.foreach < 0 || c.fairness < 0 || c.fairnessSleep < 0 {
 		return fmt.Errorf("-concurrency and -steps must be positive, -executions, -single, -timers and -timer-lead non-negative")
 	}
-	if c.single1 < 0 || c.sleepers < 0 || c.syncInterval < 0 || c.sleepersSettle < 0 {
-		return fmt.Errorf("-single1, -sleepers, -sleepers-settle and -sync-interval must be non-negative")
+	if c.single1 < 0 || c.sleepers < 0 || c.syncInterval < 0 || c.sleepersSettle < 0 || c.coalesce < 0 {
+		return fmt.Errorf("-single1, -sleepers, -sleepers-settle, -sync-interval and -projector-coalesce must be non-negative")
 	}
 	if c.fsync && c.syncInterval > 0 {
 		return fmt.Errorf("-fsync and -sync-interval exclude each other: with -fsync every write is fsynced")
@@ -179,7 +182,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	scfg := devstack.Config{DataDir: c.dataDir, NATSAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
 		Log: zerolog.New(os.Stderr).Level(zerolog.WarnLevel), Insecure: c.insecure, BulkAfter: c.bulkAfter,
-		SyncAlways: c.fsync, SyncInterval: c.syncInterval, VisibilityCache: c.visibilityCache}
+		SyncAlways: c.fsync, SyncInterval: c.syncInterval, VisibilityCache: c.visibilityCache, ProjectorCoalesce: coalesceSetting(c.coalesce)}
 	if c.metrics {
 		scfg.MetricsAddr = "127.0.0.1:0"
 	}
@@ -231,6 +234,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		syncMode = "fsync on every write (-fsync)"
 	case c.syncInterval > 0:
 		syncMode = fmt.Sprintf("fsync every %s (-sync-interval)", c.syncInterval)
+	}
+	if c.coalesce != projector.DefaultCoalesce {
+		syncMode += fmt.Sprintf(", read models gathered for %s under load (-projector-coalesce)", c.coalesce)
 	}
 	if c.metrics {
 		security += ", metrics counted (-metrics)"
@@ -609,4 +615,14 @@ func (c msgCount) minus(before msgCount) msgCount {
 		return msgCount{}
 	}
 	return msgCount{in: c.in - before.in, out: c.out - before.out, known: true}
+}
+
+// coalesceSetting is devstack.Config's ProjectorCoalesce for the
+// -projector-coalesce flag: 0 on the command line is never (negative in
+// the config, where 0 is the default), as jetflow-api's flag.
+func coalesceSetting(flag time.Duration) time.Duration {
+	if flag == 0 {
+		return -1
+	}
+	return flag
 }
