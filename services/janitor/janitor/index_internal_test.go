@@ -320,14 +320,7 @@ func TestCatchUpReadsWhatSettled(t *testing.T) {
 	kv, err := js.KeyValue(ctx, bus.BucketExecutions)
 	require.NoError(t, err)
 	now := time.Now()
-	put := func(id string) uint64 {
-		t.Helper()
-		b, err := json.Marshal(projections.Execution{ID: id, Workflow: "wf", Status: projections.StatusStarted, UpdatedAt: now})
-		require.NoError(t, err)
-		rev, err := kv.Put(ctx, id, b)
-		require.NoError(t, err)
-		return rev
-	}
+	put := func(id string) uint64 { return putRunning(t, kv, id, now) }
 	rev := func(ix *modelIndex, id string) uint64 {
 		t.Helper()
 		x, ok := ix.entries[id]
@@ -391,13 +384,7 @@ func TestRunCatchesUpBetweenSweeps(t *testing.T) {
 	j.catchUpEvery = 20 * time.Millisecond
 	kv, err := js.KeyValue(ctx, bus.BucketExecutions)
 	require.NoError(t, err)
-	put := func(id string) {
-		t.Helper()
-		b, err := json.Marshal(projections.Execution{ID: id, Workflow: "wf", Status: projections.StatusStarted, UpdatedAt: time.Now()})
-		require.NoError(t, err)
-		_, err = kv.Put(ctx, id, b)
-		require.NoError(t, err)
-	}
+	put := func(id string) { putRunning(t, kv, id, time.Now()) }
 	indexed := func(id string) func() bool {
 		return func() bool {
 			j.sweeping.Lock()
@@ -427,10 +414,7 @@ func TestCatchUpCutShort(t *testing.T) {
 	var ix modelIndex
 	require.NoError(t, ix.catchUp(ctx, kv, now), "the first read, of an empty bucket")
 	for _, id := range []string{"a", "b", "c"} {
-		b, err := json.Marshal(projections.Execution{ID: id, Workflow: "wf", Status: projections.StatusStarted, UpdatedAt: now})
-		require.NoError(t, err)
-		_, err = kv.Put(ctx, id, b)
-		require.NoError(t, err)
+		putRunning(t, kv, id, now)
 	}
 	require.NoError(t, kv.Delete(ctx, "b")) // its marker, revision 4
 	_, err = kv.Put(ctx, "d", []byte(`{"id":"d","workflow":"wf","status":"started"}`))
@@ -448,6 +432,17 @@ func TestCatchUpCutShort(t *testing.T) {
 	require.Len(t, ix.entries, 4)
 	require.Equal(t, kindMarker, ix.entries["b"].kind)
 	require.EqualValues(t, 6, ix.next)
+}
+
+// putRunning writes the read model of a running execution id, last
+// updated at updated, and returns its revision.
+func putRunning(t *testing.T, kv jetstream.KeyValue, id string, updated time.Time) uint64 {
+	t.Helper()
+	b, err := json.Marshal(projections.Execution{ID: id, Workflow: "wf", Status: projections.StatusStarted, UpdatedAt: updated})
+	require.NoError(t, err)
+	rev, err := kv.Put(t.Context(), id, b)
+	require.NoError(t, err)
+	return rev
 }
 
 // cutKV is a bucket whose watches end after their first after entries.
