@@ -45,6 +45,10 @@ func (e *RangeError) Error() string {
 	return fmt.Sprintf("%s %s: out of range, use %s", e.Setting, e.Value, e.Range)
 }
 
+// ShortDuration writes d as range errors and -h do (90m as 1h30m, 1h as
+// 1h, not 1h0m0s).
+func ShortDuration(d time.Duration) string { return format(d) }
+
 // format writes a duration short (90m as 1h30m, 1h as 1h) and any other
 // number as is.
 func format[T Number](v T) string {

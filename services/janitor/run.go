@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"time"
 
@@ -21,12 +22,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		"inactivity before an execution is checked")
 	keep := p.String("retention-default", "JETFLOW_RETENTION_DEFAULT", janitor.DefaultRetention,
 		"system retention rule for executions whose workflow sets none (e.g. 3, 7d, max(10, 24h), forever)")
-	catchUp := p.DurationIn("catch-up-every", "JETFLOW_JANITOR_CATCH_UP_EVERY", janitor.DefaultCatchUpEvery, catchUpFlag,
-		"between sweeps, how often to read the executions' read models that settled since the last read (0: never; only with an interval at least twice it)")
+	catchUp := p.Duration("catch-up-every", "JETFLOW_JANITOR_CATCH_UP_EVERY", janitor.DefaultCatchUpEvery,
+		"between sweeps, how often to read the executions' read models that settled since the last read: 0 (never), or 100ms to 1h; only with an -interval at least twice it")
 	metricsAddr := p.String("metrics-addr", "JETFLOW_JANITOR_METRICS_ADDR", "",
 		"host:port of the Prometheus /metrics endpoint, e.g. 127.0.0.1:9464 (empty: off)")
 	if err := p.Parse(args); err != nil {
 		return err
+	}
+	if *catchUp != 0 && !janitor.Ranges.CatchUpEvery.Contains(*catchUp) {
+		return fmt.Errorf("-catch-up-every (JETFLOW_JANITOR_CATCH_UP_EVERY) %s: out of range, use 0 (never) or %s", svc.ShortDuration(*catchUp), janitor.Ranges.CatchUpEvery)
 	}
 	cfg := janitor.Config{Interval: *interval, IdleAfter: *idle, RetentionDefault: *keep, BindOnly: p.Common.Restricted(),
 		CatchUpEvery: catchUpSetting(*catchUp)}
@@ -52,10 +56,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return j.Run(ctx)
 	})
 }
-
-// catchUpFlag is the range of -catch-up-every: 0 (never), or a value in
-// janitor.Ranges.CatchUpEvery, which Config.Validate checks.
-var catchUpFlag = svc.Range[time.Duration]{Min: 0, Max: janitor.Ranges.CatchUpEvery.Max}
 
 // catchUpSetting is janitor.Config's CatchUpEvery for the
 // -catch-up-every flag: 0 on the command line is never (negative in

@@ -57,8 +57,9 @@ func TestRunRefuses(t *testing.T) {
 		"NegativeIdleAfter": {args: []string{"-idle-after", "-1m"}, want: []string{"-idle-after (JETFLOW_IDLE_AFTER) -1m", "100ms to 168h"}},
 		"ZeroIdleAfterEnv":  {env: map[string]string{"JETFLOW_IDLE_AFTER": "0s"}, want: []string{"-idle-after (JETFLOW_IDLE_AFTER) 0s"}},
 		"Replicas":          {args: []string{"-replicas", "6"}, want: []string{"-replicas (JETFLOW_REPLICAS) 6"}},
-		"NegativeCatchUp":   {args: []string{"-catch-up-every", "-5s"}, want: []string{"-catch-up-every (JETFLOW_JANITOR_CATCH_UP_EVERY) -5s", "0s to 1h"}},
-		"ShortCatchUpEnv":   {env: map[string]string{"JETFLOW_JANITOR_CATCH_UP_EVERY": "1ms"}, want: []string{"CatchUpEvery (-catch-up-every, JETFLOW_JANITOR_CATCH_UP_EVERY) 1ms", "100ms to 1h"}},
+		"NegativeCatchUp":   {args: []string{"-catch-up-every", "-5s"}, want: []string{"-catch-up-every (JETFLOW_JANITOR_CATCH_UP_EVERY) -5s: out of range, use 0 (never) or 100ms to 1h"}},
+		"LongCatchUp":       {args: []string{"-catch-up-every", "2h"}, want: []string{"-catch-up-every (JETFLOW_JANITOR_CATCH_UP_EVERY) 2h: out of range, use 0 (never) or 100ms to 1h"}},
+		"ShortCatchUpEnv":   {env: map[string]string{"JETFLOW_JANITOR_CATCH_UP_EVERY": "1ms"}, want: []string{"-catch-up-every (JETFLOW_JANITOR_CATCH_UP_EVERY) 1ms: out of range, use 0 (never) or 100ms to 1h"}},
 	} {
 		svcruntest.Refuses(t, run, name, tc.args, tc.env, tc.want...)
 	}

@@ -29,7 +29,7 @@ func TestConfigValidate(t *testing.T) {
 		"ShortIdleAfter":    {cfg: janitor.Config{IdleAfter: time.Millisecond}, want: "janitor: IdleAfter 1ms"},
 		"BadRetention":      {cfg: janitor.Config{RetentionDefault: "parent"}, want: `janitor: RetentionDefault (-retention-default, JETFLOW_RETENTION_DEFAULT) "parent"`},
 		"NoCatchUp":         {cfg: janitor.Config{CatchUpEvery: -1}},
-		"ShortCatchUp":      {cfg: janitor.Config{CatchUpEvery: time.Millisecond}, want: "janitor: CatchUpEvery (-catch-up-every, JETFLOW_JANITOR_CATCH_UP_EVERY) 1ms: out of range, use 100ms to 1h"},
+		"ShortCatchUp":      {cfg: janitor.Config{CatchUpEvery: time.Millisecond}, want: "janitor: CatchUpEvery (-catch-up-every, JETFLOW_JANITOR_CATCH_UP_EVERY) 1ms: out of range, use a negative value (never; 0 on the command line) or 100ms to 1h"},
 		"LongCatchUp":       {cfg: janitor.Config{CatchUpEvery: 2 * time.Hour}, want: "janitor: CatchUpEvery (-catch-up-every, JETFLOW_JANITOR_CATCH_UP_EVERY) 2h"},
 	} {
 		err := tc.cfg.Validate()

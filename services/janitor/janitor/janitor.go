@@ -111,8 +111,8 @@ func (c Config) Validate() error {
 		return err
 	}
 	if c.CatchUpEvery > 0 {
-		if err := Ranges.CatchUpEvery.Check("janitor: CatchUpEvery (-catch-up-every, JETFLOW_JANITOR_CATCH_UP_EVERY)", c.CatchUpEvery); err != nil {
-			return err
+		if !Ranges.CatchUpEvery.Contains(c.CatchUpEvery) {
+			return fmt.Errorf("janitor: CatchUpEvery (-catch-up-every, JETFLOW_JANITOR_CATCH_UP_EVERY) %s: out of range, use a negative value (never; 0 on the command line) or %s", svc.ShortDuration(c.CatchUpEvery), Ranges.CatchUpEvery)
 		}
 	}
 	if _, err := retention.ParseDefault(c.RetentionDefault); err != nil {
@@ -218,6 +218,7 @@ func (j *Janitor) Run(ctx context.Context) error {
 		j.log.Warn().Err(err).Msg("record the system retention rule")
 	}
 	j.log.Info().Str("interval", j.cfg.Interval.String()).Str("idle_after", j.cfg.IdleAfter.String()).
+		Str("catch_up_every", j.catchUpEvery.String()). // 0s: none, the sweeps alone read
 		Str("retention_default", j.system.String()).Msg("janitor running")
 	j.running.Store(true)
 	context.AfterFunc(ctx, func() { j.running.Store(false) }) // stopping: not ready

@@ -152,10 +152,11 @@ func TestNewFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"-single1", "-1"}, "-single1, -sleepers, -sleepers-settle, -sync-interval and -projector-coalesce must be non-negative"},
-		{[]string{"-sleepers", "-5"}, "-single1, -sleepers, -sleepers-settle, -sync-interval and -projector-coalesce must be non-negative"},
-		{[]string{"-sleepers-settle", "-1s"}, "-single1, -sleepers, -sleepers-settle, -sync-interval and -projector-coalesce must be non-negative"},
-		{[]string{"-projector-coalesce", "-1s"}, "-single1, -sleepers, -sleepers-settle, -sync-interval and -projector-coalesce must be non-negative"},
+		{[]string{"-single1", "-1"}, "-single1, -sleepers, -sleepers-settle and -sync-interval must be non-negative"},
+		{[]string{"-sleepers", "-5"}, "-single1, -sleepers, -sleepers-settle and -sync-interval must be non-negative"},
+		{[]string{"-sleepers-settle", "-1s"}, "-single1, -sleepers, -sleepers-settle and -sync-interval must be non-negative"},
+		{[]string{"-projector-coalesce", "-1s"}, "-projector-coalesce -1s: out of range, use 0s to 10s (0: never)"},
+		{[]string{"-projector-coalesce", "20s"}, "-projector-coalesce 20s: out of range, use 0s to 10s (0: never)"},
 		{[]string{"-fsync", "-sync-interval", "1s"}, "-fsync and -sync-interval exclude each other"},
 		{[]string{"-soak", "1m", "-sleepers", "10"}, "-soak runs alone: drop -sleepers"},
 		{[]string{"-soak", "1m", "-single1", "10"}, "-soak runs alone: drop -single1"},

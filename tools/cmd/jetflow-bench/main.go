@@ -46,7 +46,9 @@ import (
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/catalog"
 	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/svc"
 	"jetflow.dev/pkg/workflow"
+	"jetflow.dev/services/api/api"
 	"jetflow.dev/services/api/projector"
 	"jetflow.dev/tools/internal/devstack"
 )
@@ -97,7 +99,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&c.visibilityCache, "visibility-cache-bytes", 0, "the page cache of the SQLite visibility index's writer, in bytes, of the api's and of the -visibility run's (0: the default, 64 MiB; the sleepers run counts it in the process's memory)")
 	fs.DurationVar(&c.sleepersSettle, "sleepers-settle", sleepersSettle, "how long the sleepers run waits, once all are asleep, before it measures (11m: past the commands stream's dedupe window)")
 	fs.BoolVar(&c.fsync, "fsync", false, "run the embedded server with an fsync of every JetStream write before its ack (sync_interval: always)")
-	fs.DurationVar(&c.coalesce, "projector-coalesce", projector.DefaultCoalesce, "how long, under load, the api's projector gathers events before it writes the read models (jetflow-api's -projector-coalesce; 0: never)")
+	fs.DurationVar(&c.coalesce, "projector-coalesce", projector.DefaultCoalesce, "how long, under load, the api's projector gathers events before it writes the read models (jetflow-api's -projector-coalesce): 0 (never) to 10s")
 	fs.DurationVar(&c.syncInterval, "sync-interval", 0, "how often the embedded server fsyncs its file store, without -fsync (sync_interval; default nats-server's, 2m)")
 	fs.IntVar(&c.timers, "timers", 0, "executions in the durable-timer run, all sleeping until the same instant (0 skips it)")
 	fs.DurationVar(&c.timerLead, "timer-lead", 0, "how far ahead the timer run's common due time is (default max(5s, timers/1000 s))")
@@ -152,8 +154,11 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if c.executions < 0 || c.concurrency < 1 || c.steps < 1 || c.single < 0 || c.timers < 0 || c.timerLead < 0 || c.failover < 0 || c.foreach < 0 || c.fairness < 0 || c.fairnessSleep < 0 {
 		return fmt.Errorf("-concurrency and -steps must be positive, -executions, -single, -timers and -timer-lead non-negative")
 	}
-	if c.single1 < 0 || c.sleepers < 0 || c.syncInterval < 0 || c.sleepersSettle < 0 || c.coalesce < 0 {
-		return fmt.Errorf("-single1, -sleepers, -sleepers-settle, -sync-interval and -projector-coalesce must be non-negative")
+	if c.single1 < 0 || c.sleepers < 0 || c.syncInterval < 0 || c.sleepersSettle < 0 {
+		return fmt.Errorf("-single1, -sleepers, -sleepers-settle and -sync-interval must be non-negative")
+	}
+	if r := api.Ranges.ProjectorCoalesce; !r.Contains(c.coalesce) {
+		return fmt.Errorf("-projector-coalesce %s: out of range, use %s (0: never)", svc.ShortDuration(c.coalesce), r)
 	}
 	if c.fsync && c.syncInterval > 0 {
 		return fmt.Errorf("-fsync and -sync-interval exclude each other: with -fsync every write is fsynced")
@@ -235,8 +240,12 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	case c.syncInterval > 0:
 		syncMode = fmt.Sprintf("fsync every %s (-sync-interval)", c.syncInterval)
 	}
-	if c.coalesce != projector.DefaultCoalesce {
-		syncMode += fmt.Sprintf(", read models gathered for %s under load (-projector-coalesce)", c.coalesce)
+	switch c.coalesce {
+	case projector.DefaultCoalesce:
+	case 0:
+		syncMode += ", read models written at every batch (-projector-coalesce 0)"
+	default:
+		syncMode += fmt.Sprintf(", read models gathered for %s under load (-projector-coalesce)", svc.ShortDuration(c.coalesce))
 	}
 	if c.metrics {
 		security += ", metrics counted (-metrics)"
