@@ -38,6 +38,39 @@ func TestRunServesMetrics(t *testing.T) {
 	svcruntest.Probes(t, logs)
 }
 
+// TestRunCatchUps: catch-ups run every 5s by default, not at all with
+// -catch-up-every 0, and a -catch-up-every the interval leaves no room
+// for is said to be off, not dropped silently.
+func TestRunCatchUps(t *testing.T) {
+	srv := natstest.RunJetStream(t)
+	for name, tc := range map[string]struct {
+		args       []string
+		want, warn string
+	}{
+		"default":        {want: "5s"},
+		"off":            {args: []string{"-catch-up-every", "0"}, want: "0s"},
+		"longer":         {args: []string{"-catch-up-every", "10s"}, want: "10s"},
+		"interval short": {args: []string{"-catch-up-every", "20s"}, want: "0s", warn: "20s"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			env := map[string]string{"JETFLOW_NATS_URL": srv.ClientURL(), "JETFLOW_JANITOR_INTERVAL": "30s"}
+			logs := svcruntest.Start(t, run, tc.args, env, "janitor running")
+			require.Equal(t, tc.want, logs.Line("janitor running")["catch_up_every"])
+			if tc.warn != "" {
+				require.Equal(t, tc.warn, logs.Line("no catch-ups between sweeps: -catch-up-every needs an -interval of at least twice it")["catch_up_every"])
+			}
+		})
+	}
+}
+
+// TestCatchUpSetting: -catch-up-every 0 is never (negative in the
+// janitor's Config, where 0 is the default).
+func TestCatchUpSetting(t *testing.T) {
+	for flag, want := range map[time.Duration]time.Duration{0: -1, time.Second: time.Second, 5 * time.Second: 5 * time.Second} {
+		require.Equal(t, want, catchUpSetting(flag), "%s", flag)
+	}
+}
+
 // TestRunRefuses: every setting is checked before the janitor connects
 // (NATS is nowhere here), and a numeric one's error names the flag, its
 // variable and the range; a negative interval is such an error, not a

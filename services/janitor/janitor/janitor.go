@@ -169,6 +169,7 @@ func New(cfg Config, js jetstream.JetStream, log zerolog.Logger) (*Janitor, erro
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	asked := cfg.CatchUpEvery // 0: the default, which a short interval turns off silently
 	cfg = cfg.withDefaults()
 	system, err := retention.ParseDefault(cfg.RetentionDefault)
 	if err != nil {
@@ -181,6 +182,9 @@ func New(cfg Config, js jetstream.JetStream, log zerolog.Logger) (*Janitor, erro
 	j := &Janitor{cfg: cfg, js: js, log: log, system: system, metrics: m}
 	if cfg.CatchUpEvery > 0 && cfg.Interval >= 2*cfg.CatchUpEvery {
 		j.catchUpEvery = cfg.CatchUpEvery
+	} else if asked > 0 {
+		log.Warn().Str("catch_up_every", svc.ShortDuration(asked)).Str("interval", svc.ShortDuration(cfg.Interval)).
+			Msg("no catch-ups between sweeps: -catch-up-every needs an -interval of at least twice it")
 	}
 	return j, nil
 }
@@ -218,7 +222,7 @@ func (j *Janitor) Run(ctx context.Context) error {
 		j.log.Warn().Err(err).Msg("record the system retention rule")
 	}
 	j.log.Info().Str("interval", j.cfg.Interval.String()).Str("idle_after", j.cfg.IdleAfter.String()).
-		Str("catch_up_every", j.catchUpEvery.String()). // 0s: none, the sweeps alone read
+		Str("catch_up_every", svc.ShortDuration(j.catchUpEvery)). // 0s: none, the sweeps alone read
 		Str("retention_default", j.system.String()).Msg("janitor running")
 	j.running.Store(true)
 	context.AfterFunc(ctx, func() { j.running.Store(false) }) // stopping: not ready

@@ -155,8 +155,8 @@ func TestNewFlags(t *testing.T) {
 		{[]string{"-single1", "-1"}, "-single1, -sleepers, -sleepers-settle and -sync-interval must be non-negative"},
 		{[]string{"-sleepers", "-5"}, "-single1, -sleepers, -sleepers-settle and -sync-interval must be non-negative"},
 		{[]string{"-sleepers-settle", "-1s"}, "-single1, -sleepers, -sleepers-settle and -sync-interval must be non-negative"},
-		{[]string{"-projector-coalesce", "-1s"}, "-projector-coalesce -1s: out of range, use 0s to 10s (0: never)"},
-		{[]string{"-projector-coalesce", "20s"}, "-projector-coalesce 20s: out of range, use 0s to 10s (0: never)"},
+		{[]string{"-projector-coalesce", "-1s"}, "-projector-coalesce -1s: out of range, use 0 (write at every batch) to 10s"},
+		{[]string{"-projector-coalesce", "20s"}, "-projector-coalesce 20s: out of range, use 0 (write at every batch) to 10s"},
 		{[]string{"-fsync", "-sync-interval", "1s"}, "-fsync and -sync-interval exclude each other"},
 		{[]string{"-soak", "1m", "-sleepers", "10"}, "-soak runs alone: drop -sleepers"},
 		{[]string{"-soak", "1m", "-single1", "10"}, "-soak runs alone: drop -single1"},
@@ -234,4 +234,13 @@ func TestGoalsTableReadsBack(t *testing.T) {
 	}
 	_, ok := benchcompare.ParseGoals("a run that printed no goals table")
 	require.False(t, ok)
+}
+
+// TestCoalesceSetting: -projector-coalesce 0 is a write at every batch
+// (negative in devstack's and the api's Config, where 0 is the default).
+func TestCoalesceSetting(t *testing.T) {
+	t.Parallel()
+	for flag, want := range map[time.Duration]time.Duration{0: -1, time.Second: time.Second, 200 * time.Millisecond: 200 * time.Millisecond} {
+		require.Equal(t, want, coalesceSetting(flag), "%s", flag)
+	}
 }

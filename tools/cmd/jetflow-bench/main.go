@@ -99,7 +99,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&c.visibilityCache, "visibility-cache-bytes", 0, "the page cache of the SQLite visibility index's writer, in bytes, of the api's and of the -visibility run's (0: the default, 64 MiB; the sleepers run counts it in the process's memory)")
 	fs.DurationVar(&c.sleepersSettle, "sleepers-settle", sleepersSettle, "how long the sleepers run waits, once all are asleep, before it measures (11m: past the commands stream's dedupe window)")
 	fs.BoolVar(&c.fsync, "fsync", false, "run the embedded server with an fsync of every JetStream write before its ack (sync_interval: always)")
-	fs.DurationVar(&c.coalesce, "projector-coalesce", projector.DefaultCoalesce, "how long, under load, the api's projector gathers events before it writes the read models (jetflow-api's -projector-coalesce): 0 (never) to 10s")
+	fs.DurationVar(&c.coalesce, "projector-coalesce", projector.DefaultCoalesce, "how long, under load, the api's projector gathers events before it writes the read models (jetflow-api's -projector-coalesce): 0 (write at every batch) to 10s")
 	fs.DurationVar(&c.syncInterval, "sync-interval", 0, "how often the embedded server fsyncs its file store, without -fsync (sync_interval; default nats-server's, 2m)")
 	fs.IntVar(&c.timers, "timers", 0, "executions in the durable-timer run, all sleeping until the same instant (0 skips it)")
 	fs.DurationVar(&c.timerLead, "timer-lead", 0, "how far ahead the timer run's common due time is (default max(5s, timers/1000 s))")
@@ -158,7 +158,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return fmt.Errorf("-single1, -sleepers, -sleepers-settle and -sync-interval must be non-negative")
 	}
 	if r := api.Ranges.ProjectorCoalesce; !r.Contains(c.coalesce) {
-		return fmt.Errorf("-projector-coalesce %s: out of range, use %s (0: never)", svc.ShortDuration(c.coalesce), r)
+		return fmt.Errorf("-projector-coalesce %s: out of range, use 0 (write at every batch) to %s", svc.ShortDuration(c.coalesce), svc.ShortDuration(r.Max))
 	}
 	if c.fsync && c.syncInterval > 0 {
 		return fmt.Errorf("-fsync and -sync-interval exclude each other: with -fsync every write is fsynced")
