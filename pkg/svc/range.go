@@ -45,6 +45,15 @@ func (e *RangeError) Error() string {
 	return fmt.Sprintf("%s %s: out of range, use %s", e.Setting, e.Value, e.Range)
 }
 
+// NeverIfZero is a Config duration for a flag whose 0 on the command line
+// means never: negative, since a Config's 0 is its default.
+func NeverIfZero(flag time.Duration) time.Duration {
+	if flag == 0 {
+		return -1
+	}
+	return flag
+}
+
 // ShortDuration writes d as range errors and -h do (90m as 1h30m, 1h as
 // 1h, not 1h0m0s).
 func ShortDuration(d time.Duration) string { return format(d) }

@@ -40,3 +40,15 @@ func TestRangeCheck(t *testing.T) {
 	require.NoError(t, sizes.Check("MaxBody", 1<<20))
 	require.EqualError(t, sizes.Check("MaxBody", -1), "MaxBody -1: out of range, use 1024 to 67108864")
 }
+
+// TestNeverIfZero: a flag's 0 (never: jetflow-api's and jetflow-bench's
+// -projector-coalesce, jetflow-janitor's -catch-up-every) is negative
+// in a Config, whose 0 is the default; any other value is taken as it
+// is.
+func TestNeverIfZero(t *testing.T) {
+	t.Parallel()
+	for flag, want := range map[time.Duration]time.Duration{0: -1, time.Millisecond: time.Millisecond, 200 * time.Millisecond: 200 * time.Millisecond,
+		time.Second: time.Second, 5 * time.Second: 5 * time.Second} {
+		require.Equal(t, want, svc.NeverIfZero(flag), "%s", flag)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"jetflow.dev/pkg/auth"
+	"jetflow.dev/pkg/svc"
 	"jetflow.dev/pkg/tracing"
 	"jetflow.dev/services/api/access"
 	"jetflow.dev/services/api/api"
@@ -52,7 +53,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	cfg := api.Config{Addr: *addr, StartWait: *startWait, BindOnly: p.Common.Restricted(), MaxReadModel: *maxModel,
-		ProjectorCache: *projCache, ProjectorCoalesce: coalesceSetting(*coalesce), VisibilityDir: *visibilityDir,
+		ProjectorCache: *projCache, ProjectorCoalesce: svc.NeverIfZero(*coalesce), VisibilityDir: *visibilityDir,
 		VisibilityCache: *visibilityCache, VisibilityPostgres: *visibilityPostgres,
 		Auth: api.AuthConfig{Disabled: *noAuth, AdminTokenFile: *adminTokens, CacheTTL: *cacheTTL,
 			OIDC: access.OIDCConfig{Issuer: *issuer, Audience: *audience, ScopesClaim: *scopesClaim, NamespacesClaim: *nsClaim}}}
@@ -107,14 +108,4 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return slices.Compact(out)
 	}
 	return api.Serve(ctx, cfg, def.NC, def.JS, p.Log)
-}
-
-// coalesceSetting is api.Config's ProjectorCoalesce for the
-// -projector-coalesce flag: 0 on the command line is never (negative in
-// Config, whose 0 is the default).
-func coalesceSetting(flag time.Duration) time.Duration {
-	if flag == 0 {
-		return -1
-	}
-	return flag
 }

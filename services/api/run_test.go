@@ -2,7 +2,6 @@ package main
 
 import (
 	"testing"
-	"time"
 
 	"jetflow.dev/pkg/natstest"
 	"jetflow.dev/services/internal/svcruntest"
@@ -32,17 +31,6 @@ func TestRunRefusesOutOfRange(t *testing.T) {
 			want: []string{"-visibility-cache-bytes (JETFLOW_VISIBILITY_CACHE_BYTES) 65536", "1048576 to 68719476736"}},
 	} {
 		svcruntest.Refuses(t, run, name, tc.args, tc.env, tc.want...)
-	}
-}
-
-// TestCoalesceSetting: -projector-coalesce 0 is "never", which Config
-// spells negative (its 0 is the default); any other value is taken as
-// it is.
-func TestCoalesceSetting(t *testing.T) {
-	for flag, want := range map[time.Duration]time.Duration{0: -1, time.Millisecond: time.Millisecond, 200 * time.Millisecond: 200 * time.Millisecond} {
-		if got := coalesceSetting(flag); got != want {
-			t.Errorf("coalesceSetting(%s) = %s, want %s", flag, got, want)
-		}
 	}
 }
 

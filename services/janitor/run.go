@@ -33,7 +33,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return fmt.Errorf("-catch-up-every (JETFLOW_JANITOR_CATCH_UP_EVERY) %s: out of range, use 0 (never) or %s", svc.ShortDuration(*catchUp), janitor.Ranges.CatchUpEvery)
 	}
 	cfg := janitor.Config{Interval: *interval, IdleAfter: *idle, RetentionDefault: *keep, BindOnly: p.Common.Restricted(),
-		CatchUpEvery: catchUpSetting(*catchUp)}
+		CatchUpEvery: svc.NeverIfZero(*catchUp)}
 	if err := cfg.Validate(); err != nil { // before waiting for NATS
 		return err
 	}
@@ -55,14 +55,4 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		ns.Ready(j.Ready)
 		return j.Run(ctx)
 	})
-}
-
-// catchUpSetting is janitor.Config's CatchUpEvery for the
-// -catch-up-every flag: 0 on the command line is never (negative in
-// Config, where 0 is the default).
-func catchUpSetting(flag time.Duration) time.Duration {
-	if flag == 0 {
-		return -1
-	}
-	return flag
 }

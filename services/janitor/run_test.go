@@ -63,14 +63,6 @@ func TestRunCatchUps(t *testing.T) {
 	}
 }
 
-// TestCatchUpSetting: -catch-up-every 0 is never (negative in the
-// janitor's Config, where 0 is the default).
-func TestCatchUpSetting(t *testing.T) {
-	for flag, want := range map[time.Duration]time.Duration{0: -1, time.Second: time.Second, 5 * time.Second: 5 * time.Second} {
-		require.Equal(t, want, catchUpSetting(flag), "%s", flag)
-	}
-}
-
 // TestRunRefuses: every setting is checked before the janitor connects
 // (NATS is nowhere here), and a numeric one's error names the flag, its
 // variable and the range; a negative interval is such an error, not a

@@ -235,12 +235,3 @@ func TestGoalsTableReadsBack(t *testing.T) {
 	_, ok := benchcompare.ParseGoals("a run that printed no goals table")
 	require.False(t, ok)
 }
-
-// TestCoalesceSetting: -projector-coalesce 0 is a write at every batch
-// (negative in devstack's and the api's Config, where 0 is the default).
-func TestCoalesceSetting(t *testing.T) {
-	t.Parallel()
-	for flag, want := range map[time.Duration]time.Duration{0: -1, time.Second: time.Second, 200 * time.Millisecond: 200 * time.Millisecond} {
-		require.Equal(t, want, coalesceSetting(flag), "%s", flag)
-	}
-}

@@ -187,7 +187,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	scfg := devstack.Config{DataDir: c.dataDir, NATSAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
 		Log: zerolog.New(os.Stderr).Level(zerolog.WarnLevel), Insecure: c.insecure, BulkAfter: c.bulkAfter,
-		SyncAlways: c.fsync, SyncInterval: c.syncInterval, VisibilityCache: c.visibilityCache, ProjectorCoalesce: coalesceSetting(c.coalesce)}
+		SyncAlways: c.fsync, SyncInterval: c.syncInterval, VisibilityCache: c.visibilityCache, ProjectorCoalesce: svc.NeverIfZero(c.coalesce)}
 	if c.metrics {
 		scfg.MetricsAddr = "127.0.0.1:0"
 	}
@@ -624,14 +624,4 @@ func (c msgCount) minus(before msgCount) msgCount {
 		return msgCount{}
 	}
 	return msgCount{in: c.in - before.in, out: c.out - before.out, known: true}
-}
-
-// coalesceSetting is devstack.Config's ProjectorCoalesce for the
-// -projector-coalesce flag: 0 on the command line is never (negative in
-// the config, where 0 is the default), as jetflow-api's flag.
-func coalesceSetting(flag time.Duration) time.Duration {
-	if flag == 0 {
-		return -1
-	}
-	return flag
 }
