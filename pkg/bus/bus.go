@@ -194,6 +194,15 @@ const StreamAdvisories = "JF_ADVISORIES"
 // MaxDeliveriesAdvisories is the subject of those advisories.
 const MaxDeliveriesAdvisories = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + StreamTasks + ".>"
 
+// DispatchersMarkerTTL is how long the dispatchers' bucket keeps the
+// marker of an expired key. A dispatcher taking a partition reads in it
+// whether the lease's last holder may have died (partition.Vacancy): an
+// expiry whose marker is gone looks like a lease never held, so it must
+// outlive how far back a dispatcher looks for the local steps of a
+// holder that died (the dispatcher's rescue window and its longest lease
+// TTL). Markers cost nothing while they last.
+const DispatchersMarkerTTL = 2 * time.Minute
+
 // Buckets returns the KV bucket configurations.
 func Buckets(c Config) []jetstream.KeyValueConfig {
 	c = c.withDefaults()
@@ -207,7 +216,7 @@ func Buckets(c Config) []jetstream.KeyValueConfig {
 		{Bucket: BucketLocks, Description: "workflow locks: holders and FIFO waiters per lock name (compare-and-set only)", History: 1,
 			Storage: jetstream.FileStorage, Replicas: c.Replicas},
 		{Bucket: BucketDispatchers, Description: "dispatchers alive, their partitions' leases and the number of partitions", History: 1,
-			Storage: jetstream.FileStorage, Replicas: c.Replicas, LimitMarkerTTL: 10 * time.Second},
+			Storage: jetstream.FileStorage, Replicas: c.Replicas, LimitMarkerTTL: DispatchersMarkerTTL},
 		{Bucket: BucketAPIKeys, Description: "the api's keys: name, scopes, namespaces and the SHA-256 of the token, never the token", History: 1,
 			Storage: jetstream.FileStorage, Replicas: c.Replicas},
 	}

@@ -78,6 +78,8 @@ func TestGhostMemberAndLeaseAreDropped(t *testing.T) {
 		}
 		return true
 	}, "the live member holds every partition")
+	epoch, _ := table.Holds(ghostP)
+	require.Equal(t, partition.VacancyExpired, table.Vacancy(ghostP, epoch), "the ghost's lease was purged, not given back: its holder died")
 	for _, key := range []string{partition.MemberKey("ghost"), partition.LeaseKey(ghostP)} {
 		e, err := kv.Get(t.Context(), key)
 		if err == nil {

@@ -264,6 +264,9 @@ type Table struct {
 	// the watch showed: the server's clock, against which ghosts are told.
 	serverNow time.Time
 	leases    map[int]lease // seen in the bucket, or just written
+	// vacated is how each lease seen gone was given up, by the last
+	// change of it seen: for the Vacancy of the next take.
+	vacated map[int]Vacancy
 	// owners are the partitions' owners for the members ownersOf names.
 	owners   []string
 	ownersOf string
@@ -273,6 +276,7 @@ type Table struct {
 	until []time.Time // a held lease is valid until then (renewal sent + TTL)
 	epoch []uint64    // the holding's number: new at each acquire and retake
 	since []uint64    // the epoch of the acquire that the retakes since go on from
+	found []found     // how the lease was found by the last acquire (Vacancy)
 	// change is closed (and replaced) whenever a holding changes: its
 	// state, epoch or validity (Await waits on it).
 	change chan struct{}
@@ -292,6 +296,49 @@ type Table struct {
 	failed   chan holding   // an Acquire failed
 	quit     chan struct{}  // closed when Run has returned
 	starting sync.WaitGroup // Acquire and Release goroutines
+}
+
+// Vacancy is how a partition's lease was found when this member took it:
+// whether its last holder may have left work undone (a dispatcher's
+// local steps, which only it knew it ran). See [Table.Vacancy].
+type Vacancy uint8
+
+const (
+	// VacancyUnknown: the holding was not begun by a take (a retake), or
+	// is not the partition's current one.
+	VacancyUnknown Vacancy = iota
+	// VacancyNever: the bucket keeps no trace of the lease. It was never
+	// held, or expired longer ago than the bucket keeps the marker of an
+	// expiry (its LimitMarkerTTL): its holder's last act is older than
+	// that.
+	VacancyNever
+	// VacancyReleased: its last holder deleted it, once it had given the
+	// partition up (Config.Release returned), or someone deleted it by
+	// hand.
+	VacancyReleased
+	// VacancyExpired: it expired (its holder died, or renewed too late),
+	// it was purged (a ghost dropped, or by hand), or it was found under
+	// this member's name (an earlier run of it, or a create whose answer
+	// was lost): its holder may have died holding it.
+	VacancyExpired
+)
+
+func (v Vacancy) String() string {
+	switch v {
+	case VacancyNever:
+		return "never_held"
+	case VacancyReleased:
+		return "released"
+	case VacancyExpired:
+		return "expired"
+	}
+	return "unknown"
+}
+
+// found is the Vacancy an acquire found, for its holding epoch.
+type found struct {
+	epoch   uint64
+	vacancy Vacancy
 }
 
 // holding names one holding of a partition: the partition and its epoch.
@@ -338,7 +385,8 @@ func New(js jetstream.JetStream, kv jetstream.KeyValue, cfg Config) (*Table, err
 	_, _ = rand.Read(nonce)
 	return &Table{cfg: cfg, kv: kv, js: js, nonce: hex.EncodeToString(nonce), members: map[string]seen{}, leases: map[int]lease{},
 		lapsed: map[int]uint64{}, retook: map[int]retakeSpan{}, change: make(chan struct{}),
-		state: make([]state, n), until: make([]time.Time, n), epoch: make([]uint64, n), since: make([]uint64, n),
+		state: make([]state, n), until: make([]time.Time, n), epoch: make([]uint64, n), since: make([]uint64, n), found: make([]found, n),
+		vacated:  map[int]Vacancy{},
 		released: make(chan holding, n), failed: make(chan holding, n), quit: make(chan struct{})}, nil
 }
 
@@ -563,6 +611,10 @@ func (t *Table) observe(e jetstream.KeyValueEntry) {
 		if gone {
 			had := t.leases[p]
 			delete(t.leases, p)
+			t.vacated[p] = VacancyExpired
+			if e.Operation() == jetstream.KeyValueDelete {
+				t.vacated[p] = VacancyReleased
+			}
 			if e.Operation() == jetstream.KeyValuePurge && had.owner == t.cfg.Member && t.holding(p) {
 				// Expired (a MaxAge marker), not given back, while this
 				// member held it: its renewals came late. reconcile takes
@@ -706,7 +758,7 @@ func (t *Table) reconcile(ctx context.Context, renewing bool) {
 func (t *Table) acquire(ctx context.Context, p int) {
 	sent := t.cfg.Now()
 	opCtx, cancel := t.opCtx(ctx)
-	rev, err := t.take(opCtx, p)
+	rev, adopted, err := t.take(opCtx, p)
 	cancel()
 	if err != nil {
 		if !errors.Is(err, errTaken) && !errors.Is(err, errRefused) && ctx.Err() == nil {
@@ -721,6 +773,7 @@ func (t *Table) acquire(ctx context.Context, p int) {
 	t.epoch[p] = epochs.Add(1)
 	t.since[p] = t.epoch[p]
 	epoch := t.epoch[p]
+	t.found[p] = found{epoch, t.vacancy(p, adopted)}
 	t.changedLocked()
 	t.mu.Unlock()
 	// Starting takes a few requests: never hold up the renewals for it.
@@ -823,7 +876,7 @@ func (t *Table) stillMine(ctx context.Context, p int) bool {
 func (t *Table) retake(ctx context.Context, p int) {
 	sent := t.cfg.Now()
 	opCtx, cancel := t.opCtx(ctx)
-	rev, err := t.take(opCtx, p)
+	rev, _, err := t.take(opCtx, p)
 	cancel()
 	switch {
 	case errors.Is(err, errTaken):
@@ -889,22 +942,22 @@ var (
 // with code 10164, which nats.go returns as it is (seen on a 3-node
 // cluster: over a quarter of the losers of a race for a deleted or
 // expired lease).
-func (t *Table) take(ctx context.Context, p int) (uint64, error) {
-	rev, err := t.kv.Create(ctx, LeaseKey(p), []byte(t.cfg.Member), jetstream.KeyTTL(t.cfg.TTL))
+func (t *Table) take(ctx context.Context, p int) (rev uint64, adopted bool, err error) {
+	rev, err = t.kv.Create(ctx, LeaseKey(p), []byte(t.cfg.Member), jetstream.KeyTTL(t.cfg.TTL))
 	if err == nil {
-		return rev, nil
+		return rev, false, nil
 	}
 	if !errors.Is(err, jetstream.ErrKeyExists) && !wrongLastSequence(err) {
-		return 0, err
+		return 0, false, err
 	}
 	e, gerr := t.kv.Get(ctx, LeaseKey(p))
 	switch {
 	case errors.Is(gerr, jetstream.ErrKeyNotFound):
-		return 0, errRefused
+		return 0, false, errRefused
 	case gerr != nil:
-		return 0, fmt.Errorf("read lease %d after its create was refused: %w", p, gerr)
+		return 0, false, fmt.Errorf("read lease %d after its create was refused: %w", p, gerr)
 	case string(e.Value()) != t.cfg.Member:
-		return 0, errTaken
+		return 0, false, errTaken
 	}
 	ack, err := t.js.Publish(ctx, "$KV."+t.kv.Bucket()+"."+LeaseKey(p), []byte(t.cfg.Member),
 		jetstream.WithMsgTTL(t.cfg.TTL), jetstream.WithExpectLastSequencePerSubject(e.Revision()))
@@ -912,13 +965,41 @@ func (t *Table) take(ctx context.Context, p int) (uint64, error) {
 		// The read came from a replica behind the lease's last change:
 		// whatever it is now, it is not the revision read. Not an error;
 		// the next tick looks again.
-		return 0, errRefused
+		return 0, false, errRefused
 	}
 	if err != nil {
-		return 0, fmt.Errorf("renew lease %d found stored: %w", p, err)
+		return 0, false, fmt.Errorf("renew lease %d found stored: %w", p, err)
 	}
 	t.adopted.Add(1)
-	return ack.Sequence, nil
+	return ack.Sequence, true, nil
+}
+
+// vacancy is how p's lease was found by a take that just succeeded
+// (adopted: it was there under this member's name).
+func (t *Table) vacancy(p int, adopted bool) Vacancy {
+	if adopted {
+		return VacancyExpired
+	}
+	if v, ok := t.vacated[p]; ok {
+		return v
+	}
+	return VacancyNever
+}
+
+// Vacancy tells how partition p's lease was found when this member took
+// it to begin holding epoch, or VacancyUnknown if holding epoch did not
+// begin so (a retake) or is no longer p's. It is what the watch showed of
+// the lease before the take: a bucket must keep the markers of expired
+// keys (its LimitMarkerTTL) for as long as whoever asks looks back for
+// what a holder that died may have left, or an expiry older than that
+// is VacancyNever.
+func (t *Table) Vacancy(p int, epoch uint64) Vacancy {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if f := t.found[p]; f.epoch == epoch && t.epoch[p] == epoch {
+		return f.vacancy
+	}
+	return VacancyUnknown
 }
 
 // wrongLastSequence reports a refused compare-and-set: code 10071, or
@@ -1040,17 +1121,32 @@ func (t *Table) dropGhosts(ctx context.Context) {
 			continue
 		}
 		delete(t.leases, p)
-		t.cfg.OnError(fmt.Errorf("lease of partition %d held by %s was last renewed %s ago, past its %s TTL: a ghost the server kept; deleting it",
+		// Its holder died: the next taker (perhaps this member, before
+		// the watch shows the purge) must not take it for given back.
+		t.vacated[p] = VacancyExpired
+		t.cfg.OnError(fmt.Errorf("lease of partition %d held by %s was last renewed %s ago, past its %s TTL: a ghost the server kept; purging it",
 			p, l.owner, now.Sub(l.seen).Round(time.Second), t.cfg.TTL), "drop a stale lease")
-		t.deleteIfUnchanged(ctx, LeaseKey(p), l.rev)
+		t.purgeIfUnchanged(ctx, LeaseKey(p), l.rev)
 	}
 }
 
 // deleteIfUnchanged deletes key if its last revision is still rev.
 func (t *Table) deleteIfUnchanged(ctx context.Context, key string, rev uint64) {
+	t.dropIfUnchanged(ctx, key, rev, t.kv.Delete)
+}
+
+// purgeIfUnchanged purges key if its last revision is still rev: the
+// watch shows a purge, as it shows an expiry, where a delete is a lease
+// given back.
+func (t *Table) purgeIfUnchanged(ctx context.Context, key string, rev uint64) {
+	t.dropIfUnchanged(ctx, key, rev, t.kv.Purge)
+}
+
+func (t *Table) dropIfUnchanged(ctx context.Context, key string, rev uint64,
+	drop func(context.Context, string, ...jetstream.KVDeleteOpt) error) {
 	ctx, cancel := t.opCtx(ctx)
 	defer cancel()
-	err := t.kv.Delete(ctx, key, jetstream.LastRevision(rev))
+	err := drop(ctx, key, jetstream.LastRevision(rev))
 	if err != nil && !stopping(ctx, err) && !wrongLastSequence(err) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		t.cfg.OnError(err, "delete the stale key "+key)
 	}

@@ -150,6 +150,7 @@ func TestRetakeStoredButUnacknowledgedIsAdopted(t *testing.T) {
 	require.Greater(t, tbl.LeaseRevision(0), stored, "renewed from the revision found")
 	requireLeaseRevision(t, kv, 0, tbl.LeaseRevision(0), "renews from the revision it adopted")
 	require.EqualValues(t, 1, tbl.Adopted())
+	require.Equal(t, partition.VacancyUnknown, tbl.Vacancy(0, e), "a retake is no take: the holding goes on")
 	require.Equal(t, []retake{{0, before[0], e}}, hooks.retook())
 	_, ok = tbl.Epoch(1)
 	require.False(t, ok, "1 is b's")

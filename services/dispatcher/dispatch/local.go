@@ -60,14 +60,15 @@ type localOps struct {
 }
 
 type localRun struct {
-	exec   string
-	cancel context.CancelCauseFunc
+	exec, workflow string
+	cancel         context.CancelCauseFunc
 	// Guarded by localOps.mu. stopped: cut short by a release of its
 	// partition; a decision taken here again runs the step anew. ran: its
 	// handler was called (a run waiting for a slot, or one with no
 	// handler, never ran it). counted: counted in
-	// jetflow_dispatcher_local_runs_again_total, once at most.
-	stopped, ran, counted bool
+	// jetflow_dispatcher_local_runs_again_total, once at most. nudged:
+	// its partition's holder was asked to run it again (nudgeOnce).
+	stopped, ran, counted, nudged bool
 }
 
 func newLocalOps(cfg Config, log zerolog.Logger) *localOps {
@@ -139,7 +140,7 @@ func (d *Dispatcher) runLocal(x *execState, e interp.PublishTask) interp.Outcome
 		d.countAgainLocked(r)
 	}
 	ctx, cancel := context.WithCancelCause(l.ctx)
-	run := &localRun{exec: x.id, cancel: cancel}
+	run := &localRun{exec: x.id, workflow: x.workflow, cancel: cancel}
 	l.running[t.TaskID] = run
 	l.mu.Unlock()
 	h, ok := l.handlers[t.Kind]
@@ -205,7 +206,20 @@ func (d *Dispatcher) cutShort(exec, wf string, run *localRun, taskID string) {
 	d.countAgainLocked(run)
 	d.local.mu.Unlock()
 	d.local.forget(taskID, run)
-	d.nudge(exec, wf)
+	d.nudgeOnce(run, exec, wf)
+}
+
+// nudgeOnce nudges execution exec of workflow wf for run, unless that
+// was done for run already (by the release that stopped it, then at its
+// end).
+func (d *Dispatcher) nudgeOnce(run *localRun, exec, wf string) {
+	d.local.mu.Lock()
+	again := run.nudged
+	run.nudged = true
+	d.local.mu.Unlock()
+	if !again {
+		d.nudge(exec, wf)
+	}
 }
 
 // countAgainLocked counts run in jetflow_dispatcher_local_runs_again_total
@@ -331,16 +345,20 @@ func (l *localOps) kill(exec, taskID string, cause error) {
 }
 
 // release ends the runs of the executions of a partition this
-// dispatcher no longer holds: its next holder runs them again.
-func (l *localOps) release(inPartition func(exec string) bool) {
+// dispatcher no longer holds, and returns them: its next holder runs them
+// again, once nudged.
+func (l *localOps) release(inPartition func(exec string) bool) []*localRun {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	var stopped []*localRun
 	for _, r := range l.running {
 		if inPartition(r.exec) {
 			r.stopped = true
 			r.cancel(errStopped)
+			stopped = append(stopped, r)
 		}
 	}
+	return stopped
 }
 
 // localMsg is a local run's report, seen by the handling as a consumer's

@@ -206,10 +206,11 @@ steps:
 	js.Conn().Close() // no nudge, no release: its leases expire
 	_ = stop()
 
-	runDispatcher(t, b.js, dispatch.Config{Workers: 2, LocalHandlers: slowHandlers(&runs, quick)})
+	reg := b.measured(t, dispatch.Config{Workers: 2, LocalHandlers: slowHandlers(&runs, quick)})
 	s, _ := waitStatus(t, b.js, "again", "a1", projections.StatusSucceeded) // no janitor runs
 	require.Equal(t, int32(2), runs.Load())
 	require.JSONEq(t, `"done"`, string(stepNamed(s, "slow").Output))
+	requireTaken(t, reg, "expired") // every lease the dead dispatcher held
 }
 
 // jetflow_dispatcher_local_runs_again_total counts the runs whose step
@@ -238,10 +239,25 @@ steps:
 	require.Equal(t, 1.0, metricstest.Value(t, reg, "jetflow_dispatcher_local_runs_again_total"),
 		"the run cut short counts; the step that never reached its handler does not")
 
-	runDispatcher(t, b.js, dispatch.Config{Workers: 2, LocalHandlers: slowHandlers(&runs, quick)})
+	// The next dispatcher finds the leases given back and does not look
+	// for local steps left running: the one that stopped asked for its
+	// steps to run again.
+	next := b.measured(t, dispatch.Config{Workers: 2, LocalHandlers: slowHandlers(&runs, quick)})
 	waitStatus(t, b.js, "again", "r1", projections.StatusSucceeded)
 	waitStatus(t, b.js, "again", "r2", projections.StatusSucceeded)
 	require.Equal(t, int32(3), runs.Load(), "a run more than the steps, as counted")
+	requireTaken(t, next, "released")
+}
+
+// requireTaken waits for the dispatcher measured in reg to hold every
+// partition, and checks that it found every lease as lease says
+// (jetflow_dispatcher_partitions_taken_total).
+func requireTaken(t *testing.T, reg prometheus.Gatherer, lease string) {
+	t.Helper()
+	n := metricstest.Value(t, reg, "jetflow_dispatcher_partitions")
+	require.Positive(t, n)
+	metricstest.Wait(t, reg, waitFor, n, "jetflow_dispatcher_partitions_taken_total", "lease", lease)
+	require.Equal(t, n, metricstest.Value(t, reg, "jetflow_dispatcher_partitions_taken_total"), "every lease found %s", lease)
 }
 
 // Local steps in a foreach and in parallel branches each run once, and

@@ -51,6 +51,9 @@ type Metrics struct {
 	retakes prometheus.Counter
 	// localAgain counts the local runs left to run again (cutShort).
 	localAgain prometheus.Counter
+	// taken counts the partitions taken, by how their lease was found
+	// (partition.Vacancy: never held, released, expired).
+	taken [3]prometheus.Counter
 	// partitions reads, at scrape time, the partitions the running
 	// dispatcher holds and their count (nil while none runs).
 	partitions *atomic.Pointer[func() (held, total int)]
@@ -195,6 +198,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		Name: "jetflow_dispatcher_local_runs_again_total",
 		Help: "Local steps' runs whose result this dispatcher did not record, left to run again at the partition's holder: cut short by a stop or a release, or ended while the partition's lease was not valid here (its renewal late, or lost), or run here again after a release and a retake while their first result waited. At least once: each is a run more than the steps (a step that never reached its handler is not counted).",
 	})
+	taken := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "jetflow_dispatcher_partitions_taken_total",
+		Help: "Partitions this dispatcher took, by how it found the lease (lease): never_held (a new deployment, or none held it for minutes), released (given back by a dispatcher that stopped or handed it over) or expired (its holder died, or renewed too late, or an earlier run of this dispatcher left it). A take of an expired lease reads the events stream's last seconds for the local steps its holder may have left running.",
+	}, []string{"lease"})
 	held := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "jetflow_dispatcher_partitions_held",
 		Help: "Partitions this dispatcher holds now. Summed over the dispatchers of a namespace it should equal jetflow_dispatcher_partitions within seconds of any change: less for longer means partitions nobody handles, whose executions wait.",
@@ -203,7 +210,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		Name: "jetflow_dispatcher_partitions",
 		Help: "The namespace's partition count (the same on every dispatcher).",
 	}, partitionsOf(true))
-	for _, c := range []prometheus.Collector{started, ended, execDur, steps, stepDur, appends, conflicts, rejected, lateness, lockWait, holders, waiters, firings, localRuns, retakes, localAgain, held, total, lag} {
+	for _, c := range []prometheus.Collector{started, ended, execDur, steps, stepDur, appends, conflicts, rejected, lateness, lockWait, holders, waiters, firings, localRuns, retakes, localAgain, taken, held, total, lag} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("dispatch: register metrics: %w", err)
 		}
@@ -214,6 +221,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		firings:   [2]prometheus.Counter{firings.WithLabelValues("memory"), firings.WithLabelValues("schedule")},
 		localRuns: [2]prometheus.Counter{localRuns.WithLabelValues("succeeded"), localRuns.WithLabelValues("failed")},
 		retakes:   retakes, localAgain: localAgain, partitions: partitions}
+	for i, v := range takenLeases {
+		m.taken[i] = taken.WithLabelValues(v.String())
+	}
 	// Known small sets are made at once, so that their series read 0
 	// rather than nothing until something happens; the step kinds and
 	// timer purposes, and their histograms, on first use.
@@ -296,6 +306,22 @@ func (m *Metrics) fired(fromMemory bool) {
 func (m *Metrics) again() {
 	if m != nil {
 		m.localAgain.Inc()
+	}
+}
+
+// takenLeases are the values of jetflow_dispatcher_partitions_taken_total's
+// lease label, in the order of Metrics.taken.
+var takenLeases = [3]partition.Vacancy{partition.VacancyNever, partition.VacancyReleased, partition.VacancyExpired}
+
+// took counts a partition taken, its lease found as v.
+func (m *Metrics) took(v partition.Vacancy) {
+	if m == nil {
+		return
+	}
+	for i, l := range takenLeases {
+		if l == v {
+			m.taken[i].Inc()
+		}
 	}
 }
 

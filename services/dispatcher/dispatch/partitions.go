@@ -204,8 +204,12 @@ func (d *Dispatcher) acquire(ctx context.Context, p int, epoch uint64, enqueue f
 	if time.Since(d.started) < 5*time.Second {
 		lvl = zerolog.DebugLevel
 	}
-	d.log.WithLevel(lvl).Int("partition", p).Uint64("epoch", epoch).Msg("partition taken")
-	d.rescue.took(p) // its last holder may have died running local steps
+	vacancy := d.parts.table.Vacancy(p, epoch)
+	d.cfg.Metrics.took(vacancy)
+	d.log.WithLevel(lvl).Int("partition", p).Uint64("epoch", epoch).Stringer("lease", vacancy).Msg("partition taken")
+	if mayHaveDied(vacancy) {
+		d.rescue.took(p) // its last holder may have died running local steps
+	}
 	return nil
 }
 
@@ -218,8 +222,20 @@ func (d *Dispatcher) release(p int, epoch uint64) {
 	d.parts.mu.Unlock()
 	if r != nil && r.covers(epoch) {
 		d.stopHolding(r)
-		d.local.release(func(exec string) bool { return d.partitionOf(exec) == p })
+		// Nudged before the lease is deleted (when this returns): the next
+		// holder, finding it given back, does not look for them.
+		for _, run := range d.local.release(func(exec string) bool { return d.partitionOf(exec) == p }) {
+			d.nudgeOnce(run, run.exec, run.workflow)
+		}
 	}
+}
+
+// mayHaveDied reports whether a partition's last holder may have died
+// holding it, by how its lease was found (partition.Vacancy): one never
+// held, or given back (its holder nudged the executions of the local
+// steps it stopped running: release), left nothing to look for.
+func mayHaveDied(v partition.Vacancy) bool {
+	return v != partition.VacancyNever && v != partition.VacancyReleased
 }
 
 // stopHolding stops consuming r, if it is still its partition's.

@@ -18,10 +18,13 @@ import (
 
 // Local steps left by a dispatcher that died (docs/adr/0014). A dispatcher
 // that stops, or gives a partition up, nudges the executions whose local
-// steps it was running (cutShort); one that dies cannot, and a local
-// step's report lives in its dispatcher's memory only, where an agent's
-// would be delivered again. So a dispatcher that takes partitions reads
-// the tail of the events stream, the last rescueWindow, and nudges (a
+// steps it was running (release, cutShort) before it deletes the lease;
+// one that dies cannot, and a local step's report lives in its
+// dispatcher's memory only, where an agent's would be delivered again.
+// So a dispatcher that takes partitions whose last holder may have died
+// (their leases expired, mayHaveDied), not those of a new deployment or
+// given back, reads the tail of the events stream, the last
+// rescueWindow, and nudges (a
 // reconcile in the inbox, taken by itself) every execution of those
 // partitions that dispatched a local step there and did not end there:
 // a step whose attempt did not end runs again, and the decision a
