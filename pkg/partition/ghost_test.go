@@ -46,10 +46,11 @@ func TestGhostMemberAndLeaseAreDropped(t *testing.T) {
 			held[p] = true
 			return nil
 		},
-		Release: func(p int, _ uint64) {
+		Release: func(p int, _ uint64) bool {
 			mu.Lock()
 			defer mu.Unlock()
 			delete(held, p)
+			return true
 		},
 		OnError: func(err error, what string) { t.Logf("%s: %v", what, err) },
 	})
@@ -103,7 +104,7 @@ func TestAStaleKeyChangedSinceIsLeftUnreported(t *testing.T) {
 	table, err := partition.New(js, kv, partition.Config{
 		Member: "live", Partitions: 4,
 		Acquire: func(context.Context, int, uint64) error { return nil },
-		Release: func(int, uint64) {},
+		Release: func(int, uint64) bool { return true },
 		OnError: func(err error, what string) {
 			mu.Lock()
 			defer mu.Unlock()

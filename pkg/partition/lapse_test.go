@@ -118,7 +118,7 @@ func TestAwaitWaitsForALateRenewalOnly(t *testing.T) {
 	kv, err := js.KeyValue(ctx, bus.BucketDispatchers)
 	require.NoError(t, err)
 	tbl, err := partition.New(js, kv, partition.Config{Member: "a", Partitions: 2,
-		Acquire: func(context.Context, int, uint64) error { return nil }, Release: func(int, uint64) {}})
+		Acquire: func(context.Context, int, uint64) error { return nil }, Release: func(int, uint64) bool { return true }})
 	require.NoError(t, err)
 	defer tbl.WaitStarts()
 	for p := range 2 {

@@ -42,6 +42,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -174,8 +175,11 @@ type Config struct {
 	// being handled) and returns once nothing of it is in hand, or it
 	// gives up waiting. It runs on its own goroutine; when the lease was
 	// given up rather than lost, the table keeps renewing it meanwhile
-	// and deletes it afterwards.
-	Release func(p int, epoch uint64)
+	// and deletes it afterwards. handedOver says that nothing of the
+	// holding is left for the next holder to look for (see [Vacancy]):
+	// false, and the lease is purged instead of deleted, so that the next
+	// holder takes it for one whose holder died.
+	Release func(p int, epoch uint64) (handedOver bool)
 	// Retook tells that this member took back partition p's lease, which
 	// had expired under it while it handled p (see [Table.Retaken]):
 	// holding old ends and holding new begins at once, with no Release of
@@ -264,9 +268,9 @@ type Table struct {
 	// the watch showed: the server's clock, against which ghosts are told.
 	serverNow time.Time
 	leases    map[int]lease // seen in the bucket, or just written
-	// vacated is how each lease seen gone was given up, by the last
-	// change of it seen: for the Vacancy of the next take.
-	vacated map[int]Vacancy
+	// leases is the bucket's stream, for a take's read of a lease's last
+	// message (take; set by the first).
+	leaseStream jetstream.Stream
 	// owners are the partitions' owners for the members ownersOf names.
 	owners   []string
 	ownersOf string
@@ -277,6 +281,9 @@ type Table struct {
 	epoch []uint64    // the holding's number: new at each acquire and retake
 	since []uint64    // the epoch of the acquire that the retakes since go on from
 	found []found     // how the lease was found by the last acquire (Vacancy)
+	// left: the last Release of the partition's holding said something
+	// was left for the next holder (giveBack purges the lease).
+	left []bool
 	// change is closed (and replaced) whenever a holding changes: its
 	// state, epoch or validity (Await waits on it).
 	change chan struct{}
@@ -312,9 +319,9 @@ const (
 	// expiry (its LimitMarkerTTL): its holder's last act is older than
 	// that.
 	VacancyNever
-	// VacancyReleased: its last holder deleted it, once it had given the
-	// partition up (Config.Release returned), or someone deleted it by
-	// hand.
+	// VacancyReleased: its last holder deleted it, having given the
+	// partition up with nothing left to look for (Config.Release said so),
+	// or someone deleted it by hand.
 	VacancyReleased
 	// VacancyExpired: it expired (its holder died, or renewed too late),
 	// it was purged (a ghost dropped, or by hand), or it was found under
@@ -385,8 +392,7 @@ func New(js jetstream.JetStream, kv jetstream.KeyValue, cfg Config) (*Table, err
 	_, _ = rand.Read(nonce)
 	return &Table{cfg: cfg, kv: kv, js: js, nonce: hex.EncodeToString(nonce), members: map[string]seen{}, leases: map[int]lease{},
 		lapsed: map[int]uint64{}, retook: map[int]retakeSpan{}, change: make(chan struct{}),
-		state: make([]state, n), until: make([]time.Time, n), epoch: make([]uint64, n), since: make([]uint64, n), found: make([]found, n),
-		vacated:  map[int]Vacancy{},
+		state: make([]state, n), until: make([]time.Time, n), epoch: make([]uint64, n), since: make([]uint64, n), found: make([]found, n), left: make([]bool, n),
 		released: make(chan holding, n), failed: make(chan holding, n), quit: make(chan struct{})}, nil
 }
 
@@ -611,10 +617,6 @@ func (t *Table) observe(e jetstream.KeyValueEntry) {
 		if gone {
 			had := t.leases[p]
 			delete(t.leases, p)
-			t.vacated[p] = VacancyExpired
-			if e.Operation() == jetstream.KeyValueDelete {
-				t.vacated[p] = VacancyReleased
-			}
 			if e.Operation() == jetstream.KeyValuePurge && had.owner == t.cfg.Member && t.holding(p) {
 				// Expired (a MaxAge marker), not given back, while this
 				// member held it: its renewals came late. reconcile takes
@@ -692,7 +694,7 @@ func (t *Table) lost(p int, why string) {
 	t.cfg.OnError(fmt.Errorf("partition %d lost: %s", p, why), "lease")
 	if st == held {
 		t.starting.Add(1)
-		go func() { defer t.starting.Done(); t.cfg.Release(p, epoch) }()
+		go func() { defer t.starting.Done(); t.cfg.Release(p, epoch) }() // not this member's: nothing to give back
 	}
 }
 
@@ -758,7 +760,7 @@ func (t *Table) reconcile(ctx context.Context, renewing bool) {
 func (t *Table) acquire(ctx context.Context, p int) {
 	sent := t.cfg.Now()
 	opCtx, cancel := t.opCtx(ctx)
-	rev, adopted, err := t.take(opCtx, p)
+	rev, vacancy, err := t.take(opCtx, p)
 	cancel()
 	if err != nil {
 		if !errors.Is(err, errTaken) && !errors.Is(err, errRefused) && ctx.Err() == nil {
@@ -773,7 +775,8 @@ func (t *Table) acquire(ctx context.Context, p int) {
 	t.epoch[p] = epochs.Add(1)
 	t.since[p] = t.epoch[p]
 	epoch := t.epoch[p]
-	t.found[p] = found{epoch, t.vacancy(p, adopted)}
+	t.found[p] = found{epoch, vacancy}
+	t.left[p] = false
 	t.changedLocked()
 	t.mu.Unlock()
 	// Starting takes a few requests: never hold up the renewals for it.
@@ -921,78 +924,87 @@ var (
 	errRefused = errors.New("partition: the lease's create was refused, yet it is absent")
 )
 
-// take creates p's lease for this member and returns its revision. A
-// create refused because the key exists looks at the lease:
-//   - it holds this member's name: an earlier create of this member (one
-//     that timed out) was stored after all; it is renewed, and taken as
-//     made now;
-//   - another member's name: errTaken;
-//   - no lease: errRefused, to try again later; the refusal was a
-//     conflict that is none (a replicated bucket answers so now and then),
-//     the lease went again, or the read was answered by a replica behind
-//     the create that won.
+// take writes p's lease for this member, a compare-and-set on the lease's
+// last message, and returns its revision and how that message says the
+// lease was left:
+//   - none (never held, or it expired longer ago than the bucket keeps the
+//     marker): VacancyNever;
+//   - a delete (a holder gave it back): VacancyReleased;
+//   - a purge, or the server's marker of an expiry: VacancyExpired;
+//   - a lease of this member's name: an earlier write of this member's
+//     (one whose answer was lost, or an earlier run's) is there; it is
+//     renewed from it (adopted), as VacancyExpired;
+//   - another member's lease: errTaken.
 //
-// A lease found with this member's name is renewed with the expected
-// revision before it is taken, so a stale read cannot make it adopt a
-// lease that is no longer its own.
-//
-// A refused create is not always [jetstream.ErrKeyExists]: on a deleted or
-// expired key, nats.go's Create tries again from the delete's revision,
-// and if another create came first a replicated bucket refuses that try
-// with code 10164, which nats.go returns as it is (seen on a 3-node
-// cluster: over a quarter of the losers of a race for a deleted or
-// expired lease).
-func (t *Table) take(ctx context.Context, p int) (rev uint64, adopted bool, err error) {
-	rev, err = t.kv.Create(ctx, LeaseKey(p), []byte(t.cfg.Member), jetstream.KeyTTL(t.cfg.TTL))
-	if err == nil {
-		return rev, false, nil
+// A write refused because the lease changed since it was read (another
+// member took it, or the read was answered by a replica behind the
+// lease's last change) is errRefused, to try again later. The
+// compare-and-set makes the Vacancy that of the message the lease
+// replaced, whatever the watch has shown of it so far.
+func (t *Table) take(ctx context.Context, p int) (rev uint64, v Vacancy, err error) {
+	if t.leaseStream == nil {
+		st, err := t.js.Stream(ctx, "KV_"+t.kv.Bucket())
+		if err != nil {
+			return 0, VacancyUnknown, fmt.Errorf("open the stream of bucket %s: %w", t.kv.Bucket(), err)
+		}
+		t.leaseStream = st
 	}
-	if !errors.Is(err, jetstream.ErrKeyExists) && !wrongLastSequence(err) {
-		return 0, false, err
-	}
-	e, gerr := t.kv.Get(ctx, LeaseKey(p))
+	subject := "$KV." + t.kv.Bucket() + "." + LeaseKey(p)
+	var last uint64
+	v, adopted := VacancyNever, false
+	m, err := t.leaseStream.GetLastMsgForSubject(ctx, subject)
 	switch {
-	case errors.Is(gerr, jetstream.ErrKeyNotFound):
-		return 0, false, errRefused
-	case gerr != nil:
-		return 0, false, fmt.Errorf("read lease %d after its create was refused: %w", p, gerr)
-	case string(e.Value()) != t.cfg.Member:
-		return 0, false, errTaken
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+	case err != nil:
+		return 0, VacancyUnknown, fmt.Errorf("read lease %d: %w", p, err)
+	default:
+		last, v = m.Sequence, leftAs(m.Header)
+		if v == VacancyUnknown { // a lease
+			if string(m.Data) != t.cfg.Member {
+				return 0, VacancyUnknown, errTaken
+			}
+			v, adopted = VacancyExpired, true
+		}
 	}
-	ack, err := t.js.Publish(ctx, "$KV."+t.kv.Bucket()+"."+LeaseKey(p), []byte(t.cfg.Member),
-		jetstream.WithMsgTTL(t.cfg.TTL), jetstream.WithExpectLastSequencePerSubject(e.Revision()))
+	ack, err := t.js.Publish(ctx, subject, []byte(t.cfg.Member),
+		jetstream.WithMsgTTL(t.cfg.TTL), jetstream.WithExpectLastSequencePerSubject(last))
 	if wrongLastSequence(err) {
-		// The read came from a replica behind the lease's last change:
-		// whatever it is now, it is not the revision read. Not an error;
-		// the next tick looks again.
-		return 0, false, errRefused
+		// Changed since it was read (by another member, or the read came
+		// from a replica behind): not an error; the next tick looks again.
+		return 0, VacancyUnknown, errRefused
 	}
 	if err != nil {
-		return 0, false, fmt.Errorf("renew lease %d found stored: %w", p, err)
+		return 0, VacancyUnknown, fmt.Errorf("write lease %d: %w", p, err)
 	}
-	t.adopted.Add(1)
-	return ack.Sequence, true, nil
+	if adopted {
+		t.adopted.Add(1)
+	}
+	return ack.Sequence, v, nil
 }
 
-// vacancy is how p's lease was found by a take that just succeeded
-// (adopted: it was there under this member's name).
-func (t *Table) vacancy(p int, adopted bool) Vacancy {
-	if adopted {
+// leftAs is how a lease's last message, of headers h, says its holder
+// left it: VacancyUnknown for a lease (held, or its expiry not marked
+// yet). Only a key-value delete is a lease given back; a purge, and any
+// marker of the server's, are taken for a holder that may have died.
+func leftAs(h nats.Header) Vacancy {
+	switch h.Get("KV-Operation") {
+	case "DEL":
+		return VacancyReleased
+	case "PURGE":
 		return VacancyExpired
 	}
-	if v, ok := t.vacated[p]; ok {
-		return v
+	if h.Get(jetstream.MarkerReasonHeader) != "" {
+		return VacancyExpired
 	}
-	return VacancyNever
+	return VacancyUnknown
 }
 
 // Vacancy tells how partition p's lease was found when this member took
-// it to begin holding epoch, or VacancyUnknown if holding epoch did not
-// begin so (a retake) or is no longer p's. It is what the watch showed of
-// the lease before the take: a bucket must keep the markers of expired
-// keys (its LimitMarkerTTL) for as long as whoever asks looks back for
-// what a holder that died may have left, or an expiry older than that
-// is VacancyNever.
+// it to begin holding epoch (take), or VacancyUnknown if holding epoch did
+// not begin so (a retake) or is no longer p's. A bucket must keep the
+// markers of expired keys (its LimitMarkerTTL) for as long as whoever
+// asks looks back for what a holder that died may have left: an expiry
+// whose marker is gone is VacancyNever.
 func (t *Table) Vacancy(p int, epoch uint64) Vacancy {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -1025,7 +1037,7 @@ func (t *Table) startRelease(p int) {
 	t.starting.Add(1)
 	go func() {
 		defer t.starting.Done()
-		t.cfg.Release(p, epoch)
+		t.release(p, epoch)
 		select {
 		case t.released <- holding{p, epoch}:
 		case <-t.quit:
@@ -1042,19 +1054,46 @@ func (t *Table) finishRelease(ctx context.Context, h holding) {
 	}
 	t.mu.Unlock()
 	if done {
-		t.deleteLease(ctx, h.p)
+		t.giveBack(ctx, h.p)
 	}
 }
 
-func (t *Table) deleteLease(ctx context.Context, p int) {
+// release runs Config.Release for p's holding epoch, and notes whether
+// it left something for the next holder.
+func (t *Table) release(p int, epoch uint64) {
+	handedOver := t.cfg.Release(p, epoch)
+	t.mu.Lock()
+	t.left[p] = t.left[p] || !handedOver
+	t.mu.Unlock()
+}
+
+// giveBack deletes p's lease, or purges it if its release left something
+// for the next holder (which then takes it for expired: take). A delete
+// refused because the lease is at a later revision than the one known
+// (a renewal stored whose answer was lost: a stop cuts one short) is
+// made again at the lease's revision, if it is still this member's.
+func (t *Table) giveBack(ctx context.Context, p int) {
 	l, ok := t.leases[p]
 	if !ok || l.owner != t.cfg.Member {
 		return
 	}
+	t.mu.Lock()
+	left := t.left[p]
+	t.mu.Unlock()
+	drop, how := t.kv.Delete, "give back"
+	if left {
+		drop, how = t.kv.Purge, "purge (its release left something to look for)"
+	}
 	ctx, cancel := t.opCtx(ctx)
 	defer cancel()
-	if err := t.kv.Delete(ctx, LeaseKey(p), jetstream.LastRevision(l.rev)); err != nil {
-		t.cfg.OnError(err, fmt.Sprintf("give back partition %d", p))
+	err := drop(ctx, LeaseKey(p), jetstream.LastRevision(l.rev))
+	if wrongLastSequence(err) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		if e, gerr := t.kv.Get(ctx, LeaseKey(p)); gerr == nil && string(e.Value()) == t.cfg.Member {
+			err = drop(ctx, LeaseKey(p), jetstream.LastRevision(e.Revision()))
+		}
+	}
+	if err != nil {
+		t.cfg.OnError(err, fmt.Sprintf("%s partition %d", how, p))
 		return // it expires
 	}
 	delete(t.leases, p)
@@ -1082,15 +1121,15 @@ func (t *Table) leave() {
 	t.mu.Unlock()
 	for _, p := range holding { // those releasing are being released already
 		wg.Add(1)
-		go func() { defer wg.Done(); t.cfg.Release(p, epochOf[p]) }()
+		go func() { defer wg.Done(); t.release(p, epochOf[p]) }()
 	}
 	wg.Wait()
 	t.starting.Wait() // starts that were under way, and releases begun before
 	for _, p := range holding {
-		t.cfg.Release(p, epochOf[p]) // a start that finished after the release above
+		t.release(p, epochOf[p]) // a start that finished after the release above
 	}
 	for _, p := range mine {
-		t.deleteLease(ctx, p)
+		t.giveBack(ctx, p)
 	}
 	if err := t.kv.Delete(ctx, MemberKey(t.cfg.Member)); err != nil {
 		t.cfg.OnError(err, "leave")
@@ -1121,9 +1160,8 @@ func (t *Table) dropGhosts(ctx context.Context) {
 			continue
 		}
 		delete(t.leases, p)
-		// Its holder died: the next taker (perhaps this member, before
-		// the watch shows the purge) must not take it for given back.
-		t.vacated[p] = VacancyExpired
+		// Purged, not deleted: its holder died, and the next taker must
+		// not take it for given back (take).
 		t.cfg.OnError(fmt.Errorf("lease of partition %d held by %s was last renewed %s ago, past its %s TTL: a ghost the server kept; purging it",
 			p, l.owner, now.Sub(l.seen).Round(time.Second), t.cfg.TTL), "drop a stale lease")
 		t.purgeIfUnchanged(ctx, LeaseKey(p), l.rev)

@@ -98,7 +98,7 @@ func TestCount(t *testing.T) {
 
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
-	ok := partition.Config{Member: "m", Partitions: 4, Acquire: func(context.Context, int, uint64) error { return nil }, Release: func(int, uint64) {}}
+	ok := partition.Config{Member: "m", Partitions: 4, Acquire: func(context.Context, int, uint64) error { return nil }, Release: func(int, uint64) bool { return true }}
 	require.NoError(t, ok.Validate())
 	for name, c := range map[string]func(*partition.Config){
 		"member":     func(c *partition.Config) { c.Member = "a.b" },
@@ -123,6 +123,7 @@ type member struct {
 	mu       sync.Mutex
 	handling map[int]bool
 	events   []string
+	leaves   bool // its releases say they left something for the next holder
 }
 
 func startMember(t *testing.T, url, name string, n int) *member {
@@ -142,11 +143,12 @@ func startMember(t *testing.T, url, name string, n int) *member {
 			m.events = append(m.events, "+"+strconv.Itoa(p))
 			return nil
 		},
-		Release: func(p int, _ uint64) {
+		Release: func(p int, _ uint64) bool {
 			m.mu.Lock()
 			defer m.mu.Unlock()
 			delete(m.handling, p)
 			m.events = append(m.events, "-"+strconv.Itoa(p))
+			return !m.leaves
 		},
 	})
 	require.NoError(t, err)
@@ -256,7 +258,7 @@ func TestDuplicateMemberIsAnError(t *testing.T) {
 		js, err := jetstream.New(nc)
 		require.NoError(t, err)
 		table, err := partition.New(js, mustKV(t, js), partition.Config{Member: "twin", Partitions: 4,
-			Acquire: func(context.Context, int, uint64) error { return nil }, Release: func(int, uint64) {}})
+			Acquire: func(context.Context, int, uint64) error { return nil }, Release: func(int, uint64) bool { return true }})
 		require.NoError(t, err)
 		go func() { errs <- table.Run(t.Context()) }()
 	}

@@ -67,7 +67,7 @@ func memberA(t *testing.T, js jetstream.JetStream, kv jetstream.KeyValue, n int)
 	var released []int
 	tbl, err := partition.New(js, kv, partition.Config{Member: "a", Partitions: n,
 		Acquire: func(context.Context, int, uint64) error { return nil },
-		Release: func(p int, _ uint64) { mu.Lock(); released = append(released, p); mu.Unlock() }})
+		Release: func(p int, _ uint64) bool { mu.Lock(); released = append(released, p); mu.Unlock(); return true }})
 	require.NoError(t, err)
 	return tbl, func() []int {
 		mu.Lock()
@@ -91,7 +91,7 @@ func TestRenewalCutShortByStoppingIsNotAnError(t *testing.T) {
 	var reported []string
 	tbl, err := partition.New(js, kv, partition.Config{Member: "a", Partitions: 1,
 		Acquire: func(context.Context, int, uint64) error { return nil },
-		Release: func(int, uint64) {},
+		Release: func(int, uint64) bool { return true },
 		OnError: func(err error, what string) {
 			mu.Lock()
 			reported = append(reported, what+": "+err.Error())

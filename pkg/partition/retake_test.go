@@ -248,7 +248,7 @@ func TestRacingCreatesOnAClusterAreNoErrors(t *testing.T) {
 			require.NoError(t, err)
 			name := fmt.Sprintf("m%d", i)
 			tbl, err := partition.New(js, kv, partition.Config{Member: name, Partitions: n,
-				Acquire: func(context.Context, int, uint64) error { return nil }, Release: func(int, uint64) {},
+				Acquire: func(context.Context, int, uint64) error { return nil }, Release: func(int, uint64) bool { return true },
 				OnError: func(err error, what string) {
 					mu.Lock()
 					defer mu.Unlock()
@@ -364,7 +364,7 @@ func memberWithHooks(t *testing.T, n int) (jetstream.KeyValue, *partition.Table,
 	h := &hooks{}
 	tbl, err := partition.New(js, kv, partition.Config{Member: "a", Partitions: n,
 		Acquire: func(context.Context, int, uint64) error { return nil },
-		Release: func(p int, _ uint64) { h.mu.Lock(); h.rel = append(h.rel, p); h.mu.Unlock() },
+		Release: func(p int, _ uint64) bool { h.mu.Lock(); h.rel = append(h.rel, p); h.mu.Unlock(); return true },
 		Retook: func(p int, old, new uint64) {
 			h.mu.Lock()
 			h.took = append(h.took, retake{p, old, new})

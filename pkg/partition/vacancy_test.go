@@ -1,6 +1,7 @@
 package partition_test
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -58,26 +59,56 @@ func TestVacancyTellsHowTheLastHolderLeft(t *testing.T) {
 	coverage(t, n, 10*time.Second, c)
 	require.Equal(t, all(n, partition.VacancyExpired), vacancies(c, n), "b's leases expired")
 
+	c.mu.Lock()
+	c.leaves = true // its releases leave something to look for: its leases are purged
+	c.mu.Unlock()
+	c.cancel()
+	<-c.done
+	d := startMember(t, s.ClientURL(), "d", n)
+	coverage(t, n, 10*time.Second, d)
+	require.Equal(t, all(n, partition.VacancyExpired), vacancies(d, n), "c stopped, leaving something")
 }
 
-// TestALeaseFoundUnderItsOwnNameCountsAsExpired: a take whose create is
-// refused, the lease holding this member's name (a create whose answer
-// was lost, or an earlier run of this member that died), adopts it; that
-// run may have left work undone.
-func TestALeaseFoundUnderItsOwnNameCountsAsExpired(t *testing.T) {
+// TestVacancyIsWhatTheTakeReplaced: a take is a compare-and-set on the
+// lease's last message, and its Vacancy is that message's, whatever the
+// table's watch showed (here it shows nothing): a lease under the
+// member's own name (a create whose answer was lost, or an earlier run)
+// is adopted and counts as expired; another member's lease that expired,
+// or was purged, counts as expired; one deleted as released; none as
+// never held. Another member's live lease is not taken.
+func TestVacancyIsWhatTheTakeReplaced(t *testing.T) {
 	t.Parallel()
-	kv, tbl, _ := memberWithHooks(t, 2)
-	_, err := kv.Create(t.Context(), partition.LeaseKey(0), []byte("a"), jetstream.KeyTTL(10*time.Second))
-	require.NoError(t, err)
-	for p := range 2 {
-		tbl.AcquireNow(t.Context(), p)
+	ctx := t.Context()
+	kv, tbl, _ := memberWithHooks(t, 6)
+	put := func(p int, owner string, opts ...jetstream.KVCreateOpt) {
+		t.Helper()
+		_, err := kv.Create(ctx, partition.LeaseKey(p), []byte(owner), opts...)
+		require.NoError(t, err)
 	}
-	require.EqualValues(t, 1, tbl.Adopted())
-	e0, ok := tbl.Holds(0)
-	require.True(t, ok)
-	e1, ok := tbl.Holds(1)
-	require.True(t, ok)
-	require.Equal(t, partition.VacancyExpired, tbl.Vacancy(0, e0), "found under its own name")
-	require.Equal(t, partition.VacancyNever, tbl.Vacancy(1, e1))
+	put(0, "a", jetstream.KeyTTL(10*time.Second))
+	put(2, "b", jetstream.KeyTTL(time.Second))
+	put(3, "b")
+	require.NoError(t, kv.Delete(ctx, partition.LeaseKey(3)))
+	put(4, "b")
+	require.NoError(t, kv.Purge(ctx, partition.LeaseKey(4)))
+	put(5, "b", jetstream.KeyTTL(time.Minute))
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		_, err := kv.Get(ctx, partition.LeaseKey(2))
+		return errors.Is(err, jetstream.ErrKeyNotFound)
+	}, "b's lease of 2 expires")
+	for p := range 6 {
+		tbl.AcquireNow(ctx, p)
+	}
+	want := []partition.Vacancy{partition.VacancyExpired, partition.VacancyNever, partition.VacancyExpired,
+		partition.VacancyReleased, partition.VacancyExpired, partition.VacancyUnknown}
+	got := make([]partition.Vacancy, 6)
+	for p := range 6 {
+		if e, ok := tbl.Holds(p); ok {
+			got[p] = tbl.Vacancy(p, e)
+		}
+	}
+	require.Equal(t, want, got)
+	require.EqualValues(t, 1, tbl.Adopted(), "0, found under its own name")
+	e1, _ := tbl.Holds(1)
 	require.Equal(t, partition.VacancyUnknown, tbl.Vacancy(0, e1), "a holding that is not p's")
 }

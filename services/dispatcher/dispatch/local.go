@@ -66,9 +66,12 @@ type localRun struct {
 	// partition; a decision taken here again runs the step anew. ran: its
 	// handler was called (a run waiting for a slot, or one with no
 	// handler, never ran it). counted: counted in
-	// jetflow_dispatcher_local_runs_again_total, once at most. nudged:
-	// its partition's holder was asked to run it again (nudgeOnce).
-	stopped, ran, counted, nudged bool
+	// jetflow_dispatcher_local_runs_again_total, once at most.
+	stopped, ran, counted bool
+	// nudge asks, once, for the run's execution to be decided about again
+	// (nudgeOnce); nudged says whether that was published.
+	nudge  sync.Once
+	nudged bool
 }
 
 func newLocalOps(cfg Config, log zerolog.Logger) *localOps {
@@ -211,15 +214,11 @@ func (d *Dispatcher) cutShort(exec, wf string, run *localRun, taskID string) {
 
 // nudgeOnce nudges execution exec of workflow wf for run, unless that
 // was done for run already (by the release that stopped it, then at its
-// end).
-func (d *Dispatcher) nudgeOnce(run *localRun, exec, wf string) {
-	d.local.mu.Lock()
-	again := run.nudged
-	run.nudged = true
-	d.local.mu.Unlock()
-	if !again {
-		d.nudge(exec, wf)
-	}
+// end), and reports whether the nudge was published. A second call
+// waits for the first's.
+func (d *Dispatcher) nudgeOnce(run *localRun, exec, wf string) bool {
+	run.nudge.Do(func() { run.nudged = d.nudge(exec, wf) })
+	return run.nudged
 }
 
 // countAgainLocked counts run in jetflow_dispatcher_local_runs_again_total
@@ -236,14 +235,16 @@ func (d *Dispatcher) countAgainLocked(run *localRun) {
 // nudge asks the holder of an execution's partition to decide about it
 // again (a reconcile in its inbox, under a new id each time), for a
 // local step that was not run here, or whose run was cut short.
-func (d *Dispatcher) nudge(exec, wf string) {
+func (d *Dispatcher) nudge(exec, wf string) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	p := &events.ReconcileExecution{ExecutionID: exec, Workflow: wf, Reason: "a local step is to run at the partition's holder"}
 	if err := d.publishOwn(ctx, "reconcile-local-"+exec+"-"+newToken()[:8], exec, wf, p); err != nil {
 		d.log.Warn().Err(err).Str("execution_id", exec).
 			Msg("a local step is to run at its partition's holder, which could not be nudged: the janitor will find the execution idle")
+		return false
 	}
+	return true
 }
 
 // localReport is the report of a local run of t, which began at began

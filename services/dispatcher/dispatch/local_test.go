@@ -123,10 +123,17 @@ func slowHandlers(runs *atomic.Int32, run operation.HandlerFunc) map[string]oper
 // error.
 func runBlocked(t *testing.T, b *testBundle, js jetstream.JetStream, cfg dispatch.Config, wf, id string, runs *atomic.Int32) (stop func() error) {
 	t.Helper()
+	return runHeld(t, b, js, cfg, wf, id, runs, func(ctx context.Context) { <-ctx.Done() })
+}
+
+// runHeld is runBlocked with an operation that returns once hold does.
+func runHeld(t *testing.T, b *testBundle, js jetstream.JetStream, cfg dispatch.Config, wf, id string, runs *atomic.Int32,
+	hold func(context.Context)) (stop func() error) {
+	t.Helper()
 	running := make(chan struct{}, 1)
 	cfg.LocalHandlers = slowHandlers(runs, func(ctx context.Context, _ operation.Task) (any, error) {
 		running <- struct{}{}
-		<-ctx.Done()
+		hold(ctx)
 		return nil, ctx.Err()
 	})
 	d, err := dispatch.New(t.Context(), cfg, js, zerolog.New(zerolog.NewTestWriter(t)))
@@ -211,6 +218,31 @@ steps:
 	require.Equal(t, int32(2), runs.Load())
 	require.JSONEq(t, `"done"`, string(stepNamed(s, "slow").Output))
 	requireTaken(t, reg, "expired") // every lease the dead dispatcher held
+}
+
+// A dispatcher that stops while a local step's handler ignores the stop
+// asks for the step to run again before it gives the partition back, not
+// once the handler returns: the next holder, finding the lease given
+// back, does not look for local steps left running (and no janitor runs
+// here), and runs it at once.
+func TestALocalStepWhoseHandlerIgnoresTheStopRunsAgain(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.applyYAML(t, `name: deaf
+steps:
+  - {id: slow, kind: call, local: true, idempotent: yes, operation: slow}
+`)
+	var runs atomic.Int32
+	deaf := make(chan struct{})
+	defer close(deaf)
+	stop := runHeld(t, b, b.js, dispatch.Config{Workers: 2}, "deaf", "d1", &runs, func(context.Context) { <-deaf })
+	require.NoError(t, stop()) // after waiting 5 s for the handler
+
+	next := b.measured(t, dispatch.Config{Workers: 2, LocalHandlers: slowHandlers(&runs, quick)})
+	s, _ := waitStatus(t, b.js, "deaf", "d1", projections.StatusSucceeded)
+	require.Equal(t, int32(2), runs.Load())
+	require.JSONEq(t, `"done"`, string(stepNamed(s, "slow").Output))
+	requireTaken(t, next, "released")
 }
 
 // jetflow_dispatcher_local_runs_again_total counts the runs whose step

@@ -200,7 +200,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	})
 	taken := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "jetflow_dispatcher_partitions_taken_total",
-		Help: "Partitions this dispatcher took, by how it found the lease (lease): never_held (a new deployment, or none held it for minutes), released (given back by a dispatcher that stopped or handed it over) or expired (its holder died, or renewed too late, or an earlier run of this dispatcher left it). A take of an expired lease reads the events stream's last seconds for the local steps its holder may have left running.",
+		Help: "Partitions this dispatcher took, by how it found the lease (lease): never_held (a new deployment, or none held it for minutes), released (deleted: given back by a dispatcher that stopped or handed it over, or by hand) or expired (its holder died, renewed too late, could not ask for its local steps to run again, or was an earlier run of this dispatcher). A take of an expired lease reads the events stream's last seconds for the local steps its holder may have left running.",
 	}, []string{"lease"})
 	held := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "jetflow_dispatcher_partitions_held",
@@ -317,6 +317,9 @@ var takenLeases = [3]partition.Vacancy{partition.VacancyNever, partition.Vacancy
 func (m *Metrics) took(v partition.Vacancy) {
 	if m == nil {
 		return
+	}
+	if v == partition.VacancyUnknown {
+		v = partition.VacancyExpired // looked for as if (mayHaveDied)
 	}
 	for i, l := range takenLeases {
 		if l == v {

@@ -215,19 +215,27 @@ func (d *Dispatcher) acquire(ctx context.Context, p int, epoch uint64, enqueue f
 
 // release stops consuming partition p's holding epoch and waits (up to
 // the ack wait) for its jobs: those still queued are given back at once
-// (see process).
-func (d *Dispatcher) release(p int, epoch uint64) {
+// (see process). It reports whether the local steps it stopped were all
+// nudged (their next holder asked to run them again): if not, the lease
+// is purged rather than deleted, and the next holder looks for them
+// (rescue.go).
+func (d *Dispatcher) release(p int, epoch uint64) (handedOver bool) {
 	d.parts.mu.Lock()
 	r := d.parts.running[p]
 	d.parts.mu.Unlock()
-	if r != nil && r.covers(epoch) {
-		d.stopHolding(r)
-		// Nudged before the lease is deleted (when this returns): the next
-		// holder, finding it given back, does not look for them.
-		for _, run := range d.local.release(func(exec string) bool { return d.partitionOf(exec) == p }) {
-			d.nudgeOnce(run, run.exec, run.workflow)
+	if r == nil || !r.covers(epoch) {
+		return true
+	}
+	d.stopHolding(r)
+	// Nudged before the lease is deleted (when this returns): the next
+	// holder, finding it given back, does not look for them.
+	handedOver = true
+	for _, run := range d.local.release(func(exec string) bool { return d.partitionOf(exec) == p }) {
+		if !d.nudgeOnce(run, run.exec, run.workflow) {
+			handedOver = false
 		}
 	}
+	return handedOver
 }
 
 // mayHaveDied reports whether a partition's last holder may have died
