@@ -40,3 +40,6 @@ func SetStaleSlack(d time.Duration) func() {
 func (t *Table) DeleteIfUnchanged(ctx context.Context, key string, rev uint64) {
 	t.deleteIfUnchanged(ctx, key, rev)
 }
+
+// GiveBackNow is giveBack.
+func (t *Table) GiveBackNow(ctx context.Context, p int) { t.giveBack(ctx, p) }

@@ -358,6 +358,13 @@ func (h *hooks) heldMeanwhile() []retakeHolding {
 // the dispatchers' bucket.
 func memberWithHooks(t *testing.T, n int) (jetstream.KeyValue, *partition.Table, *hooks) {
 	t.Helper()
+	_, kv, tbl, h := memberOn(t, n)
+	return kv, tbl, h
+}
+
+// memberOn is memberWithHooks, with its connection's JetStream.
+func memberOn(t *testing.T, n int) (jetstream.JetStream, jetstream.KeyValue, *partition.Table, *hooks) {
+	t.Helper()
 	_, js := natstest.Connect(t, natstest.RunJetStream(t))
 	kv, err := js.KeyValue(t.Context(), bus.BucketDispatchers)
 	require.NoError(t, err)
@@ -377,7 +384,7 @@ func memberWithHooks(t *testing.T, n int) (jetstream.KeyValue, *partition.Table,
 		}})
 	require.NoError(t, err)
 	t.Cleanup(tbl.WaitStarts)
-	return kv, tbl, h
+	return js, kv, tbl, h
 }
 
 // watchAll watches the changes of kv from now on, until the test ends.

@@ -1,6 +1,7 @@
 package partition_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -111,4 +112,43 @@ func TestVacancyIsWhatTheTakeReplaced(t *testing.T) {
 	require.EqualValues(t, 1, tbl.Adopted(), "0, found under its own name")
 	e1, _ := tbl.Holds(1)
 	require.Equal(t, partition.VacancyUnknown, tbl.Vacancy(0, e1), "a holding that is not p's")
+}
+
+// TestAGiveBackAfterAnUnansweredRenewalDeletes: a stop can cut short a
+// renewal that was stored all the same, so the member knows an older
+// revision of its lease than the bucket holds. Its delete at that
+// revision is refused; it deletes at the lease's revision, the lease
+// being still its own, rather than leaving it to expire (which the next
+// holder would take for a death). Another member's lease is left alone.
+func TestAGiveBackAfterAnUnansweredRenewalDeletes(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	js, kv, tbl, _ := memberOn(t, 2)
+	for p := range 2 {
+		tbl.AcquireNow(ctx, p)
+	}
+	// 0: renewed by this member, unanswered; 1: taken by another since.
+	_, err := js.Publish(ctx, "$KV."+kv.Bucket()+"."+partition.LeaseKey(0), []byte("a"),
+		jetstream.WithExpectLastSequencePerSubject(tbl.LeaseRevision(0)))
+	require.NoError(t, err)
+	_, err = js.Publish(ctx, "$KV."+kv.Bucket()+"."+partition.LeaseKey(1), []byte("b"),
+		jetstream.WithExpectLastSequencePerSubject(tbl.LeaseRevision(1)))
+	require.NoError(t, err)
+	tbl.GiveBackNow(ctx, 0)
+	tbl.GiveBackNow(ctx, 1)
+
+	_, err = kv.Get(ctx, partition.LeaseKey(0))
+	require.ErrorIs(t, err, jetstream.ErrKeyNotFound, "0 given back")
+	e, err := kv.Get(ctx, partition.LeaseKey(1))
+	require.NoError(t, err)
+	require.Equal(t, "b", string(e.Value()), "1 is b's: left alone")
+	other, err := partition.New(js, kv, partition.Config{Member: "c", Partitions: 2,
+		Acquire: func(context.Context, int, uint64) error { return nil },
+		Release: func(int, uint64) bool { return true }})
+	require.NoError(t, err)
+	t.Cleanup(other.WaitStarts)
+	other.AcquireNow(ctx, 0)
+	epoch, ok := other.Holds(0)
+	require.True(t, ok)
+	require.Equal(t, partition.VacancyReleased, other.Vacancy(0, epoch), "deleted, not expired")
 }
