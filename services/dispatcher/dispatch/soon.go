@@ -196,17 +196,29 @@ func (s *soonTimers) forget(exec, id string) {
 }
 
 // requeue keeps t, taken by due, to fire at at instead, unless the timer
-// was armed again meanwhile (that arming's entry is the timer's now).
+// was armed again meanwhile (that arming's entry is the timer's now). It
+// wakes the fire loop when t is now the first to come due, as add does:
+// the loop computed how long to sleep before it requeued t (an hour, if
+// the heap was empty then), and an entry at the heap's head keeps any
+// later add from being first.
 func (s *soonTimers) requeue(t soonTimer, at time.Time) {
 	key := settledKey(t.exec, t.id)
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if _, armed := s.latest[key]; armed || len(s.h) >= soonMax {
+		s.mu.Unlock()
 		return
 	}
 	t.at = at
 	heap.Push(&s.h, t)
 	s.latest[key] = t.due
+	first := s.h[0].id == t.id && s.h[0].exec == t.exec
+	s.mu.Unlock()
+	if first {
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // Where a timer fired from memory stands, when its schedule's message

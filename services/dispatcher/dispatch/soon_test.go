@@ -131,3 +131,36 @@ func TestSoonTimerArmedAgainKeepsItsLatestArming(t *testing.T) {
 	require.Len(t, last, 1, "the new arming only")
 	require.WithinDuration(t, now.Add(time.Second), last[0].due, 0)
 }
+
+// TestARequeuedTimerWakesTheFireLoop: the fire loop computes how long to
+// sleep from the heap before it requeues a timer whose partition is not
+// held (a lease renewed late), an hour when that timer was the last; the
+// requeue must wake it, or the loop sleeps past every timer armed later
+// (they are not first: the requeued one is) and all fire from their
+// schedules, 2 s late, until the dispatcher starts again.
+func TestARequeuedTimerWakesTheFireLoop(t *testing.T) {
+	s := newSoonTimers()
+	now := time.Now()
+	require.True(t, s.add(now, now, "wf", "x", "t", 0))
+	<-s.wake // the add's
+	ready, next := s.due(time.Now())
+	require.Len(t, ready, 1)
+	require.Zero(t, next, "none left: the loop would sleep an hour")
+
+	s.requeue(ready[0], time.Now().Add(notHeldAgain))
+	select {
+	case <-s.wake:
+	default:
+		t.Fatal("the requeue, now first, did not wake the fire loop")
+	}
+	_, next = s.due(time.Now())
+	require.Positive(t, next)
+	require.LessOrEqual(t, next, notHeldAgain, "the loop sleeps until the requeued timer, not an hour")
+
+	require.True(t, s.add(now, now.Add(time.Minute), "wf", "y", "u", 0)) // later: not first
+	select {
+	case <-s.wake:
+		t.Fatal("a timer after the head woke the loop")
+	default:
+	}
+}
