@@ -1063,7 +1063,9 @@ func (t *Table) finishRelease(ctx context.Context, h holding) {
 func (t *Table) release(p int, epoch uint64) {
 	handedOver := t.cfg.Release(p, epoch)
 	t.mu.Lock()
-	t.left[p] = t.left[p] || !handedOver
+	if t.epoch[p] == epoch { // not a later holding's
+		t.left[p] = t.left[p] || !handedOver
+	}
 	t.mu.Unlock()
 }
 
@@ -1102,8 +1104,6 @@ func (t *Table) giveBack(ctx context.Context, p int) {
 // leave releases everything and deletes the member key, so that the
 // others need not wait for the keys to expire.
 func (t *Table) leave() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
 	var wg sync.WaitGroup
 	t.mu.Lock()
 	var mine, holding []int
@@ -1128,6 +1128,11 @@ func (t *Table) leave() {
 	for _, p := range holding {
 		t.release(p, epochOf[p]) // a start that finished after the release above
 	}
+	// The releases may have waited long (for the jobs in hand): the time
+	// to give the leases back starts now, or they would expire, and the
+	// next holder take them for a death.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
 	for _, p := range mine {
 		t.giveBack(ctx, p)
 	}

@@ -57,6 +57,10 @@ type localOps struct {
 
 	mu      sync.Mutex
 	running map[string]*localRun // by task id: running, or its report waiting for its turn
+	// unnudged are the partitions for which a run cut short could not ask
+	// for its step to run again: the next release of each is not handed
+	// over (takeUnnudged), so that its next holder looks for the step.
+	unnudged map[int]bool
 }
 
 type localRun struct {
@@ -80,6 +84,7 @@ func newLocalOps(cfg Config, log zerolog.Logger) *localOps {
 		inline:   map[string]bool{workflow.KindNoop: true, workflow.KindLog: true},
 		slots:    make(chan struct{}, cfg.LocalConcurrency),
 		running:  map[string]*localRun{},
+		unnudged: map[int]bool{},
 	}
 	for name, h := range cfg.LocalHandlers {
 		l.handlers[name] = h
@@ -204,12 +209,17 @@ func (d *Dispatcher) runLocal(x *execState, e interp.PublishTask) interp.Outcome
 // execution would wait for the janitor to find it idle. A dispatcher
 // that dies cannot: the one that takes its partitions looks for such
 // executions (rescue.go).
+//
+// The nudge comes before the run is forgotten: a release looking for the
+// partition's runs meanwhile finds this one and waits for its nudge
+// (nudgeOnce), and one that failed leaves its partition's release not
+// handed over (localOps.unnudged).
 func (d *Dispatcher) cutShort(exec, wf string, run *localRun, taskID string) {
 	d.local.mu.Lock()
 	d.countAgainLocked(run)
 	d.local.mu.Unlock()
-	d.local.forget(taskID, run)
 	d.nudgeOnce(run, exec, wf)
+	d.local.forget(taskID, run)
 }
 
 // nudgeOnce nudges execution exec of workflow wf for run, unless that
@@ -217,7 +227,14 @@ func (d *Dispatcher) cutShort(exec, wf string, run *localRun, taskID string) {
 // end), and reports whether the nudge was published. A second call
 // waits for the first's.
 func (d *Dispatcher) nudgeOnce(run *localRun, exec, wf string) bool {
-	run.nudge.Do(func() { run.nudged = d.nudge(exec, wf) })
+	run.nudge.Do(func() {
+		run.nudged = d.nudge(exec, wf)
+		if !run.nudged {
+			d.local.mu.Lock()
+			d.local.unnudged[d.partitionOf(exec)] = true
+			d.local.mu.Unlock()
+		}
+	})
 	return run.nudged
 }
 
@@ -343,6 +360,16 @@ func (l *localOps) kill(exec, taskID string, cause error) {
 			r.cancel(cause)
 		}
 	}
+}
+
+// takeUnnudged reports, and forgets, whether a run of partition p could
+// not be nudged since the last call.
+func (l *localOps) takeUnnudged(p int) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	was := l.unnudged[p]
+	delete(l.unnudged, p)
+	return was
 }
 
 // release ends the runs of the executions of a partition this

@@ -224,18 +224,20 @@ func (d *Dispatcher) release(p int, epoch uint64) (handedOver bool) {
 	r := d.parts.running[p]
 	d.parts.mu.Unlock()
 	if r == nil || !r.covers(epoch) {
-		return true
+		return !d.local.takeUnnudged(p)
 	}
 	d.stopHolding(r)
 	// Nudged before the lease is deleted (when this returns): the next
-	// holder, finding it given back, does not look for them.
+	// holder, finding it given back, does not look for them. A run that
+	// ended before (cut short as Run's context ended) nudged itself; one
+	// whose nudge failed is in unnudged.
 	handedOver = true
 	for _, run := range d.local.release(func(exec string) bool { return d.partitionOf(exec) == p }) {
 		if !d.nudgeOnce(run, run.exec, run.workflow) {
 			handedOver = false
 		}
 	}
-	return handedOver
+	return !d.local.takeUnnudged(p) && handedOver
 }
 
 // mayHaveDied reports whether a partition's last holder may have died

@@ -142,7 +142,11 @@ func TestARequeuedTimerWakesTheFireLoop(t *testing.T) {
 	s := newSoonTimers()
 	now := time.Now()
 	require.True(t, s.add(now, now, "wf", "x", "t", 0))
-	<-s.wake // the add's
+	select {
+	case <-s.wake: // the add's
+	default:
+		t.Fatal("the first add did not wake the fire loop")
+	}
 	ready, next := s.due(time.Now())
 	require.Len(t, ready, 1)
 	require.Zero(t, next, "none left: the loop would sleep an hour")
