@@ -268,8 +268,8 @@ type Table struct {
 	// the watch showed: the server's clock, against which ghosts are told.
 	serverNow time.Time
 	leases    map[int]lease // seen in the bucket, or just written
-	// leases is the bucket's stream, for a take's read of a lease's last
-	// message (take; set by the first).
+	// leaseStream is the bucket's stream, for a take's read of a lease's
+	// last message (take; set by the first).
 	leaseStream jetstream.Stream
 	// owners are the partitions' owners for the members ownersOf names.
 	owners   []string
@@ -918,10 +918,10 @@ func (t *Table) retake(ctx context.Context, p int) {
 }
 
 // Why take did not take a lease: another member holds it (errTaken), or
-// the create was refused and no lease was found (errRefused).
+// the lease changed after it was read (errRefused).
 var (
 	errTaken   = errors.New("partition: the lease is held by another member")
-	errRefused = errors.New("partition: the lease's create was refused, yet it is absent")
+	errRefused = errors.New("partition: the lease changed after it was read")
 )
 
 // take writes p's lease for this member, a compare-and-set on the lease's
@@ -1022,6 +1022,12 @@ func wrongLastSequence(err error) bool {
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
+// changedSince reports a key-value write or delete refused because the
+// key is no longer at the revision it expected.
+func changedSince(err error) bool {
+	return wrongLastSequence(err) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)
+}
+
 // Retaken counts the leases that expired under this member while it held
 // them and that it took back (nobody held them), without a release.
 func (t *Table) Retaken() int64 { return t.retaken.Load() }
@@ -1089,7 +1095,7 @@ func (t *Table) giveBack(ctx context.Context, p int) {
 	ctx, cancel := t.opCtx(ctx)
 	defer cancel()
 	err := drop(ctx, LeaseKey(p), jetstream.LastRevision(l.rev))
-	if wrongLastSequence(err) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+	if changedSince(err) {
 		if e, gerr := t.kv.Get(ctx, LeaseKey(p)); gerr == nil && string(e.Value()) == t.cfg.Member {
 			err = drop(ctx, LeaseKey(p), jetstream.LastRevision(e.Revision()))
 		}
@@ -1190,7 +1196,7 @@ func (t *Table) dropIfUnchanged(ctx context.Context, key string, rev uint64,
 	ctx, cancel := t.opCtx(ctx)
 	defer cancel()
 	err := drop(ctx, key, jetstream.LastRevision(rev))
-	if err != nil && !stopping(ctx, err) && !wrongLastSequence(err) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+	if err != nil && !stopping(ctx, err) && !changedSince(err) {
 		t.cfg.OnError(err, "delete the stale key "+key)
 	}
 	// A key changed since (the stale holder renewed, or another took it)

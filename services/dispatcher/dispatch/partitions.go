@@ -230,14 +230,11 @@ func (d *Dispatcher) release(p int, epoch uint64) (handedOver bool) {
 	// Nudged before the lease is deleted (when this returns): the next
 	// holder, finding it given back, does not look for them. A run that
 	// ended before (cut short as Run's context ended) nudged itself; one
-	// whose nudge failed is in unnudged.
-	handedOver = true
+	// whose nudge failed, here or before, is in unnudged.
 	for _, run := range d.local.release(func(exec string) bool { return d.partitionOf(exec) == p }) {
-		if !d.nudgeOnce(run, run.exec, run.workflow) {
-			handedOver = false
-		}
+		d.nudgeOnce(run, run.exec, run.workflow)
 	}
-	return !d.local.takeUnnudged(p) && handedOver
+	return !d.local.takeUnnudged(p)
 }
 
 // mayHaveDied reports whether a partition's last holder may have died

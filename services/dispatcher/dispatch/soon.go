@@ -153,12 +153,17 @@ func (s *soonTimers) add(now, due time.Time, workflow, exec, id string, seq uint
 	first := s.h[0].id == id
 	s.mu.Unlock()
 	if first {
-		select {
-		case s.wake <- struct{}{}:
-		default:
-		}
+		s.wakeLoop()
 	}
 	return true
+}
+
+// wakeLoop wakes the fire loop to look at the heap's head again.
+func (s *soonTimers) wakeLoop() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
 }
 
 // due removes and returns the timers whose time has come by now (this
@@ -214,10 +219,7 @@ func (s *soonTimers) requeue(t soonTimer, at time.Time) {
 	first := s.h[0].id == t.id && s.h[0].exec == t.exec
 	s.mu.Unlock()
 	if first {
-		select {
-		case s.wake <- struct{}{}:
-		default:
-		}
+		s.wakeLoop()
 	}
 }
 
