@@ -87,7 +87,7 @@ func (s *Server) startExecution(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if err != nil {
-			writeError(w, http.StatusBadRequest, apiError{Code: "invalid_cloudevent", Field: events.SDKErrorField(err), Message: events.ExplainSDKError(err)})
+			writeError(w, http.StatusBadRequest, apiError{Code: "invalid_cloudevent", Field: sdkErrorField(err, r.Header), Message: events.ExplainSDKError(err)})
 			return
 		}
 		if restoreType != "" {
@@ -917,4 +917,24 @@ func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, id, subjec
 		}
 		open()
 	}
+}
+
+// sdkErrorField is the attribute an sdk-go decoding error is about. A URI
+// attribute that does not parse (source, dataschema) is named by its
+// value only ("parse \"...\": net/url: ..."): the Ce- header holding
+// that value names it.
+func sdkErrorField(err error, h http.Header) string {
+	if field := events.SDKErrorField(err); field != "" {
+		return field
+	}
+	var uerr *url.Error
+	if !errors.As(err, &uerr) {
+		return ""
+	}
+	for _, attr := range []string{"source", "dataschema"} {
+		if v := h.Get("Ce-" + attr); v != "" && v == uerr.URL {
+			return attr
+		}
+	}
+	return ""
 }
