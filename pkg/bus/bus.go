@@ -378,6 +378,27 @@ func Connect(url, name string, opts ...nats.Option) (*nats.Conn, error) {
 	return nc, nil
 }
 
+// Beside opens a second connection with nc's options (its servers, its
+// identity, its handlers), named as nc is with "-"+suffix, and a
+// JetStream context on it: for a long bulk read that must not queue in
+// front of what nc carries (a dispatcher's appends are acknowledged on
+// it). The caller closes it.
+func Beside(nc *nats.Conn, suffix string) (*nats.Conn, jetstream.JetStream, error) {
+	o := nc.Opts
+	o.Name = cmp.Or(o.Name, "jetflow") + "-" + suffix
+	o.RetryOnFailedConnect = false // a read that cannot begin fails now
+	c, err := o.Connect()
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect %s: %w", o.Name, err)
+	}
+	js, err := jetstream.New(c)
+	if err != nil {
+		c.Close()
+		return nil, nil, fmt.Errorf("jetstream on %s: %w", o.Name, err)
+	}
+	return c, js, nil
+}
+
 // Conn is a NATS connection with its JetStream context.
 type Conn struct {
 	NC *nats.Conn

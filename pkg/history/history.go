@@ -147,13 +147,26 @@ func ScanReportsFrom(ctx context.Context, js jetstream.JetStream, stream, filter
 	return scan(ctx, js, stream, filter, fromSeq, 0, skipBadScan, func(_ string, ev events.Event) error { return fn(ev) })
 }
 
-// ScanReportsIf is ScanReportsFrom handing on only the messages keep
-// takes, by their subject and headers, before they are decoded: a scan of
-// a long stretch of a stream that wants a few of its events decodes only
-// those.
+// ScanIf says which messages a scan hands on, and how much of its time
+// it may spend reading.
+type ScanIf struct {
+	// Keep takes a message by its subject, headers and data, before it
+	// is decoded (nil: all): a scan of a long stretch of a stream that
+	// wants a few of its events decodes only those.
+	Keep func(subject string, header nats.Header, data []byte) bool
+	// Share, above 0 and below 1, bounds the part of the scan's time
+	// spent reading: after each batch it waits for the batch's time
+	// times (1-Share)/Share. A scan in the background of other work (a
+	// dispatcher's rescue after a death) leaves the rest of the cores to
+	// it. 0 (or 1): no wait.
+	Share float64
+}
+
+// ScanReportsIf is ScanReportsFrom handing on only the messages opt.Keep
+// takes, at the pace opt.Share allows.
 func ScanReportsIf(ctx context.Context, js jetstream.JetStream, stream, filter string, fromSeq uint64,
-	keep func(subject string, header nats.Header) bool, fn func(events.Event) error) error {
-	return scanIf(ctx, js, stream, filter, fromSeq, 0, skipBadScan, keep, func(_ string, ev events.Event) error { return fn(ev) })
+	opt ScanIf, fn func(events.Event) error) error {
+	return scanIf(ctx, js, stream, filter, fromSeq, 0, skipBadScan, opt, func(_ string, ev events.Event) error { return fn(ev) })
 }
 
 // ScanQueue is ScanReportsFrom on a work-queue stream (the agents'
@@ -184,19 +197,20 @@ const (
 const scanAttempts = 5
 
 func scan(ctx context.Context, js jetstream.JetStream, stream, filter string, fromSeq, untilSeq uint64, how scanHow, fn func(string, events.Event) error) error {
-	return scanIf(ctx, js, stream, filter, fromSeq, untilSeq, how, nil, fn)
+	return scanIf(ctx, js, stream, filter, fromSeq, untilSeq, how, ScanIf{}, fn)
 }
 
-// scanIf is scan, handing on only the messages keep takes (by their
-// subject and headers, before they are decoded; nil: all).
+// scanIf is scan, handing on only the messages opt.Keep takes (by their
+// subject, headers and data, before they are decoded; nil: all), at the
+// pace opt.Share allows.
 func scanIf(ctx context.Context, js jetstream.JetStream, stream, filter string, fromSeq, untilSeq uint64, how scanHow,
-	keep func(string, nats.Header) bool, fn func(string, events.Event) error) error {
+	opt ScanIf, fn func(string, events.Event) error) error {
 	// next is the sequence to read from: after a transient failure the
 	// scan goes on from there, so that fn sees every event once.
 	next := fromSeq
 	delivered := func(seq uint64) { next = seq + 1 }
 	for attempt := 1; ; attempt++ {
-		err := scanOnce(ctx, js, stream, filter, next, untilSeq, how, keep, fn, delivered)
+		err := scanOnce(ctx, js, stream, filter, next, untilSeq, how, opt, fn, delivered)
 		var fnErr callbackError
 		switch {
 		case err == nil:
@@ -213,6 +227,21 @@ func scanIf(ctx context.Context, js jetstream.JetStream, stream, filter string, 
 			return fmt.Errorf("read %s: %w (the last attempt: %w)", filter, ctx.Err(), err)
 		case <-time.After(time.Duration(attempt*attempt) * 20 * time.Millisecond):
 		}
+	}
+}
+
+// pause waits, after a batch that took took, as long as Share asks.
+func (o ScanIf) pause(ctx context.Context, took time.Duration) error {
+	if o.Share <= 0 || o.Share >= 1 || took <= 0 {
+		return nil
+	}
+	t := time.NewTimer(time.Duration(float64(took) * (1 - o.Share) / o.Share))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }
 
@@ -249,7 +278,7 @@ var _ [bus.SyncQueueLen - readBatch - 1]struct{}
 // ends (its last event on filter); the scan reads up to there, asking
 // again (any replica may answer) until it has it all.
 func scanOnce(ctx context.Context, js jetstream.JetStream, stream, filter string, fromSeq, untilSeq uint64, how scanHow,
-	keep func(string, nats.Header) bool, fn func(string, events.Event) error, delivered func(uint64)) error {
+	opt ScanIf, fn func(string, events.Event) error, delivered func(uint64)) error {
 	if bus.WholeStream(stream, filter) {
 		// The whole stream (a re-projection): asked so, the server
 		// neither walks every subject for the last message nor matches
@@ -278,7 +307,8 @@ func scanOnce(ctx context.Context, js jetstream.JetStream, stream, filter string
 		next = seq + 1
 		delivered(seq)
 	}
-	_, past, err := readFrom(ctx, js, stream, filter, next, limit, how != strictScan, keep, fn, took)
+	began := time.Now()
+	_, past, err := readFrom(ctx, js, stream, filter, next, limit, how != strictScan, opt.Keep, fn, took)
 	b := <-ends
 	switch {
 	case err != nil:
@@ -290,7 +320,11 @@ func scanOnce(ctx context.Context, js jetstream.JetStream, stream, filter string
 	}
 	end := min(b.seq, limit)
 	for next <= end {
-		got, past, err := readFrom(ctx, js, stream, filter, next, end, how != strictScan, keep, fn, took)
+		if err := opt.pause(ctx, time.Since(began)); err != nil {
+			return fmt.Errorf("read history %s: %w", filter, err)
+		}
+		began = time.Now()
+		got, past, err := readFrom(ctx, js, stream, filter, next, end, how != strictScan, opt.Keep, fn, took)
 		switch {
 		case err != nil:
 			return err
@@ -326,7 +360,7 @@ func lastStored(ctx context.Context, js jetstream.JetStream, stream, filter stri
 // returns how many it was given up to end, and whether it was given one
 // past end (the scan is done).
 func readFrom(ctx context.Context, js jetstream.JetStream, stream, filter string, from, end uint64, skipBad bool,
-	keep func(string, nats.Header) bool, fn func(string, events.Event) error, delivered func(uint64)) (got int, past bool, err error) {
+	keep func(string, nats.Header, []byte) bool, fn func(string, events.Event) error, delivered func(uint64)) (got int, past bool, err error) {
 	rctx, cancel := context.WithTimeout(ctx, bus.ServiceRequestTimeout)
 	defer cancel()
 	opts := []jetstreamext.GetBatchOpt{jetstreamext.GetBatchSeq(from), jetstreamext.GetBatchMaxBytes(readBatchBytes)}
@@ -349,7 +383,7 @@ func readFrom(ctx context.Context, js jetstream.JetStream, stream, filter string
 			return got, true, nil
 		}
 		got++
-		if keep != nil && !keep(m.Subject, m.Header) {
+		if keep != nil && !keep(m.Subject, m.Header, m.Data) {
 			delivered(m.Sequence)
 			continue
 		}

@@ -1,10 +1,13 @@
 package history_test
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -321,4 +324,55 @@ func TestFirst(t *testing.T) {
 	require.Contains(t, bad.Invalid, "not a CloudEvent")
 	require.Equal(t, "other", bad.Subject)
 	require.NotZero(t, bad.Seq)
+}
+
+// A scan that keeps messages by their data hands on only those, and one
+// with a Share waits between its batches: after the first batch (1,000
+// events) at least (1-Share)/Share times what that batch took.
+func TestAScanIfKeepsByDataAndPaces(t *testing.T) {
+	t.Parallel()
+	bundle := setup(t)
+	ctx := t.Context()
+	const n = 1500
+	for i := range n {
+		queue := "default"
+		if i%100 == 7 {
+			queue = "wanted"
+		}
+		ev := newEvent(fmt.Sprintf("x%d", i), &events.StepSending{StepID: "a", Attempt: 1, TaskID: fmt.Sprintf("x%d.a.1", i), Queue: queue})
+		msg, err := bus.Encode(bus.ExecutionSubject("wf", ev.Subject), ev)
+		require.NoError(t, err)
+		_, err = bundle.js.PublishMsgAsync(msg)
+		require.NoError(t, err)
+	}
+	select {
+	case <-bundle.js.PublishAsyncComplete():
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
+	}
+
+	const share = 0.25
+	var seen []time.Time // when Keep saw each message
+	var got []string
+	err := history.ScanReportsIf(ctx, bundle.js, bus.StreamEvents, bus.EventsPrefix+".>", 1, history.ScanIf{
+		Share: share,
+		Keep: func(subject string, h nats.Header, data []byte) bool {
+			seen = append(seen, time.Now())
+			return bytes.Contains(data, []byte(`"queue":"wanted"`))
+		},
+	}, func(ev events.Event) error {
+		got = append(got, ev.Subject)
+		return nil
+	})
+	require.NoError(t, err)
+	require.Len(t, seen, n)
+	require.Len(t, got, n/100)
+	for i, id := range got {
+		require.Equal(t, fmt.Sprintf("x%d", i*100+7), id)
+	}
+	// The first batch took at least from its first message to its last;
+	// the wait before the second is at least three times that.
+	firstBatch := seen[999].Sub(seen[0])
+	require.GreaterOrEqual(t, seen[1000].Sub(seen[999]), time.Duration(float64(firstBatch)*(1-share)/share),
+		"the wait between the batches")
 }
