@@ -1,6 +1,8 @@
 package bus_test
 
 import (
+	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,11 +27,18 @@ func TestBesideConnectsAsTheConnectionDoes(t *testing.T) {
 
 	_, err = nats.Connect(s.ClientURL(), nats.Name("nobody"))
 	require.Error(t, err, "the server must refuse a client without credentials")
-	nc, err := nats.Connect(s.ClientURL(), nats.Name("jetflow-dispatcher"), nats.UserInfo("svc", "secret"))
+	var closed atomic.Int32 // the first connection's handler: its own, not the second's
+	nc, err := nats.Connect(s.ClientURL(), nats.Name("jetflow-dispatcher"), nats.UserInfo("svc", "secret"),
+		nats.ClosedHandler(func(*nats.Conn) { closed.Add(1) }))
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 
-	other, js, err := bus.Beside(nc, "rescue")
+	cancelled, cancel := context.WithCancel(t.Context())
+	cancel()
+	_, _, err = bus.Beside(cancelled, nc, "rescue")
+	require.ErrorIs(t, err, context.Canceled)
+
+	other, js, err := bus.Beside(t.Context(), nc, "rescue")
 	require.NoError(t, err)
 	require.Equal(t, "jetflow-dispatcher-rescue", other.Opts.Name)
 	_, err = js.AccountInfo(t.Context())
@@ -44,4 +53,9 @@ func TestBesideConnectsAsTheConnectionDoes(t *testing.T) {
 
 	other.Close()
 	require.True(t, nc.IsConnected(), "closing it leaves the first connection alone")
+	require.Zero(t, closed.Load(), "the first connection's closed handler is not the second's")
+
+	nc.Close()
+	_, _, err = bus.Beside(t.Context(), nc, "rescue")
+	require.ErrorIs(t, err, nats.ErrConnectionClosed, "none beside a closed connection")
 }

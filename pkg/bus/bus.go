@@ -379,24 +379,52 @@ func Connect(url, name string, opts ...nats.Option) (*nats.Conn, error) {
 }
 
 // Beside opens a second connection with nc's options (its servers, its
-// identity, its handlers), named as nc is with "-"+suffix, and a
-// JetStream context on it: for a long bulk read that must not queue in
-// front of what nc carries (a dispatcher's appends are acknowledged on
-// it). The caller closes it.
-func Beside(nc *nats.Conn, suffix string) (*nats.Conn, jetstream.JetStream, error) {
+// identity), named as nc is with "-"+suffix, and a JetStream context on
+// it: for a long bulk read that must not queue in front of what nc
+// carries (a dispatcher's appends are acknowledged on it). The handlers
+// of nc's life (connected, disconnected, reconnected, closed: a drain's
+// among them, svc.Drain) are nc's, not copied; its handler of
+// asynchronous errors is. nc's options are read as they are: Beside is
+// not to be called while nc's handlers are being changed (a drain). It
+// gives up when ctx ends, and the caller closes what it returns.
+func Beside(ctx context.Context, nc *nats.Conn, suffix string) (*nats.Conn, jetstream.JetStream, error) {
+	if nc.IsClosed() {
+		return nil, nil, fmt.Errorf("connect beside %s: %w", nc.Opts.Name, nats.ErrConnectionClosed)
+	}
 	o := nc.Opts
 	o.Name = cmp.Or(o.Name, "jetflow") + "-" + suffix
 	o.RetryOnFailedConnect = false // a read that cannot begin fails now
-	c, err := o.Connect()
-	if err != nil {
-		return nil, nil, fmt.Errorf("connect %s: %w", o.Name, err)
+	o.ClosedCB, o.DisconnectedCB, o.DisconnectedErrCB, o.ConnectedCB, o.ReconnectedCB = nil, nil, nil, nil, nil
+	o.DiscoveredServersCB, o.LameDuckModeHandler, o.ReconnectErrCB = nil, nil, nil
+	type dialed struct {
+		c   *nats.Conn
+		err error
 	}
-	js, err := jetstream.New(c)
+	done := make(chan dialed, 1)
+	go func() {
+		c, err := o.Connect()
+		done <- dialed{c, err}
+	}()
+	var d dialed
+	select {
+	case d = <-done:
+	case <-ctx.Done():
+		go func() { // a connection made after all is closed
+			if d := <-done; d.c != nil {
+				d.c.Close()
+			}
+		}()
+		return nil, nil, fmt.Errorf("connect %s: %w", o.Name, ctx.Err())
+	}
+	if d.err != nil {
+		return nil, nil, fmt.Errorf("connect %s: %w", o.Name, d.err)
+	}
+	js, err := jetstream.New(d.c)
 	if err != nil {
-		c.Close()
+		d.c.Close()
 		return nil, nil, fmt.Errorf("jetstream on %s: %w", o.Name, err)
 	}
-	return c, js, nil
+	return d.c, js, nil
 }
 
 // Conn is a NATS connection with its JetStream context.

@@ -2,8 +2,10 @@ package history_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -327,29 +329,14 @@ func TestFirst(t *testing.T) {
 }
 
 // A scan that keeps messages by their data hands on only those, and one
-// with a Share waits between its batches: after the first batch (1,000
-// events) at least (1-Share)/Share times what that batch took.
+// with a Share waits before each batch after the first (1,000 events
+// each) at least (1-Share)/Share times what the batch before took.
 func TestAScanIfKeepsByDataAndPaces(t *testing.T) {
 	t.Parallel()
 	bundle := setup(t)
 	ctx := t.Context()
-	const n = 1500
-	for i := range n {
-		queue := "default"
-		if i%100 == 7 {
-			queue = "wanted"
-		}
-		ev := newEvent(fmt.Sprintf("x%d", i), &events.StepSending{StepID: "a", Attempt: 1, TaskID: fmt.Sprintf("x%d.a.1", i), Queue: queue})
-		msg, err := bus.Encode(bus.ExecutionSubject("wf", ev.Subject), ev)
-		require.NoError(t, err)
-		_, err = bundle.js.PublishMsgAsync(msg)
-		require.NoError(t, err)
-	}
-	select {
-	case <-bundle.js.PublishAsyncComplete():
-	case <-ctx.Done():
-		t.Fatal(ctx.Err())
-	}
+	const n = 2500
+	publishSendings(t, bundle.js, n)
 
 	const share = 0.25
 	var seen []time.Time // when Keep saw each message
@@ -370,9 +357,71 @@ func TestAScanIfKeepsByDataAndPaces(t *testing.T) {
 	for i, id := range got {
 		require.Equal(t, fmt.Sprintf("x%d", i*100+7), id)
 	}
-	// The first batch took at least from its first message to its last;
-	// the wait before the second is at least three times that.
-	firstBatch := seen[999].Sub(seen[0])
-	require.GreaterOrEqual(t, seen[1000].Sub(seen[999]), time.Duration(float64(firstBatch)*(1-share)/share),
-		"the wait between the batches")
+	// A batch took at least from its first message to its last; the wait
+	// before the next is at least three times that.
+	for _, b := range []int{1000, 2000} {
+		batch := seen[b-1].Sub(seen[b-1000])
+		require.GreaterOrEqual(t, seen[b].Sub(seen[b-1]), time.Duration(float64(batch)*(1-share)/share),
+			"the wait before the batch from %d", b)
+	}
+}
+
+// A scan's wait between batches ends with its context.
+func TestAScanIfWaitEndsWithItsContext(t *testing.T) {
+	t.Parallel()
+	bundle := setup(t)
+	publishSendings(t, bundle.js, 1500)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	const share = 1e-5 // a wait of 99,999 times the first batch's time
+	var first, last, cancelled time.Time
+	var mu sync.Mutex
+	seen := 0
+	err := history.ScanReportsIf(ctx, bundle.js, bus.StreamEvents, bus.EventsPrefix+".>", 1, history.ScanIf{
+		Share: share,
+		Keep: func(string, nats.Header, []byte) bool {
+			switch seen++; seen {
+			case 1:
+				first = time.Now()
+			case 1000: // the end of the first batch: cancelled during the wait
+				last = time.Now()
+				time.AfterFunc(time.Second, func() {
+					mu.Lock()
+					defer mu.Unlock()
+					cancelled = time.Now()
+					cancel()
+				})
+			}
+			return false
+		},
+	}, func(events.Event) error { return nil })
+	require.ErrorIs(t, err, context.Canceled)
+	require.Equal(t, 1000, seen, "no batch after the wait")
+	wait := time.Duration(float64(last.Sub(first)) * (1 - share) / share)
+	mu.Lock()
+	defer mu.Unlock()
+	require.False(t, cancelled.IsZero(), "the scan ended before its context did")
+	require.Less(t, time.Since(cancelled), wait/2, "the scan ended with its context, not after its wait of %s", wait)
+}
+
+// publishSendings stores n step.sending events of executions x0..x(n-1),
+// every hundredth (from x7) for queue "wanted", the others for "default".
+func publishSendings(t *testing.T, js jetstream.JetStream, n int) {
+	t.Helper()
+	for i := range n {
+		queue := "default"
+		if i%100 == 7 {
+			queue = "wanted"
+		}
+		ev := newEvent(fmt.Sprintf("x%d", i), &events.StepSending{StepID: "a", Attempt: 1, TaskID: fmt.Sprintf("x%d.a.1", i), Queue: queue})
+		msg, err := bus.Encode(bus.ExecutionSubject("wf", ev.Subject), ev)
+		require.NoError(t, err)
+		_, err = js.PublishMsgAsync(msg)
+		require.NoError(t, err)
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-t.Context().Done():
+		t.Fatal(t.Context().Err())
+	}
 }

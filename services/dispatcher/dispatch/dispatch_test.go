@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
@@ -36,6 +37,8 @@ type testBundle struct {
 	// tasks is the test's own consumer of the default queue: the test
 	// plays the agent.
 	tasks jetstream.Consumer
+	// srv is the server, for what only it tells (its connections).
+	srv *server.Server
 }
 
 func setup(t *testing.T) *testBundle {
@@ -59,7 +62,7 @@ func setup(t *testing.T) *testBundle {
 		_, js := natstest.Connect(t, srv)
 		return js
 	}
-	return &testBundle{js: js, connect: connect, defs: defs, tasks: tasks}
+	return &testBundle{js: js, connect: connect, defs: defs, tasks: tasks, srv: srv}
 }
 
 // runDispatcher runs a dispatcher on js until the test ends.

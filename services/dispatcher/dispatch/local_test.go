@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -218,6 +220,20 @@ steps:
 	require.Equal(t, int32(2), runs.Load())
 	require.JSONEq(t, `"done"`, string(stepNamed(s, "slow").Output))
 	requireTaken(t, reg, "expired") // every lease the dead dispatcher held
+	// The read of the stream's tail was made on a connection of its own
+	// (bus.Beside), closed once read: the nudge came after it.
+	require.Eventually(t, func() bool {
+		cz, err := b.srv.Connz(&server.ConnzOptions{State: server.ConnClosed})
+		if err != nil {
+			return false
+		}
+		for _, c := range cz.Conns {
+			if strings.HasSuffix(c.Name, "-rescue") {
+				return true
+			}
+		}
+		return false
+	}, 10*time.Second, 20*time.Millisecond, "a closed connection named for the rescue")
 }
 
 // A dispatcher that stops while a local step's handler ignores the stop

@@ -128,38 +128,7 @@ func (d *Dispatcher) rescueLocal(ctx context.Context, parts map[int]bool) (int, 
 	if err != nil {
 		return 0, err
 	}
-	type seen struct {
-		workflow string
-		ended    bool
-	}
-	execs := map[string]*seen{} // those that dispatched a local step
-	// The read is long after a death under load (all partitions' events of
-	// the window: some 200,000 at 10,000 a second), and the executions
-	// this dispatcher goes on with must not wait for it: it reads on a
-	// connection of its own, where its batches do not queue in front of
-	// the acknowledgements of the appends, and at most half of its time.
-	js := d.js
-	if nc, own, err := bus.Beside(d.js.Conn(), "rescue"); err == nil {
-		defer nc.Close()
-		js = own
-	} else {
-		d.log.Debug().Err(err).Msg("look for local steps left by a dispatcher that died: read on the dispatcher's connection")
-	}
-	opt := history.ScanIf{Share: rescueShare, Keep: func(subject string, h nats.Header, data []byte) bool {
-		// Decoded only when of those partitions and rescueReads: the
-		// stream's tail holds every partition's events.
-		return parts[d.partitionOf(subject[strings.LastIndexByte(subject, '.')+1:])] && rescueReads(h.Get("ce-type"), data)
-	}}
-	err = history.ScanReportsIf(ctx, js, bus.StreamEvents, bus.EventsPrefix+".>", first, opt, func(ev events.Event) error {
-		x := execs[ev.Subject]
-		switch {
-		case x == nil && dispatchesLocal(ev):
-			execs[ev.Subject] = &seen{workflow: ev.Workflow}
-		case x != nil && ev.Type.IsTerminal():
-			x.ended = true
-		}
-		return nil
-	})
+	execs, err := d.localDispatches(ctx, parts, first)
 	if err != nil {
 		return 0, fmt.Errorf("read %s from %s: %w", bus.StreamEvents, since.Format(time.RFC3339), err)
 	}
@@ -175,6 +144,48 @@ func (d *Dispatcher) rescueLocal(ctx context.Context, parts map[int]bool) (int, 
 		n++
 	}
 	return n, nil
+}
+
+// dispatched is what a rescue's read found of an execution that
+// dispatched a local step: its workflow, and whether it ended since.
+type dispatched struct {
+	workflow string
+	ended    bool
+}
+
+// localDispatches reads the events stream from sequence first, and
+// returns the executions of partitions parts that dispatched a local
+// step there, by subject. The read is long after a death under load (all
+// partitions' events of the window: some 200,000 at 10,000 a second),
+// and the executions this dispatcher goes on with must not wait for it:
+// it reads on a connection of its own, where its batches do not queue in
+// front of the acknowledgements of the appends, closed once read, and at
+// most rescueShare of its time.
+func (d *Dispatcher) localDispatches(ctx context.Context, parts map[int]bool, first uint64) (map[string]*dispatched, error) {
+	js := d.js
+	if nc, own, err := bus.Beside(ctx, d.js.Conn(), "rescue"); err == nil {
+		defer nc.Close()
+		js = own
+	} else if ctx.Err() == nil {
+		d.log.Warn().Err(err).Msg("look for local steps left by a dispatcher that died: no connection of its own, read on the dispatcher's (its executions wait behind the read)")
+	}
+	execs := map[string]*dispatched{}
+	opt := history.ScanIf{Share: rescueShare, Keep: func(subject string, h nats.Header, data []byte) bool {
+		// Decoded only when of those partitions and rescueReads: the
+		// stream's tail holds every partition's events.
+		return parts[d.partitionOf(subject[strings.LastIndexByte(subject, '.')+1:])] && rescueReads(h.Get("ce-type"), data)
+	}}
+	err := history.ScanReportsIf(ctx, js, bus.StreamEvents, bus.EventsPrefix+".>", first, opt, func(ev events.Event) error {
+		x := execs[ev.Subject]
+		switch {
+		case x == nil && dispatchesLocal(ev):
+			execs[ev.Subject] = &dispatched{workflow: ev.Workflow}
+		case x != nil && ev.Type.IsTerminal():
+			x.ended = true
+		}
+		return nil
+	})
+	return execs, err
 }
 
 // rescueReads reports whether a rescue decodes an event of type t whose

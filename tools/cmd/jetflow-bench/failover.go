@@ -23,6 +23,20 @@ import (
 // milliseconds for a few seconds.
 const failoverWorkflow = "bench-failover"
 
+// failoverLoad is the throughput load the failover run keeps beside its
+// executions (-failover-load): what a dispatcher's death costs the
+// executions that go on, the survivors' among them, whose dispatchers
+// take the dead one's partitions and read the events stream's tail for
+// the local steps it may have left (rescue.go).
+type failoverLoad struct {
+	tracker              *tracker // of the throughput run's workflow
+	executions, inflight int
+}
+
+// failoverLoadLead is how long the load runs before the cut: a rescue
+// reads the last 20 s, and finds this much of the load's events there.
+const failoverLoadLead = 10 * time.Second
+
 // runFailover measures how long executions pause when a dispatcher dies:
 // two more dispatchers join the stack's, each on its own connection; once
 // the three share the partitions, n executions start, and one of the two
@@ -30,7 +44,7 @@ const failoverWorkflow = "bench-failover"
 // acknowledge what it holds, as after a SIGKILL). The figure is the
 // longest pause between two consecutive events of any execution that was
 // running at that moment.
-func runFailover(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalog.Store, info devstack.Info, n int) error {
+func runFailover(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalog.Store, info devstack.Info, n int, load failoverLoad) error {
 	def := workflow.Definition{Name: failoverWorkflow}
 	for i := range 40 {
 		def.Steps = append(def.Steps,
@@ -85,6 +99,24 @@ func runFailover(ctx context.Context, out io.Writer, conn *bus.Conn, store *cata
 		lat []time.Duration
 		err error
 	}
+	var loaded chan result
+	if load.executions > 0 {
+		loaded = make(chan result, 1)
+		go func() {
+			lat, err := load.tracker.runBatch(ctx, conn, batchPrefix("failover-load"), load.executions, load.inflight)
+			loaded <- result{lat, err}
+		}()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case r := <-loaded:
+			if r.err != nil {
+				return fmt.Errorf("failover run's load: %w", r.err)
+			}
+			return fmt.Errorf("failover run's load: its %d executions ended in less than %s, before the cut: give more", load.executions, failoverLoadLead)
+		case <-time.After(failoverLoadLead - time.Second):
+		}
+	}
 	finished := make(chan result, 1)
 	go func() {
 		lat, err := tr.runBatch(ctx, conn, prefix, n, n)
@@ -100,6 +132,14 @@ func runFailover(ctx context.Context, out io.Writer, conn *bus.Conn, store *cata
 	r := <-finished
 	if r.err != nil {
 		return r.err
+	}
+	var loadLat []time.Duration
+	if loaded != nil {
+		lr := <-loaded
+		if lr.err != nil {
+			return fmt.Errorf("failover run's load: %w", lr.err)
+		}
+		loadLat = lr.lat
 	}
 	var worst time.Duration
 	running := 0
@@ -119,6 +159,11 @@ func runFailover(ctx context.Context, out io.Writer, conn *bus.Conn, store *cata
 	fmt.Fprintf(out, "\nfailover run: %d executions of 40 noop steps and 40 50ms timers; 3 dispatchers %v; one cut off (as by SIGKILL) 1s in\n", n, before)
 	fmt.Fprintf(out, "  partitions taken over   %s after the cut\n", takeover.Round(time.Millisecond))
 	fmt.Fprintf(out, "  longest pause           %s between two events of one of the %d executions running at the cut\n", worst.Round(time.Millisecond), running)
+	if loaded != nil {
+		fmt.Fprintf(out, "  load                    %d executions of the throughput run's workflow, %d in flight, from %s before the cut:\n",
+			load.executions, load.inflight, failoverLoadLead)
+		printLatency(out, "  start-to-finish", loadLat)
+	}
 	return nil
 }
 

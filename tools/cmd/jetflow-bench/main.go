@@ -61,6 +61,7 @@ type config struct {
 	syncInterval                                 time.Duration
 	coalesce                                     time.Duration
 	timers, failover, foreach, fairness          int
+	failoverLoad                                 int
 	fairnessSleep                                time.Duration
 	bulkAfter                                    int
 	timerLead                                    time.Duration
@@ -108,6 +109,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&c.bulkAfter, "bulk-after", 0, "the dispatcher's -bulk-after (0: its default; -1: every task on the normal lane, as before the agents' bulk lanes)")
 	fs.DurationVar(&c.fairnessSleep, "fairness-sleep", 0, "make the fairness run's fan-out operations exec steps that sleep this long (0: noop), as slow operations hold agents")
 	fs.IntVar(&c.failover, "failover", 0, "executions in the failover run: three dispatchers, one cut off while they run (0 skips it)")
+	fs.IntVar(&c.failoverLoad, "failover-load", 0, "executions of the throughput run's workflow kept -concurrency in flight from 10s before the failover run's cut, reporting their start-to-finish (0: none)")
 	fs.IntVar(&c.locks, "locks", 0, "executions in the lock run, all contending for one lock (0 skips it)")
 	fs.IntVar(&c.lockLimit, "lock-semaphore", 1, "holders the lock run's lock allows at once (1: a mutex)")
 	fs.IntVar(&c.retention, "retention", 0, "finished executions in the retention run, swept by the janitor (0 skips it)")
@@ -151,7 +153,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		}
 		return runVisibility(ctx, out, c.visibility, dir, c.visibilityPostgres, 200, c.visibilityCache)
 	}
-	if c.executions < 0 || c.concurrency < 1 || c.steps < 1 || c.single < 0 || c.timers < 0 || c.timerLead < 0 || c.failover < 0 || c.foreach < 0 || c.fairness < 0 || c.fairnessSleep < 0 {
+	if c.executions < 0 || c.concurrency < 1 || c.steps < 1 || c.single < 0 || c.timers < 0 || c.timerLead < 0 || c.failover < 0 || c.failoverLoad < 0 || c.foreach < 0 || c.fairness < 0 || c.fairnessSleep < 0 {
 		return fmt.Errorf("-concurrency and -steps must be positive, -executions, -single, -timers and -timer-lead non-negative")
 	}
 	if c.single1 < 0 || c.sleepers < 0 || c.syncInterval < 0 || c.sleepersSettle < 0 {
@@ -377,7 +379,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		}
 	}
 	if c.failover > 0 {
-		if err := runFailover(ctx, out, conn, store, info, c.failover); err != nil {
+		load := failoverLoad{tracker: tr, executions: c.failoverLoad, inflight: c.concurrency}
+		if err := runFailover(ctx, out, conn, store, info, c.failover, load); err != nil {
 			return err
 		}
 	}
