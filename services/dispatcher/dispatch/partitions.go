@@ -265,9 +265,10 @@ func (d *Dispatcher) stopHolding(r *consuming) {
 }
 
 // retook follows the table's retake of partition p's lease: holding new
-// goes on from old without a release, with the same consumers and the
-// jobs in hand. States cached in old are read again (load compares their
-// epoch with the table's). It runs on the table's loop: quick.
+// goes on from old without a release, with the same consumers, the jobs
+// in hand and the states cached (cached: unless the table learns that
+// another dispatcher held p in the stall, heldMeanwhile). It runs on the
+// table's loop: quick.
 func (d *Dispatcher) retook(p int, old, new uint64) {
 	d.cfg.Metrics.retook()
 	d.parts.mu.Lock()

@@ -99,7 +99,9 @@ type execState struct {
 	firstSeq uint64
 	// epoch is the holding of the execution's partition in which the state
 	// was read (0: not held then). A state cached in an earlier holding is
-	// read again: another dispatcher held the partition in between.
+	// read again, unless that holding went on to this one by retakes in
+	// which nobody else held the partition (partition.Table.HoldsClean):
+	// another dispatcher may have written in between.
 	epoch uint64
 	// memo is what the interpreter's decisions learned from state so far.
 	memo *interp.Memo
@@ -319,12 +321,22 @@ func (d *Dispatcher) load(ctx context.Context, wf, id string, how loading) (x *e
 // cached returns the execution's state if the cache holds it for
 // workflow wf and the current holding of its partition (ok), and the
 // epoch of that holding.
+//
+// A retake of the partition in which nobody else held it (its lease
+// expired under this dispatcher, starved or paused) keeps what was
+// cached: reading every cached execution of the partition again at each
+// retake made a dispatcher starved by executions of thousands of events
+// spend its time reading them, renew later still, and retake more.
 func (d *Dispatcher) cached(wf, id string) (x *execState, epoch uint64, ok bool) {
 	d.mu.Lock()
 	x, ok = d.cache.get(id)
 	d.mu.Unlock()
-	epoch, held := d.holds(id)
-	return x, epoch, ok && x.workflow == wf && (!held || x.epoch == epoch)
+	var clean uint64
+	held := false
+	if d.parts.table != nil {
+		epoch, clean, held = d.parts.table.HoldsClean(d.partitionOf(id))
+	}
+	return x, epoch, ok && x.workflow == wf && (!held || (clean <= x.epoch && x.epoch <= epoch))
 }
 
 func (d *Dispatcher) evict(id string) {
