@@ -29,13 +29,6 @@ func (t *Table) Epoch(p int) (uint64, bool) {
 	return t.epoch[p], t.state[p] != free
 }
 
-// Clean is HoldsClean's clean epoch of p, whatever the lease's validity.
-func (t *Table) Clean(p int) uint64 {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.clean[p]
-}
-
 // SetStaleSlack sets the slack over the TTL after which a key is taken
 // for a ghost, and returns a func that restores it.
 func SetStaleSlack(d time.Duration) func() {

@@ -185,8 +185,8 @@ type Config struct {
 	// holding old ends and holding new begins at once, with no Release of
 	// old and no pause. Whatever was cached in old may be behind what
 	// another member wrote in between (it may have taken p and let it go
-	// during the stall: HeldMeanwhile tells it, and HoldsClean stops
-	// vouching for it); what old has in hand may still be handled
+	// during the stall, and the watch may never show it); what old has
+	// in hand may still be handled
 	// ([Table.Await] accepts old until p is lost or released). It runs on
 	// the table's loop, before any Release of new: it must be quick.
 	// Optional.
@@ -281,10 +281,7 @@ type Table struct {
 	until []time.Time // a held lease is valid until then (renewal sent + TTL)
 	epoch []uint64    // the holding's number: new at each acquire and retake
 	since []uint64    // the epoch of the acquire that the retakes since go on from
-	// clean is the first epoch, from since on, since which no other
-	// member is known to have held the partition (HoldsClean).
-	clean []uint64
-	found []found // how the lease was found by the last acquire (Vacancy)
+	found []found     // how the lease was found by the last acquire (Vacancy)
 	// left: the last Release of the partition's holding said something
 	// was left for the next holder (giveBack purges the lease).
 	left []bool
@@ -396,7 +393,7 @@ func New(js jetstream.JetStream, kv jetstream.KeyValue, cfg Config) (*Table, err
 	_, _ = rand.Read(nonce)
 	return &Table{cfg: cfg, kv: kv, js: js, nonce: hex.EncodeToString(nonce), members: map[string]seen{}, leases: map[int]lease{},
 		lapsed: map[int]uint64{}, retook: map[int]retakeSpan{}, change: make(chan struct{}),
-		state: make([]state, n), until: make([]time.Time, n), epoch: make([]uint64, n), since: make([]uint64, n), clean: make([]uint64, n), found: make([]found, n), left: make([]bool, n),
+		state: make([]state, n), until: make([]time.Time, n), epoch: make([]uint64, n), since: make([]uint64, n), found: make([]found, n), left: make([]bool, n),
 		released: make(chan holding, n), failed: make(chan holding, n), quit: make(chan struct{})}, nil
 }
 
@@ -425,22 +422,20 @@ func (t *Table) Holds(p int) (epoch uint64, ok bool) {
 	return t.epoch[p], true
 }
 
-// HoldsClean is [Table.Holds], with the first epoch of p's holding since
-// which no other member is known to have held p: a state cached in an
-// epoch from clean to epoch is as good as one read in this one. A retake
-// in which nobody else held p goes on from the epoch before it (this
-// member's own writes are all there is); one in which the watch later
-// shows that another member held p in the stall (HeldMeanwhile) begins it
-// anew. Cached or not, a state may still be behind (a clear-lock routed
-// from another partition, a retake the watch has not caught up with):
-// the history's expected-last-sequence check stays the fence.
-func (t *Table) HoldsClean(p int) (epoch, clean uint64, ok bool) {
+// HoldsSince is [Table.Holds], with the epoch of the acquire that p's
+// holding goes on from by retakes (epoch itself when there was none). A
+// retake cannot tell its own expired lease from one another member took
+// and let go in the stall (the bucket keeps one value a key, and the
+// watch may never show that member's writes): a state cached in an epoch
+// from since on may be behind, and is as good as one read in this epoch
+// only once the history is found not to have moved since.
+func (t *Table) HoldsSince(p int) (epoch, since uint64, ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if p < 0 || p >= len(t.state) || t.state[p] != held || !t.cfg.Now().Before(t.until[p]) {
 		return 0, 0, false
 	}
-	return t.epoch[p], t.clean[p], true
+	return t.epoch[p], t.since[p], true
 }
 
 // Current reports whether this member still handles partition p in
@@ -681,9 +676,6 @@ func (t *Table) heldMeanwhile(p int, e jetstream.KeyValueEntry) {
 	delete(t.retook, p)
 	t.mu.Lock()
 	current := t.state[p] == held && t.epoch[p] == s.epoch
-	if t.state[p] == held && t.since[p] <= s.epoch && t.clean[p] < s.epoch {
-		t.clean[p] = s.epoch // what was cached before the retake may be behind that member's writes
-	}
 	t.mu.Unlock()
 	if !current {
 		return // a later holding began, or none: nothing to tell
@@ -798,7 +790,7 @@ func (t *Table) acquire(ctx context.Context, p int) {
 	t.mu.Lock()
 	t.state[p], t.until[p] = held, sent.Add(t.cfg.TTL)
 	t.epoch[p] = epochs.Add(1)
-	t.since[p], t.clean[p] = t.epoch[p], t.epoch[p]
+	t.since[p] = t.epoch[p]
 	epoch := t.epoch[p]
 	t.found[p] = found{epoch, vacancy}
 	t.left[p] = false

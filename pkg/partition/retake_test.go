@@ -92,9 +92,6 @@ func TestRetakeAfterAnotherMembersHoldingIsNoticed(t *testing.T) {
 	}
 	require.Len(t, hooks.retook(), 3)
 	require.Empty(t, hooks.released())
-	for p := range 3 {
-		require.Equal(t, before[p], tbl.Clean(p), "partition %d: a retake nobody is known to have come between vouches for what was cached before it", p)
-	}
 
 	// Then the watch catches up: b's writes, older than a's creates.
 	for _, p := range []int{0, 1} {
@@ -110,11 +107,6 @@ func TestRetakeAfterAnotherMembersHoldingIsNoticed(t *testing.T) {
 		told = append(told, h.p)
 	}
 	require.Equal(t, []int{0, 1}, told, "told once each, of 0 and 1 only")
-	for _, p := range []int{0, 1} {
-		e, _ := tbl.Epoch(p)
-		require.Equal(t, e, tbl.Clean(p), "partition %d: b held it in the stall: only what the retake's holding read is vouched for", p)
-	}
-	require.Equal(t, before[2], tbl.Clean(2), "partition 2: nobody else held it")
 	for p := range 3 {
 		_, ok := tbl.Epoch(p)
 		require.True(t, ok, "partition %d: kept", p)

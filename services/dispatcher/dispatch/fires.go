@@ -317,7 +317,7 @@ func (d *Dispatcher) loadFirings(ctx context.Context, fs []*firing, out []fireOu
 	sem := make(chan struct{}, fireLoads)
 	var wg sync.WaitGroup
 	for _, f := range fs {
-		if x, _, ok := d.cached(f.p.Workflow, f.p.ExecutionID); ok {
+		if x, _, ok, verify := d.cached(f.p.Workflow, f.p.ExecutionID); ok && !verify {
 			f.x = x
 			continue
 		}

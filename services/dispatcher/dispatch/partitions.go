@@ -266,9 +266,8 @@ func (d *Dispatcher) stopHolding(r *consuming) {
 
 // retook follows the table's retake of partition p's lease: holding new
 // goes on from old without a release, with the same consumers, the jobs
-// in hand and the states cached (cached: unless the table learns that
-// another dispatcher held p in the stall, heldMeanwhile). It runs on the
-// table's loop: quick.
+// in hand and the states cached (each used again once its history is
+// found not to have moved: cached). It runs on the table's loop: quick.
 func (d *Dispatcher) retook(p int, old, new uint64) {
 	d.cfg.Metrics.retook()
 	d.parts.mu.Lock()

@@ -23,10 +23,12 @@ import (
 // waiting execution expires under the dispatcher (as when its process is
 // starved past the TTL: the server writes a marker) and nobody holds it;
 // the dispatcher takes it back at once as a new holding of the same
-// consuming (nothing released, no consumer reset), keeps its cached state
-// (nobody else held the partition: partition.Table.HoldsClean), and the
-// execution goes on to its end. Told afterwards that another did hold
-// the partition meanwhile, it resets the partition's consumers.
+// consuming (nothing released, no consumer reset), its cached state is
+// not taken as current (another dispatcher may have held the partition in
+// the stall) but checked against the history's last sequence: used if the
+// history has not moved, read again if it has. The execution goes on to
+// its end. Told afterwards that another did hold the partition meanwhile,
+// it resets the partition's consumers.
 func TestExecutionGoesOnAcrossARetake(t *testing.T) {
 	t.Parallel()
 	_, js := natstest.Connect(t, natstest.RunJetStream(t))
@@ -74,13 +76,18 @@ func TestExecutionGoesOnAcrossARetake(t *testing.T) {
 			return count == n && len(types) > 0 && types[len(types)-1] == events.TypeStepWaiting
 		}
 	}
-	cachedEpoch := func() (uint64, bool) {
+	cachedState := func() *execState {
 		d.mu.Lock()
 		defer d.mu.Unlock()
-		x, ok := d.cache.get("r1")
-		if !ok {
+		x, _ := d.cache.get("r1")
+		return x
+	}
+	cachedEpoch := func() (uint64, bool) {
+		x := cachedState()
+		if x == nil {
 			return 0, false
 		}
+		d.handling.lock("r1")() // x.epoch is the execution's handler's
 		return x.epoch, true
 	}
 	p := d.partitionOf("r1")
@@ -141,17 +148,47 @@ func TestExecutionGoesOnAcrossARetake(t *testing.T) {
 	from.done()
 	require.True(t, d.parts.table.Await(ctx, p, before, 10*time.Second), "a job in hand from before the retake is handled, not handed back")
 
+	kept := cachedState()
 	publish(bus.SubjectSignal, &events.SignalExecution{ExecutionID: "r1", Name: "one"})
 	natstest.Eventually(t, 30*time.Second, waiting(2), "r1 goes on to its second wait")
-	kept, ok := cachedEpoch()
+	cached, ok = cachedEpoch()
 	require.True(t, ok)
-	require.Equal(t, cached, kept, "the state cached before the retake was used, not read again")
+	require.GreaterOrEqual(t, cached, after, "the state was found current in the new holding")
+	require.Same(t, kept, cachedState(), "the history had not moved: the state cached before the retake was used, not read again")
+
+	// Another retake, and another writer in the stall: the state cached
+	// before it is behind the history, and is read again.
+	before, _ = d.parts.table.Holds(p)
+	require.NoError(t, kv.Purge(ctx, partition.LeaseKey(p)))
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		var ok bool
+		after, ok = d.parts.table.Holds(p)
+		return ok && after > before && r.epoch.Load() == after
+	}, "the lease is taken back again")
+	behind := cachedState()
+	last, err := d.hist.LastSeq(ctx, bus.ExecutionSubject("twice", "r1"))
+	require.NoError(t, err)
+	other := events.Event{ID: "other-1", Type: "io.jetflow.step.paused", Source: "another", Subject: "r1", Time: time.Now(),
+		Ignorable: true, Raw: json.RawMessage(`{"step_id":"w2"}`)}
+	msg, err := bus.Encode(bus.ExecutionSubject("twice", "r1"), other)
+	require.NoError(t, err)
+	_, err = js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(last))
+	require.NoError(t, err)
+	d.nudge("r1", "twice")
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		x := cachedState()
+		return x != nil && x != behind
+	}, "the history had moved: the state is read again")
+	x := cachedState()
+	d.handling.lock("r1")()
+	require.Equal(t, last+1, x.state.LastSeq, "the state read again has the other writer's event")
 
 	publish(bus.SubjectSignal, &events.SignalExecution{ExecutionID: "r1", Name: "two"})
 	natstest.Eventually(t, 30*time.Second, func() bool {
 		types := history()
 		return len(types) > 0 && types[len(types)-1] == events.TypeExecutionSucceeded
 	}, "r1 ends")
+
 	require.Same(t, r, running(), "still the same consuming")
 
 	// Told that another dispatcher held the partition in the stall, the

@@ -98,10 +98,11 @@ type execState struct {
 	// start), 0 while there is none.
 	firstSeq uint64
 	// epoch is the holding of the execution's partition in which the state
-	// was read (0: not held then). A state cached in an earlier holding is
-	// read again, unless that holding went on to this one by retakes in
-	// which nobody else held the partition (partition.Table.HoldsClean):
-	// another dispatcher may have written in between.
+	// was read, or last found to be the whole history (0: not held then).
+	// A state cached in an earlier holding is read again: another
+	// dispatcher may have written in between. One cached in a holding
+	// that this one goes on from by retakes is used once its history is
+	// found not to have moved (load).
 	epoch uint64
 	// memo is what the interpreter's decisions learned from state so far.
 	memo *interp.Memo
@@ -260,9 +261,21 @@ func (d *Dispatcher) checkFresh(ctx context.Context, x *execState) error {
 // cached state is used only for the workflow it belongs to. how says
 // whether the history is probably, or known to be, empty (loading).
 func (d *Dispatcher) load(ctx context.Context, wf, id string, how loading) (x *execState, cached bool, err error) {
-	x, epoch, ok := d.cached(wf, id)
-	if ok {
+	x, epoch, ok, verify := d.cached(wf, id)
+	switch {
+	case ok && !verify:
 		return x, true, nil
+	case ok:
+		// Cached before a retake: as good as a read if the history has not
+		// moved since, read again if it has.
+		err := d.checkFresh(ctx, x)
+		if err == nil {
+			x.epoch = epoch
+			return x, false, nil
+		}
+		if !errors.Is(err, bus.ErrConflict) {
+			return nil, false, err
+		}
 	}
 	// Not cached, or cached before this holding of its partition began
 	// (another dispatcher may have written it in between).
@@ -320,23 +333,35 @@ func (d *Dispatcher) load(ctx context.Context, wf, id string, how loading) (x *e
 
 // cached returns the execution's state if the cache holds it for
 // workflow wf and the current holding of its partition (ok), and the
-// epoch of that holding.
+// epoch of that holding. verify says that the state was cached in a
+// holding that the current one goes on from by retakes: it is good once
+// its history is found not to have moved since (load does that).
 //
-// A retake of the partition in which nobody else held it (its lease
-// expired under this dispatcher, starved or paused) keeps what was
-// cached: reading every cached execution of the partition again at each
-// retake made a dispatcher starved by executions of thousands of events
-// spend its time reading them, renew later still, and retake more.
-func (d *Dispatcher) cached(wf, id string) (x *execState, epoch uint64, ok bool) {
+// A retake (the lease expired under this dispatcher, starved or paused,
+// and nobody held it) cannot tell whether another dispatcher held the
+// partition in the stall, so what was cached may be behind; but reading
+// every cached execution of the partition again at each retake made a
+// dispatcher starved by executions of thousands of events spend its time
+// reading them, renew later still, and retake more. One request for the
+// history's last sequence settles it instead.
+func (d *Dispatcher) cached(wf, id string) (x *execState, epoch uint64, ok, verify bool) {
 	d.mu.Lock()
 	x, ok = d.cache.get(id)
 	d.mu.Unlock()
-	var clean uint64
+	var since uint64
 	held := false
 	if d.parts.table != nil {
-		epoch, clean, held = d.parts.table.HoldsClean(d.partitionOf(id))
+		epoch, since, held = d.parts.table.HoldsSince(d.partitionOf(id))
 	}
-	return x, epoch, ok && x.workflow == wf && (!held || (clean <= x.epoch && x.epoch <= epoch))
+	switch {
+	case !ok || x.workflow != wf:
+		return x, epoch, false, false
+	case !held || x.epoch == epoch:
+		return x, epoch, true, false
+	case since <= x.epoch && x.epoch < epoch:
+		return x, epoch, true, true
+	}
+	return x, epoch, false, false
 }
 
 func (d *Dispatcher) evict(id string) {

@@ -137,7 +137,7 @@ func (d *Dispatcher) warmSeqs(entries []warmEntry) []uint64 {
 	for _, e := range entries {
 		seq := e.seq
 		if unlock, ok := d.handling.tryLock(e.exec); ok {
-			if x, _, ok := d.cached(e.workflow, e.exec); ok {
+			if x, _, ok, _ := d.cached(e.workflow, e.exec); ok {
 				seq = max(seq, x.state.LastSeq)
 			}
 			unlock()
