@@ -172,8 +172,9 @@ func TestExecutionGoesOnAcrossARetake(t *testing.T) {
 		Ignorable: true, Raw: json.RawMessage(`{"step_id":"w2"}`)}
 	msg, err := bus.Encode(bus.ExecutionSubject("twice", "r1"), other)
 	require.NoError(t, err)
-	_, err = js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(last))
+	ack, err := js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(last))
 	require.NoError(t, err)
+	conflicts := metricstest.Value(t, reg, "jetflow_dispatcher_conflicts_total")
 	d.nudge("r1", "twice")
 	natstest.Eventually(t, 30*time.Second, func() bool {
 		x := cachedState()
@@ -181,7 +182,9 @@ func TestExecutionGoesOnAcrossARetake(t *testing.T) {
 	}, "the history had moved: the state is read again")
 	x := cachedState()
 	d.handling.lock("r1")()
-	require.Equal(t, last+1, x.state.LastSeq, "the state read again has the other writer's event")
+	require.Equal(t, ack.Sequence, x.state.LastSeq, "the state read again has the other writer's event")
+	require.Equal(t, conflicts, metricstest.Value(t, reg, "jetflow_dispatcher_conflicts_total"),
+		"read again before the decision, not after one made on the state behind it")
 
 	publish(bus.SubjectSignal, &events.SignalExecution{ExecutionID: "r1", Name: "two"})
 	natstest.Eventually(t, 30*time.Second, func() bool {
