@@ -414,12 +414,8 @@ func (t *Table) followsLocked(p int, epoch uint64) bool {
 // epoch of its holding: a state cached in an earlier epoch may be behind
 // what another owner wrote in between (a retake begins a new epoch too).
 func (t *Table) Holds(p int) (epoch uint64, ok bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if p < 0 || p >= len(t.state) || t.state[p] != held || !t.cfg.Now().Before(t.until[p]) {
-		return 0, false
-	}
-	return t.epoch[p], true
+	epoch, _, ok = t.HoldsSince(p)
+	return epoch, ok
 }
 
 // HoldsSince is [Table.Holds], with the epoch of the acquire that p's

@@ -277,8 +277,9 @@ func (d *Dispatcher) load(ctx context.Context, wf, id string, how loading) (x *e
 			return nil, false, err
 		}
 	}
-	// Not cached, or cached before this holding of its partition began
-	// (another dispatcher may have written it in between).
+	// Not cached, cached before this holding of its partition began
+	// (another dispatcher may have written it in between), or cached
+	// before a retake and behind the history.
 	subject := bus.ExecutionSubject(wf, id)
 	if how.probablyNew || how.empty {
 		last := uint64(0)
