@@ -153,8 +153,11 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		}
 		return runVisibility(ctx, out, c.visibility, dir, c.visibilityPostgres, 200, c.visibilityCache)
 	}
-	if c.executions < 0 || c.concurrency < 1 || c.steps < 1 || c.single < 0 || c.timers < 0 || c.timerLead < 0 || c.failover < 0 || c.failoverLoad < 0 || c.foreach < 0 || c.fairness < 0 || c.fairnessSleep < 0 {
+	if c.executions < 0 || c.concurrency < 1 || c.steps < 1 || c.single < 0 || c.timers < 0 || c.timerLead < 0 || c.failover < 0 || c.foreach < 0 || c.fairness < 0 || c.fairnessSleep < 0 {
 		return fmt.Errorf("-concurrency and -steps must be positive, -executions, -single, -timers and -timer-lead non-negative")
+	}
+	if c.failoverLoad < 0 || (c.failoverLoad > 0 && c.failover == 0) {
+		return fmt.Errorf("-failover-load %d: give a positive number of executions, with -failover (the run it loads)", c.failoverLoad)
 	}
 	if c.single1 < 0 || c.sleepers < 0 || c.syncInterval < 0 || c.sleepersSettle < 0 {
 		return fmt.Errorf("-single1, -sleepers, -sleepers-settle and -sync-interval must be non-negative")
