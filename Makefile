@@ -225,6 +225,10 @@ bench/failover: ## Benchmark failover: three dispatchers, one cut off while FAIL
 bench/foreach: ## Benchmark one execution of a foreach over FOREACH let items (5000), which the dispatcher runs itself
 	$(GO) run ./tools/cmd/jetflow-bench -executions 0 -single 0 -single1 0 -foreach $(or $(FOREACH),5000) $(BENCH_FLAGS)
 
+.PHONY: bench/loop
+bench/loop: ## Benchmark LOOP executions (4) of a goto loop of 1000 rounds at once: how long a round takes at the start, the middle and the end of the loop
+	$(GO) run ./tools/cmd/jetflow-bench -executions 0 -single 0 -single1 0 -loop $(or $(LOOP),4) $(BENCH_FLAGS)
+
 .PHONY: bench/fairness
 bench/fairness: ## Benchmark fairness: 3-step executions idle and while one foreach of FAIRNESS noop operations (3000) runs; reports how far their p99 rises (BENCH_FLAGS=-fairness-sleep 1s: slow exec operations)
 	$(GO) run ./tools/cmd/jetflow-bench -executions 0 -single 0 -single1 0 -fairness $(or $(FAIRNESS),3000) $(BENCH_FLAGS)

@@ -81,6 +81,33 @@ steps:
 	return m
 }
 
+// loopMidway is an execution of a goto loop (a noop, a let counting the
+// rounds, the goto back) whose 500th round's let was just scheduled: the
+// next decision evaluates its variable, in a history of 1,500 instances.
+func loopMidway(b *testing.B) *memShell {
+	def, err := workflow.Parse([]byte(`
+name: bench-loop
+steps:
+  - {id: init, kind: let, vars: {n: 0}}
+  - {id: work, kind: noop}
+  - {id: count, kind: let, vars: {n: "${vars.n + 1}"}}
+  - {id: again, kind: goto, target: work, condition: "${vars.n < 1000}"}
+`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	m := newMemShell(b, def, `{}`)
+	for round := range 500 {
+		m.advance()
+		if len(m.tasks) != round+1 {
+			b.Fatalf("%d tasks published in round %d", len(m.tasks), round)
+		}
+		m.finish(m.tasks[round])
+	}
+	m.carry(Next(m.input())) // the let is scheduled
+	return m
+}
+
 // noVerify turns off, for a benchmark, the check of every decision taken
 // with a view against one taken without (view_test.go turns it on for the
 // package's tests): it would count both, and keep views of small
@@ -92,8 +119,8 @@ func noVerify(b *testing.B) {
 }
 
 // BenchmarkNext is the interpreter's decision after a step's success: on
-// a 10-step execution (small: walked every time), and on a 200-step one
-// and a foreach of 1,000 items halfway, with the view the dispatcher
+// a 10-step execution (small: walked every time), and on a 200-step one,
+// a foreach of 1,000 items and a goto loop of 500 rounds halfway, with the view the dispatcher
 // keeps with the state (its Memo) and without it (a state just read
 // again).
 func BenchmarkNext(b *testing.B) {
@@ -117,6 +144,8 @@ func BenchmarkNext(b *testing.B) {
 	b.Run("steps-200-midway/walk", func(b *testing.B) { run(b, stepsMidway(b, 200, 100, false), false) })
 	b.Run("foreach-1000-midway/view", func(b *testing.B) { run(b, foreachMidway(b), true) })
 	b.Run("foreach-1000-midway/walk", func(b *testing.B) { run(b, foreachMidway(b), false) })
+	b.Run("loop-500-rounds/view", func(b *testing.B) { run(b, loopMidway(b), true) })
+	b.Run("loop-500-rounds/walk", func(b *testing.B) { run(b, loopMidway(b), false) })
 }
 
 // BenchmarkResult is the decision on an agent's report that a 10-step

@@ -358,18 +358,10 @@ func (e *engine) env(f frame) map[string]any {
 		return e.globalEnv()
 	}
 	steps := make(map[string]any)
-	for _, i := range e.children("") { // top-level steps; a later round's instance wins
-		st := e.s.Steps[i]
-		steps[localID(st.ID)] = stepView(st)
-	}
+	e.frameSteps(steps, "") // top-level steps; a later round's instance wins
 	for i := 0; i < len(f.prefix); i++ {
-		if f.prefix[i] != '/' {
-			continue
-		}
-		parent := f.prefix[:i+1]
-		for _, k := range e.children(parent) {
-			st := e.s.Steps[k]
-			steps[localID(st.ID[len(parent):])] = stepView(st)
+		if f.prefix[i] == '/' {
+			e.frameSteps(steps, f.prefix[:i+1])
 		}
 	}
 	env := with(e.baseEnv(), "steps", steps)
@@ -379,6 +371,21 @@ func (e *engine) env(f frame) map[string]any {
 	return env
 }
 
+// frameSteps sets steps[id] to the view of the latest instance of each
+// step of the frame with this prefix (a later round's wins).
+func (e *engine) frameSteps(steps map[string]any, prefix string) {
+	if e.v != nil {
+		for id, k := range e.v.latest[prefix] {
+			steps[id] = stepView(e.s.Steps[k])
+		}
+		return
+	}
+	for _, k := range e.children(prefix) {
+		st := e.s.Steps[k]
+		steps[localID(st.ID[len(prefix):])] = stepView(st)
+	}
+}
+
 // run runs a frame's steps in order. A goto that ran starts a new round
 // of the frame at its target: the steps of round r > 0 are new instances,
 // whose paths end in ~r, so nothing recorded is ever rewritten.
@@ -386,14 +393,14 @@ func (e *engine) run(f frame) result {
 	env := &lazyEnv{e: e, f: f}
 	var last json.RawMessage
 	round := 0
-	// With a view, the leading steps that ended for good are not walked
-	// again. Not in a handler (its steps run again for another failure),
-	// nor once a goto has run anywhere (rounds start lists over).
+	// With a view, the leading steps that ended for good, and the rounds
+	// a goto ended, are not walked again. Not in a handler (its steps run
+	// again for another failure).
 	var m *listMemo
 	first := 0
-	if e.v != nil && !e.rounds && !f.handler {
+	if e.v != nil && !f.handler {
 		m = e.v.list(f.prefix)
-		first, last = m.done, m.last
+		round, first, last = m.round, m.done, m.last
 	}
 	for i := first; i < len(f.steps); i++ {
 		step := f.steps[i]
@@ -436,9 +443,16 @@ func (e *engine) run(f frame) result {
 				return result{state: failed, act: action{step: step, path: path},
 					err: fmt.Sprintf("goto %s ran more than %d times", target, workflow.MaxRounds)}
 			}
+			at := i
 			i = slices.IndexFunc(f.steps, func(s workflow.Step) bool { return s.ID == target }) - 1
 			if i < -1 {
 				return result{state: failed, act: action{step: step, path: path}, err: "goto target " + target + " is not in this list"}
+			}
+			if m != nil && m.round == round-1 && m.done == at && step.Kind == workflow.KindGoto && st.Status == projections.OpSucceeded {
+				// The round ended for good in this goto: the next decision
+				// goes on from the next round's target (m.last is last: the
+				// memo has passed every step walked).
+				m.round, m.done = round, i+1
 			}
 			env = &lazyEnv{e: e, f: f} // the new round's steps are not done yet
 			continue
@@ -449,7 +463,7 @@ func (e *engine) run(f frame) result {
 		if len(r.output) > 0 {
 			last = r.output
 		}
-		if m != nil && round == 0 && m.done == i && (st.Status == projections.OpSucceeded || st.Status == projections.OpSkipped) {
+		if m != nil && m.round == round && m.done == i && (st.Status == projections.OpSucceeded || st.Status == projections.OpSkipped) {
 			m.done, m.last = i+1, last
 		}
 	}

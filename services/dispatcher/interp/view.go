@@ -25,9 +25,13 @@ type view struct {
 	ids      []string
 	pos      map[string]int
 	children map[string][]int // frame prefix -> positions of its instances
-	rounds   bool             // some path has a round (~r)
-	foreach  map[string]*foreachMemo
-	lists    map[string]*listMemo
+	// latest is, by frame prefix, the position of each step's latest
+	// instance by its local id (a later round's wins): what expressions
+	// in the frame see as steps.<id>, without walking every round's.
+	latest  map[string]map[string]int
+	rounds  bool // some path has a round (~r)
+	foreach map[string]*foreachMemo
+	lists   map[string]*listMemo
 }
 
 // SmallExecution is the number of instances up to which decisions walk
@@ -56,15 +60,17 @@ type foreachMemo struct {
 // listMemo is what the decisions learned of a list of steps run in order
 // (a frame: the workflow's steps, a block's, a foreach item's, a
 // branch's, a switch case's, a called workflow's; not on-error steps):
-// its leading steps [0, done) succeeded or were skipped, and
-// last is the last output among them. Those end for good until a resume
-// or a replay (which starts the view afresh), or a move to another
-// version (which starts the memo afresh): a decision goes on from done
-// rather than walking them again, which made each decision of an
-// execution of n steps cost n.
+// in its round-th round (0 before any goto), its leading steps [0, done)
+// succeeded or were skipped, every earlier round ended in a goto that
+// succeeded, and last is the last output among them. Those end for good
+// until a resume or a replay (which starts the view afresh), or a move to
+// another version (which starts the memo afresh): a decision goes on from
+// there rather than walking them again, which made each decision of an
+// execution of n steps, or of a loop's n-th round, cost n.
 type listMemo struct {
-	done int
-	last json.RawMessage
+	round int
+	done  int
+	last  json.RawMessage
 }
 
 // list returns the memo of the list of steps with this prefix.
@@ -84,8 +90,8 @@ func (v *view) sync(s projections.Execution) *view {
 	}
 	if v.pos == nil || v.resumes != s.Resumes || len(s.Steps) < len(v.ids) ||
 		(len(v.ids) > 0 && s.Steps[len(v.ids)-1].ID != v.ids[len(v.ids)-1]) {
-		*v = view{resumes: s.Resumes, pos: map[string]int{}, children: map[string][]int{}, foreach: map[string]*foreachMemo{},
-			lists: map[string]*listMemo{}}
+		*v = view{resumes: s.Resumes, pos: map[string]int{}, children: map[string][]int{}, latest: map[string]map[string]int{},
+			foreach: map[string]*foreachMemo{}, lists: map[string]*listMemo{}}
 	}
 	for i := len(v.ids); i < len(s.Steps); i++ {
 		id := s.Steps[i].ID
@@ -96,6 +102,12 @@ func (v *view) sync(s projections.Execution) *view {
 			parent = id[:j+1]
 		}
 		v.children[parent] = append(v.children[parent], i)
+		byID := v.latest[parent]
+		if byID == nil {
+			byID = map[string]int{}
+			v.latest[parent] = byID
+		}
+		byID[localID(id[len(parent):])] = i
 		if strings.Contains(id, "~") {
 			v.rounds = true
 		}

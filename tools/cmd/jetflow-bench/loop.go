@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/catalog"
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/workflow"
+)
+
+// loopWorkflow is the loop run's workflow: a goto loop whose rounds are
+// a local noop, a let counting them and the goto.
+const loopWorkflow = "bench-loop"
+
+// loopOf is a goto loop of n rounds, each a local noop, a let and the
+// goto back: a history that grows by every round's step instances, as a
+// long polling loop's does.
+func loopOf(n int) (workflow.Definition, error) {
+	return workflow.Parse(fmt.Appendf(nil, `
+name: %s
+steps:
+  - {id: init, kind: let, vars: {n: 0}}
+  - {id: work, kind: noop, local: true}
+  - {id: count, kind: let, vars: {n: "${vars.n + 1}"}}
+  - {id: again, kind: goto, target: work, condition: "${vars.n < %d}"}
+`, loopWorkflow, n))
+}
+
+// loopRounds records when each round of the loop run's executions
+// counted itself (the success of its let step).
+type loopRounds struct {
+	mu sync.Mutex
+	at map[string][]time.Time
+}
+
+func (l *loopRounds) record(m *nats.Msg) {
+	if events.Type(m.Header.Get("ce-type")) != events.TypeStepSucceeded {
+		return
+	}
+	var d struct {
+		StepID string `json:"step_id"`
+	}
+	if json.Unmarshal(m.Data, &d) != nil || (d.StepID != "count" && !strings.HasPrefix(d.StepID, "count~")) {
+		return
+	}
+	id := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
+	now := time.Now()
+	l.mu.Lock()
+	l.at[id] = append(l.at[id], now)
+	l.mu.Unlock()
+}
+
+// perRound is the mean time a round took over rounds [from, to) of the
+// executions' recorded rounds (0-based, each execution's own), together.
+func (l *loopRounds) perRound(from, to int) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var sum time.Duration
+	var n int
+	for _, at := range l.at {
+		if from < 1 {
+			from = 1
+		}
+		for i := from; i < to && i < len(at); i++ {
+			sum += at[i].Sub(at[i-1])
+			n++
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	return sum / time.Duration(n)
+}
+
+// runLoop runs executions goto loops of rounds rounds each, all at once,
+// and reports how long a round took at the start, the middle and the end
+// of the loops: what a long execution's growing history costs each step.
+func runLoop(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalog.Store, executions, rounds int) error {
+	d, err := loopOf(rounds)
+	if err != nil {
+		return err
+	}
+	if _, _, err := store.Apply(ctx, d); err != nil {
+		return err
+	}
+	tr := newTracker(conn.NC, loopWorkflow)
+	defer tr.close()
+	lr := &loopRounds{at: map[string][]time.Time{}}
+	sub, err := conn.NC.Subscribe(bus.WorkflowSubjects(loopWorkflow), lr.record)
+	if err != nil {
+		return fmt.Errorf("subscribe to the loop run's events: %w", err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	_ = sub.SetPendingLimits(-1, -1)
+	cpu0 := cpuTime()
+	lat, err := tr.runBatch(ctx, conn, batchPrefix("loop"), executions, executions)
+	if err != nil {
+		return err
+	}
+	cpu := cpuTime() - cpu0
+	var longest time.Duration
+	for _, l := range lat {
+		longest = max(longest, l)
+	}
+	steps := executions * (3*rounds + 1)
+	tenth := max(rounds/10, 2)
+	fmt.Fprintf(out, "\nloop run: %d executions at once, each a goto loop of %d rounds (a local noop, a let, the goto: %d step instances)\n", executions, rounds, 3*rounds+1)
+	fmt.Fprintf(out, "  start-to-finish  %s (the slowest), %.0f steps/s, %.3f ms of CPU per step\n",
+		longest.Round(time.Millisecond), float64(steps)/longest.Seconds(), float64(cpu.Microseconds())/1000/float64(steps))
+	fmt.Fprintf(out, "  a round took     %s in the first %d rounds, %s in the middle %d, %s in the last %d\n",
+		lr.perRound(0, tenth).Round(time.Microsecond), tenth,
+		lr.perRound(rounds/2-tenth/2, rounds/2+tenth/2).Round(time.Microsecond), tenth,
+		lr.perRound(rounds-tenth, rounds).Round(time.Microsecond), tenth)
+	return nil
+}
