@@ -466,6 +466,10 @@ type AfterEnd struct {
 var (
 	ErrUnknownEvent = errors.New("projections: unknown event")
 	ErrUnknownStep  = errors.New("projections: unknown step")
+	// ErrDuplicateStep is a step list (a start's, or one a move to
+	// another version renamed) that names one path twice: the fold keeps
+	// one instance per path.
+	ErrDuplicateStep = errors.New("projections: duplicate step")
 )
 
 // TransitionError reports an event that is illegal in the current state.
@@ -641,6 +645,9 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 		s.Steps = make([]Step, len(e.Steps))
 		for i, r := range e.Steps {
 			s.Steps[i] = Step{ID: r.ID, Kind: r.Kind}
+		}
+		if id, ok := duplicateStep(s.Steps); ok {
+			return s, fmt.Errorf("%w: %q in %s", ErrDuplicateStep, id, ev.Type)
 		}
 		if e.Then == nil {
 			return s, nil
@@ -1161,6 +1168,9 @@ func (s Execution) changeDefinition(ev events.Event, e *events.DefinitionChanged
 				s.Steps[i].ID = to
 			}
 		}
+		if id, ok := duplicateStep(s.Steps); ok {
+			return s, fmt.Errorf("%w: %q after the moves of %s", ErrDuplicateStep, id, ev.Type)
+		}
 	}
 	retired := make(map[string]bool, len(e.Retired))
 	for _, id := range e.Retired {
@@ -1484,12 +1494,38 @@ func (s Execution) instance(path, kind string) Execution {
 	return s
 }
 
-// StepIndex returns the index of step id, or -1.
+// StepIndex returns the index of step id, or -1. It looks from the last
+// instance: a path is in Steps once (the fold refuses a list that names
+// one twice), and the instances most events are about (a loop's latest
+// round, a foreach's latest items) are the last added.
 func (s Execution) StepIndex(id string) int {
-	for i := range s.Steps {
+	for i := len(s.Steps) - 1; i >= 0; i-- {
 		if s.Steps[i].ID == id {
 			return i
 		}
 	}
 	return -1
+}
+
+// duplicateStep returns a path that steps holds twice, if one does
+// (a short list is compared pair by pair: no map for most starts).
+func duplicateStep(steps []Step) (string, bool) {
+	if len(steps) <= 32 {
+		for i := range steps {
+			for j := i + 1; j < len(steps); j++ {
+				if steps[i].ID == steps[j].ID {
+					return steps[i].ID, true
+				}
+			}
+		}
+		return "", false
+	}
+	seen := make(map[string]bool, len(steps))
+	for _, st := range steps {
+		if seen[st.ID] {
+			return st.ID, true
+		}
+		seen[st.ID] = true
+	}
+	return "", false
 }

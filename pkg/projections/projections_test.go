@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -194,8 +195,10 @@ func TestReplay(t *testing.T) {
 					require.ErrorIs(t, err, projections.ErrUnknownEvent)
 				case "ErrUnknownStep":
 					require.ErrorIs(t, err, projections.ErrUnknownStep)
+				case "ErrDuplicateStep":
+					require.ErrorIs(t, err, projections.ErrDuplicateStep)
 				default:
-					t.Fatalf("want_error_is %q is not TransitionError, ErrUnknownEvent or ErrUnknownStep", h.WantErrorIs)
+					t.Fatalf("want_error_is %q is not TransitionError, ErrUnknownEvent, ErrUnknownStep or ErrDuplicateStep", h.WantErrorIs)
 				}
 			}
 
@@ -662,7 +665,7 @@ func FuzzFold(f *testing.F) {
 		if err != nil {
 			var te *projections.TransitionError
 			require.True(t, errors.As(err, &te) || errors.Is(err, projections.ErrUnknownStep) || errors.Is(err, projections.ErrUnknownEvent) ||
-				errors.Is(err, projections.ErrMisfiled), "unexpected error %T: %v", err, err)
+				errors.Is(err, projections.ErrMisfiled) || errors.Is(err, projections.ErrDuplicateStep), "unexpected error %T: %v", err, err)
 		} else {
 			require.Equal(t, len(evs), got.Events)
 		}
@@ -1041,4 +1044,22 @@ func TestAStartThenADispatch(t *testing.T) {
 	t.Log("a dispatch that is illegal where it stands fails the whole event")
 	_, err = projections.Fold([]events.Event{start(&events.StepDispatched{StepID: "nowhere/a", Attempt: 1, TaskID: "x1.a.1"})})
 	require.ErrorContains(t, err, `unknown step: "nowhere/a" in io.jetflow.execution.started`)
+}
+
+// TestAStartNamingAStepTwiceIsRefused: short lists (compared pair by
+// pair) and long ones (through a map) alike.
+func TestAStartNamingAStepTwiceIsRefused(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{2, 10, 32, 33, 100} {
+		steps := make([]string, n)
+		for i := range steps {
+			steps[i] = fmt.Sprintf("s%d", i)
+		}
+		_, err := projections.Fold([]events.Event{started(steps...)})
+		require.NoError(t, err, "%d different steps", n)
+		steps[n-1] = steps[(n-1)/2]
+		_, err = projections.Fold([]events.Event{started(steps...)})
+		require.ErrorIs(t, err, projections.ErrDuplicateStep, "%d steps, one twice", n)
+		require.Contains(t, err.Error(), fmt.Sprintf("%q", steps[(n-1)/2]))
+	}
 }
