@@ -564,6 +564,83 @@ func TestUnderLoadReadModelsAreWrittenOnceForSeveralEvents(t *testing.T) {
 	}
 }
 
+// TestALargeReadModelIsWrittenOnceForSeveralEvents: a batch whose read
+// models took busyBytes or more makes the projector gather too, however
+// few its events. One execution of 2 KB step outputs, whose events come
+// one at a time, 10 ms apart (fewer than busyBatch in a Coalesce), once
+// its model is some 300 KB, is written about once per Coalesce, not at
+// every batch of a few events; its read model still ends at its last
+// event.
+func TestALargeReadModelIsWrittenOnceForSeveralEvents(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	ctx := t.Context()
+	kv, err := js.KeyValue(ctx, bus.BucketExecutions)
+	require.NoError(t, err)
+	const k, first, then = 300, 150, 100
+	ps := stepsPayloads("big", k)
+	out := json.RawMessage(`{"blob":"` + strings.Repeat("x", 2000) + `"}`)
+	for _, p := range ps {
+		if s, ok := p.(*events.StepSucceeded); ok {
+			s.Output = out
+		}
+	}
+	head := 1 + 5*first // the start and the first steps' events
+	evs := appendHistory(t, js, "wf", "big", ps[:head]...)
+	last := evs[len(evs)-1].Seq
+	p := newProjector(t, js, 0)
+	p.Coalesce = 500 * time.Millisecond
+	natstest.Serve(t, p.Run)
+	w, err := kv.Watch(ctx, "big")
+	require.NoError(t, err)
+	defer func() { _ = w.Stop() }()
+	// until returns the number of writes of the model until it reached
+	// the event at seq.
+	until := func(seq uint64) int {
+		t.Helper()
+		writes := 0
+		deadline := time.After(60 * time.Second)
+		for {
+			select {
+			case e := <-w.Updates():
+				if e == nil {
+					continue // the end of the values stored before the watch
+				}
+				writes++
+				var x projections.Execution
+				require.NoError(t, json.Unmarshal(e.Value(), &x))
+				if x.LastSeq == seq {
+					return writes
+				}
+			case <-deadline:
+				t.Fatalf("the read model did not reach sequence %d in 60 s", seq)
+			}
+		}
+	}
+	until(last)
+	got, ok := storedModel(t, kv, "big")
+	require.True(t, ok)
+	b, err := json.Marshal(got)
+	require.NoError(t, err)
+	require.Greater(t, len(b), 256<<10, "the model is large from here on")
+
+	began := time.Now()
+	for _, p := range ps[head : head+then] {
+		evs := appendFrom(t, js, "wf", "big", last, p)
+		last = evs[0].Seq
+		time.Sleep(10 * time.Millisecond)
+	}
+	appending := time.Since(began)
+	writes := until(last)
+	t.Logf("%d events appended one at a time in %s, written as %d read models", then, appending, writes)
+	windows := int(appending/p.Coalesce) + 5
+	require.LessOrEqual(t, writes, windows, "written about once per %s, not at every batch of a few events", p.Coalesce)
+	got, ok = storedModel(t, kv, "big")
+	require.True(t, ok)
+	require.Equal(t, last, got.LastSeq)
+	require.Len(t, got.Steps, k)
+}
+
 // TestProjectorBindsAgainWhenItsConsumerIsDeleted: a projector whose
 // consumer is deleted under it (by hand, or by a tool) binds it again,
 // here making it again as at start, and goes on projecting; it neither

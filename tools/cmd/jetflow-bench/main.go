@@ -383,7 +383,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		}
 	}
 	if c.loop > 0 {
-		if err := runLoop(ctx, out, conn, store, c.loop, c.loopRounds); err != nil {
+		if err := runLoop(ctx, out, conn, store, info.Server, c.loop, c.loopRounds); err != nil {
 			return err
 		}
 	}
