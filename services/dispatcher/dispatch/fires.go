@@ -301,9 +301,9 @@ func (d *Dispatcher) recordFires(ctx context.Context, batch []job) []fireOutcome
 			continue
 		}
 		f.next.LastSeq = a.Seq
-		d.cfg.Metrics.appended(&f.x.state, &f.next, &f.ev, d.cfg.Now)
+		d.cfg.Metrics.appended(&f.x.state, &f.next, &f.ev, d.cfg.Now) // its steps are next's: only its other members tell what was
 		d.traced(&f.x.state, &f.next, &f.ev)
-		f.x.state, f.x.current = f.next, true
+		f.x.state, f.x.current, f.x.torn = f.next, true, nil
 		out[f.i].recorded = true
 	}
 	return out
@@ -349,8 +349,15 @@ var batchable = map[string]bool{events.TimerSleep: true, events.TimerRetry: true
 // FireTimer was sent at sentAt), and the state after it; ok is false
 // unless the interpreter decides exactly that and nothing else (then a
 // worker handles the message as any other).
+//
+// The event is applied to x's state in place, as append does (a copy of
+// the steps at each firing made a timer of a large execution cost more
+// the more steps it had): x is torn until the caller records the append
+// (x.state = next, x.torn = nil) or drops x. An event the fold refuses,
+// or one that ends the execution, leaves x torn and out of the cache,
+// and ok false: the worker reads the history again.
 func (d *Dispatcher) firedEvent(x *execState, id string, sentAt time.Time) (ev events.Event, next projections.Execution, ok bool) {
-	if !batchable[x.state.Timers[id].Purpose] {
+	if x.torn != nil || !batchable[x.state.Timers[id].Purpose] {
 		return events.Event{}, projections.Execution{}, false
 	}
 	dec := interp.Fired(d.input(x), id, sentAt)
@@ -362,8 +369,11 @@ func (d *Dispatcher) firedEvent(x *execState, id string, sentAt time.Time) (ev e
 	if !isFired {
 		return events.Event{}, projections.Execution{}, false
 	}
-	ev, next, err := d.prepare(x, p, time.Time{})
+	ev = d.event(x, p, time.Time{})
+	x.torn = errTorn
+	next, err := projections.ApplyOwned(x.state, ev)
 	if err != nil || !next.Status.Active() {
+		d.evict(x.id)
 		return events.Event{}, projections.Execution{}, false // the worker refuses it, as d.append does
 	}
 	return ev, next, true

@@ -16,6 +16,7 @@ import (
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/natstest"
+	"jetflow.dev/pkg/projections"
 	"jetflow.dev/pkg/workflow"
 	"jetflow.dev/services/internal/svcruntest"
 )
@@ -134,7 +135,9 @@ func (b *fireBundle) isCached(id string) bool {
 // TestFiresRecordedInABatch: the firings of several executions are
 // recorded by one batch, each once, and the workers then end their
 // sleeps; a second firing of one execution in the same batch (a
-// redelivery) is left to a worker and records nothing more.
+// redelivery) is left to a worker and records nothing more. A state the
+// dispatcher had cached (the firing is applied to it in place) is then
+// the fold of its history.
 func TestFiresRecordedInABatch(t *testing.T) {
 	t.Parallel()
 	b := setupFires(t)
@@ -142,6 +145,9 @@ func TestFiresRecordedInABatch(t *testing.T) {
 	for i := range 3 {
 		fired = append(fired, b.asleep(t, "nap", fmt.Sprintf("n%d", i)))
 	}
+	_, _, err := b.d.load(t.Context(), "nap", "n1", loading{}) // cached (a long sleep is not: a read puts it back)
+	require.NoError(t, err)
+	require.True(t, b.isCached("n1"))
 	batch := []job{fireJob(fired[0]), fireJob(fired[1]), fireJob(fired[2]), fireJob(fired[1])}
 	out := b.d.recordFires(t.Context(), batch)
 	require.Len(t, out, 4)
@@ -151,6 +157,16 @@ func TestFiresRecordedInABatch(t *testing.T) {
 		types := b.history(t, "nap", fmt.Sprintf("n%d", i))
 		require.Equal(t, events.TypeTimerFired, types[len(types)-1])
 	}
+	evs, err := history.Read(t.Context(), b.js, bus.ExecutionSubject("nap", "n1"), 0)
+	require.NoError(t, err)
+	want, err := projections.Fold(evs)
+	require.NoError(t, err)
+	b.d.mu.Lock()
+	x, ok := b.d.cache.get("n1")
+	b.d.mu.Unlock()
+	require.True(t, ok, "n1's state stays cached")
+	require.NoError(t, x.torn)
+	require.Equal(t, want, x.state, "the cached state is the history's fold")
 	require.False(t, out[3].recorded, "the second firing of n1 in the batch")
 	require.NoError(t, out[3].err)
 	for _, j := range batch {

@@ -416,18 +416,6 @@ func (d *Dispatcher) append(ctx context.Context, x *execState, p events.Payload,
 	return nil
 }
 
-// prepare returns the event that appends p to x's history, recorded at
-// at (zero: now), conditioned on its last event, and the state after it;
-// an event the fold refuses is a permanentError.
-func (d *Dispatcher) prepare(x *execState, p events.Payload, at time.Time) (events.Event, projections.Execution, error) {
-	ev := d.event(x, p, at)
-	next, err := projections.Apply(x.state, ev)
-	if err != nil {
-		return ev, next, permanentError{fmt.Errorf("refusing to append illegal event: %w", err)}
-	}
-	return ev, next, nil
-}
-
 // event is the event that appends p to x's history, recorded at at
 // (zero: now), conditioned on its last event.
 func (d *Dispatcher) event(x *execState, p events.Payload, at time.Time) events.Event {
