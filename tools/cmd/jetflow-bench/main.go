@@ -62,6 +62,7 @@ type config struct {
 	coalesce                                     time.Duration
 	timers, failover, foreach, fairness          int
 	loop, loopRounds                             int
+	fsyncProbe                                   time.Duration
 	failoverLoad                                 int
 	fairnessSleep                                time.Duration
 	bulkAfter                                    int
@@ -141,9 +142,16 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.StringVar(&c.figuresFile, "figures", "", "write the goals' figures this run measured to this file, as JSON (what jetflow-benchcompare reads)")
 	fs.BoolVar(&c.byConnection, "by-connection", false, "after the throughput run, print the messages per step each NATS connection sent and received (where a step's messages go)")
 	fs.StringVar(&c.visibilityPostgres, "visibility-postgres", "", "with -visibility: the index in the PostgreSQL database at this URL (schema "+benchSchema+", kept: a second run skips the fill) instead of SQLite in -data")
+	fs.DurationVar(&c.fsyncProbe, "fsync-probe", 0, "run alone: how many messages a second a file store that fsyncs every write takes, published and acknowledged, in 1, 2, 4 and 8 work-queue streams, each for this long (0 skips it)")
 	fs.IntVar(&c.visibility, "visibility", 0, "run alone: fill the api's visibility index with this many executions (in -data, kept: a second run with the same -data skips the fill) and measure its lists (0 skips it)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if c.fsyncProbe < 0 {
+		return fmt.Errorf("-fsync-probe %s: give how long each run lasts, e.g. 5s", c.fsyncProbe)
+	}
+	if c.fsyncProbe > 0 { // no stack: servers of its own (fsyncprobe.go)
+		return runFsyncProbe(ctx, out, c.fsyncProbe, c.concurrency)
 	}
 	if c.visibility > 0 { // no stack: the index is filled and read directly (visibility.go)
 		dir := c.dataDir

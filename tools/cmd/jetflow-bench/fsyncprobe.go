@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"jetflow.dev/pkg/natsserver"
+)
+
+// fsyncProbeStreams are the numbers of streams the fsync probe writes to.
+var fsyncProbeStreams = []int{1, 2, 4, 8}
+
+// runFsyncProbe measures what the machine's disk gives a JetStream file
+// store that fsyncs every write (sync_interval: always): for each number
+// of work-queue streams, publishers (inflight of them, each waiting for
+// its acknowledgement, spread over the streams) publish for d, and a
+// consumer of each stream acknowledges every message (which removes it:
+// a second write), as tasks are published and taken. nats-server fsyncs
+// each write of a stream on its own, so what one stream takes bounds
+// what a step that writes there twice can do (docs/adr/0016).
+func runFsyncProbe(ctx context.Context, out io.Writer, d time.Duration, inflight int) error {
+	fmt.Fprintf(out, "fsync probe: an embedded server fsyncing every write, %d publishers waiting for their acks, each message taken and acknowledged, %s a run\n", inflight, d)
+	for _, n := range fsyncProbeStreams {
+		rate, err := probeStreams(ctx, n, d, inflight)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "  %d work-queue stream(s)  %6.0f messages/s\n", n, rate)
+	}
+	return nil
+}
+
+// probeStreams is one run of the probe over n streams: the messages
+// published (and taken) a second.
+func probeStreams(ctx context.Context, n int, d time.Duration, inflight int) (float64, error) {
+	dir, err := os.MkdirTemp("", "jetflow-bench-fsync-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	srv, err := natsserver.Start(natsserver.Config{StoreDir: dir, Port: -1, SyncAlways: true})
+	if err != nil {
+		return 0, err
+	}
+	defer natsserver.Stop(srv)
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		return 0, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return 0, err
+	}
+	for i := range n {
+		name := fmt.Sprintf("PROBE%d", i)
+		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{fmt.Sprintf("probe.%d", i)},
+			Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage}); err != nil {
+			return 0, fmt.Errorf("fsync probe: create stream: %w", err)
+		}
+		c, err := js.CreateConsumer(ctx, name, jetstream.ConsumerConfig{Durable: "take", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 4 * inflight})
+		if err != nil {
+			return 0, fmt.Errorf("fsync probe: create consumer: %w", err)
+		}
+		cc, err := c.Consume(func(m jetstream.Msg) { _ = m.Ack() })
+		if err != nil {
+			return 0, fmt.Errorf("fsync probe: consume: %w", err)
+		}
+		defer cc.Stop()
+	}
+	payload := make([]byte, 512) // about a task's size
+	var published atomic.Int64
+	var failed atomic.Pointer[error]
+	end := time.Now().Add(d)
+	var wg sync.WaitGroup
+	for p := range inflight {
+		wg.Go(func() {
+			subject := fmt.Sprintf("probe.%d", p%n)
+			for time.Now().Before(end) && ctx.Err() == nil {
+				if _, err := js.Publish(ctx, subject, payload); err != nil {
+					failed.CompareAndSwap(nil, &err)
+					return
+				}
+				published.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if err := failed.Load(); err != nil {
+		return 0, fmt.Errorf("fsync probe: publish: %w", *err)
+	}
+	return float64(published.Load()) / d.Seconds(), nil
+}
