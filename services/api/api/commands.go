@@ -90,7 +90,7 @@ func (s *Server) sendExecutionCommand(w http.ResponseWriter, r *http.Request, c 
 
 	ch := make(chan *nats.Msg, 64)
 	for _, subject := range []string{bus.ExecutionSubject(cl.Workflow, id), bus.RejectionSubject(key)} {
-		sub, err := s.at(r).nc.ChanSubscribe(subject, ch)
+		sub, err := subscribeInto(s.at(r).nc, subject, ch)
 		if err != nil {
 			s.internal(w, r, err)
 			return
@@ -156,4 +156,19 @@ func (s *Server) damageNow(ctx context.Context, workflow, id string) *projection
 		return nil
 	}
 	return projections.FoldQuarantined(id, evs).Damaged
+}
+
+// subscribeInto subscribes to subject and hands ch the messages it has
+// room for, dropping the others. A request waits on a history's subject
+// for the one or two events that answer it; a busy execution (a loop of
+// local steps) may append many more meanwhile, and a channel
+// subscription (nats.Conn.ChanSubscribe) that overflows makes the client
+// drop them as a slow consumer's, an error logged for what is no fault.
+func subscribeInto(nc *nats.Conn, subject string, ch chan<- *nats.Msg) (*nats.Subscription, error) {
+	return nc.Subscribe(subject, func(m *nats.Msg) {
+		select {
+		case ch <- m:
+		default:
+		}
+	})
 }

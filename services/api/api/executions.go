@@ -351,13 +351,13 @@ func (s *Server) publishStart(w http.ResponseWriter, r *http.Request, cmd events
 	end := s.traceStart(r, &cmd, start)
 	defer end()
 	ch := make(chan *nats.Msg, 16)
-	subStarted, err := s.at(r).nc.ChanSubscribe(bus.ExecutionSubject(start.Workflow, start.ExecutionID), ch)
+	subStarted, err := subscribeInto(s.at(r).nc, bus.ExecutionSubject(start.Workflow, start.ExecutionID), ch)
 	if err != nil {
 		s.internal(w, r, err)
 		return
 	}
 	defer subStarted.Unsubscribe()
-	subRejected, err := s.at(r).nc.ChanSubscribe(bus.RejectionSubject(key), ch)
+	subRejected, err := subscribeInto(s.at(r).nc, bus.RejectionSubject(key), ch)
 	if err != nil {
 		s.internal(w, r, err)
 		return

@@ -153,7 +153,7 @@ func (s *Server) clearLock(w http.ResponseWriter, r *http.Request) {
 		subjects = append(subjects, bus.ExecutionSubject(e.Workflow, e.ExecutionID))
 	}
 	for _, subject := range subjects {
-		sub, err := s.at(r).nc.ChanSubscribe(subject, ch)
+		sub, err := subscribeInto(s.at(r).nc, subject, ch)
 		if err != nil {
 			s.internal(w, r, err)
 			return
