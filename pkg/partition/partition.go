@@ -927,7 +927,7 @@ func (t *Table) retake(ctx context.Context, p int) {
 	t.retook[p] = retakeSpan{after: after, upto: rev, epoch: epoch}
 	t.retaken.Add(1)
 	t.cfg.Retook(p, old, epoch)
-	t.cfg.OnError(fmt.Errorf("partition %d: its lease expired (renewals came late) and nobody held it: taken back, nothing released (holding %d)", p, epoch), "lease")
+	t.cfg.OnError(fmt.Errorf("partition %d: its lease expired (renewals came late) and nobody held it: taken back, nothing released (its holding goes on as epoch %d)", p, epoch), "lease")
 }
 
 // Why take did not take a lease: another member holds it (errTaken), or

@@ -441,7 +441,7 @@ func (e *engine) run(f frame) result {
 			}
 			if round++; round > workflow.MaxRounds {
 				return result{state: failed, act: action{step: step, path: path},
-					err: fmt.Sprintf("goto %s ran more than %d times", target, workflow.MaxRounds)}
+					err: fmt.Sprintf("goto %s ran more than %d times; a longer loop continues as new", target, workflow.MaxRounds)}
 			}
 			at := i
 			i = slices.IndexFunc(f.steps, func(s workflow.Step) bool { return s.ID == target }) - 1
