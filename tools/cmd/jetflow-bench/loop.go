@@ -23,18 +23,30 @@ import (
 // a local noop, a let counting them and the goto.
 const loopWorkflow = "bench-loop"
 
-// loopOf is a goto loop of n rounds, each a local noop, a let and the
-// goto back: a history that grows by every round's step instances, as a
-// long polling loop's does.
-func loopOf(n int) (workflow.Definition, error) {
+// loopOf is a goto loop of n rounds, each a local noop (or a sleep of
+// sleep), a let and the goto back: a history that grows by every round's
+// step instances, as a long polling loop's does.
+func loopOf(n int, sleep time.Duration) (workflow.Definition, error) {
+	work := "{id: work, kind: noop, local: true}"
+	if sleep > 0 {
+		work = fmt.Sprintf("{id: work, kind: sleep, duration: %s}", sleep)
+	}
 	return workflow.Parse(fmt.Appendf(nil, `
 name: %s
 steps:
   - {id: init, kind: let, vars: {n: 0}}
-  - {id: work, kind: noop, local: true}
+  - %s
   - {id: count, kind: let, vars: {n: "${vars.n + 1}"}}
   - {id: again, kind: goto, target: work, condition: "${vars.n < %d}"}
-`, loopWorkflow, n))
+`, loopWorkflow, work, n))
+}
+
+// loopWork names a round's first step, for the run's report.
+func loopWork(sleep time.Duration) string {
+	if sleep > 0 {
+		return "a sleep of " + sleep.String()
+	}
+	return "a local noop"
 }
 
 // loopRounds records when each round of the loop run's executions
@@ -86,8 +98,8 @@ func (l *loopRounds) perRound(from, to int) time.Duration {
 // runLoop runs executions goto loops of rounds rounds each, all at once,
 // and reports how long a round took at the start, the middle and the end
 // of the loops: what a long execution's growing history costs each step.
-func runLoop(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalog.Store, srv *server.Server, executions, rounds int) error {
-	d, err := loopOf(rounds)
+func runLoop(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalog.Store, srv *server.Server, executions, rounds int, sleep time.Duration) error {
+	d, err := loopOf(rounds, sleep)
 	if err != nil {
 		return err
 	}
@@ -119,17 +131,19 @@ func runLoop(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalog.
 		longest = max(longest, l)
 	}
 	steps := executions * (3*rounds + 1)
-	tenth := max(rounds/10, 2)
-	fmt.Fprintf(out, "\nloop run: %d executions at once, each a goto loop of %d rounds (a local noop, a let, the goto: %d step instances)\n", executions, rounds, 3*rounds+1)
+	tenth := max(rounds/10, 2) // a round's time is between two rounds' counts
+	fmt.Fprintf(out, "\nloop run: %d executions at once, each a goto loop of %d rounds (%s, a let, the goto: %d step instances)\n", executions, rounds, loopWork(sleep), 3*rounds+1)
 	fmt.Fprintf(out, "  start-to-finish  %s (the slowest), %.0f steps/s", longest.Round(time.Millisecond), float64(steps)/longest.Seconds())
 	if !projected.IsZero() {
 		fmt.Fprintf(out, "; the read models caught up %s after the start", projected.Sub(began).Round(time.Millisecond))
 	}
 	fmt.Fprintf(out, "\n  CPU              %.3f ms per step (to the read models caught up, if seen)\n", float64(cpu.Microseconds())/1000/float64(steps))
-	fmt.Fprintf(out, "  a round took     %s in the first %d rounds, %s in the middle %d, %s in the last %d\n",
-		lr.perRound(0, tenth).Round(time.Microsecond), tenth,
-		lr.perRound(rounds/2-tenth/2, rounds/2+tenth/2).Round(time.Microsecond), tenth,
-		lr.perRound(rounds-tenth, rounds).Round(time.Microsecond), tenth)
+	if rounds >= 2*tenth {
+		fmt.Fprintf(out, "  a round took     %s in the first %d rounds, %s in the middle %d, %s in the last %d\n",
+			lr.perRound(0, tenth).Round(time.Microsecond), tenth,
+			lr.perRound(rounds/2-tenth/2, rounds/2+tenth/2).Round(time.Microsecond), tenth,
+			lr.perRound(rounds-tenth, rounds).Round(time.Microsecond), tenth)
+	}
 	if kv, err := conn.JS.KeyValue(ctx, bus.BucketExecutions); err == nil {
 		if e, err := kv.Get(ctx, prefix+"-0"); err == nil {
 			var m struct {
