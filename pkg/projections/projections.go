@@ -466,9 +466,8 @@ type AfterEnd struct {
 var (
 	ErrUnknownEvent = errors.New("projections: unknown event")
 	ErrUnknownStep  = errors.New("projections: unknown step")
-	// ErrDuplicateStep is a step list (a start's, or one a move to
-	// another version renamed) that names one path twice: the fold keeps
-	// one instance per path.
+	// ErrDuplicateStep is a start whose step list names one path twice:
+	// an instance is found by its path.
 	ErrDuplicateStep = errors.New("projections: duplicate step")
 )
 
@@ -1168,9 +1167,6 @@ func (s Execution) changeDefinition(ev events.Event, e *events.DefinitionChanged
 				s.Steps[i].ID = to
 			}
 		}
-		if id, ok := duplicateStep(s.Steps); ok {
-			return s, fmt.Errorf("%w: %q after the moves of %s", ErrDuplicateStep, id, ev.Type)
-		}
 	}
 	retired := make(map[string]bool, len(e.Retired))
 	for _, id := range e.Retired {
@@ -1494,10 +1490,12 @@ func (s Execution) instance(path, kind string) Execution {
 	return s
 }
 
-// StepIndex returns the index of step id, or -1. It looks from the last
-// instance: a path is in Steps once (the fold refuses a list that names
-// one twice), and the instances most events are about (a loop's latest
-// round, a foreach's latest items) are the last added.
+// StepIndex returns the index of the last instance at path id, or -1. It
+// looks from the last: the instances most events are about (a loop's
+// latest round, a foreach's latest items) are the last added. A path is
+// one instance but in a history whose move to another version, made
+// before 2026-12-05, renamed two onto one path: the fold, and the
+// interpreter's views, then find the last.
 func (s Execution) StepIndex(id string) int {
 	for i := len(s.Steps) - 1; i >= 0; i-- {
 		if s.Steps[i].ID == id {

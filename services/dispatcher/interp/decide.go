@@ -266,9 +266,9 @@ func (e *engine) instance(path string) (projections.Step, bool) {
 		return projections.Step{}, false
 	}
 	if len(e.s.Steps) <= 32 {
-		for _, st := range e.s.Steps {
-			if st.ID == path {
-				return st, true
+		for i := len(e.s.Steps) - 1; i >= 0; i-- { // the last of a path, as the index and the fold find it
+			if e.s.Steps[i].ID == path {
+				return e.s.Steps[i], true
 			}
 		}
 		return projections.Step{}, false

@@ -216,7 +216,11 @@ func caseName(i int) string {
 // instance yet. It is moved there, with the instances inside it, keeping
 // its result. Only plain paths move: not a foreach item's, a round's
 // after a goto, a container's later attempt's, an on-error step's, nor a
-// step's in a switch case (the case is recorded by its place).
+// step's in a switch case (the case is recorded by its place). No two
+// instances land on one path: a move whose instances inside would land
+// where an instance is, or where another move puts one, is not made
+// (before 2026-12-05 it was, and the fold then kept two instances of one
+// path).
 func moves(to workflow.Definition, s projections.Execution) map[string]string {
 	var moved map[string]string
 	var where map[string][]string // id -> the plain paths of to's steps with it
@@ -244,12 +248,31 @@ func moves(to workflow.Definition, s projections.Execution) map[string]string {
 		if step, ok := resolveStep(to, s, cands[0]); !ok || step.Kind != st.Kind {
 			continue
 		}
+		inside := movedInside(s, st.ID, cands[0])
+		if slices.ContainsFunc(inside, func(p string) bool { return taken[p] || s.StepIndex(p) >= 0 }) {
+			continue
+		}
 		if moved == nil {
 			moved = map[string]string{}
 		}
 		moved[st.ID], taken[cands[0]] = cands[0], true
+		for _, p := range inside {
+			taken[p] = true
+		}
 	}
 	return moved
+}
+
+// movedInside returns the paths the instances inside the one at from
+// take when it moves to to.
+func movedInside(s projections.Execution, from, to string) []string {
+	var out []string
+	for _, st := range s.Steps {
+		if rest, ok := strings.CutPrefix(st.ID, from+"/"); ok {
+			out = append(out, to+"/"+rest)
+		}
+	}
+	return out
 }
 
 // hasRounds reports whether a later round of the instance at path ran (a

@@ -310,3 +310,50 @@ func TestVersionReviewCases(t *testing.T) {
 		require.Equal(t, []string{"outer/blk/y"}, m.state.VersionChanges[0].Retired, "y is not in the moved block any more")
 	})
 }
+
+// TestAMoveDoesNotRenameTwoInstancesOntoOnePath: version 2 takes b out
+// of blk and drops y, whose step is also x: blk/b/x moves with blk/b to
+// b/x, so y/x cannot move there too (before, both did, and the fold kept
+// two instances of b/x). Found by a review. With y first, y/x moves to
+// b/x, and blk/b, whose x would land there too, does not move.
+func TestAMoveDoesNotRenameTwoInstancesOntoOnePath(t *testing.T) {
+	t.Parallel()
+	block := func(id string, steps ...workflow.Step) workflow.Step {
+		return workflow.Step{ID: id, Kind: workflow.KindWorkflow, Steps: steps}
+	}
+	v2 := []workflow.Step{block("b", exec("x")), exec("last")}
+	t.Run("the block first", func(t *testing.T) {
+		t.Parallel()
+		m := versioned(t, []workflow.Step{block("blk", block("b", exec("x"))), block("y", exec("x")), exec("last")}, v2, "last")
+		resumeWithoutTwins(t, m, map[string]string{"blk/b": "b"})
+	})
+	t.Run("the lone step first", func(t *testing.T) {
+		t.Parallel()
+		m := versioned(t, []workflow.Step{block("y", exec("x")), block("blk", block("b", exec("x"))), exec("last")}, v2, "last")
+		resumeWithoutTwins(t, m, map[string]string{"y/x": "b/x"})
+	})
+}
+
+// resumeWithoutTwins resumes m on version 2, checks the moves recorded
+// and that no path is two instances, and finishes the execution.
+func resumeWithoutTwins(t *testing.T, m *memShell, moves map[string]string) {
+	t.Helper()
+	d := m.act(resumeOn(2, events.ActionResume))
+	require.NoError(t, d.Err)
+	var changed *events.DefinitionChanged
+	for _, p := range d.Events {
+		if c, ok := p.(*events.DefinitionChanged); ok {
+			changed = c
+		}
+	}
+	require.NotNil(t, changed, "the move is recorded: %+v", d.Events)
+	require.Equal(t, moves, changed.Moved)
+	m.carry(d)
+	seen := map[string]bool{}
+	for _, st := range m.state.Steps {
+		require.False(t, seen[st.ID], "one instance of %s", st.ID)
+		seen[st.ID] = true
+	}
+	require.Equal(t, []string{"last"}, m.finish1(len(m.tasks)), "only the failed step runs again")
+	require.Equal(t, projections.StatusSucceeded, m.state.Status, "history: %v", m.types())
+}
