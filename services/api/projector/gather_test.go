@@ -63,3 +63,14 @@ func TestAGatheredBatchTakesMoreThanAPull(t *testing.T) {
 	require.Len(t, batch, 10)
 	require.Less(t, time.Since(began), 10*time.Second, "it did not wait for more")
 }
+
+// TestWhatMakesTheProjectorGather: a batch of busyBatch events, or one
+// whose read models took busyBytes, makes the next batch gather; a small
+// batch of small models does not.
+func TestWhatMakesTheProjectorGather(t *testing.T) {
+	t.Parallel()
+	require.False(t, isBusy(1, 4<<10), "one event, a small model")
+	require.False(t, isBusy(busyBatch-1, busyBytes-1))
+	require.True(t, isBusy(busyBatch, 0), "many events")
+	require.True(t, isBusy(1, busyBytes), "one large model")
+}

@@ -641,6 +641,50 @@ func TestALargeReadModelIsWrittenOnceForSeveralEvents(t *testing.T) {
 	require.Len(t, got.Steps, k)
 }
 
+// TestAfterALargeModelSmallOnesAreWrittenAtOnce: the gathering a large
+// model's write began ends with it: once the projector has had nothing
+// to do for a Coalesce, a small execution's events are each projected
+// as they come, not held for a Coalesce (busy is the last batch's, not
+// all the bytes ever written).
+func TestAfterALargeModelSmallOnesAreWrittenAtOnce(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	ctx := t.Context()
+	kv, err := js.KeyValue(ctx, bus.BucketExecutions)
+	require.NoError(t, err)
+	ps := stepsPayloads("large", 300)
+	out := json.RawMessage(`{"blob":"` + strings.Repeat("x", 2000) + `"}`)
+	for _, p := range ps {
+		if s, ok := p.(*events.StepSucceeded); ok {
+			s.Output = out
+		}
+	}
+	evs := appendHistory(t, js, "wf", "large", ps...)
+	p := newProjector(t, js, 0)
+	p.Coalesce = 4 * time.Second
+	natstest.Serve(t, p.Run)
+	natstest.Eventually(t, 60*time.Second, func() bool {
+		x, ok := storedModel(t, kv, "large")
+		return ok && x.LastSeq == evs[len(evs)-1].Seq
+	}, "the large model is written")
+	time.Sleep(p.Coalesce + 500*time.Millisecond) // any gathering it began is over
+
+	small := stepsPayloads("small", 2)
+	last := appendHistory(t, js, "wf", "small", small[0])[0].Seq
+	natstest.Eventually(t, 60*time.Second, func() bool {
+		x, ok := storedModel(t, kv, "small")
+		return ok && x.LastSeq == last
+	}, "the small model is written")
+	// The next event, alone: written at once, not after a gathering.
+	began := time.Now()
+	last = appendFrom(t, js, "wf", "small", last, small[1])[0].Seq
+	natstest.Eventually(t, 60*time.Second, func() bool {
+		x, ok := storedModel(t, kv, "small")
+		return ok && x.LastSeq == last
+	}, "the small model is written again")
+	require.Less(t, time.Since(began), p.Coalesce/2, "not held for a gathering of %s", p.Coalesce)
+}
+
 // TestProjectorBindsAgainWhenItsConsumerIsDeleted: a projector whose
 // consumer is deleted under it (by hand, or by a tool) binds it again,
 // here making it again as at start, and goes on projecting; it neither

@@ -131,3 +131,29 @@ steps:
 	require.NotEqual(t, -1, m.state.StepIndex(fmt.Sprintf("again~%d", workflow.MaxRounds)), "round %d ran", workflow.MaxRounds)
 	require.Equal(t, -1, m.state.StepIndex(fmt.Sprintf("again~%d", workflow.MaxRounds+1)), "round %d did not", workflow.MaxRounds+1)
 }
+
+// TestALoopsMemoGoesOnFromItsLatestRound: after 50 rounds, the list's
+// memo is at the 50th round's target, so that the next decision walks
+// one round, not fifty (decisions agree either way: this is the cost).
+func TestALoopsMemoGoesOnFromItsLatestRound(t *testing.T) {
+	t.Parallel()
+	m := newMemShell(t, mustParse(t, `
+name: memo
+steps:
+  - {id: init, kind: let, vars: {n: 0}}
+  - {id: work, kind: noop}
+  - {id: count, kind: let, vars: {n: "${vars.n + 1}"}}
+  - {id: again, kind: goto, target: work, condition: "${vars.n < 100}"}
+`), `{}`)
+	for round := range 50 {
+		m.advance()
+		require.Len(t, m.tasks, round+1)
+		m.finishWith(m.tasks[round], `{}`)
+	}
+	m.advance() // round 50's noop sent
+	require.Len(t, m.tasks, 51)
+	lm := m.memo.view.lists[""]
+	require.NotNil(t, lm, "the workflow's list has a memo")
+	require.Equal(t, 50, lm.round, "at the latest round")
+	require.Equal(t, 1, lm.done, "at its target, work")
+}
