@@ -1063,3 +1063,23 @@ func TestAStartNamingAStepTwiceIsRefused(t *testing.T) {
 		require.Contains(t, err.Error(), fmt.Sprintf("%q", steps[(n-1)/2]))
 	}
 }
+
+// TestTwinsAfterAnOldMoveAreFoundFromTheLast: in a history whose move
+// to another version (by a dispatcher before 2026-12-05) renamed an
+// instance onto another's path, a path finds the later instance, as the
+// interpreter's index and views do.
+func TestTwinsAfterAnOldMoveAreFoundFromTheLast(t *testing.T) {
+	t.Parallel()
+	for _, h := range loadHistories(t) {
+		if h.Name != "TwinsAfterAnOldMove" {
+			continue
+		}
+		x, err := projections.Fold(toEvents(t, h.Events))
+		require.NoError(t, err)
+		require.Len(t, x.Steps, 2)
+		require.Equal(t, projections.OpFailed, x.Steps[0].Status, "build, renamed")
+		require.Equal(t, 1, x.StepIndex("deploy"), "the later of the two")
+		return
+	}
+	t.Fatal("no history TwinsAfterAnOldMove in testdata")
+}

@@ -216,11 +216,14 @@ func caseName(i int) string {
 // instance yet. It is moved there, with the instances inside it, keeping
 // its result. Only plain paths move: not a foreach item's, a round's
 // after a goto, a container's later attempt's, an on-error step's, nor a
-// step's in a switch case (the case is recorded by its place). No two
-// instances land on one path: a move whose instances inside would land
-// where an instance is, or where another move puts one, is not made
-// (before 2026-12-05 it was, and the fold then kept two instances of one
-// path).
+// step's in a switch case (the case is recorded by its place). A move is
+// not made (before 2026-12-05 each was) that would put two instances on
+// one path (one inside it landing where an instance is, or where
+// another move puts one), that would carry an instance inside it that
+// moves already (listed before it, after an earlier move: events.MovedPath
+// moves it by the outer one, away from its own move), or that would land
+// on the path of a retired instance (the instance moved there keeps its
+// attempts, and would send its tasks again under the retired one's ids).
 func moves(to workflow.Definition, s projections.Execution) map[string]string {
 	var moved map[string]string
 	var where map[string][]string // id -> the plain paths of to's steps with it
@@ -242,14 +245,17 @@ func moves(to workflow.Definition, s projections.Execution) map[string]string {
 			plainPaths(to.Steps, "", where)
 		}
 		cands := where[lastSegment(st.ID)]
-		if len(cands) != 1 || taken[cands[0]] || s.StepIndex(cands[0]) >= 0 {
+		if len(cands) != 1 || taken[cands[0]] || s.StepIndex(cands[0]) >= 0 || s.RetiredAttempts(cands[0]) > 0 {
 			continue
 		}
 		if step, ok := resolveStep(to, s, cands[0]); !ok || step.Kind != st.Kind {
 			continue
 		}
 		inside := movedInside(s, st.ID, cands[0])
-		if slices.ContainsFunc(inside, func(p string) bool { return taken[p] || s.StepIndex(p) >= 0 }) {
+		if slices.ContainsFunc(inside, func(p string) bool { return taken[p] || s.StepIndex(p) >= 0 || s.RetiredAttempts(p) > 0 }) {
+			continue
+		}
+		if movesInside(moved, st.ID) {
 			continue
 		}
 		if moved == nil {
@@ -263,8 +269,21 @@ func moves(to workflow.Definition, s projections.Execution) map[string]string {
 	return moved
 }
 
-// movedInside returns the paths the instances inside the one at from
-// take when it moves to to.
+// movesInside reports whether a move of moved is of an instance inside
+// the one at path.
+func movesInside(moved map[string]string, path string) bool {
+	for from := range moved {
+		if strings.HasPrefix(from, path+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// movedInside returns the paths the instances in the frames of the one at
+// from take when it moves to to (those whose paths go on by a /: the
+// others events.MovedPath moves with it, a later attempt's @n and a
+// foreach item's [i], land under paths of their own).
 func movedInside(s projections.Execution, from, to string) []string {
 	var out []string
 	for _, st := range s.Steps {
