@@ -114,3 +114,46 @@ func TestAMoveOntoARetiredPathIsNotMade(t *testing.T) {
 	}
 	require.Equal(t, projections.StatusSucceeded, m.state.Status, "history: %v", m.types())
 }
+
+// TestAResumeOfTwinsFromAnOldMoveRunsOnlyTheLater: a dispatcher before
+// 2026-12-05 could rename two instances onto one path (forged here: y/x,
+// failed and recovered by its on-error steps, and blk/b/x, succeeded,
+// both became b/x). A resume decides on the later of the two, as every
+// other reader does: the earlier one's failure, which version 2's b/x
+// would not recover, is not in its reset list (the fold would have reset
+// the later one, which succeeded).
+func TestAResumeOfTwinsFromAnOldMoveRunsOnlyTheLater(t *testing.T) {
+	t.Parallel()
+	fix := workflow.Step{ID: "fix", Kind: workflow.KindLet, Vars: map[string]any{"fixed": true}}
+	flaky := exec("x")
+	flaky.OnError = []workflow.Step{fix}
+	m := newMemShell(t, workflow.Definition{Name: "wf", Version: 1, Steps: []workflow.Step{
+		blockOf("y", flaky), blockOf("blk", blockOf("b", exec("x"))), exec("last")}}, `{}`)
+	require.Equal(t, []string{"y/x", "blk/b/x", "last"}, m.runFailing("y/x", "last"))
+	require.Equal(t, projections.StatusFailed, m.state.Status)
+	v2 := workflow.Definition{Name: "wf", Version: 2, Steps: []workflow.Step{blockOf("b", exec("x")), exec("last")}}
+	raw, err := json.Marshal(v2)
+	require.NoError(t, err)
+	m.append(&events.DefinitionChanged{ActionRecord: events.ActionRecord{Action: events.ActionResume, Command: "old"}, FromVersion: 1, Version: 2, Definition: raw,
+		Steps: v2.StepRefs(), Moved: map[string]string{"blk/b": "b", "y/x": "b/x"}, Retired: []string{"y", "blk"}})
+	twins := 0
+	for _, st := range m.state.Steps {
+		if st.ID == "b/x" {
+			twins++
+		}
+	}
+	require.Equal(t, 2, twins, "the forged move left twins")
+	m.register(2, v2.Steps...)
+	d := m.act(resumeOnKey(0, "again"))
+	var resumed *events.ExecutionResumed
+	for _, p := range d.Events {
+		if r, ok := p.(*events.ExecutionResumed); ok {
+			resumed = r
+		}
+	}
+	require.NotNil(t, resumed, "%+v", d.Events)
+	require.Equal(t, []string{"last"}, resumed.Reset, "the hidden twin's failure resets nothing")
+	m.carry(d)
+	require.Equal(t, []string{"last"}, m.runFailing(), "only the failed step runs again: %v", m.types())
+	require.Equal(t, projections.StatusSucceeded, m.state.Status)
+}

@@ -24,13 +24,19 @@ func cancelled(s projections.Execution) *events.ExecutionCancelled {
 // execution was over (failed), and with force the operations that were
 // with the agents (or being sent). The on-error instances of an attempt
 // that runs again are left as they are: a new attempt's failure gets
-// new ones.
+// new ones. Of two instances at one path (a move made before
+// 2026-12-05 could leave them), only the later counts, as for every
+// other reader.
 func resetFor(d workflow.Definition, s projections.Execution, force bool, failedBefore map[string]bool) []string {
 	var out []string
 	reset := map[string]bool{}
 	e := lookingEngine(d, s)
-	for _, st := range s.Steps {
-		if staleHandler(s, st.ID, reset) || !current(s, st.ID) {
+	last := make(map[string]int, len(s.Steps))
+	for i, st := range s.Steps {
+		last[st.ID] = i
+	}
+	for i, st := range s.Steps {
+		if last[st.ID] != i || staleHandler(s, st.ID, reset) || !current(s, st.ID) {
 			continue
 		}
 		switch {
