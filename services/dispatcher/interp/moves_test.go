@@ -157,3 +157,21 @@ func TestAResumeOfTwinsFromAnOldMoveRunsOnlyTheLater(t *testing.T) {
 	require.Equal(t, []string{"last"}, m.runFailing(), "only the failed step runs again: %v", m.types())
 	require.Equal(t, projections.StatusSucceeded, m.state.Status)
 }
+
+// TestTwinsAreFoundFromTheLast: of two instances at one path, the
+// interpreter finds the later, walking a small execution or with its
+// index or view, as the fold does.
+func TestTwinsAreFoundFromTheLast(t *testing.T) {
+	t.Parallel()
+	s := projections.Execution{Steps: []projections.Step{
+		{ID: "a", Status: projections.OpFailed}, {ID: "b"}, {ID: "a", Status: projections.OpSucceeded}}}
+	require.Equal(t, 2, s.StepIndex("a"), "the fold")
+	st, ok := newEngine(workflow.Definition{}, s).instance("a")
+	require.True(t, ok)
+	require.Equal(t, projections.OpSucceeded, st.Status, "a small execution, walked")
+	e := newEngine(workflow.Definition{}, s)
+	e.index()
+	require.Equal(t, 2, e.byPath["a"], "the index")
+	v := (&view{}).sync(s)
+	require.Equal(t, 2, v.pos["a"], "the view")
+}
