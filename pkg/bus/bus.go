@@ -391,6 +391,9 @@ func Beside(ctx context.Context, nc *nats.Conn, suffix string) (*nats.Conn, jets
 	if nc.IsClosed() {
 		return nil, nil, fmt.Errorf("connect beside %s: %w", nc.Opts.Name, nats.ErrConnectionClosed)
 	}
+	if err := ctx.Err(); err != nil { // no dial that would only be closed
+		return nil, nil, fmt.Errorf("connect beside %s: %w", nc.Opts.Name, err)
+	}
 	o := nc.Opts
 	o.Name = cmp.Or(o.Name, "jetflow") + "-" + suffix
 	o.RetryOnFailedConnect = false // a read that cannot begin fails now
