@@ -81,10 +81,17 @@ func (d *Dispatcher) partitionOf(id string) int { return partition.Of(id, d.part
 // holds reports whether the dispatcher handles execution id's partition,
 // and the epoch of that holding.
 func (d *Dispatcher) holds(id string) (epoch uint64, ok bool) {
+	epoch, _, ok = d.holdsSince(id)
+	return epoch, ok
+}
+
+// holdsSince is holds with the epoch the holding goes on from by
+// retakes (partition.Table.HoldsSince).
+func (d *Dispatcher) holdsSince(id string) (epoch, since uint64, ok bool) {
 	if d.parts.table == nil {
-		return 0, false
+		return 0, 0, false
 	}
-	return d.parts.table.Holds(d.partitionOf(id))
+	return d.parts.table.HoldsSince(d.partitionOf(id))
 }
 
 // covers reports whether epoch is r's holding or one it went on from.

@@ -349,11 +349,7 @@ func (d *Dispatcher) cached(wf, id string) (x *execState, epoch uint64, ok, veri
 	d.mu.Lock()
 	x, ok = d.cache.get(id)
 	d.mu.Unlock()
-	var since uint64
-	held := false
-	if d.parts.table != nil {
-		epoch, since, held = d.parts.table.HoldsSince(d.partitionOf(id))
-	}
+	epoch, since, held := d.holdsSince(id)
 	switch {
 	case !ok || x.workflow != wf:
 		return x, epoch, false, false

@@ -228,6 +228,11 @@ func moves(to workflow.Definition, s projections.Execution) map[string]string {
 	var moved map[string]string
 	var where map[string][]string // id -> the plain paths of to's steps with it
 	taken := map[string]bool{}
+	// occupied: an instance, another move's landing, or a retired
+	// instance's attempts are at path.
+	occupied := func(path string) bool {
+		return taken[path] || s.StepIndex(path) >= 0 || s.RetiredAttempts(path) > 0
+	}
 	for _, st := range s.Steps {
 		if _, ok := events.MovedPath(st.ID, moved); ok || !plainPath(st.ID) {
 			continue
@@ -245,17 +250,14 @@ func moves(to workflow.Definition, s projections.Execution) map[string]string {
 			plainPaths(to.Steps, "", where)
 		}
 		cands := where[lastSegment(st.ID)]
-		if len(cands) != 1 || taken[cands[0]] || s.StepIndex(cands[0]) >= 0 || s.RetiredAttempts(cands[0]) > 0 {
+		if len(cands) != 1 || occupied(cands[0]) || holdsAMove(moved, st.ID) {
 			continue
 		}
 		if step, ok := resolveStep(to, s, cands[0]); !ok || step.Kind != st.Kind {
 			continue
 		}
 		inside := movedInside(s, st.ID, cands[0])
-		if slices.ContainsFunc(inside, func(p string) bool { return taken[p] || s.StepIndex(p) >= 0 || s.RetiredAttempts(p) > 0 }) {
-			continue
-		}
-		if movesInside(moved, st.ID) {
+		if slices.ContainsFunc(inside, occupied) {
 			continue
 		}
 		if moved == nil {
@@ -269,9 +271,9 @@ func moves(to workflow.Definition, s projections.Execution) map[string]string {
 	return moved
 }
 
-// movesInside reports whether a move of moved is of an instance inside
+// holdsAMove reports whether a move of moved is of an instance inside
 // the one at path.
-func movesInside(moved map[string]string, path string) bool {
+func holdsAMove(moved map[string]string, path string) bool {
 	for from := range moved {
 		if strings.HasPrefix(from, path+"/") {
 			return true

@@ -80,10 +80,8 @@ func (l *loopRounds) perRound(from, to int) time.Duration {
 	defer l.mu.Unlock()
 	var sum time.Duration
 	var n int
+	from = max(from, 1) // a round is between two counts
 	for _, at := range l.at {
-		if from < 1 {
-			from = 1
-		}
 		for i := from; i < to && i < len(at); i++ {
 			sum += at[i].Sub(at[i-1])
 			n++
@@ -154,7 +152,7 @@ func runLoop(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalog.
 			if t := m.Truncated; t != nil {
 				note = fmt.Sprintf(" (truncated: %d finished instances and %d values left out)", t.Steps, t.Values)
 			}
-			fmt.Fprintf(out, "  read model       %.0f KiB, stored at revision %d of its key%s\n", float64(len(e.Value()))/1024, e.Revision(), note)
+			fmt.Fprintf(out, "  read model       %.0f KiB%s; the bucket's revision %d (every model written so far)\n", float64(len(e.Value()))/1024, note, e.Revision())
 		}
 	}
 	return nil

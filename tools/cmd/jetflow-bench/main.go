@@ -108,7 +108,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.DurationVar(&c.timerLead, "timer-lead", 0, "how far ahead the timer run's common due time is (default max(5s, timers/1000 s))")
 	fs.IntVar(&c.foreach, "foreach", 0, "items of the foreach run: one execution of a foreach of let steps (0 skips it)")
 	fs.IntVar(&c.loop, "loop", 0, "executions of the loop run, all at once: goto loops of -loop-rounds rounds, reporting how a round's time grows with the history (0 skips it)")
-	fs.IntVar(&c.loopRounds, "loop-rounds", 1000, "rounds of each loop run's execution (1 to 1000, the language's limit)")
+	fs.IntVar(&c.loopRounds, "loop-rounds", workflow.MaxRounds, fmt.Sprintf("rounds of each loop run's execution (1 to %d, the language's limit)", workflow.MaxRounds))
 	fs.DurationVar(&c.loopSleep, "loop-sleep", 0, "make each round of the loop run begin with a sleep of this long (a durable timer) instead of a local noop (0: the noop)")
 	fs.IntVar(&c.fairness, "fairness", 0, "operations of the fairness run's fan-out: the latency of small executions idle and while one foreach of that many noop operations runs (0 skips it)")
 	fs.IntVar(&c.bulkAfter, "bulk-after", 0, "the dispatcher's -bulk-after (0: its default; -1: every task on the normal lane, as before the agents' bulk lanes)")
@@ -168,8 +168,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if c.executions < 0 || c.concurrency < 1 || c.steps < 1 || c.single < 0 || c.timers < 0 || c.timerLead < 0 || c.failover < 0 || c.foreach < 0 || c.fairness < 0 || c.fairnessSleep < 0 {
 		return fmt.Errorf("-concurrency and -steps must be positive, -executions, -single, -timers and -timer-lead non-negative")
 	}
-	if c.loop < 0 || (c.loop > 0 && (c.loopRounds < 1 || c.loopRounds > 1000)) {
-		return fmt.Errorf("-loop %d -loop-rounds %d: give a non-negative number of executions and 1 to 1000 rounds", c.loop, c.loopRounds)
+	if c.loop < 0 || (c.loop > 0 && (c.loopRounds < 1 || c.loopRounds > workflow.MaxRounds)) {
+		return fmt.Errorf("-loop %d -loop-rounds %d: give a non-negative number of executions and 1 to %d rounds", c.loop, c.loopRounds, workflow.MaxRounds)
 	}
 	if c.loopSleep < 0 || (c.loopSleep > 0 && c.loopSleep < time.Millisecond) {
 		return fmt.Errorf("-loop-sleep %s: give 0 (a local noop) or at least 1ms", c.loopSleep)
