@@ -58,6 +58,7 @@ type config struct {
 	single1, sleepers                            int
 	sleepersSettle                               time.Duration
 	fsync                                        bool
+	agentConcurrency                             int
 	syncInterval                                 time.Duration
 	coalesce                                     time.Duration
 	timers, failover, foreach, fairness          int
@@ -102,6 +103,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&c.visibilityCache, "visibility-cache-bytes", 0, "the page cache of the SQLite visibility index's writer, in bytes, of the api's and of the -visibility run's (0: the default, 64 MiB; the sleepers run counts it in the process's memory)")
 	fs.DurationVar(&c.sleepersSettle, "sleepers-settle", sleepersSettle, "how long the sleepers run waits, once all are asleep, before it measures (11m: past the commands stream's dedupe window)")
 	fs.BoolVar(&c.fsync, "fsync", false, "run the embedded server with an fsync of every JetStream write before its ack (sync_interval: always)")
+	fs.IntVar(&c.agentConcurrency, "agent-concurrency", 0, "tasks the agent runs at once per queue (jetflow-agent's -concurrency; 0: its default, 16)")
 	fs.DurationVar(&c.coalesce, "projector-coalesce", projector.DefaultCoalesce, "how long, under load, the api's projector gathers events before it writes the read models (jetflow-api's -projector-coalesce): 0 (write at every batch) to 10s")
 	fs.DurationVar(&c.syncInterval, "sync-interval", 0, "how often the embedded server fsyncs its file store, without -fsync (sync_interval; default nats-server's, 2m)")
 	fs.IntVar(&c.timers, "timers", 0, "executions in the durable-timer run, all sleeping until the same instant (0 skips it)")
@@ -183,6 +185,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if r := api.Ranges.ProjectorCoalesce; !r.Contains(c.coalesce) {
 		return fmt.Errorf("-projector-coalesce %s: out of range, use 0 (write at every batch) to %s", svc.ShortDuration(c.coalesce), svc.ShortDuration(r.Max))
 	}
+	if c.agentConcurrency < 0 {
+		return fmt.Errorf("-agent-concurrency %d: give the tasks the agent runs at once per queue, or 0 for its default", c.agentConcurrency)
+	}
 	if c.fsync && c.syncInterval > 0 {
 		return fmt.Errorf("-fsync and -sync-interval exclude each other: with -fsync every write is fsynced")
 	}
@@ -210,7 +215,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	scfg := devstack.Config{DataDir: c.dataDir, NATSAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
 		Log: zerolog.New(os.Stderr).Level(zerolog.WarnLevel), Insecure: c.insecure, BulkAfter: c.bulkAfter,
-		SyncAlways: c.fsync, SyncInterval: c.syncInterval, VisibilityCache: c.visibilityCache, ProjectorCoalesce: svc.NeverIfZero(c.coalesce)}
+		SyncAlways: c.fsync, SyncInterval: c.syncInterval, Concurrency: c.agentConcurrency, VisibilityCache: c.visibilityCache, ProjectorCoalesce: svc.NeverIfZero(c.coalesce)}
 	if c.metrics {
 		scfg.MetricsAddr = "127.0.0.1:0"
 	}
