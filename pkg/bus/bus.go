@@ -52,7 +52,8 @@ type Config struct {
 	// kept after they were handled (they are an audit trail, not the truth).
 	// Default 7 days.
 	CommandsMaxAge time.Duration
-	// OnRetry, if set, is told why Open is still waiting for JetStream.
+	// OnRetry, if set, is told why Open (or Bootstrap) is still waiting
+	// for JetStream.
 	OnRetry func(err error)
 	// Partitions splits the executions among the dispatchers (package
 	// partition). Recorded at the first bootstrap and fixed afterwards:
@@ -475,7 +476,7 @@ func Open(ctx context.Context, url, name string, c Config, opts ...nats.Option) 
 	// Wait for the (possibly still starting) server instead of failing,
 	// saying why it waits: the server does not answer, or refused us.
 	var said string
-	var saidAt time.Time
+	var saidAt, placingSince time.Time
 	for {
 		switch {
 		case nc.IsClosed():
@@ -502,7 +503,13 @@ func Open(ctx context.Context, url, name string, c Config, opts ...nats.Option) 
 			return nc, js, nil
 		}
 		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) { // the server answered: waiting will not help
+		if Placing(err) && placingSince.IsZero() {
+			placingSince = time.Now()
+		}
+		// The server answered: waiting will not help, unless a cluster
+		// that has just formed could not yet place a replicated stream
+		// (Bootstrap's LayoutPatience).
+		if errors.As(err, &apiErr) && (!Placing(err) || time.Since(placingSince) >= LayoutPatience) {
 			nc.Close()
 			return nil, nil, err
 		}

@@ -294,18 +294,23 @@ func Bootstrap(ctx context.Context, js jetstream.JetStream, c Config, d Durables
 	if err := d.Validate(); err != nil {
 		return err
 	}
-	if err := Ensure(ctx, js, c); err != nil {
-		return err
-	}
-	n, err := Partitions(ctx, js)
-	if err != nil {
-		return err
-	}
-	d.Partitions = n
-	for _, cons := range AllConsumers(d) {
-		if _, err := js.CreateOrUpdateConsumer(ctx, cons.Stream, cons.Config); err != nil {
-			return fmt.Errorf("ensure consumer %s on %s: %w", cons.Config.Durable, cons.Stream, err)
+	// A cluster that has just formed may refuse for a while (no meta
+	// leader yet, or not every server counted online): tried again, as
+	// the services' own requests are (LayoutPatience).
+	return retryLayout(ctx, LayoutPatience, c.OnRetry, func() error {
+		if err := Ensure(ctx, js, c); err != nil {
+			return err
 		}
-	}
-	return nil
+		n, err := Partitions(ctx, js)
+		if err != nil {
+			return err
+		}
+		d.Partitions = n
+		for _, cons := range AllConsumers(d) {
+			if _, err := js.CreateOrUpdateConsumer(ctx, cons.Stream, cons.Config); err != nil {
+				return fmt.Errorf("ensure consumer %s on %s: %w", cons.Config.Durable, cons.Stream, err)
+			}
+		}
+		return nil
+	})
 }

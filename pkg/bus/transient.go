@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -91,4 +92,58 @@ func apiErrorCode(err error) jetstream.ErrorCode {
 // real: stored, or refused with the subject's last sequence (10071).
 func SubjectInFlight(err error) bool {
 	return apiErrorCode(err) == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+}
+
+// errCodeNoPeers is JetStream's "no suitable peers for placement": a
+// replicated stream or consumer that the meta leader cannot place on as
+// many servers as its replicas, because it does not count enough of them
+// online.
+const errCodeNoPeers = 10005
+
+// Placing reports whether err is JetStream refusing to place a
+// replicated stream or consumer for want of servers online (10005). A
+// cluster that has just formed answers so until its meta leader counts
+// every server: the same request succeeds a moment later. A cluster with
+// fewer servers than the replicas answers so for ever.
+func Placing(err error) bool { return apiErrorCode(err) == errCodeNoPeers }
+
+// LayoutPatience is how long Bootstrap (and Open, when it makes the
+// topology) tries again a request JetStream refused as Transient or
+// Placing: long enough for a cluster that has just formed to count every
+// server, and not for ever, since a cluster short of servers never will.
+const LayoutPatience = time.Minute
+
+// retryLayout calls try until it succeeds, fails otherwise than
+// Transient or Placing, ctx ends, or patience has passed since the
+// first call; onRetry (if set) is told a refusal tried again at once,
+// then when it changes or every 5 s. A placement still refused at the
+// end says what to check.
+func retryLayout(ctx context.Context, patience time.Duration, onRetry func(error), try func() error) error {
+	began := time.Now()
+	var said string
+	var saidAt time.Time
+	for {
+		err := try()
+		switch {
+		case err == nil:
+			return nil
+		case !Transient(err) && !Placing(err), ctx.Err() != nil:
+			return err
+		case time.Since(began) >= patience:
+			if Placing(err) {
+				return fmt.Errorf("%w (tried for %s: does the cluster have as many servers online as the replicas asked for?)",
+					err, patience.Round(time.Second))
+			}
+			return err
+		}
+		if onRetry != nil && (err.Error() != said || time.Since(saidAt) >= 5*time.Second) {
+			onRetry(err)
+			said, saidAt = err.Error(), time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -70,4 +71,56 @@ func TestClosedWhileMade(t *testing.T) {
 	other := &jetstream.APIError{Code: 500, ErrorCode: jetstream.JSErrCodeConsumerCreate, Description: "deliver subject not valid"}
 	require.False(t, bus.ClosedWhileMade(other))
 	require.False(t, bus.ClosedWhileMade(errors.New("consumer closed")))
+}
+
+// noPeers is what a cluster that has just formed answers to a replicated
+// stream before its meta leader counts every server online.
+var noPeers = &jetstream.APIError{Code: 500, ErrorCode: 10005, Description: "no suitable peers for placement"}
+
+func TestPlacing(t *testing.T) {
+	require.True(t, bus.Placing(fmt.Errorf("ensure stream JF_EVENTS: %w", noPeers)))
+	require.False(t, bus.Transient(noPeers), "not transient for every caller: only the topology's making waits for it")
+	require.False(t, bus.Placing(&jetstream.APIError{Code: 400, ErrorCode: 10058, Description: "stream name already in use"}))
+	require.False(t, bus.Placing(nats.ErrTimeout))
+	require.False(t, bus.Placing(nil))
+}
+
+// TestTheLayoutIsMadeAgainWhileAClusterPlacesItsReplicas: the bootstrap
+// tries again a placement refused, or a transient failure, within its
+// patience; any other refusal ends it at once; a placement still refused
+// after its patience is returned with what to check, as the same error.
+func TestTheLayoutIsMadeAgainWhileAClusterPlacesItsReplicas(t *testing.T) {
+	t.Parallel()
+	calls, told := 0, 0
+	err := bus.RetryLayout(t.Context(), time.Minute, func(error) { told++ }, func() error {
+		calls++
+		switch calls {
+		case 1:
+			return fmt.Errorf("ensure stream JF_EVENTS: %w", noPeers)
+		case 2:
+			return nats.ErrTimeout
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, 3, calls, "tried until it was made")
+	require.Equal(t, 2, told, "each refusal said")
+
+	calls = 0
+	refused := &jetstream.APIError{Code: 400, ErrorCode: 10052, Description: "replicas > 1 not supported in non-clustered mode"}
+	err = bus.RetryLayout(t.Context(), time.Minute, nil, func() error { calls++; return refused })
+	require.ErrorIs(t, err, refused)
+	require.Equal(t, 1, calls, "another refusal is not tried again")
+
+	calls = 0
+	err = bus.RetryLayout(t.Context(), 0, nil, func() error { calls++; return noPeers })
+	require.Equal(t, 1, calls, "no patience left: not tried again")
+	require.True(t, bus.Placing(err), "the same error")
+	require.ErrorContains(t, err, "as many servers online as the replicas asked for")
+
+	ctx, cancel := context.WithCancel(t.Context())
+	calls = 0
+	err = bus.RetryLayout(ctx, time.Minute, func(error) { cancel() }, func() error { calls++; return noPeers })
+	require.True(t, bus.Placing(err))
+	require.Equal(t, 1, calls, "a context that ends stops it")
 }

@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -148,20 +147,10 @@ func TestComposeClusterConfig(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	// A cluster just formed may still answer 503 (no meta leader yet, or
-	// peers catching up) on a loaded machine: such errors are retried, as
-	// the services retry theirs. Its meta leader may also not yet count
-	// every peer online ("no suitable peers for placement", 10005, seen
-	// once in CI beside a load loop), which an operator's bootstrap would
-	// be run again for.
-	for {
-		err = bus.Bootstrap(ctx, ajs, bus.Config{Replicas: 3}, bus.Durables{})
-		var jerr jetstream.JetStreamError
-		noPeers := errors.As(err, &jerr) && jerr.APIError() != nil && jerr.APIError().ErrorCode == errNoPeersForPlacement
-		if err == nil || (!bus.Transient(err) && !noPeers) || ctx.Err() != nil {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	// peers catching up) on a loaded machine, or not yet count every peer
+	// online ("no suitable peers for placement", seen once in CI beside a
+	// load loop): the bootstrap tries again within bus.LayoutPatience.
+	err = bus.Bootstrap(ctx, ajs, bus.Config{Replicas: 3, OnRetry: func(err error) { t.Logf("bootstrap: %v", err) }}, bus.Durables{})
 	require.NoError(t, err, "the bootstrap makes R3 streams")
 	info, err := ajs.Stream(ctx, bus.StreamEvents)
 	require.NoError(t, err)
@@ -413,7 +402,3 @@ func TestManifestsCommand(t *testing.T) {
 	require.ErrorContains(t, err, "1 problems")
 	require.Contains(t, out.String(), "readinessProbe asks /ready, want /readyz")
 }
-
-// errNoPeersForPlacement is JetStream's error code for a replicated
-// stream that has not enough peers online to be placed on.
-const errNoPeersForPlacement = 10005

@@ -162,7 +162,8 @@ as jetflow admin does.`,
 				return err
 			}
 			began := time.Now()
-			if err := bus.Bootstrap(ctx, js, bus.Config{Replicas: replicas, Partitions: d.Partitions}, d); err != nil {
+			waiting := func(err error) { fmt.Fprintf(a.stderr, "waiting for jetstream: %v\n", err) }
+			if err := bus.Bootstrap(ctx, js, bus.Config{Replicas: replicas, Partitions: d.Partitions, OnRetry: waiting}, d); err != nil {
 				return cause(ctx, err)
 			}
 			n, err := bus.Partitions(ctx, js)
