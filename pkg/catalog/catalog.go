@@ -257,6 +257,26 @@ func (s *Store) Get(ctx context.Context, name string, version int) (Record, erro
 	return s.get(ctx, name, v)
 }
 
+// Resolve returns the version a start of name with version means: version
+// itself when it is given (whether it is registered is Get's to say), else
+// the latest, read as Get reads it. ErrNotFound: no workflow name.
+func (s *Store) Resolve(ctx context.Context, name string, version int) (int, error) {
+	if !events.ValidWorkflowName(name) {
+		return 0, fmt.Errorf("%w: %q", ErrNotFound, name)
+	}
+	if version > 0 {
+		return version, nil
+	}
+	v, err := s.pointer(ctx, name)
+	if err != nil {
+		return 0, err
+	}
+	if v == 0 {
+		return 0, fmt.Errorf("%w: %q", ErrNotFound, name)
+	}
+	return v, nil
+}
+
 // pointer returns the version the latest pointer of name names, 0 for
 // none.
 func (s *Store) pointer(ctx context.Context, name string) (int, error) {

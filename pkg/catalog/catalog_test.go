@@ -138,6 +138,31 @@ func TestGetUnknown(t *testing.T) {
 	require.ErrorIs(t, err, catalog.ErrNotFound)
 }
 
+// TestResolve: a start's version is the one it gives, else the latest
+// as it moves; a workflow never applied is not found.
+func TestResolve(t *testing.T) {
+	t.Parallel()
+	bundle := setup(t)
+	ctx := t.Context()
+	_, _, err := bundle.store.Apply(ctx, def("moving", "one"))
+	require.NoError(t, err)
+	v, err := bundle.store.Resolve(ctx, "moving", 0)
+	require.NoError(t, err)
+	require.Equal(t, 1, v)
+	_, _, err = bundle.store.Apply(ctx, def("moving", "two"))
+	require.NoError(t, err)
+	v, err = bundle.store.Resolve(ctx, "moving", 0)
+	require.NoError(t, err)
+	require.Equal(t, 2, v, "the latest, read again")
+	v, err = bundle.store.Resolve(ctx, "moving", 1)
+	require.NoError(t, err)
+	require.Equal(t, 1, v, "the version given")
+	for _, name := range []string{"unknown", "not.a.name", ""} {
+		_, err := bundle.store.Resolve(ctx, name, 0)
+		require.ErrorIs(t, err, catalog.ErrNotFound, name)
+	}
+}
+
 func TestApplyInvalid(t *testing.T) {
 	t.Parallel()
 

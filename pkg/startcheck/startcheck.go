@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -34,6 +35,24 @@ type Definition struct {
 	Name    string
 	Version int
 	Spec    workflow.Definition
+
+	// canonical and steps are what every start of it records, computed
+	// once by Prepare (nil: at each Check).
+	canonical json.RawMessage
+	steps     []events.StepRef
+}
+
+// Prepare returns the definition of a registered version with what every
+// start of it records computed once: its canonical form (the pinned
+// definition) and its steps. A version never changes, so a caller that
+// checks many starts keeps it; it is shared by the starts checked
+// against it, and must never be changed.
+func Prepare(name string, version int, spec workflow.Definition) (*Definition, error) {
+	canonical, err := spec.Canonical()
+	if err != nil {
+		return nil, fmt.Errorf("encode workflow %s version %d: %w", name, version, err)
+	}
+	return &Definition{Name: name, Version: version, Spec: spec, canonical: canonical, steps: spec.StepRefs()}, nil
 }
 
 // Options are what a start is checked against besides its definition.
@@ -150,12 +169,16 @@ func Check(ev events.Event, def *Definition, opt Options) (Start, error) {
 		return Start{}, &Problem{Code: events.CodeInvalid, Field: problems[0].Field, Input: problems,
 			Message: fmt.Sprintf("the input does not match workflow %s's input schema: %s", def.Name, strings.Join(all, "; "))}
 	}
-	canonical, err := def.Spec.Canonical()
-	if err != nil {
-		return Start{}, fmt.Errorf("encode workflow %s version %d: %w", def.Name, def.Version, err)
+	var err error
+	canonical, steps := def.canonical, slices.Clone(def.steps) // the steps are the execution's own
+	if canonical == nil {
+		if canonical, err = def.Spec.Canonical(); err != nil {
+			return Start{}, fmt.Errorf("encode workflow %s version %d: %w", def.Name, def.Version, err)
+		}
+		steps = def.Spec.StepRefs()
 	}
 	started := &events.ExecutionStarted{
-		Workflow: def.Name, Version: def.Version, Input: input, Steps: def.Spec.StepRefs(), Definition: canonical,
+		Workflow: def.Name, Version: def.Version, Input: input, Steps: steps, Definition: canonical,
 		CommandKey: key, CommandDigest: asked.Digest(), StartedBy: ev.Source, Actor: asked.Actor,
 		WaitAfterFail: asked.WaitAfterFail, DryRun: asked.DryRun,
 		Chain: asked.Chain, Run: asked.Run, ContinuedFrom: asked.ContinuedFrom, Parent: asked.Parent,

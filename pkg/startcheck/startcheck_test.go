@@ -212,6 +212,60 @@ func TestCheckNormalizes(t *testing.T) {
 	})
 }
 
+// TestAPreparedDefinitionStartsAsTheDefinition: a start checked against
+// a definition prepared once (as the dispatcher keeps one per version)
+// is the start checked against the definition, and each start has steps
+// of its own.
+func TestAPreparedDefinitionStartsAsTheDefinition(t *testing.T) {
+	t.Parallel()
+	def := definition(t, typed)
+	prepared, err := startcheck.Prepare(def.Name, def.Version, def.Spec)
+	require.NoError(t, err)
+	for _, data := range []string{
+		`{"workflow":"typed","input":{"count":2},"wait_after_fail":true}`,
+		`{"workflow":"typed","version":3,"execution_id":"x-1","input":{"count":1,"name":"abc"}}`,
+	} {
+		want, err := startcheck.Check(command(t, data), def, options())
+		require.NoError(t, err, data)
+		got, err := startcheck.Check(command(t, data), prepared, options())
+		require.NoError(t, err, data)
+		require.Equal(t, want, got, data)
+	}
+	_, err = startcheck.Check(command(t, `{"workflow":"typed","input":{"count":0}}`), prepared, options())
+	var p *startcheck.Problem
+	require.ErrorAs(t, err, &p, "its input schema still checks the input")
+	require.Equal(t, "input.count", p.Field)
+
+	one, err := startcheck.Check(command(t, `{"workflow":"typed","input":{"count":1}}`), prepared, options())
+	require.NoError(t, err)
+	one.Started.Steps[0].ID = "changed"
+	two, err := startcheck.Check(command(t, `{"workflow":"typed","input":{"count":1}}`), prepared, options())
+	require.NoError(t, err)
+	require.Equal(t, "a", two.Started.Steps[0].ID, "a start's steps are its own")
+}
+
+// BenchmarkCheck: a start checked against a definition, and against the
+// same prepared once.
+func BenchmarkCheck(b *testing.B) {
+	def := definition(b, typed)
+	prepared, err := startcheck.Prepare(def.Name, def.Version, def.Spec)
+	require.NoError(b, err)
+	ev := command(b, `{"workflow":"typed","input":{"count":2}}`)
+	for _, c := range []struct {
+		name string
+		def  *startcheck.Definition
+	}{{"definition", def}, {"prepared", prepared}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := startcheck.Check(ev, c.def, options()); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 // TestCheckRetention: the workflow's rule is recorded with context meaning
 // parent, its hash rendered over the start; a hash that renders to no
 // usable key refuses the start, naming the input.

@@ -182,11 +182,11 @@ func (d *Dispatcher) publishOwn(ctx context.Context, id, subject, wf string, p e
 // *startcheck.Problem when it may not start.
 func (d *Dispatcher) checkStartCommand(ctx context.Context, ev events.Event, cmd *events.StartExecution) (startcheck.Start, error) {
 	var def *startcheck.Definition
-	rec, err := d.defs.Get(ctx, cmd.Workflow, cmd.Version)
-	switch {
-	case err == nil:
-		def = &startcheck.Definition{Name: rec.Name, Version: rec.Version, Spec: rec.Definition}
-	case !errors.Is(err, catalog.ErrNotFound):
+	v, err := d.defs.Resolve(ctx, cmd.Workflow, cmd.Version)
+	if err == nil {
+		def, err = d.starts.get(ctx, d.defs, cmd.Workflow, v)
+	}
+	if err != nil && !errors.Is(err, catalog.ErrNotFound) {
 		return startcheck.Start{}, err
 	}
 	return startcheck.Check(ev, def, startcheck.Options{MaxPayload: d.js.Conn().MaxPayload(), Now: d.cfg.Now()})
