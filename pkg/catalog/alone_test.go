@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/natstest"
+	"jetflow.dev/pkg/startcheck"
 )
 
 // TestThePointerIsReadDirectlyOnlyFromALoneStream: a start reads the
@@ -91,4 +93,21 @@ func TestLoneStream(t *testing.T) {
 	} {
 		require.Equal(t, tc.want, loneStream(tc.info), tc.name)
 	}
+}
+
+// TestThePreparedCacheIsBounded: full, it forgets what it held and keeps
+// the new one; a key kept is answered with the one kept first.
+func TestThePreparedCacheIsBounded(t *testing.T) {
+	var c preparedCache
+	first := &startcheck.Definition{Name: "w", Version: 1}
+	require.Same(t, first, c.put("def.w.1", first))
+	require.Same(t, first, c.put("def.w.1", &startcheck.Definition{Name: "w", Version: 1}), "the one kept first")
+	for i := 2; i <= preparedCacheSize; i++ {
+		c.put(fmt.Sprintf("def.w.%d", i), &startcheck.Definition{Name: "w", Version: i})
+	}
+	require.Len(t, c.defs, preparedCacheSize)
+	c.put("def.x.1", &startcheck.Definition{Name: "x", Version: 1})
+	require.Len(t, c.defs, 1, "forgot what it held")
+	_, ok := c.get("def.w.1")
+	require.False(t, ok)
 }

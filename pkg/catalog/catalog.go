@@ -22,6 +22,7 @@ import (
 
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/startcheck"
 	"jetflow.dev/pkg/workflow"
 )
 
@@ -55,6 +56,9 @@ type Store struct {
 	// and never changed, so one read is enough (a start reads its
 	// workflow's record every time: this spares it a round trip).
 	stored recordCache
+	// prepared keeps the versions starts were checked against, prepared
+	// (StartDefinition).
+	prepared preparedCache
 	// lone says whether the bucket's stream is alone (loneStream), as
 	// last checked (alone): asked is when the check began that found one,
 	// checked when the last check began.
@@ -103,6 +107,39 @@ func (c *recordCache) put(key string, raw []byte) {
 		c.raw[key] = raw
 		c.bytes += len(raw)
 	}
+}
+
+// preparedCacheSize bounds the prepared versions a Store keeps: far more
+// than the workflow versions started at once.
+const preparedCacheSize = 512
+
+// preparedCache holds prepared versions by key, shared by the starts
+// checked against them (never changed).
+type preparedCache struct {
+	mu   sync.Mutex
+	defs map[string]*startcheck.Definition
+}
+
+func (c *preparedCache) get(key string) (*startcheck.Definition, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	d, ok := c.defs[key]
+	return d, ok
+}
+
+// put keeps d under key, or the one kept there first, and returns it;
+// when full it forgets what it held first (as recordCache does).
+func (c *preparedCache) put(key string, d *startcheck.Definition) *startcheck.Definition {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if kept, ok := c.defs[key]; ok {
+		return kept
+	}
+	if c.defs == nil || len(c.defs) >= preparedCacheSize {
+		c.defs = map[string]*startcheck.Definition{}
+	}
+	c.defs[key] = d
+	return d
 }
 
 // Open binds to the definitions bucket (created by bus.Ensure).
@@ -275,6 +312,32 @@ func (s *Store) Resolve(ctx context.Context, name string, version int) (int, err
 		return 0, fmt.Errorf("%w: %q", ErrNotFound, name)
 	}
 	return v, nil
+}
+
+// StartDefinition returns the definition a start of name names (version
+// 0: the latest, read as Get reads it, at each call) prepared for
+// startcheck.Check: each version is decoded and prepared once, then kept
+// (a version never changes), so that a start does not decode its
+// version's record and encode its canonical form each time. The result is
+// shared: never change it. ErrNotFound: no such workflow or version.
+func (s *Store) StartDefinition(ctx context.Context, name string, version int) (*startcheck.Definition, error) {
+	v, err := s.Resolve(ctx, name, version)
+	if err != nil {
+		return nil, err
+	}
+	k := defKey(name, v)
+	if d, ok := s.prepared.get(k); ok {
+		return d, nil
+	}
+	rec, err := s.get(ctx, name, v)
+	if err != nil {
+		return nil, err
+	}
+	d, err := startcheck.Prepare(rec.Name, rec.Version, rec.Definition)
+	if err != nil {
+		return nil, err
+	}
+	return s.prepared.put(k, d), nil
 }
 
 // pointer returns the version the latest pointer of name names, 0 for

@@ -163,6 +163,42 @@ func TestResolve(t *testing.T) {
 	}
 }
 
+// TestStartDefinition: a start's version is read and prepared once and
+// kept for the next starts; a start without a version follows the latest
+// as it moves; a version or workflow not registered is not found.
+func TestStartDefinition(t *testing.T) {
+	t.Parallel()
+	bundle := setup(t)
+	ctx := t.Context()
+	_, _, err := bundle.store.Apply(ctx, def("greet", "one"))
+	require.NoError(t, err)
+	first, err := bundle.store.StartDefinition(ctx, "greet", 0)
+	require.NoError(t, err)
+	require.Equal(t, 1, first.Version)
+	require.Equal(t, "one", first.Spec.Steps[0].Message)
+	again, err := bundle.store.StartDefinition(ctx, "greet", 1)
+	require.NoError(t, err)
+	require.Same(t, first, again, "kept")
+
+	_, _, err = bundle.store.Apply(ctx, def("greet", "two"))
+	require.NoError(t, err)
+	latest, err := bundle.store.StartDefinition(ctx, "greet", 0)
+	require.NoError(t, err)
+	require.Equal(t, 2, latest.Version, "the latest, read again")
+	require.Equal(t, "two", latest.Spec.Steps[0].Message)
+	older, err := bundle.store.StartDefinition(ctx, "greet", 1)
+	require.NoError(t, err)
+	require.Same(t, first, older, "the version given")
+
+	for _, c := range []struct {
+		name    string
+		version int
+	}{{"greet", 3}, {"unknown", 0}, {"unknown", 1}, {"not.a.name", 0}} {
+		_, err := bundle.store.StartDefinition(ctx, c.name, c.version)
+		require.ErrorIs(t, err, catalog.ErrNotFound, "%s v%d", c.name, c.version)
+	}
+}
+
 func TestApplyInvalid(t *testing.T) {
 	t.Parallel()
 

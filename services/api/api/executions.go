@@ -155,12 +155,8 @@ func (s *Server) startExecution(w http.ResponseWriter, r *http.Request) {
 	}
 	start.Actor = actorOf(r)
 	_, start.ExecutionID = startcheck.Identify(cmd) // the command names it, for the dispatcher and the answer
-	var def *startcheck.Definition
-	rec, err := s.at(r).defs.Get(r.Context(), start.Workflow, start.Version)
-	switch {
-	case err == nil:
-		def = &startcheck.Definition{Name: rec.Name, Version: rec.Version, Spec: rec.Definition}
-	case !errors.Is(err, catalog.ErrNotFound):
+	def, err := s.at(r).defs.StartDefinition(r.Context(), start.Workflow, start.Version)
+	if err != nil && !errors.Is(err, catalog.ErrNotFound) {
 		s.internal(w, r, err)
 		return
 	}

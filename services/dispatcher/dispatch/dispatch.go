@@ -271,8 +271,6 @@ type Dispatcher struct {
 	cache *lru[string, *execState]
 	// pinned shares the decoded definitions of the cached executions.
 	pinned *pinnedDefs
-	// starts keeps the registered definitions starts are checked against.
-	starts *startDefs
 
 	// handling serialises withExecution per execution. A worker handles
 	// the messages routed to it one at a time, but a message that names
@@ -330,7 +328,7 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log zerolog.Lo
 		soon = newSoonTimers()
 	}
 	return &Dispatcher{soon: soon, local: newLocalOps(cfg, log), rescue: newRescuer(), tasks: tasks, keeper: newKeeper(js, log), lookupAfter: lookupAfter, cfg: cfg, js: js, log: log, defs: defs, ids: ids, locks: locks, hist: hist, cache: newLRU[string](cfg.CacheSize, cfg.CacheBytes, (*execState).size),
-		pinned: newPinnedDefs(maxPinnedDefs), starts: newStartDefs(maxPinnedDefs), maxEvent: int(js.Conn().MaxPayload()) - 64<<10,
+		pinned: newPinnedDefs(maxPinnedDefs), maxEvent: int(js.Conn().MaxPayload()) - 64<<10,
 		parts: partitions{n: n, kv: kv, running: map[int]*consuming{}}}, nil
 }
 

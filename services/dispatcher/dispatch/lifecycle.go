@@ -181,11 +181,7 @@ func (d *Dispatcher) publishOwn(ctx context.Context, id, subject, wf string, p e
 // the registered definition it names, as startcheck.Check does: a
 // *startcheck.Problem when it may not start.
 func (d *Dispatcher) checkStartCommand(ctx context.Context, ev events.Event, cmd *events.StartExecution) (startcheck.Start, error) {
-	var def *startcheck.Definition
-	v, err := d.defs.Resolve(ctx, cmd.Workflow, cmd.Version)
-	if err == nil {
-		def, err = d.starts.get(ctx, d.defs, cmd.Workflow, v)
-	}
+	def, err := d.defs.StartDefinition(ctx, cmd.Workflow, cmd.Version)
 	if err != nil && !errors.Is(err, catalog.ErrNotFound) {
 		return startcheck.Start{}, err
 	}

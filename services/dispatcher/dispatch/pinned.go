@@ -1,14 +1,11 @@
 package dispatch
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"sync"
 
-	"jetflow.dev/pkg/catalog"
-	"jetflow.dev/pkg/startcheck"
 	"jetflow.dev/pkg/workflow"
 )
 
@@ -77,51 +74,4 @@ func (p *pinnedDefs) len() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.defs.len()
-}
-
-// startDefs keeps the registered definitions starts are checked against
-// (startcheck.Prepare): a start otherwise decoded its version's record
-// and encoded its canonical form each time, about a twentieth of a
-// 10-step local execution's allocations. A registered version never
-// changes, so one kept is right for ever; the most recently used
-// maxPinnedDefs are kept. Safe for concurrent use.
-type startDefs struct {
-	mu   sync.Mutex // guards defs
-	defs *lru[startKey, *startcheck.Definition]
-}
-
-// startKey names a registered version.
-type startKey struct {
-	workflow string
-	version  int
-}
-
-func newStartDefs(max int) *startDefs {
-	return &startDefs{defs: newLRU[startKey, *startcheck.Definition](max, 0, nil)}
-}
-
-// get returns version v of workflow wf, prepared: the one kept, or the
-// one read from defs and kept. The result is shared: never change it.
-func (s *startDefs) get(ctx context.Context, defs *catalog.Store, wf string, v int) (*startcheck.Definition, error) {
-	k := startKey{workflow: wf, version: v}
-	s.mu.Lock()
-	def, ok := s.defs.get(k)
-	s.mu.Unlock()
-	if ok {
-		return def, nil
-	}
-	rec, err := defs.Get(ctx, wf, v)
-	if err != nil {
-		return nil, err
-	}
-	if def, err = startcheck.Prepare(rec.Name, rec.Version, rec.Definition); err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if kept, ok := s.defs.get(k); ok {
-		return kept, nil
-	}
-	s.defs.put(k, def)
-	return def, nil
 }
