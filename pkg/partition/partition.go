@@ -1092,7 +1092,10 @@ func (t *Table) release(p int, epoch uint64) {
 // for the next holder (which then takes it for expired: take). A delete
 // refused because the lease is at a later revision than the one known
 // (a renewal stored whose answer was lost: a stop cuts one short) is
-// made again at the lease's revision, if it is still this member's.
+// made again at the lease's revision, if it is still this member's; if
+// it is no longer (it expired while the release waited for the jobs in
+// hand, and may be another member's since), there is nothing to give
+// back, and nothing to report.
 func (t *Table) giveBack(ctx context.Context, p int) {
 	l, ok := t.leases[p]
 	if !ok || l.owner != t.cfg.Member {
@@ -1109,8 +1112,12 @@ func (t *Table) giveBack(ctx context.Context, p int) {
 	defer cancel()
 	err := drop(ctx, LeaseKey(p), jetstream.LastRevision(l.rev))
 	if changedSince(err) {
-		if e, gerr := t.kv.Get(ctx, LeaseKey(p)); gerr == nil && string(e.Value()) == t.cfg.Member {
+		e, gerr := t.kv.Get(ctx, LeaseKey(p))
+		switch {
+		case gerr == nil && string(e.Value()) == t.cfg.Member:
 			err = drop(ctx, LeaseKey(p), jetstream.LastRevision(e.Revision()))
+		case errors.Is(gerr, jetstream.ErrKeyNotFound) || (gerr == nil && string(e.Value()) != t.cfg.Member):
+			err = nil // no longer this member's lease
 		}
 	}
 	if err != nil {

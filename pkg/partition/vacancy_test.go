@@ -3,12 +3,14 @@ package partition_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/natstest"
 	"jetflow.dev/pkg/partition"
 )
@@ -151,4 +153,58 @@ func TestAGiveBackAfterAnUnansweredRenewalDeletes(t *testing.T) {
 	epoch, ok := other.Holds(0)
 	require.True(t, ok)
 	require.Equal(t, partition.VacancyReleased, other.Vacancy(0, epoch), "deleted, not expired")
+}
+
+// TestAGiveBackOfALeaseNoLongerHeldIsNoError: a lease that expired while
+// its release waited (gone, or another member's since) is not given
+// back, and no error is reported: the clean stop of a busy dispatcher
+// logged "wrong last sequence" for it.
+func TestAGiveBackOfALeaseNoLongerHeldIsNoError(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	kv, err := js.KeyValue(ctx, bus.BucketDispatchers)
+	require.NoError(t, err)
+	var mu sync.Mutex
+	var reported []string
+	tbl, err := partition.New(js, kv, partition.Config{Member: "a", Partitions: 3,
+		Acquire: func(context.Context, int, uint64) error { return nil },
+		Release: func(int, uint64) bool { return true },
+		OnError: func(err error, what string) {
+			mu.Lock()
+			reported = append(reported, what+": "+err.Error())
+			mu.Unlock()
+		}})
+	require.NoError(t, err)
+	t.Cleanup(tbl.WaitStarts)
+	for p := range 3 {
+		tbl.AcquireNow(ctx, p)
+	}
+	// 0: gone (expired); 1: another member's since; 2: still a's.
+	require.NoError(t, kv.Delete(ctx, partition.LeaseKey(0)))
+	_, err = kv.Put(ctx, partition.LeaseKey(1), []byte("b"))
+	require.NoError(t, err)
+	for p := range 3 {
+		tbl.GiveBackNow(ctx, p)
+	}
+	mu.Lock()
+	require.Empty(t, reported, "nothing to give back is no error")
+	mu.Unlock()
+	e, err := kv.Get(ctx, partition.LeaseKey(1))
+	require.NoError(t, err)
+	require.Equal(t, "b", string(e.Value()), "b's lease left alone")
+	_, err = kv.Get(ctx, partition.LeaseKey(2))
+	require.ErrorIs(t, err, jetstream.ErrKeyNotFound, "a's own given back")
+
+	// A give back that fails otherwise is still reported.
+	_, err = kv.Put(ctx, partition.LeaseKey(2), []byte("a"))
+	require.NoError(t, err)
+	tbl.AcquireNow(ctx, 2)
+	stopped, cancel := context.WithCancel(ctx)
+	cancel()
+	tbl.GiveBackNow(stopped, 2)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, reported, 1, "%v", reported)
+	require.Contains(t, reported[0], "give back partition 2")
 }
