@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	cejs "github.com/cloudevents/sdk-go/protocol/nats_jetstream/v2"
@@ -59,11 +61,38 @@ func Decode(header nats.Header, data []byte) (ev events.Event, err error) {
 			ev, err = events.Event{}, fmt.Errorf("%w: %v", events.ErrMalformed, r)
 		}
 	}()
-	header = normalizeHeader(header)
-	if ev, ok := fastDecode(header, data); ok {
+	h := header
+	if !normalized(header) {
+		h = normalizeHeader(header)
+	}
+	if ev, ok := fastDecode(h, data); ok {
 		return ev, nil
 	}
-	return decodeSDK(header, data)
+	return decodeSDK(normalizeHeader(header), data) // a copy: it may set content-type
+}
+
+// normalized reports whether h's ce- and content-type keys are all in
+// lower case already (as jetflow and the CloudEvents SDKs write them):
+// the fast path then reads h itself, not a copy.
+func normalized(h nats.Header) bool {
+	for k := range h {
+		ce := len(k) >= 3 && strings.EqualFold(k[:3], "ce-")
+		if (ce || strings.EqualFold(k, "content-type")) && hasUpper(k) {
+			return false
+		}
+	}
+	return true
+}
+
+// hasUpper reports whether s has an ASCII upper-case letter (header keys
+// are ASCII).
+func hasUpper(s string) bool {
+	for i := range len(s) {
+		if 'A' <= s[i] && s[i] <= 'Z' {
+			return true
+		}
+	}
+	return false
 }
 
 // decodeSDK is Decode through the sdk-go binding, the reference; header
@@ -272,6 +301,26 @@ func validSource(s string) bool {
 	if s == "" {
 		return false
 	}
+	if _, ok := validSources.Load(s); ok {
+		return true
+	}
 	u, err := url.Parse(s)
-	return err == nil && u.String() == s
+	if err != nil || u.String() != s {
+		return false
+	}
+	// A deployment's sources are few (its services, agents and clients):
+	// each is parsed once. Past maxValidSources (a client naming a new
+	// source per event), the others are parsed each time.
+	if validSourcesKept.Add(1) <= maxValidSources {
+		validSources.Store(s, struct{}{})
+	}
+	return true
 }
+
+// validSources holds sources found valid, up to maxValidSources.
+var (
+	validSources     sync.Map
+	validSourcesKept atomic.Int64
+)
+
+const maxValidSources = 1024

@@ -3,7 +3,9 @@ package bus
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -182,4 +184,87 @@ func TestNewerSchemaIsNotMisread(t *testing.T) {
 			require.Equal(t, ev.ID, got.ID, "but known for what it is")
 		}
 	}
+}
+
+// BenchmarkCodec: a step's success carrying the next dispatch, as a
+// dispatcher appends one, encoded and decoded (every service decodes
+// each message it takes).
+func BenchmarkCodec(b *testing.B) {
+	at := time.Date(2026, 12, 5, 16, 0, 0, 123456789, time.UTC)
+	ev := events.Event{ID: "0f9c6a2e-8d1b-4e5a-9c3f-7b2d4e6a8c10", Type: events.TypeStepSucceeded,
+		Source: "urn:jetflow:dispatcher:d-1", Subject: "bench-0001", Workflow: "bench", Time: at,
+		Data: &events.StepSucceeded{StepID: "s3", Attempt: 1, Output: json.RawMessage(`{"ok":true}`), Duration: 12,
+			Then: &events.StepDispatched{StepID: "s4", Kind: "noop", Attempt: 1, TaskID: "bench-0001.s4.1", Queue: "default",
+				Input: json.RawMessage(`{"id":"s4","kind":"noop"}`)}}}
+	msg, err := Encode("jf.events.bench.bench-0001", ev)
+	require.NoError(b, err)
+	b.Run("encode", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := Encode("jf.events.bench.bench-0001", ev); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("decode", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := Decode(msg.Header, msg.Data); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// TestDecodeLeavesTheHeaderAlone: the fast path reads a normalized header
+// as it is, the others a copy: a structured event without content-type
+// is read as one without the caller's header changing.
+func TestDecodeLeavesTheHeaderAlone(t *testing.T) {
+	msg, err := Encode("jf.events.wf.e1", codecSamples()[0])
+	require.NoError(t, err)
+	before := nats.Header{}
+	for k, v := range msg.Header {
+		before[k] = slices.Clone(v)
+	}
+	_, err = Decode(msg.Header, msg.Data)
+	require.NoError(t, err)
+	require.Equal(t, before, msg.Header)
+
+	mixed := nats.Header{}
+	for k, v := range msg.Header {
+		mixed["C"+k[1:]] = v // Ce-id, Ce-type, Content-type
+	}
+	require.False(t, normalized(mixed))
+	ev, err := Decode(mixed, msg.Data)
+	require.NoError(t, err)
+	require.Equal(t, codecSamples()[0].ID, ev.ID)
+	require.Contains(t, mixed, "Ce-id", "the caller's keys as they were")
+
+	structured := []byte(`{"specversion":"1.0","id":"s-1","source":"urn:x","type":"` + string(events.TypeStartExecution) + `","data":{"workflow":"wf"}}`)
+	h := nats.Header{}
+	ev, err = Decode(h, structured)
+	require.NoError(t, err)
+	require.Equal(t, "s-1", ev.ID)
+	require.Empty(t, h, "content-type set on a copy")
+}
+
+// TestValidSourcesAreKeptUpToABound: a valid source is parsed once and
+// kept, an invalid one never; past maxValidSources none more is kept.
+func TestValidSourcesAreKeptUpToABound(t *testing.T) {
+	require.True(t, validSource("urn:jetflow:test-kept"))
+	_, kept := validSources.Load("urn:jetflow:test-kept")
+	require.True(t, kept)
+	for _, bad := range []string{"", "http://a b", "%zz"} {
+		require.False(t, validSource(bad), bad)
+		require.False(t, validSource(bad), "%s, asked again", bad)
+		_, kept := validSources.Load(bad)
+		require.False(t, kept, bad)
+	}
+	for i := range maxValidSources + 10 {
+		require.True(t, validSource(fmt.Sprintf("urn:jetflow:test-%d", i)))
+	}
+	n := 0
+	validSources.Range(func(any, any) bool { n++; return true })
+	require.LessOrEqual(t, n, maxValidSources)
+	require.True(t, validSource(fmt.Sprintf("urn:jetflow:test-%d", maxValidSources+5)), "valid, kept or not")
 }
