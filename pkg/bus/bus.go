@@ -503,13 +503,19 @@ func Open(ctx context.Context, url, name string, c Config, opts ...nats.Option) 
 			return nc, js, nil
 		}
 		var apiErr *jetstream.APIError
-		if Placing(err) && placingSince.IsZero() {
+		switch {
+		case !Placing(err):
+			placingSince = time.Time{}
+		case placingSince.IsZero():
 			placingSince = time.Now()
+		case time.Since(placingSince) >= LayoutPatience:
+			nc.Close()
+			return nil, nil, placementHint(err, LayoutPatience)
 		}
 		// The server answered: waiting will not help, unless a cluster
 		// that has just formed could not yet place a replicated stream
-		// (Bootstrap's LayoutPatience).
-		if errors.As(err, &apiErr) && (!Placing(err) || time.Since(placingSince) >= LayoutPatience) {
+		// (for LayoutPatience, as Bootstrap waits).
+		if errors.As(err, &apiErr) && !Placing(err) {
 			nc.Close()
 			return nil, nil, err
 		}

@@ -295,8 +295,8 @@ func Bootstrap(ctx context.Context, js jetstream.JetStream, c Config, d Durables
 		return err
 	}
 	// A cluster that has just formed may refuse for a while (no meta
-	// leader yet, or not every server counted online): tried again, as
-	// the services' own requests are (LayoutPatience).
+	// leader yet, or not every server counted online): tried again for
+	// LayoutPatience.
 	return retryLayout(ctx, LayoutPatience, c.OnRetry, func() error {
 		if err := Ensure(ctx, js, c); err != nil {
 			return err

@@ -107,17 +107,43 @@ const errCodeNoPeers = 10005
 // fewer servers than the replicas answers so for ever.
 func Placing(err error) bool { return apiErrorCode(err) == errCodeNoPeers }
 
-// LayoutPatience is how long Bootstrap (and Open, when it makes the
-// topology) tries again a request JetStream refused as Transient or
-// Placing: long enough for a cluster that has just formed to count every
-// server, and not for ever, since a cluster short of servers never will.
-const LayoutPatience = time.Minute
+// LayoutPatience is how long Bootstrap tries again a refusal of a cluster
+// that has just formed (layoutRetryable), and Open a Placing one: long
+// enough for a cluster that has just formed to count every server, and
+// not for ever, since a cluster short of servers never will.
+var LayoutPatience = time.Minute
 
-// retryLayout calls try until it succeeds, fails otherwise than
-// Transient or Placing, ctx ends, or patience has passed since the
-// first call; onRetry (if set) is told a refusal tried again at once,
-// then when it changes or every 5 s. A placement still refused at the
-// end says what to check.
+// layoutRetryable reports whether the making of the topology is tried
+// again after err: a placement refused (Placing), or JetStream away or
+// between leaders (Transient). Not a request that got no answer (a
+// timeout: a permission refused gets none, and a server gone is waited
+// for by the caller's connection), a closed connection, or an account
+// without JetStream: those failed at once before, and still do.
+func layoutRetryable(err error) bool {
+	switch {
+	case Placing(err):
+		return true
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout),
+		errors.Is(err, nats.ErrConnectionClosed),
+		errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount),
+		apiErrorCode(err) == jetstream.JSErrCodeJetStreamNotEnabled, apiErrorCode(err) == jetstream.JSErrCodeJetStreamNotEnabledForAccount:
+		return false
+	}
+	return Transient(err)
+}
+
+// placementHint says what to check of a placement still refused after
+// patience.
+func placementHint(err error, patience time.Duration) error {
+	return fmt.Errorf("%w (tried for %s: does the cluster have as many servers online as the replicas asked for?)",
+		err, patience.Round(time.Second))
+}
+
+// retryLayout calls try until it succeeds, fails in a way not
+// layoutRetryable, ctx ends, or patience has passed since the first call
+// (checked after each call: the last may end past it); onRetry (if set)
+// is told a refusal tried again at once, then when it changes or every
+// 5 s. A placement still refused at the end says what to check.
 func retryLayout(ctx context.Context, patience time.Duration, onRetry func(error), try func() error) error {
 	began := time.Now()
 	var said string
@@ -127,12 +153,11 @@ func retryLayout(ctx context.Context, patience time.Duration, onRetry func(error
 		switch {
 		case err == nil:
 			return nil
-		case !Transient(err) && !Placing(err), ctx.Err() != nil:
+		case !layoutRetryable(err), ctx.Err() != nil:
 			return err
 		case time.Since(began) >= patience:
 			if Placing(err) {
-				return fmt.Errorf("%w (tried for %s: does the cluster have as many servers online as the replicas asked for?)",
-					err, patience.Round(time.Second))
+				return placementHint(err, patience)
 			}
 			return err
 		}

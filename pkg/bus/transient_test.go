@@ -97,8 +97,8 @@ func TestTheLayoutIsMadeAgainWhileAClusterPlacesItsReplicas(t *testing.T) {
 		switch calls {
 		case 1:
 			return fmt.Errorf("ensure stream JF_EVENTS: %w", noPeers)
-		case 2:
-			return nats.ErrTimeout
+		case 2: // no meta leader yet
+			return &jetstream.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"}
 		}
 		return nil
 	})
@@ -123,4 +123,35 @@ func TestTheLayoutIsMadeAgainWhileAClusterPlacesItsReplicas(t *testing.T) {
 	err = bus.RetryLayout(ctx, time.Minute, func(error) { cancel() }, func() error { calls++; return noPeers })
 	require.True(t, bus.Placing(err))
 	require.Equal(t, 1, calls, "a context that ends stops it")
+}
+
+// TestTheLayoutIsNotWaitedForWhereWaitingCannotHelp: an account without
+// JetStream, a closed connection, or a request with no answer at all (a
+// permission refused) fails the bootstrap at once, as before.
+func TestTheLayoutIsNotWaitedForWhereWaitingCannotHelp(t *testing.T) {
+	t.Parallel()
+	for _, refused := range []error{
+		jetstream.ErrJetStreamNotEnabledForAccount, jetstream.ErrJetStreamNotEnabled,
+		&jetstream.APIError{Code: 503, ErrorCode: 10039, Description: "jetstream not enabled for account"},
+		nats.ErrConnectionClosed, nats.ErrTimeout, context.DeadlineExceeded,
+	} {
+		calls := 0
+		err := bus.RetryLayout(t.Context(), time.Minute, nil, func() error { calls++; return fmt.Errorf("ensure stream: %w", refused) })
+		require.ErrorIs(t, err, refused)
+		require.Equal(t, 1, calls, "%v: not tried again", refused)
+	}
+}
+
+// TestTheLayoutWaitSaysWhyOnceAndStopsInTime: the same refusal is told
+// once within 5 s; a patience of 1.2 s ends the tries after it.
+func TestTheLayoutWaitSaysWhyOnceAndStopsInTime(t *testing.T) {
+	t.Parallel()
+	calls, told := 0, 0
+	began := time.Now()
+	err := bus.RetryLayout(t.Context(), 1200*time.Millisecond, func(error) { told++ }, func() error { calls++; return noPeers })
+	require.True(t, bus.Placing(err))
+	require.GreaterOrEqual(t, time.Since(began), 1200*time.Millisecond, "tried until its patience ran out")
+	require.GreaterOrEqual(t, calls, 3, "tried every half second")
+	require.LessOrEqual(t, calls, 4, "and no longer")
+	require.Equal(t, 1, told, "the same refusal told once")
 }

@@ -3,6 +3,7 @@ package catalog
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/natstest"
 	"jetflow.dev/pkg/startcheck"
+	"jetflow.dev/pkg/workflow"
 )
 
 // TestThePointerIsReadDirectlyOnlyFromALoneStream: a start reads the
@@ -110,4 +112,30 @@ func TestThePreparedCacheIsBounded(t *testing.T) {
 	require.Len(t, c.defs, 1, "forgot what it held")
 	_, ok := c.get("def.w.1")
 	require.False(t, ok)
+}
+
+// TestThePreparedCacheIsBoundedByBytes: a definition larger than a
+// quarter of the bound is not kept; past the bound, the cache starts
+// over.
+func TestThePreparedCacheIsBoundedByBytes(t *testing.T) {
+	prepared := func(t *testing.T, name string, bytes int) *startcheck.Definition {
+		t.Helper()
+		d, err := startcheck.Prepare(name, 1, workflow.Definition{Name: name, Description: strings.Repeat("x", bytes),
+			Steps: []workflow.Step{{ID: "a", Kind: workflow.KindNoop}}})
+		require.NoError(t, err)
+		return d
+	}
+	var c preparedCache
+	huge := prepared(t, "huge", preparedCacheBytes/4+1)
+	require.Same(t, huge, c.put("def.huge.1", huge), "handed back")
+	_, ok := c.get("def.huge.1")
+	require.False(t, ok, "not kept")
+	for i := range 3 {
+		c.put(fmt.Sprintf("def.big.%d", i), prepared(t, "big", preparedCacheBytes/4-100))
+	}
+	require.Len(t, c.defs, 3)
+	c.put("def.more.1", prepared(t, "more", preparedCacheBytes/4-100))
+	require.Len(t, c.defs, 4, "at the bound")
+	c.put("def.last.1", prepared(t, "last", 1000))
+	require.Len(t, c.defs, 1, "past it: started over")
 }

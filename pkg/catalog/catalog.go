@@ -109,15 +109,20 @@ func (c *recordCache) put(key string, raw []byte) {
 	}
 }
 
-// preparedCacheSize bounds the prepared versions a Store keeps: far more
-// than the workflow versions started at once.
-const preparedCacheSize = 512
+// preparedCacheSize and preparedCacheBytes bound the prepared versions a
+// Store keeps: far more than the workflow versions started at once, and
+// their canonical forms' bytes (each kept decoded too, a few times that).
+const (
+	preparedCacheSize  = 512
+	preparedCacheBytes = 8 << 20
+)
 
 // preparedCache holds prepared versions by key, shared by the starts
 // checked against them (never changed).
 type preparedCache struct {
-	mu   sync.Mutex
-	defs map[string]*startcheck.Definition
+	mu    sync.Mutex
+	defs  map[string]*startcheck.Definition
+	bytes int
 }
 
 func (c *preparedCache) get(key string) (*startcheck.Definition, bool) {
@@ -128,17 +133,22 @@ func (c *preparedCache) get(key string) (*startcheck.Definition, bool) {
 }
 
 // put keeps d under key, or the one kept there first, and returns it;
-// when full it forgets what it held first (as recordCache does).
+// when full it forgets what it held first (as recordCache does). A
+// definition larger than a quarter of preparedCacheBytes is not kept.
 func (c *preparedCache) put(key string, d *startcheck.Definition) *startcheck.Definition {
+	n := d.Size()
+	if n > preparedCacheBytes/4 {
+		return d
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if kept, ok := c.defs[key]; ok {
 		return kept
 	}
-	if c.defs == nil || len(c.defs) >= preparedCacheSize {
-		c.defs = map[string]*startcheck.Definition{}
+	if c.defs == nil || len(c.defs) >= preparedCacheSize || c.bytes+n > preparedCacheBytes {
+		c.defs, c.bytes = map[string]*startcheck.Definition{}, 0
 	}
-	c.defs[key] = d
+	c.defs[key], c.bytes = d, c.bytes+n
 	return d
 }
 
@@ -334,8 +344,8 @@ func (s *Store) StartDefinition(ctx context.Context, name string, version int) (
 		return nil, err
 	}
 	d, err := startcheck.Prepare(rec.Name, rec.Version, rec.Definition)
-	if err != nil {
-		return nil, err
+	if err != nil { // left to each Check to say, after the start's own problems
+		return &startcheck.Definition{Name: rec.Name, Version: rec.Version, Spec: rec.Definition}, nil
 	}
 	return s.prepared.put(k, d), nil
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"jetflow.dev/pkg/bus"
@@ -197,6 +198,33 @@ func TestStartDefinition(t *testing.T) {
 		_, err := bundle.store.StartDefinition(ctx, c.name, c.version)
 		require.ErrorIs(t, err, catalog.ErrNotFound, "%s v%d", c.name, c.version)
 	}
+}
+
+// TestStartDefinitionConcurrently: starts of several versions checked at
+// once, some of them changing the steps of what they got, share each
+// version's prepared definition safely.
+func TestStartDefinitionConcurrently(t *testing.T) {
+	t.Parallel()
+	bundle := setup(t)
+	ctx := t.Context()
+	for _, m := range []string{"one", "two", "three"} {
+		_, _, err := bundle.store.Apply(ctx, def("many", m))
+		require.NoError(t, err)
+	}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 50 {
+				v := (g+i)%3 + 1
+				d, err := bundle.store.StartDefinition(ctx, "many", v)
+				if !assert.NoError(t, err) || !assert.Equal(t, v, d.Version) {
+					return
+				}
+				assert.Equal(t, []string{"one", "two", "three"}[v-1], d.Spec.Steps[0].Message)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 func TestApplyInvalid(t *testing.T) {

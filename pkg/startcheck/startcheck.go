@@ -42,6 +42,10 @@ type Definition struct {
 	steps     []events.StepRef
 }
 
+// Size is what a prepared definition holds, near enough for a cache's
+// bound: its canonical form's bytes (0 unprepared).
+func (d *Definition) Size() int { return len(d.canonical) }
+
 // Prepare returns the definition of a registered version with what every
 // start of it records computed once: its canonical form (the pinned
 // definition) and its steps. A version never changes, so a caller that

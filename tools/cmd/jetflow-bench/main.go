@@ -185,8 +185,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if r := api.Ranges.ProjectorCoalesce; !r.Contains(c.coalesce) {
 		return fmt.Errorf("-projector-coalesce %s: out of range, use 0 (write at every batch) to %s", svc.ShortDuration(c.coalesce), svc.ShortDuration(r.Max))
 	}
-	if c.agentConcurrency < 0 {
-		return fmt.Errorf("-agent-concurrency %d: give the tasks the agent runs at once per queue, or 0 for its default", c.agentConcurrency)
+	if c.agentConcurrency < 0 || c.agentConcurrency > 1024 {
+		return fmt.Errorf("-agent-concurrency %d: give the tasks the agent runs at once per queue, 1 to 1024, or 0 for its default", c.agentConcurrency)
 	}
 	if c.fsync && c.syncInterval > 0 {
 		return fmt.Errorf("-fsync and -sync-interval exclude each other: with -fsync every write is fsynced")

@@ -637,7 +637,8 @@ func bootstrap(ctx context.Context, info Info, ns string, cfg Config) error {
 	}
 	defer nc.Close()
 	for {
-		err = bus.Bootstrap(ctx, js, bus.Config{Replicas: cfg.Replicas},
+		err = bus.Bootstrap(ctx, js, bus.Config{Replicas: cfg.Replicas,
+			OnRetry: func(err error) { log.Warn().Err(err).Msg("waiting for jetstream") }},
 			bus.Durables{TaskAckWait: cfg.TaskAckWait, MaxDeliver: cfg.MaxDeliver})
 		if err == nil {
 			return nil

@@ -38,7 +38,7 @@ func watchTopology(ctx context.Context, info Info, ns string, cfg Config) (topo 
 	if err != nil {
 		return nil, nil, fmt.Errorf("topology watch: %w", err)
 	}
-	c := bus.Config{Replicas: cfg.Replicas}
+	c := bus.Config{Replicas: cfg.Replicas, OnRetry: func(err error) { log.Warn().Err(err).Msg("waiting for jetstream") }}
 	var self atomic.Pointer[bus.Topology] // the watch, for its own events
 	topo = bus.WatchTopology(ctx, js, c, nil, cmp.Or(cfg.TopologyEvery, TopologyEvery), bus.TopologyEvents{
 		Missing: func(name string) {
