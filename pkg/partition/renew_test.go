@@ -87,9 +87,30 @@ func TestRenewalCutShortByStoppingIsNotAnError(t *testing.T) {
 	ctx := t.Context()
 	kv, err := js.KeyValue(ctx, bus.BucketDispatchers)
 	require.NoError(t, err)
+	tbl, reports := reportingMember(t, js, kv, 1)
+	tbl.AcquireNow(ctx, 0)
+	_, ok := tbl.Holds(0)
+	require.True(t, ok)
+
+	stopped, cancel := context.WithCancel(ctx)
+	cancel()
+	tbl.RenewNow(stopped, 0)
+	require.Empty(t, reports(), "a renewal cut short by stopping")
+
+	nc.Close() // a renewal that fails otherwise is reported
+	tbl.RenewNow(ctx, 0)
+	reported := reports()
+	require.Len(t, reported, 1)
+	require.Contains(t, reported[0], "renew partition 0")
+}
+
+// reportingMember is member "a" of n partitions, acquiring and releasing
+// at once, and what its OnError was told so far.
+func reportingMember(t *testing.T, js jetstream.JetStream, kv jetstream.KeyValue, n int) (*partition.Table, func() []string) {
+	t.Helper()
 	var mu sync.Mutex
 	var reported []string
-	tbl, err := partition.New(js, kv, partition.Config{Member: "a", Partitions: 1,
+	tbl, err := partition.New(js, kv, partition.Config{Member: "a", Partitions: n,
 		Acquire: func(context.Context, int, uint64) error { return nil },
 		Release: func(int, uint64) bool { return true },
 		OnError: func(err error, what string) {
@@ -98,21 +119,10 @@ func TestRenewalCutShortByStoppingIsNotAnError(t *testing.T) {
 			mu.Unlock()
 		}})
 	require.NoError(t, err)
-	tbl.AcquireNow(ctx, 0)
-	_, ok := tbl.Holds(0)
-	require.True(t, ok)
-
-	stopped, cancel := context.WithCancel(ctx)
-	cancel()
-	tbl.RenewNow(stopped, 0)
-	mu.Lock()
-	require.Empty(t, reported, "a renewal cut short by stopping")
-	mu.Unlock()
-
-	nc.Close() // a renewal that fails otherwise is reported
-	tbl.RenewNow(ctx, 0)
-	mu.Lock()
-	defer mu.Unlock()
-	require.Len(t, reported, 1)
-	require.Contains(t, reported[0], "renew partition 0")
+	t.Cleanup(tbl.WaitStarts)
+	return tbl, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(reported)
+	}
 }

@@ -3,7 +3,6 @@ package partition_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
@@ -165,18 +164,7 @@ func TestAGiveBackOfALeaseNoLongerHeldIsNoError(t *testing.T) {
 	_, js := natstest.Connect(t, natstest.RunJetStream(t))
 	kv, err := js.KeyValue(ctx, bus.BucketDispatchers)
 	require.NoError(t, err)
-	var mu sync.Mutex
-	var reported []string
-	tbl, err := partition.New(js, kv, partition.Config{Member: "a", Partitions: 3,
-		Acquire: func(context.Context, int, uint64) error { return nil },
-		Release: func(int, uint64) bool { return true },
-		OnError: func(err error, what string) {
-			mu.Lock()
-			reported = append(reported, what+": "+err.Error())
-			mu.Unlock()
-		}})
-	require.NoError(t, err)
-	t.Cleanup(tbl.WaitStarts)
+	tbl, reports := reportingMember(t, js, kv, 3)
 	for p := range 3 {
 		tbl.AcquireNow(ctx, p)
 	}
@@ -187,9 +175,7 @@ func TestAGiveBackOfALeaseNoLongerHeldIsNoError(t *testing.T) {
 	for p := range 3 {
 		tbl.GiveBackNow(ctx, p)
 	}
-	mu.Lock()
-	require.Empty(t, reported, "nothing to give back is no error")
-	mu.Unlock()
+	require.Empty(t, reports(), "nothing to give back is no error")
 	e, err := kv.Get(ctx, partition.LeaseKey(1))
 	require.NoError(t, err)
 	require.Equal(t, "b", string(e.Value()), "b's lease left alone")
@@ -203,8 +189,7 @@ func TestAGiveBackOfALeaseNoLongerHeldIsNoError(t *testing.T) {
 	stopped, cancel := context.WithCancel(ctx)
 	cancel()
 	tbl.GiveBackNow(stopped, 2)
-	mu.Lock()
-	defer mu.Unlock()
+	reported := reports()
 	require.Len(t, reported, 1, "%v", reported)
 	require.Contains(t, reported[0], "give back partition 2")
 }
