@@ -252,7 +252,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, c Config) error {
 			return fmt.Errorf("ensure stream %s: %w", sc.Name, err)
 		}
 		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
-			return fmt.Errorf("ensure stream %s: %w", sc.Name, err)
+			return fmt.Errorf("ensure stream %s: %w%s", sc.Name, err, replicasHint(err, sc.Replicas))
 		}
 	}
 	for _, kc := range Buckets(c) {
@@ -268,10 +268,24 @@ func Ensure(ctx context.Context, js jetstream.JetStream, c Config) error {
 			return fmt.Errorf("ensure bucket %s: %w", kc.Bucket, err)
 		}
 		if _, err := js.CreateOrUpdateKeyValue(ctx, kc); err != nil {
-			return fmt.Errorf("ensure bucket %s: %w", kc.Bucket, err)
+			return fmt.Errorf("ensure bucket %s: %w%s", kc.Bucket, err, replicasHint(err, kc.Replicas))
 		}
 	}
 	return nil
+}
+
+// errCodeReplicasNotSupported is JetStream's "replicas > 1 not supported
+// in non-clustered mode".
+const errCodeReplicasNotSupported = 10074
+
+// replicasHint says what to do about a stream or bucket of replicas
+// refused by a server in no cluster ("" for any other error).
+func replicasHint(err error, replicas int) string {
+	if apiErrorCode(err) != errCodeReplicasNotSupported {
+		return ""
+	}
+	return fmt.Sprintf(" (this NATS server is not in a cluster, so it keeps one replica of each stream: asked for %d, give replicas 1, "+
+		"or run a cluster of as many servers)", replicas)
 }
 
 // ensurePartitions creates the dispatchers bucket if it is missing and

@@ -96,3 +96,16 @@ func TestRequestTimeoutBoundsAnUnansweredRequest(t *testing.T) {
 	require.GreaterOrEqual(t, took, 300*time.Millisecond)
 	require.Less(t, took, 3*time.Second, "bounded by RequestTimeout, not the client's 5 s default")
 }
+
+// TestReplicasOnAServerInNoClusterSayWhatToDo: asked for three replicas,
+// a server in no cluster refuses at once, and the error says to give one.
+func TestReplicasOnAServerInNoClusterSayWhatToDo(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	began := time.Now()
+	err := bus.Bootstrap(t.Context(), js, bus.Config{Replicas: 3}, bus.Durables{})
+	require.ErrorContains(t, err, "replicas > 1 not supported")
+	require.ErrorContains(t, err, "this NATS server is not in a cluster")
+	require.ErrorContains(t, err, "give replicas 1")
+	require.Less(t, time.Since(began), 10*time.Second, "refused at once, not waited for")
+}
