@@ -131,8 +131,8 @@ func TestEventLinesAndShowNameChildren(t *testing.T) {
 	}
 	require.Contains(t, line(events.TypeStepChildStarted, &events.StepChildStarted{StepID: "ship", Attempt: 1, ExecutionID: "o-1-ship-0123456789", Workflow: "shipping"}),
 		"step=ship child=o-1-ship-0123456789 workflow=shipping")
-	require.Contains(t, line(events.TypeExecutionStarted, &events.ExecutionStarted{Workflow: "shipping", Parent: &events.ParentRef{ExecutionID: "o-1", StepID: "ship"}}),
-		"parent=o-1")
+	require.Contains(t, line(events.TypeExecutionStarted, &events.ExecutionStarted{Workflow: "shipping", Version: 3, Parent: &events.ParentRef{ExecutionID: "o-1", StepID: "ship"}}),
+		"version=3 parent=o-1", "the version that runs, and the parent")
 	require.Contains(t, line(events.TypeExecutionCancelled, &events.ExecutionCancelled{Children: []events.StoppedChild{{StepID: "ship", ExecutionID: "o-1-ship-0123456789"}}}),
 		"stopped_children=o-1-ship-0123456789")
 

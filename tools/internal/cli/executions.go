@@ -772,9 +772,14 @@ func printEvent(w io.Writer, ev client.Event) {
 		}
 		detail += " stopped_children=" + truncate(strings.Join(ids, ","), 200)
 	}
-	if p, ok := d["parent"].(map[string]any); ok && ev.Type == events.TypeExecutionStarted {
-		id, _ := p["execution_id"].(string)
-		detail += " parent=" + id
+	if ev.Type == events.TypeExecutionStarted {
+		if v, ok := d["version"].(float64); ok && v > 0 { // the version that runs
+			detail += fmt.Sprintf(" version=%d", int(v))
+		}
+		if p, ok := d["parent"].(map[string]any); ok {
+			id, _ := p["execution_id"].(string)
+			detail += " parent=" + id
+		}
 	}
 	for _, k := range []string{"lock", "path", "error", "agent", "action", "reason", "requested_by"} {
 		if v, ok := d[k].(string); ok && v != "" {
