@@ -123,9 +123,7 @@ func layoutRetryable(err error) bool {
 	switch {
 	case Placing(err):
 		return true
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout),
-		errors.Is(err, nats.ErrConnectionClosed),
-		errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount),
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout), errors.Is(err, nats.ErrConnectionClosed),
 		apiErrorCode(err) == jetstream.JSErrCodeJetStreamNotEnabled, apiErrorCode(err) == jetstream.JSErrCodeJetStreamNotEnabledForAccount:
 		return false
 	}

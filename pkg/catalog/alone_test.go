@@ -100,16 +100,16 @@ func TestLoneStream(t *testing.T) {
 // TestThePreparedCacheIsBounded: full, it forgets what it held and keeps
 // the new one; a key kept is answered with the one kept first.
 func TestThePreparedCacheIsBounded(t *testing.T) {
-	var c preparedCache
+	c := versionCache[*startcheck.Definition]{size: (*startcheck.Definition).Size}
 	first := &startcheck.Definition{Name: "w", Version: 1}
 	require.Same(t, first, c.put("def.w.1", first))
 	require.Same(t, first, c.put("def.w.1", &startcheck.Definition{Name: "w", Version: 1}), "the one kept first")
-	for i := 2; i <= preparedCacheSize; i++ {
+	for i := 2; i <= cacheEntries; i++ {
 		c.put(fmt.Sprintf("def.w.%d", i), &startcheck.Definition{Name: "w", Version: i})
 	}
-	require.Len(t, c.defs, preparedCacheSize)
+	require.Len(t, c.kept, cacheEntries)
 	c.put("def.x.1", &startcheck.Definition{Name: "x", Version: 1})
-	require.Len(t, c.defs, 1, "forgot what it held")
+	require.Len(t, c.kept, 1, "forgot what it held")
 	_, ok := c.get("def.w.1")
 	require.False(t, ok)
 }
@@ -125,17 +125,17 @@ func TestThePreparedCacheIsBoundedByBytes(t *testing.T) {
 		require.NoError(t, err)
 		return d
 	}
-	var c preparedCache
-	huge := prepared(t, "huge", preparedCacheBytes/4+1)
+	c := versionCache[*startcheck.Definition]{size: (*startcheck.Definition).Size}
+	huge := prepared(t, "huge", cacheBytes/4+1)
 	require.Same(t, huge, c.put("def.huge.1", huge), "handed back")
 	_, ok := c.get("def.huge.1")
 	require.False(t, ok, "not kept")
 	for i := range 3 {
-		c.put(fmt.Sprintf("def.big.%d", i), prepared(t, "big", preparedCacheBytes/4-100))
+		c.put(fmt.Sprintf("def.big.%d", i), prepared(t, "big", cacheBytes/4-100))
 	}
-	require.Len(t, c.defs, 3)
-	c.put("def.more.1", prepared(t, "more", preparedCacheBytes/4-100))
-	require.Len(t, c.defs, 4, "at the bound")
+	require.Len(t, c.kept, 3)
+	c.put("def.more.1", prepared(t, "more", cacheBytes/4-100))
+	require.Len(t, c.kept, 4, "at the bound")
 	c.put("def.last.1", prepared(t, "last", 1000))
-	require.Len(t, c.defs, 1, "past it: started over")
+	require.Len(t, c.kept, 1, "past it: started over")
 }

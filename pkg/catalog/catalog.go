@@ -52,13 +52,12 @@ type Store struct {
 	js  jetstream.JetStream
 	kv  jetstream.KeyValue
 	now func() time.Time
-	// stored keeps version records as read: a version is created once
-	// and never changed, so one read is enough (a start reads its
-	// workflow's record every time: this spares it a round trip).
-	stored recordCache
+	// stored keeps version records as read (each Get decodes its own copy:
+	// callers may change what they get): one read of a version is enough.
+	stored versionCache[[]byte]
 	// prepared keeps the versions starts were checked against, prepared
-	// (StartDefinition).
-	prepared preparedCache
+	// and shared (StartDefinition).
+	prepared versionCache[*startcheck.Definition]
 	// lone says whether the bucket's stream is alone (loneStream), as
 	// last checked (alone): asked is when the check began that found one,
 	// checked when the last check began.
@@ -73,83 +72,50 @@ type Store struct {
 // is alone (alone); a finding that it is counts for twice that at most.
 const loneCheckEvery = time.Second
 
-// recordCacheBytes bounds the records a Store keeps in memory.
-const recordCacheBytes = 8 << 20
-
-// recordCache holds version records by key, as stored (each read decodes
-// its own copy: callers may change what they get).
-type recordCache struct {
-	mu    sync.Mutex
-	raw   map[string][]byte
-	bytes int
-}
-
-func (c *recordCache) get(key string) ([]byte, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	b, ok := c.raw[key]
-	return b, ok
-}
-
-// put keeps raw under key; when that would take the cache past
-// recordCacheBytes it forgets what it held first (records are few, and
-// read again at the next start of each workflow).
-func (c *recordCache) put(key string, raw []byte) {
-	if len(raw) > recordCacheBytes/4 {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.raw == nil || c.bytes+len(raw) > recordCacheBytes {
-		c.raw, c.bytes = map[string][]byte{}, 0
-	}
-	if _, ok := c.raw[key]; !ok {
-		c.raw[key] = raw
-		c.bytes += len(raw)
-	}
-}
-
-// preparedCacheSize and preparedCacheBytes bound the prepared versions a
-// Store keeps: far more than the workflow versions started at once, and
-// their canonical forms' bytes (each kept decoded too, a few times that).
+// cacheBytes and cacheEntries bound what each of a Store's caches keeps:
+// far more than the workflow versions started at once.
 const (
-	preparedCacheSize  = 512
-	preparedCacheBytes = 8 << 20
+	cacheBytes   = 8 << 20
+	cacheEntries = 512
 )
 
-// preparedCache holds prepared versions by key, shared by the starts
-// checked against them (never changed).
-type preparedCache struct {
+// versionCache keeps values by version key. A version is created once and
+// never changed, so what is kept is right for ever; when full (past
+// cacheEntries, or cacheBytes by size) it forgets what it held first (a
+// version is read again at its next start), and a value over a quarter of
+// cacheBytes is not kept.
+type versionCache[V any] struct {
+	size func(V) int
+
 	mu    sync.Mutex
-	defs  map[string]*startcheck.Definition
+	kept  map[string]V
 	bytes int
 }
 
-func (c *preparedCache) get(key string) (*startcheck.Definition, bool) {
+func (c *versionCache[V]) get(key string) (V, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	d, ok := c.defs[key]
-	return d, ok
+	v, ok := c.kept[key]
+	return v, ok
 }
 
-// put keeps d under key, or the one kept there first, and returns it;
-// when full it forgets what it held first (as recordCache does). A
-// definition larger than a quarter of preparedCacheBytes is not kept.
-func (c *preparedCache) put(key string, d *startcheck.Definition) *startcheck.Definition {
-	n := d.Size()
-	if n > preparedCacheBytes/4 {
-		return d
+// put keeps v under key, unless a value is kept there already, and
+// returns the one kept (v when none is).
+func (c *versionCache[V]) put(key string, v V) V {
+	n := c.size(v)
+	if n > cacheBytes/4 {
+		return v
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if kept, ok := c.defs[key]; ok {
+	if kept, ok := c.kept[key]; ok {
 		return kept
 	}
-	if c.defs == nil || len(c.defs) >= preparedCacheSize || c.bytes+n > preparedCacheBytes {
-		c.defs, c.bytes = map[string]*startcheck.Definition{}, 0
+	if c.kept == nil || len(c.kept) >= cacheEntries || c.bytes+n > cacheBytes {
+		c.kept, c.bytes = map[string]V{}, 0
 	}
-	c.defs[key], c.bytes = d, c.bytes+n
-	return d
+	c.kept[key], c.bytes = v, c.bytes+n
+	return v
 }
 
 // Open binds to the definitions bucket (created by bus.Ensure).
@@ -158,7 +124,9 @@ func Open(ctx context.Context, js jetstream.JetStream) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open definitions bucket: %w", err)
 	}
-	return &Store{js: js, kv: kv, now: time.Now}, nil
+	return &Store{js: js, kv: kv, now: time.Now,
+		stored:   versionCache[[]byte]{size: func(b []byte) int { return len(b) }},
+		prepared: versionCache[*startcheck.Definition]{size: (*startcheck.Definition).Size}}, nil
 }
 
 func defKey(name string, v int) string { return "def." + name + "." + strconv.Itoa(v) }

@@ -32,13 +32,11 @@ func watchTopology(ctx context.Context, info Info, ns string, cfg Config) (topo 
 	if ns != auth.DefaultNamespace {
 		log = log.With().Str("namespace", ns).Logger()
 	}
-	nc, js, err := bus.Open(ctx, info.NATSURL, "jetflow-bootstrap", bus.Config{Replicas: cfg.Replicas,
-		OnRetry: func(err error) { log.Warn().Err(err).Msg("waiting for jetstream") }},
-		append(opts, nats.MaxReconnects(-1))...)
+	c := bus.Config{Replicas: cfg.Replicas, OnRetry: func(err error) { log.Warn().Err(err).Msg("waiting for jetstream") }}
+	nc, js, err := bus.Open(ctx, info.NATSURL, "jetflow-bootstrap", c, append(opts, nats.MaxReconnects(-1))...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("topology watch: %w", err)
 	}
-	c := bus.Config{Replicas: cfg.Replicas, OnRetry: func(err error) { log.Warn().Err(err).Msg("waiting for jetstream") }}
 	var self atomic.Pointer[bus.Topology] // the watch, for its own events
 	topo = bus.WatchTopology(ctx, js, c, nil, cmp.Or(cfg.TopologyEvery, TopologyEvery), bus.TopologyEvents{
 		Missing: func(name string) {
