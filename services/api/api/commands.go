@@ -8,7 +8,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
@@ -102,7 +101,7 @@ func (s *Server) sendExecutionCommand(w http.ResponseWriter, r *http.Request, c 
 		s.internal(w, r, err)
 		return
 	}
-	ack, err := s.at(r).js.PublishMsg(r.Context(), msg, jetstream.WithMsgID(events.CommandMsgID(key)))
+	ack, err := s.publishCommand(r, msg, events.CommandMsgID(key))
 	if err != nil {
 		s.internal(w, r, fmt.Errorf("publish %s: %w", cmd.Type, err))
 		return

@@ -368,7 +368,7 @@ func (s *Server) publishStart(w http.ResponseWriter, r *http.Request, cmd events
 	// The message id covers the data too: the same key with other data is
 	// another request, which the dispatcher refuses instead of the stream
 	// dropping it as a duplicate of the first.
-	ack, err := s.at(r).js.PublishMsg(r.Context(), msg, jetstream.WithMsgID(events.CommandMsgID(key+"#"+digest)))
+	ack, err := s.publishCommand(r, msg, events.CommandMsgID(key+"#"+digest))
 	if err != nil {
 		s.internal(w, r, fmt.Errorf("publish start command: %w", err))
 		return
@@ -404,7 +404,9 @@ func (s *Server) publishStart(w http.ResponseWriter, r *http.Request, cmd events
 // await reads the events and rejections a command's subscriptions deliver
 // until answer (which writes the response) returns true, the request ends
 // (true: nothing more to write) or StartWait passes (false: the caller
-// answers 202).
+// answers 202). The api stopping is not the request's end: the command is
+// stored and a dispatcher handles it, which the caller's 202 says (false);
+// an empty answer would tell a client that nothing was done.
 //
 // An event seen on a history subject counts only once the events stream
 // holds it: the subscriptions are plain NATS ones, which also see an
@@ -430,9 +432,23 @@ func (s *Server) await(r *http.Request, ch <-chan *nats.Msg, answer func(events.
 		case <-timeout.C:
 			return false
 		case <-r.Context().Done():
-			return true
+			return !errors.Is(context.Cause(r.Context()), errStopping)
 		}
 	}
+}
+
+// commandPublishWait bounds how long publishing a command may take.
+const commandPublishWait = 5 * time.Second
+
+// publishCommand publishes the command a request sends, with message id
+// id. Neither the request's end nor the api stopping cuts the publish
+// short: once the api has taken a request, its command is either stored
+// or not, and the answer says which (a publish cut short could be stored
+// all the same, behind an error that tells the client to send it again).
+func (s *Server) publishCommand(r *http.Request, msg *nats.Msg, id string) (*jetstream.PubAck, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), commandPublishWait)
+	defer cancel()
+	return s.at(r).js.PublishMsg(ctx, msg, jetstream.WithMsgID(id))
 }
 
 // inHistory reports whether ev, seen on the history subject, is stored

@@ -11,7 +11,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"jetflow.dev/pkg/apiv1"
 	"jetflow.dev/pkg/bus"
@@ -165,7 +164,7 @@ func (s *Server) clearLock(w http.ResponseWriter, r *http.Request) {
 		s.internal(w, r, err)
 		return
 	}
-	if _, err := s.at(r).js.PublishMsg(r.Context(), msg, jetstream.WithMsgID(events.CommandMsgID(key))); err != nil {
+	if _, err := s.publishCommand(r, msg, events.CommandMsgID(key)); err != nil {
 		s.internal(w, r, fmt.Errorf("publish %s: %w", cmd.Type, err))
 		return
 	}

@@ -451,7 +451,12 @@ func (s *Server) Handler() http.Handler {
 	return s.logRequests(mux)
 }
 
-// Run serves HTTP until ctx ends, then shuts down gracefully.
+// errStopping is why a request's context ends when the api stops (Run).
+var errStopping = errors.New("the api is stopping")
+
+// Run serves HTTP until ctx ends, then shuts down gracefully: requests
+// under way get their answers (a command stored and not answered yet is
+// accepted, 202) before the connections close.
 func (s *Server) Run(ctx context.Context) error {
 	ln := s.cfg.Listener
 	if ln == nil {
@@ -460,8 +465,13 @@ func (s *Server) Run(ctx context.Context) error {
 			return fmt.Errorf("listen on %s: %w", s.cfg.Addr, err)
 		}
 	}
+	// The requests' contexts end when the api stops, with errStopping as
+	// their cause: a request waiting for its command's outcome then
+	// answers that the command is accepted (await), and streams end.
+	base, stopRequests := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer stopRequests(nil)
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second,
-		BaseContext: func(net.Listener) context.Context { return ctx }}
+		BaseContext: func(net.Listener) context.Context { return base }}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	s.log.Info().Str("addr", ln.Addr().String()).Msg("api listening")
@@ -470,6 +480,7 @@ func (s *Server) Run(ctx context.Context) error {
 		return fmt.Errorf("serve http: %w", err)
 	case <-ctx.Done():
 	}
+	stopRequests(errStopping)
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(shutdownCtx); err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
@@ -338,7 +339,14 @@ func (d *Dispatcher) routeCommand(ctx context.Context, m jetstream.Msg, queue fu
 		return
 	}
 	if err := d.route(ctx, m, ev); err != nil {
-		d.log.Warn().Err(err).Dur("retry_in", retryLater(m)).Msg("route command, will retry")
+		level := zerolog.WarnLevel
+		if ctx.Err() != nil {
+			// Stopping: the command stays in its stream, unacknowledged,
+			// for the next intake (this dispatcher's after a restart, or
+			// another's).
+			level = zerolog.DebugLevel
+		}
+		d.log.WithLevel(level).Err(err).Dur("retry_in", retryLater(m)).Msg("route command, will retry")
 		return
 	}
 	_ = m.Ack()
