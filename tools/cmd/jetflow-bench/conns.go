@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"jetflow.dev/pkg/bus"
+	"jetflow.dev/tools/internal/devstack"
 )
 
 // connCount is what one named client connection of the embedded server
@@ -94,13 +95,23 @@ func projectorBehind(s *server.Server) (behind uint64, ok bool) {
 	return 0, false
 }
 
+// projectorLag is how projectorBehind is read for the stack of info: from
+// its embedded server's monitoring, or through JetStream's API when the
+// server runs in another process (-nats-process).
+func projectorLag(ctx context.Context, info devstack.Info, conn *bus.Conn) func() (uint64, bool) {
+	if info.Server != nil {
+		return func() (uint64, bool) { return projectorBehind(info.Server) }
+	}
+	return func() (uint64, bool) { return projectorBehindJS(ctx, conn.JS) }
+}
+
 // waitProjected waits until the projector has projected every event of
 // the run, polling every 20 ms, for at most limit; it returns when that
 // was (the zero time if it could not tell or did not see it in time).
-func waitProjected(ctx context.Context, s *server.Server, limit time.Duration) time.Time {
+func waitProjected(ctx context.Context, lag func() (uint64, bool), limit time.Duration) time.Time {
 	deadline := time.Now().Add(limit)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		behind, ok := projectorBehind(s)
+		behind, ok := lag()
 		if !ok {
 			return time.Time{}
 		}

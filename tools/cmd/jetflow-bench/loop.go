@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"jetflow.dev/pkg/bus"
@@ -96,7 +95,7 @@ func (l *loopRounds) perRound(from, to int) time.Duration {
 // runLoop runs executions goto loops of rounds rounds each, all at once,
 // and reports how long a round took at the start, the middle and the end
 // of the loops: what a long execution's growing history costs each step.
-func runLoop(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalog.Store, srv *server.Server, executions, rounds int, sleep time.Duration) error {
+func runLoop(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalog.Store, lag func() (uint64, bool), executions, rounds int, sleep time.Duration) error {
 	d, err := loopOf(rounds, sleep)
 	if err != nil {
 		return err
@@ -113,7 +112,7 @@ func runLoop(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalog.
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	_ = sub.SetPendingLimits(-1, -1)
-	waitProjected(ctx, srv, 2*time.Minute) // what came before is not counted
+	waitProjected(ctx, lag, 2*time.Minute) // what came before is not counted
 	began, cpu0 := time.Now(), cpuTime()
 	prefix := batchPrefix("loop")
 	lat, err := tr.runBatch(ctx, conn, prefix, executions, executions)
@@ -122,7 +121,7 @@ func runLoop(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalog.
 	}
 	// The read models are part of the cost: the projector writes a
 	// model of every instance so far for each batch of events.
-	projected := waitProjected(ctx, srv, 2*time.Minute)
+	projected := waitProjected(ctx, lag, 2*time.Minute)
 	cpu := cpuTime() - cpu0
 	var longest time.Duration
 	for _, l := range lat {

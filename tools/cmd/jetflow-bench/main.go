@@ -73,6 +73,7 @@ type config struct {
 	backup                                       bool
 	dataDir, cpuProfile, memProfile, figuresFile string
 	insecure, byConnection, metrics              bool
+	natsProcess                                  bool
 	local                                        bool
 	tracing                                      bool
 	soak                                         soakConfig
@@ -82,6 +83,13 @@ type config struct {
 }
 
 func main() {
+	if spec := os.Getenv(natsChildEnv); spec != "" { // -nats-process's server
+		if err := runNATSChild(spec, os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "jetflow-bench (NATS server process):", err)
+			os.Exit(1)
+		}
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
@@ -137,11 +145,12 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.BoolVar(&c.soak.WarnOnly, "soak-warn-leak", false, "report a leak found by the soak as a warning, not an error")
 	fs.BoolVar(&c.backup, "backup", false, "after the other runs, time a backup of everything they left (jetflow admin backup) and its restore into a new server")
 	fs.StringVar(&c.dataDir, "data", "", "data directory (default: a new temp dir, removed afterwards)")
+	fs.BoolVar(&c.natsProcess, "nats-process", false, "run nats-server in a process of its own, as production does, instead of in this one: each process's garbage collector then paces and marks its own heap; RSS and CPU count both processes")
 	fs.BoolVar(&c.insecure, "insecure", false, "run NATS without authentication (to measure what authentication costs)")
 	fs.BoolVar(&c.metrics, "metrics", false, "count and serve every service's Prometheus metrics, as jetflow dev does (to measure what counting costs)")
 	fs.BoolVar(&c.tracing, "tracing", false, "record every execution's trace and export it over OTLP/HTTP to a receiver in the process, as jetflow dev does with OTEL_EXPORTER_OTLP_ENDPOINT (to measure what tracing costs)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured runs to this file")
-	fs.StringVar(&c.memProfile, "memprofile", "", "write a heap profile at the end to this file")
+	fs.StringVar(&c.memProfile, "memprofile", "", "write a heap profile at the end to this file (with -nats-process, the server process's to this file + .nats)")
 	fs.StringVar(&c.figuresFile, "figures", "", "write the goals' figures this run measured to this file, as JSON (what jetflow-benchcompare reads)")
 	fs.BoolVar(&c.byConnection, "by-connection", false, "after the throughput run, print the messages per step each NATS connection sent and received (where a step's messages go)")
 	fs.StringVar(&c.visibilityPostgres, "visibility-postgres", "", "with -visibility: the index in the PostgreSQL database at this URL (schema "+benchSchema+", kept: a second run skips the fill) instead of SQLite in -data")
@@ -213,7 +222,17 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		defer os.RemoveAll(dir)
 		c.dataDir = dir
 	}
-	scfg := devstack.Config{DataDir: c.dataDir, NATSAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
+	var natsURL, credsDir string
+	if c.natsProcess {
+		child, err := startNATSChild(ctx, natsChildConfig{DataDir: c.dataDir, SyncAlways: c.fsync, SyncInterval: c.syncInterval, Insecure: c.insecure})
+		if err != nil {
+			return err
+		}
+		defer child.stop() // after the stack's own stop, deferred below
+		serverProcess, natsURL, credsDir = child, child.hello.URL, child.hello.AuthDir
+		defer func() { serverProcess = nil }()
+	}
+	scfg := devstack.Config{DataDir: c.dataDir, NATSAddr: "127.0.0.1:0", NATSURL: natsURL, CredsDir: credsDir, HTTPAddr: "127.0.0.1:0",
 		Log: zerolog.New(os.Stderr).Level(zerolog.WarnLevel), Insecure: c.insecure, BulkAfter: c.bulkAfter,
 		SyncAlways: c.fsync, SyncInterval: c.syncInterval, Concurrency: c.agentConcurrency, VisibilityCache: c.visibilityCache, ProjectorCoalesce: svc.NeverIfZero(c.coalesce)}
 	if c.metrics {
@@ -281,7 +300,11 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if c.tracing {
 		security += ", traces recorded and exported (-tracing)"
 	}
-	fmt.Fprintf(out, "jetflow-bench: all four services, embedded JetStream (file store, %s), %s, GOMAXPROCS=%d\n", syncMode, security, runtime.GOMAXPROCS(0))
+	where := "embedded JetStream"
+	if c.natsProcess {
+		where = "JetStream in a process of its own (-nats-process)"
+	}
+	fmt.Fprintf(out, "jetflow-bench: all four services, %s (file store, %s), %s, GOMAXPROCS=%d\n", where, syncMode, security, runtime.GOMAXPROCS(0))
 	fig := figures{fsync: c.fsync}
 
 	tr := newTracker(conn.NC, "bench")
@@ -305,7 +328,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	if c.executions > 0 {
 		// The warm-up's events are projected before the run begins.
-		waitProjected(ctx, info.Server, 2*time.Minute)
+		behind := projectorLag(ctx, info, conn)
+		waitProjected(ctx, behind, 2*time.Minute)
 		began, cpuBefore := time.Now(), cpuTime()
 		msgsBefore := serverMsgs(info.Server)
 		connsBefore := connMsgs(info.Server)
@@ -317,7 +341,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		// The read models are part of a step's cost: the projector may
 		// still be behind when the last execution ends, and what it does
 		// then is counted too.
-		projected := waitProjected(ctx, info.Server, 2*time.Minute)
+		projected := waitProjected(ctx, behind, 2*time.Minute)
 		cpuAll := cpuTime()
 		var wallAll time.Duration
 		msgs := serverMsgs(info.Server).minus(msgsBefore)
@@ -400,7 +424,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		}
 	}
 	if c.loop > 0 {
-		if err := runLoop(ctx, out, conn, store, info.Server, c.loop, c.loopRounds, c.loopSleep); err != nil {
+		if err := runLoop(ctx, out, conn, store, projectorLag(ctx, info, conn), c.loop, c.loopRounds, c.loopSleep); err != nil {
 			return err
 		}
 	}
@@ -453,6 +477,13 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		runtime.GC()
 		if err := pprof.WriteHeapProfile(f); err != nil {
 			return err
+		}
+		if serverProcess != nil {
+			path := c.memProfile + ".nats"
+			if err := serverProcess.heapProfile(path); err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "\nthe NATS server process's heap profile: %s\n", path)
 		}
 	}
 	var ms runtime.MemStats

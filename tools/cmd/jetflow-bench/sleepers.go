@@ -51,6 +51,9 @@ type footprint struct {
 	heap       uint64 // heap spans in use (live objects and the free room among them)
 	live       uint64 // live heap objects
 	goroutines int
+	// server is the NATS server process's part of the figures above
+	// (-nats-process), nil when the server runs in this process.
+	server *footprint
 }
 
 func takeFootprint() footprint {
@@ -72,6 +75,27 @@ func takeFootprint() footprint {
 			f.rssFile = file
 		}
 	}
+	if serverProcess != nil { // -nats-process: both processes
+		c, ok := childFootprint()
+		f = f.plus(c, ok)
+		if ok {
+			f.server = &c
+		}
+	}
+	return f
+}
+
+// plus is f with the footprint of another process, c (known: ok), added:
+// a figure either does not know is not known.
+func (f footprint) plus(c footprint, ok bool) footprint {
+	add := func(a, b int64) int64 {
+		if !ok || a < 0 || b < 0 {
+			return -1
+		}
+		return a + b
+	}
+	f.rss, f.rssFile = add(f.rss, c.rss), add(f.rssFile, c.rssFile)
+	f.heap, f.live, f.goroutines = f.heap+c.heap, f.live+c.live, f.goroutines+c.goroutines
 	return f
 }
 
@@ -199,6 +223,9 @@ wait:
 
 	fmt.Fprintf(out, "  start commands   published in %s; all recorded sleeping %s after the first; measured %s later\n",
 		published.Round(time.Millisecond), asleep.Round(time.Millisecond), settle)
+	if serverProcess != nil {
+		fmt.Fprintf(out, "  (every figure below is the sum of this process's and the NATS server process's, -nats-process)\n")
+	}
 	if res.rssKnown {
 		fmt.Fprintf(out, "  RSS              %s before, %s after: %.2f KiB per sleeping execution\n",
 			mib(res.before.rss), mib(res.after.rss), res.rssPer/1024)
@@ -214,6 +241,14 @@ wait:
 	livePer, _ := perExecution(int64(res.before.live), int64(res.after.live), n)
 	fmt.Fprintf(out, "  live heap        %s before, %s after: %.2f KiB per sleeping execution (the rest of the heap in use is room between objects)\n",
 		mib(int64(res.before.live)), mib(int64(res.after.live)), livePer/1024)
+	if b, a := res.before.server, res.after.server; b != nil && a != nil {
+		rssPer, _ := perExecution(b.rss, a.rss, n)
+		heapPer, _ := perExecution(int64(b.heap), int64(a.heap), n)
+		livePer, _ := perExecution(int64(b.live), int64(a.live), n)
+		fmt.Fprintf(out, "  of which NATS    RSS %s → %s, heap in use %s → %s, live heap %s → %s: %.2f, %.2f, %.2f KiB per sleeping execution\n",
+			mib(b.rss), mib(a.rss), mib(int64(b.heap)), mib(int64(a.heap)), mib(int64(b.live)), mib(int64(a.live)),
+			rssPer/1024, heapPer/1024, livePer/1024)
+	}
 	fmt.Fprintf(out, "  goroutines       %d before, %d after (%+d)\n",
 		res.before.goroutines, res.after.goroutines, res.after.goroutines-res.before.goroutines)
 	fmt.Fprintf(out, "  Go timers        not measurable (the Go runtime exports no count of its timers)\n")

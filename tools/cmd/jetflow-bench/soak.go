@@ -690,14 +690,19 @@ func measure() measurement {
 	return m
 }
 
-// cpuTime is the CPU time (user and system) the process has used, or -1
-// when the system does not say.
+// cpuTime is the CPU time (user and system) the process has used, with
+// the NATS server process's (-nats-process), or -1 when the system does
+// not say.
 func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return -1
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	child := childCPU()
+	if child < 0 {
+		return -1
+	}
+	return time.Duration(ru.Utime.Nano()+ru.Stime.Nano()) + child
 }
 
 // ms prints a latency in milliseconds, or "-" for none.

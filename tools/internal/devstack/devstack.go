@@ -302,6 +302,54 @@ func (i Info) Dial(ctx context.Context, role auth.Role, name string) (*bus.Conn,
 	return &bus.Conn{NC: nc, JS: js}, nil
 }
 
+// StartServer starts a stack's embedded server alone, as Run does (its
+// JetStream files in cfg.DataDir, which it must hold already: Run claims
+// it; cfg.NATSAddr, SyncAlways, SyncInterval, LogNATS, Insecure and
+// Namespaces apply), for a stack in another process to use with
+// Config.NATSURL and Config.CredsDir (the auth directory returned, ""
+// when insecure). Stop it with natsserver.Stop.
+func StartServer(cfg Config) (srv *server.Server, authDir string, err error) {
+	namespaces := cfg.Namespaces
+	if len(namespaces) == 0 {
+		namespaces = []string{auth.DefaultNamespace}
+	}
+	if cfg.DataDir == "" {
+		return nil, "", errors.New("devstack: DataDir is required")
+	}
+	return startServer(cfg, namespaces)
+}
+
+func startServer(cfg Config, namespaces []string) (srv *server.Server, authDir string, err error) {
+	host, port, err := splitAddr(cmp.Or(cfg.NATSAddr, "127.0.0.1:4222"))
+	if err != nil {
+		return nil, "", fmt.Errorf("nats address: %w", err)
+	}
+	ncfg := natsserver.Config{StoreDir: filepath.Join(cfg.DataDir, "jetstream"), Host: host, Port: port,
+		SyncAlways: cfg.SyncAlways, SyncInterval: cfg.SyncInterval}
+	if port == 0 {
+		ncfg.Port = -1
+	}
+	if cfg.LogNATS {
+		ncfg.Logger = natsLogger{cfg.Log.With().Str("service", "nats").Logger()}
+	}
+	if !cfg.Insecure {
+		dir := filepath.Join(cfg.DataDir, AuthDir)
+		trust, err := auth.Init(dir, auth.InitConfig{Namespaces: namespaces, Reissue: true, KeepKeys: true})
+		if err != nil {
+			return nil, "", err
+		}
+		if ncfg.Operator, err = trust.OperatorClaims(); err != nil {
+			return nil, "", err
+		}
+		ncfg.SystemAccount, ncfg.Accounts = trust.SystemAccount, trust.Accounts
+		authDir = dir
+	}
+	if srv, err = natsserver.Start(ncfg); err != nil {
+		return nil, "", err
+	}
+	return srv, authDir, nil
+}
+
 // Run starts the stack, calls ready once every service is up, and blocks
 // until ctx ends; then it stops the services and the server.
 func Run(ctx context.Context, cfg Config, ready func(Info)) error {
@@ -342,31 +390,7 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 		cfg.Log.Info().Str("url", metricsURL).Msg("metrics listening")
 	}
 	if url == "" {
-		host, port, err := splitAddr(cmp.Or(cfg.NATSAddr, "127.0.0.1:4222"))
-		if err != nil {
-			return fmt.Errorf("nats address: %w", err)
-		}
-		ncfg := natsserver.Config{StoreDir: filepath.Join(cfg.DataDir, "jetstream"), Host: host, Port: port,
-			SyncAlways: cfg.SyncAlways, SyncInterval: cfg.SyncInterval}
-		if port == 0 {
-			ncfg.Port = -1
-		}
-		if cfg.LogNATS {
-			ncfg.Logger = natsLogger{cfg.Log.With().Str("service", "nats").Logger()}
-		}
-		if !cfg.Insecure {
-			dir := filepath.Join(cfg.DataDir, AuthDir)
-			trust, err := auth.Init(dir, auth.InitConfig{Namespaces: namespaces, Reissue: true, KeepKeys: true})
-			if err != nil {
-				return err
-			}
-			if ncfg.Operator, err = trust.OperatorClaims(); err != nil {
-				return err
-			}
-			ncfg.SystemAccount, ncfg.Accounts = trust.SystemAccount, trust.Accounts
-			authDir = dir
-		}
-		if srv, err = natsserver.Start(ncfg); err != nil {
+		if srv, authDir, err = startServer(cfg, namespaces); err != nil {
 			return err
 		}
 		defer natsserver.Stop(srv)
