@@ -404,9 +404,10 @@ func (s *Server) publishStart(w http.ResponseWriter, r *http.Request, cmd events
 // await reads the events and rejections a command's subscriptions deliver
 // until answer (which writes the response) returns true, the request ends
 // (true: nothing more to write) or StartWait passes (false: the caller
-// answers 202). The api stopping is not the request's end: the command is
-// stored and a dispatcher handles it, which the caller's 202 says (false);
-// an empty answer would tell a client that nothing was done.
+// answers 202). The api stopping (Server.stopping) is not the request's
+// end: the command is stored and a dispatcher handles it, which the
+// caller's 202 says (false); an empty answer would tell a client that
+// nothing was done.
 //
 // An event seen on a history subject counts only once the events stream
 // holds it: the subscriptions are plain NATS ones, which also see an
@@ -431,24 +432,23 @@ func (s *Server) await(r *http.Request, ch <-chan *nats.Msg, answer func(events.
 			}
 		case <-timeout.C:
 			return false
+		case <-s.stopping:
+			return false
 		case <-r.Context().Done():
-			return !errors.Is(context.Cause(r.Context()), errStopping)
+			return !stoppedUnder(r)
 		}
 	}
 }
 
-// commandPublishWait bounds how long publishing a command may take.
-const commandPublishWait = 5 * time.Second
-
 // publishCommand publishes the command a request sends, with message id
 // id. Neither the request's end nor the api stopping cuts the publish
-// short: once the api has taken a request, its command is either stored
-// or not, and the answer says which (a publish cut short could be stored
-// all the same, behind an error that tells the client to send it again).
+// short (it waits as long as the api's JetStream requests do,
+// bus.ServiceRequestTimeout): once the api has taken a request, its
+// command is either stored or not, and the answer says which (a publish
+// cut short could be stored all the same, behind an error that tells the
+// client to send it again).
 func (s *Server) publishCommand(r *http.Request, msg *nats.Msg, id string) (*jetstream.PubAck, error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), commandPublishWait)
-	defer cancel()
-	return s.at(r).js.PublishMsg(ctx, msg, jetstream.WithMsgID(id))
+	return s.at(r).js.PublishMsg(context.WithoutCancel(r.Context()), msg, jetstream.WithMsgID(id))
 }
 
 // inHistory reports whether ev, seen on the history subject, is stored
@@ -855,6 +855,18 @@ func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, id, subjec
 		return
 	}
 	defer it.Stop()
+	// The stream ends when the api stops (a client's EventSource then
+	// reconnects, to another api or this one restarted, from the last
+	// event's id).
+	follow, stopFollowing := context.WithCancel(r.Context())
+	defer stopFollowing()
+	go func() {
+		select {
+		case <-s.stopping:
+			stopFollowing()
+		case <-follow.Done():
+		}
+	}()
 	streaming := false
 	open := func() {
 		if streaming {
@@ -874,11 +886,14 @@ func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, id, subjec
 	status := projections.StatusNone
 	var in redact.Inputs // from the start, the first event the consumer delivers
 	for {
-		waitCtx, cancel := context.WithTimeout(r.Context(), sseKeepalive)
+		waitCtx, cancel := context.WithTimeout(follow, sseKeepalive)
 		m, err := it.Next(jetstream.NextContext(waitCtx))
 		cancel()
 		if err != nil {
-			if r.Context().Err() != nil {
+			if follow.Err() != nil {
+				if !streaming && r.Context().Err() == nil {
+					unavailableStopping(w) // the api stopped before the first event
+				}
 				return
 			}
 			if errors.Is(err, context.DeadlineExceeded) {

@@ -81,6 +81,10 @@ func (s *Server) listExecutions(w http.ResponseWriter, r *http.Request) {
 // Retry-After, as for NATS away; the error, which may name the store's
 // host and user, goes to the log only.
 func (s *Server) indexUnavailable(w http.ResponseWriter, r *http.Request, err error) {
+	if stoppedUnder(r) {
+		unavailableStopping(w)
+		return
+	}
 	if r.Context().Err() != nil {
 		return // the caller went away
 	}

@@ -16,6 +16,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -301,6 +302,11 @@ type Server struct {
 	// caughtUp are the namespaces whose read models and index have been
 	// caught up once since the api started (readiness.go).
 	caughtUp onceSet
+	// stopping is closed when the api begins to stop (Run): the waits
+	// that could outlast the shutdown's grace end then (await, event
+	// streams), while the other requests under way finish.
+	stopping     chan struct{}
+	stoppingOnce sync.Once
 }
 
 // New returns a server bound to the jetflow buckets of the default
@@ -323,7 +329,7 @@ func New(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.JetStream,
 	if err != nil {
 		return nil, fmt.Errorf("%w (run jetflow bootstrap: this version adds the bucket %s)", err, bus.BucketAPIKeys)
 	}
-	s := &Server{cfg: cfg, log: log, tenants: map[string]*tenant{DefaultNamespace: def}, def: def, keys: keys,
+	s := &Server{stopping: make(chan struct{}), cfg: cfg, log: log, tenants: map[string]*tenant{DefaultNamespace: def}, def: def, keys: keys,
 		projectors: map[string]*projector.Projector{}, projectorLag: newLagHistogram(), listDuration: newListHistogram(), feeds: map[string]*visibility.Feed{}}
 	for _, ns := range cfg.Namespaces {
 		if ns.Name == DefaultNamespace || s.tenants[ns.Name] != nil {
@@ -451,12 +457,19 @@ func (s *Server) Handler() http.Handler {
 	return s.logRequests(mux)
 }
 
-// errStopping is why a request's context ends when the api stops (Run).
+// errStopping is why a request's context ends when the api stopped
+// (Run) before the request did.
 var errStopping = errors.New("the api is stopping")
 
-// Run serves HTTP until ctx ends, then shuts down gracefully: requests
-// under way get their answers (a command stored and not answered yet is
-// accepted, 202) before the connections close.
+// shutdownGrace is how long a stopping api lets the requests under way
+// finish (Run).
+const shutdownGrace = 5 * time.Second
+
+// Run serves HTTP until ctx ends, then shuts down gracefully: it takes no
+// new request, and those under way get their answers within
+// shutdownGrace (a command stored and not answered yet: 202 accepted; an
+// event stream ends). A request still running after that has its context
+// ended with errStopping and answers 503 unavailable if it can.
 func (s *Server) Run(ctx context.Context) error {
 	ln := s.cfg.Listener
 	if ln == nil {
@@ -465,9 +478,8 @@ func (s *Server) Run(ctx context.Context) error {
 			return fmt.Errorf("listen on %s: %w", s.cfg.Addr, err)
 		}
 	}
-	// The requests' contexts end when the api stops, with errStopping as
-	// their cause: a request waiting for its command's outcome then
-	// answers that the command is accepted (await), and streams end.
+	// The requests' contexts outlive ctx, for the grace of the shutdown;
+	// then they end with errStopping as their cause.
 	base, stopRequests := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopRequests(nil)
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second,
@@ -480,13 +492,32 @@ func (s *Server) Run(ctx context.Context) error {
 		return fmt.Errorf("serve http: %w", err)
 	case <-ctx.Done():
 	}
-	stopRequests(errStopping)
-	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	s.stop()
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
 	defer cancel()
 	if err := srv.Shutdown(shutdownCtx); err != nil {
+		stopRequests(errStopping)
 		_ = srv.Close()
 	}
 	return nil
+}
+
+// stop tells the waits under way that the api stops (stopping).
+func (s *Server) stop() { s.stoppingOnce.Do(func() { close(s.stopping) }) }
+
+// stoppedUnder reports whether r's context ended because the api stopped
+// before r was answered (Run).
+func stoppedUnder(r *http.Request) bool {
+	return errors.Is(context.Cause(r.Context()), errStopping)
+}
+
+// unavailableStopping answers 503 unavailable, with Retry-After, to a
+// request the api stopped under: another api, or this one restarted,
+// answers it when it is sent again.
+func unavailableStopping(w http.ResponseWriter) {
+	w.Header().Set("Retry-After", RetryAfter)
+	writeError(w, http.StatusServiceUnavailable, apiError{Code: "unavailable",
+		Message: "the api is stopping: retry (a command with the same Idempotency-Key)"})
 }
 
 // health is liveness: 200 while the api serves HTTP, with its NATS
@@ -568,6 +599,11 @@ const RetryAfter = "1"
 // unavailable with Retry-After when the failure is transient (a timeout,
 // no responders, a stream between leaders), else 500 internal.
 func (s *Server) internal(w http.ResponseWriter, r *http.Request, err error) {
+	if stoppedUnder(r) {
+		zerolog.Ctx(r.Context()).Debug().Err(err).Str("path", r.URL.Path).Msg("request cut short by the api's stop")
+		unavailableStopping(w)
+		return
+	}
 	if bus.Transient(err) && r.Context().Err() == nil {
 		zerolog.Ctx(r.Context()).Warn().Err(err).Str("path", r.URL.Path).Msg("request failed, retryable")
 		w.Header().Set("Retry-After", RetryAfter)

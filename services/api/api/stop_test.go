@@ -6,24 +6,30 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"jetflow.dev/pkg/apiv1"
 	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/claim"
+	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/natstest"
 )
 
-// TestAStartWaitingWhenTheAPIStopsIsAccepted: a start whose command is
-// stored and that waits for the dispatcher's answer when the api stops
-// is answered 202 accepted, with its execution's id (a dispatcher handles
+// TestTheAPIStopsAnsweringWhatIsUnderWay: when the api stops, a start
+// whose command is stored and that waits for the dispatcher's answer is
+// answered 202 accepted, with its execution's id (a dispatcher handles
 // the command later), not with an empty answer that a client reads as a
-// failure and sends again; the api then stops without an error.
-func TestAStartWaitingWhenTheAPIStopsIsAccepted(t *testing.T) {
+// failure and sends again; an event stream under way ends cleanly (its
+// client reconnects from the last event's id), not cut when the grace
+// runs out; and Run returns.
+func TestTheAPIStopsAnsweringWhatIsUnderWay(t *testing.T) {
 	t.Parallel()
 	_, js := natstest.Connect(t, natstest.RunJetStream(t))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -44,6 +50,42 @@ func TestAStartWaitingWhenTheAPIStopsIsAccepted(t *testing.T) {
 	resp.Body.Close()
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, resp.StatusCode, "%s", body)
+
+	// An execution claimed with no history yet: its event stream opens
+	// and waits for its first event.
+	ids, err := claim.Open(t.Context(), js)
+	require.NoError(t, err)
+	_, err = ids.Claim(t.Context(), "followed", claim.Record{CommandKey: "test#followed", Workflow: "waits", ClaimedAt: time.Now()})
+	require.NoError(t, err)
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, base+"/v1/executions/followed/events", nil)
+	require.NoError(t, err)
+	req.Header.Set("Accept", "text/event-stream")
+	type opening struct {
+		status int
+		ctype  string
+		err    error
+	}
+	opened, streamed := make(chan opening, 1), make(chan error, 1)
+	go func() {
+		resp, err := hc.Do(req)
+		if err != nil {
+			opened <- opening{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		opened <- opening{status: resp.StatusCode, ctype: resp.Header.Get("Content-Type")}
+		_, err = io.ReadAll(resp.Body)
+		streamed <- err
+	}()
+	var o opening
+	select {
+	case o = <-opened:
+	case <-time.After(time.Minute):
+		t.Fatal("the event stream did not open")
+	}
+	require.NoError(t, o.err)
+	require.Equal(t, http.StatusOK, o.status)
+	require.Equal(t, "text/event-stream", o.ctype)
 
 	commands, err := js.Stream(t.Context(), bus.StreamCommands)
 	require.NoError(t, err)
@@ -87,10 +129,69 @@ func TestAStartWaitingWhenTheAPIStopsIsAccepted(t *testing.T) {
 	require.NoError(t, json.Unmarshal(a.body, &started), "%q", a.body)
 	require.Equal(t, "stopped-while-waiting", started.ID)
 	require.Equal(t, "accepted", started.Status)
+
 	select {
-	case err := <-stopped:
-		require.NoError(t, err)
+	case err := <-streamed:
+		require.NoError(t, err, "the stream ended as a response ends, not cut with its connection")
+	case <-time.After(time.Minute):
+		t.Fatal("the event stream did not end when the api stopped")
+	}
+	select {
+	case <-stopped:
 	case <-time.After(time.Minute):
 		t.Fatal("the api did not stop")
 	}
+}
+
+// TestARequestCutShortByTheStopIsRetryable: a request still running when
+// the api's grace for stopping ran out (its context ended with
+// errStopping) answers 503 unavailable with Retry-After, which clients
+// retry, where it answered 500 (a failure it reported as internal) or,
+// for a list, nothing (net/http's empty 200).
+func TestARequestCutShortByTheStopIsRetryable(t *testing.T) {
+	t.Parallel()
+	s := &Server{log: zerolog.Nop()}
+	for name, answer := range map[string]func(http.ResponseWriter, *http.Request){
+		"internal":          func(w http.ResponseWriter, r *http.Request) { s.internal(w, r, context.Canceled) },
+		"index unavailable": func(w http.ResponseWriter, r *http.Request) { s.indexUnavailable(w, r, context.Canceled) },
+	} {
+		ctx, cancel := context.WithCancelCause(t.Context())
+		cancel(errStopping)
+		rec := httptest.NewRecorder()
+		answer(rec, httptest.NewRequestWithContext(ctx, http.MethodGet, "/v1/executions", nil))
+		require.Equal(t, http.StatusServiceUnavailable, rec.Code, name)
+		require.Equal(t, RetryAfter, rec.Header().Get("Retry-After"), name)
+		require.Contains(t, rec.Body.String(), "the api is stopping", name)
+
+		// A client that went away is another matter: no retry is asked.
+		ctx, cancel = context.WithCancelCause(t.Context())
+		cancel(nil)
+		rec = httptest.NewRecorder()
+		answer(rec, httptest.NewRequestWithContext(ctx, http.MethodGet, "/v1/executions", nil))
+		require.NotEqual(t, http.StatusServiceUnavailable, rec.Code, name)
+	}
+}
+
+// TestACommandIsPublishedWhateverBecomesOfItsRequest: publishCommand
+// stores the command even when the request's context has ended (its
+// client went away, or the api stopped under it): once taken, a command
+// is stored or refused, never cut short after it may have been stored.
+func TestACommandIsPublishedWhateverBecomesOfItsRequest(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	srv, err := New(t.Context(), Config{Auth: AuthConfig{Disabled: true}}, js.Conn(), js, zerolog.Nop())
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancelCause(t.Context())
+	cancel(errStopping)
+	r := httptest.NewRequestWithContext(ctx, http.MethodPost, "/v1/executions", nil)
+	cmd := events.New("test", "gone-1", "waits", time.Now(), &events.StartExecution{Workflow: "waits", ExecutionID: "gone-1"})
+	msg, err := bus.Encode(bus.SubjectAPIStart, cmd)
+	require.NoError(t, err)
+	ack, err := srv.publishCommand(r, msg, "gone-1-command")
+	require.NoError(t, err)
+	stored, err := js.Stream(t.Context(), bus.StreamCommands)
+	require.NoError(t, err)
+	m, err := stored.GetMsg(t.Context(), ack.Sequence)
+	require.NoError(t, err)
+	require.Equal(t, "gone-1-command", m.Header.Get(jetstream.MsgIDHeader))
 }
