@@ -22,7 +22,7 @@ type connCount struct{ in, out int64 }
 // name (several connections may share one).
 func connMsgs(s *server.Server) map[string]connCount {
 	if s == nil {
-		return nil
+		return childConns() // -nats-process: the server process's
 	}
 	cz, err := s.Connz(&server.ConnzOptions{Limit: 4096})
 	if err != nil {

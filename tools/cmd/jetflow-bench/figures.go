@@ -20,6 +20,9 @@ type figures struct {
 	// the server fsynced every write (-fsync), which has a goal of its own.
 	stepsPerSec float64
 	fsync       bool
+	// natsProcess says nats-server ran in a process of its own
+	// (-nats-process), whose CPU and memory the figures count.
+	natsProcess bool
 	// spread is the throughput run's start-to-finish p99 divided by its p50.
 	spread float64
 	// cpuPerStep is the process's CPU time (user and system) over the
@@ -198,7 +201,7 @@ func thousands(v float64) string {
 func (f figures) export() benchcompare.Figures {
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	return benchcompare.Figures{
-		StepsPerSec: f.stepsPerSec, Fsync: f.fsync, Spread: f.spread, CPUPerStepMs: ms(f.cpuPerStep),
+		StepsPerSec: f.stepsPerSec, Fsync: f.fsync, NATSProcess: f.natsProcess, Spread: f.spread, CPUPerStepMs: ms(f.cpuPerStep),
 		PerStepMs: ms(f.perStep), OneStepMs: ms(f.oneStep),
 		TimerLateMs: ms(f.timerLate), Timers: f.timers, TimersArmedLate: f.timersArmedLate,
 		SleeperKiB: f.sleeperBytes / 1024, Sleepers: f.sleepers,

@@ -160,6 +160,7 @@ func TestNewFlags(t *testing.T) {
 		{[]string{"-fsync", "-sync-interval", "1s"}, "-fsync and -sync-interval exclude each other"},
 		{[]string{"-soak", "1m", "-sleepers", "10"}, "-soak runs alone: drop -sleepers"},
 		{[]string{"-soak", "1m", "-single1", "10"}, "-soak runs alone: drop -single1"},
+		{[]string{"-soak", "1m", "-nats-process"}, "-soak runs alone: drop -nats-process"},
 	} {
 		err := run(t.Context(), c.args, new(bytes.Buffer))
 		require.ErrorContains(t, err, c.want, "%v", c.args)

@@ -305,7 +305,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		where = "JetStream in a process of its own (-nats-process)"
 	}
 	fmt.Fprintf(out, "jetflow-bench: all four services, %s (file store, %s), %s, GOMAXPROCS=%d\n", where, syncMode, security, runtime.GOMAXPROCS(0))
-	fig := figures{fsync: c.fsync}
+	fig := figures{fsync: c.fsync, natsProcess: c.natsProcess}
 
 	tr := newTracker(conn.NC, "bench")
 	defer tr.close()
@@ -378,8 +378,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		printLatency(out, "start-to-finish", lat)
 		fmt.Fprintf(out, "  p99 / p50        %.2f\n", fig.spread)
 		if cpuAll >= 0 {
-			fmt.Fprintf(out, "  CPU              %s user+system in the whole process, %s per step (%.2f of %d cores); %s per step to the last end\n",
-				cpuAll.Round(time.Millisecond), millis(fig.cpuPerStep), cpuAll.Seconds()/wallAll.Seconds(), runtime.NumCPU(),
+			fmt.Fprintf(out, "  CPU              %s user+system in %s, %s per step (%.2f of %d cores); %s per step to the last end\n",
+				cpuAll.Round(time.Millisecond), processesNote(c.natsProcess), millis(fig.cpuPerStep), cpuAll.Seconds()/wallAll.Seconds(), runtime.NumCPU(),
 				millis(perUnit(cpu, steps)))
 		}
 		if msgs.known {
@@ -488,7 +488,11 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	fmt.Fprintf(out, "\nprocess memory: heap in use %.1f MiB, total from OS %.1f MiB\n",
+	memoryOf := "process memory"
+	if c.natsProcess {
+		memoryOf = "this process's memory (not the NATS server process's)"
+	}
+	fmt.Fprintf(out, "\n%s: heap in use %.1f MiB, total from OS %.1f MiB\n", memoryOf,
 		float64(ms.HeapInuse)/(1<<20), float64(ms.Sys)/(1<<20))
 	if c.soak.Duration == 0 {
 		printGoals(out, fig)
@@ -673,9 +677,17 @@ type msgCount struct {
 	known   bool
 }
 
+// processesNote says whose CPU the figures count.
+func processesNote(natsProcess bool) string {
+	if natsProcess {
+		return "both processes (this one and the NATS server's, -nats-process)"
+	}
+	return "the whole process"
+}
+
 func serverMsgs(s *server.Server) msgCount {
 	if s == nil {
-		return msgCount{}
+		return childMsgs() // -nats-process: the server process's
 	}
 	v, err := s.Varz(nil)
 	if err != nil {

@@ -12,12 +12,12 @@ import (
 	"os/signal"
 	"runtime"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"jetflow.dev/pkg/bus"
-	"jetflow.dev/pkg/natsserver"
 	"jetflow.dev/tools/internal/devstack"
 )
 
@@ -62,7 +62,12 @@ type processStats struct {
 	Heap       uint64        `json:"heap"`
 	Live       uint64        `json:"live"`
 	Goroutines int           `json:"goroutines"`
-	Err        string        `json:"err,omitempty"` // a request that failed
+	// InMsgs and OutMsgs are the server's in_msgs and out_msgs ("msgs");
+	// Conns its connections' messages in and out by name ("conns").
+	InMsgs  int64               `json:"in_msgs,omitempty"`
+	OutMsgs int64               `json:"out_msgs,omitempty"`
+	Conns   map[string][2]int64 `json:"conns,omitempty"`
+	Err     string              `json:"err,omitempty"` // a request that failed
 }
 
 // heapProfile has the child write its heap profile to path.
@@ -84,16 +89,17 @@ func runNATSChild(spec string, stdin io.Reader, stdout io.Writer) error {
 	if err := json.Unmarshal([]byte(spec), &c); err != nil {
 		return fmt.Errorf("%s: %w", natsChildEnv, err)
 	}
-	// The parent stops it (its input ends) after the services: an
-	// interrupt at the terminal reaches both, and the server must outlive
-	// the services' own stop.
-	signal.Ignore(os.Interrupt)
-	srv, authDir, err := devstack.StartServer(devstack.Config{DataDir: c.DataDir, NATSAddr: "127.0.0.1:0",
+	// The parent stops it (its input ends) after the services: a signal
+	// to the process group (an interrupt at the terminal, a TERM from a
+	// supervisor) reaches both, and the server must outlive the services'
+	// own stop.
+	signal.Ignore(os.Interrupt, syscall.SIGTERM)
+	srv, authDir, stop, err := devstack.StartServer(devstack.Config{DataDir: c.DataDir, NATSAddr: "127.0.0.1:0",
 		SyncAlways: c.SyncAlways, SyncInterval: c.SyncInterval, Insecure: c.Insecure})
 	if err != nil {
 		return err
 	}
-	defer natsserver.Stop(srv)
+	defer stop()
 	enc := json.NewEncoder(stdout)
 	if err := enc.Encode(natsChildHello{URL: srv.ClientURL(), AuthDir: authDir}); err != nil {
 		return err
@@ -107,6 +113,18 @@ func runNATSChild(spec string, stdin io.Reader, stdout io.Writer) error {
 		case "footprint":
 			f := takeFootprint()
 			st = processStats{CPU: cpuTime(), RSS: f.rss, RSSFile: f.rssFile, Heap: f.heap, Live: f.live, Goroutines: f.goroutines}
+		case "msgs":
+			v, err := srv.Varz(nil)
+			if err != nil {
+				st.Err = err.Error()
+				break
+			}
+			st.InMsgs, st.OutMsgs = v.InMsgs, v.OutMsgs
+		case "conns":
+			st.Conns = map[string][2]int64{}
+			for name, c := range connMsgs(srv) {
+				st.Conns[name] = [2]int64{c.in, c.out}
+			}
 		case "heapprofile":
 			if !in.Scan() {
 				return in.Err()
@@ -234,6 +252,34 @@ func childFootprint() (footprint, bool) {
 		return footprint{}, false
 	}
 	return footprint{rss: st.RSS, rssFile: st.RSSFile, heap: st.Heap, live: st.Live, goroutines: st.Goroutines}, true
+}
+
+// childMsgs is serverMsgs of the server process.
+func childMsgs() msgCount {
+	if serverProcess == nil {
+		return msgCount{}
+	}
+	st, err := serverProcess.ask("msgs")
+	if err != nil || st.Err != "" {
+		return msgCount{}
+	}
+	return msgCount{in: st.InMsgs, out: st.OutMsgs, known: true}
+}
+
+// childConns is connMsgs of the server process.
+func childConns() map[string]connCount {
+	if serverProcess == nil {
+		return nil
+	}
+	st, err := serverProcess.ask("conns")
+	if err != nil || st.Err != "" {
+		return nil
+	}
+	m := make(map[string]connCount, len(st.Conns))
+	for name, c := range st.Conns {
+		m[name] = connCount{in: c[0], out: c[1]}
+	}
+	return m
 }
 
 // projectorBehindJS is projectorBehind read through JetStream's API (the

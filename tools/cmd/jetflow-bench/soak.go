@@ -694,15 +694,21 @@ func measure() measurement {
 // the NATS server process's (-nats-process), or -1 when the system does
 // not say.
 func cpuTime() time.Duration {
+	self, child := selfCPU(), childCPU()
+	if self < 0 || child < 0 {
+		return -1
+	}
+	return self + child
+}
+
+// selfCPU is the CPU time (user and system) this process has used, or -1
+// when the system does not say.
+func selfCPU() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return -1
 	}
-	child := childCPU()
-	if child < 0 {
-		return -1
-	}
-	return time.Duration(ru.Utime.Nano()+ru.Stime.Nano()) + child
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // ms prints a latency in milliseconds, or "-" for none.
@@ -728,7 +734,8 @@ func soakAlone(fs *flag.FlagSet, c *config) error {
 	fs.Visit(func(f *flag.Flag) {
 		switch f.Name {
 		case "executions", "concurrency", "steps", "single", "single1", "timers", "timer-lead", "foreach",
-			"failover", "locks", "lock-semaphore", "retention", "retention-keep", "sleepers", "sleepers-settle":
+			"failover", "locks", "lock-semaphore", "retention", "retention-keep", "sleepers", "sleepers-settle",
+			"nats-process": // the soak's memory figures are its own process's
 			others = append(others, "-"+f.Name)
 		}
 	})

@@ -25,6 +25,9 @@ type Figures struct {
 	// models caught up); Fsync says every write was fsynced (-fsync).
 	StepsPerSec float64 `json:"steps_per_sec,omitempty"`
 	Fsync       bool    `json:"fsync,omitempty"`
+	// NATSProcess: nats-server ran in a process of its own
+	// (jetflow-bench -nats-process), counted in the CPU and memory.
+	NATSProcess bool `json:"nats_process,omitempty"`
 	// Spread is the throughput run's start-to-finish p99 divided by p50.
 	Spread float64 `json:"p99_over_p50,omitempty"`
 	// CPUPerStepMs is the process's CPU time over the throughput run

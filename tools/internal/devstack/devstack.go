@@ -302,21 +302,36 @@ func (i Info) Dial(ctx context.Context, role auth.Role, name string) (*bus.Conn,
 	return &bus.Conn{NC: nc, JS: js}, nil
 }
 
-// StartServer starts a stack's embedded server alone, as Run does (its
-// JetStream files in cfg.DataDir, which it must hold already: Run claims
-// it; cfg.NATSAddr, SyncAlways, SyncInterval, LogNATS, Insecure and
-// Namespaces apply), for a stack in another process to use with
-// Config.NATSURL and Config.CredsDir (the auth directory returned, ""
-// when insecure). Stop it with natsserver.Stop.
-func StartServer(cfg Config) (srv *server.Server, authDir string, err error) {
+// StartServer starts a stack's embedded server alone, as Run does: its
+// JetStream files in cfg.DataDir, which it claims as Run does (no other
+// stack or server may use it meanwhile); cfg.NATSAddr, SyncAlways,
+// SyncInterval, LogNATS, Insecure and Namespaces apply. A stack in
+// another process uses it with Config.NATSURL and Config.CredsDir (the
+// auth directory returned, "" when insecure). stop stops the server and
+// gives the data directory back.
+func StartServer(cfg Config) (srv *server.Server, authDir string, stop func(), err error) {
 	namespaces := cfg.Namespaces
 	if len(namespaces) == 0 {
 		namespaces = []string{auth.DefaultNamespace}
 	}
 	if cfg.DataDir == "" {
-		return nil, "", errors.New("devstack: DataDir is required")
+		return nil, "", nil, errors.New("devstack: DataDir is required")
 	}
-	return startServer(cfg, namespaces)
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, "", nil, fmt.Errorf("data directory: %w", err)
+	}
+	release, err := claimDataDir(cfg.DataDir)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	if srv, authDir, err = startServer(cfg, namespaces); err != nil {
+		release()
+		return nil, "", nil, err
+	}
+	return srv, authDir, func() {
+		natsserver.Stop(srv)
+		release()
+	}, nil
 }
 
 func startServer(cfg Config, namespaces []string) (srv *server.Server, authDir string, err error) {
