@@ -462,7 +462,7 @@ func (s *Server) inHistory(ctx context.Context, subject string, ev events.Event,
 		if err == nil {
 			return m.Header.Get(jetstream.MsgIDHeader) == ev.ID // another event took its place: refused
 		}
-		if !errors.Is(err, jetstream.ErrMsgNotFound) {
+		if !errors.Is(err, jetstream.ErrMsgNotFound) && ctx.Err() == nil { // not the request's end
 			s.log.Warn().Err(err).Str("subject", subject).Msg("look up an event in the history")
 		}
 		if !time.Now().Before(deadline) {

@@ -116,7 +116,7 @@ func TestExitStatuses(t *testing.T) {
 	code, out, stderr = jetflow(t, api, "run", "fine", "--id", "v-1")
 	require.Equal(t, ExitOK, code, stderr)
 	require.Contains(t, []string{"execution v-1 started (fine version 1)\n",
-		"execution v-1 accepted (the dispatcher has not picked it up yet)\n"}, out)
+		"execution v-1 accepted (its start is stored; no dispatcher had answered yet: jetflow show v-1)\n"}, out)
 
 	// A free port nothing listens on: the api is unreachable.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -103,7 +103,7 @@ for the answer, then one per event).`,
 			case res.HTTPStatus == 200:
 				fmt.Fprintf(a.stdout, "execution %s already exists for this request (status %s%s)\n", res.ID, res.Status, versionOf(res, ", %s"))
 			case res.HTTPStatus == 202:
-				fmt.Fprintf(a.stdout, "execution %s accepted (the dispatcher has not picked it up yet)\n", res.ID)
+				fmt.Fprintf(a.stdout, "execution %s accepted (its start is stored; no dispatcher had answered yet: jetflow show %s)\n", res.ID, res.ID)
 			default:
 				fmt.Fprintf(a.stdout, "execution %s started%s\n", res.ID, versionOf(res, " (%s)"))
 			}

@@ -84,10 +84,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "jetflow: nothing was changed") // both refuse before the first change
 	}
 	// The api was looked for beside jetflow dev's data, not named: say
-	// where else to look. Named (--api, JETFLOW_API), it was the caller's.
-	if errors.Is(err, client.ErrUnreachable) && !root.PersistentFlags().Changed("api") &&
-		os.Getenv("JETFLOW_API") == "" && os.Getenv("JETFLOW_DATA") == "" {
-		fmt.Fprintln(stderr, "jetflow: a jetflow dev with its data elsewhere: JETFLOW_DATA=DIR, or run the eval line it printed")
+	// what was found there. Named (--api, JETFLOW_API), it was the caller's.
+	if errors.Is(err, client.ErrUnreachable) && !root.PersistentFlags().Changed("api") && os.Getenv("JETFLOW_API") == "" {
+		data := os.Getenv("JETFLOW_DATA")
+		fmt.Fprintln(stderr, "jetflow:", devHint(cmp.Or(data, ".jetflow"), data != ""))
 	}
 	var apiErr *client.Error
 	if errors.As(err, &apiErr) && apiErr.Status == http.StatusUnauthorized {
@@ -100,6 +100,21 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return exitCode(err)
+}
+
+// devHint says why no api answered where the CLI looked for the one of
+// the jetflow dev on data directory dir (named: by JETFLOW_DATA).
+func devHint(dir string, named bool) string {
+	if c, err := devstack.ReadConn(dir); err == nil {
+		return fmt.Sprintf("the jetflow dev of %s (process %d) does not answer at %s: it is stopping, or it died (start it again: make dev)", dir, c.PID, c.API)
+	}
+	if _, err := os.Stat(dir); err == nil {
+		return fmt.Sprintf("no jetflow dev is running on the data directory %s (make dev starts one)", dir)
+	}
+	if named {
+		return fmt.Sprintf("JETFLOW_DATA=%s: no such data directory; name the one jetflow dev runs on", dir)
+	}
+	return "a jetflow dev with its data elsewhere: JETFLOW_DATA=DIR, or run the eval line it printed"
 }
 
 // exitCode maps an error to the exit status scripts can act on.
