@@ -77,12 +77,7 @@ func TestTheAPIStopsAnsweringWhatIsUnderWay(t *testing.T) {
 		_, err = io.ReadAll(resp.Body)
 		streamed <- err
 	}()
-	var o opening
-	select {
-	case o = <-opened:
-	case <-time.After(time.Minute):
-		t.Fatal("the event stream did not open")
-	}
+	o := within(t, opened, "the event stream did not open")
 	require.NoError(t, o.err)
 	require.Equal(t, http.StatusOK, o.status)
 	require.Equal(t, "text/event-stream", o.ctype)
@@ -116,12 +111,7 @@ func TestTheAPIStopsAnsweringWhatIsUnderWay(t *testing.T) {
 	}, "the start command is stored")
 	stop()
 
-	var a answer
-	select {
-	case a = <-answers:
-	case <-time.After(time.Minute):
-		t.Fatal("the start got no answer after the api stopped")
-	}
+	a := within(t, answers, "the start got no answer after the api stopped")
 	require.NoError(t, a.err)
 	require.Less(t, time.Since(sent), time.Minute, "answered when StartWait passed, not when the api stopped")
 	require.Equal(t, http.StatusAccepted, a.status, "%s", a.body)
@@ -130,16 +120,21 @@ func TestTheAPIStopsAnsweringWhatIsUnderWay(t *testing.T) {
 	require.Equal(t, "stopped-while-waiting", started.ID)
 	require.Equal(t, "accepted", started.Status)
 
+	require.NoError(t, within(t, streamed, "the event stream did not end when the api stopped"),
+		"the stream ended as a response ends, not cut with its connection")
+	_ = within(t, stopped, "the api did not stop") // Run returns nil once its context ends
+}
+
+// within is what ch gives, which it must within a minute (else the test
+// fails, saying late).
+func within[T any](t *testing.T, ch <-chan T, late string) T {
+	t.Helper()
 	select {
-	case err := <-streamed:
-		require.NoError(t, err, "the stream ended as a response ends, not cut with its connection")
+	case v := <-ch:
+		return v
 	case <-time.After(time.Minute):
-		t.Fatal("the event stream did not end when the api stopped")
-	}
-	select {
-	case <-stopped:
-	case <-time.After(time.Minute):
-		t.Fatal("the api did not stop")
+		t.Fatal(late)
+		panic("unreachable")
 	}
 }
 
