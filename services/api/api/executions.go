@@ -471,6 +471,8 @@ func (s *Server) inHistory(ctx context.Context, subject string, ev events.Event,
 		select {
 		case <-ctx.Done():
 			return false
+		case <-s.stopping: // await answers 202 at once
+			return false
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
@@ -891,8 +893,12 @@ func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, id, subjec
 		cancel()
 		if err != nil {
 			if follow.Err() != nil {
-				if !streaming && r.Context().Err() == nil {
-					unavailableStopping(w) // the api stopped before the first event
+				if r.Context().Err() == nil {
+					// The api stops: the stream ends as an open one ends
+					// (not with an error, which would stop an EventSource,
+					// or pkg/client's Follow, for good), and the client
+					// reconnects from the last event's id.
+					open()
 				}
 				return
 			}

@@ -478,26 +478,42 @@ func (s *Server) Run(ctx context.Context) error {
 			return fmt.Errorf("listen on %s: %w", s.cfg.Addr, err)
 		}
 	}
-	// The requests' contexts outlive ctx, for the grace of the shutdown;
-	// then they end with errStopping as their cause.
+	s.log.Info().Str("addr", ln.Addr().String()).Msg("api listening")
+	return serveGracefully(ctx, ln, s.Handler(), shutdownGrace, s.stop)
+}
+
+// lastWords is how long the requests whose contexts ended with
+// errStopping have to answer before their connections close.
+const lastWords = time.Second
+
+// serveGracefully serves h on ln until ctx ends. Then it calls stopping,
+// takes no new request and lets those under way finish for grace (their
+// contexts outlive ctx); it ends the contexts of those still running with
+// errStopping, gives them lastWords to answer (503, stoppedUnder), and
+// closes the connections left.
+func serveGracefully(ctx context.Context, ln net.Listener, h http.Handler, grace time.Duration, stopping func()) error {
 	base, stopRequests := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopRequests(nil)
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second,
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
 		BaseContext: func(net.Listener) context.Context { return base }}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	s.log.Info().Str("addr", ln.Addr().String()).Msg("api listening")
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serve http: %w", err)
 	case <-ctx.Done():
 	}
-	s.stop()
-	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
-	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
+	stopping()
+	shutdown := func(d time.Duration) error {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d)
+		defer cancel()
+		return srv.Shutdown(sctx)
+	}
+	if shutdown(grace) != nil {
 		stopRequests(errStopping)
-		_ = srv.Close()
+		if shutdown(lastWords) != nil {
+			_ = srv.Close()
+		}
 	}
 	return nil
 }

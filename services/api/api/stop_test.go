@@ -65,7 +65,11 @@ func TestTheAPIStopsAnsweringWhatIsUnderWay(t *testing.T) {
 		ctype  string
 		err    error
 	}
-	opened, streamed := make(chan opening, 1), make(chan error, 1)
+	type ending struct {
+		body string
+		err  error
+	}
+	opened, streamed := make(chan opening, 1), make(chan ending, 1)
 	go func() {
 		resp, err := hc.Do(req)
 		if err != nil {
@@ -74,8 +78,8 @@ func TestTheAPIStopsAnsweringWhatIsUnderWay(t *testing.T) {
 		}
 		defer resp.Body.Close()
 		opened <- opening{status: resp.StatusCode, ctype: resp.Header.Get("Content-Type")}
-		_, err = io.ReadAll(resp.Body)
-		streamed <- err
+		b, err := io.ReadAll(resp.Body)
+		streamed <- ending{body: string(b), err: err}
 	}()
 	o := within(t, opened, "the event stream did not open")
 	require.NoError(t, o.err)
@@ -120,8 +124,9 @@ func TestTheAPIStopsAnsweringWhatIsUnderWay(t *testing.T) {
 	require.Equal(t, "stopped-while-waiting", started.ID)
 	require.Equal(t, "accepted", started.Status)
 
-	require.NoError(t, within(t, streamed, "the event stream did not end when the api stopped"),
-		"the stream ended as a response ends, not cut with its connection")
+	sr := within(t, streamed, "the event stream did not end when the api stopped")
+	require.NoError(t, sr.err, "the stream ended as a response ends, not cut with its connection")
+	require.NotContains(t, sr.body, "unavailable", "nothing but the stream's lines in it")
 	_ = within(t, stopped, "the api did not stop") // Run returns nil once its context ends
 }
 
@@ -189,4 +194,78 @@ func TestACommandIsPublishedWhateverBecomesOfItsRequest(t *testing.T) {
 	m, err := stored.GetMsg(t.Context(), ack.Sequence)
 	require.NoError(t, err)
 	require.Equal(t, "gone-1-command", m.Header.Get(jetstream.MsgIDHeader))
+}
+
+// TestServeGracefully: when the api stops, a request under way that ends
+// within the grace gets its answer as if nothing happened (its context
+// did not end: a handler that watched it answers 200, not its
+// cancellation); one still running when the grace ends has its context
+// ended with errStopping and its 503 reaches the client before the
+// connection closes; and no new request is taken.
+func TestServeGracefully(t *testing.T) {
+	t.Parallel()
+	entered := make(chan string, 2)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/slow", func(w http.ResponseWriter, r *http.Request) {
+		entered <- "slow"
+		select {
+		case <-time.After(200 * time.Millisecond): // well within the grace
+			_, _ = io.WriteString(w, "done")
+		case <-r.Context().Done():
+			http.Error(w, "cut short", http.StatusInternalServerError)
+		}
+	})
+	mux.HandleFunc("/stuck", func(w http.ResponseWriter, r *http.Request) {
+		entered <- "stuck"
+		<-r.Context().Done() // only the end of the grace ends it
+		if stoppedUnder(r) {
+			unavailableStopping(w)
+		}
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, stop := context.WithCancel(t.Context())
+	defer stop()
+	stopping := make(chan struct{})
+	served := make(chan error, 1)
+	go func() { served <- serveGracefully(ctx, ln, mux, 2*time.Second, func() { close(stopping) }) }()
+	base := "http://" + ln.Addr().String()
+	hc := &http.Client{Timeout: time.Minute}
+	type answer struct {
+		status int
+		body   string
+		err    error
+	}
+	get := func(path string, out chan<- answer) {
+		resp, err := hc.Get(base + path)
+		if err != nil {
+			out <- answer{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		out <- answer{status: resp.StatusCode, body: string(b), err: err}
+	}
+	slow, stuck := make(chan answer, 1), make(chan answer, 1)
+	go get("/stuck", stuck)
+	require.Equal(t, "stuck", within(t, entered, "the stuck request did not arrive"))
+	go get("/slow", slow)
+	require.Equal(t, "slow", within(t, entered, "the slow request did not arrive"))
+	stop()
+	within(t, stopping, "serveGracefully did not say it stops")
+
+	s := within(t, slow, "the slow request got no answer")
+	require.NoError(t, s.err)
+	require.Equal(t, http.StatusOK, s.status, "a request under way finishes within the grace: %s", s.body)
+	require.Equal(t, "done", s.body)
+	k := within(t, stuck, "the stuck request got no answer")
+	require.NoError(t, k.err, "its answer reached it before the connection closed")
+	require.Equal(t, http.StatusServiceUnavailable, k.status, k.body)
+	require.Contains(t, k.body, "the api is stopping")
+	require.NoError(t, within(t, served, "serveGracefully did not return"))
+	resp, err := hc.Get(base + "/slow")
+	if err == nil {
+		resp.Body.Close()
+	}
+	require.Error(t, err, "no new request is taken")
 }

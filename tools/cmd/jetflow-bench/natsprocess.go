@@ -121,8 +121,13 @@ func runNATSChild(spec string, stdin io.Reader, stdout io.Writer) error {
 			}
 			st.InMsgs, st.OutMsgs = v.InMsgs, v.OutMsgs
 		case "conns":
+			conns := connMsgs(srv)
+			if conns == nil {
+				st.Err = "no connections' figures from the server"
+				break
+			}
 			st.Conns = map[string][2]int64{}
-			for name, c := range connMsgs(srv) {
+			for name, c := range conns {
 				st.Conns[name] = [2]int64{c.in, c.out}
 			}
 		case "heapprofile":

@@ -43,9 +43,13 @@ func TestNATSProcess(t *testing.T) {
 	require.Contains(t, s, "JetStream in a process of its own (-nats-process)")
 	require.Contains(t, s, "with the read models caught up", "the projector's lag is read through JetStream")
 	require.Regexp(t, `CPU +[0-9.]+m?s user\+system in both processes`, s)
-	require.Regexp(t, `NATS messages +[0-9.]+ in and [0-9.]+ out of the server per step`, s, "read from the server process")
-	require.Regexp(t, `messages per step by connection[^\n]*\n(?: +jetflow-[a-z]+ +[0-9.]+ / +[0-9.]+\n)*? +jetflow-dispatcher +[0-9.]+ /`, s,
-		"-by-connection, from the server process")
+	msgs := regexp.MustCompile(`NATS messages +([0-9.]+) in and ([0-9.]+) out of the server per step`).FindStringSubmatch(s)
+	require.Len(t, msgs, 3, "read from the server process")
+	in, err := strconv.ParseFloat(msgs[1], 64)
+	require.NoError(t, err)
+	require.Positive(t, in, "the server process counted the steps' messages")
+	require.Regexp(t, `messages per step by connection[^\n]*\n(?: +jetflow-[a-z]+ +[0-9.]+ / +[0-9.]+\n)*? +jetflow-dispatcher +[1-9][0-9]*\.[0-9]+ /`, s,
+		"-by-connection, from the server process: the dispatcher sent messages")
 	require.Contains(t, s, "(every figure below is the sum of this process's and the NATS server process's, -nats-process)")
 	m := regexp.MustCompile(`of which NATS +RSS ([0-9.]+) MiB → ([0-9.]+) MiB, heap in use ([0-9.]+) MiB`).FindStringSubmatch(s)
 	require.Len(t, m, 4, "the server process's part of the footprint")

@@ -105,11 +105,11 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // devHint says why no api answered where the CLI looked for the one of
 // the jetflow dev on data directory dir (named: by JETFLOW_DATA).
 func devHint(dir string, named bool) string {
-	if c, err := devstack.ReadConn(dir); err == nil {
-		return fmt.Sprintf("the jetflow dev of %s (process %d) does not answer at %s: it is stopping, or it died (start it again: make dev)", dir, c.PID, c.API)
+	if c, err := devstack.ReadConn(dir); err == nil && c.API != "" {
+		return fmt.Sprintf("the jetflow dev of %s (process %d) does not answer at %s: it is stopping, or it died (start it again: jetflow dev, or make dev in a checkout)", dir, c.PID, c.API)
 	}
-	if _, err := os.Stat(dir); err == nil {
-		return fmt.Sprintf("no jetflow dev is running on the data directory %s (make dev starts one)", dir)
+	if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
+		return fmt.Sprintf("no jetflow dev is running on the data directory %s (jetflow dev, or make dev in a checkout, starts one)", dir)
 	}
 	if named {
 		return fmt.Sprintf("JETFLOW_DATA=%s: no such data directory; name the one jetflow dev runs on", dir)
