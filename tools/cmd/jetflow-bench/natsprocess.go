@@ -233,14 +233,24 @@ func (c *natsChild) stop() {
 	}
 }
 
+// askServer asks the server process req; false when there is none, or
+// it did not answer.
+func askServer(req string) (processStats, bool) {
+	if serverProcess == nil {
+		return processStats{}, false
+	}
+	st, err := serverProcess.ask(req)
+	return st, err == nil && st.Err == ""
+}
+
 // childCPU is the server process's CPU time, 0 when there is none, -1
 // when it does not say.
 func childCPU() time.Duration {
 	if serverProcess == nil {
 		return 0
 	}
-	st, err := serverProcess.ask("cpu")
-	if err != nil {
+	st, ok := askServer("cpu")
+	if !ok {
 		return -1
 	}
 	return st.CPU
@@ -249,35 +259,20 @@ func childCPU() time.Duration {
 // childFootprint is the server process's footprint, and false when
 // there is none or it does not say.
 func childFootprint() (footprint, bool) {
-	if serverProcess == nil {
-		return footprint{}, false
-	}
-	st, err := serverProcess.ask("footprint")
-	if err != nil {
-		return footprint{}, false
-	}
-	return footprint{rss: st.RSS, rssFile: st.RSSFile, heap: st.Heap, live: st.Live, goroutines: st.Goroutines}, true
+	st, ok := askServer("footprint")
+	return footprint{rss: st.RSS, rssFile: st.RSSFile, heap: st.Heap, live: st.Live, goroutines: st.Goroutines}, ok
 }
 
 // childMsgs is serverMsgs of the server process.
 func childMsgs() msgCount {
-	if serverProcess == nil {
-		return msgCount{}
-	}
-	st, err := serverProcess.ask("msgs")
-	if err != nil || st.Err != "" {
-		return msgCount{}
-	}
-	return msgCount{in: st.InMsgs, out: st.OutMsgs, known: true}
+	st, ok := askServer("msgs")
+	return msgCount{in: st.InMsgs, out: st.OutMsgs, known: ok}
 }
 
 // childConns is connMsgs of the server process.
 func childConns() map[string]connCount {
-	if serverProcess == nil {
-		return nil
-	}
-	st, err := serverProcess.ask("conns")
-	if err != nil || st.Err != "" {
+	st, ok := askServer("conns")
+	if !ok {
 		return nil
 	}
 	m := make(map[string]connCount, len(st.Conns))

@@ -324,20 +324,15 @@ func StartServer(cfg Config) (srv *server.Server, authDir string, stop func(), e
 	if err != nil {
 		return nil, "", nil, err
 	}
-	if srv, authDir, err = startServer(cfg, namespaces); err != nil {
-		release()
-		return nil, "", nil, err
-	}
-	return srv, authDir, func() {
-		natsserver.Stop(srv)
-		release()
-	}, nil
-}
-
-func startServer(cfg Config, namespaces []string) (srv *server.Server, authDir string, err error) {
+	started := false
+	defer func() {
+		if !started {
+			release()
+		}
+	}()
 	host, port, err := splitAddr(cmp.Or(cfg.NATSAddr, "127.0.0.1:4222"))
 	if err != nil {
-		return nil, "", fmt.Errorf("nats address: %w", err)
+		return nil, "", nil, fmt.Errorf("nats address: %w", err)
 	}
 	ncfg := natsserver.Config{StoreDir: filepath.Join(cfg.DataDir, "jetstream"), Host: host, Port: port,
 		SyncAlways: cfg.SyncAlways, SyncInterval: cfg.SyncInterval}
@@ -350,19 +345,23 @@ func startServer(cfg Config, namespaces []string) (srv *server.Server, authDir s
 	if !cfg.Insecure {
 		dir := filepath.Join(cfg.DataDir, AuthDir)
 		trust, err := auth.Init(dir, auth.InitConfig{Namespaces: namespaces, Reissue: true, KeepKeys: true})
-		if err != nil {
-			return nil, "", err
+		if err == nil {
+			ncfg.Operator, err = trust.OperatorClaims()
 		}
-		if ncfg.Operator, err = trust.OperatorClaims(); err != nil {
-			return nil, "", err
+		if err != nil {
+			return nil, "", nil, err
 		}
 		ncfg.SystemAccount, ncfg.Accounts = trust.SystemAccount, trust.Accounts
 		authDir = dir
 	}
 	if srv, err = natsserver.Start(ncfg); err != nil {
-		return nil, "", err
+		return nil, "", nil, err
 	}
-	return srv, authDir, nil
+	started = true
+	return srv, authDir, func() {
+		natsserver.Stop(srv)
+		release()
+	}, nil
 }
 
 // Run starts the stack, calls ready once every service is up, and blocks
@@ -389,32 +388,20 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 	}
 	defer stopMetrics()
 	if url == "" {
-		if cfg.DataDir == "" {
-			return errors.New("devstack: DataDir is required")
-		}
-		if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
-			return fmt.Errorf("data directory: %w", err)
-		}
-		release, err := claimDataDir(cfg.DataDir)
-		if err != nil {
+		var stopServer func()
+		if srv, authDir, stopServer, err = StartServer(cfg); err != nil {
 			return err
 		}
-		defer release()
-	}
-	if metricsURL != "" {
-		cfg.Log.Info().Str("url", metricsURL).Msg("metrics listening")
-	}
-	if url == "" {
-		if srv, authDir, err = startServer(cfg, namespaces); err != nil {
-			return err
-		}
-		defer natsserver.Stop(srv)
+		defer stopServer()
 		url = srv.ClientURL()
 	} else if cfg.CredsDir != "" {
 		authDir = cfg.CredsDir
 	}
 	if authDir == "" && len(namespaces) > 1 {
 		return errors.New("devstack: namespaces are NATS accounts: more than the default one needs a secure stack")
+	}
+	if metricsURL != "" {
+		cfg.Log.Info().Str("url", metricsURL).Msg("metrics listening")
 	}
 
 	var tokenPath, token string
