@@ -152,6 +152,22 @@ func TestASuccessThatDispatchesIsSchema2(t *testing.T) {
 	require.Equal(t, "2", ce.Extensions()[events.ExtSchema], "the sdk-go form says the same")
 }
 
+// TestASleepsFiringIsSchema4: a success that records a sleep's firing
+// (docs/adr/0017), alone or carried by the end, is written with schema 4:
+// an older reader would pass over the firing and leave the timer armed.
+func TestASleepsFiringIsSchema4(t *testing.T) {
+	at := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	ok := &events.StepSucceeded{StepID: "nap", Attempt: 1, Fired: "t1"}
+	for _, p := range []events.Payload{ok, &events.ExecutionSucceeded{Step: ok}} {
+		msg, err := Encode("jf.events.wf.x1", events.New("test", "x1", "wf", at, p))
+		require.NoError(t, err)
+		require.Equal(t, "4", msg.Header.Get("ce-"+events.ExtSchema), "%T", p)
+		got, err := Decode(msg.Header, msg.Data)
+		require.NoError(t, err)
+		require.Equal(t, "t1", events.FiringOf(got.Data))
+	}
+}
+
 func TestNewerSchemaIsNotMisread(t *testing.T) {
 	ev := events.New("test", "x1", "wf", time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC), &events.StepSucceeded{StepID: "a"})
 	for _, tc := range []struct {
@@ -162,7 +178,8 @@ func TestNewerSchemaIsNotMisread(t *testing.T) {
 		{"1", nil},
 		{"2", nil},
 		{"3", nil},
-		{"4", events.ErrUnknownType},
+		{"4", nil},
+		{"5", events.ErrUnknownType},
 		{"x", events.ErrMalformed},
 		{"0", events.ErrMalformed},
 	} {
@@ -179,7 +196,7 @@ func TestNewerSchemaIsNotMisread(t *testing.T) {
 		}
 		require.ErrorIs(t, err, tc.want, tc.schema)
 		if errors.Is(tc.want, events.ErrUnknownType) {
-			require.ErrorContains(t, err, "written with schema 4 by a newer jetflow")
+			require.ErrorContains(t, err, "written with schema 5 by a newer jetflow")
 			require.Nil(t, got.Data, "not decoded as this version's")
 			require.Equal(t, ev.ID, got.ID, "but known for what it is")
 		}

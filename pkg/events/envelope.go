@@ -67,15 +67,23 @@ const ExtSchema = "jfschema"
 // Version 3: an execution's success may carry its last step's success
 // (ExecutionSucceeded.Step), which an older reader would pass over and
 // leave the step running in an ended execution.
-const SchemaVersion = 3
+// Version 4: a sleep's success may carry its timer's firing
+// (StepSucceeded.Fired), which an older reader would pass over and
+// leave the timer armed: its schedule's message would then record a
+// firing after the sleep's end.
+const SchemaVersion = 4
 
-// SchemaOf is the schema version p is written with: 3 for an end that
+// SchemaOf is the schema version p is written with: 4 for a success that
+// carries a timer's firing (or an end carrying one), 3 for an end that
 // carries a step's success, 2 for a success or a start that carries a
 // dispatch, 1 (written as no ExtSchema) for the rest.
 func SchemaOf(p Payload) int {
 	switch e := p.(type) {
 	case *StepSucceeded:
-		if e.Then != nil {
+		switch {
+		case e.Fired != "":
+			return 4
+		case e.Then != nil:
 			return 2
 		}
 	case *ExecutionStarted:
@@ -84,10 +92,27 @@ func SchemaOf(p Payload) int {
 		}
 	case *ExecutionSucceeded:
 		if e.Step != nil {
-			return 3
+			return max(3, SchemaOf(e.Step))
 		}
 	}
 	return 1
+}
+
+// FiringOf is the timer whose firing p records: a timer.fired's, or
+// that of the sleep whose success carries it (StepSucceeded.Fired: docs/adr/0017),
+// alone or carried by the execution's end; "" for any other event.
+func FiringOf(p Payload) string {
+	switch e := p.(type) {
+	case *TimerFired:
+		return e.TimerID
+	case *StepSucceeded:
+		return e.Fired
+	case *ExecutionSucceeded:
+		if e.Step != nil {
+			return e.Step.Fired
+		}
+	}
+	return ""
 }
 
 // CheckSchema returns an ErrUnknownType error for an ExtSchema value

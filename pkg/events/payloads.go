@@ -227,6 +227,10 @@ type StepSucceeded struct {
 	// recorded: one event records both, as if an
 	// io.jetflow.step.dispatched followed this one.
 	Then *StepDispatched `json:"then,omitempty"`
+	// Fired is the timer of a sleep step whose firing this success
+	// records too: one event records both, as if it followed an
+	// io.jetflow.timer.fired of that timer (docs/adr/0017).
+	Fired string `json:"fired,omitempty"`
 }
 
 // OperationStart says when an agent began an operation, and in which

@@ -794,6 +794,19 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 			st.started(events.OperationStart{StartedAt: e.StartedAt}, ev.Time) // the agent's time, if its report had it
 		})
 	case *events.StepSucceeded:
+		if e.Fired != "" {
+			// First the sleep's timer fires, at the event's time (an error
+			// names this event's type): it must be that step attempt's.
+			if t, ok := s.Timers[e.Fired]; ok && (t.Purpose != events.TimerSleep || t.StepID != e.StepID || t.Attempt != e.Attempt) {
+				return s, &TransitionError{ExecutionID: s.ID, From: "a timer of another step", Event: ev.Type, StepID: e.StepID}
+			}
+			sub := ev
+			sub.Data = &events.TimerFired{TimerID: e.Fired}
+			var err error
+			if s, err = apply(s, sub); err != nil {
+				return s, err
+			}
+		}
 		if e.SignalID != "" {
 			i := slices.IndexFunc(s.Signals, func(g Signal) bool { return g.ID == e.SignalID })
 			if i < 0 || s.Signals[i].TakenBy != "" {

@@ -1083,3 +1083,68 @@ func TestTwinsAfterAnOldMoveAreFoundFromTheLast(t *testing.T) {
 	}
 	t.Fatal("no history TwinsAfterAnOldMove in testdata")
 }
+
+// TestASleepsSuccessRecordsItsFiring: a sleep's success that carries its
+// timer's firing (docs/adr/0017) folds as the timer.fired followed by the
+// success, at the event's time and number, also inside an end that
+// carries the success; a firing of a timer that is not the sleep's
+// armed one fails the whole event.
+func TestASleepsSuccessRecordsItsFiring(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
+	due := t0.Add(time.Minute)
+	evs := []events.Event{
+		{ID: "1", Type: events.TypeExecutionStarted, Subject: "x1", Time: t0, Seq: 1,
+			Data: &events.ExecutionStarted{Workflow: "wf", Version: 1, Steps: []events.StepRef{{ID: "rest", Kind: "sleep"}}, Token: "t"}},
+		{ID: "2", Type: events.TypeStepScheduled, Subject: "x1", Time: t0, Seq: 2, PrevSeq: 1,
+			Data: &events.StepScheduled{StepID: "rest", Kind: "sleep", Attempt: 1}},
+		{ID: "3", Type: events.TypeTimerArmed, Subject: "x1", Time: t0, Seq: 3, PrevSeq: 2,
+			Data: &events.TimerArmed{TimerID: "t1", Purpose: events.TimerSleep, StepID: "rest", Attempt: 1, Due: due}},
+		{ID: "4", Type: events.TypeTimerArmed, Subject: "x1", Time: t0, Seq: 4, PrevSeq: 3,
+			Data: &events.TimerArmed{TimerID: "t2", Purpose: events.TimerWorkflowTimeout, Due: due.Add(time.Hour)}},
+		{ID: "5", Type: events.TypeStepWaiting, Subject: "x1", Time: t0, Seq: 5, PrevSeq: 4,
+			Data: &events.StepWaiting{StepID: "rest", Attempt: 1, Until: due}},
+	}
+	end := func(p *events.StepSucceeded) events.Event {
+		return events.Event{ID: "6", Type: events.TypeExecutionSucceeded, Subject: "x1", Time: due, Seq: 6, PrevSeq: 5,
+			Data: &events.ExecutionSucceeded{Step: p}}
+	}
+
+	s, err := projections.Fold(append(slices.Clone(evs), end(&events.StepSucceeded{StepID: "rest", Attempt: 1, Fired: "t1"})))
+	require.NoError(t, err)
+	require.Equal(t, 6, s.Events)
+	require.Equal(t, projections.StatusSucceeded, s.Status)
+	require.True(t, s.Timers["t1"].Fired, "the firing is recorded")
+	require.False(t, s.Timers["t2"].Fired)
+	require.Equal(t, projections.OpSucceeded, s.Steps[0].Status)
+	require.True(t, due.Equal(s.Steps[0].EndedAt))
+
+	alone := events.Event{ID: "6", Type: events.TypeStepSucceeded, Subject: "x1", Time: due, Seq: 6, PrevSeq: 5,
+		Data: &events.StepSucceeded{StepID: "rest", Attempt: 1, Fired: "t1"}}
+	s, err = projections.Fold(append(slices.Clone(evs), alone))
+	require.NoError(t, err)
+	require.Equal(t, projections.StatusStarted, s.Status)
+	require.True(t, s.Timers["t1"].Fired)
+	require.Equal(t, projections.OpSucceeded, s.Steps[0].Status)
+
+	for name, p := range map[string]*events.StepSucceeded{
+		"NotArmed":         {StepID: "rest", Attempt: 1, Fired: "t9"},
+		"AnotherPurpose":   {StepID: "rest", Attempt: 1, Fired: "t2"},
+		"AnotherAttempt":   {StepID: "rest", Attempt: 2, Fired: "t1"},
+		"FiredAlreadyOnce": nil,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			h := slices.Clone(evs)
+			if p == nil { // recorded fired before: a second firing is refused
+				h = append(h, events.Event{ID: "5b", Type: events.TypeTimerFired, Subject: "x1", Time: due, Seq: 6, PrevSeq: 5,
+					Data: &events.TimerFired{TimerID: "t1"}})
+				p = &events.StepSucceeded{StepID: "rest", Attempt: 1, Fired: "t1"}
+			}
+			_, err := projections.Fold(append(h, end(p)))
+			var te *projections.TransitionError
+			require.ErrorAs(t, err, &te)
+			require.Equal(t, events.TypeExecutionSucceeded, te.Event, "the whole event fails")
+		})
+	}
+}

@@ -92,7 +92,7 @@ type timerRecord struct {
 	purpose      string
 	stepID       string
 	due          time.Time
-	firedAt      time.Time // CloudEvent time of the (first) TimerFired
+	firedAt      time.Time // CloudEvent time of the (first) event recording its firing
 }
 
 // timersOf collects the timers of a history by timer id.
@@ -110,8 +110,11 @@ func timersOf(evs []events.Event) map[string]*timerRecord {
 			r := get(p.TimerID)
 			r.armed++
 			r.purpose, r.stepID, r.due = p.Purpose, p.StepID, p.Due
-		case *events.TimerFired:
-			r := get(p.TimerID)
+		}
+		// Its timer.fired, or the sleep's success recording the firing
+		// (docs/adr/0017).
+		if id := events.FiringOf(ev.Data); id != "" {
+			r := get(id)
 			r.fired++
 			if r.firedAt.IsZero() {
 				r.firedAt = ev.Time

@@ -430,4 +430,14 @@ steps:
 	require.NotNil(t, x.Cancellation)
 	require.NotNil(t, x.Cancellation.Actor)
 	require.Equal(t, "operator", x.Cancellation.Actor.Subject)
+
+	t.Log("a sleep's end records its timer's firing in the same event, and its summary says so (docs/adr/0017)")
+	s.apply(t, "name: nap\nsteps:\n  - {id: rest, kind: sleep, duration: 10ms}\n")
+	_, err = s.c.Start(bg, client.StartRequest{Workflow: "nap", ID: "ui-nap"})
+	require.NoError(t, err)
+	run(t, ctx, "the end carries the sleep's success, which records the firing",
+		chromedp.Navigate(s.info.APIURL+"/#/executions/ui-nap"),
+		until(statusIs("succeeded")),
+		until(summaryHas(events.TypeExecutionSucceeded, "with=succeeded:rest")),
+		until(summaryHas(events.TypeExecutionSucceeded, "fired=t")))
 }

@@ -222,11 +222,17 @@ func typesOf(evs []events.Event) []events.Type {
 }
 
 // countType counts the events of type typ in evs; for step.succeeded,
-// the last step's success an execution's end carries too (docs/adr/0015).
+// the last step's success an execution's end carries too (docs/adr/0015);
+// for timer.fired, every event recording a firing (events.FiringOf: 0017).
 func countType(evs []events.Event, typ events.Type) int {
 	n := 0
 	for _, ev := range evs {
-		if ev.Type == typ || (typ == events.TypeStepSucceeded && ev.Type == events.TypeExecutionSucceeded && succeededOf(ev) != nil) {
+		switch {
+		case typ == events.TypeTimerFired:
+			if events.FiringOf(ev.Data) != "" { // a sleep's firing is carried by its success (docs/adr/0017)
+				n++
+			}
+		case ev.Type == typ || (typ == events.TypeStepSucceeded && ev.Type == events.TypeExecutionSucceeded && succeededOf(ev) != nil):
 			n++
 		}
 	}

@@ -26,12 +26,17 @@ import (
 // loads its state (the cache, or the histories of those not cached,
 // read concurrently), asks the interpreter (interp.Fired), and appends
 // every timer.fired at once (history.Store.AppendBatch: each with its own
-// expected last subject sequence, all acknowledged together). Then each
-// message goes on to the workers as before: the interpreter, seeing the
-// timer recorded, decides nothing more about the firing, and the worker
-// advances the execution and acknowledges the message. A message is
-// acknowledged only then, so a dispatcher that stops in between leaves
-// it to be delivered again, and recorded once (interp.Fired).
+// expected last subject sequence, all acknowledged together). A sleep's
+// firing is most often recorded by the sleep's success, which may carry
+// the next dispatch or be carried by the execution's end (interp.Fired,
+// docs/adr/0017). Then each message goes on to the workers as before:
+// the interpreter, seeing the timer recorded, decides nothing more about
+// the firing, and the worker advances the execution and acknowledges the
+// message. A message is acknowledged only then, so a dispatcher that
+// stops in between leaves it to be delivered again, and recorded once
+// (interp.Fired). A firing whose event ended the execution leaves the
+// workers nothing to do: its message is acknowledged once the event is
+// stored, and the execution leaves the cache, as a worker's end does.
 //
 // Anything a batch does not settle simply goes to the workers, who handle
 // it as any message: an execution a worker has in hand, a second firing
@@ -176,6 +181,12 @@ func (d *Dispatcher) recordLoop(ctx context.Context, q *fireQueue, handOn func(j
 			batch := q.take(fireBatchMax)
 			for i, o := range d.recordFires(ctx, batch) {
 				switch {
+				case o.ended:
+					j := q.release(batch[i])
+					if err := j.msg.Ack(); err != nil {
+						d.log.Warn().Err(err).Str("execution_id", j.key).Msg("ack")
+					}
+					j.from.done()
 				case o.recorded:
 					if len(held) == 0 {
 						since = time.Now()
@@ -208,11 +219,11 @@ func (d *Dispatcher) recordLoop(ctx context.Context, q *fireQueue, handOn func(j
 const fireHold = 500 * time.Millisecond
 
 // fireOutcome is what a batch did with one fired timer: recorded its
-// firing, or left it to a worker (err says why when it tried and
-// failed).
+// firing (and ended its execution: nothing is left for a worker), or
+// left it to a worker (err says why when it tried and failed).
 type fireOutcome struct {
-	recorded bool
-	err      error
+	recorded, ended bool
+	err             error
 }
 
 // firing is one timer of a batch, from its execution's lock to its append.
@@ -221,7 +232,7 @@ type firing struct {
 	p      *events.FireTimer
 	x      *execState
 	unlock func()
-	ev     events.Event          // the timer.fired event
+	ev     events.Event          // the event recording the firing
 	next   projections.Execution // the state after it
 }
 
@@ -305,6 +316,10 @@ func (d *Dispatcher) recordFires(ctx context.Context, batch []job) []fireOutcome
 		d.traced(&f.x.state, &f.next, &f.ev)
 		f.x.state, f.x.current, f.x.torn = f.next, true, nil
 		out[f.i].recorded = true
+		if f.next.Status.Terminal() {
+			out[f.i].ended = true
+			d.evict(f.x.id) // as withExecution does after an end
+		}
 	}
 	return out
 }
@@ -348,33 +363,33 @@ var batchable = map[string]bool{events.TimerSleep: true, events.TimerRetry: true
 // firedEvent is the event recording that timer id of x fired (its
 // FireTimer was sent at sentAt), and the state after it; ok is false
 // unless the interpreter decides exactly that and nothing else (then a
-// worker handles the message as any other).
+// worker handles the message as any other). The event is the
+// timer.fired, or a sleep's success recording the firing, which may
+// carry the next dispatch or be carried by the execution's end
+// (docs/adr/0017).
 //
 // The event is applied to x's state in place, as append does (a copy of
 // the steps at each firing made a timer of a large execution cost more
 // the more steps it had): x is torn until the caller records the append
 // (x.state = next, x.torn = nil) or drops x. An event the fold refuses,
-// or one that ends the execution, leaves x torn and out of the cache,
-// and ok false: the worker reads the history again.
+// or an end that a worker must follow up (a parent to tell, locks to
+// release), leaves x torn and out of the cache, and ok false: the worker
+// reads the history again and decides anew.
 func (d *Dispatcher) firedEvent(x *execState, id string, sentAt time.Time) (ev events.Event, next projections.Execution, ok bool) {
 	if x.torn != nil || !batchable[x.state.Timers[id].Purpose] {
 		return events.Event{}, projections.Execution{}, false
 	}
 	dec := interp.Fired(d.input(x), id, sentAt)
 	if dec.Need != nil || dec.Err != nil || dec.Reject != nil || dec.Retry != "" || dec.Ignore != "" ||
-		len(dec.Before) > 0 || len(dec.After) > 0 || len(dec.Events) != 1 {
+		len(dec.Before) > 0 || len(dec.After) > 0 || !dec.At.IsZero() || len(dec.Events) != 1 || events.FiringOf(dec.Events[0]) != id {
 		return events.Event{}, projections.Execution{}, false
 	}
-	p, isFired := dec.Events[0].(*events.TimerFired)
-	if !isFired {
-		return events.Event{}, projections.Execution{}, false
-	}
-	ev = d.event(x, p, time.Time{})
+	ev = d.event(x, dec.Events[0], time.Time{})
 	x.torn = errTorn
 	next, err := projections.ApplyOwned(x.state, ev)
-	if err != nil || !next.Status.Active() {
+	if err != nil || (!next.Status.Active() && (next.Parent != nil || len(next.Locks) > 0)) {
 		d.evict(x.id)
-		return events.Event{}, projections.Execution{}, false // the worker refuses it, as d.append does
+		return events.Event{}, projections.Execution{}, false // the worker refuses it, as d.append does, or follows the end up
 	}
 	return ev, next, true
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,6 +38,8 @@ func setupFires(t *testing.T) *fireBundle {
 		"name: nap\nsteps:\n  - {id: nap, kind: sleep, duration: 1h}\n",
 		// Two events more before its sleep than nap's.
 		"name: letnap\nsteps:\n  - {id: a, kind: let, vars: {x: 1}}\n  - {id: nap, kind: sleep, duration: 1h}\n",
+		// Its sleep's end does not end it: a let follows.
+		"name: naplet\nsteps:\n  - {id: nap, kind: sleep, duration: 1h}\n  - {id: a, kind: let, vars: {x: 1}}\n",
 		"name: waitto\nsteps:\n  - {id: w, kind: wait, signal: go, timeout: 1h}\n",
 	} {
 		def, err := workflow.Parse([]byte(src))
@@ -93,9 +96,7 @@ func fireJob(ev events.Event) job {
 // its history is linear.
 func (b *fireBundle) history(t *testing.T, wf, id string) []events.Type {
 	t.Helper()
-	evs, err := history.Read(t.Context(), b.js, bus.ExecutionSubject(wf, id), 0)
-	require.NoError(t, err)
-	require.NoError(t, history.Linear(evs))
+	evs := b.events(t, wf, id)
 	out := make([]events.Type, 0, len(evs))
 	for _, e := range evs {
 		out = append(out, e.Type)
@@ -103,14 +104,25 @@ func (b *fireBundle) history(t *testing.T, wf, id string) []events.Type {
 	return out
 }
 
-func count(types []events.Type, typ events.Type) int {
+// firings counts the events of evs that record a timer's firing.
+func firings(evs []events.Event) int {
 	n := 0
-	for _, x := range types {
-		if x == typ {
+	for _, e := range evs {
+		if events.FiringOf(e.Data) != "" {
 			n++
 		}
 	}
 	return n
+}
+
+// events returns an execution's events, and checks that its history is
+// linear.
+func (b *fireBundle) events(t *testing.T, wf, id string) []events.Event {
+	t.Helper()
+	evs, err := history.Read(t.Context(), b.js, bus.ExecutionSubject(wf, id), 0)
+	require.NoError(t, err)
+	require.NoError(t, history.Linear(evs))
+	return evs
 }
 
 // finish handles a fired timer's message as a worker does after the
@@ -120,8 +132,9 @@ func (b *fireBundle) finish(t *testing.T, ev events.Event) {
 	t.Helper()
 	require.NoError(t, b.d.handle(t.Context(), ev))
 	p := ev.Data.(*events.FireTimer)
+	evs := b.events(t, p.Workflow, p.ExecutionID)
 	types := b.history(t, p.Workflow, p.ExecutionID)
-	require.Equal(t, 1, count(types, events.TypeTimerFired), "%s: %v", p.ExecutionID, types)
+	require.Equal(t, 1, firings(evs), "%s: %v", p.ExecutionID, types)
 	require.Equal(t, events.TypeExecutionSucceeded, types[len(types)-1], "%s: %v", p.ExecutionID, types)
 }
 
@@ -135,30 +148,43 @@ func (b *fireBundle) isCached(id string) bool {
 // TestFiresRecordedInABatch: the firings of several executions are
 // recorded by one batch, each once, and the workers then end their
 // sleeps; a second firing of one execution in the same batch (a
-// redelivery) is left to a worker and records nothing more. A state the
-// dispatcher had cached (the firing is applied to it in place) is then
-// the fold of its history.
+// redelivery) is left to a worker and records nothing more. A sleep's
+// firing is recorded by its success (docs/adr/0017): carried by the end
+// of an execution it ends, which leaves the cache and the workers
+// nothing to do; alone where a step follows. A state the dispatcher had
+// cached (the firing is applied to it in place) is then the fold of its
+// history.
 func TestFiresRecordedInABatch(t *testing.T) {
 	t.Parallel()
 	b := setupFires(t)
+	wfs := []string{"nap", "naplet", "nap"}
 	var fired []events.Event
-	for i := range 3 {
-		fired = append(fired, b.asleep(t, "nap", fmt.Sprintf("n%d", i)))
+	for i, wf := range wfs {
+		fired = append(fired, b.asleep(t, wf, fmt.Sprintf("n%d", i)))
 	}
-	_, _, err := b.d.load(t.Context(), "nap", "n1", loading{}) // cached (a long sleep is not: a read puts it back)
+	_, _, err := b.d.load(t.Context(), "naplet", "n1", loading{}) // cached (a long sleep is not: a read puts it back)
 	require.NoError(t, err)
 	require.True(t, b.isCached("n1"))
 	batch := []job{fireJob(fired[0]), fireJob(fired[1]), fireJob(fired[2]), fireJob(fired[1])}
 	out := b.d.recordFires(t.Context(), batch)
 	require.Len(t, out, 4)
-	for i := range 3 {
+	for i, wf := range wfs {
 		require.True(t, out[i].recorded, "firing %d", i)
 		require.NoError(t, out[i].err)
-		types := b.history(t, "nap", fmt.Sprintf("n%d", i))
-		require.Equal(t, events.TypeTimerFired, types[len(types)-1])
+		evs := b.events(t, wf, fmt.Sprintf("n%d", i))
+		last := evs[len(evs)-1]
+		require.Equal(t, fired[i].Data.(*events.FireTimer).TimerID, events.FiringOf(last.Data), "the batch's event records the firing")
+		require.Equal(t, 1, firings(evs))
+		if wf == "nap" {
+			require.Equal(t, events.TypeExecutionSucceeded, last.Type, "the sleep's end ends the execution")
+			require.True(t, out[i].ended)
+			require.False(t, b.isCached(fmt.Sprintf("n%d", i)), "an ended execution leaves the cache")
+		} else {
+			require.Equal(t, events.TypeStepSucceeded, last.Type)
+			require.False(t, out[i].ended)
+		}
 	}
-	evs, err := history.Read(t.Context(), b.js, bus.ExecutionSubject("nap", "n1"), 0)
-	require.NoError(t, err)
+	evs := b.events(t, "naplet", "n1")
 	want, err := projections.Fold(evs)
 	require.NoError(t, err)
 	b.d.mu.Lock()
@@ -266,8 +292,7 @@ func TestRedeliveredFireRecordedOnce(t *testing.T) {
 	out = b.d.recordFires(t.Context(), []job{fireJob(ev)})
 	require.False(t, out[0].recorded, "recorded already")
 	require.NoError(t, out[0].err)
-	types := b.history(t, "nap", "r0")
-	require.Equal(t, 1, count(types, events.TypeTimerFired), "%v", types)
+	require.Equal(t, 1, firings(b.events(t, "nap", "r0")), "%v", b.history(t, "nap", "r0"))
 	b.finish(t, ev)
 }
 
@@ -319,7 +344,7 @@ func TestTimersDueTogether(t *testing.T) {
 		require.NoError(t, history.Linear(evs))
 		fired := 0
 		for _, e := range evs {
-			if e.Type == events.TypeTimerFired {
+			if events.FiringOf(e.Data) != "" {
 				fired++
 				require.False(t, e.Time.Before(due), "a%d fired at %s, before %s", i, e.Time, due)
 			}
@@ -430,4 +455,47 @@ func TestOtherCommandsThatChangeNothingSayItAtInfo(t *testing.T) {
 	require.Contains(t, line["reason"], "expire: the execution changed since the janitor looked")
 	require.NotContains(t, b.history(t, "nap", "n-kept"), events.TypeExecutionExpired, "the execution is kept")
 	b.finish(t, fire)
+}
+
+// ackMsg is a fired timer's message that counts its acknowledgements.
+type ackMsg struct {
+	jetstream.Msg
+	acks atomic.Int32
+}
+
+func (m *ackMsg) Ack() error { m.acks.Add(1); return nil }
+func (m *ackMsg) Metadata() (*jetstream.MsgMetadata, error) {
+	return nil, errors.New("a test's message has no metadata")
+}
+
+// TestTheFireLoopFinishesWhatItsBatchEnded: a sleep whose end ended its
+// execution in the fire loop's batch leaves the workers nothing to do:
+// the loop acknowledges its message itself once the end is stored, and
+// hands on only the firing after which the execution goes on (a worker
+// acts on it, then acknowledges it).
+func TestTheFireLoopFinishesWhatItsBatchEnded(t *testing.T) {
+	t.Parallel()
+	b := setupFires(t)
+	ends, goesOn := b.asleep(t, "nap", "e0"), b.asleep(t, "naplet", "e1")
+	q := newFireQueue()
+	endsMsg, goesOnMsg := &ackMsg{}, &ackMsg{}
+	q.add(job{msg: endsMsg, ev: ends, key: "e0", alive: time.Now()})
+	q.add(job{msg: goesOnMsg, ev: goesOn, key: "e1", alive: time.Now()})
+	handed := make(chan job, 2)
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() { defer close(done); b.d.fireLoop(t.Context(), q, func(j job) { handed <- j }, stop) }()
+	select {
+	case j := <-handed:
+		require.Equal(t, "e1", j.key, "only the firing after which the execution goes on is handed on")
+	case <-time.After(30 * time.Second):
+		t.Fatal("nothing handed on")
+	}
+	close(stop)
+	<-done
+	require.Empty(t, handed, "the ended one is not handed on")
+	require.Equal(t, int32(1), endsMsg.acks.Load(), "the ended one's message is acknowledged by the loop")
+	require.Zero(t, goesOnMsg.acks.Load(), "the other is a worker's to acknowledge")
+	types := b.history(t, "nap", "e0")
+	require.Equal(t, events.TypeExecutionSucceeded, types[len(types)-1])
+	b.finish(t, goesOn)
 }

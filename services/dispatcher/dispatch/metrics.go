@@ -151,7 +151,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	}, []string{"code"})
 	lateness := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "jetflow_dispatcher_timer_lateness_seconds",
-		Help:    "How late fired timers were recorded, from their due time to the append of io.jetflow.timer.fired, by purpose.",
+		Help:    "How late fired timers were recorded, from their due time to the append of io.jetflow.timer.fired (or of the sleep's success recording it), by purpose.",
 		Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
 	}, []string{"purpose"})
 	lockWait := prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -372,6 +372,14 @@ func (m *Metrics) appended(before, after *projections.Execution, ev *events.Even
 	if m == nil {
 		return
 	}
+	// A timer.fired, or a sleep's success carrying its firing (docs/adr/0017).
+	if t, ok := before.Timers[events.FiringOf(ev.Data)]; ok {
+		l, known := m.lateness[t.Purpose]
+		if !known {
+			l = m.lateness[otherLabel]
+		}
+		(*l.get()).Observe(max(0, now().Sub(t.Due).Seconds()))
+	}
 	switch p := ev.Data.(type) {
 	case *events.ExecutionStarted:
 		m.started.Inc()
@@ -385,14 +393,6 @@ func (m *Metrics) appended(before, after *projections.Execution, ev *events.Even
 		m.step(after, p.StepID, stepFailed, ev.Time)
 	case *events.StepSkipped:
 		m.step(after, p.StepID, stepSkipped, ev.Time)
-	case *events.TimerFired:
-		if t, ok := before.Timers[p.TimerID]; ok {
-			l, known := m.lateness[t.Purpose]
-			if !known {
-				l = m.lateness[otherLabel]
-			}
-			(*l.get()).Observe(max(0, now().Sub(t.Due).Seconds()))
-		}
 	case *events.LockAcquired:
 		if l, ok := after.LockAt(p.Path); ok && !l.RequestedAt.IsZero() && !l.AcquiredAt.IsZero() {
 			m.lockWait.Observe(max(0, l.AcquiredAt.Sub(l.RequestedAt).Seconds()))

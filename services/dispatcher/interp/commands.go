@@ -82,7 +82,8 @@ func Expired(id string, at time.Time) *Rejection {
 // sentAt): it is recorded, once, and what it means (a sleep ends, a wait or
 // an attempt times out, a retry is due, the workflow times out) is decided
 // from the recorded timer.fired by the next decision, so it is right after
-// any crash.
+// any crash. A sleep's end is that next decision most of the time: then
+// its success records the firing too (sleepEnded).
 func Fired(in Input, timerID string, sentAt time.Time) Decision {
 	t, ok := in.State.Timers[timerID]
 	switch {
@@ -100,7 +101,13 @@ func Fired(in Input, timerID string, sentAt time.Time) Decision {
 		// in the second.
 		return Decision{}
 	}
-	d := Decision{Events: []events.Payload{&events.TimerFired{TimerID: timerID}}}
+	fired := &events.TimerFired{TimerID: timerID}
+	if t.Purpose == events.TimerSleep {
+		if p := in.sleepEnded(fired); p != nil {
+			return Decision{Events: []events.Payload{p}}
+		}
+	}
+	d := Decision{Events: []events.Payload{fired}}
 	switch t.Purpose {
 	case events.TimerWorkflowTimeout:
 		d.Before = in.abandoned("", "the workflow timed out after "+in.Def.Timeout)
@@ -111,6 +118,47 @@ func Fired(in Input, timerID string, sentAt time.Time) Decision {
 		}
 	}
 	return d
+}
+
+// sleepEnded is the sleep's success carrying its timer's firing (or the
+// execution's end carrying both: docs/adr/0015), when the sleep's
+// success is the very next decision once fired is recorded and nothing
+// else goes with it (no effect before or after): one event records both
+// (docs/adr/0017). nil otherwise, and under the bounds of
+// Input.after: only in small executions, never with SplitDispatch.
+func (in Input) sleepEnded(fired *events.TimerFired) events.Payload {
+	if in.SplitDispatch || len(in.State.Steps) > SmallExecution {
+		return nil
+	}
+	t := in.State.Timers[fired.TimerID]
+	var out events.Payload
+	// The firing changes the timers only: the state after it is a copy
+	// (projections.Peek), which the look ahead below may walk.
+	err := projections.Peek(in.State, events.Event{Type: fired.EventType(), Subject: in.ID, Time: in.Now, Data: fired}, func(next projections.Execution) {
+		after := in
+		after.State, after.Memo = next, &Memo{} // no view: walked
+		if in.Memo != nil {
+			after.Memo.retains = in.Memo.retains
+		}
+		d := Next(after)
+		if d.Need != nil || d.Err != nil || d.Reject != nil || !d.At.IsZero() || len(d.Events) != 1 || len(d.Before)+len(d.After) > 0 {
+			return
+		}
+		ok, _ := d.Events[0].(*events.StepSucceeded)
+		end, ended := d.Events[0].(*events.ExecutionSucceeded)
+		if ended {
+			ok = end.Step
+		}
+		if ok == nil || ok.StepID != t.StepID || ok.Attempt != t.Attempt || ok.Fired != "" {
+			return
+		}
+		ok.Fired = fired.TimerID
+		out = d.Events[0]
+	})
+	if err != nil {
+		return nil
+	}
+	return out
 }
 
 // callInstance returns the container step whose attempt's instance

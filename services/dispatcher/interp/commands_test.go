@@ -1,6 +1,7 @@
 package interp
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -42,12 +43,80 @@ func TestFired(t *testing.T) {
 	require.Equal(t, "a timer the history does not know", d.Ignore)
 	require.True(t, d.Empty())
 
+	// Every state its own event (for histories older dispatchers read):
+	// the firing, then the sleep's success by the next decision.
+	split := m.input()
+	split.SplitDispatch = true
+	require.Equal(t, []events.Payload{&events.TimerFired{TimerID: timer}}, Fired(split, timer, sent).Events)
+
+	// Else the sleep's end is the very next decision: its success records
+	// the firing, and carries the next dispatch (docs/adr/0017, 0008).
 	d = Fired(m.input(), timer, sent)
-	require.Equal(t, []events.Payload{&events.TimerFired{TimerID: timer}}, d.Events)
+	require.Len(t, d.Events, 1)
+	ok, isOK := d.Events[0].(*events.StepSucceeded)
+	require.True(t, isOK, "%T", d.Events[0])
+	require.Equal(t, "rest", ok.StepID)
+	require.Equal(t, timer, ok.Fired)
+	require.NotNil(t, ok.Then)
+	require.Equal(t, "op", ok.Then.StepID)
+	require.Empty(t, d.Before)
+	require.Empty(t, d.After)
 	m.carry(d)
+	require.True(t, m.state.Timers[timer].Fired)
+	require.Equal(t, projections.OpSucceeded, m.state.Steps[m.state.StepIndex("rest")].Status)
 	d = Fired(m.input(), timer, sent)
 	require.True(t, d.Empty(), "fired once")
 	require.Empty(t, d.Ignore, "a redelivery goes on deciding: the dispatcher that recorded it may have stopped before acting")
+}
+
+// TestFiredCarriesOnlyASleepsEnd: a firing is recorded alone when
+// something else follows it: a wait's timeout fails the step, a sleep
+// whose execution is being cancelled goes no further, a sleep of a large
+// execution (whose decisions follow a view) is decided after.
+func TestFiredCarriesOnlyASleepsEnd(t *testing.T) {
+	t.Parallel()
+	alone := func(t *testing.T, d Decision, timer string) {
+		t.Helper()
+		require.Equal(t, []events.Payload{&events.TimerFired{TimerID: timer}}, d.Events)
+	}
+	t.Run("AWaitsTimeout", func(t *testing.T) {
+		t.Parallel()
+		m := newMemShell(t, workflow.Definition{Name: "w", Steps: []workflow.Step{
+			{ID: "hold", Kind: workflow.KindWait, Signal: "go", Timeout: "1m"},
+		}}, `{}`)
+		m.advance()
+		require.Len(t, m.timers, 1)
+		for id, due := range m.timers {
+			m.now = due
+			alone(t, Fired(m.input(), id, due), id)
+		}
+	})
+	t.Run("ACancellingExecution", func(t *testing.T) {
+		t.Parallel()
+		m, timer := sleeping(t)
+		m.append(&events.ExecutionCancelling{})
+		alone(t, Fired(m.input(), timer, m.now), timer)
+	})
+	t.Run("ALargeExecution", func(t *testing.T) {
+		t.Parallel()
+		var steps []workflow.Step
+		for i := range SmallExecution {
+			steps = append(steps, workflow.Step{ID: fmt.Sprintf("s%d", i), Kind: workflow.KindNoop})
+		}
+		steps = append(steps, workflow.Step{ID: "rest", Kind: workflow.KindSleep, Duration: "1m"})
+		m := newMemShell(t, workflow.Definition{Name: "big", Steps: steps}, `{}`)
+		m.advance()
+		for i := 0; len(m.timers) == 0 && i < len(m.tasks); i++ { // each noop's task, in turn
+			m.finish(m.tasks[i])
+			m.advance()
+		}
+		require.Len(t, m.timers, 1)
+		require.Greater(t, len(m.state.Steps), SmallExecution)
+		for id, due := range m.timers {
+			m.now = due
+			alone(t, Fired(m.input(), id, due), id)
+		}
+	})
 }
 
 func TestSignal(t *testing.T) {

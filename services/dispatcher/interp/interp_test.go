@@ -234,9 +234,10 @@ func (m *memShell) report(p events.Payload) Decision {
 	return Result(m.input(), ref, ev)
 }
 
-// fire records the timer that comes due first (of two due together, the
+// fire decides the timer that comes due first (of two due together, the
 // one whose id sorts first: the same every run), as the shell does for a
-// FireTimer command, moving the clock to it.
+// FireTimer command (Fired: a sleep's success may record the firing),
+// moving the clock to it.
 func (m *memShell) fire() {
 	m.t.Helper()
 	var id string
@@ -247,7 +248,9 @@ func (m *memShell) fire() {
 	}
 	require.NotEmpty(m.t, id, "no timer to fire")
 	m.now = m.timers[id]
-	m.append(&events.TimerFired{TimerID: id})
+	d := Fired(m.input(), id, m.now)
+	require.Len(m.t, d.Events, 1, "a firing is recorded by one event")
+	m.carry(d)
 }
 
 func (m *memShell) types() []string {
@@ -300,13 +303,16 @@ func TestInterpreterRunsAWorkflowWithoutAServer(t *testing.T) {
 		"execution.started",
 		"step.dispatched", "step.started", "step.succeeded", // build: scheduled and sending are one event, sent is recorded with the start
 		"step.scheduled", "step.succeeded", // count: the variables and the success are one event
-		"step.scheduled", "timer.armed", "step.waiting", "timer.fired", // rest
-		"execution.succeeded", // carrying rest's success (docs/adr/0015)
+		"step.scheduled", "timer.armed", "step.waiting", // rest
+		"execution.succeeded", // carrying rest's success (docs/adr/0015), which carries its timer's firing (0017)
 	}, m.types())
 	end, ok := m.evs[len(m.evs)-1].Data.(*events.ExecutionSucceeded)
 	require.True(t, ok)
 	require.NotNil(t, end.Step, "the end carries the sleep's success")
 	require.Equal(t, "rest", end.Step.StepID)
+	require.NotEmpty(t, end.Step.Fired, "and the sleep's success its timer's firing")
+	require.True(t, m.state.Timers[end.Step.Fired].Fired)
+	require.Equal(t, 4, events.SchemaOf(end), "an older reader must not pass over the firing")
 	require.Equal(t, projections.OpSucceeded, m.state.Steps[m.state.StepIndex("rest")].Status)
 }
 

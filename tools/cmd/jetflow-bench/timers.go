@@ -30,14 +30,16 @@ func timerLead(n int) time.Duration {
 }
 
 // timerRecord is what the timer run saw of one execution: CloudEvent
-// times of its TimerArmed, TimerFired and ExecutionSucceeded events.
+// times of its TimerArmed and ExecutionSucceeded events, and of the
+// event that recorded its timer's firing: its TimerFired, or the end
+// carrying the sleep's success that records it (docs/adr/0017).
 type timerRecord struct {
 	armed, fired, succeeded time.Time
 }
 
 // timerTracker follows the executions of the timer run with a core NATS
-// subscription on their history subjects, reading only the ce-type and
-// ce-time headers.
+// subscription on their history subjects, reading the ce-type and
+// ce-time headers (and of an end whether it records the firing).
 type timerTracker struct {
 	sub      *nats.Subscription
 	mu       sync.Mutex
@@ -77,6 +79,9 @@ func newTimerTracker(nc *nats.Conn, want int) (*timerTracker, error) {
 		case events.TypeExecutionSucceeded, events.TypeExecutionFailed:
 			if typ == events.TypeExecutionSucceeded {
 				r.succeeded = at
+				if r.fired.IsZero() && endRecordsFiring(m.Header) {
+					r.fired = at
+				}
 			} else {
 				t.failed = append(t.failed, id)
 			}
@@ -94,6 +99,13 @@ func newTimerTracker(nc *nats.Conn, want int) (*timerTracker, error) {
 }
 
 func (t *timerTracker) close() { _ = t.sub.Unsubscribe() }
+
+// endRecordsFiring says whether an io.jetflow.execution.succeeded with
+// these headers carries the sleep's success that records its timer's
+// firing: such an end, and only such an end, is written with schema
+// version 4 (events.SchemaOf). Read from the header, not the data: the
+// tracker takes its share of the burst's cores.
+func endRecordsFiring(h nats.Header) bool { return h.Get("ce-"+events.ExtSchema) == "4" }
 
 // runTimers starts n executions that all sleep until the same instant T
 // and reports how late their timers fired; it returns the lateness p99

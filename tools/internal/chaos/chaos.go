@@ -726,8 +726,10 @@ func (p *progress) watch(nc *nats.Conn) error {
 		defer p.mu.Unlock()
 		fmt.Fprintf(p.trace, "%s event %s %s prevseq %s\n", now.Format("15:04:05.000000"), m.Subject, typ, m.Header.Get("ce-"+events.ExtPrevSeq))
 		// An execution's success may carry its last step's (docs/adr/0015):
-		// written with schema version 3, which only such an end is.
-		carried := typ == events.TypeExecutionSucceeded && m.Header.Get("ce-"+events.ExtSchema) == "3"
+		// written with schema version 3, or 4 when that success records a
+		// sleep's firing (0017), which only such an end is.
+		schema := m.Header.Get("ce-" + events.ExtSchema)
+		carried := typ == events.TypeExecutionSucceeded && (schema == "3" || schema == "4")
 		if typ != events.TypeStepSucceeded && !carried {
 			return
 		}

@@ -55,6 +55,23 @@ func TestEventLineSaysWhatAnEndCarries(t *testing.T) {
 	require.Contains(t, b.String(), `with=succeeded:ship agent=a1 output={"n":2}`)
 }
 
+// TestEventLineSaysWhatASleepsEndRecords: a sleep's success that records
+// its timer's firing (docs/adr/0017) names the timer, alone or carried
+// by the execution's end.
+func TestEventLineSaysWhatASleepsEndRecords(t *testing.T) {
+	ok := &events.StepSucceeded{StepID: "nap", Attempt: 1, Fired: "t86f6b1ead347039a6da33465"}
+	for typ, p := range map[events.Type]events.Payload{
+		events.TypeStepSucceeded:      ok,
+		events.TypeExecutionSucceeded: &events.ExecutionSucceeded{Step: ok},
+	} {
+		data, err := json.Marshal(p)
+		require.NoError(t, err)
+		var b bytes.Buffer
+		printEvent(&b, client.Event{Seq: 9, Type: typ, Time: time.Now(), Data: data})
+		require.Contains(t, b.String(), "fired=t86f6b1ead347039a6da33465", "%s", typ)
+	}
+}
+
 // TestEventLineSaysWhatASuccessDispatched: a step's success that carries
 // the next operation's dispatch says so.
 func TestEventLineSaysWhatASuccessDispatched(t *testing.T) {

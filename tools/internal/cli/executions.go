@@ -801,6 +801,15 @@ func printEvent(w io.Writer, ev client.Event) {
 		b, _ := json.Marshal(o)
 		return " output=" + truncate(string(b), 120)
 	}
+	// A sleep's success that records its timer's firing (docs/adr/0017).
+	fired := func(m map[string]any) {
+		if f, ok := m["fired"].(string); ok && f != "" {
+			detail += " fired=" + f
+		}
+	}
+	if ev.Type == events.TypeStepSucceeded {
+		fired(d)
+	}
 	if o, ok := d["output"]; ok && ev.Type == events.TypeStepSucceeded {
 		detail += output(o)
 	}
@@ -808,6 +817,7 @@ func printEvent(w io.Writer, ev client.Event) {
 		if s, ok := st["step_id"].(string); ok {
 			detail += " with=succeeded:" + s
 		}
+		fired(st)
 		if a, ok := st["agent"].(string); ok && a != "" {
 			detail += " agent=" + truncate(quoteIfSpaced(a), 120)
 		}

@@ -743,6 +743,9 @@ function summary(ev) {
   }
   // An end that also records the last step's success (docs/adr/0015).
   if (d.step && typeof d.step.step_id === 'string') bits.push('with=succeeded:' + d.step.step_id);
+  // A sleep's success that also records its timer's firing (docs/adr/0017).
+  const fired = (d.step && d.step.fired) || d.fired;
+  if (typeof fired === 'string' && fired) bits.push('fired=' + fired);
   // A start or a success that also records the next operation's dispatch
   // (docs/adr/0008).
   if (d.then && typeof d.then.step_id === 'string') bits.push('then=dispatched:' + d.then.step_id);
