@@ -35,7 +35,8 @@ const FullReadEvery = 10 * time.Minute
 // sweeps, catch-ups read those that settled: catchUp), so a
 // sweep over executions that did nothing costs next to nothing, where
 // reading and decoding every model cost a core-second per 20,000 or so.
-// Its entries are small (about 150 bytes with the key) since a janitor
+// Its entries are small (about 150 bytes with the key and the map's
+// room, 180 before their names were interned together) since a janitor
 // keeps one per execution kept: times in Unix nanoseconds, the strings
 // many models share (workflow, rule, group, status) interned.
 //
@@ -95,15 +96,36 @@ type indexed struct {
 	updated, ended, expired int64
 	// wake is until when the execution waits on time (waitingOnTime):
 	// 0 if it does not, math.MaxInt64 if it does with no timer to come.
-	wake                              int64
-	workflow, retention, retentionKey unique.Handle[string]
-	status                            unique.Handle[projections.Status]
-	kind                              indexKind
-	hasLocal                          bool // it names the local queue: it may have a local step sending
+	wake int64
+	// names are its workflow, rule, group and status (a model's only).
+	names    unique.Handle[indexNames]
+	kind     indexKind
+	hasLocal bool // it names the local queue: it may have a local step sending
 	// known: the model was decoded whole at this revision, and wake and
 	// localSending (a local step sending) hold.
 	known, localSending bool
 }
+
+// indexNames are the strings an entry of the index names, interned
+// together: their combinations are few (workflows, rules, groups and
+// statuses), and an entry keeps one pointer to its own where it kept one
+// for each (a third less of the map's room, which is most of an entry).
+type indexNames struct {
+	workflow, retention, retentionKey unique.Handle[string]
+	status                            unique.Handle[projections.Status]
+}
+
+// namesOf interns the names of a read model.
+func namesOf(workflow, retention, retentionKey string, status projections.Status) unique.Handle[indexNames] {
+	return unique.Make(indexNames{workflow: unique.Make(workflow), retention: unique.Make(retention),
+		retentionKey: unique.Make(retentionKey), status: unique.Make(status)})
+}
+
+// The names of a model's entry (none of these is set on a marker's).
+func (x indexed) workflow() string            { return x.names.Value().workflow.Value() }
+func (x indexed) retentionKey() string        { return x.names.Value().retentionKey.Value() }
+func (x indexed) status() projections.Status  { return x.names.Value().status.Value() }
+func (x indexed) rule() unique.Handle[string] { return x.names.Value().retention }
 
 type indexKind uint8
 
@@ -279,8 +301,7 @@ func readIndexed(e jetstream.KeyValueEntry, whole bool) (indexed, *projections.E
 	x := indexed{
 		rev: e.Revision(), lastSeq: h.LastSeq,
 		updated: nanos(h.UpdatedAt), ended: nanos(h.EndedAt), expired: nanos(h.ExpiredAt),
-		workflow: unique.Make(h.Workflow), retention: unique.Make(h.Retention), retentionKey: unique.Make(h.RetentionKey),
-		status: unique.Make(h.Status),
+		names: namesOf(h.Workflow, h.Retention, h.RetentionKey, h.Status),
 	}
 	if !h.Status.Active() {
 		return x, nil
@@ -355,8 +376,8 @@ func timeOf(n int64) time.Time {
 
 // finished is the entry's retention fields.
 func (x indexed) finished(id string) finished {
-	return finished{ID: id, Workflow: x.workflow.Value(), Status: x.status.Value(), EndedAt: timeOf(x.ended),
-		Retention: x.retention.Value(), RetentionKey: x.retentionKey.Value(), LastSeq: x.lastSeq, ExpiredAt: timeOf(x.expired)}
+	return finished{ID: id, Workflow: x.workflow(), Status: x.status(), EndedAt: timeOf(x.ended),
+		Retention: x.rule().Value(), RetentionKey: x.retentionKey(), LastSeq: x.lastSeq, ExpiredAt: timeOf(x.expired)}
 }
 
 // marker is a deleted read model's marker in the bucket.
@@ -388,7 +409,7 @@ func (ix *modelIndex) swept(now time.Time, idleAfter time.Duration) (out swept, 
 				out.oldMarkers = append(out.oldMarkers, marker{key: key, rev: x.rev})
 			}
 		case kindModel:
-			if x.status.Value().Active() {
+			if x.status().Active() {
 				quiet := now.Sub(timeOf(x.updated))
 				if quiet < idleAfter && (quiet < LocalIdleAfter || !x.hasLocal) {
 					continue

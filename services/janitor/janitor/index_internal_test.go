@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
@@ -491,4 +492,21 @@ func (w *cutWatcher) Updates() <-chan jetstream.KeyValueEntry { return w.out }
 func (w *cutWatcher) Stop() error {
 	w.once.Do(func() { close(w.done) })
 	return w.inner.Stop()
+}
+
+// TestAnEntryStaysSmall: a janitor keeps an entry per execution kept,
+// finished ones for days, so the entry is most of its memory per
+// execution (with the map's room and the key). It holds its names by one
+// interned handle, and fits in 64 bytes; two models of the same names
+// share them.
+func TestAnEntryStaysSmall(t *testing.T) {
+	t.Parallel()
+	require.LessOrEqual(t, unsafe.Sizeof(indexed{}), uintptr(64))
+	a := indexed{kind: kindModel, names: namesOf("orders", "7d", "eu", projections.StatusSucceeded)}
+	b := indexed{kind: kindModel, names: namesOf("orders", "7d", "eu", projections.StatusSucceeded)}
+	require.Equal(t, a.names, b.names, "one interned value for both")
+	require.Equal(t, "orders", a.workflow())
+	require.Equal(t, "eu", a.retentionKey())
+	require.Equal(t, "7d", a.rule().Value())
+	require.Equal(t, projections.StatusSucceeded, a.status())
 }

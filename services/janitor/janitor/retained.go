@@ -61,13 +61,13 @@ func newRetained() *retained {
 // (ranked), expiring (its expiry recorded), or neither (running, without
 // an end, a marker, ignored).
 func (x indexed) retainedAs() (group string, ranked, expiring bool) {
-	if x.kind != kindModel || !x.status.Value().Terminal() || x.ended == noTime {
+	if x.kind != kindModel || !x.status().Terminal() || x.ended == noTime {
 		return "", false, false
 	}
 	if x.expired != noTime {
 		return "", false, true
 	}
-	return cmp.Or(x.retentionKey.Value(), x.workflow.Value()), true, false
+	return cmp.Or(x.retentionKey(), x.workflow()), true, false
 }
 
 // samePlace says that entries old and x of one key rank their
@@ -75,7 +75,7 @@ func (x indexed) retainedAs() (group string, ranked, expiring bool) {
 func samePlace(old, x indexed) bool {
 	og, oRanked, _ := old.retainedAs()
 	ng, nRanked, _ := x.retainedAs()
-	return oRanked && nRanked && og == ng && old.ended == x.ended && old.retention == x.retention
+	return oRanked && nRanked && og == ng && old.ended == x.ended && old.rule() == x.rule()
 }
 
 // update moves key's execution from where old put it (had: there was an
@@ -110,7 +110,7 @@ func (r *retained) update(key string, old indexed, had bool, x indexed) {
 			g = &retainedGroup{}
 			r.groups[ng] = g
 		}
-		g.add(retainedMember{ended: x.ended, id: key, rule: x.retention})
+		g.add(retainedMember{ended: x.ended, id: key, rule: x.rule()})
 	}
 }
 
@@ -129,9 +129,9 @@ func retainedOf(entries map[string]indexed) *retained {
 				g = &retainedGroup{}
 				r.groups[group] = g
 			}
-			g.members = append(g.members, retainedMember{ended: x.ended, id: key, rule: x.retention})
+			g.members = append(g.members, retainedMember{ended: x.ended, id: key, rule: x.rule()})
 			g.live++
-			g.count(x.retention, 1)
+			g.count(x.rule(), 1)
 		}
 	}
 	for _, g := range r.groups {

@@ -26,7 +26,7 @@ import (
 func sortAndRank(entries map[string]indexed, now time.Time, ruleOf func(string) (retention.Rule, bool)) (expired []expiry, expiring []string, finishedN int) {
 	groups := map[string][]finished{}
 	for key, x := range entries {
-		if x.kind == kindModel && x.status.Value().Terminal() && x.ended != noTime {
+		if x.kind == kindModel && x.status().Terminal() && x.ended != noTime {
 			f := x.finished(key)
 			groups[f.group()] = append(groups[f.group()], f)
 		}
@@ -97,8 +97,8 @@ func TestRetainedDecidesAsSortingEveryGroupDid(t *testing.T) {
 		workflows := []string{"wf", "wf", "wf", "other"}
 		clock := t0
 		random := func() indexed {
-			x := indexed{kind: kindModel, rev: rng.Uint64(), updated: noTime, ended: noTime, expired: noTime,
-				workflow: unique.Make(workflows[rng.IntN(len(workflows))]), status: unique.Make(statuses[rng.IntN(len(statuses))])}
+			workflow, status := workflows[rng.IntN(len(workflows))], statuses[rng.IntN(len(statuses))]
+			x := indexed{kind: kindModel, rev: rng.Uint64(), updated: noTime, ended: noTime, expired: noTime}
 			switch rng.IntN(20) {
 			case 0:
 				return indexed{kind: kindMarker, rev: x.rev, updated: nanos(clock)}
@@ -109,11 +109,12 @@ func TestRetainedDecidesAsSortingEveryGroupDid(t *testing.T) {
 			if rng.IntN(3) == 0 { // most share the system default; a rule change now and then
 				text = rules[rng.IntN(len(rules))]
 			}
-			x.retention, x.retentionKey = unique.Make(text), unique.Make("") // as readIndexed makes every model's
+			group := "" // as readIndexed makes every model's
 			if rng.IntN(6) == 0 {
-				x.retentionKey = unique.Make("shared")
+				group = "shared"
 			}
-			if x.status.Value().Terminal() && rng.IntN(15) != 0 {
+			x.names = namesOf(workflow, text, group, status)
+			if x.status().Terminal() && rng.IntN(15) != 0 {
 				// Most end about now, in order; some a while before
 				// (a late read model); some at the same instant.
 				end := clock.Add(-time.Duration(rng.IntN(3)) * time.Second)
@@ -148,9 +149,9 @@ func TestRetainedDecidesAsSortingEveryGroupDid(t *testing.T) {
 				x := old
 				x.rev++
 				if r == 7 {
-					x.retention = unique.Make(rules[rng.IntN(len(rules))])
+					x.names = namesOf(x.workflow(), rules[rng.IntN(len(rules))], x.retentionKey(), x.status())
 				} else {
-					x.retentionKey = unique.Make([]string{"", "shared"}[rng.IntN(2)])
+					x.names = namesOf(x.workflow(), x.rule().Value(), []string{"", "shared"}[rng.IntN(2)], x.status())
 				}
 				ix.set(strings.Clone(key), old, true, x)
 			default:
@@ -219,7 +220,7 @@ func requireRetainedHolds(t *testing.T, ix *modelIndex, got []expiry, looked int
 			x, ok := ix.entries[m.id]
 			require.True(t, ok, "%s: %s in group %s is not in the index", where, m.id, name)
 			group, isRanked, _ := x.retainedAs()
-			require.True(t, isRanked && group == name && x.ended == m.ended && x.retention == m.rule, "%s: %s is not where its entry puts it", where, m.id)
+			require.True(t, isRanked && group == name && x.ended == m.ended && x.rule() == m.rule, "%s: %s is not where its entry puts it", where, m.id)
 		}
 		require.Positive(t, live, "%s: group %s is empty and kept", where, name)
 		require.Equal(t, live, g.live, "%s: group %s's live count", where, name)
@@ -290,9 +291,8 @@ func BenchmarkRetentionDecision(b *testing.B) {
 	ruleOf := func(string) (retention.Rule, bool) { return rule, true }
 	model := func(i int) indexed {
 		return indexed{kind: kindModel, rev: uint64(i), updated: noTime, expired: noTime,
-			ended:    nanos(now.Add(-24 * time.Hour).Add(time.Duration(i) * time.Second)),
-			workflow: unique.Make("orders"), status: unique.Make(projections.StatusSucceeded),
-			retention: unique.Make("7d"), retentionKey: unique.Make("")}
+			ended: nanos(now.Add(-24 * time.Hour).Add(time.Duration(i) * time.Second)),
+			names: namesOf("orders", "7d", "", projections.StatusSucceeded)}
 	}
 	key := func(i int) string { return fmt.Sprintf("exec-%09d", i) }
 	ix := modelIndex{entries: map[string]indexed{}, ret: newRetained()}
@@ -323,7 +323,7 @@ func BenchmarkRetentionDecision(b *testing.B) {
 		for i := range n {
 			x := model(i)
 			if i%2 == 1 {
-				x.retention = unique.Make("30d")
+				x.names = namesOf("orders", "30d", "", projections.StatusSucceeded)
 			}
 			mixed.entries[key(i)] = x
 		}
