@@ -439,5 +439,6 @@ steps:
 		chromedp.Navigate(s.info.APIURL+"/#/executions/ui-nap"),
 		until(statusIs("succeeded")),
 		until(summaryHas(events.TypeExecutionSucceeded, "with=succeeded:rest")),
-		until(summaryHas(events.TypeExecutionSucceeded, "fired=t")))
+		until(summaryHas(events.TypeExecutionSucceeded, "fired=t")),
+		until(summaryHas(events.TypeTimerArmed, "timer_id=t")))
 }

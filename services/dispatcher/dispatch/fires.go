@@ -319,6 +319,9 @@ func (d *Dispatcher) recordFires(ctx context.Context, batch []job) []fireOutcome
 		if f.next.Status.Terminal() {
 			out[f.i].ended = true
 			d.evict(f.x.id) // as withExecution does after an end
+			// Said as a worker's end says it (carryOut).
+			log := d.log.With().Str("execution_id", f.x.id).Str("type", string(batch[f.i].ev.Type)).Logger()
+			logDecided(log.WithContext(ctx), f.ev.Data)
 		}
 	}
 	return out

@@ -457,6 +457,23 @@ func TestOtherCommandsThatChangeNothingSayItAtInfo(t *testing.T) {
 	b.finish(t, fire)
 }
 
+// TestAnEndRecordedInABatchIsLogged: an execution that a batch ends says
+// so in the log, as one a worker ends does.
+func TestAnEndRecordedInABatchIsLogged(t *testing.T) {
+	t.Parallel()
+	b := setupFires(t)
+	fire := b.asleep(t, "nap", "logged")
+	var logs svcruntest.Log
+	d, err := New(t.Context(), Config{}, b.js, zerolog.New(&logs))
+	require.NoError(t, err)
+	out := d.recordFires(t.Context(), []job{fireJob(fire)})
+	require.True(t, out[0].ended)
+	line := logs.Line("execution succeeded")
+	require.NotNil(t, line, "%s", logs.String())
+	require.Equal(t, "logged", line["execution_id"])
+	require.Equal(t, "info", line["level"])
+}
+
 // ackMsg is a fired timer's message that counts its acknowledgements.
 type ackMsg struct {
 	jetstream.Msg

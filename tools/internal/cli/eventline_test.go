@@ -30,7 +30,8 @@ func TestEventLinesSayWhatAWaitWaitsFor(t *testing.T) {
 	}
 	armed := line(events.TypeTimerArmed, &events.TimerArmed{TimerID: "t", Purpose: events.TimerSleep, StepID: "nap", Due: at.Add(90 * time.Second).UTC()})
 	require.Contains(t, armed, "step=nap")
-	require.Contains(t, armed, "purpose=sleep")
+	require.Contains(t, armed, "timer=t purpose=sleep")
+	require.Contains(t, line(events.TypeTimerFired, &events.TimerFired{TimerID: "t9"}), "timer=t9", "which timer fired")
 	require.Contains(t, armed, "due=10:01:30.000")
 
 	waiting := line(events.TypeStepWaiting, &events.StepWaiting{StepID: "w", Until: at.Add(48 * time.Hour).UTC(), Signals: []string{"go", "stop"}})

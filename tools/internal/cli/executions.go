@@ -682,13 +682,18 @@ func (a *app) follow(cmd *cobra.Command, id string, from uint64, asJSON bool) er
 	return exitError{code: ExitFailed}
 }
 
-// waitDetail is what a line says of a wait: a timer's purpose and due
-// time, when a waiting step ends and the signals it takes, a signal's
-// name. Times are local, with the date when it is not the event's.
+// waitDetail is what a line says of a wait: a timer's id (which a
+// sleep's success that records its firing names: fired=), purpose and
+// due time, when a waiting step ends and the signals it takes, a
+// signal's name. Times are local, with the date when it is not the
+// event's.
 func waitDetail(ev client.Event, d map[string]any) string {
 	out := ""
 	switch ev.Type {
-	case events.TypeTimerArmed:
+	case events.TypeTimerArmed, events.TypeTimerFired:
+		if id, ok := d["timer_id"].(string); ok && id != "" {
+			out += " timer=" + id
+		}
 		if p, ok := d["purpose"].(string); ok && p != "" {
 			out += " purpose=" + p
 		}

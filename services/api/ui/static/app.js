@@ -738,7 +738,7 @@ function followHistory(p, path, into, live, onEvent) {
 function summary(ev) {
   const d = ev.data || {};
   const bits = [];
-  for (const k of ['step_id', 'name', 'action', 'error', 'reason', 'status', 'agent']) {
+  for (const k of ['step_id', 'timer_id', 'purpose', 'name', 'action', 'error', 'reason', 'status', 'agent']) {
     if (typeof d[k] === 'string' && d[k]) bits.push(`${k}=${d[k].length > 80 ? d[k].slice(0, 80) + '…' : d[k]}`);
   }
   // An end that also records the last step's success (docs/adr/0015).
