@@ -1104,22 +1104,25 @@ func TestASleepsSuccessRecordsItsFiring(t *testing.T) {
 			Data: &events.TimerArmed{TimerID: "t2", Purpose: events.TimerWorkflowTimeout, Due: due.Add(time.Hour)}},
 		{ID: "5", Type: events.TypeStepWaiting, Subject: "x1", Time: t0, Seq: 5, PrevSeq: 4,
 			Data: &events.StepWaiting{StepID: "rest", Attempt: 1, Until: due}},
+		// The same step attempt's timer of another purpose.
+		{ID: "6", Type: events.TypeTimerArmed, Subject: "x1", Time: t0, Seq: 6, PrevSeq: 5,
+			Data: &events.TimerArmed{TimerID: "t3", Purpose: events.TimerStepTimeout, StepID: "rest", Attempt: 1, Due: due.Add(time.Hour)}},
 	}
 	end := func(p *events.StepSucceeded) events.Event {
-		return events.Event{ID: "6", Type: events.TypeExecutionSucceeded, Subject: "x1", Time: due, Seq: 6, PrevSeq: 5,
+		return events.Event{ID: "8", Type: events.TypeExecutionSucceeded, Subject: "x1", Time: due, Seq: 8, PrevSeq: 7,
 			Data: &events.ExecutionSucceeded{Step: p}}
 	}
 
 	s, err := projections.Fold(append(slices.Clone(evs), end(&events.StepSucceeded{StepID: "rest", Attempt: 1, Fired: "t1"})))
 	require.NoError(t, err)
-	require.Equal(t, 6, s.Events)
+	require.Equal(t, 7, s.Events)
 	require.Equal(t, projections.StatusSucceeded, s.Status)
 	require.True(t, s.Timers["t1"].Fired, "the firing is recorded")
 	require.False(t, s.Timers["t2"].Fired)
 	require.Equal(t, projections.OpSucceeded, s.Steps[0].Status)
 	require.True(t, due.Equal(s.Steps[0].EndedAt))
 
-	alone := events.Event{ID: "6", Type: events.TypeStepSucceeded, Subject: "x1", Time: due, Seq: 6, PrevSeq: 5,
+	alone := events.Event{ID: "7", Type: events.TypeStepSucceeded, Subject: "x1", Time: due, Seq: 7, PrevSeq: 6,
 		Data: &events.StepSucceeded{StepID: "rest", Attempt: 1, Fired: "t1"}}
 	s, err = projections.Fold(append(slices.Clone(evs), alone))
 	require.NoError(t, err)
@@ -1129,7 +1132,8 @@ func TestASleepsSuccessRecordsItsFiring(t *testing.T) {
 
 	for name, p := range map[string]*events.StepSucceeded{
 		"NotArmed":         {StepID: "rest", Attempt: 1, Fired: "t9"},
-		"AnotherPurpose":   {StepID: "rest", Attempt: 1, Fired: "t2"},
+		"AnotherStep":      {StepID: "rest", Attempt: 1, Fired: "t2"},
+		"AnotherPurpose":   {StepID: "rest", Attempt: 1, Fired: "t3"},
 		"AnotherAttempt":   {StepID: "rest", Attempt: 2, Fired: "t1"},
 		"FiredAlreadyOnce": nil,
 	} {
@@ -1137,7 +1141,7 @@ func TestASleepsSuccessRecordsItsFiring(t *testing.T) {
 			t.Parallel()
 			h := slices.Clone(evs)
 			if p == nil { // recorded fired before: a second firing is refused
-				h = append(h, events.Event{ID: "5b", Type: events.TypeTimerFired, Subject: "x1", Time: due, Seq: 6, PrevSeq: 5,
+				h = append(h, events.Event{ID: "7", Type: events.TypeTimerFired, Subject: "x1", Time: due, Seq: 7, PrevSeq: 6,
 					Data: &events.TimerFired{TimerID: "t1"}})
 				p = &events.StepSucceeded{StepID: "rest", Attempt: 1, Fired: "t1"}
 			}

@@ -62,6 +62,13 @@ func (b *fireBundle) asleep(t *testing.T, wf, id string) events.Event {
 	require.NoError(t, err)
 	_, err = b.js.PublishMsg(t.Context(), msg, jetstream.WithMsgID(ev.ID))
 	require.NoError(t, err)
+	return b.sleeping(t, wf, id)
+}
+
+// sleeping waits until execution id of wf sleeps, and returns the
+// FireTimer the server would deliver when its sleep comes due.
+func (b *fireBundle) sleeping(t *testing.T, wf, id string) events.Event {
+	t.Helper()
 	var timerID string
 	natstest.Eventually(t, 30*time.Second, func() bool {
 		evs, err := history.Read(t.Context(), b.js, bus.ExecutionSubject(wf, id), 0)
@@ -277,23 +284,28 @@ func TestFireBatchWithAFailedAppend(t *testing.T) {
 }
 
 // TestRedeliveredFireRecordedOnce: a dispatcher recorded a firing and
-// stopped before acting on it; the message is delivered again to a
-// dispatcher without the state cached. The batch reads the history,
-// sees the firing recorded, and leaves the message to a worker, which
-// ends the sleep: timer.fired once.
+// stopped before acting on it (or before acknowledging the end that
+// recorded it); the message is delivered again to a dispatcher without
+// the state cached. The batch reads the history, sees the firing
+// recorded, and leaves the message to a worker, which goes on from it
+// (naplet: the let after the sleep, then the end) or finds the execution
+// ended (nap): the firing recorded once.
 func TestRedeliveredFireRecordedOnce(t *testing.T) {
 	t.Parallel()
 	b := setupFires(t)
-	ev := b.asleep(t, "nap", "r0")
-	out := b.d.recordFires(t.Context(), []job{fireJob(ev)})
-	require.True(t, out[0].recorded)
-	b.d.evict("r0") // as a dispatcher that has not seen it
+	for _, wf := range []string{"nap", "naplet"} {
+		ev := b.asleep(t, wf, "r-"+wf)
+		out := b.d.recordFires(t.Context(), []job{fireJob(ev)})
+		require.True(t, out[0].recorded)
+		require.Equal(t, wf == "nap", out[0].ended)
+		b.d.evict("r-" + wf) // as a dispatcher that has not seen it
 
-	out = b.d.recordFires(t.Context(), []job{fireJob(ev)})
-	require.False(t, out[0].recorded, "recorded already")
-	require.NoError(t, out[0].err)
-	require.Equal(t, 1, firings(b.events(t, "nap", "r0")), "%v", b.history(t, "nap", "r0"))
-	b.finish(t, ev)
+		out = b.d.recordFires(t.Context(), []job{fireJob(ev)})
+		require.False(t, out[0].recorded, "recorded already")
+		require.NoError(t, out[0].err)
+		require.Equal(t, 1, firings(b.events(t, wf, "r-"+wf)), "%v", b.history(t, wf, "r-"+wf))
+		b.finish(t, ev)
+	}
 }
 
 // TestTimersDueTogether: executions whose sleeps end at the same instant
@@ -472,6 +484,61 @@ func TestAnEndRecordedInABatchIsLogged(t *testing.T) {
 	require.NotNil(t, line, "%s", logs.String())
 	require.Equal(t, "logged", line["execution_id"])
 	require.Equal(t, "info", line["level"])
+}
+
+// TestAChildEndedByItsSleepTellsItsParent: a child execution whose sleep
+// ends it is not ended by the fire loop's batch, which would acknowledge
+// its message with nobody telling the parent: a worker records the end
+// and tells the parent, which then goes on to its own end.
+func TestAChildEndedByItsSleepTellsItsParent(t *testing.T) {
+	t.Parallel()
+	b := setupFires(t)
+	defs, err := catalog.Open(t.Context(), b.js)
+	require.NoError(t, err)
+	def, err := workflow.Parse([]byte("name: dad\nsteps:\n  - {id: kid, kind: workflow, workflow: nap, child: true}\n"))
+	require.NoError(t, err)
+	_, _, err = defs.Apply(t.Context(), def)
+	require.NoError(t, err)
+	ev := events.New("test", "", "", time.Now(), &events.StartExecution{Workflow: "dad", ExecutionID: "dad1"})
+	msg, err := bus.Encode(bus.SubjectStart, ev)
+	require.NoError(t, err)
+	_, err = b.js.PublishMsg(t.Context(), msg, jetstream.WithMsgID(ev.ID))
+	require.NoError(t, err)
+	var child string
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		evs, err := history.Read(t.Context(), b.js, bus.ExecutionSubject("dad", "dad1"), 0)
+		if err != nil {
+			return false
+		}
+		for _, e := range evs {
+			if c, ok := e.Data.(*events.StepChildStarted); ok {
+				child = c.ExecutionID
+			}
+		}
+		return child != ""
+	}, "the child starts")
+	fire := b.sleeping(t, "nap", child)
+
+	q := newFireQueue()
+	m := &ackMsg{}
+	q.add(job{msg: m, ev: fire, key: child, alive: time.Now()})
+	handed := make(chan job, 1)
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() { defer close(done); b.d.fireLoop(t.Context(), q, func(j job) { handed <- j }, stop) }()
+	var j job
+	select {
+	case j = <-handed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the child's firing was not handed to a worker")
+	}
+	close(stop)
+	<-done
+	require.Zero(t, m.acks.Load(), "not acknowledged by the loop")
+	b.finish(t, j.ev) // the worker records the end, and tells the parent
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		evs, err := history.Read(t.Context(), b.js, bus.ExecutionSubject("dad", "dad1"), 0)
+		return err == nil && len(evs) > 0 && evs[len(evs)-1].Type == events.TypeExecutionSucceeded
+	}, "the parent ends once its child ended")
 }
 
 // ackMsg is a fired timer's message that counts its acknowledgements.

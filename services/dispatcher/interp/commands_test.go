@@ -318,3 +318,30 @@ func TestClear(t *testing.T) {
 	require.Len(t, d.Before, 1, "a stale entry is removed from the bucket")
 	require.Empty(t, d.Events, "and nothing is recorded: the history does not hold it")
 }
+
+// TestFiredInAnUnsettledState: a dispatcher stopped after an operation's
+// success was recorded, before the next decision (the block's success)
+// was; the sleep of another branch fires meanwhile. The next decision
+// after the firing is that other step's success, which must not record
+// the firing (the fold would refuse it, and the timer's message be
+// dropped): the firing is recorded alone, and the execution goes on.
+func TestFiredInAnUnsettledState(t *testing.T) {
+	t.Parallel()
+	def := workflow.Definition{Name: "wf", Steps: []workflow.Step{
+		{ID: "p", Kind: workflow.KindParallel, Branches: []workflow.Branch{
+			{ID: "a", Steps: []workflow.Step{{ID: "blk", Kind: workflow.KindWorkflow, Steps: []workflow.Step{{ID: "op", Kind: workflow.KindExec, Command: "x"}}}}},
+			{ID: "b", Steps: []workflow.Step{{ID: "s", Kind: workflow.KindSleep, Duration: "1s"}}}}}}}
+	m := newMemShell(t, def, `{}`)
+	m.advance()
+	require.Len(t, m.tasks, 1)
+	require.Len(t, m.timers, 1)
+	m.carry(m.report(&events.OperationSucceeded{Output: []byte(`1`)})) // and no advance: stopped here
+	for id, due := range m.timers {
+		m.now = due
+		d := Fired(m.input(), id, due)
+		require.Equal(t, []events.Payload{&events.TimerFired{TimerID: id}}, d.Events)
+		m.carry(d)
+		m.advance()
+	}
+	require.Equal(t, projections.StatusSucceeded, m.state.Status, "%v", m.types())
+}
