@@ -371,6 +371,11 @@ type Timer struct {
 	Attempt int       `json:"attempt,omitempty"`
 	Due     time.Time `json:"due"`
 	Fired   bool      `json:"fired,omitempty"`
+	// FiredAt is when its firing was recorded (the time of its
+	// io.jetflow.timer.fired, or of the sleep's success that records it);
+	// zero when it has not fired, or in a read model written before it
+	// was kept.
+	FiredAt time.Time `json:"fired_at,omitzero"`
 }
 
 // Signal is a signal the execution received.
@@ -895,7 +900,7 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 			return s, &TransitionError{ExecutionID: s.ID, From: "not armed", Event: ev.Type}
 		}
 		s.Timers = maps.Clone(s.Timers)
-		t.Fired = true
+		t.Fired, t.FiredAt = true, ev.Time
 		s.Timers[e.TimerID] = t
 		return s, nil
 	case *events.SignalReceived:

@@ -1118,7 +1118,9 @@ func TestASleepsSuccessRecordsItsFiring(t *testing.T) {
 	require.Equal(t, 7, s.Events)
 	require.Equal(t, projections.StatusSucceeded, s.Status)
 	require.True(t, s.Timers["t1"].Fired, "the firing is recorded")
+	require.True(t, due.Equal(s.Timers["t1"].FiredAt), "at the event's time")
 	require.False(t, s.Timers["t2"].Fired)
+	require.True(t, s.Timers["t2"].FiredAt.IsZero())
 	require.Equal(t, projections.OpSucceeded, s.Steps[0].Status)
 	require.True(t, due.Equal(s.Steps[0].EndedAt))
 

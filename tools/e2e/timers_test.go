@@ -142,10 +142,11 @@ func requireSleptOnce(t *testing.T, id string, evs []events.Event, step string) 
 	}
 	require.Equal(t, 1, waits, "%s: %s for %s", id, events.TypeStepWaiting, step)
 	var sleep *timerRecord
+	var sleepID string
 	for tid, r := range timersOf(evs) {
 		if r.purpose == events.TimerSleep && r.stepID == step {
 			require.Nil(t, sleep, "%s: a second sleep timer %s for %s", id, tid, step)
-			sleep = r
+			sleep, sleepID = r, tid
 		}
 	}
 	require.NotNil(t, sleep, "%s: no sleep timer armed for %s", id, step)
@@ -155,6 +156,7 @@ func requireSleptOnce(t *testing.T, id string, evs []events.Event, step string) 
 	require.Equal(t, projections.OpSucceeded, st.Status)
 	require.True(t, st.WaitUntil.Equal(sleep.due), "%s: step waits until %s, its timer is due %s", id, st.WaitUntil, sleep.due)
 	require.False(t, sleep.firedAt.Before(sleep.due), "%s: timer fired at %s, before its due time %s", id, sleep.firedAt, sleep.due)
+	require.True(t, x.Timers[sleepID].FiredAt.Equal(sleep.firedAt), "%s: the state says the timer fired at %s, its history at %s", id, x.Timers[sleepID].FiredAt, sleep.firedAt)
 	require.False(t, st.EndedAt.Before(st.WaitUntil), "%s: sleep ended at %s, before %s", id, st.EndedAt, st.WaitUntil)
 	return sleep, st
 }
