@@ -1104,18 +1104,21 @@ func TestASleepsSuccessRecordsItsFiring(t *testing.T) {
 			Data: &events.TimerArmed{TimerID: "t2", Purpose: events.TimerWorkflowTimeout, Due: due.Add(time.Hour)}},
 		{ID: "5", Type: events.TypeStepWaiting, Subject: "x1", Time: t0, Seq: 5, PrevSeq: 4,
 			Data: &events.StepWaiting{StepID: "rest", Attempt: 1, Until: due}},
-		// The same step attempt's timer of another purpose.
+		// The same step attempt's timer of another purpose, and another
+		// step's sleep.
 		{ID: "6", Type: events.TypeTimerArmed, Subject: "x1", Time: t0, Seq: 6, PrevSeq: 5,
 			Data: &events.TimerArmed{TimerID: "t3", Purpose: events.TimerStepTimeout, StepID: "rest", Attempt: 1, Due: due.Add(time.Hour)}},
+		{ID: "7", Type: events.TypeTimerArmed, Subject: "x1", Time: t0, Seq: 7, PrevSeq: 6,
+			Data: &events.TimerArmed{TimerID: "t4", Purpose: events.TimerSleep, StepID: "other", Attempt: 1, Due: due}},
 	}
 	end := func(p *events.StepSucceeded) events.Event {
-		return events.Event{ID: "8", Type: events.TypeExecutionSucceeded, Subject: "x1", Time: due, Seq: 8, PrevSeq: 7,
+		return events.Event{ID: "9", Type: events.TypeExecutionSucceeded, Subject: "x1", Time: due, Seq: 9, PrevSeq: 8,
 			Data: &events.ExecutionSucceeded{Step: p}}
 	}
 
 	s, err := projections.Fold(append(slices.Clone(evs), end(&events.StepSucceeded{StepID: "rest", Attempt: 1, Fired: "t1"})))
 	require.NoError(t, err)
-	require.Equal(t, 7, s.Events)
+	require.Equal(t, 8, s.Events)
 	require.Equal(t, projections.StatusSucceeded, s.Status)
 	require.True(t, s.Timers["t1"].Fired, "the firing is recorded")
 	require.True(t, due.Equal(s.Timers["t1"].FiredAt), "at the event's time")
@@ -1124,7 +1127,7 @@ func TestASleepsSuccessRecordsItsFiring(t *testing.T) {
 	require.Equal(t, projections.OpSucceeded, s.Steps[0].Status)
 	require.True(t, due.Equal(s.Steps[0].EndedAt))
 
-	alone := events.Event{ID: "7", Type: events.TypeStepSucceeded, Subject: "x1", Time: due, Seq: 7, PrevSeq: 6,
+	alone := events.Event{ID: "8", Type: events.TypeStepSucceeded, Subject: "x1", Time: due, Seq: 8, PrevSeq: 7,
 		Data: &events.StepSucceeded{StepID: "rest", Attempt: 1, Fired: "t1"}}
 	s, err = projections.Fold(append(slices.Clone(evs), alone))
 	require.NoError(t, err)
@@ -1132,18 +1135,23 @@ func TestASleepsSuccessRecordsItsFiring(t *testing.T) {
 	require.True(t, s.Timers["t1"].Fired)
 	require.Equal(t, projections.OpSucceeded, s.Steps[0].Status)
 
-	for name, p := range map[string]*events.StepSucceeded{
-		"NotArmed":         {StepID: "rest", Attempt: 1, Fired: "t9"},
-		"AnotherStep":      {StepID: "rest", Attempt: 1, Fired: "t2"},
-		"AnotherPurpose":   {StepID: "rest", Attempt: 1, Fired: "t3"},
-		"AnotherAttempt":   {StepID: "rest", Attempt: 2, Fired: "t1"},
-		"FiredAlreadyOnce": nil,
+	for name, c := range map[string]struct {
+		p    *events.StepSucceeded
+		from string
+	}{
+		"NotArmed":         {&events.StepSucceeded{StepID: "rest", Attempt: 1, Fired: "t9"}, "not armed"},
+		"AWorkflowsTimer":  {&events.StepSucceeded{StepID: "rest", Attempt: 1, Fired: "t2"}, "a timer of another step"},
+		"AnotherPurpose":   {&events.StepSucceeded{StepID: "rest", Attempt: 1, Fired: "t3"}, "a timer of another step"},
+		"AnotherStep":      {&events.StepSucceeded{StepID: "rest", Attempt: 1, Fired: "t4"}, "a timer of another step"},
+		"AnotherAttempt":   {&events.StepSucceeded{StepID: "rest", Attempt: 2, Fired: "t1"}, "a timer of another step"},
+		"FiredAlreadyOnce": {nil, "not armed"},
 	} {
+		p := c.p
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			h := slices.Clone(evs)
 			if p == nil { // recorded fired before: a second firing is refused
-				h = append(h, events.Event{ID: "7", Type: events.TypeTimerFired, Subject: "x1", Time: due, Seq: 7, PrevSeq: 6,
+				h = append(h, events.Event{ID: "8", Type: events.TypeTimerFired, Subject: "x1", Time: due, Seq: 8, PrevSeq: 7,
 					Data: &events.TimerFired{TimerID: "t1"}})
 				p = &events.StepSucceeded{StepID: "rest", Attempt: 1, Fired: "t1"}
 			}
@@ -1151,6 +1159,7 @@ func TestASleepsSuccessRecordsItsFiring(t *testing.T) {
 			var te *projections.TransitionError
 			require.ErrorAs(t, err, &te)
 			require.Equal(t, events.TypeExecutionSucceeded, te.Event, "the whole event fails")
+			require.Equal(t, c.from, te.From, "refused for the right reason")
 		})
 	}
 }

@@ -440,5 +440,6 @@ steps:
 		until(statusIs("succeeded")),
 		until(summaryHas(events.TypeExecutionSucceeded, "with=succeeded:rest")),
 		until(summaryHas(events.TypeExecutionSucceeded, "fired=t")),
-		until(summaryHas(events.TypeTimerArmed, "timer_id=t")))
+		until(summaryHas(events.TypeTimerArmed, "timer_id=t")),
+		until(summaryHas(events.TypeTimerArmed, "purpose=sleep")))
 }

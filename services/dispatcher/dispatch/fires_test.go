@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -483,6 +484,7 @@ func TestAnEndRecordedInABatchIsLogged(t *testing.T) {
 	line := logs.Line("execution succeeded")
 	require.NotNil(t, line, "%s", logs.String())
 	require.Equal(t, "logged", line["execution_id"])
+	require.Equal(t, fire.Data.(*events.FireTimer).TimerID, line["timer_id"], "as a worker's fireTimer says it")
 	require.Equal(t, "info", line["level"])
 }
 
@@ -525,14 +527,19 @@ func TestAChildEndedByItsSleepTellsItsParent(t *testing.T) {
 	handed := make(chan job, 1)
 	stop, done := make(chan struct{}), make(chan struct{})
 	go func() { defer close(done); b.d.fireLoop(t.Context(), q, func(j job) { handed <- j }, stop) }()
+	stopLoop := sync.OnceFunc(func() { close(stop); <-done })
+	defer stopLoop()
 	var j job
-	select {
-	case j = <-handed:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the child's firing was not handed to a worker")
+	for j.msg == nil {
+		select {
+		case j = <-handed:
+		case <-time.After(10 * time.Millisecond):
+			require.Zero(t, m.acks.Load(), "acknowledged by the loop: the parent would never be told")
+		case <-time.After(30 * time.Second):
+			t.Fatal("the child's firing was not handed to a worker")
+		}
 	}
-	close(stop)
-	<-done
+	stopLoop()
 	require.Zero(t, m.acks.Load(), "not acknowledged by the loop")
 	b.finish(t, j.ev) // the worker records the end, and tells the parent
 	natstest.Eventually(t, 30*time.Second, func() bool {
