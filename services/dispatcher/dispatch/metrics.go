@@ -373,12 +373,14 @@ func (m *Metrics) appended(before, after *projections.Execution, ev *events.Even
 		return
 	}
 	// A timer.fired, or a sleep's success carrying its firing (docs/adr/0017).
-	if t, ok := before.Timers[events.FiringOf(ev.Data)]; ok {
-		l, known := m.lateness[t.Purpose]
-		if !known {
-			l = m.lateness[otherLabel]
+	if id := events.FiringOf(ev.Data); id != "" {
+		if t, ok := before.Timers[id]; ok {
+			l, known := m.lateness[t.Purpose]
+			if !known {
+				l = m.lateness[otherLabel]
+			}
+			(*l.get()).Observe(max(0, now().Sub(t.Due).Seconds()))
 		}
-		(*l.get()).Observe(max(0, now().Sub(t.Due).Seconds()))
 	}
 	switch p := ev.Data.(type) {
 	case *events.ExecutionStarted:

@@ -152,7 +152,7 @@ func (in Input) sleepEnded(fired *events.TimerFired) events.Payload {
 		// Another step's success (an unsettled state: TestFiredInAnUnsettledState);
 		// the attempt is checked too, though a sleep's timer is always its
 		// current attempt's, so that the fold never refuses what is made here.
-		if ok == nil || ok.StepID != t.StepID || ok.Attempt != t.Attempt || ok.Fired != "" {
+		if ok == nil || ok.StepID != t.StepID || ok.Attempt != t.Attempt {
 			return
 		}
 		ok.Fired = fired.TimerID
