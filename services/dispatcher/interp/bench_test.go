@@ -173,3 +173,66 @@ func BenchmarkResult(b *testing.B) {
 		Result(in, ref, ev)
 	}
 }
+
+// BenchmarkFired is the decision on a sleep's timer firing in a one-step
+// workflow that sleeps until a time from its input (what the timer run of
+// jetflow-bench fires 10,000 of at once): the sleep's success recording
+// the firing, carried by the execution's end (docs/adr/0017).
+func BenchmarkFired(b *testing.B) {
+	noVerify(b)
+	def, err := workflow.Parse([]byte(`
+name: bench-timers
+steps:
+  - {id: nap, kind: sleep, until: "${input.due}"}
+`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	m := newMemShell(b, def, `{"due": "2030-01-01T00:00:00Z"}`)
+	m.advance()
+	if len(m.timers) != 1 {
+		b.Fatalf("%d timers armed", len(m.timers))
+	}
+	var timer string
+	for id := range m.timers {
+		timer = id
+	}
+	in := m.input()
+	d := Fired(in, timer, m.now)
+	if d.Err != nil || len(d.Events) != 1 {
+		b.Fatalf("the decision is not one event: %+v", d)
+	}
+	if end, ok := d.Events[0].(*events.ExecutionSucceeded); !ok || end.Step == nil || end.Step.Fired != timer {
+		b.Fatalf("the firing is not recorded by the end carrying the sleep's success: %+v", d.Events[0])
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		Fired(in, timer, m.now)
+	}
+}
+
+// BenchmarkResultLast is the decision on an agent's report that a 10-step
+// execution's last step succeeded: the execution's end carrying it.
+func BenchmarkResultLast(b *testing.B) {
+	noVerify(b)
+	m := stepsMidway(b, 10, 9, false)
+	m.advance()
+	if len(m.tasks) != 10 {
+		b.Fatalf("%d tasks", len(m.tasks))
+	}
+	m.reportTask(m.tasks[9], &events.OperationStarted{TaskRef: events.TaskRef{Agent: "a1", Delivery: 1}})
+	task := m.tasks[9]
+	ev := events.Event{ID: "r", Type: events.TypeOperationSucceeded, Data: &events.OperationSucceeded{TaskRef: events.TaskRef{Agent: "a1"}}}
+	ref := events.TaskRef{TaskID: task.TaskID, ExecutionID: "x1", Workflow: m.def.Name, StepID: task.StepID,
+		Attempt: task.Attempt, Token: task.Token, Queue: task.Queue, Agent: "a1", Delivery: 1}
+	in := m.input()
+	if d := Result(in, ref, ev); d.Err != nil || len(d.Events) != 1 {
+		b.Fatalf("the decision is not one event: %+v", d)
+	} else if end, ok := d.Events[0].(*events.ExecutionSucceeded); !ok || end.Step == nil {
+		b.Fatalf("the step's success is not carried by the end: %+v", d.Events[0])
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		Result(in, ref, ev)
+	}
+}

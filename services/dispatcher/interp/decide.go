@@ -146,6 +146,9 @@ func decideIn(d workflow.Definition, s projections.Execution, v *view) action {
 	case r.returned:
 		return action{kind: actSucceed, output: r.output, continued: r.continued}
 	}
+	if d.Output == nil { // nothing to render: no environment built (an end's look ahead made it for nothing)
+		return action{kind: actSucceed}
+	}
 	out, err := render(d.Output, e.env(frame{}))
 	if err != nil {
 		return action{kind: actFail, err: "workflow output: " + err.Error()}
