@@ -202,8 +202,8 @@ steps:
 	if d.Err != nil || len(d.Events) != 1 {
 		b.Fatalf("the decision is not one event: %+v", d)
 	}
-	if end, ok := d.Events[0].(*events.ExecutionSucceeded); !ok || end.Step == nil || end.Step.Fired != timer {
-		b.Fatalf("the firing is not recorded by the end carrying the sleep's success: %+v", d.Events[0])
+	if end, ok := d.Events[0].(*events.ExecutionSucceeded); !ok || end.Step == nil || end.Step.Fired != timer || len(end.Output) > 0 {
+		b.Fatalf("the firing is not recorded by the end (with no output) carrying the sleep's success: %+v", d.Events[0])
 	}
 	b.ReportAllocs()
 	for b.Loop() {
@@ -228,8 +228,8 @@ func BenchmarkResultLast(b *testing.B) {
 	in := m.input()
 	if d := Result(in, ref, ev); d.Err != nil || len(d.Events) != 1 {
 		b.Fatalf("the decision is not one event: %+v", d)
-	} else if end, ok := d.Events[0].(*events.ExecutionSucceeded); !ok || end.Step == nil {
-		b.Fatalf("the step's success is not carried by the end: %+v", d.Events[0])
+	} else if end, ok := d.Events[0].(*events.ExecutionSucceeded); !ok || end.Step == nil || end.Step.StepID != "s10" || len(end.Output) > 0 {
+		b.Fatalf("the last step's success is not carried by the end (with no output): %+v", d.Events[0])
 	}
 	b.ReportAllocs()
 	for b.Loop() {
