@@ -168,6 +168,32 @@ func TestASleepsFiringIsSchema4(t *testing.T) {
 	}
 }
 
+// TestAWaitsArmingIsSchema5: a wait that records its timer's arming
+// (docs/adr/0018) is written with schema 5: an older reader would pass
+// over the arming, and ignore the timer's firing.
+func TestAWaitsArmingIsSchema5(t *testing.T) {
+	at := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	armed := &events.TimerArmed{TimerID: "t1", Purpose: events.TimerSleep, StepID: "nap", Attempt: 1, Due: at.Add(time.Hour)}
+	for _, tc := range []struct {
+		p      *events.StepWaiting
+		schema string
+	}{
+		{&events.StepWaiting{StepID: "nap", Attempt: 1, Until: at.Add(time.Hour), Timer: armed}, "5"},
+		{&events.StepWaiting{StepID: "nap", Attempt: 1, Until: at.Add(time.Hour)}, ""},
+	} {
+		msg, err := Encode("jf.events.wf.x1", events.New("test", "x1", "wf", at, tc.p))
+		require.NoError(t, err)
+		require.Equal(t, tc.schema, msg.Header.Get("ce-"+events.ExtSchema))
+		got, err := Decode(msg.Header, msg.Data)
+		require.NoError(t, err)
+		if tc.p.Timer == nil {
+			require.Nil(t, events.ArmingOf(got.Data))
+			continue
+		}
+		require.Equal(t, armed, events.ArmingOf(got.Data))
+	}
+}
+
 func TestNewerSchemaIsNotMisread(t *testing.T) {
 	ev := events.New("test", "x1", "wf", time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC), &events.StepSucceeded{StepID: "a"})
 	for _, tc := range []struct {
@@ -179,7 +205,8 @@ func TestNewerSchemaIsNotMisread(t *testing.T) {
 		{"2", nil},
 		{"3", nil},
 		{"4", nil},
-		{"5", events.ErrUnknownType},
+		{"5", nil},
+		{"6", events.ErrUnknownType},
 		{"x", events.ErrMalformed},
 		{"0", events.ErrMalformed},
 	} {
@@ -196,7 +223,7 @@ func TestNewerSchemaIsNotMisread(t *testing.T) {
 		}
 		require.ErrorIs(t, err, tc.want, tc.schema)
 		if errors.Is(tc.want, events.ErrUnknownType) {
-			require.ErrorContains(t, err, "written with schema 5 by a newer jetflow")
+			require.ErrorContains(t, err, "written with schema 6 by a newer jetflow")
 			require.Nil(t, got.Data, "not decoded as this version's")
 			require.Equal(t, ev.ID, got.ID, "but known for what it is")
 		}

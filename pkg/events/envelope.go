@@ -71,9 +71,14 @@ const ExtSchema = "jfschema"
 // (StepSucceeded.Fired), which an older reader would pass over and
 // leave the timer armed: its schedule's message would then record a
 // firing after the sleep's end.
-const SchemaVersion = 4
+//
+// Version 5: a wait may carry its timer's arming (StepWaiting.Timer),
+// which an older reader would pass over: the timer would be unknown to
+// it, and its firing ignored.
+const SchemaVersion = 5
 
-// SchemaOf is the schema version p is written with: 4 for a success that
+// SchemaOf is the schema version p is written with: 5 for a wait that
+// carries its timer's arming, 4 for a success that
 // carries a timer's firing (or an end carrying one), 3 for an end that
 // carries a step's success, 2 for a success or a start that carries a
 // dispatch, 1 (written as no ExtSchema) for the rest.
@@ -94,8 +99,25 @@ func SchemaOf(p Payload) int {
 		if e.Step != nil {
 			return max(3, SchemaOf(e.Step))
 		}
+	case *StepWaiting:
+		if e.Timer != nil {
+			return 5
+		}
 	}
 	return 1
+}
+
+// ArmingOf is the timer arming p records: a timer.armed's, or that of the
+// timer a wait carries (StepWaiting.Timer: docs/adr/0018); nil for any
+// other event. It is p's own: not to be changed.
+func ArmingOf(p Payload) *TimerArmed {
+	switch e := p.(type) {
+	case *TimerArmed:
+		return e
+	case *StepWaiting:
+		return e.Timer
+	}
+	return nil
 }
 
 // FiringOf is the timer whose firing p records: a timer.fired's, or

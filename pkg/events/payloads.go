@@ -294,6 +294,11 @@ type StepWaiting struct {
 	Attempt int       `json:"attempt"`
 	Until   time.Time `json:"until,omitzero"`
 	Signals []string  `json:"signals,omitempty"`
+	// Timer, when set, records the arming of the timer the wait waits
+	// for (a sleep's end, a wait's timeout: its step, attempt and due
+	// time are the wait's), where a TimerArmed of its own came just
+	// before (docs/adr/0018). Applied before the wait.
+	Timer *TimerArmed `json:"timer,omitempty"`
 }
 
 // StepRescheduled records that attempt failed and NextAttempt runs at Due.

@@ -869,6 +869,21 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 		}
 		return s.step(ev, e.StepID, OpSkipped, func(st *Step) { st.enter(s.Events); st.Error, st.EndedAt = e.Reason, ev.Time })
 	case *events.StepWaiting:
+		if a := e.Timer; a != nil {
+			// First the wait's timer is armed (an error names this
+			// event's type): a sleep's end or a wait's timeout, due when
+			// the wait ends, of this step attempt (docs/adr/0018).
+			if (a.Purpose != events.TimerSleep && a.Purpose != events.TimerWaitTimeout) ||
+				a.StepID != e.StepID || a.Attempt != e.Attempt || !a.Due.Equal(e.Until) {
+				return s, &TransitionError{ExecutionID: s.ID, From: "a timer not this wait's", Event: ev.Type, StepID: e.StepID}
+			}
+			sub := ev
+			sub.Data = a
+			var err error
+			if s, err = apply(s, sub); err != nil {
+				return s, err
+			}
+		}
 		return s.step(ev, e.StepID, OpWaiting, func(st *Step) {
 			st.WaitUntil, st.StartedAt = e.Until, ev.Time
 			if st.Kind == "sleep" && st.SleptFrom.IsZero() {

@@ -1163,3 +1163,76 @@ func TestASleepsSuccessRecordsItsFiring(t *testing.T) {
 		})
 	}
 }
+
+// TestAWaitRecordsItsTimersArming: a step.waiting that carries its
+// timer's arming (docs/adr/0018) folds as the timer.armed and the
+// step.waiting did one after the other; an arming that is not that
+// wait's (another purpose, step, attempt or due time), or a timer armed
+// already, fails the whole event.
+func TestAWaitRecordsItsTimersArming(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
+	due := t0.Add(time.Minute)
+	evs := []events.Event{
+		{ID: "1", Type: events.TypeExecutionStarted, Subject: "x1", Time: t0, Seq: 1,
+			Data: &events.ExecutionStarted{Workflow: "wf", Version: 1, Steps: []events.StepRef{{ID: "rest", Kind: "sleep"}, {ID: "ask", Kind: "wait"}}, Token: "t"}},
+		{ID: "2", Type: events.TypeStepScheduled, Subject: "x1", Time: t0, Seq: 2, PrevSeq: 1,
+			Data: &events.StepScheduled{StepID: "rest", Kind: "sleep", Attempt: 1}},
+	}
+	armed := func(id, purpose, step string, attempt int, at time.Time) *events.TimerArmed {
+		return &events.TimerArmed{TimerID: id, Purpose: purpose, StepID: step, Attempt: attempt, Due: at}
+	}
+	waiting := func(timer *events.TimerArmed) events.Event {
+		return events.Event{ID: "3", Type: events.TypeStepWaiting, Subject: "x1", Time: t0.Add(time.Millisecond), Seq: 3, PrevSeq: 2,
+			Data: &events.StepWaiting{StepID: "rest", Attempt: 1, Until: due, Timer: timer}}
+	}
+
+	s, err := projections.Fold(append(slices.Clone(evs), waiting(armed("t1", events.TimerSleep, "rest", 1, due))))
+	require.NoError(t, err)
+	require.Equal(t, 3, s.Events)
+	require.Equal(t, projections.Timer{Purpose: events.TimerSleep, StepID: "rest", Attempt: 1, Due: due}, s.Timers["t1"])
+	require.Equal(t, projections.OpWaiting, s.Steps[0].Status)
+	require.True(t, due.Equal(s.Steps[0].WaitUntil))
+
+	// The same as the two events an older dispatcher appends.
+	two := append(slices.Clone(evs),
+		events.Event{ID: "3", Type: events.TypeTimerArmed, Subject: "x1", Time: t0.Add(time.Millisecond), Seq: 3, PrevSeq: 2,
+			Data: armed("t1", events.TimerSleep, "rest", 1, due)},
+		events.Event{ID: "4", Type: events.TypeStepWaiting, Subject: "x1", Time: t0.Add(time.Millisecond), Seq: 4, PrevSeq: 3,
+			Data: &events.StepWaiting{StepID: "rest", Attempt: 1, Until: due}})
+	old, err := projections.Fold(two)
+	require.NoError(t, err)
+	require.Equal(t, old.Timers, s.Timers)
+	require.Equal(t, old.Steps[0].Status, s.Steps[0].Status)
+	require.Equal(t, old.Steps[0].StartedAt, s.Steps[0].StartedAt)
+	require.Equal(t, old.Steps[0].SleptFrom, s.Steps[0].SleptFrom)
+
+	for name, c := range map[string]struct {
+		timer *events.TimerArmed
+		from  string
+	}{
+		"AnotherPurpose": {armed("t1", events.TimerStepTimeout, "rest", 1, due), "a timer not this wait's"},
+		"AnotherStep":    {armed("t1", events.TimerSleep, "ask", 1, due), "a timer not this wait's"},
+		"AnotherAttempt": {armed("t1", events.TimerSleep, "rest", 2, due), "a timer not this wait's"},
+		"AnotherDue":     {armed("t1", events.TimerSleep, "rest", 1, due.Add(time.Second)), "a timer not this wait's"},
+		"ArmedAlready":   {nil, "armed"},
+	} {
+		timer := c.timer
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			h := slices.Clone(evs)
+			if timer == nil { // recorded armed before: a second arming is refused
+				h = append(h, events.Event{ID: "2b", Type: events.TypeTimerArmed, Subject: "x1", Time: t0, Seq: 3, PrevSeq: 2,
+					Data: armed("t1", events.TimerSleep, "rest", 1, due)})
+				timer = armed("t1", events.TimerSleep, "rest", 1, due)
+			}
+			w := waiting(timer)
+			w.Seq, w.PrevSeq = h[len(h)-1].Seq+1, h[len(h)-1].Seq
+			_, err := projections.Fold(append(h, w))
+			var te *projections.TransitionError
+			require.ErrorAs(t, err, &te)
+			require.Equal(t, events.TypeStepWaiting, te.Event, "the whole event fails")
+			require.Equal(t, c.from, te.From, "refused for the right reason")
+		})
+	}
+}

@@ -105,8 +105,8 @@ func timersOf(evs []events.Event) map[string]*timerRecord {
 		return ts[id]
 	}
 	for _, ev := range evs {
-		switch p := ev.Data.(type) {
-		case *events.TimerArmed:
+		// Its timer.armed, or the wait recording the arming (docs/adr/0018).
+		if p := events.ArmingOf(ev.Data); p != nil {
 			r := get(p.TimerID)
 			r.armed++
 			r.purpose, r.stepID, r.due = p.Purpose, p.StepID, p.Due

@@ -431,7 +431,7 @@ steps:
 	require.NotNil(t, x.Cancellation.Actor)
 	require.Equal(t, "operator", x.Cancellation.Actor.Subject)
 
-	t.Log("a sleep's end records its timer's firing in the same event, and its summary says so (docs/adr/0017)")
+	t.Log("a sleep's end records its timer's firing in the same event, and its wait the arming, and their summaries say so (docs/adr/0017, 0018)")
 	s.apply(t, "name: nap\nsteps:\n  - {id: rest, kind: sleep, duration: 10ms}\n")
 	_, err = s.c.Start(bg, client.StartRequest{Workflow: "nap", ID: "ui-nap"})
 	require.NoError(t, err)
@@ -440,6 +440,6 @@ steps:
 		until(statusIs("succeeded")),
 		until(summaryHas(events.TypeExecutionSucceeded, "with=succeeded:rest")),
 		until(summaryHas(events.TypeExecutionSucceeded, "fired=t")),
-		until(summaryHas(events.TypeTimerArmed, "timer_id=t")),
-		until(summaryHas(events.TypeTimerArmed, "purpose=sleep")))
+		until(summaryHas(events.TypeStepWaiting, "timer=t")),
+		until(summaryHas(events.TypeStepWaiting, "purpose=sleep")))
 }

@@ -232,6 +232,10 @@ func countType(evs []events.Event, typ events.Type) int {
 			if events.FiringOf(ev.Data) != "" { // a sleep's firing is carried by its success (docs/adr/0017)
 				n++
 			}
+		case typ == events.TypeTimerArmed:
+			if events.ArmingOf(ev.Data) != nil { // a wait's arming is carried by the wait (docs/adr/0018)
+				n++
+			}
 		case ev.Type == typ || (typ == events.TypeStepSucceeded && ev.Type == events.TypeExecutionSucceeded && succeededOf(ev) != nil):
 			n++
 		}

@@ -77,7 +77,7 @@ func (b *fireBundle) sleeping(t *testing.T, wf, id string) events.Event {
 			return false
 		}
 		for _, e := range evs {
-			if a, ok := e.Data.(*events.TimerArmed); ok {
+			if a := events.ArmingOf(e.Data); a != nil { // the sleep's wait records it (docs/adr/0018)
 				timerID = a.TimerID
 			}
 		}

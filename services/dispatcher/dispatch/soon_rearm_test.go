@@ -26,8 +26,8 @@ func timerIDOf(execID, purpose, stepID string, attempt int) string {
 }
 
 // TestATimerArmedAgainFiresAtItsLatestDueTime: a decision arms a timer
-// (its Before effect, publishSchedule, runs before the TimerArmed
-// append), the append fails (a conflict, a leader election), and the
+// (its Before effect, publishSchedule, runs before the append of its
+// arming: the wait's, docs/adr/0018), the append fails (a conflict, a leader election), and the
 // decision taken again a moment later arms the same timer with a later
 // due time, which the history records. The second schedule replaces the
 // first in JF_TIMERS; the first arming's entry in memory must not fire
@@ -67,10 +67,10 @@ func TestATimerArmedAgainFiresAtItsLatestDueTime(t *testing.T) {
 					return false
 				}
 				for i, e := range evs {
-					switch p := e.Data.(type) {
-					case *events.TimerArmed:
-						armed = p
-					case *events.TimerFired:
+					if a := events.ArmingOf(e.Data); a != nil { // its own event, or the wait's (docs/adr/0018)
+						armed = a
+					}
+					if _, ok := e.Data.(*events.TimerFired); ok {
 						fired = &evs[i]
 					}
 				}

@@ -95,7 +95,7 @@ func TestTimersDueSoonAreReadAhead(t *testing.T) {
 	}
 	// Each execution's sleep fires; its firing is recorded at its time.
 	// The events a read ahead may name: an execution's last event when its
-	// timer was armed (the one before TimerArmed) or before it fired.
+	// timer was armed (the one before its arming) or before it fired.
 	fired := map[string]time.Time{}
 	named := map[uint64]bool{}
 	natstest.Eventually(t, 60*time.Second, func() bool {
@@ -106,7 +106,7 @@ func TestTimersDueSoonAreReadAhead(t *testing.T) {
 				return false
 			}
 			for k, e := range evs {
-				_, armed := e.Data.(*events.TimerArmed)
+				armed := events.ArmingOf(e.Data) != nil // its own event, or the sleep's wait (docs/adr/0018)
 				firing := events.FiringOf(e.Data) != "" // its timer.fired, or the sleep's success recording it
 				if (armed || firing) && k > 0 {
 					named[evs[k-1].Seq] = true

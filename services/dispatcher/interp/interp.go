@@ -563,8 +563,7 @@ func (in Input) carry(a action) Decision {
 			until = in.Now.Add(a.delay)
 		}
 		d, due := in.arm(events.TimerSleep, id, a.attempt, until)
-		d.Events = append(d.Events, &events.StepWaiting{StepID: id, Attempt: a.attempt, Until: due.UTC()})
-		return d
+		return in.waiting(d, &events.StepWaiting{StepID: id, Attempt: a.attempt, Until: due.UTC()})
 	case actWaitSignal:
 		var d Decision
 		var until time.Time
@@ -575,8 +574,7 @@ func (in Input) carry(a action) Decision {
 			}
 			d, until = in.arm(events.TimerWaitTimeout, id, a.attempt, in.Now.Add(dur))
 		}
-		d.Events = append(d.Events, &events.StepWaiting{StepID: id, Attempt: a.attempt, Until: until.UTC(), Signals: a.step.WaitSignals()})
-		return d
+		return in.waiting(d, &events.StepWaiting{StepID: id, Attempt: a.attempt, Until: until.UTC(), Signals: a.step.WaitSignals()})
 	case actTakeSignal:
 		out := signalOutput(a.signal)
 		if a.step.Output != nil {
@@ -681,6 +679,21 @@ func (in Input) arm(purpose, stepID string, attempt int, due time.Time) (Decisio
 		Before: []Effect{ArmTimer{TimerID: id, Due: due}},
 		Events: []events.Payload{&events.TimerArmed{TimerID: id, Purpose: purpose, StepID: stepID, Attempt: attempt, Due: due.UTC()}},
 	}, due
+}
+
+// waiting adds w to d, the arming of w's timer if any (in.arm): w
+// records the arming (StepWaiting.Timer, docs/adr/0018), one event where
+// there were two with nothing between them, but with SplitDispatch (for
+// readers older than schema 5), where the arming keeps its own event.
+func (in Input) waiting(d Decision, w *events.StepWaiting) Decision {
+	if len(d.Events) == 1 && !in.SplitDispatch {
+		if a, ok := d.Events[0].(*events.TimerArmed); ok && a.StepID == w.StepID && a.Attempt == w.Attempt && a.Due.Equal(w.Until) {
+			w.Timer = a
+			d.Events = d.Events[:0]
+		}
+	}
+	d.Events = append(d.Events, w)
+	return d
 }
 
 // send publishes an attempt's task; its stream sequence is recorded with

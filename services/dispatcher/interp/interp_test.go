@@ -303,7 +303,7 @@ func TestInterpreterRunsAWorkflowWithoutAServer(t *testing.T) {
 		"execution.started",
 		"step.dispatched", "step.started", "step.succeeded", // build: scheduled and sending are one event, sent is recorded with the start
 		"step.scheduled", "step.succeeded", // count: the variables and the success are one event
-		"step.scheduled", "timer.armed", "step.waiting", // rest
+		"step.scheduled", "step.waiting", // rest: the wait records its timer's arming (docs/adr/0018)
 		"execution.succeeded", // carrying rest's success (docs/adr/0015), which carries its timer's firing (0017)
 	}, m.types())
 	end, ok := m.evs[len(m.evs)-1].Data.(*events.ExecutionSucceeded)
@@ -368,6 +368,18 @@ func TestTimerArmedBeforeACrashKeepsItsDueTime(t *testing.T) {
 	m := newMemShell(t, def, `{}`)
 	m.carry(Next(m.input())) // step.scheduled
 	first := Next(m.input())
+	require.Len(t, first.Events, 1, "the wait records its timer's arming (docs/adr/0018)")
+	w, ok := first.Events[0].(*events.StepWaiting)
+	require.True(t, ok, "%T", first.Events[0])
+	require.NotNil(t, w.Timer)
+	require.Equal(t, events.TimerSleep, w.Timer.Purpose)
+	require.Equal(t, decideT0.Add(time.Minute), w.Timer.Due)
+	require.Equal(t, w.Until, w.Timer.Due)
+	// A history written with -split-dispatch (or by a dispatcher older
+	// than schema 5) records the arming on its own, and may stop there.
+	split := m.input()
+	split.SplitDispatch = true
+	first = Next(split)
 	require.Len(t, first.Events, 2)
 	m.append(first.Events[0]) // timer.armed; the dispatcher dies before step.waiting
 	m.now = m.now.Add(20 * time.Second)

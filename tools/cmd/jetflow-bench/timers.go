@@ -56,6 +56,11 @@ func newTimerTracker(nc *nats.Conn, want int) (*timerTracker, error) {
 		typ := events.Type(m.Header.Get("ce-type"))
 		switch typ {
 		case events.TypeTimerArmed, events.TypeTimerFired, events.TypeExecutionSucceeded, events.TypeExecutionFailed:
+		case events.TypeStepWaiting:
+			if !waitRecordsArming(m.Header) {
+				return
+			}
+			typ = events.TypeTimerArmed
 		default:
 			return
 		}
@@ -106,6 +111,11 @@ func (t *timerTracker) close() { _ = t.sub.Unsubscribe() }
 // version 4 (events.SchemaOf). Read from the header, not the data: the
 // tracker takes its share of the burst's cores.
 func endRecordsFiring(h nats.Header) bool { return h.Get("ce-"+events.ExtSchema) == "4" }
+
+// waitRecordsArming says whether a step.waiting records its timer's
+// arming (docs/adr/0018), from its header alone: it is written with
+// schema 5, which no other step.waiting is.
+func waitRecordsArming(h nats.Header) bool { return h.Get("ce-"+events.ExtSchema) == "5" }
 
 // runTimers starts n executions that all sleep until the same instant T
 // and reports how late their timers fired; it returns the lateness p99

@@ -28,3 +28,24 @@ func TestEndRecordsFiring(t *testing.T) {
 		require.Equal(t, c.want, endRecordsFiring(msg.Header), "%s", msg.Data)
 	}
 }
+
+// TestWaitRecordsArming: the timer run tells a step.waiting that records
+// its timer's arming (docs/adr/0018) from one that does not, in the
+// message as the dispatcher publishes it.
+func TestWaitRecordsArming(t *testing.T) {
+	t.Parallel()
+	due := time.Now().Add(time.Minute).UTC()
+	for _, c := range []struct {
+		wait *events.StepWaiting
+		want bool
+	}{
+		{&events.StepWaiting{StepID: "nap", Attempt: 1, Until: due,
+			Timer: &events.TimerArmed{TimerID: "t1", Purpose: events.TimerSleep, StepID: "nap", Attempt: 1, Due: due}}, true},
+		{&events.StepWaiting{StepID: "nap", Attempt: 1, Until: due}, false},
+		{&events.StepWaiting{StepID: "ask", Attempt: 1, Signals: []string{"timer"}}, false},
+	} {
+		msg, err := bus.Encode("jf.events.bench-timers.x1", events.New("test", "x1", timerWorkflow, time.Now(), c.wait))
+		require.NoError(t, err)
+		require.Equal(t, c.want, waitRecordsArming(msg.Header), "%s", msg.Data)
+	}
+}

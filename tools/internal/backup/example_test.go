@@ -69,7 +69,7 @@ func Example() {
 	_, err = backup.Restore(ctx, nc, filepath.Join(tmp, "backup"), false, backup.Options{})
 	fmt.Println(err != nil, errors.Is(err, backup.ErrRefused))
 	// Output:
-	// backup of schema 4, 8 partitions, 12 streams
+	// backup of schema 5, 8 partitions, 12 streams
 	// restored 12 streams: 3 events, last sequence 3
 	// true true
 }

@@ -38,6 +38,11 @@ func TestEventLinesSayWhatAWaitWaitsFor(t *testing.T) {
 	require.Contains(t, waiting, "signals=go,stop")
 	require.Contains(t, waiting, `until="2026-11-27 10:00:00.000"`, "another day: with its date")
 
+	// A wait that records its timer's arming (docs/adr/0018) names it.
+	slept := line(events.TypeStepWaiting, &events.StepWaiting{StepID: "nap", Attempt: 1, Until: at.Add(90 * time.Second).UTC(),
+		Timer: &events.TimerArmed{TimerID: "t7", Purpose: events.TimerSleep, StepID: "nap", Attempt: 1, Due: at.Add(90 * time.Second).UTC()}})
+	require.Contains(t, slept, "step=nap timer=t7 purpose=sleep until=10:01:30.000")
+
 	forever := line(events.TypeStepWaiting, &events.StepWaiting{StepID: "w", Signals: []string{"go"}})
 	require.NotContains(t, forever, "until=", "no timeout: no end")
 

@@ -684,7 +684,8 @@ func (a *app) follow(cmd *cobra.Command, id string, from uint64, asJSON bool) er
 
 // waitDetail is what a line says of a wait: a timer's id (which a
 // sleep's success that records its firing names: fired=), purpose and
-// due time, when a waiting step ends and the signals it takes, a
+// due time (a timer.armed's, or a step.waiting's that records its
+// timer's arming), when a waiting step ends and the signals it takes, a
 // signal's name. Times are local, with the date when it is not the
 // event's.
 func waitDetail(ev client.Event, d map[string]any) string {
@@ -710,6 +711,15 @@ func waitDetail(ev client.Event, d map[string]any) string {
 				}
 			}
 			out += " signals=" + strings.Join(names, ",")
+		}
+		// The timer whose arming it records (docs/adr/0018).
+		if tm, ok := d["timer"].(map[string]any); ok {
+			if id, ok := tm["timer_id"].(string); ok && id != "" {
+				out += " timer=" + id
+			}
+			if p, ok := tm["purpose"].(string); ok && p != "" {
+				out += " purpose=" + p
+			}
 		}
 	}
 	for _, k := range []string{"due", "until"} {
