@@ -871,10 +871,14 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 	case *events.StepWaiting:
 		if a := e.Timer; a != nil {
 			// First the wait's timer is armed (an error names this
-			// event's type): a sleep's end or a wait's timeout, due when
-			// the wait ends, of this step attempt (docs/adr/0018).
-			if (a.Purpose != events.TimerSleep && a.Purpose != events.TimerWaitTimeout) ||
-				a.StepID != e.StepID || a.Attempt != e.Attempt || !a.Due.Equal(e.Until) {
+			// event's type): a wait step's timeout, any other's (a sleep,
+			// a retry step's backoff) the sleep's end, due when the wait
+			// ends, of this step attempt (docs/adr/0018).
+			purpose := events.TimerSleep
+			if i := s.StepIndex(e.StepID); i >= 0 && s.Steps[i].Kind == "wait" {
+				purpose = events.TimerWaitTimeout
+			}
+			if a.Purpose != purpose || a.StepID != e.StepID || a.Attempt != e.Attempt || !a.Due.Equal(e.Until) {
 				return s, &TransitionError{ExecutionID: s.ID, From: "a timer not this wait's", Event: ev.Type, StepID: e.StepID}
 			}
 			sub := ev

@@ -1212,6 +1212,7 @@ func TestAWaitRecordsItsTimersArming(t *testing.T) {
 		from  string
 	}{
 		"AnotherPurpose": {armed("t1", events.TimerStepTimeout, "rest", 1, due), "a timer not this wait's"},
+		"AWaitsTimeout":  {armed("t1", events.TimerWaitTimeout, "rest", 1, due), "a timer not this wait's"},
 		"AnotherStep":    {armed("t1", events.TimerSleep, "ask", 1, due), "a timer not this wait's"},
 		"AnotherAttempt": {armed("t1", events.TimerSleep, "rest", 2, due), "a timer not this wait's"},
 		"AnotherDue":     {armed("t1", events.TimerSleep, "rest", 1, due.Add(time.Second)), "a timer not this wait's"},

@@ -28,7 +28,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	bulkAfter := p.Int("bulk-after", "JETFLOW_BULK_AFTER", dispatch.DefaultBulkAfter,
 		"send a task to its queue's bulk lane once its execution has this many others in flight there (-1: never; for agents older than the bulk lane)")
 	split := p.Bool("split-dispatch", "JETFLOW_SPLIT_DISPATCH", false,
-		"record an operation's schedule and sending as two events, for dispatchers older than io.jetflow.step.dispatched (during a rolling upgrade)")
+		"record each state in an event of its own, for older dispatchers and readers (during a rolling upgrade): an operation's schedule and sending, a task's sending, no next dispatch, last success, firing or arming carried by another event")
 	direct := p.Bool("direct-reports", "JETFLOW_DIRECT_REPORTS", true,
 		"take the reports agents hand straight to the holder of their execution's partition (core NATS requests), besides those on the results stream; -direct-reports=false: tasks tell agents to store every report")
 	fromMemory := p.Bool("timers-from-memory", "JETFLOW_TIMERS_FROM_MEMORY", true,

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -102,6 +103,7 @@ type carrySummary struct {
 	Actions       int
 	Clears        int
 	Compensated   string
+	Timers        []string
 }
 
 // summarize sums up m's execution, and checks that its history folds to
@@ -122,6 +124,10 @@ func summarize(t *testing.T, m *memShell) carrySummary {
 	if s.Compensation != nil {
 		out.Compensated = fmt.Sprintf("%s %v", s.Compensation.Status, s.Compensation.Steps)
 	}
+	for id, tm := range s.Timers {
+		out.Timers = append(out.Timers, fmt.Sprintf("%s %s %s a%d fired=%t", id, tm.Purpose, tm.StepID, tm.Attempt, tm.Fired))
+	}
+	slices.Sort(out.Timers)
 	// The fold of the history is the state.
 	fold, err := projections.Fold(m.evs)
 	require.NoError(t, err)

@@ -375,12 +375,16 @@ func TestTimerArmedBeforeACrashKeepsItsDueTime(t *testing.T) {
 	require.Equal(t, events.TimerSleep, w.Timer.Purpose)
 	require.Equal(t, decideT0.Add(time.Minute), w.Timer.Due)
 	require.Equal(t, w.Until, w.Timer.Due)
+	require.Equal(t, 5, events.SchemaOf(w), "older readers must not pass over the arming")
 	// A history written with -split-dispatch (or by a dispatcher older
 	// than schema 5) records the arming on its own, and may stop there.
 	split := m.input()
 	split.SplitDispatch = true
 	first = Next(split)
 	require.Len(t, first.Events, 2)
+	for _, p := range first.Events {
+		require.Less(t, events.SchemaOf(p), 5, "%T: split, for older readers", p)
+	}
 	m.append(first.Events[0]) // timer.armed; the dispatcher dies before step.waiting
 	m.now = m.now.Add(20 * time.Second)
 	again := Next(m.input())

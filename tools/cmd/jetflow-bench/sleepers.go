@@ -110,7 +110,8 @@ func perExecution(before, after int64, n int) (float64, bool) {
 }
 
 // sleepTracker counts the executions of the sleepers run recorded
-// sleeping (their step.waiting event, which follows timer.armed).
+// sleeping (their step.waiting event, which records the timer's arming:
+// docs/adr/0018).
 type sleepTracker struct {
 	sub    *nats.Subscription
 	prefix string

@@ -53,15 +53,8 @@ type timerTracker struct {
 func newTimerTracker(nc *nats.Conn, want int) (*timerTracker, error) {
 	t := &timerTracker{recs: make(map[string]*timerRecord, want), want: want, finished: make(chan struct{})}
 	sub, err := nc.Subscribe(bus.WorkflowSubjects(timerWorkflow), func(m *nats.Msg) {
-		typ := events.Type(m.Header.Get("ce-type"))
-		switch typ {
-		case events.TypeTimerArmed, events.TypeTimerFired, events.TypeExecutionSucceeded, events.TypeExecutionFailed:
-		case events.TypeStepWaiting:
-			if !waitRecordsArming(m.Header) {
-				return
-			}
-			typ = events.TypeTimerArmed
-		default:
+		typ, ok := trackedType(m.Header)
+		if !ok {
 			return
 		}
 		at, err := time.Parse(time.RFC3339Nano, m.Header.Get("ce-time"))
@@ -111,6 +104,22 @@ func (t *timerTracker) close() { _ = t.sub.Unsubscribe() }
 // version 4 (events.SchemaOf). Read from the header, not the data: the
 // tracker takes its share of the burst's cores.
 func endRecordsFiring(h nats.Header) bool { return h.Get("ce-"+events.ExtSchema) == "4" }
+
+// trackedType is what the timer run's tracker makes of an event, from its
+// header: an arming (a timer.armed, or a step.waiting recording one),
+// a timer.fired, an execution's end; false for any other.
+func trackedType(h nats.Header) (events.Type, bool) {
+	typ := events.Type(h.Get("ce-type"))
+	switch typ {
+	case events.TypeTimerArmed, events.TypeTimerFired, events.TypeExecutionSucceeded, events.TypeExecutionFailed:
+		return typ, true
+	case events.TypeStepWaiting:
+		if waitRecordsArming(h) {
+			return events.TypeTimerArmed, true
+		}
+	}
+	return "", false
+}
 
 // waitRecordsArming says whether a step.waiting records its timer's
 // arming (docs/adr/0018), from its header alone: it is written with

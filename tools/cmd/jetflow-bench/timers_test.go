@@ -47,5 +47,28 @@ func TestWaitRecordsArming(t *testing.T) {
 		msg, err := bus.Encode("jf.events.bench-timers.x1", events.New("test", "x1", timerWorkflow, time.Now(), c.wait))
 		require.NoError(t, err)
 		require.Equal(t, c.want, waitRecordsArming(msg.Header), "%s", msg.Data)
+		typ, tracked := trackedType(msg.Header)
+		require.Equal(t, c.want, tracked, "%s", msg.Data)
+		if c.want {
+			require.Equal(t, events.TypeTimerArmed, typ, "counted as the arming")
+		}
+	}
+	for _, c := range []struct {
+		p    events.Payload
+		want bool
+	}{
+		{&events.TimerArmed{TimerID: "t1", Purpose: events.TimerSleep, Due: due}, true},
+		{&events.TimerFired{TimerID: "t1"}, true},
+		{&events.ExecutionSucceeded{}, true},
+		{&events.ExecutionFailed{Error: "x"}, true},
+		{&events.StepScheduled{StepID: "nap", Attempt: 1}, false},
+	} {
+		msg, err := bus.Encode("jf.events.bench-timers.x1", events.New("test", "x1", timerWorkflow, time.Now(), c.p))
+		require.NoError(t, err)
+		typ, tracked := trackedType(msg.Header)
+		require.Equal(t, c.want, tracked, "%T", c.p)
+		if c.want {
+			require.Equal(t, c.p.EventType(), typ)
+		}
 	}
 }

@@ -747,7 +747,10 @@ function summary(ev) {
   const fired = (d.step && d.step.fired) || d.fired;
   if (typeof fired === 'string' && fired) bits.push('fired=' + fired);
   // A wait that also records its timer's arming (docs/adr/0018).
-  if (d.timer && typeof d.timer.timer_id === 'string') bits.push(`timer=${d.timer.timer_id} purpose=${d.timer.purpose}`);
+  if (d.timer && typeof d.timer.timer_id === 'string') {
+    bits.push('timer=' + d.timer.timer_id);
+    if (typeof d.timer.purpose === 'string' && d.timer.purpose) bits.push('purpose=' + d.timer.purpose);
+  }
   // A start or a success that also records the next operation's dispatch
   // (docs/adr/0008).
   if (d.then && typeof d.then.step_id === 'string') bits.push('then=dispatched:' + d.then.step_id);
