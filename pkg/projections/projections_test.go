@@ -1155,13 +1155,20 @@ func TestASleepsSuccessRecordsItsFiring(t *testing.T) {
 					Data: &events.TimerFired{TimerID: "t1"}})
 				p = &events.StepSucceeded{StepID: "rest", Attempt: 1, Fired: "t1"}
 			}
-			_, err := projections.Fold(append(h, end(p)))
-			var te *projections.TransitionError
-			require.ErrorAs(t, err, &te)
-			require.Equal(t, events.TypeExecutionSucceeded, te.Event, "the whole event fails")
-			require.Equal(t, c.from, te.From, "refused for the right reason")
+			requireRefused(t, append(h, end(p)), c.from)
 		})
 	}
+}
+
+// requireRefused checks that the fold of h fails at its last event, as a
+// whole (the error names that event's type), for the reason from.
+func requireRefused(t *testing.T, h []events.Event, from string) {
+	t.Helper()
+	_, err := projections.Fold(h)
+	var te *projections.TransitionError
+	require.ErrorAs(t, err, &te)
+	require.Equal(t, h[len(h)-1].Type, te.Event, "the whole event fails")
+	require.Equal(t, from, te.From, "refused for the right reason")
 }
 
 // TestAWaitRecordsItsTimersArming: a step.waiting that carries its
@@ -1229,11 +1236,7 @@ func TestAWaitRecordsItsTimersArming(t *testing.T) {
 			}
 			w := waiting(timer)
 			w.Seq, w.PrevSeq = h[len(h)-1].Seq+1, h[len(h)-1].Seq
-			_, err := projections.Fold(append(h, w))
-			var te *projections.TransitionError
-			require.ErrorAs(t, err, &te)
-			require.Equal(t, events.TypeStepWaiting, te.Event, "the whole event fails")
-			require.Equal(t, c.from, te.From, "refused for the right reason")
+			requireRefused(t, append(h, w), c.from)
 		})
 	}
 }

@@ -148,21 +148,28 @@ func BenchmarkNext(b *testing.B) {
 	b.Run("loop-500-rounds/walk", func(b *testing.B) { run(b, loopMidway(b), false) })
 }
 
+// succeeding sends m's next operation, its nth, records it started and
+// returns the input, task and report of its success: what Result is
+// benchmarked on.
+func succeeding(b *testing.B, m *memShell, n int) (Input, events.TaskRef, events.Event) {
+	b.Helper()
+	m.advance()
+	if len(m.tasks) != n {
+		b.Fatalf("%d tasks, want %d", len(m.tasks), n)
+	}
+	task := m.tasks[n-1]
+	m.reportTask(task, &events.OperationStarted{TaskRef: events.TaskRef{Agent: "a1", Delivery: 1}})
+	ev := events.Event{ID: "r", Type: events.TypeOperationSucceeded, Data: &events.OperationSucceeded{TaskRef: events.TaskRef{Agent: "a1"}}}
+	ref := events.TaskRef{TaskID: task.TaskID, ExecutionID: "x1", Workflow: m.def.Name, StepID: task.StepID,
+		Attempt: task.Attempt, Token: task.Token, Queue: task.Queue, Agent: "a1", Delivery: 1}
+	return m.input(), ref, ev
+}
+
 // BenchmarkResult is the decision on an agent's report that a 10-step
 // execution's 7th step succeeded: the success, with the 8th's dispatch.
 func BenchmarkResult(b *testing.B) {
 	noVerify(b)
-	m := tenStepsMidway(b, false)
-	m.advance()
-	if len(m.tasks) != 7 {
-		b.Fatalf("%d tasks", len(m.tasks))
-	}
-	m.reportTask(m.tasks[6], &events.OperationStarted{TaskRef: events.TaskRef{Agent: "a1", Delivery: 1}})
-	task := m.tasks[6]
-	ev := events.Event{ID: "r", Type: events.TypeOperationSucceeded, Data: &events.OperationSucceeded{TaskRef: events.TaskRef{Agent: "a1"}}}
-	ref := events.TaskRef{TaskID: task.TaskID, ExecutionID: "x1", Workflow: m.def.Name, StepID: task.StepID,
-		Attempt: task.Attempt, Token: task.Token, Queue: task.Queue, Agent: "a1", Delivery: 1}
-	in := m.input()
+	in, ref, ev := succeeding(b, tenStepsMidway(b, false), 7)
 	if d := Result(in, ref, ev); d.Err != nil || len(d.Events) == 0 {
 		b.Fatalf("the decision does nothing: %+v", d)
 	} else if ok, _ := d.Events[0].(*events.StepSucceeded); ok == nil || ok.Then == nil {
@@ -215,17 +222,7 @@ steps:
 // execution's last step succeeded: the execution's end carrying it.
 func BenchmarkResultLast(b *testing.B) {
 	noVerify(b)
-	m := stepsMidway(b, 10, 9, false)
-	m.advance()
-	if len(m.tasks) != 10 {
-		b.Fatalf("%d tasks", len(m.tasks))
-	}
-	m.reportTask(m.tasks[9], &events.OperationStarted{TaskRef: events.TaskRef{Agent: "a1", Delivery: 1}})
-	task := m.tasks[9]
-	ev := events.Event{ID: "r", Type: events.TypeOperationSucceeded, Data: &events.OperationSucceeded{TaskRef: events.TaskRef{Agent: "a1"}}}
-	ref := events.TaskRef{TaskID: task.TaskID, ExecutionID: "x1", Workflow: m.def.Name, StepID: task.StepID,
-		Attempt: task.Attempt, Token: task.Token, Queue: task.Queue, Agent: "a1", Delivery: 1}
-	in := m.input()
+	in, ref, ev := succeeding(b, stepsMidway(b, 10, 9, false), 10)
 	if d := Result(in, ref, ev); d.Err != nil || len(d.Events) != 1 {
 		b.Fatalf("the decision is not one event: %+v", d)
 	} else if end, ok := d.Events[0].(*events.ExecutionSucceeded); !ok || end.Step == nil || end.Step.StepID != "s10" || len(end.Output) > 0 {
