@@ -581,6 +581,14 @@ func peeks(ev events.Event) (string, bool) {
 	return "", false
 }
 
+// applyAs applies p as if it were ev's data: a state an event carries
+// besides its own (a dispatch, a success, a firing, an arming), at the
+// event's time and number, an error naming the event's type.
+func applyAs(s Execution, ev events.Event, p events.Payload) (Execution, error) {
+	ev.Data = p
+	return apply(s, ev)
+}
+
 // applyOwned is ApplyOwned, which Fold uses: a fold of an execution of n
 // steps with Apply took n² step copies.
 func applyOwned(s Execution, ev events.Event) (Execution, error) {
@@ -658,9 +666,7 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 		}
 		// Then the first operation's dispatch, at the event's time (an
 		// error names this event's type).
-		sub := ev
-		sub.Data = e.Then
-		return apply(s, sub)
+		return applyAs(s, ev, e.Then)
 	case *events.DefinitionChanged:
 		return s.changeDefinition(ev, e)
 	case *events.CompensationStarted:
@@ -701,10 +707,8 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 			if e.Step.Then != nil {
 				return s, &TransitionError{ExecutionID: s.ID, From: "an ending execution", Event: ev.Type, StepID: e.Step.StepID}
 			}
-			sub := ev
-			sub.Data = e.Step
 			var err error
-			if s, err = apply(s, sub); err != nil {
+			if s, err = applyAs(s, ev, e.Step); err != nil {
 				return s, err
 			}
 		}
@@ -757,14 +761,11 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 	case *events.StepDispatched:
 		// Scheduled, then sending, at the event's time: the two folds in
 		// turn (an error names this event's type).
-		sub := ev
-		sub.Data = e.Scheduled()
-		next, err := apply(s, sub)
+		next, err := applyAs(s, ev, e.Scheduled())
 		if err != nil {
 			return s, err
 		}
-		sub.Data = e.Sending()
-		return apply(next, sub)
+		return applyAs(next, ev, e.Sending())
 	case *events.StepSending:
 		return s.step(ev, e.StepID, OpSending, func(st *Step) { st.TaskID, st.Queue, st.Token = e.TaskID, e.Queue, s.Token })
 	case *events.StepSent:
@@ -805,10 +806,8 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 			if t, ok := s.Timers[e.Fired]; ok && (t.Purpose != events.TimerSleep || t.StepID != e.StepID || t.Attempt != e.Attempt) {
 				return s, &TransitionError{ExecutionID: s.ID, From: "a timer of another step", Event: ev.Type, StepID: e.StepID}
 			}
-			sub := ev
-			sub.Data = &events.TimerFired{TimerID: e.Fired}
 			var err error
-			if s, err = apply(s, sub); err != nil {
+			if s, err = applyAs(s, ev, &events.TimerFired{TimerID: e.Fired}); err != nil {
 				return s, err
 			}
 		}
@@ -839,9 +838,7 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 		}
 		// Then the next operation's dispatch, at the event's time (an
 		// error names this event's type).
-		sub := ev
-		sub.Data = e.Then
-		return apply(next, sub)
+		return applyAs(next, ev, e.Then)
 	case *events.StepFailed:
 		s = s.instance(e.StepID, e.Kind)
 		unscheduled := false // failed before it could be scheduled: the event carries the attempt
@@ -881,10 +878,8 @@ func apply(s Execution, ev events.Event) (Execution, error) {
 			if a.Purpose != purpose || a.StepID != e.StepID || a.Attempt != e.Attempt || !a.Due.Equal(e.Until) {
 				return s, &TransitionError{ExecutionID: s.ID, From: "a timer not this wait's", Event: ev.Type, StepID: e.StepID}
 			}
-			sub := ev
-			sub.Data = a
 			var err error
-			if s, err = apply(s, sub); err != nil {
+			if s, err = applyAs(s, ev, a); err != nil {
 				return s, err
 			}
 		}

@@ -682,6 +682,19 @@ func (a *app) follow(cmd *cobra.Command, id string, from uint64, asJSON bool) er
 	return exitError{code: ExitFailed}
 }
 
+// timerDetail is what a line says of a timer (a timer event's data, or
+// the arming a wait records): its id and purpose.
+func timerDetail(d map[string]any) string {
+	out := ""
+	if id, ok := d["timer_id"].(string); ok && id != "" {
+		out += " timer=" + id
+	}
+	if p, ok := d["purpose"].(string); ok && p != "" {
+		out += " purpose=" + p
+	}
+	return out
+}
+
 // waitDetail is what a line says of a wait: a timer's id (which a
 // sleep's success that records its firing names: fired=), purpose and
 // due time (a timer.armed's, or a step.waiting's that records its
@@ -692,12 +705,7 @@ func waitDetail(ev client.Event, d map[string]any) string {
 	out := ""
 	switch ev.Type {
 	case events.TypeTimerArmed, events.TypeTimerFired:
-		if id, ok := d["timer_id"].(string); ok && id != "" {
-			out += " timer=" + id
-		}
-		if p, ok := d["purpose"].(string); ok && p != "" {
-			out += " purpose=" + p
-		}
+		out += timerDetail(d)
 	case events.TypeSignalReceived:
 		if n, ok := d["name"].(string); ok && n != "" {
 			out += " name=" + quoteIfSpaced(n)
@@ -714,12 +722,7 @@ func waitDetail(ev client.Event, d map[string]any) string {
 		}
 		// The timer whose arming it records (docs/adr/0018).
 		if tm, ok := d["timer"].(map[string]any); ok {
-			if id, ok := tm["timer_id"].(string); ok && id != "" {
-				out += " timer=" + id
-			}
-			if p, ok := tm["purpose"].(string); ok && p != "" {
-				out += " purpose=" + p
-			}
+			out += timerDetail(tm)
 		}
 	}
 	for _, k := range []string{"due", "until"} {
