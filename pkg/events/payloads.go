@@ -722,6 +722,16 @@ type FireTimer struct {
 	TimerID     string `json:"timer_id"`
 }
 
+// TimerNotice is the data of a long timer's notice (docs/adr/0019): the
+// timer, and the due time of the arming it was set for (a notice of an
+// earlier arming, or of a timer that fired since, changes nothing).
+type TimerNotice struct {
+	ExecutionID string    `json:"execution_id"`
+	Workflow    string    `json:"workflow"`
+	TimerID     string    `json:"timer_id"`
+	Due         time.Time `json:"due"`
+}
+
 // StartExecution is the data of a start command.
 type StartExecution struct {
 	Workflow string `json:"workflow"`
@@ -904,6 +914,7 @@ func (*OperationSucceeded) EventType() Type   { return TypeOperationSucceeded }
 func (*OperationFailed) EventType() Type      { return TypeOperationFailed }
 func (*CommandRejected) EventType() Type      { return TypeCommandRejected }
 func (*FireTimer) EventType() Type            { return TypeFireTimer }
+func (*TimerNotice) EventType() Type          { return TypeTimerNotice }
 func (*SignalExecution) EventType() Type      { return TypeSignalExecution }
 func (*SignalReceived) EventType() Type       { return TypeSignalReceived }
 func (*TimerFired) EventType() Type           { return TypeTimerFired }
@@ -951,6 +962,7 @@ func (*OperationSucceeded) payload()   {}
 func (*OperationFailed) payload()      {}
 func (*CommandRejected) payload()      {}
 func (*FireTimer) payload()            {}
+func (*TimerNotice) payload()          {}
 func (*SignalExecution) payload()      {}
 func (*SignalReceived) payload()       {}
 func (*TimerFired) payload()           {}
@@ -1015,6 +1027,8 @@ func NewPayload(t Type) Payload {
 		return &CommandRejected{}
 	case TypeFireTimer:
 		return &FireTimer{}
+	case TypeTimerNotice:
+		return &TimerNotice{}
 	case TypeSignalExecution:
 		return &SignalExecution{}
 	case TypeSignalReceived:

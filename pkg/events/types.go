@@ -101,6 +101,12 @@ const (
 	// TypeFireTimer is a durable timer coming due (published by JetStream's
 	// message scheduler into the timers stream, JF_TIMERS).
 	TypeFireTimer Type = "io.jetflow.timer.fire"
+	// TypeTimerNotice is a long timer's notice: the schedule of a timer
+	// armed more than two minutes before it is due comes a minute early
+	// with this command, which brings the timer into the memory of the
+	// dispatcher holding its execution and sets its schedule again for
+	// the due time (docs/adr/0019).
+	TypeTimerNotice Type = "io.jetflow.timer.notice"
 	// TypeReconcileExecution asks the dispatcher to re-evaluate an execution
 	// (sent by the janitor for executions that look stuck). It is idempotent.
 	TypeReconcileExecution Type = "io.jetflow.execution.reconcile"

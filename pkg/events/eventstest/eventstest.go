@@ -95,6 +95,7 @@ func Samples() []events.Payload {
 		&events.SignalReceived{SignalID: "s1", Name: "approve", Data: json.RawMessage(`{"by":"alice"}`), Sender: "cli/alice", Actor: actor},
 		&events.SignalExecution{ExecutionID: "x1", Name: "approve", Data: json.RawMessage(`{"by":"alice"}`), Actor: actor},
 		&events.FireTimer{ExecutionID: "x1", Workflow: "deploy", TimerID: "t-sleep-1"},
+		&events.TimerNotice{ExecutionID: "x1", Workflow: "deploy", TimerID: "t-sleep-1", Due: At.Add(time.Hour)},
 		&events.ExecutionAction{ExecutionID: "x1", Action: events.ActionReplay, Reason: "fixed the host", RequestedBy: "alice", Version: 3,
 			From: "build", Force: true, Actor: actor, IgnoreSeq: 17, Parent: &events.ParentRef{ExecutionID: "p1", Workflow: "order", StepID: "ship", Attempt: 2}},
 		&events.KillOperations{ExecutionID: "x1", Workflow: "deploy", Command: "cli#9", Lift: true},
@@ -125,7 +126,7 @@ func Types() []events.Type {
 		events.TypeExecutionResumed, events.TypeExecutionReplayed, events.TypeDefinitionChanged, events.TypeCompensationStarted, events.TypeCompensationFinished, events.TypeCompensationFailed, events.TypeExecutionSuspended, events.TypeResultIgnored, events.TypeResultAfterEnd,
 		events.TypeStepSkipped, events.TypeStepWaiting, events.TypeStepRescheduled, events.TypeVariablesSet,
 		events.TypeTimerArmed, events.TypeTimerFired, events.TypeSignalReceived, events.TypeSignalExecution,
-		events.TypeFireTimer, events.TypeExecutionAction, events.TypeKillOperations, events.TypeRefuseTasks, events.TypeTerminateTask,
+		events.TypeFireTimer, events.TypeTimerNotice, events.TypeExecutionAction, events.TypeKillOperations, events.TypeRefuseTasks, events.TypeTerminateTask,
 		events.TypeLockRequested, events.TypeLockAcquired, events.TypeLockReleased, events.TypeLockCleared, events.TypeClearLock,
 		events.TypeExpireExecution, events.TypeExecutionExpired, events.TypeExecutionRepaired,
 	}

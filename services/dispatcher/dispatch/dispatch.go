@@ -105,6 +105,18 @@ type Config struct {
 	// minutes also fires from memory at its due time (soon.go,
 	// docs/adr/0013), its schedule staying the guarantee.
 	NoTimersFromMemory bool
+	// NoTimerNotices: a timer due later than two minutes when armed has
+	// its schedule set for its due time, as before. By default it is set
+	// a minute before, with a notice (events.TimerNotice) that brings the
+	// timer into the memory of the dispatcher holding its execution then
+	// (docs/adr/0019); dispatchers older than notices do not take them:
+	// set it while such dispatchers still run. Without timers from
+	// memory there are no notices.
+	NoTimerNotices bool
+	// soonHorizon, noticeLead: how far ahead a timer fires from memory
+	// when armed, and how long before a longer one its notice comes
+	// (0: two minutes, one minute). Tests shorten them.
+	soonHorizon, noticeLead time.Duration
 	// LocalHandlers are the handlers of local call steps (docs/adr/0014),
 	// by operation name, as an agent's Handlers: a program that embeds
 	// the dispatcher registers them, in every dispatcher alike. The
@@ -325,7 +337,7 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log zerolog.Lo
 	}
 	var soon *soonTimers
 	if !cfg.NoTimersFromMemory {
-		soon = newSoonTimers()
+		soon = newSoonTimers(cfg.soonHorizon, cfg.noticeLead)
 	}
 	return &Dispatcher{soon: soon, local: newLocalOps(cfg, log), rescue: newRescuer(), tasks: tasks, keeper: newKeeper(js, log), lookupAfter: lookupAfter, cfg: cfg, js: js, log: log, defs: defs, ids: ids, locks: locks, hist: hist, cache: newLRU[string](cfg.CacheSize, cfg.CacheBytes, (*execState).size),
 		pinned: newPinnedDefs(maxPinnedDefs), maxEvent: int(js.Conn().MaxPayload()) - 64<<10,
@@ -775,6 +787,8 @@ func (d *Dispatcher) handle(ctx context.Context, ev events.Event) error {
 		return d.reconcile(ctx, p)
 	case *events.FireTimer:
 		return d.fireTimer(ctx, ev, p)
+	case *events.TimerNotice:
+		return d.noticeTimer(ctx, p)
 	case *events.SignalExecution:
 		return d.signal(ctx, ev, p)
 	case *events.ExecutionAction:

@@ -120,16 +120,21 @@ func misrouted(subject string, ev events.Event, partitions int) string {
 			return fmt.Sprintf("a report about execution %q from queue %q on %s: it belongs on %s", ref.ExecutionID, ref.Queue, subject, want)
 		}
 	case strings.HasPrefix(subject, bus.TimersPrefix+"."):
-		p, ok := ev.Data.(*events.FireTimer)
-		if !ok {
-			return fmt.Sprintf("%s on %s: timer subjects take %s only", ev.Type, subject, events.TypeFireTimer)
+		var exec string
+		switch p := ev.Data.(type) {
+		case *events.FireTimer:
+			exec = p.ExecutionID
+		case *events.TimerNotice: // docs/adr/0019
+			exec = p.ExecutionID
+		default:
+			return fmt.Sprintf("%s on %s: timer subjects take %s and %s only", ev.Type, subject, events.TypeFireTimer, events.TypeTimerNotice)
 		}
-		want := bus.TimerSubject(p.ExecutionID) // fired before partitions
+		want := bus.TimerSubject(exec) // fired before partitions
 		if len(tokens) == 4 {
-			want = bus.PartitionTimerSubject(partition.Of(p.ExecutionID, partitions), p.ExecutionID)
+			want = bus.PartitionTimerSubject(partition.Of(exec, partitions), exec)
 		}
 		if subject != want {
-			return fmt.Sprintf("a timer of execution %q on %s: it belongs on %s", p.ExecutionID, subject, want)
+			return fmt.Sprintf("a timer of execution %q on %s: it belongs on %s", exec, subject, want)
 		}
 	}
 	return ""
@@ -360,6 +365,8 @@ func routingKey(ev events.Event) string {
 	case *events.ReconcileExecution:
 		return p.ExecutionID
 	case *events.FireTimer:
+		return p.ExecutionID
+	case *events.TimerNotice:
 		return p.ExecutionID
 	case *events.SignalExecution:
 		return p.ExecutionID

@@ -10,6 +10,7 @@ import (
 
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/partition"
 )
 
 // TestCommandActor: the api's subjects must carry an actor; every other
@@ -120,4 +121,26 @@ func TestUnhandledNamesTheCommand(t *testing.T) {
 		require.Equal(t, bus.SubjectStart, subject, c.name)
 		require.Equal(t, c.key, events.CommandKey(cmd.Source, cmd.ID), c.name)
 	}
+}
+
+// TestTimerSubjectsTakeFiringsAndNotices: a timer's subject takes its
+// firing and its notice (docs/adr/0019), each on its execution's
+// partition's subject only, and no other command.
+func TestTimerSubjectsTakeFiringsAndNotices(t *testing.T) {
+	t.Parallel()
+	const n = 16
+	subject := bus.PartitionTimerSubject(partition.Of("x1", n), "x1")
+	other := bus.PartitionTimerSubject((partition.Of("x1", n)+1)%n, "x1")
+	for _, p := range []events.Payload{
+		&events.FireTimer{ExecutionID: "x1", Workflow: "wf", TimerID: "t1"},
+		&events.TimerNotice{ExecutionID: "x1", Workflow: "wf", TimerID: "t1", Due: time.Now()},
+	} {
+		ev := events.Event{Type: p.EventType(), Data: p}
+		require.Empty(t, misrouted(subject, ev, n), "%s on its partition's subject", ev.Type)
+		require.Empty(t, misrouted(bus.TimerSubject("x1"), ev, n), "%s on the subject of timers armed before partitions", ev.Type)
+		require.Contains(t, misrouted(other, ev, n), "it belongs on "+subject, "%s on another partition's subject", ev.Type)
+	}
+	signal := &events.SignalExecution{ExecutionID: "x1", Name: "go"}
+	require.Contains(t, misrouted(subject, events.Event{Type: signal.EventType(), Data: signal}, n),
+		"timer subjects take "+string(events.TypeFireTimer)+" and "+string(events.TypeTimerNotice)+" only")
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/projections"
 )
 
 // Timers due soon also fire from memory (docs/adr/0013). A timer is a
@@ -38,9 +39,22 @@ import (
 // within soonHorizon that this process armed: no goroutine or timer of
 // the runtime per execution, and none for executions asleep for longer
 // (their memory per sleeping execution is unchanged).
+//
+// A timer due later than soonHorizon when armed has its schedule set
+// noticeLead before its due time, with a notice (events.TimerNotice)
+// instead of the firing: the dispatcher holding its execution then, as
+// the notice comes, reads its state, sets its schedule again as for a
+// timer due soon, and keeps it in memory, its state cached until it
+// fires (docs/adr/0019). A burst of long sleeps due at one instant then
+// fires as one armed within the horizon does, instead of reading every
+// history and waiting for every schedule's message at the due time.
 const (
 	// soonHorizon: timers due within it when armed fire from memory.
 	soonHorizon = 2 * time.Minute
+	// noticeLead: how long before its due time a long timer's notice
+	// comes. Below soonHorizon, so that a notice handled a little late
+	// still finds its timer within the horizon.
+	noticeLead = time.Minute
 	// soonMax bounds the timers kept in memory, and the firings
 	// remembered as settled: past it, a timer fires by its schedule only.
 	soonMax = 100_000
@@ -95,6 +109,9 @@ func (h *timeHeap[T]) Pop() any {
 // soonTimers are the timers due soon that this dispatcher armed, and
 // the firings it handled whose schedule's message has not come yet.
 type soonTimers struct {
+	// horizon, lead: soonHorizon and noticeLead (shorter in tests).
+	horizon, lead time.Duration
+
 	mu sync.Mutex
 	h  timeHeap[soonTimer]
 	// pending: fired from memory, being handled; settled: handled. Both
@@ -111,8 +128,13 @@ type soonTimers struct {
 	cold timeHeap[warmEntry]
 }
 
-func newSoonTimers() *soonTimers {
-	return &soonTimers{pending: map[string]time.Time{}, settled: map[string]time.Time{}, latest: map[string]time.Time{},
+// newSoonTimers keeps timers due within horizon; a longer one's notice
+// comes lead before it is due (0: soonHorizon, noticeLead).
+func newSoonTimers(horizon, lead time.Duration) *soonTimers {
+	if horizon <= 0 || lead <= 0 {
+		horizon, lead = soonHorizon, noticeLead
+	}
+	return &soonTimers{horizon: horizon, lead: lead, pending: map[string]time.Time{}, settled: map[string]time.Time{}, latest: map[string]time.Time{},
 		wake: make(chan struct{}, 1)}
 }
 
@@ -120,7 +142,7 @@ func newSoonTimers() *soonTimers {
 // (its schedule is then set scheduleGrace later); add keeps it once its
 // schedule is stored.
 func (s *soonTimers) fits(now, due time.Time) bool {
-	if s == nil || due.Sub(now) > soonHorizon {
+	if s == nil || due.Sub(now) > s.horizon {
 		return false
 	}
 	s.mu.Lock()
@@ -139,7 +161,7 @@ func (s *soonTimers) add(now, due time.Time, workflow, exec, id string, seq uint
 	key := settledKey(exec, id)
 	wait := due.Sub(now)
 	s.mu.Lock()
-	if wait > soonHorizon || len(s.h) >= soonMax {
+	if wait > s.horizon || len(s.h) >= soonMax {
 		delete(s.latest, key) // an earlier arming kept here is no longer the timer's
 		s.mu.Unlock()
 		return false
@@ -188,6 +210,35 @@ func (s *soonTimers) due(now time.Time) ([]soonTimer, time.Duration) {
 }
 
 func settledKey(exec, id string) string { return exec + "/" + id }
+
+// noticeAt is when the notice of a timer armed now and due at due comes
+// (docs/adr/0019), and whether it has one: a timer due past the horizon
+// has; one due within it is kept, or fires by its schedule.
+func (s *soonTimers) noticeAt(now, due time.Time) (time.Time, bool) {
+	if s == nil || due.Sub(now) <= s.horizon {
+		return time.Time{}, false
+	}
+	return due.Add(-s.lead), true
+}
+
+// keeps reports whether a timer of execution exec among timers (its
+// state's) is kept here to fire from memory: its state is then kept
+// cached, even asleep, so that the firing finds it (a burst of long
+// sleeps brought here by their notices would otherwise read every
+// history as it fires).
+func (s *soonTimers) keeps(exec string, timers map[string]projections.Timer) bool {
+	if s == nil || len(timers) == 0 {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, t := range timers {
+		if _, kept := s.latest[settledKey(exec, id)]; kept && !t.Fired {
+			return true
+		}
+	}
+	return false
+}
 
 // forget drops the timer's entry, if any (armed again beyond the
 // horizon: only its schedule fires it).

@@ -68,6 +68,37 @@ func TestTimersFireFromMemory(t *testing.T) {
 	}
 }
 
+// TestALongTimerFiresFromMemoryByItsNotice (docs/adr/0019): a sleep due
+// past the horizon when armed (shortened here to 2 s, its notice 1 s
+// before) is brought into memory by its notice and fires from memory,
+// once; its schedules' messages (the notice's, the guarantee's) all leave
+// the timers stream. With NoTimerNotices it fires by its schedule.
+func TestALongTimerFiresFromMemoryByItsNotice(t *testing.T) {
+	t.Parallel()
+	for _, notices := range []bool{true, false} {
+		b := setup(t)
+		cfg := dispatch.WithTimerHorizon(dispatch.Config{Workers: 4, NoTimerNotices: !notices}, 2*time.Second, time.Second)
+		reg := b.measured(t, cfg)
+		b.applyYAML(t, "name: nap\nsteps:\n  - {id: nap, kind: sleep, duration: 4s}\n")
+		b.start(t, "nap", "n1")
+		_, evs := waitStatus(t, b.js, "nap", "n1", projections.StatusSucceeded)
+		firings := 0
+		for _, ev := range evs {
+			if events.FiringOf(ev.Data) != "" {
+				firings++
+			}
+		}
+		require.Equal(t, 1, firings, "fired once")
+		b.timersSettled(t)
+		memory, schedule := 1.0, 0.0
+		if !notices {
+			memory, schedule = 0, 1
+		}
+		waitMetric(t, reg, memory, "jetflow_dispatcher_timer_firings_total", "by", "memory")
+		require.Equal(t, schedule, metricstest.Value(t, reg, "jetflow_dispatcher_timer_firings_total", "by", "schedule"))
+	}
+}
+
 // TestTimerFromMemoryLostToAStop: the dispatcher that armed a timer
 // stops before it is due; the next one fires it by its schedule.
 //

@@ -12,7 +12,7 @@ import (
 // due time, whatever the order they were armed in; one past the horizon
 // is not kept; and the heap says how long until the next.
 func TestSoonTimersComeDueInOrder(t *testing.T) {
-	s := newSoonTimers()
+	s := newSoonTimers(0, 0)
 	now := time.Now()
 	require.True(t, s.add(now, now.Add(time.Hour/60), "wf", "x3", "t3", 0))
 	require.True(t, s.add(now, now.Add(-time.Second), "wf", "x1", "t1", 0)) // overdue: at once
@@ -40,7 +40,7 @@ func TestSoonTimersComeDueInOrder(t *testing.T) {
 // TestSoonTimersAreBounded: past soonMax timers, a timer is left to its
 // schedule.
 func TestSoonTimersAreBounded(t *testing.T) {
-	s := newSoonTimers()
+	s := newSoonTimers(0, 0)
 	now := time.Now()
 	for i := range soonMax {
 		require.True(t, s.add(now, now.Add(time.Minute), "wf", "x", fmt.Sprint(i), 0))
@@ -54,7 +54,7 @@ func TestSoonTimersAreBounded(t *testing.T) {
 // here, fired and in hand (asked again later), or handled (acknowledged,
 // once); a firing dropped (Nak, Term) leaves the message to be handled.
 func TestSoonTimerStands(t *testing.T) {
-	s := newSoonTimers()
+	s := newSoonTimers(0, 0)
 	require.Equal(t, notFiredHere, s.stand("x1", "t1"))
 
 	require.True(t, s.fire(settledKey("x1", "t1")))
@@ -84,7 +84,7 @@ func TestSoonTimerStands(t *testing.T) {
 // those older than settledFor are forgotten to make room; one fired that
 // long ago and never concluded no longer holds its schedule's message.
 func TestSoonTimersForgetOldEntries(t *testing.T) {
-	s := newSoonTimers()
+	s := newSoonTimers(0, 0)
 	old := time.Now().Add(-settledFor - time.Minute)
 	for i := range soonMax {
 		s.settled[fmt.Sprint(i)] = old
@@ -102,7 +102,7 @@ func TestSoonTimersForgetOldEntries(t *testing.T) {
 // forgotten), it does not fire from memory at all; a requeued entry
 // gives way to an arming that came meanwhile.
 func TestSoonTimerArmedAgainKeepsItsLatestArming(t *testing.T) {
-	s := newSoonTimers()
+	s := newSoonTimers(0, 0)
 	now := time.Now()
 	require.True(t, s.add(now, now.Add(-time.Second), "wf", "x", "t", 0))
 	require.True(t, s.add(now, now.Add(time.Hour/120), "wf", "x", "t", 0)) // 30 s
@@ -139,7 +139,7 @@ func TestSoonTimerArmedAgainKeepsItsLatestArming(t *testing.T) {
 // (they are not first: the requeued one is) and all fire from their
 // schedules, 2 s late, until the dispatcher starts again.
 func TestARequeuedTimerWakesTheFireLoop(t *testing.T) {
-	s := newSoonTimers()
+	s := newSoonTimers(0, 0)
 	now := time.Now()
 	require.True(t, s.add(now, now, "wf", "x", "t", 0))
 	select {

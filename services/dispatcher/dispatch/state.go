@@ -205,13 +205,14 @@ func (d *Dispatcher) withExecutionAs(ctx context.Context, wf, id string, how loa
 			err = d.checkFresh(ctx, x)
 		}
 		if err == nil {
-			if x.state.Status.Terminal() || projections.Dormant(&x.state, projections.HibernateAfter) {
+			if x.state.Status.Terminal() || (projections.Dormant(&x.state, projections.HibernateAfter) && !d.soon.keeps(id, x.state.Timers)) {
 				// Ended: what may still come (a late report, a resume, the
 				// expiry) is rare and reads the history again; keeping it
 				// would hold its memory until 10,000 newer ones push it out.
 				// Asleep for a while (hibernating): its timer, or a signal,
 				// reads the history again; a sleeping execution holds no
-				// memory.
+				// memory, unless its timer is kept here to fire from
+				// memory (brought by its notice: docs/adr/0019).
 				d.evict(id)
 			}
 			return nil

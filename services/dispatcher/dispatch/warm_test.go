@@ -21,7 +21,7 @@ import (
 )
 
 func TestComingTakesTheTimersDueBy(t *testing.T) {
-	s := newSoonTimers()
+	s := newSoonTimers(0, 0)
 	now := time.Now()
 	require.True(t, s.add(now, now.Add(3*time.Second), "wf", "x1", "t1", 30))
 	require.True(t, s.add(now, now.Add(2*time.Second), "wf", "x2", "t2", 20))

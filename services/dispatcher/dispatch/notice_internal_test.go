@@ -1,0 +1,93 @@
+package dispatch
+
+import (
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/natstest"
+	"jetflow.dev/pkg/projections"
+)
+
+// scheduleOf is the pending schedule of timer id: its command's type, the
+// time it is set for, and the notice it carries (nil for a firing).
+func (b *memBundle) scheduleOf(t *testing.T, id string) (events.Type, string, *events.TimerNotice) {
+	t.Helper()
+	stream, err := b.js.Stream(t.Context(), bus.StreamTimers)
+	require.NoError(t, err)
+	m, err := stream.GetLastMsgForSubject(t.Context(), bus.ScheduleSubject(id))
+	require.NoError(t, err, "the schedule of timer %s", id)
+	ev, err := bus.Decode(m.Header, m.Data)
+	require.NoError(t, err)
+	n, _ := ev.Data.(*events.TimerNotice)
+	return ev.Type, strings.TrimPrefix(m.Header.Get("Nats-Schedule"), "@at "), n
+}
+
+// isCached says whether execution id's state is in the dispatcher's cache.
+func (b *memBundle) isCached(id string) bool {
+	states, _, _ := b.cached()
+	for _, x := range states {
+		if x.id == id {
+			return true
+		}
+	}
+	return false
+}
+
+// TestALongTimersNoticeBringsItIntoMemory (docs/adr/0019): a sleep of
+// three hours has its schedule set a minute before its due time, with a
+// notice, and its state is let go (asleep). The notice, handled within
+// two minutes of the due time (the dispatcher's clock moved on), sets the
+// schedule again for the firing, 2 s after the due time as for a timer
+// armed due soon, keeps the timer in memory, and keeps the state cached
+// until it fires. A notice of another arming changes nothing. With
+// NoTimerNotices the schedule is the firing, at the due time.
+func TestALongTimersNoticeBringsItIntoMemory(t *testing.T) {
+	t.Parallel()
+	const src = "name: nap\nsteps:\n  - {id: nap, kind: sleep, duration: 3h}\n"
+	for _, notices := range []bool{true, false} {
+		var ahead atomic.Int64 // how far the dispatcher's clock is ahead of this one
+		now := func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
+		b := setupMem(t, Config{Workers: 2, Now: now, NoTimerNotices: !notices}, src)
+		b.publish(t, bus.SubjectStart, &events.StartExecution{Workflow: "nap", ExecutionID: "n1"})
+		natstest.Eventually(t, 30*time.Second, func() bool { return b.last(t, "nap", "n1") == events.TypeStepWaiting },
+			"nap n1 is not waiting")
+		evs, err := b.d.hist.Read(t.Context(), bus.ExecutionSubject("nap", "n1"), 0)
+		require.NoError(t, err)
+		arming := events.ArmingOf(evs[len(evs)-1].Data)
+		require.NotNil(t, arming, "the wait records its arming")
+		require.False(t, b.isCached("n1"), "asleep for three hours: its state is let go")
+
+		typ, at, notice := b.scheduleOf(t, arming.TimerID)
+		if !notices {
+			require.Equal(t, events.TypeFireTimer, typ)
+			require.Equal(t, arming.Due.UTC().Format(time.RFC3339Nano), at, "the firing, at the due time")
+			continue
+		}
+		require.Equal(t, events.TypeTimerNotice, typ)
+		require.Equal(t, arming.Due.Add(-noticeLead).UTC().Format(time.RFC3339Nano), at, "a minute before the due time")
+		require.Equal(t, &events.TimerNotice{ExecutionID: "n1", Workflow: "nap", TimerID: arming.TimerID, Due: arming.Due}, notice)
+
+		// A notice of an earlier arming, due at another time, changes nothing.
+		stale := *notice
+		stale.Due = arming.Due.Add(-time.Hour)
+		require.NoError(t, b.d.noticeTimer(t.Context(), &stale))
+		typ, _, _ = b.scheduleOf(t, arming.TimerID)
+		require.Equal(t, events.TypeTimerNotice, typ, "a stale notice sets nothing")
+		require.False(t, b.isCached("n1"))
+
+		// The notice comes a minute and a half before the due time.
+		ahead.Store(int64(time.Until(arming.Due.Add(-90 * time.Second))))
+		require.NoError(t, b.d.noticeTimer(t.Context(), notice))
+		typ, at, _ = b.scheduleOf(t, arming.TimerID)
+		require.Equal(t, events.TypeFireTimer, typ, "the notice sets the firing")
+		require.Equal(t, arming.Due.Add(scheduleGrace).UTC().Format(time.RFC3339Nano), at, "as the guarantee of a timer kept in memory")
+		require.True(t, b.d.soon.keeps("n1", map[string]projections.Timer{arming.TimerID: {}}), "kept in memory")
+		require.True(t, b.isCached("n1"), "its state stays cached until it fires")
+	}
+}
