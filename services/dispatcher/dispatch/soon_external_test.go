@@ -57,12 +57,7 @@ func TestTimersFireFromMemory(t *testing.T) {
 		_, evs := waitStatus(t, b.js, "nap", "n1", projections.StatusSucceeded)
 		require.Equal(t, 1, countType(evs, events.TypeTimerFired))
 		b.timersSettled(t)
-		memory, schedule := 1.0, 0.0
-		if !fromMemory {
-			memory, schedule = 0, 1
-		}
-		waitMetric(t, reg, memory, "jetflow_dispatcher_timer_firings_total", "by", "memory")
-		require.Equal(t, schedule, metricstest.Value(t, reg, "jetflow_dispatcher_timer_firings_total", "by", "schedule"))
+		firedBy(t, reg, fromMemory)
 		_, evs = waitStatus(t, b.js, "nap", "n1", projections.StatusSucceeded)
 		require.Equal(t, 1, countType(evs, events.TypeTimerFired), "recorded once")
 	}
@@ -82,21 +77,22 @@ func TestALongTimerFiresFromMemoryByItsNotice(t *testing.T) {
 		b.applyYAML(t, "name: nap\nsteps:\n  - {id: nap, kind: sleep, duration: 4s}\n")
 		b.start(t, "nap", "n1")
 		_, evs := waitStatus(t, b.js, "nap", "n1", projections.StatusSucceeded)
-		firings := 0
-		for _, ev := range evs {
-			if events.FiringOf(ev.Data) != "" {
-				firings++
-			}
-		}
-		require.Equal(t, 1, firings, "fired once")
+		require.Equal(t, 1, countType(evs, events.TypeTimerFired), "fired once")
 		b.timersSettled(t)
-		memory, schedule := 1.0, 0.0
-		if !notices {
-			memory, schedule = 0, 1
-		}
-		waitMetric(t, reg, memory, "jetflow_dispatcher_timer_firings_total", "by", "memory")
-		require.Equal(t, schedule, metricstest.Value(t, reg, "jetflow_dispatcher_timer_firings_total", "by", "schedule"))
+		firedBy(t, reg, notices)
 	}
+}
+
+// firedBy checks that the one timer of a dispatcher counting into reg
+// fired from its memory, or else by its schedule's message.
+func firedBy(t *testing.T, reg *prometheus.Registry, fromMemory bool) {
+	t.Helper()
+	memory, schedule := 1.0, 0.0
+	if !fromMemory {
+		memory, schedule = 0, 1
+	}
+	waitMetric(t, reg, memory, "jetflow_dispatcher_timer_firings_total", "by", "memory")
+	require.Equal(t, schedule, metricstest.Value(t, reg, "jetflow_dispatcher_timer_firings_total", "by", "schedule"))
 }
 
 // TestTimerFromMemoryLostToAStop: the dispatcher that armed a timer
