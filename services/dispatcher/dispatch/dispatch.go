@@ -105,14 +105,16 @@ type Config struct {
 	// minutes also fires from memory at its due time (soon.go,
 	// docs/adr/0013), its schedule staying the guarantee.
 	NoTimersFromMemory bool
-	// NoTimerNotices: a timer due later than two minutes when armed has
-	// its schedule set for its due time, as before. By default it is set
-	// a minute before, with a notice (events.TimerNotice) that brings the
-	// timer into the memory of the dispatcher holding its execution then
-	// (docs/adr/0019); dispatchers older than notices do not take them:
-	// set it while such dispatchers still run. Without timers from
-	// memory there are no notices.
-	NoTimerNotices bool
+	// TimerNotices: a timer due later than two minutes when armed has its
+	// schedule set a minute before its due time, with a notice
+	// (events.TimerNotice) that brings the timer into the memory of the
+	// dispatcher holding its execution then (docs/adr/0019), instead of
+	// for its due time. Off by default: dispatchers older than notices
+	// drop them (the timer then fires only once the janitor finds it
+	// overdue, and a timeout not at all while its operation runs), so it
+	// is for a deployment that no longer runs them and will not roll back
+	// to them. Without timers from memory there are no notices.
+	TimerNotices bool
 	// soonHorizon, noticeLead: how far ahead a timer fires from memory
 	// when armed, and how long before a longer one its notice comes
 	// (0: two minutes, one minute). Tests shorten them.

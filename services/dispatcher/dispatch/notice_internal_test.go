@@ -46,14 +46,14 @@ func (b *memBundle) isCached(id string) bool {
 // schedule again for the firing, 2 s after the due time as for a timer
 // armed due soon, keeps the timer in memory, and keeps the state cached
 // until it fires. A notice of another arming changes nothing. With
-// NoTimerNotices the schedule is the firing, at the due time.
+// TimerNotices off the schedule is the firing, at the due time.
 func TestALongTimersNoticeBringsItIntoMemory(t *testing.T) {
 	t.Parallel()
 	const src = "name: nap\nsteps:\n  - {id: nap, kind: sleep, duration: 3h}\n"
 	for _, notices := range []bool{true, false} {
 		var ahead atomic.Int64 // how far the dispatcher's clock is ahead of this one
 		now := func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
-		b := setupMem(t, Config{Workers: 2, Now: now, NoTimerNotices: !notices}, src)
+		b := setupMem(t, Config{Workers: 2, Now: now, TimerNotices: notices}, src)
 		b.publish(t, bus.SubjectStart, &events.StartExecution{Workflow: "nap", ExecutionID: "n1"})
 		natstest.Eventually(t, 30*time.Second, func() bool { return b.last(t, "nap", "n1") == events.TypeStepWaiting },
 			"nap n1 is not waiting")
@@ -89,5 +89,57 @@ func TestALongTimersNoticeBringsItIntoMemory(t *testing.T) {
 		require.Equal(t, arming.Due.Add(scheduleGrace).UTC().Format(time.RFC3339Nano), at, "as the guarantee of a timer kept in memory")
 		require.True(t, b.d.soon.keeps("n1", map[string]projections.Timer{arming.TimerID: {}}), "kept in memory")
 		require.True(t, b.isCached("n1"), "its state stays cached until it fires")
+	}
+}
+
+// TestANoticeSetsTheFiringWhateverItFinds (docs/adr/0019): a notice never
+// leaves its timer without a schedule. Handled by a dispatcher whose clock
+// is behind the server's by more than the horizon, or that keeps no timer
+// in memory, or for an execution that ended (a resume may come before
+// the due time), it sets the firing for the due time, and keeps nothing
+// in memory; it never sets another notice.
+func TestANoticeSetsTheFiringWhateverItFinds(t *testing.T) {
+	t.Parallel()
+	const src = "name: nap\nsteps:\n  - {id: nap, kind: sleep, duration: 3h}\n"
+	for _, tc := range []struct {
+		name   string
+		behind time.Duration // the dispatcher's clock behind this one's when the notice comes
+		cfg    Config
+		cancel bool
+	}{
+		{name: "clock behind", behind: 4 * time.Minute, cfg: Config{TimerNotices: true}},
+		{name: "no timers from memory", cfg: Config{TimerNotices: true, NoTimersFromMemory: true}},
+		{name: "ended", cfg: Config{TimerNotices: true}, cancel: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var ahead atomic.Int64
+			cfg := tc.cfg
+			cfg.Workers, cfg.Now = 2, func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
+			b := setupMem(t, cfg, src)
+			b.publish(t, bus.SubjectStart, &events.StartExecution{Workflow: "nap", ExecutionID: "n1"})
+			natstest.Eventually(t, 30*time.Second, func() bool { return b.last(t, "nap", "n1") == events.TypeStepWaiting },
+				"nap n1 is not waiting")
+			evs, err := b.d.hist.Read(t.Context(), bus.ExecutionSubject("nap", "n1"), 0)
+			require.NoError(t, err)
+			arming := events.ArmingOf(evs[len(evs)-1].Data)
+			require.NotNil(t, arming)
+			notice := &events.TimerNotice{ExecutionID: "n1", Workflow: "nap", TimerID: arming.TimerID, Due: arming.Due}
+			if tc.cfg.NoTimersFromMemory {
+				typ, _, _ := b.scheduleOf(t, arming.TimerID)
+				require.Equal(t, events.TypeFireTimer, typ, "no notice without timers from memory")
+			}
+			if tc.cancel {
+				b.publish(t, bus.SubjectAction, &events.ExecutionAction{ExecutionID: "n1", Action: events.ActionCancel, RequestedBy: "test"})
+				natstest.Eventually(t, 30*time.Second, func() bool { return b.last(t, "nap", "n1") == events.TypeExecutionCancelled },
+					"nap n1 is not cancelled")
+			}
+			ahead.Store(int64(time.Until(arming.Due.Add(-time.Minute)) - tc.behind))
+			require.NoError(t, b.d.noticeTimer(t.Context(), notice))
+			typ, at, _ := b.scheduleOf(t, arming.TimerID)
+			require.Equal(t, events.TypeFireTimer, typ, "the notice sets the firing")
+			require.Equal(t, arming.Due.UTC().Format(time.RFC3339Nano), at, "for the due time")
+			require.False(t, b.d.soon.keeps("n1", map[string]projections.Timer{arming.TimerID: {}}), "kept nowhere but in its schedule")
+		})
 	}
 }

@@ -40,8 +40,8 @@ import (
 // the runtime per execution, and none for executions asleep for longer
 // (their memory per sleeping execution is unchanged).
 //
-// A timer due later than soonHorizon when armed has its schedule set
-// noticeLead before its due time, with a notice (events.TimerNotice)
+// With Config.TimerNotices, a timer due later than soonHorizon when armed
+// has its schedule set noticeLead before its due time, with a notice (events.TimerNotice)
 // instead of the firing: the dispatcher holding its execution then, as
 // the notice comes, reads its state, sets its schedule again as for a
 // timer due soon, and keeps it in memory, its state cached until it
@@ -129,9 +129,10 @@ type soonTimers struct {
 }
 
 // newSoonTimers keeps timers due within horizon; a longer one's notice
-// comes lead before it is due (0: soonHorizon, noticeLead).
+// comes lead before it is due (0, or a lead not below the horizon:
+// soonHorizon, noticeLead).
 func newSoonTimers(horizon, lead time.Duration) *soonTimers {
-	if horizon <= 0 || lead <= 0 {
+	if horizon <= 0 || lead <= 0 || lead >= horizon {
 		horizon, lead = soonHorizon, noticeLead
 	}
 	return &soonTimers{horizon: horizon, lead: lead, pending: map[string]time.Time{}, settled: map[string]time.Time{}, latest: map[string]time.Time{},

@@ -15,13 +15,13 @@ import (
 // publishSchedule sets the schedule of timer id of execution execID, due
 // at due; lastSeq is the stream sequence of the execution's last event.
 func (d *Dispatcher) publishSchedule(ctx context.Context, execID, wf, id string, due time.Time, lastSeq uint64) error {
-	return d.setSchedule(ctx, execID, wf, id, due, lastSeq, !d.cfg.NoTimerNotices)
+	return d.setSchedule(ctx, execID, wf, id, due, lastSeq, d.cfg.TimerNotices, true)
 }
 
 // setSchedule is publishSchedule; notices says whether a timer due past
 // the horizon has its notice (docs/adr/0019) rather than its firing
-// scheduled.
-func (d *Dispatcher) setSchedule(ctx context.Context, execID, wf, id string, due time.Time, lastSeq uint64, notices bool) error {
+// scheduled, memory whether one due within it may be kept in memory.
+func (d *Dispatcher) setSchedule(ctx context.Context, execID, wf, id string, due time.Time, lastSeq uint64, notices, memory bool) error {
 	ev := events.New(d.cfg.Source, execID, wf, d.cfg.Now(), &events.FireTimer{ExecutionID: execID, Workflow: wf, TimerID: id})
 	ev.ID = "fire-" + id
 	// Due soon, it fires from memory (soon.go), its schedule a little
@@ -29,7 +29,7 @@ func (d *Dispatcher) setSchedule(ctx context.Context, execID, wf, id string, due
 	// later, its notice comes a little before it is due, to bring it
 	// here then.
 	at, now := due, d.cfg.Now()
-	kept := d.soon.fits(now, due)
+	kept := memory && d.soon.fits(now, due)
 	if kept {
 		at = due.Add(scheduleGrace)
 	} else if noticed, ok := d.soon.noticeAt(now, due); ok && notices {
@@ -59,27 +59,33 @@ func (d *Dispatcher) setSchedule(ctx context.Context, execID, wf, id string, due
 }
 
 // noticeTimer handles a long timer's notice (docs/adr/0019): if the
-// timer is still armed for the due time the notice was set for, its
-// schedule is set again as for a timer due soon, the guarantee, and it is
-// kept in memory to fire at its due time, its execution's state cached
-// until then (withExecutionAs keeps it: soonTimers.keeps). The notice is
+// timer is still armed for the due time the notice was set for and has
+// not fired, its firing's schedule is set again: for a running execution
+// as for a timer due soon (2 s after the due time, the guarantee), the
+// timer kept in memory to fire at its due time and the execution's state
+// cached until then (withExecutionAs keeps it: soonTimers.keeps); for an
+// ended or a damaged one (a resume or a repair may come before the due
+// time), for the due time, as it was before notices. The notice is
 // acknowledged once the schedule is stored; a dispatcher that stops
 // before leaves it to the next holder. A notice of an arming replaced
-// since, of a timer fired or of an ended execution changes nothing. No
-// notice is set again from a notice: one handled more than the horizon
-// before its due time (the clocks of this process and the server's
-// apart) sets the schedule for the due time.
+// since, or of a timer fired, changes nothing. No notice is set again
+// from a notice: one handled more than the horizon before its due time
+// (this process's clock behind the server's) sets the firing for the
+// due time.
 func (d *Dispatcher) noticeTimer(ctx context.Context, p *events.TimerNotice) error {
-	return d.withExecution(ctx, p.Workflow, p.ExecutionID, func(x *execState) error {
-		t, ok := x.state.Timers[p.TimerID]
-		if !ok || t.Fired || !t.Due.Equal(p.Due) || x.state.Status.Terminal() {
-			zerolog.Ctx(ctx).Debug().Str("timer_id", p.TimerID).Msg("timer notice changes nothing")
-			return nil
-		}
+	return d.withDamagedExecution(ctx, p.Workflow, p.ExecutionID, func(x *execState) error {
 		if x.torn != nil {
 			return x.torn
 		}
-		return d.setSchedule(ctx, x.id, x.workflow, p.TimerID, t.Due, x.state.LastSeq, false)
+		if x.state.Damaged != nil { // its timers may not be read: the notice's own
+			return d.setSchedule(ctx, x.id, x.workflow, p.TimerID, p.Due, x.state.LastSeq, false, false)
+		}
+		t, ok := x.state.Timers[p.TimerID]
+		if !ok || t.Fired || !t.Due.Equal(p.Due) {
+			zerolog.Ctx(ctx).Debug().Str("timer_id", p.TimerID).Msg("timer notice changes nothing")
+			return nil
+		}
+		return d.setSchedule(ctx, x.id, x.workflow, p.TimerID, t.Due, x.state.LastSeq, false, !x.state.Status.Terminal())
 	})
 }
 

@@ -557,7 +557,9 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 		}
 		start(ns, "dispatcher", func(ctx context.Context, c *bus.Conn) error {
 			d, err := dispatch.New(ctx, dispatch.Config{Workers: cfg.Workers, CacheSize: cfg.CacheSize, BulkAfter: cfg.BulkAfter, APIURL: info.APIURL, BindOnly: restricted,
-				NoDirectReports: cfg.NoDirectReports, LeaseTTL: cfg.LeaseTTL, Metrics: m.dispatcher, Tracer: cfg.Tracer, LocalHandlers: cfg.LocalHandlers}, c.JS, log("dispatcher"))
+				NoDirectReports: cfg.NoDirectReports, LeaseTTL: cfg.LeaseTTL, Metrics: m.dispatcher, Tracer: cfg.Tracer, LocalHandlers: cfg.LocalHandlers,
+				// Its own server runs no other dispatcher (docs/adr/0019).
+				TimerNotices: cfg.NATSURL == ""}, c.JS, log("dispatcher"))
 			if err != nil {
 				return err
 			}
