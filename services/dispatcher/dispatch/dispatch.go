@@ -593,7 +593,8 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	d.running.Store(true)
 	context.AfterFunc(ctx, func() { d.running.Store(false) }) // stopping: not ready
 	d.log.Info().Int("workers", d.cfg.Workers).Int("partitions", d.parts.n).Str("member", d.cfg.Member).
-		Bool("direct_reports", !d.cfg.NoDirectReports).Msg("dispatcher running")
+		Bool("direct_reports", !d.cfg.NoDirectReports).Bool("timers_from_memory", d.soon != nil).
+		Bool("timer_notices", d.soon != nil && d.cfg.TimerNotices).Msg("dispatcher running")
 	if d.cfg.APIURL == "" {
 		d.log.Warn().Msg("no -api-url: executions started here see an empty workflow.api_url (give every dispatcher the same one)")
 	}
