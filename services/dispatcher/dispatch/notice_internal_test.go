@@ -39,6 +39,24 @@ func (b *memBundle) isCached(id string) bool {
 	return false
 }
 
+// napping runs a dispatcher with cfg (2 workers) and a clock that the
+// test moves ahead (ahead), starts execution n1 of a workflow sleeping
+// three hours, and returns the sleep's arming once it waits.
+func napping(t *testing.T, cfg Config) (b *memBundle, ahead *atomic.Int64, arming *events.TimerArmed) {
+	t.Helper()
+	ahead = new(atomic.Int64)
+	cfg.Workers, cfg.Now = 2, func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
+	b = setupMem(t, cfg, "name: nap\nsteps:\n  - {id: nap, kind: sleep, duration: 3h}\n")
+	b.publish(t, bus.SubjectStart, &events.StartExecution{Workflow: "nap", ExecutionID: "n1"})
+	natstest.Eventually(t, 30*time.Second, func() bool { return b.last(t, "nap", "n1") == events.TypeStepWaiting },
+		"nap n1 is not waiting")
+	evs, err := b.d.hist.Read(t.Context(), bus.ExecutionSubject("nap", "n1"), 0)
+	require.NoError(t, err)
+	arming = events.ArmingOf(evs[len(evs)-1].Data)
+	require.NotNil(t, arming, "the wait records its arming")
+	return b, ahead, arming
+}
+
 // TestALongTimersNoticeBringsItIntoMemory (docs/adr/0019): a sleep of
 // three hours has its schedule set a minute before its due time, with a
 // notice, and its state is let go (asleep). The notice, handled within
@@ -49,18 +67,8 @@ func (b *memBundle) isCached(id string) bool {
 // TimerNotices off the schedule is the firing, at the due time.
 func TestALongTimersNoticeBringsItIntoMemory(t *testing.T) {
 	t.Parallel()
-	const src = "name: nap\nsteps:\n  - {id: nap, kind: sleep, duration: 3h}\n"
 	for _, notices := range []bool{true, false} {
-		var ahead atomic.Int64 // how far the dispatcher's clock is ahead of this one
-		now := func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
-		b := setupMem(t, Config{Workers: 2, Now: now, TimerNotices: notices}, src)
-		b.publish(t, bus.SubjectStart, &events.StartExecution{Workflow: "nap", ExecutionID: "n1"})
-		natstest.Eventually(t, 30*time.Second, func() bool { return b.last(t, "nap", "n1") == events.TypeStepWaiting },
-			"nap n1 is not waiting")
-		evs, err := b.d.hist.Read(t.Context(), bus.ExecutionSubject("nap", "n1"), 0)
-		require.NoError(t, err)
-		arming := events.ArmingOf(evs[len(evs)-1].Data)
-		require.NotNil(t, arming, "the wait records its arming")
+		b, ahead, arming := napping(t, Config{TimerNotices: notices})
 		require.False(t, b.isCached("n1"), "asleep for three hours: its state is let go")
 
 		typ, at, notice := b.scheduleOf(t, arming.TimerID)
@@ -100,7 +108,6 @@ func TestALongTimersNoticeBringsItIntoMemory(t *testing.T) {
 // in memory; it never sets another notice.
 func TestANoticeSetsTheFiringWhateverItFinds(t *testing.T) {
 	t.Parallel()
-	const src = "name: nap\nsteps:\n  - {id: nap, kind: sleep, duration: 3h}\n"
 	for _, tc := range []struct {
 		name   string
 		behind time.Duration // the dispatcher's clock behind this one's when the notice comes
@@ -113,17 +120,7 @@ func TestANoticeSetsTheFiringWhateverItFinds(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			var ahead atomic.Int64
-			cfg := tc.cfg
-			cfg.Workers, cfg.Now = 2, func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
-			b := setupMem(t, cfg, src)
-			b.publish(t, bus.SubjectStart, &events.StartExecution{Workflow: "nap", ExecutionID: "n1"})
-			natstest.Eventually(t, 30*time.Second, func() bool { return b.last(t, "nap", "n1") == events.TypeStepWaiting },
-				"nap n1 is not waiting")
-			evs, err := b.d.hist.Read(t.Context(), bus.ExecutionSubject("nap", "n1"), 0)
-			require.NoError(t, err)
-			arming := events.ArmingOf(evs[len(evs)-1].Data)
-			require.NotNil(t, arming)
+			b, ahead, arming := napping(t, tc.cfg)
 			notice := &events.TimerNotice{ExecutionID: "n1", Workflow: "nap", TimerID: arming.TimerID, Due: arming.Due}
 			if tc.cfg.NoTimersFromMemory {
 				typ, _, _ := b.scheduleOf(t, arming.TimerID)
