@@ -22,21 +22,20 @@ func (d *Dispatcher) publishSchedule(ctx context.Context, execID, wf, id string,
 // the horizon has its notice (docs/adr/0019) rather than its firing
 // scheduled, memory whether one due within it may be kept in memory.
 func (d *Dispatcher) setSchedule(ctx context.Context, execID, wf, id string, due time.Time, lastSeq uint64, notices, memory bool) error {
-	ev := events.New(d.cfg.Source, execID, wf, d.cfg.Now(), &events.FireTimer{ExecutionID: execID, Workflow: wf, TimerID: id})
-	ev.ID = "fire-" + id
 	// Due soon, it fires from memory (soon.go), its schedule a little
 	// later as the guarantee; kept once the schedule is stored. Due
 	// later, its notice comes a little before it is due, to bring it
 	// here then.
-	at, now := due, d.cfg.Now()
+	now := d.cfg.Now()
+	at, cmd, cmdID := due, events.Payload(&events.FireTimer{ExecutionID: execID, Workflow: wf, TimerID: id}), "fire-"+id
 	kept := memory && d.soon.fits(now, due)
 	if kept {
 		at = due.Add(scheduleGrace)
 	} else if noticed, ok := d.soon.noticeAt(now, due); ok && notices {
-		at = noticed
-		ev = events.New(d.cfg.Source, execID, wf, now, &events.TimerNotice{ExecutionID: execID, Workflow: wf, TimerID: id, Due: due})
-		ev.ID = "notice-" + id
+		at, cmd, cmdID = noticed, &events.TimerNotice{ExecutionID: execID, Workflow: wf, TimerID: id, Due: due}, "notice-"+id
 	}
+	ev := events.New(d.cfg.Source, execID, wf, now, cmd)
+	ev.ID = cmdID
 	msg, err := bus.Encode(bus.ScheduleSubject(id), ev)
 	if err != nil {
 		return permanentError{err}
