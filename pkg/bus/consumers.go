@@ -42,6 +42,7 @@ const (
 func PartitionInboxConsumer(p int) string   { return fmt.Sprintf("dispatcher-inbox-%d", p) }
 func PartitionResultsConsumer(p int) string { return fmt.Sprintf("dispatcher-results-%d", p) }
 func PartitionTimersConsumer(p int) string  { return fmt.Sprintf("dispatcher-timers-%d", p) }
+func PartitionNoticesConsumer(p int) string { return fmt.Sprintf("dispatcher-notices-%d", p) }
 
 // IntakeAckWait is how long the intake may hold a command before it is
 // given to another dispatcher: checking and routing one takes a publish,
@@ -151,16 +152,21 @@ func DispatcherConsumers(d Durables) []Consumer {
 }
 
 // PartitionConsumers are the consumers of partition p: its inbox
-// (commands), its reports and its timers.
+// (commands), its reports, its timers, and its long timers' notices
+// (docs/adr/0019), in the order a dispatcher binds them.
 func PartitionConsumers(d Durables, p int) []Consumer {
 	d = d.withDefaults()
 	part := fmt.Sprintf("partition %d", p)
 	timers := dispatcherConsumer(d, StreamTimers, PartitionTimersConsumer(p), fmt.Sprintf("%s.%d.*", TimersPrefix, p), part+" timers")
 	timers.Config.MaxAckPending = max(d.DispatcherMaxAckPending, TimersMaxAckPending)
+	// Notices come by the thousand too, a minute before their timers.
+	notices := dispatcherConsumer(d, StreamTimers, PartitionNoticesConsumer(p), fmt.Sprintf("%s.%d.*", NoticesPrefix, p), part+" long timers' notices")
+	notices.Config.MaxAckPending = timers.Config.MaxAckPending
 	return []Consumer{
 		dispatcherConsumer(d, StreamInbox, PartitionInboxConsumer(p), fmt.Sprintf("%s.%d.*", InboxPrefix, p), part+" commands"),
 		dispatcherConsumer(d, StreamResults, PartitionResultsConsumer(p), fmt.Sprintf("%s.*.%d.*", ResultsPrefix, p), part+" reports"),
 		timers,
+		notices,
 	}
 }
 

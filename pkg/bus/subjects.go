@@ -51,6 +51,10 @@ const (
 	StreamTimers = "JF_TIMERS"
 	// TimersPrefix starts the subjects timers fire on: jf.timers.<execution>.
 	TimersPrefix = "jf.timers"
+	// NoticesPrefix starts the subjects long timers' notices fire on:
+	// jf.timers.notices.<partition>.<execution> (docs/adr/0019). No
+	// consumer of fired timers matches them.
+	NoticesPrefix = TimersPrefix + ".notices"
 	// SchedulesPrefix starts the subjects of pending timers: jf.schedules.<timer>.
 	SchedulesPrefix = "jf.schedules"
 
@@ -156,6 +160,14 @@ func TimerSubject(executionID string) string { return TimersPrefix + "." + execu
 // jf.timers.<partition>.<execution>.
 func PartitionTimerSubject(partition int, executionID string) string {
 	return TimersPrefix + "." + strconv.Itoa(partition) + "." + executionID
+}
+
+// PartitionNoticeSubject is where a long timer's notice fires
+// (docs/adr/0019): jf.timers.notices.<partition>.<execution>, read by the
+// partition's notices consumer only. Dispatchers older than it never see
+// one.
+func PartitionNoticeSubject(partition int, executionID string) string {
+	return NoticesPrefix + "." + strconv.Itoa(partition) + "." + executionID
 }
 
 // InboxSubject is where the intake puts a checked command for an

@@ -33,8 +33,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		"take the reports agents hand straight to the holder of their execution's partition (core NATS requests), besides those on the results stream; -direct-reports=false: tasks tell agents to store every report")
 	fromMemory := p.Bool("timers-from-memory", "JETFLOW_TIMERS_FROM_MEMORY", true,
 		"fire the timers this dispatcher arms that are due within two minutes from memory at their due time, their schedules kept as the guarantee (-timers-from-memory=false: by their schedules only, up to 250 ms late)")
-	notices := p.Bool("timer-notices", "JETFLOW_TIMER_NOTICES", false,
-		"set the schedule of a timer due more than two minutes ahead a minute before its due time, with a notice that brings the timer into the memory of the dispatcher holding its execution then, to fire from memory (a burst of long sleeps fires on time); only once no dispatcher older than notices runs, and none will again (they drop notices)")
+	notices := p.Bool("timer-notices", "JETFLOW_TIMER_NOTICES", true,
+		"set the schedule of a timer due more than two minutes ahead a minute before its due time, with a notice that brings the timer into the memory of the dispatcher holding its execution then, to fire from memory (a burst of long sleeps fires on time); -timer-notices=false: for its due time, fired by its schedule")
 	metricsAddr := p.String("metrics-addr", "JETFLOW_DISPATCHER_METRICS_ADDR", "",
 		"host:port of the Prometheus /metrics endpoint, e.g. 127.0.0.1:9466 (empty: off)")
 	if err := p.Parse(args); err != nil {
@@ -45,7 +45,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 			*bulkAfter, r.Min, r.Max, dispatch.NoBulkLane)
 	}
 	cfg := dispatch.Config{Workers: *workers, CacheBytes: *cacheBytes, AckWait: *ackWait, APIURL: *apiURL, BindOnly: p.Common.Restricted(), Member: *member, BulkAfter: *bulkAfter,
-		SplitDispatch: *split, NoDirectReports: !*direct, NoTimersFromMemory: !*fromMemory, TimerNotices: *notices}
+		SplitDispatch: *split, NoDirectReports: !*direct, NoTimersFromMemory: !*fromMemory, NoTimerNotices: !*notices}
 	if err := cfg.Validate(); err != nil { // before waiting for NATS
 		return err
 	}

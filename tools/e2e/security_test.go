@@ -190,6 +190,9 @@ func TestNATSIdentitiesAreLeastPrivilege(t *testing.T) {
 		a.denied(t, &nats.Msg{Subject: "$JS.API.STREAM.PURGE." + bus.StreamTasks})
 		a.denied(t, &nats.Msg{Subject: bus.InboxSubject(0, "victim")})
 		a.denied(t, &nats.Msg{Subject: "$JS.API.CONSUMER.RESET." + bus.StreamTimers + "." + bus.PartitionTimersConsumer(0)})
+		// Nor forge a long timer's notice, or take the notices of a partition.
+		a.denied(t, &nats.Msg{Subject: bus.PartitionNoticeSubject(0, "victim")})
+		a.denied(t, &nats.Msg{Subject: "$JS.API.CONSUMER.MSG.NEXT." + bus.StreamTimers + "." + bus.PartitionNoticesConsumer(0), Data: []byte(`{"batch":1}`)})
 		// The dispatchers' partition consumers on the reports stream: an
 		// agent may neither pull from, re-point nor delete them (it reads
 		// reports one get at a time).

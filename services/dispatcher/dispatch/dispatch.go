@@ -105,16 +105,15 @@ type Config struct {
 	// minutes also fires from memory at its due time (soon.go,
 	// docs/adr/0013), its schedule staying the guarantee.
 	NoTimersFromMemory bool
-	// TimerNotices: a timer due later than two minutes when armed has its
-	// schedule set a minute before its due time, with a notice
-	// (events.TimerNotice) that brings the timer into the memory of the
-	// dispatcher holding its execution then (docs/adr/0019), instead of
-	// for its due time. Off by default: dispatchers older than notices
-	// drop them (the timer then fires only once the janitor finds it
-	// overdue, and a timeout not at all while its operation runs), so it
-	// is for a deployment that no longer runs them and will not roll back
-	// to them. Without timers from memory there are no notices.
-	TimerNotices bool
+	// NoTimerNotices: a timer due later than two minutes when armed has
+	// its schedule set for its due time. By default it is set a minute
+	// before, with a notice (events.TimerNotice) on the partition's
+	// notices subject (bus.PartitionNoticeSubject), which brings the timer
+	// into the memory of the dispatcher holding its execution then
+	// (docs/adr/0019). Dispatchers older than the notices' subjects never
+	// see one: a notice waits for a dispatcher that knows them. Without
+	// timers from memory there are no notices.
+	NoTimerNotices bool
 	// soonHorizon, noticeLead: how far ahead a timer fires from memory
 	// when armed, and how long before a longer one its notice comes
 	// (0: two minutes, one minute). Tests shorten them.
@@ -594,7 +593,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	context.AfterFunc(ctx, func() { d.running.Store(false) }) // stopping: not ready
 	d.log.Info().Int("workers", d.cfg.Workers).Int("partitions", d.parts.n).Str("member", d.cfg.Member).
 		Bool("direct_reports", !d.cfg.NoDirectReports).Bool("timers_from_memory", d.soon != nil).
-		Bool("timer_notices", d.soon != nil && d.cfg.TimerNotices).Msg("dispatcher running")
+		Bool("timer_notices", d.soon != nil && !d.cfg.NoTimerNotices).Msg("dispatcher running")
 	if d.cfg.APIURL == "" {
 		d.log.Warn().Msg("no -api-url: executions started here see an empty workflow.api_url (give every dispatcher the same one)")
 	}

@@ -119,15 +119,25 @@ func misrouted(subject string, ev events.Event, partitions int) string {
 		if subject != want || !events.ValidQueueName(ref.Queue) {
 			return fmt.Sprintf("a report about execution %q from queue %q on %s: it belongs on %s", ref.ExecutionID, ref.Queue, subject, want)
 		}
+	case strings.HasPrefix(subject, bus.NoticesPrefix+"."):
+		p, ok := ev.Data.(*events.TimerNotice) // docs/adr/0019
+		if !ok {
+			return fmt.Sprintf("%s on %s: notices subjects take %s only", ev.Type, subject, events.TypeTimerNotice)
+		}
+		if want := bus.PartitionNoticeSubject(partition.Of(p.ExecutionID, partitions), p.ExecutionID); subject != want {
+			return fmt.Sprintf("a timer notice of execution %q on %s: it belongs on %s", p.ExecutionID, subject, want)
+		}
 	case strings.HasPrefix(subject, bus.TimersPrefix+"."):
 		var exec string
 		switch p := ev.Data.(type) {
 		case *events.FireTimer:
 			exec = p.ExecutionID
-		case *events.TimerNotice: // docs/adr/0019
+		case *events.TimerNotice:
+			// Set by the release whose notices were behind -timer-notices,
+			// on the timers' subject; notices now have their own.
 			exec = p.ExecutionID
 		default:
-			return fmt.Sprintf("%s on %s: timer subjects take %s and %s only", ev.Type, subject, events.TypeFireTimer, events.TypeTimerNotice)
+			return fmt.Sprintf("%s on %s: timer subjects take %s only", ev.Type, subject, events.TypeFireTimer)
 		}
 		want := bus.TimerSubject(exec) // fired before partitions
 		if len(tokens) == 4 {

@@ -124,23 +124,39 @@ func TestUnhandledNamesTheCommand(t *testing.T) {
 }
 
 // TestTimerSubjectsTakeFiringsAndNotices: a timer's subject takes its
-// firing and its notice (docs/adr/0019), each on its execution's
-// partition's subject only, and no other command.
+// firing (and the notices a release before the notices' subjects set
+// there), a notices subject its notice (docs/adr/0019), each on its
+// execution's partition's subject only, and no other command.
 func TestTimerSubjectsTakeFiringsAndNotices(t *testing.T) {
 	t.Parallel()
 	const n = 16
-	subject := bus.PartitionTimerSubject(partition.Of("x1", n), "x1")
-	other := bus.PartitionTimerSubject((partition.Of("x1", n)+1)%n, "x1")
-	for _, p := range []events.Payload{
-		&events.FireTimer{ExecutionID: "x1", Workflow: "wf", TimerID: "t1"},
-		&events.TimerNotice{ExecutionID: "x1", Workflow: "wf", TimerID: "t1", Due: time.Now()},
-	} {
-		ev := events.Event{Type: p.EventType(), Data: p}
-		require.Empty(t, misrouted(subject, ev, n), "%s on its partition's subject", ev.Type)
-		require.Empty(t, misrouted(bus.TimerSubject("x1"), ev, n), "%s on the subject of timers armed before partitions", ev.Type)
-		require.Contains(t, misrouted(other, ev, n), "it belongs on "+subject, "%s on another partition's subject", ev.Type)
-	}
+	p := partition.Of("x1", n)
+	timers, otherTimers := bus.PartitionTimerSubject(p, "x1"), bus.PartitionTimerSubject((p+1)%n, "x1")
+	notices, otherNotices := bus.PartitionNoticeSubject(p, "x1"), bus.PartitionNoticeSubject((p+1)%n, "x1")
+	fire := &events.FireTimer{ExecutionID: "x1", Workflow: "wf", TimerID: "t1"}
+	notice := &events.TimerNotice{ExecutionID: "x1", Workflow: "wf", TimerID: "t1", Due: time.Now()}
 	signal := &events.SignalExecution{ExecutionID: "x1", Name: "go"}
-	require.Contains(t, misrouted(subject, events.Event{Type: signal.EventType(), Data: signal}, n),
-		"timer subjects take "+string(events.TypeFireTimer)+" and "+string(events.TypeTimerNotice)+" only")
+	for _, c := range []struct {
+		subject string
+		p       events.Payload
+		want    string // what the refusal says ("": taken)
+	}{
+		{timers, fire, ""},
+		{bus.TimerSubject("x1"), fire, ""}, // armed before partitions
+		{otherTimers, fire, "it belongs on " + timers},
+		{notices, notice, ""},
+		{otherNotices, notice, "it belongs on " + notices},
+		{timers, notice, ""}, // set on the timers' subject by the release before
+		{otherTimers, notice, "it belongs on " + timers},
+		{notices, fire, "notices subjects take " + string(events.TypeTimerNotice) + " only"},
+		{timers, signal, "timer subjects take " + string(events.TypeFireTimer) + " only"},
+		{notices, signal, "notices subjects take " + string(events.TypeTimerNotice) + " only"},
+	} {
+		got := misrouted(c.subject, events.Event{Type: c.p.EventType(), Data: c.p}, n)
+		if c.want == "" {
+			require.Empty(t, got, "%s on %s", c.p.EventType(), c.subject)
+			continue
+		}
+		require.Contains(t, got, c.want, "%s on %s", c.p.EventType(), c.subject)
+	}
 }

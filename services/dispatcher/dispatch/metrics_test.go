@@ -178,7 +178,7 @@ func TestMetricsConsumerLag(t *testing.T) {
 	b := setup(t)
 	reg := b.runMeasured(t)
 	want := []string{bus.ConsumerDispatcherCommands, bus.ConsumerDispatcherResults, bus.ConsumerDispatcherTimers,
-		bus.PartitionInboxConsumer(0), bus.PartitionResultsConsumer(0), bus.PartitionTimersConsumer(0)}
+		bus.PartitionInboxConsumer(0), bus.PartitionResultsConsumer(0), bus.PartitionTimersConsumer(0), bus.PartitionNoticesConsumer(0)}
 	var missing []string
 	natstest.Eventually(t, waitFor, func() bool {
 		missing = missing[:0]

@@ -15,7 +15,9 @@ import (
 )
 
 // scheduleOf is the pending schedule of timer id: its command's type, the
-// time it is set for, and the notice it carries (nil for a firing).
+// time it is set for, and the notice it carries (nil for a firing). It
+// checks where the schedule fires: a notice on its partition's notices
+// subject, a firing on its timers subject.
 func (b *memBundle) scheduleOf(t *testing.T, id string) (events.Type, string, *events.TimerNotice) {
 	t.Helper()
 	stream, err := b.js.Stream(t.Context(), bus.StreamTimers)
@@ -25,6 +27,11 @@ func (b *memBundle) scheduleOf(t *testing.T, id string) (events.Type, string, *e
 	ev, err := bus.Decode(m.Header, m.Data)
 	require.NoError(t, err)
 	n, _ := ev.Data.(*events.TimerNotice)
+	target := bus.PartitionTimerSubject(b.d.partitionOf(ev.Subject), ev.Subject)
+	if n != nil {
+		target = bus.PartitionNoticeSubject(b.d.partitionOf(ev.Subject), ev.Subject)
+	}
+	require.Equal(t, target, m.Header.Get("Nats-Schedule-Target"), "where the %s fires", ev.Type)
 	return ev.Type, strings.TrimPrefix(m.Header.Get("Nats-Schedule"), "@at "), n
 }
 
@@ -64,11 +71,11 @@ func napping(t *testing.T, cfg Config) (b *memBundle, ahead *atomic.Int64, armin
 // schedule again for the firing, 2 s after the due time as for a timer
 // armed due soon, keeps the timer in memory, and keeps the state cached
 // until it fires. A notice of another arming changes nothing. With
-// TimerNotices off the schedule is the firing, at the due time.
+// notices off the schedule is the firing, at the due time.
 func TestALongTimersNoticeBringsItIntoMemory(t *testing.T) {
 	t.Parallel()
 	for _, notices := range []bool{true, false} {
-		b, ahead, arming := napping(t, Config{TimerNotices: notices})
+		b, ahead, arming := napping(t, Config{NoTimerNotices: !notices})
 		require.False(t, b.isCached("n1"), "asleep for three hours: its state is let go")
 
 		typ, at, notice := b.scheduleOf(t, arming.TimerID)
@@ -114,9 +121,9 @@ func TestANoticeSetsTheFiringWhateverItFinds(t *testing.T) {
 		cfg    Config
 		cancel bool
 	}{
-		{name: "clock behind", behind: 4 * time.Minute, cfg: Config{TimerNotices: true}},
-		{name: "no timers from memory", cfg: Config{TimerNotices: true, NoTimersFromMemory: true}},
-		{name: "ended", cfg: Config{TimerNotices: true}, cancel: true},
+		{name: "clock behind", behind: 4 * time.Minute, cfg: Config{}},
+		{name: "no timers from memory", cfg: Config{NoTimersFromMemory: true}},
+		{name: "ended", cfg: Config{}, cancel: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -137,6 +144,36 @@ func TestANoticeSetsTheFiringWhateverItFinds(t *testing.T) {
 			require.Equal(t, events.TypeFireTimer, typ, "the notice sets the firing")
 			require.Equal(t, arming.Due.UTC().Format(time.RFC3339Nano), at, "for the due time")
 			require.False(t, b.d.soon.keeps("n1", map[string]projections.Timer{arming.TimerID: {}}), "kept nowhere but in its schedule")
+		})
+	}
+}
+
+// TestANoticeIsTakenFromItsSubjects (docs/adr/0019): a notice fired on
+// its partition's notices subject is taken by the partition's notices
+// consumer and handled; so is one fired on the timers' subject, where
+// the release whose notices were behind -timer-notices set them.
+func TestANoticeIsTakenFromItsSubjects(t *testing.T) {
+	t.Parallel()
+	for _, where := range []struct {
+		name    string
+		subject func(p int, exec string) string
+	}{
+		{"notices subject", bus.PartitionNoticeSubject},
+		{"timers subject, set by the release before", bus.PartitionTimerSubject},
+	} {
+		t.Run(where.name, func(t *testing.T) {
+			t.Parallel()
+			b, ahead, arming := napping(t, Config{})
+			ahead.Store(int64(time.Until(arming.Due.Add(-90 * time.Second))))
+			b.publish(t, where.subject(b.d.partitionOf("n1"), "n1"),
+				&events.TimerNotice{ExecutionID: "n1", Workflow: "nap", TimerID: arming.TimerID, Due: arming.Due})
+			natstest.Eventually(t, 30*time.Second, func() bool {
+				typ, _, _ := b.scheduleOf(t, arming.TimerID)
+				return typ == events.TypeFireTimer
+			}, "the notice did not set the firing")
+			_, at, _ := b.scheduleOf(t, arming.TimerID)
+			require.Equal(t, arming.Due.Add(scheduleGrace).UTC().Format(time.RFC3339Nano), at, "as the guarantee of a timer kept in memory")
+			require.True(t, b.d.soon.keeps("n1", map[string]projections.Timer{arming.TimerID: {}}), "kept in memory")
 		})
 	}
 }

@@ -40,7 +40,7 @@ import (
 // the runtime per execution, and none for executions asleep for longer
 // (their memory per sleeping execution is unchanged).
 //
-// With Config.TimerNotices, a timer due later than soonHorizon when armed
+// Unless Config.NoTimerNotices, a timer due later than soonHorizon when armed
 // has its schedule set noticeLead before its due time, with a notice (events.TimerNotice)
 // instead of the firing: the dispatcher holding its execution then, as
 // the notice comes, reads its state, sets its schedule again as for a

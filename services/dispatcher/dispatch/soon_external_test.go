@@ -67,12 +67,12 @@ func TestTimersFireFromMemory(t *testing.T) {
 // past the horizon when armed (shortened here to 2 s, its notice 1 s
 // before) is brought into memory by its notice and fires from memory,
 // once; its schedules' messages (the notice's, the guarantee's) all leave
-// the timers stream. Without TimerNotices it fires by its schedule.
+// the timers stream. Without notices it fires by its schedule.
 func TestALongTimerFiresFromMemoryByItsNotice(t *testing.T) {
 	t.Parallel()
 	for _, notices := range []bool{true, false} {
 		b := setup(t)
-		cfg := dispatch.WithTimerHorizon(dispatch.Config{Workers: 4, TimerNotices: notices}, 2*time.Second, time.Second)
+		cfg := dispatch.WithTimerHorizon(dispatch.Config{Workers: 4, NoTimerNotices: !notices}, 2*time.Second, time.Second)
 		reg := b.measured(t, cfg)
 		b.applyYAML(t, "name: nap\nsteps:\n  - {id: nap, kind: sleep, duration: 4s}\n")
 		b.start(t, "nap", "n1")

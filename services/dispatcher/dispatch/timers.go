@@ -15,7 +15,7 @@ import (
 // publishSchedule sets the schedule of timer id of execution execID, due
 // at due; lastSeq is the stream sequence of the execution's last event.
 func (d *Dispatcher) publishSchedule(ctx context.Context, execID, wf, id string, due time.Time, lastSeq uint64) error {
-	return d.setSchedule(ctx, execID, wf, id, due, lastSeq, d.cfg.TimerNotices, true)
+	return d.setSchedule(ctx, execID, wf, id, due, lastSeq, !d.cfg.NoTimerNotices, true)
 }
 
 // setSchedule is publishSchedule; notices says whether a timer due past
@@ -28,11 +28,13 @@ func (d *Dispatcher) setSchedule(ctx context.Context, execID, wf, id string, due
 	// here then.
 	now := d.cfg.Now()
 	at, cmd, cmdID := due, events.Payload(&events.FireTimer{ExecutionID: execID, Workflow: wf, TimerID: id}), "fire-"+id
+	target := bus.PartitionTimerSubject(d.partitionOf(execID), execID)
 	kept := memory && d.soon.fits(now, due)
 	if kept {
 		at = due.Add(scheduleGrace)
 	} else if noticed, ok := d.soon.noticeAt(now, due); ok && notices {
 		at, cmd, cmdID = noticed, &events.TimerNotice{ExecutionID: execID, Workflow: wf, TimerID: id, Due: due}, "notice-"+id
+		target = bus.PartitionNoticeSubject(d.partitionOf(execID), execID)
 	}
 	ev := events.New(d.cfg.Source, execID, wf, now, cmd)
 	ev.ID = cmdID
@@ -43,7 +45,7 @@ func (d *Dispatcher) setSchedule(ctx context.Context, execID, wf, id string, due
 	// Set with nanoseconds: the client helper truncates to the second and
 	// would fire early.
 	msg.Header.Set("Nats-Schedule", "@at "+at.UTC().Format(time.RFC3339Nano))
-	msg.Header.Set("Nats-Schedule-Target", bus.PartitionTimerSubject(d.partitionOf(execID), execID))
+	msg.Header.Set("Nats-Schedule-Target", target)
 	if _, err := d.js.PublishMsg(ctx, msg); err != nil {
 		return fmt.Errorf("schedule timer %s: %w", id, err)
 	}

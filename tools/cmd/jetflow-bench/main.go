@@ -232,7 +232,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		serverProcess, natsURL, credsDir = child, child.hello.URL, child.hello.AuthDir
 		defer func() { serverProcess = nil }()
 	}
-	scfg := devstack.Config{DataDir: c.dataDir, NATSAddr: "127.0.0.1:0", NATSURL: natsURL, CredsDir: credsDir, HTTPAddr: "127.0.0.1:0", TimerNotices: true,
+	scfg := devstack.Config{DataDir: c.dataDir, NATSAddr: "127.0.0.1:0", NATSURL: natsURL, CredsDir: credsDir, HTTPAddr: "127.0.0.1:0",
 		Log: zerolog.New(os.Stderr).Level(zerolog.WarnLevel), Insecure: c.insecure, BulkAfter: c.bulkAfter,
 		SyncAlways: c.fsync, SyncInterval: c.syncInterval, Concurrency: c.agentConcurrency, VisibilityCache: c.visibilityCache, ProjectorCoalesce: svc.NeverIfZero(c.coalesce)}
 	if c.metrics {

@@ -84,7 +84,6 @@ with its own NATS connection. Stop it with Ctrl-C; start it again on the same
 			}
 			defer flush()
 			cfg.Tracer = tp
-			cfg.TimerNotices = true // its own server runs no other dispatcher (docs/adr/0019)
 			if cfg.StartedAfter == 0 {
 				cfg.StartedAfter = agent.StartedAtOnce
 			}

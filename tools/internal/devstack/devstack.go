@@ -50,10 +50,9 @@ type Config struct {
 	// NATSURL, when set, points the services at an existing NATS server or
 	// cluster (comma-separated URLs) instead of starting an embedded one.
 	NATSURL string
-	// TimerNotices runs the dispatcher with timer notices
-	// (dispatch.Config.TimerNotices, docs/adr/0019): for a stack whose
-	// server runs no older dispatcher.
-	TimerNotices bool
+	// NoTimerNotices runs the dispatcher without long timers' notices
+	// (dispatch.Config.NoTimerNotices, docs/adr/0019).
+	NoTimerNotices bool
 	// Replicas of streams and buckets (3 on a cluster). Default 1.
 	Replicas int
 	// HTTPAddr is the api's listen address. Default 127.0.0.1:8080.
@@ -562,7 +561,7 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 		start(ns, "dispatcher", func(ctx context.Context, c *bus.Conn) error {
 			d, err := dispatch.New(ctx, dispatch.Config{Workers: cfg.Workers, CacheSize: cfg.CacheSize, BulkAfter: cfg.BulkAfter, APIURL: info.APIURL, BindOnly: restricted,
 				NoDirectReports: cfg.NoDirectReports, LeaseTTL: cfg.LeaseTTL, Metrics: m.dispatcher, Tracer: cfg.Tracer, LocalHandlers: cfg.LocalHandlers,
-				TimerNotices: cfg.TimerNotices}, c.JS, log("dispatcher"))
+				NoTimerNotices: cfg.NoTimerNotices}, c.JS, log("dispatcher"))
 			if err != nil {
 				return err
 			}
