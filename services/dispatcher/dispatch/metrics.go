@@ -151,7 +151,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	}, []string{"code"})
 	lateness := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "jetflow_dispatcher_timer_lateness_seconds",
-		Help:    "How late fired timers were recorded, from their due time to the append of io.jetflow.timer.fired (or of the sleep's success recording it), by purpose.",
+		Help:    "How late fired timers were recorded, from their due time (or their execution's last resume, if later) to the append of io.jetflow.timer.fired (or of the sleep's success recording it), by purpose.",
 		Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
 	}, []string{"purpose"})
 	lockWait := prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -379,7 +379,7 @@ func (m *Metrics) appended(before, after *projections.Execution, ev *events.Even
 			if !known {
 				l = m.lateness[otherLabel]
 			}
-			(*l.get()).Observe(max(0, now().Sub(t.Due).Seconds()))
+			(*l.get()).Observe(lateness(t, before, now()))
 		}
 	}
 	switch p := ev.Data.(type) {
@@ -523,4 +523,17 @@ func (d *Dispatcher) consumerRefs() []metrics.ConsumerRef {
 		}
 	}
 	return out
+}
+
+// lateness is how late timer t of the execution in state s fired at now,
+// in seconds: from its due time, or from the execution's last resume if
+// that came later (a timer that came due while its execution was
+// cancelled, failed or suspended could not fire before the resume, and
+// the wait was the operator's, not the engine's).
+func lateness(t projections.Timer, s *projections.Execution, now time.Time) float64 {
+	from := t.Due
+	if s.ResumedAt.After(from) {
+		from = s.ResumedAt
+	}
+	return max(0, now.Sub(from).Seconds())
 }

@@ -135,6 +135,37 @@ func TestMetricsTimerLateness(t *testing.T) {
 	require.Less(t, late, time.Since(began).Seconds(), "late by less than the whole test")
 }
 
+// TestMetricsTimerLatenessFromAResume: a sleep cancelled before its due
+// time and resumed well after it fires at the resume; its lateness is
+// counted from the resume, not from the due time (the wait was the
+// operator's).
+func TestMetricsTimerLatenessFromAResume(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	reg := b.runMeasured(t)
+	b.applyYAML(t, "name: tr\nsteps:\n  - {id: nap, kind: sleep, duration: 1s}\n")
+	b.start(t, "tr", "tr1")
+	waitHistory(t, b.js, "tr", "tr1", "asleep", func(evs []events.Event) bool {
+		return countType(evs, events.TypeStepWaiting) == 1
+	})
+	b.act(t, "tr1", events.ActionCancel, "")
+	_, evs := waitStatus(t, b.js, "tr", "tr1", projections.StatusCancelled)
+	due := time.Time{}
+	for _, ev := range evs {
+		if a := events.ArmingOf(ev.Data); a != nil {
+			due = a.Due
+		}
+	}
+	require.False(t, due.IsZero(), "the sleep's arming is recorded")
+	time.Sleep(time.Until(due.Add(3 * time.Second))) // cancelled past its due time
+	resumed := time.Now()
+	b.act(t, "tr1", events.ActionResume, "")
+	waitStatus(t, b.js, "tr", "tr1", projections.StatusSucceeded)
+	waitMetric(t, reg, 1, "jetflow_dispatcher_timer_lateness_seconds", "purpose", events.TimerSleep)
+	require.Less(t, metricstest.Sum(t, reg, "jetflow_dispatcher_timer_lateness_seconds"), time.Since(resumed).Seconds(),
+		"late by less than the time since the resume: not counted from the due time, %s before it", resumed.Sub(due))
+}
+
 // TestMetricsLocks: while one execution holds a lock and another waits
 // for it, the lock gauges say so; the wait is observed once the waiter
 // acquires it (and the holder's immediate acquisition too), and the
