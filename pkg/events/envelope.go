@@ -260,6 +260,9 @@ var (
 	// sdk-go reads a structured event's data as a string when its
 	// datacontenttype is not JSON, and says so in these words.
 	dataNotStringRe = regexp.MustCompile(`^unexpected data payload for media type ("(?:[^"\\]|\\.)*"), expected a string`)
+	// sdk-go reads a binary-mode attribute header it cannot convert (a
+	// ce-time that is no RFC 3339 timestamp) and says so in these words.
+	invalidValueRe = regexp.MustCompile(`^invalid value for ([a-z0-9]+): (.*)$`)
 )
 
 // FieldError is a malformed CloudEvent (it is [ErrMalformed]) with the
@@ -353,6 +356,9 @@ func SDKErrorField(err error) string {
 	if dataNotStringRe.MatchString(err.Error()) {
 		return "datacontenttype"
 	}
+	if m := invalidValueRe.FindStringSubmatch(strings.TrimSpace(err.Error())); m != nil {
+		return m[1]
+	}
 	var named []string
 	for _, line := range strings.Split(err.Error(), "\n") {
 		// Attribute names are lower-case letters and digits: a decoder's
@@ -384,6 +390,12 @@ func ExplainSDKError(err error) string {
 	}
 	if m := specVersionRe.FindStringSubmatch(msg); m != nil {
 		return fmt.Sprintf("specversion is %q; jetflow speaks CloudEvents 1.0", m[1])
+	}
+	if m := invalidValueRe.FindStringSubmatch(msg); m != nil {
+		if m[1] == "time" {
+			return fmt.Sprintf("time %s is no RFC 3339 timestamp: send it as e.g. 2026-01-02T03:04:05Z (in binary mode, the header ce-time), or leave it out", m[2])
+		}
+		return fmt.Sprintf("%s %s is not a value that attribute can take", m[1], m[2])
 	}
 	if m := dataNotStringRe.FindStringSubmatch(msg); m != nil {
 		return fmt.Sprintf("datacontenttype %s is not JSON, yet data is not a string: "+

@@ -3,10 +3,16 @@ package events_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/cloudevents/sdk-go/v2/binding"
 	"github.com/cloudevents/sdk-go/v2/event"
+	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
 	"github.com/stretchr/testify/require"
 
 	"jetflow.dev/pkg/events"
@@ -167,6 +173,26 @@ func TestStructuredDataOfAnotherMediaTypeNamesIt(t *testing.T) {
 	require.Equal(t, "datacontenttype", events.SDKErrorField(err))
 	require.Equal(t, `datacontenttype "apprication/json" is not JSON, yet data is not a string: `+
 		"jetflow reads data as JSON; set datacontenttype to application/json, or leave it out", events.ExplainSDKError(err))
+}
+
+// A binary-mode CloudEvent whose ce-time is no RFC 3339 timestamp:
+// sdk-go refuses it in its own words, read through the HTTP binding as
+// the api reads a request, and the error names time and says what to send.
+func TestBinaryTimeThatIsNoTimestampNamesIt(t *testing.T) {
+	t.Parallel()
+
+	for _, value := range []string{"yesterday", "a@\xedsF\xa8 2026-01-02T03:04:05Z"} {
+		req := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(`{}`))
+		for k, v := range map[string]string{"Ce-Specversion": "1.0", "Ce-Type": "t", "Ce-Source": "s", "Ce-Id": "1",
+			"Ce-Time": value, "Content-Type": "application/json"} {
+			req.Header.Set(k, v)
+		}
+		_, err := binding.ToEvent(t.Context(), cehttp.NewMessageFromHttpRequest(req))
+		require.Error(t, err)
+		require.Equal(t, "time", events.SDKErrorField(err), "%q", value)
+		require.Equal(t, fmt.Sprintf("time %q is no RFC 3339 timestamp: send it as e.g. 2026-01-02T03:04:05Z "+
+			"(in binary mode, the header ce-time), or leave it out", value), events.ExplainSDKError(err))
+	}
 }
 
 // The media types that say data is JSON, as the CloudEvents JSON format
