@@ -238,6 +238,7 @@ func TestQueryParametersAndNamesAreChecked(t *testing.T) {
 		{"/v1/executions/x/events?fromseq=3", "fromseq"},
 		{"/v1/workflows?name=x", "name"},
 		{"/v1/locks?held=true", "held"},
+		{"/v1/executions?=2", "query"}, // a parameter with no name
 		{"/v1/workflows/a%20b", "name"},
 		{"/v1/workflows/a%20b/versions/1", "name"},
 		{"/v1/executions/bad%20id!", "id"},

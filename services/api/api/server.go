@@ -552,13 +552,16 @@ func onlyParams(h http.HandlerFunc, params ...string) http.Handler {
 			if slices.Contains(params, name) {
 				continue
 			}
-			msg := fmt.Sprintf("unknown query parameter %q", name)
+			field, msg := name, fmt.Sprintf("unknown query parameter %q", name)
+			if name == "" { // "?=2": the query names no parameter
+				field, msg = "query", fmt.Sprintf("a query parameter has no name (%q)", r.URL.RawQuery)
+			}
 			if len(params) == 0 {
 				msg += "; this endpoint takes none"
 			} else {
 				msg += "; use " + strings.Join(params, ", ")
 			}
-			writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: name, Message: msg})
+			writeError(w, http.StatusBadRequest, apiError{Code: "invalid", Field: field, Message: msg})
 			return
 		}
 		h(w, r)
