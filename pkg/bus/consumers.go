@@ -151,9 +151,10 @@ func DispatcherConsumers(d Durables) []Consumer {
 	}
 }
 
-// PartitionConsumers are the consumers of partition p: its inbox
-// (commands), its reports, its timers, and its long timers' notices
-// (docs/adr/0019), in the order a dispatcher binds them.
+// PartitionConsumers are the consumers of partition p, in the order a
+// dispatcher binds them: its long timers' notices (docs/adr/0019; first,
+// so that the timers armed by the first commands handled may have
+// notices), its inbox (commands), its reports and its timers.
 func PartitionConsumers(d Durables, p int) []Consumer {
 	d = d.withDefaults()
 	part := fmt.Sprintf("partition %d", p)
@@ -163,10 +164,10 @@ func PartitionConsumers(d Durables, p int) []Consumer {
 	notices := dispatcherConsumer(d, StreamTimers, PartitionNoticesConsumer(p), fmt.Sprintf("%s.%d.*", NoticesPrefix, p), part+" long timers' notices")
 	notices.Config.MaxAckPending = timers.Config.MaxAckPending
 	return []Consumer{
+		notices,
 		dispatcherConsumer(d, StreamInbox, PartitionInboxConsumer(p), fmt.Sprintf("%s.%d.*", InboxPrefix, p), part+" commands"),
 		dispatcherConsumer(d, StreamResults, PartitionResultsConsumer(p), fmt.Sprintf("%s.*.%d.*", ResultsPrefix, p), part+" reports"),
 		timers,
-		notices,
 	}
 }
 

@@ -274,11 +274,14 @@ type Dispatcher struct {
 
 	damages damageLog // damages logged (damage.go)
 
-	parts    partitions            // the partitions it holds (partitions.go)
-	work     atomic.Pointer[turns] // the turns of Run (direct reports look at their backlog)
-	started  time.Time             // when Run began
-	running  atomic.Bool           // its consumers are bound and its partition table runs
-	stopping <-chan struct{}       // closed when Run is asked to stop
+	parts partitions // the partitions it holds (partitions.go)
+	// noNotices: a notices consumer was found not made (an older
+	// bootstrap), and said so once (noticesLater).
+	noNotices atomic.Bool
+	work      atomic.Pointer[turns] // the turns of Run (direct reports look at their backlog)
+	started   time.Time             // when Run began
+	running   atomic.Bool           // its consumers are bound and its partition table runs
+	stopping  <-chan struct{}       // closed when Run is asked to stop
 
 	mu    sync.Mutex // guards cache
 	cache *lru[string, *execState]

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -512,13 +513,12 @@ func (d *Dispatcher) consumerRefs() []metrics.ConsumerRef {
 	}
 	d.parts.mu.Unlock()
 	for _, r := range held {
-		// Those bound so far (acquire binds them in this order): a
-		// partition just taken may not have made its consumers yet.
+		// Those bound so far: a partition just taken may not have made
+		// its consumers yet.
 		r.mu.Lock()
-		bound := len(r.ccs)
+		cs := slices.Clone(r.specs)
 		r.mu.Unlock()
-		cs := bus.PartitionConsumers(bus.Durables{}, r.part)
-		for _, c := range cs[:min(bound, len(cs))] {
+		for _, c := range cs {
 			out = append(out, metrics.ConsumerRef{Stream: c.Stream, Consumer: c.Config.Durable})
 		}
 	}

@@ -6,12 +6,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/catalog"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/natstest"
 	"jetflow.dev/pkg/projections"
+	"jetflow.dev/pkg/workflow"
 )
 
 // scheduleOf is the pending schedule of timer id: its command's type, the
@@ -151,7 +154,7 @@ func TestANoticeSetsTheFiringWhateverItFinds(t *testing.T) {
 // TestANoticeIsTakenFromItsSubjects (docs/adr/0019): a notice fired on
 // its partition's notices subject is taken by the partition's notices
 // consumer and handled; so is one fired on the timers' subject, where
-// the release whose notices were behind -timer-notices set them.
+// development builds before the notices' subjects set them.
 func TestANoticeIsTakenFromItsSubjects(t *testing.T) {
 	t.Parallel()
 	for _, where := range []struct {
@@ -159,7 +162,7 @@ func TestANoticeIsTakenFromItsSubjects(t *testing.T) {
 		subject func(p int, exec string) string
 	}{
 		{"notices subject", bus.PartitionNoticeSubject},
-		{"timers subject, set by the release before", bus.PartitionTimerSubject},
+		{"timers subject, set by earlier builds", bus.PartitionTimerSubject},
 	} {
 		t.Run(where.name, func(t *testing.T) {
 			t.Parallel()
@@ -173,7 +176,61 @@ func TestANoticeIsTakenFromItsSubjects(t *testing.T) {
 			}, "the notice did not set the firing")
 			_, at, _ := b.scheduleOf(t, arming.TimerID)
 			require.Equal(t, arming.Due.Add(scheduleGrace).UTC().Format(time.RFC3339Nano), at, "as the guarantee of a timer kept in memory")
-			require.True(t, b.d.soon.keeps("n1", map[string]projections.Timer{arming.TimerID: {}}), "kept in memory")
+			// Kept once the schedule is stored, a moment after it is seen.
+			natstest.Eventually(t, 30*time.Second, func() bool {
+				return b.d.soon.keeps("n1", map[string]projections.Timer{arming.TimerID: {}})
+			}, "the timer is not kept in memory")
 		})
 	}
+}
+
+// TestNoticesWaitForTheirConsumers (docs/adr/0019): a dispatcher that
+// may not make consumers, beside a bootstrap that did not make the
+// notices consumers (an older one), takes its partitions all the same
+// and sets no notice: a long timer's schedule is its firing, at its due
+// time. Once the bootstrap has made them, it binds them and sets
+// notices again.
+func TestNoticesWaitForTheirConsumers(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	require.NoError(t, bus.Bootstrap(t.Context(), js, bus.Config{}, bus.Durables{}))
+	n, err := bus.Partitions(t.Context(), js)
+	require.NoError(t, err)
+	for p := range n {
+		require.NoError(t, js.DeleteConsumer(t.Context(), bus.StreamTimers, bus.PartitionNoticesConsumer(p)))
+	}
+	defs, err := catalog.Open(t.Context(), js)
+	require.NoError(t, err)
+	def, err := workflow.Parse([]byte("name: nap\nsteps:\n  - {id: nap, kind: sleep, duration: 3h}\n"))
+	require.NoError(t, err)
+	_, _, err = defs.Apply(t.Context(), def)
+	require.NoError(t, err)
+	d, err := New(t.Context(), Config{Workers: 2, BindOnly: true}, js, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
+	require.NoError(t, err)
+	natstest.Serve(t, d.Run)
+	b := &memBundle{js: js, d: d}
+
+	armed := func(id string) *events.TimerArmed {
+		t.Helper()
+		b.publish(t, bus.SubjectStart, &events.StartExecution{Workflow: "nap", ExecutionID: id})
+		natstest.Eventually(t, 30*time.Second, func() bool { return b.last(t, "nap", id) == events.TypeStepWaiting },
+			"nap %s is not waiting", id)
+		evs, err := d.hist.Read(t.Context(), bus.ExecutionSubject("nap", id), 0)
+		require.NoError(t, err)
+		arming := events.ArmingOf(evs[len(evs)-1].Data)
+		require.NotNil(t, arming, "the wait records its arming")
+		return arming
+	}
+	arming := armed("n1")
+	typ, at, _ := b.scheduleOf(t, arming.TimerID)
+	require.Equal(t, events.TypeFireTimer, typ, "no notice without its consumer")
+	require.Equal(t, arming.Due.UTC().Format(time.RFC3339Nano), at, "the firing, at the due time")
+
+	require.NoError(t, bus.Bootstrap(t.Context(), js, bus.Config{}, bus.Durables{}))
+	natstest.Eventually(t, 30*time.Second, func() bool { return d.noticesHere("n2") },
+		"the notices consumer of n2's partition is not bound once made")
+	arming = armed("n2")
+	typ, at, _ = b.scheduleOf(t, arming.TimerID)
+	require.Equal(t, events.TypeTimerNotice, typ, "a notice, its consumer made")
+	require.Equal(t, arming.Due.Add(-noticeLead).UTC().Format(time.RFC3339Nano), at, "a minute before the due time")
 }

@@ -69,8 +69,13 @@ type consuming struct {
 	epoch    atomic.Uint64 // the holding's epoch now
 	inFlight atomic.Int64  // jobs of the partition queued or being handled
 
+	// notices: the partition's notices consumer is consumed here, so the
+	// timers of its executions may have notices set (docs/adr/0019).
+	notices atomic.Bool
+
 	mu      sync.Mutex // guards below
 	ccs     []*bus.Consuming
+	specs   []bus.Consumer       // the consumers of ccs, in order
 	subs    []*nats.Subscription // the partition's direct reports (direct.go)
 	stopped bool
 }
@@ -143,62 +148,28 @@ func (d *Dispatcher) acquire(ctx context.Context, p int, epoch uint64, enqueue f
 		}
 	}
 	for _, c := range bus.PartitionConsumers(d.durables(), p) {
-		cons, err := bus.Bind(ctx, d.js, !d.cfg.BindOnly, c, func(err error) {
+		notices := c.Config.Durable == bus.PartitionNoticesConsumer(p)
+		bctx, cancel := context.WithCancel(ctx)
+		wait := func(err error) {
 			d.log.Warn().Err(err).Int("partition", p).Msg("waiting for the bootstrap")
-		})
+		}
+		if notices && d.cfg.BindOnly {
+			// Made by the bootstrap since notices have their own
+			// subjects: against an older one, the partition is taken
+			// without it, and it is bound once made (noticesLater).
+			wait = func(error) { cancel() }
+		}
+		cons, err := bus.Bind(bctx, d.js, !d.cfg.BindOnly, c, wait)
+		cancel()
+		if err != nil && notices && d.cfg.BindOnly && ctx.Err() == nil {
+			go d.noticesLater(ctx, r, c, current, enqueue, err)
+			continue
+		}
 		if err != nil {
 			return err
 		}
-		// Whatever the last holder had in hand (it died, or let go
-		// before handling it) is delivered again now, not after the
-		// ack wait. Messages it had handled and acknowledged are not
-		// (work queues drop them; the reports' consumer may repeat a
-		// few, which are recognised as stale).
-		if !current() {
-			d.stopHolding(r)
-			return nil
-		}
-		if _, err := d.js.ResetConsumer(ctx, c.Stream, c.Config.Durable); err != nil {
-			return fmt.Errorf("reset consumer %s: %w", c.Config.Durable, err)
-		}
-		name := c.Config.Durable
-		// Timers come due by the thousand at once and are recorded in
-		// batches (fires.go): pulled a batch at a time.
-		pull := 64
-		if c.Stream == bus.StreamTimers {
-			pull = fireBatchMax
-		}
-		handler := func(m jetstream.Msg) {
-			r.inFlight.Add(1)
-			enqueue(m, r)
-		}
-		opts := bus.Consume(jetstream.PullMaxMessages(pull), bus.StopIfGone(d.js, c, func(err error) {
-			if ctx.Err() == nil {
-				d.log.Warn().Err(err).Str("consumer", name).Msg("consume partition")
-			}
-		}))
-		cc, err := cons.Consume(handler, opts...)
-		if err != nil {
-			return fmt.Errorf("consume %s: %w", c.Config.Durable, err)
-		}
-		// Consumed again, while the partition is held here, should the
-		// consumer be deleted under it.
-		start := bus.Starter(d.js, !d.cfg.BindOnly, c, func(err error) {
-			d.log.Warn().Err(err).Int("partition", p).Msg("waiting for the bootstrap")
-		}, handler, opts...)
-		resumed := bus.Resume(ctx, cc, func(ctx context.Context) (jetstream.ConsumeContext, error) {
-			if !current() {
-				return nil, errNotHeld
-			}
-			return start(ctx)
-		}, func(err error) {
-			if errors.Is(err, errNotHeld) {
-				return
-			}
-			d.log.Warn().Err(err).Str("consumer", name).Msg("a partition's consumer stopped delivering (deleted?): binding it again")
-		})
-		if !r.add(resumed) {
-			return nil // released meanwhile
+		if ok, err := d.consumeBound(ctx, r, c, cons, current, enqueue); !ok || err != nil {
+			return err
 		}
 	}
 	if !current() { // released while starting: the release found nothing to stop yet
@@ -218,6 +189,125 @@ func (d *Dispatcher) acquire(ctx context.Context, p int, epoch uint64, enqueue f
 		d.rescue.took(p) // its last holder may have died running local steps
 	}
 	return nil
+}
+
+// consumeBound resets partition p's consumer c, bound as cons, and
+// consumes it for the holding r; ok is false when the holding was
+// released meanwhile (nothing more is to be started for it).
+func (d *Dispatcher) consumeBound(ctx context.Context, r *consuming, c bus.Consumer, cons jetstream.Consumer,
+	current func() bool, enqueue func(jetstream.Msg, *consuming)) (ok bool, err error) {
+	p := r.part
+	// Whatever the last holder had in hand (it died, or let go
+	// before handling it) is delivered again now, not after the
+	// ack wait. Messages it had handled and acknowledged are not
+	// (work queues drop them; the reports' consumer may repeat a
+	// few, which are recognised as stale).
+	if !current() {
+		d.stopHolding(r)
+		return false, nil
+	}
+	if _, err := d.js.ResetConsumer(ctx, c.Stream, c.Config.Durable); err != nil {
+		return false, fmt.Errorf("reset consumer %s: %w", c.Config.Durable, err)
+	}
+	name := c.Config.Durable
+	// Timers come due by the thousand at once and are recorded in
+	// batches (fires.go): pulled a batch at a time.
+	pull := 64
+	if c.Stream == bus.StreamTimers {
+		pull = fireBatchMax
+	}
+	handler := func(m jetstream.Msg) {
+		r.inFlight.Add(1)
+		enqueue(m, r)
+	}
+	opts := bus.Consume(jetstream.PullMaxMessages(pull), bus.StopIfGone(d.js, c, func(err error) {
+		if ctx.Err() == nil {
+			d.log.Warn().Err(err).Str("consumer", name).Msg("consume partition")
+		}
+	}))
+	cc, err := cons.Consume(handler, opts...)
+	if err != nil {
+		return false, fmt.Errorf("consume %s: %w", c.Config.Durable, err)
+	}
+	// Consumed again, while the partition is held here, should the
+	// consumer be deleted under it.
+	start := bus.Starter(d.js, !d.cfg.BindOnly, c, func(err error) {
+		d.log.Warn().Err(err).Int("partition", p).Msg("waiting for the bootstrap")
+	}, handler, opts...)
+	resumed := bus.Resume(ctx, cc, func(ctx context.Context) (jetstream.ConsumeContext, error) {
+		if !current() {
+			return nil, errNotHeld
+		}
+		return start(ctx)
+	}, func(err error) {
+		if errors.Is(err, errNotHeld) {
+			return
+		}
+		d.log.Warn().Err(err).Str("consumer", name).Msg("a partition's consumer stopped delivering (deleted?): binding it again")
+	})
+	if !r.add(c, resumed) {
+		return false, nil // released meanwhile
+	}
+	if c.Config.Durable == bus.PartitionNoticesConsumer(p) {
+		r.notices.Store(true)
+	}
+	return true, nil
+}
+
+// noticesLater binds partition r.part's notices consumer c, which the
+// bootstrap had not made when the partition was taken (an older
+// bootstrap, and this dispatcher may not make consumers: err said why),
+// once it is made, for as long as the holding lasts. Meanwhile no notice
+// is set for the partition's timers (noticesHere): each has its firing
+// scheduled for its due time, as without notices.
+func (d *Dispatcher) noticesLater(ctx context.Context, r *consuming, c bus.Consumer,
+	current func() bool, enqueue func(jetstream.Msg, *consuming), err error) {
+	if d.noNotices.CompareAndSwap(false, true) {
+		d.log.Warn().Err(err).Str("consumer", c.Config.Durable).
+			Msg("the long timers' notices consumers are not made: run this release's jetflow bootstrap; until then no notice is set, and long timers fire by their schedules")
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(noticesRetry):
+		}
+		if !current() || r.isStopped() {
+			return
+		}
+		bctx, cancel := context.WithTimeout(ctx, noticesRetry)
+		cons, err := bus.Bind(bctx, d.js, false, c, func(error) { cancel() })
+		cancel()
+		if err != nil {
+			continue
+		}
+		if ok, err := d.consumeBound(ctx, r, c, cons, current, enqueue); err != nil {
+			d.log.Warn().Err(err).Int("partition", r.part).Msg("consume the long timers' notices")
+		} else if ok {
+			d.log.Info().Int("partition", r.part).Msg("the long timers' notices consumer is made: notices are set again")
+		}
+		return
+	}
+}
+
+// noticesRetry is how often a dispatcher looks for a notices consumer the
+// bootstrap had not made (noticesLater).
+const noticesRetry = 5 * time.Second
+
+// noticesHere says whether the timers of execution id may have notices
+// set: its partition is held here, and its notices consumer consumed.
+func (d *Dispatcher) noticesHere(id string) bool {
+	d.parts.mu.Lock()
+	r := d.parts.running[d.partitionOf(id)]
+	d.parts.mu.Unlock()
+	return r != nil && r.notices.Load()
+}
+
+// isStopped says whether the holding r was stopped.
+func (r *consuming) isStopped() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stopped
 }
 
 // release stops consuming partition p's holding epoch and waits (up to
@@ -309,15 +399,16 @@ func (d *Dispatcher) heldMeanwhile(ctx context.Context, p int, epoch uint64) {
 // partition is no longer held here (its next holder consumes it).
 var errNotHeld = errors.New("the partition is no longer held here")
 
-// add keeps cc, or stops it if the holding was released meanwhile.
-func (r *consuming) add(cc *bus.Consuming) bool {
+// add keeps cc, the consuming of c, or stops it if the holding was
+// released meanwhile.
+func (r *consuming) add(c bus.Consumer, cc *bus.Consuming) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.stopped {
 		cc.Stop()
 		return false
 	}
-	r.ccs = append(r.ccs, cc)
+	r.ccs, r.specs = append(r.ccs, cc), append(r.specs, c)
 	return true
 }
 

@@ -15,7 +15,7 @@ import (
 // publishSchedule sets the schedule of timer id of execution execID, due
 // at due; lastSeq is the stream sequence of the execution's last event.
 func (d *Dispatcher) publishSchedule(ctx context.Context, execID, wf, id string, due time.Time, lastSeq uint64) error {
-	return d.setSchedule(ctx, execID, wf, id, due, lastSeq, !d.cfg.NoTimerNotices, true)
+	return d.setSchedule(ctx, execID, wf, id, due, lastSeq, !d.cfg.NoTimerNotices && d.noticesHere(execID), true)
 }
 
 // setSchedule is publishSchedule; notices says whether a timer due past
