@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/require"
 
 	"jetflow.dev/pkg/bus"
@@ -24,6 +25,7 @@ func TestSubjects(t *testing.T) {
 	require.Equal(t, "jf.results.gpu.7.x1", bus.StoredResultSubject("gpu", 7, "x1"))
 	require.Equal(t, "jf.results.gpu.*.x1", bus.QueueResults("gpu", "x1"))
 	require.Equal(t, "jf.timers.3.x1", bus.PartitionTimerSubject(3, "x1"))
+	require.Equal(t, "jf.timers.notices.3.x1", bus.PartitionNoticeSubject(3, "x1"))
 	require.Equal(t, "jf.inbox.3.x1", bus.InboxSubject(3, "x1"))
 
 	r := bus.RejectionSubject("cli#1")
@@ -57,5 +59,43 @@ func TestParseExecutionSubject(t *testing.T) {
 		w, id, ok := bus.ParseExecutionSubject(s)
 		require.False(t, ok, s)
 		require.Empty(t, w+id, s)
+	}
+}
+
+// TestPartitionConsumersTakeTheirOwnSubjects: each consumer of partition
+// p takes what is published for p, and nothing published for another
+// partition; no two consumers of a work-queue stream (every consumer of
+// a deployment) take one subject, which the server would refuse.
+func TestPartitionConsumersTakeTheirOwnSubjects(t *testing.T) {
+	t.Parallel()
+	const n = 8
+	d := bus.Durables{Partitions: n}
+	subjects := map[string]func(p int) string{
+		bus.PartitionNoticesConsumer(0): func(p int) string { return bus.PartitionNoticeSubject(p, "x1") },
+		bus.PartitionInboxConsumer(0):   func(p int) string { return bus.InboxSubject(p, "x1") },
+		bus.PartitionResultsConsumer(0): func(p int) string { return bus.StoredResultSubject("default", p, "x1") },
+		bus.PartitionTimersConsumer(0):  func(p int) string { return bus.PartitionTimerSubject(p, "x1") },
+	}
+	kinds := bus.PartitionConsumers(d, 0)
+	require.Len(t, kinds, len(subjects))
+	for p := range n {
+		for i, c := range bus.PartitionConsumers(d, p) {
+			subject, ok := subjects[kinds[i].Config.Durable]
+			require.True(t, ok, "no subject known for %s", kinds[i].Config.Durable)
+			for q := range n {
+				require.Equal(t, p == q, server.SubjectMatchesFilter(subject(q), c.Config.FilterSubject),
+					"%s (filter %s) and %s", c.Config.Durable, c.Config.FilterSubject, subject(q))
+			}
+		}
+	}
+	all := bus.AllConsumers(d)
+	for i, a := range all {
+		for _, b := range all[i+1:] {
+			if a.Stream != b.Stream || a.Stream == bus.StreamEvents {
+				continue // the events stream is no work queue
+			}
+			require.False(t, server.SubjectsCollide(a.Config.FilterSubject, b.Config.FilterSubject),
+				"%s (%s) and %s (%s) on %s", a.Config.Durable, a.Config.FilterSubject, b.Config.Durable, b.Config.FilterSubject, a.Stream)
+		}
 	}
 }

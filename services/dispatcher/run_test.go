@@ -39,11 +39,15 @@ func TestRunRefusesOutOfRange(t *testing.T) {
 	}
 }
 
-// TestRunStartsAndStops: with the defaults the dispatcher starts, its
+// TestRunStartsAndStops: with the defaults the dispatcher starts, fires
+// timers from memory and sets long timers' notices (it says so), its
 // probes say it is alive and ready, and it returns nil once stopped.
 func TestRunStartsAndStops(t *testing.T) {
 	srv := natstest.RunJetStream(t)
 	log := svcruntest.Start(t, run, []string{"-health-addr", "127.0.0.1:0"}, map[string]string{"JETFLOW_NATS_URL": srv.ClientURL()}, "dispatcher running")
+	line := log.Line("dispatcher running")
+	require.Equal(t, true, line["timers_from_memory"], "timers from memory by default")
+	require.Equal(t, true, line["timer_notices"], "notices by default (docs/adr/0019)")
 	svcruntest.Probes(t, log)
 }
 

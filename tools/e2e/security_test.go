@@ -190,9 +190,6 @@ func TestNATSIdentitiesAreLeastPrivilege(t *testing.T) {
 		a.denied(t, &nats.Msg{Subject: "$JS.API.STREAM.PURGE." + bus.StreamTasks})
 		a.denied(t, &nats.Msg{Subject: bus.InboxSubject(0, "victim")})
 		a.denied(t, &nats.Msg{Subject: "$JS.API.CONSUMER.RESET." + bus.StreamTimers + "." + bus.PartitionTimersConsumer(0)})
-		// Nor forge a long timer's notice, or take the notices of a partition.
-		a.denied(t, &nats.Msg{Subject: bus.PartitionNoticeSubject(0, "victim")})
-		a.denied(t, &nats.Msg{Subject: "$JS.API.CONSUMER.MSG.NEXT." + bus.StreamTimers + "." + bus.PartitionNoticesConsumer(0), Data: []byte(`{"batch":1}`)})
 		// The dispatchers' partition consumers on the reports stream: an
 		// agent may neither pull from, re-point nor delete them (it reads
 		// reports one get at a time).
@@ -201,6 +198,21 @@ func TestNATSIdentitiesAreLeastPrivilege(t *testing.T) {
 		a.denied(t, &nats.Msg{Subject: "$JS.API.CONSUMER.DELETE." + bus.StreamResults + "." + part})
 		a.denied(t, &nats.Msg{Subject: "$JS.API.CONSUMER.CREATE." + bus.StreamResults + "." + part + ".jf.results.default.*.*",
 			Data: []byte(`{"stream_name":"JF_RESULTS","config":{"durable_name":"` + part + `","filter_subject":"jf.results.default.*.*","ack_policy":"explicit"}}`)})
+	})
+
+	t.Run("OnlyTheDispatcherSetsTimers", func(t *testing.T) {
+		// No other role arms a timer (a schedule), fires one, forges a
+		// long timer's notice, or takes a partition's timers or notices.
+		p := partition.Of("victim", partition.DefaultCount)
+		for _, role := range []auth.Role{auth.RoleClient, auth.RoleAPI, auth.RoleJanitor, auth.RoleAgent} {
+			id := s.as(t, role)
+			id.denied(t, forged(bus.ScheduleSubject("forged"), &events.FireTimer{ExecutionID: "victim", Workflow: "gated", TimerID: "forged"}))
+			id.denied(t, forged(bus.PartitionTimerSubject(p, "victim"), &events.FireTimer{ExecutionID: "victim", Workflow: "gated", TimerID: "forged"}))
+			id.denied(t, forged(bus.PartitionNoticeSubject(p, "victim"),
+				&events.TimerNotice{ExecutionID: "victim", Workflow: "gated", TimerID: "forged", Due: time.Now()}))
+			id.denied(t, &nats.Msg{Subject: "$JS.API.CONSUMER.MSG.NEXT." + bus.StreamTimers + "." + bus.PartitionTimersConsumer(p), Data: []byte(`{"batch":1}`)})
+			id.denied(t, &nats.Msg{Subject: "$JS.API.CONSUMER.MSG.NEXT." + bus.StreamTimers + "." + bus.PartitionNoticesConsumer(p), Data: []byte(`{"batch":1}`)})
+		}
 	})
 
 	t.Run("APIAndJanitorCannotWriteHistory", func(t *testing.T) {

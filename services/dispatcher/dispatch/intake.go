@@ -133,8 +133,8 @@ func misrouted(subject string, ev events.Event, partitions int) string {
 		case *events.FireTimer:
 			exec = p.ExecutionID
 		case *events.TimerNotice:
-			// Set by the release whose notices were behind -timer-notices,
-			// on the timers' subject; notices now have their own.
+			// Set on the timers' subject by development builds before
+			// notices had subjects of their own (docs/adr/0019).
 			exec = p.ExecutionID
 		default:
 			return fmt.Sprintf("%s on %s: timer subjects take %s only", ev.Type, subject, events.TypeFireTimer)

@@ -124,8 +124,8 @@ func TestUnhandledNamesTheCommand(t *testing.T) {
 }
 
 // TestTimerSubjectsTakeFiringsAndNotices: a timer's subject takes its
-// firing (and the notices a release before the notices' subjects set
-// there), a notices subject its notice (docs/adr/0019), each on its
+// firing (and the notices development builds before the notices'
+// subjects set there), a notices subject its notice (docs/adr/0019), each on its
 // execution's partition's subject only, and no other command.
 func TestTimerSubjectsTakeFiringsAndNotices(t *testing.T) {
 	t.Parallel()
@@ -146,7 +146,7 @@ func TestTimerSubjectsTakeFiringsAndNotices(t *testing.T) {
 		{otherTimers, fire, "it belongs on " + timers},
 		{notices, notice, ""},
 		{otherNotices, notice, "it belongs on " + notices},
-		{timers, notice, ""}, // set on the timers' subject by the release before
+		{timers, notice, ""}, // set on the timers' subject by earlier builds
 		{otherTimers, notice, "it belongs on " + timers},
 		{notices, fire, "notices subjects take " + string(events.TypeTimerNotice) + " only"},
 		{timers, signal, "timer subjects take " + string(events.TypeFireTimer) + " only"},

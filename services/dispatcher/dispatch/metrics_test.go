@@ -143,7 +143,7 @@ func TestMetricsTimerLatenessFromAResume(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	reg := b.runMeasured(t)
-	b.applyYAML(t, "name: tr\nsteps:\n  - {id: nap, kind: sleep, duration: 1s}\n")
+	b.applyYAML(t, "name: tr\nsteps:\n  - {id: nap, kind: sleep, duration: 3s}\n")
 	b.start(t, "tr", "tr1")
 	waitHistory(t, b.js, "tr", "tr1", "asleep", func(evs []events.Event) bool {
 		return countType(evs, events.TypeStepWaiting) == 1

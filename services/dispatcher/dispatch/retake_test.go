@@ -197,18 +197,21 @@ func TestExecutionGoesOnAcrossARetake(t *testing.T) {
 	// Told that another dispatcher held the partition in the stall, the
 	// dispatcher resets the partition's consumers (what that one pulled
 	// and did not hand back comes again now); told of a holding that is
-	// not current, it leaves them. A stale report, handled, shows which.
+	// not current, it leaves them. Stale messages, handled, show which: a
+	// report, a firing and a notice of a timer r1 does not have.
 	ref := events.TaskRef{TaskID: "t1", ExecutionID: "r1", Workflow: "twice", StepID: "w1", Attempt: 1, Token: "stale", Queue: "default"}
 	publish(bus.ResultSubject(ref.Queue, ref.ExecutionID), &events.OperationStarted{TaskRef: ref})
-	var reports bus.Consumer
+	publish(bus.PartitionTimerSubject(p, "r1"), &events.FireTimer{ExecutionID: "r1", Workflow: "twice", TimerID: "nope"})
+	publish(bus.PartitionNoticeSubject(p, "r1"), &events.TimerNotice{ExecutionID: "r1", Workflow: "twice", TimerID: "nope", Due: time.Now()})
+	var stale []bus.Consumer
 	for _, c := range bus.PartitionConsumers(d.durables(), p) {
-		if c.Stream == bus.StreamResults {
-			reports = c
+		if c.Stream == bus.StreamResults || c.Stream == bus.StreamTimers {
+			stale = append(stale, c)
 		}
 	}
-	require.Equal(t, bus.StreamResults, reports.Stream)
-	delivered := func() (n uint64, settled bool) {
-		cons, err := js.Consumer(ctx, reports.Stream, reports.Config.Durable)
+	require.Len(t, stale, 3, "the reports', the timers' and the notices' consumers")
+	delivered := func(c bus.Consumer) (n uint64, settled bool) {
+		cons, err := js.Consumer(ctx, c.Stream, c.Config.Durable)
 		if err != nil {
 			return 0, false
 		}
@@ -218,13 +221,20 @@ func TestExecutionGoesOnAcrossARetake(t *testing.T) {
 		}
 		return info.Delivered.Consumer, info.NumAckPending == 0 && info.AckFloor.Consumer == info.Delivered.Consumer
 	}
-	natstest.Eventually(t, 30*time.Second, func() bool { n, settled := delivered(); return n > 0 && settled }, "the stale report is handled")
+	for _, c := range stale {
+		natstest.Eventually(t, 30*time.Second, func() bool { n, settled := delivered(c); return n > 0 && settled },
+			"the stale message of %s is handled", c.Config.Durable)
+	}
 	d.heldMeanwhile(ctx, p, 0) // no holding of this dispatcher's
-	n, _ := delivered()
-	require.Positive(t, n, "not reset for a holding that is not current")
+	for _, c := range stale {
+		n, _ := delivered(c)
+		require.Positive(t, n, "%s not reset for a holding that is not current", c.Config.Durable)
+	}
 	now, ok := d.parts.table.Current(p, after)
 	require.True(t, ok)
 	d.heldMeanwhile(ctx, p, now)
-	n, _ = delivered()
-	require.Zero(t, n, "reset to the ack floor: nothing left to deliver, the count starts again")
+	for _, c := range stale {
+		n, _ := delivered(c)
+		require.Zero(t, n, "%s reset to the ack floor: nothing left to deliver, the count starts again", c.Config.Durable)
+	}
 }
