@@ -29,6 +29,12 @@ type memBundle struct {
 func setupMem(t *testing.T, cfg Config, srcs ...string) *memBundle {
 	t.Helper()
 	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	return setupMemOn(t, js, cfg, srcs...)
+}
+
+// setupMemOn is setupMem over js, which the test has prepared.
+func setupMemOn(t *testing.T, js jetstream.JetStream, cfg Config, srcs ...string) *memBundle {
+	t.Helper()
 	defs, err := catalog.Open(t.Context(), js)
 	require.NoError(t, err)
 	for _, src := range srcs {

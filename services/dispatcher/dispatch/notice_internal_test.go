@@ -6,15 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"jetflow.dev/pkg/bus"
-	"jetflow.dev/pkg/catalog"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/natstest"
 	"jetflow.dev/pkg/projections"
-	"jetflow.dev/pkg/workflow"
 )
 
 // scheduleOf is the pending schedule of timer id: its command's type, the
@@ -56,15 +53,26 @@ func napping(t *testing.T, cfg Config) (b *memBundle, ahead *atomic.Int64, armin
 	t.Helper()
 	ahead = new(atomic.Int64)
 	cfg.Workers, cfg.Now = 2, func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
-	b = setupMem(t, cfg, "name: nap\nsteps:\n  - {id: nap, kind: sleep, duration: 3h}\n")
-	b.publish(t, bus.SubjectStart, &events.StartExecution{Workflow: "nap", ExecutionID: "n1"})
-	natstest.Eventually(t, 30*time.Second, func() bool { return b.last(t, "nap", "n1") == events.TypeStepWaiting },
-		"nap n1 is not waiting")
-	evs, err := b.d.hist.Read(t.Context(), bus.ExecutionSubject("nap", "n1"), 0)
+	b = setupMem(t, cfg, napDefinition)
+	return b, ahead, b.napArmed(t, "n1")
+}
+
+// napDefinition is a workflow that sleeps three hours.
+const napDefinition = "name: nap\nsteps:\n  - {id: nap, kind: sleep, duration: 3h}\n"
+
+// napArmed starts execution id of napDefinition and returns its sleep's
+// arming once it waits.
+func (b *memBundle) napArmed(t *testing.T, id string) *events.TimerArmed {
+	t.Helper()
+	b.publish(t, bus.SubjectStart, &events.StartExecution{Workflow: "nap", ExecutionID: id})
+	natstest.Eventually(t, 30*time.Second, func() bool { return b.last(t, "nap", id) == events.TypeStepWaiting },
+		"nap %s is not waiting", id)
+	evs, err := b.d.hist.Read(t.Context(), bus.ExecutionSubject("nap", id), 0)
 	require.NoError(t, err)
-	arming = events.ArmingOf(evs[len(evs)-1].Data)
+	require.NotEmpty(t, evs)
+	arming := events.ArmingOf(evs[len(evs)-1].Data)
 	require.NotNil(t, arming, "the wait records its arming")
-	return b, ahead, arming
+	return arming
 }
 
 // TestALongTimersNoticeBringsItIntoMemory (docs/adr/0019): a sleep of
@@ -199,37 +207,17 @@ func TestNoticesWaitForTheirConsumers(t *testing.T) {
 	for p := range n {
 		require.NoError(t, js.DeleteConsumer(t.Context(), bus.StreamTimers, bus.PartitionNoticesConsumer(p)))
 	}
-	defs, err := catalog.Open(t.Context(), js)
-	require.NoError(t, err)
-	def, err := workflow.Parse([]byte("name: nap\nsteps:\n  - {id: nap, kind: sleep, duration: 3h}\n"))
-	require.NoError(t, err)
-	_, _, err = defs.Apply(t.Context(), def)
-	require.NoError(t, err)
-	d, err := New(t.Context(), Config{Workers: 2, BindOnly: true}, js, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
-	require.NoError(t, err)
-	natstest.Serve(t, d.Run)
-	b := &memBundle{js: js, d: d}
+	b := setupMemOn(t, js, Config{Workers: 2, BindOnly: true}, napDefinition)
 
-	armed := func(id string) *events.TimerArmed {
-		t.Helper()
-		b.publish(t, bus.SubjectStart, &events.StartExecution{Workflow: "nap", ExecutionID: id})
-		natstest.Eventually(t, 30*time.Second, func() bool { return b.last(t, "nap", id) == events.TypeStepWaiting },
-			"nap %s is not waiting", id)
-		evs, err := d.hist.Read(t.Context(), bus.ExecutionSubject("nap", id), 0)
-		require.NoError(t, err)
-		arming := events.ArmingOf(evs[len(evs)-1].Data)
-		require.NotNil(t, arming, "the wait records its arming")
-		return arming
-	}
-	arming := armed("n1")
+	arming := b.napArmed(t, "n1")
 	typ, at, _ := b.scheduleOf(t, arming.TimerID)
 	require.Equal(t, events.TypeFireTimer, typ, "no notice without its consumer")
 	require.Equal(t, arming.Due.UTC().Format(time.RFC3339Nano), at, "the firing, at the due time")
 
 	require.NoError(t, bus.Bootstrap(t.Context(), js, bus.Config{}, bus.Durables{}))
-	natstest.Eventually(t, 30*time.Second, func() bool { return d.noticesHere("n2") },
+	natstest.Eventually(t, 30*time.Second, func() bool { return b.d.noticesHere("n2") },
 		"the notices consumer of n2's partition is not bound once made")
-	arming = armed("n2")
+	arming = b.napArmed(t, "n2")
 	typ, at, _ = b.scheduleOf(t, arming.TimerID)
 	require.Equal(t, events.TypeTimerNotice, typ, "a notice, its consumer made")
 	require.Equal(t, arming.Due.Add(-noticeLead).UTC().Format(time.RFC3339Nano), at, "a minute before the due time")
