@@ -393,7 +393,7 @@ func ExplainSDKError(err error) string {
 	}
 	if m := invalidValueRe.FindStringSubmatch(msg); m != nil {
 		if m[1] == "time" {
-			return fmt.Sprintf("time %s is no RFC 3339 timestamp: send it as e.g. 2026-01-02T03:04:05Z (in binary mode, the header ce-time), or leave it out", m[2])
+			return fmt.Sprintf("time %s is not an RFC 3339 time (e.g. 2026-01-02T03:04:05Z; in binary mode, the header ce-time), or leave it out", m[2])
 		}
 		return fmt.Sprintf("%s %s is not a value that attribute can take", m[1], m[2])
 	}

@@ -190,8 +190,8 @@ func TestBinaryTimeThatIsNoTimestampNamesIt(t *testing.T) {
 		_, err := binding.ToEvent(t.Context(), cehttp.NewMessageFromHttpRequest(req))
 		require.Error(t, err)
 		require.Equal(t, "time", events.SDKErrorField(err), "%q", value)
-		require.Equal(t, fmt.Sprintf("time %q is no RFC 3339 timestamp: send it as e.g. 2026-01-02T03:04:05Z "+
-			"(in binary mode, the header ce-time), or leave it out", value), events.ExplainSDKError(err))
+		require.Equal(t, fmt.Sprintf("time %q is not an RFC 3339 time (e.g. 2026-01-02T03:04:05Z; "+
+			"in binary mode, the header ce-time), or leave it out", value), events.ExplainSDKError(err))
 	}
 }
 

@@ -554,7 +554,7 @@ func onlyParams(h http.HandlerFunc, params ...string) http.Handler {
 			}
 			field, msg := name, fmt.Sprintf("unknown query parameter %q", name)
 			if name == "" { // "?=2": the query names no parameter
-				field, msg = "query", fmt.Sprintf("a query parameter has no name (%q)", r.URL.RawQuery)
+				field, msg = "query", fmt.Sprintf("a query parameter has no name (%q)", nameless(r.URL.RawQuery))
 			}
 			if len(params) == 0 {
 				msg += "; this endpoint takes none"
@@ -566,6 +566,17 @@ func onlyParams(h http.HandlerFunc, params ...string) http.Handler {
 		}
 		h(w, r)
 	})
+}
+
+// nameless is the first part of a raw query with no parameter name
+// ("=2" of "a=1&=2"), or the whole query if none is found as it is.
+func nameless(raw string) string {
+	for part := range strings.SplitSeq(raw, "&") {
+		if strings.HasPrefix(part, "=") {
+			return part
+		}
+	}
+	return raw
 }
 
 // apiError is the JSON body of every 4xx and 5xx answer, under "error".
