@@ -170,7 +170,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	})
 	firings := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "jetflow_dispatcher_timer_firings_total",
-		Help: "Fired timers handed to the fire loop, by where they fired from: memory (due soon when this dispatcher armed them, or brought here by their notice a minute before) or schedule (the message of their schedule in JF_TIMERS, not already handled from memory).",
+		Help: "Fired timers handed to the fire loop, by where they fired from: memory (due soon when this dispatcher armed them, or brought here by their notice a minute before) or schedule (the message of their schedule in JF_TIMERS, not already handled from memory). Counted whether or not the firing changes anything: a timer of a cancelled execution, or a timeout whose step ended, fires too.",
 	}, []string{"by"})
 	localRuns := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "jetflow_dispatcher_local_runs_total",
