@@ -38,14 +38,10 @@ func (d *Dispatcher) setSchedule(ctx context.Context, execID, wf, id string, due
 	}
 	ev := events.New(d.cfg.Source, execID, wf, now, cmd)
 	ev.ID = cmdID
-	msg, err := bus.Encode(bus.ScheduleSubject(id), ev)
+	msg, err := bus.ScheduleMsg(id, ev, at, target)
 	if err != nil {
 		return permanentError{err}
 	}
-	// Set with nanoseconds: the client helper truncates to the second and
-	// would fire early.
-	msg.Header.Set("Nats-Schedule", "@at "+at.UTC().Format(time.RFC3339Nano))
-	msg.Header.Set("Nats-Schedule-Target", target)
 	if _, err := d.js.PublishMsg(ctx, msg); err != nil {
 		return fmt.Errorf("schedule timer %s: %w", id, err)
 	}

@@ -9,12 +9,14 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"jetflow.dev/pkg/auth"
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/tools/internal/backup"
 	"jetflow.dev/tools/internal/devstack"
+	"jetflow.dev/tools/internal/notices"
 )
 
 // natsFlags are how a command that talks to NATS itself (as the admin
@@ -90,11 +92,46 @@ func (n *natsFlags) dial(a *app, name string, extra ...nats.Option) (*nats.Conn,
 func (a *app) adminCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "admin",
-		Short: "Operate a deployment through NATS as the admin identity: backup, restore",
+		Short: "Operate a deployment through NATS as the admin identity: backup, restore, clear-notices",
 		Args:  cobra.NoArgs,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	cmd.AddCommand(a.backupCmd(), a.restoreCmd())
+	cmd.AddCommand(a.backupCmd(), a.restoreCmd(), a.clearNoticesCmd())
+	return cmd
+}
+
+func (a *app) clearNoticesCmd() *cobra.Command {
+	var nf natsFlags
+	cmd := &cobra.Command{
+		Use:   "clear-notices [--nats URL] [--creds ADMIN.creds]",
+		Short: "Set every pending long timer's notice back to its firing at its due time, before rolling the dispatchers back past notices (docs/upgrades.md)",
+		Long: `A timer due more than two minutes after its arming has, until a minute
+before its due time, a schedule in JF_TIMERS that fires a notice on a
+subject dispatchers older than notices do not read (docs/adr/0019). This
+replaces each such schedule with its timer's firing at its due time, as a
+dispatcher without notices sets it, so that an older dispatcher fires it.
+A schedule a dispatcher changes meanwhile is left as it is. Restart the
+dispatchers with -timer-notices=false first, or they set new notices;
+running it again sets those set since. It needs the admin identity.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel, nc, url, err := nf.connect(cmd.Context(), a, "jetflow-clear-notices")
+			defer cancel(nil)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			js, err := jetstream.New(nc)
+			if err != nil {
+				return err
+			}
+			res, err := notices.ToFirings(ctx, js, time.Now)
+			fmt.Fprintf(a.stdout, "%s: timers' schedules read %d, notices among them %d, set back to their firings %d, changed meanwhile by a dispatcher (left) %d, unreadable (left) %d\n",
+				url, res.Schedules, res.Notices, res.Set, res.Changed, res.Unreadable)
+			return cause(ctx, err)
+		},
+	}
+	nf.add(cmd)
 	return cmd
 }
 

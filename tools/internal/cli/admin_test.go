@@ -102,8 +102,8 @@ func TestRestoreRefusalComesFirst(t *testing.T) {
 }
 
 // TestAdminFindsDevWithoutFlags: beside a jetflow dev (its data directory
-// in JETFLOW_DATA), jetflow admin backup and jetflow bootstrap find its
-// NATS and its admin identity by itself; without them bootstrap is
+// in JETFLOW_DATA), jetflow admin backup, jetflow admin clear-notices and
+// jetflow bootstrap find its NATS and its admin identity by itself; without them bootstrap is
 // refused.
 func TestAdminFindsDevWithoutFlags(t *testing.T) {
 	t.Parallel()
@@ -121,6 +121,15 @@ func TestAdminFindsDevWithoutFlags(t *testing.T) {
 	require.NoError(t, cmd.Execute(), errOut.String())
 	require.Contains(t, out.String(), "backing up "+c.NATS)
 	require.Contains(t, out.String(), "backup done")
+
+	out.Reset()
+	errOut.Reset()
+	clear := a.clearNoticesCmd()
+	clear.SetArgs(nil)
+	clear.SetContext(t.Context())
+	require.NoError(t, clear.Execute(), errOut.String())
+	require.Contains(t, out.String(), c.NATS+": ", "it says which deployment it read")
+	require.Contains(t, out.String(), "notices among them 0, set back to their firings 0", "nothing sleeps long in a new stack")
 
 	out.Reset()
 	errOut.Reset()

@@ -1,0 +1,130 @@
+// Package notices sets long timers' notices back to their firings: what
+// an operator runs before rolling the dispatchers back to a release that
+// does not know notices (docs/adr/0019, docs/upgrades.md).
+//
+// A timer due more than two minutes after its arming has, until a minute
+// before its due time, a schedule in JF_TIMERS that fires an
+// io.jetflow.timer.notice on a subject no older dispatcher reads. ToFirings
+// replaces each such schedule with the one a dispatcher without notices
+// sets: the io.jetflow.timer.fire, at the due time, on the execution's
+// timers subject. Each replacement is conditioned on the schedule being
+// the one read (its subject's last sequence): a schedule a dispatcher set
+// meanwhile (a re-arming, the notice handled) is left as it is.
+//
+// JF_TIMERS is a work queue, so it is read without a consumer (one would
+// take the schedules out of the stream): its schedules' subjects are
+// listed, and each read with a get.
+package notices
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/partition"
+)
+
+// Source is the CloudEvent source of the firings' schedules ToFirings sets.
+const Source = "jetflow/admin"
+
+// Result is what ToFirings did.
+type Result struct {
+	// Schedules is how many pending schedules it read.
+	Schedules int `json:"schedules"`
+	// Notices is how many of them were notices.
+	Notices int `json:"notices"`
+	// Set is how many notices it set back to their firings.
+	Set int `json:"set"`
+	// Changed is how many notices were replaced by a dispatcher before it
+	// could (a re-arming, or the notice fired and handled), and left so.
+	Changed int `json:"changed"`
+	// Unreadable is how many schedules it could not decode, and left so.
+	Unreadable int `json:"unreadable"`
+}
+
+// ToFirings sets every pending notice in JF_TIMERS back to its timer's
+// firing, at its due time. now is the clock of the events it writes.
+// Dispatchers still setting notices (without -timer-notices=false) set
+// new ones meanwhile: turn them off first.
+func ToFirings(ctx context.Context, js jetstream.JetStream, now func() time.Time) (Result, error) {
+	var res Result
+	n, err := bus.Partitions(ctx, js)
+	if err != nil {
+		return res, err
+	}
+	stream, err := js.Stream(ctx, bus.StreamTimers)
+	if err != nil {
+		return res, fmt.Errorf("open stream %s: %w", bus.StreamTimers, err)
+	}
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(bus.SchedulesPrefix+".>"))
+	if err != nil {
+		return res, fmt.Errorf("list the schedules of %s: %w", bus.StreamTimers, err)
+	}
+	subjects := make([]string, 0, len(info.State.Subjects))
+	for s := range info.State.Subjects {
+		subjects = append(subjects, s)
+	}
+	slices.Sort(subjects)
+	for _, subject := range subjects {
+		m, err := stream.GetLastMsgForSubject(ctx, subject)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue // fired since it was listed
+		}
+		if err != nil {
+			return res, fmt.Errorf("read the schedule %s: %w", subject, err)
+		}
+		res.Schedules++
+		ev, err := bus.Decode(m.Header, m.Data)
+		if err != nil {
+			res.Unreadable++
+			continue
+		}
+		notice, ok := ev.Data.(*events.TimerNotice)
+		if !ok {
+			continue
+		}
+		res.Notices++
+		if bus.ScheduleSubject(notice.TimerID) != subject {
+			res.Unreadable++ // not where its timer's schedule is: not the dispatcher's
+			continue
+		}
+		set, err := toFiring(ctx, js, notice, m.Sequence, n, now())
+		if err != nil {
+			return res, err
+		}
+		if set {
+			res.Set++
+		} else {
+			res.Changed++
+		}
+	}
+	return res, nil
+}
+
+// toFiring replaces the notice stored at seq with its timer's firing at
+// its due time; false if the schedule is no longer the one at seq.
+func toFiring(ctx context.Context, js jetstream.JetStream, notice *events.TimerNotice, seq uint64, partitions int, now time.Time) (bool, error) {
+	ev := events.New(Source, notice.ExecutionID, notice.Workflow, now,
+		&events.FireTimer{ExecutionID: notice.ExecutionID, Workflow: notice.Workflow, TimerID: notice.TimerID})
+	ev.ID = "fire-" + notice.TimerID // as the dispatcher names a firing's schedule
+	target := bus.PartitionTimerSubject(partition.Of(notice.ExecutionID, partitions), notice.ExecutionID)
+	msg, err := bus.ScheduleMsg(notice.TimerID, ev, notice.Due, target)
+	if err != nil {
+		return false, fmt.Errorf("the firing of timer %s: %w", notice.TimerID, err)
+	}
+	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(seq, 10))
+	if _, err := js.PublishMsg(ctx, msg); err != nil {
+		if bus.IsConflict(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("set the firing of timer %s: %w", notice.TimerID, err)
+	}
+	return true, nil
+}
