@@ -276,8 +276,10 @@ type Dispatcher struct {
 
 	parts partitions // the partitions it holds (partitions.go)
 	// noNotices: a notices consumer was found not made (an older
-	// bootstrap), and said so once (noticesLater).
+	// bootstrap), and said so once; later: the goroutines binding them
+	// once made (noticesLater).
 	noNotices atomic.Bool
+	later     sync.WaitGroup
 	work      atomic.Pointer[turns] // the turns of Run (direct reports look at their backlog)
 	started   time.Time             // when Run began
 	running   atomic.Bool           // its consumers are bound and its partition table runs
@@ -426,6 +428,7 @@ type job struct {
 // Run consumes commands and results until ctx ends.
 func (d *Dispatcher) Run(ctx context.Context) error {
 	d.started, d.stopping = time.Now(), ctx.Done()
+	defer d.later.Wait() // the notices consumers bound late (noticesLater)
 	// Bind every shared consumer before any message is handled: a
 	// dispatcher that binds to the bootstrap's consumers takes their ack
 	// wait.

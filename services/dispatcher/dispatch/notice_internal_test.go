@@ -213,10 +213,24 @@ func TestNoticesWaitForTheirConsumers(t *testing.T) {
 	typ, at, _ := b.scheduleOf(t, arming.TimerID)
 	require.Equal(t, events.TypeFireTimer, typ, "no notice without its consumer")
 	require.Equal(t, arming.Due.UTC().Format(time.RFC3339Nano), at, "the firing, at the due time")
+	// The metrics report the consumers bound, not those missing.
+	p := b.d.partitionOf("n2")
+	reported := func(name string) bool {
+		for _, c := range b.d.consumerRefs() {
+			if c.Consumer == name {
+				return true
+			}
+		}
+		return false
+	}
+	require.True(t, reported(bus.PartitionTimersConsumer(p)), "the timers consumer is bound")
+	require.False(t, reported(bus.PartitionNoticesConsumer(p)), "the notices consumer is not")
 
 	require.NoError(t, bus.Bootstrap(t.Context(), js, bus.Config{}, bus.Durables{}))
 	natstest.Eventually(t, 30*time.Second, func() bool { return b.d.noticesHere("n2") },
 		"the notices consumer of n2's partition is not bound once made")
+	require.True(t, reported(bus.PartitionNoticesConsumer(p)), "the notices consumer bound is reported")
+	require.True(t, reported(bus.PartitionTimersConsumer(p)))
 	arming = b.napArmed(t, "n2")
 	typ, at, _ = b.scheduleOf(t, arming.TimerID)
 	require.Equal(t, events.TypeTimerNotice, typ, "a notice, its consumer made")

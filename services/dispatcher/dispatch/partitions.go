@@ -22,10 +22,11 @@ import (
 
 // A dispatcher handles the executions of the partitions it holds (package
 // partition decides which): for each, it consumes the partition's inbox
-// (commands the intake checked), reports and timers. Partition p's
-// messages are handled only while p is held; when it is given up they
-// are left to the next holder, which resets the consumers so that what
-// this one held is delivered again at once instead of after the ack wait.
+// (commands the intake checked), reports, timers and long timers'
+// notices. Partition p's messages are handled only while p is held; when
+// it is given up they are left to the next holder, which resets the
+// consumers so that what this one held is delivered again at once
+// instead of after the ack wait.
 //
 // Holding a partition makes it rare, not impossible, that another
 // dispatcher writes one of its executions (a clear-lock is routed by its
@@ -157,12 +158,18 @@ func (d *Dispatcher) acquire(ctx context.Context, p int, epoch uint64, enqueue f
 			// Made by the bootstrap since notices have their own
 			// subjects: against an older one, the partition is taken
 			// without it, and it is bound once made (noticesLater).
-			wait = func(error) { cancel() }
+			wait = func(err error) {
+				if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+					cancel()
+					return
+				}
+				d.log.Warn().Err(err).Int("partition", p).Msg("waiting for the bootstrap")
+			}
 		}
 		cons, err := bus.Bind(bctx, d.js, !d.cfg.BindOnly, c, wait)
 		cancel()
 		if err != nil && notices && d.cfg.BindOnly && ctx.Err() == nil {
-			go d.noticesLater(ctx, r, c, current, enqueue, err)
+			d.later.Go(func() { d.noticesLater(ctx, r, c, current, enqueue, err) })
 			continue
 		}
 		if err != nil {
@@ -282,7 +289,9 @@ func (d *Dispatcher) noticesLater(ctx context.Context, r *consuming, c bus.Consu
 			continue
 		}
 		if ok, err := d.consumeBound(ctx, r, c, cons, current, enqueue); err != nil {
-			d.log.Warn().Err(err).Int("partition", r.part).Msg("consume the long timers' notices")
+			if ctx.Err() == nil {
+				d.log.Warn().Err(err).Int("partition", r.part).Msg("consume the long timers' notices")
+			}
 		} else if ok {
 			d.log.Info().Int("partition", r.part).Msg("the long timers' notices consumer is made: notices are set again")
 		}
@@ -296,9 +305,13 @@ const noticesRetry = 5 * time.Second
 
 // noticesHere says whether the timers of execution id may have notices
 // set: its partition is held here, and its notices consumer consumed.
-func (d *Dispatcher) noticesHere(id string) bool {
+func (d *Dispatcher) noticesHere(id string) bool { return d.noticesAt(d.partitionOf(id)) }
+
+// noticesAt says whether partition p is held here with its notices
+// consumer consumed.
+func (d *Dispatcher) noticesAt(p int) bool {
 	d.parts.mu.Lock()
-	r := d.parts.running[d.partitionOf(id)]
+	r := d.parts.running[p]
 	d.parts.mu.Unlock()
 	return r != nil && r.notices.Load()
 }
@@ -382,6 +395,9 @@ func (d *Dispatcher) retook(p int, old, new uint64) {
 func (d *Dispatcher) heldMeanwhile(ctx context.Context, p int, epoch uint64) {
 	d.rescue.took(p) // the one that held it meanwhile may have died running local steps
 	for _, c := range bus.PartitionConsumers(d.durables(), p) {
+		if c.Config.Durable == bus.PartitionNoticesConsumer(p) && !d.noticesAt(p) {
+			continue // not made yet (an older bootstrap): nothing of it in hand
+		}
 		if _, ok := d.parts.table.Current(p, epoch); !ok || ctx.Err() != nil {
 			return // lost or given up since: its next holder resets them
 		}

@@ -35,7 +35,7 @@ func (n *natsFlags) add(cmd *cobra.Command) {
 
 // ErrNotAdmin means the server refused the identity a subject of the
 // JetStream API: only the admin identity may snapshot and restore.
-var ErrNotAdmin = errors.New("the server refused this identity the JetStream API (snapshots, restores and the bootstrap need the admin identity: give its creds with --creds)")
+var ErrNotAdmin = errors.New("the server refused this identity the JetStream API (snapshots, restores, clearing notices and the bootstrap need the admin identity: give its creds with --creds)")
 
 // connect dials NATS as the admin identity. The context it returns ends
 // as soon as the server refuses the identity a subject (a refused request
@@ -126,9 +126,22 @@ running it again sets those set since. It needs the admin identity.`,
 				return err
 			}
 			res, err := notices.ToFirings(ctx, js, time.Now)
-			fmt.Fprintf(a.stdout, "%s: timers' schedules read %d, notices among them %d, set back to their firings %d, changed meanwhile by a dispatcher (left) %d, unreadable (left) %d\n",
+			line := fmt.Sprintf("%s: timers' schedules read %d, notices among them %d, set back to their firings %d, changed meanwhile by a dispatcher (left) %d, unreadable (left) %d",
 				url, res.Schedules, res.Notices, res.Set, res.Changed, res.Unreadable)
-			return cause(ctx, err)
+			if err != nil {
+				fmt.Fprintf(a.stderr, "stopped part-way (%s)\n", line)
+				return cause(ctx, err)
+			}
+			fmt.Fprintln(a.stdout, line)
+			if res.Left > 0 {
+				return fmt.Errorf("%d notices still found after %d passes (dispatchers still setting them? restart them with -timer-notices=false): run it again", res.Left, res.Passes)
+			}
+			if res.Fired > 0 {
+				fmt.Fprintf(a.stdout, "%d notices have fired and wait for a dispatcher that knows notices: roll the dispatchers back once this says none\n", res.Fired)
+				return nil
+			}
+			fmt.Fprintln(a.stdout, "no notice left: the dispatchers may be rolled back")
+			return nil
 		},
 	}
 	nf.add(cmd)

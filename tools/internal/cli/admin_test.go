@@ -8,7 +8,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
@@ -16,6 +18,7 @@ import (
 	"jetflow.dev/pkg/auth"
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/natstest"
 	"jetflow.dev/pkg/workflow"
 	"jetflow.dev/tools/internal/backup"
 	"jetflow.dev/tools/internal/devstack"
@@ -108,7 +111,7 @@ func TestRestoreRefusalComesFirst(t *testing.T) {
 func TestAdminFindsDevWithoutFlags(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	stackIn(t, dir)
+	info, _ := stackIn(t, dir)
 	c, err := devstack.ReadConn(dir)
 	require.NoError(t, err)
 	require.Equal(t, filepath.Join(dir, devstack.AuthDir, "default", "admin.creds"), c.AdminCreds)
@@ -122,6 +125,19 @@ func TestAdminFindsDevWithoutFlags(t *testing.T) {
 	require.Contains(t, out.String(), "backing up "+c.NATS)
 	require.Contains(t, out.String(), "backup done")
 
+	// A three-hour sleep's notice is set back to its firing; a client may not.
+	code, _, stderr := jetflow(t, info.APIURL, "workflow", "apply", "-f", writeFile(t, "name: nap\nsteps:\n  - {id: nap, kind: sleep, duration: 3h}\n"))
+	require.Equal(t, ExitOK, code, stderr)
+	code, _, stderr = jetflow(t, info.APIURL, "run", "nap", "--id", "nap-1")
+	require.Equal(t, ExitOK, code, stderr)
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		_, evs, _ := jetflow(t, info.APIURL, "events", "nap-1")
+		return strings.Contains(evs, "step.waiting")
+	}, "nap-1 does not sleep")
+	code, stdout, stderr := jetflow(t, "", "admin", "clear-notices", "--nats", c.NATS, "--creds", c.ClientCreds)
+	require.Equal(t, ExitDenied, code, stderr)
+	require.Contains(t, stderr, "admin identity")
+	require.Empty(t, stdout, "nothing printed as done")
 	out.Reset()
 	errOut.Reset()
 	clear := a.clearNoticesCmd()
@@ -129,7 +145,8 @@ func TestAdminFindsDevWithoutFlags(t *testing.T) {
 	clear.SetContext(t.Context())
 	require.NoError(t, clear.Execute(), errOut.String())
 	require.Contains(t, out.String(), c.NATS+": ", "it says which deployment it read")
-	require.Contains(t, out.String(), "notices among them 0, set back to their firings 0", "nothing sleeps long in a new stack")
+	require.Contains(t, out.String(), "notices among them 1, set back to their firings 1", "the sleep's notice")
+	require.Contains(t, out.String(), "no notice left")
 
 	out.Reset()
 	errOut.Reset()

@@ -36,9 +36,9 @@ const Source = "jetflow/admin"
 
 // Result is what ToFirings did.
 type Result struct {
-	// Schedules is how many pending schedules it read.
+	// Schedules is how many pending schedules its first pass read.
 	Schedules int `json:"schedules"`
-	// Notices is how many of them were notices.
+	// Notices is how many notices its passes found.
 	Notices int `json:"notices"`
 	// Set is how many notices it set back to their firings.
 	Set int `json:"set"`
@@ -47,12 +47,28 @@ type Result struct {
 	Changed int `json:"changed"`
 	// Unreadable is how many schedules it could not decode, and left so.
 	Unreadable int `json:"unreadable"`
+	// Passes is how many times it read the schedules: until a pass finds
+	// no notice (the listing is paged, and schedules that fire between
+	// its pages can hide others from it), at most MaxPasses.
+	Passes int `json:"passes"`
+	// Left is how many notices the last pass still found (0 when it is
+	// done).
+	Left int `json:"left"`
+	// Fired is how many notices have fired and wait for a dispatcher
+	// that knows them (their partitions' notices consumers' backlog): a
+	// rollback must wait until they are handled.
+	Fired uint64 `json:"fired"`
 }
 
+// MaxPasses bounds ToFirings' passes over the schedules.
+const MaxPasses = 5
+
 // ToFirings sets every pending notice in JF_TIMERS back to its timer's
-// firing, at its due time. now is the clock of the events it writes.
-// Dispatchers still setting notices (without -timer-notices=false) set
-// new ones meanwhile: turn them off first.
+// firing, at its due time, passing over the schedules until a pass finds
+// none (at most MaxPasses), then counts the notices that fired and wait
+// for a dispatcher (Result.Fired). now is the clock of the events it
+// writes. Dispatchers still setting notices (without
+// -timer-notices=false) set new ones meanwhile: turn them off first.
 func ToFirings(ctx context.Context, js jetstream.JetStream, now func() time.Time) (Result, error) {
 	var res Result
 	n, err := bus.Partitions(ctx, js)
@@ -63,9 +79,53 @@ func ToFirings(ctx context.Context, js jetstream.JetStream, now func() time.Time
 	if err != nil {
 		return res, fmt.Errorf("open stream %s: %w", bus.StreamTimers, err)
 	}
+	for res.Passes < MaxPasses {
+		res.Passes++
+		var pass Result
+		if err := pass.over(ctx, js, stream, n, now); err != nil {
+			return res.add(pass), err
+		}
+		res = res.add(pass)
+		if res.Left = pass.Notices; pass.Notices == 0 {
+			break
+		}
+	}
+	for p := range n {
+		c, err := js.Consumer(ctx, bus.StreamTimers, bus.PartitionNoticesConsumer(p))
+		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			continue // an older bootstrap's deployment: no notice fired into it
+		}
+		if err != nil {
+			return res, fmt.Errorf("the notices consumer of partition %d: %w", p, err)
+		}
+		info, err := c.Info(ctx)
+		if err != nil {
+			return res, fmt.Errorf("the notices consumer of partition %d: %w", p, err)
+		}
+		res.Fired += info.NumPending + uint64(info.NumAckPending)
+	}
+	return res, nil
+}
+
+// add is r with the counts of a pass added: the pending schedules and
+// the unreadable ones as the first pass found them, the notices each
+// pass found and what it did with them.
+func (r Result) add(pass Result) Result {
+	if r.Passes == 1 {
+		r.Schedules, r.Unreadable = pass.Schedules, pass.Unreadable
+	}
+	r.Notices += pass.Notices
+	r.Set += pass.Set
+	r.Changed += pass.Changed
+	return r
+}
+
+// over is one pass over the schedules of stream, counted into r.
+func (r *Result) over(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, n int, now func() time.Time) error {
+	res := r
 	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(bus.SchedulesPrefix+".>"))
 	if err != nil {
-		return res, fmt.Errorf("list the schedules of %s: %w", bus.StreamTimers, err)
+		return fmt.Errorf("list the schedules of %s: %w", bus.StreamTimers, err)
 	}
 	subjects := make([]string, 0, len(info.State.Subjects))
 	for s := range info.State.Subjects {
@@ -78,7 +138,7 @@ func ToFirings(ctx context.Context, js jetstream.JetStream, now func() time.Time
 			continue // fired since it was listed
 		}
 		if err != nil {
-			return res, fmt.Errorf("read the schedule %s: %w", subject, err)
+			return fmt.Errorf("read the schedule %s: %w", subject, err)
 		}
 		res.Schedules++
 		ev, err := bus.Decode(m.Header, m.Data)
@@ -97,7 +157,7 @@ func ToFirings(ctx context.Context, js jetstream.JetStream, now func() time.Time
 		}
 		set, err := toFiring(ctx, js, notice, m.Sequence, n, now())
 		if err != nil {
-			return res, err
+			return err
 		}
 		if set {
 			res.Set++
@@ -105,7 +165,7 @@ func ToFirings(ctx context.Context, js jetstream.JetStream, now func() time.Time
 			res.Changed++
 		}
 	}
-	return res, nil
+	return nil
 }
 
 // toFiring replaces the notice stored at seq with its timer's firing at

@@ -72,9 +72,17 @@ func TestToFiringsSetsNoticesBackToTheirFirings(t *testing.T) {
 	_, _, _, seq := pending(t, js, "t4")
 	require.Equal(t, rearmed, seq, "the re-arming's schedule is kept")
 
+	// A notice that fired and waits for a dispatcher that knows notices.
+	fired, err := bus.Encode(bus.PartitionNoticeSubject(partition.Of("x5", n), "x5"), events.New("jetflow/dispatcher", "x5", "wf", time.Now(),
+		&events.TimerNotice{ExecutionID: "x5", Workflow: "wf", TimerID: "t5", Due: later}))
+	require.NoError(t, err)
+	_, err = js.PublishMsg(t.Context(), fired)
+	require.NoError(t, err)
+
 	res, err := ToFirings(t.Context(), js, time.Now)
 	require.NoError(t, err)
-	require.Equal(t, Result{Schedules: 4, Notices: 3, Set: 3}, res)
+	require.Equal(t, Result{Schedules: 4, Notices: 3, Set: 3, Passes: 2, Fired: 1}, res,
+		"a second pass finds no notice left; the fired one is counted, for the rollback to wait for")
 
 	ev, at, target, _ := pending(t, js, "t1")
 	require.Equal(t, events.TypeFireTimer, ev.Type)
@@ -100,5 +108,5 @@ func TestToFiringsSetsNoticesBackToTheirFirings(t *testing.T) {
 	// Run again: nothing left to set.
 	res, err = ToFirings(t.Context(), js, time.Now)
 	require.NoError(t, err)
-	require.Equal(t, Result{Schedules: 3}, res, "t3's schedule fired; the other three are firings")
+	require.Equal(t, Result{Schedules: 3, Passes: 1, Fired: 1}, res, "t3's schedule fired; the other three are firings")
 }
