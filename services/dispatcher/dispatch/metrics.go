@@ -3,7 +3,6 @@ package dispatch
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -515,10 +514,7 @@ func (d *Dispatcher) consumerRefs() []metrics.ConsumerRef {
 	for _, r := range held {
 		// Those bound so far: a partition just taken may not have made
 		// its consumers yet.
-		r.mu.Lock()
-		cs := slices.Clone(r.specs)
-		r.mu.Unlock()
-		for _, c := range cs {
+		for _, c := range r.consumers() {
 			out = append(out, metrics.ConsumerRef{Stream: c.Stream, Consumer: c.Config.Durable})
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -149,15 +150,15 @@ func (d *Dispatcher) acquire(ctx context.Context, p int, epoch uint64, enqueue f
 		}
 	}
 	for _, c := range bus.PartitionConsumers(d.durables(), p) {
-		notices := c.Config.Durable == bus.PartitionNoticesConsumer(p)
+		// Made by the bootstrap since notices have their own subjects:
+		// against an older one, the partition is taken without it, and
+		// it is bound once made (noticesLater).
+		later := d.cfg.BindOnly && c.Config.Durable == bus.PartitionNoticesConsumer(p)
 		bctx, cancel := context.WithCancel(ctx)
 		wait := func(err error) {
 			d.log.Warn().Err(err).Int("partition", p).Msg("waiting for the bootstrap")
 		}
-		if notices && d.cfg.BindOnly {
-			// Made by the bootstrap since notices have their own
-			// subjects: against an older one, the partition is taken
-			// without it, and it is bound once made (noticesLater).
+		if later {
 			wait = func(err error) {
 				if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
 					cancel()
@@ -168,7 +169,7 @@ func (d *Dispatcher) acquire(ctx context.Context, p int, epoch uint64, enqueue f
 		}
 		cons, err := bus.Bind(bctx, d.js, !d.cfg.BindOnly, c, wait)
 		cancel()
-		if err != nil && notices && d.cfg.BindOnly && ctx.Err() == nil {
+		if err != nil && later && ctx.Err() == nil {
 			d.later.Go(func() { d.noticesLater(ctx, r, c, current, enqueue, err) })
 			continue
 		}
@@ -394,10 +395,15 @@ func (d *Dispatcher) retook(p int, old, new uint64) {
 // twice is stale the second time).
 func (d *Dispatcher) heldMeanwhile(ctx context.Context, p int, epoch uint64) {
 	d.rescue.took(p) // the one that held it meanwhile may have died running local steps
-	for _, c := range bus.PartitionConsumers(d.durables(), p) {
-		if c.Config.Durable == bus.PartitionNoticesConsumer(p) && !d.noticesAt(p) {
-			continue // not made yet (an older bootstrap): nothing of it in hand
-		}
+	d.parts.mu.Lock()
+	r := d.parts.running[p]
+	d.parts.mu.Unlock()
+	if r == nil {
+		return // not started yet: its start resets each consumer as it binds it
+	}
+	// Those bound so far: one bound later (a notices consumer an older
+	// bootstrap had not made) is reset as it is bound.
+	for _, c := range r.consumers() {
 		if _, ok := d.parts.table.Current(p, epoch); !ok || ctx.Err() != nil {
 			return // lost or given up since: its next holder resets them
 		}
@@ -414,6 +420,14 @@ func (d *Dispatcher) heldMeanwhile(ctx context.Context, p int, epoch uint64) {
 // errNotHeld: a partition's consumer is not consumed again once the
 // partition is no longer held here (its next holder consumes it).
 var errNotHeld = errors.New("the partition is no longer held here")
+
+// consumers are the consumers the holding r consumes so far, in the
+// order it bound them.
+func (r *consuming) consumers() []bus.Consumer {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.specs)
+}
 
 // add keeps cc, the consuming of c, or stops it if the holding was
 // released meanwhile.

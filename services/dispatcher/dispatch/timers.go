@@ -28,13 +28,14 @@ func (d *Dispatcher) setSchedule(ctx context.Context, execID, wf, id string, due
 	// here then.
 	now := d.cfg.Now()
 	at, cmd, cmdID := due, events.Payload(&events.FireTimer{ExecutionID: execID, Workflow: wf, TimerID: id}), "fire-"+id
-	target := bus.PartitionTimerSubject(d.partitionOf(execID), execID)
+	p := d.partitionOf(execID)
+	target := bus.PartitionTimerSubject(p, execID)
 	kept := memory && d.soon.fits(now, due)
 	if kept {
 		at = due.Add(scheduleGrace)
 	} else if noticed, ok := d.soon.noticeAt(now, due); ok && notices {
 		at, cmd, cmdID = noticed, &events.TimerNotice{ExecutionID: execID, Workflow: wf, TimerID: id, Due: due}, "notice-"+id
-		target = bus.PartitionNoticeSubject(d.partitionOf(execID), execID)
+		target = bus.PartitionNoticeSubject(p, execID)
 	}
 	ev := events.New(d.cfg.Source, execID, wf, now, cmd)
 	ev.ID = cmdID

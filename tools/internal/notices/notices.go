@@ -80,13 +80,18 @@ func ToFirings(ctx context.Context, js jetstream.JetStream, now func() time.Time
 		return res, fmt.Errorf("open stream %s: %w", bus.StreamTimers, err)
 	}
 	for res.Passes < MaxPasses {
-		res.Passes++
-		var pass Result
-		if err := pass.over(ctx, js, stream, n, now); err != nil {
-			return res.add(pass), err
+		pass, err := onePass(ctx, js, stream, n, now)
+		if res.Passes++; res.Passes == 1 { // the pending schedules, as first found
+			res.Schedules, res.Unreadable = pass.Schedules, pass.Unreadable
 		}
-		res = res.add(pass)
-		if res.Left = pass.Notices; pass.Notices == 0 {
+		res.Notices += pass.Notices
+		res.Set += pass.Set
+		res.Changed += pass.Changed
+		res.Left = pass.Notices
+		if err != nil {
+			return res, err
+		}
+		if pass.Notices == 0 {
 			break
 		}
 	}
@@ -107,25 +112,12 @@ func ToFirings(ctx context.Context, js jetstream.JetStream, now func() time.Time
 	return res, nil
 }
 
-// add is r with the counts of a pass added: the pending schedules and
-// the unreadable ones as the first pass found them, the notices each
-// pass found and what it did with them.
-func (r Result) add(pass Result) Result {
-	if r.Passes == 1 {
-		r.Schedules, r.Unreadable = pass.Schedules, pass.Unreadable
-	}
-	r.Notices += pass.Notices
-	r.Set += pass.Set
-	r.Changed += pass.Changed
-	return r
-}
-
-// over is one pass over the schedules of stream, counted into r.
-func (r *Result) over(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, n int, now func() time.Time) error {
-	res := r
+// onePass is one pass over the schedules of stream: what it read, found
+// and did, so far if it failed.
+func onePass(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, n int, now func() time.Time) (res Result, err error) {
 	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(bus.SchedulesPrefix+".>"))
 	if err != nil {
-		return fmt.Errorf("list the schedules of %s: %w", bus.StreamTimers, err)
+		return res, fmt.Errorf("list the schedules of %s: %w", bus.StreamTimers, err)
 	}
 	subjects := make([]string, 0, len(info.State.Subjects))
 	for s := range info.State.Subjects {
@@ -138,7 +130,7 @@ func (r *Result) over(ctx context.Context, js jetstream.JetStream, stream jetstr
 			continue // fired since it was listed
 		}
 		if err != nil {
-			return fmt.Errorf("read the schedule %s: %w", subject, err)
+			return res, fmt.Errorf("read the schedule %s: %w", subject, err)
 		}
 		res.Schedules++
 		ev, err := bus.Decode(m.Header, m.Data)
@@ -157,7 +149,7 @@ func (r *Result) over(ctx context.Context, js jetstream.JetStream, stream jetstr
 		}
 		set, err := toFiring(ctx, js, notice, m.Sequence, n, now())
 		if err != nil {
-			return err
+			return res, err
 		}
 		if set {
 			res.Set++
@@ -165,7 +157,7 @@ func (r *Result) over(ctx context.Context, js jetstream.JetStream, stream jetstr
 			res.Changed++
 		}
 	}
-	return nil
+	return res, nil
 }
 
 // toFiring replaces the notice stored at seq with its timer's firing at
