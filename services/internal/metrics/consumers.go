@@ -21,7 +21,7 @@ type ConsumerRef struct{ Stream, Consumer string }
 const LagTimeout = 2 * time.Second
 
 // lagLookups bounds the consumer info requests of one scrape in flight at
-// once (a dispatcher holding every partition binds 3 + 3×partitions).
+// once (a dispatcher holding every partition binds 3 + 4×partitions).
 const lagLookups = 8
 
 // ConsumerLag is a collector of the backlog of the durable consumers a
