@@ -333,11 +333,32 @@ func (a *Agent) Run(ctx context.Context) error {
 	}()
 	a.running.Store(true)
 	context.AfterFunc(ctx, func() { a.running.Store(false) }) // stopping: not ready
-	var workers sync.WaitGroup
-	for _, l := range queues {
-		log := a.log.With().Str("queue", l.queue).Logger()
+	// Each worker's pull requests are answered on a subscription of its
+	// own (pull.go), made before any worker starts.
+	api := apiPrefix(a.js.Options())
+	workersOf := make([][]*worker, len(queues))
+	for i := range queues {
 		for w := range a.cfg.Concurrency {
-			workers.Go(func() { a.serve(ctx, taskCtx, l, &worker{reserved: w < reservedWorkers(a.cfg.Concurrency)}, log) })
+			p, err := newPulls(a.js.Conn(), api)
+			if err != nil {
+				for _, ws := range workersOf {
+					for _, w := range ws {
+						w.pulls.close()
+					}
+				}
+				return err
+			}
+			workersOf[i] = append(workersOf[i], &worker{reserved: w < reservedWorkers(a.cfg.Concurrency), pulls: p})
+		}
+	}
+	var workers sync.WaitGroup
+	for i, l := range queues {
+		log := a.log.With().Str("queue", l.queue).Logger()
+		for _, w := range workersOf[i] {
+			workers.Go(func() {
+				defer w.pulls.close()
+				a.serve(ctx, taskCtx, l, w, log)
+			})
 		}
 	}
 	p := a.cfg.Policy

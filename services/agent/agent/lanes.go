@@ -39,9 +39,7 @@ import (
 // they were idle when their pull ends (longPoll) or a task comes.
 const (
 	// lanePoll is how long a flex worker waits on one lane before it looks
-	// at the other again. The pull's own expiry ends it (FetchMaxWait,
-	// which listens a second longer than it asks the server to wait), so
-	// that a task delivered at its end is not lost to the ack wait.
+	// at the other again. The pull's own expiry ends it.
 	lanePoll = time.Second
 	// bulkActive is how long after the last task taken from the bulk lane
 	// flex workers wait on it rather than on the normal lane.
@@ -157,6 +155,7 @@ func (a *Agent) bindBulk(ctx context.Context, l *lanes, tried func()) {
 type worker struct {
 	reserved bool // the normal lane only
 	taken    int  // tasks taken from either lane, for bulkTurn
+	pulls    *pulls
 }
 
 // next waits for a worker's next task: nil when none came in time (or
@@ -173,11 +172,11 @@ func (a *Agent) next(ctx context.Context, l *lanes, w *worker, log zerolog.Logge
 func (a *Agent) take(ctx context.Context, l *lanes, w *worker, log zerolog.Logger) (jetstream.Msg, error) {
 	bulk, normal := l.bulkConsumer(), l.normalConsumer()
 	if w.reserved || bulk == nil {
-		return fetchOne(ctx, normal, longPoll, bus.PullHeartbeat)
+		return w.fetchOne(ctx, normal, longPoll, bus.PullHeartbeat)
 	}
-	lookNormal := func() (jetstream.Msg, error) { return fetchNow(ctx, normal) }
+	lookNormal := func() (jetstream.Msg, error) { return w.fetchNow(ctx, normal) }
 	lookBulk := func() (jetstream.Msg, error) {
-		m, err := fetchNow(ctx, bulk)
+		m, err := w.fetchNow(ctx, bulk)
 		if err != nil { // the normal lane must not stall with it
 			l.warnBulk(log, err, "fetch a task from the bulk lane")
 			a.rebindIfGone(ctx, l, true, log)
@@ -197,7 +196,7 @@ func (a *Agent) take(ctx context.Context, l *lanes, w *worker, log zerolog.Logge
 		}
 	}
 	if time.Since(time.Unix(0, l.lastBulk.Load())) < bulkActive {
-		m, err := fetchShort(ctx, bulk)
+		m, err := w.fetchShort(ctx, bulk)
 		if m != nil {
 			l.lastBulk.Store(time.Now().UnixNano())
 		}
@@ -205,63 +204,28 @@ func (a *Agent) take(ctx context.Context, l *lanes, w *worker, log zerolog.Logge
 	}
 	if l.scout.CompareAndSwap(false, true) {
 		defer l.scout.Store(false)
-		return fetchShort(ctx, normal)
+		return w.fetchShort(ctx, normal)
 	}
-	return fetchOne(ctx, normal, longPoll, bus.PullHeartbeat)
+	return w.fetchOne(ctx, normal, longPoll, bus.PullHeartbeat)
 }
 
 // fetchOne waits up to expiry for one message of cons, with heartbeats
 // every hb (a pull whose consumer's leader moved is given up within two
 // of them); ctx ending ends it at once.
-func fetchOne(ctx context.Context, cons jetstream.Consumer, expiry, hb time.Duration) (jetstream.Msg, error) {
-	fctx, cancel := context.WithTimeout(ctx, expiry)
-	defer cancel()
-	batch, err := cons.Fetch(1, jetstream.FetchContext(fctx), jetstream.FetchHeartbeat(hb))
-	if err != nil {
-		return nil, err
-	}
-	return first(ctx, batch)
+func (w *worker) fetchOne(ctx context.Context, cons jetstream.Consumer, expiry, hb time.Duration) (jetstream.Msg, error) {
+	return w.pulls.take(ctx, cons, pullOpts{expires: expiry, heartbeat: hb})
 }
 
-// fetchShort waits up to lanePoll for one message of cons. The server's
-// expiry of the pull ends it, not a context: a context set to lanePoll
-// would have nats.go stop listening a tenth of it after the server stops
-// waiting, and a task delivered in that gap, or later over a slow link,
-// would wait for the ack wait. ctx ending does not end it: a worker
-// stopping waits up to lanePoll, and hands back what came.
-func fetchShort(ctx context.Context, cons jetstream.Consumer) (jetstream.Msg, error) {
-	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(lanePoll))
-	if err != nil {
-		return nil, err
-	}
-	return first(ctx, batch)
+// fetchShort waits up to lanePoll for one message of cons: the server's
+// expiry of the pull ends it. ctx ending ends it at once; a task that
+// comes for it afterwards is handed back at the worker's next pull.
+func (w *worker) fetchShort(ctx context.Context, cons jetstream.Consumer) (jetstream.Msg, error) {
+	return w.pulls.take(ctx, cons, pullOpts{expires: lanePoll})
 }
 
 // fetchNow takes one message of cons if one is waiting.
-func fetchNow(ctx context.Context, cons jetstream.Consumer) (jetstream.Msg, error) {
-	batch, err := cons.FetchNoWait(1)
-	if err != nil {
-		return nil, err
-	}
-	return first(ctx, batch)
-}
-
-// first returns the batch's message, if any, and the error that ended the
-// batch unless it only timed out. A message that arrives as ctx ends is
-// handed back.
-func first(ctx context.Context, batch jetstream.MessageBatch) (jetstream.Msg, error) {
-	var got jetstream.Msg
-	for m := range batch.Messages() {
-		if got != nil || ctx.Err() != nil {
-			_ = m.Nak()
-			continue
-		}
-		got = m
-	}
-	if err := batch.Error(); got == nil && err != nil && !errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-		return nil, err
-	}
-	return got, nil
+func (w *worker) fetchNow(ctx context.Context, cons jetstream.Consumer) (jetstream.Msg, error) {
+	return w.pulls.take(ctx, cons, pullOpts{noWait: true})
 }
 
 // serve is one worker of queue l: take a task, run it, repeat until ctx

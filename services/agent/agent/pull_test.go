@@ -1,0 +1,263 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/natstest"
+)
+
+// pullBed is a work-queue stream with one consumer, as a queue's lane,
+// on a real server, and a worker's pulls.
+type pullBed struct {
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	cons  jetstream.Consumer
+	pulls *pulls
+}
+
+func newPullBed(t *testing.T) *pullBed {
+	t.Helper()
+	s := natstest.RunJetStream(t)
+	nc, js := natstest.Connect(t, s)
+	ctx := t.Context()
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "PULLS", Subjects: []string{"pulls.>"}, Retention: jetstream.WorkQueuePolicy})
+	require.NoError(t, err)
+	cons, err := js.CreateOrUpdateConsumer(ctx, "PULLS", jetstream.ConsumerConfig{Durable: "lane", AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute})
+	require.NoError(t, err)
+	p, err := newPulls(nc, apiPrefix(js.Options()))
+	require.NoError(t, err)
+	t.Cleanup(p.close)
+	return &pullBed{nc: nc, js: js, cons: cons, pulls: p}
+}
+
+func (b *pullBed) publish(t *testing.T, data string) {
+	t.Helper()
+	_, err := b.js.Publish(t.Context(), "pulls.task", []byte(data))
+	require.NoError(t, err)
+}
+
+func (b *pullBed) info(t *testing.T) *jetstream.ConsumerInfo {
+	t.Helper()
+	ci, err := b.cons.Info(t.Context())
+	require.NoError(t, err)
+	return ci
+}
+
+// waiting waits until the server holds n pull requests of the lane.
+func (b *pullBed) waiting(t *testing.T, n int) {
+	t.Helper()
+	natstest.Eventually(t, 30*time.Second, func() bool { return b.info(t).NumWaiting == n },
+		"the server holds %d pull requests (it holds %v)", n, natstest.Later(func() any { return b.info(t).NumWaiting }))
+}
+
+type taken struct {
+	m   jetstream.Msg
+	err error
+}
+
+func (b *pullBed) takeLater(ctx context.Context, o pullOpts) <-chan taken {
+	ch := make(chan taken, 1)
+	go func() {
+		m, err := b.pulls.take(ctx, b.cons, o)
+		ch <- taken{m, err}
+	}()
+	return ch
+}
+
+// TestPullTakesOneTask: a pull takes a waiting task, with its metadata
+// read from its ack subject; the task's acknowledgement removes it from
+// the work queue, once; with none waiting, a pull that does not wait
+// gets nothing at once.
+func TestPullTakesOneTask(t *testing.T) {
+	t.Parallel()
+	b := newPullBed(t)
+	b.publish(t, "one")
+	m, err := b.pulls.take(t.Context(), b.cons, pullOpts{noWait: true})
+	require.NoError(t, err)
+	require.NotNil(t, m)
+	require.Equal(t, "one", string(m.Data()))
+	require.Equal(t, "pulls.task", m.Subject())
+	md, err := m.Metadata()
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), md.Sequence.Stream)
+	require.Equal(t, uint64(1), md.NumDelivered)
+	require.Equal(t, "PULLS", md.Stream)
+	require.Equal(t, "lane", md.Consumer)
+	require.False(t, md.Timestamp.IsZero())
+
+	require.NoError(t, m.InProgress())
+	require.NoError(t, m.Ack())
+	require.ErrorIs(t, m.Ack(), jetstream.ErrMsgAlreadyAckd)
+	require.ErrorIs(t, m.Nak(), jetstream.ErrMsgAlreadyAckd)
+	require.ErrorIs(t, m.InProgress(), jetstream.ErrMsgAlreadyAckd)
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		si, err := b.js.Stream(t.Context(), "PULLS")
+		return err == nil && si.CachedInfo().State.Msgs == 0
+	}, "the acknowledged task leaves the work queue")
+
+	m, err = b.pulls.take(t.Context(), b.cons, pullOpts{noWait: true})
+	require.NoError(t, err)
+	require.Nil(t, m, "no task waits")
+}
+
+// TestPullWaitsForATask: a pull that waits gets the task published while
+// it waits; one that expires gets nothing.
+func TestPullWaitsForATask(t *testing.T) {
+	t.Parallel()
+	b := newPullBed(t)
+	got := b.takeLater(t.Context(), pullOpts{expires: 30 * time.Second, heartbeat: time.Second})
+	b.waiting(t, 1)
+	b.publish(t, "later")
+	r := <-got
+	require.NoError(t, r.err)
+	require.NotNil(t, r.m)
+	require.Equal(t, "later", string(r.m.Data()))
+	require.NoError(t, r.m.DoubleAck(t.Context()))
+
+	m, err := b.pulls.take(t.Context(), b.cons, pullOpts{expires: 200 * time.Millisecond})
+	require.NoError(t, err)
+	require.Nil(t, m, "the request expired with no task")
+}
+
+// TestPullGivenUp: a task that comes for a request its worker gave up
+// (its context ended) is handed back at the worker's next pull, and
+// taken again, delivered a second time; the end of a request given up
+// does not end the next one.
+func TestPullGivenUp(t *testing.T) {
+	t.Parallel()
+	b := newPullBed(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	got := b.takeLater(ctx, pullOpts{expires: 30 * time.Second, heartbeat: time.Second})
+	b.waiting(t, 1)
+	cancel()
+	r := <-got
+	require.NoError(t, r.err)
+	require.Nil(t, r.m)
+
+	b.publish(t, "for the request given up")
+	natstest.Eventually(t, 30*time.Second, func() bool { return len(b.pulls.ch) > 0 },
+		"the task comes on the worker's subscription")
+	m, err := b.pulls.take(t.Context(), b.cons, pullOpts{expires: 30 * time.Second, heartbeat: time.Second})
+	require.NoError(t, err)
+	require.NotNil(t, m)
+	md, err := m.Metadata()
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), md.NumDelivered, "handed back, then delivered again")
+	require.NoError(t, m.Term())
+
+	// A request given up whose expiry comes while the next one waits.
+	ctx, cancel = context.WithCancel(t.Context())
+	got = b.takeLater(ctx, pullOpts{expires: 300 * time.Millisecond})
+	b.waiting(t, 1)
+	cancel()
+	require.Nil(t, (<-got).m)
+	gaveUp := time.Now()
+	got = b.takeLater(t.Context(), pullOpts{expires: 30 * time.Second, heartbeat: time.Second})
+	natstest.Eventually(t, 30*time.Second, func() bool { return time.Since(gaveUp) > time.Second && b.info(t).NumWaiting == 1 },
+		"the request given up expired, and the next one waits")
+	b.publish(t, "for the next request")
+	r = <-got
+	require.NoError(t, r.err)
+	require.NotNil(t, r.m, "the expiry of the request given up did not end the next one")
+	require.Equal(t, "for the next request", string(r.m.Data()))
+	require.NoError(t, r.m.Ack())
+}
+
+// TestPullConsumerDeleted: a pull waiting on a consumer that is deleted
+// says so, and the agent binds the consumer again (lanes.go).
+func TestPullConsumerDeleted(t *testing.T) {
+	t.Parallel()
+	b := newPullBed(t)
+	got := b.takeLater(t.Context(), pullOpts{expires: 30 * time.Second, heartbeat: time.Second})
+	b.waiting(t, 1)
+	require.NoError(t, b.js.DeleteConsumer(t.Context(), "PULLS", "lane"))
+	r := <-got
+	require.Nil(t, r.m)
+	require.ErrorIs(t, r.err, jetstream.ErrConsumerDeleted)
+}
+
+// TestPullMissedHeartbeats: a pull whose server stops answering (its
+// consumer's leader moved) is given up within two missed heartbeats. The
+// JetStream API here is a responder that answers one heartbeat and then
+// nothing, as a leader that went away.
+func TestPullMissedHeartbeats(t *testing.T) {
+	t.Parallel()
+	b := newPullBed(t)
+	sub, err := b.nc.Subscribe("silent.API.CONSUMER.MSG.NEXT.>", func(m *nats.Msg) {
+		hb := nats.NewMsg(m.Reply)
+		hb.Header.Set("Status", statusHeartbeat)
+		hb.Header.Set("Description", "Idle Heartbeat")
+		_ = b.nc.PublishMsg(hb)
+	})
+	require.NoError(t, err)
+	defer func() { _ = sub.Unsubscribe() }()
+	p, err := newPulls(b.nc, "silent.API.")
+	require.NoError(t, err)
+	defer p.close()
+	began := time.Now()
+	m, err := p.take(t.Context(), b.cons, pullOpts{expires: 30 * time.Second, heartbeat: 100 * time.Millisecond})
+	require.Nil(t, m)
+	require.ErrorIs(t, err, jetstream.ErrNoHeartbeat)
+	require.Less(t, time.Since(began), 30*time.Second, "given up before the request's expiry")
+}
+
+// TestPullStatuses: what the status ending a request means to a worker.
+func TestPullStatuses(t *testing.T) {
+	t.Parallel()
+	status := func(code, desc string) *nats.Msg {
+		m := nats.NewMsg("x")
+		m.Header.Set("Status", code)
+		m.Header.Set("Description", desc)
+		return m
+	}
+	require.NoError(t, statusErr(status("404", "No Messages")))
+	require.NoError(t, statusErr(status("408", "Request Timeout")))
+	require.ErrorIs(t, statusErr(status("503", "")), nats.ErrNoResponders)
+	require.ErrorIs(t, statusErr(status("409", "Consumer Deleted")), jetstream.ErrConsumerDeleted)
+	require.ErrorIs(t, statusErr(status("409", "Leadership Change")), jetstream.ErrConsumerLeadershipChanged)
+	err := statusErr(status("409", "Exceeded MaxWaiting"))
+	require.ErrorContains(t, err, "Exceeded MaxWaiting")
+	require.ErrorContains(t, statusErr(status("400", "Bad Request")), "400 Bad Request")
+	require.False(t, errors.Is(err, jetstream.ErrConsumerDeleted))
+
+	require.Equal(t, "$JS.API.", apiPrefix(jetstream.JetStreamOptions{}))
+	require.Equal(t, "$JS.hub.API.", apiPrefix(jetstream.JetStreamOptions{Domain: "hub"}))
+	require.Equal(t, "other.API.", apiPrefix(jetstream.JetStreamOptions{APIPrefix: "other.API"}))
+}
+
+// TestPullsShareNoAnswers: two workers' pulls on one lane each get their
+// own task.
+func TestPullsShareNoAnswers(t *testing.T) {
+	t.Parallel()
+	b := newPullBed(t)
+	other, err := newPulls(b.nc, apiPrefix(b.js.Options()))
+	require.NoError(t, err)
+	defer other.close()
+	first := b.takeLater(t.Context(), pullOpts{expires: 30 * time.Second, heartbeat: time.Second})
+	second := make(chan taken, 1)
+	go func() {
+		m, err := other.take(t.Context(), b.cons, pullOpts{expires: 30 * time.Second, heartbeat: time.Second})
+		second <- taken{m, err}
+	}()
+	b.waiting(t, 2)
+	for i := range 2 {
+		b.publish(t, strconv.Itoa(i))
+	}
+	seen := map[string]bool{}
+	for _, ch := range []<-chan taken{first, second} {
+		r := <-ch
+		require.NoError(t, r.err)
+		require.NotNil(t, r.m)
+		seen[string(r.m.Data())] = true
+		require.NoError(t, r.m.Ack())
+	}
+	require.Len(t, seen, 2)
+}
