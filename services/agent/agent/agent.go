@@ -307,10 +307,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	// Their workers start once each has been looked up.
 	var binding, tried sync.WaitGroup
 	defer binding.Wait()
+	// A Run that fails below ends the binding with it.
+	bindCtx, stopBinding := context.WithCancel(ctx)
+	defer stopBinding()
 	for _, l := range queues {
 		tried.Add(1)
 		once := sync.OnceFunc(tried.Done)
-		binding.Go(func() { a.bindBulk(ctx, l, once) })
+		binding.Go(func() { a.bindBulk(bindCtx, l, once) })
 	}
 	tried.Wait()
 	if ctx.Err() != nil {

@@ -18,16 +18,19 @@ import (
 // request for one message (lanes.go). nats.go's Fetch makes a
 // subscription of its own for each pull (a SUB and an UNSUB to the
 // server, a goroutine, a channel and timers): a tenth of a step's CPU at
-// a task's pace. A worker instead keeps one subscription for as long as
-// it serves, on which the answers to all its pull requests come: to
-// request n, on <inbox>.<n>.
+// a task's pace. A worker instead keeps one subscription, on which the
+// answers to its pull requests come (to request n, on <inbox>.<n>), for
+// as long as each request ends by its answer: a task, or the server's
+// status (no task waiting, the request expired, an error).
 //
-// A worker has one request at a time that it waits on. A request it gave
-// up (its wait ended first: the agent stopping, or heartbeats missed) may
-// still be answered: its status names it and is dropped; a task that
-// comes for it is handed back when the worker next asks (it cannot be
-// told from the task that the current request brings, and a task the
-// worker did not wait for may have waited in the agent).
+// A request the worker gives up before its answer (the agent stopping, a
+// pull's own time limit passed, heartbeats missed) would stay with the
+// server, live, while the subscription listens: a task given to it would
+// come while the worker runs another, and wait in the agent, with no
+// heartbeat, while another agent could run it. So giving up ends the
+// subscription, as Fetch does: the server gives no task to a request
+// nobody listens to, and drops it. A task that came before is handed back
+// at once; the worker's next pull subscribes on a new inbox.
 
 // pulls are one worker's pull requests, and the subscription their
 // answers come on.
@@ -35,7 +38,7 @@ type pulls struct {
 	nc    *nats.Conn
 	api   string // the JetStream API's subject prefix, "$JS.API."
 	inbox string
-	sub   *nats.Subscription
+	sub   *nats.Subscription // nil after a request given up, until the next pull
 	ch    chan *nats.Msg
 	n     uint64 // the last request's number
 }
@@ -48,36 +51,47 @@ type pullOpts struct {
 }
 
 // noWaitLimit bounds the wait for the answer to a request that asks for
-// a task only if one waits: the server answers at once.
-const noWaitLimit = 5 * time.Second
+// a task only if one waits: the server answers at once, and a flex
+// worker's look at one lane must not hold up the other long.
+const noWaitLimit = time.Second
 
-// pendingAnswers is room for the answers of a worker's requests: one at a
-// time, but for the heartbeats and end of one it gave up.
-const pendingAnswers = 64
+// pendingAnswers is room for the answers of a worker's request: one, but
+// for the heartbeats that come while the worker is between two looks at
+// the channel.
+const pendingAnswers = 8
 
 // newPulls subscribes to the answers of a worker's pull requests.
 func newPulls(nc *nats.Conn, api string) (*pulls, error) {
-	p := &pulls{nc: nc, api: api, inbox: nc.NewInbox(), ch: make(chan *nats.Msg, pendingAnswers)}
-	sub, err := nc.ChanSubscribe(p.inbox+".*", p.ch)
-	if err != nil {
-		return nil, fmt.Errorf("subscribe to the answers of pull requests: %w", err)
+	p := &pulls{nc: nc, api: api}
+	if err := p.subscribe(); err != nil {
+		return nil, err
 	}
-	p.sub = sub
 	return p, nil
 }
 
-// close ends the subscription and hands back the tasks that came for
-// requests given up. A task the server sends afterwards waits for its
-// ack wait, as one sent to a pull whose worker stopped did with nats.go's
-// Fetch.
-func (p *pulls) close() {
-	_ = p.sub.Unsubscribe()
-	p.drop()
+// subscribe listens for the answers of the worker's pull requests on a
+// new inbox.
+func (p *pulls) subscribe() error {
+	inbox, ch := p.nc.NewInbox(), make(chan *nats.Msg, pendingAnswers)
+	sub, err := p.nc.ChanSubscribe(inbox+".*", ch)
+	if err != nil {
+		return fmt.Errorf("subscribe to the answers of pull requests: %w", err)
+	}
+	p.inbox, p.ch, p.sub = inbox, ch, sub
+	return nil
 }
 
-// drop hands back the tasks that came for requests given up, and drops
-// their statuses.
-func (p *pulls) drop() {
+// giveUp gives up the worker's request: it ends the subscription (the
+// server then gives the request nothing) and hands back a task that came
+// for it meanwhile. A task the server sent before it saw the
+// unsubscription, and after the last look at the channel, waits for its
+// ack wait, as with Fetch.
+func (p *pulls) giveUp() {
+	if p.sub == nil {
+		return
+	}
+	_ = p.sub.Unsubscribe() // no message comes on p.ch after it returns
+	p.sub = nil
 	for {
 		select {
 		case m := <-p.ch:
@@ -90,6 +104,9 @@ func (p *pulls) drop() {
 	}
 }
 
+// close ends the worker's pulls, giving up a request left.
+func (p *pulls) close() { p.giveUp() }
+
 // isStatus reports whether m is a status of the server about a request
 // rather than a task.
 func isStatus(m *nats.Msg) bool { return len(m.Data) == 0 && m.Header.Get("Status") != "" }
@@ -98,6 +115,9 @@ func isStatus(m *nats.Msg) bool { return len(m.Data) == 0 && m.Header.Get("Statu
 // waited, or the request expired) or ctx ended; an error when the server
 // said why it cannot answer, or (with heartbeats) stopped answering.
 func (p *pulls) take(ctx context.Context, cons jetstream.Consumer, o pullOpts) (jetstream.Msg, error) {
+	if ctx.Err() != nil {
+		return nil, nil // asked for nothing: a stopping worker's request would only be given up
+	}
 	info := cons.CachedInfo()
 	if info == nil {
 		return nil, errors.New("pull: the consumer was not bound")
@@ -106,7 +126,11 @@ func (p *pulls) take(ctx context.Context, cons jetstream.Consumer, o pullOpts) (
 	if err != nil {
 		return nil, fmt.Errorf("pull: %w", err)
 	}
-	p.drop()
+	if p.sub == nil {
+		if err := p.subscribe(); err != nil {
+			return nil, err
+		}
+	}
 	p.n++
 	token := strconv.FormatUint(p.n, 10)
 	if err := p.nc.PublishRequest(p.api+"CONSUMER.MSG.NEXT."+info.Stream+"."+info.Name, p.inbox+"."+token, body); err != nil {
@@ -132,7 +156,7 @@ func (p *pulls) take(ctx context.Context, cons jetstream.Consumer, o pullOpts) (
 				return p.task(m), nil
 			}
 			if m.Subject[strings.LastIndexByte(m.Subject, '.')+1:] != token {
-				continue // about a request given up
+				continue // not about this request (none other is live)
 			}
 			if m.Header.Get("Status") == statusHeartbeat {
 				heard = time.Now()
@@ -140,13 +164,17 @@ func (p *pulls) take(ctx context.Context, cons jetstream.Consumer, o pullOpts) (
 			}
 			return nil, statusErr(m)
 		case <-ctx.Done():
+			p.giveUp()
 			return nil, nil
 		case <-deadline.C:
+			p.giveUp()
 			return nil, nil
 		case now := <-beat:
-			// Given up within two missed heartbeats, as nats.go's Fetch
-			// does: the consumer's leader moved, and the request with it.
+			// Given up after two to three missed heartbeats (nats.go's
+			// Fetch: two): the consumer's leader moved, and the request
+			// with it, or the connection stalled.
 			if now.Sub(heard) > 2*o.heartbeat {
+				p.giveUp()
 				return nil, jetstream.ErrNoHeartbeat
 			}
 		}
@@ -251,13 +279,20 @@ func (t *taskMsg) InProgress() error {
 	if t.done.Load() {
 		return jetstream.ErrMsgAlreadyAckd
 	}
+	if t.m.Reply == "" {
+		return jetstream.ErrMsgNoReply
+	}
 	return t.nc.Publish(t.m.Reply, []byte("+WPI"))
 }
 
-// DoubleAck acknowledges the task and waits for the server to confirm.
+// DoubleAck acknowledges the task and waits for the server to confirm
+// (as long as ctx allows).
 func (t *taskMsg) DoubleAck(ctx context.Context) error {
 	if t.done.Load() {
 		return jetstream.ErrMsgAlreadyAckd
+	}
+	if t.m.Reply == "" {
+		return jetstream.ErrMsgNoReply
 	}
 	if _, err := t.nc.RequestWithContext(ctx, t.m.Reply, []byte("+ACK")); err != nil {
 		return err
@@ -270,6 +305,9 @@ func (t *taskMsg) DoubleAck(ctx context.Context) error {
 func (t *taskMsg) settle(body string) error {
 	if t.done.Load() {
 		return jetstream.ErrMsgAlreadyAckd
+	}
+	if t.m.Reply == "" {
+		return jetstream.ErrMsgNoReply
 	}
 	if err := t.nc.Publish(t.m.Reply, []byte(body)); err != nil {
 		return err

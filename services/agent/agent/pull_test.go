@@ -127,10 +127,11 @@ func TestPullWaitsForATask(t *testing.T) {
 	require.Nil(t, m, "the request expired with no task")
 }
 
-// TestPullGivenUp: a task that comes for a request its worker gave up
-// (its context ended) is handed back at the worker's next pull, and
-// taken again, delivered a second time; the end of a request given up
-// does not end the next one.
+// TestPullGivenUp: a request its worker gave up (its context ended) gets
+// no task: the server passes it over, and the worker's next pull takes
+// the task, delivered once; the end of a request given up does not end
+// the next one. A pull asked when the context has already ended asks
+// the server for nothing.
 func TestPullGivenUp(t *testing.T) {
 	t.Parallel()
 	b := newPullBed(t)
@@ -142,16 +143,17 @@ func TestPullGivenUp(t *testing.T) {
 	require.NoError(t, r.err)
 	require.Nil(t, r.m)
 
-	b.publish(t, "for the request given up")
-	natstest.Eventually(t, 30*time.Second, func() bool { return len(b.pulls.ch) > 0 },
-		"the task comes on the worker's subscription")
-	m, err := b.pulls.take(t.Context(), b.cons, pullOpts{expires: 30 * time.Second, heartbeat: time.Second})
+	b.publish(t, "after the request given up")
+	// Its expiry beyond the wait below: a request left live would show.
+	m, err := b.pulls.take(t.Context(), b.cons, pullOpts{expires: time.Minute, heartbeat: time.Second})
 	require.NoError(t, err)
 	require.NotNil(t, m)
 	md, err := m.Metadata()
 	require.NoError(t, err)
-	require.Equal(t, uint64(2), md.NumDelivered, "handed back, then delivered again")
+	require.Equal(t, uint64(1), md.NumDelivered, "the request given up got nothing")
 	require.NoError(t, m.Term())
+	natstest.Eventually(t, 30*time.Second, func() bool { return b.info(t).NumWaiting == 0 },
+		"no request of the worker's is left with the server (it holds %v)", natstest.Later(func() any { return b.info(t).NumWaiting }))
 
 	// A request given up whose expiry comes while the next one waits.
 	ctx, cancel = context.WithCancel(t.Context())
@@ -169,6 +171,84 @@ func TestPullGivenUp(t *testing.T) {
 	require.NotNil(t, r.m, "the expiry of the request given up did not end the next one")
 	require.Equal(t, "for the next request", string(r.m.Data()))
 	require.NoError(t, r.m.Ack())
+
+	asked := b.pulls.n
+	m, err = b.pulls.take(ctx, b.cons, pullOpts{expires: 30 * time.Second, heartbeat: time.Second})
+	require.NoError(t, err)
+	require.Nil(t, m)
+	require.Equal(t, asked, b.pulls.n, "no request made with the context ended")
+}
+
+// TestPullCloseHandsBack: a task that came for the worker's request when
+// it stops is handed back, and the subscription ends.
+func TestPullCloseHandsBack(t *testing.T) {
+	t.Parallel()
+	b := newPullBed(t)
+	p, err := newPulls(b.nc, apiPrefix(b.js.Options()))
+	require.NoError(t, err)
+	b.publish(t, "in hand at the stop")
+	// A request as take makes it, whose task nobody takes from the channel.
+	require.NoError(t, b.nc.PublishRequest("$JS.API.CONSUMER.MSG.NEXT.PULLS.lane", p.inbox+".1", []byte(`{"batch":1,"no_wait":true}`)))
+	natstest.Eventually(t, 30*time.Second, func() bool { return len(p.ch) > 0 }, "the task comes on the subscription")
+	sub := p.sub
+	p.close()
+	require.False(t, sub.IsValid(), "the subscription ended")
+	m, err := b.pulls.take(t.Context(), b.cons, pullOpts{expires: 30 * time.Second, heartbeat: time.Second})
+	require.NoError(t, err)
+	require.NotNil(t, m)
+	md, err := m.Metadata()
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), md.NumDelivered, "handed back at the stop, delivered again")
+	require.Equal(t, uint64(1), md.Sequence.Stream)
+	require.Equal(t, uint64(2), md.Sequence.Consumer)
+	require.NoError(t, m.Ack())
+}
+
+// TestPullIdleWithHeartbeats: a pull with heartbeats on an idle lane lasts
+// until its expiry, and ends with nothing, not an error.
+func TestPullIdleWithHeartbeats(t *testing.T) {
+	t.Parallel()
+	b := newPullBed(t)
+	began := time.Now()
+	m, err := b.pulls.take(t.Context(), b.cons, pullOpts{expires: 4 * time.Second, heartbeat: time.Second})
+	require.NoError(t, err, "the server's heartbeats kept the pull")
+	require.Nil(t, m)
+	require.GreaterOrEqual(t, time.Since(began), 4*time.Second, "it lasted until its expiry")
+	require.NotNil(t, b.pulls.sub, "ended by the server's expiry, not given up: the subscription stays")
+}
+
+// TestPullHandBackWithDelay: a task handed back with a delay is not
+// delivered again before it; the metadata of a delivery names the
+// stream's and the consumer's sequences and the tasks pending.
+func TestPullHandBackWithDelay(t *testing.T) {
+	t.Parallel()
+	b := newPullBed(t)
+	for i := range 3 {
+		b.publish(t, strconv.Itoa(i))
+	}
+	m, err := b.pulls.take(t.Context(), b.cons, pullOpts{noWait: true})
+	require.NoError(t, err)
+	require.NotNil(t, m)
+	md, err := m.Metadata()
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), md.NumPending, "two more wait")
+	require.NoError(t, m.NakWithDelay(time.Minute))
+	require.ErrorIs(t, m.Ack(), jetstream.ErrMsgAlreadyAckd)
+
+	for want := 2; want <= 3; want++ {
+		m, err = b.pulls.take(t.Context(), b.cons, pullOpts{expires: 2 * time.Second})
+		require.NoError(t, err)
+		require.NotNil(t, m)
+		md, err = m.Metadata()
+		require.NoError(t, err)
+		require.Equal(t, uint64(want), md.Sequence.Stream, "the next task, not the one handed back for a minute")
+		require.Equal(t, uint64(want), md.Sequence.Consumer)
+		require.NoError(t, m.DoubleAck(t.Context()))
+		require.ErrorIs(t, m.Ack(), jetstream.ErrMsgAlreadyAckd)
+	}
+	m, err = b.pulls.take(t.Context(), b.cons, pullOpts{expires: 2 * time.Second})
+	require.NoError(t, err)
+	require.Nil(t, m, "the task handed back waits for its delay")
 }
 
 // TestPullConsumerDeleted: a pull waiting on a consumer that is deleted
@@ -203,10 +283,20 @@ func TestPullMissedHeartbeats(t *testing.T) {
 	require.NoError(t, err)
 	defer p.close()
 	began := time.Now()
-	m, err := p.take(t.Context(), b.cons, pullOpts{expires: 30 * time.Second, heartbeat: 100 * time.Millisecond})
+	m, err := p.take(t.Context(), b.cons, pullOpts{expires: 30 * time.Second, heartbeat: 250 * time.Millisecond})
 	require.Nil(t, m)
 	require.ErrorIs(t, err, jetstream.ErrNoHeartbeat)
-	require.Less(t, time.Since(began), 30*time.Second, "given up before the request's expiry")
+	// Three heartbeats at most (0.75 s), with room for a loaded machine.
+	require.Less(t, time.Since(began), 5*time.Second, "given up long before the request's expiry")
+	require.Nil(t, p.sub, "the request given up, its subscription ended")
+
+	// A look that gets no answer at all is given up within a second.
+	began = time.Now()
+	m, err = p.take(t.Context(), b.cons, pullOpts{noWait: true})
+	require.NoError(t, err)
+	require.Nil(t, m)
+	require.Less(t, time.Since(began), 4*time.Second, "a look holds the other lane up for a second, not the long poll's time")
+	require.Nil(t, p.sub)
 }
 
 // TestPullStatuses: what the status ending a request means to a worker.
