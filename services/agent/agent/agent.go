@@ -334,8 +334,6 @@ func (a *Agent) Run(ctx context.Context) error {
 		<-swept
 		_ = answers.Unsubscribe()
 	}()
-	a.running.Store(true)
-	context.AfterFunc(ctx, func() { a.running.Store(false) }) // stopping: not ready
 	// Each worker's pull requests are answered on a subscription of its
 	// own (pull.go), made before any worker starts.
 	api := apiPrefix(a.js.Options())
@@ -354,6 +352,8 @@ func (a *Agent) Run(ctx context.Context) error {
 			workersOf[i] = append(workersOf[i], &worker{reserved: w < reservedWorkers(a.cfg.Concurrency), pulls: p})
 		}
 	}
+	a.running.Store(true)
+	context.AfterFunc(ctx, func() { a.running.Store(false) }) // stopping: not ready
 	var workers sync.WaitGroup
 	for i, l := range queues {
 		log := a.log.With().Str("queue", l.queue).Logger()

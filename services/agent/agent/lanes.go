@@ -217,8 +217,8 @@ func (w *worker) fetchOne(ctx context.Context, cons jetstream.Consumer, expiry, 
 }
 
 // fetchShort waits up to lanePoll for one message of cons: the server's
-// expiry of the pull ends it. ctx ending ends it at once; a task that
-// comes for it afterwards is handed back at the worker's next pull.
+// expiry of the pull ends it. ctx ending ends it at once, and the pull
+// with it (pull.go: a task that already came is handed back).
 func (w *worker) fetchShort(ctx context.Context, cons jetstream.Consumer) (jetstream.Msg, error) {
 	return w.pulls.take(ctx, cons, pullOpts{expires: lanePoll})
 }

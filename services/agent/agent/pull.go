@@ -24,13 +24,15 @@ import (
 // status (no task waiting, the request expired, an error).
 //
 // A request the worker gives up before its answer (the agent stopping, a
-// pull's own time limit passed, heartbeats missed) would stay with the
-// server, live, while the subscription listens: a task given to it would
-// come while the worker runs another, and wait in the agent, with no
-// heartbeat, while another agent could run it. So giving up ends the
+// pull's own time limit passed, heartbeats missed, or the server's error,
+// after which another server may still deliver for it) would stay with
+// the server, live, while the subscription listens: a task given to it
+// would come while the worker runs another, and wait in the agent, with
+// no heartbeat, while another agent could run it. So giving up ends the
 // subscription, as Fetch does: the server gives no task to a request
-// nobody listens to, and drops it. A task that came before is handed back
-// at once; the worker's next pull subscribes on a new inbox.
+// nobody listens to, and drops it. A task that already came is handed
+// back at once; one on its way waits for its ack wait, as with Fetch. The
+// worker's next pull subscribes on a new inbox.
 
 // pulls are one worker's pull requests, and the subscription their
 // answers come on.
@@ -82,11 +84,14 @@ func (p *pulls) subscribe() error {
 }
 
 // giveUp gives up the worker's request: it ends the subscription (the
-// server then gives the request nothing) and hands back a task that came
-// for it meanwhile. A task the server sent before it saw the
-// unsubscription, and after the last look at the channel, waits for its
-// ack wait, as with Fetch.
-func (p *pulls) giveUp() {
+// server then gives the request nothing). A task that came meanwhile is
+// handed back when handBack says it came while the worker waited (it is
+// a moment old); otherwise it is left to its ack wait: handed back after
+// that wait passed, a task another agent took meanwhile would be run
+// twice. A task the server sent before it saw the unsubscription, and
+// after the last look at the channel, waits for its ack wait, as with
+// Fetch.
+func (p *pulls) giveUp(handBack bool) {
 	if p.sub == nil {
 		return
 	}
@@ -95,7 +100,7 @@ func (p *pulls) giveUp() {
 	for {
 		select {
 		case m := <-p.ch:
-			if !isStatus(m) {
+			if handBack && !isStatus(m) {
 				_ = p.task(m).Nak()
 			}
 		default:
@@ -105,7 +110,7 @@ func (p *pulls) giveUp() {
 }
 
 // close ends the worker's pulls, giving up a request left.
-func (p *pulls) close() { p.giveUp() }
+func (p *pulls) close() { p.giveUp(false) }
 
 // isStatus reports whether m is a status of the server about a request
 // rather than a task.
@@ -125,6 +130,11 @@ func (p *pulls) take(ctx context.Context, cons jetstream.Consumer, o pullOpts) (
 	body, err := json.Marshal(pullRequest{Batch: 1, Expires: o.expires, NoWait: o.noWait, Heartbeat: o.heartbeat})
 	if err != nil {
 		return nil, fmt.Errorf("pull: %w", err)
+	}
+	if len(p.ch) > 0 {
+		// An answer that came between two pulls, when none was live: none
+		// should, and a task of unknown age is not taken (see giveUp).
+		p.giveUp(false)
 	}
 	if p.sub == nil {
 		if err := p.subscribe(); err != nil {
@@ -162,19 +172,27 @@ func (p *pulls) take(ctx context.Context, cons jetstream.Consumer, o pullOpts) (
 				heard = time.Now()
 				continue
 			}
-			return nil, statusErr(m)
+			err := statusErr(m)
+			if err != nil && !errors.Is(err, nats.ErrNoResponders) {
+				// Another server may still deliver for the request: on a
+				// cluster, the old leader's last task can come after the
+				// new leader's "leadership change". No server took a
+				// request nobody responded to.
+				p.giveUp(true)
+			}
+			return nil, err
 		case <-ctx.Done():
-			p.giveUp()
+			p.giveUp(true)
 			return nil, nil
 		case <-deadline.C:
-			p.giveUp()
+			p.giveUp(true)
 			return nil, nil
 		case now := <-beat:
 			// Given up after two to three missed heartbeats (nats.go's
 			// Fetch: two): the consumer's leader moved, and the request
 			// with it, or the connection stalled.
 			if now.Sub(heard) > 2*o.heartbeat {
-				p.giveUp()
+				p.giveUp(true)
 				return nil, jetstream.ErrNoHeartbeat
 			}
 		}

@@ -23,14 +23,17 @@ type pullBed struct {
 	pulls *pulls
 }
 
-func newPullBed(t *testing.T) *pullBed {
+func newPullBed(t *testing.T) *pullBed { return newPullBedAckWait(t, time.Minute) }
+
+// newPullBedAckWait is newPullBed with the consumer's ack wait.
+func newPullBedAckWait(t *testing.T, ackWait time.Duration) *pullBed {
 	t.Helper()
 	s := natstest.RunJetStream(t)
 	nc, js := natstest.Connect(t, s)
 	ctx := t.Context()
 	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "PULLS", Subjects: []string{"pulls.>"}, Retention: jetstream.WorkQueuePolicy})
 	require.NoError(t, err)
-	cons, err := js.CreateOrUpdateConsumer(ctx, "PULLS", jetstream.ConsumerConfig{Durable: "lane", AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute})
+	cons, err := js.CreateOrUpdateConsumer(ctx, "PULLS", jetstream.ConsumerConfig{Durable: "lane", AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait})
 	require.NoError(t, err)
 	p, err := newPulls(nc, apiPrefix(js.Options()))
 	require.NoError(t, err)
@@ -179,11 +182,14 @@ func TestPullGivenUp(t *testing.T) {
 	require.Equal(t, asked, b.pulls.n, "no request made with the context ended")
 }
 
-// TestPullCloseHandsBack: a task that came for the worker's request when
-// it stops is handed back, and the subscription ends.
-func TestPullCloseHandsBack(t *testing.T) {
+// TestPullCloseLeavesTheTask: a task that came for the worker's request
+// after its last look, when it stops, is not handed back (it may be older
+// than its ack wait, and run elsewhere already: handed back, it would run
+// again): it is delivered again once its ack wait passed. The
+// subscription ends.
+func TestPullCloseLeavesTheTask(t *testing.T) {
 	t.Parallel()
-	b := newPullBed(t)
+	b := newPullBedAckWait(t, 5*time.Second)
 	p, err := newPulls(b.nc, apiPrefix(b.js.Options()))
 	require.NoError(t, err)
 	b.publish(t, "in hand at the stop")
@@ -193,15 +199,96 @@ func TestPullCloseHandsBack(t *testing.T) {
 	sub := p.sub
 	p.close()
 	require.False(t, sub.IsValid(), "the subscription ended")
-	m, err := b.pulls.take(t.Context(), b.cons, pullOpts{expires: 30 * time.Second, heartbeat: time.Second})
+	require.Equal(t, 0, len(p.ch))
+	time.Sleep(time.Second) // time for a hand-back to take effect: none should
+	m, err := b.pulls.take(t.Context(), b.cons, pullOpts{noWait: true})
+	require.NoError(t, err)
+	require.Nil(t, m, "not handed back: it waits for its ack wait")
+	m, err = b.pulls.take(t.Context(), b.cons, pullOpts{expires: 30 * time.Second, heartbeat: time.Second})
 	require.NoError(t, err)
 	require.NotNil(t, m)
 	md, err := m.Metadata()
 	require.NoError(t, err)
-	require.Equal(t, uint64(2), md.NumDelivered, "handed back at the stop, delivered again")
+	require.Equal(t, uint64(2), md.NumDelivered, "delivered again after its ack wait")
 	require.Equal(t, uint64(1), md.Sequence.Stream)
 	require.Equal(t, uint64(2), md.Sequence.Consumer)
 	require.NoError(t, m.Ack())
+}
+
+// TestPullNothingBetweenPulls: a task that came on the worker's
+// subscription while no pull of its was waiting (none should) is not
+// taken as the next pull's answer: its age is not known.
+func TestPullNothingBetweenPulls(t *testing.T) {
+	t.Parallel()
+	b := newPullBed(t)
+	b.publish(t, "stray")
+	require.NoError(t, b.nc.PublishRequest("$JS.API.CONSUMER.MSG.NEXT.PULLS.lane", b.pulls.inbox+".7", []byte(`{"batch":1,"no_wait":true}`)))
+	natstest.Eventually(t, 30*time.Second, func() bool { return len(b.pulls.ch) > 0 }, "the task comes on the subscription")
+	m, err := b.pulls.take(t.Context(), b.cons, pullOpts{noWait: true})
+	require.NoError(t, err)
+	require.Nil(t, m, "the stray task is left to its ack wait")
+}
+
+// TestPullErrorEndsTheRequest: after the server's error (on a cluster, a
+// new leader's "leadership change"), a task the old leader still gives the
+// request reaches nobody: the worker's next pull takes it, delivered
+// once, and leaves no request with the server. The API here answers
+// "leadership change" and hands the request on to the consumer later, as
+// an old leader whose last delivery comes after the new one's error.
+func TestPullErrorEndsTheRequest(t *testing.T) {
+	t.Parallel()
+	b := newPullBed(t)
+	requests := make(chan *nats.Msg, 1)
+	sub, err := b.nc.Subscribe("relay.API.CONSUMER.MSG.NEXT.>", func(m *nats.Msg) {
+		conflict := nats.NewMsg(m.Reply)
+		conflict.Header.Set("Status", statusConflict)
+		conflict.Header.Set("Description", "Leadership Change")
+		_ = b.nc.PublishMsg(conflict)
+		requests <- m
+	})
+	require.NoError(t, err)
+	defer func() { _ = sub.Unsubscribe() }()
+	p, err := newPulls(b.nc, "relay.API.")
+	require.NoError(t, err)
+	defer p.close()
+	b.publish(t, "after the leader moved")
+	m, err := p.take(t.Context(), b.cons, pullOpts{expires: 30 * time.Second, heartbeat: time.Second})
+	require.Nil(t, m)
+	require.ErrorIs(t, err, jetstream.ErrConsumerLeadershipChanged)
+
+	req := <-requests
+	require.NoError(t, b.nc.PublishRequest("$JS.API.CONSUMER.MSG.NEXT.PULLS.lane", req.Reply, req.Data))
+	p.api = "$JS.API."
+	// Its expiry beyond the wait below: a request left live would show.
+	m, err = p.take(t.Context(), b.cons, pullOpts{expires: time.Minute, heartbeat: time.Second})
+	require.NoError(t, err)
+	require.NotNil(t, m)
+	md, err := m.Metadata()
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), md.NumDelivered)
+	require.NoError(t, m.Ack())
+	natstest.Eventually(t, 30*time.Second, func() bool { return b.info(t).NumWaiting == 0 },
+		"no request of the worker's is left with the server (it holds %v)", natstest.Later(func() any { return b.info(t).NumWaiting }))
+}
+
+// TestPullOthersStatusesDropped: a status about another request (on a
+// cluster, an old leader's) does not end the one the worker waits on.
+func TestPullOthersStatusesDropped(t *testing.T) {
+	t.Parallel()
+	b := newPullBed(t)
+	inbox := b.pulls.inbox
+	got := b.takeLater(t.Context(), pullOpts{expires: 30 * time.Second, heartbeat: time.Second})
+	b.waiting(t, 1)
+	expired := nats.NewMsg(inbox + ".0") // requests are numbered from 1
+	expired.Header.Set("Status", statusExpired)
+	expired.Header.Set("Description", "Request Timeout")
+	require.NoError(t, b.nc.PublishMsg(expired))
+	require.NoError(t, b.nc.Flush())
+	b.publish(t, "for the request waiting")
+	r := <-got
+	require.NoError(t, r.err)
+	require.NotNil(t, r.m, "the other request's end did not end this one")
+	require.NoError(t, r.m.Ack())
 }
 
 // TestPullIdleWithHeartbeats: a pull with heartbeats on an idle lane lasts
@@ -214,7 +301,7 @@ func TestPullIdleWithHeartbeats(t *testing.T) {
 	require.NoError(t, err, "the server's heartbeats kept the pull")
 	require.Nil(t, m)
 	require.GreaterOrEqual(t, time.Since(began), 4*time.Second, "it lasted until its expiry")
-	require.NotNil(t, b.pulls.sub, "ended by the server's expiry, not given up: the subscription stays")
+	require.True(t, b.pulls.sub != nil, "ended by the server's expiry, not given up: the subscription stays")
 }
 
 // TestPullHandBackWithDelay: a task handed back with a delay is not
@@ -226,6 +313,7 @@ func TestPullHandBackWithDelay(t *testing.T) {
 	for i := range 3 {
 		b.publish(t, strconv.Itoa(i))
 	}
+	natstest.Eventually(t, 30*time.Second, func() bool { return b.info(t).NumPending == 3 }, "the consumer counts the three tasks")
 	m, err := b.pulls.take(t.Context(), b.cons, pullOpts{noWait: true})
 	require.NoError(t, err)
 	require.NotNil(t, m)
@@ -283,12 +371,12 @@ func TestPullMissedHeartbeats(t *testing.T) {
 	require.NoError(t, err)
 	defer p.close()
 	began := time.Now()
-	m, err := p.take(t.Context(), b.cons, pullOpts{expires: 30 * time.Second, heartbeat: 250 * time.Millisecond})
+	m, err := p.take(t.Context(), b.cons, pullOpts{expires: 30 * time.Second, heartbeat: 500 * time.Millisecond})
 	require.Nil(t, m)
 	require.ErrorIs(t, err, jetstream.ErrNoHeartbeat)
-	// Three heartbeats at most (0.75 s), with room for a loaded machine.
-	require.Less(t, time.Since(began), 5*time.Second, "given up long before the request's expiry")
-	require.Nil(t, p.sub, "the request given up, its subscription ended")
+	// Three heartbeats at most (1.5 s), with room for a loaded machine.
+	require.Less(t, time.Since(began), 3*time.Second, "given up within three missed heartbeats")
+	require.True(t, p.sub == nil, "the request given up, its subscription ended")
 
 	// A look that gets no answer at all is given up within a second.
 	began = time.Now()
@@ -296,7 +384,7 @@ func TestPullMissedHeartbeats(t *testing.T) {
 	require.NoError(t, err)
 	require.Nil(t, m)
 	require.Less(t, time.Since(began), 4*time.Second, "a look holds the other lane up for a second, not the long poll's time")
-	require.Nil(t, p.sub)
+	require.True(t, p.sub == nil)
 }
 
 // TestPullStatuses: what the status ending a request means to a worker.
