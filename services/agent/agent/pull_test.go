@@ -340,7 +340,8 @@ func TestPullHandBackWithDelay(t *testing.T) {
 }
 
 // TestPullConsumerDeleted: a pull waiting on a consumer that is deleted
-// says so, and the agent binds the consumer again (lanes.go).
+// says so (on which lanes.go binds it again:
+// TestAQueueConsumerDeletedUnderTheAgentIsMadeAgain).
 func TestPullConsumerDeleted(t *testing.T) {
 	t.Parallel()
 	b := newPullBed(t)
