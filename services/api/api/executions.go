@@ -58,6 +58,12 @@ func (s *Server) startExecution(w http.ResponseWriter, r *http.Request) {
 				Message: "a header named Ce- names no attribute: CloudEvent attributes are headers ce-<name> (ce-id, ce-source, ...)"})
 			return
 		}
+		if header, attr := badAttributeHeader(r.Header); header != "" {
+			// sdk-go says "bad key", naming none.
+			writeError(w, http.StatusBadRequest, apiError{Code: "invalid_cloudevent", Field: header,
+				Message: fmt.Sprintf("header %s names the attribute %q: CloudEvents attribute names are lower-case letters and digits (ce-source, ce-myext)", header, attr)})
+			return
+		}
 		switch ct := r.Header.Get("Content-Type"); format.Lookup(ct) {
 		case nil:
 			if r.Header.Get("Ce-Specversion") == "" {
@@ -173,6 +179,21 @@ func (s *Server) startExecution(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.publishStart(w, r, cmd, start, st.CommandKey, st.Digest)
+}
+
+// badAttributeHeader is the first header ce-<name> (in sorted order)
+// whose name is no CloudEvents attribute name, and that name ("" if
+// none): the binary mode's counterpart of structuredProblem.
+func badAttributeHeader(h http.Header) (header, attr string) {
+	for _, k := range slices.Sorted(maps.Keys(h)) {
+		if len(k) <= len("Ce-") || !strings.EqualFold(k[:len("Ce-")], "Ce-") {
+			continue
+		}
+		if name := strings.ToLower(k[len("Ce-"):]); !events.IsAttributeName(name) {
+			return k, name
+		}
+	}
+	return "", ""
 }
 
 // structuredProblem names an attribute of a structured CloudEvent whose

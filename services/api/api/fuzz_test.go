@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
 
 	"jetflow.dev/pkg/apiv1"
 	"jetflow.dev/pkg/bus"
@@ -287,4 +288,26 @@ func wholeBodyAtFault(e *apiv1.Error) bool {
 		return true
 	}
 	return false
+}
+
+// TestBadAttributeHeader: a binary-mode header ce-<name> whose name is no
+// CloudEvents attribute name is named, with the name it gives (sdk-go
+// says "bad key", naming none; FuzzRequest found it).
+func TestBadAttributeHeader(t *testing.T) {
+	h := http.Header{}
+	h.Set("Ce-Source", "tour/curl")
+	h.Set("Ce-Myext", "x")
+	header, attr := badAttributeHeader(h)
+	require.Empty(t, header)
+	require.Empty(t, attr)
+
+	h.Set("Ce-Sotion.staow.execuurce", "tour/curl")
+	h.Set("Ce-My_ext", "x")
+	header, attr = badAttributeHeader(h)
+	require.Equal(t, "Ce-My_ext", header, "the first in sorted order")
+	require.Equal(t, "my_ext", attr)
+	h.Del("Ce-My_ext")
+	header, attr = badAttributeHeader(h)
+	require.Equal(t, "Ce-Sotion.staow.execuurce", header)
+	require.Equal(t, "sotion.staow.execuurce", attr)
 }
