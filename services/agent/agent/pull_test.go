@@ -83,6 +83,9 @@ func TestPullTakesOneTask(t *testing.T) {
 	t.Parallel()
 	b := newPullBed(t)
 	b.publish(t, "one")
+	// A look finds only what the consumer has counted (after the publish's
+	// acknowledgement, on a loaded machine).
+	natstest.Eventually(t, 30*time.Second, func() bool { return b.info(t).NumPending == 1 }, "the consumer counts the task")
 	m, err := b.pulls.take(t.Context(), b.cons, pullOpts{noWait: true})
 	require.NoError(t, err)
 	require.NotNil(t, m)
@@ -193,8 +196,10 @@ func TestPullCloseLeavesTheTask(t *testing.T) {
 	p, err := newPulls(b.nc, apiPrefix(b.js.Options()))
 	require.NoError(t, err)
 	b.publish(t, "in hand at the stop")
-	// A request as take makes it, whose task nobody takes from the channel.
-	require.NoError(t, b.nc.PublishRequest("$JS.API.CONSUMER.MSG.NEXT.PULLS.lane", p.inbox+".1", []byte(`{"batch":1,"no_wait":true}`)))
+	// A request as take makes it, whose task nobody takes from the channel
+	// (one that waits: a request that does not could end with "no task"
+	// if the consumer has not counted the task yet, on a loaded machine).
+	require.NoError(t, b.nc.PublishRequest("$JS.API.CONSUMER.MSG.NEXT.PULLS.lane", p.inbox+".1", []byte(`{"batch":1,"expires":30000000000}`)))
 	natstest.Eventually(t, 30*time.Second, func() bool { return len(p.ch) > 0 }, "the task comes on the subscription")
 	sub := p.sub
 	p.close()
@@ -222,7 +227,8 @@ func TestPullNothingBetweenPulls(t *testing.T) {
 	t.Parallel()
 	b := newPullBed(t)
 	b.publish(t, "stray")
-	require.NoError(t, b.nc.PublishRequest("$JS.API.CONSUMER.MSG.NEXT.PULLS.lane", b.pulls.inbox+".7", []byte(`{"batch":1,"no_wait":true}`)))
+	// A request that waits: its only answer is the task.
+	require.NoError(t, b.nc.PublishRequest("$JS.API.CONSUMER.MSG.NEXT.PULLS.lane", b.pulls.inbox+".7", []byte(`{"batch":1,"expires":30000000000}`)))
 	natstest.Eventually(t, 30*time.Second, func() bool { return len(b.pulls.ch) > 0 }, "the task comes on the subscription")
 	m, err := b.pulls.take(t.Context(), b.cons, pullOpts{noWait: true})
 	require.NoError(t, err)
