@@ -206,34 +206,43 @@ func fastEncode(subject string, e events.Event) (*nats.Msg, bool) {
 	if err != nil {
 		return nil, false
 	}
-	h := make(nats.Header, 10)
-	h["ce-specversion"] = []string{"1.0"}
-	h["ce-id"] = []string{e.ID}
-	h["ce-source"] = []string{e.Source}
-	h["ce-type"] = []string{string(e.Type)}
+	// One array holds every value (each header's slice capped at its
+	// one value, so that a caller's Add copies rather than overwrites a
+	// neighbour): an allocation per message, not one per header.
+	vals := make([]string, 0, 11)
+	h := make(nats.Header, 11)
+	set := func(k, v string) {
+		vals = append(vals, v)
+		n := len(vals)
+		h[k] = vals[n-1 : n : n]
+	}
+	set("ce-specversion", "1.0")
+	set("ce-id", e.ID)
+	set("ce-source", e.Source)
+	set("ce-type", string(e.Type))
 	if e.Subject != "" {
-		h["ce-subject"] = []string{e.Subject}
+		set("ce-subject", e.Subject)
 	}
 	if !e.Time.IsZero() {
-		h["ce-time"] = []string{e.Time.UTC().Format(time.RFC3339Nano)}
+		set("ce-time", e.Time.UTC().Format(time.RFC3339Nano))
 	}
-	h["ce-datacontenttype"] = []string{"application/json"}
+	set("ce-datacontenttype", "application/json")
 	if e.Workflow != "" {
-		h["ce-"+events.ExtWorkflow] = []string{e.Workflow}
+		set("ce-"+events.ExtWorkflow, e.Workflow)
 	}
 	if e.Ignorable {
-		h["ce-"+events.ExtIgnorable] = []string{"true"}
+		set("ce-"+events.ExtIgnorable, "true")
 	}
 	if e.PrevSeq > 0 {
-		h["ce-"+events.ExtPrevSeq] = []string{strconv.FormatUint(e.PrevSeq, 10)}
+		set("ce-"+events.ExtPrevSeq, strconv.FormatUint(e.PrevSeq, 10))
 	}
 	if v := events.SchemaOf(e.Data); v > 1 {
-		h["ce-"+events.ExtSchema] = []string{strconv.Itoa(v)}
+		set("ce-"+events.ExtSchema, strconv.Itoa(v))
 	}
 	if e.TraceParent != "" {
-		h["ce-"+events.ExtTraceParent] = []string{e.TraceParent}
+		set("ce-"+events.ExtTraceParent, e.TraceParent)
 		if e.TraceState != "" {
-			h["ce-"+events.ExtTraceState] = []string{e.TraceState}
+			set("ce-"+events.ExtTraceState, e.TraceState)
 		}
 	}
 	return &nats.Msg{Subject: subject, Header: h, Data: data}, true

@@ -312,3 +312,25 @@ func TestValidSourcesAreKeptUpToABound(t *testing.T) {
 	require.LessOrEqual(t, n, maxValidSources)
 	require.True(t, validSource(fmt.Sprintf("urn:jetflow:test-%d", maxValidSources+5)), "valid, kept or not")
 }
+
+// TestEncodedHeadersAreApart: the encoded header's values share one
+// array, and a value added or set later (a publish option, a caller's
+// own header) changes that header alone.
+func TestEncodedHeadersAreApart(t *testing.T) {
+	for _, ev := range codecSamples() {
+		msg, err := Encode("jf.events.wf.e1", ev)
+		require.NoError(t, err)
+		want := nats.Header{}
+		for k, v := range msg.Header {
+			want[k] = slices.Clone(v)
+		}
+		for k := range want {
+			msg.Header.Add(k, "added")
+			want[k] = append(want[k], "added")
+			require.Equal(t, want, msg.Header, "after adding to %s", k)
+		}
+		msg.Header.Set("ce-id", "set")
+		want["ce-id"] = []string{"set"}
+		require.Equal(t, want, msg.Header)
+	}
+}
