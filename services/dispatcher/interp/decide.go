@@ -3,6 +3,7 @@ package interp
 import (
 	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -598,7 +599,7 @@ func inFlight(s projections.Execution, step workflow.Step, st projections.Step) 
 	if st.Status == projections.OpSending {
 		return action{kind: actResend, step: step, path: st.ID, attempt: st.Attempt, input: st.Input}
 	}
-	if dur, err := time.ParseDuration(step.Timeout); err == nil && !timerArmed(s, events.TimerStepTimeout, st.ID, st.Attempt) {
+	if dur, err := optionalDuration(step.Timeout); err == nil && !timerArmed(s, events.TimerStepTimeout, st.ID, st.Attempt) {
 		// Counted from when the task was sent.
 		return action{kind: actArmTimer, step: step, path: st.ID, attempt: st.Attempt, purpose: events.TimerStepTimeout,
 			until: sentAt(st).Add(dur)}
@@ -606,12 +607,25 @@ func inFlight(s projections.Execution, step workflow.Step, st projections.Step) 
 	return action{kind: actWait}
 }
 
+// errNoDuration is optionalDuration's answer to a field left empty.
+var errNoDuration = errors.New("no duration")
+
+// optionalDuration parses a duration field that may be left empty (a
+// timeout: none), as time.ParseDuration, whose error for an empty field
+// costs allocations every decision of every execution without one.
+func optionalDuration(s string) (time.Duration, error) {
+	if s == "" {
+		return 0, errNoDuration
+	}
+	return time.ParseDuration(s)
+}
+
 // armWorkflowTimeout returns the arming of the workflow's timeout if it is
 // due to exist and is not recorded. It counts from the start, or from the
 // last resume (each resume gives the workflow its time again; the timer's
 // attempt is the resume count).
 func armWorkflowTimeout(d workflow.Definition, s projections.Execution) (action, bool) {
-	dur, err := time.ParseDuration(d.Timeout)
+	dur, err := optionalDuration(d.Timeout)
 	if err != nil || s.DryRun || timerArmed(s, events.TimerWorkflowTimeout, "", s.Resumes) {
 		return action{}, false
 	}
@@ -936,7 +950,7 @@ func (e *engine) called(f frame, step workflow.Step, st projections.Step, prefix
 // (a retry) gets its time again. The timer's step is the call's
 // instance (instancePrefix) and its attempt the resume count.
 func (e *engine) callTimeout(def workflow.Definition, step workflow.Step, st projections.Step) (arm *action, timedOut bool) {
-	dur, err := time.ParseDuration(def.Timeout)
+	dur, err := optionalDuration(def.Timeout)
 	if err != nil || e.s.DryRun {
 		return nil, false
 	}

@@ -246,7 +246,7 @@ func (e *engine) lockGate(step workflow.Step, st projections.Step, env *lazyEnv)
 // leaves the queue and fails, in one decision (actLockTimeout). Otherwise
 // it waits to be woken.
 func lockWait(s projections.Execution, step workflow.Step, st projections.Step, l projections.Lock) action {
-	dur, err := time.ParseDuration(step.LockTimeout)
+	dur, err := optionalDuration(step.LockTimeout)
 	switch {
 	case err != nil || s.DryRun:
 		return action{kind: actWait}
