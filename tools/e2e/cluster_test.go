@@ -102,3 +102,71 @@ steps:
 	require.NoError(t, err)
 	require.NotEqual(t, leader, si.Cluster.Leader)
 }
+
+// TestClusterAgentsFollowTheirConsumersLeader moves the leader of the
+// agents' consumer of the default queue, on a 3-node cluster, while
+// every agent worker waits on it with a pull: the pulls end (leadership
+// change, or no heartbeats), the workers pull again from the new leader
+// (after a short pause, docs/reliability.md), and executions started
+// then run to their end.
+func TestClusterAgentsFollowTheirConsumersLeader(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster test")
+	}
+	t.Parallel()
+	servers := natstest.RunCluster(t)
+	urls := make([]string, len(servers))
+	for i, srv := range servers {
+		urls[i] = srv.ClientURL()
+	}
+	s := startStack(t, func(c *devstack.Config) {
+		c.NATSURL, c.Replicas = strings.Join(urls, ","), 3
+	})
+	ctx := context.Background()
+	s.apply(t, `
+name: moved
+steps:
+  - id: s1
+    kind: noop
+  - id: s2
+    kind: noop
+`)
+	_, err := s.c.Start(ctx, client.StartRequest{Workflow: "moved", ID: "before"})
+	require.NoError(t, err)
+	x := s.waitDone(t, "before", 60*time.Second)
+	require.Equal(t, projections.StatusSucceeded, x.Status, x.Error)
+
+	cons, err := s.js.Consumer(ctx, bus.StreamTasks, bus.AgentConsumer("default"))
+	require.NoError(t, err)
+	ci, err := cons.Info(ctx)
+	require.NoError(t, err)
+	require.NotNil(t, ci.Cluster)
+	was := ci.Cluster.Leader
+	moved := time.Now()
+	resp, err := s.nc.Request(fmt.Sprintf("$JS.API.CONSUMER.LEADER.STEPDOWN.%s.%s", bus.StreamTasks, bus.AgentConsumer("default")), nil, 10*time.Second)
+	require.NoError(t, err)
+	require.Contains(t, string(resp.Data), `"success":true`, "step down: %s", resp.Data)
+
+	// Started at once, while the consumer elects its new leader.
+	var ids []string
+	for i := range 8 {
+		id := fmt.Sprintf("after-%d", i)
+		_, err := s.c.Start(ctx, client.StartRequest{Workflow: "moved", ID: id})
+		require.NoError(t, err)
+		ids = append(ids, id)
+	}
+	for _, id := range ids {
+		x := s.waitDone(t, id, 60*time.Second)
+		require.Equal(t, projections.StatusSucceeded, x.Status, "%s: %s", id, x.Error)
+		counts := countTypes(s.history(t, id))
+		for _, step := range []string{"s1", "s2"} {
+			require.Equal(t, 1, counts[string(events.TypeStepSucceeded)+"/"+step], "%s step %s", id, step)
+		}
+	}
+	done := time.Since(moved)
+	require.Eventually(t, func() bool {
+		ci, err := cons.Info(ctx)
+		return err == nil && ci.Cluster != nil && ci.Cluster.Leader != "" && ci.Cluster.Leader != was
+	}, 60*time.Second, 50*time.Millisecond, "a new leader of the consumer")
+	t.Logf("consumer leader %s stepped down; 8 executions started at once were done %s after", was, done.Round(time.Millisecond))
+}

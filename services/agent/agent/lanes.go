@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
@@ -231,18 +232,27 @@ func (w *worker) fetchNow(ctx context.Context, cons jetstream.Consumer) (jetstre
 // serve is one worker of queue l: take a task, run it, repeat until ctx
 // ends.
 func (a *Agent) serve(ctx, taskCtx context.Context, l *lanes, w *worker, log zerolog.Logger) {
+	var failing fetchFailures
 	for ctx.Err() == nil {
 		m, err := a.next(ctx, l, w, log)
 		if err != nil {
 			if ctx.Err() == nil {
-				log.Warn().Err(err).Msg("fetch task")
+				pause, quiet := failing.failed(err, time.Now())
+				ev := log.Warn()
+				if quiet {
+					ev = log.Debug()
+				}
+				ev.Err(err).Int("failures", failing.count).Dur("retry_in", pause).Msg("fetch task")
 				a.rebindIfGone(ctx, l, false, log)
 				select {
-				case <-time.After(time.Second):
+				case <-time.After(pause):
 				case <-ctx.Done():
 				}
 			}
 			continue
+		}
+		if lasted, said := failing.over(time.Now()); said {
+			log.Info().Dur("after", lasted).Msg("fetching tasks again")
 		}
 		switch {
 		case m == nil:
@@ -254,6 +264,60 @@ func (a *Agent) serve(ctx, taskCtx context.Context, l *lanes, w *worker, log zer
 			l.inFlight.Dec()
 		}
 	}
+}
+
+// A worker whose fetch failed tries again after a pause that starts
+// short and doubles: on a cluster a consumer's leader moves (a node
+// restarts, a rolling upgrade), its pulls end ("leadership change", no
+// heartbeats, nobody answering for a moment), and its new leader serves
+// them again within moments. A worker that waited a whole second let the
+// queue's tasks wait as long. Such a move, seen by every idle worker of
+// every queue at once, is said at debug level unless it lasts; any other
+// failure is a warning.
+const (
+	firstFetchPause = 50 * time.Millisecond
+	maxFetchPause   = time.Second
+	// quietFailures is how long a streak of leader moves' failures is
+	// said at debug level.
+	quietFailures = 5 * time.Second
+)
+
+// fetchFailures is a worker's streak of failed fetches.
+type fetchFailures struct {
+	count int
+	since time.Time // the streak's first failure
+	loud  bool      // a failure of the streak was a warning
+}
+
+// failed counts a failed fetch at now and returns the pause before the
+// next, and whether the failure is said quietly.
+func (f *fetchFailures) failed(err error, now time.Time) (pause time.Duration, quiet bool) {
+	if f.count == 0 {
+		f.since = now
+	}
+	f.count++
+	pause = min(maxFetchPause, firstFetchPause<<min(f.count-1, 5))
+	quiet = leaderMoving(err) && now.Sub(f.since) < quietFailures
+	f.loud = f.loud || !quiet
+	return pause, quiet
+}
+
+// over ends a streak at a fetch that succeeded at now: how long it
+// lasted, and whether that is worth saying (a warning was).
+func (f *fetchFailures) over(now time.Time) (lasted time.Duration, said bool) {
+	if f.count == 0 {
+		return 0, false
+	}
+	lasted, said = now.Sub(f.since), f.loud
+	*f = fetchFailures{}
+	return lasted, said
+}
+
+// leaderMoving reports whether a fetch's failure is what a consumer's
+// leader moving looks like to a pull.
+func leaderMoving(err error) bool {
+	return errors.Is(err, jetstream.ErrConsumerLeadershipChanged) || errors.Is(err, jetstream.ErrNoHeartbeat) ||
+		errors.Is(err, nats.ErrNoResponders)
 }
 
 // rebindIfGone binds a lane's consumer again (making it again unless
