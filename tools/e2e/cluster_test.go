@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/require"
 
 	"jetflow.dev/pkg/bus"
@@ -18,10 +19,11 @@ import (
 	"jetflow.dev/tools/internal/devstack"
 )
 
-// TestClusterSurvivesStreamLeaderLoss runs the four services against a
-// 3-node JetStream cluster with R3 streams and buckets, and shuts down the
-// events stream's leader while executions are running.
-func TestClusterSurvivesStreamLeaderLoss(t *testing.T) {
+// startClusterStack runs the four services against a 3-node JetStream
+// cluster, with R3 streams and buckets (skipped with -short; the test is
+// parallel).
+func startClusterStack(t *testing.T) ([]*server.Server, *stack) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("cluster test")
 	}
@@ -34,6 +36,27 @@ func TestClusterSurvivesStreamLeaderLoss(t *testing.T) {
 	s := startStack(t, func(c *devstack.Config) {
 		c.NATSURL, c.Replicas = strings.Join(urls, ","), 3
 	})
+	return servers, s
+}
+
+// startMany starts n executions of workflow wf, ids prefix0 to
+// prefix<n-1>, and returns their ids.
+func (s *stack) startMany(t *testing.T, wf, prefix string, n int) []string {
+	t.Helper()
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%s%d", prefix, i)
+		_, err := s.c.Start(context.Background(), client.StartRequest{Workflow: wf, ID: ids[i]})
+		require.NoError(t, err)
+	}
+	return ids
+}
+
+// TestClusterSurvivesStreamLeaderLoss runs the four services against a
+// 3-node JetStream cluster with R3 streams and buckets, and shuts down the
+// events stream's leader while executions are running.
+func TestClusterSurvivesStreamLeaderLoss(t *testing.T) {
+	servers, s := startClusterStack(t)
 	ctx := context.Background()
 	info, err := s.js.Stream(ctx, bus.StreamEvents)
 	require.NoError(t, err)
@@ -60,13 +83,7 @@ steps:
   - id: s5
     kind: noop
 `)
-	var ids []string
-	for i := range 6 {
-		id := fmt.Sprintf("r3-%d", i)
-		_, err := s.c.Start(ctx, client.StartRequest{Workflow: "replicated", ID: id})
-		require.NoError(t, err)
-		ids = append(ids, id)
-	}
+	ids := s.startMany(t, "replicated", "r3-", 6)
 	// Stop the leader once the executions are under way: each runs s2,
 	// which waits for the gate.
 	for _, id := range ids {
@@ -110,18 +127,7 @@ steps:
 // (after a short pause, docs/reliability.md), and executions started
 // then run to their end.
 func TestClusterAgentsFollowTheirConsumersLeader(t *testing.T) {
-	if testing.Short() {
-		t.Skip("cluster test")
-	}
-	t.Parallel()
-	servers := natstest.RunCluster(t)
-	urls := make([]string, len(servers))
-	for i, srv := range servers {
-		urls[i] = srv.ClientURL()
-	}
-	s := startStack(t, func(c *devstack.Config) {
-		c.NATSURL, c.Replicas = strings.Join(urls, ","), 3
-	})
+	_, s := startClusterStack(t)
 	ctx := context.Background()
 	s.apply(t, `
 name: moved
@@ -148,13 +154,7 @@ steps:
 	require.Contains(t, string(resp.Data), `"success":true`, "step down: %s", resp.Data)
 
 	// Started at once, while the consumer elects its new leader.
-	var ids []string
-	for i := range 8 {
-		id := fmt.Sprintf("after-%d", i)
-		_, err := s.c.Start(ctx, client.StartRequest{Workflow: "moved", ID: id})
-		require.NoError(t, err)
-		ids = append(ids, id)
-	}
+	ids := s.startMany(t, "moved", "after-", 8)
 	for _, id := range ids {
 		x := s.waitDone(t, id, 60*time.Second)
 		require.Equal(t, projections.StatusSucceeded, x.Status, "%s: %s", id, x.Error)
