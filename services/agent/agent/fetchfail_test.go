@@ -73,4 +73,12 @@ func TestFetchFailuresQuiet(t *testing.T) {
 	var f fetchFailures
 	_, said := f.over(time.Unix(1000, 0))
 	require.False(t, said, "no streak, nothing to say")
+
+	// A warning, then a quiet failure: the streak's end is still said.
+	_, quiet := f.failed(jetstream.ErrConsumerDeleted, time.Unix(1000, 0))
+	require.False(t, quiet)
+	_, quiet = f.failed(nats.ErrNoResponders, time.Unix(1001, 0))
+	require.True(t, quiet)
+	_, said = f.over(time.Unix(1002, 0))
+	require.True(t, said, "a streak with a warning in it ends said")
 }

@@ -325,7 +325,8 @@ func leaderMoving(err error) bool {
 // or with its stream), after which every fetch fails ("consumer deleted",
 // then "no responders") and the queue's tasks would wait for ever. It is
 // asked after a fetch failed; one worker of the queue does it at a time,
-// the others go on (and fail, and ask again, a second later).
+// the others go on (and fail, and ask again after their pause: 50 ms,
+// doubling up to a second).
 func (a *Agent) rebindIfGone(ctx context.Context, l *lanes, bulk bool, log zerolog.Logger) {
 	i, d := 0, bus.Durables{TaskAckWait: a.cfg.AckWait, MaxDeliver: a.cfg.MaxDeliver}
 	spec := bus.AgentQueueConsumer(d, l.queue)

@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sync"
@@ -258,4 +259,88 @@ func TestAQueueConsumerDeletedUnderTheAgentIsMadeAgain(t *testing.T) {
 	b.publishTaskTo(t, bus.BulkTaskSubject(workflow.DefaultQueue), "bulk-after", workflow.Step{ID: "s", Kind: "held"})
 	b.waitFinal(t, "after")
 	b.waitFinal(t, "bulk-after")
+}
+
+// TestAFailedFetchIsTriedAgainSoon: a worker whose fetch fails (here the
+// queue's consumer refuses any pull that would wait) tries again 50 ms
+// later, then after pauses that double up to a second, each failure a
+// warning (it is no leader's move); five failures come well within the
+// four seconds a fixed pause of a second took. Once a fetch succeeds
+// again, the worker says so, and takes the next task.
+func TestAFailedFetchIsTriedAgainSoon(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	spec := bus.AgentQueueConsumer(bus.Durables{TaskAckWait: ackWait}, workflow.DefaultQueue)
+	refusing := spec
+	refusing.Config.MaxRequestExpires = 100 * time.Millisecond // an agent's pulls wait 1 s or more
+	_, err := bus.Bind(t.Context(), js, true, refusing, nil)
+	require.NoError(t, err)
+
+	logs := &fetchLog{}
+	gate := newGate(t)
+	gate.open()
+	a, err := agent.New(agent.Config{Name: agentName, AckWait: ackWait, Concurrency: 1, BindOnly: true,
+		Handlers: map[string]operation.Handler{"held": gate}}, js, zerolog.New(logs).Level(zerolog.DebugLevel))
+	require.NoError(t, err)
+	natstest.Serve(t, a.Run)
+	natstest.Eventually(t, waitFor, func() bool { return len(logs.failures()) >= 5 }, "five failed fetches")
+	f := logs.failures()[:5]
+	t.Logf("five failed fetches within %s", f[4].at.Sub(f[0].at))
+	for i, want := range []float64{50, 100, 200, 400, 800} {
+		require.Equal(t, "warn", f[i].Level, "failure %d (%s): not a leader move", i+1, f[i].Err)
+		require.Equal(t, want, f[i].RetryIn, "failure %d's pause (ms)", i+1)
+	}
+	require.Less(t, f[4].at.Sub(f[0].at), 4*time.Second, "four pauses of 50 to 400 ms, not of a second")
+
+	_, err = bus.Bind(t.Context(), js, true, spec, nil) // pulls that wait are taken again
+	require.NoError(t, err)
+	natstest.Eventually(t, waitFor, func() bool { return logs.has("fetching tasks again") }, "the end of the failures said")
+	b := &agentBundle{js: js}
+	b.publishTask(t, "after", workflow.Step{ID: "s", Kind: "held"})
+	b.waitFinal(t, "after")
+}
+
+// fetchLog keeps an agent's log lines, each with when it was written.
+type fetchLog struct {
+	mu    sync.Mutex
+	lines []fetchLine
+}
+
+type fetchLine struct {
+	Level   string  `json:"level"`
+	Message string  `json:"message"`
+	RetryIn float64 `json:"retry_in"`
+	Err     string  `json:"error"`
+	at      time.Time
+}
+
+func (l *fetchLog) Write(p []byte) (int, error) {
+	var line fetchLine
+	if err := json.Unmarshal(p, &line); err != nil {
+		return 0, err
+	}
+	line.at = time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, line)
+	return len(p), nil
+}
+
+// failures returns the lines of failed fetches.
+func (l *fetchLog) failures() []fetchLine {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []fetchLine
+	for _, line := range l.lines {
+		if line.Message == "fetch task" {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+func (l *fetchLog) has(msg string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.ContainsFunc(l.lines, func(line fetchLine) bool { return line.Message == msg })
 }
