@@ -294,11 +294,8 @@ func (t *taskMsg) NakWithDelay(d time.Duration) error {
 // InProgress tells the server the task is still in hand (as often as
 // needed).
 func (t *taskMsg) InProgress() error {
-	if t.done.Load() {
-		return jetstream.ErrMsgAlreadyAckd
-	}
-	if t.m.Reply == "" {
-		return jetstream.ErrMsgNoReply
+	if err := t.answerable(); err != nil {
+		return err
 	}
 	return t.nc.Publish(t.m.Reply, []byte("+WPI"))
 }
@@ -306,11 +303,8 @@ func (t *taskMsg) InProgress() error {
 // DoubleAck acknowledges the task and waits for the server to confirm
 // (as long as ctx allows).
 func (t *taskMsg) DoubleAck(ctx context.Context) error {
-	if t.done.Load() {
-		return jetstream.ErrMsgAlreadyAckd
-	}
-	if t.m.Reply == "" {
-		return jetstream.ErrMsgNoReply
+	if err := t.answerable(); err != nil {
+		return err
 	}
 	if _, err := t.nc.RequestWithContext(ctx, t.m.Reply, []byte("+ACK")); err != nil {
 		return err
@@ -319,13 +313,22 @@ func (t *taskMsg) DoubleAck(ctx context.Context) error {
 	return nil
 }
 
-// settle acknowledges, hands back or ends the task, once.
-func (t *taskMsg) settle(body string) error {
+// answerable says why the server can be told nothing more of the task
+// (nil if it can): it was settled, or it came with no subject to answer.
+func (t *taskMsg) answerable() error {
 	if t.done.Load() {
 		return jetstream.ErrMsgAlreadyAckd
 	}
 	if t.m.Reply == "" {
 		return jetstream.ErrMsgNoReply
+	}
+	return nil
+}
+
+// settle acknowledges, hands back or ends the task, once.
+func (t *taskMsg) settle(body string) error {
+	if err := t.answerable(); err != nil {
+		return err
 	}
 	if err := t.nc.Publish(t.m.Reply, []byte(body)); err != nil {
 		return err

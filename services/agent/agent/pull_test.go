@@ -446,3 +446,16 @@ func TestPullsShareNoAnswers(t *testing.T) {
 	}
 	require.Len(t, seen, 2)
 }
+
+// TestTaskWithoutReplyIsNotAnswered: a task that came with no subject to
+// answer on (not a consumer's delivery) tells the server nothing: each
+// answer says so rather than publishing nowhere.
+func TestTaskWithoutReplyIsNotAnswered(t *testing.T) {
+	t.Parallel()
+	m := &taskMsg{m: &nats.Msg{Subject: "jf.tasks.default", Data: []byte("{}")}} // no connection: nothing may be sent
+	require.ErrorIs(t, m.Ack(), jetstream.ErrMsgNoReply)
+	require.ErrorIs(t, m.NakWithDelay(time.Second), jetstream.ErrMsgNoReply)
+	require.ErrorIs(t, m.InProgress(), jetstream.ErrMsgNoReply)
+	require.ErrorIs(t, m.DoubleAck(t.Context()), jetstream.ErrMsgNoReply)
+	require.False(t, m.done.Load(), "not settled")
+}
