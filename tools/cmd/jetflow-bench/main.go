@@ -72,6 +72,8 @@ type config struct {
 	retention, retentionKeep                     int
 	backup                                       bool
 	dataDir, cpuProfile, memProfile, figuresFile string
+	burstProfile                                 string
+	burstProfileFor                              time.Duration
 	insecure, byConnection, metrics              bool
 	natsProcess                                  bool
 	local                                        bool
@@ -150,6 +152,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.BoolVar(&c.metrics, "metrics", false, "count and serve every service's Prometheus metrics, as jetflow dev does (to measure what counting costs)")
 	fs.BoolVar(&c.tracing, "tracing", false, "record every execution's trace and export it over OTLP/HTTP to a receiver in the process, as jetflow dev does with OTEL_EXPORTER_OTLP_ENDPOINT (to measure what tracing costs)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured runs to this file")
+	fs.StringVar(&c.burstProfile, "timers-cpuprofile", "", "write a CPU profile of the timer run's burst to this file: from 20 ms before the timers are due, for -timers-cpuprofile-for (this process's: with -nats-process the server's is not in it)")
+	fs.DurationVar(&c.burstProfileFor, "timers-cpuprofile-for", time.Second, "how long -timers-cpuprofile profiles the burst")
 	fs.StringVar(&c.memProfile, "memprofile", "", "write a heap profile at the end to this file (with -nats-process, the server process's to this file + .nats)")
 	fs.StringVar(&c.figuresFile, "figures", "", "write the goals' figures this run measured to this file, as JSON (what jetflow-benchcompare reads)")
 	fs.BoolVar(&c.byConnection, "by-connection", false, "after the throughput run, print the messages per step each NATS connection sent and received (where a step's messages go)")
@@ -187,6 +191,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	if c.failoverLoad < 0 || (c.failoverLoad > 0 && c.failover == 0) {
 		return fmt.Errorf("-failover-load %d: give a positive number of executions, with -failover (the run it loads)", c.failoverLoad)
+	}
+	if c.burstProfile != "" && (c.timers == 0 || c.cpuProfile != "" || c.burstProfileFor <= 0) {
+		return fmt.Errorf("-timers-cpuprofile profiles the timer run's burst: give -timers, a positive -timers-cpuprofile-for, and no -cpuprofile (one CPU profile at a time)")
 	}
 	if c.single1 < 0 || c.sleepers < 0 || c.syncInterval < 0 || c.sleepersSettle < 0 {
 		return fmt.Errorf("-single1, -sleepers, -sleepers-settle and -sync-interval must be non-negative")
@@ -412,7 +419,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		fig.oneStep = p50
 	}
 	if c.timers > 0 {
-		p99, armedLate, err := runTimers(ctx, out, conn, store, c.timers, c.timerLead)
+		p99, armedLate, err := runTimers(ctx, out, conn, store, c.timers, c.timerLead, c.burstProfile, c.burstProfileFor)
 		if err != nil {
 			return err
 		}

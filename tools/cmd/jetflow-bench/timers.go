@@ -129,7 +129,7 @@ func waitRecordsArming(h nats.Header) bool { return h.Get("ce-"+events.ExtSchema
 // runTimers starts n executions that all sleep until the same instant T
 // and reports how late their timers fired; it returns the lateness p99
 // and how many timers were armed after T (which makes it the benchmark's).
-func runTimers(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalog.Store, n int, lead time.Duration) (p99 time.Duration, armedLate int, err error) {
+func runTimers(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalog.Store, n int, lead time.Duration, profile string, profileFor time.Duration) (p99 time.Duration, armedLate int, err error) {
 	def := workflow.Definition{Name: timerWorkflow, Steps: []workflow.Step{
 		{ID: "nap", Kind: workflow.KindSleep, Until: "${input.due}"},
 	}}
@@ -149,6 +149,23 @@ func runTimers(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalo
 	input, err := json.Marshal(map[string]any{"due": due.UTC().Format(time.RFC3339Nano)})
 	if err != nil {
 		return 0, 0, err
+	}
+	if profile != "" {
+		pctx, cancel := context.WithCancel(ctx)
+		written := profileWindow(pctx, profile, due.Add(-burstProfileLead), profileFor)
+		defer func() {
+			if err != nil {
+				cancel() // a run that failed before its burst writes none
+			}
+			perr := written() // the whole window, when the run ended sooner
+			cancel()
+			if err == nil && perr == nil {
+				fmt.Fprintf(out, "  CPU profile      %s: this process, from %s before T for %s\n", profile, burstProfileLead, profileFor)
+			}
+			if err == nil {
+				err = perr
+			}
+		}()
 	}
 	runID := began.UnixNano()
 	prefix := fmt.Sprintf("timer-%d-", runID)
