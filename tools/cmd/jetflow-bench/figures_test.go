@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -167,9 +168,9 @@ func TestNewFlags(t *testing.T) {
 	}
 }
 
-// TestSingle1AndSleepersRuns runs the 1-step and sleepers runs on a small
-// scale, on the whole system with an fsync on every write, and checks
-// what they report.
+// TestSingle1AndSleepersRuns runs the 1-step, sleepers and timer runs on
+// a small scale, on the whole system with an fsync on every write, and
+// checks what they report.
 func TestSingle1AndSleepersRuns(t *testing.T) {
 	ctx := t.Context()
 	info, stop, err := startStack(ctx, devstack.Config{DataDir: t.TempDir(), NATSAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
@@ -202,6 +203,34 @@ func TestSingle1AndSleepersRuns(t *testing.T) {
 		require.True(t, res.rssKnown)
 		require.Contains(t, out.String(), " KiB per sleeping execution")
 	}
+
+	// The timer run reads back when each firing was stored, and that is
+	// its figure; its burst's profile is written.
+	out.Reset()
+	prof := filepath.Join(t.TempDir(), "burst.prof")
+	p99, armedLate, err := runTimers(ctx, &out, conn, store, 20, 3*time.Second, prof, 200*time.Millisecond)
+	t.Log(out.String())
+	require.NoError(t, err)
+	require.Zero(t, armedLate, "armed 3 s ahead")
+	require.Contains(t, out.String(), "  timers fired     20 (0 before T)\n")
+	var decided, storedAt time.Duration
+	for _, line := range strings.Split(out.String(), "\n") {
+		for name, d := range map[string]*time.Duration{"fire lateness": &decided, "fire stored": &storedAt} {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), name+" "); ok {
+				f := strings.Fields(rest) // p50 X p90 X p99 X max X
+				require.Len(t, f, 8, line)
+				*d, err = time.ParseDuration(f[5])
+				require.NoError(t, err, line)
+			}
+		}
+	}
+	require.Positive(t, storedAt, "every firing read back: %s", out.String())
+	require.Equal(t, storedAt, p99.Round(10*time.Microsecond), "the figure is the stored p99")
+	require.GreaterOrEqual(t, storedAt, decided, "each firing is stored after it is decided (one machine's clock)")
+	require.Contains(t, out.String(), "  CPU profile      "+prof)
+	info2, err := os.Stat(prof)
+	require.NoError(t, err)
+	require.Positive(t, info2.Size())
 }
 
 // The goals table reads back as the figures it prints (rounded as it
