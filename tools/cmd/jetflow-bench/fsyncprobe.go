@@ -25,7 +25,9 @@ var fsyncProbeStreams = []int{1, 2, 4, 8}
 // consumer of each stream acknowledges every message (which removes it:
 // a second write), as tasks are published and taken. nats-server fsyncs
 // each write of a stream on its own, so what one stream takes bounds
-// what a step that writes there twice can do (docs/adr/0016).
+// what a step that writes there twice can do (docs/adr/0016). Then it
+// measures history appends, one by one and gathered into atomic batches
+// (groupcommit.go, docs/adr/0020).
 func runFsyncProbe(ctx context.Context, out io.Writer, d time.Duration, inflight int) error {
 	fmt.Fprintf(out, "fsync probe: an embedded server fsyncing every write, %d publishers waiting for their acks, each message taken and acknowledged, %s a run\n", inflight, d)
 	for _, n := range fsyncProbeStreams {
@@ -35,7 +37,7 @@ func runFsyncProbe(ctx context.Context, out io.Writer, d time.Duration, inflight
 		}
 		fmt.Fprintf(out, "  %d work-queue stream(s)  %6.0f messages/s\n", n, rate)
 	}
-	return nil
+	return runAppendProbe(ctx, out, d, inflight)
 }
 
 // probeStreams is one run of the probe over n streams: the messages

@@ -23,6 +23,25 @@ func TestFsyncProbe(t *testing.T) {
 		require.NoError(t, err)
 		require.Positive(t, rate, "%s", row[0])
 	}
+	// The appends' half: both ways append, each append naming the
+	// sequence its worker got for the one before (a wrong one, from a
+	// batch's acknowledgement misread, fails the batch and the probe);
+	// gathered, the workers' appends share writes.
+	rows = regexp.MustCompile(`(?m)^  (one by one|gathered, atomic batch) +(\d+) appends/s, +([\d.]+) a write, CPU `).FindAllStringSubmatch(out.String(), -1)
+	require.Len(t, rows, 2, "%s", out.String())
+	for i, row := range rows {
+		rate, err := strconv.Atoi(row[2])
+		require.NoError(t, err)
+		require.Positive(t, rate, "%s", row[0])
+		per, err := strconv.ParseFloat(row[3], 64)
+		require.NoError(t, err)
+		if i == 0 {
+			require.Equal(t, "one by one", row[1])
+			require.InDelta(t, 1.0, per, 1e-9, "%s", row[0])
+		} else {
+			require.Greater(t, per, 1.0, "8 workers waiting while a batch is written: %s", row[0])
+		}
+	}
 }
 
 // TestFsyncProbeFlag: a negative duration is refused with the flag named.

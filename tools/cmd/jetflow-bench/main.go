@@ -158,7 +158,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.StringVar(&c.figuresFile, "figures", "", "write the goals' figures this run measured to this file, as JSON (what jetflow-benchcompare reads)")
 	fs.BoolVar(&c.byConnection, "by-connection", false, "after the throughput run, print the messages per step each NATS connection sent and received (where a step's messages go)")
 	fs.StringVar(&c.visibilityPostgres, "visibility-postgres", "", "with -visibility: the index in the PostgreSQL database at this URL (schema "+benchSchema+", kept: a second run skips the fill) instead of SQLite in -data")
-	fs.DurationVar(&c.fsyncProbe, "fsync-probe", 0, "run alone: how many messages a second a file store that fsyncs every write takes, published and acknowledged, in 1, 2, 4 and 8 work-queue streams, each for this long (0 skips it)")
+	fs.DurationVar(&c.fsyncProbe, "fsync-probe", 0, "run alone: how many messages a second a file store that fsyncs every write takes, published and acknowledged, in 1, 2, 4 and 8 work-queue streams, then history appends one by one and gathered into atomic batches, each for this long (0 skips it)")
 	fs.IntVar(&c.visibility, "visibility", 0, "run alone: fill the api's visibility index with this many executions (in -data, kept: a second run with the same -data skips the fill) and measure its lists (0 skips it)")
 	if err := fs.Parse(args); err != nil {
 		return err
