@@ -52,3 +52,37 @@ func profileWindow(ctx context.Context, path string, from time.Time, window time
 		return nil
 	}
 }
+
+// burstProfile is the timer run's profile of its burst (profileWindow).
+type burstProfile struct {
+	cancel context.CancelFunc
+	wait   func() error
+	done   bool
+	err    error
+}
+
+// startBurstProfile starts profileWindow for the timer run.
+func startBurstProfile(ctx context.Context, path string, from time.Time, window time.Duration) *burstProfile {
+	ctx, cancel := context.WithCancel(ctx)
+	return &burstProfile{cancel: cancel, wait: profileWindow(ctx, path, from, window)}
+}
+
+// finish ends the profile: at once when the run failed (none written
+// before its window, or one cut short), else once its window has passed,
+// so that nothing the run does afterwards (its read back) is in it. It
+// says what went wrong writing it; a second call only says it again. A
+// nil profile (none asked for) finishes at once.
+func (b *burstProfile) finish(failed bool) error {
+	if b == nil {
+		return nil
+	}
+	if !b.done {
+		if failed {
+			b.cancel()
+		}
+		b.err = b.wait()
+		b.cancel()
+		b.done = true
+	}
+	return b.err
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -19,9 +20,14 @@ func TestProfileWindow(t *testing.T) {
 	// Not parallel: a process runs one CPU profile at a time.
 	path := filepath.Join(t.TempDir(), "burst.prof")
 	began := time.Now()
-	wait := profileWindow(t.Context(), path, began.Add(50*time.Millisecond), 100*time.Millisecond)
+	wait := profileWindow(t.Context(), path, began.Add(time.Second), 100*time.Millisecond)
+	time.Sleep(100 * time.Millisecond)
+	_, err := os.Stat(path)
+	if time.Since(began) < 900*time.Millisecond { // else this machine slept through the check
+		require.ErrorIs(t, err, os.ErrNotExist, "nothing profiled before its window")
+	}
 	require.NoError(t, wait())
-	require.GreaterOrEqual(t, time.Since(began), 150*time.Millisecond, "waits for the whole window")
+	require.GreaterOrEqual(t, time.Since(began), 1100*time.Millisecond, "waits for the whole window")
 	f, err := os.Open(path)
 	require.NoError(t, err)
 	defer f.Close()
@@ -50,4 +56,50 @@ func TestBurstProfileFlags(t *testing.T) {
 	} {
 		require.EqualError(t, run(t.Context(), args, new(bytes.Buffer)), want, "%v", args)
 	}
+}
+
+// TestBurstProfileFinish: a run that failed ends its profile at once,
+// before its window; one that did not waits for the window; finishing
+// again only says it again; no profile finishes at once.
+func TestBurstProfileFinish(t *testing.T) {
+	// Not parallel: a process runs one CPU profile at a time.
+	dir := t.TempDir()
+	began := time.Now()
+	failed := startBurstProfile(t.Context(), filepath.Join(dir, "failed.prof"), began.Add(8*time.Second), time.Second)
+	require.ErrorIs(t, failed.finish(true), context.Canceled)
+	require.Less(t, time.Since(began), 6*time.Second, "not waiting for its window, 8 s away")
+	require.ErrorIs(t, failed.finish(false), context.Canceled, "said again")
+	_, err := os.Stat(filepath.Join(dir, "failed.prof"))
+	require.ErrorIs(t, err, os.ErrNotExist)
+
+	began = time.Now()
+	ok := startBurstProfile(t.Context(), filepath.Join(dir, "ok.prof"), began, 200*time.Millisecond)
+	require.NoError(t, ok.finish(false))
+	require.GreaterOrEqual(t, time.Since(began), 200*time.Millisecond, "the whole window")
+	require.NoError(t, ok.finish(true), "finished: said again, not cut")
+	info, err := os.Stat(filepath.Join(dir, "ok.prof"))
+	require.NoError(t, err)
+	require.Positive(t, info.Size())
+
+	var none *burstProfile
+	require.NoError(t, none.finish(false))
+}
+
+// TestTimerFigure: the figure is the stored p99 when the firings were
+// read back, else the decided p99.
+func TestTimerFigure(t *testing.T) {
+	t.Parallel()
+	ms := func(v ...int) []time.Duration {
+		out := make([]time.Duration, len(v))
+		for i, x := range v {
+			out[i] = time.Duration(x) * time.Millisecond
+		}
+		return out
+	}
+	decided, stored := ms(30, 10, 20), ms(35, 12, 25)
+	require.Equal(t, 35*time.Millisecond, timerFigure(decided, stored, nil))
+	require.Equal(t, 30*time.Millisecond, timerFigure(decided, stored, errors.New("2 of 3 firings stored")))
+	require.Equal(t, 30*time.Millisecond, timerFigure(decided, nil, nil), "none read back")
+	require.Zero(t, timerFigure(nil, nil, nil))
+	require.Equal(t, ms(30, 10, 20), decided, "its arguments left as they were")
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -43,25 +44,11 @@ func runFsyncProbe(ctx context.Context, out io.Writer, d time.Duration, inflight
 // probeStreams is one run of the probe over n streams: the messages
 // published (and taken) a second.
 func probeStreams(ctx context.Context, n int, d time.Duration, inflight int) (float64, error) {
-	dir, err := os.MkdirTemp("", "jetflow-bench-fsync-")
+	_, js, stop, err := syncAlwaysServer()
 	if err != nil {
 		return 0, err
 	}
-	defer os.RemoveAll(dir)
-	srv, err := natsserver.Start(natsserver.Config{StoreDir: dir, Port: -1, SyncAlways: true})
-	if err != nil {
-		return 0, err
-	}
-	defer natsserver.Stop(srv)
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		return 0, err
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return 0, err
-	}
+	defer stop()
 	for i := range n {
 		name := fmt.Sprintf("PROBE%d", i)
 		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{fmt.Sprintf("probe.%d", i)},
@@ -100,4 +87,34 @@ func probeStreams(ctx context.Context, n int, d time.Duration, inflight int) (fl
 		return 0, fmt.Errorf("fsync probe: publish: %w", *err)
 	}
 	return float64(published.Load()) / d.Seconds(), nil
+}
+
+// syncAlwaysServer starts an embedded server of its own, in a temporary
+// directory, whose file store fsyncs every write, and connects to it;
+// stop closes the connection, stops the server and removes the directory.
+func syncAlwaysServer() (nc *nats.Conn, js jetstream.JetStream, stop func(), err error) {
+	dir, err := os.MkdirTemp("", "jetflow-bench-fsync-")
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	srv, err := natsserver.Start(natsserver.Config{StoreDir: dir, Port: -1, SyncAlways: true})
+	if err != nil {
+		return nil, nil, nil, errors.Join(err, os.RemoveAll(dir))
+	}
+	stop = func() {
+		if nc != nil {
+			nc.Close()
+		}
+		natsserver.Stop(srv)
+		_ = os.RemoveAll(dir)
+	}
+	if nc, err = nats.Connect(srv.ClientURL()); err != nil {
+		stop()
+		return nil, nil, nil, err
+	}
+	if js, err = jetstream.New(nc); err != nil {
+		stop()
+		return nil, nil, nil, err
+	}
+	return nc, js, stop, nil
 }

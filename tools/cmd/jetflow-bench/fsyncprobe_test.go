@@ -37,7 +37,6 @@ func TestFsyncProbe(t *testing.T) {
 		require.NoError(t, err)
 		if i == 0 {
 			require.Equal(t, "one by one", row[1])
-			require.InDelta(t, 1.0, per, 1e-9, "%s", row[0])
 		} else {
 			require.Greater(t, per, 1.0, "8 workers waiting while a batch is written: %s", row[0])
 		}

@@ -6,15 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"jetflow.dev/pkg/natsserver"
 )
 
 // The fsync probe's second half: history appends, as a dispatcher's
@@ -41,25 +38,11 @@ type appendProbe struct {
 // probeAppends runs workers appending for d, one by one or gathered into
 // atomic batches, against an embedded server fsyncing every write.
 func probeAppends(ctx context.Context, d time.Duration, workers int, gathered bool) (appendProbe, error) {
-	dir, err := os.MkdirTemp("", "jetflow-bench-appends-")
+	nc, js, stop, err := syncAlwaysServer()
 	if err != nil {
 		return appendProbe{}, err
 	}
-	defer os.RemoveAll(dir)
-	srv, err := natsserver.Start(natsserver.Config{StoreDir: dir, Port: -1, SyncAlways: true})
-	if err != nil {
-		return appendProbe{}, err
-	}
-	defer natsserver.Stop(srv)
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		return appendProbe{}, err
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return appendProbe{}, err
-	}
+	defer stop()
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "PROBE", Subjects: []string{"probe.>"},
 		Storage: jetstream.FileStorage, AllowAtomicPublish: true}); err != nil {
 		return appendProbe{}, fmt.Errorf("append probe: create stream: %w", err)
@@ -68,7 +51,7 @@ func probeAppends(ctx context.Context, d time.Duration, workers int, gathered bo
 	var c *committer
 	if gathered {
 		c = newCommitter(nc)
-		defer c.stop()
+		defer c.stop() // also on a failure before the count below
 	}
 	var (
 		mu     sync.Mutex
@@ -100,7 +83,9 @@ func probeAppends(ctx context.Context, d time.Duration, workers int, gathered bo
 				}
 				if err != nil {
 					mu.Lock()
-					failed = cmpErr(failed, fmt.Errorf("append probe: %s: %w", subject, err))
+					if failed == nil {
+						failed = fmt.Errorf("append probe: %s: %w", subject, err)
+					}
 					mu.Unlock()
 					return
 				}
@@ -121,17 +106,16 @@ func probeAppends(ctx context.Context, d time.Duration, workers int, gathered bo
 	if cpu0 >= 0 && total > 0 {
 		res.cpuPer = cpu / time.Duration(total)
 	}
-	if c != nil && c.writes > 0 {
-		res.perBatch = float64(c.appended) / float64(c.writes)
+	if c != nil {
+		c.stop() // its counts are read once it is stopped
+		if c.appended != total {
+			return appendProbe{}, fmt.Errorf("append probe: the committer wrote %d appends, the workers made %d", c.appended, total)
+		}
+		if c.writes > 0 {
+			res.perBatch = float64(c.appended) / float64(c.writes)
+		}
 	}
 	return res, nil
-}
-
-func cmpErr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
 }
 
 // committer gathers appends into atomic batches: one batch written at a
@@ -140,6 +124,7 @@ type committer struct {
 	nc      *nats.Conn
 	in      chan pendingAppend
 	done    chan struct{}
+	once    sync.Once
 	batchNo int // names the batches: a batch's id is unique while it is open
 	// writes and appended count the batches (or lone publishes) written
 	// and the appends they held: read once stopped.
@@ -162,7 +147,9 @@ func newCommitter(nc *nats.Conn) *committer {
 	return c
 }
 
-func (c *committer) stop() { close(c.in); <-c.done }
+// stop ends the committer once every append handed to it is answered; a
+// second call returns at once. No append may be handed to it after.
+func (c *committer) stop() { c.once.Do(func() { close(c.in) }); <-c.done }
 
 // append hands m to the committer and waits for its sequence.
 func (c *committer) append(ctx context.Context, m *nats.Msg) (uint64, error) {
@@ -212,14 +199,25 @@ func (c *committer) loop() {
 // batchAck is nats-server's answer to a batch's first message (empty when
 // staged) and to its commit (a publish acknowledgement with the batch).
 type batchAck struct {
-	Seq   uint64 `json:"seq"`
-	Batch string `json:"batch"`
-	Count int    `json:"count"`
-	Error *struct {
-		Code        int    `json:"code"`
-		ErrCode     int    `json:"err_code"`
-		Description string `json:"description"`
-	} `json:"error"`
+	Seq   uint64              `json:"seq"`
+	Count int                 `json:"count"`
+	Error *jetstream.APIError `json:"error"`
+}
+
+// batchReply reads nats-server's answer r to the message of a batch of n
+// that asked for one; empty (a message staged) is a zero batchAck.
+func batchReply(r *nats.Msg, n int) (batchAck, error) {
+	var ack batchAck
+	if len(r.Data) == 0 {
+		return ack, nil
+	}
+	if err := json.Unmarshal(r.Data, &ack); err != nil {
+		return ack, fmt.Errorf("batch of %d: answered %q: %w", n, r.Data, err)
+	}
+	if ack.Error != nil {
+		return ack, fmt.Errorf("batch of %d: %w", n, ack.Error)
+	}
+	return ack, nil
 }
 
 // write writes batch as one atomic batch (a lone append as a plain
@@ -245,12 +243,9 @@ func (c *committer) write(id string, batch []pendingAppend) ([]uint64, error) {
 			if err != nil {
 				return nil, err
 			}
-			var ack batchAck
-			if err := json.Unmarshal(r.Data, &ack); err != nil {
-				return nil, fmt.Errorf("batch commit: %q: %w", r.Data, err)
-			}
-			if ack.Error != nil {
-				return nil, fmt.Errorf("batch of %d: %d: %s", n, ack.Error.ErrCode, ack.Error.Description)
+			ack, err := batchReply(r, n)
+			if err != nil {
+				return nil, err
 			}
 			if n > 1 && ack.Count != n {
 				return nil, fmt.Errorf("batch of %d: %d committed", n, ack.Count)
@@ -265,11 +260,8 @@ func (c *committer) write(id string, batch []pendingAppend) ([]uint64, error) {
 			if err != nil {
 				return nil, err
 			}
-			if len(r.Data) > 0 {
-				var ack batchAck
-				if json.Unmarshal(r.Data, &ack) == nil && ack.Error != nil {
-					return nil, fmt.Errorf("batch of %d: %d: %s", n, ack.Error.ErrCode, ack.Error.Description)
-				}
+			if _, err := batchReply(r, n); err != nil {
+				return nil, err
 			}
 		default:
 			if err := c.nc.PublishMsg(m); err != nil {

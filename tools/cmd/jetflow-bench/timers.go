@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -62,7 +64,7 @@ func newTimerTracker(nc *nats.Conn, want int) (*timerTracker, error) {
 		if err != nil {
 			return
 		}
-		id := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
+		id := executionOf(m.Subject)
 		t.mu.Lock()
 		defer t.mu.Unlock()
 		r := t.recs[id]
@@ -70,17 +72,15 @@ func newTimerTracker(nc *nats.Conn, want int) (*timerTracker, error) {
 			r = &timerRecord{}
 			t.recs[id] = r
 		}
+		if r.fired.IsZero() && recordsFiring(m.Header) {
+			r.fired = at
+		}
 		switch typ {
 		case events.TypeTimerArmed:
 			r.armed = at
-		case events.TypeTimerFired:
-			r.fired = at
 		case events.TypeExecutionSucceeded, events.TypeExecutionFailed:
 			if typ == events.TypeExecutionSucceeded {
 				r.succeeded = at
-				if r.fired.IsZero() && endRecordsFiring(m.Header) {
-					r.fired = at
-				}
 			} else {
 				t.failed = append(t.failed, id)
 			}
@@ -98,6 +98,9 @@ func newTimerTracker(nc *nats.Conn, want int) (*timerTracker, error) {
 }
 
 func (t *timerTracker) close() { _ = t.sub.Unsubscribe() }
+
+// executionOf is the execution of a history subject (its last token).
+func executionOf(subject string) string { return subject[strings.LastIndexByte(subject, '.')+1:] }
 
 // endRecordsFiring says whether an io.jetflow.execution.succeeded with
 // these headers carries the sleep's success that records its timer's
@@ -153,22 +156,10 @@ func runTimers(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalo
 	if err != nil {
 		return 0, 0, err
 	}
+	var prof *burstProfile // nil: none asked for
 	if profile != "" {
-		pctx, cancel := context.WithCancel(ctx)
-		written := profileWindow(pctx, profile, due.Add(-burstProfileLead), profileFor)
-		defer func() {
-			if err != nil {
-				cancel() // a run that failed before its burst writes none
-			}
-			perr := written() // the whole window, when the run ended sooner
-			cancel()
-			if err == nil && perr == nil {
-				fmt.Fprintf(out, "  CPU profile      %s: this process, from %s before T for %s\n", profile, burstProfileLead, profileFor)
-			}
-			if err == nil {
-				err = perr
-			}
-		}()
+		prof = startBurstProfile(ctx, profile, due.Add(-burstProfileLead), profileFor)
+		defer func() { _ = prof.finish(true) }() // a run that failed: none, or one cut short
 	}
 	runID := began.UnixNano()
 	prefix := fmt.Sprintf("timer-%d-", runID)
@@ -192,7 +183,6 @@ func runTimers(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalo
 		return 0, 0, ctx.Err()
 	}
 	tr.mu.Lock()
-	defer tr.mu.Unlock()
 	var armed, fired, early, within100, within1s, succeeded int
 	var lastArmed, firstFire, lastFire time.Time
 	var fireLate, succLate []time.Duration
@@ -235,6 +225,9 @@ func runTimers(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalo
 		}
 	}
 
+	done, failed := tr.done, slices.Clone(tr.failed)
+	tr.mu.Unlock()
+
 	fmt.Fprintf(out, "\ntimer run: %d executions of a one-step workflow sleeping until the same instant T = start + %s\n", n, lead)
 	fmt.Fprintf(out, "  start commands   published in %s\n", published.Round(time.Millisecond))
 	if !lastArmed.IsZero() {
@@ -247,26 +240,36 @@ func runTimers(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalo
 	fmt.Fprintf(out, "  fired within     100 ms of T: %d (%.1f%%), 1 s of T: %d (%.1f%%)\n",
 		within100, pct(within100, n), within1s, pct(within1s, n))
 	if len(fireLate) > 0 {
-		printLatency(out, "fire lateness", fireLate) // sorts
-		p99 = percentile(fireLate, 0.99)
+		printLatency(out, "fire lateness", fireLate)
+	}
+	// The burst's profile is written before the read back, which is not
+	// the burst's.
+	if err := prof.finish(timedOut); err != nil {
+		return 0, 0, err
+	}
+	if prof != nil && !timedOut {
+		fmt.Fprintf(out, "  CPU profile      %s: this process, from %s before T for %s\n", profile, burstProfileLead, profileFor)
 	}
 	// The goals' figure is when the firings were stored, once every one
 	// is read back; else when they were decided.
-	var stored map[string]time.Time
-	var serr error
+	var storedLate []time.Duration
+	serr := errors.New("not read: the run timed out")
 	if !timedOut {
+		var stored map[string]time.Time
 		stored, serr = storedFirings(ctx, conn.JS, prefix, began, fired)
-	}
-	if serr != nil {
-		fmt.Fprintf(out, "  fire stored      not read (the figure is the lateness above): %v\n", serr)
-	} else if len(stored) > 0 {
-		storedLate := make([]time.Duration, 0, len(stored))
+		if ctx.Err() != nil {
+			return 0, 0, ctx.Err()
+		}
 		for _, at := range stored {
 			storedLate = append(storedLate, at.Sub(due))
 		}
-		printLatency(out, "fire stored", storedLate) // sorts
-		p99 = percentile(storedLate, 0.99)
 	}
+	if serr != nil {
+		fmt.Fprintf(out, "  fire stored      not read (the figure is the lateness above): %v\n", serr)
+	} else {
+		printLatency(out, "fire stored", storedLate)
+	}
+	p99 = timerFigure(fireLate, storedLate, serr)
 	if len(succLate) > 0 {
 		printLatency(out, "succeeded", succLate)
 	}
@@ -274,12 +277,12 @@ func runTimers(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalo
 		fmt.Fprintf(out, "  timers fired/s   %.0f (%d between %s and %s after T)\n", float64(fired)/lastFire.Sub(firstFire).Seconds(),
 			fired, firstFire.Sub(due).Round(time.Millisecond), lastFire.Sub(due).Round(time.Millisecond))
 	}
-	fmt.Fprintf(out, "  executions       %d succeeded, %d failed\n", succeeded, len(tr.failed))
+	fmt.Fprintf(out, "  executions       %d succeeded, %d failed\n", succeeded, len(failed))
 	switch {
 	case timedOut:
-		return 0, 0, fmt.Errorf("timer run: %d of %d executions ended within 3m after T", tr.done, n)
-	case len(tr.failed) > 0:
-		return 0, 0, fmt.Errorf("timer run: %d executions failed, e.g. %s", len(tr.failed), tr.failed[0])
+		return 0, 0, fmt.Errorf("timer run: %d of %d executions ended within 3m after T", done, n)
+	case len(failed) > 0:
+		return 0, 0, fmt.Errorf("timer run: %d executions failed, e.g. %s", len(failed), failed[0])
 	case early > 0:
 		return 0, 0, fmt.Errorf("timer run: %d timers fired before they were due", early)
 	}
@@ -334,45 +337,70 @@ func publishStarts(ctx context.Context, conn *bus.Conn, n int, start func(i int)
 
 // storedFirings reads back, once the timer run is over, when the server
 // stored each firing of the run's executions (those whose id starts with
-// prefix; stored since since), by execution, until it has want of them
-// or storedReadFor has passed. The tracker's figure is the event's
-// ce-time: when the dispatcher decided the firing, which comes before the
-// append is stored, by as many appends as it has in flight; and its core
-// subscription sees a message as it is published, before it is stored.
-// The stored time is when a reader of the history can first see it. Read
-// after the burst, with an ordered consumer, so as not to take the
-// burst's cores.
+// prefix; stored since since), by execution, until it has want of them.
+// The tracker's figure is the event's ce-time: when the dispatcher
+// decided the firing, which comes before the append is stored, by as many
+// appends as it has in flight; and its core subscription sees a message
+// as it is published, before it is stored. The stored time is when a
+// reader of the history can first see it. Read after the burst, headers
+// only, so as not to take the burst's cores. It fails, with what it
+// found, when the stream holds no more of them (a firing seen published
+// but not stored: its append failed) or storedReadFor has passed.
 func storedFirings(ctx context.Context, js jetstream.JetStream, prefix string, since time.Time, want int) (map[string]time.Time, error) {
-	ctx, cancel := context.WithTimeout(ctx, storedReadFor)
+	rctx, cancel := context.WithTimeout(ctx, storedReadFor)
 	defer cancel()
-	cons, err := js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{bus.WorkflowSubjects(timerWorkflow)},
-		DeliverPolicy:  jetstream.DeliverByStartTimePolicy, OptStartTime: &since,
+	fail := func(err error) error { return fmt.Errorf("read the timer run's histories back: %w", err) }
+	stream, err := js.Stream(rctx, bus.StreamEvents)
+	if err != nil {
+		return nil, fail(err)
+	}
+	upTo := stream.CachedInfo().State.LastSeq // every firing seen was published before
+	cons, err := js.CreateConsumer(rctx, bus.StreamEvents, jetstream.ConsumerConfig{
+		FilterSubject: bus.WorkflowSubjects(timerWorkflow),
+		DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &since,
+		AckPolicy: jetstream.AckNonePolicy, HeadersOnly: true, InactiveThreshold: time.Minute,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("read the timer run's histories back: %w", err)
+		return nil, fail(err)
 	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = js.DeleteConsumer(dctx, bus.StreamEvents, cons.CachedInfo().Name)
+	}()
 	out := make(map[string]time.Time, want)
+	var seen uint64
 	for len(out) < want {
-		if ctx.Err() != nil {
-			return out, fmt.Errorf("read the timer run's histories back: %d of %d firings found within %s", len(out), want, storedReadFor)
-		}
 		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(200*time.Millisecond))
 		if err != nil {
-			return out, fmt.Errorf("read the timer run's histories back: %w", err)
+			return out, fail(err)
 		}
+		got := 0
 		for m := range batch.Messages() {
+			got++
 			md, err := m.Metadata()
 			if err != nil {
-				return out, fmt.Errorf("read the timer run's histories back: %w", err)
+				return out, fail(err)
 			}
-			id := m.Subject()[strings.LastIndexByte(m.Subject(), '.')+1:]
+			seen = max(seen, md.Sequence.Stream)
+			id := executionOf(m.Subject())
 			if !strings.HasPrefix(id, prefix) || !recordsFiring(m.Headers()) {
 				continue
 			}
-			if _, seen := out[id]; !seen {
+			if _, dup := out[id]; !dup {
 				out[id] = md.Timestamp
 			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			return out, fail(err)
+		}
+		switch {
+		case ctx.Err() != nil:
+			return out, ctx.Err()
+		case rctx.Err() != nil:
+			return out, fail(fmt.Errorf("%d of %d firings found within %s", len(out), want, storedReadFor))
+		case got == 0 && seen >= upTo && len(out) < want:
+			return out, fail(fmt.Errorf("%d of %d firings stored", len(out), want))
 		}
 	}
 	return out, nil
@@ -380,6 +408,22 @@ func storedFirings(ctx context.Context, js jetstream.JetStream, prefix string, s
 
 // storedReadFor bounds storedFirings.
 const storedReadFor = 30 * time.Second
+
+// timerFigure is the timer run's figure: the p99 of when the firings were
+// stored, once read back (readErr nil), else of when they were decided
+// (0 when none fired).
+func timerFigure(decided, stored []time.Duration, readErr error) time.Duration {
+	lat := decided
+	if readErr == nil && len(stored) > 0 {
+		lat = stored
+	}
+	if len(lat) == 0 {
+		return 0
+	}
+	lat = slices.Clone(lat)
+	slices.Sort(lat)
+	return percentile(lat, 0.99)
+}
 
 // recordsFiring says whether an event, by its header, records a timer's
 // firing: a timer.fired, or an end carrying the sleep's success that
