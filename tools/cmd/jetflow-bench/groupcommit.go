@@ -20,7 +20,8 @@ import (
 // sequence expected, a message id, and it waits for the acknowledgement
 // before its next. nats-server fsyncs each write of a stream on its own
 // under sync_interval: always, but an atomic batch (NATS ADR-50) is
-// written whole and fsynced once before it is acknowledged (2.15). So
+// staged, then written whole with one fsync of the stream before it is
+// acknowledged (2.15): two fsyncs or so a batch, whatever its size. So
 // the probe runs the workers twice: each append its own publish, then
 // the appends gathered by one committer into atomic batches of what has
 // come while the last one was being written.
@@ -121,13 +122,13 @@ func probeAppends(ctx context.Context, d time.Duration, workers int, gathered bo
 // committer gathers appends into atomic batches: one batch written at a
 // time, holding whatever came while the last was being written.
 type committer struct {
-	nc      *nats.Conn
-	in      chan pendingAppend
-	done    chan struct{}
-	once    sync.Once
-	batchNo int // names the batches: a batch's id is unique while it is open
+	nc   *nats.Conn
+	in   chan pendingAppend
+	done chan struct{}
+	once sync.Once
 	// writes and appended count the batches (or lone publishes) written
-	// and the appends they held: read once stopped.
+	// and the appends they held: read once stopped. writes also names
+	// the batches (an id is unique while its batch is open).
 	writes, appended int
 }
 
@@ -184,8 +185,7 @@ func (c *committer) loop() {
 		}
 		c.writes++
 		c.appended += len(batch)
-		c.batchNo++
-		seqs, err := c.write("probe-"+strconv.Itoa(c.batchNo), batch)
+		seqs, err := c.write("probe-"+strconv.Itoa(c.writes), batch)
 		for i, p := range batch {
 			if err != nil {
 				p.reply <- appendResult{err: err}
@@ -280,7 +280,7 @@ func runAppendProbe(ctx context.Context, out io.Writer, d time.Duration, workers
 		if err != nil {
 			return err
 		}
-		how := "one by one            "
+		how := "one by one"
 		if gathered {
 			how = "gathered, atomic batch"
 		}
@@ -288,7 +288,7 @@ func runAppendProbe(ctx context.Context, out io.Writer, d time.Duration, workers
 		if res.cpuPer >= 0 {
 			cpu = fmt.Sprintf("%.1f µs", float64(res.cpuPer.Nanoseconds())/1000)
 		}
-		fmt.Fprintf(out, "  %s  %6.0f appends/s, %5.1f a write, CPU %s an append\n", how, res.perSecond, res.perBatch, cpu)
+		fmt.Fprintf(out, "  %-22s  %6.0f appends/s, %5.1f a write, CPU %s an append\n", how, res.perSecond, res.perBatch, cpu)
 	}
 	return nil
 }

@@ -344,17 +344,14 @@ func publishStarts(ctx context.Context, conn *bus.Conn, n int, start func(i int)
 // as it is published, before it is stored. The stored time is when a
 // reader of the history can first see it. Read after the burst, headers
 // only, so as not to take the burst's cores. It fails, with what it
-// found, when the stream holds no more of them (a firing seen published
-// but not stored: its append failed) or storedReadFor has passed.
+// found, when nothing more has come for a fetch once storedQuiet has
+// passed (a firing seen published but not stored: its append failed), or
+// when storedReadFor has.
 func storedFirings(ctx context.Context, js jetstream.JetStream, prefix string, since time.Time, want int) (map[string]time.Time, error) {
 	rctx, cancel := context.WithTimeout(ctx, storedReadFor)
 	defer cancel()
 	fail := func(err error) error { return fmt.Errorf("read the timer run's histories back: %w", err) }
-	stream, err := js.Stream(rctx, bus.StreamEvents)
-	if err != nil {
-		return nil, fail(err)
-	}
-	upTo := stream.CachedInfo().State.LastSeq // every firing seen was published before
+	began := time.Now()
 	cons, err := js.CreateConsumer(rctx, bus.StreamEvents, jetstream.ConsumerConfig{
 		FilterSubject: bus.WorkflowSubjects(timerWorkflow),
 		DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &since,
@@ -369,7 +366,6 @@ func storedFirings(ctx context.Context, js jetstream.JetStream, prefix string, s
 		_ = js.DeleteConsumer(dctx, bus.StreamEvents, cons.CachedInfo().Name)
 	}()
 	out := make(map[string]time.Time, want)
-	var seen uint64
 	for len(out) < want {
 		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(200*time.Millisecond))
 		if err != nil {
@@ -382,7 +378,6 @@ func storedFirings(ctx context.Context, js jetstream.JetStream, prefix string, s
 			if err != nil {
 				return out, fail(err)
 			}
-			seen = max(seen, md.Sequence.Stream)
 			id := executionOf(m.Subject())
 			if !strings.HasPrefix(id, prefix) || !recordsFiring(m.Headers()) {
 				continue
@@ -399,15 +394,21 @@ func storedFirings(ctx context.Context, js jetstream.JetStream, prefix string, s
 			return out, ctx.Err()
 		case rctx.Err() != nil:
 			return out, fail(fmt.Errorf("%d of %d firings found within %s", len(out), want, storedReadFor))
-		case got == 0 && seen >= upTo && len(out) < want:
+		case got == 0 && time.Since(began) >= storedQuiet:
 			return out, fail(fmt.Errorf("%d of %d firings stored", len(out), want))
 		}
 	}
 	return out, nil
 }
 
-// storedReadFor bounds storedFirings.
-const storedReadFor = 30 * time.Second
+// storedReadFor bounds storedFirings; storedQuiet is how long it reads
+// before a fetch that brings nothing ends it: every firing it looks for
+// was published before it began, and a busy server stores a burst's last
+// appends a few hundred milliseconds after they come.
+const (
+	storedReadFor = 30 * time.Second
+	storedQuiet   = 3 * time.Second
+)
 
 // timerFigure is the timer run's figure: the p99 of when the firings were
 // stored, once read back (readErr nil), else of when they were decided
