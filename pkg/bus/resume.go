@@ -120,6 +120,32 @@ func (c *Consuming) Drain() {
 	<-c.done
 }
 
+// DrainWithin is Drain waiting at most d for the Consume to close; it
+// reports whether it closed. Unlike Stop, every message the server
+// delivered reaches the handler, those still in the pull's buffer or on
+// the wire when it was called included: Stop drops them, and they wait
+// for their consumer's ack wait. A drain not done by then (its handler is
+// slow, or the connection is down) goes on by itself, bounded by the
+// connection's drain timeout; the watch has ended either way.
+func (c *Consuming) DrainWithin(d time.Duration) bool {
+	cc := c.end()
+	if cc != nil {
+		cc.Drain()
+	}
+	<-c.done
+	if cc == nil {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-cc.Closed():
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
 // Starter returns the start a Resume calls: it binds spec (making it
 // where manage, calling wait while it waits for it, as Bind does) and
 // consumes it with handler and opts. Called once by the service itself,

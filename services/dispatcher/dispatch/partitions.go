@@ -454,22 +454,30 @@ func (r *consuming) addSub(sub *nats.Subscription) bool {
 	return true
 }
 
-// stop stops pulling and waits up to wait for the jobs in hand. The
-// direct reports already in hand are handed on and answered (refused,
-// once the holding is over), not dropped: their agents store them at once
-// instead of waiting for an answer that never comes.
+// stop stops pulling and waits up to wait for the jobs in hand. What the
+// server delivered and the handling has not seen yet (the pulls' buffers,
+// and what is on the wire) is handed on and given back (process Naks what
+// a holding no longer handles), not dropped: dropped, it would wait for
+// the ack wait, since the next holder's reset of the consumers may have
+// come before this holding stopped pulling (its dispatcher, starved,
+// noticed the lease lost late). The direct reports already in hand are
+// handed on and answered (refused, once the holding is over) for the same
+// reason: their agents store them at once instead of waiting for an
+// answer that never comes.
 func (r *consuming) stop(wait time.Duration) {
 	r.mu.Lock()
 	r.stopped = true
 	ccs, subs := r.ccs, r.subs
 	r.mu.Unlock()
+	deadline := time.Now().Add(wait)
+	var drains sync.WaitGroup
 	for _, cc := range ccs {
-		cc.Stop()
+		drains.Go(func() { cc.DrainWithin(wait) })
 	}
 	for _, sub := range subs {
 		_ = sub.Drain()
 	}
-	deadline := time.Now().Add(wait)
+	drains.Wait()
 	for r.inFlight.Load() > 0 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -1,0 +1,93 @@
+package dispatch
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/natstest"
+)
+
+// TestStoppedHoldingHandsBackWhatItPulled: a holding given up while the
+// server has delivered messages to it that its handler has not seen yet
+// (the pull's buffer, and what was on the wire) hands every one of them
+// to its handler, which gives them back (process Naks what a holding no
+// longer handles): none waits for the ack wait. Stopped outright, nats.go
+// drops the buffered ones, and they stay pending on the consumer until
+// its ack wait; when the partition's next holder reset the consumer
+// before this one stopped (a holder starved past its lease notices late),
+// no reset comes after, and a report waited the whole ack wait.
+func TestStoppedHoldingHandsBackWhatItPulled(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	ctx := t.Context()
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "HANDBACK", Subjects: []string{"handback.>"}})
+	require.NoError(t, err)
+	const n = 200
+	for i := range n {
+		_, err := js.Publish(ctx, fmt.Sprintf("handback.%d", i), []byte("report"))
+		require.NoError(t, err)
+	}
+	cons, err := js.CreateConsumer(ctx, "HANDBACK", jetstream.ConsumerConfig{
+		Durable: "handback", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 5 * time.Minute, MaxDeliver: -1,
+	})
+	require.NoError(t, err)
+
+	r := &consuming{part: 1}
+	var seen, stopped atomic.Int64
+	first := make(chan struct{})
+	release := make(chan struct{})
+	handler := func(m jetstream.Msg) {
+		r.inFlight.Add(1)
+		defer r.inFlight.Add(-1)
+		if seen.Add(1) == 1 {
+			close(first)
+			<-release // the workers are busy: the pull's buffer fills behind this one
+		}
+		if r.isStopped() {
+			stopped.Add(1)
+		}
+		_ = m.Nak() // no longer held here: given back (process)
+	}
+	cc, err := cons.Consume(handler, jetstream.PullMaxMessages(64))
+	require.NoError(t, err)
+	resumed := bus.Resume(ctx, cc, func(context.Context) (jetstream.ConsumeContext, error) {
+		return nil, errNotHeld
+	}, func(error) {})
+	require.True(t, r.add(bus.Consumer{Stream: "HANDBACK"}, resumed))
+
+	<-first
+	// Delivered by the server, not yet seen by the handler.
+	require.Eventually(t, func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumAckPending > 1
+	}, 10*time.Second, 10*time.Millisecond)
+	stopDone := make(chan struct{})
+	go func() { defer close(stopDone); r.stop(time.Minute) }()
+	require.Eventually(t, r.isStopped, 10*time.Second, time.Millisecond)
+	close(release)
+	<-stopDone
+
+	require.Greater(t, stopped.Load(), int64(1), "messages delivered before the stop, besides the one in hand, were handed to the handler after it")
+	// The next holder is handed every message now, the given back ones
+	// included (a Nak keeps a message pending on the consumer, due again
+	// at once: only its delivery shows it was given back).
+	got := map[uint64]bool{}
+	for deadline := time.Now().Add(30 * time.Second); len(got) < n && time.Now().Before(deadline); {
+		batch, err := cons.Fetch(n, jetstream.FetchMaxWait(time.Second))
+		require.NoError(t, err)
+		for m := range batch.Messages() {
+			md, err := m.Metadata()
+			require.NoError(t, err)
+			got[md.Sequence.Stream] = true
+			require.NoError(t, m.Ack())
+		}
+	}
+	require.Equal(t, n, len(got), "the next holder is handed every message, none left for the ack wait")
+}
