@@ -112,6 +112,9 @@ func Streams(c Config) []jetstream.StreamConfig {
 			Storage:     jetstream.FileStorage, Replicas: c.Replicas, Duplicates: c.HistoryDuplicates,
 			Retention: jetstream.LimitsPolicy, Discard: jetstream.DiscardNew, DenyDelete: true,
 			AllowDirect: true, // histories are read in batches from any replica (history.Scan)
+			// Group commit (history.Options.GroupCommit, docs/adr/0020)
+			// writes appends in atomic batches.
+			AllowAtomicPublish: true,
 		},
 		{
 			Name: StreamCommands, Subjects: []string{CommandsPrefix + ".>"},
@@ -132,6 +135,9 @@ func Streams(c Config) []jetstream.StreamConfig {
 			Retention:   jetstream.WorkQueuePolicy,
 			AllowDirect: true, // a dispatcher looks for a task sent before the dedupe window (docs/adr/0007)
 			AllowMsgTTL: true, // its keepers expire by themselves (TasksKeeperSubject)
+			// Group commit (the dispatcher's -group-commit,
+			// docs/adr/0020) publishes tasks in atomic batches.
+			AllowAtomicPublish: true,
 		},
 		{
 			Name: StreamResults, Subjects: []string{ResultsPrefix + ".>"},
@@ -332,7 +338,7 @@ func streamDiffers(have, want jetstream.StreamConfig) bool {
 		have.Storage != want.Storage || have.Replicas != want.Replicas || have.MaxAge != want.MaxAge ||
 		(want.Duplicates != 0 && have.Duplicates != want.Duplicates) || have.Discard != want.Discard || have.DenyDelete != want.DenyDelete ||
 		have.Description != want.Description || have.AllowMsgSchedules != want.AllowMsgSchedules || have.AllowDirect != want.AllowDirect ||
-		have.AllowMsgTTL != want.AllowMsgTTL ||
+		have.AllowMsgTTL != want.AllowMsgTTL || have.AllowAtomicPublish != want.AllowAtomicPublish ||
 		!sameTransform(have.SubjectTransform, want.SubjectTransform)
 }
 

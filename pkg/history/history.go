@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -15,6 +16,7 @@ import (
 
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/groupcommit"
 )
 
 // Read returns the events on the subjects matching filter from stream
@@ -52,7 +54,26 @@ var ErrNoEvent = errors.New("history: no event")
 // each asks the stream's leader, or its replicas, directly.
 type Store struct {
 	js jetstream.JetStream
+	// commit gathers appends into atomic batches ([Options.GroupCommit]);
+	// nil: each append is a publish of its own.
+	commit *groupcommit.Committer
 }
+
+// Options of a Store.
+type Options struct {
+	// GroupCommit gathers the appends made at once into atomic batches
+	// (docs/adr/0020): for a server that fsyncs every write
+	// (sync_interval: always), which fsyncs a batch once. The events
+	// stream must allow atomic batches (ErrNoAtomicBatches). Close the
+	// store when done.
+	GroupCommit bool
+}
+
+// ErrNoAtomicBatches: group commit was asked for, and the events stream
+// does not allow atomic batches: it was made by an earlier release, and
+// jetflow bootstrap of this one has not run.
+var ErrNoAtomicBatches = errors.New("the events stream does not allow atomic batches, which group commit needs: " +
+	"run jetflow bootstrap of this release first (docs/upgrades.md)")
 
 // ErrNoDirectGets: the events stream does not allow direct gets, with
 // which histories are read (docs/adr/0006): it was made by an earlier
@@ -63,14 +84,44 @@ var ErrNoDirectGets = errors.New("the events stream does not allow direct gets, 
 // Open returns the store of the events stream, which must exist and
 // allow direct gets (ErrNoDirectGets).
 func Open(ctx context.Context, js jetstream.JetStream) (*Store, error) {
+	return OpenWith(ctx, js, Options{})
+}
+
+// OpenWith is Open with options.
+func OpenWith(ctx context.Context, js jetstream.JetStream, o Options) (*Store, error) {
 	stream, err := js.Stream(ctx, bus.StreamEvents)
 	if err != nil {
 		return nil, fmt.Errorf("open events stream: %w", err)
 	}
-	if !stream.CachedInfo().Config.AllowDirect {
+	cfg := stream.CachedInfo().Config
+	if !cfg.AllowDirect {
 		return nil, ErrNoDirectGets
 	}
-	return &Store{js: js}, nil
+	if o.GroupCommit && !cfg.AllowAtomicPublish {
+		return nil, ErrNoAtomicBatches
+	}
+	s := &Store{js: js}
+	if o.GroupCommit {
+		s.commit = groupcommit.New(js, groupcommit.Config{Timeout: appendAttempt})
+	}
+	return s, nil
+}
+
+// Close stops the store's group commit, once the appends handed to it
+// are written. An append made after goes on its own.
+func (s *Store) Close() {
+	if s.commit != nil {
+		s.commit.Stop()
+	}
+}
+
+// GroupCommits returns the writes of the store's group commit (batches,
+// or lone publishes) and the appends they held: zero without it.
+func (s *Store) GroupCommits() (writes, appends int64) {
+	if s.commit == nil {
+		return 0, 0
+	}
+	return s.commit.Counts()
 }
 
 // Read is [Read] on the store's stream.
@@ -447,8 +498,52 @@ const appendInProcessWaits = 20
 // attempts either.
 const appendInFlightWaits = 16
 
-// Append is [Append] on the store's stream.
+// Append is [Append] on the store's stream. With group commit, the append
+// goes in the committer's next batch; a batch that failed says nothing of
+// this append alone (another one's check may have failed it, or its
+// answer was lost after it was stored), so the append is then made on its
+// own, which decides it as without group commit.
 func (s *Store) Append(ctx context.Context, subject string, lastSeq uint64, ev events.Event) (uint64, error) {
+	if s.commit != nil {
+		if seq, decided, err := appendGrouped(ctx, s.commit, subject, lastSeq, ev); decided {
+			return seq, err
+		}
+	}
+	return s.appendAlone(ctx, subject, lastSeq, ev)
+}
+
+// appendGrouped hands the append to the committer; decided is false when
+// its batch failed (or the committer stopped): the append is then to be
+// made on its own.
+func appendGrouped(ctx context.Context, c *groupcommit.Committer, subject string, lastSeq uint64, ev events.Event) (seq uint64, decided bool, err error) {
+	msg, err := appendMsg(subject, lastSeq, ev)
+	if err != nil {
+		return 0, true, err
+	}
+	seq, err = c.Publish(ctx, msg)
+	switch {
+	case err == nil:
+		return seq, true, nil
+	case ctx.Err() != nil: // cut short: stored or not, as a publish cut short
+		return 0, true, fmt.Errorf("append %s to %s: %w", ev.Type, subject, err)
+	}
+	return 0, false, nil
+}
+
+// appendMsg is the message appending ev to subject after lastSeq: its
+// id the message id, the subject's last sequence expected.
+func appendMsg(subject string, lastSeq uint64, ev events.Event) (*nats.Msg, error) {
+	msg, err := bus.Encode(subject, ev)
+	if err != nil {
+		return nil, err
+	}
+	msg.Header.Set(jetstream.MsgIDHeader, ev.ID)
+	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(lastSeq, 10))
+	return msg, nil
+}
+
+// appendAlone is Append as a publish of its own.
+func (s *Store) appendAlone(ctx context.Context, subject string, lastSeq uint64, ev events.Event) (uint64, error) {
 	msg, err := bus.Encode(subject, ev)
 	if err != nil {
 		return 0, err
@@ -534,7 +629,51 @@ type Appended struct {
 // recognised, as by Append). An append a replicated stream refused
 // unchecked because the subject was in flight (bus.SubjectInFlight) was
 // not stored: it is sent again by Append.
+//
+// With group commit, the appends go in the committer's batches; those of
+// a batch that failed are then made as without it.
 func (s *Store) AppendBatch(ctx context.Context, appends []Pending) []Appended {
+	c := s.commit
+	if c == nil {
+		return s.appendBatchAlone(ctx, appends)
+	}
+	out := make([]Appended, len(appends))
+	answers := make([]<-chan groupcommit.Result, len(appends))
+	for i, a := range appends {
+		msg, err := appendMsg(a.Subject, a.LastSeq, a.Event)
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		answers[i] = c.Submit(msg)
+	}
+	var again []Pending // undecided: their batch failed
+	var at []int
+	for i, answer := range answers {
+		if answer == nil {
+			continue
+		}
+		select {
+		case r := <-answer:
+			if r.Err == nil {
+				out[i].Seq = r.Seq
+				continue
+			}
+			again, at = append(again, appends[i]), append(at, i)
+		case <-ctx.Done():
+			out[i].Err = fmt.Errorf("append %s to %s: %w", appends[i].Event.Type, appends[i].Subject, ctx.Err())
+		}
+	}
+	if len(again) > 0 {
+		for k, res := range s.appendBatchAlone(ctx, again) {
+			out[at[k]] = res
+		}
+	}
+	return out
+}
+
+// appendBatchAlone is AppendBatch, each append a publish of its own.
+func (s *Store) appendBatchAlone(ctx context.Context, appends []Pending) []Appended {
 	out := make([]Appended, len(appends))
 	futures := make([]jetstream.PubAckFuture, len(appends))
 	for i, a := range appends {

@@ -186,6 +186,14 @@ func (f *Flags) Parse(args []string) error {
 	return nil
 }
 
+// IsSet reports whether flag name was set, on the command line or by its
+// variable env (once parsed).
+func (f *Flags) IsSet(name, env string) bool {
+	set := false
+	f.FlagSet.Visit(func(fl *flag.Flag) { set = set || fl.Name == name })
+	return set || f.getenv(env) != ""
+}
+
 // What a bad value of a kind is told, from the environment or a flag.
 const (
 	notInteger  = "not an integer"

@@ -17,7 +17,8 @@ import (
 
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
 	p := svcrun.New(auth.RoleDispatcher, getenv, stderr)
-	workers := p.IntIn("workers", "JETFLOW_WORKERS", 32, dispatch.Ranges.Workers, "goroutines handling executions")
+	workers := p.IntIn("workers", "JETFLOW_WORKERS", dispatch.DefaultWorkers, dispatch.Ranges.Workers,
+		fmt.Sprintf("goroutines handling executions (with -group-commit, %d unless set)", dispatch.GroupCommitWorkers))
 	ackWait := p.DurationIn("ack-wait", "JETFLOW_DISPATCH_ACK_WAIT", bus.DefaultDispatcherAckWait, dispatch.Ranges.AckWait,
 		"redelivery timeout of commands and results (with -creds, the bootstrap's consumers decide)")
 	cacheBytes := p.IntIn("cache-bytes", "JETFLOW_DISPATCH_CACHE_BYTES", dispatch.DefaultCacheBytes, dispatch.Ranges.CacheBytes,
@@ -35,6 +36,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		"fire the timers this dispatcher arms that are due within two minutes from memory at their due time, their schedules kept as the guarantee (-timers-from-memory=false: by their schedules only, up to 250 ms late)")
 	notices := p.Bool("timer-notices", "JETFLOW_TIMER_NOTICES", true,
 		"set the schedule of a timer due more than two minutes ahead a minute before its due time, with a notice that brings the timer into the memory of the dispatcher holding its execution then, to fire from memory (a burst of long sleeps fires on time); -timer-notices=false: for its due time, fired by its schedule")
+	groupCommit := p.Bool("group-commit", "JETFLOW_GROUP_COMMIT", false,
+		"gather the history appends made at once into atomic batches: for a single NATS server with sync_interval: always, which then fsyncs a batch once instead of each append (docs/adr/0020); the events stream must allow atomic batches (this release's jetflow bootstrap)")
 	metricsAddr := p.String("metrics-addr", "JETFLOW_DISPATCHER_METRICS_ADDR", "",
 		"host:port of the Prometheus /metrics endpoint, e.g. 127.0.0.1:9466 (empty: off)")
 	if err := p.Parse(args); err != nil {
@@ -44,8 +47,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return fmt.Errorf("-bulk-after (JETFLOW_BULK_AFTER) %d: out of range, use %d to %d, or %d for no bulk lane",
 			*bulkAfter, r.Min, r.Max, dispatch.NoBulkLane)
 	}
+	if *groupCommit && !p.IsSet("workers", "JETFLOW_WORKERS") {
+		*workers = 0 // the default with group commit
+	}
 	cfg := dispatch.Config{Workers: *workers, CacheBytes: *cacheBytes, AckWait: *ackWait, APIURL: *apiURL, BindOnly: p.Common.Restricted(), Member: *member, BulkAfter: *bulkAfter,
-		SplitDispatch: *split, NoDirectReports: !*direct, NoTimersFromMemory: !*fromMemory, NoTimerNotices: !*notices}
+		SplitDispatch: *split, NoDirectReports: !*direct, NoTimersFromMemory: !*fromMemory, NoTimerNotices: !*notices,
+		GroupCommit: *groupCommit}
 	if err := cfg.Validate(); err != nil { // before waiting for NATS
 		return err
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"jetflow.dev/pkg/natstest"
+	"jetflow.dev/services/dispatcher/dispatch"
 	"jetflow.dev/services/internal/svcruntest"
 )
 
@@ -48,7 +50,34 @@ func TestRunStartsAndStops(t *testing.T) {
 	line := log.Line("dispatcher running")
 	require.Equal(t, true, line["timers_from_memory"], "timers from memory by default")
 	require.Equal(t, true, line["timer_notices"], "notices by default (docs/adr/0019)")
+	require.Equal(t, false, line["group_commit"], "no group commit by default (docs/adr/0020)")
+	require.InDelta(t, dispatch.DefaultWorkers, line["workers"], 0)
 	svcruntest.Probes(t, log)
+}
+
+// TestRunGroupCommitWorkers: -group-commit says so, and raises the
+// workers to GroupCommitWorkers unless they are set, by flag or by
+// variable.
+func TestRunGroupCommitWorkers(t *testing.T) {
+	srv := natstest.RunJetStream(t)
+	for name, tc := range map[string]struct {
+		args    []string
+		env     map[string]string
+		workers int
+	}{
+		"Default":  {args: []string{"-group-commit"}, workers: dispatch.GroupCommitWorkers},
+		"Flag":     {args: []string{"-group-commit", "-workers", "64"}, workers: 64},
+		"Variable": {env: map[string]string{"JETFLOW_GROUP_COMMIT": "true", "JETFLOW_WORKERS": "48"}, workers: 48},
+	} {
+		t.Run(name, func(t *testing.T) {
+			env := map[string]string{"JETFLOW_NATS_URL": srv.ClientURL()}
+			maps.Copy(env, tc.env)
+			log := svcruntest.Start(t, run, tc.args, env, "dispatcher running")
+			line := log.Line("dispatcher running")
+			require.Equal(t, true, line["group_commit"])
+			require.InDelta(t, tc.workers, line["workers"], 0)
+		})
+	}
 }
 
 // TestRunServesMetrics: with -metrics-addr from the environment, /metrics

@@ -29,6 +29,7 @@ import (
 	"jetflow.dev/pkg/catalog"
 	"jetflow.dev/pkg/claim"
 	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/groupcommit"
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/lock"
 	"jetflow.dev/pkg/operation"
@@ -114,6 +115,13 @@ type Config struct {
 	// see one: a notice waits for a dispatcher that knows them. Without
 	// timers from memory there are no notices.
 	NoTimerNotices bool
+	// GroupCommit gathers the history appends made at once into atomic
+	// batches (history.Options.GroupCommit, docs/adr/0020), and so too
+	// the tasks it publishes: for a single server that fsyncs every write
+	// (sync_interval: always), where it fsyncs a batch once instead of
+	// each message. It needs many at once: Workers defaults to
+	// GroupCommitWorkers with it.
+	GroupCommit bool
 	// soonHorizon, noticeLead: how far ahead a timer fires from memory
 	// when armed, and how long before a longer one its notice comes
 	// (0: two minutes, one minute). Tests shorten them.
@@ -217,8 +225,22 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// DefaultWorkers is the default of Config.Workers, GroupCommitWorkers
+// with group commit: a batch pays only when it holds about a hundred
+// appends, and each worker makes one at a time (docs/adr/0020).
+const (
+	DefaultWorkers     = 32
+	GroupCommitWorkers = 256
+)
+
+// WorkersOrDefault is the number of workers c runs.
+func (c Config) WorkersOrDefault() int { return c.withDefaults().Workers }
+
 func (c Config) withDefaults() Config {
-	c.Workers = cmp.Or(c.Workers, 32)
+	if c.GroupCommit {
+		c.Workers = cmp.Or(c.Workers, GroupCommitWorkers)
+	}
+	c.Workers = cmp.Or(c.Workers, DefaultWorkers)
 	c.Source = cmp.Or(c.Source, "jetflow/dispatcher")
 	c.CacheSize = cmp.Or(c.CacheSize, 10000)
 	c.CacheBytes = cmp.Or(c.CacheBytes, DefaultCacheBytes)
@@ -265,8 +287,11 @@ type Dispatcher struct {
 	seen        seenTasks
 	lookupAfter time.Duration
 	tasks       jetstream.Stream // JF_TASKS
-	keeper      *keeper          // publishes JF_TASKS' keepers (keeper.go)
-	hist        *history.Store
+	// taskCommit publishes the tasks in atomic batches (GroupCommit);
+	// nil: each task is a publish of its own.
+	taskCommit *groupcommit.Committer
+	keeper     *keeper // publishes JF_TASKS' keepers (keeper.go)
+	hist       *history.Store
 
 	// maxEvent is the largest payload an event may have: the server's
 	// message limit, less room for headers and the other fields.
@@ -325,7 +350,7 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log zerolog.Lo
 	if err != nil {
 		return nil, err
 	}
-	hist, err := history.Open(ctx, js)
+	hist, err := history.OpenWith(ctx, js, history.Options{GroupCommit: cfg.GroupCommit})
 	if err != nil {
 		return nil, err
 	}
@@ -341,11 +366,19 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log zerolog.Lo
 	if err != nil {
 		return nil, err
 	}
+	var taskCommit *groupcommit.Committer
+	if cfg.GroupCommit {
+		if !tasks.CachedInfo().Config.AllowAtomicPublish {
+			return nil, fmt.Errorf("stream %s does not allow atomic batches, which group commit needs: "+
+				"run jetflow bootstrap of this release first (docs/upgrades.md)", bus.StreamTasks)
+		}
+		taskCommit = groupcommit.New(js, groupcommit.Config{Timeout: bus.PublishAttempt})
+	}
 	var soon *soonTimers
 	if !cfg.NoTimersFromMemory {
 		soon = newSoonTimers(cfg.soonHorizon, cfg.noticeLead)
 	}
-	return &Dispatcher{soon: soon, local: newLocalOps(cfg, log), rescue: newRescuer(), tasks: tasks, keeper: newKeeper(js, log), lookupAfter: lookupAfter, cfg: cfg, js: js, log: log, defs: defs, ids: ids, locks: locks, hist: hist, cache: newLRU[string](cfg.CacheSize, cfg.CacheBytes, (*execState).size),
+	return &Dispatcher{soon: soon, local: newLocalOps(cfg, log), rescue: newRescuer(), tasks: tasks, taskCommit: taskCommit, keeper: newKeeper(js, log), lookupAfter: lookupAfter, cfg: cfg, js: js, log: log, defs: defs, ids: ids, locks: locks, hist: hist, cache: newLRU[string](cfg.CacheSize, cfg.CacheBytes, (*execState).size),
 		pinned: newPinnedDefs(maxPinnedDefs), maxEvent: int(js.Conn().MaxPayload()) - 64<<10,
 		parts: partitions{n: n, kv: kv, running: map[int]*consuming{}}}, nil
 }
@@ -428,6 +461,10 @@ type job struct {
 // Run consumes commands and results until ctx ends.
 func (d *Dispatcher) Run(ctx context.Context) error {
 	d.started, d.stopping = time.Now(), ctx.Done()
+	defer d.hist.Close() // once the workers are done (below): their last appends written
+	if d.taskCommit != nil {
+		defer d.taskCommit.Stop() // so too their last tasks
+	}
 	defer d.later.Wait() // the notices consumers bound late (noticesLater)
 	// Bind every shared consumer before any message is handled: a
 	// dispatcher that binds to the bootstrap's consumers takes their ack
@@ -599,7 +636,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	context.AfterFunc(ctx, func() { d.running.Store(false) }) // stopping: not ready
 	d.log.Info().Int("workers", d.cfg.Workers).Int("partitions", d.parts.n).Str("member", d.cfg.Member).
 		Bool("direct_reports", !d.cfg.NoDirectReports).Bool("timers_from_memory", d.soon != nil).
-		Bool("timer_notices", d.soon != nil && !d.cfg.NoTimerNotices).Msg("dispatcher running")
+		Bool("timer_notices", d.soon != nil && !d.cfg.NoTimerNotices).Bool("group_commit", d.cfg.GroupCommit).Msg("dispatcher running")
 	if d.cfg.APIURL == "" {
 		d.log.Warn().Msg("no -api-url: executions started here see an empty workflow.api_url (give every dispatcher the same one)")
 	}

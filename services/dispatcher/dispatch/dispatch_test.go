@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
@@ -115,6 +116,7 @@ type fetchedTask struct {
 	// seq and stored: where and when the task was stored.
 	seq    uint64
 	stored time.Time
+	header nats.Header
 }
 
 // ref is the reference an agent's report about the task carries.
@@ -139,7 +141,7 @@ func (b *testBundle) nextTask(t *testing.T) fetchedTask {
 			md, err := m.Metadata()
 			require.NoError(t, err)
 			require.NoError(t, m.Ack())
-			return fetchedTask{task: task, ev: ev, msgID: m.Headers().Get(jetstream.MsgIDHeader), seq: md.Sequence.Stream, stored: md.Timestamp.UTC()}
+			return fetchedTask{task: task, ev: ev, msgID: m.Headers().Get(jetstream.MsgIDHeader), seq: md.Sequence.Stream, stored: md.Timestamp.UTC(), header: m.Headers()}
 		}
 		require.NoError(t, batch.Error())
 	}

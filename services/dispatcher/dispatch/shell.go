@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
@@ -287,7 +289,7 @@ func (d *Dispatcher) perform(ctx context.Context, x *execState, eff interp.Effec
 			return nil, permanentError{err}
 		}
 		d.keeper.beforeTask(at)
-		ack, err := d.js.PublishMsg(ctx, msg, jetstream.WithMsgID(e.Task.TaskID))
+		ack, err := d.publishTask(ctx, msg, e.Task.TaskID)
 		if err != nil {
 			return nil, fmt.Errorf("publish task %s: %w", e.Task.TaskID, err)
 		}
@@ -445,4 +447,28 @@ func logDecided(ctx context.Context, p events.Payload) {
 		log.Warn().Uint64("ignore_seq", e.IgnoreSeq).Str("reason", e.Reason).Str("actor", e.Actor.String()).
 			Msg("execution repaired: folds pass over the damaged event")
 	}
+}
+
+// publishTask publishes msg, the task id, to its queue: with group
+// commit in the committer's next batch. A batch that failed says nothing
+// of this task alone (a task published again is a duplicate, which fails
+// its whole batch, where alone it is acknowledged as one): it is then
+// published on its own, which decides it as without group commit.
+func (d *Dispatcher) publishTask(ctx context.Context, msg *nats.Msg, id string) (*jetstream.PubAck, error) {
+	if d.taskCommit != nil {
+		grouped := nats.NewMsg(msg.Subject)
+		grouped.Data = msg.Data
+		for k, vs := range msg.Header {
+			grouped.Header[k] = slices.Clone(vs)
+		}
+		grouped.Header.Set(jetstream.MsgIDHeader, id)
+		seq, err := d.taskCommit.Publish(ctx, grouped)
+		if err == nil {
+			return &jetstream.PubAck{Stream: bus.StreamTasks, Sequence: seq}, nil
+		}
+		if ctx.Err() != nil {
+			return nil, err
+		}
+	}
+	return d.js.PublishMsg(ctx, msg, jetstream.WithMsgID(id))
 }

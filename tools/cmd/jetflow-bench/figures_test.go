@@ -159,6 +159,7 @@ func TestNewFlags(t *testing.T) {
 		{[]string{"-projector-coalesce", "-1s"}, "-projector-coalesce -1s: out of range, use 0 (write at every batch) to 10s"},
 		{[]string{"-projector-coalesce", "20s"}, "-projector-coalesce 20s: out of range, use 0 (write at every batch) to 10s"},
 		{[]string{"-fsync", "-sync-interval", "1s"}, "-fsync and -sync-interval exclude each other"},
+		{[]string{"-dispatcher-workers", "-1"}, "-dispatcher-workers -1: out of range, use 1 to 4096, or 0 for the dispatcher's default"},
 		{[]string{"-soak", "1m", "-sleepers", "10"}, "-soak runs alone: drop -sleepers"},
 		{[]string{"-soak", "1m", "-single1", "10"}, "-soak runs alone: drop -single1"},
 		{[]string{"-soak", "1m", "-nats-process"}, "-soak runs alone: drop -nats-process"},
@@ -173,8 +174,10 @@ func TestNewFlags(t *testing.T) {
 // checks what they report.
 func TestSingle1AndSleepersRuns(t *testing.T) {
 	ctx := t.Context()
+	// As -fsync -group-commit runs it (docs/adr/0020): the runs below go
+	// through the dispatcher's atomic batches.
 	info, stop, err := startStack(ctx, devstack.Config{DataDir: t.TempDir(), NATSAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
-		Log: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel), SyncAlways: true})
+		Log: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel), SyncAlways: true, GroupCommit: true})
 	require.NoError(t, err)
 	defer stop()
 	require.True(t, info.Server.JetStreamConfig().SyncAlways, "the stack passes SyncAlways to its server")

@@ -44,7 +44,7 @@ func runFsyncProbe(ctx context.Context, out io.Writer, d time.Duration, inflight
 // probeStreams is one run of the probe over n streams: the messages
 // published (and taken) a second.
 func probeStreams(ctx context.Context, n int, d time.Duration, inflight int) (float64, error) {
-	_, js, stop, err := syncAlwaysServer()
+	js, stop, err := syncAlwaysServer()
 	if err != nil {
 		return 0, err
 	}
@@ -92,15 +92,16 @@ func probeStreams(ctx context.Context, n int, d time.Duration, inflight int) (fl
 // syncAlwaysServer starts an embedded server of its own, in a temporary
 // directory, whose file store fsyncs every write, and connects to it;
 // stop closes the connection, stops the server and removes the directory.
-func syncAlwaysServer() (nc *nats.Conn, js jetstream.JetStream, stop func(), err error) {
+func syncAlwaysServer() (js jetstream.JetStream, stop func(), err error) {
 	dir, err := os.MkdirTemp("", "jetflow-bench-fsync-")
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	srv, err := natsserver.Start(natsserver.Config{StoreDir: dir, Port: -1, SyncAlways: true})
 	if err != nil {
-		return nil, nil, nil, errors.Join(err, os.RemoveAll(dir))
+		return nil, nil, errors.Join(err, os.RemoveAll(dir))
 	}
+	var nc *nats.Conn
 	stop = func() {
 		if nc != nil {
 			nc.Close()
@@ -110,11 +111,11 @@ func syncAlwaysServer() (nc *nats.Conn, js jetstream.JetStream, stop func(), err
 	}
 	if nc, err = nats.Connect(srv.ClientURL()); err != nil {
 		stop()
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	if js, err = jetstream.New(nc); err != nil {
 		stop()
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
-	return nc, js, stop, nil
+	return js, stop, nil
 }

@@ -50,6 +50,7 @@ import (
 	"jetflow.dev/pkg/workflow"
 	"jetflow.dev/services/api/api"
 	"jetflow.dev/services/api/projector"
+	"jetflow.dev/services/dispatcher/dispatch"
 	"jetflow.dev/tools/internal/devstack"
 )
 
@@ -57,8 +58,8 @@ type config struct {
 	executions, concurrency, steps, single       int
 	single1, sleepers                            int
 	sleepersSettle                               time.Duration
-	fsync                                        bool
-	agentConcurrency                             int
+	fsync, groupCommit                           bool
+	agentConcurrency, dispatcherWorkers          int
 	syncInterval                                 time.Duration
 	coalesce                                     time.Duration
 	timers, failover, foreach, fairness          int
@@ -113,6 +114,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&c.visibilityCache, "visibility-cache-bytes", 0, "the page cache of the SQLite visibility index's writer, in bytes, of the api's and of the -visibility run's (0: the default, 64 MiB; the sleepers run counts it in the process's memory)")
 	fs.DurationVar(&c.sleepersSettle, "sleepers-settle", sleepersSettle, "how long the sleepers run waits, once all are asleep, before it measures (11m: past the commands stream's dedupe window)")
 	fs.BoolVar(&c.fsync, "fsync", false, "run the embedded server with an fsync of every JetStream write before its ack (sync_interval: always)")
+	fs.IntVar(&c.dispatcherWorkers, "dispatcher-workers", 0, "the dispatcher's -workers (0: its default, 32, or 256 with -group-commit)")
+	fs.BoolVar(&c.groupCommit, "group-commit", false, "the dispatcher gathers its history appends into atomic batches (its -group-commit, docs/adr/0020; meant for -fsync)")
 	fs.IntVar(&c.agentConcurrency, "agent-concurrency", 0, "tasks the agent runs at once per queue (jetflow-agent's -concurrency; 0: its default, 16)")
 	fs.DurationVar(&c.coalesce, "projector-coalesce", projector.DefaultCoalesce, "how long, under load, the api's projector gathers events before it writes the read models (jetflow-api's -projector-coalesce): 0 (write at every batch) to 10s")
 	fs.DurationVar(&c.syncInterval, "sync-interval", 0, "how often the embedded server fsyncs its file store, without -fsync (sync_interval; default nats-server's, 2m)")
@@ -204,6 +207,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if c.agentConcurrency < 0 || c.agentConcurrency > 1024 {
 		return fmt.Errorf("-agent-concurrency %d: give the tasks the agent runs at once per queue, 1 to 1024, or 0 for its default", c.agentConcurrency)
 	}
+	if r := dispatch.Ranges.Workers; c.dispatcherWorkers != 0 && (c.dispatcherWorkers < r.Min || c.dispatcherWorkers > r.Max) {
+		return fmt.Errorf("-dispatcher-workers %d: out of range, use %d to %d, or 0 for the dispatcher's default", c.dispatcherWorkers, r.Min, r.Max)
+	}
 	if c.fsync && c.syncInterval > 0 {
 		return fmt.Errorf("-fsync and -sync-interval exclude each other: with -fsync every write is fsynced")
 	}
@@ -241,7 +247,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	scfg := devstack.Config{DataDir: c.dataDir, NATSAddr: "127.0.0.1:0", NATSURL: natsURL, CredsDir: credsDir, HTTPAddr: "127.0.0.1:0",
 		Log: zerolog.New(os.Stderr).Level(zerolog.WarnLevel), Insecure: c.insecure, BulkAfter: c.bulkAfter,
-		SyncAlways: c.fsync, SyncInterval: c.syncInterval, Concurrency: c.agentConcurrency, VisibilityCache: c.visibilityCache, ProjectorCoalesce: svc.NeverIfZero(c.coalesce)}
+		SyncAlways: c.fsync, SyncInterval: c.syncInterval, GroupCommit: c.groupCommit, Workers: c.dispatcherWorkers, Concurrency: c.agentConcurrency, VisibilityCache: c.visibilityCache, ProjectorCoalesce: svc.NeverIfZero(c.coalesce)}
 	if c.metrics {
 		scfg.MetricsAddr = "127.0.0.1:0"
 	}
@@ -293,6 +299,12 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		syncMode = "fsync on every write (-fsync)"
 	case c.syncInterval > 0:
 		syncMode = fmt.Sprintf("fsync every %s (-sync-interval)", c.syncInterval)
+	}
+	if c.groupCommit {
+		syncMode += ", history appends in atomic batches (-group-commit)"
+	}
+	if w := (dispatch.Config{Workers: c.dispatcherWorkers, GroupCommit: c.groupCommit}).WorkersOrDefault(); w != dispatch.DefaultWorkers {
+		syncMode += fmt.Sprintf(", %d dispatcher workers", w)
 	}
 	switch c.coalesce {
 	case projector.DefaultCoalesce:

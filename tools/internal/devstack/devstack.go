@@ -102,6 +102,9 @@ type Config struct {
 	SecretsEnvPrefix string
 	// Dispatcher settings.
 	Workers int
+	// GroupCommit is the dispatcher's -group-commit (docs/adr/0020): its
+	// history appends gathered into atomic batches, for SyncAlways.
+	GroupCommit bool
 	// TopologyEvery is how often the stack looks for its streams and
 	// buckets and makes a missing one again (0: TopologyEvery).
 	TopologyEvery time.Duration
@@ -561,7 +564,7 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 		start(ns, "dispatcher", func(ctx context.Context, c *bus.Conn) error {
 			d, err := dispatch.New(ctx, dispatch.Config{Workers: cfg.Workers, CacheSize: cfg.CacheSize, BulkAfter: cfg.BulkAfter, APIURL: info.APIURL, BindOnly: restricted,
 				NoDirectReports: cfg.NoDirectReports, LeaseTTL: cfg.LeaseTTL, Metrics: m.dispatcher, Tracer: cfg.Tracer, LocalHandlers: cfg.LocalHandlers,
-				NoTimerNotices: cfg.NoTimerNotices}, c.JS, log("dispatcher"))
+				NoTimerNotices: cfg.NoTimerNotices, GroupCommit: cfg.GroupCommit}, c.JS, log("dispatcher"))
 			if err != nil {
 				return err
 			}
@@ -632,7 +635,7 @@ func (c Config) validate() error {
 	return cmp.Or(
 		agent.Config{AckWait: c.TaskAckWait, MaxDeliver: c.MaxDeliver, Concurrency: c.Concurrency, KillGrace: c.KillGrace,
 			StartedAfter: c.StartedAfter}.Validate(),
-		dispatch.Config{Workers: c.Workers, CacheSize: c.CacheSize, BulkAfter: c.BulkAfter, LeaseTTL: c.LeaseTTL}.Validate(),
+		dispatch.Config{Workers: c.Workers, CacheSize: c.CacheSize, BulkAfter: c.BulkAfter, LeaseTTL: c.LeaseTTL, GroupCommit: c.GroupCommit}.Validate(),
 		janitor.Config{Interval: c.JanitorInterval, IdleAfter: c.IdleAfter, CatchUpEvery: c.JanitorCatchUpEvery, RetentionDefault: c.RetentionDefault}.Validate(),
 		api.Config{StartWait: c.StartWait, MaxReadModel: c.MaxReadModel, VisibilityCache: c.VisibilityCache, ProjectorCoalesce: c.ProjectorCoalesce}.Validate(),
 	)

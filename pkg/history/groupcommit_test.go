@@ -1,0 +1,124 @@
+package history_test
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/history"
+	"jetflow.dev/pkg/natstest"
+)
+
+// TestGroupCommitAppends: with group commit, appends made at once are
+// written together and each is answered with the sequence its event was
+// stored at (each next append names it as its history's last: a wrong
+// one would conflict), and every history holds its events in order.
+func TestGroupCommitAppends(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	ctx := t.Context()
+	store, err := history.OpenWith(ctx, js, history.Options{GroupCommit: true})
+	require.NoError(t, err)
+	t.Cleanup(store.Close)
+	const executions, each = 40, 10
+	var wg sync.WaitGroup
+	errs := make(chan error, executions)
+	for x := range executions {
+		wg.Go(func() {
+			id := fmt.Sprintf("g%d", x)
+			subj := bus.ExecutionSubject("wf", id)
+			var last uint64
+			for i := range each {
+				seq, err := store.Append(ctx, subj, last, newEvent(id, &events.StepSending{StepID: "a", Attempt: i + 1}))
+				if err != nil {
+					errs <- fmt.Errorf("%s append %d: %w", id, i, err)
+					return
+				}
+				last = seq
+			}
+			if got, err := store.LastSeq(ctx, subj); err != nil || got != last {
+				errs <- fmt.Errorf("%s: answered %d, its last event is at %d (%w)", id, last, got, err)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	writes, appends := store.GroupCommits()
+	require.Equal(t, int64(executions*each), appends)
+	require.Less(t, writes, appends, "appends made at once are written together")
+	for x := range executions {
+		evs, err := store.Read(ctx, bus.ExecutionSubject("wf", fmt.Sprintf("g%d", x)), 0)
+		require.NoError(t, err)
+		require.Len(t, evs, each)
+		for i, ev := range evs {
+			require.Equal(t, i+1, ev.Data.(*events.StepSending).Attempt)
+		}
+	}
+}
+
+// TestGroupCommitConflict: a stale append in a batch fails that batch
+// whole; its members are then appended on their own, so each gets its
+// own answer: the others are stored, the stale one is a conflict, and an
+// append of an event already stored (a retry) is recognised by its id.
+func TestGroupCommitConflict(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	ctx := t.Context()
+	store, err := history.OpenWith(ctx, js, history.Options{GroupCommit: true})
+	require.NoError(t, err)
+	t.Cleanup(store.Close)
+	retried := newEvent("r", &events.ExecutionStarted{Workflow: "wf"})
+	first, err := store.Append(ctx, bus.ExecutionSubject("wf", "r"), 0, retried)
+	require.NoError(t, err)
+	_, err = store.Append(ctx, bus.ExecutionSubject("wf", "stale"), 0, newEvent("stale", &events.ExecutionStarted{Workflow: "wf"}))
+	require.NoError(t, err)
+
+	var batch []history.Pending
+	for i := range 8 {
+		id := fmt.Sprintf("ok%d", i)
+		batch = append(batch, history.Pending{Subject: bus.ExecutionSubject("wf", id), Event: newEvent(id, &events.ExecutionStarted{Workflow: "wf"})})
+	}
+	batch = append(batch,
+		history.Pending{Subject: bus.ExecutionSubject("wf", "stale"), Event: newEvent("stale", &events.ExecutionStarted{Workflow: "wf"})},
+		history.Pending{Subject: bus.ExecutionSubject("wf", "r"), Event: retried})
+	out := store.AppendBatch(ctx, batch)
+	require.Len(t, out, len(batch))
+	for i := range 8 {
+		require.NoError(t, out[i].Err, "append %d", i)
+		require.Equal(t, uint64(1), subjectMsgs(t, js, batch[i].Subject))
+	}
+	require.True(t, errors.Is(out[8].Err, bus.ErrConflict), "the stale append conflicts: %v", out[8].Err)
+	require.Equal(t, uint64(1), subjectMsgs(t, js, bus.ExecutionSubject("wf", "stale")), "and is not stored")
+	require.NoError(t, out[9].Err, "an append stored before is recognised")
+	require.Equal(t, first, out[9].Seq)
+	require.Equal(t, uint64(1), subjectMsgs(t, js, bus.ExecutionSubject("wf", "r")))
+}
+
+// TestGroupCommitNeedsAtomicBatches: a store with group commit is refused
+// on an events stream made without atomic batches (an older release's
+// bootstrap), saying what to do.
+func TestGroupCommitNeedsAtomicBatches(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	ctx := t.Context()
+	s, err := js.Stream(ctx, bus.StreamEvents)
+	require.NoError(t, err)
+	cfg := s.CachedInfo().Config
+	require.True(t, cfg.AllowAtomicPublish, "the bootstrap allows atomic batches")
+	cfg.AllowAtomicPublish = false
+	_, err = js.UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+	_, err = history.OpenWith(ctx, js, history.Options{GroupCommit: true})
+	require.ErrorIs(t, err, history.ErrNoAtomicBatches)
+	store, err := history.Open(ctx, js)
+	require.NoError(t, err, "without group commit it is not needed")
+	store.Close()
+}

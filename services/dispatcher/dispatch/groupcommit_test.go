@@ -1,0 +1,106 @@
+package dispatch_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+	"github.com/synadia-io/orbit.go/jetstreamext"
+
+	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/history"
+	"jetflow.dev/pkg/projections"
+	"jetflow.dev/services/dispatcher/dispatch"
+)
+
+// TestGroupCommitRunsExecutions: with group commit, executions of local
+// steps and timers run to success, every history linear and folding as
+// without it, and their appends were written in atomic batches (their
+// messages carry the batch's headers, which a reader ignores).
+func TestGroupCommitRunsExecutions(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var wf strings.Builder
+	wf.WriteString("name: grouped\nsteps:\n")
+	for i := range 5 {
+		fmt.Fprintf(&wf, "  - {id: n%d, kind: noop, local: true}\n  - {id: w%d, kind: sleep, duration: 20ms}\n", i, i)
+	}
+	b.applyYAML(t, wf.String())
+	const executions = 40
+	for i := range executions {
+		b.start(t, "grouped", fmt.Sprintf("g%d", i))
+	}
+	// Started once the starts wait: they are handled at once.
+	runDispatcher(t, b.js, dispatch.Config{GroupCommit: true})
+	batched := 0
+	for i := range executions {
+		id := fmt.Sprintf("g%d", i)
+		s, evs := waitStatus(t, b.js, "grouped", id, projections.StatusSucceeded)
+		require.NoError(t, history.Linear(evs), id)
+		require.Len(t, s.Steps, 10, id)
+		for _, st := range s.Steps {
+			require.Equal(t, projections.OpSucceeded, st.Status, "%s %s", id, st.ID)
+		}
+	}
+	stream, err := b.js.Stream(t.Context(), bus.StreamEvents)
+	require.NoError(t, err)
+	info, err := stream.Info(t.Context())
+	require.NoError(t, err)
+	cons, err := stream.OrderedConsumer(t.Context(), jetstream.OrderedConsumerConfig{})
+	require.NoError(t, err)
+	for read := uint64(0); read < info.State.Msgs; {
+		batch, err := cons.Fetch(500, jetstream.FetchMaxWait(5*time.Second))
+		require.NoError(t, err)
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			if m.Headers().Get(jetstreamext.BatchIDHeader) != "" {
+				batched++
+			}
+		}
+		require.NoError(t, batch.Error())
+		require.Positive(t, got, "read %d of the %d events", read, info.State.Msgs)
+		read += uint64(got)
+	}
+	require.Positive(t, batched, "appends were written in atomic batches")
+	t.Logf("%d of %d events written in atomic batches", batched, info.State.Msgs)
+}
+
+// TestGroupCommitPublishesTasks: with group commit, the tasks of
+// executions started at once are published in atomic batches, each
+// answered with its own sequence (the agent's report names it), and the
+// executions run to success on their reports.
+func TestGroupCommitPublishesTasks(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.register(t, "tasked", "a", "b")
+	const executions = 30
+	for i := range executions {
+		b.start(t, "tasked", fmt.Sprintf("t%d", i))
+	}
+	// Started once the starts wait: they are handled at once, their
+	// first tasks published together.
+	runDispatcher(t, b.js, dispatch.Config{GroupCommit: true})
+	batched := 0
+	for range 2 * executions {
+		task := b.nextTask(t)
+		if task.header.Get(jetstreamext.BatchIDHeader) != "" {
+			batched++
+		}
+		b.report(t, &events.OperationSucceeded{TaskRef: task.ref("test-agent", 1)})
+	}
+	for i := range executions {
+		id := fmt.Sprintf("t%d", i)
+		s, evs := waitStatus(t, b.js, "tasked", id, projections.StatusSucceeded)
+		require.NoError(t, history.Linear(evs), id)
+		for _, st := range s.Steps {
+			require.Equal(t, 1, st.Attempt, "%s %s sent once", id, st.ID)
+		}
+	}
+	require.Positive(t, batched, "tasks were published in atomic batches")
+	t.Logf("%d of %d tasks published in atomic batches", batched, 2*executions)
+}
