@@ -53,7 +53,7 @@ type Committer struct {
 	quit    chan struct{}
 	done    chan struct{}
 
-	writes, published atomic.Int64
+	writes, published, failed atomic.Int64
 }
 
 type pending struct {
@@ -139,9 +139,18 @@ func (c *Committer) Submit(m *nats.Msg) <-chan Result {
 	return r
 }
 
-// Counts returns the batches (or lone publishes) written and the
-// messages they held.
-func (c *Committer) Counts() (writes, published int64) { return c.writes.Load(), c.published.Load() }
+// Stats count what a committer wrote.
+type Stats struct {
+	// Writes counts the batches (or lone publishes) written, Messages
+	// the messages they held, Failed the writes that failed (each of
+	// their messages answered with the error).
+	Writes, Messages, Failed int64
+}
+
+// Stats returns what the committer wrote so far.
+func (c *Committer) Stats() Stats {
+	return Stats{Writes: c.writes.Load(), Messages: c.published.Load(), Failed: c.failed.Load()}
+}
 
 // loop writes one batch at a time: a second in flight (tried) halved the
 // batches and cost more than it overlapped, nats-server staging each
@@ -199,6 +208,9 @@ func (c *Committer) loop() {
 		c.writes.Add(1)
 		c.published.Add(int64(len(batch)))
 		seqs, err := c.write(batch)
+		if err != nil {
+			c.failed.Add(1)
+		}
 		for i, p := range batch {
 			if err != nil {
 				p.reply <- Result{Err: err}

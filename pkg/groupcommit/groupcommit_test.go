@@ -108,9 +108,10 @@ func TestConcurrentAppendsAreBatched(t *testing.T) {
 	for err := range errs {
 		require.NoError(t, err)
 	}
-	writes, published := c.Counts()
-	require.Equal(t, int64(publishers*each), published)
-	require.Less(t, writes, published, "appends waiting together are written together")
+	st := c.Stats()
+	require.Equal(t, int64(publishers*each), st.Messages)
+	require.Less(t, st.Writes, st.Messages, "appends waiting together are written together")
+	require.Zero(t, st.Failed)
 	info, err := s.Info(t.Context())
 	require.NoError(t, err)
 	require.Equal(t, uint64(publishers*each), info.State.Msgs)
@@ -128,9 +129,7 @@ func TestBatchStandsOrFallsWhole(t *testing.T) {
 		require.Error(t, res.Err, "message %d", i)
 		require.Contains(t, res.Err.Error(), "10071", "the wrong last sequence, for the whole batch")
 	}
-	writes, published := c.Counts()
-	require.Equal(t, int64(1), writes, "one batch")
-	require.Equal(t, int64(3), published)
+	require.Equal(t, Stats{Writes: 1, Messages: 3, Failed: 1}, c.Stats(), "one batch, failed")
 	info, err := s.Info(t.Context())
 	require.NoError(t, err)
 	require.Zero(t, info.State.Msgs, "nothing of a failed batch is stored")
@@ -151,8 +150,7 @@ func TestSameSubjectWaitsForTheNextBatch(t *testing.T) {
 	}
 	// a1, b1, c1 in the first batch (1, 2, 3), a2 in the second (4).
 	require.Equal(t, []uint64{1, 2, 4, 3}, seqs)
-	writes, _ := c.Counts()
-	require.Equal(t, int64(2), writes)
+	require.Equal(t, Stats{Writes: 2, Messages: 4}, c.Stats())
 	for i, want := range []string{"a1", "b1", "c1", "a2"} {
 		m, err := s.GetMsg(t.Context(), uint64(i+1))
 		require.NoError(t, err)

@@ -51,9 +51,10 @@ func TestGroupCommitAppends(t *testing.T) {
 	for err := range errs {
 		require.NoError(t, err)
 	}
-	writes, appends := store.GroupCommits()
-	require.Equal(t, int64(executions*each), appends)
-	require.Less(t, writes, appends, "appends made at once are written together")
+	st := store.GroupCommits()
+	require.Equal(t, int64(executions*each), st.Messages)
+	require.Less(t, st.Writes, st.Messages, "appends made at once are written together")
+	require.Zero(t, st.Failed)
 	for x := range executions {
 		evs, err := store.Read(ctx, bus.ExecutionSubject("wf", fmt.Sprintf("g%d", x)), 0)
 		require.NoError(t, err)
@@ -100,6 +101,7 @@ func TestGroupCommitConflict(t *testing.T) {
 	require.NoError(t, out[9].Err, "an append stored before is recognised")
 	require.Equal(t, first, out[9].Seq)
 	require.Equal(t, uint64(1), subjectMsgs(t, js, bus.ExecutionSubject("wf", "r")))
+	require.Positive(t, store.GroupCommits().Failed, "the stale and the stored appends failed their writes")
 }
 
 // TestGroupCommitNeedsAtomicBatches: a store with group commit is refused

@@ -115,13 +115,13 @@ func (s *Store) Close() {
 	}
 }
 
-// GroupCommits returns the writes of the store's group commit (batches,
-// or lone publishes) and the appends they held: zero without it.
-func (s *Store) GroupCommits() (writes, appends int64) {
+// GroupCommits returns what the store's group commit wrote: zero without
+// it.
+func (s *Store) GroupCommits() groupcommit.Stats {
 	if s.commit == nil {
-		return 0, 0
+		return groupcommit.Stats{}
 	}
-	return s.commit.Counts()
+	return s.commit.Stats()
 }
 
 // Read is [Read] on the store's stream.

@@ -595,6 +595,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	}
 	d.parts.table = table
 	defer d.cfg.Metrics.watchPartitions(table, d.parts.n)()
+	defer d.cfg.Metrics.watchCommits(d)()
 	if d.soon != nil { // once the table is set: it asks it whether a timer's partition is held
 		soonDone = make(chan struct{})
 		go func() {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"github.com/synadia-io/orbit.go/jetstreamext"
 
@@ -15,6 +16,7 @@ import (
 	"jetflow.dev/pkg/history"
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/services/dispatcher/dispatch"
+	"jetflow.dev/services/internal/metrics/metricstest"
 )
 
 // TestGroupCommitRunsExecutions: with group commit, executions of local
@@ -84,7 +86,10 @@ func TestGroupCommitPublishesTasks(t *testing.T) {
 	}
 	// Started once the starts wait: they are handled at once, their
 	// first tasks published together.
-	runDispatcher(t, b.js, dispatch.Config{GroupCommit: true})
+	reg := prometheus.NewRegistry()
+	m, err := dispatch.NewMetrics(reg)
+	require.NoError(t, err)
+	runDispatcher(t, b.js, dispatch.Config{GroupCommit: true, Metrics: m})
 	batched := 0
 	for range 2 * executions {
 		task := b.nextTask(t)
@@ -103,4 +108,11 @@ func TestGroupCommitPublishesTasks(t *testing.T) {
 	}
 	require.Positive(t, batched, "tasks were published in atomic batches")
 	t.Logf("%d of %d tasks published in atomic batches", batched, 2*executions)
+	// The metrics count them: every task a message of a write, fewer
+	// writes than messages.
+	tasks := metricstest.Value(t, reg, "jetflow_dispatcher_group_commit_messages_total", "stream", bus.StreamTasks)
+	require.InDelta(t, 2*executions, tasks, 0)
+	require.Less(t, metricstest.Value(t, reg, "jetflow_dispatcher_group_commit_writes_total", "stream", bus.StreamTasks), tasks)
+	require.Positive(t, metricstest.Value(t, reg, "jetflow_dispatcher_group_commit_messages_total", "stream", bus.StreamEvents))
+	require.Zero(t, metricstest.Value(t, reg, "jetflow_dispatcher_group_commit_failed_total", "stream", bus.StreamTasks))
 }

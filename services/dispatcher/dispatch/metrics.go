@@ -11,6 +11,7 @@ import (
 
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/groupcommit"
 	"jetflow.dev/pkg/partition"
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/pkg/workflow"
@@ -57,7 +58,14 @@ type Metrics struct {
 	// partitions reads, at scrape time, the partitions the running
 	// dispatcher holds and their count (nil while none runs).
 	partitions *atomic.Pointer[func() (held, total int)]
+	// commits reads, at scrape time, what the running dispatcher's group
+	// commit wrote, by stream (nil while none runs).
+	commits *atomic.Pointer[func() map[string]groupcommit.Stats]
 }
+
+// groupCommitStreams are the streams group commit writes to (the stream
+// label).
+var groupCommitStreams = []string{bus.StreamEvents, bus.StreamTasks}
 
 type endMetrics struct {
 	count    prometheus.Counter
@@ -190,6 +198,28 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			return float64(held)
 		}
 	}
+	commits := new(atomic.Pointer[func() map[string]groupcommit.Stats])
+	var commitCounters []prometheus.Collector
+	for _, stream := range groupCommitStreams {
+		for _, c := range []struct {
+			name, help string
+			of         func(groupcommit.Stats) int64
+		}{
+			{"jetflow_dispatcher_group_commit_writes_total", "With -group-commit (docs/adr/0020): atomic batches, or lone publishes, written to the stream (stream). Messages ÷ writes is the batches' size: about a hundred for the setting to pay.", func(s groupcommit.Stats) int64 { return s.Writes }},
+			{"jetflow_dispatcher_group_commit_messages_total", "With -group-commit: history appends or tasks written in those batches.", func(s groupcommit.Stats) int64 { return s.Messages }},
+			{"jetflow_dispatcher_group_commit_failed_total", "With -group-commit: writes that failed (an append's check failed, a task was a duplicate, the answer was lost), each of their messages made again on its own. A steady share of the writes means conflicts or duplicates, which cost their batch a second round.", func(s groupcommit.Stats) int64 { return s.Failed }},
+		} {
+			commitCounters = append(commitCounters, prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: c.name, Help: c.help, ConstLabels: prometheus.Labels{"stream": stream},
+			}, func() float64 {
+				f := commits.Load()
+				if f == nil {
+					return 0
+				}
+				return float64(c.of((*f)()[stream]))
+			}))
+		}
+	}
 	retakes := prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "jetflow_dispatcher_partition_retakes_total",
 		Help: "Partition leases that expired under this dispatcher (its renewals came late: a starved or paused process) and that it took back, nobody having taken them: the partition's work goes on, but a local step's run that ended while the lease was not valid here runs again (jetflow_dispatcher_local_runs_again_total). A steady rate means the process is starved of CPU.",
@@ -210,7 +240,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		Name: "jetflow_dispatcher_partitions",
 		Help: "The namespace's partition count (the same on every dispatcher).",
 	}, partitionsOf(true))
-	for _, c := range []prometheus.Collector{started, ended, execDur, steps, stepDur, appends, conflicts, rejected, lateness, lockWait, holders, waiters, firings, localRuns, retakes, localAgain, taken, held, total, lag} {
+	for _, c := range append([]prometheus.Collector{started, ended, execDur, steps, stepDur, appends, conflicts, rejected, lateness, lockWait, holders, waiters, firings, localRuns, retakes, localAgain, taken, held, total, lag}, commitCounters...) {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("dispatch: register metrics: %w", err)
 		}
@@ -220,7 +250,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		lockWait: lockWait, holders: holders, waiters: waiters, lag: lag,
 		firings:   [2]prometheus.Counter{firings.WithLabelValues("memory"), firings.WithLabelValues("schedule")},
 		localRuns: [2]prometheus.Counter{localRuns.WithLabelValues("succeeded"), localRuns.WithLabelValues("failed")},
-		retakes:   retakes, localAgain: localAgain, partitions: partitions}
+		retakes:   retakes, localAgain: localAgain, partitions: partitions, commits: commits}
 	for i, v := range takenLeases {
 		m.taken[i] = taken.WithLabelValues(v.String())
 	}
@@ -485,6 +515,23 @@ func (m *Metrics) watchPartitions(t *partition.Table, n int) (stop func()) {
 	}
 	m.partitions.Store(&f)
 	return func() { m.partitions.CompareAndSwap(&f, nil) }
+}
+
+// watchCommits reports, at each scrape, what d's group commit wrote,
+// until stop is called.
+func (m *Metrics) watchCommits(d *Dispatcher) (stop func()) {
+	if m == nil || !d.cfg.GroupCommit {
+		return func() {}
+	}
+	f := func() map[string]groupcommit.Stats {
+		out := map[string]groupcommit.Stats{bus.StreamEvents: d.hist.GroupCommits()}
+		if d.taskCommit != nil {
+			out[bus.StreamTasks] = d.taskCommit.Stats()
+		}
+		return out
+	}
+	m.commits.Store(&f)
+	return func() { m.commits.CompareAndSwap(&f, nil) }
 }
 
 // watchConsumers reports the backlog of d's consumers at each scrape,

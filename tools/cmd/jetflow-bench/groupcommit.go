@@ -107,12 +107,12 @@ func probeAppends(ctx context.Context, d time.Duration, workers int, gathered bo
 	}
 	if c != nil {
 		c.Stop() // its counts are read once it is stopped
-		writes, appended := c.Counts()
-		if appended != int64(total) {
-			return appendProbe{}, fmt.Errorf("append probe: the committer wrote %d appends, the workers made %d", appended, total)
+		st := c.Stats()
+		if st.Messages != int64(total) {
+			return appendProbe{}, fmt.Errorf("append probe: the committer wrote %d appends, the workers made %d", st.Messages, total)
 		}
-		if writes > 0 {
-			res.perBatch = float64(appended) / float64(writes)
+		if st.Writes > 0 {
+			res.perBatch = float64(st.Messages) / float64(st.Writes)
 		}
 	}
 	return res, nil
