@@ -125,8 +125,8 @@ func (c *Consuming) Drain() {
 // delivered reaches the handler, those still in the pull's buffer or on
 // the wire when it was called included: Stop drops them, and they wait
 // for their consumer's ack wait. A drain not done by then (its handler is
-// slow, or the connection is down) goes on by itself, bounded by the
-// connection's drain timeout; the watch has ended either way.
+// slow) goes on by itself until the handler has taken every message or
+// the connection closes; the watch has ended either way.
 func (c *Consuming) DrainWithin(d time.Duration) bool {
 	cc := c.end()
 	if cc != nil {

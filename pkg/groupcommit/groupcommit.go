@@ -53,7 +53,7 @@ type Committer struct {
 	quit    chan struct{}
 	done    chan struct{}
 
-	writes, published, failed atomic.Int64
+	writes, published, failed, failedMessages atomic.Int64
 }
 
 type pending struct {
@@ -67,6 +67,10 @@ type pending struct {
 type Result struct {
 	Seq uint64
 	Err error
+	// Duplicate: the stream had the message's id already, and stored
+	// nothing (Seq is the earlier message's). Only a lone message is
+	// answered so: a duplicate in a batch fails the whole batch.
+	Duplicate bool
 }
 
 // Config of a Committer.
@@ -114,13 +118,21 @@ func (c *Committer) Stop() {
 // sequence, a message id); the committer adds the batch's headers. Two
 // messages checking the same subject's last sequence are never in one
 // batch (ADR-50 refuses a check of a subject written earlier in it):
-// the later one goes in the next batch.
+// the later one goes in the next batch. Other expectations
+// (Nats-Expected-Last-Sequence, Nats-Expected-Last-Subject-Sequence-Subject)
+// are not looked at: a batch holding two that check each other fails.
 func (c *Committer) Publish(ctx context.Context, m *nats.Msg) (uint64, error) {
+	r := c.PublishResult(ctx, m)
+	return r.Seq, r.Err
+}
+
+// PublishResult is Publish with the whole result.
+func (c *Committer) PublishResult(ctx context.Context, m *nats.Msg) Result {
 	select {
 	case r := <-c.Submit(m):
-		return r.Seq, r.Err
+		return r
 	case <-ctx.Done():
-		return 0, ctx.Err()
+		return Result{Err: ctx.Err()}
 	}
 }
 
@@ -128,6 +140,9 @@ func (c *Committer) Publish(ctx context.Context, m *nats.Msg) (uint64, error) {
 // the channel returned (once).
 func (c *Committer) Submit(m *nats.Msg) <-chan Result {
 	r := make(chan Result, 1)
+	if m.Header == nil {
+		m.Header = nats.Header{}
+	}
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if c.stopped {
@@ -143,13 +158,14 @@ func (c *Committer) Submit(m *nats.Msg) <-chan Result {
 type Stats struct {
 	// Writes counts the batches (or lone publishes) written, Messages
 	// the messages they held, Failed the writes that failed (each of
-	// their messages answered with the error).
-	Writes, Messages, Failed int64
+	// their messages answered with the error) and FailedMessages the
+	// messages they held.
+	Writes, Messages, Failed, FailedMessages int64
 }
 
 // Stats returns what the committer wrote so far.
 func (c *Committer) Stats() Stats {
-	return Stats{Writes: c.writes.Load(), Messages: c.published.Load(), Failed: c.failed.Load()}
+	return Stats{Writes: c.writes.Load(), Messages: c.published.Load(), Failed: c.failed.Load(), FailedMessages: c.failedMessages.Load()}
 }
 
 // loop writes one batch at a time: a second in flight (tried) halved the
@@ -207,16 +223,17 @@ func (c *Committer) loop() {
 		}
 		c.writes.Add(1)
 		c.published.Add(int64(len(batch)))
-		seqs, err := c.write(batch)
+		seqs, dup, err := c.write(batch)
 		if err != nil {
 			c.failed.Add(1)
+			c.failedMessages.Add(int64(len(batch)))
 		}
 		for i, p := range batch {
 			if err != nil {
 				p.reply <- Result{Err: err}
 				continue
 			}
-			p.reply <- Result{Seq: seqs[i]}
+			p.reply <- Result{Seq: seqs[i], Duplicate: dup}
 		}
 	}
 }
@@ -227,17 +244,17 @@ func checksSubject(m *nats.Msg) bool { return m.Header.Get(jetstream.ExpectedLas
 // write writes batch as one atomic batch (a lone message as a plain
 // publish) and returns each message's sequence: a committed batch's
 // messages are stored one after another, the last at the acknowledged
-// sequence.
-func (c *Committer) write(batch []pending) ([]uint64, error) {
+// sequence. dup: a lone message was a duplicate.
+func (c *Committer) write(batch []pending) (seqs []uint64, dup bool, err error) {
 	n := len(batch)
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
 	if n == 1 { // a batch of one would cost a batch's staging (docs/adr/0020)
 		ack, err := c.js.PublishMsg(ctx, batch[0].m)
 		if err != nil {
-			return nil, fmt.Errorf("groupcommit: %w", err)
+			return nil, false, fmt.Errorf("groupcommit: %w", err)
 		}
-		return []uint64{ack.Sequence}, nil
+		return []uint64{ack.Sequence}, ack.Duplicate, nil
 	}
 	ms := make([]*nats.Msg, n)
 	for i, p := range batch {
@@ -246,14 +263,14 @@ func (c *Committer) write(batch []pending) ([]uint64, error) {
 	ack, err := jetstreamext.PublishMsgBatch(ctx, c.js, ms,
 		jetstreamext.BatchFlowControl{AckFirst: true, AckTimeout: c.timeout})
 	if err != nil {
-		return nil, fmt.Errorf("groupcommit: batch of %d: %w", n, err)
+		return nil, false, fmt.Errorf("groupcommit: batch of %d: %w", n, err)
 	}
 	if ack.Sequence < uint64(n) {
-		return nil, fmt.Errorf("groupcommit: batch of %d: acknowledged at sequence %d", n, ack.Sequence)
+		return nil, false, fmt.Errorf("groupcommit: batch of %d: acknowledged at sequence %d", n, ack.Sequence)
 	}
-	seqs := make([]uint64, n)
+	seqs = make([]uint64, n)
 	for k := range seqs {
 		seqs[k] = ack.Sequence - uint64(n-1-k)
 	}
-	return seqs, nil
+	return seqs, false, nil
 }

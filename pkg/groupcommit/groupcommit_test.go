@@ -2,9 +2,11 @@ package groupcommit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -129,7 +131,7 @@ func TestBatchStandsOrFallsWhole(t *testing.T) {
 		require.Error(t, res.Err, "message %d", i)
 		require.Contains(t, res.Err.Error(), "10071", "the wrong last sequence, for the whole batch")
 	}
-	require.Equal(t, Stats{Writes: 1, Messages: 3, Failed: 1}, c.Stats(), "one batch, failed")
+	require.Equal(t, Stats{Writes: 1, Messages: 3, Failed: 1, FailedMessages: 3}, c.Stats(), "one batch, failed")
 	info, err := s.Info(t.Context())
 	require.NoError(t, err)
 	require.Zero(t, info.State.Msgs, "nothing of a failed batch is stored")
@@ -199,6 +201,11 @@ func TestStopWritesWhatItWasHanded(t *testing.T) {
 	for i := range 10 {
 		rs = append(rs, c.Submit(msg(fmt.Sprintf("g.s%d", i), 0, fmt.Sprint(i))))
 	}
+	// Stopped before the loop takes any: it still writes them all.
+	c.mu.Lock()
+	c.stopped = true
+	close(c.quit)
+	c.mu.Unlock()
 	go c.loop()
 	c.Stop()
 	for _, r := range rs {
@@ -221,4 +228,43 @@ func TestUnusedCommitterStops(t *testing.T) {
 	c.Stop()
 	_, err := c.Publish(t.Context(), msg("g.a", 0, "a1"))
 	require.ErrorIs(t, err, ErrStopped)
+}
+
+// TestStopRacesPublish: publishers going on while the committer stops
+// are each answered, stored or refused (ErrStopped), and what was
+// answered stored is in the stream.
+func TestStopRacesPublish(t *testing.T) {
+	t.Parallel()
+	js, s := stream(t, true)
+	c := New(js, Config{})
+	var stored atomic.Int64
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				_, err := c.Publish(context.Background(), msg(fmt.Sprintf("g.p%d.%d", w, i), 0, fmt.Sprintf("%d-%d", w, i)))
+				if errors.Is(err, ErrStopped) {
+					return
+				}
+				if err != nil {
+					t.Errorf("publisher %d: %v", w, err)
+					return
+				}
+				stored.Add(1)
+			}
+		})
+	}
+	time.Sleep(200 * time.Millisecond)
+	c.Stop()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("a publisher was never answered")
+	}
+	info, err := s.Info(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, uint64(stored.Load()), info.State.Msgs)
+	require.Equal(t, stored.Load(), c.Stats().Messages)
 }

@@ -98,6 +98,11 @@ func TestGroupCommitConflict(t *testing.T) {
 	}
 	require.True(t, errors.Is(out[8].Err, bus.ErrConflict), "the stale append conflicts: %v", out[8].Err)
 	require.Equal(t, uint64(1), subjectMsgs(t, js, bus.ExecutionSubject("wf", "stale")), "and is not stored")
+	for i := range 8 {
+		last, err := store.LastSeq(ctx, batch[i].Subject)
+		require.NoError(t, err)
+		require.Equal(t, last, out[i].Seq, "append %d answered with where it was stored", i)
+	}
 	require.NoError(t, out[9].Err, "an append stored before is recognised")
 	require.Equal(t, first, out[9].Seq)
 	require.Equal(t, uint64(1), subjectMsgs(t, js, bus.ExecutionSubject("wf", "r")))
@@ -123,4 +128,59 @@ func TestGroupCommitNeedsAtomicBatches(t *testing.T) {
 	store, err := history.Open(ctx, js)
 	require.NoError(t, err, "without group commit it is not needed")
 	store.Close()
+
+	// The bootstrap allows them again (an events stream of an older
+	// release is brought up to this one's).
+	require.NoError(t, bus.Ensure(ctx, js, bus.Config{}))
+	store, err = history.OpenWith(ctx, js, history.Options{GroupCommit: true})
+	require.NoError(t, err)
+	store.Close()
+}
+
+// TestGroupCommitAppendConflict: appends made at once through Append,
+// one of them stale: a batch it shares fails whole, and each of its
+// appends is made again on its own, so the others are stored and the
+// stale one alone is a conflict.
+func TestGroupCommitAppendConflict(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	ctx := t.Context()
+	store, err := history.OpenWith(ctx, js, history.Options{GroupCommit: true})
+	require.NoError(t, err)
+	t.Cleanup(store.Close)
+	_, err = store.Append(ctx, bus.ExecutionSubject("wf", "stale"), 0, newEvent("stale", &events.ExecutionStarted{Workflow: "wf"}))
+	require.NoError(t, err)
+	shared := func() bool { st := store.GroupCommits(); return st.FailedMessages > st.Failed }
+	for round := 0; !shared() && round < 20; round++ {
+		const n = 40
+		start := make(chan struct{})
+		errs := make([]error, n)
+		seqs := make([]uint64, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				<-start
+				id := fmt.Sprintf("r%dx%d", round, i)
+				subject, last := bus.ExecutionSubject("wf", id), uint64(0)
+				if i == n/2 {
+					id, subject = "stale", bus.ExecutionSubject("wf", "stale") // its history has an event
+				}
+				seqs[i], errs[i] = store.Append(ctx, subject, last, newEvent(id, &events.StepSending{StepID: "a", Attempt: round + 1}))
+			})
+		}
+		close(start)
+		wg.Wait()
+		for i, err := range errs {
+			if i == n/2 {
+				require.ErrorIs(t, err, bus.ErrConflict, "round %d", round)
+				continue
+			}
+			require.NoError(t, err, "round %d append %d", round, i)
+			last, err := store.LastSeq(ctx, bus.ExecutionSubject("wf", fmt.Sprintf("r%dx%d", round, i)))
+			require.NoError(t, err)
+			require.Equal(t, last, seqs[i], "answered with where it was stored")
+		}
+	}
+	require.Equal(t, uint64(1), subjectMsgs(t, js, bus.ExecutionSubject("wf", "stale")), "the stale appends stored nothing")
+	require.True(t, shared(), "a stale append shared a failed batch with others: %+v", store.GroupCommits())
 }

@@ -37,7 +37,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	notices := p.Bool("timer-notices", "JETFLOW_TIMER_NOTICES", true,
 		"set the schedule of a timer due more than two minutes ahead a minute before its due time, with a notice that brings the timer into the memory of the dispatcher holding its execution then, to fire from memory (a burst of long sleeps fires on time); -timer-notices=false: for its due time, fired by its schedule")
 	groupCommit := p.Bool("group-commit", "JETFLOW_GROUP_COMMIT", false,
-		"gather the history appends made at once into atomic batches: for a single NATS server with sync_interval: always, which then fsyncs a batch once instead of each append (docs/adr/0020); the events stream must allow atomic batches (this release's jetflow bootstrap)")
+		"gather the history appends and the task publishes made at once into atomic batches: for a single NATS server with sync_interval: always, which then fsyncs a batch once instead of each message (docs/adr/0020); JF_EVENTS and JF_TASKS must allow atomic batches (this release's jetflow bootstrap)")
 	metricsAddr := p.String("metrics-addr", "JETFLOW_DISPATCHER_METRICS_ADDR", "",
 		"host:port of the Prometheus /metrics endpoint, e.g. 127.0.0.1:9466 (empty: off)")
 	if err := p.Parse(args); err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 	"github.com/synadia-io/orbit.go/jetstreamext"
 
@@ -115,4 +116,27 @@ func TestGroupCommitPublishesTasks(t *testing.T) {
 	require.Less(t, metricstest.Value(t, reg, "jetflow_dispatcher_group_commit_writes_total", "stream", bus.StreamTasks), tasks)
 	require.Positive(t, metricstest.Value(t, reg, "jetflow_dispatcher_group_commit_messages_total", "stream", bus.StreamEvents))
 	require.Zero(t, metricstest.Value(t, reg, "jetflow_dispatcher_group_commit_failed_total", "stream", bus.StreamTasks))
+}
+
+// TestGroupCommitNeedsAtomicBatches: a dispatcher with group commit does
+// not start on streams made without atomic batches (an older release's
+// bootstrap), saying what to do; without it, it does.
+func TestGroupCommitNeedsAtomicBatches(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{bus.StreamEvents, bus.StreamTasks} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			s, err := b.js.Stream(t.Context(), name)
+			require.NoError(t, err)
+			cfg := s.CachedInfo().Config
+			cfg.AllowAtomicPublish = false
+			_, err = b.js.UpdateStream(t.Context(), cfg)
+			require.NoError(t, err)
+			_, err = dispatch.New(t.Context(), dispatch.Config{GroupCommit: true}, b.js, zerolog.Nop())
+			require.ErrorContains(t, err, "does not allow atomic batches, which group commit needs: run jetflow bootstrap")
+			_, err = dispatch.New(t.Context(), dispatch.Config{}, b.js, zerolog.Nop())
+			require.NoError(t, err)
+		})
+	}
 }

@@ -126,27 +126,36 @@ func TestAStateReadAnewSendsTheTaskAgainOnlyIfItWasNotStored(t *testing.T) {
 	t.Parallel()
 	later := func() time.Time { return time.Now().Add(3 * time.Minute) } // past the default window's half
 
-	t.Run("WithinTheWindow", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
-		b.register(t, "deploy", "build")
-		b.start(t, "deploy", "w1")
-		id := events.TaskID("w1", "build", 1)
-		sentBy(t, b, "A", id)
-		runDispatcher(t, b.js, dispatch.Config{Workers: 2})
-		reconcile(t, b, "deploy", "w1")
-		require.Equal(t, 1, countTasks(t, b.js, id), "published again, and dropped as a duplicate")
-		evs := readHistory(t, b.js, "deploy", "w1")
-		require.Equal(t, []events.Type{events.TypeExecutionStarted}, typesOf(evs), "nothing recorded after the start (with the dispatch)")
+	// A task published again within the dedupe window is a duplicate:
+	// its sending is recorded when it was first stored, not now (with
+	// group commit too, where a lone task is a plain publish, whose
+	// acknowledgement says it was a duplicate).
+	for name, groupCommit := range map[string]bool{"WithinTheWindow": false, "WithinTheWindowGroupCommit": true} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			b.register(t, "deploy", "build")
+			b.start(t, "deploy", "w1")
+			id := events.TaskID("w1", "build", 1)
+			sentBy(t, b, "A", id)
+			time.Sleep(time.Second) // the first publish well before the second
+			runDispatcher(t, b.js, dispatch.Config{Workers: 2, GroupCommit: groupCommit})
+			reconcile(t, b, "deploy", "w1")
+			require.Equal(t, 1, countTasks(t, b.js, id), "published again, and dropped as a duplicate")
+			evs := readHistory(t, b.js, "deploy", "w1")
+			require.Equal(t, []events.Type{events.TypeExecutionStarted}, typesOf(evs), "nothing recorded after the start (with the dispatch)")
 
-		t.Log("the duplicate's acknowledgement told the task's sequence: recorded even with a report that does not")
-		task := b.nextTask(t)
-		b.report(t, &events.OperationSucceeded{TaskRef: task.task.Ref("older-agent", 1)})
-		_, evs = waitStatus(t, b.js, "deploy", "w1", projections.StatusSucceeded)
-		done := succeededOf(evs[1])
-		require.Equal(t, task.seq, done.TaskSeq)
-		require.False(t, done.SentAt.IsZero())
-	})
+			t.Log("the duplicate's acknowledgement told the task's sequence: recorded even with a report that does not")
+			task := b.nextTask(t)
+			b.report(t, &events.OperationSucceeded{TaskRef: task.task.Ref("older-agent", 1)})
+			_, evs = waitStatus(t, b.js, "deploy", "w1", projections.StatusSucceeded)
+			done := succeededOf(evs[1])
+			require.Equal(t, task.seq, done.TaskSeq)
+			require.False(t, done.SentAt.IsZero())
+			require.False(t, done.SentAt.After(task.stored), "sent when first stored (%s), not when published again: recorded %s",
+				task.stored.Format(time.RFC3339Nano), done.SentAt.Format(time.RFC3339Nano))
+		})
+	}
 
 	t.Run("PastTheWindowStillInItsQueue", func(t *testing.T) {
 		t.Parallel()

@@ -462,12 +462,12 @@ func (d *Dispatcher) publishTask(ctx context.Context, msg *nats.Msg, id string) 
 			grouped.Header[k] = slices.Clone(vs)
 		}
 		grouped.Header.Set(jetstream.MsgIDHeader, id)
-		seq, err := d.taskCommit.Publish(ctx, grouped)
-		if err == nil {
-			return &jetstream.PubAck{Stream: bus.StreamTasks, Sequence: seq}, nil
+		r := d.taskCommit.PublishResult(ctx, grouped)
+		if r.Err == nil {
+			return &jetstream.PubAck{Stream: bus.StreamTasks, Sequence: r.Seq, Duplicate: r.Duplicate}, nil
 		}
 		if ctx.Err() != nil {
-			return nil, err
+			return nil, r.Err
 		}
 	}
 	return d.js.PublishMsg(ctx, msg, jetstream.WithMsgID(id))
