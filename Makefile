@@ -22,7 +22,7 @@ COVER_DIR ?= .cover
 
 .PHONY: help
 help: ## Show the targets
-	@grep -hE '^[a-zA-Z_/-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-16s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z_/-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-18s %s\n", $$1, $$2}'
 
 # The version make build stamps into the binaries (svc.Version): Go does
 # not stamp the commit into binaries built in a workspace.
@@ -181,6 +181,10 @@ bench/sleepers: ## Benchmark SLEEPERS executions (100000) asleep for an hour: RS
 .PHONY: bench/fsync
 bench/fsync: ## Benchmark as make bench, with JetStream fsyncing every write (sync_interval: always)
 	$(GO) run ./tools/cmd/jetflow-bench -fsync $(BENCH_FLAGS)
+
+.PHONY: bench/fsync-group
+bench/fsync-group: ## Benchmark as make bench/fsync, the dispatcher writing in atomic batches (-group-commit, docs/adr/0020)
+	$(GO) run ./tools/cmd/jetflow-bench -fsync -group-commit $(BENCH_FLAGS)
 
 # make bench/compare builds jetflow-bench from commit OLD (in a
 # temporary worktree) and from the working tree, and runs them in PAIRS
