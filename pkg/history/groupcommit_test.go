@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"jetflow.dev/pkg/bus"
@@ -14,17 +15,24 @@ import (
 	"jetflow.dev/pkg/natstest"
 )
 
+// groupStore is a store with group commit on a server of its own.
+func groupStore(t *testing.T) (jetstream.JetStream, *history.Store) {
+	t.Helper()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	store, err := history.OpenWith(t.Context(), js, history.Options{GroupCommit: true})
+	require.NoError(t, err)
+	t.Cleanup(store.Close)
+	return js, store
+}
+
 // TestGroupCommitAppends: with group commit, appends made at once are
 // written together and each is answered with the sequence its event was
 // stored at (each next append names it as its history's last: a wrong
 // one would conflict), and every history holds its events in order.
 func TestGroupCommitAppends(t *testing.T) {
 	t.Parallel()
-	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	_, store := groupStore(t)
 	ctx := t.Context()
-	store, err := history.OpenWith(ctx, js, history.Options{GroupCommit: true})
-	require.NoError(t, err)
-	t.Cleanup(store.Close)
 	const executions, each = 40, 10
 	var wg sync.WaitGroup
 	errs := make(chan error, executions)
@@ -71,11 +79,8 @@ func TestGroupCommitAppends(t *testing.T) {
 // append of an event already stored (a retry) is recognised by its id.
 func TestGroupCommitConflict(t *testing.T) {
 	t.Parallel()
-	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	js, store := groupStore(t)
 	ctx := t.Context()
-	store, err := history.OpenWith(ctx, js, history.Options{GroupCommit: true})
-	require.NoError(t, err)
-	t.Cleanup(store.Close)
 	retried := newEvent("r", &events.ExecutionStarted{Workflow: "wf"})
 	first, err := store.Append(ctx, bus.ExecutionSubject("wf", "r"), 0, retried)
 	require.NoError(t, err)
@@ -143,12 +148,9 @@ func TestGroupCommitNeedsAtomicBatches(t *testing.T) {
 // stale one alone is a conflict.
 func TestGroupCommitAppendConflict(t *testing.T) {
 	t.Parallel()
-	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	js, store := groupStore(t)
 	ctx := t.Context()
-	store, err := history.OpenWith(ctx, js, history.Options{GroupCommit: true})
-	require.NoError(t, err)
-	t.Cleanup(store.Close)
-	_, err = store.Append(ctx, bus.ExecutionSubject("wf", "stale"), 0, newEvent("stale", &events.ExecutionStarted{Workflow: "wf"}))
+	_, err := store.Append(ctx, bus.ExecutionSubject("wf", "stale"), 0, newEvent("stale", &events.ExecutionStarted{Workflow: "wf"}))
 	require.NoError(t, err)
 	shared := func() bool { st := store.GroupCommits(); return st.FailedMessages > st.Failed }
 	for round := 0; !shared() && round < 20; round++ {
