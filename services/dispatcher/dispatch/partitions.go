@@ -429,16 +429,18 @@ func (r *consuming) consumers() []bus.Consumer {
 	return slices.Clone(r.specs)
 }
 
-// add keeps cc, the consuming of c, or stops it if the holding was
-// released meanwhile.
+// add keeps cc, the consuming of c, or drains it if the holding was
+// released meanwhile: what it pulled is handed on and given back, as by
+// stop (outside r.mu, which the handling may take).
 func (r *consuming) add(c bus.Consumer, cc *bus.Consuming) bool {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if r.stopped {
-		cc.Stop()
+		r.mu.Unlock()
+		cc.DrainWithin(handlingMax)
 		return false
 	}
 	r.ccs, r.specs = append(r.ccs, cc), append(r.specs, c)
+	r.mu.Unlock()
 	return true
 }
 
