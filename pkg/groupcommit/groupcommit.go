@@ -41,6 +41,7 @@ type Committer struct {
 	js      jetstream.JetStream
 	timeout time.Duration
 	max     int
+	onFail  func(error, int)
 
 	// mu guards stopped: a message is handed to the loop under its read
 	// lock, so none is handed once Stop has it. start starts the loop
@@ -81,6 +82,9 @@ type Config struct {
 	// MaxBatch is the most messages a batch holds: the server's limit
 	// (default and at most MaxBatch).
 	MaxBatch int
+	// Failed, if set, is called (on the committer's goroutine: quick)
+	// with the error of each write that failed and its messages' count.
+	Failed func(err error, messages int)
 }
 
 // New returns a committer publishing with js; it starts with the first
@@ -94,7 +98,7 @@ func newCommitter(js jetstream.JetStream, cfg Config) *Committer {
 	if cfg.MaxBatch <= 0 || cfg.MaxBatch > MaxBatch {
 		cfg.MaxBatch = MaxBatch
 	}
-	return &Committer{js: js, timeout: cfg.Timeout, max: cfg.MaxBatch,
+	return &Committer{js: js, timeout: cfg.Timeout, max: cfg.MaxBatch, onFail: cfg.Failed,
 		in: make(chan pending, cfg.MaxBatch), quit: make(chan struct{}), done: make(chan struct{})}
 }
 
@@ -227,6 +231,9 @@ func (c *Committer) loop() {
 		if err != nil {
 			c.failed.Add(1)
 			c.failedMessages.Add(int64(len(batch)))
+			if c.onFail != nil {
+				c.onFail(err, len(batch))
+			}
 		}
 		for i, p := range batch {
 			if err != nil {

@@ -268,3 +268,27 @@ func TestStopRacesPublish(t *testing.T) {
 	require.Equal(t, uint64(stored.Load()), info.State.Msgs)
 	require.Equal(t, stored.Load(), c.Stats().Messages)
 }
+
+// TestFailedIsTold: each failed write is told to Config.Failed, with its
+// error and its messages' count.
+func TestFailedIsTold(t *testing.T) {
+	t.Parallel()
+	js, _ := stream(t, true)
+	var mu sync.Mutex
+	var told []int
+	var errs []error
+	c := New(js, Config{Failed: func(err error, n int) { // on the committer's goroutine: no require there
+		mu.Lock()
+		defer mu.Unlock()
+		told, errs = append(told, n), append(errs, err)
+	}})
+	t.Cleanup(c.Stop)
+	_, err := c.Publish(t.Context(), msg("g.a", 3, "a1"))
+	require.Error(t, err)
+	_, err = c.Publish(t.Context(), msg("g.a", 0, "a2"))
+	require.NoError(t, err)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []int{1}, told, "the failed write only")
+	require.ErrorContains(t, errs[0], "10071")
+}

@@ -67,12 +67,15 @@ type Options struct {
 	// stream must allow atomic batches (ErrNoAtomicBatches). Close the
 	// store when done.
 	GroupCommit bool
+	// GroupCommitFailed, if set, is told of each batch that failed (its
+	// appends then made one by one): see groupcommit.Config.Failed.
+	GroupCommitFailed func(err error, appends int)
 }
 
 // ErrNoAtomicBatches: group commit was asked for, and the events stream
 // does not allow atomic batches: it was made by an earlier release, and
 // jetflow bootstrap of this one has not run.
-var ErrNoAtomicBatches = errors.New("the events stream does not allow atomic batches, which group commit needs: " +
+var ErrNoAtomicBatches = errors.New("stream " + bus.StreamEvents + " does not allow atomic batches, which group commit needs: " +
 	"run jetflow bootstrap of this release first (docs/upgrades.md)")
 
 // ErrNoDirectGets: the events stream does not allow direct gets, with
@@ -102,7 +105,7 @@ func OpenWith(ctx context.Context, js jetstream.JetStream, o Options) (*Store, e
 	}
 	s := &Store{js: js}
 	if o.GroupCommit {
-		s.commit = groupcommit.New(js, groupcommit.Config{Timeout: appendAttempt})
+		s.commit = groupcommit.New(js, groupcommit.Config{Timeout: appendAttempt, Failed: o.GroupCommitFailed})
 	}
 	return s, nil
 }

@@ -350,7 +350,8 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log zerolog.Lo
 	if err != nil {
 		return nil, err
 	}
-	hist, err := history.OpenWith(ctx, js, history.Options{GroupCommit: cfg.GroupCommit})
+	failed := &commitFailures{log: log}
+	hist, err := history.OpenWith(ctx, js, history.Options{GroupCommit: cfg.GroupCommit, GroupCommitFailed: failed.of(bus.StreamEvents)})
 	if err != nil {
 		return nil, err
 	}
@@ -372,7 +373,7 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log zerolog.Lo
 			return nil, fmt.Errorf("stream %s does not allow atomic batches, which group commit needs: "+
 				"run jetflow bootstrap of this release first (docs/upgrades.md)", bus.StreamTasks)
 		}
-		taskCommit = groupcommit.New(js, groupcommit.Config{Timeout: bus.PublishAttempt})
+		taskCommit = groupcommit.New(js, groupcommit.Config{Timeout: bus.PublishAttempt, Failed: failed.of(bus.StreamTasks)})
 	}
 	var soon *soonTimers
 	if !cfg.NoTimersFromMemory {

@@ -15,6 +15,7 @@ import (
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/history"
+	"jetflow.dev/pkg/natstest"
 	"jetflow.dev/pkg/projections"
 	"jetflow.dev/services/dispatcher/dispatch"
 	"jetflow.dev/services/internal/metrics/metricstest"
@@ -139,4 +140,36 @@ func TestGroupCommitNeedsAtomicBatches(t *testing.T) {
 			require.NoError(t, err)
 		})
 	}
+}
+
+// TestGroupCommitWarnsWhenBatchesFail: a stream that stops allowing
+// atomic batches under a running dispatcher (an older release's
+// bootstrap) fails every batch: the appends are made one by one, the
+// executions go on, and the dispatcher says why, once.
+func TestGroupCommitWarnsWhenBatchesFail(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var logs lockedBuffer
+	d, err := dispatch.New(t.Context(), dispatch.Config{GroupCommit: true}, b.js, zerolog.New(&logs))
+	require.NoError(t, err)
+	s, err := b.js.Stream(t.Context(), bus.StreamEvents)
+	require.NoError(t, err)
+	cfg := s.CachedInfo().Config
+	cfg.AllowAtomicPublish = false
+	_, err = b.js.UpdateStream(t.Context(), cfg)
+	require.NoError(t, err)
+	b.applyYAML(t, "name: unbatched\nsteps:\n  - {id: a, kind: noop, local: true}\n  - {id: b, kind: noop, local: true}\n")
+	const executions = 20
+	for i := range executions {
+		b.start(t, "unbatched", fmt.Sprintf("u%d", i))
+	}
+	natstest.Serve(t, d.Run)
+	for i := range executions {
+		_, evs := waitStatus(t, b.js, "unbatched", fmt.Sprintf("u%d", i), projections.StatusSucceeded)
+		require.NoError(t, history.Linear(evs))
+	}
+	out := logs.String()
+	require.Contains(t, out, "the stream no longer allows atomic batches")
+	require.Contains(t, out, `"stream":"JF_EVENTS"`)
+	require.Equal(t, 1, strings.Count(out, "no longer allows atomic batches"), "once a minute at most: %s", out)
 }

@@ -115,7 +115,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.DurationVar(&c.sleepersSettle, "sleepers-settle", sleepersSettle, "how long the sleepers run waits, once all are asleep, before it measures (11m: past the commands stream's dedupe window)")
 	fs.BoolVar(&c.fsync, "fsync", false, "run the embedded server with an fsync of every JetStream write before its ack (sync_interval: always)")
 	fs.IntVar(&c.dispatcherWorkers, "dispatcher-workers", 0, "the dispatcher's -workers (0: its default, 32, or 256 with -group-commit)")
-	fs.BoolVar(&c.groupCommit, "group-commit", false, "the dispatcher gathers its history appends into atomic batches (its -group-commit, docs/adr/0020; meant for -fsync)")
+	fs.BoolVar(&c.groupCommit, "group-commit", false, "the dispatcher gathers its history appends and task publishes into atomic batches (its -group-commit, docs/adr/0020; meant for -fsync)")
 	fs.IntVar(&c.agentConcurrency, "agent-concurrency", 0, "tasks the agent runs at once per queue (jetflow-agent's -concurrency; 0: its default, 16)")
 	fs.DurationVar(&c.coalesce, "projector-coalesce", projector.DefaultCoalesce, "how long, under load, the api's projector gathers events before it writes the read models (jetflow-api's -projector-coalesce): 0 (write at every batch) to 10s")
 	fs.DurationVar(&c.syncInterval, "sync-interval", 0, "how often the embedded server fsyncs its file store, without -fsync (sync_interval; default nats-server's, 2m)")
@@ -301,7 +301,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		syncMode = fmt.Sprintf("fsync every %s (-sync-interval)", c.syncInterval)
 	}
 	if c.groupCommit {
-		syncMode += ", history appends in atomic batches (-group-commit)"
+		syncMode += ", history appends and tasks in atomic batches (-group-commit)"
 	}
 	if w := (dispatch.Config{Workers: c.dispatcherWorkers, GroupCommit: c.groupCommit}).WorkersOrDefault(); w != dispatch.DefaultWorkers {
 		syncMode += fmt.Sprintf(", %d dispatcher workers", w)
