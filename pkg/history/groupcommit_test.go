@@ -121,14 +121,11 @@ func TestGroupCommitNeedsAtomicBatches(t *testing.T) {
 	t.Parallel()
 	_, js := natstest.Connect(t, natstest.RunJetStream(t))
 	ctx := t.Context()
-	s, err := js.Stream(ctx, bus.StreamEvents)
-	require.NoError(t, err)
-	cfg := s.CachedInfo().Config
-	require.True(t, cfg.AllowAtomicPublish, "the bootstrap allows atomic batches")
-	cfg.AllowAtomicPublish = false
-	_, err = js.UpdateStream(ctx, cfg)
-	require.NoError(t, err)
-	_, err = history.OpenWith(ctx, js, history.Options{GroupCommit: true})
+	natstest.ChangeStream(t, js, bus.StreamEvents, func(cfg *jetstream.StreamConfig) {
+		require.True(t, cfg.AllowAtomicPublish, "the bootstrap allows atomic batches")
+		cfg.AllowAtomicPublish = false
+	})
+	_, err := history.OpenWith(ctx, js, history.Options{GroupCommit: true})
 	require.ErrorIs(t, err, history.ErrNoAtomicBatches)
 	store, err := history.Open(ctx, js)
 	require.NoError(t, err, "without group commit it is not needed")

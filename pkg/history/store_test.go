@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"jetflow.dev/pkg/bus"
@@ -75,15 +76,12 @@ func TestOpenRefusesAnEventsStreamWithoutDirectGets(t *testing.T) {
 	t.Parallel()
 	_, js := natstest.Connect(t, natstest.RunJetStream(t))
 	ctx := t.Context()
-	stream, err := js.Stream(ctx, bus.StreamEvents)
-	require.NoError(t, err)
-	cfg := stream.CachedInfo().Config
-	require.True(t, cfg.AllowDirect, "made by this release")
-	cfg.AllowDirect = false
-	_, err = js.UpdateStream(ctx, cfg)
-	require.NoError(t, err)
+	natstest.ChangeStream(t, js, bus.StreamEvents, func(cfg *jetstream.StreamConfig) {
+		require.True(t, cfg.AllowDirect, "made by this release")
+		cfg.AllowDirect = false
+	})
 
-	_, err = history.Open(ctx, js)
+	_, err := history.Open(ctx, js)
 	require.ErrorIs(t, err, history.ErrNoDirectGets)
 	require.ErrorContains(t, err, "run jetflow bootstrap")
 

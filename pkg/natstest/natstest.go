@@ -255,3 +255,18 @@ func CaughtUp(ctx context.Context, js jetstream.JetStream, ci *jetstream.Consume
 	}
 	return true, "", nil
 }
+
+// ChangeStream changes stream's configuration with change, as an older
+// release's bootstrap or an operator would.
+func ChangeStream(t testing.TB, js jetstream.JetStream, stream string, change func(*jetstream.StreamConfig)) {
+	t.Helper()
+	s, err := js.Stream(t.Context(), stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := s.CachedInfo().Config
+	change(&cfg)
+	if _, err := js.UpdateStream(t.Context(), cfg); err != nil {
+		t.Fatal(err)
+	}
+}

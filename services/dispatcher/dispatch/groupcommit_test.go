@@ -128,13 +128,8 @@ func TestGroupCommitNeedsAtomicBatches(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
-			s, err := b.js.Stream(t.Context(), name)
-			require.NoError(t, err)
-			cfg := s.CachedInfo().Config
-			cfg.AllowAtomicPublish = false
-			_, err = b.js.UpdateStream(t.Context(), cfg)
-			require.NoError(t, err)
-			_, err = dispatch.New(t.Context(), dispatch.Config{GroupCommit: true}, b.js, zerolog.Nop())
+			natstest.ChangeStream(t, b.js, name, func(cfg *jetstream.StreamConfig) { cfg.AllowAtomicPublish = false })
+			_, err := dispatch.New(t.Context(), dispatch.Config{GroupCommit: true}, b.js, zerolog.Nop())
 			require.ErrorContains(t, err, "does not allow atomic batches, which group commit needs: run jetflow bootstrap")
 			_, err = dispatch.New(t.Context(), dispatch.Config{}, b.js, zerolog.Nop())
 			require.NoError(t, err)
@@ -152,12 +147,7 @@ func TestGroupCommitWarnsWhenBatchesFail(t *testing.T) {
 	var logs lockedBuffer
 	d, err := dispatch.New(t.Context(), dispatch.Config{GroupCommit: true}, b.js, zerolog.New(&logs))
 	require.NoError(t, err)
-	s, err := b.js.Stream(t.Context(), bus.StreamEvents)
-	require.NoError(t, err)
-	cfg := s.CachedInfo().Config
-	cfg.AllowAtomicPublish = false
-	_, err = b.js.UpdateStream(t.Context(), cfg)
-	require.NoError(t, err)
+	natstest.ChangeStream(t, b.js, bus.StreamEvents, func(cfg *jetstream.StreamConfig) { cfg.AllowAtomicPublish = false })
 	b.applyYAML(t, "name: unbatched\nsteps:\n  - {id: a, kind: noop, local: true}\n  - {id: b, kind: noop, local: true}\n")
 	const executions = 20
 	for i := range executions {
