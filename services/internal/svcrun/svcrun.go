@@ -97,6 +97,21 @@ func New(role auth.Role, getenv func(string) string, stderr io.Writer) *Program 
 	return p
 }
 
+// isBool says whether arg is a boolean flag given alone (-name or
+// --name, without =value).
+func (p *Program) isBool(arg string) bool {
+	name := strings.TrimLeft(arg, "-")
+	if name == arg || strings.Contains(name, "=") {
+		return false
+	}
+	f := p.FlagSet.Lookup(name)
+	if f == nil {
+		return false
+	}
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
 // Parse parses args, which hold flags only, checking every ranged flag,
 // and builds the logger. After -h it returns [flag.ErrHelp].
 func (p *Program) Parse(args []string) error {
@@ -108,6 +123,12 @@ func (p *Program) Parse(args []string) error {
 		return flag.ErrHelp // nothing to run: exit 0
 	}
 	if rest := p.Args(); len(rest) > 0 {
+		if i := len(args) - len(rest) - 1; i >= 0 && p.isBool(args[i]) {
+			// -group-commit false: the flag package took -group-commit
+			// alone (true) and left its intended value.
+			return fmt.Errorf("unexpected argument %q: %s is a boolean flag, which takes its value after =: %s=%s",
+				strings.Join(rest, " "), args[i], args[i], rest[0])
+		}
 		return fmt.Errorf("unexpected argument %q: every setting is a flag (-h lists them)", strings.Join(rest, " "))
 	}
 	log, err := Logger(p.stderr, p.Common, string(p.role))

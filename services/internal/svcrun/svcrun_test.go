@@ -112,7 +112,8 @@ func TestParse(t *testing.T) {
 		env  map[string]string
 		want string
 	}{
-		"StrayArgument": {args: []string{"-log-level", "debug", "extra"}, want: `unexpected argument "extra"`},
+		"StrayArgument": {args: []string{"-log-level", "debug", "extra"}, want: `unexpected argument "extra": every setting is a flag`},
+		"BoolWithSpace": {args: []string{"-log-json", "false"}, want: `unexpected argument "false": -log-json is a boolean flag, which takes its value after =: -log-json=false`},
 		"BadLogLevel":   {env: map[string]string{"JETFLOW_LOG_LEVEL": "loud"}, want: `-log-level "loud"`},
 		"Replicas":      {args: []string{"-replicas", "0"}, want: "-replicas (JETFLOW_REPLICAS) 0: out of range, use 1 to 5"},
 		"UnknownFlag":   {args: []string{"-nope"}, want: "flag provided but not defined: -nope (-h lists the flags)"},
