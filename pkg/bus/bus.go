@@ -332,6 +332,21 @@ func Partitions(ctx context.Context, js jetstream.JetStream) (int, error) {
 	return partition.Count(ctx, kv)
 }
 
+// ErrNoAtomicBatches: group commit was asked for on a stream that does
+// not allow atomic batches: it was made by an earlier release, and
+// jetflow bootstrap of this one has not run (docs/adr/0020).
+var ErrNoAtomicBatches = errors.New("does not allow atomic batches, which group commit needs: " +
+	"run jetflow bootstrap of this release first (docs/upgrades.md)")
+
+// AllowsAtomicBatches returns nil if the stream of cfg allows atomic
+// batches, or ErrNoAtomicBatches naming it.
+func AllowsAtomicBatches(cfg jetstream.StreamConfig) error {
+	if cfg.AllowAtomicPublish {
+		return nil
+	}
+	return fmt.Errorf("stream %s %w", cfg.Name, ErrNoAtomicBatches)
+}
+
 // streamDiffers compares the settings jetflow chooses.
 func streamDiffers(have, want jetstream.StreamConfig) bool {
 	return !slices.Equal(have.Subjects, want.Subjects) || have.Retention != want.Retention ||

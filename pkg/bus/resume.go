@@ -113,11 +113,20 @@ func (c *Consuming) Stop() {
 // Drain drains the Consume (the messages delivered are handled first),
 // waits until it is closed, and ends the watch.
 func (c *Consuming) Drain() {
-	if cc := c.end(); cc != nil {
-		cc.Drain()
+	if cc := c.drain(); cc != nil {
 		<-cc.Closed()
 	}
+}
+
+// drain asks the Consume to drain, ends the watch, and returns the
+// Consume to wait for (nil if it was stopped already).
+func (c *Consuming) drain() jetstream.ConsumeContext {
+	cc := c.end()
+	if cc != nil {
+		cc.Drain()
+	}
 	<-c.done
+	return cc
 }
 
 // DrainWithin is Drain waiting at most d for the Consume to close; it
@@ -128,11 +137,7 @@ func (c *Consuming) Drain() {
 // slow) goes on by itself until the handler has taken every message or
 // the connection closes; the watch has ended either way.
 func (c *Consuming) DrainWithin(d time.Duration) bool {
-	cc := c.end()
-	if cc != nil {
-		cc.Drain()
-	}
-	<-c.done
+	cc := c.drain()
 	if cc == nil {
 		return true
 	}

@@ -73,10 +73,8 @@ type Options struct {
 }
 
 // ErrNoAtomicBatches: group commit was asked for, and the events stream
-// does not allow atomic batches: it was made by an earlier release, and
-// jetflow bootstrap of this one has not run.
-var ErrNoAtomicBatches = errors.New("stream " + bus.StreamEvents + " does not allow atomic batches, which group commit needs: " +
-	"run jetflow bootstrap of this release first (docs/upgrades.md)")
+// does not allow atomic batches (bus.AllowsAtomicBatches).
+var ErrNoAtomicBatches = bus.ErrNoAtomicBatches
 
 // ErrNoDirectGets: the events stream does not allow direct gets, with
 // which histories are read (docs/adr/0006): it was made by an earlier
@@ -100,11 +98,11 @@ func OpenWith(ctx context.Context, js jetstream.JetStream, o Options) (*Store, e
 	if !cfg.AllowDirect {
 		return nil, ErrNoDirectGets
 	}
-	if o.GroupCommit && !cfg.AllowAtomicPublish {
-		return nil, ErrNoAtomicBatches
-	}
 	s := &Store{js: js}
 	if o.GroupCommit {
+		if err := bus.AllowsAtomicBatches(cfg); err != nil {
+			return nil, err
+		}
 		s.commit = groupcommit.New(js, groupcommit.Config{Timeout: appendAttempt, Failed: o.GroupCommitFailed})
 	}
 	return s, nil

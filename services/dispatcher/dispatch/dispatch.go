@@ -369,9 +369,8 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log zerolog.Lo
 	}
 	var taskCommit *groupcommit.Committer
 	if cfg.GroupCommit {
-		if !tasks.CachedInfo().Config.AllowAtomicPublish {
-			return nil, fmt.Errorf("stream %s does not allow atomic batches, which group commit needs: "+
-				"run jetflow bootstrap of this release first (docs/upgrades.md)", bus.StreamTasks)
+		if err := bus.AllowsAtomicBatches(tasks.CachedInfo().Config); err != nil {
+			return nil, err
 		}
 		taskCommit = groupcommit.New(js, groupcommit.Config{Timeout: bus.PublishAttempt, Failed: failed.of(bus.StreamTasks)})
 	}

@@ -5,7 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
+	"maps"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -456,11 +456,9 @@ func logDecided(ctx context.Context, p events.Payload) {
 // published on its own, which decides it as without group commit.
 func (d *Dispatcher) publishTask(ctx context.Context, msg *nats.Msg, id string) (*jetstream.PubAck, error) {
 	if d.taskCommit != nil {
-		grouped := nats.NewMsg(msg.Subject)
-		grouped.Data = msg.Data
-		for k, vs := range msg.Header {
-			grouped.Header[k] = slices.Clone(vs)
-		}
+		// A copy of the headers: the batch's are set on it (Set replaces a
+		// key's values), and msg goes alone as it was should the batch fail.
+		grouped := &nats.Msg{Subject: msg.Subject, Data: msg.Data, Header: maps.Clone(msg.Header)}
 		grouped.Header.Set(jetstream.MsgIDHeader, id)
 		r := d.taskCommit.PublishResult(ctx, grouped)
 		if r.Err == nil {
