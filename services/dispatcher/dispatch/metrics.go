@@ -60,7 +60,7 @@ type Metrics struct {
 	partitions *atomic.Pointer[func() (held, total int)]
 	// commits reads, at scrape time, what the running dispatcher's group
 	// commit wrote, by stream (nil while none runs).
-	commits *atomic.Pointer[func() map[string]groupcommit.Stats]
+	commits *atomic.Pointer[func(stream string) groupcommit.Stats]
 }
 
 // groupCommitStreams are the streams group commit writes to (the stream
@@ -198,7 +198,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			return float64(held)
 		}
 	}
-	commits := new(atomic.Pointer[func() map[string]groupcommit.Stats])
+	commits := new(atomic.Pointer[func(stream string) groupcommit.Stats])
 	var commitCounters []prometheus.Collector
 	for _, stream := range groupCommitStreams {
 		for _, c := range []struct {
@@ -216,7 +216,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 				if f == nil {
 					return 0
 				}
-				return float64(c.of((*f)()[stream]))
+				return float64(c.of((*f)(stream)))
 			}))
 		}
 	}
@@ -523,12 +523,14 @@ func (m *Metrics) watchCommits(d *Dispatcher) (stop func()) {
 	if m == nil || !d.cfg.GroupCommit {
 		return func() {}
 	}
-	f := func() map[string]groupcommit.Stats {
-		out := map[string]groupcommit.Stats{bus.StreamEvents: d.hist.GroupCommits()}
-		if d.taskCommit != nil {
-			out[bus.StreamTasks] = d.taskCommit.Stats()
+	f := func(stream string) groupcommit.Stats {
+		switch {
+		case stream == bus.StreamEvents:
+			return d.hist.GroupCommits()
+		case stream == bus.StreamTasks && d.taskCommit != nil:
+			return d.taskCommit.Stats()
 		}
-		return out
+		return groupcommit.Stats{}
 	}
 	m.commits.Store(&f)
 	return func() { m.commits.CompareAndSwap(&f, nil) }
