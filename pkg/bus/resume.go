@@ -20,8 +20,11 @@ type Consuming struct {
 	mu      sync.Mutex
 	cc      jetstream.ConsumeContext
 	stopped bool
-	cancel  context.CancelFunc // ends the watch, and a start under way
-	done    chan struct{}
+	// draining: stopped by Drain, whose promise (every message delivered
+	// is handled) holds for a Consume the watch started meanwhile too.
+	draining bool
+	cancel   context.CancelFunc // ends the watch, and a start under way
+	done     chan struct{}
 }
 
 // ResumeAfter is how long a Consuming waits before it starts its
@@ -66,6 +69,12 @@ func (c *Consuming) watch(ctx context.Context, start func(context.Context) (jets
 			if err == nil {
 				c.mu.Lock()
 				if c.stopped { // stopped while it started
+					if c.draining { // drained too, and waited for (drain)
+						c.cc = next
+						c.mu.Unlock()
+						next.Drain()
+						return
+					}
 					c.mu.Unlock()
 					next.Stop()
 					return
@@ -88,15 +97,15 @@ func (c *Consuming) isStopped() bool {
 	return c.stopped
 }
 
-// end marks c stopped and returns its current Consume, or nil if it was
-// stopped already.
-func (c *Consuming) end() jetstream.ConsumeContext {
+// end marks c stopped (draining, or not) and returns its current
+// Consume, or nil if it was stopped already.
+func (c *Consuming) end(draining bool) jetstream.ConsumeContext {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.stopped {
 		return nil
 	}
-	c.stopped = true
+	c.stopped, c.draining = true, draining
 	c.cancel()
 	return c.cc
 }
@@ -104,7 +113,7 @@ func (c *Consuming) end() jetstream.ConsumeContext {
 // Stop stops the Consume at once (messages in hand are not waited for)
 // and ends the watch.
 func (c *Consuming) Stop() {
-	if cc := c.end(); cc != nil {
+	if cc := c.end(false); cc != nil {
 		cc.Stop()
 	}
 	<-c.done
@@ -119,14 +128,20 @@ func (c *Consuming) Drain() {
 }
 
 // drain asks the Consume to drain, ends the watch, and returns the
-// Consume to wait for (nil if it was stopped already).
+// Consume to wait for (nil if it was stopped already): the one the watch
+// started while c was being drained, if it did, drained too.
 func (c *Consuming) drain() jetstream.ConsumeContext {
-	cc := c.end()
+	cc := c.end(true)
 	if cc != nil {
 		cc.Drain()
 	}
 	<-c.done
-	return cc
+	if cc == nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cc
 }
 
 // DrainWithin is Drain waiting at most d for the Consume to close; it

@@ -95,3 +95,146 @@ func TestResumeStopsDuringAFailingStart(t *testing.T) {
 		t.Fatal("Stop waited for the start")
 	}
 }
+
+// drainFixture is a stream of 20 messages and a durable consumer c of
+// it, whose handler holds the first message it gets until gate closes.
+type drainFixture struct {
+	js      jetstream.JetStream
+	spec    bus.Consumer
+	handled atomic.Int32
+	holding chan struct{} // closed once the handler holds its first message
+	gate    chan struct{}
+	first   atomic.Bool
+}
+
+func newDrainFixture(t *testing.T, stream string) *drainFixture {
+	t.Helper()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	_, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: stream, Subjects: []string{stream + ".>"}})
+	require.NoError(t, err)
+	for range 20 {
+		_, err := js.Publish(t.Context(), stream+".m", nil)
+		require.NoError(t, err)
+	}
+	f := &drainFixture{js: js, holding: make(chan struct{}), gate: make(chan struct{}),
+		// An ack wait far longer than the test: a message pulled and
+		// dropped stays pending.
+		spec: bus.Consumer{Stream: stream, Config: jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 5 * time.Minute}}}
+	t.Cleanup(func() {
+		select {
+		case <-f.gate:
+		default:
+			close(f.gate)
+		}
+	})
+	return f
+}
+
+// consume starts a Consume of c that pulls ten at a time.
+func (f *drainFixture) consume(ctx context.Context) (jetstream.ConsumeContext, error) {
+	cons, err := bus.Bind(ctx, f.js, true, f.spec, nil)
+	if err != nil {
+		return nil, err
+	}
+	return cons.Consume(func(m jetstream.Msg) {
+		if f.first.CompareAndSwap(false, true) {
+			close(f.holding)
+			<-f.gate
+		}
+		f.handled.Add(1)
+		_ = m.Ack()
+	}, jetstream.PullMaxMessages(10))
+}
+
+// waitAllHandled waits until every message c delivered was handled and
+// acknowledged: none is left pending (as one pulled and dropped would be,
+// for the ack wait).
+func (f *drainFixture) waitAllHandled(t *testing.T) {
+	t.Helper()
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		cons, err := f.js.Consumer(t.Context(), f.spec.Stream, "c")
+		if err != nil {
+			return false
+		}
+		info, err := cons.Info(t.Context())
+		return err == nil && info.NumAckPending == 0 && uint64(f.handled.Load()) == info.Delivered.Consumer
+	}, "every message delivered handled and acknowledged")
+}
+
+// TestDrainWithinWaitsForTheHandler: DrainWithin reports a Consume whose
+// handler still holds a message as not closed within its wait; once the
+// handler goes on, every message delivered (those in the pull's buffer
+// too) is handled, and the Consume closes.
+func TestDrainWithinWaitsForTheHandler(t *testing.T) {
+	t.Parallel()
+	f := newDrainFixture(t, "DW")
+	cc, err := f.consume(t.Context())
+	require.NoError(t, err)
+	c := bus.Resume(t.Context(), cc, f.consume, func(error) {})
+	select {
+	case <-f.holding:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no message delivered")
+	}
+	require.False(t, c.DrainWithin(100*time.Millisecond), "the handler holds a message: not closed")
+	close(f.gate)
+	select {
+	case <-cc.Closed():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the drain never ended")
+	}
+	f.waitAllHandled(t)
+	require.True(t, c.DrainWithin(time.Millisecond), "drained already")
+}
+
+// TestDrainCoversAConsumeStartedMeanwhile: a Consuming drained while its
+// watch starts a new Consume (the last one ended on its own) drains that
+// one too, rather than stopping it: the messages it pulled are handled,
+// not left pending for the ack wait.
+func TestDrainCoversAConsumeStartedMeanwhile(t *testing.T) {
+	t.Parallel()
+	f := newDrainFixture(t, "DM")
+	// The first Consume is of another consumer, deleted: it ends on its
+	// own and the watch starts f's.
+	other := bus.Consumer{Stream: "DM", Config: jetstream.ConsumerConfig{Durable: "other", AckPolicy: jetstream.AckExplicitPolicy}}
+	cons, err := bus.Bind(t.Context(), f.js, true, other, nil)
+	require.NoError(t, err)
+	first, err := cons.Consume(func(m jetstream.Msg) { _ = m.Ack() }, bus.Consume(bus.StopIfGone(f.js, other, nil))...)
+	require.NoError(t, err)
+	var started atomic.Pointer[jetstream.ConsumeContext]
+	c := bus.Resume(t.Context(), first, func(ctx context.Context) (jetstream.ConsumeContext, error) {
+		next, err := f.consume(context.WithoutCancel(ctx))
+		if err != nil {
+			return nil, err
+		}
+		started.Store(&next)
+		<-ctx.Done() // returned once the Consuming is being drained
+		return next, nil
+	}, func(error) {})
+	require.NoError(t, f.js.DeleteConsumer(t.Context(), "DM", "other"))
+	select {
+	case <-f.holding:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the watch's Consume got no message")
+	}
+	drained := make(chan struct{})
+	go func() { c.Drain(); close(drained) }()
+	select {
+	case <-drained:
+		t.Fatal("Drain returned while the new Consume's handler holds a message")
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(f.gate)
+	select {
+	case <-drained:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Drain never returned")
+	}
+	require.NotNil(t, started.Load())
+	select {
+	case <-(*started.Load()).Closed():
+	default:
+		t.Fatal("Drain returned before the new Consume closed")
+	}
+	f.waitAllHandled(t)
+}

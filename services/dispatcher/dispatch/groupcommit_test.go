@@ -163,3 +163,51 @@ func TestGroupCommitWarnsWhenBatchesFail(t *testing.T) {
 	require.Contains(t, out, `"stream":"JF_EVENTS"`)
 	require.Equal(t, 1, strings.Count(out, "no longer allows atomic batches"), "once a minute at most: %s", out)
 }
+
+// TestGroupCommitPublishesTasksAloneWhenBatchesFail: a tasks stream that
+// stops allowing atomic batches under a running dispatcher fails every
+// batch of tasks: each task is then published on its own, as it was
+// before the batch's headers were set (it carries none of them), and
+// the executions run to success.
+func TestGroupCommitPublishesTasksAloneWhenBatchesFail(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.register(t, "alone", "a", "b")
+	const executions = 30
+	for i := range executions {
+		b.start(t, "alone", fmt.Sprintf("a%d", i))
+	}
+	reg := prometheus.NewRegistry()
+	m, err := dispatch.NewMetrics(reg)
+	require.NoError(t, err)
+	var logs lockedBuffer
+	d, err := dispatch.New(t.Context(), dispatch.Config{GroupCommit: true, Metrics: m}, b.js, zerolog.New(&logs))
+	require.NoError(t, err)
+	natstest.ChangeStream(t, b.js, bus.StreamTasks, func(cfg *jetstream.StreamConfig) { cfg.AllowAtomicPublish = false })
+	// Started once the starts wait: their first tasks go at once.
+	natstest.Serve(t, d.Run)
+	for range 2 * executions {
+		task := b.nextTask(t)
+		require.Empty(t, task.header.Get(jetstreamext.BatchIDHeader), "a task published alone carries no batch header")
+		b.report(t, &events.OperationSucceeded{TaskRef: task.ref("test-agent", 1)})
+	}
+	for i := range executions {
+		id := fmt.Sprintf("a%d", i)
+		s, evs := waitStatus(t, b.js, "alone", id, projections.StatusSucceeded)
+		require.NoError(t, history.Linear(evs), id)
+		for _, st := range s.Steps {
+			require.Equal(t, 1, st.Attempt, "%s %s sent once", id, st.ID)
+		}
+	}
+	// Batches were tried, and failed: the tasks above went alone.
+	require.Positive(t, metricstest.Value(t, reg, "jetflow_dispatcher_group_commit_failed_total", "stream", bus.StreamTasks))
+	// Each at once, not on a retry of the step (which a publish timing
+	// out on a loaded machine may take: not counted).
+	refused := 0
+	for line := range strings.Lines(logs.String()) {
+		if strings.Contains(line, "publish task") && strings.Contains(line, "atomic publish is disabled") {
+			refused++
+		}
+	}
+	require.Zero(t, refused, "tasks whose publish was refused and waited for a retry")
+}
