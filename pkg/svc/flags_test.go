@@ -84,7 +84,8 @@ func TestBadFlagSaysWhatToGive(t *testing.T) {
 // TestAnUnknownFlagSaysWhichItMeant: a flag that is not defined names
 // the one it most likely meant: the flag its variable's name sets (the
 // variable JETFLOW_NATS_URL sets -nats, so -nats-url meant -nats), else
-// the only flag it begins or ends; none when nothing stands out.
+// the flag it spells without dashes or with underscores, else the only
+// flag it begins or ends; none when nothing stands out.
 func TestAnUnknownFlagSaysWhichItMeant(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -94,6 +95,10 @@ func TestAnUnknownFlagSaysWhichItMeant(t *testing.T) {
 		{"--nats-url", "did you mean -nats?"},
 		{"-visibility-cache", "did you mean -visibility-cache-bytes?"},
 		{"-cache-bytes", "did you mean -visibility-cache-bytes?"},
+		{"-visibilitycachebytes=5", "did you mean -visibility-cache-bytes?"},
+		{"-visibility_cache_bytes", "did you mean -visibility-cache-bytes?"},
+		{"-LogLevel=debug", "did you mean -log-level?"},
+		{"-logjson", "did you mean -log-json?"},
 		{"-log", "flag provided but not defined: -log (-h lists the flags)"}, // -log-level and -log-json
 		{"-banana", "flag provided but not defined: -banana (-h lists the flags)"},
 	} {

@@ -234,25 +234,35 @@ func (f *Flags) explain(err error) error {
 
 // meant is the flag an unknown flag name most likely meant, "" if none
 // stands out: the flag its environment variable's name sets (-nats-url
-// for -nats, which JETFLOW_NATS_URL sets), else the one flag it begins
-// or ends (-visibility-cache for -visibility-cache-bytes).
+// for -nats, which JETFLOW_NATS_URL sets), else the flag it spells
+// without its dashes or with underscores (-groupcommit, -group_commit
+// for -group-commit), else the one flag it begins or ends
+// (-visibility-cache for -visibility-cache-bytes).
 func (f *Flags) meant(name string) string {
 	name = strings.TrimPrefix(name, "-") // given as --name
 	env := "(env JETFLOW_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_")) + ")"
-	var byEnv string
+	bare := func(s string) string { return strings.NewReplacer("-", "", "_", "").Replace(strings.ToLower(s)) }
+	var byEnv, bySpelling string
 	var byPart []string
 	f.FlagSet.VisitAll(func(fl *flag.Flag) {
 		switch {
 		case strings.HasSuffix(fl.Usage, env):
 			byEnv = fl.Name
+		case bare(fl.Name) == bare(name):
+			bySpelling = fl.Name
 		case strings.HasPrefix(fl.Name, name), strings.HasPrefix(name, fl.Name+"-"), strings.HasSuffix(fl.Name, "-"+name):
 			byPart = append(byPart, fl.Name)
 		}
 	})
-	if byEnv == "" && len(byPart) == 1 {
+	switch {
+	case byEnv != "":
+		return byEnv
+	case bySpelling != "":
+		return bySpelling
+	case len(byPart) == 1:
 		return byPart[0]
 	}
-	return byEnv
+	return ""
 }
 
 // Common are the settings every service has: where NATS is, with which
