@@ -158,6 +158,44 @@ func (t *turns) done(j job) {
 	}
 }
 
+// withdraw takes out of the queues the jobs that wait for their turn
+// (none being handled) and that take says to, and returns them in the
+// order they were queued, execution by execution.
+func (t *turns) withdraw(take func(job) bool) []job {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []job
+	for key, q := range t.queues {
+		kept := q.jobs[:0]
+		for _, e := range q.jobs {
+			if !take(e.job) {
+				kept = append(kept, e)
+				continue
+			}
+			out = append(out, e.job)
+			if e.keyed {
+				delete(q.queued, e.key)
+			}
+		}
+		clear(q.jobs[len(kept):])
+		q.jobs = kept
+		if len(q.jobs) == 0 && !q.busy {
+			delete(t.queues, key)
+		}
+	}
+	// The line holds the executions with jobs and none being handled:
+	// those left without a job leave it.
+	line := t.line[:0]
+	for _, key := range t.line[t.head:] {
+		if q := t.queues[key]; q != nil && len(q.jobs) > 0 && !q.busy {
+			line = append(line, key)
+		}
+	}
+	clear(t.line[len(line):])
+	t.line, t.head = line, 0
+	return out
+}
+
 // backlog is how many jobs of execution key wait for their turn (the one
 // being handled not counted).
 func (t *turns) backlog(key string) int {

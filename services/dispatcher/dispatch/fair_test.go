@@ -154,3 +154,59 @@ func TestRedeliveryReplacesTheWaitingCopy(t *testing.T) {
 	require.EqualValues(t, 2, md.NumDelivered)
 	w.done(k)
 }
+
+// TestWithdrawTakesOutAHoldingsWaitingJobs: withdraw takes out the jobs
+// that wait and are chosen, in each execution's order, never one being
+// handled; what is left is handed out as before, and a delivery of a
+// withdrawn message is queued anew.
+func TestWithdrawTakesOutAHoldingsWaitingJobs(t *testing.T) {
+	w := newTurns()
+	gone, kept := &consuming{part: 1}, &consuming{part: 2}
+	add := func(key string, from *consuming, seq uint64) {
+		require.True(t, w.add(job{key: key, from: from, msg: delivered{consumer: "c", seq: seq, n: 1}}))
+	}
+	add("a", gone, 1) // handed to a worker below
+	add("a", gone, 2)
+	add("a", gone, 3)
+	add("b", kept, 4)
+	add("c", gone, 5)
+	add("b", kept, 6)
+	add("d", kept, 7)
+	add("d", gone, 8) // one execution's jobs from two holdings: only one is taken
+	busy, ok := w.next()
+	require.True(t, ok)
+	require.Equal(t, "a", busy.key)
+
+	out := w.withdraw(func(j job) bool { return j.from == gone })
+	bySeq := map[string][]uint64{}
+	for _, j := range out {
+		require.Same(t, gone, j.from)
+		md, err := j.msg.Metadata()
+		require.NoError(t, err)
+		bySeq[j.key] = append(bySeq[j.key], md.Sequence.Stream)
+	}
+	require.Equal(t, map[string][]uint64{"a": {2, 3}, "c": {5}, "d": {8}}, bySeq, "the waiting ones, in order; not the one handled")
+	require.Empty(t, w.withdraw(func(j job) bool { return j.from == gone }), "nothing twice")
+
+	// a is still being handled, with nothing left behind it; b and d go
+	// on in their order.
+	var order []uint64
+	for range 3 {
+		j, ok := w.next()
+		require.True(t, ok)
+		md, _ := j.msg.Metadata()
+		order = append(order, md.Sequence.Stream)
+		w.done(j)
+	}
+	require.Equal(t, []uint64{4, 7, 6}, order)
+	w.done(busy)
+	require.Empty(t, w.queues)
+	require.Equal(t, w.head, len(w.line), "the line is empty")
+
+	// Delivered again (to the next holder, here this one), it is queued.
+	add("a", kept, 2)
+	j, ok := w.next()
+	require.True(t, ok)
+	require.Equal(t, "a", j.key)
+	w.done(j)
+}

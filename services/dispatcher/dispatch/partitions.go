@@ -70,6 +70,9 @@ type consuming struct {
 	first    uint64
 	epoch    atomic.Uint64 // the holding's epoch now
 	inFlight atomic.Int64  // jobs of the partition queued or being handled
+	// work is the dispatcher's queue of jobs (nil in tests of a holding
+	// alone): stop takes the holding's jobs still waiting there out of it.
+	work *turns
 
 	// notices: the partition's notices consumer is consumed here, so the
 	// timers of its executions may have notices set (docs/adr/0019).
@@ -117,7 +120,7 @@ func (d *Dispatcher) acquire(ctx context.Context, p int, epoch uint64, enqueue f
 		_, ok := d.parts.table.Current(p, epoch)
 		return ok
 	}
-	r := &consuming{part: p, first: epoch}
+	r := &consuming{part: p, first: epoch, work: d.work.Load()}
 	d.parts.mu.Lock()
 	// Under d.parts.mu: a retake's hook (retook) sees r, or r has its epoch.
 	now, ok := d.parts.table.Current(p, epoch)
@@ -325,8 +328,8 @@ func (r *consuming) isStopped() bool {
 }
 
 // release stops consuming partition p's holding epoch and waits (up to
-// the ack wait) for its jobs: those still queued are given back at once
-// (see process). It reports whether the local steps it stopped were all
+// handlingMax) for the jobs being handled: those still queued are given
+// back at once (consuming.stop). It reports whether the local steps it stopped were all
 // nudged (their next holder asked to run them again): if not, the lease
 // is purged rather than deleted, and the next holder looks for them
 // (rescue.go).
@@ -465,7 +468,10 @@ func (r *consuming) addSub(sub *nats.Subscription) bool {
 // noticed the lease lost late). The direct reports already in hand are
 // handed on and answered (refused, once the holding is over) for the same
 // reason: their agents store them at once instead of waiting for an
-// answer that never comes.
+// answer that never comes. The jobs still waiting for a worker are taken
+// out of the queue and given back at once (withdraw): behind a backlog,
+// a worker would reach them late, and the hand-over (the lease is given
+// back once stop returns) would wait for it.
 func (r *consuming) stop(wait time.Duration) {
 	r.mu.Lock()
 	r.stopped = true
@@ -480,8 +486,31 @@ func (r *consuming) stop(wait time.Duration) {
 		_ = sub.Drain()
 	}
 	drains.Wait()
+	r.withdraw()
 	for r.inFlight.Load() > 0 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// withdraw gives back at once the holding's jobs that wait in the queue
+// for a worker: the messages of its consumers and its direct reports (a
+// Nak, which for a direct report is a refusal: its agent stores it). A
+// local step's report and a timer fired from memory stay: their
+// giving back is the release's (they are run or fired again by the
+// partition's next holder, asked by a nudge or their schedule).
+func (r *consuming) withdraw() {
+	if r.work == nil {
+		return
+	}
+	for _, j := range r.work.withdraw(func(j job) bool {
+		switch j.msg.(type) {
+		case *localMsg, *soonMsg:
+			return false
+		}
+		return j.from == r
+	}) {
+		_ = j.msg.Nak()
+		r.done()
 	}
 }
 

@@ -91,3 +91,63 @@ func TestStoppedHoldingHandsBackWhatItPulled(t *testing.T) {
 	}
 	require.Equal(t, n, len(got), "the next holder is handed every message, none left for the ack wait")
 }
+
+// TestStoppedHoldingGivesBackItsQueuedJobsAtOnce: the jobs a holding
+// queued that no worker has reached (every worker busy with a backlog)
+// are given back when it stops, not left for a worker: stop returns at
+// once, rather than after its wait, and the next holder is handed every
+// message now.
+func TestStoppedHoldingGivesBackItsQueuedJobsAtOnce(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	ctx := t.Context()
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "QUEUED", Subjects: []string{"queued.>"}})
+	require.NoError(t, err)
+	const n = 100
+	for i := range n {
+		_, err := js.Publish(ctx, fmt.Sprintf("queued.%d", i), nil)
+		require.NoError(t, err)
+	}
+	cons, err := js.CreateConsumer(ctx, "QUEUED", jetstream.ConsumerConfig{
+		Durable: "queued", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 5 * time.Minute, MaxDeliver: -1,
+	})
+	require.NoError(t, err)
+
+	// No worker takes from the queue: a backlog that outlasts the test.
+	work := newTurns()
+	r := &consuming{part: 1, work: work}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		r.inFlight.Add(1)
+		if !work.add(job{msg: m, key: m.Subject(), from: r}) {
+			t.Error("the queue refused a job")
+		}
+	}, jetstream.PullMaxMessages(n))
+	require.NoError(t, err)
+	require.True(t, r.add(bus.Consumer{Stream: "QUEUED"}, bus.Resume(ctx, cc, func(context.Context) (jetstream.ConsumeContext, error) {
+		return nil, errNotHeld
+	}, func(error) {})))
+	natstest.Eventually(t, 30*time.Second, func() bool { return r.inFlight.Load() == n }, "every message queued")
+
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); r.stop(5 * time.Minute) }()
+	select {
+	case <-stopped:
+	case <-time.After(time.Minute):
+		t.Fatal("stop waited for jobs no worker would reach")
+	}
+	require.Zero(t, r.inFlight.Load())
+	require.Empty(t, work.queues)
+
+	got := map[uint64]bool{}
+	for deadline := time.Now().Add(30 * time.Second); len(got) < n && time.Now().Before(deadline); {
+		batch, err := cons.Fetch(n, jetstream.FetchMaxWait(time.Second))
+		require.NoError(t, err)
+		for m := range batch.Messages() {
+			md, err := m.Metadata()
+			require.NoError(t, err)
+			got[md.Sequence.Stream] = true
+			require.NoError(t, m.Ack())
+		}
+	}
+	require.Len(t, got, n, "the next holder is handed every message now, none left for the ack wait")
+}
