@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 	"github.com/synadia-io/orbit.go/jetstreamext"
@@ -81,33 +80,18 @@ func TestGroupCommitRunsExecutions(t *testing.T) {
 func TestGroupCommitPublishesTasks(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.register(t, "tasked", "a", "b")
 	const executions = 30
-	for i := range executions {
-		b.start(t, "tasked", fmt.Sprintf("t%d", i))
-	}
+	startTwoTaskExecutions(t, b, "tasked", executions)
 	// Started once the starts wait: they are handled at once, their
 	// first tasks published together.
-	reg := prometheus.NewRegistry()
-	m, err := dispatch.NewMetrics(reg)
-	require.NoError(t, err)
+	reg, m := newMetrics(t)
 	runDispatcher(t, b.js, dispatch.Config{GroupCommit: true, Metrics: m})
 	batched := 0
-	for range 2 * executions {
-		task := b.nextTask(t)
+	runTwoTaskExecutions(t, b, "tasked", executions, func(task fetchedTask) {
 		if task.header.Get(jetstreamext.BatchIDHeader) != "" {
 			batched++
 		}
-		b.report(t, &events.OperationSucceeded{TaskRef: task.ref("test-agent", 1)})
-	}
-	for i := range executions {
-		id := fmt.Sprintf("t%d", i)
-		s, evs := waitStatus(t, b.js, "tasked", id, projections.StatusSucceeded)
-		require.NoError(t, history.Linear(evs), id)
-		for _, st := range s.Steps {
-			require.Equal(t, 1, st.Attempt, "%s %s sent once", id, st.ID)
-		}
-	}
+	})
 	require.Positive(t, batched, "tasks were published in atomic batches")
 	t.Logf("%d of %d tasks published in atomic batches", batched, 2*executions)
 	// The metrics count them: every task a message of a write, fewer
@@ -172,33 +156,18 @@ func TestGroupCommitWarnsWhenBatchesFail(t *testing.T) {
 func TestGroupCommitPublishesTasksAloneWhenBatchesFail(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.register(t, "alone", "a", "b")
 	const executions = 30
-	for i := range executions {
-		b.start(t, "alone", fmt.Sprintf("a%d", i))
-	}
-	reg := prometheus.NewRegistry()
-	m, err := dispatch.NewMetrics(reg)
-	require.NoError(t, err)
+	startTwoTaskExecutions(t, b, "alone", executions)
+	reg, m := newMetrics(t)
 	var logs lockedBuffer
 	d, err := dispatch.New(t.Context(), dispatch.Config{GroupCommit: true, Metrics: m}, b.js, zerolog.New(&logs))
 	require.NoError(t, err)
 	natstest.ChangeStream(t, b.js, bus.StreamTasks, func(cfg *jetstream.StreamConfig) { cfg.AllowAtomicPublish = false })
 	// Started once the starts wait: their first tasks go at once.
 	natstest.Serve(t, d.Run)
-	for range 2 * executions {
-		task := b.nextTask(t)
+	runTwoTaskExecutions(t, b, "alone", executions, func(task fetchedTask) {
 		require.Empty(t, task.header.Get(jetstreamext.BatchIDHeader), "a task published alone carries no batch header")
-		b.report(t, &events.OperationSucceeded{TaskRef: task.ref("test-agent", 1)})
-	}
-	for i := range executions {
-		id := fmt.Sprintf("a%d", i)
-		s, evs := waitStatus(t, b.js, "alone", id, projections.StatusSucceeded)
-		require.NoError(t, history.Linear(evs), id)
-		for _, st := range s.Steps {
-			require.Equal(t, 1, st.Attempt, "%s %s sent once", id, st.ID)
-		}
-	}
+	})
 	// Batches were tried, and failed: the tasks above went alone.
 	require.Positive(t, metricstest.Value(t, reg, "jetflow_dispatcher_group_commit_failed_total", "stream", bus.StreamTasks))
 	// Each at once, not on a retry of the step (which a publish timing
@@ -210,4 +179,35 @@ func TestGroupCommitPublishesTasksAloneWhenBatchesFail(t *testing.T) {
 		}
 	}
 	require.Zero(t, refused, "tasks whose publish was refused and waited for a retry")
+}
+
+// startTwoTaskExecutions registers workflow wf, two tasks one after the
+// other, and starts n executions of it, wf0 to wf<n-1>.
+func startTwoTaskExecutions(t *testing.T, b *testBundle, wf string, n int) {
+	t.Helper()
+	b.register(t, wf, "a", "b")
+	for i := range n {
+		b.start(t, wf, fmt.Sprintf("%s%d", wf, i))
+	}
+}
+
+// runTwoTaskExecutions takes the 2n tasks of the executions
+// startTwoTaskExecutions started, checking each, and reports each
+// succeeded; then each execution succeeds, its history linear, every
+// step sent once.
+func runTwoTaskExecutions(t *testing.T, b *testBundle, wf string, n int, check func(fetchedTask)) {
+	t.Helper()
+	for range 2 * n {
+		task := b.nextTask(t)
+		check(task)
+		b.report(t, &events.OperationSucceeded{TaskRef: task.ref("test-agent", 1)})
+	}
+	for i := range n {
+		id := fmt.Sprintf("%s%d", wf, i)
+		s, evs := waitStatus(t, b.js, wf, id, projections.StatusSucceeded)
+		require.NoError(t, history.Linear(evs), id)
+		for _, st := range s.Steps {
+			require.Equal(t, 1, st.Attempt, "%s %s sent once", id, st.ID)
+		}
+	}
 }

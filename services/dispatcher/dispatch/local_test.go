@@ -273,9 +273,7 @@ steps:
   - {id: slow, kind: call, local: true, idempotent: yes, operation: slow}
 `)
 	var runs atomic.Int32
-	reg := prometheus.NewRegistry()
-	m, err := dispatch.NewMetrics(reg)
-	require.NoError(t, err)
+	reg, m := newMetrics(t)
 	stop := runBlocked(t, b, b.js, dispatch.Config{Workers: 2, LocalConcurrency: 1, Metrics: m}, "again", "r1", &runs)
 	b.start(t, "again", "r2")
 	// r2's step is dispatched too, and waits for the one slot.

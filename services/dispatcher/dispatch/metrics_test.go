@@ -20,9 +20,7 @@ import (
 // which it returns.
 func (b *testBundle) runMeasured(t *testing.T) *prometheus.Registry {
 	t.Helper()
-	reg := prometheus.NewRegistry()
-	m, err := dispatch.NewMetrics(reg)
-	require.NoError(t, err)
+	reg, m := newMetrics(t)
 	runDispatcher(t, b.js, dispatch.Config{Workers: 4, Metrics: m})
 	return reg
 }
@@ -236,4 +234,14 @@ func TestMetricsPartitions(t *testing.T) {
 	require.NoError(t, err)
 	waitMetric(t, reg, float64(n), "jetflow_dispatcher_partitions")
 	waitMetric(t, reg, float64(n), "jetflow_dispatcher_partitions_held")
+}
+
+// newMetrics returns dispatcher metrics registered on a registry of
+// their own, to scrape.
+func newMetrics(t *testing.T) (*prometheus.Registry, *dispatch.Metrics) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	m, err := dispatch.NewMetrics(reg)
+	require.NoError(t, err)
+	return reg, m
 }

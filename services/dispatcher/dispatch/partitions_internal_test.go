@@ -78,6 +78,14 @@ func TestStoppedHoldingHandsBackWhatItPulled(t *testing.T) {
 	// The next holder is handed every message now, the given back ones
 	// included (a Nak keeps a message pending on the consumer, due again
 	// at once: only its delivery shows it was given back).
+	requireHandedAll(t, cons, n)
+}
+
+// requireHandedAll checks that the consumer hands the next holder all n
+// messages of its stream within 30 s: none is left pending for the ack
+// wait.
+func requireHandedAll(t *testing.T, cons jetstream.Consumer, n int) {
+	t.Helper()
 	got := map[uint64]bool{}
 	for deadline := time.Now().Add(30 * time.Second); len(got) < n && time.Now().Before(deadline); {
 		batch, err := cons.Fetch(n, jetstream.FetchMaxWait(time.Second))
@@ -89,7 +97,7 @@ func TestStoppedHoldingHandsBackWhatItPulled(t *testing.T) {
 			require.NoError(t, m.Ack())
 		}
 	}
-	require.Equal(t, n, len(got), "the next holder is handed every message, none left for the ack wait")
+	require.Len(t, got, n, "the next holder is handed every message, none left for the ack wait")
 }
 
 // TestStoppedHoldingGivesBackItsQueuedJobsAtOnce: the jobs a holding
@@ -138,16 +146,5 @@ func TestStoppedHoldingGivesBackItsQueuedJobsAtOnce(t *testing.T) {
 	require.Zero(t, r.inFlight.Load())
 	require.Empty(t, work.queues)
 
-	got := map[uint64]bool{}
-	for deadline := time.Now().Add(30 * time.Second); len(got) < n && time.Now().Before(deadline); {
-		batch, err := cons.Fetch(n, jetstream.FetchMaxWait(time.Second))
-		require.NoError(t, err)
-		for m := range batch.Messages() {
-			md, err := m.Metadata()
-			require.NoError(t, err)
-			got[md.Sequence.Stream] = true
-			require.NoError(t, m.Ack())
-		}
-	}
-	require.Len(t, got, n, "the next holder is handed every message now, none left for the ack wait")
+	requireHandedAll(t, cons, n)
 }

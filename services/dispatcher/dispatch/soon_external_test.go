@@ -22,9 +22,7 @@ import (
 // test's, which it returns.
 func (b *testBundle) measured(t *testing.T, cfg dispatch.Config) *prometheus.Registry {
 	t.Helper()
-	reg := prometheus.NewRegistry()
-	m, err := dispatch.NewMetrics(reg)
-	require.NoError(t, err)
+	reg, m := newMetrics(t)
 	cfg.Metrics = m
 	runDispatcher(t, b.js, cfg)
 	return reg
