@@ -145,10 +145,12 @@ func (c *Consuming) drain() jetstream.ConsumeContext {
 }
 
 // DrainWithin is Drain waiting at most d for the Consume to close; it
-// reports whether it closed. Unlike Stop, every message the server
-// delivered reaches the handler, those still in the pull's buffer or on
-// the wire when it was called included: Stop drops them, and they wait
-// for their consumer's ack wait. A drain not done by then (its handler is
+// reports whether it closed. Unlike Stop, every message that reached the
+// client reaches the handler, those in the pull's buffer when it was
+// called included: Stop drops them, and they wait for their consumer's
+// ack wait. (nats.go drains by unsubscribing: what the server still
+// sends after that is dropped, and waits for the ack wait unless the
+// consumer is reset.) A drain not done by then (its handler is
 // slow) goes on by itself until the handler has taken every message or
 // the connection closes; the watch has ended either way.
 func (c *Consuming) DrainWithin(d time.Duration) bool {

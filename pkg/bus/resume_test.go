@@ -161,6 +161,22 @@ func (f *drainFixture) waitAllHandled(t *testing.T) {
 	}, "every message delivered handled and acknowledged")
 }
 
+// waitAllDelivered waits until the server has sent the first pull's ten
+// messages: nats.go drains by unsubscribing, and what is still on the
+// wire then is dropped (pending for the ack wait, which the next
+// holder's reset of the consumer covers in the dispatcher).
+func (f *drainFixture) waitAllDelivered(t *testing.T) {
+	t.Helper()
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		cons, err := f.js.Consumer(t.Context(), f.spec.Stream, "c")
+		if err != nil {
+			return false
+		}
+		info, err := cons.Info(t.Context())
+		return err == nil && info.NumAckPending == 10
+	}, "the first pull delivered")
+}
+
 // TestDrainWithinWaitsForTheHandler: DrainWithin reports a Consume whose
 // handler still holds a message as not closed within its wait; once the
 // handler goes on, every message delivered (those in the pull's buffer
@@ -176,6 +192,7 @@ func TestDrainWithinWaitsForTheHandler(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("no message delivered")
 	}
+	f.waitAllDelivered(t)
 	require.False(t, c.DrainWithin(100*time.Millisecond), "the handler holds a message: not closed")
 	close(f.gate)
 	select {
@@ -217,6 +234,7 @@ func TestDrainCoversAConsumeStartedMeanwhile(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the watch's Consume got no message")
 	}
+	f.waitAllDelivered(t)
 	drained := make(chan struct{})
 	go func() { c.Drain(); close(drained) }()
 	select {
@@ -237,4 +255,19 @@ func TestDrainCoversAConsumeStartedMeanwhile(t *testing.T) {
 		t.Fatal("Drain returned before the new Consume closed")
 	}
 	f.waitAllHandled(t)
+}
+
+// TestSecondDrainWithinReportsStoppedAlready: DrainWithin of a Consuming
+// whose drain is still under way (a first DrainWithin gave up waiting)
+// reports true at once: it was stopped already, and nothing is left to
+// wait for here.
+func TestSecondDrainWithinReportsStoppedAlready(t *testing.T) {
+	t.Parallel()
+	f := newDrainFixture(t, "SD")
+	cc, err := f.consume(t.Context())
+	require.NoError(t, err)
+	c := bus.Resume(t.Context(), cc, f.consume, func(error) {})
+	<-f.holding
+	require.False(t, c.DrainWithin(50*time.Millisecond))
+	require.True(t, c.DrainWithin(50*time.Millisecond), "stopped already: nothing to wait for")
 }

@@ -210,3 +210,28 @@ func TestWithdrawTakesOutAHoldingsWaitingJobs(t *testing.T) {
 	require.Equal(t, "a", j.key)
 	w.done(j)
 }
+
+// TestWithdrawForgetsTheWithdrawnDeliveries: a withdrawn message
+// delivered again is queued as a new job, not folded into the withdrawn
+// one (which would lose it, and count its holding done with it twice).
+func TestWithdrawForgetsTheWithdrawnDeliveries(t *testing.T) {
+	w := newTurns()
+	gone, kept := &consuming{part: 1}, &consuming{part: 2}
+	gone.inFlight.Store(1)
+	kept.inFlight.Store(2)
+	require.True(t, w.add(job{key: "a", from: kept, msg: delivered{consumer: "c", seq: 1, n: 1}}))
+	require.True(t, w.add(job{key: "a", from: gone, msg: delivered{consumer: "c", seq: 2, n: 1}}))
+	require.Len(t, w.withdraw(func(j job) bool { return j.from == gone }), 1)
+	gone.inFlight.Add(-1) // as consuming.withdraw does
+	require.True(t, w.add(job{key: "a", from: kept, msg: delivered{consumer: "c", seq: 2, n: 2}}))
+	require.Equal(t, 2, w.backlog("a"))
+	require.Zero(t, gone.inFlight.Load(), "the withdrawn job is not counted done twice")
+	for _, want := range []uint64{1, 2} {
+		j, ok := w.next()
+		require.True(t, ok)
+		md, _ := j.msg.Metadata()
+		require.Equal(t, want, md.Sequence.Stream)
+		w.done(j)
+	}
+	require.Empty(t, w.queues)
+}

@@ -469,9 +469,10 @@ func (r *consuming) addSub(sub *nats.Subscription) bool {
 // handed on and answered (refused, once the holding is over) for the same
 // reason: their agents store them at once instead of waiting for an
 // answer that never comes. The jobs still waiting for a worker are taken
-// out of the queue and given back at once (withdraw): behind a backlog,
-// a worker would reach them late, and the hand-over (the lease is given
-// back once stop returns) would wait for it.
+// out of the queue and given back at once (withdraw), but for a local
+// step's report or a timer fired from memory: behind a backlog, a worker
+// would reach them late, and the hand-over (the lease is given back once
+// stop returns) would wait for it.
 func (r *consuming) stop(wait time.Duration) {
 	r.mu.Lock()
 	r.stopped = true
@@ -486,9 +487,15 @@ func (r *consuming) stop(wait time.Duration) {
 		_ = sub.Drain()
 	}
 	drains.Wait()
+	// Withdrawn again while it waits: a direct report the subscription's
+	// drain (asynchronous) hands on late, or a fired timer the fire loop
+	// held, reaches the queue after the first withdrawal.
 	r.withdraw()
-	for r.inFlight.Load() > 0 && time.Now().Before(deadline) {
+	for tick := 0; r.inFlight.Load() > 0 && time.Now().Before(deadline); tick++ {
 		time.Sleep(5 * time.Millisecond)
+		if tick%10 == 9 {
+			r.withdraw()
+		}
 	}
 }
 

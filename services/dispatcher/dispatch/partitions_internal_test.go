@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -147,4 +148,148 @@ func TestStoppedHoldingGivesBackItsQueuedJobsAtOnce(t *testing.T) {
 	require.Empty(t, work.queues)
 
 	requireHandedAll(t, cons, n)
+}
+
+// naked is a delivered message whose Nak is counted.
+type naked struct {
+	delivered
+	naks *atomic.Int32
+}
+
+func (m naked) Nak() error { m.naks.Add(1); return nil }
+
+// TestHoldingWithdrawsOnlyItsOwnStoredJobs: a holding takes out of the
+// queue only its own jobs, and of those neither a local step's report
+// nor a timer fired from memory (their release gives them back).
+func TestHoldingWithdrawsOnlyItsOwnStoredJobs(t *testing.T) {
+	work := newTurns()
+	r, other := &consuming{part: 1, work: work}, &consuming{part: 2, work: work}
+	var naks atomic.Int32
+	add := func(key string, from *consuming, m any) {
+		if from != nil {
+			from.inFlight.Add(1)
+		}
+		var j job
+		switch m := m.(type) {
+		case *localMsg:
+			j = job{key: key, from: from, msg: m}
+		case *soonMsg:
+			j = job{key: key, from: from, msg: m}
+		case naked:
+			j = job{key: key, from: from, msg: m}
+		}
+		require.True(t, work.add(j))
+	}
+	msg := func(seq uint64) naked { return naked{delivered{consumer: "c", seq: seq, n: 1}, &naks} }
+	add("a", r, msg(1))
+	add("a", r, &localMsg{}) // a Nak of these would panic (nil d / soon)
+	add("b", r, &soonMsg{})
+	add("c", other, msg(2))
+	add("d", nil, msg(3))
+	r.withdraw()
+	require.EqualValues(t, 1, naks.Load())
+	require.EqualValues(t, 2, r.inFlight.Load(), "the local report and the timer fired from memory stay")
+	require.EqualValues(t, 1, other.inFlight.Load())
+	for k, n := range map[string]int{"a": 1, "b": 1, "c": 1, "d": 1} {
+		require.Equal(t, n, work.backlog(k), k)
+	}
+}
+
+// TestStopWithdrawsWhatTheDrainHandsOn: the jobs the consumers' drain
+// hands on as the holding stops (the pull's buffer) are withdrawn too:
+// stop does not wait for them.
+func TestStopWithdrawsWhatTheDrainHandsOn(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	ctx := t.Context()
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "DRAINQ", Subjects: []string{"drainq.>"}})
+	require.NoError(t, err)
+	const n = 50
+	for i := range n {
+		_, err := js.Publish(ctx, fmt.Sprintf("drainq.%d", i), nil)
+		require.NoError(t, err)
+	}
+	cons, err := js.CreateConsumer(ctx, "DRAINQ", jetstream.ConsumerConfig{
+		Durable: "q", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 5 * time.Minute, MaxDeliver: -1,
+	})
+	require.NoError(t, err)
+	work := newTurns()
+	r := &consuming{part: 1, work: work}
+	holding, gate := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		r.inFlight.Add(1)
+		if first.CompareAndSwap(false, true) {
+			close(holding)
+			<-gate
+		}
+		work.add(job{msg: m, key: m.Subject(), from: r})
+	}, jetstream.PullMaxMessages(n))
+	require.NoError(t, err)
+	require.True(t, r.add(bus.Consumer{Stream: "DRAINQ"}, bus.Resume(ctx, cc, func(context.Context) (jetstream.ConsumeContext, error) {
+		return nil, errNotHeld
+	}, func(error) {})))
+	<-holding
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumAckPending == n
+	}, "every message delivered")
+	go func() {
+		for !r.isStopped() {
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(100 * time.Millisecond)
+		close(gate)
+	}()
+	began := time.Now()
+	r.stop(time.Minute)
+	require.Less(t, time.Since(began), 30*time.Second, "stop waited for jobs the drain handed on")
+	require.Zero(t, r.inFlight.Load())
+}
+
+// TestStopWithdrawsDirectReportsHandedOnLate: direct reports the
+// subscription's drain (asynchronous) hands on after the first
+// withdrawal are withdrawn while stop waits: it does not wait for them.
+func TestStopWithdrawsDirectReportsHandedOnLate(t *testing.T) {
+	t.Parallel()
+	nc, _ := natstest.Connect(t, natstest.RunJetStream(t))
+	work := newTurns()
+	r := &consuming{part: 1, work: work}
+	gate := make(chan struct{})
+	var first atomic.Bool
+	sub, err := nc.Subscribe("direct.x", func(m *nats.Msg) {
+		r.inFlight.Add(1) // listenDirect counts it first
+		if first.CompareAndSwap(false, true) {
+			<-gate // the subscription's goroutine, mid-callback as stop begins
+		}
+		work.add(job{key: "x", from: r, msg: &directMsg{msg: m, nc: nc}})
+	})
+	require.NoError(t, err)
+	require.True(t, r.addSub(sub))
+	for range 5 {
+		require.NoError(t, nc.PublishRequest("direct.x", "_INBOX.none", nil))
+	}
+	require.NoError(t, nc.Flush())
+	time.Sleep(200 * time.Millisecond) // the callback holds the first
+	go func() { time.Sleep(300 * time.Millisecond); close(gate) }()
+	began := time.Now()
+	r.stop(time.Minute)
+	require.Less(t, time.Since(began), 30*time.Second, "stop waited for direct reports handed on after its withdraw")
+}
+
+// TestHoldingsKnowTheWorkQueue: every holding a running dispatcher takes
+// knows its work queue, to withdraw from it as it stops.
+func TestHoldingsKnowTheWorkQueue(t *testing.T) {
+	b := setupMem(t, Config{Workers: 1}, napDefinition)
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		b.d.parts.mu.Lock()
+		defer b.d.parts.mu.Unlock()
+		return len(b.d.parts.running) == b.d.parts.n
+	}, "every partition taken")
+	b.d.parts.mu.Lock()
+	defer b.d.parts.mu.Unlock()
+	for p, r := range b.d.parts.running {
+		require.NotNil(t, r.work, "partition %d", p)
+		require.Same(t, b.d.work.Load(), r.work, "partition %d", p)
+	}
 }
