@@ -146,10 +146,8 @@ func (f *drainFixture) consume(ctx context.Context) (jetstream.ConsumeContext, e
 	}, jetstream.PullMaxMessages(10))
 }
 
-// waitAllHandled waits until every message c delivered was handled and
-// acknowledged: none is left pending (as one pulled and dropped would be,
-// for the ack wait).
-func (f *drainFixture) waitAllHandled(t *testing.T) {
+// waitConsumer waits until c's info satisfies ok, which says what it waits for.
+func (f *drainFixture) waitConsumer(t *testing.T, what string, ok func(*jetstream.ConsumerInfo) bool) {
 	t.Helper()
 	natstest.Eventually(t, 30*time.Second, func() bool {
 		cons, err := f.js.Consumer(t.Context(), f.spec.Stream, "c")
@@ -157,8 +155,18 @@ func (f *drainFixture) waitAllHandled(t *testing.T) {
 			return false
 		}
 		info, err := cons.Info(t.Context())
-		return err == nil && info.NumAckPending == 0 && uint64(f.handled.Load()) == info.Delivered.Consumer
-	}, "every message delivered handled and acknowledged")
+		return err == nil && ok(info)
+	}, what)
+}
+
+// waitAllHandled waits until every message c delivered was handled and
+// acknowledged: none is left pending (as one pulled and dropped would be,
+// for the ack wait).
+func (f *drainFixture) waitAllHandled(t *testing.T) {
+	t.Helper()
+	f.waitConsumer(t, "every message delivered handled and acknowledged", func(info *jetstream.ConsumerInfo) bool {
+		return info.NumAckPending == 0 && uint64(f.handled.Load()) == info.Delivered.Consumer
+	})
 }
 
 // waitAllDelivered waits until the server has sent the first pull's ten
@@ -167,14 +175,7 @@ func (f *drainFixture) waitAllHandled(t *testing.T) {
 // holder's reset of the consumer covers in the dispatcher).
 func (f *drainFixture) waitAllDelivered(t *testing.T) {
 	t.Helper()
-	natstest.Eventually(t, 30*time.Second, func() bool {
-		cons, err := f.js.Consumer(t.Context(), f.spec.Stream, "c")
-		if err != nil {
-			return false
-		}
-		info, err := cons.Info(t.Context())
-		return err == nil && info.NumAckPending == 10
-	}, "the first pull delivered")
+	f.waitConsumer(t, "the first pull delivered", func(info *jetstream.ConsumerInfo) bool { return info.NumAckPending == 10 })
 }
 
 // TestDrainWithinWaitsForTheHandler: DrainWithin reports a Consume whose
