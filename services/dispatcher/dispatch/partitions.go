@@ -328,11 +328,11 @@ func (r *consuming) isStopped() bool {
 }
 
 // release stops consuming partition p's holding epoch and waits (up to
-// handlingMax) for the jobs being handled: those still queued are given
-// back at once (consuming.stop). It reports whether the local steps it stopped were all
-// nudged (their next holder asked to run them again): if not, the lease
-// is purged rather than deleted, and the next holder looks for them
-// (rescue.go).
+// handlingMax) for the jobs being handled: most of those still queued
+// are given back at once (consuming.stop). It reports whether the local
+// steps it stopped were all nudged (their next holder asked to run them
+// again): if not, the lease is purged rather than deleted, and the next
+// holder looks for them (rescue.go).
 func (d *Dispatcher) release(p int, epoch uint64) (handedOver bool) {
 	d.parts.mu.Lock()
 	r := d.parts.running[p]
@@ -502,9 +502,9 @@ func (r *consuming) stop(wait time.Duration) {
 // withdraw gives back at once the holding's jobs that wait in the queue
 // for a worker: the messages of its consumers and its direct reports (a
 // Nak, which for a direct report is a refusal: its agent stores it). A
-// local step's report and a timer fired from memory stay: their
-// giving back is the release's (they are run or fired again by the
-// partition's next holder, asked by a nudge or their schedule).
+// local step's report and a timer fired from memory stay queued, and
+// stop waits for a worker to reach them as before: their Nak means
+// something else (a report queued again, a firing left to its schedule).
 func (r *consuming) withdraw() {
 	if r.work == nil {
 		return
