@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -14,6 +15,20 @@ func (t *Table) RenewNow(ctx context.Context, p int)   { t.renew(ctx, p, t.lease
 func (t *Table) LeaseRevision(p int) uint64            { return t.leases[p].rev }
 func (t *Table) Adopted() int64                        { return t.adopted.Load() }
 func (t *Table) WaitStarts()                           { t.starting.Wait() }
+
+// LoseTakeAnswers makes the next n takes' writes that are stored answer
+// as if they had timed out.
+func (t *Table) LoseTakeAnswers(n int) {
+	write := t.writeLease
+	t.writeLease = func(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+		ack, err := write(ctx, m, opts...)
+		if err == nil && n > 0 {
+			n--
+			return nil, context.DeadlineExceeded
+		}
+		return ack, err
+	}
+}
 
 func (t *Table) Retake(ctx context.Context, p int)    { t.retake(ctx, p) }
 func (t *Table) ObserveNow(e jetstream.KeyValueEntry) { t.observe(e) }

@@ -295,6 +295,13 @@ type Table struct {
 	// (its renewals came late) and that it has not taken back yet, with
 	// the last revision of the lease known to be this member's (0 if none).
 	lapsed map[int]uint64
+	// unanswered are the partitions whose last take wrote its lease and
+	// had no answer (a timeout): what the lease's last message was then.
+	// The write may have been stored all the same; the next take tells.
+	unanswered map[int]unansweredTake
+	// writeLease is the take's write (js.PublishMsg; a test's answers it may lose).
+	writeLease func(context.Context, *nats.Msg, ...jetstream.PublishOpt) (*jetstream.PubAck, error)
+	takes      uint64 // takes' writes so far (TakeHeader)
 	// retook are the partitions taken back whose watch has not yet shown
 	// the retake's own create: a change by another member older than it
 	// but newer than the lapse means that member held p in the stall.
@@ -392,7 +399,7 @@ func New(js jetstream.JetStream, kv jetstream.KeyValue, cfg Config) (*Table, err
 	nonce := make([]byte, 8)
 	_, _ = rand.Read(nonce)
 	return &Table{cfg: cfg, kv: kv, js: js, nonce: hex.EncodeToString(nonce), members: map[string]seen{}, leases: map[int]lease{},
-		lapsed: map[int]uint64{}, retook: map[int]retakeSpan{}, change: make(chan struct{}),
+		lapsed: map[int]uint64{}, unanswered: map[int]unansweredTake{}, writeLease: js.PublishMsg, retook: map[int]retakeSpan{}, change: make(chan struct{}),
 		state: make([]state, n), until: make([]time.Time, n), epoch: make([]uint64, n), since: make([]uint64, n), found: make([]found, n), left: make([]bool, n),
 		released: make(chan holding, n), failed: make(chan holding, n), quit: make(chan struct{})}, nil
 }
@@ -946,7 +953,9 @@ var (
 //   - a purge, or the server's marker of an expiry: VacancyExpired;
 //   - a lease of this member's name: an earlier write of this member's
 //     (one whose answer was lost, or an earlier run's) is there; it is
-//     renewed from it (adopted), as VacancyExpired;
+//     renewed from it (adopted), as VacancyExpired, unless it is the
+//     write of this member's last take of p, which had no answer: then
+//     as that take found it (TakeHeader);
 //   - another member's lease: errTaken.
 //
 // A write refused because the lease changed since it was read (another
@@ -965,6 +974,8 @@ func (t *Table) take(ctx context.Context, p int) (rev uint64, v Vacancy, err err
 	subject := "$KV." + t.kv.Bucket() + "." + LeaseKey(p)
 	var last uint64
 	v, adopted := VacancyNever, false
+	earlier, hadEarlier := t.unanswered[p]
+	delete(t.unanswered, p) // this take's read supersedes it
 	m, err := t.leaseStream.GetLastMsgForSubject(ctx, subject)
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
@@ -977,9 +988,14 @@ func (t *Table) take(ctx context.Context, p int) (rev uint64, v Vacancy, err err
 				return 0, VacancyUnknown, errTaken
 			}
 			v, adopted = VacancyExpired, true
+			if hadEarlier && m.Header.Get(TakeHeader) == earlier.token {
+				v = earlier.found // that take's write, stored
+			}
 		}
 	}
-	ack, err := t.js.Publish(ctx, subject, []byte(t.cfg.Member),
+	t.takes++
+	token := t.nonce + "." + strconv.FormatUint(t.takes, 10)
+	ack, err := t.writeLease(ctx, &nats.Msg{Subject: subject, Data: []byte(t.cfg.Member), Header: nats.Header{TakeHeader: {token}}},
 		jetstream.WithMsgTTL(t.cfg.TTL), jetstream.WithExpectLastSequencePerSubject(last))
 	if wrongLastSequence(err) {
 		// Changed since it was read (by another member, or the read came
@@ -987,6 +1003,7 @@ func (t *Table) take(ctx context.Context, p int) (rev uint64, v Vacancy, err err
 		return 0, VacancyUnknown, errRefused
 	}
 	if err != nil {
+		t.unanswered[p] = unansweredTake{token: token, found: v}
 		return 0, VacancyUnknown, fmt.Errorf("write lease %d: %w", p, err)
 	}
 	if adopted {
@@ -994,6 +1011,20 @@ func (t *Table) take(ctx context.Context, p int) (rev uint64, v Vacancy, err err
 	}
 	return ack.Sequence, v, nil
 }
+
+// unansweredTake is a take's write of a lease that had no answer: the
+// token it carried, and how the message it was written after left the
+// lease.
+type unansweredTake struct {
+	token string
+	found Vacancy
+}
+
+// TakeHeader carries a take's token on the lease it writes: this
+// process's nonce and the take's number. A lease of this member's name
+// found with the token of its last take of the partition, which had no
+// answer, is that take's write; one without it is an earlier run's.
+const TakeHeader = "Jetflow-Take"
 
 // leftAs is how a lease's last message, of headers h, says its holder
 // left it: VacancyUnknown for a lease (held, or its expiry not marked

@@ -115,6 +115,50 @@ func TestVacancyIsWhatTheTakeReplaced(t *testing.T) {
 	require.Equal(t, partition.VacancyUnknown, tbl.Vacancy(0, e1), "a holding that is not p's")
 }
 
+// TestATakeAnsweredLateFindsTheLeaseAsItWas: a take whose write was
+// stored but had no answer (a timeout on a busy machine) finds its own
+// lease at the next take. It counts as what the first take found (never
+// held, released), not as expired: a dispatcher would otherwise read the
+// events stream's last 20 s for local steps nobody left. Only that
+// take's write (its token) counts so: a lease of its name written since
+// (as an earlier run's would be) leaves it expired.
+func TestATakeAnsweredLateFindsTheLeaseAsItWas(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	kv, tbl, _ := memberWithHooks(t, 3)
+	_, err := kv.Create(ctx, partition.LeaseKey(1), []byte("b"))
+	require.NoError(t, err)
+	require.NoError(t, kv.Delete(ctx, partition.LeaseKey(1)))
+	_, err = kv.Create(ctx, partition.LeaseKey(2), []byte("b"))
+	require.NoError(t, err)
+	require.NoError(t, kv.Delete(ctx, partition.LeaseKey(2)))
+
+	tbl.LoseTakeAnswers(3)
+	for p := range 3 {
+		tbl.AcquireNow(ctx, p)
+		_, held := tbl.Holds(p)
+		require.False(t, held, "partition %d: its take had no answer", p)
+		e, err := kv.Get(ctx, partition.LeaseKey(p))
+		require.NoError(t, err, "partition %d: the write was stored", p)
+		require.Equal(t, "a", string(e.Value()))
+		if p == 2 { // written again under its name meanwhile
+			_, err := kv.Update(ctx, partition.LeaseKey(p), []byte("a"), e.Revision())
+			require.NoError(t, err)
+		}
+	}
+	for p := range 3 {
+		tbl.AcquireNow(ctx, p)
+	}
+	got := make([]partition.Vacancy, 3)
+	for p := range 3 {
+		if e, ok := tbl.Holds(p); ok {
+			got[p] = tbl.Vacancy(p, e)
+		}
+	}
+	require.Equal(t, []partition.Vacancy{partition.VacancyNever, partition.VacancyReleased, partition.VacancyExpired}, got)
+	require.EqualValues(t, 3, tbl.Adopted(), "each found under its own name")
+}
+
 // TestAGiveBackAfterAnUnansweredRenewalDeletes: a stop can cut short a
 // renewal that was stored all the same, so the member knows an older
 // revision of its lease than the bucket holds. Its delete at that
