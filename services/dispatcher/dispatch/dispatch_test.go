@@ -171,8 +171,14 @@ func readHistory(t *testing.T, js jetstream.JetStream, wf, id string) []events.E
 // waitHistory polls the history of an execution until cond holds.
 func waitHistory(t *testing.T, js jetstream.JetStream, wf, id string, what string, cond func([]events.Event) bool) []events.Event {
 	t.Helper()
+	return waitHistoryWithin(t, waitFor, js, wf, id, what, cond)
+}
+
+// waitHistoryWithin is waitHistory, waiting up to d.
+func waitHistoryWithin(t *testing.T, d time.Duration, js jetstream.JetStream, wf, id string, what string, cond func([]events.Event) bool) []events.Event {
+	t.Helper()
 	var evs []events.Event
-	natstest.Eventually(t, waitFor, func() bool {
+	natstest.Eventually(t, d, func() bool {
 		evs = readHistory(t, js, wf, id)
 		return cond(evs)
 	}, "history of %s: %s; have %v", id, what, natstest.Later(func() any { return typesOf(evs) }))
@@ -181,8 +187,14 @@ func waitHistory(t *testing.T, js jetstream.JetStream, wf, id string, what strin
 
 func waitStatus(t *testing.T, js jetstream.JetStream, wf, id string, want projections.Status) (projections.Execution, []events.Event) {
 	t.Helper()
+	return waitStatusWithin(t, waitFor, js, wf, id, want)
+}
+
+// waitStatusWithin is waitStatus, waiting up to d.
+func waitStatusWithin(t *testing.T, d time.Duration, js jetstream.JetStream, wf, id string, want projections.Status) (projections.Execution, []events.Event) {
+	t.Helper()
 	var s projections.Execution
-	evs := waitHistory(t, js, wf, id, "status "+string(want), func(evs []events.Event) bool {
+	evs := waitHistoryWithin(t, d, js, wf, id, "status "+string(want), func(evs []events.Event) bool {
 		var err error
 		s, err = projections.Fold(evs)
 		require.NoError(t, err)
