@@ -16,19 +16,30 @@ func (t *Table) LeaseRevision(p int) uint64            { return t.leases[p].rev 
 func (t *Table) Adopted() int64                        { return t.adopted.Load() }
 func (t *Table) WaitStarts()                           { t.starting.Wait() }
 
+// TakeWrite is a take's write of a lease.
+type TakeWrite = func(context.Context, *nats.Msg, ...jetstream.PublishOpt) (*jetstream.PubAck, error)
+
+// WrapTakeWrites makes the takes write through wrap(their write).
+func (t *Table) WrapTakeWrites(wrap func(TakeWrite) TakeWrite) { t.writeLease = wrap(t.writeLease) }
+
 // LoseTakeAnswers makes the next n takes' writes that are stored answer
 // as if they had timed out.
 func (t *Table) LoseTakeAnswers(n int) {
-	write := t.writeLease
-	t.writeLease = func(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
-		ack, err := write(ctx, m, opts...)
-		if err == nil && n > 0 {
-			n--
-			return nil, context.DeadlineExceeded
+	t.WrapTakeWrites(func(write TakeWrite) TakeWrite {
+		return func(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+			ack, err := write(ctx, m, opts...)
+			if err == nil && n > 0 {
+				n--
+				return nil, context.DeadlineExceeded
+			}
+			return ack, err
 		}
-		return ack, err
-	}
+	})
 }
+
+// Unanswered is how many takes of p in a row had no answer, as the
+// table remembers them.
+func (t *Table) Unanswered(p int) int { return len(t.unanswered[p].tokens) }
 
 func (t *Table) Retake(ctx context.Context, p int)    { t.retake(ctx, p) }
 func (t *Table) ObserveNow(e jetstream.KeyValueEntry) { t.observe(e) }

@@ -771,7 +771,9 @@ func (t *Table) reconcile(ctx context.Context, renewing bool) {
 			t.startRelease(p)
 		case st != free && renewing: // every tick: three chances before the lease expires
 			t.renew(ctx, p, l)
-		case st == free && !leased && owner == t.cfg.Member:
+		case st == free && owner == t.cfg.Member && (!leased || l.owner == t.cfg.Member && len(t.unanswered[p].tokens) > 0):
+			// Its own lease too when its last take had no answer: that
+			// take's write, stored, which the watch shows (take knows it).
 			t.acquire(ctx, p)
 		}
 	}
@@ -901,6 +903,9 @@ func (t *Table) retake(ctx context.Context, p int) {
 	opCtx, cancel := t.opCtx(ctx)
 	rev, _, err := t.take(opCtx, p)
 	cancel()
+	// A retake's write answered late, found by a later take, counts as
+	// expired: this member's holding lapsed before it.
+	delete(t.unanswered, p)
 	switch {
 	case errors.Is(err, errTaken):
 		t.lost(p, "its lease expired and another member took it")
@@ -973,9 +978,11 @@ func (t *Table) take(ctx context.Context, p int) (rev uint64, v Vacancy, err err
 	}
 	subject := "$KV." + t.kv.Bucket() + "." + LeaseKey(p)
 	var last uint64
-	v, adopted := VacancyNever, false
+	v, adopted, mine := VacancyNever, false, false
+	// An earlier take that had no answer is remembered until a take is
+	// answered, or finds another member's lease: a failed read, or a
+	// write refused after a replica's stale read, says nothing of it.
 	earlier, hadEarlier := t.unanswered[p]
-	delete(t.unanswered, p) // this take's read supersedes it
 	m, err := t.leaseStream.GetLastMsgForSubject(ctx, subject)
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
@@ -985,11 +992,12 @@ func (t *Table) take(ctx context.Context, p int) (rev uint64, v Vacancy, err err
 		last, v = m.Sequence, leftAs(m.Header)
 		if v == VacancyUnknown { // a lease
 			if string(m.Data) != t.cfg.Member {
+				delete(t.unanswered, p)
 				return 0, VacancyUnknown, errTaken
 			}
 			v, adopted = VacancyExpired, true
-			if hadEarlier && m.Header.Get(TakeHeader) == earlier.token {
-				v = earlier.found // that take's write, stored
+			if hadEarlier && slices.Contains(earlier.tokens, m.Header.Get(TakeHeader)) {
+				v, mine = earlier.found, true // such a take's write, stored
 			}
 		}
 	}
@@ -1003,27 +1011,38 @@ func (t *Table) take(ctx context.Context, p int) (rev uint64, v Vacancy, err err
 		return 0, VacancyUnknown, errRefused
 	}
 	if err != nil {
-		t.unanswered[p] = unansweredTake{token: token, found: v}
+		u := unansweredTake{tokens: []string{token}, found: v}
+		if mine { // written on top of an earlier one, which may be the one stored
+			u.tokens = append(earlier.tokens[max(0, len(earlier.tokens)-maxUnanswered+1):], token)
+		}
+		t.unanswered[p] = u
 		return 0, VacancyUnknown, fmt.Errorf("write lease %d: %w", p, err)
 	}
+	delete(t.unanswered, p)
 	if adopted {
 		t.adopted.Add(1)
 	}
 	return ack.Sequence, v, nil
 }
 
-// unansweredTake is a take's write of a lease that had no answer: the
-// token it carried, and how the message it was written after left the
-// lease.
+// unansweredTake is what a partition's takes whose writes had no answer
+// since the last answered one wrote: their tokens (each written on top
+// of the one before, the last maxUnanswered), and how the message the
+// first was written after left the lease.
 type unansweredTake struct {
-	token string
-	found Vacancy
+	tokens []string
+	found  Vacancy
 }
+
+// maxUnanswered bounds the tokens remembered of a partition's takes
+// that had no answer in a row.
+const maxUnanswered = 8
 
 // TakeHeader carries a take's token on the lease it writes: this
 // process's nonce and the take's number. A lease of this member's name
-// found with the token of its last take of the partition, which had no
-// answer, is that take's write; one without it is an earlier run's.
+// found with the token of one of its takes of the partition that had no
+// answer (those since the last answered) is that take's write; one
+// without such a token is an earlier run's.
 const TakeHeader = "Jetflow-Take"
 
 // leftAs is how a lease's last message, of headers h, says its holder

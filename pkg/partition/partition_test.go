@@ -128,13 +128,26 @@ type member struct {
 
 func startMember(t *testing.T, url, name string, n int) *member {
 	t.Helper()
+	return startMemberWith(t, url, name, n, memberSetup{})
+}
+
+// memberSetup changes what startMemberWith starts: its table's
+// configuration, and the table before it runs (each if not nil).
+type memberSetup struct {
+	config func(*partition.Config)
+	table  func(*partition.Table)
+}
+
+// startMemberWith is startMember, set up as setup says.
+func startMemberWith(t *testing.T, url, name string, n int, setup memberSetup) *member {
+	t.Helper()
 	nc, err := nats.Connect(url)
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
 	m := &member{name: name, handling: map[int]bool{}, done: make(chan struct{}), close: nc.Close}
-	table, err := partition.New(js, mustKV(t, js), partition.Config{
+	cfg := partition.Config{
 		Member: name, Partitions: n,
 		Acquire: func(_ context.Context, p int, _ uint64) error {
 			m.mu.Lock()
@@ -150,9 +163,16 @@ func startMember(t *testing.T, url, name string, n int) *member {
 			m.events = append(m.events, "-"+strconv.Itoa(p))
 			return !m.leaves
 		},
-	})
+	}
+	if setup.config != nil {
+		setup.config(&cfg)
+	}
+	table, err := partition.New(js, mustKV(t, js), cfg)
 	require.NoError(t, err)
 	m.table = table
+	if setup.table != nil {
+		setup.table(table)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m.cancel = cancel
 	go func() { defer close(m.done); _ = table.Run(ctx) }()

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -157,6 +158,90 @@ func TestATakeAnsweredLateFindsTheLeaseAsItWas(t *testing.T) {
 	}
 	require.Equal(t, []partition.Vacancy{partition.VacancyNever, partition.VacancyReleased, partition.VacancyExpired}, got)
 	require.EqualValues(t, 3, tbl.Adopted(), "each found under its own name")
+}
+
+// TestTakesAnsweredLateWhileRunning: a running member whose takes of
+// leases given back are all stored without their answers takes every
+// partition as released, at once. The watch shows each write as the
+// member's lease before the next take: that lease is taken again, not
+// left to expire (which took a whole time to live, and then counted the
+// partition expired).
+func TestTakesAnsweredLateWhileRunning(t *testing.T) {
+	t.Parallel()
+	s := natstest.RunJetStream(t)
+	natstest.Connect(t, s) // the topology
+	const n = 4
+	a := startMember(t, s.ClientURL(), "a", n)
+	coverage(t, n, 10*time.Second, a)
+	a.cancel() // gives its leases back
+	<-a.done
+	// A time to live long enough for a loaded machine to come to the
+	// next take before the lease expires (which would count it expired).
+	const ttl = 10 * time.Second
+	b := startMemberWith(t, s.ClientURL(), "b", n, memberSetup{
+		config: func(c *partition.Config) { c.TTL = ttl },
+		table:  func(tbl *partition.Table) { tbl.LoseTakeAnswers(n) },
+	})
+	coverage(t, n, ttl, b)
+	require.Equal(t, all(n, partition.VacancyReleased), vacancies(b, n))
+}
+
+// TestTakesAnsweredLateInARowFindTheLeaseAsItWas: a take answered late,
+// then one whose write was not stored, then one answered: the lease is
+// the first take's write, still counted as what that take found. And a
+// retake's write answered late is forgotten: this member's holding
+// lapsed before it, and a later take finds it expired.
+func TestTakesAnsweredLateInARowFindTheLeaseAsItWas(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	kv, tbl, _ := memberWithHooks(t, 1)
+	_, err := kv.Create(ctx, partition.LeaseKey(0), []byte("b"))
+	require.NoError(t, err)
+	require.NoError(t, kv.Delete(ctx, partition.LeaseKey(0)))
+	writes := 0
+	tbl.WrapTakeWrites(func(write partition.TakeWrite) partition.TakeWrite {
+		return func(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+			writes++
+			switch writes {
+			case 1: // stored, its answer lost
+				if _, err := write(ctx, m, opts...); err != nil {
+					return nil, err
+				}
+				return nil, context.DeadlineExceeded
+			case 2: // never reached the server
+				return nil, context.DeadlineExceeded
+			}
+			return write(ctx, m, opts...)
+		}
+	})
+	tbl.AcquireNow(ctx, 0)
+	require.Equal(t, 1, tbl.Unanswered(0))
+	tbl.AcquireNow(ctx, 0)
+	require.Equal(t, 2, tbl.Unanswered(0), "written on top of the first, which may be the one stored")
+	tbl.AcquireNow(ctx, 0)
+	e, ok := tbl.Holds(0)
+	require.True(t, ok)
+	require.Equal(t, partition.VacancyReleased, tbl.Vacancy(0, e), "the first take's write found")
+	require.Zero(t, tbl.Unanswered(0), "forgotten once a take is answered")
+}
+
+// TestARetakeAnsweredLateIsForgotten: a retake's write that had no
+// answer is not remembered as a take's: the partition's holding lapsed
+// before it, so a later take finding it counts it expired.
+func TestARetakeAnsweredLateIsForgotten(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	kv, tbl, _ := memberWithHooks(t, 1)
+	w := watchAll(t, kv)
+	tbl.AcquireNow(ctx, 0)
+	for _, m := range expiryMarkers(t, w, 1) {
+		tbl.ObserveNow(m)
+	}
+	tbl.LoseTakeAnswers(1)
+	tbl.Retake(ctx, 0)
+	_, err := kv.Get(ctx, partition.LeaseKey(0))
+	require.NoError(t, err, "the retake's write was stored")
+	require.Zero(t, tbl.Unanswered(0))
 }
 
 // TestAGiveBackAfterAnUnansweredRenewalDeletes: a stop can cut short a
