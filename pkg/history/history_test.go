@@ -48,6 +48,10 @@ func TestAppend(t *testing.T) {
 	t.Parallel()
 
 	bundle := setup(t)
+	// A retry below is answered by the stream's dedupe window: on a loaded
+	// machine the subtests came more than the default 30 s after the
+	// append they retry.
+	natstest.ChangeStream(t, bundle.js, bus.StreamEvents, func(cfg *jetstream.StreamConfig) { cfg.Duplicates = 10 * time.Minute })
 	ctx := t.Context()
 	subj, other := bus.ExecutionSubject("wf", "x1"), bus.ExecutionSubject("wf", "x2")
 

@@ -295,15 +295,25 @@ steps:
 	requireTaken(t, next, "released")
 }
 
-// requireTaken waits for the dispatcher measured in reg to hold every
-// partition, and checks that it found every lease as lease says
-// (jetflow_dispatcher_partitions_taken_total).
+// requireTaken waits for the dispatcher measured in reg to have taken
+// every partition, and checks that it found every lease as lease says
+// (jetflow_dispatcher_partitions_taken_total). A take told after the
+// holding was taken back (a loaded machine let its lease lapse) counts
+// as expired, whatever the take found (partition.Table.Vacancy): as
+// many takes as retakes may count so.
 func requireTaken(t *testing.T, reg prometheus.Gatherer, lease string) {
 	t.Helper()
 	n := metricstest.Value(t, reg, "jetflow_dispatcher_partitions")
 	require.Positive(t, n)
-	metricstest.Wait(t, reg, waitFor, n, "jetflow_dispatcher_partitions_taken_total", "lease", lease)
-	require.Equal(t, n, metricstest.Value(t, reg, "jetflow_dispatcher_partitions_taken_total"), "every lease found %s", lease)
+	natstest.Eventually(t, waitFor, func() bool {
+		return metricstest.Value(t, reg, "jetflow_dispatcher_partitions_taken_total") >= n
+	}, "every partition taken")
+	found := metricstest.Value(t, reg, "jetflow_dispatcher_partitions_taken_total", "lease", lease)
+	retaken := metricstest.Value(t, reg, "jetflow_dispatcher_partition_retakes_total")
+	if retaken > 0 {
+		t.Logf("%v of %v leases found %s, %v retakes", found, n, lease, retaken)
+	}
+	require.GreaterOrEqual(t, found, n-retaken, "every lease found %s, but for takes told after a retake", lease)
 }
 
 // Local steps in a foreach and in parallel branches each run once, and
@@ -342,8 +352,12 @@ steps:
 	for _, id := range ids {
 		b.start(t, "fan", id)
 	}
-	for _, id := range ids {
-		waitStatus(t, b.js, "fan", id, projections.StatusSucceeded)
+	for i, id := range ids {
+		wait := waitFor
+		if i == 0 {
+			wait = 4 * waitFor // a loaded machine: the others run meanwhile
+		}
+		waitStatusWithin(t, wait, b.js, "fan", id, projections.StatusSucceeded)
 	}
 	// Each call ran once, but for the runs left to run again: where a
 	// partition's lease was not valid here when a run ended (a loaded
