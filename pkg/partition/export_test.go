@@ -39,7 +39,7 @@ func (t *Table) LoseTakeAnswers(n int) {
 
 // Unanswered is how many takes of p in a row had no answer, as the
 // table remembers them.
-func (t *Table) Unanswered(p int) int { return len(t.unanswered[p].tokens) }
+func (t *Table) Unanswered(p int) int { return len(t.unanswered[p]) }
 
 func (t *Table) Retake(ctx context.Context, p int)    { t.retake(ctx, p) }
 func (t *Table) ObserveNow(e jetstream.KeyValueEntry) { t.observe(e) }

@@ -295,10 +295,11 @@ type Table struct {
 	// (its renewals came late) and that it has not taken back yet, with
 	// the last revision of the lease known to be this member's (0 if none).
 	lapsed map[int]uint64
-	// unanswered are the partitions whose last take wrote its lease and
-	// had no answer (a timeout): what the lease's last message was then.
-	// The write may have been stored all the same; the next take tells.
-	unanswered map[int]unansweredTake
+	// unanswered are, per partition, the takes that wrote its lease and
+	// had no answer (a timeout) since the last answered one, each with
+	// how the message it was written after left the lease. A write may
+	// have been stored all the same; a later take tells (TakeHeader).
+	unanswered map[int]unansweredTakes
 	// writeLease is the take's write (js.PublishMsg; a test's answers it may lose).
 	writeLease func(context.Context, *nats.Msg, ...jetstream.PublishOpt) (*jetstream.PubAck, error)
 	takes      uint64 // takes' writes so far (TakeHeader)
@@ -399,7 +400,7 @@ func New(js jetstream.JetStream, kv jetstream.KeyValue, cfg Config) (*Table, err
 	nonce := make([]byte, 8)
 	_, _ = rand.Read(nonce)
 	return &Table{cfg: cfg, kv: kv, js: js, nonce: hex.EncodeToString(nonce), members: map[string]seen{}, leases: map[int]lease{},
-		lapsed: map[int]uint64{}, unanswered: map[int]unansweredTake{}, writeLease: js.PublishMsg, retook: map[int]retakeSpan{}, change: make(chan struct{}),
+		lapsed: map[int]uint64{}, unanswered: map[int]unansweredTakes{}, writeLease: js.PublishMsg, retook: map[int]retakeSpan{}, change: make(chan struct{}),
 		state: make([]state, n), until: make([]time.Time, n), epoch: make([]uint64, n), since: make([]uint64, n), found: make([]found, n), left: make([]bool, n),
 		released: make(chan holding, n), failed: make(chan holding, n), quit: make(chan struct{})}, nil
 }
@@ -771,7 +772,7 @@ func (t *Table) reconcile(ctx context.Context, renewing bool) {
 			t.startRelease(p)
 		case st != free && renewing: // every tick: three chances before the lease expires
 			t.renew(ctx, p, l)
-		case st == free && owner == t.cfg.Member && (!leased || l.owner == t.cfg.Member && len(t.unanswered[p].tokens) > 0):
+		case st == free && owner == t.cfg.Member && (!leased || l.owner == t.cfg.Member && len(t.unanswered[p]) > 0):
 			// Its own lease too when its last take had no answer: that
 			// take's write, stored, which the watch shows (take knows it).
 			t.acquire(ctx, p)
@@ -959,8 +960,8 @@ var (
 //   - a lease of this member's name: an earlier write of this member's
 //     (one whose answer was lost, or an earlier run's) is there; it is
 //     renewed from it (adopted), as VacancyExpired, unless it is the
-//     write of this member's last take of p, which had no answer: then
-//     as that take found it (TakeHeader);
+//     write of one of this member's takes of p that had no answer: then
+//     as that take found it (TakeHeader, unansweredTakes);
 //   - another member's lease: errTaken.
 //
 // A write refused because the lease changed since it was read (another
@@ -978,11 +979,12 @@ func (t *Table) take(ctx context.Context, p int) (rev uint64, v Vacancy, err err
 	}
 	subject := "$KV." + t.kv.Bucket() + "." + LeaseKey(p)
 	var last uint64
-	v, adopted, mine := VacancyNever, false, false
-	// An earlier take that had no answer is remembered until a take is
-	// answered, or finds another member's lease: a failed read, or a
-	// write refused after a replica's stale read, says nothing of it.
-	earlier, hadEarlier := t.unanswered[p]
+	v, adopted := VacancyNever, false
+	// The takes that had no answer are remembered until one is answered:
+	// a failed read, a write refused after a replica's stale read, or
+	// another member's lease read from one says nothing of them (and a
+	// token of theirs can never be the lease's last message again once
+	// another member wrote after it).
 	m, err := t.leaseStream.GetLastMsgForSubject(ctx, subject)
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
@@ -992,12 +994,11 @@ func (t *Table) take(ctx context.Context, p int) (rev uint64, v Vacancy, err err
 		last, v = m.Sequence, leftAs(m.Header)
 		if v == VacancyUnknown { // a lease
 			if string(m.Data) != t.cfg.Member {
-				delete(t.unanswered, p)
 				return 0, VacancyUnknown, errTaken
 			}
 			v, adopted = VacancyExpired, true
-			if hadEarlier && slices.Contains(earlier.tokens, m.Header.Get(TakeHeader)) {
-				v, mine = earlier.found, true // such a take's write, stored
+			if found, ok := t.unanswered[p].of(m.Header.Get(TakeHeader)); ok {
+				v = found // such a take's write, stored
 			}
 		}
 	}
@@ -1011,11 +1012,7 @@ func (t *Table) take(ctx context.Context, p int) (rev uint64, v Vacancy, err err
 		return 0, VacancyUnknown, errRefused
 	}
 	if err != nil {
-		u := unansweredTake{tokens: []string{token}, found: v}
-		if mine { // written on top of an earlier one, which may be the one stored
-			u.tokens = append(earlier.tokens[max(0, len(earlier.tokens)-maxUnanswered+1):], token)
-		}
-		t.unanswered[p] = u
+		t.unanswered[p] = t.unanswered[p].with(token, v)
 		return 0, VacancyUnknown, fmt.Errorf("write lease %d: %w", p, err)
 	}
 	delete(t.unanswered, p)
@@ -1025,18 +1022,36 @@ func (t *Table) take(ctx context.Context, p int) (rev uint64, v Vacancy, err err
 	return ack.Sequence, v, nil
 }
 
-// unansweredTake is what a partition's takes whose writes had no answer
-// since the last answered one wrote: their tokens (each written on top
-// of the one before, the last maxUnanswered), and how the message the
-// first was written after left the lease.
+// unansweredTakes are a partition's takes whose writes had no answer
+// since its last answered take: each one's token, and how the message it
+// was written after left the lease (the last maxUnanswered, oldest
+// first).
+type unansweredTakes []unansweredTake
+
 type unansweredTake struct {
-	tokens []string
-	found  Vacancy
+	token string
+	found Vacancy
 }
 
-// maxUnanswered bounds the tokens remembered of a partition's takes
-// that had no answer in a row.
+// maxUnanswered bounds the takes remembered of a partition.
 const maxUnanswered = 8
+
+// of is how the take that wrote token found the lease, if it is one of u.
+func (u unansweredTakes) of(token string) (Vacancy, bool) {
+	for _, k := range u {
+		if k.token == token && token != "" {
+			return k.found, true
+		}
+	}
+	return VacancyUnknown, false
+}
+
+// with is u with a take of token that found the lease as found, the
+// oldest dropped past maxUnanswered.
+func (u unansweredTakes) with(token string, found Vacancy) unansweredTakes {
+	u = append(u, unansweredTake{token, found})
+	return u[max(0, len(u)-maxUnanswered):]
+}
 
 // TakeHeader carries a take's token on the lease it writes: this
 // process's nonce and the take's number. A lease of this member's name

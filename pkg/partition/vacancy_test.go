@@ -3,6 +3,7 @@ package partition_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -224,6 +225,89 @@ func TestTakesAnsweredLateInARowFindTheLeaseAsItWas(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, partition.VacancyReleased, tbl.Vacancy(0, e), "the first take's write found")
 	require.Zero(t, tbl.Unanswered(0), "forgotten once a take is answered")
+}
+
+// TestTwoTakesStoredWithoutAnswers: two takes in a row stored without
+// their answers (the second written on top of the first): the lease is
+// the second's, counted as the first found it.
+func TestTwoTakesStoredWithoutAnswers(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	kv, tbl, _ := memberWithHooks(t, 1)
+	givenBack(t, kv, 0)
+	tbl.LoseTakeAnswers(2)
+	tbl.AcquireNow(ctx, 0)
+	tbl.AcquireNow(ctx, 0)
+	require.Equal(t, 2, tbl.Unanswered(0))
+	tbl.AcquireNow(ctx, 0)
+	e, ok := tbl.Holds(0)
+	require.True(t, ok)
+	require.Equal(t, partition.VacancyReleased, tbl.Vacancy(0, e))
+}
+
+// TestUnansweredTakesOutliveRefusalsAndFailedReads: a write refused (as
+// after a replica's stale read) and a read that failed say nothing of a
+// take stored without its answer: it is still known at the next take.
+func TestUnansweredTakesOutliveRefusalsAndFailedReads(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	kv, tbl, _ := memberWithHooks(t, 1)
+	givenBack(t, kv, 0)
+	writes := 0
+	tbl.WrapTakeWrites(func(write partition.TakeWrite) partition.TakeWrite {
+		return func(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+			writes++
+			switch writes {
+			case 1: // stored, its answer lost
+				if _, err := write(ctx, m, opts...); err != nil {
+					return nil, err
+				}
+				return nil, context.DeadlineExceeded
+			case 2: // refused
+				return nil, &jetstream.APIError{ErrorCode: jetstream.JSErrCodeStreamWrongLastSequence}
+			}
+			return write(ctx, m, opts...)
+		}
+	})
+	tbl.AcquireNow(ctx, 0)
+	tbl.AcquireNow(ctx, 0)
+	require.Equal(t, 1, tbl.Unanswered(0), "kept across a refusal")
+	stopped, cancel := context.WithCancel(ctx)
+	cancel()
+	tbl.AcquireNow(stopped, 0) // its read fails
+	require.Equal(t, 1, tbl.Unanswered(0), "kept across a failed read")
+	tbl.AcquireNow(ctx, 0)
+	e, ok := tbl.Holds(0)
+	require.True(t, ok)
+	require.Equal(t, partition.VacancyReleased, tbl.Vacancy(0, e))
+}
+
+// TestAnUnansweredTakeOfAPartitionNowAnothersIsLeftAlone: the reconcile
+// takes again a lease of this member's written by a take without an
+// answer only while the partition is this member's to hold: once
+// another member owns it, it is left to expire for that member.
+func TestAnUnansweredTakeOfAPartitionNowAnothersIsLeftAlone(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	const n = 8
+	kv, tbl, _ := memberWithHooks(t, n)
+	p := slices.Index(partition.Owners([]string{"a", "b"}, n), "b")
+	require.GreaterOrEqual(t, p, 0, "b owns one of %d partitions beside a", n)
+	givenBack(t, kv, p)
+	tbl.LoseTakeAnswers(1)
+	tbl.AcquireNow(ctx, p)
+	require.Equal(t, 1, tbl.Unanswered(p))
+	lease, err := kv.Get(ctx, partition.LeaseKey(p))
+	require.NoError(t, err)
+	tbl.ObserveNow(lease)
+	_, err = kv.Put(ctx, partition.MemberKey("b"), []byte("b's nonce"))
+	require.NoError(t, err)
+	member, err := kv.Get(ctx, partition.MemberKey("b"))
+	require.NoError(t, err)
+	tbl.ObserveNow(member)
+	tbl.ReconcileNow(ctx)
+	_, held := tbl.Holds(p)
+	require.False(t, held, "b owns it")
 }
 
 // TestARetakeAnsweredLateIsForgotten: a retake's write that had no
