@@ -126,6 +126,47 @@ func givenBack(t *testing.T, kv jetstream.KeyValue, p int) {
 	require.NoError(t, kv.Delete(t.Context(), partition.LeaseKey(p)))
 }
 
+// requireHeldAs checks that tbl holds p, having found its lease as want.
+func requireHeldAs(t *testing.T, tbl *partition.Table, p int, want partition.Vacancy, msgAndArgs ...any) {
+	t.Helper()
+	e, ok := tbl.Holds(p)
+	require.True(t, ok, "partition %d held", p)
+	require.Equal(t, want, tbl.Vacancy(p, e), msgAndArgs...)
+}
+
+// A takeWrite is what becomes of one take's write (scriptTakeWrites).
+type takeWrite int
+
+const (
+	storedUnanswered takeWrite = iota // stored, its answer lost
+	notStored                         // never reached the server: a timeout
+	refused                           // refused as after a stale read
+)
+
+// scriptTakeWrites makes tbl's next takes' writes go as script says, one
+// each; the writes after them go as usual.
+func scriptTakeWrites(tbl *partition.Table, script ...takeWrite) {
+	tbl.WrapTakeWrites(func(write partition.TakeWrite) partition.TakeWrite {
+		return func(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+			if len(script) == 0 {
+				return write(ctx, m, opts...)
+			}
+			next := script[0]
+			script = script[1:]
+			switch next {
+			case storedUnanswered:
+				if _, err := write(ctx, m, opts...); err != nil {
+					return nil, err
+				}
+				return nil, context.DeadlineExceeded
+			case refused:
+				return nil, &jetstream.APIError{ErrorCode: jetstream.JSErrCodeStreamWrongLastSequence}
+			}
+			return nil, context.DeadlineExceeded
+		}
+	})
+}
+
 // TestATakeAnsweredLateFindsTheLeaseAsItWas: a take whose write was
 // stored but had no answer (a timeout on a busy machine) finds its own
 // lease at the next take. It counts as what the first take found (never
@@ -200,30 +241,13 @@ func TestTakesAnsweredLateInARowFindTheLeaseAsItWas(t *testing.T) {
 	ctx := t.Context()
 	kv, tbl, _ := memberWithHooks(t, 1)
 	givenBack(t, kv, 0)
-	writes := 0
-	tbl.WrapTakeWrites(func(write partition.TakeWrite) partition.TakeWrite {
-		return func(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
-			writes++
-			switch writes {
-			case 1: // stored, its answer lost
-				if _, err := write(ctx, m, opts...); err != nil {
-					return nil, err
-				}
-				return nil, context.DeadlineExceeded
-			case 2: // never reached the server
-				return nil, context.DeadlineExceeded
-			}
-			return write(ctx, m, opts...)
-		}
-	})
+	scriptTakeWrites(tbl, storedUnanswered, notStored)
 	tbl.AcquireNow(ctx, 0)
 	require.Equal(t, 1, tbl.Unanswered(0))
 	tbl.AcquireNow(ctx, 0)
 	require.Equal(t, 2, tbl.Unanswered(0), "written on top of the first, which may be the one stored")
 	tbl.AcquireNow(ctx, 0)
-	e, ok := tbl.Holds(0)
-	require.True(t, ok)
-	require.Equal(t, partition.VacancyReleased, tbl.Vacancy(0, e), "the first take's write found")
+	requireHeldAs(t, tbl, 0, partition.VacancyReleased, "the first take's write found")
 	require.Zero(t, tbl.Unanswered(0), "forgotten once a take is answered")
 }
 
@@ -240,9 +264,7 @@ func TestTwoTakesStoredWithoutAnswers(t *testing.T) {
 	tbl.AcquireNow(ctx, 0)
 	require.Equal(t, 2, tbl.Unanswered(0))
 	tbl.AcquireNow(ctx, 0)
-	e, ok := tbl.Holds(0)
-	require.True(t, ok)
-	require.Equal(t, partition.VacancyReleased, tbl.Vacancy(0, e))
+	requireHeldAs(t, tbl, 0, partition.VacancyReleased)
 }
 
 // TestUnansweredTakesOutliveRefusalsAndFailedReads: a write refused (as
@@ -253,22 +275,7 @@ func TestUnansweredTakesOutliveRefusalsAndFailedReads(t *testing.T) {
 	ctx := t.Context()
 	kv, tbl, _ := memberWithHooks(t, 1)
 	givenBack(t, kv, 0)
-	writes := 0
-	tbl.WrapTakeWrites(func(write partition.TakeWrite) partition.TakeWrite {
-		return func(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
-			writes++
-			switch writes {
-			case 1: // stored, its answer lost
-				if _, err := write(ctx, m, opts...); err != nil {
-					return nil, err
-				}
-				return nil, context.DeadlineExceeded
-			case 2: // refused
-				return nil, &jetstream.APIError{ErrorCode: jetstream.JSErrCodeStreamWrongLastSequence}
-			}
-			return write(ctx, m, opts...)
-		}
-	})
+	scriptTakeWrites(tbl, storedUnanswered, refused)
 	tbl.AcquireNow(ctx, 0)
 	tbl.AcquireNow(ctx, 0)
 	require.Equal(t, 1, tbl.Unanswered(0), "kept across a refusal")
@@ -277,9 +284,7 @@ func TestUnansweredTakesOutliveRefusalsAndFailedReads(t *testing.T) {
 	tbl.AcquireNow(stopped, 0) // its read fails
 	require.Equal(t, 1, tbl.Unanswered(0), "kept across a failed read")
 	tbl.AcquireNow(ctx, 0)
-	e, ok := tbl.Holds(0)
-	require.True(t, ok)
-	require.Equal(t, partition.VacancyReleased, tbl.Vacancy(0, e))
+	requireHeldAs(t, tbl, 0, partition.VacancyReleased)
 }
 
 // TestAnUnansweredTakeOfAPartitionNowAnothersIsLeftAlone: the reconcile
