@@ -22,21 +22,6 @@ type TakeWrite = func(context.Context, *nats.Msg, ...jetstream.PublishOpt) (*jet
 // WrapTakeWrites makes the takes write through wrap(their write).
 func (t *Table) WrapTakeWrites(wrap func(TakeWrite) TakeWrite) { t.writeLease = wrap(t.writeLease) }
 
-// LoseTakeAnswers makes the next n takes' writes that are stored answer
-// as if they had timed out.
-func (t *Table) LoseTakeAnswers(n int) {
-	t.WrapTakeWrites(func(write TakeWrite) TakeWrite {
-		return func(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
-			ack, err := write(ctx, m, opts...)
-			if err == nil && n > 0 {
-				n--
-				return nil, context.DeadlineExceeded
-			}
-			return ack, err
-		}
-	})
-}
-
 // Unanswered is how many takes of p in a row had no answer, as the
 // table remembers them.
 func (t *Table) Unanswered(p int) int { return len(t.unanswered[p]) }

@@ -773,7 +773,7 @@ func (t *Table) reconcile(ctx context.Context, renewing bool) {
 		case st != free && renewing: // every tick: three chances before the lease expires
 			t.renew(ctx, p, l)
 		case st == free && owner == t.cfg.Member && (!leased || l.owner == t.cfg.Member && len(t.unanswered[p]) > 0):
-			// Its own lease too when its last take had no answer: that
+			// Its own lease too when takes of it had no answer: such a
 			// take's write, stored, which the watch shows (take knows it).
 			t.acquire(ctx, p)
 		}
@@ -1038,12 +1038,11 @@ const maxUnanswered = 8
 
 // of is how the take that wrote token found the lease, if it is one of u.
 func (u unansweredTakes) of(token string) (Vacancy, bool) {
-	for _, k := range u {
-		if k.token == token && token != "" {
-			return k.found, true
-		}
+	i := slices.IndexFunc(u, func(k unansweredTake) bool { return k.token == token })
+	if token == "" || i < 0 {
+		return VacancyUnknown, false
 	}
-	return VacancyUnknown, false
+	return u[i].found, true
 }
 
 // with is u with a take of token that found the lease as found, the

@@ -134,6 +134,12 @@ func requireHeldAs(t *testing.T, tbl *partition.Table, p int, want partition.Vac
 	require.Equal(t, want, tbl.Vacancy(p, e), msgAndArgs...)
 }
 
+// loseTakeAnswers makes tbl's next n takes' writes stored without
+// their answers.
+func loseTakeAnswers(tbl *partition.Table, n int) {
+	scriptTakeWrites(tbl, slices.Repeat([]takeWrite{storedUnanswered}, n)...)
+}
+
 // A takeWrite is what becomes of one take's write (scriptTakeWrites).
 type takeWrite int
 
@@ -181,7 +187,7 @@ func TestATakeAnsweredLateFindsTheLeaseAsItWas(t *testing.T) {
 	givenBack(t, kv, 1)
 	givenBack(t, kv, 2)
 
-	tbl.LoseTakeAnswers(3)
+	loseTakeAnswers(tbl, 3)
 	for p := range 3 {
 		tbl.AcquireNow(ctx, p)
 		_, held := tbl.Holds(p)
@@ -227,7 +233,7 @@ func TestTakesAnsweredLateWhileRunning(t *testing.T) {
 	const ttl = 10 * time.Second
 	b := startMemberWith(t, s.ClientURL(), "b", n, memberSetup{
 		config: func(c *partition.Config) { c.TTL = ttl },
-		table:  func(tbl *partition.Table) { tbl.LoseTakeAnswers(n) },
+		table:  func(tbl *partition.Table) { loseTakeAnswers(tbl, n) },
 	})
 	coverage(t, n, ttl, b)
 	require.Equal(t, all(n, partition.VacancyReleased), vacancies(b, n))
@@ -259,7 +265,7 @@ func TestTwoTakesStoredWithoutAnswers(t *testing.T) {
 	ctx := t.Context()
 	kv, tbl, _ := memberWithHooks(t, 1)
 	givenBack(t, kv, 0)
-	tbl.LoseTakeAnswers(2)
+	loseTakeAnswers(tbl, 2)
 	tbl.AcquireNow(ctx, 0)
 	tbl.AcquireNow(ctx, 0)
 	require.Equal(t, 2, tbl.Unanswered(0))
@@ -299,7 +305,7 @@ func TestAnUnansweredTakeOfAPartitionNowAnothersIsLeftAlone(t *testing.T) {
 	p := slices.Index(partition.Owners([]string{"a", "b"}, n), "b")
 	require.GreaterOrEqual(t, p, 0, "b owns one of %d partitions beside a", n)
 	givenBack(t, kv, p)
-	tbl.LoseTakeAnswers(1)
+	loseTakeAnswers(tbl, 1)
 	tbl.AcquireNow(ctx, p)
 	require.Equal(t, 1, tbl.Unanswered(p))
 	lease, err := kv.Get(ctx, partition.LeaseKey(p))
@@ -327,7 +333,7 @@ func TestARetakeAnsweredLateIsForgotten(t *testing.T) {
 	for _, m := range expiryMarkers(t, w, 1) {
 		tbl.ObserveNow(m)
 	}
-	tbl.LoseTakeAnswers(1)
+	loseTakeAnswers(tbl, 1)
 	tbl.Retake(ctx, 0)
 	_, err := kv.Get(ctx, partition.LeaseKey(0))
 	require.NoError(t, err, "the retake's write was stored")
