@@ -11,7 +11,7 @@ import (
 // What the external tests drive of a Table without running its loop.
 
 func (t *Table) AcquireNow(ctx context.Context, p int) { t.acquire(ctx, p) }
-func (t *Table) RenewNow(ctx context.Context, p int)   { t.renew(ctx, p, t.leases[p]) }
+func (t *Table) RenewNow(ctx context.Context, p int)   { t.renewEach(ctx, []int{p}) }
 func (t *Table) LeaseRevision(p int) uint64            { return t.leases[p].rev }
 func (t *Table) Adopted() int64                        { return t.adopted.Load() }
 func (t *Table) WaitStarts()                           { t.starting.Wait() }
@@ -21,6 +21,11 @@ type TakeWrite = func(context.Context, *nats.Msg, ...jetstream.PublishOpt) (*jet
 
 // WrapTakeWrites makes the takes write through wrap(their write).
 func (t *Table) WrapTakeWrites(wrap func(TakeWrite) TakeWrite) { t.writeLease = wrap(t.writeLease) }
+
+// WrapRenewalWrites makes the renewals write through wrap(their write).
+func (t *Table) WrapRenewalWrites(wrap func(TakeWrite) TakeWrite) {
+	t.writeRenewal = wrap(t.writeRenewal)
+}
 
 // Unanswered is how many takes of p in a row had no answer, as the
 // table remembers them.

@@ -302,7 +302,10 @@ type Table struct {
 	unanswered map[int]unansweredTakes
 	// writeLease is the take's write (js.PublishMsg; a test's answers it may lose).
 	writeLease func(context.Context, *nats.Msg, ...jetstream.PublishOpt) (*jetstream.PubAck, error)
-	takes      uint64 // takes' writes so far (TakeHeader)
+	// writeRenewal is a renewal's write (js.PublishMsg; a test's answers
+	// it may slow down).
+	writeRenewal func(context.Context, *nats.Msg, ...jetstream.PublishOpt) (*jetstream.PubAck, error)
+	takes        uint64 // takes' writes so far (TakeHeader)
 	// retook are the partitions taken back whose watch has not yet shown
 	// the retake's own create: a change by another member older than it
 	// but newer than the lapse means that member held p in the stall.
@@ -400,7 +403,7 @@ func New(js jetstream.JetStream, kv jetstream.KeyValue, cfg Config) (*Table, err
 	nonce := make([]byte, 8)
 	_, _ = rand.Read(nonce)
 	return &Table{cfg: cfg, kv: kv, js: js, nonce: hex.EncodeToString(nonce), members: map[string]seen{}, leases: map[int]lease{},
-		lapsed: map[int]uint64{}, unanswered: map[int]unansweredTakes{}, writeLease: js.PublishMsg, retook: map[int]retakeSpan{}, change: make(chan struct{}),
+		lapsed: map[int]uint64{}, unanswered: map[int]unansweredTakes{}, writeLease: js.PublishMsg, writeRenewal: js.PublishMsg, retook: map[int]retakeSpan{}, change: make(chan struct{}),
 		state: make([]state, n), until: make([]time.Time, n), epoch: make([]uint64, n), since: make([]uint64, n), found: make([]found, n), left: make([]bool, n),
 		released: make(chan holding, n), failed: make(chan holding, n), quit: make(chan struct{})}, nil
 }
@@ -508,7 +511,7 @@ func (t *Table) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
 		// Alive before looking: the watch's first values then include this
 		// member, whatever an earlier run with the same name left.
-		t.heartbeat(ctx)
+		t.heartbeat(ctx)()
 		w, err := t.kv.WatchAll(ctx)
 		if err != nil {
 			t.cfg.OnError(err, "watch the dispatchers bucket")
@@ -560,13 +563,14 @@ func (t *Table) loop(ctx context.Context, w jetstream.KeyWatcher, tick *time.Tic
 				t.startRelease(h.p)
 			}
 		case <-tick.C:
-			t.heartbeat(ctx)
+			beat := t.heartbeat(ctx) // under way beside the leases' renewals
 			if ready {
 				t.dropGhosts(ctx)
 				t.reconcile(ctx, true)
 			} else {
 				t.renewAll(ctx) // deciding waits for the whole view; renewing does not
 			}
+			beat()
 			continue
 		}
 		if ready {
@@ -589,14 +593,16 @@ func (t *Table) forget() {
 
 // renewAll renews the leases held or being given back.
 func (t *Table) renewAll(ctx context.Context) {
+	var ps []int
 	for p := range t.cfg.Partitions {
 		t.mu.Lock()
 		st := t.state[p]
 		t.mu.Unlock()
 		if st != free {
-			t.renew(ctx, p, t.leases[p])
+			ps = append(ps, p)
 		}
 	}
+	t.renewEach(ctx, ps)
 }
 
 // observe records a change of the bucket.
@@ -731,17 +737,26 @@ func stopping(ctx context.Context, err error) bool {
 	return errors.Is(err, context.Canceled) && errors.Is(ctx.Err(), context.Canceled)
 }
 
-func (t *Table) heartbeat(ctx context.Context) {
+// heartbeat renews this member's key. The write goes out at once; the
+// func returned waits for its answer and settles it, in the loop, which
+// may renew the leases meanwhile.
+func (t *Table) heartbeat(ctx context.Context) (settle func()) {
 	ctx, cancel := t.opCtx(ctx)
-	defer cancel()
-	_, err := t.js.Publish(ctx, "$KV."+t.kv.Bucket()+"."+MemberKey(t.cfg.Member), []byte(t.nonce), jetstream.WithMsgTTL(t.cfg.TTL))
-	if err != nil {
-		if !stopping(ctx, err) {
-			t.cfg.OnError(err, "renew membership")
+	answer := make(chan error, 1)
+	go func() {
+		_, err := t.js.Publish(ctx, "$KV."+t.kv.Bucket()+"."+MemberKey(t.cfg.Member), []byte(t.nonce), jetstream.WithMsgTTL(t.cfg.TTL))
+		answer <- err
+	}()
+	return func() {
+		defer cancel()
+		if err := <-answer; err != nil {
+			if !stopping(ctx, err) {
+				t.cfg.OnError(err, "renew membership")
+			}
+			return
 		}
-		return
+		t.members[t.cfg.Member] = seen{}
 	}
-	t.members[t.cfg.Member] = seen{}
 }
 
 // reconcile takes and gives back leases as the members decide, and
@@ -756,28 +771,64 @@ func (t *Table) reconcile(ctx context.Context, renewing bool) {
 	if key := strings.Join(members, " "); key != t.ownersOf || t.owners == nil {
 		t.owners, t.ownersOf = Owners(members, t.cfg.Partitions), key
 	}
-	owners := t.owners
-	for p, owner := range owners {
-		t.mu.Lock()
-		st := t.state[p]
-		t.mu.Unlock()
-		l, leased := t.leases[p]
-		_, lapsed := t.lapsed[p]
-		switch {
-		case lapsed && (st != held || owner != t.cfg.Member):
+	acts := make([]act, len(t.owners))
+	var renewals []int
+	for p, owner := range t.owners {
+		acts[p] = t.next(p, owner, renewing)
+		if acts[p] == renewIt {
+			renewals = append(renewals, p)
+		}
+	}
+	// The renewals first, together: they are what cannot wait.
+	t.renewEach(ctx, renewals)
+	for p, a := range acts {
+		switch a {
+		case loseIt:
 			t.lost(p, "its lease expired")
-		case lapsed:
+		case retakeIt:
 			t.retake(ctx, p)
-		case st == held && owner != t.cfg.Member:
+		case giveBackIt:
 			t.startRelease(p)
-		case st != free && renewing: // every tick: three chances before the lease expires
-			t.renew(ctx, p, l)
-		case st == free && owner == t.cfg.Member && (!leased || l.owner == t.cfg.Member && len(t.unanswered[p]) > 0):
-			// Its own lease too when takes of it had no answer: such a
-			// take's write, stored, which the watch shows (take knows it).
+		case takeIt:
 			t.acquire(ctx, p)
 		}
 	}
+}
+
+// act is what reconcile does with a partition.
+type act int
+
+const (
+	leaveIt    act = iota
+	loseIt         // its lease expired under this member, which may no longer handle it
+	retakeIt       // its lease expired under this member, which goes on handling it
+	giveBackIt     // held here, another member's by the members' decision
+	renewIt        // held or being given back: its lease is renewed
+	takeIt         // this member's by the members' decision, and free
+)
+
+// next decides what reconcile does with p, which owner should hold.
+func (t *Table) next(p int, owner string, renewing bool) act {
+	t.mu.Lock()
+	st := t.state[p]
+	t.mu.Unlock()
+	l, leased := t.leases[p]
+	_, lapsed := t.lapsed[p]
+	switch {
+	case lapsed && (st != held || owner != t.cfg.Member):
+		return loseIt
+	case lapsed:
+		return retakeIt
+	case st == held && owner != t.cfg.Member:
+		return giveBackIt
+	case st != free && renewing: // every tick: three chances before the lease expires
+		return renewIt
+	case st == free && owner == t.cfg.Member && (!leased || l.owner == t.cfg.Member && len(t.unanswered[p]) > 0):
+		// Its own lease too when takes of it had no answer: such a
+		// take's write, stored, which the watch shows (take knows it).
+		return takeIt
+	}
+	return leaveIt
 }
 
 func (t *Table) acquire(ctx context.Context, p int) {
@@ -818,22 +869,57 @@ func (t *Table) acquire(ctx context.Context, p int) {
 	}()
 }
 
-func (t *Table) renew(ctx context.Context, p int, l lease) {
-	ctx, cancel := t.opCtx(ctx)
-	defer cancel()
-	if t.renewOnce(ctx, p, l) {
-		// An earlier renewal was stored after all (stillMine): renew from
-		// the revision found, so that the holding does not lapse here.
-		t.renewOnce(ctx, p, t.leases[p])
+// renewEach renews the leases of ps. Their writes go out together, then
+// each answer is settled in turn: one renewal after the other, a tick
+// took a round trip per partition, and on a loaded server the last ones
+// came later than their leases lived.
+func (t *Table) renewEach(ctx context.Context, ps []int) {
+	if len(ps) == 0 {
+		return
+	}
+	rs := make([]renewal, len(ps))
+	opCtx, cancel := t.opCtx(ctx)
+	var wg sync.WaitGroup
+	for i, p := range ps {
+		rs[i] = renewal{p: p, l: t.leases[p]}
+		wg.Go(func() { t.sendRenewal(opCtx, &rs[i]) })
+	}
+	wg.Wait()
+	cancel()
+	for _, r := range rs {
+		opCtx, cancel := t.opCtx(ctx)
+		if t.settleRenewal(opCtx, r) {
+			// An earlier renewal was stored after all (stillMine): renew from
+			// the revision found, so that the holding does not lapse here.
+			r = renewal{p: r.p, l: t.leases[r.p]}
+			t.sendRenewal(opCtx, &r)
+			t.settleRenewal(opCtx, r)
+		}
+		cancel()
 	}
 }
 
-// renewOnce renews p's lease l; again reports that it should be renewed
-// once more from the revision now in t.leases (stillMine).
-func (t *Table) renewOnce(ctx context.Context, p int, l lease) (again bool) {
-	sent := t.cfg.Now()
-	ack, err := t.js.Publish(ctx, "$KV."+t.kv.Bucket()+"."+LeaseKey(p), []byte(t.cfg.Member),
-		jetstream.WithMsgTTL(t.cfg.TTL), jetstream.WithExpectLastSequencePerSubject(l.rev))
+// renewal is a renewal's write of lease l of partition p, and its answer.
+type renewal struct {
+	p    int
+	l    lease
+	sent time.Time
+	ack  *jetstream.PubAck
+	err  error
+}
+
+// sendRenewal writes r's renewal and keeps the answer in r. It is all
+// I/O: it changes nothing of the table's.
+func (t *Table) sendRenewal(ctx context.Context, r *renewal) {
+	r.sent = t.cfg.Now()
+	r.ack, r.err = t.writeRenewal(ctx, &nats.Msg{Subject: "$KV." + t.kv.Bucket() + "." + LeaseKey(r.p), Data: []byte(t.cfg.Member)},
+		jetstream.WithMsgTTL(t.cfg.TTL), jetstream.WithExpectLastSequencePerSubject(r.l.rev))
+}
+
+// settleRenewal settles r's answer; again reports that the lease should
+// be renewed once more from the revision now in t.leases (stillMine).
+func (t *Table) settleRenewal(ctx context.Context, r renewal) (again bool) {
+	p, ack, err, sent := r.p, r.ack, r.err, r.sent
 	if err != nil {
 		if wrongLastSequence(err) {
 			if t.stillMine(ctx, p) {

@@ -4,9 +4,11 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -125,4 +127,49 @@ func reportingMember(t *testing.T, js jetstream.JetStream, kv jetstream.KeyValue
 		defer mu.Unlock()
 		return slices.Clone(reported)
 	}
+}
+
+// TestRenewalsOfManyPartitionsGoOutTogether: on a loaded server each
+// renewal takes long to be answered. A member holding many partitions
+// sends their renewals together: one renewal after the other, a tick of
+// eight took eight round trips, longer than the leases live, and each
+// lease expired under its holder (and was taken back) over and over.
+func TestRenewalsOfManyPartitionsGoOutTogether(t *testing.T) {
+	t.Parallel()
+	s := natstest.RunJetStream(t)
+	natstest.Connect(t, s) // the topology
+	const (
+		n   = 8
+		ttl = 2 * time.Second
+		// A renewal's round trip: one after the other, a tick's eight
+		// take 3.2 s, past the time to live; together, 0.4 s.
+		slow = 400 * time.Millisecond
+	)
+	var renewals atomic.Int64
+	a := startMemberWith(t, s.ClientURL(), "a", n, memberSetup{
+		config: func(c *partition.Config) { c.TTL = ttl },
+		table: func(tbl *partition.Table) {
+			tbl.WrapRenewalWrites(func(write partition.TakeWrite) partition.TakeWrite {
+				return func(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+					select {
+					case <-time.After(slow):
+					case <-ctx.Done():
+						return nil, ctx.Err()
+					}
+					renewals.Add(1)
+					return write(ctx, m, opts...)
+				}
+			})
+		},
+	})
+	coverage(t, n, 10*time.Second, a)
+	// Four times the time to live, and at least a few renewals of each.
+	for start := time.Now(); time.Since(start) < 4*ttl || renewals.Load() < 4*n; {
+		require.Zero(t, a.table.Retaken(), "a lease expired under its holder")
+		time.Sleep(50 * time.Millisecond)
+	}
+	require.Zero(t, a.table.Retaken(), "a lease expired under its holder")
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	require.Len(t, a.events, n, "each partition taken once, none lost: %v", a.events)
 }
