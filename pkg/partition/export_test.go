@@ -16,14 +16,14 @@ func (t *Table) LeaseRevision(p int) uint64            { return t.leases[p].rev 
 func (t *Table) Adopted() int64                        { return t.adopted.Load() }
 func (t *Table) WaitStarts()                           { t.starting.Wait() }
 
-// TakeWrite is a take's write of a lease.
-type TakeWrite = func(context.Context, *nats.Msg, ...jetstream.PublishOpt) (*jetstream.PubAck, error)
+// LeaseWrite is a take's or a renewal's write of a lease.
+type LeaseWrite = func(context.Context, *nats.Msg, ...jetstream.PublishOpt) (*jetstream.PubAck, error)
 
 // WrapTakeWrites makes the takes write through wrap(their write).
-func (t *Table) WrapTakeWrites(wrap func(TakeWrite) TakeWrite) { t.writeLease = wrap(t.writeLease) }
+func (t *Table) WrapTakeWrites(wrap func(LeaseWrite) LeaseWrite) { t.writeLease = wrap(t.writeLease) }
 
 // WrapRenewalWrites makes the renewals write through wrap(their write).
-func (t *Table) WrapRenewalWrites(wrap func(TakeWrite) TakeWrite) {
+func (t *Table) WrapRenewalWrites(wrap func(LeaseWrite) LeaseWrite) {
 	t.writeRenewal = wrap(t.writeRenewal)
 }
 

@@ -565,8 +565,8 @@ func (t *Table) loop(ctx context.Context, w jetstream.KeyWatcher, tick *time.Tic
 		case <-tick.C:
 			beat := t.heartbeat(ctx) // under way beside the leases' renewals
 			if ready {
-				t.dropGhosts(ctx)
 				t.reconcile(ctx, true)
+				t.dropGhosts(ctx) // after the renewals; the next reconcile takes the ghosts' partitions
 			} else {
 				t.renewAll(ctx) // deciding waits for the whole view; renewing does not
 			}
@@ -872,10 +872,20 @@ func (t *Table) acquire(ctx context.Context, p int) {
 // renewEach renews the leases of ps. Their writes go out together, then
 // each answer is settled in turn: one renewal after the other, a tick
 // took a round trip per partition, and on a loaded server the last ones
-// came later than their leases lived.
+// came later than their leases lived. A lease found to hold an earlier
+// renewal stored after all (stillMine) is renewed once more from the
+// revision found, so that its holding does not lapse here: those
+// renewals go out together too (a tick's answers all lost leave the next
+// tick's renewals all refused).
 func (t *Table) renewEach(ctx context.Context, ps []int) {
+	t.renewTogether(ctx, t.renewTogether(ctx, ps))
+}
+
+// renewTogether renews the leases of ps, their writes together, and
+// returns those to renew again (stillMine).
+func (t *Table) renewTogether(ctx context.Context, ps []int) (again []int) {
 	if len(ps) == 0 {
-		return
+		return nil
 	}
 	rs := make([]renewal, len(ps))
 	opCtx, cancel := t.opCtx(ctx)
@@ -887,16 +897,11 @@ func (t *Table) renewEach(ctx context.Context, ps []int) {
 	wg.Wait()
 	cancel()
 	for _, r := range rs {
-		opCtx, cancel := t.opCtx(ctx)
-		if t.settleRenewal(opCtx, r) {
-			// An earlier renewal was stored after all (stillMine): renew from
-			// the revision found, so that the holding does not lapse here.
-			r = renewal{p: r.p, l: t.leases[r.p]}
-			t.sendRenewal(opCtx, &r)
-			t.settleRenewal(opCtx, r)
+		if t.settleRenewal(ctx, r) {
+			again = append(again, r.p)
 		}
-		cancel()
 	}
+	return again
 }
 
 // renewal is a renewal's write of lease l of partition p, and its answer.
@@ -906,14 +911,23 @@ type renewal struct {
 	sent time.Time
 	ack  *jetstream.PubAck
 	err  error
+	// found is the lease read after the write was refused for its
+	// expected revision, or why it could not be (findErr).
+	found   jetstream.KeyValueEntry
+	findErr error
 }
 
-// sendRenewal writes r's renewal and keeps the answer in r. It is all
-// I/O: it changes nothing of the table's.
+// sendRenewal writes r's renewal and keeps the answer in r; if the write
+// is refused for its expected revision, it reads what the lease holds
+// (stillMine settles it). It is all I/O: it changes nothing of the
+// table's.
 func (t *Table) sendRenewal(ctx context.Context, r *renewal) {
-	r.sent = t.cfg.Now()
+	r.sent = t.cfg.Now() // before the write: the lease lives its TTL from a moment after this
 	r.ack, r.err = t.writeRenewal(ctx, &nats.Msg{Subject: "$KV." + t.kv.Bucket() + "." + LeaseKey(r.p), Data: []byte(t.cfg.Member)},
 		jetstream.WithMsgTTL(t.cfg.TTL), jetstream.WithExpectLastSequencePerSubject(r.l.rev))
+	if wrongLastSequence(r.err) {
+		r.found, r.findErr = t.kv.Get(ctx, LeaseKey(r.p))
+	}
 }
 
 // settleRenewal settles r's answer; again reports that the lease should
@@ -922,10 +936,11 @@ func (t *Table) settleRenewal(ctx context.Context, r renewal) (again bool) {
 	p, ack, err, sent := r.p, r.ack, r.err, r.sent
 	if err != nil {
 		if wrongLastSequence(err) {
-			if t.stillMine(ctx, p) {
+			mine, looked := t.stillMine(p, r.found, r.findErr)
+			if mine {
 				return true
 			}
-			if ctx.Err() != nil { // stopping: stillMine could not look; nothing is lost
+			if !looked { // the read failed (its time ran out, or stopping): nothing is lost; the next tick renews again
 				return false
 			}
 			if _, lapsed := t.lapsed[p]; lapsed { // expired, and nobody else holds it: take it back
@@ -951,27 +966,34 @@ func (t *Table) settleRenewal(ctx context.Context, r renewal) (again bool) {
 	return false
 }
 
-// stillMine looks at p's lease after a renewal was refused for its
-// expected revision. On a busy machine a renewal can time out here and be
-// stored all the same (its acknowledgement came too late), and the next
-// one, still expecting the older revision, is refused: the lease then
-// holds this member's name at a newer revision, which it takes as its
-// own. Nobody else writes this member's name (a second process with it is
-// ErrDuplicateMember). Any other value, or no lease, is a loss.
+// stillMine settles what p's lease was read to hold (e, or err) after a
+// renewal was refused for its expected revision. On a busy machine a
+// renewal can time out here and be stored all the same (its
+// acknowledgement came too late), and the next one, still expecting the
+// older revision, is refused: the lease then holds this member's name at
+// a newer revision, which it takes as its own (mine). Nobody else writes
+// this member's name (a second process with it is ErrDuplicateMember).
+// Any other value, or no lease, is a loss.
 //
 // A lease that expired (no value: a renewal came after the TTL) and that
-// this member still holds is marked lapsed, for retake.
-func (t *Table) stillMine(ctx context.Context, p int) bool {
-	e, err := t.kv.Get(ctx, LeaseKey(p))
-	if errors.Is(err, jetstream.ErrKeyNotFound) && t.holding(p) {
-		t.lapsed[p] = t.leases[p].rev
-	}
-	if err != nil || string(e.Value()) != t.cfg.Member {
-		return false
+// this member still holds is marked lapsed, for retake. A read that
+// failed tells nothing (not looked): the holding's validity runs out
+// unless a later renewal succeeds.
+func (t *Table) stillMine(p int, e jetstream.KeyValueEntry, err error) (mine, looked bool) {
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		if t.holding(p) {
+			t.lapsed[p] = t.leases[p].rev
+		}
+		return false, true
+	case err != nil:
+		return false, false
+	case string(e.Value()) != t.cfg.Member:
+		return false, true
 	}
 	t.leases[p] = lease{owner: t.cfg.Member, rev: e.Revision()}
 	t.adopted.Add(1)
-	return true
+	return true, true
 }
 
 // retake takes back the lease of p, which expired under this member

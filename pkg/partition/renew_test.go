@@ -136,8 +136,6 @@ func reportingMember(t *testing.T, js jetstream.JetStream, kv jetstream.KeyValue
 // lease expired under its holder (and was taken back) over and over.
 func TestRenewalsOfManyPartitionsGoOutTogether(t *testing.T) {
 	t.Parallel()
-	s := natstest.RunJetStream(t)
-	natstest.Connect(t, s) // the topology
 	const (
 		n   = 8
 		ttl = 2 * time.Second
@@ -145,11 +143,59 @@ func TestRenewalsOfManyPartitionsGoOutTogether(t *testing.T) {
 		// take 3.2 s, past the time to live; together, 0.4 s.
 		slow = 400 * time.Millisecond
 	)
+	a, renewals := slowRenewals(t, n, ttl, slow, nil)
+	// Four times the time to live, and at least a few renewals of each.
+	noLapse(t, a, func() bool { return renewals.Load() >= 4*n }, 4*ttl)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	require.Len(t, a.events, n, "each partition taken once, none lost: %v", a.events)
+}
+
+// TestRenewalsRefusedAfterLostAnswersGoOutTogether: each lease holds an
+// earlier renewal of this member, stored but its answer lost (its time
+// ran out), which the watch has not shown yet. The tick's renewals are
+// all refused for their older revision; each lease, found to hold this
+// member's name, is renewed again from the revision found: together
+// too, or the last of eight would come after the leases expired.
+func TestRenewalsRefusedAfterLostAnswersGoOutTogether(t *testing.T) {
+	t.Parallel()
+	const (
+		n    = 8
+		ttl  = 2 * time.Second
+		slow = 300 * time.Millisecond // eight after the other: 2.4 s
+	)
+	var earlier atomic.Int64
+	a, _ := slowRenewals(t, n, ttl, slow, func(write partition.LeaseWrite) partition.LeaseWrite {
+		return func(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+			if earlier.Add(-1) >= 0 {
+				if _, err := write(ctx, m, opts...); err != nil { // the earlier renewal, unanswered
+					return nil, err
+				}
+			}
+			return write(ctx, m, opts...)
+		}
+	})
+	earlier.Store(n)
+	noLapse(t, a, func() bool { return earlier.Load() < 0 }, 2*ttl)
+	require.EqualValues(t, n, a.table.Adopted(), "each lease found holding the renewal whose answer was lost")
+}
+
+// slowRenewals starts member "a" of n partitions with a time to live of
+// ttl, each renewal's write answered slow late (and written through
+// wrap, if not nil), once it holds every partition; and the renewals
+// written.
+func slowRenewals(t *testing.T, n int, ttl, slow time.Duration, wrap func(partition.LeaseWrite) partition.LeaseWrite) (*member, *atomic.Int64) {
+	t.Helper()
+	s := natstest.RunJetStream(t)
+	natstest.Connect(t, s) // the topology
 	var renewals atomic.Int64
 	a := startMemberWith(t, s.ClientURL(), "a", n, memberSetup{
 		config: func(c *partition.Config) { c.TTL = ttl },
 		table: func(tbl *partition.Table) {
-			tbl.WrapRenewalWrites(func(write partition.TakeWrite) partition.TakeWrite {
+			tbl.WrapRenewalWrites(func(write partition.LeaseWrite) partition.LeaseWrite {
+				if wrap != nil {
+					write = wrap(write)
+				}
 				return func(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
 					select {
 					case <-time.After(slow):
@@ -163,13 +209,116 @@ func TestRenewalsOfManyPartitionsGoOutTogether(t *testing.T) {
 		},
 	})
 	coverage(t, n, 10*time.Second, a)
-	// Four times the time to live, and at least a few renewals of each.
-	for start := time.Now(); time.Since(start) < 4*ttl || renewals.Load() < 4*n; {
-		require.Zero(t, a.table.Retaken(), "a lease expired under its holder")
-		time.Sleep(50 * time.Millisecond)
+	return a, &renewals
+}
+
+// noLapse checks, for at least d and until done, that no lease expired
+// under m; it fails after a minute.
+func noLapse(t *testing.T, m *member, done func() bool, d time.Duration) {
+	t.Helper()
+	for start := time.Now(); time.Since(start) < d || !done(); time.Sleep(50 * time.Millisecond) {
+		require.Zero(t, m.table.Retaken(), "a lease expired under its holder")
+		require.Less(t, time.Since(start), time.Minute, "not done within a minute")
 	}
-	require.Zero(t, a.table.Retaken(), "a lease expired under its holder")
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	require.Len(t, a.events, n, "each partition taken once, none lost: %v", a.events)
+	require.Zero(t, m.table.Retaken(), "a lease expired under its holder")
+}
+
+// TestARenewalsValidityCountsFromBeforeItsWrite: a holding is valid for
+// the time to live from before its renewal's write, never from its
+// answer: the lease on the server lives its time to live from when the
+// write was stored, somewhere between the two, and this member must stop
+// handling the partition before another can take it.
+func TestARenewalsValidityCountsFromBeforeItsWrite(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	ctx := t.Context()
+	kv, err := js.KeyValue(ctx, bus.BucketDispatchers)
+	require.NoError(t, err)
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	tbl, err := partition.New(js, kv, partition.Config{Member: "a", Partitions: 1, Now: clock,
+		Acquire: func(context.Context, int, uint64) error { return nil },
+		Release: func(int, uint64) bool { return true }})
+	require.NoError(t, err)
+	t.Cleanup(tbl.WaitStarts)
+	tbl.AcquireNow(ctx, 0)
+	_, ok := tbl.Holds(0)
+	require.True(t, ok)
+
+	// The write takes an hour by the member's clock: the holding's
+	// validity, a second from before it, has run out by its answer.
+	tbl.WrapRenewalWrites(func(write partition.LeaseWrite) partition.LeaseWrite {
+		return func(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+			mu.Lock()
+			now = now.Add(time.Hour)
+			mu.Unlock()
+			return write(ctx, m, opts...)
+		}
+	})
+	rev := tbl.LeaseRevision(0)
+	tbl.RenewNow(ctx, 0)
+	require.Greater(t, tbl.LeaseRevision(0), rev, "renewed")
+	_, ok = tbl.Holds(0)
+	require.False(t, ok, "valid for the time to live from before the write, not from its answer")
+}
+
+// TestALeaseBeingGivenBackIsRenewedUntilItIsDeleted: a member gives a
+// partition back (a new member takes its share) and its Release takes
+// longer than the lease lives. The lease is renewed meanwhile, so the
+// new member waits for it to be deleted: it never takes the partition
+// while the old holder may still be handling it.
+func TestALeaseBeingGivenBackIsRenewedUntilItIsDeleted(t *testing.T) {
+	t.Parallel()
+	s := natstest.RunJetStream(t)
+	_, js := natstest.Connect(t, s)
+	const n = 8
+	unblock := make(chan struct{})
+	var releasing sync.Map
+	a := startMemberWith(t, s.ClientURL(), "a", n, memberSetup{config: func(c *partition.Config) {
+		release := c.Release
+		c.Release = func(p int, epoch uint64) bool {
+			releasing.Store(p, true)
+			<-unblock
+			return release(p, epoch)
+		}
+	}})
+	t.Cleanup(func() {
+		select {
+		case <-unblock:
+		default:
+			close(unblock)
+		}
+	})
+	coverage(t, n, 10*time.Second, a)
+	b := startMember(t, s.ClientURL(), "b", n)
+
+	// b's share is being given back by a, for three times the lease's
+	// time to live.
+	var moving []int
+	require.Eventually(t, func() bool {
+		moving = moving[:0]
+		releasing.Range(func(p, _ any) bool { moving = append(moving, p.(int)); return true })
+		return len(moving) > 0 && len(moving)+len(a.held(n)) == n
+	}, 10*time.Second, 10*time.Millisecond, "a gives b's share back")
+	kv, err := js.KeyValue(t.Context(), bus.BucketDispatchers)
+	require.NoError(t, err)
+	for start := time.Now(); time.Since(start) < 3*partition.DefaultTTL; time.Sleep(50 * time.Millisecond) {
+		for _, p := range moving {
+			_, ok := b.table.Holds(p)
+			require.False(t, ok, "b took partition %d while a was giving it back", p)
+		}
+	}
+	for _, p := range moving {
+		e, err := kv.Get(t.Context(), partition.LeaseKey(p))
+		require.NoError(t, err, "partition %d: its lease is still there", p)
+		require.Equal(t, "a", string(e.Value()))
+	}
+	close(unblock)
+	coverage(t, n, 10*time.Second, a, b)
+	for _, p := range moving {
+		epoch, ok := b.table.Holds(p)
+		require.True(t, ok)
+		require.Equal(t, partition.VacancyReleased, b.table.Vacancy(p, epoch), "partition %d: taken as given back", p)
+	}
 }

@@ -152,7 +152,7 @@ const (
 // scriptTakeWrites makes tbl's next takes' writes go as script says, one
 // each; the writes after them go as usual.
 func scriptTakeWrites(tbl *partition.Table, script ...takeWrite) {
-	tbl.WrapTakeWrites(func(write partition.TakeWrite) partition.TakeWrite {
+	tbl.WrapTakeWrites(func(write partition.LeaseWrite) partition.LeaseWrite {
 		return func(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
 			if len(script) == 0 {
 				return write(ctx, m, opts...)
