@@ -1,0 +1,40 @@
+package main
+
+import (
+	"bytes"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestSubjectsProbe: a short probe reports the heap per key after each
+// quarter of its keys and once more after the caches went cold, a
+// figure that grew with the keys (the server keeps something for each).
+func TestSubjectsProbe(t *testing.T) {
+	defer func(d time.Duration) { subjectsProbeCold = d }(subjectsProbeCold)
+	subjectsProbeCold = 100 * time.Millisecond
+	var out bytes.Buffer
+	require.NoError(t, runSubjectsProbe(t.Context(), &out, 20000))
+	rows := regexp.MustCompile(`(?m)^ +(\d+) keys  heap \+ *([\d.-]+) MiB +(-?\d+) B a key(, .* later)?$`).FindAllStringSubmatch(out.String(), -1)
+	require.Len(t, rows, 5, "%s", out.String())
+	for i, row := range rows {
+		keys, err := strconv.Atoi(row[1])
+		require.NoError(t, err)
+		require.Equal(t, min(i+1, 4)*5000, keys, "%s", row[0])
+		_, err = strconv.Atoi(row[3])
+		require.NoError(t, err)
+	}
+	require.NotEmpty(t, rows[4][4], "the last measure is after the caches went cold: %s", out.String())
+	per, err := strconv.Atoi(rows[4][3])
+	require.NoError(t, err)
+	require.Positive(t, per, "the server keeps something for each subject: %s", rows[4][0])
+}
+
+// TestSubjectsProbeFlag: a negative count is refused with the flag named.
+func TestSubjectsProbeFlag(t *testing.T) {
+	err := run(t.Context(), []string{"-subjects-probe", "-1"}, &bytes.Buffer{})
+	require.ErrorContains(t, err, "-subjects-probe -1")
+}
