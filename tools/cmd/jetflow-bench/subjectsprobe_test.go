@@ -18,7 +18,7 @@ func TestSubjectsProbe(t *testing.T) {
 	subjectsProbeCold = 100 * time.Millisecond
 	var out bytes.Buffer
 	require.NoError(t, runSubjectsProbe(t.Context(), &out, 20000))
-	rows := regexp.MustCompile(`(?m)^ +(\d+) keys  heap \+ *([\d.-]+) MiB +(-?\d+) B a key(, .* later)?$`).FindAllStringSubmatch(out.String(), -1)
+	rows := regexp.MustCompile(`(?m)^ +(\d+) keys  heap \+ *([\d.-]+) MiB +(-?\d+) B a key(?: \(-?\d+ B a key since \d+\))?(, .* later)?$`).FindAllStringSubmatch(out.String(), -1)
 	require.Len(t, rows, 5, "%s", out.String())
 	for i, row := range rows {
 		keys, err := strconv.Atoi(row[1])
@@ -26,6 +26,9 @@ func TestSubjectsProbe(t *testing.T) {
 		require.Equal(t, min(i+1, 4)*5000, keys, "%s", row[0])
 		_, err = strconv.Atoi(row[3])
 		require.NoError(t, err)
+		if i >= 1 && i <= 3 {
+			require.Contains(t, row[0], "B a key since", "each quarter after the first: its own keys' cost")
+		}
 	}
 	require.NotEmpty(t, rows[4][4], "the last measure is after the caches went cold: %s", out.String())
 	per, err := strconv.Atoi(rows[4][3])
@@ -33,8 +36,22 @@ func TestSubjectsProbe(t *testing.T) {
 	require.Positive(t, per, "the server keeps something for each subject: %s", rows[4][0])
 }
 
-// TestSubjectsProbeFlag: a negative count is refused with the flag named.
+// TestSubjectsProbeFlag: a negative count, or too few keys to measure,
+// is refused with the flag named.
 func TestSubjectsProbeFlag(t *testing.T) {
-	err := run(t.Context(), []string{"-subjects-probe", "-1"}, &bytes.Buffer{})
-	require.ErrorContains(t, err, "-subjects-probe -1")
+	for _, n := range []string{"-1", "3"} {
+		err := run(t.Context(), []string{"-subjects-probe", n}, &bytes.Buffer{})
+		require.ErrorContains(t, err, "-subjects-probe "+n+": give how many keys to put, at least 10000")
+	}
+}
+
+// TestProbeIDs: the probe's ids are as long as a UUID and all differ.
+func TestProbeIDs(t *testing.T) {
+	seen := map[string]bool{}
+	for i := range 5000 {
+		id := probeID(i)
+		require.Len(t, id, 36, id)
+		require.False(t, seen[id], "id %d repeats %s", i, id)
+		seen[id] = true
+	}
 }
