@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"reflect"
 	"regexp"
@@ -543,24 +544,36 @@ func yamlProblem(err error) FieldError {
 // (mesage, comand, timout): "" otherwise, or when two fields are as
 // near.
 func spellingHint(name string, known map[string]bool) string {
+	if meant := Meant(name, slices.Collect(maps.Keys(known))); meant != "" {
+		return fmt.Sprintf(" (did you mean %q?)", meant)
+	}
+	return ""
+}
+
+// Meant is the one name of known that name was meant to be: the same
+// with '-' for '_' or the other way round, or one slip of its spelling
+// away (a letter inserted, deleted, replaced, or swapped with the next);
+// "" if none is, two are as near, or name is too short to tell a slip
+// from another word.
+func Meant(name string, known []string) string {
 	for _, alt := range []string{strings.ReplaceAll(name, "-", "_"), strings.ReplaceAll(name, "_", "-")} {
-		if alt != name && known[alt] {
-			return fmt.Sprintf(" (did you mean %q?)", alt)
+		if alt != name && slices.Contains(known, alt) {
+			return alt
 		}
 	}
-	if len(name) < 4 { // too short to tell a slip from another word
+	if len(name) < 4 || slices.Contains(known, name) {
 		return ""
 	}
 	var near []string
-	for k := range known {
-		if editDistance(name, k) == 1 {
+	for _, k := range known {
+		if editDistance(name, k) == 1 && !slices.Contains(near, k) {
 			near = append(near, k)
 		}
 	}
 	if len(near) != 1 {
 		return ""
 	}
-	return fmt.Sprintf(" (did you mean %q?)", near[0])
+	return near[0]
 }
 
 // editDistance is the number of letters inserted, deleted, replaced or

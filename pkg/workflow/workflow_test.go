@@ -107,6 +107,16 @@ func TestParseErrors(t *testing.T) {
 			field: "steps[1].kind", line: 6, msg: `unknown step kind "teleport"`,
 		},
 		{
+			name:  "MisspeltKind",
+			input: head + "  - id: a\n    kind: htpp\n    url: http://x\n",
+			field: "steps[0].kind", line: 4, msg: `unknown step kind "htpp" (did you mean "http"?) (known kinds: noop,`,
+		},
+		{
+			name:  "KindWithUnderscore",
+			input: head + "  - id: a\n    kind: clear_lock\n",
+			field: "steps[0].kind", line: 4, msg: `unknown step kind "clear_lock" (did you mean "clear-lock"?)`,
+		},
+		{
 			name:  "BadIdempotent",
 			input: head + "  - id: a\n    kind: exec\n    command: x\n    idempotent: maybe\n",
 			field: "steps[0].idempotent", line: 6, msg: "is not one of yes, no, default",
@@ -494,4 +504,23 @@ func FuzzParse(f *testing.F) {
 		}
 		require.NotEmpty(t, err.Error())
 	})
+}
+
+// TestMeant: the one known name a name is a slip of, and none when two
+// are as near, the name is known, too short, or far from all.
+func TestMeant(t *testing.T) {
+	known := []string{"hello", "order-flow", "clear-lock", "cart", "card"}
+	for name, want := range map[string]string{
+		"helo":       "hello",      // a letter left out
+		"hlelo":      "hello",      // two swapped
+		"order_flow": "order-flow", // '_' for '-'
+		"ordre-flow": "order-flow",
+		"hello":      "",     // known
+		"crat":       "cart", // a swap away; card is two
+		"carx":       "",     // cart and card, as near
+		"hel":        "",     // too short to tell
+		"goodbye":    "",     // far from all
+	} {
+		require.Equal(t, want, workflow.Meant(name, known), name)
+	}
 }

@@ -466,6 +466,24 @@ func TestLocalVersion(t *testing.T) {
 // definition (the same version, nothing created), with the versions in a
 // comment; -o json is the api's answer; a workflow or version not
 // registered is not found, and a version below 1 a usage error.
+// TestRunOfAnUnregisteredWorkflow: a run of a workflow that is not
+// registered says which registered one its name is a slip of, or where
+// to find them, and exits as not found.
+func TestRunOfAnUnregisteredWorkflow(t *testing.T) {
+	t.Parallel()
+	api := stack(t).APIURL
+	code, _, stderr := jetflow(t, api, "workflow", "apply", "-f", writeFile(t, "name: zebra-feed\nsteps:\n  - id: a\n    kind: noop\n"))
+	require.Equal(t, ExitOK, code, stderr)
+
+	code, _, stderr = jetflow(t, api, "run", "zebra-fed")
+	require.Equal(t, ExitNotFound, code, stderr)
+	require.Contains(t, stderr, `workflow "zebra-fed" is not registered (field workflow, HTTP 404): did you mean "zebra-feed"? (jetflow workflow ls lists them)`)
+
+	code, _, stderr = jetflow(t, api, "run", "quokka-walk")
+	require.Equal(t, ExitNotFound, code, stderr)
+	require.Contains(t, stderr, `workflow "quokka-walk" is not registered (field workflow, HTTP 404): jetflow workflow ls lists the registered ones`)
+}
+
 func TestWorkflowShow(t *testing.T) {
 	t.Parallel()
 	api := stack(t).APIURL

@@ -2,11 +2,13 @@ package cli
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"maps"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -91,7 +93,7 @@ for the answer, then one per event).`,
 			req.Workflow, req.Input = args[0], in
 			res, err := a.client().Start(cmd.Context(), req)
 			if err != nil {
-				return err
+				return a.unregistered(cmd.Context(), err, req.Workflow)
 			}
 			switch {
 			case out.json() && watch:
@@ -123,6 +125,28 @@ for the answer, then one per event).`,
 	f.BoolVar(&req.WaitAfterFail, "wait-after-fail", false, "on failure, suspend the execution (to fix the cause and resume it) instead of ending it")
 	out.add(cmd)
 	return cmd
+}
+
+// unregistered adds to err, if it says that workflow is not registered,
+// the registered one its name was likely meant to be, or where to find
+// them: best effort, err as it was if they cannot be listed.
+func (a *app) unregistered(ctx context.Context, err error, name string) error {
+	var apiErr *client.Error
+	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusNotFound || apiErr.Field != "workflow" {
+		return err
+	}
+	listed, lerr := a.client().ListWorkflows(ctx)
+	if lerr != nil {
+		return err
+	}
+	names := make([]string, len(listed))
+	for i, w := range listed {
+		names[i] = w.Name
+	}
+	if meant := workflow.Meant(name, names); meant != "" {
+		return fmt.Errorf("%w: did you mean %q? (jetflow workflow ls lists them)", err, meant)
+	}
+	return fmt.Errorf("%w: jetflow workflow ls lists the registered ones", err)
 }
 
 // versionOf says which version of its workflow the started execution
