@@ -93,11 +93,19 @@ func probeStreams(ctx context.Context, n int, d time.Duration, inflight int) (fl
 // directory, whose file store fsyncs every write, and connects to it;
 // stop closes the connection, stops the server and removes the directory.
 func syncAlwaysServer() (js jetstream.JetStream, stop func(), err error) {
-	dir, err := os.MkdirTemp("", "jetflow-bench-fsync-")
+	return probeServer("jetflow-bench-fsync-", true)
+}
+
+// probeServer starts an embedded server of its own, in a temporary
+// directory named after prefix, fsyncing every write if syncAlways, and
+// returns a JetStream client of it (with opts), and what stops both and
+// removes the directory.
+func probeServer(prefix string, syncAlways bool, opts ...jetstream.JetStreamOpt) (js jetstream.JetStream, stop func(), err error) {
+	dir, err := os.MkdirTemp("", prefix)
 	if err != nil {
 		return nil, nil, err
 	}
-	srv, err := natsserver.Start(natsserver.Config{StoreDir: dir, Port: -1, SyncAlways: true})
+	srv, err := natsserver.Start(natsserver.Config{StoreDir: dir, Port: -1, SyncAlways: syncAlways})
 	if err != nil {
 		return nil, nil, errors.Join(err, os.RemoveAll(dir))
 	}
@@ -113,7 +121,7 @@ func syncAlwaysServer() (js jetstream.JetStream, stop func(), err error) {
 		stop()
 		return nil, nil, err
 	}
-	if js, err = jetstream.New(nc); err != nil {
+	if js, err = jetstream.New(nc, opts...); err != nil {
 		stop()
 		return nil, nil, err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"runtime"
 	"runtime/debug"
 	"sync/atomic"
@@ -12,8 +11,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"jetflow.dev/pkg/natsserver"
 )
 
 // subjectsProbeCold is how long the subjects probe waits before its last
@@ -37,27 +34,13 @@ const minSubjectsProbe = 10000
 // ever started keeps such a claim, and every retained execution a
 // history's subject and a read model's key.
 func runSubjectsProbe(ctx context.Context, out io.Writer, n int) error {
-	dir, err := os.MkdirTemp("", "jetflow-bench-subjects-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	srv, err := natsserver.Start(natsserver.Config{StoreDir: dir, Port: -1})
-	if err != nil {
-		return err
-	}
-	defer natsserver.Stop(srv)
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
 	var refused atomic.Int64
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(1024),
+	js, stop, err := probeServer("jetflow-bench-subjects-", false, jetstream.WithPublishAsyncMaxPending(1024),
 		jetstream.WithPublishAsyncErrHandler(func(jetstream.JetStream, *nats.Msg, error) { refused.Add(1) }))
 	if err != nil {
 		return err
 	}
+	defer stop()
 	const bucket = "PROBE_IDS"
 	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, Storage: jetstream.FileStorage}); err != nil {
 		return fmt.Errorf("subjects probe: create bucket: %w", err)
