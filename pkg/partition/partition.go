@@ -941,6 +941,9 @@ func (t *Table) settleRenewal(ctx context.Context, r renewal) (again bool) {
 				return true
 			}
 			if !looked { // the read failed (its time ran out, or stopping): nothing is lost; the next tick renews again
+				if !stopping(ctx, r.findErr) {
+					t.cfg.OnError(r.findErr, fmt.Sprintf("read lease %d after a refused renewal", p))
+				}
 				return false
 			}
 			if _, lapsed := t.lapsed[p]; lapsed { // expired, and nobody else holds it: take it back

@@ -553,15 +553,18 @@ func spellingHint(name string, known map[string]bool) string {
 // Meant is the one name of known that name was meant to be: the same
 // with '-' for '_' or the other way round, or one slip of its spelling
 // away (a letter inserted, deleted, replaced, or swapped with the next);
-// "" if none is, two are as near, or name is too short to tell a slip
-// from another word.
+// "" if name is known, none is, two are as near, or name is too short to
+// tell a slip from another word.
 func Meant(name string, known []string) string {
+	if slices.Contains(known, name) {
+		return ""
+	}
 	for _, alt := range []string{strings.ReplaceAll(name, "-", "_"), strings.ReplaceAll(name, "_", "-")} {
 		if alt != name && slices.Contains(known, alt) {
 			return alt
 		}
 	}
-	if len(name) < 4 || slices.Contains(known, name) {
+	if len(name) < 4 {
 		return ""
 	}
 	var near []string

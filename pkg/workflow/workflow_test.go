@@ -523,4 +523,5 @@ func TestMeant(t *testing.T) {
 	} {
 		require.Equal(t, want, workflow.Meant(name, known), name)
 	}
+	require.Empty(t, workflow.Meant("order-flow", []string{"order-flow", "order_flow"}), "known, though its other spelling is too")
 }

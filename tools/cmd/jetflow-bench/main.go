@@ -64,7 +64,7 @@ type config struct {
 	coalesce                                     time.Duration
 	timers, failover, foreach, fairness          int
 	loop, loopRounds                             int
-	fsyncProbe, loopSleep                        time.Duration
+	fsyncProbe, loopSleep, subjectsProbeCold     time.Duration
 	failoverLoad                                 int
 	fairnessSleep                                time.Duration
 	bulkAfter                                    int
@@ -163,15 +163,19 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.StringVar(&c.visibilityPostgres, "visibility-postgres", "", "with -visibility: the index in the PostgreSQL database at this URL (schema "+benchSchema+", kept: a second run skips the fill) instead of SQLite in -data")
 	fs.DurationVar(&c.fsyncProbe, "fsync-probe", 0, "run alone: how many messages a second a file store that fsyncs every write takes, published and acknowledged, in 1, 2, 4 and 8 work-queue streams, then history appends one by one and gathered into atomic batches, each for this long (0 skips it)")
 	fs.IntVar(&c.subjectsProbe, "subjects-probe", 0, "run alone: the memory an embedded nats-server keeps per subject holding a message (an execution id's claim, a history, a read model's key each hold one), from this many keys put in a bucket, at least 10000, in a temporary directory of its own (0 skips it)")
+	fs.DurationVar(&c.subjectsProbeCold, "subjects-probe-cold", DefaultSubjectsProbeCold, "how long the subjects probe waits before its last measure, for the server's block caches and subject indexes to go cold")
 	fs.IntVar(&c.visibility, "visibility", 0, "run alone: fill the api's visibility index with this many executions (in -data, kept: a second run with the same -data skips the fill) and measure its lists (0 skips it)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if c.subjectsProbeCold < 0 {
+		return fmt.Errorf("-subjects-probe-cold %s: give how long to wait, e.g. 2m15s (0 measures at once)", c.subjectsProbeCold)
 	}
 	if c.subjectsProbe != 0 && c.subjectsProbe < minSubjectsProbe {
 		return fmt.Errorf("-subjects-probe %d: give how many keys to put, at least %d (the server's fixed cost outweighs fewer), e.g. 400000", c.subjectsProbe, minSubjectsProbe)
 	}
 	if c.subjectsProbe > 0 { // no stack: a server of its own (subjectsprobe.go)
-		return runSubjectsProbe(ctx, out, c.subjectsProbe)
+		return runSubjectsProbe(ctx, out, c.subjectsProbe, c.subjectsProbeCold)
 	}
 	if c.fsyncProbe < 0 {
 		return fmt.Errorf("-fsync-probe %s: give how long each run lasts, e.g. 5s", c.fsyncProbe)

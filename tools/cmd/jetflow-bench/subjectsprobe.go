@@ -13,11 +13,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// subjectsProbeCold is how long the subjects probe waits before its last
-// measure: longer than nats-server keeps a message block's cache after
-// its last use, so that what stays is what the server keeps for every
-// subject, not the messages it read or wrote last.
-var subjectsProbeCold = 12 * time.Second
+// DefaultSubjectsProbeCold is how long the subjects probe waits, by
+// default, before its last measure: longer than nats-server keeps what
+// it read or wrote of a message block (its cache, 10 s, and its index of
+// the block's subjects, 2 min, after the block's last use), so that what
+// stays is what the server keeps for every subject for as long as it
+// holds a message.
+const DefaultSubjectsProbeCold = 2*time.Minute + 15*time.Second
 
 // minSubjectsProbe is the fewest keys the subjects probe puts: below it
 // the server's fixed cost (about 2 MiB) outweighs what the keys cost.
@@ -27,13 +29,14 @@ const minSubjectsProbe = 10000
 // for each subject that holds a message, whatever the message's size: it
 // puts n keys, each of its own subject as an execution id's claim is
 // (KV_JF_EXECUTION_IDS), in a bucket of a file store, and reports the
-// heap in use after a garbage collection, per key (and per key since
-// the last measure, which leaves out the fixed cost), after each quarter
-// and once the server's block caches have gone cold. It runs in a
-// temporary directory of its own. Every execution
+// live heap after a garbage collection, per key (and per key since the
+// last measure, which leaves out the fixed cost), and the heap in use
+// (the live heap and its spans' free room), after each quarter and once
+// the server's block caches and indexes have gone cold (after cold). It
+// runs in a temporary directory of its own. Every execution
 // ever started keeps such a claim, and every retained execution a
 // history's subject and a read model's key.
-func runSubjectsProbe(ctx context.Context, out io.Writer, n int) error {
+func runSubjectsProbe(ctx context.Context, out io.Writer, n int, cold time.Duration) error {
 	var refused atomic.Int64
 	js, stop, err := probeServer("jetflow-bench-subjects-", false, jetstream.WithPublishAsyncMaxPending(1024),
 		jetstream.WithPublishAsyncErrHandler(func(jetstream.JetStream, *nats.Msg, error) { refused.Add(1) }))
@@ -45,16 +48,17 @@ func runSubjectsProbe(ctx context.Context, out io.Writer, n int) error {
 	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, Storage: jetstream.FileStorage}); err != nil {
 		return fmt.Errorf("subjects probe: create bucket: %w", err)
 	}
-	fmt.Fprintf(out, "subjects probe: an embedded server's heap in use per subject holding a message, %d keys of a bucket (an execution id's claim each)\n", n)
-	base := heapInUse()
+	fmt.Fprintf(out, "subjects probe: an embedded server's heap per subject holding a message, %d keys of a bucket (an execution id's claim each)\n", n)
+	base := heapNow()
 	last, lastKeys := base, 0
 	report := func(keys int, when string) {
-		now := heapInUse()
-		grew := float64(now) - float64(base)
-		line := fmt.Sprintf("  %9d keys  heap +%7.1f MiB  %5.0f B a key", keys, grew/(1<<20), grew/float64(keys))
+		now := heapNow()
+		live := float64(now.live) - float64(base.live)
+		line := fmt.Sprintf("  %9d keys  live heap +%7.1f MiB  %4.0f B a key", keys, live/(1<<20), live/float64(keys))
 		if keys > lastKeys && lastKeys > 0 {
-			line += fmt.Sprintf(" (%.0f B a key since %d)", (float64(now)-float64(last))/float64(keys-lastKeys), lastKeys)
+			line += fmt.Sprintf(" (%.0f since %d)", (float64(now.live)-float64(last.live))/float64(keys-lastKeys), lastKeys)
 		}
+		line += fmt.Sprintf("; in use %4.0f B a key", (float64(now.inUse)-float64(base.inUse))/float64(keys))
 		fmt.Fprintln(out, line+when)
 		last, lastKeys = now, keys
 	}
@@ -70,6 +74,8 @@ func runSubjectsProbe(ctx context.Context, out io.Writer, n int) error {
 			case <-js.PublishAsyncComplete():
 			case <-ctx.Done():
 				return ctx.Err()
+			case <-time.After(time.Minute):
+				return fmt.Errorf("subjects probe: %d puts unanswered after a minute", js.PublishAsyncPending())
 			}
 			if r := refused.Load(); r > 0 {
 				return fmt.Errorf("subjects probe: %d puts refused", r)
@@ -80,9 +86,9 @@ func runSubjectsProbe(ctx context.Context, out io.Writer, n int) error {
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-time.After(subjectsProbeCold):
+	case <-time.After(cold):
 	}
-	report(n, fmt.Sprintf(", %s later", subjectsProbeCold))
+	report(n, fmt.Sprintf(", %s later", cold))
 	return nil
 }
 
@@ -98,11 +104,14 @@ func probeID(i int) string {
 	return fmt.Sprintf("%08x-%04x-7%03x-%04x-%012x", ms>>16, ms&0xffff, r>>52, 0x8000|r>>36&0x3fff, r&0xffffffffffff)
 }
 
-// heapInUse is the process's heap in use after a garbage collection.
-func heapInUse() uint64 {
+// heap is the process's live heap and heap in use.
+type heap struct{ live, inUse uint64 }
+
+// heapNow is the process's heap after a garbage collection.
+func heapNow() heap {
 	runtime.GC()
 	debug.FreeOSMemory()
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
-	return m.HeapInuse
+	return heap{live: m.HeapAlloc, inUse: m.HeapInuse}
 }

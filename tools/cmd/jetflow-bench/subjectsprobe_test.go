@@ -14,11 +14,9 @@ import (
 // quarter of its keys and once more after the caches went cold, a
 // figure that grew with the keys (the server keeps something for each).
 func TestSubjectsProbe(t *testing.T) {
-	defer func(d time.Duration) { subjectsProbeCold = d }(subjectsProbeCold)
-	subjectsProbeCold = 100 * time.Millisecond
 	var out bytes.Buffer
-	require.NoError(t, runSubjectsProbe(t.Context(), &out, 20000))
-	rows := regexp.MustCompile(`(?m)^ +(\d+) keys  heap \+ *([\d.-]+) MiB +(-?\d+) B a key(?: \(-?\d+ B a key since \d+\))?(, .* later)?$`).FindAllStringSubmatch(out.String(), -1)
+	require.NoError(t, runSubjectsProbe(t.Context(), &out, 20000, 100*time.Millisecond))
+	rows := regexp.MustCompile(`(?m)^ +(\d+) keys  live heap \+ *([\d.-]+) MiB +(-?\d+) B a key(?: \(-?\d+ since \d+\))?; in use +-?\d+ B a key(, .* later)?$`).FindAllStringSubmatch(out.String(), -1)
 	require.Len(t, rows, 5, "%s", out.String())
 	for i, row := range rows {
 		keys, err := strconv.Atoi(row[1])
@@ -27,7 +25,7 @@ func TestSubjectsProbe(t *testing.T) {
 		_, err = strconv.Atoi(row[3])
 		require.NoError(t, err)
 		if i >= 1 && i <= 3 {
-			require.Contains(t, row[0], "B a key since", "each quarter after the first: its own keys' cost")
+			require.Contains(t, row[0], " since ", "each quarter after the first: its own keys' cost")
 		}
 	}
 	require.NotEmpty(t, rows[4][4], "the last measure is after the caches went cold: %s", out.String())
@@ -43,6 +41,8 @@ func TestSubjectsProbeFlag(t *testing.T) {
 		err := run(t.Context(), []string{"-subjects-probe", n}, &bytes.Buffer{})
 		require.ErrorContains(t, err, "-subjects-probe "+n+": give how many keys to put, at least 10000")
 	}
+	err := run(t.Context(), []string{"-subjects-probe", "20000", "-subjects-probe-cold", "-1s"}, &bytes.Buffer{})
+	require.ErrorContains(t, err, "-subjects-probe-cold -1s")
 }
 
 // TestProbeIDs: the probe's ids are as long as a UUID and all differ.

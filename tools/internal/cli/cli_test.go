@@ -149,7 +149,7 @@ func TestExitStatuses(t *testing.T) {
 		{"BadInputToTheAPI", api, []string{"run", "fine", "--id", "-bad-"}, ExitUsage, "id"},
 		{"NotFound", api, []string{"show", "nope"}, ExitNotFound, "does not exist"},
 		{"WorkflowNotFound", api, []string{"run", "nope"}, ExitNotFound, "not registered"},
-		{"VersionNotFound", api, []string{"run", "fine", "--version", "9"}, ExitNotFound, `workflow "fine" has no version 9 (field version`},
+		{"VersionNotFound", api, []string{"run", "fine", "--version", "9"}, ExitNotFound, `workflow "fine" has no version 9 (field version, HTTP 404)` + "\n"},
 		{"VersionNotANumber", api, []string{"run", "fine", "--version", "abc"}, ExitUsage, `--version "abc": give a whole number`},
 		{"VersionTooLarge", api, []string{"run", "fine", "--version", strings.Repeat("9", 100)}, ExitUsage, `--version "99999999999999999999999999999999"... (100 characters): out of range; give a whole number`},
 		{"InputNotKeyValue", api, []string{"run", "fine", "--input", "who"}, ExitUsage, `--input "who": write it as key=value`},
@@ -461,11 +461,6 @@ func TestLocalVersion(t *testing.T) {
 	require.Equal(t, svc.Version(), none.Version)
 }
 
-// TestWorkflowShow: workflow show prints the latest version (or
-// --version N) as YAML that workflow apply takes back as the same
-// definition (the same version, nothing created), with the versions in a
-// comment; -o json is the api's answer; a workflow or version not
-// registered is not found, and a version below 1 a usage error.
 // TestRunOfAnUnregisteredWorkflow: a run of a workflow that is not
 // registered says which registered one its name is a slip of, or where
 // to find them, and exits as not found.
@@ -484,6 +479,11 @@ func TestRunOfAnUnregisteredWorkflow(t *testing.T) {
 	require.Contains(t, stderr, `workflow "quokka-walk" is not registered (field workflow, HTTP 404): jetflow workflow ls lists the registered ones`)
 }
 
+// TestWorkflowShow: workflow show prints the latest version (or
+// --version N) as YAML that workflow apply takes back as the same
+// definition (the same version, nothing created), with the versions in a
+// comment; -o json is the api's answer; a workflow or version not
+// registered is not found, and a version below 1 a usage error.
 func TestWorkflowShow(t *testing.T) {
 	t.Parallel()
 	api := stack(t).APIURL
