@@ -32,16 +32,6 @@ var (
 	signalRe        = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
 )
 
-// kindHint names the kind an unknown one was meant to be, as
-// spellingHint does for fields (htpp, clear_lock): "" if none is.
-func kindHint(kind string) string {
-	known := make(map[string]bool, len(kindFields))
-	for k := range kindFields {
-		known[k] = true
-	}
-	return spellingHint(kind, known)
-}
-
 // kindFields lists, per kind, the fields beyond the common ones (id, kind,
 // description, condition, output) that the kind accepts.
 var kindFields = map[string][]string{
@@ -202,7 +192,7 @@ func validateStepList(add func(string, string, ...any), addErr func(string, erro
 			add(f("kind"), "is required (one of %s)", strings.Join(Kinds, ", "))
 			continue
 		case !known:
-			add(f("kind"), "unknown step kind %q%s (known kinds: %s)", s.Kind, kindHint(s.Kind), strings.Join(Kinds, ", "))
+			add(f("kind"), "unknown step kind %q%s (known kinds: %s)", s.Kind, spellingHint(s.Kind, Kinds), strings.Join(Kinds, ", "))
 			continue
 		}
 		for _, u := range s.usedFields() {

@@ -452,7 +452,7 @@ func Parse(data []byte) (d Definition, err error) {
 			if strings.HasPrefix(fe.Message, "unknown field ") {
 				// Hinted from the fields of what holds it: a step's, or
 				// the definition's (a switch case or a retry has others).
-				fe.Message += spellingHint(fe.Field, fieldsAt(pathAt(body, "", fe.Line, fe.Column)))
+				fe.Message += spellingHint(fe.Field, slices.Collect(maps.Keys(fieldsAt(pathAt(body, "", fe.Line, fe.Column)))))
 			}
 			fe.Field = fieldPath(file, fe.Line, fe.Column, fe.Field)
 		}
@@ -538,13 +538,12 @@ func yamlProblem(err error) FieldError {
 	return FieldError{Message: err.Error()}
 }
 
-// spellingHint names the field an unknown one was meant to be, when it
-// differs only by '-' for '_' (on-parent-end, lock-timeout) or the other
-// way round (on_error), or is one slip of a known field's spelling away
-// (mesage, comand, timout): "" otherwise, or when two fields are as
-// near.
-func spellingHint(name string, known map[string]bool) string {
-	if meant := Meant(name, slices.Collect(maps.Keys(known))); meant != "" {
+// spellingHint names the field or kind an unknown one was meant to be
+// (Meant), when it differs only by '-' for '_' (on-parent-end,
+// clear_lock) or is one slip of a known one's spelling away (mesage,
+// timout, htpp): "" otherwise, or when two are as near.
+func spellingHint(name string, known []string) string {
+	if meant := Meant(name, known); meant != "" {
 		return fmt.Sprintf(" (did you mean %q?)", meant)
 	}
 	return ""
