@@ -22,7 +22,11 @@ import (
 	"sync"
 
 	"github.com/expr-lang/expr"
+	"github.com/expr-lang/expr/builtin"
+	"github.com/expr-lang/expr/file"
 	"github.com/expr-lang/expr/vm"
+
+	"jetflow.dev/pkg/spelling"
 )
 
 // Roots are the names every expression may start from.
@@ -33,12 +37,90 @@ type Error struct {
 	// Expr is the expression's text.
 	Expr string
 	Err  error
+	// hint is what an unknown name was likely meant to be, or why it is
+	// not there ("" when nothing stands out).
+	hint string
 }
 
+// Error is the message on one line, as an API's answer, a log line and a
+// failed step's event carry it: the cause, where in the expression it
+// is, and a hint for an unknown name. The library's diagram of the
+// expression with a caret under the place is left out: on one line, its
+// caret points at nothing.
 func (e *Error) Error() string {
-	msg := strings.Join(strings.Fields(e.Err.Error()), " ")
-	return fmt.Sprintf("expression ${%s}: %s", e.Expr, msg)
+	msg := e.Err.Error()
+	//nolint:errorlint // the library's own error only: a wrapper's words would be lost
+	if fe, ok := e.Err.(*file.Error); ok && fe.Snippet != "" {
+		msg = fe.Message + position(fe.Line, fe.Column)
+	}
+	msg = strings.Join(strings.Fields(msg), " ")
+	if e.hint != "" {
+		msg += " (" + e.hint + ")"
+	}
+	return fmt.Sprintf("expression ${%s}: %s", strings.Join(strings.Fields(e.Expr), " "), msg)
 }
+
+// position is where in an expression an error is, from the library's
+// line (1 for the first) and column (0 for the first).
+func position(line, column int) string {
+	if line > 1 {
+		return fmt.Sprintf(" at line %d, column %d", line, column+1)
+	}
+	return fmt.Sprintf(" at column %d", column+1)
+}
+
+// disabledBuiltins are the library's functions an expression may not
+// call, and why: each would make the same expression give another value
+// when it is evaluated again.
+var disabledBuiltins = map[string]string{
+	"now":    "the clock is not available, so that an expression evaluated again gives the same value: use workflow.started_at, or pass the time in the input",
+	"keys":   "keys() is off: its order would change from one evaluation to the next",
+	"values": "values() is off: its order would change from one evaluation to the next",
+}
+
+// nameHint is the hint for code's compile error naming an unknown name:
+// the function it is one slip of when it is called, else the root; or
+// why a disabled function is.
+func nameHint(code string, err error, roots []string) string {
+	var fe *file.Error
+	if !errors.As(err, &fe) {
+		return ""
+	}
+	name, ok := strings.CutPrefix(fe.Message, "unknown name ")
+	if !ok {
+		return ""
+	}
+	if why, ok := disabledBuiltins[name]; ok {
+		return why
+	}
+	known := roots
+	if called(code, fe.From, name) {
+		known = callableBuiltins()
+	}
+	if meant := spelling.Meant(name, known); meant != "" {
+		return fmt.Sprintf("did you mean %q?", meant)
+	}
+	return ""
+}
+
+// called reports whether the name at rune offset from of code is called
+// (an opening parenthesis follows it).
+func called(code string, from int, name string) bool {
+	r := []rune(code)
+	end := from + len([]rune(name))
+	if from < 0 || end > len(r) || string(r[from:end]) != name {
+		return false
+	}
+	return strings.HasPrefix(strings.TrimSpace(string(r[end:])), "(")
+}
+
+// callableBuiltins are the library's functions an expression may call.
+var callableBuiltins = sync.OnceValue(func() []string {
+	return slices.DeleteFunc(slices.Clone(builtin.Names), func(n string) bool {
+		_, off := disabledBuiltins[n]
+		return off || strings.HasPrefix(n, "$")
+	})
+})
 
 func (e *Error) Unwrap() error { return e.Err }
 
@@ -432,7 +514,7 @@ func program(code string, roots []string) (*vm.Program, error) {
 		// function's name is no name a user writes (a let may be "mod").
 		expr.Function(modFunction, mod, new(func(int, int) int), new(func(any, any) any)), expr.Operator("%", modFunction))
 	if err != nil {
-		return nil, &Error{Expr: code, Err: err}
+		return nil, &Error{Expr: code, Err: err, hint: nameHint(code, err, roots)}
 	}
 	cacheMu.Lock()
 	if len(cache) > 10000 {

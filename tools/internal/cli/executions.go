@@ -20,6 +20,7 @@ import (
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
+	"jetflow.dev/pkg/spelling"
 	"jetflow.dev/pkg/workflow"
 )
 
@@ -143,7 +144,7 @@ func (a *app) unregistered(ctx context.Context, err error, name string) error {
 	for i, w := range listed {
 		names[i] = w.Name
 	}
-	if meant := workflow.Meant(name, names); meant != "" {
+	if meant := spelling.Meant(name, names); meant != "" {
 		return fmt.Errorf("%w: did you mean %q? (jetflow workflow ls lists them)", err, meant)
 	}
 	return fmt.Errorf("%w: jetflow workflow ls lists the registered ones", err)
