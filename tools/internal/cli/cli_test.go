@@ -214,19 +214,31 @@ func TestJSONOutput(t *testing.T) {
 	require.Equal(t, ExitOK, code, stderr)
 	require.Contains(t, out, `"executions": []`, out)
 
+	var list client.ExecutionList
 	require.Eventually(t, func() bool { // the list is a projection: it catches up
 		code, out, _ = jetflow(t, api, "ls", "-o", "json")
-		var list client.ExecutionList
+		list = client.ExecutionList{}
 		return code == ExitOK && json.Unmarshal([]byte(out), &list) == nil && len(list.Executions) == 2
 	}, 20*time.Second, 20*time.Millisecond, out)
+	// The newest first (the dispatchers record the starts, so j-1 may
+	// have started after j-2).
+	newest, older := list.Executions[0], list.Executions[1]
+	require.False(t, newest.StartedAt.Before(older.StartedAt), "ls lists the newest first: %s", out)
 
 	// A page of one: the executions on stdout, the next page's command
-	// (with the list's filters and page size) on stderr.
+	// (with the list's filters and page size, and no order, which it
+	// asks for again the same way) on stderr.
 	code, out, stderr = jetflow(t, api, "ls", "--workflow", "fine", "--limit", "1")
 	require.Equal(t, ExitOK, code, stderr)
 	require.NotContains(t, out, "more:")
 	require.Equal(t, 2, strings.Count(out, "\n"), "a header and one execution: %s", out)
-	require.Contains(t, stderr, "more: jetflow --api "+api+" ls --workflow fine --limit 1 --after j-1")
+	require.Contains(t, out, newest.ID)
+	more, ok := strings.CutPrefix(strings.TrimSpace(stderr), "more: jetflow --api "+api+" ls --workflow fine --limit 1 --after ")
+	require.True(t, ok, stderr)
+	code, out, stderr = jetflow(t, api, "ls", "--workflow", "fine", "--limit", "1", "--after", more)
+	require.Equal(t, ExitOK, code, stderr)
+	require.Contains(t, out, older.ID)
+	require.Empty(t, stderr, "the last page")
 
 	// counts: every execution of the workflow, by status (j-1 may still
 	// be ending).

@@ -449,7 +449,7 @@ func (a *app) lsCmd() *cobra.Command {
 					return usagef("--attr %q: give NAME:VALUE, a search attribute of the workflow (e.g. --attr customer:acme)", a)
 				}
 			}
-			list, next, err := a.client().ListExecutions(cmd.Context(), o)
+			list, next, err := a.client().ListExecutions(cmd.Context(), lsOrder(o))
 			if err != nil {
 				return err
 			}
@@ -481,7 +481,7 @@ func (a *app) lsCmd() *cobra.Command {
 	f.BoolVar(&o.Damaged, "damaged", false, "only damaged executions (waiting for an admin's repair)")
 	f.IntVar(&o.Limit, "limit", 50, "page size (1-1000)")
 	f.StringVar(&o.After, "after", "", "cursor: the page after this one (the \"more:\" line gives the command)")
-	f.StringVar(&o.Sort, "sort", "", "order: "+strings.Join(listSorts, ", ")+" (default id; with a time range, that time, latest first)")
+	f.StringVar(&o.Sort, "sort", "", "order: "+strings.Join(listSorts, ", ")+" (default started_desc, the newest first; with a time range, that time, latest first)")
 	f.StringArrayVar(&o.Attrs, "attr", nil, "NAME:VALUE: only executions whose search attribute NAME has this value (repeatable)")
 	for i, name := range timeFlags {
 		f.StringVar(&times[i], name, "", "only executions "+strings.ReplaceAll(name, "-", " ")+" this time: RFC 3339 (2026-01-02T15:04:05Z), or a duration ago (90m)")
@@ -529,6 +529,19 @@ func (a *app) countsCmd() *cobra.Command {
 	cmd.Flags().StringVar(&workflow, "workflow", "", "only executions of this workflow")
 	out.add(cmd)
 	return cmd
+}
+
+// lsOrder is the list ls asks for: o, the newest executions first unless
+// it names an order or a time range (whose time then orders it, latest
+// first, as the api does). The api's own default, id order, is a
+// script's stable order, not what a person looking at the list wants.
+// The next page's command leaves the order out as o does: it is asked for
+// the same way again.
+func lsOrder(o client.ListOptions) client.ListOptions {
+	if o.Sort == "" && o.StartedAfter.IsZero() && o.StartedBefore.IsZero() && o.EndedAfter.IsZero() && o.EndedBefore.IsZero() {
+		o.Sort = "started_desc"
+	}
+	return o
 }
 
 // listSorts are the orders of GET /v1/executions.
