@@ -781,16 +781,26 @@ func (t *Table) reconcile(ctx context.Context, renewing bool) {
 	}
 	// The renewals first, together: they are what cannot wait.
 	t.renewEach(ctx, renewals)
+	var takes []int
 	for p, a := range acts {
 		switch a {
 		case loseIt:
 			t.lost(p, "its lease expired")
-		case retakeIt:
-			t.retake(ctx, p)
 		case giveBackIt:
 			t.startRelease(p)
-		case takeIt:
-			t.acquire(ctx, p)
+		case retakeIt, takeIt:
+			takes = append(takes, p)
+		}
+	}
+	// Then the takes and retakes, together too: one after the other, a
+	// survivor taking a dead member's partitions, or a member taking its
+	// leases back after a stall, waited two round trips per partition
+	// (each lease's read, then its write) before handling the last one.
+	for _, tk := range t.takeEach(ctx, takes) {
+		if acts[tk.p] == retakeIt {
+			t.tookBack(ctx, tk)
+		} else {
+			t.acquired(ctx, tk)
 		}
 	}
 }
@@ -831,11 +841,13 @@ func (t *Table) next(p int, owner string, renewing bool) act {
 	return leaveIt
 }
 
-func (t *Table) acquire(ctx context.Context, p int) {
-	sent := t.cfg.Now()
-	opCtx, cancel := t.opCtx(ctx)
-	rev, vacancy, err := t.take(opCtx, p)
-	cancel()
+// acquire takes p, free, and starts handling it.
+func (t *Table) acquire(ctx context.Context, p int) { t.acquired(ctx, t.takeEach(ctx, []int{p})[0]) }
+
+// acquired starts handling the partition of tk, a take of a free one, if
+// it took the lease.
+func (t *Table) acquired(ctx context.Context, tk taken) {
+	p, sent, rev, vacancy, err := tk.p, tk.sent, tk.rev, tk.v, tk.err
 	if err != nil {
 		if !errors.Is(err, errTaken) && !errors.Is(err, errRefused) && ctx.Err() == nil {
 			t.cfg.OnError(err, fmt.Sprintf("take partition %d", p))
@@ -1010,11 +1022,11 @@ func (t *Table) stillMine(p int, e jetstream.KeyValueEntry, err error) (mine, lo
 // key), so the retake begins a new holding: a new epoch, told by Retook,
 // in which what was cached before is read again. If the watch then shows
 // such a holding, HeldMeanwhile is told (see heldMeanwhile).
-func (t *Table) retake(ctx context.Context, p int) {
-	sent := t.cfg.Now()
-	opCtx, cancel := t.opCtx(ctx)
-	rev, _, err := t.take(opCtx, p)
-	cancel()
+func (t *Table) retake(ctx context.Context, p int) { t.tookBack(ctx, t.takeEach(ctx, []int{p})[0]) }
+
+// tookBack settles tk, a retake's take (see retake).
+func (t *Table) tookBack(ctx context.Context, tk taken) {
+	p, sent, rev, err := tk.p, tk.sent, tk.rev, tk.err
 	// A retake's write answered late, found by a later take, counts as
 	// expired: this member's holding lapsed before it.
 	delete(t.unanswered, p)
@@ -1061,9 +1073,65 @@ var (
 	errRefused = errors.New("partition: the lease changed after it was read")
 )
 
-// take writes p's lease for this member, a compare-and-set on the lease's
-// last message, and returns its revision and how that message says the
-// lease was left:
+// taken is a take of partition p's lease (see sendTake): what it was
+// sent with, and its answer.
+type taken struct {
+	p    int
+	sent time.Time // before the write: a lease taken lives its TTL from a moment after this
+	// token is the take's TakeHeader; pending, p's takes that had no
+	// answer before it (t.unanswered[p] when it was sent).
+	token   string
+	pending unansweredTakes
+	// rev is the lease's revision taken, and v how it was left (the
+	// message it replaced), when err is nil.
+	rev     uint64
+	v       Vacancy
+	adopted bool // the lease held this member's name already
+	err     error
+	// lost is a write without an answer: it may be stored, as found
+	// says the lease was left (settleTake remembers it).
+	lost  bool
+	found Vacancy
+}
+
+// takeEach takes the leases of ps for this member: their reads and
+// writes go out together, then each answer is settled in turn
+// (settleTake). It returns each take, in ps' order.
+func (t *Table) takeEach(ctx context.Context, ps []int) []taken {
+	if len(ps) == 0 {
+		return nil
+	}
+	out := make([]taken, len(ps))
+	sent := t.cfg.Now()
+	opCtx, cancel := t.opCtx(ctx)
+	defer cancel()
+	if t.leaseStream == nil {
+		st, err := t.js.Stream(opCtx, "KV_"+t.kv.Bucket())
+		if err != nil {
+			err = fmt.Errorf("open the stream of bucket %s: %w", t.kv.Bucket(), err)
+			for i, p := range ps {
+				out[i] = taken{p: p, sent: sent, v: VacancyUnknown, err: err}
+			}
+			return out
+		}
+		t.leaseStream = st
+	}
+	var wg sync.WaitGroup
+	for i, p := range ps {
+		t.takes++
+		out[i] = taken{p: p, sent: sent, token: t.nonce + "." + strconv.FormatUint(t.takes, 10), pending: t.unanswered[p]}
+		wg.Go(func() { t.sendTake(opCtx, &out[i]) })
+	}
+	wg.Wait()
+	for i := range out {
+		t.settleTake(out[i])
+	}
+	return out
+}
+
+// sendTake writes tk's lease for this member, a compare-and-set on the
+// lease's last message, and keeps in tk its revision and how that
+// message says the lease was left:
 //   - none (never held, or it expired longer ago than the bucket keeps the
 //     marker): VacancyNever;
 //   - a delete (a holder gave it back): VacancyReleased;
@@ -1071,26 +1139,20 @@ var (
 //   - a lease of this member's name: an earlier write of this member's
 //     (one whose answer was lost, or an earlier run's) is there; it is
 //     renewed from it (adopted), as VacancyExpired, unless it is the
-//     write of one of this member's takes of p that had no answer: then
-//     as that take found it (TakeHeader, unansweredTakes);
+//     write of one of this member's takes of the partition that had no
+//     answer: then as that take found it (TakeHeader, tk.pending);
 //   - another member's lease: errTaken.
 //
 // A write refused because the lease changed since it was read (another
 // member took it, or the read was answered by a replica behind the
 // lease's last change) is errRefused, to try again later. The
 // compare-and-set makes the Vacancy that of the message the lease
-// replaced, whatever the watch has shown of it so far.
-func (t *Table) take(ctx context.Context, p int) (rev uint64, v Vacancy, err error) {
-	if t.leaseStream == nil {
-		st, err := t.js.Stream(ctx, "KV_"+t.kv.Bucket())
-		if err != nil {
-			return 0, VacancyUnknown, fmt.Errorf("open the stream of bucket %s: %w", t.kv.Bucket(), err)
-		}
-		t.leaseStream = st
-	}
-	subject := "$KV." + t.kv.Bucket() + "." + LeaseKey(p)
+// replaced, whatever the watch has shown of it so far. It is all I/O: it
+// changes nothing of the table's.
+func (t *Table) sendTake(ctx context.Context, tk *taken) {
+	subject := "$KV." + t.kv.Bucket() + "." + LeaseKey(tk.p)
 	var last uint64
-	v, adopted := VacancyNever, false
+	v := VacancyNever
 	// The takes that had no answer are remembered until one is answered:
 	// a failed read, a write refused after a replica's stale read, or
 	// another member's lease read from one says nothing of them (and a
@@ -1100,37 +1162,48 @@ func (t *Table) take(ctx context.Context, p int) (rev uint64, v Vacancy, err err
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
 	case err != nil:
-		return 0, VacancyUnknown, fmt.Errorf("read lease %d: %w", p, err)
+		tk.v, tk.err = VacancyUnknown, fmt.Errorf("read lease %d: %w", tk.p, err)
+		return
 	default:
 		last, v = m.Sequence, leftAs(m.Header)
 		if v == VacancyUnknown { // a lease
 			if string(m.Data) != t.cfg.Member {
-				return 0, VacancyUnknown, errTaken
+				tk.v, tk.err = VacancyUnknown, errTaken
+				return
 			}
-			v, adopted = VacancyExpired, true
-			if found, ok := t.unanswered[p].of(m.Header.Get(TakeHeader)); ok {
+			v, tk.adopted = VacancyExpired, true
+			if found, ok := tk.pending.of(m.Header.Get(TakeHeader)); ok {
 				v = found // such a take's write, stored
 			}
 		}
 	}
-	t.takes++
-	token := t.nonce + "." + strconv.FormatUint(t.takes, 10)
-	ack, err := t.writeLease(ctx, &nats.Msg{Subject: subject, Data: []byte(t.cfg.Member), Header: nats.Header{TakeHeader: {token}}},
+	ack, err := t.writeLease(ctx, &nats.Msg{Subject: subject, Data: []byte(t.cfg.Member), Header: nats.Header{TakeHeader: {tk.token}}},
 		jetstream.WithMsgTTL(t.cfg.TTL), jetstream.WithExpectLastSequencePerSubject(last))
-	if wrongLastSequence(err) {
+	switch {
+	case wrongLastSequence(err):
 		// Changed since it was read (by another member, or the read came
 		// from a replica behind): not an error; the next tick looks again.
-		return 0, VacancyUnknown, errRefused
+		tk.v, tk.err = VacancyUnknown, errRefused
+	case err != nil:
+		tk.v, tk.err = VacancyUnknown, fmt.Errorf("write lease %d: %w", tk.p, err)
+		tk.lost, tk.found = true, v
+	default:
+		tk.rev, tk.v = ack.Sequence, v
 	}
-	if err != nil {
-		t.unanswered[p] = t.unanswered[p].with(token, v)
-		return 0, VacancyUnknown, fmt.Errorf("write lease %d: %w", p, err)
+}
+
+// settleTake remembers tk's write if it had no answer, and forgets the
+// partition's takes that had none once one is answered.
+func (t *Table) settleTake(tk taken) {
+	switch {
+	case tk.lost:
+		t.unanswered[tk.p] = t.unanswered[tk.p].with(tk.token, tk.found)
+	case tk.err == nil:
+		delete(t.unanswered, tk.p)
+		if tk.adopted {
+			t.adopted.Add(1)
+		}
 	}
-	delete(t.unanswered, p)
-	if adopted {
-		t.adopted.Add(1)
-	}
-	return ack.Sequence, v, nil
 }
 
 // unansweredTakes are a partition's takes whose writes had no answer

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -435,4 +436,98 @@ func expiryMarkers(t *testing.T, w jetstream.KeyWatcher, n int) map[int]jetstrea
 		}
 	}
 	return markers
+}
+
+// TestTakesAndRetakesOfManyPartitionsGoOutTogether: a reconcile's takes
+// (a member taking partitions free, as a survivor takes a dead member's)
+// and its retakes (a member taking its leases back after a stall) are
+// written together: one after the other, each waited two round trips
+// (the lease's read, then its write) before the next, and the last
+// partition was handled that much later. Each write here waits until
+// every take of the reconcile has written, or 2 s.
+func TestTakesAndRetakesOfManyPartitionsGoOutTogether(t *testing.T) {
+	t.Parallel()
+	const (
+		n   = 8
+		ttl = 6 * time.Second // a batch's requests have half of it
+	)
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	ctx := t.Context()
+	kv, err := js.KeyValue(ctx, bus.BucketDispatchers)
+	require.NoError(t, err)
+	h := &hooks{}
+	tbl, err := partition.New(js, kv, partition.Config{Member: "a", Partitions: n, TTL: ttl,
+		Acquire: func(context.Context, int, uint64) error { return nil },
+		Release: func(p int, _ uint64) bool { h.mu.Lock(); h.rel = append(h.rel, p); h.mu.Unlock(); return true },
+		Retook:  func(p int, old, new uint64) { h.mu.Lock(); h.took = append(h.took, retake{p, old, new}); h.mu.Unlock() }})
+	require.NoError(t, err)
+	t.Cleanup(tbl.WaitStarts)
+	writes := &meeting{}
+	tbl.WrapTakeWrites(writes.wrap)
+	w := watchAll(t, kv)
+
+	writes.expect(n)
+	tbl.ReconcileNow(ctx) // the partitions all free, all this member's
+	for p := range n {
+		_, ok := tbl.Epoch(p)
+		require.True(t, ok, "partition %d taken", p)
+	}
+	require.Equal(t, n, writes.most(), "the takes' writes were all under way at once")
+
+	// Nothing renews (the loop does not run): the leases expire, and the
+	// watch tells the member, which still handles the partitions.
+	markers := expiryMarkers(t, w, n)
+	for p := range n {
+		tbl.ObserveNow(markers[p])
+	}
+	writes.expect(n)
+	tbl.ReconcileNow(ctx)
+	require.Len(t, h.retook(), n, "each partition taken back")
+	require.Equal(t, n, writes.most(), "the retakes' writes were all under way at once")
+	require.Empty(t, h.released())
+}
+
+// meeting holds each lease write back until the n expected have come,
+// or 2 s, and counts the most under way at once.
+type meeting struct {
+	mu                 sync.Mutex
+	n, came, now, peak int
+	all                chan struct{}
+}
+
+// expect starts a new count, of n writes.
+func (m *meeting) expect(n int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.n, m.came, m.now, m.peak, m.all = n, 0, 0, 0, make(chan struct{})
+}
+
+// most is the most writes under way at once since expect.
+func (m *meeting) most() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.peak
+}
+
+func (m *meeting) wrap(write partition.LeaseWrite) partition.LeaseWrite {
+	return func(ctx context.Context, msg *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+		m.mu.Lock()
+		m.came++
+		m.now++
+		m.peak = max(m.peak, m.now)
+		all := m.all
+		if m.came == m.n {
+			close(all)
+		}
+		m.mu.Unlock()
+		select {
+		case <-all:
+		case <-time.After(2 * time.Second):
+		case <-ctx.Done():
+		}
+		m.mu.Lock()
+		m.now--
+		m.mu.Unlock()
+		return write(ctx, msg, opts...)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -150,15 +151,20 @@ const (
 )
 
 // scriptTakeWrites makes tbl's next takes' writes go as script says, one
-// each; the writes after them go as usual.
+// each, in the order they are made (a reconcile's takes are made
+// together); the writes after them go as usual.
 func scriptTakeWrites(tbl *partition.Table, script ...takeWrite) {
+	var mu sync.Mutex
 	tbl.WrapTakeWrites(func(write partition.LeaseWrite) partition.LeaseWrite {
 		return func(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+			mu.Lock()
 			if len(script) == 0 {
+				mu.Unlock()
 				return write(ctx, m, opts...)
 			}
 			next := script[0]
 			script = script[1:]
+			mu.Unlock()
 			switch next {
 			case storedUnanswered:
 				if _, err := write(ctx, m, opts...); err != nil {
