@@ -74,7 +74,12 @@ func TestCompileErrorsSayWhatWasMeant(t *testing.T) {
 		{"${inptu(1)}", "expression ${inptu(1)}: unknown name inptu at column 1"},  // input is a root, not a function
 		{"${stpes.a.output + itme}", `expression ${stpes.a.output + itme}: unknown name stpes at column 1 (did you mean "steps"?)`},
 		{"${now()}", "expression ${now()}: unknown name now at column 1 (the clock is not available, so that an expression evaluated again gives the same value: use workflow.started_at, or pass the time in the input)"},
-		{"${input.a +\n  1 +}", "expression ${input.a + 1 +}: unexpected token EOF at line 2, column 5"},
+		// Line breaks shown as spaces: the column counts in what is shown.
+		{"${input.a +\n  1 +}", "expression ${input.a +   1 +}: unexpected token EOF at column 15"},
+		{"${input.a  +  nope}", "expression ${input.a  +  nope}: unknown name nope at column 13"},
+		{"${'a  b' +\tnope}", "expression ${'a  b' + nope}: unknown name nope at column 10"},
+		{"${kyes(input)}", `expression ${kyes(input)}: unknown name kyes at column 1 (did you mean "keys"? keys() is off: its order would change from one evaluation to the next)`},
+		{"${nowe()}", "expression ${nowe()}: unknown name nowe at column 1"},                                                 // now and none, as near
 		{"${'ünï' + lenn(input)}", `expression ${'ünï' + lenn(input)}: unknown name lenn at column 9 (did you mean "len"?)`}, // columns count letters, not bytes
 	} {
 		err := expression.Compile(tc.in, roots)

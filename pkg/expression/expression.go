@@ -20,6 +20,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/expr-lang/expr"
 	"github.com/expr-lang/expr/builtin"
@@ -43,30 +44,36 @@ type Error struct {
 }
 
 // Error is the message on one line, as an API's answer, a log line and a
-// failed step's event carry it: the cause, where in the expression it
-// is, and a hint for an unknown name. The library's diagram of the
-// expression with a caret under the place is left out: on one line, its
-// caret points at nothing.
+// failed step's event carry it: the expression (its line breaks and tabs
+// spaces, so that a column counts in it as in the expression), the
+// cause, the column of the expression where it is, and a hint for an
+// unknown name. The library's diagram of the expression with a caret
+// under the place is left out: on one line, its caret points at nothing.
 func (e *Error) Error() string {
 	msg := e.Err.Error()
 	//nolint:errorlint // the library's own error only: a wrapper's words would be lost
 	if fe, ok := e.Err.(*file.Error); ok && fe.Snippet != "" {
-		msg = fe.Message + position(fe.Line, fe.Column)
+		msg = fe.Message
+		if fe.From >= 0 && fe.From <= utf8.RuneCountInString(e.Expr) {
+			msg += fmt.Sprintf(" at column %d", fe.From+1)
+		}
 	}
 	msg = strings.Join(strings.Fields(msg), " ")
 	if e.hint != "" {
 		msg += " (" + e.hint + ")"
 	}
-	return fmt.Sprintf("expression ${%s}: %s", strings.Join(strings.Fields(e.Expr), " "), msg)
+	return fmt.Sprintf("expression ${%s}: %s", oneLine(e.Expr), msg)
 }
 
-// position is where in an expression an error is, from the library's
-// line (1 for the first) and column (0 for the first).
-func position(line, column int) string {
-	if line > 1 {
-		return fmt.Sprintf(" at line %d, column %d", line, column+1)
-	}
-	return fmt.Sprintf(" at column %d", column+1)
+// oneLine is s with each line break and tab a space: its letters stay
+// where they were.
+func oneLine(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '\n' || r == '\r' || r == '\t' {
+			return ' '
+		}
+		return r
+	}, s)
 }
 
 // disabledBuiltins are the library's functions an expression may not
@@ -90,17 +97,22 @@ func nameHint(code string, err error, roots []string) string {
 	if !ok {
 		return ""
 	}
+	name, _, _ = strings.Cut(name, " ")
 	if why, ok := disabledBuiltins[name]; ok {
 		return why
 	}
 	known := roots
 	if called(code, fe.From, name) {
-		known = callableBuiltins()
+		known = slices.Concat(callableBuiltins(), slices.Sorted(maps.Keys(disabledBuiltins)))
 	}
-	if meant := spelling.Meant(name, known); meant != "" {
-		return fmt.Sprintf("did you mean %q?", meant)
+	meant := spelling.Meant(name, known)
+	if meant == "" {
+		return ""
 	}
-	return ""
+	if why, off := disabledBuiltins[meant]; off {
+		return fmt.Sprintf("did you mean %q? %s", meant, why)
+	}
+	return fmt.Sprintf("did you mean %q?", meant)
 }
 
 // called reports whether the name at rune offset from of code is called
