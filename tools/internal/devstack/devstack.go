@@ -26,12 +26,10 @@ import (
 
 	"jetflow.dev/pkg/auth"
 	"jetflow.dev/pkg/bus"
-	"jetflow.dev/pkg/catalog"
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/natsserver"
 	"jetflow.dev/pkg/operation"
 	"jetflow.dev/pkg/svc"
-	"jetflow.dev/pkg/workflow"
 	"jetflow.dev/services/agent/agent"
 	"jetflow.dev/services/api/access"
 	"jetflow.dev/services/api/api"
@@ -590,7 +588,7 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 	}
 	log := func(name string) zerolog.Logger { return cfg.Log.With().Str("service", name).Logger() }
 	start(auth.DefaultNamespace, "api", func(ctx context.Context, c *bus.Conn) error {
-		if err := applyFiles(ctx, c, cfg.Apply, log("api")); err != nil {
+		if err := applyFiles(ctx, c, cfg.DataDir, cfg.Apply, log("api")); err != nil {
 			return err
 		}
 		if ready != nil {
@@ -806,102 +804,6 @@ func splitAddr(addr string) (string, int, error) {
 		return "", 0, fmt.Errorf("port %q: %w", p, err)
 	}
 	return h, port, nil
-}
-
-// applyFiles registers workflow definitions from files and directories.
-func applyFiles(ctx context.Context, c *bus.Conn, paths []string, log zerolog.Logger) error {
-	if len(paths) == 0 {
-		return nil
-	}
-	store, err := catalog.Open(ctx, c.JS)
-	if err != nil {
-		return err
-	}
-	var files []string
-	for _, p := range paths {
-		st, err := os.Stat(p)
-		if err != nil {
-			return fmt.Errorf("apply %s: %w", p, err)
-		}
-		if !st.IsDir() {
-			files = append(files, p)
-			continue
-		}
-		entries, err := os.ReadDir(p)
-		if err != nil {
-			return fmt.Errorf("apply %s: %w", p, err)
-		}
-		for _, e := range entries {
-			if ext := strings.ToLower(filepath.Ext(e.Name())); !e.IsDir() && (ext == ".yaml" || ext == ".yml" || ext == ".json") {
-				files = append(files, filepath.Join(p, e.Name()))
-			}
-		}
-	}
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			return fmt.Errorf("apply %s: %w", f, err)
-		}
-		def, err := workflow.Parse(data)
-		if err != nil {
-			return fmt.Errorf("apply %s: %w", f, err)
-		}
-		older, latest, err := appliedBefore(ctx, store, def)
-		if err != nil {
-			return fmt.Errorf("apply %s: %w", f, err)
-		}
-		if older > 0 {
-			log.Info().Str("file", f).Str("workflow", def.Name).Int("version", older).Int("latest", latest).
-				Msgf("workflow not applied: the file is its version %d, and version %d, applied since, stays the latest (jetflow workflow apply -f %s makes the file's the latest)", older, latest, f)
-			continue
-		}
-		rec, created, err := store.Apply(ctx, def)
-		if err != nil {
-			return fmt.Errorf("apply %s: %w", f, err)
-		}
-		log.Info().Str("file", f).Str("workflow", rec.Name).Int("version", rec.Version).Bool("created", created).Msg("workflow applied")
-	}
-	return nil
-}
-
-// appliedBefore is the version of def's workflow, older than its latest,
-// that holds def (0 when none does), and the latest version: a file
-// applied at every start must not take the latest back from a version
-// applied since (a user's edit of an example, with jetflow workflow
-// apply), as an apply of the file would, making it a new version again.
-// A changed file is applied: it is a new definition. A definition naming
-// its version is left to Apply, which stores it once.
-func appliedBefore(ctx context.Context, store *catalog.Store, def workflow.Definition) (older, latest int, err error) {
-	if def.Version > 0 {
-		return 0, 0, nil
-	}
-	versions, err := store.Versions(ctx, def.Name)
-	if errors.Is(err, catalog.ErrNotFound) {
-		return 0, 0, nil
-	}
-	if err != nil {
-		return 0, 0, err
-	}
-	cur, err := store.Get(ctx, def.Name, 0)
-	if errors.Is(err, catalog.ErrNotFound) {
-		return 0, 0, nil // versions stored, none the latest yet: Apply completes it
-	}
-	if err != nil {
-		return 0, 0, err
-	}
-	digest, err := def.Digest()
-	if err != nil {
-		return 0, 0, fmt.Errorf("digest definition: %w", err)
-	}
-	if cur.Digest == digest {
-		return 0, cur.Version, nil // Apply leaves it as it is
-	}
-	for _, rec := range versions {
-		if rec.Digest == digest && rec.Version < cur.Version {
-			older = rec.Version
-		}
-	}
-	return older, cur.Version, nil
 }
 
 // natsLogger adapts nats-server's printf-style logger to zerolog.

@@ -17,9 +17,7 @@ import (
 
 	"jetflow.dev/pkg/auth"
 	"jetflow.dev/pkg/bus"
-	"jetflow.dev/pkg/catalog"
 	"jetflow.dev/pkg/natstest"
-	"jetflow.dev/pkg/workflow"
 )
 
 func run(t *testing.T, dir string) (Info, context.CancelFunc, <-chan error) {
@@ -129,52 +127,4 @@ func TestMissingStreamIsMadeAgain(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	}, "the api is ready again")
-}
-
-// TestApplyAtStartKeepsALaterVersion: the files jetflow dev applies at
-// each start are registered once. A version applied since (an example
-// edited and applied by hand) stays the latest when the stack starts
-// again; a file changed since is applied, as a new version.
-func TestApplyAtStartKeepsALaterVersion(t *testing.T) {
-	t.Parallel()
-	s := natstest.RunJetStream(t)
-	nc, js := natstest.Connect(t, s)
-	c := &bus.Conn{NC: nc, JS: js}
-	ctx := t.Context()
-	log := zerolog.New(zerolog.NewTestWriter(t))
-	dir := t.TempDir()
-	file := filepath.Join(dir, "hello.yaml")
-	require.NoError(t, os.WriteFile(file, []byte("name: hello\nsteps:\n  - {id: a, kind: noop}\n"), 0o600))
-	store, err := catalog.Open(ctx, js)
-	require.NoError(t, err)
-	latest := func() int {
-		t.Helper()
-		rec, err := store.Get(ctx, "hello", 0)
-		require.NoError(t, err)
-		return rec.Version
-	}
-
-	require.NoError(t, applyFiles(ctx, c, []string{dir}, log))
-	require.Equal(t, 1, latest())
-	require.NoError(t, applyFiles(ctx, c, []string{dir}, log), "a start again")
-	require.Equal(t, 1, latest(), "the same file again is no new version")
-
-	edited, err := workflow.Parse([]byte("name: hello\nsteps:\n  - {id: a, kind: noop}\n  - {id: b, kind: noop}\n"))
-	require.NoError(t, err)
-	_, created, err := store.Apply(ctx, edited)
-	require.NoError(t, err)
-	require.True(t, created)
-	require.Equal(t, 2, latest())
-	require.NoError(t, applyFiles(ctx, c, []string{file}, log), "a start after the edit")
-	require.Equal(t, 2, latest(), "the version applied since stays the latest")
-	versions, err := store.Versions(ctx, "hello")
-	require.NoError(t, err)
-	require.Len(t, versions, 2, "no version made again")
-
-	require.NoError(t, os.WriteFile(file, []byte("name: hello\nsteps:\n  - {id: c, kind: noop}\n"), 0o600))
-	require.NoError(t, applyFiles(ctx, c, []string{dir}, log), "a start after the file changed")
-	rec, err := store.Get(ctx, "hello", 0)
-	require.NoError(t, err)
-	require.Equal(t, 3, rec.Version, "a changed file is a new version")
-	require.Equal(t, "c", rec.Definition.Steps[0].ID)
 }
