@@ -239,6 +239,12 @@ func TestJSONOutput(t *testing.T) {
 	require.Equal(t, ExitOK, code, stderr)
 	require.Contains(t, out, older.ID)
 	require.Empty(t, stderr, "the last page")
+	// An id as the cursor, as when ls listed in id order: what to add.
+	code, _, stderr = jetflow(t, api, "ls", "--workflow", "fine", "--after", newest.ID)
+	require.Equal(t, ExitUsage, code, stderr)
+	require.Contains(t, stderr, "an execution id pages the id order: add --sort id")
+	code, _, stderr = jetflow(t, api, "ls", "--workflow", "fine", "--sort", "id", "--after", newest.ID)
+	require.Equal(t, ExitOK, code, stderr)
 
 	// counts: every execution of the workflow, by status (j-1 may still
 	// be ending).
@@ -541,4 +547,29 @@ func TestWorkflowShow(t *testing.T) {
 	code, _, stderr = jetflow(t, api, "workflow", "show")
 	require.Equal(t, ExitUsage, code, stderr)
 	require.Contains(t, stderr, "name the workflow")
+}
+
+// TestLsOrder: ls asks for the newest first unless it is given an order
+// or a time range (whose time orders it, as the api does).
+func TestLsOrder(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 12, 7, 4, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name string
+		in   client.ListOptions
+		want string
+	}{
+		{"Default", client.ListOptions{Workflow: "hello", Status: "failed"}, "started_desc"},
+		{"Given", client.ListOptions{Sort: "id"}, "id"},
+		{"StartedAfter", client.ListOptions{StartedAfter: at}, ""},
+		{"StartedBefore", client.ListOptions{StartedBefore: at}, ""},
+		{"EndedAfter", client.ListOptions{EndedAfter: at}, ""},
+		{"EndedBefore", client.ListOptions{EndedBefore: at}, ""},
+		{"GivenWithARange", client.ListOptions{Sort: "started_asc", EndedAfter: at}, "started_asc"},
+	} {
+		got := lsOrder(tc.in)
+		require.Equal(t, tc.want, got.Sort, tc.name)
+		got.Sort = tc.in.Sort
+		require.Equal(t, tc.in, got, "%s: only the order is set", tc.name)
+	}
 }

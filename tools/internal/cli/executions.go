@@ -451,7 +451,7 @@ func (a *app) lsCmd() *cobra.Command {
 			}
 			list, next, err := a.client().ListExecutions(cmd.Context(), lsOrder(o))
 			if err != nil {
-				return err
+				return idCursor(err, o)
 			}
 			if out.json() {
 				return printJSON(a.stdout, client.ExecutionList{Executions: list, Next: next})
@@ -542,6 +542,17 @@ func lsOrder(o client.ListOptions) client.ListOptions {
 		o.Sort = "started_desc"
 	}
 	return o
+}
+
+// idCursor adds to err, if the api refused ls's --after, that an
+// execution id pages the id order only: ls's default order was id, and a
+// script may still page by passing the last id it listed.
+func idCursor(err error, o client.ListOptions) error {
+	var apiErr *client.Error
+	if lsOrder(o).Sort == o.Sort || !errors.As(err, &apiErr) || apiErr.Status != http.StatusBadRequest || apiErr.Field != "after" {
+		return err
+	}
+	return fmt.Errorf("%w: ls lists the newest first, and pages with the cursor its more: line gives; an execution id pages the id order: add --sort id", err)
 }
 
 // listSorts are the orders of GET /v1/executions.
