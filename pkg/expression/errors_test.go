@@ -23,22 +23,22 @@ func TestRenderErrors(t *testing.T) {
 		want string // the whole message
 	}{
 		{"NilMember", "${vars.missing.x}", "vars.missing.x",
-			"expression ${vars.missing.x}: cannot fetch x from <nil> at column 14"},
+			"expression ${vars.missing.x}: cannot fetch x from <nil> at character 14"},
 		{"IndexOutOfRange", "first: ${input.tags[5]}", "input.tags[5]",
-			"expression ${input.tags[5]}: index out of range: 5 (array length is 2) at column 11"},
+			"expression ${input.tags[5]}: index out of range: 5 (array length is 2) at character 11"},
 		{"BadConversion", "${int('x')}", "int('x')",
-			"expression ${int('x')}: invalid operation: int(x) at column 1"},
+			"expression ${int('x')}: invalid operation: int(x) at character 1"},
 		{"Empty", "${ }", "", "expression ${}: is empty"},
 		{"KeysIsOff", "${keys(input)}", "keys(input)", // Go's map order would make it give other values
-			"expression ${keys(input)}: unknown name keys at column 1 (keys() is off: its order would change from one evaluation to the next)"},
+			"expression ${keys(input)}: unknown name keys at character 1 (keys() is off: its order would change from one evaluation to the next)"},
 		{"ValuesIsOff", "${values(input)}", "values(input)",
-			"expression ${values(input)}: unknown name values at column 1 (values() is off: its order would change from one evaluation to the next)"},
+			"expression ${values(input)}: unknown name values at character 1 (values() is off: its order would change from one evaluation to the next)"},
 		{"RootNotInTheEnvironment", "${result.stdout}", "result.stdout",
-			"expression ${result.stdout}: unknown name result at column 1"},
+			"expression ${result.stdout}: unknown name result at character 1"},
 		{"InAMap", map[string]any{"a": "ok", "b": map[string]any{"c": "${vars.missing.x}"}}, "vars.missing.x",
-			"expression ${vars.missing.x}: cannot fetch x from <nil> at column 14"},
-		{"InAList", []any{"ok", 1, "${nope}"}, "nope", "expression ${nope}: unknown name nope at column 1"},
-		{"SecondOfTwo", "${input.host}-${nope}", "nope", "expression ${nope}: unknown name nope at column 1"},
+			"expression ${vars.missing.x}: cannot fetch x from <nil> at character 14"},
+		{"InAList", []any{"ok", 1, "${nope}"}, "nope", "expression ${nope}: unknown name nope at character 1"},
+		{"SecondOfTwo", "${input.host}-${nope}", "nope", "expression ${nope}: unknown name nope at character 1"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -66,21 +66,21 @@ func TestCompileErrorsSayWhatWasMeant(t *testing.T) {
 
 	roots := []string{"input", "vars", "steps", "workflow", "item"}
 	for _, tc := range []struct{ in, want string }{
-		{"${inptu.host}", `expression ${inptu.host}: unknown name inptu at column 1 (did you mean "input"?)`},
-		{"${itme}", `expression ${itme}: unknown name itme at column 1 (did you mean "item"?)`},
-		{"${vars.n + lenn(input.tags)}", `expression ${vars.n + lenn(input.tags)}: unknown name lenn at column 10 (did you mean "len"?)`},
-		{"${uper (input.host)}", `expression ${uper (input.host)}: unknown name uper at column 1 (did you mean "upper"?)`},
-		{"${nope.host}", "expression ${nope.host}: unknown name nope at column 1"}, // none is a function, not a root
-		{"${inptu(1)}", "expression ${inptu(1)}: unknown name inptu at column 1"},  // input is a root, not a function
-		{"${stpes.a.output + itme}", `expression ${stpes.a.output + itme}: unknown name stpes at column 1 (did you mean "steps"?)`},
-		{"${now()}", "expression ${now()}: unknown name now at column 1 (the clock is not available, so that an expression evaluated again gives the same value: use workflow.started_at, or pass the time in the input)"},
-		// Line breaks shown as spaces: the column counts in what is shown.
-		{"${input.a +\n  1 +}", "expression ${input.a +   1 +}: unexpected token EOF at column 15"},
-		{"${input.a  +  nope}", "expression ${input.a  +  nope}: unknown name nope at column 13"},
-		{"${'a  b' +\tnope}", "expression ${'a  b' + nope}: unknown name nope at column 10"},
-		{"${kyes(input)}", `expression ${kyes(input)}: unknown name kyes at column 1 (did you mean "keys"? keys() is off: its order would change from one evaluation to the next)`},
-		{"${nowe()}", "expression ${nowe()}: unknown name nowe at column 1"},                                                 // now and none, as near
-		{"${'ünï' + lenn(input)}", `expression ${'ünï' + lenn(input)}: unknown name lenn at column 9 (did you mean "len"?)`}, // columns count letters, not bytes
+		{"${inptu.host}", `expression ${inptu.host}: unknown name inptu at character 1 (did you mean "input"?)`},
+		{"${itme}", `expression ${itme}: unknown name itme at character 1 (did you mean "item"?)`},
+		{"${vars.n + lenn(input.tags)}", `expression ${vars.n + lenn(input.tags)}: unknown name lenn at character 10 (did you mean "len"?)`},
+		{"${uper (input.host)}", `expression ${uper (input.host)}: unknown name uper at character 1 (did you mean "upper"?)`},
+		{"${nope.host}", "expression ${nope.host}: unknown name nope at character 1"}, // none is a function, not a root
+		{"${inptu(1)}", "expression ${inptu(1)}: unknown name inptu at character 1"},  // input is a root, not a function
+		{"${stpes.a.output + itme}", `expression ${stpes.a.output + itme}: unknown name stpes at character 1 (did you mean "steps"?)`},
+		{"${now()}", "expression ${now()}: unknown name now at character 1 (the clock is not available, so that an expression evaluated again gives the same value: use workflow.started_at, or pass the time in the input)"},
+		// Line breaks shown as spaces: the character counts in what is shown.
+		{"${input.a +\n  1 +}", "expression ${input.a +   1 +}: unexpected token EOF at character 15"},
+		{"${input.a  +  nope}", "expression ${input.a  +  nope}: unknown name nope at character 13"},
+		{"${'a  b' +\tnope}", "expression ${'a  b' + nope}: unknown name nope at character 10"},
+		{"${kyes(input)}", `expression ${kyes(input)}: unknown name kyes at character 1 (did you mean "keys"? keys() is off: its order would change from one evaluation to the next)`},
+		{"${nonw()}", "expression ${nonw()}: unknown name nonw at character 1"},                                                 // now and none, as near
+		{"${'ünï' + lenn(input)}", `expression ${'ünï' + lenn(input)}: unknown name lenn at character 9 (did you mean "len"?)`}, // columns count letters, not bytes
 	} {
 		err := expression.Compile(tc.in, roots)
 		var ee *expression.Error
@@ -201,8 +201,8 @@ func TestConditionGivesABoolean(t *testing.T) {
 		{"List", "${input.tags}", `expression ${input.tags}: gives the list ["a","b"], a condition must give true or false`},
 		{"Null", "vars.missing", "expression ${vars.missing}: gives null, a condition must give true or false"},
 		{"Range", "1..3", "expression ${1..3}: gives the value [1,2,3], a condition must give true or false"},
-		{"Syntax", "input.n +", "expression ${input.n +}: unexpected token EOF at column 9"},
-		{"Runtime", "vars.missing.x", "expression ${vars.missing.x}: cannot fetch x from <nil> at column 14"},
+		{"Syntax", "input.n +", "expression ${input.n +}: unexpected token EOF at character 9"},
+		{"Runtime", "vars.missing.x", "expression ${vars.missing.x}: cannot fetch x from <nil> at character 14"},
 		{"Empty", "  ", "expression ${}: is empty"},
 	}
 	for _, tc := range tests {

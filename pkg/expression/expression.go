@@ -45,9 +45,9 @@ type Error struct {
 
 // Error is the message on one line, as an API's answer, a log line and a
 // failed step's event carry it: the expression (its line breaks and tabs
-// spaces, so that a column counts in it as in the expression), the
-// cause, the column of the expression where it is, and a hint for an
-// unknown name. The library's diagram of the expression with a caret
+// spaces, so that a character counts in it as in the expression), the
+// cause, the character of the expression where it is (not a column of
+// the file it came from), and a hint for an unknown name. The library's diagram of the expression with a caret
 // under the place is left out: on one line, its caret points at nothing.
 func (e *Error) Error() string {
 	msg := e.Err.Error()
@@ -55,7 +55,7 @@ func (e *Error) Error() string {
 	if fe, ok := e.Err.(*file.Error); ok && fe.Snippet != "" {
 		msg = fe.Message
 		if fe.From >= 0 && fe.From <= utf8.RuneCountInString(e.Expr) {
-			msg += fmt.Sprintf(" at column %d", fe.From+1)
+			msg += fmt.Sprintf(" at character %d", fe.From+1)
 		}
 	}
 	msg = strings.Join(strings.Fields(msg), " ")

@@ -98,7 +98,13 @@ func (d Definition) validate() []FieldError {
 		ps = append(ps, FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
 	}
 	addErr := func(field string, err error) {
-		if err != nil {
+		var ee *expression.Error
+		switch {
+		case errors.As(err, &ee):
+			// On one line already, its expression's spacing kept: the
+			// column it gives counts in the expression shown.
+			add(field, "%s", err.Error())
+		case err != nil:
 			add(field, "%s", strings.Join(strings.Fields(err.Error()), " "))
 		}
 	}

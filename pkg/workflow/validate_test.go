@@ -120,7 +120,7 @@ var validationCases = []struct {
 			"    input:",
 			"      host: ${nope.host}",
 		),
-		want: []problem{{"steps[0].input", 7, "expression ${nope.host}: unknown name nope at column 1"}},
+		want: []problem{{"steps[0].input", 7, "expression ${nope.host}: unknown name nope at character 1"}},
 	},
 	{
 		name: "ItemOutsideForeach",
@@ -130,7 +130,7 @@ var validationCases = []struct {
 			"    workflow: other",
 			"    input: ${item}",
 		),
-		want: []problem{{"steps[0].input", 6, "expression ${item}: unknown name item at column 1"}},
+		want: []problem{{"steps[0].input", 6, "expression ${item}: unknown name item at character 1"}},
 	},
 	{
 		name: "RetentionOnlyStepWithInput",
@@ -170,7 +170,7 @@ var validationCases = []struct {
 			"    steps:",
 			"      - {id: a, kind: noop}",
 		),
-		want: []problem{{"steps[0].items", 5, "expression ${input.hosts +}: unexpected token EOF at column 13"}},
+		want: []problem{{"steps[0].items", 5, "expression ${input.hosts +}: unexpected token EOF at character 13"}},
 	},
 	{
 		name: "ForeachNegativeConcurrency",
@@ -204,7 +204,7 @@ var validationCases = []struct {
 			"        kind: log",
 			"        message: ${itme}",
 		),
-		want: []problem{{"steps[0].steps[0].message", 9, "expression ${itme}: unknown name itme at column 1 (did you mean \"item\"?)"}},
+		want: []problem{{"steps[0].steps[0].message", 9, "expression ${itme}: unknown name itme at character 1 (did you mean \"item\"?)"}},
 	},
 	// Containers: parallel.
 	{
@@ -326,7 +326,7 @@ var validationCases = []struct {
 			"      - when: ${input.n >}",
 			"        steps: [{id: x, kind: noop}]",
 		),
-		want: []problem{{"steps[0].cases[0].when", 6, "expression ${input.n >}: unexpected token EOF at column 9"}},
+		want: []problem{{"steps[0].cases[0].when", 6, "expression ${input.n >}: unexpected token EOF at character 9"}},
 	},
 	{
 		name: "CaseWithoutSteps",
@@ -455,10 +455,10 @@ var validationCases = []struct {
 			`    env: {X: "${vars.y +}"}`,
 		),
 		want: []problem{
-			{"steps[0].command", 5, "expression ${input.cmd +}: unexpected token EOF at column 11"},
-			{"steps[0].dir", 6, "expression ${nope}: unknown name nope at column 1"},
+			{"steps[0].command", 5, "expression ${input.cmd +}: unexpected token EOF at character 11"},
+			{"steps[0].dir", 6, "expression ${nope}: unknown name nope at character 1"},
 			{"steps[0].args", 7, "expression: ${ without a closing }"},
-			{"steps[0].env", 8, "expression ${vars.y +}: unexpected token EOF at column 8"},
+			{"steps[0].env", 8, "expression ${vars.y +}: unexpected token EOF at character 8"},
 		},
 	},
 	{
@@ -472,9 +472,9 @@ var validationCases = []struct {
 			`    body: {q: "${input.q +}"}`,
 		),
 		want: []problem{
-			{"steps[0].url", 6, "expression ${input.url +}: unexpected token EOF at column 11"},
-			{"steps[0].headers", 7, "expression ${nope}: unknown name nope at column 1"},
-			{"steps[0].body", 8, "expression ${input.q +}: unexpected token EOF at column 9"},
+			{"steps[0].url", 6, "expression ${input.url +}: unexpected token EOF at character 11"},
+			{"steps[0].headers", 7, "expression ${nope}: unknown name nope at character 1"},
+			{"steps[0].body", 8, "expression ${input.q +}: unexpected token EOF at character 9"},
 		},
 	},
 	{
@@ -513,7 +513,7 @@ var validationCases = []struct {
 			"    operation: do-it",
 			`    input: {x: "${nope}"}`,
 		),
-		want: []problem{{"steps[0].input", 6, "expression ${nope}: unknown name nope at column 1"}},
+		want: []problem{{"steps[0].input", 6, "expression ${nope}: unknown name nope at character 1"}},
 	},
 	{
 		name: "CallTimeoutAndQueue",
@@ -555,7 +555,7 @@ var validationCases = []struct {
 			"    kind: let",
 			`    vars: {x: "${input.y +}"}`,
 		),
-		want: []problem{{"steps[0].vars", 5, "expression ${input.y +}: unexpected token EOF at column 9"}},
+		want: []problem{{"steps[0].vars", 5, "expression ${input.y +}: unexpected token EOF at character 9"}},
 	},
 	{
 		name: "LetNotJSON",
@@ -705,7 +705,7 @@ var validationCases = []struct {
 			"    kind: sleep",
 			"    duration: ${input.d +}",
 		),
-		want: []problem{{"steps[0].duration", 5, "expression ${input.d +}: unexpected token EOF at column 9"}},
+		want: []problem{{"steps[0].duration", 5, "expression ${input.d +}: unexpected token EOF at character 9"}},
 	},
 	{
 		name: "SleepDurationWithDays",
@@ -732,7 +732,7 @@ var validationCases = []struct {
 			"    kind: sleep",
 			"    until: ${nope}",
 		),
-		want: []problem{{"steps[0].until", 5, "expression ${nope}: unknown name nope at column 1"}},
+		want: []problem{{"steps[0].until", 5, "expression ${nope}: unknown name nope at character 1"}},
 	},
 	{
 		name: "SleepUntilNotATime",
@@ -809,7 +809,7 @@ var validationCases = []struct {
 			"    signal: go",
 			"    match: ${sig.data}",
 		),
-		want: []problem{{"steps[0].match", 6, "expression ${sig.data}: unknown name sig at column 1"}},
+		want: []problem{{"steps[0].match", 6, "expression ${sig.data}: unknown name sig at character 1"}},
 	},
 	{
 		name: "WaitTimeoutTemplate",
@@ -841,7 +841,20 @@ var validationCases = []struct {
 			"    kind: fail",
 			"    message: ${nope}",
 		),
-		want: []problem{{"steps[0].message", 5, "expression ${nope}: unknown name nope at column 1"}},
+		want: []problem{{"steps[0].message", 5, "expression ${nope}: unknown name nope at character 1"}},
+	},
+	{
+		// A block scalar's expression, shown on one line with its line
+		// breaks as spaces: the character counts in what is shown.
+		name: "MultiLineTemplate",
+		input: wf(
+			"  - id: a",
+			"    kind: fail",
+			"    message: |",
+			"      ${input.a +",
+			"          nope}",
+		),
+		want: []problem{{"steps[0].message", 5, "expression ${input.a +     nope}: unknown name nope at character 15"}},
 	},
 	{
 		name: "FailWithOutput",
@@ -860,7 +873,7 @@ var validationCases = []struct {
 			"    kind: return",
 			"    output: ${result.x}",
 		),
-		want: []problem{{"steps[0].output", 5, "expression ${result.x}: unknown name result at column 1"}},
+		want: []problem{{"steps[0].output", 5, "expression ${result.x}: unknown name result at character 1"}},
 	},
 
 	// goto and retry.
@@ -981,7 +994,7 @@ var validationCases = []struct {
 			"    kind: noop",
 			"    condition: input.x ==",
 		),
-		want: []problem{{"steps[0].condition", 5, "expression ${input.x ==}: unexpected token EOF at column 10"}},
+		want: []problem{{"steps[0].condition", 5, "expression ${input.x ==}: unexpected token EOF at character 10"}},
 	},
 	{
 		name: "ConditionSeesNoResult",
@@ -990,7 +1003,7 @@ var validationCases = []struct {
 			"    kind: noop",
 			"    condition: ${result.ok}",
 		),
-		want: []problem{{"steps[0].condition", 5, "expression ${result.ok}: unknown name result at column 1"}},
+		want: []problem{{"steps[0].condition", 5, "expression ${result.ok}: unknown name result at character 1"}},
 	},
 	{
 		name: "ErrorOutsideOnError",
@@ -999,7 +1012,7 @@ var validationCases = []struct {
 			"    kind: log",
 			"    message: ${error.message}",
 		),
-		want: []problem{{"steps[0].message", 5, "expression ${error.message}: unknown name error at column 1"}},
+		want: []problem{{"steps[0].message", 5, "expression ${error.message}: unknown name error at character 1"}},
 	},
 	{
 		name: "BadOutputExpression",
@@ -1009,7 +1022,7 @@ var validationCases = []struct {
 			"    command: ls",
 			"    output: ${result.stdout +}",
 		),
-		want: []problem{{"steps[0].output", 6, "expression ${result.stdout +}: unexpected token EOF at column 15"}},
+		want: []problem{{"steps[0].output", 6, "expression ${result.stdout +}: unexpected token EOF at character 15"}},
 	},
 	{
 		name: "OutputNotJSON",
@@ -1042,7 +1055,7 @@ var validationCases = []struct {
 			"steps:",
 			"  - {id: a, kind: noop}",
 		),
-		want: []problem{{"output", 2, "expression ${steps.a.output +}: unexpected token EOF at column 16"}},
+		want: []problem{{"output", 2, "expression ${steps.a.output +}: unexpected token EOF at character 16"}},
 	},
 	{
 		name: "WorkflowOutputNotJSON",
