@@ -242,7 +242,13 @@ func TestJSONOutput(t *testing.T) {
 	// An id as the cursor, as when ls listed in id order: what to add.
 	code, _, stderr = jetflow(t, api, "ls", "--workflow", "fine", "--after", newest.ID)
 	require.Equal(t, ExitUsage, code, stderr)
-	require.Contains(t, stderr, "an execution id pages the id order: add --sort id")
+	require.Contains(t, stderr, `--after "`+newest.ID+`": not a cursor of this list: give the one its more: line gave; ls lists the newest first: to page by execution id, add --sort id`)
+	code, _, stderr = jetflow(t, api, "ls", "--workflow", "fine", "--sort", "started_asc", "--after", newest.ID)
+	require.Equal(t, ExitUsage, code, stderr)
+	require.Contains(t, stderr, "; to page by execution id, list with --sort id")
+	code, _, stderr = jetflow(t, api, "ls", "--workflow", "fine", "--sort", "started_asc", "--after", more)
+	require.Equal(t, ExitUsage, code, stderr)
+	require.Contains(t, stderr, "not a cursor of this list (it is one of a list in started_desc order, and this one is in started_asc order)")
 	code, _, stderr = jetflow(t, api, "ls", "--workflow", "fine", "--sort", "id", "--after", newest.ID)
 	require.Equal(t, ExitOK, code, stderr)
 

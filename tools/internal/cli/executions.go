@@ -544,15 +544,29 @@ func lsOrder(o client.ListOptions) client.ListOptions {
 	return o
 }
 
-// idCursor adds to err, if the api refused ls's --after, that an
-// execution id pages the id order only: ls's default order was id, and a
-// script may still page by passing the last id it listed.
+// idCursor turns the api's refusal of ls's --after into what to do: give
+// the cursor the more: line gives, or, to page by execution id (ls's
+// order before it listed the newest first, which a script may still
+// page by), the id order.
 func idCursor(err error, o client.ListOptions) error {
 	var apiErr *client.Error
-	if lsOrder(o).Sort == o.Sort || !errors.As(err, &apiErr) || apiErr.Status != http.StatusBadRequest || apiErr.Field != "after" {
+	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusBadRequest || apiErr.Field != "after" {
 		return err
 	}
-	return fmt.Errorf("%w: ls lists the newest first, and pages with the cursor its more: line gives; an execution id pages the id order: add --sort id", err)
+	order := lsOrder(o).Sort
+	msg := fmt.Sprintf("--after %q: not a cursor of this list", o.After)
+	if _, why, ok := strings.Cut(apiErr.Message, ": it is a cursor of "); ok {
+		msg += " (it is one of " + why + ")"
+	}
+	msg += ": give the one its more: line gave"
+	switch {
+	case order == "id":
+	case o.Sort == "" && order != "":
+		msg += "; ls lists the newest first: to page by execution id, add --sort id"
+	default:
+		msg += "; to page by execution id, list with --sort id"
+	}
+	return usagef("%s", msg)
 }
 
 // listSorts are the orders of GET /v1/executions.
