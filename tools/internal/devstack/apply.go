@@ -57,19 +57,24 @@ func applyFiles(ctx context.Context, c *bus.Conn, dataDir string, paths []string
 			key = abs
 		}
 		last, known := applied[key]
-		latest, keep, err := keepLatest(ctx, store, def, digest, last, known)
+		d, err := keepLatest(ctx, store, def, digest, last, known)
 		if err != nil {
 			return fmt.Errorf("apply %s: %w", f, err)
 		}
 		applied[key] = digest
-		if keep {
-			log.Info().Str("file", f).Str("workflow", def.Name).Int("latest", latest).
-				Msgf("workflow not applied: the file is unchanged, and version %d, applied since, stays the latest (jetflow workflow apply -f %s makes the file's the latest)", latest, f)
+		if d.keep {
+			log.Info().Str("file", f).Str("workflow", def.Name).Int("latest", d.latest).
+				Msgf("workflow not applied: the file is unchanged, and version %d, applied since, stays the latest (jetflow workflow apply -f %s makes the file's text the latest)", d.latest, f)
 			continue
 		}
 		rec, created, err := store.Apply(ctx, def)
 		if err != nil {
 			return fmt.Errorf("apply %s: %w", f, err)
+		}
+		if created && d.over {
+			log.Warn().Str("file", f).Str("workflow", rec.Name).Int("version", rec.Version).Int("replaced", d.latest).
+				Msgf("workflow applied: the file changed, and its version %d replaces version %d as the latest, which was applied since this file last was", rec.Version, d.latest)
+			continue
 		}
 		log.Info().Str("file", f).Str("workflow", rec.Name).Int("version", rec.Version).Bool("created", created).Msg("workflow applied")
 	}
@@ -106,41 +111,53 @@ func definitionFiles(paths []string) ([]string, error) {
 	return files, nil
 }
 
-// keepLatest reports whether def, a file's definition of the given
-// digest, is left unapplied because another version of its workflow,
-// the latest one returned, was applied after the file's: the file is
-// unchanged since jetflow dev last applied it (last, when known), or,
-// without that record, it is an older version than the latest. A
-// definition naming its version is left to Apply, which stores it once;
-// so is one that is the latest already, or whose workflow has none yet
-// (Apply completes an apply that stopped before the pointer).
-func keepLatest(ctx context.Context, store *catalog.Store, def workflow.Definition, digest, last string, known bool) (latest int, keep bool, err error) {
+// decision is what keepLatest decided for a file.
+type decision struct {
+	latest int  // the workflow's latest version (0 when it has none)
+	keep   bool // the file is not applied: latest stays
+	// over is an apply of a changed file over a latest version that is
+	// not the one this file was last applied as: applied since.
+	over bool
+}
+
+// keepLatest decides whether def, a file's definition of the given
+// digest, is left unapplied because another version of its workflow, the
+// latest, was applied after the file's: the file is unchanged since
+// jetflow dev last applied it (last, when known), or, without that
+// record, it is an older version than the latest. A definition naming
+// its version is left to Apply, which stores it once; so is one that is
+// the latest already, or whose workflow has none yet (Apply completes an
+// apply that stopped before the pointer).
+func keepLatest(ctx context.Context, store *catalog.Store, def workflow.Definition, digest, last string, known bool) (decision, error) {
 	if def.Version > 0 {
-		return 0, false, nil
+		return decision{}, nil
 	}
 	cur, err := store.Get(ctx, def.Name, 0)
 	if errors.Is(err, catalog.ErrNotFound) {
-		return 0, false, nil
+		return decision{}, nil
 	}
 	if err != nil {
-		return 0, false, err
+		return decision{}, err
 	}
+	d := decision{latest: cur.Version}
 	if cur.Digest == digest {
-		return cur.Version, false, nil
+		return d, nil
 	}
 	if known {
-		return cur.Version, last == digest, nil
+		d.keep = last == digest
+		d.over = !d.keep && cur.Digest != last
+		return d, nil
 	}
 	versions, err := store.Versions(ctx, def.Name)
 	if err != nil {
-		return 0, false, err
+		return decision{}, err
 	}
 	for _, rec := range versions {
 		if rec.Digest == digest && rec.Version < cur.Version {
-			return cur.Version, true, nil
+			d.keep = true
 		}
 	}
-	return cur.Version, false, nil
+	return d, nil
 }
 
 // readApplied reads the record of what was applied (file → digest); none

@@ -1,6 +1,8 @@
 package devstack
 
 import (
+	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -27,7 +29,8 @@ func TestApplyAtStartKeepsALaterVersion(t *testing.T) {
 	nc, js := natstest.Connect(t, s)
 	c := &bus.Conn{NC: nc, JS: js}
 	ctx := t.Context()
-	log := zerolog.New(zerolog.NewTestWriter(t))
+	var logged bytes.Buffer
+	log := zerolog.New(io.MultiWriter(zerolog.NewTestWriter(t), &logged))
 	data, examples := t.TempDir(), t.TempDir()
 	file := filepath.Join(examples, "hello.yaml")
 	const (
@@ -88,4 +91,17 @@ func TestApplyAtStartKeepsALaterVersion(t *testing.T) {
 	require.Len(t, versions, 4, "no version made again")
 	start()
 	latest(4, "d", "recorded again: left")
+
+	// A changed file applied over a version applied since: said.
+	logged.Reset()
+	write(b)
+	start()
+	latest(5, "b", "the file changed: applied")
+	require.Contains(t, logged.String(), `"level":"warn"`)
+	require.Contains(t, logged.String(), "its version 5 replaces version 4 as the latest")
+	logged.Reset()
+	write(a)
+	start()
+	latest(6, "a", "changed again")
+	require.NotContains(t, logged.String(), "replaces", "over the file's own last version: nothing to say")
 }
