@@ -270,7 +270,7 @@ type Table struct {
 	serverNow time.Time
 	leases    map[int]lease // seen in the bucket, or just written
 	// leaseStream is the bucket's stream, for a take's read of a lease's
-	// last message (take; set by the first).
+	// last message (sendTake; set by the first takeEach).
 	leaseStream jetstream.Stream
 	// owners are the partitions' owners for the members ownersOf names.
 	owners   []string
@@ -289,7 +289,7 @@ type Table struct {
 	// state, epoch or validity (Await waits on it).
 	change chan struct{}
 
-	adopted atomic.Int64 // writes of this member found stored after they were refused (stillMine, take)
+	adopted atomic.Int64 // writes of this member found stored after they were refused (stillMine, sendTake)
 	retaken atomic.Int64 // leases that expired under this holder and were taken back (retake)
 	// lapsed are held partitions whose lease expired under this member
 	// (its renewals came late) and that it has not taken back yet, with
@@ -305,7 +305,7 @@ type Table struct {
 	// writeRenewal is a renewal's write (js.PublishMsg; a test's answers
 	// it may slow down).
 	writeRenewal func(context.Context, *nats.Msg, ...jetstream.PublishOpt) (*jetstream.PubAck, error)
-	takes        uint64 // takes' writes so far (TakeHeader)
+	takes        uint64 // takes sent so far, each one's number in its TakeHeader
 	// retook are the partitions taken back whose watch has not yet shown
 	// the retake's own create: a change by another member older than it
 	// but newer than the lapse means that member held p in the stall.
@@ -542,16 +542,22 @@ func (t *Table) loop(ctx context.Context, w jetstream.KeyWatcher, tick *time.Tic
 		case <-ctx.Done():
 			return
 		case e, ok := <-w.Updates():
-			if !ok {
+			if !ok || !t.update(e, &ready) {
 				return
 			}
-			if e == nil {
-				ready = true
-			} else {
-				t.observe(e)
-			}
-			if t.dupes > 1 {
-				return
+			// The changes already queued too, before deciding: one
+			// reconcile then takes the leases that expired together (a
+			// dead member's), together.
+		queued:
+			for range 2 * t.cfg.Partitions {
+				select {
+				case e, ok := <-w.Updates():
+					if !ok || !t.update(e, &ready) {
+						return
+					}
+				default:
+					break queued
+				}
 			}
 		case h := <-t.released:
 			t.finishRelease(ctx, h)
@@ -579,6 +585,18 @@ func (t *Table) loop(ctx context.Context, w jetstream.KeyWatcher, tick *time.Tic
 	}
 }
 
+// update records e, a change the watch shows (nil: the watch has shown
+// the bucket as it was, ready), and reports whether the loop goes on:
+// not once another process is seen renewing this member's name.
+func (t *Table) update(e jetstream.KeyValueEntry, ready *bool) bool {
+	if e == nil {
+		*ready = true
+	} else {
+		t.observe(e)
+	}
+	return t.dupes <= 1
+}
+
 // forget drops what an earlier watch showed (a new watch shows the bucket
 // again), except the leases this member holds.
 func (t *Table) forget() {
@@ -602,7 +620,14 @@ func (t *Table) renewAll(ctx context.Context) {
 			ps = append(ps, p)
 		}
 	}
-	t.renewEach(ctx, ps)
+	t.retakeEach(ctx, t.renewEach(ctx, ps))
+}
+
+// retakeEach takes back the lapsed leases of ps, together (see retake).
+func (t *Table) retakeEach(ctx context.Context, ps []int) {
+	for _, tk := range t.takeEach(ctx, ps) {
+		t.tookBack(ctx, tk)
+	}
 }
 
 // observe records a change of the bucket.
@@ -780,7 +805,9 @@ func (t *Table) reconcile(ctx context.Context, renewing bool) {
 		}
 	}
 	// The renewals first, together: they are what cannot wait.
-	t.renewEach(ctx, renewals)
+	for _, p := range t.renewEach(ctx, renewals) {
+		acts[p] = retakeIt // found lapsed by its refused renewal
+	}
 	var takes []int
 	for p, a := range acts {
 		switch a {
@@ -835,7 +862,7 @@ func (t *Table) next(p int, owner string, renewing bool) act {
 		return renewIt
 	case st == free && owner == t.cfg.Member && (!leased || l.owner == t.cfg.Member && len(t.unanswered[p]) > 0):
 		// Its own lease too when takes of it had no answer: such a
-		// take's write, stored, which the watch shows (take knows it).
+		// take's write, stored, which the watch shows (sendTake knows it).
 		return takeIt
 	}
 	return leaveIt
@@ -888,16 +915,21 @@ func (t *Table) acquired(ctx context.Context, tk taken) {
 // renewal stored after all (stillMine) is renewed once more from the
 // revision found, so that its holding does not lapse here: those
 // renewals go out together too (a tick's answers all lost leave the next
-// tick's renewals all refused).
-func (t *Table) renewEach(ctx context.Context, ps []int) {
-	t.renewTogether(ctx, t.renewTogether(ctx, ps))
+// tick's renewals all refused). It returns the leases found expired
+// (refused, and no longer there), for their caller to take back
+// together: after a stall, a tick's renewals all find them so.
+func (t *Table) renewEach(ctx context.Context, ps []int) (retakes []int) {
+	again, r1 := t.renewTogether(ctx, ps)
+	_, r2 := t.renewTogether(ctx, again)
+	return append(r1, r2...)
 }
 
 // renewTogether renews the leases of ps, their writes together, and
-// returns those to renew again (stillMine).
-func (t *Table) renewTogether(ctx context.Context, ps []int) (again []int) {
+// returns those to renew again (stillMine) and those to take back, found
+// expired (retake).
+func (t *Table) renewTogether(ctx context.Context, ps []int) (again, retakes []int) {
 	if len(ps) == 0 {
-		return nil
+		return nil, nil
 	}
 	rs := make([]renewal, len(ps))
 	opCtx, cancel := t.opCtx(ctx)
@@ -909,11 +941,14 @@ func (t *Table) renewTogether(ctx context.Context, ps []int) (again []int) {
 	wg.Wait()
 	cancel()
 	for _, r := range rs {
-		if t.settleRenewal(ctx, r) {
+		switch t.settleRenewal(ctx, r) {
+		case renewAgain:
 			again = append(again, r.p)
+		case retakeNow:
+			retakes = append(retakes, r.p)
 		}
 	}
-	return again
+	return again, retakes
 }
 
 // renewal is a renewal's write of lease l of partition p, and its answer.
@@ -942,34 +977,41 @@ func (t *Table) sendRenewal(ctx context.Context, r *renewal) {
 	}
 }
 
-// settleRenewal settles r's answer; again reports that the lease should
-// be renewed once more from the revision now in t.leases (stillMine).
-func (t *Table) settleRenewal(ctx context.Context, r renewal) (again bool) {
+// renewed is what follows a renewal's answer (settleRenewal).
+type renewed int
+
+const (
+	renewDone  renewed = iota // renewed, lost, or to renew at the next tick
+	renewAgain                // the lease holds an earlier renewal: renew again from its revision (stillMine)
+	retakeNow                 // the lease expired, and nobody else holds it: take it back (retake)
+)
+
+// settleRenewal settles r's answer, and says what follows it.
+func (t *Table) settleRenewal(ctx context.Context, r renewal) renewed {
 	p, ack, err, sent := r.p, r.ack, r.err, r.sent
 	if err != nil {
 		if wrongLastSequence(err) {
 			mine, looked := t.stillMine(p, r.found, r.findErr)
 			if mine {
-				return true
+				return renewAgain
 			}
 			if !looked { // the read failed (its time ran out, or stopping): nothing is lost; the next tick renews again
 				if !stopping(ctx, r.findErr) {
 					t.cfg.OnError(r.findErr, fmt.Sprintf("read lease %d after a refused renewal", p))
 				}
-				return false
+				return renewDone
 			}
 			if _, lapsed := t.lapsed[p]; lapsed { // expired, and nobody else holds it: take it back
-				t.retake(ctx, p)
-				return false
+				return retakeNow
 			}
 			delete(t.leases, p)
 			t.lost(p, "its lease changed underneath")
-			return false
+			return renewDone
 		}
 		if !stopping(ctx, err) {
 			t.cfg.OnError(err, fmt.Sprintf("renew partition %d", p))
 		}
-		return false
+		return renewDone
 	}
 	t.leases[p] = lease{owner: t.cfg.Member, rev: ack.Sequence}
 	t.mu.Lock()
@@ -978,7 +1020,7 @@ func (t *Table) settleRenewal(ctx context.Context, r renewal) (again bool) {
 		t.changedLocked()
 	}
 	t.mu.Unlock()
-	return false
+	return renewDone
 }
 
 // stillMine settles what p's lease was read to hold (e, or err) after a
@@ -1066,7 +1108,7 @@ func (t *Table) tookBack(ctx context.Context, tk taken) {
 	t.cfg.OnError(fmt.Errorf("partition %d: its lease expired (renewals came late) and nobody held it: taken back, nothing released (its holding goes on as epoch %d)", p, epoch), "lease")
 }
 
-// Why take did not take a lease: another member holds it (errTaken), or
+// Why a take did not take a lease (sendTake): another member holds it (errTaken), or
 // the lease changed after it was read (errRefused).
 var (
 	errTaken   = errors.New("partition: the lease is held by another member")
@@ -1261,7 +1303,7 @@ func leftAs(h nats.Header) Vacancy {
 }
 
 // Vacancy tells how partition p's lease was found when this member took
-// it to begin holding epoch (take), or VacancyUnknown if holding epoch did
+// it to begin holding epoch (sendTake), or VacancyUnknown if holding epoch did
 // not begin so (a retake) or is no longer p's. A bucket must keep the
 // markers of expired keys (its LimitMarkerTTL) for as long as whoever
 // asks looks back for what a holder that died may have left: an expiry
@@ -1337,7 +1379,7 @@ func (t *Table) release(p int, epoch uint64) {
 }
 
 // giveBack deletes p's lease, or purges it if its release left something
-// for the next holder (which then takes it for expired: take). A delete
+// for the next holder (which then takes it for expired: sendTake). A delete
 // refused because the lease is at a later revision than the one known
 // (a renewal stored whose answer was lost: a stop cuts one short) is
 // made again at the lease's revision, if it is still this member's; if
@@ -1440,7 +1482,7 @@ func (t *Table) dropGhosts(ctx context.Context) {
 		}
 		delete(t.leases, p)
 		// Purged, not deleted: its holder died, and the next taker must
-		// not take it for given back (take).
+		// not take it for given back (sendTake).
 		t.cfg.OnError(fmt.Errorf("lease of partition %d held by %s was last renewed %s ago, past its %s TTL: a ghost the server kept; purging it",
 			p, l.owner, now.Sub(l.seen).Round(time.Second), t.cfg.TTL), "drop a stale lease")
 		t.purgeIfUnchanged(ctx, LeaseKey(p), l.rev)

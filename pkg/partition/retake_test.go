@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -439,17 +440,17 @@ func expiryMarkers(t *testing.T, w jetstream.KeyWatcher, n int) map[int]jetstrea
 }
 
 // TestTakesAndRetakesOfManyPartitionsGoOutTogether: a reconcile's takes
-// (a member taking partitions free, as a survivor takes a dead member's)
-// and its retakes (a member taking its leases back after a stall) are
-// written together: one after the other, each waited two round trips
-// (the lease's read, then its write) before the next, and the last
-// partition was handled that much later. Each write here waits until
-// every take of the reconcile has written, or 2 s.
+// (a member taking partitions free) and its retakes (a member taking its
+// leases back after a stall, whether the watch shows their expiry or its
+// renewals find it) are written together: one after the other, each
+// waited two round trips (the lease's read, then its write) before the
+// next, and the last partition was handled that much later. Each write
+// here waits until every take of the reconcile has written.
 func TestTakesAndRetakesOfManyPartitionsGoOutTogether(t *testing.T) {
 	t.Parallel()
 	const (
 		n   = 8
-		ttl = 6 * time.Second // a batch's requests have half of it
+		ttl = 30 * time.Second // a batch's requests have half of it
 	)
 	_, js := natstest.Connect(t, natstest.RunJetStream(t))
 	ctx := t.Context()
@@ -474,8 +475,11 @@ func TestTakesAndRetakesOfManyPartitionsGoOutTogether(t *testing.T) {
 	}
 	require.Equal(t, n, writes.most(), "the takes' writes were all under way at once")
 
-	// Nothing renews (the loop does not run): the leases expire, and the
-	// watch tells the member, which still handles the partitions.
+	// The leases gone as if expired (a purge, as the server's expiry
+	// marker), the watch showing it: taken back together.
+	for p := range n {
+		require.NoError(t, kv.Purge(ctx, partition.LeaseKey(p)))
+	}
 	markers := expiryMarkers(t, w, n)
 	for p := range n {
 		tbl.ObserveNow(markers[p])
@@ -484,11 +488,89 @@ func TestTakesAndRetakesOfManyPartitionsGoOutTogether(t *testing.T) {
 	tbl.ReconcileNow(ctx)
 	require.Len(t, h.retook(), n, "each partition taken back")
 	require.Equal(t, n, writes.most(), "the retakes' writes were all under way at once")
+
+	// Again, the watch not showing it yet: the tick's renewals, refused,
+	// find the leases gone; taken back together.
+	for p := range n {
+		require.NoError(t, kv.Purge(ctx, partition.LeaseKey(p)))
+	}
+	writes.expect(n)
+	tbl.TickNow(ctx)
+	require.Len(t, h.retook(), 2*n, "each partition taken back again")
+	require.Equal(t, n, writes.most(), "the retakes after refused renewals were all under way at once")
 	require.Empty(t, h.released())
 }
 
-// meeting holds each lease write back until the n expected have come,
-// or 2 s, and counts the most under way at once.
+// TestASurvivorTakesTheLeasesThatExpiredTogetherTogether: a member's
+// leases, renewed together, expire together when it dies; the survivor
+// takes those its watch shows at once in one reconcile (one after the
+// other, it took one per expiry shown). Each take's write here is held
+// 300 ms, while the other expiries come.
+func TestASurvivorTakesTheLeasesThatExpiredTogetherTogether(t *testing.T) {
+	t.Parallel()
+	s := natstest.RunJetStream(t)
+	natstest.Connect(t, s) // the topology
+	const n = 16
+	writes := &overlap{hold: 300 * time.Millisecond}
+	ttl := func(c *partition.Config) { c.TTL = 3 * time.Second }
+	a := startMemberWith(t, s.ClientURL(), "a", n, memberSetup{config: ttl, table: func(tbl *partition.Table) { tbl.WrapTakeWrites(writes.wrap) }})
+	coverage(t, n, 30*time.Second, a)
+	b := startMemberWith(t, s.ClientURL(), "b", n, memberSetup{config: ttl})
+	owners := partition.Owners([]string{"a", "b"}, n)
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		for p, owner := range owners {
+			if _, ok := map[string]*member{"a": a, "b": b}[owner].table.Holds(p); !ok {
+				return false
+			}
+		}
+		return true
+	}, "the partitions shared out")
+	lost := len(b.held(n))
+	require.GreaterOrEqual(t, lost, 3, "b holds a few partitions: %v", owners)
+	writes.arm()
+	b.close() // dies: its leases expire
+	coverage(t, n, 30*time.Second, a)
+	// The first expiry shown is taken alone; those shown while its write
+	// was held, together.
+	require.GreaterOrEqual(t, writes.most(), 2, "takes of leases that expired together were under way at once")
+}
+
+// TestATakesValidityCountsFromBeforeItsWrite: a holding taken is valid
+// for the time to live from before its lease's write, not from its
+// answer (the lease may expire that much earlier on the server).
+func TestATakesValidityCountsFromBeforeItsWrite(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	ctx := t.Context()
+	kv, err := js.KeyValue(ctx, bus.BucketDispatchers)
+	require.NoError(t, err)
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	tbl, err := partition.New(js, kv, partition.Config{Member: "a", Partitions: 2, Now: clock,
+		Acquire: func(context.Context, int, uint64) error { return nil },
+		Release: func(int, uint64) bool { return true }})
+	require.NoError(t, err)
+	t.Cleanup(tbl.WaitStarts)
+	tbl.WrapTakeWrites(func(write partition.LeaseWrite) partition.LeaseWrite {
+		return func(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+			mu.Lock()
+			now = now.Add(time.Hour) // a write answered an hour later
+			mu.Unlock()
+			return write(ctx, m, opts...)
+		}
+	})
+	tbl.ReconcileNow(ctx)
+	for p := range 2 {
+		_, taken := tbl.Epoch(p)
+		require.True(t, taken, "partition %d taken", p)
+		_, ok := tbl.Holds(p)
+		require.False(t, ok, "partition %d: valid for the TTL from before the write, not from its answer", p)
+	}
+}
+
+// meeting holds each lease write back until the n expected have come
+// (or the write's time runs out), and counts the most under way at once.
 type meeting struct {
 	mu                 sync.Mutex
 	n, came, now, peak int
@@ -522,12 +604,49 @@ func (m *meeting) wrap(write partition.LeaseWrite) partition.LeaseWrite {
 		m.mu.Unlock()
 		select {
 		case <-all:
-		case <-time.After(2 * time.Second):
 		case <-ctx.Done():
 		}
 		m.mu.Lock()
 		m.now--
 		m.mu.Unlock()
 		return write(ctx, msg, opts...)
+	}
+}
+
+// overlap holds each lease write, once armed, for hold, and counts the
+// most under way at once.
+type overlap struct {
+	hold      time.Duration
+	armed     atomic.Bool
+	mu        sync.Mutex
+	now, peak int
+}
+
+func (o *overlap) arm() { o.armed.Store(true) }
+
+// most is the most writes under way at once since armed.
+func (o *overlap) most() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.peak
+}
+
+func (o *overlap) wrap(write partition.LeaseWrite) partition.LeaseWrite {
+	return func(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+		if !o.armed.Load() {
+			return write(ctx, m, opts...)
+		}
+		o.mu.Lock()
+		o.now++
+		o.peak = max(o.peak, o.now)
+		o.mu.Unlock()
+		select {
+		case <-time.After(o.hold):
+		case <-ctx.Done():
+		}
+		o.mu.Lock()
+		o.now--
+		o.mu.Unlock()
+		return write(ctx, m, opts...)
 	}
 }
