@@ -9,6 +9,8 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -591,19 +593,30 @@ func parseWhen(s string, now time.Time) (time.Time, error) {
 // lists (its api and namespace; never the token), for the next page's
 // command, and whether its page size was given.
 func (a *app) pageFlags(cmd *cobra.Command) pageFlags {
-	return pageFlags{api: a.apiURL, namespace: a.namespace, limit: cmd.Flags().Changed("limit")}
+	return pageFlags{prog: commandName(os.Args[0]), api: a.apiURL, namespace: a.namespace, limit: cmd.Flags().Changed("limit")}
 }
 
 type pageFlags struct {
+	prog           string // how the command was run: bin/jetflow from a checkout ("" is jetflow)
 	api, namespace string
 	limit          bool
+}
+
+// commandName is how to run this command again, from arg0, the path it
+// was run by: that path if it names jetflow (bin/jetflow, from a
+// checkout), else jetflow (a test binary, a renamed copy).
+func commandName(arg0 string) string {
+	if filepath.Base(arg0) != "jetflow" {
+		return "jetflow"
+	}
+	return arg0
 }
 
 // nextPage is the command that lists the page after cursor next: the
 // same api and namespace (those given as flags), o's filters and page
 // size.
 func nextPage(g pageFlags, o client.ListOptions, next string) string {
-	cmd := "jetflow"
+	cmd := argQuote(cmp.Or(g.prog, "jetflow"))
 	if g.api != "" {
 		cmd += " --api " + argQuote(g.api)
 	}

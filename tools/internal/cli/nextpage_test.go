@@ -23,6 +23,8 @@ func TestNextPageKeepsTheFilters(t *testing.T) {
 			"jetflow ls --workflow hello --status succeeded --limit 3 --after ce-5254"},
 		{pageFlags{}, client.ListOptions{Damaged: true, Limit: 50}, "x1", "jetflow ls --damaged --after x1"},
 		{pageFlags{}, client.ListOptions{Workflow: "it's", Limit: 50}, "a b", `jetflow ls --workflow 'it'\''s' --after 'a b'`},
+		{pageFlags{prog: "bin/jetflow"}, client.ListOptions{Limit: 50}, "x1", "bin/jetflow ls --after x1"},
+		{pageFlags{prog: "/opt/my tools/jetflow"}, client.ListOptions{Limit: 50}, "x1", "'/opt/my tools/jetflow' ls --after x1"},
 		{pageFlags{api: "http://127.0.0.1:28380", namespace: "acme"}, client.ListOptions{Limit: 50}, "x1",
 			"jetflow --api http://127.0.0.1:28380 --namespace acme ls --after x1"},
 		{pageFlags{}, client.ListOptions{Attrs: []string{"customer:acme corp", "tier:gold"}, Sort: "started_desc", Limit: 50,
@@ -31,6 +33,23 @@ func TestNextPageKeepsTheFilters(t *testing.T) {
 	} {
 		if got := nextPage(tc.g, tc.o, tc.next); got != tc.want {
 			t.Errorf("nextPage(%+v, %q) = %q, want %q", tc.o, tc.next, got, tc.want)
+		}
+	}
+}
+
+// TestCommandName: the next page's command runs jetflow as it was run
+// (bin/jetflow from a checkout, where jetflow may not be on the PATH).
+func TestCommandName(t *testing.T) {
+	for arg0, want := range map[string]string{
+		"bin/jetflow":             "bin/jetflow",
+		"./jetflow":               "./jetflow",
+		"jetflow":                 "jetflow",
+		"/usr/local/bin/jetflow":  "/usr/local/bin/jetflow",
+		"/tmp/go-build1/cli.test": "jetflow",
+		"jf":                      "jetflow",
+	} {
+		if got := commandName(arg0); got != want {
+			t.Errorf("commandName(%q) = %q, want %q", arg0, got, want)
 		}
 	}
 }
