@@ -23,7 +23,7 @@ func TestRenderErrors(t *testing.T) {
 		want string // the whole message
 	}{
 		{"NilMember", "${vars.missing.x}", "vars.missing.x",
-			"expression ${vars.missing.x}: cannot fetch x from <nil> at character 14"},
+			"expression ${vars.missing.x}: cannot fetch x from null at character 14 (what it is fetched from is missing or null: ?.x gives null instead, and ?? a default)"},
 		{"IndexOutOfRange", "first: ${input.tags[5]}", "input.tags[5]",
 			"expression ${input.tags[5]}: index out of range: 5 (array length is 2) at character 11"},
 		{"BadConversion", "${int('x')}", "int('x')",
@@ -36,7 +36,11 @@ func TestRenderErrors(t *testing.T) {
 		{"RootNotInTheEnvironment", "${result.stdout}", "result.stdout",
 			"expression ${result.stdout}: unknown name result at character 1"},
 		{"InAMap", map[string]any{"a": "ok", "b": map[string]any{"c": "${vars.missing.x}"}}, "vars.missing.x",
-			"expression ${vars.missing.x}: cannot fetch x from <nil> at character 14"},
+			"expression ${vars.missing.x}: cannot fetch x from null at character 14 (what it is fetched from is missing or null: ?.x gives null instead, and ?? a default)"},
+		{"IndexOfNull", "${vars.missing[0]}", "vars.missing[0]",
+			"expression ${vars.missing[0]}: cannot fetch 0 from null at character 13 (what it is fetched from is missing or null: ?.[...] gives null instead, and ?? a default)"},
+		{"KeyOfNull", "${vars.missing['a b']}", "vars.missing['a b']",
+			"expression ${vars.missing['a b']}: cannot fetch a b from null at character 13 (what it is fetched from is missing or null: ?.[...] gives null instead, and ?? a default)"},
 		{"InAList", []any{"ok", 1, "${nope}"}, "nope", "expression ${nope}: unknown name nope at character 1"},
 		{"SecondOfTwo", "${input.host}-${nope}", "nope", "expression ${nope}: unknown name nope at character 1"},
 	}
@@ -202,7 +206,7 @@ func TestConditionGivesABoolean(t *testing.T) {
 		{"Null", "vars.missing", "expression ${vars.missing}: gives null, a condition must give true or false"},
 		{"Range", "1..3", "expression ${1..3}: gives the value [1,2,3], a condition must give true or false"},
 		{"Syntax", "input.n +", "expression ${input.n +}: unexpected token EOF at character 9"},
-		{"Runtime", "vars.missing.x", "expression ${vars.missing.x}: cannot fetch x from <nil> at character 14"},
+		{"Runtime", "vars.missing.x", "expression ${vars.missing.x}: cannot fetch x from null at character 14 (what it is fetched from is missing or null: ?.x gives null instead, and ?? a default)"},
 		{"Empty", "  ", "expression ${}: is empty"},
 	}
 	for _, tc := range tests {

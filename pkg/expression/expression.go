@@ -20,6 +20,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/expr-lang/expr"
@@ -51,18 +52,46 @@ type Error struct {
 // under the place is left out: on one line, its caret points at nothing.
 func (e *Error) Error() string {
 	msg := e.Err.Error()
+	hint := e.hint
 	//nolint:errorlint // the library's own error only: a wrapper's words would be lost
 	if fe, ok := e.Err.(*file.Error); ok && fe.Snippet != "" {
 		msg = fe.Message
+		if member, ok := fetchFromNull(msg); ok {
+			msg = "cannot fetch " + member + " from null"
+			hint = fmt.Sprintf("what it is fetched from is missing or null: %s gives null instead, and ?? a default", safeFetch(member))
+		}
 		if fe.From >= 0 && fe.From <= utf8.RuneCountInString(e.Expr) {
 			msg += fmt.Sprintf(" at character %d", fe.From+1)
 		}
 	}
 	msg = strings.Join(strings.Fields(msg), " ")
-	if e.hint != "" {
-		msg += " (" + e.hint + ")"
+	if hint != "" {
+		msg += " (" + hint + ")"
 	}
 	return fmt.Sprintf("expression ${%s}: %s", oneLine(e.Expr), msg)
+}
+
+// fetchFromNull is the member the library's "cannot fetch X from <nil>"
+// (X of a missing or null value: Go's words) names.
+func fetchFromNull(msg string) (member string, ok bool) {
+	rest, ok := strings.CutPrefix(msg, "cannot fetch ")
+	if !ok {
+		return "", false
+	}
+	member, ok = strings.CutSuffix(rest, " from <nil>")
+	return member, ok && member != ""
+}
+
+// safeFetch is how to write the fetch of member that gives null from a
+// missing or null value: ?.name for a name, ?.[...] for an index or a
+// key that is no name.
+func safeFetch(member string) string {
+	for i, r := range member {
+		if r != '_' && !unicode.IsLetter(r) && (i == 0 || !unicode.IsDigit(r)) {
+			return "?.[...]"
+		}
+	}
+	return "?." + member
 }
 
 // oneLine is s with each line break and tab a space: its letters stay
