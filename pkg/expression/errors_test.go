@@ -262,3 +262,26 @@ func TestExpressionSizeIsBounded(t *testing.T) {
 	require.ErrorAs(t, err, &ee)
 	require.Contains(t, err.Error(), "exceeds maximum allowed nodes")
 }
+
+// TestCompileSaysWhereInTheValue: a problem inside maps and lists names
+// the member (a name as .name, another key quoted, a list's index); one
+// in a plain string names none.
+func TestCompileSaysWhereInTheValue(t *testing.T) {
+	t.Parallel()
+	v := map[string]any{"a": []any{"ok", map[string]any{"Content-Type": "${nope}"}}, "b": "fine"}
+	var at *expression.PathError
+	err := expression.Compile(v, nil)
+	require.ErrorAs(t, err, &at)
+	require.Equal(t, `.a[1]["Content-Type"]`, at.Path)
+	var ee *expression.Error
+	require.ErrorAs(t, err, &ee, "the expression's error inside")
+	require.Equal(t, "expression ${nope}: unknown name nope at character 1", err.Error(), "the message is the expression's")
+
+	require.ErrorAs(t, expression.Compile(map[string]any{"total": "${input.x +"}, nil), &at)
+	require.Equal(t, ".total", at.Path)
+	require.ErrorIs(t, at, expression.ErrUnclosed)
+
+	err = expression.Compile("${nope}", nil)
+	require.Error(t, err)
+	require.False(t, errors.As(err, &at), "a plain string: no member")
+}

@@ -18,6 +18,7 @@ import (
 	"math"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"unicode"
@@ -173,36 +174,61 @@ var ErrUnclosed = errors.New("expression: ${ without a closing }")
 // roots (Roots when nil). It returns the first problem. Secret references
 // (${secret.NAME}, see [SecretRoot]) are accepted only when roots hold
 // SecretRoot, and only alone in their ${...}.
+//
+// A problem inside maps or lists is a *PathError naming where it is.
 func Compile(v any, roots []string) error {
 	roots, secrets := withoutSecret(rootsOr(roots))
-	return walkStrings(v, func(s string) error {
-		parts, err := split(s)
-		if err != nil {
+	return walkStringsAt(v, "", func(s, path string) error {
+		if err := compileString(s, roots, secrets); err != nil {
+			if path != "" {
+				return &PathError{Path: path, Err: err}
+			}
 			return err
-		}
-		for _, p := range parts {
-			if !p.expr {
-				continue
-			}
-			if _, ok, err := secretRef(p.text); ok {
-				if err != nil {
-					return err
-				}
-				if !secrets {
-					return &Error{Expr: p.text, Err: ErrSecretNotAllowed}
-				}
-				continue
-			}
-			if _, err := program(p.text, roots); err != nil {
-				why := ErrSecretNotAllowed
-				if secrets {
-					why = ErrSecretInExpression
-				}
-				return checkSecretUse(p.text, roots, err, why)
-			}
 		}
 		return nil
 	})
+}
+
+// PathError is a problem Compile found in a member of the value it
+// checked.
+type PathError struct {
+	// Path is where the member is in the value: .name of a map, [i] of a
+	// list (.vars.total, [1], .headers["Content-Type"]).
+	Path string
+	Err  error
+}
+
+func (e *PathError) Error() string { return e.Err.Error() }
+func (e *PathError) Unwrap() error { return e.Err }
+
+// compileString checks the expressions of s, a string of a value.
+func compileString(s string, roots []string, secrets bool) error {
+	parts, err := split(s)
+	if err != nil {
+		return err
+	}
+	for _, p := range parts {
+		if !p.expr {
+			continue
+		}
+		if _, ok, err := secretRef(p.text); ok {
+			if err != nil {
+				return err
+			}
+			if !secrets {
+				return &Error{Expr: p.text, Err: ErrSecretNotAllowed}
+			}
+			continue
+		}
+		if _, err := program(p.text, roots); err != nil {
+			why := ErrSecretNotAllowed
+			if secrets {
+				why = ErrSecretInExpression
+			}
+			return checkSecretUse(p.text, roots, err, why)
+		}
+	}
+	return nil
 }
 
 // CompileCondition checks a condition: an expression, with or without ${ }.
@@ -463,23 +489,38 @@ func closing(s string, i int) (int, error) {
 
 // walkStrings calls fn for every string in v.
 func walkStrings(v any, fn func(string) error) error {
+	return walkStringsAt(v, "", func(s, _ string) error { return fn(s) })
+}
+
+// walkStringsAt is walkStrings, telling fn where each string is (see
+// PathError.Path), from path, v's.
+func walkStringsAt(v any, path string, fn func(s, path string) error) error {
 	switch t := v.(type) {
 	case string:
-		return fn(t)
+		return fn(t, path)
 	case map[string]any:
 		for _, k := range slices.Sorted(maps.Keys(t)) {
-			if err := walkStrings(t[k], fn); err != nil {
+			if err := walkStringsAt(t[k], path+Member(k), fn); err != nil {
 				return err
 			}
 		}
 	case []any:
-		for _, e := range t {
-			if err := walkStrings(e, fn); err != nil {
+		for i, e := range t {
+			if err := walkStringsAt(e, path+"["+strconv.Itoa(i)+"]", fn); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// Member is the path of a map's member k, as PathError.Path writes it:
+// .k for a name, else ["k"].
+func Member(k string) string {
+	if safeFetch(k) == "?."+k {
+		return "." + k
+	}
+	return "[" + strconv.Quote(k) + "]"
 }
 
 func rootsOr(r []string) []string {

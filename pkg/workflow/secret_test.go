@@ -36,12 +36,12 @@ func TestSecretReferences(t *testing.T) {
 		{"ExecCommand", `{id: a, kind: exec, command: "${secret.C}"}`, "steps[0].command", "can be referenced only in the fields of an operation"},
 		{"LogMessage", `{id: a, kind: log, message: "${secret.M}"}`, "steps[0].message", "can be referenced only"},
 		{"HTTPMethod", `{id: a, kind: http, method: "${secret.M}", url: "https://example.com"}`, "steps[0].method", "can be referenced only"},
-		{"Let", `{id: a, kind: let, vars: {x: "${secret.X}"}}`, "steps[0].vars", "can be referenced only"},
+		{"Let", `{id: a, kind: let, vars: {x: "${secret.X}"}}`, "steps[0].vars.x", "can be referenced only"},
 		{"Condition", `{id: a, kind: noop, condition: "${secret.X == 'a'}"}`, "steps[0].condition", "can be referenced only"},
 		{"Output", `{id: a, kind: noop, output: "${secret.X}"}`, "steps[0].output", "can be referenced only"},
 		{"FailMessage", `{id: a, kind: fail, message: "${secret.X}"}`, "steps[0].message", "can be referenced only"},
-		{"InAnExpression", `{id: a, kind: exec, command: sh, args: ["${'x' + secret.A}"]}`, "steps[0].args", "cannot be part of an expression"},
-		{"BadName", `{id: a, kind: exec, command: sh, env: {T: "${secret.a.b}"}}`, "steps[0].env", "letters, digits"},
+		{"InAnExpression", `{id: a, kind: exec, command: sh, args: ["${'x' + secret.A}"]}`, "steps[0].args[0]", "cannot be part of an expression"},
+		{"BadName", `{id: a, kind: exec, command: sh, env: {T: "${secret.a.b}"}}`, "steps[0].env.T", "letters, digits"},
 		{"SecretRefsField", `{id: a, kind: noop, secret_refs: {"/x": "y"}}`, "steps[0].secret_refs", `unknown field "secret_refs"`},
 	}
 	for _, tc := range bad {

@@ -99,6 +99,10 @@ func (d Definition) validate() []FieldError {
 	}
 	addErr := func(field string, err error) {
 		var ee *expression.Error
+		var at *expression.PathError
+		if errors.As(err, &at) {
+			field += at.Path // the member of the field's value: steps[2].vars.total
+		}
 		switch {
 		case errors.As(err, &ee):
 			// On one line already, its expression's spacing kept: the
@@ -426,11 +430,11 @@ func (s Step) validateKind(add func(string, string, ...any), addErr func(string,
 		}
 		template("command", s.Command)
 		agentTemplate("dir", s.Dir)
-		for _, a := range s.Args {
-			agentTemplate("args", a)
+		for i, a := range s.Args {
+			agentTemplate(fmt.Sprintf("args[%d]", i), a)
 		}
-		for _, v := range s.Env {
-			agentTemplate("env", v)
+		for k, v := range s.Env {
+			agentTemplate("env"+expression.Member(k), v)
 		}
 	case KindHTTP:
 		if s.Method != "" && !expression.IsTemplate(s.Method) && !tokenRe.MatchString(s.Method) {
@@ -451,7 +455,7 @@ func (s Step) validateKind(add func(string, string, ...any), addErr func(string,
 			if !tokenRe.MatchString(k) {
 				add(f("headers"), "%q is not a valid header name", k)
 			}
-			agentTemplate("headers", v)
+			agentTemplate("headers"+expression.Member(k), v)
 		}
 		if _, err := jsonable(s.Body); err != nil { // e.g. .nan or .inf, which Canonical cannot encode
 			add(f("body"), "cannot be encoded as JSON: %v", err)
@@ -483,7 +487,7 @@ func (s Step) validateKind(add func(string, string, ...any), addErr func(string,
 			if !varRe.MatchString(k) {
 				add(f("vars"), "%q is not a variable name (letters, digits and '_', not starting with a digit)", k)
 			}
-			template("vars", v)
+			template("vars"+expression.Member(k), v)
 		}
 		if _, err := jsonable(s.Vars); err != nil {
 			add(f("vars"), "cannot be encoded as JSON: %v", err)

@@ -120,7 +120,7 @@ var validationCases = []struct {
 			"    input:",
 			"      host: ${nope.host}",
 		),
-		want: []problem{{"steps[0].input", 7, "expression ${nope.host}: unknown name nope at character 1"}},
+		want: []problem{{"steps[0].input.host", 7, "expression ${nope.host}: unknown name nope at character 1"}},
 	},
 	{
 		name: "ItemOutsideForeach",
@@ -457,8 +457,8 @@ var validationCases = []struct {
 		want: []problem{
 			{"steps[0].command", 5, "expression ${input.cmd +}: unexpected token EOF at character 11"},
 			{"steps[0].dir", 6, "expression ${nope}: unknown name nope at character 1"},
-			{"steps[0].args", 7, "expression: ${ without a closing }"},
-			{"steps[0].env", 8, "expression ${vars.y +}: unexpected token EOF at character 8"},
+			{"steps[0].args[0]", 7, "expression: ${ without a closing }"},
+			{"steps[0].env.X", 8, "expression ${vars.y +}: unexpected token EOF at character 8"},
 		},
 	},
 	{
@@ -473,8 +473,8 @@ var validationCases = []struct {
 		),
 		want: []problem{
 			{"steps[0].url", 6, "expression ${input.url +}: unexpected token EOF at character 11"},
-			{"steps[0].headers", 7, "expression ${nope}: unknown name nope at character 1"},
-			{"steps[0].body", 8, "expression ${input.q +}: unexpected token EOF at character 9"},
+			{`steps[0].headers["X-A"]`, 7, "expression ${nope}: unknown name nope at character 1"},
+			{"steps[0].body.q", 8, "expression ${input.q +}: unexpected token EOF at character 9"},
 		},
 	},
 	{
@@ -513,7 +513,7 @@ var validationCases = []struct {
 			"    operation: do-it",
 			`    input: {x: "${nope}"}`,
 		),
-		want: []problem{{"steps[0].input", 6, "expression ${nope}: unknown name nope at character 1"}},
+		want: []problem{{"steps[0].input.x", 6, "expression ${nope}: unknown name nope at character 1"}},
 	},
 	{
 		name: "CallTimeoutAndQueue",
@@ -555,7 +555,7 @@ var validationCases = []struct {
 			"    kind: let",
 			`    vars: {x: "${input.y +}"}`,
 		),
-		want: []problem{{"steps[0].vars", 5, "expression ${input.y +}: unexpected token EOF at character 9"}},
+		want: []problem{{"steps[0].vars.x", 5, "expression ${input.y +}: unexpected token EOF at character 9"}},
 	},
 	{
 		name: "LetNotJSON",
