@@ -11,7 +11,7 @@ import (
 // What the external tests drive of a Table without running its loop.
 
 func (t *Table) AcquireNow(ctx context.Context, p int) { t.acquire(ctx, p) }
-func (t *Table) RenewNow(ctx context.Context, p int)   { t.retakeEach(ctx, t.renewEach(ctx, []int{p})) }
+func (t *Table) RenewNow(ctx context.Context, p int)   { t.renewAndRetake(ctx, []int{p}) }
 func (t *Table) LeaseRevision(p int) uint64            { return t.leases[p].rev }
 func (t *Table) Adopted() int64                        { return t.adopted.Load() }
 func (t *Table) WaitStarts()                           { t.starting.Wait() }

@@ -620,6 +620,12 @@ func (t *Table) renewAll(ctx context.Context) {
 			ps = append(ps, p)
 		}
 	}
+	t.renewAndRetake(ctx, ps)
+}
+
+// renewAndRetake renews the leases of ps, then takes back together those
+// found expired (outside a reconcile, which batches them with its takes).
+func (t *Table) renewAndRetake(ctx context.Context, ps []int) {
 	t.retakeEach(ctx, t.renewEach(ctx, ps))
 }
 

@@ -502,10 +502,11 @@ func TestTakesAndRetakesOfManyPartitionsGoOutTogether(t *testing.T) {
 }
 
 // TestASurvivorTakesTheLeasesThatExpiredTogetherTogether: a member's
-// leases, renewed together, expire together when it dies; the survivor
-// takes those its watch shows at once in one reconcile (one after the
-// other, it took one per expiry shown). Each take's write here is held
-// 300 ms, while the other expiries come.
+// leases, renewed together, expire together when it dies, their expiries
+// in one sweep of the server's (or two: the sweeps are 250 ms apart or
+// more, and the client may hand a burst on in parts); the survivor takes
+// those its watch has shown in one reconcile (before, it took one per
+// expiry shown). Each take's write here is held 300 ms.
 func TestASurvivorTakesTheLeasesThatExpiredTogetherTogether(t *testing.T) {
 	t.Parallel()
 	s := natstest.RunJetStream(t)
@@ -525,14 +526,17 @@ func TestASurvivorTakesTheLeasesThatExpiredTogetherTogether(t *testing.T) {
 		}
 		return true
 	}, "the partitions shared out")
-	lost := len(b.held(n))
-	require.GreaterOrEqual(t, lost, 3, "b holds a few partitions: %v", owners)
+	lost := 0
+	for _, owner := range owners {
+		if owner == "b" {
+			lost++
+		}
+	}
+	require.GreaterOrEqual(t, lost, 6, "b holds a few partitions: %v", owners)
 	writes.arm()
 	b.close() // dies: its leases expire
 	coverage(t, n, 30*time.Second, a)
-	// The first expiry shown is taken alone; those shown while its write
-	// was held, together.
-	require.GreaterOrEqual(t, writes.most(), 2, "takes of leases that expired together were under way at once")
+	require.GreaterOrEqual(t, writes.most(), lost/3, "takes of the %d leases that expired together were under way at once", lost)
 }
 
 // TestATakesValidityCountsFromBeforeItsWrite: a holding taken is valid
@@ -567,10 +571,19 @@ func TestATakesValidityCountsFromBeforeItsWrite(t *testing.T) {
 		_, ok := tbl.Holds(p)
 		require.False(t, ok, "partition %d: valid for the TTL from before the write, not from its answer", p)
 	}
+	// A retake's too: its renewal refused, the lease found gone.
+	before, _ := tbl.Epoch(0)
+	require.NoError(t, kv.Purge(ctx, partition.LeaseKey(0)))
+	tbl.TickNow(ctx)
+	after, held := tbl.Epoch(0)
+	require.True(t, held && after != before, "partition 0 taken back")
+	_, ok := tbl.Holds(0)
+	require.False(t, ok, "a retake: valid for the TTL from before the write, not from its answer")
 }
 
 // meeting holds each lease write back until the n expected have come
-// (or the write's time runs out), and counts the most under way at once.
+// (or 5 s, or the write's time runs out), and counts the most under way
+// at once.
 type meeting struct {
 	mu                 sync.Mutex
 	n, came, now, peak int
@@ -604,6 +617,7 @@ func (m *meeting) wrap(write partition.LeaseWrite) partition.LeaseWrite {
 		m.mu.Unlock()
 		select {
 		case <-all:
+		case <-time.After(5 * time.Second): // one after the other: fail in seconds, not in the batch's 15 s each
 		case <-ctx.Done():
 		}
 		m.mu.Lock()
