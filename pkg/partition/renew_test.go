@@ -230,37 +230,46 @@ func noLapse(t *testing.T, m *member, done func() bool, d time.Duration) {
 // handling the partition before another can take it.
 func TestARenewalsValidityCountsFromBeforeItsWrite(t *testing.T) {
 	t.Parallel()
-	_, js := natstest.Connect(t, natstest.RunJetStream(t))
 	ctx := t.Context()
-	kv, err := js.KeyValue(ctx, bus.BucketDispatchers)
-	require.NoError(t, err)
-	var mu sync.Mutex
-	now := time.Now()
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	tbl, err := partition.New(js, kv, partition.Config{Member: "a", Partitions: 1, Now: clock,
-		Acquire: func(context.Context, int, uint64) error { return nil },
-		Release: func(int, uint64) bool { return true }})
-	require.NoError(t, err)
-	t.Cleanup(tbl.WaitStarts)
+	_, tbl, slowly := memberWithClock(t, 1)
 	tbl.AcquireNow(ctx, 0)
 	_, ok := tbl.Holds(0)
 	require.True(t, ok)
 
 	// The write takes an hour by the member's clock: the holding's
 	// validity, a second from before it, has run out by its answer.
-	tbl.WrapRenewalWrites(func(write partition.LeaseWrite) partition.LeaseWrite {
-		return func(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
-			mu.Lock()
-			now = now.Add(time.Hour)
-			mu.Unlock()
-			return write(ctx, m, opts...)
-		}
-	})
+	tbl.WrapRenewalWrites(slowly)
 	rev := tbl.LeaseRevision(0)
 	tbl.RenewNow(ctx, 0)
 	require.Greater(t, tbl.LeaseRevision(0), rev, "renewed")
 	_, ok = tbl.Holds(0)
 	require.False(t, ok, "valid for the time to live from before the write, not from its answer")
+}
+
+// memberWithClock is member "a" of n partitions, driven by the test, on a
+// clock of its own; and a wrap of lease writes that makes each take an
+// hour by that clock.
+func memberWithClock(t *testing.T, n int) (jetstream.KeyValue, *partition.Table, func(partition.LeaseWrite) partition.LeaseWrite) {
+	t.Helper()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	kv, err := js.KeyValue(t.Context(), bus.BucketDispatchers)
+	require.NoError(t, err)
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	tbl, err := partition.New(js, kv, partition.Config{Member: "a", Partitions: n, Now: clock,
+		Acquire: func(context.Context, int, uint64) error { return nil },
+		Release: func(int, uint64) bool { return true }})
+	require.NoError(t, err)
+	t.Cleanup(tbl.WaitStarts)
+	return kv, tbl, func(write partition.LeaseWrite) partition.LeaseWrite {
+		return func(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+			mu.Lock()
+			now = now.Add(time.Hour) // answered an hour later
+			mu.Unlock()
+			return write(ctx, m, opts...)
+		}
+	}
 }
 
 // TestALeaseBeingGivenBackIsRenewedUntilItIsDeleted: a member gives a

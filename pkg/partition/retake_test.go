@@ -544,26 +544,9 @@ func TestASurvivorTakesTheLeasesThatExpiredTogetherTogether(t *testing.T) {
 // answer (the lease may expire that much earlier on the server).
 func TestATakesValidityCountsFromBeforeItsWrite(t *testing.T) {
 	t.Parallel()
-	_, js := natstest.Connect(t, natstest.RunJetStream(t))
 	ctx := t.Context()
-	kv, err := js.KeyValue(ctx, bus.BucketDispatchers)
-	require.NoError(t, err)
-	var mu sync.Mutex
-	now := time.Now()
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	tbl, err := partition.New(js, kv, partition.Config{Member: "a", Partitions: 2, Now: clock,
-		Acquire: func(context.Context, int, uint64) error { return nil },
-		Release: func(int, uint64) bool { return true }})
-	require.NoError(t, err)
-	t.Cleanup(tbl.WaitStarts)
-	tbl.WrapTakeWrites(func(write partition.LeaseWrite) partition.LeaseWrite {
-		return func(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
-			mu.Lock()
-			now = now.Add(time.Hour) // a write answered an hour later
-			mu.Unlock()
-			return write(ctx, m, opts...)
-		}
-	})
+	kv, tbl, slowly := memberWithClock(t, 2)
+	tbl.WrapTakeWrites(slowly)
 	tbl.ReconcileNow(ctx)
 	for p := range 2 {
 		_, taken := tbl.Epoch(p)
