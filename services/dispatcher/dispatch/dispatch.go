@@ -739,7 +739,7 @@ func (d *Dispatcher) process(ctx context.Context, j job) {
 		dm.id = j.ev.ID
 		ctx = context.WithValue(ctx, directKey{}, dm) // the handling notes what the answer says
 	}
-	log := d.log.With().Str("execution_id", j.key).Str("type", string(j.ev.Type)).Logger()
+	log := d.log.With().Str("execution_id", j.key).Str("handling", string(j.ev.Type)).Logger()
 	// A long handling (a large foreach of the dispatcher's own steps) keeps
 	// the message: without progress it would be redelivered meanwhile.
 	handled := make(chan struct{})

@@ -320,7 +320,7 @@ func (d *Dispatcher) recordFires(ctx context.Context, batch []job) []fireOutcome
 			out[f.i].ended = true
 			d.evict(f.x.id) // as withExecution does after an end
 			// Said as a worker's end says it (carryOut).
-			log := d.log.With().Str("execution_id", f.x.id).Str("type", string(batch[f.i].ev.Type)).Str("timer_id", f.p.TimerID).Logger()
+			log := d.log.With().Str("execution_id", f.x.id).Str("handling", string(batch[f.i].ev.Type)).Str("timer_id", f.p.TimerID).Logger()
 			logDecided(log.WithContext(ctx), f.ev.Data)
 		}
 	}
