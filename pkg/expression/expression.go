@@ -43,6 +43,24 @@ type Error struct {
 	// hint is what an unknown name was likely meant to be, or why it is
 	// not there ("" when nothing stands out).
 	hint string
+	// at is where Expr begins in the string it came from (in letters),
+	// if located.
+	at      int
+	located bool
+}
+
+// Offset is where in the string the expression came from (in letters,
+// from 0) the problem is: the place the library names, else the
+// expression's beginning; false when it is not known.
+func (e *Error) Offset() (int, bool) {
+	if !e.located {
+		return 0, false
+	}
+	//nolint:errorlint // the library's own error only, as Error reads it
+	if fe, ok := e.Err.(*file.Error); ok && fe.Snippet != "" && fe.From >= 0 && fe.From <= utf8.RuneCountInString(e.Expr) {
+		return e.at + fe.From, true
+	}
+	return e.at, true
 }
 
 // Error is the message on one line, as an API's answer, a log line and a
@@ -207,26 +225,43 @@ func compileString(s string, roots []string, secrets bool) error {
 	if err != nil {
 		return err
 	}
+	from := 0 // where in s the parts looked at so far end, in bytes
 	for _, p := range parts {
 		if !p.expr {
 			continue
 		}
-		if _, ok, err := secretRef(p.text); ok {
-			if err != nil {
-				return err
-			}
-			if !secrets {
-				return &Error{Expr: p.text, Err: ErrSecretNotAllowed}
-			}
-			continue
+		if i := strings.Index(s[from:], p.text); i >= 0 {
+			from += i
 		}
-		if _, err := program(p.text, roots); err != nil {
-			why := ErrSecretNotAllowed
-			if secrets {
-				why = ErrSecretInExpression
+		if err := compilePart(p, roots, secrets); err != nil {
+			var ee *Error
+			if errors.As(err, &ee) && strings.HasPrefix(s[from:], ee.Expr) {
+				ee.at, ee.located = utf8.RuneCountInString(s[:from]), true
 			}
-			return checkSecretUse(p.text, roots, err, why)
+			return err
 		}
+		from += len(p.text)
+	}
+	return nil
+}
+
+// compilePart checks p, an expression of a string.
+func compilePart(p part, roots []string, secrets bool) error {
+	if _, ok, err := secretRef(p.text); ok {
+		if err != nil {
+			return err
+		}
+		if !secrets {
+			return &Error{Expr: p.text, Err: ErrSecretNotAllowed}
+		}
+		return nil
+	}
+	if _, err := program(p.text, roots); err != nil {
+		why := ErrSecretNotAllowed
+		if secrets {
+			why = ErrSecretInExpression
+		}
+		return checkSecretUse(p.text, roots, err, why)
 	}
 	return nil
 }

@@ -106,8 +106,12 @@ func (d Definition) validate() []FieldError {
 		switch {
 		case errors.As(err, &ee):
 			// On one line already, its expression's spacing kept: the
-			// column it gives counts in the expression shown.
-			add(field, "%s", err.Error())
+			// character it gives counts in the expression shown.
+			fe := FieldError{Field: field, Message: err.Error()}
+			if at, ok := ee.Offset(); ok {
+				fe.at = at + 1
+			}
+			ps = append(ps, fe)
 		case err != nil:
 			add(field, "%s", strings.Join(strings.Fields(err.Error()), " "))
 		}

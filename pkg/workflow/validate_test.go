@@ -854,7 +854,7 @@ var validationCases = []struct {
 			"      ${input.a +",
 			"          nope}",
 		),
-		want: []problem{{"steps[0].message", 5, "expression ${input.a +     nope}: unknown name nope at character 15"}},
+		want: []problem{{"steps[0].message", 7, "expression ${input.a +     nope}: unknown name nope at character 15"}},
 	},
 	{
 		name: "FailWithOutput",
@@ -1430,4 +1430,35 @@ func TestUnknownFieldInANestedStep(t *testing.T) {
 	require.Equal(t, 8, ve.Problems[0].Line)
 	require.True(t, strings.HasSuffix(ve.Problems[0].Field, "colour"), "field %q", ve.Problems[0].Field)
 	require.Equal(t, `unknown field "colour"`, ve.Problems[0].Message)
+}
+
+// TestAnExpressionsProblemIsPlacedInTheFile: an expression's problem is
+// at its line and column in the file when the string is written plainly
+// on one line or as a literal block (|); in a quoted or folded string, at
+// the field's.
+func TestAnExpressionsProblemIsPlacedInTheFile(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		value     []string // the message field's lines
+		line, col int
+	}{
+		{"Plain", []string{"    message: hi ${inptu.host}"}, 5, 19},
+		{"PlainLater", []string{"    message: ${input.a} and ${vars.n + lenn(input)}"}, 5, 40},
+		{"Literal", []string{"    message: |", "      first line", "        ${input.a +", "            nope}"}, 8, 13},
+		{"LiteralFirstLine", []string{"    message: |", "      ${nope}"}, 6, 9},
+		{"Quoted", []string{`    message: "hi ${nope}"`}, 5, 14},
+		{"Folded", []string{"    message: >", "      ${input.a +", "        nope}"}, 5, 14},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := workflow.Parse([]byte(wf(append([]string{"  - id: a", "    kind: log"}, tc.value...)...)))
+			var ve *workflow.ValidationError
+			require.ErrorAs(t, err, &ve)
+			require.Len(t, ve.Problems, 1, "%v", ve.Problems)
+			p := ve.Problems[0]
+			require.Equal(t, "steps[0].message", p.Field)
+			require.Equal(t, [2]int{tc.line, tc.col}, [2]int{p.Line, p.Column}, p.Message)
+		})
+	}
 }

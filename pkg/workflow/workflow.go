@@ -17,10 +17,12 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
 	"github.com/goccy/go-yaml/parser"
+	"github.com/goccy/go-yaml/token"
 
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/spelling"
@@ -370,6 +372,10 @@ type FieldError struct {
 	Line    int    `json:"line,omitempty"`
 	Column  int    `json:"column,omitempty"`
 	Message string `json:"message"`
+	// at is, for an expression's problem, 1 + where in the field's
+	// string it is (in letters): locate places it in the file. 0 for
+	// other problems.
+	at int
 }
 
 func (e FieldError) Error() string {
@@ -485,7 +491,7 @@ func Parse(data []byte) (d Definition, err error) {
 		return slices.ContainsFunc(lossy, func(l FieldError) bool { return l.Field == p.Field })
 	})
 	for i := range problems {
-		problems[i].Line, problems[i].Column = locate(file, problems[i].Field)
+		problems[i].Line, problems[i].Column = locate(file, problems[i].Field, problems[i].at)
 	}
 	return d, &ValidationError{Problems: append(lossy, problems...)}
 }
@@ -507,10 +513,16 @@ func docBody(f *ast.File) ast.Node {
 
 // locate finds the line and column of a field path such as "steps[2].kind".
 // When the field itself is absent it falls back to its closest parent.
-func locate(f *ast.File, field string) (int, int) {
+// at, when not 0, is 1 + where in the field's string a problem is (an
+// expression's): the place in the file for a plain string or a literal
+// block (|), else the field's.
+func locate(f *ast.File, field string, at int) (int, int) {
 	for p := field; p != ""; {
 		if path, err := yaml.PathString("$." + p); err == nil {
 			if n, err := path.FilterFile(f); err == nil && n != nil && n.GetToken() != nil {
+				if line, col, ok := placeIn(n, at-1); at > 0 && p == field && ok {
+					return line, col
+				}
 				return n.GetToken().Position.Line, n.GetToken().Position.Column
 			}
 		}
@@ -521,6 +533,36 @@ func locate(f *ast.File, field string) (int, int) {
 		p = p[:i]
 	}
 	return 0, 0
+}
+
+// placeIn is the line and column, in the file, of letter at of n's
+// string: n a plain string on one line (as written, no escapes), or a
+// literal block (|), whose lines are the file's, less their indentation.
+func placeIn(n ast.Node, at int) (line, col int, ok bool) {
+	switch n := n.(type) {
+	case *ast.StringNode:
+		tk := n.GetToken()
+		if tk.Type != token.StringType || strings.Contains(n.Value, "\n") || at > utf8.RuneCountInString(n.Value) {
+			return 0, 0, false
+		}
+		return tk.Position.Line, tk.Position.Column + at, true
+	case *ast.LiteralNode:
+		if n.Start == nil || n.Start.Type != token.LiteralType || n.Value == nil || n.Value.Token == nil {
+			return 0, 0, false
+		}
+		value := []rune(n.Value.Value)
+		if at > len(value) {
+			return 0, 0, false
+		}
+		before := string(value[:at])
+		lines := strings.Count(before, "\n")
+		since := utf8.RuneCountInString(before[strings.LastIndex(before, "\n")+1:])
+		origin := n.Value.Token.Origin
+		indent := len(origin) - len(strings.TrimLeft(origin, " \n"))
+		indent -= strings.LastIndex(origin[:indent], "\n") + 1 // the first written line's
+		return n.Start.Position.Line + 1 + lines, indent + since + 1, true
+	}
+	return 0, 0, false
 }
 
 // yamlProblem turns a go-yaml error into a FieldError with a position.
