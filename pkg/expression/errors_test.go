@@ -37,6 +37,8 @@ func TestRenderErrors(t *testing.T) {
 			"expression ${result.stdout}: unknown name result at character 1"},
 		{"InAMap", map[string]any{"a": "ok", "b": map[string]any{"c": "${vars.missing.x}"}}, "vars.missing.x",
 			"expression ${vars.missing.x}: cannot fetch x from null at character 14 (what it is fetched from is missing or null: ?.x gives null instead, and ?? a default)"},
+		{"NameWithDigitsOfNull", "${vars.missing.x1}", "vars.missing.x1",
+			"expression ${vars.missing.x1}: cannot fetch x1 from null at character 14 (what it is fetched from is missing or null: ?.x1 gives null instead, and ?? a default)"},
 		{"IndexOfNull", "${vars.missing[0]}", "vars.missing[0]",
 			"expression ${vars.missing[0]}: cannot fetch 0 from null at character 13 (what it is fetched from is missing or null: ?.[...] gives null instead, and ?? a default)"},
 		{"KeyOfNull", "${vars.missing['a b']}", "vars.missing['a b']",
@@ -284,4 +286,8 @@ func TestCompileSaysWhereInTheValue(t *testing.T) {
 	err = expression.Compile("${nope}", nil)
 	require.Error(t, err)
 	require.False(t, errors.As(err, &at), "a plain string: no member")
+
+	for k, want := range map[string]string{"x1": ".x1", "_a": "._a", "é": ".é", "1x": `["1x"]`, "": `[""]`, "a.b": `["a.b"]`} {
+		require.Equal(t, want, expression.Member(k), k)
+	}
 }

@@ -225,22 +225,17 @@ func compileString(s string, roots []string, secrets bool) error {
 	if err != nil {
 		return err
 	}
-	from := 0 // where in s the parts looked at so far end, in bytes
 	for _, p := range parts {
 		if !p.expr {
 			continue
 		}
-		if i := strings.Index(s[from:], p.text); i >= 0 {
-			from += i
-		}
 		if err := compilePart(p, roots, secrets); err != nil {
 			var ee *Error
-			if errors.As(err, &ee) && strings.HasPrefix(s[from:], ee.Expr) {
-				ee.at, ee.located = utf8.RuneCountInString(s[:from]), true
+			if errors.As(err, &ee) && strings.HasPrefix(s[p.at:], ee.Expr) {
+				ee.at, ee.located = utf8.RuneCountInString(s[:p.at]), true
 			}
 			return err
 		}
-		from += len(p.text)
 	}
 	return nil
 }
@@ -458,6 +453,7 @@ func kindOf(v any) string {
 type part struct {
 	text string
 	expr bool
+	at   int // an expression's: where text begins in the string, in bytes
 }
 
 // split cuts a template into literals and ${...} expressions. It tracks
@@ -485,7 +481,9 @@ func split(s string) ([]part, error) {
 			parts = append(parts, part{text: lit.String()})
 			lit.Reset()
 		}
-		parts = append(parts, part{text: strings.TrimSpace(s[i+2 : end]), expr: true})
+		inner := s[i+2 : end]
+		at := i + 2 + len(inner) - len(strings.TrimLeftFunc(inner, unicode.IsSpace))
+		parts = append(parts, part{text: strings.TrimSpace(inner), expr: true, at: at})
 		i = end + 1
 	}
 	if lit.Len() > 0 || len(parts) == 0 {
@@ -552,7 +550,7 @@ func walkStringsAt(v any, path string, fn func(s, path string) error) error {
 // Member is the path of a map's member k, as PathError.Path writes it:
 // .k for a name, else ["k"].
 func Member(k string) string {
-	if safeFetch(k) == "?."+k {
+	if k != "" && safeFetch(k) == "?."+k {
 		return "." + k
 	}
 	return "[" + strconv.Quote(k) + "]"

@@ -1449,6 +1449,14 @@ func TestAnExpressionsProblemIsPlacedInTheFile(t *testing.T) {
 		{"LiteralFirstLine", []string{"    message: |", "      ${nope}"}, 6, 9},
 		{"Quoted", []string{`    message: "hi ${nope}"`}, 5, 14},
 		{"Folded", []string{"    message: >", "      ${input.a +", "        nope}"}, 5, 14},
+		{"ItsTextEarlier", []string{"    message: hi nope ${nope}"}, 5, 24},
+		{"AfterAnEscape", []string{"    message: $${nope} ${nope}"}, 5, 25},
+		{"LettersNotBytes", []string{"    message: é ${nope}"}, 5, 18},
+		{"LiteralLettersNotBytes", []string{"    message: |", "      é ${nope}"}, 6, 11},
+		{"PlainOverLines", []string{"    message: hi", "      there ${nope}"}, 5, 14},
+		{"IndentationIndicator", []string{"    message: |2", "        x", "      y ${nope}"}, 7, 11},
+		{"LiteralBlankFirstLine", []string{"    message: |", "", "      ${nope}"}, 7, 9},
+		{"Unclosed", []string{"    message: |", "      hi ${nope"}, 5, 14},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -1461,4 +1469,23 @@ func TestAnExpressionsProblemIsPlacedInTheFile(t *testing.T) {
 			require.Equal(t, [2]int{tc.line, tc.col}, [2]int{p.Line, p.Column}, p.Message)
 		})
 	}
+	t.Run("CRLF", func(t *testing.T) {
+		t.Parallel()
+		src := "name: wf\r\nsteps:\r\n  - id: a\r\n    kind: log\r\n    message: |\r\n\r\n      ${nope}\r\n"
+		_, err := workflow.Parse([]byte(src))
+		var ve *workflow.ValidationError
+		require.ErrorAs(t, err, &ve)
+		require.Len(t, ve.Problems, 1, "%v", ve.Problems)
+		require.Equal(t, [2]int{7, 9}, [2]int{ve.Problems[0].Line, ve.Problems[0].Column})
+	})
+	// Another problem of a literal block's field: at the field's place.
+	t.Run("NotAnExpressions", func(t *testing.T) {
+		t.Parallel()
+		_, err := workflow.Parse([]byte(wf("  - id: a", "    kind: noop", "    message: |", "      hi")))
+		var ve *workflow.ValidationError
+		require.ErrorAs(t, err, &ve)
+		require.Len(t, ve.Problems, 1, "%v", ve.Problems)
+		require.Equal(t, "steps[0].message", ve.Problems[0].Field)
+		require.Equal(t, [2]int{5, 14}, [2]int{ve.Problems[0].Line, ve.Problems[0].Column}, ve.Problems[0].Message)
+	})
 }

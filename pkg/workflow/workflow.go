@@ -491,7 +491,7 @@ func Parse(data []byte) (d Definition, err error) {
 		return slices.ContainsFunc(lossy, func(l FieldError) bool { return l.Field == p.Field })
 	})
 	for i := range problems {
-		problems[i].Line, problems[i].Column = locate(file, problems[i].Field, problems[i].at)
+		problems[i].Line, problems[i].Column = locate(file, data, problems[i].Field, problems[i].at)
 	}
 	return d, &ValidationError{Problems: append(lossy, problems...)}
 }
@@ -516,12 +516,14 @@ func docBody(f *ast.File) ast.Node {
 // at, when not 0, is 1 + where in the field's string a problem is (an
 // expression's): the place in the file for a plain string or a literal
 // block (|), else the field's.
-func locate(f *ast.File, field string, at int) (int, int) {
+func locate(f *ast.File, src []byte, field string, at int) (int, int) {
 	for p := field; p != ""; {
 		if path, err := yaml.PathString("$." + p); err == nil {
 			if n, err := path.FilterFile(f); err == nil && n != nil && n.GetToken() != nil {
-				if line, col, ok := placeIn(n, at-1); at > 0 && p == field && ok {
-					return line, col
+				if at > 0 && p == field {
+					if line, col, ok := placeIn(n, at-1); ok && letterAt(src, line, col) == letterOf(n, at-1) {
+						return line, col
+					}
 				}
 				return n.GetToken().Position.Line, n.GetToken().Position.Column
 			}
@@ -542,7 +544,7 @@ func placeIn(n ast.Node, at int) (line, col int, ok bool) {
 	switch n := n.(type) {
 	case *ast.StringNode:
 		tk := n.GetToken()
-		if tk.Type != token.StringType || strings.Contains(n.Value, "\n") || at > utf8.RuneCountInString(n.Value) {
+		if tk.Type != token.StringType || strings.ContainsAny(strings.TrimSpace(tk.Origin), "\r\n") || at < 0 || at > utf8.RuneCountInString(n.Value) {
 			return 0, 0, false
 		}
 		return tk.Position.Line, tk.Position.Column + at, true
@@ -551,18 +553,54 @@ func placeIn(n ast.Node, at int) (line, col int, ok bool) {
 			return 0, 0, false
 		}
 		value := []rune(n.Value.Value)
-		if at > len(value) {
+		if at < 0 || at > len(value) {
 			return 0, 0, false
 		}
 		before := string(value[:at])
 		lines := strings.Count(before, "\n")
 		since := utf8.RuneCountInString(before[strings.LastIndex(before, "\n")+1:])
 		origin := n.Value.Token.Origin
-		indent := len(origin) - len(strings.TrimLeft(origin, " \n"))
-		indent -= strings.LastIndex(origin[:indent], "\n") + 1 // the first written line's
+		indent := len(origin) - len(strings.TrimLeft(origin, " \r\n"))
+		indent -= strings.LastIndex(origin[:indent], "\n") + 1 // the first written line's spaces
+		// less those the value keeps (an indentation indicator, |2)
+		v := strings.TrimLeft(n.Value.Value, "\r\n")
+		indent -= len(v) - len(strings.TrimLeft(v, " "))
 		return n.Start.Position.Line + 1 + lines, indent + since + 1, true
 	}
 	return 0, 0, false
+}
+
+// letterAt is the letter of src at line and col (from 1), or -1.
+func letterAt(src []byte, line, col int) rune {
+	lines := bytes.Split(src, []byte("\n"))
+	if line < 1 || line > len(lines) || col < 1 {
+		return -1
+	}
+	letters := []rune(string(lines[line-1]))
+	if col > len(letters) {
+		return -1
+	}
+	return letters[col-1]
+}
+
+// letterOf is the letter at of n's string, or -2: placeIn's place must
+// hold it, or it is not the string's place in the file.
+func letterOf(n ast.Node, at int) rune {
+	var value string
+	switch n := n.(type) {
+	case *ast.StringNode:
+		value = n.Value
+	case *ast.LiteralNode:
+		if n.Value == nil {
+			return -2
+		}
+		value = n.Value.Value
+	}
+	letters := []rune(value)
+	if at < 0 || at >= len(letters) {
+		return -2
+	}
+	return letters[at]
 }
 
 // yamlProblem turns a go-yaml error into a FieldError with a position.
