@@ -1478,6 +1478,17 @@ func TestAnExpressionsProblemIsPlacedInTheFile(t *testing.T) {
 		require.Len(t, ve.Problems, 1, "%v", ve.Problems)
 		require.Equal(t, [2]int{7, 9}, [2]int{ve.Problems[0].Line, ve.Problems[0].Column})
 	})
+	// A member whose key is no name: at its own line.
+	t.Run("QuotedMember", func(t *testing.T) {
+		t.Parallel()
+		_, err := workflow.Parse([]byte(wf("  - id: a", "    kind: http", "    url: https://example.com", "    headers:",
+			"      Accept: ok", "      X-A: hi ${nope}")))
+		var ve *workflow.ValidationError
+		require.ErrorAs(t, err, &ve)
+		require.Len(t, ve.Problems, 1, "%v", ve.Problems)
+		require.Equal(t, `steps[0].headers["X-A"]`, ve.Problems[0].Field)
+		require.Equal(t, [2]int{8, 17}, [2]int{ve.Problems[0].Line, ve.Problems[0].Column}, ve.Problems[0].Message)
+	})
 	// Another problem of a literal block's field: at the field's place.
 	t.Run("NotAnExpressions", func(t *testing.T) {
 		t.Parallel()

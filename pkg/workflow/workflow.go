@@ -15,6 +15,7 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -518,7 +519,7 @@ func docBody(f *ast.File) ast.Node {
 // block (|), else the field's.
 func locate(f *ast.File, src []byte, field string, at int) (int, int) {
 	for p := field; p != ""; {
-		if path, err := yaml.PathString("$." + p); err == nil {
+		if path, err := yaml.PathString("$." + yamlPath(p)); err == nil {
 			if n, err := path.FilterFile(f); err == nil && n != nil && n.GetToken() != nil {
 				if at > 0 && p == field {
 					if line, col, ok := placeIn(n, at-1); ok && letterAt(src, line, col) == letterOf(n, at-1) {
@@ -535,6 +536,22 @@ func locate(f *ast.File, src []byte, field string, at int) (int, int) {
 		p = p[:i]
 	}
 	return 0, 0
+}
+
+// quotedMember is a member of a field path written ["k"] (a key that is
+// no name: expression.Member).
+var quotedMember = regexp.MustCompile(`\["((?:[^"\\]|\\.)*)"\]`)
+
+// yamlPath is field path p as go-yaml's paths write it: a quoted member
+// ["k"] as .'k' (its paths have no ["k"]).
+func yamlPath(p string) string {
+	return quotedMember.ReplaceAllStringFunc(p, func(m string) string {
+		k, err := strconv.Unquote(m[1 : len(m)-1])
+		if err != nil || strings.Contains(k, "'") {
+			return m
+		}
+		return ".'" + k + "'"
+	})
 }
 
 // placeIn is the line and column, in the file, of letter at of n's
