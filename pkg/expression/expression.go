@@ -56,31 +56,44 @@ func (e *Error) Offset() (int, bool) {
 	if !e.located {
 		return 0, false
 	}
-	//nolint:errorlint // the library's own error only, as Error reads it
-	if fe, ok := e.Err.(*file.Error); ok && fe.Snippet != "" && fe.From >= 0 && fe.From <= utf8.RuneCountInString(e.Expr) {
-		return e.at + fe.From, true
+	if _, from, ok := e.library(); ok && from >= 0 {
+		return e.at + from, true
 	}
 	return e.at, true
+}
+
+// library is the library's own error (not one wrapping it, whose words
+// would be lost), and where in Expr it is (in letters, from 0; -1 when
+// it names no place in Expr).
+func (e *Error) library() (fe *file.Error, from int, ok bool) {
+	fe, ok = e.Err.(*file.Error) //nolint:errorlint // see above
+	if !ok || fe.Snippet == "" {
+		return nil, -1, false
+	}
+	if fe.From < 0 || fe.From > utf8.RuneCountInString(e.Expr) {
+		return fe, -1, true
+	}
+	return fe, fe.From, true
 }
 
 // Error is the message on one line, as an API's answer, a log line and a
 // failed step's event carry it: the expression (its line breaks and tabs
 // spaces, so that a character counts in it as in the expression), the
 // cause, the character of the expression where it is (not a column of
-// the file it came from), and a hint for an unknown name. The library's diagram of the expression with a caret
-// under the place is left out: on one line, its caret points at nothing.
+// the file it came from), and a hint for an unknown name. The library's
+// diagram of the expression with a caret under the place is left out: on
+// one line, its caret points at nothing.
 func (e *Error) Error() string {
 	msg := e.Err.Error()
 	hint := e.hint
-	//nolint:errorlint // the library's own error only: a wrapper's words would be lost
-	if fe, ok := e.Err.(*file.Error); ok && fe.Snippet != "" {
+	if fe, from, ok := e.library(); ok {
 		msg = fe.Message
 		if member, ok := fetchFromNull(msg); ok {
 			msg = "cannot fetch " + member + " from null"
 			hint = fmt.Sprintf("what it is fetched from is missing or null: %s gives null instead, and ?? a default", safeFetch(member))
 		}
-		if fe.From >= 0 && fe.From <= utf8.RuneCountInString(e.Expr) {
-			msg += fmt.Sprintf(" at character %d", fe.From+1)
+		if from >= 0 {
+			msg += fmt.Sprintf(" at character %d", from+1)
 		}
 	}
 	msg = strings.Join(strings.Fields(msg), " ")
@@ -105,12 +118,21 @@ func fetchFromNull(msg string) (member string, ok bool) {
 // missing or null value: ?.name for a name, ?.[...] for an index or a
 // key that is no name.
 func safeFetch(member string) string {
-	for i, r := range member {
-		if r != '_' && !unicode.IsLetter(r) && (i == 0 || !unicode.IsDigit(r)) {
-			return "?.[...]"
-		}
+	if !isName(member) {
+		return "?.[...]"
 	}
 	return "?." + member
+}
+
+// isName reports whether s can follow a dot: letters, '_' and digits,
+// not first.
+func isName(s string) bool {
+	for i, r := range s {
+		if r != '_' && !unicode.IsLetter(r) && (i == 0 || !unicode.IsDigit(r)) {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // oneLine is s with each line break and tab a space: its letters stay
@@ -196,15 +218,7 @@ var ErrUnclosed = errors.New("expression: ${ without a closing }")
 // A problem inside maps or lists is a *PathError naming where it is.
 func Compile(v any, roots []string) error {
 	roots, secrets := withoutSecret(rootsOr(roots))
-	return walkStringsAt(v, "", func(s, path string) error {
-		if err := compileString(s, roots, secrets); err != nil {
-			if path != "" {
-				return &PathError{Path: path, Err: err}
-			}
-			return err
-		}
-		return nil
-	})
+	return walkStringsAt(v, func(s string) error { return compileString(s, roots, secrets) })
 }
 
 // PathError is a problem Compile found in a member of the value it
@@ -522,24 +536,18 @@ func closing(s string, i int) (int, error) {
 
 // walkStrings calls fn for every string in v.
 func walkStrings(v any, fn func(string) error) error {
-	return walkStringsAt(v, "", func(s, _ string) error { return fn(s) })
-}
-
-// walkStringsAt is walkStrings, telling fn where each string is (see
-// PathError.Path), from path, v's.
-func walkStringsAt(v any, path string, fn func(s, path string) error) error {
 	switch t := v.(type) {
 	case string:
-		return fn(t, path)
+		return fn(t)
 	case map[string]any:
 		for _, k := range slices.Sorted(maps.Keys(t)) {
-			if err := walkStringsAt(t[k], path+Member(k), fn); err != nil {
+			if err := walkStrings(t[k], fn); err != nil {
 				return err
 			}
 		}
 	case []any:
-		for i, e := range t {
-			if err := walkStringsAt(e, path+"["+strconv.Itoa(i)+"]", fn); err != nil {
+		for _, e := range t {
+			if err := walkStrings(e, fn); err != nil {
 				return err
 			}
 		}
@@ -547,10 +555,44 @@ func walkStringsAt(v any, path string, fn func(s, path string) error) error {
 	return nil
 }
 
+// walkStringsAt is walkStrings, its error for a string inside maps or
+// lists a *PathError naming where the string is (the path is written
+// only for an error).
+func walkStringsAt(v any, fn func(string) error) error {
+	switch t := v.(type) {
+	case string:
+		return fn(t)
+	case map[string]any:
+		for _, k := range slices.Sorted(maps.Keys(t)) {
+			if err := walkStringsAt(t[k], fn); err != nil {
+				return under(Member(k), err)
+			}
+		}
+	case []any:
+		for i, e := range t {
+			if err := walkStringsAt(e, fn); err != nil {
+				return under("["+strconv.Itoa(i)+"]", err)
+			}
+		}
+	}
+	return nil
+}
+
+// under is err, of the member at path of a value: its PathError, with
+// path before the path it has.
+func under(path string, err error) error {
+	var pe *PathError
+	if errors.As(err, &pe) {
+		pe.Path = path + pe.Path
+		return pe
+	}
+	return &PathError{Path: path, Err: err}
+}
+
 // Member is the path of a map's member k, as PathError.Path writes it:
 // .k for a name, else ["k"].
 func Member(k string) string {
-	if k != "" && safeFetch(k) == "?."+k {
+	if isName(k) {
 		return "." + k
 	}
 	return "[" + strconv.Quote(k) + "]"

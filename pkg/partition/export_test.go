@@ -10,7 +10,7 @@ import (
 
 // What the external tests drive of a Table without running its loop.
 
-func (t *Table) AcquireNow(ctx context.Context, p int) { t.acquire(ctx, p) }
+func (t *Table) AcquireNow(ctx context.Context, p int) { t.acquired(ctx, t.takeEach(ctx, []int{p})[0]) }
 func (t *Table) RenewNow(ctx context.Context, p int)   { t.renewAndRetake(ctx, []int{p}) }
 func (t *Table) LeaseRevision(p int) uint64            { return t.leases[p].rev }
 func (t *Table) Adopted() int64                        { return t.adopted.Load() }
@@ -31,7 +31,7 @@ func (t *Table) WrapRenewalWrites(wrap func(LeaseWrite) LeaseWrite) {
 // table remembers them.
 func (t *Table) Unanswered(p int) int { return len(t.unanswered[p]) }
 
-func (t *Table) Retake(ctx context.Context, p int)    { t.retake(ctx, p) }
+func (t *Table) Retake(ctx context.Context, p int)    { t.retakeEach(ctx, []int{p}) }
 func (t *Table) ObserveNow(e jetstream.KeyValueEntry) { t.observe(e) }
 func (t *Table) ReconcileNow(ctx context.Context) {
 	t.members[t.cfg.Member] = seen{}

@@ -290,7 +290,7 @@ type Table struct {
 	change chan struct{}
 
 	adopted atomic.Int64 // writes of this member found stored after they were refused (stillMine, sendTake)
-	retaken atomic.Int64 // leases that expired under this holder and were taken back (retake)
+	retaken atomic.Int64 // leases that expired under this holder and were taken back (tookBack)
 	// lapsed are held partitions whose lease expired under this member
 	// (its renewals came late) and that it has not taken back yet, with
 	// the last revision of the lease known to be this member's (0 if none).
@@ -465,7 +465,7 @@ func (t *Table) Current(p int, epoch uint64) (uint64, bool) {
 // Await waits, at most within, until this member handles partition p
 // again in holding epoch or in a retake of it, and reports whether it
 // does. A holding whose renewal is late, or whose lease expired under it
-// and is being taken back (retake), is valid again within moments; one
+// and is being taken back (tookBack), is valid again within moments; one
 // lost, released or replaced by a later acquire is not, and Await returns
 // false at once. The messages a holding had in hand when it was retaken
 // are its retake's to handle: Await(old) is true while the retake holds.
@@ -629,7 +629,7 @@ func (t *Table) renewAndRetake(ctx context.Context, ps []int) {
 	t.retakeEach(ctx, t.renewEach(ctx, ps))
 }
 
-// retakeEach takes back the lapsed leases of ps, together (see retake).
+// retakeEach takes back the lapsed leases of ps, together (see tookBack).
 func (t *Table) retakeEach(ctx context.Context, ps []int) {
 	for _, tk := range t.takeEach(ctx, ps) {
 		t.tookBack(ctx, tk)
@@ -678,7 +678,7 @@ func (t *Table) observe(e jetstream.KeyValueEntry) {
 			if e.Operation() == jetstream.KeyValuePurge && had.owner == t.cfg.Member && t.holding(p) {
 				// Expired (a MaxAge marker), not given back, while this
 				// member held it: its renewals came late. reconcile takes
-				// it back if nobody else has (retake).
+				// it back if nobody else has (tookBack).
 				t.lapsed[p] = had.rev
 				return
 			}
@@ -695,7 +695,7 @@ func (t *Table) observe(e jetstream.KeyValueEntry) {
 }
 
 // heldMeanwhile looks at e, a change of p's lease older than the lease
-// this member holds: if p was taken back (retake) and e is another
+// this member holds: if p was taken back (tookBack) and e is another
 // member's write after the lapse (its create, or its delete when it gave
 // p back; an expiry marker may be this member's own), that member held p
 // in the stall, and HeldMeanwhile is told, once.
@@ -874,9 +874,6 @@ func (t *Table) next(p int, owner string, renewing bool) act {
 	return leaveIt
 }
 
-// acquire takes p, free, and starts handling it.
-func (t *Table) acquire(ctx context.Context, p int) { t.acquired(ctx, t.takeEach(ctx, []int{p})[0]) }
-
 // acquired starts handling the partition of tk, a take of a free one, if
 // it took the lease.
 func (t *Table) acquired(ctx context.Context, tk taken) {
@@ -932,7 +929,7 @@ func (t *Table) renewEach(ctx context.Context, ps []int) (retakes []int) {
 
 // renewTogether renews the leases of ps, their writes together, and
 // returns those to renew again (stillMine) and those to take back, found
-// expired (retake).
+// expired (tookBack).
 func (t *Table) renewTogether(ctx context.Context, ps []int) (again, retakes []int) {
 	if len(ps) == 0 {
 		return nil, nil
@@ -989,7 +986,7 @@ type renewed int
 const (
 	renewDone  renewed = iota // renewed, lost, or to renew at the next tick
 	renewAgain                // the lease holds an earlier renewal: renew again from its revision (stillMine)
-	retakeNow                 // the lease expired, and nobody else holds it: take it back (retake)
+	retakeNow                 // the lease expired, and nobody else holds it: take it back (tookBack)
 )
 
 // settleRenewal settles r's answer, and says what follows it.
@@ -1059,8 +1056,8 @@ func (t *Table) stillMine(p int, e jetstream.KeyValueEntry, err error) (mine, lo
 	return true, true
 }
 
-// retake takes back the lease of p, which expired under this member
-// while it still handled p (its process was starved of CPU past the TTL,
+// tookBack settles tk, a retake: the take back of the lease of its
+// partition p, which expired under this member while it still handled p (its process was starved of CPU past the TTL,
 // or its connection stalled): if the lease is absent, this member creates
 // it again and goes on at once, releasing nothing and resetting nothing.
 // Another member that holds it wins: p is lost as usual.
@@ -1070,9 +1067,6 @@ func (t *Table) stillMine(p int, e jetstream.KeyValueEntry, err error) (mine, lo
 // key), so the retake begins a new holding: a new epoch, told by Retook,
 // in which what was cached before is read again. If the watch then shows
 // such a holding, HeldMeanwhile is told (see heldMeanwhile).
-func (t *Table) retake(ctx context.Context, p int) { t.tookBack(ctx, t.takeEach(ctx, []int{p})[0]) }
-
-// tookBack settles tk, a retake's take (see retake).
 func (t *Table) tookBack(ctx context.Context, tk taken) {
 	p, sent, rev, err := tk.p, tk.sent, tk.rev, tk.err
 	// A retake's write answered late, found by a later take, counts as

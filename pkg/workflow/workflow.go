@@ -522,7 +522,7 @@ func locate(f *ast.File, src []byte, field string, at int) (int, int) {
 		if path, err := yaml.PathString("$." + yamlPath(p)); err == nil {
 			if n, err := path.FilterFile(f); err == nil && n != nil && n.GetToken() != nil {
 				if at > 0 && p == field {
-					if line, col, ok := placeIn(n, at-1); ok && letterAt(src, line, col) == letterOf(n, at-1) {
+					if line, col, letter, ok := placeIn(n, at-1); ok && letterAt(src, line, col) == letter {
 						return line, col
 					}
 				}
@@ -555,23 +555,25 @@ func yamlPath(p string) string {
 }
 
 // placeIn is the line and column, in the file, of letter at of n's
-// string: n a plain string on one line (as written, no escapes), or a
-// literal block (|), whose lines are the file's, less their indentation.
-func placeIn(n ast.Node, at int) (line, col int, ok bool) {
+// string, and that letter (its caller checks the file holds it there):
+// n a plain string on one line (as written, no escapes), or a literal
+// block (|), whose lines are the file's, less their indentation.
+func placeIn(n ast.Node, at int) (line, col int, letter rune, ok bool) {
 	switch n := n.(type) {
 	case *ast.StringNode:
 		tk := n.GetToken()
-		if tk.Type != token.StringType || strings.ContainsAny(strings.TrimSpace(tk.Origin), "\r\n") || at < 0 || at > utf8.RuneCountInString(n.Value) {
-			return 0, 0, false
+		value := []rune(n.Value)
+		if tk.Type != token.StringType || strings.ContainsAny(strings.TrimSpace(tk.Origin), "\r\n") || at < 0 || at >= len(value) {
+			return 0, 0, 0, false
 		}
-		return tk.Position.Line, tk.Position.Column + at, true
+		return tk.Position.Line, tk.Position.Column + at, value[at], true
 	case *ast.LiteralNode:
 		if n.Start == nil || n.Start.Type != token.LiteralType || n.Value == nil || n.Value.Token == nil {
-			return 0, 0, false
+			return 0, 0, 0, false
 		}
 		value := []rune(n.Value.Value)
-		if at < 0 || at > len(value) {
-			return 0, 0, false
+		if at < 0 || at >= len(value) {
+			return 0, 0, 0, false
 		}
 		before := string(value[:at])
 		lines := strings.Count(before, "\n")
@@ -582,9 +584,9 @@ func placeIn(n ast.Node, at int) (line, col int, ok bool) {
 		// less those the value keeps (an indentation indicator, |2)
 		v := strings.TrimLeft(n.Value.Value, "\r\n")
 		indent -= len(v) - len(strings.TrimLeft(v, " "))
-		return n.Start.Position.Line + 1 + lines, indent + since + 1, true
+		return n.Start.Position.Line + 1 + lines, indent + since + 1, value[at], true
 	}
-	return 0, 0, false
+	return 0, 0, 0, false
 }
 
 // letterAt is the letter of src at line and col (from 1), or -1.
@@ -598,26 +600,6 @@ func letterAt(src []byte, line, col int) rune {
 		return -1
 	}
 	return letters[col-1]
-}
-
-// letterOf is the letter at of n's string, or -2: placeIn's place must
-// hold it, or it is not the string's place in the file.
-func letterOf(n ast.Node, at int) rune {
-	var value string
-	switch n := n.(type) {
-	case *ast.StringNode:
-		value = n.Value
-	case *ast.LiteralNode:
-		if n.Value == nil {
-			return -2
-		}
-		value = n.Value.Value
-	}
-	letters := []rune(value)
-	if at < 0 || at >= len(letters) {
-		return -2
-	}
-	return letters[at]
 }
 
 // yamlProblem turns a go-yaml error into a FieldError with a position.
