@@ -42,7 +42,31 @@ func TestRenderErrors(t *testing.T) {
 		{"IndexOfNull", "${vars.missing[0]}", "vars.missing[0]",
 			"expression ${vars.missing[0]}: cannot fetch 0 from null at character 13 (what it is fetched from is missing or null: ?.[...] gives null instead, and ?? a default)"},
 		{"KeyOfNull", "${vars.missing['a b']}", "vars.missing['a b']",
-			"expression ${vars.missing['a b']}: cannot fetch a b from null at character 13 (what it is fetched from is missing or null: ?.[...] gives null instead, and ?? a default)"},
+			"expression ${vars.missing['a b']}: cannot fetch \"a b\" from null at character 13 (what it is fetched from is missing or null: ?.[...] gives null instead, and ?? a default)"},
+		// The library's runtime messages name Go's types; they are given
+		// in the words of the values an expression sees.
+		{"NullInAnOperation", "${vars.missing + 1}", "vars.missing + 1",
+			"expression ${vars.missing + 1}: invalid operation: null + a number at character 14 (a value it uses is missing or null: ?? gives a default)"},
+		{"Operation", "${input.tags * input}", "input.tags * input",
+			"expression ${input.tags * input}: invalid operation: a list * an object at character 12"},
+		{"Negation", "${-vars.missing}", "-vars.missing",
+			"expression ${-vars.missing}: invalid operation: - null at character 1 (a value it uses is missing or null: ?? gives a default)"},
+		{"NullArgument", "${upper(vars.missing)}", "upper(vars.missing)",
+			"expression ${upper(vars.missing)}: got null where a string was expected at character 1 (a value it uses is missing or null: ?? gives a default)"},
+		{"LenOfNull", "${len(vars.missing)}", "len(vars.missing)",
+			"expression ${len(vars.missing)}: invalid argument for len: null at character 1 (a value it uses is missing or null: ?? gives a default)"},
+		{"LenOfANumber", "${len(input.n)}", "len(input.n)",
+			"expression ${len(input.n)}: invalid argument for len: a number at character 1"},
+		{"NullCondition", "${vars.missing ? 1 : 2}", "vars.missing ? 1 : 2",
+			"expression ${vars.missing ? 1 : 2}: got null where a boolean was expected at character 20 (a value it uses is missing or null: ?? gives a default)"},
+		{"IntOfNull", "${int(vars.missing)}", "int(vars.missing)", // the library's reflect.Value
+			"expression ${int(vars.missing)}: got null where a value was expected at character 1 (a value it uses is missing or null: ?? gives a default)"},
+		{"FloatOfAnObject", "${float(input)}", "float(input)",
+			"expression ${float(input)}: invalid operation: float() of an object at character 1"},
+		{"CallNull", "${vars.missing()}", "vars.missing()",
+			"expression ${vars.missing()}: invalid operation: cannot call null at character 6 (a value it uses is missing or null: ?? gives a default)"},
+		{"FetchFromANumber", "${input.n.x}", "input.n.x",
+			"expression ${input.n.x}: cannot fetch x from a number at character 9"},
 		{"InAList", []any{"ok", 1, "${nope}"}, "nope", "expression ${nope}: unknown name nope at character 1"},
 		{"SecondOfTwo", "${input.host}-${nope}", "nope", "expression ${nope}: unknown name nope at character 1"},
 	}
@@ -87,6 +111,10 @@ func TestCompileErrorsSayWhatWasMeant(t *testing.T) {
 		{"${kyes(input)}", `expression ${kyes(input)}: unknown name kyes at character 1 (did you mean "keys"? keys() is off: its order would change from one evaluation to the next)`},
 		{"${nonw()}", "expression ${nonw()}: unknown name nonw at character 1"},                                                 // now and none, as near
 		{"${'ünï' + lenn(input)}", `expression ${'ünï' + lenn(input)}: unknown name lenn at character 9 (did you mean "len"?)`}, // columns count letters, not bytes
+		// The checker's messages of literals, in the values' words, not Go's.
+		{"${'a' < 1}", "expression ${'a' < 1}: invalid operation: a string < a number at character 5"},
+		{"${-'a'}", "expression ${-'a'}: invalid operation: - a string at character 1"},
+		{"${upper(1)}", "expression ${upper(1)}: upper() takes a string, not a number at character 7"},
 	} {
 		err := expression.Compile(tc.in, roots)
 		var ee *expression.Error
@@ -290,4 +318,30 @@ func TestCompileSaysWhereInTheValue(t *testing.T) {
 	for k, want := range map[string]string{"x1": ".x1", "_a": "._a", "é": ".é", "1x": `["1x"]`, "": `[""]`, "a.b": `["a.b"]`} {
 		require.Equal(t, want, expression.Member(k), k)
 	}
+}
+
+// TestPlainWordsLeaveWhatTheyDoNotKnow: a message of the library whose
+// types are not those of an expression's values, or of a shape not
+// known, is left as it is, never half rewritten.
+func TestPlainWordsLeaveWhatTheyDoNotKnow(t *testing.T) {
+	t.Parallel()
+
+	for _, msg := range []string{
+		"invalid operation: time.Time + int",
+		"invalid operation: int(x)",
+		"invalid operation: - (mismatched type time.Duration)",
+		"invalid operation: < (mismatched types string and time.Time)",
+		"cannot use time.Time as argument (type string) to call upper",
+		"interface conversion: interface {} is time.Time, not string",
+		"cannot fetch x from time.Time",
+		"cannot fetch from",
+		"index out of range: 5 (array length is 2)",
+	} {
+		got, null := expression.PlainWords(msg)
+		require.Equal(t, msg, got)
+		require.False(t, null, msg)
+	}
+	got, null := expression.PlainWords("cannot fetch from <nil> from <nil>")
+	require.Equal(t, `cannot fetch "from <nil>" from null`, got, "the last from names the value")
+	require.True(t, null)
 }

@@ -87,10 +87,12 @@ func (e *Error) Error() string {
 	msg := e.Err.Error()
 	hint := e.hint
 	if fe, from, ok := e.library(); ok {
-		msg = fe.Message
-		if member, ok := fetchFromNull(msg); ok {
-			msg = "cannot fetch " + member + " from null"
+		var null bool
+		msg, null = plainWords(fe.Message)
+		if member, ok := fetchFromNull(fe.Message); ok {
 			hint = fmt.Sprintf("what it is fetched from is missing or null: %s gives null instead, and ?? a default", safeFetch(member))
+		} else if null {
+			hint = "a value it uses is missing or null: ?? gives a default"
 		}
 		if from >= 0 {
 			msg += fmt.Sprintf(" at character %d", from+1)

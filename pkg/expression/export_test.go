@@ -1,0 +1,4 @@
+package expression
+
+// PlainWords is plainWords, for the external tests.
+var PlainWords = plainWords
