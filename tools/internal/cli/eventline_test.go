@@ -3,8 +3,11 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 
@@ -169,4 +172,61 @@ func TestEventLinesAndShowNameChildren(t *testing.T) {
 	printExecution(&b, x, "the default")
 	require.Contains(t, b.String(), "started by step ship: the step waits for its end")
 	require.Contains(t, b.String(), "dry run    yes: the workflow was walked and no operation ran")
+}
+
+// TestShowAndEventsGiveALongErrorWhole: show's table cuts a step's error,
+// then gives each error it cut in full below it (not one the execution's
+// error line already gives whole); jetflow events shows more of an error
+// than of other values, and says where the rest is; nothing is cut
+// inside a letter.
+func TestShowAndEventsGiveALongErrorWhole(t *testing.T) {
+	long := "message: expression ${input.a.b}: cannot fetch b from null at character 9 (what it is fetched from is missing or null: ?.b gives null instead, and ?? a default)"
+	stderr := "exit status 1: stderr:\nline one\nline two"
+	x := projections.Execution{ID: "x1", Workflow: "wf", Status: projections.StatusFailed,
+		Error: "step last failed: boom",
+		Steps: []projections.Step{
+			{ID: "render", Kind: "exec", Status: projections.OpFailed, Attempt: 2, Error: long},
+			{ID: "short", Kind: "exec", Status: projections.OpFailed, Attempt: 1, Error: "boom"},
+			{ID: "multi", Kind: "exec", Status: projections.OpFailed, Attempt: 1, Error: stderr},
+			{ID: "out", Kind: "exec", Status: projections.OpSucceeded, Attempt: 1, Output: json.RawMessage(`"` + strings.Repeat("o", 150) + `"`)},
+			{ID: "late", Kind: "exec", Status: projections.OpStarted, Attempt: 1,
+				AfterEnd: &projections.AfterEnd{Outcome: projections.OpFailed, Error: "after: " + long}},
+		}}
+	var b bytes.Buffer
+	printExecution(&b, x, "")
+	out := b.String()
+	table, below, ok := strings.Cut(out, "errors cut above, in full:\n")
+	require.True(t, ok, out)
+	require.NotContains(t, table, long, "the table cuts it")
+	require.Contains(t, below, "  render (attempt 2): "+long+"\n")
+	require.Contains(t, below, "  multi (attempt 1): exit status 1: stderr:\n    line one\n    line two\n", "a multi-line error, indented")
+	require.Contains(t, below, "  late (attempt 1): after: "+long+"\n", "a failure after the end")
+	require.NotContains(t, below, "short", "an error the table shows whole")
+	require.NotContains(t, below, "ooo", "an output is not an error")
+
+	x.Error = "step render failed: " + long // the execution's error gives it whole already
+	b.Reset()
+	printExecution(&b, x, "")
+	_, below, ok = strings.Cut(b.String(), "errors cut above, in full:\n")
+	require.True(t, ok)
+	require.NotContains(t, below, "render (attempt")
+	x.Steps = x.Steps[:2]
+	b.Reset()
+	printExecution(&b, x, "")
+	require.NotContains(t, b.String(), "errors cut above", "nothing cut, nothing below")
+
+	line := func(msg string) string {
+		t.Helper()
+		data, err := json.Marshal(&events.StepFailed{StepID: "render", Attempt: 1, Error: msg})
+		require.NoError(t, err)
+		var b bytes.Buffer
+		printEvent(&b, client.Event{Seq: 7, Type: events.TypeStepFailed, Time: time.Now(), Data: data})
+		return b.String()
+	}
+	require.Contains(t, line(long), strconv.Quote(long), "an error of 160 letters is whole")
+	huge := strings.Repeat("é", 400)
+	got := line(huge)
+	require.Contains(t, got, " error="+strings.Repeat("é", 299)+"… (cut: -o json has it whole)")
+	require.True(t, utf8.ValidString(got))
+	require.NotContains(t, line("boom"), "cut")
 }

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -325,6 +326,7 @@ func printExecution(w io.Writer, x projections.Execution, retention string) {
 	printLocks(w, x)
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "STEP\tKIND\tSTATUS\tATTEMPT\tDURATION\tOUTPUT / ERROR")
+	var whole []string // the errors cut in the table, in full
 	for _, s := range x.Steps {
 		detail := compact(s.Output)
 		if s.Error != "" {
@@ -339,13 +341,23 @@ func printExecution(w io.Writer, x projections.Execution, retention string) {
 			detail = cmpStr(a.Error, "(its output was not kept)")
 			ended = cmp.Or(ended, a.At)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", s.ID, s.Kind, status, s.Attempt, dur(s.StartedAt, ended), truncate(detail, 100))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", s.ID, s.Kind, status, s.Attempt, dur(s.StartedAt, ended), truncate(detail, stepDetail))
+		failure := s.Error
+		if a := s.AfterEnd; a != nil {
+			failure = a.Error
+		}
+		if failure != "" && failure == detail && (cut(detail, stepDetail) || strings.Contains(detail, "\n")) && !strings.Contains(x.Error, detail) {
+			whole = append(whole, fmt.Sprintf("%s (attempt %d): %s", s.ID, s.Attempt, strings.ReplaceAll(detail, "\n", "\n    ")))
+		}
 	}
 	for _, s := range x.RetiredSteps {
 		fmt.Fprintf(tw, "%s\t%s\t%s, retired\t%d\t%s\t%s\n", s.ID, s.Kind, cmpStr(string(s.Status), "-"), s.Attempt, dur(s.StartedAt, s.EndedAt),
 			"(left behind by a move to another version: its result is ignored)")
 	}
 	_ = tw.Flush()
+	if len(whole) > 0 {
+		fmt.Fprintf(w, "\nerrors cut above, in full:\n  %s\n", strings.Join(whole, "\n  "))
+	}
 	var queues []string
 	local := false
 	for _, s := range x.Steps {
@@ -408,12 +420,27 @@ func compact(b json.RawMessage) string {
 	return string(out)
 }
 
+// truncate is s on one line (its line breaks written \n), cut to n
+// letters (the last an ellipsis) if longer, never inside a letter.
 func truncate(s string, n int) string {
 	s = strings.ReplaceAll(s, "\n", `\n`)
-	if len(s) <= n {
+	if utf8.RuneCountInString(s) <= n {
 		return s
 	}
-	return s[:n-1] + "…"
+	return string([]rune(s)[:n-1]) + "…"
+}
+
+// stepDetail is how many letters of a step's output or error show's
+// table shows.
+const stepDetail = 100
+
+// eventError is how many letters of an event's error jetflow events
+// shows.
+const eventError = 300
+
+// cut reports whether truncate(s, n) leaves something of s out.
+func cut(s string, n int) bool {
+	return utf8.RuneCountInString(strings.ReplaceAll(s, "\n", `\n`)) > n
 }
 
 func (a *app) lsCmd() *cobra.Command {
@@ -877,6 +904,13 @@ func printEvent(w io.Writer, ev client.Event) {
 	}
 	for _, k := range []string{"lock", "path", "error", "agent", "action", "reason", "requested_by"} {
 		if v, ok := d[k].(string); ok && v != "" {
+			if k == "error" { // the cause a reader looks for: more of it, and where the rest is
+				detail += " error=" + truncate(quoteIfSpaced(v), eventError)
+				if cut(quoteIfSpaced(v), eventError) {
+					detail += " (cut: -o json has it whole)"
+				}
+				continue
+			}
 			detail += " " + strings.TrimPrefix(k, "requested_") + "=" + truncate(quoteIfSpaced(v), 120)
 		}
 	}
