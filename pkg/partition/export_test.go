@@ -27,6 +27,13 @@ func (t *Table) WrapRenewalWrites(wrap func(LeaseWrite) LeaseWrite) {
 	t.writeRenewal = wrap(t.writeRenewal)
 }
 
+// LeaseRead is the read of a lease after its renewal was refused.
+type LeaseRead = func(context.Context, string) (jetstream.KeyValueEntry, error)
+
+// WrapRenewedReads makes the reads of leases after refused renewals read
+// through wrap(their read).
+func (t *Table) WrapRenewedReads(wrap func(LeaseRead) LeaseRead) { t.readRenewed = wrap(t.readRenewed) }
+
 // Unanswered is how many takes of p in a row had no answer, as the
 // table remembers them.
 func (t *Table) Unanswered(p int) int { return len(t.unanswered[p]) }

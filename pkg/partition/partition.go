@@ -305,7 +305,10 @@ type Table struct {
 	// writeRenewal is a renewal's write (js.PublishMsg; a test's answers
 	// it may slow down).
 	writeRenewal func(context.Context, *nats.Msg, ...jetstream.PublishOpt) (*jetstream.PubAck, error)
-	takes        uint64 // takes sent so far, each one's number in its TakeHeader
+	// readRenewed is the read of a lease after its renewal was refused
+	// (kv.Get; a test's may fail).
+	readRenewed func(context.Context, string) (jetstream.KeyValueEntry, error)
+	takes       uint64 // takes sent so far, each one's number in its TakeHeader
 	// retook are the partitions taken back whose watch has not yet shown
 	// the retake's own create: a change by another member older than it
 	// but newer than the lapse means that member held p in the stall.
@@ -403,7 +406,7 @@ func New(js jetstream.JetStream, kv jetstream.KeyValue, cfg Config) (*Table, err
 	nonce := make([]byte, 8)
 	_, _ = rand.Read(nonce)
 	return &Table{cfg: cfg, kv: kv, js: js, nonce: hex.EncodeToString(nonce), members: map[string]seen{}, leases: map[int]lease{},
-		lapsed: map[int]uint64{}, unanswered: map[int]unansweredTakes{}, writeLease: js.PublishMsg, writeRenewal: js.PublishMsg, retook: map[int]retakeSpan{}, change: make(chan struct{}),
+		lapsed: map[int]uint64{}, unanswered: map[int]unansweredTakes{}, writeLease: js.PublishMsg, writeRenewal: js.PublishMsg, readRenewed: kv.Get, retook: map[int]retakeSpan{}, change: make(chan struct{}),
 		state: make([]state, n), until: make([]time.Time, n), epoch: make([]uint64, n), since: make([]uint64, n), found: make([]found, n), left: make([]bool, n),
 		released: make(chan holding, n), failed: make(chan holding, n), quit: make(chan struct{})}, nil
 }
@@ -976,7 +979,7 @@ func (t *Table) sendRenewal(ctx context.Context, r *renewal) {
 	r.ack, r.err = t.writeRenewal(ctx, &nats.Msg{Subject: "$KV." + t.kv.Bucket() + "." + LeaseKey(r.p), Data: []byte(t.cfg.Member)},
 		jetstream.WithMsgTTL(t.cfg.TTL), jetstream.WithExpectLastSequencePerSubject(r.l.rev))
 	if wrongLastSequence(r.err) {
-		r.found, r.findErr = t.kv.Get(ctx, LeaseKey(r.p))
+		r.found, r.findErr = t.readRenewed(ctx, LeaseKey(r.p))
 	}
 }
 

@@ -337,3 +337,81 @@ func TestALeaseBeingGivenBackIsRenewedUntilItIsDeleted(t *testing.T) {
 		require.Equal(t, partition.VacancyReleased, b.table.Vacancy(p, epoch), "partition %d: taken as given back", p)
 	}
 }
+
+// TestARefusedRenewalWhoseReadFailsLosesNothing: a renewal is refused
+// for its expected revision (an earlier one was stored without its
+// answer reaching the member), and the read of what the lease holds then
+// fails too (a busy server). That tells nothing: the member reports it
+// and keeps the partition (nothing released, the same holding), but the
+// holding's validity is not extended, so it runs out unless a later
+// renewal succeeds; the next renewal, its read answered, renews from the
+// revision found.
+func TestARefusedRenewalWhoseReadFailsLosesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	kv, err := js.KeyValue(ctx, bus.BucketDispatchers)
+	require.NoError(t, err)
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	var reported []string
+	var released atomic.Int64
+	tbl, err := partition.New(js, kv, partition.Config{Member: "a", Partitions: 1, Now: clock,
+		Acquire: func(context.Context, int, uint64) error { return nil },
+		Release: func(int, uint64) bool { released.Add(1); return true },
+		OnError: func(err error, what string) {
+			mu.Lock()
+			reported = append(reported, what+": "+err.Error())
+			mu.Unlock()
+		}})
+	require.NoError(t, err)
+	t.Cleanup(tbl.WaitStarts)
+	tbl.AcquireNow(ctx, 0)
+	epoch0, ok := tbl.Holds(0)
+	require.True(t, ok)
+
+	// A renewal stored without its answer reaching the member.
+	stored, err := js.Publish(ctx, "$KV."+kv.Bucket()+"."+partition.LeaseKey(0), []byte("a"),
+		jetstream.WithMsgTTL(partition.DefaultTTL), jetstream.WithExpectLastSequencePerSubject(tbl.LeaseRevision(0)))
+	require.NoError(t, err)
+	var fail atomic.Bool
+	fail.Store(true)
+	tbl.WrapRenewedReads(func(read partition.LeaseRead) partition.LeaseRead {
+		return func(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+			if fail.Load() {
+				return nil, context.DeadlineExceeded
+			}
+			return read(ctx, key)
+		}
+	})
+
+	advance(partition.DefaultTTL / 2)
+	rev := tbl.LeaseRevision(0)
+	tbl.RenewNow(ctx, 0)
+	mu.Lock()
+	require.Len(t, reported, 1)
+	require.Contains(t, reported[0], "read lease 0 after a refused renewal")
+	mu.Unlock()
+	epoch, ok := tbl.Holds(0)
+	require.True(t, ok, "still held: the failed read told nothing")
+	require.Equal(t, epoch0, epoch, "the same holding")
+	require.Equal(t, rev, tbl.LeaseRevision(0), "not renewed")
+	require.Zero(t, tbl.Adopted(), "the revision found is not taken: none was read")
+	advance(partition.DefaultTTL/2 + time.Millisecond)
+	_, ok = tbl.Holds(0)
+	require.False(t, ok, "the holding's validity was not extended: it ran out, the acquire's time to live after it")
+
+	fail.Store(false)
+	tbl.RenewNow(ctx, 0)
+	epoch, ok = tbl.Holds(0)
+	require.True(t, ok, "valid again: renewed from the revision read")
+	require.Equal(t, epoch0, epoch, "the same holding: nothing was reset")
+	require.Greater(t, tbl.LeaseRevision(0), stored.Sequence)
+	require.EqualValues(t, 1, tbl.Adopted())
+	require.Zero(t, released.Load(), "nothing was released")
+	mu.Lock()
+	require.Len(t, reported, 1, "nothing more to report")
+	mu.Unlock()
+}
