@@ -22,9 +22,11 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
 
 	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/events"
@@ -113,7 +115,9 @@ func ToFirings(ctx context.Context, js jetstream.JetStream, now func() time.Time
 }
 
 // onePass is one pass over the schedules of stream: what it read, found
-// and did, so far if it failed.
+// and did, so far if it failed. The schedules are read and set back
+// Concurrency at a time: one after the other, each a round trip or two,
+// 100,000 long timers took minutes.
 func onePass(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, n int, now func() time.Time) (res Result, err error) {
 	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(bus.SchedulesPrefix+".>"))
 	if err != nil {
@@ -124,38 +128,61 @@ func onePass(ctx context.Context, js jetstream.JetStream, stream jetstream.Strea
 		subjects = append(subjects, s)
 	}
 	slices.Sort(subjects)
+	var mu sync.Mutex
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(Concurrency)
 	for _, subject := range subjects {
-		m, err := stream.GetLastMsgForSubject(ctx, subject)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue // fired since it was listed
-		}
-		if err != nil {
-			return res, fmt.Errorf("read the schedule %s: %w", subject, err)
-		}
-		res.Schedules++
-		ev, err := bus.Decode(m.Header, m.Data)
-		if err != nil {
-			res.Unreadable++
-			continue
-		}
-		notice, ok := ev.Data.(*events.TimerNotice)
-		if !ok {
-			continue
-		}
-		res.Notices++
-		if bus.ScheduleSubject(notice.TimerID) != subject {
-			res.Unreadable++ // not where its timer's schedule is: not the dispatcher's
-			continue
-		}
-		set, err := toFiring(ctx, js, notice, m.Sequence, n, now())
-		if err != nil {
-			return res, err
-		}
-		if set {
-			res.Set++
-		} else {
-			res.Changed++
-		}
+		g.Go(func() error {
+			one, err := setBack(gctx, js, stream, subject, n, now)
+			mu.Lock()
+			res.Schedules += one.Schedules
+			res.Unreadable += one.Unreadable
+			res.Notices += one.Notices
+			res.Set += one.Set
+			res.Changed += one.Changed
+			mu.Unlock()
+			return err
+		})
+	}
+	return res, g.Wait()
+}
+
+// Concurrency is how many schedules a pass reads and sets back at once.
+const Concurrency = 32
+
+// setBack reads the schedule on subject and sets it back to its firing
+// if it is a notice: what it read, found and did.
+func setBack(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, subject string, n int, now func() time.Time) (res Result, err error) {
+	m, err := stream.GetLastMsgForSubject(ctx, subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return res, nil // fired since it was listed
+	}
+	if err != nil {
+		return res, fmt.Errorf("read the schedule %s: %w", subject, err)
+	}
+	res.Schedules++
+	ev, err := bus.Decode(m.Header, m.Data)
+	if err != nil {
+		res.Unreadable++
+		return res, nil
+	}
+	notice, ok := ev.Data.(*events.TimerNotice)
+	if !ok {
+		return res, nil
+	}
+	res.Notices++
+	if bus.ScheduleSubject(notice.TimerID) != subject {
+		res.Unreadable++ // not where its timer's schedule is: not the dispatcher's
+		return res, nil
+	}
+	set, err := toFiring(ctx, js, notice, m.Sequence, n, now())
+	switch {
+	case err != nil:
+		return res, err
+	case set:
+		res.Set++
+	default:
+		res.Changed++
 	}
 	return res, nil
 }
