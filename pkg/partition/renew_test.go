@@ -110,23 +110,30 @@ func TestRenewalCutShortByStoppingIsNotAnError(t *testing.T) {
 // at once, and what its OnError was told so far.
 func reportingMember(t *testing.T, js jetstream.JetStream, kv jetstream.KeyValue, n int) (*partition.Table, func() []string) {
 	t.Helper()
-	var mu sync.Mutex
-	var reported []string
+	onError, reports := reporter()
 	tbl, err := partition.New(js, kv, partition.Config{Member: "a", Partitions: n,
 		Acquire: func(context.Context, int, uint64) error { return nil },
 		Release: func(int, uint64) bool { return true },
-		OnError: func(err error, what string) {
+		OnError: onError})
+	require.NoError(t, err)
+	t.Cleanup(tbl.WaitStarts)
+	return tbl, reports
+}
+
+// reporter is an OnError that keeps what it is told, and what it was
+// told so far.
+func reporter() (onError func(error, string), reports func() []string) {
+	var mu sync.Mutex
+	var reported []string
+	return func(err error, what string) {
 			mu.Lock()
 			reported = append(reported, what+": "+err.Error())
 			mu.Unlock()
-		}})
-	require.NoError(t, err)
-	t.Cleanup(tbl.WaitStarts)
-	return tbl, func() []string {
-		mu.Lock()
-		defer mu.Unlock()
-		return slices.Clone(reported)
-	}
+		}, func() []string {
+			mu.Lock()
+			defer mu.Unlock()
+			return slices.Clone(reported)
+		}
 }
 
 // TestRenewalsOfManyPartitionsGoOutTogether: on a loaded server each
@@ -356,16 +363,12 @@ func TestARefusedRenewalWhoseReadFailsLosesNothing(t *testing.T) {
 	now := time.Now()
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
-	var reported []string
+	onError, reports := reporter()
 	var released atomic.Int64
 	tbl, err := partition.New(js, kv, partition.Config{Member: "a", Partitions: 1, Now: clock,
 		Acquire: func(context.Context, int, uint64) error { return nil },
 		Release: func(int, uint64) bool { released.Add(1); return true },
-		OnError: func(err error, what string) {
-			mu.Lock()
-			reported = append(reported, what+": "+err.Error())
-			mu.Unlock()
-		}})
+		OnError: onError})
 	require.NoError(t, err)
 	t.Cleanup(tbl.WaitStarts)
 	tbl.AcquireNow(ctx, 0)
@@ -390,10 +393,9 @@ func TestARefusedRenewalWhoseReadFailsLosesNothing(t *testing.T) {
 	advance(partition.DefaultTTL / 2)
 	rev := tbl.LeaseRevision(0)
 	tbl.RenewNow(ctx, 0)
-	mu.Lock()
+	reported := reports()
 	require.Len(t, reported, 1)
 	require.Contains(t, reported[0], "read lease 0 after a refused renewal")
-	mu.Unlock()
 	epoch, ok := tbl.Holds(0)
 	require.True(t, ok, "still held: the failed read told nothing")
 	require.Equal(t, epoch0, epoch, "the same holding")
@@ -411,7 +413,5 @@ func TestARefusedRenewalWhoseReadFailsLosesNothing(t *testing.T) {
 	require.Greater(t, tbl.LeaseRevision(0), stored.Sequence)
 	require.EqualValues(t, 1, tbl.Adopted())
 	require.Zero(t, released.Load(), "nothing was released")
-	mu.Lock()
-	require.Len(t, reported, 1, "nothing more to report")
-	mu.Unlock()
+	require.Len(t, reports(), 1, "nothing more to report")
 }
