@@ -27,7 +27,7 @@ func TestRenderErrors(t *testing.T) {
 		{"IndexOutOfRange", "first: ${input.tags[5]}", "input.tags[5]",
 			"expression ${input.tags[5]}: index out of range: 5 (array length is 2) at character 11"},
 		{"BadConversion", "${int('x')}", "int('x')",
-			"expression ${int('x')}: invalid operation: int(x) at character 1"},
+			"expression ${int('x')}: int() cannot read the string \"x\" as a whole number at character 1"},
 		{"Empty", "${ }", "", "expression ${}: is empty"},
 		{"KeysIsOff", "${keys(input)}", "keys(input)", // Go's map order would make it give other values
 			"expression ${keys(input)}: unknown name keys at character 1 (keys() is off: its order would change from one evaluation to the next)"},
@@ -59,10 +59,46 @@ func TestRenderErrors(t *testing.T) {
 			"expression ${len(input.n)}: invalid argument for len: a number at character 1"},
 		{"NullCondition", "${vars.missing ? 1 : 2}", "vars.missing ? 1 : 2",
 			"expression ${vars.missing ? 1 : 2}: got null where a boolean was expected at character 20 (a value it uses is missing or null: ?? gives a default)"},
-		{"IntOfNull", "${int(vars.missing)}", "int(vars.missing)", // the library's reflect.Value
-			"expression ${int(vars.missing)}: got null where a value was expected at character 1 (a value it uses is missing or null: ?? gives a default)"},
+		{"IntOfNull", "${int(vars.missing)}", "int(vars.missing)",
+			"expression ${int(vars.missing)}: int() takes a number or a string, not null at character 1 (a value it uses is missing or null: ?? gives a default)"},
 		{"FloatOfAnObject", "${float(input)}", "float(input)",
-			"expression ${float(input)}: invalid operation: float() of an object at character 1"},
+			"expression ${float(input)}: float() takes a number or a string, not an object at character 1"},
+		// The library names a string it cannot read by its text: the
+		// string "bool" read as a Go type.
+		{"IntOfATypesName", "${int(input.host + 'bool')}", "int(input.host + 'bool')",
+			"expression ${int(input.host + 'bool')}: int() cannot read the string \"db1bool\" as a whole number at character 1"},
+		{"FloatOfAString", "${float('x')}", "float('x')",
+			"expression ${float('x')}: float() cannot read the string \"x\" as a number at character 1"},
+		{"NullOnTheRight", "${1 + vars.missing}", "1 + vars.missing",
+			"expression ${1 + vars.missing}: invalid operation: a number + null at character 3 (a value it uses is missing or null: ?? gives a default)"},
+		{"CallANumber", "${input.n()}", "input.n()",
+			"expression ${input.n()}: invalid operation: cannot call a number at character 7"},
+		{"InANumber", "${'a' in input.n}", "'a' in input.n",
+			"expression ${'a' in input.n}: operator \"in\" not defined on a number at character 5"},
+		{"ANumberAsAKey", "${input.n in input}", "input.n in input",
+			"expression ${input.n in input}: an object's keys are strings, not a number at character 9"},
+		{"AListsIndexByName", "${input.tags.x}", "input.tags.x", // the library's own int() of the index
+			"expression ${input.tags.x}: got a string where a number was expected at character 12"},
+		{"AListsIndexNull", "${input.tags[vars.missing]}", "input.tags[vars.missing]",
+			"expression ${input.tags[vars.missing]}: got null where a number was expected at character 11 (a value it uses is missing or null: ?? gives a default)"},
+		{"WholeNumberWanted", "${bitand(input.n, 1)}", "bitand(input.n, 1)", // JSON's numbers are float64
+			"expression ${bitand(input.n, 1)}: bitand() takes a whole number: int(x) makes one at character 1"},
+		{"TakeAWholeNumber", "${take(input.tags, input.n)}", "take(input.tags, input.n)",
+			"expression ${take(input.tags, input.n)}: take() takes a whole number of elements: int(x) makes one at character 1"},
+		{"ReverseNull", "${reverse(vars.missing)}", "reverse(vars.missing)",
+			"expression ${reverse(vars.missing)}: cannot reverse null at character 1 (a value it uses is missing or null: ?? gives a default)"},
+		{"FlattenANumber", "${flatten(input.n)}", "flatten(input.n)",
+			"expression ${flatten(input.n)}: cannot flatten a number at character 1"},
+		{"TakeFromAnObject", "${take(input, 1)}", "take(input, 1)",
+			"expression ${take(input, 1)}: cannot take from an object at character 1"},
+		{"JoinNull", "${join(vars.missing)}", "join(vars.missing)",
+			"expression ${join(vars.missing)}: invalid argument for join: null at character 1 (a value it uses is missing or null: ?? gives a default)"},
+		{"AllOfANumber", "${all(input.n, true)}", "all(input.n, true)",
+			"expression ${all(input.n, true)}: got a number where a list was expected at character 1"},
+		{"NullKeyOfNull", "${vars.missing[vars.other]}", "vars.missing[vars.other]",
+			"expression ${vars.missing[vars.other]}: cannot fetch null from null at character 13 (what it is fetched from is missing or null: ?.[...] gives null instead, and ?? a default)"},
+		{"NumberKeyOfNull", "${vars.missing[1.5]}", "vars.missing[1.5]",
+			"expression ${vars.missing[1.5]}: cannot fetch 1.5 from null at character 13 (what it is fetched from is missing or null: ?.[...] gives null instead, and ?? a default)"},
 		{"CallNull", "${vars.missing()}", "vars.missing()",
 			"expression ${vars.missing()}: invalid operation: cannot call null at character 6 (a value it uses is missing or null: ?? gives a default)"},
 		{"FetchFromANumber", "${input.n.x}", "input.n.x",
@@ -329,6 +365,11 @@ func TestPlainWordsLeaveWhatTheyDoNotKnow(t *testing.T) {
 	for _, msg := range []string{
 		"invalid operation: time.Time + int",
 		"invalid operation: int(x)",
+		"invalid operation: int(time.Time)",
+		"cannot take time.Duration elements",
+		"cannot reverse chan",
+		"reflect: call of reflect.Value.Len on chan Value",
+		"reflect.Value.MapIndex: value of type time.Time is not assignable to type string",
 		"invalid operation: - (mismatched type time.Duration)",
 		"invalid operation: < (mismatched types string and time.Time)",
 		"cannot use time.Time as argument (type string) to call upper",
@@ -341,7 +382,19 @@ func TestPlainWordsLeaveWhatTheyDoNotKnow(t *testing.T) {
 		require.Equal(t, msg, got)
 		require.False(t, null, msg)
 	}
-	got, null := expression.PlainWords("cannot fetch from <nil> from <nil>")
-	require.Equal(t, `cannot fetch "from <nil>" from null`, got, "the last from names the value")
+	got, null := expression.PlainWords("cannot fetch a from b from <nil>")
+	require.Equal(t, `cannot fetch "a from b" from null`, got, "the last from names the value")
 	require.True(t, null)
+	for msg, want := range map[string]string{ // the other types the library may name
+		"invalid operation: int64 * bool":                   "invalid operation: a number * a boolean",
+		"invalid operation: float(bool)":                    "got a boolean where a number was expected",
+		"invalid operation: int64(<nil>)":                   "got null where a number was expected",
+		"cannot use float64 as argument (type int)":         "expected a whole number: int(x) makes one",
+		"cannot use <nil> as argument (type string)":        "got null where a string was expected",
+		"reflect: call of reflect.Value.Type on zero Value": "got null where another value was expected",
+		"cannot take from map[string]interface {}":          "cannot take from an object",
+	} {
+		got, _ := expression.PlainWords(msg)
+		require.Equal(t, want, got, msg)
+	}
 }

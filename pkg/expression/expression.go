@@ -26,6 +26,7 @@ import (
 
 	"github.com/expr-lang/expr"
 	"github.com/expr-lang/expr/builtin"
+	"github.com/expr-lang/expr/conf"
 	"github.com/expr-lang/expr/file"
 	"github.com/expr-lang/expr/vm"
 
@@ -671,7 +672,8 @@ func program(code string, roots []string) (*vm.Program, error) {
 		// % on anything but two ints: numbers from JSON are float64. The
 		// ints' overload keeps an int's type checked as it was. The
 		// function's name is no name a user writes (a let may be "mod").
-		expr.Function(modFunction, mod, new(func(int, int) int), new(func(any, any) any)), expr.Operator("%", modFunction))
+		expr.Function(modFunction, mod, new(func(int, int) int), new(func(any, any) any)), expr.Operator("%", modFunction),
+		conversions)
 	if err != nil {
 		return nil, &Error{Expr: code, Err: err, hint: nameHint(code, err, roots)}
 	}
@@ -682,6 +684,45 @@ func program(code string, roots []string) (*vm.Program, error) {
 	cache[key] = p
 	cacheMu.Unlock()
 	return p, nil
+}
+
+// conversions are the library's int() and float(), checked as the
+// library checks them and giving the same values, but for their errors:
+// the library's name a string it cannot read by its text ("int(bool)"
+// for the string "bool"), which reads as a Go type, and Go's types for
+// the other values.
+func conversions(c *conf.Config) {
+	for _, b := range builtin.Builtins {
+		if b.Name != "int" && b.Name != "float" {
+			continue
+		}
+		fn, lib := *b, b.Fast
+		fn.Fast = nil
+		fn.Func = func(params ...any) (any, error) { return convert(fn.Name, lib, params[0]) }
+		c.Functions[fn.Name] = &fn
+	}
+}
+
+// convert is int(x) or float(x) (name), whose library function is lib.
+func convert(name string, lib func(any) any, x any) (any, error) {
+	switch v := x.(type) {
+	case string:
+		var err error
+		if name == "int" {
+			_, err = strconv.Atoi(v)
+		} else {
+			_, err = strconv.ParseFloat(v, 64)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s() cannot read the string %q as a %s", name, v, map[string]string{"int": "whole number", "float": "number"}[name])
+		}
+	case int, int64, float64:
+	default:
+		if rv := reflect.ValueOf(x); !rv.IsValid() || !rv.CanConvert(reflect.TypeFor[float64]()) || rv.Kind() == reflect.String {
+			return nil, fmt.Errorf("%s() takes a number or a string, not %s", name, article(kindOfValue(x)))
+		}
+	}
+	return lib(x), nil
 }
 
 // modFunction names mod in expressions: the % operator calls it.

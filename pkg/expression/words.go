@@ -11,7 +11,6 @@ import (
 // knows them by: the JSON values the expressions see.
 var kinds = map[string]string{
 	"<nil>":                   "null",
-	"nil":                     "null",
 	"bool":                    "boolean",
 	"string":                  "string",
 	"int":                     "number",
@@ -35,6 +34,7 @@ func plainWords(msg string) (plain string, null bool) {
 		return plainOperation(msg, rest)
 	}
 	if rest, ok := strings.CutPrefix(msg, "invalid argument for "); ok {
+		rest = strings.ReplaceAll(rest, "%!s(<nil>)", "<nil>") // join's %s of a nil
 		if fn, t, ok := strings.Cut(rest, " (type "); ok {
 			if k, ok := kinds[strings.TrimSuffix(t, ")")]; ok && strings.HasSuffix(t, ")") {
 				return fmt.Sprintf("invalid argument for %s: %s", fn, article(k)), k == "null"
@@ -52,22 +52,74 @@ func plainWords(msg string) (plain string, null bool) {
 		if !ok || !okG || !okW {
 			return msg, false
 		}
-		if fn, ok := strings.CutPrefix(strings.TrimSpace(fn), "to call "); ok {
-			return fmt.Sprintf("%s() takes %s, not %s", fn, article(kw), article(kg)), kg == "null"
+		wanted := article(kw)
+		if want == "int" && kg == "number" { // a JSON number is a float64, even when whole
+			wanted = "a whole number: int(x) makes one"
 		}
-		return fmt.Sprintf("got %s where %s was expected", article(kg), article(kw)), kg == "null"
+		if fn, ok := strings.CutPrefix(strings.TrimSpace(fn), "to call "); ok {
+			if kg == kw {
+				return fmt.Sprintf("%s() takes %s", fn, wanted), false
+			}
+			return fmt.Sprintf("%s() takes %s, not %s", fn, wanted, article(kg)), kg == "null"
+		}
+		if kg == kw {
+			return "expected " + wanted, false
+		}
+		return fmt.Sprintf("got %s where %s was expected", article(kg), wanted), kg == "null"
 	}
 	if rest, ok := strings.CutPrefix(msg, "interface conversion: interface {} is "); ok {
 		got, want, _ := strings.Cut(rest, ", not ")
 		kg, okG := kinds[got]
+		if got == "nil" { // Go's words for a nil interface here
+			kg, okG = "null", true
+		}
 		kw, okW := kinds[want]
 		if okG && okW {
 			return fmt.Sprintf("got %s where %s was expected", article(kg), article(kw)), kg == "null"
 		}
 		return msg, false
 	}
-	if strings.HasPrefix(msg, "reflect: call of reflect.Value.") && strings.HasSuffix(msg, " on zero Value") {
-		return "got null where a value was expected", true
+	if rest, ok := strings.CutPrefix(msg, "reflect.Value.MapIndex: value of type "); ok {
+		// A key of an object that is no string ("x in obj", obj[1]).
+		if t, ok := strings.CutSuffix(rest, " is not assignable to type string"); ok {
+			if k, ok := kinds[t]; ok {
+				return fmt.Sprintf("an object's keys are strings, not %s", article(k)), k == "null"
+			}
+		}
+		return msg, false
+	}
+	if rest, ok := strings.CutPrefix(msg, "reflect: call of reflect.Value."); ok {
+		// A builtin given what it cannot go through: "Len on float64
+		// Value", "Index on map Value", "Type on zero Value" (null).
+		method, kind, _ := strings.Cut(strings.TrimSuffix(rest, " Value"), " on ")
+		k, ok := reflectKinds[kind]
+		if !ok || !strings.HasSuffix(rest, " Value") {
+			return msg, false
+		}
+		if method == "Len" || method == "Index" {
+			return fmt.Sprintf("got %s where a list was expected", article(k)), k == "null"
+		}
+		return fmt.Sprintf("got %s where another value was expected", article(k)), k == "null"
+	}
+	// A builtin's "cannot reverse invalid" (null), "cannot flatten
+	// float64", "cannot take from map" (a reflect kind when it runs, a
+	// type when checked).
+	for _, verb := range []string{"reverse", "uniq", "concat", "flatten", "take from"} {
+		if t, ok := strings.CutPrefix(msg, "cannot "+verb+" "); ok {
+			if k, ok := kindNamed(t); ok {
+				return fmt.Sprintf("cannot %s %s", verb, article(k)), k == "null"
+			}
+			return msg, false
+		}
+	}
+	if t, ok := strings.CutPrefix(msg, "cannot take "); ok && strings.HasSuffix(t, " elements") {
+		if k, ok := kindNamed(strings.TrimSuffix(t, " elements")); ok && k == "number" {
+			return "take() takes a whole number of elements: int(x) makes one", false
+		}
+		return msg, false
+	}
+	if strings.Contains(msg, "() takes ") && strings.HasSuffix(msg, ", not null") { // this package's conversions
+		return msg, true
 	}
 	if rest, ok := strings.CutPrefix(msg, `operator "in" not defined on `); ok {
 		if k, ok := kinds[rest]; ok {
@@ -103,13 +155,16 @@ func plainOperation(msg, rest string) (plain string, null bool) {
 			return "invalid operation: - " + article(k), k == "null"
 		}
 	}
-	for _, fn := range []string{"int", "int64", "float", "bool"} {
+	// The library's own conversions of a value it needs as a number (a
+	// list's index, a count), which name its Go type: int() and float()
+	// of an expression are this package's (conversions).
+	for _, fn := range []string{"int", "int64", "float"} {
 		t, ok := strings.CutPrefix(rest, fn+"(")
 		if !ok || !strings.HasSuffix(t, ")") {
 			continue
 		}
 		if k, ok := kinds[strings.TrimSuffix(t, ")")]; ok {
-			return fmt.Sprintf("invalid operation: %s() of %s", fn, article(k)), k == "null"
+			return fmt.Sprintf("got %s where a number was expected", article(k)), k == "null"
 		}
 	}
 	// The checker's, of literals: "OP (mismatched types A and B)",
@@ -140,6 +195,49 @@ func plainOperation(msg, rest string) (plain string, null bool) {
 	return msg, false
 }
 
+// reflectKinds are the reflect kinds the library's messages name for an
+// expression's values, and their kinds.
+var reflectKinds = map[string]string{
+	"zero":    "null",
+	"invalid": "null",
+	"bool":    "boolean",
+	"string":  "string",
+	"int":     "number",
+	"int64":   "number",
+	"float64": "number",
+	"map":     "object",
+	"slice":   "list",
+}
+
+// kindNamed is the kind of a Go type's or a reflect kind's name, as the
+// library's messages give them.
+func kindNamed(name string) (string, bool) {
+	if k, ok := kinds[name]; ok {
+		return k, true
+	}
+	k, ok := reflectKinds[name]
+	return k, ok
+}
+
+// kindOfValue is the kind of an expression's value v.
+func kindOfValue(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "boolean"
+	case string:
+		return "string"
+	case int, int64, float64:
+		return "number"
+	case map[string]any:
+		return "object"
+	case []any:
+		return "list"
+	}
+	return "value"
+}
+
 // article is a kind as a value of it is named: null alone, others with
 // a or an.
 func article(kind string) string {
@@ -155,10 +253,13 @@ func article(kind string) string {
 // key is a member the library names as it is written after a dot: a
 // name or an index as it is, another key quoted.
 func key(member string) string {
+	if member == "<nil>" { // a null key, as Go prints it
+		return "null"
+	}
 	if isName(member) {
 		return member
 	}
-	if _, err := strconv.Atoi(member); err == nil {
+	if _, err := strconv.ParseFloat(member, 64); err == nil {
 		return member
 	}
 	return strconv.Quote(member)
