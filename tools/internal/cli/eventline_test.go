@@ -188,6 +188,7 @@ func TestShowAndEventsGiveALongErrorWhole(t *testing.T) {
 			{ID: "render", Kind: "exec", Status: projections.OpFailed, Attempt: 2, Error: long},
 			{ID: "short", Kind: "exec", Status: projections.OpFailed, Attempt: 1, Error: "boom"},
 			{ID: "multi", Kind: "exec", Status: projections.OpFailed, Attempt: 1, Error: stderr},
+			{ID: "crlf", Kind: "exec", Status: projections.OpFailed, Attempt: 1, Error: "progress 10%\rfatal: no disk\r\nnext"},
 			{ID: "out", Kind: "exec", Status: projections.OpSucceeded, Attempt: 1, Output: json.RawMessage(`"` + strings.Repeat("o", 150) + `"`)},
 			{ID: "late", Kind: "exec", Status: projections.OpStarted, Attempt: 1,
 				AfterEnd: &projections.AfterEnd{Outcome: projections.OpFailed, Error: "after: " + long}},
@@ -202,6 +203,8 @@ func TestShowAndEventsGiveALongErrorWhole(t *testing.T) {
 	require.Contains(t, below, "  multi (attempt 1): exit status 1: stderr:\n    line one\n    line two\n", "a multi-line error, indented")
 	require.Contains(t, below, "  late (attempt 1): after: "+long+"\n", "a failure after the end")
 	require.NotContains(t, below, "short", "an error the table shows whole")
+	require.Contains(t, below, "  crlf (attempt 1): progress 10%\\rfatal: no disk\n    next\n", "a lone carriage return written \\r, a CRLF a line break")
+	require.NotContains(t, out, "\r", "no carriage return reaches the terminal")
 	require.NotContains(t, below, "ooo", "an output is not an error")
 
 	x.Error = "step render failed: " + long // the execution's error gives it whole already

@@ -346,8 +346,8 @@ func printExecution(w io.Writer, x projections.Execution, retention string) {
 		if a := s.AfterEnd; a != nil {
 			failure = a.Error
 		}
-		if failure != "" && failure == detail && (cut(detail, stepDetail) || strings.Contains(detail, "\n")) && !strings.Contains(x.Error, detail) {
-			whole = append(whole, fmt.Sprintf("%s (attempt %d): %s", s.ID, s.Attempt, strings.ReplaceAll(detail, "\n", "\n    ")))
+		if failure != "" && failure == detail && (cut(detail, stepDetail) || strings.ContainsAny(detail, "\r\n")) && !strings.Contains(x.Error, detail) {
+			whole = append(whole, fmt.Sprintf("%s (attempt %d): %s", s.ID, s.Attempt, indented(detail, "    ")))
 		}
 	}
 	for _, s := range x.RetiredSteps {
@@ -423,7 +423,7 @@ func compact(b json.RawMessage) string {
 // truncate is s on one line (its line breaks written \n), cut to n
 // letters (the last an ellipsis) if longer, never inside a letter.
 func truncate(s string, n int) string {
-	s = strings.ReplaceAll(s, "\n", `\n`)
+	s = oneLine.Replace(s)
 	if utf8.RuneCountInString(s) <= n {
 		return s
 	}
@@ -440,7 +440,18 @@ const eventError = 300
 
 // cut reports whether truncate(s, n) leaves something of s out.
 func cut(s string, n int) bool {
-	return utf8.RuneCountInString(strings.ReplaceAll(s, "\n", `\n`)) > n
+	return utf8.RuneCountInString(oneLine.Replace(s)) > n
+}
+
+// oneLine writes line breaks and carriage returns as \n and \r: a
+// carriage return (a progress bar's, a CRLF line's) would take the
+// terminal's cursor back over what was printed before it on the line.
+var oneLine = strings.NewReplacer("\r\n", `\n`, "\n", `\n`, "\r", `\r`)
+
+// indented is a multi-line s with each line after the first indented
+// by indent: a CRLF is a line break, a lone carriage return is written \r.
+func indented(s, indent string) string {
+	return strings.NewReplacer("\r\n", "\n"+indent, "\n", "\n"+indent, "\r", `\r`).Replace(s)
 }
 
 func (a *app) lsCmd() *cobra.Command {
