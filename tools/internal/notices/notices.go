@@ -115,7 +115,9 @@ func ToFirings(ctx context.Context, js jetstream.JetStream, now func() time.Time
 }
 
 // onePass is one pass over the schedules of stream: what it read, found
-// and did, so far if it failed. The schedules are read and set back
+// and did, so far if it failed (a replacement under way when another
+// failed may have been stored and not counted: Set is then at least
+// what was set). The schedules are read and set back
 // Concurrency at a time: one after the other, each a round trip or two,
 // 100,000 long timers took minutes.
 func onePass(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, n int, now func() time.Time) (res Result, err error) {
@@ -132,6 +134,9 @@ func onePass(ctx context.Context, js jetstream.JetStream, stream jetstream.Strea
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(Concurrency)
 	for _, subject := range subjects {
+		if gctx.Err() != nil { // one failed (or ctx ended): start no more
+			break
+		}
 		g.Go(func() error {
 			one, err := setBack(gctx, js, stream, subject, n, now)
 			mu.Lock()
