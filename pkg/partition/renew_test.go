@@ -356,6 +356,10 @@ func TestALeaseBeingGivenBackIsRenewedUntilItIsDeleted(t *testing.T) {
 func TestARefusedRenewalWhoseReadFailsLosesNothing(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
+	// Long enough that the stored renewal outlives a slow machine's
+	// pauses in real time: its expiry would make the member take the
+	// partition anew, not adopt the revision.
+	const ttl = 30 * time.Second
 	_, js := natstest.Connect(t, natstest.RunJetStream(t))
 	kv, err := js.KeyValue(ctx, bus.BucketDispatchers)
 	require.NoError(t, err)
@@ -365,7 +369,7 @@ func TestARefusedRenewalWhoseReadFailsLosesNothing(t *testing.T) {
 	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
 	onError, reports := reporter()
 	var released atomic.Int64
-	tbl, err := partition.New(js, kv, partition.Config{Member: "a", Partitions: 1, Now: clock,
+	tbl, err := partition.New(js, kv, partition.Config{Member: "a", Partitions: 1, TTL: ttl, Now: clock,
 		Acquire: func(context.Context, int, uint64) error { return nil },
 		Release: func(int, uint64) bool { released.Add(1); return true },
 		OnError: onError})
@@ -377,7 +381,7 @@ func TestARefusedRenewalWhoseReadFailsLosesNothing(t *testing.T) {
 
 	// A renewal stored without its answer reaching the member.
 	stored, err := js.Publish(ctx, "$KV."+kv.Bucket()+"."+partition.LeaseKey(0), []byte("a"),
-		jetstream.WithMsgTTL(partition.DefaultTTL), jetstream.WithExpectLastSequencePerSubject(tbl.LeaseRevision(0)))
+		jetstream.WithMsgTTL(ttl), jetstream.WithExpectLastSequencePerSubject(tbl.LeaseRevision(0)))
 	require.NoError(t, err)
 	var fail atomic.Bool
 	fail.Store(true)
@@ -390,7 +394,7 @@ func TestARefusedRenewalWhoseReadFailsLosesNothing(t *testing.T) {
 		}
 	})
 
-	advance(partition.DefaultTTL / 2)
+	advance(ttl / 2)
 	rev := tbl.LeaseRevision(0)
 	tbl.RenewNow(ctx, 0)
 	reported := reports()
@@ -401,7 +405,7 @@ func TestARefusedRenewalWhoseReadFailsLosesNothing(t *testing.T) {
 	require.Equal(t, epoch0, epoch, "the same holding")
 	require.Equal(t, rev, tbl.LeaseRevision(0), "not renewed")
 	require.Zero(t, tbl.Adopted(), "the revision found is not taken: none was read")
-	advance(partition.DefaultTTL/2 + time.Millisecond)
+	advance(ttl/2 + time.Millisecond)
 	_, ok = tbl.Holds(0)
 	require.False(t, ok, "the holding's validity was not extended: it ran out, the acquire's time to live after it")
 
