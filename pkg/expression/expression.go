@@ -347,10 +347,17 @@ func Condition(s string, env map[string]any) (bool, error) {
 		return false, &Error{Expr: code, Err: err}
 	}
 	b, ok := out.(bool)
-	if !ok {
-		return false, &Error{Expr: code, Err: fmt.Errorf("gives %s, a condition must give true or false", describe(out))}
+	switch {
+	case ok:
+		return b, nil
+	case out == nil:
+		return false, &Error{Expr: code, Err: errors.New("gives null, a condition must give true or false"),
+			hint: "a value it uses is missing or null: ?? false gives a default"}
+	case out == "true" || out == "false":
+		return false, &Error{Expr: code, Err: fmt.Errorf("gives %s, a condition must give true or false", describe(out)),
+			hint: fmt.Sprintf("a string is not a boolean: compare it, == %q", out)}
 	}
-	return b, nil
+	return false, &Error{Expr: code, Err: fmt.Errorf("gives %s, a condition must give true or false", describe(out))}
 }
 
 // HasTemplate reports whether any string in v holds an expression.
@@ -408,7 +415,31 @@ func eval(code string, env map[string]any) (any, error) {
 	if err != nil {
 		return nil, &Error{Expr: code, Err: err}
 	}
+	if notJSON(out) {
+		return nil, &Error{Expr: code, Err: errors.New("gives an infinite number or NaN, which JSON cannot hold"),
+			hint: "a division by zero? check the divisor first"}
+	}
 	return normalize(out), nil
+}
+
+// notJSON reports whether v holds a number JSON cannot hold: an
+// infinity (a division by zero) or NaN, which failed later, as
+// "json: unsupported value: +Inf" with no expression named, or was
+// printed "+Inf" in a text.
+func notJSON(v any) bool {
+	switch t := v.(type) {
+	case float64:
+		return math.IsInf(t, 0) || math.IsNaN(t)
+	case []any:
+		return slices.ContainsFunc(t, notJSON)
+	case map[string]any:
+		for _, e := range t {
+			if notJSON(e) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // text renders a value inside a string: strings as they are, null as
@@ -448,6 +479,9 @@ func normalize(v any) any {
 func describe(v any) string {
 	if v == nil {
 		return "null"
+	}
+	if s, ok := v.(string); ok {
+		return fmt.Sprintf("%s %q", kindOf(v), s)
 	}
 	return fmt.Sprintf("%s %s", kindOf(v), text(v))
 }

@@ -10,7 +10,7 @@ import (
 
 func env() map[string]any {
 	return map[string]any{
-		"input":    map[string]any{"host": "db1", "n": float64(3), "tags": []any{"a", "b"}},
+		"input":    map[string]any{"host": "db1", "n": float64(3), "tags": []any{"a", "b"}, "t": "true"},
 		"vars":     map[string]any{"count": float64(2)},
 		"steps":    map[string]any{"fetch": map[string]any{"output": map[string]any{"status": float64(200)}, "status": "succeeded"}},
 		"workflow": map[string]any{"id": "x1", "name": "wf", "version": float64(1), "attempt": float64(1)},
@@ -117,7 +117,7 @@ func TestModuloOfJSONNumbers(t *testing.T) {
 	for code, msg := range map[string]string{
 		"${input.half % 2}": "% takes whole numbers (within ±2^63), not the number 1.5 and the number 2",
 		"${input.over % 2}": "% takes whole numbers (within ±2^63), not the number",
-		"${input.s % 2}":    "% takes whole numbers (within ±2^63), not the string x and the number 2",
+		"${input.s % 2}":    "% takes whole numbers (within ±2^63), not the string \"x\" and the number 2",
 		"${input.n % 0}":    "% by zero",
 	} {
 		_, err := expression.Render(code, e)

@@ -127,7 +127,15 @@ func plainWords(msg string) (plain string, null bool) {
 		}
 		return msg, false
 	}
+	if rest, ok := strings.CutPrefix(msg, "index out of range: "); ok {
+		return "index out of range: " + strings.Replace(rest, "(array length is ", "(the list's length is ", 1), false
+	}
 	if rest, ok := strings.CutPrefix(msg, "cannot fetch "); ok {
+		// A name no root has, where the checker does not look (a
+		// slice's bounds): fetched from the roots' Go struct.
+		if name, env, ok := strings.Cut(rest, " from struct {"); ok && strings.Contains(env, `expr:\"`) {
+			return "unknown name " + name, false
+		}
 		// The member may hold " from ": the last names the value.
 		if i := strings.LastIndex(rest, " from "); i > 0 {
 			if k, ok := kinds[rest[i+len(" from "):]]; ok {
@@ -164,7 +172,7 @@ func plainOperation(msg, rest string) (plain string, null bool) {
 			continue
 		}
 		if k, ok := kinds[strings.TrimSuffix(t, ")")]; ok {
-			return fmt.Sprintf("got %s where a number was expected", article(k)), k == "null"
+			return fmt.Sprintf("got %s where a number (a list's index, a count) was expected", article(k)), k == "null"
 		}
 	}
 	// The checker's, of literals: "OP (mismatched types A and B)",
