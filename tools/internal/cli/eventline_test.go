@@ -189,6 +189,12 @@ func TestShowAndEventsGiveALongErrorWhole(t *testing.T) {
 			{ID: "short", Kind: "exec", Status: projections.OpFailed, Attempt: 1, Error: "boom"},
 			{ID: "multi", Kind: "exec", Status: projections.OpFailed, Attempt: 1, Error: stderr},
 			{ID: "crlf", Kind: "exec", Status: projections.OpFailed, Attempt: 1, Error: "progress 10%\rfatal: no disk\r\nnext"},
+			{ID: "sh", Kind: "exec", Status: projections.OpFailed, Attempt: 3, Error: "command sh: exit status 2",
+				Output: json.RawMessage(`{"stdout":"","stderr":"checksum mismatch\nin part 2\n","exit_code":2}`)},
+			{ID: "quiet", Kind: "exec", Status: projections.OpFailed, Attempt: 1, Error: "command sh: exit status 1",
+				Output: json.RawMessage(`{"stdout":"ok","stderr":"","exit_code":1}`)},
+			{ID: "api", Kind: "http", Status: projections.OpFailed, Attempt: 1, Error: "status 503",
+				Output: json.RawMessage(`{"status":503,"body":"down"}`)},
 			{ID: "out", Kind: "exec", Status: projections.OpSucceeded, Attempt: 1, Output: json.RawMessage(`"` + strings.Repeat("o", 150) + `"`)},
 			{ID: "late", Kind: "exec", Status: projections.OpStarted, Attempt: 1,
 				AfterEnd: &projections.AfterEnd{Outcome: projections.OpFailed, Error: "after: " + long}},
@@ -196,13 +202,17 @@ func TestShowAndEventsGiveALongErrorWhole(t *testing.T) {
 	var b bytes.Buffer
 	printExecution(&b, x, "")
 	out := b.String()
-	table, below, ok := strings.Cut(out, "errors cut above, in full:\n")
+	table, below, ok := strings.Cut(out, "failures in full:\n")
 	require.True(t, ok, out)
 	require.NotContains(t, table, long, "the table cuts it")
 	require.Contains(t, below, "  render (attempt 2): "+long+"\n")
 	require.Contains(t, below, "  multi (attempt 1): exit status 1: stderr:\n    line one\n    line two\n", "a multi-line error, indented")
 	require.Contains(t, below, "  late (attempt 1): after: "+long+"\n", "a failure after the end")
 	require.NotContains(t, below, "short", "an error the table shows whole")
+	require.Contains(t, below, "  sh (attempt 3): command sh: exit status 2\n    stderr:\n      checksum mismatch\n      in part 2\n",
+		"a failed command's stderr, which its error does not hold")
+	require.NotContains(t, below, "quiet", "a failure with nothing more to give")
+	require.Contains(t, below, `  api (attempt 1): status 503`+"\n"+`    output: {"body":"down","status":503}`+"\n", "another failure's output")
 	require.Contains(t, below, "  crlf (attempt 1): progress 10%\\rfatal: no disk\n    next\n", "a lone carriage return written \\r, a CRLF a line break")
 	require.NotContains(t, out, "\r", "no carriage return reaches the terminal")
 	require.NotContains(t, below, "ooo", "an output is not an error")
@@ -210,13 +220,13 @@ func TestShowAndEventsGiveALongErrorWhole(t *testing.T) {
 	x.Error = "step render failed: " + long // the execution's error gives it whole already
 	b.Reset()
 	printExecution(&b, x, "")
-	_, below, ok = strings.Cut(b.String(), "errors cut above, in full:\n")
+	_, below, ok = strings.Cut(b.String(), "failures in full:\n")
 	require.True(t, ok)
 	require.NotContains(t, below, "render (attempt")
 	x.Steps = x.Steps[:2]
 	b.Reset()
 	printExecution(&b, x, "")
-	require.NotContains(t, b.String(), "errors cut above", "nothing cut, nothing below")
+	require.NotContains(t, b.String(), "failures in full", "nothing cut, nothing below")
 
 	line := func(msg string) string {
 		t.Helper()
@@ -232,4 +242,25 @@ func TestShowAndEventsGiveALongErrorWhole(t *testing.T) {
 	require.Contains(t, got, " error="+strings.Repeat("é", 299)+"… (cut: -o json has it whole)")
 	require.True(t, utf8.ValidString(got))
 	require.NotContains(t, line("boom"), "cut")
+	got = line(strings.Repeat("x ", 200))
+	require.True(t, strings.HasSuffix(strings.TrimSpace(got), `…" (cut: -o json has it whole)`), "the quote is closed: %s", got)
+	require.Contains(t, line("\x1b[2J\x1b[31mdisk\x1b[0m"), `error="\x1b[2J\x1b[31mdisk\x1b[0m"`, "an escape sequence is written, not sent")
+
+	// Nothing a terminal acts on reaches it from show either: an escape
+	// sequence (a command's colours, a clear screen), a carriage return;
+	// the execution's error line is one line, and a multi-line error it
+	// holds is given whole below, indented.
+	x = projections.Execution{ID: "x1", Workflow: "wf", Status: projections.StatusFailed,
+		Error: "step multi failed: " + stderr + "\x1b[2J",
+		Steps: []projections.Step{
+			{ID: "multi", Kind: "exec", Status: projections.OpFailed, Attempt: 1, Error: stderr + "\x1b[2J"},
+			{ID: "colour", Kind: "exec", Status: projections.OpFailed, Attempt: 1, Error: "\x1b[31mdisk full\x1b[0m"},
+		}}
+	b.Reset()
+	printExecution(&b, x, "")
+	out = b.String()
+	require.NotContains(t, out, "\x1b", "no escape sequence reaches the terminal")
+	require.Contains(t, out, `error      step multi failed: exit status 1: stderr:\nline one\nline two\x1b[2J`+"\n")
+	require.Contains(t, out, `\x1b[31mdisk full\x1b[0m`)
+	require.Contains(t, out, "  multi (attempt 1): exit status 1: stderr:\n    line one\n    line two\\x1b[2J\n")
 }

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/spf13/cobra"
@@ -303,7 +304,7 @@ func printExecution(w io.Writer, x projections.Execution, retention string) {
 		fmt.Fprintln(tw)
 	}
 	if x.Error != "" {
-		fmt.Fprintf(tw, "error\t%s\n", x.Error)
+		fmt.Fprintf(tw, "error\t%s\n", oneLine(x.Error))
 	}
 	if d := x.Damaged; d != nil {
 		fmt.Fprintf(tw, "DAMAGED\tat sequence %d (%s): %s\n", d.Seq, cmpStr(string(d.Type), "no type"), truncate(d.Reason, 300))
@@ -342,12 +343,8 @@ func printExecution(w io.Writer, x projections.Execution, retention string) {
 			ended = cmp.Or(ended, a.At)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", s.ID, s.Kind, status, s.Attempt, dur(s.StartedAt, ended), truncate(detail, stepDetail))
-		failure := s.Error
-		if a := s.AfterEnd; a != nil {
-			failure = a.Error
-		}
-		if failure != "" && failure == detail && (cut(detail, stepDetail) || strings.ContainsAny(detail, "\r\n")) && !strings.Contains(x.Error, detail) {
-			whole = append(whole, fmt.Sprintf("%s (attempt %d): %s", s.ID, s.Attempt, indented(detail, "    ")))
+		if f := failureInFull(x, s, detail); f != "" {
+			whole = append(whole, f)
 		}
 	}
 	for _, s := range x.RetiredSteps {
@@ -356,7 +353,7 @@ func printExecution(w io.Writer, x projections.Execution, retention string) {
 	}
 	_ = tw.Flush()
 	if len(whole) > 0 {
-		fmt.Fprintf(w, "\nerrors cut above, in full:\n  %s\n", strings.Join(whole, "\n  "))
+		fmt.Fprintf(w, "\nfailures in full:\n  %s\n", strings.Join(whole, "\n  "))
 	}
 	var queues []string
 	local := false
@@ -423,11 +420,44 @@ func compact(b json.RawMessage) string {
 // truncate is s on one line (its line breaks written \n), cut to n
 // letters (the last an ellipsis) if longer, never inside a letter.
 func truncate(s string, n int) string {
-	s = oneLine.Replace(s)
+	s = oneLine(s)
 	if utf8.RuneCountInString(s) <= n {
 		return s
 	}
 	return string([]rune(s)[:n-1]) + "…"
+}
+
+// failureInFull is what show gives of step s's failure below its table,
+// whose row showed detail: its error whole when the row cut it (or it
+// spans lines) and the execution's error line does not give it whole,
+// and the output the failure carries (an exec step's stderr, which the
+// error does not hold); "" when there is nothing more to give.
+func failureInFull(x projections.Execution, s projections.Step, detail string) string {
+	failure, output := s.Error, s.Output
+	if a := s.AfterEnd; a != nil {
+		failure, output = a.Error, nil
+	}
+	if failure == "" || failure != detail {
+		return ""
+	}
+	multiLine := strings.ContainsAny(failure, "\r\n")
+	givenWhole := !cut(failure, stepDetail) && !multiLine || strings.Contains(x.Error, failure) && !multiLine
+	var more string
+	var out map[string]any
+	switch {
+	case len(output) == 0 || string(output) == "null":
+	case json.Unmarshal(output, &out) == nil && out["stderr"] != nil:
+		stderr, _ := out["stderr"].(string)
+		if stderr = strings.TrimRight(stderr, "\r\n"); stderr != "" {
+			more = "\n    stderr:\n      " + indented(stderr, "      ")
+		}
+	default:
+		more = "\n    output: " + indented(compact(output), "      ")
+	}
+	if givenWhole && more == "" {
+		return ""
+	}
+	return fmt.Sprintf("%s (attempt %d): %s%s", s.ID, s.Attempt, indented(failure, "    "), more)
 }
 
 // stepDetail is how many letters of a step's output or error show's
@@ -440,19 +470,43 @@ const eventError = 300
 
 // cut reports whether truncate(s, n) leaves something of s out.
 func cut(s string, n int) bool {
-	return utf8.RuneCountInString(oneLine.Replace(s)) > n
+	return utf8.RuneCountInString(oneLine(s)) > n
 }
 
-// oneLine writes line breaks and carriage returns as \n and \r: a
-// carriage return (a progress bar's, a CRLF line's) would take the
-// terminal's cursor back over what was printed before it on the line.
-var oneLine = strings.NewReplacer("\r\n", `\n`, "\n", `\n`, "\r", `\r`)
+// oneLine is printable(s) on one line: its line breaks written \n.
+func oneLine(s string) string { return strings.ReplaceAll(printable(s), "\n", `\n`) }
 
-// indented is a multi-line s with each line after the first indented
-// by indent: a CRLF is a line break, a lone carriage return is written \r.
+// indented is printable(s) with each line after the first indented by
+// indent.
 func indented(s, indent string) string {
-	return strings.NewReplacer("\r\n", "\n"+indent, "\n", "\n"+indent, "\r", `\r`).Replace(s)
+	return strings.ReplaceAll(printable(s), "\n", "\n"+indent)
 }
+
+// printable is s as it may reach a terminal: a CRLF is a line break, and
+// every other control character but a line break and a tab is written
+// as Go writes it in a string (\r, \x1b): a carriage return (a progress
+// bar's) would take the cursor back over what was printed on the line,
+// and an escape sequence (a command's colours, ESC[2J) would act on the
+// terminal.
+func printable(s string) string {
+	s = strings.ReplaceAll(s, "\r\n", "\n")
+	if !strings.ContainsFunc(s, unsafeRune) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if unsafeRune(r) {
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// unsafeRune reports a control character printable writes escaped.
+func unsafeRune(r rune) bool { return r != '\n' && r != '\t' && unicode.IsControl(r) }
 
 func (a *app) lsCmd() *cobra.Command {
 	var o client.ListOptions
@@ -859,8 +913,21 @@ func waitDetail(ev client.Event, d map[string]any) string {
 
 // quoteIfSpaced quotes v if it holds a space, a tab or a quote, as the
 // other values of an event line are.
+// quotedCut is quoteIfSpaced(v) cut to n letters, its closing quote
+// kept, and whether it was cut.
+func quotedCut(v string, n int) (string, bool) {
+	q := quoteIfSpaced(v)
+	if !cut(q, n) {
+		return q, false
+	}
+	if q != v { // quoted: cut inside the quotes
+		return truncate(q[:len(q)-1], n-1) + `"`, true
+	}
+	return truncate(q, n), true
+}
+
 func quoteIfSpaced(v string) string {
-	if strings.ContainsAny(v, " \t\"") {
+	if strings.ContainsAny(v, " \t\"") || strings.ContainsFunc(v, unicode.IsControl) {
 		return strconv.Quote(v)
 	}
 	return v
@@ -916,13 +983,15 @@ func printEvent(w io.Writer, ev client.Event) {
 	for _, k := range []string{"lock", "path", "error", "agent", "action", "reason", "requested_by"} {
 		if v, ok := d[k].(string); ok && v != "" {
 			if k == "error" { // the cause a reader looks for: more of it, and where the rest is
-				detail += " error=" + truncate(quoteIfSpaced(v), eventError)
-				if cut(quoteIfSpaced(v), eventError) {
+				q, cut := quotedCut(v, eventError)
+				detail += " error=" + q
+				if cut {
 					detail += " (cut: -o json has it whole)"
 				}
 				continue
 			}
-			detail += " " + strings.TrimPrefix(k, "requested_") + "=" + truncate(quoteIfSpaced(v), 120)
+			q, _ := quotedCut(v, 120)
+			detail += " " + strings.TrimPrefix(k, "requested_") + "=" + q
 		}
 	}
 	detail += waitDetail(ev, d)
