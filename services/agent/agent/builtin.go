@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"runtime"
@@ -120,9 +122,31 @@ func (h execHandler) Handle(ctx context.Context, t operation.Task) (any, error) 
 			}
 			return out, &operation.Failure{Err: fmt.Errorf("command %s: %w", s.Command, err), Output: out}
 		}
-		return out, &operation.Failure{Err: fmt.Errorf("run command %s: %w", s.Command, err), Output: out}
+		return out, &operation.Failure{Err: fmt.Errorf("run command %s: %w", s.Command, unrepeated(err)), Output: out}
 	}
 	return out, nil
+}
+
+// unrepeated is a failed start's or request's err without what the
+// message around it already says: exec's 'exec: "x": executable file not
+// found in $PATH' and 'fork/exec /opt/x: no such file or directory' name
+// the command again, and net/http's 'Get "http://…": dial tcp …' the
+// method and address. What it wraps is kept (errors.Is, a timeout's
+// Timeout).
+func unrepeated(err error) error {
+	var xe *exec.Error
+	if errors.As(err, &xe) {
+		return xe.Err
+	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) && pe.Op == "fork/exec" {
+		return pe.Err
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
 }
 
 // quietError is an error whose message leaves out the error it wraps.
@@ -199,7 +223,7 @@ func (h httpHandler) Handle(ctx context.Context, t operation.Task) (any, error) 
 	req.Header.Set("Idempotency-Key", t.TaskID)
 	resp, err := h.client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", req.Method, s.URL, err)
+		return nil, fmt.Errorf("%s %s: %w", req.Method, s.URL, unrepeated(err))
 	}
 	defer resp.Body.Close()
 	buf := &capped{max: h.maxOutput}

@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -185,7 +187,14 @@ func TestExec(t *testing.T) {
 		step := workflow.Step{ID: "missing", Kind: workflow.KindExec, Command: "jetflow-no-such-command"}
 		_, err := builtin(t, workflow.KindExec, agent.Config{}).Handle(t.Context(), task(t, step))
 		_ = requireFailure(t, err)
-		require.ErrorContains(t, err, "run command jetflow-no-such-command")
+		require.EqualError(t, err, "run command jetflow-no-such-command: executable file not found in $PATH", "the command named once")
+		require.ErrorIs(t, err, exec.ErrNotFound)
+
+		step.Command = "/nonexistent/jetflow-no-such-command"
+		_, err = builtin(t, workflow.KindExec, agent.Config{}).Handle(t.Context(), task(t, step))
+		_ = requireFailure(t, err)
+		require.EqualError(t, err, "run command /nonexistent/jetflow-no-such-command: no such file or directory", "not fork/exec's path again")
+		require.ErrorIs(t, err, fs.ErrNotExist)
 	})
 
 	t.Run("TruncatesOutput", func(t *testing.T) {
@@ -434,6 +443,8 @@ func TestHTTP(t *testing.T) {
 		require.Error(t, err)
 		var f *operation.Failure
 		require.False(t, errors.As(err, &f), "no response, no output")
+		require.True(t, strings.HasPrefix(err.Error(), "GET "+url+": "), err.Error())
+		require.NotContains(t, err.Error(), `Get "`, "the method and address once")
 	})
 
 	t.Run("Timeout", func(t *testing.T) {
@@ -453,5 +464,9 @@ func TestHTTP(t *testing.T) {
 			task(t, workflow.Step{ID: "call", Kind: workflow.KindHTTP, URL: srv.URL}))
 		require.Error(t, err)
 		require.Less(t, time.Since(began), 5*time.Second)
+		var timeout interface{ Timeout() bool }
+		require.ErrorAs(t, err, &timeout, "still a timeout: %v", err)
+		require.True(t, timeout.Timeout())
+		require.NotContains(t, err.Error(), `Get "`)
 	})
 }
