@@ -404,3 +404,22 @@ func TestPlainWordsLeaveWhatTheyDoNotKnow(t *testing.T) {
 		require.Equal(t, want, got, msg)
 	}
 }
+
+// TestCompileConditionRefusesWhatIsNeverABoolean: a condition whose
+// type is known when it is checked (a literal's, a function's) and is no
+// boolean fails every evaluation: it is refused when applied. One whose
+// type is known only when it runs is accepted.
+func TestCompileConditionRefusesWhatIsNeverABoolean(t *testing.T) {
+	t.Parallel()
+
+	for in, kind := range map[string]string{`${"yes"}`: "a string", "${1 / 2}": "a number", "${len(input.tags)}": "a number",
+		"${[1]}": "a list", "${{'a': 1}}": "an object", "${upper(input.host)}": "a string", "${input.n > 1 ? 'a' : 'b'}": "a string"} {
+		err := expression.CompileCondition(in, nil)
+		var ee *expression.Error
+		require.ErrorAs(t, err, &ee, in)
+		require.ErrorContains(t, err, "gives "+kind+", a condition must give true or false", in)
+	}
+	for _, in := range []string{"${input.flag}", "${input.n > 1}", "${true}", "${input.x ?? false}", "${let y = input.x; y}", "input.n == 3"} {
+		require.NoError(t, expression.CompileCondition(in, nil), in)
+	}
+}

@@ -286,10 +286,36 @@ func CompileCondition(s string, roots []string) error {
 	if _, ok, _ := secretRef(code); ok {
 		return &Error{Expr: code, Err: ErrSecretNotAllowed}
 	}
-	if _, err := program(code, roots); err != nil {
+	p, err := program(code, roots)
+	if err != nil {
 		return checkSecretUse(code, roots, err, ErrSecretNotAllowed)
 	}
+	// A type known before it runs (a literal's, a comparison's) that is
+	// no boolean fails every evaluation: say so now.
+	if k := kindOfType(p.Node().Type()); k != "" {
+		return &Error{Expr: code, Err: fmt.Errorf("gives %s, a condition must give true or false", article(k))}
+	}
 	return nil
+}
+
+// kindOfType is the kind of the values of a type the checker knows, if
+// it is one an expression gives and no boolean; "" for a boolean and a
+// type known only when it runs.
+func kindOfType(t reflect.Type) string {
+	if t == nil {
+		return ""
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "string"
+	case reflect.Int, reflect.Int64, reflect.Float64:
+		return "number"
+	case reflect.Map:
+		return "object"
+	case reflect.Slice:
+		return "list"
+	}
+	return ""
 }
 
 // Render returns a copy of v with every template evaluated in env. Maps
