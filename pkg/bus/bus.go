@@ -266,6 +266,10 @@ func Ensure(ctx context.Context, js jetstream.JetStream, c Config) error {
 		if err == nil {
 			if st, err := kv.Status(ctx); err == nil {
 				kc.Replicas = max(kc.Replicas, st.Config().Replicas)
+				// Nor lower a marker TTL, or turn one off: a later
+				// release may have set it (docs/adr/0022), and
+				// JetStream cannot turn a bucket's per-message TTLs off.
+				kc.LimitMarkerTTL = max(kc.LimitMarkerTTL, st.Config().LimitMarkerTTL)
 				if !bucketDiffers(st, kc) {
 					continue
 				}

@@ -205,3 +205,32 @@ func TestEnsureOnARightTopologyUpdatesNothing(t *testing.T) {
 	require.Equal(t, partition.DefaultCount, n)
 	require.ErrorContains(t, bus.Ensure(t.Context(), js, bus.Config{Partitions: 4}), "cannot be changed to 4")
 }
+
+// TestEnsureKeepsALaterReleasesMarkerTTL: a later release may give a
+// bucket per-message TTLs (its LimitMarkerTTL: the execution ids'
+// claims ending a set time after their execution, docs/adr/0022), which
+// JetStream cannot turn off. Ensure by this release, during a rolling
+// upgrade or a rollback, keeps it rather than failing every service's
+// start; nor does it lower the dispatchers' bucket's.
+func TestEnsureKeepsALaterReleasesMarkerTTL(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	ctx := t.Context()
+	require.NoError(t, bus.Ensure(ctx, js, bus.Config{}))
+	later := map[string]time.Duration{bus.BucketExecutionIDs: time.Minute, bus.BucketDispatchers: 10 * time.Minute}
+	for _, kc := range bus.Buckets(bus.Config{}) {
+		if d, ok := later[kc.Bucket]; ok {
+			kc.LimitMarkerTTL = d
+			_, err := js.CreateOrUpdateKeyValue(ctx, kc)
+			require.NoError(t, err, kc.Bucket)
+		}
+	}
+	require.NoError(t, bus.Ensure(ctx, js, bus.Config{}))
+	for name, d := range later {
+		kv, err := js.KeyValue(ctx, name)
+		require.NoError(t, err)
+		st, err := kv.Status(ctx)
+		require.NoError(t, err)
+		require.Equal(t, d, st.Config().LimitMarkerTTL, name)
+	}
+}
