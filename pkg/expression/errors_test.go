@@ -25,11 +25,13 @@ func TestRenderErrors(t *testing.T) {
 		{"NilMember", "${vars.missing.x}", "vars.missing.x",
 			"expression ${vars.missing.x}: cannot fetch x from null at character 14 (what it is fetched from is missing or null: ?.x gives null instead, and ?? a default)"},
 		{"IndexOutOfRange", "first: ${input.tags[5]}", "input.tags[5]",
-			"expression ${input.tags[5]}: index out of range: 5 (the list's length is 2) at character 11"},
+			"expression ${input.tags[5]}: index out of range: 5 (its length is 2) at character 11"},
 		{"UnknownNameInASlice", "${input.tags[1:x]}", "input.tags[1:x]", // the checker does not look there
 			"expression ${input.tags[1:x]}: unknown name x at character 14"},
-		{"DivisionByZero", "ratio ${input.n / (vars.count - 2)}", "input.n / (vars.count - 2)",
+		{"DivisionByZero", "${input.n / (vars.count - 2)}", "input.n / (vars.count - 2)",
 			"expression ${input.n / (vars.count - 2)}: gives an infinite number or NaN, which JSON cannot hold (a division by zero? check the divisor first)"},
+		{"InfinityInPairs", "${toPairs({'a': input.n / 0})}", "toPairs({'a': input.n / 0})", // a shape normalize cannot make JSON's
+			"expression ${toPairs({'a': input.n / 0})}: gives an infinite number or NaN, which JSON cannot hold (a division by zero? check the divisor first)"},
 		{"InfinityInAList", "${[1, -input.n / 0.0]}", "[1, -input.n / 0.0]",
 			"expression ${[1, -input.n / 0.0]}: gives an infinite number or NaN, which JSON cannot hold (a division by zero? check the divisor first)"},
 		{"BadConversion", "${int('x')}", "int('x')",
@@ -422,4 +424,18 @@ func TestCompileConditionRefusesWhatIsNeverABoolean(t *testing.T) {
 	for _, in := range []string{"${input.flag}", "${input.n > 1}", "${true}", "${input.x ?? false}", "${let y = input.x; y}", "input.n == 3"} {
 		require.NoError(t, expression.CompileCondition(in, nil), in)
 	}
+}
+
+// TestInfinityInATextIsWritten: a division by zero written in a text
+// (a log's message, a command's argument, a lock's name) is written as
+// it was before an infinity became a value's error: +Inf, NaN.
+func TestInfinityInATextIsWritten(t *testing.T) {
+	t.Parallel()
+
+	got, err := expression.Render("ratio ${input.n / 0} ${-input.n / 0}", env())
+	require.NoError(t, err)
+	require.Equal(t, "ratio +Inf -Inf", got)
+	ok, err := expression.Condition("input.n / 0 > 1", env())
+	require.NoError(t, err, "an infinity on the way to a boolean")
+	require.True(t, ok)
 }

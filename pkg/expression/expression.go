@@ -415,7 +415,12 @@ func renderString(s string, env map[string]any) (any, error) {
 		return nil, err
 	}
 	if len(parts) == 1 && parts[0].expr { // the whole string is one expression: keep its type
-		return eval(parts[0].text, env)
+		v, err := eval(parts[0].text, env)
+		if err == nil && notJSON(v) {
+			return nil, &Error{Expr: parts[0].text, Err: errors.New("gives an infinite number or NaN, which JSON cannot hold"),
+				hint: "a division by zero? check the divisor first"}
+		}
+		return v, err
 	}
 	var b strings.Builder
 	for _, p := range parts {
@@ -441,19 +446,17 @@ func eval(code string, env map[string]any) (any, error) {
 	if err != nil {
 		return nil, &Error{Expr: code, Err: err}
 	}
-	if notJSON(out) {
-		return nil, &Error{Expr: code, Err: errors.New("gives an infinite number or NaN, which JSON cannot hold"),
-			hint: "a division by zero? check the divisor first"}
-	}
 	return normalize(out), nil
 }
 
-// notJSON reports whether v holds a number JSON cannot hold: an
-// infinity (a division by zero) or NaN, which failed later, as
-// "json: unsupported value: +Inf" with no expression named, or was
-// printed "+Inf" in a text.
+// notJSON reports whether v, an expression's value (normalized), holds
+// a number JSON cannot hold: an infinity (a division by zero) or NaN.
+// As a value (not written in a text, where it reads +Inf) it failed
+// later, as "json: unsupported value: +Inf" with no expression named.
 func notJSON(v any) bool {
 	switch t := v.(type) {
+	case nil, string, bool:
+		return false
 	case float64:
 		return math.IsInf(t, 0) || math.IsNaN(t)
 	case []any:
@@ -464,8 +467,13 @@ func notJSON(v any) bool {
 				return true
 			}
 		}
+		return false
 	}
-	return false
+	// A shape normalize could not make JSON's (toPairs' pairs holding
+	// an infinity): ask the encoder.
+	_, err := json.Marshal(v)
+	var unsupported *json.UnsupportedValueError
+	return errors.As(err, &unsupported)
 }
 
 // text renders a value inside a string: strings as they are, null as

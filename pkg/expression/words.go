@@ -128,7 +128,7 @@ func plainWords(msg string) (plain string, null bool) {
 		return msg, false
 	}
 	if rest, ok := strings.CutPrefix(msg, "index out of range: "); ok {
-		return "index out of range: " + strings.Replace(rest, "(array length is ", "(the list's length is ", 1), false
+		return "index out of range: " + strings.Replace(rest, "(array length is ", "(its length is ", 1), false // a list's or a string's
 	}
 	if rest, ok := strings.CutPrefix(msg, "cannot fetch "); ok {
 		// A name no root has, where the checker does not look (a
