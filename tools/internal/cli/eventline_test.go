@@ -263,4 +263,37 @@ func TestShowAndEventsGiveALongErrorWhole(t *testing.T) {
 	require.Contains(t, out, `error      step multi failed: exit status 1: stderr:\nline one\nline two\x1b[2J`+"\n")
 	require.Contains(t, out, `\x1b[31mdisk full\x1b[0m`)
 	require.Contains(t, out, "  multi (attempt 1): exit status 1: stderr:\n    line one\n    line two\\x1b[2J\n")
+
+	// A byte of no letter (0x9b is a terminal's CSI) and a mark that
+	// reverses the line are written, not sent; a quote cut is closed
+	// without cutting an escape in two.
+	require.Equal(t, `a\xff\x9b\u202eb`+"\uFFFD", printable("a\xff\x9b\u202eb\uFFFD"), "a true U+FFFD is a letter")
+	q, wasCut := quotedCut(strings.Repeat("\x1b", 100), 30)
+	require.True(t, wasCut)
+	require.Equal(t, `"`+strings.Repeat(`\x1b`, 6)+`…"`, q, "whole escapes, the quote closed")
+
+	// A failure's output is cut: a command's stderr to its last lines,
+	// another output to a few hundred letters.
+	var lines []string
+	for i := range 100 {
+		lines = append(lines, "line "+strconv.Itoa(i))
+	}
+	x = projections.Execution{ID: "x1", Workflow: "wf", Status: projections.StatusFailed, Error: "step sh failed",
+		Steps: []projections.Step{
+			{ID: "sh", Kind: "exec", Status: projections.OpFailed, Attempt: 1, Error: "command sh: exit status 2",
+				Output: json.RawMessage(`{"stderr":` + strconv.Quote(strings.Join(lines, "\n")) + `}`)},
+			{ID: "api", Kind: "http", Status: projections.OpFailed, Attempt: 1, Error: "status 503",
+				Output: json.RawMessage(`{"body":"` + strings.Repeat("b", 1000) + `"}`)},
+		}}
+	b.Reset()
+	printExecution(&b, x, "")
+	out = b.String()
+	require.Contains(t, out, "    stderr: (its last 40 lines of 100: -o json has it whole)\n      line 60\n")
+	require.Contains(t, out, "      line 99\n")
+	require.NotContains(t, out, "line 59\n")
+	require.Contains(t, out, "…"+" (cut: -o json has it whole)\n")
+	require.NotContains(t, out, strings.Repeat("b", 400))
+	long = strings.Repeat("é", 3000) // 6,000 bytes on one line: its last 4 KiB, from a letter's start
+	require.True(t, utf8.ValidString(tail(long, 40, 4<<10)))
+	require.LessOrEqual(t, len(tail(long, 40, 4<<10)), 4<<10)
 }

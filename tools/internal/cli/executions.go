@@ -449,15 +449,64 @@ func failureInFull(x projections.Execution, s projections.Step, detail string) s
 	case json.Unmarshal(output, &out) == nil && out["stderr"] != nil:
 		stderr, _ := out["stderr"].(string)
 		if stderr = strings.TrimRight(stderr, "\r\n"); stderr != "" {
-			more = "\n    stderr:\n      " + indented(stderr, "      ")
+			more = "\n    stderr:" + lastLines(stderr, stderrLines, stderrBytes) + "\n      " + indented(tail(stderr, stderrLines, stderrBytes), "      ")
 		}
 	default:
-		more = "\n    output: " + indented(compact(output), "      ")
+		more = "\n    output: " + truncate(compact(output), failureOutput)
+		if cut(compact(output), failureOutput) {
+			more += " (cut: -o json has it whole)"
+		}
 	}
 	if givenWhole && more == "" {
 		return ""
 	}
 	return fmt.Sprintf("%s (attempt %d): %s%s", s.ID, s.Attempt, indented(failure, "    "), more)
+}
+
+// What show gives of a failure's output: the last stderrLines lines of
+// a command's stderr, at most stderrBytes of them (the agent keeps up
+// to its -max-output, 256 KiB by default), and failureOutput letters of
+// another output.
+const (
+	stderrLines   = 40
+	stderrBytes   = 4 << 10
+	failureOutput = 300
+)
+
+// tail is the end of s: its last lines lines, at most bytes of them
+// (from a line's or a letter's start).
+func tail(s string, lines, bytes int) string {
+	from := len(s)
+	for n := 0; n < lines && from > 0; n++ {
+		from = strings.LastIndexByte(s[:from], '\n')
+		if from < 0 {
+			from = 0
+			break
+		}
+	}
+	if s[from] == '\n' {
+		from++
+	}
+	if len(s)-from > bytes {
+		from = len(s) - bytes
+		for from < len(s) && !utf8.RuneStart(s[from]) {
+			from++
+		}
+		if i := strings.IndexByte(s[from:], '\n'); i >= 0 && i < len(s)-from-1 {
+			from += i + 1
+		}
+	}
+	return s[from:]
+}
+
+// lastLines says what tail left out of s, if anything: " (its last N
+// lines of M: -o json has it whole)".
+func lastLines(s string, lines, bytes int) string {
+	t := tail(s, lines, bytes)
+	if len(t) == len(s) {
+		return ""
+	}
+	return fmt.Sprintf(" (its last %d lines of %d: -o json has it whole)", strings.Count(t, "\n")+1, strings.Count(s, "\n")+1)
 }
 
 // stepDetail is how many letters of a step's output or error show's
@@ -490,23 +539,30 @@ func indented(s, indent string) string {
 // terminal.
 func printable(s string) string {
 	s = strings.ReplaceAll(s, "\r\n", "\n")
-	if !strings.ContainsFunc(s, unsafeRune) {
+	if utf8.ValidString(s) && !strings.ContainsFunc(s, unsafeRune) {
 		return s
 	}
 	var b strings.Builder
-	for _, r := range s {
-		if unsafeRune(r) {
+	for i, r := range s {
+		switch {
+		case r == utf8.RuneError && !strings.HasPrefix(s[i:], "\uFFFD"):
+			fmt.Fprintf(&b, `\x%02x`, s[i]) // a byte of no letter (0x9b is a terminal's CSI)
+		case unsafeRune(r):
 			q := strconv.QuoteRune(r)
 			b.WriteString(q[1 : len(q)-1])
-			continue
+		default:
+			b.WriteRune(r)
 		}
-		b.WriteRune(r)
 	}
 	return b.String()
 }
 
-// unsafeRune reports a control character printable writes escaped.
-func unsafeRune(r rune) bool { return r != '\n' && r != '\t' && unicode.IsControl(r) }
+// unsafeRune reports a character printable writes escaped: a control
+// character but a line break and a tab, and the marks that reorder
+// text (U+202E would show the rest of the line reversed).
+func unsafeRune(r rune) bool {
+	return r != '\n' && r != '\t' && (unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r))
+}
 
 func (a *app) lsCmd() *cobra.Command {
 	var o client.ListOptions
@@ -911,23 +967,27 @@ func waitDetail(ev client.Event, d map[string]any) string {
 	return out
 }
 
-// quoteIfSpaced quotes v if it holds a space, a tab or a quote, as the
-// other values of an event line are.
-// quotedCut is quoteIfSpaced(v) cut to n letters, its closing quote
-// kept, and whether it was cut.
+// quotedCut is quoteIfSpaced(v), v cut first to about n letters (its
+// last an ellipsis) if longer: the quote is closed, and no escape is
+// cut in two. It reports whether v was cut.
 func quotedCut(v string, n int) (string, bool) {
-	q := quoteIfSpaced(v)
-	if !cut(q, n) {
+	if q := quoteIfSpaced(v); !cut(q, n) {
 		return q, false
 	}
-	if q != v { // quoted: cut inside the quotes
-		return truncate(q[:len(q)-1], n-1) + `"`, true
+	r := []rune(v)
+	for k := min(len(r), n); k > 0; k-- { // the longest start whose quoting fits
+		if q := quoteIfSpaced(string(r[:k-1]) + "…"); utf8.RuneCountInString(q) <= n || k == 1 {
+			return q, true
+		}
 	}
-	return truncate(q, n), true
+	return quoteIfSpaced("…"), true
 }
 
+// quoteIfSpaced is v quoted (as Go quotes a string) if it holds a space,
+// a tab, a quote, or what printable escapes; v itself otherwise, as the
+// other values of an event line are.
 func quoteIfSpaced(v string) string {
-	if strings.ContainsAny(v, " \t\"") || strings.ContainsFunc(v, unicode.IsControl) {
+	if strings.ContainsAny(v, " \t\"") || strings.ContainsFunc(v, unsafeRune) || !utf8.ValidString(v) {
 		return strconv.Quote(v)
 	}
 	return v
