@@ -122,18 +122,36 @@ func (h execHandler) Handle(ctx context.Context, t operation.Task) (any, error) 
 			}
 			return out, &operation.Failure{Err: fmt.Errorf("command %s: %w", s.Command, err), Output: out}
 		}
-		return out, &operation.Failure{Err: fmt.Errorf("run command %s: %w", s.Command, unrepeated(err)), Output: out}
+		if why := dirMissing(s.Dir, err); why != nil {
+			return out, &operation.Failure{Err: fmt.Errorf("run command %s: its dir %s: %w", s.Command, s.Dir, why), Output: out}
+		}
+		return out, &operation.Failure{Err: fmt.Errorf("run command %s: %w", s.Command, unrepeated(err, "")), Output: out}
 	}
 	return out, nil
+}
+
+// dirMissing is why dir cannot be a command's working directory, when
+// the command's start failed with err for a missing file: Go does not
+// look at the directory itself with SysProcAttr set, and its error names
+// the command, as if the command were missing. nil otherwise.
+func dirMissing(dir string, err error) error {
+	if dir == "" || !errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	_, serr := os.Stat(dir)
+	if pe, ok := serr.(*fs.PathError); ok { //nolint:errorlint // os.Stat's own
+		return pe.Err
+	}
+	return serr
 }
 
 // unrepeated is a failed start's or request's err without what the
 // message around it already says: exec's 'exec: "x": executable file not
 // found in $PATH' and 'fork/exec /opt/x: no such file or directory' name
 // the command again, and net/http's 'Get "http://…": dial tcp …' the
-// method and address. What it wraps is kept (errors.Is, a timeout's
-// Timeout).
-func unrepeated(err error) error {
+// method and address, which are addr's (a redirect's failure names its
+// target: kept). What it wraps is kept (errors.Is, a timeout's Timeout).
+func unrepeated(err error, addr string) error {
 	var xe *exec.Error
 	if errors.As(err, &xe) {
 		return xe.Err
@@ -143,7 +161,7 @@ func unrepeated(err error) error {
 		return pe.Err
 	}
 	var ue *url.Error
-	if errors.As(err, &ue) {
+	if errors.As(err, &ue) && ue.URL == addr {
 		return ue.Err
 	}
 	return err
@@ -223,7 +241,7 @@ func (h httpHandler) Handle(ctx context.Context, t operation.Task) (any, error) 
 	req.Header.Set("Idempotency-Key", t.TaskID)
 	resp, err := h.client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", req.Method, s.URL, unrepeated(err))
+		return nil, fmt.Errorf("%s %s: %w", req.Method, s.URL, unrepeated(err, s.URL))
 	}
 	defer resp.Body.Close()
 	buf := &capped{max: h.maxOutput}

@@ -195,6 +195,13 @@ func TestExec(t *testing.T) {
 		_ = requireFailure(t, err)
 		require.EqualError(t, err, "run command /nonexistent/jetflow-no-such-command: no such file or directory", "not fork/exec's path again")
 		require.ErrorIs(t, err, fs.ErrNotExist)
+
+		// A dir that is missing is named, not the command (which Go's
+		// error names).
+		step = workflow.Step{ID: "nodir", Kind: workflow.KindExec, Command: "sh", Args: []string{"-c", "true"}, Dir: "/nonexistent/jetflow-dir"}
+		_, err = builtin(t, workflow.KindExec, agent.Config{}).Handle(t.Context(), task(t, step))
+		_ = requireFailure(t, err)
+		require.EqualError(t, err, "run command sh: its dir /nonexistent/jetflow-dir: no such file or directory")
 	})
 
 	t.Run("TruncatesOutput", func(t *testing.T) {
@@ -445,6 +452,13 @@ func TestHTTP(t *testing.T) {
 		require.False(t, errors.As(err, &f), "no response, no output")
 		require.True(t, strings.HasPrefix(err.Error(), "GET "+url+": "), err.Error())
 		require.NotContains(t, err.Error(), `Get "`, "the method and address once")
+
+		// A redirect to where nobody answers names where it went.
+		redirect := httptest.NewServer(http.RedirectHandler(url+"/moved", http.StatusFound))
+		t.Cleanup(redirect.Close)
+		_, err = builtin(t, workflow.KindHTTP, agent.Config{}).Handle(t.Context(),
+			task(t, workflow.Step{ID: "call", Kind: workflow.KindHTTP, URL: redirect.URL}))
+		require.ErrorContains(t, err, url+"/moved", "the redirect's target")
 	})
 
 	t.Run("Timeout", func(t *testing.T) {
