@@ -159,6 +159,8 @@ func TestCompileErrorsSayWhatWasMeant(t *testing.T) {
 		{"${'a' < 1}", "expression ${'a' < 1}: invalid operation: a string < a number at character 5"},
 		{"${-'a'}", "expression ${-'a'}: invalid operation: - a string at character 1"},
 		{"${upper(1)}", "expression ${upper(1)}: upper() takes a string, not a number at character 7"},
+		{"${int([1])}", "expression ${int([1])}: int() takes a number or a string, not a list at character 1"}, // as when it runs
+		{"${float(true)}", "expression ${float(true)}: float() takes a number or a string, not a boolean at character 1"},
 	} {
 		err := expression.Compile(tc.in, roots)
 		var ee *expression.Error

@@ -302,10 +302,21 @@ func CompileCondition(s string, roots []string) error {
 // it is one an expression gives and no boolean; "" for a boolean and a
 // type known only when it runs.
 func kindOfType(t reflect.Type) string {
+	if k := typeKind(t); k != "boolean" {
+		return k
+	}
+	return ""
+}
+
+// typeKind is the kind of the values of a type the checker knows, if it
+// is one an expression gives; "" for a type known only when it runs.
+func typeKind(t reflect.Type) string {
 	if t == nil {
 		return ""
 	}
 	switch t.Kind() {
+	case reflect.Bool:
+		return "boolean"
 	case reflect.String:
 		return "string"
 	case reflect.Int, reflect.Int64, reflect.Float64:
@@ -764,9 +775,18 @@ func conversions(c *conf.Config) {
 		if b.Name != "int" && b.Name != "float" {
 			continue
 		}
-		fn, lib := *b, b.Fast
+		fn, lib, check := *b, b.Fast, b.Validate
 		fn.Fast = nil
 		fn.Func = func(params ...any) (any, error) { return convert(fn.Name, lib, params[0]) }
+		fn.Validate = func(args []reflect.Type) (reflect.Type, error) {
+			t, err := check(args)
+			if err != nil && len(args) == 1 { // as when it runs
+				if k := typeKind(args[0]); k != "" {
+					return t, fmt.Errorf("%s() takes a number or a string, not %s", fn.Name, article(k))
+				}
+			}
+			return t, err
+		}
 		c.Functions[fn.Name] = &fn
 	}
 }
