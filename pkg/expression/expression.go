@@ -214,7 +214,8 @@ var ErrUnclosed = errors.New("expression: ${ without a closing }")
 
 // Compile checks that every expression in v (a string, or maps and lists
 // holding strings, as decoded from YAML or JSON) compiles with the given
-// roots (Roots when nil). It returns the first problem. Secret references
+// roots (Roots when nil). It returns the problems of the first string
+// that has any (joined, one per expression: errors.Join). Secret references
 // (${secret.NAME}, see [SecretRoot]) are accepted only when roots hold
 // SecretRoot, and only alone in their ${...}.
 //
@@ -242,6 +243,7 @@ func compileString(s string, roots []string, secrets bool) error {
 	if err != nil {
 		return err
 	}
+	var errs []error // each expression's: a user fixes them all at once
 	for _, p := range parts {
 		if !p.expr {
 			continue
@@ -251,10 +253,10 @@ func compileString(s string, roots []string, secrets bool) error {
 			if errors.As(err, &ee) && strings.HasPrefix(s[p.at:], ee.Expr) {
 				ee.at, ee.located = utf8.RuneCountInString(s[:p.at]), true
 			}
-			return err
+			errs = append(errs, err)
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // compilePart checks p, an expression of a string.

@@ -97,11 +97,19 @@ func (d Definition) validate() []FieldError {
 	add := func(field, format string, args ...any) {
 		ps = append(ps, FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
 	}
-	addErr := func(field string, err error) {
+	var addErr func(field string, err error)
+	addErr = func(field string, err error) {
 		var ee *expression.Error
 		var at *expression.PathError
 		if errors.As(err, &at) {
 			field += at.Path // the member of the field's value: steps[2].vars.total
+			err = at.Err
+		}
+		if j, ok := err.(interface{ Unwrap() []error }); ok { //nolint:errorlint // a string's expressions' problems, each its own
+			for _, e := range j.Unwrap() {
+				addErr(field, e)
+			}
+			return
 		}
 		switch {
 		case errors.As(err, &ee):

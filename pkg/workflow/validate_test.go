@@ -1469,6 +1469,30 @@ func TestAnExpressionsProblemIsPlacedInTheFile(t *testing.T) {
 			require.Equal(t, [2]int{tc.line, tc.col}, [2]int{p.Line, p.Column}, p.Message)
 		})
 	}
+	// Every expression of a string with a problem is reported, each at
+	// its own place: a user fixes them all at once.
+	t.Run("TwoInOneString", func(t *testing.T) {
+		t.Parallel()
+		_, err := workflow.Parse([]byte(wf("  - id: a", "    kind: log", "    message: ${inptu.who} and ${lenn(input.x)}",
+			"  - id: b", "    kind: let", "    vars: {n: '${nope} ${upper(1)}'}")))
+		var ve *workflow.ValidationError
+		require.ErrorAs(t, err, &ve)
+		require.Len(t, ve.Problems, 4, "%v", ve.Problems)
+		for i, want := range []struct {
+			field, msg string
+			line, col  int
+		}{
+			{"steps[0].message", `unknown name inptu at character 1 (did you mean "input"?)`, 5, 16},
+			{"steps[0].message", `unknown name lenn at character 1 (did you mean "len"?)`, 5, 33},
+			{"steps[1].vars.n", "unknown name nope at character 1", 8, 15}, // quoted: the value's place
+			{"steps[1].vars.n", "upper() takes a string, not a number at character 7", 8, 15},
+		} {
+			p := ve.Problems[i]
+			require.Equal(t, want.field, p.Field, p.Message)
+			require.Contains(t, p.Message, want.msg)
+			require.Equal(t, [2]int{want.line, want.col}, [2]int{p.Line, p.Column}, p.Message)
+		}
+	})
 	t.Run("CRLF", func(t *testing.T) {
 		t.Parallel()
 		src := "name: wf\r\nsteps:\r\n  - id: a\r\n    kind: log\r\n    message: |\r\n\r\n      ${nope}\r\n"
