@@ -127,6 +127,11 @@ func plainWords(msg string) (plain string, null bool) {
 		}
 		return msg, false
 	}
+	if strings.HasPrefix(msg, "invalid character ") || msg == "unexpected end of JSON input" {
+		// fromJSON's, the one place an expression decodes JSON: the
+		// decoder's words say what, not where.
+		return "fromJSON() was given no JSON: " + msg, false
+	}
 	if rest, ok := strings.CutPrefix(msg, "index out of range: "); ok {
 		return "index out of range: " + strings.Replace(rest, "(array length is ", "(its length is ", 1), false // a list's or a string's
 	}
