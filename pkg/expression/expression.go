@@ -533,19 +533,7 @@ func describe(v any) string {
 	return fmt.Sprintf("%s %s", kindOf(v), text(v))
 }
 
-func kindOf(v any) string {
-	switch v.(type) {
-	case string:
-		return "the string"
-	case float64, int, int64:
-		return "the number"
-	case map[string]any:
-		return "the object"
-	case []any:
-		return "the list"
-	}
-	return "the value"
-}
+func kindOf(v any) string { return "the " + kindOfValue(v) }
 
 // part is a literal or an expression of a template.
 type part struct {
