@@ -256,6 +256,9 @@ func compileString(s string, roots []string, secrets bool) error {
 			errs = append(errs, err)
 		}
 	}
+	if len(errs) == 1 {
+		return errs[0] // as it is, not in a join of one
+	}
 	return errors.Join(errs...)
 }
 
