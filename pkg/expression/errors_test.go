@@ -163,6 +163,7 @@ func TestCompileErrorsSayWhatWasMeant(t *testing.T) {
 		{"${upper(1)}", "expression ${upper(1)}: upper() takes a string, not a number at character 7"},
 		{"${int([1])}", "expression ${int([1])}: int() takes a number or a string, not a list at character 1"}, // as when it runs
 		{"${float(true)}", "expression ${float(true)}: float() takes a number or a string, not a boolean at character 1"},
+		{"${int(nil)}", "expression ${int(nil)}: int() takes a number or a string, not null at character 1 (a value it uses is missing or null: ?? gives a default)"},
 	} {
 		err := expression.Compile(tc.in, roots)
 		var ee *expression.Error
@@ -283,7 +284,7 @@ func TestConditionGivesABoolean(t *testing.T) {
 		{"List", "${input.tags}", `expression ${input.tags}: gives the list ["a","b"], a condition must give true or false`},
 		{"StringTrue", "input.t", "expression ${input.t}: gives the string \"true\", a condition must give true or false (a string is not a boolean: compare it, == \"true\")"},
 		{"Null", "vars.missing", "expression ${vars.missing}: gives null, a condition must give true or false (a value it uses is missing or null: ?? false gives a default)"},
-		{"Range", "1..3", "expression ${1..3}: gives the value [1,2,3], a condition must give true or false"},
+		{"Range", "1..3", "expression ${1..3}: gives the list [1,2,3], a condition must give true or false"},
 		{"Syntax", "input.n +", "expression ${input.n +}: unexpected token EOF at character 9"},
 		{"Runtime", "vars.missing.x", "expression ${vars.missing.x}: cannot fetch x from null at character 14 (what it is fetched from is missing or null: ?.x gives null instead, and ?? a default)"},
 		{"Empty", "  ", "expression ${}: is empty"},

@@ -11,6 +11,7 @@
 package expression
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -774,7 +775,8 @@ func conversions(c *conf.Config) {
 		fn.Validate = func(args []reflect.Type) (reflect.Type, error) {
 			t, err := check(args)
 			if err != nil && len(args) == 1 { // as when it runs
-				if k := typeKind(args[0]); k != "" {
+				if k := typeKind(args[0]); k != "" || args[0] == nil {
+					k = cmp.Or(k, "null")
 					return t, fmt.Errorf("%s() takes a number or a string, not %s", fn.Name, article(k))
 				}
 			}

@@ -2,6 +2,7 @@ package expression
 
 import (
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
 )
@@ -247,6 +248,12 @@ func kindOfValue(v any) string {
 		return "object"
 	case []any:
 		return "list"
+	}
+	switch reflect.ValueOf(v).Kind() { // a range's []int, fromPairs' map
+	case reflect.Slice, reflect.Array:
+		return "list"
+	case reflect.Map:
+		return "object"
 	}
 	return "value"
 }

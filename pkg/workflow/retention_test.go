@@ -66,6 +66,15 @@ func TestParseRetentionErrors(t *testing.T) {
 			"steps[0].steps[0].retention", 8, "a value is missing"},
 		{"WorkflowStepWithNothing", "name: wf\nsteps:\n  - id: blk\n    kind: workflow\n", "steps[0].steps", 3, "steps (a block), workflow (another workflow's name) or retention"},
 	}
+	t.Run("HashTwoBadExpressions", func(t *testing.T) { // one problem each
+		t.Parallel()
+		_, err := workflow.Parse([]byte("name: wf\nretention: 2 hash ${inptu}-${nope}\n" + steps))
+		var ve *workflow.ValidationError
+		require.ErrorAs(t, err, &ve)
+		require.Len(t, ve.Problems, 2, "%v", ve.Problems)
+		require.Contains(t, ve.Problems[0].Message, "hash expression ${inptu}: unknown name inptu")
+		require.Contains(t, ve.Problems[1].Message, "hash expression ${nope}: unknown name nope")
+	})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

@@ -105,8 +105,8 @@ func (d Definition) validate() []FieldError {
 			field += at.Path // the member of the field's value: steps[2].vars.total
 			err = at.Err
 		}
-		if j, ok := err.(interface{ Unwrap() []error }); ok { //nolint:errorlint // a string's expressions' problems, each its own
-			for _, e := range j.Unwrap() {
+		if ps := problems(err); len(ps) > 1 { // a string's expressions' problems, each its own
+			for _, e := range ps {
 				addErr(field, e)
 			}
 			return
@@ -483,11 +483,11 @@ func (s Step) validateKind(add func(string, string, ...any), addErr func(string,
 			add(f("input"), "cannot be encoded as JSON: %v", err)
 		}
 		if s.Local { // a dispatcher holds no secrets
-			if err := expression.Compile(s.Input, roots); errors.Is(err, expression.ErrSecretNotAllowed) {
+			err, secret := without(expression.Compile(s.Input, roots), expression.ErrSecretNotAllowed)
+			if secret {
 				add(f("input"), "references a secret: a local step runs in the dispatcher, which holds none (drop local to run it on an agent)")
-			} else {
-				template("input", s.Input)
 			}
+			addErr(f("input"), err) // its other problems
 		} else {
 			agentTemplate("input", s.Input)
 		}
@@ -648,10 +648,47 @@ func checkRetention(add func(string, string, ...any), field string, r Retention,
 		return
 	}
 	if spec.Hash != "" {
-		if err := expression.Compile(spec.Hash, roots); err != nil {
+		for _, err := range problems(expression.Compile(spec.Hash, roots)) {
 			add(field, "hash %s", oneLine(err))
 		}
 	}
+}
+
+// problems are err's problems: each of a join (a string's expressions'),
+// or err alone; none for nil.
+func problems(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok { //nolint:errorlint // a join's own members
+		return j.Unwrap()
+	}
+	if err == nil {
+		return nil
+	}
+	return []error{err}
+}
+
+// without is err without its problems that are target (inside a
+// member's PathError too), and whether it had one.
+func without(err, target error) (rest error, had bool) {
+	var pe *expression.PathError
+	if errors.As(err, &pe) {
+		rest, had := without(pe.Err, target)
+		if rest == nil {
+			return nil, had
+		}
+		return &expression.PathError{Path: pe.Path, Err: rest}, had
+	}
+	var keep []error
+	for _, e := range problems(err) {
+		if errors.Is(e, target) {
+			had = true
+			continue
+		}
+		keep = append(keep, e)
+	}
+	if len(keep) == 1 {
+		return keep[0], had
+	}
+	return errors.Join(keep...), had
 }
 
 func checkRetry(add func(string, string, ...any), field string, r *Retry) {

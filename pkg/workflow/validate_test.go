@@ -678,6 +678,22 @@ var validationCases = []struct {
 			{"steps[1].input", 14, "references a secret: a local step runs in the dispatcher, which holds none (drop local to run it on an agent)"},
 		},
 	},
+	{
+		// The secret is said, and the string's other problems too.
+		name: "LocalCallWithASecretAndATypo",
+		input: wf(
+			"  - id: a",
+			"    kind: call",
+			"    operation: x",
+			"    local: true",
+			"    idempotent: yes",
+			"    input: {x: '${inptu.a} ${secret.X}'}",
+		),
+		want: []problem{
+			{"steps[0].input", 8, "references a secret: a local step runs in the dispatcher, which holds none (drop local to run it on an agent)"},
+			{"steps[0].input.x", 8, `expression ${inptu.a}: unknown name inptu at character 1 (did you mean "input"?)`},
+		},
+	},
 
 	// sleep.
 	{
@@ -1492,6 +1508,13 @@ func TestAnExpressionsProblemIsPlacedInTheFile(t *testing.T) {
 			require.Contains(t, p.Message, want.msg)
 			require.Equal(t, [2]int{want.line, want.col}, [2]int{p.Line, p.Column}, p.Message)
 		}
+	})
+	t.Run("TwoAlikeInAQuotedString", func(t *testing.T) { // placed alike, worded alike: said once
+		t.Parallel()
+		_, err := workflow.Parse([]byte(wf("  - id: a", "    kind: log", "    message: '${inptu} ${inptu}'")))
+		var ve *workflow.ValidationError
+		require.ErrorAs(t, err, &ve)
+		require.Len(t, ve.Problems, 1, "%v", ve.Problems)
 	})
 	t.Run("CRLF", func(t *testing.T) {
 		t.Parallel()

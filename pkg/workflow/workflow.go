@@ -493,7 +493,16 @@ func Parse(data []byte) (d Definition, err error) {
 	})
 	for i := range problems {
 		problems[i].Line, problems[i].Column = locate(file, data, problems[i].Field, problems[i].at)
+		problems[i].at = 0
 	}
+	// Two problems of one string placed alike (where the field is, for
+	// a quoted string) and worded alike say it once.
+	seen := map[FieldError]bool{}
+	problems = slices.DeleteFunc(problems, func(p FieldError) bool {
+		dup := seen[p]
+		seen[p] = true
+		return dup
+	})
 	return d, &ValidationError{Problems: append(lossy, problems...)}
 }
 
