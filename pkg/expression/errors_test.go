@@ -103,6 +103,8 @@ func TestRenderErrors(t *testing.T) {
 			"expression ${join(vars.missing)}: invalid argument for join: null at character 1 (a value it uses is missing or null: ?? gives a default)"},
 		{"FromJSONOfNoJSON", "${fromJSON(input.host)}", "fromJSON(input.host)",
 			"expression ${fromJSON(input.host)}: fromJSON() was given no JSON: invalid character 'd' looking for beginning of value at character 1"},
+		{"FromJSONOfAHugeNumber", "${fromJSON('1e999')}", "fromJSON('1e999')",
+			"expression ${fromJSON('1e999')}: fromJSON() was given a number too large to hold: 1e999 at character 1"},
 		{"AllOfANumber", "${all(input.n, true)}", "all(input.n, true)",
 			"expression ${all(input.n, true)}: got a number where a list was expected at character 1"},
 		{"NullKeyOfNull", "${vars.missing[vars.other]}", "vars.missing[vars.other]",

@@ -128,6 +128,10 @@ func plainWords(msg string) (plain string, null bool) {
 		}
 		return msg, false
 	}
+	if rest, ok := strings.CutPrefix(msg, "json: cannot unmarshal number "); ok {
+		n, _, _ := strings.Cut(rest, " into ")
+		return "fromJSON() was given a number too large to hold: " + n, false
+	}
 	if strings.HasPrefix(msg, "invalid character ") || msg == "unexpected end of JSON input" {
 		// fromJSON's, the one place an expression decodes JSON: the
 		// decoder's words say what, not where.
