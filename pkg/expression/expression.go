@@ -223,7 +223,7 @@ var ErrUnclosed = errors.New("expression: ${ without a closing }")
 // A problem inside maps or lists is a *PathError naming where it is.
 func Compile(v any, roots []string) error {
 	roots, secrets := withoutSecret(rootsOr(roots))
-	return walkStringsAt(v, func(s string) error { return compileString(s, roots, secrets) })
+	return walkStrings(v, func(s string) error { return compileString(s, roots, secrets) })
 }
 
 // PathError is a problem Compile found in a member of the value it
@@ -298,20 +298,10 @@ func CompileCondition(s string, roots []string) error {
 	}
 	// A type known before it runs (a literal's, a comparison's) that is
 	// no boolean fails every evaluation: say so now.
-	if k := kindOfType(p.Node().Type()); k != "" {
+	if k := typeKind(p.Node().Type()); k != "" && k != "boolean" {
 		return &Error{Expr: code, Err: fmt.Errorf("gives %s, a condition must give true or false", article(k))}
 	}
 	return nil
-}
-
-// kindOfType is the kind of the values of a type the checker knows, if
-// it is one an expression gives and no boolean; "" for a boolean and a
-// type known only when it runs.
-func kindOfType(t reflect.Type) string {
-	if k := typeKind(t); k != "boolean" {
-		return k
-	}
-	return ""
 }
 
 // typeKind is the kind of the values of a type the checker knows, if it
@@ -610,7 +600,9 @@ func closing(s string, i int) (int, error) {
 	return 0, ErrUnclosed
 }
 
-// walkStrings calls fn for every string in v.
+// walkStrings calls fn for every string in v, and stops at the first
+// error: for a string inside maps or lists a *PathError naming where the
+// string is (the path is written only for an error).
 func walkStrings(v any, fn func(string) error) error {
 	switch t := v.(type) {
 	case string:
@@ -618,35 +610,12 @@ func walkStrings(v any, fn func(string) error) error {
 	case map[string]any:
 		for _, k := range slices.Sorted(maps.Keys(t)) {
 			if err := walkStrings(t[k], fn); err != nil {
-				return err
-			}
-		}
-	case []any:
-		for _, e := range t {
-			if err := walkStrings(e, fn); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// walkStringsAt is walkStrings, its error for a string inside maps or
-// lists a *PathError naming where the string is (the path is written
-// only for an error).
-func walkStringsAt(v any, fn func(string) error) error {
-	switch t := v.(type) {
-	case string:
-		return fn(t)
-	case map[string]any:
-		for _, k := range slices.Sorted(maps.Keys(t)) {
-			if err := walkStringsAt(t[k], fn); err != nil {
 				return under(Member(k), err)
 			}
 		}
 	case []any:
 		for i, e := range t {
-			if err := walkStringsAt(e, fn); err != nil {
+			if err := walkStrings(e, fn); err != nil {
 				return under("["+strconv.Itoa(i)+"]", err)
 			}
 		}
@@ -791,13 +760,15 @@ func convert(name string, lib func(any) any, x any) (any, error) {
 	switch v := x.(type) {
 	case string:
 		var err error
+		what := "number"
 		if name == "int" {
 			_, err = strconv.Atoi(v)
+			what = "whole number"
 		} else {
 			_, err = strconv.ParseFloat(v, 64)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%s() cannot read the string %q as a %s", name, v, map[string]string{"int": "whole number", "float": "number"}[name])
+			return nil, fmt.Errorf("%s() cannot read the string %q as a %s", name, v, what)
 		}
 	case int, int64, float64:
 	default:

@@ -105,7 +105,7 @@ func (d Definition) validate() []FieldError {
 			field += at.Path // the member of the field's value: steps[2].vars.total
 			err = at.Err
 		}
-		if ps := problems(err); len(ps) > 1 { // a string's expressions' problems, each its own
+		if ps := eachProblem(err); len(ps) > 1 { // a string's expressions' problems, each its own
 			for _, e := range ps {
 				addErr(field, e)
 			}
@@ -648,15 +648,15 @@ func checkRetention(add func(string, string, ...any), field string, r Retention,
 		return
 	}
 	if spec.Hash != "" {
-		for _, err := range problems(expression.Compile(spec.Hash, roots)) {
+		for _, err := range eachProblem(expression.Compile(spec.Hash, roots)) {
 			add(field, "hash %s", oneLine(err))
 		}
 	}
 }
 
-// problems are err's problems: each of a join (a string's expressions'),
-// or err alone; none for nil.
-func problems(err error) []error {
+// eachProblem is err's problems: each of a join (a string's
+// expressions'), or err alone; none for nil.
+func eachProblem(err error) []error {
 	if j, ok := err.(interface{ Unwrap() []error }); ok { //nolint:errorlint // a join's own members
 		return j.Unwrap()
 	}
@@ -678,7 +678,7 @@ func without(err, target error) (rest error, had bool) {
 		return &expression.PathError{Path: pe.Path, Err: rest}, had
 	}
 	var keep []error
-	for _, e := range problems(err) {
+	for _, e := range eachProblem(err) {
 		if errors.Is(e, target) {
 			had = true
 			continue

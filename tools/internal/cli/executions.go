@@ -440,8 +440,9 @@ func failureInFull(x projections.Execution, s projections.Step, detail string) s
 	if failure == "" || failure != detail {
 		return ""
 	}
-	multiLine := strings.ContainsAny(failure, "\r\n")
-	givenWhole := !cut(failure, stepDetail) && !multiLine || strings.Contains(x.Error, failure) && !multiLine
+	// The table's row, or the execution's error line (one line), gives
+	// a short one-line error whole.
+	givenWhole := !strings.ContainsAny(failure, "\r\n") && (!cut(failure, stepDetail) || strings.Contains(x.Error, failure))
 	var more string
 	var out map[string]any
 	switch {
@@ -449,11 +450,16 @@ func failureInFull(x projections.Execution, s projections.Step, detail string) s
 	case json.Unmarshal(output, &out) == nil && out["stderr"] != nil:
 		stderr, _ := out["stderr"].(string)
 		if stderr = strings.TrimRight(stderr, "\r\n"); stderr != "" {
-			more = "\n    stderr:" + lastLines(stderr, stderrLines, stderrBytes) + "\n      " + indented(tail(stderr, stderrLines, stderrBytes), "      ")
+			end, left := tail(stderr, stderrLines, stderrBytes), ""
+			if len(end) < len(stderr) {
+				left = fmt.Sprintf(" (its last %d lines of %d: -o json has it whole)", strings.Count(end, "\n")+1, strings.Count(stderr, "\n")+1)
+			}
+			more = "\n    stderr:" + left + "\n      " + indented(end, "      ")
 		}
 	default:
-		more = "\n    output: " + truncate(compact(output), failureOutput)
-		if cut(compact(output), failureOutput) {
+		c := compact(output)
+		more = "\n    output: " + truncate(c, failureOutput)
+		if cut(c, failureOutput) {
 			more += " (cut: -o json has it whole)"
 		}
 	}
@@ -497,16 +503,6 @@ func tail(s string, lines, bytes int) string {
 		}
 	}
 	return s[from:]
-}
-
-// lastLines says what tail left out of s, if anything: " (its last N
-// lines of M: -o json has it whole)".
-func lastLines(s string, lines, bytes int) string {
-	t := tail(s, lines, bytes)
-	if len(t) == len(s) {
-		return ""
-	}
-	return fmt.Sprintf(" (its last %d lines of %d: -o json has it whole)", strings.Count(t, "\n")+1, strings.Count(s, "\n")+1)
 }
 
 // stepDetail is how many letters of a step's output or error show's
