@@ -210,24 +210,32 @@ func (a *Agent) store(w *waiting, why string) {
 }
 
 // keepAlive tells JetStream every heartbeatEvery that the task of m is
-// still in hand, until stop is called.
+// still in hand, until stop is called. A timer, not a goroutine: a task
+// that ends before its first beat, most of them, costs no goroutine (one
+// per task was one per step, created and woken to exit).
 func (a *Agent) keepAlive(m jetstream.Msg, log zerolog.Logger) (stop func()) {
-	done := make(chan struct{})
-	go func() {
-		t := time.NewTicker(a.heartbeatEvery())
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				if err := m.InProgress(); err != nil {
-					log.Warn().Err(err).Msg("heartbeat")
-				}
-			}
+	every := a.heartbeatEvery()
+	var mu sync.Mutex
+	stopped := false
+	var t *time.Timer
+	mu.Lock() // t is set before its first beat reads it
+	defer mu.Unlock()
+	t = time.AfterFunc(every, func() {
+		if err := m.InProgress(); err != nil {
+			log.Warn().Err(err).Msg("heartbeat")
 		}
-	}()
-	return sync.OnceFunc(func() { close(done) })
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			t.Reset(every)
+		}
+	})
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		t.Stop()
+	}
 }
 
 // sweep keeps the tasks whose reports wait for their answers alive, and
