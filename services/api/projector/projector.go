@@ -602,14 +602,23 @@ func (p *Projector) projectAll(ctx context.Context, jobs []*projection) {
 		}
 		byID[j.g.id] = append(byID[j.g.id], j)
 	}
-	sem := make(chan struct{}, projectWorkers)
+	runID := func(id string) {
+		for _, j := range byID[id] {
+			run(j)
+		}
+	}
+	if len(ids) == 1 { // one execution (one at a time): no goroutine to start and wake
+		runID(ids[0])
+		return
+	}
+	// projectWorkers goroutines take the executions in turn: not one
+	// goroutine each (a batch under load holds hundreds).
+	var next atomic.Int64
 	var wg sync.WaitGroup
-	for _, id := range ids {
-		sem <- struct{}{}
+	for range min(projectWorkers, len(ids)) {
 		wg.Go(func() {
-			defer func() { <-sem }()
-			for _, j := range byID[id] {
-				run(j)
+			for i := int(next.Add(1) - 1); i < len(ids); i = int(next.Add(1) - 1) {
+				runID(ids[i])
 			}
 		})
 	}
