@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -310,7 +311,6 @@ func (s *Store) Close() error {
 }
 
 const (
-	oldRow    = `SELECT workflow, status, rev FROM executions WHERE id = ?`
 	upsertRow = `INSERT INTO executions (id, workflow, version, status, started_at, ended_at, updated_at, steps, done, error, damaged, attrs, rev)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO UPDATE SET workflow = excluded.workflow, version = excluded.version, status = excluded.status,
@@ -328,8 +328,78 @@ const (
 // countKey is a row of the counts table.
 type countKey struct{ workflow, status string }
 
+// storedRow is what Apply needs of a stored row: what it counted as, and
+// its revision.
+type storedRow struct {
+	countKey
+	rev int64
+}
+
+// storedRowsAtOnce is how many ids one query of storedRows looks up
+// (SQLite allows 32,766 parameters a statement).
+const storedRowsAtOnce = 500
+
+// storedRows reads the stored rows of the executions b changes (those
+// after the position's revision stored), storedRowsAtOnce a query: one
+// query a row was most of a batch's statements.
+func storedRows(ctx context.Context, tx *sql.Tx, b visibility.Batch, stored int64) (map[string]storedRow, error) {
+	var ids []any
+	seen := map[string]bool{}
+	add := func(id string, rev uint64) {
+		if int64(rev) > stored && !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	for _, r := range b.Puts {
+		add(r.ID, r.Rev)
+	}
+	for _, d := range b.Deletes {
+		add(d.ID, d.Rev)
+	}
+	out := make(map[string]storedRow, len(ids))
+	for len(ids) > 0 {
+		n := min(storedRowsAtOnce, len(ids))
+		q := `SELECT id, workflow, status, rev FROM executions WHERE id IN (?` + strings.Repeat(", ?", n-1) + `)`
+		if err := readStoredRows(ctx, tx, q, ids[:n], out); err != nil {
+			return nil, err
+		}
+		ids = ids[n:]
+	}
+	return out, nil
+}
+
+// readStoredRows runs one query of storedRows into out.
+func readStoredRows(ctx context.Context, tx *sql.Tx, q string, ids []any, out map[string]storedRow) error {
+	rows, err := tx.QueryContext(ctx, q, ids...)
+	if err != nil {
+		return fmt.Errorf("visibility: read the stored rows: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		var r storedRow
+		if err := rows.Scan(&id, &r.workflow, &r.status, &r.rev); err != nil {
+			return fmt.Errorf("visibility: read the stored rows: %w", err)
+		}
+		out[id] = r
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("visibility: read the stored rows: %w", err)
+	}
+	return nil
+}
+
 // Apply implements visibility.Store.
 func (s *Store) Apply(ctx context.Context, b visibility.Batch) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	// A batch, once begun, is written whole (a transaction of local
+	// writes, milliseconds long), and not interrupted: with a context that
+	// can end, database/sql and the driver start a goroutine to watch it
+	// for each statement, three or four a row written.
+	ctx = context.WithoutCancel(ctx)
 	defer s.releaseLater()
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
@@ -348,7 +418,7 @@ func (s *Store) Apply(ctx context.Context, b visibility.Batch) error {
 		}
 	}
 	prep := func(q string) (*sql.Stmt, error) { return tx.PrepareContext(ctx, q) }
-	old, err := prep(oldRow)
+	rows, err := storedRows(ctx, tx, b, stored)
 	if err != nil {
 		return err
 	}
@@ -368,26 +438,13 @@ func (s *Store) Apply(ctx context.Context, b visibility.Batch) error {
 	if err != nil {
 		return err
 	}
-	// The stored row of id, if any: what its count was.
-	storedRow := func(id string) (countKey, int64, bool, error) {
-		var k countKey
-		var rev int64
-		err := old.QueryRowContext(ctx, id).Scan(&k.workflow, &k.status, &rev)
-		if errors.Is(err, sql.ErrNoRows) {
-			return k, 0, false, nil
-		}
-		return k, rev, err == nil, err
-	}
 	deltas := map[countKey]int{}
 	for _, r := range b.Puts {
 		if int64(r.Rev) <= stored {
 			continue // applied already
 		}
-		was, rev, ok, err := storedRow(r.ID)
-		if err != nil {
-			return fmt.Errorf("row %s: %w", r.ID, err)
-		}
-		if ok && rev >= int64(r.Rev) {
+		was, ok := rows[r.ID]
+		if ok && was.rev >= int64(r.Rev) {
 			continue // the stored row is as new
 		}
 		var damaged, attrs any
@@ -411,9 +468,11 @@ func (s *Store) Apply(ctx context.Context, b visibility.Batch) error {
 			return fmt.Errorf("row %s: %w", r.ID, err)
 		}
 		if ok {
-			deltas[was]--
+			deltas[was.countKey]--
 		}
-		deltas[countKey{r.Workflow, string(r.Status)}]++
+		now := countKey{r.Workflow, string(r.Status)}
+		deltas[now]++
+		rows[r.ID] = storedRow{now, int64(r.Rev)} // a later update of it in the batch counts from this one
 		if _, err := delAttrs.ExecContext(ctx, r.ID); err != nil {
 			return err
 		}
@@ -427,10 +486,7 @@ func (s *Store) Apply(ctx context.Context, b visibility.Batch) error {
 		if int64(d.Rev) <= stored {
 			continue
 		}
-		was, _, ok, err := storedRow(d.ID)
-		if err != nil {
-			return fmt.Errorf("row %s: %w", d.ID, err)
-		}
+		was, ok := rows[d.ID]
 		if !ok {
 			continue
 		}
@@ -439,7 +495,8 @@ func (s *Store) Apply(ctx context.Context, b visibility.Batch) error {
 			return fmt.Errorf("row %s: %w", d.ID, err)
 		}
 		if n, _ := res.RowsAffected(); n > 0 {
-			deltas[was]--
+			deltas[was.countKey]--
+			delete(rows, d.ID)
 			if _, err := delAttrs.ExecContext(ctx, d.ID); err != nil {
 				return err
 			}

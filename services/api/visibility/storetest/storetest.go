@@ -40,6 +40,7 @@ func Run(t *testing.T, newStore Factory) {
 	t.Run("ScanIsBounded", func(t *testing.T) { t.Parallel(); scanIsBounded(t, newStore) })
 	t.Run("RowsRoundTrip", func(t *testing.T) { t.Parallel(); rowsRoundTrip(t, newStore) })
 	t.Run("CountsStayExact", func(t *testing.T) { t.Parallel(); countsStayExact(t, newStore) })
+	t.Run("LargeBatchesCountExactly", func(t *testing.T) { t.Parallel(); largeBatchesCountExactly(t, newStore) })
 	t.Run("PositionNeverGoesBack", func(t *testing.T) { t.Parallel(); positionNeverGoesBack(t, newStore) })
 }
 
@@ -355,6 +356,53 @@ func countsStayExact(t *testing.T, newStore Factory) {
 	require.NoError(t, err)
 	require.NotZero(t, n)
 	require.Equal(t, n, sum(all), "counted again after a reset")
+}
+
+// largeBatchesCountExactly: batches of more rows than a store looks up
+// at once (the SQLite store reads 500 stored rows a query), each row
+// changed once or more, deleted, or new, keep the counts exact.
+func largeBatchesCountExactly(t *testing.T, newStore Factory) {
+	ctx := context.Background()
+	s := newStore(t, 0)
+	rnd := rand.New(rand.NewPCG(5, 8))
+	workflows := []string{"alpha", "beta"}
+	model := map[string]visibility.Row{}
+	var rev uint64
+	put := func(b *visibility.Batch, id string) {
+		rev++
+		r := visibility.Row{ID: id, Workflow: workflows[rnd.IntN(len(workflows))], Status: visibility.Statuses[1+rnd.IntN(7)],
+			StartedAt: T0.Add(time.Duration(rev) * time.Second), Rev: rev}
+		b.Puts = append(b.Puts, r)
+		model[id] = r
+	}
+	var first visibility.Batch
+	for i := range 1300 {
+		put(&first, fmt.Sprintf("l-%04d", i))
+	}
+	first.Position = visibility.Position{Revision: rev}
+	require.NoError(t, s.Apply(ctx, first))
+	requireCounts(t, s, model, workflows)
+
+	var second visibility.Batch
+	for i := range 1700 { // 400 new
+		id := fmt.Sprintf("l-%04d", i)
+		switch _, stored := model[id]; {
+		case stored && rnd.IntN(5) == 0:
+			rev++
+			second.Deletes = append(second.Deletes, visibility.Delete{ID: id, Rev: rev})
+			delete(model, id)
+		case rnd.IntN(4) == 0:
+			put(&second, id)
+			put(&second, id) // twice in the batch: counted once, as the last
+		default:
+			put(&second, id)
+		}
+	}
+	second.Position = visibility.Position{Revision: rev}
+	require.NoError(t, s.Apply(ctx, second))
+	requireCounts(t, s, model, workflows)
+	require.NoError(t, s.Apply(ctx, second), "a batch applied again changes nothing")
+	requireCounts(t, s, model, workflows)
 }
 
 // requireCounts checks s's counts against model's rows and against what
