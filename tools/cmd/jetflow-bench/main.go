@@ -32,6 +32,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"strings"
 	"sync"
@@ -73,7 +74,7 @@ type config struct {
 	retention, retentionKeep                     int
 	backup                                       bool
 	dataDir, cpuProfile, memProfile, figuresFile string
-	burstProfile                                 string
+	burstProfile, traceFile                      string
 	burstProfileFor                              time.Duration
 	insecure, byConnection, metrics              bool
 	natsProcess                                  bool
@@ -155,6 +156,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.BoolVar(&c.metrics, "metrics", false, "count and serve every service's Prometheus metrics, as jetflow dev does (to measure what counting costs)")
 	fs.BoolVar(&c.tracing, "tracing", false, "record every execution's trace and export it over OTLP/HTTP to a receiver in the process, as jetflow dev does with OTEL_EXPORTER_OTLP_ENDPOINT (to measure what tracing costs)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured runs to this file")
+	fs.StringVar(&c.traceFile, "trace", "", "write an execution trace of the measured runs to this file (go tool trace: goroutines started, scheduling delays, blocking)")
 	fs.StringVar(&c.burstProfile, "timers-cpuprofile", "", "write a CPU profile of the timer run's burst to this file: from 20 ms before the timers are due, for -timers-cpuprofile-for (this process's: with -nats-process the server's is not in it)")
 	fs.DurationVar(&c.burstProfileFor, "timers-cpuprofile-for", time.Second, "how long -timers-cpuprofile profiles the burst")
 	fs.StringVar(&c.memProfile, "memprofile", "", "write a heap profile at the end to this file (with -nats-process, the server process's to this file + .nats)")
@@ -355,6 +357,17 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 			return err
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if c.traceFile != "" {
+		f, err := os.Create(c.traceFile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := trace.Start(f); err != nil {
+			return err
+		}
+		defer trace.Stop()
 	}
 	if c.executions > 0 {
 		// The warm-up's events are projected before the run begins.
