@@ -221,14 +221,15 @@ func (a *Agent) keepAlive(m jetstream.Msg, log zerolog.Logger) (stop func()) {
 	mu.Lock() // t is set before its first beat reads it
 	defer mu.Unlock()
 	t = time.AfterFunc(every, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped { // fired as stop came: the task is settled
+			return
+		}
 		if err := m.InProgress(); err != nil {
 			log.Warn().Err(err).Msg("heartbeat")
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		if !stopped {
-			t.Reset(every)
-		}
+		t.Reset(every)
 	})
 	return func() {
 		mu.Lock()
