@@ -392,19 +392,18 @@ func readStoredRows(ctx context.Context, tx *sql.Tx, q string, ids []any, out ma
 
 // Apply implements visibility.Store.
 func (s *Store) Apply(ctx context.Context, b visibility.Batch) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	// A batch, once begun, is written whole (a transaction of local
-	// writes, milliseconds long), and not interrupted: with a context that
-	// can end, database/sql and the driver start a goroutine to watch it
-	// for each statement, three or four a row written.
-	ctx = context.WithoutCancel(ctx)
 	defer s.releaseLater()
+	// ctx ending (a stop) gives up the wait for the write lock, or rolls
+	// the transaction back (database/sql watches it): the batch is applied
+	// whole or not at all, and again by the next feed. Its statements run
+	// without ctx: for each statement under a context that can end,
+	// database/sql and the driver start a goroutine to watch it, three or
+	// four a row written.
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
+	ctx = context.WithoutCancel(ctx)
 	defer func() { _ = tx.Rollback() }()
 	var stored int64 // the position's revision: updates up to it are applied
 	var v string

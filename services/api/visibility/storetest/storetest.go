@@ -360,7 +360,8 @@ func countsStayExact(t *testing.T, newStore Factory) {
 
 // largeBatchesCountExactly: batches of more rows than a store looks up
 // at once (the SQLite store reads 500 stored rows a query), each row
-// changed once or more, deleted, or new, keep the counts exact.
+// changed once or twice, deleted once or twice, put and deleted, or new,
+// keep the counts exact.
 func largeBatchesCountExactly(t *testing.T, newStore Factory) {
 	ctx := context.Background()
 	s := newStore(t, 0)
@@ -384,13 +385,22 @@ func largeBatchesCountExactly(t *testing.T, newStore Factory) {
 	requireCounts(t, s, model, workflows)
 
 	var second visibility.Batch
+	del := func(id string) {
+		rev++
+		second.Deletes = append(second.Deletes, visibility.Delete{ID: id, Rev: rev})
+		delete(model, id)
+	}
 	for i := range 1700 { // 400 new
 		id := fmt.Sprintf("l-%04d", i)
 		switch _, stored := model[id]; {
+		case stored && i%10 == 0:
+			del(id)
+			del(id) // twice: gone once
 		case stored && rnd.IntN(5) == 0:
-			rev++
-			second.Deletes = append(second.Deletes, visibility.Delete{ID: id, Rev: rev})
-			delete(model, id)
+			del(id)
+		case i%7 == 0:
+			put(&second, id)
+			del(id) // put, then deleted in the same batch (puts apply first)
 		case rnd.IntN(4) == 0:
 			put(&second, id)
 			put(&second, id) // twice in the batch: counted once, as the last
