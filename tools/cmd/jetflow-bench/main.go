@@ -31,6 +31,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/metrics"
 	"runtime/pprof"
 	"runtime/trace"
 	"slices"
@@ -156,7 +157,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.BoolVar(&c.metrics, "metrics", false, "count and serve every service's Prometheus metrics, as jetflow dev does (to measure what counting costs)")
 	fs.BoolVar(&c.tracing, "tracing", false, "record every execution's trace and export it over OTLP/HTTP to a receiver in the process, as jetflow dev does with OTEL_EXPORTER_OTLP_ENDPOINT (to measure what tracing costs)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured runs to this file")
-	fs.StringVar(&c.traceFile, "trace", "", "write an execution trace of the measured runs to this file (go tool trace: goroutines started, scheduling delays, blocking)")
+	fs.StringVar(&c.traceFile, "trace", "", "write Go's execution trace of the measured runs to this file (go tool trace: goroutines started, scheduling delays, blocking; not -tracing, the executions' OpenTelemetry traces)")
 	fs.StringVar(&c.burstProfile, "timers-cpuprofile", "", "write a CPU profile of the timer run's burst to this file: from 20 ms before the timers are due, for -timers-cpuprofile-for (this process's: with -nats-process the server's is not in it)")
 	fs.DurationVar(&c.burstProfileFor, "timers-cpuprofile-for", time.Second, "how long -timers-cpuprofile profiles the burst")
 	fs.StringVar(&c.memProfile, "memprofile", "", "write a heap profile at the end to this file (with -nats-process, the server process's to this file + .nats)")
@@ -374,6 +375,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		behind := projectorLag(ctx, info, conn)
 		waitProjected(ctx, behind, 2*time.Minute)
 		began, cpuBefore := time.Now(), cpuTime()
+		goBefore := goroutinesCreated()
 		msgsBefore := serverMsgs(info.Server)
 		connsBefore := connMsgs(info.Server)
 		lat, err := tr.runBatch(ctx, conn, batchPrefix("tput"), c.executions, c.concurrency)
@@ -386,6 +388,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		// then is counted too.
 		projected := waitProjected(ctx, behind, 2*time.Minute)
 		cpuAll := cpuTime()
+		started := goroutinesCreated() - goBefore
 		var wallAll time.Duration
 		msgs := serverMsgs(info.Server).minus(msgsBefore)
 		if cpuBefore >= 0 && cpu >= 0 && cpuAll >= 0 {
@@ -429,6 +432,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 			fmt.Fprintf(out, "  NATS messages    %.1f in and %.1f out of the server per step (%d, %d)\n",
 				float64(msgs.in)/float64(steps), float64(msgs.out)/float64(steps), msgs.in, msgs.out)
 		}
+		fmt.Fprintf(out, "  goroutines       %.2f started per step in %s (%d; the benchmark's own: one per execution)\n",
+			float64(started)/float64(steps), thisProcessNote(c.natsProcess), started)
 		if c.byConnection {
 			printConnMsgs(out, connsBefore, connMsgs(info.Server), steps)
 		}
@@ -726,6 +731,25 @@ func processesNote(natsProcess bool) string {
 		return "both processes (this one and the NATS server's, -nats-process)"
 	}
 	return "the whole process"
+}
+
+// thisProcessNote says which goroutines goroutinesCreated counts.
+func thisProcessNote(natsProcess bool) string {
+	if natsProcess {
+		return "this process (the services; not the NATS server's, -nats-process)"
+	}
+	return "the whole process"
+}
+
+// goroutinesCreated is how many goroutines this process has started
+// (runtime/metrics).
+func goroutinesCreated() uint64 {
+	sample := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+	metrics.Read(sample)
+	if sample[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return sample[0].Value.Uint64()
 }
 
 func serverMsgs(s *server.Server) msgCount {
