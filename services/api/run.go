@@ -37,6 +37,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		"bytes the projector's cached execution states may hold, as estimated from their content (at most 20000 states)")
 	coalesce := p.DurationIn("projector-coalesce", "JETFLOW_PROJECTOR_COALESCE", projector.DefaultCoalesce, api.Ranges.ProjectorCoalesce,
 		"under load, how long the projector gathers events before it writes the read models, so that each is written once for several events (they lag that much more; 0: write at every batch)")
+	gather := p.DurationIn("projector-gather", "JETFLOW_PROJECTOR_GATHER", projector.DefaultGather, api.Ranges.ProjectorGather,
+		"when not under load, how long the projector waits after an event for the next ones before it writes the read models (one execution at a time: several of its steps in one write; they lag that much more; 0: each event as it comes)")
 	cacheTTL := p.DurationIn("key-cache-ttl", "JETFLOW_KEY_CACHE_TTL", 5*time.Second, api.Ranges.CacheTTL,
 		"how long an api key looked up is trusted (a key revoked on another replica stops working within it)")
 	readyMaxLag := p.DurationIn("ready-max-lag", "JETFLOW_READY_MAX_LAG", api.DefaultReadyMaxLag, api.Ranges.ReadyMaxLag,
@@ -53,7 +55,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	cfg := api.Config{Addr: *addr, StartWait: *startWait, BindOnly: p.Common.Restricted(), MaxReadModel: *maxModel,
-		ProjectorCache: *projCache, ProjectorCoalesce: svc.NeverIfZero(*coalesce), VisibilityDir: *visibilityDir,
+		ProjectorCache: *projCache, ProjectorCoalesce: svc.NeverIfZero(*coalesce), ProjectorGather: svc.NeverIfZero(*gather), VisibilityDir: *visibilityDir,
 		VisibilityCache: *visibilityCache, VisibilityPostgres: *visibilityPostgres,
 		Auth: api.AuthConfig{Disabled: *noAuth, AdminTokenFile: *adminTokens, CacheTTL: *cacheTTL,
 			OIDC: access.OIDCConfig{Issuer: *issuer, Audience: *audience, ScopesClaim: *scopesClaim, NamespacesClaim: *nsClaim}}}

@@ -25,6 +25,8 @@ func TestRunRefusesOutOfRange(t *testing.T) {
 		"AuthOffWithTokens": {args: []string{"-no-http-auth", "-admin-token-file", "x"}, want: []string{"authentication is off"}},
 		"NegativeCoalesce":  {args: []string{"-projector-coalesce", "-1s"}, want: []string{"-projector-coalesce (JETFLOW_PROJECTOR_COALESCE) -1s", "0s to 10s"}},
 		"LongCoalesceEnv":   {env: map[string]string{"JETFLOW_PROJECTOR_COALESCE": "1m"}, want: []string{"-projector-coalesce (JETFLOW_PROJECTOR_COALESCE) 1m"}},
+		"NegativeGather":    {args: []string{"-projector-gather", "-1ms"}, want: []string{"-projector-gather (JETFLOW_PROJECTOR_GATHER) -1ms", "0s to 1s"}},
+		"LongGatherEnv":     {env: map[string]string{"JETFLOW_PROJECTOR_GATHER": "2s"}, want: []string{"-projector-gather (JETFLOW_PROJECTOR_GATHER) 2s"}},
 		"TinyProjectorCache": {args: []string{"-projector-cache-bytes", "4096"},
 			want: []string{"-projector-cache-bytes (JETFLOW_PROJECTOR_CACHE_BYTES) 4096", "65536 to 68719476736"}},
 		"TinyVisibilityCacheEnv": {env: map[string]string{"JETFLOW_VISIBILITY_CACHE_BYTES": "65536"},

@@ -37,7 +37,7 @@ func Serve(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.JetStrea
 			return err
 		}
 		proj.BindOnly, proj.MaxModel, proj.MaxCache = cfg.BindOnly, cfg.MaxReadModel, cfg.ProjectorCache
-		proj.Coalesce = cfg.ProjectorCoalesce
+		proj.Coalesce, proj.Gather = cfg.ProjectorCoalesce, cfg.ProjectorGather
 		srv.observe(ns.Name, proj)
 		projs = append(projs, proj)
 		srv.projectors[ns.Name] = proj

@@ -63,6 +63,10 @@ type Config struct {
 	// once for several events (projector.Projector.Coalesce). Default
 	// projector.DefaultCoalesce (200 ms); negative: never.
 	ProjectorCoalesce time.Duration
+	// ProjectorGather is how long, when not under load, the projector
+	// waits after an event for the next ones (projector.Projector.Gather).
+	// Default projector.DefaultGather (5 ms); negative: never.
+	ProjectorGather time.Duration
 	// Source is the CloudEvents source of commands it publishes. Default "jetflow/api".
 	Source string
 	// VisibilityDir holds the visibility index that GET /v1/executions
@@ -151,6 +155,7 @@ func (c AuthConfig) validate() (AuthConfig, error) {
 var Ranges = struct {
 	StartWait, CacheTTL svc.Range[time.Duration]
 	ProjectorCoalesce   svc.Range[time.Duration]
+	ProjectorGather     svc.Range[time.Duration]
 	ReadyMaxLag         svc.Range[time.Duration]
 	MaxBody             svc.Range[int64]
 	MaxReadModel        svc.Range[int]
@@ -163,6 +168,8 @@ var Ranges = struct {
 	ProjectorCache: svc.Range[int]{Min: 64 << 10, Max: 64 << 30},
 	// Read models may lag that much behind under load; 0 is never.
 	ProjectorCoalesce: svc.Range[time.Duration]{Min: 0, Max: 10 * time.Second},
+	// A few events' worth when idle; 0 is never.
+	ProjectorGather: svc.Range[time.Duration]{Min: 0, Max: time.Second},
 	// Small enough for a KV value; large enough for a few steps.
 	MaxReadModel: svc.Range[int]{Min: 16 << 10, Max: 64 << 20},
 	// A request waits that long for the dispatcher: past a minute,
@@ -188,6 +195,7 @@ func (c Config) Validate() error {
 		Ranges.ProjectorCache.Check("api: ProjectorCache (-projector-cache-bytes, JETFLOW_PROJECTOR_CACHE_BYTES)", cmp.Or(c.ProjectorCache, projector.DefaultCacheBytes)),
 		Ranges.VisibilityCache.Check("api: VisibilityCache (-visibility-cache-bytes, JETFLOW_VISIBILITY_CACHE_BYTES)", cmp.Or(c.VisibilityCache, sqlitestore.DefaultCacheBytes)),
 		Ranges.ProjectorCoalesce.Check("api: ProjectorCoalesce (-projector-coalesce, JETFLOW_PROJECTOR_COALESCE)", max(c.ProjectorCoalesce, 0)),
+		Ranges.ProjectorGather.Check("api: ProjectorGather (-projector-gather, JETFLOW_PROJECTOR_GATHER)", max(c.ProjectorGather, 0)),
 		Ranges.ReadyMaxLag.Check("api: ReadyMaxLag (-ready-max-lag, JETFLOW_READY_MAX_LAG)", c.ReadyMaxLag),
 	); err != nil {
 		return err

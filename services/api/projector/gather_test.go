@@ -74,3 +74,12 @@ func TestWhatMakesTheProjectorGather(t *testing.T) {
 	require.True(t, isBusy(busyBatch, 0), "many events")
 	require.True(t, isBusy(1, busyBytes), "one large model")
 }
+
+// TestGatherAndCoalesceDefaults: 0 is the default, negative is none.
+func TestGatherAndCoalesceDefaults(t *testing.T) {
+	require.Equal(t, DefaultGather, (&Projector{}).gather())
+	require.Equal(t, 2*time.Millisecond, (&Projector{Gather: 2 * time.Millisecond}).gather())
+	require.Zero(t, (&Projector{Gather: -1}).gather(), "negative: every event projected as it comes")
+	require.Equal(t, DefaultCoalesce, (&Projector{}).coalesce())
+	require.Zero(t, (&Projector{Coalesce: -1}).coalesce())
+}

@@ -61,6 +61,14 @@ type Projector struct {
 	// at once), every event is projected as it comes. 0: DefaultCoalesce;
 	// negative: never. Set before Run.
 	Coalesce time.Duration
+	// Gather is how long, when not under load, the projector waits after
+	// an event for the next ones before it projects them: one execution
+	// at a time gives an event every half millisecond or so, each of which
+	// was a read model written, encoded and indexed, beside the work of
+	// the next step. The read models lag that much more. 0:
+	// DefaultGather; negative: never (every event projected as it comes).
+	// Set before Run.
+	Gather time.Duration
 	// OnWrite, when set, is told, for each read model written with new
 	// events, how long the oldest of them waited for it: now minus that
 	// event's time (the recording dispatcher's clock; 0 if that is ahead
@@ -348,6 +356,8 @@ func (p *Projector) consume(ctx context.Context) error {
 		var until time.Time
 		if busy {
 			until = began.Add(p.coalesce())
+		} else if d := p.gather(); d > 0 {
+			until = time.Now().Add(d)
 		}
 		batch = g.fill(ctx, inbox, batch, until)
 		began = time.Now()
@@ -426,6 +436,16 @@ func isBusy(events int, wrote uint64) bool {
 
 // DefaultCoalesce is the default Coalesce.
 const DefaultCoalesce = 200 * time.Millisecond
+
+// DefaultGather is the default Gather.
+const DefaultGather = 5 * time.Millisecond
+
+func (p *Projector) gather() time.Duration {
+	if p.Gather < 0 {
+		return 0
+	}
+	return cmp.Or(p.Gather, DefaultGather)
+}
 
 func (p *Projector) coalesce() time.Duration {
 	if p.Coalesce < 0 {

@@ -714,3 +714,54 @@ func TestProjectorBindsAgainWhenItsConsumerIsDeleted(t *testing.T) {
 	_, err = js.Consumer(t.Context(), bus.StreamEvents, bus.ConsumerProjector)
 	require.NoError(t, err, "the consumer was made again")
 }
+
+// TestWhenIdleAnExecutionsEventsAMomentApartAreWrittenOnce: not under
+// load (batches of a few events), the projector waits its Gather after
+// an event for the next ones, so one execution's events a moment apart
+// (one execution at a time) are written in one read model, not one
+// each, and the model ends at its history's fold.
+func TestWhenIdleAnExecutionsEventsAMomentApartAreWrittenOnce(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	ctx := t.Context()
+	kv, err := js.KeyValue(ctx, bus.BucketExecutions)
+	require.NoError(t, err)
+	p := newProjector(t, js, 0)
+	p.Gather = 500 * time.Millisecond // long: a slow machine appends slowly
+	natstest.Serve(t, p.Run)
+	ps := stepsPayloads("one", 5) // 27 events
+	last := appendHistory(t, js, "wf", "one", ps[0])[0].Seq
+	natstest.Eventually(t, 60*time.Second, func() bool {
+		x, ok := storedModel(t, kv, "one")
+		return ok && x.LastSeq == last
+	}, "the first event is projected")
+
+	w, err := kv.Watch(ctx, "one", jetstream.UpdatesOnly())
+	require.NoError(t, err)
+	defer func() { _ = w.Stop() }()
+	began := time.Now()
+	for _, e := range ps[1:] { // one by one, as a dispatcher records them
+		last = appendFrom(t, js, "wf", "one", last, e)[0].Seq
+	}
+	appending := time.Since(began)
+	writes := 0
+	deadline := time.After(60 * time.Second)
+	for done := false; !done; {
+		select {
+		case e := <-w.Updates():
+			if e == nil {
+				continue
+			}
+			writes++
+			var x projections.Execution
+			require.NoError(t, json.Unmarshal(e.Value(), &x))
+			done = x.LastSeq == last
+		case <-deadline:
+			t.Fatalf("the read model did not reach its last event in 60 s (%d writes)", writes)
+		}
+	}
+	t.Logf("%d events appended one by one in %s, written as %d read models", len(ps)-1, appending, writes)
+	// At most once per gathering while the events came, and the last.
+	require.LessOrEqual(t, writes, int(appending/p.Gather)+2, "written once for the events of each %s", p.Gather)
+	require.Less(t, writes, len(ps)-1)
+}

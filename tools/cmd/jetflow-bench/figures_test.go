@@ -158,6 +158,7 @@ func TestNewFlags(t *testing.T) {
 		{[]string{"-sleepers-settle", "-1s"}, "-single1, -sleepers, -sleepers-settle and -sync-interval must be non-negative"},
 		{[]string{"-projector-coalesce", "-1s"}, "-projector-coalesce -1s: out of range, use 0 (write at every batch) to 10s"},
 		{[]string{"-projector-coalesce", "20s"}, "-projector-coalesce 20s: out of range, use 0 (write at every batch) to 10s"},
+		{[]string{"-projector-gather", "2s"}, "-projector-gather 2s: out of range, use 0 (each event as it comes) to 1s"},
 		{[]string{"-fsync", "-sync-interval", "1s"}, "-fsync and -sync-interval exclude each other"},
 		{[]string{"-dispatcher-workers", "-1"}, "-dispatcher-workers -1: out of range, use 1 to 4096, or 0 for the dispatcher's default"},
 		{[]string{"-soak", "1m", "-sleepers", "10"}, "-soak runs alone: drop -sleepers"},

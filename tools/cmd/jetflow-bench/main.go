@@ -63,7 +63,7 @@ type config struct {
 	fsync, groupCommit                           bool
 	agentConcurrency, dispatcherWorkers          int
 	syncInterval                                 time.Duration
-	coalesce                                     time.Duration
+	coalesce, gather                             time.Duration
 	timers, failover, foreach, fairness          int
 	loop, loopRounds                             int
 	fsyncProbe, loopSleep, subjectsProbeCold     time.Duration
@@ -119,6 +119,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&c.dispatcherWorkers, "dispatcher-workers", 0, "the dispatcher's -workers (0: its default, 32, or 256 with -group-commit)")
 	fs.BoolVar(&c.groupCommit, "group-commit", false, "the dispatcher gathers its history appends and task publishes into atomic batches (its -group-commit, docs/adr/0020; meant for -fsync)")
 	fs.IntVar(&c.agentConcurrency, "agent-concurrency", 0, "tasks the agent runs at once per queue (jetflow-agent's -concurrency; 0: its default, 16)")
+	fs.DurationVar(&c.gather, "projector-gather", projector.DefaultGather, "when not under load, how long the api's projector waits after an event for the next ones (jetflow-api's -projector-gather): 0 (each event as it comes) to 1s")
 	fs.DurationVar(&c.coalesce, "projector-coalesce", projector.DefaultCoalesce, "how long, under load, the api's projector gathers events before it writes the read models (jetflow-api's -projector-coalesce): 0 (write at every batch) to 10s")
 	fs.DurationVar(&c.syncInterval, "sync-interval", 0, "how often the embedded server fsyncs its file store, without -fsync (sync_interval; default nats-server's, 2m)")
 	fs.IntVar(&c.timers, "timers", 0, "executions in the durable-timer run, all sleeping until the same instant (0 skips it)")
@@ -215,6 +216,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if c.single1 < 0 || c.sleepers < 0 || c.syncInterval < 0 || c.sleepersSettle < 0 {
 		return fmt.Errorf("-single1, -sleepers, -sleepers-settle and -sync-interval must be non-negative")
 	}
+	if r := api.Ranges.ProjectorGather; !r.Contains(c.gather) {
+		return fmt.Errorf("-projector-gather %s: out of range, use 0 (each event as it comes) to %s", svc.ShortDuration(c.gather), svc.ShortDuration(r.Max))
+	}
 	if r := api.Ranges.ProjectorCoalesce; !r.Contains(c.coalesce) {
 		return fmt.Errorf("-projector-coalesce %s: out of range, use 0 (write at every batch) to %s", svc.ShortDuration(c.coalesce), svc.ShortDuration(r.Max))
 	}
@@ -261,7 +265,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	scfg := devstack.Config{DataDir: c.dataDir, NATSAddr: "127.0.0.1:0", NATSURL: natsURL, CredsDir: credsDir, HTTPAddr: "127.0.0.1:0",
 		Log: zerolog.New(os.Stderr).Level(zerolog.WarnLevel), Insecure: c.insecure, BulkAfter: c.bulkAfter,
-		SyncAlways: c.fsync, SyncInterval: c.syncInterval, GroupCommit: c.groupCommit, Workers: c.dispatcherWorkers, Concurrency: c.agentConcurrency, VisibilityCache: c.visibilityCache, ProjectorCoalesce: svc.NeverIfZero(c.coalesce)}
+		SyncAlways: c.fsync, SyncInterval: c.syncInterval, GroupCommit: c.groupCommit, Workers: c.dispatcherWorkers, Concurrency: c.agentConcurrency, VisibilityCache: c.visibilityCache, ProjectorCoalesce: svc.NeverIfZero(c.coalesce), ProjectorGather: svc.NeverIfZero(c.gather)}
 	if c.metrics {
 		scfg.MetricsAddr = "127.0.0.1:0"
 	}
@@ -326,6 +330,13 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		syncMode += ", read models written at every batch (-projector-coalesce 0)"
 	default:
 		syncMode += fmt.Sprintf(", read models gathered for %s under load (-projector-coalesce)", svc.ShortDuration(c.coalesce))
+	}
+	switch c.gather {
+	case projector.DefaultGather:
+	case 0:
+		syncMode += ", each event projected as it comes when idle (-projector-gather 0)"
+	default:
+		syncMode += fmt.Sprintf(", events gathered for %s when idle (-projector-gather)", svc.ShortDuration(c.gather))
 	}
 	if c.metrics {
 		security += ", metrics counted (-metrics)"

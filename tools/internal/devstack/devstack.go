@@ -65,6 +65,9 @@ type Config struct {
 	// ProjectorCoalesce is the api's api.Config.ProjectorCoalesce (0: its
 	// default, negative: never).
 	ProjectorCoalesce time.Duration
+	// ProjectorGather is the api's api.Config.ProjectorGather (0: its
+	// default, negative: never).
+	ProjectorGather time.Duration
 	// StartWait is how long the api waits for the dispatcher's verdict on
 	// a command before answering 202. Default the api's (5s).
 	StartWait time.Duration
@@ -619,7 +622,7 @@ func Run(ctx context.Context, cfg Config, ready func(Info)) error {
 		}
 		return api.Serve(ctx, api.Config{Listener: ln, StartWait: cfg.StartWait, MaxReadModel: cfg.MaxReadModel, BindOnly: restricted, Namespaces: others,
 			VisibilityDir: visibilityDir, VisibilityCache: cfg.VisibilityCache, VisibilityPostgres: cfg.VisibilityPostgres, Missing: missing, Auth: api.AuthConfig{Disabled: cfg.Insecure, AdminTokenFile: tokenPath}, Registerer: reg,
-			Tracer: cfg.Tracer, ProjectorCoalesce: cfg.ProjectorCoalesce}, c.NC, c.JS, log("api"))
+			Tracer: cfg.Tracer, ProjectorCoalesce: cfg.ProjectorCoalesce, ProjectorGather: cfg.ProjectorGather}, c.NC, c.JS, log("api"))
 	})
 	err = g.Wait()
 	_ = ln.Close()
@@ -635,7 +638,8 @@ func (c Config) validate() error {
 			StartedAfter: c.StartedAfter}.Validate(),
 		dispatch.Config{Workers: c.Workers, CacheSize: c.CacheSize, BulkAfter: c.BulkAfter, LeaseTTL: c.LeaseTTL, GroupCommit: c.GroupCommit}.Validate(),
 		janitor.Config{Interval: c.JanitorInterval, IdleAfter: c.IdleAfter, CatchUpEvery: c.JanitorCatchUpEvery, RetentionDefault: c.RetentionDefault}.Validate(),
-		api.Config{StartWait: c.StartWait, MaxReadModel: c.MaxReadModel, VisibilityCache: c.VisibilityCache, ProjectorCoalesce: c.ProjectorCoalesce}.Validate(),
+		api.Config{StartWait: c.StartWait, MaxReadModel: c.MaxReadModel, VisibilityCache: c.VisibilityCache, ProjectorCoalesce: c.ProjectorCoalesce,
+			ProjectorGather: c.ProjectorGather}.Validate(),
 	)
 }
 
