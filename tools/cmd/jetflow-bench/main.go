@@ -359,27 +359,23 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 			return err
 		}
 	}
-	if c.cpuProfile != "" {
-		f, err := os.Create(c.cpuProfile)
+	for _, r := range []struct {
+		path  string
+		start func(io.Writer) error
+		stop  func()
+	}{{c.cpuProfile, pprof.StartCPUProfile, pprof.StopCPUProfile}, {c.traceFile, trace.Start, trace.Stop}} {
+		if r.path == "" {
+			continue
+		}
+		f, err := os.Create(r.path)
 		if err != nil {
 			return err
 		}
 		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
+		if err := r.start(f); err != nil {
 			return err
 		}
-		defer pprof.StopCPUProfile()
-	}
-	if c.traceFile != "" {
-		f, err := os.Create(c.traceFile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := trace.Start(f); err != nil {
-			return err
-		}
-		defer trace.Stop()
+		defer r.stop()
 	}
 	if c.executions > 0 {
 		// The warm-up's events are projected before the run begins.
