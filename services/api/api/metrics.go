@@ -25,7 +25,7 @@ var (
 		"The executions bucket revision the api's visibility index has applied (compare with the bucket's last revision to see it behind).",
 		[]string{"namespace"}, nil)
 	writesDesc = prometheus.NewDesc("jetflow_projector_writes_total",
-		"Read models the api's projector has written, parked ones written again included (once for several events under load: -projector-coalesce).",
+		"Read models the api's projector has written, parked ones written again included (once for several events: -projector-coalesce under load, -projector-gather otherwise).",
 		[]string{"namespace"}, nil)
 )
 

@@ -83,3 +83,56 @@ func TestGatherAndCoalesceDefaults(t *testing.T) {
 	require.Equal(t, DefaultCoalesce, (&Projector{}).coalesce())
 	require.Zero(t, (&Projector{Coalesce: -1}).coalesce())
 }
+
+// TestEventsAGatherBringsAreNoLoad: not under load, a batch is what is
+// queued and then what comes within a Gather; only the queued events
+// count as load (queued), so that a few executions at once do not make
+// every batch a busy one. Under load all of a batch counts; with Gather
+// negative nothing is waited for.
+func TestEventsAGatherBringsAreNoLoad(t *testing.T) {
+	t.Parallel()
+	msg := sizedMsg{data: []byte("x")}
+	queue := func(g *gatherer, queued, coming int) chan jetstream.Msg {
+		inbox := make(chan jetstream.Msg, queued+coming)
+		for range queued {
+			inbox <- msg
+		}
+		waited := false
+		g.waiting = func() { // as fill begins to wait: the events of the wait come
+			if !waited {
+				waited = true
+				for range coming {
+					inbox <- msg
+				}
+			}
+		}
+		return inbox
+	}
+
+	g := newGatherer()
+	g.max = 110 // full once the wait's events are in: no need to wait it out
+	inbox := queue(g, 10, 100)
+	p := &Projector{Gather: time.Minute}
+	batch, queued := p.next(t.Context(), g, inbox, []jetstream.Msg{<-inbox}, false, time.Now())
+	require.Len(t, batch, 110, "what was queued, then what came in the wait")
+	require.Equal(t, 10, queued, "only the queued ones are load")
+	require.False(t, isBusy(queued, 0))
+
+	g = newGatherer()
+	inbox = queue(g, 80, 0)
+	batch, queued = p.next(t.Context(), g, inbox, []jetstream.Msg{<-inbox}, true, time.Now().Add(-time.Hour))
+	require.Len(t, batch, 80)
+	require.Equal(t, 80, queued, "under load all of a batch counts")
+
+	g = newGatherer()
+	inbox = queue(g, 10, 100)
+	batch, queued = (&Projector{Gather: -1}).next(t.Context(), g, inbox, []jetstream.Msg{<-inbox}, false, time.Now())
+	require.Len(t, batch, 10, "no Gather: what is queued, at once, nothing waited for")
+	require.Equal(t, 10, queued)
+
+	require.False(t, busyAfter(10, 110, 0), "the wait's events are no load")
+	require.True(t, busyAfter(busyBatch, 110, 0))
+	require.False(t, busyAfter(10, 110, 10*(busyBytes-1)/10), "the queued events' share of the bytes")
+	require.True(t, busyAfter(10, 110, 11*busyBytes), "a tenth of 11 times busyBytes")
+	require.True(t, busyAfter(1, 1, busyBytes), "one large model, alone")
+}

@@ -58,14 +58,16 @@ type Projector struct {
 	// behind the events while it lasts. It gathers only after a batch of
 	// at least busyBatch events (a busy system, a fan-out's burst, a
 	// backlog): while batches are smaller (one execution at a time, a few
-	// at once), every event is projected as it comes. 0: DefaultCoalesce;
+	// at once), they are gathered for Gather instead. 0: DefaultCoalesce;
 	// negative: never. Set before Run.
 	Coalesce time.Duration
 	// Gather is how long, when not under load, the projector waits after
 	// an event for the next ones before it projects them: one execution
-	// at a time gives an event every half millisecond or so, each of which
-	// was a read model written, encoded and indexed, beside the work of
-	// the next step. The read models lag that much more. 0:
+	// at a time gives an event every 0.5-0.8 ms, each of which was a read
+	// model written, encoded and indexed, beside the work of the next
+	// step. The read models lag that much more, and the time a batch of
+	// what came takes to project. The events it brings do not count as
+	// load (see next). 0:
 	// DefaultGather; negative: never (every event projected as it comes).
 	// Set before Run.
 	Gather time.Duration
@@ -350,22 +352,34 @@ func (p *Projector) consume(ctx context.Context) error {
 		case m := <-inbox:
 			batch = append(batch[:0], m)
 		}
-		// Under load (the last batch was a big one), the events of a while
-		// are gathered, so that each read model is written once for
-		// several of them; otherwise a batch is what has come.
-		var until time.Time
-		if busy {
-			until = began.Add(p.coalesce())
-		} else if d := p.gather(); d > 0 {
-			until = time.Now().Add(d)
-		}
-		batch = g.fill(ctx, inbox, batch, until)
+		var queued int
+		batch, queued = p.next(ctx, g, inbox, batch, busy, began)
 		began = time.Now()
 		wrote := p.wrote.Load()
 		p.projectBatch(ctx, batch)
-		busy = isBusy(len(batch), p.wrote.Load()-wrote)
+		busy = busyAfter(queued, len(batch), p.wrote.Load()-wrote)
 		clear(batch) // projected: not kept alive by the array until overwritten
 	}
+}
+
+// next gathers the batch that begins with batch's one message. Under
+// load (busy: the last batch, begun at began, was a big one), the events
+// of a Coalesce are gathered, so that each read model is written once for
+// several of them; otherwise what is queued, and then what comes within a
+// Gather (an execution's next steps, a moment apart). queued is how many
+// of them were there without waiting (all of them under load).
+func (p *Projector) next(ctx context.Context, g *gatherer, inbox <-chan jetstream.Msg, batch []jetstream.Msg,
+	busy bool, began time.Time) (_ []jetstream.Msg, queued int) {
+	if busy {
+		batch = g.fill(ctx, inbox, batch, began.Add(p.coalesce()))
+		return batch, len(batch)
+	}
+	batch = g.fill(ctx, inbox, batch, time.Time{})
+	queued = len(batch)
+	if d := p.gather(); d > 0 {
+		batch = g.fill(ctx, inbox, batch, time.Now().Add(d))
+	}
+	return batch, queued
 }
 
 // gatherer fills batches from the consumer's inbox.
@@ -373,6 +387,9 @@ type gatherer struct {
 	timer *time.Timer
 	// max and bytes bound a batch (gatherMax and gatherBytes).
 	max, bytes int
+	// waiting, when set (tests), is called as fill begins to wait for
+	// the next message.
+	waiting func()
 }
 
 func newGatherer() *gatherer {
@@ -399,6 +416,9 @@ func (g *gatherer) fill(ctx context.Context, inbox <-chan jetstream.Msg, batch [
 		wait := time.Until(until)
 		if wait <= 0 {
 			return batch
+		}
+		if g.waiting != nil {
+			g.waiting()
 		}
 		g.timer.Reset(wait)
 		select {
@@ -432,6 +452,17 @@ const (
 // took wrote bytes, makes the projector gather the next one.
 func isBusy(events int, wrote uint64) bool {
 	return events >= busyBatch || wrote >= busyBytes
+}
+
+// busyAfter says whether a batch of n events, queued of which were
+// waiting when it began, whose read models took wrote bytes, makes the
+// projector gather the next one for a Coalesce. Load is judged on the
+// queued events and their share of the bytes: what a batch was before
+// Gather. The events a Gather brought are no load (a few executions at
+// once would otherwise make batches of 64 and hold every model for a
+// Coalesce).
+func busyAfter(queued, n int, wrote uint64) bool {
+	return isBusy(queued, wrote*uint64(queued)/uint64(max(n, 1)))
 }
 
 // DefaultCoalesce is the default Coalesce.
