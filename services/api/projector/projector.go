@@ -67,9 +67,8 @@ type Projector struct {
 	// model written, encoded and indexed, beside the work of the next
 	// step. The read models lag that much more, and the time a batch of
 	// what came takes to project. The events it brings do not count as
-	// load (see next). 0:
-	// DefaultGather; negative: never (every event projected as it comes).
-	// Set before Run.
+	// load (see next). 0: DefaultGather; negative: never (every event
+	// projected as it comes). Set before Run.
 	Gather time.Duration
 	// OnWrite, when set, is told, for each read model written with new
 	// events, how long the oldest of them waited for it: now minus that
