@@ -211,14 +211,15 @@ bench/compare: ## Compare the working tree (or BENCH_NEW) with commit OLD (HEAD~
 	"$$tmp/compare" -old "$$tmp/old-bench" -new "$$tmp/new-bench" -pairs $(PAIRS) -log "$(or $(BENCH_LOG),bench-compare)" -- $(BENCH_FLAGS)
 
 # The Go benchmarks of the interpreter's decision, the fold, the
-# janitor's retention decision and the visibility index's reading of a
-# read model, run by make bench/go only (make test compiles them, but
-# runs no benchmark).
-GO_BENCH_PKGS := ./services/dispatcher/interp ./pkg/projections ./services/janitor/janitor ./services/api/visibility
+# janitor's retention decision, the visibility index's reading of a
+# read model and the projector (encoding a model; the read models' lag
+# at steady rates, about a minute), run by make bench/go only (make test
+# compiles them, but runs no benchmark).
+GO_BENCH_PKGS := ./services/dispatcher/interp ./pkg/projections ./services/janitor/janitor ./services/api/visibility ./services/api/projector
 GO_BENCH_TIME ?= 1s
 
 .PHONY: bench/go
-bench/go: ## Go benchmarks of the interpreter's decision, the fold, retention's decision, a janitor's sweep over tasks in flight and reading read models (ns/op, allocs/op; GO_BENCH_TIME each, 1s)
+bench/go: ## Go benchmarks of the interpreter's decision, the fold, retention's decision, a janitor's sweep over tasks in flight, reading and encoding read models (ns/op, allocs/op; GO_BENCH_TIME each, 1s), and the read models' lag at steady rates
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(GO_BENCH_TIME) $(GO_BENCH_PKGS)
 
 .PHONY: bench/failover

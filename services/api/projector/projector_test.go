@@ -59,7 +59,7 @@ const pipelineFrom = 100
 // to be the one before it, so that the history is what history.Append
 // would have stored, and fails the test if anything else wrote to the
 // stream meanwhile.
-func appendPipelined(t *testing.T, js jetstream.JetStream, wf, id string, last uint64, ps ...events.Payload) []events.Event {
+func appendPipelined(t testing.TB, js jetstream.JetStream, wf, id string, last uint64, ps ...events.Payload) []events.Event {
 	t.Helper()
 	stream, err := js.Stream(t.Context(), bus.StreamEvents)
 	require.NoError(t, err)
