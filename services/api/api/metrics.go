@@ -27,6 +27,9 @@ var (
 	writesDesc = prometheus.NewDesc("jetflow_projector_writes_total",
 		"Read models the api's projector has written, parked ones written again included (once for several events: -projector-coalesce under load, -projector-gather otherwise).",
 		[]string{"namespace"}, nil)
+	gatheringDesc = prometheus.NewDesc("jetflow_projector_gathering",
+		"1 while the api's projector gathers the events of -projector-coalesce before it writes the read models (events come fast; the models lag that much), 0 while it waits -projector-gather.",
+		[]string{"namespace"}, nil)
 )
 
 // newLagHistogram is, for each read model written with new events, how
@@ -67,6 +70,7 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- missingDesc
 	ch <- projectedDesc
 	ch <- writesDesc
+	ch <- gatheringDesc
 	ch <- indexLiveDesc
 	ch <- indexRevisionDesc
 	c.s.projectorLag.Describe(ch)
@@ -79,6 +83,11 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		st := p.Stats()
 		ch <- prometheus.MustNewConstMetric(projectedDesc, prometheus.CounterValue, float64(st.Events), ns)
 		ch <- prometheus.MustNewConstMetric(writesDesc, prometheus.CounterValue, float64(st.Writes), ns)
+		gathering := 0.0
+		if st.Gathering {
+			gathering = 1
+		}
+		ch <- prometheus.MustNewConstMetric(gatheringDesc, prometheus.GaugeValue, gathering, ns)
 	}
 	c.s.projectorLag.Collect(ch)
 	for ns, f := range c.s.feeds {

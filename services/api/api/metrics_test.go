@@ -97,6 +97,8 @@ func TestMetricsSayWhatTheProjectorDid(t *testing.T) {
 	require.Equal(t, "default", h.GetLabel()[0].GetValue())
 	require.EqualValues(t, writes, h.GetHistogram().GetSampleCount(), "one lag a write")
 	require.GreaterOrEqual(t, h.GetHistogram().GetSampleSum(), 60*writes-1, "each a minute or more behind")
+	require.Contains(t, got, "jetflow_projector_gathering")
+	require.Zero(t, got["jetflow_projector_gathering"].GetMetric()[0].GetGauge().GetValue(), "two events: nothing to gather")
 }
 
 // TestServeRegistersTheProjectorsMetrics: Serve, given a Registerer, has
@@ -136,5 +138,6 @@ func TestServeRegistersTheProjectorsMetrics(t *testing.T) {
 	got := names()
 	require.True(t, got["jetflow_projector_events_total"])
 	require.True(t, got["jetflow_projector_writes_total"])
+	require.True(t, got["jetflow_projector_gathering"])
 	require.True(t, got["jetflow_projections_parked"])
 }

@@ -58,9 +58,10 @@ type Config struct {
 	// projector keeps between the events of an execution, as estimated
 	// from their content. Default projector.DefaultCacheBytes (64 MiB).
 	ProjectorCache int
-	// ProjectorCoalesce is how long, under load, the projector gathers
-	// events before it projects them, so that a read model is written
-	// once for several events (projector.Projector.Coalesce). Default
+	// ProjectorCoalesce is how long, under load (events coming fast), the
+	// projector gathers events before it projects them, so that a read
+	// model is written once for several events
+	// (projector.Projector.Coalesce). Default
 	// projector.DefaultCoalesce (200 ms); negative: never.
 	ProjectorCoalesce time.Duration
 	// ProjectorGather is how long, when not under load, the projector

@@ -87,8 +87,8 @@ func TestGatherAndCoalesceDefaults(t *testing.T) {
 // TestEventsAGatherBringsAreNoLoad: not under load, a batch is what is
 // queued and then what comes within a Gather; only the queued events
 // count as load (queued), so that a few executions at once do not make
-// every batch a busy one. Under load all of a batch counts; with Gather
-// negative nothing is waited for.
+// every batch a busy one. Under load the same: the events a Coalesce
+// brings are no backlog; with Gather negative nothing is waited for.
 func TestEventsAGatherBringsAreNoLoad(t *testing.T) {
 	t.Parallel()
 	msg := sizedMsg{data: []byte("x")}
@@ -119,10 +119,11 @@ func TestEventsAGatherBringsAreNoLoad(t *testing.T) {
 	require.False(t, isBusy(queued, 0))
 
 	g = newGatherer()
-	inbox = queue(g, 80, 0)
-	batch, queued = p.next(t.Context(), g, inbox, []jetstream.Msg{<-inbox}, true, time.Now().Add(-time.Hour))
-	require.Len(t, batch, 80)
-	require.Equal(t, 80, queued, "under load all of a batch counts")
+	g.max = 110
+	inbox = queue(g, 80, 30)
+	batch, queued = p.next(t.Context(), g, inbox, []jetstream.Msg{<-inbox}, true, time.Now())
+	require.Len(t, batch, 110, "under load, what was queued, then what came in the Coalesce")
+	require.Equal(t, 80, queued, "under load too, only the queued ones are load")
 
 	g = newGatherer()
 	inbox = queue(g, 10, 100)
@@ -135,4 +136,58 @@ func TestEventsAGatherBringsAreNoLoad(t *testing.T) {
 	require.False(t, busyAfter(10, 110, 10*(busyBytes-1)/10), "the queued events' share of the bytes")
 	require.True(t, busyAfter(10, 110, 11*busyBytes), "a tenth of 11 times busyBytes")
 	require.True(t, busyAfter(1, 1, busyBytes), "one large model, alone")
+}
+
+// TestGatheringFollowsThePace: the projector gathers the events of a
+// Coalesce while they come at busyBatch a Coalesce or more, or their
+// models take busyBytes, judged a Coalesce at a time whichever mode it
+// was in (a backlog does not keep it on), and goes on until the pace
+// falls below three quarters of that; a batch after an idle while counts
+// for the time it took.
+func TestGatheringFollowsThePace(t *testing.T) {
+	t.Parallel()
+	const period = 200 * time.Millisecond
+	at := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	// judge has s count a period of batches of n events each, each
+	// model written of size bytes, and returns its judgment.
+	judge := func(s *pace, batches, n int, size uint64) bool {
+		if s.since.IsZero() {
+			s.add(at, period, 0, 0) // the first period begins
+		}
+		from := s.since
+		for i := range batches {
+			s.add(from.Add(period*time.Duration(i+1)/time.Duration(batches)), period, n, uint64(n)*size)
+		}
+		return s.fast
+	}
+
+	require.False(t, judge(&pace{}, 40, 1, 1000), "40 events a period, small models")
+	require.True(t, judge(&pace{}, 40, 2, 1000), "80 events a period")
+	require.True(t, judge(&pace{}, 1, busyBatch, 1000), "64 in one batch")
+	require.True(t, judge(&pace{}, 20, 1, 20_000), "20 events a period, of 20 KB models: 400 KB")
+	require.False(t, judge(&pace{}, 20, 1, 10_000), "20 events of 10 KB models: 200 KB")
+
+	// Hysteresis: 50 events a period keep it on, not begin it.
+	s := &pace{}
+	require.True(t, judge(s, 10, 10, 100), "100 events")
+	require.True(t, judge(s, 10, 5, 100), "50 events: still on")
+	require.False(t, judge(s, 10, 4, 100), "40 events: off")
+	require.False(t, judge(s, 10, 5, 100), "50 events: not on again")
+
+	// Scaled to a period: 100 events in a batch after ten periods idle
+	// are ten a period.
+	s = &pace{}
+	require.True(t, judge(s, 10, 10, 100))
+	s.add(s.since.Add(10*period), period, 100, 100)
+	require.False(t, s.fast, "100 events over ten periods")
+
+	// Not judged before a period is over; no Coalesce: never.
+	s = &pace{}
+	s.add(at, period, 0, 0)
+	s.add(at.Add(period/2), period, 100, 0)
+	require.False(t, s.fast, "half a period")
+	s.add(at.Add(period), period, 0, 0)
+	require.True(t, s.fast, "the period over")
+	s.add(at.Add(2*period), -1, 100, 0)
+	require.False(t, s.fast, "no Coalesce")
 }

@@ -2,10 +2,12 @@ package projector_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -562,6 +564,61 @@ func TestUnderLoadReadModelsAreWrittenOnceForSeveralEvents(t *testing.T) {
 		require.Equal(t, last[id], got.LastSeq, id)
 		require.Equal(t, projections.StatusSucceeded, got.Status, id)
 	}
+}
+
+// TestGatheringFollowsThePace: events that come fast (here of new
+// executions, one each, as fast as they are appended) make the projector
+// gather a Coalesce at a time, with no backlog to begin it, and events
+// that come slowly afterwards make it stop: the mode follows the pace,
+// not what came before. Before, only a backlog began gathering.
+func TestGatheringFollowsThePace(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	ctx := t.Context()
+	p := newProjector(t, js, 0)
+	p.Coalesce = time.Second
+	natstest.Serve(t, p.Run)
+	appended := atomic.Int64{}
+	// trickle appends events of new executions, every apart (0: as fast
+	// as they are appended), until stopped.
+	trickle := func(prefix string, every time.Duration) (stop func()) {
+		ctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for i := 0; ctx.Err() == nil; i++ {
+				id := prefix + strconv.Itoa(i)
+				ev := events.New("test", id, "wf", time.Now(), &events.ExecutionStarted{Workflow: "wf", Version: 1, Input: json.RawMessage(`{}`), Token: "t"})
+				if _, err := history.Append(ctx, js, bus.ExecutionSubject("wf", id), 0, ev); err != nil {
+					if ctx.Err() == nil {
+						t.Errorf("append: %v", err)
+					}
+					return
+				}
+				appended.Add(1)
+				select {
+				case <-time.After(every):
+				case <-ctx.Done():
+				}
+			}
+		}()
+		return func() { cancel(); <-done }
+	}
+
+	stop := trickle("fast-", 0)
+	natstest.Eventually(t, 60*time.Second, func() bool { return p.Stats().Gathering },
+		"gathering did not begin; %s events appended", natstest.Later(func() any { return appended.Load() }))
+	stop()
+	t.Logf("gathering began after %d events", appended.Load())
+
+	// 20 a second, 20 a Coalesce: not enough to gather.
+	defer trickle("slow-", 50*time.Millisecond)()
+	natstest.Eventually(t, 60*time.Second, func() bool { return !p.Stats().Gathering }, "gathering did not end")
+	from := appended.Load()
+	for began := time.Now(); time.Since(began) < 3*p.Coalesce; time.Sleep(20 * time.Millisecond) {
+		require.False(t, p.Stats().Gathering, "slow events do not make it gather")
+	}
+	require.Greater(t, appended.Load(), from, "the slow events came")
 }
 
 // TestALargeReadModelIsWrittenOnceForSeveralEvents: a batch whose read
