@@ -142,8 +142,8 @@ func TestEventsAGatherBringsAreNoLoad(t *testing.T) {
 // Coalesce while they come at busyBatch a Coalesce or more, or their
 // models take busyBytes, judged a Coalesce at a time whichever mode it
 // was in (a backlog does not keep it on), and goes on until the pace
-// falls below three quarters of that; a batch after an idle while counts
-// for the time it took.
+// falls below three quarters of that, or nothing comes for a Coalesce; a
+// batch after an idle while counts for the time it took.
 func TestGatheringFollowsThePace(t *testing.T) {
 	t.Parallel()
 	const period = 200 * time.Millisecond
@@ -180,6 +180,18 @@ func TestGatheringFollowsThePace(t *testing.T) {
 	require.True(t, judge(s, 10, 10, 100))
 	s.add(s.since.Add(10*period), period, 100, 100)
 	require.False(t, s.fast, "100 events over ten periods")
+
+	// A period with nothing projected ends it: a backlog projected at
+	// once and then a pause is not the pace of what comes after.
+	s = &pace{}
+	require.True(t, judge(s, 1, 1500, 100), "a backlog")
+	require.False(t, s.idle(s.last.Add(period-time.Millisecond), period), "less than a period idle")
+	require.True(t, s.fast)
+	require.True(t, s.idle(s.last.Add(period), period), "a period idle")
+	require.False(t, s.fast)
+	s.add(at.Add(time.Hour), period, 1500, 100)
+	require.False(t, s.fast, "a new period begins with the next batch")
+	require.False(t, (&pace{}).idle(at, period), "nothing projected yet")
 
 	// Not judged before a period is over; no Coalesce: never.
 	s = &pace{}

@@ -363,6 +363,9 @@ func (p *Projector) consume(ctx context.Context) error {
 		case m := <-inbox:
 			batch = append(batch[:0], m)
 		}
+		if judged.idle(time.Now(), p.coalesce()) {
+			busy = false // nothing came for a Coalesce: whatever came before, not fast
+		}
 		var queued int
 		batch, queued = p.next(ctx, g, inbox, batch, busy, began)
 		began = time.Now()
@@ -502,11 +505,25 @@ func busyAfter(queued, n int, wrote uint64) bool {
 // load had its models 5 ms or 200 ms behind depending on what had come
 // before.
 type pace struct {
-	since  time.Time
-	events int
-	wrote  uint64
+	// since is when the period began, last when the last batch counted
+	// ended.
+	since, last time.Time
+	events      int
+	wrote       uint64
 	// fast: the last period's pace was worth a Coalesce.
 	fast bool
+}
+
+// idle says whether nothing was projected for a period before now (a
+// batch begins), and if so forgets the period's events and is no longer
+// fast: what came before the pause, however much (a backlog projected
+// at once, then nothing), is not the pace.
+func (s *pace) idle(now time.Time, period time.Duration) bool {
+	if s.last.IsZero() || now.Sub(s.last) < period {
+		return false
+	}
+	*s = pace{}
+	return true
 }
 
 // add counts a batch of events whose models took wrote bytes, projected
@@ -519,6 +536,7 @@ func (s *pace) add(now time.Time, period time.Duration, events int, wrote uint64
 	if s.since.IsZero() {
 		s.since = now
 	}
+	s.last = now
 	s.events += events
 	s.wrote += wrote
 	elapsed := now.Sub(s.since)
