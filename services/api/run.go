@@ -36,7 +36,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	projCache := p.IntIn("projector-cache-bytes", "JETFLOW_PROJECTOR_CACHE_BYTES", projector.DefaultCacheBytes, api.Ranges.ProjectorCache,
 		"bytes the projector's cached execution states may hold, as estimated from their content (at most 20000 states)")
 	coalesce := p.DurationIn("projector-coalesce", "JETFLOW_PROJECTOR_COALESCE", projector.DefaultCoalesce, api.Ranges.ProjectorCoalesce,
-		"while events come fast (64 or more in 200 ms), how long the projector gathers them before it writes the read models, so that each is written once for several events (they lag that much more; 0: write at every batch)")
+		"while events come fast (64 or more in this time), how long the projector gathers them before it writes the read models, so that each is written once for several events (they lag that much more; 0: write at every batch)")
 	gather := p.DurationIn("projector-gather", "JETFLOW_PROJECTOR_GATHER", projector.DefaultGather, api.Ranges.ProjectorGather,
 		"when not under load, how long the projector waits after an event for the next ones before it writes the read models (one execution at a time: several of its steps in one write; they lag that much more; 0: each event as it comes)")
 	cacheTTL := p.DurationIn("key-cache-ttl", "JETFLOW_KEY_CACHE_TTL", 5*time.Second, api.Ranges.CacheTTL,

@@ -148,8 +148,8 @@ func TestGatheringFollowsThePace(t *testing.T) {
 	t.Parallel()
 	const period = 200 * time.Millisecond
 	at := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
-	// judge has s count a period of batches of n events each, each
-	// model written of size bytes, and returns its judgment.
+	// judge has s count a period of batches of n events each, each of a
+	// model of size bytes, and returns its judgment.
 	judge := func(s *pace, batches, n int, size uint64) bool {
 		if s.since.IsZero() {
 			s.add(at, period, 0, 0) // the first period begins
@@ -166,6 +166,10 @@ func TestGatheringFollowsThePace(t *testing.T) {
 	require.True(t, judge(&pace{}, 1, busyBatch, 1000), "64 in one batch")
 	require.True(t, judge(&pace{}, 20, 1, 20_000), "20 events a period, of 20 KB models: 400 KB")
 	require.False(t, judge(&pace{}, 20, 1, 10_000), "20 events of 10 KB models: 200 KB")
+	// The same events of a 100 KB model, gathered (one write a period,
+	// of its five events) or not (a write each): the same judgment.
+	require.True(t, judge(&pace{}, 1, 5, 100_000), "five events in one write")
+	require.True(t, judge(&pace{}, 5, 1, 100_000), "five writes of one event")
 
 	// Hysteresis: 50 events a period keep it on, not begin it.
 	s := &pace{}
@@ -202,4 +206,33 @@ func TestGatheringFollowsThePace(t *testing.T) {
 	require.True(t, s.fast, "the period over")
 	s.add(at.Add(2*period), -1, 100, 0)
 	require.False(t, s.fast, "no Coalesce")
+}
+
+// TestWhenTheProjectorGathers: not gathering, it begins when a period is
+// judged fast, or on a backlog or large models; gathering, it goes on
+// until a period is judged slow, whatever queued meanwhile, and a batch
+// that judged nothing (one ended early, a backlog's first) does not end
+// it.
+func TestWhenTheProjectorGathers(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name               string
+		busy, judged, fast bool
+		queued, n          int
+		wrote              uint64
+		want               bool
+	}{
+		{"slow, no backlog", false, true, false, 10, 40, 0, false},
+		{"judged fast, no backlog", false, true, true, 1, 1, 0, true},
+		{"fast from an earlier period", false, false, true, 1, 1, 0, true},
+		{"a backlog", false, false, false, busyBatch, busyBatch, 0, true},
+		{"large models", false, false, false, 1, 1, busyBytes, true},
+		{"the events of a Gather are no backlog", false, true, false, 10, 200, 0, false},
+		{"gathering, judged slow", true, true, false, 0, 500, 0, false},
+		{"gathering, judged slow, much queued meanwhile", true, true, false, 500, 3000, busyBytes, false},
+		{"gathering, judged fast", true, true, true, 0, 500, 0, true},
+		{"gathering, not judged yet", true, false, false, 0, 3072, 0, true},
+	} {
+		require.Equal(t, c.want, nextBusy(c.busy, c.judged, c.fast, c.queued, c.n, c.wrote), c.name)
+	}
 }

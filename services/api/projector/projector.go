@@ -81,8 +81,11 @@ type Projector struct {
 	OnWrite func(lag time.Duration)
 
 	// events and writes count the events projected and the read models
-	// written since the projector started (Stats), wrote their bytes.
-	events, writes, wrote atomic.Uint64
+	// written since the projector started (Stats), wrote their bytes;
+	// weighed is, for each model written, its size times the events it
+	// was written for: what writing it at every event would have taken,
+	// whether it was or not (pace).
+	events, writes, wrote, weighed atomic.Uint64
 	// bound says Run consumes the events (Bound); gathering that it
 	// gathers the events of a Coalesce (Stats).
 	bound, gathering atomic.Bool
@@ -369,17 +372,11 @@ func (p *Projector) consume(ctx context.Context) error {
 		var queued int
 		batch, queued = p.next(ctx, g, inbox, batch, busy, began)
 		began = time.Now()
-		wrote := p.wrote.Load()
+		wrote, weighed := p.wrote.Load(), p.weighed.Load()
 		p.projectBatch(ctx, batch)
-		wrote = p.wrote.Load() - wrote
-		judged.add(time.Now(), p.coalesce(), len(batch), wrote)
-		if busy {
-			// A Coalesce gathered goes on at the pace: what came while it
-			// was projected is no backlog, the batch being a Coalesce's.
-			busy = judged.fast
-		} else {
-			busy = judged.fast || busyAfter(queued, len(batch), wrote)
-		}
+		wrote, weighed = p.wrote.Load()-wrote, p.weighed.Load()-weighed
+		now := judged.add(time.Now(), p.coalesce(), len(batch), weighed)
+		busy = nextBusy(busy, now, judged.fast, queued, len(batch), wrote)
 		p.gathering.Store(busy && p.coalesce() > 0)
 		clear(batch) // projected: not kept alive by the array until overwritten
 	}
@@ -488,11 +485,29 @@ func busyAfter(queued, n int, wrote uint64) bool {
 	return isBusy(queued, wrote*uint64(queued)/uint64(max(n, 1)))
 }
 
+// nextBusy says whether the projector gathers a Coalesce for its next
+// batch, after one of n events (queued of them waiting when it began)
+// whose models took wrote bytes, gathered or not (busy); judged says
+// whether the batch ended a period of pace, and fast how that was
+// judged. Gathering, it goes on until a period is judged slow: what came
+// while its batch was projected is no backlog, the batch being a
+// Coalesce's, and a batch that ended early (gatherMax) or a backlog's
+// first Coalesce is not a judgment. Not gathering, it begins when the
+// pace is judged fast, or on a backlog or large models (busyAfter).
+func nextBusy(busy, judged, fast bool, queued, n int, wrote uint64) bool {
+	if busy {
+		return !judged || fast
+	}
+	return fast || busyAfter(queued, n, wrote)
+}
+
 // pace judges, a Coalesce at a time, whether the events come fast
 // enough for gathering them a Coalesce at a time to be worth the read
-// models' lag: busyBatch events, or models written of busyBytes, in a
-// Coalesce (scaled to one: a batch after an idle minute is not a
-// period's); it stays so down to three quarters of either. Measured
+// models' lag: busyBatch events in a Coalesce, or events whose models
+// weigh busyBytes (a model's size once for each of its events: a large
+// model rewritten often), scaled to a Coalesce (a batch after an idle
+// while is not a period's); it stays so down to three quarters of
+// either, and a Coalesce with nothing projected ends it (idle). Measured
 // (docs/benchmarks.md), gathering at such a pace saves writes where an
 // execution has several events in a Coalesce, and even where it has one
 // (each model written once either way) it gathers the read side's work
@@ -509,7 +524,7 @@ type pace struct {
 	// ended.
 	since, last time.Time
 	events      int
-	wrote       uint64
+	weighed     uint64
 	// fast: the last period's pace was worth a Coalesce.
 	fast bool
 }
@@ -526,30 +541,34 @@ func (s *pace) idle(now time.Time, period time.Duration) bool {
 	return true
 }
 
-// add counts a batch of events whose models took wrote bytes, projected
-// by now, and judges the period once it is period long.
-func (s *pace) add(now time.Time, period time.Duration, events int, wrote uint64) {
+// add counts a batch of events whose models weighed weighed bytes
+// (each model's size once for each of its events: the same whether they
+// were gathered or not, where the bytes written are not), projected by
+// now, and judges the period once it is period long; it says whether it
+// judged.
+func (s *pace) add(now time.Time, period time.Duration, events int, weighed uint64) bool {
 	if period <= 0 {
 		s.fast = false
-		return
+		return true
 	}
 	if s.since.IsZero() {
 		s.since = now
 	}
 	s.last = now
 	s.events += events
-	s.wrote += wrote
+	s.weighed += weighed
 	elapsed := now.Sub(s.since)
 	if elapsed < period {
-		return
+		return false
 	}
 	scale := float64(period) / float64(elapsed)
-	n, b := float64(s.events)*scale, float64(s.wrote)*scale
+	n, b := float64(s.events)*scale, float64(s.weighed)*scale
 	enough := func(part float64) bool {
 		return n >= part*busyBatch || b >= part*busyBytes
 	}
 	s.fast = enough(1) || (s.fast && enough(0.75))
-	s.since, s.events, s.wrote = now, 0, 0
+	s.since, s.events, s.weighed = now, 0, 0
+	return true
 }
 
 // DefaultCoalesce is the default Coalesce.
@@ -862,7 +881,7 @@ func (p *Projector) storeSummary(ctx context.Context, id string, x projections.E
 	}
 	x.Truncated = &projections.Truncation{Steps: len(x.Steps), Retired: len(x.RetiredSteps), Summary: true}
 	x.Steps, x.RetiredSteps = []projections.Step{}, nil
-	if _, err := p.write(ctx, id, x, cur.rev, nil); err != nil && cur.rev != 0 {
+	if _, _, err := p.write(ctx, id, x, cur.rev, nil); err != nil && cur.rev != 0 {
 		_ = p.kv.Delete(ctx, id, jetstream.LastRevision(cur.rev))
 	}
 }
@@ -881,7 +900,7 @@ func (p *Projector) reproject(ctx context.Context, id, subject string) error {
 	if x.LastSeq <= cur.state.LastSeq && cur.state.Truncated == nil && cur.rev != 0 {
 		return nil // written meanwhile (another replica's projector)
 	}
-	if _, err = p.write(ctx, id, x, cur.rev, nil); err != nil {
+	if _, _, err = p.write(ctx, id, x, cur.rev, nil); err != nil {
 		p.storeSummary(ctx, id, x, cur) // its status stays current meanwhile
 	}
 	return err
@@ -959,10 +978,11 @@ func (p *Projector) project(ctx context.Context, g *group) error {
 	if enc == nil {
 		enc = &stepCache{}
 	}
-	rev, err := p.write(ctx, id, inputs.Execution(next), cur.rev, enc)
+	rev, size, err := p.write(ctx, id, inputs.Execution(next), cur.rev, enc)
 	if err != nil {
 		return err // not cached (taken): read again next time
 	}
+	p.weighed.Add(uint64(size) * uint64(len(g.evs)))
 	if p.OnWrite != nil {
 		// How long the oldest event this write brings into the model waited
 		// for it (the events before it were in the model already).
@@ -1085,10 +1105,10 @@ func modelLimit(nc *nats.Conn, configured int) int {
 
 func (p *Projector) maxModel() int { return modelLimit(p.js.Conn(), p.MaxModel) }
 
-func (p *Projector) write(ctx context.Context, id string, x projections.Execution, rev uint64, c *stepCache) (uint64, error) {
+func (p *Projector) write(ctx context.Context, id string, x projections.Execution, rev uint64, c *stepCache) (_ uint64, size int, _ error) {
 	b, err := marshalModel(x, p.maxModel(), c)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if rev == 0 {
 		rev, err = p.kv.Create(ctx, id, b)
@@ -1099,7 +1119,7 @@ func (p *Projector) write(ctx context.Context, id string, x projections.Executio
 		p.writes.Add(1)
 		p.wrote.Add(uint64(len(b)))
 	}
-	return rev, err
+	return rev, len(b), err
 }
 
 // RebuildResult tells what a rebuild did.
