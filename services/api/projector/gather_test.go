@@ -195,6 +195,15 @@ func TestGatheringFollowsThePace(t *testing.T) {
 	require.False(t, s.fast)
 	s.add(at.Add(time.Hour), period, 1500, 100)
 	require.False(t, s.fast, "a new period begins with the next batch")
+	// A backlog, then a pause of just over a period: its events are
+	// forgotten, not judged with the next ones.
+	s = &pace{}
+	require.True(t, judge(s, 1, 1500, 100), "a backlog")
+	t0 := s.last.Add(period / 2)
+	s.add(t0, period, 1500, 100) // another, half a period later
+	require.True(t, s.idle(t0.Add(period+time.Millisecond), period))
+	require.False(t, s.add(t0.Add(period+2*time.Millisecond), period, 1, 100), "a new period begins")
+	require.Equal(t, 1, s.events, "the backlog's events forgotten")
 	require.False(t, (&pace{}).idle(at, period), "nothing projected yet")
 
 	// Not judged before a period is over; no Coalesce: never.
@@ -204,7 +213,7 @@ func TestGatheringFollowsThePace(t *testing.T) {
 	require.False(t, s.fast, "half a period")
 	s.add(at.Add(period), period, 0, 0)
 	require.True(t, s.fast, "the period over")
-	s.add(at.Add(2*period), -1, 100, 0)
+	require.True(t, s.add(at.Add(2*period), -1, 100, 0), "no Coalesce: each batch a judgment (else a backlog's gathering never ended)")
 	require.False(t, s.fast, "no Coalesce")
 }
 

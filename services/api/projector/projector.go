@@ -87,8 +87,10 @@ type Projector struct {
 	// whether it was or not (pace).
 	events, writes, wrote, weighed atomic.Uint64
 	// bound says Run consumes the events (Bound); gathering that it
-	// gathers the events of a Coalesce (Stats).
+	// gathers the events of a Coalesce for its next batch, lastBatch
+	// (Unix nanoseconds) when its last batch ended (Stats).
 	bound, gathering atomic.Bool
+	lastBatch        atomic.Int64
 
 	js   jetstream.JetStream
 	hist *history.Store
@@ -171,8 +173,10 @@ type Stats struct {
 	Events, Writes uint64
 	// Gathering: the projector gathers the events of a Coalesce for its
 	// next batch (under load; otherwise it waits a Gather), from the batch
-	// that found the events coming fast to the one that found them slow,
-	// an idle while between included.
+	// that found the events coming fast to the one that found them slow
+	// or came after a Coalesce with nothing to project (not while it
+	// waits that long for events: a gathering's batches end a Coalesce
+	// apart, or a little more).
 	Gathering bool
 }
 
@@ -182,7 +186,8 @@ func (p *Projector) Bound() bool { return p.bound.Load() }
 
 // Stats returns what p has done so far.
 func (p *Projector) Stats() Stats {
-	return Stats{Events: p.events.Load(), Writes: p.writes.Load(), Gathering: p.gathering.Load()}
+	gathering := p.gathering.Load() && time.Since(time.Unix(0, p.lastBatch.Load())) < 2*p.coalesce()
+	return Stats{Events: p.events.Load(), Writes: p.writes.Load(), Gathering: gathering}
 }
 
 // take returns id's cached state, if any, and drops it from the cache:
@@ -378,6 +383,7 @@ func (p *Projector) consume(ctx context.Context) error {
 		now := judged.add(time.Now(), p.coalesce(), len(batch), weighed)
 		busy = nextBusy(busy, now, judged.fast, queued, len(batch), wrote)
 		p.gathering.Store(busy && p.coalesce() > 0)
+		p.lastBatch.Store(time.Now().UnixNano())
 		clear(batch) // projected: not kept alive by the array until overwritten
 	}
 }
@@ -982,7 +988,13 @@ func (p *Projector) project(ctx context.Context, g *group) error {
 	if err != nil {
 		return err // not cached (taken): read again next time
 	}
-	p.weighed.Add(uint64(size) * uint64(len(g.evs)))
+	fresh := 0 // the events this write brings: not those of a redelivery already in
+	for _, ev := range g.evs {
+		if ev.Seq > cur.state.LastSeq {
+			fresh++
+		}
+	}
+	p.weighed.Add(uint64(size) * uint64(fresh))
 	if p.OnWrite != nil {
 		// How long the oldest event this write brings into the model waited
 		// for it (the events before it were in the model already).
