@@ -72,12 +72,13 @@ func TestStoppedHoldingHandsBackWhatItPulled(t *testing.T) {
 
 	<-first
 	// Received by the holding's connection, not yet seen by the handler:
-	// the one in hand and two more (one of which may be a heartbeat). A
-	// message the server has sent (the consumer counts it pending) may
+	// the pull's 64, the one in hand among them (a heartbeat comes only
+	// after 15 s idle; no second pull while the handler holds the first).
+	// A message the server has sent (the consumer counts it pending) may
 	// still be on the wire, and one that arrives after the stop's
 	// unsubscribe is dropped by nats.go, to wait for the ack wait: not
 	// what this test is about.
-	require.Eventually(t, func() bool { return pullConn.Stats().InMsgs-before >= 3 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return pullConn.Stats().InMsgs-before >= 64 }, 10*time.Second, 10*time.Millisecond)
 	stopDone := make(chan struct{})
 	go func() { defer close(stopDone); r.stop(time.Minute) }()
 	require.Eventually(t, r.isStopped, 10*time.Second, time.Millisecond)
