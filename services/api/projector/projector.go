@@ -56,13 +56,13 @@ type Projector struct {
 	// several of its execution's events: what it saves is a write, and
 	// its marshalling, per event; the read models lag that much more
 	// behind the events while it lasts. It gathers while events come at
-	// busyBatch a Coalesce or more, or their models take busyBytes (a
+	// busyBatch a Coalesce or more, or their models weigh busyBytes (a
 	// busy system, one execution's steps back to back, a large model
-	// rewritten often: pace), and for one Coalesce after a batch that
-	// found busyBatch events waiting or whose models took busyBytes (a
-	// backlog, a fan-out's burst), after which the pace decides;
-	// otherwise (a few executions now and then) events are gathered for
-	// Gather. 0: DefaultCoalesce; negative: never. Set before Run.
+	// rewritten often: pace), and after a batch that found busyBatch
+	// events waiting or whose models took busyBytes (a backlog, a
+	// fan-out's burst) until the pace is next judged; otherwise (a few
+	// executions now and then) events are gathered for Gather.
+	// 0: DefaultCoalesce; negative: never. Set before Run.
 	Coalesce time.Duration
 	// Gather is how long, when not under load (events come slower than
 	// Coalesce gathers at), the projector waits after an event for the
@@ -380,8 +380,8 @@ func (p *Projector) consume(ctx context.Context) error {
 		wrote, weighed := p.wrote.Load(), p.weighed.Load()
 		p.projectBatch(ctx, batch)
 		wrote, weighed = p.wrote.Load()-wrote, p.weighed.Load()-weighed
-		now := judged.add(time.Now(), p.coalesce(), len(batch), weighed)
-		busy = nextBusy(busy, now, judged.fast, queued, len(batch), wrote)
+		ended := judged.add(time.Now(), p.coalesce(), len(batch), weighed)
+		busy = nextBusy(busy, ended, judged.fast, queued, len(batch), wrote)
 		p.gathering.Store(busy && p.coalesce() > 0)
 		p.lastBatch.Store(time.Now().UnixNano())
 		clear(batch) // projected: not kept alive by the array until overwritten
@@ -988,18 +988,14 @@ func (p *Projector) project(ctx context.Context, g *group) error {
 	if err != nil {
 		return err // not cached (taken): read again next time
 	}
-	fresh := 0 // the events this write brings: not those of a redelivery already in
-	for _, ev := range g.evs {
-		if ev.Seq > cur.state.LastSeq {
-			fresh++
-		}
-	}
-	p.weighed.Add(uint64(size) * uint64(fresh))
+	// The events this write brings (g's are in order): not those of a
+	// redelivery the model held already.
+	fresh := g.evs[sort.Search(len(g.evs), func(i int) bool { return g.evs[i].Seq > cur.state.LastSeq }):]
+	p.weighed.Add(uint64(size) * uint64(len(fresh)))
 	if p.OnWrite != nil {
-		// How long the oldest event this write brings into the model waited
-		// for it (the events before it were in the model already).
-		for _, ev := range g.evs {
-			if ev.Seq > cur.state.LastSeq && !ev.Time.IsZero() {
+		// How long the oldest of them waited for it.
+		for _, ev := range fresh {
+			if !ev.Time.IsZero() {
 				p.OnWrite(max(0, time.Since(ev.Time))) // a recorder's clock ahead of this one's: 0
 				break
 			}
