@@ -74,8 +74,13 @@ func TestDecodeNamesTheMemberAtFault(t *testing.T) {
 			"io.jetflow.variables.set data: vars must be an object, not array"},
 		{"BoolAsNumber", events.TypeStepSkipped, `{"step_id":"a","dry_run":1}`,
 			"io.jetflow.step.skipped data: dry_run must be a boolean, not number"},
-		{"NestedMember", events.TypeClearLock, `{"lock":"db","entries":[{"request":"2"}]}`,
+		// encoding/json's v2 implementation (jetflow's build, Go 1.27's
+		// default) names the item of an array, its v1 one does not: a case
+		// named ...V1 or ...V2 is of that one only.
+		{"NestedMemberV1", events.TypeClearLock, `{"lock":"db","entries":[{"request":"2"}]}`,
 			"io.jetflow.lock.clear data: entries.request must be a number, not string"},
+		{"NestedMemberV2", events.TypeClearLock, `{"lock":"db","entries":[{"request":"2"}]}`,
+			"io.jetflow.lock.clear data: entries.0.request must be a number, not string"},
 		{"WholeDocument", events.TypeTimerFired, `["t1"]`,
 			"io.jetflow.timer.fired data: must be a JSON object, not array"},
 		{"BadTime", events.TypeTimerArmed, `{"timer_id":"t","due":"tomorrow"}`,
@@ -84,6 +89,9 @@ func TestDecodeNamesTheMemberAtFault(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
+			if v1, v2 := strings.HasSuffix(tc.name, "V1"), strings.HasSuffix(tc.name, "V2"); (v1 && events.JSONv2) || (v2 && !events.JSONv2) {
+				t.Skip("a case of encoding/json's other implementation")
+			}
 
 			_, err := bus.Decode(header(tc.typ), []byte(tc.data))
 			require.ErrorIs(t, err, events.ErrMalformed)

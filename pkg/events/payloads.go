@@ -648,9 +648,9 @@ func (v TargetVersion) MarshalJSON() ([]byte, error) {
 }
 
 // UnmarshalJSON reads a number from 1, or "latest". Anything else is a
-// *json.UnmarshalTypeError, which the decoder names the member of
-// (ExplainJSON: `must be a version number (1, 2, ...) or "latest", not
-// 0`).
+// *json.UnmarshalTypeError, which ExplainJSON names the member of
+// (`version: must be a version number (1, 2, ...) or "latest", not 0`;
+// see methodMembers).
 func (v *TargetVersion) UnmarshalJSON(b []byte) error {
 	if string(b) == "null" { // as if not given
 		return nil

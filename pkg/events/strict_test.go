@@ -134,7 +134,11 @@ func TestExplainJSON(t *testing.T) {
 		{"WholeWithAnExponent", `{"u":1e2}`, "u", "must be a whole number written as one (100), not 1e2", false},
 		{"WholeAboveARange", `{"u":3e2}`, "u", "must be a whole number from 0 to 255, not 3e2", false},
 		{"WholeDocument", `[1]`, "", "must be a JSON object, not array", false},
-		{"Syntax", `{"n":1,}`, "", "is not valid JSON at byte 8: invalid character '}' looking for beginning of object key string", false},
+		// encoding/json's v1 implementation places a syntax error after
+		// the byte at fault, its v2 one (jetflow's build, Go 1.27's
+		// default) at it: a case named ...V1 or ...V2 is of that one only.
+		{"SyntaxV1", `{"n":1,}`, "", "is not valid JSON at byte 8: invalid character '}' looking for beginning of object key string", false},
+		{"SyntaxV2", `{"n":1,}`, "", "is not valid JSON at byte 7: invalid character '}' looking for beginning of object key string", false},
 		{"Truncated", `{"n":`, "", "is not valid JSON at byte 5: unexpected end of JSON input", false},
 		{"StrictUnknownMember", `{"n":1,"colour":"red"}`, "colour", `unknown member "colour"`, true},
 		{"StrictTrailingValue", `{"n":1} {"n":2}`, "", "has data after the JSON value", true},
@@ -152,6 +156,9 @@ func TestExplainJSON(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 
+			if v1, v2 := strings.HasSuffix(tc.name, "V1"), strings.HasSuffix(tc.name, "V2"); (v1 && events.JSONv2) || (v2 && !events.JSONv2) {
+				t.Skip("a case of encoding/json's other implementation")
+			}
 			var p probe
 			var err error
 			if tc.strictDecode {
