@@ -68,9 +68,20 @@ define FUZZ_RUN
 endef
 
 .PHONY: test
-test: ## Every module's tests with -race against embedded JetStream, then every fuzz target for FUZZ_SHORT (2000 inputs) each
+test: ## Every module's tests with -race against embedded JetStream, test/jsonv2, then every fuzz target for FUZZ_SHORT (2000 inputs) each
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+	$(MAKE) --no-print-directory test/jsonv2
 	$(call FUZZ_RUN,$(FUZZ_SHORT))
+
+# The packages whose answers to bad JSON depend on encoding/json's
+# implementation (the member an error names, where a syntax error is
+# placed), tested again on its v2 implementation: Go 1.27's default, an
+# experiment in Go 1.26 (docs/development.md).
+JSONV2_PKGS := jetflow.dev/pkg/events/... jetflow.dev/pkg/bus/... jetflow.dev/pkg/projections/... \
+	jetflow.dev/pkg/startcheck/... jetflow.dev/services/api/api
+.PHONY: test/jsonv2
+test/jsonv2: ## The packages that explain bad JSON, on encoding/json's v2 implementation (Go 1.27's default; GOEXPERIMENT=jsonv2)
+	GOEXPERIMENT=jsonv2 $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(JSONV2_PKGS)
 
 .PHONY: cover
 cover: ## Every module's tests with coverage: a table per package and the total; merged profile in $(COVER_DIR)/cover.out
