@@ -74,7 +74,7 @@ func TestDecodeNamesTheMemberAtFault(t *testing.T) {
 			"io.jetflow.variables.set data: vars must be an object, not array"},
 		{"BoolAsNumber", events.TypeStepSkipped, `{"step_id":"a","dry_run":1}`,
 			"io.jetflow.step.skipped data: dry_run must be a boolean, not number"},
-		// encoding/json's v2 implementation (jetflow's build, Go 1.27's
+		// encoding/json's v2 implementation (make test/jsonv2; Go 1.27's
 		// default) names the item of an array, its v1 one does not: a case
 		// named ...V1 or ...V2 is of that one only.
 		{"NestedMemberV1", events.TypeClearLock, `{"lock":"db","entries":[{"request":"2"}]}`,

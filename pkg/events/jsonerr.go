@@ -21,18 +21,14 @@ func ExplainJSON(err error) (field, message string) {
 	var se *json.SyntaxError
 	switch {
 	case errors.As(err, &ute):
-		field := ute.Field
-		if field == "" && ute.Type != nil {
-			field = methodMembers[ute.Type]
-		}
 		if msg, ok := wholeNumber(ute); ok {
-			return field, msg
+			return ute.Field, msg
 		}
 		want := kindName(ute.Type)
-		if field == "" {
+		if ute.Field == "" {
 			return "", fmt.Sprintf("must be a JSON %s, not %s", want, ute.Value)
 		}
-		return field, fmt.Sprintf("must be %s, not %s", article(want), ute.Value)
+		return ute.Field, fmt.Sprintf("must be %s, not %s", article(want), ute.Value)
 	case errors.As(err, &se):
 		return "", fmt.Sprintf("is not valid JSON at byte %d: %s", se.Offset, strings.TrimPrefix(se.Error(), "json: "))
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
@@ -45,16 +41,6 @@ func ExplainJSON(err error) (field, message string) {
 	}
 	return "", strings.TrimPrefix(err.Error(), "json: ")
 }
-
-// methodMembers names the member that each type with an unmarshal
-// method of its own is always found in (a TargetVersion is a "version"
-// everywhere). encoding/json's v1 implementation names the member an
-// unmarshal method's error is about; its v2 implementation (Go 1.27's
-// default, and jetflow's build before it: GOEXPERIMENT=jsonv2, see
-// docs/development.md) returns the method's error as it is, naming
-// none. A new type with an unmarshal method goes here, or its errors name
-// no member in that build.
-var methodMembers = map[reflect.Type]string{reflect.TypeFor[TargetVersion](): "version"}
 
 var (
 	errTrailing = errors.New("json: data after the top-level value")

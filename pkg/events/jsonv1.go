@@ -3,6 +3,5 @@
 package events
 
 // JSONv2 says whether this build's encoding/json is its v2
-// implementation (GOEXPERIMENT=jsonv2), as make builds jetflow: see
-// jsonv2.go.
+// implementation: see jsonv2.go.
 const JSONv2 = false

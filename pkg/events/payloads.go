@@ -648,9 +648,10 @@ func (v TargetVersion) MarshalJSON() ([]byte, error) {
 }
 
 // UnmarshalJSON reads a number from 1, or "latest". Anything else is a
-// *json.UnmarshalTypeError, which ExplainJSON names the member of
-// (`version: must be a version number (1, 2, ...) or "latest", not 0`;
-// see methodMembers).
+// *json.UnmarshalTypeError, whose member the decoder names (ExplainJSON:
+// `version: must be a version number (1, 2, ...) or "latest", not 0`;
+// encoding/json's v2 implementation does not name it: UnmarshalJSONFrom
+// does, in a build with it).
 func (v *TargetVersion) UnmarshalJSON(b []byte) error {
 	if string(b) == "null" { // as if not given
 		return nil

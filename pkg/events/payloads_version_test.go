@@ -51,3 +51,41 @@ func TestMovedPath(t *testing.T) {
 		require.False(t, ok, in)
 	}
 }
+
+// TestTargetVersionErrorNamesItsMember: a bad version is refused naming
+// the member it is in, wherever it is, with either implementation of
+// encoding/json (the v2 one, GOEXPERIMENT=jsonv2 and Go 1.27's default,
+// names an array's item by its index); at the document's root, none.
+func TestTargetVersionErrorNamesItsMember(t *testing.T) {
+	t.Parallel()
+	type move struct {
+		To events.TargetVersion `json:"to"`
+	}
+	type item struct {
+		Version events.TargetVersion `json:"version"`
+	}
+	var doc struct {
+		Move  move   `json:"move"`
+		Items []item `json:"items"`
+	}
+	for _, c := range []struct {
+		in, v1, v2 string
+	}{
+		{`{"move":{"to":0}}`, "move.to", "move.to"},
+		{`{"items":[{"version":1},{"version":"newest"}]}`, "items.version", "items.1.version"},
+	} {
+		err := events.DecodeStrictJSON([]byte(c.in), &doc)
+		require.Error(t, err, c.in)
+		field, msg := events.ExplainJSON(err)
+		want := c.v1
+		if events.JSONv2 {
+			want = c.v2
+		}
+		require.Equal(t, want, field, c.in)
+		require.Contains(t, msg, `must be a version number (1, 2, ...) or "latest", not `, c.in)
+	}
+	var v events.TargetVersion
+	field, msg := events.ExplainJSON(json.Unmarshal([]byte(`0`), &v))
+	require.Empty(t, field, "the document itself")
+	require.Equal(t, `must be a JSON version number (1, 2, ...) or "latest", not 0`, msg)
+}

@@ -135,7 +135,7 @@ func TestExplainJSON(t *testing.T) {
 		{"WholeAboveARange", `{"u":3e2}`, "u", "must be a whole number from 0 to 255, not 3e2", false},
 		{"WholeDocument", `[1]`, "", "must be a JSON object, not array", false},
 		// encoding/json's v1 implementation places a syntax error after
-		// the byte at fault, its v2 one (jetflow's build, Go 1.27's
+		// the byte at fault, its v2 one (make test/jsonv2; Go 1.27's
 		// default) at it: a case named ...V1 or ...V2 is of that one only.
 		{"SyntaxV1", `{"n":1,}`, "", "is not valid JSON at byte 8: invalid character '}' looking for beginning of object key string", false},
 		{"SyntaxV2", `{"n":1,}`, "", "is not valid JSON at byte 7: invalid character '}' looking for beginning of object key string", false},

@@ -127,6 +127,23 @@ func TestCommandsForAPendingExecutionAreNotRefused(t *testing.T) {
 	}
 }
 
+// TestABadVersionIsRefusedNamingIt: an action's version that is no
+// version is a 400 naming the member "version", with either
+// implementation of encoding/json (make test/jsonv2 runs this with the
+// v2 one, which does not name the member of an unmarshal method's error
+// itself).
+func TestABadVersionIsRefusedNamingIt(t *testing.T) {
+	t.Parallel()
+	b := setupAuth(t)
+	for _, v := range []string{`0`, `"newest"`} {
+		a := b.call(t, http.MethodPost, "/v1/executions/p1/actions", b.admin, "", `{"action":"resume","version":`+v+`}`)
+		require.Equal(t, http.StatusBadRequest, a.status, "%s", a.body)
+		require.Equal(t, "invalid_json", a.err.Code)
+		require.Equal(t, "version", a.err.Field)
+		require.Equal(t, `must be a version number (1, 2, ...) or "latest", not `+v, a.err.Message)
+	}
+}
+
 // TestStructuredStartWithAnyJSONMediaType: a structured CloudEvent's data
 // is read inline as JSON for every JSON media type, as the CloudEvents
 // JSON format says (sdk-go alone reads it so for application/json and
