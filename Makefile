@@ -22,7 +22,7 @@ COVER_DIR ?= .cover
 
 .PHONY: help
 help: ## Show the targets
-	@grep -hE '^[a-zA-Z_/-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-18s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z0-9_/-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-18s %s\n", $$1, $$2}'
 
 # The version make build stamps into the binaries (svc.Version): Go does
 # not stamp the commit into binaries built in a workspace.

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -99,6 +101,8 @@ func TestResumeStopsDuringAFailingStart(t *testing.T) {
 // drainFixture is a stream of 20 messages and a durable consumer c of
 // it, whose handler holds the first message it gets until gate closes.
 type drainFixture struct {
+	srv     *server.Server
+	nc      *nats.Conn
 	js      jetstream.JetStream
 	spec    bus.Consumer
 	handled atomic.Int32
@@ -109,14 +113,15 @@ type drainFixture struct {
 
 func newDrainFixture(t *testing.T, stream string) *drainFixture {
 	t.Helper()
-	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	srv := natstest.RunJetStream(t)
+	nc, js := natstest.Connect(t, srv)
 	_, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: stream, Subjects: []string{stream + ".>"}})
 	require.NoError(t, err)
 	for range 20 {
 		_, err := js.Publish(t.Context(), stream+".m", nil)
 		require.NoError(t, err)
 	}
-	f := &drainFixture{js: js, holding: make(chan struct{}), gate: make(chan struct{}),
+	f := &drainFixture{srv: srv, nc: nc, js: js, holding: make(chan struct{}), gate: make(chan struct{}),
 		// An ack wait far longer than the test: a message pulled and
 		// dropped stays pending.
 		spec: bus.Consumer{Stream: stream, Config: jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 5 * time.Minute}}}
@@ -169,13 +174,25 @@ func (f *drainFixture) waitAllHandled(t *testing.T) {
 	})
 }
 
-// waitAllDelivered waits until the server has sent the first pull's ten
-// messages: nats.go drains by unsubscribing, and what is still on the
-// wire then is dropped (pending for the ack wait, which the next
-// holder's reset of the consumer covers in the dispatcher).
+// waitAllDelivered waits until the first pull's ten messages are in the
+// client: nats.go drains by unsubscribing, and what is still on the wire
+// then is dropped (pending for the ack wait, which the next holder's
+// reset of the consumer covers in the dispatcher). The server counts a
+// message delivered once it has written it to the connection, so it
+// waits for that, and then for the connection to have read every message
+// the server had written to it by then: on a busy machine the client
+// can be behind (a CI run failed so).
 func (f *drainFixture) waitAllDelivered(t *testing.T) {
 	t.Helper()
 	f.waitConsumer(t, "the first pull delivered", func(info *jetstream.ConsumerInfo) bool { return info.NumAckPending == 10 })
+	cid, err := f.nc.GetClientID()
+	require.NoError(t, err)
+	conns, err := f.srv.Connz(&server.ConnzOptions{CID: cid})
+	require.NoError(t, err)
+	require.Len(t, conns.Conns, 1)
+	sent := uint64(conns.Conns[0].OutMsgs)
+	natstest.Eventually(t, 30*time.Second, func() bool { return f.nc.Stats().InMsgs >= sent },
+		"the client read the %d messages the server sent it", sent)
 }
 
 // TestDrainWithinWaitsForTheHandler: DrainWithin reports a Consume whose
