@@ -184,9 +184,9 @@ func TestSameKeyOtherDataIsAConflict(t *testing.T) {
 	after, err := s.c.Execution(ctx, id)
 	require.NoError(t, err)
 	require.JSONEq(t, `{"who":"first"}`, string(after.Input))
-	// Nothing appended: by the history, not the read model, which may be
-	// a Coalesce behind the end waitDone saw (the api folds the history
-	// while an execution has no read model yet: docs/api.md).
+	// Nothing appended: by the history itself, which the rejection must
+	// not touch (a read model could once be older than the end waitDone
+	// saw from the fold; GET now folds a model behind the history).
 	evs, err := s.c.Events(ctx, id, 0)
 	require.NoError(t, err)
 	require.NotEmpty(t, evs)

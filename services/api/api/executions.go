@@ -562,6 +562,27 @@ func (s *Server) loadExecution(ctx context.Context, id string) (projections.Exec
 	return s.foldExecution(ctx, id, c.Workflow)
 }
 
+// currentExecution is loadExecution, never behind the history: a read
+// model the history has events past (under load the projector writes a
+// model up to a -projector-coalesce after its events, and the api folded
+// the history while the execution had no model yet) is replaced by the
+// fold of the history, so that a GET never answers a state older than
+// one it answered before. It costs a read of the history's last
+// sequence, and the fold when the model is behind. A model that leaves
+// anything out (Truncated: a large execution's) is answered as it is:
+// its history is large to fold at each GET.
+func (s *Server) currentExecution(ctx context.Context, id string) (projections.Execution, error) {
+	x, err := s.loadExecution(ctx, id)
+	if err != nil || x.Truncated != nil || x.Workflow == "" {
+		return x, err
+	}
+	last, err := s.ns(ctx).hist.LastSeq(ctx, bus.ExecutionSubject(x.Workflow, id))
+	if err != nil || last <= x.LastSeq {
+		return x, err
+	}
+	return s.foldExecution(ctx, id, x.Workflow)
+}
+
 func (s *Server) getExecution(w http.ResponseWriter, r *http.Request) {
 	id, ok := executionID(w, r)
 	if !ok {
@@ -575,7 +596,7 @@ func (s *Server) getExecution(w http.ResponseWriter, r *http.Request) {
 		s.executionAt(w, r, id, atSeq)
 		return
 	}
-	x, err := s.loadExecution(r.Context(), id)
+	x, err := s.currentExecution(r.Context(), id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		writeError(w, http.StatusNotFound, apiError{Code: "not_found", Field: "id", Message: fmt.Sprintf("execution %q does not exist", id)})
 		return
@@ -593,7 +614,8 @@ func (s *Server) getExecution(w http.ResponseWriter, r *http.Request) {
 
 // executionSteps answers a page of the execution's step instances
 // (?offset, ?limit: 100, at most 1000), from the whole state: the read
-// model, or the fold of the history when the read model leaves steps out.
+// model, or the fold of the history when the read model leaves steps out
+// or is behind it (currentExecution).
 func (s *Server) executionSteps(w http.ResponseWriter, r *http.Request) {
 	id, ok := executionID(w, r)
 	if !ok {
@@ -616,7 +638,7 @@ func (s *Server) executionSteps(w http.ResponseWriter, r *http.Request) {
 			*p.dst = n
 		}
 	}
-	x, err := s.loadExecution(r.Context(), id)
+	x, err := s.currentExecution(r.Context(), id)
 	if err == nil && x.Truncated != nil && x.Truncated.Steps > 0 {
 		x, err = s.foldExecution(r.Context(), id, x.Workflow)
 	}

@@ -1,0 +1,80 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"jetflow.dev/pkg/bus"
+	"jetflow.dev/pkg/claim"
+	"jetflow.dev/pkg/events"
+	"jetflow.dev/pkg/history"
+	"jetflow.dev/pkg/projections"
+)
+
+// TestAGetIsNeverBehindTheHistory: GET /v1/executions/{id} answers the
+// fold of the history when the read model is behind it (the projector
+// writes a model up to a Coalesce after its events under load, and the
+// api answered the fold before the model was written: a later GET must
+// not answer an older state), the read model when it is current, and a
+// read model that leaves something out as it is.
+func TestAGetIsNeverBehindTheHistory(t *testing.T) {
+	t.Parallel()
+	b := setupAuth(t)
+	ctx := t.Context()
+	const id = "cur-1"
+	ids, err := claim.Open(ctx, b.js)
+	require.NoError(t, err)
+	_, err = ids.Claim(ctx, id, claim.Record{CommandKey: "user#start-cur-1", Workflow: "wf", ClaimedAt: time.Now()})
+	require.NoError(t, err)
+	subject := bus.ExecutionSubject("wf", id)
+	started := events.New("test", id, "wf", time.Now(), &events.ExecutionStarted{Workflow: "wf", Version: 1, Input: json.RawMessage(`{}`), Token: "t"})
+	first, err := history.Append(ctx, b.js, subject, 0, started)
+	require.NoError(t, err)
+	signal := events.New("test", id, "wf", time.Now(), &events.SignalReceived{SignalID: "s1", Name: "go", Data: json.RawMessage(`{}`)})
+	last, err := history.Append(ctx, b.js, subject, first, signal)
+	require.NoError(t, err)
+
+	kv, err := b.js.KeyValue(ctx, bus.BucketExecutions)
+	require.NoError(t, err)
+	started.Seq = first
+	model, err := projections.Fold([]events.Event{started})
+	require.NoError(t, err)
+	require.Equal(t, first, model.LastSeq)
+	store := func(x projections.Execution) {
+		t.Helper()
+		v, err := json.Marshal(x)
+		require.NoError(t, err)
+		_, err = kv.Put(ctx, id, v)
+		require.NoError(t, err)
+	}
+	get := func() projections.Execution {
+		t.Helper()
+		a := b.call(t, http.MethodGet, "/v1/executions/"+id, b.admin, "", "")
+		require.Equal(t, http.StatusOK, a.status, "%s", a.body)
+		var x projections.Execution
+		require.NoError(t, json.Unmarshal(a.body, &x))
+		return x
+	}
+
+	store(model) // behind: the signal is not in it
+	x := get()
+	require.Equal(t, last, x.LastSeq, "the fold, not the model behind it")
+	require.Len(t, x.Signals, 1)
+
+	current := model
+	current.LastSeq, current.Signals = last, []projections.Signal{{ID: "s1", Name: "go"}}
+	current.Error = "a mark the fold would not make"
+	store(current)
+	require.Equal(t, current.Error, get().Error, "a current model is answered as it is")
+
+	behind := model
+	behind.Truncated = &projections.Truncation{Values: 1}
+	store(behind)
+	x = get()
+	require.Equal(t, first, x.LastSeq, "a model that leaves something out is answered as it is")
+	require.NotNil(t, x.Truncated)
+}
