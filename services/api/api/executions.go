@@ -537,50 +537,75 @@ func cmpStatus(s int) int {
 // projector has not caught up yet. It returns jetstream.ErrKeyNotFound
 // for an unknown id.
 func (s *Server) loadExecution(ctx context.Context, id string) (projections.Execution, error) {
-	var x projections.Execution
+	x, _, err := s.loadModel(ctx, id)
+	return x, err
+}
+
+// loadModel is loadExecution, and says whether x is the stored read
+// model (stored) or the fold of the history (none stored yet).
+func (s *Server) loadModel(ctx context.Context, id string) (x projections.Execution, stored bool, err error) {
 	if !events.ValidExecutionID(id) {
-		return x, jetstream.ErrKeyNotFound
+		return x, false, jetstream.ErrKeyNotFound
 	}
 	e, err := s.ns(ctx).execs.Get(ctx, id)
 	if err == nil {
 		err = json.Unmarshal(e.Value(), &x)
-		return x, err
+		return x, true, err
 	}
 	if !errors.Is(err, jetstream.ErrKeyNotFound) {
-		return x, err
+		return x, false, err
 	}
 	c, err := s.ns(ctx).ids.Get(ctx, id)
 	if errors.Is(err, claim.ErrNotFound) {
-		return x, jetstream.ErrKeyNotFound
+		return x, false, jetstream.ErrKeyNotFound
 	}
 	if err != nil {
-		return x, err
+		return x, false, err
 	}
 	if err := expired(id, c); err != nil {
-		return x, err
+		return x, false, err
 	}
-	return s.foldExecution(ctx, id, c.Workflow)
+	x, err = s.foldExecution(ctx, id, c.Workflow)
+	return x, false, err
 }
 
-// currentExecution is loadExecution, never behind the history: a read
+// currentExecution is loadExecution, not behind the history: a read
 // model the history has events past (under load the projector writes a
 // model up to a -projector-coalesce after its events, and the api folded
 // the history while the execution had no model yet) is replaced by the
-// fold of the history, so that a GET never answers a state older than
-// one it answered before. It costs a read of the history's last
-// sequence, and the fold when the model is behind. A model that leaves
-// anything out (Truncated: a large execution's) is answered as it is:
-// its history is large to fold at each GET.
+// fold of the history, so that a GET does not answer a state older than
+// one it answered before. It costs a look for the history's next event
+// after the model's (one request, which finds none when the model is
+// current), and the fold when there is one. A model that leaves anything
+// out (Truncated: a large execution's) is answered as it is: its history
+// is large to fold at each GET while it runs. So is a model whose check
+// or fold fails (the events stream between leaders): it is logged, and
+// the GET still answers.
 func (s *Server) currentExecution(ctx context.Context, id string) (projections.Execution, error) {
-	x, err := s.loadExecution(ctx, id)
-	if err != nil || x.Truncated != nil || x.Workflow == "" {
+	x, stored, err := s.loadModel(ctx, id)
+	if err != nil || !stored || x.Truncated != nil || x.Workflow == "" {
 		return x, err
 	}
-	last, err := s.ns(ctx).hist.LastSeq(ctx, bus.ExecutionSubject(x.Workflow, id))
-	if err != nil || last <= x.LastSeq {
-		return x, err
+	subject := bus.ExecutionSubject(x.Workflow, id)
+	// From the leader: a replica may not have stored the latest yet.
+	_, err = bus.LeaderGet(ctx, s.ns(ctx).js, bus.StreamEvents, bus.MsgQuery{Seq: x.LastSeq + 1, NextBySubject: subject})
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return x, nil // current
+	case err != nil:
+		if ctx.Err() == nil {
+			s.log.Warn().Err(err).Str("execution_id", id).Msg("read model answered as it is: its history's tail could not be read")
+		}
+		return x, nil
 	}
-	return s.foldExecution(ctx, id, x.Workflow)
+	folded, err := s.foldExecution(ctx, id, x.Workflow)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn().Err(err).Str("execution_id", id).Msg("read model answered as it is, behind its history: the history could not be folded")
+		}
+		return x, nil
+	}
+	return folded, nil
 }
 
 func (s *Server) getExecution(w http.ResponseWriter, r *http.Request) {

@@ -650,9 +650,9 @@ func TestALargeReadModelIsWrittenOnceForSeveralEvents(t *testing.T) {
 
 // writtenOncePerCoalesce appends the events of the first first of k
 // steps of an execution, starts a projector, checks its model's size is
-// within [least, most), then appends the next steps' events 20 ms apart
-// (warm, then then more) and checks the model was written about once per
-// Coalesce for the last then.
+// within [least, most), then appends the next steps' events 20 ms apart,
+// warm events and then the then events counted, and checks the model was
+// written about once per Coalesce while the counted ones came.
 func writtenOncePerCoalesce(t *testing.T, k, first, least, most int) {
 	_, js := natstest.Connect(t, natstest.RunJetStream(t))
 	ctx := t.Context()
