@@ -85,6 +85,11 @@ func TestAGetIsNotBehindTheHistory(t *testing.T) {
 	store(current)
 	require.Equal(t, current.Error, get().Error, "a current model is answered as it is")
 
+	large := behind
+	large.Events = maxCurrentFold + 1
+	store(large)
+	require.Equal(t, first, get().LastSeq, "a large execution's model is answered as it is")
+
 	behind.Truncated = &projections.Truncation{Values: 1}
 	store(behind)
 	x = get()

@@ -576,14 +576,16 @@ func (s *Server) loadModel(ctx context.Context, id string) (x projections.Execut
 // fold of the history, so that a GET does not answer a state older than
 // one it answered before. It costs a look for the history's next event
 // after the model's (one request, which finds none when the model is
-// current), and the fold when there is one. A model that leaves anything
-// out (Truncated: a large execution's) is answered as it is: its history
-// is large to fold at each GET while it runs. So is a model whose check
-// or fold fails (the events stream between leaders): it is logged, and
-// the GET still answers.
+// current), and the fold when there is one. A large execution's model
+// (one that leaves anything out, Truncated, or of more than
+// maxCurrentFold events) is answered as it is: its history is large to
+// fold at each GET while it runs (a page open on it asks every few
+// hundred milliseconds). So is a model whose check or fold fails (the
+// events stream between leaders): it is logged, and the GET still
+// answers.
 func (s *Server) currentExecution(ctx context.Context, id string) (projections.Execution, error) {
 	x, stored, err := s.loadModel(ctx, id)
-	if err != nil || !stored || x.Truncated != nil || x.Workflow == "" {
+	if err != nil || !stored || x.Truncated != nil || x.Events > maxCurrentFold || x.Workflow == "" {
 		return x, err
 	}
 	subject := bus.ExecutionSubject(x.Workflow, id)
@@ -607,6 +609,10 @@ func (s *Server) currentExecution(ctx context.Context, id string) (projections.E
 	}
 	return folded, nil
 }
+
+// maxCurrentFold bounds the history currentExecution folds at a GET: a
+// thousand events fold in a few milliseconds.
+const maxCurrentFold = 1000
 
 func (s *Server) getExecution(w http.ResponseWriter, r *http.Request) {
 	id, ok := executionID(w, r)
