@@ -70,8 +70,10 @@ func (s *Server) sendExecutionCommand(w http.ResponseWriter, r *http.Request, c 
 	// An execution whose start is accepted but not recorded yet (pending:
 	// its history is empty, as while the events stream elects a leader) is
 	// not refused here: the dispatcher handles the command once the start
-	// is, and decides then.
-	if x, err := s.loadExecution(r.Context(), id); err == nil && x.Status != projections.StatusNone && x.Status != projections.StatusPending {
+	// is, and decides then. Refused as the history stands (currentExecution),
+	// not as a read model that lags it says: right after a cancel ended, a
+	// model still cancelling refused a resume a GET had shown possible.
+	if x, err := s.currentExecution(r.Context(), id); err == nil && x.Status != projections.StatusNone && x.Status != projections.StatusPending {
 		// Damaged (not merely of a type a newer dispatcher knows: that
 		// waits) as the history stands, not as a read model that lags a
 		// repair says.

@@ -16,7 +16,8 @@ import (
 )
 
 // TestAGetIsNotBehindTheHistory: GET /v1/executions/{id} and its /steps
-// answer the fold of the history when the read model is behind it (the
+// (and a command's check of the execution's status) answer the fold of
+// the history when the read model is behind it (the
 // projector writes a model up to a Coalesce after its events under load,
 // and the api answered the fold before the model was written: a later
 // GET must not answer an older state), the read model when it is
@@ -84,6 +85,14 @@ func TestAGetIsNotBehindTheHistory(t *testing.T) {
 	current.Error = "a mark the fold would not make"
 	store(current)
 	require.Equal(t, current.Error, get().Error, "a current model is answered as it is")
+
+	// A command is refused as the history stands, not as a model behind
+	// it says (a cancel the model has not seen end refused a resume).
+	cancelling := behind
+	cancelling.Status = projections.StatusCancelling
+	store(cancelling)
+	a = b.call(t, http.MethodPost, "/v1/executions/"+id+"/actions", b.admin, "", `{"action":"resume","reason":"test"}`)
+	require.Equal(t, http.StatusAccepted, a.status, "%s", a.body)
 
 	large := behind
 	large.Events = maxCurrentFold + 1

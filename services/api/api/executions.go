@@ -293,7 +293,7 @@ func (s *Server) answerExistingClaim(w http.ResponseWriter, r *http.Request, id,
 		return true
 	}
 	resp := apiv1.Started{ID: id, Workflow: c.Workflow, Status: "accepted", Links: links(id)}
-	if x, err := s.loadExecution(r.Context(), id); err == nil {
+	if x, err := s.currentExecution(r.Context(), id); err == nil {
 		x = public(x)
 		resp.Status, resp.Execution, resp.Version = string(x.Status), &x, x.Version
 	} else if ee := (*expiredError)(nil); errors.As(err, &ee) {
