@@ -533,16 +533,10 @@ func cmpStatus(s int) int {
 	return s
 }
 
-// loadExecution returns the read model, or folds the history when the
-// projector has not caught up yet. It returns jetstream.ErrKeyNotFound
-// for an unknown id.
-func (s *Server) loadExecution(ctx context.Context, id string) (projections.Execution, error) {
-	x, _, err := s.loadModel(ctx, id)
-	return x, err
-}
-
-// loadModel is loadExecution, and says whether x is the stored read
-// model (stored) or the fold of the history (none stored yet).
+// loadModel returns execution id's read model (stored), or the fold of
+// its history while it has none yet (not stored): jetstream.ErrKeyNotFound
+// for an id no execution has, an *expiredError for one deleted under its
+// retention rule.
 func (s *Server) loadModel(ctx context.Context, id string) (x projections.Execution, stored bool, err error) {
 	if !events.ValidExecutionID(id) {
 		return x, false, jetstream.ErrKeyNotFound
@@ -569,7 +563,7 @@ func (s *Server) loadModel(ctx context.Context, id string) (x projections.Execut
 	return x, false, err
 }
 
-// currentExecution is loadExecution, not behind the history: a read
+// currentExecution is loadModel's answer, not behind the history: a read
 // model the history has events past (under load the projector writes a
 // model up to a -projector-coalesce after its events, and the api folded
 // the history while the execution had no model yet) is replaced by the
