@@ -75,8 +75,8 @@ func TestDecodeNamesTheMemberAtFault(t *testing.T) {
 			"io.jetflow.variables.set data: vars must be an object, not array"},
 		{"BoolAsNumber", events.TypeStepSkipped, `{"step_id":"a","dry_run":1}`,
 			"io.jetflow.step.skipped data: dry_run must be a boolean, not number"},
-		// encoding/json's v2 implementation (make test/jsonv2; Go 1.27's
-		// default) names the item of an array, its v1 one does not: a case
+		// encoding/json's v2 implementation (Go 1.27's; make test/go1.26
+		// runs the v1 one) names the item of an array, its v1 one does not: a case
 		// named ...V1 or ...V2 is of that one only.
 		{"NestedMemberV1", events.TypeClearLock, `{"lock":"db","entries":[{"request":"2"}]}`,
 			"io.jetflow.lock.clear data: entries.request must be a number, not string"},

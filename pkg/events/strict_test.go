@@ -134,11 +134,10 @@ func TestExplainJSON(t *testing.T) {
 		{"WholeWithAnExponent", `{"u":1e2}`, "u", "must be a whole number written as one (100), not 1e2", false},
 		{"WholeAboveARange", `{"u":3e2}`, "u", "must be a whole number from 0 to 255, not 3e2", false},
 		{"WholeDocument", `[1]`, "", "must be a JSON object, not array", false},
-		// encoding/json's v1 implementation places a syntax error after
-		// the byte at fault, its v2 one (make test/jsonv2; Go 1.27's
-		// default) at it: a case named ...V1 or ...V2 is of that one only.
-		{"SyntaxV1", `{"n":1,}`, "", "is not valid JSON at byte 8: invalid character '}' looking for beginning of object key string", false},
-		{"SyntaxV2", `{"n":1,}`, "", "is not valid JSON at byte 7: invalid character '}' looking for beginning of object key string", false},
+		// Placed after the byte at fault by both of encoding/json's
+		// implementations (Go 1.26's experimental v2 one placed it at the
+		// byte: a build jetflow does not support).
+		{"Syntax", `{"n":1,}`, "", "is not valid JSON at byte 8: invalid character '}' looking for beginning of object key string", false},
 		{"Truncated", `{"n":`, "", "is not valid JSON at byte 5: unexpected end of JSON input", false},
 		{"StrictUnknownMember", `{"n":1,"colour":"red"}`, "colour", `unknown member "colour"`, true},
 		{"StrictTrailingValue", `{"n":1} {"n":2}`, "", "has data after the JSON value", true},

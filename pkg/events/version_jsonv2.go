@@ -1,4 +1,4 @@
-//go:build goexperiment.jsonv2
+//go:build goexperiment.jsonv2 && go1.27
 
 package events
 
@@ -10,8 +10,9 @@ import (
 )
 
 // UnmarshalJSONFrom reads v as UnmarshalJSON does, for encoding/json's
-// v2 implementation (Go 1.27's default; GOEXPERIMENT=jsonv2 in Go 1.26),
-// which returns an unmarshal method's error as it is, where the v1
+// v2 implementation (Go 1.27's default; from Go 1.27 only, where
+// jsontext is part of the release: Go 1.26 with GOEXPERIMENT=jsonv2 is
+// not a build jetflow supports), which returns an unmarshal method's error as it is, where the v1
 // implementation's decoder names the member at fault in it: so the error
 // names it here, as the v2 implementation names a member of its own
 // errors (an array's item by its index: items.1.version).

@@ -154,7 +154,7 @@ func FuzzStoredHead(f *testing.F) {
 // TestStoredHeadThatDoesNotDecode: a member nested exactly as deep as
 // encoding/json allows (10,000) was a value to the v1 implementation's
 // Decoder, read alone, but makes a head one level too deep to decode
-// (the v2 implementation's Decoder, make test/jsonv2's, counts the object
+// (the v2 implementation's Decoder, Go 1.27's, counts the object
 // the member is in, and refuses it too): StoredHead refuses it (its
 // callers then decode the document whole, and fail as they did on the
 // head), and takes one a level shallower.

@@ -129,9 +129,9 @@ func TestCommandsForAPendingExecutionAreNotRefused(t *testing.T) {
 
 // TestABadVersionIsRefusedNamingIt: an action's version that is no
 // version is a 400 naming the member "version", with either
-// implementation of encoding/json (make test/jsonv2 runs this with the
-// v2 one, which does not name the member of an unmarshal method's error
-// itself).
+// implementation of encoding/json (the v2 one, Go 1.27's, does not name
+// the member of an unmarshal method's error itself; make test/go1.26
+// runs this with Go 1.26's v1 one).
 func TestABadVersionIsRefusedNamingIt(t *testing.T) {
 	t.Parallel()
 	b := setupAuth(t)
