@@ -24,7 +24,7 @@ CHAOS_RATE ?= 20
 # The linter's version, and where make lint installs it (gitignored): a
 # linter type-checks with the Go it was built with, so each Go release
 # gets its own build.
-GOLANGCI_LINT_VERSION ?= v2.6.2
+GOLANGCI_LINT_VERSION ?= v2.15.0
 GOLANGCI_LINT_DIR := $(CURDIR)/bin/tools/golangci-lint-$(GOLANGCI_LINT_VERSION)-$(GOTOOLCHAIN)
 GOLANGCI_LINT ?= $(GOLANGCI_LINT_DIR)/golangci-lint
 # make cover writes its merged profile here (gitignored).

@@ -169,7 +169,9 @@ func (c *crashableDispatcher) crash() {
 	c.t.Helper()
 	c.cancel()
 	select {
-	case <-c.done:
+	case err := <-c.done:
+		// Cut off mid-handling, Run may say so: the crash is the point.
+		c.t.Logf("crashed dispatcher stopped: %v", err)
 	case <-time.After(30 * time.Second):
 		c.t.Fatal("dispatcher did not stop")
 	}

@@ -84,7 +84,9 @@ func fuzzServer(f *testing.F) http.Handler {
 	go func() { fed <- feed.Run(feedCtx) }()
 	f.Cleanup(func() {
 		stopFeed()
-		<-fed
+		if err := <-fed; err != nil {
+			f.Errorf("the visibility feed stopped with an error: %v", err)
+		}
 		feed.Store().Close()
 	})
 	natstest.Eventually(f, 30*time.Second, feed.Live, "the visibility index is live")

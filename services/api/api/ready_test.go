@@ -131,7 +131,12 @@ func TestReadyzWaitsForTheReadModelsAndTheIndex(t *testing.T) {
 	projCtx, stopProj := context.WithCancel(t.Context())
 	projDone := make(chan error, 1)
 	go func() { projDone <- proj.Run(projCtx) }()
-	t.Cleanup(func() { stopProj(); <-projDone })
+	t.Cleanup(func() {
+		stopProj()
+		if err := <-projDone; err != nil {
+			t.Errorf("the projector stopped with an error: %v", err)
+		}
+	})
 	natstest.Serve(t, feed.Run)
 	var ready apiv1.Ready
 	natstest.Eventually(t, 30*time.Second, func() bool {

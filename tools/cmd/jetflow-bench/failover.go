@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -73,7 +74,13 @@ func runFailover(ctx context.Context, out io.Writer, conn *bus.Conn, store *cata
 		dctx, stop := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() { done <- d.Run(dctx) }()
-		defer func() { stop(); <-done }()
+		defer func() {
+			stop()
+			// The victim's Run fails once its connection is cut.
+			if err := <-done; err != nil && m != "bench-victim" {
+				fmt.Fprintf(os.Stderr, "jetflow-bench: dispatcher %s stopped with an error: %v\n", m, err)
+			}
+		}()
 		if m == "bench-victim" {
 			victim = c
 		}

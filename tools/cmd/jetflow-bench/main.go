@@ -617,7 +617,12 @@ func startStack(ctx context.Context, cfg devstack.Config) (info devstack.Info, s
 		cancel()
 		return info, nil, err
 	}
-	return info, func() { cancel(); <-done }, nil
+	return info, func() {
+		cancel()
+		if err := <-done; err != nil {
+			fmt.Fprintf(os.Stderr, "jetflow-bench: the system stopped with an error: %v\n", err)
+		}
+	}, nil
 }
 
 func printLatency(out io.Writer, name string, lat []time.Duration) {
