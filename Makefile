@@ -4,7 +4,8 @@ GO ?= go
 # The Go release jetflow is built and tested with. Whatever Go 1.26 or
 # later runs make, the go command fetches this one from the module proxy
 # the first time (about 76 MB) and uses it: its encoding/json and
-# runtime cost a step 14% less CPU than Go 1.26's (docs/benchmarks.md).
+# runtime cost a step with agents 6-16% less CPU than Go 1.26's
+# (docs/benchmarks.md, "Built with Go 1.27").
 # The modules still declare Go 1.26, the oldest they build with, and
 # test/go1.26 tests what differs there. GOTOOLCHAIN set in the
 # environment (local, say) wins.
