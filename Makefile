@@ -4,17 +4,22 @@ GO ?= go
 # The Go release jetflow is built and tested with. Whatever Go 1.26 or
 # later runs make, the go command fetches this one from the module proxy
 # the first time (about 76 MB) and uses it: its encoding/json and
-# runtime cost a step with agents 6-16% less CPU than Go 1.26's
-# (docs/benchmarks.md, "Built with Go 1.27").
-# The modules still declare Go 1.26, the oldest they build with, and
-# test/go1.26 tests what differs there. GOTOOLCHAIN set in the
-# environment (local, say) wins.
+# runtime measured 6-16% less CPU a step with agents than Go 1.26's
+# (docs/benchmarks.md, "Built with Go 1.27"). The modules still declare
+# Go 1.26, the oldest they build with, and test/go1.26 tests what differs
+# there. GOTOOLCHAIN set in the environment (local, say) wins: make test
+# says so. go.work's toolchain line and the Dockerfile's GO_VERSION name
+# the same release (make lint checks).
 GO_RELEASE ?= go1.27.3
 export GOTOOLCHAIN ?= $(GO_RELEASE)
+# The release the go command runs here, and its gofmt. ($(shell) is not
+# given make's exported variables before GNU make 4.4: name it.)
+GO_VERSION := $(shell GOTOOLCHAIN=$(GOTOOLCHAIN) $(GO) env GOVERSION)
+GOFMT = "$$(GOTOOLCHAIN=$(GOTOOLCHAIN) $(GO) env GOROOT)/bin/gofmt"
 # Every module of the workspace, as import-path patterns (./... at the root
 # does not reach the other workspace modules).
-PKGS := $(shell $(GO) list -m -f '{{.Path}}/...')
-DIRS := $(shell $(GO) list -m -f '{{.Dir}}')
+PKGS := $(shell GOTOOLCHAIN=$(GOTOOLCHAIN) $(GO) list -m -f '{{.Path}}/...')
+DIRS := $(shell GOTOOLCHAIN=$(GOTOOLCHAIN) $(GO) list -m -f '{{.Dir}}')
 DATA ?= .jetflow
 TEST_TIMEOUT ?= 15m
 CHAOS_COUNT ?= 3
@@ -26,7 +31,7 @@ CHAOS_RATE ?= 20
 # linter type-checks with the Go it was built with, so each Go release
 # gets its own build.
 GOLANGCI_LINT_VERSION ?= v2.15.0
-GOLANGCI_LINT_DIR := $(CURDIR)/bin/tools/golangci-lint-$(GOLANGCI_LINT_VERSION)-$(GOTOOLCHAIN)
+GOLANGCI_LINT_DIR := $(CURDIR)/bin/tools/golangci-lint-$(GOLANGCI_LINT_VERSION)-$(GO_VERSION)
 GOLANGCI_LINT ?= $(GOLANGCI_LINT_DIR)/golangci-lint
 # make cover writes its merged profile here (gitignored).
 COVER_DIR ?= .cover
@@ -82,6 +87,7 @@ endef
 
 .PHONY: test
 test: ## Every module's tests with -race against embedded JetStream, test/go1.26, then every fuzz target for FUZZ_SHORT (2000 inputs) each
+	@if [ "$(GO_VERSION)" != "$(GO_RELEASE)" ]; then echo "make test: testing with $(GO_VERSION), not $(GO_RELEASE) (GOTOOLCHAIN=$(GOTOOLCHAIN) in the environment)"; fi
 	$(GO) version
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 	$(MAKE) --no-print-directory test/go1.26
@@ -100,6 +106,7 @@ JSONV1_PKGS := jetflow.dev/pkg/events/... jetflow.dev/pkg/bus/... jetflow.dev/pk
 .PHONY: test/go1.26
 test/go1.26: ## The packages that explain bad JSON, built with Go 1.26 (GO_OLDEST: encoding/json's v1 implementation)
 	GOTOOLCHAIN=$(GO_OLDEST) $(GO) version
+	GOTOOLCHAIN=$(GO_OLDEST) $(GO) vet jetflow.dev/pkg/...
 	GOTOOLCHAIN=$(GO_OLDEST) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(JSONV1_PKGS)
 
 .PHONY: cover
@@ -286,7 +293,9 @@ soak: ## Soak: a steady mixed load for DURATION (10m) at RATE executions/s (10);
 
 .PHONY: lint
 lint: $(GOLANGCI_LINT) ## gofmt, go vet, golangci-lint (.golangci.yml: the architecture's import rules, errors, staticcheck) over every module, and the deployment manifests (offline)
-	@out=$$(gofmt -l $(DIRS)); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	@test "$$(sed -n 's/^toolchain //p' go.work)" = "$(GO_RELEASE)" || { echo "go.work's toolchain line is not $(GO_RELEASE) (GO_RELEASE)"; exit 1; }
+	@grep -qx 'ARG GO_VERSION=$(patsubst go%,%,$(GO_RELEASE))' deployments/Dockerfile || { echo "deployments/Dockerfile's GO_VERSION is not $(patsubst go%,%,$(GO_RELEASE)) (GO_RELEASE)"; exit 1; }
+	@out=$$($(GOFMT) -l $(DIRS)); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(GO) run ./tools/cmd/jetflow-manifests deployments
 	@for d in $(DIRS); do echo "golangci-lint $$d"; (cd $$d && $(GOLANGCI_LINT) run --allow-parallel-runners --timeout 15m ./...) || exit 1; done
@@ -298,7 +307,7 @@ $(GOLANGCI_LINT):
 
 .PHONY: fmt
 fmt: ## Format all Go files
-	gofmt -w $(DIRS)
+	$(GOFMT) -w $(DIRS)
 
 .PHONY: tidy
 tidy: ## go mod tidy in every module

@@ -54,7 +54,8 @@ func TestMovedPath(t *testing.T) {
 
 // TestTargetVersionErrorNamesItsMember: a bad version is refused naming
 // the member it is in, wherever it is, with either implementation of
-// encoding/json (the v2 one, Go 1.27's default, names an array's item by its index); at the document's root, none.
+// encoding/json (the v2 one, Go 1.27's default, names an array's item
+// by its index); at the document's root, none.
 func TestTargetVersionErrorNamesItsMember(t *testing.T) {
 	t.Parallel()
 	type move struct {
