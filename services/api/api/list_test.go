@@ -294,6 +294,54 @@ func TestListBeforeTheIndexIsLive(t *testing.T) {
 	}
 }
 
+// TestListFromTheReadModelsIsBounded: without a live index a list reads
+// the read models, at most listScanMax a request (or for listScanTime,
+// past listScanMin, on a slow machine): a filter that matches
+// few of many answers partial pages, each with the cursor to go on from,
+// and following the cursors finds every match, in id order.
+func TestListFromTheReadModelsIsBounded(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	srv, err := New(t.Context(), Config{Auth: AuthConfig{Disabled: true}}, js.Conn(), js, zerolog.Nop())
+	require.NoError(t, err)
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(hs.Close)
+	kv, err := js.KeyValue(t.Context(), bus.BucketExecutions)
+	require.NoError(t, err)
+	e := &listEnv{url: hs.URL, kv: kv, t0: time.Now()}
+	const noise = 2*listScanMax + 100
+	for i := range noise {
+		e.put(t, fmt.Sprintf("aa-%05d", i), "noise", 0, projections.StatusSucceeded, "")
+	}
+	e.put(t, "mm-1", "needle", 0, projections.StatusSucceeded, "")
+	e.put(t, "zz-1", "needle", 0, projections.StatusFailed, "")
+	e.put(t, "zz-2", "needle", 0, projections.StatusStarted, "")
+
+	var found []string
+	after, pages, partial := "", 0, 0
+	for {
+		var page apiv1.ExecutionList
+		q := "workflow=needle&limit=2&after=" + url.QueryEscape(after)
+		status, _ := e.get(t, q, &page)
+		require.Equal(t, http.StatusOK, status, q)
+		pages++
+		require.LessOrEqual(t, pages, (noise+3)/listScanMin+2, "each request examines at least listScanMin read models")
+		if page.Partial {
+			partial++
+			require.NotEmpty(t, page.Next, "a partial page says where to go on")
+		}
+		for _, x := range page.Executions {
+			found = append(found, x.ID)
+		}
+		if page.Next == "" {
+			break
+		}
+		after = page.Next
+	}
+	require.Equal(t, []string{"mm-1", "zz-1", "zz-2"}, found)
+	require.GreaterOrEqual(t, partial, 2, "no request examines more than listScanMax read models (%d of them here)", noise+3)
+}
+
 // cursorOf is a cursor of a list in order sort.
 func cursorOf(t *testing.T, sort string) string {
 	t.Helper()
