@@ -253,15 +253,7 @@ func testCountsFromTheVisibilityIndex(t *testing.T, pg bool) {
 // with Retry-After; bad parameters are 400 naming them.
 func TestListBeforeTheIndexIsLive(t *testing.T) {
 	t.Parallel()
-	_, js := natstest.Connect(t, natstest.RunJetStream(t))
-	srv, err := New(t.Context(), Config{Auth: AuthConfig{Disabled: true}}, js.Conn(), js, zerolog.Nop())
-	require.NoError(t, err)
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(hs.Close)
-	e := &listEnv{url: hs.URL}
-	kv, err := js.KeyValue(t.Context(), bus.BucketExecutions)
-	require.NoError(t, err)
-	e.kv, e.t0 = kv, time.Now()
+	e := startUnindexedEnv(t)
 	e.put(t, "s-1", "wf", 0, projections.StatusSucceeded, "acme")
 
 	require.Equal(t, []string{"s-1"}, e.ids(t, "workflow=wf&sort=id"))
@@ -301,14 +293,7 @@ func TestListBeforeTheIndexIsLive(t *testing.T) {
 // and following the cursors finds every match, in id order.
 func TestListFromTheReadModelsIsBounded(t *testing.T) {
 	t.Parallel()
-	_, js := natstest.Connect(t, natstest.RunJetStream(t))
-	srv, err := New(t.Context(), Config{Auth: AuthConfig{Disabled: true}}, js.Conn(), js, zerolog.Nop())
-	require.NoError(t, err)
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(hs.Close)
-	kv, err := js.KeyValue(t.Context(), bus.BucketExecutions)
-	require.NoError(t, err)
-	e := &listEnv{url: hs.URL, kv: kv, t0: time.Now()}
+	e := startUnindexedEnv(t)
 	const noise = 2*listScanMax + 100
 	for i := range noise {
 		e.put(t, fmt.Sprintf("aa-%05d", i), "noise", 0, projections.StatusSucceeded, "")
@@ -340,6 +325,20 @@ func TestListFromTheReadModelsIsBounded(t *testing.T) {
 	}
 	require.Equal(t, []string{"mm-1", "zz-1", "zz-2"}, found)
 	require.GreaterOrEqual(t, partial, 2, "no request examines more than listScanMax read models (%d of them here)", noise+3)
+}
+
+// startUnindexedEnv starts an api's handler with no visibility index
+// (none is fed): lists read the read models.
+func startUnindexedEnv(t *testing.T) *listEnv {
+	t.Helper()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	srv, err := New(t.Context(), Config{Auth: AuthConfig{Disabled: true}}, js.Conn(), js, zerolog.Nop())
+	require.NoError(t, err)
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(hs.Close)
+	kv, err := js.KeyValue(t.Context(), bus.BucketExecutions)
+	require.NoError(t, err)
+	return &listEnv{url: hs.URL, kv: kv, t0: time.Now()}
 }
 
 // cursorOf is a cursor of a list in order sort.
