@@ -40,7 +40,7 @@ COVER_DIR ?= .cover
 
 .PHONY: help
 help: ## Show the targets
-	@grep -hE '^[a-zA-Z0-9_/-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-18s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z0-9_./-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-22s %s\n", $$1, $$2}'
 
 # The version make build stamps into the binaries (svc.Version): Go does
 # not stamp the commit into binaries built in a workspace.
@@ -104,7 +104,7 @@ GO_OLDEST ?= go1.26.8
 JSONV1_PKGS := jetflow.dev/pkg/events/... jetflow.dev/pkg/bus/... jetflow.dev/pkg/projections/... \
 	jetflow.dev/pkg/startcheck/... jetflow.dev/services/api/api
 .PHONY: test/go1.26
-test/go1.26: ## The packages that explain bad JSON, built with Go 1.26 (GO_OLDEST: encoding/json's v1 implementation)
+test/go1.26: ## go vet of pkg and the packages that explain bad JSON, built with Go 1.26 (GO_OLDEST: encoding/json's v1 implementation)
 	GOTOOLCHAIN=$(GO_OLDEST) $(GO) version
 	GOTOOLCHAIN=$(GO_OLDEST) $(GO) vet jetflow.dev/pkg/...
 	GOTOOLCHAIN=$(GO_OLDEST) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(JSONV1_PKGS)

@@ -85,7 +85,7 @@ func TestReadyzSaysWhatIsMissing(t *testing.T) {
 func TestReadyzWaitsForTheReadModelsAndTheIndex(t *testing.T) {
 	t.Parallel()
 	nc, js := natstest.Connect(t, natstest.RunJetStream(t))
-	_, err := bus.Bind(t.Context(), js, true, bus.ProjectorConsumerSpec(), nil)
+	cons, err := bus.Bind(t.Context(), js, true, bus.ProjectorConsumerSpec(), nil)
 	require.NoError(t, err)
 	// An event not projected yet; /readyz's clock is two minutes ahead, so
 	// it has waited past the bound (a minute).
@@ -96,6 +96,13 @@ func TestReadyzWaitsForTheReadModelsAndTheIndex(t *testing.T) {
 		require.NoError(t, err)
 	}
 	appendStart("lagging")
+	// The stream acknowledges the append before its consumers are told of
+	// it: on a busy machine the consumer can show nothing pending a moment
+	// longer, and /readyz reads the backlog from it.
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		ci, err := cons.Info(t.Context())
+		return err == nil && ci.NumPending == 1
+	}, "the projector's consumer has the append pending")
 	log := zerolog.New(zerolog.NewTestWriter(t))
 	srv, err := New(t.Context(), Config{Auth: AuthConfig{Disabled: true}, clock: func() time.Time { return time.Now().Add(2 * time.Minute) }},
 		nc, js, log)
