@@ -71,7 +71,7 @@ func (s *Server) sendExecutionCommand(w http.ResponseWriter, r *http.Request, c 
 	// its history is empty, as while the events stream elects a leader) is
 	// not refused here: the dispatcher handles the command once the start
 	// is, and decides then. Refused as the history stands (currentExecution),
-	// not as a read model that lags it says: right after a cancel ended, a
+	// not as a lagging read model says: right after a cancel ended, a
 	// model still cancelling refused a resume a GET had shown possible.
 	if x, err := s.currentExecution(r.Context(), id); err == nil && x.Status != projections.StatusNone && x.Status != projections.StatusPending {
 		// Damaged (not merely of a type a newer dispatcher knows: that
