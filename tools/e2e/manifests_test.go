@@ -388,7 +388,14 @@ func TestManifestsCommand(t *testing.T) {
 
 	root := t.TempDir()
 	copyDeployments(t, root, "k8s", "compose")
-	for _, f := range []string{"deployments/Dockerfile", "go.work"} {
+	files := []string{"deployments/Dockerfile", "go.work"}
+	modules, err := manifests.WorkspaceModules(filepath.Join("..", "..", "go.work"))
+	require.NoError(t, err)
+	for _, m := range modules { // the NATS image is checked against the server they embed
+		files = append(files, filepath.Join(m, "go.mod"))
+		require.NoError(t, os.MkdirAll(filepath.Join(root, m), 0o755))
+	}
+	for _, f := range files {
 		b, err := os.ReadFile(filepath.Join("..", "..", f))
 		require.NoError(t, err)
 		require.NoError(t, os.WriteFile(filepath.Join(root, f), b, 0o644))

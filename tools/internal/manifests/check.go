@@ -10,8 +10,9 @@ import (
 )
 
 // Check checks every deployment kind under root (deployments/) that this
-// package knows, and the Dockerfile against the Go workspace beside root
-// (../go.work), and returns what is wrong, nil if nothing.
+// package knows, and the Dockerfile and the NATS image against the Go
+// workspace beside root (../go.work), and returns what is wrong, nil if
+// nothing.
 func Check(ctx context.Context, root string) []string {
 	var p []string
 	for _, s := range CheckK8s(filepath.Join(root, "k8s")) {
@@ -23,6 +24,9 @@ func Check(ctx context.Context, root string) []string {
 	}
 	p = append(p, CheckDockerfile(filepath.Join(root, "Dockerfile"), filepath.Join(root, "..", "go.work"), targets)...)
 	tag, _ := NATSImageTag(filepath.Join(root, "k8s", "nats-values.yaml")) // CheckK8s says what is wrong with it
+	if tag != "" {
+		p = append(p, CheckNATSVersion(tag, filepath.Join(root, "..", "go.work"))...)
+	}
 	for _, s := range CheckCompose(ctx, filepath.Join(root, "compose"), tag) {
 		p = append(p, "compose/"+s)
 	}

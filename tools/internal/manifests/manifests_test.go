@@ -18,9 +18,10 @@ func TestDeploymentsAreValid(t *testing.T) {
 	require.Empty(t, Check(context.Background(), deployments))
 }
 
-// copyDeployments copies the k8s and compose directories, the Dockerfile
-// and the workspace's go.work into a temporary directory, to break them
-// there, and returns the copy's deployments directory.
+// copyDeployments copies the k8s and compose directories, the Dockerfile,
+// the workspace's go.work and its modules' go.mod files into a temporary
+// directory, to break them there, and returns the copy's deployments
+// directory.
 func copyDeployments(t *testing.T) string {
 	t.Helper()
 	base := t.TempDir()
@@ -37,6 +38,13 @@ func copyDeployments(t *testing.T) string {
 	}
 	copyFile(t, filepath.Join(deployments, "Dockerfile"), filepath.Join(root, "Dockerfile"))
 	copyFile(t, filepath.Join(deployments, "..", "go.work"), filepath.Join(base, "go.work"))
+	modules, err := WorkspaceModules(filepath.Join(base, "go.work"))
+	require.NoError(t, err)
+	require.NotEmpty(t, modules)
+	for _, m := range modules {
+		require.NoError(t, os.MkdirAll(filepath.Join(base, m), 0o755))
+		copyFile(t, filepath.Join(deployments, "..", m, "go.mod"), filepath.Join(base, m, "go.mod"))
+	}
 	return root
 }
 
@@ -73,7 +81,9 @@ func TestBrokenManifestsAreFound(t *testing.T) {
 		{"ComposeNoHealthcheck", "compose/compose.yaml", "    healthcheck:\n      test: [\"CMD\", \"/usr/local/bin/jetflow\", \"probe\", \"http://127.0.0.1:9480/readyz\"]\n      interval: 5s\n      timeout: 3s\n      retries: 3\n      start_period: 30s\n\nvolumes:", "\nvolumes:", "service janitor: no health check"},
 		{"ComposeWrongCreds", "compose/compose.yaml", "./secrets/auth/default/dispatcher.creds", "./secrets/auth/default/agent.creds", "service dispatcher: connects with"},
 		{"ComposeSecretCreatesHostPath", "compose/compose.yaml", "source: ./secrets/auth/default/janitor.creds, target: /run/jetflow/nats.creds, read_only: true, bind: {create_host_path: false}}", "source: ./secrets/auth/default/janitor.creds, target: /run/jetflow/nats.creds, read_only: true}", "janitor.creds: bind it with create_host_path: false"},
-		{"NATSVersionsDiffer", "k8s/nats-values.yaml", "tag: 2.15.2-alpine", "tag: 2.14.2-alpine", "image nats:2.15.2-alpine, but k8s/nats-values.yaml runs nats:2.14.2-alpine"},
+		{"NATSVersionsDiffer", "k8s/nats-values.yaml", "tag: 2.15.3-alpine", "tag: 2.14.2-alpine", "image nats:2.15.3-alpine, but k8s/nats-values.yaml runs nats:2.14.2-alpine"},
+		{"NATSImageNotTheTestedServer", "k8s/nats-values.yaml", "tag: 2.15.3-alpine", "tag: 2.15.2-alpine", "runs nats:2.15.2-alpine, but the tests embed nats-server v2.15.3: run the release they test (nats:2.15.3-alpine)"},
+		{"TestsEmbedAnotherServer", "../pkg/go.mod", "github.com/nats-io/nats-server/v2 v2.15.3", "github.com/nats-io/nats-server/v2 v2.16.0", "runs nats:2.15.3-alpine, but the tests embed nats-server v2.16.0"},
 		{"DockerfileMissesAModule", "../go.work", "\t./tools\n", "\t./tools\n\t./services/scheduler\n", "module services/scheduler of go.work: its go.mod and go.sum are not copied"},
 		{"DockerfileMissesAService", "Dockerfile", "for s in api dispatcher agent janitor; do", "for s in api dispatcher agent; do", "does not build jetflow-janitor"},
 		{"DockerfileMissesAStage", "Dockerfile", "AS agent", "AS agents", `no stage "agent"`},
