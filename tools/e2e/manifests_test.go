@@ -406,6 +406,6 @@ func TestManifestsCommand(t *testing.T) {
 	require.NoError(t, os.WriteFile(p, []byte(strings.Replace(string(b), "path: /readyz", "path: /ready", 1)), 0o644))
 	out.Reset()
 	err = manifests.Main(context.Background(), []string{filepath.Join(root, "deployments")}, &out)
-	require.ErrorContains(t, err, "1 problems")
+	require.ErrorContains(t, err, "1 problem in ")
 	require.Contains(t, out.String(), "readinessProbe asks /ready, want /readyz")
 }

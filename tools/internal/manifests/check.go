@@ -23,11 +23,24 @@ func Check(ctx context.Context, root string) []string {
 		p = append(p, "compose/compose.yaml: "+err.Error())
 	}
 	p = append(p, CheckDockerfile(filepath.Join(root, "Dockerfile"), filepath.Join(root, "..", "go.work"), targets)...)
+	// Each file's NATS image is checked against the release the tests
+	// embed, so that a wrong one is blamed, not the other.
 	tag, _ := NATSImageTag(filepath.Join(root, "k8s", "nats-values.yaml")) // CheckK8s says what is wrong with it
-	if tag != "" {
-		p = append(p, CheckNATSVersion(tag, filepath.Join(root, "..", "go.work"))...)
+	var want natsWant
+	embedded, err := EmbeddedNATSVersion(filepath.Join(root, "..", "go.work"))
+	switch {
+	case err == nil:
+		want = natsWant{version: embedded, because: "the tests embed nats-server " + embedded}
+		if tag != "" {
+			p = append(p, checkNATSVersion(tag, embedded)...)
+		}
+	default:
+		p = append(p, "go.work: "+err.Error())
+		if tag != "" {
+			want = natsWant{version: imageVersion(tag), because: "k8s/nats-values.yaml runs nats:" + tag}
+		}
 	}
-	for _, s := range CheckCompose(ctx, filepath.Join(root, "compose"), tag) {
+	for _, s := range CheckCompose(ctx, filepath.Join(root, "compose"), want) {
 		p = append(p, "compose/"+s)
 	}
 	return p
@@ -51,8 +64,15 @@ func Main(ctx context.Context, args []string, stdout io.Writer) error {
 		fmt.Fprintln(stdout, s)
 	}
 	if len(p) > 0 {
-		return fmt.Errorf("%d problems in %s", len(p), root)
+		return fmt.Errorf("%d %s in %s", len(p), plural(len(p), "problem", "problems"), root)
 	}
 	fmt.Fprintf(stdout, "%s: k8s and compose manifests valid\n", root)
 	return nil
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }

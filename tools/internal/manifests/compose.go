@@ -3,6 +3,7 @@ package manifests
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"path/filepath"
@@ -21,9 +22,9 @@ var natsNode = regexp.MustCompile(`^n[0-9]+$`)
 // compose schema, interpolation, env files) and returns what is wrong
 // with it, nil if nothing.
 //
-// natsTag, if not empty, is the NATS image tag the nodes must run (the
-// one the Kubernetes values pin).
-func CheckCompose(ctx context.Context, dir, natsTag string) []string {
+// nats, if its version is not empty, is the NATS release the nodes must
+// run.
+func CheckCompose(ctx context.Context, dir string, nats natsWant) []string {
 	var p problems
 	const file = "compose.yaml"
 	details := types.ConfigDetails{
@@ -50,8 +51,9 @@ func CheckCompose(ctx context.Context, dir, natsTag string) []string {
 	}
 	count := map[string]int{}
 	credsOf := map[string]string{}
-	apis := map[string]string{} // api service -> the port it listens on
-	for name, s := range project.Services {
+	apis := map[string]string{}                                       // api service -> the port it listens on
+	for _, name := range slices.Sorted(maps.Keys(project.Services)) { // problems in one order, run after run
+		s := project.Services[name]
 		where := file + ": service " + name
 		for _, port := range s.Ports {
 			if port.HostIP != "127.0.0.1" {
@@ -69,8 +71,8 @@ func CheckCompose(ctx context.Context, dir, natsTag string) []string {
 		}
 		if natsNode.MatchString(name) {
 			checkComposeNode(where, name, s, &p)
-			if natsTag != "" && s.Image != "nats:"+natsTag {
-				p.add(where, "image %s, but k8s/nats-values.yaml runs nats:%s: run one server version", s.Image, natsTag)
+			if nats.version != "" && (!strings.HasPrefix(s.Image, "nats:") || imageVersion(s.Image) != nats.version) {
+				p.add(where, "image %s, but %s: run that release (nats:%s-alpine)", s.Image, nats.because, strings.TrimPrefix(nats.version, "v"))
 			}
 			continue
 		}

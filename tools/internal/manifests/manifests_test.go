@@ -81,8 +81,9 @@ func TestBrokenManifestsAreFound(t *testing.T) {
 		{"ComposeNoHealthcheck", "compose/compose.yaml", "    healthcheck:\n      test: [\"CMD\", \"/usr/local/bin/jetflow\", \"probe\", \"http://127.0.0.1:9480/readyz\"]\n      interval: 5s\n      timeout: 3s\n      retries: 3\n      start_period: 30s\n\nvolumes:", "\nvolumes:", "service janitor: no health check"},
 		{"ComposeWrongCreds", "compose/compose.yaml", "./secrets/auth/default/dispatcher.creds", "./secrets/auth/default/agent.creds", "service dispatcher: connects with"},
 		{"ComposeSecretCreatesHostPath", "compose/compose.yaml", "source: ./secrets/auth/default/janitor.creds, target: /run/jetflow/nats.creds, read_only: true, bind: {create_host_path: false}}", "source: ./secrets/auth/default/janitor.creds, target: /run/jetflow/nats.creds, read_only: true}", "janitor.creds: bind it with create_host_path: false"},
-		{"NATSVersionsDiffer", "k8s/nats-values.yaml", "tag: 2.15.3-alpine", "tag: 2.14.2-alpine", "image nats:2.15.3-alpine, but k8s/nats-values.yaml runs nats:2.14.2-alpine"},
-		{"NATSImageNotTheTestedServer", "k8s/nats-values.yaml", "tag: 2.15.3-alpine", "tag: 2.15.2-alpine", "runs nats:2.15.2-alpine, but the tests embed nats-server v2.15.3: run the release they test (nats:2.15.3-alpine)"},
+		{"ComposeRunsAnotherServer", "compose/compose.yaml", "image: nats:2.15.3-alpine", "image: nats:2.14.2-alpine", "compose/compose.yaml: service n1: image nats:2.14.2-alpine, but the tests embed nats-server v2.15.3: run that release (nats:2.15.3-alpine)"},
+		{"ComposeRunsAnotherImage", "compose/compose.yaml", "image: nats:2.15.3-alpine", "image: synadia/nats-server:2.15.3", "image synadia/nats-server:2.15.3, but the tests embed nats-server v2.15.3"},
+		{"NATSImageNotTheTestedServer", "k8s/nats-values.yaml", "tag: 2.15.3-alpine", "tag: 2.15.2-alpine", "k8s/nats-values.yaml: runs nats:2.15.2-alpine, but the tests embed nats-server v2.15.3: run the release they test (nats:2.15.3-alpine)"},
 		{"TestsEmbedAnotherServer", "../pkg/go.mod", "github.com/nats-io/nats-server/v2 v2.15.3", "github.com/nats-io/nats-server/v2 v2.16.0", "runs nats:2.15.3-alpine, but the tests embed nats-server v2.16.0"},
 		{"DockerfileMissesAModule", "../go.work", "\t./tools\n", "\t./tools\n\t./services/scheduler\n", "module services/scheduler of go.work: its go.mod and go.sum are not copied"},
 		{"DockerfileMissesAService", "Dockerfile", "for s in api dispatcher agent janitor; do", "for s in api dispatcher agent; do", "does not build jetflow-janitor"},
@@ -113,4 +114,36 @@ func TestBrokenManifestsAreFound(t *testing.T) {
 			require.Contains(t, strings.Join(p, "\n"), c.want)
 		})
 	}
+}
+
+// TestTheWrongNATSImageIsBlamed: an image off the release the tests embed
+// is reported where it is, and the file that is right is not blamed for
+// differing from it.
+func TestTheWrongNATSImageIsBlamed(t *testing.T) {
+	t.Parallel()
+	root := copyDeployments(t)
+	path := filepath.Join(root, "k8s", "nats-values.yaml")
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, 1, strings.Count(string(b), "tag: 2.15.3-alpine"))
+	require.NoError(t, os.WriteFile(path, []byte(strings.Replace(string(b), "tag: 2.15.3-alpine", "tag: 2.15.2-alpine", 1)), 0o644))
+	p := Check(context.Background(), root)
+	require.Len(t, p, 1, "only the Kubernetes values: %q", p)
+	require.True(t, strings.HasPrefix(p[0], "k8s/nats-values.yaml: "), p[0])
+}
+
+// TestNATSImageWithoutTheWorkspace: a workspace that cannot be read is
+// reported, and the compose file is still held to the Kubernetes values.
+func TestNATSImageWithoutTheWorkspace(t *testing.T) {
+	t.Parallel()
+	root := copyDeployments(t)
+	require.NoError(t, os.Remove(filepath.Join(root, "..", "pkg", "go.mod")))
+	path := filepath.Join(root, "compose", "compose.yaml")
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(path, []byte(strings.Replace(string(b), "image: nats:2.15.3-alpine", "image: nats:2.14.2-alpine", 1)), 0o644))
+	got := strings.Join(Check(context.Background(), root), "\n")
+	require.Contains(t, got, "go.work: ")
+	require.Contains(t, got, "pkg/go.mod")
+	require.Contains(t, got, "image nats:2.14.2-alpine, but k8s/nats-values.yaml runs nats:2.15.3-alpine")
 }

@@ -1,6 +1,7 @@
 package manifests
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,31 +12,43 @@ import (
 
 const natsServerModule = "github.com/nats-io/nats-server/v2"
 
-// CheckNATSVersion checks that the NATS image the deployments run (tag,
-// k8s/nats-values.yaml's, e.g. 2.15.3-alpine) is the nats-server release
-// the workspace (workFile, go.work) embeds for make dev and make test: the
-// highest its modules require, as the go command selects it. What the
-// tests prove about the server is then what production runs.
-func CheckNATSVersion(tag, workFile string) []string {
-	var p problems
-	const where = "k8s/nats-values.yaml"
+// natsWant is the NATS server release the deployments must run, and why:
+// the release the tests embed, or, when the workspace cannot be read, the
+// one the Kubernetes values pin.
+type natsWant struct {
+	version string // v2.15.3
+	because string // the tests embed nats-server v2.15.3
+}
+
+// imageVersion is the release of a NATS image or image tag: v2.15.3 for
+// nats:2.15.3-alpine or 2.15.3-alpine.
+func imageVersion(image string) string {
+	tag := image
+	if i := strings.LastIndexByte(image, ':'); i >= 0 {
+		tag = image[i+1:]
+	}
+	version, _, _ := strings.Cut(tag, "-")
+	return "v" + version
+}
+
+// EmbeddedNATSVersion is the nats-server release the workspace (workFile,
+// go.work) embeds for make dev and make test: the highest its modules
+// require, as the go command selects it.
+func EmbeddedNATSVersion(workFile string) (string, error) {
 	modules, err := WorkspaceModules(workFile)
 	if err != nil {
-		p.add(where, "%v", err)
-		return p
+		return "", err
 	}
 	embedded := ""
 	for _, m := range modules {
 		file := filepath.Join(filepath.Dir(workFile), m, "go.mod")
 		b, err := os.ReadFile(file)
 		if err != nil {
-			p.add(where, "%v", err)
-			return p
+			return "", err
 		}
 		mod, err := modfile.ParseLax(file, b, nil)
 		if err != nil {
-			p.add(where, "%v", err)
-			return p
+			return "", err
 		}
 		for _, r := range mod.Require {
 			if r.Mod.Path == natsServerModule && (embedded == "" || semver.Compare(r.Mod.Version, embedded) > 0) {
@@ -44,12 +57,18 @@ func CheckNATSVersion(tag, workFile string) []string {
 		}
 	}
 	if embedded == "" {
-		p.add(where, "no module of %s requires %s: which server do the tests embed?", filepath.Base(workFile), natsServerModule)
-		return p
+		return "", fmt.Errorf("no module of %s requires %s: which server do the tests embed?", filepath.Base(workFile), natsServerModule)
 	}
-	version, _, _ := strings.Cut(tag, "-")
-	if "v"+version != embedded {
-		p.add(where, "runs nats:%s, but the tests embed nats-server %s: run the release they test (nats:%s-alpine)", tag, embedded, strings.TrimPrefix(embedded, "v"))
+	return embedded, nil
+}
+
+// checkNATSVersion checks that the NATS image the Kubernetes values pin
+// (tag, e.g. 2.15.3-alpine) is the release the tests embed (embedded),
+// so that what the tests prove about the server is what production runs.
+func checkNATSVersion(tag, embedded string) []string {
+	var p problems
+	if imageVersion(tag) != embedded {
+		p.add("k8s/nats-values.yaml", "runs nats:%s, but the tests embed nats-server %s: run the release they test (nats:%s-alpine)", tag, embedded, strings.TrimPrefix(embedded, "v"))
 	}
 	return p
 }
