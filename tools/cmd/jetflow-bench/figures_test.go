@@ -217,6 +217,8 @@ func TestSingle1AndSleepersRuns(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, armedLate, "armed 3 s ahead")
 	require.Contains(t, out.String(), "  timers fired     20 (0 before T)\n")
+	require.Contains(t, out.String(), "  executions       20 succeeded, 0 failed\n")
+	require.Regexp(t, `\n  read back        [0-9]+ events of the run, from [0-9.]+m?s after T, in `, out.String())
 	var decided, storedAt time.Duration
 	for _, line := range strings.Split(out.String(), "\n") {
 		for name, d := range map[string]*time.Duration{"fire lateness": &decided, "fire stored": &storedAt} {

@@ -123,7 +123,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.DurationVar(&c.coalesce, "projector-coalesce", projector.DefaultCoalesce, "how long, under load, the api's projector gathers events before it writes the read models (jetflow-api's -projector-coalesce): 0 (write at every batch) to 10s")
 	fs.DurationVar(&c.syncInterval, "sync-interval", 0, "how often the embedded server fsyncs its file store, without -fsync (sync_interval; default nats-server's, 2m)")
 	fs.IntVar(&c.timers, "timers", 0, "executions in the durable-timer run, all sleeping until the same instant (0 skips it)")
-	fs.DurationVar(&c.timerLead, "timer-lead", 0, "how far ahead the timer run's common due time is (default max(5s, timers/1000 s))")
+	fs.DurationVar(&c.timerLead, "timer-lead", 0, "how far ahead of the first start the timer run's common due time is (default max(5s, 3ms × timers): 30s for 10,000)")
 	fs.IntVar(&c.foreach, "foreach", 0, "items of the foreach run: one execution of a foreach of let steps (0 skips it)")
 	fs.IntVar(&c.loop, "loop", 0, "executions of the loop run, all at once: goto loops of -loop-rounds rounds, reporting how a round's time grows with the history (0 skips it)")
 	fs.IntVar(&c.loopRounds, "loop-rounds", workflow.MaxRounds, fmt.Sprintf("rounds of each loop run's execution (1 to %d, the language's limit)", workflow.MaxRounds))

@@ -126,7 +126,9 @@ func runTimers(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalo
 	if err := prof.finish(false); err != nil {
 		return 0, 0, err
 	}
-	recs, done, rerr := readTimerRun(ctx, conn.JS, prefix, began, n, due.Add(timerEndsWithin))
+	readAt := time.Now()
+	recs, done, read, rerr := readTimerRun(ctx, conn.JS, prefix, began, n, due.Add(timerEndsWithin))
+	readFor := time.Since(readAt)
 	if ctx.Err() != nil {
 		return 0, 0, ctx.Err()
 	}
@@ -206,6 +208,8 @@ func runTimers(ctx context.Context, out io.Writer, conn *bus.Conn, store *catalo
 			fired, firstFire.Sub(due).Round(time.Millisecond), lastFire.Sub(due).Round(time.Millisecond))
 	}
 	fmt.Fprintf(out, "  executions       %d succeeded, %d failed\n", succeeded, len(failed))
+	fmt.Fprintf(out, "  read back        %d events of the run, from %s after T, in %s (nothing watched the burst)\n",
+		read, readAt.Sub(due).Round(time.Millisecond), readFor.Round(time.Millisecond))
 	switch {
 	case rerr != nil:
 		return 0, 0, fmt.Errorf("timer run: %d of %d executions ended: %w", done, n, rerr)
@@ -278,36 +282,36 @@ func publishStarts(ctx context.Context, conn *bus.Conn, n int, start func(i int)
 // readTimerRun reads back the histories of the timer run's executions
 // (those whose id starts with prefix; stored since since), headers only,
 // until it has the ends of want of them, or until deadline; it returns
-// what it read of each, and how many ended. Where an execution's event
+// what it read of each, how many ended, and how many events it read. Where an execution's event
 // records its timer's firing, the stored time is when the server stored
 // it, from the message's metadata: later than its ce-time (when the
 // dispatcher decided the firing), by the appends in flight ahead of it.
-func readTimerRun(ctx context.Context, js jetstream.JetStream, prefix string, since time.Time, want int, deadline time.Time) (map[string]*timerRecord, int, error) {
+func readTimerRun(ctx context.Context, js jetstream.JetStream, prefix string, since time.Time, want int, deadline time.Time) (recs map[string]*timerRecord, ended, read int, err error) {
 	fail := func(err error) error { return fmt.Errorf("read the timer run's histories back: %w", err) }
-	recs := make(map[string]*timerRecord, want)
+	recs = make(map[string]*timerRecord, want)
 	cons, err := js.CreateConsumer(ctx, bus.StreamEvents, jetstream.ConsumerConfig{
 		FilterSubject: bus.WorkflowSubjects(timerWorkflow),
 		DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &since,
 		AckPolicy: jetstream.AckNonePolicy, HeadersOnly: true, InactiveThreshold: time.Minute,
 	})
 	if err != nil {
-		return recs, 0, fail(err)
+		return recs, 0, 0, fail(err)
 	}
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		_ = js.DeleteConsumer(dctx, bus.StreamEvents, cons.CachedInfo().Name)
 	}()
-	ended := 0
 	for ended < want {
 		if time.Now().After(deadline) {
-			return recs, ended, fail(fmt.Errorf("%d of %d executions ended within %s after T", ended, want, timerEndsWithin))
+			return recs, ended, read, fail(fmt.Errorf("%d of %d executions ended within %s after T", ended, want, timerEndsWithin))
 		}
 		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(200*time.Millisecond))
 		if err != nil {
-			return recs, ended, fail(err)
+			return recs, ended, read, fail(err)
 		}
 		for m := range batch.Messages() {
+			read++
 			id := executionOf(m.Subject())
 			typ, ok := trackedType(m.Headers())
 			if !ok || !strings.HasPrefix(id, prefix) {
@@ -315,11 +319,11 @@ func readTimerRun(ctx context.Context, js jetstream.JetStream, prefix string, si
 			}
 			at, err := time.Parse(time.RFC3339Nano, m.Headers().Get("ce-time"))
 			if err != nil {
-				return recs, ended, fail(fmt.Errorf("%s: ce-time: %w", m.Subject(), err))
+				return recs, ended, read, fail(fmt.Errorf("%s: ce-time: %w", m.Subject(), err))
 			}
 			md, err := m.Metadata()
 			if err != nil {
-				return recs, ended, fail(err)
+				return recs, ended, read, fail(err)
 			}
 			r := recs[id]
 			if r == nil {
@@ -341,13 +345,13 @@ func readTimerRun(ctx context.Context, js jetstream.JetStream, prefix string, si
 			}
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-			return recs, ended, fail(err)
+			return recs, ended, read, fail(err)
 		}
 		if err := ctx.Err(); err != nil {
-			return recs, ended, err
+			return recs, ended, read, err
 		}
 	}
-	return recs, ended, nil
+	return recs, ended, read, nil
 }
 
 // timerFigure is the timer run's figure: the p99 of when the firings were
