@@ -446,7 +446,7 @@ func TestVersion(t *testing.T) {
 		var raw map[string]any
 		require.NoError(t, json.Unmarshal(buf.Bytes(), &raw), buf.String())
 		require.NotContains(t, raw, "api", "%s: asked an api nobody named", name)
-		for _, k := range []string{"version", "commit", "go_version"} {
+		for _, k := range []string{"version", "commit", "go_version", "nats_server"} { // the test binary embeds the server too
 			require.Contains(t, raw, k, name)
 		}
 	}
@@ -467,15 +467,21 @@ func TestVersion(t *testing.T) {
 
 // TestLocalVersion: the commit comes from what make build stamped, else
 // from what Go recorded, with its time and whether the checkout had
-// changes.
+// changes; the nats-server release is the one built in.
 func TestLocalVersion(t *testing.T) {
 	t.Parallel()
 	bi := &debug.BuildInfo{Settings: []debug.BuildSetting{
 		{Key: "vcs.revision", Value: "3f2a9c1b7d4e5f60718293a4b5c6d7e8f9012345"},
 		{Key: "vcs.time", Value: "2026-11-24T15:30:00Z"},
 		{Key: "vcs.modified", Value: "true"},
+	}, Deps: []*debug.Module{
+		{Path: "github.com/nats-io/nats.go", Version: "v1.56.0"},
+		{Path: "github.com/nats-io/nats-server/v2", Version: "v2.15.3"},
 	}}
 	v := localVersion(bi, true)
+	require.Equal(t, "v2.15.3", v.NATSServer)
+	bi.Deps[1].Replace = &debug.Module{Path: "example.com/nats-server-fork", Version: "v2.15.4-fix"}
+	require.Equal(t, "v2.15.4-fix", localVersion(bi, true).NATSServer, "the server built in is the replacement")
 	require.Equal(t, "3f2a9c1b7d4e5f60718293a4b5c6d7e8f9012345", v.Commit)
 	require.Equal(t, "2026-11-24T15:30:00Z", v.CommitTime)
 	require.True(t, v.Modified)

@@ -29,6 +29,9 @@ type versionInfo struct {
 	CommitTime string `json:"commit_time,omitempty"`
 	// GoVersion is the Go toolchain that built the binary.
 	GoVersion string `json:"go_version"`
+	// NATSServer is the nats-server release built in (what jetflow dev
+	// runs), "" when Go recorded none.
+	NATSServer string `json:"nats_server,omitempty"`
 	// API is only there when the api was named (--api or JETFLOW_API).
 	API *apiVersion `json:"api,omitempty"`
 }
@@ -41,11 +44,22 @@ type apiVersion struct {
 	Error string `json:"error,omitempty"`
 }
 
+// natsServerModule is the module of the server jetflow dev embeds.
+const natsServerModule = "github.com/nats-io/nats-server/v2"
+
 // localVersion is this binary's build, read without any I/O.
 func localVersion(bi *debug.BuildInfo, ok bool) versionInfo {
 	v := versionInfo{Version: svc.Version(), Commit: stampedCommit, GoVersion: runtime.Version()}
 	if !ok {
 		return v
+	}
+	for _, d := range bi.Deps {
+		if d.Path == natsServerModule {
+			v.NATSServer = d.Version
+			if d.Replace != nil {
+				v.NATSServer = d.Replace.Version
+			}
+		}
 	}
 	for _, s := range bi.Settings {
 		switch s.Key {
@@ -74,8 +88,9 @@ func (a *app) versionCmd() *cobra.Command {
 		Use:   "version [-o json]",
 		Short: "Print this command line's version and the api's",
 		Long: `Prints this command line's version and the api's (from its GET /healthz).
-With -o json it prints its own build as JSON: version, commit, go_version
-(commit_time and modified when Go recorded them), and asks the api only
+With -o json it prints its own build as JSON: version, commit, go_version,
+nats_server (the server jetflow dev runs; commit_time and modified when Go
+recorded them), and asks the api only
 when one is named by --api or JETFLOW_API, for at most 2 s ("api":
 {"url", "version"} or {"url", "error"}).`,
 		Args: cobra.NoArgs,
