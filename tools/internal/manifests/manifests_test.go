@@ -85,6 +85,12 @@ func TestBrokenManifestsAreFound(t *testing.T) {
 		{"ComposeRunsAnotherImage", "compose/compose.yaml", "image: nats:2.15.3-alpine", "image: synadia/nats-server:2.15.3", "image synadia/nats-server:2.15.3, but the tests embed nats-server v2.15.3"},
 		{"NATSImageNotTheTestedServer", "k8s/nats-values.yaml", "tag: 2.15.3-alpine", "tag: 2.15.2-alpine", "k8s/nats-values.yaml: runs nats:2.15.2-alpine, but the tests embed nats-server v2.15.3: run the release they test (nats:2.15.3-alpine)"},
 		{"TestsEmbedAnotherServer", "../pkg/go.mod", "github.com/nats-io/nats-server/v2 v2.15.3", "github.com/nats-io/nats-server/v2 v2.16.0", "runs nats:2.15.3-alpine, but the tests embed nats-server v2.16.0"},
+		// The highest of every module's requirements, indirect ones too,
+		// in a module after the first: what the go command selects.
+		{"ALaterModuleRequiresMore", "../services/janitor/go.mod", "github.com/nats-io/nats-server/v2 v2.15.3 // indirect", "github.com/nats-io/nats-server/v2 v2.16.0 // indirect", "runs nats:2.15.3-alpine, but the tests embed nats-server v2.16.0"},
+		{"APreRelease", "k8s/nats-values.yaml", "tag: 2.15.3-alpine", "tag: 2.15.3-rc.1-alpine", "runs nats:2.15.3-rc.1-alpine, but the tests embed nats-server v2.15.3"},
+		{"ReplacedByARelease", "../go.work", "use (", "replace github.com/nats-io/nats-server/v2 => github.com/nats-io/nats-server/v2 v2.15.2\n\nuse (", "runs nats:2.15.3-alpine, but the tests embed nats-server v2.15.2"},
+		{"ReplacedByADirectory", "../go.work", "use (", "replace github.com/nats-io/nats-server/v2 => ../nats-server\n\nuse (", "go.work: github.com/nats-io/nats-server/v2 is replaced by the directory ../nats-server: the release the tests embed is not known"},
 		{"DockerfileMissesAModule", "../go.work", "\t./tools\n", "\t./tools\n\t./services/scheduler\n", "module services/scheduler of go.work: its go.mod and go.sum are not copied"},
 		{"DockerfileMissesAService", "Dockerfile", "for s in api dispatcher agent janitor; do", "for s in api dispatcher agent; do", "does not build jetflow-janitor"},
 		{"DockerfileMissesAStage", "Dockerfile", "AS agent", "AS agents", `no stage "agent"`},
@@ -146,4 +152,43 @@ func TestNATSImageWithoutTheWorkspace(t *testing.T) {
 	require.Contains(t, got, "go.work: ")
 	require.Contains(t, got, "pkg/go.mod")
 	require.Contains(t, got, "image nats:2.14.2-alpine, but k8s/nats-values.yaml runs nats:2.15.3-alpine")
+}
+
+// TestNATSImagesOfOtherVariants: the image's variant (alpine, a version of
+// it, scratch) is not part of the release, a module requiring less than
+// the others does not lower it, and a replacement of the version the
+// modules require, by a release, is the release embedded.
+func TestNATSImagesOfOtherVariants(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ file, old, new string }{
+		{"k8s/nats-values.yaml", "tag: 2.15.3-alpine", "tag: 2.15.3-alpine3.22"},
+		{"../pkg/go.mod", "github.com/nats-io/nats-server/v2 v2.15.3", "github.com/nats-io/nats-server/v2 v2.15.2"},
+		{"../go.work", "use (", "replace github.com/nats-io/nats-server/v2 v2.15.3 => github.com/nats-io/nats-server/v2 v2.15.3\n\nuse ("},
+		{"../go.work", "use (", "replace github.com/nats-io/nats-server/v2 v2.14.0 => ../nats-server\n\nuse ("}, // not the version required
+	} {
+		root := copyDeployments(t)
+		path := filepath.Join(root, c.file)
+		b, err := os.ReadFile(path)
+		require.NoError(t, err)
+		require.Equal(t, 1, strings.Count(string(b), c.old), "the text to change is in %s once", c.file)
+		require.NoError(t, os.WriteFile(path, []byte(strings.Replace(string(b), c.old, c.new, 1)), 0o644))
+		require.Empty(t, Check(context.Background(), root), "%s: %s", c.file, c.new)
+	}
+}
+
+// TestImageVersion: the release of an image or its tag.
+func TestImageVersion(t *testing.T) {
+	t.Parallel()
+	for image, want := range map[string]string{
+		"nats:2.15.3-alpine":                       "v2.15.3",
+		"2.15.3-alpine":                            "v2.15.3",
+		"nats:2.15.3":                              "v2.15.3",
+		"nats:2.15.3-alpine3.22":                   "v2.15.3",
+		"nats:2.15.3-scratch":                      "v2.15.3",
+		"nats:2.15.3-rc.1-alpine":                  "v2.15.3-rc.1",
+		"nats:latest":                              "vlatest",
+		"registry.example:5000/nats:2.15.3-alpine": "v2.15.3",
+	} {
+		require.Equal(t, want, imageVersion(image), image)
+	}
 }

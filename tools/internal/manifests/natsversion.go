@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 
 	"golang.org/x/mod/modfile"
@@ -20,28 +21,40 @@ type natsWant struct {
 	because string // the tests embed nats-server v2.15.3
 }
 
+// variantTag is a NATS image tag: a release, and the variant of the
+// official image it is built on (alpine, alpine3.22, scratch, ...), if
+// any. A pre-release (2.15.3-rc.1) is part of the release.
+var variantTag = regexp.MustCompile(`^(.+?)(-(alpine|scratch|linux|nanoserver|windowsservercore)[0-9A-Za-z.-]*)?$`)
+
 // imageVersion is the release of a NATS image or image tag: v2.15.3 for
-// nats:2.15.3-alpine or 2.15.3-alpine.
+// nats:2.15.3-alpine or 2.15.3-alpine, v2.15.3-rc.1 for 2.15.3-rc.1-alpine.
 func imageVersion(image string) string {
 	tag := image
 	if i := strings.LastIndexByte(image, ':'); i >= 0 {
 		tag = image[i+1:]
 	}
-	version, _, _ := strings.Cut(tag, "-")
-	return "v" + version
+	return "v" + variantTag.FindStringSubmatch(tag)[1]
 }
 
 // EmbeddedNATSVersion is the nats-server release the workspace (workFile,
 // go.work) embeds for make dev and make test: the highest its modules
-// require, as the go command selects it.
+// require, as the go command selects it, or the version a replace
+// directive gives instead. A replacement by a directory has no release:
+// an error.
 func EmbeddedNATSVersion(workFile string) (string, error) {
-	modules, err := WorkspaceModules(workFile)
+	b, err := os.ReadFile(workFile)
+	if err != nil {
+		return "", err
+	}
+	work, err := modfile.ParseWork(workFile, b, nil)
 	if err != nil {
 		return "", err
 	}
 	embedded := ""
-	for _, m := range modules {
-		file := filepath.Join(filepath.Dir(workFile), m, "go.mod")
+	var replaces []*modfile.Replace
+	replaces = append(replaces, work.Replace...)
+	for _, u := range work.Use {
+		file := filepath.Join(filepath.Dir(workFile), filepath.FromSlash(u.Path), "go.mod")
 		b, err := os.ReadFile(file)
 		if err != nil {
 			return "", err
@@ -55,9 +68,19 @@ func EmbeddedNATSVersion(workFile string) (string, error) {
 				embedded = r.Mod.Version
 			}
 		}
+		replaces = append(replaces, mod.Replace...)
 	}
 	if embedded == "" {
 		return "", fmt.Errorf("no module of %s requires %s: which server do the tests embed?", filepath.Base(workFile), natsServerModule)
+	}
+	for _, r := range replaces {
+		if r.Old.Path != natsServerModule || (r.Old.Version != "" && r.Old.Version != embedded) {
+			continue
+		}
+		if r.New.Version == "" {
+			return "", fmt.Errorf("%s is replaced by the directory %s: the release the tests embed is not known", natsServerModule, r.New.Path)
+		}
+		return r.New.Version, nil
 	}
 	return embedded, nil
 }
@@ -74,7 +97,8 @@ func checkNATSVersion(tag, embedded string) []string {
 }
 
 // WorkspaceModules lists the directories of the modules go.work (workFile)
-// uses, relative to its own directory.
+// uses, relative to its own directory (the tests copy their go.mod files
+// to check a copy of the deployments).
 func WorkspaceModules(workFile string) ([]string, error) {
 	b, err := os.ReadFile(workFile)
 	if err != nil {
