@@ -183,9 +183,10 @@ func TestNATSIdentitiesAreLeastPrivilege(t *testing.T) {
 		// as any request does: the dispatcher answers on the agents'
 		// answer subjects only, so no reply subject makes it publish on a
 		// history or the JetStream API (checked at the end: nothing purged,
-		// nothing forged in the history). A reply on the JetStream API is
-		// refused by the server itself (since nats-server 2.15.3: a reply
-		// must not make another client issue an API request).
+		// nothing forged in the history). A reply on a JetStream subject
+		// ($JS.>) is refused by the server itself (since nats-server
+		// 2.15.3: a reply must not make another client issue a JetStream
+		// request).
 		for _, reply := range []string{"$JS.API.STREAM.PURGE." + bus.StreamEvents, subject, "$KV." + bus.BucketLocks + ".some-lock"} {
 			msg := forged(bus.DirectResultSubject("default", partition.Of("victim", partition.DefaultCount), "victim"),
 				&events.OperationSucceeded{TaskRef: events.TaskRef{TaskID: "victim.before.1", ExecutionID: "victim", Workflow: "gated",

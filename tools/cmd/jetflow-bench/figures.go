@@ -32,8 +32,8 @@ type figures struct {
 	perStep time.Duration
 	// oneStep is the 1-step run's start-to-finish p50.
 	oneStep time.Duration
-	// timerLate is the timer run's lateness p99 (when the firings were stored,
-	// or decided when they could not be read back), and timers its size.
+	// timerLate is the timer run's lateness p99 (when the firings were
+	// stored), and timers its size.
 	timerLate time.Duration
 	timers    int
 	// timersArmedLate counts the timer run's timers armed after their

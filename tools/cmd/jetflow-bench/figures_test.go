@@ -237,6 +237,16 @@ func TestSingle1AndSleepersRuns(t *testing.T) {
 	info2, err := os.Stat(prof)
 	require.NoError(t, err)
 	require.Positive(t, info2.Size())
+
+	// A second run on the same stack reads its own executions only.
+	out.Reset()
+	_, _, err = runTimers(ctx, &out, conn, store, 7, 3*time.Second, "", 0)
+	t.Log(out.String())
+	require.NoError(t, err)
+	require.Contains(t, out.String(), "  timers armed     7, ")
+	require.Contains(t, out.String(), "  timers fired     7 (0 before T)\n")
+	require.Contains(t, out.String(), "  executions       7 succeeded, 0 failed\n")
+	require.NotContains(t, out.String(), "CPU profile")
 }
 
 // The goals table reads back as the figures it prints (rounded as it
