@@ -48,6 +48,20 @@ func copyDeployments(t *testing.T) string {
 	return root
 }
 
+// changedCopy copies the deployments (copyDeployments) and replaces old,
+// which must be in file (relative to the copy's deployments directory)
+// once, with new there; it returns the copy's deployments directory.
+func changedCopy(t *testing.T, file, old, new string) string {
+	t.Helper()
+	root := copyDeployments(t)
+	path := filepath.Join(root, file)
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, 1, strings.Count(string(b), old), "the text to change is in %s once", file)
+	require.NoError(t, os.WriteFile(path, []byte(strings.Replace(string(b), old, new, 1)), 0o644))
+	return root
+}
+
 func copyFile(t *testing.T, from, to string) {
 	t.Helper()
 	b, err := os.ReadFile(from)
@@ -109,12 +123,7 @@ func TestBrokenManifestsAreFound(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			root := copyDeployments(t)
-			path := filepath.Join(root, c.file)
-			b, err := os.ReadFile(path)
-			require.NoError(t, err)
-			require.Equal(t, 1, strings.Count(string(b), c.old), "the text to break is in %s once", c.file)
-			require.NoError(t, os.WriteFile(path, []byte(strings.Replace(string(b), c.old, c.new, 1)), 0o644))
+			root := changedCopy(t, c.file, c.old, c.new)
 			p := Check(context.Background(), root)
 			require.NotEmpty(t, p, "the broken manifest passed")
 			require.Contains(t, strings.Join(p, "\n"), c.want)
@@ -127,12 +136,7 @@ func TestBrokenManifestsAreFound(t *testing.T) {
 // differing from it.
 func TestTheWrongNATSImageIsBlamed(t *testing.T) {
 	t.Parallel()
-	root := copyDeployments(t)
-	path := filepath.Join(root, "k8s", "nats-values.yaml")
-	b, err := os.ReadFile(path)
-	require.NoError(t, err)
-	require.Equal(t, 1, strings.Count(string(b), "tag: 2.15.3-alpine"))
-	require.NoError(t, os.WriteFile(path, []byte(strings.Replace(string(b), "tag: 2.15.3-alpine", "tag: 2.15.2-alpine", 1)), 0o644))
+	root := changedCopy(t, "k8s/nats-values.yaml", "tag: 2.15.3-alpine", "tag: 2.15.2-alpine")
 	p := Check(context.Background(), root)
 	require.Len(t, p, 1, "only the Kubernetes values: %q", p)
 	require.True(t, strings.HasPrefix(p[0], "k8s/nats-values.yaml: "), p[0])
@@ -142,12 +146,8 @@ func TestTheWrongNATSImageIsBlamed(t *testing.T) {
 // reported, and the compose file is still held to the Kubernetes values.
 func TestNATSImageWithoutTheWorkspace(t *testing.T) {
 	t.Parallel()
-	root := copyDeployments(t)
+	root := changedCopy(t, "compose/compose.yaml", "image: nats:2.15.3-alpine", "image: nats:2.14.2-alpine")
 	require.NoError(t, os.Remove(filepath.Join(root, "..", "pkg", "go.mod")))
-	path := filepath.Join(root, "compose", "compose.yaml")
-	b, err := os.ReadFile(path)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(path, []byte(strings.Replace(string(b), "image: nats:2.15.3-alpine", "image: nats:2.14.2-alpine", 1)), 0o644))
 	got := strings.Join(Check(context.Background(), root), "\n")
 	require.Contains(t, got, "go.work: ")
 	require.Contains(t, got, "pkg/go.mod")
@@ -166,12 +166,7 @@ func TestNATSImagesOfOtherVariants(t *testing.T) {
 		{"../go.work", "use (", "replace github.com/nats-io/nats-server/v2 v2.15.3 => github.com/nats-io/nats-server/v2 v2.15.3\n\nuse ("},
 		{"../go.work", "use (", "replace github.com/nats-io/nats-server/v2 v2.14.0 => ../nats-server\n\nuse ("}, // not the version required
 	} {
-		root := copyDeployments(t)
-		path := filepath.Join(root, c.file)
-		b, err := os.ReadFile(path)
-		require.NoError(t, err)
-		require.Equal(t, 1, strings.Count(string(b), c.old), "the text to change is in %s once", c.file)
-		require.NoError(t, os.WriteFile(path, []byte(strings.Replace(string(b), c.old, c.new, 1)), 0o644))
+		root := changedCopy(t, c.file, c.old, c.new)
 		require.Empty(t, Check(context.Background(), root), "%s: %s", c.file, c.new)
 	}
 }

@@ -42,11 +42,7 @@ func imageVersion(image string) string {
 // directive gives instead. A replacement by a directory has no release:
 // an error.
 func EmbeddedNATSVersion(workFile string) (string, error) {
-	b, err := os.ReadFile(workFile)
-	if err != nil {
-		return "", err
-	}
-	work, err := modfile.ParseWork(workFile, b, nil)
+	work, err := readWork(workFile)
 	if err != nil {
 		return "", err
 	}
@@ -100,11 +96,7 @@ func checkNATSVersion(tag, embedded string) []string {
 // uses, relative to its own directory (the tests copy their go.mod files
 // to check a copy of the deployments).
 func WorkspaceModules(workFile string) ([]string, error) {
-	b, err := os.ReadFile(workFile)
-	if err != nil {
-		return nil, err
-	}
-	work, err := modfile.ParseWork(workFile, b, nil)
+	work, err := readWork(workFile)
 	if err != nil {
 		return nil, err
 	}
@@ -113,4 +105,12 @@ func WorkspaceModules(workFile string) ([]string, error) {
 		dirs = append(dirs, filepath.FromSlash(u.Path))
 	}
 	return dirs, nil
+}
+
+func readWork(workFile string) (*modfile.WorkFile, error) {
+	b, err := os.ReadFile(workFile)
+	if err != nil {
+		return nil, err
+	}
+	return modfile.ParseWork(workFile, b, nil)
 }
