@@ -95,10 +95,11 @@ test: ## Every module's tests with -race against embedded JetStream, test/go1.26
 
 # The oldest Go the modules declare. Its encoding/json is the v1
 # implementation, whose answers to bad JSON differ from the v2 one's
-# (the member an error names: docs/development.md): the packages that explain bad JSON are tested
-# with it too, so that a program built with Go 1.26 on jetflow's modules
-# says what the tests expect. (Go 1.27's GOEXPERIMENT=nojsonv2 cannot
-# stand in: dependencies build on encoding/json/v2 from Go 1.27.)
+# (the member an error names: docs/development.md): the packages that
+# explain bad JSON are tested with it too, so that a program built with
+# Go 1.26 on jetflow's modules says what the tests expect. (Go 1.27's
+# GOEXPERIMENT=nojsonv2 cannot stand in: dependencies build on
+# encoding/json/v2 from Go 1.27.)
 GO_OLDEST ?= go1.26.8
 JSONV1_PKGS := jetflow.dev/pkg/events/... jetflow.dev/pkg/bus/... jetflow.dev/pkg/projections/... \
 	jetflow.dev/pkg/startcheck/... jetflow.dev/services/api/api

@@ -27,17 +27,15 @@ func Check(ctx context.Context, root string) []string {
 	// embed, so that a wrong one is blamed, not the other.
 	tag, _ := NATSImageTag(filepath.Join(root, "k8s", "nats-values.yaml")) // CheckK8s says what is wrong with it
 	var want natsWant
-	embedded, err := EmbeddedNATSVersion(filepath.Join(root, "..", "go.work"))
-	switch {
-	case err == nil:
-		want = natsWant{version: embedded, because: "the tests embed nats-server " + embedded}
-		if tag != "" {
-			p = append(p, checkNATSVersion(tag, embedded)...)
-		}
-	default:
+	if embedded, err := EmbeddedNATSVersion(filepath.Join(root, "..", "go.work")); err != nil {
 		p = append(p, "go.work: "+err.Error())
 		if tag != "" {
 			want = natsWant{version: imageVersion(tag), because: "k8s/nats-values.yaml runs nats:" + tag}
+		}
+	} else {
+		want = natsWant{version: embedded, because: "the tests embed nats-server " + embedded}
+		if tag != "" {
+			p = append(p, checkNATSVersion(tag, embedded)...)
 		}
 	}
 	for _, s := range CheckCompose(ctx, filepath.Join(root, "compose"), want) {

@@ -175,13 +175,14 @@ func TestNATSImagesOfOtherVariants(t *testing.T) {
 func TestImageVersion(t *testing.T) {
 	t.Parallel()
 	for image, want := range map[string]string{
-		"nats:2.15.3-alpine":                       "v2.15.3",
-		"2.15.3-alpine":                            "v2.15.3",
-		"nats:2.15.3":                              "v2.15.3",
-		"nats:2.15.3-alpine3.22":                   "v2.15.3",
-		"nats:2.15.3-scratch":                      "v2.15.3",
-		"nats:2.15.3-rc.1-alpine":                  "v2.15.3-rc.1",
-		"nats:latest":                              "vlatest",
+		"nats:2.15.3-alpine":      "v2.15.3",
+		"2.15.3-alpine":           "v2.15.3",
+		"nats:2.15.3":             "v2.15.3",
+		"nats:2.15.3-alpine3.22":  "v2.15.3",
+		"nats:2.15.3-scratch":     "v2.15.3",
+		"nats:2.15.3-rc.1-alpine": "v2.15.3-rc.1",
+		"nats:latest":             "vlatest",
+		"nats:":                   "v",
 		"registry.example:5000/nats:2.15.3-alpine": "v2.15.3",
 	} {
 		require.Equal(t, want, imageVersion(image), image)

@@ -33,7 +33,11 @@ func imageVersion(image string) string {
 	if i := strings.LastIndexByte(image, ':'); i >= 0 {
 		tag = image[i+1:]
 	}
-	return "v" + variantTag.FindStringSubmatch(tag)[1]
+	m := variantTag.FindStringSubmatch(tag)
+	if m == nil { // no tag at all (nats:): no release
+		return "v"
+	}
+	return "v" + m[1]
 }
 
 // EmbeddedNATSVersion is the nats-server release the workspace (workFile,
