@@ -18,3 +18,12 @@ func SetLongPoll(d time.Duration) func() {
 	longPoll = d
 	return func() { longPoll = old }
 }
+
+// SetBulkRecheck sets how long a look that found the bulk lane empty
+// stands for a worker that ended a task alone on the normal lane, and
+// returns a func that restores it.
+func SetBulkRecheck(d time.Duration) func() {
+	old := bulkRecheck
+	bulkRecheck = d
+	return func() { bulkRecheck = old }
+}

@@ -38,6 +38,16 @@ import (
 // costs an idle agent a few requests a second per queue. The other flex
 // workers, waiting on the normal lane, join a fan-out that started while
 // they were idle when their pull ends (longPoll) or a task comes.
+//
+// Each look that finds a lane empty costs a request and the server's
+// answer. Tasks that come one at a time (one execution's steps, back to
+// back) would cost two such looks a task, beside the dispatcher's work on
+// the next step: so a flex worker that ended a task of the normal lane
+// with none behind it waits on the normal lane at once (a task waiting
+// there is delivered at once, as to a look), without looking at the bulk
+// lane, while that lane is idle and was found empty within bulkRecheck:
+// the lanes are still looked at every bulkRecheck while tasks come, and
+// by the scout.
 const (
 	// lanePoll is how long a flex worker waits on one lane before it looks
 	// at the other again. The pull's own expiry ends it.
@@ -49,6 +59,11 @@ const (
 	// in bulkTurn.
 	bulkTurn = 4
 )
+
+// bulkRecheck is how long a look that found the bulk lane empty stands
+// for a flex worker whose last task had none behind it on the normal
+// lane, while the bulk lane is idle. A variable for tests.
+var bulkRecheck = 20 * time.Millisecond
 
 // longPoll is how long a worker waits on the normal lane when nothing
 // else is to be watched: a pull with heartbeats, given up within two
@@ -79,8 +94,11 @@ type lanes struct {
 	inFlight upDown // its tasks in hand (metrics)
 
 	lastBulk atomic.Int64 // unix nanoseconds of the last task taken from the bulk lane
-	scout    atomic.Bool  // an idle flex worker is the queue's scout
-	warned   atomic.Int64 // unix nanoseconds of the last warning about the bulk lane
+	// bulkEmpty: unix nanoseconds of the last look that found the bulk
+	// lane empty.
+	bulkEmpty atomic.Int64
+	scout     atomic.Bool  // an idle flex worker is the queue's scout
+	warned    atomic.Int64 // unix nanoseconds of the last warning about the bulk lane
 }
 
 func (l *lanes) normalConsumer() jetstream.Consumer {
@@ -156,7 +174,10 @@ func (a *Agent) bindBulk(ctx context.Context, l *lanes, tried func()) {
 type worker struct {
 	reserved bool // the normal lane only
 	taken    int  // tasks taken from either lane, for bulkTurn
-	pulls    *pulls
+	// alone: its last task came from the normal lane with no other
+	// waiting behind it.
+	alone bool
+	pulls *pulls
 }
 
 // next waits for a worker's next task: nil when none came in time (or
@@ -164,10 +185,22 @@ type worker struct {
 // bound, waits on the normal lane as long as a pull lasts.
 func (a *Agent) next(ctx context.Context, l *lanes, w *worker, log zerolog.Logger) (jetstream.Msg, error) {
 	m, err := a.take(ctx, l, w, log)
+	w.alone = false
 	if m != nil {
 		w.taken++
+		md, mdErr := m.Metadata()
+		w.alone = mdErr == nil && md.NumPending == 0 && md.Consumer == bus.AgentConsumer(l.queue)
 	}
 	return m, err
+}
+
+// waitAtOnce reports whether flex worker w may wait on the normal lane
+// without looking at both lanes first: its last task was alone on the
+// normal lane, the bulk lane is idle, and a look found it empty within
+// bulkRecheck.
+func (l *lanes) waitAtOnce(w *worker, now time.Time) bool {
+	return w.alone && now.Sub(time.Unix(0, l.lastBulk.Load())) >= bulkActive &&
+		now.Sub(time.Unix(0, l.bulkEmpty.Load())) < bulkRecheck
 }
 
 func (a *Agent) take(ctx context.Context, l *lanes, w *worker, log zerolog.Logger) (jetstream.Msg, error) {
@@ -178,30 +211,34 @@ func (a *Agent) take(ctx context.Context, l *lanes, w *worker, log zerolog.Logge
 	lookNormal := func() (jetstream.Msg, error) { return w.fetchNow(ctx, normal) }
 	lookBulk := func() (jetstream.Msg, error) {
 		m, err := w.fetchNow(ctx, bulk)
-		if err != nil { // the normal lane must not stall with it
+		switch {
+		case err != nil: // the normal lane must not stall with it
 			l.warnBulk(log, err, "fetch a task from the bulk lane")
 			a.rebindIfGone(ctx, l, true, log)
-		}
-		if m != nil {
+		case m != nil:
 			l.lastBulk.Store(time.Now().UnixNano())
+		default:
+			l.bulkEmpty.Store(time.Now().UnixNano())
 		}
 		return m, nil
 	}
-	looks := []func() (jetstream.Msg, error){lookNormal, lookBulk}
-	if (w.taken+1)%bulkTurn == 0 { // this worker's every bulkTurn-th task
-		looks[0], looks[1] = lookBulk, lookNormal
-	}
-	for _, look := range looks {
-		if m, err := look(); m != nil || err != nil {
+	if !l.waitAtOnce(w, time.Now()) {
+		looks := []func() (jetstream.Msg, error){lookNormal, lookBulk}
+		if (w.taken+1)%bulkTurn == 0 { // this worker's every bulkTurn-th task
+			looks[0], looks[1] = lookBulk, lookNormal
+		}
+		for _, look := range looks {
+			if m, err := look(); m != nil || err != nil {
+				return m, err
+			}
+		}
+		if time.Since(time.Unix(0, l.lastBulk.Load())) < bulkActive {
+			m, err := w.fetchShort(ctx, bulk)
+			if m != nil {
+				l.lastBulk.Store(time.Now().UnixNano())
+			}
 			return m, err
 		}
-	}
-	if time.Since(time.Unix(0, l.lastBulk.Load())) < bulkActive {
-		m, err := w.fetchShort(ctx, bulk)
-		if m != nil {
-			l.lastBulk.Store(time.Now().UnixNano())
-		}
-		return m, err
 	}
 	if l.scout.CompareAndSwap(false, true) {
 		defer l.scout.Store(false)

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
@@ -181,6 +183,54 @@ func TestAnIdleAgentNoticesAFanOut(t *testing.T) {
 	held.open()
 	b.waitFinal(t, "fan")
 	held.requireFirstDeliveries(t)
+}
+
+// TestTasksOneAtATimeCostARequestEach: tasks that come one at a time on
+// the normal lane, the bulk lane idle, cost a pull request each: a worker
+// that ended one with none behind it waits on the normal lane at once,
+// without the two looks (the normal lane, then the bulk lane) that each
+// found nothing. The looks at the bulk lane are then the scout's (one a
+// second) and the long pulls' ends, not one a task. Not parallel: it
+// sets the package's recheck (to an hour, so that the test does not
+// depend on the machine's pace).
+func TestTasksOneAtATimeCostARequestEach(t *testing.T) {
+	t.Cleanup(agent.SetBulkRecheck(time.Hour)) // run after the agent stops
+	s := natstest.RunJetStream(t)
+	watch, _ := natstest.Connect(t, s)
+	var normal, bulk atomic.Int64
+	for n, consumer := range map[*atomic.Int64]string{
+		&normal: bus.AgentConsumer(workflow.DefaultQueue), &bulk: bus.AgentBulkConsumer(workflow.DefaultQueue),
+	} {
+		_, err := watch.Subscribe("$JS.API.CONSUMER.MSG.NEXT."+bus.StreamTasks+"."+consumer, func(*nats.Msg) { n.Add(1) })
+		require.NoError(t, err)
+	}
+	require.NoError(t, watch.Flush())
+	_, js := natstest.Connect(t, s)
+	a, err := agent.New(agent.Config{Name: agentName, AckWait: ackWait, Concurrency: 4, ShutdownGrace: time.Second},
+		js, zerolog.New(zerolog.NewTestWriter(t)))
+	require.NoError(t, err)
+	natstest.Serve(t, a.Run)
+	natstest.Eventually(t, waitFor, func() bool { return a.Ready() == nil }, "the agent binds its queues")
+	b := &agentBundle{js: js}
+	b.publishTask(t, "first", workflow.Step{ID: "s", Kind: "noop"})
+	b.waitFinal(t, "first") // every worker has looked at both lanes
+
+	const tasks = 60
+	normalBefore, bulkBefore, began := normal.Load(), bulk.Load(), time.Now()
+	for i := range tasks {
+		id := fmt.Sprintf("one-%d", i)
+		b.publishTask(t, id, workflow.Step{ID: "s", Kind: "noop"})
+		b.waitFinal(t, id)
+	}
+	took := time.Since(began)
+	// Besides a request a task: the scout's two looks a second, a long
+	// pull's end now and then, and the workers' pulls when counting began.
+	others := int64(8 + 3*int(took.Seconds()))
+	normalAsked, bulkAsked := normal.Load()-normalBefore, bulk.Load()-bulkBefore
+	t.Logf("%d tasks in %s: %d requests to the normal lane, %d to the bulk lane (others allowed: %d)",
+		tasks, took.Round(time.Millisecond), normalAsked, bulkAsked, others)
+	require.LessOrEqual(t, bulkAsked, others, "the bulk lane looked at for tasks that came one at a time")
+	require.LessOrEqual(t, normalAsked, tasks+others, "more than a request a task to the normal lane")
 }
 
 // TestTheBulkLaneIsBoundOnceMade: an agent that may not make consumers,
