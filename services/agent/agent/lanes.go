@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,12 +43,16 @@ import (
 // Each look that finds a lane empty costs a request and the server's
 // answer. Tasks that come one at a time (one execution's steps, back to
 // back) would cost two such looks a task, beside the dispatcher's work on
-// the next step: so a flex worker that ended a task of the normal lane
-// with none behind it waits on the normal lane at once (a task waiting
-// there is delivered at once, as to a look), without looking at the bulk
-// lane, while that lane is idle and was found empty within bulkRecheck:
-// the lanes are still looked at every bulkRecheck while tasks come, and
-// by the scout.
+// the next step: so a flex worker that ended a task alone on the normal
+// lane (none behind it, at its first delivery) waits on the normal lane
+// at once (a task waiting there is delivered at once, as to a look),
+// without looking at the bulk lane, while that lane is idle and a look
+// found it empty within bulkRecheck. The first worker to end a task
+// after that looks at both lanes again, as the scout does every lanePoll:
+// a fan-out's bulk task waits at most bulkRecheck longer while tasks
+// come, and no longer than before when none do. (So the worker that ends
+// a fan-out's first task looks at the bulk lane next only when no look
+// found it empty within bulkRecheck.)
 const (
 	// lanePoll is how long a flex worker waits on one lane before it looks
 	// at the other again. The pull's own expiry ends it.
@@ -93,10 +98,8 @@ type lanes struct {
 
 	inFlight upDown // its tasks in hand (metrics)
 
-	lastBulk atomic.Int64 // unix nanoseconds of the last task taken from the bulk lane
-	// bulkEmpty: unix nanoseconds of the last look that found the bulk
-	// lane empty.
-	bulkEmpty atomic.Int64
+	lastBulk  stamp        // the last task taken from the bulk lane
+	bulkEmpty stamp        // the last look that found the bulk lane empty
 	scout     atomic.Bool  // an idle flex worker is the queue's scout
 	warned    atomic.Int64 // unix nanoseconds of the last warning about the bulk lane
 }
@@ -174,8 +177,8 @@ func (a *Agent) bindBulk(ctx context.Context, l *lanes, tried func()) {
 type worker struct {
 	reserved bool // the normal lane only
 	taken    int  // tasks taken from either lane, for bulkTurn
-	// alone: its last task came from the normal lane with no other
-	// waiting behind it.
+	// alone: its last task came from the normal lane at its first
+	// delivery, with no other waiting behind it.
 	alone bool
 	pulls *pulls
 }
@@ -185,13 +188,20 @@ type worker struct {
 // bound, waits on the normal lane as long as a pull lasts.
 func (a *Agent) next(ctx context.Context, l *lanes, w *worker, log zerolog.Logger) (jetstream.Msg, error) {
 	m, err := a.take(ctx, l, w, log)
-	w.alone = false
+	w.alone = m != nil && aloneOnNormal(m, l.queue)
 	if m != nil {
 		w.taken++
-		md, mdErr := m.Metadata()
-		w.alone = mdErr == nil && md.NumPending == 0 && md.Consumer == bus.AgentConsumer(l.queue)
 	}
 	return m, err
+}
+
+// aloneOnNormal reports whether task m came from queue's normal lane at
+// its first delivery with no other task waiting behind it (a count that
+// leaves out tasks due for redelivery: a task delivered again says that
+// something is amiss, and the lanes are looked at).
+func aloneOnNormal(m jetstream.Msg, queue string) bool {
+	md, err := m.Metadata()
+	return err == nil && md.NumPending == 0 && md.NumDelivered == 1 && md.Consumer == bus.AgentConsumer(queue)
 }
 
 // waitAtOnce reports whether flex worker w may wait on the normal lane
@@ -199,8 +209,27 @@ func (a *Agent) next(ctx context.Context, l *lanes, w *worker, log zerolog.Logge
 // normal lane, the bulk lane is idle, and a look found it empty within
 // bulkRecheck.
 func (l *lanes) waitAtOnce(w *worker, now time.Time) bool {
-	return w.alone && now.Sub(time.Unix(0, l.lastBulk.Load())) >= bulkActive &&
-		now.Sub(time.Unix(0, l.bulkEmpty.Load())) < bulkRecheck
+	return w.alone && l.lastBulk.age(now) >= bulkActive && l.bulkEmpty.age(now) < bulkRecheck
+}
+
+// A stamp is when something last happened, on the monotonic clock (on
+// the wall clock, set back, an old moment would look recent): the time
+// since clockStart, plus one; zero is never.
+type stamp struct{ ns atomic.Int64 }
+
+var clockStart = time.Now()
+
+// mark says it happened at now.
+func (s *stamp) mark(now time.Time) { s.ns.Store(int64(now.Sub(clockStart)) + 1) }
+
+// age is how long before now it last happened; never is older than any
+// duration.
+func (s *stamp) age(now time.Time) time.Duration {
+	v := s.ns.Load()
+	if v == 0 {
+		return math.MaxInt64
+	}
+	return now.Sub(clockStart) - time.Duration(v-1)
 }
 
 func (a *Agent) take(ctx context.Context, l *lanes, w *worker, log zerolog.Logger) (jetstream.Msg, error) {
@@ -216,9 +245,9 @@ func (a *Agent) take(ctx context.Context, l *lanes, w *worker, log zerolog.Logge
 			l.warnBulk(log, err, "fetch a task from the bulk lane")
 			a.rebindIfGone(ctx, l, true, log)
 		case m != nil:
-			l.lastBulk.Store(time.Now().UnixNano())
+			l.lastBulk.mark(time.Now())
 		default:
-			l.bulkEmpty.Store(time.Now().UnixNano())
+			l.bulkEmpty.mark(time.Now())
 		}
 		return m, nil
 	}
@@ -232,10 +261,10 @@ func (a *Agent) take(ctx context.Context, l *lanes, w *worker, log zerolog.Logge
 				return m, err
 			}
 		}
-		if time.Since(time.Unix(0, l.lastBulk.Load())) < bulkActive {
+		if l.lastBulk.age(time.Now()) < bulkActive {
 			m, err := w.fetchShort(ctx, bulk)
 			if m != nil {
-				l.lastBulk.Store(time.Now().UnixNano())
+				l.lastBulk.mark(time.Now())
 			}
 			return m, err
 		}

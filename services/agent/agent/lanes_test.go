@@ -172,7 +172,7 @@ func TestABusyNormalLaneStillGetsEveryWorker(t *testing.T) {
 // about a second, not when the others' long pulls end (30 s here). Not
 // parallel: it sets the package's long pull.
 func TestAnIdleAgentNoticesAFanOut(t *testing.T) {
-	defer agent.SetLongPoll(30 * time.Second)()
+	t.Cleanup(agent.SetLongPoll(30 * time.Second)) // run after the agent stops
 	held := newGate(t)
 	b := runLaneAgent(t, 4, map[string]operation.Handler{"held": held})
 	time.Sleep(2 * time.Second) // every worker is idle, in its wait
@@ -191,8 +191,10 @@ func TestAnIdleAgentNoticesAFanOut(t *testing.T) {
 // without the two looks (the normal lane, then the bulk lane) that each
 // found nothing. The looks at the bulk lane are then the scout's (one a
 // second) and the long pulls' ends, not one a task. Not parallel: it
-// sets the package's recheck (to an hour, so that the test does not
-// depend on the machine's pace).
+// sets the package's recheck to an hour, so that the test does not
+// depend on the machine's pace (at the default 20 ms, only tasks that
+// come less than 20 ms apart, as one execution's steps do, are spared
+// the looks; the test's own waits are 10 ms each).
 func TestTasksOneAtATimeCostARequestEach(t *testing.T) {
 	t.Cleanup(agent.SetBulkRecheck(time.Hour)) // run after the agent stops
 	s := natstest.RunJetStream(t)
