@@ -16,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"jetflow.dev/pkg/bus"
 	"jetflow.dev/pkg/client"
 	"jetflow.dev/pkg/events"
 	"jetflow.dev/pkg/projections"
@@ -111,6 +112,53 @@ func TestFollowGoesOnAfterCancelAndResume(t *testing.T) {
 
 // requireGapless checks that seen is exactly the history: no event missed,
 // none twice, in order.
+// TestAFollowLeavesNoConsumerBehind: a follow of an execution's events
+// reads them with a consumer of its own on the events stream; once the
+// follow ends, the api deletes it. Left to the server's inactivity
+// threshold, a client that follows again and again (a CLI's run --watch
+// in a loop: a new user's try reached it after about 500 in 5 minutes)
+// took the stream's 1,000 consumers (nats-server's default limit), and
+// every follow failed with an error 500 until they expired.
+func TestAFollowLeavesNoConsumerBehind(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s.apply(t, "name: quick\nsteps:\n  - {id: a, kind: noop}\n")
+	_, err := s.c.Start(ctx, client.StartRequest{Workflow: "quick", ID: "quick-1"})
+	require.NoError(t, err)
+	s.waitDone(t, "quick-1", 30*time.Second)
+	consumers := func() (int, error) {
+		stream, err := s.js.Stream(ctx, bus.StreamEvents)
+		if err != nil {
+			return 0, err
+		}
+		names := stream.ConsumerNames(ctx)
+		n := 0
+		for range names.Name() { // read to the end: the lister's goroutine ends then
+			n++
+		}
+		return n, names.Err()
+	}
+	before, err := consumers()
+	require.NoError(t, err)
+	const follows = 20
+	for range follows {
+		seen, err := followAll(ctx, s.c, "quick-1", 0)
+		require.NoError(t, err)
+		require.NotEmpty(t, seen)
+	}
+	// Within 15 s: the server's own threshold (followInactive, 30 s)
+	// would reap them only later.
+	poll(t, 15*time.Second, "the follows' consumers deleted", func() (bool, string) {
+		n, err := consumers()
+		if err != nil {
+			return false, err.Error()
+		}
+		return n <= before, fmt.Sprintf("%d consumers on %s after %d follows, %d before", n, bus.StreamEvents, follows, before)
+	})
+}
+
 func requireGapless(t *testing.T, history []events.Event, seen []client.Event) {
 	t.Helper()
 	want := make([]uint64, len(history))

@@ -898,6 +898,32 @@ func (s *Server) executionEvents(w http.ResponseWriter, r *http.Request) {
 // sseKeepalive is how often an idle event stream sends a comment line.
 const sseKeepalive = 15 * time.Second
 
+// followInactive is how long the server keeps a follow's consumer once
+// nothing pulls from it: the api deletes it when the follow ends
+// (dropFollowed), and this reaps those of an api that stopped first. A
+// follow pulls all the time (a pull lasts bus.PullExpiry).
+const followInactive = 30 * time.Second
+
+// dropFollowed deletes the consumer of a follow that ended, in the
+// background (the answer's end does not wait for it). Left to the
+// server's inactivity threshold, each follow's consumer would stay for
+// followInactive, and a client following many executions, or one
+// following again and again, would reach the stream's limit of
+// consumers, failing every follow meanwhile.
+func (s *Server) dropFollowed(js jetstream.JetStream, cons jetstream.Consumer) {
+	info := cons.CachedInfo()
+	if info == nil {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := js.DeleteConsumer(ctx, bus.StreamEvents, info.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			s.log.Debug().Err(err).Str("consumer", info.Name).Msg("delete a follow's consumer (the server reaps it when inactive)")
+		}
+	}()
+}
+
 // followEvents streams the history from stream sequence from as
 // server-sent events (id = stream sequence, event = CloudEvents type,
 // data = the event as JSON). It reads the history from its start to know
@@ -913,12 +939,14 @@ func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, id, subjec
 		s.internal(w, r, errors.New("streaming unsupported"))
 		return
 	}
-	cons, err := s.at(r).js.OrderedConsumer(r.Context(), bus.StreamEvents,
-		jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	js := s.at(r).js
+	cons, err := js.OrderedConsumer(r.Context(), bus.StreamEvents,
+		jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}, InactiveThreshold: followInactive})
 	if err != nil {
 		s.internal(w, r, err)
 		return
 	}
+	defer s.dropFollowed(js, cons) // after it.Stop
 	it, err := cons.Messages(bus.Messages()...)
 	if err != nil {
 		s.internal(w, r, err)
