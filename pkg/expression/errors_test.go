@@ -446,3 +446,34 @@ func TestInfinityInATextIsWritten(t *testing.T) {
 	require.NoError(t, err, "an infinity on the way to a boolean")
 	require.True(t, ok)
 }
+
+// TestCompileListRefusesWhatIsNeverAList: a foreach's items that give no
+// list whatever they are run with (a value neither a list nor a string,
+// text, an expression whose type is known and no list) are refused when
+// applied, with what they are; a list, or one ${...} whose type is known
+// only when it runs or is a list, is accepted.
+func TestCompileListRefusesWhatIsNeverAList(t *testing.T) {
+	t.Parallel()
+
+	for _, c := range []struct {
+		in   any
+		want string
+	}{
+		{5, "the number 5 is not a list: give a list, or an expression that gives one (${input.hosts})"},
+		{uint64(7), "the number 7 is not a list"}, // as YAML decodes it
+		{true, "the boolean true is not a list"},
+		{map[string]any{"a": 1}, `the object {"a":1} is not a list`},
+		{"hosts", `the string "hosts" gives text, not a list: give a list, or one ${...} alone that gives one (${input.hosts})`},
+		{"hosts: ${input.tags}", `the string "hosts: ${input.tags}" gives text, not a list`},
+		{" ${input.tags}", `gives text, not a list`},
+		{`${"a"}`, `expression ${"a"}: gives a string, not a list`},
+		{"${len(input.tags)}", "expression ${len(input.tags)}: gives a number, not a list"},
+		{"${{'a': 1}}", "expression ${{'a': 1}}: gives an object, not a list"},
+	} {
+		require.ErrorContains(t, expression.CompileList(c.in, nil), c.want, "%v", c.in)
+	}
+	for _, in := range []any{[]any{"a", "${input.host}"}, []string{"a"}, "${input.tags}", "${[1, 2]}", "${input.x ?? []}",
+		"${filter(input.tags, # != 'a')}", nil} {
+		require.NoError(t, expression.CompileList(in, nil), "%v", in)
+	}
+}

@@ -304,6 +304,45 @@ func CompileCondition(s string, roots []string) error {
 	return nil
 }
 
+// CompileList checks a value that must give a list (a foreach's items)
+// as Compile does, and refuses one that gives no list whatever it is
+// run with: a value neither a list nor a string, a string that is not
+// one ${...} (it renders to text), or one ${...} whose type, known
+// before it runs, is not a list (${"a"}, ${len(input.hosts)}). A list
+// whose type is known only when it runs is accepted. nil is left to the
+// caller (a required value).
+func CompileList(v any, roots []string) error {
+	if err := Compile(v, roots); err != nil {
+		return err
+	}
+	if v == nil {
+		return nil
+	}
+	s, isString := v.(string)
+	if !isString {
+		if k := reflect.ValueOf(v).Kind(); k == reflect.Slice || k == reflect.Array {
+			return nil
+		}
+		return fmt.Errorf("%s is not a list: give a list, or an expression that gives one (${input.hosts})", describe(normalize(v)))
+	}
+	parts, err := split(s)
+	if err != nil {
+		return err
+	}
+	if len(parts) != 1 || !parts[0].expr {
+		return fmt.Errorf("%s gives text, not a list: give a list, or one ${...} alone that gives one (${input.hosts})", describe(v))
+	}
+	roots, _ = withoutSecret(rootsOr(roots))
+	p, err := program(parts[0].text, roots)
+	if err != nil {
+		return nil // a secret's reference, refused or not by Compile
+	}
+	if k := typeKind(p.Node().Type()); k != "" && k != "list" {
+		return &Error{Expr: parts[0].text, Err: fmt.Errorf("gives %s, not a list", article(k))}
+	}
+	return nil
+}
+
 // typeKind is the kind of the values of a type the checker knows, if it
 // is one an expression gives; "" for a type known only when it runs.
 func typeKind(t reflect.Type) string {

@@ -368,7 +368,7 @@ func (s Step) validateContainer(add func(string, string, ...any), addErr func(st
 		if s.Items == nil {
 			add(f("items"), "is required: a list, or an expression giving one")
 		}
-		addErr(f("items"), expression.Compile(s.Items, roots))
+		addErr(f("items"), expression.CompileList(s.Items, roots))
 		if s.Concurrency < 0 {
 			add(f("concurrency"), "must be at least 1 (0 or absent means 1: one item at a time)")
 		}

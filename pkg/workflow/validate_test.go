@@ -173,6 +173,25 @@ var validationCases = []struct {
 		want: []problem{{"steps[0].items", 5, "expression ${input.hosts +}: unexpected token EOF at character 13"}},
 	},
 	{
+		name: "ForeachItemsNeverAList",
+		input: wf(
+			"  - id: each",
+			"    kind: foreach",
+			"    items: 5",
+			"    steps:",
+			"      - {id: a, kind: noop}",
+			"  - id: text",
+			"    kind: foreach",
+			"    items: hosts ${input.hosts}",
+			"    steps:",
+			"      - {id: a, kind: noop}",
+		),
+		want: []problem{
+			{"steps[0].items", 5, "the number 5 is not a list: give a list, or an expression that gives one (${input.hosts})"},
+			{"steps[1].items", 10, `the string "hosts ${input.hosts}" gives text, not a list: give a list, or one ${...} alone that gives one (${input.hosts})`},
+		},
+	},
+	{
 		name: "ForeachNegativeConcurrency",
 		input: wf(
 			"  - id: each",
