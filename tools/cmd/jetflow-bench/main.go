@@ -633,8 +633,17 @@ func printLatency(out io.Writer, name string, lat []time.Duration) {
 	slices.Sort(lat)
 	p := func(q float64) time.Duration { return percentile(lat, q) }
 	fmt.Fprintf(out, "  %-16s p50 %s  p90 %s  p99 %s  max %s\n", name,
-		p(0.50).Round(10*time.Microsecond), p(0.90).Round(10*time.Microsecond),
-		p(0.99).Round(10*time.Microsecond), lat[len(lat)-1].Round(10*time.Microsecond))
+		latencyRound(p(0.50)), latencyRound(p(0.90)), latencyRound(p(0.99)), latencyRound(lat[len(lat)-1]))
+}
+
+// latencyRound rounds a latency for printing: to the microsecond below
+// 10 ms (a step's, which the goals table gives to the microsecond too),
+// to 10 µs above.
+func latencyRound(d time.Duration) time.Duration {
+	if d < 10*time.Millisecond {
+		return d.Round(time.Microsecond)
+	}
+	return d.Round(10 * time.Microsecond)
 }
 
 // tracker notices terminal events of a workflow's executions with a core

@@ -199,6 +199,7 @@ func Print(out io.Writer, rows []Row) {
 		fmt.Fprintf(out, "%-*s  %-12s  %-12s  %7s  %s\n", w, label(r), number(r.OldMedian), number(r.NewMedian),
 			strconv.FormatFloat(r.PairRatio, 'f', 3, 64), verdict)
 	}
+	fmt.Fprintln(out, "(new/old: the median of the pairs' ratios, not the ratio of the medians)")
 	fmt.Fprintln(out, "\nby pair (old / new):")
 	for _, r := range rows {
 		cells := make([]string, len(r.Old))
