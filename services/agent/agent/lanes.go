@@ -96,7 +96,8 @@ type lanes struct {
 	// bulk), found gone (rebindIfGone).
 	rebinding [2]atomic.Bool
 
-	inFlight upDown // its tasks in hand (metrics)
+	inFlight upDown         // its tasks in hand (metrics)
+	asked    *requestCounts // its workers' requests for a task (metrics)
 
 	lastBulk  stamp        // the last task taken from the bulk lane
 	bulkEmpty stamp        // the last look that found the bulk lane empty
@@ -181,6 +182,7 @@ type worker struct {
 	// delivery, with no other waiting behind it.
 	alone bool
 	pulls *pulls
+	asked *requestCounts // the queue's (metrics)
 }
 
 // next waits for a worker's next task: nil when none came in time (or
@@ -235,11 +237,11 @@ func (s *stamp) age(now time.Time) time.Duration {
 func (a *Agent) take(ctx context.Context, l *lanes, w *worker, log zerolog.Logger) (jetstream.Msg, error) {
 	bulk, normal := l.bulkConsumer(), l.normalConsumer()
 	if w.reserved || bulk == nil {
-		return w.fetchOne(ctx, normal, longPoll, bus.PullHeartbeat)
+		return w.fetchOne(ctx, normal, laneNormal, longPoll, bus.PullHeartbeat)
 	}
-	lookNormal := func() (jetstream.Msg, error) { return w.fetchNow(ctx, normal) }
+	lookNormal := func() (jetstream.Msg, error) { return w.fetchNow(ctx, normal, laneNormal) }
 	lookBulk := func() (jetstream.Msg, error) {
-		m, err := w.fetchNow(ctx, bulk)
+		m, err := w.fetchNow(ctx, bulk, laneBulk)
 		switch {
 		case err != nil: // the normal lane must not stall with it
 			l.warnBulk(log, err, "fetch a task from the bulk lane")
@@ -262,7 +264,7 @@ func (a *Agent) take(ctx context.Context, l *lanes, w *worker, log zerolog.Logge
 			}
 		}
 		if l.lastBulk.age(time.Now()) < bulkActive {
-			m, err := w.fetchShort(ctx, bulk)
+			m, err := w.fetchShort(ctx, bulk, laneBulk)
 			if m != nil {
 				l.lastBulk.mark(time.Now())
 			}
@@ -271,28 +273,38 @@ func (a *Agent) take(ctx context.Context, l *lanes, w *worker, log zerolog.Logge
 	}
 	if l.scout.CompareAndSwap(false, true) {
 		defer l.scout.Store(false)
-		return w.fetchShort(ctx, normal)
+		return w.fetchShort(ctx, normal, laneNormal)
 	}
-	return w.fetchOne(ctx, normal, longPoll, bus.PullHeartbeat)
+	return w.fetchOne(ctx, normal, laneNormal, longPoll, bus.PullHeartbeat)
 }
 
 // fetchOne waits up to expiry for one message of cons, with heartbeats
 // every hb (a pull whose consumer's leader moved is given up within two
 // of them); ctx ending ends it at once.
-func (w *worker) fetchOne(ctx context.Context, cons jetstream.Consumer, expiry, hb time.Duration) (jetstream.Msg, error) {
-	return w.pulls.take(ctx, cons, pullOpts{expires: expiry, heartbeat: hb})
+func (w *worker) fetchOne(ctx context.Context, cons jetstream.Consumer, lane int, expiry, hb time.Duration) (jetstream.Msg, error) {
+	return w.fetch(ctx, cons, lane, pullOpts{expires: expiry, heartbeat: hb})
 }
 
 // fetchShort waits up to lanePoll for one message of cons: the server's
 // expiry of the pull ends it. ctx ending ends it at once, and the pull
 // with it (pull.go: a task that already came is handed back).
-func (w *worker) fetchShort(ctx context.Context, cons jetstream.Consumer) (jetstream.Msg, error) {
-	return w.pulls.take(ctx, cons, pullOpts{expires: lanePoll})
+func (w *worker) fetchShort(ctx context.Context, cons jetstream.Consumer, lane int) (jetstream.Msg, error) {
+	return w.fetch(ctx, cons, lane, pullOpts{expires: lanePoll})
 }
 
 // fetchNow takes one message of cons if one is waiting.
-func (w *worker) fetchNow(ctx context.Context, cons jetstream.Consumer) (jetstream.Msg, error) {
-	return w.pulls.take(ctx, cons, pullOpts{noWait: true})
+func (w *worker) fetchNow(ctx context.Context, cons jetstream.Consumer, lane int) (jetstream.Msg, error) {
+	return w.fetch(ctx, cons, lane, pullOpts{noWait: true})
+}
+
+// fetch asks cons, lane of the worker's queue, for one task as o says,
+// and counts the request with its answer.
+func (w *worker) fetch(ctx context.Context, cons jetstream.Consumer, lane int, o pullOpts) (jetstream.Msg, error) {
+	m, err := w.pulls.take(ctx, cons, o)
+	if m != nil || ctx.Err() == nil { // not a request the agent's stop ended
+		w.asked.count(lane, m, err)
+	}
+	return m, err
 }
 
 // serve is one worker of queue l: take a task, run it, repeat until ctx

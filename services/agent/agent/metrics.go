@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"jetflow.dev/pkg/bus"
@@ -18,6 +19,7 @@ import (
 type Metrics struct {
 	inFlight     *prometheus.GaugeVec
 	redeliveries *prometheus.CounterVec
+	requests     *prometheus.CounterVec
 	operations   *prometheus.CounterVec
 	duration     *prometheus.HistogramVec
 	lag          *metrics.ConsumerLag
@@ -56,6 +58,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "jetflow_agent_redeliveries_total",
 			Help: "Tasks delivered to the agent again (their earlier delivery's agent died, stalled or handed them back), by queue.",
 		}, []string{"queue"}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "jetflow_agent_task_requests_total",
+			Help: "The workers' requests for a task, by queue, lane (normal, bulk) and answer: task, none (no task waited, or the request expired), error.",
+		}, []string{"queue", "lane", "answer"}),
 		operations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "jetflow_agent_operations_total",
 			Help: "Operations the agent reported, by kind (unregistered: no handler for it) and outcome: succeeded, failed, refused (not run: policy, secret, no handler, execution killed).",
@@ -67,7 +73,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"kind", "outcome"}),
 		lag: metrics.NewConsumerLag("agent"),
 	}
-	for _, c := range []prometheus.Collector{m.inFlight, m.redeliveries, m.operations, m.duration, m.lag} {
+	for _, c := range []prometheus.Collector{m.inFlight, m.redeliveries, m.requests, m.operations, m.duration, m.lag} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("agent: register metrics: %w", err)
 		}
@@ -87,6 +93,46 @@ type meter struct {
 type queueMeter struct {
 	inFlight    prometheus.Gauge
 	redelivered prometheus.Counter
+	requests    *requestCounts
+}
+
+// The lanes and the answers to a request for a task (the lane and
+// answer labels of jetflow_agent_task_requests_total).
+const (
+	laneNormal = iota
+	laneBulk
+	laneCount
+)
+
+const (
+	answerTask = iota
+	answerNone
+	answerError
+	answerCount
+)
+
+var (
+	laneNames   = [laneCount]string{"normal", "bulk"}
+	answerNames = [answerCount]string{"task", "none", "error"}
+)
+
+// requestCounts count one queue's requests for a task, by lane and
+// answer. A nil *requestCounts counts nothing.
+type requestCounts [laneCount][answerCount]prometheus.Counter
+
+// count counts a request to lane answered by m (nil: no task) or err.
+func (c *requestCounts) count(lane int, m jetstream.Msg, err error) {
+	if c == nil {
+		return
+	}
+	answer := answerNone
+	switch {
+	case err != nil:
+		answer = answerError
+	case m != nil:
+		answer = answerTask
+	}
+	c[lane][answer].Inc()
 }
 
 type kindMeter struct {
@@ -101,7 +147,13 @@ func (m *Metrics) meter(queues []string, handlers map[string]struct{}) *meter {
 	}
 	mt := &meter{m: m, queues: map[string]queueMeter{}, kinds: map[string]*kindMeter{}}
 	for _, q := range queues {
-		mt.queues[q] = queueMeter{inFlight: m.inFlight.WithLabelValues(q), redelivered: m.redeliveries.WithLabelValues(q)}
+		var asked requestCounts
+		for lane, ln := range laneNames {
+			for answer, an := range answerNames {
+				asked[lane][answer] = m.requests.WithLabelValues(q, ln, an)
+			}
+		}
+		mt.queues[q] = queueMeter{inFlight: m.inFlight.WithLabelValues(q), redelivered: m.redeliveries.WithLabelValues(q), requests: &asked}
 	}
 	for k := range handlers {
 		mt.kinds[k] = m.kind(k)
@@ -142,6 +194,14 @@ func (mt *meter) inFlight(queue string) upDown {
 		return g
 	}
 	return noCount{}
+}
+
+// requests are the counts of queue's requests for a task (nil: none).
+func (mt *meter) requests(queue string) *requestCounts {
+	if mt == nil {
+		return nil
+	}
+	return mt.queues[queue].requests
 }
 
 // redelivered counts a task of queue delivered again.

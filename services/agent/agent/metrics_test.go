@@ -99,6 +99,34 @@ func TestMetricsRedeliveries(t *testing.T) {
 	waitMetric(t, reg, 1, "jetflow_agent_operations_total", "kind", workflow.KindNoop, "outcome", "succeeded")
 }
 
+// TestMetricsTaskRequests: the workers' requests for a task are counted
+// by lane and answer: one task taken from each lane, and the looks that
+// found a lane empty (an idle worker looks at both before it waits).
+func TestMetricsTaskRequests(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	reg := prometheus.NewRegistry()
+	m, err := agent.NewMetrics(reg)
+	require.NoError(t, err)
+	a, err := agent.New(agent.Config{Name: agentName, AckWait: ackWait, Concurrency: 1, Metrics: m}, js, zerolog.New(zerolog.NewTestWriter(t)))
+	require.NoError(t, err)
+	natstest.Serve(t, a.Run)
+	natstest.Eventually(t, waitFor, func() bool { return a.Ready() == nil }, "the agent binds its queues")
+	b := &agentBundle{js: js}
+	b.publishTask(t, "x-normal", workflow.Step{ID: "s", Kind: workflow.KindNoop})
+	b.waitFinal(t, "x-normal")
+	b.publishTaskTo(t, bus.BulkTaskSubject(workflow.DefaultQueue), "x-bulk", workflow.Step{ID: "s", Kind: workflow.KindNoop})
+	b.waitFinal(t, "x-bulk")
+	q := workflow.DefaultQueue
+	waitMetric(t, reg, 1, "jetflow_agent_task_requests_total", "queue", q, "lane", "normal", "answer", "task")
+	waitMetric(t, reg, 1, "jetflow_agent_task_requests_total", "queue", q, "lane", "bulk", "answer", "task")
+	for _, lane := range []string{"normal", "bulk"} {
+		require.GreaterOrEqual(t, metricstest.Value(t, reg, "jetflow_agent_task_requests_total", "queue", q, "lane", lane, "answer", "none"), 1.0,
+			"the idle worker's first look at the %s lane found nothing", lane)
+		require.Zero(t, metricstest.Value(t, reg, "jetflow_agent_task_requests_total", "queue", q, "lane", lane, "answer", "error"), lane)
+	}
+}
+
 // TestMetricsBusyQueue: with every worker of a queue busy, the tasks in
 // flight are the workers', and a scrape reports the queue's consumer
 // with those tasks in hand and the rest waiting (and the bulk lane's
