@@ -320,7 +320,8 @@ func CompileList(v any, roots []string) error {
 	}
 	s, isString := v.(string)
 	if !isString {
-		if k := reflect.ValueOf(v).Kind(); k == reflect.Slice || k == reflect.Array {
+		// Any list but bytes (YAML's !!binary), which JSON holds as text.
+		if t := reflect.TypeOf(v); (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) && t.Elem().Kind() != reflect.Uint8 {
 			return nil
 		}
 		return fmt.Errorf("%s is not a list: give a list, or an expression that gives one (${input.hosts})", describe(normalize(v)))

@@ -110,8 +110,6 @@ func TestFollowGoesOnAfterCancelAndResume(t *testing.T) {
 	require.Equal(t, events.TypeExecutionSucceeded, seen[len(seen)-1].Type)
 }
 
-// requireGapless checks that seen is exactly the history: no event missed,
-// none twice, in order.
 // TestAFollowLeavesNoConsumerBehind: a follow of an execution's events
 // reads them with a consumer of its own on the events stream; once the
 // follow ends, the api deletes it. Left to the server's inactivity
@@ -159,6 +157,8 @@ func TestAFollowLeavesNoConsumerBehind(t *testing.T) {
 	})
 }
 
+// requireGapless checks that seen is exactly the history: no event missed,
+// none twice, in order.
 func requireGapless(t *testing.T, history []events.Event, seen []client.Event) {
 	t.Helper()
 	want := make([]uint64, len(history))

@@ -636,11 +636,10 @@ func printLatency(out io.Writer, name string, lat []time.Duration) {
 		latencyRound(p(0.50)), latencyRound(p(0.90)), latencyRound(p(0.99)), latencyRound(lat[len(lat)-1]))
 }
 
-// latencyRound rounds a latency for printing: to the microsecond below
-// 10 ms (a step's, which the goals table gives to the microsecond too),
-// to 10 µs above.
+// latencyRound rounds a latency for printing as the goals table does
+// (millis): to the microsecond below 1 ms, to 10 µs above.
 func latencyRound(d time.Duration) time.Duration {
-	if d < 10*time.Millisecond {
+	if d < time.Millisecond {
 		return d.Round(time.Microsecond)
 	}
 	return d.Round(10 * time.Microsecond)
