@@ -460,7 +460,7 @@ func TestCompileListRefusesWhatIsNeverAList(t *testing.T) {
 		want string
 	}{
 		{5, "the number 5 is not a list: give a list, or an expression that gives one (${input.hosts})"},
-		{uint64(7), "the number 7 is not a list"}, // as YAML decodes it
+		{uint64(7), "the number 7 is not a list"},                // as YAML decodes it
 		{[]byte("hello"), `the string "aGVsbG8=" is not a list`}, // YAML's !!binary, held as text
 		{true, "the boolean true is not a list"},
 		{map[string]any{"a": 1}, `the object {"a":1} is not a list`},
