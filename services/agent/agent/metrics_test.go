@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
@@ -29,6 +30,20 @@ func setupMeasured(t *testing.T, cfg agent.Config) (*agentBundle, *prometheus.Re
 	require.NoError(t, err)
 	cfg.Metrics = m
 	return setupAgentWith(t, cfg), reg
+}
+
+// runMeasured runs an agent of concurrency workers per queue on js until
+// the test ends, counting into a registry of the test's, which it
+// returns.
+func runMeasured(t *testing.T, js jetstream.JetStream, concurrency int) (*agent.Agent, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	m, err := agent.NewMetrics(reg)
+	require.NoError(t, err)
+	a, err := agent.New(agent.Config{Name: agentName, AckWait: ackWait, Concurrency: concurrency, Metrics: m}, js, zerolog.New(zerolog.NewTestWriter(t)))
+	require.NoError(t, err)
+	natstest.Serve(t, a.Run)
+	return a, reg
 }
 
 // waitMetric waits until metric name (with labels) reads want.
@@ -88,12 +103,7 @@ func TestMetricsRedeliveries(t *testing.T) {
 	b := &agentBundle{js: js}
 	b.publishTask(t, "x-again", workflow.Step{ID: "s", Kind: workflow.KindNoop})
 	takeWithoutAck(t, js, 1)
-	reg := prometheus.NewRegistry()
-	m, err := agent.NewMetrics(reg)
-	require.NoError(t, err)
-	a, err := agent.New(agent.Config{Name: agentName, AckWait: ackWait, Concurrency: 2, Metrics: m}, js, zerolog.New(zerolog.NewTestWriter(t)))
-	require.NoError(t, err)
-	natstest.Serve(t, a.Run)
+	_, reg := runMeasured(t, js, 2)
 	b.waitFinal(t, "x-again")
 	waitMetric(t, reg, 1, "jetflow_agent_redeliveries_total", "queue", workflow.DefaultQueue)
 	waitMetric(t, reg, 1, "jetflow_agent_operations_total", "kind", workflow.KindNoop, "outcome", "succeeded")
@@ -105,12 +115,7 @@ func TestMetricsRedeliveries(t *testing.T) {
 func TestMetricsTaskRequests(t *testing.T) {
 	t.Parallel()
 	_, js := natstest.Connect(t, natstest.RunJetStream(t))
-	reg := prometheus.NewRegistry()
-	m, err := agent.NewMetrics(reg)
-	require.NoError(t, err)
-	a, err := agent.New(agent.Config{Name: agentName, AckWait: ackWait, Concurrency: 1, Metrics: m}, js, zerolog.New(zerolog.NewTestWriter(t)))
-	require.NoError(t, err)
-	natstest.Serve(t, a.Run)
+	a, reg := runMeasured(t, js, 1)
 	natstest.Eventually(t, waitFor, func() bool { return a.Ready() == nil }, "the agent binds its queues")
 	b := &agentBundle{js: js}
 	b.publishTask(t, "x-normal", workflow.Step{ID: "s", Kind: workflow.KindNoop})
