@@ -233,7 +233,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	for _, p := range r.processes() {
 		if !p.Running() {
-			return nil, fmt.Errorf("chaos: %s exited by itself (not killed): %s", p.Name, p.state())
+			return nil, r.exitedByItself(p)
 		}
 	}
 	// Reading everything is tried again for a while: in a cluster a
@@ -371,6 +371,23 @@ func (r *run) setUp(ctx context.Context) error {
 	}
 	return nil
 }
+
+// exitedByItself is the error of a process found exited that was not
+// killed, with the end of its log: the run's directory, where the log
+// is, may be gone by the time someone reads the error (a test's).
+func (r *run) exitedByItself(p *Process) error {
+	b, err := os.ReadFile(filepath.Join(r.logs, p.Name+".log"))
+	tail := ""
+	if err == nil {
+		lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+		tail = "\n" + strings.Join(lines[max(0, len(lines)-logTail):], "\n")
+	}
+	return fmt.Errorf("chaos: %s exited by itself (not killed): %s; the end of its log:%s", p.Name, p.state(), tail)
+}
+
+// logTail is how many of its last log lines a process found exited
+// shows.
+const logTail = 20
 
 func (r *run) logFile(name string) (*os.File, error) {
 	f, err := os.OpenFile(filepath.Join(r.logs, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)

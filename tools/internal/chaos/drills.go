@@ -399,7 +399,7 @@ func (r *run) runDrills(ctx context.Context, began time.Time) (*Report, error) {
 	}
 	for _, p := range r.processes() {
 		if !p.Running() {
-			return nil, fmt.Errorf("chaos: %s exited by itself (not killed): %s", p.Name, p.state())
+			return nil, r.exitedByItself(p)
 		}
 	}
 	var in chaoscheck.Input
