@@ -275,12 +275,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.stopping = ctx.Done()
 	taskCtx, cancelTasks := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelTasks()
-	stopKills, err := a.watchKills(ctx)
+	stopKills, err := a.watchKillsUntil(ctx)
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil // stopped while starting: not an error
-		}
-		return err
+		return nil // stopped while starting: not an error
 	}
 	defer stopKills()
 	// Bind every queue's consumer before any task runs: an agent that

@@ -223,6 +223,34 @@ func (k *kills) lift(execID string) {
 	k.killed.remove(execID)
 }
 
+// watchKillsUntil is watchKills tried again, with a pause that doubles
+// from killsRetry up to a few seconds, until it succeeds or ctx ends (its
+// only error): a JetStream request at start that times out or finds no
+// leader (a busy cluster, a node restarting, a stream not made yet) is
+// waited out, as the queues' binding waits for the bootstrap, instead of
+// stopping the agent.
+func (a *Agent) watchKillsUntil(ctx context.Context) (stop func(), err error) {
+	for pause := killsRetry; ; pause = min(2*pause, 5*time.Second) {
+		stop, err := a.watchKills(ctx)
+		if err == nil {
+			return stop, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		a.log.Warn().Err(err).Dur("retry_in", pause).Msg("cannot follow the kill notices yet; trying again")
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(pause):
+		}
+	}
+}
+
+// killsRetry is the first pause before following the kill notices is
+// tried again. A variable for tests.
+var killsRetry = 200 * time.Millisecond
+
 // watchKills follows the kill notices (all those kept, then new ones). It
 // returns once the notices kept when it started are known, so that a task
 // of an execution killed before this agent started is refused.

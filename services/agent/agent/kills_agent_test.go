@@ -250,3 +250,24 @@ func TestAgentRefusesTasksNamedBeforeTheyCome(t *testing.T) {
 	require.Equal(t, next.TaskID, <-ran)
 	require.Empty(t, ran, "only the next attempt ran")
 }
+
+// TestAnAgentWaitsForTheKillNoticesAtStart: an agent that cannot follow
+// the kill notices when it starts (here their stream is not made yet; a
+// busy cluster's request timing out is the same to it) waits and tries
+// again, not ready meanwhile, instead of stopping with an error; once
+// the stream is there it serves.
+func TestAnAgentWaitsForTheKillNoticesAtStart(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunJetStream(t))
+	require.NoError(t, js.DeleteStream(t.Context(), bus.StreamKills))
+	a, err := agent.New(agent.Config{Name: agentName, AckWait: ackWait, Concurrency: 1}, js, zerolog.New(zerolog.NewTestWriter(t)))
+	require.NoError(t, err)
+	natstest.Serve(t, a.Run) // fails the test if Run ends with an error
+	time.Sleep(500 * time.Millisecond)
+	require.Error(t, a.Ready(), "ready without the kill notices")
+	require.NoError(t, bus.Ensure(t.Context(), js, bus.Config{}))
+	natstest.Eventually(t, waitFor, func() bool { return a.Ready() == nil }, "the agent serves once the notices can be followed")
+	b := &agentBundle{js: js}
+	b.publishTask(t, "after", workflow.Step{ID: "s", Kind: workflow.KindNoop})
+	b.waitFinal(t, "after")
+}
