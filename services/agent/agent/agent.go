@@ -297,7 +297,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		if w := cons.CachedInfo().Config.AckWait; a.cfg.BindOnly && w > 0 && (i == 0 || w < a.cfg.AckWait) {
 			a.cfg.AckWait = w // the shortest of its queues' ack waits
 		}
-		queues = append(queues, &lanes{queue: q, normal: cons, inFlight: a.meter.inFlight(q), asked: a.meter.requests(q)})
+		queues = append(queues, &lanes{queue: q, normal: cons, inFlight: a.meter.inFlight(q)})
 	}
 	// The bulk lanes are bound beside: an agent serves its queues' normal
 	// lanes while a bootstrap older than the bulk lanes has not made them.
@@ -346,7 +346,7 @@ func (a *Agent) Run(ctx context.Context) error {
 				}
 				return err
 			}
-			workersOf[i] = append(workersOf[i], &worker{reserved: w < reservedWorkers(a.cfg.Concurrency), pulls: p, asked: queues[i].asked})
+			workersOf[i] = append(workersOf[i], &worker{reserved: w < reservedWorkers(a.cfg.Concurrency), pulls: p, asked: a.meter.requests(queues[i].queue)})
 		}
 	}
 	a.running.Store(true)

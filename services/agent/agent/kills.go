@@ -248,8 +248,8 @@ func (a *Agent) watchKillsUntil(ctx context.Context) (stop func(), err error) {
 }
 
 // killsRetry is the first pause before following the kill notices is
-// tried again. A variable for tests.
-var killsRetry = 200 * time.Millisecond
+// tried again.
+const killsRetry = 200 * time.Millisecond
 
 // watchKills follows the kill notices (all those kept, then new ones). It
 // returns once the notices kept when it started are known, so that a task

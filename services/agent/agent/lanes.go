@@ -96,8 +96,7 @@ type lanes struct {
 	// bulk), found gone (rebindIfGone).
 	rebinding [2]atomic.Bool
 
-	inFlight upDown         // its tasks in hand (metrics)
-	asked    *requestCounts // its workers' requests for a task (metrics)
+	inFlight upDown // its tasks in hand (metrics)
 
 	lastBulk  stamp        // the last task taken from the bulk lane
 	bulkEmpty stamp        // the last look that found the bulk lane empty

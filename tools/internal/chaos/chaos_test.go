@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -223,4 +224,24 @@ func TestDrillsSayTheirDurations(t *testing.T) {
 	}
 	require.Equal(t, "back after 1s, down 15s, again after 5s, stopped 2s",
 		c.describe("back after Down, down NodeDown, again after Restart, stopped Stop"))
+}
+
+// TestAProcessThatExitedShowsTheEndOfItsLog: the error about a process
+// that exited by itself carries the last logTail lines of its log, the
+// run's directory being gone by the time a test's failure is read.
+func TestAProcessThatExitedShowsTheEndOfItsLog(t *testing.T) {
+	t.Parallel()
+	r := &run{logs: t.TempDir()}
+	f, err := r.logFile("agent-1")
+	require.NoError(t, err)
+	for i := range logTail + 5 {
+		_, err := fmt.Fprintf(f, "line %d\n", i)
+		require.NoError(t, err)
+	}
+	require.NoError(t, f.Close())
+	err = r.exitedByItself(&Process{Name: "agent-1"})
+	require.ErrorContains(t, err, "agent-1 exited by itself (not killed): not started; the end of its log:\nline 5\n")
+	require.ErrorContains(t, err, fmt.Sprintf("line %d", logTail+4))
+	require.NotContains(t, err.Error(), "line 4\n", "only the last lines")
+	require.ErrorContains(t, r.exitedByItself(&Process{Name: "no-log"}), "no-log exited by itself (not killed): not started; the end of its log:")
 }
